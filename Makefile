@@ -1,0 +1,118 @@
+# mgt — Megatron-style LLM training toolkit in C.
+#
+# Targets:
+#   all (default)  libmgt.a and the programs in bin/
+#   check          unit tests (C) and program tests (TAP shell scripts, run by prove)
+#   demo           the main job on the bundled data (today: preprocess the bundled KJV corpus)
+#   bench          benchmarks in tests/bench/ (throughput, peak memory); raw results in build/bench/
+#   install        PREFIX (default /usr/local) and DESTDIR as usual
+#   clean
+#
+# Knobs (make VAR=value, or put them in config.mak):
+#   CUDA=auto|0|1        build the CUDA backend (auto: when nvcc is found); nothing needs it yet
+#   CUDA_ARCH=...        nvcc -gencode list (default sm_80 and sm_90a)
+#   MPI=auto|0|1         build with MPI (auto: when mpicc is found); nothing needs it yet
+#   SANITIZE=address,undefined   build everything with these sanitizers
+#   DEVELOPER=1          extra warnings (-Wshadow -Wconversion-lite set) and -O1 -g
+#   DEPS=0               do not check for (and apt-get install) missing Debian packages
+-include config.mak
+
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+CC       ?= cc
+CUDA     ?= auto
+MPI      ?= auto
+DEPS     ?= 1
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
+
+OPT      ?= -O2
+CFLAGS   ?= $(OPT) -g
+WARN      = -Wall -Wextra -Werror -Wno-unused-parameter
+ifeq ($(DEVELOPER),1)
+WARN     += -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Wvla
+CFLAGS    = -O1 -g
+endif
+ifneq ($(SANITIZE),)
+CFLAGS   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS  += -fsanitize=$(SANITIZE)
+endif
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Ilib -Icmd $(CFLAGS)
+LIBS      = -lpcre2-8 -lzstd -ljansson -lutf8proc -lpthread -lm
+
+ifeq ($(CUDA),auto)
+CUDA := $(if $(shell command -v nvcc 2>/dev/null),1,0)
+endif
+ifeq ($(MPI),auto)
+MPI := $(if $(shell command -v mpicc 2>/dev/null),1,0)
+endif
+
+B = build
+LIB_SRC  = $(wildcard lib/*/*.c)
+LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o)
+CMD_SRC  = $(wildcard cmd/mgt*.c)
+PROGS    = $(CMD_SRC:cmd/%.c=bin/%)
+UNIT_SRC = $(wildcard tests/unit/test_*.c)
+UNITS    = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
+FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ     = $(FUZZ_SRC:tests/fuzz/%.c=$(B)/fuzz/%)
+
+.PHONY: all check check-unit check-cli demo bench install clean deps
+all: $(PROGS)
+
+$(B)/.deps-ok: contrib/install-deps.sh
+	@mkdir -p $(B)
+	@if [ "$(DEPS)" = 1 ]; then sh contrib/install-deps.sh build; fi
+	@touch $@
+
+$(B)/%.o: %.c $(wildcard lib/*/*.h cmd/*.h) | $(B)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(B)/libmgt.a: $(LIB_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+bin/%: $(B)/cmd/%.o $(B)/cmd/cli.o $(B)/libmgt.a
+	@mkdir -p bin
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/cmd/cli.o $(B)/libmgt.a $(LIBS) -o $@
+
+$(B)/tests/%: $(B)/tests/unit/%.o $(B)/libmgt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/libmgt.a $(LIBS) -o $@
+
+# Fuzz targets double as corpus replayers (tests/fuzz/README): each reads files named on its
+# command line; built with libFuzzer when FUZZ_ENGINE=libfuzzer.
+$(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libmgt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< tests/fuzz/replay.c $(B)/libmgt.a $(LIBS) -o $@
+
+check: check-unit check-cli
+
+check-unit: $(PROGS) $(UNITS) $(FUZZ)
+	@set -e; for t in $(UNITS); do echo "== $$t"; $$t; done
+	@set -e; for f in $(FUZZ); do n=$$(basename $$f); \
+	  if [ -d tests/fuzz/corpus/$$n ]; then echo "== $$n (corpus replay)"; $$f tests/fuzz/corpus/$$n/*; fi; done
+
+check-cli: $(PROGS)
+	@if [ "$(DEPS)" = 1 ]; then sh contrib/install-deps.sh test; fi
+	prove -j2 tests/cli/
+
+demo: $(PROGS)
+	sh contrib/demo.sh
+
+bench: $(PROGS)
+	sh tests/bench/run.sh
+
+install: $(PROGS)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/mgt $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
+	cp -R share/mgt/. $(DESTDIR)$(PREFIX)/share/mgt/
+	install -m 644 man/man1/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 man/man5/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 644 man/man7/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
+
+clean:
+	rm -rf $(B) bin
+
+.SECONDARY:

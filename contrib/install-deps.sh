@@ -1,0 +1,16 @@
+#!/bin/sh
+# Install the Debian 12 packages mgt needs when they are missing.
+#   install-deps.sh build   compiler and -dev libraries
+#   install-deps.sh test    also what the tests use (prove, zstd, python3-numpy, node/npm for oracles)
+set -e
+need=""
+chk() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || need="$need $1"; }
+for p in gcc make libc6-dev libpcre2-dev libzstd-dev libjansson-dev libutf8proc-dev pkg-config; do chk $p; done
+if [ "$1" = test ]; then
+	for p in perl zstd python3 python3-numpy; do chk $p; done
+fi
+[ -z "$need" ] && exit 0
+echo "mgt: installing Debian packages:$need" >&2
+if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >&2

@@ -1,0 +1,271 @@
+/* lib/util: see util.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Thread_local char err_msg[1024];
+
+static mgt_status err_vset(mgt_status code, const char *fmt, va_list ap)
+{
+	vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+	return code;
+}
+
+mgt_status mgt_err(mgt_status code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	err_vset(code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+mgt_status mgt_err_ctx(mgt_status code, const char *fmt, ...)
+{
+	char prefix[512], old[sizeof err_msg];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(prefix, sizeof prefix, fmt, ap);
+	va_end(ap);
+	memcpy(old, err_msg, sizeof old);
+	snprintf(err_msg, sizeof err_msg, "%s: %s", prefix, old);
+	return code;
+}
+
+const char *mgt_err_msg(void) { return err_msg; }
+
+int mgt_exit_code(mgt_status s)
+{
+	switch (s) {
+	case MGT_OK: return 0;
+	case MGT_ERR_IO: case MGT_ERR_NOMEM: return 1;
+	case MGT_ERR_USAGE: return 2;
+	case MGT_ERR_INPUT: return 3;
+	case MGT_ERR_VOCAB: return 4;
+	case MGT_ERR_EXISTS: return 5;
+	case MGT_ERR_FORMAT: return 6;
+	case MGT_ERR_INTR: return 130;
+	}
+	return 1;
+}
+
+void *mgt_malloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p)
+		mgt_err(MGT_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+	return p;
+}
+
+void *mgt_realloc(void *p, size_t n)
+{
+	void *q = realloc(p, n ? n : 1);
+	if (!q)
+		mgt_err(MGT_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+	return q;
+}
+
+char *mgt_strdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *p = mgt_malloc(n);
+	if (p)
+		memcpy(p, s, n);
+	return p;
+}
+
+mgt_status mgt_buf_reserve(mgt_buf *b, size_t extra)
+{
+	if (b->n + extra <= b->cap)
+		return MGT_OK;
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->n + extra)
+		cap *= 2;
+	char *p = mgt_realloc(b->p, cap);
+	if (!p)
+		return MGT_ERR_NOMEM;
+	b->p = p;
+	b->cap = cap;
+	return MGT_OK;
+}
+
+mgt_status mgt_buf_add(mgt_buf *b, const void *data, size_t n)
+{
+	mgt_status st = mgt_buf_reserve(b, n);
+	if (st)
+		return st;
+	memcpy(b->p + b->n, data, n);
+	b->n += n;
+	return MGT_OK;
+}
+
+/* Registry of open temporaries, so a signal can remove them. */
+#define MAX_TMPS 64
+static char *volatile tmp_registry[MAX_TMPS];
+
+static void registry_set(char *tmp, char *replace)
+{
+	for (int i = 0; i < MAX_TMPS; i++)
+		if (tmp_registry[i] == replace) {
+			tmp_registry[i] = tmp;
+			return;
+		}
+}
+
+mgt_status mgt_afile_open(mgt_afile *af, const char *path, int overwrite)
+{
+	memset(af, 0, sizeof *af);
+	struct stat st;
+	if (!overwrite && stat(path, &st) == 0)
+		return mgt_err(MGT_ERR_EXISTS, "%s: output already exists (remove it or pass --overwrite)", path);
+	size_t n = strlen(path) + 32;
+	af->path = mgt_strdup(path);
+	af->tmp = mgt_malloc(n);
+	if (!af->path || !af->tmp) {
+		free(af->path);
+		free(af->tmp);
+		return MGT_ERR_NOMEM;
+	}
+	snprintf(af->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+	int fd = open(af->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || !(af->f = fdopen(fd, "wb"))) {
+		mgt_status e = mgt_err(MGT_ERR_IO, "%s: cannot create: %s", af->tmp, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		free(af->path);
+		free(af->tmp);
+		memset(af, 0, sizeof *af);
+		return e;
+	}
+	registry_set(af->tmp, NULL);
+	return MGT_OK;
+}
+
+mgt_status mgt_afile_write(mgt_afile *af, const void *p, size_t n)
+{
+	if (af->err)
+		return MGT_ERR_IO;
+	if (n && fwrite(p, 1, n, af->f) != n) {
+		af->err = errno ? errno : EIO;
+		return mgt_err(MGT_ERR_IO, "%s: write failed: %s", af->path, strerror(af->err));
+	}
+	return MGT_OK;
+}
+
+mgt_status mgt_afile_commit(mgt_afile *af)
+{
+	int e = af->err;
+	if (!e && fflush(af->f) != 0)
+		e = errno;
+	if (!e && fsync(fileno(af->f)) != 0)
+		e = errno;
+	if (fclose(af->f) != 0 && !e)
+		e = errno;
+	af->f = NULL;
+	if (!e && rename(af->tmp, af->path) != 0)
+		e = errno;
+	if (e) {
+		mgt_status st = mgt_err(MGT_ERR_IO, "%s: write failed: %s", af->path, strerror(e));
+		mgt_afile_abort(af);
+		return st;
+	}
+	registry_set(NULL, af->tmp);
+	free(af->tmp);
+	free(af->path);
+	memset(af, 0, sizeof *af);
+	return MGT_OK;
+}
+
+void mgt_afile_abort(mgt_afile *af)
+{
+	if (af->f)
+		fclose(af->f);
+	if (af->tmp) {
+		unlink(af->tmp);
+		registry_set(NULL, af->tmp);
+	}
+	free(af->tmp);
+	free(af->path);
+	memset(af, 0, sizeof *af);
+}
+
+void mgt_afile_abort_all_signal(void)
+{
+	for (int i = 0; i < MAX_TMPS; i++)
+		if (tmp_registry[i])
+			unlink(tmp_registry[i]);
+}
+
+double mgt_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+volatile int mgt_interrupted;
+
+static void on_signal(int sig)
+{
+	mgt_interrupted = 1;
+	mgt_afile_abort_all_signal();
+	signal(sig, SIG_DFL);
+	_exit(128 + sig);
+}
+
+void mgt_signals_install(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+}
+
+mgt_status mgt_file_read(const char *path, char **out, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return mgt_err(MGT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+	mgt_buf b = {0};
+	char tmp[65536];
+	size_t n;
+	while ((n = fread(tmp, 1, sizeof tmp, f)) > 0)
+		if (mgt_buf_add(&b, tmp, n)) {
+			fclose(f);
+			free(b.p);
+			return MGT_ERR_NOMEM;
+		}
+	int bad = ferror(f);
+	fclose(f);
+	if (bad || mgt_buf_add(&b, "", 1)) {
+		free(b.p);
+		return bad ? mgt_err(MGT_ERR_IO, "%s: read failed", path) : MGT_ERR_NOMEM;
+	}
+	*out = b.p;
+	*len = b.n - 1;
+	return MGT_OK;
+}
+
+const char *mgt_fmt_count(char *buf, uint64_t v)
+{
+	char tmp[32];
+	int n = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v), j = 0;
+	for (int i = 0; i < n; i++) {
+		if (i && (n - i) % 3 == 0)
+			buf[j++] = ',';
+		buf[j++] = tmp[i];
+	}
+	buf[j] = 0;
+	return buf;
+}

@@ -1,0 +1,78 @@
+/* lib/util: error values, atomic output files, timing and progress.
+ *
+ * Errors are values: every fallible libmgt function returns an mgt_status and, on failure,
+ * records a one-line message (lowercase, naming the file and line or field) in a thread-local
+ * buffer read with mgt_err_msg().  The library never prints and never exits; cmd/ maps the
+ * status to the exit code with mgt_exit_code().
+ */
+#ifndef MGT_UTIL_H
+#define MGT_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum {
+	MGT_OK = 0,
+	MGT_ERR_IO,      /* read/write/fsync/rename failed, disk full: exit 1 */
+	MGT_ERR_NOMEM,   /* allocation failed: exit 1 */
+	MGT_ERR_USAGE,   /* bad flag or argument: exit 2 */
+	MGT_ERR_INPUT,   /* bad input data (JSON, UTF-8, zstd frame, token id): exit 3 */
+	MGT_ERR_VOCAB,   /* unreadable or inconsistent tokenizer files: exit 4 */
+	MGT_ERR_EXISTS,  /* an output already exists: exit 5 */
+	MGT_ERR_FORMAT,  /* a dataset file (.bin/.idx) is malformed or inconsistent: exit 6 */
+	MGT_ERR_INTR,    /* interrupted by SIGINT/SIGTERM: exit 130 */
+} mgt_status;
+
+/* Record a printf-style message for the calling thread and return code (for `return mgt_err(...)`). */
+mgt_status mgt_err(mgt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefix the current thread's message with "PREFIX: " (adds context on the way up); returns code. */
+mgt_status mgt_err_ctx(mgt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The calling thread's last message ("" if none). Valid until the next mgt_err on this thread. */
+const char *mgt_err_msg(void);
+/* Documented process exit code for a status (0, 1, 2, 3, 4, 5, 6, 130). */
+int mgt_exit_code(mgt_status s);
+
+/* Allocation helpers: NULL on failure after recording MGT_ERR_NOMEM. */
+void *mgt_malloc(size_t n);
+void *mgt_realloc(void *p, size_t n);
+char *mgt_strdup(const char *s);
+
+/* Growable byte buffer. Zero-initialize; free with free(b->p). */
+typedef struct { char *p; size_t n, cap; } mgt_buf;
+mgt_status mgt_buf_reserve(mgt_buf *b, size_t extra);
+mgt_status mgt_buf_add(mgt_buf *b, const void *data, size_t n);
+
+/* Atomic output file: written as "<path>.tmp.<pid>", fsynced and renamed to <path> on commit.
+ * mgt_afile_open refuses an existing <path> with MGT_ERR_EXISTS unless overwrite is set.
+ * Errors: MGT_ERR_EXISTS, MGT_ERR_IO (message names the path and strerror).
+ * mgt_afile_write records the first write error (e.g. ENOSPC) and reports it at commit.
+ * abort closes and unlinks the temporary; it is safe on a zeroed or already finished file. */
+typedef struct {
+	FILE *f;
+	char *path, *tmp;
+	int err; /* errno of the first failed write, 0 if none */
+} mgt_afile;
+mgt_status mgt_afile_open(mgt_afile *af, const char *path, int overwrite);
+mgt_status mgt_afile_write(mgt_afile *af, const void *p, size_t n);
+mgt_status mgt_afile_commit(mgt_afile *af);
+void mgt_afile_abort(mgt_afile *af);
+/* Remove every temporary still open (for the SIGINT/SIGTERM path); async-signal-safe. */
+void mgt_afile_abort_all_signal(void);
+
+/* Monotonic seconds. */
+double mgt_now(void);
+
+/* Set by the SIGINT/SIGTERM handler that mgt_signals_install() installs; long loops poll it. */
+extern volatile int mgt_interrupted;
+void mgt_signals_install(void);
+
+/* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL).
+ * Errors: MGT_ERR_IO naming the path. Caller frees *out. */
+mgt_status mgt_file_read(const char *path, char **out, size_t *len);
+
+/* Human-readable number with thousands separators into buf (at least 32 bytes). */
+const char *mgt_fmt_count(char *buf, uint64_t v);
+
+#endif
