@@ -36,7 +36,14 @@ mgt_status mgt_err_ctx(mgt_status code, const char *fmt, ...)
 	vsnprintf(prefix, sizeof prefix, fmt, ap);
 	va_end(ap);
 	memcpy(old, err_msg, sizeof old);
-	snprintf(err_msg, sizeof err_msg, "%s: %s", prefix, old);
+	size_t n = strlen(prefix);
+	if (n + 2 < sizeof err_msg) {
+		memcpy(err_msg, prefix, n);
+		memcpy(err_msg + n, ": ", 2);
+		size_t room = sizeof err_msg - n - 3, m = strlen(old);
+		memcpy(err_msg + n + 2, old, m < room ? m : room);
+		err_msg[n + 2 + (m < room ? m : room)] = 0;
+	}
 	return code;
 }
 

@@ -1,0 +1,193 @@
+/* mgt-tokenize: encode text to token ids or decode ids to text, for shell use. See mgt-tokenize(1). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "data/data.h"
+
+static const char *prog = "mgt-tokenize";
+
+enum { OPT_DECODE = CLI_FIRST_FREE, OPT_JSONL, OPT_KEY, OPT_COUNT, OPT_INFO, OPT_HELP };
+
+static void usage(void)
+{
+	printf("Usage: mgt-tokenize [OPTIONS] [TEXT...]\n"
+	       "Encode TEXT (or standard input) to token ids, or decode ids back to text.\n\n"
+	       "  --decode          read token ids (whitespace-separated) and print the text\n"
+	       "  --jsonl           input is JSONL: one output line per input line (ids, or with\n"
+	       "                    --decode a JSON object {KEY: text})\n"
+	       "  --json-key KEY    JSONL key (default text)\n"
+	       "  --count           print the number of tokens instead of the ids\n"
+	       "  --info            print the tokenizer's type, vocabulary size and eod id\n"
+	       "  -i FILE           read FILE instead of standard input ('-' = stdin; zstd detected)\n"
+	       "  --help\n\n%s\nExit status: 0 ok, 1 runtime error, 2 usage, 3 bad input, 4 bad tokenizer files.\n",
+	       mgt_cli_tok_help);
+}
+
+typedef struct { int decode, jsonl, count; const char *key; mgt_tok *tok; mgt_tok_enc *enc; } opts;
+
+static void print_ids(const opts *o, const mgt_ids *ids)
+{
+	if (o->count) {
+		printf("%zu\n", ids->n);
+		return;
+	}
+	for (size_t i = 0; i < ids->n; i++)
+		printf(i ? " %d" : "%d", ids->v[i]);
+	putchar('\n');
+}
+
+static mgt_status parse_ids(const char *s, size_t n, mgt_ids *ids)
+{
+	char *copy = mgt_malloc(n + 1), *p, *end;
+	if (!copy)
+		return MGT_ERR_NOMEM;
+	memcpy(copy, s, n);
+	copy[n] = 0;
+	mgt_status st = MGT_OK;
+	for (p = copy; !st; p = end) {
+		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ',')
+			p++;
+		if (!*p)
+			break;
+		long v = strtol(p, &end, 10);
+		if (end == p || v < 0 || v > INT32_MAX)
+			st = mgt_err(MGT_ERR_INPUT, "expected a token id, got '%.20s'", p);
+		else
+			st = mgt_ids_push(ids, (int32_t)v);
+	}
+	free(copy);
+	return st;
+}
+
+/* One unit of input: raw text (or ids when decoding). */
+static mgt_status process(const opts *o, const char *s, size_t n)
+{
+	mgt_ids ids = {0};
+	mgt_buf text = {0};
+	mgt_status st;
+	if (o->decode) {
+		st = parse_ids(s, n, &ids);
+		if (!st)
+			st = mgt_tok_decode(o->tok, ids.v, ids.n, &text);
+		if (!st && o->jsonl) {
+			json_t *j = json_object();
+			json_object_set_new(j, o->key, json_stringn(text.p ? text.p : "", text.n));
+			char *line = json_dumps(j, JSON_COMPACT);
+			puts(line);
+			free(line);
+			json_decref(j);
+		} else if (!st)
+			fwrite(text.p, 1, text.n, stdout);
+	} else {
+		st = mgt_tok_encode(o->enc, s, n, &ids);
+		if (!st)
+			print_ids(o, &ids);
+	}
+	free(ids.v);
+	free(text.p);
+	return st;
+}
+
+static mgt_status process_json_line(const opts *o, const char *line, size_t n)
+{
+	json_error_t je;
+	json_t *j = json_loadb(line, n, JSON_ALLOW_NUL, &je);
+	if (!j)
+		return mgt_err(MGT_ERR_INPUT, "invalid JSON at column %d: %s", je.column, je.text);
+	json_t *v = json_object_get(j, o->key);
+	mgt_status st;
+	if (!json_is_string(v))
+		st = mgt_err(MGT_ERR_INPUT, "key '%s': %s", o->key, v ? "expected a string" : "missing");
+	else
+		st = process(o, json_string_value(v), json_string_length(v));
+	json_decref(j);
+	return st;
+}
+
+static mgt_status run_input(const opts *o, const char *path)
+{
+	mgt_jsonl *r;
+	mgt_status st = mgt_jsonl_open(&r, path);
+	if (st)
+		return st;
+	mgt_buf all = {0};
+	const char *line;
+	size_t n;
+	while (!(st = mgt_jsonl_next(r, &line, &n)) && line) {
+		if (o->jsonl) {
+			st = o->decode ? process(o, line, n) : process_json_line(o, line, n);
+			if (st) {
+				st = mgt_err_ctx(st, "%s:%llu", path, (unsigned long long)mgt_jsonl_lineno(r));
+				break;
+			}
+		} else if (mgt_buf_add(&all, line, n) || mgt_buf_add(&all, "\n", 1)) {
+			st = MGT_ERR_NOMEM;
+			break;
+		}
+	}
+	/* whole-input mode: lines joined by newlines; a final newline is dropped */
+	if (!st && !o->jsonl)
+		st = process(o, all.p ? all.p : "", all.n ? all.n - 1 : 0);
+	free(all.p);
+	mgt_jsonl_close(r);
+	return st;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		MGT_CLI_TOK_LONGOPTS,
+		{"decode", no_argument, 0, OPT_DECODE}, {"jsonl", no_argument, 0, OPT_JSONL},
+		{"json-key", required_argument, 0, OPT_KEY}, {"count", no_argument, 0, OPT_COUNT},
+		{"info", no_argument, 0, OPT_INFO}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+	mgt_tok_opts to;
+	mgt_cli_tok_defaults(&to);
+	opts o = {.key = "text"};
+	const char *input = NULL;
+	int c, info = 0;
+	while ((c = getopt_long(argc, argv, "i:", longopts, NULL)) != -1) {
+		if (mgt_cli_tok_option(prog, c, optarg, &to))
+			continue;
+		switch (c) {
+		case OPT_DECODE: o.decode = 1; break;
+		case OPT_JSONL: o.jsonl = 1; break;
+		case OPT_KEY: o.key = optarg; break;
+		case OPT_COUNT: o.count = 1; break;
+		case OPT_INFO: info = 1; break;
+		case 'i': input = optarg; break;
+		case OPT_HELP: usage(); return 0;
+		default: mgt_cli_usage_error(prog, "unknown option");
+		}
+	}
+	mgt_status st = mgt_tok_load(&o.tok, &to);
+	if (st)
+		mgt_cli_fail(prog, st);
+	if (info) {
+		printf("type %s\nvocab_size %lld\neod %d\n", mgt_tok_type_name(o.tok),
+		       (long long)mgt_tok_vocab_size(o.tok), mgt_tok_eod(o.tok));
+		mgt_tok_free(o.tok);
+		return 0;
+	}
+	if ((st = mgt_tok_enc_new(&o.enc, o.tok)))
+		mgt_cli_fail(prog, st);
+	if (optind < argc) {
+		mgt_buf text = {0};
+		for (int i = optind; i < argc && !st; i++)
+			st = mgt_buf_add(&text, argv[i], strlen(argv[i])) || (i + 1 < argc && mgt_buf_add(&text, " ", 1))
+				     ? MGT_ERR_NOMEM : MGT_OK;
+		if (!st)
+			st = process(&o, text.p, text.n);
+		free(text.p);
+	} else
+		st = run_input(&o, input ? input : "-");
+	mgt_tok_enc_free(o.enc);
+	mgt_tok_free(o.tok);
+	if (fflush(stdout) != 0 && !st)
+		st = mgt_err(MGT_ERR_IO, "standard output: write failed");
+	if (st)
+		mgt_cli_fail(prog, st);
+	return 0;
+}
