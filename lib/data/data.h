@@ -81,6 +81,8 @@ void mgt_idx_writer_abort(mgt_idx_writer *w);
 typedef struct mgt_idx mgt_idx;
 mgt_status mgt_idx_open(mgt_idx **out, const char *prefix);
 void mgt_idx_close(mgt_idx *d);
+/* The prefix it was opened with. */
+const char *mgt_idx_prefix(const mgt_idx *d);
 int mgt_idx_dtype(const mgt_idx *d);
 uint64_t mgt_idx_num_sequences(const mgt_idx *d);
 /* Documents = document_count - 1. */
