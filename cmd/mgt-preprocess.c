@@ -1,0 +1,580 @@
+/* mgt-preprocess: JSONL (plain or zstd) to Megatron indexed datasets, as Megatron's
+ * tools/preprocess_data.py does it, in bounded memory with worker threads.
+ * See mgt-preprocess(1). Pipeline: a reader thread packs lines into batches, worker threads
+ * parse JSON and tokenize, the main thread writes batches strictly in input order. */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "data/data.h"
+
+static const char *prog = "mgt-preprocess";
+
+#define MAX_KEYS 16
+#define BATCH_BYTES (1u << 18)
+#define BATCH_LINES 4096
+
+typedef struct {
+	char **inputs;
+	size_t n_inputs;
+	const char *keys[MAX_KEYS];
+	int n_keys, append_eod, workers, overwrite, skip_bad, quiet;
+	long log_interval;
+	const char *output_prefix;
+	mgt_tok *tok;
+} config;
+
+enum { SLOT_EMPTY, SLOT_FILLED, SLOT_WORKING, SLOT_DONE };
+
+typedef struct {
+	int state;
+	uint64_t seq;
+	size_t file;        /* index into inputs */
+	uint64_t first_line;
+	mgt_buf text;       /* lines, each followed by '\n' */
+	size_t *line_off;   /* start of each line in text */
+	size_t n_lines, cap_lines;
+	int eof;            /* the reader's last batch */
+	mgt_status st;      /* reader or worker error for this batch */
+	char msg[1024];
+	/* results, per key: ids of all documents and each document's length */
+	mgt_ids ids[MAX_KEYS];
+	mgt_ids doc_len[MAX_KEYS];
+	uint64_t skipped, blank;
+} batch;
+
+typedef struct {
+	const config *cfg;
+	batch *slots;
+	size_t n_slots;
+	uint64_t next_fill, next_write;
+	int abort;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* progress, read by the writer */
+	uint64_t bytes_in, bytes_out;
+	int64_t total_size;
+	mgt_jsonl *cur;
+} pipeline;
+
+/* ---- reader ------------------------------------------------------------------------------ */
+
+static batch *slot_wait(pipeline *p, uint64_t seq, int state)
+{
+	batch *b = &p->slots[seq % p->n_slots];
+	while (!p->abort && b->state != state)
+		pthread_cond_wait(&p->cv, &p->mu);
+	return p->abort ? NULL : b;
+}
+
+static void batch_publish(pipeline *p, batch *b)
+{
+	pthread_mutex_lock(&p->mu);
+	b->state = SLOT_FILLED;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static batch *batch_take_empty(pipeline *p, size_t file, uint64_t line)
+{
+	pthread_mutex_lock(&p->mu);
+	batch *b = slot_wait(p, p->next_fill, SLOT_EMPTY);
+	if (b) {
+		b->seq = p->next_fill++;
+		b->file = file;
+		b->first_line = line;
+		b->text.n = 0;
+		b->n_lines = 0;
+		b->eof = 0;
+		b->st = MGT_OK;
+		b->skipped = b->blank = 0;
+		for (int k = 0; k < MAX_KEYS; k++)
+			b->ids[k].n = b->doc_len[k].n = 0;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return b;
+}
+
+static mgt_status batch_add_line(batch *b, const char *line, size_t n)
+{
+	if (b->n_lines == b->cap_lines) {
+		size_t cap = b->cap_lines ? 2 * b->cap_lines : 256;
+		size_t *o = mgt_realloc(b->line_off, cap * sizeof *o);
+		if (!o)
+			return MGT_ERR_NOMEM;
+		b->line_off = o;
+		b->cap_lines = cap;
+	}
+	b->line_off[b->n_lines++] = b->text.n;
+	mgt_status st = mgt_buf_add(&b->text, line, n);
+	return st ? st : mgt_buf_add(&b->text, "\n", 1);
+}
+
+/* Read one input file into batches. Returns the batch still being filled (may be NULL). */
+static mgt_status read_file(pipeline *p, size_t fi, batch **cur)
+{
+	mgt_jsonl *r;
+	mgt_status st = mgt_jsonl_open(&r, p->cfg->inputs[fi]);
+	if (st)
+		return st;
+	const char *line;
+	size_t n;
+	uint64_t base_in = p->bytes_in, base_out = p->bytes_out;
+	while (!(st = mgt_jsonl_next(r, &line, &n)) && line) {
+		if (*cur && ((*cur)->text.n + n > BATCH_BYTES || (*cur)->n_lines == BATCH_LINES)) {
+			batch_publish(p, *cur);
+			*cur = NULL;
+		}
+		if (!*cur && !(*cur = batch_take_empty(p, fi, mgt_jsonl_lineno(r))))
+			break;
+		if ((st = batch_add_line(*cur, line, n)))
+			break;
+		__atomic_store_n(&p->bytes_in, base_in + mgt_jsonl_bytes_read(r), __ATOMIC_RELAXED);
+		__atomic_store_n(&p->bytes_out, base_out + mgt_jsonl_bytes_out(r), __ATOMIC_RELAXED);
+	}
+	mgt_jsonl_close(r);
+	if (*cur) { /* batches never span files: line numbers stay per file */
+		batch_publish(p, *cur);
+		*cur = NULL;
+	}
+	return st;
+}
+
+static void *reader_main(void *arg)
+{
+	pipeline *p = arg;
+	batch *cur = NULL;
+	mgt_status st = MGT_OK;
+	size_t fi;
+	for (fi = 0; fi < p->cfg->n_inputs && !st; fi++)
+		st = read_file(p, fi, &cur);
+	batch *last = batch_take_empty(p, fi ? fi - 1 : 0, 0);
+	if (last) {
+		last->eof = 1;
+		last->st = st;
+		if (st)
+			snprintf(last->msg, sizeof last->msg, "%s", mgt_err_msg());
+		batch_publish(p, last);
+	}
+	return NULL;
+}
+
+/* ---- workers ----------------------------------------------------------------------------- */
+
+static const char *json_type_name(json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "a list";
+	case JSON_INTEGER: case JSON_REAL: return "a number";
+	case JSON_TRUE: case JSON_FALSE: return "a boolean";
+	case JSON_NULL: return "null";
+	default: return "a string";
+	}
+}
+
+static int blank(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+			return 0;
+	return 1;
+}
+
+/* Parse and tokenize one line into the batch's per-key results. */
+static mgt_status do_line(const config *cfg, mgt_tok_enc *enc, batch *b, const char *s, size_t n)
+{
+	json_error_t je;
+	json_t *j = json_loadb(s, n, JSON_ALLOW_NUL, &je);
+	if (!j)
+		return mgt_err(MGT_ERR_INPUT, "invalid JSON at column %d: %s", je.column, je.text);
+	mgt_status st = MGT_OK;
+	if (!json_is_object(j))
+		st = mgt_err(MGT_ERR_INPUT, "expected a JSON object, got %s", json_type_name(j));
+	size_t before[MAX_KEYS];
+	for (int k = 0; k < cfg->n_keys && !st; k++) {
+		json_t *v = json_object_get(j, cfg->keys[k]);
+		before[k] = b->ids[k].n;
+		if (!v)
+			st = mgt_err(MGT_ERR_INPUT, "key '%s' is missing", cfg->keys[k]);
+		else if (!json_is_string(v))
+			st = mgt_err(MGT_ERR_INPUT, "key '%s': expected a string, got %s", cfg->keys[k], json_type_name(v));
+		else if ((st = mgt_tok_encode(enc, json_string_value(v), json_string_length(v), &b->ids[k])))
+			st = mgt_err_ctx(st, "key '%s'", cfg->keys[k]);
+		else if (cfg->append_eod && b->ids[k].n > before[k])
+			st = mgt_ids_push(&b->ids[k], mgt_tok_eod(cfg->tok));
+	}
+	for (int k = 0; k < cfg->n_keys && !st; k++)
+		st = mgt_ids_push(&b->doc_len[k], (int32_t)(b->ids[k].n - before[k]));
+	json_decref(j);
+	return st;
+}
+
+static void work_batch(const config *cfg, mgt_tok_enc *enc, batch *b)
+{
+	for (int k = 0; k < cfg->n_keys; k++)
+		b->ids[k].n = b->doc_len[k].n = 0;
+	b->skipped = b->blank = 0;
+	for (size_t i = 0; i < b->n_lines && !b->st; i++) {
+		size_t off = b->line_off[i], end = i + 1 < b->n_lines ? b->line_off[i + 1] : b->text.n;
+		const char *s = b->text.p + off;
+		size_t n = end - off - 1;
+		if (blank(s, n)) {
+			b->blank++;
+			continue;
+		}
+		size_t keep[MAX_KEYS], keep_len[MAX_KEYS];
+		for (int k = 0; k < cfg->n_keys; k++)
+			keep[k] = b->ids[k].n, keep_len[k] = b->doc_len[k].n;
+		mgt_status st = do_line(cfg, enc, b, s, n);
+		if (st && cfg->skip_bad && st == MGT_ERR_INPUT) {
+			for (int k = 0; k < cfg->n_keys; k++)
+				b->ids[k].n = keep[k], b->doc_len[k].n = keep_len[k];
+			if (b->skipped++ == 0 && !cfg->quiet)
+				fprintf(stderr, "%s: warning: %s:%llu: %s (skipped)\n", prog, cfg->inputs[b->file],
+					(unsigned long long)(b->first_line + i), mgt_err_msg());
+		} else if (st) {
+			b->st = st;
+			snprintf(b->msg, sizeof b->msg, "%s:%llu: %s", cfg->inputs[b->file],
+				 (unsigned long long)(b->first_line + i), mgt_err_msg());
+		}
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	pipeline *p = arg;
+	mgt_tok_enc *enc = NULL;
+	mgt_status st = mgt_tok_enc_new(&enc, p->cfg->tok);
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		batch *b = NULL;
+		for (uint64_t s = p->next_write; s < p->next_fill && !b; s++)
+			if (p->slots[s % p->n_slots].state == SLOT_FILLED)
+				b = &p->slots[s % p->n_slots];
+		if (p->abort)
+			break;
+		if (!b) {
+			pthread_cond_wait(&p->cv, &p->mu);
+			continue;
+		}
+		b->state = SLOT_WORKING;
+		pthread_mutex_unlock(&p->mu);
+		if (st && !b->eof) {
+			b->st = st;
+			snprintf(b->msg, sizeof b->msg, "%s", "out of memory for an encoder");
+		} else if (!b->eof)
+			work_batch(p->cfg, enc, b);
+		pthread_mutex_lock(&p->mu);
+		b->state = SLOT_DONE;
+		pthread_cond_broadcast(&p->cv);
+	}
+	pthread_mutex_unlock(&p->mu);
+	mgt_tok_enc_free(enc);
+	return NULL;
+}
+
+/* ---- writer and progress ------------------------------------------------------------------ */
+
+typedef struct {
+	mgt_idx_writer *w[MAX_KEYS];
+	uint64_t docs, tokens, skipped, blank, lines;
+	double t0, last_log;
+	uint64_t last_logged_docs;
+	int tty;
+} writer_state;
+
+static void fmt_eta(char *buf, size_t n, double sec)
+{
+	if (sec < 0 || sec > 1e7)
+		snprintf(buf, n, "--:--");
+	else
+		snprintf(buf, n, "%d:%02d:%02d", (int)sec / 3600, (int)sec / 60 % 60, (int)sec % 60);
+}
+
+static void progress(pipeline *p, writer_state *ws, int final)
+{
+	const config *cfg = p->cfg;
+	double now = mgt_now(), dt = now - ws->t0;
+	if (cfg->quiet || (!final && now - ws->last_log < (ws->tty ? 0.25 : 1.0)))
+		return;
+	if (!ws->tty && !final && ws->docs / (uint64_t)cfg->log_interval == ws->last_logged_docs / (uint64_t)cfg->log_interval)
+		return;
+	uint64_t in = __atomic_load_n(&p->bytes_in, __ATOMIC_RELAXED), out = __atomic_load_n(&p->bytes_out, __ATOMIC_RELAXED);
+	double mbs = dt > 0 ? out / dt / 1e6 : 0, tps = dt > 0 ? ws->tokens / dt : 0;
+	char docs[32], eta[32] = "";
+	if (p->total_size > 0 && in > 0 && !final) {
+		char e[16];
+		fmt_eta(e, sizeof e, dt * ((double)p->total_size / in - 1));
+		snprintf(eta, sizeof eta, ", %.0f%%, ETA %s", 100.0 * in / p->total_size, e);
+	}
+	fprintf(stderr, "%s%s documents, %.1f MB/s, %.2f M tokens/s%s%s", ws->tty ? "\r" : "",
+		mgt_fmt_count(docs, ws->docs), mbs, tps / 1e6, eta, ws->tty ? "\033[K" : "\n");
+	if (ws->tty && final)
+		fputc('\n', stderr);
+	ws->last_log = now;
+	ws->last_logged_docs = ws->docs;
+}
+
+static mgt_status write_batch(const config *cfg, writer_state *ws, batch *b)
+{
+	for (int k = 0; k < cfg->n_keys; k++) {
+		const int32_t *ids = b->ids[k].v;
+		for (size_t d = 0; d < b->doc_len[k].n; d++) {
+			size_t n = (size_t)b->doc_len[k].v[d];
+			mgt_status st = mgt_idx_writer_add_document(ws->w[k], ids, n);
+			if (st)
+				return st;
+			ids += n;
+			ws->tokens += n;
+		}
+	}
+	ws->docs += cfg->n_keys ? b->doc_len[0].n : 0;
+	ws->skipped += b->skipped;
+	ws->blank += b->blank;
+	ws->lines += b->n_lines;
+	return MGT_OK;
+}
+
+/* Consume batches in order until the reader's last one. */
+static mgt_status drain(pipeline *p, writer_state *ws)
+{
+	mgt_status st = MGT_OK;
+	for (int eof = 0; !eof && !st;) {
+		pthread_mutex_lock(&p->mu);
+		batch *b = slot_wait(p, p->next_write, SLOT_DONE);
+		pthread_mutex_unlock(&p->mu);
+		if (!b)
+			return MGT_ERR_INTR;
+		eof = b->eof;
+		if (b->st)
+			st = mgt_err(b->st, "%s", b->msg);
+		else
+			st = write_batch(p->cfg, ws, b);
+		pthread_mutex_lock(&p->mu);
+		b->state = SLOT_EMPTY;
+		p->next_write++;
+		pthread_cond_broadcast(&p->cv);
+		pthread_mutex_unlock(&p->mu);
+		progress(p, ws, 0);
+	}
+	return st;
+}
+
+static void stop_threads(pipeline *p, pthread_t *th, int n)
+{
+	pthread_mutex_lock(&p->mu);
+	p->abort = 1;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+}
+
+static char *output_name(const config *cfg, int k)
+{
+	size_t n = strlen(cfg->output_prefix) + strlen(cfg->keys[k]) + 16;
+	char *s = mgt_malloc(n);
+	if (s)
+		snprintf(s, n, "%s_%s_document", cfg->output_prefix, cfg->keys[k]);
+	return s;
+}
+
+static mgt_status open_outputs(const config *cfg, writer_state *ws)
+{
+	mgt_dtype dt = mgt_dtype_optimal(mgt_tok_vocab_size(cfg->tok));
+	mgt_status st = MGT_OK;
+	for (int k = 0; k < cfg->n_keys && !st; k++) {
+		char *name = output_name(cfg, k);
+		st = name ? mgt_idx_writer_open(&ws->w[k], name, dt, cfg->overwrite) : MGT_ERR_NOMEM;
+		free(name);
+	}
+	return st;
+}
+
+static void summary(const config *cfg, pipeline *p, writer_state *ws)
+{
+	if (cfg->quiet)
+		return;
+	progress(p, ws, 1);
+	double dt = mgt_now() - ws->t0;
+	char a[32], b[32], c[32];
+	fprintf(stderr, "%s: %s documents, %s tokens (dtype %s), %.1f MB of JSONL in %.2f s: %.1f MB/s, %.2f M tokens/s, %d workers\n",
+		prog, mgt_fmt_count(a, ws->docs), mgt_fmt_count(b, ws->tokens),
+		mgt_dtype_name(mgt_dtype_optimal(mgt_tok_vocab_size(cfg->tok))), p->bytes_out / 1e6, dt,
+		dt > 0 ? p->bytes_out / dt / 1e6 : 0, dt > 0 ? ws->tokens / dt / 1e6 : 0, cfg->workers);
+	if (ws->skipped || ws->blank)
+		fprintf(stderr, "%s: skipped %s invalid lines and %s blank lines\n", prog, mgt_fmt_count(c, ws->skipped),
+			mgt_fmt_count(a, ws->blank));
+	for (int k = 0; k < cfg->n_keys; k++) {
+		char *name = output_name(cfg, k);
+		fprintf(stderr, "%s: wrote %s.bin and %s.idx\n", prog, name, name);
+		free(name);
+	}
+}
+
+static mgt_status run(const config *cfg)
+{
+	writer_state ws = {.t0 = mgt_now(), .tty = isatty(2)};
+	pipeline p = {.cfg = cfg, .n_slots = 2 * (size_t)cfg->workers + 2, .total_size = 0};
+	mgt_status st = open_outputs(cfg, &ws);
+	for (size_t i = 0; i < cfg->n_inputs && !st; i++) {
+		mgt_jsonl *r;
+		if ((st = mgt_jsonl_open(&r, cfg->inputs[i])))
+			break;
+		int64_t sz = mgt_jsonl_file_size(r);
+		p.total_size = sz < 0 || p.total_size < 0 ? -1 : p.total_size + sz;
+		mgt_jsonl_close(r);
+	}
+	p.slots = calloc(p.n_slots, sizeof *p.slots);
+	if (!st && !p.slots)
+		st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+	pthread_t th[257];
+	int nth = 0;
+	if (!st) {
+		pthread_mutex_init(&p.mu, NULL);
+		pthread_cond_init(&p.cv, NULL);
+		pthread_create(&th[nth++], NULL, reader_main, &p);
+		for (int i = 0; i < cfg->workers; i++)
+			pthread_create(&th[nth++], NULL, worker_main, &p);
+		st = drain(&p, &ws);
+		stop_threads(&p, th, nth);
+	}
+	for (int k = 0; k < cfg->n_keys; k++) {
+		mgt_status fs = st ? MGT_OK : mgt_idx_writer_finish(ws.w[k]);
+		if (st)
+			mgt_idx_writer_abort(ws.w[k]);
+		st = st ? st : fs;
+	}
+	if (!st)
+		summary(cfg, &p, &ws);
+	for (size_t i = 0; p.slots && i < p.n_slots; i++) {
+		batch *b = &p.slots[i];
+		free(b->text.p), free(b->line_off);
+		for (int k = 0; k < MAX_KEYS; k++)
+			free(b->ids[k].v), free(b->doc_len[k].v);
+	}
+	free(p.slots);
+	return st;
+}
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+enum { OPT_INPUT = CLI_FIRST_FREE, OPT_OUTPUT, OPT_KEYS, OPT_EOD, OPT_WORKERS, OPT_LOG, OPT_OVERWRITE,
+       OPT_SKIP, OPT_QUIET, OPT_SPLIT, OPT_PARTITIONS, OPT_IGNORED_ARG, OPT_IGNORED, OPT_HELP };
+
+static void usage(void)
+{
+	printf("Usage: mgt-preprocess --input FILE|GLOB|- --output-prefix PREFIX --tokenizer-type T [OPTIONS]\n"
+	       "Tokenize JSONL (plain or zstd-compressed, detected by content) into Megatron indexed datasets\n"
+	       "PREFIX_KEY_document.bin and .idx (MMIDIDX v1, see mgt-dataset(5)), documents in input order.\n\n"
+	       "  --input FILE|GLOB|-     input file, shell-style glob (sorted), or - for standard input\n"
+	       "  --output-prefix PREFIX  output path prefix\n"
+	       "  --json-keys KEY...      JSON keys to tokenize, one dataset each (default text)\n"
+	       "  --append-eod            append the tokenizer's eod id to each non-empty document\n"
+	       "  --workers N             tokenizing threads (default: online CPUs)\n"
+	       "  --log-interval N        progress line every N documents when stderr is not a terminal\n"
+	       "                          (default 1000, at most one a second)\n"
+	       "  --overwrite             replace existing outputs (default: refuse, exit 5)\n"
+	       "  --skip-invalid-lines    skip lines with bad JSON, a missing key, a non-string value or\n"
+	       "                          invalid UTF-8, and count them (default: stop, as Megatron does)\n"
+	       "  --quiet                 no progress or summary\n"
+	       "  --help\n\n%s\n"
+	       "Accepted for compatibility and ignored: --partitions, --keep-sequential-samples, --dataset-impl,\n"
+	       "--tokenizer-hf-no-use-fast, --trust-remote-code. Not supported: --split-sentences.\n\n"
+	       "Exit status: 0 ok, 1 runtime error (I/O, disk full), 2 usage, 3 bad input line, 4 bad tokenizer\n"
+	       "files, 5 output exists, 130 interrupted. On failure no file is left under the output names.\n",
+	       mgt_cli_tok_help);
+}
+
+static void parse(int argc, char **argv, config *cfg, mgt_tok_opts *to)
+{
+	static const struct option lo[] = {
+		MGT_CLI_TOK_LONGOPTS,
+		{"input", required_argument, 0, OPT_INPUT}, {"output-prefix", required_argument, 0, OPT_OUTPUT},
+		{"json-keys", required_argument, 0, OPT_KEYS}, {"append-eod", no_argument, 0, OPT_EOD},
+		{"workers", required_argument, 0, OPT_WORKERS}, {"log-interval", required_argument, 0, OPT_LOG},
+		{"overwrite", no_argument, 0, OPT_OVERWRITE}, {"skip-invalid-lines", no_argument, 0, OPT_SKIP},
+		{"quiet", no_argument, 0, OPT_QUIET}, {"split-sentences", no_argument, 0, OPT_SPLIT},
+		{"partitions", required_argument, 0, OPT_IGNORED_ARG}, {"dataset-impl", required_argument, 0, OPT_IGNORED_ARG},
+		{"keep-sequential-samples", no_argument, 0, OPT_IGNORED}, {"tokenizer-hf-no-use-fast", no_argument, 0, OPT_IGNORED},
+		{"trust-remote-code", no_argument, 0, OPT_IGNORED}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+	const char *input = NULL;
+	int c, keys_given = 0;
+	long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+	cfg->workers = nproc > 0 ? (int)(nproc < 256 ? nproc : 256) : 1;
+	cfg->log_interval = 1000;
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		if (mgt_cli_tok_option(prog, c, optarg, to))
+			continue;
+		switch (c) {
+		case OPT_INPUT: input = optarg; break;
+		case OPT_OUTPUT: cfg->output_prefix = optarg; break;
+		case OPT_KEYS:
+			keys_given = 1;
+			if (cfg->n_keys == MAX_KEYS)
+				mgt_cli_usage_error(prog, "--json-keys: at most %d keys", MAX_KEYS);
+			cfg->keys[cfg->n_keys++] = optarg;
+			break;
+		case OPT_EOD: cfg->append_eod = 1; break;
+		case OPT_WORKERS:
+			cfg->workers = (int)mgt_cli_int(prog, "--workers", optarg);
+			if (cfg->workers < 1 || cfg->workers > 256)
+				mgt_cli_usage_error(prog, "--workers: expected 1 to 256");
+			break;
+		case OPT_LOG:
+			cfg->log_interval = (long)mgt_cli_int(prog, "--log-interval", optarg);
+			if (cfg->log_interval < 1)
+				mgt_cli_usage_error(prog, "--log-interval: expected a positive integer");
+			break;
+		case OPT_OVERWRITE: cfg->overwrite = 1; break;
+		case OPT_SKIP: cfg->skip_bad = 1; break;
+		case OPT_QUIET: cfg->quiet = 1; break;
+		case OPT_SPLIT: mgt_cli_usage_error(prog, "--split-sentences is not supported (it needs NLTK punkt)");
+		case OPT_IGNORED_ARG: case OPT_IGNORED: break;
+		case OPT_HELP: usage(); exit(0);
+		default: mgt_cli_usage_error(prog, "unknown option");
+		}
+	}
+	/* Megatron's --json-keys takes several values: operands after it are more keys */
+	for (; optind < argc; optind++) {
+		if (!keys_given)
+			mgt_cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
+		if (cfg->n_keys == MAX_KEYS)
+			mgt_cli_usage_error(prog, "--json-keys: at most %d keys", MAX_KEYS);
+		cfg->keys[cfg->n_keys++] = argv[optind];
+	}
+	if (!cfg->n_keys)
+		cfg->keys[cfg->n_keys++] = "text";
+	if (!input || !cfg->output_prefix)
+		mgt_cli_usage_error(prog, "--input and --output-prefix are required");
+	mgt_status st = mgt_input_expand(input, &cfg->inputs, &cfg->n_inputs);
+	if (st)
+		mgt_cli_fail(prog, st);
+}
+
+int main(int argc, char **argv)
+{
+	config cfg = {0};
+	mgt_tok_opts to;
+	mgt_cli_tok_defaults(&to);
+	parse(argc, argv, &cfg, &to);
+	mgt_status st = mgt_tok_load(&cfg.tok, &to);
+	if (!st && cfg.append_eod && mgt_tok_eod(cfg.tok) < 0)
+		st = mgt_err(MGT_ERR_USAGE, "--append-eod: the tokenizer has no end-of-document token");
+	if (st)
+		mgt_cli_fail(prog, st);
+	mgt_signals_install();
+	st = run(&cfg);
+	mgt_tok_free(cfg.tok);
+	for (size_t i = 0; i < cfg.n_inputs; i++)
+		free(cfg.inputs[i]);
+	free(cfg.inputs);
+	if (st)
+		mgt_cli_fail(prog, st);
+	return 0;
+}
