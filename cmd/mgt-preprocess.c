@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -190,6 +191,8 @@ static mgt_status do_line(const config *cfg, mgt_tok_enc *enc, batch *b, const c
 {
 	json_error_t je;
 	json_t *j = json_loadb(s, n, JSON_ALLOW_NUL, &je);
+	if (!j && strstr(je.text, "unable to decode byte"))
+		return mgt_err(MGT_ERR_INPUT, "invalid UTF-8 at column %d: %s", je.column, je.text);
 	if (!j)
 		return mgt_err(MGT_ERR_INPUT, "invalid JSON at column %d: %s", je.column, je.text);
 	mgt_status st = MGT_OK;
@@ -422,13 +425,10 @@ static mgt_status run(const config *cfg)
 	writer_state ws = {.t0 = mgt_now(), .tty = isatty(2)};
 	pipeline p = {.cfg = cfg, .n_slots = 2 * (size_t)cfg->workers + 2, .total_size = 0};
 	mgt_status st = open_outputs(cfg, &ws);
-	for (size_t i = 0; i < cfg->n_inputs && !st; i++) {
-		mgt_jsonl *r;
-		if ((st = mgt_jsonl_open(&r, cfg->inputs[i])))
-			break;
-		int64_t sz = mgt_jsonl_file_size(r);
-		p.total_size = sz < 0 || p.total_size < 0 ? -1 : p.total_size + sz;
-		mgt_jsonl_close(r);
+	for (size_t i = 0; i < cfg->n_inputs; i++) { /* for the ETA; stdin and pipes have no size */
+		struct stat sb;
+		int known = strcmp(cfg->inputs[i], "-") && stat(cfg->inputs[i], &sb) == 0 && S_ISREG(sb.st_mode);
+		p.total_size = !known || p.total_size < 0 ? -1 : p.total_size + (int64_t)sb.st_size;
 	}
 	p.slots = calloc(p.n_slots, sizeof *p.slots);
 	if (!st && !p.slots)
