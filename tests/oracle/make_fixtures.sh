@@ -1,0 +1,68 @@
+#!/bin/sh
+# Regenerate tests/data/fixtures/* (reference token ids) with the oracles in this directory.
+#
+#   tests/oracle/make_fixtures.sh [TOKDIR]
+#
+# TOKDIR: where the synthetic tokenizer.json files are (re)generated (default
+# tests/data/tokenizers). Input data: $MGT_DATA (default /work/shared/data).
+# Needs node, zstd, and the npm packages (tests/oracle/setup.sh; exit 77 when unavailable).
+# Naming: fixtures/CORPUS.TOKENIZER[.nospecial].ids[.zst], one line per document, ids
+# space-separated (empty line: no tokens). unicode.* and kjv.* are zstd -19 compressed;
+# the small added_tokens.* and edge.* are plain text.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+DATA=${MGT_DATA:-/work/shared/data}
+TOKDIR=${1:-$root/tests/data/tokenizers}
+FIX=$root/tests/data/fixtures
+D=$root/tests/data
+KJV=$DATA/kjv/kjv.jsonl.zst
+GPT2=$DATA/gpt2/tokenizer.json
+
+"$here/setup.sh" || exit $?
+command -v zstd >/dev/null 2>&1 || { echo "make_fixtures.sh: zstd not found" >&2; exit 77; }
+mkdir -p "$FIX"
+node "$here/make_tokenizers.mjs" --data "$DATA" "$TOKDIR"
+
+tmp=$(mktemp "${TMPDIR:-/tmp}/mgt-fixture.XXXXXX")
+trap 'rm -f "$tmp"' EXIT INT TERM
+
+# enc NAME zst|plain ENCODE-ARGS...
+enc() {
+  name=$1; kind=$2; shift 2
+  node "$here/encode.mjs" "$@" >"$tmp"
+  if [ "$kind" = zst ]; then
+    zstd -19 -q -f "$tmp" -o "$FIX/$name.ids.zst"
+    echo "$FIX/$name.ids.zst: $(wc -l <"$tmp") lines, $(wc -w <"$tmp") ids, $(wc -c <"$FIX/$name.ids.zst") bytes" >&2
+  else
+    cp "$tmp" "$FIX/$name.ids"
+    echo "$FIX/$name.ids: $(wc -l <"$tmp") lines, $(wc -w <"$tmp") ids" >&2
+  fi
+}
+
+U=$D/unicode.jsonl
+enc unicode.gpt2              zst --hf "$GPT2" "$U"
+enc unicode.cl100k_base       zst --tiktoken cl100k_base "$U"
+enc unicode.o200k_base        zst --tiktoken o200k_base "$U"
+for t in llama3-cl100k llama3 qwen2 added-tokens; do
+  enc "unicode.$t"            zst --hf "$TOKDIR/$t.json" "$U"
+done
+enc added_tokens.added-tokens plain --hf "$TOKDIR/added-tokens.json" "$D/added_tokens.jsonl"
+enc added_tokens.added-tokens.nospecial plain --no-special --hf "$TOKDIR/added-tokens.json" "$D/added_tokens.jsonl"
+enc added_tokens.qwen2        plain --hf "$TOKDIR/qwen2.json" "$D/added_tokens.jsonl"
+
+for f in "$D"/edge/*; do
+  b=$(basename "$f"); b=${b%.zst}; b=${b%.jsonl}
+  if [ "$b" = other-key ]; then
+    enc "edge.$b.gpt2" plain --key content --hf "$GPT2" "$f"
+  elif [ "$b" = list-value ]; then
+    enc "edge.$b.gpt2" plain --lists --hf "$GPT2" "$f"
+  else
+    enc "edge.$b.gpt2" plain --hf "$GPT2" "$f"
+  fi
+done
+
+enc kjv.gpt2                  zst --hf "$GPT2" "$KJV"
+enc kjv.cl100k_base           zst --tiktoken cl100k_base "$KJV"
+enc kjv.o200k_base            zst --tiktoken o200k_base "$KJV"
+echo "fixtures total: $(du -cb "$FIX"/* | tail -1 | cut -f1) bytes" >&2
