@@ -403,7 +403,8 @@ static void summary(const config *cfg, pipeline *p, writer_state *ws)
 {
 	if (cfg->quiet)
 		return;
-	progress(p, ws, 1);
+	if (ws->tty)
+		progress(p, ws, 1);
 	double dt = mgt_now() - ws->t0;
 	char a[32], b[32], c[32];
 	fprintf(stderr, "%s: %s documents, %s tokens (dtype %s), %.1f MB of JSONL in %.2f s: %.1f MB/s, %.2f M tokens/s, %d workers\n",

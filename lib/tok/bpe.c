@@ -507,21 +507,28 @@ static mgt_status pre_apply(mgt_tok_enc *e, int k, const char *s, size_t n, mgt_
 	return p->re ? pre_split(e, k, s, n, out) : pre_apply(e, k + 1, s, n, out);
 }
 
-/* Normalize (NFC) and pre-tokenize a segment free of added tokens. */
-static mgt_status encode_segment(mgt_tok_enc *e, const char *s, size_t n, mgt_ids *out)
+static mgt_status split_added(mgt_tok_enc *e, const char *text, size_t len, mgt_ids *out, int normalized);
+
+/* NFC-normalize a segment of raw text, then split out the added tokens that match normalized
+ * text (Hugging Face's AddedVocabulary: normalized=false tokens match the raw text first). */
+static mgt_status encode_normalized(mgt_tok_enc *e, const char *s, size_t n, mgt_ids *out)
 {
-	if (n == 0)
-		return MGT_OK;
-	if (!e->t->nfc)
-		return pre_apply(e, 0, s, n, out);
 	utf8proc_uint8_t *norm = NULL;
 	utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &norm,
 					  UTF8PROC_STABLE | UTF8PROC_COMPOSE);
 	if (m < 0)
 		return mgt_err(MGT_ERR_INPUT, "NFC normalization failed: %s", utf8proc_errmsg(m));
-	mgt_status st = pre_apply(e, 0, (const char *)norm, (size_t)m, out);
+	mgt_status st = split_added(e, (const char *)norm, (size_t)m, out, 1);
 	free(norm);
 	return st;
+}
+
+/* A segment free of the added tokens of this phase. */
+static mgt_status encode_segment(mgt_tok_enc *e, const char *s, size_t n, mgt_ids *out, int normalized)
+{
+	if (n == 0)
+		return MGT_OK;
+	return e->t->nfc && !normalized ? encode_normalized(e, s, n, out) : pre_apply(e, 0, s, n, out);
 }
 
 /* ---- added tokens ---------------------------------------------------------------------- */
@@ -577,14 +584,16 @@ static int is_word_char(const char *s, size_t n, int before)
 	       (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
 }
 
-/* Longest added token matching at text[pos]; -1 if none. */
-static long added_match(const mgt_tok *t, const char *text, size_t len, size_t pos)
+/* Longest added token of this phase matching at text[pos]; -1 if none. With a normalizer,
+ * phase 0 (raw text) matches normalized=false tokens and phase 1 the others. */
+static long added_match(const mgt_tok *t, const char *text, size_t len, size_t pos, int normalized)
 {
 	long best = -1;
 	size_t best_len = 0;
 	for (size_t a = 0; a < t->n_added; a++) {
 		const tok_added *x = &t->added[a];
-		if (x->len > len - pos || x->len <= best_len || memcmp(t->pool + x->off, text + pos, x->len))
+		if ((t->nfc && x->normalized != normalized) || x->len > len - pos || x->len <= best_len ||
+		    memcmp(t->pool + x->off, text + pos, x->len))
 			continue;
 		if (x->single_word && ((pos > 0 && is_word_char(text, pos, 1)) ||
 				       (pos + x->len < len && is_word_char(text + pos + x->len, len - pos - x->len, 0))))
@@ -595,7 +604,7 @@ static long added_match(const mgt_tok *t, const char *text, size_t len, size_t p
 	return best;
 }
 
-static mgt_status encode_with_added(mgt_tok_enc *e, const char *text, size_t len, mgt_ids *out)
+static mgt_status split_added(mgt_tok_enc *e, const char *text, size_t len, mgt_ids *out, int normalized)
 {
 	const mgt_tok *t = e->t;
 	size_t seg = 0;
@@ -603,21 +612,21 @@ static mgt_status encode_with_added(mgt_tok_enc *e, const char *text, size_t len
 	for (size_t pos = 0; pos < len; pos++) {
 		if (!t->added_first[(uint8_t)text[pos]])
 			continue;
-		long a = added_match(t, text, len, pos);
+		long a = added_match(t, text, len, pos, normalized);
 		if (a < 0)
 			continue;
 		const tok_added *x = &t->added[a];
 		size_t end = pos;
 		if (x->lstrip)
 			end -= ws_backward(text + seg, pos - seg);
-		if ((st = encode_segment(e, text + seg, end - seg, out)) || (st = mgt_ids_push(out, x->id)))
+		if ((st = encode_segment(e, text + seg, end - seg, out, normalized)) || (st = mgt_ids_push(out, x->id)))
 			return st;
 		seg = pos + x->len;
 		if (x->rstrip)
 			seg += ws_forward(text + seg, len - seg);
 		pos = seg - 1;
 	}
-	return encode_segment(e, text + seg, len - seg, out);
+	return encode_segment(e, text + seg, len - seg, out, normalized);
 }
 
 /* ---- public encode/decode -------------------------------------------------------------- */
@@ -671,7 +680,7 @@ mgt_status mgt_tok_encode(mgt_tok_enc *e, const char *text, size_t len, mgt_ids 
 		return null_encode(t, text, len, out);
 	mgt_status st = push_all(out, t->prefix_ids, t->n_prefix);
 	if (!st)
-		st = t->n_added ? encode_with_added(e, text, len, out) : encode_segment(e, text, len, out);
+		st = split_added(e, text, len, out, 0);
 	if (!st)
 		st = push_all(out, t->suffix_ids, t->n_suffix);
 	return st;

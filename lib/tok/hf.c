@@ -88,9 +88,15 @@ static mgt_status hf_added(hf_ctx *c, json_t *added)
 		const char *content = jstr(a, "content");
 		if (!json_is_integer(id) || json_integer_value(id) < 0 || !content || !*content)
 			return mgt_err(MGT_ERR_VOCAB, "%s: added_tokens[%zu]: expected a non-empty content and an id", c->file, i);
-		mgt_status st = tok_add_added(c->t, content, (int32_t)json_integer_value(id),
-					      json_is_true(json_object_get(a, "lstrip")), json_is_true(json_object_get(a, "rstrip")),
-					      json_is_true(json_object_get(a, "single_word")), json_is_true(json_object_get(a, "special")));
+		tok_added flags = {
+			.lstrip = json_is_true(json_object_get(a, "lstrip")), .rstrip = json_is_true(json_object_get(a, "rstrip")),
+			.single_word = json_is_true(json_object_get(a, "single_word")),
+			.special = json_is_true(json_object_get(a, "special")),
+			.normalized = !json_is_false(json_object_get(a, "normalized")), /* tokenizers' default: !special */
+		};
+		if (!json_object_get(a, "normalized"))
+			flags.normalized = !flags.special;
+		mgt_status st = tok_add_added(c->t, content, (int32_t)json_integer_value(id), &flags);
 		if (st)
 			return st;
 	}
@@ -283,10 +289,10 @@ static mgt_status hf_build(hf_ctx *c)
 	if (!json_is_object(model))
 		return mgt_err(MGT_ERR_VOCAB, "%s: no model object (expected a tokenizers tokenizer.json)", c->file);
 	mgt_status st = hf_model(c, model, added_end(added));
+	if (!st) /* the model's vocabulary only: an added token may repeat a model token */
+		st = tok_vmap_build(c->t, c->file);
 	if (!st)
 		st = hf_added(c, added);
-	if (!st)
-		st = tok_vmap_build(c->t, c->file);
 	if (!st)
 		st = hf_merges(c, json_object_get(model, "merges"));
 	if (!st)

@@ -96,16 +96,18 @@ static mgt_status add_special(mgt_tok *t, const char *text, int32_t id, int spec
 	mgt_status st = tok_pool_add(t, id, text, n);
 	if (st)
 		return st;
-	a[t->n_added++] = (tok_added){id, t->tok_off[id], (uint32_t)n, 0, 0, 0, (uint8_t)special};
+	a[t->n_added++] = (tok_added){id, t->tok_off[id], (uint32_t)n, 0, 0, 0, (uint8_t)special, 0};
 	return MGT_OK;
 }
 
-mgt_status tok_add_added(mgt_tok *t, const char *text, int32_t id, int lstrip, int rstrip, int single_word, int special)
+/* An added token with Hugging Face's flags (lstrip, rstrip, single_word, special, normalized). */
+mgt_status tok_add_added(mgt_tok *t, const char *text, int32_t id, const tok_added *flags)
 {
-	mgt_status st = add_special(t, text, id, special);
+	mgt_status st = add_special(t, text, id, flags->special);
 	if (!st) {
 		tok_added *a = &t->added[t->n_added - 1];
-		a->lstrip = (uint8_t)lstrip, a->rstrip = (uint8_t)rstrip, a->single_word = (uint8_t)single_word;
+		a->lstrip = flags->lstrip, a->rstrip = flags->rstrip, a->single_word = flags->single_word;
+		a->normalized = flags->normalized;
 	}
 	return st;
 }
@@ -237,7 +239,7 @@ static mgt_status load_gpt2(mgt_tok *t, const mgt_tok_opts *o)
 		t->added = mgt_malloc(sizeof *t->added);
 		if (!t->added)
 			return MGT_ERR_NOMEM;
-		t->added[0] = (tok_added){eod, t->tok_off[eod], 13, 0, 0, 0, 1};
+		t->added[0] = (tok_added){eod, t->tok_off[eod], 13, 0, 0, 0, 1, 0};
 		t->n_added = 1;
 		t->eod = eod;
 		st = tok_vmap_build(t, o->vocab_file);

@@ -23,7 +23,7 @@ typedef struct {
 typedef struct {
 	int32_t id;
 	uint32_t off, len; /* content in the byte pool */
-	uint8_t lstrip, rstrip, single_word, special;
+	uint8_t lstrip, rstrip, single_word, special, normalized;
 } tok_added;
 
 /* One pre-tokenizer step: split each piece by a regex (Isolated or Removed behaviour), or
@@ -79,7 +79,7 @@ mgt_status tok_load_vocab_json(mgt_tok *t, const char *file, struct json_t *voca
 mgt_status tok_add_merge(mgt_tok *t, const char *a, size_t na, const char *b, size_t nb, int32_t rank,
 			 const char *file, size_t line);
 mgt_status tok_add_pre_regex(mgt_tok *t, const char *pattern, int behavior, int prefix_space, const char *what);
-mgt_status tok_add_added(mgt_tok *t, const char *text, int32_t id, int lstrip, int rstrip, int single_word, int special);
+mgt_status tok_add_added(mgt_tok *t, const char *text, int32_t id, const tok_added *flags);
 int32_t tok_added_id(const mgt_tok *t, const char *text);
 const char *tok_gpt2_pattern(void);
 /* hf.c */

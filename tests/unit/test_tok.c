@@ -1,0 +1,275 @@
+/* Unit tests for lib/tok: the heap-based BPE against a naive quadratic reference, encode/decode
+ * round trips on random UTF-8, the UTF-8 validator, the \s rewrite, and error reporting.
+ * Run from the repository root (uses share/mgt/tokenizers). Prints "N passed, M failed". */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tok/tok_impl.h"
+
+static int passed, failed;
+
+static void check(int ok, int line, const char *fmt, ...)
+{
+	if (ok) {
+		passed++;
+		return;
+	}
+	failed++;
+	va_list ap;
+	va_start(ap, fmt);
+	printf("not ok (line %d): ", line);
+	vprintf(fmt, ap);
+	printf("  [%s]\n", mgt_err_msg());
+	va_end(ap);
+}
+#define CHECK(c, ...) check(!!(c), __LINE__, __VA_ARGS__)
+
+static uint64_t rng = 88172645463325252ULL;
+static uint32_t rnd(uint32_t n)
+{
+	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+	return (uint32_t)(rng % n);
+}
+
+/* ---- naive BPE: scan all adjacent pairs, merge the lowest rank, leftmost ---------------------- */
+
+/* The merge table as a sorted array, searched by bisection: deliberately not the hash path. */
+typedef struct { uint64_t key; int32_t rank, merged; } pair_row;
+static pair_row *rows;
+static size_t n_rows;
+
+static int row_cmp(const void *a, const void *b)
+{
+	uint64_t x = ((const pair_row *)a)->key, y = ((const pair_row *)b)->key;
+	return x < y ? -1 : x > y;
+}
+
+static void rows_build(const tok_pair_map *m)
+{
+	free(rows);
+	rows = malloc((m->n + 1) * sizeof *rows);
+	n_rows = 0;
+	for (size_t i = 0; i <= m->mask; i++)
+		if (m->keys[i] != UINT64_MAX)
+			rows[n_rows++] = (pair_row){m->keys[i], m->rank[i], m->merged[i]};
+	qsort(rows, n_rows, sizeof *rows, row_cmp);
+}
+
+static int pair_lookup(int32_t a, int32_t b, int32_t *rank, int32_t *merged)
+{
+	pair_row k = {(uint64_t)(uint32_t)a << 32 | (uint32_t)b, 0, 0};
+	pair_row *r = bsearch(&k, rows, n_rows, sizeof *rows, row_cmp);
+	if (r)
+		*rank = r->rank, *merged = r->merged;
+	return r != NULL;
+}
+
+static size_t naive_bpe(const mgt_tok *t, const char *s, size_t n, int32_t *out)
+{
+	size_t k = n;
+	for (size_t i = 0; i < n; i++)
+		out[i] = t->byte_id[(uint8_t)s[i]];
+	for (;;) {
+		int32_t best = INT32_MAX, best_m = -1, r, m;
+		size_t at = 0;
+		for (size_t i = 0; i + 1 < k; i++)
+			if (pair_lookup(out[i], out[i + 1], &r, &m) && r < best)
+				best = r, best_m = m, at = i;
+		if (best_m < 0)
+			return k;
+		out[at] = best_m;
+		memmove(out + at + 1, out + at + 2, (k - at - 2) * sizeof *out);
+		k--;
+	}
+}
+
+static mgt_tok *load(const char *type, const char *a, const char *b)
+{
+	mgt_tok_opts o = {.type = type, .tiktoken_num_special = 1000, .null_eod_id = -1};
+	if (!strcmp(type, "GPT2BPETokenizer"))
+		o.vocab_file = a, o.merge_file = b;
+	else
+		o.model = a;
+	mgt_tok *t = NULL;
+	mgt_status st = mgt_tok_load(&t, &o);
+	CHECK(st == MGT_OK, "load %s %s", type, a);
+	return t;
+}
+
+/* A random single word of letters (one pre-token for these patterns), ASCII and accented. */
+static size_t random_word(char *buf, size_t max)
+{
+	static const char *extra[] = {"\xc3\xa9", "\xc3\xb6", "\xc3\x9f", "\xd0\xb6", "\xce\xbb"};
+	size_t n = 0, len = 1 + rnd((uint32_t)max / 2);
+	while (n + 2 < len)
+		if (rnd(8) == 0) {
+			memcpy(buf + n, extra[rnd(5)], 2);
+			n += 2;
+		} else
+			buf[n++] = (char)(rnd(3) ? 'a' + rnd(26) : 'A' + rnd(26));
+	return n;
+}
+
+static void test_bpe_vs_naive(const mgt_tok *t, const char *name)
+{
+	mgt_tok_enc *e;
+	CHECK(mgt_tok_enc_new(&e, t) == MGT_OK, "encoder");
+	char word[400];
+	int32_t ref[400];
+	int bad = 0;
+	rows_build(&t->pairs);
+	for (int trial = 0; trial < 300 && !bad; trial++) {
+		size_t n = random_word(word, sizeof word);
+		mgt_ids ids = {0};
+		mgt_status st = mgt_tok_encode(e, word, n, &ids);
+		size_t k = naive_bpe(t, word, n, ref);
+		int same = !st && ids.n == k && !memcmp(ids.v, ref, k * sizeof *ref);
+		/* tiktoken emits a word that is itself a token as that token */
+		int32_t whole = tok_vmap_find(t, word, n);
+		if (t->ignore_merges && whole >= 0)
+			same = !st && ids.n == 1 && ids.v[0] == whole;
+		if (!same)
+			bad = 1, printf("# %s: '%.*s' differs from the naive BPE\n", name, (int)n, word);
+		free(ids.v);
+	}
+	CHECK(!bad, "%s: heap BPE = naive BPE on 300 random words", name);
+	mgt_tok_enc_free(e);
+}
+
+/* Random valid UTF-8 text with spaces, newlines, punctuation, digits, emoji. */
+static size_t random_text(char *buf, size_t max)
+{
+	static const char *pieces[] = {" ", "  ", "\n", "\r\n", "\t", ".", ",", "'s", "'LL", "123", "4567",
+				       "\xe2\x80\x8b", "\xc2\xa0", "\xf0\x9f\x98\x80", "\xe4\xb8\xad\xe6\x96\x87",
+				       "\xd9\x85\xd8\xb1", "e\xcc\x81", "<|endoftext|>", "Hello", "world", "x"};
+	size_t n = 0;
+	while (n + 16 < max && rnd(60))
+		n += (size_t)sprintf(buf + n, "%s", pieces[rnd(sizeof pieces / sizeof *pieces)]);
+	return n;
+}
+
+static void test_round_trip(const mgt_tok *t, const char *name)
+{
+	mgt_tok_enc *e;
+	CHECK(mgt_tok_enc_new(&e, t) == MGT_OK, "encoder");
+	char text[2048];
+	int bad = 0;
+	for (int trial = 0; trial < 300 && !bad; trial++) {
+		size_t n = random_text(text, sizeof text);
+		mgt_ids ids = {0};
+		mgt_buf out = {0};
+		mgt_status st = mgt_tok_encode(e, text, n, &ids);
+		if (!st)
+			st = mgt_tok_decode(t, ids.v, ids.n, &out);
+		if (st || out.n != n || memcmp(out.p, text, n))
+			bad = 1, printf("# %s: round trip failed for '%.*s'\n", name, (int)n, text);
+		free(ids.v), free(out.p);
+	}
+	CHECK(!bad, "%s: decode(encode(x)) == x on 300 random texts", name);
+	mgt_tok_enc_free(e);
+}
+
+static void test_utf8(void)
+{
+	static const struct { const char *s; size_t valid; } cases[] = {
+		{"abc", 3}, {"\xc3\xa9", 2}, {"\xe2\x82\xac", 3}, {"\xf4\x8f\xbf\xbf", 4}, {"\xf0\x9f\x98\x80!", 5},
+		{"\xc0\x80", 0}, {"\xc1\xbf", 0}, {"\xe0\x80\x80", 0}, {"\xed\xa0\x80", 0}, {"\xf4\x90\x80\x80", 0},
+		{"\xf5\x80\x80\x80", 0}, {"a\x80", 1}, {"ab\xe2\x82", 2}, {"abcdefgh\xff", 8}, {"\xef\xbf\xbf", 3},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+		CHECK(tok_utf8_valid_prefix(cases[i].s, strlen(cases[i].s)) == cases[i].valid, "utf8 case %zu", i);
+}
+
+static void test_whitespace_rewrite(void)
+{
+	pcre2_code *re;
+	CHECK(tok_regex_compile(&re, "^\\s+$", "test") == MGT_OK, "compile \\s");
+	pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+	static const struct { const char *s; int match; } cases[] = {
+		{" \t\n\v\f\r", 1}, {"\xc2\x85", 1}, {"\xc2\xa0", 1}, {"\xe3\x80\x80", 1}, {"\xe2\x80\xa8", 1},
+		{"\xe1\xa0\x8e", 0 /* U+180E is not White_Space */}, {"\xe2\x80\x8b", 0 /* U+200B */}, {"x", 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+		CHECK((pcre2_match(re, (PCRE2_SPTR)cases[i].s, strlen(cases[i].s), 0, 0, md, NULL) >= 0) == cases[i].match,
+		      "\\s case %zu", i);
+	pcre2_match_data_free(md);
+	pcre2_code_free(re);
+	CHECK(tok_regex_compile(&re, "[^\\s\\p{L}]+|\\S", "test") == MGT_OK, "compile class with \\s and \\S");
+	pcre2_code_free(re);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	fputs(text, f);
+	fclose(f);
+}
+
+static void test_errors(const char *dir)
+{
+	char vocab[512], merges[512], ranks[512];
+	snprintf(vocab, sizeof vocab, "%s/gpt2/vocab.json", dir);
+	snprintf(merges, sizeof merges, "/tmp/mgt-test-merges-%d.txt", (int)getpid());
+	snprintf(ranks, sizeof ranks, "/tmp/mgt-test-ranks-%d.tiktoken", (int)getpid());
+	write_file(merges, "#version: 0.2\n\xc4\xa0 t\nh e x\n");
+	mgt_tok_opts o = {.type = "GPT2BPETokenizer", .vocab_file = vocab, .merge_file = merges};
+	mgt_tok *t = NULL;
+	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), ":3:"), "merges: bad line 3 is named");
+	write_file(merges, "#version: 0.2\n\xc4\xa0 zzzzqqqq\n");
+	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), "not in the vocabulary"), "merges: unknown token");
+	o.merge_file = "/nonexistent/merges.txt";
+	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_IO && strstr(mgt_err_msg(), "/nonexistent/merges.txt"), "missing file named");
+	write_file(ranks, "IQ== 0\nnot*base64 1\n");
+	mgt_tok_opts r = {.type = "TikTokenizer", .model = ranks, .tiktoken_pattern = "cl100k_base"};
+	CHECK(mgt_tok_load(&t, &r) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), ":2:"), "rank file: bad line 2 is named");
+	write_file(ranks, "IQ== 0\n");
+	CHECK(mgt_tok_load(&t, &r) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), "byte 0x00"), "rank file: missing bytes");
+	unlink(merges);
+	unlink(ranks);
+	mgt_tok_opts bad = {.type = "SentencePieceTokenizer"};
+	CHECK(mgt_tok_load(&t, &bad) == MGT_ERR_USAGE, "unknown type is a usage error");
+	mgt_tok_opts null = {.type = "NullTokenizer", .vocab_size = 10, .null_eod_id = -1};
+	CHECK(mgt_tok_load(&t, &null) == MGT_OK && mgt_tok_eod(t) == 9, "NullTokenizer eod = vocab_size - 1");
+	mgt_tok_enc *e;
+	mgt_ids ids = {0};
+	CHECK(mgt_tok_enc_new(&e, t) == MGT_OK && mgt_tok_encode(e, "1 2 9", 5, &ids) == MGT_OK && ids.n == 3 &&
+	      ids.v[2] == 9, "NullTokenizer encodes");
+	CHECK(mgt_tok_encode(e, "1 10", 4, &ids) == MGT_ERR_INPUT, "NullTokenizer rejects an id beyond the vocabulary");
+	CHECK(mgt_tok_encode(e, "1  2", 4, &ids) == MGT_ERR_INPUT, "NullTokenizer rejects an empty field");
+	CHECK(mgt_tok_encode(e, "\xff", 1, &ids) == MGT_ERR_INPUT && strstr(mgt_err_msg(), "UTF-8"), "invalid UTF-8 rejected");
+	free(ids.v);
+	mgt_tok_enc_free(e);
+	mgt_tok_free(t);
+}
+
+int main(void)
+{
+	const char *dir = "share/mgt/tokenizers";
+	char v[512], m[512], cl[512], o2[512];
+	snprintf(v, sizeof v, "%s/gpt2/vocab.json", dir);
+	snprintf(m, sizeof m, "%s/gpt2/merges.txt", dir);
+	snprintf(cl, sizeof cl, "%s/tiktoken/cl100k_base.tiktoken", dir);
+	snprintf(o2, sizeof o2, "%s/tiktoken/o200k_base.tiktoken", dir);
+	mgt_tok *gpt2 = load("GPT2BPETokenizer", v, m), *cl100k = load("TikTokenizer", cl, NULL),
+		*o200k = load("TikTokenizer", o2, NULL);
+	if (gpt2 && cl100k && o200k) {
+		test_bpe_vs_naive(gpt2, "gpt2");
+		test_bpe_vs_naive(cl100k, "cl100k_base");
+		test_round_trip(gpt2, "gpt2");
+		test_round_trip(cl100k, "cl100k_base");
+		test_round_trip(o200k, "o200k_base");
+		CHECK(mgt_tok_vocab_size(gpt2) == 50257 && mgt_tok_eod(gpt2) == 50256, "gpt2 sizes");
+		CHECK(mgt_tok_vocab_size(cl100k) == 100277 && mgt_tok_eod(cl100k) == 100257, "cl100k sizes");
+		CHECK(mgt_tok_vocab_size(o200k) == 200019 && mgt_tok_eod(o200k) == 199999, "o200k sizes");
+	}
+	mgt_tok_free(gpt2), mgt_tok_free(cl100k), mgt_tok_free(o200k);
+	free(rows);
+	test_utf8();
+	test_whitespace_rewrite();
+	test_errors(dir);
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed != 0;
+}
