@@ -73,8 +73,11 @@ static mgt_status process(const opts *o, const char *s, size_t n)
 		if (!st)
 			st = mgt_tok_decode(o->tok, ids.v, ids.n, &text);
 		if (!st && o->jsonl) {
+			mgt_buf valid = {0};
+			st = mgt_tok_utf8_lossy(text.p, text.n, &valid);
 			json_t *j = json_object();
-			json_object_set_new(j, o->key, json_stringn(text.p ? text.p : "", text.n));
+			json_object_set_new(j, o->key, json_stringn(valid.p ? valid.p : "", valid.n));
+			free(valid.p);
 			char *line = json_dumps(j, JSON_COMPACT);
 			puts(line);
 			free(line);

@@ -113,3 +113,20 @@ size_t tok_utf8_valid_prefix(const char *str, size_t n)
 	}
 	return n;
 }
+
+size_t mgt_tok_utf8_valid(const char *s, size_t n) { return tok_utf8_valid_prefix(s, n); }
+
+mgt_status mgt_tok_utf8_lossy(const char *s, size_t n, mgt_buf *out)
+{
+	while (n) {
+		size_t ok = tok_utf8_valid_prefix(s, n);
+		mgt_status st = mgt_buf_add(out, s, ok);
+		if (!st && ok < n)
+			st = mgt_buf_add(out, "\xef\xbf\xbd", 3);
+		if (st)
+			return st;
+		ok += ok < n;
+		s += ok, n -= ok;
+	}
+	return MGT_OK;
+}

@@ -74,6 +74,12 @@ mgt_status mgt_tok_encode(mgt_tok_enc *e, const char *text, size_t len, mgt_ids 
  * Errors: MGT_ERR_INPUT (id outside the vocabulary), MGT_ERR_NOMEM. */
 mgt_status mgt_tok_decode(const mgt_tok *t, const int32_t *ids, size_t n, mgt_buf *out);
 
+/* Length of the longest valid UTF-8 prefix of s (RFC 3629). */
+size_t mgt_tok_utf8_valid(const char *s, size_t n);
+/* Append s to out with each invalid UTF-8 byte replaced by U+FFFD (what decoders show for ids
+ * that split a character). Errors: MGT_ERR_NOMEM. */
+mgt_status mgt_tok_utf8_lossy(const char *s, size_t n, mgt_buf *out);
+
 /* The token's bytes (special tokens: their text); NULL if id is out of range. */
 const char *mgt_tok_token_bytes(const mgt_tok *t, int32_t id, size_t *len);
 
