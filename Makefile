@@ -95,7 +95,7 @@ check-unit: $(PROGS) $(UNITS) $(FUZZ)
 
 check-cli: $(PROGS)
 	@if [ "$(DEPS)" = 1 ]; then sh contrib/install-deps.sh test; fi
-	prove -j2 tests/cli/
+	prove -j2 tests/cli/t*.sh
 
 demo: $(PROGS)
 	sh contrib/demo.sh

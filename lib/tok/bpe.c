@@ -199,8 +199,13 @@ mgt_status tok_finish_bytes(mgt_tok *t, const char *file)
 		if (t->byte_id[b] < 0)
 			return mgt_err(MGT_ERR_VOCAB, "%s: byte 0x%02x has no token (not a byte-level BPE vocabulary)", file, b);
 	}
-	for (size_t a = 0; a < t->n_added; a++)
-		t->added_first[(uint8_t)t->pool[t->added[a].off]] = 1;
+	t->added_first_only = t->n_added ? (uint8_t)t->pool[t->added[0].off] : -1;
+	for (size_t a = 0; a < t->n_added; a++) {
+		uint8_t c = (uint8_t)t->pool[t->added[a].off];
+		t->added_first[c] = 1;
+		if (c != t->added_first_only)
+			t->added_first_only = -1;
+	}
 	return MGT_OK;
 }
 
@@ -609,8 +614,13 @@ static mgt_status split_added(mgt_tok_enc *e, const char *text, size_t len, mgt_
 	const mgt_tok *t = e->t;
 	size_t seg = 0;
 	mgt_status st;
-	for (size_t pos = 0; pos < len; pos++) {
-		if (!t->added_first[(uint8_t)text[pos]])
+	for (size_t pos = 0; pos < len && t->n_added; pos++) {
+		if (t->added_first_only >= 0) { /* all added tokens start with one byte (often '<') */
+			const char *q = memchr(text + pos, t->added_first_only, len - pos);
+			if (!q)
+				break;
+			pos = (size_t)(q - text);
+		} else if (!t->added_first[(uint8_t)text[pos]])
 			continue;
 		long a = added_match(t, text, len, pos, normalized);
 		if (a < 0)

@@ -53,6 +53,7 @@ struct mgt_tok {
 	tok_added *added;
 	size_t n_added;
 	uint8_t added_first[256];    /* a byte that starts some added token */
+	int added_first_only;        /* the one byte all added tokens start with, or -1 */
 	int nfc;                     /* normalizer: NFC */
 	tok_pre_step pre[4];
 	int n_pre;

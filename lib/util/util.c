@@ -106,6 +106,8 @@ mgt_status mgt_buf_reserve(mgt_buf *b, size_t extra)
 
 mgt_status mgt_buf_add(mgt_buf *b, const void *data, size_t n)
 {
+	if (n == 0)
+		return MGT_OK;
 	mgt_status st = mgt_buf_reserve(b, n);
 	if (st)
 		return st;
