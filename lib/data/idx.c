@@ -333,9 +333,12 @@ static mgt_status grow_ids(int32_t **out, size_t *cap, size_t n)
 mgt_status mgt_idx_get(const mgt_idx *d, uint64_t i, int32_t **out, size_t *n, size_t *cap)
 {
 	size_t len = (size_t)mgt_idx_seq_length(d, i);
-	const unsigned char *p = d->bin + mgt_idx_seq_pointer(d, i);
 	if (grow_ids(out, cap, len))
 		return MGT_ERR_NOMEM;
+	*n = 0;
+	if (len == 0)
+		return MGT_OK;   /* the .bin may be empty (not mapped) */
+	const unsigned char *p = d->bin + mgt_idx_seq_pointer(d, i);
 	int32_t *v = *out;
 	if (d->dtype == MGT_DT_UINT16) {
 		for (size_t j = 0; j < len; j++)

@@ -3,6 +3,7 @@
 #include "data/data.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,12 @@ static void test_merge(void)
 		write_docs(path_in("mc"), MGT_DT_INT32, 0) == MGT_OK, "merge: inputs");
 	CHECK(mgt_idx_open(&a, path_in("ma")) == MGT_OK && mgt_idx_open(&b, path_in("mb")) == MGT_OK &&
 		mgt_idx_open(&c, path_in("mc")) == MGT_OK, "merge: open inputs");
+	if (!a || !b || !c) {
+		mgt_idx_close(a);
+		mgt_idx_close(b);
+		mgt_idx_close(c);
+		return;
+	}
 	CHECK(mgt_idx_writer_open(&w, path_in("merged"), MGT_DT_UINT16, 0) == MGT_OK, "merge: open output");
 	CHECK(mgt_idx_writer_add_dataset(w, a) == MGT_OK, "merge: add first");
 	int32_t extra[] = {9, 9};
@@ -510,6 +517,25 @@ static void test_jsonl_zstd_big(void)
 	free(z);
 }
 
+/* "-" reads standard input (here a zstd file put on fd 0). */
+static void test_jsonl_stdin(void)
+{
+	const char *a = "{\"text\":\"x\"}\r\n{\"text\":\"y\"}";
+	unsigned char z[512];
+	size_t zn = zcompress(z, sizeof z, a, strlen(a));
+	write_file(path_in("stdin.zst"), z, zn);
+	int saved = dup(0), fd = open(path_in("stdin.zst"), O_RDONLY);
+	dup2(fd, 0);
+	close(fd);
+	mgt_buf b = {0};
+	uint64_t n;
+	CHECK(read_lines("-", &b, &n) == MGT_OK && n == 2 && strcmp(b.p, "{\"text\":\"x\"}\r|{\"text\":\"y\"}|") == 0,
+		"jsonl: '-' reads standard input");
+	dup2(saved, 0);
+	close(saved);
+	free(b.p);
+}
+
 static void test_expand(void)
 {
 	write_file(path_in("g-b.jsonl"), "", 0);
@@ -553,6 +579,7 @@ int main(void)
 	test_jsonl_long();
 	test_jsonl_zstd();
 	test_jsonl_zstd_big();
+	test_jsonl_stdin();
 	test_expand();
 	printf("%d passed, %d failed\n", passed, failed);
 	if (!failed) {
