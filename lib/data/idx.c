@@ -393,7 +393,8 @@ static mgt_status spool_open(const char *prefix, const char *what, FILE **out)
 	sprintf(tmpl, "%s.idx.%s.tmp.XXXXXX", prefix, what);
 	int fd = mkostemp(tmpl, O_CLOEXEC);
 	if (fd < 0) {
-		mgt_status e = mgt_err(MGT_ERR_IO, "%s: cannot create: %s", tmpl, strerror(errno));
+		mgt_status e = mgt_err(MGT_ERR_IO, "%s.idx: cannot create a temporary file beside it (%s): %s",
+			prefix, tmpl, strerror(errno));
 		free(tmpl);
 		return e;
 	}
