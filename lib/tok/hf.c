@@ -319,13 +319,9 @@ mgt_status tok_load_hf(mgt_tok *t, const mgt_tok_opts *o)
 	strcpy(path, o->model);
 	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
 		strcat(path, "/tokenizer.json");
-	json_error_t je;
-	json_t *root = json_load_file(path, 0, &je);
-	mgt_status st;
-	if (!root)
-		st = mgt_err(json_error_code(&je) == json_error_cannot_open_file ? MGT_ERR_IO : MGT_ERR_VOCAB,
-			     "%s:%d: %s", path, je.line, je.text);
-	else {
+	json_t *root;
+	mgt_status st = tok_json_load(path, &root);
+	if (!st) {
 		hf_ctx c = {t, o, path, root};
 		st = hf_build(&c);
 	}

@@ -4,6 +4,7 @@
  * megatron/core/tokenizers (TikTokenizer, NullTokenizer), Meta llama3 tokenizer.py (specials). */
 #include "tok_impl.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,19 @@ mgt_status tok_bytelevel_decode(const char *s, size_t n, mgt_buf *out, const cha
 }
 
 /* ---- shared pieces ------------------------------------------------------------------------ */
+
+/* Parse a JSON file. Errors: MGT_ERR_VOCAB naming the file (and line when the JSON is bad). */
+mgt_status tok_json_load(const char *path, json_t **out)
+{
+	json_error_t je;
+	errno = 0;
+	*out = json_load_file(path, JSON_ALLOW_NUL, &je);
+	if (*out)
+		return MGT_OK;
+	if (json_error_code(&je) == json_error_cannot_open_file)
+		return mgt_err(MGT_ERR_VOCAB, "%s: cannot open: %s", path, errno ? strerror(errno) : je.text);
+	return mgt_err(MGT_ERR_VOCAB, "%s:%d: invalid JSON: %s", path, je.line, je.text);
+}
 
 static mgt_status add_special(mgt_tok *t, const char *text, int32_t id, int special)
 {
@@ -222,11 +236,11 @@ static mgt_status load_gpt2(mgt_tok *t, const mgt_tok_opts *o)
 {
 	if (!o->vocab_file || !o->merge_file)
 		return mgt_err(MGT_ERR_USAGE, "GPT2BPETokenizer needs --vocab-file and --merge-file");
-	json_error_t je;
-	json_t *vocab = json_load_file(o->vocab_file, 0, &je);
-	if (!vocab)
-		return mgt_err(MGT_ERR_VOCAB, "%s:%d: %s", o->vocab_file, je.line, je.text);
-	mgt_status st = json_is_object(vocab) ? tok_load_vocab_json(t, o->vocab_file, vocab, 0)
+	json_t *vocab;
+	mgt_status st = tok_json_load(o->vocab_file, &vocab);
+	if (st)
+		return st;
+	st = json_is_object(vocab) ? tok_load_vocab_json(t, o->vocab_file, vocab, 0)
 					      : mgt_err(MGT_ERR_VOCAB, "%s: expected a JSON object of token -> id", o->vocab_file);
 	json_decref(vocab);
 	int32_t eod = -1;
@@ -505,11 +519,9 @@ static mgt_status load_tiktoken(mgt_tok *t, const mgt_tok_opts *o)
 	size_t n = strlen(o->model);
 	mgt_status st;
 	if (n > 5 && !strcmp(o->model + n - 5, ".json")) {
-		json_error_t je;
-		json_t *list = json_load_file(o->model, 0, &je);
-		if (!list)
-			return mgt_err(json_error_code(&je) == json_error_cannot_open_file ? MGT_ERR_IO : MGT_ERR_VOCAB,
-				       "%s:%d: %s", o->model, je.line, je.text);
+		json_t *list;
+		if ((st = tok_json_load(o->model, &list)))
+			return st;
 		st = json_is_array(list) ? load_megatron_tiktoken(t, o, list)
 					 : mgt_err(MGT_ERR_VOCAB, "%s: expected a JSON list of ranks", o->model);
 		json_decref(list);
@@ -563,6 +575,8 @@ mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 		t->type_name = types[i].name;
 		t->eod = -1;
 		mgt_status st = types[i].load(t, o);
+		if (st == MGT_ERR_IO) /* a missing or unreadable tokenizer file is a tokenizer problem */
+			st = MGT_ERR_VOCAB;
 		if (st) {
 			mgt_tok_free(t);
 			return st;

@@ -48,9 +48,9 @@ typedef struct {
 typedef struct { int32_t *v; size_t n, cap; } mgt_ids;
 mgt_status mgt_ids_push(mgt_ids *a, int32_t id);
 
-/* Load a tokenizer. Errors: MGT_ERR_USAGE (unknown type, missing file flag),
- * MGT_ERR_IO (unreadable file), MGT_ERR_VOCAB (malformed or inconsistent vocabulary, naming the
- * file and line or field). On success the caller owns *out (mgt_tok_free). */
+/* Load a tokenizer. Errors: MGT_ERR_USAGE (unknown type, missing file flag), MGT_ERR_VOCAB
+ * (missing, unreadable, malformed, inconsistent or unsupported tokenizer files, naming the file
+ * and line or field), MGT_ERR_NOMEM. On success the caller owns *out (mgt_tok_free). */
 mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o);
 void mgt_tok_free(mgt_tok *t);
 

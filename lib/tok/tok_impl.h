@@ -76,6 +76,7 @@ mgt_status tok_regex_compile(pcre2_code **out, const char *pattern, const char *
 size_t tok_utf8_valid_prefix(const char *s, size_t n);
 /* load.c */
 struct json_t;
+mgt_status tok_json_load(const char *path, struct json_t **out);
 mgt_status tok_load_vocab_json(mgt_tok *t, const char *file, struct json_t *vocab, int64_t min_size);
 mgt_status tok_add_merge(mgt_tok *t, const char *a, size_t na, const char *b, size_t nb, int32_t rank,
 			 const char *file, size_t line);

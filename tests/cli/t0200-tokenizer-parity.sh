@@ -58,6 +58,23 @@ for f in $D/edge/*; do
 	esac
 done
 
+# Llama 3's tokenizer.model (a rank file) through TikTokenizer: its pattern and 256 specials
+# after the ranks; compared with the llama3-style tokenizer.json fixture (BOS dropped) on the
+# lines without special-token strings (the synthetic tokenizer.json numbers its specials apart)
+llama_case() {
+	mkdir -p "$T/llama" && cp "$TIK/cl100k_base.tiktoken" "$T/llama/tokenizer.model" &&
+	$TK --tokenizer-type TikTokenizer --tokenizer-model "$T/llama/tokenizer.model" --jsonl -i $D/unicode.jsonl > "$T/l3.got" &&
+	zstd -dcq $F/unicode.llama3.ids.zst | sed 's/^[0-9]* \{0,1\}//' > "$T/l3.want" &&
+	$PY - $D/unicode.jsonl "$T/l3.got" "$T/l3.want" <<'PY'
+import json, sys
+ids = [json.loads(l)["id"] for l in open(sys.argv[1], encoding="utf-8")]
+got = open(sys.argv[2]).read().split("\n"); want = open(sys.argv[3]).read().split("\n")
+bad = [i for i, k in enumerate(ids) if not str(k).startswith("special/") and got[i] != want[i]]
+assert len(got) == len(want) and not bad, "differs at lines %s" % bad[:5]
+PY
+}
+ok "Llama 3 tokenizer.model via TikTokenizer = HF llama3-style tokenizer (non-special lines)" llama_case
+
 # live oracles, when npm can provide them
 if sh "$ROOT/tests/oracle/setup.sh" >/dev/null 2>&1; then
 	live() { # ORACLE-ARGS... -- INPUT MGT-FLAGS...
@@ -67,6 +84,27 @@ if sh "$ROOT/tests/oracle/setup.sh" >/dev/null 2>&1; then
 	ok "live: HF tokenizers on the Unicode corpus (gpt2)" live --hf $SHARE/tokenizers/gpt2/tokenizer.json $D/unicode.jsonl "$GPT2"
 	ok "live: tiktoken cl100k_base on the Unicode corpus" live --tiktoken cl100k_base $D/unicode.jsonl "$(TT cl100k_base)"
 	ok "live: tiktoken o200k_base on the Unicode corpus" live --tiktoken o200k_base $D/unicode.jsonl "$(TT o200k_base)"
+	# Megatron's TikTokenizer: JSON vocabulary, --tiktoken-pattern v2, ids = rank + 1000, specials not matched
+	megatron_case() { # v1|v2 PATTERN
+		[ -f "$T/megatron.json" ] || $PY - "$TIK/cl100k_base.tiktoken" "$T/megatron.json" <<'PY' || return 1
+import base64, json, sys
+rows = []
+for line in open(sys.argv[1]):
+    tok, rank = line.split()
+    rows.append({"rank": int(rank), "token_bytes": tok, "token_str": base64.b64decode(tok).decode("utf-8", "replace")})
+json.dump(rows, open(sys.argv[2], "w"))
+PY
+		$PY -c 'import json, sys; json.dump({"pat_str": sys.argv[1], "special_tokens": {}}, open(sys.argv[2], "w"))' \
+			"$2" "$T/pat.json" &&
+		node "$ROOT/tests/oracle/encode.mjs" --tiktoken-file "$TIK/cl100k_base.tiktoken" --tiktoken-json "$T/pat.json" \
+			$D/unicode.jsonl | awk '{for (i = 1; i <= NF; i++) $i += 1000; print}' > "$T/mw" &&
+		$TK --tokenizer-type TikTokenizer --tokenizer-model "$T/megatron.json" --tiktoken-pattern $1 --jsonl -i $D/unicode.jsonl > "$T/mg" &&
+		cmp "$T/mw" "$T/mg"
+	}
+	V1='[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+'
+	V2='[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+'
+	ok "live: Megatron TikTokenizer (JSON vocabulary, v1, +1000) = tiktoken" megatron_case v1 "$V1"
+	ok "live: Megatron TikTokenizer (JSON vocabulary, v2, +1000) = tiktoken" megatron_case v2 "$V2"
 else
 	skip "npm oracles unavailable (tests/oracle/setup.sh)"
 fi

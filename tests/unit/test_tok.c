@@ -221,7 +221,7 @@ static void test_errors(const char *dir)
 	write_file(merges, "#version: 0.2\n\xc4\xa0 zzzzqqqq\n");
 	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), "not in the vocabulary"), "merges: unknown token");
 	o.merge_file = "/nonexistent/merges.txt";
-	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_IO && strstr(mgt_err_msg(), "/nonexistent/merges.txt"), "missing file named");
+	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), "/nonexistent/merges.txt"), "missing file named, exit 4");
 	write_file(ranks, "IQ== 0\nnot*base64 1\n");
 	mgt_tok_opts r = {.type = "TikTokenizer", .model = ranks, .tiktoken_pattern = "cl100k_base"};
 	CHECK(mgt_tok_load(&t, &r) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), ":2:"), "rank file: bad line 2 is named");
