@@ -365,7 +365,8 @@ static mgt_status list_dir(const char *dir, strlist *out)
 	}
 	closedir(dp);
 	if (!st) {
-		qsort(found.v, found.n, sizeof *found.v, cmp_str);
+		if (found.n)
+			qsort(found.v, found.n, sizeof *found.v, cmp_str);
 		for (size_t i = 0; i < found.n; i++)
 			strlist_add(out, found.v[i]);
 		free(found.v);
