@@ -15,6 +15,7 @@
 #   SANITIZE=address,undefined   build everything with these sanitizers
 #   DEVELOPER=1          extra warnings (-Wshadow -Wconversion-lite set) and -O1 -g
 #   DEPS=0               do not check for (and apt-get install) missing Debian packages
+#   V=1                  print whole compiler command lines
 -include config.mak
 
 PREFIX   ?= /usr/local
@@ -47,6 +48,13 @@ MPI := $(if $(shell command -v mpicc 2>/dev/null),1,0)
 endif
 
 B = build
+ifeq ($(V),1)
+Q =
+say = @true
+else
+Q = @
+say = @printf '  %-6s %s\n'
+endif
 LIB_SRC  = $(wildcard lib/*/*.c)
 LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o)
 CMD_SRC  = $(wildcard cmd/mgt*.c)
@@ -66,25 +74,29 @@ $(B)/.deps-ok: contrib/install-deps.sh
 
 $(B)/%.o: %.c $(wildcard lib/*/*.h cmd/*.h) | $(B)/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(say) CC $<
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(B)/libmgt.a: $(LIB_OBJ)
-	rm -f $@
-	ar rcs $@ $^
+	$(say) AR $@
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 bin/%: $(B)/cmd/%.o $(B)/cmd/cli.o $(B)/libmgt.a
 	@mkdir -p bin
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/cmd/cli.o $(B)/libmgt.a $(LIBS) -o $@
+	$(say) LINK $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/cmd/cli.o $(B)/libmgt.a $(LIBS) -o $@
 
 $(B)/tests/%: $(B)/tests/unit/%.o $(B)/libmgt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/libmgt.a $(LIBS) -o $@
+	$(say) LINK $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/libmgt.a $(LIBS) -o $@
 
 # Fuzz targets double as corpus replayers (tests/fuzz/README): each reads files named on its
 # command line; built with libFuzzer when FUZZ_ENGINE=libfuzzer.
 $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libmgt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< tests/fuzz/replay.c $(B)/libmgt.a $(LIBS) -o $@
+	$(say) LINK $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< tests/fuzz/replay.c $(B)/libmgt.a $(LIBS) -o $@
 
 check: check-unit check-cli
 
