@@ -1,9 +1,10 @@
 /* lib/data: JSONL line reader over plain or zstd-compressed input, and --input expansion.
  *
  * Input is read with read(2) in 1 MiB chunks. Plain input goes straight into the line buffer;
- * zstd input (detected by the frame magic 28 B5 2F FD) goes through ZSTD_decompressStream, which
- * also handles concatenated and skippable frames. The line buffer is compacted before it is
- * refilled, so it grows only when one line does not fit: memory is bounded by the longest line.
+ * zstd input (detected by the frame magic 28 B5 2F FD, or a skippable frame's) goes through
+ * ZSTD_decompressStream, which also handles concatenated and skippable frames. The line buffer
+ * is compacted before it is refilled, so it grows only when one line does not fit: memory is
+ * bounded by the longest line.
  */
 #include "data.h"
 
@@ -49,7 +50,8 @@ static mgt_status raw_read(mgt_jsonl *r, void *p, size_t n, size_t *got)
 	return MGT_OK;
 }
 
-/* Read the head of the input (at least 4 bytes unless the input is shorter) and pick the codec. */
+/* Read the head of the input (at least 4 bytes unless the input is shorter) and pick the codec:
+ * zstd when it starts with a zstd frame or a skippable frame (magic 0x184D2A5?). */
 static mgt_status sniff(mgt_jsonl *r)
 {
 	static const unsigned char magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
@@ -60,7 +62,10 @@ static mgt_status sniff(mgt_jsonl *r)
 			return st;
 		r->in_len += got;
 	}
-	if (r->in_len >= 4 && memcmp(r->in, magic, 4) == 0) {
+	const unsigned char *h = r->in;
+	int skippable = r->in_len >= 4 && (h[0] & 0xF0) == 0x50 && h[1] == 0x2A && h[2] == 0x4D &&
+		h[3] == 0x18;
+	if (skippable || (r->in_len >= 4 && memcmp(h, magic, 4) == 0)) {
 		r->dctx = ZSTD_createDCtx();
 		if (!r->dctx)
 			return mgt_err(MGT_ERR_NOMEM, "%s: cannot create a zstd context", r->path);

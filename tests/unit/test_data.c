@@ -468,6 +468,19 @@ static void test_jsonl_zstd(void)
 	write_file(path_in("ac.data"), z, za + zc);
 	CHECK(read_lines(path_in("ac.data"), &b, &n) == MGT_OK && n == 3 &&
 		strstr(b.p, "two\"}|{\"text\":\"three\"}|") != NULL, "zstd: concatenated frames, any name");
+	/* an empty frame, a skippable frame, then the two frames */
+	unsigned char sk[8192];
+	size_t ze = zcompress(sk, sizeof sk, "", 0);
+	static const unsigned char skip[] = {0x50, 0x2A, 0x4D, 0x18, 3, 0, 0, 0, 'a', 'b', 'c'};
+	memcpy(sk + ze, skip, sizeof skip);
+	memcpy(sk + ze + sizeof skip, z, za + zc);
+	write_file(path_in("skip.zst"), sk, ze + sizeof skip + za + zc);
+	CHECK(read_lines(path_in("skip.zst"), &b, &n) == MGT_OK && n == 3 &&
+		strstr(b.p, "{\"text\":\"one\"}|") == b.p, "zstd: empty and skippable frames first");
+	memcpy(sk, skip, sizeof skip);
+	memcpy(sk + sizeof skip, z, za);
+	write_file(path_in("skipfirst.zst"), sk, sizeof skip + za);
+	CHECK(read_lines(path_in("skipfirst.zst"), &b, &n) == MGT_OK && n == 2, "zstd: skippable frame first");
 	write_file(path_in("trunc.zst"), z, za - 3);
 	CHECK(read_lines(path_in("trunc.zst"), &b, &n) == MGT_ERR_INPUT &&
 		strstr(mgt_err_msg(), "trunc.zst: truncated zstd frame") != NULL, "zstd: truncated frame (%s)",
