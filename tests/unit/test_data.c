@@ -595,7 +595,9 @@ int main(void)
 	test_jsonl_stdin();
 	test_expand();
 	printf("%d passed, %d failed\n", passed, failed);
-	if (!failed) {
+	if (failed)
+		printf("# test files kept in %s\n", dir);
+	else {
 		char cmd[300];
 		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
 		if (system(cmd) != 0)
