@@ -56,20 +56,11 @@ mgt_status tok_alloc_ids(mgt_tok *t, int64_t vocab_size)
 
 mgt_status tok_pool_add(mgt_tok *t, int32_t id, const char *p, size_t n)
 {
-	if (t->pool_n + n > t->pool_cap) {
-		size_t cap = t->pool_cap ? t->pool_cap : 1 << 20;
-		while (cap < t->pool_n + n)
-			cap *= 2;
-		char *q = mgt_realloc(t->pool, cap);
-		if (!q)
-			return MGT_ERR_NOMEM;
-		t->pool = q;
-		t->pool_cap = cap;
-	}
-	memcpy(t->pool + t->pool_n, p, n);
-	t->tok_off[id] = (uint32_t)t->pool_n;
+	size_t off = t->pool.n;
+	if (mgt_buf_add(&t->pool, p, n))
+		return MGT_ERR_NOMEM;
+	t->tok_off[id] = (uint32_t)off;
 	t->tok_len[id] = (uint32_t)n;
-	t->pool_n += n;
 	return MGT_OK;
 }
 
@@ -91,7 +82,7 @@ mgt_status tok_vmap_build(mgt_tok *t, const char *file)
 			skip = t->added[a].id == id;
 		if (skip)
 			continue;
-		const char *p = t->pool + t->tok_off[id];
+		const char *p = t->pool.p + t->tok_off[id];
 		size_t n = t->tok_len[id];
 		int32_t old = tok_vmap_find(t, p, n);
 		if (old >= 0)
@@ -108,7 +99,7 @@ int32_t tok_vmap_find(const mgt_tok *t, const char *p, size_t n)
 {
 	size_t i = tok_hash_bytes(p, n) & t->vmap.mask;
 	for (int32_t id; (id = t->vmap.slots[i]) >= 0; i = (i + 1) & t->vmap.mask)
-		if (t->tok_len[id] == n && memcmp(t->pool + t->tok_off[id], p, n) == 0)
+		if (t->tok_len[id] == n && memcmp(t->pool.p + t->tok_off[id], p, n) == 0)
 			return id;
 	return -1;
 }
@@ -177,7 +168,7 @@ mgt_status tok_pairs_from_ranks(mgt_tok *t)
 		uint32_t n = t->tok_len[id];
 		if (n == UINT32_MAX || n < 2)
 			continue;
-		const char *p = t->pool + t->tok_off[id];
+		const char *p = t->pool.p + t->tok_off[id];
 		for (uint32_t k = 1; k < n; k++) {
 			int32_t a = tok_vmap_find(t, p, k), b = a >= 0 ? tok_vmap_find(t, p + k, n - k) : -1;
 			if (b >= 0) {
@@ -199,9 +190,9 @@ mgt_status tok_finish_bytes(mgt_tok *t, const char *file)
 		if (t->byte_id[b] < 0)
 			return mgt_err(MGT_ERR_VOCAB, "%s: byte 0x%02x has no token (not a byte-level BPE vocabulary)", file, b);
 	}
-	t->added_first_only = t->n_added ? (uint8_t)t->pool[t->added[0].off] : -1;
+	t->added_first_only = t->n_added ? (uint8_t)t->pool.p[t->added[0].off] : -1;
 	for (size_t a = 0; a < t->n_added; a++) {
-		uint8_t c = (uint8_t)t->pool[t->added[a].off];
+		uint8_t c = (uint8_t)t->pool.p[t->added[a].off];
 		t->added_first[c] = 1;
 		if (c != t->added_first_only)
 			t->added_first_only = -1;
@@ -598,7 +589,7 @@ static long added_match(const mgt_tok *t, const char *text, size_t len, size_t p
 	for (size_t a = 0; a < t->n_added; a++) {
 		const tok_added *x = &t->added[a];
 		if ((t->nfc && x->normalized != normalized) || x->len > len - pos || x->len <= best_len ||
-		    memcmp(t->pool + x->off, text + pos, x->len))
+		    memcmp(t->pool.p + x->off, text + pos, x->len))
 			continue;
 		if (x->single_word && ((pos > 0 && is_word_char(text, pos, 1)) ||
 				       (pos + x->len < len && is_word_char(text + pos + x->len, len - pos - x->len, 0))))
@@ -701,7 +692,7 @@ const char *mgt_tok_token_bytes(const mgt_tok *t, int32_t id, size_t *len)
 	if (id < 0 || id >= t->vocab_size || t->tok_len[id] == UINT32_MAX)
 		return NULL;
 	*len = t->tok_len[id];
-	return t->pool + t->tok_off[id];
+	return t->pool.p + t->tok_off[id];
 }
 
 mgt_status mgt_tok_decode(const mgt_tok *t, const int32_t *ids, size_t n, mgt_buf *out)

@@ -12,6 +12,21 @@
 
 typedef struct { mgt_tok *t; const mgt_tok_opts *o; const char *file; json_t *root; } hf_ctx;
 
+typedef mgt_status (*hf_step)(hf_ctx *c, json_t *x);
+
+/* Apply fn to each element of a "Sequence" list, stopping at the first error. */
+static mgt_status hf_each(hf_ctx *c, json_t *list, hf_step fn)
+{
+	size_t i;
+	json_t *x;
+	json_array_foreach(list, i, x) {
+		mgt_status st = fn(c, x);
+		if (st)
+			return st;
+	}
+	return MGT_OK;
+}
+
 static const char *jstr(json_t *obj, const char *key)
 {
 	return json_string_value(json_object_get(obj, key));
@@ -112,16 +127,8 @@ static mgt_status hf_normalizer(hf_ctx *c, json_t *n)
 		c->t->nfc = 1;
 		return MGT_OK;
 	}
-	if (type && !strcmp(type, "Sequence")) {
-		size_t i;
-		json_t *x;
-		json_array_foreach(json_object_get(n, "normalizers"), i, x) {
-			mgt_status st = hf_normalizer(c, x);
-			if (st)
-				return st;
-		}
-		return MGT_OK;
-	}
+	if (type && !strcmp(type, "Sequence"))
+		return hf_each(c, json_object_get(n, "normalizers"), hf_normalizer);
 	return unsupported(c, "normalizer", type);
 }
 
@@ -179,16 +186,8 @@ static mgt_status hf_pre(hf_ctx *c, json_t *p)
 	if (type && !strcmp(type, "Digits"))
 		return tok_add_pre_regex(c->t, json_is_true(json_object_get(p, "individual_digits")) ? "\\p{N}" : "\\p{N}+",
 					 PRE_SPLIT_ISOLATED, 0, c->file);
-	if (type && !strcmp(type, "Sequence")) {
-		size_t i;
-		json_t *x;
-		json_array_foreach(json_object_get(p, "pretokenizers"), i, x) {
-			mgt_status st = hf_pre(c, x);
-			if (st)
-				return st;
-		}
-		return MGT_OK;
-	}
+	if (type && !strcmp(type, "Sequence"))
+		return hf_each(c, json_object_get(p, "pretokenizers"), hf_pre);
 	return unsupported(c, "pre_tokenizer", type);
 }
 
@@ -240,16 +239,8 @@ static mgt_status hf_post(hf_ctx *c, json_t *p)
 		mgt_status st = push_template_id(c, 0, (int32_t)json_integer_value(cls));
 		return st ? st : push_template_id(c, 1, (int32_t)json_integer_value(sep));
 	}
-	if (type && !strcmp(type, "Sequence")) {
-		size_t i;
-		json_t *x;
-		json_array_foreach(json_object_get(p, "processors"), i, x) {
-			mgt_status st = hf_post(c, x);
-			if (st)
-				return st;
-		}
-		return MGT_OK;
-	}
+	if (type && !strcmp(type, "Sequence"))
+		return hf_each(c, json_object_get(p, "processors"), hf_post);
 	return unsupported(c, "post_processor", type);
 }
 

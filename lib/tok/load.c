@@ -130,7 +130,7 @@ int32_t tok_added_id(const mgt_tok *t, const char *text)
 {
 	size_t n = strlen(text);
 	for (size_t a = 0; a < t->n_added; a++)
-		if (t->added[a].len == n && !memcmp(t->pool + t->added[a].off, text, n))
+		if (t->added[a].len == n && !memcmp(t->pool.p + t->added[a].off, text, n))
 			return t->added[a].id;
 	return -1;
 }
@@ -245,7 +245,7 @@ static mgt_status load_gpt2(mgt_tok *t, const mgt_tok_opts *o)
 	json_decref(vocab);
 	int32_t eod = -1;
 	for (int32_t id = 0; !st && id < t->vocab_size && eod < 0; id++)
-		if (t->tok_len[id] == 13 && !memcmp(t->pool + t->tok_off[id], "<|endoftext|>", 13))
+		if (t->tok_len[id] == 13 && !memcmp(t->pool.p + t->tok_off[id], "<|endoftext|>", 13))
 			eod = id;
 	if (!st && eod < 0)
 		st = mgt_err(MGT_ERR_VOCAB, "%s: no <|endoftext|> token", o->vocab_file);
@@ -596,7 +596,7 @@ void mgt_tok_free(mgt_tok *t)
 		return;
 	for (int k = 0; k < t->n_pre; k++)
 		pcre2_code_free(t->pre[k].re);
-	free(t->pool), free(t->tok_off), free(t->tok_len), free(t->vmap.slots);
+	free(t->pool.p), free(t->tok_off), free(t->tok_len), free(t->vmap.slots);
 	free(t->pairs.keys), free(t->pairs.rank), free(t->pairs.merged), free(t->added);
 	free(t);
 }

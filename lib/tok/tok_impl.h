@@ -42,8 +42,7 @@ struct mgt_tok {
 	int64_t vocab_size;   /* max id + 1 */
 	int32_t eod;
 	/* id -> bytes */
-	char *pool;
-	size_t pool_n, pool_cap;
+	mgt_buf pool;                /* the bytes of every token, back to back */
 	uint32_t *tok_off, *tok_len; /* [vocab_size]; tok_len = UINT32_MAX for an unused id */
 	int32_t n_base;              /* ids of BPE tokens are < n_base ... not necessarily contiguous */
 	tok_vocab_map vmap;          /* BPE tokens only (not added tokens) */

@@ -1,25 +1,7 @@
 #!/bin/sh
 # mgt-dataset info: counts and length statistics equal numpy's (independent reader), text and
 # JSON output, and the reader's validation of malformed .idx/.bin files (exit 6, naming the field).
-here=$(cd "$(dirname "$0")" && pwd)
-BIN=$here/../../bin
-PY=/usr/bin/python3
-READER=$here/megatron_idx_reader.py
-WRITER=$here/megatron_idx_writer.py
-if ! $PY -c 'import numpy' 2>/dev/null; then echo "1..0 # SKIP /usr/bin/python3 has no numpy"; exit 0; fi
-T=$(mktemp -d "${TMPDIR:-/tmp}/t1001.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-cd "$T" || exit 1
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-nok() { n=$((n + 1)); echo "not ok $n - $1"; }
-check() { d=$1; shift; if "$@" >/dev/null 2>&1; then ok "$d"; else nok "$d"; fi; }
-expect_fail() {
-	d=$1 code=$2 needle=$3; shift 3
-	"$@" >out.txt 2>err.txt; rc=$?
-	if [ $rc -eq "$code" ] && grep -qF -- "$needle" err.txt; then ok "$d"
-	else nok "$d (exit $rc, stderr: $(head -c 300 err.txt))"; fi
-}
+. "$(dirname "$0")/dataset-lib.sh"
 # same_json DESC A B: the two JSON objects are equal (numbers compared as Python floats/ints);
 # keys only in A (mgt's "prefix") are ignored.
 same_json() {

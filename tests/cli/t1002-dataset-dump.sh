@@ -1,28 +1,8 @@
 #!/bin/sh
 # mgt-dataset dump: ids equal the independent reader's, document ranges, GPT-2 decoding (EOD
 # stripping, invalid UTF-8 replaced as Python does), and preprocess -> dump reproducing the texts.
-here=$(cd "$(dirname "$0")" && pwd)
-BIN=$here/../../bin
-PY=/usr/bin/python3
-READER=$here/megatron_idx_reader.py
-WRITER=$here/megatron_idx_writer.py
-if ! $PY -c 'import numpy' 2>/dev/null; then echo "1..0 # SKIP /usr/bin/python3 has no numpy"; exit 0; fi
+. "$(dirname "$0")/dataset-lib.sh"
 GPT2=$here/../../share/mgt/tokenizers/gpt2
-[ -f "$GPT2/vocab.json" ] || GPT2=/work/shared/data/gpt2
-T=$(mktemp -d "${TMPDIR:-/tmp}/t1002.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-cd "$T" || exit 1
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-nok() { n=$((n + 1)); echo "not ok $n - $1"; }
-skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
-check() { d=$1; shift; if "$@" >/dev/null 2>&1; then ok "$d"; else nok "$d"; fi; }
-expect_fail() {
-	d=$1 code=$2 needle=$3; shift 3
-	"$@" >out.txt 2>err.txt; rc=$?
-	if [ $rc -eq "$code" ] && grep -qF -- "$needle" err.txt; then ok "$d"
-	else nok "$d (exit $rc, stderr: $(head -c 300 err.txt))"; fi
-}
 D="$BIN/mgt-dataset"
 G="--tokenizer-type GPT2BPETokenizer --vocab-file $GPT2/vocab.json --merge-file $GPT2/merges.txt"
 # same_texts DESC A.jsonl B.jsonl KEY: the KEY strings of the two JSONL files are equal, line by line

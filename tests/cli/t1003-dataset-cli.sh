@@ -2,12 +2,7 @@
 # mgt-dataset command line: help texts, unknown commands and options, exit codes.
 here=$(cd "$(dirname "$0")" && pwd)
 D=$here/../../bin/mgt-dataset
-T=$(mktemp -d "${TMPDIR:-/tmp}/t1003.XXXXXX") || exit 1
-trap 'rm -rf "$T"' EXIT
-cd "$T" || exit 1
-n=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-nok() { n=$((n + 1)); echo "not ok $n - $1"; }
+. "$(dirname "$0")/dataset-lib.sh"
 # run DESC CODE STREAM NEEDLE CMD...: exit status CODE and NEEDLE in stdout (STREAM=out) or stderr
 run() {
 	d=$1 code=$2 stream=$3 needle=$4; shift 4
