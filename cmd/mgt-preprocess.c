@@ -439,10 +439,13 @@ static mgt_status run(const config *cfg)
 	if (!st) {
 		pthread_mutex_init(&p.mu, NULL);
 		pthread_cond_init(&p.cv, NULL);
-		pthread_create(&th[nth++], NULL, reader_main, &p);
-		for (int i = 0; i < cfg->workers; i++)
-			pthread_create(&th[nth++], NULL, worker_main, &p);
-		st = drain(&p, &ws);
+		int workers = 0;
+		if (pthread_create(&th[nth], NULL, reader_main, &p) == 0)
+			nth++;
+		for (int i = 0; nth && i < cfg->workers; i++)
+			if (pthread_create(&th[nth], NULL, worker_main, &p) == 0)
+				nth++, workers++;
+		st = workers ? drain(&p, &ws) : mgt_err(MGT_ERR_NOMEM, "cannot start threads");
 		stop_threads(&p, th, nth);
 	}
 	for (int k = 0; k < cfg->n_keys; k++) {

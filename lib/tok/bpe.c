@@ -280,6 +280,8 @@ static mgt_status enc_reserve(mgt_tok_enc *e, size_t n)
 	uint32_t *pv = realloc(e->prev, cap * sizeof *pv);
 	if (pv)
 		e->prev = pv;
+	/* the heap holds at most n - 1 + (merges) <= 2n - 2 candidates: each pop of a valid pair
+	 * pushes at most two */
 	heap_ent *h = realloc(e->heap, 2 * cap * sizeof *h);
 	if (h)
 		e->heap = h;

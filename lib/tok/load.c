@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -51,18 +52,21 @@ uint32_t tok_byte_to_cp(uint8_t b)
 	return 256 + k;
 }
 
+static int16_t cp_inverse[324];
+
+static void cp_inverse_init(void)
+{
+	for (int i = 0; i < 324; i++)
+		cp_inverse[i] = -1;
+	for (int b = 0; b < 256; b++)
+		cp_inverse[tok_byte_to_cp((uint8_t)b)] = (int16_t)b;
+}
+
 int tok_cp_to_byte(uint32_t cp)
 {
-	static int16_t inv[324];
-	static int ready;
-	if (!ready) { /* idempotent; racing initializers write the same values */
-		for (int i = 0; i < 324; i++)
-			inv[i] = -1;
-		for (int b = 0; b < 256; b++)
-			inv[tok_byte_to_cp((uint8_t)b)] = (int16_t)b;
-		ready = 1;
-	}
-	return cp < 324 ? inv[cp] : -1;
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, cp_inverse_init);
+	return cp < 324 ? cp_inverse[cp] : -1;
 }
 
 mgt_status tok_bytelevel_decode(const char *s, size_t n, mgt_buf *out, const char *file, const char *what)

@@ -44,7 +44,6 @@ struct mgt_tok {
 	/* id -> bytes */
 	mgt_buf pool;                /* the bytes of every token, back to back */
 	uint32_t *tok_off, *tok_len; /* [vocab_size]; tok_len = UINT32_MAX for an unused id */
-	int32_t n_base;              /* ids of BPE tokens are < n_base ... not necessarily contiguous */
 	tok_vocab_map vmap;          /* BPE tokens only (not added tokens) */
 	tok_pair_map pairs;
 	int32_t byte_id[256];
