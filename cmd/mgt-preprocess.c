@@ -59,7 +59,6 @@ typedef struct {
 	/* progress, read by the writer */
 	uint64_t bytes_in, bytes_out;
 	int64_t total_size;
-	mgt_jsonl *cur;
 } pipeline;
 
 /* ---- reader ------------------------------------------------------------------------------ */
@@ -115,7 +114,7 @@ static mgt_status batch_add_line(batch *b, const char *line, size_t n)
 	return st ? st : mgt_buf_add(&b->text, "\n", 1);
 }
 
-/* Read one input file into batches. Returns the batch still being filled (may be NULL). */
+/* Read one input file into batches and publish them; batches never span files. */
 static mgt_status read_file(pipeline *p, size_t fi, batch **cur)
 {
 	mgt_jsonl *r;
