@@ -402,21 +402,23 @@ static mgt_status cache_store(mgt_tok_enc *e, cache_ent *c, const char *s, size_
 	return MGT_OK;
 }
 
-/* Encode one pre-tokenized piece. */
+/* A piece's ids when the merge loop can be skipped: ignore_merges and the piece is a token. */
+static int whole_token(const mgt_tok *t, const char *s, size_t n, int32_t *id)
+{
+	return t->ignore_merges && (*id = tok_vmap_find(t, s, n)) >= 0;
+}
+
+/* Encode one pre-tokenized piece: the word cache first, then a whole-token hit, then BPE. */
 static mgt_status bpe_piece(mgt_tok_enc *e, const char *s, size_t n, mgt_ids *out)
 {
 	const mgt_tok *t = e->t;
+	int32_t id;
 	if (n == 1)
 		return mgt_ids_push(out, t->byte_id[(uint8_t)s[0]]);
 	if (n > UINT32_MAX / 2)
 		return mgt_err(MGT_ERR_INPUT, "a %zu-byte word is too long", n);
-	if (t->ignore_merges) {
-		int32_t id = tok_vmap_find(t, s, n);
-		if (id >= 0)
-			return mgt_ids_push(out, id);
-	}
 	if (n > CACHE_MAX_KEY)
-		return bpe_merge(e, (const uint8_t *)s, (uint32_t)n, out);
+		return whole_token(t, s, n, &id) ? mgt_ids_push(out, id) : bpe_merge(e, (const uint8_t *)s, (uint32_t)n, out);
 	uint64_t h = tok_hash_bytes(s, n);
 	cache_ent *c = cache_find(e, s, n, h);
 	if (c->key_len) {
@@ -426,7 +428,7 @@ static mgt_status bpe_piece(mgt_tok_enc *e, const char *s, size_t n, mgt_ids *ou
 		return MGT_OK;
 	}
 	size_t start = out->n;
-	mgt_status st = bpe_merge(e, (const uint8_t *)s, (uint32_t)n, out);
+	mgt_status st = whole_token(t, s, n, &id) ? mgt_ids_push(out, id) : bpe_merge(e, (const uint8_t *)s, (uint32_t)n, out);
 	if (st)
 		return st;
 	if (e->cache_used * 2 >= CACHE_SLOTS) {
