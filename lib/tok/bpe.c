@@ -211,6 +211,7 @@ typedef struct { uint64_t hash; uint32_t key_off, key_len, ids_off, ids_n; } cac
 struct mgt_tok_enc {
 	const mgt_tok *t;
 	pcre2_match_data *md[4];
+	mgt_buf prefixed[4];  /* per pre-tokenizer step: the piece with ByteLevel's prefix space */
 	int32_t *id;
 	uint32_t *next, *prev;
 	heap_ent *heap;
@@ -258,9 +259,11 @@ void mgt_tok_enc_free(mgt_tok_enc *e)
 {
 	if (!e)
 		return;
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < 4; k++) {
 		if (e->md[k])
 			pcre2_match_data_free(e->md[k]);
+		free(e->prefixed[k].p);
+	}
 	free(e->id), free(e->next), free(e->prev), free(e->heap);
 	free(e->cache), free(e->cache_keys.p), free(e->cache_ids.v);
 	free(e);
@@ -442,16 +445,15 @@ static mgt_status bpe_piece(mgt_tok_enc *e, const char *s, size_t n, mgt_ids *ou
 
 static mgt_status pre_apply(mgt_tok_enc *e, int k, const char *s, size_t n, mgt_ids *out);
 
+/* Step k's piece with a space in front, in step k's own buffer: deeper steps use theirs, and
+ * step k takes its next piece only after this one is fully encoded. */
 static mgt_status pre_with_prefix_space(mgt_tok_enc *e, int k, const char *s, size_t n, mgt_ids *out)
 {
-	char *tmp = mgt_malloc(n + 1);
-	if (!tmp)
+	mgt_buf *b = &e->prefixed[k];
+	b->n = 0;
+	if (mgt_buf_add(b, " ", 1) || mgt_buf_add(b, s, n))
 		return MGT_ERR_NOMEM;
-	tmp[0] = ' ';
-	memcpy(tmp + 1, s, n);
-	mgt_status st = pre_apply(e, -(k + 1), tmp, n + 1, out); /* negative: prefix already added */
-	free(tmp);
-	return st;
+	return pre_apply(e, -(k + 1), b->p, b->n, out); /* negative: prefix already added */
 }
 
 static size_t utf8_char_len(const char *s, size_t n)
