@@ -37,8 +37,12 @@ ifneq ($(SANITIZE),)
 CFLAGS   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
 LDFLAGS  += -fsanitize=$(SANITIZE)
 endif
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Ilib -Icmd $(CFLAGS)
-LIBS      = -lpcre2-8 -lzstd -ljansson -lutf8proc -lpthread -lm
+# HDF5 (serial) and OpenBLAS (OpenMP build) come from pkg-config; recursively expanded so that
+# they are asked after contrib/install-deps.sh has run on a fresh machine.
+PKG_CFLAGS = $(shell pkg-config --cflags hdf5 openblas 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs hdf5 openblas 2>/dev/null)
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Ilib -Icmd $(PKG_CFLAGS) $(CFLAGS)
+LIBS       = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) -fopenmp -lpthread -lm
 
 ifeq ($(CUDA),auto)
 CUDA := $(if $(shell command -v nvcc 2>/dev/null),1,0)

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,4 +278,34 @@ const char *mgt_fmt_count(char *buf, uint64_t v)
 	}
 	buf[j] = 0;
 	return buf;
+}
+
+void mgt_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4])
+{
+	uint32_t c0 = (uint32_t)ctr_lo, c1 = (uint32_t)(ctr_lo >> 32);
+	uint32_t c2 = (uint32_t)ctr_hi, c3 = (uint32_t)(ctr_hi >> 32);
+	uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+	for (int r = 0; r < 10; r++) {
+		uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+		uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+		c1 = (uint32_t)p1; c3 = (uint32_t)p0; c0 = n0; c2 = n2;
+		k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+	}
+	out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+float mgt_philox_normal(uint64_t key, uint64_t i)
+{
+	uint32_t w[4];
+	mgt_philox(key, 0, i, w);
+	double u1 = ((double)w[0] + 1.0) / 4294967296.0; /* (0, 1] */
+	double u2 = (double)w[1] / 4294967296.0;
+	return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+uint64_t mgt_hash64(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
 }

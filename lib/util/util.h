@@ -76,3 +76,19 @@ mgt_status mgt_file_read(const char *path, char **out, size_t *len);
 const char *mgt_fmt_count(char *buf, uint64_t v);
 
 #endif
+
+/* Counter-based RNG: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+ * SC'11, section 4.1).  Stateless: the 128-bit output is a pure function of a 64-bit key and a
+ * 128-bit counter (ctr_hi, ctr_lo), so any element of any tensor can be drawn in any order, on any
+ * rank.  mgt keys initialization by (seed, tensor name) and dropout by (seed, site), and uses the
+ * element's global index as the counter, which is what makes the parallel layout not change the
+ * math (DESIGN.md section 3). */
+void mgt_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
+/* Uniform float in [0, 1) with 24 random bits from one 32-bit Philox word: (w >> 8) * 2^-24. */
+static inline float mgt_u32_to_unit(uint32_t w) { return (float)(w >> 8) * (1.0f / 16777216.0f); }
+/* Standard normal for element index i of stream key: Box-Muller on the first two words of
+ * philox(key, 0, i), in double precision, rounded to float.  Deterministic across platforms as
+ * far as libm's log/cos are (glibc: correctly rounded in practice). */
+float mgt_philox_normal(uint64_t key, uint64_t i);
+/* 64-bit FNV-1a of a string, used to turn a tensor name into a Philox key. */
+uint64_t mgt_hash64(const char *s);

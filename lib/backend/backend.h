@@ -1,0 +1,192 @@
+/* lib/backend: the op interface every backend implements, and the CPU reference backend.
+ *
+ * All training math goes through this table of ops (DESIGN.md section 3, "one backend interface,
+ * two implementations").  The model code never calls BLAS or CUDA directly.  A backend is a struct
+ * of function pointers behind an opaque handle, in the manner of ggml's backends.
+ *
+ * Conventions for every op below:
+ *  - Pointers are backend memory (host memory for the CPU backend, device memory for CUDA),
+ *    allocated with be->ops->alloc.  Row-major, contiguous.
+ *  - Activations are sequence-first as in Megatron-Core: a micro-batch of s positions and b
+ *    sequences is T = s*b tokens, token t = i*b + j for position i of sequence j.  "[T, h]" means
+ *    T rows of h floats.
+ *  - dtype is fp32 unless stated; ids are int32.
+ *  - "accumulates" means the op adds into the output (gradient accumulation across micro-batches
+ *    and the residual stream); "writes" means it overwrites.
+ *  - Ops do not fail: shapes are checked by the model before any op runs.  Only alloc, upload and
+ *    download report errors (mgt_status, message via mgt_err).
+ *  - Results are deterministic: the same inputs and thread count give the same bits (no atomics
+ *    in reductions), which bitwise-exact resume relies on.
+ *  - Dropout draws from Philox (mgt_philox in lib/util): element e of a dropout site keyed `key`
+ *    is kept when mgt_u32_to_unit(philox(key, 0, e)[0]) >= p, and kept values are scaled by
+ *    1/(1-p).  e is the element's index in the *global* (unsharded) tensor, so tensor or sequence
+ *    parallelism draws the same mask; ops take the offset of their local piece where it matters.
+ *    p == 0 means no dropout and draws nothing.
+ *
+ * Sources of the math: Megatron-Core megatron/core/transformer/{attention,mlp,transformer_layer}.py,
+ * megatron/core/fusions/*, megatron/core/tensor_parallel/cross_entropy.py; LayerNorm (Ba et al.
+ * 2016), RMSNorm (Zhang & Sennrich 2019), RoPE (Su et al. 2021, non-interleaved "rotate_half"
+ * form), SwiGLU (Shazeer 2020), GELU erf form (Hendrycks & Gimpel 2016), AdamW (Loshchilov &
+ * Hutter 2019, in torch.optim.AdamW's arithmetic order).
+ */
+#ifndef MGT_BACKEND_H
+#define MGT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+typedef struct mgt_backend mgt_backend;
+
+typedef enum { MGT_NORM_LAYERNORM, MGT_NORM_RMSNORM } mgt_norm_kind;
+typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU } mgt_act_kind;
+
+typedef struct mgt_backend_ops {
+	const char *name; /* "cpu", "cuda" */
+
+	/* ---- memory ---- */
+	/* Zero-filled allocation of bytes; NULL and MGT_ERR_NOMEM on failure.  free(NULL) is a no-op. */
+	void *(*alloc)(mgt_backend *be, size_t bytes);
+	void (*free)(mgt_backend *be, void *p);
+	/* Host <-> backend copies and fills.  Errors: MGT_ERR_IO (device failure). */
+	mgt_status (*upload)(mgt_backend *be, void *dst, const void *host_src, size_t bytes);
+	mgt_status (*download)(mgt_backend *be, void *host_dst, const void *src, size_t bytes);
+	void (*zero)(mgt_backend *be, void *p, size_t bytes);
+	/* Wait for queued work (no-op on CPU). */
+	void (*sync)(mgt_backend *be);
+
+	/* ---- linear layers (GEMM) ---- */
+	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y. */
+	void (*linear_fwd)(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
+			   int T, int in, int out);
+	/* Backward of linear_fwd given dy[T, out]:
+	 *   dx[T, in]   = dy . w          writes (skipped when dx == NULL)
+	 *   dw[out, in] += dy^T . x       accumulates
+	 *   db[out]     += sum_t dy[t]    accumulates (skipped when db == NULL) */
+	void (*linear_bwd)(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+			   const float *x, const float *w, int T, int in, int out);
+
+	/* ---- embedding ---- */
+	/* Row lookup in a table holding rows [row0, row0+rows) of a larger (possibly vocab-parallel)
+	 * table: y[t] (=|+=) table[ids[t] - row0] when row0 <= ids[t] < row0+rows, else 0 (=) or
+	 * nothing (+=).  accumulate == false writes y, true adds into y.  table [rows, h], y [T, h]. */
+	void (*embedding_fwd)(mgt_backend *be, float *y, const int32_t *ids, const float *table,
+			      int64_t row0, int64_t rows, int T, int h, bool accumulate);
+	/* dtable[ids[t] - row0] += dy[t] for ids in range.  Accumulates; deterministic. */
+	void (*embedding_bwd)(mgt_backend *be, float *dtable, const float *dy, const int32_t *ids,
+			      int64_t row0, int64_t rows, int T, int h);
+
+	/* ---- normalization ---- */
+	/* LayerNorm: y = (x - mean) * rstd * w + b;  RMSNorm: y = x * rstd * w with
+	 * rstd = 1/sqrt(mean(x^2) + eps) (mean is written as 0 for RMSNorm).  b may be NULL (adds
+	 * nothing; RMSNorm always has none).  x, y [T, h]; w, b [h]; mean, rstd [T] saved for the
+	 * backward.  Statistics accumulate in double.  Writes y, mean, rstd. */
+	void (*norm_fwd)(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+			 const float *x, const float *w, const float *b, int T, int h, float eps);
+	/* Backward: dx[T, h] += d/dx (accumulates, so the residual stream's gradient passes through),
+	 * dw[h] += ..., db[h] += ... (db skipped when NULL). */
+	void (*norm_bwd)(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+			 const float *dy, const float *x, const float *w, const float *mean,
+			 const float *rstd, int T, int h);
+
+	/* ---- rotary position embedding ---- */
+	/* In place on the fused QKV activation qkv[T, ng, r + 2, d] (query-group interleaved as in
+	 * Megatron-Core linear_qkv: per group r query heads, then one key head, then one value head;
+	 * r = heads / query groups, d = kv channels).  Rotates the query and key heads, not values,
+	 * over their first rot_dim (even) channels, non-interleaved ("rotate_half"):
+	 *   inv_freq[k] = 1 / base^(2k / rot_dim) (fp32), theta = pos[t] * inv_freq[k] (fp32),
+	 *   (x1, x2) = (x[k], x[k + rot_dim/2]) -> (x1 cos - x2 sin, x2 cos + x1 sin)  for k < rot_dim/2.
+	 * inverse == true rotates by -theta (the backward: apply to dqkv).  pos [T] int32. */
+	void (*rope)(mgt_backend *be, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
+		     int rot_dim, float base, bool inverse);
+
+	/* ---- causal self-attention (GQA) ---- */
+	/* qkv [T, ng, r + 2, d] as above (after RoPE), T = s*b sequence-first.  Query head n
+	 * (0 <= n < ng*r) of group g = n / r attends with key/value head g:
+	 *   out[t=(i,j), n, :] = sum_{i' <= i} softmax_i'(q.k / scale_div) * v,   scale = 1/sqrt(d)
+	 * written to out [T, ng*r, d].  lse [b, ng*r, s] (written) holds the log-sum-exp of each
+	 * softmax row (flash-attention style: the backward recomputes probabilities, nothing
+	 * O(s^2) is stored).  Attention dropout p applies to the probabilities; element (j, n, i, i')
+	 * uses Philox index ((j*heads_total + head0 + n)*s + i)*s + i', where head0 is the global index
+	 * of local head 0 (tensor parallelism) and heads_total the global head count. */
+	void (*attn_fwd)(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
+			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
+	/* Backward: writes dqkv [T, ng, r + 2, d] from dout [T, ng*r, d], given the forward's qkv,
+	 * out and lse and the same dropout parameters. */
+	void (*attn_bwd)(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
+			 const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
+			 uint64_t key, int head0, int heads_total);
+
+	/* ---- MLP activation with the fc1 bias (Megatron's bias-activation fusion) ---- */
+	/* GELU (erf form): x [T, f], y = gelu(x + b), y [T, f].
+	 * SwiGLU: x [T, 2f] = [gate | up] along each row (first f columns gate, next f up), b [2f],
+	 *   y[t, c] = silu(x[t, c] + b[c]) * (x[t, f + c] + b[f + c]), y [T, f].
+	 * b may be NULL.  Writes y. */
+	void (*bias_act_fwd)(mgt_backend *be, mgt_act_kind act, float *y, const float *x,
+			     const float *b, int T, int f);
+	/* Backward: dx [T, f] or [T, 2f] writes; db accumulates (skipped when NULL). */
+	void (*bias_act_bwd)(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
+			     const float *dy, const float *x, const float *b, int T, int f);
+
+	/* ---- bias-dropout-add (residual) ---- */
+	/* out[T, h] = resid + dropout(y + b), or dropout(y + b) when resid == NULL; b may be NULL.
+	 * Dropout element index = e0 + t*h + c (e0: global index of this piece's first element).
+	 * out may alias resid.  Writes out. */
+	void (*bda_fwd)(mgt_backend *be, float *out, const float *resid, const float *y,
+			const float *b, int T, int h, float p, uint64_t key, uint64_t e0);
+	/* Backward: dy[T, h] = dropout mask * dout (writes; may alias dout), db[h] += sum_t dy[t]
+	 * (skipped when NULL).  The residual's gradient is dout itself. */
+	void (*bda_bwd)(mgt_backend *be, float *dy, float *db, const float *dout, int T, int h,
+			float p, uint64_t key, uint64_t e0);
+
+	/* ---- vocab-parallel softmax cross-entropy (megatron/core/tensor_parallel/cross_entropy.py)
+	 * logits [T, V] hold vocabulary columns [v0, v0 + V) of the padded vocabulary.  The model
+	 * calls: xent_max -> all-reduce(max) over TP -> xent_stats -> all-reduce(sum) of sumexp and
+	 * target over TP -> xent_loss; backward xent_bwd.  Nothing [T, V] is written except by
+	 * xent_bwd, which may overwrite the logits in place. */
+	/* mx[t] = max_c logits[t, c].  Writes mx [T]. */
+	void (*xent_max)(mgt_backend *be, float *mx, const float *logits, int T, int V);
+	/* sumexp[t] = sum_c exp(logits[t,c] - mx[t]);  tgt[t] = logits[t, labels[t] - v0] when
+	 * v0 <= labels[t] < v0 + V, else 0.  Writes sumexp, tgt [T] (sumexp accumulated in double). */
+	void (*xent_stats)(mgt_backend *be, float *sumexp, float *tgt, const float *logits,
+			   const int32_t *labels, const float *mx, int64_t v0, int T, int V);
+	/* loss[t] = log(sumexp[t]) + mx[t] - tgt[t] (writes loss [T]); returns
+	 * sum_t loss[t] * mask[t] in double (mask [T] fp32, 0 or 1). */
+	double (*xent_loss)(mgt_backend *be, float *loss, const float *mx, const float *sumexp,
+			    const float *tgt, const float *mask, int T);
+	/* dlogits[t, c] = (exp(logits[t,c] - mx[t]) / sumexp[t] - [c + v0 == labels[t]])
+	 *                 * mask[t] * scale.   dlogits may alias logits.  Writes. */
+	void (*xent_bwd)(mgt_backend *be, float *dlogits, const float *logits, const int32_t *labels,
+			 const float *mx, const float *sumexp, const float *mask, float scale,
+			 int64_t v0, int T, int V);
+
+	/* ---- optimizer and reductions ---- */
+	/* AdamW on n elements, torch.optim.AdamW's single-tensor arithmetic:
+	 *   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
+	 *   p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
+	 * step counts from 1.  Updates p, m, v in place; g is read only. */
+	void (*adamw)(mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+		      float lr, float b1, float b2, float eps, float wd, int64_t step);
+	/* sum of x[i]^2 in double (deterministic order).  NaN/Inf propagate. */
+	double (*sumsq)(mgt_backend *be, const float *x, size_t n);
+	/* x *= alpha over n elements. */
+	void (*scale)(mgt_backend *be, float *x, size_t n, float alpha);
+	/* y += x over n elements. */
+	void (*add)(mgt_backend *be, float *y, const float *x, size_t n);
+} mgt_backend_ops;
+
+struct mgt_backend {
+	const mgt_backend_ops *ops;
+	int threads; /* CPU threads used by ops and BLAS */
+	void *impl;
+};
+
+/* The CPU reference backend: fp32, OpenBLAS sgemm for linear layers, OpenMP threads for the
+ * rest.  threads <= 0 means all online CPUs.  Returns NULL with MGT_ERR_NOMEM.  Free with
+ * mgt_backend_destroy. */
+mgt_backend *mgt_backend_cpu_create(int threads);
+void mgt_backend_destroy(mgt_backend *be);
+
+#endif
