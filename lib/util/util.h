@@ -75,8 +75,6 @@ mgt_status mgt_file_read(const char *path, char **out, size_t *len);
 /* Human-readable number with thousands separators into buf (at least 32 bytes). */
 const char *mgt_fmt_count(char *buf, uint64_t v);
 
-#endif
-
 /* Counter-based RNG: Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
  * SC'11, section 4.1).  Stateless: the 128-bit output is a pure function of a 64-bit key and a
  * 128-bit counter (ctr_hi, ctr_lo), so any element of any tensor can be drawn in any order, on any
@@ -92,3 +90,5 @@ static inline float mgt_u32_to_unit(uint32_t w) { return (float)(w >> 8) * (1.0f
 float mgt_philox_normal(uint64_t key, uint64_t i);
 /* 64-bit FNV-1a of a string, used to turn a tensor name into a Philox key. */
 uint64_t mgt_hash64(const char *s);
+
+#endif
