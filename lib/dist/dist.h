@@ -19,22 +19,22 @@
 
 #include "util/util.h"
 
-typedef enum { MGT_DT_F32, MGT_DT_F64, MGT_DT_I32, MGT_DT_I64 } mgt_dtype;
+typedef enum { MGT_DT_F32, MGT_DT_F64, MGT_DT_I32, MGT_DT_I64 } mgt_comm_dtype;
 typedef enum { MGT_RED_SUM, MGT_RED_MAX } mgt_redop;
 
-size_t mgt_dtype_size(mgt_dtype dt);
+size_t mgt_comm_dtype_size(mgt_comm_dtype dt);
 
 typedef struct mgt_comm mgt_comm;
 typedef struct mgt_comm_ops {
 	/* In place over n elements. */
-	mgt_status (*allreduce)(mgt_comm *c, void *buf, size_t n, mgt_dtype dt, mgt_redop op);
+	mgt_status (*allreduce)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, mgt_redop op);
 	/* dst [size * n] = concat over ranks of src [n] (rank order). */
-	mgt_status (*allgather)(mgt_comm *c, void *dst, const void *src, size_t n, mgt_dtype dt);
+	mgt_status (*allgather)(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt);
 	/* dst [n] = sum over ranks of src[rank * n : (rank + 1) * n]. */
-	mgt_status (*reduce_scatter)(mgt_comm *c, void *dst, const void *src, size_t n, mgt_dtype dt);
-	mgt_status (*broadcast)(mgt_comm *c, void *buf, size_t n, mgt_dtype dt, int root);
-	mgt_status (*send)(mgt_comm *c, const void *buf, size_t n, mgt_dtype dt, int peer);
-	mgt_status (*recv)(mgt_comm *c, void *buf, size_t n, mgt_dtype dt, int peer);
+	mgt_status (*reduce_scatter)(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt);
+	mgt_status (*broadcast)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int root);
+	mgt_status (*send)(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer);
+	mgt_status (*recv)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer);
 	mgt_status (*barrier)(mgt_comm *c);
 	void (*destroy)(mgt_comm *c);
 } mgt_comm_ops;
@@ -48,7 +48,7 @@ struct mgt_comm {
 };
 
 /* A one-process group: collectives are identities (allgather/reduce_scatter copy), send/recv
- * report MGT_ERR_IO (there is no peer).  host_memcpy: how to copy backend buffers (NULL = memcpy).
+ * report MGT_ERR_IO (there is no peer).  Buffers must be host-addressable (CPU backend).
  * Returns NULL on MGT_ERR_NOMEM. */
 mgt_comm *mgt_comm_single(const char *name);
 void mgt_comm_destroy(mgt_comm *c);

@@ -231,6 +231,22 @@ static void on_signal(int sig)
 	_exit(128 + sig);
 }
 
+static void on_signal_graceful(int sig)
+{
+	if (mgt_interrupted) on_signal(sig);
+	mgt_interrupted = sig;
+}
+
+void mgt_signals_install_graceful(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal_graceful;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
 void mgt_signals_install(void)
 {
 	struct sigaction sa;

@@ -67,6 +67,9 @@ double mgt_now(void);
 /* Set by the SIGINT/SIGTERM handler that mgt_signals_install() installs; long loops poll it. */
 extern volatile int mgt_interrupted;
 void mgt_signals_install(void);
+/* For long jobs that finish their step and save first (mgt-train): the first SIGINT/SIGTERM only
+ * sets mgt_interrupted to the signal number; a second one behaves as mgt_signals_install's. */
+void mgt_signals_install_graceful(void);
 
 /* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL).
  * Errors: MGT_ERR_IO naming the path. Caller frees *out. */

@@ -1,0 +1,92 @@
+/* lib/dist/single.c: the one-process communicator and parallel state. */
+#include "dist.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t mgt_comm_dtype_size(mgt_comm_dtype dt)
+{
+	return dt == MGT_DT_F64 || dt == MGT_DT_I64 ? 8 : 4;
+}
+
+static mgt_status single_allreduce(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, mgt_redop op)
+{
+	return MGT_OK;
+}
+
+static mgt_status single_copy(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt)
+{
+	if (dst != src) memmove(dst, src, n * mgt_comm_dtype_size(dt));
+	return MGT_OK;
+}
+
+static mgt_status single_broadcast(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int root)
+{
+	return MGT_OK;
+}
+
+static mgt_status single_send(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer)
+{
+	return mgt_err(MGT_ERR_IO, "%s group: send to rank %d in a one-process group", c->name, peer);
+}
+
+static mgt_status single_recv(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer)
+{
+	return mgt_err(MGT_ERR_IO, "%s group: receive from rank %d in a one-process group", c->name, peer);
+}
+
+static mgt_status single_barrier(mgt_comm *c)
+{
+	return MGT_OK;
+}
+
+static void single_destroy(mgt_comm *c)
+{
+	free(c);
+}
+
+static const mgt_comm_ops single_ops = {
+	.allreduce = single_allreduce,
+	.allgather = single_copy,
+	.reduce_scatter = single_copy,
+	.broadcast = single_broadcast,
+	.send = single_send,
+	.recv = single_recv,
+	.barrier = single_barrier,
+	.destroy = single_destroy,
+};
+
+mgt_comm *mgt_comm_single(const char *name)
+{
+	mgt_comm *c = mgt_malloc(sizeof *c);
+	if (!c) return NULL;
+	*c = (mgt_comm){ .ops = &single_ops, .name = name, .rank = 0, .size = 1 };
+	return c;
+}
+
+void mgt_comm_destroy(mgt_comm *c)
+{
+	if (c) c->ops->destroy(c);
+}
+
+mgt_status mgt_parallel_init_single(mgt_parallel *ps)
+{
+	*ps = (mgt_parallel){ .world_size = 1, .tp = 1, .pp = 1, .dp = 1, .cp = 1 };
+	mgt_comm **slots[] = { &ps->world, &ps->tp_comm, &ps->pp_comm, &ps->dp_comm, &ps->emb_comm };
+	const char *names[] = { "world", "tensor", "pipeline", "data", "embedding" };
+	for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
+		*slots[i] = mgt_comm_single(names[i]);
+		if (!*slots[i]) {
+			mgt_parallel_free(ps);
+			return MGT_ERR_NOMEM;
+		}
+	}
+	return MGT_OK;
+}
+
+void mgt_parallel_free(mgt_parallel *ps)
+{
+	mgt_comm *cs[] = { ps->world, ps->tp_comm, ps->pp_comm, ps->dp_comm, ps->emb_comm };
+	for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) mgt_comm_destroy(cs[i]);
+	memset(ps, 0, sizeof *ps);
+}

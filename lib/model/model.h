@@ -1,0 +1,160 @@
+/* lib/model: the model configuration, the tensor table and the GPT forward/backward.
+ *
+ * A model is data (DESIGN.md section 3): mgt_model_config plus the tensor table generated from it.
+ * Each row names a parameter with its Megatron-Core name, global shape, tensor-parallel shard rule,
+ * pipeline stage, initializer and weight-decay flag; allocation, initialization, weight decay and
+ * checkpoint I/O all iterate over the table.  Linear weights are [out, in] as in Megatron.
+ *
+ * The forward/backward follows megatron-reference.md section 8 (megatron/core/transformer/
+ * transformer_layer.py, attention.py, mlp.py; models/gpt/gpt_model.py): pre-LN blocks, fused
+ * query-group-interleaved QKV, bias-dropout-add, tied or untied output layer, vocab-parallel
+ * cross-entropy over the padded vocabulary.  All math runs through backend ops (lib/backend) and
+ * every tensor-parallel point calls the communicator (lib/dist), which is the identity for one
+ * process.
+ */
+#ifndef MGT_MODEL_H
+#define MGT_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "dist/dist.h"
+#include "util/util.h"
+
+/* Model shape, under Megatron's argument names (megatron-reference.md section 5.1). */
+typedef struct mgt_model_config {
+	int64_t num_layers, hidden_size, ffn_hidden_size, num_attention_heads, kv_channels;
+	bool group_query_attention;
+	int64_t num_query_groups;
+	int64_t seq_length, max_position_embeddings;
+	char position_embedding_type[24]; /* learned_absolute | rope | none */
+	double rotary_base, rotary_percent;
+	char normalization[16];           /* LayerNorm | RMSNorm */
+	double norm_epsilon;
+	bool swiglu, add_bias_linear, add_qkv_bias, untie_embeddings_and_output_weights;
+	int64_t make_vocab_size_divisible_by;
+	double hidden_dropout, attention_dropout, init_method_std;
+	/* derived by mgt_model_config_finalize */
+	int64_t vocab_size;        /* tokenizer vocabulary (unpadded) */
+	int64_t padded_vocab_size; /* multiple of make_vocab_size_divisible_by * TP */
+} mgt_model_config;
+
+/* Fill derived values (ffn_hidden_size: 4h or, with SwiGLU, int(4h*2/3/64)*64; kv_channels h/heads;
+ * num_query_groups = heads without GQA; padded_vocab_size from vocab_size and tp) and check
+ * consistency: heads divide hidden size (unless kv_channels is given), query groups divide heads,
+ * seq_length <= max_position_embeddings for learned positions, rot_dim even, TP divides heads and
+ * query groups and ffn.  Errors: MGT_ERR_USAGE with a message naming the flags. */
+mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp);
+
+/* ---- the tensor table ---- */
+typedef enum {
+	MGT_SHARD_NONE,   /* replicated over TP */
+	MGT_SHARD_ROW,    /* split along dim 0 across TP (column-parallel weights and biases) */
+	MGT_SHARD_COL,    /* split along dim 1 across TP (row-parallel weights) */
+	MGT_SHARD_VOCAB,  /* vocab-parallel embedding / output layer: dim 0 */
+	MGT_SHARD_ROW_GLU, /* SwiGLU fc1: global cat(gate, up), each half split along dim 0 (section 6.3) */
+} mgt_shard_rule;
+
+typedef enum { MGT_INIT_NORMAL, MGT_INIT_ZERO, MGT_INIT_ONE } mgt_init_kind;
+
+/* Per-layer roles, used by the forward pass to find its tensors without index lists. */
+typedef enum {
+	MGT_T_WORD_EMB, MGT_T_POS_EMB,
+	MGT_T_LN1_W, MGT_T_LN1_B, MGT_T_QKV_W, MGT_T_QKV_B, MGT_T_PROJ_W, MGT_T_PROJ_B,
+	MGT_T_LN2_W, MGT_T_LN2_B, MGT_T_FC1_W, MGT_T_FC1_B, MGT_T_FC2_W, MGT_T_FC2_B,
+	MGT_T_FINAL_LN_W, MGT_T_FINAL_LN_B, MGT_T_OUTPUT_W,
+	MGT_T_NROLES
+} mgt_tensor_role;
+
+typedef struct mgt_tensor {
+	char name[96];             /* Megatron-Core name */
+	mgt_tensor_role role;
+	int layer;                 /* global layer index, -1 outside the decoder stack */
+	int ndim;
+	int64_t shape[2];          /* global */
+	int64_t local_shape[2];    /* this rank's piece */
+	int64_t local_offset[2];   /* its offset in the global tensor */
+	mgt_shard_rule shard;
+	int pp_stage;              /* owning pipeline stage */
+	mgt_init_kind init;
+	double init_std;           /* MGT_INIT_NORMAL */
+	bool weight_decay;         /* false for biases and 1-D tensors */
+	size_t offset;             /* element offset in the flat local parameter buffer */
+	size_t numel;              /* local elements */
+} mgt_tensor;
+
+typedef struct mgt_tensor_table {
+	mgt_tensor *t;
+	int n;
+	size_t numel;              /* local parameters on this rank */
+	int64_t global_numel;      /* all parameters of the model */
+} mgt_tensor_table;
+
+/* Build the table for config c on tensor-parallel rank tp_rank of tp, pipeline stage pp_rank of
+ * pp (this rank owns the tensors of its stage; the table lists only those).  Errors:
+ * MGT_ERR_NOMEM.  Free with mgt_tensor_table_free. */
+mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *c, int tp,
+				  int tp_rank, int pp, int pp_rank);
+void mgt_tensor_table_free(mgt_tensor_table *tt);
+/* The row with this name, or NULL. */
+const mgt_tensor *mgt_tensor_table_find(const mgt_tensor_table *tt, const char *name);
+
+/* Initialize host buffer params [tt->numel] layout-independently: element e of the GLOBAL
+ * tensor is mgt_philox_normal(mgt_hash64(name) ^ seed-derived key, e) * std, so any TP/PP split
+ * draws the same values (DESIGN.md section 3).  Megatron's init: N(0, init_method_std), with
+ * linear_proj and linear_fc2 weights N(0, std / sqrt(2 * num_layers)); biases 0; norm weights 1. */
+void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t seed);
+
+/* ---- the model ---- */
+typedef struct mgt_model mgt_model;
+
+/* One micro-batch, sequence-first host arrays of T = s*b elements (token t = i*b + j for
+ * position i of sequence j): tokens, labels, position_ids int32; loss_mask fp32 0/1. */
+typedef struct mgt_microbatch {
+	const int32_t *tokens, *labels, *position_ids;
+	const float *loss_mask;
+} mgt_microbatch;
+
+/* Create a model for config c (finalized) running micro-batches of mbs sequences on backend be
+ * with parallel state ps.  Allocates parameters, gradients and activation buffers on the backend
+ * (sizes reported by mgt_model_memory).  Parameters are left zero: call mgt_model_init_params or
+ * load them.  Errors: MGT_ERR_NOMEM, MGT_ERR_USAGE (a layout the model cannot run yet). */
+mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, int mbs, mgt_backend *be,
+			    const mgt_parallel *ps);
+void mgt_model_free(mgt_model *m);
+
+const mgt_tensor_table *mgt_model_tensors(const mgt_model *m);
+/* Flat backend buffers [tensors->numel] (param, grad). */
+float *mgt_model_params(mgt_model *m);
+float *mgt_model_grads(mgt_model *m);
+
+/* Initialize parameters with mgt_tensor_table_init and upload them.  Errors: MGT_ERR_NOMEM, IO. */
+mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed);
+
+/* Bytes the model allocates, by role. */
+typedef struct { size_t params, grads, activations, workspace; } mgt_model_mem;
+mgt_model_mem mgt_model_memory(const mgt_model *m);
+
+/* Dropout keys: mix (seed, iteration, micro-batch index) so every micro-batch of every iteration
+ * draws its own masks, identically on every layout. */
+void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, int64_t microbatch);
+
+/* Forward of one micro-batch; with grad_scale != 0 also the backward, accumulating into the
+ * gradients the gradient of grad_scale * sum_t loss[t] * mask[t] (Megatron passes
+ * 1 / (num_tokens * num_microbatches)).  train == false disables dropout (evaluation).
+ * *loss_sum = sum_t loss[t] * mask[t] (double).  Errors: MGT_ERR_IO (backend or communicator).
+ * When logits_out / loss_out are non-NULL they receive (host, sequence-first) the logits
+ * [T, padded_vocab/tp] and the per-token losses [T] before the backward (debug dumps). */
+mgt_status mgt_model_step(mgt_model *m, const mgt_microbatch *mb, bool train, float grad_scale,
+			  double *loss_sum, float *logits_out, float *loss_out);
+
+/* Seconds spent in the forward and in the backward of the last mgt_model_step. */
+void mgt_model_last_times(const mgt_model *m, double *fwd_s, double *bwd_s);
+
+/* Model FLOPs of one global batch of gbs sequences, Megatron's formula
+ * (megatron/training/training.py num_floating_point_operations; megatron-reference.md 4.1):
+ * causal-halved attention, fwd + bwd = 3x forward, GEMMs only. */
+double mgt_model_flops(const mgt_model_config *c, int64_t gbs);
+
+#endif

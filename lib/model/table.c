@@ -1,0 +1,249 @@
+/* lib/model/table.c: model configuration checks and the tensor table. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mgt_status cfg_err(const char *fmt, int64_t a, int64_t b)
+{
+	return mgt_err(MGT_ERR_USAGE, fmt, (long long)a, (long long)b);
+}
+
+static mgt_status config_derive(mgt_model_config *c, int tp)
+{
+	if (c->num_layers <= 0 || c->hidden_size <= 0 || c->num_attention_heads <= 0)
+		return mgt_err(MGT_ERR_USAGE, "--num-layers, --hidden-size and --num-attention-heads "
+			       "must be given (a --model preset or flags) and positive");
+	if (!c->kv_channels) {
+		if (c->hidden_size % c->num_attention_heads)
+			return cfg_err("--num-attention-heads %lld does not divide --hidden-size %lld",
+				       c->num_attention_heads, c->hidden_size);
+		c->kv_channels = c->hidden_size / c->num_attention_heads;
+	}
+	if (!c->ffn_hidden_size)
+		c->ffn_hidden_size = c->swiglu ? (int64_t)((4.0 * c->hidden_size * 2 / 3) / 64) * 64
+					       : 4 * c->hidden_size;
+	if (!c->group_query_attention) c->num_query_groups = c->num_attention_heads;
+	if (c->num_query_groups <= 0 || c->num_attention_heads % c->num_query_groups)
+		return cfg_err("--num-query-groups %lld does not divide --num-attention-heads %lld",
+			       c->num_query_groups, c->num_attention_heads);
+	int64_t div = c->make_vocab_size_divisible_by * tp;
+	if (div <= 0)
+		return mgt_err(MGT_ERR_USAGE, "--make-vocab-size-divisible-by %lld must be positive",
+			       (long long)c->make_vocab_size_divisible_by);
+	c->padded_vocab_size = (c->vocab_size + div - 1) / div * div;
+	return MGT_OK;
+}
+
+static mgt_status config_check(const mgt_model_config *c, int tp)
+{
+	bool learned = !strcmp(c->position_embedding_type, "learned_absolute");
+	bool rope = !strcmp(c->position_embedding_type, "rope");
+	if (!learned && !rope && strcmp(c->position_embedding_type, "none"))
+		return mgt_err(MGT_ERR_USAGE, "--position-embedding-type %s: expected learned_absolute, "
+			       "rope or none", c->position_embedding_type);
+	if (strcmp(c->normalization, "LayerNorm") && strcmp(c->normalization, "RMSNorm"))
+		return mgt_err(MGT_ERR_USAGE, "--normalization %s: expected LayerNorm or RMSNorm",
+			       c->normalization);
+	if (c->seq_length <= 0) return mgt_err(MGT_ERR_USAGE, "--seq-length must be given and positive");
+	if (!c->max_position_embeddings && !learned) ((mgt_model_config *)c)->max_position_embeddings = c->seq_length;
+	if (c->seq_length > c->max_position_embeddings)
+		return cfg_err("--seq-length %lld is longer than --max-position-embeddings %lld",
+			       c->seq_length, c->max_position_embeddings);
+	int rot = (int)(c->kv_channels * c->rotary_percent);
+	if (rope && (rot <= 0 || rot % 2 || rot > c->kv_channels))
+		return cfg_err("rotary dimension %lld (kv channels x --rotary-percent) must be even and "
+			       "in 2..%lld", rot, c->kv_channels);
+	if (c->vocab_size <= 0)
+		return mgt_err(MGT_ERR_USAGE, "vocabulary size %lld must be positive", (long long)c->vocab_size);
+	if (c->num_attention_heads % tp || c->num_query_groups % tp)
+		return cfg_err("--tensor-model-parallel-size %lld must divide the attention heads and query "
+			       "groups (%lld)", tp, c->num_query_groups);
+	if (c->ffn_hidden_size % tp)
+		return cfg_err("--tensor-model-parallel-size %lld must divide --ffn-hidden-size %lld", tp,
+			       c->ffn_hidden_size);
+	if (c->hidden_dropout < 0 || c->hidden_dropout >= 1 || c->attention_dropout < 0 ||
+	    c->attention_dropout >= 1)
+		return mgt_err(MGT_ERR_USAGE, "--hidden-dropout and --attention-dropout must be in [0, 1)");
+	return MGT_OK;
+}
+
+mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
+{
+	mgt_status st = config_derive(c, tp);
+	return st ? st : config_check(c, tp);
+}
+
+/* ---- the table ---- */
+
+typedef struct {
+	mgt_tensor_table *tt;
+	const mgt_model_config *c;
+	int tp, tp_rank, pp, pp_rank, cap;
+	mgt_status st;
+} builder;
+
+static void add(builder *bd, int layer, mgt_tensor_role role, const char *suffix, int64_t rows,
+		int64_t cols, mgt_shard_rule shard, mgt_init_kind init, double std)
+{
+	mgt_tensor_table *tt = bd->tt;
+	if (bd->st) return;
+	if (tt->n == bd->cap) {
+		bd->cap = bd->cap ? 2 * bd->cap : 64;
+		mgt_tensor *p = mgt_realloc(tt->t, (size_t)bd->cap * sizeof *p);
+		if (!p) { bd->st = MGT_ERR_NOMEM; return; }
+		tt->t = p;
+	}
+	mgt_tensor *t = &tt->t[tt->n];
+	memset(t, 0, sizeof *t);
+	if (layer >= 0) snprintf(t->name, sizeof t->name, "decoder.layers.%d.%s", layer, suffix);
+	else snprintf(t->name, sizeof t->name, "%s", suffix);
+	t->role = role;
+	t->layer = layer;
+	t->ndim = cols ? 2 : 1;
+	t->shape[0] = rows;
+	t->shape[1] = cols;
+	t->shard = shard;
+	t->init = init;
+	t->init_std = std;
+	t->weight_decay = t->ndim == 2; /* Megatron: no decay for biases and 1-D params */
+	int64_t lr = rows, lc = cols;
+	if (shard == MGT_SHARD_ROW || shard == MGT_SHARD_VOCAB || shard == MGT_SHARD_ROW_GLU) {
+		lr = rows / bd->tp;
+		t->local_offset[0] = lr * bd->tp_rank; /* ROW_GLU: offset of the gate half's piece */
+	} else if (shard == MGT_SHARD_COL) {
+		lc = cols / bd->tp;
+		t->local_offset[1] = lc * bd->tp_rank;
+	}
+	t->local_shape[0] = lr;
+	t->local_shape[1] = lc;
+	t->numel = (size_t)lr * (size_t)(cols ? lc : 1);
+	t->offset = tt->numel;
+	tt->numel += t->numel;
+	tt->global_numel += rows * (cols ? cols : 1);
+	tt->n++;
+}
+
+static int stage_of_layer(const builder *bd, int layer)
+{
+	return (int)(layer * bd->pp / bd->c->num_layers);
+}
+
+static void add_norm(builder *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
+{
+	const mgt_model_config *c = bd->c;
+	add(bd, layer, w, name_w, c->hidden_size, 0, MGT_SHARD_NONE, MGT_INIT_ONE, 0);
+	if (!strcmp(c->normalization, "LayerNorm"))
+		add(bd, layer, w + 1, name_b, c->hidden_size, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+}
+
+static void add_layer(builder *bd, int i)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, d = c->kv_channels, nq = c->num_attention_heads;
+	int64_t qkv = (nq + 2 * c->num_query_groups) * d, ffn = c->ffn_hidden_size;
+	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
+	bool bias = c->add_bias_linear;
+	add_norm(bd, i, MGT_T_LN1_W, "self_attention.linear_qkv.layer_norm_weight",
+		 "self_attention.linear_qkv.layer_norm_bias");
+	add(bd, i, MGT_T_QKV_W, "self_attention.linear_qkv.weight", qkv, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
+	if (bias || c->add_qkv_bias)
+		add(bd, i, MGT_T_QKV_B, "self_attention.linear_qkv.bias", qkv, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
+	add(bd, i, MGT_T_PROJ_W, "self_attention.linear_proj.weight", h, nq * d, MGT_SHARD_COL,
+	    MGT_INIT_NORMAL, out_std);
+	if (bias) add(bd, i, MGT_T_PROJ_B, "self_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	add_norm(bd, i, MGT_T_LN2_W, "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias");
+	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
+	int64_t fc1_rows = c->swiglu ? 2 * ffn : ffn;
+	add(bd, i, MGT_T_FC1_W, "mlp.linear_fc1.weight", fc1_rows, h, fc1, MGT_INIT_NORMAL, std);
+	if (bias) add(bd, i, MGT_T_FC1_B, "mlp.linear_fc1.bias", fc1_rows, 0, fc1, MGT_INIT_ZERO, 0);
+	add(bd, i, MGT_T_FC2_W, "mlp.linear_fc2.weight", h, ffn, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
+	if (bias) add(bd, i, MGT_T_FC2_B, "mlp.linear_fc2.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+}
+
+mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *c, int tp,
+				  int tp_rank, int pp, int pp_rank)
+{
+	memset(tt, 0, sizeof *tt);
+	builder bd = { .tt = tt, .c = c, .tp = tp, .tp_rank = tp_rank, .pp = pp, .pp_rank = pp_rank };
+	int64_t h = c->hidden_size, V = c->padded_vocab_size;
+	double std = c->init_method_std;
+	bool first = pp_rank == 0, last = pp_rank == pp - 1;
+	if (first || (last && !c->untie_embeddings_and_output_weights))
+		add(&bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB,
+		    MGT_INIT_NORMAL, std);
+	if (first && !strcmp(c->position_embedding_type, "learned_absolute"))
+		add(&bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight",
+		    c->max_position_embeddings, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	for (int i = 0; i < c->num_layers; i++)
+		if (stage_of_layer(&bd, i) == pp_rank) add_layer(&bd, i);
+	if (last) {
+		add_norm(&bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight",
+			 "decoder.final_layernorm.bias");
+		if (c->untie_embeddings_and_output_weights)
+			add(&bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB,
+			    MGT_INIT_NORMAL, std);
+	}
+	for (int i = 0; i < tt->n; i++)
+		tt->t[i].pp_stage = tt->t[i].layer >= 0 ? stage_of_layer(&bd, tt->t[i].layer) : pp_rank;
+	if (bd.st) mgt_tensor_table_free(tt);
+	return bd.st;
+}
+
+void mgt_tensor_table_free(mgt_tensor_table *tt)
+{
+	free(tt->t);
+	memset(tt, 0, sizeof *tt);
+}
+
+const mgt_tensor *mgt_tensor_table_find(const mgt_tensor_table *tt, const char *name)
+{
+	for (int i = 0; i < tt->n; i++)
+		if (!strcmp(tt->t[i].name, name)) return &tt->t[i];
+	return NULL;
+}
+
+/* Global row of local row r: ROW_GLU keeps [gate_r; up_r] locally (section 6.3). */
+static int64_t global_row(const mgt_tensor *t, int64_t r)
+{
+	if (t->shard != MGT_SHARD_ROW_GLU) return t->local_offset[0] + r;
+	int64_t half = t->local_shape[0] / 2, ghalf = t->shape[0] / 2;
+	int64_t off = t->local_offset[0] / 2; /* per-half offset */
+	return r < half ? off + r : ghalf + off + (r - half);
+}
+
+void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t seed)
+{
+	uint64_t skey = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
+	for (int i = 0; i < tt->n; i++) {
+		const mgt_tensor *t = &tt->t[i];
+		float *p = params + t->offset;
+		int64_t cols = t->ndim == 2 ? t->local_shape[1] : 1, gcols = t->ndim == 2 ? t->shape[1] : 1;
+		uint64_t key = mgt_hash64(t->name) ^ skey;
+		for (int64_t r = 0; r < t->local_shape[0]; r++) {
+			int64_t gr = global_row(t, r);
+			for (int64_t k = 0; k < cols; k++) {
+				float v = t->init == MGT_INIT_ONE ? 1.0f : 0.0f;
+				if (t->init == MGT_INIT_NORMAL) {
+					uint64_t e = (uint64_t)(gr * gcols + t->local_offset[1] + k);
+					v = (float)(mgt_philox_normal(key, e) * t->init_std);
+				}
+				p[r * cols + k] = v;
+			}
+		}
+	}
+}
+
+double mgt_model_flops(const mgt_model_config *c, int64_t gbs)
+{
+	double h = (double)c->hidden_size, s = (double)c->seq_length, L = (double)c->num_layers;
+	double kv = (double)c->kv_channels, nq = (double)c->num_attention_heads;
+	double ng = (double)c->num_query_groups, E = c->swiglu ? 3 : 2, ffn = (double)c->ffn_hidden_size;
+	double q = kv * nq, k = kv * ng;
+	double attn_lin = 6 * (h * (q + 2 * k) + q * h), attn_core = 6 * q;
+	double mlp = 6 * h * ffn * E * L, logit = 6 * h * (double)c->padded_vocab_size;
+	double tokens = (double)gbs * s;
+	return tokens * (mlp + attn_lin * L + logit) + (double)gbs * s * s * attn_core * L;
+}

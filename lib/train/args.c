@@ -1,0 +1,373 @@
+/* lib/train/args.c: the one table of training arguments (flags, JSON keys, defaults, help). */
+#include "train.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Kinds: I int64, F double, S owned string (NULL = None), A char array (model enums),
+ * B bool set true by the flag, N bool set false by the flag (JSON key = dest, default true),
+ * H a heading in --help. */
+#define MGT_ARGS(X) \
+	X(H, model_shape, _, "", "", "model shape (megatron-reference section 5.1)") \
+	X(S, model, model_name, "model", "", "preset name (share/mgt/models) or JSON file") \
+	X(I, num_layers, model.num_layers, "num-layers", "0", "transformer layers") \
+	X(I, hidden_size, model.hidden_size, "hidden-size", "0", "hidden size h") \
+	X(I, ffn_hidden_size, model.ffn_hidden_size, "ffn-hidden-size", "0", "MLP size (default 4h; SwiGLU int(8h/3/64)*64)") \
+	X(I, num_attention_heads, model.num_attention_heads, "num-attention-heads", "0", "attention heads") \
+	X(I, kv_channels, model.kv_channels, "kv-channels", "0", "head dimension (default h/heads)") \
+	X(B, group_query_attention, model.group_query_attention, "group-query-attention", "false", "use --num-query-groups") \
+	X(I, num_query_groups, model.num_query_groups, "num-query-groups", "1", "key/value heads with GQA") \
+	X(I, seq_length, model.seq_length, "seq-length", "0", "sequence length") \
+	X(I, max_position_embeddings, model.max_position_embeddings, "max-position-embeddings", "0", "position table size (>= seq length)") \
+	X(A, position_embedding_type, model.position_embedding_type, "position-embedding-type", "learned_absolute", "learned_absolute, rope or none") \
+	X(F, rotary_base, model.rotary_base, "rotary-base", "10000", "RoPE base") \
+	X(F, rotary_percent, model.rotary_percent, "rotary-percent", "1.0", "fraction of head channels rotated") \
+	X(A, normalization, model.normalization, "normalization", "LayerNorm", "LayerNorm or RMSNorm") \
+	X(F, norm_epsilon, model.norm_epsilon, "norm-epsilon", "1e-5", "norm epsilon") \
+	X(B, swiglu, model.swiglu, "swiglu", "false", "SwiGLU MLP") \
+	X(N, add_bias_linear, model.add_bias_linear, "disable-bias-linear", "true", "no biases in linear layers") \
+	X(B, add_qkv_bias, model.add_qkv_bias, "add-qkv-bias", "false", "QKV bias even without linear biases (Qwen2)") \
+	X(B, untie_embeddings_and_output_weights, model.untie_embeddings_and_output_weights, "untie-embeddings-and-output-weights", "false", "separate output layer") \
+	X(I, make_vocab_size_divisible_by, model.make_vocab_size_divisible_by, "make-vocab-size-divisible-by", "128", "vocabulary padding multiple") \
+	X(F, hidden_dropout, model.hidden_dropout, "hidden-dropout", "0.1", "dropout on hidden states") \
+	X(F, attention_dropout, model.attention_dropout, "attention-dropout", "0.1", "dropout on attention probabilities") \
+	X(F, init_method_std, model.init_method_std, "init-method-std", "0.02", "N(0, std) initialization") \
+	X(H, tokenizer, _, "", "", "tokenizer (as mgt-preprocess)") \
+	X(S, tokenizer_type, tokenizer_type, "tokenizer-type", "", "GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, NullTokenizer") \
+	X(S, vocab_file, vocab_file, "vocab-file", "", "vocabulary file") \
+	X(S, merge_file, merge_file, "merge-file", "", "BPE merges file") \
+	X(S, tokenizer_model, tokenizer_model, "tokenizer-model", "", "tokenizer model file or directory") \
+	X(S, tiktoken_pattern, tiktoken_pattern, "tiktoken-pattern", "", "TikTokenizer pattern") \
+	X(I, tiktoken_num_special_tokens, tiktoken_num_special_tokens, "tiktoken-num-special-tokens", "1000", "TikTokenizer special tokens") \
+	X(I, vocab_size, vocab_size, "vocab-size", "0", "NullTokenizer / mock-data vocabulary") \
+	X(I, null_tokenizer_eod_id, null_tokenizer_eod_id, "null-tokenizer-eod-id", "-1", "NullTokenizer eod (-1: vocab size - 1)") \
+	X(H, data, _, "", "", "data") \
+	X(S, data_path, data_path, "data-path", "", "[WEIGHT] PREFIX ... (Megatron blend)") \
+	X(S, split, split, "split", "", "train,valid,test weights, e.g. 969,30,1") \
+	X(S, data_cache_path, data_cache_path, "data-cache-path", "", "where index caches go") \
+	X(B, mock_data, mock_data, "mock-data", "false", "synthetic data (benchmarks)") \
+	X(B, eod_mask_loss, eod_mask_loss, "eod-mask-loss", "false", "no loss on end-of-document labels") \
+	X(B, reset_position_ids, reset_position_ids, "reset-position-ids", "false", "restart positions after each eod") \
+	X(H, batch, _, "", "", "batch and run length") \
+	X(I, micro_batch_size, micro_batch_size, "micro-batch-size", "0", "sequences per micro-batch") \
+	X(I, global_batch_size, global_batch_size, "global-batch-size", "0", "sequences per iteration (default micro x data-parallel)") \
+	X(I, train_iters, train_iters, "train-iters", "0", "iterations to train") \
+	X(I, train_samples, train_samples, "train-samples", "0", "or samples to train") \
+	X(I, exit_interval, exit_interval, "exit-interval", "0", "exit (after saving) at a multiple of this iteration") \
+	X(H, optimizer, _, "", "", "optimizer and learning rate (AdamW)") \
+	X(F, lr, lr, "lr", "0", "peak learning rate") \
+	X(F, min_lr, min_lr, "min-lr", "0", "final learning rate") \
+	X(F, lr_warmup_init, lr_warmup_init, "lr-warmup-init", "0", "learning rate at warmup start") \
+	X(F, lr_warmup_fraction, lr_warmup_fraction, "lr-warmup-fraction", "-1", "warmup as a fraction of decay (-1: unset)") \
+	X(I, lr_warmup_iters, lr_warmup_iters, "lr-warmup-iters", "0", "warmup iterations") \
+	X(I, lr_warmup_samples, lr_warmup_samples, "lr-warmup-samples", "0", "warmup samples") \
+	X(S, lr_decay_style, lr_decay_style, "lr-decay-style", "linear", "constant linear cosine inverse-square-root WSD") \
+	X(I, lr_decay_iters, lr_decay_iters, "lr-decay-iters", "0", "decay iterations (default train iters)") \
+	X(I, lr_decay_samples, lr_decay_samples, "lr-decay-samples", "0", "decay samples") \
+	X(S, lr_wsd_decay_style, lr_wsd_decay_style, "lr-wsd-decay-style", "exponential", "WSD anneal: exponential linear cosine minus_sqrt") \
+	X(I, lr_wsd_decay_iters, lr_wsd_decay_iters, "lr-wsd-decay-iters", "0", "WSD anneal iterations") \
+	X(F, weight_decay, weight_decay, "weight-decay", "0.01", "decoupled weight decay") \
+	X(F, adam_beta1, adam_beta1, "adam-beta1", "0.9", "Adam beta1") \
+	X(F, adam_beta2, adam_beta2, "adam-beta2", "0.999", "Adam beta2") \
+	X(F, adam_eps, adam_eps, "adam-eps", "1e-8", "Adam epsilon") \
+	X(F, clip_grad, clip_grad, "clip-grad", "1.0", "clip gradients to this global L2 norm (0: off)") \
+	X(H, eval, _, "", "", "evaluation, logging, checkpoints") \
+	X(I, eval_interval, eval_interval, "eval-interval", "0", "validate every N iterations (0: never)") \
+	X(I, eval_iters, eval_iters, "eval-iters", "100", "iterations per validation") \
+	X(I, log_interval, log_interval, "log-interval", "100", "iterations between log lines") \
+	X(B, log_throughput, log_throughput, "log-throughput", "false", "TFLOP/s in the log line") \
+	X(I, seed, seed, "seed", "1234", "random seed (data order, init, dropout)") \
+	X(S, save, save, "save", "", "checkpoint directory to write") \
+	X(S, load, load, "load", "", "checkpoint directory to resume from") \
+	X(I, save_interval, save_interval, "save-interval", "0", "save every N iterations") \
+	X(B, no_save_optim, no_save_optim, "no-save-optim", "false", "save weights only") \
+	X(B, no_load_optim, no_load_optim, "no-load-optim", "false", "do not load optimizer state") \
+	X(B, finetune, finetune, "finetune", "false", "load weights only, start at iteration 0") \
+	X(H, parallel, _, "", "", "parallelism and machine") \
+	X(I, tensor_model_parallel_size, tensor_model_parallel_size, "tensor-model-parallel-size", "1", "tensor parallel size") \
+	X(I, pipeline_model_parallel_size, pipeline_model_parallel_size, "pipeline-model-parallel-size", "1", "pipeline parallel size") \
+	X(I, threads, threads, "threads", "0", "CPU threads (0: all)") \
+	X(F, peak_tflops, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU (0: not reported)") \
+	X(S, metrics_file, metrics_file, "metrics-file", "", "JSONL metrics, one object per iteration") \
+	X(S, debug_dump, debug_dump, "debug-dump", "", "HDF5 file: initial params, iteration-1 grads, batches")
+
+typedef struct {
+	char kind;
+	const char *dest, *flag, *def, *help;
+	size_t off, size;
+} arg_desc;
+
+#define ARG_ROW(k, dest, path, flag, def, help) \
+	{ #k[0], #dest, flag, def, help, offsetof(mgt_args, path), sizeof(((mgt_args *)0)->path) },
+#define _ model
+static const arg_desc args_table[] = { MGT_ARGS(ARG_ROW) };
+#undef _
+#define N_ARGS (sizeof args_table / sizeof *args_table)
+
+static const arg_desc *find_arg(const char *key)
+{
+	for (size_t i = 0; i < N_ARGS; i++) {
+		const arg_desc *d = &args_table[i];
+		if (d->kind == 'H') continue;
+		if (!strcmp(key, d->dest) || !strcmp(key, d->flag)) return d;
+		/* accept the dest spelled with dashes too */
+		size_t n = strlen(d->dest);
+		if (strlen(key) == n) {
+			size_t j = 0;
+			while (j < n && (key[j] == d->dest[j] || (key[j] == '-' && d->dest[j] == '_'))) j++;
+			if (j == n) return d;
+		}
+	}
+	return NULL;
+}
+
+static mgt_status bad_value(const arg_desc *d, const char *v, const char *want)
+{
+	return mgt_err(MGT_ERR_USAGE, "--%s %s: expected %s", d->flag, v, want);
+}
+
+static mgt_status set_value(mgt_args *a, const arg_desc *d, const char *v)
+{
+	char *p = (char *)a + d->off, *end;
+	errno = 0;
+	switch (d->kind) {
+	case 'I': {
+		long long x = strtoll(v, &end, 10);
+		if (!*v || *end || errno) return bad_value(d, v, "an integer");
+		*(int64_t *)p = x;
+		return MGT_OK;
+	}
+	case 'F': {
+		double x = strtod(v, &end);
+		if (!*v || *end || errno) return bad_value(d, v, "a number");
+		*(double *)p = x;
+		return MGT_OK;
+	}
+	case 'A':
+		if (strlen(v) >= d->size) return bad_value(d, v, "a shorter name");
+		strcpy(p, v);
+		return MGT_OK;
+	case 'S': {
+		char *s = *v ? mgt_strdup(v) : NULL;
+		if (*v && !s) return MGT_ERR_NOMEM;
+		free(*(char **)p);
+		*(char **)p = s;
+		return MGT_OK;
+	}
+	default: /* B, N: the dest's truth value */
+		if (strcmp(v, "true") && strcmp(v, "false")) return bad_value(d, v, "true or false");
+		*(bool *)p = !strcmp(v, "true");
+		return MGT_OK;
+	}
+}
+
+mgt_status mgt_args_init(mgt_args *a)
+{
+	memset(a, 0, sizeof *a);
+	for (size_t i = 0; i < N_ARGS; i++) {
+		if (args_table[i].kind == 'H') continue;
+		mgt_status st = set_value(a, &args_table[i], args_table[i].def);
+		if (st) return st;
+	}
+	return MGT_OK;
+}
+
+void mgt_args_free(mgt_args *a)
+{
+	for (size_t i = 0; i < N_ARGS; i++)
+		if (args_table[i].kind == 'S') free(*(char **)((char *)a + args_table[i].off));
+	memset(a, 0, sizeof *a);
+}
+
+mgt_status mgt_args_set(mgt_args *a, const char *key, const char *value)
+{
+	const arg_desc *d = find_arg(key);
+	if (!d) return mgt_err(MGT_ERR_USAGE, "unknown argument '%s'", key);
+	return set_value(a, d, value);
+}
+
+/* JSON value to the text form set_value takes. */
+static mgt_status json_text(const arg_desc *d, json_t *v, char *buf, size_t n, const char *what)
+{
+	if (json_is_string(v) && (d->kind == 'S' || d->kind == 'A')) snprintf(buf, n, "%s", json_string_value(v));
+	else if (json_is_null(v) && d->kind == 'S') buf[0] = 0;
+	else if (json_is_integer(v) && (d->kind == 'I' || d->kind == 'F'))
+		snprintf(buf, n, "%lld", (long long)json_integer_value(v));
+	else if (json_is_real(v) && d->kind == 'F') snprintf(buf, n, "%.17g", json_real_value(v));
+	else if (json_is_boolean(v) && (d->kind == 'B' || d->kind == 'N'))
+		snprintf(buf, n, "%s", json_is_true(v) ? "true" : "false");
+	else
+		return mgt_err(MGT_ERR_INPUT, "%s: %s: expected %s", what, d->dest,
+			       d->kind == 'I' ? "an integer" : d->kind == 'F' ? "a number" :
+			       d->kind == 'B' || d->kind == 'N' ? "true or false" : "a string");
+	return MGT_OK;
+}
+
+mgt_status mgt_args_merge_json(mgt_args *a, const void *obj, const char *what)
+{
+	json_t *o = (json_t *)obj;
+	if (!json_is_object(o)) return mgt_err(MGT_ERR_INPUT, "%s: expected a JSON object", what);
+	const char *key;
+	json_t *v;
+	json_object_foreach(o, key, v) {
+		if (key[0] == '_') continue;
+		const arg_desc *d = find_arg(key);
+		if (!d) return mgt_err(MGT_ERR_INPUT, "%s: unknown argument '%s'", what, key);
+		char buf[4096];
+		mgt_status st = json_text(d, v, buf, sizeof buf, what);
+		if (!st) st = set_value(a, d, buf);
+		if (st) return st == MGT_ERR_USAGE ? mgt_err_ctx(MGT_ERR_INPUT, "%s", what) : st;
+	}
+	return MGT_OK;
+}
+
+mgt_status mgt_args_load_json(mgt_args *a, const char *path)
+{
+	json_error_t e;
+	json_t *o = json_load_file(path, 0, &e);
+	if (!o) return mgt_err(MGT_ERR_INPUT, "%s:%d: %s", path, e.line, e.text);
+	mgt_status st = mgt_args_merge_json(a, o, path);
+	json_decref(o);
+	return st;
+}
+
+/* share/mgt/models/NAME.json next to the executable (bin/../share), or NAME as a path. */
+static mgt_status preset_path(const char *name, char *out, size_t n)
+{
+	if (strchr(name, '/') || strstr(name, ".json")) {
+		snprintf(out, n, "%s", name);
+		return MGT_OK;
+	}
+	const char *env = getenv("MGT_SHARE");
+	char exe[PATH_MAX];
+	ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	exe[k > 0 ? k : 0] = 0;
+	char *slash = strrchr(exe, '/');
+	if (slash) *slash = 0;
+	if (env) snprintf(out, n, "%s/models/%s.json", env, name);
+	if (env && !access(out, R_OK)) return MGT_OK;
+	snprintf(out, n, "%s/../share/mgt/models/%s.json", exe, name);
+	if (!access(out, R_OK)) return MGT_OK;
+	return mgt_err(MGT_ERR_USAGE, "--model %s: no such preset (looked in %s/../share/mgt/models)",
+		       name, exe);
+}
+
+static mgt_status parse_flag(mgt_args *a, int argc, char **argv, int *i)
+{
+	char *arg = argv[*i], name[128], *eq = strchr(arg, '=');
+	size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
+	if (n >= sizeof name) return mgt_err(MGT_ERR_USAGE, "unknown flag '%s'", arg);
+	memcpy(name, arg + 2, n);
+	name[n] = 0;
+	const arg_desc *d = find_arg(name);
+	if (!d || strcmp(name, d->flag)) return mgt_err(MGT_ERR_USAGE, "unknown flag '--%s'", name);
+	if (d->kind == 'B' || d->kind == 'N') {
+		if (eq) return mgt_err(MGT_ERR_USAGE, "--%s takes no value", name);
+		return set_value(a, d, d->kind == 'B' ? "true" : "false");
+	}
+	if (eq) return set_value(a, d, eq + 1);
+	if (*i + 1 >= argc) return mgt_err(MGT_ERR_USAGE, "--%s needs a value", name);
+	if (strcmp(d->dest, "data_path")) return set_value(a, d, argv[++*i]);
+	mgt_buf b = { 0 };
+	while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) {
+		const char *w = argv[++*i];
+		if ((b.n && mgt_buf_add(&b, " ", 1)) || mgt_buf_add(&b, w, strlen(w) + 1)) return MGT_ERR_NOMEM;
+		b.n--; /* keep the NUL out of the length */
+	}
+	mgt_status st = b.n ? set_value(a, d, b.p) : mgt_err(MGT_ERR_USAGE, "--data-path needs a value");
+	free(b.p);
+	return st;
+}
+
+mgt_status mgt_args_parse_argv(mgt_args *a, int argc, char **argv)
+{
+	for (int i = 1; i + 1 < argc; i++) /* the preset first, so that flags override it */
+		if (!strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8)) {
+			const char *name = argv[i][7] == '=' ? argv[i] + 8 : argv[i + 1];
+			char path[PATH_MAX + 64];
+			mgt_status st = preset_path(name, path, sizeof path);
+			if (!st) st = mgt_args_load_json(a, path);
+			if (st) return st;
+		}
+	for (int i = 1; i < argc; i++) {
+		if (strncmp(argv[i], "--", 2))
+			return mgt_err(MGT_ERR_USAGE, "unexpected argument '%s'", argv[i]);
+		mgt_status st = parse_flag(a, argc, argv, &i);
+		if (st) return st;
+	}
+	return MGT_OK;
+}
+
+void *mgt_args_to_json(const mgt_args *a)
+{
+	json_t *o = json_object();
+	for (size_t i = 0; i < N_ARGS; i++) {
+		const arg_desc *d = &args_table[i];
+		const char *p = (const char *)a + d->off;
+		json_t *v = NULL;
+		switch (d->kind) {
+		case 'H': continue;
+		case 'I': v = json_integer(*(const int64_t *)p); break;
+		case 'F': v = json_real(*(const double *)p); break;
+		case 'A': v = json_string(p); break;
+		case 'S': v = *(char *const *)p ? json_string(*(char *const *)p) : json_null(); break;
+		default: v = json_boolean(*(const bool *)p); break;
+		}
+		json_object_set_new(o, d->dest, v);
+	}
+	json_object_set_new(o, "padded_vocab_size", json_integer(a->model.padded_vocab_size));
+	json_object_set_new(o, "num_microbatches", json_integer(a->num_microbatches));
+	json_object_set_new(o, "data_parallel_size", json_integer(a->data_parallel_size));
+	return o;
+}
+
+void mgt_args_help(FILE *f)
+{
+	for (size_t i = 0; i < N_ARGS; i++) {
+		const arg_desc *d = &args_table[i];
+		if (d->kind == 'H') {
+			fprintf(f, "\n%c%s:\n", d->help[0] - 32 * (d->help[0] >= 'a'), d->help + 1);
+			continue;
+		}
+		char left[96];
+		const char *meta = d->kind == 'I' ? " N" : d->kind == 'F' ? " X" : d->kind == 'B' || d->kind == 'N' ? "" : " S";
+		snprintf(left, sizeof left, "--%s%s", d->flag, meta);
+		const char *def = d->kind == 'B' || d->kind == 'N' || !*d->def ? NULL : d->def;
+		fprintf(f, "  %-40s %s%s%s%s\n", left, d->help, def ? " [" : "", def ? def : "", def ? "]" : "");
+	}
+}
+
+static mgt_status derive_run_length(mgt_args *a)
+{
+	int64_t gbs = a->global_batch_size;
+	if ((a->train_iters > 0) == (a->train_samples > 0))
+		return mgt_err(MGT_ERR_USAGE, "give exactly one of --train-iters and --train-samples");
+	if (a->train_samples > 0) a->train_iters = (a->train_samples + gbs - 1) / gbs;
+	if (a->lr < 0) return mgt_err(MGT_ERR_USAGE, "--lr %g: expected >= 0", a->lr);
+	if (a->eval_interval < 0 || a->eval_iters < 0 || a->log_interval <= 0 || a->save_interval < 0)
+		return mgt_err(MGT_ERR_USAGE, "--eval-interval, --eval-iters, --save-interval must be >= 0 "
+			       "and --log-interval > 0");
+	return MGT_OK;
+}
+
+mgt_status mgt_args_finalize(mgt_args *a)
+{
+	if (a->tensor_model_parallel_size != 1 || a->pipeline_model_parallel_size != 1)
+		return mgt_err(MGT_ERR_USAGE, "tensor and pipeline parallelism are not implemented yet "
+			       "(--tensor-model-parallel-size and --pipeline-model-parallel-size must be 1)");
+	a->data_parallel_size = 1;
+	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
+	if (!a->global_batch_size) a->global_batch_size = a->micro_batch_size * a->data_parallel_size;
+	int64_t per = a->micro_batch_size * a->data_parallel_size;
+	if (a->global_batch_size <= 0 || a->global_batch_size % per)
+		return mgt_err(MGT_ERR_USAGE, "--global-batch-size %lld is not a multiple of micro-batch size x "
+			       "data-parallel size (%lld)", (long long)a->global_batch_size, (long long)per);
+	a->num_microbatches = a->global_batch_size / per;
+	mgt_status st = derive_run_length(a);
+	return st ? st : mgt_model_config_finalize(&a->model, (int)a->tensor_model_parallel_size);
+}

@@ -1,0 +1,258 @@
+/* lib/train/log.c: Megatron's iteration log line (megatron-reference.md 4.2), the JSONL metrics
+ * file, the memory report and the --debug-dump file. */
+#include "train_impl.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "ckpt/ckpt.h"
+
+size_t trainer_peak_rss(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	size_t kb = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (!strncmp(line, "VmHWM:", 6)) kb = strtoull(line + 6, NULL, 10);
+	if (f) fclose(f);
+	return kb * 1024;
+}
+
+static void timestamp(char *buf, size_t n)
+{
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	struct tm tm;
+	localtime_r(&tv.tv_sec, &tm);
+	size_t k = strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
+	snprintf(buf + k, n - k, ".%06ld", (long)tv.tv_usec);
+}
+
+static void write_metrics(trainer *t, double loss, double lr, double gnorm, bool skipped, double iter_s)
+{
+	mgt_args *a = t->a;
+	double tokens = (double)(a->global_batch_size * a->model.seq_length);
+	double tflops = mgt_model_flops(&a->model, a->global_batch_size) / iter_s / 1e12;
+	json_t *o = json_pack("{s:I, s:I, s:f, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
+			      "iteration", (json_int_t)t->iteration, "consumed_samples", (json_int_t)t->consumed_train,
+			      "lm_loss", isfinite(loss) ? loss : -1.0, "lr", lr, "grad_norm", isfinite(gnorm) ? gnorm : -1.0,
+			      "skipped", skipped, "elapsed_ms", iter_s * 1e3, "tokens_per_s", tokens / iter_s,
+			      "tflops", tflops, "time_fwd_ms", t->t_fwd * 1e3, "time_bwd_ms", t->t_bwd * 1e3,
+			      "time_opt_ms", t->t_opt * 1e3, "peak_rss_bytes", (json_int_t)trainer_peak_rss());
+	if (a->peak_tflops > 0) json_object_set_new(o, "mfu", json_real(tflops / a->peak_tflops));
+	char *s = json_dumps(o, JSON_COMPACT);
+	if (s) fprintf(t->metrics, "%s\n", s);
+	fflush(t->metrics);
+	free(s);
+	json_decref(o);
+}
+
+static void print_line(trainer *t, double lr, double gnorm)
+{
+	mgt_args *a = t->a;
+	FILE *f = t->io->log;
+	int64_t n = t->int_iters + t->int_skipped;
+	double elapsed = (mgt_now() - t->int_t0) / (double)(n > 0 ? n : 1);
+	char ts[64];
+	timestamp(ts, sizeof ts);
+	fprintf(f, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |",
+		ts, (long long)t->iteration, (long long)a->train_iters, (long long)t->consumed_train, elapsed * 1e3);
+	if (a->log_throughput)
+		fprintf(f, " throughput per GPU (TFLOP/s/GPU): %.1f |",
+			mgt_model_flops(&a->model, a->global_batch_size) / elapsed / 1e12 / t->ps.world_size);
+	fprintf(f, " learning rate: %.6E | global batch size: %5lld |", lr, (long long)a->global_batch_size);
+	if (t->int_iters > 0) fprintf(f, " lm loss: %.6E |", t->int_loss / (double)t->int_iters);
+	fprintf(f, " loss scale: 1.0 |");
+	if (a->clip_grad > 0 || isfinite(gnorm)) fprintf(f, " grad norm: %.3f |", a->clip_grad > 0 ? gnorm : 0.0);
+	fprintf(f, " number of skipped iterations: %3lld | number of nan iterations: %3lld |\n",
+		(long long)t->int_skipped, (long long)t->nan_iters);
+	fflush(f);
+}
+
+void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, bool skipped, double iter_s)
+{
+	if (t->metrics) write_metrics(t, loss, lr, gnorm, skipped, iter_s);
+	if (skipped) t->int_skipped++;
+	else {
+		t->int_loss += loss;
+		t->int_iters++;
+	}
+	if (!t->io->log || (t->iteration % t->a->log_interval && t->iteration != 1)) return;
+	print_line(t, lr, gnorm);
+	t->int_loss = 0;
+	t->int_iters = t->int_skipped = 0;
+	t->int_t0 = mgt_now();
+}
+
+void trainer_log_validation(trainer *t, const char *what, double loss)
+{
+	char head[160];
+	if (what) snprintf(head, sizeof head, " iteration %lld %s | ", (long long)t->iteration, what);
+	else snprintf(head, sizeof head, " validation loss at iteration %lld | ", (long long)t->iteration);
+	char body[512];
+	snprintf(body, sizeof body, "%slm loss value: %.6E | lm loss PPL: %.6E | ", head, loss, exp(fmin(20.0, loss)));
+	if (t->io->log) {
+		size_t n = strlen(body) + 1;
+		for (size_t i = 0; i < n; i++) fputc('-', t->io->log);
+		fprintf(t->io->log, "\n%s\n", body);
+		for (size_t i = 0; i < n; i++) fputc('-', t->io->log);
+		fputc('\n', t->io->log);
+		fflush(t->io->log);
+	}
+	if (t->metrics) {
+		fprintf(t->metrics, "{\"iteration\": %lld, \"valid_loss\": %.17g, \"valid_ppl\": %.17g}\n",
+			(long long)t->iteration, loss, exp(fmin(20.0, loss)));
+		fflush(t->metrics);
+	}
+}
+
+void trainer_log_memory(trainer *t, const char *when)
+{
+	if (!t->io->log) return;
+	mgt_model_mem m = mgt_model_memory(t->model);
+	size_t opt = 2 * m.params, total = m.params + m.grads + opt + m.activations + m.workspace;
+	double mb = 1024.0 * 1024.0;
+	fprintf(t->io->log, "memory %s: computed %.1f MiB (parameters %.1f, gradients %.1f, optimizer %.1f, "
+		"activations %.1f, workspace %.1f) | peak RSS %.1f MiB\n", when, (double)total / mb,
+		(double)m.params / mb, (double)m.grads / mb, (double)opt / mb, (double)m.activations / mb,
+		(double)m.workspace / mb, (double)trainer_peak_rss() / mb);
+	fflush(t->io->log);
+}
+
+/* ---- --debug-dump ---- */
+
+static mgt_status dump_grow(trainer *t)
+{
+	dump_state *d = &t->dump;
+	mgt_args *a = t->a;
+	if (d->iters < d->cap) return MGT_OK;
+	int64_t cap = d->cap ? 2 * d->cap : 16;
+	size_t per = (size_t)(a->global_batch_size * a->model.seq_length) * 4;
+	void **arrs[] = { (void **)&d->tokens, (void **)&d->labels, (void **)&d->pos, (void **)&d->mask };
+	for (size_t i = 0; i < 4; i++) {
+		void *p = mgt_realloc(*arrs[i], (size_t)cap * per);
+		if (!p) return MGT_ERR_NOMEM;
+		*arrs[i] = p;
+	}
+	double **scal[] = { &d->lm_loss, &d->lr, &d->grad_norm };
+	for (size_t i = 0; i < 3; i++) {
+		double *p = mgt_realloc(*scal[i], (size_t)cap * sizeof(double));
+		if (!p) return MGT_ERR_NOMEM;
+		*scal[i] = p;
+	}
+	d->cap = cap;
+	return MGT_OK;
+}
+
+static mgt_status dump_start(trainer *t)
+{
+	dump_state *d = &t->dump;
+	size_t n = mgt_model_tensors(t->model)->numel, T = (size_t)(t->a->micro_batch_size * t->a->model.seq_length);
+	d->params = mgt_malloc(n * 4);
+	d->grads = mgt_malloc(n * 4);
+	d->logits = mgt_malloc(T * (size_t)t->a->model.padded_vocab_size * 4);
+	d->loss = mgt_malloc(T * 4);
+	if (!d->params || !d->grads || !d->logits || !d->loss) return MGT_ERR_NOMEM;
+	return t->be->ops->download(t->be, d->params, mgt_model_params(t->model), n * 4);
+}
+
+/* Record micro-batch k (sample-major, [gbs, s]) of the current iteration. */
+mgt_status trainer_dump_batch(trainer *t, int64_t k)
+{
+	dump_state *d = &t->dump;
+	mgt_status st = MGT_OK;
+	if (k == 0) {
+		if (!d->params && (st = dump_start(t))) return st;
+		if ((st = dump_grow(t))) return st;
+		d->iters++;
+	}
+	int b = (int)t->a->micro_batch_size, S = (int)t->a->model.seq_length;
+	size_t base = ((size_t)(d->iters - 1) * (size_t)t->a->global_batch_size + (size_t)(k * b)) * (size_t)S;
+	for (int j = 0; j < b; j++)
+		for (int i = 0; i < S; i++) {
+			size_t src = (size_t)i * (size_t)b + (size_t)j, dst = base + (size_t)j * (size_t)S + (size_t)i;
+			d->tokens[dst] = t->mb_tokens[src];
+			d->labels[dst] = t->mb_labels[src];
+			d->pos[dst] = t->mb_pos[src];
+			d->mask[dst] = t->mb_mask[src];
+		}
+	return st;
+}
+
+/* Sequence-first [s, b, X] to batch-first [b, s, X], in place through a copy. */
+static mgt_status to_batch_first(float *x, int s, int b, size_t X)
+{
+	size_t n = (size_t)s * (size_t)b * X;
+	float *c = mgt_malloc(n * sizeof *c);
+	if (!c) return MGT_ERR_NOMEM;
+	memcpy(c, x, n * sizeof *c);
+	for (int i = 0; i < s; i++)
+		for (int j = 0; j < b; j++)
+			memcpy(x + ((size_t)j * (size_t)s + (size_t)i) * X, c + ((size_t)i * (size_t)b + (size_t)j) * X, X * sizeof *c);
+	free(c);
+	return MGT_OK;
+}
+
+static void piece(mgt_ckpt_piece *p, const char *name, mgt_ckpt_dtype dt, const void *data, int ndim,
+		  int64_t d0, int64_t d1, int64_t d2)
+{
+	*p = (mgt_ckpt_piece){ .name = name, .ndim = ndim, .dtype = dt, .data = data };
+	int64_t dims[3] = { d0, d1, d2 };
+	for (int i = 0; i < ndim; i++) p->shape[i] = p->global_shape[i] = dims[i];
+}
+
+mgt_status trainer_dump_write(trainer *t)
+{
+	dump_state *d = &t->dump;
+	mgt_args *a = t->a;
+	if (!d->params) return MGT_OK;
+	const mgt_tensor_table *tt = mgt_model_tensors(t->model);
+	int b = (int)a->micro_batch_size, S = (int)a->model.seq_length;
+	int64_t V = a->model.padded_vocab_size, it = d->iters, gbs = a->global_batch_size;
+	mgt_status st = to_batch_first(d->logits, S, b, (size_t)V);
+	if (!st) st = to_batch_first(d->loss, S, b, 1);
+	size_t n = (size_t)tt->n * 2 + 9;
+	mgt_ckpt_piece *p = mgt_malloc(n * sizeof *p);
+	char (*names)[128] = mgt_malloc((size_t)tt->n * 2 * sizeof *names);
+	if (!st && (!p || !names)) st = MGT_ERR_NOMEM;
+	for (int i = 0; !st && i < tt->n; i++) {
+		const mgt_tensor *x = &tt->t[i];
+		snprintf(names[2 * i], 128, "params/%s", x->name);
+		snprintf(names[2 * i + 1], 128, "grads/%s", x->name);
+		piece(&p[2 * i], names[2 * i], MGT_CKPT_F32, d->params + x->offset, x->ndim, x->shape[0], x->shape[1], 0);
+		piece(&p[2 * i + 1], names[2 * i + 1], MGT_CKPT_F32, d->grads + x->offset, x->ndim, x->shape[0], x->shape[1], 0);
+	}
+	size_t k = (size_t)tt->n * 2;
+	if (!st) {
+		piece(&p[k++], "batch/tokens", MGT_CKPT_I32, d->tokens, 3, it, gbs, S);
+		piece(&p[k++], "batch/labels", MGT_CKPT_I32, d->labels, 3, it, gbs, S);
+		piece(&p[k++], "batch/position_ids", MGT_CKPT_I32, d->pos, 3, it, gbs, S);
+		piece(&p[k++], "batch/loss_mask", MGT_CKPT_F32, d->mask, 3, it, gbs, S);
+		piece(&p[k++], "iter1/logits", MGT_CKPT_F32, d->logits, 3, b, S, V);
+		piece(&p[k++], "iter1/loss", MGT_CKPT_F32, d->loss, 2, b, S, 0);
+		piece(&p[k++], "train/lm_loss", MGT_CKPT_F64, d->lm_loss, 1, it, 0, 0);
+		piece(&p[k++], "train/lr", MGT_CKPT_F64, d->lr, 1, it, 0, 0);
+		piece(&p[k++], "train/grad_norm", MGT_CKPT_F64, d->grad_norm, 1, it, 0, 0);
+	}
+	json_t *meta = json_pack("{s:o}", "args", mgt_args_to_json(a));
+	char *js = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
+	if (!st) st = mgt_ckpt_dump_write(a->debug_dump, p, k, js);
+	free(js);
+	json_decref(meta);
+	free(p);
+	free(names);
+	return st;
+}
+
+void trainer_dump_free(trainer *t)
+{
+	dump_state *d = &t->dump;
+	void *p[] = { d->params, d->grads, d->logits, d->loss, d->tokens, d->labels, d->pos, d->mask,
+		      d->lm_loss, d->lr, d->grad_norm };
+	for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
+	memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,95 @@
+/* lib/train: the training arguments (one table: flags, JSON keys, defaults, help) and the
+ * training loop (schedule, evaluation, logging, checkpoints, signals).
+ *
+ * Arguments carry Megatron's names and defaults (megatron-reference.md section 5): the JSON key is
+ * the argparse dest (num_layers), the flag its dashed form (--num-layers).  A model preset
+ * (share/mgt/models/NAME.json) is a JSON object of such keys; flags override it.
+ */
+#ifndef MGT_TRAIN_H
+#define MGT_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model/model.h"
+#include "util/util.h"
+
+typedef struct mgt_args {
+	mgt_model_config model;
+	char *model_name;
+	/* tokenizer (same flags as mgt-preprocess) */
+	char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model, *tiktoken_pattern;
+	int64_t tiktoken_num_special_tokens, vocab_size, null_tokenizer_eod_id;
+	/* data */
+	char *data_path, *split, *data_cache_path;
+	bool mock_data, eod_mask_loss, reset_position_ids;
+	/* batch and run length */
+	int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval;
+	/* optimizer and schedule */
+	double lr, min_lr, lr_warmup_init, lr_warmup_fraction, weight_decay;
+	double adam_beta1, adam_beta2, adam_eps, clip_grad;
+	char *lr_decay_style, *lr_wsd_decay_style;
+	int64_t lr_decay_iters, lr_decay_samples, lr_warmup_iters, lr_warmup_samples, lr_wsd_decay_iters;
+	/* evaluation and logging */
+	int64_t eval_interval, eval_iters, log_interval, seed;
+	bool log_throughput;
+	/* checkpoints */
+	char *save, *load;
+	int64_t save_interval;
+	bool no_save_optim, no_load_optim, finetune;
+	/* parallelism (one process until the parallel issue) */
+	int64_t tensor_model_parallel_size, pipeline_model_parallel_size;
+	/* mgt's own */
+	int64_t threads;
+	char *metrics_file, *debug_dump;
+	double peak_tflops;
+	/* derived by mgt_args_finalize */
+	int64_t num_microbatches, data_parallel_size;
+} mgt_args;
+
+/* Defaults for every argument (Megatron's).  Strings are owned by the struct: mgt_args_free. */
+mgt_status mgt_args_init(mgt_args *a);
+void mgt_args_free(mgt_args *a);
+
+/* Set one argument by JSON key (num_layers) or flag name without dashes (num-layers).  value is
+ * the text form ("true"/"false" for booleans).  Errors: MGT_ERR_USAGE naming the argument. */
+mgt_status mgt_args_set(mgt_args *a, const char *key, const char *value);
+
+/* Merge a JSON object of arguments (a model preset or a checkpoint's "args") into *a.  Keys
+ * starting with '_' are comments.  Errors: MGT_ERR_IO (file), MGT_ERR_INPUT (file: key: what was
+ * expected). */
+mgt_status mgt_args_load_json(mgt_args *a, const char *path);
+mgt_status mgt_args_merge_json(mgt_args *a, const void *json_object, const char *what);
+
+/* Parse argv[1..argc): --model NAME|FILE first (a preset found under share/mgt/models, next to
+ * the executable's ../share/mgt, or a path), then every flag in order.  "--flag=value" and
+ * "--flag value" both work; --data-path takes every following word up to the next "--" flag.
+ * Errors: MGT_ERR_USAGE (unknown flag, missing or bad value), preset errors as load_json. */
+mgt_status mgt_args_parse_argv(mgt_args *a, int argc, char **argv);
+
+/* Derived values and cross-checks: global batch default and divisibility, train iterations from
+ * samples, model config (mgt_model_config_finalize, with vocab_size set by the caller first).
+ * Errors: MGT_ERR_USAGE. */
+mgt_status mgt_args_finalize(mgt_args *a);
+
+/* All arguments as a JSON object (jansson json_t *, caller decrefs), Megatron dests as keys. */
+void *mgt_args_to_json(const mgt_args *a);
+
+/* Help text: every flag with its default, grouped. */
+void mgt_args_help(FILE *f);
+
+/* ---- the training loop ---- */
+
+typedef struct mgt_train_io {
+	FILE *log;              /* iteration lines, validation, summary (stderr in mgt-train) */
+	const char *prog;       /* program name for messages */
+} mgt_train_io;
+
+/* Run pretraining as the arguments say (data, model, optimizer, checkpoints, evaluation).
+ * Bad input is reported before anything is written: MGT_ERR_USAGE (arguments), MGT_ERR_INPUT /
+ * MGT_ERR_IO (data), MGT_ERR_VOCAB (tokenizer), MGT_ERR_FORMAT (checkpoint that does not match).
+ * MGT_ERR_INTR when stopped by SIGINT/SIGTERM (after saving a checkpoint when --save is set). */
+mgt_status mgt_train_run(mgt_args *a, const mgt_train_io *io);
+
+#endif

@@ -1,0 +1,62 @@
+/* lib/train internal: the trainer state shared by train.c, ckpt.c and log.c. */
+#ifndef MGT_TRAIN_IMPL_H
+#define MGT_TRAIN_IMPL_H
+
+#include "backend/backend.h"
+#include "data/data.h"
+#include "dist/dist.h"
+#include "model/model.h"
+#include "optim/optim.h"
+#include "tok/tok.h"
+#include "train.h"
+
+typedef struct dump_state {
+	float *params, *grads, *logits, *loss;       /* host copies for --debug-dump */
+	int32_t *tokens, *labels, *pos;              /* [iters, gbs, s] */
+	float *mask;
+	double *lm_loss, *lr, *grad_norm;            /* [iters] */
+	int64_t iters, cap;
+} dump_state;
+
+typedef struct trainer {
+	mgt_args *a;
+	const mgt_train_io *io;
+	mgt_backend *be;
+	mgt_parallel ps;
+	mgt_tok *tok;
+	mgt_gpt_data *data;
+	mgt_model *model;
+	mgt_adamw opt;
+	mgt_lr_sched sched;
+	int32_t eod;
+	/* progress (saved in checkpoints) */
+	int64_t iteration, consumed_train, consumed_valid, skipped_iters, nan_iters;
+	double flops_so_far;
+	/* one micro-batch, sequence-first host arrays [s * mbs], and one sample [s] */
+	int32_t *mb_tokens, *mb_labels, *mb_pos, *s_tokens, *s_labels, *s_pos;
+	float *mb_mask, *s_mask;
+	/* log interval accumulators */
+	double int_loss, int_t0;
+	int64_t int_iters, int_skipped;
+	double t_fwd, t_bwd, t_opt;                  /* last iteration, seconds */
+	FILE *metrics;
+	dump_state dump;
+	bool dumping;
+} trainer;
+
+/* ckpt.c */
+mgt_status trainer_load(trainer *t, bool *loaded);
+mgt_status trainer_save(trainer *t);
+
+/* log.c */
+void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, bool skipped,
+			   double iter_s);
+void trainer_log_validation(trainer *t, const char *what, double loss);
+void trainer_log_memory(trainer *t, const char *when);
+mgt_status trainer_dump_batch(trainer *t, int64_t k);
+mgt_status trainer_dump_write(trainer *t);
+void trainer_dump_free(trainer *t);
+/* Peak resident set size of this process in bytes (VmHWM), 0 if unknown. */
+size_t trainer_peak_rss(void);
+
+#endif
