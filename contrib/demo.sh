@@ -1,16 +1,27 @@
 #!/bin/sh
-# The main job on the bundled data: tokenize the King James Bible (share/mgt/data/kjv.jsonl.zst,
-# 1,189 chapters) with the GPT-2 tokenizer into demo/data/kjv_text_document.{bin,idx}, a dataset
-# Megatron-LM reads with --data-path demo/data/kjv_text_document, then summarize it.
+# The main job on the bundled data, end to end on CPU:
+#  1. tokenize the King James Bible (share/mgt/data/kjv.jsonl.zst, 1,189 chapters) with the GPT-2
+#     tokenizer into demo/data/kjv_text_document.{bin,idx} (Megatron's MMIDIDX format);
+#  2. train the tiny GPT-2-style preset on it (Megatron's 969,30,1 split) with periodic validation
+#     and checkpoints in demo/ckpt (HDF5, mgt-ckpt(5)); metrics in demo/metrics.jsonl;
+#  3. print the validation-loss curve.
+# DEMO_ITERS (default 150) and DEMO_THREADS (default: all cores) change the run's length and width.
 set -e
 cd "$(dirname "$0")/.."
 mkdir -p demo/data
 G=share/mgt/tokenizers/gpt2
+TOK="--tokenizer-type GPT2BPETokenizer --vocab-file $G/vocab.json --merge-file $G/merges.txt"
 bin/mgt-preprocess --input share/mgt/data/kjv.jsonl.zst --output-prefix demo/data/kjv \
-	--tokenizer-type GPT2BPETokenizer --vocab-file $G/vocab.json --merge-file $G/merges.txt \
-	--append-eod --workers 2 --overwrite
+	$TOK --append-eod --workers 2 --overwrite
 bin/mgt-dataset info demo/data/kjv_text_document
-echo "first document, decoded:"
-bin/mgt-dataset dump demo/data/kjv_text_document --documents 0:1 --strip-eod \
-	--tokenizer-type GPT2BPETokenizer --vocab-file $G/vocab.json --merge-file $G/merges.txt | head -c 300
+rm -rf demo/ckpt demo/metrics.jsonl
+bin/mgt-train --model tiny-gpt2 $TOK --data-path demo/data/kjv_text_document --split 969,30,1 \
+	--micro-batch-size 8 --global-batch-size 16 --train-iters "${DEMO_ITERS:-150}" \
+	--lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 15 --lr-decay-style cosine --weight-decay 0.1 \
+	--hidden-dropout 0 --attention-dropout 0 \
+	--eval-interval 25 --eval-iters 4 --log-interval 5 --log-throughput \
+	--save demo/ckpt --save-interval 50 --threads "${DEMO_THREADS:-0}" \
+	--metrics-file demo/metrics.jsonl
 echo
+echo "validation loss by iteration (demo/metrics.jsonl):"
+grep valid_loss demo/metrics.jsonl | sed 's/.*"iteration": \([0-9]*\), "valid_loss": \([0-9.]*\).*/  \1 \2/'

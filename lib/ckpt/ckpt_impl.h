@@ -1,0 +1,92 @@
+/* lib/ckpt internals shared by fs.c, h5.c, write.c and read.c (not a public header). */
+#ifndef MGT_CKPT_IMPL_H
+#define MGT_CKPT_IMPL_H
+
+#include <hdf5.h>
+
+#include "ckpt/ckpt.h"
+
+/* ---- fs.c: paths and durable file-system steps ---------------------------------------------- */
+
+/* malloc'd "a/b" (b may be NULL: a copy of a); NULL after recording MGT_ERR_NOMEM. */
+char *ck_join(const char *a, const char *b);
+/* malloc'd "SAVE/iter_%07d" followed by suffix ("" or ".tmp" or ".old"). */
+char *ck_iter_dir(const char *save_dir, int64_t iteration, const char *suffix);
+/* mkdir -p (mode 0755). Errors: MGT_ERR_IO naming the path. */
+mgt_status ck_mkdirs(const char *path);
+/* rm -rf; a missing path is fine. Errors: MGT_ERR_IO naming the entry. */
+mgt_status ck_remove_tree(const char *path);
+/* fsync a file or directory by path. Errors: MGT_ERR_IO naming it. */
+mgt_status ck_fsync_path(const char *path);
+/* Create (truncate) path with n bytes of data and fsync it. Errors: MGT_ERR_IO. */
+mgt_status ck_write_file(const char *path, const void *data, size_t n);
+bool ck_exists(const char *path);
+bool ck_is_dir(const char *path);
+
+/* ---- h5.c: HDF5 helpers --------------------------------------------------------------------- */
+
+/* Replace HDF5's error printing by a handler that only records the innermost description of
+ * the failed call's error stack (idempotent). */
+void ck_h5_quiet(void);
+/* The description recorded for the last failed HDF5 call ("HDF5 error" if none), then forget
+ * it; the returned buffer is thread-local and valid until the next call. */
+const char *ck_h5_why(void);
+/* File and memory types of a dtype; 0 for an invalid one. */
+hid_t ck_h5_file_type(mgt_ckpt_dtype dt);
+hid_t ck_h5_mem_type(mgt_ckpt_dtype dt);
+/* New file access list: libver bounds v1.8 .. latest (checksummed metadata). */
+hid_t ck_h5_fapl(void);
+/* Validate a piece: name (with dump, "/"-separated group paths allowed), ndim, dtype, shape
+ * and (without dump) the box inside global_shape.
+ * Errors: MGT_ERR_USAGE naming the piece. */
+mgt_status ck_piece_check(const mgt_ckpt_piece *p, bool dump);
+/* Create dataset dsname under loc holding p's data (shape p->shape, chunked, Fletcher-32).
+ * With attrs, add global_shape and global_offset. file: for messages.
+ * Errors: MGT_ERR_USAGE (name exists), MGT_ERR_IO. */
+mgt_status ck_h5_put(hid_t loc, const char *file, const char *dsname, const mgt_ckpt_piece *p,
+		     bool attrs);
+/* Finish the new file f at path (msg_path: its name in messages) whose writing so far returned
+ * st: flush, close and fsync it, or on any failure discard it (closed, unlinked) and return
+ * the error.  Always consumes f. */
+mgt_status ck_h5_finish(hid_t f, const char *path, const char *msg_path, mgt_status st);
+/* Set a scalar variable-length UTF-8 string attribute on loc. Errors: MGT_ERR_IO. */
+mgt_status ck_h5_put_string_attr(hid_t loc, const char *file, const char *name, const char *s);
+
+/* ---- scan.c: the pieces of a checkpoint directory ------------------------------------------- */
+
+typedef struct {
+	char *name;
+	int file; /* index into ck_index.files */
+	int ndim;
+	int64_t gshape[MGT_CKPT_MAX_DIM], off[MGT_CKPT_MAX_DIM], shape[MGT_CKPT_MAX_DIM];
+	mgt_ckpt_dtype dtype;
+} ck_piece;
+
+typedef struct {
+	char *dir;        /* the iteration directory */
+	char **files;     /* shard file names (no directory), sorted */
+	size_t nfiles;
+	ck_piece *pieces; /* sorted by name, then file; exact duplicates removed */
+	size_t npieces;
+	size_t *tensors;  /* index of the first piece of each tensor */
+	size_t ntensors;
+} ck_index;
+
+/* A shard file name: no '/', not hidden, ends in .h5, not model.h5. */
+bool ck_is_shard_name(const char *s);
+/* Scan every *.h5 file of dir except model.h5 (see mgt_ckpt_open for the checks and errors). */
+mgt_status ck_scan(const char *dir, ck_index *ix);
+void ck_index_free(ck_index *ix);
+/* Number of pieces of tensor t (t < ntensors). */
+size_t ck_tensor_pieces(const ck_index *ix, size_t t);
+/* Tensor index of name, or -1. */
+long ck_find(const ck_index *ix, const char *name);
+/* "[a, b, c]" of n dims into buf (at least 96 bytes); returns buf. */
+const char *ck_shape_str(char *buf, int n, const int64_t *d);
+
+/* ---- index.c: the virtual index file -------------------------------------------------------- */
+
+/* Write dir/model.h5 presenting every tensor of ix whole; metadata as root attribute. */
+mgt_status ck_write_index(const ck_index *ix, const char *metadata);
+
+#endif

@@ -1,0 +1,247 @@
+/* lib/ckpt: HDF5 helpers (see ckpt_impl.h). */
+#include "ckpt/ckpt_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Target bytes per chunk: big enough for fast streaming, small enough that a resharding read
+ * of a few rows touches little more than it needs. */
+#define CK_CHUNK_BYTES ((size_t)4 << 20)
+
+size_t mgt_ckpt_dtype_size(mgt_ckpt_dtype dt) { return dt == MGT_CKPT_F64 ? 8 : 4; }
+
+const char *mgt_ckpt_dtype_name(mgt_ckpt_dtype dt)
+{
+	switch (dt) {
+	case MGT_CKPT_F32: return "float32";
+	case MGT_CKPT_F64: return "float64";
+	case MGT_CKPT_I32: return "int32";
+	}
+	return "?";
+}
+
+static _Thread_local char why_buf[256];
+
+/* Keep the first (innermost) description; of a system call's failure only its strerror text. */
+static herr_t why_cb(unsigned n, const H5E_error2_t *e, void *data)
+{
+	char *buf = data;
+	if (buf[0] || !e->desc || !e->desc[0])
+		return 0;
+	const char *m = strstr(e->desc, "error message = '");
+	if (m)
+		snprintf(buf, sizeof why_buf, "%.*s", (int)strcspn(m + 17, "'"), m + 17);
+	else
+		snprintf(buf, sizeof why_buf, "%s", e->desc);
+	return 0;
+}
+
+/* HDF5 calls this instead of printing when an API call fails, with the stack still whole:
+ * keep the innermost description for ck_h5_why. */
+static herr_t on_error(hid_t stack, void *data)
+{
+	(void)data;
+	why_buf[0] = 0;
+	H5Ewalk2(stack, H5E_WALK_UPWARD, why_cb, why_buf);
+	return 0;
+}
+
+void ck_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, on_error, NULL); }
+
+const char *ck_h5_why(void)
+{
+	static _Thread_local char out[sizeof why_buf];
+	snprintf(out, sizeof out, "%s", why_buf[0] ? why_buf : "HDF5 error");
+	why_buf[0] = 0;
+	return out;
+}
+
+hid_t ck_h5_file_type(mgt_ckpt_dtype dt)
+{
+	switch (dt) {
+	case MGT_CKPT_F32: return H5T_IEEE_F32LE;
+	case MGT_CKPT_F64: return H5T_IEEE_F64LE;
+	case MGT_CKPT_I32: return H5T_STD_I32LE;
+	}
+	return 0;
+}
+
+hid_t ck_h5_mem_type(mgt_ckpt_dtype dt)
+{
+	switch (dt) {
+	case MGT_CKPT_F32: return H5T_NATIVE_FLOAT;
+	case MGT_CKPT_F64: return H5T_NATIVE_DOUBLE;
+	case MGT_CKPT_I32: return H5T_NATIVE_INT32;
+	}
+	return 0;
+}
+
+hid_t ck_h5_fapl(void)
+{
+	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+	if (fapl >= 0)
+		H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+	return fapl;
+}
+
+/* Non-empty, not "." or ".."; with groups, every '/'-separated component so, else no '/'. */
+static bool name_ok(const char *s, bool groups)
+{
+	if (!s)
+		return false;
+	for (;;) {
+		size_t n = strcspn(s, "/");
+		if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+			return false;
+		if (!s[n])
+			return true;
+		if (!groups)
+			return false;
+		s += n + 1;
+	}
+}
+
+mgt_status ck_piece_check(const mgt_ckpt_piece *p, bool dump)
+{
+	const char *nm = p->name ? p->name : "(null)";
+	if (!name_ok(p->name, dump))
+		return mgt_err(MGT_ERR_USAGE, "'%s': bad tensor name", nm);
+	if (p->ndim < 1 || p->ndim > MGT_CKPT_MAX_DIM)
+		return mgt_err(MGT_ERR_USAGE, "%s: ndim %d (expected 1 to %d)", nm, p->ndim,
+			       MGT_CKPT_MAX_DIM);
+	if (!ck_h5_file_type(p->dtype) || !p->data)
+		return mgt_err(MGT_ERR_USAGE, "%s: bad dtype or no data", nm);
+	for (int d = 0; d < p->ndim; d++)
+		if (p->shape[d] < 1 || (!dump && (p->offset[d] < 0 ||
+		    p->offset[d] + p->shape[d] > p->global_shape[d])))
+			return mgt_err(MGT_ERR_USAGE, "%s: piece offset %lld shape %lld outside global "
+				       "size %lld along dim %d", nm, (long long)p->offset[d],
+				       (long long)p->shape[d], (long long)p->global_shape[d], d);
+	return MGT_OK;
+}
+
+/* Chunks are whole trailing dims with leading dims halved until under CK_CHUNK_BYTES. */
+static hid_t chunked_dcpl(const mgt_ckpt_piece *p)
+{
+	hsize_t ch[MGT_CKPT_MAX_DIM];
+	size_t bytes = mgt_ckpt_dtype_size(p->dtype);
+	for (int d = 0; d < p->ndim; d++)
+		bytes *= (size_t)(ch[d] = (hsize_t)p->shape[d]);
+	for (int d = 0; d < p->ndim && bytes > CK_CHUNK_BYTES; d++)
+		while (ch[d] > 1 && bytes > CK_CHUNK_BYTES) {
+			bytes = bytes / ch[d] * ((ch[d] + 1) / 2);
+			ch[d] = (ch[d] + 1) / 2;
+		}
+	hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+	if (dcpl < 0 || H5Pset_chunk(dcpl, p->ndim, ch) < 0 || H5Pset_fletcher32(dcpl) < 0 ||
+	    H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0) {
+		H5Pclose(dcpl);
+		return -1;
+	}
+	return dcpl;
+}
+
+static mgt_status put_i64_attr(hid_t ds, const char *name, int n, const int64_t *v)
+{
+	hsize_t dim = (hsize_t)n;
+	hid_t sp = H5Screate_simple(1, &dim, NULL);
+	hid_t a = sp < 0 ? -1 : H5Acreate2(ds, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+	herr_t r = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, v);
+	if (a >= 0 && H5Aclose(a) < 0)
+		r = -1;
+	if (sp >= 0)
+		H5Sclose(sp);
+	return r < 0 ? MGT_ERR_IO : MGT_OK;
+}
+
+static mgt_status put_data(hid_t loc, const char *dsname, const mgt_ckpt_piece *p, bool attrs)
+{
+	hsize_t dims[MGT_CKPT_MAX_DIM];
+	for (int d = 0; d < p->ndim; d++)
+		dims[d] = (hsize_t)p->shape[d];
+	hid_t sp = H5Screate_simple(p->ndim, dims, NULL), dcpl = chunked_dcpl(p);
+	hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+	H5Pset_create_intermediate_group(lcpl, 1);
+	hid_t ds = sp < 0 || dcpl < 0 ? -1 :
+		   H5Dcreate2(loc, dsname, ck_h5_file_type(p->dtype), sp, lcpl, dcpl, H5P_DEFAULT);
+	mgt_status st = ds < 0 ? MGT_ERR_IO : MGT_OK;
+	if (!st && H5Dwrite(ds, ck_h5_mem_type(p->dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, p->data) < 0)
+		st = MGT_ERR_IO;
+	if (!st && attrs)
+		st = put_i64_attr(ds, "global_shape", p->ndim, p->global_shape);
+	if (!st && attrs)
+		st = put_i64_attr(ds, "global_offset", p->ndim, p->offset);
+	if (ds >= 0 && H5Dclose(ds) < 0) /* flushes the chunk cache: may be where a write fails */
+		st = MGT_ERR_IO;
+	H5Pclose(lcpl);
+	if (dcpl >= 0)
+		H5Pclose(dcpl);
+	if (sp >= 0)
+		H5Sclose(sp);
+	return st;
+}
+
+mgt_status ck_h5_put(hid_t loc, const char *file, const char *dsname, const mgt_ckpt_piece *p,
+		     bool attrs)
+{
+	htri_t there = H5Lexists(loc, dsname, H5P_DEFAULT);
+	if (there > 0)
+		return mgt_err(MGT_ERR_USAGE, "%s: %s: tensor written twice", file, dsname);
+	if (put_data(loc, dsname, p, attrs))
+		return mgt_err(MGT_ERR_IO, "%s: %s: cannot write: %s", file, dsname, ck_h5_why());
+	return MGT_OK;
+}
+
+mgt_status ck_h5_put_string_attr(hid_t loc, const char *file, const char *name, const char *s)
+{
+	hid_t t = H5Tcopy(H5T_C_S1);
+	H5Tset_size(t, H5T_VARIABLE);
+	H5Tset_cset(t, H5T_CSET_UTF8);
+	hid_t sp = H5Screate(H5S_SCALAR);
+	hid_t a = H5Acreate2(loc, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+	herr_t r = a < 0 ? -1 : H5Awrite(a, t, &s);
+	if (a >= 0)
+		H5Aclose(a);
+	H5Sclose(sp);
+	H5Tclose(t);
+	if (r < 0)
+		return mgt_err(MGT_ERR_IO, "%s: cannot write attribute %s: %s", file, name, ck_h5_why());
+	return MGT_OK;
+}
+
+/* HDF5 1.10 cannot close a file whose writes failed (disk full): H5Fclose fails, leaves the
+ * file in its table, and the library crashes closing it again at exit.  So point the file's
+ * descriptor (the sec2 driver's int) at an anonymous memory file, where the remaining writes
+ * of the close succeed; the caller unlinks the partial file. */
+static void abandon(hid_t f)
+{
+	void *h = NULL;
+	if (H5Fget_vfd_handle(f, H5P_DEFAULT, &h) >= 0 && h) {
+		int m = memfd_create("mgt-ckpt-abandoned", MFD_CLOEXEC);
+		if (m >= 0) {
+			dup2(m, *(int *)h);
+			close(m);
+		}
+	}
+	H5Fclose(f);
+}
+
+mgt_status ck_h5_finish(hid_t f, const char *path, const char *msg_path, mgt_status st)
+{
+	if (!st && H5Fflush(f, H5F_SCOPE_GLOBAL) < 0)
+		st = mgt_err(MGT_ERR_IO, "%s: cannot write: %s", msg_path, ck_h5_why());
+	if (st) {
+		abandon(f);
+		unlink(path);
+		return st;
+	}
+	if (H5Fclose(f) < 0)
+		st = mgt_err(MGT_ERR_IO, "%s: cannot write: %s", msg_path, ck_h5_why());
+	if (!st)
+		st = ck_fsync_path(path);
+	if (st)
+		unlink(path);
+	return st;
+}
