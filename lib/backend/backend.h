@@ -24,7 +24,7 @@
  *    p == 0 means no dropout and draws nothing.
  *
  * Sources of the math: Megatron-Core megatron/core/transformer/{attention,mlp,transformer_layer}.py,
- * megatron/core/fusions/*, megatron/core/tensor_parallel/cross_entropy.py; LayerNorm (Ba et al.
+ * megatron/core/fusions/, megatron/core/tensor_parallel/cross_entropy.py; LayerNorm (Ba et al.
  * 2016), RMSNorm (Zhang & Sennrich 2019), RoPE (Su et al. 2021, non-interleaved "rotate_half"
  * form), SwiGLU (Shazeer 2020), GELU erf form (Hendrycks & Gimpel 2016), AdamW (Loshchilov &
  * Hutter 2019, in torch.optim.AdamW's arithmetic order).
@@ -180,6 +180,8 @@ typedef struct mgt_backend_ops {
 struct mgt_backend {
 	const mgt_backend_ops *ops;
 	int threads; /* CPU threads used by ops and BLAS */
+	bool host_memory; /* backend memory is ordinary host memory (CPU): callers may read and
+			   * write it directly instead of staging copies through upload/download */
 	void *impl;
 };
 

@@ -194,6 +194,10 @@ mgt_model_mem mgt_model_memory(const mgt_model *m)
 
 mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed)
 {
+	if (m->be->host_memory) {
+		mgt_tensor_table_init(&m->tt, m->params, seed);
+		return MGT_OK;
+	}
 	float *host = mgt_malloc(m->tt.numel * sizeof(float));
 	if (!host) return MGT_ERR_NOMEM;
 	mgt_tensor_table_init(&m->tt, host, seed);

@@ -90,8 +90,12 @@ static mgt_status write_shard(trainer *t, float *host)
 	mgt_status st = p && names ? MGT_OK : MGT_ERR_NOMEM;
 	if (names) memset(names, 0, n * sizeof *names);
 	for (size_t b = 0; !st && b < nb; b++) {
-		st = t->be->ops->download(t->be, host + b * numel, bufs[b], numel * sizeof(float));
-		if (!st) st = add_pieces(p + b * (size_t)tt->n, names + b * (size_t)tt->n, tt, host + b * numel, prefixes[b]);
+		const float *src = bufs[b];
+		if (!t->be->host_memory) {
+			st = t->be->ops->download(t->be, host + b * numel, bufs[b], numel * sizeof(float));
+			src = host + b * numel;
+		}
+		if (!st) st = add_pieces(p + b * (size_t)tt->n, names + b * (size_t)tt->n, tt, src, prefixes[b]);
 	}
 	char shard[64];
 	snprintf(shard, sizeof shard, "model_tp%02d_pp%03d_dp%03d.h5", t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
@@ -106,8 +110,8 @@ mgt_status trainer_save(trainer *t)
 {
 	double t0 = mgt_now();
 	const mgt_tensor_table *tt = mgt_model_tensors(t->model);
-	float *host = mgt_malloc(3 * tt->numel * sizeof(float));
-	if (!host) return MGT_ERR_NOMEM;
+	float *host = t->be->host_memory ? NULL : mgt_malloc(3 * tt->numel * sizeof(float));
+	if (!t->be->host_memory && !host) return MGT_ERR_NOMEM;
 	mgt_status st = mgt_ckpt_begin(t->a->save, t->iteration);
 	if (!st) st = write_shard(t, host);
 	free(host);
@@ -144,6 +148,7 @@ static mgt_status check_args(json_t *ck_args, const mgt_args *a, const char *dir
 static mgt_status read_buffer(trainer *t, mgt_ckpt *c, const char *prefix, float *dst, float *host)
 {
 	const mgt_tensor_table *tt = mgt_model_tensors(t->model);
+	if (t->be->host_memory) host = dst;
 	for (int i = 0; i < tt->n; i++) {
 		const mgt_tensor *x = &tt->t[i];
 		char name[160];
@@ -152,7 +157,7 @@ static mgt_status read_buffer(trainer *t, mgt_ckpt *c, const char *prefix, float
 					      MGT_CKPT_F32, host + x->offset);
 		if (st) return st;
 	}
-	return t->be->ops->upload(t->be, dst, host, tt->numel * sizeof(float));
+	return t->be->host_memory ? MGT_OK : t->be->ops->upload(t->be, dst, host, tt->numel * sizeof(float));
 }
 
 /* Every parameter in the checkpoint must be one of the model's. */
@@ -196,8 +201,8 @@ static mgt_status load_from(trainer *t, mgt_ckpt *c)
 	mgt_status st = check_args(json_object_get(meta, "args"), t->a, mgt_ckpt_dir(c));
 	if (!st) st = check_extra(t, c);
 	const mgt_tensor_table *tt = mgt_model_tensors(t->model);
-	float *host = st ? NULL : mgt_malloc(tt->numel * sizeof(float));
-	if (!st && !host) st = MGT_ERR_NOMEM;
+	float *host = st || t->be->host_memory ? NULL : mgt_malloc(tt->numel * sizeof(float));
+	if (!st && !t->be->host_memory && !host) st = MGT_ERR_NOMEM;
 	if (!st) st = read_buffer(t, c, "", mgt_model_params(t->model), host);
 	bool optim = !t->a->no_load_optim && !t->a->finetune;
 	if (!st && optim) st = read_buffer(t, c, "optimizer.state.exp_avg.", t->opt.m, host);

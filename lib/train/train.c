@@ -95,6 +95,7 @@ static mgt_status open_data(trainer *t)
 	dc.paths = (const char *const *)paths;
 	dc.weights = weights;
 	if (!st) st = mgt_gpt_data_open(&dc, &t->data);
+	if (!st && *mgt_gpt_data_note(t->data) && t->io->log) fprintf(t->io->log, "%s\n", mgt_gpt_data_note(t->data));
 	for (int i = 0; paths && i < dc.n_paths; i++) free(paths[i]);
 	free(paths);
 	free(weights);
