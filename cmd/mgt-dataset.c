@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "data/data.h"
@@ -379,7 +380,11 @@ static mgt_status list_dir(const char *dir, strlist *out)
 static void add_input(strlist *prefixes, const char *arg)
 {
 	struct stat sb;
-	if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+	char idx[4096];
+	snprintf(idx, sizeof idx, "%s.idx", arg);
+	/* PREFIX.idx wins over a directory named PREFIX (where mgt-train and Megatron keep the
+	 * index cache: PREFIX/cache/GPTDataset_indices). */
+	if (stat(arg, &sb) == 0 && S_ISDIR(sb.st_mode) && access(idx, F_OK) != 0) {
 		size_t before = prefixes->n;
 		mgt_status st = list_dir(arg, prefixes);
 		if (st)
