@@ -1,0 +1,754 @@
+/* lib/backend: the CPU reference backend (fp32, OpenBLAS sgemm, OpenMP threads).
+ *
+ * Parallelism: every op runs its own `omp parallel` with num_threads(be->threads); sgemm calls
+ * made outside a parallel region use OpenBLAS's threads (set to the same count at create), calls
+ * made inside one run single-threaded (OpenBLAS's OpenMP build), which is what attention wants.
+ * Small ops stay on the calling thread (the `if` clauses), so a tiny model does not pay a fork per
+ * op.
+ *
+ * Determinism: reductions over rows (bias gradients, norm weight gradients, embedding gradients)
+ * are split by columns, each column summed over rows in row order, so their bits do not even
+ * depend on the thread count; sumsq sums fixed chunks that depend only on n.  No atomics.
+ *
+ * Attention lives in cpu_attn.c.
+ */
+#include "backend/cpu_impl.h"
+
+#include <cblas.h>
+#include <math.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Work (elements touched) below which an op runs on the calling thread only. */
+#define PAR_MIN 32768
+/* Columns per task in column-split reductions. */
+#define COLCH 128
+
+static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* ---- memory ---- */
+
+static void *cpu_alloc(mgt_backend *be, size_t bytes)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 64, zmax(bytes, 1)) != 0) {
+		mgt_err(MGT_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+		return NULL;
+	}
+	memset(p, 0, bytes);
+	return p;
+}
+
+static void cpu_free(mgt_backend *be, void *p) { free(p); }
+
+static mgt_status cpu_upload(mgt_backend *be, void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		memcpy(dst, src, bytes);
+	return MGT_OK;
+}
+
+static mgt_status cpu_download(mgt_backend *be, void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		memcpy(dst, src, bytes);
+	return MGT_OK;
+}
+
+static void cpu_zero(mgt_backend *be, void *p, size_t bytes)
+{
+	const size_t chunk = (size_t)1 << 20;
+	size_t nch = (bytes + chunk - 1) / chunk;
+	unsigned char *c = p;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (nch > 1)
+	for (size_t k = 0; k < nch; k++) {
+		size_t o = k * chunk, n = bytes - o < chunk ? bytes - o : chunk;
+		memset(c + o, 0, n);
+	}
+}
+
+static void cpu_sync(mgt_backend *be) {}
+
+/* ---- helpers ---- */
+
+/* db[c] += sum_t x[t, c] over x [T, n], summed in double in row order (column-split tasks). */
+static void colsum_acc(mgt_backend *be, float *db, const float *x, int T, int n)
+{
+	int nch = (n + COLCH - 1) / COLCH;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(dynamic, 1) \
+	if ((size_t)T * n > PAR_MIN && nch > 1)
+	for (int ch = 0; ch < nch; ch++) {
+		int c0 = ch * COLCH, cn = n - c0 < COLCH ? n - c0 : COLCH;
+		double acc[COLCH] = {0};
+		for (int t = 0; t < T; t++) {
+			const float *row = x + (size_t)t * n + c0;
+#pragma omp simd
+			for (int c = 0; c < cn; c++)
+				acc[c] += row[c];
+		}
+		for (int c = 0; c < cn; c++)
+			db[c0 + c] += (float)acc[c];
+	}
+}
+
+/* ---- linear ---- */
+
+static void cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
+			   int T, int in, int out)
+{
+	if (T <= 0 || out <= 0)
+		return;
+	if (b) {
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * out > PAR_MIN)
+		for (int t = 0; t < T; t++)
+			memcpy(y + (size_t)t * out, b, (size_t)out * sizeof *y);
+	}
+	if (in <= 0) {
+		if (!b)
+			memset(y, 0, (size_t)T * out * sizeof *y);
+		return;
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in,
+		    b ? 1.0f : 0.0f, y, out);
+}
+
+static void cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+			   const float *x, const float *w, int T, int in, int out)
+{
+	if (T <= 0 || in <= 0 || out <= 0) {
+		if (dx && T > 0 && in > 0)
+			memset(dx, 0, (size_t)T * in * sizeof *dx);
+		if (db && T > 0 && out > 0)
+			colsum_acc(be, db, dy, T, out);
+		return;
+	}
+	if (dx)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dy, out, w, in,
+			    0.0f, dx, in);
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, T, 1.0f, dy, out, x, in, 1.0f,
+		    dw, in);
+	if (db)
+		colsum_acc(be, db, dy, T, out);
+}
+
+/* ---- embedding ---- */
+
+static void cpu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, const float *table,
+			      int64_t row0, int64_t rows, int T, int h, bool accumulate)
+{
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * h > PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		float *yt = y + (size_t)t * h;
+		int64_t id = ids[t];
+		if (id >= row0 && id < row0 + rows) {
+			const float *src = table + (size_t)(id - row0) * h;
+			if (accumulate) {
+#pragma omp simd
+				for (int c = 0; c < h; c++)
+					yt[c] += src[c];
+			} else {
+				memcpy(yt, src, (size_t)h * sizeof *yt);
+			}
+		} else if (!accumulate) {
+			memset(yt, 0, (size_t)h * sizeof *yt);
+		}
+	}
+}
+
+static void cpu_embedding_bwd(mgt_backend *be, float *dtable, const float *dy, const int32_t *ids,
+			      int64_t row0, int64_t rows, int T, int h)
+{
+	int nch = (h + COLCH - 1) / COLCH;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(dynamic, 1) \
+	if ((size_t)T * h > PAR_MIN && nch > 1)
+	for (int ch = 0; ch < nch; ch++) {
+		int c0 = ch * COLCH, cn = h - c0 < COLCH ? h - c0 : COLCH;
+		for (int t = 0; t < T; t++) {
+			int64_t id = ids[t];
+			if (id < row0 || id >= row0 + rows)
+				continue;
+			float *dst = dtable + (size_t)(id - row0) * h + c0;
+			const float *src = dy + (size_t)t * h + c0;
+#pragma omp simd
+			for (int c = 0; c < cn; c++)
+				dst[c] += src[c];
+		}
+	}
+}
+
+/* ---- normalization ---- */
+
+static void cpu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+			 const float *x, const float *w, const float *b, int T, int h, float eps)
+{
+	const bool ln = kind == MGT_NORM_LAYERNORM;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * h > PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		const float *xt = x + (size_t)t * h;
+		float *yt = y + (size_t)t * h;
+		double mu = 0, ss = 0;
+		if (ln) {
+			double sum = 0;
+#pragma omp simd reduction(+ : sum)
+			for (int c = 0; c < h; c++)
+				sum += xt[c];
+			mu = sum / h;
+		}
+#pragma omp simd reduction(+ : ss)
+		for (int c = 0; c < h; c++) {
+			double dv = xt[c] - mu;
+			ss += dv * dv;
+		}
+		float m = (float)mu, rs = (float)(1.0 / sqrt(ss / h + eps));
+		mean[t] = m;
+		rstd[t] = rs;
+		if (b) {
+#pragma omp simd
+			for (int c = 0; c < h; c++)
+				yt[c] = (xt[c] - m) * rs * w[c] + b[c];
+		} else {
+#pragma omp simd
+			for (int c = 0; c < h; c++)
+				yt[c] = (xt[c] - m) * rs * w[c];
+		}
+	}
+}
+
+static void cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+			 const float *dy, const float *x, const float *w, const float *mean,
+			 const float *rstd, int T, int h)
+{
+	const bool ln = kind == MGT_NORM_LAYERNORM;
+	const int nt = cpu_threads(be);
+	const bool par = (size_t)T * h > PAR_MIN;
+	/* dx: rows in parallel.  g = dy * w, xhat = (x - mean) * rstd,
+	 * dx += rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMSNorm: no mean(g) term). */
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+	for (int t = 0; t < T; t++) {
+		const float *xt = x + (size_t)t * h, *gt = dy + (size_t)t * h;
+		float *dxt = dx + (size_t)t * h;
+		const float m = mean[t], rs = rstd[t];
+		double sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+		for (int c = 0; c < h; c++) {
+			float g = gt[c] * w[c];
+			sg += g;
+			sgx += g * ((xt[c] - m) * rs);
+		}
+		const float a = ln ? (float)(sg / h) : 0.0f, bx = (float)(sgx / h);
+#pragma omp simd
+		for (int c = 0; c < h; c++)
+			dxt[c] += rs * (gt[c] * w[c] - a - (xt[c] - m) * rs * bx);
+	}
+	/* dw, db: column-split, rows summed in order (deterministic). */
+	int nch = (h + COLCH - 1) / COLCH;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (par && nch > 1)
+	for (int ch = 0; ch < nch; ch++) {
+		int c0 = ch * COLCH, cn = h - c0 < COLCH ? h - c0 : COLCH;
+		double aw[COLCH] = {0}, ab[COLCH] = {0};
+		for (int t = 0; t < T; t++) {
+			const float *xt = x + (size_t)t * h + c0, *gt = dy + (size_t)t * h + c0;
+			const float m = mean[t], rs = rstd[t];
+#pragma omp simd
+			for (int c = 0; c < cn; c++) {
+				aw[c] += gt[c] * ((xt[c] - m) * rs);
+				ab[c] += gt[c];
+			}
+		}
+		for (int c = 0; c < cn; c++)
+			dw[c0 + c] += (float)aw[c];
+		if (db)
+			for (int c = 0; c < cn; c++)
+				db[c0 + c] += (float)ab[c];
+	}
+}
+
+/* ---- rotary position embedding ---- */
+
+static void cpu_rope(mgt_backend *be, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
+		     int rot_dim, float base, bool inverse)
+{
+	const int half = rot_dim / 2;
+	if (half <= 0)
+		return;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) \
+	if ((size_t)T * ng * (r + 1) * rot_dim > PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		float cs[256], sn[256];
+		for (int k0 = 0; k0 < half; k0 += 256) {
+			int kn = half - k0 < 256 ? half - k0 : 256;
+			for (int k = 0; k < kn; k++) {
+				float inv_freq = 1.0f / powf(base, (float)(2 * (k0 + k)) / (float)rot_dim);
+				float th = (float)pos[t] * inv_freq;
+				cs[k] = cosf(th);
+				sn[k] = inverse ? -sinf(th) : sinf(th);
+			}
+			for (int g = 0; g < ng; g++)
+				for (int m = 0; m <= r; m++) { /* r query heads and the key head */
+					float *hd = qkv + (((size_t)t * ng + g) * (r + 2) + m) * d;
+					float *x1 = hd + k0, *x2 = hd + half + k0;
+#pragma omp simd
+					for (int k = 0; k < kn; k++) {
+						float a = x1[k], bb = x2[k];
+						x1[k] = a * cs[k] - bb * sn[k];
+						x2[k] = bb * cs[k] + a * sn[k];
+					}
+				}
+		}
+	}
+}
+
+/* ---- bias + activation ---- */
+
+CPU_INLINE float gelu_f(float z) { return 0.5f * z * (1.0f + cpu_erff(z * 0.70710678118654752f)); }
+
+CPU_INLINE float gelu_grad(float z)
+{
+	return 0.5f * (1.0f + cpu_erff(z * 0.70710678118654752f)) +
+	       z * 0.39894228040143268f * cpu_expf(-0.5f * z * z);
+}
+
+CPU_INLINE float sigmoid_f(float a) { return 1.0f / (1.0f + cpu_expf(-a)); }
+
+CPU_INLINE void act_fwd_row_(float *yt, const float *xt, const float *b, int f, bool swi, bool hb)
+{
+	if (!swi) {
+#pragma omp simd
+		for (int c = 0; c < f; c++)
+			yt[c] = gelu_f(hb ? xt[c] + b[c] : xt[c]);
+	} else {
+#pragma omp simd
+		for (int c = 0; c < f; c++) {
+			float a = hb ? xt[c] + b[c] : xt[c], u = hb ? xt[f + c] + b[f + c] : xt[f + c];
+			yt[c] = a * sigmoid_f(a) * u;
+		}
+	}
+}
+
+/* Specialized by always_inline calls with constant flags, so each variant's loop has no branches
+ * (GCC does not unswitch loops at -O2) and vectorizes. */
+CPU_CLONES static void act_fwd_row(float *yt, const float *xt, const float *b, int f, bool swi)
+{
+	if (swi)
+		b ? act_fwd_row_(yt, xt, b, f, true, true) : act_fwd_row_(yt, xt, b, f, true, false);
+	else
+		b ? act_fwd_row_(yt, xt, b, f, false, true) : act_fwd_row_(yt, xt, b, f, false, false);
+}
+
+static void cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, float *y, const float *x,
+			     const float *b, int T, int f)
+{
+	const bool swi = act == MGT_ACT_SWIGLU;
+	const int xw = swi ? 2 * f : f;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * xw > PAR_MIN / 4)
+	for (int t = 0; t < T; t++)
+		act_fwd_row(y + (size_t)t * f, x + (size_t)t * xw, b, f, swi);
+}
+
+CPU_INLINE void act_bwd_row_(float *dxt, const float *gt, const float *xt, const float *b, int f,
+			    bool swi, bool hb)
+{
+	if (!swi) {
+#pragma omp simd
+		for (int c = 0; c < f; c++)
+			dxt[c] = gt[c] * gelu_grad(hb ? xt[c] + b[c] : xt[c]);
+	} else {
+#pragma omp simd
+		for (int c = 0; c < f; c++) {
+			float a = hb ? xt[c] + b[c] : xt[c], u = hb ? xt[f + c] + b[f + c] : xt[f + c];
+			float sg = sigmoid_f(a), silu = a * sg;
+			dxt[c] = gt[c] * u * (sg * (1.0f + a * (1.0f - sg)));
+			dxt[f + c] = gt[c] * silu;
+		}
+	}
+}
+
+CPU_CLONES static void act_bwd_row(float *dxt, const float *gt, const float *xt, const float *b,
+				   int f, bool swi)
+{
+	if (swi)
+		b ? act_bwd_row_(dxt, gt, xt, b, f, true, true) : act_bwd_row_(dxt, gt, xt, b, f, true, false);
+	else
+		b ? act_bwd_row_(dxt, gt, xt, b, f, false, true) : act_bwd_row_(dxt, gt, xt, b, f, false, false);
+}
+
+static void cpu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
+			     const float *dy, const float *x, const float *b, int T, int f)
+{
+	const bool swi = act == MGT_ACT_SWIGLU;
+	const int xw = swi ? 2 * f : f;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * xw > PAR_MIN / 4)
+	for (int t = 0; t < T; t++)
+		act_bwd_row(dx + (size_t)t * xw, dy + (size_t)t * f, x + (size_t)t * xw, b, f, swi);
+	if (db)
+		colsum_acc(be, db, dx, T, xw);
+}
+
+/* ---- bias-dropout-add ---- */
+
+CPU_INLINE void bda_row_(float *ot, const float *rt, const float *yt, const float *b, int h,
+			 uint64_t key, uint64_t et, float p, float ks, bool hr, bool hb, bool hp)
+{
+	if (!hp) {
+#pragma omp simd
+		for (int c = 0; c < h; c++) {
+			float v = hb ? yt[c] + b[c] : yt[c];
+			ot[c] = hr ? rt[c] + v : v;
+		}
+		return;
+	}
+	uint32_t w[CPU_PH];
+	for (int c0 = 0; c0 < h; c0 += CPU_PH) {
+		const int n = h - c0 < CPU_PH ? h - c0 : CPU_PH;
+		mgt_cpu_philox_row(w, key, et + (uint64_t)c0, n);
+#pragma omp simd
+		for (int c = 0; c < n; c++) {
+			const int e = c0 + c;
+			float v = (hb ? yt[e] + b[e] : yt[e]) * (cpu_keep_w(w[c], p) * ks);
+			ot[e] = hr ? rt[e] + v : v;
+		}
+	}
+}
+
+CPU_CLONES static void bda_row(float *ot, const float *rt, const float *yt, const float *b, int h,
+			       uint64_t key, uint64_t et, float p, float ks)
+{
+	const bool hp = p > 0;
+	if (rt) {
+		if (b)
+			hp ? bda_row_(ot, rt, yt, b, h, key, et, p, ks, true, true, true)
+			   : bda_row_(ot, rt, yt, b, h, key, et, p, ks, true, true, false);
+		else
+			hp ? bda_row_(ot, rt, yt, b, h, key, et, p, ks, true, false, true)
+			   : bda_row_(ot, rt, yt, b, h, key, et, p, ks, true, false, false);
+	} else {
+		if (b)
+			hp ? bda_row_(ot, rt, yt, b, h, key, et, p, ks, false, true, true)
+			   : bda_row_(ot, rt, yt, b, h, key, et, p, ks, false, true, false);
+		else
+			hp ? bda_row_(ot, rt, yt, b, h, key, et, p, ks, false, false, true)
+			   : bda_row_(ot, rt, yt, b, h, key, et, p, ks, false, false, false);
+	}
+}
+
+static void cpu_bda_fwd(mgt_backend *be, float *out, const float *resid, const float *y,
+			const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
+{
+	const float ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) \
+	if ((size_t)T * h > (p > 0 ? PAR_MIN / 16 : PAR_MIN))
+	for (int t = 0; t < T; t++)
+		bda_row(out + (size_t)t * h, resid ? resid + (size_t)t * h : NULL, y + (size_t)t * h, b, h,
+			key, e0 + (uint64_t)t * h, p, ks);
+}
+
+CPU_CLONES static void drop_mul_row(float *dt, const float *gt, int h, uint64_t key, uint64_t et,
+				    float p, float ks)
+{
+	uint32_t w[CPU_PH];
+	for (int c0 = 0; c0 < h; c0 += CPU_PH) {
+		const int n = h - c0 < CPU_PH ? h - c0 : CPU_PH;
+		mgt_cpu_philox_row(w, key, et + (uint64_t)c0, n);
+#pragma omp simd
+		for (int c = 0; c < n; c++)
+			dt[c0 + c] = gt[c0 + c] * (cpu_keep_w(w[c], p) * ks);
+	}
+}
+
+static void cpu_bda_bwd(mgt_backend *be, float *dy, float *db, const float *dout, int T, int h,
+			float p, uint64_t key, uint64_t e0)
+{
+	if (p > 0) {
+		const float ks = 1.0f / (1.0f - p);
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * h > PAR_MIN / 16)
+		for (int t = 0; t < T; t++)
+			drop_mul_row(dy + (size_t)t * h, dout + (size_t)t * h, h, key, e0 + (uint64_t)t * h, p,
+				     ks);
+	} else if (dy != dout) {
+		memcpy(dy, dout, (size_t)T * h * sizeof *dy);
+	}
+	if (db)
+		colsum_acc(be, db, dy, T, h);
+}
+
+/* ---- vocab-parallel cross-entropy ---- */
+
+CPU_CLONES static float row_max(const float *x, int n)
+{
+	float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+	for (int c = 0; c < n; c++)
+		m = x[c] > m ? x[c] : m;
+	return m;
+}
+
+CPU_CLONES static double row_sumexp(const float *x, int n, float m)
+{
+	double se = 0;
+#pragma omp simd reduction(+ : se)
+	for (int c = 0; c < n; c++)
+		se += cpu_expf(x[c] - m);
+	return se;
+}
+
+/* d[c] = exp(x[c] - m) * inv * ms; d may alias x. */
+CPU_CLONES static void row_softmax_scaled(float *d, const float *x, int n, float m, float inv, float ms)
+{
+#pragma omp simd
+	for (int c = 0; c < n; c++)
+		d[c] = cpu_expf(x[c] - m) * inv * ms;
+}
+
+static void cpu_xent_max(mgt_backend *be, float *mx, const float *logits, int T, int V)
+{
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * V > PAR_MIN)
+	for (int t = 0; t < T; t++)
+		mx[t] = row_max(logits + (size_t)t * V, V);
+}
+
+static void cpu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const float *logits,
+			   const int32_t *labels, const float *mx, int64_t v0, int T, int V)
+{
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * V > PAR_MIN / 4)
+	for (int t = 0; t < T; t++) {
+		const float *lt = logits + (size_t)t * V;
+		sumexp[t] = (float)row_sumexp(lt, V, mx[t]);
+		int64_t lab = labels[t];
+		tgt[t] = lab >= v0 && lab < v0 + V ? lt[lab - v0] : 0.0f;
+	}
+}
+
+static double cpu_xent_loss(mgt_backend *be, float *loss, const float *mx, const float *sumexp,
+			    const float *tgt, const float *mask, int T)
+{
+	double sum = 0;
+	for (int t = 0; t < T; t++) {
+		loss[t] = (float)(log((double)sumexp[t]) + (double)mx[t] - (double)tgt[t]);
+		sum += (double)loss[t] * mask[t];
+	}
+	return sum;
+}
+
+static void cpu_xent_bwd(mgt_backend *be, float *dlogits, const float *logits, const int32_t *labels,
+			 const float *mx, const float *sumexp, const float *mask, float scale,
+			 int64_t v0, int T, int V)
+{
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * V > PAR_MIN / 4)
+	for (int t = 0; t < T; t++) {
+		const float *lt = logits + (size_t)t * V;
+		float *dt = dlogits + (size_t)t * V;
+		const float ms = mask[t] * scale;
+		if (ms == 0.0f) {
+			memset(dt, 0, (size_t)V * sizeof *dt);
+			continue;
+		}
+		const float m = mx[t], inv = 1.0f / sumexp[t];
+		int64_t lab = labels[t];
+		bool here = lab >= v0 && lab < v0 + V;
+		float pl = here ? cpu_expf(lt[lab - v0] - m) * inv : 0.0f;
+		row_softmax_scaled(dt, lt, V, m, inv, ms);
+		if (here)
+			dt[lab - v0] = (pl - 1.0f) * ms;
+	}
+}
+
+/* ---- optimizer and reductions ---- */
+
+typedef struct {
+	float b1, b2, ob1, ob2, eps, step_size, bc2_sqrt, decay;
+} adamw_k;
+
+/* sqrtf stays a libm call with an errno branch unless the whole build has -fno-math-errno, which
+ * stops vectorization, so the x86-64 path spells the loop out in SSE (4 lanes is plenty: this
+ * loop is bound by memory, 28 bytes per element). */
+static void adamw_chunk(float *p, const float *g, float *m, float *v, size_t n, const adamw_k *k)
+{
+	const float b1 = k->b1, b2 = k->b2, ob1 = k->ob1, ob2 = k->ob2, eps = k->eps;
+	const float step_size = k->step_size, bc2_sqrt = k->bc2_sqrt, decay = k->decay;
+	size_t i = 0;
+#ifdef __SSE2__
+	const __m128 vb1 = _mm_set1_ps(b1), vb2 = _mm_set1_ps(b2), vob1 = _mm_set1_ps(ob1);
+	const __m128 vob2 = _mm_set1_ps(ob2), veps = _mm_set1_ps(eps), vss = _mm_set1_ps(step_size);
+	const __m128 vbc = _mm_set1_ps(bc2_sqrt), vdec = _mm_set1_ps(decay);
+	for (; i + 4 <= n; i += 4) {
+		__m128 gi = _mm_loadu_ps(g + i);
+		__m128 mi = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + i)), _mm_mul_ps(vob1, gi));
+		__m128 vi = _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + i)), _mm_mul_ps(_mm_mul_ps(vob2, gi), gi));
+		__m128 denom = _mm_add_ps(_mm_div_ps(_mm_sqrt_ps(vi), vbc), veps);
+		_mm_storeu_ps(m + i, mi);
+		_mm_storeu_ps(v + i, vi);
+		__m128 pi = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(p + i), vdec),
+				       _mm_mul_ps(vss, _mm_div_ps(mi, denom)));
+		_mm_storeu_ps(p + i, pi);
+	}
+#endif
+	for (; i < n; i++) {
+		float gi = g[i];
+		float mi = b1 * m[i] + ob1 * gi;
+		float vi = b2 * v[i] + ob2 * gi * gi;
+		float denom = sqrtf(vi) / bc2_sqrt + eps;
+		m[i] = mi;
+		v[i] = vi;
+		p[i] = p[i] * decay - step_size * (mi / denom);
+	}
+}
+
+static void cpu_adamw(mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+		      float lr, float b1, float b2, float eps, float wd, int64_t step)
+{
+	/* Scalars as torch computes them: bias corrections in double, then used as fp32. */
+	const double bc1 = 1.0 - pow((double)b1, (double)step);
+	const double bc2 = 1.0 - pow((double)b2, (double)step);
+	const adamw_k k = {b1, b2, 1.0f - b1, 1.0f - b2, eps, (float)((double)lr / bc1),
+			   (float)sqrt(bc2), (float)(1.0 - (double)lr * (double)wd)};
+	const size_t chunk = 16384, nch = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (nch > 1)
+	for (size_t c = 0; c < nch; c++) {
+		size_t o = c * chunk, len = n - o < chunk ? n - o : chunk;
+		adamw_chunk(p + o, g + o, m + o, v + o, len, &k);
+	}
+}
+
+static double cpu_sumsq(mgt_backend *be, const float *x, size_t n)
+{
+	/* At most 256 chunks whose bounds depend only on n, summed in chunk order. */
+	enum { NCH = 256 };
+	size_t chunk = zmax(8192, (n + NCH - 1) / NCH);
+	int nch = (int)((n + chunk - 1) / chunk);
+	double part[NCH];
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (nch > 1)
+	for (int k = 0; k < nch; k++) {
+		size_t o = (size_t)k * chunk, e = o + chunk < n ? o + chunk : n;
+		double acc = 0;
+#pragma omp simd reduction(+ : acc)
+		for (size_t i = o; i < e; i++)
+			acc += (double)x[i] * x[i];
+		part[k] = acc;
+	}
+	double sum = 0;
+	for (int k = 0; k < nch; k++)
+		sum += part[k];
+	return sum;
+}
+
+static void cpu_scale(mgt_backend *be, float *x, size_t n, float alpha)
+{
+#pragma omp parallel for simd num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		x[i] *= alpha;
+}
+
+static void cpu_add(mgt_backend *be, float *y, const float *x, size_t n)
+{
+#pragma omp parallel for simd num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		y[i] += x[i];
+}
+
+/* ---- the table ---- */
+
+static const mgt_backend_ops cpu_ops = {
+	.name = "cpu",
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.upload = cpu_upload,
+	.download = cpu_download,
+	.zero = cpu_zero,
+	.sync = cpu_sync,
+	.linear_fwd = cpu_linear_fwd,
+	.linear_bwd = cpu_linear_bwd,
+	.embedding_fwd = cpu_embedding_fwd,
+	.embedding_bwd = cpu_embedding_bwd,
+	.norm_fwd = cpu_norm_fwd,
+	.norm_bwd = cpu_norm_bwd,
+	.rope = cpu_rope,
+	.attn_fwd = mgt_cpu_attn_fwd,
+	.attn_bwd = mgt_cpu_attn_bwd,
+	.bias_act_fwd = cpu_bias_act_fwd,
+	.bias_act_bwd = cpu_bias_act_bwd,
+	.bda_fwd = cpu_bda_fwd,
+	.bda_bwd = cpu_bda_bwd,
+	.xent_max = cpu_xent_max,
+	.xent_stats = cpu_xent_stats,
+	.xent_loss = cpu_xent_loss,
+	.xent_bwd = cpu_xent_bwd,
+	.adamw = cpu_adamw,
+	.sumsq = cpu_sumsq,
+	.scale = cpu_scale,
+	.add = cpu_add,
+};
+
+/* OpenBLAS's DYNAMIC_ARCH builds pick their kernels from the CPU model; a model newer than the
+ * library (Debian 12's 0.3.21 on Emerald Rapids, model 0xCF) falls back to the Prescott (SSE3)
+ * kernels, ten times slower than the AVX-512 ones.  When that happened and the user did not choose
+ * with OPENBLAS_CORETYPE, choose from the CPU's features instead, through the library's own
+ * re-initialization (gotoblas_dynamic_quit/init, exported by DYNAMIC_ARCH builds only, hence weak). */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+static void blas_fix_coretype(void)
+{
+	static bool done;
+	if (done)
+		return;
+	done = true;
+	const char *core = openblas_get_corename();
+	if (getenv("OPENBLAS_CORETYPE") || !core || strcmp(core, "Prescott") != 0 || !gotoblas_dynamic_init ||
+	    !gotoblas_dynamic_quit)
+		return;
+	__builtin_cpu_init();
+	const char *want = NULL;
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+	    __builtin_cpu_supports("avx512cd"))
+		want = "SkylakeX";
+	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		want = "Haswell";
+	if (!want || setenv("OPENBLAS_CORETYPE", want, 0) != 0)
+		return;
+	gotoblas_dynamic_quit();
+	gotoblas_dynamic_init();
+}
+
+mgt_backend *mgt_backend_cpu_create(int threads)
+{
+	if (threads <= 0)
+		threads = omp_get_num_procs();
+	if (threads <= 0)
+		threads = 1;
+	mgt_backend *be = calloc(1, sizeof *be);
+	cpu_impl *im = calloc(1, sizeof *im);
+	void *scratch = NULL;
+	if (!be || !im || posix_memalign(&scratch, 64, (size_t)threads * cpu_scratch_bytes) != 0) {
+		free(be);
+		free(im);
+		mgt_err(MGT_ERR_NOMEM, "cpu backend: cannot allocate %d threads' scratch", threads);
+		return NULL;
+	}
+	memset(scratch, 0, (size_t)threads * cpu_scratch_bytes);
+	im->threads = threads;
+	im->scratch = scratch;
+	be->ops = &cpu_ops;
+	be->threads = threads;
+	be->host_memory = true;
+	be->impl = im;
+	blas_fix_coretype();
+	openblas_set_num_threads(threads);
+	return be;
+}
+
+void mgt_backend_destroy(mgt_backend *be)
+{
+	if (!be)
+		return;
+	if (be->ops == &cpu_ops && be->impl) {
+		cpu_impl *im = be->impl;
+		free(im->scratch);
+		free(im);
+	}
+	free(be);
+}

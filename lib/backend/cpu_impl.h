@@ -1,0 +1,138 @@
+/* lib/backend: internals shared by the CPU backend's files (cpu.c, cpu_attn.c).  Not public.
+ *
+ * The inline math below is branch-free so that loops over it vectorize under `omp simd` at the
+ * project's -O2 (GCC's default -O2 cost model vectorizes almost nothing on its own).
+ */
+#ifndef MGT_BACKEND_CPU_IMPL_H
+/* Let GCC if-convert floating-point selects (clamps in cpu_expf, dropout multipliers) and inline
+ * sqrtf, so the loops vectorize; no value changes (this is not -ffast-math: no reassociation, no
+ * contraction, IEEE results), only no errno and no care for FP exception flags. */
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+#define MGT_BACKEND_CPU_IMPL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+/* Attention tiles: query rows per block, key columns per tile.  CPU_AK is a multiple of CPU_AQ,
+ * so a tile that starts below a query block's end starts at or before the block's first row. */
+#ifndef XAQ
+#define XAQ 64
+#define XAK 256
+#endif
+enum { CPU_AQ = XAQ, CPU_AK = XAK };
+
+typedef struct {
+	int threads;
+	/* Per-thread attention scratch, allocated at create: two CPU_AQ x CPU_AK float tiles and a
+	 * CPU_AQ x CPU_AK byte mask each, cpu_scratch_bytes apart. */
+	unsigned char *scratch;
+} cpu_impl;
+
+enum { cpu_scratch_bytes = 2 * CPU_AQ * CPU_AK * 4 + CPU_AQ * CPU_AK + 64 * 4 };
+
+/* Hot row kernels are compiled three times (AVX-512, AVX2+FMA, baseline x86-64) and picked at load
+ * time by the CPU: the project builds for baseline x86-64, which would leave exp, erf and Philox
+ * loops at 4 lanes.  Same arithmetic in each (no contraction), so only the lane count of
+ * reductions differs; results are deterministic on a given machine. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_CLONES
+#endif
+#define CPU_INLINE static inline __attribute__((always_inline))
+
+static inline int cpu_threads(const mgt_backend *be) { return ((const cpu_impl *)be->impl)->threads; }
+
+static inline unsigned char *cpu_scratch(mgt_backend *be, int tid)
+{
+	return ((cpu_impl *)be->impl)->scratch + (size_t)tid * cpu_scratch_bytes;
+}
+
+static inline uint32_t cpu_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float cpu_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* e^x in fp32 within about 2 ulp; exactly 0 for x < -87 (including -inf), NaN propagates.
+ * Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2 (ln2 split in a short high part and a
+ * correction), degree-7 Taylor polynomial for e^r (truncation below 1e-8 relative), 2^n built in
+ * the exponent bits.  Rounding to nearest n adds 1.5 * 2^23 so that n lands in the low mantissa
+ * bits (no float-to-int conversion, so no undefined behaviour on NaN). */
+static inline __attribute__((always_inline)) float cpu_expf(float x)
+{
+	const float magic = 12582912.0f; /* 1.5 * 2^23 */
+	float xc = x > 88.0f ? 88.0f : x;
+	xc = xc < -87.0f ? -87.0f : xc;
+	float nm = xc * 1.44269504088896341f + magic;
+	float n = nm - magic;
+	float r = xc - n * 0.693359375f;
+	r = r - n * -2.12194440054690583e-4f;
+	float q = 1.0f / 5040.0f;
+	q = q * r + 1.0f / 720.0f;
+	q = q * r + 1.0f / 120.0f;
+	q = q * r + 1.0f / 24.0f;
+	q = q * r + 1.0f / 6.0f;
+	q = q * r + 0.5f;
+	q = q * r + 1.0f;
+	q = q * r + 1.0f;
+	uint32_t e = (cpu_f2u(nm) - cpu_f2u(magic) + 127u) << 23;
+	float y = q * cpu_u2f(e);
+	return x < -87.0f ? 0.0f : y;
+}
+
+/* erf(x) by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), with cpu_expf. */
+static inline __attribute__((always_inline)) float cpu_erff(float x)
+{
+	float a = x < 0 ? -x : x;
+	float t = 1.0f / (1.0f + 0.3275911f * a);
+	float q = 1.061405429f;
+	q = q * t - 1.453152027f;
+	q = q * t + 1.421413741f;
+	q = q * t - 0.284496736f;
+	q = q * t + 0.254829592f;
+	float y = 1.0f - q * t * cpu_expf(-a * a);
+	return x < 0 ? -y : y;
+}
+
+/* Word 0 of mgt_philox(key, 0, e) for e = e0 + c (Philox4x32-10; must stay bit-identical to
+ * lib/util), written out round by round, with the counter's 64-bit add done as a 32-bit add and
+ * carry, so that a loop over c vectorizes. */
+static inline __attribute__((always_inline)) uint32_t cpu_philox0(uint64_t key, uint64_t e0, uint32_t c)
+{
+	uint32_t lo0 = (uint32_t)e0, c0 = lo0 + c, c1 = (uint32_t)(e0 >> 32) + (c0 < lo0), c2 = 0, c3 = 0;
+	uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+#define CPU_PHILOX_ROUND                                                                        \
+	do {                                                                                    \
+		uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;      \
+		uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1; \
+		c1 = (uint32_t)p1;                                                              \
+		c3 = (uint32_t)p0;                                                              \
+		c0 = n0;                                                                        \
+		c2 = n2;                                                                        \
+		k0 += 0x9E3779B9u;                                                              \
+		k1 += 0xBB67AE85u;                                                              \
+	} while (0)
+	CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND;
+	CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND;
+#undef CPU_PHILOX_ROUND
+	return c0;
+}
+
+/* Word 0 of mgt_philox(key, 0, e0 + c) for c < n, into w (cpu_philox.c: AVX-512 or AVX2 when the
+ * CPU has them).  Rows of dropout go through here in chunks of CPU_PH elements. */
+void mgt_cpu_philox_row(uint32_t *w, uint64_t key, uint64_t e0, int n);
+enum { CPU_PH = 256 };
+
+/* Dropout multiplier of a drawn word: 1 when kept (unit draw >= p), 0 when dropped. */
+static inline __attribute__((always_inline)) float cpu_keep_w(uint32_t w, float p)
+{
+	return mgt_u32_to_unit(w) >= p ? 1.0f : 0.0f;
+}
+
+void mgt_cpu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
+		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
+void mgt_cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
+		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
+		      uint64_t key, int head0, int heads_total);
+
+#endif

@@ -1,0 +1,1123 @@
+/* Unit tests for lib/backend's CPU backend.
+ *
+ * Every op's fp32 forward is compared with an independent, naive double-precision reference
+ * written here (plain loops; attention with the full s x s softmax), and every backward with
+ * central finite differences of that double reference for a random projection L = sum(R * y),
+ * the backward being fed dy = R.  Dropout masks in the references are drawn with mgt_philox
+ * directly, per the header's formula.  Also: accumulate-vs-write semantics, determinism (with
+ * 2 threads), AdamW against torch.optim.AdamW's formula in double, reductions.
+ * Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on any failure. */
+#include "backend/backend.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+
+#define CHECK(cond, ...) check_((cond), #cond, __LINE__, __VA_ARGS__)
+static void check_(int ok, const char *expr, int line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void check_(int ok, const char *expr, int line, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	printf("%s - ", ok ? "ok" : "not ok");
+	vprintf(fmt, ap);
+	va_end(ap);
+	if (!ok)
+		printf("  (line %d: %s)", line, expr);
+	printf("\n");
+	ok ? passed++ : failed++;
+}
+
+/* Forward tolerance (normwise relative, fp32 vs double) and backward tolerance (fp32 gradient vs
+ * double central differences).  Real bugs give errors near 1. */
+#define FWD_TOL 1e-5
+#define BWD_TOL 5e-5
+
+static mgt_backend *be; /* 2 threads */
+static const mgt_backend_ops *O;
+
+/* ---- small helpers ---- */
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double urand(void) /* [-1, 1) */
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = calloc(n ? n : 1, 1);
+	if (!p) {
+		printf("out of memory\n");
+		exit(1);
+	}
+	return p;
+}
+
+static float *randf(size_t n, double scale)
+{
+	float *p = xmalloc(n * sizeof *p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(scale * urand());
+	return p;
+}
+
+static float *copyf(const float *x, size_t n)
+{
+	float *p = xmalloc(n * sizeof *p);
+	memcpy(p, x, n * sizeof *p);
+	return p;
+}
+
+static double *tod(const float *x, size_t n)
+{
+	double *p = xmalloc(n * sizeof *p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = x[i];
+	return p;
+}
+
+/* ||got - ref|| / ||ref|| */
+static double relerr(const float *got, const double *ref, size_t n)
+{
+	double e = 0, r = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)got[i] - ref[i];
+		e += d * d;
+		r += ref[i] * ref[i];
+	}
+	if (isnan(e))
+		return INFINITY;
+	return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+/* Same, got - base vs ref (accumulating outputs). */
+static double relerr_delta(const float *got, const float *base, const double *ref, size_t n)
+{
+	double e = 0, r = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = ((double)got[i] - base[i]) - ref[i];
+		e += d * d;
+		r += ref[i] * ref[i];
+	}
+	if (isnan(e))
+		return INFINITY;
+	return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+/* ---- finite differences of a double reference ---- */
+
+typedef void (*ref_fn)(void *ctx, double *out);
+typedef struct {
+	ref_fn f;
+	void *ctx;
+	const float *R; /* the projection, also fed to the backward as dy */
+	size_t nout;
+	double *tmp;
+} objective;
+
+static double obj_eval(objective *o)
+{
+	o->f(o->ctx, o->tmp);
+	double L = 0;
+	for (size_t i = 0; i < o->nout; i++)
+		L += (double)o->R[i] * o->tmp[i];
+	return L;
+}
+
+/* dL/dx by central differences for every element of x (a double input the reference reads). */
+static double *fd_grad(objective *o, double *x, size_t n)
+{
+	double *g = xmalloc(n * sizeof *g);
+	for (size_t i = 0; i < n; i++) {
+		double x0 = x[i], h = 1e-5 * (fabs(x0) > 1 ? fabs(x0) : 1);
+		x[i] = x0 + h;
+		double lp = obj_eval(o);
+		x[i] = x0 - h;
+		double lm = obj_eval(o);
+		x[i] = x0;
+		g[i] = (lp - lm) / (2 * h);
+	}
+	return g;
+}
+
+static double fd_check(objective *o, double *x, size_t n, const float *got)
+{
+	double *g = fd_grad(o, x, n);
+	double e = relerr(got, g, n);
+	free(g);
+	return e;
+}
+
+/* For bigger inputs: central differences at k random elements only, compared normwise. */
+static double fd_check_some(objective *o, double *x, size_t n, const float *got, int k)
+{
+	if (n <= (size_t)k)
+		return fd_check(o, x, n, got);
+	double e = 0, r = 0;
+	for (int j = 0; j < k; j++) {
+		size_t i = (size_t)((urand() + 1) / 2 * n) % n;
+		double x0 = x[i], h = 1e-5 * (fabs(x0) > 1 ? fabs(x0) : 1);
+		x[i] = x0 + h;
+		double lp = obj_eval(o);
+		x[i] = x0 - h;
+		double lm = obj_eval(o);
+		x[i] = x0;
+		double g = (lp - lm) / (2 * h), dd = got[i] - g;
+		e += dd * dd;
+		r += g * g;
+	}
+	return isnan(e) ? INFINITY : r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+/* For inputs too big to difference element by element: ndir random directions u, comparing
+ * (L(x + h u) - L(x - h u)) / 2h with got . u, relative to the typical size of got . u,
+ * ||got|| ||u|| / sqrt(n) (so an error confined to a small part of got still shows). */
+static double dir_check(objective *o, double *x, size_t n, const float *got, int ndir)
+{
+	double *x0 = xmalloc(n * sizeof *x0), *u = xmalloc(n * sizeof *u), worst = 0, gn = 0;
+	memcpy(x0, x, n * sizeof *x0);
+	for (size_t i = 0; i < n; i++)
+		gn += (double)got[i] * got[i];
+	for (int k = 0; k < ndir; k++) {
+		double un = 0, gu = 0, h = 1e-4;
+		for (size_t i = 0; i < n; i++) {
+			u[i] = urand();
+			un += u[i] * u[i];
+			gu += (double)got[i] * u[i];
+		}
+		for (size_t i = 0; i < n; i++)
+			x[i] = x0[i] + h * u[i];
+		double lp = obj_eval(o);
+		for (size_t i = 0; i < n; i++)
+			x[i] = x0[i] - h * u[i];
+		double lm = obj_eval(o);
+		memcpy(x, x0, n * sizeof *x);
+		double e = fabs((lp - lm) / (2 * h) - gu) / (sqrt(gn * un / (double)n) + 1e-300);
+		if (!(e <= worst))
+			worst = isnan(e) ? INFINITY : e;
+	}
+	free(x0);
+	free(u);
+	return worst;
+}
+
+static int keep_ref(uint64_t key, uint64_t e, float p)
+{
+	uint32_t w[4];
+	mgt_philox(key, 0, e, w);
+	return mgt_u32_to_unit(w[0]) >= p;
+}
+
+/* ================= memory ================= */
+
+static void test_memory(void)
+{
+	float *p = O->alloc(be, 1000 * sizeof *p);
+	int zero = p != NULL, aligned = p && ((uintptr_t)p % 32) == 0;
+	for (int i = 0; p && i < 1000; i++)
+		zero &= p[i] == 0.0f;
+	CHECK(zero && aligned, "alloc: zero-filled and aligned");
+	float h[1000], back[1000];
+	for (int i = 0; i < 1000; i++)
+		h[i] = (float)i;
+	CHECK(O->upload(be, p, h, sizeof h) == MGT_OK && O->download(be, back, p, sizeof h) == MGT_OK &&
+		      memcmp(h, back, sizeof h) == 0,
+	      "upload/download round trip");
+	O->zero(be, p, 500 * sizeof *p);
+	O->download(be, back, p, sizeof back);
+	CHECK(back[0] == 0 && back[499] == 0 && back[500] == 500.0f, "zero: exactly the bytes asked");
+	O->sync(be);
+	O->free(be, p);
+	O->free(be, NULL);
+}
+
+/* ================= linear ================= */
+
+typedef struct {
+	const double *x, *w, *b;
+	int T, in, out;
+} lin_ctx;
+
+static void lin_ref(void *c_, double *y)
+{
+	lin_ctx *c = c_;
+	for (int t = 0; t < c->T; t++)
+		for (int o = 0; o < c->out; o++) {
+			double s = c->b ? c->b[o] : 0;
+			for (int i = 0; i < c->in; i++)
+				s += c->x[t * c->in + i] * c->w[o * c->in + i];
+			y[t * c->out + o] = s;
+		}
+}
+
+static void test_linear_case(int T, int in, int out, int with_bias, int fd)
+{
+	float *x = randf((size_t)T * in, 1), *w = randf((size_t)out * in, 0.5);
+	float *b = with_bias ? randf(out, 1) : NULL;
+	float *y = randf((size_t)T * out, 9); /* garbage: the forward writes */
+	double *xd = tod(x, (size_t)T * in), *wd = tod(w, (size_t)out * in);
+	double *bd = b ? tod(b, out) : NULL, *yr = xmalloc((size_t)T * out * sizeof *yr);
+	lin_ctx c = {xd, wd, bd, T, in, out};
+	lin_ref(&c, yr);
+	O->linear_fwd(be, y, x, w, b, T, in, out);
+	double e = relerr(y, yr, (size_t)T * out);
+	CHECK(e < FWD_TOL, "linear_fwd T=%d in=%d out=%d bias=%d: err %.2e", T, in, out, with_bias, e);
+
+	float *R = randf((size_t)T * out, 1);
+	float *dx = randf((size_t)T * in, 9), *dw0 = randf((size_t)out * in, 1), *db0 = randf(out, 1);
+	float *dw = copyf(dw0, (size_t)out * in), *db = copyf(db0, out);
+	O->linear_bwd(be, dx, dw, b ? db : NULL, R, x, w, T, in, out);
+	objective ob = {lin_ref, &c, R, (size_t)T * out, yr};
+	if (fd) {
+		double ex = fd_check(&ob, xd, (size_t)T * in, dx);
+		double *gw = fd_grad(&ob, wd, (size_t)out * in);
+		double ew = relerr_delta(dw, dw0, gw, (size_t)out * in);
+		CHECK(ex < BWD_TOL && ew < BWD_TOL, "linear_bwd dx, dw (accumulated) vs FD: %.2e %.2e", ex, ew);
+		if (b) {
+			double *gb = fd_grad(&ob, bd, out);
+			double eb = relerr_delta(db, db0, gb, out);
+			CHECK(eb < BWD_TOL, "linear_bwd db (accumulated) vs FD: %.2e", eb);
+			/* second call: dw, db gain the same gradient again */
+			O->linear_bwd(be, NULL, dw, db, R, x, w, T, in, out);
+			for (int i = 0; i < out * in; i++)
+				gw[i] *= 2;
+			for (int i = 0; i < out; i++)
+				gb[i] *= 2;
+			double e2 = relerr_delta(dw, dw0, gw, (size_t)out * in);
+			double e3 = relerr_delta(db, db0, gb, out);
+			CHECK(e2 < BWD_TOL && e3 < BWD_TOL, "linear_bwd twice (dx NULL) doubles dw, db: %.2e %.2e",
+			      e2, e3);
+			free(gb);
+		} else {
+			int untouched = memcmp(db, db0, out * sizeof *db) == 0;
+			CHECK(untouched, "linear_bwd db NULL leaves db alone");
+		}
+		free(gw);
+	} else {
+		/* big shape: compare with the analytic double gradients */
+		double *gx = xmalloc((size_t)T * in * sizeof *gx), *gw = xmalloc((size_t)out * in * sizeof *gw);
+		for (int t = 0; t < T; t++)
+			for (int i = 0; i < in; i++) {
+				double s = 0;
+				for (int o = 0; o < out; o++)
+					s += (double)R[t * out + o] * wd[o * in + i];
+				gx[t * in + i] = s;
+			}
+		for (int o = 0; o < out; o++)
+			for (int i = 0; i < in; i++) {
+				double s = 0;
+				for (int t = 0; t < T; t++)
+					s += (double)R[t * out + o] * xd[t * in + i];
+				gw[o * in + i] = s;
+			}
+		double ex = relerr(dx, gx, (size_t)T * in), ew = relerr_delta(dw, dw0, gw, (size_t)out * in);
+		CHECK(ex < FWD_TOL && ew < FWD_TOL, "linear_bwd T=%d in=%d out=%d vs double: %.2e %.2e", T,
+		      in, out, ex, ew);
+		free(gx);
+		free(gw);
+	}
+	free(x), free(w), free(b), free(y), free(xd), free(wd), free(bd), free(yr);
+	free(R), free(dx), free(dw0), free(db0), free(dw), free(db);
+}
+
+static void test_linear(void)
+{
+	test_linear_case(5, 4, 3, 1, 1);
+	test_linear_case(6, 7, 5, 0, 1);
+	test_linear_case(1, 3, 2, 1, 1);
+	test_linear_case(70, 96, 80, 1, 0);
+}
+
+/* ================= embedding ================= */
+
+static void test_embedding(void)
+{
+	enum { T = 9, h = 6, rows = 5 };
+	const int64_t row0 = 3;
+	int32_t ids[T] = {3, 7, 2, 8, 5, 5, 100, 0, 4}; /* 2, 8, 100, 0 out of [3, 8) */
+	float *table = randf(rows * h, 1), *y = randf(T * h, 9), *y0 = randf(T * h, 1);
+	float *ya = copyf(y0, T * h);
+	double yr[T * h], ar[T * h];
+	for (int t = 0; t < T; t++)
+		for (int c = 0; c < h; c++) {
+			int in = ids[t] >= row0 && ids[t] < row0 + rows;
+			double v = in ? table[(ids[t] - row0) * h + c] : 0;
+			yr[t * h + c] = v;
+			ar[t * h + c] = y0[t * h + c] + v;
+		}
+	O->embedding_fwd(be, y, ids, table, row0, rows, T, h, false);
+	O->embedding_fwd(be, ya, ids, table, row0, rows, T, h, true);
+	CHECK(relerr(y, yr, T * h) == 0, "embedding_fwd writes rows, zeros out of range");
+	CHECK(relerr(ya, ar, T * h) < FWD_TOL, "embedding_fwd accumulate adds, skips out of range");
+
+	float *dy = randf(T * h, 1), *dt0 = randf(rows * h, 1), *dt = copyf(dt0, rows * h);
+	double gr[rows * h];
+	memset(gr, 0, sizeof gr);
+	for (int t = 0; t < T; t++)
+		if (ids[t] >= row0 && ids[t] < row0 + rows)
+			for (int c = 0; c < h; c++)
+				gr[(ids[t] - row0) * h + c] += dy[t * h + c];
+	O->embedding_bwd(be, dt, dy, ids, row0, rows, T, h);
+	CHECK(relerr_delta(dt, dt0, gr, rows * h) < FWD_TOL,
+	      "embedding_bwd accumulates repeated ids, ignores out of range");
+	free(table), free(y), free(y0), free(ya), free(dy), free(dt0), free(dt);
+
+	/* bigger, threaded, deterministic */
+	enum { T2 = 3000, h2 = 300, rows2 = 50 };
+	int32_t *ids2 = xmalloc(T2 * sizeof *ids2);
+	for (int t = 0; t < T2; t++)
+		ids2[t] = (int32_t)((urand() + 1) * 30);
+	float *dy2 = randf((size_t)T2 * h2, 1), *a = xmalloc(rows2 * h2 * 4), *b = xmalloc(rows2 * h2 * 4);
+	double *g2 = xmalloc(rows2 * h2 * sizeof *g2);
+	for (int t = 0; t < T2; t++)
+		if (ids2[t] >= 10 && ids2[t] < 10 + rows2)
+			for (int c = 0; c < h2; c++)
+				g2[(ids2[t] - 10) * h2 + c] += dy2[(size_t)t * h2 + c];
+	O->embedding_bwd(be, a, dy2, ids2, 10, rows2, T2, h2);
+	O->embedding_bwd(be, b, dy2, ids2, 10, rows2, T2, h2);
+	double e = relerr(a, g2, rows2 * h2);
+	CHECK(e < FWD_TOL && memcmp(a, b, rows2 * h2 * 4) == 0,
+	      "embedding_bwd T=%d h=%d: err %.2e, deterministic", T2, h2, e);
+	free(ids2), free(dy2), free(a), free(b), free(g2);
+}
+
+/* ================= normalization ================= */
+
+typedef struct {
+	mgt_norm_kind kind;
+	const double *x, *w, *b;
+	int T, h;
+	double eps;
+} norm_ctx;
+
+static void norm_ref(void *c_, double *y)
+{
+	norm_ctx *c = c_;
+	for (int t = 0; t < c->T; t++) {
+		const double *x = c->x + t * c->h;
+		double mu = 0, ss = 0;
+		if (c->kind == MGT_NORM_LAYERNORM) {
+			for (int i = 0; i < c->h; i++)
+				mu += x[i];
+			mu /= c->h;
+		}
+		for (int i = 0; i < c->h; i++)
+			ss += (x[i] - mu) * (x[i] - mu);
+		double rs = 1 / sqrt(ss / c->h + c->eps);
+		for (int i = 0; i < c->h; i++)
+			y[t * c->h + i] = (x[i] - mu) * rs * c->w[i] + (c->b ? c->b[i] : 0);
+	}
+}
+
+static void test_norm_case(mgt_norm_kind kind, int with_bias, int T, int h)
+{
+	const char *kn = kind == MGT_NORM_LAYERNORM ? "layernorm" : "rmsnorm";
+	float *x = randf((size_t)T * h, 2), *w = randf(h, 1), *b = with_bias ? randf(h, 1) : NULL;
+	for (int i = 0; i < T * h; i++) /* an offset, so LayerNorm's mean matters */
+		x[i] += 0.7f;
+	float *y = randf((size_t)T * h, 9), *mean = randf(T, 9), *rstd = randf(T, 9);
+	double *xd = tod(x, (size_t)T * h), *wd = tod(w, h), *bd = b ? tod(b, h) : NULL;
+	double *yr = xmalloc((size_t)T * h * sizeof *yr);
+	norm_ctx c = {kind, xd, wd, bd, T, h, 1e-5};
+	norm_ref(&c, yr);
+	O->norm_fwd(be, kind, y, mean, rstd, x, w, b, T, h, 1e-5f);
+	double e = relerr(y, yr, (size_t)T * h), em = 0, er = 0;
+	for (int t = 0; t < T; t++) {
+		double mu = 0, ss = 0;
+		for (int i = 0; i < h; i++)
+			mu += xd[t * h + i];
+		mu = kind == MGT_NORM_LAYERNORM ? mu / h : 0;
+		for (int i = 0; i < h; i++)
+			ss += (xd[t * h + i] - mu) * (xd[t * h + i] - mu);
+		double rs = 1 / sqrt(ss / h + 1e-5);
+		em = fmax(em, fabs(mean[t] - mu));
+		er = fmax(er, fabs(rstd[t] - rs) / rs);
+	}
+	CHECK(e < FWD_TOL && em < 1e-6 && er < 1e-6, "norm_fwd %s bias=%d T=%d h=%d: err %.2e %.2e %.2e",
+	      kn, with_bias, T, h, e, em, er);
+
+	float *R = randf((size_t)T * h, 1), *dx0 = randf((size_t)T * h, 1), *dw0 = randf(h, 1);
+	float *db0 = randf(h, 1), *dx = copyf(dx0, (size_t)T * h), *dw = copyf(dw0, h), *db = copyf(db0, h);
+	O->norm_bwd(be, kind, dx, dw, b ? db : NULL, R, x, w, mean, rstd, T, h);
+	objective ob = {norm_ref, &c, R, (size_t)T * h, yr};
+	for (int i = 0; i < T * h; i++) /* the backward's own contribution */
+		dx[i] -= dx0[i];
+	double *gw = fd_grad(&ob, wd, h);
+	double ex = fd_check_some(&ob, xd, (size_t)T * h, dx, 300), ew = relerr_delta(dw, dw0, gw, h), eb = 0;
+	if (b) {
+		double *gb = fd_grad(&ob, bd, h);
+		eb = relerr_delta(db, db0, gb, h);
+		free(gb);
+	} else {
+		eb = memcmp(db, db0, h * sizeof *db) == 0 ? 0 : 1;
+	}
+	CHECK(ex < BWD_TOL && ew < BWD_TOL && eb < BWD_TOL,
+	      "norm_bwd %s bias=%d: dx, dw, db accumulate, vs FD: %.2e %.2e %.2e", kn, with_bias, ex, ew, eb);
+	free(x), free(w), free(b), free(y), free(mean), free(rstd), free(xd), free(wd), free(bd), free(yr);
+	free(R), free(dx0), free(dw0), free(db0), free(dx), free(dw), free(db), free(gw);
+}
+
+static void test_norm(void)
+{
+	test_norm_case(MGT_NORM_LAYERNORM, 1, 4, 7);
+	test_norm_case(MGT_NORM_LAYERNORM, 0, 3, 5);
+	test_norm_case(MGT_NORM_RMSNORM, 0, 4, 6);
+	test_norm_case(MGT_NORM_LAYERNORM, 1, 40, 200); /* threaded path */
+	test_norm_case(MGT_NORM_RMSNORM, 0, 40, 200);
+}
+
+/* ================= RoPE ================= */
+
+typedef struct {
+	const double *x;
+	const int32_t *pos;
+	int T, ng, r, d, rot;
+	float base;
+} rope_ctx;
+
+static void rope_ref(void *c_, double *y)
+{
+	rope_ctx *c = c_;
+	size_t n = (size_t)c->T * c->ng * (c->r + 2) * c->d;
+	memcpy(y, c->x, n * sizeof *y);
+	int half = c->rot / 2;
+	for (int t = 0; t < c->T; t++)
+		for (int g = 0; g < c->ng; g++)
+			for (int m = 0; m <= c->r; m++) {
+				double *hd = y + (((size_t)t * c->ng + g) * (c->r + 2) + m) * c->d;
+				for (int k = 0; k < half; k++) {
+					/* theta in fp32 as the header specifies, cos/sin in double */
+					float inv = 1.0f / powf(c->base, (float)(2 * k) / (float)c->rot);
+					double th = (float)c->pos[t] * inv;
+					double a = hd[k], b = hd[k + half];
+					hd[k] = a * cos(th) - b * sin(th);
+					hd[k + half] = b * cos(th) + a * sin(th);
+				}
+			}
+}
+
+static void test_rope(void)
+{
+	enum { T = 6, ng = 2, r = 2, d = 10, rot = 6 };
+	const size_t n = (size_t)T * ng * (r + 2) * d;
+	int32_t pos[T] = {0, 1, 2, 7, 100, 3000};
+	float *x = randf(n, 1), *y = copyf(x, n);
+	double *xd = tod(x, n), *yr = xmalloc(n * sizeof *yr);
+	rope_ctx c = {xd, pos, T, ng, r, d, rot, 10000.0f};
+	rope_ref(&c, yr);
+	O->rope(be, y, pos, T, ng, r, d, rot, 10000.0f, false);
+	double e = relerr(y, yr, n);
+	int vals_same = 1; /* value heads and channels past rot_dim untouched */
+	for (int t = 0; t < T; t++)
+		for (int g = 0; g < ng; g++)
+			for (int m = 0; m < r + 2; m++)
+				for (int k = 0; k < d; k++) {
+					size_t i = (((size_t)t * ng + g) * (r + 2) + m) * d + k;
+					if ((m == r + 1 || k >= rot) && y[i] != x[i])
+						vals_same = 0;
+				}
+	CHECK(e < FWD_TOL && vals_same, "rope rot_dim=%d < d=%d, GQA r=%d: err %.2e, v and tail untouched",
+	      rot, d, r, e);
+	/* the backward is the inverse rotation applied to the gradient: d(sum R*rope(x))/dx */
+	float *R = randf(n, 1), *g = copyf(R, n);
+	O->rope(be, g, pos, T, ng, r, d, rot, 10000.0f, true);
+	objective ob = {rope_ref, &c, R, n, yr};
+	double eg = fd_check(&ob, xd, n, g);
+	CHECK(eg < BWD_TOL, "rope inverse = backward vs FD: %.2e", eg);
+	O->rope(be, y, pos, T, ng, r, d, rot, 10000.0f, true);
+	double er = 0;
+	for (size_t i = 0; i < n; i++)
+		er = fmax(er, fabs(y[i] - x[i]));
+	CHECK(er < 1e-5, "rope inverse undoes rope: %.2e", er);
+	free(x), free(y), free(xd), free(yr), free(R), free(g);
+}
+
+/* ================= attention ================= */
+
+typedef struct {
+	const double *qkv;
+	int s, b, ng, r, d;
+	float p;
+	uint64_t key;
+	int head0, heads_total;
+	double *lse; /* written when not NULL */
+} attn_ctx;
+
+static void attn_ref(void *c_, double *out)
+{
+	attn_ctx *c = c_;
+	const int H = c->ng * c->r, s = c->s, d = c->d;
+	const size_t ldq = (size_t)c->b * c->ng * (c->r + 2) * d, ldo = (size_t)c->b * H * d;
+	double *pr = xmalloc((size_t)s * sizeof *pr);
+	for (int j = 0; j < c->b; j++)
+		for (int n = 0; n < H; n++) {
+			int g = n / c->r, m = n % c->r;
+			const double *q = c->qkv + ((size_t)j * c->ng + g) * (c->r + 2) * d + (size_t)m * d;
+			const double *k = c->qkv + ((size_t)j * c->ng + g) * (c->r + 2) * d + (size_t)c->r * d;
+			const double *v = k + d;
+			for (int i = 0; i < s; i++) {
+				double mx = -INFINITY, sum = 0;
+				for (int i2 = 0; i2 <= i; i2++) {
+					double sc = 0;
+					for (int x = 0; x < d; x++)
+						sc += q[i * ldq + x] * k[i2 * ldq + x];
+					pr[i2] = sc / sqrt((double)d);
+					mx = fmax(mx, pr[i2]);
+				}
+				for (int i2 = 0; i2 <= i; i2++)
+					sum += pr[i2] = exp(pr[i2] - mx);
+				if (c->lse)
+					c->lse[((size_t)j * H + n) * s + i] = mx + log(sum);
+				double *o = out + (size_t)i * ldo + ((size_t)j * H + n) * d;
+				for (int x = 0; x < d; x++)
+					o[x] = 0;
+				for (int i2 = 0; i2 <= i; i2++) {
+					double w = pr[i2] / sum;
+					if (c->p > 0) {
+						uint64_t e = (((uint64_t)j * c->heads_total + c->head0 + n) * s + i) * s + i2;
+						w = keep_ref(c->key, e, c->p) ? w / (1 - (double)c->p) : 0;
+					}
+					for (int x = 0; x < d; x++)
+						o[x] += w * v[i2 * ldq + x];
+				}
+			}
+		}
+	free(pr);
+}
+
+/* The backward of attn_ref written out (softmax backward with D = sum_i' P dP), in double:
+ * dqkv from dout.  Checked against FD on small shapes, used on the bigger ones. */
+static void attn_ref_bwd(const attn_ctx *c, const float *dout, double *dqkv)
+{
+	const int H = c->ng * c->r, s = c->s, d = c->d;
+	const size_t ldq = (size_t)c->b * c->ng * (c->r + 2) * d, ldo = (size_t)c->b * H * d;
+	const double sc = 1 / sqrt((double)d);
+	double *pr = xmalloc((size_t)s * sizeof *pr), *dp = xmalloc((size_t)s * sizeof *dp);
+	double *mk = xmalloc((size_t)s * sizeof *mk);
+	memset(dqkv, 0, (size_t)s * ldq * sizeof *dqkv);
+	for (int j = 0; j < c->b; j++)
+		for (int n = 0; n < H; n++) {
+			int g = n / c->r, m = n % c->r;
+			size_t base = ((size_t)j * c->ng + g) * (c->r + 2) * d;
+			const double *q = c->qkv + base + (size_t)m * d, *k = c->qkv + base + (size_t)c->r * d;
+			const double *v = k + d;
+			double *dq = dqkv + base + (size_t)m * d, *dk = dqkv + base + (size_t)c->r * d;
+			double *dv = dk + d;
+			for (int i = 0; i < s; i++) {
+				const float *go = dout + (size_t)i * ldo + ((size_t)j * H + n) * d;
+				double mx = -INFINITY, sum = 0, D = 0;
+				for (int i2 = 0; i2 <= i; i2++) {
+					double a = 0;
+					for (int x = 0; x < d; x++)
+						a += q[i * ldq + x] * k[i2 * ldq + x];
+					pr[i2] = a * sc;
+					mx = fmax(mx, pr[i2]);
+				}
+				for (int i2 = 0; i2 <= i; i2++)
+					sum += pr[i2] = exp(pr[i2] - mx);
+				for (int i2 = 0; i2 <= i; i2++) {
+					uint64_t e = (((uint64_t)j * c->heads_total + c->head0 + n) * s + i) * s + i2;
+					pr[i2] /= sum;
+					mk[i2] = c->p > 0 ? keep_ref(c->key, e, c->p) / (1 - (double)c->p) : 1;
+					double a = 0;
+					for (int x = 0; x < d; x++) {
+						a += go[x] * v[i2 * ldq + x];
+						dv[i2 * ldq + x] += pr[i2] * mk[i2] * go[x];
+					}
+					dp[i2] = a * mk[i2];
+					D += pr[i2] * dp[i2];
+				}
+				for (int i2 = 0; i2 <= i; i2++) {
+					double ds = pr[i2] * (dp[i2] - D) * sc;
+					for (int x = 0; x < d; x++) {
+						dq[i * ldq + x] += ds * k[i2 * ldq + x];
+						dk[i2 * ldq + x] += ds * q[i * ldq + x];
+					}
+				}
+			}
+		}
+	free(pr), free(dp), free(mk);
+}
+
+/* full: element-wise FD of the whole dqkv; else directional checks.  Both also against
+ * attn_ref_bwd. */
+static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head0, int heads_total,
+			   int full)
+{
+	const int H = ng * r, T = s * b;
+	const size_t nq = (size_t)T * ng * (r + 2) * d, no = (size_t)T * H * d, nl = (size_t)b * H * s;
+	const uint64_t key = 0x1234567890ABCDEFull ^ (uint64_t)s;
+	float *qkv = randf(nq, 1.5), *out = randf(no, 9), *lse = randf(nl, 9);
+	double *qd = tod(qkv, nq), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr};
+	attn_ref(&c, outr);
+	c.lse = NULL;
+	O->attn_fwd(be, out, lse, qkv, s, b, ng, r, d, p, key, head0, heads_total);
+	double e = relerr(out, outr, no), el = relerr(lse, lr, nl);
+	CHECK(e < FWD_TOL && el < FWD_TOL, "attn_fwd s=%d b=%d ng=%d r=%d d=%d p=%g: out %.2e lse %.2e", s,
+	      b, ng, r, d, p, e, el);
+
+	float *R = randf(no, 1), *dq = randf(nq, 9);
+	O->attn_bwd(be, dq, R, qkv, out, lse, s, b, ng, r, d, p, key, head0, heads_total);
+	objective ob = {attn_ref, &c, R, no, outr};
+	double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
+	double *ga = xmalloc(nq * sizeof *ga);
+	attn_ref_bwd(&c, R, ga);
+	double ea = relerr(dq, ga, nq);
+	if (full) {
+		float *gaf = xmalloc(nq * sizeof *gaf);
+		for (size_t i = 0; i < nq; i++)
+			gaf[i] = (float)ga[i];
+		CHECK(fd_check(&ob, qd, nq, gaf) < BWD_TOL, "attention reference backward vs FD");
+		free(gaf);
+	}
+	free(ga);
+	CHECK(eg < BWD_TOL && ea < FWD_TOL,
+	      "attn_bwd s=%d b=%d ng=%d r=%d d=%d p=%g vs %s FD: %.2e, vs reference backward: %.2e", s, b,
+	      ng, r, d, p, full ? "element-wise" : "directional", eg, ea);
+
+	/* determinism: the same call again gives the same bits */
+	float *out2 = randf(no, 9), *lse2 = randf(nl, 9), *dq2 = randf(nq, 9);
+	O->attn_fwd(be, out2, lse2, qkv, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_bwd(be, dq2, R, qkv, out2, lse2, s, b, ng, r, d, p, key, head0, heads_total);
+	CHECK(!memcmp(out, out2, no * 4) && !memcmp(lse, lse2, nl * 4) && !memcmp(dq, dq2, nq * 4),
+	      "attn s=%d: fwd and bwd deterministic", s);
+	free(qkv), free(out), free(lse), free(qd), free(outr), free(lr), free(R), free(dq);
+	free(out2), free(lse2), free(dq2);
+}
+
+static void test_attn(void)
+{
+	test_attn_case(7, 2, 2, 2, 8, 0.0f, 0, 4, 1);
+	test_attn_case(7, 2, 2, 2, 8, 0.3f, 1, 6, 1);
+	test_attn_case(5, 1, 1, 1, 4, 0.0f, 0, 1, 1);
+	test_attn_case(6, 3, 3, 1, 6, 0.2f, 2, 5, 1);
+	test_attn_case(200, 1, 2, 2, 64, 0.0f, 0, 4, 0);
+	test_attn_case(200, 1, 1, 2, 64, 0.1f, 0, 2, 0);
+	test_attn_case(300, 2, 2, 2, 16, 0.1f, 1, 5, 0); /* several key tiles */
+	test_attn_case(70, 2, 1, 3, 16, 0.0f, 0, 3, 0);
+}
+
+/* ================= bias + activation ================= */
+
+typedef struct {
+	mgt_act_kind act;
+	const double *x, *b;
+	int T, f;
+} act_ctx;
+
+static void act_ref(void *c_, double *y)
+{
+	act_ctx *c = c_;
+	for (int t = 0; t < c->T; t++)
+		for (int i = 0; i < c->f; i++) {
+			if (c->act == MGT_ACT_GELU) {
+				double z = c->x[t * c->f + i] + (c->b ? c->b[i] : 0);
+				y[t * c->f + i] = 0.5 * z * (1 + erf(z / sqrt(2.0)));
+			} else {
+				double a = c->x[t * 2 * c->f + i] + (c->b ? c->b[i] : 0);
+				double u = c->x[t * 2 * c->f + c->f + i] + (c->b ? c->b[c->f + i] : 0);
+				y[t * c->f + i] = a / (1 + exp(-a)) * u;
+			}
+		}
+}
+
+static void test_act_case(mgt_act_kind act, int with_bias, int T, int f)
+{
+	const char *an = act == MGT_ACT_GELU ? "gelu" : "swiglu";
+	const int xw = act == MGT_ACT_SWIGLU ? 2 * f : f;
+	float *x = randf((size_t)T * xw, 3), *b = with_bias ? randf(xw, 1) : NULL;
+	float *y = randf((size_t)T * f, 9);
+	double *xd = tod(x, (size_t)T * xw), *bd = b ? tod(b, xw) : NULL;
+	double *yr = xmalloc((size_t)T * f * sizeof *yr);
+	act_ctx c = {act, xd, bd, T, f};
+	act_ref(&c, yr);
+	O->bias_act_fwd(be, act, y, x, b, T, f);
+	double e = relerr(y, yr, (size_t)T * f);
+	CHECK(e < FWD_TOL, "bias_act_fwd %s bias=%d T=%d f=%d: err %.2e", an, with_bias, T, f, e);
+	float *R = randf((size_t)T * f, 1), *dx = randf((size_t)T * xw, 9), *db0 = randf(xw, 1);
+	float *db = copyf(db0, xw);
+	O->bias_act_bwd(be, act, dx, b ? db : NULL, R, x, b, T, f);
+	objective ob = {act_ref, &c, R, (size_t)T * f, yr};
+	double ex = fd_check_some(&ob, xd, (size_t)T * xw, dx, 300);
+	double eb = 0;
+	if (b) {
+		double *gb = fd_grad(&ob, bd, xw);
+		eb = relerr_delta(db, db0, gb, xw);
+		free(gb);
+	}
+	CHECK(ex < BWD_TOL && eb < BWD_TOL, "bias_act_bwd %s bias=%d: dx, db (accumulated) vs FD: %.2e %.2e",
+	      an, with_bias, ex, eb);
+	free(x), free(b), free(y), free(xd), free(bd), free(yr), free(R), free(dx), free(db0), free(db);
+}
+
+static void test_act(void)
+{
+	test_act_case(MGT_ACT_GELU, 1, 5, 7);
+	test_act_case(MGT_ACT_GELU, 0, 4, 6);
+	test_act_case(MGT_ACT_SWIGLU, 1, 5, 6);
+	test_act_case(MGT_ACT_SWIGLU, 0, 3, 5);
+	test_act_case(MGT_ACT_GELU, 1, 64, 300); /* threaded */
+	test_act_case(MGT_ACT_SWIGLU, 1, 64, 150);
+}
+
+/* ================= bias-dropout-add ================= */
+
+typedef struct {
+	const double *resid, *y, *b;
+	int T, h;
+	float p;
+	uint64_t key, e0;
+} bda_ctx;
+
+static void bda_ref(void *c_, double *out)
+{
+	bda_ctx *c = c_;
+	for (int t = 0; t < c->T; t++)
+		for (int i = 0; i < c->h; i++) {
+			size_t k = (size_t)t * c->h + i;
+			double v = c->y[k] + (c->b ? c->b[i] : 0);
+			if (c->p > 0)
+				v = keep_ref(c->key, c->e0 + k, c->p) ? v / (1 - (double)c->p) : 0;
+			out[k] = (c->resid ? c->resid[k] : 0) + v;
+		}
+}
+
+static void test_bda_case(int T, int h, float p, int with_resid, int with_bias, int alias)
+{
+	const size_t n = (size_t)T * h;
+	const uint64_t key = 77, e0 = 0xFFFFFFF0ull; /* crosses a 2^32 boundary of the counter */
+	float *resid = with_resid ? randf(n, 1) : NULL, *y = randf(n, 1), *b = with_bias ? randf(h, 1) : NULL;
+	double *rd = resid ? tod(resid, n) : NULL, *yd = tod(y, n), *bd = b ? tod(b, h) : NULL;
+	double *outr = xmalloc(n * sizeof *outr);
+	bda_ctx c = {rd, yd, bd, T, h, p, key, e0};
+	bda_ref(&c, outr);
+	float *out = alias && resid ? copyf(resid, n) : randf(n, 9);
+	O->bda_fwd(be, out, alias && resid ? out : resid, y, b, T, h, p, key, e0);
+	double e = relerr(out, outr, n);
+	CHECK(e < FWD_TOL, "bda_fwd T=%d h=%d p=%g resid=%d bias=%d alias=%d: err %.2e", T, h, p, with_resid,
+	      with_bias, alias, e);
+	float *R = randf(n, 1), *dy = alias ? copyf(R, n) : randf(n, 9), *db0 = randf(h, 1);
+	float *db = copyf(db0, h);
+	O->bda_bwd(be, dy, b ? db : NULL, alias ? dy : R, T, h, p, key, e0);
+	objective ob = {bda_ref, &c, R, n, outr};
+	double ey = fd_check_some(&ob, yd, n, dy, 300), eb = 0;
+	if (b) {
+		double *gb = fd_grad(&ob, bd, h);
+		eb = relerr_delta(db, db0, gb, h);
+		free(gb);
+	}
+	CHECK(ey < BWD_TOL && eb < BWD_TOL, "bda_bwd p=%g alias=%d: dy, db vs FD: %.2e %.2e", p, alias, ey, eb);
+	free(resid), free(y), free(b), free(rd), free(yd), free(bd), free(outr), free(out), free(R);
+	free(dy), free(db0), free(db);
+}
+
+static void test_bda(void)
+{
+	test_bda_case(4, 9, 0.0f, 1, 1, 0);
+	test_bda_case(4, 9, 0.25f, 1, 1, 0);
+	test_bda_case(4, 9, 0.25f, 1, 0, 1);
+	test_bda_case(3, 8, 0.5f, 0, 1, 0);
+	test_bda_case(3, 8, 0.0f, 0, 0, 1);
+	test_bda_case(40, 300, 0.1f, 1, 1, 1); /* threaded (FD over 12000 inputs of a cheap ref) */
+
+	/* the mask itself: about p of the elements dropped, exactly the Philox ones (a row that
+	 * crosses a 2^32 boundary of the counter, with a ragged tail) */
+	enum { n = 4101 };
+	const uint64_t e0 = (1ull << 33) - 1000;
+	float *y = xmalloc(n * 4), *o = xmalloc(n * 4);
+	for (int i = 0; i < n; i++)
+		y[i] = 1.0f;
+	O->bda_fwd(be, o, NULL, y, NULL, 1, n, 0.3f, 5, e0);
+	int dropped = 0, exact = 1;
+	for (int i = 0; i < n; i++) {
+		dropped += o[i] == 0.0f;
+		exact &= o[i] == (keep_ref(5, e0 + (uint64_t)i, 0.3f) ? 1.0f / (1.0f - 0.3f) : 0.0f);
+	}
+	CHECK(exact && dropped > n * 0.27 && dropped < n * 0.33, "bda dropout mask: %d of %d dropped, exact",
+	      dropped, n);
+	free(y), free(o);
+}
+
+/* ================= cross-entropy ================= */
+
+typedef struct {
+	const double *logits;
+	const int32_t *labels;
+	const float *mask;
+	int T, V;
+	float scale;
+} xent_ctx;
+
+/* out[t] = mask[t] * scale * (logsumexp(row t) - logits[t, label]) over the full vocabulary */
+static void xent_ref(void *c_, double *out)
+{
+	xent_ctx *c = c_;
+	for (int t = 0; t < c->T; t++) {
+		const double *l = c->logits + (size_t)t * c->V;
+		double mx = -INFINITY, se = 0;
+		for (int i = 0; i < c->V; i++)
+			mx = fmax(mx, l[i]);
+		for (int i = 0; i < c->V; i++)
+			se += exp(l[i] - mx);
+		out[t] = c->mask[t] * c->scale * (log(se) + mx - l[c->labels[t]]);
+	}
+}
+
+static void test_xent(void)
+{
+	/* one piece [v0, v0 + V) with labels inside and outside it */
+	{
+		enum { T = 6, V = 11 };
+		const int64_t v0 = 7;
+		int32_t labels[T] = {7, 17, 3, 12, 18, 30};
+		float *lg = randf(T * V, 4), mx[T], se[T], tg[T], loss[T];
+		float mask[T] = {1, 1, 0, 1, 1, 1};
+		O->xent_max(be, mx, lg, T, V);
+		O->xent_stats(be, se, tg, lg, labels, mx, v0, T, V);
+		double sum = O->xent_loss(be, loss, mx, se, tg, mask, T), sr = 0;
+		int ok = 1;
+		for (int t = 0; t < T; t++) {
+			double m = -INFINITY, s = 0, tr;
+			for (int i = 0; i < V; i++)
+				m = fmax(m, lg[t * V + i]);
+			for (int i = 0; i < V; i++)
+				s += exp(lg[t * V + i] - m);
+			tr = labels[t] >= v0 && labels[t] < v0 + V ? lg[t * V + labels[t] - v0] : 0;
+			double lr = log(s) + m - tr;
+			ok &= mx[t] == (float)m && fabs(se[t] - s) < 1e-6 * s && tg[t] == (float)tr &&
+			      fabs(loss[t] - lr) < 1e-5 * fmax(1, fabs(lr));
+			sr += lr * mask[t];
+		}
+		CHECK(ok && fabs(sum - sr) < 1e-5 * fabs(sr), "xent max/stats/loss on a piece with v0=%d, labels out of range",
+		      (int)v0);
+		free(lg);
+	}
+	/* a vocabulary of V split in two pieces as tensor parallelism does, vs the whole */
+	enum { T = 7, V = 23, V1 = 10 };
+	int32_t labels[T] = {0, 9, 10, 22, 5, 15, 10};
+	float mask[T] = {1, 0, 1, 1, 1, 0, 1}, scale = 0.37f;
+	float *lg = randf(T * V, 5), *p0 = xmalloc(T * V1 * 4), *p1 = xmalloc(T * (V - V1) * 4);
+	for (int t = 0; t < T; t++) {
+		memcpy(p0 + t * V1, lg + t * V, V1 * 4);
+		memcpy(p1 + t * (V - V1), lg + t * V + V1, (V - V1) * 4);
+	}
+	float mx[T], m1[T], se[T], s1[T], tg[T], t1[T], loss[T];
+	O->xent_max(be, mx, p0, T, V1);
+	O->xent_max(be, m1, p1, T, V - V1);
+	for (int t = 0; t < T; t++) /* all-reduce max */
+		mx[t] = fmaxf(mx[t], m1[t]);
+	O->xent_stats(be, se, tg, p0, labels, mx, 0, T, V1);
+	O->xent_stats(be, s1, t1, p1, labels, mx, V1, T, V - V1);
+	for (int t = 0; t < T; t++) { /* all-reduce sum */
+		se[t] += s1[t];
+		tg[t] += t1[t];
+	}
+	double sum = O->xent_loss(be, loss, mx, se, tg, mask, T);
+	double *lgd = tod(lg, T * V), lr[T], sr = 0;
+	xent_ctx c = {lgd, labels, mask, T, V, 1.0f};
+	float ones[T];
+	for (int t = 0; t < T; t++)
+		ones[t] = 1;
+	c.mask = ones;
+	xent_ref(&c, lr);
+	for (int t = 0; t < T; t++)
+		sr += lr[t] * mask[t];
+	double e = relerr(loss, lr, T);
+	CHECK(e < FWD_TOL && fabs(sum - sr) < 1e-5 * fabs(sr), "xent over two vocab pieces = whole: %.2e",
+	      e);
+	/* backward, second piece in place */
+	float *d0 = xmalloc(T * V1 * 4);
+	O->xent_bwd(be, d0, p0, labels, mx, se, mask, scale, 0, T, V1);
+	O->xent_bwd(be, p1, p1, labels, mx, se, mask, scale, V1, T, V - V1);
+	float *dl = xmalloc(T * V * 4), R[T];
+	for (int t = 0; t < T; t++) {
+		memcpy(dl + t * V, d0 + t * V1, V1 * 4);
+		memcpy(dl + t * V + V1, p1 + t * (V - V1), (V - V1) * 4);
+		R[t] = 1;
+	}
+	c.mask = mask;
+	c.scale = scale;
+	double tmp[T];
+	objective ob = {xent_ref, &c, R, T, tmp};
+	double eg = fd_check(&ob, lgd, T * V, dl);
+	int zero_rows = 1;
+	for (int i = 0; i < V; i++)
+		zero_rows &= dl[1 * V + i] == 0 && dl[5 * V + i] == 0;
+	CHECK(eg < BWD_TOL && zero_rows, "xent_bwd over two pieces (one in place) vs FD, masked rows 0: %.2e",
+	      eg);
+	free(lg), free(p0), free(p1), free(lgd), free(d0), free(dl);
+
+	/* bigger rows, threaded */
+	enum { T2 = 40, V2 = 3000 };
+	float *big = randf(T2 * V2, 8), bm[T2], bs[T2], bt[T2];
+	int32_t bl[T2];
+	for (int t = 0; t < T2; t++)
+		bl[t] = t * 71;
+	O->xent_max(be, bm, big, T2, V2);
+	O->xent_stats(be, bs, bt, big, bl, bm, 0, T2, V2);
+	double worst = 0;
+	for (int t = 0; t < T2; t++) {
+		double m = -INFINITY, s = 0;
+		for (int i = 0; i < V2; i++)
+			m = fmax(m, big[t * V2 + i]);
+		for (int i = 0; i < V2; i++)
+			s += exp(big[t * V2 + i] - m);
+		worst = fmax(worst, fabs(bs[t] - s) / s + (bm[t] != (float)m));
+	}
+	CHECK(worst < 1e-6, "xent_stats V=%d: sumexp err %.2e", V2, worst);
+	free(big);
+}
+
+/* ================= optimizer and reductions ================= */
+
+static void test_adamw(void)
+{
+	enum { n = 37, steps = 4 };
+	float *p = randf(n, 1), *m = xmalloc(n * 4), *v = xmalloc(n * 4);
+	double pd[n], md[n] = {0}, vd[n] = {0};
+	for (int i = 0; i < n; i++)
+		pd[i] = p[i];
+	const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+	for (int step = 1; step <= steps; step++) {
+		float *g = randf(n, 1);
+		g[0] = 0; /* an exactly-zero gradient: eps matters */
+		O->adamw(be, p, g, m, v, n, lr, b1, b2, eps, wd, step);
+		/* torch.optim.AdamW (single tensor), in double */
+		double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+		for (int i = 0; i < n; i++) {
+			pd[i] *= 1 - (double)lr * wd;
+			md[i] = b1 * md[i] + (1 - (double)b1) * g[i];
+			vd[i] = b2 * vd[i] + (1 - (double)b2) * g[i] * g[i];
+			double denom = sqrt(vd[i]) / sqrt(bc2) + eps;
+			pd[i] -= lr / bc1 * md[i] / denom;
+		}
+		free(g);
+	}
+	double e = relerr(p, pd, n), em = relerr(m, md, n), ev = relerr(v, vd, n);
+	CHECK(e < 1e-6 && em < 1e-6 && ev < 1e-6, "adamw %d steps vs torch formula: p %.2e m %.2e v %.2e",
+	      steps, e, em, ev);
+	free(p), free(m), free(v);
+
+	/* threaded size */
+	size_t N = 100003;
+	float *P = randf(N, 1), *G = randf(N, 1), *M = randf(N, 0.1), *Vv = randf(N, 0.1);
+	for (size_t i = 0; i < N; i++)
+		Vv[i] = fabsf(Vv[i]);
+	double *Pd = tod(P, N), *Md = tod(M, N), *Vd = tod(Vv, N);
+	O->adamw(be, P, G, M, Vv, N, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 10);
+	double bc1 = 1 - pow(0.9f, 10), bc2 = 1 - pow(0.999f, 10);
+	for (size_t i = 0; i < N; i++) {
+		Pd[i] *= 1 - (double)1e-3f * 0.01f;
+		Md[i] = 0.9f * Md[i] + (1 - (double)0.9f) * G[i];
+		Vd[i] = 0.999f * Vd[i] + (1 - (double)0.999f) * G[i] * G[i];
+		Pd[i] -= 1e-3f / bc1 * Md[i] / (sqrt(Vd[i]) / sqrt(bc2) + 1e-8f);
+	}
+	e = relerr(P, Pd, N);
+	CHECK(e < 1e-6, "adamw n=%zu step 10: err %.2e", N, e);
+	free(P), free(G), free(M), free(Vv), free(Pd), free(Md), free(Vd);
+}
+
+static void test_reductions(void)
+{
+	size_t n = 300001;
+	float *x = randf(n, 2), *y = randf(n, 1);
+	double ref = 0;
+	for (size_t i = 0; i < n; i++)
+		ref += (double)x[i] * x[i];
+	double s1 = O->sumsq(be, x, n), s2 = O->sumsq(be, x, n);
+	CHECK(fabs(s1 - ref) < 1e-12 * ref && s1 == s2, "sumsq n=%zu: err %.2e, deterministic", n,
+	      fabs(s1 - ref) / ref);
+	CHECK(O->sumsq(be, x, 0) == 0 && O->sumsq(be, x, 3) == (double)x[0] * x[0] + (double)x[1] * x[1] + (double)x[2] * x[2],
+	      "sumsq of 0 and 3 elements");
+	float keep = x[1234];
+	x[1234] = NAN;
+	CHECK(isnan(O->sumsq(be, x, n)), "sumsq propagates NaN");
+	x[1234] = INFINITY;
+	CHECK(isinf(O->sumsq(be, x, n)), "sumsq propagates Inf");
+	x[1234] = keep;
+	double *yr = xmalloc(n * sizeof *yr);
+	for (size_t i = 0; i < n; i++)
+		yr[i] = (double)y[i] + x[i];
+	O->add(be, y, x, n);
+	double ea = relerr(y, yr, n);
+	for (size_t i = 0; i < n; i++)
+		yr[i] = (double)x[i] * 0.37f;
+	O->scale(be, x, n, 0.37f);
+	double es = relerr(x, yr, n);
+	CHECK(ea < 1e-7 && es < 1e-7, "add, scale: %.2e %.2e", ea, es);
+	free(x), free(y), free(yr);
+}
+
+/* ================= determinism of the threaded reductions ================= */
+
+static void test_determinism(void)
+{
+	enum { T = 257, in = 96, out = 130 };
+	float *x = randf(T * in, 1), *w = randf(out * in, 1), *dy = randf(T * out, 1);
+	float *dw1 = xmalloc(out * in * 4), *dw2 = xmalloc(out * in * 4), *db1 = xmalloc(out * 4),
+	      *db2 = xmalloc(out * 4), *dx1 = xmalloc(T * in * 4), *dx2 = xmalloc(T * in * 4);
+	O->linear_bwd(be, dx1, dw1, db1, dy, x, w, T, in, out);
+	O->linear_bwd(be, dx2, dw2, db2, dy, x, w, T, in, out);
+	CHECK(!memcmp(dw1, dw2, out * in * 4) && !memcmp(db1, db2, out * 4) && !memcmp(dx1, dx2, T * in * 4),
+	      "linear_bwd deterministic (2 threads)");
+	float *mean = xmalloc(T * 4), *rstd = xmalloc(T * 4), *yy = xmalloc(T * in * 4);
+	O->norm_fwd(be, MGT_NORM_LAYERNORM, yy, mean, rstd, x, w, w + in, T, in, 1e-5f);
+	float *nw1 = xmalloc(in * 4), *nw2 = xmalloc(in * 4), *nb1 = xmalloc(in * 4), *nb2 = xmalloc(in * 4);
+	memset(dx1, 0, T * in * 4);
+	memset(dx2, 0, T * in * 4);
+	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx1, nw1, nb1, dy, x, w, mean, rstd, T, in);
+	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx2, nw2, nb2, dy, x, w, mean, rstd, T, in);
+	CHECK(!memcmp(nw1, nw2, in * 4) && !memcmp(nb1, nb2, in * 4) && !memcmp(dx1, dx2, T * in * 4),
+	      "norm_bwd deterministic (2 threads)");
+	/* a 1-thread backend agrees to rounding */
+	mgt_backend *b1 = mgt_backend_cpu_create(1);
+	CHECK(b1 && b1->threads == 1, "cpu backend with 1 thread");
+	if (b1) {
+		float *dw3 = xmalloc(out * in * 4), *db3 = xmalloc(out * 4), *dx3 = xmalloc(T * in * 4);
+		b1->ops->linear_bwd(b1, dx3, dw3, db3, dy, x, w, T, in, out);
+		double *r = tod(dw1, out * in);
+		double e = relerr(dw3, r, out * in);
+		CHECK(e < 1e-6 && !memcmp(db1, db3, out * 4), "1 thread vs 2 threads: dw %.2e, db identical", e);
+		free(r), free(dw3), free(db3), free(dx3);
+		mgt_backend_destroy(b1);
+	}
+	free(x), free(w), free(dy), free(dw1), free(dw2), free(db1), free(db2), free(dx1), free(dx2);
+	free(mean), free(rstd), free(yy), free(nw1), free(nw2), free(nb1), free(nb2);
+}
+
+int main(void)
+{
+	be = mgt_backend_cpu_create(2);
+	if (!be) {
+		printf("not ok - cannot create the cpu backend: %s\n", mgt_err_msg());
+		return 1;
+	}
+	O = be->ops;
+	CHECK(!strcmp(O->name, "cpu") && be->threads == 2, "cpu backend created with 2 threads");
+	test_memory();
+	test_linear();
+	test_embedding();
+	test_norm();
+	test_rope();
+	test_attn();
+	test_act();
+	test_bda();
+	test_xent();
+	test_adamw();
+	test_reductions();
+	test_determinism();
+	mgt_backend_destroy(be);
+	mgt_backend_destroy(NULL);
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
