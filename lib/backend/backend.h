@@ -105,7 +105,7 @@ typedef struct mgt_backend_ops {
 	/* ---- causal self-attention (GQA) ---- */
 	/* qkv [T, ng, r + 2, d] as above (after RoPE), T = s*b sequence-first.  Query head n
 	 * (0 <= n < ng*r) of group g = n / r attends with key/value head g:
-	 *   out[t=(i,j), n, :] = sum_{i' <= i} softmax_i'(q.k / scale_div) * v,   scale = 1/sqrt(d)
+	 *   out[t=(i,j), n, :] = sum_{i' <= i} softmax_i'(scale * q_i.k_i') * v_i',   scale = 1/sqrt(d)
 	 * written to out [T, ng*r, d].  lse [b, ng*r, s] (written) holds the log-sum-exp of each
 	 * softmax row (flash-attention style: the backward recomputes probabilities, nothing
 	 * O(s^2) is stored).  Attention dropout p applies to the probabilities; element (j, n, i, i')
@@ -166,7 +166,9 @@ typedef struct mgt_backend_ops {
 	/* AdamW on n elements, torch.optim.AdamW's single-tensor arithmetic:
 	 *   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
 	 *   p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
-	 * step counts from 1.  Updates p, m, v in place; g is read only. */
+	 * step counts from 1.  Updates p, m, v in place; g is read only.  (torch writes the m update
+	 * as m.lerp_(g, 1-b1): the same up to rounding.  Bias corrections are computed in double and
+	 * rounded to fp32 as torch's Python scalars are.) */
 	void (*adamw)(mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
 		      float lr, float b1, float b2, float eps, float wd, int64_t step);
 	/* sum of x[i]^2 in double (deterministic order).  NaN/Inf propagate. */
@@ -179,7 +181,7 @@ typedef struct mgt_backend_ops {
 
 struct mgt_backend {
 	const mgt_backend_ops *ops;
-	int threads; /* CPU threads used by ops and BLAS */
+	int threads; /* CPU threads used by ops and BLAS (read only: set by create) */
 	bool host_memory; /* backend memory is ordinary host memory (CPU): callers may read and
 			   * write it directly instead of staging copies through upload/download */
 	void *impl;
@@ -187,7 +189,9 @@ struct mgt_backend {
 
 /* The CPU reference backend: fp32, OpenBLAS sgemm for linear layers, OpenMP threads for the
  * rest.  threads <= 0 means all online CPUs.  Returns NULL with MGT_ERR_NOMEM.  Free with
- * mgt_backend_destroy. */
+ * mgt_backend_destroy.  Sets OpenBLAS's (process-wide) thread count, and when OpenBLAS did not
+ * recognize the CPU and fell back to its slow generic kernels, makes it use its AVX-512 or AVX2
+ * ones (unless OPENBLAS_CORETYPE is set).  Ops on one backend must not run concurrently. */
 mgt_backend *mgt_backend_cpu_create(int threads);
 void mgt_backend_destroy(mgt_backend *be);
 

@@ -97,11 +97,25 @@ static void colsum_acc(mgt_backend *be, float *db, const float *x, int T, int n)
 
 /* ---- linear ---- */
 
+/* OpenBLAS's thread count is process-wide: set it to this backend's before top-level sgemm calls
+ * (only when it changes, so one backend pays nothing). */
+static int blas_threads_now;
+
+static void blas_threads(mgt_backend *be)
+{
+	int nt = cpu_threads(be);
+	if (__atomic_load_n(&blas_threads_now, __ATOMIC_RELAXED) != nt) {
+		openblas_set_num_threads(nt);
+		__atomic_store_n(&blas_threads_now, nt, __ATOMIC_RELAXED);
+	}
+}
+
 static void cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
 			   int T, int in, int out)
 {
 	if (T <= 0 || out <= 0)
 		return;
+	blas_threads(be);
 	if (b) {
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * out > PAR_MIN)
 		for (int t = 0; t < T; t++)
@@ -126,6 +140,7 @@ static void cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, con
 			colsum_acc(be, db, dy, T, out);
 		return;
 	}
+	blas_threads(be);
 	if (dx)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dy, out, w, in,
 			    0.0f, dx, in);
@@ -737,7 +752,7 @@ mgt_backend *mgt_backend_cpu_create(int threads)
 	be->host_memory = true;
 	be->impl = im;
 	blas_fix_coretype();
-	openblas_set_num_threads(threads);
+	blas_threads(be);
 	return be;
 }
 

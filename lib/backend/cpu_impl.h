@@ -1,14 +1,20 @@
-/* lib/backend: internals shared by the CPU backend's files (cpu.c, cpu_attn.c).  Not public.
+/* lib/backend: internals shared by the CPU backend's files (cpu.c, cpu_attn.c, cpu_philox.c).
+ * Not public.
  *
  * The inline math below is branch-free so that loops over it vectorize under `omp simd` at the
  * project's -O2 (GCC's default -O2 cost model vectorizes almost nothing on its own).
  */
 #ifndef MGT_BACKEND_CPU_IMPL_H
+#define MGT_BACKEND_CPU_IMPL_H
+
 /* Let GCC if-convert floating-point selects (clamps in cpu_expf, dropout multipliers) and inline
  * sqrtf, so the loops vectorize; no value changes (this is not -ffast-math: no reassociation, no
  * contraction, IEEE results), only no errno and no care for FP exception flags. */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
-#define MGT_BACKEND_CPU_IMPL_H
+#elif defined(__clang__)
+#pragma clang diagnostic ignored "-Wpass-failed" /* an `omp simd` loop clang cannot vectorize */
+#endif
 
 #include <stdint.h>
 #include <string.h>
@@ -17,11 +23,7 @@
 
 /* Attention tiles: query rows per block, key columns per tile.  CPU_AK is a multiple of CPU_AQ,
  * so a tile that starts below a query block's end starts at or before the block's first row. */
-#ifndef XAQ
-#define XAQ 64
-#define XAK 256
-#endif
-enum { CPU_AQ = XAQ, CPU_AK = XAK };
+enum { CPU_AQ = 64, CPU_AK = 256 };
 
 typedef struct {
 	int threads;
@@ -92,30 +94,6 @@ static inline __attribute__((always_inline)) float cpu_erff(float x)
 	q = q * t + 0.254829592f;
 	float y = 1.0f - q * t * cpu_expf(-a * a);
 	return x < 0 ? -y : y;
-}
-
-/* Word 0 of mgt_philox(key, 0, e) for e = e0 + c (Philox4x32-10; must stay bit-identical to
- * lib/util), written out round by round, with the counter's 64-bit add done as a 32-bit add and
- * carry, so that a loop over c vectorizes. */
-static inline __attribute__((always_inline)) uint32_t cpu_philox0(uint64_t key, uint64_t e0, uint32_t c)
-{
-	uint32_t lo0 = (uint32_t)e0, c0 = lo0 + c, c1 = (uint32_t)(e0 >> 32) + (c0 < lo0), c2 = 0, c3 = 0;
-	uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-#define CPU_PHILOX_ROUND                                                                        \
-	do {                                                                                    \
-		uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;      \
-		uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1; \
-		c1 = (uint32_t)p1;                                                              \
-		c3 = (uint32_t)p0;                                                              \
-		c0 = n0;                                                                        \
-		c2 = n2;                                                                        \
-		k0 += 0x9E3779B9u;                                                              \
-		k1 += 0xBB67AE85u;                                                              \
-	} while (0)
-	CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND;
-	CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND; CPU_PHILOX_ROUND;
-#undef CPU_PHILOX_ROUND
-	return c0;
 }
 
 /* Word 0 of mgt_philox(key, 0, e0 + c) for c < n, into w (cpu_philox.c: AVX-512 or AVX2 when the

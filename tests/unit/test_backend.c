@@ -9,6 +9,7 @@
  * Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on any failure. */
 #include "backend/backend.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1104,6 +1105,12 @@ int main(void)
 	}
 	O = be->ops;
 	CHECK(!strcmp(O->name, "cpu") && be->threads == 2, "cpu backend created with 2 threads");
+#if defined(__x86_64__) && defined(__GNUC__)
+	/* an unrecognized CPU must not leave OpenBLAS on its generic kernels (10x slower) */
+	const char *core = openblas_get_corename();
+	CHECK(getenv("OPENBLAS_CORETYPE") || !__builtin_cpu_supports("avx2") || strcmp(core, "Prescott") != 0,
+	      "OpenBLAS kernels: %s", core);
+#endif
 	test_memory();
 	test_linear();
 	test_embedding();
