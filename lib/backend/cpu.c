@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void blas_warmup(mgt_backend *be);
+
 /* Work (elements touched) below which an op runs on the calling thread only. */
 #define PAR_MIN 32768
 /* Columns per task in column-split reductions. */
@@ -753,7 +755,30 @@ mgt_backend *mgt_backend_cpu_create(int threads)
 	be->impl = im;
 	blas_fix_coretype();
 	blas_threads(be);
+	blas_warmup(be);
 	return be;
+}
+
+/* OpenBLAS allocates its GEMM buffers (tens of MiB) on a thread's first sgemm: do that now, from
+ * a multi-threaded call and from inside a parallel region as attention does, so that memory is
+ * part of the process's baseline rather than appearing mid-training (mgt-train reports the peak
+ * RSS against the computed memory). */
+static void blas_warmup(mgt_backend *be)
+{
+	/* wide enough (N) and deep enough (K) to fill OpenBLAS's packing panels; the inputs are
+	 * calloc'd and only read, so they stay on the shared zero page and cost no RSS */
+	enum { M = 128, N = 16384, K = 512 };
+	int nt = be->threads;
+	const float *in = calloc((size_t)N * K, sizeof(float));
+	float *out = calloc((size_t)nt * M * N, sizeof(float));
+	if (in && out) {
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, in, K, in, K, 0.0f, out, N);
+#pragma omp parallel num_threads(nt)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, in, K, in, K, 0.0f,
+			    out + (size_t)omp_get_thread_num() * M * N, N);
+	}
+	free((void *)in);
+	free(out);
 }
 
 void mgt_backend_destroy(mgt_backend *be)

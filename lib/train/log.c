@@ -104,8 +104,8 @@ void trainer_log_validation(trainer *t, const char *what, double loss)
 		fflush(t->io->log);
 	}
 	if (t->metrics) {
-		fprintf(t->metrics, "{\"iteration\": %lld, \"valid_loss\": %.17g, \"valid_ppl\": %.17g}\n",
-			(long long)t->iteration, loss, exp(fmin(20.0, loss)));
+		fprintf(t->metrics, "{\"iteration\": %lld, \"valid_loss\": %.17g, \"valid_ppl\": %.17g%s}\n",
+			(long long)t->iteration, loss, exp(fmin(20.0, loss)), what ? ", \"end\": true" : "");
 		fflush(t->metrics);
 	}
 }
@@ -116,10 +116,13 @@ void trainer_log_memory(trainer *t, const char *when)
 	mgt_model_mem m = mgt_model_memory(t->model);
 	size_t opt = 2 * m.params, total = m.params + m.grads + opt + m.activations + m.workspace;
 	double mb = 1024.0 * 1024.0;
+	size_t rss = trainer_peak_rss();
 	fprintf(t->io->log, "memory %s: computed %.1f MiB (parameters %.1f, gradients %.1f, optimizer %.1f, "
-		"activations %.1f, workspace %.1f) | peak RSS %.1f MiB\n", when, (double)total / mb,
-		(double)m.params / mb, (double)m.grads / mb, (double)opt / mb, (double)m.activations / mb,
-		(double)m.workspace / mb, (double)trainer_peak_rss() / mb);
+		"activations %.1f, workspace %.1f) | peak RSS %.1f MiB, of which %.1f MiB before the model "
+		"(program, libraries, tokenizer) | peak RSS over that / computed: %.3f\n", when,
+		(double)total / mb, (double)m.params / mb, (double)m.grads / mb, (double)opt / mb,
+		(double)m.activations / mb, (double)m.workspace / mb, (double)rss / mb,
+		(double)t->rss_baseline / mb, (double)(rss - t->rss_baseline) / (double)total);
 	fflush(t->io->log);
 }
 

@@ -278,6 +278,7 @@ static mgt_status setup(trainer *t)
 	if (!st) st = mgt_parallel_init_single(&t->ps);
 	if (st) return st;
 	if (!(t->be = mgt_backend_cpu_create((int)a->threads))) return MGT_ERR_NOMEM;
+	t->rss_baseline = trainer_peak_rss();
 	st = mgt_model_create(&t->model, &a->model, (int)a->micro_batch_size, t->be, &t->ps);
 	if (!st) st = setup_schedule(t);
 	bool loaded = false;

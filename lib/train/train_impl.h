@@ -42,6 +42,7 @@ typedef struct trainer {
 	FILE *metrics;
 	dump_state dump;
 	bool dumping;
+	size_t rss_baseline;                         /* peak RSS before the model allocates */
 } trainer;
 
 /* ckpt.c */
