@@ -1,0 +1,77 @@
+#!/bin/sh
+# mgt-train against the PyTorch reference (tests/torch/mgt_ref.py, parity.py): logits, per-token
+# loss and gradients of iteration 1, then 10 AdamW iterations (loss, grad norm, lr), for the
+# GPT-2- and Llama-style tiny presets and bias variants, on KJV tokenized with GPT-2 BPE,
+# micro-batch 2 of global batch 4 (gradient accumulation), dropout off; the two presets run 10
+# iterations with a float32 torch column beside mgt, the variants 4 to 6 iterations without.  Needs Debian's python3
+# with torch and h5py; skipped without them.  The parity tables go to the TAP output as comments.
+. "$(dirname "$0")/lib.sh"
+REF=$ROOT/tests/torch
+if ! $PY -c 'import torch, h5py, numpy' 2>/dev/null; then
+	echo "1..0 # SKIP $PY lacks torch, h5py or numpy"
+	exit 0
+fi
+TRAIN=$BIN/mgt-train
+THREADS=${MGT_TEST_THREADS:-2}
+
+# --- the harness itself: the reference against a loop-by-loop forward, synthetic dumps ---------
+ok "reference model = independent loop-by-loop forward; lr schedule by hand" \
+	sh -c "$PY '$REF/mgt_ref.py' selfcheck > '$T/selfcheck.out' 2>&1 || { sed 's/^/# /' '$T/selfcheck.out'; false; }"
+SMALL="--set num_layers=2 --set hidden_size=64 --set seq_length=32 --set max_position_embeddings=32 --iters 2"
+ok "parity.py passes a dump written by the fp32 reference (GQA, RoPE, SwiGLU)" sh -c "
+	$PY '$REF/mgt_ref.py' fake-dump '$T/fake.h5' --preset tiny-llama $SMALL &&
+	$PY '$REF/parity.py' --no-fp32 --threads $THREADS '$T/fake.h5' > '$T/fake.out' ||
+	{ sed 's/^/# /' '$T/fake.out'; false; }"
+for p in qkv-layout loss-iter lr; do
+	ok "parity.py fails a dump with a wrong $p" sh -c "
+		$PY '$REF/mgt_ref.py' fake-dump '$T/bad.h5' --preset tiny-gpt2 $SMALL --perturb $p &&
+		$PY '$REF/parity.py' --no-fp32 --threads $THREADS '$T/bad.h5' > '$T/bad.out'; test \$? = 1"
+done
+
+# --- mgt-train --------------------------------------------------------------------------------
+if [ ! -x "$TRAIN" ]; then
+	skip "mgt-train is not built"
+	done_testing
+fi
+ok "KJV dataset (GPT-2 BPE)" $BIN/mgt-preprocess --input "$SHARE/data/kjv.jsonl.zst" --output-prefix "$T/kjv" \
+	$GPT2 --append-eod --workers 2 --quiet
+RUN="--data-path $T/kjv_text_document --split 969,30,1 $GPT2 --seq-length ${MGT_TEST_SEQ:-32} --micro-batch-size 2 --global-batch-size 4
+	--hidden-dropout 0 --attention-dropout 0 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 2
+	--lr-decay-style cosine --eval-interval 0 --log-interval 1 --threads $THREADS --seed 1234"
+
+# parity NAME ITERS PARITY-FLAGS -- MGT-TRAIN-FLAGS...: train ITERS iterations with a debug dump,
+# compare with the reference
+parity() {
+	name=$1 iters=$2 pflags=$3; shift 4
+	$TRAIN $RUN --train-iters "$iters" "$@" --debug-dump "$T/$name.h5" --metrics-file "$T/$name.jsonl" \
+		>"$T/$name.log" 2>&1
+	r=$?
+	if [ $r != 0 ]; then
+		echo "# mgt-train $*: exit $r"; tail -5 "$T/$name.log" | sed 's/^/#   /'
+		return 1
+	fi
+	$PY "$REF/parity.py" --threads "$THREADS" --label "$name" $pflags "$T/$name.h5" >"$T/$name.out" 2>&1
+	r=$?
+	sed 's/^/# /' "$T/$name.out"
+	return $r
+}
+ok "tiny-gpt2 (LayerNorm, GELU, learned positions, tied, biases) = reference" \
+	parity tiny-gpt2 10 "" -- --model tiny-gpt2
+ok "tiny-llama (GQA, SwiGLU, RMSNorm, RoPE, untied, no biases) = reference" \
+	parity tiny-llama 10 "" -- --model tiny-llama
+ok "tiny-gpt2 --disable-bias-linear = reference" \
+	parity gpt2-nobias 4 --no-fp32 -- --model tiny-gpt2 --disable-bias-linear
+ok "tiny-gpt2 --disable-bias-linear --add-qkv-bias = reference" \
+	parity gpt2-qkvbias 4 --no-fp32 -- --model tiny-gpt2 --disable-bias-linear --add-qkv-bias
+ok "tiny-llama --add-qkv-bias (Qwen2-style) = reference" \
+	parity llama-qkvbias 4 --no-fp32 -- --model tiny-llama --add-qkv-bias
+ok "tiny-gpt2, clipping active (--clip-grad 0.05), weight decay 0.1, linear decay = reference" \
+	parity gpt2-clip 6 --no-fp32 -- --model tiny-gpt2 --clip-grad 0.05 --weight-decay 0.1 --lr-decay-style linear
+ok "metrics file: one JSON object per iteration with lm_loss, lr, grad_norm" $PY -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [r for r in rows if "lm_loss" in r]
+assert [r["iteration"] for r in rows] == list(range(1, 11)), rows
+assert all(k in r for r in rows for k in ("lr", "grad_norm", "tokens_per_s")), rows[0]
+' "$T/tiny-gpt2.jsonl"
+done_testing

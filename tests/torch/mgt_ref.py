@@ -1,0 +1,776 @@
+#!/usr/bin/python3
+"""PyTorch reference of Megatron-Core's GPTModel and training step, for mgt parity tests.
+
+Written from /work/shared/docs/megatron-reference.md (section 8: the GPT layer; 7.2 and 7.3: the
+fused QKV and SwiGLU fc1 layouts; 5.4: AdamW, clipping and the LR schedule; 4.2: the iteration
+loss) with plain torch ops, sharing no code with mgt or Megatron.  Test-time only: runs on Debian's
+/usr/bin/python3 (torch 1.13 CPU, numpy, h5py).
+
+A model is built from
+  args     a dict of Megatron arguments, underscore names (num_layers, hidden_size, ...); missing
+           ones take Megatron's defaults (normalize_args)
+  tensors  a dict {Megatron-Core name: array} of the global parameters (tensor_specs lists them)
+and runs in float64 (the reference) or float32.  Activations are batch-first [b, s, h]; Megatron
+is sequence-first, which changes no value.
+
+Also here:
+  lr_at(args, n)            Megatron's OptimizerParamScheduler lr after n samples
+  Trainer                   one Megatron iteration: micro-batches, loss scaling, clipping, AdamW
+  init_params(args, seed)   random parameters (Megatron's init; biases and norms perturbed on request)
+  read_dump / write_dump    the `mgt-train --debug-dump` HDF5 file (see write_dump)
+Command line:
+  mgt_ref.py selfcheck   GPTRef against an independent loop-by-loop numpy forward, lr_at by hand
+Synthetic dumps for testing the parity harness without mgt-train:
+  mgt_ref.py fake-dump OUT.h5 [--preset tiny-gpt2|tiny-llama|...] [--set key=value ...]
+             [--iters N] [--dtype float32|float64] [--perturb WHAT] [--lr-convention used|logged]
+"""
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------------------------------------
+# arguments
+
+# Megatron's defaults (megatron-reference.md section 5) for every argument this file reads.
+DEFAULTS = {
+    "num_layers": None, "hidden_size": None, "num_attention_heads": None,
+    "ffn_hidden_size": None, "kv_channels": None,
+    "group_query_attention": False, "num_query_groups": 1,
+    "seq_length": None, "max_position_embeddings": None,
+    "position_embedding_type": "learned_absolute",
+    "rotary_base": 10000.0, "rotary_percent": 1.0, "rotary_interleaved": False,
+    "normalization": "LayerNorm", "norm_epsilon": 1e-5, "apply_layernorm_1p": False,
+    "swiglu": False, "add_bias_linear": True, "add_qkv_bias": False,
+    "untie_embeddings_and_output_weights": False, "qk_layernorm": False,
+    "padded_vocab_size": None, "vocab_size": None, "make_vocab_size_divisible_by": 128,
+    "hidden_dropout": 0.1, "attention_dropout": 0.1, "init_method_std": 0.02,
+    "micro_batch_size": None, "global_batch_size": None, "num_microbatches": None,
+    "data_parallel_size": 1,
+    "train_iters": None, "train_samples": None,
+    "lr": None, "min_lr": 0.0, "lr_warmup_init": 0.0, "lr_decay_style": "linear",
+    "lr_decay_iters": None, "lr_decay_samples": None,
+    "lr_warmup_iters": 0, "lr_warmup_samples": 0, "lr_warmup_fraction": None,
+    "lr_wsd_decay_style": "exponential", "lr_wsd_decay_iters": None, "lr_wsd_decay_samples": None,
+    "weight_decay": 0.01, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8,
+    "clip_grad": 1.0, "optimizer": "adam", "seed": 1234,
+}
+
+# Small shapes used when no preset file is given (the lead's share/mgt/models/*.json win).
+PRESETS = {
+    "tiny-gpt2": dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=64,
+                      max_position_embeddings=64, vocab_size=50257, padded_vocab_size=50304),
+    "tiny-llama": dict(num_layers=2, hidden_size=64, num_attention_heads=4,
+                       group_query_attention=True, num_query_groups=2, ffn_hidden_size=192,
+                       seq_length=64, max_position_embeddings=64, normalization="RMSNorm",
+                       swiglu=True, position_embedding_type="rope", add_bias_linear=False,
+                       untie_embeddings_and_output_weights=True, vocab_size=50257,
+                       padded_vocab_size=50304),
+    "gpt2-124m": dict(num_layers=12, hidden_size=768, num_attention_heads=12, seq_length=1024,
+                      max_position_embeddings=1024, vocab_size=50257, padded_vocab_size=50304),
+}
+
+
+def _bool(v):
+    if isinstance(v, str):
+        return v.lower() in ("1", "true", "yes", "on")
+    return bool(v)
+
+
+def normalize_args(args):
+    """A copy of args with Megatron's defaults and derived values filled in."""
+    a = dict(DEFAULTS)
+    a.update({k: v for k, v in args.items() if v is not None or k not in DEFAULTS})
+    # mgt writes 0 (or -1 for the warmup fraction) where Megatron has None
+    for k in ("kv_channels", "ffn_hidden_size", "max_position_embeddings", "lr_decay_iters",
+              "lr_decay_samples", "lr_wsd_decay_iters", "lr_wsd_decay_samples", "train_samples",
+              "train_iters", "padded_vocab_size", "vocab_size", "num_microbatches"):
+        if a.get(k) == 0:
+            a[k] = None
+    if a["lr_warmup_fraction"] is not None and a["lr_warmup_fraction"] < 0:
+        a["lr_warmup_fraction"] = None
+    if "disable_bias_linear" in args and "add_bias_linear" not in args:
+        a["add_bias_linear"] = not _bool(args["disable_bias_linear"])
+    for k in ("group_query_attention", "swiglu", "add_bias_linear", "add_qkv_bias",
+              "untie_embeddings_and_output_weights", "apply_layernorm_1p", "rotary_interleaved",
+              "qk_layernorm"):
+        a[k] = _bool(a[k])
+    h, nq = a["hidden_size"], a["num_attention_heads"]
+    if a["kv_channels"] is None:
+        a["kv_channels"] = h // nq
+    if not a["group_query_attention"]:
+        a["num_query_groups"] = nq
+    if a["ffn_hidden_size"] is None:
+        a["ffn_hidden_size"] = int((4 * h * 2 / 3) / 64) * 64 if a["swiglu"] else 4 * h
+    if a["padded_vocab_size"] is None and a["vocab_size"] is not None:
+        m = a["make_vocab_size_divisible_by"]
+        a["padded_vocab_size"] = -(-a["vocab_size"] // m) * m
+    if a["max_position_embeddings"] is None:
+        a["max_position_embeddings"] = a["seq_length"]
+    mbs, gbs = a["micro_batch_size"], a["global_batch_size"]
+    if gbs is None and mbs is not None:
+        a["global_batch_size"] = gbs = mbs * a["data_parallel_size"]
+    if a["num_microbatches"] is None and mbs is not None:
+        a["num_microbatches"] = gbs // (mbs * a["data_parallel_size"])
+    if a["normalization"] not in ("LayerNorm", "RMSNorm"):
+        raise ValueError("normalization %r not supported" % a["normalization"])
+    if a["position_embedding_type"] not in ("learned_absolute", "rope", "none"):
+        raise ValueError("position_embedding_type %r not supported" % a["position_embedding_type"])
+    if a["rotary_interleaved"] or a["qk_layernorm"]:
+        raise ValueError("rotary_interleaved / qk_layernorm are not in the reference model")
+    return a
+
+
+def has_qkv_bias(a):
+    return a["add_bias_linear"] or a["add_qkv_bias"]
+
+
+def tensor_specs(args):
+    """[(name, shape, init, weight_decay)] of the GPT model, init in normal|proj|zero|one."""
+    a = normalize_args(args)
+    h, L, V = a["hidden_size"], a["num_layers"], a["padded_vocab_size"]
+    nq, ng, d, f = a["num_attention_heads"], a["num_query_groups"], a["kv_channels"], a["ffn_hidden_size"]
+    ln_b = a["normalization"] == "LayerNorm"
+    bias = a["add_bias_linear"]
+    s = [("embedding.word_embeddings.weight", (V, h), "normal", True)]
+    if a["position_embedding_type"] == "learned_absolute":
+        s.append(("embedding.position_embeddings.weight", (a["max_position_embeddings"], h), "normal", True))
+    for i in range(L):
+        p = "decoder.layers.%d." % i
+        s.append((p + "self_attention.linear_qkv.layer_norm_weight", (h,), "one", False))
+        if ln_b:
+            s.append((p + "self_attention.linear_qkv.layer_norm_bias", (h,), "zero", False))
+        s.append((p + "self_attention.linear_qkv.weight", ((nq + 2 * ng) * d, h), "normal", True))
+        if has_qkv_bias(a):
+            s.append((p + "self_attention.linear_qkv.bias", ((nq + 2 * ng) * d,), "zero", False))
+        s.append((p + "self_attention.linear_proj.weight", (h, nq * d), "proj", True))
+        if bias:
+            s.append((p + "self_attention.linear_proj.bias", (h,), "zero", False))
+        s.append((p + "mlp.linear_fc1.layer_norm_weight", (h,), "one", False))
+        if ln_b:
+            s.append((p + "mlp.linear_fc1.layer_norm_bias", (h,), "zero", False))
+        fo = 2 * f if a["swiglu"] else f
+        s.append((p + "mlp.linear_fc1.weight", (fo, h), "normal", True))
+        if bias:
+            s.append((p + "mlp.linear_fc1.bias", (fo,), "zero", False))
+        s.append((p + "mlp.linear_fc2.weight", (h, f), "proj", True))
+        if bias:
+            s.append((p + "mlp.linear_fc2.bias", (h,), "zero", False))
+    s.append(("decoder.final_layernorm.weight", (h,), "one", False))
+    if ln_b:
+        s.append(("decoder.final_layernorm.bias", (h,), "zero", False))
+    if a["untie_embeddings_and_output_weights"]:
+        s.append(("output_layer.weight", (V, h), "normal", True))
+    return s
+
+
+def init_params(args, seed=1234, perturb=0.0):
+    """Megatron-style random parameters {name: float32 array}: N(0, std), linear_proj and
+    linear_fc2 N(0, std/sqrt(2L)), biases 0 and norm weights 1 -- plus, with perturb > 0,
+    N(0, perturb) noise on biases and norm weights so that tests see them."""
+    a = normalize_args(args)
+    g = np.random.default_rng(seed)
+    std = a["init_method_std"]
+    out = {}
+    for name, shape, init, _ in tensor_specs(a):
+        if init == "normal":
+            x = g.normal(0.0, std, shape)
+        elif init == "proj":
+            x = g.normal(0.0, std / math.sqrt(2.0 * a["num_layers"]), shape)
+        else:
+            x = np.full(shape, 1.0 if init == "one" else 0.0)
+            if perturb > 0:
+                x = x + g.normal(0.0, perturb, shape)
+        out[name] = x.astype(np.float32)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+
+class GPTRef:
+    """Megatron-Core GPTModel (megatron-reference.md section 8) over named tensors.
+
+    tensors: {name: numpy array or torch tensor} (copied, except torch tensors already of dtype).
+    params: {name: leaf tensor (dtype, requires_grad)}.  forward() gives logits [b, s, Vpad]."""
+
+    def __init__(self, args, tensors, dtype=torch.float64, strict=True):
+        self.a = a = normalize_args(args)
+        self.dtype = dtype
+        specs = tensor_specs(a)
+        want = {n: shape for n, shape, _, _ in specs}
+        self.no_decay = {n for n, shape, _, wd in specs if not wd}
+        missing = [n for n in want if n not in tensors]
+        extra = [n for n in tensors if n not in want]
+        if strict and (missing or extra):
+            raise ValueError("tensor names differ from the model's: missing %s, unexpected %s"
+                             % (missing[:5], extra[:5]))
+        self.params = {}
+        for n, shape in want.items():
+            x = tensors[n]
+            if isinstance(x, torch.Tensor) and x.dtype == dtype:
+                t = x.detach()  # used in place (benchmarks: no second copy of the weights)
+            else:
+                t = torch.as_tensor(np.asarray(x)).to(dtype).clone()
+            if tuple(t.shape) != tuple(shape):
+                raise ValueError("%s: shape %s, expected %s" % (n, tuple(t.shape), tuple(shape)))
+            self.params[n] = t.requires_grad_(True)
+        self._rope_cache = {}
+
+    # -- pieces --
+    def _norm(self, x, prefix):
+        a, p = self.a, self.params
+        ln = "layer_norm_" if prefix + "layer_norm_weight" in p else ""  # fused into the linear
+        w = p[prefix + ln + "weight"]
+        if a["apply_layernorm_1p"]:
+            w = w + 1
+        if a["normalization"] == "LayerNorm":
+            b = p[prefix + ln + "bias"]
+            return F.layer_norm(x, (x.shape[-1],), w, b, a["norm_epsilon"])
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + a["norm_epsilon"])
+        return x * rstd * w
+
+    def _rope(self, s):
+        """cos, sin [s, rot_dim] as Megatron's RotaryEmbedding: inv_freq and the angles
+        pos * inv_freq in float32, then cos/sin of those angles in the model dtype."""
+        if s not in self._rope_cache:
+            a = self.a
+            rot = int(a["kv_channels"] * a["rotary_percent"])
+            inv = 1.0 / (a["rotary_base"] ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
+            ang = torch.outer(torch.arange(s, dtype=torch.float32), inv)
+            ang = torch.cat([ang, ang], dim=-1).to(self.dtype)
+            self._rope_cache[s] = (torch.cos(ang), torch.sin(ang))
+        return self._rope_cache[s]
+
+    def _apply_rope(self, t, cos, sin):
+        """t [b, s, heads, d]: rotate_half on the first rot_dim channels."""
+        rot = cos.shape[-1]
+        x, rest = t[..., :rot], t[..., rot:]
+        x1, x2 = x[..., : rot // 2], x[..., rot // 2:]
+        c, sn = cos[None, :, None, :], sin[None, :, None, :]
+        y = x * c + torch.cat([-x2, x1], dim=-1) * sn
+        return torch.cat([y, rest], dim=-1)
+
+    def _linear(self, x, prefix, bias=True):
+        p = self.params
+        y = x @ p[prefix + "weight"].t()
+        if bias and prefix + "bias" in p:
+            y = y + p[prefix + "bias"]
+        return y
+
+    def _attention(self, x, i):
+        a, p = self.a, self.params
+        b, s, _ = x.shape
+        nq, ng, d = a["num_attention_heads"], a["num_query_groups"], a["kv_channels"]
+        r = nq // ng
+        pre = "decoder.layers.%d.self_attention." % i
+        qkv = self._linear(x, pre + "linear_qkv.").view(b, s, ng, r + 2, d)
+        q = qkv[:, :, :, :r, :].reshape(b, s, nq, d)      # head n = g*r + j
+        k = qkv[:, :, :, r, :]                             # [b, s, ng, d]
+        v = qkv[:, :, :, r + 1, :]
+        if a["position_embedding_type"] == "rope":
+            cos, sin = self._rope(s)
+            q, k = self._apply_rope(q, cos, sin), self._apply_rope(k, cos, sin)
+        q = q.permute(0, 2, 1, 3)                          # [b, nq, s, d]
+        k = k.permute(0, 2, 1, 3).repeat_interleave(r, dim=1)  # head n uses kv head n // r
+        v = v.permute(0, 2, 1, 3).repeat_interleave(r, dim=1)
+        sc = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
+        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        sc = sc.masked_fill(mask, float("-inf"))
+        ctx = torch.softmax(sc, dim=-1) @ v               # [b, nq, s, d]
+        ctx = ctx.permute(0, 2, 1, 3).reshape(b, s, nq * d)
+        return self._linear(ctx, pre + "linear_proj.")
+
+    def _mlp(self, x, i):
+        a = self.a
+        pre = "decoder.layers.%d.mlp." % i
+        y = self._linear(x, pre + "linear_fc1.")
+        if a["swiglu"]:
+            gate, up = torch.chunk(y, 2, dim=-1)
+            y = F.silu(gate) * up
+        else:
+            y = F.gelu(y)
+        return self._linear(y, pre + "linear_fc2.")
+
+    # -- the model --
+    def forward(self, tokens, position_ids=None):
+        """tokens, position_ids [b, s] (int) -> logits [b, s, Vpad]."""
+        a, p = self.a, self.params
+        tokens = torch.as_tensor(np.asarray(tokens)).long()
+        x = p["embedding.word_embeddings.weight"][tokens]
+        if a["position_embedding_type"] == "learned_absolute":
+            if position_ids is None:
+                position_ids = np.broadcast_to(np.arange(tokens.shape[1]), tokens.shape)
+            pos = torch.as_tensor(np.array(position_ids)).long()
+            x = x + p["embedding.position_embeddings.weight"][pos]
+        for i in range(a["num_layers"]):
+            x = x + self._attention(self._norm(x, "decoder.layers.%d.self_attention.linear_qkv." % i), i)
+            x = x + self._mlp(self._norm(x, "decoder.layers.%d.mlp.linear_fc1." % i), i)
+        x = self._norm(x, "decoder.final_layernorm.")
+        w = p["output_layer.weight"] if a["untie_embeddings_and_output_weights"] else p["embedding.word_embeddings.weight"]
+        return x @ w.t()
+
+    def losses(self, tokens, labels, position_ids=None):
+        """-> logits [b, s, Vpad], per-token cross-entropy [b, s]."""
+        logits = self.forward(tokens, position_ids)
+        lab = torch.as_tensor(np.asarray(labels)).long()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1), reduction="none")
+        return logits, loss.view(lab.shape)
+
+    def zero_grad(self):
+        for t in self.params.values():
+            t.grad = None
+
+    def grads(self):
+        return {n: (t.grad if t.grad is not None else torch.zeros_like(t)) for n, t in self.params.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# LR schedule and optimizer
+
+def schedule_steps(args):
+    """(warmup_steps, decay_steps, wsd_decay_steps) in samples, as Megatron's
+    OptimizerParamScheduler is built in training.py (iteration- or sample-based)."""
+    a = normalize_args(args)
+    gbs = a["global_batch_size"]
+    if a["train_iters"] is not None:
+        decay = (a["lr_decay_iters"] if a["lr_decay_iters"] is not None else a["train_iters"]) * gbs
+        wsd = (a["lr_wsd_decay_iters"] or 0) * gbs
+        warm = a["lr_warmup_iters"] * gbs
+    else:
+        decay = a["lr_decay_samples"] if a["lr_decay_samples"] is not None else a["train_samples"]
+        wsd = a["lr_wsd_decay_samples"] or 0
+        warm = a["lr_warmup_samples"]
+    if a["lr_warmup_fraction"] is not None:
+        warm = a["lr_warmup_fraction"] * decay
+    return warm, decay, wsd
+
+
+def lr_at(args, n):
+    """Learning rate after n samples (megatron-reference.md section 5.4)."""
+    a = normalize_args(args)
+    warm, decay, wsd = schedule_steps(a)
+    mx, mn, init = float(a["lr"]), float(a["min_lr"]), float(a["lr_warmup_init"])
+    style = a["lr_decay_style"]
+    if warm > 0 and n <= warm:
+        return init + (mx - init) * float(n) / float(warm)
+    if style == "constant":
+        return mx
+    if n > decay:
+        return mn
+    if style == "inverse-square-root":
+        return max(mn, mx * math.sqrt(max(warm, 1)) / math.sqrt(max(n, 1)))
+    ratio = float(n - warm) / float(decay - warm)
+    if style == "linear":
+        c = 1.0 - ratio
+    elif style == "cosine":
+        c = 0.5 * (math.cos(math.pi * ratio) + 1.0)
+    elif style == "WSD":
+        start = decay - wsd
+        if n <= start:
+            c = 1.0
+        else:
+            r = float(n - start) / float(wsd)
+            c = {"exponential": lambda: 2.0 * math.pow(0.5, r) - 1.0, "linear": lambda: 1.0 - r,
+                 "cosine": lambda: 0.5 * (math.cos(math.pi * r) + 1.0),
+                 "minus_sqrt": lambda: 1.0 - math.sqrt(r)}[a["lr_wsd_decay_style"]]()
+    else:
+        raise ValueError("lr_decay_style %r not supported" % style)
+    return mn + c * (mx - mn)
+
+
+class Trainer:
+    """Megatron iterations on a GPTRef: per micro-batch loss sum(loss*mask)/max(sum(mask),1)/M,
+    backward summed over the M micro-batches, global-L2-norm clipping, AdamW with no weight
+    decay on biases and 1-D tensors, lr of iteration k at n = (k-1)*GBS samples."""
+
+    def __init__(self, model):
+        self.m, self.a = model, model.a
+        a = self.a
+        dec = [t for n, t in model.params.items() if n not in model.no_decay]
+        nod = [t for n, t in model.params.items() if n in model.no_decay]
+        groups = [{"params": dec, "weight_decay": a["weight_decay"]}]
+        if nod:
+            groups.append({"params": nod, "weight_decay": 0.0})
+        self.opt = torch.optim.AdamW(groups, lr=float(a["lr"]), betas=(a["adam_beta1"], a["adam_beta2"]),
+                                     eps=a["adam_eps"])
+        self.iteration = 0
+
+    def grads_for(self, tokens, labels, loss_mask, position_ids=None, keep_first=False):
+        """Forward/backward of one global batch ([GBS, s] arrays, sample-major), accumulating
+        grads.  Returns (num, den, first micro-batch (logits, loss) detached or None)."""
+        a, m = self.a, self.m
+        mbs, M = a["micro_batch_size"], a["num_microbatches"]
+        tokens, labels = np.asarray(tokens), np.asarray(labels)
+        mask_all = torch.as_tensor(np.asarray(loss_mask)).to(m.dtype)
+        num = den = 0.0
+        first = None
+        m.zero_grad()
+        for j in range(M):
+            sl = slice(j * mbs, (j + 1) * mbs)
+            pos = None if position_ids is None else np.asarray(position_ids)[sl]
+            logits, loss = m.losses(tokens[sl], labels[sl], pos)
+            mask = mask_all[sl]
+            lsum, ntok = (loss * mask).sum(), mask.sum()
+            obj = lsum / torch.clamp(ntok, min=1.0) / M
+            obj.backward()
+            num += float(lsum.detach())
+            den += float(ntok)
+            if keep_first and j == 0:
+                first = (logits.detach(), loss.detach())
+            del logits, loss
+        return num, den, first
+
+    def grad_norm(self):
+        # Sum of squares accumulated in float64: torch 1.13's CPU torch.norm of a large float32
+        # tensor is off by ~1e-4 relative (50304x64 embedding gradient), far above fp32 rounding.
+        sq = sum(float(t.grad.double().pow(2).sum()) for t in self.m.params.values() if t.grad is not None)
+        return math.sqrt(sq)
+
+    def step(self, tokens, labels, loss_mask, position_ids=None, keep=False):
+        """One iteration; returns dict(lm_loss, grad_norm, lr[, grads, logits, loss])."""
+        a = self.a
+        self.iteration += 1
+        num, den, first = self.grads_for(tokens, labels, loss_mask, position_ids, keep_first=keep)
+        out = {"lm_loss": num / den if den > 0 else float("nan")}
+        if keep:
+            out["grads"] = {n: g.detach().clone() for n, g in self.m.grads().items()}
+            out["logits"], out["loss"] = first
+        norm = self.grad_norm()
+        out["grad_norm"] = norm
+        if a["clip_grad"] and a["clip_grad"] > 0:
+            coeff = a["clip_grad"] / (norm + 1e-6)
+            if coeff < 1.0:
+                with torch.no_grad():
+                    for t in self.m.params.values():
+                        if t.grad is not None:
+                            t.grad.mul_(coeff)
+        lr = lr_at(a, (self.iteration - 1) * a["global_batch_size"])
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        self.opt.step()
+        out["lr"] = lr
+        out["lr_logged"] = lr_at(a, self.iteration * a["global_batch_size"])
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the debug dump
+
+def _json_attr(f):
+    # the brief named the root attribute "json"; mgt-train writes "metadata" (as its checkpoints)
+    key = "json" if "json" in f.attrs else "metadata"
+    v = f.attrs[key]
+    if isinstance(v, bytes):
+        v = v.decode("utf-8")
+    if not isinstance(v, str):  # an array of one string
+        v = np.asarray(v).ravel()[0]
+        v = v.decode("utf-8") if isinstance(v, bytes) else str(v)
+    return json.loads(v)
+
+
+def read_dump(path):
+    """{'meta': root JSON, 'args', 'params', 'grads', 'batch', 'iter1', 'train'} of numpy arrays."""
+    import h5py
+    out = {"params": {}, "grads": {}, "batch": {}, "iter1": {}, "train": {}}
+    with h5py.File(path, "r") as f:
+        out["meta"] = _json_attr(f)
+        out["args"] = out["meta"].get("args", out["meta"])
+
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                top, _, rest = name.partition("/")
+                if top in out and rest:
+                    out[top][rest] = obj[()]
+        f.visititems(visit)
+    return out
+
+
+def write_dump(path, args, params, batch, iter1, train, grads):
+    """Write a dump in the layout `mgt-train --debug-dump` promises:
+      attr json {"args": {...}}; params/<name>, grads/<name> float32 (global shapes);
+      batch/{tokens,labels,position_ids} int32 and batch/loss_mask float32 [iters, GBS, s];
+      iter1/logits [mbs, s, Vpad], iter1/loss [mbs, s] float32 (first micro-batch);
+      train/{lm_loss,lr,grad_norm} float64 [iters]."""
+    import h5py
+    with h5py.File(path, "w") as f:
+        f.attrs["json"] = json.dumps({"args": args})
+        for n, x in params.items():
+            f.create_dataset("params/" + n, data=np.asarray(x, dtype=np.float32))
+        for n, x in grads.items():
+            f.create_dataset("grads/" + n, data=np.asarray(x, dtype=np.float32))
+        for k in ("tokens", "labels", "position_ids"):
+            f.create_dataset("batch/" + k, data=np.asarray(batch[k], dtype=np.int32))
+        f.create_dataset("batch/loss_mask", data=np.asarray(batch["loss_mask"], dtype=np.float32))
+        f.create_dataset("iter1/logits", data=np.asarray(iter1["logits"], dtype=np.float32))
+        f.create_dataset("iter1/loss", data=np.asarray(iter1["loss"], dtype=np.float32))
+        for k in ("lm_loss", "lr", "grad_norm"):
+            f.create_dataset("train/" + k, data=np.asarray(train[k], dtype=np.float64))
+
+
+def random_batches(args, iters, seed=1, mask_fraction=0.1, vocab=None):
+    """Random token data [iters, GBS, s]: labels = next token, some loss_mask zeros."""
+    a = normalize_args(args)
+    g = np.random.default_rng(seed)
+    gbs, s = a["global_batch_size"], a["seq_length"]
+    V = vocab or a["vocab_size"] or a["padded_vocab_size"]
+    seq = g.integers(0, V, size=(iters, gbs, s + 1))
+    mask = (g.random((iters, gbs, s)) >= mask_fraction).astype(np.float32)
+    pos = np.broadcast_to(np.arange(s), (iters, gbs, s)).copy()
+    return {"tokens": seq[..., :-1].astype(np.int32), "labels": seq[..., 1:].astype(np.int32),
+            "loss_mask": mask, "position_ids": pos.astype(np.int32)}
+
+
+def fake_dump(path, args, iters=10, dtype=torch.float32, seed=1234, perturb=None,
+              lr_convention="used"):
+    """A dump produced by this reference (standing in for mgt-train) to test parity.py.
+    perturb: None, 'grads' (one grad tensor off by 1e-3), 'logits' (1e-3), 'loss-iter' (loss of the
+    last iteration off by 1e-3), 'lr' (lr of iteration 3 off by 1%), 'qkv-layout' (the model reads
+    QKV rows as [Q;K;V] blocks instead of group-interleaved; an mgt layout bug)."""
+    a = normalize_args(args)
+    params = init_params(a, seed, perturb=0.02)
+    batch = random_batches(a, iters, seed + 1)
+    init = {n: x.copy() for n, x in params.items()}
+    if perturb == "qkv-layout":  # emulate a model that ignores group interleaving
+        nq, ng, d = a["num_attention_heads"], a["num_query_groups"], a["kv_channels"]
+        r = nq // ng
+        for n in list(params):
+            if n.endswith("linear_qkv.weight") or n.endswith("linear_qkv.bias"):
+                x = params[n]
+                blk = x.reshape(nq + 2 * ng, d, *x.shape[1:])  # read as [Q; K; V] blocks
+                qs, ks, vs = blk[:nq], blk[nq:nq + ng], blk[nq + ng:]
+                il = []
+                for g_ in range(ng):
+                    il += [qs[g_ * r:(g_ + 1) * r], ks[g_:g_ + 1], vs[g_:g_ + 1]]
+                params[n] = np.concatenate(il).reshape(x.shape)
+    model = GPTRef(a, params, dtype)
+    tr = Trainer(model)
+    hist = {"lm_loss": [], "lr": [], "grad_norm": []}
+    first = None
+    for k in range(iters):
+        o = tr.step(batch["tokens"][k], batch["labels"][k], batch["loss_mask"][k],
+                    batch["position_ids"][k], keep=(k == 0))
+        if k == 0:
+            first = o
+        hist["lm_loss"].append(o["lm_loss"])
+        hist["lr"].append(o["lr"] if lr_convention == "used" else o["lr_logged"])
+        hist["grad_norm"].append(o["grad_norm"])
+    grads = {n: g.numpy() for n, g in first["grads"].items()}
+    logits, loss = first["logits"].numpy(), first["loss"].numpy()
+    if perturb == "grads":
+        n = sorted(grads)[len(grads) // 2]
+        grads[n] = grads[n] * (1 + 1e-3)
+    elif perturb == "logits":
+        logits = logits * (1 + 1e-3)
+    elif perturb == "loss-iter":
+        hist["lm_loss"][-1] *= 1 + 1e-3
+    elif perturb == "lr":
+        hist["lr"][min(2, iters - 1)] *= 1.01
+    a_out = dict(a)
+    write_dump(path, a_out, init, batch, {"logits": logits, "loss": loss}, hist, grads)
+
+
+# ---------------------------------------------------------------------------------------------
+# an independent, loop-by-loop forward (numpy float64) to check GPTRef against
+
+def naive_logits(args, P, tokens):
+    """Logits [b, s, Vpad] computed token by token and head by head from the section 8 / 7.2 /
+    7.3 text, sharing no code with GPTRef (used by `mgt_ref.py selfcheck`)."""
+    a = normalize_args(args)
+    P = {n: np.asarray(x, dtype=np.float64) for n, x in P.items()}
+    h, L = a["hidden_size"], a["num_layers"]
+    nq, ng, d, f = a["num_attention_heads"], a["num_query_groups"], a["kv_channels"], a["ffn_hidden_size"]
+    r = nq // ng
+    eps = a["norm_epsilon"]
+    rot = int(d * a["rotary_percent"])
+    half = rot // 2
+    inv = [np.float32(1.0) / np.float32(np.float32(a["rotary_base"]) ** (np.float32(2 * k) / np.float32(rot)))
+           for k in range(half)]
+
+    def norm(v, w, bname):
+        if a["normalization"] == "LayerNorm":
+            mu = sum(v) / h
+            var = sum((x - mu) ** 2 for x in v) / h
+            return [(v[c] - mu) / math.sqrt(var + eps) * w[c] + P[bname][c] for c in range(h)]
+        ms = sum(x * x for x in v) / h
+        return [v[c] / math.sqrt(ms + eps) * w[c] for c in range(h)]
+
+    def lin(name, v):
+        y = P[name + "weight"] @ np.array(v)
+        if name + "bias" in P:
+            y = y + P[name + "bias"]
+        return list(y)
+
+    def rope(vec, t):
+        out = list(vec)
+        for k in range(half):
+            th = float(np.float32(t) * inv[k])
+            x1, x2 = vec[k], vec[k + half]
+            out[k] = x1 * math.cos(th) - x2 * math.sin(th)
+            out[k + half] = x2 * math.cos(th) + x1 * math.sin(th)
+        return out
+
+    B, S = len(tokens), len(tokens[0])
+    out = np.zeros((B, S, P["embedding.word_embeddings.weight"].shape[0]))
+    for b in range(B):
+        xs = []
+        for t in range(S):
+            v = list(P["embedding.word_embeddings.weight"][tokens[b][t]])
+            if a["position_embedding_type"] == "learned_absolute":
+                v = [v[c] + P["embedding.position_embeddings.weight"][t][c] for c in range(h)]
+            xs.append(v)
+        for i in range(L):
+            pa = "decoder.layers.%d.self_attention." % i
+            pm = "decoder.layers.%d.mlp." % i
+            q, k, vv = {}, {}, {}
+            for t in range(S):
+                y = lin(pa + "linear_qkv.", norm(xs[t], P[pa + "linear_qkv.layer_norm_weight"],
+                                                pa + "linear_qkv.layer_norm_bias"))
+                for n in range(nq):
+                    g, j = n // r, n % r
+                    q[t, n] = y[g * (r + 2) * d + j * d: g * (r + 2) * d + (j + 1) * d]
+                for g in range(ng):
+                    k[t, g] = y[g * (r + 2) * d + r * d: g * (r + 2) * d + (r + 1) * d]
+                    vv[t, g] = y[g * (r + 2) * d + (r + 1) * d: g * (r + 2) * d + (r + 2) * d]
+                if a["position_embedding_type"] == "rope":
+                    for n in range(nq):
+                        q[t, n] = rope(q[t, n], t)
+                    for g in range(ng):
+                        k[t, g] = rope(k[t, g], t)
+            new = []
+            for t in range(S):
+                ctx = []
+                for n in range(nq):
+                    g = n // r
+                    sc = [sum(q[t, n][c] * k[u, g][c] for c in range(d)) / math.sqrt(d) for u in range(t + 1)]
+                    m = max(sc)
+                    e = [math.exp(x - m) for x in sc]
+                    z = sum(e)
+                    ctx += [sum(e[u] / z * vv[u, g][c] for u in range(t + 1)) for c in range(d)]
+                o = lin(pa + "linear_proj.", ctx)
+                x1 = [xs[t][c] + o[c] for c in range(h)]
+                y = lin(pm + "linear_fc1.", norm(x1, P[pm + "linear_fc1.layer_norm_weight"],
+                                                 pm + "linear_fc1.layer_norm_bias"))
+                if a["swiglu"]:
+                    y = [y[c] / (1 + math.exp(-y[c])) * y[f + c] for c in range(f)]
+                else:
+                    y = [0.5 * x * (1 + math.erf(x / math.sqrt(2))) for x in y]
+                z2 = lin(pm + "linear_fc2.", y)
+                new.append([x1[c] + z2[c] for c in range(h)])
+            xs = new
+        W = P["output_layer.weight"] if a["untie_embeddings_and_output_weights"] else P["embedding.word_embeddings.weight"]
+        for t in range(S):
+            out[b, t] = W @ np.array(norm(xs[t], P["decoder.final_layernorm.weight"], "decoder.final_layernorm.bias"))
+    return out
+
+
+SELFCHECK_VARIANTS = {
+    "gpt2": {},
+    "gpt2-qkv-bias-nobias": dict(add_bias_linear=False, add_qkv_bias=True),
+    "llama": dict(group_query_attention=True, num_query_groups=2, normalization="RMSNorm", swiglu=True,
+                  position_embedding_type="rope", add_bias_linear=False,
+                  untie_embeddings_and_output_weights=True, ffn_hidden_size=24),
+    "mqa-rope-half": dict(group_query_attention=True, num_query_groups=1, position_embedding_type="rope",
+                          rotary_percent=0.5, rotary_base=100.0),
+    "mha-rope-swiglu-layernorm": dict(position_embedding_type="rope", swiglu=True, ffn_hidden_size=20),
+}
+
+
+def selfcheck():
+    """GPTRef (float64) against naive_logits on tiny shapes, and lr_at against hand values."""
+    bad = 0
+    for name, extra in SELFCHECK_VARIANTS.items():
+        a = dict(num_layers=2, hidden_size=16, num_attention_heads=4, seq_length=6,
+                 max_position_embeddings=8, padded_vocab_size=32, micro_batch_size=2,
+                 global_batch_size=2, init_method_std=0.3)
+        a.update(extra)
+        P = init_params(a, seed=7, perturb=0.2)
+        tok = np.random.default_rng(3).integers(0, 32, size=(2, 6))
+        ref = GPTRef(a, P, torch.float64).forward(tok).detach().numpy()
+        nv = naive_logits(a, P, tok)
+        e = np.abs(ref - nv).max() / np.abs(nv).max()
+        ok = e < 1e-12
+        bad += not ok
+        print("selfcheck %-28s max rel diff %.1e  %s" % (name, e, "ok" if ok else "FAIL"))
+    base = dict(lr=1.0, min_lr=0.1, lr_warmup_iters=2, train_iters=10, global_batch_size=4,
+                micro_batch_size=4, num_layers=1, hidden_size=4, num_attention_heads=1)
+    cases = [({}, 0, 0.0), ({}, 4, 0.5), ({}, 8, 1.0), ({}, 40, 0.1), ({}, 24, 0.1 + 0.9 * 0.5),
+             ({"lr_decay_style": "cosine"}, 24, 0.1 + 0.9 * 0.5), ({"lr_decay_style": "cosine"}, 12, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 8))),
+             ({"lr_decay_style": "constant"}, 36, 1.0), ({"lr_decay_style": "constant"}, 44, 1.0),
+             ({"lr_decay_style": "inverse-square-root"}, 32, math.sqrt(8) / math.sqrt(32)),
+             ({"lr_decay_style": "WSD", "lr_wsd_decay_iters": 4}, 20, 1.0),
+             ({"lr_decay_style": "WSD", "lr_wsd_decay_iters": 4, "lr_wsd_decay_style": "linear"}, 32, 0.1 + 0.9 * 0.5),
+             ({"lr_decay_style": "WSD", "lr_wsd_decay_iters": 4}, 40, 0.1),
+             ({"lr_warmup_init": 0.2}, 4, 0.6), ({"lr_decay_iters": 6}, 28, 0.1)]
+    for extra, n, want in cases:
+        got = lr_at(dict(base, **extra), n)
+        ok = abs(got - want) < 1e-12
+        bad += not ok
+        if not ok:
+            print("selfcheck lr %s n=%d: got %r, want %r  FAIL" % (extra, n, got, want))
+    print("selfcheck lr schedule: %d cases %s" % (len(cases), "ok" if not bad else "(see above)"))
+    return 1 if bad else 0
+
+
+def load_preset(name):
+    """Model args from a JSON file, share/mgt/models/NAME.json, or the built-in PRESETS (in that
+    order); keys starting with '_' are dropped and the GPT-2 vocabulary is assumed when the
+    preset names none."""
+    import os
+    share = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "share", "mgt", "models")
+    for path in (name, os.path.join(share, name + ".json")):
+        if os.path.isfile(path):
+            with open(path) as fh:
+                args = {k: v for k, v in json.load(fh).items() if not k.startswith("_")}
+            break
+    else:
+        if name not in PRESETS:
+            raise SystemExit("mgt_ref.py: error: no preset %r" % name)
+        args = dict(PRESETS[name])
+    if not args.get("padded_vocab_size") and not args.get("vocab_size"):
+        args["vocab_size"] = 50257
+    return args
+
+
+def _parse_value(v):
+    try:
+        return json.loads(v)
+    except ValueError:
+        return v
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="mgt_ref.py")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    fd = sub.add_parser("fake-dump", help="write a synthetic debug dump from this reference")
+    fd.add_argument("out")
+    fd.add_argument("--preset", default="tiny-gpt2", help="|".join(PRESETS) + " or a JSON file of args")
+    fd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override an argument (JSON value), e.g. --set swiglu=true")
+    fd.add_argument("--iters", type=int, default=10)
+    fd.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    fd.add_argument("--seed", type=int, default=1234)
+    fd.add_argument("--perturb", choices=["grads", "logits", "loss-iter", "lr", "qkv-layout"])
+    fd.add_argument("--lr-convention", choices=["used", "logged"], default="used")
+    sub.add_parser("selfcheck", help="check GPTRef against a loop-by-loop forward and lr_at by hand")
+    o = ap.parse_args(argv)
+    if o.cmd == "selfcheck":
+        return selfcheck()
+    args = load_preset(o.preset)
+    args.update(dict(micro_batch_size=2, global_batch_size=4, train_iters=o.iters, lr=1e-3,
+                     lr_warmup_iters=2, lr_decay_style="cosine", min_lr=1e-4,
+                     hidden_dropout=0.0, attention_dropout=0.0))
+    for kv in o.set:
+        k, _, v = kv.partition("=")
+        args[k.replace("-", "_")] = _parse_value(v)
+    torch.manual_seed(o.seed)
+    fake_dump(o.out, args, o.iters, getattr(torch, o.dtype), o.seed, o.perturb, o.lr_convention)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

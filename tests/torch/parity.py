@@ -1,0 +1,225 @@
+#!/usr/bin/python3
+"""Compare an `mgt-train --debug-dump` file with the PyTorch reference (tests/torch/mgt_ref.py).
+
+The reference is rebuilt from the dump's args and initial parameters in float64; a float32 torch
+run of the same model is shown beside mgt as the noise floor a correct fp32 program reaches.
+Checks, mgt vs the float64 reference (normwise relative error ||a-b|| / ||b||):
+  logits and per-token loss of iteration 1, first micro-batch   <= --tol        (1e-5)
+  every gradient of iteration 1 (before clipping), worst tensor <= --tol
+  the whole run replayed with AdamW from the same parameters and batches:
+    lm loss per iteration, relative difference                 <= --tol-train  (1e-5)
+    grad norm per iteration, relative difference               <= --tol-train
+    learning rate per iteration, relative difference           <= --tol-lr     (1e-9)
+  The dump's train/lr may follow either of Megatron's conventions: the lr the iteration used
+  (n = (k-1)*GBS samples) or the lr Megatron's log line prints (after the scheduler step,
+  n = k*GBS); --lr-convention picks one, default either (the table says which matched).
+Exit status: 0 all within limits, 1 a check failed, 2 unusable dump or usage error.
+
+Usage: parity.py DUMP.h5 [--tol X] [--tol-train X] [--tol-lr X] [--per-iter] [--per-tensor] [--json OUT]
+                         [--no-fp32] [--threads N] [--label TEXT]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mgt_ref  # noqa: E402
+
+
+def rel(a, b):
+    """||a - b|| / ||b|| in float64 (||a - b|| when b is zero)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    d = np.linalg.norm((a - b).ravel())
+    nb = np.linalg.norm(b.ravel())
+    return float(d / nb) if nb > 0 else float(d)
+
+
+def rel_each(a, b):
+    """Elementwise |a - b| / |b| of two sequences (|a - b| where b == 0)."""
+    out = []
+    for x, y in zip(a, b):
+        x, y = float(x), float(y)
+        if math.isnan(x) or math.isnan(y):
+            out.append(float("inf"))
+        else:
+            out.append(abs(x - y) / abs(y) if y != 0 else abs(x - y))
+    return out
+
+
+def replay(args, params, batch, iters, dtype):
+    """Run the reference for iters iterations; iteration 1 keeps grads, logits and loss."""
+    model = mgt_ref.GPTRef(args, params, dtype)
+    tr = mgt_ref.Trainer(model)
+    hist = {"lm_loss": [], "lr": [], "lr_logged": [], "grad_norm": []}
+    first = None
+    for k in range(iters):
+        o = tr.step(batch["tokens"][k], batch["labels"][k], batch["loss_mask"][k],
+                    batch["position_ids"][k] if "position_ids" in batch else None, keep=(k == 0))
+        if k == 0:
+            first = {"grads": {n: g.numpy() for n, g in o["grads"].items()},
+                     "logits": o["logits"].numpy(), "loss": o["loss"].numpy()}
+        for key in hist:
+            hist[key].append(o[key])
+    return first, hist
+
+
+def describe(a):
+    nq, ng = a["num_attention_heads"], a["num_query_groups"]
+    bits = ["L%d h%d heads %d/%d d%d ffn%d Vpad %d s%d" % (
+        a["num_layers"], a["hidden_size"], nq, ng, a["kv_channels"], a["ffn_hidden_size"],
+        a["padded_vocab_size"], a["seq_length"])]
+    bits.append(a["normalization"])
+    bits.append("swiglu" if a["swiglu"] else "gelu")
+    bits.append(a["position_embedding_type"])
+    bits.append("untied" if a["untie_embeddings_and_output_weights"] else "tied")
+    bits.append("bias" if a["add_bias_linear"] else ("qkv-bias" if a["add_qkv_bias"] else "no-bias"))
+    bits.append("mbs %d gbs %d M %d" % (a["micro_batch_size"], a["global_batch_size"], a["num_microbatches"]))
+    bits.append("lr %g %s warmup %s clip %g wd %g" % (a["lr"], a["lr_decay_style"], a["lr_warmup_iters"],
+                                                      a["clip_grad"] or 0, a["weight_decay"]))
+    return ", ".join(bits)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="parity.py", description=__doc__.split("\n")[0])
+    ap.add_argument("dump")
+    ap.add_argument("--tol", type=float, default=1e-5, help="logits, loss, grads (normwise relative)")
+    ap.add_argument("--tol-train", type=float, default=1e-5, help="per-iteration lm loss and grad norm")
+    ap.add_argument("--tol-lr", type=float, default=1e-9, help="per-iteration learning rate (relative)")
+    ap.add_argument("--lr-convention", choices=["used", "logged", "either"], default="either")
+    ap.add_argument("--per-iter", action="store_true", help="print the per-iteration table")
+    ap.add_argument("--per-tensor", action="store_true", help="print every gradient tensor's error")
+    ap.add_argument("--json", metavar="OUT", help="write the figures as JSON")
+    ap.add_argument("--no-fp32", action="store_true", help="skip the float32 torch column")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    ap.add_argument("--label", default="", help="a name for the table header")
+    o = ap.parse_args(argv)
+    if o.threads:
+        torch.set_num_threads(o.threads)
+
+    try:
+        d = mgt_ref.read_dump(o.dump)
+        a = mgt_ref.normalize_args(d["args"])
+        for k in ("tokens", "labels", "loss_mask"):
+            if k not in d["batch"]:
+                raise ValueError("batch/%s missing" % k)
+        for k in ("logits", "loss"):
+            if k not in d["iter1"]:
+                raise ValueError("iter1/%s missing" % k)
+        iters = d["batch"]["tokens"].shape[0]
+        if d["batch"]["tokens"].shape[1:] != (a["global_batch_size"], a["seq_length"]):
+            raise ValueError("batch/tokens shape %s, expected [iters, %d, %d]" % (
+                d["batch"]["tokens"].shape, a["global_batch_size"], a["seq_length"]))
+        want = [n for n, _, _, _ in mgt_ref.tensor_specs(a)]
+        for grp in ("params", "grads"):
+            miss = [n for n in want if n not in d[grp]]
+            extra = [n for n in d[grp] if n not in want]
+            if miss or extra:
+                raise ValueError("%s/: missing %s, unexpected %s" % (grp, miss[:4], extra[:4]))
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        print("parity.py: error: %s: %s" % (o.dump, e), file=sys.stderr)
+        return 2
+
+    ref1, refh = replay(a, d["params"], d["batch"], iters, torch.float64)
+    f32 = None if o.no_fp32 else replay(a, d["params"], d["batch"], iters, torch.float32)
+
+    rows = []  # (check, mgt, fp32, limit, ok)
+
+    def row(name, m, f, lim):
+        rows.append({"check": name, "mgt": m, "fp32": f, "limit": lim, "ok": bool(m <= lim)})
+
+    mb = a["micro_batch_size"]
+    lg = d["iter1"]["logits"]
+    if lg.shape != ref1["logits"].shape:
+        print("parity.py: error: iter1/logits shape %s, expected %s" % (lg.shape, ref1["logits"].shape),
+              file=sys.stderr)
+        return 2
+    row("logits, iter 1, micro-batch 1", rel(lg, ref1["logits"]),
+        f32 and rel(f32[0]["logits"], ref1["logits"]), o.tol)
+    row("per-token loss, iter 1, micro-batch 1", rel(d["iter1"]["loss"], ref1["loss"]),
+        f32 and rel(f32[0]["loss"], ref1["loss"]), o.tol)
+    g_err = {n: rel(d["grads"][n], ref1["grads"][n]) for n in want}
+    g32 = {n: rel(f32[0]["grads"][n], ref1["grads"][n]) for n in want} if f32 else {}
+    num = sum(np.linalg.norm((d["grads"][n].astype(np.float64) - ref1["grads"][n]).ravel()) ** 2 for n in want)
+    den = sum(np.linalg.norm(ref1["grads"][n].ravel()) ** 2 for n in want)
+    num32 = sum(np.linalg.norm((f32[0]["grads"][n].astype(np.float64) - ref1["grads"][n]).ravel()) ** 2
+                for n in want) if f32 else None
+    row("grads, all tensors together", math.sqrt(num / den) if den else math.sqrt(num),
+        f32 and math.sqrt(num32 / den), o.tol)
+    worst = max(want, key=lambda n: g_err[n])
+    worst32 = max(g32.values()) if g32 else None
+    row("grads, worst tensor", g_err[worst], worst32, o.tol)
+
+    tr = d["train"]
+    lm = tr.get("lm_loss")
+    if lm is not None and len(lm) == iters:
+        e = rel_each(lm, refh["lm_loss"])
+        e32 = rel_each(f32[1]["lm_loss"], refh["lm_loss"]) if f32 else None
+        row("lm loss, %d iters (max rel)" % iters, max(e), f32 and max(e32), o.tol_train)
+    else:
+        e = None
+        row("lm loss: train/lm_loss missing or not [%d]" % iters, float("inf"), None, o.tol_train)
+    gn = tr.get("grad_norm")
+    if gn is not None and len(gn) == iters:
+        if not a["clip_grad"] and not np.any(gn):
+            eg = [0.0] * iters  # Megatron reports no grad norm without clipping
+        else:
+            eg = rel_each(gn, refh["grad_norm"])
+        eg32 = rel_each(f32[1]["grad_norm"], refh["grad_norm"]) if f32 else None
+        row("grad norm, %d iters (max rel)" % iters, max(eg), f32 and max(eg32), o.tol_train)
+    else:
+        eg = None
+        row("grad norm: train/grad_norm missing or not [%d]" % iters, float("inf"), None, o.tol_train)
+    lr = tr.get("lr")
+    conv = "-"
+    if lr is not None and len(lr) == iters:
+        eu, el = max(rel_each(lr, refh["lr"])), max(rel_each(lr, refh["lr_logged"]))
+        if o.lr_convention == "used" or (o.lr_convention == "either" and eu <= el):
+            elr, conv = eu, "used"
+        else:
+            elr, conv = el, "logged"
+        row("lr, %d iters (max rel; %s)" % (iters, conv), elr, None, o.tol_lr)
+    else:
+        row("lr: train/lr missing or not [%d]" % iters, float("inf"), None, o.tol_lr)
+
+    ok = all(r["ok"] for r in rows)
+    label = o.label or os.path.basename(o.dump)
+    print("parity %s: %s" % (label, describe(a)))
+    print("%-42s %11s %13s %9s" % ("check (normwise rel. vs torch fp64)", "mgt", "torch fp32", "limit"))
+    for r in rows:
+        f = "%11.2e" % r["fp32"] if r["fp32"] is not None else "%11s" % "-"
+        print("%-42s %11.2e %13s %9.0e  %s" % (r["check"], r["mgt"], f, r["limit"], "ok" if r["ok"] else "FAIL"))
+    print("%-42s %s" % ("  worst grad tensor", worst))
+    if o.per_iter or not ok:
+        print("%4s %14s %14s %9s %11s %11s %9s %12s %12s" % (
+            "iter", "lm loss mgt", "lm loss ref", "rel", "gnorm mgt", "gnorm ref", "rel", "lr mgt", "lr ref"))
+        ref_lr = refh["lr"] if conv != "logged" else refh["lr_logged"]
+        for k in range(iters):
+            def g(x, i):
+                return float(x[i]) if x is not None and len(x) > i else float("nan")
+            print("%4d %14.8f %14.8f %9.1e %11.6f %11.6f %9.1e %12.6e %12.6e" % (
+                k + 1, g(lm, k), refh["lm_loss"][k], e[k] if e else float("nan"),
+                g(gn, k), refh["grad_norm"][k], eg[k] if eg else float("nan"), g(lr, k), ref_lr[k]))
+    if o.per_tensor:
+        print("%-64s %11s %13s" % ("gradient of iteration 1 (normwise rel.)", "mgt", "torch fp32"))
+        for n in want:
+            print("%-64s %11.2e %13s" % (n, g_err[n], "%.2e" % g32[n] if g32 else "-"))
+    if not ok:
+        bad = sorted(want, key=lambda n: -g_err[n])[:5]
+        print("largest gradient errors: " + ", ".join("%s %.2e" % (n, g_err[n]) for n in bad))
+    print("parity %s: %s" % (label, "PASS" if ok else "FAIL"))
+    if o.json:
+        with open(o.json, "w") as fh:
+            json.dump({"dump": o.dump, "ok": ok, "rows": rows, "worst_grad": worst,
+                       "grad_errors": g_err, "lr_convention": conv,
+                       "ref": {k: list(map(float, v)) for k, v in refh.items()}}, fh, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
