@@ -3,7 +3,7 @@
 # Targets:
 #   all (default)  libmgt.a and the programs in bin/
 #   check          unit tests (C) and program tests (TAP shell scripts, run by prove)
-#   demo           the main job on the bundled data (today: preprocess the bundled KJV corpus)
+#   demo           the main job on the bundled data: preprocess KJV, train the tiny GPT on it
 #   bench          benchmarks in tests/bench/ (throughput, peak memory); raw results in build/bench/
 #   install        PREFIX (default /usr/local) and DESTDIR as usual
 #   clean
