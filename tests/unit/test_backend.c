@@ -16,23 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int passed, failed;
-
-#define CHECK(cond, ...) check_((cond), #cond, __LINE__, __VA_ARGS__)
-static void check_(int ok, const char *expr, int line, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void check_(int ok, const char *expr, int line, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	printf("%s - ", ok ? "ok" : "not ok");
-	vprintf(fmt, ap);
-	va_end(ap);
-	if (!ok)
-		printf("  (line %d: %s)", line, expr);
-	printf("\n");
-	ok ? passed++ : failed++;
-}
+#include "check.h"
 
 /* Forward tolerance (normwise relative, fp32 vs double) and backward tolerance (fp32 gradient vs
  * double central differences).  Real bugs give errors near 1. */

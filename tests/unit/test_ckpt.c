@@ -19,33 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int passed, failed;
-static char dir[256];
-
-#define CHECK(cond, ...) check_((cond), #cond, __LINE__, __VA_ARGS__)
-static void check_(int ok, const char *expr, int line, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void check_(int ok, const char *expr, int line, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	printf("%s - ", ok ? "ok" : "not ok");
-	vprintf(fmt, ap);
-	va_end(ap);
-	if (!ok)
-		printf("  (line %d: %s; last error: %s)", line, expr, mgt_err_msg());
-	printf("\n");
-	ok ? passed++ : failed++;
-}
-
-static char *path_in(const char *name)
-{
-	static char buf[8][512];
-	static int k;
-	k = (k + 1) % 8;
-	snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-	return buf[k];
-}
+#include "check.h"
 
 static int exists(const char *path)
 {
