@@ -82,7 +82,7 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 		t->int_iters++;
 	}
 	if (!t->io->log || (t->iteration % t->a->log_interval && t->iteration != 1)) return;
-	print_line(t, lr, gnorm);
+	print_line(t, mgt_lr_get(&t->sched), gnorm);
 	t->int_loss = 0;
 	t->int_iters = t->int_skipped = 0;
 	t->int_t0 = mgt_now();

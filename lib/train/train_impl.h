@@ -50,6 +50,8 @@ mgt_status trainer_load(trainer *t, bool *loaded);
 mgt_status trainer_save(trainer *t);
 
 /* log.c */
+/* lr: the rate the step used (metrics "lr"); the log line prints the rate after the scheduler
+ * step, as Megatron's training_log does. */
 void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, bool skipped,
 			   double iter_s);
 void trainer_log_validation(trainer *t, const char *what, double loss);
