@@ -69,7 +69,7 @@ static void print_line(trainer *t, double lr, double gnorm)
 	fprintf(f, " loss scale: 1.0 |");
 	if (a->clip_grad > 0 || isfinite(gnorm)) fprintf(f, " grad norm: %.3f |", a->clip_grad > 0 ? gnorm : 0.0);
 	fprintf(f, " number of skipped iterations: %3lld | number of nan iterations: %3lld |\n",
-		(long long)t->int_skipped, (long long)t->nan_iters);
+		(long long)t->int_skipped, (long long)t->int_nan);
 	fflush(f);
 }
 
@@ -77,6 +77,7 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 {
 	if (t->metrics) write_metrics(t, loss, lr, gnorm, skipped, iter_s);
 	if (skipped) t->int_skipped++;
+	if (skipped && (!isfinite(loss) || !isfinite(gnorm))) t->int_nan++;
 	else {
 		t->int_loss += loss;
 		t->int_iters++;
@@ -84,7 +85,7 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 	if (!t->io->log || (t->iteration % t->a->log_interval && t->iteration != 1)) return;
 	print_line(t, mgt_lr_get(&t->sched), gnorm);
 	t->int_loss = 0;
-	t->int_iters = t->int_skipped = 0;
+	t->int_iters = t->int_skipped = t->int_nan = 0;
 	t->int_t0 = mgt_now();
 }
 

@@ -37,7 +37,7 @@ typedef struct trainer {
 	float *mb_mask, *s_mask;
 	/* log interval accumulators */
 	double int_loss, int_t0;
-	int64_t int_iters, int_skipped;
+	int64_t int_iters, int_skipped, int_nan;
 	double t_fwd, t_bwd, t_opt;                  /* last iteration, seconds */
 	FILE *metrics;
 	dump_state dump;

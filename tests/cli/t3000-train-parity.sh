@@ -67,6 +67,11 @@ ok "tiny-llama --add-qkv-bias (Qwen2-style) = reference" \
 	parity llama-qkvbias 4 --no-fp32 -- --model tiny-llama --add-qkv-bias
 ok "tiny-gpt2, clipping active (--clip-grad 0.05), weight decay 0.1, linear decay = reference" \
 	parity gpt2-clip 6 --no-fp32 -- --model tiny-gpt2 --clip-grad 0.05 --weight-decay 0.1 --lr-decay-style linear
+ok "tiny-gpt2, inverse-square-root schedule with warmup init = reference" \
+	parity gpt2-isqrt 4 --no-fp32 -- --model tiny-gpt2 --lr-decay-style inverse-square-root --lr-warmup-init 1e-4
+ok "tiny-llama, WSD schedule (minus_sqrt anneal over 4 iterations), min-lr = reference" \
+	parity llama-wsd 4 --no-fp32 -- --model tiny-llama --lr-decay-style WSD --lr-wsd-decay-iters 4 \
+	--lr-wsd-decay-style minus_sqrt
 ok "metrics file: one JSON object per iteration with lm_loss, lr, grad_norm" $PY -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

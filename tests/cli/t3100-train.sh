@@ -48,6 +48,17 @@ ok "resume after SIGTERM" exits 0 $TRAIN --train-iters 20 --load sig --metrics-f
 losses s2.jsonl $((it + 1)) 20 >s2; losses full.jsonl $((it + 1)) 20 >f2
 ok "losses after SIGTERM resume match the uninterrupted run" sh -c "test -s s2 && cmp s2 f2"
 
+# A step whose loss or gradient norm is not finite is skipped and counted (a learning rate that
+# overflows the parameters at step 1 makes every later loss NaN).
+ok "runs through non-finite steps" exits 0 $TRAIN --train-iters 4 --lr 1e38 --lr-warmup-iters 0 --clip-grad 0 \
+	--lr-decay-style constant --metrics-file nan.jsonl --eval-interval 0
+ok "non-finite iterations skipped in the metrics" $PY -c '
+import json, sys
+rows = [json.loads(l) for l in open("nan.jsonl")]
+assert [r["skipped"] for r in rows] == [False, True, True, True], rows
+'
+ok "log lines count skipped and nan iterations per interval" sh -c "grep -c 'number of skipped iterations:   1 | number of nan iterations:   1 |' '$T/err' | grep -qx 3"
+
 # Bad input: clear error, documented exit status, nothing written.
 bad() { # bad DESC CODE NEEDLE ARGS...
 	d=$1 c=$2 nd=$3; shift 3
