@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,25 +238,25 @@ static void on_signal_graceful(int sig)
 	mgt_interrupted = sig;
 }
 
-void mgt_signals_install_graceful(void)
+static void install(void (*handler)(int), bool hup)
 {
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal_graceful;
+	sa.sa_handler = handler;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	if (hup) sigaction(SIGHUP, &sa, NULL);
+}
+
+void mgt_signals_install_graceful(void)
+{
+	install(on_signal_graceful, false);
 }
 
 void mgt_signals_install(void)
 {
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	install(on_signal, true);
 }
 
 mgt_status mgt_file_read(const char *path, char **out, size_t *len)

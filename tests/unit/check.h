@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "util/util.h"
 
@@ -36,6 +37,22 @@ static __attribute__((unused)) char *path_in(const char *name)
 	k = (k + 1) % 8;
 	snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
 	return buf[k];
+}
+
+/* Print the summary, remove dir when every check passed (keep it for inspection otherwise) and
+ * return the exit status. */
+static __attribute__((unused)) int check_finish(void)
+{
+	printf("%d passed, %d failed\n", passed, failed);
+	if (failed && dir[0])
+		printf("# test files kept in %s\n", dir);
+	else if (dir[0]) {
+		char cmd[300];
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot remove %s\n", dir);
+	}
+	return failed ? 1 : 0;
 }
 
 #endif

@@ -568,14 +568,5 @@ int main(void)
 	test_jsonl_zstd_big();
 	test_jsonl_stdin();
 	test_expand();
-	printf("%d passed, %d failed\n", passed, failed);
-	if (failed)
-		printf("# test files kept in %s\n", dir);
-	else {
-		char cmd[300];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "cannot remove %s\n", dir);
-	}
-	return failed ? 1 : 0;
+	return check_finish();
 }

@@ -773,14 +773,5 @@ int main(int argc, char **argv)
 	test_blend_open();
 	test_mock();
 	test_errors();
-	printf("%d passed, %d failed\n", passed, failed);
-	if (failed)
-		printf("# test files kept in %s\n", dir);
-	else {
-		char cmd[300];
-		snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "cannot remove %s\n", dir);
-	}
-	return failed ? 1 : 0;
+	return check_finish();
 }
