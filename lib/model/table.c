@@ -222,6 +222,8 @@ void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t s
 		float *p = params + t->offset;
 		int64_t cols = t->ndim == 2 ? t->local_shape[1] : 1, gcols = t->ndim == 2 ? t->shape[1] : 1;
 		uint64_t key = mgt_hash64(t->name) ^ skey;
+		/* each element is a pure function of (key, index): threads cannot change the values */
+#pragma omp parallel for schedule(static) if (t->numel > 65536)
 		for (int64_t r = 0; r < t->local_shape[0]; r++) {
 			int64_t gr = global_row(t, r);
 			for (int64_t k = 0; k < cols; k++) {
