@@ -26,6 +26,9 @@ static mgt_status config_derive(mgt_model_config *c, int tp)
 		c->ffn_hidden_size = c->swiglu ? (int64_t)((4.0 * c->hidden_size * 2 / 3) / 64) * 64
 					       : 4 * c->hidden_size;
 	if (!c->group_query_attention) c->num_query_groups = c->num_attention_heads;
+	/* RoPE and no positions need no table: default it to the sequence length */
+	if (!c->max_position_embeddings && strcmp(c->position_embedding_type, "learned_absolute"))
+		c->max_position_embeddings = c->seq_length;
 	if (c->num_query_groups <= 0 || c->num_attention_heads % c->num_query_groups)
 		return cfg_err("--num-query-groups %lld does not divide --num-attention-heads %lld",
 			       c->num_query_groups, c->num_attention_heads);
@@ -48,7 +51,6 @@ static mgt_status config_check(const mgt_model_config *c, int tp)
 		return mgt_err(MGT_ERR_USAGE, "--normalization %s: expected LayerNorm or RMSNorm",
 			       c->normalization);
 	if (c->seq_length <= 0) return mgt_err(MGT_ERR_USAGE, "--seq-length must be given and positive");
-	if (!c->max_position_embeddings && !learned) ((mgt_model_config *)c)->max_position_embeddings = c->seq_length;
 	if (c->seq_length > c->max_position_embeddings)
 		return cfg_err("--seq-length %lld is longer than --max-position-embeddings %lld",
 			       c->seq_length, c->max_position_embeddings);

@@ -62,11 +62,13 @@ static mgt_status setup_schedule(trainer *t)
 static mgt_status parse_data_path(const char *s, int *n_paths, char ***paths, double **weights)
 {
 	char *copy = mgt_strdup(s), *save = NULL;
-	const char *words[4096];
-	int n = 0;
-	if (!copy) return MGT_ERR_NOMEM;
-	for (char *w = strtok_r(copy, " ", &save); w && n < 4096; w = strtok_r(NULL, " ", &save)) words[n++] = w;
-	mgt_status st = mgt_gpt_parse_data_path(n, words, n_paths, paths, weights);
+	int n = 0, cap = 1;
+	for (const char *p = s; *p; p++) cap += *p == ' ';
+	const char **words = copy ? mgt_malloc((size_t)cap * sizeof *words) : NULL;
+	mgt_status st = words ? MGT_OK : MGT_ERR_NOMEM;
+	for (char *w = words ? strtok_r(copy, " ", &save) : NULL; w; w = strtok_r(NULL, " ", &save)) words[n++] = w;
+	if (!st) st = mgt_gpt_parse_data_path(n, words, n_paths, paths, weights);
+	free(words);
 	free(copy);
 	return st;
 }
@@ -121,14 +123,16 @@ static void free_batch(trainer *t)
 }
 
 /* Fill micro-batch k of the global batch starting at sample `base` of split sp, sequence-first
- * (megatron-reference 3.7: DP rank r takes [base + r*mbs, base + (r+1)*mbs)). */
+ * (megatron-reference 3.7: micro-batch step k covers mbs*dp samples, of which DP rank r takes
+ * [r*mbs, (r+1)*mbs)).  Validation cycles through its split. */
 static mgt_status load_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k)
 {
 	int b = (int)t->a->micro_batch_size, S = (int)t->a->model.seq_length;
-	int64_t first = base + k * b + t->ps.dp_rank * 0;
+	int64_t first = base + (k * t->a->data_parallel_size + t->ps.dp_rank) * b;
+	int64_t n = mgt_gpt_data_len(t->data, sp);
+	if (n <= 0) return mgt_err(MGT_ERR_INPUT, "the %s split has no samples", sp == MGT_SPLIT_TRAIN ? "train" : "validation");
 	for (int j = 0; j < b; j++) {
-		int64_t n = mgt_gpt_data_len(t->data, sp), idx = first + j;
-		if (n <= 0) return mgt_err(MGT_ERR_INPUT, "the %s split has no samples", sp == MGT_SPLIT_TRAIN ? "train" : "validation");
+		int64_t idx = first + j;
 		mgt_status st = mgt_gpt_data_sample(t->data, sp, idx % n, t->s_tokens, t->s_labels, t->s_mask, t->s_pos);
 		if (st) return st;
 		for (int i = 0; i < S; i++) {
