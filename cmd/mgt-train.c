@@ -5,9 +5,11 @@
  * Manual: man/man1/mgt-train.1; checkpoints: man/man5/mgt-ckpt.5.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "dist/dist.h"
 #include "train/train.h"
 
 static const char PROG[] = "mgt-train";
@@ -24,6 +26,27 @@ static void usage(void)
 	       "See mgt-train(1), mgt-ckpt(5).\n");
 }
 
+/* Exit after an error.  Under mpirun, errors every rank reaches together (usage, interrupt) are
+ * printed once by rank 0 and every rank exits with the code; any other error is printed by the
+ * rank that met it, naming itself, and takes the whole job down (MPI_Abort). */
+static void fail(mgt_status st)
+{
+	int rank = mgt_dist_world_rank(), n = mgt_dist_world_size(), code = mgt_exit_code(st);
+	if (n == 1) {
+		if (st == MGT_ERR_USAGE) mgt_cli_usage_error(PROG, "%s", mgt_err_msg());
+		mgt_cli_fail(PROG, st);
+	}
+	if (st == MGT_ERR_USAGE || st == MGT_ERR_INTR) {
+		if (rank == 0) fprintf(stderr, "%s: error: %s\n", PROG, mgt_err_msg());
+		mgt_dist_finalize();
+		exit(code);
+	}
+	fprintf(stderr, "%s: rank %d of %d: error: %s\n", PROG, rank, n, mgt_err_msg());
+	fflush(stderr);
+	mgt_dist_abort(code);
+	exit(code);
+}
+
 int main(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)
@@ -31,17 +54,22 @@ int main(int argc, char **argv)
 			usage();
 			return 0;
 		}
+	mgt_status st = mgt_dist_init(&argc, &argv);
+	if (st) fail(st);
 	mgt_args a;
-	mgt_status st = mgt_args_init(&a);
+	st = mgt_args_init(&a);
 	if (!st) st = mgt_args_parse_argv(&a, argc, argv);
-	if (st == MGT_ERR_USAGE) {
+	if (st) {
 		mgt_args_free(&a);
-		mgt_cli_usage_error(PROG, "%s", mgt_err_msg());
+		fail(st);
 	}
 	mgt_signals_install_graceful();
-	mgt_train_io io = { .log = stderr, .prog = PROG };
-	if (!st) st = mgt_train_run(&a, &io);
+	/* one rank logs: the last, as Megatron's training_log */
+	bool logs = mgt_dist_world_rank() == mgt_dist_world_size() - 1;
+	mgt_train_io io = { .log = logs ? stderr : NULL, .prog = PROG };
+	st = mgt_train_run(&a, &io);
 	mgt_args_free(&a);
-	if (st) mgt_cli_fail(PROG, st);
+	if (st) fail(st);
+	mgt_dist_finalize();
 	return 0;
 }

@@ -7,8 +7,14 @@
  * cross_entropy.py; pipeline_parallel/p2p_communication.py; distributed/param_and_grad_buffer.py)
  * so that parallelism adds implementations, not rewrites.
  *
- * Buffers are backend memory of the backend the communicator was made for.  Every collective
- * counts the bytes it sends in comm->bytes_sent (the analytic communication-volume check).
+ * Buffers are backend memory of the backend the communicator was made for.  Every operation
+ * adds to comm->bytes_sent the bytes this rank sends under the bandwidth-optimal (ring)
+ * algorithm, whatever the library really does (the convention of nccl-tests' bus bandwidth), so
+ * the count is an analytic, layout-checkable figure: with p = size, B = n * element size,
+ *   allreduce       2 (p-1)/p * B          reduce_scatter  (p-1) * B   (B: this rank's output)
+ *   allgather       (p-1) * B  (B: this rank's input)    broadcast   B on the root, 0 elsewhere
+ *   send            B                      recv, barrier   0
+ * and nothing at all when p == 1.  comm->calls counts the operations.
  * Errors: MGT_ERR_IO with a message naming the group and the peer.
  */
 #ifndef MGT_DIST_H
@@ -33,8 +39,13 @@ typedef struct mgt_comm_ops {
 	/* dst [n] = sum over ranks of src[rank * n : (rank + 1) * n]. */
 	mgt_status (*reduce_scatter)(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt);
 	mgt_status (*broadcast)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int root);
-	mgt_status (*send)(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer);
-	mgt_status (*recv)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer);
+	/* Point to point (group ranks).  send returns as soon as buf may be reused and never waits
+	 * for the receiver (the MPI implementation sends from a copy with MPI_Isend and completes
+	 * it later), so a pipeline schedule cannot deadlock on send order.  Messages from one rank
+	 * to another with the same tag arrive in the order sent; recv blocks until its message is
+	 * in.  tag >= 0. */
+	mgt_status (*send)(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag);
+	mgt_status (*recv)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag);
 	mgt_status (*barrier)(mgt_comm *c);
 	void (*destroy)(mgt_comm *c);
 } mgt_comm_ops;
@@ -43,7 +54,8 @@ struct mgt_comm {
 	const mgt_comm_ops *ops;
 	const char *name; /* "world", "tp", "dp", "pp", "emb" ... for messages */
 	int rank, size;
-	uint64_t bytes_sent;
+	double bytes_sent; /* see above; not an integer for p > 2 */
+	uint64_t calls;
 	void *impl;
 };
 
@@ -55,16 +67,51 @@ void mgt_comm_destroy(mgt_comm *c);
 
 /* Parallel state: sizes and ranks in Megatron's order tp-cp-ep-dp-pp (tp fastest),
  * rank = tp + TP*(cp + CP*(dp + DP*pp)) (megatron-reference.md section 5.2), and one
- * communicator per group.  The single-process state has every size 1. */
+ * communicator per group (megatron/core/parallel_state.py):
+ *   tp_comm   ranks with the same (cp, dp, pp), ordered by tp_rank
+ *   dp_comm   same (tp, cp, pp), ordered by dp_rank
+ *   pp_comm   same (tp, cp, dp), ordered by pp_rank
+ *   mp_comm   model-parallel group: same (cp, dp), ordered by world rank (tp + TP*pp)
+ *   emb_comm  embedding group: pipeline ranks 0 and PP-1 of this rank's pipeline (same tp, cp,
+ *             dp), size 2 when PP > 1; on a rank that is neither it is a one-process group
+ *   world     all ranks
+ * The single-process state has every size 1. */
 typedef struct mgt_parallel {
 	int world_size, world_rank;
 	int tp, pp, dp, cp;                 /* sizes */
 	int tp_rank, pp_rank, dp_rank, cp_rank;
-	mgt_comm *world, *tp_comm, *pp_comm, *dp_comm, *emb_comm; /* emb: first and last PP stage */
+	mgt_comm *world, *tp_comm, *pp_comm, *dp_comm, *mp_comm, *emb_comm;
 } mgt_parallel;
 
 /* Fill *ps for one process (all sizes 1, single-rank communicators).  Errors: MGT_ERR_NOMEM. */
 mgt_status mgt_parallel_init_single(mgt_parallel *ps);
 void mgt_parallel_free(mgt_parallel *ps);
+
+/* ---- the process runtime (lib/dist/mpi.c) ---- */
+
+/* Start the multi-process runtime when this process was launched by mpirun/srun (OpenMPI's
+ * OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK, Slurm's SLURM_NTASKS > 1 or PMI_SIZE in the
+ * environment) and mgt was built with MPI: MPI_Init_thread (MPI_THREAD_FUNNELED), errors
+ * returned rather than fatal.  Otherwise (and when called again) it does nothing and the world
+ * is one process.  Errors: MGT_ERR_USAGE (launched by mpirun with more than one process but
+ * built without MPI), MGT_ERR_IO (MPI_Init failed). */
+mgt_status mgt_dist_init(int *argc, char ***argv);
+/* Whether mgt_dist_init started MPI; world size and rank (1 and 0 without it). */
+int mgt_dist_active(void);
+int mgt_dist_world_size(void);
+int mgt_dist_world_rank(void);
+/* Take every rank of the job down with exit status code (MPI_Abort) after the caller printed
+ * its message; returns only without MPI (the caller then exits itself). */
+void mgt_dist_abort(int code);
+/* MPI_Finalize when MPI is active (after every communicator is freed). */
+void mgt_dist_finalize(void);
+
+/* Fill *ps for the whole job with tensor-parallel size tp, pipeline size pp and context size
+ * cp (data-parallel size = world / (tp*pp*cp)), creating the groups above; one process (no
+ * MPI) gives the single state when tp = pp = cp = 1.  Every rank must call it with the same
+ * sizes.  Errors: MGT_ERR_USAGE (world size not divisible by tp*pp*cp, naming the flags and the
+ * numbers; the same on every rank, so every rank can exit with it), MGT_ERR_NOMEM,
+ * MGT_ERR_IO (MPI group creation failed). */
+mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp);
 
 #endif

@@ -11,33 +11,40 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Per layer and slot.  x_in, x_mid, mean*, rstd*: [Th] rows (this rank's part of the sequence
+ * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .]. */
 typedef struct {
 	float *x_in, *ln1, *mean1, *rstd1, *qkv, *ctx, *lse, *x_mid, *ln2, *mean2, *rstd2, *fc1, *act;
 } layer_act;
 
+/* One micro-batch in flight: its layers' activations, the head's, its batch and dropout key. */
+typedef struct {
+	layer_act *la;
+	float *res_out, *lnf, *meanf, *rstdf, *logits, *mx, *sumexp, *tgt, *loss, *mask;
+	int32_t *tokens, *labels, *pos;
+	uint64_t drop_key;
+} slot_act;
+
 struct mgt_model {
 	mgt_model_config c;
+	mgt_model_layout L;
 	mgt_tensor_table tt;
 	mgt_backend *be;
 	const mgt_parallel *ps;
-	int s, b, T;
-	int64_t h, nq_l, ng_l, r, d, qkv_l, ffn_l, fc1_l, V_l, v0;
+	int s, b, T, Th;           /* Th: rows of the residual stream here (T, or T/tp with SP) */
+	int64_t h, nq_l, ng_l, r, d, qkv_l, ffn_l, fc1_l, V_l, v0, r0;
 	mgt_norm_kind norm;
-	bool layernorm, rope;
+	bool layernorm, rope, sp, first, last;
 	float *params, *grads;
 	/* tensors by role and local layer; NULL when absent */
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
 	const mgt_tensor *glob[MGT_T_NROLES];
 	int first_layer, n_layers;
-	/* activations */
-	layer_act *la;
-	float *emb, *res_out, *lnf, *meanf, *rstdf, *logits, *mx, *sumexp, *tgt, *loss;
-	int32_t *tokens, *labels, *pos;
-	float *mask;
-	/* backward scratch */
-	float *dres, *dtmp_h, *dbig, *dctx, *dact;
+	slot_act *sa, *cur;
+	/* scratch shared by the slots */
+	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
 	size_t act_bytes, work_bytes;
-	uint64_t drop_key;
+	uint64_t next_key, drop_key;
 	double t_fwd, t_bwd;
 };
 
@@ -62,27 +69,43 @@ static void *balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 #define AF(n) (float *)balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
 #define WF(n) (float *)balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
 
+static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
+{
+	mgt_status st = MGT_OK;
+	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h;
+	if (!(sa->la = mgt_malloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *sa->la))) return MGT_ERR_NOMEM;
+	memset(sa->la, 0, (size_t)(m->n_layers ? m->n_layers : 1) * sizeof *sa->la);
+	for (int l = 0; l < m->n_layers; l++) {
+		layer_act *a = &sa->la[l];
+		a->x_in = AF(Th * h); a->ln1 = AF(T * h); a->mean1 = AF(Th); a->rstd1 = AF(Th);
+		a->qkv = AF(T * (size_t)m->qkv_l); a->ctx = AF(T * (size_t)(m->nq_l * m->d));
+		a->lse = AF((size_t)m->b * (size_t)m->nq_l * (size_t)m->s);
+		a->x_mid = AF(Th * h); a->ln2 = AF(T * h); a->mean2 = AF(Th); a->rstd2 = AF(Th);
+		a->fc1 = AF(T * (size_t)m->fc1_l); a->act = AF(T * (size_t)m->ffn_l);
+	}
+	sa->res_out = AF(Th * h);
+	if (m->last) {
+		sa->lnf = AF(T * h); sa->meanf = AF(Th); sa->rstdf = AF(Th);
+		sa->logits = AF(T * (size_t)m->V_l);
+		sa->mx = AF(T); sa->sumexp = AF(T); sa->tgt = AF(T); sa->loss = AF(T);
+	}
+	sa->mask = AF(T);
+	sa->tokens = (int32_t *)AF(T); sa->labels = (int32_t *)AF(T); sa->pos = (int32_t *)AF(T);
+	return st;
+}
+
 static mgt_status alloc_activations(mgt_model *m)
 {
 	mgt_status st = MGT_OK;
-	size_t T = (size_t)m->T, h = (size_t)m->h;
-	m->la = mgt_malloc((size_t)m->n_layers * sizeof *m->la);
-	if (!m->la) return MGT_ERR_NOMEM;
-	memset(m->la, 0, (size_t)m->n_layers * sizeof *m->la);
-	for (int l = 0; l < m->n_layers; l++) {
-		layer_act *a = &m->la[l];
-		a->x_in = AF(T * h); a->ln1 = AF(T * h); a->mean1 = AF(T); a->rstd1 = AF(T);
-		a->qkv = AF(T * (size_t)m->qkv_l); a->ctx = AF(T * (size_t)(m->nq_l * m->d));
-		a->lse = AF((size_t)m->b * (size_t)m->nq_l * (size_t)m->s);
-		a->x_mid = AF(T * h); a->ln2 = AF(T * h); a->mean2 = AF(T); a->rstd2 = AF(T);
-		a->fc1 = AF(T * (size_t)m->fc1_l); a->act = AF(T * (size_t)m->ffn_l);
-	}
-	m->emb = AF(T * h); m->res_out = AF(T * h); m->lnf = AF(T * h); m->meanf = AF(T); m->rstdf = AF(T);
-	m->logits = AF(T * (size_t)m->V_l);
-	m->mx = AF(T); m->sumexp = AF(T); m->tgt = AF(T); m->loss = AF(T); m->mask = AF(T);
-	m->tokens = (int32_t *)AF(T); m->labels = (int32_t *)AF(T); m->pos = (int32_t *)AF(T);
+	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h;
+	if (!(m->sa = mgt_malloc((size_t)m->L.slots * sizeof *m->sa))) return MGT_ERR_NOMEM;
+	memset(m->sa, 0, (size_t)m->L.slots * sizeof *m->sa);
+	for (int k = 0; !st && k < m->L.slots; k++) st = alloc_slot(m, &m->sa[k]);
+	m->cur = &m->sa[0];
+	if (m->first) m->emb = AF(T * h);
+	if (m->sp) { m->lnl = AF(Th * h); m->dloc = WF(Th * h); }
 	size_t big = (size_t)(m->qkv_l > m->fc1_l ? m->qkv_l : m->fc1_l);
-	m->dres = WF(T * h); m->dtmp_h = WF(T * h); m->dbig = WF(T * big);
+	m->dres = WF(Th * h); m->dtmp_h = WF(T * h); m->dbig = WF(T * big);
 	m->dctx = WF(T * (size_t)(m->nq_l * m->d)); m->dact = WF(T * (size_t)m->ffn_l);
 	return st;
 }
@@ -107,13 +130,18 @@ static mgt_status index_roles(mgt_model *m)
 	return MGT_OK;
 }
 
-static void set_dims(mgt_model *m, int mbs)
+static void set_dims(mgt_model *m)
 {
 	const mgt_model_config *c = &m->c;
 	int tp = m->ps->tp;
 	m->s = (int)c->seq_length;
-	m->b = mbs;
+	m->b = m->L.mbs;
 	m->T = m->s * m->b;
+	m->sp = m->L.sequence_parallel && tp > 1;
+	m->Th = m->sp ? m->T / tp : m->T;
+	m->r0 = m->sp ? (int64_t)m->Th * m->ps->tp_rank : 0;
+	m->first = m->L.stage == 0;
+	m->last = m->L.stage == m->L.num_stages - 1;
 	m->h = c->hidden_size;
 	m->d = c->kv_channels;
 	m->nq_l = c->num_attention_heads / tp;
@@ -129,29 +157,50 @@ static void set_dims(mgt_model *m, int mbs)
 	m->rope = !strcmp(c->position_embedding_type, "rope");
 }
 
-mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, int mbs, mgt_backend *be,
-			    const mgt_parallel *ps)
+static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps)
+{
+	if (ps->cp != 1) return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d: context parallelism is not "
+					"implemented (must be 1)", ps->cp);
+	if (L->mbs <= 0 || (int64_t)L->mbs * c->seq_length > INT32_MAX / 4)
+		return mgt_err(MGT_ERR_USAGE, "--micro-batch-size %d: out of range", L->mbs);
+	if (L->num_stages < 1 || L->stage < 0 || L->stage >= L->num_stages || L->slots < 1)
+		return mgt_err(MGT_ERR_USAGE, "pipeline stage %d of %d: out of range", L->stage, L->num_stages);
+	if (c->num_layers % L->num_stages)
+		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by the %d pipeline stages "
+			       "(pipeline size x virtual stages)", (long long)c->num_layers, L->num_stages);
+	if (L->sequence_parallel && ps->tp > 1 && (c->seq_length * L->mbs) % ps->tp)
+		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel: --seq-length %lld x --micro-batch-size %d is not "
+			       "divisible by --tensor-model-parallel-size %d", (long long)c->seq_length, L->mbs, ps->tp);
+	return MGT_OK;
+}
+
+mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
+			    mgt_backend *be, const mgt_parallel *ps)
 {
 	*out = NULL;
-	if (ps->tp != 1 || ps->pp != 1 || ps->cp != 1)
-		return mgt_err(MGT_ERR_USAGE, "tensor, pipeline and context parallelism are not "
-			       "implemented yet (sizes must be 1)");
-	if (mbs <= 0 || (int64_t)mbs * c->seq_length > INT32_MAX / 4)
-		return mgt_err(MGT_ERR_USAGE, "--micro-batch-size %d: out of range", mbs);
+	mgt_status st = check_layout(c, L, ps);
+	if (st) return st;
 	mgt_model *m = mgt_malloc(sizeof *m);
 	if (!m) return MGT_ERR_NOMEM;
 	memset(m, 0, sizeof *m);
 	m->c = *c;
+	m->L = *L;
 	m->be = be;
 	m->ps = ps;
-	set_dims(m, mbs);
-	mgt_status st = mgt_tensor_table_build(&m->tt, c, ps->tp, ps->tp_rank, ps->pp, ps->pp_rank);
+	set_dims(m);
+	st = mgt_tensor_table_build(&m->tt, c, ps->tp, ps->tp_rank, L->num_stages, L->stage);
+	bool shared = !c->untie_embeddings_and_output_weights && ps->pp > 1;
+	if (!st) st = mgt_tensor_table_layout(&m->tt, L->dp, L->distributed_optimizer, L->bucket_size, shared);
 	if (!st) st = index_roles(m);
 	if (!st) {
-		size_t bytes = m->tt.numel * sizeof(float);
+		size_t bytes = m->tt.buf_numel * sizeof(float);
 		m->params = be->ops->alloc(be, bytes);
 		m->grads = be->ops->alloc(be, bytes);
 		if (!m->params || !m->grads) st = MGT_ERR_NOMEM;
+		else {
+			be->ops->zero(be, m->params, bytes);
+			be->ops->zero(be, m->grads, bytes);
+		}
 	}
 	if (!st) st = alloc_activations(m);
 	if (st) {
@@ -162,20 +211,27 @@ mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, int mbs,
 	return MGT_OK;
 }
 
+static void free_slot(mgt_model *m, slot_act *sa)
+{
+	mgt_backend *be = m->be;
+	for (int l = 0; sa->la && l < m->n_layers; l++) {
+		float **f = (float **)&sa->la[l];
+		for (size_t k = 0; k < sizeof(layer_act) / sizeof(float *); k++) be->ops->free(be, f[k]);
+	}
+	free(sa->la);
+	float *bufs[] = { sa->res_out, sa->lnf, sa->meanf, sa->rstdf, sa->logits, sa->mx, sa->sumexp, sa->tgt,
+			  sa->loss, sa->mask, (float *)sa->tokens, (float *)sa->labels, (float *)sa->pos };
+	for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
+}
+
 void mgt_model_free(mgt_model *m)
 {
 	if (!m) return;
 	mgt_backend *be = m->be;
-	if (m->la)
-		for (int l = 0; l < m->n_layers; l++) {
-			float **f = (float **)&m->la[l];
-			for (size_t k = 0; k < sizeof(layer_act) / sizeof(float *); k++) be->ops->free(be, f[k]);
-		}
-	float *bufs[] = { m->params, m->grads, m->emb, m->res_out, m->lnf, m->meanf, m->rstdf, m->logits,
-			  m->mx, m->sumexp, m->tgt, m->loss, m->mask, (float *)m->tokens, (float *)m->labels,
-			  (float *)m->pos, m->dres, m->dtmp_h, m->dbig, m->dctx, m->dact };
+	for (int k = 0; m->sa && k < m->L.slots; k++) free_slot(m, &m->sa[k]);
+	free(m->sa);
+	float *bufs[] = { m->params, m->grads, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx, m->dact };
 	for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
-	free(m->la);
 	free(m->by_role);
 	mgt_tensor_table_free(&m->tt);
 	free(m);
@@ -184,24 +240,29 @@ void mgt_model_free(mgt_model *m)
 const mgt_tensor_table *mgt_model_tensors(const mgt_model *m) { return &m->tt; }
 float *mgt_model_params(mgt_model *m) { return m->params; }
 float *mgt_model_grads(mgt_model *m) { return m->grads; }
+float *mgt_model_hidden_in(mgt_model *m, int slot) { return m->n_layers ? m->sa[slot].la[0].x_in : m->sa[slot].res_out; }
+float *mgt_model_hidden_out(mgt_model *m, int slot) { return m->sa[slot].res_out; }
+float *mgt_model_hidden_grad(mgt_model *m) { return m->dres; }
+size_t mgt_model_hidden_numel(const mgt_model *m) { return (size_t)m->Th * (size_t)m->h; }
+bool mgt_model_is_first_stage(const mgt_model *m) { return m->first; }
+bool mgt_model_is_last_stage(const mgt_model *m) { return m->last; }
 
 mgt_model_mem mgt_model_memory(const mgt_model *m)
 {
-	size_t pb = m->tt.numel * sizeof(float);
+	size_t pb = m->tt.buf_numel * sizeof(float);
 	return (mgt_model_mem){ .params = pb, .grads = pb, .activations = m->act_bytes,
 				.workspace = m->work_bytes };
 }
 
 mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed)
 {
-	if (m->be->host_memory) {
-		mgt_tensor_table_init(&m->tt, m->params, seed);
-		return MGT_OK;
-	}
-	float *host = mgt_malloc(m->tt.numel * sizeof(float));
+	size_t bytes = m->tt.buf_numel * sizeof(float);
+	float *host = m->be->host_memory ? m->params : mgt_malloc(bytes);
 	if (!host) return MGT_ERR_NOMEM;
+	memset(host, 0, bytes);
 	mgt_tensor_table_init(&m->tt, host, seed);
-	mgt_status st = m->be->ops->upload(m->be, m->params, host, m->tt.numel * sizeof(float));
+	if (m->be->host_memory) return MGT_OK;
+	mgt_status st = m->be->ops->upload(m->be, m->params, host, bytes);
 	free(host);
 	return st;
 }
@@ -210,7 +271,7 @@ void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, i
 {
 	uint32_t w[4];
 	mgt_philox(seed ^ 0xD1B54A32D192ED03ull, (uint64_t)iteration, (uint64_t)microbatch, w);
-	m->drop_key = ((uint64_t)w[1] << 32) | w[0];
+	m->next_key = ((uint64_t)w[1] << 32) | w[0];
 }
 
 /* Key of dropout site `site` of layer l (l = -1: embedding). */
@@ -219,7 +280,7 @@ static uint64_t site_key(const mgt_model *m, int l, int site)
 	return m->drop_key + (uint64_t)(l + 1) * 0x9E3779B97F4A7C15ull + (uint64_t)site * 0xC2B2AE3D27D4EB4Full;
 }
 
-/* ---- forward ---- */
+/* ---- tensor-parallel communication (megatron/core/tensor_parallel/mappings.py) ---- */
 
 static mgt_status tp_allreduce(mgt_model *m, float *x, size_t n, mgt_redop op)
 {
@@ -227,61 +288,105 @@ static mgt_status tp_allreduce(mgt_model *m, float *x, size_t n, mgt_redop op)
 	return c->size > 1 ? c->ops->allreduce(c, x, n, MGT_DT_F32, op) : MGT_OK;
 }
 
+/* Sum the partial [T, h] results in `full` over TP: all-reduce in place (*out = full) or, under
+ * sequence parallelism, reduce-scatter this rank's rows into dloc (*out = dloc). */
+static mgt_status tp_reduce(mgt_model *m, float *full, float **out)
+{
+	size_t n = (size_t)m->Th * (size_t)m->h;
+	*out = m->sp ? m->dloc : full;
+	if (!m->sp) return tp_allreduce(m, full, n, MGT_RED_SUM);
+	mgt_comm *c = m->ps->tp_comm;
+	return c->ops->reduce_scatter(c, m->dloc, full, n, MGT_DT_F32);
+}
+
+/* Under sequence parallelism gather the rows [Th, h] of every TP rank into full [T, h]. */
+static mgt_status tp_gather(mgt_model *m, float *full, const float *part)
+{
+	if (!m->sp) return MGT_OK;
+	mgt_comm *c = m->ps->tp_comm;
+	return c->ops->allgather(c, full, part, (size_t)m->Th * (size_t)m->h, MGT_DT_F32);
+}
+
+/* The buffer a norm writes its [Th, h] output to before tp_gather into full. */
+static float *norm_out(mgt_model *m, float *full) { return m->sp ? m->lnl : full; }
+/* The buffer a [Th, h] gradient goes to before tp_gather into dtmp_h. */
+static float *grad_part(mgt_model *m) { return m->sp ? m->dloc : m->dtmp_h; }
+
+/* ---- forward ---- */
+
+static float drop(const mgt_model *m, bool train, double p) { return train ? (float)p : 0.0f; }
+
 static mgt_status embed_fwd(mgt_model *m, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB], *pe = m->glob[MGT_T_POS_EMB];
-	int T = m->T, h = (int)m->h;
-	o->embedding_fwd(m->be, m->emb, m->tokens, P(m, we), we->local_offset[0], we->local_shape[0], T, h, false);
-	mgt_status st = tp_allreduce(m, m->emb, (size_t)T * (size_t)h, MGT_RED_SUM);
+	slot_act *sa = m->cur;
+	int T = m->T, Th = m->Th, h = (int)m->h;
+	float *x;
+	o->embedding_fwd(m->be, m->emb, sa->tokens, P(m, we), we->local_offset[0], we->local_shape[0], T, h, false);
+	mgt_status st = tp_reduce(m, m->emb, &x);
 	if (st) return st;
-	if (pe) o->embedding_fwd(m->be, m->emb, m->pos, P(m, pe), 0, pe->shape[0], T, h, true);
-	float p = train ? (float)m->c.hidden_dropout : 0.0f;
-	float *x0 = m->n_layers ? m->la[0].x_in : m->res_out;
-	o->bda_fwd(m->be, x0, NULL, m->emb, NULL, T, h, p, site_key(m, -1, 0), 0);
+	if (pe) o->embedding_fwd(m->be, x, sa->pos + m->r0, P(m, pe), 0, pe->shape[0], Th, h, true);
+	float *x0 = m->n_layers ? sa->la[0].x_in : sa->res_out;
+	o->bda_fwd(m->be, x0, NULL, x, NULL, Th, h, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0),
+		   (uint64_t)(m->r0 * m->h));
+	return MGT_OK;
+}
+
+/* Norm of the residual rows x into full [T, h] (gathered under SP). */
+static mgt_status norm_gather(mgt_model *m, float *full, float *mean, float *rstd, const float *x,
+			      const mgt_tensor *w, const mgt_tensor *b)
+{
+	float *out = norm_out(m, full);
+	m->be->ops->norm_fwd(m->be, m->norm, out, mean, rstd, x, P(m, w), P(m, b), m->Th, (int)m->h,
+			     (float)m->c.norm_epsilon);
+	return tp_gather(m, full, out);
+}
+
+/* out = resid + dropout(reduce_TP(dtmp_h) + bias): the row-parallel output and its bda. */
+static mgt_status reduce_bda(mgt_model *m, float *out, const float *resid, const mgt_tensor *bias, bool train,
+			     uint64_t key)
+{
+	float *y;
+	mgt_status st = tp_reduce(m, m->dtmp_h, &y);
+	if (st) return st;
+	m->be->ops->bda_fwd(m->be, out, resid, y, P(m, bias), m->Th, (int)m->h, drop(m, train, m->c.hidden_dropout),
+			    key, (uint64_t)(m->r0 * m->h));
 	return MGT_OK;
 }
 
 static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
-	layer_act *a = &m->la[li];
+	slot_act *sa = m->cur;
+	layer_act *a = &sa->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	float eps = (float)m->c.norm_epsilon;
-	o->norm_fwd(m->be, m->norm, a->ln1, a->mean1, a->rstd1, a->x_in, P(m, T_(m, l, MGT_T_LN1_W)),
-		    P(m, T_(m, l, MGT_T_LN1_B)), T, h, eps);
+	mgt_status st = norm_gather(m, a->ln1, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
+	if (st) return st;
 	o->linear_fwd(m->be, a->qkv, a->ln1, P(m, T_(m, l, MGT_T_QKV_W)), P(m, T_(m, l, MGT_T_QKV_B)), T, h,
 		      (int)m->qkv_l);
 	if (m->rope)
-		o->rope(m->be, a->qkv, m->pos, T, (int)m->ng_l, (int)m->r, (int)m->d,
+		o->rope(m->be, a->qkv, sa->pos, T, (int)m->ng_l, (int)m->r, (int)m->d,
 			(int)(m->d * m->c.rotary_percent), (float)m->c.rotary_base, false);
-	float pa = train ? (float)m->c.attention_dropout : 0.0f;
-	o->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d, pa,
-		    site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
+	o->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d,
+		    drop(m, train, m->c.attention_dropout), site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
+		    (int)m->c.num_attention_heads);
 	o->linear_fwd(m->be, m->dtmp_h, a->ctx, P(m, T_(m, l, MGT_T_PROJ_W)), NULL, T, (int)(m->nq_l * m->d), h);
-	mgt_status st = tp_allreduce(m, m->dtmp_h, (size_t)T * (size_t)h, MGT_RED_SUM);
-	if (st) return st;
-	float ph = train ? (float)m->c.hidden_dropout : 0.0f;
-	o->bda_fwd(m->be, a->x_mid, a->x_in, m->dtmp_h, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, ph, site_key(m, l, 2), 0);
-	return MGT_OK;
+	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 }
 
 static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
 {
 	const mgt_backend_ops *o = m->be->ops;
-	layer_act *a = &m->la[li];
+	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	o->norm_fwd(m->be, m->norm, a->ln2, a->mean2, a->rstd2, a->x_mid, P(m, T_(m, l, MGT_T_LN2_W)),
-		    P(m, T_(m, l, MGT_T_LN2_B)), T, h, (float)m->c.norm_epsilon);
+	mgt_status st = norm_gather(m, a->ln2, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
+	if (st) return st;
 	o->linear_fwd(m->be, a->fc1, a->ln2, P(m, T_(m, l, MGT_T_FC1_W)), NULL, T, h, (int)m->fc1_l);
 	mgt_act_kind act = m->c.swiglu ? MGT_ACT_SWIGLU : MGT_ACT_GELU;
 	o->bias_act_fwd(m->be, act, a->act, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_fwd(m->be, m->dtmp_h, a->act, P(m, T_(m, l, MGT_T_FC2_W)), NULL, T, (int)m->ffn_l, h);
-	mgt_status st = tp_allreduce(m, m->dtmp_h, (size_t)T * (size_t)h, MGT_RED_SUM);
-	if (st) return st;
-	float ph = train ? (float)m->c.hidden_dropout : 0.0f;
-	o->bda_fwd(m->be, out, a->x_mid, m->dtmp_h, P(m, T_(m, l, MGT_T_FC2_B)), T, h, ph, site_key(m, l, 3), 0);
-	return MGT_OK;
+	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
 }
 
 static const mgt_tensor *output_weight(const mgt_model *m)
@@ -292,44 +397,62 @@ static const mgt_tensor *output_weight(const mgt_model *m)
 static mgt_status head_fwd(mgt_model *m, double *loss_sum)
 {
 	const mgt_backend_ops *o = m->be->ops;
+	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
-	o->norm_fwd(m->be, m->norm, m->lnf, m->meanf, m->rstdf, m->res_out, P(m, m->glob[MGT_T_FINAL_LN_W]),
-		    P(m, m->glob[MGT_T_FINAL_LN_B]), T, h, (float)m->c.norm_epsilon);
-	o->linear_fwd(m->be, m->logits, m->lnf, P(m, output_weight(m)), NULL, T, h, V);
-	o->xent_max(m->be, m->mx, m->logits, T, V);
-	mgt_status st = tp_allreduce(m, m->mx, (size_t)T, MGT_RED_MAX);
+	mgt_status st = norm_gather(m, sa->lnf, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
+				    m->glob[MGT_T_FINAL_LN_B]);
 	if (st) return st;
-	o->xent_stats(m->be, m->sumexp, m->tgt, m->logits, m->labels, m->mx, m->v0, T, V);
-	if ((st = tp_allreduce(m, m->sumexp, (size_t)T, MGT_RED_SUM))) return st;
-	if ((st = tp_allreduce(m, m->tgt, (size_t)T, MGT_RED_SUM))) return st;
-	*loss_sum = o->xent_loss(m->be, m->loss, m->mx, m->sumexp, m->tgt, m->mask, T);
+	o->linear_fwd(m->be, sa->logits, sa->lnf, P(m, output_weight(m)), NULL, T, h, V);
+	o->xent_max(m->be, sa->mx, sa->logits, T, V);
+	if ((st = tp_allreduce(m, sa->mx, (size_t)T, MGT_RED_MAX))) return st;
+	o->xent_stats(m->be, sa->sumexp, sa->tgt, sa->logits, sa->labels, sa->mx, m->v0, T, V);
+	if ((st = tp_allreduce(m, sa->sumexp, (size_t)T, MGT_RED_SUM))) return st;
+	if ((st = tp_allreduce(m, sa->tgt, (size_t)T, MGT_RED_SUM))) return st;
+	*loss_sum = o->xent_loss(m->be, sa->loss, sa->mx, sa->sumexp, sa->tgt, sa->mask, T);
 	return MGT_OK;
 }
 
 /* ---- backward ---- */
 
+/* dres += d(norm input) from the [T, h] partial gradient in dtmp_h of a norm's output. */
+static mgt_status reduce_norm_bwd(mgt_model *m, const float *x, const mgt_tensor *w, const mgt_tensor *b,
+				  const float *mean, const float *rstd)
+{
+	float *dy;
+	mgt_status st = tp_reduce(m, m->dtmp_h, &dy);
+	if (st) return st;
+	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, x, P(m, w), mean, rstd, m->Th, (int)m->h);
+	return MGT_OK;
+}
+
+/* dtmp_h [T, h] = the gradient of a row-parallel output (before its bda), gathered under SP. */
+static mgt_status bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool train, uint64_t key)
+{
+	float *part = grad_part(m);
+	m->be->ops->bda_bwd(m->be, part, G(m, bias), m->dres, m->Th, (int)m->h, drop(m, train, m->c.hidden_dropout),
+			    key, (uint64_t)(m->r0 * m->h));
+	return tp_gather(m, m->dtmp_h, part);
+}
+
 static mgt_status head_bwd(mgt_model *m, float scale)
 {
 	const mgt_backend_ops *o = m->be->ops;
+	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
 	const mgt_tensor *w = output_weight(m);
-	o->xent_bwd(m->be, m->logits, m->logits, m->labels, m->mx, m->sumexp, m->mask, scale, m->v0, T, V);
-	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, m->logits, m->lnf, P(m, w), T, h, V);
-	mgt_status st = tp_allreduce(m, m->dtmp_h, (size_t)T * (size_t)h, MGT_RED_SUM);
-	if (st) return st;
-	o->zero(m->be, m->dres, (size_t)T * (size_t)h * sizeof(float));
-	o->norm_bwd(m->be, m->norm, m->dres, G(m, m->glob[MGT_T_FINAL_LN_W]), G(m, m->glob[MGT_T_FINAL_LN_B]),
-		    m->dtmp_h, m->res_out, P(m, m->glob[MGT_T_FINAL_LN_W]), m->meanf, m->rstdf, T, h);
-	return MGT_OK;
+	o->xent_bwd(m->be, sa->logits, sa->logits, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
+	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, sa->logits, sa->lnf, P(m, w), T, h, V);
+	o->zero(m->be, m->dres, (size_t)m->Th * (size_t)h * sizeof(float));
+	return reduce_norm_bwd(m, sa->res_out, m->glob[MGT_T_FINAL_LN_W], m->glob[MGT_T_FINAL_LN_B], sa->meanf, sa->rstdf);
 }
 
 static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
-	layer_act *a = &m->la[li];
+	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	float ph = train ? (float)m->c.hidden_dropout : 0.0f;
-	o->bda_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC2_B)), m->dres, T, h, ph, site_key(m, l, 3), 0);
+	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
+	if (st) return st;
 	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, a->act,
 		      P(m, T_(m, l, MGT_T_FC2_W)), T, (int)m->ffn_l, h);
 	mgt_act_kind act = m->c.swiglu ? MGT_ACT_SWIGLU : MGT_ACT_GELU;
@@ -337,114 +460,140 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, a->ln2,
 		      P(m, T_(m, l, MGT_T_FC1_W)), T, h, (int)m->fc1_l);
-	mgt_status st = tp_allreduce(m, m->dtmp_h, (size_t)T * (size_t)h, MGT_RED_SUM);
-	if (st) return st;
-	o->norm_bwd(m->be, m->norm, m->dres, G(m, T_(m, l, MGT_T_LN2_W)), G(m, T_(m, l, MGT_T_LN2_B)),
-		    m->dtmp_h, a->x_mid, P(m, T_(m, l, MGT_T_LN2_W)), a->mean2, a->rstd2, T, h);
-	return MGT_OK;
+	return reduce_norm_bwd(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2);
 }
 
 static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
-	layer_act *a = &m->la[li];
+	slot_act *sa = m->cur;
+	layer_act *a = &sa->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
-	float ph = train ? (float)m->c.hidden_dropout : 0.0f, pa = train ? (float)m->c.attention_dropout : 0.0f;
-	o->bda_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_PROJ_B)), m->dres, T, h, ph, site_key(m, l, 2), 0);
+	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
+	if (st) return st;
 	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, a->ctx,
 		      P(m, T_(m, l, MGT_T_PROJ_W)), T, nd, h);
 	o->attn_bwd(m->be, m->dbig, m->dctx, a->qkv, a->ctx, a->lse, m->s, m->b, (int)m->ng_l, (int)m->r,
-		    (int)m->d, pa, site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
-		    (int)m->c.num_attention_heads);
+		    (int)m->d, drop(m, train, m->c.attention_dropout), site_key(m, l, 1),
+		    (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
 	if (m->rope)
-		o->rope(m->be, m->dbig, m->pos, T, (int)m->ng_l, (int)m->r, (int)m->d,
+		o->rope(m->be, m->dbig, sa->pos, T, (int)m->ng_l, (int)m->r, (int)m->d,
 			(int)(m->d * m->c.rotary_percent), (float)m->c.rotary_base, true);
 	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig,
 		      a->ln1, P(m, T_(m, l, MGT_T_QKV_W)), T, h, (int)m->qkv_l);
-	mgt_status st = tp_allreduce(m, m->dtmp_h, (size_t)T * (size_t)h, MGT_RED_SUM);
-	if (st) return st;
-	o->norm_bwd(m->be, m->norm, m->dres, G(m, T_(m, l, MGT_T_LN1_W)), G(m, T_(m, l, MGT_T_LN1_B)),
-		    m->dtmp_h, a->x_in, P(m, T_(m, l, MGT_T_LN1_W)), a->mean1, a->rstd1, T, h);
-	return MGT_OK;
+	return reduce_norm_bwd(m, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1);
 }
 
-static void embed_bwd(mgt_model *m, bool train)
+static mgt_status embed_bwd(mgt_model *m, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB], *pe = m->glob[MGT_T_POS_EMB];
+	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h;
-	float p = train ? (float)m->c.hidden_dropout : 0.0f;
-	o->bda_bwd(m->be, m->dtmp_h, NULL, m->dres, T, h, p, site_key(m, -1, 0), 0);
-	o->embedding_bwd(m->be, G(m, we), m->dtmp_h, m->tokens, we->local_offset[0], we->local_shape[0], T, h);
-	if (pe) o->embedding_bwd(m->be, G(m, pe), m->dtmp_h, m->pos, 0, pe->shape[0], T, h);
+	float *part = grad_part(m);
+	o->bda_bwd(m->be, part, NULL, m->dres, m->Th, h, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0),
+		   (uint64_t)(m->r0 * m->h));
+	if (pe) o->embedding_bwd(m->be, G(m, pe), part, sa->pos + m->r0, 0, pe->shape[0], m->Th, h);
+	mgt_status st = tp_gather(m, m->dtmp_h, part);
+	if (!st) o->embedding_bwd(m->be, G(m, we), m->dtmp_h, sa->tokens, we->local_offset[0], we->local_shape[0], T, h);
+	return st;
 }
 
 static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 {
 	const mgt_backend_ops *o = m->be->ops;
+	slot_act *sa = m->cur;
 	size_t n = (size_t)m->T * 4;
-	mgt_status st = o->upload(m->be, m->tokens, mb->tokens, n);
-	if (!st) st = o->upload(m->be, m->labels, mb->labels, n);
-	if (!st) st = o->upload(m->be, m->pos, mb->position_ids, n);
-	if (!st) st = o->upload(m->be, m->mask, mb->loss_mask, n);
+	mgt_status st = o->upload(m->be, sa->tokens, mb->tokens, n);
+	if (!st) st = o->upload(m->be, sa->labels, mb->labels, n);
+	if (!st) st = o->upload(m->be, sa->pos, mb->position_ids, n);
+	if (!st) st = o->upload(m->be, sa->mask, mb->loss_mask, n);
 	return st;
 }
 
-static mgt_status forward(mgt_model *m, bool train, double *loss_sum)
+static mgt_status use_slot(mgt_model *m, int slot)
 {
-	mgt_status st = embed_fwd(m, train);
+	if (slot < 0 || slot >= m->L.slots)
+		return mgt_err(MGT_ERR_USAGE, "activation slot %d out of range [0, %d)", slot, m->L.slots);
+	m->cur = &m->sa[slot];
+	return MGT_OK;
+}
+
+mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, bool train, double *loss_sum)
+{
+	double t0 = mgt_now();
+	*loss_sum = 0;
+	mgt_status st = use_slot(m, slot);
+	if (!st) st = upload_batch(m, mb);
+	if (st) return st;
+	m->drop_key = m->cur->drop_key = m->next_key;
+	if (m->first) st = embed_fwd(m, train);
 	for (int li = 0; !st && li < m->n_layers; li++) {
-		float *out = li + 1 < m->n_layers ? m->la[li + 1].x_in : m->res_out;
+		float *out = li + 1 < m->n_layers ? m->cur->la[li + 1].x_in : m->cur->res_out;
 		st = attn_fwd(m, li, train);
 		if (!st) st = mlp_fwd(m, li, train, out);
 	}
-	return st ? st : head_fwd(m, loss_sum);
-}
-
-static mgt_status dump_outputs(mgt_model *m, float *logits_out, float *loss_out)
-{
-	const mgt_backend_ops *o = m->be->ops;
-	mgt_status st = MGT_OK;
-	if (logits_out)
-		st = o->download(m->be, logits_out, m->logits, (size_t)m->T * (size_t)m->V_l * sizeof(float));
-	if (!st && loss_out) st = o->download(m->be, loss_out, m->loss, (size_t)m->T * sizeof(float));
+	if (!st && m->last) st = head_fwd(m, loss_sum);
+	m->be->ops->sync(m->be);
+	m->t_fwd += mgt_now() - t0;
 	return st;
 }
 
-static mgt_status backward(mgt_model *m, bool train, float grad_scale);
+mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_scale)
+{
+	double t0 = mgt_now();
+	mgt_status st = use_slot(m, slot);
+	if (st) return st;
+	m->drop_key = m->cur->drop_key;
+	if (m->last) st = head_bwd(m, grad_scale);
+	for (int li = m->n_layers - 1; !st && li >= 0; li--) {
+		st = mlp_bwd(m, li, train);
+		if (!st) st = attn_bwd(m, li, train);
+	}
+	if (!st && m->first) st = embed_bwd(m, train);
+	m->be->ops->sync(m->be);
+	m->t_bwd += mgt_now() - t0;
+	return st;
+}
 
-void mgt_model_last_times(const mgt_model *m, double *fwd_s, double *bwd_s)
+mgt_status mgt_model_finish_grads(mgt_model *m)
+{
+	mgt_status st = MGT_OK;
+	for (int i = 0; m->sp && !st && i < m->tt.n; i++) {
+		const mgt_tensor *t = &m->tt.t[i];
+		if (t->shard == MGT_SHARD_NONE) st = tp_allreduce(m, G(m, t), t->numel, MGT_RED_SUM);
+	}
+	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB];
+	mgt_comm *e = m->ps->emb_comm;
+	bool tied = we && !m->c.untie_embeddings_and_output_weights && m->ps->pp > 1 && (m->first || m->last);
+	if (!st && tied && e->size > 1) st = e->ops->allreduce(e, G(m, we), we->numel, MGT_DT_F32, MGT_RED_SUM);
+	return st;
+}
+
+void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s)
 {
 	*fwd_s = m->t_fwd;
 	*bwd_s = m->t_bwd;
+	m->t_fwd = m->t_bwd = 0;
+}
+
+mgt_status mgt_model_outputs(mgt_model *m, int slot, float *logits_out, float *loss_out)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	mgt_status st = use_slot(m, slot);
+	if (!st && !m->last) st = mgt_err(MGT_ERR_USAGE, "model outputs exist on the last pipeline stage only");
+	if (!st && logits_out)
+		st = o->download(m->be, logits_out, m->cur->logits, (size_t)m->T * (size_t)m->V_l * sizeof(float));
+	if (!st && loss_out) st = o->download(m->be, loss_out, m->cur->loss, (size_t)m->T * sizeof(float));
+	return st;
 }
 
 mgt_status mgt_model_step(mgt_model *m, const mgt_microbatch *mb, bool train, float grad_scale,
 			  double *loss_sum, float *logits_out, float *loss_out)
 {
-	double t0 = mgt_now();
-	m->t_bwd = 0;
-	mgt_status st = upload_batch(m, mb);
-	if (!st) st = forward(m, train, loss_sum);
-	m->be->ops->sync(m->be);
-	m->t_fwd = mgt_now() - t0;
-	if (!st) st = dump_outputs(m, logits_out, loss_out);
+	if (!m->first || !m->last) return mgt_err(MGT_ERR_USAGE, "mgt_model_step needs the whole model in one stage");
+	mgt_status st = mgt_model_forward(m, 0, mb, train, loss_sum);
+	if (!st && (logits_out || loss_out)) st = mgt_model_outputs(m, 0, logits_out, loss_out);
 	if (st || grad_scale == 0.0f) return st;
-	t0 = mgt_now();
-	st = backward(m, train, grad_scale);
-	m->be->ops->sync(m->be);
-	m->t_bwd = mgt_now() - t0;
-	return st;
-}
-
-static mgt_status backward(mgt_model *m, bool train, float grad_scale)
-{
-	mgt_status st;
-	if ((st = head_bwd(m, grad_scale))) return st;
-	for (int li = m->n_layers - 1; li >= 0; li--) {
-		if ((st = mlp_bwd(m, li, train))) return st;
-		if ((st = attn_bwd(m, li, train))) return st;
-	}
-	embed_bwd(m, train);
-	return MGT_OK;
+	return mgt_model_backward(m, 0, train, grad_scale);
 }

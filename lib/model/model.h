@@ -84,11 +84,19 @@ typedef struct mgt_tensor {
 	size_t numel;              /* local elements */
 } mgt_tensor;
 
+/* A bucket of the flat gradient buffer: [offset, offset + numel), numel padded (see layout). */
+typedef struct mgt_bucket {
+	size_t offset, numel;
+} mgt_bucket;
+
 typedef struct mgt_tensor_table {
 	mgt_tensor *t;
 	int n;
 	size_t numel;              /* local parameters on this rank */
 	int64_t global_numel;      /* all parameters of the model */
+	size_t buf_numel;          /* flat buffer elements, padding included (>= numel) */
+	mgt_bucket *buckets;       /* gradient-reduction buckets, in buffer order */
+	int nbuckets;
 } mgt_tensor_table;
 
 /* Build the table for config c on tensor-parallel rank tp_rank of tp, pipeline stage pp_rank of
@@ -97,6 +105,25 @@ typedef struct mgt_tensor_table {
 mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *c, int tp,
 				  int tp_rank, int pp, int pp_rank);
 void mgt_tensor_table_free(mgt_tensor_table *tt);
+
+/* Lay the tensors out in one flat buffer as Megatron's DDP param/grad buffer
+ * (megatron/core/distributed/param_and_grad_buffer.py; megatron-reference.md section 10):
+ * tensors in reverse table order (backprop order); with the distributed optimizer each start is
+ * rounded up to 64 elements and each bucket's end up to lcm(dp, 128) so that it splits into dp
+ * equal shards; a bucket closes once it holds >= bucket_size elements (0: one bucket) and
+ * around the shared word embedding (shared_embedding: tied embeddings with PP > 1), which gets
+ * a bucket of its own.  Sets every offset, buf_numel and the buckets.  mgt_tensor_table_build
+ * lays out with (1, false, 0, false).  Errors: MGT_ERR_NOMEM. */
+mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, int64_t bucket_size,
+				   bool shared_embedding);
+
+/* The boxes of the global tensor that hold the local elements [lo, hi) of t (0 <= lo < hi <=
+ * t->numel, flat row-major over t->local_shape): at most 6 (a partial row, whole rows, a
+ * partial row; twice for MGT_SHARD_ROW_GLU's two halves).  box[k] gets the global offset and
+ * shape (ndim entries) and first[k] the local flat index of its first element; boxes come in
+ * local order, each contiguous locally.  Returns the number of boxes. */
+int mgt_tensor_boxes(const mgt_tensor *t, size_t lo, size_t hi, int64_t off[6][2], int64_t shape[6][2],
+		     size_t first[6]);
 /* The row with this name, or NULL. */
 const mgt_tensor *mgt_tensor_table_find(const mgt_tensor_table *tt, const char *name);
 
@@ -116,16 +143,34 @@ typedef struct mgt_microbatch {
 	const float *loss_mask;
 } mgt_microbatch;
 
-/* Create a model for config c (finalized) running micro-batches of mbs sequences on backend be
- * with parallel state ps.  Allocates parameters, gradients and activation buffers on the backend
- * (sizes reported by mgt_model_memory).  Parameters are left zero: call mgt_model_init_params or
- * load them.  Errors: MGT_ERR_NOMEM, MGT_ERR_USAGE (a layout the model cannot run yet). */
-mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, int mbs, mgt_backend *be,
-			    const mgt_parallel *ps);
+/* How one model chunk runs.  A chunk is virtual pipeline stage `stage` of `num_stages`
+ * (num_stages = PP x V; chunk c of pipeline rank r is stage c*PP + r, holding layers
+ * [stage*L/num_stages, (stage+1)*L/num_stages), megatron-reference.md section 9); stage 0 has
+ * the embedding, the last stage the final norm, output layer and loss.  slots: micro-batches
+ * whose activations can be alive at once (pipeline schedules keep several).  With
+ * sequence_parallel (TP > 1) activations outside attention and MLP are split along the
+ * sequence across the tensor-parallel group (Korthikanti et al. 2022, section 4.2.2).  dp,
+ * distributed_optimizer and bucket_size lay the flat gradient buffer out
+ * (mgt_tensor_table_layout). */
+typedef struct mgt_model_layout {
+	int mbs, stage, num_stages, slots;
+	bool sequence_parallel, distributed_optimizer;
+	int dp;
+	int64_t bucket_size;
+} mgt_model_layout;
+
+/* Create a model chunk for config c (finalized for ps->tp) on backend be with parallel state ps
+ * (the communicators are used, not owned; they must outlive the model).  Allocates parameters,
+ * gradients ([tensors->buf_numel] each) and activation buffers on the backend (sizes reported by
+ * mgt_model_memory).  Parameters are left zero: call mgt_model_init_params or load them.
+ * Errors: MGT_ERR_NOMEM, MGT_ERR_USAGE (micro-batch size or a layout that does not divide:
+ * layers by stages, sequence by TP under sequence parallelism, context parallelism). */
+mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
+			    mgt_backend *be, const mgt_parallel *ps);
 void mgt_model_free(mgt_model *m);
 
 const mgt_tensor_table *mgt_model_tensors(const mgt_model *m);
-/* Flat backend buffers [tensors->numel] (param, grad). */
+/* Flat backend buffers [tensors->buf_numel] (param, grad); padding stays zero. */
 float *mgt_model_params(mgt_model *m);
 float *mgt_model_grads(mgt_model *m);
 
@@ -140,7 +185,39 @@ mgt_model_mem mgt_model_memory(const mgt_model *m);
  * draws its own masks, identically on every layout. */
 void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, int64_t microbatch);
 
-/* Forward of one micro-batch; with grad_scale != 0 also the backward, accumulating into the
+/* Pipeline pieces.  Every rank of a stage loads the same micro-batch.  Hidden states between
+ * stages are [Th, h] fp32 backend buffers, Th = s*mbs (/TP under sequence parallelism: this
+ * rank's contiguous rows of the sequence-first tokens).
+ * mgt_model_forward runs micro-batch mb in activation slot `slot` (0 <= slot < slots) with the
+ * dropout key last set: a non-first stage reads mgt_model_hidden_in(m, slot), which the caller
+ * filled; a non-last stage leaves its output in mgt_model_hidden_out(m, slot); the last stage
+ * computes the loss (*loss_sum as mgt_model_step; 0 elsewhere).
+ * mgt_model_backward runs the backward of the micro-batch in `slot` (its dropout masks are
+ * recomputed from the key it was run with), accumulating parameter gradients: the last stage
+ * starts from grad_scale * loss, other stages from mgt_model_hidden_grad(m), which the caller
+ * filled with the gradient of the output; afterwards a non-first stage's
+ * mgt_model_hidden_grad(m) holds the gradient of its input.  Errors: MGT_ERR_IO
+ * (communicator). */
+mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, bool train, double *loss_sum);
+mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_scale);
+float *mgt_model_hidden_in(mgt_model *m, int slot);
+float *mgt_model_hidden_out(mgt_model *m, int slot);
+float *mgt_model_hidden_grad(mgt_model *m);
+size_t mgt_model_hidden_numel(const mgt_model *m);
+/* Download (host) the logits [T, padded_vocab/tp] and per-token losses [T] of the last forward in
+ * slot (last stage only; either pointer may be NULL).  Errors: MGT_ERR_USAGE, MGT_ERR_IO. */
+mgt_status mgt_model_outputs(mgt_model *m, int slot, float *logits_out, float *loss_out);
+bool mgt_model_is_first_stage(const mgt_model *m);
+bool mgt_model_is_last_stage(const mgt_model *m);
+
+/* After the last micro-batch's backward (Megatron's finalize_model_grads before the
+ * data-parallel reduction): with sequence parallelism all-reduce over TP the gradients of
+ * tensors replicated across TP (norms, row-parallel biases, position embeddings), which each
+ * rank computed from its part of the sequence; with tied embeddings and PP > 1 all-reduce the
+ * word-embedding gradient between the first and last stage (emb_comm).  Errors: MGT_ERR_IO. */
+mgt_status mgt_model_finish_grads(mgt_model *m);
+
+/* Forward of one micro-batch on a single-stage model (slot 0); with grad_scale != 0 also the backward, accumulating into the
  * gradients the gradient of grad_scale * sum_t loss[t] * mask[t] (Megatron passes
  * 1 / (num_tokens * num_microbatches)).  train == false disables dropout (evaluation).
  * *loss_sum = sum_t loss[t] * mask[t] (double).  Errors: MGT_ERR_IO (backend or communicator).
@@ -149,8 +226,8 @@ void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, i
 mgt_status mgt_model_step(mgt_model *m, const mgt_microbatch *mb, bool train, float grad_scale,
 			  double *loss_sum, float *logits_out, float *loss_out);
 
-/* Seconds spent in the forward and in the backward of the last mgt_model_step. */
-void mgt_model_last_times(const mgt_model *m, double *fwd_s, double *bwd_s);
+/* Seconds spent in forwards and backwards since the last call (then reset). */
+void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s);
 
 /* Model FLOPs of one global batch of gbs sequences, Megatron's formula
  * (megatron/training/training.py num_floating_point_operations; megatron-reference.md 4.1):

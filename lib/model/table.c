@@ -122,7 +122,6 @@ static void add(builder *bd, int layer, mgt_tensor_role role, const char *suffix
 	t->local_shape[0] = lr;
 	t->local_shape[1] = lc;
 	t->numel = (size_t)lr * (size_t)(cols ? lc : 1);
-	t->offset = tt->numel;
 	tt->numel += t->numel;
 	tt->global_numel += rows * (cols ? cols : 1);
 	tt->n++;
@@ -190,6 +189,7 @@ mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *
 	}
 	for (int i = 0; i < tt->n; i++)
 		tt->t[i].pp_stage = tt->t[i].layer >= 0 ? stage_of_layer(&bd, tt->t[i].layer) : pp_rank;
+	if (!bd.st) bd.st = mgt_tensor_table_layout(tt, 1, false, 0, false);
 	if (bd.st) mgt_tensor_table_free(tt);
 	return bd.st;
 }
@@ -197,7 +197,117 @@ mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *
 void mgt_tensor_table_free(mgt_tensor_table *tt)
 {
 	free(tt->t);
+	free(tt->buckets);
 	memset(tt, 0, sizeof *tt);
+}
+
+/* ---- the flat buffer layout ---- */
+
+static size_t round_up(size_t x, size_t m) { return (x + m - 1) / m * m; }
+static size_t gcd(size_t a, size_t b) { return b ? gcd(b, a % b) : a; }
+
+typedef struct {
+	mgt_tensor_table *tt;
+	size_t start, bucket_start, pad;
+	int cap;
+	mgt_status st;
+} layout_state;
+
+/* Close the bucket [bucket_start, end), padded; the next one starts after it. */
+static void close_bucket(layout_state *ls, size_t end)
+{
+	mgt_tensor_table *tt = ls->tt;
+	if (ls->st || end == ls->bucket_start) return;
+	if (tt->nbuckets == ls->cap) {
+		ls->cap = ls->cap ? 2 * ls->cap : 4;
+		mgt_bucket *b = mgt_realloc(tt->buckets, (size_t)ls->cap * sizeof *b);
+		if (!b) { ls->st = MGT_ERR_NOMEM; return; }
+		tt->buckets = b;
+	}
+	size_t padded = round_up(end, ls->pad);
+	tt->buckets[tt->nbuckets++] = (mgt_bucket){ ls->bucket_start, padded - ls->bucket_start };
+	ls->start = ls->bucket_start = padded;
+}
+
+mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, int64_t bucket_size,
+				   bool shared_embedding)
+{
+	free(tt->buckets);
+	tt->buckets = NULL;
+	tt->nbuckets = 0;
+	layout_state ls = { .tt = tt, .pad = distopt ? (size_t)dp * 128 / gcd((size_t)dp, 128) : 1 };
+	for (int i = tt->n - 1; i >= 0; i--) {
+		mgt_tensor *t = &tt->t[i];
+		bool shared = shared_embedding && t->role == MGT_T_WORD_EMB;
+		if (distopt) ls.start = round_up(ls.start, 64);
+		if (shared) close_bucket(&ls, ls.start);
+		t->offset = ls.start;
+		size_t end = ls.start + t->numel;
+		if ((bucket_size > 0 && end - ls.bucket_start >= (size_t)bucket_size) || shared) close_bucket(&ls, end);
+		else ls.start = end;
+	}
+	close_bucket(&ls, ls.start);
+	tt->buf_numel = ls.start;
+	return ls.st;
+}
+
+/* Local rows [a, b) of t that map to consecutive global rows starting at *g0 (segment k). */
+static int segments(const mgt_tensor *t, int64_t a[2], int64_t b[2], int64_t g0[2])
+{
+	int64_t R = t->local_shape[0];
+	if (t->shard != MGT_SHARD_ROW_GLU) {
+		a[0] = 0; b[0] = R; g0[0] = t->local_offset[0];
+		return 1;
+	}
+	int64_t half = R / 2, off = t->local_offset[0] / 2;
+	a[0] = 0; b[0] = half; g0[0] = off;
+	a[1] = half; b[1] = R; g0[1] = t->shape[0] / 2 + off;
+	return 2;
+}
+
+static void put_box(const mgt_tensor *t, int64_t grow, int64_t col, int64_t rows, int64_t cols, size_t first,
+		    int64_t off[2], int64_t shape[2], size_t *f)
+{
+	off[0] = grow;
+	shape[0] = rows;
+	if (t->ndim == 2) {
+		off[1] = t->local_offset[1] + col;
+		shape[1] = cols;
+	}
+	*f = first;
+}
+
+int mgt_tensor_boxes(const mgt_tensor *t, size_t lo, size_t hi, int64_t off[6][2], int64_t shape[6][2],
+		     size_t first[6])
+{
+	int64_t a[2], b[2], g0[2], C = t->ndim == 2 ? t->local_shape[1] : 1;
+	int ns = segments(t, a, b, g0), n = 0;
+	for (int k = 0; k < ns; k++) {
+		int64_t x = (int64_t)lo > a[k] * C ? (int64_t)lo : a[k] * C;
+		int64_t y = (int64_t)hi < b[k] * C ? (int64_t)hi : b[k] * C;
+		if (x >= y) continue;
+		int64_t rs = x / C, cs = x % C, re = (y - 1) / C, ce = (y - 1) % C + 1, base = g0[k] - a[k];
+		if (rs == re) {
+			put_box(t, base + rs, cs, 1, ce - cs, (size_t)x, off[n], shape[n], &first[n]);
+			n++;
+			continue;
+		}
+		if (cs > 0) {
+			put_box(t, base + rs, cs, 1, C - cs, (size_t)x, off[n], shape[n], &first[n]);
+			n++;
+			rs++;
+		}
+		int64_t full_end = ce < C ? re : re + 1;
+		if (full_end > rs) {
+			put_box(t, base + rs, 0, full_end - rs, C, (size_t)(rs * C), off[n], shape[n], &first[n]);
+			n++;
+		}
+		if (ce < C) {
+			put_box(t, base + re, 0, 1, ce, (size_t)(re * C), off[n], shape[n], &first[n]);
+			n++;
+		}
+	}
+	return n;
 }
 
 const mgt_tensor *mgt_tensor_table_find(const mgt_tensor_table *tt, const char *name)

@@ -85,32 +85,43 @@ void mgt_adamw_free(mgt_adamw *a)
 	a->m = a->v = NULL;
 }
 
-mgt_status mgt_grad_norm(mgt_backend *be, const float *grads, size_t n, mgt_comm *mp, double *norm)
+/* The part [*x, *y) of tensor t inside [lo, hi), in buffer elements; false when empty. */
+static bool clip_range(const mgt_tensor *t, size_t lo, size_t hi, size_t *x, size_t *y)
 {
-	double ss = be->ops->sumsq(be, grads, n);
-	if (mp && mp->size > 1) {
-		mgt_status st = mp->ops->allreduce(mp, &ss, 1, MGT_DT_F64, MGT_RED_SUM);
-		if (st) return st;
-	}
-	*norm = sqrt(ss);
-	return MGT_OK;
+	*x = t->offset > lo ? t->offset : lo;
+	*y = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+	return *x < *y;
 }
 
-bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, float *grads,
-		    double lr, double norm)
+double mgt_grad_sumsq(mgt_backend *be, const mgt_tensor_table *tt, const float *grads, size_t lo, size_t hi,
+		      bool (*count)(const mgt_tensor *t, const void *ctx), const void *ctx)
+{
+	double ss = 0;
+	for (int i = 0; i < tt->n; i++) {
+		size_t x, y;
+		const mgt_tensor *t = &tt->t[i];
+		if ((!count || count(t, ctx)) && clip_range(t, lo, hi, &x, &y)) ss += be->ops->sumsq(be, grads + x, y - x);
+	}
+	return ss;
+}
+
+bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, float *grads, size_t lo,
+		    size_t hi, double lr, double norm)
 {
 	if (!isfinite(norm)) return false;
 	mgt_backend *be = a->be;
 	if (a->clip_grad > 0) {
 		double coeff = a->clip_grad / (norm + 1e-6);
-		if (coeff < 1.0) be->ops->scale(be, grads, tt->numel, (float)coeff);
+		if (coeff < 1.0) be->ops->scale(be, grads + lo, hi - lo, (float)coeff);
 	}
 	a->step++;
 	for (int i = 0; i < tt->n; i++) {
 		const mgt_tensor *t = &tt->t[i];
+		size_t x, y;
+		if (!clip_range(t, lo, hi, &x, &y)) continue;
 		float wd = t->weight_decay ? (float)a->weight_decay : 0.0f;
-		be->ops->adamw(be, params + t->offset, grads + t->offset, a->m + t->offset, a->v + t->offset,
-			       t->numel, (float)lr, (float)a->beta1, (float)a->beta2, (float)a->eps, wd, a->step);
+		be->ops->adamw(be, params + x, grads + x, a->m + (x - lo), a->v + (x - lo), y - x, (float)lr,
+			       (float)a->beta1, (float)a->beta2, (float)a->eps, wd, a->step);
 	}
 	return true;
 }

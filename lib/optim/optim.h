@@ -44,15 +44,21 @@ typedef struct mgt_adamw {
 mgt_status mgt_adamw_init(mgt_adamw *a, mgt_backend *be, size_t n);
 void mgt_adamw_free(mgt_adamw *a);
 
-/* Global L2 norm of the gradients (sqrt of the sum of squares in double, summed over the given
- * model-parallel group, NULL for none).  NaN or Inf when a gradient is. */
-mgt_status mgt_grad_norm(mgt_backend *be, const float *grads, size_t n, mgt_comm *mp, double *norm);
+/* Sum of squares, in double, of the gradients in the flat-buffer range [lo, hi) that belong to
+ * tensors for which count(t, ctx) is true (NULL: all).  The caller sums this over its ranks and
+ * takes the square root: the global L2 norm of megatron/core/optimizer/clip_grads.py, where
+ * tensors replicated across tensor-parallel ranks and the shared embedding copy on the last
+ * pipeline stage are counted once. */
+double mgt_grad_sumsq(mgt_backend *be, const mgt_tensor_table *tt, const float *grads, size_t lo, size_t hi,
+		      bool (*count)(const mgt_tensor *t, const void *ctx), const void *ctx);
 
-/* One optimizer step given the gradient norm: clip (when clip_grad > 0 and
- * clip_grad / (norm + 1e-6) < 1), then AdamW tensor by tensor with weight decay only where the
- * table says so.  Returns false (no update, nothing changed) when norm is not finite: the caller
- * counts a skipped iteration. */
-bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, float *grads,
-		    double lr, double norm);
+/* One optimizer step on the flat-buffer range [lo, hi) (hi - lo == a->n; the moments are
+ * indexed from lo) given the global gradient norm: clip (when clip_grad > 0 and
+ * clip_grad / (norm + 1e-6) < 1), then AdamW on each tensor's part of the range, with weight
+ * decay only where the table says so (megatron/core/optimizer/distrib_optimizer.py: each
+ * data-parallel rank steps the shard it owns).  Returns false (no update, nothing changed) when
+ * norm is not finite: the caller counts a skipped iteration. */
+bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, float *grads, size_t lo,
+		    size_t hi, double lr, double norm);
 
 #endif

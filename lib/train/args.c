@@ -91,6 +91,13 @@
 	X(H, parallel, _, "", "", "parallelism and machine") \
 	X(I, tensor_model_parallel_size, tensor_model_parallel_size, "tensor-model-parallel-size", "1", "tensor parallel size") \
 	X(I, pipeline_model_parallel_size, pipeline_model_parallel_size, "pipeline-model-parallel-size", "1", "pipeline parallel size") \
+	X(I, num_layers_per_virtual_pipeline_stage, num_layers_per_virtual_pipeline_stage, "num-layers-per-virtual-pipeline-stage", "0", "layers per virtual stage (interleaved 1F1B)") \
+	X(I, virtual_pipeline_model_parallel_size, virtual_pipeline_model_parallel_size, "virtual-pipeline-model-parallel-size", "0", "or virtual stages per pipeline rank") \
+	X(I, microbatch_group_size_per_vp_stage, microbatch_group_size_per_vp_stage, "microbatch-group-size-per-virtual-pipeline-stage", "0", "interleaving group (0: pipeline size)") \
+	X(B, sequence_parallel, sequence_parallel, "sequence-parallel", "false", "split norms and dropout along the sequence (TP > 1)") \
+	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "context parallel size (1 only)") \
+	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "shard optimizer state over data-parallel ranks") \
+	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "gradient bucket elements (0: one bucket)") \
 	X(I, threads, threads, "threads", "0", "CPU threads (0: all)") \
 	X(F, peak_tflops, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU (0: not reported)") \
 	X(S, metrics_file, metrics_file, "metrics-file", "", "JSONL metrics, one object per iteration") \
@@ -323,6 +330,7 @@ void *mgt_args_to_json(const mgt_args *a)
 	json_object_set_new(o, "padded_vocab_size", json_integer(a->model.padded_vocab_size));
 	json_object_set_new(o, "num_microbatches", json_integer(a->num_microbatches));
 	json_object_set_new(o, "data_parallel_size", json_integer(a->data_parallel_size));
+	json_object_set_new(o, "world_size", json_integer(a->world_size ? a->world_size : 1));
 	return o;
 }
 
@@ -355,12 +363,41 @@ static mgt_status derive_run_length(mgt_args *a)
 	return MGT_OK;
 }
 
+/* Parallel sizes: data-parallel size from the world, virtual stages, divisibility. */
+static mgt_status derive_parallel(mgt_args *a)
+{
+	int64_t tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size, W = a->world_size ? a->world_size : 1;
+	int64_t cp = a->context_parallel_size, L = a->model.num_layers;
+	if (tp < 1 || pp < 1 || cp < 1)
+		return mgt_err(MGT_ERR_USAGE, "--tensor-model-parallel-size, --pipeline-model-parallel-size and "
+			       "--context-parallel-size must be positive");
+	if (W % (tp * pp * cp))
+		return mgt_err(MGT_ERR_USAGE, "world size %lld is not divisible by --tensor-model-parallel-size %lld x "
+			       "--pipeline-model-parallel-size %lld x --context-parallel-size %lld", (long long)W,
+			       (long long)tp, (long long)pp, (long long)cp);
+	a->data_parallel_size = W / (tp * pp * cp);
+	if (tp == 1) a->sequence_parallel = false; /* Megatron turns it off silently */
+	if (a->num_layers_per_virtual_pipeline_stage > 0) {
+		int64_t n = a->num_layers_per_virtual_pipeline_stage;
+		if (L % (pp * n))
+			return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by --pipeline-model-parallel-size "
+				       "%lld x --num-layers-per-virtual-pipeline-stage %lld", (long long)L, (long long)pp,
+				       (long long)n);
+		a->virtual_pipeline_model_parallel_size = L / (pp * n);
+	}
+	int64_t V = a->virtual_pipeline_model_parallel_size > 0 ? a->virtual_pipeline_model_parallel_size : 1;
+	if (L % (pp * V))
+		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld "
+			       "x %lld virtual stages", (long long)L, (long long)pp, (long long)V);
+	if (V == 1) a->virtual_pipeline_model_parallel_size = 0;
+	if (!a->microbatch_group_size_per_vp_stage) a->microbatch_group_size_per_vp_stage = pp;
+	return MGT_OK;
+}
+
 mgt_status mgt_args_finalize(mgt_args *a)
 {
-	if (a->tensor_model_parallel_size != 1 || a->pipeline_model_parallel_size != 1)
-		return mgt_err(MGT_ERR_USAGE, "tensor and pipeline parallelism are not implemented yet "
-			       "(--tensor-model-parallel-size and --pipeline-model-parallel-size must be 1)");
-	a->data_parallel_size = 1;
+	mgt_status st = derive_parallel(a);
+	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
 	if (!a->global_batch_size) a->global_batch_size = a->micro_batch_size * a->data_parallel_size;
 	int64_t per = a->micro_batch_size * a->data_parallel_size;
@@ -368,6 +405,6 @@ mgt_status mgt_args_finalize(mgt_args *a)
 		return mgt_err(MGT_ERR_USAGE, "--global-batch-size %lld is not a multiple of micro-batch size x "
 			       "data-parallel size (%lld)", (long long)a->global_batch_size, (long long)per);
 	a->num_microbatches = a->global_batch_size / per;
-	mgt_status st = derive_run_length(a);
+	st = derive_run_length(a);
 	return st ? st : mgt_model_config_finalize(&a->model, (int)a->tensor_model_parallel_size);
 }

@@ -28,13 +28,13 @@ static json_t *tensor_list(const mgt_tensor_table *tt)
 	return arr;
 }
 
-static char *metadata_json(trainer *t)
+static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 {
 	mgt_args *a = t->a;
 	const mgt_lr_sched *s = &t->sched;
 	json_t *o = json_pack(
 		"{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:{s:s?, s:s?, s:s?, s:s?, s:I}, "
-		"s:{s:i, s:i, s:I, s:b, s:i}, s:o, s:{s:f, s:f, s:f, s:I, s:I, s:I, s:s, s:s, s:I}, "
+		"s:{s:i, s:i, s:I, s:b, s:i, s:I, s:b}, s:o, s:{s:f, s:f, s:f, s:I, s:I, s:I, s:s, s:s, s:I}, "
 		"s:{s:I}, s:{s:I}}",
 		"format", "mgt-ckpt", "format_version", 1, "iteration", (json_int_t)t->iteration,
 		"consumed_train_samples", (json_int_t)t->consumed_train,
@@ -45,80 +45,197 @@ static char *metadata_json(trainer *t)
 		"merge_file", a->merge_file, "tokenizer_model", a->tokenizer_model,
 		"padded_vocab_size", (json_int_t)a->model.padded_vocab_size,
 		"layout", "tensor_model_parallel_size", t->ps.tp, "pipeline_model_parallel_size", t->ps.pp,
-		"data_parallel_size", (json_int_t)a->data_parallel_size, "use_distributed_optimizer", 0,
-		"world_size", t->ps.world_size,
-		"tensors", tensor_list(mgt_model_tensors(t->model)),
+		"data_parallel_size", (json_int_t)a->data_parallel_size, "use_distributed_optimizer",
+		a->use_distributed_optimizer, "world_size", t->ps.world_size, "virtual_pipeline_model_parallel_size",
+		(json_int_t)t->V, "sequence_parallel", a->sequence_parallel,
+		"tensors", tensor_list(full),
 		"opt_param_scheduler", "max_lr", s->max_lr, "min_lr", s->min_lr, "lr_warmup_init", s->init_lr,
 		"lr_warmup_steps", (json_int_t)s->warmup_steps, "lr_decay_steps", (json_int_t)s->decay_steps,
 		"wsd_decay_steps", (json_int_t)s->wsd_decay_steps, "lr_decay_style", s->style,
 		"lr_wsd_decay_style", s->wsd_style, "num_steps", (json_int_t)s->num_steps,
-		"optimizer", "step", (json_int_t)t->opt.step, "rng", "seed", (json_int_t)a->seed);
+		"optimizer", "step", (json_int_t)t->shard[0].opt.step, "rng", "seed", (json_int_t)a->seed);
 	char *txt = o ? json_dumps(o, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
 	json_decref(o);
 	return txt;
 }
 
-/* The pieces of one flat buffer (params or a moment), named prefix + tensor name. */
-static mgt_status add_pieces(mgt_ckpt_piece *p, char **names, const mgt_tensor_table *tt,
-			     const float *host, const char *prefix)
+/* The whole model's table (all layers, TP 1): names and global shapes for the metadata and checks. */
+static mgt_status full_table(trainer *t, mgt_tensor_table *full)
 {
-	for (int i = 0; i < tt->n; i++) {
-		const mgt_tensor *x = &tt->t[i];
-		size_t n = strlen(prefix) + strlen(x->name) + 1;
-		if (!(names[i] = mgt_malloc(n))) return MGT_ERR_NOMEM;
-		snprintf(names[i], n, "%s%s", prefix, x->name);
-		p[i] = (mgt_ckpt_piece){ .name = names[i], .ndim = x->ndim, .dtype = MGT_CKPT_F32,
-					 .data = host + x->offset };
-		for (int d = 0; d < x->ndim; d++) {
-			p[i].global_shape[d] = x->shape[d];
-			p[i].offset[d] = x->local_offset[d];
-			p[i].shape[d] = x->local_shape[d];
-		}
+	return mgt_tensor_table_build(full, &t->a->model, 1, 0, 1, 0);
+}
+
+/* The tied word embedding's copy on the last stage duplicates the first stage's: never saved. */
+static bool is_copy(const trainer *t, const mgt_model *m, const mgt_tensor *x)
+{
+	return x->role == MGT_T_WORD_EMB && !mgt_model_is_first_stage(m);
+}
+
+/* Pieces to write, each with the index of the shard file it goes to: a rank writes the k-th box
+ * of every tensor into its k-th file (lib/ckpt keeps one piece per tensor per file). */
+typedef struct {
+	mgt_ckpt_piece *p;
+	char **names;
+	int *file;
+	size_t n, cap;
+	int nfiles;
+	float **owned;     /* host copies of backend buffers */
+	size_t nowned;
+} piece_list;
+
+static mgt_status pl_add(piece_list *pl, const char *prefix, const mgt_tensor *x, int64_t off[2], int64_t shape[2],
+			 const float *data, int file)
+{
+	if (pl->n == pl->cap) {
+		size_t cap = pl->cap ? 2 * pl->cap : 64;
+		mgt_ckpt_piece *p = mgt_realloc(pl->p, cap * sizeof *p);
+		if (p) pl->p = p;
+		char **nm = p ? mgt_realloc(pl->names, cap * sizeof *nm) : NULL;
+		if (nm) pl->names = nm;
+		int *f = nm ? mgt_realloc(pl->file, cap * sizeof *f) : NULL;
+		if (!f) return MGT_ERR_NOMEM;
+		pl->file = f;
+		pl->cap = cap;
 	}
+	size_t len = strlen(prefix) + strlen(x->name) + 1;
+	char *name = mgt_malloc(len);
+	if (!name) return MGT_ERR_NOMEM;
+	snprintf(name, len, "%s%s", prefix, x->name);
+	mgt_ckpt_piece *p = &pl->p[pl->n];
+	*p = (mgt_ckpt_piece){ .name = name, .ndim = x->ndim, .dtype = MGT_CKPT_F32, .data = data };
+	for (int d = 0; d < x->ndim; d++) {
+		p->global_shape[d] = x->shape[d];
+		p->offset[d] = off[d];
+		p->shape[d] = shape[d];
+	}
+	pl->names[pl->n] = name;
+	pl->file[pl->n++] = file;
+	if (file + 1 > pl->nfiles) pl->nfiles = file + 1;
 	return MGT_OK;
 }
 
-static mgt_status write_shard(trainer *t, float *host)
+/* Add the boxes of the local elements [lo, hi) of x, whose data starts at base (element lo). */
+static mgt_status pl_add_range(piece_list *pl, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi,
+			       const float *base)
 {
-	const mgt_tensor_table *tt = mgt_model_tensors(t->model);
-	bool optim = !t->a->no_save_optim;
-	size_t nb = optim ? 3 : 1, n = (size_t)tt->n * nb, numel = tt->numel;
-	const float *bufs[3] = { mgt_model_params(t->model), t->opt.m, t->opt.v };
-	const char *prefixes[3] = { "", "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq." };
-	mgt_ckpt_piece *p = mgt_malloc(n * sizeof *p);
-	char **names = mgt_malloc(n * sizeof *names);
-	mgt_status st = p && names ? MGT_OK : MGT_ERR_NOMEM;
-	if (names) memset(names, 0, n * sizeof *names);
-	for (size_t b = 0; !st && b < nb; b++) {
-		const float *src = bufs[b];
-		if (!t->be->host_memory) {
-			st = t->be->ops->download(t->be, host + b * numel, bufs[b], numel * sizeof(float));
-			src = host + b * numel;
-		}
-		if (!st) st = add_pieces(p + b * (size_t)tt->n, names + b * (size_t)tt->n, tt, src, prefixes[b]);
-	}
-	char shard[64];
-	snprintf(shard, sizeof shard, "model_tp%02d_pp%03d_dp%03d.h5", t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
-	if (!st) st = mgt_ckpt_write_shard(t->a->save, t->iteration, shard, p, n);
-	for (size_t i = 0; names && i < n; i++) free(names[i]);
-	free(names);
-	free(p);
+	int64_t off[6][2], shape[6][2];
+	size_t first[6];
+	int nb = mgt_tensor_boxes(x, lo, hi, off, shape, first);
+	mgt_status st = MGT_OK;
+	for (int k = 0; !st && k < nb; k++) st = pl_add(pl, prefix, x, off[k], shape[k], base + (first[k] - lo), k);
 	return st;
 }
 
+static void pl_free(piece_list *pl)
+{
+	for (size_t i = 0; i < pl->n; i++) free(pl->names[i]);
+	for (size_t i = 0; i < pl->nowned; i++) free(pl->owned[i]);
+	free(pl->p);
+	free(pl->names);
+	free(pl->file);
+	free(pl->owned);
+}
+
+/* A host view of n floats of backend memory (downloaded and kept in pl when the backend's memory
+ * is not host memory). */
+static mgt_status host_view(trainer *t, piece_list *pl, const float *buf, size_t n, const float **out)
+{
+	*out = buf;
+	if (t->be->host_memory) return MGT_OK;
+	float **o = mgt_realloc(pl->owned, (pl->nowned + 1) * sizeof *o);
+	if (!o) return MGT_ERR_NOMEM;
+	pl->owned = o;
+	if (!(o[pl->nowned] = mgt_malloc((n ? n : 1) * sizeof(float)))) return MGT_ERR_NOMEM;
+	*out = o[pl->nowned++];
+	return t->be->ops->download(t->be, (float *)*out, buf, n * sizeof(float));
+}
+
+static const char *const moment_prefix[2] = { "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq." };
+
+/* Parameters: data-parallel rank 0 of each (TP, PP) position writes its chunks' tensors. */
+static mgt_status collect_params(trainer *t, piece_list *pl)
+{
+	mgt_status st = MGT_OK;
+	for (int c = 0; !st && t->ps.dp_rank == 0 && c < t->V; c++) {
+		mgt_model *m = t->chunk[c];
+		const mgt_tensor_table *tt = mgt_model_tensors(m);
+		const float *p;
+		st = host_view(t, pl, mgt_model_params(m), tt->buf_numel, &p);
+		for (int i = 0; !st && i < tt->n; i++)
+			if (!is_copy(t, m, &tt->t[i]))
+				st = pl_add_range(pl, "", &tt->t[i], 0, tt->t[i].numel, p + tt->t[i].offset);
+	}
+	return st;
+}
+
+/* Adam moments: every shard this rank steps (with the distributed optimizer every DP rank has
+ * its own; otherwise data-parallel rank 0 writes the replicated state). */
+static mgt_status collect_moments(trainer *t, piece_list *pl)
+{
+	mgt_status st = MGT_OK;
+	if (!t->a->use_distributed_optimizer && t->ps.dp_rank != 0) return MGT_OK;
+	for (int i = 0; !st && i < t->nshard; i++) {
+		opt_shard *s = &t->shard[i];
+		mgt_model *m = t->chunk[s->chunk];
+		const mgt_tensor_table *tt = mgt_model_tensors(m);
+		for (int k = 0; !st && k < 2; k++) {
+			const float *mom;
+			st = host_view(t, pl, k ? s->opt.v : s->opt.m, s->hi - s->lo, &mom);
+			for (int j = 0; !st && j < tt->n; j++) {
+				const mgt_tensor *x = &tt->t[j];
+				size_t a = x->offset > s->lo ? x->offset : s->lo;
+				size_t b = x->offset + x->numel < s->hi ? x->offset + x->numel : s->hi;
+				if (a < b && !is_copy(t, m, x))
+					st = pl_add_range(pl, moment_prefix[k], x, a - x->offset, b - x->offset, mom + (a - s->lo));
+			}
+		}
+	}
+	return st;
+}
+
+static mgt_status write_shards(trainer *t)
+{
+	piece_list pl = { 0 };
+	mgt_status st = collect_params(t, &pl);
+	if (!st && !t->a->no_save_optim) st = collect_moments(t, &pl);
+	mgt_ckpt_piece *sel = st || !pl.n ? NULL : mgt_malloc(pl.n * sizeof *sel);
+	if (!st && pl.n && !sel) st = MGT_ERR_NOMEM;
+	for (int f = 0; !st && f < pl.nfiles; f++) {
+		size_t n = 0;
+		for (size_t i = 0; i < pl.n; i++)
+			if (pl.file[i] == f) sel[n++] = pl.p[i];
+		char shard[80];
+		int len = snprintf(shard, sizeof shard, "model_tp%02d_pp%03d_dp%03d", t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
+		snprintf(shard + len, sizeof shard - (size_t)len, f ? "_%d.h5" : ".h5", f);
+		st = mgt_ckpt_write_shard(t->a->save, t->iteration, shard, sel, n);
+	}
+	free(sel);
+	pl_free(&pl);
+	return st;
+}
+
+static mgt_status world_barrier(trainer *t)
+{
+	mgt_comm *w = t->ps.world;
+	return w->size > 1 ? w->ops->barrier(w) : MGT_OK;
+}
+
+/* Rank 0 opens the iteration directory, every rank writes its shards, rank 0 commits. */
 mgt_status trainer_save(trainer *t)
 {
 	double t0 = mgt_now();
-	const mgt_tensor_table *tt = mgt_model_tensors(t->model);
-	float *host = t->be->host_memory ? NULL : mgt_malloc(3 * tt->numel * sizeof(float));
-	if (!t->be->host_memory && !host) return MGT_ERR_NOMEM;
-	mgt_status st = mgt_ckpt_begin(t->a->save, t->iteration);
-	if (!st) st = write_shard(t, host);
-	free(host);
-	char *meta = st ? NULL : metadata_json(t);
-	if (!st && !meta) st = MGT_ERR_NOMEM;
-	if (!st) st = mgt_ckpt_commit(t->a->save, t->iteration, meta);
+	bool root = t->ps.world_rank == 0;
+	mgt_status st = root ? mgt_ckpt_begin(t->a->save, t->iteration) : MGT_OK;
+	if (!st) st = world_barrier(t);
+	if (!st) st = write_shards(t);
+	if (!st) st = world_barrier(t);
+	mgt_tensor_table full = { 0 };
+	char *meta = NULL;
+	if (!st && root && !(st = full_table(t, &full)) && !(meta = metadata_json(t, &full))) st = MGT_ERR_NOMEM;
+	if (!st && root) st = mgt_ckpt_commit(t->a->save, t->iteration, meta);
 	free(meta);
+	mgt_tensor_table_free(&full);
+	if (!st) st = world_barrier(t);
 	if (!st && t->io->log)
 		fprintf(t->io->log, "  successfully saved checkpoint from iteration %7lld to %s [ t %.1f s ]\n",
 			(long long)t->iteration, t->a->save, mgt_now() - t0);
@@ -145,33 +262,88 @@ static mgt_status check_args(json_t *ck_args, const mgt_args *a, const char *dir
 	return st;
 }
 
-static mgt_status read_buffer(trainer *t, mgt_ckpt *c, const char *prefix, float *dst, float *host)
+/* Read the local elements [lo, hi) of x (prefix + name) into dst (element lo). */
+static mgt_status read_range(mgt_ckpt *c, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi, float *dst)
 {
-	const mgt_tensor_table *tt = mgt_model_tensors(t->model);
-	if (t->be->host_memory) host = dst;
-	for (int i = 0; i < tt->n; i++) {
-		const mgt_tensor *x = &tt->t[i];
-		char name[160];
-		snprintf(name, sizeof name, "%s%s", prefix, x->name);
-		mgt_status st = mgt_ckpt_read(c, name, x->ndim, x->shape, x->local_offset, x->local_shape,
-					      MGT_CKPT_F32, host + x->offset);
-		if (st) return st;
+	int64_t off[6][2], shape[6][2];
+	size_t first[6];
+	char name[160];
+	snprintf(name, sizeof name, "%s%s", prefix, x->name);
+	int nb = mgt_tensor_boxes(x, lo, hi, off, shape, first);
+	mgt_status st = MGT_OK;
+	for (int k = 0; !st && k < nb; k++)
+		st = mgt_ckpt_read(c, name, x->ndim, x->shape, off[k], shape[k], MGT_CKPT_F32, dst + (first[k] - lo));
+	return st;
+}
+
+/* A host buffer to fill and then upload to dst (dst itself for host-memory backends). */
+static float *staging(trainer *t, float *dst, size_t n)
+{
+	if (t->be->host_memory) return dst;
+	float *h = mgt_malloc((n ? n : 1) * sizeof(float));
+	if (h) memset(h, 0, n * sizeof(float));
+	return h;
+}
+
+static mgt_status unstage(trainer *t, float *dst, float *host, size_t n, mgt_status st)
+{
+	if (t->be->host_memory) return st;
+	if (!st) st = t->be->ops->upload(t->be, dst, host, n * sizeof(float));
+	free(host);
+	return st;
+}
+
+static mgt_status read_params(trainer *t, mgt_ckpt *c)
+{
+	mgt_status st = MGT_OK;
+	for (int ch = 0; !st && ch < t->V; ch++) {
+		mgt_model *m = t->chunk[ch];
+		const mgt_tensor_table *tt = mgt_model_tensors(m);
+		float *h = staging(t, mgt_model_params(m), tt->buf_numel);
+		if (!h) return MGT_ERR_NOMEM;
+		for (int i = 0; !st && i < tt->n; i++)
+			st = read_range(c, "", &tt->t[i], 0, tt->t[i].numel, h + tt->t[i].offset);
+		st = unstage(t, mgt_model_params(m), h, tt->buf_numel, st);
 	}
-	return t->be->host_memory ? MGT_OK : t->be->ops->upload(t->be, dst, host, tt->numel * sizeof(float));
+	return st;
+}
+
+static mgt_status read_moments(trainer *t, mgt_ckpt *c)
+{
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < t->nshard; i++) {
+		opt_shard *s = &t->shard[i];
+		const mgt_tensor_table *tt = mgt_model_tensors(t->chunk[s->chunk]);
+		for (int k = 0; !st && k < 2; k++) {
+			float *dst = k ? s->opt.v : s->opt.m, *h = staging(t, dst, s->hi - s->lo);
+			if (!h) return MGT_ERR_NOMEM;
+			for (int j = 0; !st && j < tt->n; j++) {
+				const mgt_tensor *x = &tt->t[j];
+				size_t a = x->offset > s->lo ? x->offset : s->lo;
+				size_t b = x->offset + x->numel < s->hi ? x->offset + x->numel : s->hi;
+				if (a < b) st = read_range(c, moment_prefix[k], x, a - x->offset, b - x->offset, h + (a - s->lo));
+			}
+			st = unstage(t, dst, h, s->hi - s->lo, st);
+		}
+	}
+	return st;
 }
 
 /* Every parameter in the checkpoint must be one of the model's. */
 static mgt_status check_extra(trainer *t, mgt_ckpt *c)
 {
-	for (size_t i = 0; i < mgt_ckpt_count(c); i++) {
+	mgt_tensor_table full;
+	mgt_status st = full_table(t, &full);
+	for (size_t i = 0; !st && i < mgt_ckpt_count(c); i++) {
 		int nd;
 		int64_t gs[8];
 		mgt_ckpt_dtype dt;
 		const char *name = mgt_ckpt_tensor(c, i, &nd, gs, &dt);
-		if (strncmp(name, "optimizer.", 10) && !mgt_tensor_table_find(mgt_model_tensors(t->model), name))
-			return mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of this model", mgt_ckpt_dir(c), name);
+		if (strncmp(name, "optimizer.", 10) && !mgt_tensor_table_find(&full, name))
+			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of this model", mgt_ckpt_dir(c), name);
 	}
-	return MGT_OK;
+	mgt_tensor_table_free(&full);
+	return st;
 }
 
 static int64_t jint(json_t *o, const char *k) { return (int64_t)json_integer_value(json_object_get(o, k)); }
@@ -186,7 +358,7 @@ static mgt_status restore_progress(trainer *t, json_t *meta)
 	t->nan_iters = jint(meta, "nan_iterations");
 	t->flops_so_far = json_number_value(json_object_get(meta, "num_floating_point_operations_so_far"));
 	t->sched.num_steps = jint(json_object_get(meta, "opt_param_scheduler"), "num_steps");
-	t->opt.step = jint(json_object_get(meta, "optimizer"), "step");
+	for (int i = 0; i < t->nshard; i++) t->shard[i].opt.step = jint(json_object_get(meta, "optimizer"), "step");
 	return MGT_OK;
 }
 
@@ -200,15 +372,9 @@ static mgt_status load_from(trainer *t, mgt_ckpt *c)
 	}
 	mgt_status st = check_args(json_object_get(meta, "args"), t->a, mgt_ckpt_dir(c));
 	if (!st) st = check_extra(t, c);
-	const mgt_tensor_table *tt = mgt_model_tensors(t->model);
-	float *host = st || t->be->host_memory ? NULL : mgt_malloc(tt->numel * sizeof(float));
-	if (!st && !t->be->host_memory && !host) st = MGT_ERR_NOMEM;
-	if (!st) st = read_buffer(t, c, "", mgt_model_params(t->model), host);
-	bool optim = !t->a->no_load_optim && !t->a->finetune;
-	if (!st && optim) st = read_buffer(t, c, "optimizer.state.exp_avg.", t->opt.m, host);
-	if (!st && optim) st = read_buffer(t, c, "optimizer.state.exp_avg_sq.", t->opt.v, host);
+	if (!st) st = read_params(t, c);
+	if (!st && !t->a->no_load_optim && !t->a->finetune) st = read_moments(t, c);
 	if (!st) st = restore_progress(t, meta);
-	free(host);
 	json_decref(meta);
 	return st;
 }

@@ -114,8 +114,14 @@ void trainer_log_validation(trainer *t, const char *what, double loss)
 void trainer_log_memory(trainer *t, const char *when)
 {
 	if (!t->io->log) return;
-	mgt_model_mem m = mgt_model_memory(t->model);
-	size_t opt = 2 * m.params, total = m.params + m.grads + opt + m.activations + m.workspace;
+	mgt_model_mem m = { 0 };
+	size_t opt = 0;
+	for (int c = 0; c < t->V; c++) {
+		mgt_model_mem x = mgt_model_memory(t->chunk[c]);
+		m.params += x.params; m.grads += x.grads; m.activations += x.activations; m.workspace += x.workspace;
+	}
+	for (int i = 0; i < t->nshard; i++) opt += 2 * (t->shard[i].hi - t->shard[i].lo) * sizeof(float);
+	size_t total = m.params + m.grads + opt + m.activations + m.workspace;
 	double mb = 1024.0 * 1024.0;
 	size_t rss = trainer_peak_rss();
 	fprintf(t->io->log, "memory %s: computed %.1f MiB (parameters %.1f, gradients %.1f, optimizer %.1f, "
@@ -155,7 +161,7 @@ static mgt_status dump_grow(trainer *t)
 static mgt_status dump_start(trainer *t)
 {
 	dump_state *d = &t->dump;
-	size_t n = mgt_model_tensors(t->model)->numel, T = (size_t)(t->a->micro_batch_size * t->a->model.seq_length);
+	size_t n = mgt_model_tensors(t->model)->buf_numel, T = (size_t)(t->a->micro_batch_size * t->a->model.seq_length);
 	d->params = mgt_malloc(n * 4);
 	d->grads = mgt_malloc(n * 4);
 	d->logits = mgt_malloc(T * (size_t)t->a->model.padded_vocab_size * 4);

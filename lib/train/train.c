@@ -47,15 +47,38 @@ static mgt_status setup_schedule(trainer *t)
 	s->wsd_decay_steps = a->lr_wsd_decay_iters * gbs;
 	snprintf(s->style, sizeof s->style, "%s", a->lr_decay_style ? a->lr_decay_style : "linear");
 	snprintf(s->wsd_style, sizeof s->wsd_style, "%s", a->lr_wsd_decay_style ? a->lr_wsd_decay_style : "exponential");
-	mgt_status st = mgt_lr_sched_check(s);
-	if (st) return st;
-	if ((st = mgt_adamw_init(&t->opt, t->be, mgt_model_tensors(t->model)->numel))) return st;
-	t->opt.beta1 = a->adam_beta1;
-	t->opt.beta2 = a->adam_beta2;
-	t->opt.eps = a->adam_eps;
-	t->opt.weight_decay = a->weight_decay;
-	t->opt.clip_grad = a->clip_grad;
-	return MGT_OK;
+	return mgt_lr_sched_check(s);
+}
+
+/* One AdamW state per range this rank steps: each chunk's whole buffer, or with the distributed
+ * optimizer its shard of every bucket (megatron-reference.md section 10). */
+static mgt_status setup_optimizer(trainer *t)
+{
+	mgt_args *a = t->a;
+	int dp = t->ps.dp, d = t->ps.dp_rank, n = 0;
+	for (int c = 0; c < t->V; c++) n += a->use_distributed_optimizer ? mgt_model_tensors(t->chunk[c])->nbuckets : 1;
+	if (!(t->shard = mgt_malloc((size_t)n * sizeof *t->shard))) return MGT_ERR_NOMEM;
+	memset(t->shard, 0, (size_t)n * sizeof *t->shard);
+	for (int c = 0; c < t->V; c++) {
+		const mgt_tensor_table *tt = mgt_model_tensors(t->chunk[c]);
+		for (int b = 0; b < (a->use_distributed_optimizer ? tt->nbuckets : 1); b++) {
+			opt_shard *s = &t->shard[t->nshard++];
+			size_t per = a->use_distributed_optimizer ? tt->buckets[b].numel / (size_t)dp : tt->buf_numel;
+			s->chunk = c;
+			s->lo = a->use_distributed_optimizer ? tt->buckets[b].offset + (size_t)d * per : 0;
+			s->hi = s->lo + per;
+			if (per > t->xfer_n) t->xfer_n = per;
+			mgt_status st = mgt_adamw_init(&s->opt, t->be, per);
+			if (st) return st;
+			s->opt.beta1 = a->adam_beta1;
+			s->opt.beta2 = a->adam_beta2;
+			s->opt.eps = a->adam_eps;
+			s->opt.weight_decay = a->weight_decay;
+			s->opt.clip_grad = a->clip_grad;
+		}
+	}
+	t->xfer = mgt_malloc((t->xfer_n ? t->xfer_n : 1) * sizeof(float));
+	return t->xfer ? MGT_OK : MGT_ERR_NOMEM;
 }
 
 /* --data-path is kept as one space-separated string (mgt_args); split it into words. */
@@ -154,50 +177,191 @@ static double mask_sum(const trainer *t)
 	return n;
 }
 
-/* ---- one iteration ---- */
+/* ---- pipeline execution ---- */
 
-/* Forward and backward over all micro-batches of the global batch; *loss = token-weighted mean. */
-static mgt_status forward_backward(trainer *t, double *loss)
+enum { TAG_FWD = 1, TAG_BWD = 2 };
+
+typedef struct {
+	mgt_split split;
+	int64_t base;       /* first sample of the global batch */
+	bool train;
+	double num, den;    /* loss sum and tokens on the last stage */
+} pass;
+
+static bool first_vstage(const trainer *t, int c) { return c == 0 && t->ps.pp_rank == 0; }
+static bool last_vstage(const trainer *t, int c) { return c == t->V - 1 && t->ps.pp_rank == t->ps.pp - 1; }
+
+static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 {
-	mgt_args *a = t->a;
-	double num = 0, den = 0;
-	t->t_fwd = t->t_bwd = 0;
-	for (int64_t k = 0; k < a->num_microbatches; k++) {
-		mgt_status st = load_microbatch(t, MGT_SPLIT_TRAIN, t->consumed_train, k);
-		if (!st && t->dumping) st = trainer_dump_batch(t, k);
-		if (st) return st;
-		double ntok = mask_sum(t), lsum = 0, f, b;
-		float scale = (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)a->num_microbatches));
-		mgt_model_set_dropout_key(t->model, (uint64_t)a->seed, t->iteration + 1, k);
-		mgt_microbatch mb = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask };
-		bool first = t->dumping && t->dump.iters == 1 && k == 0;
-		st = mgt_model_step(t->model, &mb, true, scale, &lsum, first ? t->dump.logits : NULL,
-				    first ? t->dump.loss : NULL);
-		if (st) return st;
-		mgt_model_last_times(t->model, &f, &b);
-		t->t_fwd += f;
-		t->t_bwd += b;
-		num += lsum;
-		den += ntok;
-	}
-	*loss = num / (den > 0 ? den : 1);
+	mgt_model *m = t->chunk[x->chunk];
+	mgt_comm *pp = t->ps.pp_comm;
+	int slot = x->mb % t->slots[x->chunk], P = t->ps.pp, r = t->ps.pp_rank;
+	size_t n = mgt_model_hidden_numel(m);
+	mgt_status st = load_microbatch(t, ps->split, ps->base, x->mb);
+	if (!st && t->dumping && x->chunk == 0) st = trainer_dump_batch(t, x->mb);
+	if (!st && !first_vstage(t, x->chunk)) st = pp->ops->recv(pp, mgt_model_hidden_in(m, slot), n, MGT_DT_F32, (r + P - 1) % P, TAG_FWD);
+	if (st) return st;
+	/* keyed by the micro-batch's place in the global batch, so the data-parallel split does not matter */
+	if (ps->train) mgt_model_set_dropout_key(m, (uint64_t)t->a->seed, t->iteration + 1, (int64_t)x->mb * t->ps.dp + t->ps.dp_rank);
+	double lsum = 0;
+	mgt_microbatch mb = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask };
+	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;
+	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, MGT_DT_F32, (r + 1) % P, TAG_FWD);
+	double ntok = mask_sum(t);
+	ps->num += lsum;
+	ps->den += ntok;
+	t->mb_scale[x->mb] = (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)t->a->num_microbatches));
+	if (t->dumping && t->dump.iters == 1 && x->mb == 0) st = mgt_model_outputs(m, slot, t->dump.logits, t->dump.loss);
+	return st;
+}
+
+static mgt_status run_backward(trainer *t, const sched_action *x)
+{
+	mgt_model *m = t->chunk[x->chunk];
+	mgt_comm *pp = t->ps.pp_comm;
+	int P = t->ps.pp, r = t->ps.pp_rank;
+	size_t n = mgt_model_hidden_numel(m);
+	bool last = last_vstage(t, x->chunk);
+	mgt_status st = last ? MGT_OK : pp->ops->recv(pp, mgt_model_hidden_grad(m), n, MGT_DT_F32, (r + 1) % P, TAG_BWD);
+	if (!st) st = mgt_model_backward(m, x->mb % t->slots[x->chunk], true, last ? t->mb_scale[x->mb] : 0.0f);
+	if (!st && !first_vstage(t, x->chunk))
+		st = pp->ops->send(pp, mgt_model_hidden_grad(m), n, MGT_DT_F32, (r + P - 1) % P, TAG_BWD);
+	return st;
+}
+
+/* Run a schedule; then sum the loss and token counts of the last stage over the job (one TP
+ * rank of each last stage contributes) together with the interrupt flags, so every rank sees
+ * the same loss and the same decision to stop. */
+static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps, bool *interrupted)
+{
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < n; i++) st = acts[i].fwd ? run_forward(t, &acts[i], ps) : run_backward(t, &acts[i]);
+	if (st) return st;
+	bool mine = t->ps.pp_rank == t->ps.pp - 1 && t->ps.tp_rank == 0;
+	double v[3] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0 };
+	mgt_comm *w = t->ps.world;
+	if (w->size > 1 && (st = w->ops->allreduce(w, v, 3, MGT_DT_F64, MGT_RED_SUM))) return st;
+	ps->num = v[0];
+	ps->den = v[1];
+	if (interrupted) *interrupted = v[2] > 0;
 	return MGT_OK;
 }
 
-static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm, bool *skipped)
+/* ---- gradients and the optimizer step (megatron-reference.md section 10) ---- */
+
+/* Data-parallel reduction of one chunk's gradients, bucket by bucket: averaged all-reduce, or
+ * with the distributed optimizer a reduce-scatter leaving each rank its shard. */
+static mgt_status dp_reduce(trainer *t, mgt_model *m)
 {
-	mgt_model *m = t->model;
-	size_t n = mgt_model_tensors(m)->numel;
-	t->be->ops->zero(t->be, mgt_model_grads(m), n * sizeof(float));
-	mgt_status st = forward_backward(t, loss);
-	if (!st) st = mgt_grad_norm(t->be, mgt_model_grads(m), n, NULL, gnorm);
+	mgt_comm *dp = t->ps.dp_comm;
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	float *g = mgt_model_grads(m);
+	mgt_status st = MGT_OK;
+	for (int b = 0; !st && b < tt->nbuckets; b++) {
+		const mgt_bucket *bk = &tt->buckets[b];
+		t->be->ops->scale(t->be, g + bk->offset, bk->numel, 1.0f / (float)dp->size);
+		if (!t->a->use_distributed_optimizer) {
+			st = dp->ops->allreduce(dp, g + bk->offset, bk->numel, MGT_DT_F32, MGT_RED_SUM);
+			continue;
+		}
+		size_t n = bk->numel / (size_t)dp->size;
+		st = dp->ops->reduce_scatter(dp, t->xfer, g + bk->offset, n, MGT_DT_F32);
+		if (!st) memcpy(g + bk->offset + (size_t)dp->rank * n, t->xfer, n * sizeof(float));
+	}
+	return st;
+}
+
+/* After the step: every data-parallel rank gathers the updated shards of the others. */
+static mgt_status dp_gather_params(trainer *t, mgt_model *m)
+{
+	mgt_comm *dp = t->ps.dp_comm;
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	float *p = mgt_model_params(m);
+	mgt_status st = MGT_OK;
+	for (int b = 0; !st && b < tt->nbuckets; b++) {
+		const mgt_bucket *bk = &tt->buckets[b];
+		size_t n = bk->numel / (size_t)dp->size;
+		memcpy(t->xfer, p + bk->offset + (size_t)dp->rank * n, n * sizeof(float));
+		st = dp->ops->allgather(dp, p + bk->offset, t->xfer, n, MGT_DT_F32);
+	}
+	return st;
+}
+
+typedef struct { int tp_rank; bool first; } count_ctx;
+
+/* Count each gradient element once in the norm: TP-replicated tensors on TP rank 0 only, the
+ * tied word embedding on the first stage only (megatron/core/optimizer/clip_grads.py). */
+static bool counts(const mgt_tensor *x, const void *ctx)
+{
+	const count_ctx *c = ctx;
+	if (x->shard == MGT_SHARD_NONE && c->tp_rank != 0) return false;
+	return !(x->role == MGT_T_WORD_EMB && !c->first);
+}
+
+static mgt_status grad_norm(trainer *t, double *norm)
+{
+	double ss = 0;
+	for (int i = 0; i < t->nshard; i++) {
+		opt_shard *s = &t->shard[i];
+		mgt_model *m = t->chunk[s->chunk];
+		count_ctx cc = { t->ps.tp_rank, mgt_model_is_first_stage(m) };
+		ss += mgt_grad_sumsq(t->be, mgt_model_tensors(m), mgt_model_grads(m), s->lo, s->hi, counts, &cc);
+	}
+	mgt_comm *g = t->a->use_distributed_optimizer ? t->ps.world : t->ps.mp_comm;
+	mgt_status st = g->size > 1 ? g->ops->allreduce(g, &ss, 1, MGT_DT_F64, MGT_RED_SUM) : MGT_OK;
+	*norm = sqrt(ss);
+	return st;
+}
+
+static mgt_status reduce_grads(trainer *t)
+{
+	mgt_status st = MGT_OK;
+	for (int c = 0; !st && c < t->V; c++) st = mgt_model_finish_grads(t->chunk[c]);
+	for (int c = 0; !st && t->ps.dp > 1 && c < t->V; c++) st = dp_reduce(t, t->chunk[c]);
+	return st;
+}
+
+static bool optimizer_step(trainer *t, double lr, double gnorm)
+{
+	bool ok = true;
+	for (int i = 0; ok && i < t->nshard; i++) {
+		opt_shard *s = &t->shard[i];
+		mgt_model *m = t->chunk[s->chunk];
+		ok = mgt_adamw_step(&s->opt, mgt_model_tensors(m), mgt_model_params(m), mgt_model_grads(m), s->lo, s->hi,
+				    lr, gnorm);
+	}
+	return ok;
+}
+
+/* ---- one iteration ---- */
+
+static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm, bool *skipped, bool *intr)
+{
+	for (int c = 0; c < t->V; c++) {
+		mgt_model *m = t->chunk[c];
+		t->be->ops->zero(t->be, mgt_model_grads(m), mgt_model_tensors(m)->buf_numel * sizeof(float));
+	}
+	pass ps = { .split = MGT_SPLIT_TRAIN, .base = t->consumed_train, .train = true };
+	mgt_status st = run_pass(t, t->acts, t->n_acts, &ps, intr);
+	*loss = ps.num / (ps.den > 0 ? ps.den : 1);
+	t->t_fwd = t->t_bwd = 0;
+	for (int c = 0; c < t->V; c++) {
+		double f, b;
+		mgt_model_take_times(t->chunk[c], &f, &b);
+		t->t_fwd += f;
+		t->t_bwd += b;
+	}
+	if (!st) st = reduce_grads(t);
+	if (!st) st = grad_norm(t, gnorm);
+	if (!st && t->dumping && t->dump.iters == 1)
+		st = t->be->ops->download(t->be, t->dump.grads, mgt_model_grads(t->model),
+					  mgt_model_tensors(t->model)->buf_numel * sizeof(float));
 	if (st) return st;
-	if (t->dumping && t->dump.iters == 1)
-		st = t->be->ops->download(t->be, t->dump.grads, mgt_model_grads(m), n * sizeof(float));
 	double t0 = mgt_now();
 	*lr = mgt_lr_get(&t->sched);
-	*skipped = !isfinite(*loss) ||
-		   !mgt_adamw_step(&t->opt, mgt_model_tensors(m), mgt_model_params(m), mgt_model_grads(m), *lr, *gnorm);
+	*skipped = !isfinite(*loss) || !optimizer_step(t, *lr, *gnorm);
+	for (int c = 0; !st && !*skipped && t->a->use_distributed_optimizer && t->ps.dp > 1 && c < t->V; c++)
+		st = dp_gather_params(t, t->chunk[c]);
 	t->be->ops->sync(t->be);
 	t->t_opt = mgt_now() - t0;
 	if (!*skipped) t->sched.num_steps += t->a->global_batch_size;
@@ -208,19 +372,18 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 
 static mgt_status evaluate(trainer *t, double *loss)
 {
-	mgt_args *a = t->a;
 	double num = 0, den = 0;
-	for (int64_t it = 0; it < a->eval_iters; it++) {
-		for (int64_t k = 0; k < a->num_microbatches; k++) {
-			mgt_status st = load_microbatch(t, MGT_SPLIT_VALID, t->consumed_valid, k);
-			if (st) return st;
-			double lsum = 0;
-			mgt_microbatch mb = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask };
-			if ((st = mgt_model_step(t->model, &mb, false, 0.0f, &lsum, NULL, NULL))) return st;
-			num += lsum;
-			den += mask_sum(t);
-		}
-		t->consumed_valid += a->global_batch_size;
+	for (int64_t it = 0; it < t->a->eval_iters; it++) {
+		pass ps = { .split = MGT_SPLIT_VALID, .base = t->consumed_valid, .train = false };
+		mgt_status st = run_pass(t, t->eval_acts, t->n_eval_acts, &ps, NULL);
+		if (st) return st;
+		num += ps.num;
+		den += ps.den;
+		t->consumed_valid += t->a->global_batch_size;
+	}
+	for (int c = 0; c < t->V; c++) {
+		double f, b;
+		mgt_model_take_times(t->chunk[c], &f, &b);
 	}
 	*loss = num / (den > 0 ? den : 1);
 	return MGT_OK;
@@ -239,32 +402,37 @@ static mgt_status validate(trainer *t, const char *what)
 
 static bool at(int64_t it, int64_t interval) { return interval > 0 && it % interval == 0; }
 
+static void count_iteration(trainer *t, double loss, double lr, double gnorm, bool skipped)
+{
+	t->iteration++;
+	t->consumed_train += t->a->global_batch_size;
+	t->flops_so_far += mgt_model_flops(&t->a->model, t->a->global_batch_size);
+	if (skipped) {
+		t->skipped_iters++;
+		if (!isfinite(loss) || !isfinite(gnorm)) t->nan_iters++;
+	}
+	if (t->dumping) {
+		int64_t i = t->dump.iters - 1;
+		t->dump.lm_loss[i] = loss; t->dump.lr[i] = lr; t->dump.grad_norm[i] = gnorm;
+	}
+}
+
 static mgt_status train_loop(trainer *t)
 {
 	mgt_args *a = t->a;
 	t->int_t0 = mgt_now();
 	while (t->iteration < a->train_iters) {
 		double loss = 0, lr = 0, gnorm = 0, t0 = mgt_now();
-		bool skipped = false;
-		mgt_status st = train_step(t, &loss, &lr, &gnorm, &skipped);
+		bool skipped = false, intr = false;
+		mgt_status st = train_step(t, &loss, &lr, &gnorm, &skipped, &intr);
 		if (st) return st;
-		t->iteration++;
-		t->consumed_train += a->global_batch_size;
-		t->flops_so_far += mgt_model_flops(&a->model, a->global_batch_size);
-		if (skipped) {
-			t->skipped_iters++;
-			if (!isfinite(loss) || !isfinite(gnorm)) t->nan_iters++;
-		}
-		if (t->dumping) {
-			int64_t i = t->dump.iters - 1;
-			t->dump.lm_loss[i] = loss; t->dump.lr[i] = lr; t->dump.grad_norm[i] = gnorm;
-		}
+		count_iteration(t, loss, lr, gnorm, skipped);
 		trainer_log_iteration(t, loss, lr, gnorm, skipped, mgt_now() - t0);
 		if (at(t->iteration, a->eval_interval) && (st = validate(t, NULL))) return st;
-		bool stop = mgt_interrupted || at(t->iteration, a->exit_interval);
+		bool stop = intr || at(t->iteration, a->exit_interval);
 		if (a->save && (at(t->iteration, a->save_interval) || stop) && (st = trainer_save(t))) return st;
-		if (mgt_interrupted) return mgt_err(MGT_ERR_INTR, "interrupted at iteration %lld%s", (long long)t->iteration,
-						    a->save ? " (checkpoint saved)" : "");
+		if (intr) return mgt_err(MGT_ERR_INTR, "interrupted at iteration %lld%s", (long long)t->iteration,
+					 a->save ? " (checkpoint saved)" : "");
 		if (stop) return MGT_OK;
 	}
 	if (a->save && !at(t->iteration, a->save_interval)) {
@@ -274,23 +442,75 @@ static mgt_status train_loop(trainer *t)
 	return a->eval_interval ? validate(t, "on validation set") : MGT_OK;
 }
 
+/* The model chunks of this rank and the schedules that drive them. */
+static mgt_status setup_pipeline(trainer *t)
+{
+	mgt_args *a = t->a;
+	int P = t->ps.pp, r = t->ps.pp_rank, M = (int)a->num_microbatches;
+	int G = (int)a->microbatch_group_size_per_vp_stage;
+	t->V = a->virtual_pipeline_model_parallel_size > 0 ? (int)a->virtual_pipeline_model_parallel_size : 1;
+	mgt_status st = sched_check(P, M, t->V, G);
+	if (!st) st = sched_build(P, r, M, t->V, G, false, &t->acts, &t->n_acts);
+	if (!st) st = sched_build(P, r, M, t->V, G, true, &t->eval_acts, &t->n_eval_acts);
+	if (st) return st;
+	t->chunk = mgt_malloc((size_t)t->V * sizeof *t->chunk);
+	t->slots = mgt_malloc((size_t)t->V * sizeof *t->slots);
+	t->mb_scale = mgt_malloc((size_t)M * sizeof *t->mb_scale);
+	if (!t->chunk || !t->slots || !t->mb_scale) return MGT_ERR_NOMEM;
+	memset(t->chunk, 0, (size_t)t->V * sizeof *t->chunk);
+	for (int c = 0; !st && c < t->V; c++) {
+		t->slots[c] = sched_slots(t->acts, t->n_acts, c);
+		mgt_model_layout L = {
+			.mbs = (int)a->micro_batch_size, .stage = c * P + r, .num_stages = P * t->V, .slots = t->slots[c],
+			.sequence_parallel = a->sequence_parallel, .distributed_optimizer = a->use_distributed_optimizer,
+			.dp = t->ps.dp, .bucket_size = a->ddp_bucket_size,
+		};
+		st = mgt_model_create(&t->chunk[c], &a->model, &L, t->be, &t->ps);
+	}
+	t->model = t->chunk[0];
+	return st;
+}
+
+static mgt_status init_params(trainer *t)
+{
+	mgt_status st = MGT_OK;
+	for (int c = 0; !st && c < t->V; c++) st = mgt_model_init_params(t->chunk[c], (uint64_t)t->a->seed);
+	return st;
+}
+
+/* Rank 0 builds the data index caches first; the others then read them. */
+static mgt_status open_data_ordered(trainer *t)
+{
+	mgt_comm *w = t->ps.world;
+	mgt_status st = w->rank == 0 ? open_data(t) : MGT_OK;
+	if (w->size == 1) return st;
+	if (!st) st = w->ops->barrier(w);
+	if (!st && w->rank != 0) st = open_data(t);
+	return st;
+}
+
 static mgt_status setup(trainer *t)
 {
 	mgt_args *a = t->a;
+	a->world_size = mgt_dist_world_size();
 	mgt_status st = setup_tokenizer(t);
 	if (!st) st = mgt_args_finalize(a);
-	if (!st) st = mgt_parallel_init_single(&t->ps);
+	if (!st && a->debug_dump && a->world_size > 1)
+		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
+	if (!st) st = mgt_parallel_init(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,
+					(int)a->context_parallel_size);
 	if (st) return st;
 	if (!(t->be = mgt_backend_cpu_create((int)a->threads))) return MGT_ERR_NOMEM;
 	t->rss_baseline = trainer_peak_rss();
-	st = mgt_model_create(&t->model, &a->model, (int)a->micro_batch_size, t->be, &t->ps);
+	st = setup_pipeline(t);
 	if (!st) st = setup_schedule(t);
+	if (!st) st = setup_optimizer(t);
 	bool loaded = false;
 	if (!st) st = trainer_load(t, &loaded);
-	if (!st && !loaded) st = mgt_model_init_params(t->model, (uint64_t)a->seed);
-	if (!st) st = open_data(t);
+	if (!st && !loaded) st = init_params(t);
+	if (!st) st = open_data_ordered(t);
 	if (!st) st = alloc_batch(t);
-	if (!st && a->metrics_file && !(t->metrics = fopen(a->metrics_file, t->iteration ? "a" : "w")))
+	if (!st && a->metrics_file && t->io->log && !(t->metrics = fopen(a->metrics_file, t->iteration ? "a" : "w")))
 		st = mgt_err(MGT_ERR_IO, "%s: cannot open for writing", a->metrics_file);
 	return st;
 }
@@ -300,8 +520,15 @@ static void teardown(trainer *t)
 	if (t->metrics) fclose(t->metrics);
 	trainer_dump_free(t);
 	free_batch(t);
-	mgt_adamw_free(&t->opt);
-	mgt_model_free(t->model);
+	for (int i = 0; i < t->nshard; i++) mgt_adamw_free(&t->shard[i].opt);
+	free(t->shard);
+	for (int c = 0; t->chunk && c < t->V; c++) mgt_model_free(t->chunk[c]);
+	free(t->chunk);
+	free(t->slots);
+	free(t->mb_scale);
+	free(t->xfer);
+	free(t->acts);
+	free(t->eval_acts);
 	mgt_gpt_data_close(t->data);
 	if (t->be) mgt_backend_destroy(t->be);
 	if (t->ps.world) mgt_parallel_free(&t->ps);

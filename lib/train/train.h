@@ -38,12 +38,17 @@ typedef struct mgt_args {
 	char *save, *load;
 	int64_t save_interval;
 	bool no_save_optim, no_load_optim, finetune;
-	/* parallelism (one process until the parallel issue) */
-	int64_t tensor_model_parallel_size, pipeline_model_parallel_size;
+	/* parallelism */
+	int64_t tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
+	int64_t num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size;
+	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;
+	bool sequence_parallel, use_distributed_optimizer;
 	/* mgt's own */
 	int64_t threads;
 	char *metrics_file, *debug_dump;
 	double peak_tflops;
+	/* set by the caller before mgt_args_finalize: processes in the job (0 means 1) */
+	int64_t world_size;
 	/* derived by mgt_args_finalize */
 	int64_t num_microbatches, data_parallel_size;
 } mgt_args;
@@ -68,9 +73,11 @@ mgt_status mgt_args_merge_json(mgt_args *a, const void *json_object, const char 
  * Errors: MGT_ERR_USAGE (unknown flag, missing or bad value), preset errors as load_json. */
 mgt_status mgt_args_parse_argv(mgt_args *a, int argc, char **argv);
 
-/* Derived values and cross-checks: global batch default and divisibility, train iterations from
- * samples, model config (mgt_model_config_finalize, with vocab_size set by the caller first).
- * Errors: MGT_ERR_USAGE. */
+/* Derived values and cross-checks: data-parallel size = world_size / (TP x PP x CP), virtual
+ * pipeline stages, layers divisible by PP x V, global batch default and divisibility, train
+ * iterations from samples, model config (mgt_model_config_finalize for TP, with vocab_size set
+ * by the caller first: heads, query groups and ffn divisible by TP).  Every rank computes the
+ * same answer, so every rank can exit with it.  Errors: MGT_ERR_USAGE naming the flags. */
 mgt_status mgt_args_finalize(mgt_args *a);
 
 /* All arguments as a JSON object (jansson json_t *, caller decrefs), Megatron dests as keys. */

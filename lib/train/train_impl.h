@@ -18,6 +18,20 @@ typedef struct dump_state {
 	int64_t iters, cap;
 } dump_state;
 
+/* One step of a pipeline schedule: the forward or backward of micro-batch mb on model chunk. */
+typedef struct sched_action {
+	bool fwd;
+	int mb, chunk;
+} sched_action;
+
+/* Optimizer state for the flat-buffer range [lo, hi) of one chunk: the whole buffer, or with the
+ * distributed optimizer this data-parallel rank's shard of one bucket. */
+typedef struct opt_shard {
+	int chunk;
+	size_t lo, hi;
+	mgt_adamw opt;
+} opt_shard;
+
 typedef struct trainer {
 	mgt_args *a;
 	const mgt_train_io *io;
@@ -25,8 +39,16 @@ typedef struct trainer {
 	mgt_parallel ps;
 	mgt_tok *tok;
 	mgt_gpt_data *data;
-	mgt_model *model;
-	mgt_adamw opt;
+	mgt_model *model;                            /* chunk[0] */
+	mgt_model **chunk;                           /* virtual pipeline chunks of this rank [V] */
+	int V, *slots;
+	opt_shard *shard;
+	int nshard;
+	sched_action *acts, *eval_acts;                /* this rank's actions for one global batch */
+	int n_acts, n_eval_acts;
+	float *mb_scale;                             /* [num_microbatches] loss scale per micro-batch */
+	float *xfer;                                 /* scratch: one bucket shard */
+	size_t xfer_n;
 	mgt_lr_sched sched;
 	int32_t eod;
 	/* progress (saved in checkpoints) */
@@ -44,6 +66,12 @@ typedef struct trainer {
 	bool dumping;
 	size_t rss_baseline;                         /* peak RSS before the model allocates */
 } trainer;
+
+/* sched.c: rank r of P pipeline ranks, M micro-batches, V chunks, groups of G (section 9). */
+mgt_status sched_check(int P, int M, int V, int G);
+mgt_status sched_build(int P, int r, int M, int V, int G, bool forward_only, sched_action **out, int *n);
+/* Activation slots chunk needs: the most micro-batches forwarded and not yet backwarded. */
+int sched_slots(const sched_action *a, int n, int chunk);
 
 /* ckpt.c */
 mgt_status trainer_load(trainer *t, bool *loaded);
