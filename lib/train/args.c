@@ -101,6 +101,7 @@
 	X(I, threads, threads, "threads", "0", "CPU threads (0: all)") \
 	X(F, peak_tflops, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU (0: not reported)") \
 	X(S, metrics_file, metrics_file, "metrics-file", "", "JSONL metrics, one object per iteration") \
+	X(S, comm_log, comm_log, "comm-log", "", "PREFIX: each rank writes PREFIX.rankN.jsonl, bytes sent per group per iteration") \
 	X(S, debug_dump, debug_dump, "debug-dump", "", "HDF5 file: initial params, iteration-1 grads, batches")
 
 typedef struct {

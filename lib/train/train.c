@@ -417,6 +417,46 @@ static void count_iteration(trainer *t, double loss, double lr, double gnorm, bo
 	}
 }
 
+/* The communicators in --comm-log order, with their JSON names. */
+static int comm_list(trainer *t, mgt_comm **c, const char **names)
+{
+	mgt_comm *all[] = { t->ps.tp_comm, t->ps.dp_comm, t->ps.pp_comm, t->ps.emb_comm, t->ps.mp_comm, t->ps.world };
+	const char *nm[] = { "tensor", "data", "pipeline", "embedding", "model", "world" };
+	for (int i = 0; i < 6; i++) {
+		c[i] = all[i];
+		names[i] = nm[i];
+	}
+	return 6;
+}
+
+/* --comm-log: bytes each group sent during one training iteration (dist.h's ring convention). */
+static void log_comm(trainer *t, const double *before, const uint64_t *calls_before)
+{
+	mgt_comm *c[6];
+	const char *nm[6];
+	int n = comm_list(t, c, nm);
+	if (!t->comm_log) return;
+	fprintf(t->comm_log, "{\"iteration\": %lld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"bytes\": {",
+		(long long)t->iteration, t->ps.world_rank, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
+	for (int i = 0; i < n; i++) fprintf(t->comm_log, "%s\"%s\": %.17g", i ? ", " : "", nm[i], c[i]->bytes_sent - before[i]);
+	fprintf(t->comm_log, "}, \"calls\": {");
+	for (int i = 0; i < n; i++)
+		fprintf(t->comm_log, "%s\"%s\": %llu", i ? ", " : "", nm[i], (unsigned long long)(c[i]->calls - calls_before[i]));
+	fprintf(t->comm_log, "}}\n");
+	fflush(t->comm_log);
+}
+
+static void comm_snapshot(trainer *t, double *bytes, uint64_t *calls)
+{
+	mgt_comm *c[6];
+	const char *nm[6];
+	int n = comm_list(t, c, nm);
+	for (int i = 0; i < n; i++) {
+		bytes[i] = c[i]->bytes_sent;
+		calls[i] = c[i]->calls;
+	}
+}
+
 static mgt_status train_loop(trainer *t)
 {
 	mgt_args *a = t->a;
@@ -424,9 +464,13 @@ static mgt_status train_loop(trainer *t)
 	while (t->iteration < a->train_iters) {
 		double loss = 0, lr = 0, gnorm = 0, t0 = mgt_now();
 		bool skipped = false, intr = false;
+		double bytes[6];
+		uint64_t calls[6];
+		comm_snapshot(t, bytes, calls);
 		mgt_status st = train_step(t, &loss, &lr, &gnorm, &skipped, &intr);
 		if (st) return st;
 		count_iteration(t, loss, lr, gnorm, skipped);
+		log_comm(t, bytes, calls);
 		trainer_log_iteration(t, loss, lr, gnorm, skipped, mgt_now() - t0);
 		if (at(t->iteration, a->eval_interval) && (st = validate(t, NULL))) return st;
 		bool stop = intr || at(t->iteration, a->exit_interval);
@@ -512,12 +556,19 @@ static mgt_status setup(trainer *t)
 	if (!st) st = alloc_batch(t);
 	if (!st && a->metrics_file && t->io->log && !(t->metrics = fopen(a->metrics_file, t->iteration ? "a" : "w")))
 		st = mgt_err(MGT_ERR_IO, "%s: cannot open for writing", a->metrics_file);
+	if (!st && a->comm_log) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s.rank%d.jsonl", a->comm_log, t->ps.world_rank);
+		if (!(t->comm_log = fopen(path, t->iteration ? "a" : "w")))
+			st = mgt_err(MGT_ERR_IO, "%s: cannot open for writing", path);
+	}
 	return st;
 }
 
 static void teardown(trainer *t)
 {
 	if (t->metrics) fclose(t->metrics);
+	if (t->comm_log) fclose(t->comm_log);
 	trainer_dump_free(t);
 	free_batch(t);
 	for (int i = 0; i < t->nshard; i++) mgt_adamw_free(&t->shard[i].opt);

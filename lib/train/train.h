@@ -45,7 +45,7 @@ typedef struct mgt_args {
 	bool sequence_parallel, use_distributed_optimizer;
 	/* mgt's own */
 	int64_t threads;
-	char *metrics_file, *debug_dump;
+	char *metrics_file, *debug_dump, *comm_log;
 	double peak_tflops;
 	/* set by the caller before mgt_args_finalize: processes in the job (0 means 1) */
 	int64_t world_size;

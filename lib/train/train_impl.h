@@ -61,7 +61,7 @@ typedef struct trainer {
 	double int_loss, int_t0;
 	int64_t int_iters, int_skipped, int_nan;
 	double t_fwd, t_bwd, t_opt;                  /* last iteration, seconds */
-	FILE *metrics;
+	FILE *metrics, *comm_log;
 	dump_state dump;
 	bool dumping;
 	size_t rss_baseline;                         /* peak RSS before the model allocates */

@@ -1,0 +1,158 @@
+"""Analytic communication volume of one mgt-train iteration, per rank, against --comm-log.
+
+Usage: comm_volume.py PRESET.json PREFIX NP key=value...   (keys: tp pp vp sp distopt mbs gbs seq
+vocab (padded) divisible)
+
+Independent of mgt's C code: the tensor list is written here from megatron-reference.md section 8
+(TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
+from lib/dist/dist.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and all-gather
+(p-1)*B per rank's part, send B).  What mgt communicates per micro-batch (section 8's table):
+  no SP: all-reduce of [T,h] after the embedding, after linear_proj and linear_fc2 (forward),
+         for the inputs of linear_qkv, linear_fc1 and the output layer (backward);
+         3 all-reduces of [T] in the vocab-parallel cross-entropy (max, sum-exp, target logit)
+  SP:    reduce-scatter / all-gather of [T,h] in place of those, plus an all-gather before each
+         norm output is used and its reduce-scatter in backward; all-reduce of the gradients of
+         TP-replicated tensors once per iteration
+  PP:    the [T/sp, h] activation forward and its gradient backward between adjacent stages
+  tied embeddings with PP > 1: all-reduce of the word-embedding gradient, first <-> last stage
+  DP:    per bucket an all-reduce, or reduce-scatter + all-gather with the distributed optimizer
+  norm:  one double all-reduced over the model-parallel group (over the world with distopt)
+  loss:  3 doubles all-reduced over the world (loss sum, tokens, interrupt flag)
+Exit 1 (with a diff) when any rank's logged bytes differ from the analytic ones.
+"""
+import json, math, sys
+
+cfg = json.load(open(sys.argv[1]))
+prefix, W = sys.argv[2], int(sys.argv[3])
+kv = dict(x.split("=") for a in sys.argv[4:] for x in a.split(","))
+tp, pp = int(kv.get("tp", 1)), int(kv.get("pp", 1))
+V = int(kv.get("vp", 1))
+sp = kv.get("sp", "0") == "1" and tp > 1
+distopt = kv.get("distopt", "0") == "1"
+bucket_size = int(kv.get("bucket", 0))
+mbs, gbs, seq = int(kv["mbs"]), int(kv["gbs"]), int(kv["seq"])
+Vp = int(kv["vocab"])
+dp = W // (tp * pp)
+M = gbs // (mbs * dp)
+
+L, h = cfg["num_layers"], cfg["hidden_size"]
+nq = cfg["num_attention_heads"]
+ng = cfg.get("num_query_groups", nq) if cfg.get("group_query_attention") else nq
+d = cfg.get("kv_channels", h // nq)
+swiglu = cfg.get("swiglu", False)
+ffn = cfg.get("ffn_hidden_size") or (int(4 * h * 2 / 3 / 64) * 64 if swiglu else 4 * h)
+ln = cfg.get("normalization", "LayerNorm") == "LayerNorm"
+bias = cfg.get("add_bias_linear", True)
+qkv_bias = bias or cfg.get("add_qkv_bias", False)
+tied = not cfg.get("untie_embeddings_and_output_weights", False)
+learned = cfg.get("position_embedding_type", "learned_absolute") == "learned_absolute"
+maxpos = cfg.get("max_position_embeddings", seq)
+
+T = seq * mbs
+S = P = None
+
+
+def tensors(stage, nstages):
+    """(name, local numel, replicated over TP) in table order for one chunk."""
+    first, last = stage == 0, stage == nstages - 1
+    out = []
+    def add(name, numel, rep=False):
+        out.append((name, numel, rep))
+    if first or (last and tied):
+        add("word_emb", Vp // tp * h)
+    if first and learned:
+        add("pos_emb", maxpos * h, True)
+    per = L // nstages
+    for l in range(stage * per, (stage + 1) * per):
+        add("ln1_w", h, True)
+        if ln: add("ln1_b", h, True)
+        qkv = (nq + 2 * ng) * d
+        add("qkv_w", qkv // tp * h)
+        if qkv_bias: add("qkv_b", qkv // tp)
+        add("proj_w", h * (nq * d // tp))
+        if bias: add("proj_b", h, True)
+        add("ln2_w", h, True)
+        if ln: add("ln2_b", h, True)
+        fc1 = 2 * ffn if swiglu else ffn
+        add("fc1_w", fc1 // tp * h)
+        if bias: add("fc1_b", fc1 // tp)
+        add("fc2_w", h * (ffn // tp))
+        if bias: add("fc2_b", h, True)
+    if last:
+        add("final_ln_w", h, True)
+        if ln: add("final_ln_b", h, True)
+        if not tied: add("output_w", Vp // tp * h)
+    return out
+
+
+def buckets(ts, shared):
+    """Bucket sizes of the flat gradient buffer (megatron-reference.md section 10): one bucket
+    unless --ddp-bucket-size or the shared embedding splits it."""
+    pad = dp * 128 // math.gcd(dp, 128) if distopt else 1
+    up = lambda x, m: (x + m - 1) // m * m
+    res, start, bstart = [], 0, 0
+    def close(end):
+        nonlocal start, bstart
+        if end == bstart: return
+        e = up(end, pad)
+        res.append(e - bstart)
+        start = bstart = e
+    for name, n, _ in reversed(ts):
+        sh = shared and name == "word_emb"
+        if distopt: start = up(start, 64)
+        if sh: close(start)
+        end = start + n
+        if sh or (bucket_size and end - bstart >= bucket_size): close(end)
+        else: start = end
+    close(start)
+    return res
+
+
+def ar(n, p, es=4): return 0.0 if p == 1 else 2.0 * (p - 1) / p * n * es
+def part(n, p): return 0.0 if p == 1 else (p - 1) * n * 4.0  # RS / AG, n = per-rank part
+
+
+def expected(tp_rank, pp_rank):
+    e = dict(tensor=0.0, data=0.0, pipeline=0.0, embedding=0.0, model=0.0, world=0.0)
+    Th = T // tp if sp else T
+    ns = pp * V
+    for c in range(V):
+        stage = c * pp + pp_rank
+        first, last = stage == 0, stage == ns - 1
+        ts = tensors(stage, ns)
+        nl = L // ns
+        if tp > 1:
+            if sp:
+                X = part(Th * h, tp)
+                mb = 8 * nl * X + (2 * X if first else 0) + ((2 * X + 3 * ar(T, tp)) if last else 0)
+                e["tensor"] += sum(ar(n, tp) for _, n, rep in ts if rep)
+            else:
+                A = ar(T * h, tp)
+                mb = 4 * nl * A + (A if first else 0) + ((A + 3 * ar(T, tp)) if last else 0)
+            e["tensor"] += M * mb
+        e["pipeline"] += M * ((0 if last else Th * h * 4) + (0 if first else Th * h * 4))
+        if tied and pp > 1 and (first or last):
+            e["embedding"] += ar(Vp // tp * h, 2)
+        for nb in buckets(ts, tied and pp > 1):
+            e["data"] += 2 * part(nb // dp, dp) if distopt else ar(nb, dp)
+    if distopt: e["world"] += ar(1, W, 8)
+    else: e["model"] += ar(1, tp * pp, 8)
+    e["world"] += ar(3, W, 8)
+    return e
+
+
+bad = 0
+for r in range(W):
+    rows = [json.loads(l) for l in open(f"{prefix}.rank{r}.jsonl")]
+    if not rows:
+        print(f"rank {r}: no iterations logged"); bad += 1; continue
+    ex = expected(rows[0]["tp_rank"], rows[0]["pp_rank"])
+    for row in rows:
+        for k, v in ex.items():
+            got = row["bytes"][k]
+            if abs(got - v) > 1e-9 * max(1.0, v):
+                print(f"rank {r} iteration {row['iteration']} {k}: logged {got!r}, analytic {v!r}")
+                bad += 1
+    if r == 0 or bad:
+        print(f"# rank {r}: " + ", ".join(f"{k} {v:.0f}" for k, v in ex.items()))
+sys.exit(1 if bad else 0)

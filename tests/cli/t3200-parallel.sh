@@ -1,0 +1,146 @@
+#!/bin/sh
+# mgt-train in parallel under mpirun (tests/mpirun.sh, --oversubscribe): every layout gives the
+# single-process losses step by step (fp32, relative difference <= 1e-5, dropout on); the bytes
+# each rank's communicators count equal the analytic volume (comm_volume.py); a checkpoint saved
+# under TP2 x PP2 x DP2 resumes under other layouts; resume under a layout is bitwise exact; bad
+# layouts are refused once, with every rank non-zero; a rank that fails takes the job down.
+. "$(dirname "$0")/lib.sh"
+cd "$T" || exit 1
+RUN="sh $ROOT/tests/mpirun.sh"
+command -v mpirun >/dev/null 2>&1 || { echo "1..0 # SKIP mpirun not found"; exit 0; }
+"$BIN/mgt-preprocess" --input "$SHARE/data/kjv.jsonl.zst" --output-prefix kjv $GPT2 --append-eod \
+	--workers 2 --quiet >/dev/null 2>&1 || { echo "1..0 # SKIP mgt-preprocess failed"; exit 0; }
+SEQ=32 MBS=2 GBS=8
+# train NP MODEL NAME [flags]: 10 iterations (dropout 0.1 as the presets' default); metrics NAME.jsonl
+train() {
+	_np=$1 _model=$2 _name=$3; shift 3
+	set -- "$BIN/mgt-train" --model "$_model" $GPT2 --data-path kjv_text_document --split 98,2,0 \
+		--data-cache-path cache --seq-length $SEQ --micro-batch-size $MBS --global-batch-size $GBS \
+		--lr 2e-3 --lr-warmup-iters 3 --eval-interval 0 --log-interval 1 --threads 1 --train-iters 10 \
+		--metrics-file "$_name.jsonl" "$@"
+	if [ "$_np" = 1 ]; then "$@" >"$_name.out" 2>"$_name.err" </dev/null
+	else $RUN "$_np" "$@" >"$_name.out" 2>"$_name.err" </dev/null; fi
+	r=$?
+	[ $r = 0 ] || { echo "# $_name: exit $r"; tail -5 "$_name.err" | sed 's/^/#   /'; }
+	return $r
+}
+# same REF RUN [FROM]: lm loss of every iteration >= FROM of RUN within 1e-5 of REF's
+same() {
+	$PY - "$@" <<'PY'
+import json, sys
+def L(f): return {o["iteration"]: o["lm_loss"] for o in map(json.loads, open(f)) if "lm_loss" in o}
+a, b = L(sys.argv[1] + ".jsonl"), L(sys.argv[2] + ".jsonl")
+lo = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+want = [i for i in a if i >= lo]
+if sorted(b) != want: sys.exit(f"# iterations {sorted(b)}, expected {want}")
+worst = max(abs(a[i] - b[i]) / abs(a[i]) for i in want)
+print(f"# {sys.argv[2]}: max relative loss difference {worst:.2e} over {len(want)} iterations")
+sys.exit(worst > 1e-5)
+PY
+}
+# exact A B: lm loss and grad norm text-identical on the iterations B logged
+exact() {
+	$PY - "$@" <<'PY'
+import json, sys
+def L(f): return {o["iteration"]: (repr(o["lm_loss"]), repr(o["grad_norm"])) for o in map(json.loads, open(f)) if "lm_loss" in o}
+a, b = L(sys.argv[1] + ".jsonl"), L(sys.argv[2] + ".jsonl")
+sys.exit(not b or any(a.get(i) != v for i, v in b.items()))
+PY
+}
+# volume NP MODEL NAME key=value...: comm log NAME.rankN.jsonl against the analytic volume
+volume() { _np=$1 _model=$2 _name=$3; shift 3
+	$PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/$_model.json" "$_name" "$_np" mbs=$MBS gbs=$GBS seq=$SEQ "$@"; }
+
+# The padded vocabulary must not depend on TP: 50257 -> 50688 with divisible-by 512 / TP.
+V1="--make-vocab-size-divisible-by 512" V2="--make-vocab-size-divisible-by 256" V4="--make-vocab-size-divisible-by 128"
+PAD=vocab=50688
+for model in tiny-gpt2 tiny-llama; do
+	ok "$model: single process" train 1 $model $model-ref $V1
+	while read -r np name kv flags; do
+		ok "$model $name: trains" train "$np" $model "$model-$name" --comm-log "$model-$name" $flags
+		ok "$model $name: losses of the 10 steps match the single process" same $model-ref $model-$name
+		ok "$model $name: bytes per rank per step = analytic" volume "$np" $model "$model-$name" $PAD $kv
+	done <<LAYOUTS
+2 dp2 tp=1 $V1
+2 dp2-distopt distopt=1 $V1 --use-distributed-optimizer
+2 dp2-buckets distopt=1,bucket=300000 $V1 --use-distributed-optimizer --ddp-bucket-size 300000
+2 tp2 tp=2 $V2 --tensor-model-parallel-size 2
+2 tp2-sp tp=2,sp=1 $V2 --tensor-model-parallel-size 2 --sequence-parallel
+2 pp2 pp=2 $V1 --pipeline-model-parallel-size 2
+2 pp2-vp2 pp=2,vp=2 $V1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+8 tp2-pp2-dp2 tp=2,pp=2,sp=1,distopt=1 $V2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
+LAYOUTS
+done
+
+# Resharding: save under TP2 x PP2 x DP2 (sequence parallel, distributed optimizer) at
+# iteration 5; resume under other layouts; iterations 6-10 match the uninterrupted run.
+G=tiny-gpt2
+L8="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"
+ok "save under TP2 x PP2 x DP2 at iteration 5" train 8 $G save $V2 $L8 --save ck --exit-interval 5
+ok "every rank wrote its shard" sh -c 'test $(ls ck/iter_0000005/model_tp*_pp*_dp*.h5 | sed "s/_[0-9]*\.h5$//; s/\.h5$//" | sort -u | wc -l) = 8'
+ok "resume under one process" train 1 $G r-single $V1 --load ck
+ok "  losses 6-10 match" same $G-ref r-single 6
+ok "resume under TP1 x PP4 x DP2" train 8 $G r-pp4 $V1 --pipeline-model-parallel-size 4 --load ck
+ok "  losses 6-10 match" same $G-ref r-pp4 6
+ok "resume under TP4 x DP2 (distributed optimizer)" train 8 $G r-tp4 $V4 --tensor-model-parallel-size 4 --use-distributed-optimizer --load ck
+ok "  losses 6-10 match" same $G-ref r-tp4 6
+ok "resume under the same layout" train 8 $G r-same $V2 $L8 --load ck
+ok "  losses and grad norms 6-10 bitwise identical to the uninterrupted run" exact $G-tp2-pp2-dp2 r-same
+
+# Layouts that do not divide: one message, every rank non-zero (each rank records its status).
+# refused NP NEEDLE flags...: the job fails, NEEDLE is printed exactly once, no rank exited 0
+refused() {
+	np=$1 needle=$2; shift 2
+	rm -f status.*
+	$RUN "$np" sh -c '"$@"; echo $? >status.$OMPI_COMM_WORLD_RANK' sh "$BIN/mgt-train" --model $G $GPT2 \
+		--data-path kjv_text_document --split 98,2,0 --data-cache-path cache --seq-length $SEQ \
+		--micro-batch-size $MBS --train-iters 2 --save never "$@" >"$T/out" 2>"$T/err" </dev/null
+	n=$(grep -c -- "$needle" "$T/err")
+	[ "$n" = 1 ] || { echo "# '$needle' printed $n times: $(head -c 400 "$T/err")"; return 1; }
+	[ "$(ls status.* | wc -l)" = "$np" ] || { echo "# ranks reporting: $(ls status.*)"; return 1; }
+	! grep -qx 0 status.* && [ ! -e never ]
+}
+ok "world 3 under TP2 refused" refused 3 "world size 3 is not divisible by --tensor-model-parallel-size 2" \
+	--tensor-model-parallel-size 2
+ok "layers not divisible by PP x VPP refused" refused 2 "is not divisible by --pipeline-model-parallel-size 2 x --num-layers-per-virtual-pipeline-stage 3" \
+	--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3
+ok "query groups not divisible by TP refused" refused 4 "tensor-model-parallel-size 4" --model tiny-llama \
+	--tensor-model-parallel-size 4
+ok "vocabulary padding of another TP refused on load" sh -c "! $RUN 2 $BIN/mgt-train --model $G $GPT2 \
+	--data-path kjv_text_document --split 98,2,0 --data-cache-path cache --seq-length $SEQ --micro-batch-size $MBS \
+	--train-iters 6 --tensor-model-parallel-size 2 --load ck >/dev/null 2>'$T/err'" && err_has "padded_vocab_size"
+
+# A rank that fails takes the job down, naming itself: corrupt a tensor only pipeline stage 1
+# reads, then resume under PP2 (stage 0 waits in a collective meanwhile).
+ok "corrupt decoder.layers.3 in the checkpoint" $PY - <<'PY'
+import glob, h5py
+name = "decoder.layers.3.mlp.linear_fc2.weight"
+n = 0
+for path in glob.glob("ck/iter_0000005/*.h5"):
+    with h5py.File(path, "r") as f:
+        if name not in f or f[name].attrs.get("global_shape") is None: continue
+        info = f[name].id.get_chunk_info(0)
+    with open(path, "r+b") as g:
+        g.seek(info.byte_offset + info.size // 2); b = g.read(1); g.seek(-1, 1); g.write(bytes([b[0] ^ 0xFF]))
+    n += 1
+assert n, "no shard holds " + name
+PY
+ok "the failing rank ends the job, naming itself" sh -c "MGT_MPIRUN_TIMEOUT=120 $RUN 2 $BIN/mgt-train --model $G \
+	$GPT2 --data-path kjv_text_document --split 98,2,0 --data-cache-path cache --seq-length $SEQ \
+	--micro-batch-size $MBS --train-iters 6 $V1 --pipeline-model-parallel-size 2 --load ck >/dev/null 2>'$T/err'; \
+	r=\$?; [ \$r != 0 ] && [ \$r != 124 ]" && err_has "rank 1 of 2: error:"
+
+# A rank killed mid-run: mpirun ends the job, non-zero, naming the rank, instead of hanging.
+MGT_MPIRUN_TIMEOUT=120 $RUN 2 "$BIN/mgt-train" --model $G $GPT2 --data-path kjv_text_document --split 98,2,0 \
+	--data-cache-path cache --seq-length $SEQ --micro-batch-size $MBS --train-iters 100000 --log-interval 1 \
+	$V1 --pipeline-model-parallel-size 2 >kill.out 2>kill.err </dev/null &
+job=$!
+i=0; while [ $i -lt 600 ] && ! grep -q 'iteration        2/' kill.err 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+victim=$(for p in $(pgrep -f "mgt-train --model $G.*100000"); do
+	tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=0 && echo $p; done | head -1)
+[ -n "$victim" ] && kill -KILL "$victim"
+wait $job; rc=$?
+ok "killing rank 0 ends the job non-zero (not by the time limit)" test -n "$victim" -a $rc != 0 -a $rc != 124
+ok "mpirun names the dead rank" grep -q "rank 0" kill.err
+grep -q "rank 0" kill.err || sed 's/^/#   /' kill.err | tail -15
+done_testing

@@ -1,0 +1,156 @@
+/* tests/unit/test_model.c: the tensor table's flat-buffer layout (Megatron's DDP buffer,
+ * megatron-reference.md section 10) and the boxes that map local element ranges to the global
+ * tensor (checkpoint pieces of any TP rank and any distributed-optimizer shard). */
+#include <string.h>
+
+#include "check.h"
+#include "model/model.h"
+
+static mgt_model_config config(bool swiglu)
+{
+	mgt_model_config c;
+	memset(&c, 0, sizeof c);
+	c.num_layers = 2;
+	c.hidden_size = 64;
+	c.num_attention_heads = 8;
+	c.group_query_attention = swiglu;
+	c.num_query_groups = swiglu ? 4 : 0;
+	c.seq_length = 16;
+	c.max_position_embeddings = 16;
+	snprintf(c.position_embedding_type, sizeof c.position_embedding_type, swiglu ? "rope" : "learned_absolute");
+	snprintf(c.normalization, sizeof c.normalization, swiglu ? "RMSNorm" : "LayerNorm");
+	c.rotary_base = 10000;
+	c.rotary_percent = 1.0;
+	c.norm_epsilon = 1e-5;
+	c.swiglu = swiglu;
+	c.add_bias_linear = true;
+	c.untie_embeddings_and_output_weights = swiglu;
+	c.make_vocab_size_divisible_by = 8;
+	c.init_method_std = 0.02;
+	c.vocab_size = 1000;
+	return c;
+}
+
+/* Global flat index of local element (r, k) of x, written from the shard rules (section 6.3). */
+static int64_t global_index(const mgt_tensor *x, int tp, int tp_rank, int64_t r, int64_t k)
+{
+	int64_t C = x->ndim == 2 ? x->shape[1] : 1, R = x->shape[0];
+	switch (x->shard) {
+	case MGT_SHARD_ROW:
+	case MGT_SHARD_VOCAB: return (tp_rank * R / tp + r) * C + k;
+	case MGT_SHARD_COL: return r * C + tp_rank * (C / tp) + k;
+	case MGT_SHARD_ROW_GLU: {
+		int64_t half = R / 2 / tp; /* local rows per half */
+		int64_t g = r < half ? tp_rank * half + r : R / 2 + tp_rank * half + (r - half);
+		return g * C + k;
+	}
+	default: return r * C + k;
+	}
+}
+
+/* Boxes of [lo, hi) of x: every local element once, at the global index the rules give. */
+static int boxes_ok(const mgt_tensor *x, int tp, int tp_rank, size_t lo, size_t hi)
+{
+	int64_t off[6][2], shape[6][2];
+	size_t first[6], seen = 0;
+	int nb = mgt_tensor_boxes(x, lo, hi, off, shape, first);
+	int64_t Cl = x->ndim == 2 ? x->local_shape[1] : 1, Cg = x->ndim == 2 ? x->shape[1] : 1;
+	size_t expect_next = lo;
+	for (int b = 0; b < nb; b++) {
+		int64_t rows = shape[b][0], cols = x->ndim == 2 ? shape[b][1] : 1;
+		if (first[b] != expect_next) return 0;
+		for (int64_t i = 0; i < rows; i++)
+			for (int64_t j = 0; j < cols; j++) {
+				int64_t local = (int64_t)first[b] + (rows > 1 ? i * Cl : 0) + j;
+				int64_t g = (off[b][0] + i) * Cg + (x->ndim == 2 ? off[b][1] : 0) + j;
+				if (rows > 1 && cols != Cl) return 0; /* multi-row boxes are whole local rows */
+				if (local < (int64_t)lo || local >= (int64_t)hi) return 0;
+				if (g != global_index(x, tp, tp_rank, local / Cl, local % Cl)) return 0;
+				seen++;
+			}
+		expect_next = first[b] + (size_t)(rows * cols);
+	}
+	return seen == hi - lo && nb <= 6;
+}
+
+static void test_boxes(bool swiglu, int tp)
+{
+	mgt_model_config c = config(swiglu);
+	CHECK(mgt_model_config_finalize(&c, tp) == MGT_OK, "config finalizes for TP %d", tp);
+	uint64_t rng = 12345;
+	for (int r = 0; r < tp; r++) {
+		mgt_tensor_table tt;
+		CHECK(mgt_tensor_table_build(&tt, &c, tp, r, 1, 0) == MGT_OK, "table for TP rank %d of %d", r, tp);
+		int bad = 0, n = 0;
+		for (int i = 0; i < tt.n; i++) {
+			const mgt_tensor *x = &tt.t[i];
+			bad += !boxes_ok(x, tp, r, 0, x->numel);
+			for (int k = 0; k < 20; k++, n++) {
+				rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+				size_t a = (size_t)(rng >> 33) % x->numel, b = a + 1 + (size_t)(rng >> 13) % (x->numel - a);
+				bad += !boxes_ok(x, tp, r, a, b);
+			}
+		}
+		CHECK(bad == 0, "%s TP rank %d/%d: boxes of %d random ranges map every element to its global index",
+		      swiglu ? "SwiGLU/GQA" : "GELU", r, tp, n);
+		mgt_tensor_table_free(&tt);
+	}
+}
+
+static size_t lcm128(size_t dp)
+{
+	size_t a = dp, b = 128;
+	while (b) { size_t t = a % b; a = b; b = t; }
+	return dp * 128 / a;
+}
+
+/* Reverse order, no overlap, padding as Megatron's distributed optimizer wants. */
+static void test_layout(int dp, bool distopt, int64_t bucket_size, bool shared)
+{
+	mgt_model_config c = config(false);
+	mgt_model_config_finalize(&c, 1);
+	mgt_tensor_table tt;
+	mgt_tensor_table_build(&tt, &c, 1, 0, 1, 0);
+	CHECK(mgt_tensor_table_layout(&tt, dp, distopt, bucket_size, shared) == MGT_OK, "layout dp %d", dp);
+	int bad = 0;
+	for (int i = 0; i + 1 < tt.n; i++) {
+		const mgt_tensor *x = &tt.t[i], *y = &tt.t[i + 1]; /* y precedes x in the buffer */
+		bad += y->offset + y->numel > x->offset;
+		bad += distopt && x->offset % 64;
+		bad += !distopt && !shared && !bucket_size && y->offset + y->numel != x->offset;
+	}
+	size_t covered = 0;
+	for (int b = 0; b < tt.nbuckets; b++) {
+		bad += tt.buckets[b].offset != covered;
+		bad += distopt && tt.buckets[b].numel % lcm128((size_t)dp);
+		covered += tt.buckets[b].numel;
+		if (bucket_size && b + 1 < tt.nbuckets && !shared) bad += tt.buckets[b].numel < (size_t)bucket_size;
+	}
+	bad += covered != tt.buf_numel || tt.buf_numel < tt.numel;
+	bad += tt.t[tt.n - 1].offset != 0; /* the last tensor comes first */
+	if (shared) {
+		const mgt_tensor *we = mgt_tensor_table_find(&tt, "embedding.word_embeddings.weight");
+		int own = 0;
+		for (int b = 0; b < tt.nbuckets; b++)
+			own += tt.buckets[b].offset == we->offset && tt.buckets[b].numel - we->numel < lcm128((size_t)dp);
+		bad += own != 1;
+	}
+	CHECK(bad == 0, "layout dp %d distopt %d bucket %lld shared %d: reverse order, padding, %d buckets", dp,
+	      distopt, (long long)bucket_size, shared, tt.nbuckets);
+	mgt_tensor_table_free(&tt);
+}
+
+int main(void)
+{
+	for (int tp = 1; tp <= 4; tp *= 2) {
+		test_boxes(false, tp);
+		test_boxes(true, tp);
+	}
+	test_layout(1, false, 0, false);
+	test_layout(2, true, 0, false);
+	test_layout(3, true, 0, false);
+	test_layout(4, true, 5000, false);
+	test_layout(2, false, 5000, false);
+	test_layout(8, true, 0, true);
+	return check_finish();
+}
