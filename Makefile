@@ -11,7 +11,9 @@
 # Knobs (make VAR=value, or put them in config.mak):
 #   CUDA=auto|0|1        build the CUDA backend (auto: when nvcc is found); nothing needs it yet
 #   CUDA_ARCH=...        nvcc -gencode list (default sm_80 and sm_90a)
-#   MPI=auto|0|1         build with MPI (auto: when mpicc is found); nothing needs it yet
+#   MPI=auto|0|1         build with MPI (OpenMPI), for multi-process runs under mpirun (auto: when
+#                        mpicc is found or DEPS=1 installs it); without it a program runs as one
+#                        process and refuses to start under mpirun with more than one
 #   SANITIZE=address,undefined   build everything with these sanitizers
 #   DEVELOPER=1          extra warnings (-Wshadow -Wconversion-lite set) and -O1 -g
 #   DEPS=0               do not check for (and apt-get install) missing Debian packages
@@ -41,14 +43,19 @@ endif
 # they are asked after contrib/install-deps.sh has run on a fresh machine.
 PKG_CFLAGS = $(shell pkg-config --cflags hdf5 openblas 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs hdf5 openblas 2>/dev/null)
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Ilib -Icmd $(PKG_CFLAGS) $(CFLAGS)
-LIBS       = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) -fopenmp -lpthread -lm
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Ilib -Icmd $(PKG_CFLAGS) $(MPI_CFLAGS) $(CFLAGS)
+LIBS       = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
 
 ifeq ($(CUDA),auto)
 CUDA := $(if $(shell command -v nvcc 2>/dev/null),1,0)
 endif
 ifeq ($(MPI),auto)
-MPI := $(if $(shell command -v mpicc 2>/dev/null),1,0)
+MPI := $(if $(shell command -v mpicc 2>/dev/null),1,$(if $(filter 1,$(DEPS)),1,0))
+endif
+# OpenMPI's flags, asked when used (after install-deps.sh), from pkg-config or the mpicc wrapper.
+ifeq ($(MPI),1)
+MPI_CFLAGS = -DMGT_HAVE_MPI $(shell pkg-config --cflags ompi-c 2>/dev/null || mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   = $(shell pkg-config --libs ompi-c 2>/dev/null || mpicc --showme:link 2>/dev/null)
 endif
 
 B = build
@@ -109,7 +116,7 @@ check-unit: $(PROGS) $(UNITS) $(FUZZ)
 	@set -e; for f in $(FUZZ); do n=$$(basename $$f); \
 	  if [ -d tests/fuzz/corpus/$$n ]; then echo "== $$n (corpus replay)"; $$f tests/fuzz/corpus/$$n/*; fi; done
 
-check-cli: $(PROGS)
+check-cli: $(PROGS) $(UNITS)
 	@if [ "$(DEPS)" = 1 ]; then sh contrib/install-deps.sh test; fi
 	prove -j2 tests/cli/t*.sh
 

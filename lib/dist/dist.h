@@ -34,16 +34,18 @@ typedef struct mgt_comm mgt_comm;
 typedef struct mgt_comm_ops {
 	/* In place over n elements. */
 	mgt_status (*allreduce)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, mgt_redop op);
-	/* dst [size * n] = concat over ranks of src [n] (rank order). */
+	/* dst [size * n] = concat over ranks of src [n] (rank order); src may be dst + rank * n. */
 	mgt_status (*allgather)(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt);
-	/* dst [n] = sum over ranks of src[rank * n : (rank + 1) * n]. */
+	/* dst [n] = sum over ranks of src[rank * n : (rank + 1) * n]; dst may be src + rank * n. */
 	mgt_status (*reduce_scatter)(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt);
 	mgt_status (*broadcast)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int root);
 	/* Point to point (group ranks).  send returns as soon as buf may be reused and never waits
 	 * for the receiver (the MPI implementation sends from a copy with MPI_Isend and completes
 	 * it later), so a pipeline schedule cannot deadlock on send order.  Messages from one rank
 	 * to another with the same tag arrive in the order sent; recv blocks until its message is
-	 * in.  tag >= 0. */
+	 * in.  tag >= 0.  barrier and destroy first wait until this rank's sends are delivered (so
+	 * a message must be received before its receiver enters the barrier); a send that fails
+	 * after returning is reported by the next operation on the communicator. */
 	mgt_status (*send)(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag);
 	mgt_status (*recv)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag);
 	mgt_status (*barrier)(mgt_comm *c);
@@ -52,7 +54,7 @@ typedef struct mgt_comm_ops {
 
 struct mgt_comm {
 	const mgt_comm_ops *ops;
-	const char *name; /* "world", "tp", "dp", "pp", "emb" ... for messages */
+	const char *name; /* "world", "tensor", "data", "pipeline", "model", "embedding"; for messages */
 	int rank, size;
 	double bytes_sent; /* see above; not an integer for p > 2 */
 	uint64_t calls;

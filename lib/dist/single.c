@@ -9,34 +9,43 @@ size_t mgt_comm_dtype_size(mgt_comm_dtype dt)
 	return dt == MGT_DT_F64 || dt == MGT_DT_I64 ? 8 : 4;
 }
 
+/* Every operation of a one-process group counts as a call and sends nothing. */
 static mgt_status single_allreduce(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, mgt_redop op)
 {
+	c->calls++;
 	return MGT_OK;
 }
 
 static mgt_status single_copy(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt)
 {
-	if (dst != src) memmove(dst, src, n * mgt_comm_dtype_size(dt));
+	if (dst != src && n) memmove(dst, src, n * mgt_comm_dtype_size(dt));
+	c->calls++;
 	return MGT_OK;
 }
 
 static mgt_status single_broadcast(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int root)
 {
+	if (root != 0)
+		return mgt_err(MGT_ERR_IO, "%s group: broadcast from rank %d in a one-process group",
+			       c->name, root);
+	c->calls++;
 	return MGT_OK;
 }
 
-static mgt_status single_send(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer)
+static mgt_status single_send(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer,
+			      int tag)
 {
 	return mgt_err(MGT_ERR_IO, "%s group: send to rank %d in a one-process group", c->name, peer);
 }
 
-static mgt_status single_recv(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer)
+static mgt_status single_recv(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag)
 {
 	return mgt_err(MGT_ERR_IO, "%s group: receive from rank %d in a one-process group", c->name, peer);
 }
 
 static mgt_status single_barrier(mgt_comm *c)
 {
+	c->calls++;
 	return MGT_OK;
 }
 
@@ -72,8 +81,9 @@ void mgt_comm_destroy(mgt_comm *c)
 mgt_status mgt_parallel_init_single(mgt_parallel *ps)
 {
 	*ps = (mgt_parallel){ .world_size = 1, .tp = 1, .pp = 1, .dp = 1, .cp = 1 };
-	mgt_comm **slots[] = { &ps->world, &ps->tp_comm, &ps->pp_comm, &ps->dp_comm, &ps->emb_comm };
-	const char *names[] = { "world", "tensor", "pipeline", "data", "embedding" };
+	mgt_comm **slots[] = { &ps->world, &ps->tp_comm, &ps->pp_comm, &ps->dp_comm, &ps->mp_comm,
+			       &ps->emb_comm };
+	const char *names[] = { "world", "tensor", "pipeline", "data", "model", "embedding" };
 	for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
 		*slots[i] = mgt_comm_single(names[i]);
 		if (!*slots[i]) {
@@ -86,7 +96,7 @@ mgt_status mgt_parallel_init_single(mgt_parallel *ps)
 
 void mgt_parallel_free(mgt_parallel *ps)
 {
-	mgt_comm *cs[] = { ps->world, ps->tp_comm, ps->pp_comm, ps->dp_comm, ps->emb_comm };
+	mgt_comm *cs[] = { ps->world, ps->tp_comm, ps->pp_comm, ps->dp_comm, ps->mp_comm, ps->emb_comm };
 	for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) mgt_comm_destroy(cs[i]);
 	memset(ps, 0, sizeof *ps);
 }

@@ -1,0 +1,540 @@
+/* lib/dist/mpi.c: the process runtime and the MPI communicator (host buffers, the CPU backend).
+ *
+ * Built with MPI (make MPI=1 defines MGT_HAVE_MPI): mgt_dist_init starts MPI only when a launcher
+ * started this process, so a plain run never touches MPI.  Groups are MPI_Comm_split of
+ * MPI_COMM_WORLD with MPI_ERRORS_RETURN; operations larger than INT_MAX elements are split into
+ * several MPI calls.  Built without MPI: the world is one process and the runtime functions are
+ * the trivial ones.
+ */
+#include "dist.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The value of environment variable name, or -1 when unset or not a number. */
+static long env_long(const char *name)
+{
+	const char *s = getenv(name);
+	char *end;
+	if (!s || !*s) return -1;
+	long v = strtol(s, &end, 10);
+	return *end ? -1 : v;
+}
+
+/* Whether a launcher (mpirun, mpiexec, srun) started this process: 0 if not, else the number of
+ * processes it says the job has (1 when it does not say; a lower bound for PMIx). */
+static long launched_size(void)
+{
+	long n;
+	if ((n = env_long("OMPI_COMM_WORLD_SIZE")) >= 1) return n;
+	if ((n = env_long("PMI_SIZE")) >= 1) return n;
+	if ((n = env_long("SLURM_NTASKS")) > 1) return n;
+	if (getenv("PMIX_RANK")) return env_long("PMIX_RANK") > 0 ? 2 : 1;
+	return 0;
+}
+
+/* MGT_ERR_USAGE unless the sizes are at least 1 and tp*pp*cp divides the world size. */
+static mgt_status check_layout(int world, int tp, int pp, int cp, const char *hint)
+{
+	const char *flag[] = { "--tensor-model-parallel-size", "--pipeline-model-parallel-size",
+			       "--context-parallel-size" };
+	int size[] = { tp, pp, cp };
+	for (int i = 0; i < 3; i++)
+		if (size[i] < 1)
+			return mgt_err(MGT_ERR_USAGE, "%s must be at least 1 (got %d)", flag[i], size[i]);
+	long long prod = (long long)tp * pp * cp;
+	if (world % prod == 0) return MGT_OK;
+	char cps[64] = "";
+	if (cp != 1) snprintf(cps, sizeof cps, " x %s %d", flag[2], cp);
+	return mgt_err(MGT_ERR_USAGE, "world size %d is not divisible by %s %d x %s %d%s%s", world, flag[0],
+		       tp, flag[1], pp, cps, hint);
+}
+
+#ifdef MGT_HAVE_MPI
+#include <mpi.h>
+
+/* The most elements one MPI call moves; larger operations take several calls.  A variable so
+ * that tests can make it small (tests/unit/test_dist.c); values outside 1..INT_MAX mean INT_MAX. */
+size_t mgt_dist_max_count = INT_MAX;
+
+typedef struct {
+	int active, owned, finalized, size, rank, tag_ub;
+} runtime;
+static runtime rt = { .size = 1, .tag_ub = 32767 };
+
+/* A send in flight: MPI_Isend's request, the copy it sends from and its peer, for messages. */
+typedef struct {
+	MPI_Request req;
+	void *buf;
+	int peer, tag;
+} pending_send;
+
+typedef struct {
+	MPI_Comm comm;
+	pending_send *pend;
+	size_t npend, cap;
+} mpi_impl;
+
+static MPI_Datatype mpi_type(mgt_comm_dtype dt)
+{
+	switch (dt) {
+	case MGT_DT_F32: return MPI_FLOAT;
+	case MGT_DT_F64: return MPI_DOUBLE;
+	case MGT_DT_I32: return MPI_INT32_T;
+	default: return MPI_INT64_T;
+	}
+}
+
+static MPI_Comm comm_of(const mgt_comm *c)
+{
+	return ((const mpi_impl *)c->impl)->comm;
+}
+
+static const char *mpi_errstr(int rc, char *buf)
+{
+	int len = 0;
+	if (MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) snprintf(buf, MPI_MAX_ERROR_STRING, "MPI error %d", rc);
+	return buf;
+}
+
+/* MGT_ERR_IO naming the group, the operation, the peer (peer < 0: none) and MPI's message. */
+static mgt_status mpi_fail(const mgt_comm *c, int rc, const char *what, int peer, int tag)
+{
+	char msg[MPI_MAX_ERROR_STRING], who[64] = "";
+	if (peer >= 0) snprintf(who, sizeof who, " rank %d (tag %d)", peer, tag);
+	return mgt_err(MGT_ERR_IO, "%s group: %s%s failed on rank %d of %d: %s", c->name, what, who, c->rank,
+		       c->size, mpi_errstr(rc, msg));
+}
+
+static size_t chunk_of(size_t left)
+{
+	size_t lim = mgt_dist_max_count;
+	if (lim < 1 || lim > INT_MAX) lim = INT_MAX;
+	return left < lim ? left : lim;
+}
+
+static void count(mgt_comm *c, double bytes)
+{
+	c->calls++;
+	if (c->size > 1) c->bytes_sent += bytes;
+}
+
+static int overlaps(const void *a, size_t na, const void *b, size_t nb)
+{
+	const char *x = a, *y = b;
+	return na && nb && x < y + nb && y < x + na;
+}
+
+/* ---- sends in flight ---------------------------------------------------------------------- */
+
+/* Complete sends that are done (wait: all of them); the first failure is returned. */
+static mgt_status settle(mgt_comm *c, int wait)
+{
+	mpi_impl *im = c->impl;
+	mgt_status st = MGT_OK;
+	size_t k = 0;
+	for (size_t i = 0; i < im->npend; i++) {
+		pending_send *p = &im->pend[i];
+		int done = 1, rc = wait ? MPI_Wait(&p->req, MPI_STATUS_IGNORE)
+					: MPI_Test(&p->req, &done, MPI_STATUS_IGNORE);
+		if (rc != MPI_SUCCESS && !st) st = mpi_fail(c, rc, "send to", p->peer, p->tag);
+		if (done || rc != MPI_SUCCESS)
+			free(p->buf);
+		else
+			im->pend[k++] = *p;
+	}
+	im->npend = k;
+	return st;
+}
+
+/* MPI_Isend of m elements at buf from a copy, which stays in the pending list until sent. */
+static mgt_status send_chunk(mgt_comm *c, const void *buf, size_t m, mgt_comm_dtype dt, int peer, int tag)
+{
+	mpi_impl *im = c->impl;
+	size_t bytes = m * mgt_comm_dtype_size(dt);
+	if (im->npend == im->cap) {
+		size_t cap = im->cap ? 2 * im->cap : 16;
+		pending_send *p = mgt_realloc(im->pend, cap * sizeof *p);
+		if (!p) return MGT_ERR_NOMEM;
+		im->pend = p;
+		im->cap = cap;
+	}
+	pending_send *p = &im->pend[im->npend];
+	if (!(p->buf = mgt_malloc(bytes ? bytes : 1))) return MGT_ERR_NOMEM;
+	if (bytes) memcpy(p->buf, buf, bytes);
+	int rc = MPI_Isend(p->buf, (int)m, mpi_type(dt), peer, tag, im->comm, &p->req);
+	if (rc != MPI_SUCCESS) {
+		free(p->buf);
+		return mpi_fail(c, rc, "send to", peer, tag);
+	}
+	p->peer = peer;
+	p->tag = tag;
+	im->npend++;
+	return MGT_OK;
+}
+
+/* ---- the operations ----------------------------------------------------------------------- */
+
+static mgt_status mpi_allreduce(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, mgt_redop op)
+{
+	size_t es = mgt_comm_dtype_size(dt);
+	mgt_status st = settle(c, 0);
+	if (st) return st;
+	for (size_t off = 0, m; off < n; off += m) {
+		m = chunk_of(n - off);
+		int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)m, mpi_type(dt),
+				       op == MGT_RED_MAX ? MPI_MAX : MPI_SUM, comm_of(c));
+		if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1, 0);
+	}
+	count(c, 2.0 * (c->size - 1) / c->size * (double)(n * es));
+	return MGT_OK;
+}
+
+/* One MPI_Allgather of elements [off, off + m) of every rank's n: rank i's piece lands at
+ * d + i * n (a receive type of m elements with the extent of n). */
+static int gather_chunk(MPI_Comm comm, char *d, const void *s, size_t m, size_t n, mgt_comm_dtype dt)
+{
+	MPI_Datatype t = mpi_type(dt), blk, spaced;
+	if (m == n) return MPI_Allgather(s, (int)m, t, d, (int)m, t, comm);
+	int rc = MPI_Type_contiguous((int)m, t, &blk);
+	if (rc != MPI_SUCCESS) return rc;
+	rc = MPI_Type_create_resized(blk, 0, (MPI_Aint)(n * mgt_comm_dtype_size(dt)), &spaced);
+	MPI_Type_free(&blk);
+	if (rc != MPI_SUCCESS) return rc;
+	rc = MPI_Type_commit(&spaced);
+	if (rc == MPI_SUCCESS) rc = MPI_Allgather(s, (int)m, t, d, 1, spaced, comm);
+	MPI_Type_free(&spaced);
+	return rc;
+}
+
+static mgt_status mpi_allgather(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt)
+{
+	size_t es = mgt_comm_dtype_size(dt), bytes = n * es;
+	char *d = dst;
+	const char *s = src;
+	int in_place = s == d + (size_t)c->rank * bytes;
+	void *copy = NULL;
+	mgt_status st = settle(c, 0);
+	if (st) return st;
+	if (!in_place && overlaps(d, (size_t)c->size * bytes, s, bytes)) {
+		if (!(copy = mgt_malloc(bytes))) return MGT_ERR_NOMEM;
+		s = memcpy(copy, s, bytes);
+	}
+	for (size_t off = 0, m; off < n; off += m) {
+		m = chunk_of(n - off);
+		int rc = gather_chunk(comm_of(c), d + off * es, in_place ? MPI_IN_PLACE : s + off * es, m, n, dt);
+		if (rc != MPI_SUCCESS) {
+			free(copy);
+			return mpi_fail(c, rc, "allgather", -1, 0);
+		}
+	}
+	free(copy);
+	count(c, (double)(c->size - 1) * (double)bytes);
+	return MGT_OK;
+}
+
+/* Reduce-scatter of more than the chunk limit: pieces [off, off + m) of every rank's block
+ * packed side by side, one MPI_Reduce_scatter_block each (the pack buffer at most ~256 MiB). */
+static mgt_status scatter_chunks(mgt_comm *c, char *out, const char *src, size_t n, mgt_comm_dtype dt)
+{
+	size_t es = mgt_comm_dtype_size(dt), p = (size_t)c->size;
+	size_t m0 = chunk_of(((size_t)256 << 20) / es / p + 1);
+	char *pack = mgt_malloc(p * m0 * es);
+	if (!pack) return MGT_ERR_NOMEM;
+	int rc = MPI_SUCCESS;
+	for (size_t off = 0, m; off < n && rc == MPI_SUCCESS; off += m) {
+		m = n - off < m0 ? n - off : m0;
+		for (size_t i = 0; i < p; i++) memcpy(pack + i * m * es, src + (i * n + off) * es, m * es);
+		rc = MPI_Reduce_scatter_block(pack, out + off * es, (int)m, mpi_type(dt), MPI_SUM, comm_of(c));
+	}
+	free(pack);
+	return rc == MPI_SUCCESS ? MGT_OK : mpi_fail(c, rc, "reduce_scatter", -1, 0);
+}
+
+static mgt_status mpi_reduce_scatter(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt)
+{
+	size_t es = mgt_comm_dtype_size(dt), bytes = n * es;
+	char *out = dst, *copy = NULL;
+	mgt_status st = settle(c, 0);
+	if (st) return st;
+	if (overlaps(dst, bytes, src, (size_t)c->size * bytes) && !(out = copy = mgt_malloc(bytes)))
+		return MGT_ERR_NOMEM;
+	if (n && n == chunk_of(n)) {
+		int rc = MPI_Reduce_scatter_block(src, out, (int)n, mpi_type(dt), MPI_SUM, comm_of(c));
+		if (rc != MPI_SUCCESS) st = mpi_fail(c, rc, "reduce_scatter", -1, 0);
+	} else if (n) {
+		st = scatter_chunks(c, out, src, n, dt);
+	}
+	if (copy && !st) memcpy(dst, copy, bytes);
+	free(copy);
+	if (!st) count(c, (double)(c->size - 1) * (double)bytes);
+	return st;
+}
+
+static mgt_status check_peer(const mgt_comm *c, const char *what, int peer, int tag)
+{
+	if (peer < 0 || peer >= c->size)
+		return mgt_err(MGT_ERR_IO, "%s group: %s rank %d, which is not in the group (size %d)", c->name,
+			       what, peer, c->size);
+	if (tag < 0 || tag > rt.tag_ub)
+		return mgt_err(MGT_ERR_IO, "%s group: %s rank %d with tag %d (MPI allows 0 to %d)", c->name, what,
+			       peer, tag, rt.tag_ub);
+	return MGT_OK;
+}
+
+static mgt_status mpi_broadcast(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int root)
+{
+	size_t es = mgt_comm_dtype_size(dt);
+	mgt_status st = check_peer(c, "broadcast from", root, 0);
+	if (!st) st = settle(c, 0);
+	if (st) return st;
+	for (size_t off = 0, m; off < n; off += m) {
+		m = chunk_of(n - off);
+		int rc = MPI_Bcast((char *)buf + off * es, (int)m, mpi_type(dt), root, comm_of(c));
+		if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "broadcast from", root, 0);
+	}
+	count(c, c->rank == root ? (double)(n * es) : 0);
+	return MGT_OK;
+}
+
+static mgt_status mpi_send(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag)
+{
+	size_t es = mgt_comm_dtype_size(dt), off = 0;
+	mgt_status st = check_peer(c, "send to", peer, tag);
+	if (!st) st = settle(c, 0);
+	if (st) return st;
+	do { /* at least one message, also for n == 0 */
+		size_t m = chunk_of(n - off);
+		if ((st = send_chunk(c, (const char *)buf + off * es, m, dt, peer, tag))) return st;
+		off += m;
+	} while (off < n);
+	count(c, (double)(n * es));
+	return MGT_OK;
+}
+
+static mgt_status mpi_recv(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag)
+{
+	size_t es = mgt_comm_dtype_size(dt), off = 0;
+	mgt_status st = check_peer(c, "receive from", peer, tag);
+	if (!st) st = settle(c, 0);
+	if (st) return st;
+	for (;;) { /* at least one message, also for n == 0 */
+		size_t m = chunk_of(n - off);
+		MPI_Status status;
+		int got = -1, rc = MPI_Recv((char *)buf + off * es, (int)m, mpi_type(dt), peer, tag, comm_of(c), &status);
+		if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "receive from", peer, tag);
+		MPI_Get_count(&status, mpi_type(dt), &got);
+		if (got != (int)m)
+			return mgt_err(MGT_ERR_IO, "%s group: receive from rank %d (tag %d): %d elements arrived, "
+				       "expected %zu", c->name, peer, tag, got, m);
+		if ((off += m) >= n) break;
+	}
+	count(c, 0);
+	return MGT_OK;
+}
+
+static mgt_status mpi_barrier(mgt_comm *c)
+{
+	mgt_status st = settle(c, 1);
+	if (st) return st;
+	int rc = MPI_Barrier(comm_of(c));
+	if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "barrier", -1, 0);
+	count(c, 0);
+	return MGT_OK;
+}
+
+static void mpi_destroy(mgt_comm *c)
+{
+	mpi_impl *im = c->impl;
+	int done = 0;
+	MPI_Finalized(&done);
+	if (!done) {
+		settle(c, 1);
+		MPI_Comm_free(&im->comm);
+	}
+	for (size_t i = 0; i < im->npend; i++) free(im->pend[i].buf);
+	free(im->pend);
+	free(im);
+	free(c);
+}
+
+static const mgt_comm_ops mpi_ops = {
+	.allreduce = mpi_allreduce,
+	.allgather = mpi_allgather,
+	.reduce_scatter = mpi_reduce_scatter,
+	.broadcast = mpi_broadcast,
+	.send = mpi_send,
+	.recv = mpi_recv,
+	.barrier = mpi_barrier,
+	.destroy = mpi_destroy,
+};
+
+/* ---- groups ------------------------------------------------------------------------------- */
+
+/* MPI_Comm_split of the world into the group of this rank's color, ordered by key, as *out. */
+static mgt_status comm_split(int color, int key, const char *name, mgt_comm **out)
+{
+	char msg[MPI_MAX_ERROR_STRING];
+	MPI_Comm mc;
+	int rc = MPI_Comm_split(MPI_COMM_WORLD, color, key, &mc);
+	if (rc != MPI_SUCCESS) return mgt_err(MGT_ERR_IO, "cannot create the %s group: %s", name, mpi_errstr(rc, msg));
+	mpi_impl *im = mgt_malloc(sizeof *im);
+	mgt_comm *c = im ? mgt_malloc(sizeof *c) : NULL;
+	if (!c) {
+		free(im);
+		MPI_Comm_free(&mc);
+		return MGT_ERR_NOMEM;
+	}
+	MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+	MPI_Comm_set_name(mc, name);
+	*im = (mpi_impl){ .comm = mc };
+	*c = (mgt_comm){ .ops = &mpi_ops, .name = name, .impl = im };
+	MPI_Comm_rank(mc, &c->rank);
+	MPI_Comm_size(mc, &c->size);
+	*out = c;
+	return MGT_OK;
+}
+
+/* Sizes and ranks: rank = tp + TP*(cp + CP*(dp + DP*pp)). */
+static void layout(mgt_parallel *ps, int world, int rank, int tp, int pp, int cp)
+{
+	*ps = (mgt_parallel){ .world_size = world, .world_rank = rank, .tp = tp, .pp = pp, .cp = cp,
+			      .dp = world / (tp * pp * cp) };
+	ps->tp_rank = rank % tp;
+	ps->cp_rank = rank / tp % cp;
+	ps->dp_rank = rank / (tp * cp) % ps->dp;
+	ps->pp_rank = rank / (tp * cp * ps->dp);
+}
+
+/* The groups of dist.h: colors select the group, keys order it. */
+static mgt_status make_groups(mgt_parallel *ps)
+{
+	int r = ps->world_rank, TP = ps->tp, CP = ps->cp;
+	int pipe = ps->tp_rank + TP * (ps->cp_rank + CP * ps->dp_rank); /* this rank's pipeline */
+	int ends = ps->pp > 1 && (ps->pp_rank == 0 || ps->pp_rank == ps->pp - 1);
+	struct {
+		mgt_comm **slot;
+		int color, key;
+		const char *name;
+	} g[] = {
+		{ &ps->world, 0, r, "world" },
+		{ &ps->tp_comm, r / TP, ps->tp_rank, "tensor" },
+		{ &ps->dp_comm, ps->tp_rank + TP * (ps->cp_rank + CP * ps->pp_rank), ps->dp_rank, "data" },
+		{ &ps->pp_comm, pipe, ps->pp_rank, "pipeline" },
+		{ &ps->mp_comm, ps->cp_rank + CP * ps->dp_rank, r, "model" },
+		{ &ps->emb_comm, ends ? pipe : ps->world_size + r, ps->pp_rank, "embedding" },
+	};
+	for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
+		mgt_status st = comm_split(g[i].color, g[i].key, g[i].name, g[i].slot);
+		if (st) return st;
+	}
+	return MGT_OK;
+}
+
+mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp)
+{
+	memset(ps, 0, sizeof *ps);
+	mgt_status st = check_layout(rt.size, tp, pp, cp, rt.active ? "" : " (one process: start it with mpirun)");
+	if (st) return st;
+	if (!rt.active) return mgt_parallel_init_single(ps);
+	layout(ps, rt.size, rt.rank, tp, pp, cp);
+	st = make_groups(ps);
+	if (st) mgt_parallel_free(ps);
+	return st;
+}
+
+/* ---- the runtime -------------------------------------------------------------------------- */
+
+mgt_status mgt_dist_init(int *argc, char ***argv)
+{
+	char msg[MPI_MAX_ERROR_STRING];
+	int started = 0, provided;
+	if (rt.active || rt.finalized || !launched_size()) return MGT_OK;
+	MPI_Initialized(&started);
+	if (!started) {
+		int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+		if (rc != MPI_SUCCESS) return mgt_err(MGT_ERR_IO, "MPI_Init_thread failed: %s", mpi_errstr(rc, msg));
+		rt.owned = 1;
+	}
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	MPI_Comm_size(MPI_COMM_WORLD, &rt.size);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rt.rank);
+	int *ub, flag = 0;
+	if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag) rt.tag_ub = *ub;
+	rt.active = 1;
+	return MGT_OK;
+}
+
+int mgt_dist_active(void)
+{
+	return rt.active;
+}
+
+int mgt_dist_world_size(void)
+{
+	return rt.size;
+}
+
+int mgt_dist_world_rank(void)
+{
+	return rt.rank;
+}
+
+void mgt_dist_abort(int code)
+{
+	if (!rt.active) return;
+	fflush(NULL);
+	MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+void mgt_dist_finalize(void)
+{
+	if (!rt.active) return;
+	if (rt.owned) MPI_Finalize();
+	rt = (runtime){ .size = 1, .tag_ub = 32767, .finalized = 1 };
+}
+
+#else /* built without MPI: one process */
+
+mgt_status mgt_dist_init(int *argc, char ***argv)
+{
+	long n = launched_size();
+	if (n > 1)
+		return mgt_err(MGT_ERR_USAGE, "started as one of %ld processes (mpirun or srun), but mgt was built "
+			       "without MPI (install libopenmpi-dev and rebuild with make MPI=1)", n);
+	return MGT_OK;
+}
+
+int mgt_dist_active(void)
+{
+	return 0;
+}
+
+int mgt_dist_world_size(void)
+{
+	return 1;
+}
+
+int mgt_dist_world_rank(void)
+{
+	return 0;
+}
+
+void mgt_dist_abort(int code)
+{
+}
+
+void mgt_dist_finalize(void)
+{
+}
+
+mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp)
+{
+	memset(ps, 0, sizeof *ps);
+	mgt_status st = check_layout(1, tp, pp, cp, " (mgt was built without MPI)");
+	return st ? st : mgt_parallel_init_single(ps);
+}
+
+#endif
