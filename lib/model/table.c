@@ -147,14 +147,17 @@ static void add_layer(builder *bd, int i)
 	int64_t qkv = (nq + 2 * c->num_query_groups) * d, ffn = c->ffn_hidden_size;
 	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
 	bool bias = c->add_bias_linear;
+	/* Megatron-Core's parameter order (it decides the DDP buffer layout): Attention builds
+	 * linear_proj before SelfAttention builds linear_qkv; TE's LayerNormLinear registers the
+	 * norm's parameters before its own. */
+	add(bd, i, MGT_T_PROJ_W, "self_attention.linear_proj.weight", h, nq * d, MGT_SHARD_COL,
+	    MGT_INIT_NORMAL, out_std);
+	if (bias) add(bd, i, MGT_T_PROJ_B, "self_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 	add_norm(bd, i, MGT_T_LN1_W, "self_attention.linear_qkv.layer_norm_weight",
 		 "self_attention.linear_qkv.layer_norm_bias");
 	add(bd, i, MGT_T_QKV_W, "self_attention.linear_qkv.weight", qkv, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
 	if (bias || c->add_qkv_bias)
 		add(bd, i, MGT_T_QKV_B, "self_attention.linear_qkv.bias", qkv, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
-	add(bd, i, MGT_T_PROJ_W, "self_attention.linear_proj.weight", h, nq * d, MGT_SHARD_COL,
-	    MGT_INIT_NORMAL, out_std);
-	if (bias) add(bd, i, MGT_T_PROJ_B, "self_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 	add_norm(bd, i, MGT_T_LN2_W, "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias");
 	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
 	int64_t fc1_rows = c->swiglu ? 2 * ffn : ffn;

@@ -64,13 +64,14 @@ def tensors(stage, nstages):
         add("pos_emb", maxpos * h, True)
     per = L // nstages
     for l in range(stage * per, (stage + 1) * per):
+        # Megatron-Core's order: linear_proj is built before linear_qkv (Attention.__init__)
+        add("proj_w", h * (nq * d // tp))
+        if bias: add("proj_b", h, True)
         add("ln1_w", h, True)
         if ln: add("ln1_b", h, True)
         qkv = (nq + 2 * ng) * d
         add("qkv_w", qkv // tp * h)
         if qkv_bias: add("qkv_b", qkv // tp)
-        add("proj_w", h * (nq * d // tp))
-        if bias: add("proj_b", h, True)
         add("ln2_w", h, True)
         if ln: add("ln2_b", h, True)
         fc1 = 2 * ffn if swiglu else ffn
