@@ -16,7 +16,7 @@ train() {
 	_np=$1 _model=$2 _name=$3; shift 3
 	set -- "$BIN/mgt-train" --model "$_model" $GPT2 --data-path kjv_text_document --split 98,2,0 \
 		--data-cache-path cache --seq-length $SEQ --micro-batch-size $MBS --global-batch-size $GBS \
-		--lr 2e-3 --lr-warmup-iters 3 --eval-interval 0 --log-interval 1 --threads 1 --train-iters 10 \
+		--lr 2e-3 --lr-warmup-iters 3 --eval-interval 5 --eval-iters 1 --log-interval 1 --threads 1 --train-iters 10 \
 		--metrics-file "$_name.jsonl" "$@"
 	if [ "$_np" = 1 ]; then "$@" >"$_name.out" 2>"$_name.err" </dev/null
 	else $RUN "$_np" "$@" >"$_name.out" 2>"$_name.err" </dev/null; fi
@@ -24,17 +24,21 @@ train() {
 	[ $r = 0 ] || { echo "# $_name: exit $r"; tail -5 "$_name.err" | sed 's/^/#   /'; }
 	return $r
 }
-# same REF RUN [FROM]: lm loss of every iteration >= FROM of RUN within 1e-5 of REF's
+# same REF RUN [FROM]: lm loss of every iteration >= FROM of RUN, and the validation losses
+# (iterations 5 and 10 and the final one), within 1e-5 of REF's
 same() {
 	$PY - "$@" <<'PY'
 import json, sys
-def L(f): return {o["iteration"]: o["lm_loss"] for o in map(json.loads, open(f)) if "lm_loss" in o}
-a, b = L(sys.argv[1] + ".jsonl"), L(sys.argv[2] + ".jsonl")
+def L(f, key):
+    return {(o["iteration"], o.get("end", False)): o[key] for o in map(json.loads, open(f)) if key in o}
 lo = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-want = [i for i in a if i >= lo]
-if sorted(b) != want: sys.exit(f"# iterations {sorted(b)}, expected {want}")
-worst = max(abs(a[i] - b[i]) / abs(a[i]) for i in want)
-print(f"# {sys.argv[2]}: max relative loss difference {worst:.2e} over {len(want)} iterations")
+worst = 0.0
+for key in ("lm_loss", "valid_loss"):
+    a, b = L(sys.argv[1] + ".jsonl", key), L(sys.argv[2] + ".jsonl", key)
+    want = sorted(i for i in a if i[0] >= lo)
+    if sorted(b) != want: sys.exit(f"# {key} at {sorted(b)}, expected {want}")
+    worst = max([worst] + [abs(a[i] - b[i]) / abs(a[i]) for i in want])
+print(f"# {sys.argv[2]}: max relative difference of training and validation losses {worst:.2e}")
 sys.exit(worst > 1e-5)
 PY
 }
