@@ -67,7 +67,6 @@ static mgt_status setup_optimizer(trainer *t)
 			s->chunk = c;
 			s->lo = a->use_distributed_optimizer ? tt->buckets[b].offset + (size_t)d * per : 0;
 			s->hi = s->lo + per;
-			if (per > t->xfer_n) t->xfer_n = per;
 			mgt_status st = mgt_adamw_init(&s->opt, t->be, per);
 			if (st) return st;
 			s->opt.beta1 = a->adam_beta1;
@@ -77,8 +76,7 @@ static mgt_status setup_optimizer(trainer *t)
 			s->opt.clip_grad = a->clip_grad;
 		}
 	}
-	t->xfer = mgt_malloc((t->xfer_n ? t->xfer_n : 1) * sizeof(float));
-	return t->xfer ? MGT_OK : MGT_ERR_NOMEM;
+	return MGT_OK;
 }
 
 /* --data-path is kept as one space-separated string (mgt_args); split it into words. */
@@ -249,40 +247,25 @@ static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps
 
 /* ---- gradients and the optimizer step (megatron-reference.md section 10) ---- */
 
-/* Data-parallel reduction of one chunk's gradients, bucket by bucket: averaged all-reduce, or
- * with the distributed optimizer a reduce-scatter leaving each rank its shard. */
-static mgt_status dp_reduce(trainer *t, mgt_model *m)
-{
-	mgt_comm *dp = t->ps.dp_comm;
-	const mgt_tensor_table *tt = mgt_model_tensors(m);
-	float *g = mgt_model_grads(m);
-	mgt_status st = MGT_OK;
-	for (int b = 0; !st && b < tt->nbuckets; b++) {
-		const mgt_bucket *bk = &tt->buckets[b];
-		t->be->ops->scale(t->be, g + bk->offset, bk->numel, 1.0f / (float)dp->size);
-		if (!t->a->use_distributed_optimizer) {
-			st = dp->ops->allreduce(dp, g + bk->offset, bk->numel, MGT_DT_F32, MGT_RED_SUM);
-			continue;
-		}
-		size_t n = bk->numel / (size_t)dp->size;
-		st = dp->ops->reduce_scatter(dp, t->xfer, g + bk->offset, n, MGT_DT_F32);
-		if (!st) memcpy(g + bk->offset + (size_t)dp->rank * n, t->xfer, n * sizeof(float));
-	}
-	return st;
-}
+typedef enum { DP_ALLREDUCE_GRADS, DP_REDUCE_SCATTER_GRADS, DP_ALLGATHER_PARAMS } dp_op;
 
-/* After the step: every data-parallel rank gathers the updated shards of the others. */
-static mgt_status dp_gather_params(trainer *t, mgt_model *m)
+/* One data-parallel collective over every bucket of a chunk's flat buffer (in place: this
+ * rank's shard of a bucket of Nb elements is [offset + rank*Nb/DP, offset + (rank+1)*Nb/DP)):
+ * the averaged gradient all-reduce, the distributed optimizer's gradient reduce-scatter (each
+ * rank keeps its shard, averaged) or its parameter all-gather after the step. */
+static mgt_status dp_buckets(trainer *t, mgt_model *m, dp_op op)
 {
 	mgt_comm *dp = t->ps.dp_comm;
 	const mgt_tensor_table *tt = mgt_model_tensors(m);
-	float *p = mgt_model_params(m);
+	float *buf = op == DP_ALLGATHER_PARAMS ? mgt_model_params(m) : mgt_model_grads(m);
 	mgt_status st = MGT_OK;
 	for (int b = 0; !st && b < tt->nbuckets; b++) {
-		const mgt_bucket *bk = &tt->buckets[b];
-		size_t n = bk->numel / (size_t)dp->size;
-		memcpy(t->xfer, p + bk->offset + (size_t)dp->rank * n, n * sizeof(float));
-		st = dp->ops->allgather(dp, p + bk->offset, t->xfer, n, MGT_DT_F32);
+		float *x = buf + tt->buckets[b].offset;
+		size_t n = tt->buckets[b].numel, part = n / (size_t)dp->size, own = (size_t)dp->rank * part;
+		if (op != DP_ALLGATHER_PARAMS) t->be->ops->scale(t->be, x, n, 1.0f / (float)dp->size);
+		if (op == DP_ALLREDUCE_GRADS) st = dp->ops->allreduce(dp, x, n, MGT_DT_F32, MGT_RED_SUM);
+		else if (op == DP_REDUCE_SCATTER_GRADS) st = dp->ops->reduce_scatter(dp, x + own, x, part, MGT_DT_F32);
+		else st = dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
 	}
 	return st;
 }
@@ -317,7 +300,8 @@ static mgt_status reduce_grads(trainer *t)
 {
 	mgt_status st = MGT_OK;
 	for (int c = 0; !st && c < t->V; c++) st = mgt_model_finish_grads(t->chunk[c]);
-	for (int c = 0; !st && t->ps.dp > 1 && c < t->V; c++) st = dp_reduce(t, t->chunk[c]);
+	dp_op op = t->a->use_distributed_optimizer ? DP_REDUCE_SCATTER_GRADS : DP_ALLREDUCE_GRADS;
+	for (int c = 0; !st && t->ps.dp > 1 && c < t->V; c++) st = dp_buckets(t, t->chunk[c], op);
 	return st;
 }
 
@@ -361,7 +345,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 	*lr = mgt_lr_get(&t->sched);
 	*skipped = !isfinite(*loss) || !optimizer_step(t, *lr, *gnorm);
 	for (int c = 0; !st && !*skipped && t->a->use_distributed_optimizer && t->ps.dp > 1 && c < t->V; c++)
-		st = dp_gather_params(t, t->chunk[c]);
+		st = dp_buckets(t, t->chunk[c], DP_ALLGATHER_PARAMS);
 	t->be->ops->sync(t->be);
 	t->t_opt = mgt_now() - t0;
 	if (!*skipped) t->sched.num_steps += t->a->global_batch_size;
@@ -577,7 +561,6 @@ static void teardown(trainer *t)
 	free(t->chunk);
 	free(t->slots);
 	free(t->mb_scale);
-	free(t->xfer);
 	free(t->acts);
 	free(t->eval_acts);
 	mgt_gpt_data_close(t->data);

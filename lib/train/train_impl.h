@@ -47,8 +47,6 @@ typedef struct trainer {
 	sched_action *acts, *eval_acts;                /* this rank's actions for one global batch */
 	int n_acts, n_eval_acts;
 	float *mb_scale;                             /* [num_microbatches] loss scale per micro-batch */
-	float *xfer;                                 /* scratch: one bucket shard */
-	size_t xfer_n;
 	mgt_lr_sched sched;
 	int32_t eod;
 	/* progress (saved in checkpoints) */
