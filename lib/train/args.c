@@ -93,6 +93,7 @@
 	X(I, pipeline_model_parallel_size, pipeline_model_parallel_size, "pipeline-model-parallel-size", "1", "pipeline parallel size") \
 	X(I, num_layers_per_virtual_pipeline_stage, num_layers_per_virtual_pipeline_stage, "num-layers-per-virtual-pipeline-stage", "0", "layers per virtual stage (interleaved 1F1B)") \
 	X(I, virtual_pipeline_model_parallel_size, virtual_pipeline_model_parallel_size, "virtual-pipeline-model-parallel-size", "0", "or virtual stages per pipeline rank") \
+	X(I, num_virtual_stages_per_pipeline_rank, num_virtual_stages_per_pipeline_rank, "num-virtual-stages-per-pipeline-rank", "0", "the same (Megatron's newer name)") \
 	X(I, microbatch_group_size_per_vp_stage, microbatch_group_size_per_vp_stage, "microbatch-group-size-per-virtual-pipeline-stage", "0", "interleaving group (0: pipeline size)") \
 	X(B, sequence_parallel, sequence_parallel, "sequence-parallel", "false", "split norms and dropout along the sequence (TP > 1)") \
 	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "context parallel size (1 only)") \
@@ -386,6 +387,7 @@ static mgt_status derive_parallel(mgt_args *a)
 				       (long long)n);
 		a->virtual_pipeline_model_parallel_size = L / (pp * n);
 	}
+	if (a->num_virtual_stages_per_pipeline_rank > 0) a->virtual_pipeline_model_parallel_size = a->num_virtual_stages_per_pipeline_rank;
 	int64_t V = a->virtual_pipeline_model_parallel_size > 0 ? a->virtual_pipeline_model_parallel_size : 1;
 	if (L % (pp * V))
 		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld "

@@ -41,6 +41,7 @@ typedef struct mgt_args {
 	/* parallelism */
 	int64_t tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
 	int64_t num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size;
+	int64_t num_virtual_stages_per_pipeline_rank;
 	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;
 	bool sequence_parallel, use_distributed_optimizer;
 	/* mgt's own */
