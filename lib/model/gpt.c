@@ -165,9 +165,9 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 		return mgt_err(MGT_ERR_USAGE, "--micro-batch-size %d: out of range", L->mbs);
 	if (L->num_stages < 1 || L->stage < 0 || L->stage >= L->num_stages || L->slots < 1)
 		return mgt_err(MGT_ERR_USAGE, "pipeline stage %d of %d: out of range", L->stage, L->num_stages);
-	if (c->num_layers % L->num_stages)
-		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by the %d pipeline stages "
-			       "(pipeline size x virtual stages)", (long long)c->num_layers, L->num_stages);
+	int64_t first, n;
+	mgt_status st = mgt_stage_layers(c, L->num_stages, L->stage, &first, &n);
+	if (st) return st;
 	if (L->sequence_parallel && ps->tp > 1 && (c->seq_length * L->mbs) % ps->tp)
 		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel: --seq-length %lld x --micro-batch-size %d is not "
 			       "divisible by --tensor-model-parallel-size %d", (long long)c->seq_length, L->mbs, ps->tp);

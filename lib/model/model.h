@@ -35,6 +35,8 @@ typedef struct mgt_model_config {
 	bool swiglu, add_bias_linear, add_qkv_bias, untie_embeddings_and_output_weights;
 	int64_t make_vocab_size_divisible_by;
 	double hidden_dropout, attention_dropout, init_method_std;
+	/* uneven pipeline stages: layers of the first / last stage (0: even split) */
+	int64_t decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
 	/* derived by mgt_model_config_finalize */
 	int64_t vocab_size;        /* tokenizer vocabulary (unpadded) */
 	int64_t padded_vocab_size; /* multiple of make_vocab_size_divisible_by * TP */
@@ -46,6 +48,14 @@ typedef struct mgt_model_config {
  * seq_length <= max_position_embeddings for learned positions, rot_dim even, TP divides heads and
  * query groups and ffn.  Errors: MGT_ERR_USAGE with a message naming the flags. */
 mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp);
+
+/* The layers [*first, *first + *n) of pipeline stage `stage` of `nstages` (virtual stages
+ * included): an even split, or with decoder_first/last_pipeline_num_layers those counts on the
+ * first / last stage and the rest split evenly over the stages between
+ * (megatron/core/transformer/transformer_block.py get_num_layers_to_build,
+ * transformer_layer.py get_transformer_layer_offset).  Errors: MGT_ERR_USAGE naming the flags
+ * when the layers do not divide (the same answer for every stage). */
+mgt_status mgt_stage_layers(const mgt_model_config *c, int nstages, int stage, int64_t *first, int64_t *n);
 
 /* ---- the tensor table ---- */
 typedef enum {

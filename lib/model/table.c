@@ -127,9 +127,36 @@ static void add(builder *bd, int layer, mgt_tensor_role role, const char *suffix
 	tt->n++;
 }
 
+mgt_status mgt_stage_layers(const mgt_model_config *c, int nstages, int stage, int64_t *first, int64_t *n)
+{
+	int64_t L = c->num_layers, F = c->decoder_first_pipeline_num_layers, E = c->decoder_last_pipeline_num_layers;
+	bool uneven = F > 0 || E > 0;
+	int mid = nstages - (F > 0) - (E > 0);
+	int64_t rest = L - F - E;
+	*first = *n = 0;
+	if (uneven && (nstages < 2 || rest < 0 || (mid > 0 && (rest % mid || rest == 0)) || (mid == 0 && rest)))
+		return mgt_err(MGT_ERR_USAGE, "--decoder-first-pipeline-num-layers %lld and --decoder-last-pipeline-num-layers "
+			       "%lld leave %lld of --num-layers %lld for %d middle pipeline stages: they must divide evenly "
+			       "(and there must be 2 or more stages)", (long long)F, (long long)E, (long long)rest,
+			       (long long)L, mid);
+	if (!uneven && L % nstages)
+		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by the %d pipeline stages (pipeline "
+			       "size x virtual stages)", (long long)L, nstages);
+	int64_t per = uneven ? (mid ? rest / mid : 0) : L / nstages;
+	int64_t head = F > 0 ? F : per;
+	*first = stage == 0 ? 0 : head + (int64_t)(stage - 1) * per;
+	*n = stage == 0 ? head : (E > 0 && stage == nstages - 1) ? E : per;
+	return MGT_OK;
+}
+
 static int stage_of_layer(const builder *bd, int layer)
 {
-	return (int)(layer * bd->pp / bd->c->num_layers);
+	for (int s = 0; s < bd->pp; s++) {
+		int64_t f, n;
+		if (mgt_stage_layers(bd->c, bd->pp, s, &f, &n)) break;
+		if (layer < f + n) return s;
+	}
+	return bd->pp - 1;
 }
 
 static void add_norm(builder *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)

@@ -94,6 +94,8 @@
 	X(I, num_layers_per_virtual_pipeline_stage, num_layers_per_virtual_pipeline_stage, "num-layers-per-virtual-pipeline-stage", "0", "layers per virtual stage (interleaved 1F1B)") \
 	X(I, virtual_pipeline_model_parallel_size, virtual_pipeline_model_parallel_size, "virtual-pipeline-model-parallel-size", "0", "or virtual stages per pipeline rank") \
 	X(I, num_virtual_stages_per_pipeline_rank, num_virtual_stages_per_pipeline_rank, "num-virtual-stages-per-pipeline-rank", "0", "the same (Megatron's newer name)") \
+	X(I, decoder_first_pipeline_num_layers, model.decoder_first_pipeline_num_layers, "decoder-first-pipeline-num-layers", "0", "layers of the first pipeline stage (uneven; 0: even)") \
+	X(I, decoder_last_pipeline_num_layers, model.decoder_last_pipeline_num_layers, "decoder-last-pipeline-num-layers", "0", "layers of the last pipeline stage (uneven; 0: even)") \
 	X(I, microbatch_group_size_per_vp_stage, microbatch_group_size_per_vp_stage, "microbatch-group-size-per-virtual-pipeline-stage", "0", "interleaving group (0: pipeline size)") \
 	X(B, sequence_parallel, sequence_parallel, "sequence-parallel", "false", "split norms and dropout along the sequence (TP > 1)") \
 	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "context parallel size (1 only)") \
@@ -389,7 +391,16 @@ static mgt_status derive_parallel(mgt_args *a)
 	}
 	if (a->num_virtual_stages_per_pipeline_rank > 0) a->virtual_pipeline_model_parallel_size = a->num_virtual_stages_per_pipeline_rank;
 	int64_t V = a->virtual_pipeline_model_parallel_size > 0 ? a->virtual_pipeline_model_parallel_size : 1;
-	if (L % (pp * V))
+	bool uneven = a->model.decoder_first_pipeline_num_layers > 0 || a->model.decoder_last_pipeline_num_layers > 0;
+	if (uneven && V > 1)
+		return mgt_err(MGT_ERR_USAGE, "--decoder-first/last-pipeline-num-layers with virtual pipeline stages is "
+			       "not implemented");
+	if (uneven && pp < 2)
+		return mgt_err(MGT_ERR_USAGE, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+	int64_t f, n;
+	mgt_status st = uneven ? mgt_stage_layers(&a->model, (int)pp, 0, &f, &n) : MGT_OK;
+	if (st) return st;
+	if (!uneven && L % (pp * V))
 		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld "
 			       "x %lld virtual stages", (long long)L, (long long)pp, (long long)V);
 	if (V == 1) a->virtual_pipeline_model_parallel_size = 0;

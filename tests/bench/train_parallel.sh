@@ -10,7 +10,8 @@
 # Usage: tests/bench/train_parallel.sh
 # Environment: MODEL (tiny-gpt2), SEQ (128), MBS (2), GBS (16), ITERS (12), WARMUP (2), CORES
 #              (nproc), LAYOUTS: lines "NP NAME FLAGS..." (default: 1 process, DP2, DP2 with the
-#              distributed optimizer, TP2, TP2+SP, PP2, PP2 with 2 virtual stages, TP2xPP2xDP2)
+#              distributed optimizer, TP2, TP2+SP, PP2, PP2 with 1 layer on the last stage, PP2 with 2 virtual
+#              stages, TP2xPP2xDP2)
 set -e
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MODEL=${MODEL:-tiny-gpt2} SEQ=${SEQ:-128} MBS=${MBS:-2} GBS=${GBS:-16} ITERS=${ITERS:-12} WARMUP=${WARMUP:-2}
@@ -26,6 +27,7 @@ LAYOUTS=${LAYOUTS:-"1 single
 2 tp2 --tensor-model-parallel-size 2
 2 tp2-sp --tensor-model-parallel-size 2 --sequence-parallel
 2 pp2 --pipeline-model-parallel-size 2
+2 pp2-last1 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1
 2 pp2-vp2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 8 tp2-pp2-dp2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"}
 

@@ -30,6 +30,7 @@ V = int(kv.get("vp", 1))
 sp = kv.get("sp", "0") == "1" and tp > 1
 distopt = kv.get("distopt", "0") == "1"
 bucket_size = int(kv.get("bucket", 0))
+first_n, last_n = int(kv.get("first", 0)), int(kv.get("last", 0))  # uneven pipeline stages
 mbs, gbs, seq = int(kv["mbs"]), int(kv["gbs"]), int(kv["seq"])
 Vp = int(kv["vocab"])
 dp = W // (tp * pp)
@@ -52,6 +53,19 @@ T = seq * mbs
 S = P = None
 
 
+def stage_layers(stage, nstages):
+    """Megatron's placement: first_n / last_n layers on the first / last stage (when given),
+    the rest evenly over the others."""
+    counts = [0] * nstages
+    ends = [i for i, n in ((0, first_n), (nstages - 1, last_n)) if n]
+    for i in ends: counts[i] = first_n if i == 0 else last_n
+    others = [i for i in range(nstages) if i not in ends]
+    per = (L - sum(counts)) // len(others)
+    for i in others: counts[i] = per
+    lo = sum(counts[:stage])
+    return range(lo, lo + counts[stage])
+
+
 def tensors(stage, nstages):
     """(name, local numel, replicated over TP) in table order for one chunk."""
     first, last = stage == 0, stage == nstages - 1
@@ -62,8 +76,7 @@ def tensors(stage, nstages):
         add("word_emb", Vp // tp * h)
     if first and learned:
         add("pos_emb", maxpos * h, True)
-    per = L // nstages
-    for l in range(stage * per, (stage + 1) * per):
+    for l in stage_layers(stage, nstages):
         # Megatron-Core's order: linear_proj is built before linear_qkv (Attention.__init__)
         add("proj_w", h * (nq * d // tp))
         if bias: add("proj_b", h, True)
@@ -121,7 +134,7 @@ def expected(tp_rank, pp_rank):
         stage = c * pp + pp_rank
         first, last = stage == 0, stage == ns - 1
         ts = tensors(stage, ns)
-        nl = L // ns
+        nl = len(stage_layers(stage, ns))
         if tp > 1:
             if sp:
                 X = part(Th * h, tp)

@@ -71,6 +71,7 @@ for model in tiny-gpt2 tiny-llama; do
 2 tp2 tp=2 $V2 --tensor-model-parallel-size 2
 2 tp2-sp tp=2,sp=1 $V2 --tensor-model-parallel-size 2 --sequence-parallel
 2 pp2 pp=2 $V1 --pipeline-model-parallel-size 2
+2 pp2-uneven pp=2,last=1 $V1 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1
 2 pp2-vp2 pp=2,vp=2 $V1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 8 tp2-pp2-dp2 tp=2,pp=2,sp=1,distopt=1 $V2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
 LAYOUTS
@@ -108,6 +109,8 @@ ok "world 3 under TP2 refused" refused 3 "world size 3 is not divisible by --ten
 	--tensor-model-parallel-size 2
 ok "layers not divisible by PP x VPP refused" refused 2 "is not divisible by --pipeline-model-parallel-size 2 x --num-layers-per-virtual-pipeline-stage 3" \
 	--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3
+ok "uneven stages that do not divide refused" refused 4 "leave 2 of --num-layers 4 for 3 middle pipeline stages" \
+	--pipeline-model-parallel-size 4 --decoder-first-pipeline-num-layers 2
 ok "query groups not divisible by TP refused" refused 4 "tensor-model-parallel-size 4" --model tiny-llama \
 	--tensor-model-parallel-size 4
 ok "vocabulary padding of another TP refused on load" sh -c "! $RUN 2 $BIN/mgt-train --model $G $GPT2 \
