@@ -140,8 +140,39 @@ static void test_layout(int dp, bool distopt, int64_t bucket_size, bool shared)
 	mgt_tensor_table_free(&tt);
 }
 
+/* Stages tile the layers in order; uneven counts land on the first / last stage. */
+static void test_stages(int64_t L, int P, int64_t F, int64_t E, bool valid)
+{
+	mgt_model_config c = config(false);
+	c.num_layers = L;
+	c.decoder_first_pipeline_num_layers = F;
+	c.decoder_last_pipeline_num_layers = E;
+	int64_t next = 0, first, n;
+	int bad = 0, err = 0;
+	for (int s = 0; s < P; s++) {
+		if (mgt_stage_layers(&c, P, s, &first, &n)) { err++; continue; }
+		bad += first != next || n <= 0;
+		bad += (s == 0 && F && n != F) || (s == P - 1 && E && n != E);
+		next = first + n;
+	}
+	if (valid) CHECK(!err && !bad && next == L, "%lld layers on %d stages (first %lld, last %lld) tile in order",
+			 (long long)L, P, (long long)F, (long long)E);
+	else CHECK(err == P, "%lld layers on %d stages (first %lld, last %lld) refused: %s", (long long)L, P,
+		   (long long)F, (long long)E, mgt_err_msg());
+}
+
 int main(void)
 {
+	test_stages(8, 4, 0, 0, true);
+	test_stages(8, 2, 0, 1, true);
+	test_stages(8, 3, 2, 0, true);
+	test_stages(9, 4, 1, 2, true);
+	test_stages(8, 2, 3, 5, true);
+	test_stages(8, 3, 0, 0, false);
+	test_stages(8, 4, 3, 0, false);
+	test_stages(8, 4, 2, 0, true);
+	test_stages(8, 2, 3, 4, false);
+	test_stages(4, 1, 0, 1, false);
 	for (int tp = 1; tp <= 4; tp *= 2) {
 		test_boxes(false, tp);
 		test_boxes(true, tp);
