@@ -127,6 +127,10 @@ void mgt_tensor_table_free(mgt_tensor_table *tt);
 mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, int64_t bucket_size,
 				   bool shared_embedding);
 
+/* The part [*a, *b) of t's flat-buffer range [t->offset, t->offset + t->numel) inside the
+ * buffer range [lo, hi); false (and *a == *b) when they do not overlap. */
+bool mgt_tensor_overlap(const mgt_tensor *t, size_t lo, size_t hi, size_t *a, size_t *b);
+
 /* The boxes of the global tensor that hold the local elements [lo, hi) of t (0 <= lo < hi <=
  * t->numel, flat row-major over t->local_shape): at most 6 (a partial row, whole rows, a
  * partial row; twice for MGT_SHARD_ROW_GLU's two halves).  box[k] gets the global offset and

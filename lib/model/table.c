@@ -281,6 +281,15 @@ mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, i
 	return ls.st;
 }
 
+bool mgt_tensor_overlap(const mgt_tensor *t, size_t lo, size_t hi, size_t *a, size_t *b)
+{
+	*a = t->offset > lo ? t->offset : lo;
+	*b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+	if (*a < *b) return true;
+	*b = *a;
+	return false;
+}
+
 /* Local rows [a, b) of t that map to consecutive global rows starting at *g0 (segment k). */
 static int segments(const mgt_tensor *t, int64_t a[2], int64_t b[2], int64_t g0[2])
 {

@@ -85,14 +85,6 @@ void mgt_adamw_free(mgt_adamw *a)
 	a->m = a->v = NULL;
 }
 
-/* The part [*x, *y) of tensor t inside [lo, hi), in buffer elements; false when empty. */
-static bool clip_range(const mgt_tensor *t, size_t lo, size_t hi, size_t *x, size_t *y)
-{
-	*x = t->offset > lo ? t->offset : lo;
-	*y = t->offset + t->numel < hi ? t->offset + t->numel : hi;
-	return *x < *y;
-}
-
 double mgt_grad_sumsq(mgt_backend *be, const mgt_tensor_table *tt, const float *grads, size_t lo, size_t hi,
 		      bool (*count)(const mgt_tensor *t, const void *ctx), const void *ctx)
 {
@@ -100,7 +92,7 @@ double mgt_grad_sumsq(mgt_backend *be, const mgt_tensor_table *tt, const float *
 	for (int i = 0; i < tt->n; i++) {
 		size_t x, y;
 		const mgt_tensor *t = &tt->t[i];
-		if ((!count || count(t, ctx)) && clip_range(t, lo, hi, &x, &y)) ss += be->ops->sumsq(be, grads + x, y - x);
+		if ((!count || count(t, ctx)) && mgt_tensor_overlap(t, lo, hi, &x, &y)) ss += be->ops->sumsq(be, grads + x, y - x);
 	}
 	return ss;
 }
@@ -118,7 +110,7 @@ bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, flo
 	for (int i = 0; i < tt->n; i++) {
 		const mgt_tensor *t = &tt->t[i];
 		size_t x, y;
-		if (!clip_range(t, lo, hi, &x, &y)) continue;
+		if (!mgt_tensor_overlap(t, lo, hi, &x, &y)) continue;
 		float wd = t->weight_decay ? (float)a->weight_decay : 0.0f;
 		be->ops->adamw(be, params + x, grads + x, a->m + (x - lo), a->v + (x - lo), y - x, (float)lr,
 			       (float)a->beta1, (float)a->beta2, (float)a->eps, wd, a->step);

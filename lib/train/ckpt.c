@@ -66,7 +66,7 @@ static mgt_status full_table(trainer *t, mgt_tensor_table *full)
 }
 
 /* The tied word embedding's copy on the last stage duplicates the first stage's: never saved. */
-static bool is_copy(const trainer *t, const mgt_model *m, const mgt_tensor *x)
+static bool is_copy(const mgt_model *m, const mgt_tensor *x)
 {
 	return x->role == MGT_T_WORD_EMB && !mgt_model_is_first_stage(m);
 }
@@ -162,7 +162,7 @@ static mgt_status collect_params(trainer *t, piece_list *pl)
 		const float *p;
 		st = host_view(t, pl, mgt_model_params(m), tt->buf_numel, &p);
 		for (int i = 0; !st && i < tt->n; i++)
-			if (!is_copy(t, m, &tt->t[i]))
+			if (!is_copy(m, &tt->t[i]))
 				st = pl_add_range(pl, "", &tt->t[i], 0, tt->t[i].numel, p + tt->t[i].offset);
 	}
 	return st;
@@ -183,9 +183,8 @@ static mgt_status collect_moments(trainer *t, piece_list *pl)
 			st = host_view(t, pl, k ? s->opt.v : s->opt.m, s->hi - s->lo, &mom);
 			for (int j = 0; !st && j < tt->n; j++) {
 				const mgt_tensor *x = &tt->t[j];
-				size_t a = x->offset > s->lo ? x->offset : s->lo;
-				size_t b = x->offset + x->numel < s->hi ? x->offset + x->numel : s->hi;
-				if (a < b && !is_copy(t, m, x))
+				size_t a, b;
+				if (mgt_tensor_overlap(x, s->lo, s->hi, &a, &b) && !is_copy(m, x))
 					st = pl_add_range(pl, moment_prefix[k], x, a - x->offset, b - x->offset, mom + (a - s->lo));
 			}
 		}
@@ -319,9 +318,8 @@ static mgt_status read_moments(trainer *t, mgt_ckpt *c)
 			if (!h) return MGT_ERR_NOMEM;
 			for (int j = 0; !st && j < tt->n; j++) {
 				const mgt_tensor *x = &tt->t[j];
-				size_t a = x->offset > s->lo ? x->offset : s->lo;
-				size_t b = x->offset + x->numel < s->hi ? x->offset + x->numel : s->hi;
-				if (a < b) st = read_range(c, moment_prefix[k], x, a - x->offset, b - x->offset, h + (a - s->lo));
+				size_t a, b;
+				if (mgt_tensor_overlap(x, s->lo, s->hi, &a, &b)) st = read_range(c, moment_prefix[k], x, a - x->offset, b - x->offset, h + (a - s->lo));
 			}
 			st = unstage(t, dst, h, s->hi - s->lo, st);
 		}
