@@ -42,6 +42,15 @@ typedef struct mgt_backend mgt_backend;
 
 typedef enum { MGT_NORM_LAYERNORM, MGT_NORM_RMSNORM } mgt_norm_kind;
 typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU } mgt_act_kind;
+/* Precision of the linear layers' GEMM operands (--bf16, --fp16; fp32 is the reference).  With
+ * MGT_PREC_BF16 or MGT_PREC_FP16, linear_fwd and linear_bwd round their two operands (x and w,
+ * dy and w, dy and x) to that type, round to nearest even (fp16: overflow to +-inf, as a real
+ * fp16 tensor would), multiply exactly and accumulate in fp32 into fp32 outputs: what a tensor
+ * core GEMM with fp32 accumulation computes, up to summation order (Megatron's mixed precision:
+ * low-precision operands, fp32 main parameters, fp32 gradient accumulation).  The CPU backend
+ * emulates it bit for bit per product, so it is the reference for the CUDA backend in every
+ * mode.  Everything outside the GEMMs is fp32 in this version. */
+typedef enum { MGT_PREC_FP32, MGT_PREC_BF16, MGT_PREC_FP16 } mgt_precision;
 
 typedef struct mgt_backend_ops {
 	const char *name; /* "cpu", "cuda" */
@@ -56,6 +65,8 @@ typedef struct mgt_backend_ops {
 	void (*zero)(mgt_backend *be, void *p, size_t bytes);
 	/* Wait for queued work (no-op on CPU). */
 	void (*sync)(mgt_backend *be);
+	/* Free the backend's own state and be itself (mgt_backend_destroy calls it). */
+	void (*destroy)(mgt_backend *be);
 
 	/* ---- linear layers (GEMM) ---- */
 	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y. */
@@ -182,6 +193,9 @@ typedef struct mgt_backend_ops {
 struct mgt_backend {
 	const mgt_backend_ops *ops;
 	int threads; /* CPU threads used by ops and BLAS (read only: set by create) */
+	mgt_precision precision; /* GEMM operand precision (see mgt_precision); set after create */
+	size_t bytes_in_use, bytes_peak; /* device memory held by alloc now and at most, in bytes
+					  * (CUDA backend; 0 on the CPU, which reports RSS) */
 	bool host_memory; /* backend memory is ordinary host memory (CPU): callers may read and
 			   * write it directly instead of staging copies through upload/download */
 	void *impl;
@@ -194,5 +208,16 @@ struct mgt_backend {
  * ones (unless OPENBLAS_CORETYPE is set).  Ops on one backend must not run concurrently. */
 mgt_backend *mgt_backend_cpu_create(int threads);
 void mgt_backend_destroy(mgt_backend *be);
+
+/* The CUDA backend (lib/backend/cuda.c, kernels/): the same ops on device memory of GPU `device`,
+ * on one stream, GEMMs through cuBLASLt (fp32 operands computed in true fp32, not TF32), attention
+ * and everything else through kernels/.  Returns NULL with the reason in *st: MGT_ERR_USAGE
+ * (mgt built without CUDA, or no such device), MGT_ERR_IO (CUDA or cuBLASLt failed to start),
+ * MGT_ERR_NOMEM.  Free with mgt_backend_destroy.  Ops are asynchronous on the stream; download,
+ * sumsq and xent_loss (which return values) and sync wait for it. */
+mgt_backend *mgt_backend_cuda_create(int device, mgt_status *st);
+/* Number of CUDA devices usable by this process (0 when built without CUDA, without a driver or
+ * without a GPU).  Never fails. */
+int mgt_backend_cuda_devices(void);
 
 #endif

@@ -24,6 +24,7 @@
 #include <string.h>
 
 static void blas_warmup(mgt_backend *be);
+static void cpu_destroy(mgt_backend *be);
 
 /* Work (elements touched) below which an op runs on the calling thread only. */
 #define PAR_MIN 32768
@@ -676,6 +677,7 @@ static const mgt_backend_ops cpu_ops = {
 	.download = cpu_download,
 	.zero = cpu_zero,
 	.sync = cpu_sync,
+	.destroy = cpu_destroy,
 	.linear_fwd = cpu_linear_fwd,
 	.linear_bwd = cpu_linear_bwd,
 	.embedding_fwd = cpu_embedding_fwd,
@@ -781,14 +783,17 @@ static void blas_warmup(mgt_backend *be)
 	free(out);
 }
 
+static void cpu_destroy(mgt_backend *be)
+{
+	cpu_impl *im = be->impl;
+	if (im)
+		free(im->scratch);
+	free(im);
+	free(be);
+}
+
 void mgt_backend_destroy(mgt_backend *be)
 {
-	if (!be)
-		return;
-	if (be->ops == &cpu_ops && be->impl) {
-		cpu_impl *im = be->impl;
-		free(im->scratch);
-		free(im);
-	}
-	free(be);
+	if (be)
+		be->ops->destroy(be);
 }

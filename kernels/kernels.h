@@ -1,0 +1,118 @@
+/* kernels/: CUDA C kernels behind a C ABI (DESIGN.md section 2: "CUDA C kernels (.cu) behind a C
+ * ABI header; host-side launch code stays in lib/").  lib/backend/cuda.c calls these launchers;
+ * nothing else does.
+ *
+ * Every launcher below is the device twin of the CPU backend op of the same name in
+ * lib/backend/backend.h, with the same shapes, layouts, dtypes and semantics ("writes" /
+ * "accumulates", dropout indexing by Philox element index), which the header there documents and
+ * tests/gpu/test_cuda_ops.c checks op by op against the CPU backend.  Differences:
+ *  - All pointers are device memory.  Launchers only enqueue work on `stream` (no host
+ *    synchronization, no allocation); results that the CPU op returns as a double are written to
+ *    a device double instead.
+ *  - Reductions are deterministic: fixed grid and block sizes, per-block partial results reduced
+ *    in a fixed order, no floating-point atomics.  The same inputs give the same bits on the same
+ *    GPU (the bitwise-identical-losses check of make check-gpu relies on it).  Results may differ
+ *    from the CPU op by rounding (different summation order); tolerances in the test.
+ *  - Some launchers need scratch device memory `ws` of at least the bytes that their *_ws_bytes
+ *    function returns for the same shape; the caller owns it.
+ *  - Return value: cudaSuccess (0) or the error of the launch (cudaGetLastError after it), as an
+ *    int so that this header needs no CUDA header.
+ *
+ * Philox4x32-10 on the device must stay bit-identical to mgt_philox in lib/util (same rounds,
+ * constants and word order); dropout keeps element e of a site keyed `key` when
+ * (philox(key, 0, e)[0] >> 8) * 2^-24 >= p and scales kept values by 1/(1-p).
+ */
+#ifndef MGT_KERNELS_H
+#define MGT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *mgt_k_stream; /* = cudaStream_t */
+
+/* Storage dtypes of the cast kernels (and of GEMM operands in lib/backend/cuda.c). */
+typedef enum { MGT_K_F32 = 0, MGT_K_BF16 = 1, MGT_K_F16 = 2 } mgt_k_dtype;
+
+/* ---- casts and elementwise ---- */
+/* dst[i] = src[i] converted, round to nearest even; fp32 -> fp16 overflows to +-inf (no
+ * saturation: the fp16 loss scaler must see the overflow), NaN stays NaN.  n elements. */
+int mgt_k_cast(mgt_k_stream s, void *dst, mgt_k_dtype dst_t, const void *src, mgt_k_dtype src_t,
+	       size_t n);
+int mgt_k_scale(mgt_k_stream s, float *x, size_t n, float alpha);
+int mgt_k_add(mgt_k_stream s, float *y, const float *x, size_t n);
+/* out[0] = sum x[i]^2 in double, deterministic; NaN/Inf propagate. */
+size_t mgt_k_sumsq_ws_bytes(size_t n);
+int mgt_k_sumsq(mgt_k_stream s, double *out, const float *x, size_t n, void *ws);
+/* AdamW, backend.h's arithmetic in the CPU op's order (adamw_chunk in lib/backend/cpu.c): the
+ * caller computes, as cpu_adamw does, step_size = (float)(lr / (1 - b1^step)),
+ * bc2_sqrt = (float)sqrt(1 - b2^step) and decay = (float)(1 - lr*wd) (all in double, then fp32). */
+int mgt_k_adamw(mgt_k_stream s, float *p, const float *g, float *m, float *v, size_t n, float b1,
+		float b2, float eps, float step_size, float bc2_sqrt, float decay);
+
+/* ---- embedding ---- */
+int mgt_k_embedding_fwd(mgt_k_stream s, float *y, const int32_t *ids, const float *table,
+			int64_t row0, int64_t rows, int T, int h, int accumulate);
+/* Deterministic: each (row, column) of dtable receives its tokens' gradients in token order. */
+size_t mgt_k_embedding_bwd_ws_bytes(int T);
+int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const float *dy, const int32_t *ids,
+			int64_t row0, int64_t rows, int T, int h, void *ws);
+
+/* ---- normalization (kind: 0 LayerNorm, 1 RMSNorm; backend.h's mgt_norm_kind) ---- */
+int mgt_k_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd, const float *x,
+		   const float *w, const float *b, int T, int h, float eps);
+size_t mgt_k_norm_bwd_ws_bytes(int T, int h);
+int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
+		   const float *x, const float *w, const float *mean, const float *rstd, int T,
+		   int h, void *ws);
+
+/* ---- RoPE, in place on qkv [T, ng, r + 2, d] ---- */
+int mgt_k_rope(mgt_k_stream s, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
+	       int rot_dim, float base, int inverse);
+
+/* ---- causal attention with GQA (flash-style: lse saved, nothing O(s^2) stored) ---- */
+int mgt_k_attn_fwd(mgt_k_stream s, float *out, float *lse, const float *qkv, int seq, int b,
+		   int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
+size_t mgt_k_attn_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
+int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *qkv,
+		   const float *out, const float *lse, int seq, int b, int ng, int r, int d, float p,
+		   uint64_t key, int head0, int heads_total, void *ws);
+
+/* ---- MLP activation with bias (act: 0 GELU, 1 SwiGLU; backend.h's mgt_act_kind) ---- */
+int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float *x, const float *b, int T,
+		       int f);
+size_t mgt_k_bias_act_bwd_ws_bytes(int act, int T, int f);
+int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db, const float *dy,
+		       const float *x, const float *b, int T, int f, void *ws);
+
+/* ---- bias-dropout-add ---- */
+int mgt_k_bda_fwd(mgt_k_stream s, float *out, const float *resid, const float *y, const float *b,
+		  int T, int h, float p, uint64_t key, uint64_t e0);
+size_t mgt_k_bda_bwd_ws_bytes(int T, int h);
+int mgt_k_bda_bwd(mgt_k_stream s, float *dy, float *db, const float *dout, int T, int h, float p,
+		  uint64_t key, uint64_t e0, void *ws);
+
+/* Column sums: db[c] += sum_t dy[t, c] over dy [T, n], deterministic (the linear layers' bias
+ * gradient when the GEMM epilogue does not give it). */
+size_t mgt_k_colsum_ws_bytes(int T, int n);
+int mgt_k_colsum(mgt_k_stream s, float *db, const float *dy, int T, int n, void *ws);
+
+/* ---- vocab-parallel softmax cross-entropy ---- */
+int mgt_k_xent_max(mgt_k_stream s, float *mx, const float *logits, int T, int V);
+int mgt_k_xent_stats(mgt_k_stream s, float *sumexp, float *tgt, const float *logits,
+		     const int32_t *labels, const float *mx, int64_t v0, int T, int V);
+/* loss[t] written; out[0] = sum_t loss[t] * mask[t] in double. */
+size_t mgt_k_xent_loss_ws_bytes(int T);
+int mgt_k_xent_loss(mgt_k_stream s, double *out, float *loss, const float *mx,
+		    const float *sumexp, const float *tgt, const float *mask, int T, void *ws);
+int mgt_k_xent_bwd(mgt_k_stream s, float *dlogits, const float *logits, const int32_t *labels,
+		   const float *mx, const float *sumexp, const float *mask, float scale, int64_t v0,
+		   int T, int V);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
