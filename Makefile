@@ -5,11 +5,18 @@
 #   check          unit tests (C) and program tests (TAP shell scripts, run by prove)
 #   demo           the main job on the bundled data: preprocess KJV, train the tiny GPT on it
 #   bench          benchmarks in tests/bench/ (throughput, peak memory); raw results in build/bench/
+#   check-gpu      every CUDA op against the CPU op, whole-model and training checks (needs a GPU)
+#   bench-gpu      GPU benchmarks: GEMM ceiling, gpt2-124m and llama-3.2-1b tokens/s and MFU
+#   bundle         dist/mgt-bundle/: programs with mgt's Debian libraries linked in statically
+#                  (no MPI), for a machine with only the CUDA libraries (bundle/README)
 #   install        PREFIX (default /usr/local) and DESTDIR as usual
 #   clean
 #
 # Knobs (make VAR=value, or put them in config.mak):
-#   CUDA=auto|0|1        build the CUDA backend (auto: when nvcc is found); nothing needs it yet
+#   CUDA=auto|0|1        build the CUDA backend: kernels/ with nvcc, lib/backend/cuda*.c, NCCL
+#                        (auto: when nvcc is on PATH or in CUDA_HOME); programs then run on the
+#                        CPU or a GPU (mgt-train --device)
+#   CUDA_HOME=...        CUDA toolkit (default /usr/local/cuda: nvcc, cuBLASLt, NCCL)
 #   CUDA_ARCH=...        nvcc -gencode list (default sm_80 and sm_90a)
 #   MPI=auto|0|1         build with MPI (OpenMPI), for multi-process runs under mpirun (auto: when
 #                        mpicc is found or DEPS=1 installs it); without it a program runs as one
@@ -43,11 +50,22 @@ endif
 # they are asked after contrib/install-deps.sh has run on a fresh machine.
 PKG_CFLAGS = $(shell pkg-config --cflags hdf5 openblas 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs hdf5 openblas 2>/dev/null)
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Ilib -Icmd $(PKG_CFLAGS) $(MPI_CFLAGS) $(CFLAGS)
-LIBS       = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Ilib -Icmd $(PKG_CFLAGS) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(CFLAGS)
+LIBS       = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -fopenmp -lpthread -lm
 
+CUDA_HOME ?= /usr/local/cuda
+NVCC     ?= $(or $(shell command -v nvcc 2>/dev/null),$(CUDA_HOME)/bin/nvcc)
 ifeq ($(CUDA),auto)
-CUDA := $(if $(shell command -v nvcc 2>/dev/null),1,0)
+CUDA := $(if $(wildcard $(NVCC)),1,0)
+endif
+# CUDA: kernels compiled by nvcc into libmgt.a; the backend's host side (plain C) against the
+# toolkit's C headers; the CUDA runtime linked statically, cuBLASLt and NCCL dynamically (found
+# through the rpath, or LD_LIBRARY_PATH on machines that keep them elsewhere).
+ifeq ($(CUDA),1)
+CUDA_CFLAGS = -DMGT_HAVE_CUDA -DMGT_HAVE_NCCL -I$(CUDA_HOME)/include -Ikernels
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -lstdc++ -ldl -lrt
+NVCCFLAGS   = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -Ikernels -Ilib
+KERN_SRC    = $(wildcard kernels/*.cu)
 endif
 ifeq ($(MPI),auto)
 MPI := $(if $(shell command -v mpicc 2>/dev/null),1,$(if $(filter 1,$(DEPS)),1,0))
@@ -66,8 +84,9 @@ else
 Q = @
 say = @printf '  %-6s %s\n'
 endif
-LIB_SRC  = $(wildcard lib/*/*.c)
-LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o)
+# lib/backend/cuda*.c with CUDA, lib/backend/nocuda.c (the stubs) without
+LIB_SRC  = $(filter-out $(if $(filter 1,$(CUDA)),lib/backend/nocuda.c,lib/backend/cuda%.c),$(wildcard lib/*/*.c))
+LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o) $(KERN_SRC:%.cu=$(B)/%.o)
 CMD_SRC  = $(wildcard cmd/mgt*.c)
 PROGS    = $(CMD_SRC:cmd/%.c=bin/%)
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
@@ -87,6 +106,11 @@ $(B)/%.o: %.c $(wildcard lib/*/*.h cmd/*.h) | $(B)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(say) CC $<
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(B)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) | $(B)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(say) NVCC $<
+	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(B)/libmgt.a: $(LIB_OBJ)
 	$(say) AR $@

@@ -113,6 +113,32 @@ static void blas_threads(mgt_backend *be)
 	}
 }
 
+/* Under MGT_PREC_BF16/FP16, a copy of the n-element operand x rounded to that precision in the
+ * k-th rounding buffer (products of two such values are exact in fp32, so sgemm on the copies is
+ * the mixed-precision GEMM up to summation order); x itself under MGT_PREC_FP32.  If the buffer
+ * cannot grow, x is returned unrounded and the failure recorded with mgt_err (ops cannot fail). */
+static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t n)
+{
+	cpu_impl *im = be->impl;
+	if (be->precision == MGT_PREC_FP32)
+		return x;
+	if (im->round_cap[k] < n) {
+		float *p = realloc(im->round_buf[k], n * sizeof *p);
+		if (!p) {
+			mgt_err(MGT_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes to round GEMM operands", n * 4);
+			return x;
+		}
+		im->round_buf[k] = p;
+		im->round_cap[k] = n;
+	}
+	float *r = im->round_buf[k];
+	const bool bf = be->precision == MGT_PREC_BF16;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		r[i] = bf ? mgt_round_bf16(x[i]) : mgt_round_fp16(x[i]);
+	return r;
+}
+
 static void cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
 			   int T, int in, int out)
 {
@@ -129,6 +155,8 @@ static void cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const floa
 			memset(y, 0, (size_t)T * out * sizeof *y);
 		return;
 	}
+	x = gemm_operand(be, 0, x, (size_t)T * in);
+	w = gemm_operand(be, 1, w, (size_t)out * in);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in,
 		    b ? 1.0f : 0.0f, y, out);
 }
@@ -144,13 +172,15 @@ static void cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, con
 		return;
 	}
 	blas_threads(be);
-	if (dx)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dy, out, w, in,
-			    0.0f, dx, in);
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, T, 1.0f, dy, out, x, in, 1.0f,
-		    dw, in);
+	/* the bias gradient sums dy in fp32, as the GPU's does (only GEMM operands are rounded) */
 	if (db)
 		colsum_acc(be, db, dy, T, out);
+	const float *dyr = gemm_operand(be, 0, dy, (size_t)T * out);
+	if (dx)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dyr, out,
+			    gemm_operand(be, 1, w, (size_t)out * in), in, 0.0f, dx, in);
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, T, 1.0f, dyr, out,
+		    gemm_operand(be, 1, x, (size_t)T * in), in, 1.0f, dw, in);
 }
 
 /* ---- embedding ---- */
@@ -786,8 +816,11 @@ static void blas_warmup(mgt_backend *be)
 static void cpu_destroy(mgt_backend *be)
 {
 	cpu_impl *im = be->impl;
-	if (im)
+	if (im) {
 		free(im->scratch);
+		free(im->round_buf[0]);
+		free(im->round_buf[1]);
+	}
 	free(im);
 	free(be);
 }

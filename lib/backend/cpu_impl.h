@@ -30,6 +30,9 @@ typedef struct {
 	/* Per-thread attention scratch, allocated at create: two CPU_AQ x CPU_AK float tiles and a
 	 * CPU_AQ x CPU_AK byte mask each, cpu_scratch_bytes apart. */
 	unsigned char *scratch;
+	/* Rounded GEMM operands under MGT_PREC_BF16/FP16 (grown on demand, freed at destroy). */
+	float *round_buf[2];
+	size_t round_cap[2];
 } cpu_impl;
 
 enum { cpu_scratch_bytes = 2 * CPU_AQ * CPU_AK * 4 + CPU_AQ * CPU_AK + 64 * 4 };

@@ -117,3 +117,39 @@ bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, flo
 	}
 	return true;
 }
+
+mgt_status mgt_loss_scaler_init(mgt_loss_scaler *ls, double constant_scale, double initial,
+				double min_scale, int64_t window, int64_t hysteresis)
+{
+	bool dynamic = !(constant_scale > 0);
+	double s0 = dynamic ? initial : constant_scale;
+	if (!(s0 > 0) || isinf(s0))
+		return mgt_err(MGT_ERR_USAGE, "%s: expected a positive finite loss scale, got %g",
+			       dynamic ? "--initial-loss-scale" : "--loss-scale", s0);
+	if (dynamic && (!(min_scale > 0) || min_scale > s0))
+		return mgt_err(MGT_ERR_USAGE, "--min-loss-scale: expected a value in (0, %g], got %g", s0, min_scale);
+	if (window < 1)
+		return mgt_err(MGT_ERR_USAGE, "--loss-scale-window: expected at least 1, got %lld", (long long)window);
+	if (hysteresis < 1)
+		return mgt_err(MGT_ERR_USAGE, "--hysteresis: expected at least 1, got %lld", (long long)hysteresis);
+	*ls = (mgt_loss_scaler){ .scale = s0, .min_scale = min_scale, .window = window, .hysteresis = hysteresis,
+				 .growth_tracker = 0, .hysteresis_tracker = hysteresis, .dynamic = dynamic };
+	return MGT_OK;
+}
+
+void mgt_loss_scaler_update(mgt_loss_scaler *ls, bool found_inf)
+{
+	if (!ls->dynamic)
+		return;
+	if (found_inf) {
+		ls->growth_tracker = 0;
+		if (--ls->hysteresis_tracker <= 0)
+			ls->scale = fmax(ls->scale * 0.5, ls->min_scale);
+		return;
+	}
+	if (++ls->growth_tracker == ls->window) {
+		ls->growth_tracker = 0;
+		ls->hysteresis_tracker = ls->hysteresis;
+		ls->scale *= 2.0;
+	}
+}

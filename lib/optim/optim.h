@@ -61,4 +61,28 @@ double mgt_grad_sumsq(mgt_backend *be, const mgt_tensor_table *tt, const float *
 bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, float *grads, size_t lo,
 		    size_t hi, double lr, double norm);
 
+/* Megatron's fp16 loss scaler (megatron/core/optimizer/grad_scaler.py, megatron-reference.md
+ * section 5.5).  The backward runs on loss * scale; the trainer unscales the gradients by 1/scale
+ * before the norm and the step, skips the step when any gradient is inf or NaN, and then calls
+ * mgt_loss_scaler_update.  Dynamic (--loss-scale unset): on an inf/NaN iteration the growth
+ * counter restarts, the hysteresis counter drops, and once it reaches 0 the scale halves (not
+ * below --min-loss-scale); after --loss-scale-window clean iterations in a row the scale doubles
+ * and the hysteresis counter refills.  Constant (--loss-scale S): scale stays S, steps with
+ * inf/NaN are still skipped.  Without --fp16 the scale is 1 and never changes (bf16 and fp32
+ * need none).  The state is saved in checkpoints (mgt-ckpt(5)). */
+typedef struct mgt_loss_scaler {
+	double scale, min_scale;
+	int64_t window, hysteresis;          /* --loss-scale-window, --hysteresis */
+	int64_t growth_tracker, hysteresis_tracker;
+	bool dynamic;
+} mgt_loss_scaler;
+
+/* Set up: dynamic with initial scale `initial` when constant_scale <= 0, else constant.
+ * Errors: MGT_ERR_USAGE naming the flag (scales not positive and finite, window < 1,
+ * hysteresis < 1, min above initial). */
+mgt_status mgt_loss_scaler_init(mgt_loss_scaler *ls, double constant_scale, double initial,
+				double min_scale, int64_t window, int64_t hysteresis);
+/* Account one iteration: found_inf says whether any gradient was inf or NaN. */
+void mgt_loss_scaler_update(mgt_loss_scaler *ls, bool found_inf);
+
 #endif

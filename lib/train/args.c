@@ -101,6 +101,16 @@
 	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "context parallel size (1 only)") \
 	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "shard optimizer state over data-parallel ranks") \
 	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "gradient bucket elements (0: one bucket)") \
+	X(H, precision, _, "", "", "mixed precision (megatron-reference section 5.5)") \
+	X(B, bf16, bf16, "bf16", "false", "bf16 GEMM operands; fp32 main parameters, gradients and reductions") \
+	X(B, fp16, fp16, "fp16", "false", "fp16 GEMM operands with loss scaling; fp32 main parameters and gradients") \
+	X(F, loss_scale, loss_scale, "loss-scale", "0", "constant fp16 loss scale (0: dynamic)") \
+	X(F, initial_loss_scale, initial_loss_scale, "initial-loss-scale", "4294967296", "first dynamic loss scale (2^32)") \
+	X(F, min_loss_scale, min_loss_scale, "min-loss-scale", "1.0", "lowest dynamic loss scale") \
+	X(I, loss_scale_window, loss_scale_window, "loss-scale-window", "1000", "clean iterations before the scale doubles") \
+	X(I, hysteresis, hysteresis, "hysteresis", "2", "inf/NaN iterations tolerated before the scale halves") \
+	X(H, device, _, "", "", "device and reporting") \
+	X(S, device, device, "device", "auto", "cpu, cuda, or auto (cuda when built with CUDA and a GPU is present)") \
 	X(I, threads, threads, "threads", "0", "CPU threads (0: all)") \
 	X(F, peak_tflops, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU (0: not reported)") \
 	X(S, metrics_file, metrics_file, "metrics-file", "", "JSONL metrics, one object per iteration") \
@@ -413,6 +423,10 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	mgt_status st = derive_parallel(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
+	if (a->bf16 && a->fp16) return mgt_err(MGT_ERR_USAGE, "--bf16 and --fp16 exclude each other");
+	const char *dev = a->device ? a->device : "auto";
+	if (strcmp(dev, "auto") && strcmp(dev, "cpu") && strcmp(dev, "cuda"))
+		return mgt_err(MGT_ERR_USAGE, "--device: expected auto, cpu or cuda, got '%s'", dev);
 	if (!a->global_batch_size) a->global_batch_size = a->micro_batch_size * a->data_parallel_size;
 	int64_t per = a->micro_batch_size * a->data_parallel_size;
 	if (a->global_batch_size <= 0 || a->global_batch_size % per)

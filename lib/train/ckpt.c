@@ -54,6 +54,13 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 		"wsd_decay_steps", (json_int_t)s->wsd_decay_steps, "lr_decay_style", s->style,
 		"lr_wsd_decay_style", s->wsd_style, "num_steps", (json_int_t)s->num_steps,
 		"optimizer", "step", (json_int_t)t->shard[0].opt.step, "rng", "seed", (json_int_t)a->seed);
+	const mgt_loss_scaler *ls = &t->scaler;
+	if (o && json_object_set_new(o, "grad_scaler", json_pack("{s:f, s:I, s:I}", "scale", ls->scale,
+			"growth_tracker", (json_int_t)ls->growth_tracker, "hysteresis_tracker",
+			(json_int_t)ls->hysteresis_tracker))) {
+		json_decref(o);
+		o = NULL;
+	}
 	char *txt = o ? json_dumps(o, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
 	json_decref(o);
 	return txt;
@@ -357,6 +364,13 @@ static mgt_status restore_progress(trainer *t, json_t *meta)
 	t->flops_so_far = json_number_value(json_object_get(meta, "num_floating_point_operations_so_far"));
 	t->sched.num_steps = jint(json_object_get(meta, "opt_param_scheduler"), "num_steps");
 	for (int i = 0; i < t->nshard; i++) t->shard[i].opt.step = jint(json_object_get(meta, "optimizer"), "step");
+	/* the dynamic fp16 scaler goes on where it was (a constant one, or none, keeps its own) */
+	json_t *gs = json_object_get(meta, "grad_scaler");
+	if (t->scaler.dynamic && gs && !t->a->no_load_optim) {
+		t->scaler.scale = json_number_value(json_object_get(gs, "scale"));
+		t->scaler.growth_tracker = jint(gs, "growth_tracker");
+		t->scaler.hysteresis_tracker = jint(gs, "hysteresis_tracker");
+	}
 	return MGT_OK;
 }
 

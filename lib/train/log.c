@@ -43,6 +43,7 @@ static void write_metrics(trainer *t, double loss, double lr, double gnorm, bool
 			      "skipped", skipped, "elapsed_ms", iter_s * 1e3, "tokens_per_s", tokens / iter_s,
 			      "tflops", tflops, "time_fwd_ms", t->t_fwd * 1e3, "time_bwd_ms", t->t_bwd * 1e3,
 			      "time_opt_ms", t->t_opt * 1e3, "peak_rss_bytes", (json_int_t)trainer_peak_rss());
+	json_object_set_new(o, "loss_scale", json_real(t->scaler.scale));
 	if (a->peak_tflops > 0) json_object_set_new(o, "mfu", json_real(tflops / a->peak_tflops));
 	char *s = json_dumps(o, JSON_COMPACT);
 	if (s) fprintf(t->metrics, "%s\n", s);
@@ -66,7 +67,7 @@ static void print_line(trainer *t, double lr, double gnorm)
 			mgt_model_flops(&a->model, a->global_batch_size) / elapsed / 1e12 / t->ps.world_size);
 	fprintf(f, " learning rate: %.6E | global batch size: %5lld |", lr, (long long)a->global_batch_size);
 	if (t->int_iters > 0) fprintf(f, " lm loss: %.6E |", t->int_loss / (double)t->int_iters);
-	fprintf(f, " loss scale: 1.0 |");
+	fprintf(f, " loss scale: %.1f |", t->scaler.scale);
 	if (a->clip_grad > 0 || isfinite(gnorm)) fprintf(f, " grad norm: %.3f |", a->clip_grad > 0 ? gnorm : 0.0);
 	fprintf(f, " number of skipped iterations: %3lld | number of nan iterations: %3lld |\n",
 		(long long)t->int_skipped, (long long)t->int_nan);
@@ -123,13 +124,20 @@ void trainer_log_memory(trainer *t, const char *when)
 	for (int i = 0; i < t->nshard; i++) opt += 2 * (t->shard[i].hi - t->shard[i].lo) * sizeof(float);
 	size_t total = m.params + m.grads + opt + m.activations + m.workspace;
 	double mb = 1024.0 * 1024.0;
-	size_t rss = trainer_peak_rss();
 	fprintf(t->io->log, "memory %s: computed %.1f MiB (parameters %.1f, gradients %.1f, optimizer %.1f, "
-		"activations %.1f, workspace %.1f) | peak RSS %.1f MiB, of which %.1f MiB before the model "
-		"(program, libraries, tokenizer) | peak RSS over that / computed: %.3f\n", when,
-		(double)total / mb, (double)m.params / mb, (double)m.grads / mb, (double)opt / mb,
-		(double)m.activations / mb, (double)m.workspace / mb, (double)rss / mb,
-		(double)t->rss_baseline / mb, (double)(rss - t->rss_baseline) / (double)total);
+		"activations %.1f, workspace %.1f) | ", when, (double)total / mb, (double)m.params / mb,
+		(double)m.grads / mb, (double)opt / mb, (double)m.activations / mb, (double)m.workspace / mb);
+	if (!t->be->host_memory) {
+		/* the backend's own allocations; its GEMM and kernel scratch is part of "workspace" */
+		fprintf(t->io->log, "peak device memory %.1f MiB (%.1f MiB now) | peak device / computed: %.3f\n",
+			(double)t->be->bytes_peak / mb, (double)t->be->bytes_in_use / mb,
+			(double)t->be->bytes_peak / (double)total);
+	} else {
+		size_t rss = trainer_peak_rss();
+		fprintf(t->io->log, "peak RSS %.1f MiB, of which %.1f MiB before the model (program, libraries, "
+			"tokenizer) | peak RSS over that / computed: %.3f\n", (double)rss / mb,
+			(double)t->rss_baseline / mb, (double)(rss - t->rss_baseline) / (double)total);
+	}
 	fflush(t->io->log);
 }
 

@@ -221,7 +221,8 @@ static mgt_status run_backward(trainer *t, const sched_action *x)
 	size_t n = mgt_model_hidden_numel(m);
 	bool last = last_vstage(t, x->chunk);
 	mgt_status st = last ? MGT_OK : pp->ops->recv(pp, mgt_model_hidden_grad(m), n, MGT_DT_F32, (r + 1) % P, TAG_BWD);
-	if (!st) st = mgt_model_backward(m, x->mb % t->slots[x->chunk], true, last ? t->mb_scale[x->mb] : 0.0f);
+	float scale = last ? (float)(t->mb_scale[x->mb] * t->scaler.scale) : 0.0f;
+	if (!st) st = mgt_model_backward(m, x->mb % t->slots[x->chunk], true, scale);
 	if (!st && !first_vstage(t, x->chunk))
 		st = pp->ops->send(pp, mgt_model_hidden_grad(m), n, MGT_DT_F32, (r + P - 1) % P, TAG_BWD);
 	return st;
@@ -296,6 +297,18 @@ static mgt_status grad_norm(trainer *t, double *norm)
 	return st;
 }
 
+/* fp16: divide this rank's gradient shards by the loss scale (a power of two: exact unless a
+ * value under- or overflows), as Megatron's _unscale_main_grads_and_check_for_nan. */
+static void unscale_grads(trainer *t)
+{
+	if (t->scaler.scale == 1.0) return;
+	for (int i = 0; i < t->nshard; i++) {
+		opt_shard *s = &t->shard[i];
+		float *g = mgt_model_grads(t->chunk[s->chunk]);
+		t->be->ops->scale(t->be, g + s->lo, s->hi - s->lo, (float)(1.0 / t->scaler.scale));
+	}
+}
+
 static mgt_status reduce_grads(trainer *t)
 {
 	mgt_status st = MGT_OK;
@@ -336,6 +349,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 		t->t_bwd += b;
 	}
 	if (!st) st = reduce_grads(t);
+	if (!st) unscale_grads(t);
 	if (!st) st = grad_norm(t, gnorm);
 	if (!st && t->dumping && t->dump.iters == 1)
 		st = t->be->ops->download(t->be, t->dump.grads, mgt_model_grads(t->model),
@@ -344,6 +358,8 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 	double t0 = mgt_now();
 	*lr = mgt_lr_get(&t->sched);
 	*skipped = !isfinite(*loss) || !optimizer_step(t, *lr, *gnorm);
+	/* an inf/NaN gradient anywhere makes the norm (summed over the job) inf/NaN on every rank */
+	mgt_loss_scaler_update(&t->scaler, !isfinite(*gnorm));
 	for (int c = 0; !st && !*skipped && t->a->use_distributed_optimizer && t->ps.dp > 1 && c < t->V; c++)
 		st = dp_buckets(t, t->chunk[c], DP_ALLGATHER_PARAMS);
 	t->be->ops->sync(t->be);
@@ -517,6 +533,38 @@ static mgt_status open_data_ordered(trainer *t)
 	return st;
 }
 
+/* The GPU of this process: its rank on the node (OpenMPI, Slurm) modulo the GPUs it sees. */
+static int local_device(const trainer *t, int ndev)
+{
+	const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	if (!v) v = getenv("SLURM_LOCALID");
+	int r = v ? atoi(v) : t->ps.world_rank;
+	return (r < 0 ? 0 : r) % ndev;
+}
+
+/* --device: the CUDA backend for cuda (or auto with a GPU present), else the CPU backend; the
+ * GEMM precision from --bf16/--fp16; the fp16 loss scaler. */
+static mgt_status setup_backend(trainer *t)
+{
+	mgt_args *a = t->a;
+	const char *dev = a->device ? a->device : "auto";
+	int ndev = strcmp(dev, "cpu") ? mgt_backend_cuda_devices() : 0;
+	mgt_status st = MGT_OK;
+	if (!strcmp(dev, "cuda") && ndev == 0) {
+		t->be = mgt_backend_cuda_create(0, &st); /* says why: no CUDA build, no GPU */
+		if (!t->be && !st) st = mgt_err(MGT_ERR_USAGE, "--device cuda: no CUDA device");
+	} else if (ndev > 0) {
+		t->be = mgt_backend_cuda_create(local_device(t, ndev), &st);
+	} else if (!(t->be = mgt_backend_cpu_create((int)a->threads))) {
+		st = MGT_ERR_NOMEM;
+	}
+	if (st || !t->be) return st ? st : MGT_ERR_NOMEM;
+	t->be->precision = a->bf16 ? MGT_PREC_BF16 : a->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32;
+	if (!a->fp16) return mgt_loss_scaler_init(&t->scaler, 1.0, 1.0, 1.0, 1, 1);
+	return mgt_loss_scaler_init(&t->scaler, a->loss_scale, a->initial_loss_scale, a->min_loss_scale,
+				    a->loss_scale_window, a->hysteresis);
+}
+
 static mgt_status setup(trainer *t)
 {
 	mgt_args *a = t->a;
@@ -528,7 +576,7 @@ static mgt_status setup(trainer *t)
 	if (!st) st = mgt_parallel_init(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,
 					(int)a->context_parallel_size);
 	if (st) return st;
-	if (!(t->be = mgt_backend_cpu_create((int)a->threads))) return MGT_ERR_NOMEM;
+	if ((st = setup_backend(t))) return st;
 	t->rss_baseline = trainer_peak_rss();
 	st = setup_pipeline(t);
 	if (!st) st = setup_schedule(t);

@@ -44,7 +44,12 @@ typedef struct mgt_args {
 	int64_t num_virtual_stages_per_pipeline_rank;
 	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;
 	bool sequence_parallel, use_distributed_optimizer;
+	/* mixed precision */
+	bool bf16, fp16;
+	double loss_scale, initial_loss_scale, min_loss_scale;
+	int64_t loss_scale_window, hysteresis;
 	/* mgt's own */
+	char *device;                        /* "auto", "cpu", "cuda" */
 	int64_t threads;
 	char *metrics_file, *debug_dump, *comm_log;
 	double peak_tflops;

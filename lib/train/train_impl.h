@@ -48,6 +48,7 @@ typedef struct trainer {
 	int n_acts, n_eval_acts;
 	float *mb_scale;                             /* [num_microbatches] loss scale per micro-batch */
 	mgt_lr_sched sched;
+	mgt_loss_scaler scaler;                      /* scale 1 and static unless --fp16 */
 	int32_t eod;
 	/* progress (saved in checkpoints) */
 	int64_t iteration, consumed_train, consumed_valid, skipped_iters, nan_iters;

@@ -320,6 +320,32 @@ float mgt_philox_normal(uint64_t key, uint64_t i)
 	return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
+static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* Round the fp32 significand to keep `drop` fewer low bits, ties to even, by integer addition on
+ * the bits (a carry into the exponent is the correct rounding up to the next binade). */
+static float round_bits(float x, int drop)
+{
+	uint32_t u = f2u(x), half = (1u << (drop - 1)) - 1u;
+	if ((u & 0x7f800000u) == 0x7f800000u) return x; /* inf, NaN */
+	u += half + ((u >> drop) & 1u);
+	return u2f(u & ~((1u << drop) - 1u));
+}
+
+float mgt_round_bf16(float x) { return round_bits(x, 16); }
+
+float mgt_round_fp16(float x)
+{
+	float a = fabsf(x);
+	if (isnan(x) || isinf(x)) return x;
+	if (a >= 65520.0f) return copysignf(INFINITY, x);
+	/* fp16 subnormals (below 2^-14) have the fixed quantum 2^-24: scale (exactly), round to an
+	 * integer under the default ties-to-even mode, scale back. */
+	if (a < 0x1p-14f) return copysignf(nearbyintf(a * 0x1p24f) * 0x1p-24f, x);
+	return round_bits(x, 13);
+}
+
 uint64_t mgt_hash64(const char *s)
 {
 	uint64_t h = 1469598103934665603ull;

@@ -91,6 +91,14 @@ static inline float mgt_u32_to_unit(uint32_t w) { return (float)(w >> 8) * (1.0f
  * philox(key, 0, i), in double precision, rounded to float.  Deterministic across platforms as
  * far as libm's log/cos are (glibc: correctly rounded in practice). */
 float mgt_philox_normal(uint64_t key, uint64_t i);
+/* x rounded to the nearest bfloat16 (8 significant bits) or IEEE binary16 (11 significant bits,
+ * exponent -14..15, subnormals down to 2^-24), ties to even, returned as the float of that value
+ * (exact in fp32).  fp16: magnitudes from 65520 up become +-inf, as a real fp16 cast does
+ * (torch's .half(), CUDA's __float2half_rn); bf16 overflows to inf only past FLT_MAX's rounding.
+ * NaN stays NaN, +-inf stays.  Source: IEEE 754-2008 section 4.3.1 (roundTiesToEven). */
+float mgt_round_bf16(float x);
+float mgt_round_fp16(float x);
+
 /* 64-bit FNV-1a of a string, used to turn a tensor name into a Philox key. */
 uint64_t mgt_hash64(const char *s);
 

@@ -1,0 +1,149 @@
+/* Mixed precision on the CPU: bf16/fp16 rounding (lib/util), the emulated low-precision GEMM
+ * operands of the CPU backend (the reference for the CUDA backend's --bf16/--fp16), and the fp16
+ * loss scaler (lib/optim, Megatron's DynamicGradScaler rules).
+ *
+ * References are independent of the code under test: rounding is checked against a second
+ * method (frexp/ldexp and nearbyint in double, no bit tricks) over a million random bit patterns
+ * plus hand-derived IEEE cases; the GEMM against a double-precision product of operands rounded
+ * by that second method; the scaler against sequences worked out by hand from
+ * megatron/core/optimizer/grad_scaler.py. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "check.h"
+#include "optim/optim.h"
+
+/* Round x to `bits` significant bits with exponent floor emin (subnormal quantum 2^(emin-bits+1))
+ * and largest finite value maxv (larger magnitudes past the rounding midpoint give inf), ties to
+ * even, in double. */
+static float ref_round(float x, int bits, int emin, double maxv)
+{
+	if (isnan(x) || isinf(x) || x == 0) return x;
+	int e;
+	frexp((double)x, &e); /* |x| in [2^(e-1), 2^e) */
+	int q = (e - 1 < emin ? emin : e - 1) - (bits - 1); /* quantum 2^q */
+	double r = nearbyint(ldexp((double)x, -q));
+	double v = ldexp(r, q);
+	double ulp_max = ldexp(1.0, (int)floor(log2(maxv)) - (bits - 1));
+	if (fabs(v) > maxv) return fabs(v) >= maxv + ulp_max ? (float)copysign(INFINITY, x) : (float)copysign(maxv, x);
+	return (float)v;
+}
+
+static float ref_fp16(float x) { return ref_round(x, 11, -14, 65504.0); }
+static float ref_bf16(float x) { return ref_round(x, 8, -126, 3.3895313892515355e38); }
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t next32(void)
+{
+	rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+	return (uint32_t)rng;
+}
+
+static int same(float a, float b) { return (isnan(a) && isnan(b)) || memcmp(&a, &b, 4) == 0; }
+
+static void test_rounding_cases(void)
+{
+	CHECK(mgt_round_fp16(65504.0f) == 65504.0f, "fp16: 65504 is the largest finite value");
+	CHECK(mgt_round_fp16(65519.99f) == 65504.0f, "fp16: below the midpoint 65520 rounds down");
+	CHECK(isinf(mgt_round_fp16(65520.0f)), "fp16: the midpoint 65520 rounds to inf (even)");
+	CHECK(mgt_round_fp16(-1e6f) == -INFINITY, "fp16: -1e6 overflows to -inf");
+	CHECK(mgt_round_fp16(0x1p-24f) == 0x1p-24f, "fp16: 2^-24 is the smallest subnormal");
+	CHECK(mgt_round_fp16(0x1p-25f) == 0.0f, "fp16: 2^-25 ties to even zero");
+	CHECK(mgt_round_fp16(0x1.8p-25f) == 0x1p-24f, "fp16: 1.5*2^-25 rounds up to 2^-24");
+	CHECK(mgt_round_fp16(1.0f + 0x1p-11f) == 1.0f, "fp16: 1+2^-11 ties to even 1");
+	CHECK(mgt_round_fp16(1.0f + 0x1.8p-10f) == 1.0f + 0x1p-9f, "fp16: 1+1.5*2^-10 ties to even 1+2^-9");
+	CHECK(mgt_round_bf16(1.0f + 0x1p-8f) == 1.0f, "bf16: 1+2^-8 ties to even 1");
+	CHECK(mgt_round_bf16(1.0f + 0x1.8p-8f) == 1.0f + 0x1p-7f, "bf16: 1+1.5*2^-8 rounds up");
+	CHECK(mgt_round_bf16(0x1.fep127f) == 0x1.fep127f, "bf16: its largest finite value stays");
+	CHECK(isinf(mgt_round_bf16(0x1.fffffep127f)), "bf16: FLT_MAX rounds to inf");
+	CHECK(isnan(mgt_round_bf16(NAN)) && isnan(mgt_round_fp16(NAN)), "NaN stays NaN");
+	CHECK(mgt_round_bf16(-INFINITY) == -INFINITY && mgt_round_fp16(INFINITY) == INFINITY, "inf stays");
+}
+
+static void test_rounding_random(void)
+{
+	int bad16 = 0, bad_b = 0;
+	for (int i = 0; i < 1000000; i++) {
+		uint32_t u = next32();
+		/* half the draws in fp16's range (|x| < 2^17), where the interesting cases are */
+		if (i & 1) u = (u & 0x80000000u) | (0x30000000u + (u % 0x18000000u));
+		float x;
+		memcpy(&x, &u, 4);
+		bad16 += !same(mgt_round_fp16(x), ref_fp16(x));
+		bad_b += !same(mgt_round_bf16(x), ref_bf16(x));
+	}
+	CHECK(bad16 == 0, "fp16 rounding equals the frexp/nearbyint reference on 1e6 random floats (%d differ)", bad16);
+	CHECK(bad_b == 0, "bf16 rounding equals the frexp/nearbyint reference on 1e6 random floats (%d differ)", bad_b);
+}
+
+/* linear_fwd under each precision against double products of reference-rounded operands. */
+static void test_gemm_emulation(mgt_precision prec, const char *name, float (*round)(float))
+{
+	enum { T = 37, IN = 300, OUT = 23 };
+	mgt_backend *be = mgt_backend_cpu_create(2);
+	static float x[T * IN], w[OUT * IN], b[OUT], y[T * OUT], y32[T * OUT];
+	for (int i = 0; i < T * IN; i++) x[i] = (float)((int)(next32() % 20001) - 10000) * 1.3e-4f;
+	for (int i = 0; i < OUT * IN; i++) w[i] = (float)((int)(next32() % 20001) - 10000) * 0.7e-4f;
+	for (int i = 0; i < OUT; i++) b[i] = (float)i * 0.01f;
+	be->precision = prec;
+	be->ops->linear_fwd(be, y, x, w, b, T, IN, OUT);
+	be->precision = MGT_PREC_FP32;
+	be->ops->linear_fwd(be, y32, x, w, b, T, IN, OUT);
+	double err = 0, ref2 = 0, moved = 0;
+	for (int t = 0; t < T; t++)
+		for (int o = 0; o < OUT; o++) {
+			double r = b[o];
+			for (int k = 0; k < IN; k++) r += (double)round(x[t * IN + k]) * (double)round(w[o * IN + k]);
+			err += (y[t * OUT + o] - r) * (y[t * OUT + o] - r);
+			ref2 += r * r;
+			moved += (y32[t * OUT + o] - r) * (y32[t * OUT + o] - r);
+		}
+	CHECK(sqrt(err / ref2) < 1e-6, "%s GEMM equals rounded operands with fp32 accumulation (rel %.2e)", name,
+	      sqrt(err / ref2));
+	CHECK(sqrt(moved / ref2) > 1e-5, "%s GEMM differs from the fp32 GEMM (rel %.2e): operands were rounded", name,
+	      sqrt(moved / ref2));
+	mgt_backend_destroy(be);
+}
+
+static void test_scaler(void)
+{
+	mgt_loss_scaler ls;
+	CHECK(mgt_loss_scaler_init(&ls, 0, 8, 1, 3, 2) == MGT_OK && ls.dynamic && ls.scale == 8, "dynamic scaler starts at 8");
+	/* hysteresis 2: the first inf only spends hysteresis, the second halves, each further one halves */
+	mgt_loss_scaler_update(&ls, true);
+	CHECK(ls.scale == 8 && ls.hysteresis_tracker == 1, "first inf: scale kept (hysteresis 1 left)");
+	mgt_loss_scaler_update(&ls, true);
+	CHECK(ls.scale == 4, "second inf: halved to 4");
+	mgt_loss_scaler_update(&ls, true);
+	CHECK(ls.scale == 2, "third inf: halved to 2 (hysteresis not refilled)");
+	mgt_loss_scaler_update(&ls, false);
+	mgt_loss_scaler_update(&ls, false);
+	CHECK(ls.scale == 2 && ls.growth_tracker == 2, "two clean iterations: no growth yet (window 3)");
+	mgt_loss_scaler_update(&ls, false);
+	CHECK(ls.scale == 4 && ls.growth_tracker == 0 && ls.hysteresis_tracker == 2, "third clean: doubled, hysteresis refilled");
+	mgt_loss_scaler_update(&ls, false);
+	mgt_loss_scaler_update(&ls, true);
+	CHECK(ls.scale == 4 && ls.growth_tracker == 0, "an inf restarts the growth count");
+	for (int i = 0; i < 10; i++) mgt_loss_scaler_update(&ls, true);
+	CHECK(ls.scale == 1, "never below --min-loss-scale");
+	CHECK(mgt_loss_scaler_init(&ls, 1024, 8, 1, 3, 2) == MGT_OK && !ls.dynamic && ls.scale == 1024, "constant scaler");
+	mgt_loss_scaler_update(&ls, true);
+	mgt_loss_scaler_update(&ls, true);
+	CHECK(ls.scale == 1024, "constant scaler never changes");
+	CHECK(mgt_loss_scaler_init(&ls, 0, 8, 16, 3, 2) == MGT_ERR_USAGE, "min above initial refused: %s", mgt_err_msg());
+	CHECK(mgt_loss_scaler_init(&ls, 0, 8, 1, 0, 2) == MGT_ERR_USAGE, "window 0 refused: %s", mgt_err_msg());
+	CHECK(mgt_loss_scaler_init(&ls, 0, INFINITY, 1, 3, 2) == MGT_ERR_USAGE, "infinite scale refused: %s", mgt_err_msg());
+}
+
+int main(void)
+{
+	test_rounding_cases();
+	test_rounding_random();
+	test_gemm_emulation(MGT_PREC_BF16, "bf16", ref_bf16);
+	test_gemm_emulation(MGT_PREC_FP16, "fp16", ref_fp16);
+	test_scaler();
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed != 0;
+}
