@@ -62,7 +62,7 @@ endif
 # toolkit's C headers; the CUDA runtime linked statically, cuBLASLt and NCCL dynamically (found
 # through the rpath, or LD_LIBRARY_PATH on machines that keep them elsewhere).
 ifeq ($(CUDA),1)
-CUDA_CFLAGS = -DMGT_HAVE_CUDA -DMGT_HAVE_NCCL -I$(CUDA_HOME)/include -Ikernels
+CUDA_CFLAGS = -DMGT_HAVE_CUDA -DMGT_HAVE_NCCL -isystem $(CUDA_HOME)/include -Ikernels
 CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -lstdc++ -ldl -lrt
 NVCCFLAGS   = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -Ikernels -Ilib
 KERN_SRC    = $(wildcard kernels/*.cu)
@@ -86,15 +86,16 @@ say = @printf '  %-6s %s\n'
 endif
 # lib/backend/cuda*.c with CUDA, lib/backend/nocuda.c (the stubs) without
 LIB_SRC  = $(filter-out $(if $(filter 1,$(CUDA)),lib/backend/nocuda.c,lib/backend/cuda%.c),$(wildcard lib/*/*.c))
-LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o) $(KERN_SRC:%.cu=$(B)/%.o)
+LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o) $(KERN_SRC:%.cu=build/%.o)
 CMD_SRC  = $(wildcard cmd/mgt*.c)
-PROGS    = $(CMD_SRC:cmd/%.c=bin/%)
+BIN     ?= bin
+PROGS    = $(CMD_SRC:cmd/%.c=$(BIN)/%)
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNITS    = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ     = $(FUZZ_SRC:tests/fuzz/%.c=$(B)/fuzz/%)
 
-.PHONY: all check check-unit check-cli demo bench install clean deps
+.PHONY: all check check-unit check-cli demo bench install clean deps bundle check-gpu bench-gpu
 all: $(PROGS)
 
 $(B)/.deps-ok: contrib/install-deps.sh
@@ -107,7 +108,7 @@ $(B)/%.o: %.c $(wildcard lib/*/*.h cmd/*.h) | $(B)/.deps-ok
 	$(say) CC $<
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(B)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) | $(B)/.deps-ok
+build/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) | $(B)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(say) NVCC $<
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -116,8 +117,8 @@ $(B)/libmgt.a: $(LIB_OBJ)
 	$(say) AR $@
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-bin/%: $(B)/cmd/%.o $(B)/cmd/cli.o $(B)/libmgt.a
-	@mkdir -p bin
+$(BIN)/%: $(B)/cmd/%.o $(B)/cmd/cli.o $(B)/libmgt.a
+	@mkdir -p $(BIN)
 	$(say) LINK $@
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/cmd/cli.o $(B)/libmgt.a $(LIBS) -o $@
 
@@ -159,7 +160,23 @@ install: $(PROGS)
 	install -m 644 man/man5/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 644 man/man7/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 
+# The bundle: the same programs built without MPI into build/bundle, with HDF5 (and its szip/
+# zlib), jansson, zstd, PCRE2, utf8proc, OpenBLAS and libgomp linked statically; glibc,
+# libstdc++ and, with CUDA, cuBLASLt and NCCL stay dynamic (contrib/bundle.sh checks with ldd).
+ifeq ($(BUNDLE),1)
+MPI       = 0
+STATIC_A  = /usr/lib/x86_64-linux-gnu
+LIBS      = -Wl,-Bstatic -lpcre2-8 -lzstd -ljansson -lutf8proc -L$(STATIC_A)/hdf5/serial -lhdf5 -lsz -laec -lz \
+            -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic $(shell $(CC) -print-file-name=libgomp.a) \
+            $(CUDA_LIBS) -lpthread -ldl -lm
+LDFLAGS  += -Wl,--as-needed
+endif
+bundle:
+	$(MAKE) B=build/bundle BIN=build/bundle/bin BUNDLE=1 DEPS=$(DEPS) CUDA=$(CUDA) build/bundle/bin/mgt-train \
+	  $(CMD_SRC:cmd/%.c=build/bundle/bin/%)
+	sh contrib/bundle.sh build/bundle/bin dist/mgt-bundle
+
 clean:
-	rm -rf $(B) bin
+	rm -rf $(B) bin dist
 
 .SECONDARY:

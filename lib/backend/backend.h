@@ -219,5 +219,8 @@ mgt_backend *mgt_backend_cuda_create(int device, mgt_status *st);
 /* Number of CUDA devices usable by this process (0 when built without CUDA, without a driver or
  * without a GPU).  Never fails. */
 int mgt_backend_cuda_devices(void);
+/* The CUDA stream (a cudaStream_t) the backend's ops are queued on, for communicators that must
+ * queue on the same stream (NCCL); NULL for the CPU backend or a build without CUDA. */
+void *mgt_backend_cuda_stream(mgt_backend *be);
 
 #endif

@@ -52,7 +52,7 @@ static void write_metrics(trainer *t, double loss, double lr, double gnorm, bool
 	json_decref(o);
 }
 
-static void print_line(trainer *t, double lr, double gnorm)
+static void print_line(trainer *t, double lr, double gnorm, bool skipped)
 {
 	mgt_args *a = t->a;
 	FILE *f = t->io->log;
@@ -68,7 +68,8 @@ static void print_line(trainer *t, double lr, double gnorm)
 	fprintf(f, " learning rate: %.6E | global batch size: %5lld |", lr, (long long)a->global_batch_size);
 	if (t->int_iters > 0) fprintf(f, " lm loss: %.6E |", t->int_loss / (double)t->int_iters);
 	fprintf(f, " loss scale: %.1f |", t->scaler.scale);
-	if (a->clip_grad > 0 || isfinite(gnorm)) fprintf(f, " grad norm: %.3f |", a->clip_grad > 0 ? gnorm : 0.0);
+	/* a skipped step has no norm (Megatron's optimizer.step returns None for it) */
+	if (!skipped) fprintf(f, " grad norm: %.3f |", a->clip_grad > 0 ? gnorm : 0.0);
 	fprintf(f, " number of skipped iterations: %3lld | number of nan iterations: %3lld |\n",
 		(long long)t->int_skipped, (long long)t->int_nan);
 	fflush(f);
@@ -77,14 +78,17 @@ static void print_line(trainer *t, double lr, double gnorm)
 void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, bool skipped, double iter_s)
 {
 	if (t->metrics) write_metrics(t, loss, lr, gnorm, skipped, iter_s);
-	if (skipped) t->int_skipped++;
-	if (skipped && (!isfinite(loss) || !isfinite(gnorm))) t->int_nan++;
-	else {
+	/* Megatron's training_log: the loss averages non-skipped iterations; a skipped one counts as
+	 * a nan iteration when its loss is inf or NaN (not when only gradients overflowed) */
+	if (skipped) {
+		t->int_skipped++;
+		t->int_nan += !isfinite(loss);
+	} else {
 		t->int_loss += loss;
 		t->int_iters++;
 	}
 	if (!t->io->log || (t->iteration % t->a->log_interval && t->iteration != 1)) return;
-	print_line(t, mgt_lr_get(&t->sched), gnorm);
+	print_line(t, mgt_lr_get(&t->sched), gnorm, skipped);
 	t->int_loss = 0;
 	t->int_iters = t->int_skipped = t->int_nan = 0;
 	t->int_t0 = mgt_now();

@@ -409,7 +409,7 @@ static void count_iteration(trainer *t, double loss, double lr, double gnorm, bo
 	t->flops_so_far += mgt_model_flops(&t->a->model, t->a->global_batch_size);
 	if (skipped) {
 		t->skipped_iters++;
-		if (!isfinite(loss) || !isfinite(gnorm)) t->nan_iters++;
+		if (!isfinite(loss)) t->nan_iters++;
 	}
 	if (t->dumping) {
 		int64_t i = t->dump.iters - 1;

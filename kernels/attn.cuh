@@ -1,0 +1,505 @@
+/* kernels/: device code of causal GQA self-attention in fp32 on CUDA cores, flash-attention style
+ * (Dao 2023, "FlashAttention-2", section 3.1 / Algorithm 1 forward, section 3.2 / Algorithm 2
+ * backward); kernels/attn.cu launches it.  The function is the CPU backend's
+ * (lib/backend/cpu_attn.c, lib/backend/backend.h attn_fwd / attn_bwd) up to fp32 rounding.
+ *
+ * Layouts (backend.h): qkv [T, ng, r + 2, d] with T = s*b sequence-first (token t = i*b + j for
+ * position i of sequence j); query head n (0 <= n < H = ng*r) is slot n % r of group g = n / r,
+ * whose key and value are slots r and r + 1; out, dout [T, H, d]; lse and the backward's row terms
+ * D [b, H, s].  Scores S = (q . k) / sqrt(d), causal (key i' <= query i).  Dropout element
+ * (j, n, i, i') is Philox index ((j*heads_total + head0 + n)*s + i)*s + i'; it applies to the
+ * probabilities after the softmax sums (the normalizer l uses the undropped values).
+ *
+ * Tiling.  A block has NT = 256 threads seen as a 16 x 16 grid (ty, tx).  Tiles of BQ query rows,
+ * BK keys and DM >= d head columns (DM in 16, 32, 64, 128; columns d..DM-1 are zero in shared
+ * memory and never stored) sit in shared memory with a row stride of DM + 1 floats (conflict-free
+ * column reads); a BQ x BK score tile lives in registers, thread (ty, tx) holding rows
+ * ty + 16a and columns tx + 16c, so a row is spread over 16 consecutive lanes and its max and sum
+ * are xor-shuffles within a half warp.  Probabilities go through a shared tile with row stride
+ * BK + 16 for the products with V, dO, Q or K.  Head-dimension accumulators (O, dQ, dK, dV) are
+ * held the same way: rows ty + 16a, columns tx + 16c.  Tiles strictly above the causal diagonal
+ * are skipped.  Rows past s and columns past d are zero-filled and masked.
+ *
+ * Forward (fwd_kernel): one block per (query tile, sequence, head), the last query tiles (most
+ * keys) first.  For each key tile: S = Q K^T scale, online softmax (running max m and sum l per
+ * row, O rescaled by e^(m_old - m_new)), dropout on the probabilities, O += P V.  At the end
+ * O /= l and lse = m + log l.
+ * Backward: rowdot_kernel writes D_i = rowsum(dO_i * O_i) (in double, rounded once, as the CPU
+ * does) into ws.  dkdv_kernel: one block per (key tile, sequence, kv group) keeps its dK and dV
+ * rows in registers and loops over the group's r query heads in order and, for each, over the
+ * query tiles from the diagonal down in order: it recomputes P = exp(S - lse), Pd = P * mask/(1-p),
+ * dV += Pd^T dO, dPd = dO V^T, dS = P * (dPd * mask/(1-p) - D), dK += dS^T Q; dK is scaled once at
+ * the end.  dq_kernel: one block per (query tile, sequence, head) recomputes the same dS over its
+ * key tiles in order and accumulates dQ = scale * dS K.  Every output element is written by one
+ * thread that sums in a fixed order: no atomics, so results are bitwise reproducible.  The cost
+ * is computing S and dPd twice in the backward (seven tile products instead of five).
+ *
+ * ws (backward): D as floats [b, H, s], i.e. b*H*s*4 bytes (attn_ws_bytes).
+ */
+#ifndef MGT_KERNELS_ATTN_CUH
+#define MGT_KERNELS_ATTN_CUH
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "philox.cuh"
+
+namespace mgt_attn {
+
+enum { NT = 256, TW = 16 }; /* threads per block; the block is a TW x TW grid */
+
+struct geom {
+	int s, b, ng, r, d, H, head0, heads_total;
+	long long ldq, ldo; /* floats between positions i and i + 1 of one sequence in qkv, out */
+	float scale, p, ks; /* 1/sqrt(d), dropout probability, 1/(1 - p) */
+	uint64_t key;
+};
+
+static inline geom make_geom(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0,
+			     int heads_total)
+{
+	geom G;
+	G.s = s; G.b = b; G.ng = ng; G.r = r; G.d = d; G.H = ng * r;
+	G.head0 = head0; G.heads_total = heads_total;
+	G.ldq = (long long)b * ng * (r + 2) * d;
+	G.ldo = (long long)b * ng * r * d;
+	G.scale = 1.0f / sqrtf((float)d);
+	G.p = p;
+	G.ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+	G.key = key;
+	return G;
+}
+
+static inline size_t ws_bytes(int s, int b, int ng, int r)
+{
+	if (s <= 0 || b <= 0 || ng <= 0 || r <= 0)
+		return 0;
+	return (size_t)s * b * ng * r * sizeof(float);
+}
+
+/* Dynamic shared memory of the kernels, in bytes. */
+static constexpr size_t fwd_smem(int DM, int BQ, int BK)
+{
+	return ((size_t)(BQ + BK) * (DM + 1) + (size_t)BQ * (BK + 16)) * sizeof(float);
+}
+static constexpr size_t bwd_smem(int DM, int BQ, int BK)
+{
+	return ((size_t)2 * (BQ + BK) * (DM + 1) + (size_t)BQ * (BK + 16) + 2 * BQ) * sizeof(float);
+}
+
+/* ---- addressing ---- */
+/* Slot `slot` (0..r-1 queries, r key, r + 1 value) of group g, position 0 of sequence j. */
+static __device__ __forceinline__ size_t qkv_off(const geom &G, int j, int g, int slot)
+{
+	return ((size_t)j * G.ng + g) * (size_t)(G.r + 2) * G.d + (size_t)slot * G.d;
+}
+static __device__ __forceinline__ size_t out_off(const geom &G, int j, int n)
+{
+	return ((size_t)j * G.H + n) * G.d;
+}
+/* Row (j, n) of lse and D: element i at this offset + i. */
+static __device__ __forceinline__ size_t vec_off(const geom &G, int j, int n)
+{
+	return ((size_t)j * G.H + n) * G.s;
+}
+/* Philox index of element (j, n, i, i') is (drop_row0 + i) * s + i'. */
+static __device__ __forceinline__ uint64_t drop_row0(const geom &G, int j, int n)
+{
+	return ((uint64_t)j * G.heads_total + G.head0 + n) * (uint64_t)G.s;
+}
+static __device__ __forceinline__ float drop_mult(const geom &G, uint64_t rb, int i, int k)
+{
+	return mgt_dropout_mult(G.key, (rb + i) * (uint64_t)G.s + k, G.p, G.ks);
+}
+
+/* ---- shared-memory tiles ---- */
+/* Rows i0..i0+ROWS-1 of a strided [s, d] matrix into a [ROWS, DM + 1] tile, zero past s and d. */
+template <int DM, int ROWS>
+static __device__ __forceinline__ void load_rows(float *dst, const float *src, long long ld, int i0,
+						 int s, int d)
+{
+	for (int e = threadIdx.x; e < ROWS * DM; e += NT) {
+		const int rr = e / DM, c = e % DM, i = i0 + rr;
+		dst[rr * (DM + 1) + c] = i < s && c < d ? src[(size_t)i * ld + c] : 0.0f;
+	}
+}
+
+template <int ROWS>
+static __device__ __forceinline__ void load_vec(float *dst, const float *src, int i0, int s)
+{
+	for (int e = threadIdx.x; e < ROWS; e += NT)
+		dst[e] = i0 + e < s ? src[i0 + e] : 0.0f;
+}
+
+/* acc[a][c] = A[ty + 16a, :] . B[tx + 16c, :] over DM columns (tiles with row stride DM + 1). */
+template <int DM, int RA, int CA>
+static __device__ __forceinline__ void dot_tile(float (&acc)[RA][CA], const float *A,
+						const float *B)
+{
+	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+#pragma unroll
+	for (int a = 0; a < RA; a++)
+#pragma unroll
+		for (int c = 0; c < CA; c++)
+			acc[a][c] = 0.0f;
+#pragma unroll 8
+	for (int k = 0; k < DM; k++) {
+		float av[RA], bv[CA];
+#pragma unroll
+		for (int a = 0; a < RA; a++)
+			av[a] = A[(ty + TW * a) * (DM + 1) + k];
+#pragma unroll
+		for (int c = 0; c < CA; c++)
+			bv[c] = B[(tx + TW * c) * (DM + 1) + k];
+#pragma unroll
+		for (int a = 0; a < RA; a++)
+#pragma unroll
+			for (int c = 0; c < CA; c++)
+				acc[a][c] = fmaf(av[a], bv[c], acc[a][c]);
+	}
+}
+
+/* acc[a][c] += sum_k P(ty + 16a, k) X[k, tx + 16c] for k < KN, with P(row, k) at
+ * P[row * prow + k * pk] and X of row stride DM + 1. */
+template <int DM, int RA, int KN>
+static __device__ __forceinline__ void acc_tile(float (&acc)[RA][DM / TW], const float *P, int prow,
+						int pk, const float *X)
+{
+	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+#pragma unroll 8
+	for (int k = 0; k < KN; k++) {
+		float pv[RA], xv[DM / TW];
+#pragma unroll
+		for (int a = 0; a < RA; a++)
+			pv[a] = P[(ty + TW * a) * prow + k * pk];
+#pragma unroll
+		for (int c = 0; c < DM / TW; c++)
+			xv[c] = X[k * (DM + 1) + tx + TW * c];
+#pragma unroll
+		for (int a = 0; a < RA; a++)
+#pragma unroll
+			for (int c = 0; c < DM / TW; c++)
+				acc[a][c] = fmaf(pv[a], xv[c], acc[a][c]);
+	}
+}
+
+/* Register tile v (rows ty + 16a, columns tx + 16c) into shared P with row stride BK + 16. */
+template <int BK, int RA, int CA>
+static __device__ __forceinline__ void store_tile(float *P, const float (&v)[RA][CA])
+{
+	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+#pragma unroll
+	for (int a = 0; a < RA; a++)
+#pragma unroll
+		for (int c = 0; c < CA; c++)
+			P[(ty + TW * a) * (BK + 16) + tx + TW * c] = v[a][c];
+}
+
+/* Accumulator rows i0 + ty + 16a (< s), columns tx + 16c (< d) times f into dst (row stride ld). */
+template <int DM, int RA>
+static __device__ __forceinline__ void store_rows(float *dst, long long ld,
+						  const float (&v)[RA][DM / TW], int i0, int s,
+						  int d, float f)
+{
+	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+#pragma unroll
+	for (int a = 0; a < RA; a++) {
+		const int i = i0 + ty + TW * a;
+		if (i >= s)
+			continue;
+#pragma unroll
+		for (int c = 0; c < DM / TW; c++)
+			if (tx + TW * c < d)
+				dst[(size_t)i * ld + tx + TW * c] = v[a][c] * f;
+	}
+}
+
+/* Max and sum over the 16 lanes holding one score row. */
+static __device__ __forceinline__ float row_max(float v)
+{
+#pragma unroll
+	for (int off = TW / 2; off > 0; off /= 2)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+	return v;
+}
+static __device__ __forceinline__ float row_sum(float v)
+{
+#pragma unroll
+	for (int off = TW / 2; off > 0; off /= 2)
+		v += __shfl_xor_sync(0xffffffffu, v, off);
+	return v;
+}
+
+/* ---- forward ---- */
+/* One key tile of the online softmax for score tile sc (raw dots in, dropped-out unnormalized
+ * probabilities out): updates the running max m and sum l of each row and rescales o. */
+template <int RA, int CA, int DC>
+static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&o)[RA][DC],
+						   float (&m)[RA], float (&l)[RA], const geom &G,
+						   int q0, int k0, uint64_t rb)
+{
+	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+#pragma unroll
+	for (int a = 0; a < RA; a++) {
+		const int i = q0 + ty + TW * a;
+		float mx = -INFINITY;
+#pragma unroll
+		for (int c = 0; c < CA; c++) {
+			const int k = k0 + tx + TW * c;
+			sc[a][c] = i < G.s && k <= i ? sc[a][c] * G.scale : -INFINITY;
+			mx = fmaxf(mx, sc[a][c]);
+		}
+		mx = row_max(mx);
+		const float mnew = k0 == 0 ? mx : fmaxf(m[a], mx);
+		const float mb = mnew == -INFINITY ? 0.0f : mnew; /* rows past s: nothing valid */
+		float sum = 0.0f;
+#pragma unroll
+		for (int c = 0; c < CA; c++) {
+			sc[a][c] = sc[a][c] == -INFINITY ? 0.0f : expf(sc[a][c] - mb);
+			sum += sc[a][c];
+		}
+		sum = row_sum(sum);
+		if (k0 == 0) {
+			l[a] = sum;
+		} else {
+			const float alpha = expf(m[a] - mb);
+			l[a] = l[a] * alpha + sum;
+#pragma unroll
+			for (int c = 0; c < DC; c++)
+				o[a][c] *= alpha;
+		}
+		m[a] = mnew;
+		if (G.p > 0.0f) {
+#pragma unroll
+			for (int c = 0; c < CA; c++) {
+				const int k = k0 + tx + TW * c;
+				if (i < G.s && k <= i)
+					sc[a][c] *= drop_mult(G, rb, i, k);
+			}
+		}
+	}
+}
+
+template <int DM, int RA>
+static __device__ __forceinline__ void fwd_finish(const geom &G, float *O, float *L,
+						  float (&o)[RA][DM / TW], const float (&m)[RA],
+						  const float (&l)[RA], int q0)
+{
+	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+#pragma unroll
+	for (int a = 0; a < RA; a++) {
+		const int i = q0 + ty + TW * a;
+		const float inv = 1.0f / l[a];
+#pragma unroll
+		for (int c = 0; c < DM / TW; c++)
+			o[a][c] *= inv;
+		if (tx == 0 && i < G.s)
+			L[i] = m[a] + logf(l[a]);
+	}
+	store_rows<DM, RA>(O, G.ldo, o, q0, G.s, G.d, 1.0f);
+}
+
+/* grid (b*H, query tiles), last tile first; shared Q [BQ, DM+1], K or V [BK, DM+1] (one buffer),
+ * P [BQ, BK+16]. */
+template <int DM, int BQ, int BK>
+__global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse, const float *qkv)
+{
+	constexpr int RA = BQ / TW, CA = BK / TW, DC = DM / TW;
+	extern __shared__ float smem[];
+	float *Qs = smem, *KVs = Qs + BQ * (DM + 1), *Ps = KVs + BK * (DM + 1);
+	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
+	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
+	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
+	const float *K = qkv + qkv_off(G, j, g, G.r), *V = qkv + qkv_off(G, j, g, G.r + 1);
+	const uint64_t rb = drop_row0(G, j, n);
+	float o[RA][DC], m[RA], l[RA];
+
+#pragma unroll
+	for (int a = 0; a < RA; a++) {
+		m[a] = l[a] = 0.0f;
+#pragma unroll
+		for (int c = 0; c < DC; c++)
+			o[a][c] = 0.0f;
+	}
+	load_rows<DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d);
+	for (int k0 = 0; k0 < kend; k0 += BK) {
+		float sc[RA][CA];
+		load_rows<DM, BK>(KVs, K, G.ldq, k0, G.s, G.d);
+		__syncthreads();
+		dot_tile<DM>(sc, Qs, KVs);
+		fwd_softmax(sc, o, m, l, G, q0, k0, rb);
+		__syncthreads(); /* K consumed */
+		load_rows<DM, BK>(KVs, V, G.ldq, k0, G.s, G.d);
+		store_tile<BK>(Ps, sc);
+		__syncthreads();
+		acc_tile<DM, RA, BK>(o, Ps, BK + 16, 1, KVs);
+		__syncthreads(); /* V and P consumed */
+	}
+	fwd_finish<DM>(G, out + out_off(G, j, n), lse + vec_off(G, j, n), o, m, l, q0);
+}
+
+/* ---- backward ---- */
+/* D = rowsum(dO * O), one warp per (token, head) row of out, into D [b, H, s]. */
+static __global__ void __launch_bounds__(NT) rowdot_kernel(geom G, float *D, const float *dout,
+						    const float *out)
+{
+	const long long w = (long long)blockIdx.x * (NT / 32) + threadIdx.x / 32;
+	const long long rows = (long long)G.s * G.b * G.H;
+	const int lane = threadIdx.x % 32;
+	double acc = 0.0;
+	if (w < rows)
+		for (int c = lane; c < G.d; c += 32)
+			acc += (double)dout[w * G.d + c] * (double)out[w * G.d + c];
+#pragma unroll
+	for (int off = 16; off > 0; off /= 2)
+		acc += __shfl_xor_sync(0xffffffffu, acc, off);
+	if (w < rows && lane == 0) {
+		const long long t = w / G.H, i = t / G.b;
+		const int n = (int)(w % G.H), j = (int)(t % G.b);
+		D[vec_off(G, j, n) + i] = (float)acc;
+	}
+}
+
+/* From raw dots sc = q.k and dp = dO.v of a tile: sc = Pd = P * mask/(1-p), dp = dS =
+ * P * (dp * mask/(1-p) - D), with P = exp(sc * scale - lse); 0 outside the causal triangle. */
+template <int RA, int CA>
+static __device__ __forceinline__ void bwd_scores(float (&sc)[RA][CA], float (&dp)[RA][CA],
+						  const float *Ls, const float *Ds, const geom &G,
+						  int q0, int k0, uint64_t rb)
+{
+	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+#pragma unroll
+	for (int a = 0; a < RA; a++) {
+		const int i = q0 + ty + TW * a;
+		const float li = Ls[ty + TW * a], di = Ds[ty + TW * a];
+#pragma unroll
+		for (int c = 0; c < CA; c++) {
+			const int k = k0 + tx + TW * c;
+			if (i < G.s && k <= i) {
+				const float P = expf(sc[a][c] * G.scale - li);
+				const float mu = G.p > 0.0f ? drop_mult(G, rb, i, k) : 1.0f;
+				sc[a][c] = P * mu;
+				dp[a][c] = P * (dp[a][c] * mu - di);
+			} else {
+				sc[a][c] = 0.0f;
+				dp[a][c] = 0.0f;
+			}
+		}
+	}
+}
+
+/* The backward kernels' shared memory: Q and dO [BQ, DM+1], K and V [BK, DM+1], P [BQ, BK+16],
+ * lse and D [BQ]. */
+template <int DM, int BQ, int BK>
+struct bwd_tiles {
+	float *Qs, *dOs, *Ks, *Vs, *Ps, *Ls, *Ds;
+	__device__ __forceinline__ explicit bwd_tiles(float *sm)
+	{
+		Qs = sm;
+		dOs = Qs + BQ * (DM + 1);
+		Ks = dOs + BQ * (DM + 1);
+		Vs = Ks + BK * (DM + 1);
+		Ps = Vs + BK * (DM + 1);
+		Ls = Ps + BQ * (BK + 16);
+		Ds = Ls + BQ;
+	}
+};
+
+/* Loads the query-side tiles of head n (slot m of group g): Q, dO, lse, D. */
+template <int DM, int BQ, int BK>
+static __device__ __forceinline__ void load_query_side(const bwd_tiles<DM, BQ, BK> &t,
+						       const geom &G, const float *qkv,
+						       const float *dout, const float *lse,
+						       const float *D, int j, int n, int q0)
+{
+	const int g = n / G.r;
+	load_rows<DM, BQ>(t.Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d);
+	load_rows<DM, BQ>(t.dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d);
+	load_vec<BQ>(t.Ls, lse + vec_off(G, j, n), q0, G.s);
+	load_vec<BQ>(t.Ds, D + vec_off(G, j, n), q0, G.s);
+}
+
+/* grid (b*ng, key tiles).  dK, dV of key rows k0.. of group g, summed over the r heads and the
+ * query tiles in a fixed order; writes dqkv slots r and r + 1. */
+template <int DM, int BQ, int BK>
+__global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dqkv, const float *dout,
+						  const float *qkv, const float *lse,
+						  const float *D)
+{
+	constexpr int RA = BQ / TW, CA = BK / TW, KA = BK / TW, DC = DM / TW;
+	extern __shared__ float smem[];
+	const bwd_tiles<DM, BQ, BK> t(smem);
+	const int j = blockIdx.x / G.ng, g = blockIdx.x % G.ng, k0 = (int)blockIdx.y * BK;
+	float dk[KA][DC], dv[KA][DC];
+
+#pragma unroll
+	for (int a = 0; a < KA; a++)
+#pragma unroll
+		for (int c = 0; c < DC; c++)
+			dk[a][c] = dv[a][c] = 0.0f;
+	load_rows<DM, BK>(t.Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d);
+	load_rows<DM, BK>(t.Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d);
+	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
+		const uint64_t rb = drop_row0(G, j, n);
+		for (int q0 = k0 / BQ * BQ; q0 < G.s; q0 += BQ) {
+			float sc[RA][CA], dp[RA][CA];
+			__syncthreads(); /* previous tile's Q, dO, P consumed */
+			load_query_side(t, G, qkv, dout, lse, D, j, n, q0);
+			__syncthreads();
+			dot_tile<DM>(sc, t.Qs, t.Ks);
+			dot_tile<DM>(dp, t.dOs, t.Vs);
+			bwd_scores(sc, dp, t.Ls, t.Ds, G, q0, k0, rb);
+			store_tile<BK>(t.Ps, sc);
+			__syncthreads();
+			acc_tile<DM, KA, BQ>(dv, t.Ps, 1, BK + 16, t.dOs); /* dV += Pd^T dO */
+			__syncthreads();
+			store_tile<BK>(t.Ps, dp);
+			__syncthreads();
+			acc_tile<DM, KA, BQ>(dk, t.Ps, 1, BK + 16, t.Qs); /* dK += dS^T Q */
+		}
+	}
+	store_rows<DM, KA>(dqkv + qkv_off(G, j, g, G.r), G.ldq, dk, k0, G.s, G.d, G.scale);
+	store_rows<DM, KA>(dqkv + qkv_off(G, j, g, G.r + 1), G.ldq, dv, k0, G.s, G.d, 1.0f);
+}
+
+/* grid (b*H, query tiles), last tile first.  dQ of query rows q0.. of head n over its key tiles
+ * in order; writes dqkv slot n % r of group n / r. */
+template <int DM, int BQ, int BK>
+__global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dqkv, const float *dout,
+						const float *qkv, const float *lse, const float *D)
+{
+	constexpr int RA = BQ / TW, CA = BK / TW, DC = DM / TW;
+	extern __shared__ float smem[];
+	const bwd_tiles<DM, BQ, BK> t(smem);
+	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
+	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
+	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
+	const uint64_t rb = drop_row0(G, j, n);
+	float dq[RA][DC];
+
+#pragma unroll
+	for (int a = 0; a < RA; a++)
+#pragma unroll
+		for (int c = 0; c < DC; c++)
+			dq[a][c] = 0.0f;
+	load_query_side(t, G, qkv, dout, lse, D, j, n, q0);
+	for (int k0 = 0; k0 < kend; k0 += BK) {
+		float sc[RA][CA], dp[RA][CA];
+		__syncthreads(); /* previous tile's K, V, P consumed */
+		load_rows<DM, BK>(t.Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d);
+		load_rows<DM, BK>(t.Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d);
+		__syncthreads();
+		dot_tile<DM>(sc, t.Qs, t.Ks);
+		dot_tile<DM>(dp, t.dOs, t.Vs);
+		bwd_scores(sc, dp, t.Ls, t.Ds, G, q0, k0, rb);
+		store_tile<BK>(t.Ps, dp);
+		__syncthreads();
+		acc_tile<DM, RA, BK>(dq, t.Ps, BK + 16, 1, t.Ks); /* dQ += dS K */
+	}
+	store_rows<DM, RA>(dqkv + qkv_off(G, j, g, n % G.r), G.ldq, dq, q0, G.s, G.d, G.scale);
+}
+
+} /* namespace mgt_attn */
+
+#endif

@@ -1,0 +1,397 @@
+/* kernels/: elementwise launchers: cast, scale, add, AdamW, bias + activation, bias-dropout-add,
+ * RoPE.  The math of each is backend.h's op of the same name, computed as lib/backend/cpu.c does
+ * (same operation order; nvcc may contract a*b+c into an FMA where the CPU build rounds twice).
+ * Flat ops run a grid-stride loop over groups of 4 elements; row ops one block per row. */
+#include "common.cuh"
+
+/* ---- casts ---- */
+
+template <typename D, typename S>
+static __global__ void cast_k(D *dst, const S *src, size_t n, bool vec)
+{
+	const size_t ng = (n + 3) / 4;
+	for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < ng;
+	     g += (size_t)gridDim.x * blockDim.x) {
+		float v[4];
+		mgt_ld4(src, g, n, vec, v);
+		mgt_st4(dst, g, n, vec, v);
+	}
+}
+
+template <typename D, typename S>
+static void cast_launch(cudaStream_t st, void *dst, const void *src, size_t n)
+{
+	const bool vec = mgt_al16(dst) && mgt_al16(src);
+	cast_k<D, S><<<mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, st>>>((D *)dst, (const S *)src, n, vec);
+}
+
+static size_t dtype_bytes(mgt_k_dtype t) { return t == MGT_K_F32 ? 4 : 2; }
+
+/* fp32 <-> bf16 / fp16 and bf16 <-> fp16 (through fp32, exact, then one rounding). */
+extern "C" int mgt_k_cast(mgt_k_stream s, void *dst, mgt_k_dtype dst_t, const void *src,
+			  mgt_k_dtype src_t, size_t n)
+{
+	cudaStream_t st = mgt_st(s);
+	if (n == 0)
+		return 0;
+	if (dst_t == src_t) {
+		if (dst == src)
+			return 0;
+		cudaError_t e = cudaMemcpyAsync(dst, src, n * dtype_bytes(dst_t), cudaMemcpyDeviceToDevice, st);
+		int rc = mgt_k_rc();
+		return e != cudaSuccess ? (int)e : rc;
+	}
+	typedef __nv_bfloat16 bf;
+	if (src_t == MGT_K_F32)
+		dst_t == MGT_K_BF16 ? cast_launch<bf, float>(st, dst, src, n)
+				    : cast_launch<__half, float>(st, dst, src, n);
+	else if (src_t == MGT_K_BF16)
+		dst_t == MGT_K_F32 ? cast_launch<float, bf>(st, dst, src, n)
+				   : cast_launch<__half, bf>(st, dst, src, n);
+	else
+		dst_t == MGT_K_F32 ? cast_launch<float, __half>(st, dst, src, n)
+				   : cast_launch<bf, __half>(st, dst, src, n);
+	return mgt_k_rc();
+}
+
+/* ---- scale, add ---- */
+
+static __global__ void scale_k(float *x, size_t n, float alpha, bool vec)
+{
+	const size_t ng = (n + 3) / 4;
+	for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < ng;
+	     g += (size_t)gridDim.x * blockDim.x) {
+		float v[4];
+		mgt_ld4(x, g, n, vec, v);
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			v[k] *= alpha;
+		mgt_st4(x, g, n, vec, v);
+	}
+}
+
+extern "C" int mgt_k_scale(mgt_k_stream s, float *x, size_t n, float alpha)
+{
+	if (n == 0)
+		return 0;
+	scale_k<<<mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s)>>>(x, n, alpha, mgt_al16(x));
+	return mgt_k_rc();
+}
+
+static __global__ void add_k(float *y, const float *x, size_t n, bool vec)
+{
+	const size_t ng = (n + 3) / 4;
+	for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < ng;
+	     g += (size_t)gridDim.x * blockDim.x) {
+		float a[4], b[4];
+		mgt_ld4(y, g, n, vec, a);
+		mgt_ld4(x, g, n, vec, b);
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			a[k] += b[k];
+		mgt_st4(y, g, n, vec, a);
+	}
+}
+
+extern "C" int mgt_k_add(mgt_k_stream s, float *y, const float *x, size_t n)
+{
+	if (n == 0)
+		return 0;
+	add_k<<<mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s)>>>(y, x, n, mgt_al16(y) && mgt_al16(x));
+	return mgt_k_rc();
+}
+
+/* ---- AdamW ---- */
+
+struct adamw_c {
+	float b1, b2, ob1, ob2, eps, step_size, bc2_sqrt, decay;
+};
+
+static __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, adamw_c c,
+			       bool vec)
+{
+	const size_t ng = (n + 3) / 4;
+	for (size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x; q < ng;
+	     q += (size_t)gridDim.x * blockDim.x) {
+		float pp[4], gg[4], mm[4], vv[4];
+		mgt_ld4(p, q, n, vec, pp);
+		mgt_ld4(g, q, n, vec, gg);
+		mgt_ld4(m, q, n, vec, mm);
+		mgt_ld4(v, q, n, vec, vv);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			float gi = gg[k];
+			float mi = c.b1 * mm[k] + c.ob1 * gi;
+			float vi = c.b2 * vv[k] + c.ob2 * gi * gi;
+			float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
+			mm[k] = mi;
+			vv[k] = vi;
+			pp[k] = pp[k] * c.decay - c.step_size * (mi / denom);
+		}
+		mgt_st4(m, q, n, vec, mm);
+		mgt_st4(v, q, n, vec, vv);
+		mgt_st4(p, q, n, vec, pp);
+	}
+}
+
+/* adamw_chunk in lib/backend/cpu.c, element by element (the caller supplies the scalars). */
+extern "C" int mgt_k_adamw(mgt_k_stream s, float *p, const float *g, float *m, float *v, size_t n,
+			   float b1, float b2, float eps, float step_size, float bc2_sqrt, float decay)
+{
+	if (n == 0)
+		return 0;
+	adamw_c c = {b1, b2, 1.0f - b1, 1.0f - b2, eps, step_size, bc2_sqrt, decay};
+	const bool vec = mgt_al16(p) && mgt_al16(g) && mgt_al16(m) && mgt_al16(v);
+	adamw_k<<<mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s)>>>(p, g, m, v, n, c, vec);
+	return mgt_k_rc();
+}
+
+/* ---- bias + activation (GELU erf form, SwiGLU) ---- */
+
+static __device__ __forceinline__ float gelu_f(float z)
+{
+	return 0.5f * z * (1.0f + mgt_erff(z * 0.70710678118654752f));
+}
+
+static __device__ __forceinline__ float gelu_grad(float z)
+{
+	return 0.5f * (1.0f + mgt_erff(z * 0.70710678118654752f)) +
+	       z * 0.39894228040143268f * mgt_expf(-0.5f * z * z);
+}
+
+static __device__ __forceinline__ float sigmoid_f(float a) { return 1.0f / (1.0f + mgt_expf(-a)); }
+
+/* Row t: GELU y = gelu(x + b) over f columns; SwiGLU y = silu(gate + b) * (up + b), x = [gate | up]. */
+static __global__ void bias_act_fwd_k(int act, float *y, const float *x, const float *b, int f,
+				      bool vec)
+{
+	const size_t t = blockIdx.x, nf = (size_t)f, ng = (nf + 3) / 4;
+	const float *xt = x + t * (act ? 2 * nf : nf);
+	float *yt = y + t * nf;
+	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
+		float a[4], bb[4] = {0, 0, 0, 0}, o[4];
+		mgt_ld4(xt, g, nf, vec, a);
+		if (b)
+			mgt_ld4(b, g, nf, vec, bb);
+		if (act == 0) {
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				o[k] = gelu_f(b ? a[k] + bb[k] : a[k]);
+		} else {
+			float u[4], ub[4] = {0, 0, 0, 0};
+			mgt_ld4(xt + nf, g, nf, vec, u);
+			if (b)
+				mgt_ld4(b + nf, g, nf, vec, ub);
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				float av = b ? a[k] + bb[k] : a[k], uv = b ? u[k] + ub[k] : u[k];
+				o[k] = av * sigmoid_f(av) * uv;
+			}
+		}
+		mgt_st4(yt, g, nf, vec, o);
+	}
+}
+
+extern "C" int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float *x, const float *b,
+				  int T, int f)
+{
+	if (T <= 0 || f <= 0)
+		return 0;
+	const bool vec = f % 4 == 0 && mgt_al16(y) && mgt_al16(x) && mgt_al16(b);
+	bias_act_fwd_k<<<T, MGT_ROW_THREADS, 0, mgt_st(s)>>>(act, y, x, b, f, vec);
+	return mgt_k_rc();
+}
+
+/* dx of row t (act_bwd_row_ in cpu.c). */
+static __global__ void bias_act_bwd_k(int act, float *dx, const float *dy, const float *x,
+				      const float *b, int f, bool vec)
+{
+	const size_t t = blockIdx.x, nf = (size_t)f, ng = (nf + 3) / 4, xw = act ? 2 * nf : nf;
+	const float *xt = x + t * xw, *gt = dy + t * nf;
+	float *dxt = dx + t * xw;
+	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
+		float a[4], bb[4] = {0, 0, 0, 0}, gg[4], o[4];
+		mgt_ld4(xt, g, nf, vec, a);
+		mgt_ld4(gt, g, nf, vec, gg);
+		if (b)
+			mgt_ld4(b, g, nf, vec, bb);
+		if (act == 0) {
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				o[k] = gg[k] * gelu_grad(b ? a[k] + bb[k] : a[k]);
+		} else {
+			float u[4], ub[4] = {0, 0, 0, 0}, o2[4];
+			mgt_ld4(xt + nf, g, nf, vec, u);
+			if (b)
+				mgt_ld4(b + nf, g, nf, vec, ub);
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				float av = b ? a[k] + bb[k] : a[k], uv = b ? u[k] + ub[k] : u[k];
+				float sg = sigmoid_f(av), silu = av * sg;
+				o[k] = gg[k] * uv * (sg * (1.0f + av * (1.0f - sg)));
+				o2[k] = gg[k] * silu;
+			}
+			mgt_st4(dxt + nf, g, nf, vec, o2);
+		}
+		mgt_st4(dxt, g, nf, vec, o);
+	}
+}
+
+extern "C" size_t mgt_k_bias_act_bwd_ws_bytes(int act, int T, int f)
+{
+	return mgt_k_colsum_ws_bytes(T, act ? 2 * f : f);
+}
+
+/* dx written, then db += column sums of dx (as cpu_bias_act_bwd: colsum_acc over dx). */
+extern "C" int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db, const float *dy,
+				  const float *x, const float *b, int T, int f, void *ws)
+{
+	if (T <= 0 || f <= 0)
+		return 0;
+	const bool vec = f % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(b);
+	bias_act_bwd_k<<<T, MGT_ROW_THREADS, 0, mgt_st(s)>>>(act, dx, dy, x, b, f, vec);
+	int rc = mgt_k_rc();
+	if (rc || !db)
+		return rc;
+	return mgt_k_colsum(s, db, dx, T, act ? 2 * f : f, ws);
+}
+
+/* ---- bias-dropout-add ---- */
+
+/* Row t: out = resid + dropout(y + b); element (t, c) draws Philox index e0 + t*h + c. */
+static __global__ void bda_fwd_k(float *out, const float *resid, const float *y, const float *b, int h,
+				 float p, float ks, uint64_t key, uint64_t e0, bool vec)
+{
+	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
+	const float *yt = y + t * nh, *rt = resid ? resid + t * nh : NULL;
+	float *ot = out + t * nh;
+	const uint64_t et = e0 + (uint64_t)t * nh;
+	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
+		float v[4], bb[4] = {0, 0, 0, 0}, rr[4] = {0, 0, 0, 0};
+		mgt_ld4(yt, g, nh, vec, v);
+		if (b)
+			mgt_ld4(b, g, nh, vec, bb);
+		if (rt)
+			mgt_ld4(rt, g, nh, vec, rr);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			float a = b ? v[k] + bb[k] : v[k];
+			if (p > 0)
+				a *= mgt_dropout_mult(key, et + g * 4 + k, p, ks);
+			v[k] = rt ? rr[k] + a : a;
+		}
+		mgt_st4(ot, g, nh, vec, v);
+	}
+}
+
+extern "C" int mgt_k_bda_fwd(mgt_k_stream s, float *out, const float *resid, const float *y,
+			     const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
+{
+	if (T <= 0 || h <= 0)
+		return 0;
+	const float ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+	const bool vec = h % 4 == 0 && mgt_al16(out) && mgt_al16(resid) && mgt_al16(y) && mgt_al16(b);
+	bda_fwd_k<<<T, MGT_ROW_THREADS, 0, mgt_st(s)>>>(out, resid, y, b, h, p, ks, key, e0, vec);
+	return mgt_k_rc();
+}
+
+/* Row t: dy = dout * dropout multiplier (p > 0). */
+static __global__ void drop_mul_k(float *dy, const float *dout, int h, float p, float ks, uint64_t key,
+				  uint64_t e0, bool vec)
+{
+	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
+	const float *gt = dout + t * nh;
+	float *dt = dy + t * nh;
+	const uint64_t et = e0 + (uint64_t)t * nh;
+	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
+		float v[4];
+		mgt_ld4(gt, g, nh, vec, v);
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			v[k] *= mgt_dropout_mult(key, et + g * 4 + k, p, ks);
+		mgt_st4(dt, g, nh, vec, v);
+	}
+}
+
+extern "C" size_t mgt_k_bda_bwd_ws_bytes(int T, int h) { return mgt_k_colsum_ws_bytes(T, h); }
+
+extern "C" int mgt_k_bda_bwd(mgt_k_stream s, float *dy, float *db, const float *dout, int T, int h,
+			     float p, uint64_t key, uint64_t e0, void *ws)
+{
+	if (T <= 0 || h <= 0)
+		return 0;
+	cudaStream_t st = mgt_st(s);
+	int rc = 0;
+	if (p > 0) {
+		const float ks = 1.0f / (1.0f - p);
+		const bool vec = h % 4 == 0 && mgt_al16(dy) && mgt_al16(dout);
+		drop_mul_k<<<T, MGT_ROW_THREADS, 0, st>>>(dy, dout, h, p, ks, key, e0, vec);
+		rc = mgt_k_rc();
+	} else if (dy != dout) {
+		cudaError_t e = cudaMemcpyAsync(dy, dout, (size_t)T * h * sizeof(float),
+						cudaMemcpyDeviceToDevice, st);
+		rc = mgt_k_rc();
+		rc = e != cudaSuccess ? (int)e : rc;
+	}
+	if (rc || !db)
+		return rc;
+	return mgt_k_colsum(s, db, dy, T, h, ws);
+}
+
+/* ---- RoPE ---- */
+
+/* inv_freq[k] = 1 / base^(2k / rot_dim), computed on the host with the same powf as the CPU
+ * backend (a 1-ulp difference in inv_freq would move theta = pos * inv_freq by far more than an
+ * ulp at large positions) and passed by value. */
+static constexpr int ROPE_TAB = 512;
+struct rope_tab {
+	float inv_freq[ROPE_TAB];
+};
+
+/* Token t: cos/sin of theta = pos[t] * inv_freq[k] into shared memory (through double: correctly
+ * rounded in practice, as glibc's cosf/sinf are), then every rotated pair (x[k], x[k + half]) of
+ * the r query heads and the key head of each group. */
+static __global__ void rope_k(float *qkv, const int32_t *pos, int ng, int r, int d, int rot_dim,
+			      float base, int inverse, bool use_tab, rope_tab tab)
+{
+	extern __shared__ float rope_sm[];
+	const int half = rot_dim / 2;
+	float *cs = rope_sm, *sn = rope_sm + half;
+	const size_t t = blockIdx.x;
+	const float ps = (float)pos[t];
+	for (int k = threadIdx.x; k < half; k += blockDim.x) {
+		float inv = use_tab ? tab.inv_freq[k]
+				    : 1.0f / powf(base, (float)(2 * k) / (float)rot_dim);
+		float th = ps * inv;
+		cs[k] = (float)cos((double)th);
+		float sv = (float)sin((double)th);
+		sn[k] = inverse ? -sv : sv;
+	}
+	__syncthreads();
+	const int heads = ng * (r + 1);
+	const int total = heads * half;
+	for (int i = threadIdx.x; i < total; i += blockDim.x) {
+		int hd = i / half, k = i - hd * half;
+		int g = hd / (r + 1), m = hd - g * (r + 1);
+		float *x = qkv + ((t * ng + g) * (size_t)(r + 2) + m) * d;
+		float a = x[k], bb = x[half + k];
+		x[k] = a * cs[k] - bb * sn[k];
+		x[half + k] = bb * cs[k] + a * sn[k];
+	}
+}
+
+/* cpu_rope in lib/backend/cpu.c (backend.h: non-interleaved rotate_half over rot_dim channels). */
+extern "C" int mgt_k_rope(mgt_k_stream s, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
+			  int rot_dim, float base, int inverse)
+{
+	const int half = rot_dim / 2;
+	if (T <= 0 || half <= 0 || ng <= 0 || r < 0)
+		return 0;
+	rope_tab tab = {};
+	const bool use_tab = half <= ROPE_TAB; /* else the device's powf (rot_dim > 1024) */
+	for (int k = 0; k < (use_tab ? half : 0); k++)
+		tab.inv_freq[k] = 1.0f / powf(base, (float)(2 * k) / (float)rot_dim);
+	const size_t smem = 2 * (size_t)half * sizeof(float);
+	rope_k<<<T, 128, smem, mgt_st(s)>>>(qkv, pos, ng, r, d, rot_dim, base, inverse, use_tab, tab);
+	return mgt_k_rc();
+}

@@ -1,0 +1,170 @@
+/* kernels/: LayerNorm and RMSNorm, forward and backward (backend.h's norm_fwd / norm_bwd;
+ * cpu_norm_fwd / cpu_norm_bwd in lib/backend/cpu.c give the operation order; Ba et al. 2016,
+ * Zhang & Sennrich 2019).  kind: 0 LayerNorm, 1 RMSNorm.
+ *
+ * Row statistics: one block per row, summed in double through a fixed block tree.  dw/db: the
+ * column-reduction scheme of common.cuh (double partials per chunk of rows in ws, then summed in
+ * chunk order and added to dw/db once), so everything is deterministic. */
+#include "common.cuh"
+
+/* Row t: mean (LayerNorm; 0 for RMSNorm) and rstd in double, then y = (x - mean) * rstd * w + b. */
+static __global__ void norm_fwd_k(int kind, float *y, float *mean, float *rstd, const float *x,
+				  const float *w, const float *b, int h, float eps, bool vec)
+{
+	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
+	const float *xt = x + t * nh;
+	float *yt = y + t * nh;
+	double mu = 0, ss = 0;
+	if (kind == 0) {
+		double sum = 0;
+		for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
+			float v[4];
+			mgt_ld4(xt, g, nh, vec, v); /* 0 beyond h: adds nothing */
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				sum += v[k];
+		}
+		mu = mgt_block_sum(sum) / h;
+	}
+	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
+		float v[4];
+		int cnt = mgt_ld4(xt, g, nh, vec, v);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			double dv = v[k] - mu;
+			if (k < cnt)
+				ss += dv * dv;
+		}
+	}
+	ss = mgt_block_sum(ss);
+	const float m = (float)mu, rs = (float)(1.0 / sqrt(ss / h + eps));
+	if (threadIdx.x == 0) {
+		mean[t] = m;
+		rstd[t] = rs;
+	}
+	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
+		float v[4], ww[4], bb[4] = {0, 0, 0, 0};
+		mgt_ld4(xt, g, nh, vec, v);
+		mgt_ld4(w, g, nh, vec, ww);
+		if (b)
+			mgt_ld4(b, g, nh, vec, bb);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			float o = (v[k] - m) * rs * ww[k];
+			v[k] = b ? o + bb[k] : o;
+		}
+		mgt_st4(yt, g, nh, vec, v);
+	}
+}
+
+extern "C" int mgt_k_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd,
+			      const float *x, const float *w, const float *b, int T, int h, float eps)
+{
+	if (T <= 0 || h <= 0)
+		return 0;
+	const bool vec = h % 4 == 0 && mgt_al16(y) && mgt_al16(x) && mgt_al16(w) && mgt_al16(b);
+	norm_fwd_k<<<T, MGT_ROW_THREADS, 0, mgt_st(s)>>>(kind, y, mean, rstd, x, w, b, h, eps, vec);
+	return mgt_k_rc();
+}
+
+/* Row t: g = dy * w, xhat = (x - mean) * rstd,
+ * dx += rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMSNorm: no mean(g) term). */
+static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const float *x, const float *w,
+				 const float *mean, const float *rstd, int h, bool vec)
+{
+	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
+	const float *xt = x + t * nh, *gt = dy + t * nh;
+	float *dxt = dx + t * nh;
+	const float m = mean[t], rs = rstd[t];
+	double sg = 0, sgx = 0;
+	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
+		float v[4], gg[4], ww[4];
+		int cnt = mgt_ld4(xt, g, nh, vec, v);
+		mgt_ld4(gt, g, nh, vec, gg);
+		mgt_ld4(w, g, nh, vec, ww);
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			float gw = gg[k] * ww[k];
+			if (k < cnt) {
+				sg += gw;
+				sgx += gw * ((v[k] - m) * rs);
+			}
+		}
+	}
+	sg = mgt_block_sum(sg);
+	sgx = mgt_block_sum(sgx);
+	const float a = kind == 0 ? (float)(sg / h) : 0.0f, bx = (float)(sgx / h);
+	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
+		float v[4], gg[4], ww[4], d[4];
+		mgt_ld4(xt, g, nh, vec, v);
+		mgt_ld4(gt, g, nh, vec, gg);
+		mgt_ld4(w, g, nh, vec, ww);
+		mgt_ld4(dxt, g, nh, vec, d);
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			d[k] += rs * (gg[k] * ww[k] - a - (v[k] - m) * rs * bx);
+		mgt_st4(dxt, g, nh, vec, d);
+	}
+}
+
+/* Chunk r of rows, column c: pw[r, c] = sum_t dy * xhat, pb[r, c] = sum_t dy (double, row order). */
+static __global__ void norm_dwdb_part_k(double *pw, double *pb, const float *dy, const float *x,
+					const float *mean, const float *rstd, int T, int h, int rows)
+{
+	const int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= h)
+		return;
+	const int r = blockIdx.y;
+	const int t0 = r * rows, t1 = T - t0 < rows ? T : t0 + rows;
+	double aw = 0, ab = 0;
+	for (int t = t0; t < t1; t++) {
+		const size_t i = (size_t)t * h + c;
+		const float gv = dy[i];
+		aw += gv * ((x[i] - mean[t]) * rstd[t]);
+		ab += gv;
+	}
+	pw[(size_t)r * h + c] = aw;
+	pb[(size_t)r * h + c] = ab;
+}
+
+/* dw[c] += sum_r pw[r, c]; db[c] += sum_r pb[r, c] (when db), chunks in order. */
+static __global__ void norm_dwdb_fin_k(float *dw, float *db, const double *pw, const double *pb, int R,
+				       int h)
+{
+	const int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= h)
+		return;
+	double aw = 0, ab = 0;
+	for (int r = 0; r < R; r++) {
+		aw += pw[(size_t)r * h + c];
+		ab += pb[(size_t)r * h + c];
+	}
+	dw[c] += (float)aw;
+	if (db)
+		db[c] += (float)ab;
+}
+
+/* ws: [R, h] doubles of dw partials, then [R, h] of db partials (R = mgt_col_chunks(T, h)). */
+extern "C" size_t mgt_k_norm_bwd_ws_bytes(int T, int h)
+{
+	if (T <= 0 || h <= 0)
+		return 0;
+	return 2 * (size_t)mgt_col_chunks(T, h) * (size_t)h * sizeof(double);
+}
+
+extern "C" int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db,
+			      const float *dy, const float *x, const float *w, const float *mean,
+			      const float *rstd, int T, int h, void *ws)
+{
+	if (T <= 0 || h <= 0)
+		return 0;
+	cudaStream_t st = mgt_st(s);
+	const bool vec = h % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(w);
+	norm_dx_k<<<T, MGT_ROW_THREADS, 0, st>>>(kind, dx, dy, x, w, mean, rstd, h, vec);
+	const int rows = mgt_col_chunk_rows(T, h), R = mgt_col_chunks(T, h);
+	const unsigned cb = (unsigned)mgt_cdiv((size_t)h, MGT_COL_THREADS);
+	double *pw = (double *)ws, *pb = pw + (size_t)R * h;
+	norm_dwdb_part_k<<<dim3(cb, R), MGT_COL_THREADS, 0, st>>>(pw, pb, dy, x, mean, rstd, T, h, rows);
+	norm_dwdb_fin_k<<<cb, MGT_COL_THREADS, 0, st>>>(dw, db, pw, pb, R, h);
+	return mgt_k_rc();
+}

@@ -1,0 +1,585 @@
+/* lib/backend: the CUDA backend's host side (memory, errors, the op table).  The math runs in the
+ * kernels/ launchers (kernels/kernels.h) and, for the linear layers, cuBLASLt (cuda_gemm.c).
+ *
+ * Everything is queued on one non-blocking stream; download, sync, sumsq and xent_loss wait for it.
+ * Ops that need scratch memory share one device buffer owned by the backend, grown (after a
+ * synchronize) when a launcher asks for more; work queued on the one stream runs in order, so one
+ * op's scratch is never overwritten while an earlier op still reads it.
+ *
+ * Memory accounting: cudaFree does not tell a size, so alloc keeps a pointer -> size map (an open
+ * addressing hash table) and counts bytes_in_use / bytes_peak from it.  Only alloc's memory is
+ * counted (backend.h); the scratch buffer, the cuBLASLt workspace and CUDA's own context are not.
+ */
+#include "backend/cuda_impl.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CUDA_TOMB ((void *)1)
+/* The scratch buffer's first size and its growth margin. */
+#define SCRATCH_MIN ((size_t)64 << 20)
+#define SCRATCH_ROUND ((size_t)1 << 20)
+
+static const mgt_backend_ops cuda_ops;
+
+static cuda_impl *impl(mgt_backend *be) { return be->impl; }
+static mgt_k_stream stream(mgt_backend *be) { return impl(be)->stream; }
+
+/* ---- errors ---- */
+
+void mgt_cuda_fail(mgt_backend *be, mgt_status code, const char *fmt, ...)
+{
+	cuda_impl *im = impl(be);
+	char buf[sizeof im->msg];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	mgt_err(code, "%s", buf);
+	if (im->err == MGT_OK) {
+		im->err = code;
+		memcpy(im->msg, buf, sizeof buf);
+	}
+}
+
+/* MGT_ERR_NOMEM for out of device memory, MGT_ERR_IO for any other CUDA error. */
+static mgt_status cuda_code(cudaError_t e)
+{
+	return e == cudaErrorMemoryAllocation ? MGT_ERR_NOMEM : MGT_ERR_IO;
+}
+
+bool mgt_cuda_ok(mgt_backend *be, const char *op, int rc)
+{
+	if (rc == cudaSuccess)
+		return true;
+	cudaGetLastError(); /* a non-sticky error must not be blamed on the next launch */
+	mgt_cuda_fail(be, cuda_code((cudaError_t)rc), "cuda backend: %s: %s", op,
+		      cudaGetErrorString((cudaError_t)rc));
+	return false;
+}
+
+/* The recorded failure, recorded again as the calling thread's message; MGT_OK if none. */
+static mgt_status pending(mgt_backend *be)
+{
+	cuda_impl *im = impl(be);
+	return im->err == MGT_OK ? MGT_OK : mgt_err(im->err, "%s", im->msg);
+}
+
+/* ---- the allocation map ---- */
+
+static size_t slot_hash(const void *p, size_t cap)
+{
+	uint64_t h = (uint64_t)((uintptr_t)p >> 8) * 0x9E3779B97F4A7C15ull;
+	return (size_t)(h >> 29) & (cap - 1);
+}
+
+/* The live slot holding p, or NULL. */
+static cuda_slot *map_find(cuda_impl *im, const void *p)
+{
+	if (!im->cap)
+		return NULL;
+	for (size_t i = slot_hash(p, im->cap);; i = (i + 1) & (im->cap - 1)) {
+		if (im->slots[i].p == p)
+			return &im->slots[i];
+		if (!im->slots[i].p)
+			return NULL;
+	}
+}
+
+static void map_place(cuda_slot *slots, size_t cap, void *p, size_t bytes)
+{
+	size_t i = slot_hash(p, cap);
+	while (slots[i].p && slots[i].p != CUDA_TOMB)
+		i = (i + 1) & (cap - 1);
+	slots[i] = (cuda_slot){p, bytes};
+}
+
+/* Rehash into a table at most a quarter full (tombstones dropped). */
+static mgt_status map_rehash(cuda_impl *im)
+{
+	size_t cap = 1024;
+	while (cap < 4 * (im->live + 1))
+		cap *= 2;
+	cuda_slot *s = calloc(cap, sizeof *s);
+	if (!s)
+		return mgt_err(MGT_ERR_NOMEM, "cuda backend: alloc: out of host memory");
+	for (size_t i = 0; i < im->cap; i++)
+		if (im->slots[i].p && im->slots[i].p != CUDA_TOMB)
+			map_place(s, cap, im->slots[i].p, im->slots[i].bytes);
+	free(im->slots);
+	im->slots = s;
+	im->cap = cap;
+	im->tombs = 0;
+	return MGT_OK;
+}
+
+static mgt_status map_put(cuda_impl *im, void *p, size_t bytes)
+{
+	if (2 * (im->live + im->tombs + 1) > im->cap && map_rehash(im) != MGT_OK)
+		return MGT_ERR_NOMEM;
+	map_place(im->slots, im->cap, p, bytes);
+	im->live++;
+	return MGT_OK;
+}
+
+/* ---- memory ---- */
+
+static void *cu_alloc(mgt_backend *be, size_t bytes)
+{
+	cuda_impl *im = impl(be);
+	void *p = NULL;
+	cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		mgt_err(cuda_code(e), "cuda backend: alloc: cannot allocate %zu bytes: %s", bytes,
+			cudaGetErrorString(e));
+		return NULL;
+	}
+	if (map_put(im, p, bytes) != MGT_OK) {
+		cudaFree(p);
+		return NULL;
+	}
+	e = cudaMemsetAsync(p, 0, bytes, im->stream);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		map_find(im, p)->p = CUDA_TOMB;
+		im->live--, im->tombs++;
+		cudaFree(p);
+		mgt_err(MGT_ERR_IO, "cuda backend: alloc: %s", cudaGetErrorString(e));
+		return NULL;
+	}
+	be->bytes_in_use += bytes;
+	if (be->bytes_in_use > be->bytes_peak)
+		be->bytes_peak = be->bytes_in_use;
+	return p;
+}
+
+/* Waits for the stream first: queued work may still use p. */
+static void cu_free(mgt_backend *be, void *p)
+{
+	cuda_impl *im = impl(be);
+	if (!p)
+		return;
+	cuda_slot *s = map_find(im, p);
+	if (s) {
+		be->bytes_in_use -= s->bytes;
+		s->p = CUDA_TOMB;
+		im->live--, im->tombs++;
+	}
+	if (mgt_cuda_ok(be, "free", cudaStreamSynchronize(im->stream)))
+		mgt_cuda_ok(be, "free", cudaFree(p));
+}
+
+/* Copy and wait (host buffers may be pageable and are the caller's again on return). */
+static mgt_status cu_copy(mgt_backend *be, const char *op, void *dst, const void *src, size_t bytes,
+			  enum cudaMemcpyKind kind)
+{
+	cuda_impl *im = impl(be);
+	if (im->err != MGT_OK)
+		return pending(be);
+	if (!bytes)
+		return MGT_OK;
+	cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, im->stream);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(im->stream);
+	return mgt_cuda_ok(be, op, e) ? MGT_OK : im->err;
+}
+
+static mgt_status cu_upload(mgt_backend *be, void *dst, const void *src, size_t bytes)
+{
+	return cu_copy(be, "upload", dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
+static mgt_status cu_download(mgt_backend *be, void *dst, const void *src, size_t bytes)
+{
+	return cu_copy(be, "download", dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+static void cu_zero(mgt_backend *be, void *p, size_t bytes)
+{
+	if (bytes)
+		mgt_cuda_ok(be, "zero", cudaMemsetAsync(p, 0, bytes, impl(be)->stream));
+}
+
+/* sync cannot return the backend's failure; it records it again as the thread's message. */
+static void cu_sync(mgt_backend *be)
+{
+	if (mgt_cuda_ok(be, "sync", cudaStreamSynchronize(impl(be)->stream)))
+		pending(be);
+}
+
+void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes)
+{
+	cuda_impl *im = impl(be);
+	if (im->scratch && bytes <= im->scratch_bytes)
+		return im->scratch;
+	size_t want = (bytes + bytes / 4 + SCRATCH_ROUND - 1) / SCRATCH_ROUND * SCRATCH_ROUND;
+	if (want < SCRATCH_MIN)
+		want = SCRATCH_MIN;
+	if (im->scratch) {
+		if (!mgt_cuda_ok(be, op, cudaStreamSynchronize(im->stream)))
+			return NULL;
+		cudaFree(im->scratch);
+		im->scratch = NULL;
+		im->scratch_bytes = 0;
+	}
+	cudaError_t e = cudaMalloc(&im->scratch, want);
+	if (e != cudaSuccess && bytes < want) { /* no room for the margin: try the bare need */
+		cudaGetLastError();
+		want = bytes ? bytes : 1;
+		e = cudaMalloc(&im->scratch, want);
+	}
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		im->scratch = NULL;
+		mgt_cuda_fail(be, cuda_code(e), "cuda backend: %s: cannot allocate %zu bytes of scratch: %s",
+			      op, bytes, cudaGetErrorString(e));
+		return NULL;
+	}
+	im->scratch_bytes = want;
+	return im->scratch;
+}
+
+/* ---- ops: thin glue to the launchers ---- */
+
+/* Call the launcher `call` (which uses `ws`) when the scratch for `bytes` could be had. */
+#define WITH_WS(op, bytes, call)                                          \
+	do {                                                              \
+		void *ws = mgt_cuda_scratch(be, op, bytes);               \
+		if (ws)                                                   \
+			mgt_cuda_ok(be, op, call);                        \
+	} while (0)
+
+static void cu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, const float *table,
+			     int64_t row0, int64_t rows, int T, int h, bool accumulate)
+{
+	if (T > 0 && h > 0)
+		mgt_cuda_ok(be, "embedding_fwd",
+			    mgt_k_embedding_fwd(stream(be), y, ids, table, row0, rows, T, h, accumulate));
+}
+
+static void cu_embedding_bwd(mgt_backend *be, float *dtable, const float *dy, const int32_t *ids,
+			     int64_t row0, int64_t rows, int T, int h)
+{
+	if (T > 0 && h > 0)
+		WITH_WS("embedding_bwd", mgt_k_embedding_bwd_ws_bytes(T),
+			mgt_k_embedding_bwd(stream(be), dtable, dy, ids, row0, rows, T, h, ws));
+}
+
+static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+			const float *x, const float *w, const float *b, int T, int h, float eps)
+{
+	if (T > 0 && h > 0)
+		mgt_cuda_ok(be, "norm_fwd",
+			    mgt_k_norm_fwd(stream(be), (int)kind, y, mean, rstd, x, w, b, T, h, eps));
+}
+
+static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+			const float *dy, const float *x, const float *w, const float *mean,
+			const float *rstd, int T, int h)
+{
+	if (T > 0 && h > 0)
+		WITH_WS("norm_bwd", mgt_k_norm_bwd_ws_bytes(T, h),
+			mgt_k_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, x, w, mean, rstd, T, h, ws));
+}
+
+static void cu_rope(mgt_backend *be, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
+		    int rot_dim, float base, bool inverse)
+{
+	if (T > 0 && rot_dim >= 2)
+		mgt_cuda_ok(be, "rope",
+			    mgt_k_rope(stream(be), qkv, pos, T, ng, r, d, rot_dim, base, inverse));
+}
+
+static void cu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
+			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
+{
+	if (s > 0 && b > 0)
+		mgt_cuda_ok(be, "attn_fwd", mgt_k_attn_fwd(stream(be), out, lse, qkv, s, b, ng, r, d, p,
+							   key, head0, heads_total));
+}
+
+static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
+			const float *out, const float *lse, int s, int b, int ng, int r, int d,
+			float p, uint64_t key, int head0, int heads_total)
+{
+	if (s > 0 && b > 0)
+		WITH_WS("attn_bwd", mgt_k_attn_bwd_ws_bytes(s, b, ng, r, d),
+			mgt_k_attn_bwd(stream(be), dqkv, dout, qkv, out, lse, s, b, ng, r, d, p, key,
+				       head0, heads_total, ws));
+}
+
+static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, float *y, const float *x,
+			    const float *b, int T, int f)
+{
+	if (T > 0 && f > 0)
+		mgt_cuda_ok(be, "bias_act_fwd",
+			    mgt_k_bias_act_fwd(stream(be), (int)act, y, x, b, T, f));
+}
+
+static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
+			    const float *dy, const float *x, const float *b, int T, int f)
+{
+	if (T > 0 && f > 0)
+		WITH_WS("bias_act_bwd", mgt_k_bias_act_bwd_ws_bytes((int)act, T, f),
+			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, x, b, T, f, ws));
+}
+
+static void cu_bda_fwd(mgt_backend *be, float *out, const float *resid, const float *y,
+		       const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
+{
+	if (T > 0 && h > 0)
+		mgt_cuda_ok(be, "bda_fwd",
+			    mgt_k_bda_fwd(stream(be), out, resid, y, b, T, h, p, key, e0));
+}
+
+static void cu_bda_bwd(mgt_backend *be, float *dy, float *db, const float *dout, int T, int h,
+		       float p, uint64_t key, uint64_t e0)
+{
+	if (T > 0 && h > 0)
+		WITH_WS("bda_bwd", mgt_k_bda_bwd_ws_bytes(T, h),
+			mgt_k_bda_bwd(stream(be), dy, db, dout, T, h, p, key, e0, ws));
+}
+
+static void cu_xent_max(mgt_backend *be, float *mx, const float *logits, int T, int V)
+{
+	if (T > 0)
+		mgt_cuda_ok(be, "xent_max", mgt_k_xent_max(stream(be), mx, logits, T, V));
+}
+
+static void cu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const float *logits,
+			  const int32_t *labels, const float *mx, int64_t v0, int T, int V)
+{
+	if (T > 0)
+		mgt_cuda_ok(be, "xent_stats",
+			    mgt_k_xent_stats(stream(be), sumexp, tgt, logits, labels, mx, v0, T, V));
+}
+
+static void cu_xent_bwd(mgt_backend *be, float *dlogits, const float *logits, const int32_t *labels,
+			const float *mx, const float *sumexp, const float *mask, float scale,
+			int64_t v0, int T, int V)
+{
+	if (T > 0 && V > 0)
+		mgt_cuda_ok(be, "xent_bwd", mgt_k_xent_bwd(stream(be), dlogits, logits, labels, mx,
+							   sumexp, mask, scale, v0, T, V));
+}
+
+/* The device double a launcher (returning rc) wrote to dres, brought to the host (waits for the
+ * stream).  NaN when the backend has failed, now or before. */
+static double dres_fetch(mgt_backend *be, const char *op, int rc)
+{
+	cuda_impl *im = impl(be);
+	double r = NAN;
+	if (!mgt_cuda_ok(be, op, rc) || im->err != MGT_OK)
+		return NAN;
+	cudaError_t e = cudaMemcpyAsync(&r, im->dres, sizeof r, cudaMemcpyDeviceToHost, im->stream);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(im->stream);
+	return mgt_cuda_ok(be, op, e) ? r : NAN;
+}
+
+static double cu_xent_loss(mgt_backend *be, float *loss, const float *mx, const float *sumexp,
+			   const float *tgt, const float *mask, int T)
+{
+	if (T <= 0)
+		return 0;
+	void *ws = mgt_cuda_scratch(be, "xent_loss", mgt_k_xent_loss_ws_bytes(T));
+	if (!ws)
+		return NAN;
+	return dres_fetch(be, "xent_loss", mgt_k_xent_loss(stream(be), impl(be)->dres, loss, mx,
+							    sumexp, tgt, mask, T, ws));
+}
+
+static double cu_sumsq(mgt_backend *be, const float *x, size_t n)
+{
+	if (!n)
+		return 0;
+	void *ws = mgt_cuda_scratch(be, "sumsq", mgt_k_sumsq_ws_bytes(n));
+	if (!ws)
+		return NAN;
+	return dres_fetch(be, "sumsq", mgt_k_sumsq(stream(be), impl(be)->dres, x, n, ws));
+}
+
+/* The scalars exactly as cpu_adamw computes them (double, then fp32). */
+static void cu_adamw(mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+		     float lr, float b1, float b2, float eps, float wd, int64_t step)
+{
+	const double bc1 = 1.0 - pow((double)b1, (double)step);
+	const double bc2 = 1.0 - pow((double)b2, (double)step);
+	if (n)
+		mgt_cuda_ok(be, "adamw",
+			    mgt_k_adamw(stream(be), p, g, m, v, n, b1, b2, eps, (float)((double)lr / bc1),
+					(float)sqrt(bc2), (float)(1.0 - (double)lr * (double)wd)));
+}
+
+static void cu_scale(mgt_backend *be, float *x, size_t n, float alpha)
+{
+	if (n)
+		mgt_cuda_ok(be, "scale", mgt_k_scale(stream(be), x, n, alpha));
+}
+
+static void cu_add(mgt_backend *be, float *y, const float *x, size_t n)
+{
+	if (n)
+		mgt_cuda_ok(be, "add", mgt_k_add(stream(be), y, x, n));
+}
+
+static void cu_destroy(mgt_backend *be);
+
+static const mgt_backend_ops cuda_ops = {
+	.name = "cuda",
+	.alloc = cu_alloc,
+	.free = cu_free,
+	.upload = cu_upload,
+	.download = cu_download,
+	.zero = cu_zero,
+	.sync = cu_sync,
+	.destroy = cu_destroy,
+	.linear_fwd = mgt_cuda_linear_fwd,
+	.linear_bwd = mgt_cuda_linear_bwd,
+	.embedding_fwd = cu_embedding_fwd,
+	.embedding_bwd = cu_embedding_bwd,
+	.norm_fwd = cu_norm_fwd,
+	.norm_bwd = cu_norm_bwd,
+	.rope = cu_rope,
+	.attn_fwd = cu_attn_fwd,
+	.attn_bwd = cu_attn_bwd,
+	.bias_act_fwd = cu_bias_act_fwd,
+	.bias_act_bwd = cu_bias_act_bwd,
+	.bda_fwd = cu_bda_fwd,
+	.bda_bwd = cu_bda_bwd,
+	.xent_max = cu_xent_max,
+	.xent_stats = cu_xent_stats,
+	.xent_loss = cu_xent_loss,
+	.xent_bwd = cu_xent_bwd,
+	.adamw = cu_adamw,
+	.sumsq = cu_sumsq,
+	.scale = cu_scale,
+	.add = cu_add,
+};
+
+/* ---- create and destroy ---- */
+
+/* Frees whatever part of the state exists (also after a failed create), including allocations
+ * the caller did not free. */
+static void cu_destroy(mgt_backend *be)
+{
+	cuda_impl *im = impl(be);
+	if (im) {
+		if (im->stream)
+			cudaStreamSynchronize(im->stream);
+		for (size_t i = 0; i < im->cap; i++)
+			if (im->slots[i].p && im->slots[i].p != CUDA_TOMB)
+				cudaFree(im->slots[i].p);
+		mgt_cuda_plans_free(im);
+		if (im->lt)
+			cublasLtDestroy(im->lt);
+		cudaFree(im->lt_ws);
+		cudaFree(im->scratch);
+		cudaFree(im->dres);
+		if (im->stream)
+			cudaStreamDestroy(im->stream);
+		cudaGetLastError();
+		free(im->slots);
+		free(im);
+	}
+	free(be);
+}
+
+/* A cudaError_t of create, as the status create returns (the message names the step). */
+static mgt_status start_err(mgt_backend *be, const char *step, cudaError_t e)
+{
+	cudaGetLastError();
+	return mgt_err(cuda_code(e), "cuda backend: device %d: %s: %s", impl(be)->device, step,
+		       cudaGetErrorString(e));
+}
+
+/* Device, stream, cuBLASLt and buffers; then one tiny kernel, so that a GPU the kernels were not
+ * built for is refused here rather than at the first op. */
+static mgt_status cuda_start(mgt_backend *be)
+{
+	cuda_impl *im = impl(be);
+	cudaError_t e;
+	if ((e = cudaSetDevice(im->device)) != cudaSuccess)
+		return start_err(be, "cudaSetDevice", e);
+	if ((e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking)) != cudaSuccess)
+		return start_err(be, "cudaStreamCreateWithFlags", e);
+	cublasStatus_t s = cublasLtCreate(&im->lt);
+	if (s != CUBLAS_STATUS_SUCCESS) {
+		im->lt = NULL;
+		return mgt_err(MGT_ERR_IO, "cuda backend: device %d: cublasLtCreate: %s", im->device,
+			       cublasLtGetStatusString(s));
+	}
+	if ((e = cudaMalloc(&im->lt_ws, CUDA_LT_WS_BYTES)) != cudaSuccess)
+		return start_err(be, "cuBLASLt workspace", e);
+	if ((e = cudaMalloc((void **)&im->dres, 2 * sizeof(double))) != cudaSuccess)
+		return start_err(be, "result buffer", e);
+	if (map_rehash(im) != MGT_OK)
+		return MGT_ERR_NOMEM;
+	if ((e = cudaMemsetAsync(im->dres, 0, 2 * sizeof(double), im->stream)) != cudaSuccess)
+		return start_err(be, "cudaMemsetAsync", e);
+	if ((e = (cudaError_t)mgt_k_scale(im->stream, (float *)im->dres, 2, 1.0f)) != cudaSuccess ||
+	    (e = cudaStreamSynchronize(im->stream)) != cudaSuccess)
+		return start_err(be, "first kernel (is this GPU in the build's CUDA_ARCH?)", e);
+	return MGT_OK;
+}
+
+mgt_backend *mgt_backend_cuda_create(int device, mgt_status *st)
+{
+	mgt_status dummy;
+	if (!st)
+		st = &dummy;
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		bool none = e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver;
+		*st = mgt_err(none ? MGT_ERR_USAGE : MGT_ERR_IO, "cuda backend: no usable CUDA device%s: %s",
+			      e == cudaErrorInsufficientDriver ? " (no NVIDIA driver, or one too old)" : "",
+			      cudaGetErrorString(e));
+		return NULL;
+	}
+	if (device < 0 || device >= n) {
+		*st = mgt_err(MGT_ERR_USAGE, "cuda backend: no CUDA device %d (this process sees %d)",
+			      device, n);
+		return NULL;
+	}
+	mgt_backend *be = calloc(1, sizeof *be);
+	cuda_impl *im = calloc(1, sizeof *im);
+	if (!be || !im) {
+		free(be);
+		free(im);
+		*st = mgt_err(MGT_ERR_NOMEM, "cuda backend: out of host memory");
+		return NULL;
+	}
+	im->device = device;
+	be->impl = im;
+	if ((*st = cuda_start(be)) != MGT_OK) {
+		cu_destroy(be);
+		return NULL;
+	}
+	be->ops = &cuda_ops;
+	be->threads = 1;
+	be->precision = MGT_PREC_FP32;
+	be->host_memory = false;
+	*st = MGT_OK;
+	return be;
+}
+
+int mgt_backend_cuda_devices(void)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	return n;
+}
+
+void *mgt_backend_cuda_stream(mgt_backend *be)
+{
+	return be && be->ops == &cuda_ops ? (void *)impl(be)->stream : NULL;
+}

@@ -1,0 +1,273 @@
+/* lib/backend: the CUDA backend's linear layers through cuBLASLt.
+ *
+ * Layout: cuBLASLt is column-major, mgt row-major.  A row-major [r, c] matrix is the column-major
+ * [c, r] matrix with leading dimension c, so each product is computed transposed:
+ *   y = x.w^T  (y[T,out])   as  y^T[out,T]  = op_T(w)[out,in] . x^T[in,T]     m=out n=T   k=in
+ *   dx = dy.w  (dx[T,in])   as  dx^T[in,T]  = w^T[in,out] . dy^T[out,T]        m=in  n=T   k=out
+ *   dw += dy^T.x (dw[out,in]) as dw^T[in,out] += x^T[in,T] . op_T(dy^T)[T,out]  m=in  n=out k=T
+ * where "w^T[in,out]" etc. are just the row-major buffers read column-major (no copies).
+ *
+ * Precision (backend.h, mgt_precision): fp32 operands in CUBLAS_COMPUTE_32F (true fp32, no TF32);
+ * bf16/fp16: both operands cast by mgt_k_cast into the backend's scratch, C and D fp32, compute
+ * 32F.  The bias epilogue's vector has D's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+ * "Bias vector elements are the same type as the elements of output matrix (Dtype)", exceptions
+ * only for int8 IMMA and fp8), so it is fp32 in every mode.  Bias gradients are not taken from the
+ * BGRAD epilogues (they overwrite; db accumulates) but from mgt_k_colsum.
+ *
+ * Plans: descriptors, layouts and the heuristic's first algorithm are built once per
+ * cuda_plan_key and kept in a small table (round-robin replacement), so repeated shapes skip the
+ * heuristic.  The bias pointer is set on the descriptor at each call.  One algorithm per key, one
+ * stream, a fixed workspace: the same inputs give the same bits.
+ */
+#include "backend/cuda_impl.h"
+
+#include <string.h>
+
+/* Operand bytes in 16-bit, rounded up to 256 so buffers carved from the scratch stay aligned. */
+static size_t lp_bytes(size_t n) { return (n * 2 + 255) / 256 * 256; }
+
+/* Least power-of-two alignment of p, capped at 256 (cuBLASLt's default assumption). */
+static int64_t ptr_align(const void *p)
+{
+	uintptr_t a = (uintptr_t)p;
+	if (!a)
+		return 256;
+	a &= ~a + 1;
+	return a >= 256 ? 256 : (int64_t)a;
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static bool lt_ok(mgt_backend *be, const char *op, cublasStatus_t s)
+{
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return true;
+	mgt_cuda_fail(be, MGT_ERR_IO, "cuda backend: %s: cuBLASLt: %s", op, cublasLtGetStatusString(s));
+	return false;
+}
+
+static void plan_free(cuda_plan *pl)
+{
+	if (pl->desc)
+		cublasLtMatmulDescDestroy(pl->desc);
+	if (pl->la)
+		cublasLtMatrixLayoutDestroy(pl->la);
+	if (pl->lb)
+		cublasLtMatrixLayoutDestroy(pl->lb);
+	if (pl->lc)
+		cublasLtMatrixLayoutDestroy(pl->lc);
+	memset(pl, 0, sizeof *pl);
+}
+
+void mgt_cuda_plans_free(cuda_impl *im)
+{
+	for (int i = 0; i < CUDA_PLANS; i++)
+		plan_free(&im->plans[i]);
+}
+
+static bool desc_set(mgt_backend *be, const char *op, cublasLtMatmulDesc_t d,
+		     cublasLtMatmulDescAttributes_t a, const void *v, size_t n)
+{
+	return lt_ok(be, op, cublasLtMatmulDescSetAttribute(d, a, v, n));
+}
+
+/* Descriptor and layouts for key k (A stored k x m or m x k as transposed, B likewise, C = D
+ * m x n fp32; leading dimension = stored rows). */
+static bool plan_describe(mgt_backend *be, const char *op, cuda_plan *pl, const cuda_plan_key *k)
+{
+	const cudaDataType ab = (cudaDataType)k->ab;
+	const int32_t ta = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+	const uint32_t epi = (uint32_t)k->epi;
+	const int32_t bias_t = CUDA_R_32F;
+	const uint64_t ar = (uint64_t)(k->ta ? k->k : k->m), ac = (uint64_t)(k->ta ? k->m : k->k);
+	const uint64_t br = (uint64_t)(k->tb ? k->n : k->k), bc = (uint64_t)(k->tb ? k->k : k->n);
+	return lt_ok(be, op, cublasLtMatmulDescCreate(&pl->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) &&
+	       desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) &&
+	       desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) &&
+	       desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) &&
+	       (epi != CUBLASLT_EPILOGUE_BIAS ||
+		desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t)) &&
+	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->la, ab, ar, ac, (int64_t)ar)) &&
+	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->lb, ab, br, bc, (int64_t)br)) &&
+	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->lc, CUDA_R_32F, (uint64_t)k->m,
+							(uint64_t)k->n, k->m));
+}
+
+/* The heuristic's best algorithm for the plan's descriptors (bias pointer already set). */
+static bool plan_choose(mgt_backend *be, const char *op, cuda_plan *pl, const cuda_plan_key *k)
+{
+	cuda_impl *im = be->impl;
+	cublasLtMatmulPreference_t pref = NULL;
+	if (!lt_ok(be, op, cublasLtMatmulPreferenceCreate(&pref)))
+		return false;
+	const uint64_t wsb = CUDA_LT_WS_BYTES;
+	const uint32_t al = (uint32_t)k->align;
+	const cublasLtMatmulPreferenceAttributes_t aligns[] = {
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+		CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+	bool ok = lt_ok(be, op, cublasLtMatmulPreferenceSetAttribute(
+					pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof wsb));
+	for (int i = 0; ok && i < 4; i++)
+		ok = lt_ok(be, op, cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &al, sizeof al));
+	cublasLtMatmulHeuristicResult_t res;
+	int nres = 0;
+	memset(&res, 0, sizeof res);
+	ok = ok && lt_ok(be, op, cublasLtMatmulAlgoGetHeuristic(im->lt, pl->desc, pl->la, pl->lb, pl->lc,
+								pl->lc, pref, 1, &res, &nres));
+	cublasLtMatmulPreferenceDestroy(pref);
+	if (ok && nres < 1) {
+		mgt_cuda_fail(be, MGT_ERR_IO,
+			      "cuda backend: %s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld", op,
+			      (long long)k->m, (long long)k->n, (long long)k->k);
+		return false;
+	}
+	pl->algo = res.algo;
+	return ok;
+}
+
+/* The cached plan for k, built (and cached) on first sight; NULL after recording a failure. */
+static cuda_plan *plan_get(mgt_backend *be, const char *op, const cuda_plan_key *k, const float *bias)
+{
+	cuda_impl *im = be->impl;
+	for (int i = 0; i < CUDA_PLANS; i++)
+		if (im->plans[i].used && !memcmp(&im->plans[i].key, k, sizeof *k))
+			return &im->plans[i];
+	cuda_plan *pl = &im->plans[im->plan_next];
+	im->plan_next = (im->plan_next + 1) % CUDA_PLANS;
+	plan_free(pl);
+	if (!plan_describe(be, op, pl, k) ||
+	    (bias && !desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) ||
+	    !plan_choose(be, op, pl, k)) {
+		plan_free(pl);
+		return NULL;
+	}
+	pl->key = *k;
+	pl->used = true;
+	return pl;
+}
+
+/* D[m,n] = op(A) . op(B) (+ bias[m]) + beta * D, column-major, fp32 D; A and B of type ab. */
+static void gemm(mgt_backend *be, const char *op, bool ta, bool tb, int m, int n, int k,
+		 cudaDataType ab, const void *A, const void *B, float *D, float beta, const float *bias)
+{
+	cuda_impl *im = be->impl;
+	int64_t align = min64(min64(ptr_align(A), ptr_align(B)), min64(ptr_align(D), ptr_align(bias)));
+	const cuda_plan_key key = {ta, tb, m, n, k, ab,
+				   bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, beta != 0.0f,
+				   align};
+	cuda_plan *pl = plan_get(be, op, &key, bias);
+	if (!pl ||
+	    (bias && !desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
+		return;
+	const float alpha = 1.0f;
+	lt_ok(be, op, cublasLtMatmul(im->lt, pl->desc, &alpha, A, pl->la, B, pl->lb, &beta, D, pl->lc, D,
+				     pl->lc, &pl->algo, im->lt_ws, CUDA_LT_WS_BYTES, im->stream));
+}
+
+/* GEMM operand type for the backend's precision, and the cast kernels' name for it. */
+static cudaDataType op_type(const mgt_backend *be)
+{
+	return be->precision == MGT_PREC_BF16 ? CUDA_R_16BF
+	       : be->precision == MGT_PREC_FP16 ? CUDA_R_16F
+						: CUDA_R_32F;
+}
+
+static mgt_k_dtype k_type(cudaDataType t) { return t == CUDA_R_16BF ? MGT_K_BF16 : MGT_K_F16; }
+
+/* src (n fp32) rounded into dst as type t; returns dst. */
+static const void *cast(mgt_backend *be, const char *op, char *dst, const float *src, size_t n,
+			cudaDataType t)
+{
+	cuda_impl *im = be->impl;
+	mgt_cuda_ok(be, op, mgt_k_cast(im->stream, dst, k_type(t), src, MGT_K_F32, n));
+	return dst;
+}
+
+/* y = b broadcast over T rows (or 0): linear_fwd with in == 0, as dropout-free bda of zeros. */
+static void fwd_no_input(mgt_backend *be, float *y, const float *b, int T, int out)
+{
+	cuda_impl *im = be->impl;
+	const size_t bytes = (size_t)T * out * sizeof(float);
+	if (!b) {
+		mgt_cuda_ok(be, "linear_fwd", cudaMemsetAsync(y, 0, bytes, im->stream));
+		return;
+	}
+	float *zeros = mgt_cuda_scratch(be, "linear_fwd", bytes);
+	if (zeros && mgt_cuda_ok(be, "linear_fwd", cudaMemsetAsync(zeros, 0, bytes, im->stream)))
+		mgt_cuda_ok(be, "linear_fwd",
+			    mgt_k_bda_fwd(im->stream, y, NULL, zeros, b, T, out, 0.0f, 0, 0));
+}
+
+void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
+			 int T, int in, int out)
+{
+	static const char op[] = "linear_fwd";
+	if (T <= 0 || out <= 0)
+		return;
+	if (in <= 0) {
+		fwd_no_input(be, y, b, T, out);
+		return;
+	}
+	const cudaDataType ab = op_type(be);
+	const void *xa = x, *wa = w;
+	if (ab != CUDA_R_32F) {
+		const size_t nx = (size_t)T * in, nw = (size_t)out * in;
+		char *ws = mgt_cuda_scratch(be, op, lp_bytes(nx) + lp_bytes(nw));
+		if (!ws)
+			return;
+		xa = cast(be, op, ws, x, nx, ab);
+		wa = cast(be, op, ws + lp_bytes(nx), w, nw, ab);
+	}
+	gemm(be, op, true, false, out, T, in, ab, wa, xa, y, 0.0f, b);
+}
+
+/* linear_bwd's degenerate shapes, as the CPU backend treats them: dx = 0, db += colsum(dy). */
+static void bwd_degenerate(mgt_backend *be, float *dx, float *db, const float *dy, int T, int in,
+			   int out)
+{
+	cuda_impl *im = be->impl;
+	if (dx && T > 0 && in > 0)
+		mgt_cuda_ok(be, "linear_bwd",
+			    cudaMemsetAsync(dx, 0, (size_t)T * in * sizeof *dx, im->stream));
+	if (db && T > 0 && out > 0) {
+		void *ws = mgt_cuda_scratch(be, "linear_bwd", mgt_k_colsum_ws_bytes(T, out));
+		if (ws)
+			mgt_cuda_ok(be, "linear_bwd", mgt_k_colsum(im->stream, db, dy, T, out, ws));
+	}
+}
+
+void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+			 const float *x, const float *w, int T, int in, int out)
+{
+	static const char op[] = "linear_bwd";
+	cuda_impl *im = be->impl;
+	if (T <= 0 || in <= 0 || out <= 0) {
+		bwd_degenerate(be, dx, db, dy, T, in, out);
+		return;
+	}
+	const cudaDataType ab = op_type(be);
+	const bool lp = ab != CUDA_R_32F;
+	const size_t ndy = (size_t)T * out, nx = dw ? (size_t)T * in : 0, nw = dx ? (size_t)out * in : 0;
+	/* scratch: [colsum ws | dy | x | w], the last three in 16-bit when lp */
+	const size_t cs = db ? (mgt_k_colsum_ws_bytes(T, out) + 255) / 256 * 256 : 0;
+	char *ws = mgt_cuda_scratch(be, op, cs + (lp ? lp_bytes(ndy) + lp_bytes(nx) + lp_bytes(nw) : 0));
+	if (!ws)
+		return;
+	const void *dya = dy, *xa = x, *wa = w;
+	if (lp) {
+		char *c = ws + cs;
+		dya = cast(be, op, c, dy, ndy, ab);
+		c += lp_bytes(ndy);
+		if (dw)
+			xa = cast(be, op, c, x, nx, ab);
+		c += lp_bytes(nx);
+		if (dx)
+			wa = cast(be, op, c, w, nw, ab);
+	}
+	if (dx)
+		gemm(be, op, false, false, in, T, out, ab, wa, dya, dx, 0.0f, NULL);
+	if (dw)
+		gemm(be, op, false, true, in, out, T, ab, xa, dya, dw, 1.0f, NULL);
+	if (db)
+		mgt_cuda_ok(be, op, mgt_k_colsum(im->stream, db, dy, T, out, ws));
+}

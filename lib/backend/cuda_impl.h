@@ -1,0 +1,85 @@
+/* lib/backend: internals shared by the CUDA backend's host files (cuda.c: memory, errors, the op
+ * table; cuda_gemm.c: the linear layers through cuBLASLt).  Not public.  Built with CUDA=1 only.
+ *
+ * Errors: ops do not return errors (backend.h), so the first failure of an op (a CUDA or cuBLASLt
+ * error, or scratch memory that could not be had) is recorded here and reported, again and again,
+ * by every later upload and download: a backend that failed stays failed.
+ */
+#ifndef MGT_BACKEND_CUDA_IMPL_H
+#define MGT_BACKEND_CUDA_IMPL_H
+
+/* cublasLt.h declares a function without a prototype: keep DEVELOPER=1's warning for our code */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <cublasLt.h>
+#pragma GCC diagnostic pop
+#include <cuda_runtime_api.h>
+#include <library_types.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "kernels.h"
+
+/* cuBLASLt workspace, and the number of cached GEMM plans (shapes seen by the linear layers). */
+#define CUDA_LT_WS_BYTES ((size_t)32 << 20)
+enum { CUDA_PLANS = 128 };
+
+/* What a cached GEMM plan was built for: every field that changes the descriptors, layouts or
+ * the heuristic's choice.  All int64_t so the struct has no padding and compares with memcmp. */
+typedef struct {
+	int64_t ta, tb;   /* A, B transposed (cuBLAS column-major view) */
+	int64_t m, n, k;
+	int64_t ab;       /* cudaDataType of A and B (C, D and bias are CUDA_R_32F) */
+	int64_t epi;      /* cublasLtEpilogue_t: DEFAULT or BIAS */
+	int64_t acc;      /* beta != 0 (C = D is read) */
+	int64_t align;    /* least alignment in bytes of the pointers (<= 256), for the heuristic */
+} cuda_plan_key;
+
+typedef struct {
+	bool used;
+	cuda_plan_key key;
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t la, lb, lc; /* lc serves for C and D */
+	cublasLtMatmulAlgo_t algo;
+} cuda_plan;
+
+/* One entry of the allocation map (open addressing; p == NULL empty, CUDA_TOMB deleted). */
+typedef struct {
+	void *p;
+	size_t bytes;
+} cuda_slot;
+
+typedef struct {
+	int device;
+	cudaStream_t stream;
+	cublasLtHandle_t lt;
+	void *lt_ws;           /* CUDA_LT_WS_BYTES for cublasLtMatmul */
+	void *scratch;         /* the launchers' ws and the GEMMs' 16-bit operand copies */
+	size_t scratch_bytes;
+	double *dres;          /* device result of sumsq and xent_loss */
+	cuda_slot *slots;      /* pointer -> size of every live alloc */
+	size_t cap, live, tombs;
+	cuda_plan plans[CUDA_PLANS];
+	int plan_next;         /* next plan slot to (re)use, round robin */
+	mgt_status err;        /* first failure of an op, MGT_OK if none */
+	char msg[256];
+} cuda_impl;
+
+/* cuda.c */
+/* Record a failure: mgt_err(code, ...) now, and the backend's first failure for later reports. */
+void mgt_cuda_fail(mgt_backend *be, mgt_status code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Record rc (a cudaError_t from a call or launcher) when it is not cudaSuccess; true if it is. */
+bool mgt_cuda_ok(mgt_backend *be, const char *op, int rc);
+/* The scratch buffer, grown to at least bytes (synchronizing); NULL after recording a failure. */
+void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes);
+
+/* cuda_gemm.c: the ops linear_fwd and linear_bwd, and freeing the cached plans. */
+void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
+			 int T, int in, int out);
+void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+			 const float *x, const float *w, int T, int in, int out);
+void mgt_cuda_plans_free(cuda_impl *im);
+
+#endif

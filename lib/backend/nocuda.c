@@ -1,0 +1,16 @@
+/* lib/backend: the CUDA backend's entry points in a build without CUDA (make CUDA=0): no devices,
+ * and create refuses with a message saying how to get one. */
+#include "backend/backend.h"
+
+mgt_backend *mgt_backend_cuda_create(int device, mgt_status *st)
+{
+	mgt_status code = mgt_err(MGT_ERR_USAGE, "this mgt was built without CUDA (rebuild with make "
+						 "CUDA=1, which needs nvcc)");
+	if (st)
+		*st = code;
+	return NULL;
+}
+
+int mgt_backend_cuda_devices(void) { return 0; }
+
+void *mgt_backend_cuda_stream(mgt_backend *be) { return NULL; }

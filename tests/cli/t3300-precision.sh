@@ -1,0 +1,108 @@
+#!/bin/sh
+# mgt-train --bf16 / --fp16 on the CPU, where the low-precision GEMM operands are emulated
+# exactly (the reference for the CUDA backend): bf16 stays close to fp32 but is not fp32; fp16
+# follows Megatron's dynamic loss scaler (checked against an independent re-implementation of
+# grad_scaler.py's rules over the run's own skip pattern), a constant scale never changes, the
+# scaler's state survives a checkpoint bit for bit, data parallelism agrees with one process, and
+# bad precision or device flags are refused (TAP, run by prove).
+. "$(dirname "$0")/lib.sh"
+cd "$T" || exit 1
+
+TRAIN="$BIN/mgt-train --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 512
+ --seq-length 32 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --lr-warmup-iters 0
+ --lr-decay-style constant --eval-interval 0 --log-interval 1 --threads 1 --device cpu"
+
+# col FILE KEY: "iteration value" per training line of a metrics file
+col() {
+	$PY - "$@" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    if "lm_loss" in o:
+        print(o["iteration"], repr(o[sys.argv[2]]))
+PY
+}
+
+ok "fp32 run" exits 0 $TRAIN --train-iters 12 --metrics-file f32.jsonl
+ok "bf16 run" exits 0 $TRAIN --train-iters 12 --bf16 --metrics-file bf16.jsonl
+ok "bf16 tracks fp32 within 1e-2 and differs from it" $PY - <<'PY'
+import json
+a = [json.loads(l)["lm_loss"] for l in open("f32.jsonl")]
+b = [json.loads(l)["lm_loss"] for l in open("bf16.jsonl")]
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("# max relative loss difference bf16 vs fp32: %.2e" % d)
+assert len(a) == len(b) == 12 and 0 < d < 1e-2, (a, b)
+PY
+
+# Dynamic fp16: Megatron's 2^32 start overflows fp16 in the backward, steps are skipped and the
+# scale comes down; afterwards training proceeds.  A small window exercises growth too.
+ok "fp16 dynamic run" exits 0 $TRAIN --train-iters 40 --fp16 --loss-scale-window 6 --metrics-file f16.jsonl
+ok "fp16: scale follows grad_scaler.py over the run's skips, skips do not step" $PY - <<'PY'
+import json
+rows = [json.loads(l) for l in open("f16.jsonl") if "lm_loss" in l]
+scale, growth, hyst, window, H, lo = 2.0 ** 32, 0, 2, 6, 2, 1.0
+for r in rows:
+    if r["skipped"]:
+        growth = 0; hyst -= 1
+        if hyst <= 0: scale = max(scale * 0.5, lo)
+    else:
+        growth += 1
+        if growth == window: growth = 0; hyst = H; scale *= 2
+    assert r["loss_scale"] == scale, (r["iteration"], r["loss_scale"], scale)
+sk = [r["skipped"] for r in rows]
+print("# skipped iterations:", [r["iteration"] for r in rows if r["skipped"]])
+assert sk[0] and sum(sk) >= 3 and not all(sk[-10:]), sk
+assert any(not a and b for a, b in zip(sk, sk[1:])), "the scale never grew back into an overflow"
+PY
+ok "fp16: log line shows the scale and the skipped count" sh -c "grep -q 'loss scale: 4294967296.0 |' '$T/err' && grep -q 'number of skipped iterations:   1 | number of nan iterations:   0 |' '$T/err'"
+
+ok "fp16 constant scale" exits 0 $TRAIN --train-iters 6 --fp16 --loss-scale 1024 --metrics-file c16.jsonl
+ok "constant scale: never skipped, always 1024" $PY - <<'PY'
+import json
+rows = [json.loads(l) for l in open("c16.jsonl")]
+assert all(r["loss_scale"] == 1024 and not r["skipped"] for r in rows), rows
+PY
+
+# The scaler's state is checkpointed: a resumed fp16 run is the uninterrupted one, bit for bit.
+ok "fp16 20 iterations" exits 0 $TRAIN --train-iters 20 --fp16 --loss-scale-window 4 --metrics-file u.jsonl
+ok "fp16 first 9 with --save" exits 0 $TRAIN --train-iters 20 --fp16 --loss-scale-window 4 --exit-interval 9 --save ck --metrics-file a.jsonl
+ok "fp16 resume to 20" exits 0 $TRAIN --train-iters 20 --fp16 --loss-scale-window 4 --load ck --metrics-file b.jsonl
+col u.jsonl lm_loss >u1; col u.jsonl loss_scale >>u1
+col b.jsonl lm_loss >b1; col b.jsonl loss_scale >>b1
+grep -E '^(1[0-9]|20) ' u1 >u2
+ok "resumed losses and loss scales 10-20 identical" sh -c 'test -s b1 && cmp b1 u2'
+
+# Data parallelism: the same skips and scales as one process (the overflow check sees every
+# rank's gradients), losses within float rounding.
+if command -v mpirun >/dev/null 2>&1; then
+	ok "fp16 under mpirun, 2 data-parallel ranks" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $TRAIN --train-iters 12 --fp16 \
+		--loss-scale-window 6 --metrics-file dp.jsonl
+	ok "DP2 fp16: same skips and scales, losses within 1e-5" $PY - <<'PY'
+import json
+a = [json.loads(l) for l in open("f16.jsonl")][:12]
+b = [json.loads(l) for l in open("dp.jsonl")]
+assert [(r["skipped"], r["loss_scale"]) for r in a] == [(r["skipped"], r["loss_scale"]) for r in b]
+d = max(abs(x["lm_loss"] - y["lm_loss"]) / abs(x["lm_loss"]) for x, y in zip(a, b))
+print("# max relative loss difference DP2 vs one process: %.2e" % d)
+assert d < 1e-5
+PY
+else
+	skip "mpirun not installed"
+	skip "mpirun not installed"
+fi
+
+ok "--bf16 with --fp16 refused (exit 2)" exits 2 $TRAIN --train-iters 1 --bf16 --fp16
+ok "... and says why" err_has "exclude each other"
+ok "--device gpu refused (exit 2)" exits 2 $TRAIN --train-iters 1 --device gpu
+ok "... naming the choices" err_has "expected auto, cpu or cuda"
+ok "--fp16 --min-loss-scale above the initial scale refused" exits 2 $TRAIN --train-iters 1 --fp16 --initial-loss-scale 4 --min-loss-scale 8
+ok "... naming the flag" err_has "min-loss-scale"
+# --device cuda on a machine without a GPU (CI): refused with the reason, exit 2
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c GPU)" = 0 ]; then
+	ok "--device cuda without a GPU refused (exit 2)" exits 2 $TRAIN --train-iters 1 --device cuda
+	ok "... saying why" sh -c "grep -Eq 'without CUDA|no usable CUDA device|no CUDA device' '$T/err' || { head -c 300 '$T/err'; false; }"
+else
+	skip "a GPU is present"
+	skip "a GPU is present"
+fi
+done_testing
