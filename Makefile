@@ -95,7 +95,7 @@ UNITS    = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ     = $(FUZZ_SRC:tests/fuzz/%.c=$(B)/fuzz/%)
 
-.PHONY: all check check-unit check-cli demo bench install clean deps bundle check-gpu bench-gpu
+.PHONY: all check check-unit check-cli demo bench install clean deps bundle check-gpu bench-gpu gpu-progs
 all: $(PROGS)
 
 $(B)/.deps-ok: contrib/install-deps.sh
@@ -160,21 +160,44 @@ install: $(PROGS)
 	install -m 644 man/man5/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 644 man/man7/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 
+# ---- GPU tests and benchmarks (tests/gpu/, tests/bench/gpu.sh): built wherever libmgt.a is
+# (CUDA=1 to be useful; without CUDA they print "skip: no CUDA device" and exit 77), run on a
+# machine with a GPU.  BENCH_DATA=PREFIX|kjv adds runs on a tokenized dataset to bench-gpu.
+GPU_TEST  = $(B)/tests/gpu/test_cuda_ops
+GPU_BENCH = $(B)/bench/gemm_ceiling
+
+$(B)/tests/gpu/test_cuda_ops: $(B)/tests/gpu/test_cuda_ops.o $(B)/libmgt.a
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/libmgt.a $(LIBS) -o $@
+
+$(B)/bench/gemm_ceiling: $(B)/tests/bench/gemm_ceiling.o $(B)/libmgt.a
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/libmgt.a $(LIBS) -o $@
+
+gpu-progs: $(GPU_TEST) $(GPU_BENCH)
+
+check-gpu: $(PROGS) $(GPU_TEST)
+	MGT_BIN=$(abspath $(BIN)) TEST_CUDA_OPS=$(abspath $(GPU_TEST)) sh tests/gpu/check.sh
+
+bench-gpu: $(PROGS) $(GPU_BENCH)
+	MGT_BIN=$(abspath $(BIN)) GEMM_CEILING=$(abspath $(GPU_BENCH)) sh tests/bench/gpu.sh $(BENCH_DATA)
+
 # The bundle: the same programs built without MPI into build/bundle, with HDF5 (and its szip/
 # zlib), jansson, zstd, PCRE2, utf8proc, OpenBLAS and libgomp linked statically; glibc,
 # libstdc++ and, with CUDA, cuBLASLt and NCCL stay dynamic (contrib/bundle.sh checks with ldd).
 ifeq ($(BUNDLE),1)
-MPI       = 0
 STATIC_A  = /usr/lib/x86_64-linux-gnu
 LIBS      = -Wl,-Bstatic -lpcre2-8 -lzstd -ljansson -lutf8proc -L$(STATIC_A)/hdf5/serial -lhdf5 -lsz -laec -lz \
             -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic $(shell $(CC) -print-file-name=libgomp.a) \
             $(CUDA_LIBS) -lpthread -ldl -lm
-LDFLAGS  += -Wl,--as-needed
+LDFLAGS  += -Wl,--as-needed -no-pie
 endif
 bundle:
-	$(MAKE) B=build/bundle BIN=build/bundle/bin BUNDLE=1 DEPS=$(DEPS) CUDA=$(CUDA) build/bundle/bin/mgt-train \
-	  $(CMD_SRC:cmd/%.c=build/bundle/bin/%)
-	sh contrib/bundle.sh build/bundle/bin dist/mgt-bundle
+	$(MAKE) B=build/bundle BIN=build/bundle/bin BUNDLE=1 MPI=0 DEPS=$(DEPS) CUDA=$(CUDA) \
+	  $(CMD_SRC:cmd/%.c=build/bundle/bin/%) build/bundle/tests/gpu/test_cuda_ops build/bundle/bench/gemm_ceiling
+	sh contrib/bundle.sh build/bundle dist/mgt-bundle
 
 clean:
 	rm -rf $(B) bin dist

@@ -1,9 +1,11 @@
 #!/bin/sh
-# contrib/bundle.sh BINDIR OUTDIR: lay out a self-contained mgt bundle (make bundle) for a machine
+# contrib/bundle.sh BUILDDIR OUTDIR: lay out a self-contained mgt bundle (make bundle) for a machine
 # that has the CUDA libraries but none of mgt's Debian libraries (the lent GPU machine, a cluster
 # image):
 #   OUTDIR/bin/        the programs, linked statically against HDF5, jansson, zstd, PCRE2,
 #                      utf8proc, OpenBLAS and libgomp (built without MPI: one process per run)
+#   OUTDIR/libexec/    the GPU test and benchmark programs (test_cuda_ops, gemm_ceiling), which
+#                      tests/gpu/check.sh and tests/bench/gpu.sh run
 #   OUTDIR/share/mgt/  model presets, tokenizers, the KJV sample data
 #   OUTDIR/man/        the manual pages
 #   OUTDIR/env.sh      `. env.sh` adds the bundle to PATH and, when the CUDA libraries are not
@@ -12,10 +14,12 @@
 # Then it checks with ldd that every program needs nothing outside the allowed set: glibc, libgcc,
 # libstdc++ and the CUDA libraries (exit 1 naming the program and library otherwise).
 set -eu
-bin=$1 out=$2
+b=$1 out=$2
 rm -rf "$out.tmp"
-mkdir -p "$out.tmp/bin" "$out.tmp/share" "$out.tmp/man"
-cp "$bin"/mgt* "$out.tmp/bin/"
+mkdir -p "$out.tmp/bin" "$out.tmp/libexec" "$out.tmp/share" "$out.tmp/man"
+cp "$b"/bin/mgt* "$out.tmp/bin/"
+cp "$b"/tests/gpu/test_cuda_ops "$b"/bench/gemm_ceiling "$out.tmp/libexec/"
+strip --strip-debug "$out.tmp"/bin/* "$out.tmp"/libexec/* # small enough to copy to a GPU machine
 cp -R share/mgt "$out.tmp/share/"
 cp -R man/man1 man/man5 man/man7 "$out.tmp/man/"
 cat > "$out.tmp/env.sh" <<'ENV'
@@ -30,7 +34,7 @@ export LD_LIBRARY_PATH
 ENV
 allowed='linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libgcc_s|libstdc\+\+|libcublas|libcublasLt|libnccl|libcudart'
 bad=0
-for p in "$out.tmp"/bin/mgt*; do
+for p in "$out.tmp"/bin/mgt* "$out.tmp"/libexec/*; do
 	for lib in $(ldd "$p" | awk '{print $1}'); do
 		if ! echo "$lib" | grep -Eq "$allowed"; then
 			echo "bundle: $(basename "$p") needs $lib, which the target machine may not have" >&2

@@ -2,7 +2,7 @@
  *
  * A communicator is one process group with a table of collectives (DESIGN.md section 3,
  * "communication is a separate interface").  Implementations: single-rank (identity, this file),
- * MPI (host buffers, the CPU backend) and NCCL (device buffers) later.  The model calls these at
+ * MPI (host buffers, the CPU backend), and on backend memory the staged and NCCL ones (below).  The model calls these at
  * Megatron-Core's points (megatron/core/tensor_parallel/mappings.py, layers.py,
  * cross_entropy.py; pipeline_parallel/p2p_communication.py; distributed/param_and_grad_buffer.py)
  * so that parallelism adds implementations, not rewrites.
@@ -83,10 +83,14 @@ typedef struct mgt_parallel {
 	int tp, pp, dp, cp;                 /* sizes */
 	int tp_rank, pp_rank, dp_rank, cp_rank;
 	mgt_comm *world, *tp_comm, *pp_comm, *dp_comm, *mp_comm, *emb_comm;
+	/* after mgt_parallel_to_device: the host communicators the device ones wrap */
+	mgt_comm *host_tp, *host_pp, *host_dp, *host_emb;
 } mgt_parallel;
 
 /* Fill *ps for one process (all sizes 1, single-rank communicators).  Errors: MGT_ERR_NOMEM. */
 mgt_status mgt_parallel_init_single(mgt_parallel *ps);
+/* Free every communicator (device ones first); collective, as MPI_Comm_free and NCCL's
+ * finalize are: every rank calls it.  Free the parallel state before the backend. */
 void mgt_parallel_free(mgt_parallel *ps);
 
 /* ---- the process runtime (lib/dist/mpi.c) ---- */
@@ -115,5 +119,97 @@ void mgt_dist_finalize(void);
  * numbers; the same on every rank, so every rank can exit with it), MGT_ERR_NOMEM,
  * MGT_ERR_IO (MPI group creation failed). */
 mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp);
+
+/* ---- communicators on backend (device) memory ----
+ *
+ * Both communicators wrap a host communicator `host` (the MPI one of a group from
+ * mgt_parallel_init, or mgt_comm_single) spanning the same ranks, and take buffers in memory of
+ * the backend `be` (be->ops->alloc).  Their name, rank and size are host's.  Both are freed with
+ * mgt_comm_destroy, which does NOT free host or be: the caller owns both, keeps them alive while
+ * the communicator lives and destroys the communicator first (then host, then be).
+ *
+ * Byte counting follows dist.h exactly: comm->bytes_sent and comm->calls of the device
+ * communicator advance by what the host communicator's formulas give for the same operation
+ * (nothing when size == 1).  Operations done through host also advance host's own counters, so
+ * sum the counters of either host or the device communicator, never both.
+ */
+
+#ifndef MGT_BACKEND_H
+typedef struct mgt_backend mgt_backend;
+#endif
+
+/* The staged communicator (lib/dist/staged.c): every operation downloads the device buffer(s)
+ * into a host staging buffer, runs host's operation on it and uploads the result (only the
+ * buffers the operation reads are downloaded and only those it writes are uploaded; broadcast
+ * downloads on the root only).  Works with any backend and any host communicator: the
+ * pipeline's send/recv under CUDA (send keeps host's "never waits for the receiver": the data
+ * is downloaded, which waits for the backend's queued work, then sent as host sends), and every
+ * collective when NCCL is missing.  Operations are synchronous: when one returns, its result is
+ * in backend memory (upload returned).
+ *   Buffers: as dist.h (in place allgather and reduce_scatter included; since the input is
+ *   downloaded before anything is uploaded, any other overlap of src and dst works as well).
+ *   The staging buffer is host memory grown to the largest operation seen (allgather and
+ *   reduce_scatter: (size + 1) * n elements at most) and held until destroy.
+ *   Errors: host's (MGT_ERR_IO naming the group and the peer, as dist.h), MGT_ERR_NOMEM (staging
+ *   buffer), the backend's upload/download errors (MGT_ERR_IO) prefixed with
+ *   "<group> group: staged <op>: ".  On failure the device buffer may be unchanged or partly
+ *   written; counters hold whatever host counted.
+ *   Counting: bytes_sent and calls add the difference of host's counters across the operation.
+ * Returns NULL with the reason in *st (st may be NULL): MGT_ERR_USAGE (host or be NULL),
+ * MGT_ERR_NOMEM. */
+mgt_comm *mgt_comm_staged(mgt_comm *host, mgt_backend *be, mgt_status *st);
+
+/* The NCCL communicator (lib/dist/nccl.c, built with NCCL: -DMGT_HAVE_NCCL).  Collective over
+ * host: every rank of host must call it, in the same order as its other collectives on host.
+ * Rank 0 makes an ncclUniqueId, host's broadcast shares it and host's allreduce (max) of a
+ * failure flag lets every rank fail together (both counted on host's counters only), then
+ * ncclCommInitRank(host->size, id, host->rank) on the CUDA device current on the calling thread
+ * (the one mgt_backend_cuda_create set).
+ *   allreduce (sum, max), allgather, reduce_scatter, broadcast: NCCL collectives queued on the
+ *   backend's stream (mgt_backend_cuda_stream(be)), in place as dist.h allows (natively); a
+ *   src/dst overlap other than the in-place ones falls back to the staged path.  They return
+ *   once queued: the result is seen by later backend ops on that stream and by download (which
+ *   waits for the stream), not by host code reading the memory otherwise.  n == 0 queues
+ *   nothing but counts the call.
+ *   send, recv: through an internal staged communicator over host (never NCCL p2p, so send never
+ *   waits for the receiver, and a pipeline schedule cannot deadlock on the one stream).
+ *   barrier: waits for the backend's stream (be->ops->sync), checks NCCL's asynchronous error
+ *   state, then host's barrier (which first completes this rank's sends).
+ *   Errors: MGT_ERR_IO "nccl: <group>: <op>: <ncclGetErrorString>" (followed by
+ *   "; <ncclGetLastError>" when NCCL says more), including errors of earlier queued operations
+ *   (ncclCommGetAsyncError, checked before every operation: cheap, it does not wait); broadcast
+ *   from a root outside the group: MGT_ERR_IO naming the group; send/recv/barrier: as the staged
+ *   communicator.
+ *   Counting: dist.h's formulas (nothing when size == 1).
+ *   destroy: waits for the backend's stream, ncclCommFinalize, ncclCommDestroy, destroys the
+ *   internal staged communicator.  Like MPI_Comm_free, NCCL's finalize is collective: every rank
+ *   destroys its NCCL communicators in the same order (mgt_parallel_free's).  Destroy it before
+ *   be and host.
+ * A one-rank group works (an NCCL communicator of one rank).
+ * Returns NULL with the reason in *st (st may be NULL): MGT_ERR_USAGE (host or be NULL, or be
+ * is not a CUDA backend: mgt_backend_cuda_stream(be) is NULL), MGT_ERR_NOMEM, MGT_ERR_IO (NCCL or
+ * CUDA failed, "nccl: <group>: ...").
+ * A local failure before ncclCommInitRank (rank 0's ncclGetUniqueId included) reaches every
+ * rank through that allreduce, so every rank returns an error instead of hanging; a failure
+ * inside ncclCommInitRank on one rank may leave the others waiting in it (NCCL's behaviour).
+ *
+ * Built without NCCL (lib/dist/nonccl.c): returns mgt_comm_staged(host, be, st) instead, so
+ * callers need no #ifdef; the collectives are then staged through host (slower, same results
+ * and counts).  mgt_dist_have_nccl tells which one a build gives. */
+mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, mgt_status *st);
+
+/* 1 when mgt was built with NCCL (mgt_comm_nccl makes NCCL communicators), 0 when
+ * mgt_comm_nccl falls back to the staged communicator. */
+int mgt_dist_have_nccl(void);
+
+/* Put the groups that carry tensors onto the memory of backend be (collective: every rank calls
+ * it after mgt_parallel_init, with its own backend): tensor, data and embedding groups become
+ * NCCL communicators (mgt_comm_nccl; staged ones for one-process groups), the pipeline group a
+ * staged one (its send never waits for the receiver).  world and mp_comm stay host communicators:
+ * the trainer reduces host scalars over them (loss sums, the gradient norm).  The host
+ * communicators are kept in host_* and freed by mgt_parallel_free.  Nothing to do when
+ * be->host_memory.  Errors: those of mgt_comm_nccl and mgt_comm_staged; on error ps is as before
+ * for the groups not yet moved, and mgt_parallel_free still frees everything. */
+mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be);
 
 #endif

@@ -7,6 +7,7 @@
  * the trivial ones.
  */
 #include "dist.h"
+#include "dist_impl.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -115,17 +116,6 @@ static size_t chunk_of(size_t left)
 	return left < lim ? left : lim;
 }
 
-static void count(mgt_comm *c, double bytes)
-{
-	c->calls++;
-	if (c->size > 1) c->bytes_sent += bytes;
-}
-
-static int overlaps(const void *a, size_t na, const void *b, size_t nb)
-{
-	const char *x = a, *y = b;
-	return na && nb && x < y + nb && y < x + na;
-}
 
 /* ---- sends in flight ---------------------------------------------------------------------- */
 
@@ -188,7 +178,7 @@ static mgt_status mpi_allreduce(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype
 				       op == MGT_RED_MAX ? MPI_MAX : MPI_SUM, comm_of(c));
 		if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1, 0);
 	}
-	count(c, 2.0 * (c->size - 1) / c->size * (double)(n * es));
+	mgt_comm_count(c, 2.0 * (c->size - 1) / c->size * (double)(n * es));
 	return MGT_OK;
 }
 
@@ -218,7 +208,7 @@ static mgt_status mpi_allgather(mgt_comm *c, void *dst, const void *src, size_t 
 	void *copy = NULL;
 	mgt_status st = settle(c, 0);
 	if (st) return st;
-	if (!in_place && overlaps(d, (size_t)c->size * bytes, s, bytes)) {
+	if (!in_place && mgt_comm_overlaps(d, (size_t)c->size * bytes, s, bytes)) {
 		if (!(copy = mgt_malloc(bytes))) return MGT_ERR_NOMEM;
 		s = memcpy(copy, s, bytes);
 	}
@@ -231,7 +221,7 @@ static mgt_status mpi_allgather(mgt_comm *c, void *dst, const void *src, size_t 
 		}
 	}
 	free(copy);
-	count(c, (double)(c->size - 1) * (double)bytes);
+	mgt_comm_count(c, (double)(c->size - 1) * (double)bytes);
 	return MGT_OK;
 }
 
@@ -259,7 +249,7 @@ static mgt_status mpi_reduce_scatter(mgt_comm *c, void *dst, const void *src, si
 	char *out = dst, *copy = NULL;
 	mgt_status st = settle(c, 0);
 	if (st) return st;
-	if (overlaps(dst, bytes, src, (size_t)c->size * bytes) && !(out = copy = mgt_malloc(bytes)))
+	if (mgt_comm_overlaps(dst, bytes, src, (size_t)c->size * bytes) && !(out = copy = mgt_malloc(bytes)))
 		return MGT_ERR_NOMEM;
 	if (n && n == chunk_of(n)) {
 		int rc = MPI_Reduce_scatter_block(src, out, (int)n, mpi_type(dt), MPI_SUM, comm_of(c));
@@ -269,7 +259,7 @@ static mgt_status mpi_reduce_scatter(mgt_comm *c, void *dst, const void *src, si
 	}
 	if (copy && !st) memcpy(dst, copy, bytes);
 	free(copy);
-	if (!st) count(c, (double)(c->size - 1) * (double)bytes);
+	if (!st) mgt_comm_count(c, (double)(c->size - 1) * (double)bytes);
 	return st;
 }
 
@@ -295,7 +285,7 @@ static mgt_status mpi_broadcast(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype
 		int rc = MPI_Bcast((char *)buf + off * es, (int)m, mpi_type(dt), root, comm_of(c));
 		if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "broadcast from", root, 0);
 	}
-	count(c, c->rank == root ? (double)(n * es) : 0);
+	mgt_comm_count(c, c->rank == root ? (double)(n * es) : 0);
 	return MGT_OK;
 }
 
@@ -310,7 +300,7 @@ static mgt_status mpi_send(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtyp
 		if ((st = send_chunk(c, (const char *)buf + off * es, m, dt, peer, tag))) return st;
 		off += m;
 	} while (off < n);
-	count(c, (double)(n * es));
+	mgt_comm_count(c, (double)(n * es));
 	return MGT_OK;
 }
 
@@ -331,7 +321,7 @@ static mgt_status mpi_recv(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, 
 				       "expected %zu", c->name, peer, tag, got, m);
 		if ((off += m) >= n) break;
 	}
-	count(c, 0);
+	mgt_comm_count(c, 0);
 	return MGT_OK;
 }
 
@@ -341,7 +331,7 @@ static mgt_status mpi_barrier(mgt_comm *c)
 	if (st) return st;
 	int rc = MPI_Barrier(comm_of(c));
 	if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "barrier", -1, 0);
-	count(c, 0);
+	mgt_comm_count(c, 0);
 	return MGT_OK;
 }
 

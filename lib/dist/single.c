@@ -1,5 +1,7 @@
 /* lib/dist/single.c: the one-process communicator and parallel state. */
 #include "dist.h"
+#include "backend/backend.h"
+#include "dist_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -94,9 +96,43 @@ mgt_status mgt_parallel_init_single(mgt_parallel *ps)
 	return MGT_OK;
 }
 
+/* One group onto device memory: *c becomes the device communicator, *host keeps the old one. */
+static mgt_status to_device(mgt_comm **c, mgt_comm **host, mgt_backend *be, bool nccl)
+{
+	mgt_status st = MGT_OK;
+	mgt_comm *d = nccl && (*c)->size > 1 ? mgt_comm_nccl(*c, be, &st) : mgt_comm_staged(*c, be, &st);
+	if (!d) return st ? st : MGT_ERR_NOMEM;
+	*host = *c;
+	*c = d;
+	return MGT_OK;
+}
+
+mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be)
+{
+	if (be->host_memory || ps->host_tp) return MGT_OK;
+	mgt_status st = to_device(&ps->tp_comm, &ps->host_tp, be, true);
+	if (!st) st = to_device(&ps->dp_comm, &ps->host_dp, be, true);
+	if (!st) st = to_device(&ps->emb_comm, &ps->host_emb, be, true);
+	if (!st) st = to_device(&ps->pp_comm, &ps->host_pp, be, false);
+	return st;
+}
+
 void mgt_parallel_free(mgt_parallel *ps)
 {
-	mgt_comm *cs[] = { ps->world, ps->tp_comm, ps->pp_comm, ps->dp_comm, ps->mp_comm, ps->emb_comm };
+	mgt_comm *cs[] = { ps->tp_comm, ps->pp_comm, ps->dp_comm, ps->emb_comm, ps->host_tp, ps->host_pp,
+			   ps->host_dp, ps->host_emb, ps->world, ps->mp_comm };
 	for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) mgt_comm_destroy(cs[i]);
 	memset(ps, 0, sizeof *ps);
+}
+
+void mgt_comm_count(mgt_comm *c, double bytes)
+{
+	c->calls++;
+	if (c->size > 1) c->bytes_sent += bytes;
+}
+
+int mgt_comm_overlaps(const void *a, size_t na, const void *b, size_t nb)
+{
+	const char *x = a, *y = b;
+	return na && nb && x < y + nb && y < x + na;
 }

@@ -577,6 +577,7 @@ static mgt_status setup(trainer *t)
 					(int)a->context_parallel_size);
 	if (st) return st;
 	if ((st = setup_backend(t))) return st;
+	if ((st = mgt_parallel_to_device(&t->ps, t->be))) return st;
 	t->rss_baseline = trainer_peak_rss();
 	st = setup_pipeline(t);
 	if (!st) st = setup_schedule(t);
@@ -612,8 +613,8 @@ static void teardown(trainer *t)
 	free(t->acts);
 	free(t->eval_acts);
 	mgt_gpt_data_close(t->data);
+	if (t->ps.world) mgt_parallel_free(&t->ps); /* device communicators need the backend */
 	if (t->be) mgt_backend_destroy(t->be);
-	if (t->ps.world) mgt_parallel_free(&t->ps);
 	mgt_tok_free(t->tok);
 }
 

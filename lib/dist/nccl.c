@@ -1,0 +1,292 @@
+/* lib/dist/nccl.c: the NCCL communicator (dist.h), built with NCCL (-DMGT_HAVE_NCCL; without
+ * it lib/dist/nonccl.c defines mgt_comm_nccl).
+ *
+ * Collectives are NCCL's, queued on the CUDA backend's stream, so they order with the backend's
+ * ops without host synchronization.  Point to point goes through a staged communicator over the
+ * host communicator (MPI): NCCL's send/recv on the one stream would block the stream until the
+ * peer posts the matching call, which a pipeline schedule with sends ahead of receives would
+ * deadlock on; MPI sends from a copy and never waits.
+ */
+#ifdef MGT_HAVE_NCCL
+#include "dist/dist.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+/* nccl.h declares ncclGroupStart() and friends without (void), which DEVELOPER=1's
+ * -Wstrict-prototypes turns into errors. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "backend/backend.h"
+#include "dist/dist_impl.h"
+
+_Static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0, "ncclUniqueId is broadcast as int32 words");
+
+typedef struct {
+	ncclComm_t comm;
+	cudaStream_t stream;
+	mgt_backend *be;
+	mgt_comm *staged; /* send, recv, barrier and the odd overlapping collective */
+} nccl_impl;
+
+static ncclDataType_t nccl_type(mgt_comm_dtype dt)
+{
+	switch (dt) {
+	case MGT_DT_F32: return ncclFloat32;
+	case MGT_DT_F64: return ncclFloat64;
+	case MGT_DT_I32: return ncclInt32;
+	default: return ncclInt64;
+	}
+}
+
+/* MGT_ERR_IO "nccl: <group>: <what>: <NCCL's string>", with NCCL's last message when it has one. */
+static mgt_status nccl_fail(const char *group, const char *what, ncclResult_t rc, ncclComm_t comm)
+{
+	const char *more = NULL;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+	more = ncclGetLastError(comm);
+#endif
+	if (more && *more)
+		return mgt_err(MGT_ERR_IO, "nccl: %s: %s: %s; %s", group, what, ncclGetErrorString(rc), more);
+	return mgt_err(MGT_ERR_IO, "nccl: %s: %s: %s", group, what, ncclGetErrorString(rc));
+}
+
+/* An error of an operation queued earlier (NCCL reports those asynchronously).  Does not wait. */
+static mgt_status check_async(mgt_comm *c, const char *what)
+{
+	nccl_impl *im = c->impl;
+	ncclResult_t err = ncclSuccess, rc = ncclCommGetAsyncError(im->comm, &err);
+	if (rc != ncclSuccess) return nccl_fail(c->name, what, rc, im->comm);
+	if (err != ncclSuccess && err != ncclInProgress) {
+		char msg[96];
+		snprintf(msg, sizeof msg, "%s: an earlier operation failed", what);
+		return nccl_fail(c->name, msg, err, im->comm);
+	}
+	return MGT_OK;
+}
+
+/* Return the result of an operation on the staged communicator, counting on c what it counted. */
+#define RETURN_VIA_STAGED(c, call)                                                   \
+	do {                                                                         \
+		mgt_comm *s_ = ((nccl_impl *)(c)->impl)->staged;                     \
+		double b_ = s_->bytes_sent;                                          \
+		uint64_t k_ = s_->calls;                                             \
+		mgt_status st_ = s_->ops->call;                                      \
+		(c)->bytes_sent += s_->bytes_sent - b_;                              \
+		(c)->calls += s_->calls - k_;                                        \
+		return st_;                                                          \
+	} while (0)
+
+/* ---- collectives -------------------------------------------------------------------------- */
+
+static mgt_status nccl_allreduce(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, mgt_redop op)
+{
+	nccl_impl *im = c->impl;
+	mgt_status st = check_async(c, "allreduce");
+	if (st) return st;
+	if (n) {
+		ncclResult_t rc = ncclAllReduce(buf, buf, n, nccl_type(dt), op == MGT_RED_MAX ? ncclMax : ncclSum,
+						im->comm, im->stream);
+		if (rc != ncclSuccess) return nccl_fail(c->name, "allreduce", rc, im->comm);
+	}
+	mgt_comm_count(c, 2.0 * (c->size - 1) / c->size * (double)(n * mgt_comm_dtype_size(dt)));
+	return MGT_OK;
+}
+
+static mgt_status nccl_allgather(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt)
+{
+	nccl_impl *im = c->impl;
+	size_t bytes = n * mgt_comm_dtype_size(dt);
+	char *d = dst;
+	const char *s = src;
+	/* NCCL's in-place allgather is exactly src == dst + rank * n; other overlaps are staged. */
+	if (s != d + (size_t)c->rank * bytes && mgt_comm_overlaps(d, (size_t)c->size * bytes, s, bytes))
+		RETURN_VIA_STAGED(c, allgather(s_, dst, src, n, dt));
+	mgt_status st = check_async(c, "allgather");
+	if (st) return st;
+	if (n) {
+		ncclResult_t rc = ncclAllGather(src, dst, n, nccl_type(dt), im->comm, im->stream);
+		if (rc != ncclSuccess) return nccl_fail(c->name, "allgather", rc, im->comm);
+	}
+	mgt_comm_count(c, (double)(c->size - 1) * (double)bytes);
+	return MGT_OK;
+}
+
+static mgt_status nccl_reduce_scatter(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt)
+{
+	nccl_impl *im = c->impl;
+	size_t bytes = n * mgt_comm_dtype_size(dt);
+	char *d = dst;
+	const char *s = src;
+	/* NCCL's in-place reduce-scatter is exactly dst == src + rank * n; other overlaps are staged. */
+	if (d != s + (size_t)c->rank * bytes && mgt_comm_overlaps(d, bytes, s, (size_t)c->size * bytes))
+		RETURN_VIA_STAGED(c, reduce_scatter(s_, dst, src, n, dt));
+	mgt_status st = check_async(c, "reduce_scatter");
+	if (st) return st;
+	if (n) {
+		ncclResult_t rc = ncclReduceScatter(src, dst, n, nccl_type(dt), ncclSum, im->comm, im->stream);
+		if (rc != ncclSuccess) return nccl_fail(c->name, "reduce_scatter", rc, im->comm);
+	}
+	mgt_comm_count(c, (double)(c->size - 1) * (double)bytes);
+	return MGT_OK;
+}
+
+static mgt_status nccl_broadcast(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int root)
+{
+	nccl_impl *im = c->impl;
+	if (root < 0 || root >= c->size)
+		return mgt_err(MGT_ERR_IO, "nccl: %s: broadcast from rank %d, which is not in the group (size %d)",
+			       c->name, root, c->size);
+	mgt_status st = check_async(c, "broadcast");
+	if (st) return st;
+	if (n) {
+		ncclResult_t rc = ncclBroadcast(buf, buf, n, nccl_type(dt), root, im->comm, im->stream);
+		if (rc != ncclSuccess) return nccl_fail(c->name, "broadcast", rc, im->comm);
+	}
+	mgt_comm_count(c, c->rank == root ? (double)(n * mgt_comm_dtype_size(dt)) : 0);
+	return MGT_OK;
+}
+
+/* ---- point to point and barrier: the staged communicator ----------------------------------- */
+
+static mgt_status nccl_send(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag)
+{
+	mgt_status st = check_async(c, "send");
+	if (st) return st;
+	RETURN_VIA_STAGED(c, send(s_, buf, n, dt, peer, tag));
+}
+
+static mgt_status nccl_recv(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag)
+{
+	mgt_status st = check_async(c, "recv");
+	if (st) return st;
+	RETURN_VIA_STAGED(c, recv(s_, buf, n, dt, peer, tag));
+}
+
+/* Waits for this rank's queued collectives too, and reports their errors. */
+static mgt_status nccl_barrier(mgt_comm *c)
+{
+	nccl_impl *im = c->impl;
+	im->be->ops->sync(im->be);
+	mgt_status st = check_async(c, "barrier");
+	if (st) return st;
+	RETURN_VIA_STAGED(c, barrier(s_));
+}
+
+static void nccl_destroy(mgt_comm *c)
+{
+	nccl_impl *im = c->impl;
+	im->be->ops->sync(im->be);
+	ncclResult_t rc = ncclSuccess;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+	rc = ncclCommFinalize(im->comm);
+#endif
+	if (rc == ncclSuccess)
+		ncclCommDestroy(im->comm);
+	else
+		ncclCommAbort(im->comm);
+	mgt_comm_destroy(im->staged);
+	free(im);
+	free(c);
+}
+
+static const mgt_comm_ops nccl_ops = {
+	.allreduce = nccl_allreduce,
+	.allgather = nccl_allgather,
+	.reduce_scatter = nccl_reduce_scatter,
+	.broadcast = nccl_broadcast,
+	.send = nccl_send,
+	.recv = nccl_recv,
+	.barrier = nccl_barrier,
+	.destroy = nccl_destroy,
+};
+
+/* ---- creation ------------------------------------------------------------------------------- */
+
+/* This rank's part before ncclCommInitRank: the device, and on rank 0 the unique id.  Only local
+ * calls, so that a failure cannot leave other ranks waiting. */
+static mgt_status prepare(mgt_comm *host, ncclUniqueId *id)
+{
+	int dev = -1;
+	cudaError_t ce = cudaGetDevice(&dev);
+	if (ce == cudaSuccess) ce = cudaSetDevice(dev);
+	if (ce != cudaSuccess)
+		return mgt_err(MGT_ERR_IO, "nccl: %s: cudaSetDevice(%d): %s", host->name, dev, cudaGetErrorString(ce));
+	if (host->rank == 0) {
+		ncclResult_t rc = ncclGetUniqueId(id);
+		if (rc != ncclSuccess) return nccl_fail(host->name, "ncclGetUniqueId", rc, NULL);
+	}
+	return MGT_OK;
+}
+
+mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, mgt_status *st)
+{
+	mgt_status dummy;
+	if (!st) st = &dummy;
+	if (!host || !be) {
+		*st = mgt_err(MGT_ERR_USAGE, "nccl communicator: no %s", host ? "backend" : "host communicator");
+		return NULL;
+	}
+	void *stream = mgt_backend_cuda_stream(be);
+	if (!stream) {
+		*st = mgt_err(MGT_ERR_USAGE, "nccl: %s: the %s backend is not CUDA (NCCL needs device memory)",
+			      host->name, be->ops->name);
+		return NULL;
+	}
+	/* Local setup first; then every rank takes part in the broadcast of the id and in an
+	 * allreduce of the failures, whatever happened here, so all ranks fail together. */
+	nccl_impl *im = mgt_malloc(sizeof *im);
+	mgt_comm *c = im ? mgt_malloc(sizeof *c) : NULL;
+	mgt_status lst = c ? MGT_OK : MGT_ERR_NOMEM;
+	mgt_comm *staged = lst ? NULL : mgt_comm_staged(host, be, &lst);
+	ncclUniqueId id;
+	memset(&id, 0, sizeof id);
+	if (!lst) lst = prepare(host, &id);
+	int32_t words[sizeof id / sizeof(int32_t)];
+	memcpy(words, &id, sizeof id);
+	mgt_status hst = host->ops->broadcast(host, words, sizeof words / sizeof *words, MGT_DT_I32, 0);
+	int32_t fail = lst != MGT_OK || hst != MGT_OK;
+	if (!hst) hst = host->ops->allreduce(host, &fail, 1, MGT_DT_I32, MGT_RED_MAX);
+	if (lst || hst || fail) {
+		if (lst)
+			*st = lst;
+		else if (hst)
+			*st = mgt_err_ctx(hst, "nccl: %s: sharing the unique id", host->name);
+		else
+			*st = mgt_err(MGT_ERR_IO, "nccl: %s: init: another rank of the group failed to prepare "
+				      "(see its message)", host->name);
+		goto fail;
+	}
+	memcpy(&id, words, sizeof id);
+
+	*im = (nccl_impl){ .stream = (cudaStream_t)stream, .be = be, .staged = staged };
+	ncclResult_t rc = ncclCommInitRank(&im->comm, host->size, id, host->rank);
+	if (rc != ncclSuccess) {
+		*st = nccl_fail(host->name, "ncclCommInitRank", rc, NULL);
+		goto fail;
+	}
+	*c = (mgt_comm){ .ops = &nccl_ops, .name = host->name, .rank = host->rank, .size = host->size, .impl = im };
+	*st = MGT_OK;
+	return c;
+fail:
+	mgt_comm_destroy(staged);
+	free(im);
+	free(c);
+	return NULL;
+}
+
+int mgt_dist_have_nccl(void)
+{
+	return 1;
+}
+
+#else
+/* ISO C wants a translation unit to declare something. */
+typedef int mgt_nccl_unused;
+#endif

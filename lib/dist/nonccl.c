@@ -1,0 +1,19 @@
+/* lib/dist/nonccl.c: mgt_comm_nccl in a build without NCCL (no -DMGT_HAVE_NCCL): the staged
+ * communicator instead (dist.h), so that callers need no #ifdef.  lib/dist/nccl.c holds the
+ * NCCL build's definitions. */
+#ifndef MGT_HAVE_NCCL
+#include "dist/dist.h"
+
+mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, mgt_status *st)
+{
+	return mgt_comm_staged(host, be, st);
+}
+
+int mgt_dist_have_nccl(void)
+{
+	return 0;
+}
+#else
+/* ISO C wants a translation unit to declare something. */
+typedef int mgt_nonccl_unused;
+#endif

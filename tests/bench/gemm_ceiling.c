@@ -1,0 +1,173 @@
+/* tests/bench/gemm_ceiling.c: the GEMM and memory ceilings of the CUDA backend, through mgt's own
+ * op table (what mgt-train can reach), for tests/bench/gpu.sh's MFU-vs-ceiling column.
+ *
+ *  - linear_fwd y[T, out] = x[T, in] . w[out, in]^T with T = in = out = 8192 (2*T*in*out FLOPs)
+ *    in bf16, fp16 and fp32 (be->precision): 3 warm-up calls, then 20 timed ones, each between
+ *    be->ops->sync calls, timed with clock_gettime(CLOCK_MONOTONIC); median and best.  Under
+ *    bf16/fp16 each call includes the backend's fp32 -> bf16/fp16 casts of both operands (mgt keeps
+ *    fp32 activations and weights, as the trainer calls it).  Also GPT-2 small's MLP shape
+ *    [8192 x 768] x [3072] in bf16, a shape training meets.
+ *  - add y += x on two 1 GiB fp32 buffers: bytes moved = 3 GiB (reads x and y, writes y), the
+ *    device memory bandwidth as an elementwise op sees it.
+ * Inputs are random (never zeros: they run faster than real data), uploaded once; the outputs are
+ * checked to be finite.  Prints "gemm bf16 8192^3: X TFLOP/s ..." lines; exit 77 without a CUDA
+ * device, 1 on an error.  A 300 s alarm ends it if the device hangs. */
+#include "backend/backend.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+static mgt_backend *be;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fail(const char *what)
+{
+	printf("gemm_ceiling: error: %s: %s\n", what, mgt_err_msg());
+	exit(1);
+}
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static float *upload_random(size_t n, double scale)
+{
+	float *h = malloc(n * sizeof *h);
+	if (!h) {
+		printf("gemm_ceiling: error: host out of memory\n");
+		exit(1);
+	}
+	for (size_t i = 0; i < n; i++) {
+		rng ^= rng << 13;
+		rng ^= rng >> 7;
+		rng ^= rng << 17;
+		h[i] = (float)(scale * ((double)(rng >> 11) / 4503599627370496.0 - 1.0));
+	}
+	float *d = be->ops->alloc(be, n * sizeof *d);
+	if (!d)
+		fail("device alloc");
+	if (be->ops->upload(be, d, h, n * sizeof *d) != MGT_OK)
+		fail("upload");
+	free(h);
+	return d;
+}
+
+static int cmpd(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* the first k elements of d are finite */
+static void check_finite(const float *d, size_t k, const char *what)
+{
+	float h[4096];
+	if (k > 4096)
+		k = 4096;
+	if (be->ops->download(be, h, d, k * sizeof *h) != MGT_OK)
+		fail(what);
+	for (size_t i = 0; i < k; i++)
+		if (!isfinite(h[i])) {
+			printf("gemm_ceiling: error: %s: non-finite output %g at %zu\n", what, h[i], i);
+			exit(1);
+		}
+}
+
+enum { WARM = 3, REPS = 20 };
+
+static double gemm(mgt_precision prec, int T, int in, int out, const char *label)
+{
+	float *x = upload_random((size_t)T * in, 1.0), *w = upload_random((size_t)out * in, 0.05);
+	float *y = be->ops->alloc(be, (size_t)T * out * sizeof *y);
+	if (!y)
+		fail("device alloc");
+	be->precision = prec;
+	double t[REPS];
+	for (int i = 0; i < WARM + REPS; i++) {
+		be->ops->sync(be);
+		double t0 = now();
+		be->ops->linear_fwd(be, y, x, w, NULL, T, in, out);
+		be->ops->sync(be);
+		if (i >= WARM)
+			t[i - WARM] = now() - t0;
+	}
+	be->precision = MGT_PREC_FP32;
+	check_finite(y, (size_t)T * out, "linear_fwd");
+	qsort(t, REPS, sizeof *t, cmpd);
+	double flops = 2.0 * T * in * out, med = (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+	const char *pn = prec == MGT_PREC_BF16 ? "bf16" : prec == MGT_PREC_FP16 ? "fp16" : "fp32";
+	printf("gemm %s %s: %.1f TFLOP/s (median of %d, %.3f ms; best %.1f TFLOP/s)%s\n", pn, label,
+	       flops / med / 1e12, REPS, med * 1e3, flops / t[0] / 1e12,
+	       prec == MGT_PREC_FP32 ? "" : " incl. operand casts");
+	fflush(stdout);
+	be->ops->free(be, x);
+	be->ops->free(be, w);
+	be->ops->free(be, y);
+	return flops / med / 1e12;
+}
+
+static void bandwidth(void)
+{
+	const size_t n = (size_t)1 << 28; /* 1 GiB of fp32 per buffer */
+	float *x = upload_random(n, 1.0), *y = upload_random(n, 1.0);
+	double t[REPS];
+	for (int i = 0; i < WARM + REPS; i++) {
+		be->ops->sync(be);
+		double t0 = now();
+		be->ops->add(be, y, x, n);
+		be->ops->sync(be);
+		if (i >= WARM)
+			t[i - WARM] = now() - t0;
+	}
+	check_finite(y, n, "add");
+	qsort(t, REPS, sizeof *t, cmpd);
+	double bytes = 3.0 * (double)n * sizeof(float), med = (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+	printf("add 1 GiB (y += x: reads 2 GiB, writes 1 GiB): %.0f GB/s (median of %d, %.3f ms; best %.0f GB/s)\n",
+	       bytes / med / 1e9, REPS, med * 1e3, bytes / t[0] / 1e9);
+	be->ops->free(be, x);
+	be->ops->free(be, y);
+}
+
+static void on_alarm(int sig)
+{
+	static const char msg[] = "gemm_ceiling: error: still running after 300 s\n";
+	(void)sig;
+	if (write(1, msg, sizeof msg - 1) < 0) {
+		/* nothing to do */
+	}
+	_exit(1);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (mgt_backend_cuda_devices() <= 0) {
+		printf("skip: no CUDA device\n");
+		return 77;
+	}
+	signal(SIGALRM, on_alarm);
+	alarm(300);
+	mgt_status st = MGT_OK;
+	be = mgt_backend_cuda_create(0, &st);
+	if (!be)
+		fail("cannot create the cuda backend on device 0");
+	gemm(MGT_PREC_BF16, 8192, 8192, 8192, "8192^3");
+	gemm(MGT_PREC_FP16, 8192, 8192, 8192, "8192^3");
+	gemm(MGT_PREC_FP32, 8192, 8192, 8192, "8192^3");
+	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)");
+	bandwidth();
+	printf("device memory peak %.0f MiB\n", (double)be->bytes_peak / 1048576.0);
+	mgt_backend_destroy(be);
+	return 0;
+}

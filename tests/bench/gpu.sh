@@ -1,0 +1,208 @@
+#!/bin/sh
+# GPU training throughput (make bench-gpu).  Not a test.
+#
+#  1. the device (nvidia-smi) and the date;
+#  2. build/bench/gemm_ceiling: bf16/fp16/fp32 GEMM TFLOP/s and add's GB/s through mgt's CUDA
+#     backend (the ceiling MFU is also measured against);
+#  3. mgt-train --device cuda --bf16 --mock-data:
+#       gpt2-124m at seq 1024, micro-batch 8 (or the largest of 8, 4, 2, 1 that runs), global
+#       batch 64, 30 iterations (dropout 0.1, Megatron's default);
+#       llama-3.2-1b's shape at seq 2048 with its vocabulary (--vocab-size 128256), micro-batch 4
+#       (or 2, 1), global batch 16, 20 iterations, dropout 0;
+#     and, with a dataset argument, both again on it (GPT-2 tokenizer; llama's shape then has
+#     GPT-2's vocabulary).
+#  From each run's --metrics-file, after 5 warm-up iterations: median iteration time, tokens/s,
+#  TFLOP/s per GPU (Megatron's FLOPs formula, mgt_model_flops), MFU against the H100/H200 dense
+#  bf16 peak (989 TFLOP/s; PEAK_TFLOPS) and against the measured bf16 GEMM ceiling; the memory
+#  lines of the log (computed vs peak device memory) and the last loss.
+#
+# Usage: tests/bench/gpu.sh [PREFIX | kjv]
+#   PREFIX  a tokenized dataset (PREFIX.bin, PREFIX.idx; GPT-2 BPE token ids)
+#   kjv     tokenize the bundled King James Bible (share/mgt/data/kjv.jsonl.zst) with the GPT-2
+#           tokenizer first, as contrib/demo.sh does (a few seconds)
+# Environment: MGT_BIN (directory with mgt-train and mgt-preprocess; default bin/, else
+#   build/bundle/bin), GEMM_CEILING (default build/bench/gemm_ceiling, else
+#   build/bundle/bench/gemm_ceiling), PEAK_TFLOPS (989), RUN_TIMEOUT (300 s per run), GPT2_MBS
+#   ("8 4 2 1"), LLAMA_MBS ("4 2 1"), GPT2_ITERS (30), LLAMA_ITERS (20), PY (python3).
+# Raw results: tests/bench/results/gpu-<device>-<date>.txt (also copied to $OUT when set, after
+# every case, so that a run cut short still leaves its results there).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+DATA=${1:-}
+PEAK=${PEAK_TFLOPS:-989}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+PY=${PY:-python3}
+if [ -z "${MGT_BIN:-}" ]; then
+	MGT_BIN=$ROOT/bin
+	[ -x "$MGT_BIN/mgt-train" ] || [ ! -x "$ROOT/build/bundle/bin/mgt-train" ] || MGT_BIN=$ROOT/build/bundle/bin
+fi
+TRAIN=$MGT_BIN/mgt-train
+if [ -z "${GEMM_CEILING:-}" ]; then
+	GEMM_CEILING=$ROOT/build/bench/gemm_ceiling
+	[ -x "$GEMM_CEILING" ] || [ ! -x "$ROOT/build/bundle/bench/gemm_ceiling" ] ||
+		GEMM_CEILING=$ROOT/build/bundle/bench/gemm_ceiling
+fi
+NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+SLUG=$(printf '%s' "${NAME:-unknown}" | tr '[:upper:]' '[:lower:]' | sed 's/[^a-z0-9][^a-z0-9]*/-/g; s/^-//; s/-$//')
+STAMP=$(date +%Y%m%d-%H%M%S)
+mkdir -p "$ROOT/tests/bench/results"
+RES=$ROOT/tests/bench/results/gpu-${SLUG:-unknown}-$STAMP.txt
+W=$(mktemp -d "${TMPDIR:-/tmp}/mgt-bench-gpu.XXXXXX")
+G=$ROOT/share/mgt/tokenizers/gpt2
+TOK="--tokenizer-type GPT2BPETokenizer --vocab-file $G/vocab.json --merge-file $G/merges.txt"
+
+# save: the results so far to $OUT (the device tool returns only files under $OUT)
+save() {
+	if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then cp "$RES" "$OUT/" 2>/dev/null; fi
+}
+
+# summarize TAG LOG JSONL MBS: the figures of one run
+summarize() {
+	$PY - "$1" "$2" "$3" "$4" "$PEAK" "${CEIL:-}" <<-'EOF'
+	import json, re, statistics, sys
+	tag, log, jsonl, mbs, peak, ceil = sys.argv[1:7]
+	peak = float(peak)
+	ceil = float(ceil) if ceil else None
+	try:
+	    rows = [json.loads(l) for l in open(jsonl) if l.strip()]
+	except (OSError, ValueError) as e:
+	    print("%s: no metrics (%s)" % (tag, e)); sys.exit(0)
+	rows = [r for r in rows if "tokens_per_s" in r]
+	warm = 5 if len(rows) > 10 else 1
+	timed = rows[warm:]
+	if not timed:
+	    print("%s: too few iterations in the metrics (%d)" % (tag, len(rows))); sys.exit(0)
+	med = lambda k: statistics.median(float(r[k]) for r in timed)
+	ms, tok, tf = med("elapsed_ms"), med("tokens_per_s"), med("tflops")
+	print("%s: micro-batch %s, %d iterations (median of the last %d)" % (tag, mbs, len(rows), len(timed)))
+	print("  iteration %.1f ms | %.0f tokens/s | %.1f TFLOP/s per GPU | MFU %.1f%% of %g TFLOP/s%s"
+	      % (ms, tok, tf, 100 * tf / peak, peak,
+	         " | %.1f%% of the measured bf16 GEMM ceiling %.1f TFLOP/s" % (100 * tf / ceil, ceil) if ceil else ""))
+	if "mfu" in timed[0]:
+	    print("  (metrics file mfu: %.4f)" % med("mfu"))
+	fwd = [k for k in ("time_fwd_ms", "time_bwd_ms", "time_opt_ms") if k in timed[0]]
+	if fwd:
+	    print("  " + " | ".join("%s %.1f ms" % (k[5:8], med(k)) for k in fwd))
+	loss = [float(r["lm_loss"]) for r in rows]
+	skipped = sum(1 for r in rows if r.get("skipped"))
+	print("  lm loss %.4f -> %.4f, %d skipped iterations" % (loss[0], loss[-1], skipped))
+	comp = peakmem = None
+	for line in open(log, errors="replace"):
+	    if "memory" in line and ("computed" in line or "peak device memory" in line):
+	        print("  " + line.strip())
+	        m = re.search(r"computed ([0-9.]+) MiB", line)
+	        p = re.search(r"peak device memory ([0-9.]+) MiB", line)
+	        if m: comp = float(m.group(1))
+	        if p: peakmem = float(p.group(1))
+	if comp and peakmem:
+	    print("  peak device memory / computed: %.0f / %.0f MiB = %.3f" % (peakmem, comp, peakmem / comp))
+	thr = re.findall(r"throughput per GPU \(TFLOP/s/GPU\): ([0-9.]+)", open(log, errors="replace").read())
+	if thr:
+	    print("  log line TFLOP/s/GPU (last): %s" % thr[-1])
+	EOF
+}
+
+# case TAG MODEL SEQ GBS ITERS "MBS..." FLAGS...: the first micro-batch size that runs
+run_case() {
+	tag=$1 model=$2 seq=$3 gbs=$4 iters=$5 mbss=$6
+	shift 6
+	for mbs in $mbss; do
+		log=$W/$tag-mbs$mbs.log jsonl=$W/$tag-mbs$mbs.jsonl
+		rm -f "$jsonl"
+		echo "# $tag: mgt-train --model $model --seq-length $seq --micro-batch-size $mbs --global-batch-size $gbs --train-iters $iters --bf16 $*"
+		t0=$(date +%s)
+		# shellcheck disable=SC2086
+		timeout "$RUN_TIMEOUT" "$TRAIN" --model "$model" --device cuda --bf16 --seq-length "$seq" \
+			--micro-batch-size "$mbs" --global-batch-size "$gbs" --train-iters "$iters" \
+			--lr 3e-4 --min-lr 3e-5 --lr-warmup-iters 5 --lr-decay-style cosine --eval-interval 0 \
+			--log-interval 10 --log-throughput --peak-tflops "$PEAK" --seed 1234 \
+			--metrics-file "$jsonl" "$@" >"$log" 2>&1
+		rc=$?
+		echo "# exit $rc after $(( $(date +%s) - t0 )) s"
+		if [ $rc = 0 ]; then
+			grep 'iteration .*lm loss' "$log" | sed 's/^/#   /'
+			summarize "$tag" "$log" "$jsonl" "$mbs"
+			echo
+			return 0
+		fi
+		tail -4 "$log" | sed 's/^/#   /'
+		if [ $rc = 124 ]; then
+			echo "$tag: timed out after $RUN_TIMEOUT s at micro-batch $mbs (not retried)"
+			echo
+			return 1
+		fi
+		echo "# micro-batch $mbs failed (out of memory?); trying a smaller one"
+	done
+	echo "$tag: failed at every micro-batch size ($mbss)"
+	echo
+	return 1
+}
+
+bench() {
+	echo "# bench-gpu $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname)"
+	echo "# device: ${NAME:-unknown (nvidia-smi failed)}"
+	nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit,clocks.max.sm --format=csv 2>&1 | sed 's/^/# /'
+	nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,utilization.gpu,memory.used --format=csv 2>&1 | sed 's/^/# at start: /'
+	echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+	echo "# mgt-train: $TRAIN"
+	if [ ! -x "$TRAIN" ]; then
+		echo "bench-gpu: $TRAIN is not built"
+		return 1
+	fi
+	echo
+	echo "## GEMM and memory ceilings through the CUDA backend ($GEMM_CEILING)"
+	CEIL=
+	if [ -x "$GEMM_CEILING" ]; then
+		timeout 300 "$GEMM_CEILING" 2>&1 | tee "$W/gemm.txt"
+		CEIL=$(sed -n 's/^gemm bf16 8192^3: \([0-9.]*\) TFLOP.*/\1/p' "$W/gemm.txt")
+	else
+		echo "gemm_ceiling is not built"
+	fi
+	echo
+	save
+
+	echo "## mock data (--mock-data)"
+	run_case gpt2-124m-mock gpt2-124m 1024 64 "${GPT2_ITERS:-30}" "${GPT2_MBS:-8 4 2 1}" --mock-data
+	save
+	run_case llama-3.2-1b-mock llama-3.2-1b 2048 16 "${LLAMA_ITERS:-20}" "${LLAMA_MBS:-4 2 1}" --mock-data \
+		--vocab-size 128256 --hidden-dropout 0 --attention-dropout 0
+	save
+
+	if [ -n "$DATA" ]; then
+		if [ "$DATA" = kjv ]; then
+			src=$ROOT/share/mgt/data/kjv.jsonl.zst
+			[ -f "$src" ] || src=$ROOT/../shared/data/kjv/kjv.jsonl.zst
+			mkdir -p "$W/data"
+			echo "## tokenizing $src (GPT-2 BPE)"
+			# shellcheck disable=SC2086
+			if timeout 300 "$MGT_BIN/mgt-preprocess" --input "$src" --output-prefix "$W/data/kjv" $TOK \
+				--append-eod --quiet >"$W/preprocess.log" 2>&1; then
+				DATA=$W/data/kjv_text_document
+			else
+				tail -3 "$W/preprocess.log"
+				DATA=
+			fi
+		fi
+		if [ -n "$DATA" ] && [ -f "$DATA.bin" ] && [ -f "$DATA.idx" ]; then
+			echo "## dataset $DATA"
+			mkdir -p "$W/cache"
+			# shellcheck disable=SC2086
+			run_case gpt2-124m-data gpt2-124m 1024 64 "${GPT2_ITERS:-30}" "${GPT2_MBS:-8 4 2 1}" \
+				--data-path "$DATA" --split 969,30,1 --data-cache-path "$W/cache" $TOK
+			save
+			# shellcheck disable=SC2086
+			run_case llama-3.2-1b-data llama-3.2-1b 2048 16 "${LLAMA_ITERS:-20}" "${LLAMA_MBS:-4 2 1}" \
+				--data-path "$DATA" --split 969,30,1 --data-cache-path "$W/cache" $TOK \
+				--hidden-dropout 0 --attention-dropout 0
+		else
+			echo "## dataset ${DATA:-}: not found (PREFIX.bin and PREFIX.idx), skipped"
+		fi
+	fi
+	nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,utilization.gpu,memory.used --format=csv 2>&1 | sed 's/^/# at end: /'
+	echo "# done $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+}
+
+bench 2>&1 | tee "$RES"
+save
+echo "saved $RES${OUT:+ (and copied to $OUT)}"
+rm -rf "$W"

@@ -1,0 +1,1070 @@
+/* tests/gpu/test_cuda_ops.c: the CUDA backend against the CPU backend, op by op.
+ *
+ * For every op of mgt_backend_ops: fresh random inputs (never zeros) go to the CPU backend (host
+ * memory) and to the CUDA backend (uploaded); both run; the GPU results are downloaded and
+ * compared with the CPU's by ||gpu - cpu|| / ||cpu|| in double (for "accumulates" outputs: the
+ * increments, out - start, so that the start values do not hide an error).  Before every GPU run,
+ * "writes" outputs are poisoned with NaN (a NaN or Inf left anywhere fails the check: an element
+ * not written) and "accumulates" outputs start from the same random values as the CPU's.  Every
+ * op runs twice on the GPU from the same state and must give the same bits (determinism).
+ * Shapes are big enough to spread over many thread blocks (T = 1000..2048, h = 768..2048,
+ * V = 50304) and include ragged ones (s not a multiple of 64, h not a multiple of 4).
+ *
+ * Tolerances (the reason for each is beside its #define): fp32 ops 1e-5, exact ops 0, linear in
+ * bf16/fp16 against the CPU backend in the same precision 3e-5 (operands rounded identically,
+ * products exact, only the fp32 summation differs), and bf16/fp16 against CPU fp32 1e-2 (a
+ * sanity bound).  The last section repeats a few ops with every device buffer starting 4 bytes
+ * past its allocation (the model passes tensors at any float offset of its flat buffers); it runs
+ * last because a misaligned access leaves the CUDA context unusable.
+ *
+ * Output: "ok - ..." / "not ok - ..." per check with the error and tolerance, then
+ * "N passed, M failed"; exit 1 on any failure, 77 with "skip: no CUDA device" when
+ * mgt_backend_cuda_devices() is 0.  MGT_TEST_SEED=N repeats a run's inputs (the seed is printed).
+ * A 900 s alarm ends the program if the device hangs. */
+#include "backend/backend.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
+#include "../unit/check.h"
+
+/* ---- tolerances (normwise relative, ||gpu - cpu|| / ||cpu||) ---- */
+/* fp32 ops: both sides compute the same formula in fp32 (statistics and sums in double where the
+ * header says so); they differ only by summation order and by 1-ulp differences of expf, erff,
+ * cosf, sqrtf and fused multiply-adds, which stay near 1e-7..1e-6 normwise.  A real bug (wrong
+ * index, missing term, wrong mask) gives errors near 1e-2..1. */
+#define TOL32 1e-5
+/* Exact ops: a copy, a gather, a max, one IEEE multiply or add per element: same bits. */
+#define TOL_EXACT 0.0
+/* Linear, bf16/fp16 operands, vs the CPU backend in the same precision: operands are rounded
+ * identically (round to nearest even) and their products are exact in fp32, so only the fp32
+ * accumulation differs: summation order, and tensor cores normalizing partial sums with
+ * truncation rather than rounding (see lin_tol).  The floor for K up to ~4000; a wrong operand
+ * rounding (truncation instead of nearest even, or no rounding) gives 1e-3..3e-3. */
+#define TOL_LOWP 3e-5
+/* Linear, tolerance for an output that sums K products: the fp32 rounding of a K-term sum grows
+ * as u sqrt(K) (u = 2^-24; a sequential FMA chain, as a GEMM tile runs, reaches about
+ * u sqrt(K/6) normwise on random data, and the CPU's blocked sums their own), so 4 u sqrt(K)
+ * covers both sides: TOL32 up to K = 1700, 5.4e-5 at K = 50304 (the output layer's dx).  Low
+ * precision adds the tensor cores' truncating accumulation, up to u per 16-term block, which can
+ * add up coherently: + u K / 16, and at least TOL_LOWP. */
+static double lin_tol(mgt_precision p, long K)
+{
+	const double u = 1.0 / 16777216.0;
+	double t = fmax(TOL32, 4 * u * sqrt((double)K));
+	return p == MGT_PREC_FP32 ? t : fmax(TOL_LOWP, t + u * (double)K / 16);
+}
+/* Linear, bf16/fp16 GPU vs CPU fp32: the operand rounding itself, about 2^-9 per operand,
+ * i.e. 2e-3..4e-3 normwise for bf16 and 10x less for fp16.  A sanity bound only. */
+#define TOL_LOWP_VS_FP32 1e-2
+/* Attention backward: ds = P * (dP - D) subtracts D, the P-weighted mean of dP, from dP; the
+ * GPU computes D = rowsum(dout * out) from the forward's output, the CPU from its own tiles,
+ * and the difference of two O(1) numbers amplifies their fp32 rounding by |dP| / |dP - D|.
+ * Both are within 1e-5 of a double reference (the CPU's by tests/unit/test_backend.c); their
+ * difference is bounded by the sum, and long rows (s = 1000..2048) add a little. */
+#define TOL_ATTN_BWD 5e-5
+/* AdamW: the parameters move by ~lr = 3e-4 of their size per step, so a 1e-5 bound on p would
+ * let a 3% error in the update through.  p, m, v are each checked at 1e-6 (1 ulp is 6e-8), and the
+ * update p - p0 on its own at 1e-3: a 1-ulp difference in p is up to ~1e-4 of a small update. */
+#define TOL_ADAM 1e-6
+#define TOL_ADAM_UPDATE 1e-3
+/* sumsq: both sides add exact squares in double in different orders; the worst case over 5e7
+ * positive terms is n * 2^-53 = 5e-9 but rounding errors of positive sums behave as a random
+ * walk (~1e-13).  A lost block of 65536 elements would be 1e-3. */
+#define TOL_SUMSQ 1e-9
+
+static mgt_backend *cpu, *gpu;
+static const mgt_backend_ops *C, *G;
+static int mis;             /* device buffers start this many 4-byte words past their allocation */
+static const char *tag = ""; /* prefix of every check line */
+
+/* ---- host helpers ---- */
+
+static uint64_t rng;
+static double urand(void) /* [-1, 1) */
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = calloc(n ? n : 1, 1);
+	if (!p) {
+		printf("not ok - host out of memory (%zu bytes)\n", n);
+		printf("%d passed, %d failed\n", passed, failed + 1);
+		exit(1);
+	}
+	return p;
+}
+
+static float *hrand(size_t n, double scale)
+{
+	float *p = xmalloc(n * sizeof *p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(scale * urand());
+	return p;
+}
+
+static float *hcopy(const float *x, size_t n)
+{
+	float *p = xmalloc(n * sizeof *p);
+	memcpy(p, x, n * sizeof *p);
+	return p;
+}
+
+/* n NaNs (a shared buffer, grown as needed) */
+static const float *nans(size_t n)
+{
+	static float *buf;
+	static size_t cap;
+	if (n > cap) {
+		free(buf);
+		buf = xmalloc(n * sizeof *buf);
+		for (size_t i = 0; i < n; i++)
+			buf[i] = NAN;
+		cap = n;
+	}
+	return buf;
+}
+
+static const char *nm(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *nm(const char *fmt, ...)
+{
+	static char buf[8][256];
+	static int k;
+	k = (k + 1) % 8;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf[k], sizeof buf[k], fmt, ap);
+	va_end(ap);
+	return buf[k];
+}
+
+/* ---- device helpers: any failure ends the program (a CUDA error is sticky) ---- */
+
+static void bail(const char *what)
+{
+	printf("not ok - %s%s failed: %s\n", tag, what, mgt_err_msg());
+	failed++;
+	printf("# Bail out! the CUDA backend failed; the checks after this one cannot run\n");
+	printf("%d passed, %d failed\n", passed, failed);
+	exit(1);
+}
+
+#define MAXBUF 64
+static struct {
+	void *p, *base;
+} reg[MAXBUF];
+
+static void *dalloc(size_t bytes)
+{
+	void *base = G->alloc(gpu, bytes + 4 * (size_t)mis + 4);
+	if (!base)
+		bail(nm("alloc of %zu bytes", bytes));
+	void *p = (char *)base + 4 * mis;
+	for (int i = 0; i < MAXBUF; i++)
+		if (!reg[i].p) {
+			reg[i].p = p;
+			reg[i].base = base;
+			return p;
+		}
+	printf("not ok - test bug: more than %d live device buffers\n", MAXBUF);
+	exit(1);
+}
+
+static void dfree(void *p)
+{
+	if (!p)
+		return;
+	for (int i = 0; i < MAXBUF; i++)
+		if (reg[i].p == p) {
+			G->free(gpu, reg[i].base);
+			reg[i].p = reg[i].base = NULL;
+			return;
+		}
+	printf("not ok - test bug: freeing an unknown device buffer\n");
+	exit(1);
+}
+
+static void up(void *d, const void *h, size_t bytes)
+{
+	if (G->upload(gpu, d, h, bytes) != MGT_OK)
+		bail("upload");
+}
+
+static float *dput(const float *h, size_t n)
+{
+	float *d = dalloc(n * sizeof *d);
+	up(d, h, n * sizeof *d);
+	return d;
+}
+
+static int32_t *dputi(const int32_t *h, size_t n)
+{
+	int32_t *d = dalloc(n * sizeof *d);
+	up(d, h, n * sizeof *d);
+	return d;
+}
+
+static void poison(float *d, size_t n)
+{
+	up(d, nans(n), n * sizeof *d);
+}
+
+static float *dget(const float *d, size_t n)
+{
+	float *h = xmalloc(n * sizeof *h);
+	if (G->download(gpu, h, d, n * sizeof *h) != MGT_OK)
+		bail("download (the op before it failed?)");
+	return h;
+}
+
+/* ---- comparisons ---- */
+
+/* ||g - c|| / ||c|| in double, or of the increments g - base, c - base when base != NULL;
+ * ||g - c|| when c is all zero.  +inf when either side has a NaN or Inf (*bad counts them). */
+static double relerr(const float *g, const float *c, const float *base, size_t n, size_t *bad)
+{
+	double e = 0, r = 0;
+	size_t nb = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(g[i]) || !isfinite(c[i])) {
+			nb++;
+			continue;
+		}
+		double gv = g[i], cv = c[i];
+		if (base) {
+			gv -= base[i];
+			cv -= base[i];
+		}
+		e += (gv - cv) * (gv - cv);
+		r += cv * cv;
+	}
+	*bad = nb;
+	if (nb)
+		return INFINITY;
+	return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+static void cmp(const char *what, const float *g, const float *c, const float *base, size_t n, double tol)
+{
+	size_t bad;
+	double e = relerr(g, c, base, n, &bad);
+	if (bad)
+		CHECK(0, "%s%s: %zu of %zu elements NaN/Inf (unwritten or overflow)", tag, what, bad, n);
+	else
+		CHECK(e <= tol, "%s%s: err %.2e (tol %.2g)", tag, what, e, tol);
+	if (bad || !(e <= tol)) { /* where: the first non-finite element, else the largest difference */
+		size_t w = 0;
+		double wd = -1;
+		for (size_t i = 0; i < n; i++) {
+			double d = fabs((double)g[i] - (double)c[i]);
+			if (!isfinite(g[i]) || !isfinite(c[i])) {
+				w = i;
+				break;
+			}
+			if (d > wd) {
+				wd = d;
+				w = i;
+			}
+		}
+		printf("#   worst element %zu of %zu: gpu %.9g cpu %.9g%s\n", w, n, (double)g[w], (double)c[w],
+		       base ? " (values including the start)" : "");
+	}
+}
+
+/* elements whose bits differ */
+static size_t ndiff(const void *a, const void *b, size_t n, size_t elem)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += memcmp((const char *)a + i * elem, (const char *)b + i * elem, elem) != 0;
+	return k;
+}
+
+static void det(const char *what, size_t nd)
+{
+	CHECK(nd == 0, "%s%s: two GPU runs bitwise identical (%zu elements differ)", tag, what, nd);
+}
+
+/* dropout: the same elements are zero on both sides */
+static void same_zeros(const char *what, const float *g, const float *c, size_t n)
+{
+	size_t k = 0, z = 0;
+	for (size_t i = 0; i < n; i++) {
+		k += (g[i] == 0.0f) != (c[i] == 0.0f);
+		z += c[i] == 0.0f;
+	}
+	CHECK(k == 0, "%s%s: dropout mask = CPU's (%zu of %zu dropped, %zu differ)", tag, what, z, n, k);
+}
+
+static const char *precname(mgt_precision p)
+{
+	return p == MGT_PREC_BF16 ? "bf16" : p == MGT_PREC_FP16 ? "fp16" : "fp32";
+}
+
+/* ================= memory and backend ================= */
+
+static void t_memory(void)
+{
+	CHECK(!strcmp(G->name, "cuda") && !gpu->host_memory, "cuda backend: name \"%s\", host_memory %d", G->name,
+	      (int)gpu->host_memory);
+	CHECK(mgt_backend_cuda_stream(gpu) != NULL && mgt_backend_cuda_stream(cpu) == NULL,
+	      "mgt_backend_cuda_stream: a stream for cuda, NULL for cpu");
+	mgt_status st = MGT_OK;
+	mgt_backend *bad = mgt_backend_cuda_create(mgt_backend_cuda_devices() + 7, &st);
+	CHECK(bad == NULL && st == MGT_ERR_USAGE, "cuda_create of a device that does not exist: NULL, usage error");
+	if (bad)
+		mgt_backend_destroy(bad);
+
+	const size_t n = 3 * 1000 * 1000 + 17;
+	size_t in0 = gpu->bytes_in_use;
+	float *d = G->alloc(gpu, n * sizeof *d);
+	if (!d)
+		bail("alloc");
+	size_t in1 = gpu->bytes_in_use;
+	CHECK(in1 - in0 >= n * sizeof *d && gpu->bytes_peak >= in1,
+	      "bytes_in_use grows by the allocation (%zu -> %zu), bytes_peak %zu >= it", in0, in1, gpu->bytes_peak);
+	printf("# alloc alignment: %s\n", (uintptr_t)d % 256 == 0 ? "256 bytes" : (uintptr_t)d % 16 == 0 ? "16 bytes" : "under 16 bytes");
+	float *h = xmalloc(n * sizeof *h);
+	if (G->download(gpu, h, d, n * sizeof *h) != MGT_OK)
+		bail("download");
+	size_t nz = 0;
+	for (size_t i = 0; i < n; i++)
+		nz += h[i] != 0.0f;
+	CHECK(nz == 0, "alloc is zero-filled (%zu nonzero of %zu)", nz, n);
+	float *x = hrand(n, 1);
+	up(d, x, n * sizeof *x);
+	if (G->download(gpu, h, d, n * sizeof *h) != MGT_OK)
+		bail("download");
+	CHECK(memcmp(h, x, n * sizeof *x) == 0, "upload/download round trip of %zu floats", n);
+	G->zero(gpu, d + 5, 1000 * sizeof *d);
+	if (G->download(gpu, h, d, n * sizeof *h) != MGT_OK)
+		bail("download");
+	int zok = h[4] == x[4] && h[1005] == x[1005] && memcmp(h + 1006, x + 1006, (n - 1006) * 4) == 0;
+	for (int i = 5; i < 1005; i++)
+		zok &= h[i] == 0.0f;
+	CHECK(zok, "zero: exactly the bytes asked, at an offset");
+	G->sync(gpu);
+	G->free(gpu, d);
+	G->free(gpu, NULL);
+	CHECK(gpu->bytes_in_use == in0, "bytes_in_use back to %zu after free (%zu)", in0, gpu->bytes_in_use);
+	free(h), free(x);
+}
+
+/* ================= linear ================= */
+
+static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precision prec)
+{
+	const size_t nx = (size_t)T * in, nw = (size_t)out * in, ny = (size_t)T * out;
+	const char *id = nm("linear %s T=%d in=%d out=%d%s%s", precname(prec), T, in, out, bias ? " bias" : "",
+			    want_dx ? "" : " dx=NULL");
+	float *x = hrand(nx, 1), *w = hrand(nw, 0.5), *b = bias ? hrand(out, 1) : NULL, *dy = hrand(ny, 1);
+	float *dw0 = hrand(nw, 1), *db0 = hrand(out, 1);
+	/* CPU in the same precision */
+	cpu->precision = prec;
+	float *yc = xmalloc(ny * 4), *dxc = want_dx ? xmalloc(nx * 4) : NULL, *dwc = hcopy(dw0, nw), *dbc = hcopy(db0, out);
+	C->linear_fwd(cpu, yc, x, w, b, T, in, out);
+	C->linear_bwd(cpu, dxc, dwc, bias ? dbc : NULL, dy, x, w, T, in, out);
+	cpu->precision = MGT_PREC_FP32;
+
+	gpu->precision = prec;
+	float *dX = dput(x, nx), *dW = dput(w, nw), *dB = bias ? dput(b, out) : NULL, *dDY = dput(dy, ny);
+	float *dY = dalloc(ny * 4), *dDX = want_dx ? dalloc(nx * 4) : NULL, *dDW = dalloc(nw * 4), *dDB = dalloc(out * 4);
+	float *y[2], *dx[2] = { NULL, NULL }, *dw[2], *db[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dY, ny);
+		if (dDX)
+			poison(dDX, nx);
+		up(dDW, dw0, nw * 4);
+		up(dDB, db0, out * 4);
+		G->linear_fwd(gpu, dY, dX, dW, dB, T, in, out);
+		G->linear_bwd(gpu, dDX, dDW, bias ? dDB : NULL, dDY, dX, dW, T, in, out);
+		y[k] = dget(dY, ny);
+		if (want_dx)
+			dx[k] = dget(dDX, nx);
+		dw[k] = dget(dDW, nw);
+		db[k] = dget(dDB, out);
+	}
+	gpu->precision = MGT_PREC_FP32;
+	cmp(nm("%s: fwd y", id), y[0], yc, NULL, ny, lin_tol(prec, in));
+	if (want_dx)
+		cmp(nm("%s: bwd dx", id), dx[0], dxc, NULL, nx, lin_tol(prec, out));
+	cmp(nm("%s: bwd dw (accumulated)", id), dw[0], dwc, dw0, nw, lin_tol(prec, T));
+	if (bias) /* a column sum of dy in fp32 (not a GEMM) */
+		cmp(nm("%s: bwd db (accumulated)", id), db[0], dbc, db0, out, lin_tol(MGT_PREC_FP32, T));
+	else
+		CHECK(memcmp(db[0], db0, out * 4) == 0, "%s%s: db NULL leaves db alone", tag, id);
+	det(id, ndiff(y[0], y[1], ny, 4) + (want_dx ? ndiff(dx[0], dx[1], nx, 4) : 0) + ndiff(dw[0], dw[1], nw, 4) +
+			ndiff(db[0], db[1], out, 4));
+	if (prec != MGT_PREC_FP32) {
+		/* sanity: against the CPU in fp32 */
+		float *y32 = xmalloc(ny * 4), *dx32 = want_dx ? xmalloc(nx * 4) : NULL, *dw32 = hcopy(dw0, nw);
+		C->linear_fwd(cpu, y32, x, w, b, T, in, out);
+		C->linear_bwd(cpu, dx32, dw32, NULL, dy, x, w, T, in, out);
+		cmp(nm("%s vs cpu fp32 (sanity): y", id), y[0], y32, NULL, ny, TOL_LOWP_VS_FP32);
+		if (want_dx)
+			cmp(nm("%s vs cpu fp32 (sanity): dx", id), dx[0], dx32, NULL, nx, TOL_LOWP_VS_FP32);
+		cmp(nm("%s vs cpu fp32 (sanity): dw", id), dw[0], dw32, dw0, nw, TOL_LOWP_VS_FP32);
+		free(y32), free(dx32), free(dw32);
+	}
+	for (int k = 0; k < 2; k++)
+		free(y[k]), free(dx[k]), free(dw[k]), free(db[k]);
+	dfree(dX), dfree(dW), dfree(dB), dfree(dDY), dfree(dY), dfree(dDX), dfree(dDW), dfree(dDB);
+	free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(yc), free(dxc), free(dwc), free(dbc);
+}
+
+/* ================= embedding ================= */
+
+/* ids uniform in [0, idmax); the table holds rows [row0, row0 + rows) */
+static void t_embedding(int T, int h, int64_t row0, int64_t rows, int64_t idmax)
+{
+	const size_t ny = (size_t)T * h, nt = (size_t)rows * h;
+	const char *id = nm("embedding T=%d h=%d rows [%lld, %lld) ids < %lld", T, h, (long long)row0,
+			    (long long)(row0 + rows), (long long)idmax);
+	int32_t *ids = xmalloc((size_t)T * sizeof *ids);
+	for (int t = 0; t < T; t++)
+		ids[t] = (int32_t)((urand() + 1) / 2 * (double)idmax) % (int32_t)idmax;
+	ids[0] = (int32_t)row0; /* the range's ends, in and out */
+	if (T > 3) {
+		ids[1] = (int32_t)(row0 + rows - 1);
+		ids[2] = (int32_t)(row0 + rows < idmax ? row0 + rows : row0);
+		ids[3] = (int32_t)(row0 > 0 ? row0 - 1 : row0);
+	}
+	float *table = hrand(nt, 1), *y0 = hrand(ny, 1), *dy = hrand(ny, 1), *dt0 = hrand(nt, 1);
+	float *yc = xmalloc(ny * 4), *yac = hcopy(y0, ny), *dtc = hcopy(dt0, nt);
+	C->embedding_fwd(cpu, yc, ids, table, row0, rows, T, h, false);
+	C->embedding_fwd(cpu, yac, ids, table, row0, rows, T, h, true);
+	C->embedding_bwd(cpu, dtc, dy, ids, row0, rows, T, h);
+
+	int32_t *dI = dputi(ids, T);
+	float *dT = dput(table, nt), *dY = dalloc(ny * 4), *dYA = dalloc(ny * 4), *dDY = dput(dy, ny), *dDT = dalloc(nt * 4);
+	float *y[2], *ya[2], *dt[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dY, ny);
+		up(dYA, y0, ny * 4);
+		up(dDT, dt0, nt * 4);
+		G->embedding_fwd(gpu, dY, dI, dT, row0, rows, T, h, false);
+		G->embedding_fwd(gpu, dYA, dI, dT, row0, rows, T, h, true);
+		G->embedding_bwd(gpu, dDT, dDY, dI, row0, rows, T, h);
+		y[k] = dget(dY, ny);
+		ya[k] = dget(dYA, ny);
+		dt[k] = dget(dDT, nt);
+	}
+	cmp(nm("%s: fwd (writes; rows out of range 0)", id), y[0], yc, NULL, ny, TOL_EXACT);
+	cmp(nm("%s: fwd accumulate", id), ya[0], yac, NULL, ny, TOL_EXACT);
+	/* the backward adds the rows of repeated ids in some order: fp32 sums */
+	cmp(nm("%s: bwd dtable (accumulated)", id), dt[0], dtc, dt0, nt, TOL32);
+	unsigned char *hit = xmalloc((size_t)rows);
+	for (int t = 0; t < T; t++)
+		if (ids[t] >= row0 && ids[t] < row0 + rows)
+			hit[ids[t] - row0] = 1;
+	size_t touched = 0;
+	for (int64_t r = 0; r < rows; r++)
+		if (!hit[r])
+			touched += ndiff(dt[0] + (size_t)r * h, dt0 + (size_t)r * h, (size_t)h, 4);
+	CHECK(touched == 0, "%s%s: bwd leaves rows without ids alone (%zu elements changed)", tag, id, touched);
+	det(id, ndiff(y[0], y[1], ny, 4) + ndiff(ya[0], ya[1], ny, 4) + ndiff(dt[0], dt[1], nt, 4));
+	for (int k = 0; k < 2; k++)
+		free(y[k]), free(ya[k]), free(dt[k]);
+	dfree(dI), dfree(dT), dfree(dY), dfree(dYA), dfree(dDY), dfree(dDT);
+	free(ids), free(table), free(y0), free(dy), free(dt0), free(yc), free(yac), free(dtc), free(hit);
+}
+
+/* ================= normalization ================= */
+
+static void t_norm(mgt_norm_kind kind, bool bias, int T, int h)
+{
+	const size_t n = (size_t)T * h;
+	const char *id = nm("norm %s%s T=%d h=%d", kind == MGT_NORM_LAYERNORM ? "layernorm" : "rmsnorm",
+			    bias ? " bias" : "", T, h);
+	float *x = hrand(n, 2), *w = hrand(h, 0.5), *b = bias ? hrand(h, 1) : NULL;
+	for (size_t i = 0; i < n; i++) /* an offset, so that LayerNorm's mean matters */
+		x[i] += 0.7f;
+	for (int i = 0; i < h; i++)
+		w[i] += 1.0f;
+	float *yc = xmalloc(n * 4), *mc = xmalloc((size_t)T * 4), *rc = xmalloc((size_t)T * 4);
+	C->norm_fwd(cpu, kind, yc, mc, rc, x, w, b, T, h, 1e-5f);
+	float *dy = hrand(n, 1), *dx0 = hrand(n, 1), *dw0 = hrand(h, 1), *db0 = hrand(h, 1);
+	float *dxc = hcopy(dx0, n), *dwc = hcopy(dw0, h), *dbc = hcopy(db0, h);
+	/* the backward gets the CPU's mean and rstd on both sides: it is checked on its own */
+	C->norm_bwd(cpu, kind, dxc, dwc, bias ? dbc : NULL, dy, x, w, mc, rc, T, h);
+
+	float *dX = dput(x, n), *dW = dput(w, h), *dB = bias ? dput(b, h) : NULL, *dY = dalloc(n * 4);
+	float *dM = dalloc((size_t)T * 4), *dR = dalloc((size_t)T * 4), *dMc = dput(mc, T), *dRc = dput(rc, T);
+	float *dDY = dput(dy, n), *dDX = dalloc(n * 4), *dDW = dalloc((size_t)h * 4), *dDB = dalloc((size_t)h * 4);
+	float *y[2], *m[2], *r[2], *dx[2], *dw[2], *db[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dY, n);
+		poison(dM, T);
+		poison(dR, T);
+		up(dDX, dx0, n * 4);
+		up(dDW, dw0, (size_t)h * 4);
+		up(dDB, db0, (size_t)h * 4);
+		G->norm_fwd(gpu, kind, dY, dM, dR, dX, dW, dB, T, h, 1e-5f);
+		G->norm_bwd(gpu, kind, dDX, dDW, bias ? dDB : NULL, dDY, dX, dW, dMc, dRc, T, h);
+		y[k] = dget(dY, n);
+		m[k] = dget(dM, T);
+		r[k] = dget(dR, T);
+		dx[k] = dget(dDX, n);
+		dw[k] = dget(dDW, h);
+		db[k] = dget(dDB, h);
+	}
+	cmp(nm("%s: fwd y", id), y[0], yc, NULL, n, TOL32);
+	cmp(nm("%s: fwd mean%s", id, kind == MGT_NORM_RMSNORM ? " (written as 0)" : ""), m[0], mc, NULL, T, TOL32);
+	cmp(nm("%s: fwd rstd", id), r[0], rc, NULL, T, TOL32);
+	cmp(nm("%s: bwd dx (accumulated)", id), dx[0], dxc, dx0, n, TOL32);
+	cmp(nm("%s: bwd dw (accumulated)", id), dw[0], dwc, dw0, h, lin_tol(MGT_PREC_FP32, T));
+	if (bias)
+		cmp(nm("%s: bwd db (accumulated)", id), db[0], dbc, db0, h, lin_tol(MGT_PREC_FP32, T));
+	else
+		CHECK(memcmp(db[0], db0, (size_t)h * 4) == 0, "%s%s: db NULL leaves db alone", tag, id);
+	det(id, ndiff(y[0], y[1], n, 4) + ndiff(m[0], m[1], T, 4) + ndiff(r[0], r[1], T, 4) +
+			ndiff(dx[0], dx[1], n, 4) + ndiff(dw[0], dw[1], h, 4) + ndiff(db[0], db[1], h, 4));
+	for (int k = 0; k < 2; k++)
+		free(y[k]), free(m[k]), free(r[k]), free(dx[k]), free(dw[k]), free(db[k]);
+	dfree(dX), dfree(dW), dfree(dB), dfree(dY), dfree(dM), dfree(dR), dfree(dMc), dfree(dRc);
+	dfree(dDY), dfree(dDX), dfree(dDW), dfree(dDB);
+	free(x), free(w), free(b), free(yc), free(mc), free(rc), free(dy), free(dx0), free(dw0), free(db0);
+	free(dxc), free(dwc), free(dbc);
+}
+
+/* ================= RoPE ================= */
+
+static void t_rope(int T, int ng, int r, int d, int rot, float base)
+{
+	const size_t n = (size_t)T * ng * (r + 2) * d;
+	const char *id = nm("rope T=%d ng=%d r=%d d=%d rot_dim=%d base=%g", T, ng, r, d, rot, base);
+	int32_t *pos = xmalloc((size_t)T * sizeof *pos);
+	for (int t = 0; t < T; t++) /* positions as long sequences have them (up to 8191) */
+		pos[t] = (int32_t)((urand() + 1) * 4096) % 8192;
+	pos[0] = 0;
+	float *x = hrand(n, 1), *g = hrand(n, 1);
+	float *xc = hcopy(x, n), *gc = hcopy(g, n);
+	C->rope(cpu, xc, pos, T, ng, r, d, rot, base, false);
+	C->rope(cpu, gc, pos, T, ng, r, d, rot, base, true);
+	int32_t *dP = dputi(pos, T);
+	float *dQ = dalloc(n * 4), *dG = dalloc(n * 4);
+	float *q[2], *gg[2];
+	for (int k = 0; k < 2; k++) {
+		up(dQ, x, n * 4);
+		up(dG, g, n * 4);
+		G->rope(gpu, dQ, dP, T, ng, r, d, rot, base, false);
+		G->rope(gpu, dG, dP, T, ng, r, d, rot, base, true);
+		q[k] = dget(dQ, n);
+		gg[k] = dget(dG, n);
+	}
+	cmp(nm("%s: forward", id), q[0], xc, NULL, n, TOL32);
+	cmp(nm("%s: inverse (backward)", id), gg[0], gc, NULL, n, TOL32);
+	size_t changed = 0; /* value heads and channels past rot_dim: untouched */
+	for (int t = 0; t < T; t++)
+		for (int gr = 0; gr < ng; gr++)
+			for (int m = 0; m < r + 2; m++)
+				for (int c = 0; c < d; c++) {
+					size_t i = (((size_t)t * ng + gr) * (r + 2) + m) * d + c;
+					if ((m == r + 1 || c >= rot) && (memcmp(&q[0][i], &x[i], 4) || memcmp(&gg[0][i], &g[i], 4)))
+						changed++;
+				}
+	CHECK(changed == 0, "%s%s: value heads and channels past rot_dim untouched (%zu changed)", tag, id, changed);
+	det(id, ndiff(q[0], q[1], n, 4) + ndiff(gg[0], gg[1], n, 4));
+	for (int k = 0; k < 2; k++)
+		free(q[k]), free(gg[k]);
+	dfree(dP), dfree(dQ), dfree(dG);
+	free(pos), free(x), free(g), free(xc), free(gc);
+}
+
+/* ================= attention ================= */
+
+/* qkv uniform in [-scale, scale): scores have a standard deviation of about scale^2 / 3 * sqrt(d)
+ * / sqrt(d); scale 4 makes the softmax peaked. */
+static void t_attn(int s, int b, int ng, int r, int d, float p, int head0, int htot, double scale)
+{
+	const int H = ng * r, T = s * b;
+	const size_t nq = (size_t)T * ng * (r + 2) * d, no = (size_t)T * H * d, nl = (size_t)b * H * s;
+	const char *id = nm("attn s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d%s", s, b, ng, r, d, p, head0, htot,
+			    scale > 2 ? " peaked" : "");
+	uint64_t key = rng ^ 0x5DEECE66Dull;
+	float *qkv = hrand(nq, scale), *dout = hrand(no, 1);
+	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
+	C->attn_fwd(cpu, oc, lc, qkv, s, b, ng, r, d, p, key, head0, htot);
+	/* the backward gets the CPU's out and lse on both sides: it is checked on its own */
+	C->attn_bwd(cpu, dqc, dout, qkv, oc, lc, s, b, ng, r, d, p, key, head0, htot);
+	float *dQ = dput(qkv, nq), *dO = dalloc(no * 4), *dL = dalloc(nl * 4), *dOc = dput(oc, no), *dLc = dput(lc, nl);
+	float *dDO = dput(dout, no), *dDQ = dalloc(nq * 4);
+	float *o[2], *l[2], *dq[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dO, no);
+		poison(dL, nl);
+		poison(dDQ, nq);
+		G->attn_fwd(gpu, dO, dL, dQ, s, b, ng, r, d, p, key, head0, htot);
+		G->attn_bwd(gpu, dDQ, dDO, dQ, dOc, dLc, s, b, ng, r, d, p, key, head0, htot);
+		o[k] = dget(dO, no);
+		l[k] = dget(dL, nl);
+		dq[k] = dget(dDQ, nq);
+	}
+	cmp(nm("%s: fwd out", id), o[0], oc, NULL, no, lin_tol(MGT_PREC_FP32, s)); /* sums of s terms */
+	cmp(nm("%s: fwd lse", id), l[0], lc, NULL, nl, TOL32);
+	cmp(nm("%s: bwd dqkv", id), dq[0], dqc, NULL, nq, TOL_ATTN_BWD);
+	det(id, ndiff(o[0], o[1], no, 4) + ndiff(l[0], l[1], nl, 4) + ndiff(dq[0], dq[1], nq, 4));
+	for (int k = 0; k < 2; k++)
+		free(o[k]), free(l[k]), free(dq[k]);
+	dfree(dQ), dfree(dO), dfree(dL), dfree(dOc), dfree(dLc), dfree(dDO), dfree(dDQ);
+	free(qkv), free(dout), free(oc), free(lc), free(dqc);
+}
+
+/* ================= bias + activation ================= */
+
+static void t_act(mgt_act_kind act, bool bias, int T, int f)
+{
+	const int xw = act == MGT_ACT_SWIGLU ? 2 * f : f;
+	const size_t nx = (size_t)T * xw, ny = (size_t)T * f;
+	const char *id = nm("bias_act %s%s T=%d f=%d", act == MGT_ACT_GELU ? "gelu" : "swiglu", bias ? " bias" : "", T, f);
+	float *x = hrand(nx, 3), *b = bias ? hrand(xw, 1) : NULL, *dy = hrand(ny, 1), *db0 = hrand(xw, 1);
+	float *yc = xmalloc(ny * 4), *dxc = xmalloc(nx * 4), *dbc = hcopy(db0, xw);
+	C->bias_act_fwd(cpu, act, yc, x, b, T, f);
+	C->bias_act_bwd(cpu, act, dxc, bias ? dbc : NULL, dy, x, b, T, f);
+	float *dX = dput(x, nx), *dB = bias ? dput(b, xw) : NULL, *dY = dalloc(ny * 4), *dDY = dput(dy, ny);
+	float *dDX = dalloc(nx * 4), *dDB = dalloc((size_t)xw * 4);
+	float *y[2], *dx[2], *db[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dY, ny);
+		poison(dDX, nx);
+		up(dDB, db0, (size_t)xw * 4);
+		G->bias_act_fwd(gpu, act, dY, dX, dB, T, f);
+		G->bias_act_bwd(gpu, act, dDX, bias ? dDB : NULL, dDY, dX, dB, T, f);
+		y[k] = dget(dY, ny);
+		dx[k] = dget(dDX, nx);
+		db[k] = dget(dDB, xw);
+	}
+	cmp(nm("%s: fwd y", id), y[0], yc, NULL, ny, TOL32);
+	cmp(nm("%s: bwd dx", id), dx[0], dxc, NULL, nx, TOL32);
+	if (bias)
+		cmp(nm("%s: bwd db (accumulated)", id), db[0], dbc, db0, xw, lin_tol(MGT_PREC_FP32, T));
+	else
+		CHECK(memcmp(db[0], db0, (size_t)xw * 4) == 0, "%s%s: db NULL leaves db alone", tag, id);
+	det(id, ndiff(y[0], y[1], ny, 4) + ndiff(dx[0], dx[1], nx, 4) + ndiff(db[0], db[1], xw, 4));
+	for (int k = 0; k < 2; k++)
+		free(y[k]), free(dx[k]), free(db[k]);
+	dfree(dX), dfree(dB), dfree(dY), dfree(dDY), dfree(dDX), dfree(dDB);
+	free(x), free(b), free(dy), free(db0), free(yc), free(dxc), free(dbc);
+}
+
+/* ================= bias-dropout-add ================= */
+
+/* alias: the forward writes into resid (out == resid), the backward in place (dy == dout) */
+static void t_bda(int T, int h, float p, bool resid, bool bias, bool alias, uint64_t e0)
+{
+	const size_t n = (size_t)T * h;
+	const char *id = nm("bda T=%d h=%d p=%g%s%s%s e0=%#llx", T, h, p, resid ? " resid" : "", bias ? " bias" : "",
+			    alias ? " in-place" : "", (unsigned long long)e0);
+	uint64_t key = rng ^ 0xB5297A4Dull;
+	float *rs = resid ? hrand(n, 1) : NULL, *y = hrand(n, 1), *b = bias ? hrand(h, 1) : NULL;
+	float *dout = hrand(n, 1), *db0 = hrand(h, 1);
+	float *oc = alias && resid ? hcopy(rs, n) : xmalloc(n * 4);
+	C->bda_fwd(cpu, oc, alias && resid ? oc : rs, y, b, T, h, p, key, e0);
+	float *dyc = alias ? hcopy(dout, n) : xmalloc(n * 4), *dbc = hcopy(db0, h);
+	C->bda_bwd(cpu, dyc, bias ? dbc : NULL, alias ? dyc : dout, T, h, p, key, e0);
+	float *dR = resid && !alias ? dput(rs, n) : NULL, *dYin = dput(y, n), *dB = bias ? dput(b, h) : NULL;
+	float *dO = dalloc(n * 4), *dDO = alias ? NULL : dput(dout, n), *dDY = dalloc(n * 4), *dDB = dalloc((size_t)h * 4);
+	float *o[2], *dy[2], *db[2];
+	for (int k = 0; k < 2; k++) {
+		if (alias && resid)
+			up(dO, rs, n * 4);
+		else
+			poison(dO, n);
+		if (alias)
+			up(dDY, dout, n * 4);
+		else
+			poison(dDY, n);
+		up(dDB, db0, (size_t)h * 4);
+		G->bda_fwd(gpu, dO, alias && resid ? dO : dR, dYin, dB, T, h, p, key, e0);
+		G->bda_bwd(gpu, dDY, bias ? dDB : NULL, alias ? dDY : dDO, T, h, p, key, e0);
+		o[k] = dget(dO, n);
+		dy[k] = dget(dDY, n);
+		db[k] = dget(dDB, h);
+	}
+	cmp(nm("%s: fwd out", id), o[0], oc, NULL, n, TOL32);
+	cmp(nm("%s: bwd dy", id), dy[0], dyc, NULL, n, TOL32);
+	if (p > 0)
+		same_zeros(nm("%s: bwd dy", id), dy[0], dyc, n);
+	if (bias)
+		cmp(nm("%s: bwd db (accumulated)", id), db[0], dbc, db0, h, lin_tol(MGT_PREC_FP32, T));
+	else
+		CHECK(memcmp(db[0], db0, (size_t)h * 4) == 0, "%s%s: db NULL leaves db alone", tag, id);
+	det(id, ndiff(o[0], o[1], n, 4) + ndiff(dy[0], dy[1], n, 4) + ndiff(db[0], db[1], h, 4));
+	for (int k = 0; k < 2; k++)
+		free(o[k]), free(dy[k]), free(db[k]);
+	dfree(dR), dfree(dYin), dfree(dB), dfree(dO), dfree(dDO), dfree(dDY), dfree(dDB);
+	free(rs), free(y), free(b), free(dout), free(db0), free(oc), free(dyc), free(dbc);
+}
+
+/* ================= cross-entropy ================= */
+
+/* logits [T, V] = columns [v0, v0 + V) of a vocabulary of vtot; labels uniform over all of it */
+static void t_xent(int T, int V, int64_t v0, int64_t vtot)
+{
+	const size_t n = (size_t)T * V;
+	const char *id = nm("xent T=%d V=%d v0=%lld of %lld", T, V, (long long)v0, (long long)vtot);
+	float *lg = hrand(n, 4);
+	for (int t = 0; t < T; t += 7) /* some rows far from 0: the max must be subtracted */
+		for (int c = 0; c < V; c++)
+			lg[(size_t)t * V + c] += 40.0f;
+	int32_t *lab = xmalloc((size_t)T * sizeof *lab);
+	float *mask = xmalloc((size_t)T * sizeof *mask), nmask = 0;
+	for (int t = 0; t < T; t++) {
+		lab[t] = (int32_t)((urand() + 1) / 2 * (double)vtot) % (int32_t)vtot;
+		mask[t] = urand() > -0.8 ? 1.0f : 0.0f; /* 10% masked */
+	}
+	int32_t ends[4] = { (int32_t)v0, (int32_t)(v0 + V - 1), (int32_t)(v0 + V < vtot ? v0 + V : v0),
+			    (int32_t)(v0 > 0 ? v0 - 1 : v0) };
+	for (int i = 0; i < 4 && i < T; i++)
+		lab[i] = ends[i];
+	mask[T - 1] = 0;
+	mask[0] = 1;
+	for (int t = 0; t < T; t++)
+		nmask += mask[t];
+	const float scale = 1.0f / nmask;
+	float *mxc = xmalloc((size_t)T * 4), *sec = xmalloc((size_t)T * 4), *tgc = xmalloc((size_t)T * 4);
+	float *lossc = xmalloc((size_t)T * 4), *dlc = xmalloc(n * 4);
+	C->xent_max(cpu, mxc, lg, T, V);
+	C->xent_stats(cpu, sec, tgc, lg, lab, mxc, v0, T, V);
+	double sumc = C->xent_loss(cpu, lossc, mxc, sec, tgc, mask, T);
+	C->xent_bwd(cpu, dlc, lg, lab, mxc, sec, mask, scale, v0, T, V);
+
+	/* each GPU op gets the CPU's results of the ops before it: checked one by one */
+	float *dLg = dput(lg, n), *dMask = dput(mask, T), *dMxc = dput(mxc, T), *dSec = dput(sec, T), *dTgc = dput(tgc, T);
+	int32_t *dLab = dputi(lab, T);
+	float *dMx = dalloc((size_t)T * 4), *dSe = dalloc((size_t)T * 4), *dTg = dalloc((size_t)T * 4);
+	float *dLoss = dalloc((size_t)T * 4), *dDl = dalloc(n * 4);
+	float *mx[2], *se[2], *tg[2], *loss[2], *dl[2];
+	double sum[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dMx, T);
+		poison(dSe, T);
+		poison(dTg, T);
+		poison(dLoss, T);
+		poison(dDl, n);
+		G->xent_max(gpu, dMx, dLg, T, V);
+		G->xent_stats(gpu, dSe, dTg, dLg, dLab, dMxc, v0, T, V);
+		sum[k] = G->xent_loss(gpu, dLoss, dMxc, dSec, dTgc, dMask, T);
+		G->xent_bwd(gpu, dDl, dLg, dLab, dMxc, dSec, dMask, scale, v0, T, V);
+		mx[k] = dget(dMx, T);
+		se[k] = dget(dSe, T);
+		tg[k] = dget(dTg, T);
+		loss[k] = dget(dLoss, T);
+		dl[k] = dget(dDl, n);
+	}
+	cmp(nm("%s: xent_max", id), mx[0], mxc, NULL, T, TOL_EXACT);
+	cmp(nm("%s: xent_stats sumexp", id), se[0], sec, NULL, T, TOL32);
+	cmp(nm("%s: xent_stats target logit (0 outside the shard)", id), tg[0], tgc, NULL, T, TOL_EXACT);
+	cmp(nm("%s: xent_loss per token", id), loss[0], lossc, NULL, T, TOL32);
+	double es = fabs(sum[0] - sumc) / fabs(sumc);
+	/* the masked sum is taken in double on both sides, of per-token losses within 1 ulp */
+	CHECK(isfinite(sum[0]) && es <= 1e-6, "%s%s: xent_loss masked sum %.9g vs %.9g: err %.2e (tol 1e-06)", tag, id,
+	      sum[0], sumc, es);
+	cmp(nm("%s: xent_bwd dlogits", id), dl[0], dlc, NULL, n, TOL32);
+	size_t nzm = 0;
+	for (int t = 0; t < T; t++)
+		if (mask[t] == 0)
+			for (int c = 0; c < V; c++)
+				nzm += dl[0][(size_t)t * V + c] != 0.0f;
+	CHECK(nzm == 0, "%s%s: xent_bwd masked rows exactly 0 (%zu nonzero)", tag, id, nzm);
+	det(id, ndiff(mx[0], mx[1], T, 4) + ndiff(se[0], se[1], T, 4) + ndiff(tg[0], tg[1], T, 4) +
+			ndiff(loss[0], loss[1], T, 4) + ndiff(dl[0], dl[1], n, 4) + ndiff(&sum[0], &sum[1], 1, 8));
+	/* in place: dlogits == logits */
+	G->xent_bwd(gpu, dLg, dLg, dLab, dMxc, dSec, dMask, scale, v0, T, V);
+	float *ip = dget(dLg, n);
+	cmp(nm("%s: xent_bwd in place (dlogits = logits)", id), ip, dlc, NULL, n, TOL32);
+	free(ip);
+	for (int k = 0; k < 2; k++)
+		free(mx[k]), free(se[k]), free(tg[k]), free(loss[k]), free(dl[k]);
+	dfree(dLg), dfree(dMask), dfree(dMxc), dfree(dSec), dfree(dTgc), dfree(dLab), dfree(dMx), dfree(dSe);
+	dfree(dTg), dfree(dLoss), dfree(dDl);
+	free(lg), free(lab), free(mask), free(mxc), free(sec), free(tgc), free(lossc), free(dlc);
+}
+
+/* ================= AdamW ================= */
+
+static void t_adamw(size_t n, int64_t step)
+{
+	const char *id = nm("adamw n=%zu step=%lld", n, (long long)step);
+	const float lr = 3e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+	float *p0 = hrand(n, 0.02), *g = hrand(n, 0.01), *m0 = hrand(n, 0.01), *v0 = hrand(n, 1e-4);
+	for (size_t i = 0; i < n; i++)
+		v0[i] = fabsf(v0[i]) + 1e-12f;
+	for (size_t i = 0; i < n; i += 97) /* exactly-zero gradients: eps matters */
+		g[i] = 0;
+	float *pc = hcopy(p0, n), *mc = hcopy(m0, n), *vc = hcopy(v0, n);
+	C->adamw(cpu, pc, g, mc, vc, n, lr, b1, b2, eps, wd, step);
+	float *dP = dalloc(n * 4), *dG = dput(g, n), *dM = dalloc(n * 4), *dV = dalloc(n * 4);
+	float *p[2], *m[2], *v[2];
+	for (int k = 0; k < 2; k++) {
+		up(dP, p0, n * 4);
+		up(dM, m0, n * 4);
+		up(dV, v0, n * 4);
+		G->adamw(gpu, dP, dG, dM, dV, n, lr, b1, b2, eps, wd, step);
+		p[k] = dget(dP, n);
+		m[k] = dget(dM, n);
+		v[k] = dget(dV, n);
+	}
+	cmp(nm("%s: p", id), p[0], pc, NULL, n, TOL_ADAM);
+	cmp(nm("%s: update p - p0", id), p[0], pc, p0, n, TOL_ADAM_UPDATE);
+	cmp(nm("%s: m", id), m[0], mc, NULL, n, TOL_ADAM);
+	cmp(nm("%s: v", id), v[0], vc, NULL, n, TOL_ADAM);
+	det(id, ndiff(p[0], p[1], n, 4) + ndiff(m[0], m[1], n, 4) + ndiff(v[0], v[1], n, 4));
+	for (int k = 0; k < 2; k++)
+		free(p[k]), free(m[k]), free(v[k]);
+	dfree(dP), dfree(dG), dfree(dM), dfree(dV);
+	free(p0), free(g), free(m0), free(v0), free(pc), free(mc), free(vc);
+}
+
+/* ================= reductions ================= */
+
+static void t_sumsq(size_t n)
+{
+	float *x = hrand(n, 2);
+	double ref = C->sumsq(cpu, x, n);
+	float *dX = dput(x, n);
+	double s1 = G->sumsq(gpu, dX, n), s2 = G->sumsq(gpu, dX, n);
+	double e = ref > 0 ? fabs(s1 - ref) / ref : fabs(s1 - ref);
+	CHECK(isfinite(s1) && e <= TOL_SUMSQ, "%ssumsq n=%zu: %.17g vs cpu %.17g: err %.2e (tol %.0e)", tag, n, s1, ref,
+	      e, TOL_SUMSQ);
+	det(nm("sumsq n=%zu", n), ndiff(&s1, &s2, 1, 8));
+	if (n > 10) {
+		float keep = x[n / 2], nanv = NAN, infv = INFINITY;
+		up(dX + n / 2, &nanv, 4);
+		double sn = G->sumsq(gpu, dX, n);
+		up(dX + n / 2, &infv, 4);
+		double si = G->sumsq(gpu, dX, n);
+		up(dX + n / 2, &keep, 4);
+		CHECK(isnan(sn) && isinf(si), "%ssumsq n=%zu propagates NaN (%g) and Inf (%g)", tag, n, sn, si);
+	}
+	dfree(dX);
+	free(x);
+}
+
+static void t_scale_add(size_t n)
+{
+	const char *id = nm("scale, add n=%zu", n);
+	float *x = hrand(n, 3), *y = hrand(n, 1);
+	float *xc = hcopy(x, n), *yc = hcopy(y, n);
+	C->scale(cpu, xc, n, 0.37f);
+	C->add(cpu, yc, x, n);
+	float *dX = dalloc(n * 4), *dY = dalloc(n * 4), *dS = dput(x, n);
+	float *xs[2], *ya[2];
+	for (int k = 0; k < 2; k++) {
+		up(dX, x, n * 4);
+		up(dY, y, n * 4);
+		G->scale(gpu, dX, n, 0.37f);
+		G->add(gpu, dY, dS, n);
+		xs[k] = dget(dX, n);
+		ya[k] = dget(dY, n);
+	}
+	/* one IEEE multiply / add per element on both sides */
+	cmp(nm("scale n=%zu alpha=0.37", n), xs[0], xc, NULL, n, TOL_EXACT);
+	cmp(nm("add n=%zu", n), ya[0], yc, NULL, n, TOL_EXACT);
+	det(id, ndiff(xs[0], xs[1], n, 4) + ndiff(ya[0], ya[1], n, 4));
+	for (int k = 0; k < 2; k++)
+		free(xs[k]), free(ya[k]);
+	dfree(dX), dfree(dY), dfree(dS);
+	free(x), free(y), free(xc), free(yc);
+}
+
+static void t_reductions(void)
+{
+	t_sumsq(50 * 1000 * 1000 + 17);
+	t_sumsq(100003);
+	t_sumsq(10);
+	t_sumsq(1);
+	float one = 1.5f, *d = dput(&one, 1);
+	double z = G->sumsq(gpu, d, 0);
+	CHECK(z == 0.0, "%ssumsq of 0 elements is 0 (%g)", tag, z);
+	dfree(d);
+	t_scale_add(10 * 1000 * 1000 + 3);
+	t_scale_add(5);
+	t_scale_add(1);
+}
+
+/* ================= driver ================= */
+
+static double t_section;
+static void section(const char *name)
+{
+	double now = mgt_now();
+	if (t_section > 0)
+		printf("# (%.1f s)\n", now - t_section);
+	t_section = now;
+	if (name)
+		printf("# ---- %s%s\n", tag, name);
+	fflush(stdout);
+}
+
+static void on_alarm(int sig)
+{
+	static const char msg[] = "not ok - test_cuda_ops still running after 900 s: the device hangs?\n";
+	(void)sig;
+	if (write(1, msg, sizeof msg - 1) < 0) {
+		/* nothing to do */
+	}
+	_exit(1);
+}
+
+static void all_ops(void)
+{
+	section("linear");
+	for (int pr = 0; pr < 3; pr++) {
+		mgt_precision p = (mgt_precision)pr;
+		t_linear(1024, 768, 2304, true, true, p);   /* GPT-2 small QKV */
+		t_linear(37, 100, 3, true, true, p);        /* ragged, tiny */
+	}
+	t_linear(512, 256, 50304, false, true, MGT_PREC_FP32); /* output layer */
+	t_linear(512, 256, 50304, false, true, MGT_PREC_BF16);
+	t_linear(1000, 352, 128, false, true, MGT_PREC_FP32);  /* tiny-llama fc2 */
+	t_linear(1000, 128, 704, false, false, MGT_PREC_BF16); /* dx NULL */
+	t_linear(2048, 2048, 3072, true, true, MGT_PREC_BF16); /* bigger, K = 2048 */
+	t_linear(1000, 768, 3072, true, false, MGT_PREC_FP16);
+
+	section("embedding");
+	t_embedding(2048, 768, 0, 50304, 50304);       /* whole vocabulary */
+	t_embedding(1500, 256, 12576, 12576, 50304);   /* vocab-parallel piece 2 of 4 */
+	t_embedding(3000, 100, 5, 37, 50);             /* ~80 repeats per row */
+
+	section("norm");
+	t_norm(MGT_NORM_LAYERNORM, true, 2048, 768);
+	t_norm(MGT_NORM_LAYERNORM, false, 1000, 1024);
+	t_norm(MGT_NORM_RMSNORM, false, 1000, 2048);
+	t_norm(MGT_NORM_RMSNORM, false, 3, 128);
+	t_norm(MGT_NORM_LAYERNORM, true, 7, 130); /* h not a multiple of 4 */
+
+	section("rope");
+	t_rope(2048, 2, 4, 64, 64, 500000.0f);
+	t_rope(1000, 3, 1, 128, 64, 10000.0f); /* partial rot_dim */
+	t_rope(100, 1, 2, 16, 8, 10000.0f);
+	t_rope(129, 2, 2, 80, 40, 10000.0f);
+
+	section("attention");
+	t_attn(128, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
+	t_attn(128, 2, 2, 2, 64, 0.1f, 0, 4, 1.5);
+	t_attn(200, 3, 1, 4, 32, 0.1f, 2, 8, 1.5);
+	t_attn(257, 2, 2, 3, 128, 0.0f, 0, 6, 1.5);
+	t_attn(257, 2, 2, 3, 128, 0.1f, 3, 12, 1.5);
+	t_attn(1000, 1, 2, 2, 64, 0.1f, 1, 6, 1.5);
+	t_attn(1000, 2, 1, 1, 16, 0.0f, 0, 1, 4.0);
+	t_attn(77, 4, 4, 1, 16, 0.1f, 0, 4, 1.5);
+	t_attn(130, 2, 1, 8, 128, 0.0f, 0, 8, 1.5);
+	t_attn(63, 1, 1, 2, 32, 0.1f, 0, 2, 1.5);
+	t_attn(512, 2, 2, 2, 32, 0.0f, 0, 4, 1.5);
+	t_attn(1, 3, 2, 2, 64, 0.1f, 0, 4, 1.5);
+	t_attn(2048, 1, 1, 2, 128, 0.0f, 0, 2, 1.5);
+
+	section("bias_act");
+	t_act(MGT_ACT_GELU, true, 2048, 3072);
+	t_act(MGT_ACT_GELU, false, 1000, 512);
+	t_act(MGT_ACT_SWIGLU, true, 1000, 2816);
+	t_act(MGT_ACT_SWIGLU, false, 2048, 352);
+	t_act(MGT_ACT_GELU, true, 5, 7);
+	t_act(MGT_ACT_SWIGLU, false, 3, 5);
+
+	section("bias-dropout-add");
+	t_bda(2048, 768, 0.1f, true, true, false, 0xFFFFF000ull); /* crosses 2^32 */
+	t_bda(2048, 768, 0.1f, true, false, true, (1ull << 33) - 1000);
+	t_bda(1000, 1024, 0.0f, true, true, true, 0);
+	t_bda(777, 768, 0.1f, false, true, false, 5);
+	t_bda(3, 5, 0.5f, true, true, false, 0);
+	t_bda(1000, 130, 0.3f, false, false, true, 123);
+
+	section("cross-entropy");
+	t_xent(1000, 50304, 0, 50304);
+	t_xent(1000, 12576, 25152, 50304); /* vocab-parallel piece 3 of 4: most labels outside */
+	t_xent(3, 50304, 0, 50304);
+
+	section("adamw");
+	t_adamw(10 * 1000 * 1000 + 19, 1);
+	t_adamw(10 * 1000 * 1000 + 19, 10);
+	t_adamw(777, 1000);
+	t_adamw(1, 3);
+
+	section("sumsq, scale, add");
+	t_reductions();
+}
+
+static void misaligned_ops(void)
+{
+	mis = 1;
+	tag = "[+4B] ";
+	section("ops on device pointers 4 bytes past an allocation (model tensors start at any float offset)");
+	t_linear(200, 96, 130, true, true, MGT_PREC_FP32);
+	t_linear(200, 96, 130, true, true, MGT_PREC_BF16);
+	t_embedding(300, 100, 5, 37, 50);
+	t_norm(MGT_NORM_LAYERNORM, true, 100, 768);
+	t_norm(MGT_NORM_RMSNORM, false, 100, 512);
+	t_rope(100, 2, 2, 64, 64, 10000.0f);
+	t_attn(70, 2, 2, 2, 64, 0.1f, 0, 4, 1.5);
+	t_act(MGT_ACT_GELU, true, 100, 300);
+	t_act(MGT_ACT_SWIGLU, true, 100, 150);
+	t_bda(100, 768, 0.1f, true, true, false, 0);
+	t_xent(10, 50304, 0, 50304);
+	t_adamw(100003, 3);
+	t_sumsq(100003);
+	t_scale_add(100003);
+	mis = 0;
+	tag = "";
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int ndev = mgt_backend_cuda_devices();
+	if (ndev <= 0) {
+		printf("skip: no CUDA device\n");
+		return 77;
+	}
+	signal(SIGALRM, on_alarm);
+	alarm(900);
+	const char *se = getenv("MGT_TEST_SEED");
+	uint64_t seed = se && *se ? strtoull(se, NULL, 0) : (uint64_t)time(NULL) * 2654435761u;
+	rng = seed ? seed : 1;
+	printf("# test_cuda_ops: %d CUDA device(s); seed %llu (MGT_TEST_SEED=%llu repeats these inputs)\n", ndev,
+	       (unsigned long long)seed, (unsigned long long)seed);
+	for (int i = 0; i < 10; i++)
+		urand();
+
+	cpu = mgt_backend_cpu_create(0);
+	if (!cpu) {
+		printf("not ok - cannot create the cpu backend: %s\n", mgt_err_msg());
+		return 1;
+	}
+	mgt_status st = MGT_OK;
+	gpu = mgt_backend_cuda_create(0, &st);
+	if (!gpu) {
+		printf("not ok - cannot create the cuda backend on device 0 (status %d): %s\n", (int)st, mgt_err_msg());
+		printf("0 passed, 1 failed\n");
+		return 1;
+	}
+	C = cpu->ops;
+	G = gpu->ops;
+	printf("# cpu backend: %d threads\n", cpu->threads);
+	double t0 = mgt_now();
+	section("memory and backend");
+	t_memory();
+	all_ops();
+	misaligned_ops();
+	section(NULL);
+	printf("# device memory: peak %.1f MiB, %zu bytes still in use\n", (double)gpu->bytes_peak / 1048576.0,
+	       gpu->bytes_in_use);
+	printf("# total %.1f s\n", mgt_now() - t0);
+	mgt_backend_destroy(gpu);
+	mgt_backend_destroy(cpu);
+	return check_finish();
+}
