@@ -2,7 +2,8 @@
 #
 # Targets:
 #   all (default)  libmgt.a and the programs in bin/
-#   check          unit tests (C) and program tests (TAP shell scripts, run by prove)
+#   check          unit tests (C) and program tests (TAP shell scripts, run by prove), and
+#                  check-sim: the CUDA backend's op checks on a CPU simulation of CUDA (tests/sim/)
 #   demo           the main job on the bundled data: preprocess KJV, train the tiny GPT on it
 #   bench          benchmarks in tests/bench/ (throughput, peak memory); raw results in build/bench/
 #   check-gpu      every CUDA op against the CPU op, whole-model and training checks (needs a GPU)
@@ -134,7 +135,7 @@ $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libmgt.a
 	$(say) LINK $@
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< tests/fuzz/replay.c $(B)/libmgt.a $(LIBS) -o $@
 
-check: check-unit check-cli
+check: check-unit check-cli check-sim
 
 check-unit: $(PROGS) $(UNITS) $(FUZZ)
 	@set -e; for t in $(UNITS); do echo "== $$t"; $$t; done
@@ -183,6 +184,65 @@ check-gpu: $(PROGS) $(GPU_TEST)
 
 bench-gpu: $(PROGS) $(GPU_BENCH)
 	MGT_BIN=$(abspath $(BIN)) GEMM_CEILING=$(abspath $(GPU_BENCH)) sh tests/bench/gpu.sh $(BENCH_DATA)
+
+# ---- check-sim (part of check): tests/gpu/test_cuda_ops.c with MGT_TEST_SMALL=1 on a CPU
+# simulation of CUDA (tests/sim/): kernels/*.cu compiled as host C++ against tests/sim/cuda_sim.h,
+# lib/backend/cuda*.c against the toolkit's headers, cudart and cuBLASLt replaced by
+# tests/sim/sim_runtime.cc; the reference is the CPU backend of a libmgt.a built without CUDA
+# ($(B)/libmgt.a when CUDA=0, else one in $(B)/sim/host).  Needs g++ and $(CUDA_HOME)/include (no
+# nvcc, no GPU); skipped with a message without them, and under SANITIZE (not checked there).
+SIM_B    = $(B)/sim
+SIM_OK   = $(if $(SANITIZE),,$(and $(shell command -v g++ 2>/dev/null),$(wildcard $(CUDA_HOME)/include/cublasLt.h)))
+SIM_HOST = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/libmgt.a,$(B)/libmgt.a)
+SIM_HDR  = tests/sim/cuda_sim.h tests/sim/wmma_sim.h
+SIM_KOBJ = $(patsubst kernels/%.cu,$(SIM_B)/k_%.o,$(wildcard kernels/*.cu))
+SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o
+SIM_TEST = $(SIM_B)/test_cuda_ops_sim
+SIM_CC   = $(CC) -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Ilib -Icmd -Ikernels -isystem $(CUDA_HOME)/include $(CFLAGS)
+SIM_CXX  = g++ -std=c++17 -pthread $(WARN) -Wno-unused-function -Wno-unknown-pragmas -fno-strict-aliasing \
+           -isystem $(CUDA_HOME)/include -Ikernels -Ilib $(CFLAGS)
+SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
+
+.PHONY: check-sim
+ifeq ($(SIM_OK),)
+check-sim:
+	@echo "check-sim: skipped (needs g++ and $(CUDA_HOME)/include; not run under SANITIZE)"
+else
+check-sim: $(SIM_TEST)
+	MGT_TEST_SMALL=1 $(SIM_TEST)
+endif
+
+$(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o: $(SIM_B)/%.o: lib/backend/%.c $(wildcard lib/*/*.h kernels/*.h)
+	@mkdir -p $(dir $@)
+	$(say) SIMCC $<
+	$(Q)$(SIM_CC) -c $< -o $@
+
+$(SIM_B)/test_cuda_ops.o: tests/gpu/test_cuda_ops.c $(wildcard lib/*/*.h) tests/unit/check.h
+	@mkdir -p $(dir $@)
+	$(say) SIMCC $<
+	$(Q)$(SIM_CC) -c $< -o $@
+
+$(SIM_KOBJ): $(SIM_B)/k_%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) $(SIM_HDR)
+	@mkdir -p $(dir $@)
+	$(say) SIMCXX $<
+	$(Q)$(SIM_CXX) -x c++ -include tests/sim/cuda_sim.h -DMGT_CUDA_SIM -c $< -o $@
+
+$(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o: $(SIM_B)/%.o: tests/sim/%.cc $(SIM_HDR)
+	@mkdir -p $(dir $@)
+	$(say) SIMCXX $<
+	$(Q)$(SIM_CXX) -c $< -o $@
+
+# The simulated objects come first, so that libmgt.a's nocuda.o (mgt_backend_cuda_*) is not pulled.
+$(SIM_TEST): $(SIM_B)/test_cuda_ops.o $(SIM_OBJ) $(SIM_HOST)
+	$(say) LINK $@
+	$(Q)g++ $(CFLAGS) $(LDFLAGS) $(SIM_B)/test_cuda_ops.o $(SIM_OBJ) $(SIM_HOST) $(SIM_LIBS) -o $@
+
+ifeq ($(CUDA),1)
+.PHONY: sim-host-lib
+$(SIM_B)/host/libmgt.a: sim-host-lib
+sim-host-lib:
+	$(Q)$(MAKE) --no-print-directory CUDA=0 MPI=$(MPI) DEPS=0 B=$(SIM_B)/host $(SIM_B)/host/libmgt.a
+endif
 
 # The bundle: the same programs built without MPI into build/bundle, with HDF5 (and its szip/
 # zlib), jansson, zstd, PCRE2, utf8proc, OpenBLAS and libgomp linked statically; glibc,

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "attn.cuh"
+#include "common.cuh"
 #include "kernels.h"
 
 using namespace mgt_attn;
@@ -40,7 +41,7 @@ static int fwd_launch(cudaStream_t st, float *out, float *lse, const float *qkv,
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.s + BQ - 1) / BQ));
-	fwd_kernel<DM, BQ, BK><<<grid, NT, sm, st>>>(G, out, lse, qkv);
+	MGT_LAUNCH((fwd_kernel<DM, BQ, BK>), grid, NT, sm, st, G, out, lse, qkv);
 	return (int)cudaGetLastError();
 }
 
@@ -79,8 +80,8 @@ static int bwd_launch(cudaStream_t st, float *dqkv, const float *dout, const flo
 		return (int)e;
 	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.s + BK - 1) / BK));
 	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.s + BQ - 1) / BQ));
-	dkdv_kernel<DM, BQ, BK><<<gkv, NT, sm, st>>>(G, dqkv, dout, qkv, lse, D);
-	dq_kernel<DM, BQ, BK><<<gq, NT, sm, st>>>(G, dqkv, dout, qkv, lse, D);
+	MGT_LAUNCH((dkdv_kernel<DM, BQ, BK>), gkv, NT, sm, st, G, dqkv, dout, qkv, lse, D);
+	MGT_LAUNCH((dq_kernel<DM, BQ, BK>), gq, NT, sm, st, G, dqkv, dout, qkv, lse, D);
 	return (int)cudaGetLastError();
 }
 
@@ -97,7 +98,8 @@ extern "C" int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, co
 	const cudaStream_t st = (cudaStream_t)s;
 	float *D = (float *)ws;
 	const long long rows = (long long)seq * b * G.H;
-	rowdot_kernel<<<(unsigned)((rows + NT / 32 - 1) / (NT / 32)), NT, 0, st>>>(G, D, dout, out);
+	MGT_LAUNCH(rowdot_kernel, (unsigned)((rows + NT / 32 - 1) / (NT / 32)), NT, 0, st, G, D, dout,
+		   out);
 	switch (dm) {
 	case 16: return bwd_launch<16, 64, 64>(st, dqkv, dout, qkv, lse, D, G);
 	case 32: return bwd_launch<32, 64, 64>(st, dqkv, dout, qkv, lse, D, G);

@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common.cuh"
 #include "philox.cuh"
 
 namespace mgt_attn {
@@ -306,7 +307,7 @@ template <int DM, int BQ, int BK>
 __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse, const float *qkv)
 {
 	constexpr int RA = BQ / TW, CA = BK / TW, DC = DM / TW;
-	extern __shared__ float smem[];
+	MGT_DYN_SHARED(float, smem);
 	float *Qs = smem, *KVs = Qs + BQ * (DM + 1), *Ps = KVs + BK * (DM + 1);
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
@@ -428,7 +429,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dqkv, const flo
 						  const float *D)
 {
 	constexpr int RA = BQ / TW, CA = BK / TW, KA = BK / TW, DC = DM / TW;
-	extern __shared__ float smem[];
+	MGT_DYN_SHARED(float, smem);
 	const bwd_tiles<DM, BQ, BK> t(smem);
 	const int j = blockIdx.x / G.ng, g = blockIdx.x % G.ng, k0 = (int)blockIdx.y * BK;
 	float dk[KA][DC], dv[KA][DC];
@@ -470,7 +471,7 @@ __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dqkv, const float
 						const float *qkv, const float *lse, const float *D)
 {
 	constexpr int RA = BQ / TW, CA = BK / TW, DC = DM / TW;
-	extern __shared__ float smem[];
+	MGT_DYN_SHARED(float, smem);
 	const bwd_tiles<DM, BQ, BK> t(smem);
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;

@@ -26,6 +26,22 @@
 #include "kernels.h"
 #include "philox.cuh"
 
+/* ---- launches ----
+ * MGT_LAUNCH(kernel, grid, block, smem, stream, args...) is kernel<<<grid, block, smem, stream>>>(
+ * args...) under nvcc; under -DMGT_CUDA_SIM (the kernels compiled as host C++ with
+ * tests/sim/cuda_sim.h) it is a call into the simulator.  A template kernel goes in parentheses:
+ * MGT_LAUNCH((k<T, U>), ...).  MGT_DYN_SHARED(type, name) declares the block's dynamic shared
+ * memory (extern __shared__ type name[]) as a pointer `name`. */
+#ifdef MGT_CUDA_SIM
+#define MGT_LAUNCH(kern, grid, block, smem, stream, ...) \
+	mgt_sim_launch(#kern, kern, grid, block, smem, stream, __VA_ARGS__)
+#define MGT_DYN_SHARED(type, name) type *const name = (type *)mgt_sim_dyn_smem()
+#else
+#define MGT_LAUNCH(kern, grid, block, smem, stream, ...) \
+	kern<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#define MGT_DYN_SHARED(type, name) extern __shared__ type name[]
+#endif
+
 /* ---- host side ---- */
 
 static inline cudaStream_t mgt_st(mgt_k_stream s) { return (cudaStream_t)s; }

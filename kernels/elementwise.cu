@@ -22,7 +22,8 @@ template <typename D, typename S>
 static void cast_launch(cudaStream_t st, void *dst, const void *src, size_t n)
 {
 	const bool vec = mgt_al16(dst) && mgt_al16(src);
-	cast_k<D, S><<<mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, st>>>((D *)dst, (const S *)src, n, vec);
+	MGT_LAUNCH((cast_k<D, S>), mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, st, (D *)dst, (const S *)src,
+		   n, vec);
 }
 
 static size_t dtype_bytes(mgt_k_dtype t) { return t == MGT_K_F32 ? 4 : 2; }
@@ -74,7 +75,7 @@ extern "C" int mgt_k_scale(mgt_k_stream s, float *x, size_t n, float alpha)
 {
 	if (n == 0)
 		return 0;
-	scale_k<<<mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s)>>>(x, n, alpha, mgt_al16(x));
+	MGT_LAUNCH(scale_k, mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s), x, n, alpha, mgt_al16(x));
 	return mgt_k_rc();
 }
 
@@ -97,7 +98,8 @@ extern "C" int mgt_k_add(mgt_k_stream s, float *y, const float *x, size_t n)
 {
 	if (n == 0)
 		return 0;
-	add_k<<<mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s)>>>(y, x, n, mgt_al16(y) && mgt_al16(x));
+	MGT_LAUNCH(add_k, mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s), y, x, n,
+		   mgt_al16(y) && mgt_al16(x));
 	return mgt_k_rc();
 }
 
@@ -142,7 +144,7 @@ extern "C" int mgt_k_adamw(mgt_k_stream s, float *p, const float *g, float *m, f
 		return 0;
 	adamw_c c = {b1, b2, 1.0f - b1, 1.0f - b2, eps, step_size, bc2_sqrt, decay};
 	const bool vec = mgt_al16(p) && mgt_al16(g) && mgt_al16(m) && mgt_al16(v);
-	adamw_k<<<mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s)>>>(p, g, m, v, n, c, vec);
+	MGT_LAUNCH(adamw_k, mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s), p, g, m, v, n, c, vec);
 	return mgt_k_rc();
 }
 
@@ -198,7 +200,7 @@ extern "C" int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float
 	if (T <= 0 || f <= 0)
 		return 0;
 	const bool vec = f % 4 == 0 && mgt_al16(y) && mgt_al16(x) && mgt_al16(b);
-	bias_act_fwd_k<<<T, MGT_ROW_THREADS, 0, mgt_st(s)>>>(act, y, x, b, f, vec);
+	MGT_LAUNCH(bias_act_fwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), act, y, x, b, f, vec);
 	return mgt_k_rc();
 }
 
@@ -249,7 +251,7 @@ extern "C" int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db,
 	if (T <= 0 || f <= 0)
 		return 0;
 	const bool vec = f % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(b);
-	bias_act_bwd_k<<<T, MGT_ROW_THREADS, 0, mgt_st(s)>>>(act, dx, dy, x, b, f, vec);
+	MGT_LAUNCH(bias_act_bwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), act, dx, dy, x, b, f, vec);
 	int rc = mgt_k_rc();
 	if (rc || !db)
 		return rc;
@@ -291,7 +293,7 @@ extern "C" int mgt_k_bda_fwd(mgt_k_stream s, float *out, const float *resid, con
 		return 0;
 	const float ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
 	const bool vec = h % 4 == 0 && mgt_al16(out) && mgt_al16(resid) && mgt_al16(y) && mgt_al16(b);
-	bda_fwd_k<<<T, MGT_ROW_THREADS, 0, mgt_st(s)>>>(out, resid, y, b, h, p, ks, key, e0, vec);
+	MGT_LAUNCH(bda_fwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), out, resid, y, b, h, p, ks, key, e0, vec);
 	return mgt_k_rc();
 }
 
@@ -325,7 +327,7 @@ extern "C" int mgt_k_bda_bwd(mgt_k_stream s, float *dy, float *db, const float *
 	if (p > 0) {
 		const float ks = 1.0f / (1.0f - p);
 		const bool vec = h % 4 == 0 && mgt_al16(dy) && mgt_al16(dout);
-		drop_mul_k<<<T, MGT_ROW_THREADS, 0, st>>>(dy, dout, h, p, ks, key, e0, vec);
+		MGT_LAUNCH(drop_mul_k, T, MGT_ROW_THREADS, 0, st, dy, dout, h, p, ks, key, e0, vec);
 		rc = mgt_k_rc();
 	} else if (dy != dout) {
 		cudaError_t e = cudaMemcpyAsync(dy, dout, (size_t)T * h * sizeof(float),
@@ -354,7 +356,7 @@ struct rope_tab {
 static __global__ void rope_k(float *qkv, const int32_t *pos, int ng, int r, int d, int rot_dim,
 			      float base, int inverse, bool use_tab, rope_tab tab)
 {
-	extern __shared__ float rope_sm[];
+	MGT_DYN_SHARED(float, rope_sm);
 	const int half = rot_dim / 2;
 	float *cs = rope_sm, *sn = rope_sm + half;
 	const size_t t = blockIdx.x;
@@ -392,6 +394,7 @@ extern "C" int mgt_k_rope(mgt_k_stream s, float *qkv, const int32_t *pos, int T,
 	for (int k = 0; k < (use_tab ? half : 0); k++)
 		tab.inv_freq[k] = 1.0f / powf(base, (float)(2 * k) / (float)rot_dim);
 	const size_t smem = 2 * (size_t)half * sizeof(float);
-	rope_k<<<T, 128, smem, mgt_st(s)>>>(qkv, pos, ng, r, d, rot_dim, base, inverse, use_tab, tab);
+	MGT_LAUNCH(rope_k, T, 128, smem, mgt_st(s), qkv, pos, ng, r, d, rot_dim, base, inverse, use_tab,
+		   tab);
 	return mgt_k_rc();
 }

@@ -46,7 +46,8 @@ extern "C" int mgt_k_embedding_fwd(mgt_k_stream s, float *y, const int32_t *ids,
 	if (T <= 0 || h <= 0)
 		return 0;
 	const bool vec = h % 4 == 0 && mgt_al16(y) && mgt_al16(table);
-	emb_fwd_k<<<T, MGT_ROW_THREADS, 0, mgt_st(s)>>>(y, ids, table, row0, rows, h, accumulate, vec);
+	MGT_LAUNCH(emb_fwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), y, ids, table, row0, rows, h, accumulate,
+		   vec);
 	return mgt_k_rc();
 }
 
@@ -139,11 +140,11 @@ static __global__ void sort_global_k(uint64_t *key, unsigned P, unsigned j, unsi
 static void sort_keys(cudaStream_t st, uint64_t *key, unsigned P)
 {
 	const unsigned n = P < SORT_LOCAL ? P : SORT_LOCAL;
-	sort_local_k<<<P / n, n / 2, 0, st>>>(key, n);
+	MGT_LAUNCH(sort_local_k, P / n, n / 2, 0, st, key, n);
 	for (unsigned k = 2 * SORT_LOCAL; k <= P; k <<= 1) {
 		for (unsigned j = k >> 1; j >= SORT_LOCAL; j >>= 1)
-			sort_global_k<<<P / 2 / 256, 256, 0, st>>>(key, P, j, k);
-		sort_merge_local_k<<<P / SORT_LOCAL, SORT_LOCAL / 2, 0, st>>>(key, k);
+			MGT_LAUNCH(sort_global_k, P / 2 / 256, 256, 0, st, key, P, j, k);
+		MGT_LAUNCH(sort_merge_local_k, P / SORT_LOCAL, SORT_LOCAL / 2, 0, st, key, k);
 	}
 }
 
@@ -189,9 +190,9 @@ extern "C" int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const float *d
 	cudaStream_t st = mgt_st(s);
 	const unsigned P = (unsigned)sort_len(T);
 	uint64_t *key = (uint64_t *)ws;
-	emb_keys_k<<<mgt_grid(P, 256), 256, 0, st>>>(key, ids, row0, rows, T, P);
+	MGT_LAUNCH(emb_keys_k, mgt_grid(P, 256), 256, 0, st, key, ids, row0, rows, T, P);
 	sort_keys(st, key, P);
 	const bool vec = h % 4 == 0 && mgt_al16(dtable) && mgt_al16(dy);
-	emb_runs_k<<<T, MGT_ROW_THREADS, 0, st>>>(dtable, dy, key, T, h, vec);
+	MGT_LAUNCH(emb_runs_k, T, MGT_ROW_THREADS, 0, st, dtable, dy, key, T, h, vec);
 	return mgt_k_rc();
 }

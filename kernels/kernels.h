@@ -81,6 +81,22 @@ int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *
 		   const float *out, const float *lse, int seq, int b, int ng, int r, int d, float p,
 		   uint64_t key, int head0, int heads_total, void *ws);
 
+/* ---- causal attention on tensor cores (kernels/attn_tc.cu; device code and design in
+ * kernels/attn_tc.cuh): WMMA with bf16 / fp16 operands, fp32 accumulation and softmax.  Same
+ * contracts as mgt_k_attn_* above (and the same workspace), returning cudaErrorInvalidValue for
+ * an unsupported dtype or head dimension, with one numerical difference: the operands of the
+ * matrix products (Q K^T, P V, dO V^T, dS K, dS^T Q, P^T dO) are rounded to dtype (MGT_K_BF16 or
+ * MGT_K_F16, round to nearest even), P and dS included; statistics, exponentials, dropout and
+ * accumulation are fp32.  Tensors stay fp32 in memory. ---- */
+/* 1 when these kernels handle head dimension d (d % 16 == 0, 16 <= d <= 128), else 0. */
+int mgt_k_attn_tc_supported(int d);
+int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, float *out, float *lse, const float *qkv, int seq,
+		      int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
+size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
+int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout, const float *qkv,
+		      const float *out, const float *lse, int seq, int b, int ng, int r, int d,
+		      float p, uint64_t key, int head0, int heads_total, void *ws);
+
 /* ---- MLP activation with bias (act: 0 GELU, 1 SwiGLU; backend.h's mgt_act_kind) ---- */
 int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float *x, const float *b, int T,
 		       int f);

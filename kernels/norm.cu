@@ -63,7 +63,8 @@ extern "C" int mgt_k_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, f
 	if (T <= 0 || h <= 0)
 		return 0;
 	const bool vec = h % 4 == 0 && mgt_al16(y) && mgt_al16(x) && mgt_al16(w) && mgt_al16(b);
-	norm_fwd_k<<<T, MGT_ROW_THREADS, 0, mgt_st(s)>>>(kind, y, mean, rstd, x, w, b, h, eps, vec);
+	MGT_LAUNCH(norm_fwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), kind, y, mean, rstd, x, w, b, h, eps,
+		   vec);
 	return mgt_k_rc();
 }
 
@@ -160,11 +161,12 @@ extern "C" int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, fl
 		return 0;
 	cudaStream_t st = mgt_st(s);
 	const bool vec = h % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(w);
-	norm_dx_k<<<T, MGT_ROW_THREADS, 0, st>>>(kind, dx, dy, x, w, mean, rstd, h, vec);
+	MGT_LAUNCH(norm_dx_k, T, MGT_ROW_THREADS, 0, st, kind, dx, dy, x, w, mean, rstd, h, vec);
 	const int rows = mgt_col_chunk_rows(T, h), R = mgt_col_chunks(T, h);
 	const unsigned cb = (unsigned)mgt_cdiv((size_t)h, MGT_COL_THREADS);
 	double *pw = (double *)ws, *pb = pw + (size_t)R * h;
-	norm_dwdb_part_k<<<dim3(cb, R), MGT_COL_THREADS, 0, st>>>(pw, pb, dy, x, mean, rstd, T, h, rows);
-	norm_dwdb_fin_k<<<cb, MGT_COL_THREADS, 0, st>>>(dw, db, pw, pb, R, h);
+	MGT_LAUNCH(norm_dwdb_part_k, dim3(cb, R), MGT_COL_THREADS, 0, st, pw, pb, dy, x, mean, rstd, T, h,
+		   rows);
+	MGT_LAUNCH(norm_dwdb_fin_k, cb, MGT_COL_THREADS, 0, st, dw, db, pw, pb, R, h);
 	return mgt_k_rc();
 }

@@ -64,8 +64,8 @@ extern "C" int mgt_k_sumsq(mgt_k_stream s, double *out, const float *x, size_t n
 	}
 	const int nb = sumsq_blocks(n);
 	double *part = (double *)ws;
-	sumsq_part_k<<<nb, SUMSQ_THREADS, 0, st>>>(part, x, n, mgt_al16(x));
-	sum_parts_k<<<1, 256, 0, st>>>(out, part, nb);
+	MGT_LAUNCH(sumsq_part_k, nb, SUMSQ_THREADS, 0, st, part, x, n, mgt_al16(x));
+	MGT_LAUNCH(sum_parts_k, 1, 256, 0, st, out, part, nb);
 	return mgt_k_rc();
 }
 
@@ -114,8 +114,8 @@ extern "C" int mgt_k_colsum(mgt_k_stream s, float *db, const float *dy, int T, i
 	const int rows = mgt_col_chunk_rows(T, n), R = mgt_col_chunks(T, n);
 	const unsigned cb = (unsigned)mgt_cdiv((size_t)n, MGT_COL_THREADS);
 	double *part = (double *)ws;
-	colsum_part_k<<<dim3(cb, R), MGT_COL_THREADS, 0, st>>>(part, dy, T, n, rows);
-	colsum_fin_k<<<cb, MGT_COL_THREADS, 0, st>>>(db, part, R, n);
+	MGT_LAUNCH(colsum_part_k, dim3(cb, R), MGT_COL_THREADS, 0, st, part, dy, T, n, rows);
+	MGT_LAUNCH(colsum_fin_k, cb, MGT_COL_THREADS, 0, st, db, part, R, n);
 	return mgt_k_rc();
 }
 
@@ -147,7 +147,7 @@ extern "C" int mgt_k_xent_max(mgt_k_stream s, float *mx, const float *logits, in
 	if (T <= 0) /* V == 0 runs: mx = -inf, as the CPU's row_max of nothing */
 		return 0;
 	const bool vec = V % 4 == 0 && mgt_al16(logits);
-	xent_max_k<<<T, XENT_THREADS, 0, mgt_st(s)>>>(mx, logits, V, vec);
+	MGT_LAUNCH(xent_max_k, T, XENT_THREADS, 0, mgt_st(s), mx, logits, V, vec);
 	return mgt_k_rc();
 }
 
@@ -182,7 +182,8 @@ extern "C" int mgt_k_xent_stats(mgt_k_stream s, float *sumexp, float *tgt, const
 	if (T <= 0)
 		return 0;
 	const bool vec = V % 4 == 0 && mgt_al16(logits);
-	xent_stats_k<<<T, XENT_THREADS, 0, mgt_st(s)>>>(sumexp, tgt, logits, labels, mx, v0, V, vec);
+	MGT_LAUNCH(xent_stats_k, T, XENT_THREADS, 0, mgt_st(s), sumexp, tgt, logits, labels, mx, v0, V,
+		   vec);
 	return mgt_k_rc();
 }
 
@@ -226,8 +227,8 @@ extern "C" int mgt_k_xent_loss(mgt_k_stream s, double *out, float *loss, const f
 	}
 	const int nb = xloss_blocks(T);
 	double *part = (double *)ws;
-	xent_loss_k<<<nb, XLOSS_THREADS, 0, st>>>(part, loss, mx, sumexp, tgt, mask, T);
-	sum_parts_k<<<1, 256, 0, st>>>(out, part, nb);
+	MGT_LAUNCH(xent_loss_k, nb, XLOSS_THREADS, 0, st, part, loss, mx, sumexp, tgt, mask, T);
+	MGT_LAUNCH(sum_parts_k, 1, 256, 0, st, out, part, nb);
 	return mgt_k_rc();
 }
 
@@ -268,7 +269,7 @@ extern "C" int mgt_k_xent_bwd(mgt_k_stream s, float *dlogits, const float *logit
 	if (T <= 0 || V <= 0)
 		return 0;
 	const bool vec = V % 4 == 0 && mgt_al16(dlogits) && mgt_al16(logits);
-	xent_bwd_k<<<T, XENT_THREADS, 0, mgt_st(s)>>>(dlogits, logits, labels, mx, sumexp, mask, scale,
-						      v0, V, vec);
+	MGT_LAUNCH(xent_bwd_k, T, XENT_THREADS, 0, mgt_st(s), dlogits, logits, labels, mx, sumexp, mask,
+		   scale, v0, V, vec);
 	return mgt_k_rc();
 }

@@ -48,8 +48,10 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU } mgt_act_kind;
  * fp16 tensor would), multiply exactly and accumulate in fp32 into fp32 outputs: what a tensor
  * core GEMM with fp32 accumulation computes, up to summation order (Megatron's mixed precision:
  * low-precision operands, fp32 main parameters, fp32 gradient accumulation).  The CPU backend
- * emulates it bit for bit per product, so it is the reference for the CUDA backend in every
- * mode.  Everything outside the GEMMs is fp32 in this version. */
+ * emulates it bit for bit per product, so it is the reference for the CUDA backend's GEMMs in
+ * every mode.  The CUDA backend also runs attention on tensor cores in these modes (Q, K, V, the
+ * probabilities and dS rounded to the type, fp32 softmax and accumulation: kernels/attn_tc.cu);
+ * the CPU's attention stays fp32.  Everything else is fp32 in this version. */
 typedef enum { MGT_PREC_FP32, MGT_PREC_BF16, MGT_PREC_FP16 } mgt_precision;
 
 typedef struct mgt_backend_ops {

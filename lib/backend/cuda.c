@@ -294,10 +294,25 @@ static void cu_rope(mgt_backend *be, float *qkv, const int32_t *pos, int T, int 
 			    mgt_k_rope(stream(be), qkv, pos, T, ng, r, d, rot_dim, base, inverse));
 }
 
+/* Attention on tensor cores (kernels/attn_tc.cu: Q, K, V, P, dS rounded to bf16/fp16, fp32
+ * softmax and accumulation) under --bf16/--fp16 when the head dimension suits it; the fp32
+ * CUDA-core kernel (kernels/attn.cu, the reference) otherwise.  The tensor-core kernel shares
+ * the fp32 one's workspace layout. */
+static int attn_tc_dtype(const mgt_backend *be, int d)
+{
+	if (be->precision == MGT_PREC_FP32 || !mgt_k_attn_tc_supported(d)) return -1;
+	return be->precision == MGT_PREC_BF16 ? MGT_K_BF16 : MGT_K_F16;
+}
+
 static void cu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
 			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
 {
-	if (s > 0 && b > 0)
+	int tc = attn_tc_dtype(be, d);
+	if (s <= 0 || b <= 0) return;
+	if (tc >= 0)
+		mgt_cuda_ok(be, "attn_fwd", mgt_k_attn_tc_fwd(stream(be), tc, out, lse, qkv, s, b, ng, r, d, p,
+							      key, head0, heads_total));
+	else
 		mgt_cuda_ok(be, "attn_fwd", mgt_k_attn_fwd(stream(be), out, lse, qkv, s, b, ng, r, d, p,
 							   key, head0, heads_total));
 }
@@ -306,7 +321,13 @@ static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const f
 			const float *out, const float *lse, int s, int b, int ng, int r, int d,
 			float p, uint64_t key, int head0, int heads_total)
 {
-	if (s > 0 && b > 0)
+	int tc = attn_tc_dtype(be, d);
+	if (s <= 0 || b <= 0) return;
+	if (tc >= 0)
+		WITH_WS("attn_bwd", mgt_k_attn_tc_bwd_ws_bytes(s, b, ng, r, d),
+			mgt_k_attn_tc_bwd(stream(be), tc, dqkv, dout, qkv, out, lse, s, b, ng, r, d, p, key,
+					  head0, heads_total, ws));
+	else
 		WITH_WS("attn_bwd", mgt_k_attn_bwd_ws_bytes(s, b, ng, r, d),
 			mgt_k_attn_bwd(stream(be), dqkv, dout, qkv, out, lse, s, b, ng, r, d, p, key,
 				       head0, heads_total, ws));

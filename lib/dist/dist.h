@@ -20,6 +20,7 @@
 #ifndef MGT_DIST_H
 #define MGT_DIST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,6 +51,10 @@ typedef struct mgt_comm_ops {
 	mgt_status (*recv)(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag);
 	mgt_status (*barrier)(mgt_comm *c);
 	void (*destroy)(mgt_comm *c);
+	/* Optional (NULL: operations complete in order with the backend's work, as MPI's, the
+	 * staged and single ones do): make the backend's later work wait for this communicator's
+	 * queued operations.  Call through mgt_comm_wait. */
+	mgt_status (*wait)(mgt_comm *c);
 } mgt_comm_ops;
 
 struct mgt_comm {
@@ -66,6 +71,10 @@ struct mgt_comm {
  * Returns NULL on MGT_ERR_NOMEM. */
 mgt_comm *mgt_comm_single(const char *name);
 void mgt_comm_destroy(mgt_comm *c);
+/* Make the backend's later work wait for c's queued operations (only communicators with their
+ * own stream queue any: mgt_comm_nccl with own_stream); MGT_OK at once otherwise.  Errors: those
+ * of the queued operations (MGT_ERR_IO). */
+mgt_status mgt_comm_wait(mgt_comm *c);
 
 /* Parallel state: sizes and ranks in Megatron's order tp-cp-ep-dp-pp (tp fastest),
  * rank = tp + TP*(cp + CP*(dp + DP*pp)) (megatron-reference.md section 5.2), and one
@@ -185,6 +194,11 @@ mgt_comm *mgt_comm_staged(mgt_comm *host, mgt_backend *be, mgt_status *st);
  *   internal staged communicator.  Like MPI_Comm_free, NCCL's finalize is collective: every rank
  *   destroys its NCCL communicators in the same order (mgt_parallel_free's).  Destroy it before
  *   be and host.
+ * own_stream: queue the collectives on a stream of the communicator's own instead, after an
+ * event that makes them wait for the work queued on the backend's stream so far; the backend's
+ * later work runs concurrently with them until mgt_comm_wait (Megatron's overlapped gradient
+ * reduction: buckets reduce while the backward goes on).  The caller must not touch a buffer
+ * of a queued collective from backend ops before mgt_comm_wait.
  * A one-rank group works (an NCCL communicator of one rank).
  * Returns NULL with the reason in *st (st may be NULL): MGT_ERR_USAGE (host or be NULL, or be
  * is not a CUDA backend: mgt_backend_cuda_stream(be) is NULL), MGT_ERR_NOMEM, MGT_ERR_IO (NCCL or
@@ -196,7 +210,7 @@ mgt_comm *mgt_comm_staged(mgt_comm *host, mgt_backend *be, mgt_status *st);
  * Built without NCCL (lib/dist/nonccl.c): returns mgt_comm_staged(host, be, st) instead, so
  * callers need no #ifdef; the collectives are then staged through host (slower, same results
  * and counts).  mgt_dist_have_nccl tells which one a build gives. */
-mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, mgt_status *st);
+mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, bool own_stream, mgt_status *st);
 
 /* 1 when mgt was built with NCCL (mgt_comm_nccl makes NCCL communicators), 0 when
  * mgt_comm_nccl falls back to the staged communicator. */
@@ -204,12 +218,13 @@ int mgt_dist_have_nccl(void);
 
 /* Put the groups that carry tensors onto the memory of backend be (collective: every rank calls
  * it after mgt_parallel_init, with its own backend): tensor, data and embedding groups become
- * NCCL communicators (mgt_comm_nccl; staged ones for one-process groups), the pipeline group a
- * staged one (its send never waits for the receiver).  world and mp_comm stay host communicators:
+ * NCCL communicators (mgt_comm_nccl; staged ones for one-process groups; the data group on its
+ * own stream when overlap_dp, for --overlap-grad-reduce), the pipeline group a staged one (its
+ * send never waits for the receiver).  world and mp_comm stay host communicators:
  * the trainer reduces host scalars over them (loss sums, the gradient norm).  The host
  * communicators are kept in host_* and freed by mgt_parallel_free.  Nothing to do when
  * be->host_memory.  Errors: those of mgt_comm_nccl and mgt_comm_staged; on error ps is as before
  * for the groups not yet moved, and mgt_parallel_free still frees everything. */
-mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be);
+mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be, bool overlap_dp);
 
 #endif

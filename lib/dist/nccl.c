@@ -30,10 +30,37 @@ _Static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0, "ncclUniqueId is bro
 
 typedef struct {
 	ncclComm_t comm;
-	cudaStream_t stream;
+	cudaStream_t stream;    /* where the collectives queue: the backend's, or side */
+	cudaStream_t compute;   /* the backend's stream */
+	cudaStream_t side;      /* own_stream: the communicator's own stream, else NULL */
+	cudaEvent_t ready, done; /* own_stream: compute -> side before a collective, side -> compute in wait */
+	bool pending;           /* own_stream: collectives queued on side since the last wait */
 	mgt_backend *be;
 	mgt_comm *staged; /* send, recv, barrier and the odd overlapping collective */
 } nccl_impl;
+
+/* own_stream: order a collective after the backend's work queued so far. */
+static mgt_status enter_side(mgt_comm *c, const char *what)
+{
+	nccl_impl *im = c->impl;
+	if (!im->side) return MGT_OK;
+	cudaError_t e = cudaEventRecord(im->ready, im->compute);
+	if (e == cudaSuccess) e = cudaStreamWaitEvent(im->side, im->ready, 0);
+	if (e != cudaSuccess) return mgt_err(MGT_ERR_IO, "nccl: %s: %s: ordering after the backend: %s", c->name, what, cudaGetErrorString(e));
+	im->pending = true;
+	return MGT_OK;
+}
+
+static mgt_status nccl_wait(mgt_comm *c)
+{
+	nccl_impl *im = c->impl;
+	if (!im->side || !im->pending) return MGT_OK;
+	cudaError_t e = cudaEventRecord(im->done, im->side);
+	if (e == cudaSuccess) e = cudaStreamWaitEvent(im->compute, im->done, 0);
+	if (e != cudaSuccess) return mgt_err(MGT_ERR_IO, "nccl: %s: wait: %s", c->name, cudaGetErrorString(e));
+	im->pending = false;
+	return MGT_OK;
+}
 
 static ncclDataType_t nccl_type(mgt_comm_dtype dt)
 {
@@ -77,11 +104,31 @@ static mgt_status check_async(mgt_comm *c, const char *what)
 		mgt_comm *s_ = ((nccl_impl *)(c)->impl)->staged;                     \
 		double b_ = s_->bytes_sent;                                          \
 		uint64_t k_ = s_->calls;                                             \
-		mgt_status st_ = s_->ops->call;                                      \
+		mgt_status st_ = nccl_wait(c); /* staging reads after side work */  \
+		if (!st_) st_ = s_->ops->call;                                       \
 		(c)->bytes_sent += s_->bytes_sent - b_;                              \
 		(c)->calls += s_->calls - k_;                                        \
 		return st_;                                                          \
 	} while (0)
+
+static void free_side(nccl_impl *im)
+{
+	if (im->side) cudaStreamDestroy(im->side);
+	if (im->ready) cudaEventDestroy(im->ready);
+	if (im->done) cudaEventDestroy(im->done);
+}
+
+/* own_stream: a non-blocking stream (never implicitly synchronized with the legacy default
+ * stream) and two events without timing. */
+static mgt_status make_side(nccl_impl *im, const char *group)
+{
+	cudaError_t e = cudaStreamCreateWithFlags(&im->side, cudaStreamNonBlocking);
+	if (e == cudaSuccess) e = cudaEventCreateWithFlags(&im->ready, cudaEventDisableTiming);
+	if (e == cudaSuccess) e = cudaEventCreateWithFlags(&im->done, cudaEventDisableTiming);
+	if (e != cudaSuccess) return mgt_err(MGT_ERR_IO, "nccl: %s: own stream: %s", group, cudaGetErrorString(e));
+	im->stream = im->side;
+	return MGT_OK;
+}
 
 /* ---- collectives -------------------------------------------------------------------------- */
 
@@ -89,6 +136,7 @@ static mgt_status nccl_allreduce(mgt_comm *c, void *buf, size_t n, mgt_comm_dtyp
 {
 	nccl_impl *im = c->impl;
 	mgt_status st = check_async(c, "allreduce");
+	if (!st) st = enter_side(c, "allreduce");
 	if (st) return st;
 	if (n) {
 		ncclResult_t rc = ncclAllReduce(buf, buf, n, nccl_type(dt), op == MGT_RED_MAX ? ncclMax : ncclSum,
@@ -109,6 +157,7 @@ static mgt_status nccl_allgather(mgt_comm *c, void *dst, const void *src, size_t
 	if (s != d + (size_t)c->rank * bytes && mgt_comm_overlaps(d, (size_t)c->size * bytes, s, bytes))
 		RETURN_VIA_STAGED(c, allgather(s_, dst, src, n, dt));
 	mgt_status st = check_async(c, "allgather");
+	if (!st) st = enter_side(c, "allgather");
 	if (st) return st;
 	if (n) {
 		ncclResult_t rc = ncclAllGather(src, dst, n, nccl_type(dt), im->comm, im->stream);
@@ -128,6 +177,7 @@ static mgt_status nccl_reduce_scatter(mgt_comm *c, void *dst, const void *src, s
 	if (d != s + (size_t)c->rank * bytes && mgt_comm_overlaps(d, bytes, s, (size_t)c->size * bytes))
 		RETURN_VIA_STAGED(c, reduce_scatter(s_, dst, src, n, dt));
 	mgt_status st = check_async(c, "reduce_scatter");
+	if (!st) st = enter_side(c, "reduce_scatter");
 	if (st) return st;
 	if (n) {
 		ncclResult_t rc = ncclReduceScatter(src, dst, n, nccl_type(dt), ncclSum, im->comm, im->stream);
@@ -144,6 +194,7 @@ static mgt_status nccl_broadcast(mgt_comm *c, void *buf, size_t n, mgt_comm_dtyp
 		return mgt_err(MGT_ERR_IO, "nccl: %s: broadcast from rank %d, which is not in the group (size %d)",
 			       c->name, root, c->size);
 	mgt_status st = check_async(c, "broadcast");
+	if (!st) st = enter_side(c, "broadcast");
 	if (st) return st;
 	if (n) {
 		ncclResult_t rc = ncclBroadcast(buf, buf, n, nccl_type(dt), root, im->comm, im->stream);
@@ -174,6 +225,7 @@ static mgt_status nccl_barrier(mgt_comm *c)
 {
 	nccl_impl *im = c->impl;
 	im->be->ops->sync(im->be);
+	if (im->side) cudaStreamSynchronize(im->side);
 	mgt_status st = check_async(c, "barrier");
 	if (st) return st;
 	RETURN_VIA_STAGED(c, barrier(s_));
@@ -183,6 +235,7 @@ static void nccl_destroy(mgt_comm *c)
 {
 	nccl_impl *im = c->impl;
 	im->be->ops->sync(im->be);
+	if (im->side) cudaStreamSynchronize(im->side);
 	ncclResult_t rc = ncclSuccess;
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
 	rc = ncclCommFinalize(im->comm);
@@ -191,6 +244,7 @@ static void nccl_destroy(mgt_comm *c)
 		ncclCommDestroy(im->comm);
 	else
 		ncclCommAbort(im->comm);
+	free_side(im);
 	mgt_comm_destroy(im->staged);
 	free(im);
 	free(c);
@@ -205,6 +259,7 @@ static const mgt_comm_ops nccl_ops = {
 	.recv = nccl_recv,
 	.barrier = nccl_barrier,
 	.destroy = nccl_destroy,
+	.wait = nccl_wait,
 };
 
 /* ---- creation ------------------------------------------------------------------------------- */
@@ -225,7 +280,7 @@ static mgt_status prepare(mgt_comm *host, ncclUniqueId *id)
 	return MGT_OK;
 }
 
-mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, mgt_status *st)
+mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, bool own_stream, mgt_status *st)
 {
 	mgt_status dummy;
 	if (!st) st = &dummy;
@@ -243,11 +298,13 @@ mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, mgt_status *st)
 	 * allreduce of the failures, whatever happened here, so all ranks fail together. */
 	nccl_impl *im = mgt_malloc(sizeof *im);
 	mgt_comm *c = im ? mgt_malloc(sizeof *c) : NULL;
+	if (im) *im = (nccl_impl){ .stream = (cudaStream_t)stream, .compute = (cudaStream_t)stream, .be = be };
 	mgt_status lst = c ? MGT_OK : MGT_ERR_NOMEM;
 	mgt_comm *staged = lst ? NULL : mgt_comm_staged(host, be, &lst);
 	ncclUniqueId id;
 	memset(&id, 0, sizeof id);
 	if (!lst) lst = prepare(host, &id);
+	if (!lst && own_stream) lst = make_side(im, host->name);
 	int32_t words[sizeof id / sizeof(int32_t)];
 	memcpy(words, &id, sizeof id);
 	mgt_status hst = host->ops->broadcast(host, words, sizeof words / sizeof *words, MGT_DT_I32, 0);
@@ -265,7 +322,7 @@ mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, mgt_status *st)
 	}
 	memcpy(&id, words, sizeof id);
 
-	*im = (nccl_impl){ .stream = (cudaStream_t)stream, .be = be, .staged = staged };
+	im->staged = staged;
 	ncclResult_t rc = ncclCommInitRank(&im->comm, host->size, id, host->rank);
 	if (rc != ncclSuccess) {
 		*st = nccl_fail(host->name, "ncclCommInitRank", rc, NULL);
@@ -275,6 +332,7 @@ mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, mgt_status *st)
 	*st = MGT_OK;
 	return c;
 fail:
+	if (im) free_side(im);
 	mgt_comm_destroy(staged);
 	free(im);
 	free(c);

@@ -4,7 +4,7 @@
 #ifndef MGT_HAVE_NCCL
 #include "dist/dist.h"
 
-mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, mgt_status *st)
+mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, bool own_stream, mgt_status *st)
 {
 	return mgt_comm_staged(host, be, st);
 }

@@ -97,24 +97,29 @@ mgt_status mgt_parallel_init_single(mgt_parallel *ps)
 }
 
 /* One group onto device memory: *c becomes the device communicator, *host keeps the old one. */
-static mgt_status to_device(mgt_comm **c, mgt_comm **host, mgt_backend *be, bool nccl)
+static mgt_status to_device(mgt_comm **c, mgt_comm **host, mgt_backend *be, bool nccl, bool own_stream)
 {
 	mgt_status st = MGT_OK;
-	mgt_comm *d = nccl && (*c)->size > 1 ? mgt_comm_nccl(*c, be, &st) : mgt_comm_staged(*c, be, &st);
+	mgt_comm *d = nccl && (*c)->size > 1 ? mgt_comm_nccl(*c, be, own_stream, &st) : mgt_comm_staged(*c, be, &st);
 	if (!d) return st ? st : MGT_ERR_NOMEM;
 	*host = *c;
 	*c = d;
 	return MGT_OK;
 }
 
-mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be)
+mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be, bool overlap_dp)
 {
 	if (be->host_memory || ps->host_tp) return MGT_OK;
-	mgt_status st = to_device(&ps->tp_comm, &ps->host_tp, be, true);
-	if (!st) st = to_device(&ps->dp_comm, &ps->host_dp, be, true);
-	if (!st) st = to_device(&ps->emb_comm, &ps->host_emb, be, true);
-	if (!st) st = to_device(&ps->pp_comm, &ps->host_pp, be, false);
+	mgt_status st = to_device(&ps->tp_comm, &ps->host_tp, be, true, false);
+	if (!st) st = to_device(&ps->dp_comm, &ps->host_dp, be, true, overlap_dp);
+	if (!st) st = to_device(&ps->emb_comm, &ps->host_emb, be, true, false);
+	if (!st) st = to_device(&ps->pp_comm, &ps->host_pp, be, false, false);
 	return st;
+}
+
+mgt_status mgt_comm_wait(mgt_comm *c)
+{
+	return c->ops->wait ? c->ops->wait(c) : MGT_OK;
 }
 
 void mgt_parallel_free(mgt_parallel *ps)

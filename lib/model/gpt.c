@@ -7,6 +7,7 @@
  */
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,8 @@ struct mgt_model {
 	size_t act_bytes, work_bytes;
 	uint64_t next_key, drop_key;
 	double t_fwd, t_bwd;
+	mgt_grad_hook hook;
+	void *hook_ctx;
 };
 
 static float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
@@ -546,14 +549,23 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
 	if (st) return st;
 	m->drop_key = m->cur->drop_key;
 	if (m->last) st = head_bwd(m, grad_scale);
+	if (!st && m->last && m->hook) st = m->hook(m->hook_ctx, m, INT_MAX);
 	for (int li = m->n_layers - 1; !st && li >= 0; li--) {
 		st = mlp_bwd(m, li, train);
 		if (!st) st = attn_bwd(m, li, train);
+		if (!st && m->hook) st = m->hook(m->hook_ctx, m, m->first_layer + li);
 	}
 	if (!st && m->first) st = embed_bwd(m, train);
+	if (!st && m->hook) st = m->hook(m->hook_ctx, m, INT_MIN);
 	m->be->ops->sync(m->be);
 	m->t_bwd += mgt_now() - t0;
 	return st;
+}
+
+void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx)
+{
+	m->hook = hook;
+	m->hook_ctx = ctx;
 }
 
 mgt_status mgt_model_finish_grads(mgt_model *m)

@@ -214,6 +214,15 @@ void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, i
  * (communicator). */
 mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, bool train, double *loss_sum);
 mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_scale);
+/* A callback for gradient readiness (--overlap-grad-reduce: Megatron's backward hooks that
+ * launch a bucket's reduction once all its gradients are final).  While set, every
+ * mgt_model_backward calls hook(ctx, m, INT_MAX) on the last stage after the output layer and
+ * final norm (their gradients are complete), hook(ctx, m, g) after the backward of decoder layer
+ * g (global index: the gradients of layers >= g on this chunk are complete), and at the end
+ * hook(ctx, m, INT_MIN): every gradient is (the embeddings only then).  The caller sets it for the last backward of an iteration only; a non-OK
+ * status from the hook ends the backward with it.  NULL clears it. */
+typedef mgt_status (*mgt_grad_hook)(void *ctx, mgt_model *m, int done_from_layer);
+void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx);
 float *mgt_model_hidden_in(mgt_model *m, int slot);
 float *mgt_model_hidden_out(mgt_model *m, int slot);
 float *mgt_model_hidden_grad(mgt_model *m);

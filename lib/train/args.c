@@ -100,7 +100,8 @@
 	X(B, sequence_parallel, sequence_parallel, "sequence-parallel", "false", "split norms and dropout along the sequence (TP > 1)") \
 	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "context parallel size (1 only)") \
 	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "shard optimizer state over data-parallel ranks") \
-	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "gradient bucket elements (0: one bucket)") \
+	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "gradient bucket elements (0: one bucket, or max(4e7, 1e6 x DP) with --overlap-grad-reduce)") \
+	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "reduce each gradient bucket during the last backward as soon as it is complete") \
 	X(H, precision, _, "", "", "mixed precision (megatron-reference section 5.5)") \
 	X(B, bf16, bf16, "bf16", "false", "bf16 GEMM operands; fp32 main parameters, gradients and reductions") \
 	X(B, fp16, fp16, "fp16", "false", "fp16 GEMM operands with loss scaling; fp32 main parameters and gradients") \
@@ -424,6 +425,9 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
 	if (a->bf16 && a->fp16) return mgt_err(MGT_ERR_USAGE, "--bf16 and --fp16 exclude each other");
+	/* resolve_ddp_bucket_size in megatron/training/training.py */
+	if (a->overlap_grad_reduce && a->ddp_bucket_size <= 0)
+		a->ddp_bucket_size = a->data_parallel_size * 1000000 > 40000000 ? a->data_parallel_size * 1000000 : 40000000;
 	const char *dev = a->device ? a->device : "auto";
 	if (strcmp(dev, "auto") && strcmp(dev, "cpu") && strcmp(dev, "cuda"))
 		return mgt_err(MGT_ERR_USAGE, "--device: expected auto, cpu or cuda, got '%s'", dev);

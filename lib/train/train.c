@@ -2,6 +2,7 @@
  * train, train_step, evaluate). */
 #include "train_impl.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,6 +214,8 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	return st;
 }
 
+static mgt_status grad_ready(void *ctx, mgt_model *m, int done_from_layer);
+
 static mgt_status run_backward(trainer *t, const sched_action *x)
 {
 	mgt_model *m = t->chunk[x->chunk];
@@ -220,9 +223,13 @@ static mgt_status run_backward(trainer *t, const sched_action *x)
 	int P = t->ps.pp, r = t->ps.pp_rank;
 	size_t n = mgt_model_hidden_numel(m);
 	bool last = last_vstage(t, x->chunk);
+	/* --overlap-grad-reduce: the chunk's last backward of the iteration reduces buckets as they complete */
+	bool hook = t->last_bwd && x == &t->acts[t->last_bwd[x->chunk]];
 	mgt_status st = last ? MGT_OK : pp->ops->recv(pp, mgt_model_hidden_grad(m), n, MGT_DT_F32, (r + 1) % P, TAG_BWD);
 	float scale = last ? (float)(t->mb_scale[x->mb] * t->scaler.scale) : 0.0f;
+	if (hook) mgt_model_set_grad_hook(m, grad_ready, t);
 	if (!st) st = mgt_model_backward(m, x->mb % t->slots[x->chunk], true, scale);
+	if (hook) mgt_model_set_grad_hook(m, NULL, NULL);
 	if (!st && !first_vstage(t, x->chunk))
 		st = pp->ops->send(pp, mgt_model_hidden_grad(m), n, MGT_DT_F32, (r + P - 1) % P, TAG_BWD);
 	return st;
@@ -254,20 +261,71 @@ typedef enum { DP_ALLREDUCE_GRADS, DP_REDUCE_SCATTER_GRADS, DP_ALLGATHER_PARAMS 
  * rank's shard of a bucket of Nb elements is [offset + rank*Nb/DP, offset + (rank+1)*Nb/DP)):
  * the averaged gradient all-reduce, the distributed optimizer's gradient reduce-scatter (each
  * rank keeps its shard, averaged) or its parameter all-gather after the step. */
-static mgt_status dp_buckets(trainer *t, mgt_model *m, dp_op op)
+static mgt_status dp_bucket(trainer *t, mgt_model *m, int b, dp_op op)
 {
 	mgt_comm *dp = t->ps.dp_comm;
 	const mgt_tensor_table *tt = mgt_model_tensors(m);
-	float *buf = op == DP_ALLGATHER_PARAMS ? mgt_model_params(m) : mgt_model_grads(m);
+	float *x = (op == DP_ALLGATHER_PARAMS ? mgt_model_params(m) : mgt_model_grads(m)) + tt->buckets[b].offset;
+	size_t n = tt->buckets[b].numel, part = n / (size_t)dp->size, own = (size_t)dp->rank * part;
+	if (op != DP_ALLGATHER_PARAMS) t->be->ops->scale(t->be, x, n, 1.0f / (float)dp->size);
+	if (op == DP_ALLREDUCE_GRADS) return dp->ops->allreduce(dp, x, n, MGT_DT_F32, MGT_RED_SUM);
+	if (op == DP_REDUCE_SCATTER_GRADS) return dp->ops->reduce_scatter(dp, x + own, x, part, MGT_DT_F32);
+	return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
+}
+
+/* Buckets [from, nbuckets) of a chunk's flat buffer. */
+static mgt_status dp_buckets(trainer *t, mgt_model *m, dp_op op, int from)
+{
 	mgt_status st = MGT_OK;
-	for (int b = 0; !st && b < tt->nbuckets; b++) {
-		float *x = buf + tt->buckets[b].offset;
-		size_t n = tt->buckets[b].numel, part = n / (size_t)dp->size, own = (size_t)dp->rank * part;
-		if (op != DP_ALLGATHER_PARAMS) t->be->ops->scale(t->be, x, n, 1.0f / (float)dp->size);
-		if (op == DP_ALLREDUCE_GRADS) st = dp->ops->allreduce(dp, x, n, MGT_DT_F32, MGT_RED_SUM);
-		else if (op == DP_REDUCE_SCATTER_GRADS) st = dp->ops->reduce_scatter(dp, x + own, x, part, MGT_DT_F32);
-		else st = dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
+	for (int b = from; !st && b < mgt_model_tensors(m)->nbuckets; b++) st = dp_bucket(t, m, b, op);
+	return st;
+}
+
+static dp_op grad_op(const trainer *t)
+{
+	return t->a->use_distributed_optimizer ? DP_REDUCE_SCATTER_GRADS : DP_ALLREDUCE_GRADS;
+}
+
+/* The layer from which each bucket's gradients are complete during the backward (see
+ * mgt_grad_hook): the lowest decoder layer among its tensors; INT_MAX for the output layer and
+ * final norm, INT_MIN when it holds an embedding. */
+static mgt_status plan_overlap(trainer *t)
+{
+	if (!t->a->overlap_grad_reduce || t->ps.dp == 1) return MGT_OK;
+	t->last_bwd = mgt_malloc((size_t)t->V * sizeof *t->last_bwd);
+	t->buckets_done = mgt_malloc((size_t)t->V * sizeof *t->buckets_done);
+	t->bucket_ready = mgt_malloc((size_t)t->V * sizeof *t->bucket_ready);
+	if (!t->last_bwd || !t->buckets_done || !t->bucket_ready) return MGT_ERR_NOMEM;
+	memset(t->bucket_ready, 0, (size_t)t->V * sizeof *t->bucket_ready);
+	for (int i = 0; i < t->n_acts; i++) if (!t->acts[i].fwd) t->last_bwd[t->acts[i].chunk] = i;
+	for (int c = 0; c < t->V; c++) {
+		const mgt_tensor_table *tt = mgt_model_tensors(t->chunk[c]);
+		int *ready = t->bucket_ready[c] = mgt_malloc((size_t)tt->nbuckets * sizeof *ready);
+		if (!ready) return MGT_ERR_NOMEM;
+		t->buckets_done[c] = 0;
+		for (int b = 0; b < tt->nbuckets; b++) {
+			ready[b] = INT_MAX;
+			for (int i = 0; i < tt->n; i++) {
+				const mgt_tensor *x = &tt->t[i];
+				size_t lo = tt->buckets[b].offset, hi = lo + tt->buckets[b].numel;
+				if (x->offset >= hi || x->offset + x->numel <= lo) continue;
+				int r = x->layer >= 0 ? x->layer : x->role == MGT_T_WORD_EMB || x->role == MGT_T_POS_EMB ? INT_MIN : INT_MAX;
+				if (r < ready[b]) ready[b] = r;
+			}
+		}
 	}
+	return MGT_OK;
+}
+
+/* mgt_grad_hook: reduce the chunk's buckets, in buffer order, as far as they are complete. */
+static mgt_status grad_ready(void *ctx, mgt_model *m, int done_from_layer)
+{
+	trainer *t = ctx;
+	int c = 0;
+	while (t->chunk[c] != m) c++;
+	int nb = mgt_model_tensors(m)->nbuckets, *done = &t->buckets_done[c];
+	mgt_status st = MGT_OK;
+	while (!st && *done < nb && done_from_layer <= t->bucket_ready[c][*done]) st = dp_bucket(t, m, (*done)++, grad_op(t));
 	return st;
 }
 
@@ -309,12 +367,20 @@ static void unscale_grads(trainer *t)
 	}
 }
 
+/* Megatron's finalize_model_grads: the data-parallel reduction of every bucket (already issued
+ * during the backward with --overlap-grad-reduce: buckets_done), waited for, then the
+ * sequence-parallel and tied-embedding all-reduces (mgt_model_finish_grads).  Sums commute, so
+ * the order matters for rounding only; with the distributed optimizer the later all-reduces
+ * also sum stale non-owned parts of the buffer, which nothing reads. */
 static mgt_status reduce_grads(trainer *t)
 {
 	mgt_status st = MGT_OK;
+	for (int c = 0; !st && t->ps.dp > 1 && c < t->V; c++) {
+		st = dp_buckets(t, t->chunk[c], grad_op(t), t->buckets_done ? t->buckets_done[c] : 0);
+		if (t->buckets_done) t->buckets_done[c] = 0;
+	}
+	if (!st) st = mgt_comm_wait(t->ps.dp_comm);
 	for (int c = 0; !st && c < t->V; c++) st = mgt_model_finish_grads(t->chunk[c]);
-	dp_op op = t->a->use_distributed_optimizer ? DP_REDUCE_SCATTER_GRADS : DP_ALLREDUCE_GRADS;
-	for (int c = 0; !st && t->ps.dp > 1 && c < t->V; c++) st = dp_buckets(t, t->chunk[c], op);
 	return st;
 }
 
@@ -361,7 +427,8 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 	/* an inf/NaN gradient anywhere makes the norm (summed over the job) inf/NaN on every rank */
 	mgt_loss_scaler_update(&t->scaler, !isfinite(*gnorm));
 	for (int c = 0; !st && !*skipped && t->a->use_distributed_optimizer && t->ps.dp > 1 && c < t->V; c++)
-		st = dp_buckets(t, t->chunk[c], DP_ALLGATHER_PARAMS);
+		st = dp_buckets(t, t->chunk[c], DP_ALLGATHER_PARAMS, 0);
+	if (!st) st = mgt_comm_wait(t->ps.dp_comm);
 	t->be->ops->sync(t->be);
 	t->t_opt = mgt_now() - t0;
 	if (!*skipped) t->sched.num_steps += t->a->global_batch_size;
@@ -577,10 +644,11 @@ static mgt_status setup(trainer *t)
 					(int)a->context_parallel_size);
 	if (st) return st;
 	if ((st = setup_backend(t))) return st;
-	if ((st = mgt_parallel_to_device(&t->ps, t->be))) return st;
+	if ((st = mgt_parallel_to_device(&t->ps, t->be, a->overlap_grad_reduce))) return st;
 	t->rss_baseline = trainer_peak_rss();
 	st = setup_pipeline(t);
 	if (!st) st = setup_schedule(t);
+	if (!st) st = plan_overlap(t);
 	if (!st) st = setup_optimizer(t);
 	bool loaded = false;
 	if (!st) st = trainer_load(t, &loaded);
@@ -610,6 +678,10 @@ static void teardown(trainer *t)
 	free(t->chunk);
 	free(t->slots);
 	free(t->mb_scale);
+	for (int c = 0; t->bucket_ready && c < t->V; c++) free(t->bucket_ready[c]);
+	free(t->bucket_ready);
+	free(t->last_bwd);
+	free(t->buckets_done);
 	free(t->acts);
 	free(t->eval_acts);
 	mgt_gpt_data_close(t->data);

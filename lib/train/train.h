@@ -43,7 +43,7 @@ typedef struct mgt_args {
 	int64_t num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size;
 	int64_t num_virtual_stages_per_pipeline_rank;
 	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;
-	bool sequence_parallel, use_distributed_optimizer;
+	bool sequence_parallel, use_distributed_optimizer, overlap_grad_reduce;
 	/* mixed precision */
 	bool bf16, fp16;
 	double loss_scale, initial_loss_scale, min_loss_scale;

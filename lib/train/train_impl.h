@@ -47,6 +47,9 @@ typedef struct trainer {
 	sched_action *acts, *eval_acts;                /* this rank's actions for one global batch */
 	int n_acts, n_eval_acts;
 	float *mb_scale;                             /* [num_microbatches] loss scale per micro-batch */
+	/* --overlap-grad-reduce: per chunk, the index in acts of its last backward, the buckets
+	 * reduced so far this iteration and, per bucket, the layer from which it is complete */
+	int *last_bwd, *buckets_done, **bucket_ready;
 	mgt_lr_sched sched;
 	mgt_loss_scaler scaler;                      /* scale 1 and static unless --fp16 */
 	int32_t eod;

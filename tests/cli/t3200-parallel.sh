@@ -68,6 +68,9 @@ for model in tiny-gpt2 tiny-llama; do
 2 dp2 tp=1 $V1
 2 dp2-distopt distopt=1 $V1 --use-distributed-optimizer
 2 dp2-buckets distopt=1,bucket=300000 $V1 --use-distributed-optimizer --ddp-bucket-size 300000
+2 dp2-overlap tp=1 $V1 --overlap-grad-reduce --ddp-bucket-size 300000
+2 dp2-distopt-overlap distopt=1,bucket=300000 $V1 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 300000
+4 pp2-vp2-dp2-overlap pp=2,vp=2,distopt=1,bucket=200000 $V1 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 200000
 2 tp2 tp=2 $V2 --tensor-model-parallel-size 2
 2 tp2-sp tp=2,sp=1 $V2 --tensor-model-parallel-size 2 --sequence-parallel
 2 pp2 pp=2 $V1 --pipeline-model-parallel-size 2

@@ -20,7 +20,11 @@
  * Output: "ok - ..." / "not ok - ..." per check with the error and tolerance, then
  * "N passed, M failed"; exit 1 on any failure, 77 with "skip: no CUDA device" when
  * mgt_backend_cuda_devices() is 0.  MGT_TEST_SEED=N repeats a run's inputs (the seed is printed).
- * A 900 s alarm ends the program if the device hangs. */
+ * A 900 s alarm ends the program if the device hangs.
+ *
+ * MGT_TEST_SMALL=1 runs the same checks on small shapes (small_ops), for make check-sim, which runs
+ * this program against a CPU simulation of CUDA (tests/sim/): still several blocks per launch,
+ * ragged sizes, GQA, dropout, vocab shards and misaligned pointers, in about a minute there. */
 #include "backend/backend.h"
 
 #include <math.h>
@@ -84,6 +88,7 @@ static double lin_tol(mgt_precision p, long K)
 static mgt_backend *cpu, *gpu;
 static const mgt_backend_ops *C, *G;
 static int mis;             /* device buffers start this many 4-byte words past their allocation */
+static bool small;          /* MGT_TEST_SMALL: small_ops instead of all_ops and misaligned_ops */
 static const char *tag = ""; /* prefix of every check line */
 
 /* ---- host helpers ---- */
@@ -588,12 +593,22 @@ static void t_rope(int T, int ng, int r, int d, int rot, float base)
 
 /* qkv uniform in [-scale, scale): scores have a standard deviation of about scale^2 / 3 * sqrt(d)
  * / sqrt(d); scale 4 makes the softmax peaked. */
-static void t_attn(int s, int b, int ng, int r, int d, float p, int head0, int htot, double scale)
+/* Under --bf16/--fp16 the CUDA backend runs attention on tensor cores (Q, K, V, P and dS rounded,
+ * fp32 softmax and accumulation; kernels/attn_tc.cu), the CPU in fp32: bounds from the rounding
+ * (measured in the simulator: bf16 out 3e-3, dqkv 6e-3; fp16 about ten times less). */
+static double attn_tol(mgt_precision prec, double fp32_tol)
+{
+	return prec == MGT_PREC_BF16 ? 1.5e-2 : prec == MGT_PREC_FP16 ? 2e-3 : fp32_tol;
+}
+
+static void t_attn_prec(mgt_precision prec, int s, int b, int ng, int r, int d, float p, int head0, int htot,
+			double scale)
 {
 	const int H = ng * r, T = s * b;
 	const size_t nq = (size_t)T * ng * (r + 2) * d, no = (size_t)T * H * d, nl = (size_t)b * H * s;
-	const char *id = nm("attn s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d%s", s, b, ng, r, d, p, head0, htot,
-			    scale > 2 ? " peaked" : "");
+	const char *id = nm("attn %s s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d%s", precname(prec), s, b, ng, r, d,
+			    p, head0, htot, scale > 2 ? " peaked" : "");
+	gpu->precision = prec;
 	uint64_t key = rng ^ 0x5DEECE66Dull;
 	float *qkv = hrand(nq, scale), *dout = hrand(no, 1);
 	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
@@ -613,14 +628,33 @@ static void t_attn(int s, int b, int ng, int r, int d, float p, int head0, int h
 		l[k] = dget(dL, nl);
 		dq[k] = dget(dDQ, nq);
 	}
-	cmp(nm("%s: fwd out", id), o[0], oc, NULL, no, lin_tol(MGT_PREC_FP32, s)); /* sums of s terms */
-	cmp(nm("%s: fwd lse", id), l[0], lc, NULL, nl, TOL32);
-	cmp(nm("%s: bwd dqkv", id), dq[0], dqc, NULL, nq, TOL_ATTN_BWD);
+	gpu->precision = MGT_PREC_FP32;
+	cmp(nm("%s: fwd out", id), o[0], oc, NULL, no, attn_tol(prec, lin_tol(MGT_PREC_FP32, s))); /* sums of s terms */
+	cmp(nm("%s: fwd lse", id), l[0], lc, NULL, nl, attn_tol(prec, TOL32));
+	cmp(nm("%s: bwd dqkv", id), dq[0], dqc, NULL, nq, attn_tol(prec, TOL_ATTN_BWD));
 	det(id, ndiff(o[0], o[1], no, 4) + ndiff(l[0], l[1], nl, 4) + ndiff(dq[0], dq[1], nq, 4));
 	for (int k = 0; k < 2; k++)
 		free(o[k]), free(l[k]), free(dq[k]);
 	dfree(dQ), dfree(dO), dfree(dL), dfree(dOc), dfree(dLc), dfree(dDO), dfree(dDQ);
 	free(qkv), free(dout), free(oc), free(lc), free(dqc);
+}
+
+static void t_attn(int s, int b, int ng, int r, int d, float p, int head0, int htot, double scale)
+{
+	t_attn_prec(MGT_PREC_FP32, s, b, ng, r, d, p, head0, htot, scale);
+}
+
+/* The tensor-core kernel in both 16-bit types on a few shapes (head dims 16..128, ragged s, GQA,
+ * dropout); head dims it does not take (24) fall back to the fp32 kernel. */
+static void t_attn_tc(bool small)
+{
+	for (mgt_precision pr = MGT_PREC_BF16; pr <= MGT_PREC_FP16; pr++) {
+		t_attn_prec(pr, small ? 70 : 257, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
+		t_attn_prec(pr, small ? 77 : 1000, 1, 1, 4, 32, 0.1f, 2, 8, 1.5);
+		t_attn_prec(pr, small ? 63 : 130, 2, 1, 3, 128, 0.1f, 3, 12, 1.5);
+		t_attn_prec(pr, small ? 33 : 128, 1, 2, 1, 16, 0.0f, 0, 2, 1.5);
+		t_attn_prec(pr, small ? 40 : 100, 1, 1, 2, 24, 0.1f, 0, 2, 1.5);
+	}
 }
 
 /* ================= bias + activation ================= */
@@ -967,6 +1001,7 @@ static void all_ops(void)
 	t_attn(512, 2, 2, 2, 32, 0.0f, 0, 4, 1.5);
 	t_attn(1, 3, 2, 2, 64, 0.1f, 0, 4, 1.5);
 	t_attn(2048, 1, 1, 2, 128, 0.0f, 0, 2, 1.5);
+	t_attn_tc(false);
 
 	section("bias_act");
 	t_act(MGT_ACT_GELU, true, 2048, 3072);
@@ -1022,6 +1057,107 @@ static void misaligned_ops(void)
 	tag = "";
 }
 
+/* all_ops and misaligned_ops on small shapes (MGT_TEST_SMALL=1): what each big shape checks, with
+ * T, h and V cut so that a CPU simulation of the device runs them all in about a minute. */
+static void small_ops(void)
+{
+	section("linear");
+	for (int pr = 0; pr < 3; pr++) {
+		mgt_precision p = (mgt_precision)pr;
+		t_linear(64, 96, 160, true, true, p);
+		t_linear(37, 100, 3, true, true, p);
+	}
+	t_linear(32, 64, 1000, false, true, MGT_PREC_FP32); /* output layer */
+	t_linear(32, 64, 1000, false, true, MGT_PREC_BF16);
+	t_linear(100, 44, 24, false, true, MGT_PREC_FP32);
+	t_linear(100, 32, 88, false, false, MGT_PREC_BF16); /* dx NULL */
+	t_linear(48, 256, 96, true, true, MGT_PREC_BF16);   /* K = 256 */
+	t_linear(50, 96, 200, true, false, MGT_PREC_FP16);
+
+	section("embedding");
+	t_embedding(300, 96, 0, 1000, 1000);    /* whole vocabulary */
+	t_embedding(200, 64, 250, 250, 1000);   /* vocab-parallel piece 2 of 4 */
+	t_embedding(2100, 20, 5, 37, 50);       /* > 2048 tokens: the global sort stages */
+
+	section("norm");
+	t_norm(MGT_NORM_LAYERNORM, true, 70, 520);
+	t_norm(MGT_NORM_LAYERNORM, false, 40, 1024);
+	t_norm(MGT_NORM_RMSNORM, false, 40, 2048);
+	t_norm(MGT_NORM_RMSNORM, false, 3, 128);
+	t_norm(MGT_NORM_LAYERNORM, true, 7, 130); /* h not a multiple of 4 */
+
+	section("rope");
+	t_rope(64, 2, 4, 64, 64, 500000.0f);
+	t_rope(50, 3, 1, 128, 64, 10000.0f); /* partial rot_dim */
+	t_rope(30, 1, 2, 16, 8, 10000.0f);
+	t_rope(29, 2, 2, 80, 40, 10000.0f);
+
+	section("attention");
+	t_attn(128, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
+	t_attn(128, 1, 2, 2, 64, 0.1f, 0, 4, 1.5);
+	t_attn(100, 1, 1, 4, 32, 0.1f, 2, 8, 1.5);
+	t_attn(70, 1, 1, 3, 128, 0.1f, 3, 12, 1.5); /* DM 128: 32 x 32 backward tiles */
+	t_attn(77, 2, 2, 1, 16, 0.1f, 0, 4, 1.5);
+	t_attn(63, 1, 1, 2, 24, 0.0f, 0, 2, 4.0);
+	t_attn_tc(true);
+	t_attn(1, 3, 2, 2, 64, 0.1f, 0, 4, 1.5);
+
+	section("bias_act");
+	t_act(MGT_ACT_GELU, true, 64, 300);
+	t_act(MGT_ACT_GELU, false, 40, 512);
+	t_act(MGT_ACT_SWIGLU, true, 40, 282);
+	t_act(MGT_ACT_SWIGLU, false, 64, 352);
+	t_act(MGT_ACT_GELU, true, 5, 7);
+	t_act(MGT_ACT_SWIGLU, false, 3, 5);
+
+	section("bias-dropout-add");
+	t_bda(100, 768, 0.1f, true, true, false, 0xFFFFF000ull); /* crosses 2^32 */
+	t_bda(100, 768, 0.1f, true, false, true, (1ull << 33) - 1000);
+	t_bda(64, 1024, 0.0f, true, true, true, 0);
+	t_bda(77, 768, 0.1f, false, true, false, 5);
+	t_bda(3, 5, 0.5f, true, true, false, 0);
+	t_bda(100, 130, 0.3f, false, false, true, 123);
+
+	section("cross-entropy");
+	t_xent(64, 3000, 0, 3000);
+	t_xent(64, 750, 1500, 3000); /* vocab-parallel piece 3 of 4, V not a multiple of 4 */
+	t_xent(3, 3000, 0, 3000);
+
+	section("adamw");
+	t_adamw(100003, 1);
+	t_adamw(100003, 10);
+	t_adamw(777, 1000);
+	t_adamw(1, 3);
+
+	section("sumsq, scale, add");
+	t_sumsq(1000003);
+	t_sumsq(10);
+	t_sumsq(1);
+	t_scale_add(1000003);
+	t_scale_add(5);
+	t_scale_add(1);
+
+	mis = 1;
+	tag = "[+4B] ";
+	section("ops on device pointers 4 bytes past an allocation");
+	t_linear(50, 96, 130, true, true, MGT_PREC_FP32);
+	t_linear(50, 96, 130, true, true, MGT_PREC_BF16);
+	t_embedding(300, 100, 5, 37, 50);
+	t_norm(MGT_NORM_LAYERNORM, true, 30, 768);
+	t_norm(MGT_NORM_RMSNORM, false, 30, 512);
+	t_rope(30, 2, 2, 64, 64, 10000.0f);
+	t_attn(70, 1, 2, 2, 64, 0.1f, 0, 4, 1.5);
+	t_act(MGT_ACT_GELU, true, 30, 300);
+	t_act(MGT_ACT_SWIGLU, true, 30, 150);
+	t_bda(30, 768, 0.1f, true, true, false, 0);
+	t_xent(10, 3000, 0, 3000);
+	t_adamw(100003, 3);
+	t_sumsq(100003);
+	t_scale_add(100003);
+	mis = 0;
+	tag = "";
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1039,6 +1175,8 @@ int main(void)
 	       (unsigned long long)seed, (unsigned long long)seed);
 	for (int i = 0; i < 10; i++)
 		urand();
+	const char *sm = getenv("MGT_TEST_SMALL");
+	small = sm && *sm && strcmp(sm, "0") != 0;
 
 	cpu = mgt_backend_cpu_create(0);
 	if (!cpu) {
@@ -1058,8 +1196,12 @@ int main(void)
 	double t0 = mgt_now();
 	section("memory and backend");
 	t_memory();
-	all_ops();
-	misaligned_ops();
+	if (small) {
+		small_ops();
+	} else {
+		all_ops();
+		misaligned_ops();
+	}
 	section(NULL);
 	printf("# device memory: peak %.1f MiB, %zu bytes still in use\n", (double)gpu->bytes_peak / 1048576.0,
 	       gpu->bytes_in_use);

@@ -552,7 +552,7 @@ static void test_create(mgt_backend *cpu)
 	      "mgt_comm_staged without backend: NULL, MGT_ERR_USAGE (%s)", mgt_err_msg());
 	CHECK(!mgt_comm_staged(host, NULL, NULL), "mgt_comm_staged with st NULL");
 
-	mgt_comm *c = mgt_comm_nccl(host, cpu, &st);
+	mgt_comm *c = mgt_comm_nccl(host, cpu, false, &st);
 	if (mgt_dist_have_nccl()) {
 		CHECK(!c && st == MGT_ERR_USAGE && has_msg("not CUDA"),
 		      "built with NCCL: mgt_comm_nccl on the CPU backend: MGT_ERR_USAGE (%s)", mgt_err_msg());
@@ -596,7 +596,7 @@ static void test_cuda(void)
 	if (c) test_collectives(c, "staged on CUDA");
 	mgt_comm_destroy(c);
 
-	c = host ? mgt_comm_nccl(host, cu, &st) : NULL;
+	c = host ? mgt_comm_nccl(host, cu, false, &st) : NULL;
 	CHECK(c && st == MGT_OK && c->rank == 0 && c->size == 1 && !strcmp(c->name, "gpu"),
 	      "mgt_comm_nccl on the CUDA backend over one rank (%s)", mgt_dist_have_nccl() ? "NCCL" : "staged");
 	if (c) {

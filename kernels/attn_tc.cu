@@ -1,0 +1,148 @@
+/* kernels/: launchers of causal GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_*);
+ * algorithm, tiling, numerics and determinism in kernels/attn_tc.cuh.
+ *
+ * Head dimensions d % 16 == 0 up to 128, padded to DM = 16, 32, 64 or 128 columns (zeros).
+ * Blocks of 128 threads (4 warps).  Tiles: forward 64 queries x 64 keys; dK/dV 64 keys x BQ
+ * queries and dQ 64 queries x BK keys with BQ = BK = 64 for DM <= 64 and 32 for DM = 128.  Shared
+ * memory (bf16/fp16), bytes for DM = 16 / 32 / 64 / 128: forward 36864 / 43008 / 55296 / 79872,
+ * dK/dV 68096 / 76288 / 92672 / 83200, dQ 58880 / 67072 / 83456 / 78336: under the 99 KB per-block
+ * limit of sm_8x/sm_9x; above 48 KB it is opted into with cudaFuncSetAttribute.  Registers (ptxas,
+ * sm_90a, nvcc 13.0): at most 230 forward, 252 dK/dV, 202 dQ, no spills.
+ * ws: D = rowsum(dO * O) as floats [b, H, s] (attn.cuh rowdot_kernel, as mgt_k_attn_bwd). */
+#include <cuda_runtime.h>
+
+#include "attn_tc.cuh"
+#include "kernels.h"
+#include "common.cuh"
+#include "kernels.h"
+
+#ifndef MGT_LAUNCH
+#define MGT_LAUNCH(kern, grid, block, smem, stream, ...) \
+	kern<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#endif
+
+using mgt_attn::geom;
+using mgt_attn::make_geom;
+using namespace mgt_attn_tc;
+
+/* Opts a kernel into `bytes` of dynamic shared memory when that is over the default 48 KB. */
+template <typename F> static cudaError_t tc_allow_smem(F *kern, size_t bytes)
+{
+	if (bytes <= 48 * 1024)
+		return cudaSuccess;
+	return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+static int tc_pad_dim(int d)
+{
+	if (d <= 0 || d > 128 || d % 16 != 0)
+		return 0;
+	return d <= 16 ? 16 : d <= 32 ? 32 : d <= 64 ? 64 : 128;
+}
+
+static bool tc_empty(int s, int b, int ng, int r, int d)
+{
+	return s <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0;
+}
+
+extern "C" int mgt_k_attn_tc_supported(int d) { return tc_pad_dim(d) != 0; }
+
+template <typename T, int DM>
+static int tc_fwd_launch(cudaStream_t st, float *out, float *lse, const float *qkv, const geom &G,
+			 int vec)
+{
+	const size_t sm = fwd_smem(DM, (int)sizeof(T));
+	const cudaError_t e = tc_allow_smem(fwd_tc_kernel<T, DM>, sm);
+	if (e != cudaSuccess)
+		return (int)e;
+	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
+	MGT_LAUNCH((fwd_tc_kernel<T, DM>), grid, NTC, sm, st, G, out, lse, qkv, vec);
+	return (int)cudaGetLastError();
+}
+
+template <typename T>
+static int tc_fwd_dim(cudaStream_t st, int dm, float *out, float *lse, const float *qkv,
+		      const geom &G, int vec)
+{
+	switch (dm) {
+	case 16: return tc_fwd_launch<T, 16>(st, out, lse, qkv, G, vec);
+	case 32: return tc_fwd_launch<T, 32>(st, out, lse, qkv, G, vec);
+	case 64: return tc_fwd_launch<T, 64>(st, out, lse, qkv, G, vec);
+	default: return tc_fwd_launch<T, 128>(st, out, lse, qkv, G, vec);
+	}
+}
+
+extern "C" int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, float *out, float *lse,
+				 const float *qkv, int seq, int b, int ng, int r, int d, float p,
+				 uint64_t key, int head0, int heads_total)
+{
+	if (tc_empty(seq, b, ng, r, d))
+		return (int)cudaSuccess;
+	const int dm = tc_pad_dim(d);
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16))
+		return (int)cudaErrorInvalidValue;
+	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
+	const cudaStream_t st = (cudaStream_t)s;
+	const int vec = d % 4 == 0 && mgt_al16(out) && mgt_al16(qkv);
+	if (dtype == MGT_K_BF16)
+		return tc_fwd_dim<__nv_bfloat16>(st, dm, out, lse, qkv, G, vec);
+	return tc_fwd_dim<__half>(st, dm, out, lse, qkv, G, vec);
+}
+
+extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d)
+{
+	(void)d;
+	return mgt_attn::ws_bytes(seq, b, ng, r);
+}
+
+/* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
+template <typename T, int DM, int TB>
+static int tc_bwd_launch(cudaStream_t st, float *dqkv, const float *dout, const float *qkv,
+			 const float *lse, const float *D, const geom &G, int vec)
+{
+	const size_t skv = dkdv_smem(DM, TB, (int)sizeof(T)), sq = dq_smem(DM, TB, (int)sizeof(T));
+	cudaError_t e = tc_allow_smem(dkdv_tc_kernel<T, DM, TB>, skv);
+	if (e == cudaSuccess)
+		e = tc_allow_smem(dq_tc_kernel<T, DM, TB>, sq);
+	if (e != cudaSuccess)
+		return (int)e;
+	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.s + 63) / 64));
+	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
+	MGT_LAUNCH((dkdv_tc_kernel<T, DM, TB>), gkv, NTC, skv, st, G, dqkv, dout, qkv, lse, D, vec);
+	MGT_LAUNCH((dq_tc_kernel<T, DM, TB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D, vec);
+	return (int)cudaGetLastError();
+}
+
+template <typename T>
+static int tc_bwd_dim(cudaStream_t st, int dm, float *dqkv, const float *dout, const float *qkv,
+		      const float *lse, const float *D, const geom &G, int vec)
+{
+	switch (dm) {
+	case 16: return tc_bwd_launch<T, 16, 64>(st, dqkv, dout, qkv, lse, D, G, vec);
+	case 32: return tc_bwd_launch<T, 32, 64>(st, dqkv, dout, qkv, lse, D, G, vec);
+	case 64: return tc_bwd_launch<T, 64, 64>(st, dqkv, dout, qkv, lse, D, G, vec);
+	default: return tc_bwd_launch<T, 128, 32>(st, dqkv, dout, qkv, lse, D, G, vec);
+	}
+}
+
+extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout,
+				 const float *qkv, const float *out, const float *lse, int seq,
+				 int b, int ng, int r, int d, float p, uint64_t key, int head0,
+				 int heads_total, void *ws)
+{
+	if (tc_empty(seq, b, ng, r, d))
+		return (int)cudaSuccess;
+	const int dm = tc_pad_dim(d);
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16))
+		return (int)cudaErrorInvalidValue;
+	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
+	const cudaStream_t st = (cudaStream_t)s;
+	const int vec = d % 4 == 0 && mgt_al16(dqkv) && mgt_al16(dout) && mgt_al16(qkv);
+	float *D = (float *)ws;
+	const long long rows = (long long)seq * b * G.H;
+	const unsigned nb = (unsigned)((rows + mgt_attn::NT / 32 - 1) / (mgt_attn::NT / 32));
+	MGT_LAUNCH(mgt_attn::rowdot_kernel, nb, mgt_attn::NT, 0, st, G, D, dout, out);
+	if (dtype == MGT_K_BF16)
+		return tc_bwd_dim<__nv_bfloat16>(st, dm, dqkv, dout, qkv, lse, D, G, vec);
+	return tc_bwd_dim<__half>(st, dm, dqkv, dout, qkv, lse, D, G, vec);
+}

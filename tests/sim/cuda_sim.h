@@ -1,0 +1,227 @@
+/* tests/sim/cuda_sim.h: enough of CUDA C++ to compile the kernels/ .cu files as host C++ and run the kernels
+ * on the CPU (make check-sim; tests/sim/README).  Used as
+ *   g++ -std=c++17 -x c++ -include tests/sim/cuda_sim.h -DMGT_CUDA_SIM -isystem $CUDA_HOME/include
+ * kernels/common.cuh then turns MGT_LAUNCH into mgt_sim_launch and MGT_DYN_SHARED into a pointer
+ * to the launch's dynamic shared memory.
+ *
+ * What is simulated (tests/sim/cuda_sim.cc):
+ *  - A launch runs its blocks one after the other; the threads of a block are real threads (a
+ *    persistent pool), so their interleaving is the OS scheduler's: a missing __syncthreads can
+ *    show up as a wrong result, and a divergent one (or a shuffle that not every lane of the warp
+ *    reaches) hangs, which the simulator reports after MGT_SIM_HANG seconds (default 60).
+ *  - __syncthreads is a barrier over the block's threads that have not returned (as on sm_70+).
+ *  - Warp shuffles (__shfl_sync, _up, _down, _xor, with width) exchange values among the 32 lanes
+ *    of a warp through a barrier over the warp; a shuffle with a mask other than the full warp, or
+ *    in a warp where a lane has returned, is reported as an error (undefined on the GPU).
+ *    __syncwarp is that barrier alone; nvcuda::wmma is tests/sim/wmma_sim.h.
+ *  - __shared__ arrays are function statics (one block at a time makes that correct); dynamic
+ *    shared memory is a buffer of exactly the launch's size, filled with NaN before every block
+ *    (a read of an element no thread wrote shows up as NaN).
+ *  - Launch checks as the runtime makes them: block size 1..1024 threads, grid y and z <= 65535,
+ *    dynamic shared memory <= 48 KB unless cudaFuncSetAttribute raised the kernel's limit (up to
+ *    99 KB, the least opt-in limit of the sm_8x/sm_9x parts); a bad launch does not run and sets
+ *    the error that cudaGetLastError returns.
+ *  - fp16 / bf16 conversions with IEEE round to nearest even, overflow to inf, NaN kept.
+ * What is not: warp-synchronous execution (lanes of a warp do not run in lockstep, so code that
+ * relies on it without __syncwarp would fail here although it might pass on a GPU, and code
+ * that races within a warp may pass here), the memory model (no caches, no weak ordering beyond
+ * the host's), atomics, streams and events (all work is synchronous), timing, occupancy and
+ * register limits, device-side printf and traps, the device's math library (host libm is used:
+ * 1-ulp differences in expf, sinf etc.), FMA contraction (the host compiler decides),
+ * host access to device pointers (device memory is host memory; the runtime only checks the
+ * ranges of cudaMemcpy and cudaMemset), and static __shared__ sizes (not counted in the limit).
+ */
+#ifndef MGT_TESTS_CUDA_SIM_H
+#define MGT_TESTS_CUDA_SIM_H
+
+#ifndef __cplusplus
+#error "cuda_sim.h is for the kernels compiled as C++"
+#endif
+
+/* The toolkit's device headers stay out: the types below replace them. */
+#define __CUDA_RUNTIME_H__
+#define __CUDA_FP16_H__
+#define __CUDA_BF16_H__
+#include <cuda_runtime_api.h> /* cudaError_t, cudaStream_t, dim3, float4 ... and the C API */
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __shared__
+#undef __forceinline__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static /* blocks run one at a time */
+
+/* ---- thread and block indices ---- */
+extern __thread uint3 threadIdx; /* GNU TLS: no C++ init wrapper */
+extern uint3 blockIdx; /* one block runs at a time: shared by its threads */
+extern dim3 blockDim, gridDim;
+enum { warpSize = 32 };
+
+/* ---- the simulator (cuda_sim.cc) ---- */
+typedef void (*mgt_sim_body)(void *ctx);
+/* Runs body(ctx) on every thread of every block (after the launch checks). */
+void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size_t smem,
+		 cudaStream_t st, mgt_sim_body body, void *ctx);
+/* The error that cudaGetLastError returns next (sim_runtime.cc), for a launch that fails. */
+void mgt_sim_set_error(cudaError_t e);
+/* The current block's dynamic shared memory. */
+void *mgt_sim_dyn_smem(void);
+void __syncthreads(void);
+/* Waits for every lane of the calling warp that has not returned (__syncwarp, wmma's _sync). */
+void mgt_sim_warp_sync(const char *what);
+/* Lane `src` of the calling warp's values v (one per lane), after every lane gave its own. */
+uint64_t mgt_sim_shfl(unsigned mask, uint64_t v, int src, const char *what);
+
+/* kern<<<grid, block, smem, st>>>(args...): the arguments are converted to the kernel's parameter
+ * types once, on the host, and every thread gets its own copy, as CUDA passes them. */
+template <typename... P, typename... A>
+static inline void mgt_sim_launch(const char *name, void (*kern)(P...), dim3 grid, dim3 block,
+				  size_t smem, cudaStream_t st, A &&...args)
+{
+	static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong argument count");
+	struct ctx_t {
+		void (*k)(P...);
+		std::tuple<typename std::decay<P>::type...> a;
+	} ctx{kern, std::tuple<typename std::decay<P>::type...>(std::forward<A>(args)...)};
+	mgt_sim_run(name, reinterpret_cast<const void *>(kern), grid, block, smem, st,
+		    [](void *c) {
+			    ctx_t *x = static_cast<ctx_t *>(c);
+			    std::tuple<typename std::decay<P>::type...> mine = x->a;
+			    std::apply(x->k, mine);
+		    },
+		    &ctx);
+}
+
+template <typename T> static inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute a, int v)
+{
+	return ::cudaFuncSetAttribute(reinterpret_cast<const void *>(entry), a, v);
+}
+
+/* ---- warp shuffles ---- */
+static inline int mgt_sim_lane(void)
+{
+	unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+	return (int)(t % 32);
+}
+
+template <typename T> static inline T mgt_sim_shfl_t(unsigned mask, T v, int src, const char *what)
+{
+	static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffled type");
+	uint64_t b = 0;
+	memcpy(&b, &v, sizeof v);
+	b = mgt_sim_shfl(mask, b, src, what);
+	T r;
+	memcpy(&r, &b, sizeof r);
+	return r;
+}
+
+/* Source lanes as the CUDA C++ Programming Guide defines them for width w (a power of 2 <= 32):
+ * a lane outside the caller's segment (xor, up, down) means the caller's own value. */
+template <typename T> static inline T __shfl_sync(unsigned mask, T v, int src, int w = 32)
+{
+	const int l = mgt_sim_lane();
+	return mgt_sim_shfl_t(mask, v, (l / w) * w + ((src % w) + w) % w, "__shfl_sync");
+}
+template <typename T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int w = 32)
+{
+	const int l = mgt_sim_lane();
+	return mgt_sim_shfl_t(mask, v, l % w >= (int)d ? l - (int)d : l, "__shfl_up_sync");
+}
+template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int w = 32)
+{
+	const int l = mgt_sim_lane();
+	return mgt_sim_shfl_t(mask, v, l % w + (int)d < w ? l + (int)d : l, "__shfl_down_sync");
+}
+template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int m, int w = 32)
+{
+	const int l = mgt_sim_lane(), s = l ^ m;
+	return mgt_sim_shfl_t(mask, v, s / w <= l / w ? s : l, "__shfl_xor_sync");
+}
+
+static inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+	if (mask != 0xffffffffu)
+		mgt_sim_shfl(mask, 0, 0, "__syncwarp"); /* reports the partial mask */
+	mgt_sim_warp_sync("__syncwarp");
+}
+
+/* ---- integer and float intrinsics ---- */
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
+static inline unsigned __float_as_uint(float x)
+{
+	unsigned u;
+	memcpy(&u, &x, 4);
+	return u;
+}
+static inline float __uint_as_float(unsigned u)
+{
+	float x;
+	memcpy(&x, &u, 4);
+	return x;
+}
+static inline int __float_as_int(float x) { return (int)__float_as_uint(x); }
+static inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
+/* __expf, __logf: glibc has them (the exact functions) */
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float __saturatef(float x) { return x > 1.0f ? 1.0f : x > 0.0f ? x : 0.0f; }
+
+static inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
+{
+	return uint4{x, y, z, w};
+}
+
+/* ---- fp16 and bf16: storage types and the conversions the kernels use ---- */
+struct __half {
+	uint16_t x;
+};
+struct __align__(4) __half2 {
+	__half x, y;
+};
+struct __nv_bfloat16 {
+	uint16_t x;
+};
+struct __align__(4) __nv_bfloat162 {
+	__nv_bfloat16 x, y;
+};
+
+uint16_t mgt_sim_f2h(float f);  /* round to nearest even, overflow to inf, NaN quiet */
+float mgt_sim_h2f(uint16_t h);
+uint16_t mgt_sim_f2bf(float f); /* round to nearest even, NaN quiet */
+
+static inline __half __float2half_rn(float f) { return __half{mgt_sim_f2h(f)}; }
+static inline float __half2float(__half h) { return mgt_sim_h2f(h.x); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{mgt_sim_f2bf(f)}; }
+static inline float __bfloat162float(__nv_bfloat16 b) { return __uint_as_float((unsigned)b.x << 16); }
+static inline __half2 __halves2half2(__half a, __half b) { return __half2{a, b}; }
+static inline __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b)
+{
+	return __nv_bfloat162{a, b};
+}
+static inline float2 __half22float2(__half2 h) { return float2{__half2float(h.x), __half2float(h.y)}; }
+static inline float2 __bfloat1622float2(__nv_bfloat162 b)
+{
+	return float2{__bfloat162float(b.x), __bfloat162float(b.y)};
+}
+
+#include "wmma_sim.h" /* <mma.h> */
+
+#endif

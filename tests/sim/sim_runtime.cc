@@ -1,0 +1,579 @@
+/* tests/sim/sim_runtime.cc: the CUDA runtime and cuBLASLt functions that lib/backend/cuda.c,
+ * cuda_gemm.c and the kernels call, simulated on the host for make check-sim (linked instead of
+ * libcudart and libcublasLt; the toolkit's headers give the types and prototypes).
+ *
+ * Runtime: one device (properties of a plausible sm_80 part); device memory is host memory from
+ * posix_memalign (256-byte aligned, filled with 0xFF bytes, i.e. NaN floats, so that reading
+ * memory nobody wrote shows), and every allocation is recorded: cudaMemcpy and cudaMemset check
+ * that their ranges lie inside live allocations on the side(s) their kind says are the device's,
+ * and that host sides are not device memory; cudaFree checks its pointer.  Streams are tokens:
+ * all work, kernels included, runs synchronously at the call.  Errors: cudaGetLastError returns
+ * and clears the last error of a call or launch (sticky errors are not simulated).
+ *
+ * cuBLASLt: descriptors, layouts and preferences record their attributes (an attribute this file
+ * does not know, or a value of the wrong size, is CUBLAS_STATUS_INVALID_VALUE with a message);
+ * the heuristic returns one algorithm, valid for the alignments the preference promised;
+ * cublasLtMatmul checks the shapes (op(A) m x k, op(B) k x n, C and D m x n, leading dimensions)
+ * and types (A and B CUDA_R_32F, 16BF or 16F alike; C and D CUDA_R_32F; compute 32F) and the
+ * pointers' alignment against the algorithm's, then computes column-major, as cuBLASLt defines
+ * it: D = alpha op(A) op(B) + beta C (+ bias[i] per row with the BIAS epilogue), each dot
+ * product a sequential fp32 FMA chain; C is not read when beta == 0.  Not simulated: other
+ * epilogues, batched or strided layouts, row-major orders, scale modes, tensor-core rounding. */
+#include "cuda_sim.h"
+
+#include <cublasLt.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <map>
+#include <mutex>
+
+namespace {
+
+std::mutex mu;                        /* guards the allocation map */
+std::map<uintptr_t, size_t> allocs;   /* device pointer -> bytes */
+thread_local cudaError_t last_err = cudaSuccess;
+int cur_device = 0;
+
+cudaError_t fail(cudaError_t e, const char *fn, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+cudaError_t fail(cudaError_t e, const char *fn, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "cuda sim: %s: ", fn);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	last_err = e;
+	return e;
+}
+
+/* The allocation holding [p, p + n), or allocs.end(). */
+std::map<uintptr_t, size_t>::iterator find_alloc(const void *p, size_t n)
+{
+	const uintptr_t a = (uintptr_t)p;
+	auto it = allocs.upper_bound(a);
+	if (it == allocs.begin())
+		return allocs.end();
+	--it;
+	if (a < it->first || a - it->first > it->second || n > it->second - (a - it->first))
+		return allocs.end();
+	return it;
+}
+
+bool is_device(const void *p, size_t n)
+{
+	std::lock_guard<std::mutex> lk(mu);
+	return find_alloc(p, n) != allocs.end();
+}
+
+/* Does the pointer fall inside any allocation at all (for host sides that must not)? */
+bool touches_device(const void *p) { return is_device(p, 1); }
+
+bool stream_ok(cudaStream_t s);
+
+} // namespace
+
+void mgt_sim_set_error(cudaError_t e) { last_err = e; }
+
+/* ---- device and errors ---- */
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+	*n = 1;
+	return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d)
+{
+	if (d != 0)
+		return fail(cudaErrorInvalidDevice, "cudaSetDevice", "no device %d", d);
+	cur_device = d;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d)
+{
+	*d = cur_device;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
+{
+	if (d != 0)
+		return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties", "no device %d", d);
+	memset(p, 0, sizeof *p);
+	snprintf(p->name, sizeof p->name, "mgt CUDA simulator");
+	p->totalGlobalMem = (size_t)16 << 30;
+	p->sharedMemPerBlock = 48 * 1024;
+	p->sharedMemPerBlockOptin = 99 * 1024;
+	p->regsPerBlock = 65536;
+	p->warpSize = 32;
+	p->maxThreadsPerBlock = 1024;
+	p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+	p->maxThreadsDim[2] = 64;
+	p->maxGridSize[0] = 2147483647;
+	p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+	p->major = 8;
+	p->minor = 0;
+	p->multiProcessorCount = 2;
+	p->maxThreadsPerMultiProcessor = 2048;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = last_err;
+	last_err = cudaSuccess;
+	return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return last_err; }
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess: return "no error (simulated)";
+	case cudaErrorInvalidValue: return "invalid argument (simulated)";
+	case cudaErrorMemoryAllocation: return "out of memory (simulated)";
+	case cudaErrorInvalidConfiguration: return "invalid configuration argument (simulated)";
+	case cudaErrorInvalidDevice: return "invalid device ordinal (simulated)";
+	case cudaErrorInvalidDevicePointer: return "invalid device pointer (simulated)";
+	case cudaErrorInvalidResourceHandle: return "invalid resource handle (simulated)";
+	case cudaErrorInvalidDeviceFunction: return "invalid device function (simulated)";
+	default: return "CUDA error (simulated)";
+	}
+}
+
+const char *cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
+
+/* ---- memory ---- */
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+	void *q = NULL;
+	*p = NULL;
+	if (bytes == 0)
+		return cudaSuccess;
+	if (posix_memalign(&q, 256, bytes) != 0)
+		return fail(cudaErrorMemoryAllocation, "cudaMalloc", "%zu bytes", bytes);
+	memset(q, 0xFF, bytes);
+	std::lock_guard<std::mutex> lk(mu);
+	allocs[(uintptr_t)q] = bytes;
+	*p = q;
+	return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+	if (!p)
+		return cudaSuccess;
+	std::lock_guard<std::mutex> lk(mu);
+	auto it = allocs.find((uintptr_t)p);
+	if (it == allocs.end())
+		return fail(cudaErrorInvalidDevicePointer, "cudaFree", "%p is not an allocation", p);
+	allocs.erase(it);
+	free(p);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
+{
+	*free_b = (size_t)15 << 30;
+	*total = (size_t)16 << 30;
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
+{
+	if (!stream_ok(s))
+		return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync", "bad stream");
+	if (n && !is_device(p, n))
+		return fail(cudaErrorInvalidValue, "cudaMemsetAsync",
+			    "[%p, +%zu) is not inside one device allocation", p, n);
+	memset(p, v, n);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, 0); }
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
+			    cudaStream_t s)
+{
+	static const char fn[] = "cudaMemcpyAsync";
+	if (!stream_ok(s))
+		return fail(cudaErrorInvalidResourceHandle, fn, "bad stream");
+	if (!n)
+		return cudaSuccess;
+	const bool dd = k == cudaMemcpyDeviceToDevice || k == cudaMemcpyHostToDevice;
+	const bool sd = k == cudaMemcpyDeviceToDevice || k == cudaMemcpyDeviceToHost;
+	if (k == cudaMemcpyDefault || k == cudaMemcpyHostToHost)
+		return fail(cudaErrorInvalidValue, fn, "kind %d not simulated", (int)k);
+	if (dd ? !is_device(dst, n) : touches_device(dst))
+		return fail(cudaErrorInvalidValue, fn, "destination [%p, +%zu) is %s device memory (kind %d)",
+			    dst, n, dd ? "not inside" : "", (int)k);
+	if (sd ? !is_device(src, n) : touches_device(src))
+		return fail(cudaErrorInvalidValue, fn, "source [%p, +%zu) is %s device memory (kind %d)", src,
+			    n, sd ? "not inside" : "", (int)k);
+	memmove(dst, src, n);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
+{
+	return cudaMemcpyAsync(dst, src, n, k, 0);
+}
+
+/* ---- streams: tokens ---- */
+
+struct CUstream_st {
+	unsigned magic;
+};
+
+namespace {
+const unsigned STREAM_MAGIC = 0x5717EA4u;
+bool stream_ok(cudaStream_t s) { return !s || s->magic == STREAM_MAGIC; }
+} // namespace
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+	(void)flags;
+	*s = new CUstream_st{STREAM_MAGIC};
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	if (!s || !stream_ok(s))
+		return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy", "bad stream");
+	s->magic = 0;
+	delete s;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	if (!stream_ok(s))
+		return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize", "bad stream");
+	return cudaSuccess;
+}
+
+/* ================= cuBLASLt ================= */
+
+struct cublasLtContext {
+	unsigned magic;
+};
+struct cublasLtMatmulDescOpaque_st_sim {
+	cublasComputeType_t compute;
+	cudaDataType_t scale;
+	int32_t ta, tb;
+	uint32_t epi;
+	const void *bias;
+	int32_t bias_t; /* -1: D's type */
+};
+struct cublasLtMatrixLayoutOpaque_st_sim {
+	cudaDataType_t t;
+	uint64_t rows, cols;
+	int64_t ld;
+};
+struct cublasLtMatmulPreferenceOpaque_st_sim {
+	uint64_t ws;
+	uint32_t align[4]; /* A, B, C, D */
+};
+
+namespace {
+
+typedef cublasLtMatmulDescOpaque_st_sim desc_t;
+typedef cublasLtMatrixLayoutOpaque_st_sim layout_t;
+typedef cublasLtMatmulPreferenceOpaque_st_sim pref_t;
+
+/* The opaque structs of cublasLt.h are fixed-size buffers: ours live in them. */
+static_assert(sizeof(desc_t) <= sizeof(cublasLtMatmulDescOpaque_t), "desc fits");
+static_assert(sizeof(layout_t) <= sizeof(cublasLtMatrixLayoutOpaque_t), "layout fits");
+static_assert(sizeof(pref_t) <= sizeof(cublasLtMatmulPreferenceOpaque_t), "pref fits");
+
+desc_t *D_(cublasLtMatmulDesc_t d) { return reinterpret_cast<desc_t *>(d); }
+layout_t *L_(cublasLtMatrixLayout_t l) { return reinterpret_cast<layout_t *>(l); }
+pref_t *P_(cublasLtMatmulPreference_t p) { return reinterpret_cast<pref_t *>(p); }
+
+/* The algorithm: cublasLtMatmulAlgo_t's data holds a tag and the alignments it assumes. */
+const uint64_t ALGO_TAG = 0x6d67742d73696dull;
+
+cublasStatus_t lt_fail(const char *fn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+cublasStatus_t lt_fail(const char *fn, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "cuda sim: %s: ", fn);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	return CUBLAS_STATUS_INVALID_VALUE;
+}
+
+template <typename T> cublasStatus_t get_attr(const char *fn, T *dst, const void *v, size_t n, int a)
+{
+	if (n != sizeof *dst || !v)
+		return lt_fail(fn, "attribute %d: %zu bytes given, %zu expected", a, n, sizeof *dst);
+	memcpy(dst, v, sizeof *dst);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+bool ab_type(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F; }
+size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+float load(const void *p, cudaDataType_t t, size_t i)
+{
+	if (t == CUDA_R_32F)
+		return static_cast<const float *>(p)[i];
+	const uint16_t h = static_cast<const uint16_t *>(p)[i];
+	return t == CUDA_R_16BF ? __uint_as_float((uint32_t)h << 16) : mgt_sim_h2f(h);
+}
+
+/* Shapes and types of a product; m, n, k out. */
+cublasStatus_t check_shapes(const char *fn, const desc_t *d, const layout_t *a, const layout_t *b,
+			    const layout_t *c, const layout_t *dd, uint64_t *m, uint64_t *n,
+			    uint64_t *k)
+{
+	if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
+		return lt_fail(fn, "compute type %d / scale type %d not simulated", (int)d->compute,
+			       (int)d->scale);
+	if (!ab_type(a->t) || a->t != b->t || c->t != CUDA_R_32F || dd->t != CUDA_R_32F)
+		return lt_fail(fn, "types A %d B %d C %d D %d not simulated", (int)a->t, (int)b->t,
+			       (int)c->t, (int)dd->t);
+	if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && d->epi != CUBLASLT_EPILOGUE_BIAS)
+		return lt_fail(fn, "epilogue %u not simulated", d->epi);
+	if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_t != -1 && d->bias_t != CUDA_R_32F)
+		return lt_fail(fn, "bias type %d with fp32 D", d->bias_t);
+	*m = dd->rows;
+	*n = dd->cols;
+	*k = d->ta ? a->rows : a->cols;
+	const uint64_t am = d->ta ? a->cols : a->rows;
+	const uint64_t bk = d->tb ? b->cols : b->rows, bn = d->tb ? b->rows : b->cols;
+	if (am != *m || bk != *k || bn != *n || c->rows != *m || c->cols != *n)
+		return lt_fail(fn,
+			       "shapes disagree: op(A) %llu x %llu, op(B) %llu x %llu, C %llu x %llu, "
+			       "D %llu x %llu",
+			       (unsigned long long)am, (unsigned long long)*k, (unsigned long long)bk,
+			       (unsigned long long)bn, (unsigned long long)c->rows,
+			       (unsigned long long)c->cols, (unsigned long long)*m,
+			       (unsigned long long)*n);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+bool aligned(const void *p, uint32_t a) { return !p || a <= 1 || (uintptr_t)p % a == 0; }
+
+/* Column-major matrix l at p lies inside one device allocation. */
+bool inside(const void *p, const layout_t *l)
+{
+	if (!l->rows || !l->cols)
+		return true;
+	return is_device(p, ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * type_bytes(l->t));
+}
+
+} // namespace
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
+{
+	*h = new cublasLtContext{0x17};
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h)
+{
+	if (!h)
+		return CUBLAS_STATUS_NOT_INITIALIZED;
+	delete h;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasLtGetStatusString(cublasStatus_t s)
+{
+	switch (s) {
+	case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS (simulated)";
+	case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE (simulated)";
+	case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED (simulated)";
+	case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED (simulated)";
+	default: return "cuBLAS error (simulated)";
+	}
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct,
+					cudaDataType_t st)
+{
+	desc_t *x = new desc_t();
+	x->compute = ct;
+	x->scale = st;
+	x->ta = x->tb = CUBLAS_OP_N;
+	x->epi = CUBLASLT_EPILOGUE_DEFAULT;
+	x->bias = NULL;
+	x->bias_t = -1;
+	*d = reinterpret_cast<cublasLtMatmulDesc_t>(x);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d)
+{
+	delete D_(d);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+					      cublasLtMatmulDescAttributes_t a, const void *v,
+					      size_t n)
+{
+	static const char fn[] = "cublasLtMatmulDescSetAttribute";
+	desc_t *x = D_(d);
+	cublasStatus_t s;
+	switch (a) {
+	case CUBLASLT_MATMUL_DESC_TRANSA:
+	case CUBLASLT_MATMUL_DESC_TRANSB: {
+		int32_t op = 0;
+		if ((s = get_attr(fn, &op, v, n, a)) != CUBLAS_STATUS_SUCCESS)
+			return s;
+		if (op != CUBLAS_OP_N && op != CUBLAS_OP_T)
+			return lt_fail(fn, "operation %d not simulated", op);
+		(a == CUBLASLT_MATMUL_DESC_TRANSA ? x->ta : x->tb) = op == CUBLAS_OP_T;
+		return CUBLAS_STATUS_SUCCESS;
+	}
+	case CUBLASLT_MATMUL_DESC_EPILOGUE: return get_attr(fn, &x->epi, v, n, a);
+	case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return get_attr(fn, &x->bias, v, n, a);
+	case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return get_attr(fn, &x->bias_t, v, n, a);
+	default: return lt_fail(fn, "attribute %d not simulated", (int)a);
+	}
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows,
+					  uint64_t cols, int64_t ld)
+{
+	if (ld < 1 || (uint64_t)ld < rows)
+		return lt_fail("cublasLtMatrixLayoutCreate", "ld %lld < rows %llu", (long long)ld,
+			       (unsigned long long)rows);
+	layout_t *x = new layout_t{t, rows, cols, ld};
+	*l = reinterpret_cast<cublasLtMatrixLayout_t>(x);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l)
+{
+	delete L_(l);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+	pref_t *x = new pref_t{0, {256, 256, 256, 256}};
+	*p = reinterpret_cast<cublasLtMatmulPreference_t>(x);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p)
+{
+	delete P_(p);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+						    cublasLtMatmulPreferenceAttributes_t a,
+						    const void *v, size_t n)
+{
+	static const char fn[] = "cublasLtMatmulPreferenceSetAttribute";
+	pref_t *x = P_(p);
+	switch (a) {
+	case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: return get_attr(fn, &x->ws, v, n, a);
+	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: return get_attr(fn, &x->align[0], v, n, a);
+	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: return get_attr(fn, &x->align[1], v, n, a);
+	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: return get_attr(fn, &x->align[2], v, n, a);
+	case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: return get_attr(fn, &x->align[3], v, n, a);
+	default: return lt_fail(fn, "attribute %d not simulated", (int)a);
+	}
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+					      cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+					      cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,
+					      cublasLtMatmulPreference_t p, int req,
+					      cublasLtMatmulHeuristicResult_t res[], int *nres)
+{
+	uint64_t m, n, k;
+	*nres = 0;
+	if (!h || req < 1)
+		return lt_fail("cublasLtMatmulAlgoGetHeuristic", "no handle or no room for results");
+	cublasStatus_t s = check_shapes("cublasLtMatmulAlgoGetHeuristic", D_(d), L_(a), L_(b), L_(c),
+					L_(dd), &m, &n, &k);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return s;
+	memset(&res[0], 0, sizeof res[0]);
+	uint64_t data[8] = {ALGO_TAG};
+	memcpy(&data[1], P_(p)->align, sizeof P_(p)->align);
+	static_assert(sizeof data <= sizeof res[0].algo.data, "algo data");
+	memcpy(res[0].algo.data, data, sizeof data);
+	res[0].workspaceSize = 0;
+	res[0].state = CUBLAS_STATUS_SUCCESS;
+	res[0].wavesCount = 1.0f;
+	*nres = 1;
+	return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha,
+			      const void *A, cublasLtMatrixLayout_t Ad, const void *B,
+			      cublasLtMatrixLayout_t Bd, const void *beta, const void *C,
+			      cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
+			      const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsb,
+			      cudaStream_t st)
+{
+	static const char fn[] = "cublasLtMatmul";
+	const desc_t *d = D_(desc);
+	const layout_t *la = L_(Ad), *lb = L_(Bd), *lc = L_(Cd), *ld = L_(Dd);
+	uint64_t m, n, k, data[8];
+	(void)ws, (void)wsb;
+	if (!h || !stream_ok(st))
+		return lt_fail(fn, "bad handle or stream");
+	cublasStatus_t s = check_shapes(fn, d, la, lb, lc, ld, &m, &n, &k);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return s;
+	if (algo) {
+		memcpy(data, algo->data, sizeof data);
+		if (data[0] != ALGO_TAG)
+			return lt_fail(fn, "the algorithm is not one the heuristic gave");
+		const uint32_t *al = reinterpret_cast<const uint32_t *>(&data[1]);
+		if (!aligned(A, al[0]) || !aligned(B, al[1]) || !aligned(C, al[2]) || !aligned(D, al[3]))
+			return lt_fail(fn, "pointers A %p B %p C %p D %p less aligned than the algorithm's "
+				       "%u %u %u %u bytes", A, B, C, D, al[0], al[1], al[2], al[3]);
+	}
+	const bool epi_bias = d->epi == CUBLASLT_EPILOGUE_BIAS;
+	if (epi_bias && !d->bias)
+		return lt_fail(fn, "BIAS epilogue without a bias pointer");
+	if (!inside(A, la) || !inside(B, lb) || !inside(D, ld) ||
+	    (epi_bias && !is_device(d->bias, m * sizeof(float))))
+		return lt_fail(fn, "an operand is not inside a device allocation");
+	const float al = *static_cast<const float *>(alpha), be = *static_cast<const float *>(beta);
+	if (be != 0.0f && !inside(C, lc))
+		return lt_fail(fn, "C is not inside a device allocation");
+	const float *bias = static_cast<const float *>(d->bias);
+	float *out = static_cast<float *>(D);
+	for (uint64_t j = 0; j < n; j++)
+		for (uint64_t i = 0; i < m; i++) {
+			float acc = 0.0f;
+			for (uint64_t q = 0; q < k; q++) {
+				const size_t ai = d->ta ? i * la->ld + q : q * la->ld + i;
+				const size_t bi = d->tb ? q * lb->ld + j : j * lb->ld + q;
+				acc = fmaf(load(A, la->t, ai), load(B, lb->t, bi), acc);
+			}
+			float v = al * acc;
+			if (be != 0.0f)
+				v += be * static_cast<const float *>(C)[j * lc->ld + i];
+			if (epi_bias)
+				v += bias[i];
+			out[j * ld->ld + i] = v;
+		}
+	return CUBLAS_STATUS_SUCCESS;
+}
