@@ -96,7 +96,7 @@ UNITS    = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ     = $(FUZZ_SRC:tests/fuzz/%.c=$(B)/fuzz/%)
 
-.PHONY: all check check-unit check-cli demo bench install clean deps bundle check-gpu bench-gpu gpu-progs
+.PHONY: all check check-unit check-cli demo bench install clean deps bundle check-gpu bench-gpu gpu-progs device-pack
 all: $(PROGS)
 
 $(B)/.deps-ok: contrib/install-deps.sh
@@ -258,6 +258,14 @@ bundle:
 	$(MAKE) B=build/bundle BIN=build/bundle/bin BUNDLE=1 MPI=0 DEPS=$(DEPS) CUDA=$(CUDA) \
 	  $(CMD_SRC:cmd/%.c=build/bundle/bin/%) build/bundle/tests/gpu/test_cuda_ops build/bundle/bench/gemm_ceiling
 	sh contrib/bundle.sh build/bundle dist/mgt-bundle
+
+# For the device tool: the bundle's programs, xz-compressed, in the ignored folder .device/ (carry
+# it; tests/gpu/device-run.sh unpacks and runs there).
+device-pack: bundle
+	mkdir -p .device
+	cd dist && tar cf - mgt-bundle/bin mgt-bundle/libexec mgt-bundle/env.sh | xz -T2 -6 >../.device/mgt-bundle.tar.xz.tmp
+	mv .device/mgt-bundle.tar.xz.tmp .device/mgt-bundle.tar.xz
+	@ls -l .device/mgt-bundle.tar.xz
 
 clean:
 	rm -rf $(B) bin dist

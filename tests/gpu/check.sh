@@ -40,7 +40,7 @@
 #
 # Prints "ok - ..." / "not ok - ..." per check and a summary; exits 0 when all passed, 1 on any
 # failure, 77 without a CUDA device.  Logs and metrics of every run are kept in the work directory
-# on failure (KEEP=1 always), and copied to $OUT/check-gpu when $OUT is set.
+# on failure (KEEP=1 always), and copied to $OUT (two files) when $OUT is set.
 # Environment: MGT_BIN (directory with mgt-train; default bin/, else build/bundle/bin),
 # TEST_CUDA_OPS (default build/tests/gpu/test_cuda_ops, else build/bundle/tests/gpu/...),
 # PY (python3 with numpy and h5py), ITERS (50), MODELS ("tiny-gpt2 tiny-llama"), SKIP_OPS=1.
@@ -83,9 +83,10 @@ finish() {
 	grep '^not ok' "$RES" | sed 's/^/  /'
 	echo "$np passed, $nf failed"
 	if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-		mkdir -p "$OUT/check-gpu"
-		cp "$W"/*.log "$W"/*.jsonl "$W"/*.txt "$RES" "$OUT/check-gpu/" 2>/dev/null
-		echo "logs copied to $OUT/check-gpu"
+		# the device tool returns at most 8 files: the summary, and every log in one archive
+		cp "$RES" "$OUT/check-gpu-results.txt" 2>/dev/null
+		(cd "$W" && tar czf "$OUT/check-gpu-logs.tar.gz" ./*.log ./*.jsonl ./*.txt 2>/dev/null)
+		echo "results and logs copied to $OUT (check-gpu-results.txt, check-gpu-logs.tar.gz)"
 	fi
 	if [ "$nf" != 0 ] || [ "${KEEP:-0}" = 1 ]; then
 		rm -f "$W"/*.h5
