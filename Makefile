@@ -135,7 +135,7 @@ $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libmgt.a
 	$(say) LINK $@
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< tests/fuzz/replay.c $(B)/libmgt.a $(LIBS) -o $@
 
-check: check-unit check-cli check-sim
+check: check-unit check-sim check-cli
 
 check-unit: $(PROGS) $(UNITS) $(FUZZ)
 	@set -e; for t in $(UNITS); do echo "== $$t"; $$t; done
@@ -185,7 +185,8 @@ check-gpu: $(PROGS) $(GPU_TEST)
 bench-gpu: $(PROGS) $(GPU_BENCH)
 	MGT_BIN=$(abspath $(BIN)) GEMM_CEILING=$(abspath $(GPU_BENCH)) sh tests/bench/gpu.sh $(BENCH_DATA)
 
-# ---- check-sim (part of check): tests/gpu/test_cuda_ops.c with MGT_TEST_SMALL=1 on a CPU
+# ---- check-sim (part of check): tests/gpu/test_cuda_ops.c with MGT_TEST_SMALL=1, and mgt-train
+# against the CPU (tests/sim/train.sh), on a CPU
 # simulation of CUDA (tests/sim/): kernels/*.cu compiled as host C++ against tests/sim/cuda_sim.h,
 # lib/backend/cuda*.c against the toolkit's headers, cudart and cuBLASLt replaced by
 # tests/sim/sim_runtime.cc; the reference is the CPU backend of a libmgt.a built without CUDA
@@ -198,6 +199,8 @@ SIM_HDR  = tests/sim/cuda_sim.h tests/sim/wmma_sim.h
 SIM_KOBJ = $(patsubst kernels/%.cu,$(SIM_B)/k_%.o,$(wildcard kernels/*.cu))
 SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o
 SIM_TEST = $(SIM_B)/test_cuda_ops_sim
+SIM_TRAIN = $(SIM_B)/mgt-train
+SIM_CMD  = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/cmd,$(B)/cmd)
 SIM_CC   = $(CC) -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Ilib -Icmd -Ikernels -isystem $(CUDA_HOME)/include $(CFLAGS)
 SIM_CXX  = g++ -std=c++17 -pthread $(WARN) -Wno-unused-function -Wno-unknown-pragmas -fno-strict-aliasing \
            -isystem $(CUDA_HOME)/include -Ikernels -Ilib $(CFLAGS)
@@ -208,8 +211,9 @@ ifeq ($(SIM_OK),)
 check-sim:
 	@echo "check-sim: skipped (needs g++ and $(CUDA_HOME)/include; not run under SANITIZE)"
 else
-check-sim: $(SIM_TEST)
+check-sim: $(SIM_TEST) $(SIM_TRAIN) $(PROGS)
 	MGT_TEST_SMALL=1 $(SIM_TEST)
+	SIM_TRAIN=$(abspath $(SIM_TRAIN)) CPU_TRAIN=$(abspath $(BIN)/mgt-train) sh tests/sim/train.sh
 endif
 
 $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o: $(SIM_B)/%.o: lib/backend/%.c $(wildcard lib/*/*.h kernels/*.h)
@@ -237,11 +241,17 @@ $(SIM_TEST): $(SIM_B)/test_cuda_ops.o $(SIM_OBJ) $(SIM_HOST)
 	$(say) LINK $@
 	$(Q)g++ $(CFLAGS) $(LDFLAGS) $(SIM_B)/test_cuda_ops.o $(SIM_OBJ) $(SIM_HOST) $(SIM_LIBS) -o $@
 
+# mgt-train on the simulated CUDA backend (tests/sim/train.sh trains with it)
+$(SIM_TRAIN): $(SIM_CMD)/mgt-train.o $(SIM_CMD)/cli.o $(SIM_OBJ) $(SIM_HOST)
+	$(say) LINK $@
+	$(Q)g++ $(CFLAGS) $(LDFLAGS) $(SIM_CMD)/mgt-train.o $(SIM_CMD)/cli.o $(SIM_OBJ) $(SIM_HOST) $(SIM_LIBS) -o $@
+
 ifeq ($(CUDA),1)
 .PHONY: sim-host-lib
-$(SIM_B)/host/libmgt.a: sim-host-lib
+$(SIM_B)/host/libmgt.a $(SIM_B)/host/cmd/mgt-train.o $(SIM_B)/host/cmd/cli.o: sim-host-lib
 sim-host-lib:
-	$(Q)$(MAKE) --no-print-directory CUDA=0 MPI=$(MPI) DEPS=0 B=$(SIM_B)/host $(SIM_B)/host/libmgt.a
+	$(Q)$(MAKE) --no-print-directory CUDA=0 MPI=$(MPI) DEPS=0 B=$(SIM_B)/host $(SIM_B)/host/libmgt.a \
+	  $(SIM_B)/host/cmd/mgt-train.o $(SIM_B)/host/cmd/cli.o
 endif
 
 # The bundle: the same programs built without MPI into build/bundle, with HDF5 (and its szip/

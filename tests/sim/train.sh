@@ -1,0 +1,56 @@
+#!/bin/sh
+# tests/sim/train.sh (make check-sim): mgt-train on the simulated CUDA backend ($SIM_TRAIN: the
+# real trainer, lib/backend/cuda*.c and kernels/*.cu on tests/sim's CPU simulation of CUDA)
+# against the CPU backend ($CPU_TRAIN), on a small GPT with dropout:
+#   1. --device cuda fp32, 2 iterations: losses and gradient norms within 1e-5 of the CPU's;
+#      it saves a checkpoint (from device memory) that the CPU then resumes: iterations 3-4
+#      within 1e-5 of the CPU's uninterrupted run;
+#   2. --device cuda --bf16 against the CPU --bf16 (tensor-core attention on the GPU side):
+#      within 1e-2;
+#   3. the memory line reports the device memory the backend allocated.
+# The simulation runs every CUDA thread as a host thread: a few seconds per iteration.
+# Prints "ok - ..." / "not ok - ..." and "N passed, M failed"; exits 1 on a failure.
+set -u
+W=$(mktemp -d "${TMPDIR:-/tmp}/mgt-sim-train.XXXXXX") || exit 1
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+A="--model $ROOT/share/mgt/models/tiny-gpt2.json --num-layers 2 --hidden-size 64 --num-attention-heads 2
+ --mock-data --tokenizer-type NullTokenizer --vocab-size 256 --seq-length 16 --micro-batch-size 1
+ --global-batch-size 2 --lr 1e-3 --lr-warmup-iters 0 --lr-decay-style constant --log-interval 1
+ --eval-interval 0 --threads 1"
+pass=0 fail=0
+check() { # check DESC COMMAND...
+	d=$1; shift
+	if "$@"; then echo "ok - $d"; pass=$((pass + 1)); else echo "not ok - $d"; fail=$((fail + 1)); fi
+}
+run() { # run NAME BINARY ARGS...: metrics in NAME.jsonl, log in NAME.log
+	n=$1 b=$2; shift 2
+	"$b" $A --metrics-file "$W/$n.jsonl" "$@" >"$W/$n.log" 2>&1 || { echo "# $n: exit $?"; tail -3 "$W/$n.log"; return 1; }
+}
+# close A B TOL [FROM]: lm_loss and grad_norm of B's iterations (>= FROM) within TOL of A's
+close() {
+	$PY - "$W/$1.jsonl" "$W/$2.jsonl" "$3" "${4:-1}" <<'PY'
+import json, sys
+def L(f): return {o["iteration"]: o for o in map(json.loads, open(f)) if "lm_loss" in o}
+a, b, tol, lo = L(sys.argv[1]), L(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+its = sorted(i for i in b if i >= lo)
+if not its or any(i not in a for i in its): sys.exit(f"# iterations {sorted(b)} vs {sorted(a)}")
+d = max(abs(b[i][k] - a[i][k]) / abs(a[i][k]) for i in its for k in ("lm_loss", "grad_norm"))
+print(f"# {sys.argv[2].split('/')[-1]}: max relative difference {d:.2e} (tolerance {tol:g})")
+sys.exit(d > tol)
+PY
+}
+cd "$W" || exit 1
+check "cpu fp32, 4 iterations" run cpu "$CPU_TRAIN" --device cpu --train-iters 4
+check "simulated cuda fp32, 2 iterations, saving" run sim "$SIM_TRAIN" --device cuda --train-iters 4 --exit-interval 2 --save ck
+check "simulated cuda fp32 = cpu fp32 (1e-5)" close cpu sim 1e-5
+check "cpu resumes the checkpoint the simulated GPU saved" run resumed "$CPU_TRAIN" --device cpu --train-iters 4 --load ck
+check "resumed iterations 3-4 = uninterrupted cpu run (1e-5)" close cpu resumed 1e-5 3
+check "memory line reports device memory" grep -q "peak device memory" "$W/sim.log"
+check "cpu --bf16, 2 iterations" run cpub "$CPU_TRAIN" --device cpu --train-iters 2 --bf16
+check "simulated cuda --bf16, 2 iterations" run simb "$SIM_TRAIN" --device cuda --train-iters 2 --bf16
+check "simulated cuda --bf16 = cpu --bf16 (1e-2)" close cpub simb 1e-2
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ] && rm -rf "$W"
+[ "$fail" = 0 ]
