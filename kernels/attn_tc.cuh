@@ -203,6 +203,42 @@ static __device__ __forceinline__ void write_rows(float *dst, const frag_c (&f)[
 }
 
 /* ---- forward ---- */
+/* The warp's two score-like products of one backward step, stored row-major (leading dimension
+ * ldc) to c1 and c2: C1 = A1 B1^T and C2 = A2 B2^T, where A1, A2 are the warp's 16 rows of two
+ * shared tiles (a1, a2, leading dimension LD) and B1, B2 the NF * 16 rows of two others, over the
+ * DF 16-wide slices of the head dimension.  dK/dV uses it for S^T = K Q^T and dP^T = V dO^T, dQ
+ * for S = Q K^T and dP = dO V^T. */
+template <typename T, int NF, int DF, int LD>
+static __device__ __forceinline__ void warp_products2(float *c1, float *c2, int ldc, const T *a1, const T *a2,
+						      const T *b1, const T *b2)
+{
+	frag_c f1[NF], f2[NF];
+#pragma unroll
+	for (int c = 0; c < NF; c++) {
+		wmma::fill_fragment(f1[c], 0.0f);
+		wmma::fill_fragment(f2[c], 0.0f);
+	}
+#pragma unroll 1
+	for (int kk = 0; kk < DF; kk++) {
+		frag_a<T> x1, x2;
+		wmma::load_matrix_sync(x1, a1 + kk * 16, LD);
+		wmma::load_matrix_sync(x2, a2 + kk * 16, LD);
+#pragma unroll
+		for (int c = 0; c < NF; c++) {
+			frag_bt<T> y1, y2;
+			wmma::load_matrix_sync(y1, b1 + c * 16 * LD + kk * 16, LD);
+			wmma::mma_sync(f1[c], x1, y1, f1[c]);
+			wmma::load_matrix_sync(y2, b2 + c * 16 * LD + kk * 16, LD);
+			wmma::mma_sync(f2[c], x2, y2, f2[c]);
+		}
+	}
+#pragma unroll
+	for (int c = 0; c < NF; c++) {
+		wmma::store_matrix_sync(c1 + c * 16, f1[c], ldc, wmma::mem_row_major);
+		wmma::store_matrix_sync(c2 + c * 16, f2[c], ldc, wmma::mem_row_major);
+	}
+}
+
 template <typename T, int DM>
 __global__ void __launch_bounds__(NTC, 1) fwd_tc_kernel(geom G, float *out, float *lse,
 						     const float *qkv, int vec)
@@ -382,33 +418,7 @@ __global__ void __launch_bounds__(NTC, 1) dkdv_tc_kernel(geom G, float *dqkv, co
 			load_vec<BQ>(Ds, D + vec_off(G, j, n), q0, G.s);
 			__syncthreads();
 			/* S^T = K Q^T, dP^T = V dO^T (the warp's 16 keys x BQ queries) */
-			{
-				frag_c sf[QF], pf[QF];
-#pragma unroll
-				for (int c = 0; c < QF; c++) {
-					wmma::fill_fragment(sf[c], 0.0f);
-					wmma::fill_fragment(pf[c], 0.0f);
-				}
-#pragma unroll 1
-				for (int kk = 0; kk < DF; kk++) {
-					frag_a<T> ka, va;
-					wmma::load_matrix_sync(ka, Ks + w * 16 * LD + kk * 16, LD);
-					wmma::load_matrix_sync(va, Vs + w * 16 * LD + kk * 16, LD);
-#pragma unroll
-					for (int c = 0; c < QF; c++) {
-						frag_bt<T> qb, ob;
-						wmma::load_matrix_sync(qb, Qs + c * 16 * LD + kk * 16, LD);
-						wmma::mma_sync(sf[c], ka, qb, sf[c]);
-						wmma::load_matrix_sync(ob, dOs + c * 16 * LD + kk * 16, LD);
-						wmma::mma_sync(pf[c], va, ob, pf[c]);
-					}
-				}
-#pragma unroll
-				for (int c = 0; c < QF; c++) {
-					wmma::store_matrix_sync(Sw + c * 16, sf[c], SQ, wmma::mem_row_major);
-					wmma::store_matrix_sync(dPw + c * 16, pf[c], SQ, wmma::mem_row_major);
-				}
-			}
+			warp_products2<T, QF, DF, LD>(Sw, dPw, SQ, Ks + w * 16 * LD, Vs + w * 16 * LD, Qs, dOs);
 			__syncwarp();
 			/* Pd = P mu, dS = P (dP mu - D) on key row kr, query columns 8q + 4h + e */
 #pragma unroll 2
@@ -509,33 +519,7 @@ __global__ void __launch_bounds__(NTC, 1) dq_tc_kernel(geom G, float *dqkv, cons
 		load_tile<T, DM, BK>(Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d, vec);
 		__syncthreads();
 		/* S = Q K^T, dP = dO V^T (the warp's 16 queries x BK keys) */
-		{
-			frag_c sf[KF], pf[KF];
-#pragma unroll
-			for (int c = 0; c < KF; c++) {
-				wmma::fill_fragment(sf[c], 0.0f);
-				wmma::fill_fragment(pf[c], 0.0f);
-			}
-#pragma unroll 1
-			for (int kk = 0; kk < DF; kk++) {
-				frag_a<T> qa, oa;
-				wmma::load_matrix_sync(qa, Qs + w * 16 * LD + kk * 16, LD);
-				wmma::load_matrix_sync(oa, dOs + w * 16 * LD + kk * 16, LD);
-#pragma unroll
-				for (int c = 0; c < KF; c++) {
-					frag_bt<T> kb, vb;
-					wmma::load_matrix_sync(kb, Ks + c * 16 * LD + kk * 16, LD);
-					wmma::mma_sync(sf[c], qa, kb, sf[c]);
-					wmma::load_matrix_sync(vb, Vs + c * 16 * LD + kk * 16, LD);
-					wmma::mma_sync(pf[c], oa, vb, pf[c]);
-				}
-			}
-#pragma unroll
-			for (int c = 0; c < KF; c++) {
-				wmma::store_matrix_sync(Sw + c * 16, sf[c], SK, wmma::mem_row_major);
-				wmma::store_matrix_sync(dPw + c * 16, pf[c], SK, wmma::mem_row_major);
-			}
-		}
+		warp_products2<T, KF, DF, LD>(Sw, dPw, SK, Qs + w * 16 * LD, dOs + w * 16 * LD, Ks, Vs);
 		__syncwarp();
 		/* dS on query row i, key columns 8q + 4h + e */
 		{
