@@ -202,7 +202,25 @@ static __device__ __forceinline__ void write_rows(float *dst, const frag_c (&f)[
 	}
 }
 
-/* ---- forward ---- */
+/* acc[c] += A B[:, 16c : 16c + 16] for the warp's 16 rows: A is 16 x 16*KT (16-bit, row-major,
+ * leading dimension lda), B is 16*KT x 16*DF (row-major, leading dimension LD).  The forward's
+ * O += P V and the backward's dV += Pd^T dO, dK += dS^T Q, dQ += dS K. */
+template <typename T, int KT, int DF, int LD>
+static __device__ __forceinline__ void warp_accum(frag_c (&acc)[DF], const T *a, int lda, const T *b)
+{
+#pragma unroll 1
+	for (int kk = 0; kk < KT; kk++) {
+		frag_a<T> x;
+		wmma::load_matrix_sync(x, a + kk * 16, lda);
+#pragma unroll
+		for (int c = 0; c < DF; c++) {
+			frag_b<T> y;
+			wmma::load_matrix_sync(y, b + kk * 16 * LD + c * 16, LD);
+			wmma::mma_sync(acc[c], x, y, acc[c]);
+		}
+	}
+}
+
 /* The warp's two score-like products of one backward step, stored row-major (leading dimension
  * ldc) to c1 and c2: C1 = A1 B1^T and C2 = A2 B2^T, where A1, A2 are the warp's 16 rows of two
  * shared tiles (a1, a2, leading dimension LD) and B1, B2 the NF * 16 rows of two others, over the
@@ -239,6 +257,7 @@ static __device__ __forceinline__ void warp_products2(float *c1, float *c2, int 
 	}
 }
 
+/* ---- forward ---- */
 template <typename T, int DM>
 __global__ void __launch_bounds__(NTC, 1) fwd_tc_kernel(geom G, float *out, float *lse,
 						     const float *qkv, int vec)
@@ -359,17 +378,7 @@ __global__ void __launch_bounds__(NTC, 1) fwd_tc_kernel(geom G, float *out, floa
 			}
 		}
 		/* O += P V */
-#pragma unroll 1
-		for (int kk = 0; kk < KF; kk++) {
-			frag_a<T> pa;
-			wmma::load_matrix_sync(pa, Pw + kk * 16, SL);
-#pragma unroll
-			for (int c = 0; c < DF; c++) {
-				frag_b<T> vb;
-				wmma::load_matrix_sync(vb, Vs + kk * 16 * LD + c * 16, LD);
-				wmma::mma_sync(of[c], pa, vb, of[c]);
-			}
-		}
+		warp_accum<T, KF, DF, LD>(of, Pw, SL, Vs);
 	}
 	__syncwarp(); /* the last rescale's loads are done before Sw is reused */
 	write_rows<DM>(out + out_off(G, j, n) + (size_t)(rowok ? i : 0) * G.ldo, of, Sw, rowok,
@@ -448,28 +457,8 @@ __global__ void __launch_bounds__(NTC, 1) dkdv_tc_kernel(geom G, float *dqkv, co
 			}
 			__syncwarp();
 			/* dV += Pd^T dO, dK += dS^T Q */
-#pragma unroll 1
-			for (int kk = 0; kk < QF; kk++) {
-				frag_a<T> pa;
-				wmma::load_matrix_sync(pa, Pw + kk * 16, SQ);
-#pragma unroll
-				for (int c = 0; c < DF; c++) {
-					frag_b<T> ob;
-					wmma::load_matrix_sync(ob, dOs + kk * 16 * LD + c * 16, LD);
-					wmma::mma_sync(dv[c], pa, ob, dv[c]);
-				}
-			}
-#pragma unroll 1
-			for (int kk = 0; kk < QF; kk++) {
-				frag_a<T> da;
-				wmma::load_matrix_sync(da, dSw + kk * 16, SQ);
-#pragma unroll
-				for (int c = 0; c < DF; c++) {
-					frag_b<T> qb;
-					wmma::load_matrix_sync(qb, Qs + kk * 16 * LD + c * 16, LD);
-					wmma::mma_sync(dk[c], da, qb, dk[c]);
-				}
-			}
+			warp_accum<T, QF, DF, LD>(dv, Pw, SQ, dOs);
+			warp_accum<T, QF, DF, LD>(dk, dSw, SQ, Qs);
 		}
 	}
 	const bool ok = kr < G.s;
@@ -546,17 +535,7 @@ __global__ void __launch_bounds__(NTC, 1) dq_tc_kernel(geom G, float *dqkv, cons
 		}
 		__syncwarp();
 		/* dQ += dS K */
-#pragma unroll 1
-		for (int kk = 0; kk < KF; kk++) {
-			frag_a<T> da;
-			wmma::load_matrix_sync(da, dSw + kk * 16, SK);
-#pragma unroll
-			for (int c = 0; c < DF; c++) {
-				frag_b<T> kb;
-				wmma::load_matrix_sync(kb, Ks + kk * 16 * LD + c * 16, LD);
-				wmma::mma_sync(dq[c], da, kb, dq[c]);
-			}
-		}
+		warp_accum<T, KF, DF, LD>(dq, dSw, SK, Ks);
 	}
 	write_rows<DM>(dqkv + qkv_off(G, j, g, n % G.r) + (size_t)(rowok ? i : 0) * G.ldq, dq, Sw,
 		       rowok, G.scale, G.d, vec != 0);

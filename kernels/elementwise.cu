@@ -163,6 +163,21 @@ static __device__ __forceinline__ float gelu_grad(float z)
 
 static __device__ __forceinline__ float sigmoid_f(float a) { return 1.0f / (1.0f + mgt_expf(-a)); }
 
+/* Group g of x (4 elements), plus the same group of b when b is given (the bias of the
+ * bias-activation fusion: x + b, or x itself without a bias). */
+static __device__ __forceinline__ void ld4_biased(const float *x, const float *b, size_t g, size_t n, bool vec,
+						  float v[4])
+{
+	mgt_ld4(x, g, n, vec, v);
+	if (!b)
+		return;
+	float bb[4];
+	mgt_ld4(b, g, n, vec, bb);
+#pragma unroll
+	for (int k = 0; k < 4; k++)
+		v[k] += bb[k];
+}
+
 /* Row t: GELU y = gelu(x + b) over f columns; SwiGLU y = silu(gate + b) * (up + b), x = [gate | up]. */
 static __global__ void bias_act_fwd_k(int act, float *y, const float *x, const float *b, int f,
 				      bool vec)
@@ -171,24 +186,18 @@ static __global__ void bias_act_fwd_k(int act, float *y, const float *x, const f
 	const float *xt = x + t * (act ? 2 * nf : nf);
 	float *yt = y + t * nf;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
-		float a[4], bb[4] = {0, 0, 0, 0}, o[4];
-		mgt_ld4(xt, g, nf, vec, a);
-		if (b)
-			mgt_ld4(b, g, nf, vec, bb);
+		float a[4], o[4];
+		ld4_biased(xt, b, g, nf, vec, a);
 		if (act == 0) {
 #pragma unroll
 			for (int k = 0; k < 4; k++)
-				o[k] = gelu_f(b ? a[k] + bb[k] : a[k]);
+				o[k] = gelu_f(a[k]);
 		} else {
-			float u[4], ub[4] = {0, 0, 0, 0};
-			mgt_ld4(xt + nf, g, nf, vec, u);
-			if (b)
-				mgt_ld4(b + nf, g, nf, vec, ub);
+			float u[4];
+			ld4_biased(xt + nf, b ? b + nf : NULL, g, nf, vec, u);
 #pragma unroll
-			for (int k = 0; k < 4; k++) {
-				float av = b ? a[k] + bb[k] : a[k], uv = b ? u[k] + ub[k] : u[k];
-				o[k] = av * sigmoid_f(av) * uv;
-			}
+			for (int k = 0; k < 4; k++)
+				o[k] = a[k] * sigmoid_f(a[k]) * u[k];
 		}
 		mgt_st4(yt, g, nf, vec, o);
 	}
@@ -212,25 +221,20 @@ static __global__ void bias_act_bwd_k(int act, float *dx, const float *dy, const
 	const float *xt = x + t * xw, *gt = dy + t * nf;
 	float *dxt = dx + t * xw;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
-		float a[4], bb[4] = {0, 0, 0, 0}, gg[4], o[4];
-		mgt_ld4(xt, g, nf, vec, a);
+		float a[4], gg[4], o[4];
+		ld4_biased(xt, b, g, nf, vec, a);
 		mgt_ld4(gt, g, nf, vec, gg);
-		if (b)
-			mgt_ld4(b, g, nf, vec, bb);
 		if (act == 0) {
 #pragma unroll
 			for (int k = 0; k < 4; k++)
-				o[k] = gg[k] * gelu_grad(b ? a[k] + bb[k] : a[k]);
+				o[k] = gg[k] * gelu_grad(a[k]);
 		} else {
-			float u[4], ub[4] = {0, 0, 0, 0}, o2[4];
-			mgt_ld4(xt + nf, g, nf, vec, u);
-			if (b)
-				mgt_ld4(b + nf, g, nf, vec, ub);
+			float u[4], o2[4];
+			ld4_biased(xt + nf, b ? b + nf : NULL, g, nf, vec, u);
 #pragma unroll
 			for (int k = 0; k < 4; k++) {
-				float av = b ? a[k] + bb[k] : a[k], uv = b ? u[k] + ub[k] : u[k];
-				float sg = sigmoid_f(av), silu = av * sg;
-				o[k] = gg[k] * uv * (sg * (1.0f + av * (1.0f - sg)));
+				float sg = sigmoid_f(a[k]), silu = a[k] * sg;
+				o[k] = gg[k] * u[k] * (sg * (1.0f + a[k] * (1.0f - sg)));
 				o2[k] = gg[k] * silu;
 			}
 			mgt_st4(dxt + nf, g, nf, vec, o2);
