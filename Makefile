@@ -197,13 +197,20 @@ SIM_OK   = $(if $(SANITIZE),,$(and $(shell command -v g++ 2>/dev/null),$(wildcar
 SIM_HOST = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/libmgt.a,$(B)/libmgt.a)
 SIM_HDR  = tests/sim/cuda_sim.h tests/sim/wmma_sim.h
 SIM_KOBJ = $(patsubst kernels/%.cu,$(SIM_B)/k_%.o,$(wildcard kernels/*.cu))
-SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o
+SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o \
+           $(SIM_B)/sim_mem.o
 SIM_TEST = $(SIM_B)/test_cuda_ops_sim
 SIM_TRAIN = $(SIM_B)/mgt-train
 SIM_CMD  = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/cmd,$(B)/cmd)
 SIM_CC   = $(CC) -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Ilib -Icmd -Ikernels -isystem $(CUDA_HOME)/include $(CFLAGS)
 SIM_CXX  = g++ -std=c++17 -pthread $(WARN) -Wno-unused-function -Wno-unknown-pragmas -fno-strict-aliasing \
            -isystem $(CUDA_HOME)/include -Ikernels -Ilib $(CFLAGS)
+# The kernels call tests/sim/sim_mem.cc on every load and store (the kernel-address sanitizer's
+# outline calls, with sim_mem.cc as their runtime); under SANITIZE=address they carry ASan's own
+# checks instead, and sim_mem.cc poisons its guards for ASan.
+SIM_ASAN = $(findstring address,$(SANITIZE))
+SIM_KFLAGS = $(if $(SIM_ASAN),-DMGT_SIM_ASAN,-fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 \
+             --param asan-stack=0 --param asan-globals=0 --param asan-use-after-return=0)
 SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
 
 .PHONY: check-sim
@@ -224,17 +231,17 @@ $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o: $(SIM_B)/%.o: lib/backend/%.c $(wildcard l
 $(SIM_B)/test_cuda_ops.o: tests/gpu/test_cuda_ops.c $(wildcard lib/*/*.h) tests/unit/check.h
 	@mkdir -p $(dir $@)
 	$(say) SIMCC $<
-	$(Q)$(SIM_CC) -c $< -o $@
+	$(Q)$(SIM_CC) -DMGT_CUDA_SIM -c $< -o $@
 
 $(SIM_KOBJ): $(SIM_B)/k_%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) $(SIM_HDR)
 	@mkdir -p $(dir $@)
 	$(say) SIMCXX $<
-	$(Q)$(SIM_CXX) -x c++ -include tests/sim/cuda_sim.h -DMGT_CUDA_SIM -c $< -o $@
+	$(Q)$(SIM_CXX) $(SIM_KFLAGS) -x c++ -include tests/sim/cuda_sim.h -DMGT_CUDA_SIM -c $< -o $@
 
-$(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o: $(SIM_B)/%.o: tests/sim/%.cc $(SIM_HDR)
+$(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o $(SIM_B)/sim_mem.o: $(SIM_B)/%.o: tests/sim/%.cc $(SIM_HDR)
 	@mkdir -p $(dir $@)
 	$(say) SIMCXX $<
-	$(Q)$(SIM_CXX) -c $< -o $@
+	$(Q)$(SIM_CXX) $(if $(SIM_ASAN),-DMGT_SIM_ASAN) -c $< -o $@
 
 # The simulated objects come first, so that libmgt.a's nocuda.o (mgt_backend_cuda_*) is not pulled.
 $(SIM_TEST): $(SIM_B)/test_cuda_ops.o $(SIM_OBJ) $(SIM_HOST)

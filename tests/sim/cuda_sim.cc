@@ -1,10 +1,11 @@
 /* tests/sim/cuda_sim.cc: the execution side of the CUDA simulator (tests/sim/cuda_sim.h says what
- * is simulated and what is not): launches, the thread pool, __syncthreads, warp shuffles,
- * dynamic shared memory, cudaFuncSetAttribute, the fp16/bf16 conversions.
+ * is simulated and what is not): launches, the block order, the thread pool, __syncthreads, warp
+ * shuffles, dynamic shared memory, cudaFuncSetAttribute, the fp16/bf16 conversions.
  *
- * A launch wakes blockDim threads of a persistent pool; they run the grid's blocks in order,
- * meeting at a gate between blocks whose last arriver sets up the next block (blockIdx, the
- * barriers, NaN in dynamic shared memory).  Barriers are futexes on a generation counter (Linux;
+ * A launch wakes blockDim threads of a persistent pool; they run the grid's blocks one at a time
+ * in the launch's order (forward, reversed or a seeded shuffle), meeting at a gate between
+ * blocks whose last arriver sets up the next block (blockIdx, the barriers, NaN in dynamic shared
+ * memory, the block sim_mem.cc attributes accesses to).  Barriers are futexes on a generation counter (Linux;
  * elsewhere a yield loop) so that hundreds of threads on two cores do not spin; a thread that
  * returns from the kernel leaves the block's barrier and its warp's. */
 #include "cuda_sim.h"
@@ -66,9 +67,12 @@ void fwake(std::atomic<uint32_t> *a)
 
 double hang_s()
 {
-	const char *e = getenv("MGT_SIM_HANG");
-	double s = e && *e ? atof(e) : 60.0;
-	return s > 0 ? s : 60.0;
+	static const double lim = [] {
+		const char *e = getenv("MGT_SIM_HANG");
+		double s = e && *e ? atof(e) : 60.0;
+		return s > 0 ? s : 60.0;
+	}();
+	return lim;
 }
 
 [[noreturn]] void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -122,6 +126,7 @@ struct launch {
 	unsigned nthreads, nblocks, next_block;
 	size_t smem;
 	float *dyn;
+	std::vector<unsigned> order; /* linear block indices in the order they run */
 };
 
 struct pool {
@@ -176,7 +181,8 @@ void next_block(void *)
 {
 	pool &p = P();
 	launch &L = p.L;
-	const unsigned b = L.next_block++;
+	const unsigned b = L.order[L.next_block++];
+	mgt_sim_mem_block(b, true);
 	blockIdx.x = b % gridDim.x;
 	blockIdx.y = b / gridDim.x % gridDim.y;
 	blockIdx.z = b / gridDim.x / gridDim.y;
@@ -220,6 +226,64 @@ void worker(unsigned tid)
 	}
 }
 
+/* ---- block order ---- */
+
+enum order_mode { FORWARD, REVERSE, SHUFFLE, MIXED };
+const char *const order_names[] = {"forward", "reverse", "shuffle", "mixed"};
+
+struct order_state {
+	order_mode mode = MIXED;
+	uint64_t rng = 0;
+	bool init = false;
+};
+
+uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+	z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ z >> 27) * 0x94D049BB133111EBull;
+	return z ^ z >> 31;
+}
+
+/* MGT_SIM_ORDER and MGT_SIM_SEED, read and printed at the first launch. */
+order_state &order_init()
+{
+	static order_state o;
+	if (o.init)
+		return o;
+	o.init = true;
+	const char *m = getenv("MGT_SIM_ORDER"), *sd = getenv("MGT_SIM_SEED");
+	if (m && *m) {
+		int k = 0;
+		while (k < 4 && strcmp(m, order_names[k]) != 0)
+			k++;
+		if (k == 4) {
+			fprintf(stderr, "cuda sim: MGT_SIM_ORDER=%s: expected forward, reverse, shuffle or mixed\n", m);
+			abort();
+		}
+		o.mode = (order_mode)k;
+	}
+	const uint64_t seed = sd && *sd ? strtoull(sd, NULL, 0)
+				       : ((uint64_t)time(NULL) << 20 ^ (uint64_t)getpid()) & 0xFFFFFFFFFFFFull;
+	o.rng = seed;
+	fprintf(stderr, "cuda sim: block order %s, seed %llu (MGT_SIM_ORDER=%s MGT_SIM_SEED=%llu repeat it)\n",
+		order_names[o.mode], (unsigned long long)seed, order_names[o.mode], (unsigned long long)seed);
+	return o;
+}
+
+/* The order of the next launch's n blocks. */
+void block_order(std::vector<unsigned> &v, unsigned n)
+{
+	order_state &o = order_init();
+	order_mode m = o.mode == MIXED ? (order_mode)(splitmix(&o.rng) % 3) : o.mode;
+	v.resize(n);
+	for (unsigned i = 0; i < n; i++)
+		v[i] = m == REVERSE ? n - 1 - i : i;
+	if (m == SHUFFLE)
+		for (unsigned i = n; i > 1; i--)
+			std::swap(v[i - 1], v[splitmix(&o.rng) % i]);
+}
+
 bool bad_launch(const char *name, const void *kern, dim3 g, dim3 b, size_t smem, cudaError_t *e)
 {
 	pool &p = P();
@@ -245,7 +309,7 @@ bool bad_launch(const char *name, const void *kern, dim3 g, dim3 b, size_t smem,
 } // namespace
 
 void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size_t smem,
-		 cudaStream_t st, mgt_sim_body body, void *ctx)
+		 cudaStream_t st, mgt_sim_body body, void *ctx, const void *const *args, int nargs)
 {
 	(void)st;
 	pool &p = P();
@@ -270,7 +334,12 @@ void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size
 	L.nblocks = grid.x * grid.y * grid.z;
 	L.next_block = 0;
 	L.smem = smem;
-	L.dyn = smem ? (float *)new float[(smem + 3) / 4] : NULL;
+	block_order(L.order, L.nblocks);
+	mgt_sim_mem_launch(name);
+	for (int i = 0; i < nargs; i++)
+		if (args[i])
+			mgt_sim_mem_arg(i, args[i]);
+	L.dyn = smem ? (float *)mgt_sim_mem_smem(smem) : NULL;
 	gridDim = grid;
 	blockDim = block;
 	p.gate.reset(nt);
@@ -280,7 +349,7 @@ void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size
 	uint32_t d;
 	while ((d = p.done.load(std::memory_order_acquire)) != nt)
 		fwait(&p.done, d);
-	delete[] L.dyn;
+	mgt_sim_mem_launch_end();
 	L.dyn = NULL;
 }
 

@@ -4,19 +4,27 @@
  * kernels/common.cuh then turns MGT_LAUNCH into mgt_sim_launch and MGT_DYN_SHARED into a pointer
  * to the launch's dynamic shared memory.
  *
- * What is simulated (tests/sim/cuda_sim.cc):
- *  - A launch runs its blocks one after the other; the threads of a block are real threads (a
- *    persistent pool), so their interleaving is the OS scheduler's: a missing __syncthreads can
- *    show up as a wrong result, and a divergent one (or a shuffle that not every lane of the warp
- *    reaches) hangs, which the simulator reports after MGT_SIM_HANG seconds (default 60).
+ * What is simulated (tests/sim/cuda_sim.cc, sim_mem.cc):
+ *  - A launch runs its blocks one after the other, in an order chosen per launch: forward,
+ *    reversed or shuffled (MGT_SIM_ORDER=forward|reverse|shuffle|mixed, default mixed: one of the
+ *    three per launch; MGT_SIM_SEED=N repeats the choices and shuffles, and the seed is printed at
+ *    the first launch).  The threads of a block are real threads (a persistent pool), so their
+ *    interleaving is the OS scheduler's: a missing __syncthreads can show up as a wrong result,
+ *    and a divergent one (or a shuffle that not every lane of the warp reaches) hangs, which the
+ *    simulator reports after MGT_SIM_HANG seconds (default 60).
+ *  - Every load and store of a kernel to device memory is checked (sim_mem.cc): it must lie inside
+ *    one live allocation (guards of poison surround each one, a freed one stays poisoned), and no
+ *    two blocks of one launch may touch the same word when one of them writes it (a race on a
+ *    GPU, where blocks run in no fixed order).  A violation is reported with the kernel, block,
+ *    thread, buffer and byte offset, and the device then fails as after an illegal address.
  *  - __syncthreads is a barrier over the block's threads that have not returned (as on sm_70+).
  *  - Warp shuffles (__shfl_sync, _up, _down, _xor, with width) exchange values among the 32 lanes
  *    of a warp through a barrier over the warp; a shuffle with a mask other than the full warp, or
  *    in a warp where a lane has returned, is reported as an error (undefined on the GPU).
  *    __syncwarp is that barrier alone; nvcuda::wmma is tests/sim/wmma_sim.h.
  *  - __shared__ arrays are function statics (one block at a time makes that correct); dynamic
- *    shared memory is a buffer of exactly the launch's size, filled with NaN before every block
- *    (a read of an element no thread wrote shows up as NaN).
+ *    shared memory is a guarded buffer of exactly the launch's size, filled with NaN before every
+ *    block (a read of an element no thread wrote shows up as NaN).
  *  - Launch checks as the runtime makes them: block size 1..1024 threads, grid y and z <= 65535,
  *    dynamic shared memory <= 48 KB unless cudaFuncSetAttribute raised the kernel's limit (up to
  *    99 KB, the least opt-in limit of the sm_8x/sm_9x parts); a bad launch does not run and sets
@@ -24,12 +32,14 @@
  *  - fp16 / bf16 conversions with IEEE round to nearest even, overflow to inf, NaN kept.
  * What is not: warp-synchronous execution (lanes of a warp do not run in lockstep, so code that
  * relies on it without __syncwarp would fail here although it might pass on a GPU, and code
- * that races within a warp may pass here), the memory model (no caches, no weak ordering beyond
- * the host's), atomics, streams and events (all work is synchronous), timing, occupancy and
- * register limits, device-side printf and traps, the device's math library (host libm is used:
- * 1-ulp differences in expf, sinf etc.), FMA contraction (the host compiler decides),
- * host access to device pointers (device memory is host memory; the runtime only checks the
- * ranges of cudaMemcpy and cudaMemset), and static __shared__ sizes (not counted in the limit).
+ * that races within a warp may pass here), races between the threads of one block (found only
+ * when the scheduler happens to expose them), the memory model (no caches, no weak ordering
+ * beyond the host's), atomics, streams and events (all work is synchronous), timing, occupancy
+ * and register limits, device-side printf and traps, the device's math library (host libm is
+ * used: 1-ulp differences in expf, sinf etc.), FMA contraction (the host compiler decides),
+ * host access to device pointers outside the kernels' objects (device memory is host memory;
+ * the runtime checks the ranges of cudaMemcpy and cudaMemset), and static __shared__ sizes (not
+ * counted in the limit).
  */
 #ifndef MGT_TESTS_CUDA_SIM_H
 #define MGT_TESTS_CUDA_SIM_H
@@ -74,11 +84,27 @@ enum { warpSize = 32 };
 
 /* ---- the simulator (cuda_sim.cc) ---- */
 typedef void (*mgt_sim_body)(void *ctx);
-/* Runs body(ctx) on every thread of every block (after the launch checks). */
+/* Runs body(ctx) on every thread of every block (after the launch checks); args[i] is kernel
+ * argument i when it is a pointer, else NULL (named in reports). */
 void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size_t smem,
-		 cudaStream_t st, mgt_sim_body body, void *ctx);
+		 cudaStream_t st, mgt_sim_body body, void *ctx, const void *const *args, int nargs);
 /* The error that cudaGetLastError returns next (sim_runtime.cc), for a launch that fails. */
 void mgt_sim_set_error(cudaError_t e);
+/* A fault the device does not recover from (an illegal address): every later runtime call
+ * returns e, as a GPU's sticky errors (sim_runtime.cc). */
+void mgt_sim_fault(cudaError_t e);
+
+/* ---- device memory and its checks (sim_mem.cc) ---- */
+void *mgt_sim_mem_alloc(size_t bytes);               /* NULL when the arena is full */
+bool mgt_sim_mem_free(void *p);                      /* false: p is not a live allocation */
+bool mgt_sim_mem_inside(const void *p, size_t n);    /* [p, p + n) inside one live allocation */
+bool mgt_sim_mem_touches(const void *p);             /* p anywhere in device memory */
+int mgt_sim_mem_check(const char *after);            /* guards touched (reported, a fault) */
+void mgt_sim_mem_launch(const char *name);           /* a launch starts */
+void mgt_sim_mem_arg(int i, const void *p);          /* its argument i is the pointer p */
+void *mgt_sim_mem_smem(size_t bytes);                /* its dynamic shared memory (bytes > 0) */
+void mgt_sim_mem_block(unsigned b, bool start);      /* block b (linear index) runs / none */
+int mgt_sim_mem_launch_end(void);                    /* faults of the launch */
 /* The current block's dynamic shared memory. */
 void *mgt_sim_dyn_smem(void);
 void __syncthreads(void);
@@ -86,6 +112,14 @@ void __syncthreads(void);
 void mgt_sim_warp_sync(const char *what);
 /* Lane `src` of the calling warp's values v (one per lane), after every lane gave its own. */
 uint64_t mgt_sim_shfl(unsigned mask, uint64_t v, int src, const char *what);
+
+template <typename T> static inline const void *mgt_sim_ptr(const T &x)
+{
+	if constexpr (std::is_pointer<T>::value)
+		return (const void *)x;
+	else
+		return nullptr;
+}
 
 /* kern<<<grid, block, smem, st>>>(args...): the arguments are converted to the kernel's parameter
  * types once, on the host, and every thread gets its own copy, as CUDA passes them. */
@@ -98,13 +132,16 @@ static inline void mgt_sim_launch(const char *name, void (*kern)(P...), dim3 gri
 		void (*k)(P...);
 		std::tuple<typename std::decay<P>::type...> a;
 	} ctx{kern, std::tuple<typename std::decay<P>::type...>(std::forward<A>(args)...)};
+	const void *ptrs[sizeof...(P) + 1] = {};
+	int i = 0;
+	std::apply([&](const auto &...x) { ((ptrs[i++] = mgt_sim_ptr(x)), ...); }, ctx.a);
 	mgt_sim_run(name, reinterpret_cast<const void *>(kern), grid, block, smem, st,
 		    [](void *c) {
 			    ctx_t *x = static_cast<ctx_t *>(c);
 			    std::tuple<typename std::decay<P>::type...> mine = x->a;
 			    std::apply(x->k, mine);
 		    },
-		    &ctx);
+		    &ctx, ptrs, (int)sizeof...(P));
 }
 
 template <typename T> static inline cudaError_t cudaFuncSetAttribute(T *entry, cudaFuncAttribute a, int v)

@@ -2,13 +2,15 @@
  * cuda_gemm.c and the kernels call, simulated on the host for make check-sim (linked instead of
  * libcudart and libcublasLt; the toolkit's headers give the types and prototypes).
  *
- * Runtime: one device (properties of a plausible sm_80 part); device memory is host memory from
- * posix_memalign (256-byte aligned, filled with 0xFF bytes, i.e. NaN floats, so that reading
- * memory nobody wrote shows), and every allocation is recorded: cudaMemcpy and cudaMemset check
- * that their ranges lie inside live allocations on the side(s) their kind says are the device's,
- * and that host sides are not device memory; cudaFree checks its pointer.  Streams are tokens:
- * all work, kernels included, runs synchronously at the call.  Errors: cudaGetLastError returns
- * and clears the last error of a call or launch (sticky errors are not simulated).
+ * Runtime: one device (properties of a plausible sm_80 part); device memory is sim_mem.cc's
+ * guarded arena (256-byte aligned, filled with 0xFF bytes, i.e. NaN floats, so that reading
+ * memory nobody wrote shows): cudaMemcpy and cudaMemset check that their ranges lie inside live
+ * allocations on the side(s) their kind says are the device's, and that host sides are not
+ * device memory, and every guard is checked after them; cudaFree checks its pointer.  Streams
+ * are tokens: all work, kernels included, runs synchronously at the call.  Errors:
+ * cudaGetLastError returns and clears the last error of a call or launch; a fault (an access
+ * outside the buffers, a race between blocks, a touched guard) is sticky as on a GPU: every
+ * later call returns cudaErrorIllegalAddress (cuBLASLt: CUBLAS_STATUS_EXECUTION_FAILED).
  *
  * cuBLASLt: descriptors, layouts and preferences record their attributes (an attribute this file
  * does not know, or a value of the wrong size, is CUBLAS_STATUS_INVALID_VALUE with a message);
@@ -28,14 +30,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <map>
-#include <mutex>
+#include <atomic>
 
 namespace {
 
-std::mutex mu;                        /* guards the allocation map */
-std::map<uintptr_t, size_t> allocs;   /* device pointer -> bytes */
 thread_local cudaError_t last_err = cudaSuccess;
+std::atomic<int> sticky{0}; /* the first fault's cudaError_t, for good */
 int cur_device = 0;
 
 cudaError_t fail(cudaError_t e, const char *fn, const char *fmt, ...)
@@ -52,33 +52,29 @@ cudaError_t fail(cudaError_t e, const char *fn, const char *fmt, ...)
 	return e;
 }
 
-/* The allocation holding [p, p + n), or allocs.end(). */
-std::map<uintptr_t, size_t>::iterator find_alloc(const void *p, size_t n)
-{
-	const uintptr_t a = (uintptr_t)p;
-	auto it = allocs.upper_bound(a);
-	if (it == allocs.begin())
-		return allocs.end();
-	--it;
-	if (a < it->first || a - it->first > it->second || n > it->second - (a - it->first))
-		return allocs.end();
-	return it;
-}
+bool is_device(const void *p, size_t n) { return mgt_sim_mem_inside(p, n); }
 
-bool is_device(const void *p, size_t n)
-{
-	std::lock_guard<std::mutex> lk(mu);
-	return find_alloc(p, n) != allocs.end();
-}
+/* Does the pointer fall inside device memory at all (for host sides that must not)? */
+bool touches_device(const void *p) { return mgt_sim_mem_touches(p); }
 
-/* Does the pointer fall inside any allocation at all (for host sides that must not)? */
-bool touches_device(const void *p) { return is_device(p, 1); }
+/* The sticky fault, or e. */
+cudaError_t faulted(cudaError_t e = cudaSuccess)
+{
+	const int f = sticky.load();
+	return f ? (cudaError_t)f : e;
+}
 
 bool stream_ok(cudaStream_t s);
 
 } // namespace
 
 void mgt_sim_set_error(cudaError_t e) { last_err = e; }
+
+void mgt_sim_fault(cudaError_t e)
+{
+	int none = 0;
+	sticky.compare_exchange_strong(none, (int)e);
+}
 
 /* ---- device and errors ---- */
 
@@ -125,16 +121,16 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
 	return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return faulted(); }
 
 cudaError_t cudaGetLastError(void)
 {
 	cudaError_t e = last_err;
 	last_err = cudaSuccess;
-	return e;
+	return faulted(e);
 }
 
-cudaError_t cudaPeekAtLastError(void) { return last_err; }
+cudaError_t cudaPeekAtLastError(void) { return faulted(last_err); }
 
 const char *cudaGetErrorString(cudaError_t e)
 {
@@ -147,6 +143,8 @@ const char *cudaGetErrorString(cudaError_t e)
 	case cudaErrorInvalidDevicePointer: return "invalid device pointer (simulated)";
 	case cudaErrorInvalidResourceHandle: return "invalid resource handle (simulated)";
 	case cudaErrorInvalidDeviceFunction: return "invalid device function (simulated)";
+	case cudaErrorIllegalAddress:
+		return "an illegal memory access was encountered (simulated: see the cuda sim report above)";
 	default: return "CUDA error (simulated)";
 	}
 }
@@ -157,15 +155,14 @@ const char *cudaGetErrorName(cudaError_t e) { return cudaGetErrorString(e); }
 
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
-	void *q = NULL;
 	*p = NULL;
+	if (faulted())
+		return faulted();
 	if (bytes == 0)
 		return cudaSuccess;
-	if (posix_memalign(&q, 256, bytes) != 0)
+	void *q = mgt_sim_mem_alloc(bytes);
+	if (!q)
 		return fail(cudaErrorMemoryAllocation, "cudaMalloc", "%zu bytes", bytes);
-	memset(q, 0xFF, bytes);
-	std::lock_guard<std::mutex> lk(mu);
-	allocs[(uintptr_t)q] = bytes;
 	*p = q;
 	return cudaSuccess;
 }
@@ -174,13 +171,9 @@ cudaError_t cudaFree(void *p)
 {
 	if (!p)
 		return cudaSuccess;
-	std::lock_guard<std::mutex> lk(mu);
-	auto it = allocs.find((uintptr_t)p);
-	if (it == allocs.end())
+	if (!mgt_sim_mem_free(p))
 		return fail(cudaErrorInvalidDevicePointer, "cudaFree", "%p is not an allocation", p);
-	allocs.erase(it);
-	free(p);
-	return cudaSuccess;
+	return faulted();
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
@@ -197,8 +190,11 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 	if (n && !is_device(p, n))
 		return fail(cudaErrorInvalidValue, "cudaMemsetAsync",
 			    "[%p, +%zu) is not inside one device allocation", p, n);
+	if (faulted())
+		return faulted();
 	memset(p, v, n);
-	return cudaSuccess;
+	mgt_sim_mem_check("cudaMemset");
+	return faulted();
 }
 
 cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, 0); }
@@ -221,8 +217,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 	if (sd ? !is_device(src, n) : touches_device(src))
 		return fail(cudaErrorInvalidValue, fn, "source [%p, +%zu) is %s device memory (kind %d)", src,
 			    n, sd ? "not inside" : "", (int)k);
+	if (faulted())
+		return faulted();
 	memmove(dst, src, n);
-	return cudaSuccess;
+	mgt_sim_mem_check("cudaMemcpy");
+	return faulted();
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
@@ -263,7 +262,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
 	if (!stream_ok(s))
 		return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize", "bad stream");
-	return cudaSuccess;
+	return faulted();
 }
 
 /* ================= cuBLASLt ================= */
@@ -537,6 +536,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 	(void)ws, (void)wsb;
 	if (!h || !stream_ok(st))
 		return lt_fail(fn, "bad handle or stream");
+	if (faulted())
+		return CUBLAS_STATUS_EXECUTION_FAILED;
 	cublasStatus_t s = check_shapes(fn, d, la, lb, lc, ld, &m, &n, &k);
 	if (s != CUBLAS_STATUS_SUCCESS)
 		return s;
@@ -575,5 +576,5 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 				v += bias[i];
 			out[j * ld->ld + i] = v;
 		}
-	return CUBLAS_STATUS_SUCCESS;
+	return mgt_sim_mem_check("cublasLtMatmul") ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
 }

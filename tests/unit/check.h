@@ -27,6 +27,11 @@ static void check_(int ok, const char *expr, int line, const char *fmt, ...)
 		printf("  (line %d: %s; last error: %s)", line, expr, mgt_err_msg());
 	printf("\n");
 	ok ? passed++ : failed++;
+	const char *ff = getenv("MGT_TEST_FAILFAST"); /* stop at the first failure (mutation tests) */
+	if (!ok && ff && *ff && *ff != '0') {
+		printf("# MGT_TEST_FAILFAST: stopping at the first failure\n%d passed, %d failed\n", passed, failed);
+		exit(1);
+	}
 }
 
 /* dir/name in one of 8 rotating buffers. */
