@@ -6,6 +6,7 @@
 #                  check-sim: the CUDA backend's op checks on a CPU simulation of CUDA (tests/sim/)
 #   demo           the main job on the bundled data: preprocess KJV, train the tiny GPT on it
 #   bench          benchmarks in tests/bench/ (throughput, peak memory); raw results in build/bench/
+#   mutate-sim     tests/sim/mutate.py: planted kernel bugs against check-sim's op checks (not in CI)
 #   check-gpu      every CUDA op against the CPU op, whole-model and training checks (needs a GPU)
 #   bench-gpu      GPU benchmarks: GEMM ceiling, gpt2-124m and llama-3.2-1b tokens/s and MFU
 #   bundle         dist/mgt-bundle/: programs with mgt's Debian libraries linked in statically
@@ -191,9 +192,10 @@ bench-gpu: $(PROGS) $(GPU_BENCH)
 # lib/backend/cuda*.c against the toolkit's headers, cudart and cuBLASLt replaced by
 # tests/sim/sim_runtime.cc; the reference is the CPU backend of a libmgt.a built without CUDA
 # ($(B)/libmgt.a when CUDA=0, else one in $(B)/sim/host).  Needs g++ and $(CUDA_HOME)/include (no
-# nvcc, no GPU); skipped with a message without them, and under SANITIZE (not checked there).
+# nvcc, no GPU); skipped with a message without them.  Under SANITIZE only the op checks run, with
+# the kernels instrumented by the sanitizers themselves.
 SIM_B    = $(B)/sim
-SIM_OK   = $(if $(SANITIZE),,$(and $(shell command -v g++ 2>/dev/null),$(wildcard $(CUDA_HOME)/include/cublasLt.h)))
+SIM_OK   = $(and $(shell command -v g++ 2>/dev/null),$(wildcard $(CUDA_HOME)/include/cublasLt.h))
 SIM_HOST = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/libmgt.a,$(B)/libmgt.a)
 SIM_HDR  = tests/sim/cuda_sim.h tests/sim/wmma_sim.h
 SIM_KOBJ = $(patsubst kernels/%.cu,$(SIM_B)/k_%.o,$(wildcard kernels/*.cu))
@@ -216,12 +218,20 @@ SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) $(MPI_LIBS) -fopenm
 .PHONY: check-sim
 ifeq ($(SIM_OK),)
 check-sim:
-	@echo "check-sim: skipped (needs g++ and $(CUDA_HOME)/include; not run under SANITIZE)"
+	@echo "check-sim: skipped (needs g++ and $(CUDA_HOME)/include)"
+else ifneq ($(SANITIZE),)
+# under the sanitizers: the op checks alone (the kernels carry ASan's checks, not sim_mem.cc's)
+check-sim: $(SIM_TEST)
+	MGT_TEST_SMALL=1 $(SIM_TEST)
 else
 check-sim: $(SIM_TEST) $(SIM_TRAIN) $(PROGS)
 	MGT_TEST_SMALL=1 $(SIM_TEST)
 	SIM_TRAIN=$(abspath $(SIM_TRAIN)) CPU_TRAIN=$(abspath $(BIN)/mgt-train) sh tests/sim/train.sh
 endif
+
+.PHONY: mutate-sim
+mutate-sim:
+	/usr/bin/python3 tests/sim/mutate.py
 
 $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o: $(SIM_B)/%.o: lib/backend/%.c $(wildcard lib/*/*.h kernels/*.h)
 	@mkdir -p $(dir $@)

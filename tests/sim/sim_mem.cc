@@ -81,7 +81,7 @@ struct arena_t {
 	slot *smem = NULL;
 };
 
-arena_t arena;
+arena_t &arena = *new arena_t; /* never destroyed: kernels may run from other exit paths */
 inline arena_t &A() { return arena; }
 
 /* ---- the launch being checked ---- */
