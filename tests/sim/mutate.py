@@ -112,11 +112,10 @@ def run(work, timeout):
         rc, out = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
         rc, out = -1, f"timeout after {timeout} s\n" + (e.stdout or b"").decode(errors="replace")[-2000:]
-    why = ""
-    for l in out.split("\n"):
-        if l.startswith("not ok") or l.startswith("cuda sim:") or l.startswith("timeout"):
-            why = l
-            break
+    lines = out.split("\n")
+    report = [l for l in lines if l.startswith("cuda sim:") and "block order" not in l]
+    fails = [l for l in lines if l.startswith("not ok") or l.startswith("timeout")]
+    why = (report or fails or [""])[0]
     if rc and not why:
         why = f"exit {rc}: " + out.strip().split("\n")[-1] if out.strip() else f"exit {rc}"
     return rc, why, time.time() - t0
