@@ -6,7 +6,8 @@ the simulated test_cuda_ops there once (CUDA=0 MPI=0 DEPS=0), checks that the un
 passes, then for each mutant of tests/sim/mutants.txt: applies it, rebuilds, runs the op checks
 (MGT_TEST_SMALL=1, fixed seeds, MGT_TEST_FAILFAST=1 so that a killed mutant stops at its first
 failure), restores the file.  A mutant is killed when the program exits non-zero (a failed check,
-a simulator report, a crash or a hang past --timeout); it survives when every check passes.
+a simulator report, a crash or a hang past --timeout); it survives when every check passes; a mutant that does not
+compile is named and not counted.
 
 Prints one line per mutant (killed/survived, the first failure and the seconds it took), then the
 kill ratio; exits 0 (the ratio is the result), 2 when a mutant does not apply or the unmutated
@@ -143,7 +144,7 @@ def main():
     if rc:
         print(f"# the unmutated tree fails ({why}); nothing to compare"), sys.exit(2)
     print(f"# unmutated: passes in {dt:.0f} s", flush=True)
-    killed = 0
+    killed = counted = 0
     for m in muts:
         path = os.path.join(work, m["file"])
         orig = open(path, encoding="utf-8").read()
@@ -152,13 +153,17 @@ def main():
         if ok:
             rc, why, dt = run(work, a.timeout)
         else:
-            rc, why, dt = 1, "does not compile: " + log.strip().split("\n")[-1], 0
+            rc, why, dt = None, "does not compile (not counted): " + log.strip().split("\n")[-1], 0
         open(path, "w", encoding="utf-8").write(orig)
         os.utime(path)
+        if rc is None:
+            print(f"{'STILLBORN':8} {m['id']:18} {m['cls']:9}     -    {why[:150]}", flush=True)
+            continue
+        counted += 1
         killed += rc != 0
         state = "killed" if rc else "SURVIVED"
         print(f"{state:8} {m['id']:18} {m['cls']:9} {dt:5.0f} s  {why[:150]}", flush=True)
-    print(f"# kill ratio {killed}/{len(muts)}")
+    print(f"# kill ratio {killed}/{counted}")
     build(work)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
