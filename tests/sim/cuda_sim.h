@@ -104,7 +104,7 @@ void mgt_sim_mem_launch(const char *name);           /* a launch starts */
 void mgt_sim_mem_arg(int i, const void *p);          /* its argument i is the pointer p */
 void *mgt_sim_mem_smem(size_t bytes);                /* its dynamic shared memory (bytes > 0) */
 void mgt_sim_mem_block(unsigned b, bool start);      /* block b (linear index) runs / none */
-int mgt_sim_mem_launch_end(void);                    /* faults of the launch */
+void mgt_sim_mem_launch_end(void);                   /* the launch ended: guards checked */
 /* The current block's dynamic shared memory. */
 void *mgt_sim_dyn_smem(void);
 void __syncthreads(void);

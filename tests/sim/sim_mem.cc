@@ -91,7 +91,7 @@ struct launch_t {
 	bool active = false, race = true;
 	uint32_t epoch = 0;                  /* 24 bits, 0 = never */
 	std::atomic<unsigned> reports{0};
-	std::atomic<unsigned> faults{0};
+	bool smem = false;                   /* the launch has dynamic shared memory */
 	std::vector<std::pair<int, uintptr_t>> args; /* kernel argument index, pointer */
 };
 launch_t L;
@@ -118,12 +118,10 @@ void *map(size_t n, int prot)
 	return p;
 }
 
+/* Before main (early_init): everything below uses the arena without checking for it. */
 void init()
 {
 	arena_t &a = A();
-	if (a.lo)
-		return;
-	/* (also run before main, below: access() reads a.lo without a check) */
 	a.lo = (uintptr_t)map(ARENA, PROT_NONE);
 	a.shadow = (uint64_t *)map(ARENA / 4 * sizeof(uint64_t), PROT_READ | PROT_WRITE);
 	a.page = (slot **)map(ARENA / PAGE * sizeof(slot *), PROT_READ | PROT_WRITE);
@@ -143,7 +141,7 @@ inline slot *slot_of(uintptr_t p)
 
 inline bool in_arena(uintptr_t p) { return p - A().lo < ARENA; }
 
-void fill_poison(slot *s, uintptr_t from, uintptr_t to)
+void fill_poison(uintptr_t from, uintptr_t to)
 {
 	UNPOISON((void *)from, to - from);
 	memset((void *)from, POISON_BYTE, to - from);
@@ -154,8 +152,8 @@ void fill_poison(slot *s, uintptr_t from, uintptr_t to)
 void set_guards(slot *s)
 {
 	const uintptr_t end = s->start + s->pages * PAGE;
-	fill_poison(s, s->start, s->user);
-	fill_poison(s, s->user + s->bytes, end);
+	fill_poison(s->start, s->user);
+	fill_poison(s->user + s->bytes, end);
 	UNPOISON((void *)s->user, s->bytes);
 }
 
@@ -206,7 +204,6 @@ void describe(char *buf, size_t n, const slot *s)
 
 void fault(void)
 {
-	L.faults.fetch_add(1);
 	mgt_sim_fault(cudaErrorIllegalAddress);
 }
 
@@ -239,7 +236,7 @@ void bad_access(uintptr_t p, size_t n, bool write)
 		char d[400];
 		describe(d, sizeof d, s);
 		const long long off = (long long)(p - s->user);
-		snprintf(where, sizeof where, "byte offset %lld of %s %s: %s", off, s->live ? "" : "freed", d,
+		snprintf(where, sizeof where, "byte offset %lld of %s%s: %s", off, s->live ? "" : "freed ", d,
 			 !s->live ? "used after cudaFree" : off < 0 ? "before its start" : "past its end");
 	}
 	block_name(blk, sizeof blk, cur_block);
@@ -350,7 +347,6 @@ bool guards_ok(slot *s, const char *after)
 
 void *mgt_sim_mem_alloc(size_t bytes)
 {
-	init();
 	slot *s = new_slot(bytes);
 	if (!s)
 		return NULL;
@@ -369,13 +365,13 @@ void *mgt_sim_mem_alloc(size_t bytes)
 bool mgt_sim_mem_free(void *p)
 {
 	arena_t &a = A();
-	slot *s = a.lo ? slot_of((uintptr_t)p) : NULL;
+	slot *s = slot_of((uintptr_t)p);
 	if (!s || !s->live || s->smem || s->user != (uintptr_t)p)
 		return false;
 	guards_ok(s, "cudaFree");
 	s->live = false;
 	a.live.erase(s);
-	fill_poison(s, s->user, s->user + s->bytes);
+	fill_poison(s->user, s->user + s->bytes);
 	release_shadow(s->start, s->pages * PAGE);
 	a.quarantine.push_back(s);
 	if (a.quarantine.size() > QUARANTINE) {
@@ -388,14 +384,12 @@ bool mgt_sim_mem_free(void *p)
 
 bool mgt_sim_mem_inside(const void *p, size_t n)
 {
-	if (!A().lo)
-		return false;
 	const slot *s = slot_of((uintptr_t)p);
 	const uintptr_t q = (uintptr_t)p;
 	return s && s->live && !s->smem && q >= s->user && n <= s->bytes && q - s->user <= s->bytes - n;
 }
 
-bool mgt_sim_mem_touches(const void *p) { return A().lo && in_arena((uintptr_t)p); }
+bool mgt_sim_mem_touches(const void *p) { return in_arena((uintptr_t)p); }
 
 int mgt_sim_mem_check(const char *after)
 {
@@ -409,11 +403,10 @@ int mgt_sim_mem_check(const char *after)
 
 void mgt_sim_mem_launch(const char *name)
 {
-	init();
 	L.name = name;
 	L.args.clear();
 	L.reports = 0;
-	L.faults = 0;
+	L.smem = false;
 	if (++L.epoch >= (1u << 24)) { /* wrapped: forget every launch */
 		release_shadow(A().lo, A().used);
 		L.epoch = 1;
@@ -422,14 +415,13 @@ void mgt_sim_mem_launch(const char *name)
 
 void mgt_sim_mem_arg(int i, const void *p)
 {
-	if (A().lo && in_arena((uintptr_t)p))
+	if (in_arena((uintptr_t)p))
 		L.args.push_back({i, (uintptr_t)p});
 }
 
 void *mgt_sim_mem_smem(size_t bytes)
 {
 	arena_t &a = A();
-	init();
 	if (!a.smem) {
 		a.smem = new_slot(128 * 1024);
 		a.smem->user = a.smem->start + GUARD;
@@ -439,7 +431,7 @@ void *mgt_sim_mem_smem(size_t bytes)
 	}
 	a.smem->bytes = bytes;
 	set_guards(a.smem);
-	a.live.insert(a.smem);
+	L.smem = true;
 	return (void *)a.smem->user;
 }
 
@@ -449,16 +441,15 @@ void mgt_sim_mem_block(unsigned b, bool start)
 	L.active = start;
 }
 
-int mgt_sim_mem_launch_end(void)
+void mgt_sim_mem_launch_end(void)
 {
 	L.active = false;
 	mgt_sim_mem_check(L.name);
-	if (A().smem)
-		A().live.erase(A().smem);
+	if (L.smem)
+		guards_ok(A().smem, L.name);
 	const unsigned r = L.reports.load();
 	if (r > MAX_REPORTS)
 		fprintf(stderr, "cuda sim: kernel %s: %u more reports not shown\n", L.name, r - (unsigned)MAX_REPORTS);
-	return (int)L.faults.load();
 }
 
 /* ---- the instrumentation's entry points (-fsanitize=kernel-address) ---- */
