@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,121 +12,131 @@
 
 /* Kinds: I int64, F double, S owned string (NULL = None), A char array (model enums),
  * B bool set true by the flag, N bool set false by the flag (JSON key = dest, default true),
- * H a heading in --help. */
+ * H a heading in --help.  Range (I and F): "[lo,hi]" with ( or ) for an open end and an empty
+ * bound for none; every F must also be finite (NaN and inf are refused). */
 #define MGT_ARGS(X) \
-	X(H, model_shape, _, "", "", "model shape (megatron-reference section 5.1)") \
-	X(S, model, model_name, "model", "", "preset name (share/mgt/models) or JSON file") \
-	X(I, num_layers, model.num_layers, "num-layers", "0", "transformer layers") \
-	X(I, hidden_size, model.hidden_size, "hidden-size", "0", "hidden size h") \
-	X(I, ffn_hidden_size, model.ffn_hidden_size, "ffn-hidden-size", "0", "MLP size (default 4h; SwiGLU int(8h/3/64)*64)") \
-	X(I, num_attention_heads, model.num_attention_heads, "num-attention-heads", "0", "attention heads") \
-	X(I, kv_channels, model.kv_channels, "kv-channels", "0", "head dimension (default h/heads)") \
-	X(B, group_query_attention, model.group_query_attention, "group-query-attention", "false", "use --num-query-groups") \
-	X(I, num_query_groups, model.num_query_groups, "num-query-groups", "1", "key/value heads with GQA") \
-	X(I, seq_length, model.seq_length, "seq-length", "0", "sequence length") \
-	X(I, max_position_embeddings, model.max_position_embeddings, "max-position-embeddings", "0", "position table size (>= seq length)") \
-	X(A, position_embedding_type, model.position_embedding_type, "position-embedding-type", "learned_absolute", "learned_absolute, rope or none") \
-	X(F, rotary_base, model.rotary_base, "rotary-base", "10000", "RoPE base") \
-	X(F, rotary_percent, model.rotary_percent, "rotary-percent", "1.0", "fraction of head channels rotated") \
-	X(A, normalization, model.normalization, "normalization", "LayerNorm", "LayerNorm or RMSNorm") \
-	X(F, norm_epsilon, model.norm_epsilon, "norm-epsilon", "1e-5", "norm epsilon") \
-	X(B, swiglu, model.swiglu, "swiglu", "false", "SwiGLU MLP") \
-	X(N, add_bias_linear, model.add_bias_linear, "disable-bias-linear", "true", "no biases in linear layers") \
-	X(B, add_qkv_bias, model.add_qkv_bias, "add-qkv-bias", "false", "QKV bias even without linear biases (Qwen2)") \
-	X(B, untie_embeddings_and_output_weights, model.untie_embeddings_and_output_weights, "untie-embeddings-and-output-weights", "false", "separate output layer") \
-	X(I, make_vocab_size_divisible_by, model.make_vocab_size_divisible_by, "make-vocab-size-divisible-by", "128", "vocabulary padding multiple") \
-	X(F, hidden_dropout, model.hidden_dropout, "hidden-dropout", "0.1", "dropout on hidden states") \
-	X(F, attention_dropout, model.attention_dropout, "attention-dropout", "0.1", "dropout on attention probabilities") \
-	X(F, init_method_std, model.init_method_std, "init-method-std", "0.02", "N(0, std) initialization") \
-	X(H, tokenizer, _, "", "", "tokenizer (as mgt-preprocess)") \
-	X(S, tokenizer_type, tokenizer_type, "tokenizer-type", "", "GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, NullTokenizer") \
-	X(S, vocab_file, vocab_file, "vocab-file", "", "vocabulary file") \
-	X(S, merge_file, merge_file, "merge-file", "", "BPE merges file") \
-	X(S, tokenizer_model, tokenizer_model, "tokenizer-model", "", "tokenizer model file or directory") \
-	X(S, tiktoken_pattern, tiktoken_pattern, "tiktoken-pattern", "", "TikTokenizer pattern") \
-	X(I, tiktoken_num_special_tokens, tiktoken_num_special_tokens, "tiktoken-num-special-tokens", "1000", "TikTokenizer special tokens") \
-	X(I, vocab_size, vocab_size, "vocab-size", "0", "NullTokenizer / mock-data vocabulary") \
-	X(I, null_tokenizer_eod_id, null_tokenizer_eod_id, "null-tokenizer-eod-id", "-1", "NullTokenizer eod (-1: vocab size - 1)") \
-	X(H, data, _, "", "", "data") \
-	X(S, data_path, data_path, "data-path", "", "[WEIGHT] PREFIX ... (Megatron blend)") \
-	X(S, split, split, "split", "", "train,valid,test weights, e.g. 969,30,1") \
-	X(S, data_cache_path, data_cache_path, "data-cache-path", "", "where index caches go") \
-	X(B, mock_data, mock_data, "mock-data", "false", "synthetic data (benchmarks)") \
-	X(B, eod_mask_loss, eod_mask_loss, "eod-mask-loss", "false", "no loss on end-of-document labels") \
-	X(B, reset_position_ids, reset_position_ids, "reset-position-ids", "false", "restart positions after each eod") \
-	X(H, batch, _, "", "", "batch and run length") \
-	X(I, micro_batch_size, micro_batch_size, "micro-batch-size", "0", "sequences per micro-batch") \
-	X(I, global_batch_size, global_batch_size, "global-batch-size", "0", "sequences per iteration (default micro x data-parallel)") \
-	X(I, train_iters, train_iters, "train-iters", "0", "iterations to train") \
-	X(I, train_samples, train_samples, "train-samples", "0", "or samples to train") \
-	X(I, exit_interval, exit_interval, "exit-interval", "0", "exit (after saving) at a multiple of this iteration") \
-	X(H, optimizer, _, "", "", "optimizer and learning rate (AdamW)") \
-	X(F, lr, lr, "lr", "0", "peak learning rate") \
-	X(F, min_lr, min_lr, "min-lr", "0", "final learning rate") \
-	X(F, lr_warmup_init, lr_warmup_init, "lr-warmup-init", "0", "learning rate at warmup start") \
-	X(F, lr_warmup_fraction, lr_warmup_fraction, "lr-warmup-fraction", "-1", "warmup as a fraction of decay (-1: unset)") \
-	X(I, lr_warmup_iters, lr_warmup_iters, "lr-warmup-iters", "0", "warmup iterations") \
-	X(I, lr_warmup_samples, lr_warmup_samples, "lr-warmup-samples", "0", "warmup samples") \
-	X(S, lr_decay_style, lr_decay_style, "lr-decay-style", "linear", "constant linear cosine inverse-square-root WSD") \
-	X(I, lr_decay_iters, lr_decay_iters, "lr-decay-iters", "0", "decay iterations (default train iters)") \
-	X(I, lr_decay_samples, lr_decay_samples, "lr-decay-samples", "0", "decay samples") \
-	X(S, lr_wsd_decay_style, lr_wsd_decay_style, "lr-wsd-decay-style", "exponential", "WSD anneal: exponential linear cosine minus_sqrt") \
-	X(I, lr_wsd_decay_iters, lr_wsd_decay_iters, "lr-wsd-decay-iters", "0", "WSD anneal iterations") \
-	X(F, weight_decay, weight_decay, "weight-decay", "0.01", "decoupled weight decay") \
-	X(F, adam_beta1, adam_beta1, "adam-beta1", "0.9", "Adam beta1") \
-	X(F, adam_beta2, adam_beta2, "adam-beta2", "0.999", "Adam beta2") \
-	X(F, adam_eps, adam_eps, "adam-eps", "1e-8", "Adam epsilon") \
-	X(F, clip_grad, clip_grad, "clip-grad", "1.0", "clip gradients to this global L2 norm (0: off)") \
-	X(H, eval, _, "", "", "evaluation, logging, checkpoints") \
-	X(I, eval_interval, eval_interval, "eval-interval", "0", "validate every N iterations (0: never)") \
-	X(I, eval_iters, eval_iters, "eval-iters", "100", "iterations per validation") \
-	X(I, log_interval, log_interval, "log-interval", "100", "iterations between log lines") \
-	X(B, log_throughput, log_throughput, "log-throughput", "false", "TFLOP/s in the log line") \
-	X(I, seed, seed, "seed", "1234", "random seed (data order, init, dropout)") \
-	X(S, save, save, "save", "", "checkpoint directory to write") \
-	X(S, load, load, "load", "", "checkpoint directory to resume from") \
-	X(I, save_interval, save_interval, "save-interval", "0", "save every N iterations") \
-	X(B, no_save_optim, no_save_optim, "no-save-optim", "false", "save weights only") \
-	X(B, no_load_optim, no_load_optim, "no-load-optim", "false", "do not load optimizer state") \
-	X(B, finetune, finetune, "finetune", "false", "load weights only, start at iteration 0") \
-	X(H, parallel, _, "", "", "parallelism and machine") \
-	X(I, tensor_model_parallel_size, tensor_model_parallel_size, "tensor-model-parallel-size", "1", "tensor parallel size") \
-	X(I, pipeline_model_parallel_size, pipeline_model_parallel_size, "pipeline-model-parallel-size", "1", "pipeline parallel size") \
-	X(I, num_layers_per_virtual_pipeline_stage, num_layers_per_virtual_pipeline_stage, "num-layers-per-virtual-pipeline-stage", "0", "layers per virtual stage (interleaved 1F1B)") \
-	X(I, virtual_pipeline_model_parallel_size, virtual_pipeline_model_parallel_size, "virtual-pipeline-model-parallel-size", "0", "or virtual stages per pipeline rank") \
-	X(I, num_virtual_stages_per_pipeline_rank, num_virtual_stages_per_pipeline_rank, "num-virtual-stages-per-pipeline-rank", "0", "the same (Megatron's newer name)") \
-	X(I, decoder_first_pipeline_num_layers, model.decoder_first_pipeline_num_layers, "decoder-first-pipeline-num-layers", "0", "layers of the first pipeline stage (uneven; 0: even)") \
-	X(I, decoder_last_pipeline_num_layers, model.decoder_last_pipeline_num_layers, "decoder-last-pipeline-num-layers", "0", "layers of the last pipeline stage (uneven; 0: even)") \
-	X(I, microbatch_group_size_per_vp_stage, microbatch_group_size_per_vp_stage, "microbatch-group-size-per-virtual-pipeline-stage", "0", "interleaving group (0: pipeline size)") \
-	X(B, sequence_parallel, sequence_parallel, "sequence-parallel", "false", "split norms and dropout along the sequence (TP > 1)") \
-	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "context parallel size (1 only)") \
-	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "shard optimizer state over data-parallel ranks") \
-	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "gradient bucket elements (0: one bucket, or max(4e7, 1e6 x DP) with --overlap-grad-reduce)") \
-	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "reduce each gradient bucket during the last backward as soon as it is complete") \
-	X(H, precision, _, "", "", "mixed precision (megatron-reference section 5.5)") \
-	X(B, bf16, bf16, "bf16", "false", "bf16 GEMM operands; fp32 main parameters, gradients and reductions") \
-	X(B, fp16, fp16, "fp16", "false", "fp16 GEMM operands with loss scaling; fp32 main parameters and gradients") \
-	X(F, loss_scale, loss_scale, "loss-scale", "0", "constant fp16 loss scale (0: dynamic)") \
-	X(F, initial_loss_scale, initial_loss_scale, "initial-loss-scale", "4294967296", "first dynamic loss scale (2^32)") \
-	X(F, min_loss_scale, min_loss_scale, "min-loss-scale", "1.0", "lowest dynamic loss scale") \
-	X(I, loss_scale_window, loss_scale_window, "loss-scale-window", "1000", "clean iterations before the scale doubles") \
-	X(I, hysteresis, hysteresis, "hysteresis", "2", "inf/NaN iterations tolerated before the scale halves") \
-	X(H, device, _, "", "", "device and reporting") \
-	X(S, device, device, "device", "auto", "cpu, cuda, or auto (cuda when built with CUDA and a GPU is present)") \
-	X(I, threads, threads, "threads", "0", "CPU threads (0: all)") \
-	X(F, peak_tflops, peak_tflops, "peak-tflops", "0", "peak TFLOP/s for MFU (0: not reported)") \
-	X(S, metrics_file, metrics_file, "metrics-file", "", "JSONL metrics, one object per iteration") \
-	X(S, comm_log, comm_log, "comm-log", "", "PREFIX: each rank writes PREFIX.rankN.jsonl, bytes sent per group per iteration") \
-	X(S, debug_dump, debug_dump, "debug-dump", "", "HDF5 file: initial params, iteration-1 grads, batches")
+	X(H, model_shape, _, "", "", "", "model shape") \
+	X(S, model, model_name, "model", "", "", "preset name (share/mgt/models) or JSON file") \
+	X(I, num_layers, model.num_layers, "num-layers", "0", "[0,)", "transformer layers") \
+	X(I, hidden_size, model.hidden_size, "hidden-size", "0", "[0,)", "hidden size h") \
+	X(I, ffn_hidden_size, model.ffn_hidden_size, "ffn-hidden-size", "0", "[0,)", "MLP size (default 4h; SwiGLU int(8h/3/64)*64)") \
+	X(I, num_attention_heads, model.num_attention_heads, "num-attention-heads", "0", "[0,)", "attention heads") \
+	X(I, kv_channels, model.kv_channels, "kv-channels", "0", "[0,)", "head dimension (default h/heads)") \
+	X(B, group_query_attention, model.group_query_attention, "group-query-attention", "false", "", "use --num-query-groups") \
+	X(I, num_query_groups, model.num_query_groups, "num-query-groups", "1", "[1,)", "key/value heads with GQA") \
+	X(I, seq_length, model.seq_length, "seq-length", "0", "[0,)", "sequence length") \
+	X(I, max_position_embeddings, model.max_position_embeddings, "max-position-embeddings", "0", "[0,)", "position table size (>= seq length)") \
+	X(A, position_embedding_type, model.position_embedding_type, "position-embedding-type", "learned_absolute", "", "learned_absolute, rope or none") \
+	X(F, rotary_base, model.rotary_base, "rotary-base", "10000", "(0,)", "RoPE base") \
+	X(F, rotary_percent, model.rotary_percent, "rotary-percent", "1.0", "(0,1]", "fraction of head channels rotated") \
+	X(A, normalization, model.normalization, "normalization", "LayerNorm", "", "LayerNorm or RMSNorm") \
+	X(F, norm_epsilon, model.norm_epsilon, "norm-epsilon", "1e-5", "(0,)", "norm epsilon") \
+	X(B, swiglu, model.swiglu, "swiglu", "false", "", "SwiGLU MLP") \
+	X(N, add_bias_linear, model.add_bias_linear, "disable-bias-linear", "true", "", "no biases in linear layers") \
+	X(B, add_qkv_bias, model.add_qkv_bias, "add-qkv-bias", "false", "", "QKV bias even without linear biases (Qwen2)") \
+	X(B, untie_embeddings_and_output_weights, model.untie_embeddings_and_output_weights, "untie-embeddings-and-output-weights", "false", "", "separate output layer") \
+	X(I, make_vocab_size_divisible_by, model.make_vocab_size_divisible_by, "make-vocab-size-divisible-by", "128", "[1,)", "vocabulary padding multiple") \
+	X(F, hidden_dropout, model.hidden_dropout, "hidden-dropout", "0.1", "[0,1)", "dropout on hidden states") \
+	X(F, attention_dropout, model.attention_dropout, "attention-dropout", "0.1", "[0,1)", "dropout on attention probabilities") \
+	X(F, init_method_std, model.init_method_std, "init-method-std", "0.02", "[0,)", "N(0, std) initialization") \
+	X(H, tokenizer, _, "", "", "", "tokenizer (as mgt-preprocess)") \
+	X(S, tokenizer_type, tokenizer_type, "tokenizer-type", "", "", "GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer, NullTokenizer") \
+	X(S, vocab_file, vocab_file, "vocab-file", "", "", "vocabulary file") \
+	X(S, merge_file, merge_file, "merge-file", "", "", "BPE merges file") \
+	X(S, tokenizer_model, tokenizer_model, "tokenizer-model", "", "", "tokenizer model file or directory") \
+	X(S, tiktoken_pattern, tiktoken_pattern, "tiktoken-pattern", "", "", "TikTokenizer pattern") \
+	X(I, tiktoken_num_special_tokens, tiktoken_num_special_tokens, "tiktoken-num-special-tokens", "1000", "[0,)", "TikTokenizer special tokens") \
+	X(I, vocab_size, vocab_size, "vocab-size", "0", "[0,)", "NullTokenizer / mock-data vocabulary") \
+	X(I, null_tokenizer_eod_id, null_tokenizer_eod_id, "null-tokenizer-eod-id", "-1", "[-1,)", "NullTokenizer eod (-1: vocab size - 1)") \
+	X(H, data, _, "", "", "", "data") \
+	X(S, data_path, data_path, "data-path", "", "", "[WEIGHT] PREFIX ... (Megatron blend)") \
+	X(S, split, split, "split", "", "", "train,valid,test weights, e.g. 969,30,1") \
+	X(S, data_cache_path, data_cache_path, "data-cache-path", "", "", "where index caches go") \
+	X(B, mock_data, mock_data, "mock-data", "false", "", "synthetic data (benchmarks)") \
+	X(B, eod_mask_loss, eod_mask_loss, "eod-mask-loss", "false", "", "no loss on end-of-document labels") \
+	X(B, reset_position_ids, reset_position_ids, "reset-position-ids", "false", "", "restart positions after each eod") \
+	X(H, batch, _, "", "", "", "batch and run length") \
+	X(I, micro_batch_size, micro_batch_size, "micro-batch-size", "0", "[0,)", "sequences per micro-batch") \
+	X(I, global_batch_size, global_batch_size, "global-batch-size", "0", "[0,)", "sequences per iteration (default micro x data-parallel)") \
+	X(I, train_iters, train_iters, "train-iters", "0", "[0,)", "iterations to train") \
+	X(I, train_samples, train_samples, "train-samples", "0", "[0,)", "or samples to train") \
+	X(I, exit_interval, exit_interval, "exit-interval", "0", "[0,)", "exit (after saving) at a multiple of this iteration") \
+	X(H, optimizer, _, "", "", "", "optimizer and learning rate (AdamW)") \
+	X(F, lr, lr, "lr", "0", "[0,)", "peak learning rate") \
+	X(F, min_lr, min_lr, "min-lr", "0", "[0,)", "final learning rate") \
+	X(F, lr_warmup_init, lr_warmup_init, "lr-warmup-init", "0", "[0,)", "learning rate at warmup start") \
+	X(F, lr_warmup_fraction, lr_warmup_fraction, "lr-warmup-fraction", "-1", "[-1,1]", "warmup as a fraction of decay (-1: unset)") \
+	X(I, lr_warmup_iters, lr_warmup_iters, "lr-warmup-iters", "0", "[0,)", "warmup iterations") \
+	X(I, lr_warmup_samples, lr_warmup_samples, "lr-warmup-samples", "0", "[0,)", "warmup samples") \
+	X(S, lr_decay_style, lr_decay_style, "lr-decay-style", "linear", "", "constant linear cosine inverse-square-root WSD") \
+	X(I, lr_decay_iters, lr_decay_iters, "lr-decay-iters", "0", "[0,)", "decay iterations (default train iters)") \
+	X(I, lr_decay_samples, lr_decay_samples, "lr-decay-samples", "0", "[0,)", "decay samples") \
+	X(S, lr_wsd_decay_style, lr_wsd_decay_style, "lr-wsd-decay-style", "exponential", "", "WSD anneal: exponential linear cosine minus_sqrt") \
+	X(I, lr_wsd_decay_iters, lr_wsd_decay_iters, "lr-wsd-decay-iters", "0", "[0,)", "WSD anneal iterations") \
+	X(F, weight_decay, weight_decay, "weight-decay", "0.01", "[0,)", "decoupled weight decay") \
+	X(F, adam_beta1, adam_beta1, "adam-beta1", "0.9", "[0,1)", "Adam beta1") \
+	X(F, adam_beta2, adam_beta2, "adam-beta2", "0.999", "[0,1)", "Adam beta2") \
+	X(F, adam_eps, adam_eps, "adam-eps", "1e-8", "(0,)", "Adam epsilon") \
+	X(F, clip_grad, clip_grad, "clip-grad", "1.0", "[0,)", "clip gradients to this global L2 norm (0: off)") \
+	X(H, eval, _, "", "", "", "evaluation, logging, checkpoints") \
+	X(I, eval_interval, eval_interval, "eval-interval", "0", "[0,)", "validate every N iterations (0: never)") \
+	X(I, eval_iters, eval_iters, "eval-iters", "100", "[0,)", "iterations per validation") \
+	X(I, log_interval, log_interval, "log-interval", "100", "[1,)", "iterations between log lines") \
+	X(B, log_throughput, log_throughput, "log-throughput", "false", "", "TFLOP/s in the log line") \
+	X(B, log_params_norm, log_params_norm, "log-params-norm", "false", "", "L2 norm of the parameters in the log line") \
+	X(I, seed, seed, "seed", "1234", "[0,)", "random seed (data order, init, dropout)") \
+	X(S, save, save, "save", "", "", "checkpoint directory to write") \
+	X(S, load, load, "load", "", "", "checkpoint directory to resume from") \
+	X(I, save_interval, save_interval, "save-interval", "0", "[0,)", "save every N iterations") \
+	X(B, no_save_optim, no_save_optim, "no-save-optim", "false", "", "save weights only") \
+	X(B, no_load_optim, no_load_optim, "no-load-optim", "false", "", "do not load optimizer state") \
+	X(B, finetune, finetune, "finetune", "false", "", "load weights only, start at iteration 0") \
+	X(I, ckpt_step, ckpt_step, "ckpt-step", "0", "[0,)", "load this iteration of --load instead of the tracker's (0: the tracker's)") \
+	X(B, no_load_rng, no_load_rng, "no-load-rng", "false", "", "dropout keyed by --seed, not the checkpoint's seed") \
+	X(B, no_save_rng, no_save_rng, "no-save-rng", "false", "", "do not record the seed in the checkpoint") \
+	X(B, async_save, async_save, "async-save", "false", "", "write checkpoints on a thread while training goes on") \
+	X(S, ckpt_format, ckpt_format, "ckpt-format", "hdf5", "", "checkpoint format: hdf5 (mgt-ckpt(5)) only") \
+	X(B, exit_signal_handler, exit_signal_handler, "exit-signal-handler", "false", "", "on --exit-signal, finish the iteration, save and exit") \
+	X(S, exit_signal, exit_signal, "exit-signal", "SIGTERM", "", "the signal --exit-signal-handler waits for: SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2") \
+	X(I, exit_duration_in_mins, exit_duration_in_mins, "exit-duration-in-mins", "0", "[0,)", "exit (after saving) once the run has lasted this many minutes (0: never)") \
+	X(H, parallel, _, "", "", "", "parallelism and machine") \
+	X(I, tensor_model_parallel_size, tensor_model_parallel_size, "tensor-model-parallel-size", "1", "[1,)", "tensor parallel size") \
+	X(I, pipeline_model_parallel_size, pipeline_model_parallel_size, "pipeline-model-parallel-size", "1", "[1,)", "pipeline parallel size") \
+	X(I, num_layers_per_virtual_pipeline_stage, num_layers_per_virtual_pipeline_stage, "num-layers-per-virtual-pipeline-stage", "0", "[0,)", "layers per virtual stage (interleaved 1F1B)") \
+	X(I, virtual_pipeline_model_parallel_size, virtual_pipeline_model_parallel_size, "virtual-pipeline-model-parallel-size", "0", "[0,)", "or virtual stages per pipeline rank") \
+	X(I, num_virtual_stages_per_pipeline_rank, num_virtual_stages_per_pipeline_rank, "num-virtual-stages-per-pipeline-rank", "0", "[0,)", "the same (Megatron's newer name)") \
+	X(I, decoder_first_pipeline_num_layers, model.decoder_first_pipeline_num_layers, "decoder-first-pipeline-num-layers", "0", "[0,)", "layers of the first pipeline stage (uneven; 0: even)") \
+	X(I, decoder_last_pipeline_num_layers, model.decoder_last_pipeline_num_layers, "decoder-last-pipeline-num-layers", "0", "[0,)", "layers of the last pipeline stage (uneven; 0: even)") \
+	X(I, microbatch_group_size_per_vp_stage, microbatch_group_size_per_vp_stage, "microbatch-group-size-per-virtual-pipeline-stage", "0", "[0,)", "interleaving group (0: pipeline size)") \
+	X(B, sequence_parallel, sequence_parallel, "sequence-parallel", "false", "", "split norms and dropout along the sequence (TP > 1)") \
+	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "[1,)", "context parallel size (1 only)") \
+	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "", "shard optimizer state over data-parallel ranks") \
+	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "[0,)", "gradient bucket elements (0: one bucket, or max(4e7, 1e6 x DP) with --overlap-grad-reduce)") \
+	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "", "reduce each gradient bucket during the last backward as soon as it is complete") \
+	X(H, precision, _, "", "", "", "mixed precision") \
+	X(B, bf16, bf16, "bf16", "false", "", "bf16 GEMM operands; fp32 main parameters, gradients and reductions") \
+	X(B, fp16, fp16, "fp16", "false", "", "fp16 GEMM operands with loss scaling; fp32 main parameters and gradients") \
+	X(F, loss_scale, loss_scale, "loss-scale", "0", "[0,)", "constant fp16 loss scale (0: dynamic)") \
+	X(F, initial_loss_scale, initial_loss_scale, "initial-loss-scale", "4294967296", "(0,)", "first dynamic loss scale (2^32)") \
+	X(F, min_loss_scale, min_loss_scale, "min-loss-scale", "1.0", "(0,)", "lowest dynamic loss scale") \
+	X(I, loss_scale_window, loss_scale_window, "loss-scale-window", "1000", "[1,)", "clean iterations before the scale doubles") \
+	X(I, hysteresis, hysteresis, "hysteresis", "2", "[1,)", "inf/NaN iterations tolerated before the scale halves") \
+	X(H, device, _, "", "", "", "device and reporting") \
+	X(S, device, device, "device", "auto", "", "cpu, cuda, or auto (cuda when built with CUDA and a GPU is present)") \
+	X(I, threads, threads, "threads", "0", "[0,)", "CPU threads (0: all)") \
+	X(F, peak_tflops, peak_tflops, "peak-tflops", "0", "[0,)", "peak TFLOP/s for MFU (0: not reported)") \
+	X(S, metrics_file, metrics_file, "metrics-file", "", "", "JSONL metrics, one object per iteration") \
+	X(S, comm_log, comm_log, "comm-log", "", "", "PREFIX: each rank writes PREFIX.rankN.jsonl, bytes sent per group per iteration") \
+	X(S, debug_dump, debug_dump, "debug-dump", "", "", "HDF5 file: initial params, iteration-1 grads, batches")
 
 typedef struct {
 	char kind;
-	const char *dest, *flag, *def, *help;
+	const char *dest, *flag, *def, *range, *help;
 	size_t off, size;
 } arg_desc;
 
-#define ARG_ROW(k, dest, path, flag, def, help) \
-	{ #k[0], #dest, flag, def, help, offsetof(mgt_args, path), sizeof(((mgt_args *)0)->path) },
+#define ARG_ROW(k, dest, path, flag, def, range, help) \
+	{ #k[0], #dest, flag, def, range, help, offsetof(mgt_args, path), sizeof(((mgt_args *)0)->path) },
 #define _ model
 static const arg_desc args_table[] = { MGT_ARGS(ARG_ROW) };
 #undef _
@@ -153,20 +164,45 @@ static mgt_status bad_value(const arg_desc *d, const char *v, const char *want)
 	return mgt_err(MGT_ERR_USAGE, "--%s %s: expected %s", d->flag, v, want);
 }
 
+/* Whether x lies in d's range ("[lo,hi]", "(lo,)", ...); *want describes the range for the
+ * message ("a number > 0", "an integer in [0, 1)"). */
+static bool in_range(const arg_desc *d, double x, char *want, size_t n)
+{
+	const char *r = d->range, *what = d->kind == 'I' ? "an integer" : "a finite number";
+	if (!*r) {
+		snprintf(want, n, "%s", what);
+		return true;
+	}
+	char *end;
+	bool lo_open = r[0] == '(', hi_open = r[strlen(r) - 1] == ')';
+	bool has_lo = r[1] != ',';
+	double lo = has_lo ? strtod(r + 1, &end) : 0;
+	const char *comma = strchr(r, ',');
+	bool has_hi = comma[1] != ')' && comma[1] != ']';
+	double hi = has_hi ? strtod(comma + 1, &end) : 0;
+	if (has_lo && has_hi) snprintf(want, n, "%s in %.*s", what, (int)strlen(r), r);
+	else if (has_lo) snprintf(want, n, "%s %s %g", what, lo_open ? ">" : ">=", lo);
+	else snprintf(want, n, "%s %s %g", what, hi_open ? "<" : "<=", hi);
+	if (has_lo && (lo_open ? !(x > lo) : !(x >= lo))) return false;
+	return !(has_hi && (hi_open ? !(x < hi) : !(x <= hi)));
+}
+
 static mgt_status set_value(mgt_args *a, const arg_desc *d, const char *v)
 {
-	char *p = (char *)a + d->off, *end;
+	char *p = (char *)a + d->off, *end, want[96];
 	errno = 0;
 	switch (d->kind) {
 	case 'I': {
 		long long x = strtoll(v, &end, 10);
-		if (!*v || *end || errno) return bad_value(d, v, "an integer");
+		bool ok = *v && !*end && !errno;
+		if (!in_range(d, (double)x, want, sizeof want) || !ok) return bad_value(d, v, want);
 		*(int64_t *)p = x;
 		return MGT_OK;
 	}
 	case 'F': {
 		double x = strtod(v, &end);
-		if (!*v || *end || errno) return bad_value(d, v, "a number");
+		bool ok = *v && !*end && !errno && isfinite(x);
+		if (!in_range(d, x, want, sizeof want) || !ok) return bad_value(d, v, want);
 		*(double *)p = x;
 		return MGT_OK;
 	}

@@ -33,11 +33,17 @@ typedef struct mgt_args {
 	int64_t lr_decay_iters, lr_decay_samples, lr_warmup_iters, lr_warmup_samples, lr_wsd_decay_iters;
 	/* evaluation and logging */
 	int64_t eval_interval, eval_iters, log_interval, seed;
-	bool log_throughput;
+	bool log_throughput, log_params_norm;
 	/* checkpoints */
 	char *save, *load;
 	int64_t save_interval;
-	bool no_save_optim, no_load_optim, finetune;
+	bool no_save_optim, no_load_optim, finetune, no_load_rng, no_save_rng, async_save;
+	int64_t ckpt_step;
+	char *ckpt_format;
+	/* stopping */
+	bool exit_signal_handler;
+	char *exit_signal;
+	int64_t exit_duration_in_mins;
 	/* parallelism */
 	int64_t tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
 	int64_t num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size;
