@@ -21,6 +21,9 @@ static void usage(void)
 	       "and defaults. A preset (share/mgt/models/NAME.json) sets the model shape; flags override it.\n"
 	       "Logs go to stderr: Megatron's iteration line every --log-interval iterations.\n");
 	mgt_args_help(stdout);
+	printf("\nOther Megatron-LM flags are accepted without effect (said once in the log) or refused with\n"
+	       "the reason.  --megatron-flags reads flag names on stdin, one a line, and prints how each is\n"
+	       "treated: implemented, ignored (accepted without effect), refused or unknown.\n");
 	printf("\nExit status: 0 ok, 1 runtime error, 2 usage error, 3 bad data, 4 bad tokenizer files,\n"
 	       "6 checkpoint that does not match or is damaged, 130 interrupted (after saving with --save).\n"
 	       "See mgt-train(1), mgt-ckpt(5).\n");
@@ -47,13 +50,29 @@ static void fail(mgt_status st)
 	exit(code);
 }
 
+/* --megatron-flags: "FLAG CLASS[: REASON]" for every flag name on stdin ('#' lines skipped). */
+static int classify_flags(void)
+{
+	char line[512];
+	while (fgets(line, sizeof line, stdin)) {
+		line[strcspn(line, " \t\r\n")] = 0;
+		if (!line[0] || line[0] == '#') continue;
+		const char *cls, *why;
+		mgt_args_classify(line, &cls, &why);
+		printf("%s %s%s%s\n", line, cls, *why ? ": " : "", why);
+	}
+	return ferror(stdout) || fflush(stdout) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
-	for (int i = 1; i < argc; i++)
+	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage();
 			return 0;
 		}
+		if (!strcmp(argv[i], "--megatron-flags")) return classify_flags();
+	}
 	mgt_status st = mgt_dist_init(&argc, &argv);
 	if (st) fail(st);
 	mgt_args a;

@@ -218,6 +218,14 @@ void mgt_backend_destroy(mgt_backend *be);
  * MGT_ERR_NOMEM.  Free with mgt_backend_destroy.  Ops are asynchronous on the stream; download,
  * sumsq and xent_loss (which return values) and sync wait for it. */
 mgt_backend *mgt_backend_cuda_create(int device, mgt_status *st);
+/* Bytes this backend can still allocate, and where the figure comes from (what, n bytes: e.g.
+ * "MemAvailable", "cgroup memory.max", "cudaMemGetInfo on GPU 0").  Host memory: the smaller of
+ * /proc/meminfo's MemAvailable and the cgroup's limit less its usage (v2 memory.max, or v1
+ * memory.limit_in_bytes); the GPU: cudaMemGetInfo's free bytes.  SIZE_MAX when unknown. */
+size_t mgt_backend_mem_available(mgt_backend *be, char *what, size_t n);
+/* The GPU part of mgt_backend_mem_available (SIZE_MAX in a build without CUDA). */
+size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n);
+
 /* Number of CUDA devices usable by this process (0 when built without CUDA, without a driver or
  * without a GPU).  Never fails. */
 int mgt_backend_cuda_devices(void);

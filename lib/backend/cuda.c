@@ -604,3 +604,15 @@ void *mgt_backend_cuda_stream(mgt_backend *be)
 {
 	return be && be->ops == &cuda_ops ? (void *)impl(be)->stream : NULL;
 }
+
+size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n)
+{
+	size_t free_b = 0, total = 0;
+	if (cudaMemGetInfo(&free_b, &total) != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(what, n, "unknown");
+		return SIZE_MAX;
+	}
+	snprintf(what, n, "cudaMemGetInfo on GPU %d", impl(be)->device);
+	return free_b;
+}

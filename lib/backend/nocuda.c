@@ -2,6 +2,9 @@
  * and create refuses with a message saying how to get one. */
 #include "backend/backend.h"
 
+#include <stdint.h>
+#include <stdio.h>
+
 mgt_backend *mgt_backend_cuda_create(int device, mgt_status *st)
 {
 	mgt_status code = mgt_err(MGT_ERR_USAGE, "this mgt was built without CUDA (rebuild with make "
@@ -14,3 +17,9 @@ mgt_backend *mgt_backend_cuda_create(int device, mgt_status *st)
 int mgt_backend_cuda_devices(void) { return 0; }
 
 void *mgt_backend_cuda_stream(mgt_backend *be) { return NULL; }
+
+size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n)
+{
+	snprintf(what, n, "unknown");
+	return SIZE_MAX;
+}

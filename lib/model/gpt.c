@@ -45,6 +45,7 @@ struct mgt_model {
 	/* scratch shared by the slots */
 	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
 	size_t act_bytes, work_bytes;
+	bool dry;                  /* mgt_model_measure: count the bytes, allocate nothing */
 	uint64_t next_key, drop_key;
 	double t_fwd, t_bwd;
 	mgt_grad_hook hook;
@@ -63,7 +64,10 @@ static const mgt_tensor *T_(const mgt_model *m, int l, mgt_tensor_role role)
 
 static void *balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 {
+	static float dry_dummy;
 	if (*st) return NULL;
+	*acct += m->dry ? bytes : 0;
+	if (m->dry) return &dry_dummy;
 	void *p = m->be->ops->alloc(m->be, bytes ? bytes : 4);
 	if (!p) *st = MGT_ERR_NOMEM;
 	*acct += bytes;
@@ -164,8 +168,12 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 {
 	if (ps->cp != 1) return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d: context parallelism is not "
 					"implemented (must be 1)", ps->cp);
+	if (c->seq_length > INT32_MAX / 4)
+		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld: more than the %d tokens a micro-batch can hold",
+			       (long long)c->seq_length, INT32_MAX / 4);
 	if (L->mbs <= 0 || (int64_t)L->mbs * c->seq_length > INT32_MAX / 4)
-		return mgt_err(MGT_ERR_USAGE, "--micro-batch-size %d: out of range", L->mbs);
+		return mgt_err(MGT_ERR_USAGE, "--micro-batch-size %d x --seq-length %lld: more than the %d tokens a "
+			       "micro-batch can hold", L->mbs, (long long)c->seq_length, INT32_MAX / 4);
 	if (L->num_stages < 1 || L->stage < 0 || L->stage >= L->num_stages || L->slots < 1)
 		return mgt_err(MGT_ERR_USAGE, "pipeline stage %d of %d: out of range", L->stage, L->num_stages);
 	int64_t first, n;
@@ -177,8 +185,9 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 	return MGT_OK;
 }
 
-mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
-			    mgt_backend *be, const mgt_parallel *ps)
+/* The chunk without its buffers: dimensions, tensor table and flat-buffer layout. */
+static mgt_status model_new(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
+			    mgt_backend *be, const mgt_parallel *ps, bool dry)
 {
 	*out = NULL;
 	mgt_status st = check_layout(c, L, ps);
@@ -190,20 +199,30 @@ mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mg
 	m->L = *L;
 	m->be = be;
 	m->ps = ps;
+	m->dry = dry;
 	set_dims(m);
 	st = mgt_tensor_table_build(&m->tt, c, ps->tp, ps->tp_rank, L->num_stages, L->stage);
 	bool shared = !c->untie_embeddings_and_output_weights && ps->pp > 1;
 	if (!st) st = mgt_tensor_table_layout(&m->tt, L->dp, L->distributed_optimizer, L->bucket_size, shared);
 	if (!st) st = index_roles(m);
-	if (!st) {
-		size_t bytes = m->tt.buf_numel * sizeof(float);
-		m->params = be->ops->alloc(be, bytes);
-		m->grads = be->ops->alloc(be, bytes);
-		if (!m->params || !m->grads) st = MGT_ERR_NOMEM;
-		else {
-			be->ops->zero(be, m->params, bytes);
-			be->ops->zero(be, m->grads, bytes);
-		}
+	if (st) mgt_model_free(m);
+	else *out = m;
+	return st;
+}
+
+mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
+			    mgt_backend *be, const mgt_parallel *ps)
+{
+	mgt_model *m;
+	mgt_status st = model_new(&m, c, L, be, ps, false);
+	if (st) return st;
+	size_t bytes = m->tt.buf_numel * sizeof(float);
+	m->params = be->ops->alloc(be, bytes);
+	m->grads = be->ops->alloc(be, bytes);
+	if (!m->params || !m->grads) st = MGT_ERR_NOMEM;
+	else {
+		be->ops->zero(be, m->params, bytes);
+		be->ops->zero(be, m->grads, bytes);
 	}
 	if (!st) st = alloc_activations(m);
 	if (st) {
@@ -212,6 +231,21 @@ mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mg
 	}
 	*out = m;
 	return MGT_OK;
+}
+
+mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
+			     mgt_model_mem *mem, size_t *buf_numel)
+{
+	mgt_model *m;
+	mgt_status st = model_new(&m, c, L, NULL, ps, true);
+	if (st) return st;
+	st = alloc_activations(m);
+	if (!st) {
+		*mem = mgt_model_memory(m);
+		*buf_numel = m->tt.buf_numel;
+	}
+	mgt_model_free(m);
+	return st;
 }
 
 static void free_slot(mgt_model *m, slot_act *sa)
@@ -231,10 +265,13 @@ void mgt_model_free(mgt_model *m)
 {
 	if (!m) return;
 	mgt_backend *be = m->be;
-	for (int k = 0; m->sa && k < m->L.slots; k++) free_slot(m, &m->sa[k]);
+	for (int k = 0; m->sa && k < m->L.slots; k++) {
+		if (m->dry) free(m->sa[k].la);
+		else free_slot(m, &m->sa[k]);
+	}
 	free(m->sa);
 	float *bufs[] = { m->params, m->grads, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx, m->dact };
-	for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
+	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	free(m->by_role);
 	mgt_tensor_table_free(&m->tt);
 	free(m);

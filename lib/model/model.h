@@ -195,6 +195,13 @@ mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed);
 typedef struct { size_t params, grads, activations, workspace; } mgt_model_mem;
 mgt_model_mem mgt_model_memory(const mgt_model *m);
 
+/* What mgt_model_create would allocate for the same arguments, computed by the same code with
+ * nothing allocated (no backend needed): *mem as mgt_model_memory reports it afterwards, and
+ * *buf_numel the flat parameter buffer's elements (optimizer state is sized from it).
+ * Errors: as mgt_model_create (a layout that does not divide, sizes out of range), NOMEM. */
+mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
+			     mgt_model_mem *mem, size_t *buf_numel);
+
 /* Dropout keys: mix (seed, iteration, micro-batch index) so every micro-batch of every iteration
  * draws its own masks, identically on every layout. */
 void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, int64_t microbatch);

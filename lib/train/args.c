@@ -239,6 +239,7 @@ void mgt_args_free(mgt_args *a)
 {
 	for (size_t i = 0; i < N_ARGS; i++)
 		if (args_table[i].kind == 'S') free(*(char **)((char *)a + args_table[i].off));
+	free(a->ignored_flags);
 	memset(a, 0, sizeof *a);
 }
 
@@ -315,6 +316,60 @@ static mgt_status preset_path(const char *name, char *out, size_t n)
 		       name, exe);
 }
 
+/* Every word after argv[*i] up to the next "--" flag, joined by spaces into *out (malloc'd). */
+static mgt_status take_words(int argc, char **argv, int *i, const char *name, char **out)
+{
+	mgt_buf b = { 0 };
+	while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) {
+		const char *w = argv[++*i];
+		if ((b.n && mgt_buf_add(&b, " ", 1)) || mgt_buf_add(&b, w, strlen(w) + 1)) {
+			free(b.p);
+			return MGT_ERR_NOMEM;
+		}
+		b.n--; /* keep the NUL out of the length */
+	}
+	*out = b.p;
+	return b.n ? MGT_OK : mgt_err(MGT_ERR_USAGE, "--%s needs a value", name);
+}
+
+/* Record "--name: why" once in a->ignored_flags. */
+static mgt_status note_ignored(mgt_args *a, const char *name, const char *why)
+{
+	char line[512];
+	snprintf(line, sizeof line, "--%s: %s\n", name, why);
+	if (a->ignored_flags && strstr(a->ignored_flags, line)) return MGT_OK;
+	size_t n = a->ignored_flags ? strlen(a->ignored_flags) : 0;
+	char *p = mgt_realloc(a->ignored_flags, n + strlen(line) + 1);
+	if (!p) return MGT_ERR_NOMEM;
+	strcpy(p + n, line);
+	a->ignored_flags = p;
+	return MGT_OK;
+}
+
+/* A Megatron flag outside the table: its values read (and checked where only one is accepted),
+ * then an alias applied, a no-op recorded, or the refusal returned. */
+static mgt_status parse_compat(mgt_args *a, const char *name, const char *eq, int argc, char **argv, int *i)
+{
+	mgt_compat c;
+	mgt_status st = mgt_args_compat(name, NULL, &c);
+	if (st) return st;
+	char *val = NULL;
+	if (c.nargs == '0' && eq) return mgt_err(MGT_ERR_USAGE, "--%s takes no value", name);
+	if (c.nargs != '0' && eq) val = mgt_strdup(eq + 1);
+	else if (c.nargs == '1' && *i + 1 < argc) val = mgt_strdup(argv[++*i]);
+	else if (c.nargs == '1') return mgt_err(MGT_ERR_USAGE, "--%s needs a value", name);
+	else if (c.nargs == '+' && (st = take_words(argc, argv, i, name, &val))) return st;
+	if (c.nargs != '0' && !val) return MGT_ERR_NOMEM;
+	st = mgt_args_compat(name, val, &c);
+	free(val);
+	if (st) return st;
+	if (c.ignored) return note_ignored(a, name, c.why);
+	char dest[64];
+	const char *v = strchr(c.alias, '=');
+	snprintf(dest, sizeof dest, "%.*s", (int)(v - c.alias), c.alias);
+	return mgt_args_set(a, dest, v + 1);
+}
+
 static mgt_status parse_flag(mgt_args *a, int argc, char **argv, int *i)
 {
 	char *arg = argv[*i], name[128], *eq = strchr(arg, '=');
@@ -323,7 +378,7 @@ static mgt_status parse_flag(mgt_args *a, int argc, char **argv, int *i)
 	memcpy(name, arg + 2, n);
 	name[n] = 0;
 	const arg_desc *d = find_arg(name);
-	if (!d || strcmp(name, d->flag)) return mgt_err(MGT_ERR_USAGE, "unknown flag '--%s'", name);
+	if (!d || strcmp(name, d->flag)) return parse_compat(a, name, eq, argc, argv, i);
 	if (d->kind == 'B' || d->kind == 'N') {
 		if (eq) return mgt_err(MGT_ERR_USAGE, "--%s takes no value", name);
 		return set_value(a, d, d->kind == 'B' ? "true" : "false");
@@ -331,15 +386,29 @@ static mgt_status parse_flag(mgt_args *a, int argc, char **argv, int *i)
 	if (eq) return set_value(a, d, eq + 1);
 	if (*i + 1 >= argc) return mgt_err(MGT_ERR_USAGE, "--%s needs a value", name);
 	if (strcmp(d->dest, "data_path")) return set_value(a, d, argv[++*i]);
-	mgt_buf b = { 0 };
-	while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) {
-		const char *w = argv[++*i];
-		if ((b.n && mgt_buf_add(&b, " ", 1)) || mgt_buf_add(&b, w, strlen(w) + 1)) return MGT_ERR_NOMEM;
-		b.n--; /* keep the NUL out of the length */
-	}
-	mgt_status st = b.n ? set_value(a, d, b.p) : mgt_err(MGT_ERR_USAGE, "--data-path needs a value");
-	free(b.p);
+	char *words = NULL;
+	mgt_status st = take_words(argc, argv, i, name, &words);
+	if (!st) st = set_value(a, d, words);
+	free(words);
 	return st;
+}
+
+void mgt_args_classify(const char *flag, const char **cls, const char **why)
+{
+	while (*flag == '-') flag++;
+	const arg_desc *d = find_arg(flag);
+	mgt_compat c;
+	*why = "";
+	if (d && !strcmp(flag, d->flag)) {
+		*cls = "implemented";
+	} else if (mgt_args_compat(flag, NULL, &c) == MGT_OK) {
+		*cls = c.alias ? "implemented" : "ignored";
+		*why = c.alias ? "" : c.why;
+	} else {
+		bool known = strncmp(mgt_err_msg(), "unknown flag", 12) != 0;
+		*cls = known ? "refused" : "unknown";
+		*why = known ? c.why : "";
+	}
 }
 
 mgt_status mgt_args_parse_argv(mgt_args *a, int argc, char **argv)

@@ -3,6 +3,7 @@
 #include "train_impl.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -553,6 +554,68 @@ static mgt_status train_loop(trainer *t)
 	return a->eval_interval ? validate(t, "on validation set") : MGT_OK;
 }
 
+static mgt_model_layout chunk_layout(const trainer *t, int c)
+{
+	const mgt_args *a = t->a;
+	return (mgt_model_layout){
+		.mbs = (int)a->micro_batch_size, .stage = c * t->ps.pp + t->ps.pp_rank, .num_stages = t->ps.pp * t->V,
+		.slots = t->slots[c], .sequence_parallel = a->sequence_parallel,
+		.distributed_optimizer = a->use_distributed_optimizer, .dp = t->ps.dp, .bucket_size = a->ddp_bucket_size,
+	};
+}
+
+/* Processes of this job on this machine (OpenMPI, Slurm), 1 when unknown. */
+static int local_ranks(void)
+{
+	const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+	if (!v) v = getenv("SLURM_NTASKS_PER_NODE");
+	int n = v ? atoi(v) : 1;
+	return n > 0 ? n : 1;
+}
+
+/* The advice for the part of the memory that is largest. */
+static const char *memory_advice(const trainer *t, const mgt_model_mem *m, size_t opt)
+{
+	size_t act = m->activations + m->workspace, par = m->params + m->grads;
+	if (act >= opt && act >= par)
+		return "lower --micro-batch-size or --seq-length, or raise --tensor-model-parallel-size (with "
+		       "--sequence-parallel) or --pipeline-model-parallel-size";
+	if (opt >= par && !t->a->use_distributed_optimizer && t->ps.dp > 1)
+		return "add --use-distributed-optimizer, or raise --tensor-model-parallel-size or "
+		       "--pipeline-model-parallel-size";
+	return "raise --tensor-model-parallel-size or --pipeline-model-parallel-size";
+}
+
+/* Before anything large is allocated: what the chunks will take (mgt_model_measure, the
+ * allocator's own sizes) plus the Adam moments, against what the backend can still allocate,
+ * shared by the job's processes on this machine.  Error: MGT_ERR_NOMEM with the breakdown. */
+static mgt_status check_memory(trainer *t)
+{
+	mgt_model_mem m = { 0 };
+	size_t opt = 0;
+	for (int c = 0; c < t->V; c++) {
+		mgt_model_layout L = chunk_layout(t, c);
+		mgt_model_mem x;
+		size_t numel;
+		mgt_status st = mgt_model_measure(&t->a->model, &L, &t->ps, &x, &numel);
+		if (st) return st;
+		m.params += x.params; m.grads += x.grads; m.activations += x.activations; m.workspace += x.workspace;
+		opt += 2 * sizeof(float) * (t->a->use_distributed_optimizer ? numel / (size_t)t->ps.dp : numel);
+	}
+	char what[96];
+	size_t avail = mgt_backend_mem_available(t->be, what, sizeof what), share = 1;
+	if (t->be->host_memory) share = (size_t)local_ranks();
+	else if (mgt_backend_cuda_devices() > 0) share = ((size_t)local_ranks() + (size_t)mgt_backend_cuda_devices() - 1) / (size_t)mgt_backend_cuda_devices();
+	double need = (double)m.params + (double)m.grads + (double)opt + (double)m.activations + (double)m.workspace;
+	if (avail == SIZE_MAX || need * (double)share <= (double)avail) return MGT_OK;
+	double g = 1024.0 * 1024.0 * 1024.0;
+	return mgt_err(MGT_ERR_NOMEM, "rank %d needs %.2f GiB (parameters %.2f, gradients %.2f, optimizer %.2f, "
+		       "activations %.2f, workspace %.2f) but %s has %.2f GiB free%s; %s", t->ps.world_rank, need / g,
+		       (double)m.params / g, (double)m.grads / g, (double)opt / g, (double)m.activations / g,
+		       (double)m.workspace / g, what, (double)avail / g,
+		       share > 1 ? " for all the job's processes on this machine" : "", memory_advice(t, &m, opt));
+}
+
 /* The model chunks of this rank and the schedules that drive them. */
 static mgt_status setup_pipeline(trainer *t)
 {
@@ -569,13 +632,10 @@ static mgt_status setup_pipeline(trainer *t)
 	t->mb_scale = mgt_malloc((size_t)M * sizeof *t->mb_scale);
 	if (!t->chunk || !t->slots || !t->mb_scale) return MGT_ERR_NOMEM;
 	memset(t->chunk, 0, (size_t)t->V * sizeof *t->chunk);
+	for (int c = 0; c < t->V; c++) t->slots[c] = sched_slots(t->acts, t->n_acts, c);
+	st = check_memory(t);
 	for (int c = 0; !st && c < t->V; c++) {
-		t->slots[c] = sched_slots(t->acts, t->n_acts, c);
-		mgt_model_layout L = {
-			.mbs = (int)a->micro_batch_size, .stage = c * P + r, .num_stages = P * t->V, .slots = t->slots[c],
-			.sequence_parallel = a->sequence_parallel, .distributed_optimizer = a->use_distributed_optimizer,
-			.dp = t->ps.dp, .bucket_size = a->ddp_bucket_size,
-		};
+		mgt_model_layout L = chunk_layout(t, c);
 		st = mgt_model_create(&t->chunk[c], &a->model, &L, t->be, &t->ps);
 	}
 	t->model = t->chunk[0];

@@ -59,6 +59,8 @@ typedef struct mgt_args {
 	int64_t threads;
 	char *metrics_file, *debug_dump, *comm_log;
 	double peak_tflops;
+	/* Megatron flags given that have no effect: "--flag: why\n" lines, owned (NULL: none) */
+	char *ignored_flags;
 	/* set by the caller before mgt_args_finalize: processes in the job (0 means 1) */
 	int64_t world_size;
 	/* derived by mgt_args_finalize */
@@ -94,6 +96,24 @@ mgt_status mgt_args_finalize(mgt_args *a);
 
 /* All arguments as a JSON object (jansson json_t *, caller decrefs), Megatron dests as keys. */
 void *mgt_args_to_json(const mgt_args *a);
+
+/* A Megatron-LM flag that mgt-train knows but does not implement (lib/train/compat.c).  flag is
+ * the name without dashes; value the value given, or NULL (before it is read).  *out gets how
+ * many values the flag takes ('0', '1', or '+': every word up to the next --flag), the reason,
+ * whether it is accepted without effect, and for an alias the "dest=value" it stands for.
+ * Errors: MGT_ERR_USAGE when the flag is refused (the message names it and says why), when it
+ * accepts one value only and another is given, or when mgt-train does not know it. */
+typedef struct {
+	char nargs;
+	bool ignored;
+	const char *why, *alias;
+} mgt_compat;
+mgt_status mgt_args_compat(const char *flag, const char *value, mgt_compat *out);
+
+/* How mgt-train treats a Megatron-LM flag (name with or without leading dashes): *cls is
+ * "implemented", "ignored" (accepted without effect), "refused" or "unknown"; *why the reason
+ * (static; "" for implemented and unknown flags). */
+void mgt_args_classify(const char *flag, const char **cls, const char **why);
 
 /* Help text: every flag with its default, grouped. */
 void mgt_args_help(FILE *f);

@@ -1,0 +1,348 @@
+/* lib/train/compat.c: Megatron-LM flags that mgt-train knows but does not implement.
+ *
+ * Every flag of megatron/training/arguments.py (and of the config dataclasses it turns into
+ * flags) is one of: implemented (args.c's table), accepted without effect because mgt has no such
+ * switch (the run computes what Megatron's would, or the flag only tunes speed or logging
+ * elsewhere), or refused with the reason.  Rows are looked up by exact name, then by prefix
+ * (rows whose name ends in '-').  A row with `only` accepts that one value (a no-op there) and
+ * refuses any other with the reason.
+ */
+#include "train.h"
+
+#include <string.h>
+
+typedef struct {
+	const char *flag;  /* without the leading dashes; a trailing '-' makes it a prefix */
+	char cls;          /* 'i' accepted without effect, 'r' refused, 'a' alias: why is "dest=value" */
+	char nargs;        /* '0' none, '1' one value, '+' every word up to the next --flag */
+	const char *only;  /* with 'i': the one value accepted; other values are refused */
+	const char *why;
+} compat_row;
+
+/* Reasons shared by many rows. */
+#define FUSED "mgt's kernels are fused where it pays; there is no switch"
+#define TB "TensorBoard event files are not written yet; --metrics-file writes the same figures as JSONL"
+#define WANDB "Weights & Biases is not built in; --metrics-file writes the figures as JSONL"
+#define PROF "mgt has no built-in profiler switch: run it under nsys, ncu or perf"
+#define RECOMP "activation recomputation is not implemented yet: every activation is kept (same results, more memory)"
+#define FP8 "fp8 and fp4 training are not implemented (--bf16 and --fp16 are)"
+#define MOE "Mixture of Experts is not implemented yet"
+#define FSDP "FSDP is not implemented; --use-distributed-optimizer shards the optimizer state"
+#define INFER "inference and text generation are not part of mgt-train"
+#define RL "reinforcement learning is not part of mgt-train"
+#define NOTGPT "mgt-train pretrains GPT models (pretrain_gpt.py) only"
+#define OFFLOAD "optimizer offloading is not implemented"
+#define DISTCKPT "mgt writes HDF5 checkpoints (mgt-ckpt(5)); torch_dist and torch checkpoints are Megatron's own, and a converter to them (mgt-ckpt-convert) is planned"
+#define TELEMETRY "NVIDIA's telemetry and fault-tolerance packages are not used"
+#define MLA "multi-latent attention is not implemented"
+#define NOTIMPL "not implemented"
+#define NOTUSED "mgt has no such switch"
+
+static const compat_row rows[] = {
+	/* model implementation and kernels */
+	{ "use-mcore-models", 'i', '0', NULL, "mgt has one model implementation, with Megatron-Core's tensor layout" },
+	{ "use-legacy-models", 'r', '0', NULL, "mgt implements Megatron-Core's models only" },
+	{ "transformer-impl", 'i', '1', NULL, "mgt has one transformer implementation" },
+	{ "attention-backend", 'i', '1', NULL, "mgt picks its own fused attention kernel" },
+	{ "use-flash-attn", 'i', '0', NULL, "mgt's attention is a fused (flash-style) kernel already" },
+	{ "no-masked-softmax-fusion", 'i', '0', NULL, FUSED },
+	{ "masked-softmax-fusion", 'i', '0', NULL, FUSED },
+	{ "no-bias-gelu-fusion", 'i', '0', NULL, FUSED },
+	{ "no-bias-swiglu-fusion", 'i', '0', NULL, FUSED },
+	{ "no-bias-dropout-fusion", 'i', '0', NULL, FUSED },
+	{ "no-rope-fusion", 'i', '0', NULL, FUSED },
+	{ "no-persist-layer-norm", 'i', '0', NULL, FUSED },
+	{ "no-gradient-accumulation-fusion", 'i', '0', NULL, FUSED },
+	{ "cross-entropy-loss-fusion", 'i', '0', NULL, FUSED },
+	{ "cross-entropy-fusion-impl", 'i', '1', NULL, FUSED },
+	{ "no-gradient-reduce-div-fusion", 'i', '0', NULL, FUSED },
+	{ "attention-softmax-in-fp32", 'i', '0', NULL, "mgt's softmax is always computed in fp32" },
+	{ "accumulate-allreduce-grads-in-fp32", 'i', '0', NULL, "gradients are always accumulated and reduced in fp32" },
+	{ "grad-reduce-in-bf16", 'i', '0', NULL, "gradients are always reduced in fp32 (more exact, twice the bytes)" },
+	{ "fp16-lm-cross-entropy", 'i', '0', NULL, "the cross entropy is always computed in fp32" },
+	{ "output-logit-dtype", 'i', '1', NULL, "logits are always fp32" },
+	{ "onnx-safe", 'i', '1', NULL, NOTUSED },
+	{ "openai-gelu", 'i', '0', NULL, "Megatron-Core no longer wires it into the model either: the GELU is erf's" },
+	{ "no-position-embedding", 'i', '0', NULL, "Megatron-Core takes positions from --position-embedding-type only" },
+	{ "use-rotary-position-embeddings", 'a', '0', NULL, "position_embedding_type=rope" },
+	{ "use-cpu-initialization", 'i', '0', NULL, "initial values come from a counter-based RNG and are the same on any device" },
+	{ "no-initialization", 'i', '0', NULL, "initialization costs nothing worth skipping" },
+	{ "deterministic-mode", 'i', '0', NULL, "mgt's runs are deterministic already" },
+	{ "no-async-tensor-model-parallel-allreduce", 'i', '0', NULL, NOTUSED },
+	{ "tp-comm-overlap", 'i', '0', NULL, "tensor-parallel communication is not overlapped (same results)" },
+	{ "tp-comm-overlap-cfg", 'i', '1', NULL, "tensor-parallel communication is not overlapped (same results)" },
+	{ "defer-embedding-wgrad-compute", 'i', '0', NULL, NOTUSED },
+	{ "cuda-graph-", 'i', '1', NULL, "CUDA graphs are not used (same results)" },
+	{ "enable-cuda-graph", 'i', '0', NULL, "CUDA graphs are not used (same results)" },
+	{ "squared-relu", 'r', '0', NULL, "only GELU and SwiGLU MLPs are implemented" },
+	{ "quick-geglu", 'r', '0', NULL, "only GELU and SwiGLU MLPs are implemented" },
+	{ "init-method-xavier-uniform", 'r', '0', NULL, "only N(0, --init-method-std) initialization is implemented" },
+	{ "apply-layernorm-1p", 'r', '0', NULL, "zero-centred norm weights are not implemented yet" },
+	{ "qk-layernorm", 'r', '0', NULL, "query/key normalization is not implemented yet" },
+	{ "rotary-interleaved", 'r', '0', NULL, "interleaved RoPE is not implemented (the rotate-half form is)" },
+	{ "fp32-residual-connection", 'r', '0', NULL, NOTIMPL },
+	{ "window-size", 'r', '1', NULL, "sliding-window attention is not implemented" },
+	{ "window-attn-skip-freq", 'r', '1', NULL, "sliding-window attention is not implemented" },
+	{ "use-rope-scaling", 'r', '0', NULL, "RoPE scaling is not implemented yet" },
+	{ "rope-scaling-factor", 'r', '1', NULL, "RoPE scaling is not implemented yet" },
+	{ "rotary-seq-len-interpolation-factor", 'r', '1', NULL, "RoPE scaling is not implemented yet" },
+	{ "rope-type", 'r', '1', NULL, NOTIMPL },
+	{ "no-rope-freq", 'r', '1', NULL, NOTIMPL },
+	{ "yarn-", 'r', '1', NULL, "YaRN position embeddings are not implemented" },
+	{ "no-yarn-correction-range-round-to-int", 'r', '0', NULL, "YaRN position embeddings are not implemented" },
+	{ "relative-attention-", 'r', '1', NULL, "relative position embeddings are not implemented" },
+	{ "encoder-num-layers", 'r', '1', NULL, "GPT models have no encoder: use --num-layers" },
+	{ "decoder-num-layers", 'r', '1', NULL, "use --num-layers" },
+	{ "encoder-seq-length", 'r', '1', NULL, "use --seq-length" },
+	{ "decoder-seq-length", 'r', '1', NULL, "use --seq-length" },
+	{ "linear-attention-freq", 'r', '1', NULL, NOTIMPL },
+	{ "heterogeneous-layers-config-", 'r', '1', NULL, NOTIMPL },
+	{ "enable-experimental", 'r', '0', NULL, NOTIMPL },
+	{ "spec", 'r', '+', NULL, "custom layer specs are not implemented" },
+	{ "hybrid-", 'r', '1', NULL, "hybrid (Mamba) models are not implemented" },
+	{ "mamba-", 'r', '1', NULL, "hybrid (Mamba) models are not implemented" },
+	{ "yaml-cfg", 'r', '1', NULL, "give the flags on the command line, or a model JSON with --model" },
+	{ "kitchen-", 'r', '1', NULL, NOTIMPL },
+	{ "q-lora-rank", 'r', '1', NULL, MLA }, { "kv-lora-rank", 'r', '1', NULL, MLA },
+	{ "qk-head-dim", 'r', '1', NULL, MLA }, { "qk-pos-emb-head-dim", 'r', '1', NULL, MLA },
+	{ "v-head-dim", 'r', '1', NULL, MLA }, { "rotary-scaling-factor", 'r', '1', NULL, MLA },
+	{ "mscale", 'r', '1', NULL, MLA }, { "mscale-all-dim", 'r', '1', NULL, MLA },
+	{ "cache-mla-latents", 'r', '0', NULL, MLA }, { "mla-down-proj-fusion", 'r', '0', NULL, MLA },
+	/* precision */
+	{ "fp8-", 'r', '1', NULL, FP8 }, { "fp4-", 'r', '1', NULL, FP8 },
+	{ "first-last-layers-bf16", 'r', '0', NULL, FP8 },
+	{ "num-layers-at-start-in-bf16", 'r', '1', NULL, FP8 },
+	{ "num-layers-at-end-in-bf16", 'r', '1', NULL, FP8 },
+	{ "te-precision-config-file", 'r', '1', NULL, FP8 },
+	{ "reuse-grad-buf-for-mxfp8-param-ag", 'r', '0', NULL, FP8 },
+	{ "keep-fp8-transpose-cache", 'r', '0', NULL, FP8 },
+	{ "use-precision-aware-optimizer", 'r', '0', NULL, "the optimizer keeps fp32 main parameters and moments" },
+	{ "main-grads-dtype", 'i', '1', "fp32", "main gradients are fp32" },
+	{ "main-params-dtype", 'i', '1', "fp32", "main parameters are fp32" },
+	{ "exp-avg-dtype", 'i', '1', "fp32", "Adam moments are fp32" },
+	{ "exp-avg-sq-dtype", 'i', '1', "fp32", "Adam moments are fp32" },
+	/* MoE, context and expert parallelism */
+	{ "num-experts", 'r', '1', NULL, MOE }, { "moe-", 'r', '1', NULL, MOE },
+	{ "expert-model-parallel-size", 'i', '1', "1", MOE },
+	{ "expert-tensor-parallel-size", 'i', '1', "1", MOE },
+	{ "cp-comm-type", 'i', '+', NULL, "context parallelism is not implemented yet (--context-parallel-size 1 only)" },
+	/* optimizer */
+	{ "optimizer", 'i', '1', "adam", "only Adam (AdamW: decoupled weight decay, Megatron's adam) is implemented" },
+	{ "sgd-momentum", 'r', '1', NULL, "only Adam is implemented" },
+	{ "muon-", 'r', '1', NULL, "only Adam is implemented" },
+	{ "lion-", 'r', '1', NULL, "only Adam is implemented" },
+	{ "no-weight-decay-cond-type", 'r', '1', NULL, "weight decay applies to every matrix, never to biases or norms" },
+	{ "apply-wd-to-qk-layernorm", 'r', '0', NULL, "query/key normalization is not implemented yet" },
+	{ "decoupled-lr", 'r', '1', NULL, "a separate learning rate for the embedding and output layer is not implemented" },
+	{ "decoupled-min-lr", 'r', '1', NULL, "a separate learning rate for the embedding and output layer is not implemented" },
+	{ "start-weight-decay", 'r', '1', NULL, "weight-decay schedules are not implemented" },
+	{ "end-weight-decay", 'r', '1', NULL, "weight-decay schedules are not implemented" },
+	{ "weight-decay-incr-style", 'i', '1', "constant", "weight-decay schedules are not implemented" },
+	{ "head-lr-mult", 'r', '1', NULL, NOTIMPL },
+	{ "freeze-all-layers", 'r', '0', NULL, NOTIMPL },
+	{ "optimizer-cpu-offload", 'r', '0', NULL, OFFLOAD },
+	{ "optimizer-offload-fraction", 'r', '1', NULL, OFFLOAD },
+	{ "use-torch-optimizer-for-cpu-offload", 'r', '0', NULL, OFFLOAD },
+	{ "overlap-cpu-optimizer-d2h-h2d", 'r', '0', NULL, OFFLOAD },
+	{ "optimizer-cuda-graph", 'i', '0', NULL, "CUDA graphs are not used (same results)" },
+	{ "no-pin-cpu-grads", 'i', '0', NULL, NOTUSED },
+	{ "no-pin-cpu-params", 'i', '0', NULL, NOTUSED },
+	{ "dump-param-to-param-group-map", 'i', '1', NULL, NOTUSED },
+	{ "override-opt_param-scheduler", 'i', '0', NULL, "mgt's schedule always follows the flags (and the checkpoint's step count)" },
+	{ "override-opt-param-scheduler", 'i', '0', NULL, "mgt's schedule always follows the flags (and the checkpoint's step count)" },
+	{ "use-checkpoint-opt_param-scheduler", 'r', '0', NULL, "the schedule follows the flags; give the run's flags again" },
+	{ "use-checkpoint-opt-param-scheduler", 'r', '0', NULL, "the schedule follows the flags; give the run's flags again" },
+	{ "no-check-for-nan-in-loss-and-grad", 'i', '0', NULL, "an inf/NaN loss or gradient always skips the step and is counted" },
+	{ "check-for-large-grads", 'i', '0', NULL, NOTUSED },
+	{ "check-for-spiky-loss", 'i', '0', NULL, NOTUSED },
+	{ "result-rejected-tracker-filename", 'i', '1', NULL, NOTUSED },
+	{ "rerun-mode", 'i', '1', "disabled", "the rerun state machine is not implemented" },
+	/* batch */
+	{ "batch-size", 'r', '1', NULL, "removed from Megatron-LM: use --micro-batch-size" },
+	{ "warmup", 'r', '1', NULL, "removed from Megatron-LM: use --lr-warmup-iters, --lr-warmup-samples or --lr-warmup-fraction" },
+	{ "model-parallel-size", 'r', '1', NULL, "removed from Megatron-LM: use --tensor-model-parallel-size" },
+	{ "rampup-batch-size", 'i', '+', NULL, "deprecated in Megatron-LM, which accepts it with a warning and no effect" },
+	{ "step-batch-size-schedule", 'r', '1', NULL, "batch-size schedules are not implemented yet: give one --global-batch-size" },
+	{ "phase-transition-iterations", 'r', '1', NULL, NOTIMPL },
+	/* recompute */
+	{ "recompute-activations", 'i', '0', NULL, RECOMP },
+	{ "checkpoint-activations", 'i', '0', NULL, RECOMP },
+	{ "recompute-granularity", 'i', '1', NULL, RECOMP },
+	{ "recompute-method", 'i', '1', NULL, RECOMP },
+	{ "recompute-num-layers", 'i', '1', NULL, RECOMP },
+	{ "recompute-modules", 'i', '+', NULL, RECOMP },
+	{ "distribute-saved-activations", 'i', '0', NULL, RECOMP },
+	/* parallelism and communication */
+	{ "distributed-backend", 'i', '1', NULL, "mgt talks MPI on the CPU and NCCL on GPUs, chosen by --device" },
+	{ "distributed-timeout-minutes", 'i', '1', NULL, "collectives have no timeout" },
+	{ "overlap-param-gather", 'i', '0', NULL, "the distributed optimizer gathers parameters after the step, not overlapped with the next forward (same results)" },
+	{ "overlap-param-gather-with-optimizer-step", 'i', '0', NULL, "parameters are gathered after the step (same results)" },
+	{ "no-align-param-gather", 'i', '0', NULL, NOTUSED },
+	{ "no-overlap-p2p-communication", 'i', '0', NULL, "pipeline sends are not overlapped (same results)" },
+	{ "overlap-p2p-communication", 'i', '0', NULL, "pipeline sends are not overlapped (same results)" },
+	{ "overlap-p2p-communication-warmup-flush", 'i', '0', NULL, "pipeline sends are not overlapped (same results)" },
+	{ "pipeline-model-parallel-layout", 'r', '1', NULL, "use --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers" },
+	{ "use-tp-pp-dp-mapping", 'r', '0', NULL, "ranks are laid out in Megatron's default order (tp-cp-ep-dp-pp)" },
+	{ "ddp-num-buckets", 'r', '1', NULL, "use --ddp-bucket-size" },
+	{ "ddp-pad-buckets-for-high-nccl-busbw", 'i', '0', NULL, NOTUSED },
+	{ "ddp-reduce-scatter-with-fp32-accumulation", 'i', '0', NULL, "gradients are always reduced in fp32" },
+	{ "ddp-param-name-patterns-for-fp32-local-accumulation", 'i', '+', NULL, "gradients are always accumulated in fp32" },
+	{ "ddp-average-in-collective", 'i', '0', NULL, "gradients are scaled by 1/DP before a summing reduction, as Megatron's default" },
+	{ "gtp-", 'r', '0', NULL, NOTIMPL },
+	{ "use-nccl-ub", 'i', '0', NULL, NOTUSED },
+	{ "disable-symmetric-registration", 'i', '0', NULL, NOTUSED },
+	{ "num-distributed-optimizer-instances", 'i', '1', "1", "one distributed-optimizer instance only" },
+	{ "megatron-fsdp-", 'r', '1', NULL, FSDP }, { "fsdp-", 'r', '0', NULL, FSDP },
+	{ "use-torch-fsdp2", 'r', '0', NULL, FSDP }, { "use-megatron-fsdp", 'r', '0', NULL, FSDP },
+	{ "use-custom-fsdp", 'r', '0', NULL, FSDP },
+	{ "torch-fsdp2-no-reshard-after-forward", 'r', '0', NULL, FSDP },
+	{ "no-use-layer-wise-param-layout", 'r', '0', NULL, FSDP },
+	{ "data-parallel-sharding-strategy", 'i', '1', "no_shard", FSDP },
+	{ "outer-dp-sharding-strategy", 'i', '1', "no_shard", FSDP },
+	{ "create-all-gather-group", 'i', '0', NULL, NOTUSED },
+	{ "suggested-communication-unit-size", 'i', '1', NULL, NOTUSED },
+	{ "enable-full-sharding-in-hsdp", 'r', '0', NULL, FSDP },
+	{ "fake-process-group", 'r', '0', NULL, NOTIMPL },
+	/* data */
+	{ "num-workers", 'i', '1', NULL, "samples are read in the training process from memory-mapped files" },
+	{ "no-mmap-bin-files", 'i', '0', NULL, "datasets are always memory-mapped" },
+	{ "mmap-bin-files", 'i', '0', NULL, "datasets are always memory-mapped" },
+	{ "no-create-attention-mask-in-dataloader", 'i', '0', NULL, "the causal mask is implicit in the attention kernel" },
+	{ "create-attention-mask-in-dataloader", 'i', '0', NULL, "the causal mask is implicit in the attention kernel" },
+	{ "dataloader-type", 'i', '1', "single", "only Megatron's default sampler (single) is implemented" },
+	{ "num-dataset-builder-threads", 'i', '1', NULL, "rank 0 builds the index caches" },
+	{ "dataloader-fast-cache-load", 'i', '0', NULL, NOTUSED },
+	{ "dataloader-defer-npy-index-mmap", 'i', '0', NULL, NOTUSED },
+	{ "object-storage-cache-path", 'r', '1', NULL, "object storage is not supported: give local paths" },
+	{ "mid-level-dataset-surplus", 'i', '1', NULL, NOTUSED },
+	{ "allow-ambiguous-pad-tokens", 'i', '0', NULL, NOTUSED },
+	{ "train-data-path", 'r', '+', NULL, "per-split data paths are not implemented: use --data-path with --split" },
+	{ "valid-data-path", 'r', '+', NULL, "per-split data paths are not implemented: use --data-path with --split" },
+	{ "test-data-path", 'r', '+', NULL, "per-split data paths are not implemented: use --data-path with --split" },
+	{ "data-args-path", 'r', '1', NULL, "give --data-path on the command line" },
+	{ "per-split-data-args-path", 'r', '1', NULL, "per-split data paths are not implemented: use --data-path with --split" },
+	{ "per-dataset-sequences-path", 'r', '1', NULL, NOTIMPL },
+	{ "reset-attention-mask", 'r', '0', NULL, "document-level attention masks are not implemented" },
+	{ "dataloader-inter-document-masking", 'r', '0', NULL, "document-level attention masks are not implemented" },
+	{ "sample-rate", 'r', '1', NULL, NOTIMPL },
+	{ "mask-prob", 'r', '1', NULL, NOTGPT }, { "short-seq-prob", 'r', '1', NULL, NOTGPT },
+	{ "fim-", 'r', '1', NULL, "fill-in-the-middle datasets are not implemented" },
+	{ "sft", 'r', '0', NULL, "supervised fine-tuning datasets are not implemented" },
+	{ "sft-", 'r', '1', NULL, "supervised fine-tuning datasets are not implemented" },
+	{ "vocab-extra-ids", 'r', '1', NULL, NOTGPT },
+	{ "legacy-tokenizer", 'i', '0', NULL, NOTUSED },
+	{ "tokenizer-prompt-format", 'r', '1', NULL, "supervised fine-tuning datasets are not implemented" },
+	/* checkpoints */
+	{ "use-dist-ckpt", 'r', '0', NULL, DISTCKPT },
+	{ "dist-ckpt-format", 'r', '1', NULL, DISTCKPT },
+	{ "dist-ckpt-strictness", 'i', '1', NULL, "checkpoints are always checked whole" },
+	{ "dist-ckpt-workers", 'i', '1', NULL, "every rank writes its own shards" },
+	{ "ckpt-fully-parallel-save", 'i', '0', NULL, "every rank writes its own shards" },
+	{ "no-ckpt-fully-parallel-save", 'i', '0', NULL, "every rank writes its own shards" },
+	{ "ckpt-fully-parallel-load", 'i', '0', NULL, "every rank reads what it needs" },
+	{ "ckpt-assume-constant-structure", 'i', '0', NULL, NOTUSED },
+	{ "ckpt-drop-redundant-extra-state", 'i', '0', NULL, NOTUSED },
+	{ "dist-ckpt-optim-fully-reshardable", 'i', '0', NULL, "mgt checkpoints always reshard on load" },
+	{ "use-checkpoint-args", 'r', '0', NULL, "a checkpoint's model shape must match the flags: give them again (or --model)" },
+	{ "override-ckpt-iteration", 'r', '1', NULL, "use --ckpt-step" },
+	{ "save-retain-interval", 'r', '1', NULL, NOTIMPL },
+	{ "non-persistent-save-interval", 'r', '1', NULL, NOTIMPL },
+	{ "non-persistent-ckpt-type", 'r', '1', NULL, NOTIMPL },
+	{ "auto-detect-ckpt-format", 'i', '0', NULL, "mgt reads its own format only" },
+	{ "ckpt-convert-", 'r', '1', NULL, DISTCKPT },
+	{ "save-tokenizer-assets", 'i', '0', NULL, NOTUSED },
+	/* logging */
+	{ "tensorboard-dir", 'i', '1', NULL, TB },
+	{ "tensorboard-log-interval", 'i', '1', NULL, TB },
+	{ "tensorboard-queue-size", 'i', '1', NULL, TB },
+	{ "log-timers-to-tensorboard", 'i', '0', NULL, TB },
+	{ "log-validation-ppl-to-tensorboard", 'i', '0', NULL, TB },
+	{ "log-memory-to-tensorboard", 'i', '0', NULL, TB },
+	{ "log-world-size-to-tensorboard", 'i', '0', NULL, TB },
+	{ "log-loss-scale-to-tensorboard", 'i', '0', NULL, TB },
+	{ "no-log-loss-scale-to-tensorboard", 'i', '0', NULL, TB },
+	{ "log-batch-size-to-tensorboard", 'i', '0', NULL, TB },
+	{ "no-log-learnig-rate-to-tensorboard", 'i', '0', NULL, TB },
+	{ "wandb-", 'i', '1', NULL, WANDB },
+	{ "profile", 'i', '0', NULL, PROF },
+	{ "profile-step-start", 'i', '1', NULL, PROF },
+	{ "profile-step-end", 'i', '1', NULL, PROF },
+	{ "profile-ranks", 'i', '+', NULL, PROF },
+	{ "use-pytorch-profiler", 'i', '0', NULL, PROF },
+	{ "record-memory-history", 'i', '0', NULL, PROF },
+	{ "timing-log-level", 'i', '1', NULL, "--metrics-file has the forward, backward and optimizer times" },
+	{ "timing-log-option", 'i', '1', NULL, "--metrics-file has the forward, backward and optimizer times" },
+	{ "log-num-zeros-in-grad", 'i', '0', NULL, "not reported" },
+	{ "log-energy", 'i', '0', NULL, "not reported" },
+	{ "log-progress", 'i', '0', NULL, "not written: --metrics-file has the progress" },
+	{ "log-straggler", 'i', '0', NULL, "not reported" },
+	{ "manual-gc", 'i', '0', NULL, "C has no garbage collector" },
+	{ "manual-gc-interval", 'i', '1', NULL, "C has no garbage collector" },
+	{ "no-manual-gc-eval", 'i', '0', NULL, "C has no garbage collector" },
+	{ "empty-unused-memory-level", 'i', '1', NULL, "mgt allocates once before training: nothing to empty" },
+	{ "one-logger-", 'i', '1', NULL, TELEMETRY }, { "no-one-logger", 'i', '0', NULL, TELEMETRY },
+	{ "app-tag-", 'i', '1', NULL, TELEMETRY }, { "otel-", 'i', '1', NULL, TELEMETRY },
+	{ "enable-ft-package", 'i', '0', NULL, TELEMETRY }, { "calc-ft-timeouts", 'i', '0', NULL, TELEMETRY },
+	{ "ft-num-warmup-iters", 'i', '1', NULL, TELEMETRY },
+	{ "run-workload-inspector-server", 'i', '0', NULL, TELEMETRY },
+	{ "adlr-autoresume", 'i', '0', NULL, "mgt-train resumes from --load when restarted" },
+	{ "adlr-autoresume-interval", 'i', '1', NULL, "mgt-train resumes from --load when restarted" },
+	{ "inprocess-", 'r', '1', NULL, "in-process restart is not implemented: mgt-train resumes from --load when restarted" },
+	{ "enable-msc", 'i', '0', NULL, "object storage is not supported" },
+	{ "disable-msc", 'i', '0', NULL, "object storage is not supported" },
+	{ "no-shared-storage", 'i', '0', NULL, "ranks are expected to share the checkpoint directory" },
+	/* other models and workloads */
+	{ "inference-", 'r', '1', NULL, INFER }, { "use-legacy-static-engine", 'r', '0', NULL, INFER },
+	{ "max-tokens-to-oom", 'r', '1', NULL, INFER }, { "decode-only-cuda-graphs", 'r', '0', NULL, INFER },
+	{ "enable-chunked-prefill", 'r', '0', NULL, INFER }, { "num-speculative-tokens", 'r', '1', NULL, INFER },
+	{ "use-same-sampling-seed-across-dp-ranks", 'r', '0', NULL, INFER },
+	{ "rl-", 'r', '1', NULL, RL }, { "grpo-", 'r', '1', NULL, RL }, { "perform-rl-step", 'r', '0', NULL, RL },
+	{ "langrl-env-config", 'r', '1', NULL, RL }, { "refit-method", 'r', '1', NULL, RL },
+	{ "logits-", 'r', '1', NULL, "logit distillation is not implemented" },
+	{ "output-bert-embeddings", 'r', '0', NULL, NOTGPT }, { "bert-", 'r', '1', NULL, NOTGPT },
+	{ "ict-", 'r', '1', NULL, NOTGPT }, { "biencoder-", 'r', '1', NULL, NOTGPT },
+	{ "titles-data-path", 'r', '1', NULL, NOTGPT }, { "query-in-block-prob", 'r', '1', NULL, NOTGPT },
+	{ "use-one-sent-docs", 'r', '0', NULL, NOTGPT }, { "evidence-data-path", 'r', '1', NULL, NOTGPT },
+	{ "retriever-", 'r', '1', NULL, NOTGPT }, { "block-data-path", 'r', '1', NULL, NOTGPT },
+	{ "embedding-path", 'r', '1', NULL, NOTGPT }, { "indexer-", 'r', '1', NULL, NOTGPT },
+	{ "retro-", 'r', '1', NULL, NOTGPT },
+	{ "num-classes", 'r', '1', NULL, NOTGPT }, { "img-", 'r', '1', NULL, NOTGPT },
+	{ "num-channels", 'r', '1', NULL, NOTGPT }, { "patch-dim", 'r', '1', NULL, NOTGPT },
+	{ "classes-fraction", 'r', '1', NULL, NOTGPT }, { "data-per-class-fraction", 'r', '1', NULL, NOTGPT },
+	{ "no-data-sharding", 'r', '0', NULL, NOTGPT }, { "vision-", 'r', '1', NULL, NOTGPT },
+	{ "swin-backbone-type", 'r', '1', NULL, NOTGPT }, { "mask-type", 'r', '1', NULL, NOTGPT },
+	{ "mask-factor", 'r', '1', NULL, NOTGPT }, { "iter-per-epoch", 'r', '1', NULL, NOTGPT },
+	{ "dino-", 'r', '1', NULL, NOTGPT },
+};
+
+#define N_ROWS (sizeof rows / sizeof *rows)
+
+static const compat_row *find(const char *flag)
+{
+	const compat_row *best = NULL;
+	size_t best_len = 0;
+	for (size_t i = 0; i < N_ROWS; i++) {
+		const char *f = rows[i].flag;
+		size_t n = strlen(f);
+		if (f[n - 1] != '-') {
+			if (!strcmp(flag, f)) return &rows[i];
+		} else if (!strncmp(flag, f, n) && n > best_len) {
+			best = &rows[i];
+			best_len = n;
+		}
+	}
+	return best;
+}
+
+mgt_status mgt_args_compat(const char *flag, const char *value, mgt_compat *out)
+{
+	const compat_row *r = find(flag);
+	if (!r) return mgt_err(MGT_ERR_USAGE, "unknown flag '--%s'", flag);
+	*out = (mgt_compat){ .nargs = r->nargs, .why = r->why, .alias = r->cls == 'a' ? r->why : NULL,
+			     .ignored = r->cls == 'i' };
+	if (r->cls == 'r') return mgt_err(MGT_ERR_USAGE, "--%s is not supported by mgt-train: %s", flag, r->why);
+	if (r->only && value && strcmp(value, r->only))
+		return mgt_err(MGT_ERR_USAGE, "--%s %s is not supported by mgt-train (only %s): %s", flag, value, r->only,
+			       r->why);
+	return MGT_OK;
+}
