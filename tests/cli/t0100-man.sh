@@ -220,7 +220,8 @@ check_exit_section() {
 		ok "$page: every documented exit status ($items) is one the program returns"
 	else
 		not_ok "$page: every documented exit status is one the program returns"
-		diag "not returned:$bad (the program's statuses: 0 $allowed; signal statuses need the item to name a signal the program catches)"
+		diag "not returned:$bad (statuses it returns: 0 and $allowed; 128 + N where the item names" \
+			"signal N, SIGxxx, and the program catches it)"
 	fi
 	missing=""
 	for code in $needed; do
