@@ -4,8 +4,24 @@
 # For every program bin/mgt-* (and bin/mgt): a page man/man1/PROG.1 exists, and every long
 # option that `PROG --help` prints (and, for a program with commands, `PROG COMMAND --help`)
 # appears in it.  Every page under man/ renders with `man --warnings` silent (skipped when
-# man(1) is not installed).  The dispatcher runs tools, passes their arguments and exit
-# status through, and refuses unknown tools with exit status 2.
+# man(1) is not installed).
+#
+# Exit statuses: a page's EXIT STATUS section lists each status as an item (.TP, then .B N).
+# Every status a program's --help names ("Exit status: 0 ok, 1 ...") is an item of its page,
+# and every item is one the program returns: 0, a status of its --help, or 128 + N for a
+# signal SIGxxx (number N) that the item names and the program catches (cmd/PROG.c installs
+# handlers, and SIGxxx appears in lib/util/util.c or cmd/PROG.c).  mgt(7) lists exactly the
+# statuses of mgt_exit_code() in lib/util/util.c, and signal statuses as above.  A status
+# above 128 that a section mentions is an item of it (not hidden in prose).
+#
+# Cross-references: every NAME(S) in a page (.BR NAME (S), \fBNAME\fR(S)) names a page under
+# man/ or one of the few system pages in $external.  mgt(1) and mgt(7) name every page under
+# man/ in SEE ALSO; mgt(7) lists every bin/mgt-* as available and none of them as planned.
+# No page cites a document that is not installed (megatron-reference, DESIGN.md, any .md but
+# share/mgt/README.data.md).
+#
+# The dispatcher runs tools, passes their arguments and exit status through, and refuses
+# unknown tools with exit status 2.
 root=$(cd "$(dirname "$0")/../.." && pwd) || exit 1
 cd "$root" || exit 1
 
@@ -19,6 +35,10 @@ check() { # check DESCRIPTION COMMAND...: ok when COMMAND succeeds
 	d=$1
 	shift
 	if "$@"; then ok "$d"; else not_ok "$d"; fi
+}
+
+words() { # lines on stdin joined by single spaces
+	tr '\n' ' ' | sed -e 's/  */ /g' -e 's/^ //' -e 's/ $//'
 }
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/t0100.XXXXXX") || exit 1
@@ -41,15 +61,21 @@ fi
 # breaks inside words, or, without man, the source with the common roff escapes removed.
 page_text() {
 	if [ "$have_man" = 1 ]; then
-		MANWIDTH=250 man --nh --nj -l "$1" 2>/dev/null
+		LC_ALL=C MANWIDTH=250 man --nh --nj -l "$1" 2>/dev/null
 	else
-		sed -e 's/\\-/-/g' -e 's/\\f[BIRP]//g' -e 's/\\f(..//g' -e 's/\\&//g' -e 's/\\(aq/'"'"'/g' "$1"
+		roff_plain "$1"
 	fi
 }
 
-# Long options printed by a help text on stdin, one per line.
+# A page's roff source with the common escapes removed (fonts, \-, \&, \(aq).
+roff_plain() {
+	sed -e 's/\\-/-/g' -e 's/\\f[BIRP]//g' -e 's/\\f(..//g' -e 's/\\f\[[^]]*\]//g' -e 's/\\&//g' \
+		-e 's/\\(aq/'"'"'/g' "$1"
+}
+
+# Long options printed by a help text on stdin, one per line ("--name" of "--name=VALUE" too).
 long_options() {
-	grep -oE -- '--[a-z][a-z0-9-]*' | sed 's/-*$//' | sort -u
+	grep -oE -- '--[A-Za-z][A-Za-z0-9_-]*' | sed 's/-*$//' | sort -u
 }
 
 # Commands of a program whose help says "Run 'PROG COMMAND --help'": the lines of its
@@ -71,6 +97,7 @@ for prog in bin/mgt $progs; do
 		not_ok "$name --help exits 0"
 		continue
 	fi
+	cp "$tmp/help" "$tmp/help.$name"
 	if grep -q "COMMAND --help" "$tmp/help"; then
 		for cmd in $(commands_of <"$tmp/help"); do
 			if ! "$prog" "$cmd" --help >>"$tmp/help" 2>&1; then
@@ -86,7 +113,7 @@ for prog in bin/mgt $progs; do
 	fi
 	missing=""
 	for opt in $opts; do
-		grep -qE -- "(^|[^a-zA-Z0-9-])$opt([^a-zA-Z0-9-]|\$)" "$tmp/page" || missing="$missing $opt"
+		grep -qE -- "(^|[^A-Za-z0-9_-])$opt([^A-Za-z0-9_-]|\$)" "$tmp/page" || missing="$missing $opt"
 	done
 	if [ -z "$missing" ]; then
 		ok "$name: $page documents all $(echo "$opts" | wc -l | tr -d ' ') long options of --help"
@@ -114,6 +141,234 @@ for page in man/man[1-8]/*.[1-8]; do
 		diag "man exit status $rc" "$out"
 	fi
 done
+
+# ---- exit statuses ---------------------------------------------------------------------------
+# The roff source of section NAME of a page (from ".SH NAME" to the next .SH).
+section() { # PAGE NAME
+	awk -v h=".SH $2" -v q=".SH \"$2\"" '$0 == h || $0 == q { on = 1; next } /^\.SH/ { on = 0 } on' "$1"
+}
+
+# The items of an EXIT STATUS section (roff on stdin): "CODE TEXT" per item, an item being
+# .TP followed by ".B CODE", or ".IP CODE".
+exit_items() {
+	awk '
+	function flush() { if (code != "") print code, text; code = ""; text = "" }
+	/^\.(TP|PP|P|LP|IP|SS|SH)( |$)/ {
+		flush()
+		tp = $1 == ".TP"
+		if ($1 == ".IP" && $2 ~ /^[0-9]+$/) code = $2
+		next
+	}
+	tp && /^\.B +[0-9]+ *$/ { code = $2; tp = 0; next }
+	{ tp = 0; if (code != "") text = text " " $0 }
+	END { flush() }'
+}
+
+# The statuses a help text on stdin names in its "Exit status:" paragraph: the numbers that
+# start a list entry ("0 ok, 1 runtime error, ..."), not those of "mgt-train(1)".
+help_exit_codes() {
+	awk '/^Exit status:/ { on = 1 } on && /^$/ { on = 0 } on' |
+		grep -oE '(^|[ ,:;])[0-9]+ [a-z]' | grep -oE '[0-9]+' | sort -un
+}
+
+# The statuses mgt_exit_code() returns: the "return N" lines of its body in lib/util/util.c.
+table_codes=$(awk '/^int mgt_exit_code\(/ { on = 1 } on && /^}/ { exit } on' lib/util/util.c |
+	grep -oE 'return [0-9]+' | grep -oE '[0-9]+' | sort -un | words)
+check "mgt_exit_code() in lib/util/util.c returns statuses (found: $table_codes)" \
+	test -n "$table_codes"
+
+# signal_status_ok CODE TEXT SOURCES...: CODE is 128 + N, TEXT names the signal N (SIGxxx) and
+# one of the source files mentions SIGxxx (the program catches it).
+signal_status_ok() {
+	code=$1 text=$2
+	shift 2
+	[ "$code" -gt 128 ] 2>/dev/null && [ "$code" -lt 192 ] || return 1
+	sig=$(kill -l $((code - 128)) 2>/dev/null) || return 1
+	sig=SIG${sig#SIG}
+	printf '%s\n' "$text" | grep -qE "(^|[^A-Z])$sig([^A-Z]|\$)" || return 1
+	cat "$@" 2>/dev/null | grep -qE "(^|[^A-Z])$sig([^A-Z]|\$)"
+}
+
+in_list() { # WORD LIST...
+	w=$1
+	shift
+	for x in "$@"; do [ "$x" = "$w" ] && return 0; done
+	return 1
+}
+
+# check_exit_section PAGE ALLOWED SIGSOURCES NEEDED: the page's items are in ALLOWED (and 0),
+# or signal statuses caught per SIGSOURCES (none: no signal statuses); every status of NEEDED
+# is an item; every status above 128 the section mentions is an item.
+check_exit_section() {
+	page=$1 allowed=$2 sigsrc=$3 needed=$4
+	section "$page" "EXIT STATUS" >"$tmp/exsec"
+	exit_items <"$tmp/exsec" >"$tmp/items"
+	if [ ! -s "$tmp/items" ]; then
+		not_ok "$page: EXIT STATUS lists its statuses as items (.TP, .B N)"
+		return
+	fi
+	items=$(cut -d' ' -f1 "$tmp/items" | sort -un | words)
+	bad=""
+	while read -r code text; do
+		# shellcheck disable=SC2086 # word lists
+		in_list "$code" 0 $allowed && continue
+		# shellcheck disable=SC2086
+		[ -n "$sigsrc" ] && signal_status_ok "$code" "$text" $sigsrc && continue
+		bad="$bad $code"
+	done <"$tmp/items"
+	if [ -z "$bad" ]; then
+		ok "$page: every documented exit status ($items) is one the program returns"
+	else
+		not_ok "$page: every documented exit status is one the program returns"
+		diag "not returned:$bad (statuses it returns: 0 and $allowed; 128 + N where the item names" \
+			"signal N, SIGxxx, and the program catches it)"
+	fi
+	missing=""
+	for code in $needed; do
+		# shellcheck disable=SC2086
+		in_list "$code" $items || missing="$missing $code"
+	done
+	if [ -z "$missing" ]; then
+		ok "$page: EXIT STATUS documents every status of $5 ($needed)"
+	else
+		not_ok "$page: EXIT STATUS documents every status of $5"
+		diag "missing:$missing"
+	fi
+	hidden=""
+	for code in $(roff_plain "$tmp/exsec" | grep -oE '(^|[^0-9.])(129|1[3-9][0-9]|2[0-5][0-9])([^0-9.]|$)' |
+		grep -oE '[0-9]+' | sort -un); do
+		# shellcheck disable=SC2086
+		in_list "$code" $items || hidden="$hidden $code"
+	done
+	if [ -z "$hidden" ]; then
+		ok "$page: every signal status EXIT STATUS mentions is an item"
+	else
+		not_ok "$page: every signal status EXIT STATUS mentions is an item"
+		diag "mentioned in prose only:$hidden"
+	fi
+}
+
+all_help_codes=""
+for prog in bin/mgt $progs; do
+	name=${prog#bin/}
+	page=man/man1/$name.1
+	if [ ! -f "$page" ] || [ ! -f "$tmp/help.$name" ]; then continue; fi
+	hc=$(help_exit_codes <"$tmp/help.$name" | words)
+	if [ -z "$hc" ]; then
+		not_ok "$name --help names its exit statuses (\"Exit status: 0 ok, 1 ...\")"
+		continue
+	fi
+	all_help_codes="$all_help_codes $hc"
+	bad=""
+	for code in $hc; do
+		# shellcheck disable=SC2086
+		in_list "$code" $table_codes || bad="$bad $code"
+	done
+	if [ -z "$bad" ]; then
+		ok "$name: the exit statuses of --help ($hc) are statuses of mgt_exit_code()"
+	else
+		not_ok "$name: the exit statuses of --help are statuses of mgt_exit_code()"
+		diag "not in mgt_exit_code():$bad"
+	fi
+	src=cmd/$name.c
+	sigsrc=""
+	grep -qE 'signals_install|sigaction *\(|signal *\(' "$src" 2>/dev/null && sigsrc="lib/util/util.c $src"
+	check_exit_section "$page" "$hc" "$sigsrc" "$hc" "$name --help"
+done
+all_help_codes=$(echo "$all_help_codes" | tr ' ' '\n' | grep . | sort -un | words)
+# shellcheck disable=SC2086 # word list
+check_exit_section man/man7/mgt.7 "$table_codes" "lib/util/util.c $(echo cmd/*.c)" \
+	"$(echo $table_codes $all_help_codes | tr ' ' '\n' | sort -un | words)" \
+	"mgt_exit_code() and of every --help"
+
+# ---- cross-references ----------------------------------------------------------------------
+# System pages the pages may cite; every other NAME(S) must be a page under man/.
+external="copy_file_range(2) execv(2) fsync(2) git(1) glob(7) h5dump(1) kill(1) memcpy(3)
+mpirun(1) pcre2pattern(3) pread(2) prove(1) rename(2) signal(7) srun(1) strcmp(3) write(2) zstd(1)"
+
+# The NAME(S) cross-references of a page, one per line: in text ("\fBNAME\fR(S)") and as
+# arguments of the font macros (".BR NAME (S)", ".RB ( NAME (S))").
+xrefs() {
+	roff_plain "$1" | awk '
+	/^\.(B|I|R|BR|RB|BI|IB|IR|RI) / { sub(/^\.[A-Z]+ +/, ""); gsub(/"/, ""); gsub(/ +\(/, "("); print; next }
+	/^[.\047]/ { next }
+	{ print }' | grep -oE '[A-Za-z][A-Za-z0-9_.+-]*\([1-8][a-z]*\)' | sed 's/^[.+-]*//' | sort -u
+}
+
+pages=""
+for page in man/man[1-8]/*.[1-8]; do
+	[ -f "$page" ] && pages="$pages $page"
+done
+for page in $pages; do
+	bad=""
+	for ref in $(xrefs "$page"); do
+		nm=${ref%(*}
+		sec=${ref#*(}
+		sec=${sec%)}
+		[ -f "man/man${sec%%[a-z]*}/$nm.$sec" ] && continue
+		# shellcheck disable=SC2086 # word list
+		in_list "$ref" $external && continue
+		bad="$bad $ref"
+	done
+	if [ -z "$bad" ]; then
+		ok "$page: every cross-reference names a page under man/ or a known system page"
+	else
+		not_ok "$page: every cross-reference names a page under man/ or a known system page"
+		diag "no such page:$bad"
+	fi
+done
+
+for page in man/man1/mgt.1 man/man7/mgt.7; do
+	section "$page" "SEE ALSO" >"$tmp/see"
+	missing=""
+	for p in $pages; do
+		[ "$p" = "$page" ] && continue
+		f=${p##*/}
+		ref="${f%.*}(${f##*.})"
+		xrefs "$tmp/see" | grep -qxF "$ref" || missing="$missing $ref"
+	done
+	if [ -z "$missing" ]; then
+		ok "$page: SEE ALSO names every page under man/"
+	else
+		not_ok "$page: SEE ALSO names every page under man/"
+		diag "missing:$missing"
+	fi
+done
+
+# mgt(7): the programs of bin/ are available today, not planned.
+awk '/^\.SS Programs available/ { on = 1; next } /^\.S[HS]/ { on = 0 } on' man/man7/mgt.7 >"$tmp/avail"
+awk '/^\.SS Programs planned/ { on = 1; next } /^\.S[HS]/ { on = 0 } on' man/man7/mgt.7 >"$tmp/planned"
+missing=""
+for prog in $progs; do
+	name=${prog#bin/}
+	xrefs "$tmp/avail" | grep -qxF "$name(1)" || missing="$missing $name"
+	# a planned item (.TP, then .B NAME) that names a program of bin/
+	awk 'p == ".TP" { print } { p = $0 }' "$tmp/planned" | roff_plain /dev/stdin |
+		grep -qE "^\.BR? +$name( |\$)" && missing="$missing $name(planned)"
+done
+if [ -s "$tmp/avail" ] && [ -z "$missing" ]; then
+	ok "mgt(7) lists every program of bin/ under 'Programs available' and none as planned"
+else
+	not_ok "mgt(7) lists every program of bin/ under 'Programs available' and none as planned"
+	diag "wrong:$missing"
+fi
+
+# ---- no citations of documents that are not installed ---------------------------------------
+bad=""
+for page in $pages; do
+	roff_plain "$page" | grep -nE 'megatron-reference|DESIGN\.md|[A-Za-z0-9_-]\.md([^A-Za-z0-9]|$)' |
+		grep -vE 'README\.data\.md' | sed "s|^|$page:|" >"$tmp/cites"
+	[ -s "$tmp/cites" ] && bad="$bad$(cat "$tmp/cites")
+"
+done
+bad=${bad%
+}
+if [ -z "$bad" ]; then
+	ok "no page cites a document that is not installed (megatron-reference, DESIGN.md, *.md)"
+else
+	not_ok "no page cites a document that is not installed (megatron-reference, DESIGN.md, *.md)"
+	diag "$bad"
+fi
 
 # ---- the dispatcher ------------------------------------------------------------------------
 bin/mgt tokenize --help >"$tmp/out" 2>"$tmp/err"
