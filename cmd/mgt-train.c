@@ -73,6 +73,7 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(argv[i], "--megatron-flags")) return classify_flags();
 	}
+	double start = mgt_now();
 	mgt_status st = mgt_dist_init(&argc, &argv);
 	if (st) fail(st);
 	mgt_args a;
@@ -85,7 +86,7 @@ int main(int argc, char **argv)
 	mgt_signals_install_graceful();
 	/* one rank logs: the last, as Megatron's training_log */
 	bool logs = mgt_dist_world_rank() == mgt_dist_world_size() - 1;
-	mgt_train_io io = { .log = logs ? stderr : NULL, .prog = PROG };
+	mgt_train_io io = { .log = logs ? stderr : NULL, .prog = PROG, .start_time = start };
 	st = mgt_train_run(&a, &io);
 	mgt_args_free(&a);
 	if (st) fail(st);

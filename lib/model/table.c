@@ -11,6 +11,31 @@ static mgt_status cfg_err(const char *fmt, int64_t a, int64_t b)
 	return mgt_err(MGT_ERR_USAGE, fmt, (long long)a, (long long)b);
 }
 
+/* Every size a product of them can reach stays far inside int64 and size_t: each dimension is
+ * bounded here, naming the flag, and the parameter count is checked in double precision. */
+static mgt_status config_bounds(const mgt_model_config *c)
+{
+	const struct { const char *flag; int64_t v, max; } dims[] = {
+		{ "--num-layers", c->num_layers, 1 << 16 }, { "--hidden-size", c->hidden_size, 1 << 24 },
+		{ "--ffn-hidden-size", c->ffn_hidden_size, 1 << 26 }, { "--num-attention-heads", c->num_attention_heads, 1 << 20 },
+		{ "--kv-channels", c->kv_channels, 1 << 20 }, { "--num-query-groups", c->num_query_groups, 1 << 20 },
+		{ "--max-position-embeddings", c->max_position_embeddings, 1 << 29 },
+		{ "vocabulary size (--vocab-size or the tokenizer's)", c->vocab_size, INT32_MAX },
+	};
+	for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+		if (dims[i].v > dims[i].max)
+			return mgt_err(MGT_ERR_USAGE, "%s %lld: more than the %lld mgt supports", dims[i].flag,
+				       (long long)dims[i].v, (long long)dims[i].max);
+	double h = (double)c->hidden_size, q = (double)c->num_attention_heads * (double)c->kv_channels;
+	double layer = h * (q + 2.0 * (double)c->num_query_groups * (double)c->kv_channels) + q * h +
+		       3.0 * h * (double)c->ffn_hidden_size;
+	if ((double)c->num_layers * layer > 0x1p50)
+		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld x %.3g parameters a layer (--hidden-size %lld, "
+			       "--ffn-hidden-size %lld): more than the 2^50 parameters mgt supports",
+			       (long long)c->num_layers, layer, (long long)c->hidden_size, (long long)c->ffn_hidden_size);
+	return MGT_OK;
+}
+
 static mgt_status config_derive(mgt_model_config *c, int tp)
 {
 	if (c->num_layers <= 0 || c->hidden_size <= 0 || c->num_attention_heads <= 0)
@@ -36,6 +61,8 @@ static mgt_status config_derive(mgt_model_config *c, int tp)
 	if (div <= 0)
 		return mgt_err(MGT_ERR_USAGE, "--make-vocab-size-divisible-by %lld must be positive",
 			       (long long)c->make_vocab_size_divisible_by);
+	mgt_status st = config_bounds(c);
+	if (st) return st;
 	c->padded_vocab_size = (c->vocab_size + div - 1) / div * div;
 	return MGT_OK;
 }

@@ -98,7 +98,7 @@
 	X(S, ckpt_format, ckpt_format, "ckpt-format", "hdf5", "", "checkpoint format: hdf5 (mgt-ckpt(5)) only") \
 	X(B, exit_signal_handler, exit_signal_handler, "exit-signal-handler", "false", "", "on --exit-signal, finish the iteration, save and exit") \
 	X(S, exit_signal, exit_signal, "exit-signal", "SIGTERM", "", "the signal --exit-signal-handler waits for: SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2") \
-	X(I, exit_duration_in_mins, exit_duration_in_mins, "exit-duration-in-mins", "0", "[0,)", "exit (after saving) once the run has lasted this many minutes (0: never)") \
+	X(F, exit_duration_in_mins, exit_duration_in_mins, "exit-duration-in-mins", "0", "[0,)", "exit (after saving) once the run has lasted this many minutes (fractions too; 0: never)") \
 	X(H, parallel, _, "", "", "", "parallelism and machine") \
 	X(I, tensor_model_parallel_size, tensor_model_parallel_size, "tensor-model-parallel-size", "1", "[1,)", "tensor parallel size") \
 	X(I, pipeline_model_parallel_size, pipeline_model_parallel_size, "pipeline-model-parallel-size", "1", "[1,)", "pipeline parallel size") \

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -20,6 +21,91 @@ size_t trainer_peak_rss(void)
 		if (!strncmp(line, "VmHWM:", 6)) kb = strtoull(line + 6, NULL, 10);
 	if (f) fclose(f);
 	return kb * 1024;
+}
+
+/* A JSON value as Python's str() prints it (True, None, 6e-05, 0.1, 4294967296.0). */
+static void py_str(json_t *v, char *buf, size_t n)
+{
+	if (json_is_true(v)) snprintf(buf, n, "True");
+	else if (json_is_false(v)) snprintf(buf, n, "False");
+	else if (json_is_null(v)) snprintf(buf, n, "None");
+	else if (json_is_integer(v)) snprintf(buf, n, "%lld", (long long)json_integer_value(v));
+	else if (json_is_string(v)) snprintf(buf, n, "%s", json_string_value(v));
+	else {
+		double x = json_real_value(v);
+		for (int p = 1; p <= 17; p++) { /* the shortest form that reads back, as repr */
+			snprintf(buf, n, "%.*g", p, x);
+			if (strtod(buf, NULL) == x) break;
+		}
+		if (!strpbrk(buf, ".en")) strncat(buf, ".0", n - strlen(buf) - 1);
+	}
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+	return strcasecmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Megatron's _print_args: every argument, sorted, dotted out to column 48. */
+static void log_arguments(trainer *t)
+{
+	json_t *o = mgt_args_to_json(t->a);
+	size_t n = json_object_size(o), k = 0;
+	const char **keys = o ? mgt_malloc((n ? n : 1) * sizeof *keys) : NULL;
+	const char *key;
+	json_t *v;
+	if (!keys) {
+		json_decref(o);
+		return;
+	}
+	json_object_foreach(o, key, v) keys[k++] = key;
+	qsort(keys, n, sizeof *keys, key_cmp);
+	FILE *f = t->io->log;
+	fprintf(f, "------------------------ arguments ------------------------\n");
+	for (size_t i = 0; i < n; i++) {
+		char val[512];
+		int dots = 48 - (int)strlen(keys[i]);
+		py_str(json_object_get(o, keys[i]), val, sizeof val);
+		fprintf(f, "  %s %.*s %s\n", keys[i], dots > 0 ? dots : 0,
+			"................................................", val);
+	}
+	fprintf(f, "-------------------- end of arguments ---------------------\n");
+	free(keys);
+	json_decref(o);
+}
+
+/* Megatron's get_model: the parameters of every (tensor, pipeline) position, counted on its
+ * first data-parallel rank (all its chunks, the tied embedding's copy included), gathered. */
+static mgt_status log_param_counts(trainer *t)
+{
+	int tp = t->ps.tp, pp = t->ps.pp;
+	double *count = mgt_malloc((size_t)(tp * pp) * sizeof *count);
+	if (!count) return MGT_ERR_NOMEM;
+	memset(count, 0, (size_t)(tp * pp) * sizeof *count);
+	for (int c = 0; t->ps.dp_rank == 0 && c < t->V; c++)
+		count[t->ps.pp_rank * tp + t->ps.tp_rank] += (double)mgt_model_tensors(t->chunk[c])->numel;
+	mgt_comm *w = t->ps.world;
+	mgt_status st = w->size > 1 ? w->ops->allreduce(w, count, (size_t)(tp * pp), MGT_DT_F64, MGT_RED_SUM) : MGT_OK;
+	for (int i = 0; !st && t->io->log && i < tp * pp; i++)
+		fprintf(t->io->log, " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %.0f\n",
+			i % tp, i / tp, count[i]);
+	free(count);
+	return st;
+}
+
+mgt_status trainer_log_start(trainer *t)
+{
+	FILE *f = t->io->log;
+	if (f) log_arguments(t);
+	/* ignored_flags holds "--flag: why" lines */
+	for (const char *p = t->a->ignored_flags, *e; f && p && (e = strchr(p, '\n')); p = e + 1) {
+		const char *colon = strstr(p, ": ");
+		fprintf(f, "WARNING: %.*s is accepted without effect: %.*s\n", (int)(colon - p), p, (int)(e - colon - 2),
+			colon + 2);
+	}
+	mgt_status st = log_param_counts(t);
+	if (f) fflush(f);
+	return st;
 }
 
 static void timestamp(char *buf, size_t n)
@@ -70,9 +156,15 @@ static void print_line(trainer *t, double lr, double gnorm, bool skipped)
 	fprintf(f, " loss scale: %.1f |", t->scaler.scale);
 	/* a skipped step has no norm (Megatron's optimizer.step returns None for it) */
 	if (!skipped) fprintf(f, " grad norm: %.3f |", a->clip_grad > 0 ? gnorm : 0.0);
+	if (a->log_params_norm) fprintf(f, " params norm: %.3f |", t->params_norm);
 	fprintf(f, " number of skipped iterations: %3lld | number of nan iterations: %3lld |\n",
 		(long long)t->int_skipped, (long long)t->int_nan);
 	fflush(f);
+}
+
+bool trainer_log_due(const trainer *t)
+{
+	return t->iteration % t->a->log_interval == 0 || t->iteration == 1;
 }
 
 void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, bool skipped, double iter_s)
@@ -87,7 +179,7 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 		t->int_loss += loss;
 		t->int_iters++;
 	}
-	if (!t->io->log || (t->iteration % t->a->log_interval && t->iteration != 1)) return;
+	if (!t->io->log || !trainer_log_due(t)) return;
 	print_line(t, mgt_lr_get(&t->sched), gnorm, skipped);
 	t->int_loss = 0;
 	t->int_iters = t->int_skipped = t->int_nan = 0;

@@ -245,12 +245,14 @@ static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps
 	for (int i = 0; !st && i < n; i++) st = acts[i].fwd ? run_forward(t, &acts[i], ps) : run_backward(t, &acts[i]);
 	if (st) return st;
 	bool mine = t->ps.pp_rank == t->ps.pp - 1 && t->ps.tp_rank == 0;
-	double v[3] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0 };
+	double mins = (mgt_now() - t->io->start_time) / 60.0, limit = t->a->exit_duration_in_mins;
+	double v[4] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit };
 	mgt_comm *w = t->ps.world;
-	if (w->size > 1 && (st = w->ops->allreduce(w, v, 3, MGT_DT_F64, MGT_RED_SUM))) return st;
+	if (w->size > 1 && (st = w->ops->allreduce(w, v, 4, MGT_DT_F64, MGT_RED_SUM))) return st;
 	ps->num = v[0];
 	ps->den = v[1];
 	if (interrupted) *interrupted = v[2] > 0;
+	t->out_of_time = v[3] > 0;
 	return MGT_OK;
 }
 
@@ -341,14 +343,18 @@ static bool counts(const mgt_tensor *x, const void *ctx)
 	return !(x->role == MGT_T_WORD_EMB && !c->first);
 }
 
-static mgt_status grad_norm(trainer *t, double *norm)
+/* The global L2 norm of the gradients (params false) or of the parameters (true), each element
+ * counted once: this rank's optimizer ranges, summed over the job (Megatron's
+ * get_grad_norm_fp32 and calc_params_l2_norm). */
+static mgt_status global_norm(trainer *t, bool params, double *norm)
 {
 	double ss = 0;
 	for (int i = 0; i < t->nshard; i++) {
 		opt_shard *s = &t->shard[i];
 		mgt_model *m = t->chunk[s->chunk];
 		count_ctx cc = { t->ps.tp_rank, mgt_model_is_first_stage(m) };
-		ss += mgt_grad_sumsq(t->be, mgt_model_tensors(m), mgt_model_grads(m), s->lo, s->hi, counts, &cc);
+		ss += mgt_grad_sumsq(t->be, mgt_model_tensors(m), params ? mgt_model_params(m) : mgt_model_grads(m), s->lo,
+				     s->hi, counts, &cc);
 	}
 	mgt_comm *g = t->a->use_distributed_optimizer ? t->ps.world : t->ps.mp_comm;
 	mgt_status st = g->size > 1 ? g->ops->allreduce(g, &ss, 1, MGT_DT_F64, MGT_RED_SUM) : MGT_OK;
@@ -417,7 +423,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 	}
 	if (!st) st = reduce_grads(t);
 	if (!st) unscale_grads(t);
-	if (!st) st = grad_norm(t, gnorm);
+	if (!st) st = global_norm(t, false, gnorm);
 	if (!st && t->dumping && t->dump.iters == 1)
 		st = t->be->ops->download(t->be, t->dump.grads, mgt_model_grads(t->model),
 					  mgt_model_tensors(t->model)->buf_numel * sizeof(float));
@@ -539,12 +545,16 @@ static mgt_status train_loop(trainer *t)
 		if (st) return st;
 		count_iteration(t, loss, lr, gnorm, skipped);
 		log_comm(t, bytes, calls);
+		if (a->log_params_norm && trainer_log_due(t) && (st = global_norm(t, true, &t->params_norm))) return st;
 		trainer_log_iteration(t, loss, lr, gnorm, skipped, mgt_now() - t0);
 		if (at(t->iteration, a->eval_interval) && (st = validate(t, NULL))) return st;
-		bool stop = intr || at(t->iteration, a->exit_interval);
+		bool stop = intr || t->out_of_time || at(t->iteration, a->exit_interval);
 		if (a->save && (at(t->iteration, a->save_interval) || stop) && (st = trainer_save(t))) return st;
 		if (intr) return mgt_err(MGT_ERR_INTR, "interrupted at iteration %lld%s", (long long)t->iteration,
 					 a->save ? " (checkpoint saved)" : "");
+		if (t->out_of_time && t->io->log)
+			fprintf(t->io->log, "exiting program after %.2f minutes (--exit-duration-in-mins %g)\n",
+				(mgt_now() - t->io->start_time) / 60.0, a->exit_duration_in_mins);
 		if (stop) return MGT_OK;
 	}
 	if (a->save && !at(t->iteration, a->save_interval)) {
@@ -707,6 +717,7 @@ static mgt_status setup(trainer *t)
 	if ((st = mgt_parallel_to_device(&t->ps, t->be, a->overlap_grad_reduce))) return st;
 	t->rss_baseline = trainer_peak_rss();
 	st = setup_pipeline(t);
+	if (!st) st = trainer_log_start(t);
 	if (!st) st = setup_schedule(t);
 	if (!st) st = plan_overlap(t);
 	if (!st) st = setup_optimizer(t);

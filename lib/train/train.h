@@ -43,7 +43,7 @@ typedef struct mgt_args {
 	/* stopping */
 	bool exit_signal_handler;
 	char *exit_signal;
-	int64_t exit_duration_in_mins;
+	double exit_duration_in_mins;
 	/* parallelism */
 	int64_t tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
 	int64_t num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size;
@@ -123,6 +123,7 @@ void mgt_args_help(FILE *f);
 typedef struct mgt_train_io {
 	FILE *log;              /* iteration lines, validation, summary (stderr in mgt-train) */
 	const char *prog;       /* program name for messages */
+	double start_time;      /* mgt_now() when the program started (--exit-duration-in-mins) */
 } mgt_train_io;
 
 /* Run pretraining as the arguments say (data, model, optimizer, checkpoints, evaluation).

@@ -63,6 +63,8 @@ typedef struct trainer {
 	double int_loss, int_t0;
 	int64_t int_iters, int_skipped, int_nan;
 	double t_fwd, t_bwd, t_opt;                  /* last iteration, seconds */
+	double params_norm;
+	bool out_of_time;                            /* --exit-duration-in-mins passed (on every rank) */                          /* --log-params-norm: after the last step */
 	FILE *metrics, *comm_log;
 	dump_state dump;
 	bool dumping;
@@ -84,8 +86,14 @@ mgt_status trainer_save(trainer *t);
  * step, as Megatron's training_log does. */
 void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, bool skipped,
 			   double iter_s);
+/* Whether this iteration prints the log line (every --log-interval, and the first). */
+bool trainer_log_due(const trainer *t);
 void trainer_log_validation(trainer *t, const char *what, double loss);
 void trainer_log_memory(trainer *t, const char *when);
+/* At the start: the arguments as Megatron's _print_args, a warning for each Megatron flag given
+ * that has no effect, the parameter count of every (TP, PP) position (a collective: every rank
+ * calls it).  Errors: communication, NOMEM. */
+mgt_status trainer_log_start(trainer *t);
 mgt_status trainer_dump_batch(trainer *t, int64_t k);
 mgt_status trainer_dump_write(trainer *t);
 void trainer_dump_free(trainer *t);
