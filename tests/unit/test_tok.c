@@ -172,6 +172,32 @@ static void test_round_trip(const mgt_tok *t, const char *name)
 	mgt_tok_enc_free(e);
 }
 
+/* encode(text) == want[0..n) */
+static int encodes_to(const mgt_tok *t, const char *text, const int32_t *want, size_t n)
+{
+	mgt_tok_enc *e = NULL;
+	mgt_ids ids = {0};
+	int same = mgt_tok_enc_new(&e, t) == MGT_OK && mgt_tok_encode(e, text, strlen(text), &ids) == MGT_OK &&
+		   ids.n == n && !memcmp(ids.v, want, n * sizeof *want);
+	mgt_tok_enc_free(e);
+	free(ids.v);
+	return same;
+}
+
+/* "<|endoftext|>" in a text: GPT2BPETokenizer (Megatron's) encodes it as text and still decodes
+ * its eod id to the string; a tiktoken rank file matches it as the special token. */
+static void test_special_strings(const mgt_tok *gpt2, const mgt_tok *cl100k)
+{
+	static const int32_t g[] = {64, 27, 91, 437, 1659, 5239, 91, 29, 65}, c[] = {64, 100257, 65};
+	CHECK(encodes_to(gpt2, "a<|endoftext|>b", g, 9), "gpt2: <|endoftext|> in text is ordinary text");
+	CHECK(encodes_to(cl100k, "a<|endoftext|>b", c, 3), "cl100k_base: <|endoftext|> in text is 100257");
+	int32_t eod = mgt_tok_eod(gpt2);
+	mgt_buf out = {0};
+	CHECK(mgt_tok_decode(gpt2, &eod, 1, &out) == MGT_OK && out.n == 13 && !memcmp(out.p, "<|endoftext|>", 13),
+	      "gpt2: eod decodes to <|endoftext|>");
+	free(out.p);
+}
+
 static void test_utf8(void)
 {
 	static const struct { const char *s; size_t valid; } cases[] = {
@@ -261,6 +287,7 @@ int main(void)
 		test_round_trip(gpt2, "gpt2");
 		test_round_trip(cl100k, "cl100k_base");
 		test_round_trip(o200k, "o200k_base");
+		test_special_strings(gpt2, cl100k);
 		CHECK(mgt_tok_vocab_size(gpt2) == 50257 && mgt_tok_eod(gpt2) == 50256, "gpt2 sizes");
 		CHECK(mgt_tok_vocab_size(cl100k) == 100277 && mgt_tok_eod(cl100k) == 100257, "cl100k sizes");
 		CHECK(mgt_tok_vocab_size(o200k) == 200019 && mgt_tok_eod(o200k) == 199999, "o200k sizes");
