@@ -2,6 +2,8 @@
 #include "train_impl.h"
 
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +63,7 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 		json_decref(o);
 		o = NULL;
 	}
+	if (o && a->no_save_rng) json_object_del(o, "rng");
 	char *txt = o ? json_dumps(o, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
 	json_decref(o);
 	return txt;
@@ -199,24 +202,30 @@ static mgt_status collect_moments(trainer *t, piece_list *pl)
 	return st;
 }
 
-static mgt_status write_shards(trainer *t)
+/* Every piece this rank saves, in pl. */
+static mgt_status collect_pieces(trainer *t, piece_list *pl)
 {
-	piece_list pl = { 0 };
-	mgt_status st = collect_params(t, &pl);
-	if (!st && !t->a->no_save_optim) st = collect_moments(t, &pl);
-	mgt_ckpt_piece *sel = st || !pl.n ? NULL : mgt_malloc(pl.n * sizeof *sel);
-	if (!st && pl.n && !sel) st = MGT_ERR_NOMEM;
-	for (int f = 0; !st && f < pl.nfiles; f++) {
+	mgt_status st = collect_params(t, pl);
+	if (!st && !t->a->no_save_optim) st = collect_moments(t, pl);
+	return st;
+}
+
+/* Write pl's pieces into this rank's shard files of iteration it. */
+static mgt_status write_pieces(const char *dir, int64_t it, int tp, int pp, int dp, const piece_list *pl)
+{
+	mgt_status st = MGT_OK;
+	mgt_ckpt_piece *sel = !pl->n ? NULL : mgt_malloc(pl->n * sizeof *sel);
+	if (pl->n && !sel) st = MGT_ERR_NOMEM;
+	for (int f = 0; !st && f < pl->nfiles; f++) {
 		size_t n = 0;
-		for (size_t i = 0; i < pl.n; i++)
-			if (pl.file[i] == f) sel[n++] = pl.p[i];
+		for (size_t i = 0; i < pl->n; i++)
+			if (pl->file[i] == f) sel[n++] = pl->p[i];
 		char shard[80];
-		int len = snprintf(shard, sizeof shard, "model_tp%02d_pp%03d_dp%03d", t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
+		int len = snprintf(shard, sizeof shard, "model_tp%02d_pp%03d_dp%03d", tp, pp, dp);
 		snprintf(shard + len, sizeof shard - (size_t)len, f ? "_%d.h5" : ".h5", f);
-		st = mgt_ckpt_write_shard(t->a->save, t->iteration, shard, sel, n);
+		st = mgt_ckpt_write_shard(dir, it, shard, sel, n);
 	}
 	free(sel);
-	pl_free(&pl);
 	return st;
 }
 
@@ -226,25 +235,150 @@ static mgt_status world_barrier(trainer *t)
 	return w->size > 1 ? w->ops->barrier(w) : MGT_OK;
 }
 
-/* Rank 0 opens the iteration directory, every rank writes its shards, rank 0 commits. */
+/* Rank 0's metadata.json text for the current iteration (malloc'd). */
+static mgt_status make_metadata(trainer *t, char **meta)
+{
+	mgt_tensor_table full = { 0 };
+	mgt_status st = full_table(t, &full);
+	if (!st && !(*meta = metadata_json(t, &full))) st = MGT_ERR_NOMEM;
+	mgt_tensor_table_free(&full);
+	return st;
+}
+
+static void log_saved(trainer *t, int64_t it, double t0)
+{
+	if (t->io->log)
+		fprintf(t->io->log, "  successfully saved checkpoint from iteration %7lld to %s [ t %.1f s ]\n",
+			(long long)it, t->a->save, mgt_now() - t0);
+}
+
+/* ---- --async-save: the shards are written on a thread; rank 0 commits once every rank is done
+ * (Megatron's async save, finalized from the training loop) ---- */
+
+struct async_save {
+	pthread_t thread;
+	piece_list pl;        /* pieces with data copied at save time */
+	char *meta;           /* rank 0: metadata.json as of the save */
+	int64_t iteration;
+	double t0;
+	mgt_status st;        /* the thread's result */
+	char err[512];        /* and its message (mgt_err's buffer is per thread) */
+	atomic_int done;
+};
+
+static void *async_main(void *arg)
+{
+	trainer *t = arg;
+	struct async_save *as = t->async;
+	as->st = write_pieces(t->a->save, as->iteration, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank, &as->pl);
+	if (as->st) snprintf(as->err, sizeof as->err, "%s", mgt_err_msg());
+	atomic_store(&as->done, 1);
+	return NULL;
+}
+
+/* Give every piece its own copy of the data, so training can go on changing the buffers. */
+static mgt_status own_data(piece_list *pl)
+{
+	float **o = mgt_realloc(pl->owned, (pl->nowned + pl->n) * sizeof *o);
+	if (!o) return MGT_ERR_NOMEM;
+	pl->owned = o;
+	for (size_t i = 0; i < pl->n; i++) {
+		mgt_ckpt_piece *p = &pl->p[i];
+		size_t n = 1;
+		for (int d = 0; d < p->ndim; d++) n *= (size_t)p->shape[d];
+		float *c = mgt_malloc(n * sizeof *c);
+		if (!c) return MGT_ERR_NOMEM;
+		memcpy(c, p->data, n * sizeof *c);
+		p->data = o[pl->nowned++] = c;
+	}
+	return MGT_OK;
+}
+
+static void async_free(trainer *t)
+{
+	pl_free(&t->async->pl);
+	free(t->async->meta);
+	free(t->async);
+	t->async = NULL;
+}
+
+bool trainer_async_running(const trainer *t)
+{
+	return t->async && !atomic_load(&t->async->done);
+}
+
+/* Every rank together: wait for this rank's writes, agree that all succeeded, rank 0 commits. */
+mgt_status trainer_save_wait(trainer *t)
+{
+	struct async_save *as = t->async;
+	if (!as) return MGT_OK;
+	pthread_join(as->thread, NULL);
+	double bad = as->st != MGT_OK;
+	mgt_comm *w = t->ps.world;
+	mgt_status st = w->size > 1 ? w->ops->allreduce(w, &bad, 1, MGT_DT_F64, MGT_RED_SUM) : MGT_OK;
+	if (!st && as->st) st = mgt_err(as->st, "%s", as->err);
+	else if (!st && bad > 0) st = mgt_err(MGT_ERR_IO, "another rank failed to write its shards");
+	if (!st && t->ps.world_rank == 0) st = mgt_ckpt_commit(t->a->save, as->iteration, as->meta);
+	if (!st) st = world_barrier(t);
+	if (!st) log_saved(t, as->iteration, as->t0);
+	async_free(t);
+	return st ? mgt_err_ctx(st, "saving checkpoint (async)") : MGT_OK;
+}
+
+void trainer_save_abandon(trainer *t)
+{
+	if (!t->async) return;
+	pthread_join(t->async->thread, NULL);
+	async_free(t);
+}
+
+static mgt_status save_async(trainer *t, double t0)
+{
+	struct async_save *as = mgt_malloc(sizeof *as);
+	if (!as) return MGT_ERR_NOMEM;
+	memset(as, 0, sizeof *as);
+	as->iteration = t->iteration;
+	as->t0 = t0;
+	mgt_status st = collect_pieces(t, &as->pl);
+	if (!st) st = own_data(&as->pl);
+	if (!st && t->ps.world_rank == 0) st = make_metadata(t, &as->meta);
+	atomic_init(&as->done, 0);
+	t->async = as;
+	if (!st && pthread_create(&as->thread, NULL, async_main, t)) st = mgt_err(MGT_ERR_NOMEM, "cannot start a thread");
+	if (st) {
+		async_free(t);
+		return st;
+	}
+	if (t->io->log)
+		fprintf(t->io->log, "  scheduled an async checkpoint save at iteration %7lld to %s\n", (long long)t->iteration,
+			t->a->save);
+	return MGT_OK;
+}
+
+/* Rank 0 opens the iteration directory, every rank writes its shards (now, or on a thread with
+ * --async-save), rank 0 commits. */
 mgt_status trainer_save(trainer *t)
 {
 	double t0 = mgt_now();
 	bool root = t->ps.world_rank == 0;
-	mgt_status st = root ? mgt_ckpt_begin(t->a->save, t->iteration) : MGT_OK;
+	mgt_status st = trainer_save_wait(t); /* the previous async save first */
+	if (!st && root) st = mgt_ckpt_begin(t->a->save, t->iteration);
 	if (!st) st = world_barrier(t);
-	if (!st) st = write_shards(t);
+	if (!st && t->a->async_save) {
+		st = save_async(t, t0);
+		return st ? mgt_err_ctx(st, "saving checkpoint") : MGT_OK;
+	}
+	piece_list pl = { 0 };
+	if (!st) st = collect_pieces(t, &pl);
+	if (!st) st = write_pieces(t->a->save, t->iteration, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank, &pl);
+	pl_free(&pl);
 	if (!st) st = world_barrier(t);
-	mgt_tensor_table full = { 0 };
 	char *meta = NULL;
-	if (!st && root && !(st = full_table(t, &full)) && !(meta = metadata_json(t, &full))) st = MGT_ERR_NOMEM;
+	if (!st && root) st = make_metadata(t, &meta);
 	if (!st && root) st = mgt_ckpt_commit(t->a->save, t->iteration, meta);
 	free(meta);
-	mgt_tensor_table_free(&full);
 	if (!st) st = world_barrier(t);
-	if (!st && t->io->log)
-		fprintf(t->io->log, "  successfully saved checkpoint from iteration %7lld to %s [ t %.1f s ]\n",
-			(long long)t->iteration, t->a->save, mgt_now() - t0);
+	if (!st) log_saved(t, t->iteration, t0);
 	return st ? mgt_err_ctx(st, "saving checkpoint") : MGT_OK;
 }
 

@@ -246,9 +246,11 @@ static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps
 	if (st) return st;
 	bool mine = t->ps.pp_rank == t->ps.pp - 1 && t->ps.tp_rank == 0;
 	double mins = (mgt_now() - t->io->start_time) / 60.0, limit = t->a->exit_duration_in_mins;
-	double v[4] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit };
+	double v[5] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit,
+			trainer_async_running(t) };
 	mgt_comm *w = t->ps.world;
-	if (w->size > 1 && (st = w->ops->allreduce(w, v, 4, MGT_DT_F64, MGT_RED_SUM))) return st;
+	if (w->size > 1 && (st = w->ops->allreduce(w, v, 5, MGT_DT_F64, MGT_RED_SUM))) return st;
+	t->async_all_done = t->async && v[4] == 0;
 	ps->num = v[0];
 	ps->den = v[1];
 	if (interrupted) *interrupted = v[2] > 0;
@@ -545,11 +547,13 @@ static mgt_status train_loop(trainer *t)
 		if (st) return st;
 		count_iteration(t, loss, lr, gnorm, skipped);
 		log_comm(t, bytes, calls);
+		if (t->async_all_done && (st = trainer_save_wait(t))) return st;
 		if (a->log_params_norm && trainer_log_due(t) && (st = global_norm(t, true, &t->params_norm))) return st;
 		trainer_log_iteration(t, loss, lr, gnorm, skipped, mgt_now() - t0);
 		if (at(t->iteration, a->eval_interval) && (st = validate(t, NULL))) return st;
 		bool stop = intr || t->out_of_time || at(t->iteration, a->exit_interval);
 		if (a->save && (at(t->iteration, a->save_interval) || stop) && (st = trainer_save(t))) return st;
+		if (stop && (st = trainer_save_wait(t))) return st;
 		if (intr) return mgt_err(MGT_ERR_INTR, "interrupted at iteration %lld%s", (long long)t->iteration,
 					 a->save ? " (checkpoint saved)" : "");
 		if (t->out_of_time && t->io->log)
@@ -561,7 +565,9 @@ static mgt_status train_loop(trainer *t)
 		mgt_status st = trainer_save(t);
 		if (st) return st;
 	}
-	return a->eval_interval ? validate(t, "on validation set") : MGT_OK;
+	mgt_status st = trainer_save_wait(t);
+	if (!st && a->eval_interval) st = validate(t, "on validation set");
+	return st;
 }
 
 static mgt_model_layout chunk_layout(const trainer *t, int c)
@@ -739,6 +745,7 @@ static mgt_status setup(trainer *t)
 
 static void teardown(trainer *t)
 {
+	trainer_save_abandon(t);
 	if (t->metrics) fclose(t->metrics);
 	if (t->comm_log) fclose(t->comm_log);
 	trainer_dump_free(t);

@@ -32,6 +32,8 @@ typedef struct opt_shard {
 	mgt_adamw opt;
 } opt_shard;
 
+struct async_save;
+
 typedef struct trainer {
 	mgt_args *a;
 	const mgt_train_io *io;
@@ -64,7 +66,9 @@ typedef struct trainer {
 	int64_t int_iters, int_skipped, int_nan;
 	double t_fwd, t_bwd, t_opt;                  /* last iteration, seconds */
 	double params_norm;
-	bool out_of_time;                            /* --exit-duration-in-mins passed (on every rank) */                          /* --log-params-norm: after the last step */
+	bool out_of_time;
+	struct async_save *async;                    /* --async-save: the save being written, or NULL */
+	bool async_all_done;                         /* every rank has written its shards */                            /* --exit-duration-in-mins passed (on every rank) */                          /* --log-params-norm: after the last step */
 	FILE *metrics, *comm_log;
 	dump_state dump;
 	bool dumping;
@@ -80,6 +84,12 @@ int sched_slots(const sched_action *a, int n, int chunk);
 /* ckpt.c */
 mgt_status trainer_load(trainer *t, bool *loaded);
 mgt_status trainer_save(trainer *t);
+/* --async-save: whether this rank's writer thread is still running; trainer_save_wait (every
+ * rank together) waits for the writes and commits, trainer_save_abandon (on an error path) waits
+ * and drops the save, leaving its temporary directory for the next save to remove. */
+bool trainer_async_running(const trainer *t);
+mgt_status trainer_save_wait(trainer *t);
+void trainer_save_abandon(trainer *t);
 
 /* log.c */
 /* lr: the rate the step used (metrics "lr"); the log line prints the rate after the scheduler
