@@ -186,7 +186,7 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 	t->int_t0 = mgt_now();
 }
 
-void trainer_log_validation(trainer *t, const char *what, double loss)
+void trainer_log_validation(trainer *t, const char *what, bool test, double loss)
 {
 	char head[160];
 	if (what) snprintf(head, sizeof head, " iteration %lld %s | ", (long long)t->iteration, what);
@@ -202,8 +202,9 @@ void trainer_log_validation(trainer *t, const char *what, double loss)
 		fflush(t->io->log);
 	}
 	if (t->metrics) {
-		fprintf(t->metrics, "{\"iteration\": %lld, \"valid_loss\": %.17g, \"valid_ppl\": %.17g%s}\n",
-			(long long)t->iteration, loss, exp(fmin(20.0, loss)), what ? ", \"end\": true" : "");
+		const char *k = test ? "test" : "valid";
+		fprintf(t->metrics, "{\"iteration\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g%s}\n",
+			(long long)t->iteration, k, loss, k, exp(fmin(20.0, loss)), what ? ", \"end\": true" : "");
 		fflush(t->metrics);
 	}
 }

@@ -446,16 +446,18 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 
 /* ---- evaluation ---- */
 
-static mgt_status evaluate(trainer *t, double *loss)
+/* --eval-iters global batches of split sp from sample *consumed on (advanced), as Megatron's
+ * evaluate: the token-weighted mean loss. */
+static mgt_status evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *loss)
 {
 	double num = 0, den = 0;
 	for (int64_t it = 0; it < t->a->eval_iters; it++) {
-		pass ps = { .split = MGT_SPLIT_VALID, .base = t->consumed_valid, .train = false };
+		pass ps = { .split = sp, .base = *consumed, .train = false };
 		mgt_status st = run_pass(t, t->eval_acts, t->n_eval_acts, &ps, NULL);
 		if (st) return st;
 		num += ps.num;
 		den += ps.den;
-		t->consumed_valid += t->a->global_batch_size;
+		*consumed += t->a->global_batch_size;
 	}
 	for (int c = 0; c < t->V; c++) {
 		double f, b;
@@ -465,12 +467,15 @@ static mgt_status evaluate(trainer *t, double *loss)
 	return MGT_OK;
 }
 
-static mgt_status validate(trainer *t, const char *what)
+/* Validation during training (what NULL) or at its end; the test split at the end, from its
+ * first sample (Megatron's pretrain: "on validation set", then "on test set"). */
+static mgt_status validate(trainer *t, mgt_split sp, const char *what)
 {
-	if (!t->a->eval_iters || mgt_gpt_data_len(t->data, MGT_SPLIT_VALID) <= 0) return MGT_OK;
+	if (!t->a->eval_iters || mgt_gpt_data_len(t->data, sp) <= 0) return MGT_OK;
 	double loss;
-	mgt_status st = evaluate(t, &loss);
-	if (!st) trainer_log_validation(t, what, loss);
+	int64_t test_from = 0;
+	mgt_status st = evaluate(t, sp, sp == MGT_SPLIT_TEST ? &test_from : &t->consumed_valid, &loss);
+	if (!st) trainer_log_validation(t, what, sp == MGT_SPLIT_TEST, loss);
 	return st;
 }
 
@@ -550,7 +555,7 @@ static mgt_status train_loop(trainer *t)
 		if (t->async_all_done && (st = trainer_save_wait(t))) return st;
 		if (a->log_params_norm && trainer_log_due(t) && (st = global_norm(t, true, &t->params_norm))) return st;
 		trainer_log_iteration(t, loss, lr, gnorm, skipped, mgt_now() - t0);
-		if (at(t->iteration, a->eval_interval) && (st = validate(t, NULL))) return st;
+		if (at(t->iteration, a->eval_interval) && (st = validate(t, MGT_SPLIT_VALID, NULL))) return st;
 		bool stop = intr || t->out_of_time || at(t->iteration, a->exit_interval);
 		if (a->save && (at(t->iteration, a->save_interval) || stop) && (st = trainer_save(t))) return st;
 		if (stop && (st = trainer_save_wait(t))) return st;
@@ -566,7 +571,8 @@ static mgt_status train_loop(trainer *t)
 		if (st) return st;
 	}
 	mgt_status st = trainer_save_wait(t);
-	if (!st && a->eval_interval) st = validate(t, "on validation set");
+	if (!st && a->eval_interval) st = validate(t, MGT_SPLIT_VALID, "on validation set");
+	if (!st && a->eval_interval) st = validate(t, MGT_SPLIT_TEST, "on test set");
 	return st;
 }
 

@@ -98,7 +98,9 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 			   double iter_s);
 /* Whether this iteration prints the log line (every --log-interval, and the first). */
 bool trainer_log_due(const trainer *t);
-void trainer_log_validation(trainer *t, const char *what, double loss);
+/* what: NULL during training ("validation loss at iteration N"), else "on validation set" or
+ * "on test set" after it; test: the metrics key is test_loss instead of valid_loss. */
+void trainer_log_validation(trainer *t, const char *what, bool test, double loss);
 void trainer_log_memory(trainer *t, const char *when);
 /* At the start: the arguments as Megatron's _print_args, a warning for each Megatron flag given
  * that has no effect, the parameter count of every (TP, PP) position (a collective: every rank
