@@ -1,6 +1,7 @@
 /* lib/model/table.c: model configuration checks and the tensor table. */
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@ static mgt_status config_bounds(const mgt_model_config *c)
 		{ "--num-layers", c->num_layers, 1 << 16 }, { "--hidden-size", c->hidden_size, 1 << 24 },
 		{ "--ffn-hidden-size", c->ffn_hidden_size, 1 << 26 }, { "--num-attention-heads", c->num_attention_heads, 1 << 20 },
 		{ "--kv-channels", c->kv_channels, 1 << 20 }, { "--num-query-groups", c->num_query_groups, 1 << 20 },
-		{ "--max-position-embeddings", c->max_position_embeddings, 1 << 29 },
+		{ "--seq-length", c->seq_length, INT32_MAX / 4 }, { "--max-position-embeddings", c->max_position_embeddings, 1 << 29 },
 		{ "vocabulary size (--vocab-size or the tokenizer's)", c->vocab_size, INT32_MAX },
 	};
 	for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)

@@ -590,6 +590,9 @@ mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 		*out = t;
 		return MGT_OK;
 	}
+	if (strstr(o->type, "SentencePiece") || !strcmp(o->type, "Llama2Tokenizer"))
+		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s: SentencePiece models are not supported; use "
+			       "HuggingFaceTokenizer with the model's tokenizer.json", o->type);
 	return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s: unknown (expected GPT2BPETokenizer, HuggingFaceTokenizer, "
 		       "TikTokenizer or NullTokenizer)", o->type);
 }

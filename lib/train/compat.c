@@ -163,6 +163,7 @@ static const compat_row rows[] = {
 	{ "model-parallel-size", 'r', '1', NULL, "removed from Megatron-LM: use --tensor-model-parallel-size" },
 	{ "rampup-batch-size", 'i', '+', NULL, "deprecated in Megatron-LM, which accepts it with a warning and no effect" },
 	{ "step-batch-size-schedule", 'r', '1', NULL, "batch-size schedules are not implemented yet: give one --global-batch-size" },
+	{ "calculate-per-token-loss", 'r', '0', NULL, "the loss is averaged per micro-batch, then over micro-batches (Megatron's default); per-token averaging over the global batch is not implemented yet" },
 	{ "phase-transition-iterations", 'r', '1', NULL, NOTIMPL },
 	/* recompute */
 	{ "recompute-activations", 'i', '0', NULL, RECOMP },

@@ -13,6 +13,11 @@
 static mgt_status setup_tokenizer(trainer *t)
 {
 	mgt_args *a = t->a;
+	if (!a->tokenizer_type && a->vocab_file && a->merge_file) {
+		/* Megatron's GPT example passes only the vocabulary and merges files */
+		if (!(a->tokenizer_type = mgt_strdup("GPT2BPETokenizer"))) return MGT_ERR_NOMEM;
+		if (t->io->log) fprintf(t->io->log, "WARNING: no --tokenizer-type: GPT2BPETokenizer, from --vocab-file and --merge-file\n");
+	}
 	if (!a->tokenizer_type) {
 		if (!a->mock_data)
 			return mgt_err(MGT_ERR_USAGE, "--tokenizer-type is required with --data-path");
