@@ -53,8 +53,9 @@ static void fail(mgt_status st)
 /* --megatron-flags: "FLAG CLASS[: REASON]" for every flag name on stdin ('#' lines skipped). */
 static int classify_flags(void)
 {
-	char line[512];
-	while (fgets(line, sizeof line, stdin)) {
+	char buf[512];
+	while (fgets(buf, sizeof buf, stdin)) {
+		char *line = buf + strspn(buf, " \t");
 		line[strcspn(line, " \t\r\n")] = 0;
 		if (!line[0] || line[0] == '#') continue;
 		const char *cls, *why;
