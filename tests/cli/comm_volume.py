@@ -17,7 +17,8 @@ from lib/dist/dist.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and
   tied embeddings with PP > 1: all-reduce of the word-embedding gradient, first <-> last stage
   DP:    per bucket an all-reduce, or reduce-scatter + all-gather with the distributed optimizer
   norm:  one double all-reduced over the model-parallel group (over the world with distopt)
-  loss:  3 doubles all-reduced over the world (loss sum, tokens, interrupt flag)
+  loss:  5 doubles all-reduced over the world (loss sum, tokens, interrupt, out-of-time and
+         async-save-pending flags)
 Exit 1 (with a diff) when any rank's logged bytes differ from the analytic ones.
 """
 import json, math, sys
@@ -151,7 +152,7 @@ def expected(tp_rank, pp_rank):
             e["data"] += 2 * part(nb // dp, dp) if distopt else ar(nb, dp)
     if distopt: e["world"] += ar(1, W, 8)
     else: e["model"] += ar(1, tp * pp, 8)
-    e["world"] += ar(3, W, 8)
+    e["world"] += ar(5, W, 8)
     return e
 
 
