@@ -106,6 +106,33 @@ else
 	skip "no h5py"; skip "no h5py"
 fi
 
+# Under TP2 x PP2 the same norm (each element counted once) and one count per position, which
+# together hold the model once plus the tied embedding's copy on the last stage.
+if command -v mpirun >/dev/null 2>&1; then
+	ok "TP2 x PP2 run" exits 0 sh "$ROOT/tests/mpirun.sh" 4 $BASE --train-iters 3 --log-params-norm \
+		--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --save pck
+	cp "$T/err" par.err
+	pn2=$(grep "iteration        3/" par.err | sed 's/.*params norm: \([0-9.]*\) .*/\1/')
+	ok "  params norm as one process's ($pn2, $pn)" test "$pn2" = "$pn"
+	h=$(sed -n 's/^  hidden_size \.* //p' run.err); v=$(sed -n 's/^  padded_vocab_size \.* //p' run.err)
+	# each position's count: the parameter pieces its shards hold, plus the tied embedding's copy
+	# (its TP half) that the last stage has and does not save
+	ok "  each position's count as its shards hold" $PY - par.err pck/iter_0000003 $((h * v / 2)) <<'PY'
+import glob, h5py, re, sys
+log = dict(((int(t), int(p)), int(n)) for t, p, n in re.findall(
+    r"^ > number of parameters on \(tensor, pipeline\) model parallel rank \((\d), (\d)\): (\d+)$",
+    open(sys.argv[1]).read(), re.M))
+ok = len(log) == 4
+for (t, p), n in sorted(log.items()):
+    want = sum(d.size for f in glob.glob("%s/model_tp%02d_pp%03d_dp000*.h5" % (sys.argv[2], t, p))
+               for k, d in h5py.File(f, "r").items() if not k.startswith("optimizer.")) + (int(sys.argv[3]) if p == 1 else 0)
+    print("# (%d, %d): log %d, shards %d" % (t, p, n, want)); ok &= n == want
+sys.exit(0 if ok else 1)
+PY
+else
+	skip "no mpirun"; skip "no mpirun"; skip "no mpirun"
+fi
+
 # ---- --async-save writes the same tensors ---------------------------------------------------
 ok "--async-save run" exits 0 $BASE --train-iters 3 --save ack --async-save --save-interval 2
 ok "  scheduled, then saved" sh -c "grep -q 'scheduled an async checkpoint save at iteration       2' '$T/err' &&
