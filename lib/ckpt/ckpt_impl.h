@@ -77,6 +77,9 @@ bool ck_is_shard_name(const char *s);
 /* Scan every *.h5 file of dir except model.h5 (see mgt_ckpt_open for the checks and errors). */
 mgt_status ck_scan(const char *dir, ck_index *ix);
 void ck_index_free(ck_index *ix);
+/* Every tensor is whole: its pieces (which do not overlap) add up to its global size.
+ * Errors: MGT_ERR_FORMAT naming the directory and the tensor. */
+mgt_status ck_check_coverage(const ck_index *ix);
 /* Number of pieces of tensor t (t < ntensors). */
 size_t ck_tensor_pieces(const ck_index *ix, size_t t);
 /* Tensor index of name, or -1. */

@@ -116,30 +116,6 @@ static mgt_status check_json(const char *json)
 	return MGT_OK;
 }
 
-/* Every tensor is whole: the pieces (which do not overlap) add up to its global size. */
-static mgt_status check_coverage(const ck_index *ix)
-{
-	for (size_t t = 0; t < ix->ntensors; t++) {
-		const ck_piece *p = &ix->pieces[ix->tensors[t]];
-		int64_t whole = 1, have = 0;
-		for (int d = 0; d < p->ndim; d++)
-			whole *= p->gshape[d];
-		for (size_t i = 0; i < ck_tensor_pieces(ix, t); i++) {
-			int64_t v = 1;
-			for (int d = 0; d < p->ndim; d++)
-				v *= p[i].shape[d];
-			have += v;
-		}
-		if (have != whole) {
-			char g[96];
-			return mgt_err(MGT_ERR_FORMAT, "%s: %s: the saved pieces cover %lld of the %lld "
-				       "elements of global shape %s", ix->dir, p->name, (long long)have,
-				       (long long)whole, ck_shape_str(g, p->ndim, p->gshape));
-		}
-	}
-	return MGT_OK;
-}
-
 /* metadata.json, the index file, and the directory itself, all fsynced. */
 static mgt_status finish_tmp(const char *tmp, const char *json)
 {
@@ -148,7 +124,7 @@ static mgt_status finish_tmp(const char *tmp, const char *json)
 	if (st)
 		return st;
 	char *meta = ck_join(tmp, "metadata.json");
-	st = meta ? check_coverage(&ix) : MGT_ERR_NOMEM;
+	st = meta ? ck_check_coverage(&ix) : MGT_ERR_NOMEM;
 	if (!st)
 		st = ck_write_file(meta, json, strlen(json));
 	if (!st)
