@@ -23,6 +23,12 @@ mgt_status ck_write_file(const char *path, const void *data, size_t n);
 bool ck_exists(const char *path);
 bool ck_is_dir(const char *path);
 
+/* ---- dir.c ---------------------------------------------------------------------------------- */
+
+/* The first time this process saves into save_dir (mgt_ckpt_begin, rank 0): remove the
+ * iter_N.tmp directories, iter_N.old leftovers and tracker temporaries of killed runs. */
+void ck_clean_once(const char *save_dir);
+
 /* ---- h5.c: HDF5 helpers --------------------------------------------------------------------- */
 
 /* Replace HDF5's error printing by a handler that only records the innermost description of
