@@ -41,7 +41,7 @@ mgt_status mgt_ckpt_latest(const char *load_dir, int64_t *iteration)
 	if (!path)
 		return MGT_ERR_NOMEM;
 	mgt_status st = mgt_file_read(path, &text, &len);
-	if (st)
+	if (st && !ck_exists(path))
 		st = mgt_err(MGT_ERR_IO, "%s: no checkpoint tracker (no checkpoint saved here?)", path);
 	else if (strlen(text) != len)
 		st = mgt_err(MGT_ERR_FORMAT, "%s: not a text file", path);
