@@ -96,8 +96,8 @@ int main(int argc, char **argv)
 		mgt_args_free(&a);
 		fail(st);
 	}
-	/* one rank logs: the last, as Megatron's training_log; rank 0 answers signals, as it
-	 * reports the interruption */
+	/* one rank logs: the last, as Megatron's training_log; rank 0 says what a signal does, as
+	 * it reports the interruption */
 	int rank = mgt_dist_world_rank();
 	bool logs = rank == mgt_dist_world_size() - 1, handler = a.exit_signal_handler;
 	mgt_graceful_opts g = { .prog = PROG, .saves = a.save != NULL, .quiet = rank != 0 };
