@@ -14,7 +14,7 @@
 # A run that a kill left with iteration directories but no tracker (killed between the first
 # save's rename and its tracker write) is refused by the next start (exit 6, naming
 # --ckpt-step N); the loop then resumes with that flag, as the message says, and counts it.
-# Raw results: tests/bench/results/kill-resume-HOST-DATE.txt (the path is printed at the end).
+# Raw results: tests/bench/results/kill-resume-DATE.txt (the path is printed at the end).
 #
 # The loader check takes the model's flags only: the schedule's do not have to agree.
 #
@@ -28,7 +28,7 @@ SAVE=${SAVE:-3}
 DMIN=${DMIN:-30}
 DMAX=${DMAX:-550}
 WORK=${WORK:-$(mktemp -d)}
-OUT=$ROOT/tests/bench/results/kill-resume-$(hostname)-$(date +%Y%m%d-%H%M%S).txt
+OUT=$ROOT/tests/bench/results/kill-resume-$(date +%Y%m%d-%H%M%S).txt
 mkdir -p "$ROOT/tests/bench/results" "$WORK"
 cd "$WORK" || exit 1
 RANDOM=$SEED
