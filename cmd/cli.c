@@ -56,6 +56,7 @@ int mgt_cli_tok_option(const char *prog, int c, const char *arg, mgt_tok_opts *o
 
 _Noreturn void mgt_cli_fail(const char *prog, mgt_status st)
 {
+	mgt_tmp_remove_all(); /* temporaries an error path did not reach */
 	fprintf(stderr, "%s: error: %s\n", prog, mgt_err_msg());
 	exit(mgt_exit_code(st));
 }

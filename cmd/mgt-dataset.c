@@ -32,8 +32,9 @@ static const char help_main[] =
 	"  dump PREFIX [--ids]           print each document as JSONL text or as token ids\n"
 	"\n"
 	"Run 'mgt-dataset COMMAND --help' for a command's options. See mgt-dataset(1), mgt-dataset(5).\n"
-	"Exit status: 0 ok, 1 runtime error, 2 usage error, 3 bad input, 4 bad vocabulary,\n"
-	"5 output exists, 6 malformed dataset.\n";
+	"Exit status: 0 ok, 1 runtime error (I/O, disk full, file size limit), 2 usage error, 3 bad\n"
+	"input, 4 bad vocabulary, 5 output exists, 6 malformed dataset, 128+N stopped by signal N\n"
+	"(130 SIGINT, 129 SIGHUP, 143 SIGTERM, 138 SIGUSR1, 140 SIGUSR2).\n";
 
 static const char help_info[] =
 	"Usage: mgt-dataset info PREFIX [--json]\n"
@@ -455,7 +456,6 @@ static int cmd_merge(int argc, char **argv)
 		add_input(&prefixes, inputs.v[i]);
 	if (prefixes.n == 0)
 		usage_error("merge", "merge: the inputs hold no datasets");
-	mgt_signals_install();
 	mgt_status st = merge_all(out, overwrite, &prefixes);
 	strlist_free(&inputs);
 	strlist_free(&prefixes);
@@ -711,6 +711,7 @@ int main(int argc, char **argv)
 		mgt_cli_usage_error(PROG, "a command is required (info, merge, dump)");
 	const char *cmd = argv[1];
 	opterr = 0;
+	mgt_signals_install();
 	if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help"))
 		help(help_main, NULL);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

@@ -489,8 +489,9 @@ static void usage(void)
 	       "  --help\n\n%s\n"
 	       "Accepted for compatibility and ignored: --partitions, --keep-sequential-samples, --dataset-impl,\n"
 	       "--tokenizer-hf-no-use-fast, --trust-remote-code. Not supported: --split-sentences.\n\n"
-	       "Exit status: 0 ok, 1 runtime error (I/O, disk full), 2 usage, 3 bad input line, 4 bad tokenizer\n"
-	       "files, 5 output exists, 130 interrupted. On failure no file is left under the output names.\n",
+	       "Exit status: 0 ok, 1 runtime error (I/O, disk full, file size limit), 2 usage, 3 bad input line,\n"
+	       "4 bad tokenizer files, 5 output exists, 128+N stopped by signal N (130 SIGINT, 129 SIGHUP,\n"
+	       "143 SIGTERM, 138 SIGUSR1, 140 SIGUSR2). On failure no file is left under the output names.\n",
 	       mgt_cli_tok_help);
 }
 
@@ -564,6 +565,7 @@ int main(int argc, char **argv)
 {
 	config cfg = {0};
 	mgt_tok_opts to;
+	mgt_signals_install();
 	mgt_cli_tok_defaults(&to);
 	parse(argc, argv, &cfg, &to);
 	mgt_status st = mgt_tok_load(&cfg.tok, &to);
@@ -571,7 +573,6 @@ int main(int argc, char **argv)
 		st = mgt_err(MGT_ERR_USAGE, "--append-eod: the tokenizer has no end-of-document token");
 	if (st)
 		mgt_cli_fail(prog, st);
-	mgt_signals_install();
 	st = run(&cfg);
 	mgt_tok_free(cfg.tok);
 	for (size_t i = 0; i < cfg.n_inputs; i++)

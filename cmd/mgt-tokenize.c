@@ -148,6 +148,7 @@ int main(int argc, char **argv)
 		{"info", no_argument, 0, OPT_INFO}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 	mgt_tok_opts to;
 	mgt_cli_tok_defaults(&to);
+	mgt_signals_install();
 	opts o = {.key = "text"};
 	const char *input = NULL;
 	int c, info = 0;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "dist/dist.h"
@@ -24,8 +25,12 @@ static void usage(void)
 	printf("\nOther Megatron-LM flags are accepted without effect (said once in the log) or refused with\n"
 	       "the reason.  --megatron-flags reads flag names on stdin, one a line, and prints how each is\n"
 	       "treated: implemented, ignored (accepted without effect), refused or unknown.\n");
-	printf("\nExit status: 0 ok, 1 runtime error, 2 usage error, 3 bad data, 4 bad tokenizer files,\n"
-	       "6 checkpoint that does not match or is damaged, 130 interrupted (after saving with --save).\n"
+	printf("\nSignals: SIGINT, SIGTERM, SIGHUP, SIGUSR1 or SIGUSR2 finish the iteration, save (with --save)\n"
+	       "and exit 130; with --exit-signal-handler, the --exit-signal does the same and exits 0.\n"
+	       "A second signal exits 130 at once without saving. Writes past `ulimit -f` fail with exit 1.\n"
+	       "\nExit status: 0 ok, 1 runtime error (I/O, disk full, file too large, not enough memory), 2 usage error, 3 bad\n"
+	       "data, 4 bad tokenizer files, 6 checkpoint that does not match, is damaged or is ambiguous\n"
+	       "(iterations without a tracker), 130 interrupted (after saving with --save).\n"
 	       "See mgt-train(1), mgt-ckpt(5).\n");
 }
 
@@ -34,6 +39,7 @@ static void usage(void)
  * rank that met it, naming itself, and takes the whole job down (MPI_Abort). */
 static void fail(mgt_status st)
 {
+	mgt_tmp_remove_all(); /* a checkpoint directory being written (rank 0) */
 	int rank = mgt_dist_world_rank(), n = mgt_dist_world_size(), code = mgt_exit_code(st);
 	if (n == 1) {
 		if (st == MGT_ERR_USAGE) mgt_cli_usage_error(PROG, "%s", mgt_err_msg());
@@ -65,6 +71,30 @@ static int classify_flags(void)
 	return ferror(stdout) || fflush(stdout) ? 1 : 0;
 }
 
+/* Checks of flags that mgt_args_parse_argv leaves to the program: the signal names and flags
+ * that need another one. */
+static mgt_status check_flags(const mgt_args *a, int *exit_sig)
+{
+	*exit_sig = mgt_signal_number(a->exit_signal);
+	if (*exit_sig < 0)
+		return mgt_err(MGT_ERR_USAGE, "--exit-signal: '%s' is not one of SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2",
+			       a->exit_signal ? a->exit_signal : "");
+	if (a->ckpt_step && !a->load)
+		return mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load (the checkpoint directory to load it from)",
+			       (long long)a->ckpt_step);
+	return MGT_OK;
+}
+
+/* Megatron's last line after --exit-signal-handler saved (training.py prints it with the date). */
+static void say_exiting(int sig)
+{
+	char when[64];
+	time_t now = time(NULL);
+	struct tm tm;
+	strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
+	fprintf(stderr, "[%s] exiting program after receiving %s.\n", when, mgt_signal_name(sig));
+}
+
 int main(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -75,21 +105,33 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[i], "--megatron-flags")) return classify_flags();
 	}
 	double start = mgt_now();
+	mgt_signals_install(); /* until the flags are read: nothing to save yet */
 	mgt_status st = mgt_dist_init(&argc, &argv);
 	if (st) fail(st);
 	mgt_args a;
+	int exit_sig = -1;
 	st = mgt_args_init(&a);
 	if (!st) st = mgt_args_parse_argv(&a, argc, argv);
+	if (!st) st = check_flags(&a, &exit_sig);
 	if (st) {
 		mgt_args_free(&a);
 		fail(st);
 	}
-	mgt_signals_install_graceful();
-	/* one rank logs: the last, as Megatron's training_log */
-	bool logs = mgt_dist_world_rank() == mgt_dist_world_size() - 1;
+	/* one rank logs: the last, as Megatron's training_log; rank 0 says what a signal does, as
+	 * it reports the interruption */
+	int rank = mgt_dist_world_rank();
+	bool logs = rank == mgt_dist_world_size() - 1, handler = a.exit_signal_handler;
+	mgt_graceful_opts g = { .prog = PROG, .saves = a.save != NULL, .quiet = rank != 0 };
+	mgt_signals_install_graceful(&g);
 	mgt_train_io io = { .log = logs ? stderr : NULL, .prog = PROG, .start_time = start };
 	st = mgt_train_run(&a, &io);
 	mgt_args_free(&a);
+	/* --exit-signal-handler: the --exit-signal is a request to stop, answered as Megatron does
+	 * (save, print, exit 0); any other signal is an interruption (130) */
+	if (st == MGT_ERR_INTR && handler && mgt_interrupted == exit_sig) {
+		if (logs) say_exiting(exit_sig);
+		st = MGT_OK;
+	}
 	if (st) fail(st);
 	mgt_dist_finalize();
 	return 0;

@@ -64,10 +64,18 @@ typedef struct {
 /* ---- saving --------------------------------------------------------------------------------- */
 
 /* Rank 0, before the barrier that precedes the writes: create save_dir (and its parents) if
- * needed, remove a stale SAVE/iter_NNNNNNN.tmp/ left by a killed run and create it afresh.
- * Also finishes an interrupted replacement (see mgt_ckpt_commit).  iteration >= 0.
+ * needed, remove a stale SAVE/iter_NNNNNNN.tmp/ left by a killed run and create it afresh,
+ * registered with mgt_tmp_add_dir (removed by a signal or an error exit until committed).
+ * Also finishes an interrupted replacement (see mgt_ckpt_commit).  The first call of the
+ * process for a save_dir also removes every other iter_N.tmp/, iter_N.old/ leftover (put back
+ * as iter_N when that is missing) and tracker temporary of dead writers: the writer's own
+ * temporaries, so no other job may be saving into save_dir.  iteration >= 0.
  * Errors: MGT_ERR_USAGE (negative iteration), MGT_ERR_IO naming the path. */
 mgt_status mgt_ckpt_begin(const char *save_dir, int64_t iteration);
+
+/* Rank 0, after a failed save: remove SAVE/iter_NNNNNNN.tmp/ (best effort; the previous
+ * checkpoint and the tracker are untouched). */
+void mgt_ckpt_abort(const char *save_dir, int64_t iteration);
 
 /* Any rank: write pieces p[0..n) into the new shard file SAVE/iter_NNNNNNN.tmp/<shard_name>
  * (created if mgt_ckpt_begin has not run yet on this file system view), fsynced before return.
@@ -107,6 +115,26 @@ typedef struct mgt_ckpt mgt_ckpt;
  * global shape or dtype, or overlapping without being identical; each names the file),
  * MGT_ERR_NOMEM. */
 mgt_status mgt_ckpt_open(const char *load_dir, int64_t iteration, mgt_ckpt **out);
+
+/* Whether the opened checkpoint is whole: metadata.json a JSON object, every tensor wholly
+ * covered by its pieces, and every tensor its "tensors" array lists (objects {"name", "shape"},
+ * mgt-ckpt(5); optional) present with that global shape.  The data themselves are checked
+ * (Fletcher-32) only when read.  Errors: MGT_ERR_FORMAT naming the directory and the tensor. */
+mgt_status mgt_ckpt_check(const mgt_ckpt *c);
+
+/* mgt_ckpt_open and mgt_ckpt_check of load_dir/iter_NNNNNNN (iteration >= 0), then close.
+ * Errors: those of both (MGT_ERR_IO when the directory is missing). */
+mgt_status mgt_ckpt_verify(const char *load_dir, int64_t iteration);
+
+/* The iterations of dir: the numbers N of its directories named iter_N (digits only, so not
+ * .tmp or .old), ascending; *out malloc'd (NULL when *n is 0).
+ * Errors: MGT_ERR_IO (dir unreadable), MGT_ERR_NOMEM. */
+mgt_status mgt_ckpt_iterations(const char *dir, int64_t **out, size_t *n);
+
+/* The newest iteration of load_dir other than except that mgt_ckpt_verify accepts, or -1 in
+ * *found.  The calling thread's error message is kept.  Errors: MGT_ERR_IO (load_dir
+ * unreadable), MGT_ERR_NOMEM. */
+mgt_status mgt_ckpt_newest_whole(const char *load_dir, int64_t except, int64_t *found);
 
 /* metadata.json's text (NUL-terminated, owned by c) and the iteration opened. */
 const char *mgt_ckpt_metadata(const mgt_ckpt *c);

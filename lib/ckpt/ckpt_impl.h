@@ -23,6 +23,12 @@ mgt_status ck_write_file(const char *path, const void *data, size_t n);
 bool ck_exists(const char *path);
 bool ck_is_dir(const char *path);
 
+/* ---- dir.c ---------------------------------------------------------------------------------- */
+
+/* The first time this process saves into save_dir (mgt_ckpt_begin, rank 0): remove the
+ * iter_N.tmp directories, iter_N.old leftovers and tracker temporaries of killed runs. */
+void ck_clean_once(const char *save_dir);
+
 /* ---- h5.c: HDF5 helpers --------------------------------------------------------------------- */
 
 /* Replace HDF5's error printing by a handler that only records the innermost description of
@@ -77,6 +83,9 @@ bool ck_is_shard_name(const char *s);
 /* Scan every *.h5 file of dir except model.h5 (see mgt_ckpt_open for the checks and errors). */
 mgt_status ck_scan(const char *dir, ck_index *ix);
 void ck_index_free(ck_index *ix);
+/* Every tensor is whole: its pieces (which do not overlap) add up to its global size.
+ * Errors: MGT_ERR_FORMAT naming the directory and the tensor. */
+mgt_status ck_check_coverage(const ck_index *ix);
 /* Number of pieces of tensor t (t < ntensors). */
 size_t ck_tensor_pieces(const ck_index *ix, size_t t);
 /* Tensor index of name, or -1. */

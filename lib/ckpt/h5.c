@@ -1,9 +1,14 @@
 /* lib/ckpt: HDF5 helpers (see ckpt_impl.h). */
 #include "ckpt/ckpt_impl.h"
 
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* Target bytes per chunk: big enough for fast streaming, small enough that a resharding read
@@ -48,7 +53,31 @@ static herr_t on_error(hid_t stack, void *data)
 	return 0;
 }
 
-void ck_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, on_error, NULL); }
+/* HDF5 1.10 leaks blocks of its free lists when it fails to decode the metadata of a corrupt
+ * file (nothing of ours stays open: H5Fget_obj_count is 0 after H5Fclose), and at exit its
+ * H5_term_library then prints "HDF5: infinite loop closing library" to stderr whenever an
+ * automatic error function is set.  So the recording function is taken away just before that:
+ * handlers registered with atexit run in reverse order, and ours is registered after the
+ * library's (H5Eset_auto2 has initialised it). */
+static void quiet_at_exit(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+/* No H5_term_library at exit at all where we are first to use the library: it only frees memory
+ * (our files are closed when each call returns), and it is what prints, or crashes on a file
+ * whose close failed.  Where the library was started before (H5dont_atexit then fails), the
+ * error function is taken away before it runs. */
+static void quiet_once(void)
+{
+	H5dont_atexit(); /* fails, harmlessly, when the library was started before */
+	H5Eset_auto2(H5E_DEFAULT, on_error, NULL);
+	atexit(quiet_at_exit);
+}
+
+void ck_h5_quiet(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	pthread_once(&once, quiet_once);
+	H5Eset_auto2(H5E_DEFAULT, on_error, NULL);
+}
 
 const char *ck_h5_why(void)
 {
@@ -214,18 +243,33 @@ mgt_status ck_h5_put_string_attr(hid_t loc, const char *file, const char *name, 
 /* HDF5 1.10 cannot close a file whose writes failed (disk full): H5Fclose fails, leaves the
  * file in its table, and the library crashes closing it again at exit.  So point the file's
  * descriptor (the sec2 driver's int) at an anonymous memory file, where the remaining writes
- * of the close succeed; the caller unlinks the partial file. */
+ * of the close succeed; the caller unlinks the partial file.  A file size limit (`ulimit -f`)
+ * applies to the memory file too: the soft limit is lifted to the hard one for the close, and
+ * where the hard one is as low, /dev/null takes the writes instead (it cannot be truncated,
+ * which a close may need; ck_h5_quiet's H5dont_atexit keeps a close that still fails from
+ * crashing the exit). */
 static void abandon(hid_t f)
 {
 	void *h = NULL;
+	struct rlimit lim, saved;
+	bool limited = getrlimit(RLIMIT_FSIZE, &saved) == 0 && saved.rlim_cur != RLIM_INFINITY, lifted = false;
+	if (limited && saved.rlim_cur < saved.rlim_max) {
+		lim = saved;
+		lim.rlim_cur = lim.rlim_max;
+		lifted = setrlimit(RLIMIT_FSIZE, &lim) == 0;
+		limited = lim.rlim_max != RLIM_INFINITY;
+	}
 	if (H5Fget_vfd_handle(f, H5P_DEFAULT, &h) >= 0 && h) {
-		int m = memfd_create("mgt-ckpt-abandoned", MFD_CLOEXEC);
+		int m = limited ? open("/dev/null", O_WRONLY | O_CLOEXEC) :
+				  memfd_create("mgt-ckpt-abandoned", MFD_CLOEXEC);
 		if (m >= 0) {
 			dup2(m, *(int *)h);
 			close(m);
 		}
 	}
 	H5Fclose(f);
+	if (lifted)
+		setrlimit(RLIMIT_FSIZE, &saved);
 }
 
 mgt_status ck_h5_finish(hid_t f, const char *path, const char *msg_path, mgt_status st)

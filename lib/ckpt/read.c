@@ -2,6 +2,7 @@
 #include "ckpt/ckpt_impl.h"
 
 #include <ctype.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +41,7 @@ mgt_status mgt_ckpt_latest(const char *load_dir, int64_t *iteration)
 	if (!path)
 		return MGT_ERR_NOMEM;
 	mgt_status st = mgt_file_read(path, &text, &len);
-	if (st)
+	if (st && !ck_exists(path))
 		st = mgt_err(MGT_ERR_IO, "%s: no checkpoint tracker (no checkpoint saved here?)", path);
 	else if (strlen(text) != len)
 		st = mgt_err(MGT_ERR_FORMAT, "%s: not a text file", path);
@@ -116,6 +117,48 @@ mgt_status mgt_ckpt_open(const char *load_dir, int64_t iteration, mgt_ckpt **out
 	}
 	*out = c;
 	return MGT_OK;
+}
+
+/* metadata.json's "tensors" (if any): each {"name", "shape"} is in the shards with that shape. */
+static mgt_status check_listed(const mgt_ckpt *c, json_t *meta)
+{
+	json_t *list = json_object_get(meta, "tensors"), *x;
+	size_t i;
+	json_array_foreach(list, i, x) {
+		const char *name = json_string_value(json_object_get(x, "name"));
+		json_t *shape = json_object_get(x, "shape");
+		if (!name || !json_is_array(shape))
+			continue;
+		long t = ck_find(&c->ix, name);
+		if (t < 0)
+			return mgt_err(MGT_ERR_FORMAT, "%s: tensor %s of metadata.json is in no shard (a shard "
+				       "file missing?)", c->ix.dir, name);
+		const ck_piece *p = &c->ix.pieces[c->ix.tensors[t]];
+		bool same = (int)json_array_size(shape) == p->ndim;
+		for (int d = 0; same && d < p->ndim; d++)
+			same = json_integer_value(json_array_get(shape, (size_t)d)) == p->gshape[d];
+		if (!same) {
+			char a[96];
+			return mgt_err(MGT_ERR_FORMAT, "%s: tensor %s: global shape %s in the shards differs "
+				       "from metadata.json's", c->ix.dir, name, ck_shape_str(a, p->ndim, p->gshape));
+		}
+	}
+	return MGT_OK;
+}
+
+mgt_status mgt_ckpt_check(const mgt_ckpt *c)
+{
+	json_error_t e;
+	json_t *meta = json_loads(c->meta, 0, &e);
+	mgt_status st = json_is_object(meta) ? MGT_OK :
+		mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not a JSON object%s%s", c->ix.dir,
+			meta ? "" : ": ", meta ? "" : e.text);
+	if (!st)
+		st = ck_check_coverage(&c->ix);
+	if (!st)
+		st = check_listed(c, meta);
+	json_decref(meta);
+	return st;
 }
 
 const char *mgt_ckpt_metadata(const mgt_ckpt *c) { return c->meta; }

@@ -33,6 +33,8 @@ mgt_status mgt_ckpt_begin(const char *save_dir, int64_t iteration)
 		return mgt_err(MGT_ERR_USAGE, "checkpoint iteration %lld is negative", (long long)iteration);
 	mgt_status st = ck_mkdirs(save_dir);
 	if (!st)
+		ck_clean_once(save_dir);
+	if (!st)
 		st = recover_old(save_dir, iteration);
 	char *tmp = st ? NULL : ck_iter_dir(save_dir, iteration, ".tmp");
 	if (!st && !tmp)
@@ -42,9 +44,21 @@ mgt_status mgt_ckpt_begin(const char *save_dir, int64_t iteration)
 	if (!st && mkdir(tmp, 0755) != 0)
 		st = mgt_err(MGT_ERR_IO, "%s: cannot create directory: %s", tmp, strerror(errno));
 	if (!st)
+		mgt_tmp_add_dir(tmp); /* removed by a signal or an error exit until committed */
+	if (!st)
 		st = ck_fsync_path(save_dir);
 	free(tmp);
 	return st;
+}
+
+void mgt_ckpt_abort(const char *save_dir, int64_t iteration)
+{
+	char *tmp = iteration < 0 ? NULL : ck_iter_dir(save_dir, iteration, ".tmp");
+	if (tmp) {
+		ck_remove_tree(tmp);
+		mgt_tmp_forget(tmp);
+	}
+	free(tmp);
 }
 
 /* ---- shards --------------------------------------------------------------------------------- */
@@ -116,30 +130,6 @@ static mgt_status check_json(const char *json)
 	return MGT_OK;
 }
 
-/* Every tensor is whole: the pieces (which do not overlap) add up to its global size. */
-static mgt_status check_coverage(const ck_index *ix)
-{
-	for (size_t t = 0; t < ix->ntensors; t++) {
-		const ck_piece *p = &ix->pieces[ix->tensors[t]];
-		int64_t whole = 1, have = 0;
-		for (int d = 0; d < p->ndim; d++)
-			whole *= p->gshape[d];
-		for (size_t i = 0; i < ck_tensor_pieces(ix, t); i++) {
-			int64_t v = 1;
-			for (int d = 0; d < p->ndim; d++)
-				v *= p[i].shape[d];
-			have += v;
-		}
-		if (have != whole) {
-			char g[96];
-			return mgt_err(MGT_ERR_FORMAT, "%s: %s: the saved pieces cover %lld of the %lld "
-				       "elements of global shape %s", ix->dir, p->name, (long long)have,
-				       (long long)whole, ck_shape_str(g, p->ndim, p->gshape));
-		}
-	}
-	return MGT_OK;
-}
-
 /* metadata.json, the index file, and the directory itself, all fsynced. */
 static mgt_status finish_tmp(const char *tmp, const char *json)
 {
@@ -148,7 +138,7 @@ static mgt_status finish_tmp(const char *tmp, const char *json)
 	if (st)
 		return st;
 	char *meta = ck_join(tmp, "metadata.json");
-	st = meta ? check_coverage(&ix) : MGT_ERR_NOMEM;
+	st = meta ? ck_check_coverage(&ix) : MGT_ERR_NOMEM;
 	if (!st)
 		st = ck_write_file(meta, json, strlen(json));
 	if (!st)
@@ -231,12 +221,16 @@ mgt_status mgt_ckpt_commit(const char *save_dir, int64_t iteration, const char *
 		st = finish_tmp(tmp, metadata_json);
 	if (!st)
 		st = install(tmp, fin, old, &aside);
+	if (!st && aside != tmp)
+		mgt_tmp_forget(tmp); /* in place (after an exchange, tmp holds the old copy) */
 	if (!st)
 		st = ck_fsync_path(save_dir);
 	if (!st)
 		st = write_tracker(save_dir, iteration);
 	if (!st && aside)
 		ck_remove_tree(aside); /* best effort: mgt_ckpt_begin removes leftovers */
+	if (!st && aside == tmp)
+		mgt_tmp_forget(tmp);
 	free(tmp);
 	free(fin);
 	free(old);
@@ -273,12 +267,15 @@ mgt_status mgt_ckpt_dump_write(const char *path, const mgt_ckpt_piece *p, size_t
 	if (!tmp)
 		return MGT_ERR_NOMEM;
 	snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+	mgt_tmp_clean_stale(path); /* HDF5 flocks the files it writes, as mgt_afile does */
 	unlink(tmp);
+	mgt_tmp_add_file(tmp);
 	st = write_h5(tmp, p, n, false, json_attr, path);
 	if (!st && rename(tmp, path) != 0) {
 		st = mgt_err(MGT_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
 		unlink(tmp);
 	}
+	mgt_tmp_forget(tmp);
 	if (!st)
 		st = fsync_parent(path);
 	free(tmp);

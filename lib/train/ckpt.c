@@ -1,11 +1,14 @@
 /* lib/train/ckpt.c: saving and resuming the trainer through lib/ckpt (format: mgt-ckpt(5)). */
 #include "train_impl.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt.h"
 
@@ -55,7 +58,7 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 		"lr_warmup_steps", (json_int_t)s->warmup_steps, "lr_decay_steps", (json_int_t)s->decay_steps,
 		"wsd_decay_steps", (json_int_t)s->wsd_decay_steps, "lr_decay_style", s->style,
 		"lr_wsd_decay_style", s->wsd_style, "num_steps", (json_int_t)s->num_steps,
-		"optimizer", "step", (json_int_t)t->shard[0].opt.step, "rng", "seed", (json_int_t)a->seed);
+		"optimizer", "step", (json_int_t)t->shard[0].opt.step, "rng", "seed", (json_int_t)t->dropout_seed);
 	const mgt_loss_scaler *ls = &t->scaler;
 	if (o && json_object_set_new(o, "grad_scaler", json_pack("{s:f, s:I, s:I}", "scale", ls->scale,
 			"growth_tracker", (json_int_t)ls->growth_tracker, "hysteresis_tracker",
@@ -508,41 +511,129 @@ static mgt_status restore_progress(trainer *t, json_t *meta)
 	return MGT_OK;
 }
 
-static mgt_status load_from(trainer *t, mgt_ckpt *c)
+/* The checkpoint's dropout seed (metadata "rng"), unless --finetune or --no-load-rng: dropout goes
+ * on with the streams of the run that saved it; the data order stays keyed by --seed. */
+static void restore_rng(trainer *t, json_t *meta)
+{
+	json_t *seed = json_object_get(json_object_get(meta, "rng"), "seed");
+	if (t->a->finetune || t->a->no_load_rng || !json_is_integer(seed)) return;
+	uint64_t s = (uint64_t)json_integer_value(seed);
+	if (s != t->dropout_seed && t->io->log)
+		fprintf(t->io->log, "  dropout keyed by the checkpoint's seed %llu, not --seed %lld (--no-load-rng to use --seed)\n",
+			(unsigned long long)s, (long long)t->a->seed);
+	t->dropout_seed = s;
+}
+
+/* *damaged: the failure is the checkpoint's (unreadable data), not a mismatch with the run. */
+static mgt_status load_from(trainer *t, mgt_ckpt *c, bool *damaged)
 {
 	json_error_t e;
 	json_t *meta = json_loads(mgt_ckpt_metadata(c), 0, &e);
+	*damaged = false;
 	if (!meta || !json_is_object(json_object_get(meta, "args"))) {
 		json_decref(meta);
 		return mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not an mgt checkpoint (no \"args\")", mgt_ckpt_dir(c));
 	}
 	mgt_status st = check_args(json_object_get(meta, "args"), t->a, mgt_ckpt_dir(c));
 	if (!st) st = check_extra(t, c);
-	if (!st) st = read_params(t, c);
-	if (!st && !t->a->no_load_optim && !t->a->finetune) st = read_moments(t, c);
+	if (!st) *damaged = (st = read_params(t, c)) == MGT_ERR_FORMAT;
+	if (!st && !t->a->no_load_optim && !t->a->finetune) *damaged = (st = read_moments(t, c)) == MGT_ERR_FORMAT;
 	if (!st) st = restore_progress(t, meta);
+	if (!st) restore_rng(t, meta);
 	json_decref(meta);
 	return st;
+}
+
+/* Add to the current error which iteration can be loaded instead, and how. */
+static mgt_status suggest(const char *dir, int64_t bad, mgt_status st)
+{
+	int64_t good;
+	mgt_status s2 = mgt_ckpt_newest_whole(dir, bad, &good);
+	char msg[1024];
+	snprintf(msg, sizeof msg, "%s", mgt_err_msg());
+	if (s2) return mgt_err(st, "%s (and listing %s failed)", msg, dir);
+	if (good < 0) return mgt_err(st, "%s; %s iteration of %s is whole: remove %s, or --load another directory "
+				     "to start from random", msg, bad < 0 ? "no" : "no other", dir, bad < 0 ? "them" : "the damaged ones");
+	return mgt_err(st, "%s; the newest whole iteration is %lld: pass --ckpt-step %lld to load it", msg,
+		       (long long)good, (long long)good);
+}
+
+/* Which iteration of dir to load (--ckpt-step, else the tracker's), or -1 to start from random:
+ * dir missing, or holding neither a tracker nor any iteration (Megatron's behaviour).
+ * Iterations without a tracker are refused: starting afresh would save over them and move the
+ * tracker to the new run. */
+static mgt_status pick_iteration(trainer *t, const char *dir, int64_t *it)
+{
+	*it = -1;
+	struct stat sb;
+	if (stat(dir, &sb) != 0 && errno == ENOENT) {
+		if (t->a->ckpt_step)
+			return mgt_err(MGT_ERR_FORMAT, "--ckpt-step %lld: %s does not exist", (long long)t->a->ckpt_step, dir);
+		if (t->io->log) fprintf(t->io->log, "WARNING: could not find the metadata file %s/%s; "
+					"will not load any checkpoints and will start from random\n", dir, MGT_CKPT_TRACKER);
+		return MGT_OK;
+	}
+	if (stat(dir, &sb) != 0) return mgt_err(MGT_ERR_IO, "--load %s: %s", dir, strerror(errno));
+	if (!S_ISDIR(sb.st_mode))
+		return mgt_err(MGT_ERR_USAGE, "--load %s: not a directory (a checkpoint directory holds %s and "
+			       "iter_NNNNNNN/, mgt-ckpt(5))", dir, MGT_CKPT_TRACKER);
+	if (t->a->ckpt_step) {
+		*it = t->a->ckpt_step;
+		return MGT_OK;
+	}
+	size_t len = strlen(dir) + sizeof MGT_CKPT_TRACKER + 1;
+	char *tracker = mgt_malloc(len);
+	if (!tracker) return MGT_ERR_NOMEM;
+	snprintf(tracker, len, "%s/%s", dir, MGT_CKPT_TRACKER);
+	bool have = lstat(tracker, &sb) == 0;
+	free(tracker);
+	if (have) {
+		mgt_status st = mgt_ckpt_latest(dir, it);
+		return st == MGT_ERR_FORMAT ? suggest(dir, -1, st) : st;
+	}
+	int64_t *its;
+	size_t n;
+	mgt_status st = mgt_ckpt_iterations(dir, &its, &n);
+	free(its);
+	if (st) return st;
+	if (n == 0) {
+		if (t->io->log) fprintf(t->io->log, "WARNING: could not find the metadata file %s/%s; "
+					"will not load any checkpoints and will start from random\n", dir, MGT_CKPT_TRACKER);
+		return MGT_OK;
+	}
+	mgt_err(MGT_ERR_FORMAT, "%s holds %zu iteration director%s but no %s, so which to load is not known "
+		"(refusing to start from random beside them)", dir, n, n == 1 ? "y" : "ies", MGT_CKPT_TRACKER);
+	return suggest(dir, -1, MGT_ERR_FORMAT);
 }
 
 mgt_status trainer_load(trainer *t, bool *loaded)
 {
 	*loaded = false;
+	t->dropout_seed = (uint64_t)t->a->seed;
 	const char *dir = t->a->load;
+	if (!dir)
+		return t->a->ckpt_step ? mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load", (long long)t->a->ckpt_step)
+				       : MGT_OK;
 	int64_t it;
-	if (!dir) return MGT_OK;
-	if (mgt_ckpt_latest(dir, &it) == MGT_ERR_IO) {
-		if (t->io->log) fprintf(t->io->log, "WARNING: could not find the metadata file %s/%s; "
-					"will not load any checkpoints and will start from random\n", dir, MGT_CKPT_TRACKER);
-		return MGT_OK;
-	}
+	mgt_status st = pick_iteration(t, dir, &it);
+	if (st || it < 0) return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
 	mgt_ckpt *c = NULL;
-	mgt_status st = mgt_ckpt_open(dir, -1, &c);
-	if (!st) st = load_from(t, c);
+	bool damaged = false;
+	st = mgt_ckpt_open(dir, it, &c);
+	if (!st) st = mgt_ckpt_check(c);
+	if (st) {
+		/* a missing iteration directory is MGT_ERR_IO from mgt_ckpt_open: the same refusal */
+		damaged = st == MGT_ERR_FORMAT || st == MGT_ERR_IO;
+		if (st == MGT_ERR_IO) st = MGT_ERR_FORMAT;
+		if (t->a->ckpt_step) mgt_err_ctx(st, "--ckpt-step %lld", (long long)it);
+		else mgt_err_ctx(st, "%s/%s names iteration %lld", dir, MGT_CKPT_TRACKER, (long long)it);
+	}
+	if (!st) st = load_from(t, c, &damaged);
 	if (!st && t->io->log)
 		fprintf(t->io->log, "  successfully loaded checkpoint from %s [ iteration %lld ]\n", dir,
 			(long long)mgt_ckpt_iteration(c));
 	mgt_ckpt_close(c);
+	if (st && damaged) st = suggest(dir, it, st);
 	*loaded = !st;
 	return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
 }

@@ -207,7 +207,7 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	if (!st && !first_vstage(t, x->chunk)) st = pp->ops->recv(pp, mgt_model_hidden_in(m, slot), n, MGT_DT_F32, (r + P - 1) % P, TAG_FWD);
 	if (st) return st;
 	/* keyed by the micro-batch's place in the global batch, so the data-parallel split does not matter */
-	if (ps->train) mgt_model_set_dropout_key(m, (uint64_t)t->a->seed, t->iteration + 1, (int64_t)x->mb * t->ps.dp + t->ps.dp_rank);
+	if (ps->train) mgt_model_set_dropout_key(m, t->dropout_seed, t->iteration + 1, (int64_t)x->mb * t->ps.dp + t->ps.dp_rank);
 	double lsum = 0;
 	mgt_microbatch mb = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask };
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;

@@ -58,6 +58,7 @@ typedef struct trainer {
 	/* progress (saved in checkpoints) */
 	int64_t iteration, consumed_train, consumed_valid, skipped_iters, nan_iters;
 	double flops_so_far;
+	uint64_t dropout_seed;                       /* --seed, or the loaded checkpoint's (trainer_load) */
 	/* one micro-batch, sequence-first host arrays [s * mbs], and one sample [s] */
 	int32_t *mb_tokens, *mb_labels, *mb_pos, *s_tokens, *s_labels, *s_pos;
 	float *mb_mask, *s_mask;

@@ -9,7 +9,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,17 +121,137 @@ mgt_status mgt_buf_add(mgt_buf *b, const void *data, size_t n)
 	return MGT_OK;
 }
 
-/* Registry of open temporaries, so a signal can remove them. */
-#define MAX_TMPS 64
-static char *volatile tmp_registry[MAX_TMPS];
+/* ---- temporaries ---------------------------------------------------------------------------
+ * A fixed table of the temporaries still being written, so that a fatal signal or an error exit
+ * can remove them.  Each entry is a malloc'd copy "f<path>" (a file) or "d<path>" (a directory of
+ * plain files), claimed and released with atomic compare-and-swap, so threads may register
+ * concurrently and a signal handler may read the table at any time. */
+#define MAX_TMPS 256
+static char *tmp_table[MAX_TMPS];
 
-static void registry_set(char *tmp, char *replace)
+static void tmp_add(const char *path, char kind)
 {
-	for (int i = 0; i < MAX_TMPS; i++)
-		if (tmp_registry[i] == replace) {
-			tmp_registry[i] = tmp;
+	size_t n = strlen(path);
+	char *e = malloc(n + 2);
+	if (!e)
+		return; /* not registered: only a signal or error exit would leave it */
+	e[0] = kind;
+	memcpy(e + 1, path, n + 1);
+	for (int i = 0; i < MAX_TMPS; i++) {
+		char *none = NULL;
+		if (__atomic_compare_exchange_n(&tmp_table[i], &none, e, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+			return;
+	}
+	free(e);
+}
+
+void mgt_tmp_add_file(const char *path) { tmp_add(path, 'f'); }
+void mgt_tmp_add_dir(const char *path) { tmp_add(path, 'd'); }
+
+void mgt_tmp_forget(const char *path)
+{
+	for (int i = 0; i < MAX_TMPS; i++) {
+		char *e = __atomic_load_n(&tmp_table[i], __ATOMIC_SEQ_CST);
+		if (e && strcmp(e + 1, path) == 0 &&
+		    __atomic_compare_exchange_n(&tmp_table[i], &e, NULL, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+			free(e);
 			return;
 		}
+	}
+}
+
+/* Remove the plain files of a directory and the directory itself, with system calls only
+ * (async-signal-safe: no opendir, which allocates). */
+static void remove_flat_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		char buf[4096] __attribute__((aligned(8)));
+		for (int pass = 0; pass < 64; pass++) {
+			long n = syscall(SYS_getdents64, fd, buf, sizeof buf), removed = 0;
+			if (n <= 0)
+				break;
+			for (long off = 0; off < n;) {
+				struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d =
+					(void *)(buf + off);
+				if (strcmp(d->name, ".") && strcmp(d->name, "..") && unlinkat(fd, d->name, 0) == 0)
+					removed++;
+				off += d->reclen;
+			}
+			if (!removed) /* nothing removable here: the directory is not flat; give up */
+				break;
+			lseek(fd, 0, SEEK_SET);
+		}
+		close(fd);
+	}
+	rmdir(path);
+}
+
+static void tmp_remove_all(bool free_entries)
+{
+	for (int i = 0; i < MAX_TMPS; i++) {
+		char *e = __atomic_exchange_n(&tmp_table[i], NULL, __ATOMIC_SEQ_CST);
+		if (!e)
+			continue;
+		if (e[0] == 'd')
+			remove_flat_dir(e + 1);
+		else
+			unlink(e + 1);
+		if (free_entries)
+			free(e);
+	}
+}
+
+void mgt_tmp_remove_all(void) { tmp_remove_all(true); }
+void mgt_tmp_remove_all_signal(void) { tmp_remove_all(false); }
+
+/* Whether the temporary dir/name, named after process pid, was left by a writer that is gone:
+ * the pid is not alive here (kill(2): ESRCH) and nobody holds the file's lock (a writer on
+ * another host of a shared file system holds it; the lock dies with its process). */
+static bool stale(int dirfd, const char *name, long pid)
+{
+	if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+		return false;
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return false;
+	bool free_lock = flock(fd, LOCK_EX | LOCK_NB) == 0 || (errno != EWOULDBLOCK && errno != EAGAIN);
+	close(fd);
+	return free_lock;
+}
+
+int mgt_tmp_clean_stale(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	char dir[4096];
+	size_t dn = slash ? (size_t)(slash - path) : 0;
+	if (dn + 2 > sizeof dir)
+		return 0;
+	if (slash) {
+		memcpy(dir, path, dn ? dn : 1); /* "/x": the root */
+		dir[dn ? dn : 1] = 0;
+	} else {
+		strcpy(dir, ".");
+	}
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	size_t bn = strlen(base);
+	int removed = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		const char *s = e->d_name;
+		if (strncmp(s, base, bn) || strncmp(s + bn, ".tmp.", 5))
+			continue;
+		s += bn + 5;
+		size_t k = strspn(s, "0123456789");
+		if (k == 0 || k > 9 || s[k])
+			continue;
+		if (stale(dirfd(d), e->d_name, atol(s)) && unlinkat(dirfd(d), e->d_name, 0) == 0)
+			removed++;
+	}
+	closedir(d);
+	return removed;
 }
 
 mgt_status mgt_afile_open(mgt_afile *af, const char *path, int overwrite)
@@ -145,18 +268,23 @@ mgt_status mgt_afile_open(mgt_afile *af, const char *path, int overwrite)
 		free(af->tmp);
 		return MGT_ERR_NOMEM;
 	}
+	mgt_tmp_clean_stale(path);
 	snprintf(af->tmp, n, "%s.tmp.%ld", path, (long)getpid());
 	int fd = open(af->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd >= 0)
+		flock(fd, LOCK_EX | LOCK_NB); /* tells mgt_tmp_clean_stale elsewhere that we are alive */
 	if (fd < 0 || !(af->f = fdopen(fd, "wb"))) {
 		mgt_status e = mgt_err(MGT_ERR_IO, "%s: cannot create: %s", af->tmp, strerror(errno));
-		if (fd >= 0)
+		if (fd >= 0) {
 			close(fd);
+			unlink(af->tmp);
+		}
 		free(af->path);
 		free(af->tmp);
 		memset(af, 0, sizeof *af);
 		return e;
 	}
-	registry_set(af->tmp, NULL);
+	mgt_tmp_add_file(af->tmp);
 	return MGT_OK;
 }
 
@@ -188,7 +316,7 @@ mgt_status mgt_afile_commit(mgt_afile *af)
 		mgt_afile_abort(af);
 		return st;
 	}
-	registry_set(NULL, af->tmp);
+	mgt_tmp_forget(af->tmp);
 	free(af->tmp);
 	free(af->path);
 	memset(af, 0, sizeof *af);
@@ -201,18 +329,11 @@ void mgt_afile_abort(mgt_afile *af)
 		fclose(af->f);
 	if (af->tmp) {
 		unlink(af->tmp);
-		registry_set(NULL, af->tmp);
+		mgt_tmp_forget(af->tmp);
 	}
 	free(af->tmp);
 	free(af->path);
 	memset(af, 0, sizeof *af);
-}
-
-void mgt_afile_abort_all_signal(void)
-{
-	for (int i = 0; i < MAX_TMPS; i++)
-		if (tmp_registry[i])
-			unlink(tmp_registry[i]);
 }
 
 double mgt_now(void)
@@ -222,41 +343,100 @@ double mgt_now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- signals -------------------------------------------------------------------------------- */
+
 volatile int mgt_interrupted;
+
+static const struct { int sig; const char *name; } sig_names[] = {
+	{SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"}, {SIGHUP, "SIGHUP"}, {SIGUSR1, "SIGUSR1"}, {SIGUSR2, "SIGUSR2"},
+};
+#define N_SIGS ((int)(sizeof sig_names / sizeof sig_names[0]))
+
+int mgt_signal_number(const char *name)
+{
+	if (!name)
+		return -1;
+	for (int i = 0; i < N_SIGS; i++)
+		if (!strcmp(name, sig_names[i].name) || !strcmp(name, sig_names[i].name + 3))
+			return sig_names[i].sig;
+	return -1;
+}
+
+const char *mgt_signal_name(int sig)
+{
+	for (int i = 0; i < N_SIGS; i++)
+		if (sig_names[i].sig == sig)
+			return sig_names[i].name;
+	return "signal";
+}
+
+static mgt_graceful_opts graceful;
+
+/* write(2) the strings a[0..] (NULL-terminated) as one line on stderr: async-signal-safe. */
+static void say(const char *const *a)
+{
+	char line[512];
+	size_t n = 0;
+	for (; *a; a++)
+		for (const char *s = *a; *s && n < sizeof line - 1; s++)
+			line[n++] = *s;
+	line[n++] = '\n';
+	ssize_t w = write(2, line, n);
+	(void)w;
+}
 
 static void on_signal(int sig)
 {
-	mgt_interrupted = 1;
-	mgt_afile_abort_all_signal();
-	signal(sig, SIG_DFL);
+	mgt_interrupted = sig;
+	mgt_tmp_remove_all_signal();
 	_exit(128 + sig);
 }
 
 static void on_signal_graceful(int sig)
 {
-	if (mgt_interrupted) on_signal(sig);
+	const char *prog = graceful.prog ? graceful.prog : "mgt", *name = mgt_signal_name(sig);
+	if (mgt_interrupted) {
+		if (!graceful.quiet)
+			say((const char *[]){prog, ": second ", name, ": exiting without saving", NULL});
+		mgt_tmp_remove_all_signal();
+		_exit(130);
+	}
 	mgt_interrupted = sig;
+	if (graceful.quiet)
+		return;
+	if (graceful.saves)
+		say((const char *[]){prog, ": ", name, ": saving a checkpoint after this iteration, then exiting "
+				     "(send a second signal to exit at once without saving)", NULL});
+	else
+		say((const char *[]){prog, ": ", name, ": exiting after this iteration (no --save: nothing is "
+				     "saved; a second signal exits at once)", NULL});
 }
 
-static void install(void (*handler)(int), bool hup)
+static void install(void (*handler)(int))
 {
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = handler;
 	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	if (hup) sigaction(SIGHUP, &sa, NULL);
-}
-
-void mgt_signals_install_graceful(void)
-{
-	install(on_signal_graceful, false);
+	for (int i = 0; i < N_SIGS; i++)
+		sigaddset(&sa.sa_mask, sig_names[i].sig); /* one handler at a time */
+	for (int i = 0; i < N_SIGS; i++)
+		sigaction(sig_names[i].sig, &sa, NULL);
+	/* past `ulimit -f` a write fails with EFBIG, reported as "File too large" naming the file,
+	 * instead of the default action (killed, core, no message, temporaries left) */
+	signal(SIGXFSZ, SIG_IGN);
 }
 
 void mgt_signals_install(void)
 {
-	install(on_signal, true);
+	install(on_signal);
+}
+
+void mgt_signals_install_graceful(const mgt_graceful_opts *o)
+{
+	if (o)
+		graceful = *o;
+	install(on_signal_graceful);
 }
 
 mgt_status mgt_file_read(const char *path, char **out, size_t *len)

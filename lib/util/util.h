@@ -9,6 +9,7 @@
 #define MGT_UTIL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@ typedef enum {
 	MGT_ERR_VOCAB,   /* unreadable or inconsistent tokenizer files: exit 4 */
 	MGT_ERR_EXISTS,  /* an output already exists: exit 5 */
 	MGT_ERR_FORMAT,  /* a dataset file (.bin/.idx) is malformed or inconsistent: exit 6 */
-	MGT_ERR_INTR,    /* interrupted by SIGINT/SIGTERM: exit 130 */
+	MGT_ERR_INTR,    /* interrupted by a signal (SIGINT, SIGTERM, ...): exit 130 */
 } mgt_status;
 
 /* Record a printf-style message for the calling thread and return code (for `return mgt_err(...)`). */
@@ -44,11 +45,14 @@ typedef struct { char *p; size_t n, cap; } mgt_buf;
 mgt_status mgt_buf_reserve(mgt_buf *b, size_t extra);
 mgt_status mgt_buf_add(mgt_buf *b, const void *data, size_t n);
 
-/* Atomic output file: written as "<path>.tmp.<pid>", fsynced and renamed to <path> on commit.
- * mgt_afile_open refuses an existing <path> with MGT_ERR_EXISTS unless overwrite is set.
- * Errors: MGT_ERR_EXISTS, MGT_ERR_IO (message names the path and strerror).
+/* Atomic output file: written as "<path>.tmp.<pid>" (flock'ed while open), fsynced and renamed
+ * to <path> on commit.  mgt_afile_open refuses an existing <path> with MGT_ERR_EXISTS unless
+ * overwrite is set, and first removes the temporaries of <path> left by writers that died
+ * (mgt_tmp_clean_stale).  Errors: MGT_ERR_EXISTS, MGT_ERR_IO (message names the path and
+ * strerror: "File too large" past `ulimit -f`, "No space left on device").
  * mgt_afile_write records the first write error (e.g. ENOSPC) and reports it at commit.
- * abort closes and unlinks the temporary; it is safe on a zeroed or already finished file. */
+ * abort closes and unlinks the temporary; it is safe on a zeroed or already finished file.
+ * While open, the temporary is registered (mgt_tmp_add_file) for removal on a signal. */
 typedef struct {
 	FILE *f;
 	char *path, *tmp;
@@ -58,18 +62,49 @@ mgt_status mgt_afile_open(mgt_afile *af, const char *path, int overwrite);
 mgt_status mgt_afile_write(mgt_afile *af, const void *p, size_t n);
 mgt_status mgt_afile_commit(mgt_afile *af);
 void mgt_afile_abort(mgt_afile *af);
-/* Remove every temporary still open (for the SIGINT/SIGTERM path); async-signal-safe. */
-void mgt_afile_abort_all_signal(void);
+
+/* Temporaries being written, removed by a fatal signal (mgt_signals_install's handler, a second
+ * signal in graceful mode) and by mgt_tmp_remove_all on an error exit (cmd/).  A directory
+ * entry must hold plain files only (a checkpoint's iter_NNNNNNN.tmp).  The table holds 256;
+ * paths are copied.  Thread-safe; registering never fails visibly (the temporary is then only
+ * left behind by a signal, and cleaned at the next run). */
+void mgt_tmp_add_file(const char *path);
+void mgt_tmp_add_dir(const char *path);
+/* Forget path (committed or removed by its writer); unknown paths are ignored. */
+void mgt_tmp_forget(const char *path);
+/* Remove every registered temporary and forget it (for an error exit). */
+void mgt_tmp_remove_all(void);
+/* The same with system calls only, for signal handlers (entries are not freed). */
+void mgt_tmp_remove_all_signal(void);
+/* Remove the files "<path>.tmp.<pid>" next to path whose writer is gone: pid not alive on this
+ * host and the file not flock'ed (a writer on another host of a shared file system holds its
+ * lock).  Returns how many were removed.  Never fails (unreadable directory: 0). */
+int mgt_tmp_clean_stale(const char *path);
 
 /* Monotonic seconds. */
 double mgt_now(void);
 
-/* Set by the SIGINT/SIGTERM handler that mgt_signals_install() installs; long loops poll it. */
+/* Signals (mgt(7)).  mgt_signals_install (mgt-preprocess, mgt-dataset, mgt-tokenize): SIGINT,
+ * SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 remove the registered temporaries and exit 128 + the
+ * signal number (130 for SIGINT).  Both installers ignore SIGXFSZ, so that a write past
+ * `ulimit -f` fails with EFBIG and is reported like any write error. */
 extern volatile int mgt_interrupted;
 void mgt_signals_install(void);
-/* For long jobs that finish their step and save first (mgt-train): the first SIGINT/SIGTERM only
- * sets mgt_interrupted to the signal number; a second one behaves as mgt_signals_install's. */
-void mgt_signals_install_graceful(void);
+/* For long jobs that finish their step and save first (mgt-train): the first of those five
+ * signals sets mgt_interrupted to its number and writes one line to stderr (unless quiet):
+ * "PROG: SIGTERM: saving a checkpoint after this iteration, then exiting ..." (or, without
+ * saves, "exiting after this iteration ...").  A second one writes "PROG: second SIGINT:
+ * exiting without saving", removes the registered temporaries and exits 130. */
+typedef struct {
+	const char *prog; /* for the messages (kept, not copied) */
+	bool saves;       /* the job saves a checkpoint when it stops */
+	bool quiet;       /* print nothing (ranks other than 0) */
+} mgt_graceful_opts;
+void mgt_signals_install_graceful(const mgt_graceful_opts *o);
+/* "SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2" (or without "SIG") to the signal number;
+ * -1 for any other name.  mgt_signal_name: the inverse ("signal" if unknown). */
+int mgt_signal_number(const char *name);
+const char *mgt_signal_name(int sig);
 
 /* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL).
  * Errors: MGT_ERR_IO naming the path. Caller frees *out. */

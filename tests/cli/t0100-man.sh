@@ -283,7 +283,7 @@ check_exit_section man/man7/mgt.7 "$table_codes" "lib/util/util.c $(echo cmd/*.c
 
 # ---- cross-references ----------------------------------------------------------------------
 # System pages the pages may cite; every other NAME(S) must be a page under man/.
-external="copy_file_range(2) execv(2) fsync(2) git(1) glob(7) h5dump(1) kill(1) memcpy(3)
+external="copy_file_range(2) execv(2) flock(2) fsync(2) git(1) glob(7) h5dump(1) kill(1) memcpy(3)
 mpirun(1) pcre2pattern(3) pread(2) prove(1) rename(2) signal(7) srun(1) strcmp(3) write(2) zstd(1)"
 
 # The NAME(S) cross-references of a page, one per line: in text ("\fBNAME\fR(S)") and as

@@ -500,6 +500,81 @@ static void test_stale_tmp(void)
 	      mgt_ckpt_commit(save, 30, META) == MGT_OK && ckpt_intact(save, 30, 3), "save 30");
 }
 
+/* Which iterations are whole, the newest whole one, and the cleanup of a killed run's leftovers
+ * at a process's first save into a directory. */
+static mgt_status save_meta(const char *save, int64_t it, const char *meta)
+{
+	mgt_status st = mgt_ckpt_begin(save, it);
+	if (!st)
+		st = write_shard(save, it, "a.h5", T, NT, 0, 2, 0);
+	if (!st)
+		st = write_shard(save, it, "b.h5", T, NT, 1, 2, 0);
+	return st ? st : mgt_ckpt_commit(save, it, meta);
+}
+
+static void test_whole(void)
+{
+	char *save = strdup(path_in("whole"));
+	copy_tree(path_in("a/b/save"), save);
+	int64_t *its = NULL, found = -2;
+	size_t n = 0;
+	CHECK(save_all(save, 20, T, NT, 2, 1, META) == MGT_OK && save_all(save, 30, T, NT, 2, 2, META) == MGT_OK,
+	      "iterations 10, 20, 30");
+	mkdir(path_in("whole/iter_0000040.tmp"), 0755);
+	mkdir(path_in("whole/iter_x"), 0755);
+	fclose(fopen(path_in("whole/iter_0000050"), "w")); /* a file, not a directory */
+	CHECK(mgt_ckpt_iterations(save, &its, &n) == MGT_OK && n == 3 && its[0] == 10 && its[1] == 20 &&
+	      its[2] == 30, "iterations: the iter_N directories, ascending (%zu)", n);
+	free(its);
+	CHECK(mgt_ckpt_verify(save, 30) == MGT_OK && mgt_ckpt_verify(save, 10) == MGT_OK, "whole iterations verify");
+	unlink(path_in("whole/iter_0000030/model_tp01_pp000_dp000.h5"));
+	CHECK(mgt_ckpt_verify(save, 30) == MGT_ERR_FORMAT && has_msg("the saved pieces cover"),
+	      "a missing shard: %s", mgt_err_msg());
+	mgt_err(MGT_ERR_FORMAT, "the caller's message");
+	CHECK(mgt_ckpt_newest_whole(save, -1, &found) == MGT_OK && found == 20 && has_msg("the caller's message"),
+	      "newest whole: 20 (%lld), the message kept", (long long)found);
+	CHECK(mgt_ckpt_newest_whole(save, 20, &found) == MGT_OK && found == 10, "except 20: 10");
+	CHECK(mgt_ckpt_verify(save, 25) == MGT_ERR_IO, "a missing iteration");
+	/* metadata.json's "tensors" must all be in the shards */
+	CHECK(save_meta(save, 60, "{\"tensors\": [{\"name\": \"decoder.final_layernorm.bias\", \"shape\": [6]}, "
+			      "{\"name\": \"output_layer.weight\", \"shape\": [8, 6]}]}") == MGT_OK, "save 60");
+	CHECK(mgt_ckpt_verify(save, 60) == MGT_ERR_FORMAT && has_msg("output_layer.weight of metadata.json is in no shard"),
+	      "a listed tensor in no shard: %s", mgt_err_msg());
+	CHECK(save_meta(save, 61, "{\"tensors\": [{\"name\": \"decoder.final_layernorm.bias\", \"shape\": [7]}]}") == MGT_OK,
+	      "save 61");
+	CHECK(mgt_ckpt_verify(save, 61) == MGT_ERR_FORMAT && has_msg("differs from metadata.json"),
+	      "a listed tensor of another shape: %s", mgt_err_msg());
+	/* the iteration directory being written is registered: an error exit removes it */
+	CHECK(mgt_ckpt_begin(save, 70) == MGT_OK && exists(path_in("whole/iter_0000070.tmp")), "begin 70");
+	CHECK(write_shard(save, 70, "a.h5", T, NT, 0, 2, 0) == MGT_OK, "a shard of 70");
+	mgt_tmp_remove_all();
+	CHECK(!exists(path_in("whole/iter_0000070.tmp")), "an error exit removes iter_N.tmp");
+	CHECK(mgt_ckpt_begin(save, 71) == MGT_OK, "begin 71");
+	mgt_ckpt_abort(save, 71);
+	CHECK(!exists(path_in("whole/iter_0000071.tmp")), "mgt_ckpt_abort removes it");
+	mgt_tmp_remove_all();
+	CHECK(exists(path_in("whole/iter_0000060")), "a committed iteration is not registered");
+	/* a killed run's leftovers, removed by the first save of this process into the directory */
+	char *k = strdup(path_in("killed"));
+	copy_tree(path_in("a/b/save"), k);
+	mkdir(path_in("killed/iter_0000015.tmp"), 0755);
+	fclose(fopen(path_in("killed/iter_0000015.tmp/a.h5"), "w"));
+	copy_tree(path_in("killed/iter_0000010"), path_in("killed/iter_0000010.old"));
+	copy_tree(path_in("killed/iter_0000010"), path_in("killed/iter_0000005.old"));
+	fclose(fopen(path_in("killed/latest_checkpointed_iteration.txt.tmp.999999999"), "w"));
+	CHECK(save_all(k, 20, T, NT, 2, 0, META) == MGT_OK, "a save into it");
+	CHECK(!exists(path_in("killed/iter_0000015.tmp")) && !exists(path_in("killed/iter_0000010.old")) &&
+	      exists(path_in("killed/iter_0000005")) && !exists(path_in("killed/iter_0000005.old")) &&
+	      !exists(path_in("killed/latest_checkpointed_iteration.txt.tmp.999999999")),
+	      "removed iter_N.tmp, a leftover iter_N.old and a dead writer's tracker temporary; put back "
+	      "an iter_N.old without iter_N");
+	mkdir(path_in("killed/iter_0000016.tmp"), 0755);
+	CHECK(save_all(k, 30, T, NT, 2, 0, META) == MGT_OK && exists(path_in("killed/iter_0000016.tmp")),
+	      "only the first save of the process cleans (an --async-save may be writing)");
+	free(k);
+	free(save);
+}
+
 static void test_write_errors(void)
 {
 	char *save = path_in("werr");
@@ -690,6 +765,7 @@ int main(int argc, char **argv)
 	test_failed_writes();
 	test_replace();
 	test_stale_tmp();
+	test_whole();
 	test_write_errors();
 	test_virtual();
 	test_dump();
