@@ -29,7 +29,8 @@ no_tmp() { [ -z "$(find "$@" -name '*.tmp*' -o -name '*.old' 2>/dev/null)" ] || 
 # one_line: of stderr ($T/err), besides the log, one line (our error) and nothing from HDF5
 # (its error stacks, "HDF5: infinite loop closing library")
 one_line() {
-	[ "$(grep -cv '^ \[\|^memory\|^  successfully\|^WARNING' "$T/err")" = 1 ] && ! grep -q '^HDF5\|#0' "$T/err" ||
+	[ "$(awk '/^-+ arguments -+$/ { a = 1 } !a { print } /^-+ end of arguments -+$/ { a = 0 }' "$T/err" |
+		grep -cv '^ \[\|^memory\|^  successfully\|^WARNING\|^ > number of parameters')" = 1 ] && ! grep -q '^HDF5\|#0' "$T/err" ||
 		{ echo "# stderr:"; sed 's/^/#   /' "$T/err" | head -5; return 1; }
 }
 
