@@ -7,8 +7,7 @@
 # test-set evaluation.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
-MEG=$ROOT/../shared/data/megatron
-[ -d "$MEG" ] || MEG=$ROOT/tests/data/megatron
+MEG=$ROOT/tests/data/megatron   # Megatron-LM's flags and example arguments (tests/data/megatron/README.md)
 FLAGS=$MEG/arguments-flags.txt
 TOKS=$SHARE/tokenizers/gpt2
 
