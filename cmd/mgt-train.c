@@ -71,17 +71,13 @@ static int classify_flags(void)
 	return ferror(stdout) || fflush(stdout) ? 1 : 0;
 }
 
-/* Checks of flags that mgt_args_parse_argv leaves to the program: the signal names and flags
- * that need another one. */
+/* The signal --exit-signal names (mgt_args_parse_argv leaves signal names to the program). */
 static mgt_status check_flags(const mgt_args *a, int *exit_sig)
 {
 	*exit_sig = mgt_signal_number(a->exit_signal);
 	if (*exit_sig < 0)
 		return mgt_err(MGT_ERR_USAGE, "--exit-signal: '%s' is not one of SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2",
 			       a->exit_signal ? a->exit_signal : "");
-	if (a->ckpt_step && !a->load)
-		return mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load (the checkpoint directory to load it from)",
-			       (long long)a->ckpt_step);
 	return MGT_OK;
 }
 

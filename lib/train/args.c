@@ -397,7 +397,7 @@ void mgt_args_classify(const char *flag, const char **cls, const char **why)
 {
 	while (*flag == '-') flag++;
 	const arg_desc *d = find_arg(flag);
-	mgt_compat c;
+	mgt_compat c = { 0 }; /* why stays NULL for a flag mgt does not know */
 	*why = "";
 	if (d && !strcmp(flag, d->flag)) {
 		*cls = "implemented";
@@ -405,9 +405,8 @@ void mgt_args_classify(const char *flag, const char **cls, const char **why)
 		*cls = c.alias ? "implemented" : "ignored";
 		*why = c.alias ? "" : c.why;
 	} else {
-		bool known = strncmp(mgt_err_msg(), "unknown flag", 12) != 0;
-		*cls = known ? "refused" : "unknown";
-		*why = known ? c.why : "";
+		*cls = c.why ? "refused" : "unknown";
+		*why = c.why ? c.why : "";
 	}
 }
 
@@ -530,6 +529,9 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
 	if (a->bf16 && a->fp16) return mgt_err(MGT_ERR_USAGE, "--bf16 and --fp16 exclude each other");
+	if (a->ckpt_step && !a->load)
+		return mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load (the checkpoint directory to load it from)",
+			       (long long)a->ckpt_step);
 	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5"))
 		return mgt_err(MGT_ERR_USAGE, "--ckpt-format %s: mgt-train writes and reads hdf5 checkpoints only "
 			       "(mgt-ckpt(5)); Megatron's torch_dist and torch checkpoints are to be converted with "

@@ -343,7 +343,9 @@ static mgt_status save_async(trainer *t, double t0)
 	as->iteration = t->iteration;
 	as->t0 = t0;
 	mgt_status st = collect_pieces(t, &as->pl);
-	if (!st) st = own_data(&as->pl);
+	/* pieces of a device backend point into host copies already (host_view); CPU ones into the
+	 * live buffers, which training goes on changing */
+	if (!st && t->be->host_memory) st = own_data(&as->pl);
 	if (!st && t->ps.world_rank == 0) st = make_metadata(t, &as->meta);
 	atomic_init(&as->done, 0);
 	t->async = as;
@@ -566,14 +568,15 @@ static mgt_status pick_iteration(trainer *t, const char *dir, int64_t *it)
 {
 	*it = -1;
 	struct stat sb;
-	if (stat(dir, &sb) != 0 && errno == ENOENT) {
+	int serr = stat(dir, &sb) ? errno : 0;
+	if (serr == ENOENT) {
 		if (t->a->ckpt_step)
 			return mgt_err(MGT_ERR_FORMAT, "--ckpt-step %lld: %s does not exist", (long long)t->a->ckpt_step, dir);
 		if (t->io->log) fprintf(t->io->log, "WARNING: could not find the metadata file %s/%s; "
 					"will not load any checkpoints and will start from random\n", dir, MGT_CKPT_TRACKER);
 		return MGT_OK;
 	}
-	if (stat(dir, &sb) != 0) return mgt_err(MGT_ERR_IO, "--load %s: %s", dir, strerror(errno));
+	if (serr) return mgt_err(MGT_ERR_IO, "--load %s: %s", dir, strerror(serr));
 	if (!S_ISDIR(sb.st_mode))
 		return mgt_err(MGT_ERR_USAGE, "--load %s: not a directory (a checkpoint directory holds %s and "
 			       "iter_NNNNNNN/, mgt-ckpt(5))", dir, MGT_CKPT_TRACKER);
@@ -611,9 +614,7 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 	*loaded = false;
 	t->dropout_seed = (uint64_t)t->a->seed;
 	const char *dir = t->a->load;
-	if (!dir)
-		return t->a->ckpt_step ? mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load", (long long)t->a->ckpt_step)
-				       : MGT_OK;
+	if (!dir) return MGT_OK; /* --ckpt-step without --load: refused by mgt_args_finalize */
 	int64_t it;
 	mgt_status st = pick_iteration(t, dir, &it);
 	if (st || it < 0) return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
