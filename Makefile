@@ -53,7 +53,10 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags hdf5 openblas 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs hdf5 openblas 2>/dev/null)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Ilib -Icmd $(PKG_CFLAGS) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(CFLAGS)
-LIBS       = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -fopenmp -lpthread -lm
+LIBS       = -lpcre2-8 -lzstd -ljansson -lutf8proc -lsentencepiece -lstdc++ $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -fopenmp -lpthread -lm
+# lib/*/*.cc (lib/tok/spm_shim.cc: the libsentencepiece shim) with the C warnings that apply to C++
+CXX      ?= g++
+ALL_CXXFLAGS = -std=c++17 -D_GNU_SOURCE -pthread $(filter-out -Wstrict-prototypes -Wmissing-prototypes,$(WARN)) -Ilib $(CFLAGS)
 
 CUDA_HOME ?= /usr/local/cuda
 NVCC     ?= $(or $(shell command -v nvcc 2>/dev/null),$(CUDA_HOME)/bin/nvcc)
@@ -88,7 +91,7 @@ say = @printf '  %-6s %s\n'
 endif
 # lib/backend/cuda*.c with CUDA, lib/backend/nocuda.c (the stubs) without
 LIB_SRC  = $(filter-out $(if $(filter 1,$(CUDA)),lib/backend/nocuda.c,lib/backend/cuda%.c),$(wildcard lib/*/*.c))
-LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o) $(KERN_SRC:%.cu=build/%.o)
+LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o) $(patsubst %.cc,$(B)/%.o,$(wildcard lib/*/*.cc)) $(KERN_SRC:%.cu=build/%.o)
 CMD_SRC  = $(wildcard cmd/mgt*.c)
 BIN     ?= bin
 PROGS    = $(CMD_SRC:cmd/%.c=$(BIN)/%)
@@ -109,6 +112,11 @@ $(B)/%.o: %.c $(wildcard lib/*/*.h cmd/*.h) | $(B)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(say) CC $<
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(B)/%.o: %.cc $(wildcard lib/*/*.h) | $(B)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(say) CXX $<
+	$(Q)$(CXX) $(ALL_CXXFLAGS) -c $< -o $@
 
 build/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) | $(B)/.deps-ok
 	@mkdir -p $(dir $@)
@@ -213,7 +221,7 @@ SIM_CXX  = g++ -std=c++17 -pthread $(WARN) -Wno-unused-function -Wno-unknown-pra
 SIM_ASAN = $(findstring address,$(SANITIZE))
 SIM_KFLAGS = $(if $(SIM_ASAN),-DMGT_SIM_ASAN,-fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 \
              --param asan-stack=0 --param asan-globals=0 --param asan-use-after-return=0)
-SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lutf8proc $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
+SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lutf8proc -lsentencepiece $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
 
 .PHONY: check-sim
 ifeq ($(SIM_OK),)
@@ -274,12 +282,15 @@ endif
 # The bundle: the same programs built without MPI into build/bundle, with HDF5 (and its szip/
 # zlib), jansson, zstd, PCRE2, utf8proc, OpenBLAS and libgomp linked statically; glibc,
 # libstdc++ and, with CUDA, cuBLASLt and NCCL stay dynamic (contrib/bundle.sh checks with ldd).
+# Debian ships libsentencepiece as a shared library only (no .a; it carries its own protobuf-lite
+# and needs only libstdc++): it is linked dynamically and copied into the bundle's lib/, found
+# through the rpath $ORIGIN/../lib.
 ifeq ($(BUNDLE),1)
 STATIC_A  = /usr/lib/x86_64-linux-gnu
 LIBS      = -Wl,-Bstatic -lpcre2-8 -lzstd -ljansson -lutf8proc -L$(STATIC_A)/hdf5/serial -lhdf5 -lsz -laec -lz \
             -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic $(shell $(CC) -print-file-name=libgomp.a) \
-            $(CUDA_LIBS) -lpthread -ldl -lm
-LDFLAGS  += -Wl,--as-needed -no-pie
+            -lsentencepiece -lstdc++ $(CUDA_LIBS) -lpthread -ldl -lm
+LDFLAGS  += -Wl,--as-needed -no-pie -Wl,-rpath,'$$ORIGIN/../lib'
 endif
 bundle:
 	$(MAKE) B=build/bundle BIN=build/bundle/bin BUNDLE=1 MPI=0 DEPS=$(DEPS) CUDA=$(CUDA) \
@@ -290,7 +301,7 @@ bundle:
 # it; tests/gpu/device-run.sh unpacks and runs there).
 device-pack: bundle
 	mkdir -p .device
-	cd dist && tar cf - mgt-bundle/bin mgt-bundle/libexec mgt-bundle/env.sh | xz -T2 -6 >../.device/mgt-bundle.tar.xz.tmp
+	cd dist && tar cf - mgt-bundle/bin mgt-bundle/lib mgt-bundle/libexec mgt-bundle/env.sh | xz -T2 -6 >../.device/mgt-bundle.tar.xz.tmp
 	mv .device/mgt-bundle.tar.xz.tmp .device/mgt-bundle.tar.xz
 	@ls -l .device/mgt-bundle.tar.xz
 

@@ -8,16 +8,19 @@
 
 const char mgt_cli_tok_help[] =
 	"Tokenizer (Megatron flags):\n"
-	"  --tokenizer-type T        GPT2BPETokenizer | HuggingFaceTokenizer | TikTokenizer | NullTokenizer\n"
+	"  --tokenizer-type T        GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer |\n"
+	"                            Llama2Tokenizer | TikTokenizer | NullTokenizer\n"
 	"  --vocab-file F            GPT-2 vocab.json (GPT2BPETokenizer)\n"
 	"  --merge-file F            GPT-2 merges.txt (GPT2BPETokenizer)\n"
 	"  --tokenizer-model P       tokenizer.json or its directory (HuggingFaceTokenizer);\n"
+	"                            SentencePiece tokenizer.model (SentencePieceTokenizer, Llama2Tokenizer);\n"
 	"                            rank file or Megatron JSON vocabulary (TikTokenizer)\n"
 	"  --tiktoken-pattern P      v1 | v2 (Megatron) | cl100k_base | o200k_base | llama3\n"
 	"  --tiktoken-num-special-tokens N   Megatron TikTokenizer special ids (default 1000)\n"
 	"  --vocab-size N            NullTokenizer vocabulary size\n"
 	"  --null-tokenizer-eod-id N NullTokenizer eod (default vocab-size - 1)\n"
-	"  --tokenizer-hf-no-include-special-tokens   do not add the post-processor's BOS/EOS\n";
+	"  --tokenizer-hf-no-include-special-tokens   do not add the post-processor's BOS/EOS\n"
+	"  --vocab-extra-ids N       SentencePieceTokenizer: add <extra_id_0> .. <extra_id_N-1>\n";
 
 void mgt_cli_tok_defaults(mgt_tok_opts *o)
 {
@@ -50,6 +53,11 @@ int mgt_cli_tok_option(const char *prog, int c, const char *arg, mgt_tok_opts *o
 	case CLI_TOK_VOCAB_SIZE: o->vocab_size = mgt_cli_int(prog, "--vocab-size", arg); return 1;
 	case CLI_TOK_NULL_EOD: o->null_eod_id = mgt_cli_int(prog, "--null-tokenizer-eod-id", arg); return 1;
 	case CLI_TOK_HF_NO_SPECIAL: o->hf_no_special_tokens = 1; return 1;
+	case CLI_TOK_EXTRA_IDS: {
+		long long v = mgt_cli_int(prog, "--vocab-extra-ids", arg);
+		o->vocab_extra_ids = v > 1000000 ? 1000000 : (int)v; /* mgt_tok_load refuses > 100000 */
+		return 1;
+	}
 	}
 	return 0;
 }

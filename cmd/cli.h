@@ -11,6 +11,7 @@
 enum {
 	CLI_TOK_TYPE = 1000, CLI_TOK_VOCAB, CLI_TOK_MERGE, CLI_TOK_MODEL, CLI_TOK_PATTERN,
 	CLI_TOK_NSPECIAL, CLI_TOK_VOCAB_SIZE, CLI_TOK_NULL_EOD, CLI_TOK_HF_NO_SPECIAL,
+	CLI_TOK_EXTRA_IDS,
 	CLI_FIRST_FREE = 1100 /* programs number their own long-only options from here */
 };
 
@@ -24,7 +25,8 @@ enum {
 	{"tiktoken-num-special-tokens", required_argument, 0, CLI_TOK_NSPECIAL}, \
 	{"vocab-size", required_argument, 0, CLI_TOK_VOCAB_SIZE}, \
 	{"null-tokenizer-eod-id", required_argument, 0, CLI_TOK_NULL_EOD}, \
-	{"tokenizer-hf-no-include-special-tokens", no_argument, 0, CLI_TOK_HF_NO_SPECIAL}
+	{"tokenizer-hf-no-include-special-tokens", no_argument, 0, CLI_TOK_HF_NO_SPECIAL}, \
+	{"vocab-extra-ids", required_argument, 0, CLI_TOK_EXTRA_IDS}
 
 /* Help lines for those flags. */
 extern const char mgt_cli_tok_help[];

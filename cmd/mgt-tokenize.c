@@ -9,7 +9,7 @@
 
 static const char *prog = "mgt-tokenize";
 
-enum { OPT_DECODE = CLI_FIRST_FREE, OPT_JSONL, OPT_KEY, OPT_COUNT, OPT_INFO, OPT_HELP };
+enum { OPT_DECODE = CLI_FIRST_FREE, OPT_JSONL, OPT_KEY, OPT_COUNT, OPT_INFO, OPT_GGUF_VOCAB, OPT_HELP };
 
 static void usage(void)
 {
@@ -21,6 +21,8 @@ static void usage(void)
 	       "  --json-key KEY    JSONL key (default text)\n"
 	       "  --count           print the number of tokens instead of the ids\n"
 	       "  --info            print the tokenizer's type, vocabulary size and eod id\n"
+	       "  --gguf-vocab      print the vocabulary as mgt-export puts it in GGUF (tokenizer.ggml.*)\n"
+	       "                    as one JSON object\n"
 	       "  -i FILE           read FILE instead of standard input ('-' = stdin; zstd detected)\n"
 	       "  --help\n\n%s\nExit status: 0 ok, 1 runtime error, 2 usage, 3 bad input, 4 bad tokenizer files.\n",
 	       mgt_cli_tok_help);
@@ -139,19 +141,68 @@ static mgt_status run_input(const opts *o, const char *path)
 	return st;
 }
 
+static json_t *str_array(char *const *s, const size_t *len, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < n; i++) {
+		json_t *x = json_stringn(s[i], len ? len[i] : strlen(s[i]));
+		if (!x || json_array_append_new(a, x)) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+/* --gguf-vocab: mgt_tok_vocab_get as JSON (keys named after the GGUF keys' last part). */
+static mgt_status print_gguf_vocab(const mgt_tok *t)
+{
+	mgt_tok_vocab v;
+	mgt_status st = mgt_tok_vocab_get(t, &v);
+	if (st)
+		return st;
+	json_t *j = json_object(), *types = json_array(), *scores = v.scores ? json_array() : json_null();
+	json_object_set_new(j, "model", json_string(v.model));
+	json_object_set_new(j, "pre", v.pre ? json_string(v.pre) : json_null());
+	json_t *tokens = str_array(v.tokens, v.token_len, v.n), *merges = v.merges ? str_array(v.merges, NULL, v.nmerges) : json_null();
+	for (size_t i = 0; i < v.n; i++) {
+		json_array_append_new(types, json_integer(v.types[i]));
+		if (v.scores)
+			json_array_append_new(scores, json_real(v.scores[i]));
+	}
+	json_object_set_new(j, "tokens", tokens ? tokens : json_null());
+	json_object_set_new(j, "token_type", types);
+	json_object_set_new(j, "scores", scores);
+	json_object_set_new(j, "merges", merges ? merges : json_null());
+	json_object_set_new(j, "bos_token_id", json_integer(v.bos));
+	json_object_set_new(j, "eos_token_id", json_integer(v.eos));
+	json_object_set_new(j, "unknown_token_id", json_integer(v.unk));
+	json_object_set_new(j, "padding_token_id", json_integer(v.pad));
+	json_object_set_new(j, "add_bos_token", json_boolean(v.add_bos));
+	mgt_tok_vocab_free(&v);
+	char *out = tokens && merges ? json_dumps(j, JSON_COMPACT) : NULL;
+	json_decref(j);
+	if (!out)
+		return mgt_err(MGT_ERR_VOCAB, "the vocabulary has a token that is not valid UTF-8");
+	puts(out);
+	free(out);
+	return MGT_OK;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		MGT_CLI_TOK_LONGOPTS,
 		{"decode", no_argument, 0, OPT_DECODE}, {"jsonl", no_argument, 0, OPT_JSONL},
 		{"json-key", required_argument, 0, OPT_KEY}, {"count", no_argument, 0, OPT_COUNT},
-		{"info", no_argument, 0, OPT_INFO}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+		{"info", no_argument, 0, OPT_INFO}, {"gguf-vocab", no_argument, 0, OPT_GGUF_VOCAB},
+		{"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 	mgt_tok_opts to;
 	mgt_cli_tok_defaults(&to);
 	mgt_signals_install();
 	opts o = {.key = "text"};
 	const char *input = NULL;
-	int c, info = 0;
+	int c, info = 0, gguf_vocab = 0;
 	while ((c = getopt_long(argc, argv, "i:", longopts, NULL)) != -1) {
 		if (mgt_cli_tok_option(prog, c, optarg, &to))
 			continue;
@@ -161,6 +212,7 @@ int main(int argc, char **argv)
 		case OPT_KEY: o.key = optarg; break;
 		case OPT_COUNT: o.count = 1; break;
 		case OPT_INFO: info = 1; break;
+		case OPT_GGUF_VOCAB: gguf_vocab = 1; break;
 		case 'i': input = optarg; break;
 		case OPT_HELP: usage(); return 0;
 		default: mgt_cli_usage_error(prog, "unknown option");
@@ -173,6 +225,15 @@ int main(int argc, char **argv)
 		printf("type %s\nvocab_size %lld\neod %d\n", mgt_tok_type_name(o.tok),
 		       (long long)mgt_tok_vocab_size(o.tok), mgt_tok_eod(o.tok));
 		mgt_tok_free(o.tok);
+		return 0;
+	}
+	if (gguf_vocab) {
+		st = print_gguf_vocab(o.tok);
+		mgt_tok_free(o.tok);
+		if (!st && fflush(stdout) != 0)
+			st = mgt_err(MGT_ERR_IO, "standard output: write failed");
+		if (st)
+			mgt_cli_fail(prog, st);
 		return 0;
 	}
 	if ((st = mgt_tok_enc_new(&o.enc, o.tok)))

@@ -4,6 +4,8 @@
 # image):
 #   OUTDIR/bin/        the programs, linked statically against HDF5, jansson, zstd, PCRE2,
 #                      utf8proc, OpenBLAS and libgomp (built without MPI: one process per run)
+#   OUTDIR/lib/        libsentencepiece.so.0 (Debian has no static one), found by the programs
+#                      through their rpath $ORIGIN/../lib
 #   OUTDIR/libexec/    the GPU test and benchmark programs (test_cuda_ops, gemm_ceiling), which
 #                      tests/gpu/check.sh and tests/bench/gpu.sh run
 #   OUTDIR/share/mgt/  model presets, tokenizers, the KJV sample data
@@ -12,11 +14,14 @@
 #                      where the programs were linked, their directory (CUDA_HOME/lib64 or the
 #                      nvidia-* Python wheels) to LD_LIBRARY_PATH
 # Then it checks with ldd that every program needs nothing outside the allowed set: glibc, libgcc,
-# libstdc++ and the CUDA libraries (exit 1 naming the program and library otherwise).
+# libstdc++, the CUDA libraries and the bundle's own lib/ (exit 1 naming the program and library
+# otherwise).
 set -eu
 b=$1 out=$2
 rm -rf "$out.tmp"
-mkdir -p "$out.tmp/bin" "$out.tmp/libexec" "$out.tmp/share" "$out.tmp/man"
+mkdir -p "$out.tmp/bin" "$out.tmp/lib" "$out.tmp/libexec" "$out.tmp/share" "$out.tmp/man"
+spm=$(ldd "$b"/bin/mgt-tokenize | awk '/libsentencepiece/ {print $3}')
+[ -n "$spm" ] && cp -L "$spm" "$out.tmp/lib/"
 cp "$b"/bin/mgt* "$out.tmp/bin/"
 cp "$b"/tests/gpu/test_cuda_ops "$b"/bench/gemm_ceiling "$out.tmp/libexec/"
 strip --strip-debug "$out.tmp"/bin/* "$out.tmp"/libexec/* # small enough to copy to a GPU machine
@@ -35,7 +40,9 @@ ENV
 allowed='linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libgcc_s|libstdc\+\+|libcublas|libcublasLt|libnccl|libcudart'
 bad=0
 for p in "$out.tmp"/bin/mgt* "$out.tmp"/libexec/*; do
-	for lib in $(ldd "$p" | awk '{print $1}'); do
+	for lib in $(ldd "$p" | awk '{print $1 "=" $3}'); do
+		case $lib in *"=$out.tmp/bin/../lib/"*) continue ;; esac # the bundle's own lib/
+		lib=${lib%%=*}
 		if ! echo "$lib" | grep -Eq "$allowed"; then
 			echo "bundle: $(basename "$p") needs $lib, which the target machine may not have" >&2
 			bad=1

@@ -685,6 +685,8 @@ mgt_status mgt_tok_encode(mgt_tok_enc *e, const char *text, size_t len, mgt_ids 
 		return mgt_err(MGT_ERR_INPUT, "invalid UTF-8 at byte %zu", ok);
 	if (t->kind == TOK_NULL)
 		return null_encode(t, text, len, out);
+	if (t->kind == TOK_SPM || t->kind == TOK_LLAMA2)
+		return tok_spm_encode_text(t, text, len, out);
 	mgt_status st = push_all(out, t->prefix_ids, t->n_prefix);
 	if (!st)
 		st = split_added(e, text, len, out, 0);
@@ -703,6 +705,8 @@ const char *mgt_tok_token_bytes(const mgt_tok *t, int32_t id, size_t *len)
 
 mgt_status mgt_tok_decode(const mgt_tok *t, const int32_t *ids, size_t n, mgt_buf *out)
 {
+	if (t->kind == TOK_SPM || t->kind == TOK_LLAMA2)
+		return tok_spm_decode_ids(t, ids, n, out);
 	for (size_t i = 0; i < n; i++) {
 		if (t->kind == TOK_NULL) {
 			char num[16];

@@ -250,10 +250,10 @@ static int32_t token_id(const mgt_tok *t, const char *s)
 	return id >= 0 ? id : tok_vmap_find(t, s, strlen(s));
 }
 
-/* eod = the eos_token of tokenizer_config.json beside the file, else a well-known name. */
-static int32_t hf_eod(const char *file, const mgt_tok *t)
+/* The id of tokenizer_config.json's KEY (eos_token, bos_token, pad_token: a string or an
+ * AddedToken object) beside the file, or -1. */
+static int32_t hf_config_id(const char *file, const mgt_tok *t, const char *key)
 {
-	static const char *names[] = {"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>"};
 	size_t n = strlen(file);
 	const char *slash = strrchr(file, '/');
 	size_t dir = slash ? (size_t)(slash - file) + 1 : 0;
@@ -262,13 +262,21 @@ static int32_t hf_eod(const char *file, const mgt_tok *t)
 	if (cfg) {
 		memcpy(cfg, file, dir);
 		strcpy(cfg + dir, "tokenizer_config.json");
-		json_t *j = json_load_file(cfg, 0, NULL), *eos = json_object_get(j, "eos_token");
-		const char *s = json_is_string(eos) ? json_string_value(eos) : jstr(eos, "content");
+		json_t *j = json_load_file(cfg, 0, NULL), *v = json_object_get(j, key);
+		const char *s = json_is_string(v) ? json_string_value(v) : jstr(v, "content");
 		if (s)
 			id = token_id(t, s);
 		json_decref(j);
 		free(cfg);
 	}
+	return id;
+}
+
+/* eod = the eos_token of tokenizer_config.json beside the file, else a well-known name. */
+static int32_t hf_eod(const char *file, const mgt_tok *t)
+{
+	static const char *names[] = {"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>", "<|im_end|>"};
+	int32_t id = hf_config_id(file, t, "eos_token");
 	for (size_t i = 0; id < 0 && i < sizeof names / sizeof *names; i++)
 		id = token_id(t, names[i]);
 	return id;
@@ -294,8 +302,11 @@ static mgt_status hf_build(hf_ctx *c)
 		st = hf_pre(c, json_object_get(r, "pre_tokenizer"));
 	if (!st)
 		st = hf_post(c, json_object_get(r, "post_processor"));
-	if (!st)
+	if (!st) {
 		c->t->eod = hf_eod(c->file, c->t);
+		c->t->bos = hf_config_id(c->file, c->t, "bos_token");
+		c->t->pad = hf_config_id(c->file, c->t, "pad_token");
+	}
 	return st;
 }
 

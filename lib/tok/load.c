@@ -28,7 +28,7 @@ static const struct { const char *name, *pattern; } builtin_patterns[] = {
 	       "*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
 };
 
-static const char *builtin_pattern(const char *name)
+const char *tok_builtin_pattern(const char *name)
 {
 	for (size_t i = 0; i < sizeof builtin_patterns / sizeof *builtin_patterns; i++)
 		if (!strcmp(builtin_patterns[i].name, name))
@@ -144,14 +144,14 @@ mgt_status tok_add_pre_regex(mgt_tok *t, const char *pattern, int behavior, int 
 	if (t->n_pre == 4)
 		return mgt_err(MGT_ERR_VOCAB, "%s: more than 4 pre-tokenizer steps", what);
 	tok_pre_step *p = &t->pre[t->n_pre];
-	*p = (tok_pre_step){NULL, behavior, prefix_space};
-	if (pattern) {
-		mgt_status st = tok_regex_compile(&p->re, pattern, what);
-		if (st)
-			return st;
-	}
-	t->n_pre++;
-	return MGT_OK;
+	*p = (tok_pre_step){NULL, behavior, prefix_space, NULL};
+	t->n_pre++; /* freed by mgt_tok_free from here on */
+	if (!pattern)
+		return MGT_OK;
+	if (!(p->pattern = mgt_malloc(strlen(pattern) + 1)))
+		return MGT_ERR_NOMEM;
+	strcpy(p->pattern, pattern);
+	return tok_regex_compile(&p->re, pattern, what);
 }
 
 /* ---- GPT2BPETokenizer ---------------------------------------------------------------------- */
@@ -458,7 +458,7 @@ static mgt_status load_tiktoken_ranks(mgt_tok *t, const mgt_tok_opts *o)
 	json_t *side = st || o->tiktoken_pattern ? NULL : load_sidecar(o->model, &side_path);
 	json_t *pat = json_object_get(side, "pat_str"), *specials = json_object_get(side, "special_tokens");
 	const char *name = tiktoken_name(o);
-	const char *pattern = json_is_string(pat) ? json_string_value(pat) : name ? builtin_pattern(name) : NULL;
+	const char *pattern = json_is_string(pat) ? json_string_value(pat) : name ? tok_builtin_pattern(name) : NULL;
 	if (!st && !pattern)
 		st = mgt_err(MGT_ERR_USAGE, "%s: unknown split pattern; pass --tiktoken-pattern cl100k_base|o200k_base|"
 			     "llama3|v1|v2 or put pat_str in %s", o->model, side_path ? side_path : "a .json beside it");
@@ -487,7 +487,7 @@ static mgt_status load_megatron_tiktoken(mgt_tok *t, const mgt_tok_opts *o, json
 {
 	static const char *specials[] = {"<unk>", "<s>", "</s>", "<mask>", "<pad>", "<cls>", "<sep>"};
 	int64_t vocab = o->vocab_size ? o->vocab_size : 131072, nsp = o->tiktoken_num_special;
-	const char *pattern = builtin_pattern(o->tiktoken_pattern ? o->tiktoken_pattern : "");
+	const char *pattern = tok_builtin_pattern(o->tiktoken_pattern ? o->tiktoken_pattern : "");
 	if (!pattern || (strcmp(o->tiktoken_pattern, "v1") && strcmp(o->tiktoken_pattern, "v2")))
 		return mgt_err(MGT_ERR_USAGE, "%s: a Megatron TikTokenizer vocabulary needs --tiktoken-pattern v1 or v2", o->model);
 	if (nsp < 7 || nsp >= vocab)
@@ -567,10 +567,12 @@ mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 		{"HuggingFaceTokenizer", tok_load_hf, TOK_HF},
 		{"TikTokenizer", load_tiktoken, TOK_TIKTOKEN},
 		{"NullTokenizer", load_null, TOK_NULL},
+		{"SentencePieceTokenizer", tok_load_spm, TOK_SPM},
+		{"Llama2Tokenizer", tok_load_spm, TOK_LLAMA2},
 	};
 	if (!o->type)
 		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type is required (GPT2BPETokenizer, HuggingFaceTokenizer, "
-			       "TikTokenizer or NullTokenizer)");
+			       "SentencePieceTokenizer, Llama2Tokenizer, TikTokenizer or NullTokenizer)");
 	for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
 		if (strcmp(types[i].name, o->type))
 			continue;
@@ -579,7 +581,7 @@ mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 			return mgt_err(MGT_ERR_NOMEM, "out of memory");
 		t->kind = types[i].kind;
 		t->type_name = types[i].name;
-		t->eod = -1;
+		t->eod = t->bos = t->pad = -1;
 		mgt_status st = types[i].load(t, o);
 		if (st == MGT_ERR_IO) /* a missing or unreadable tokenizer file is a tokenizer problem */
 			st = MGT_ERR_VOCAB;
@@ -590,11 +592,11 @@ mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 		*out = t;
 		return MGT_OK;
 	}
-	if (strstr(o->type, "SentencePiece") || !strcmp(o->type, "Llama2Tokenizer"))
-		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s: SentencePiece models are not supported; use "
-			       "HuggingFaceTokenizer with the model's tokenizer.json", o->type);
+	if (!strcmp(o->type, "GPTSentencePieceTokenizer"))
+		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type GPTSentencePieceTokenizer: not implemented (use "
+			       "SentencePieceTokenizer or Llama2Tokenizer)");
 	return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s: unknown (expected GPT2BPETokenizer, HuggingFaceTokenizer, "
-		       "TikTokenizer or NullTokenizer)", o->type);
+		       "SentencePieceTokenizer, Llama2Tokenizer, TikTokenizer or NullTokenizer)", o->type);
 }
 
 /* ---- registry ----------------------------------------------------------------------------- */
@@ -604,7 +606,8 @@ void mgt_tok_free(mgt_tok *t)
 	if (!t)
 		return;
 	for (int k = 0; k < t->n_pre; k++)
-		pcre2_code_free(t->pre[k].re);
+		pcre2_code_free(t->pre[k].re), free(t->pre[k].pattern);
+	tok_spm_free(t);
 	free(t->pool.p), free(t->tok_off), free(t->tok_len), free(t->vmap.slots);
 	free(t->pairs.keys), free(t->pairs.rank), free(t->pairs.merged), free(t->added);
 	free(t);

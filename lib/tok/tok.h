@@ -1,4 +1,5 @@
-/* lib/tok: byte-level BPE tokenizers as Megatron-LM builds them (--tokenizer-type).
+/* lib/tok: the tokenizers Megatron-LM builds (--tokenizer-type): byte-level BPE, and SentencePiece
+ * through Debian's libsentencepiece.
  *
  * Types (Megatron names):
  *   GPT2BPETokenizer      vocab.json + merges.txt (OpenAI GPT-2 files); eod = <|endoftext|>.  As in
@@ -16,6 +17,19 @@
  *                         tokens, or Megatron's own JSON vocabulary with --tiktoken-pattern v1|v2 and
  *                         --tiktoken-num-special-tokens (ids = rank + num_special_tokens).
  *   NullTokenizer         text is space-separated integers; vocab_size given; eod = vocab_size - 1.
+ *   SentencePieceTokenizer  a SentencePiece tokenizer.model (Megatron _SentencePieceTokenizer): ids
+ *                         are the model's pieces, then <CLS> <SEP> <EOD> <MASK>, the pad, bos and eos
+ *                         pieces (<PAD> <BOS> <EOS> when the model has none) and <extra_id_0..N-1>
+ *                         (vocab_extra_ids), each appended only if not already a piece; eod = <EOD>.
+ *                         Those special strings in the text are split out first (earliest match,
+ *                         ties to the earlier-added token) and each stretch between them encoded
+ *                         by SentencePiece on its own; no BOS is added. Decode is Megatron's
+ *                         detokenize: a special id becomes " TEXT " between SentencePiece decodes.
+ *   Llama2Tokenizer       a SentencePiece tokenizer.model (Megatron _Llama2Tokenizer): ids = pieces;
+ *                         encode = [bos] + SentencePiece Encode (no EOS; special strings are text);
+ *                         eod = eos; decode = SentencePiece Decode (control pieces vanish).
+ *                         SentencePiece decoding of byte-fallback pieces gives their bytes (a run of
+ *                         them that is not valid UTF-8 decodes to U+FFFD, as SentencePiece does).
  * Pre-tokenization regexes run through PCRE2 in UTF + UCP mode with JIT.
  *
  * Token ids are int32_t. Text is UTF-8 bytes (not NUL-terminated; embedded NULs allowed).
@@ -45,6 +59,7 @@ typedef struct {
 	int64_t vocab_size;            /* --vocab-size (NullTokenizer) */
 	int64_t null_eod_id;           /* --null-tokenizer-eod-id; -1 = vocab_size - 1 */
 	int hf_no_special_tokens;      /* --tokenizer-hf-no-include-special-tokens */
+	int vocab_extra_ids;           /* --vocab-extra-ids (SentencePieceTokenizer): <extra_id_N> tokens */
 } mgt_tok_opts;
 
 /* Growable id array. Zero-initialize; free with free(a->v). */
@@ -83,7 +98,48 @@ size_t mgt_tok_utf8_valid(const char *s, size_t n);
  * that split a character). Errors: MGT_ERR_NOMEM. */
 mgt_status mgt_tok_utf8_lossy(const char *s, size_t n, mgt_buf *out);
 
-/* The token's bytes (special tokens: their text); NULL if id is out of range. */
+/* The token's bytes (special tokens: their text); NULL if id is out of range. SentencePiece:
+ * the piece with U+2581 as a space, a byte piece <0xNN> as that byte, control and unknown pieces
+ * as their text. */
 const char *mgt_tok_token_bytes(const mgt_tok *t, int32_t id, size_t *len);
+
+/* ---- GGUF vocabulary view (llama.cpp's tokenizer.ggml.* keys) ------------------------------- */
+
+/* What mgt-export writes as tokenizer.ggml.*; facts from llama.cpp convert_hf_to_gguf.py
+ * (get_vocab_base, _create_vocab_sentencepiece, does_token_look_special) and gguf-py
+ * (TokenType). Everything is owned by the struct (mgt_tok_vocab_free). */
+typedef struct {
+	const char *model;        /* GGUF tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece) */
+	const char *pre;          /* tokenizer.ggml.pre: "gpt-2", "llama-bpe", "qwen2", ... or NULL */
+	size_t n;                 /* ids = mgt_tok_vocab_size */
+	char **tokens; size_t *token_len;  /* GGUF token strings (NUL-terminated too): byte-level unicode form / SentencePiece pieces */
+	float *scores;            /* n entries or NULL */
+	int32_t *types;           /* 1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte */
+	char **merges; size_t nmerges;     /* "a b" (gpt2 model only) */
+	int32_t bos, eos, unk, pad;        /* -1 when none */
+	int add_bos;                       /* the tokenizer prepends BOS when encoding */
+} mgt_tok_vocab;
+
+/* Fill *out (zeroed first) with t's vocabulary in GGUF form:
+ *  GPT2BPETokenizer: model "gpt2", pre "gpt-2", tokens = vocab.json keys (byte-level unicode form),
+ *    types normal, merges = merges.txt in rank order, bos = eos = <|endoftext|>, add_bos 0.
+ *  HuggingFaceTokenizer (byte-level BPE): model "gpt2"; pre from the pre-tokenizer's one regex:
+ *    GPT-2's "gpt-2", Llama 3's "llama-bpe", Qwen2's "qwen2"; tokens from model.vocab (byte-level
+ *    form) and added_tokens (their content; type control if "special" or looks special as
+ *    llama.cpp decides (<|...|>, <pad>, <mask>, ...), else user defined with U+2581 as a space);
+ *    ids without a token "[PAD<id>]" typed unused; merges from the json in rank order; eos = eod;
+ *    bos and pad from tokenizer_config.json beside the file (bos else the post-processor's first
+ *    token, else eod); add_bos = the post-processor prepends bos (and special tokens are on).
+ *  SentencePieceTokenizer / Llama2Tokenizer: model "llama", pre NULL; tokens = pieces (U+2581,
+ *    "<0xNN>"), scores = piece scores, types from IsUnknown/IsControl/IsUnused/IsByte (else
+ *    normal); Megatron's appended specials typed control with score -1000 (llama.cpp's added
+ *    tokens); bos, unk, pad as the tokenizer's; eos = the tokenizer's eod (Llama2: the model's
+ *    eos; SentencePieceTokenizer: <EOD>, the id that ends documents in training);
+ *    add_bos 1 for Llama2Tokenizer, else 0.
+ * Errors: MGT_ERR_USAGE for TikTokenizer and NullTokenizer (no GGUF form: message says what to
+ * use instead), MGT_ERR_VOCAB for a tokenizer.json pre-tokenizer llama.cpp has no name for
+ * (the message names the pattern), MGT_ERR_NOMEM. On error *out holds nothing to free. */
+mgt_status mgt_tok_vocab_get(const mgt_tok *t, mgt_tok_vocab *out);
+void mgt_tok_vocab_free(mgt_tok_vocab *v);
 
 #endif

@@ -33,9 +33,12 @@ typedef struct {
 	pcre2_code *re;
 	int behavior;
 	int add_prefix_space; /* ByteLevel add_prefix_space (applied before splitting) */
+	char *pattern;        /* the pattern as the tokenizer files spell it (GGUF pre name), or NULL */
 } tok_pre_step;
 
-enum { TOK_GPT2, TOK_HF, TOK_TIKTOKEN, TOK_MEGATRON_TIKTOKEN, TOK_NULL };
+enum { TOK_GPT2, TOK_HF, TOK_TIKTOKEN, TOK_MEGATRON_TIKTOKEN, TOK_NULL, TOK_SPM, TOK_LLAMA2 };
+
+struct tok_spm;
 
 struct mgt_tok {
 	int kind;
@@ -58,6 +61,12 @@ struct mgt_tok {
 	int32_t prefix_ids[4], suffix_ids[4]; /* post-processor template */
 	int n_prefix, n_suffix;
 	const char *type_name;
+	/* GGUF view: bos/pad from tokenizer_config.json (HF), -1 when none */
+	int32_t bos, pad;
+	/* SentencePiece (spm.c): the processor; Megatron's special tokens are in added[] (in
+	 * _SentencePieceTokenizer's insertion order), the model's pieces are ids 0..spm_size-1 */
+	struct tok_spm *spm;
+	int32_t spm_size, spm_eos, spm_unk;
 };
 
 /* bpe.c */
@@ -82,8 +91,19 @@ mgt_status tok_add_pre_regex(mgt_tok *t, const char *pattern, int behavior, int 
 mgt_status tok_add_added(mgt_tok *t, const char *text, int32_t id, const tok_added *flags);
 int32_t tok_added_id(const mgt_tok *t, const char *text);
 const char *tok_gpt2_pattern(void);
+/* gpt2, cl100k_base, o200k_base, llama3, v1, v2; NULL if unknown */
+const char *tok_builtin_pattern(const char *name);
 /* hf.c */
 mgt_status tok_load_hf(mgt_tok *t, const mgt_tok_opts *o);
+/* spm.c */
+mgt_status tok_load_spm(mgt_tok *t, const mgt_tok_opts *o);
+mgt_status tok_spm_encode_text(const mgt_tok *t, const char *text, size_t len, mgt_ids *out);
+mgt_status tok_spm_decode_ids(const mgt_tok *t, const int32_t *ids, size_t n, mgt_buf *out);
+void tok_spm_free(mgt_tok *t);
+mgt_status tok_spm_vocab(const mgt_tok *t, mgt_tok_vocab *v);
+/* vocab.c */
+mgt_status tok_vocab_alloc(mgt_tok_vocab *v, size_t n, int scores);
+mgt_status tok_vocab_set(mgt_tok_vocab *v, size_t id, const char *s, size_t len, int32_t type);
 /* GPT-2's bytes_to_unicode: byte -> code point, and the inverse (-1 if not a byte char). */
 uint32_t tok_byte_to_cp(uint8_t b);
 int tok_cp_to_byte(uint32_t cp);
