@@ -39,9 +39,10 @@ export LD_LIBRARY_PATH
 ENV
 allowed='linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libgcc_s|libstdc\+\+|libcublas|libcublasLt|libnccl|libcudart'
 bad=0
+abs=$(cd "$out.tmp" && pwd)
 for p in "$out.tmp"/bin/mgt* "$out.tmp"/libexec/*; do
 	for lib in $(ldd "$p" | awk '{print $1 "=" $3}'); do
-		case $lib in *"=$out.tmp/bin/../lib/"*) continue ;; esac # the bundle's own lib/
+		case $lib in "${lib%%=*}=$abs/"*"/../lib/"*) continue ;; esac # the bundle's own lib/
 		lib=${lib%%=*}
 		if ! echo "$lib" | grep -Eq "$allowed"; then
 			echo "bundle: $(basename "$p") needs $lib, which the target machine may not have" >&2
