@@ -2,7 +2,7 @@
 """Independent float64 reference of the Hugging Face forward pass for mgt's converter tests.
 
 usage: ref_forward.py MODEL_DIR --tokens "ID ID ..." [--logits OUT.npy] [--greedy N] [--stop-eos]
-                      [--variant a|b] [--start-pos P]
+                      [--variant a|b] [--start-pos P] [--ggml-gelu]
        ref_forward.py --self-test [--quick]
 
 MODEL_DIR is a Hugging Face model directory (config.json + model.safetensors or sharded files), read
@@ -66,6 +66,10 @@ import st  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 DT = torch.float64
+# "exact": HF's gelu_new in float64.  "ggml-f16": llama.cpp's CPU GELU (ggml GGML_GELU_FP16): the input
+# rounded to f16, gelu computed in f32, the result rounded to f16 (a 65536-entry table), x <= -10 -> 0,
+# x >= 10 -> x.  Only for comparing with llama.cpp (--ggml-gelu), never as the HF reference.
+GELU_MODE = "exact"
 
 
 class RefError(Exception):
@@ -129,6 +133,11 @@ def gpt2_forward(cfg, W, ids, variant="a", start_pos=0):
         return F.linear(x, w.t(), b) if variant == "b" else x @ w + b
 
     def gelu_new(x):
+        if GELU_MODE == "ggml-f16":
+            x16 = x.to(torch.float32).to(torch.float16).to(torch.float32)
+            y = 0.5 * x16 * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * x16 * (1.0 + 0.044715 * x16 * x16)))
+            y = y.to(torch.float16).to(DT)
+            return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
         if variant == "b":
             return F.gelu(x, approximate="tanh")
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
@@ -447,6 +456,7 @@ def main(argv=None):
     p.add_argument("--stop-eos", action="store_true")
     p.add_argument("--variant", choices=("a", "b"), default="a")
     p.add_argument("--start-pos", type=int, default=0)
+    p.add_argument("--ggml-gelu", action="store_true", help="emulate llama.cpp's f16-table GELU (GPT-2)")
     p.add_argument("--self-test", action="store_true")
     p.add_argument("--quick", action="store_true")
     a = p.parse_args(argv)
@@ -455,6 +465,8 @@ def main(argv=None):
     if not a.model_dir or a.tokens is None:
         p.error("MODEL_DIR and --tokens are required")
     ids = [int(t) for t in a.tokens.replace(",", " ").split()]
+    global GELU_MODE
+    GELU_MODE = "ggml-f16" if a.ggml_gelu else "exact"
     try:
         cfg, W = load(a.model_dir)
         lg = forward(cfg, W, ids, a.variant, a.start_pos)
