@@ -7,7 +7,7 @@ For gpt2, llama2, llama3, llama3.1 (rope_freqs), llama3.2 (tied, head_dim key), 
 fp32 HF model (make_tiny.py), write it as GGUF with our own minimal writer (gguf_min.py), run it through
 real llama.cpp (llamacpp/run.mjs, F32 KV cache) and compare its logits at every prompt position and
 its greedy continuation with ref_forward.py (float64, HF conventions).  Also an f16 GGUF of the llama3
-model (looser bound: ggml rounds activations to f16 for f16 matmuls) and two negative controls that
+model (looser bound: ggml presumably rounds activations to f16 for f16 matmuls) and two negative controls that
 must FAIL to match: q/k rows left in HF order (no permute), and the Llama 3.1 model without
 rope_freqs.weight.  GPT-2: llama.cpp's CPU GELU goes through an f16 table (ggml GGML_GELU_FP16), so
 the 2-layer models agree with the exact HF math only to ~1e-2 (greedy ids still equal); a 1-layer model

@@ -15,6 +15,8 @@ Command line:
   st.py ls PATH                    list tensors (name dtype shape) of a file or an HF directory
   st.py compare DIR_A DIR_B [-n N] bit-for-bit comparison (names, dtypes, shapes, bytes); prints the
                                    first N differences; exit 0 equal, 1 different, 2 usage/read error
+  st.py self-test                  bf16/f16 rounding against torch's own casts (all halfway cases too),
+                                   write/read round trips, sharding, compare detecting a 1-ulp change
 """
 import json
 import os
@@ -239,7 +241,66 @@ def compare(a, b, nmax=10):
     return diffs
 
 
+def self_test():
+    import shutil
+    import tempfile
+    import torch
+    fails = []
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        (rng.standard_normal(1 << 20) * 1e3).astype(np.float32),
+        rng.integers(0, 2 ** 32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        ((rng.integers(0, 2 ** 16, 1 << 16, dtype=np.uint64) << 16) | 0x8000).astype(np.uint32).view(np.float32),
+        np.array([np.inf, -np.inf, 0.0, -0.0, 3.4e38, -3.4e38, 1e-45, 6e-8, 65520.0, np.nan], np.float32)])
+    nan = np.isnan(x)
+    ours = f32_to_bf16_bits(x)
+    ref = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    nb = int((ours[~nan] != ref[~nan]).sum())
+    qn = bool(np.isnan(bf16_bits_to_f32(ours[nan])).all())
+    print("bf16 RNE vs torch: %d mismatches of %d values; NaN stays NaN: %s" % (nb, int((~nan).sum()), qn))
+    f16 = from_f32(x[~nan], "F16").view(np.uint16)
+    rf = torch.from_numpy(x[~nan]).to(torch.float16).numpy().view(np.uint16)
+    n16 = int((f16 != rf).sum())
+    print("f16 vs torch: %d mismatches" % n16)
+    if nb or not qn or n16:
+        fails.append("rounding")
+    tmp = tempfile.mkdtemp(prefix="st-selftest-")
+    try:
+        t = [("b.w", "BF16", f32_to_bf16_bits(rng.standard_normal((7, 5)).astype(np.float32))),
+             ("a.w", "F32", rng.standard_normal((3, 4)).astype(np.float32)),
+             ("c.scalar", "F32", np.array(-1e4, np.float32)),
+             ("d.h", "F16", rng.standard_normal(9).astype(np.float16)),
+             ("e.i", "I64", np.arange(5, dtype=np.int64))]
+        save_dir(os.path.join(tmp, "one"), t)
+        save_dir(os.path.join(tmp, "sh"), t, shard_bytes=64)
+        nsh = len([f for f in os.listdir(os.path.join(tmp, "sh")) if f.endswith(".safetensors")])
+        for d in ("one", "sh"):
+            L = load(os.path.join(tmp, d))
+            for name, dt, arr in t:
+                if L[name][0] != dt or L[name][1] != arr.shape or L[name][2].tobytes() != arr.tobytes():
+                    fails.append("round trip %s %s" % (d, name))
+        with open(os.path.join(tmp, "one", "model.safetensors"), "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+        if (8 + n) % 8:
+            fails.append("header not padded to 8")
+        eq = compare(os.path.join(tmp, "one"), os.path.join(tmp, "sh"))
+        t2 = [(nm, dt, a.copy()) for nm, dt, a in t]
+        t2[0][2].reshape(-1)[17] ^= 1
+        save_dir(os.path.join(tmp, "two"), t2)
+        ne = compare(os.path.join(tmp, "one"), os.path.join(tmp, "two"))
+        print("round trips ok: %s; %d shards; compare equal: %s; 1-ulp change found: %s"
+              % (not fails, nsh, not eq, ne[:1]))
+        if eq or len(ne) != 1 or nsh < 3:
+            fails.append("compare/shards")
+    finally:
+        shutil.rmtree(tmp)
+    print("st.py self-test %s" % ("FAILED: " + ", ".join(fails) if fails else "passed"))
+    return 1 if fails else 0
+
+
 def main(argv):
+    if argv[:1] == ["self-test"]:
+        return self_test()
     if len(argv) >= 2 and argv[0] == "ls":
         for name, (d, s, _) in sorted(load(argv[1]).items()):
             print("%s %s %s" % (name, d, list(s)))
