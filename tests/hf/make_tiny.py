@@ -1,0 +1,271 @@
+#!/usr/bin/python3
+"""Make a tiny random Hugging Face model directory (config.json, generation_config.json, safetensors).
+
+usage: make_tiny.py FAMILY OUTDIR [--dtype bf16|fp16|fp32] [--vocab N] [--layers N] [--hidden N]
+                    [--heads N] [--kv-heads N] [--head-dim N] [--ffn N] [--seed N] [--shard-bytes N]
+                    [--tie | --untie] [--rope-orig N] [--gpt2-prefix none|transformer]
+                    [--gpt2-buffers none|bias|masked]
+FAMILY: gpt2 llama2 llama3 llama3.1 llama3.2 mistral qwen2 qwen3
+
+The files follow what transformers' save_pretrained writes for each family (facts read from
+huggingface/transformers: models/<family>/configuration_<family>.py for the config keys and defaults,
+modeling_<family>.py for the parameter names and shapes, and the published config.json files of
+openai-community/gpt2, meta-llama/Llama-2-7b-hf, Meta-Llama-3-8B, Llama-3.1-8B, Llama-3.2-1B,
+mistralai/Mistral-7B-v0.3, Qwen/Qwen2-0.5B and Qwen/Qwen3-0.6B):
+- Linear weights are [out, in] (nn.Linear); GPT-2's Conv1D weights are [in, out], c_attn's columns
+  are [Q | K | V].
+- Tied embeddings: lm_head.weight is not saved (safetensors drops the shared tensor).
+- GPT-2: openai-community/gpt2's model.safetensors has no "transformer." prefix and holds the causal
+  mask buffers h.N.attn.bias ([1,1,n_positions,n_positions] lower-triangular ones); newer saves of
+  GPT2LMHeadModel use the "transformer." prefix and no buffers (persistent=False); some older files
+  (e.g. microsoft/DialoGPT-small) also hold h.N.attn.masked_bias (a scalar -1e4).  --gpt2-prefix and
+  --gpt2-buffers select these variants.
+- Weights are random normal (std 0.05-0.4 by role) so that attention is not uniform and logits are
+  not flat; norm weights are 1 + 0.1*N(0,1), biases 0.05-0.1*N(0,1).  Values are drawn in float32,
+  then rounded to the file dtype (bf16: round to nearest even, st.f32_to_bf16_bits).
+- The default vocabulary (1000) is not a multiple of 128, so converters must pad it.
+
+Llama 3.1/3.2 rope scaling (rope_type llama3, factor 8 / 32, low_freq_factor 1, high_freq_factor 4,
+rope_theta 500000) with a tiny head_dim: the real original_max_position_embeddings 8192 would put
+almost every frequency of a short test sequence in the "unchanged" region and the effect of scaling
+at positions < 64 would be invisible.  So the tiny models use original_max_position_embeddings = 64:
+the thresholds become high_freq_wavelen = 64/4 = 16 and low_freq_wavelen = 64/1 = 64.  With head_dim
+16 the wavelengths 2*pi*500000^(2i/16) are 6.3, 32.4, 167, 861, ... : i=0 is below 16 (kept), i=1 lies
+between 16 and 64 (smoothed), i>=2 are above 64 (divided by factor), and at positions 0..63 the
+scaled low frequencies change the angles by far more than rounding.  make_tiny checks that every
+region holds at least one frequency for the chosen head_dim and refuses otherwise (--rope-orig N
+changes the value).  max_position_embeddings = factor * original.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st  # noqa: E402
+
+FAMILIES = ("gpt2", "llama2", "llama3", "llama3.1", "llama3.2", "mistral", "qwen2", "qwen3")
+TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+ST_DTYPE = {"bf16": "BF16", "fp16": "F16", "fp32": "F32"}
+
+
+def rope_regions(head_dim, theta, orig, low=1.0, high=4.0):
+    """Counts of inv_freq entries kept / smoothed / divided by factor (transformers' llama3 rule)."""
+    inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    wl = 2 * math.pi / inv
+    hi_wl, lo_wl = orig / high, orig / low
+    kept = int((wl < hi_wl).sum())
+    scaled = int((wl > lo_wl).sum())
+    return kept, len(wl) - kept - scaled, scaled
+
+
+def make_config(fam, a, head_dim, ffn, bos, eos):
+    tdt = TORCH_DTYPE[a.dtype]
+    if fam == "gpt2":
+        c = {
+            "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+            "bos_token_id": bos, "embd_pdrop": 0.1, "eos_token_id": eos, "initializer_range": 0.02,
+            "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": a.positions, "n_embd": a.hidden,
+            "n_head": a.heads, "n_inner": None if ffn == 4 * a.hidden else ffn, "n_layer": a.layers,
+            "n_positions": a.positions, "reorder_and_upcast_attn": False, "resid_pdrop": 0.1,
+            "scale_attn_by_inverse_layer_idx": False, "scale_attn_weights": True,
+            "summary_activation": None, "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
+            "summary_type": "cls_index", "summary_use_proj": True, "torch_dtype": tdt,
+            "transformers_version": "4.46.3", "use_cache": True, "vocab_size": a.vocab,
+        }
+        return c, {"_from_model_config": True, "bos_token_id": bos, "eos_token_id": eos,
+                   "transformers_version": "4.46.3"}
+    arch = {"llama2": "LlamaForCausalLM", "llama3": "LlamaForCausalLM", "llama3.1": "LlamaForCausalLM",
+            "llama3.2": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+            "qwen3": "Qwen3ForCausalLM"}[fam]
+    mtype = {"mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3"}.get(fam, "llama")
+    c = {"architectures": [arch]}
+    if fam not in ("llama2", "mistral", "qwen2"):
+        c["attention_bias"] = False
+    c.update({"attention_dropout": 0.0, "bos_token_id": bos, "eos_token_id": eos})
+    if fam in ("llama3.2", "qwen3"):
+        c["head_dim"] = head_dim
+    c.update({"hidden_act": "silu", "hidden_size": a.hidden, "initializer_range": 0.02,
+              "intermediate_size": ffn, "max_position_embeddings": a.positions})
+    if fam in ("qwen2", "qwen3"):
+        c["max_window_layers"] = a.layers
+    if fam in ("llama3.1", "llama3.2"):
+        c["mlp_bias"] = False
+    c.update({"model_type": mtype, "num_attention_heads": a.heads, "num_hidden_layers": a.layers,
+              "num_key_value_heads": a.kv_heads})
+    if fam.startswith("llama"):
+        c["pretraining_tp"] = 1
+    c["rms_norm_eps"] = 1e-06 if fam in ("qwen2", "qwen3") else 1e-05
+    if fam in ("llama3.1", "llama3.2"):
+        c["rope_scaling"] = {"factor": 8.0 if fam == "llama3.1" else 32.0, "high_freq_factor": 4.0,
+                             "low_freq_factor": 1.0, "original_max_position_embeddings": a.rope_orig,
+                             "rope_type": "llama3"}
+    elif fam != "qwen2":
+        c["rope_scaling"] = None
+    c["rope_theta"] = {"llama2": 10000.0, "mistral": 1000000.0, "qwen2": 1000000.0,
+                       "qwen3": 1000000}.get(fam, 500000.0)
+    if fam in ("mistral", "qwen2", "qwen3"):
+        c["sliding_window"] = a.positions if fam == "qwen2" else None
+    c.update({"tie_word_embeddings": a.tied, "torch_dtype": tdt, "transformers_version": "4.46.3",
+              "use_cache": True})
+    if fam in ("qwen2", "qwen3"):
+        c["use_sliding_window"] = False
+    c["vocab_size"] = a.vocab
+    g = {"_from_model_config": True, "bos_token_id": bos, "eos_token_id": eos,
+         "transformers_version": "4.46.3"}
+    if fam in ("llama3.1", "llama3.2"):
+        g = {"bos_token_id": bos, "do_sample": True, "eos_token_id": eos, "temperature": 0.6,
+             "top_p": 0.9, "transformers_version": "4.46.3"}
+    return c, g
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="make a tiny random Hugging Face model directory")
+    p.add_argument("family", choices=FAMILIES)
+    p.add_argument("outdir")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None,
+                   help="file dtype (default fp32 for gpt2, bf16 otherwise)")
+    p.add_argument("--vocab", type=int, default=1000)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--kv-heads", type=int, default=None, help="default: heads for gpt2/llama2, 2 otherwise")
+    p.add_argument("--head-dim", type=int, default=None, help="qwen3 only (default 32); others hidden/heads")
+    p.add_argument("--ffn", type=int, default=None, help="intermediate size (default 4*hidden for gpt2, 176)")
+    p.add_argument("--positions", type=int, default=None, help="max_position_embeddings / n_positions")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--shard-bytes", type=int, default=0)
+    t = p.add_mutually_exclusive_group()
+    t.add_argument("--tie", dest="tied", action="store_const", const=True, default=None)
+    t.add_argument("--untie", dest="tied", action="store_const", const=False)
+    p.add_argument("--rope-orig", type=int, default=64, help="llama3.1/3.2 original_max_position_embeddings")
+    p.add_argument("--gpt2-prefix", choices=("none", "transformer"), default="none")
+    p.add_argument("--gpt2-buffers", choices=("none", "bias", "masked"), default="none")
+    a = p.parse_args(argv)
+    fam = a.family
+    if a.dtype is None:
+        a.dtype = "fp32" if fam == "gpt2" else "bf16"
+    if a.kv_heads is None:
+        a.kv_heads = a.heads if fam in ("gpt2", "llama2") else min(2, a.heads)
+    if fam == "gpt2" and a.kv_heads != a.heads:
+        p.error("gpt2 has no grouped-query attention")
+    if a.heads % a.kv_heads:
+        p.error("--heads must be a multiple of --kv-heads")
+    if a.head_dim is not None and fam != "qwen3":
+        p.error("--head-dim is for qwen3 (others use hidden/heads)")
+    if a.hidden % a.heads:
+        p.error("--hidden must be a multiple of --heads")
+    head_dim = a.head_dim or (32 if fam == "qwen3" else a.hidden // a.heads)
+    if head_dim % 2:
+        p.error("head_dim must be even for RoPE")
+    ffn = a.ffn or (4 * a.hidden if fam == "gpt2" else 176)
+    if a.tied is None:
+        a.tied = fam in ("gpt2", "llama3.2", "qwen2", "qwen3")
+    if fam == "gpt2" and not a.tied:
+        p.error("GPT2LMHeadModel always ties lm_head to wte")
+    factor = {"llama3.1": 8, "llama3.2": 32}.get(fam)
+    if a.positions is None:
+        a.positions = {"gpt2": 128}.get(fam, a.rope_orig * factor if factor else 256)
+    if factor:
+        kept, smoothed, scaled = rope_regions(head_dim, 500000.0, a.rope_orig)
+        if not (kept and smoothed and scaled):
+            p.error("rope scaling regions kept/smoothed/scaled = %d/%d/%d for head_dim %d and "
+                    "original_max_position_embeddings %d: choose another --rope-orig"
+                    % (kept, smoothed, scaled, head_dim, a.rope_orig))
+    V = a.vocab
+    if fam == "gpt2":
+        bos = eos = V - 1
+    elif fam in ("llama2", "mistral"):
+        bos, eos = 1, 2
+    elif fam == "llama3":
+        bos, eos = V - 8, V - 7
+    elif fam in ("llama3.1", "llama3.2"):
+        bos, eos = V - 8, [V - 7, V - 4, V - 3]
+    elif fam == "qwen2":
+        bos = eos = V - 20
+    else:
+        bos, eos = V - 20, V - 18
+    if V < 30:
+        p.error("--vocab must be at least 30")
+
+    rng = np.random.default_rng(a.seed)
+    sdt = ST_DTYPE[a.dtype]
+    tensors = []
+
+    def put(name, shape, std=None, mean=0.0, value=None):
+        if value is None:
+            value = mean + std * rng.standard_normal(shape, dtype=np.float32)
+        tensors.append((name, sdt, st.from_f32(np.asarray(value, np.float32).reshape(shape), sdt)))
+
+    H, I = a.hidden, ffn
+    if fam == "gpt2":
+        pre = "transformer." if a.gpt2_prefix == "transformer" else ""
+        put(pre + "wte.weight", (V, H), 0.4)
+        put(pre + "wpe.weight", (a.positions, H), 0.1)
+        tril = np.tril(np.ones((a.positions, a.positions), np.float32)).reshape(1, 1, a.positions, a.positions)
+        for n in range(a.layers):
+            L = "%sh.%d." % (pre, n)
+            put(L + "ln_1.weight", (H,), 0.1, 1.0)
+            put(L + "ln_1.bias", (H,), 0.05)
+            if a.gpt2_buffers != "none":
+                put(L + "attn.bias", tril.shape, value=tril)
+            if a.gpt2_buffers == "masked":
+                put(L + "attn.masked_bias", (), value=np.float32(-1e4))
+            # c_attn [in, 3*out]: Q columns get a larger scale so attention is not uniform
+            w = 0.12 * rng.standard_normal((H, 3 * H), dtype=np.float32)
+            w[:, :2 * H] *= 2.0
+            put(L + "attn.c_attn.weight", (H, 3 * H), value=w)
+            put(L + "attn.c_attn.bias", (3 * H,), 0.1)
+            put(L + "attn.c_proj.weight", (H, H), 0.12)
+            put(L + "attn.c_proj.bias", (H,), 0.05)
+            put(L + "ln_2.weight", (H,), 0.1, 1.0)
+            put(L + "ln_2.bias", (H,), 0.05)
+            put(L + "mlp.c_fc.weight", (H, I), 0.12)
+            put(L + "mlp.c_fc.bias", (I,), 0.1)
+            put(L + "mlp.c_proj.weight", (I, H), 0.06)
+            put(L + "mlp.c_proj.bias", (H,), 0.05)
+        put(pre + "ln_f.weight", (H,), 0.1, 1.0)
+        put(pre + "ln_f.bias", (H,), 0.05)
+    else:
+        nq, nkv, d = a.heads, a.kv_heads, head_dim
+        put("model.embed_tokens.weight", (V, H), 0.4)
+        for n in range(a.layers):
+            L = "model.layers.%d." % n
+            put(L + "self_attn.q_proj.weight", (nq * d, H), 0.25)
+            if fam == "qwen2":
+                put(L + "self_attn.q_proj.bias", (nq * d,), 0.1)
+            put(L + "self_attn.k_proj.weight", (nkv * d, H), 0.25)
+            if fam == "qwen2":
+                put(L + "self_attn.k_proj.bias", (nkv * d,), 0.1)
+            put(L + "self_attn.v_proj.weight", (nkv * d, H), 0.12)
+            if fam == "qwen2":
+                put(L + "self_attn.v_proj.bias", (nkv * d,), 0.1)
+            put(L + "self_attn.o_proj.weight", (H, nq * d), 0.12)
+            if fam == "qwen3":
+                put(L + "self_attn.q_norm.weight", (d,), 0.2, 1.0)
+                put(L + "self_attn.k_norm.weight", (d,), 0.2, 1.0)
+            put(L + "mlp.gate_proj.weight", (I, H), 0.12)
+            put(L + "mlp.up_proj.weight", (I, H), 0.12)
+            put(L + "mlp.down_proj.weight", (H, I), 0.08)
+            put(L + "input_layernorm.weight", (H,), 0.1, 1.0)
+            put(L + "post_attention_layernorm.weight", (H,), 0.1, 1.0)
+        put("model.norm.weight", (H,), 0.1, 1.0)
+        if not a.tied:
+            put("lm_head.weight", (V, H), 0.3)
+
+    cfg, gen = make_config(fam, a, head_dim, ffn, bos, eos)
+    os.makedirs(a.outdir, exist_ok=True)
+    st.save_dir(a.outdir, tensors, a.shard_bytes)
+    for fn, obj in (("config.json", cfg), ("generation_config.json", gen)):
+        with open(os.path.join(a.outdir, fn + ".tmp"), "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(os.path.join(a.outdir, fn + ".tmp"), os.path.join(a.outdir, fn))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,486 @@
+#!/usr/bin/python3
+"""Independent float64 reference of the Hugging Face forward pass for mgt's converter tests.
+
+usage: ref_forward.py MODEL_DIR --tokens "ID ID ..." [--logits OUT.npy] [--greedy N] [--stop-eos]
+                      [--variant a|b] [--start-pos P] [--ggml-gelu]
+       ref_forward.py --self-test [--quick]
+
+MODEL_DIR is a Hugging Face model directory (config.json + model.safetensors or sharded files), read
+with tests/hf/st.py (no transformers, no safetensors package).  Every weight is upcast exactly to
+float64 and all arithmetic is float64 (torch 1.13 on the CPU).  --logits writes float64 .npy
+[n_tokens, vocab_size] for the prompt positions; --greedy N appends N argmax tokens (ties: lowest id;
+the whole sequence is recomputed each step, no KV cache) and prints {"greedy": [...new ids...]} as JSON
+on stdout.  --stop-eos stops after generating an id in config eos_token_id.
+
+Conventions, as huggingface/transformers defines them (read for facts, not copied, from
+src/transformers/models/gpt2/modeling_gpt2.py, models/llama/modeling_llama.py,
+models/mistral/modeling_mistral.py, models/qwen2/modeling_qwen2.py, models/qwen3/modeling_qwen3.py,
+modeling_rope_utils.py, activations.py, pytorch_utils.py (Conv1D)):
+- GPT-2 (GPT2LMHeadModel): h = wte[ids] + wpe[pos]; per block h += c_proj(attn(ln_1(h))) and
+  h += mlp.c_proj(gelu_new(mlp.c_fc(ln_2(h)))); ln_f; logits = h @ wte^T (tied).  Conv1D computes
+  x @ W + b with W stored [in, out]; c_attn's output columns are [Q | K | V], heads contiguous
+  within each; attention scores are scaled by 1/sqrt(head_dim) (scale_attn_weights, no
+  scale_attn_by_inverse_layer_idx, no reorder_and_upcast_attn); LayerNorm eps = layer_norm_epsilon,
+  biased variance.  gelu_new(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).  The h.N.attn.bias /
+  masked_bias entries some files hold are mask buffers, not parameters: ignored.  Keys may carry the
+  "transformer." prefix or not.
+- Llama / Mistral / Qwen2 / Qwen3: h = embed_tokens[ids]; per layer h += o_proj(attn(RMSNorm_in(h)));
+  h += down_proj(silu(gate_proj(x)) * up_proj(x)) with x = RMSNorm_post(h); final RMSNorm; logits =
+  lm_head(h) or h @ embed_tokens^T when tie_word_embeddings.  RMSNorm(x) = w * x / sqrt(mean(x^2) + eps)
+  (eps = rms_norm_eps).  head_dim = config head_dim when present, else hidden/heads.  q/k/v projections
+  are [heads*head_dim, hidden] Linear rows, head-major; Qwen2 has q/k/v biases and no o_proj bias
+  (Llama's attention_bias adds all four when true).  Qwen3 applies q_norm / k_norm (RMSNorm over
+  head_dim, weights [head_dim]) to each head of q and k after the projection, before RoPE.  GQA: kv
+  head g serves query heads g*r .. g*r+r-1 (r = heads/kv_heads; repeat_kv).  Causal softmax attention
+  scaled by 1/sqrt(head_dim).
+- RoPE (rotate_half convention, "NEOX" in llama.cpp terms): inv_freq_i = 1/theta^(2i/d), i < d/2;
+  angle = pos * inv_freq; cos/sin over d = cat(angles, angles); x' = x cos + rotate_half(x) sin with
+  rotate_half(x) = cat(-x[d/2:], x[:d/2]).  rope_scaling rope_type "llama3" (_compute_llama3_parameters):
+  wavelen = 2 pi / inv_freq; wavelen > orig/low_freq_factor: inv/factor; wavelen < orig/high_freq_factor:
+  inv; otherwise (both ends inclusive) (1-s) inv/factor + s inv with s = (orig/wavelen - low)/(high - low);
+  attention scaling stays 1.  rope_type "linear": inv/factor.  Others are refused.
+- Sliding windows (Mistral sliding_window, Qwen use_sliding_window) are refused when the sequence is
+  longer than the window; shorter sequences are unaffected.
+
+Second path (--variant b, used by --self-test): GPT-2 through torch.nn.functional (linear on the
+transposed Conv1D weights, layer_norm, gelu approximate="tanh", masked_fill + softmax, per-head loop);
+the RoPE families with q/k rows (and q/k biases, q_norm/k_norm weights) permuted to the interleaved
+layout that Meta's original checkpoints and llama.cpp's LLAMA_ROPE_TYPE_NORM use
+(w.reshape(n_head, 2, d/2, in).swapaxes(1, 2), convert_hf_to_gguf.py LlamaModel.permute), rotated
+as complex numbers (adjacent pairs times exp(i angle)), llama3 factors computed per frequency with
+scalar math, F.silu, repeat_interleave for GQA, and a per-head loop.  The two paths must agree to
+~1e-12: that checks the permutation and the rotate_half equivalence on which the GGUF export relies.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st  # noqa: E402
+
+torch.set_default_dtype(torch.float64)
+DT = torch.float64
+# "exact": HF's gelu_new in float64.  "ggml-f16": llama.cpp's CPU GELU (ggml GGML_GELU_FP16): the input
+# rounded to f16, gelu computed in f32, the result rounded to f16 (a 65536-entry table), x <= -10 -> 0,
+# x >= 10 -> x.  Only for comparing with llama.cpp (--ggml-gelu), never as the HF reference.
+GELU_MODE = "exact"
+
+
+class RefError(Exception):
+    pass
+
+
+def load(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    W = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in st.load_float(model_dir).items()}
+    return cfg, W
+
+
+def family(cfg):
+    mt = cfg.get("model_type")
+    if mt in ("gpt2", "llama", "mistral", "qwen2", "qwen3"):
+        return mt
+    raise RefError("config.json: model_type %r not supported (gpt2, llama, mistral, qwen2, qwen3)" % mt)
+
+
+def need(W, name, shape):
+    if name not in W:
+        raise RefError("tensor %s missing" % name)
+    t = W[name]
+    if tuple(t.shape) != tuple(shape):
+        raise RefError("tensor %s: shape %s, expected %s" % (name, list(t.shape), list(shape)))
+    return t
+
+
+# ----------------------------------------------------------------------------------------- GPT-2
+def gpt2_forward(cfg, W, ids, variant="a", start_pos=0):
+    pre = "transformer." if any(k.startswith("transformer.") for k in W) else ""
+    H, nh, L = cfg["n_embd"], cfg["n_head"], cfg["n_layer"]
+    V, P = cfg["vocab_size"], cfg["n_positions"]
+    I = cfg.get("n_inner") or 4 * H
+    eps = cfg["layer_norm_epsilon"]
+    if cfg.get("activation_function", "gelu_new") != "gelu_new":
+        raise RefError("activation_function %r not supported" % cfg.get("activation_function"))
+    if cfg.get("scale_attn_by_inverse_layer_idx") or cfg.get("reorder_and_upcast_attn"):
+        raise RefError("scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn not supported")
+    if cfg.get("scale_attn_weights", True) is not True:
+        raise RefError("scale_attn_weights false not supported")
+    d = H // nh
+    n = len(ids)
+    if start_pos + n > P:
+        raise RefError("sequence of %d tokens exceeds n_positions %d" % (start_pos + n, P))
+    g = lambda name, shape: need(W, pre + name, shape)  # noqa: E731
+    wte = g("wte.weight", (V, H))
+    ids_t = torch.tensor(ids, dtype=torch.long)
+    pos = torch.arange(start_pos, start_pos + n)
+    h = wte[ids_t] + g("wpe.weight", (P, H))[pos]
+
+    def ln(x, w, b):
+        if variant == "b":
+            return F.layer_norm(x, (H,), w, b, eps)
+        mu = x.mean(-1, keepdim=True)
+        var = ((x - mu) ** 2).mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(var + eps) * w + b
+
+    def conv1d(x, w, b):
+        return F.linear(x, w.t(), b) if variant == "b" else x @ w + b
+
+    def gelu_new(x):
+        if GELU_MODE == "ggml-f16":
+            x16 = x.to(torch.float32).to(torch.float16).to(torch.float32)
+            y = 0.5 * x16 * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * x16 * (1.0 + 0.044715 * x16 * x16)))
+            y = y.to(torch.float16).to(DT)
+            return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
+        if variant == "b":
+            return F.gelu(x, approximate="tanh")
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    for i in range(L):
+        p = "h.%d." % i
+        x = ln(h, g(p + "ln_1.weight", (H,)), g(p + "ln_1.bias", (H,)))
+        qkv = conv1d(x, g(p + "attn.c_attn.weight", (H, 3 * H)), g(p + "attn.c_attn.bias", (3 * H,)))
+        q, k, v = qkv[:, :H], qkv[:, H:2 * H], qkv[:, 2 * H:]
+        ctx = attention(q.reshape(n, nh, d), k.reshape(n, nh, d), v.reshape(n, nh, d), causal, variant)
+        h = h + conv1d(ctx.reshape(n, H), g(p + "attn.c_proj.weight", (H, H)), g(p + "attn.c_proj.bias", (H,)))
+        x = ln(h, g(p + "ln_2.weight", (H,)), g(p + "ln_2.bias", (H,)))
+        x = gelu_new(conv1d(x, g(p + "mlp.c_fc.weight", (H, I)), g(p + "mlp.c_fc.bias", (I,))))
+        h = h + conv1d(x, g(p + "mlp.c_proj.weight", (I, H)), g(p + "mlp.c_proj.bias", (H,)))
+    h = ln(h, g("ln_f.weight", (H,)), g("ln_f.bias", (H,)))
+    return h @ wte.t()
+
+
+def attention(q, k, v, causal, variant):
+    """q [n, nq, d], k/v [n, nq, d] (kv already expanded to the query heads) -> [n, nq, d]."""
+    n, nq, d = q.shape
+    scale = 1.0 / math.sqrt(d)
+    if variant == "b":
+        out = torch.empty_like(q)
+        for hh in range(nq):
+            s = (q[:, hh, :] @ k[:, hh, :].t()) * scale
+            s = s.masked_fill(~causal, float("-inf"))
+            out[:, hh, :] = torch.softmax(s, dim=-1) @ v[:, hh, :]
+        return out
+    s = torch.einsum("ihd,jhd->hij", q, k) * scale
+    s = torch.where(causal[None], s, torch.tensor(-1e300))
+    s = s - s.max(-1, keepdim=True).values
+    pr = torch.exp(s)
+    pr = pr * causal[None]
+    pr = pr / pr.sum(-1, keepdim=True)
+    return torch.einsum("hij,jhd->ihd", pr, v)
+
+
+# ----------------------------------------------------------------------------- RoPE families
+def inv_freq(cfg, d, variant="a"):
+    theta = float(cfg.get("rope_theta", 10000.0))
+    rs = cfg.get("rope_scaling")
+    rtype = None
+    if rs:
+        rtype = rs.get("rope_type", rs.get("type"))
+    if variant == "b":
+        out = []
+        for i in range(d // 2):
+            f = 1.0 / theta ** (2.0 * i / d)
+            if rtype == "llama3":
+                fac, lo, hi = float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
+                orig = float(rs["original_max_position_embeddings"])
+                wl = 2.0 * math.pi / f
+                if wl < orig / hi:
+                    pass
+                elif wl > orig / lo:
+                    f = f / fac
+                else:
+                    s = (orig / wl - lo) / (hi - lo)
+                    f = (1.0 - s) * f / fac + s * f
+            elif rtype == "linear":
+                f = f / float(rs["factor"])
+            out.append(f)
+        return torch.tensor(out)
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=DT) / d)
+    if rtype is None or rtype == "default":
+        return inv
+    if rtype == "linear":
+        return inv / float(rs["factor"])
+    if rtype != "llama3":
+        raise RefError("rope_scaling rope_type %r not supported" % rtype)
+    fac, lo, hi = float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
+    orig = float(rs["original_max_position_embeddings"])
+    wl = 2 * math.pi / inv
+    low_band = wl > orig / lo
+    high_band = wl < orig / hi
+    s = (orig / wl - lo) / (hi - lo)
+    mid = (1 - s) * inv / fac + s * inv
+    return torch.where(high_band, inv, torch.where(low_band, inv / fac, mid))
+
+
+def rope_regions(cfg, d):
+    """(kept, smoothed, divided) frequency counts for a llama3 rope_scaling config."""
+    theta = float(cfg.get("rope_theta", 10000.0))
+    rs = cfg["rope_scaling"]
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=DT) / d)
+    wl = 2 * math.pi / inv
+    orig = float(rs["original_max_position_embeddings"])
+    hi = int((wl < orig / float(rs["high_freq_factor"])).sum())
+    lo = int((wl > orig / float(rs["low_freq_factor"])).sum())
+    return hi, len(wl) - hi - lo, lo
+
+
+def rope_half(x, ang):
+    """x [n, h, d] rotate_half convention; ang [n, d/2]."""
+    c = torch.cat([torch.cos(ang), torch.cos(ang)], -1)[:, None, :]
+    s = torch.cat([torch.sin(ang), torch.sin(ang)], -1)[:, None, :]
+    h2 = x.shape[-1] // 2
+    rot = torch.cat([-x[..., h2:], x[..., :h2]], -1)
+    return x * c + rot * s
+
+
+def rope_interleaved(x, ang):
+    """x [n, h, d] with pairs (2j, 2j+1) rotated by ang[:, j], as complex multiplication."""
+    n, hh, d = x.shape
+    z = torch.view_as_complex(x.reshape(n, hh, d // 2, 2).contiguous())
+    r = torch.polar(torch.ones_like(ang), ang)[:, None, :]
+    return torch.view_as_real(z * r).reshape(n, hh, d)
+
+
+def permute_rows(w, n_head):
+    """HF (rotate_half) q/k rows -> interleaved pairs; works for [rows, in] weights and [rows] vectors."""
+    rows = w.shape[0]
+    rest = tuple(w.shape[1:])
+    return w.reshape(n_head, 2, rows // n_head // 2, *rest).transpose(1, 2).reshape(rows, *rest)
+
+
+def rmsnorm(x, w, eps, variant):
+    if variant == "b":
+        return w * (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps))
+    return w * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def rope_forward(cfg, W, ids, variant="a", start_pos=0):
+    fam = family(cfg)
+    H, nq, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    nkv = cfg.get("num_key_value_heads") or nq
+    V, I = cfg["vocab_size"], cfg["intermediate_size"]
+    d = cfg.get("head_dim") or H // nq
+    eps = cfg["rms_norm_eps"]
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise RefError("hidden_act %r not supported" % cfg.get("hidden_act"))
+    if cfg.get("mlp_bias"):
+        raise RefError("mlp_bias not supported")
+    n = len(ids)
+    sw = cfg.get("sliding_window")
+    uses_sw = sw is not None and (fam == "mistral" or cfg.get("use_sliding_window"))
+    if uses_sw and start_pos + n > sw:
+        raise RefError("sequence of %d tokens is longer than sliding_window %d" % (start_pos + n, sw))
+    qkv_bias = fam == "qwen2" or bool(cfg.get("attention_bias"))
+    o_bias = fam != "qwen2" and bool(cfg.get("attention_bias"))
+    r = nq // nkv
+    if nq % nkv:
+        raise RefError("num_attention_heads %d not a multiple of num_key_value_heads %d" % (nq, nkv))
+    ids_t = torch.tensor(ids, dtype=torch.long)
+    emb = need(W, "model.embed_tokens.weight", (V, H))
+    h = emb[ids_t].clone()
+    pos = torch.arange(start_pos, start_pos + n, dtype=DT)
+    ang = pos[:, None] * inv_freq(cfg, d, variant)[None, :]
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    for i in range(L):
+        p = "model.layers.%d." % i
+        x = rmsnorm(h, need(W, p + "input_layernorm.weight", (H,)), eps, variant)
+        wq = need(W, p + "self_attn.q_proj.weight", (nq * d, H))
+        wk = need(W, p + "self_attn.k_proj.weight", (nkv * d, H))
+        wv = need(W, p + "self_attn.v_proj.weight", (nkv * d, H))
+        bq = need(W, p + "self_attn.q_proj.bias", (nq * d,)) if qkv_bias else torch.zeros(nq * d)
+        bk = need(W, p + "self_attn.k_proj.bias", (nkv * d,)) if qkv_bias else torch.zeros(nkv * d)
+        bv = need(W, p + "self_attn.v_proj.bias", (nkv * d,)) if qkv_bias else torch.zeros(nkv * d)
+        qn = kn = None
+        if fam == "qwen3":
+            qn = need(W, p + "self_attn.q_norm.weight", (d,))
+            kn = need(W, p + "self_attn.k_norm.weight", (d,))
+        if variant == "b":
+            # interleaved layout: permute q/k rows per head (and the per-head norm weights alike)
+            wq, bq = permute_rows(wq, nq), permute_rows(bq, nq)
+            wk, bk = permute_rows(wk, nkv), permute_rows(bk, nkv)
+            if qn is not None:
+                qn, kn = permute_rows(qn, 1), permute_rows(kn, 1)
+            q = F.linear(x, wq, bq).reshape(n, nq, d)
+            k = F.linear(x, wk, bk).reshape(n, nkv, d)
+            v = F.linear(x, wv, bv).reshape(n, nkv, d)
+        else:
+            q = (x @ wq.t() + bq).reshape(n, nq, d)
+            k = (x @ wk.t() + bk).reshape(n, nkv, d)
+            v = (x @ wv.t() + bv).reshape(n, nkv, d)
+        if qn is not None:
+            q = rmsnorm(q, qn, eps, variant)
+            k = rmsnorm(k, kn, eps, variant)
+        if variant == "b":
+            q, k = rope_interleaved(q, ang), rope_interleaved(k, ang)
+            k = k.repeat_interleave(r, dim=1)
+            v = v.repeat_interleave(r, dim=1)
+        else:
+            q, k = rope_half(q, ang), rope_half(k, ang)
+            k = k[:, :, None, :].expand(n, nkv, r, d).reshape(n, nq, d)
+            v = v[:, :, None, :].expand(n, nkv, r, d).reshape(n, nq, d)
+        ctx = attention(q, k, v, causal, variant).reshape(n, nq * d)
+        wo = need(W, p + "self_attn.o_proj.weight", (H, nq * d))
+        h = h + ctx @ wo.t()
+        if o_bias:
+            h = h + need(W, p + "self_attn.o_proj.bias", (H,))
+        x = rmsnorm(h, need(W, p + "post_attention_layernorm.weight", (H,)), eps, variant)
+        gt = x @ need(W, p + "mlp.gate_proj.weight", (I, H)).t()
+        up = x @ need(W, p + "mlp.up_proj.weight", (I, H)).t()
+        act = F.silu(gt) if variant == "b" else gt / (1.0 + torch.exp(-gt))
+        h = h + (act * up) @ need(W, p + "mlp.down_proj.weight", (H, I)).t()
+    h = rmsnorm(h, need(W, "model.norm.weight", (H,)), eps, variant)
+    tied = cfg.get("tie_word_embeddings", fam in ("gpt2",))
+    if "lm_head.weight" in W and not tied:
+        head = need(W, "lm_head.weight", (V, H))
+    elif tied:
+        head = emb
+    else:
+        raise RefError("lm_head.weight missing and tie_word_embeddings is false")
+    return h @ head.t()
+
+
+def forward(cfg, W, ids, variant="a", start_pos=0):
+    """-> float64 tensor [len(ids), vocab_size]."""
+    if not ids:
+        raise RefError("no tokens")
+    if min(ids) < 0 or max(ids) >= cfg["vocab_size"]:
+        raise RefError("token id out of range [0, %d)" % cfg["vocab_size"])
+    with torch.no_grad():
+        if family(cfg) == "gpt2":
+            return gpt2_forward(cfg, W, ids, variant, start_pos)
+        return rope_forward(cfg, W, ids, variant, start_pos)
+
+
+def greedy(cfg, W, ids, steps, stop_eos=False, variant="a"):
+    eos = cfg.get("eos_token_id")
+    eos = set(eos if isinstance(eos, list) else ([] if eos is None else [eos]))
+    seq, out = list(ids), []
+    for _ in range(steps):
+        lg = forward(cfg, W, seq, variant)[-1].numpy()
+        t = int(np.argmax(lg))  # first maximum: lowest id on ties
+        out.append(t)
+        seq.append(t)
+        if stop_eos and t in eos:
+            break
+    return out
+
+
+# ---------------------------------------------------------------------------------- self-test
+def self_test(quick=False):
+    import subprocess
+    import tempfile
+    here = os.path.dirname(os.path.abspath(__file__))
+    fams = ["gpt2", "llama2", "llama3", "llama3.1", "llama3.2", "mistral", "qwen2", "qwen3"]
+    worst = 0.0
+    fails = []
+    rng = np.random.default_rng(5)
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam in fams:
+            dd = os.path.join(tmp, fam)
+            subprocess.check_call([sys.executable, os.path.join(here, "make_tiny.py"), fam, dd, "--dtype", "fp32"])
+            cfg, W = load(dd)
+            n = 12 if quick else 24
+            ids = [int(x) for x in rng.integers(0, cfg["vocab_size"], n)]
+            la = forward(cfg, W, ids, "a")
+            lb = forward(cfg, W, ids, "b")
+            dab = float((la - lb).abs().max())
+            # causality: changing the last half of the tokens leaves the first half's logits alone
+            ids2 = ids[: n // 2] + [int(x) for x in rng.integers(0, cfg["vocab_size"], n - n // 2)]
+            l2 = forward(cfg, W, ids2, "a")
+            dcaus = float((la[: n // 2] - l2[: n // 2]).abs().max())
+            dlater = float((la[n // 2:] - l2[n // 2:]).abs().max())
+            spread = float(la.std(-1).mean())
+            line = "%-9s paths a/b max|diff| %.2e  causal %.1e (later tokens %.2f)  logit std %.2f" % (
+                fam, dab, dcaus, dlater, spread)
+            if fam != "gpt2":
+                # RoPE is relative: the same tokens at positions shifted by 7 give the same logits
+                ls = forward(cfg, W, ids, "a", start_pos=7)
+                dshift = float((la - ls).abs().max())
+                line += "  shift %.1e" % dshift
+                if dshift > 1e-9:
+                    fails.append("%s: logits change with a position shift (%.2e)" % (fam, dshift))
+                if cfg.get("rope_scaling"):
+                    reg = rope_regions(cfg, cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+                    c2 = dict(cfg)
+                    c2["rope_scaling"] = None
+                    dsc = float((la - forward(c2, W, ids, "a")).abs().max())
+                    line += "  regions kept/smoothed/divided %s, scaling changes logits by %.2f" % (reg, dsc)
+                    if min(reg) < 1 or dsc < 1e-3:
+                        fails.append("%s: rope scaling does not matter here" % fam)
+            else:
+                # GPT-2 has learned absolute positions: shifting must change the logits
+                dshift = float((la - forward(cfg, W, ids, "a", start_pos=7)).abs().max())
+                line += "  shift changes logits by %.2f" % dshift
+                if dshift < 1e-3:
+                    fails.append("gpt2: position embeddings have no effect")
+            print(line)
+            worst = max(worst, dab)
+            if dab > 1e-10:
+                fails.append("%s: the two paths differ by %.2e" % (fam, dab))
+            if dcaus > 1e-12:
+                fails.append("%s: not causal (%.2e)" % (fam, dcaus))
+            if dlater < 1e-3 or spread < 0.5:
+                fails.append("%s: logits insensitive or flat" % fam)
+        # rotate_half on HF rows == complex interleaved rotation on permuted rows, for a single vector
+        d = 16
+        x = torch.randn(3, 2, d)
+        ang = torch.rand(3, d // 2) * 10
+        a = rope_half(x, ang)
+        perm = permute_rows(torch.arange(d), 1)  # interleaved slot -> HF (rotate_half) index
+        b = rope_interleaved(x[..., perm], ang)
+        da = float((a[..., perm] - b).abs().max())
+        dn = float((a.norm(dim=-1) - x.norm(dim=-1)).abs().max())
+        print("rope: rotate_half vs permuted interleaved %.1e; norm preserved %.1e" % (da, dn))
+        if da > 1e-12 or dn > 1e-12:
+            fails.append("rope identities")
+    for f in fails:
+        print("FAIL: " + f)
+    print("self-test %s (worst a/b difference %.2e)" % ("FAILED" if fails else "passed", worst))
+    return 1 if fails else 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="float64 reference forward pass of an HF model directory")
+    p.add_argument("model_dir", nargs="?")
+    p.add_argument("--tokens", help="space- or comma-separated token ids")
+    p.add_argument("--logits", help="write float64 .npy [n_tokens, vocab]")
+    p.add_argument("--greedy", type=int, default=0, metavar="N")
+    p.add_argument("--stop-eos", action="store_true")
+    p.add_argument("--variant", choices=("a", "b"), default="a")
+    p.add_argument("--start-pos", type=int, default=0)
+    p.add_argument("--ggml-gelu", action="store_true", help="emulate llama.cpp's f16-table GELU (GPT-2)")
+    p.add_argument("--self-test", action="store_true")
+    p.add_argument("--quick", action="store_true")
+    a = p.parse_args(argv)
+    if a.self_test:
+        return self_test(a.quick)
+    if not a.model_dir or a.tokens is None:
+        p.error("MODEL_DIR and --tokens are required")
+    ids = [int(t) for t in a.tokens.replace(",", " ").split()]
+    global GELU_MODE
+    GELU_MODE = "ggml-f16" if a.ggml_gelu else "exact"
+    try:
+        cfg, W = load(a.model_dir)
+        lg = forward(cfg, W, ids, a.variant, a.start_pos)
+        if a.logits:
+            tmp = a.logits + ".tmp.npy"
+            np.save(tmp, lg.numpy())
+            os.replace(tmp, a.logits)
+        if a.greedy:
+            print(json.dumps({"greedy": greedy(cfg, W, ids, a.greedy, a.stop_eos, a.variant)}))
+    except (RefError, st.StError, OSError, KeyError) as e:
+        sys.stderr.write("ref_forward.py: %s\n" % e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
