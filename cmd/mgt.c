@@ -31,7 +31,7 @@ static const struct { const char *name, *what; } known[] = {
 	{"dataset", "inspect, merge and dump indexed datasets (.bin/.idx)"},
 	{"plan", "parallel layout, memory and speed for a model on a cluster"},
 	{"train", "train a model (tensor, sequence, pipeline and data parallel)"},
-	{"eval", "loss, perplexity, generations and task accuracy of a checkpoint"},
+	{"eval", "logits and greedy continuations of a checkpoint's model (any TP/PP)"},
 	{"ckpt-convert", "convert checkpoints to and from Hugging Face, any TP/PP"},
 	{"export", "export a checkpoint to GGUF or safetensors"},
 };

@@ -267,6 +267,17 @@ static mgt_status json_text(const arg_desc *d, json_t *v, char *buf, size_t n, c
 	return MGT_OK;
 }
 
+/* The derived values mgt_args_to_json adds after the table's keys: read back as nothing, so that a
+ * checkpoint's "args" merges whole (they are recomputed by mgt_args_finalize). */
+static bool is_derived(const char *key)
+{
+	static const char *const derived[] = { "padded_vocab_size", "num_microbatches", "data_parallel_size",
+					       "world_size" };
+	for (size_t i = 0; i < sizeof derived / sizeof *derived; i++)
+		if (!strcmp(key, derived[i])) return true;
+	return false;
+}
+
 mgt_status mgt_args_merge_json(mgt_args *a, const void *obj, const char *what)
 {
 	json_t *o = (json_t *)obj;
@@ -274,7 +285,7 @@ mgt_status mgt_args_merge_json(mgt_args *a, const void *obj, const char *what)
 	const char *key;
 	json_t *v;
 	json_object_foreach(o, key, v) {
-		if (key[0] == '_') continue;
+		if (key[0] == '_' || is_derived(key)) continue;
 		const arg_desc *d = find_arg(key);
 		if (!d) return mgt_err(MGT_ERR_INPUT, "%s: unknown argument '%s'", what, key);
 		char buf[4096];

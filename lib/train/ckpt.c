@@ -38,7 +38,7 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 	mgt_args *a = t->a;
 	const mgt_lr_sched *s = &t->sched;
 	json_t *o = json_pack(
-		"{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:{s:s?, s:s?, s:s?, s:s?, s:I}, "
+		"{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:{s:s?, s:s?, s:s?, s:s?, s:I, s:I}, "
 		"s:{s:i, s:i, s:I, s:b, s:i, s:I, s:b}, s:o, s:{s:f, s:f, s:f, s:I, s:I, s:I, s:s, s:s, s:I}, "
 		"s:{s:I}, s:{s:I}}",
 		"format", "mgt-ckpt", "format_version", 1, "iteration", (json_int_t)t->iteration,
@@ -48,7 +48,7 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 		"num_floating_point_operations_so_far", t->flops_so_far, "args", mgt_args_to_json(a),
 		"tokenizer", "tokenizer_type", a->tokenizer_type, "vocab_file", a->vocab_file,
 		"merge_file", a->merge_file, "tokenizer_model", a->tokenizer_model,
-		"padded_vocab_size", (json_int_t)a->model.padded_vocab_size,
+		"padded_vocab_size", (json_int_t)a->model.padded_vocab_size, "vocab_size", (json_int_t)a->model.vocab_size,
 		"layout", "tensor_model_parallel_size", t->ps.tp, "pipeline_model_parallel_size", t->ps.pp,
 		"data_parallel_size", (json_int_t)a->data_parallel_size, "use_distributed_optimizer",
 		a->use_distributed_optimizer, "world_size", t->ps.world_size, "virtual_pipeline_model_parallel_size",

@@ -1,0 +1,340 @@
+/* lib/eval/eval.c: a checkpoint's model for inference (see eval.h). */
+#include "eval.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend/backend.h"
+#include "ckpt/ckpt.h"
+#include "dist/dist.h"
+#include "model/model.h"
+
+struct mgt_eval {
+	mgt_args a;
+	bool args_ok;               /* a initialized (mgt_args_free) */
+	mgt_ckpt *ck;               /* open until built */
+	char *dir;                  /* the iteration directory */
+	int64_t iteration;
+	int64_t padded_vocab;       /* saved */
+	int64_t meta_vocab;         /* metadata tokenizer.vocab_size, 0 when absent */
+	/* built */
+	mgt_backend *be;
+	mgt_parallel ps;
+	bool ps_ok;
+	mgt_model *m;
+	int64_t vocab, s;
+	int32_t *tok, *lab, *pos;   /* [s] */
+	float *mask;                /* [s] */
+	float *full;                /* [s, padded_vocab] host logits */
+};
+
+static int64_t recorded_vocab(const mgt_eval *ev);
+
+static int64_t jint(json_t *o, const char *k)
+{
+	json_t *v = json_object_get(o, k);
+	return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+}
+
+/* The iteration to open: ckpt_step, or the tracker's. */
+static mgt_status pick(const char *dir, int64_t step, int64_t *it)
+{
+	struct stat sb;
+	if (stat(dir, &sb))
+		return mgt_err(errno == ENOENT ? MGT_ERR_FORMAT : MGT_ERR_IO, "--load %s: %s", dir, strerror(errno));
+	if (!S_ISDIR(sb.st_mode))
+		return mgt_err(MGT_ERR_USAGE, "--load %s: not a directory (a checkpoint directory holds %s and "
+			       "iter_NNNNNNN/, mgt-ckpt(5))", dir, MGT_CKPT_TRACKER);
+	if (step > 0) {
+		*it = step;
+		return MGT_OK;
+	}
+	mgt_status st = mgt_ckpt_latest(dir, it);
+	if (st == MGT_ERR_IO)
+		return mgt_err(MGT_ERR_FORMAT, "--load %s: no %s: not a checkpoint directory, or no iteration "
+			       "finished saving (pass --ckpt-step N to load iter_N)", dir, MGT_CKPT_TRACKER);
+	return st;
+}
+
+/* metadata.json: args, padded vocabulary, unpadded vocabulary when recorded. */
+static mgt_status read_meta(mgt_eval *ev)
+{
+	json_error_t e;
+	json_t *meta = json_loads(mgt_ckpt_metadata(ev->ck), 0, &e);
+	json_t *args = meta ? json_object_get(meta, "args") : NULL;
+	mgt_status st = MGT_OK;
+	char what[4200];
+	snprintf(what, sizeof what, "%s/metadata.json: args", ev->dir);
+	if (!json_is_object(args))
+		st = mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not an mgt checkpoint (no \"args\" object)", ev->dir);
+	if (!st) st = mgt_args_merge_json(&ev->a, args, what);
+	if (st == MGT_ERR_INPUT || st == MGT_ERR_USAGE) st = MGT_ERR_FORMAT;
+	json_t *tok = meta ? json_object_get(meta, "tokenizer") : NULL;
+	if (!st) {
+		ev->padded_vocab = jint(args, "padded_vocab_size");
+		if (!ev->padded_vocab) ev->padded_vocab = jint(tok, "padded_vocab_size");
+		ev->meta_vocab = jint(tok, "vocab_size");
+		if (ev->padded_vocab <= 0)
+			st = mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: args: padded_vocab_size: expected a positive integer",
+				     ev->dir);
+	}
+	json_decref(meta);
+	return st;
+}
+
+mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step)
+{
+	*out = NULL;
+	mgt_eval *ev = mgt_malloc(sizeof *ev);
+	if (!ev) return MGT_ERR_NOMEM;
+	memset(ev, 0, sizeof *ev);
+	mgt_status st = mgt_args_init(&ev->a);
+	ev->args_ok = !st;
+	int64_t it = 0;
+	if (!st) st = pick(load_dir, ckpt_step, &it);
+	if (!st) {
+		st = mgt_ckpt_open(load_dir, it, &ev->ck);
+		if (st == MGT_ERR_IO) st = MGT_ERR_FORMAT; /* the iteration directory is missing */
+		if (!st) st = mgt_ckpt_check(ev->ck);
+		if (st && ckpt_step > 0) mgt_err_ctx(st, "--ckpt-step %lld", (long long)ckpt_step);
+		else if (st) mgt_err_ctx(st, "%s/%s names iteration %lld", load_dir, MGT_CKPT_TRACKER, (long long)it);
+	}
+	if (!st && !(ev->dir = mgt_strdup(mgt_ckpt_dir(ev->ck)))) st = MGT_ERR_NOMEM;
+	if (!st) {
+		ev->iteration = mgt_ckpt_iteration(ev->ck);
+		st = read_meta(ev);
+	}
+	if (!st) ev->vocab = recorded_vocab(ev);
+	if (st) {
+		mgt_eval_free(ev);
+		return st;
+	}
+	*out = ev;
+	return MGT_OK;
+}
+
+const mgt_args *mgt_eval_args(const mgt_eval *ev) { return &ev->a; }
+int64_t mgt_eval_iteration(const mgt_eval *ev) { return ev->iteration; }
+const char *mgt_eval_dir(const mgt_eval *ev) { return ev->dir; }
+int64_t mgt_eval_vocab_size(const mgt_eval *ev) { return ev->vocab; }
+int64_t mgt_eval_padded_vocab_size(const mgt_eval *ev) { return ev->padded_vocab; }
+int64_t mgt_eval_seq_length(const mgt_eval *ev) { return ev->s; }
+
+void mgt_eval_tok_opts(const mgt_eval *ev, mgt_tok_opts *o)
+{
+	const mgt_args *a = &ev->a;
+	*o = (mgt_tok_opts){
+		.type = a->tokenizer_type, .vocab_file = a->vocab_file, .merge_file = a->merge_file,
+		.model = a->tokenizer_model, .tiktoken_pattern = a->tiktoken_pattern,
+		.tiktoken_num_special = (int)a->tiktoken_num_special_tokens, .vocab_size = a->vocab_size,
+		.null_eod_id = a->null_tokenizer_eod_id,
+	};
+	if (!o->type && a->vocab_file && a->merge_file) o->type = "GPT2BPETokenizer"; /* as mgt-train */
+}
+
+/* The unpadded vocabulary the checkpoint records (see mgt_eval_build), 0 when unknown. */
+static int64_t recorded_vocab(const mgt_eval *ev)
+{
+	const mgt_args *a = &ev->a;
+	mgt_tok_opts o;
+	mgt_eval_tok_opts(ev, &o);
+	return ev->meta_vocab > 0 ? ev->meta_vocab : a->vocab_size > 0 ? a->vocab_size
+	       : a->mock_data && !o.type ? 50257 : 0;
+}
+
+static mgt_status pick_vocab(mgt_eval *ev, int64_t given)
+{
+	ev->vocab = given > 0 ? given : recorded_vocab(ev);
+	if (!ev->vocab)
+		return mgt_err(MGT_ERR_VOCAB, "%s: the vocabulary size is not recorded in metadata.json (no "
+			       "\"tokenizer\": {\"vocab_size\"}): the tokenizer files are needed to know it", ev->dir);
+	if (ev->vocab > ev->padded_vocab)
+		return mgt_err(MGT_ERR_FORMAT, "%s: vocabulary size %lld is larger than the checkpoint's padded "
+			       "vocabulary %lld (embedding rows)", ev->dir, (long long)ev->vocab, (long long)ev->padded_vocab);
+	return MGT_OK;
+}
+
+/* The model configuration of one process and seq_length positions. */
+static mgt_status make_config(mgt_eval *ev, int64_t s)
+{
+	mgt_model_config *c = &ev->a.model;
+	if (s <= 0) return mgt_err(MGT_ERR_USAGE, "sequence length %lld: expected at least 1 token", (long long)s);
+	bool learned = !strcmp(c->position_embedding_type, "learned_absolute");
+	if (learned && s > c->max_position_embeddings)
+		return mgt_err(MGT_ERR_USAGE, "%lld positions: more than the %lld learned position embeddings of the "
+			       "checkpoint (max_position_embeddings)", (long long)s, (long long)c->max_position_embeddings);
+	if (!learned && s > c->max_position_embeddings) c->max_position_embeddings = s; /* no table */
+	c->seq_length = s;
+	c->vocab_size = ev->vocab;
+	/* one stage: the pipeline split the checkpoint was saved with does not matter */
+	c->decoder_first_pipeline_num_layers = c->decoder_last_pipeline_num_layers = 0;
+	mgt_status st = mgt_model_config_finalize(c, 1);
+	if (st) return mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: args do not make a model: %s", ev->dir, mgt_err_msg());
+	c->padded_vocab_size = ev->padded_vocab; /* what was saved (TP x divisor padding) */
+	return MGT_OK;
+}
+
+/* The backend: CUDA for "cuda" (or "auto" with a GPU present), else the CPU; fp32 GEMMs. */
+static mgt_status make_backend(mgt_eval *ev, const char *dev, int threads)
+{
+	if (!dev) dev = "auto";
+	if (strcmp(dev, "auto") && strcmp(dev, "cpu") && strcmp(dev, "cuda"))
+		return mgt_err(MGT_ERR_USAGE, "--device: expected cpu, cuda or auto, got '%s'", dev);
+	int ndev = strcmp(dev, "cpu") ? mgt_backend_cuda_devices() : 0;
+	mgt_status st = MGT_OK;
+	if (!strcmp(dev, "cuda") && ndev == 0) {
+		ev->be = mgt_backend_cuda_create(0, &st); /* says why: no CUDA build, no GPU */
+		if (!ev->be && !st) st = mgt_err(MGT_ERR_USAGE, "--device cuda: no CUDA device");
+	} else if (ndev > 0) {
+		ev->be = mgt_backend_cuda_create(0, &st);
+	} else if (!(ev->be = mgt_backend_cpu_create(threads))) {
+		st = MGT_ERR_NOMEM;
+	}
+	if (st || !ev->be) return st ? st : MGT_ERR_NOMEM;
+	ev->be->precision = MGT_PREC_FP32;
+	return MGT_OK;
+}
+
+/* Every parameter of the model, read whole from the checkpoint; no other parameter there. */
+static mgt_status read_params(mgt_eval *ev)
+{
+	const mgt_tensor_table *tt = mgt_model_tensors(ev->m);
+	float *params = mgt_model_params(ev->m);
+	float *h = ev->be->host_memory ? params : mgt_malloc((tt->buf_numel ? tt->buf_numel : 1) * sizeof *h);
+	if (!h) return MGT_ERR_NOMEM;
+	if (!ev->be->host_memory) memset(h, 0, tt->buf_numel * sizeof *h);
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < tt->n; i++) {
+		const mgt_tensor *x = &tt->t[i];
+		int64_t off[6][2], shape[6][2];
+		size_t first[6];
+		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
+		for (int k = 0; !st && k < nb; k++)
+			st = mgt_ckpt_read(ev->ck, x->name, x->ndim, x->shape, off[k], shape[k], MGT_CKPT_F32,
+					   h + x->offset + first[k]);
+	}
+	for (size_t i = 0; !st && i < mgt_ckpt_count(ev->ck); i++) {
+		int nd;
+		int64_t gs[MGT_CKPT_MAX_DIM];
+		mgt_ckpt_dtype dt;
+		const char *name = mgt_ckpt_tensor(ev->ck, i, &nd, gs, &dt);
+		if (strncmp(name, "optimizer.", 10) && !mgt_tensor_table_find(tt, name))
+			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of the model its arguments describe",
+				     ev->dir, name);
+	}
+	if (!ev->be->host_memory) {
+		if (!st) st = ev->be->ops->upload(ev->be, params, h, tt->buf_numel * sizeof *h);
+		free(h);
+	}
+	return st;
+}
+
+mgt_status mgt_eval_build(mgt_eval *ev, const mgt_eval_build_opts *o)
+{
+	if (ev->m || !ev->ck) return mgt_err(MGT_ERR_USAGE, "mgt_eval_build: called twice");
+	mgt_status st = pick_vocab(ev, o->vocab_size);
+	if (!st) st = make_config(ev, o->seq_length);
+	if (!st) st = mgt_parallel_init_single(&ev->ps);
+	ev->ps_ok = !st;
+	if (!st) st = make_backend(ev, o->device, o->threads);
+	if (!st) st = mgt_parallel_to_device(&ev->ps, ev->be, false);
+	if (st) return st;
+	ev->s = o->seq_length;
+	mgt_model_layout L = { .mbs = 1, .stage = 0, .num_stages = 1, .slots = 1, .dp = 1 };
+	st = mgt_model_create(&ev->m, &ev->a.model, &L, ev->be, &ev->ps);
+	if (!st) st = read_params(ev);
+	if (st) return mgt_err_ctx(st, "loading %s", ev->dir);
+	mgt_ckpt_close(ev->ck);
+	ev->ck = NULL;
+	size_t s = (size_t)ev->s;
+	ev->tok = mgt_malloc(s * sizeof *ev->tok);
+	ev->lab = mgt_malloc(s * sizeof *ev->lab);
+	ev->pos = mgt_malloc(s * sizeof *ev->pos);
+	ev->mask = mgt_malloc(s * sizeof *ev->mask);
+	ev->full = mgt_malloc(s * (size_t)ev->padded_vocab * sizeof *ev->full);
+	if (!ev->tok || !ev->lab || !ev->pos || !ev->mask || !ev->full) return MGT_ERR_NOMEM;
+	return MGT_OK;
+}
+
+/* Forward tokens[0..n) padded to s; ev->full gets the padded logits [s, padded_vocab]. */
+static mgt_status forward_full(mgt_eval *ev, const int32_t *tokens, int64_t n)
+{
+	if (!ev->m) return mgt_err(MGT_ERR_USAGE, "mgt_eval_forward: the model is not built");
+	if (n < 1 || n > ev->s)
+		return mgt_err(MGT_ERR_USAGE, "%lld tokens: expected 1 to %lld (the sequence length the model was "
+			       "built for)", (long long)n, (long long)ev->s);
+	for (int64_t i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= ev->vocab)
+			return mgt_err(MGT_ERR_INPUT, "token %lld (position %lld) is outside the vocabulary [0, %lld)",
+				       (long long)tokens[i], (long long)i, (long long)ev->vocab);
+	for (int64_t i = 0; i < ev->s; i++) {
+		ev->tok[i] = i < n ? tokens[i] : 0;
+		ev->lab[i] = i + 1 < n ? tokens[i + 1] : 0;
+		ev->pos[i] = (int32_t)i;
+		ev->mask[i] = 0;
+	}
+	mgt_microbatch mb = { .tokens = ev->tok, .labels = ev->lab, .position_ids = ev->pos, .loss_mask = ev->mask };
+	double loss;
+	return mgt_model_step(ev->m, &mb, false, 0.0f, &loss, ev->full, NULL);
+}
+
+/* Rows [0, n) of ev->full without the padding columns. */
+static void copy_logits(const mgt_eval *ev, int64_t n, float *logits)
+{
+	for (int64_t i = 0; i < n; i++)
+		memcpy(logits + i * ev->vocab, ev->full + i * ev->padded_vocab, (size_t)ev->vocab * sizeof *logits);
+}
+
+mgt_status mgt_eval_forward(mgt_eval *ev, const int32_t *tokens, int64_t n, float *logits)
+{
+	mgt_status st = forward_full(ev, tokens, n);
+	if (!st) copy_logits(ev, n, logits);
+	return st;
+}
+
+mgt_status mgt_eval_greedy(mgt_eval *ev, const int32_t *prompt, int64_t n, int64_t max_new, int32_t *out,
+			   float *logits)
+{
+	if (max_new < 0 || (n >= 1 && n + max_new - 1 > ev->s))
+		return mgt_err(MGT_ERR_USAGE, "%lld tokens and %lld new ones: more than the %lld positions the model "
+			       "was built for", (long long)n, (long long)max_new, (long long)ev->s);
+	if (!max_new) return mgt_eval_forward(ev, prompt, n, logits);
+	if (n < 1) return forward_full(ev, prompt, n); /* the error */
+	int32_t *seq = mgt_malloc((size_t)(n + max_new) * sizeof *seq);
+	if (!seq) return MGT_ERR_NOMEM;
+	memcpy(seq, prompt, (size_t)n * sizeof *seq);
+	mgt_status st = MGT_OK;
+	for (int64_t k = 0; !st && k < max_new; k++) {
+		int64_t len = n + k;
+		st = forward_full(ev, seq, len);
+		if (st) break;
+		const float *row = ev->full + (len - 1) * ev->padded_vocab;
+		int32_t best = 0;
+		for (int64_t v = 1; v < ev->vocab; v++)
+			if (row[v] > row[best]) best = (int32_t)v; /* strict: ties keep the lowest id */
+		seq[len] = out[k] = best;
+	}
+	if (!st && logits) copy_logits(ev, n + max_new - 1, logits);
+	free(seq);
+	return st;
+}
+
+void mgt_eval_free(mgt_eval *ev)
+{
+	if (!ev) return;
+	mgt_ckpt_close(ev->ck);
+	mgt_model_free(ev->m);
+	if (ev->ps_ok) mgt_parallel_free(&ev->ps); /* device communicators before the backend */
+	if (ev->be) mgt_backend_destroy(ev->be);
+	free(ev->tok);
+	free(ev->lab);
+	free(ev->pos);
+	free(ev->mask);
+	free(ev->full);
+	free(ev->dir);
+	if (ev->args_ok) mgt_args_free(&ev->a);
+	free(ev);
+}

@@ -1,0 +1,113 @@
+/* lib/eval: a model loaded from a checkpoint for inference (mgt-eval(1)).
+ *
+ * Use:
+ *   mgt_eval_open        the checkpoint's metadata.json: its "args" read through the training
+ *                        argument table (mgt_args_merge_json, the keys mgt-train writes), its
+ *                        tokenizer flags
+ *   mgt_eval_tok_opts    those tokenizer flags, for mgt_tok_load (optional: ids need none)
+ *   mgt_eval_build       the whole model (TP = PP = 1) on a backend, for sequences of up to
+ *                        seq_length tokens, its weights read from whatever TP/PP layout was saved
+ *                        (mgt_ckpt_read reshards: every tensor is read whole)
+ *   mgt_eval_forward     the logits of a token sequence (no dropout, fp32 GEMMs)
+ *   mgt_eval_greedy      greedy continuation (argmax, ties to the lowest id), recomputing the
+ *                        forward for every new token (no KV cache)
+ *   mgt_eval_free
+ *
+ * The forward always runs seq_length positions: a shorter sequence is padded with id 0 after its
+ * end.  Attention is causal (megatron/core/transformer/dot_product_attention.py, the causal
+ * mask), so the padding changes no logit of an earlier position.  Logits are returned for the
+ * unpadded vocabulary only: the rows Megatron adds to make the embedding table divisible
+ * (--make-vocab-size-divisible-by x TP) are dropped.
+ *
+ * Errors are mgt_status values with a message (mgt_err_msg); nothing prints or exits.
+ */
+#ifndef MGT_EVAL_H
+#define MGT_EVAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tok/tok.h"
+#include "train/train.h"
+#include "util/util.h"
+
+typedef struct mgt_eval mgt_eval;
+
+/* Open iteration ckpt_step of the checkpoint directory load_dir (ckpt_step 0: the one its
+ * latest_checkpointed_iteration.txt names) and read its metadata.json: "args" merged into a
+ * fresh mgt_args (mgt_args_init, then mgt_args_merge_json; the derived keys mgt_args_to_json adds
+ * are accepted), "padded_vocab_size" and, where recorded, the unpadded vocabulary size
+ * ("tokenizer": {"vocab_size"}).  The checkpoint stays open until mgt_eval_build.
+ * Errors: MGT_ERR_USAGE (load_dir is not a directory), MGT_ERR_FORMAT (no such directory or
+ * iteration, no tracker, a damaged checkpoint (mgt_ckpt_open, mgt_ckpt_check), metadata without
+ * "args" or with arguments mgt does not know), MGT_ERR_NOMEM.  *out is the caller's
+ * (mgt_eval_free). */
+mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step);
+
+/* The checkpoint's arguments (owned by ev; model fields as saved until mgt_eval_build, which
+ * sets the sequence length and vocabulary it runs with). */
+const mgt_args *mgt_eval_args(const mgt_eval *ev);
+/* The iteration opened and its directory (owned by ev). */
+int64_t mgt_eval_iteration(const mgt_eval *ev);
+const char *mgt_eval_dir(const mgt_eval *ev);
+
+/* The tokenizer flags the checkpoint was trained with (Megatron's --tokenizer-type, --vocab-file,
+ * --merge-file, --tokenizer-model, --tiktoken-pattern, --tiktoken-num-special-tokens,
+ * --vocab-size, --null-tokenizer-eod-id), strings owned by ev.  o->type is NULL when the run had
+ * no tokenizer (--mock-data without --tokenizer-type); like mgt-train, vocab_file and merge_file
+ * without a type mean GPT2BPETokenizer.  File paths are as the training run was given them. */
+void mgt_eval_tok_opts(const mgt_eval *ev, mgt_tok_opts *o);
+
+/* How to build the model. */
+typedef struct mgt_eval_build_opts {
+	int64_t seq_length;   /* the longest sequence mgt_eval_forward will take (> 0) */
+	int64_t vocab_size;   /* the tokenizer's (unpadded) vocabulary; 0: the checkpoint's (see below) */
+	const char *device;   /* "cpu", "cuda" or "auto"/NULL (cuda when built with CUDA and a GPU is present) */
+	int threads;          /* CPU threads (0: all) */
+} mgt_eval_build_opts;
+
+/* Build the model of the checkpoint's arguments with TP = PP = 1, sequence length
+ * o->seq_length, micro-batch 1, on the backend o->device (fp32), and read every parameter from
+ * the checkpoint (closing it).  The unpadded vocabulary: o->vocab_size, else the metadata's
+ * "tokenizer" "vocab_size", else the args' vocab_size (NullTokenizer, --mock-data), else with
+ * --mock-data and no tokenizer 50257 (mgt-train's default); it must not exceed the saved
+ * padded_vocab_size, which the model keeps (the embedding tables' rows).  Learned position
+ * embeddings hold max_position_embeddings positions: a longer seq_length is refused; RoPE and
+ * no positions have no table and take any length.
+ * Errors: MGT_ERR_USAGE (seq_length <= 0 or more positions than the table, --device: unknown or
+ * no CUDA device), MGT_ERR_VOCAB (vocabulary size unknown: no tokenizer and none recorded),
+ * MGT_ERR_FORMAT (the arguments do not make a model, the vocabulary is larger than the padded
+ * one, a tensor missing, of another shape, or unreadable, or a tensor of the checkpoint that
+ * is not the model's; naming the directory and tensor), MGT_ERR_NOMEM, MGT_ERR_IO (device
+ * upload).  Called once. */
+mgt_status mgt_eval_build(mgt_eval *ev, const mgt_eval_build_opts *o);
+
+/* The vocabulary (unpadded): before mgt_eval_build the one the checkpoint records (0 when it
+ * does not: the tokenizer's is needed), after it the one the model runs with.  The padded
+ * vocabulary (saved embedding rows).  The sequence length (0 before mgt_eval_build). */
+int64_t mgt_eval_vocab_size(const mgt_eval *ev);
+int64_t mgt_eval_padded_vocab_size(const mgt_eval *ev);
+int64_t mgt_eval_seq_length(const mgt_eval *ev);
+
+/* The logits of tokens[0..n) (1 <= n <= seq_length, every id in [0, vocab_size)), position ids
+ * 0..n-1, no dropout: logits[i * vocab_size + v] (row-major [n, vocab_size], float32, host,
+ * caller-owned) is the score of id v following tokens[0..i].  Source: Megatron-Core GPTModel
+ * forward (models/gpt/gpt_model.py) as lib/model runs it.
+ * Errors: MGT_ERR_USAGE (n out of range, before mgt_eval_build), MGT_ERR_INPUT (an id outside
+ * the vocabulary, naming its position), MGT_ERR_NOMEM, MGT_ERR_IO (backend). */
+mgt_status mgt_eval_forward(mgt_eval *ev, const int32_t *tokens, int64_t n, float *logits);
+
+/* Greedy decoding: starting from prompt[0..n) (n >= 1), max_new times forward the sequence so
+ * far and append the id of the largest logit of its last position (the lowest id among equal
+ * ones).  out[0..max_new) (caller-owned) gets the new ids; n + max_new must not exceed
+ * seq_length + 1 (the last new token is never fed back).  When logits is not NULL it gets the
+ * logits of the last forward: every position fed, [n + max_new - 1, vocab_size] when
+ * max_new > 0 and [n, vocab_size] when max_new == 0 (then it is mgt_eval_forward's).
+ * Errors: those of mgt_eval_forward; MGT_ERR_USAGE (too long). */
+mgt_status mgt_eval_greedy(mgt_eval *ev, const int32_t *prompt, int64_t n, int64_t max_new, int32_t *out,
+			   float *logits);
+
+/* Free everything (backend, model, an unbuilt checkpoint); NULL is fine. */
+void mgt_eval_free(mgt_eval *ev);
+
+#endif
