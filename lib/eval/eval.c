@@ -291,7 +291,7 @@ static void copy_logits(const mgt_eval *ev, int64_t n, float *logits)
 mgt_status mgt_eval_forward(mgt_eval *ev, const int32_t *tokens, int64_t n, float *logits)
 {
 	mgt_status st = forward_full(ev, tokens, n);
-	if (!st) copy_logits(ev, n, logits);
+	if (!st && logits) copy_logits(ev, n, logits);
 	return st;
 }
 

@@ -91,8 +91,8 @@ int64_t mgt_eval_seq_length(const mgt_eval *ev);
 
 /* The logits of tokens[0..n) (1 <= n <= seq_length, every id in [0, vocab_size)), position ids
  * 0..n-1, no dropout: logits[i * vocab_size + v] (row-major [n, vocab_size], float32, host,
- * caller-owned) is the score of id v following tokens[0..i].  Source: Megatron-Core GPTModel
- * forward (models/gpt/gpt_model.py) as lib/model runs it.
+ * caller-owned; NULL when not wanted) is the score of id v following tokens[0..i].  Source:
+ * Megatron-Core GPTModel forward (models/gpt/gpt_model.py) as lib/model runs it.
  * Errors: MGT_ERR_USAGE (n out of range, before mgt_eval_build), MGT_ERR_INPUT (an id outside
  * the vocabulary, naming its position), MGT_ERR_NOMEM, MGT_ERR_IO (backend). */
 mgt_status mgt_eval_forward(mgt_eval *ev, const int32_t *tokens, int64_t n, float *logits);
