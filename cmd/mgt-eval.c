@@ -87,8 +87,12 @@ static mgt_status load_tokenizer(const opts *o, const mgt_eval *ev, mgt_tok **to
 	}
 	if (!t.type) return MGT_OK;
 	mgt_status st = mgt_tok_load(tok, &t);
-	if (st) mgt_err_ctx(st, "the checkpoint's tokenizer (%s; --vocab-file, --merge-file or --tokenizer-model "
-			    "point at its files elsewhere)", t.type);
+	if (st == MGT_ERR_VOCAB) {
+		char msg[1024];
+		snprintf(msg, sizeof msg, "%s", mgt_err_msg());
+		mgt_err(st, "tokenizer %s of the checkpoint: %s (--vocab-file, --merge-file and --tokenizer-model give "
+			"its files' new paths)", t.type, msg);
+	}
 	return st;
 }
 
@@ -138,7 +142,7 @@ static mgt_status run(const opts *o)
 	mgt_buf text = { 0 }, shown = { 0 };
 	mgt_status st = mgt_eval_open(&ev, o->load, o->step);
 	if (!st) st = load_tokenizer(o, ev, &tok);
-	if (st == MGT_ERR_VOCAB && o->tokens) { /* ids need no tokenizer */
+	if ((st == MGT_ERR_VOCAB || st == MGT_ERR_USAGE) && ev && o->tokens) { /* ids need no tokenizer */
 		fprintf(stderr, "%s: note: %s; printing ids only\n", PROG, mgt_err_msg());
 		st = MGT_OK;
 	}
@@ -155,6 +159,11 @@ static mgt_status run(const opts *o)
 			st = mgt_err(MGT_ERR_INPUT, "--tokens: token %d (position %zu) is outside the vocabulary "
 				     "[0, %lld)", ids.v[i], i, (long long)vocab);
 	int64_t n = (int64_t)ids.n, m = o->max_new, rows = m ? n + m - 1 : n;
+	const mgt_model_config *mc = ev ? &mgt_eval_args(ev)->model : NULL;
+	if (!st && !strcmp(mc->position_embedding_type, "learned_absolute") && rows > mc->max_position_embeddings)
+		st = mgt_err(MGT_ERR_USAGE, "%lld input tokens and --max-new-tokens %lld need %lld positions: more than the "
+			     "%lld learned position embeddings of the checkpoint (max_position_embeddings)", (long long)n,
+			     (long long)m, (long long)rows, (long long)mc->max_position_embeddings);
 	mgt_eval_build_opts bo = { .seq_length = rows, .vocab_size = vocab, .device = o->device, .threads = (int)o->threads };
 	if (!st) st = mgt_eval_build(ev, &bo);
 	if (!st && !(out = mgt_malloc((size_t)(m ? m : 1) * sizeof *out))) st = MGT_ERR_NOMEM;
