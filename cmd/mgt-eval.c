@@ -84,6 +84,7 @@ static mgt_status load_tokenizer(const opts *o, const mgt_eval *ev, mgt_tok **to
 		if (o->tok.model) t.model = o->tok.model;
 		if (!t.type && t.vocab_file && t.merge_file) t.type = "GPT2BPETokenizer";
 		t.hf_no_special_tokens = o->tok.hf_no_special_tokens;
+		t.vocab_extra_ids = o->tok.vocab_extra_ids;
 	}
 	if (!t.type) return MGT_OK;
 	mgt_status st = mgt_tok_load(tok, &t);
@@ -223,6 +224,10 @@ int main(int argc, char **argv)
 	if (optind < argc) mgt_cli_usage_error(PROG, "unexpected argument '%s'", argv[optind]);
 	if (!o.load) mgt_cli_usage_error(PROG, "--load DIR is required (the checkpoint directory)");
 	if (!o.tokens == !o.prompt) mgt_cli_usage_error(PROG, "give one of --tokens and --prompt");
+	if (!o.tok.type && (o.tok.tiktoken_pattern || o.tok.tiktoken_num_special != 1000 || o.tok.vocab_size ||
+			    o.tok.null_eod_id != -1))
+		mgt_cli_usage_error(PROG, "--tiktoken-pattern, --tiktoken-num-special-tokens, --vocab-size and "
+				    "--null-tokenizer-eod-id replace the checkpoint's tokenizer: give --tokenizer-type too");
 	if (o.max_new > (1LL << 24)) mgt_cli_usage_error(PROG, "--max-new-tokens %lld: too many", o.max_new);
 	if (o.threads > 4096) mgt_cli_usage_error(PROG, "--threads %lld: too many", o.threads);
 	mgt_status st = run(&o);
