@@ -88,6 +88,24 @@ void mgt_ckpt_abort(const char *save_dir, int64_t iteration);
 mgt_status mgt_ckpt_write_shard(const char *save_dir, int64_t iteration, const char *shard_name,
 				const mgt_ckpt_piece *p, size_t n);
 
+/* The same, one piece at a time (a rank streams its pieces out without holding them all):
+ * mgt_ckpt_shard_open creates SAVE/iter_NNNNNNN.tmp/<shard_name> (rules and errors of
+ * mgt_ckpt_write_shard: MGT_ERR_USAGE for a bad name or iteration, MGT_ERR_EXISTS, MGT_ERR_IO);
+ * *out is owned by the caller until mgt_ckpt_shard_close or mgt_ckpt_shard_discard.
+ * mgt_ckpt_shard_put writes piece p as one dataset now (p->data is not kept; the caller may
+ * reuse it on return).  Errors: MGT_ERR_USAGE (bad name, dims or dtype, or a name already in
+ * this shard), MGT_ERR_IO; after a failed put the shard is spoiled: every later put returns the
+ * same status and close removes the file.
+ * mgt_ckpt_shard_close flushes, closes and fsyncs the file, frees sh and returns MGT_OK, or
+ * (after a failed put, or when the flush fails) removes the partial file and returns the error.
+ * mgt_ckpt_shard_discard closes and removes the partial file and frees sh (NULL is fine). */
+typedef struct mgt_ckpt_shard mgt_ckpt_shard;
+mgt_status mgt_ckpt_shard_open(const char *save_dir, int64_t iteration, const char *shard_name,
+			       mgt_ckpt_shard **out);
+mgt_status mgt_ckpt_shard_put(mgt_ckpt_shard *sh, const mgt_ckpt_piece *p);
+mgt_status mgt_ckpt_shard_close(mgt_ckpt_shard *sh);
+void mgt_ckpt_shard_discard(mgt_ckpt_shard *sh);
+
 /* Rank 0, once, after every writer finished: check the shards (as mgt_ckpt_open does), write
  * metadata.json (metadata_json, which must be a JSON object) and the virtual index model.h5
  * into SAVE/iter_NNNNNNN.tmp/, fsync, move the directory to SAVE/iter_NNNNNNN (an existing
@@ -173,5 +191,238 @@ void mgt_ckpt_close(mgt_ckpt *c);
  * string).  Errors: MGT_ERR_USAGE (bad name, dims or duplicate name), MGT_ERR_IO naming path. */
 mgt_status mgt_ckpt_dump_write(const char *path, const mgt_ckpt_piece *p, size_t n,
 			       const char *json_attr);
+
+/* ---- element types at format boundaries (lib/ckpt/dtype.c) ---------------------------------- */
+
+/* The element types of safetensors files (and the float types of GGUF).  (The plan's names
+ * MGT_DT_F32, ... are lib/dist's mgt_comm_dtype constants already, hence MGT_ST_.)  Values are stored
+ * little-endian in files; memory buffers are the host's (little-endian hosts only). */
+typedef enum {
+	MGT_ST_F32, MGT_ST_F16, MGT_ST_BF16, MGT_ST_F64, MGT_ST_I64, MGT_ST_I32, MGT_ST_I16,
+	MGT_ST_I8, MGT_ST_U8, MGT_ST_BOOL
+} mgt_dt;
+#define MGT_ST_COUNT 10
+
+/* The safetensors spelling ("F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8",
+ * "BOOL"; safetensors' README / safetensors/src/tensor.rs Dtype), NULL for a value outside the
+ * enum; and the size in bytes of one element (4, 2, 2, 8, 8, 4, 2, 1, 1, 1), 0 outside it. */
+const char *mgt_dt_name(mgt_dt dt);
+size_t mgt_dt_size(mgt_dt dt);
+/* The type spelled name (exact, case-sensitive); false when none is. */
+bool mgt_dt_parse(const char *name, mgt_dt *out);
+
+/* float32 <-> bfloat16 (the upper 16 bits of a float32) and IEEE 754 binary16 bit patterns.
+ * To the 16-bit types: round to nearest, ties to even (IEEE 754-2008 4.3.1; the same rounding
+ * as mgt_round_bf16 / mgt_round_fp16 of lib/util, which these use), so torch's .bfloat16() and
+ * .half() give the same bits; overflow goes to +-inf (binary16: magnitudes from 65520 up),
+ * binary16 subnormals are produced (down to 2^-24, below half of which values go to +-0), NaN
+ * stays NaN with its sign and leading payload bits, made quiet.  From the 16-bit types: exact
+ * (every bf16/f16 value, subnormals, +-inf, NaN, is a float32). */
+uint16_t mgt_f32_to_bf16(float x);
+float mgt_bf16_to_f32(uint16_t h);
+uint16_t mgt_f32_to_f16(float x);
+float mgt_f16_to_f32(uint16_t h);
+
+/* ---- safetensors reader (lib/ckpt/safetensors.c) ------------------------------------------- */
+
+/* Format (huggingface/safetensors README): u64 little-endian header size N, N bytes of a UTF-8
+ * JSON object {NAME: {"dtype": "F32", "shape": [d0, ...], "data_offsets": [BEGIN, END]}, ...,
+ * "__metadata__": {KEY: STRING, ...}} (optional), then the byte buffer; offsets are relative to
+ * the buffer's start (byte 8 + N of the file), data row-major little-endian.
+ * A tensor: name (owned by the reader), dtype, ndim (0..8; 0 is a scalar, one element), shape
+ * (PyTorch order, entries past ndim 0), file (the path of the file holding it, owned by the
+ * reader), offset (absolute byte offset in that file) and nbytes (numel * mgt_dt_size). */
+#define MGT_ST_MAX_DIM 8
+typedef struct {
+	const char *name;
+	mgt_dt dtype;
+	int ndim;
+	int64_t shape[MGT_ST_MAX_DIM];
+	const char *file;
+	uint64_t offset, nbytes;
+} mgt_st_tensor;
+typedef struct mgt_st mgt_st;
+
+/* Open a .safetensors file, or a Hugging Face model directory holding model.safetensors (used
+ * when present) or model.safetensors.index.json ({"weight_map": {NAME: FILE, ...}, ...}) and
+ * the shard files it names (plain names in the directory: no '/', not "." or "..").
+ * The headers are read (at most 100 MB each) and checked before any use: header size within
+ * the file, JSON an object, every entry an object with a known dtype, a shape of at most 8
+ * non-negative dims whose element count does not overflow, data_offsets two integers with
+ * BEGIN <= END <= buffer size and END - BEGIN = numel * dtype size, ranges of one file not
+ * overlapping, names non-empty and unique (within and across files), __metadata__ an object of
+ * strings; for a directory, every tensor the index lists present in the file it names and every
+ * tensor of those files listed for it.  Files stay open until mgt_st_close; *out is owned by
+ * the caller.  Errors: MGT_ERR_IO (path or a shard unreadable, naming it), MGT_ERR_FORMAT
+ * (naming the file and, where it applies, the tensor), MGT_ERR_NOMEM. */
+mgt_status mgt_st_open(const char *path, mgt_st **out);
+/* Number of tensors and tensor i (0 <= i < count, sorted by name, strcmp); NULL past the end.
+ * mgt_st_find: the tensor named name, or NULL.  Pointers live until mgt_st_close. */
+size_t mgt_st_count(const mgt_st *s);
+const mgt_st_tensor *mgt_st_at(const mgt_st *s, size_t i);
+const mgt_st_tensor *mgt_st_find(const mgt_st *s, const char *name);
+/* Read tensor t (one of s's) as float32 into dst (caller-owned, numel floats, row-major):
+ * F32 as is, F16 and BF16 exactly, F64 rounded to nearest (exact where representable; beyond
+ * float's range +-inf).  Reads with pread in pieces: memory beyond dst is a fixed 64 KiB.
+ * Errors: MGT_ERR_FORMAT (t of an integer or bool dtype, naming it), MGT_ERR_IO (read failure
+ * or the file shrank, naming the file and tensor), MGT_ERR_USAGE (t not from s). */
+mgt_status mgt_st_read_f32(mgt_st *s, const mgt_st_tensor *t, float *dst);
+/* Read tensor t's bytes as stored (t->nbytes, little-endian) into dst.  Errors: as above. */
+mgt_status mgt_st_read_raw(mgt_st *s, const mgt_st_tensor *t, void *dst);
+/* The __metadata__ value of key (for a directory: the first shard, in index order, that has
+ * key), or NULL.  Owned by s. */
+const char *mgt_st_metadata(const mgt_st *s, const char *key);
+/* Close the files and free s; NULL is fine. */
+void mgt_st_close(mgt_st *s);
+
+/* ---- safetensors writer (lib/ckpt/safetensors.c) ------------------------------------------- */
+
+/* Write a model into the existing directory dir, as Hugging Face's save_pretrained does:
+ * model.safetensors, or, when the tensors do not fit in one shard of max_shard_bytes,
+ * model-00001-of-0000N.safetensors ... (shards filled in declaration order; a tensor larger than
+ * the limit gets a shard of its own) and model.safetensors.index.json
+ * {"metadata": {"total_size": BYTES}, "weight_map": {NAME: FILE, ...}} (keys sorted), where
+ * BYTES is the sum of the tensors' sizes.  Each file's header is {"__metadata__": {"format":
+ * "pt"}, NAME: {...}, ...} in declaration order, padded with spaces to a multiple of 8 bytes;
+ * tensors are laid out in declaration order with no gaps.
+ * Use: mgt_st_writer_new (max_shard_bytes 0: no limit), mgt_st_writer_add each tensor (name
+ * non-empty, unique; ndim 0..8; shape PyTorch order, entries >= 0), mgt_st_writer_begin
+ * (creates the files as "<file>.tmp.<pid>", registered with mgt_tmp_add_file, at their full
+ * size), then mgt_st_writer_put_f32 / _put_raw each tensor once, in any order (written with
+ * pwrite at its offset, memory beyond src a fixed 64 KiB), then mgt_st_writer_finish (every
+ * tensor put, files fsynced and renamed into place, the index last, dir fsynced).
+ * mgt_st_writer_free frees w; when finish has not succeeded it removes every file w created.
+ * Errors: MGT_ERR_USAGE (call out of order, bad or duplicate name, bad shape, unknown tensor,
+ * tensor put twice or not put at finish, put_f32 to an integer dtype), MGT_ERR_EXISTS (begin:
+ * one of the output files is already in dir), MGT_ERR_IO (naming the file), MGT_ERR_NOMEM.
+ * After an error from begin, put or finish the writer is spoiled: only free is allowed. */
+typedef struct mgt_st_writer mgt_st_writer;
+mgt_status mgt_st_writer_new(mgt_st_writer **out, const char *dir, uint64_t max_shard_bytes);
+mgt_status mgt_st_writer_add(mgt_st_writer *w, const char *name, mgt_dt dt, int ndim,
+			     const int64_t *shape);
+mgt_status mgt_st_writer_begin(mgt_st_writer *w);
+/* src: numel float32 values, converted to the declared dtype (F16/BF16 by round to nearest
+ * even, mgt_f32_to_f16/bf16; F64 exactly). */
+mgt_status mgt_st_writer_put_f32(mgt_st_writer *w, const char *name, const float *src);
+/* src: the tensor's nbytes, stored as is (little-endian values of the declared dtype). */
+mgt_status mgt_st_writer_put_raw(mgt_st_writer *w, const char *name, const void *src);
+mgt_status mgt_st_writer_finish(mgt_st_writer *w);
+void mgt_st_writer_free(mgt_st_writer *w);
+
+/* ---- GGUF v3 (lib/ckpt/gguf.c) ------------------------------------------------------------- */
+
+/* Format: ggml docs/gguf.md (interop-reference.md section 5).  Little-endian: "GGUF", u32
+ * version 3, u64 tensor count, u64 kv count; kv pairs (gguf string key: u64 length + bytes; u32
+ * value type; value; arrays: u32 element type, u64 count, elements); tensor infos (name string,
+ * u32 n_dims, u64 ne[n_dims] innermost first, i.e. the reverse of PyTorch's shape, u32 ggml
+ * type, u64 offset relative to the data section, a multiple of the alignment); zero padding to
+ * the alignment; the data section, each tensor padded to the alignment.  The alignment is the
+ * u32 kv general.alignment (a power of two), 32 when absent.
+ * Tensor types: F32, F16 (IEEE binary16), BF16, and Q8_0: blocks of 32 values along ne[0]
+ * stored as {f16 d; int8 q[32]} (34 bytes) with d = max|x| / 127 and q = roundf(x * (1 / d))
+ * (0 when d is 0), value f16(d) * q (ggml-quants.c quantize_row_q8_0_ref, dequantize_row_q8_0);
+ * ne[0] must be a multiple of 32.  (Non-finite inputs give unspecified but defined bytes.) */
+typedef enum { MGT_GGML_F32 = 0, MGT_GGML_F16 = 1, MGT_GGML_Q8_0 = 8, MGT_GGML_BF16 = 30 } mgt_ggml_type;
+/* GGUF value types (gguf.md gguf_metadata_value_type). */
+typedef enum {
+	MGT_GGUF_U8 = 0, MGT_GGUF_I8 = 1, MGT_GGUF_U16 = 2, MGT_GGUF_I16 = 3, MGT_GGUF_U32 = 4,
+	MGT_GGUF_I32 = 5, MGT_GGUF_F32 = 6, MGT_GGUF_BOOL = 7, MGT_GGUF_STR = 8, MGT_GGUF_ARR = 9,
+	MGT_GGUF_U64 = 10, MGT_GGUF_I64 = 11, MGT_GGUF_F64 = 12
+} mgt_gguf_vtype;
+#define MGT_GGUF_MAX_DIM 4
+#define MGT_GGUF_MAX_NAME 63 /* tensor name bytes (GGML_MAX_NAME 64 with the NUL) */
+#define MGT_GGUF_DEFAULT_ALIGNMENT 32
+
+/* Bytes of n values of type t (n a multiple of 32 for Q8_0); 0 for an unknown type. */
+uint64_t mgt_ggml_nbytes(mgt_ggml_type t, uint64_t n);
+/* Encode n float32 values (n a multiple of 32) as Q8_0 blocks into dst (n / 32 * 34 bytes),
+ * and back (dst: n floats). */
+void mgt_ggml_quantize_q8_0(const float *src, uint64_t n, void *dst);
+void mgt_ggml_dequantize_q8_0(const void *src, uint64_t n, float *dst);
+
+/* Writer.  Set the kv pairs (kept in call order) and declare the tensors (kept in declaration
+ * order), then mgt_gguf_writer_open(path) writes path's temporary (mgt_afile: path.tmp.<pid>,
+ * an existing path is replaced at finish) with the header, kv pairs and tensor infos, whose
+ * offsets follow from the declarations; then mgt_gguf_put_f32 each tensor in declaration order
+ * (converted to its type: F16/BF16 by round to nearest even, Q8_0 as above, then padded with
+ * zeros to the alignment); mgt_gguf_writer_finish fsyncs and renames into place.
+ * Keys: non-empty, at most 65535 bytes, unique ("general.alignment" must be a u32 power of two
+ * and sets the alignment).  Strings are byte strings of the given length (set_str: strlen).
+ * Tensor names: 1..63 bytes, unique; ndim 1..4; shape in PyTorch order (written reversed as ne),
+ * entries >= 1; Q8_0 needs shape[ndim-1] % 32 == 0.
+ * Errors: MGT_ERR_USAGE (bad or duplicate key or name, bad shape or type, a setter after open,
+ * put out of declaration order, finish with tensors not put), MGT_ERR_IO (naming path),
+ * MGT_ERR_NOMEM.  After an error from open, put or finish the writer is spoiled: only free.
+ * mgt_gguf_writer_free frees w and, unless finish succeeded, removes the temporary. */
+typedef struct mgt_gguf_writer mgt_gguf_writer;
+mgt_status mgt_gguf_writer_new(mgt_gguf_writer **out);
+mgt_status mgt_gguf_set_u32(mgt_gguf_writer *w, const char *key, uint32_t v);
+mgt_status mgt_gguf_set_i32(mgt_gguf_writer *w, const char *key, int32_t v);
+mgt_status mgt_gguf_set_u64(mgt_gguf_writer *w, const char *key, uint64_t v);
+mgt_status mgt_gguf_set_f32(mgt_gguf_writer *w, const char *key, float v);
+mgt_status mgt_gguf_set_bool(mgt_gguf_writer *w, const char *key, bool v);
+mgt_status mgt_gguf_set_str(mgt_gguf_writer *w, const char *key, const char *s);
+/* n strings s[i] of len[i] bytes (len NULL: strlen of each). */
+mgt_status mgt_gguf_set_arr_str(mgt_gguf_writer *w, const char *key, const char *const *s,
+				const size_t *len, size_t n);
+mgt_status mgt_gguf_set_arr_i32(mgt_gguf_writer *w, const char *key, const int32_t *v, size_t n);
+mgt_status mgt_gguf_set_arr_f32(mgt_gguf_writer *w, const char *key, const float *v, size_t n);
+mgt_status mgt_gguf_add_tensor(mgt_gguf_writer *w, const char *name, mgt_ggml_type t, int ndim,
+			       const int64_t *shape);
+mgt_status mgt_gguf_writer_open(mgt_gguf_writer *w, const char *path);
+/* src: numel float32 values, row-major in PyTorch order (= ggml's, ne[0] fastest). */
+mgt_status mgt_gguf_put_f32(mgt_gguf_writer *w, const char *name, const float *src);
+mgt_status mgt_gguf_writer_finish(mgt_gguf_writer *w);
+void mgt_gguf_writer_free(mgt_gguf_writer *w);
+
+/* Reader.  A kv pair: key; type; scalars widened into u (U8..U64, BOOL), i (I8..I64) or f
+ * (F32, F64); strings: str (NUL-terminated copy; n = its length in bytes, which may include NUL
+ * bytes); arrays: arr_type, n elements, numeric ones in arr (n packed little-endian values of
+ * arr_type), string arrays in strs / lens.  Nested arrays are refused.  All owned by the reader. */
+typedef struct {
+	const char *key;
+	mgt_gguf_vtype type, arr_type;
+	uint64_t n;
+	uint64_t u;
+	int64_t i;
+	double f;
+	const char *str;
+	const void *arr;
+	const char *const *strs;
+	const uint64_t *lens;
+} mgt_gguf_kv;
+/* A tensor: name, type, ndim, ne (ggml order: ne[0] innermost; PyTorch's shape is ne reversed;
+ * entries past ndim are 1), offset (absolute in the file) and nbytes. */
+typedef struct {
+	const char *name;
+	mgt_ggml_type type;
+	int ndim;
+	int64_t ne[MGT_GGUF_MAX_DIM];
+	uint64_t offset, nbytes;
+} mgt_gguf_tensor;
+typedef struct mgt_gguf mgt_gguf;
+
+/* Open and check a GGUF v3 file: magic, version 3, every length and count within the file
+ * before anything is allocated, value types known, arrays not nested, keys unique,
+ * general.alignment (if present) a u32 power of two, tensor names 1..63 bytes and unique, n_dims
+ * 1..4, ne >= 0 with a product that does not overflow, types F32/F16/BF16/Q8_0 (Q8_0: ne[0] %
+ * 32 == 0), offsets aligned, data within the file and not overlapping.  The header is parsed
+ * into memory; the file stays open for mgt_gguf_read_f32 until mgt_gguf_close.
+ * Errors: MGT_ERR_IO (unreadable, naming path), MGT_ERR_FORMAT (naming path and the key or
+ * tensor), MGT_ERR_NOMEM. */
+mgt_status mgt_gguf_open(const char *path, mgt_gguf **out);
+void mgt_gguf_close(mgt_gguf *g);
+uint32_t mgt_gguf_alignment(const mgt_gguf *g);
+/* kv pairs and tensors in file order; NULL past the end.  find: by key / name, or NULL. */
+size_t mgt_gguf_kv_count(const mgt_gguf *g);
+const mgt_gguf_kv *mgt_gguf_kv_at(const mgt_gguf *g, size_t i);
+const mgt_gguf_kv *mgt_gguf_kv_find(const mgt_gguf *g, const char *key);
+size_t mgt_gguf_tensor_count(const mgt_gguf *g);
+const mgt_gguf_tensor *mgt_gguf_tensor_at(const mgt_gguf *g, size_t i);
+const mgt_gguf_tensor *mgt_gguf_tensor_find(const mgt_gguf *g, const char *name);
+/* Read tensor t (one of g's) into dst (caller-owned, numel floats): F32 as is, F16 and BF16
+ * exactly, Q8_0 dequantized (d * q).  Errors: MGT_ERR_IO (read failure, naming the file and
+ * tensor), MGT_ERR_USAGE (t not from g). */
+mgt_status mgt_gguf_read_f32(mgt_gguf *g, const mgt_gguf_tensor *t, float *dst);
 
 #endif

@@ -91,28 +91,90 @@ static mgt_status write_h5(const char *path, const mgt_ckpt_piece *p, size_t n, 
 	return ck_h5_finish(f, path, msg_path, st);
 }
 
-mgt_status mgt_ckpt_write_shard(const char *save_dir, int64_t iteration, const char *shard_name,
-				const mgt_ckpt_piece *p, size_t n)
+struct mgt_ckpt_shard {
+	hid_t f;
+	char *path;     /* SAVE/iter_NNNNNNN.tmp/<shard_name> */
+	mgt_status st;  /* the first failed put's error */
+};
+
+mgt_status mgt_ckpt_shard_open(const char *save_dir, int64_t iteration, const char *shard_name,
+			       mgt_ckpt_shard **out)
 {
+	*out = NULL;
 	ck_h5_quiet();
 	if (!shard_name || !ck_is_shard_name(shard_name))
 		return mgt_err(MGT_ERR_USAGE, "'%s': bad shard file name (expected NAME.h5, not %s)",
 			       shard_name ? shard_name : "(null)", MGT_CKPT_INDEX_FILE);
 	if (iteration < 0)
 		return mgt_err(MGT_ERR_USAGE, "checkpoint iteration %lld is negative", (long long)iteration);
-	mgt_status st = check_pieces(p, n, false);
-	char *tmp = st ? NULL : ck_iter_dir(save_dir, iteration, ".tmp");
+	char *tmp = ck_iter_dir(save_dir, iteration, ".tmp");
 	char *path = tmp ? ck_join(tmp, shard_name) : NULL;
-	if (!st && !path)
-		st = MGT_ERR_NOMEM;
+	mgt_ckpt_shard *sh = path ? calloc(1, sizeof *sh) : NULL;
+	mgt_status st = sh ? MGT_OK : mgt_err(MGT_ERR_NOMEM, "out of memory");
 	if (!st)
 		st = ck_mkdirs(tmp);
 	if (!st && ck_exists(path))
 		st = mgt_err(MGT_ERR_EXISTS, "%s: shard already written", path);
-	if (!st)
-		st = write_h5(path, p, n, true, NULL, path);
-	free(path);
+	if (!st) {
+		hid_t fapl = ck_h5_fapl();
+		sh->f = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+		H5Pclose(fapl);
+		if (sh->f < 0)
+			st = mgt_err(MGT_ERR_IO, "%s: cannot create: %s", path, ck_h5_why());
+	}
 	free(tmp);
+	if (st) {
+		free(path);
+		free(sh);
+		return st;
+	}
+	sh->path = path;
+	*out = sh;
+	return MGT_OK;
+}
+
+mgt_status mgt_ckpt_shard_put(mgt_ckpt_shard *sh, const mgt_ckpt_piece *p)
+{
+	if (sh->st)
+		return sh->st;
+	mgt_status st = ck_piece_check(p, false);
+	if (!st)
+		st = ck_h5_put(sh->f, sh->path, p->name, p, true);
+	return sh->st = st;
+}
+
+mgt_status mgt_ckpt_shard_close(mgt_ckpt_shard *sh)
+{
+	mgt_status st = ck_h5_finish(sh->f, sh->path, sh->path, sh->st);
+	free(sh->path);
+	free(sh);
+	return st;
+}
+
+void mgt_ckpt_shard_discard(mgt_ckpt_shard *sh)
+{
+	if (!sh)
+		return;
+	/* a failed status makes ck_h5_finish close the file without flushing and unlink it
+	 * (it records no message) */
+	ck_h5_finish(sh->f, sh->path, sh->path, MGT_ERR_IO);
+	free(sh->path);
+	free(sh);
+}
+
+mgt_status mgt_ckpt_write_shard(const char *save_dir, int64_t iteration, const char *shard_name,
+				const mgt_ckpt_piece *p, size_t n)
+{
+	mgt_status st = check_pieces(p, n, false); /* bad arguments: no file made */
+	mgt_ckpt_shard *sh = NULL;
+	if (!st)
+		st = mgt_ckpt_shard_open(save_dir, iteration, shard_name, &sh);
+	for (size_t i = 0; !st && i < n; i++)
+		st = mgt_ckpt_shard_put(sh, &p[i]);
+	if (sh) {
+		mgt_status cs = mgt_ckpt_shard_close(sh);
+		st = st ? st : cs;
+	}
 	return st;
 }
 
