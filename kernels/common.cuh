@@ -9,7 +9,7 @@
  *    alignment of its operands.
  *  - Block reductions (warp shuffles, then one warp over the warps' results): a fixed tree for a
  *    given block size, hence deterministic.  blockDim.x must be a multiple of 32.
- *  - mgt_expf / mgt_erff: the CPU backend's cpu_expf and cpu_erff (lib/backend/cpu_impl.h), same
+ *  - mgt_expf / mgt_erff / mgt_tanhf: the CPU backend's cpu_expf, cpu_erff and cpu_tanhf (lib/backend/cpu_impl.h), same
  *    formulas, so that GELU, SwiGLU and the softmax use the same approximations on both backends
  *    (they differ only by FMA contraction, which nvcc applies and the CPU build does not).
  */
@@ -287,6 +287,15 @@ static __device__ __forceinline__ float mgt_erff(float x)
 	q = q * t - 0.284496736f;
 	q = q * t + 0.254829592f;
 	float y = 1.0f - q * t * mgt_expf(-a * a);
+	return x < 0 ? -y : y;
+}
+
+/* tanh(x) = sign(x) (1 - e) / (1 + e), e = e^(-2|x|) with mgt_expf (cpu_impl.h's cpu_tanhf). */
+static __device__ __forceinline__ float mgt_tanhf(float x)
+{
+	float a = x < 0 ? -x : x;
+	float e = mgt_expf(-2.0f * a);
+	float y = (1.0f - e) / (1.0f + e);
 	return x < 0 ? -y : y;
 }
 

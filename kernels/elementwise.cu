@@ -163,6 +163,19 @@ static __device__ __forceinline__ float gelu_grad(float z)
 
 static __device__ __forceinline__ float sigmoid_f(float a) { return 1.0f / (1.0f + mgt_expf(-a)); }
 
+/* tanh-approximation GELU (act 2; cpu.c's gelu_tanh_f / gelu_tanh_grad, same order). */
+static __device__ __forceinline__ float gelu_tanh_f(float z)
+{
+	float t = mgt_tanhf(0.79788456080286536f * z * (1.0f + 0.044715f * z * z));
+	return 0.5f * z * (1.0f + t);
+}
+
+static __device__ __forceinline__ float gelu_tanh_grad(float z)
+{
+	float t = mgt_tanhf(0.79788456080286536f * z * (1.0f + 0.044715f * z * z));
+	return 0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * (0.79788456080286536f * (1.0f + 0.134145f * z * z));
+}
+
 /* Group g of x (4 elements), plus the same group of b when b is given (the bias of the
  * bias-activation fusion: x + b, or x itself without a bias). */
 static __device__ __forceinline__ void ld4_biased(const float *x, const float *b, size_t g, size_t n, bool vec,
@@ -178,12 +191,13 @@ static __device__ __forceinline__ void ld4_biased(const float *x, const float *b
 		v[k] += bb[k];
 }
 
-/* Row t: GELU y = gelu(x + b) over f columns; SwiGLU y = silu(gate + b) * (up + b), x = [gate | up]. */
+/* Row t: GELU y = gelu(x + b) over f columns (act 0 erf, 2 tanh); SwiGLU (act 1)
+ * y = silu(gate + b) * (up + b), x = [gate | up]. */
 static __global__ void bias_act_fwd_k(int act, float *y, const float *x, const float *b, int f,
 				      bool vec)
 {
 	const size_t t = blockIdx.x, nf = (size_t)f, ng = (nf + 3) / 4;
-	const float *xt = x + t * (act ? 2 * nf : nf);
+	const float *xt = x + t * (act == 1 ? 2 * nf : nf);
 	float *yt = y + t * nf;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
 		float a[4], o[4];
@@ -192,6 +206,10 @@ static __global__ void bias_act_fwd_k(int act, float *y, const float *x, const f
 #pragma unroll
 			for (int k = 0; k < 4; k++)
 				o[k] = gelu_f(a[k]);
+		} else if (act == 2) {
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				o[k] = gelu_tanh_f(a[k]);
 		} else {
 			float u[4];
 			ld4_biased(xt + nf, b ? b + nf : NULL, g, nf, vec, u);
@@ -217,7 +235,7 @@ extern "C" int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float
 static __global__ void bias_act_bwd_k(int act, float *dx, const float *dy, const float *x,
 				      const float *b, int f, bool vec)
 {
-	const size_t t = blockIdx.x, nf = (size_t)f, ng = (nf + 3) / 4, xw = act ? 2 * nf : nf;
+	const size_t t = blockIdx.x, nf = (size_t)f, ng = (nf + 3) / 4, xw = act == 1 ? 2 * nf : nf;
 	const float *xt = x + t * xw, *gt = dy + t * nf;
 	float *dxt = dx + t * xw;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
@@ -228,6 +246,10 @@ static __global__ void bias_act_bwd_k(int act, float *dx, const float *dy, const
 #pragma unroll
 			for (int k = 0; k < 4; k++)
 				o[k] = gg[k] * gelu_grad(a[k]);
+		} else if (act == 2) {
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				o[k] = gg[k] * gelu_tanh_grad(a[k]);
 		} else {
 			float u[4], o2[4];
 			ld4_biased(xt + nf, b ? b + nf : NULL, g, nf, vec, u);
@@ -245,7 +267,7 @@ static __global__ void bias_act_bwd_k(int act, float *dx, const float *dy, const
 
 extern "C" size_t mgt_k_bias_act_bwd_ws_bytes(int act, int T, int f)
 {
-	return mgt_k_colsum_ws_bytes(T, act ? 2 * f : f);
+	return mgt_k_colsum_ws_bytes(T, act == 1 ? 2 * f : f);
 }
 
 /* dx written, then db += column sums of dx (as cpu_bias_act_bwd: colsum_acc over dx). */
@@ -259,7 +281,7 @@ extern "C" int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db,
 	int rc = mgt_k_rc();
 	if (rc || !db)
 		return rc;
-	return mgt_k_colsum(s, db, dx, T, act ? 2 * f : f, ws);
+	return mgt_k_colsum(s, db, dx, T, act == 1 ? 2 * f : f, ws);
 }
 
 /* ---- bias-dropout-add ---- */
@@ -346,19 +368,11 @@ extern "C" int mgt_k_bda_bwd(mgt_k_stream s, float *dy, float *db, const float *
 
 /* ---- RoPE ---- */
 
-/* inv_freq[k] = 1 / base^(2k / rot_dim), computed on the host with the same powf as the CPU
- * backend (a 1-ulp difference in inv_freq would move theta = pos * inv_freq by far more than an
- * ulp at large positions) and passed by value. */
-static constexpr int ROPE_TAB = 512;
-struct rope_tab {
-	float inv_freq[ROPE_TAB];
-};
-
 /* Token t: cos/sin of theta = pos[t] * inv_freq[k] into shared memory (through double: correctly
  * rounded in practice, as glibc's cosf/sinf are), then every rotated pair (x[k], x[k + half]) of
- * the r query heads and the key head of each group. */
-static __global__ void rope_k(float *qkv, const int32_t *pos, int ng, int r, int d, int rot_dim,
-			      float base, int inverse, bool use_tab, rope_tab tab)
+ * the r query heads and the key head of each group.  inv_freq: the model's table (device memory). */
+static __global__ void rope_k(float *qkv, const int32_t *pos, const float *inv_freq, int ng, int r, int d,
+			      int rot_dim, int inverse)
 {
 	MGT_DYN_SHARED(float, rope_sm);
 	const int half = rot_dim / 2;
@@ -366,9 +380,7 @@ static __global__ void rope_k(float *qkv, const int32_t *pos, int ng, int r, int
 	const size_t t = blockIdx.x;
 	const float ps = (float)pos[t];
 	for (int k = threadIdx.x; k < half; k += blockDim.x) {
-		float inv = use_tab ? tab.inv_freq[k]
-				    : 1.0f / powf(base, (float)(2 * k) / (float)rot_dim);
-		float th = ps * inv;
+		float th = ps * inv_freq[k];
 		cs[k] = (float)cos((double)th);
 		float sv = (float)sin((double)th);
 		sn[k] = inverse ? -sv : sv;
@@ -387,18 +399,13 @@ static __global__ void rope_k(float *qkv, const int32_t *pos, int ng, int r, int
 }
 
 /* cpu_rope in lib/backend/cpu.c (backend.h: non-interleaved rotate_half over rot_dim channels). */
-extern "C" int mgt_k_rope(mgt_k_stream s, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
-			  int rot_dim, float base, int inverse)
+extern "C" int mgt_k_rope(mgt_k_stream s, float *qkv, const int32_t *pos, const float *inv_freq, int T,
+			  int ng, int r, int d, int rot_dim, int inverse)
 {
 	const int half = rot_dim / 2;
 	if (T <= 0 || half <= 0 || ng <= 0 || r < 0)
 		return 0;
-	rope_tab tab = {};
-	const bool use_tab = half <= ROPE_TAB; /* else the device's powf (rot_dim > 1024) */
-	for (int k = 0; k < (use_tab ? half : 0); k++)
-		tab.inv_freq[k] = 1.0f / powf(base, (float)(2 * k) / (float)rot_dim);
 	const size_t smem = 2 * (size_t)half * sizeof(float);
-	MGT_LAUNCH(rope_k, T, 128, smem, mgt_st(s), qkv, pos, ng, r, d, rot_dim, base, inverse, use_tab,
-		   tab);
+	MGT_LAUNCH(rope_k, T, 128, smem, mgt_st(s), qkv, pos, inv_freq, ng, r, d, rot_dim, inverse);
 	return mgt_k_rc();
 }

@@ -69,9 +69,18 @@ int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, co
 		   const float *x, const float *w, const float *mean, const float *rstd, int T,
 		   int h, void *ws);
 
-/* ---- RoPE, in place on qkv [T, ng, r + 2, d] ---- */
-int mgt_k_rope(mgt_k_stream s, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
-	       int rot_dim, float base, int inverse);
+/* Query (key == 0) or key (key == 1) heads of qkv [T, ng, r + 2, d] (backend.h's head_norm_*):
+ * the backward writes dx (may alias dy). */
+int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd, const float *x,
+			const float *w, const float *b, int T, int ng, int r, int d, int key, float eps);
+size_t mgt_k_head_norm_bwd_ws_bytes(int T, int ng, int r, int d, int key);
+int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
+			const float *x, const float *w, const float *mean, const float *rstd, int T,
+			int ng, int r, int d, int key, void *ws);
+
+/* ---- RoPE, in place on qkv [T, ng, r + 2, d]; inv_freq [rot_dim / 2] device memory ---- */
+int mgt_k_rope(mgt_k_stream s, float *qkv, const int32_t *pos, const float *inv_freq, int T, int ng,
+	       int r, int d, int rot_dim, int inverse);
 
 /* ---- causal attention with GQA (flash-style: lse saved, nothing O(s^2) stored) ---- */
 int mgt_k_attn_fwd(mgt_k_stream s, float *out, float *lse, const float *qkv, int seq, int b,
@@ -97,7 +106,7 @@ int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout,
 		      const float *out, const float *lse, int seq, int b, int ng, int r, int d,
 		      float p, uint64_t key, int head0, int heads_total, void *ws);
 
-/* ---- MLP activation with bias (act: 0 GELU, 1 SwiGLU; backend.h's mgt_act_kind) ---- */
+/* ---- MLP activation with bias (act: 0 GELU, 1 SwiGLU, 2 GELU tanh; backend.h's mgt_act_kind) ---- */
 int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float *x, const float *b, int T,
 		       int f);
 size_t mgt_k_bias_act_bwd_ws_bytes(int act, int T, int f);

@@ -7,13 +7,25 @@
  * chunk order and added to dw/db once), so everything is deterministic. */
 #include "common.cuh"
 
+/* Row layout: row t of n starts at element ((t / per) * stride + first + t % per) * h (per = stride
+ * = 1, first = 0: contiguous [n, h]; the head norms: query or key heads inside qkv [T, ng, r+2, d],
+ * cpu.c's rows_lay). */
+struct rows_lay {
+	int per, stride, first;
+};
+
+static __device__ __forceinline__ size_t row_at(rows_lay L, size_t t, size_t h)
+{
+	return ((t / (size_t)L.per) * (size_t)L.stride + (size_t)L.first + t % (size_t)L.per) * h;
+}
+
 /* Row t: mean (LayerNorm; 0 for RMSNorm) and rstd in double, then y = (x - mean) * rstd * w + b. */
 static __global__ void norm_fwd_k(int kind, float *y, float *mean, float *rstd, const float *x,
-				  const float *w, const float *b, int h, float eps, bool vec)
+				  const float *w, const float *b, int h, float eps, bool vec, rows_lay L)
 {
 	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
-	const float *xt = x + t * nh;
-	float *yt = y + t * nh;
+	const float *xt = x + row_at(L, t, nh);
+	float *yt = y + row_at(L, t, nh);
 	double mu = 0, ss = 0;
 	if (kind == 0) {
 		double sum = 0;
@@ -57,25 +69,49 @@ static __global__ void norm_fwd_k(int kind, float *y, float *mean, float *rstd, 
 	}
 }
 
-extern "C" int mgt_k_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd,
-			      const float *x, const float *w, const float *b, int T, int h, float eps)
+static int norm_fwd_rows(mgt_k_stream s, int kind, float *y, float *mean, float *rstd, const float *x,
+			 const float *w, const float *b, int T, int h, float eps, rows_lay L)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
 	const bool vec = h % 4 == 0 && mgt_al16(y) && mgt_al16(x) && mgt_al16(w) && mgt_al16(b);
 	MGT_LAUNCH(norm_fwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), kind, y, mean, rstd, x, w, b, h, eps,
-		   vec);
+		   vec, L);
 	return mgt_k_rc();
 }
 
-/* Row t: g = dy * w, xhat = (x - mean) * rstd,
- * dx += rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMSNorm: no mean(g) term). */
-static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const float *x, const float *w,
-				 const float *mean, const float *rstd, int h, bool vec)
+extern "C" int mgt_k_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd,
+			      const float *x, const float *w, const float *b, int T, int h, float eps)
 {
-	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
-	const float *xt = x + t * nh, *gt = dy + t * nh;
-	float *dxt = dx + t * nh;
+	return norm_fwd_rows(s, kind, y, mean, rstd, x, w, b, T, h, eps, rows_lay{1, 1, 0});
+}
+
+/* Query heads: r rows per group, group stride r + 2, first 0; key heads: 1 row at offset r. */
+static rows_lay head_rows(int T, int ng, int r, int key, int *n)
+{
+	*n = T * ng * (key ? 1 : r);
+	return key ? rows_lay{1, r + 2, r} : rows_lay{r, r + 2, 0};
+}
+
+extern "C" int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd,
+				   const float *x, const float *w, const float *b, int T, int ng, int r,
+				   int d, int key, float eps)
+{
+	int n;
+	rows_lay L = head_rows(T, ng, r, key, &n);
+	return norm_fwd_rows(s, kind, y, mean, rstd, x, w, b, n, d, eps, L);
+}
+
+/* Row t: g = dy * w, xhat = (x - mean) * rstd,
+ * dx (+)= rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMSNorm: no mean(g) term).  acc: add
+ * into dx, else write it (dx may then alias dy: each thread reads its elements of dy before it
+ * writes the same elements of dx, after the block's sums). */
+static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const float *x, const float *w,
+				 const float *mean, const float *rstd, int h, bool vec, rows_lay L, bool acc)
+{
+	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4, off = row_at(L, t, nh);
+	const float *xt = x + off, *gt = dy + off;
+	float *dxt = dx + off;
 	const float m = mean[t], rs = rstd[t];
 	double sg = 0, sgx = 0;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
@@ -96,11 +132,12 @@ static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const flo
 	sgx = mgt_block_sum(sgx);
 	const float a = kind == 0 ? (float)(sg / h) : 0.0f, bx = (float)(sgx / h);
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
-		float v[4], gg[4], ww[4], d[4];
+		float v[4], gg[4], ww[4], d[4] = {0, 0, 0, 0};
 		mgt_ld4(xt, g, nh, vec, v);
 		mgt_ld4(gt, g, nh, vec, gg);
 		mgt_ld4(w, g, nh, vec, ww);
-		mgt_ld4(dxt, g, nh, vec, d);
+		if (acc)
+			mgt_ld4(dxt, g, nh, vec, d);
 #pragma unroll
 		for (int k = 0; k < 4; k++)
 			d[k] += rs * (gg[k] * ww[k] - a - (v[k] - m) * rs * bx);
@@ -110,7 +147,7 @@ static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const flo
 
 /* Chunk r of rows, column c: pw[r, c] = sum_t dy * xhat, pb[r, c] = sum_t dy (double, row order). */
 static __global__ void norm_dwdb_part_k(double *pw, double *pb, const float *dy, const float *x,
-					const float *mean, const float *rstd, int T, int h, int rows)
+					const float *mean, const float *rstd, int T, int h, int rows, rows_lay L)
 {
 	const int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= h)
@@ -119,7 +156,7 @@ static __global__ void norm_dwdb_part_k(double *pw, double *pb, const float *dy,
 	const int t0 = r * rows, t1 = T - t0 < rows ? T : t0 + rows;
 	double aw = 0, ab = 0;
 	for (int t = t0; t < t1; t++) {
-		const size_t i = (size_t)t * h + c;
+		const size_t i = row_at(L, (size_t)t, (size_t)h) + c;
 		const float gv = dy[i];
 		aw += gv * ((x[i] - mean[t]) * rstd[t]);
 		ab += gv;
@@ -153,20 +190,44 @@ extern "C" size_t mgt_k_norm_bwd_ws_bytes(int T, int h)
 	return 2 * (size_t)mgt_col_chunks(T, h) * (size_t)h * sizeof(double);
 }
 
-extern "C" int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db,
-			      const float *dy, const float *x, const float *w, const float *mean,
-			      const float *rstd, int T, int h, void *ws)
+/* dw/db first, then dx: with acc == false dx may alias dy. */
+static int norm_bwd_rows(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
+			 const float *x, const float *w, const float *mean, const float *rstd, int T, int h,
+			 void *ws, rows_lay L, bool acc)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
 	cudaStream_t st = mgt_st(s);
 	const bool vec = h % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(w);
-	MGT_LAUNCH(norm_dx_k, T, MGT_ROW_THREADS, 0, st, kind, dx, dy, x, w, mean, rstd, h, vec);
 	const int rows = mgt_col_chunk_rows(T, h), R = mgt_col_chunks(T, h);
 	const unsigned cb = (unsigned)mgt_cdiv((size_t)h, MGT_COL_THREADS);
 	double *pw = (double *)ws, *pb = pw + (size_t)R * h;
 	MGT_LAUNCH(norm_dwdb_part_k, dim3(cb, R), MGT_COL_THREADS, 0, st, pw, pb, dy, x, mean, rstd, T, h,
-		   rows);
+		   rows, L);
 	MGT_LAUNCH(norm_dwdb_fin_k, cb, MGT_COL_THREADS, 0, st, dw, db, pw, pb, R, h);
+	MGT_LAUNCH(norm_dx_k, T, MGT_ROW_THREADS, 0, st, kind, dx, dy, x, w, mean, rstd, h, vec, L, acc);
 	return mgt_k_rc();
+}
+
+extern "C" int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db,
+			      const float *dy, const float *x, const float *w, const float *mean,
+			      const float *rstd, int T, int h, void *ws)
+{
+	return norm_bwd_rows(s, kind, dx, dw, db, dy, x, w, mean, rstd, T, h, ws, rows_lay{1, 1, 0}, true);
+}
+
+extern "C" size_t mgt_k_head_norm_bwd_ws_bytes(int T, int ng, int r, int d, int key)
+{
+	int n;
+	head_rows(T, ng, r, key, &n);
+	return mgt_k_norm_bwd_ws_bytes(n, d);
+}
+
+extern "C" int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db,
+				   const float *dy, const float *x, const float *w, const float *mean,
+				   const float *rstd, int T, int ng, int r, int d, int key, void *ws)
+{
+	int n;
+	rows_lay L = head_rows(T, ng, r, key, &n);
+	return norm_bwd_rows(s, kind, dx, dw, db, dy, x, w, mean, rstd, n, d, ws, L, false);
 }

@@ -41,7 +41,9 @@
 typedef struct mgt_backend mgt_backend;
 
 typedef enum { MGT_NORM_LAYERNORM, MGT_NORM_RMSNORM } mgt_norm_kind;
-typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU } mgt_act_kind;
+/* MGT_ACT_GELU: erf form; MGT_ACT_GELU_TANH: the tanh approximation (Megatron --openai-gelu,
+ * megatron/legacy/model/utils.py openai_gelu; HF gelu_new); MGT_ACT_SWIGLU: silu(gate) * up. */
+typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
 /* Precision of the linear layers' GEMM operands (--bf16, --fp16; fp32 is the reference).  With
  * MGT_PREC_BF16 or MGT_PREC_FP16, linear_fwd and linear_bwd round their two operands (x and w,
  * dy and w, dy and x) to that type, round to nearest even (fp16: overflow to +-inf, as a real
@@ -104,16 +106,34 @@ typedef struct mgt_backend_ops {
 			 const float *dy, const float *x, const float *w, const float *mean,
 			 const float *rstd, int T, int h);
 
+	/* Norm of attention heads inside the fused QKV activation (Megatron-Core's q_layernorm /
+	 * k_layernorm, megatron/core/transformer/attention.py): x, y [T, ng, r + 2, d] laid out as
+	 * rope's qkv below.  key == false normalizes the r query heads of every group (n = T*ng*r
+	 * rows of d, in memory order), key == true the key head of every group (n = T*ng rows); each
+	 * row as norm_fwd does with w, b [d] (b may be NULL).  Writes those rows of y (no other
+	 * element of y) and mean, rstd [n].  y may alias x. */
+	void (*head_norm_fwd)(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+			      const float *x, const float *w, const float *b, int T, int ng, int r, int d,
+			      bool key, float eps);
+	/* Backward of head_norm_fwd: the selected rows of dx [T, ng, r + 2, d] are WRITTEN (not
+	 * accumulated; other elements untouched) from the same rows of dy; dx may alias dy (in
+	 * place).  dw[d] += ..., db[d] += ... (db skipped when NULL), as norm_bwd. */
+	void (*head_norm_bwd)(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+			      const float *dy, const float *x, const float *w, const float *mean,
+			      const float *rstd, int T, int ng, int r, int d, bool key);
+
 	/* ---- rotary position embedding ---- */
 	/* In place on the fused QKV activation qkv[T, ng, r + 2, d] (query-group interleaved as in
 	 * Megatron-Core linear_qkv: per group r query heads, then one key head, then one value head;
 	 * r = heads / query groups, d = kv channels).  Rotates the query and key heads, not values,
 	 * over their first rot_dim (even) channels, non-interleaved ("rotate_half"):
-	 *   inv_freq[k] = 1 / base^(2k / rot_dim) (fp32), theta = pos[t] * inv_freq[k] (fp32),
+	 *   theta = pos[t] * inv_freq[k] (fp32),
 	 *   (x1, x2) = (x[k], x[k + rot_dim/2]) -> (x1 cos - x2 sin, x2 cos + x1 sin)  for k < rot_dim/2.
-	 * inverse == true rotates by -theta (the backward: apply to dqkv).  pos [T] int32. */
-	void (*rope)(mgt_backend *be, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
-		     int rot_dim, float base, bool inverse);
+	 * inv_freq [rot_dim/2] fp32 backend memory: the model's frequencies (mgt_model_rope_inv_freq
+	 * in lib/model: 1 / base^(2k / rot_dim), with Llama 3.1 scaling when asked).  inverse == true
+	 * rotates by -theta (the backward: apply to dqkv).  pos [T] int32. */
+	void (*rope)(mgt_backend *be, float *qkv, const int32_t *pos, const float *inv_freq, int T, int ng,
+		     int r, int d, int rot_dim, bool inverse);
 
 	/* ---- causal self-attention (GQA) ---- */
 	/* qkv [T, ng, r + 2, d] as above (after RoPE), T = s*b sequence-first.  Query head n
@@ -133,7 +153,8 @@ typedef struct mgt_backend_ops {
 			 uint64_t key, int head0, int heads_total);
 
 	/* ---- MLP activation with the fc1 bias (Megatron's bias-activation fusion) ---- */
-	/* GELU (erf form): x [T, f], y = gelu(x + b), y [T, f].
+	/* GELU (erf form) or GELU_TANH: x [T, f], y = gelu(x + b), y [T, f]; the tanh form is
+	 *   0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))).
 	 * SwiGLU: x [T, 2f] = [gate | up] along each row (first f columns gate, next f up), b [2f],
 	 *   y[t, c] = silu(x[t, c] + b[c]) * (x[t, f + c] + b[f + c]), y [T, f].
 	 * b may be NULL.  Writes y. */
@@ -186,6 +207,8 @@ typedef struct mgt_backend_ops {
 		      float lr, float b1, float b2, float eps, float wd, int64_t step);
 	/* sum of x[i]^2 in double (deterministic order).  NaN/Inf propagate. */
 	double (*sumsq)(mgt_backend *be, const float *x, size_t n);
+	/* dst = src, bytes bytes (backend memory, not overlapping). */
+	void (*copy)(mgt_backend *be, void *dst, const void *src, size_t bytes);
 	/* x *= alpha over n elements. */
 	void (*scale)(mgt_backend *be, float *x, size_t n, float alpha);
 	/* y += x over n elements. */

@@ -230,14 +230,27 @@ static void cpu_embedding_bwd(mgt_backend *be, float *dtable, const float *dy, c
 
 /* ---- normalization ---- */
 
-static void cpu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
-			 const float *x, const float *w, const float *b, int T, int h, float eps)
+/* Row layout of the norms: row i of n starts at element ((i / per) * stride + first + i % per) * h
+ * (per = stride = 1, first = 0: contiguous rows [n, h]; head_norm: heads inside qkv). */
+typedef struct {
+	int per, stride, first;
+} rows_lay;
+
+static const rows_lay ROWS_DENSE = { 1, 1, 0 };
+
+CPU_INLINE size_t row_at(rows_lay L, int i, int h)
+{
+	return ((size_t)(i / L.per) * (size_t)L.stride + (size_t)L.first + (size_t)(i % L.per)) * (size_t)h;
+}
+
+static void norm_fwd_rows(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+			  const float *x, const float *w, const float *b, int T, int h, float eps, rows_lay L)
 {
 	const bool ln = kind == MGT_NORM_LAYERNORM;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * h > PAR_MIN)
 	for (int t = 0; t < T; t++) {
-		const float *xt = x + (size_t)t * h;
-		float *yt = y + (size_t)t * h;
+		const float *xt = x + row_at(L, t, h);
+		float *yt = y + row_at(L, t, h);
 		double mu = 0, ss = 0;
 		if (ln) {
 			double sum = 0;
@@ -266,32 +279,20 @@ static void cpu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *m
 	}
 }
 
-static void cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			 const float *dy, const float *x, const float *w, const float *mean,
-			 const float *rstd, int T, int h)
+static void cpu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+			 const float *x, const float *w, const float *b, int T, int h, float eps)
+{
+	norm_fwd_rows(be, kind, y, mean, rstd, x, w, b, T, h, eps, ROWS_DENSE);
+}
+
+/* dw, db first (so that dx may alias dy), then dx (+)= per row. */
+static void norm_bwd_rows(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+			  const float *dy, const float *x, const float *w, const float *mean,
+			  const float *rstd, int T, int h, rows_lay L, bool acc)
 {
 	const bool ln = kind == MGT_NORM_LAYERNORM;
 	const int nt = cpu_threads(be);
 	const bool par = (size_t)T * h > PAR_MIN;
-	/* dx: rows in parallel.  g = dy * w, xhat = (x - mean) * rstd,
-	 * dx += rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMSNorm: no mean(g) term). */
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
-	for (int t = 0; t < T; t++) {
-		const float *xt = x + (size_t)t * h, *gt = dy + (size_t)t * h;
-		float *dxt = dx + (size_t)t * h;
-		const float m = mean[t], rs = rstd[t];
-		double sg = 0, sgx = 0;
-#pragma omp simd reduction(+ : sg, sgx)
-		for (int c = 0; c < h; c++) {
-			float g = gt[c] * w[c];
-			sg += g;
-			sgx += g * ((xt[c] - m) * rs);
-		}
-		const float a = ln ? (float)(sg / h) : 0.0f, bx = (float)(sgx / h);
-#pragma omp simd
-		for (int c = 0; c < h; c++)
-			dxt[c] += rs * (gt[c] * w[c] - a - (xt[c] - m) * rs * bx);
-	}
 	/* dw, db: column-split, rows summed in order (deterministic). */
 	int nch = (h + COLCH - 1) / COLCH;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (par && nch > 1)
@@ -299,7 +300,7 @@ static void cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *
 		int c0 = ch * COLCH, cn = h - c0 < COLCH ? h - c0 : COLCH;
 		double aw[COLCH] = {0}, ab[COLCH] = {0};
 		for (int t = 0; t < T; t++) {
-			const float *xt = x + (size_t)t * h + c0, *gt = dy + (size_t)t * h + c0;
+			const float *xt = x + row_at(L, t, h) + c0, *gt = dy + row_at(L, t, h) + c0;
 			const float m = mean[t], rs = rstd[t];
 #pragma omp simd
 			for (int c = 0; c < cn; c++) {
@@ -313,12 +314,69 @@ static void cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *
 			for (int c = 0; c < cn; c++)
 				db[c0 + c] += (float)ab[c];
 	}
+	/* dx: rows in parallel.  g = dy * w, xhat = (x - mean) * rstd,
+	 * dx (+)= rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMSNorm: no mean(g) term).  Each
+	 * element of dx is written after its row's sums are taken, from the same element of dy. */
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+	for (int t = 0; t < T; t++) {
+		const float *xt = x + row_at(L, t, h), *gt = dy + row_at(L, t, h);
+		float *dxt = dx + row_at(L, t, h);
+		const float m = mean[t], rs = rstd[t];
+		double sg = 0, sgx = 0;
+#pragma omp simd reduction(+ : sg, sgx)
+		for (int c = 0; c < h; c++) {
+			float g = gt[c] * w[c];
+			sg += g;
+			sgx += g * ((xt[c] - m) * rs);
+		}
+		const float a = ln ? (float)(sg / h) : 0.0f, bx = (float)(sgx / h);
+		if (acc) {
+#pragma omp simd
+			for (int c = 0; c < h; c++)
+				dxt[c] += rs * (gt[c] * w[c] - a - (xt[c] - m) * rs * bx);
+		} else {
+			for (int c = 0; c < h; c++)
+				dxt[c] = rs * (gt[c] * w[c] - a - (xt[c] - m) * rs * bx);
+		}
+	}
+}
+
+static void cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+			 const float *dy, const float *x, const float *w, const float *mean,
+			 const float *rstd, int T, int h)
+{
+	norm_bwd_rows(be, kind, dx, dw, db, dy, x, w, mean, rstd, T, h, ROWS_DENSE, true);
+}
+
+/* Query heads: rows per group r, group stride r + 2, first 0; key heads: 1 row at offset r. */
+static rows_lay head_rows(int ng, int T, int r, bool key, int *n)
+{
+	*n = T * ng * (key ? 1 : r);
+	return key ? (rows_lay){ 1, r + 2, r } : (rows_lay){ r, r + 2, 0 };
+}
+
+static void cpu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+			      const float *x, const float *w, const float *b, int T, int ng, int r, int d,
+			      bool key, float eps)
+{
+	int n;
+	rows_lay L = head_rows(ng, T, r, key, &n);
+	norm_fwd_rows(be, kind, y, mean, rstd, x, w, b, n, d, eps, L);
+}
+
+static void cpu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+			      const float *dy, const float *x, const float *w, const float *mean,
+			      const float *rstd, int T, int ng, int r, int d, bool key)
+{
+	int n;
+	rows_lay L = head_rows(ng, T, r, key, &n);
+	norm_bwd_rows(be, kind, dx, dw, db, dy, x, w, mean, rstd, n, d, L, false);
 }
 
 /* ---- rotary position embedding ---- */
 
-static void cpu_rope(mgt_backend *be, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
-		     int rot_dim, float base, bool inverse)
+static void cpu_rope(mgt_backend *be, float *qkv, const int32_t *pos, const float *inv_freq, int T, int ng,
+		     int r, int d, int rot_dim, bool inverse)
 {
 	const int half = rot_dim / 2;
 	if (half <= 0)
@@ -330,8 +388,7 @@ static void cpu_rope(mgt_backend *be, float *qkv, const int32_t *pos, int T, int
 		for (int k0 = 0; k0 < half; k0 += 256) {
 			int kn = half - k0 < 256 ? half - k0 : 256;
 			for (int k = 0; k < kn; k++) {
-				float inv_freq = 1.0f / powf(base, (float)(2 * (k0 + k)) / (float)rot_dim);
-				float th = (float)pos[t] * inv_freq;
+				float th = (float)pos[t] * inv_freq[k0 + k];
 				cs[k] = cosf(th);
 				sn[k] = inverse ? -sinf(th) : sinf(th);
 			}
@@ -362,12 +419,32 @@ CPU_INLINE float gelu_grad(float z)
 
 CPU_INLINE float sigmoid_f(float a) { return 1.0f / (1.0f + cpu_expf(-a)); }
 
-CPU_INLINE void act_fwd_row_(float *yt, const float *xt, const float *b, int f, bool swi, bool hb)
+/* tanh-approximation GELU (Megatron openai_gelu / bias_gelu, megatron/core/fusions/fused_bias_gelu.py):
+ * t = tanh(sqrt(2/pi) z (1 + 0.044715 z^2)), y = 0.5 z (1 + t),
+ * dy/dz = 0.5 (1 + t) + 0.5 z (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 z^2). */
+CPU_INLINE float gelu_tanh_f(float z)
 {
-	if (!swi) {
+	float t = cpu_tanhf(0.79788456080286536f * z * (1.0f + 0.044715f * z * z));
+	return 0.5f * z * (1.0f + t);
+}
+
+CPU_INLINE float gelu_tanh_grad(float z)
+{
+	float t = cpu_tanhf(0.79788456080286536f * z * (1.0f + 0.044715f * z * z));
+	return 0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * (0.79788456080286536f * (1.0f + 0.134145f * z * z));
+}
+
+/* act: 0 GELU (erf), 1 SwiGLU, 2 GELU (tanh) -- mgt_act_kind's values. */
+CPU_INLINE void act_fwd_row_(float *yt, const float *xt, const float *b, int f, int act, bool hb)
+{
+	if (act == MGT_ACT_GELU) {
 #pragma omp simd
 		for (int c = 0; c < f; c++)
 			yt[c] = gelu_f(hb ? xt[c] + b[c] : xt[c]);
+	} else if (act == MGT_ACT_GELU_TANH) {
+#pragma omp simd
+		for (int c = 0; c < f; c++)
+			yt[c] = gelu_tanh_f(hb ? xt[c] + b[c] : xt[c]);
 	} else {
 #pragma omp simd
 		for (int c = 0; c < f; c++) {
@@ -379,12 +456,14 @@ CPU_INLINE void act_fwd_row_(float *yt, const float *xt, const float *b, int f, 
 
 /* Specialized by always_inline calls with constant flags, so each variant's loop has no branches
  * (GCC does not unswitch loops at -O2) and vectorizes. */
-CPU_CLONES static void act_fwd_row(float *yt, const float *xt, const float *b, int f, bool swi)
+CPU_CLONES static void act_fwd_row(float *yt, const float *xt, const float *b, int f, int act)
 {
-	if (swi)
-		b ? act_fwd_row_(yt, xt, b, f, true, true) : act_fwd_row_(yt, xt, b, f, true, false);
+	if (act == MGT_ACT_SWIGLU)
+		b ? act_fwd_row_(yt, xt, b, f, MGT_ACT_SWIGLU, true) : act_fwd_row_(yt, xt, b, f, MGT_ACT_SWIGLU, false);
+	else if (act == MGT_ACT_GELU_TANH)
+		b ? act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU_TANH, true) : act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU_TANH, false);
 	else
-		b ? act_fwd_row_(yt, xt, b, f, false, true) : act_fwd_row_(yt, xt, b, f, false, false);
+		b ? act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU, true) : act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU, false);
 }
 
 static void cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, float *y, const float *x,
@@ -394,16 +473,20 @@ static void cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, float *y, const 
 	const int xw = swi ? 2 * f : f;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * xw > PAR_MIN / 4)
 	for (int t = 0; t < T; t++)
-		act_fwd_row(y + (size_t)t * f, x + (size_t)t * xw, b, f, swi);
+		act_fwd_row(y + (size_t)t * f, x + (size_t)t * xw, b, f, (int)act);
 }
 
 CPU_INLINE void act_bwd_row_(float *dxt, const float *gt, const float *xt, const float *b, int f,
-			    bool swi, bool hb)
+			    int act, bool hb)
 {
-	if (!swi) {
+	if (act == MGT_ACT_GELU) {
 #pragma omp simd
 		for (int c = 0; c < f; c++)
 			dxt[c] = gt[c] * gelu_grad(hb ? xt[c] + b[c] : xt[c]);
+	} else if (act == MGT_ACT_GELU_TANH) {
+#pragma omp simd
+		for (int c = 0; c < f; c++)
+			dxt[c] = gt[c] * gelu_tanh_grad(hb ? xt[c] + b[c] : xt[c]);
 	} else {
 #pragma omp simd
 		for (int c = 0; c < f; c++) {
@@ -416,12 +499,14 @@ CPU_INLINE void act_bwd_row_(float *dxt, const float *gt, const float *xt, const
 }
 
 CPU_CLONES static void act_bwd_row(float *dxt, const float *gt, const float *xt, const float *b,
-				   int f, bool swi)
+				   int f, int act)
 {
-	if (swi)
-		b ? act_bwd_row_(dxt, gt, xt, b, f, true, true) : act_bwd_row_(dxt, gt, xt, b, f, true, false);
+	if (act == MGT_ACT_SWIGLU)
+		b ? act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_SWIGLU, true) : act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_SWIGLU, false);
+	else if (act == MGT_ACT_GELU_TANH)
+		b ? act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU_TANH, true) : act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU_TANH, false);
 	else
-		b ? act_bwd_row_(dxt, gt, xt, b, f, false, true) : act_bwd_row_(dxt, gt, xt, b, f, false, false);
+		b ? act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU, true) : act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU, false);
 }
 
 static void cpu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
@@ -431,7 +516,7 @@ static void cpu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float
 	const int xw = swi ? 2 * f : f;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * xw > PAR_MIN / 4)
 	for (int t = 0; t < T; t++)
-		act_bwd_row(dx + (size_t)t * xw, dy + (size_t)t * f, x + (size_t)t * xw, b, f, swi);
+		act_bwd_row(dx + (size_t)t * xw, dy + (size_t)t * f, x + (size_t)t * xw, b, f, (int)act);
 	if (db)
 		colsum_acc(be, db, dx, T, xw);
 }
@@ -683,6 +768,13 @@ static double cpu_sumsq(mgt_backend *be, const float *x, size_t n)
 	return sum;
 }
 
+static void cpu_copy(mgt_backend *be, void *dst, const void *src, size_t bytes)
+{
+	(void)be;
+	if (bytes)
+		memcpy(dst, src, bytes);
+}
+
 static void cpu_scale(mgt_backend *be, float *x, size_t n, float alpha)
 {
 #pragma omp parallel for simd num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
@@ -714,6 +806,8 @@ static const mgt_backend_ops cpu_ops = {
 	.embedding_bwd = cpu_embedding_bwd,
 	.norm_fwd = cpu_norm_fwd,
 	.norm_bwd = cpu_norm_bwd,
+	.head_norm_fwd = cpu_head_norm_fwd,
+	.head_norm_bwd = cpu_head_norm_bwd,
 	.rope = cpu_rope,
 	.attn_fwd = mgt_cpu_attn_fwd,
 	.attn_bwd = mgt_cpu_attn_bwd,
@@ -727,6 +821,7 @@ static const mgt_backend_ops cpu_ops = {
 	.xent_bwd = cpu_xent_bwd,
 	.adamw = cpu_adamw,
 	.sumsq = cpu_sumsq,
+	.copy = cpu_copy,
 	.scale = cpu_scale,
 	.add = cpu_add,
 };

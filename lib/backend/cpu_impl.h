@@ -99,6 +99,16 @@ static inline __attribute__((always_inline)) float cpu_erff(float x)
 	return x < 0 ? -y : y;
 }
 
+/* tanh(x) = sign(x) (1 - e) / (1 + e), e = e^(-2|x|) with cpu_expf: absolute error about 2e-7
+ * (relative error larger only near 0, where the GELU adds it to 1). */
+static inline __attribute__((always_inline)) float cpu_tanhf(float x)
+{
+	float a = x < 0 ? -x : x;
+	float e = cpu_expf(-2.0f * a);
+	float y = (1.0f - e) / (1.0f + e);
+	return x < 0 ? -y : y;
+}
+
 /* Word 0 of mgt_philox(key, 0, e0 + c) for c < n, into w (cpu_philox.c: AVX-512 or AVX2 when the
  * CPU has them).  Rows of dropout go through here in chunks of CPU_PH elements. */
 void mgt_cpu_philox_row(uint32_t *w, uint64_t key, uint64_t e0, int n);

@@ -286,12 +286,31 @@ static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *d
 			mgt_k_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, x, w, mean, rstd, T, h, ws));
 }
 
-static void cu_rope(mgt_backend *be, float *qkv, const int32_t *pos, int T, int ng, int r, int d,
-		    int rot_dim, float base, bool inverse)
+static void cu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+			     const float *x, const float *w, const float *b, int T, int ng, int r, int d,
+			     bool key, float eps)
+{
+	if (T > 0 && ng > 0 && d > 0 && (key || r > 0))
+		mgt_cuda_ok(be, "head_norm_fwd",
+			    mgt_k_head_norm_fwd(stream(be), (int)kind, y, mean, rstd, x, w, b, T, ng, r, d, key, eps));
+}
+
+static void cu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+			     const float *dy, const float *x, const float *w, const float *mean,
+			     const float *rstd, int T, int ng, int r, int d, bool key)
+{
+	if (T > 0 && ng > 0 && d > 0 && (key || r > 0))
+		WITH_WS("head_norm_bwd", mgt_k_head_norm_bwd_ws_bytes(T, ng, r, d, key),
+			mgt_k_head_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, x, w, mean, rstd, T, ng, r,
+					    d, key, ws));
+}
+
+static void cu_rope(mgt_backend *be, float *qkv, const int32_t *pos, const float *inv_freq, int T, int ng,
+		    int r, int d, int rot_dim, bool inverse)
 {
 	if (T > 0 && rot_dim >= 2)
 		mgt_cuda_ok(be, "rope",
-			    mgt_k_rope(stream(be), qkv, pos, T, ng, r, d, rot_dim, base, inverse));
+			    mgt_k_rope(stream(be), qkv, pos, inv_freq, T, ng, r, d, rot_dim, inverse));
 }
 
 /* Attention on tensor cores (kernels/attn_tc.cu: Q, K, V, P, dS rounded to bf16/fp16, fp32
@@ -436,6 +455,13 @@ static void cu_adamw(mgt_backend *be, float *p, const float *g, float *m, float 
 					(float)sqrt(bc2), (float)(1.0 - (double)lr * (double)wd)));
 }
 
+/* Device-to-device, queued on the stream (no wait). */
+static void cu_dcopy(mgt_backend *be, void *dst, const void *src, size_t bytes)
+{
+	if (bytes)
+		mgt_cuda_ok(be, "copy", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream(be)));
+}
+
 static void cu_scale(mgt_backend *be, float *x, size_t n, float alpha)
 {
 	if (n)
@@ -465,6 +491,8 @@ static const mgt_backend_ops cuda_ops = {
 	.embedding_bwd = cu_embedding_bwd,
 	.norm_fwd = cu_norm_fwd,
 	.norm_bwd = cu_norm_bwd,
+	.head_norm_fwd = cu_head_norm_fwd,
+	.head_norm_bwd = cu_head_norm_bwd,
 	.rope = cu_rope,
 	.attn_fwd = cu_attn_fwd,
 	.attn_bwd = cu_attn_bwd,
@@ -478,6 +506,7 @@ static const mgt_backend_ops cuda_ops = {
 	.xent_bwd = cu_xent_bwd,
 	.adamw = cu_adamw,
 	.sumsq = cu_sumsq,
+	.copy = cu_dcopy,
 	.scale = cu_scale,
 	.add = cu_add,
 };

@@ -16,6 +16,9 @@
  * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .]. */
 typedef struct {
 	float *x_in, *ln1, *mean1, *rstd1, *qkv, *ctx, *lse, *x_mid, *ln2, *mean2, *rstd2, *fc1, *act;
+	/* --qk-layernorm: linear_qkv's output before the head norms [T, qkv_l], and the norms'
+	 * statistics [T*ng*r] (queries) and [T*ng] (keys); NULL without */
+	float *qkv_pre, *qmean, *qrstd, *kmean, *krstd;
 } layer_act;
 
 /* One micro-batch in flight: its layers' activations, the head's, its batch and dropout key. */
@@ -35,7 +38,10 @@ struct mgt_model {
 	int s, b, T, Th;           /* Th: rows of the residual stream here (T, or T/tp with SP) */
 	int64_t h, nq_l, ng_l, r, d, qkv_l, ffn_l, fc1_l, V_l, v0, r0;
 	mgt_norm_kind norm;
-	bool layernorm, rope, sp, first, last;
+	mgt_act_kind act;
+	bool layernorm, rope, qkln, sp, first, last;
+	int rot_dim;
+	float *inv_freq;           /* RoPE frequencies [rot_dim/2] (backend memory) */
 	float *params, *grads;
 	/* tensors by role and local layer; NULL when absent */
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
@@ -89,6 +95,12 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 		a->lse = AF((size_t)m->b * (size_t)m->nq_l * (size_t)m->s);
 		a->x_mid = AF(Th * h); a->ln2 = AF(T * h); a->mean2 = AF(Th); a->rstd2 = AF(Th);
 		a->fc1 = AF(T * (size_t)m->fc1_l); a->act = AF(T * (size_t)m->ffn_l);
+		if (m->qkln) {
+			size_t rows = T * (size_t)m->ng_l;
+			a->qkv_pre = AF(T * (size_t)m->qkv_l);
+			a->qmean = AF(rows * (size_t)m->r); a->qrstd = AF(rows * (size_t)m->r);
+			a->kmean = AF(rows); a->krstd = AF(rows);
+		}
 	}
 	sa->res_out = AF(Th * h);
 	if (m->last) {
@@ -114,6 +126,7 @@ static mgt_status alloc_activations(mgt_model *m)
 	size_t big = (size_t)(m->qkv_l > m->fc1_l ? m->qkv_l : m->fc1_l);
 	m->dres = WF(Th * h); m->dtmp_h = WF(T * h); m->dbig = WF(T * big);
 	m->dctx = WF(T * (size_t)(m->nq_l * m->d)); m->dact = WF(T * (size_t)m->ffn_l);
+	if (m->rope && m->n_layers) m->inv_freq = WF(m->rot_dim / 2);
 	return st;
 }
 
@@ -162,6 +175,9 @@ static void set_dims(mgt_model *m)
 	m->layernorm = !strcmp(c->normalization, "LayerNorm");
 	m->norm = m->layernorm ? MGT_NORM_LAYERNORM : MGT_NORM_RMSNORM;
 	m->rope = !strcmp(c->position_embedding_type, "rope");
+	m->rot_dim = m->rope ? (int)(m->d * c->rotary_percent) : 0;
+	m->qkln = c->qk_layernorm;
+	m->act = c->swiglu ? MGT_ACT_SWIGLU : c->openai_gelu ? MGT_ACT_GELU_TANH : MGT_ACT_GELU;
 }
 
 static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps)
@@ -225,6 +241,15 @@ mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mg
 		be->ops->zero(be, m->grads, bytes);
 	}
 	if (!st) st = alloc_activations(m);
+	if (!st && m->inv_freq) {
+		float *f = mgt_malloc((size_t)(m->rot_dim / 2) * sizeof *f);
+		if (!f) st = MGT_ERR_NOMEM;
+		else {
+			mgt_model_rope_inv_freq(&m->c, f);
+			st = be->ops->upload(be, m->inv_freq, f, (size_t)(m->rot_dim / 2) * sizeof *f);
+			free(f);
+		}
+	}
 	if (st) {
 		mgt_model_free(m);
 		return st;
@@ -270,7 +295,8 @@ void mgt_model_free(mgt_model *m)
 		else free_slot(m, &m->sa[k]);
 	}
 	free(m->sa);
-	float *bufs[] = { m->params, m->grads, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx, m->dact };
+	float *bufs[] = { m->params, m->grads, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx, m->dact,
+			  m->inv_freq };
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	free(m->by_role);
 	mgt_tensor_table_free(&m->tt);
@@ -403,11 +429,18 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	mgt_status st = norm_gather(m, a->ln1, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
 	if (st) return st;
-	o->linear_fwd(m->be, a->qkv, a->ln1, P(m, T_(m, l, MGT_T_QKV_W)), P(m, T_(m, l, MGT_T_QKV_B)), T, h,
-		      (int)m->qkv_l);
-	if (m->rope)
-		o->rope(m->be, a->qkv, sa->pos, T, (int)m->ng_l, (int)m->r, (int)m->d,
-			(int)(m->d * m->c.rotary_percent), (float)m->c.rotary_base, false);
+	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
+	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, a->ln1, P(m, T_(m, l, MGT_T_QKV_W)),
+		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
+	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
+		float eps = (float)m->c.norm_epsilon;
+		o->copy(m->be, a->qkv, a->qkv_pre, (size_t)T * (size_t)m->qkv_l * sizeof(float));
+		o->head_norm_fwd(m->be, m->norm, a->qkv, a->qmean, a->qrstd, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
+				 P(m, T_(m, l, MGT_T_QNORM_B)), T, ng, r, d, false, eps);
+		o->head_norm_fwd(m->be, m->norm, a->qkv, a->kmean, a->krstd, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
+				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
+	}
+	if (m->rope) o->rope(m->be, a->qkv, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	o->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d,
 		    drop(m, train, m->c.attention_dropout), site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
 		    (int)m->c.num_attention_heads);
@@ -423,8 +456,7 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
 	mgt_status st = norm_gather(m, a->ln2, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
 	if (st) return st;
 	o->linear_fwd(m->be, a->fc1, a->ln2, P(m, T_(m, l, MGT_T_FC1_W)), NULL, T, h, (int)m->fc1_l);
-	mgt_act_kind act = m->c.swiglu ? MGT_ACT_SWIGLU : MGT_ACT_GELU;
-	o->bias_act_fwd(m->be, act, a->act, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
+	o->bias_act_fwd(m->be, m->act, a->act, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_fwd(m->be, m->dtmp_h, a->act, P(m, T_(m, l, MGT_T_FC2_W)), NULL, T, (int)m->ffn_l, h);
 	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
 }
@@ -495,8 +527,7 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 	if (st) return st;
 	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, a->act,
 		      P(m, T_(m, l, MGT_T_FC2_W)), T, (int)m->ffn_l, h);
-	mgt_act_kind act = m->c.swiglu ? MGT_ACT_SWIGLU : MGT_ACT_GELU;
-	o->bias_act_bwd(m->be, act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, a->fc1,
+	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, a->fc1,
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, a->ln2,
 		      P(m, T_(m, l, MGT_T_FC1_W)), T, h, (int)m->fc1_l);
@@ -516,9 +547,14 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	o->attn_bwd(m->be, m->dbig, m->dctx, a->qkv, a->ctx, a->lse, m->s, m->b, (int)m->ng_l, (int)m->r,
 		    (int)m->d, drop(m, train, m->c.attention_dropout), site_key(m, l, 1),
 		    (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
-	if (m->rope)
-		o->rope(m->be, m->dbig, sa->pos, T, (int)m->ng_l, (int)m->r, (int)m->d,
-			(int)(m->d * m->c.rotary_percent), (float)m->c.rotary_base, true);
+	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
+	if (m->rope) o->rope(m->be, m->dbig, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
+	if (m->qkln) { /* in place: the head rows of dbig become d(linear_qkv output) */
+		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_QNORM_W)), G(m, T_(m, l, MGT_T_QNORM_B)),
+				 m->dbig, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
+		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
+				 m->dbig, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
+	}
 	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig,
 		      a->ln1, P(m, T_(m, l, MGT_T_QKV_W)), T, h, (int)m->qkv_l);
 	return reduce_norm_bwd(m, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1);
@@ -608,9 +644,11 @@ void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx)
 mgt_status mgt_model_finish_grads(mgt_model *m)
 {
 	mgt_status st = MGT_OK;
-	for (int i = 0; m->sp && !st && i < m->tt.n; i++) {
+	for (int i = 0; !st && i < m->tt.n; i++) {
 		const mgt_tensor *t = &m->tt.t[i];
-		if (t->shard == MGT_SHARD_NONE) st = tp_allreduce(m, G(m, t), t->numel, MGT_RED_SUM);
+		bool qk = t->role == MGT_T_QNORM_W || t->role == MGT_T_QNORM_B || t->role == MGT_T_KNORM_W ||
+			  t->role == MGT_T_KNORM_B;
+		if (t->shard == MGT_SHARD_NONE && (m->sp || qk)) st = tp_allreduce(m, G(m, t), t->numel, MGT_RED_SUM);
 	}
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB];
 	mgt_comm *e = m->ps->emb_comm;

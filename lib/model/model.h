@@ -35,6 +35,18 @@ typedef struct mgt_model_config {
 	bool swiglu, add_bias_linear, add_qkv_bias, untie_embeddings_and_output_weights;
 	int64_t make_vocab_size_divisible_by;
 	double hidden_dropout, attention_dropout, init_method_std;
+	/* --qk-layernorm: query and key heads normalized over kv_channels (the model's
+	 * normalization and norm_epsilon) after linear_qkv, before RoPE (Megatron-Core attention.py
+	 * q_layernorm / k_layernorm; Qwen3's q_norm / k_norm).  apply_wd_to_qk_layernorm: their
+	 * weights (and biases) get weight decay (Megatron's --apply-wd-to-qk-layernorm). */
+	bool qk_layernorm, apply_wd_to_qk_layernorm;
+	/* --use-rope-scaling: Llama 3.1 frequency scaling of RoPE (Megatron RotaryEmbedding
+	 * ._apply_scaling) with factor, low/high frequency factors and the original context length */
+	bool use_rope_scaling;
+	double rope_scaling_factor, rope_scaling_low_freq_factor, rope_scaling_high_freq_factor;
+	int64_t rope_scaling_original_max_position_embeddings;
+	/* --openai-gelu: the tanh approximation of GELU (HF gelu_new) instead of erf's */
+	bool openai_gelu;
 	/* uneven pipeline stages: layers of the first / last stage (0: even split) */
 	int64_t decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
 	/* derived by mgt_model_config_finalize */
@@ -48,6 +60,15 @@ typedef struct mgt_model_config {
  * seq_length <= max_position_embeddings for learned positions, rot_dim even, TP divides heads and
  * query groups and ffn.  Errors: MGT_ERR_USAGE with a message naming the flags. */
 mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp);
+
+/* RoPE frequencies inv_freq[k], k < rot_dim/2 (rot_dim = kv_channels * rotary_percent), fp32 as
+ * Megatron's RotaryEmbedding computes them (megatron/core/models/common/embeddings/
+ * rotary_pos_embedding.py): 1 / base^(2k / rot_dim) in fp32; with use_rope_scaling then
+ * _apply_scaling (Llama 3.1; /work/shared/docs/interop-reference.md section 4): wavelen = 2 pi /
+ * inv; wavelen > orig/low: inv / factor; wavelen < orig/high: inv; between:
+ * (1 - s) inv / factor + s inv with s = (orig / wavelen - low) / (high - low), in fp32 in the
+ * order torch evaluates Megatron's expression.  out: host array of rot_dim/2 floats. */
+void mgt_model_rope_inv_freq(const mgt_model_config *c, float *out);
 
 /* The layers [*first, *first + *n) of pipeline stage `stage` of `nstages` (virtual stages
  * included): an even split, or with decoder_first/last_pipeline_num_layers those counts on the
@@ -74,6 +95,7 @@ typedef enum {
 	MGT_T_LN1_W, MGT_T_LN1_B, MGT_T_QKV_W, MGT_T_QKV_B, MGT_T_PROJ_W, MGT_T_PROJ_B,
 	MGT_T_LN2_W, MGT_T_LN2_B, MGT_T_FC1_W, MGT_T_FC1_B, MGT_T_FC2_W, MGT_T_FC2_B,
 	MGT_T_FINAL_LN_W, MGT_T_FINAL_LN_B, MGT_T_OUTPUT_W,
+	MGT_T_QNORM_W, MGT_T_QNORM_B, MGT_T_KNORM_W, MGT_T_KNORM_B, /* --qk-layernorm ([kv_channels]) */
 	MGT_T_NROLES
 } mgt_tensor_role;
 
@@ -243,7 +265,9 @@ bool mgt_model_is_last_stage(const mgt_model *m);
 /* After the last micro-batch's backward (Megatron's finalize_model_grads before the
  * data-parallel reduction): with sequence parallelism all-reduce over TP the gradients of
  * tensors replicated across TP (norms, row-parallel biases, position embeddings), which each
- * rank computed from its part of the sequence; with tied embeddings and PP > 1 all-reduce the
+ * rank computed from its part of the sequence; with --qk-layernorm (TP > 1) always those of
+ * q_layernorm and k_layernorm, which each rank computed from its own heads
+ * (finalize_model_grads.py _allreduce_layernorm_grads); with tied embeddings and PP > 1 all-reduce the
  * word-embedding gradient between the first and last stage (emb_comm).  Errors: MGT_ERR_IO. */
 mgt_status mgt_model_finish_grads(mgt_model *m);
 

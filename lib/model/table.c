@@ -86,6 +86,19 @@ static mgt_status config_check(const mgt_model_config *c, int tp)
 	if (rope && (rot <= 0 || rot % 2 || rot > c->kv_channels))
 		return cfg_err("rotary dimension %lld (kv channels x --rotary-percent) must be even and "
 			       "in 2..%lld", rot, c->kv_channels);
+	if (c->use_rope_scaling && !rope)
+		return mgt_err(MGT_ERR_USAGE, "--use-rope-scaling needs --position-embedding-type rope (not %s)",
+			       c->position_embedding_type);
+	if (c->use_rope_scaling &&
+	    (!(c->rope_scaling_factor > 0) || !(c->rope_scaling_low_freq_factor > 0) ||
+	     !(c->rope_scaling_high_freq_factor > c->rope_scaling_low_freq_factor) ||
+	     c->rope_scaling_original_max_position_embeddings <= 0))
+		return mgt_err(MGT_ERR_USAGE, "--rope-scaling-factor %g, --rope-scaling-low-freq-factor %g, "
+			       "--rope-scaling-high-freq-factor %g, --rope-scaling-original-max-position-embeddings "
+			       "%lld: expected a positive factor, 0 < low < high and a positive length",
+			       c->rope_scaling_factor, c->rope_scaling_low_freq_factor,
+			       c->rope_scaling_high_freq_factor,
+			       (long long)c->rope_scaling_original_max_position_embeddings);
 	if (c->vocab_size <= 0)
 		return mgt_err(MGT_ERR_USAGE, "vocabulary size %lld must be positive", (long long)c->vocab_size);
 	if (c->num_attention_heads % tp || c->num_query_groups % tp)
@@ -195,6 +208,18 @@ static void add_norm(builder *bd, int layer, mgt_tensor_role w, const char *name
 		add(bd, layer, w + 1, name_b, c->hidden_size, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 }
 
+/* q_layernorm / k_layernorm: [kv_channels], replicated over TP; weight decay only with
+ * apply_wd_to_qk_layernorm (Megatron's optimizer param groups exempt 1-D tensors otherwise). */
+static void add_head_norm(builder *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
+{
+	const mgt_model_config *c = bd->c;
+	int n0 = bd->tt->n;
+	add(bd, layer, w, name_w, c->kv_channels, 0, MGT_SHARD_NONE, MGT_INIT_ONE, 0);
+	if (!strcmp(c->normalization, "LayerNorm"))
+		add(bd, layer, w + 1, name_b, c->kv_channels, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	for (int k = n0; !bd->st && k < bd->tt->n; k++) bd->tt->t[k].weight_decay = c->apply_wd_to_qk_layernorm;
+}
+
 static void add_layer(builder *bd, int i)
 {
 	const mgt_model_config *c = bd->c;
@@ -213,6 +238,11 @@ static void add_layer(builder *bd, int i)
 	add(bd, i, MGT_T_QKV_W, "self_attention.linear_qkv.weight", qkv, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
 	if (bias || c->add_qkv_bias)
 		add(bd, i, MGT_T_QKV_B, "self_attention.linear_qkv.bias", qkv, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
+	/* SelfAttention registers q_layernorm and k_layernorm after linear_qkv (attention.py) */
+	if (c->qk_layernorm) {
+		add_head_norm(bd, i, MGT_T_QNORM_W, "self_attention.q_layernorm.weight", "self_attention.q_layernorm.bias");
+		add_head_norm(bd, i, MGT_T_KNORM_W, "self_attention.k_layernorm.weight", "self_attention.k_layernorm.bias");
+	}
 	add_norm(bd, i, MGT_T_LN2_W, "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias");
 	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
 	int64_t fc1_rows = c->swiglu ? 2 * ffn : ffn;
@@ -414,6 +444,31 @@ void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t s
 				p[r * cols + k] = v;
 			}
 		}
+	}
+}
+
+void mgt_model_rope_inv_freq(const mgt_model_config *c, float *out)
+{
+	int rot = (int)(c->kv_channels * c->rotary_percent), half = rot / 2;
+	float base = (float)c->rotary_base;
+	/* torch.pow(scalar, fp32 tensor) and Python float / fp32 tensor work in fp32 with the
+	 * scalar rounded to fp32; "x / t" of a scalar x is t.reciprocal() * x (Tensor.__rtruediv__) */
+	float factor = (float)c->rope_scaling_factor, low = (float)c->rope_scaling_low_freq_factor;
+	double orig = (double)c->rope_scaling_original_max_position_embeddings;
+	float lo_wl = (float)(orig / c->rope_scaling_low_freq_factor);
+	float hi_wl = (float)(orig / c->rope_scaling_high_freq_factor);
+	float span = (float)(c->rope_scaling_high_freq_factor - c->rope_scaling_low_freq_factor);
+	for (int k = 0; k < half; k++) {
+		float f = 1.0f / powf(base, (float)(2 * k) / (float)rot);
+		if (c->use_rope_scaling) {
+			float wavelen = (1.0f / f) * (float)(2.0 * M_PI);
+			float il = wavelen > lo_wl ? f / factor : f;
+			float sm = ((1.0f / wavelen) * (float)orig - low) / span;
+			float smoothed = (1.0f - sm) * il / factor + sm * il;
+			bool medium = !(wavelen < hi_wl) && !(wavelen > lo_wl);
+			f = medium ? smoothed : il;
+		}
+		out[k] = f;
 	}
 }
 

@@ -29,9 +29,16 @@
 	X(A, position_embedding_type, model.position_embedding_type, "position-embedding-type", "learned_absolute", "", "learned_absolute, rope or none") \
 	X(F, rotary_base, model.rotary_base, "rotary-base", "10000", "(0,)", "RoPE base") \
 	X(F, rotary_percent, model.rotary_percent, "rotary-percent", "1.0", "(0,1]", "fraction of head channels rotated") \
+	X(B, use_rope_scaling, model.use_rope_scaling, "use-rope-scaling", "false", "", "Llama 3.1 RoPE frequency scaling") \
+	X(F, rope_scaling_factor, model.rope_scaling_factor, "rope-scaling-factor", "8.0", "(0,)", "RoPE scaling factor") \
+	X(F, rope_scaling_low_freq_factor, model.rope_scaling_low_freq_factor, "rope-scaling-low-freq-factor", "1.0", "(0,)", "RoPE scaling low-frequency factor") \
+	X(F, rope_scaling_high_freq_factor, model.rope_scaling_high_freq_factor, "rope-scaling-high-freq-factor", "4.0", "(0,)", "RoPE scaling high-frequency factor") \
+	X(I, rope_scaling_original_max_position_embeddings, model.rope_scaling_original_max_position_embeddings, "rope-scaling-original-max-position-embeddings", "8192", "[1,)", "RoPE scaling: the original context length") \
 	X(A, normalization, model.normalization, "normalization", "LayerNorm", "", "LayerNorm or RMSNorm") \
 	X(F, norm_epsilon, model.norm_epsilon, "norm-epsilon", "1e-5", "(0,)", "norm epsilon") \
+	X(B, qk_layernorm, model.qk_layernorm, "qk-layernorm", "false", "", "normalize query and key heads (Qwen3)") \
 	X(B, swiglu, model.swiglu, "swiglu", "false", "", "SwiGLU MLP") \
+	X(B, openai_gelu, model.openai_gelu, "openai-gelu", "false", "", "tanh-approximation GELU (GPT-2's gelu_new)") \
 	X(N, add_bias_linear, model.add_bias_linear, "disable-bias-linear", "true", "", "no biases in linear layers") \
 	X(B, add_qkv_bias, model.add_qkv_bias, "add-qkv-bias", "false", "", "QKV bias even without linear biases (Qwen2)") \
 	X(B, untie_embeddings_and_output_weights, model.untie_embeddings_and_output_weights, "untie-embeddings-and-output-weights", "false", "", "separate output layer") \
@@ -74,6 +81,7 @@
 	X(S, lr_wsd_decay_style, lr_wsd_decay_style, "lr-wsd-decay-style", "exponential", "", "WSD anneal: exponential linear cosine minus_sqrt") \
 	X(I, lr_wsd_decay_iters, lr_wsd_decay_iters, "lr-wsd-decay-iters", "0", "[0,)", "WSD anneal iterations") \
 	X(F, weight_decay, weight_decay, "weight-decay", "0.01", "[0,)", "decoupled weight decay") \
+	X(B, apply_wd_to_qk_layernorm, model.apply_wd_to_qk_layernorm, "apply-wd-to-qk-layernorm", "false", "", "weight decay on the query/key norms too") \
 	X(F, adam_beta1, adam_beta1, "adam-beta1", "0.9", "[0,1)", "Adam beta1") \
 	X(F, adam_beta2, adam_beta2, "adam-beta2", "0.999", "[0,1)", "Adam beta2") \
 	X(F, adam_eps, adam_eps, "adam-eps", "1e-8", "(0,)", "Adam epsilon") \

@@ -17,7 +17,9 @@ static const char *const shape_keys[] = {
 	"num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels",
 	"num_query_groups", "position_embedding_type", "normalization", "swiglu", "add_bias_linear",
 	"add_qkv_bias", "untie_embeddings_and_output_weights", "padded_vocab_size", "rotary_base",
-	"rotary_percent", "max_position_embeddings", NULL,
+	"rotary_percent", "max_position_embeddings", "qk_layernorm", "use_rope_scaling", "rope_scaling_factor",
+	"rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
+	"rope_scaling_original_max_position_embeddings", "openai_gelu", NULL,
 };
 
 static json_t *tensor_list(const mgt_tensor_table *tt)
@@ -389,12 +391,28 @@ mgt_status trainer_save(trainer *t)
 
 /* ---- loading ---- */
 
+/* Whether y is the default of a shape key that checkpoints before it existed lack. */
+static bool older_default(const char *key, json_t *y)
+{
+	mgt_args def;
+	if (mgt_args_init(&def)) return false;
+	json_t *d = mgt_args_to_json(&def);
+	bool newer = !strcmp(key, "qk_layernorm") || !strcmp(key, "openai_gelu") || !strncmp(key, "rope_scaling", 12) ||
+		     !strcmp(key, "use_rope_scaling");
+	bool same = d && newer && json_equal(json_object_get(d, key), y);
+	json_decref(d);
+	mgt_args_free(&def);
+	return same;
+}
+
 static mgt_status check_args(json_t *ck_args, const mgt_args *a, const char *dir)
 {
 	json_t *mine = mgt_args_to_json(a);
 	mgt_status st = MGT_OK;
 	for (const char *const *k = shape_keys; !st && *k; k++) {
 		json_t *x = json_object_get(ck_args, *k), *y = json_object_get(mine, *k);
+		/* keys newer than the checkpoint: absent means mgt's default (the feature off) */
+		if (!x && (older_default(*k, y))) continue;
 		if (!x || !json_equal(x, y)) {
 			char *xs = x ? json_dumps(x, JSON_ENCODE_ANY) : NULL, *ys = json_dumps(y, JSON_ENCODE_ANY);
 			st = mgt_err(MGT_ERR_FORMAT, "%s: checkpoint has %s = %s but the model has %s", dir, *k,

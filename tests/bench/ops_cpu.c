@@ -96,7 +96,8 @@ int main(int argc, char **argv)
 	TIME("attn_fwd+bwd dropout 0.1", 3.5 * af, 3,
 	     (O->attn_fwd(be, out, lse, qkv, s, b, H, 1, d, 0.1f, 1, 0, H),
 	      O->attn_bwd(be, dqkv, out, qkv, out, lse, s, b, H, 1, d, 0.1f, 1, 0, H)));
-	TIME("rope (q,k; rot 64) fwd", 0, 5, O->rope(be, qkv, (const int32_t *)lse, T, H, 1, d, d, 1e4f, false));
+	float *inv = buf(be, (size_t)d / 2, 1e-2);
+	TIME("rope (q,k; rot 64) fwd", 0, 5, O->rope(be, qkv, (const int32_t *)lse, inv, T, H, 1, d, d, false));
 
 	float *mean = buf(be, T, 1), *rstd = buf(be, T, 1);
 	TIME("norm_fwd layernorm", 0, 10, O->norm_fwd(be, MGT_NORM_LAYERNORM, y, mean, rstd, x, w, bias, T, h, 1e-5f));

@@ -72,6 +72,43 @@ ok "tiny-gpt2, inverse-square-root schedule with warmup init = reference" \
 ok "tiny-llama, WSD schedule (minus_sqrt anneal over 4 iterations), min-lr = reference" \
 	parity llama-wsd 4 --no-fp32 -- --model tiny-llama --lr-decay-style WSD --lr-wsd-decay-iters 4 \
 	--lr-wsd-decay-style minus_sqrt
+# Converted Hugging Face models: Qwen3's q/k RMSNorm, GPT-2's gelu_new with q/k LayerNorm (biases),
+# Llama 3.1 RoPE scaling (original length 64: for head dim 16 and base 500000 that puts one
+# frequency in each band, high, smoothed, and scaled), weight decay on the q/k norms.
+ok "tiny-llama --qk-layernorm (Qwen3-style q/k RMSNorm) = reference" \
+	parity llama-qkln 4 --no-fp32 -- --model tiny-llama --qk-layernorm --norm-epsilon 1e-6
+ok "tiny-gpt2 --qk-layernorm (LayerNorm with biases) --openai-gelu = reference" \
+	parity gpt2-qkln-ogelu 4 --no-fp32 -- --model tiny-gpt2 --qk-layernorm --openai-gelu
+ok "tiny-llama --use-rope-scaling (factor 8, 1..4, original length 64) = reference" \
+	parity llama-ropescale 4 --no-fp32 -- --model tiny-llama --use-rope-scaling \
+	--rope-scaling-original-max-position-embeddings 64
+ok "tiny-llama --qk-layernorm --apply-wd-to-qk-layernorm --weight-decay 1 --lr 3e-3 = reference" \
+	parity llama-qkln-wd 4 --no-fp32 -- --model tiny-llama --qk-layernorm --apply-wd-to-qk-layernorm \
+	--weight-decay 1.0 --lr 3e-3 --use-rope-scaling --rope-scaling-factor 32 --rope-scaling-original-max-position-embeddings 64
+# flip NAME KEY: the dump NAME with boolean argument KEY turned off must fail parity (exit 1: the
+# feature changed mgt's numbers beyond the tolerance)
+flip() {
+	cp "$T/$1.h5" "$T/flip.h5" || return 1
+	$PY - "$T/flip.h5" "$2" <<'EOF_PY' || { echo "# cannot turn $2 off in $1.h5"; return 1; }
+import h5py, json, sys
+f = h5py.File(sys.argv[1], "r+")
+k = "json" if "json" in f.attrs else "metadata"
+v = f.attrs[k]
+m = json.loads(v.decode() if isinstance(v, bytes) else str(v))
+a = m.get("args", m)
+assert a[sys.argv[2]] is True, sys.argv[2]
+a[sys.argv[2]] = False
+f.attrs[k] = json.dumps(m)
+f.close()
+EOF_PY
+	$PY "$REF/parity.py" --no-fp32 --threads "$THREADS" "$T/flip.h5" >"$T/flip.out" 2>&1
+	r=$?
+	grep -E "FAIL" "$T/flip.out" | head -3 | sed 's/^/# /'
+	test $r = 1
+}
+ok "parity.py fails the rope-scaled dump replayed without the scaling" flip llama-ropescale use_rope_scaling
+ok "parity.py fails the --openai-gelu dump replayed with erf's GELU" flip gpt2-qkln-ogelu openai_gelu
+ok "parity.py fails the --apply-wd-to-qk-layernorm dump replayed without it" flip llama-qkln-wd apply_wd_to_qk_layernorm
 ok "metrics file: one JSON object per iteration with lm_loss, lr, grad_norm" $PY -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -74,6 +74,24 @@ bad "missing data prefix" 1 "nothere" $TRAIN --train-iters 5 --data-path nothere
 bad "unknown flag" 2 "unknown flag '--no-such-flag'" $TRAIN --train-iters 5 --no-such-flag
 bad "checkpoint of another shape" 6 "hidden_size" $TRAIN --train-iters 5 --load ck --hidden-size 64
 bad "checkpoint of another architecture" 6 "normalization" $TRAIN --train-iters 5 --load ck --normalization RMSNorm
+bad "checkpoint without --qk-layernorm" 6 "qk_layernorm" $TRAIN --train-iters 5 --load ck --qk-layernorm
+bad "checkpoint without --openai-gelu" 6 "openai_gelu" $TRAIN --train-iters 5 --load ck --openai-gelu
+bad "--use-rope-scaling without RoPE" 2 "needs --position-embedding-type rope" $TRAIN --train-iters 5 --use-rope-scaling
+bad "--rope-scaling-high-freq-factor not above the low one" 2 "0 < low < high" $TRAIN --train-iters 5 \
+	--position-embedding-type rope --use-rope-scaling --rope-scaling-high-freq-factor 1
+# a checkpoint written before the keys existed (metadata.json's args without them) loads with
+# the features off
+cp -r ck old
+$PY - old/iter_0000020/metadata.json <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for k in ("qk_layernorm", "use_rope_scaling", "rope_scaling_factor", "rope_scaling_low_freq_factor",
+          "rope_scaling_high_freq_factor", "rope_scaling_original_max_position_embeddings", "openai_gelu"):
+    del m["args"][k]
+json.dump(m, open(sys.argv[1], "w"))
+PY
+ok "a checkpoint without the newer shape keys loads" exits 0 $TRAIN --train-iters 21 --load old
+bad "  but not with --qk-layernorm" 6 "qk_layernorm" $TRAIN --train-iters 21 --load old --qk-layernorm
 cp -r ck trunc
 f=$(ls trunc/iter_0000020/model_*.h5 | head -1)
 truncate -s $(($(stat -c %s "$f") / 2)) "$f"

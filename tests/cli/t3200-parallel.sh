@@ -80,6 +80,47 @@ for model in tiny-gpt2 tiny-llama; do
 LAYOUTS
 done
 
+# Converted-model features under layouts: Qwen3-style q/k RMSNorm with Llama 3.1 RoPE scaling
+# (tiny-llama) and q/k LayerNorm with biases and the tanh GELU (tiny-gpt2).  Each TP rank
+# normalizes its own heads with replicated q/k norm weights, whose gradients must be summed over
+# TP (with or without sequence parallelism): the weights after 3 iterations (Adam's first steps
+# move every element by about the learning rate, so a rank's partial gradient would show) equal
+# the single process's.  k_layernorm.bias is left out: its exact gradient is zero (softmax ignores
+# a shift common to all keys), so Adam moves it by rounding noise only.
+# qkw A B: the q/k norm weights of checkpoints A and B at iteration 3 within 1e-5
+qkw() {
+	$PY - "$ROOT/contrib" "$@" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import mgt_ckpt, numpy as np
+a, _ = mgt_ckpt.load(sys.argv[2], iteration=3)
+b, _ = mgt_ckpt.load(sys.argv[3], iteration=3)
+names = [n for n in a if n.endswith(("q_layernorm.weight", "k_layernorm.weight")) and not n.startswith("optimizer")]
+if not names: sys.exit("# no q/k norm weights in " + sys.argv[2])
+worst = max(float(np.abs(a[n] - b[n]).max()) for n in names)
+moved = max(float(np.abs(a[n] - 1).max()) for n in names)
+print(f"# {sys.argv[3]}: {len(names)} q/k norm weights, max difference {worst:.2e} (moved {moved:.2e} from 1)")
+sys.exit(worst > 1e-5 or moved < 1e-4)
+PY
+}
+for model in tiny-llama tiny-gpt2; do
+	if [ $model = tiny-llama ]; then X="--qk-layernorm --use-rope-scaling --rope-scaling-original-max-position-embeddings 64"
+	else X="--qk-layernorm --openai-gelu"; fi
+	ok "$model $X: single process" train 1 $model qk-$model-ref $V1 $X --save qk-$model-ref.ck --save-interval 3
+	while read -r np name flags; do
+		ok "$model qk $name: trains" train "$np" $model "qk-$model-$name" $flags $X --save "qk-$model-$name.ck" \
+			--save-interval 3
+		ok "$model qk $name: losses of the 10 steps match the single process" same qk-$model-ref "qk-$model-$name"
+		ok "$model qk $name: q/k norm weights after 3 steps = the single process's" qkw qk-$model-ref.ck \
+			"qk-$model-$name.ck"
+	done <<LAYOUTS
+2 tp2 $V2 --tensor-model-parallel-size 2
+2 tp2-sp $V2 --tensor-model-parallel-size 2 --sequence-parallel
+2 pp2 $V1 --pipeline-model-parallel-size 2
+8 tp2-pp2-dp2 $V2 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
+LAYOUTS
+done
+
 # Resharding: save under TP2 x PP2 x DP2 (sequence parallel, distributed optimizer) at
 # iteration 5; resume under other layouts; iterations 6-10 match the uninterrupted run.
 G=tiny-gpt2

@@ -35,6 +35,7 @@
  * this program against a CPU simulation of CUDA (tests/sim/): still several blocks per launch,
  * ragged sizes, GQA, dropout, vocab shards and misaligned pointers, in about a minute there. */
 #include "backend/backend.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <signal.h>
@@ -640,28 +641,106 @@ static void t_norm(mgt_norm_kind kind, bool bias, int T, int h)
 	free(dxc), free(dwc), free(dbc);
 }
 
+/* The query (key == false) or key heads of qkv [T, ng, r+2, d] (head_norm_fwd / head_norm_bwd):
+ * rows at the same offsets as the CPU op's; the backward in place (dx aliases dy), as the model
+ * calls it; everything else untouched. */
+static void t_head_norm(mgt_norm_kind kind, bool key, bool bias, int T, int ng, int r, int d)
+{
+	const size_t n = (size_t)T * ng * (r + 2) * d, rows = (size_t)T * ng * (key ? 1 : r);
+	const char *id = nm("head_norm %s %s%s T=%d ng=%d r=%d d=%d", kind == MGT_NORM_LAYERNORM ? "layernorm" : "rmsnorm",
+			    key ? "key" : "query", bias ? " bias" : "", T, ng, r, d);
+	float *x = hrand(n, 2), *w = hrand(d, 0.5), *b = bias ? hrand(d, 1) : NULL;
+	for (size_t i = 0; i < n; i++)
+		x[i] += 0.3f;
+	for (int i = 0; i < d; i++)
+		w[i] += 1.0f;
+	float *y0 = hrand(n, 1), *yc = hcopy(y0, n), *mc = xmalloc(rows * 4), *rc = xmalloc(rows * 4);
+	C->head_norm_fwd(cpu, kind, yc, mc, rc, x, w, b, T, ng, r, d, key, 1e-6f);
+	float *g0 = hrand(n, 1), *gc = hcopy(g0, n), *dw0 = hrand(d, 1), *db0 = hrand(d, 1);
+	float *dwc = hcopy(dw0, d), *dbc = hcopy(db0, d);
+	C->head_norm_bwd(cpu, kind, gc, dwc, bias ? dbc : NULL, gc, x, w, mc, rc, T, ng, r, d, key);
+	float *dX = dput(x, n), *dW = dput(w, d), *dB = bias ? dput(b, d) : NULL, *dY = dalloc(n * 4);
+	float *dM = dalloc(rows * 4), *dR = dalloc(rows * 4), *dMc = dput(mc, rows), *dRc = dput(rc, rows);
+	float *dG = dalloc(n * 4), *dDW = dalloc((size_t)d * 4), *dDB = dalloc((size_t)d * 4);
+	float *y[2], *m[2], *rs[2], *gg[2], *dw[2], *db[2];
+	for (int k = 0; k < 2; k++) {
+		up(dY, y0, n * 4);
+		poison(dM, rows);
+		poison(dR, rows);
+		up(dG, g0, n * 4);
+		up(dDW, dw0, (size_t)d * 4);
+		up(dDB, db0, (size_t)d * 4);
+		G->head_norm_fwd(gpu, kind, dY, dM, dR, dX, dW, dB, T, ng, r, d, key, 1e-6f);
+		G->head_norm_bwd(gpu, kind, dG, dDW, bias ? dDB : NULL, dG, dX, dW, dMc, dRc, T, ng, r, d, key);
+		y[k] = dget(dY, n);
+		m[k] = dget(dM, rows);
+		rs[k] = dget(dR, rows);
+		gg[k] = dget(dG, n);
+		dw[k] = dget(dDW, d);
+		db[k] = dget(dDB, d);
+	}
+	/* rows other than the selected heads keep their bits: compared exactly within the whole */
+	cmp(nm("%s: fwd y (other rows untouched)", id), y[0], yc, NULL, n, T2(TOL32, SIM_ULP));
+	cmp(nm("%s: fwd mean", id), m[0], mc, NULL, rows, T2(TOL32, SIM_ULP));
+	cmp(nm("%s: fwd rstd", id), rs[0], rc, NULL, rows, T2(TOL32, SIM_ULP));
+	cmp(nm("%s: bwd dx in place (other rows untouched)", id), gg[0], gc, NULL, n, T2(TOL32, SIM_ULP));
+	cmp(nm("%s: bwd dw (accumulated)", id), dw[0], dwc, dw0, d, colsum_tol((int)rows));
+	if (bias)
+		cmp(nm("%s: bwd db (accumulated)", id), db[0], dbc, db0, d, colsum_tol((int)rows));
+	size_t moved = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t row = i / (size_t)d, m_ = row % (size_t)(r + 2);
+		bool sel = key ? m_ == (size_t)r : m_ < (size_t)r;
+		if (!sel && (memcmp(&y[0][i], &y0[i], 4) || memcmp(&gg[0][i], &g0[i], 4)))
+			moved++;
+	}
+	CHECK(moved == 0, "%s%s: other heads untouched (%zu changed)", tag, id, moved);
+	det(id, ndiff(y[0], y[1], n, 4) + ndiff(m[0], m[1], rows, 4) + ndiff(rs[0], rs[1], rows, 4) +
+			ndiff(gg[0], gg[1], n, 4) + ndiff(dw[0], dw[1], d, 4) + ndiff(db[0], db[1], d, 4));
+	for (int k = 0; k < 2; k++)
+		free(y[k]), free(m[k]), free(rs[k]), free(gg[k]), free(dw[k]), free(db[k]);
+	dfree(dX), dfree(dW), dfree(dB), dfree(dY), dfree(dM), dfree(dR), dfree(dMc), dfree(dRc);
+	dfree(dG), dfree(dDW), dfree(dDB);
+	free(x), free(w), free(b), free(y0), free(yc), free(mc), free(rc), free(g0), free(gc), free(dw0);
+	free(db0), free(dwc), free(dbc);
+}
+
 /* ================= RoPE ================= */
 
-static void t_rope(int T, int ng, int r, int d, int rot, float base)
+static void t_rope(int T, int ng, int r, int d, int rot, float base, bool scaled)
 {
 	const size_t n = (size_t)T * ng * (r + 2) * d;
-	const char *id = nm("rope T=%d ng=%d r=%d d=%d rot_dim=%d base=%g", T, ng, r, d, rot, base);
+	const char *id = nm("rope T=%d ng=%d r=%d d=%d rot_dim=%d base=%g%s", T, ng, r, d, rot, base,
+			    scaled ? " llama3.1-scaled" : "");
 	int32_t *pos = xmalloc((size_t)T * sizeof *pos);
 	for (int t = 0; t < T; t++) /* positions as long sequences have them (up to 8191) */
 		pos[t] = (int32_t)((urand() + 1) * 4096) % 8192;
 	pos[0] = 0;
 	float *x = hrand(n, 1), *g = hrand(n, 1);
-	float *xc = hcopy(x, n), *gc = hcopy(g, n);
-	C->rope(cpu, xc, pos, T, ng, r, d, rot, base, false);
-	C->rope(cpu, gc, pos, T, ng, r, d, rot, base, true);
+	float *xc = hcopy(x, n), *gc = hcopy(g, n), *inv = xmalloc((size_t)(rot / 2) * sizeof *inv);
+	/* the model's table: 1 / base^(2k / rot_dim), Llama 3.1-scaled when scaled (lib/model) */
+	mgt_model_config mc;
+	memset(&mc, 0, sizeof mc);
+	mc.kv_channels = rot;
+	mc.rotary_percent = 1.0;
+	mc.rotary_base = base;
+	mc.use_rope_scaling = scaled;
+	mc.rope_scaling_factor = 8;
+	mc.rope_scaling_low_freq_factor = 1;
+	mc.rope_scaling_high_freq_factor = 4;
+	mc.rope_scaling_original_max_position_embeddings = 8192;
+	mgt_model_rope_inv_freq(&mc, inv);
+	C->rope(cpu, xc, pos, inv, T, ng, r, d, rot, false);
+	C->rope(cpu, gc, pos, inv, T, ng, r, d, rot, true);
 	int32_t *dP = dputi(pos, T);
+	float *dI = dput(inv, (size_t)(rot / 2));
 	float *dQ = dalloc(n * 4), *dG = dalloc(n * 4);
 	float *q[2], *gg[2];
 	for (int k = 0; k < 2; k++) {
 		up(dQ, x, n * 4);
 		up(dG, g, n * 4);
-		G->rope(gpu, dQ, dP, T, ng, r, d, rot, base, false);
-		G->rope(gpu, dG, dP, T, ng, r, d, rot, base, true);
+		G->rope(gpu, dQ, dP, dI, T, ng, r, d, rot, false);
+		G->rope(gpu, dG, dP, dI, T, ng, r, d, rot, true);
 		q[k] = dget(dQ, n);
 		gg[k] = dget(dG, n);
 	}
@@ -680,8 +759,8 @@ static void t_rope(int T, int ng, int r, int d, int rot, float base)
 	det(id, ndiff(q[0], q[1], n, 4) + ndiff(gg[0], gg[1], n, 4));
 	for (int k = 0; k < 2; k++)
 		free(q[k]), free(gg[k]);
-	dfree(dP), dfree(dQ), dfree(dG);
-	free(pos), free(x), free(g), free(xc), free(gc);
+	dfree(dP), dfree(dQ), dfree(dG), dfree(dI);
+	free(pos), free(x), free(g), free(xc), free(gc), free(inv);
 }
 
 /* ================= attention ================= */
@@ -766,7 +845,8 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 {
 	const int xw = act == MGT_ACT_SWIGLU ? 2 * f : f;
 	const size_t nx = (size_t)T * xw, ny = (size_t)T * f;
-	const char *id = nm("bias_act %s%s T=%d f=%d", act == MGT_ACT_GELU ? "gelu" : "swiglu", bias ? " bias" : "", T, f);
+	const char *id = nm("bias_act %s%s T=%d f=%d", act == MGT_ACT_GELU ? "gelu" : act == MGT_ACT_GELU_TANH ? "gelu-tanh" : "swiglu",
+			    bias ? " bias" : "", T, f);
 	float *x = hrand(nx, 3), *b = bias ? hrand(xw, 1) : NULL, *dy = hrand(ny, 1), *db0 = hrand(xw, 1);
 	float *yc = xmalloc(ny * 4), *dxc = xmalloc(nx * 4), *dbc = hcopy(db0, xw);
 	C->bias_act_fwd(cpu, act, yc, x, b, T, f);
@@ -1093,12 +1173,17 @@ static void all_ops(void)
 	t_norm(MGT_NORM_RMSNORM, false, 1000, 2048);
 	t_norm(MGT_NORM_RMSNORM, false, 3, 128);
 	t_norm(MGT_NORM_LAYERNORM, true, 7, 130); /* h not a multiple of 4 */
+	t_head_norm(MGT_NORM_RMSNORM, false, false, 2048, 8, 2, 128); /* Qwen3-style q_norm */
+	t_head_norm(MGT_NORM_RMSNORM, true, false, 2048, 8, 2, 128);
+	t_head_norm(MGT_NORM_LAYERNORM, false, true, 1000, 4, 1, 64);
+	t_head_norm(MGT_NORM_LAYERNORM, true, true, 100, 3, 3, 30); /* d not a multiple of 4 */
 
 	section("rope");
-	t_rope(2048, 2, 4, 64, 64, 500000.0f);
-	t_rope(1000, 3, 1, 128, 64, 10000.0f); /* partial rot_dim */
-	t_rope(100, 1, 2, 16, 8, 10000.0f);
-	t_rope(129, 2, 2, 80, 40, 10000.0f);
+	t_rope(2048, 2, 4, 64, 64, 500000.0f, false);
+	t_rope(2048, 2, 4, 128, 128, 500000.0f, true);
+	t_rope(1000, 3, 1, 128, 64, 10000.0f, false); /* partial rot_dim */
+	t_rope(100, 1, 2, 16, 8, 10000.0f, false);
+	t_rope(129, 2, 2, 80, 40, 10000.0f, false);
 
 	section("attention");
 	t_attn(128, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
@@ -1124,6 +1209,8 @@ static void all_ops(void)
 	t_act(MGT_ACT_SWIGLU, false, 2048, 352);
 	t_act(MGT_ACT_GELU, true, 5, 7);
 	t_act(MGT_ACT_SWIGLU, false, 3, 5);
+	t_act(MGT_ACT_GELU_TANH, true, 2048, 3072);
+	t_act(MGT_ACT_GELU_TANH, false, 5, 7);
 
 	section("bias-dropout-add");
 	t_bda(2048, 768, 0.1f, true, true, false, 0xFFFFF000ull); /* crosses 2^32 */
@@ -1158,7 +1245,8 @@ static void misaligned_ops(void)
 	t_embedding(300, 100, 5, 37, 50);
 	t_norm(MGT_NORM_LAYERNORM, true, 100, 768);
 	t_norm(MGT_NORM_RMSNORM, false, 100, 512);
-	t_rope(100, 2, 2, 64, 64, 10000.0f);
+	t_head_norm(MGT_NORM_RMSNORM, false, false, 100, 2, 2, 128);
+	t_rope(100, 2, 2, 64, 64, 10000.0f, false);
 	t_attn(70, 2, 2, 2, 64, 0.1f, 0, 4, 1.5);
 	t_act(MGT_ACT_GELU, true, 100, 300);
 	t_act(MGT_ACT_SWIGLU, true, 100, 150);
@@ -1199,12 +1287,17 @@ static void small_ops(void)
 	t_norm(MGT_NORM_RMSNORM, false, 40, 2048);
 	t_norm(MGT_NORM_RMSNORM, false, 3, 128);
 	t_norm(MGT_NORM_LAYERNORM, true, 7, 130); /* h not a multiple of 4 */
+	t_head_norm(MGT_NORM_RMSNORM, false, false, 64, 2, 2, 128);
+	t_head_norm(MGT_NORM_RMSNORM, true, false, 64, 2, 2, 128);
+	t_head_norm(MGT_NORM_LAYERNORM, false, true, 40, 3, 1, 64);
+	t_head_norm(MGT_NORM_LAYERNORM, true, true, 20, 3, 3, 30); /* d not a multiple of 4 */
 
 	section("rope");
-	t_rope(64, 2, 4, 64, 64, 500000.0f);
-	t_rope(50, 3, 1, 128, 64, 10000.0f); /* partial rot_dim */
-	t_rope(30, 1, 2, 16, 8, 10000.0f);
-	t_rope(29, 2, 2, 80, 40, 10000.0f);
+	t_rope(64, 2, 4, 64, 64, 500000.0f, false);
+	t_rope(64, 2, 4, 128, 128, 500000.0f, true);
+	t_rope(50, 3, 1, 128, 64, 10000.0f, false); /* partial rot_dim */
+	t_rope(30, 1, 2, 16, 8, 10000.0f, false);
+	t_rope(29, 2, 2, 80, 40, 10000.0f, false);
 
 	section("attention");
 	t_attn(128, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
@@ -1224,6 +1317,8 @@ static void small_ops(void)
 	t_act(MGT_ACT_SWIGLU, false, 64, 352);
 	t_act(MGT_ACT_GELU, true, 5, 7);
 	t_act(MGT_ACT_SWIGLU, false, 3, 5);
+	t_act(MGT_ACT_GELU_TANH, true, 64, 300);
+	t_act(MGT_ACT_GELU_TANH, false, 5, 7);
 
 	section("bias-dropout-add");
 	t_bda(100, 768, 0.1f, true, true, false, 0xFFFFF000ull); /* crosses 2^32 */
@@ -1260,7 +1355,8 @@ static void small_ops(void)
 	t_embedding(300, 100, 5, 37, 50);
 	t_norm(MGT_NORM_LAYERNORM, true, 30, 768);
 	t_norm(MGT_NORM_RMSNORM, false, 30, 512);
-	t_rope(30, 2, 2, 64, 64, 10000.0f);
+	t_head_norm(MGT_NORM_RMSNORM, true, false, 30, 2, 2, 128);
+	t_rope(30, 2, 2, 64, 64, 10000.0f, false);
 	t_attn(70, 1, 2, 2, 64, 0.1f, 0, 4, 1.5);
 	t_act(MGT_ACT_GELU, true, 30, 300);
 	t_act(MGT_ACT_SWIGLU, true, 30, 150);

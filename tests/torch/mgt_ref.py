@@ -47,6 +47,9 @@ DEFAULTS = {
     "normalization": "LayerNorm", "norm_epsilon": 1e-5, "apply_layernorm_1p": False,
     "swiglu": False, "add_bias_linear": True, "add_qkv_bias": False,
     "untie_embeddings_and_output_weights": False, "qk_layernorm": False,
+    "apply_wd_to_qk_layernorm": False, "openai_gelu": False,
+    "use_rope_scaling": False, "rope_scaling_factor": 8.0, "rope_scaling_low_freq_factor": 1.0,
+    "rope_scaling_high_freq_factor": 4.0, "rope_scaling_original_max_position_embeddings": 8192,
     "padded_vocab_size": None, "vocab_size": None, "make_vocab_size_divisible_by": 128,
     "hidden_dropout": 0.1, "attention_dropout": 0.1, "init_method_std": 0.02,
     "micro_batch_size": None, "global_batch_size": None, "num_microbatches": None,
@@ -97,7 +100,7 @@ def normalize_args(args):
         a["add_bias_linear"] = not _bool(args["disable_bias_linear"])
     for k in ("group_query_attention", "swiglu", "add_bias_linear", "add_qkv_bias",
               "untie_embeddings_and_output_weights", "apply_layernorm_1p", "rotary_interleaved",
-              "qk_layernorm"):
+              "qk_layernorm", "apply_wd_to_qk_layernorm", "openai_gelu", "use_rope_scaling"):
         a[k] = _bool(a[k])
     h, nq = a["hidden_size"], a["num_attention_heads"]
     if a["kv_channels"] is None:
@@ -120,9 +123,23 @@ def normalize_args(args):
         raise ValueError("normalization %r not supported" % a["normalization"])
     if a["position_embedding_type"] not in ("learned_absolute", "rope", "none"):
         raise ValueError("position_embedding_type %r not supported" % a["position_embedding_type"])
-    if a["rotary_interleaved"] or a["qk_layernorm"]:
-        raise ValueError("rotary_interleaved / qk_layernorm are not in the reference model")
+    if a["rotary_interleaved"]:
+        raise ValueError("rotary_interleaved is not in the reference model")
     return a
+
+
+def llama31_scaling(inv, a):
+    """Llama 3.1 RoPE frequency scaling (interop-reference.md section 4, Megatron
+    RotaryEmbedding._apply_scaling), on the fp32 tensor inv as torch evaluates the expression."""
+    factor, lo, hi = a["rope_scaling_factor"], a["rope_scaling_low_freq_factor"], a["rope_scaling_high_freq_factor"]
+    orig = a["rope_scaling_original_max_position_embeddings"]
+    lo_wl, hi_wl = orig / lo, orig / hi
+    wavelen = 2 * math.pi / inv
+    low_band = torch.where(wavelen > lo_wl, inv / factor, inv)
+    smooth = (orig / wavelen - lo) / (hi - lo)
+    mid = (1 - smooth) * low_band / factor + smooth * low_band
+    medium = ~(wavelen < hi_wl) & ~(wavelen > lo_wl)
+    return torch.where(medium, mid, low_band)
 
 
 def has_qkv_bias(a):
@@ -147,6 +164,12 @@ def tensor_specs(args):
         s.append((p + "self_attention.linear_qkv.weight", ((nq + 2 * ng) * d, h), "normal", True))
         if has_qkv_bias(a):
             s.append((p + "self_attention.linear_qkv.bias", ((nq + 2 * ng) * d,), "zero", False))
+        if a["qk_layernorm"]:  # Megatron: 1-D, so no weight decay unless apply_wd_to_qk_layernorm
+            wd = a["apply_wd_to_qk_layernorm"]
+            for qk in ("q_layernorm.", "k_layernorm."):
+                s.append((p + "self_attention." + qk + "weight", (d,), "one", wd))
+                if ln_b:
+                    s.append((p + "self_attention." + qk + "bias", (d,), "zero", wd))
         s.append((p + "self_attention.linear_proj.weight", (h, nq * d), "proj", True))
         if bias:
             s.append((p + "self_attention.linear_proj.bias", (h,), "zero", False))
@@ -223,6 +246,8 @@ class GPTRef:
 
     # -- pieces --
     def _norm(self, x, prefix):
+        """The model's normalization over the last dim of x with prefix's weight (and bias);
+        also the q/k head norms (prefix ...q_layernorm.), over kv_channels."""
         a, p = self.a, self.params
         ln = "layer_norm_" if prefix + "layer_norm_weight" in p else ""  # fused into the linear
         w = p[prefix + ln + "weight"]
@@ -241,6 +266,8 @@ class GPTRef:
             a = self.a
             rot = int(a["kv_channels"] * a["rotary_percent"])
             inv = 1.0 / (a["rotary_base"] ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
+            if a["use_rope_scaling"]:
+                inv = llama31_scaling(inv, a)
             ang = torch.outer(torch.arange(s, dtype=torch.float32), inv)
             ang = torch.cat([ang, ang], dim=-1).to(self.dtype)
             self._rope_cache[s] = (torch.cos(ang), torch.sin(ang))
@@ -272,6 +299,8 @@ class GPTRef:
         q = qkv[:, :, :, :r, :].reshape(b, s, nq, d)      # head n = g*r + j
         k = qkv[:, :, :, r, :]                             # [b, s, ng, d]
         v = qkv[:, :, :, r + 1, :]
+        if a["qk_layernorm"]:  # per head over d, before RoPE (Megatron attention.py)
+            q, k = self._norm(q, pre + "q_layernorm."), self._norm(k, pre + "k_layernorm.")
         if a["position_embedding_type"] == "rope":
             cos, sin = self._rope(s)
             q, k = self._apply_rope(q, cos, sin), self._apply_rope(k, cos, sin)
@@ -292,6 +321,8 @@ class GPTRef:
         if a["swiglu"]:
             gate, up = torch.chunk(y, 2, dim=-1)
             y = F.silu(gate) * up
+        elif a["openai_gelu"]:  # tanh approximation (Hendrycks & Gimpel 2016, eq. for GPT)
+            y = 0.5 * y * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y.pow(3))))
         else:
             y = F.gelu(y)
         return self._linear(y, pre + "linear_fc2.")
@@ -590,14 +621,30 @@ def naive_logits(args, P, tokens):
     half = rot // 2
     inv = [np.float32(1.0) / np.float32(np.float32(a["rotary_base"]) ** (np.float32(2 * k) / np.float32(rot)))
            for k in range(half)]
+    if a["use_rope_scaling"]:  # the three bands, scalar by scalar in fp32
+        f32 = np.float32
+        fac, lo, hi = f32(a["rope_scaling_factor"]), a["rope_scaling_low_freq_factor"], a["rope_scaling_high_freq_factor"]
+        orig = a["rope_scaling_original_max_position_embeddings"]
+        out = []
+        for fq in inv:
+            wl = f32(f32(1.0) / fq) * f32(2 * math.pi)
+            if wl > f32(orig / lo):
+                out.append(f32(fq / fac))
+            elif wl < f32(orig / hi):
+                out.append(fq)
+            else:
+                sm = f32(f32(f32(f32(1.0) / wl) * f32(orig)) - f32(lo)) / f32(hi - lo)
+                out.append(f32(f32(f32(f32(1.0) - sm) * fq) / fac) + f32(sm * fq))
+        inv = out
 
     def norm(v, w, bname):
+        n = len(v)
         if a["normalization"] == "LayerNorm":
-            mu = sum(v) / h
-            var = sum((x - mu) ** 2 for x in v) / h
-            return [(v[c] - mu) / math.sqrt(var + eps) * w[c] + P[bname][c] for c in range(h)]
-        ms = sum(x * x for x in v) / h
-        return [v[c] / math.sqrt(ms + eps) * w[c] for c in range(h)]
+            mu = sum(v) / n
+            var = sum((x - mu) ** 2 for x in v) / n
+            return [(v[c] - mu) / math.sqrt(var + eps) * w[c] + P[bname][c] for c in range(n)]
+        ms = sum(x * x for x in v) / n
+        return [v[c] / math.sqrt(ms + eps) * w[c] for c in range(n)]
 
     def lin(name, v):
         y = P[name + "weight"] @ np.array(v)
@@ -636,6 +683,11 @@ def naive_logits(args, P, tokens):
                 for g in range(ng):
                     k[t, g] = y[g * (r + 2) * d + r * d: g * (r + 2) * d + (r + 1) * d]
                     vv[t, g] = y[g * (r + 2) * d + (r + 1) * d: g * (r + 2) * d + (r + 2) * d]
+                if a["qk_layernorm"]:
+                    for n in range(nq):
+                        q[t, n] = norm(q[t, n], P[pa + "q_layernorm.weight"], pa + "q_layernorm.bias")
+                    for g in range(ng):
+                        k[t, g] = norm(k[t, g], P[pa + "k_layernorm.weight"], pa + "k_layernorm.bias")
                 if a["position_embedding_type"] == "rope":
                     for n in range(nq):
                         q[t, n] = rope(q[t, n], t)
@@ -657,6 +709,8 @@ def naive_logits(args, P, tokens):
                                                  pm + "linear_fc1.layer_norm_bias"))
                 if a["swiglu"]:
                     y = [y[c] / (1 + math.exp(-y[c])) * y[f + c] for c in range(f)]
+                elif a["openai_gelu"]:
+                    y = [0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))) for x in y]
                 else:
                     y = [0.5 * x * (1 + math.erf(x / math.sqrt(2))) for x in y]
                 z2 = lin(pm + "linear_fc2.", y)
@@ -677,6 +731,15 @@ SELFCHECK_VARIANTS = {
     "mqa-rope-half": dict(group_query_attention=True, num_query_groups=1, position_embedding_type="rope",
                           rotary_percent=0.5, rotary_base=100.0),
     "mha-rope-swiglu-layernorm": dict(position_embedding_type="rope", swiglu=True, ffn_hidden_size=20),
+    "qwen3-qk-rmsnorm": dict(group_query_attention=True, num_query_groups=2, normalization="RMSNorm", swiglu=True,
+                             position_embedding_type="rope", add_bias_linear=False, qk_layernorm=True,
+                             norm_epsilon=1e-6, ffn_hidden_size=24),
+    "gpt2-qk-layernorm-openai-gelu": dict(qk_layernorm=True, openai_gelu=True),
+    "llama31-rope-scaling": dict(group_query_attention=True, num_query_groups=2, normalization="RMSNorm",
+                                 swiglu=True, position_embedding_type="rope", add_bias_linear=False,
+                                 kv_channels=16, hidden_size=16, use_rope_scaling=True,
+                                 rope_scaling_original_max_position_embeddings=64, rotary_base=500000.0,
+                                 ffn_hidden_size=24),
 }
 
 

@@ -451,8 +451,108 @@ static void test_norm_case(mgt_norm_kind kind, int with_bias, int T, int h)
 	free(R), free(dx0), free(dw0), free(db0), free(dx), free(dw), free(db), free(gw);
 }
 
+/* head_norm_fwd / head_norm_bwd: the query (or key) heads of qkv [T, ng, r+2, d] gathered into
+ * rows [n, d] and normalized by norm_ref; other elements untouched; the backward writes dx in
+ * place over dy (aliased) and agrees with finite differences. */
+typedef struct {
+	norm_ctx nc;
+	int T, ng, r, d;
+	bool key;
+	const double *x; /* whole qkv */
+} head_ctx;
+
+static size_t head_row_off(const head_ctx *c, int i)
+{
+	int per = c->key ? 1 : c->r, first = c->key ? c->r : 0;
+	return ((size_t)(i / per) * (c->r + 2) + first + i % per) * c->d;
+}
+
+static int head_rows_n(const head_ctx *c) { return c->T * c->ng * (c->key ? 1 : c->r); }
+
+/* y [n, d] of the gathered rows */
+static void head_ref(void *c_, double *y)
+{
+	head_ctx *c = c_;
+	int n = head_rows_n(c);
+	double *xr = xmalloc((size_t)n * c->d * sizeof *xr);
+	for (int i = 0; i < n; i++)
+		memcpy(xr + (size_t)i * c->d, c->x + head_row_off(c, i), c->d * sizeof *xr);
+	norm_ctx nc = c->nc;
+	nc.x = xr;
+	nc.T = n;
+	norm_ref(&nc, y);
+	free(xr);
+}
+
+static void test_head_norm_case(mgt_norm_kind kind, bool key, int with_bias, int T, int ng, int r, int d)
+{
+	const char *kn = kind == MGT_NORM_LAYERNORM ? "layernorm" : "rmsnorm";
+	const size_t N = (size_t)T * ng * (r + 2) * d;
+	float *x = randf(N, 2), *w = randf(d, 1), *b = with_bias ? randf(d, 1) : NULL;
+	for (size_t i = 0; i < N; i++)
+		x[i] += 0.5f;
+	head_ctx c = {{kind, NULL, NULL, NULL, 0, d, 1e-6}, T, ng, r, d, key, NULL};
+	int n = head_rows_n(&c);
+	double *xd = tod(x, N), *wd = tod(w, d), *bd = b ? tod(b, d) : NULL;
+	c.x = xd;
+	c.nc.w = wd;
+	c.nc.b = bd;
+	double *yr = xmalloc((size_t)n * d * sizeof *yr);
+	head_ref(&c, yr);
+	float *y = randf(N, 9), *y0 = copyf(y, N), *mean = randf(n, 9), *rstd = randf(n, 9);
+	O->head_norm_fwd(be, kind, y, mean, rstd, x, w, b, T, ng, r, d, key, 1e-6f);
+	float *yg = xmalloc((size_t)n * d * sizeof *yg);
+	char *sel = calloc(N, 1);
+	for (int i = 0; i < n; i++) {
+		memcpy(yg + (size_t)i * d, y + head_row_off(&c, i), d * sizeof *yg);
+		memset(sel + head_row_off(&c, i), 1, d);
+	}
+	int others = 1;
+	for (size_t i = 0; i < N; i++)
+		if (!sel[i] && y[i] != y0[i])
+			others = 0;
+	double e = relerr(yg, yr, (size_t)n * d);
+	CHECK(e < FWD_TOL && others, "head_norm_fwd %s %s bias=%d T=%d ng=%d r=%d d=%d: err %.2e, other rows %s",
+	      kn, key ? "key" : "query", with_bias, T, ng, r, d, e, others ? "untouched" : "CHANGED");
+	/* backward in place: dx aliases dy */
+	float *R = randf((size_t)n * d, 1), *g = randf(N, 7), *g0 = copyf(g, N);
+	for (int i = 0; i < n; i++)
+		memcpy(g + head_row_off(&c, i), R + (size_t)i * d, d * sizeof *g);
+	float *dw0 = randf(d, 1), *db0 = randf(d, 1), *dw = copyf(dw0, d), *db = copyf(db0, d);
+	O->head_norm_bwd(be, kind, g, dw, b ? db : NULL, g, x, w, mean, rstd, T, ng, r, d, key);
+	int others_g = 1;
+	for (size_t i = 0; i < N; i++)
+		if (!sel[i] && g[i] != g0[i])
+			others_g = 0;
+	float *dxs = calloc(N, sizeof *dxs);
+	for (int i = 0; i < n; i++)
+		memcpy(dxs + head_row_off(&c, i), g + head_row_off(&c, i), d * sizeof *dxs);
+	objective ob = {head_ref, &c, R, (size_t)n * d, yr};
+	double ex = fd_check_some(&ob, xd, N, dxs, 300);
+	double *gw = fd_grad(&ob, wd, d), ew = relerr_delta(dw, dw0, gw, d), eb = 0;
+	if (b) {
+		double *gb = fd_grad(&ob, bd, d);
+		eb = relerr_delta(db, db0, gb, d);
+		free(gb);
+	} else {
+		eb = memcmp(db, db0, d * sizeof *db) == 0 ? 0 : 1;
+	}
+	CHECK(ex < BWD_TOL && ew < BWD_TOL && eb < BWD_TOL && others_g,
+	      "head_norm_bwd %s %s bias=%d in place: dx written, dw, db accumulate, vs FD: %.2e %.2e %.2e, other "
+	      "rows %s", kn, key ? "key" : "query", with_bias, ex, ew, eb, others_g ? "untouched" : "CHANGED");
+	free(x), free(w), free(b), free(xd), free(wd), free(bd), free(yr), free(y), free(y0), free(mean);
+	free(rstd), free(yg), free(sel), free(R), free(g), free(g0), free(dw0), free(db0), free(dw), free(db);
+	free(dxs), free(gw);
+}
+
 static void test_norm(void)
 {
+	test_head_norm_case(MGT_NORM_RMSNORM, false, 0, 3, 2, 2, 8);
+	test_head_norm_case(MGT_NORM_RMSNORM, true, 0, 3, 2, 2, 8);
+	test_head_norm_case(MGT_NORM_LAYERNORM, false, 1, 2, 1, 3, 6);
+	test_head_norm_case(MGT_NORM_LAYERNORM, true, 1, 4, 3, 1, 5);
+	test_head_norm_case(MGT_NORM_RMSNORM, false, 0, 64, 2, 2, 64); /* threaded */
+
 	test_norm_case(MGT_NORM_LAYERNORM, 1, 4, 7);
 	test_norm_case(MGT_NORM_LAYERNORM, 0, 3, 5);
 	test_norm_case(MGT_NORM_RMSNORM, 0, 4, 6);
@@ -466,7 +566,7 @@ typedef struct {
 	const double *x;
 	const int32_t *pos;
 	int T, ng, r, d, rot;
-	float base;
+	const float *inv;
 } rope_ctx;
 
 static void rope_ref(void *c_, double *y)
@@ -481,7 +581,7 @@ static void rope_ref(void *c_, double *y)
 				double *hd = y + (((size_t)t * c->ng + g) * (c->r + 2) + m) * c->d;
 				for (int k = 0; k < half; k++) {
 					/* theta in fp32 as the header specifies, cos/sin in double */
-					float inv = 1.0f / powf(c->base, (float)(2 * k) / (float)c->rot);
+					float inv = c->inv[k];
 					double th = (float)c->pos[t] * inv;
 					double a = hd[k], b = hd[k + half];
 					hd[k] = a * cos(th) - b * sin(th);
@@ -495,11 +595,13 @@ static void test_rope(void)
 	enum { T = 6, ng = 2, r = 2, d = 10, rot = 6 };
 	const size_t n = (size_t)T * ng * (r + 2) * d;
 	int32_t pos[T] = {0, 1, 2, 7, 100, 3000};
-	float *x = randf(n, 1), *y = copyf(x, n);
+	float *x = randf(n, 1), *y = copyf(x, n), inv[rot / 2];
+	for (int k = 0; k < rot / 2; k++) /* any table: the op must use it as given */
+		inv[k] = 1.0f / powf(10000.0f, (float)(2 * k) / (float)rot) * (k == 1 ? 0.125f : 1.0f);
 	double *xd = tod(x, n), *yr = xmalloc(n * sizeof *yr);
-	rope_ctx c = {xd, pos, T, ng, r, d, rot, 10000.0f};
+	rope_ctx c = {xd, pos, T, ng, r, d, rot, inv};
 	rope_ref(&c, yr);
-	O->rope(be, y, pos, T, ng, r, d, rot, 10000.0f, false);
+	O->rope(be, y, pos, inv, T, ng, r, d, rot, false);
 	double e = relerr(y, yr, n);
 	int vals_same = 1; /* value heads and channels past rot_dim untouched */
 	for (int t = 0; t < T; t++)
@@ -514,11 +616,11 @@ static void test_rope(void)
 	      rot, d, r, e);
 	/* the backward is the inverse rotation applied to the gradient: d(sum R*rope(x))/dx */
 	float *R = randf(n, 1), *g = copyf(R, n);
-	O->rope(be, g, pos, T, ng, r, d, rot, 10000.0f, true);
+	O->rope(be, g, pos, inv, T, ng, r, d, rot, true);
 	objective ob = {rope_ref, &c, R, n, yr};
 	double eg = fd_check(&ob, xd, n, g);
 	CHECK(eg < BWD_TOL, "rope inverse = backward vs FD: %.2e", eg);
-	O->rope(be, y, pos, T, ng, r, d, rot, 10000.0f, true);
+	O->rope(be, y, pos, inv, T, ng, r, d, rot, true);
 	double er = 0;
 	for (size_t i = 0; i < n; i++)
 		er = fmax(er, fabs(y[i] - x[i]));
@@ -708,6 +810,9 @@ static void act_ref(void *c_, double *y)
 			if (c->act == MGT_ACT_GELU) {
 				double z = c->x[t * c->f + i] + (c->b ? c->b[i] : 0);
 				y[t * c->f + i] = 0.5 * z * (1 + erf(z / sqrt(2.0)));
+			} else if (c->act == MGT_ACT_GELU_TANH) {
+				double z = c->x[t * c->f + i] + (c->b ? c->b[i] : 0);
+				y[t * c->f + i] = 0.5 * z * (1 + tanh(sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)));
 			} else {
 				double a = c->x[t * 2 * c->f + i] + (c->b ? c->b[i] : 0);
 				double u = c->x[t * 2 * c->f + c->f + i] + (c->b ? c->b[c->f + i] : 0);
@@ -718,7 +823,7 @@ static void act_ref(void *c_, double *y)
 
 static void test_act_case(mgt_act_kind act, int with_bias, int T, int f)
 {
-	const char *an = act == MGT_ACT_GELU ? "gelu" : "swiglu";
+	const char *an = act == MGT_ACT_GELU ? "gelu" : act == MGT_ACT_GELU_TANH ? "gelu-tanh" : "swiglu";
 	const int xw = act == MGT_ACT_SWIGLU ? 2 * f : f;
 	float *x = randf((size_t)T * xw, 3), *b = with_bias ? randf(xw, 1) : NULL;
 	float *y = randf((size_t)T * f, 9);
@@ -753,6 +858,9 @@ static void test_act(void)
 	test_act_case(MGT_ACT_SWIGLU, 0, 3, 5);
 	test_act_case(MGT_ACT_GELU, 1, 64, 300); /* threaded */
 	test_act_case(MGT_ACT_SWIGLU, 1, 64, 150);
+	test_act_case(MGT_ACT_GELU_TANH, 1, 5, 7);
+	test_act_case(MGT_ACT_GELU_TANH, 0, 4, 6);
+	test_act_case(MGT_ACT_GELU_TANH, 1, 64, 300);
 }
 
 /* ================= bias-dropout-add ================= */

@@ -1,6 +1,7 @@
 /* tests/unit/test_model.c: the tensor table's flat-buffer layout (Megatron's DDP buffer,
  * megatron-reference.md section 10) and the boxes that map local element ranges to the global
  * tensor (checkpoint pieces of any TP rank and any distributed-optimizer shard). */
+#include <math.h>
 #include <string.h>
 
 #include "check.h"
@@ -161,8 +162,88 @@ static void test_stages(int64_t L, int P, int64_t F, int64_t E, bool valid)
 		   (long long)F, (long long)E, mgt_err_msg());
 }
 
+/* RoPE frequencies against the Llama 3.1 formula (interop-reference.md section 4) in double:
+ * every frequency within 2e-6 relative (fp32 evaluation), each of the three bands present. */
+static void test_inv_freq(bool scaling, double base, int d, double factor, double lo, double hi, int64_t orig)
+{
+	mgt_model_config c = config(true);
+	c.rotary_base = base;
+	c.kv_channels = d;
+	c.use_rope_scaling = scaling;
+	c.rope_scaling_factor = factor;
+	c.rope_scaling_low_freq_factor = lo;
+	c.rope_scaling_high_freq_factor = hi;
+	c.rope_scaling_original_max_position_embeddings = orig;
+	float f[512];
+	mgt_model_rope_inv_freq(&c, f);
+	double worst = 0;
+	int bands[3] = {0, 0, 0};
+	for (int k = 0; k < d / 2; k++) {
+		double inv = pow(base, -2.0 * k / d), want = inv;
+		if (scaling) {
+			double wl = 2 * M_PI / inv;
+			if (wl > orig / lo) want = inv / factor, bands[0]++;
+			else if (wl < orig / hi) want = inv, bands[2]++;
+			else {
+				double sm = (orig / wl - lo) / (hi - lo);
+				want = (1 - sm) * inv / factor + sm * inv;
+				bands[1]++;
+			}
+		}
+		worst = fmax(worst, fabs(f[k] - want) / want);
+	}
+	CHECK(worst < 2e-6 && (!scaling || (bands[0] && bands[1] && bands[2])),
+	      "rope inv_freq base %g d %d scaling %d (factor %g, %g..%g, %lld): worst rel err %.2e, bands %d/%d/%d",
+	      base, d, scaling, factor, lo, hi, (long long)orig, worst, bands[0], bands[1], bands[2]);
+}
+
+/* --qk-layernorm rows: after linear_qkv's weight/bias, [kv_channels], replicated, no weight decay
+ * unless asked; LayerNorm adds biases. */
+static void test_qk_rows(bool layernorm, bool wd, int tp)
+{
+	mgt_model_config c = config(!layernorm);
+	c.qk_layernorm = true;
+	c.apply_wd_to_qk_layernorm = wd;
+	c.kv_channels = 12;
+	mgt_status st = mgt_model_config_finalize(&c, tp);
+	mgt_tensor_table tt;
+	if (!st) st = mgt_tensor_table_build(&tt, &c, tp, tp - 1, 1, 0);
+	if (st) {
+		CHECK(0, "qk rows: %s", mgt_err_msg());
+		return;
+	}
+	const char *want[] = { "self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
+			       "self_attention.q_layernorm.weight", "self_attention.q_layernorm.bias",
+			       "self_attention.k_layernorm.weight", "self_attention.k_layernorm.bias" };
+	int ok = 1, i0 = -1;
+	for (int i = 0; i < tt.n; i++)
+		if (!strcmp(tt.t[i].name, "decoder.layers.1.self_attention.linear_qkv.weight")) i0 = i;
+	int k = 0;
+	for (int j = 0; j < 6 && i0 >= 0; j++) {
+		if (!layernorm && strstr(want[j], "layernorm.bias")) continue;
+		const mgt_tensor *t = &tt.t[i0 + k++];
+		char name[96];
+		snprintf(name, sizeof name, "decoder.layers.1.%s", want[j]);
+		if (strcmp(t->name, name)) ok = 0;
+		if (strstr(want[j], "layernorm") && (t->ndim != 1 || t->shape[0] != 12 || t->local_shape[0] != 12 ||
+						    t->shard != MGT_SHARD_NONE || t->weight_decay != wd))
+			ok = 0;
+		if (strstr(want[j], "layernorm.weight") && t->init != MGT_INIT_ONE) ok = 0;
+	}
+	CHECK(i0 >= 0 && ok, "qk_layernorm rows (%s, wd %d, tp %d): order, shape [kv_channels], replicated",
+	      layernorm ? "LayerNorm" : "RMSNorm", wd, tp);
+	mgt_tensor_table_free(&tt);
+}
+
 int main(void)
 {
+	test_inv_freq(false, 10000, 64, 8, 1, 4, 8192);
+	test_inv_freq(true, 500000, 128, 8, 1, 4, 8192);
+	test_inv_freq(true, 500000, 64, 32, 1, 4, 8192);
+	test_inv_freq(true, 10000, 64, 4, 2, 8, 64); /* small original length: all bands */
+	test_qk_rows(true, false, 1);
+	test_qk_rows(false, true, 2);
+	test_qk_rows(true, false, 4);
 	test_stages(8, 4, 0, 0, true);
 	test_stages(8, 2, 0, 1, true);
 	test_stages(8, 3, 2, 0, true);
