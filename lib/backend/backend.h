@@ -26,7 +26,7 @@
  * Sources of the math: Megatron-Core megatron/core/transformer/{attention,mlp,transformer_layer}.py,
  * megatron/core/fusions/, megatron/core/tensor_parallel/cross_entropy.py; LayerNorm (Ba et al.
  * 2016), RMSNorm (Zhang & Sennrich 2019), RoPE (Su et al. 2021, non-interleaved "rotate_half"
- * form), SwiGLU (Shazeer 2020), GELU erf form (Hendrycks & Gimpel 2016), AdamW (Loshchilov &
+ * form), SwiGLU (Shazeer 2020), GELU erf form and its tanh approximation (Hendrycks & Gimpel 2016), AdamW (Loshchilov &
  * Hutter 2019, in torch.optim.AdamW's arithmetic order).
  */
 #ifndef MGT_BACKEND_H

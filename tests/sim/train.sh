@@ -7,7 +7,8 @@
 #      within 1e-5 of the CPU's uninterrupted run;
 #   2. --device cuda --bf16 against the CPU --bf16 (tensor-core attention on the GPU side):
 #      within 1e-2;
-#   3. the memory line reports the device memory the backend allocated.
+#   3. --qk-layernorm, --openai-gelu and Llama 3.1-scaled RoPE (fp32, 2 iterations) within 1e-5;
+#   4. the memory line reports the device memory the backend allocated.
 # The simulation runs every CUDA thread as a host thread: a few seconds per iteration.
 # Prints "ok - ..." / "not ok - ..." and "N passed, M failed"; exits 1 on a failure.
 set -u
@@ -48,6 +49,11 @@ check "simulated cuda fp32 = cpu fp32 (1e-5)" close cpu sim 1e-5
 check "cpu resumes the checkpoint the simulated GPU saved" run resumed "$CPU_TRAIN" --device cpu --train-iters 4 --load ck
 check "resumed iterations 3-4 = uninterrupted cpu run (1e-5)" close cpu resumed 1e-5 3
 check "memory line reports device memory" grep -q "peak device memory" "$W/sim.log"
+Q="--qk-layernorm --openai-gelu --position-embedding-type rope --use-rope-scaling
+ --rope-scaling-original-max-position-embeddings 16"
+check "cpu fp32 --qk-layernorm --openai-gelu, RoPE scaled, 2 iterations" run cpuq "$CPU_TRAIN" --device cpu --train-iters 2 $Q
+check "simulated cuda fp32, the same" run simq "$SIM_TRAIN" --device cuda --train-iters 2 $Q
+check "simulated cuda = cpu with q/k norms, tanh GELU, scaled RoPE (1e-5)" close cpuq simq 1e-5
 check "cpu --bf16, 2 iterations" run cpub "$CPU_TRAIN" --device cpu --train-iters 2 --bf16
 check "simulated cuda --bf16, 2 iterations" run simb "$SIM_TRAIN" --device cuda --train-iters 2 --bf16
 check "simulated cuda --bf16 = cpu --bf16 (1e-2)" close cpub simb 1e-2
