@@ -77,6 +77,10 @@ mgt_status mgt_ckpt_begin(const char *save_dir, int64_t iteration);
  * checkpoint and the tracker are untouched). */
 void mgt_ckpt_abort(const char *save_dir, int64_t iteration);
 
+/* Remove path and everything under it (a failed converter's output directory).  Errors:
+ * MGT_ERR_IO naming the first path that could not be removed. */
+mgt_status mgt_ckpt_remove_tree(const char *path);
+
 /* Any rank: write pieces p[0..n) into the new shard file SAVE/iter_NNNNNNN.tmp/<shard_name>
  * (created if mgt_ckpt_begin has not run yet on this file system view), fsynced before return.
  * shard_name: a plain file name ending in ".h5", not "model.h5" (e.g.

@@ -119,3 +119,8 @@ mgt_status ck_write_file(const char *path, const void *data, size_t n)
 		return mgt_err(MGT_ERR_IO, "%s: write failed: %s", path, strerror(e));
 	return MGT_OK;
 }
+
+mgt_status mgt_ckpt_remove_tree(const char *path)
+{
+	return ck_remove_tree(path);
+}

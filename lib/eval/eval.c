@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "backend/backend.h"
@@ -85,6 +86,25 @@ static mgt_status read_meta(mgt_eval *ev)
 	return st;
 }
 
+/* Tokenizer files recorded relative to the save directory (mgt-ckpt-convert's hf/NAME) are found
+ * there when they are not found relative to the working directory. */
+static mgt_status resolve_tok_paths(mgt_eval *ev, const char *load_dir)
+{
+	static const char *const keys[3] = {"vocab_file", "merge_file", "tokenizer_model"};
+	char *const vals[3] = {ev->a.vocab_file, ev->a.merge_file, ev->a.tokenizer_model};
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < 3; i++) {
+		if (!vals[i] || vals[i][0] == '/' || access(vals[i], F_OK) == 0) continue;
+		size_t n = strlen(load_dir) + strlen(vals[i]) + 2;
+		char *p = mgt_malloc(n);
+		if (!p) return MGT_ERR_NOMEM;
+		snprintf(p, n, "%s/%s", load_dir, vals[i]);
+		if (access(p, F_OK) == 0) st = mgt_args_set(&ev->a, keys[i], p);
+		free(p);
+	}
+	return st;
+}
+
 mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step)
 {
 	*out = NULL;
@@ -107,6 +127,7 @@ mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step
 		ev->iteration = mgt_ckpt_iteration(ev->ck);
 		st = read_meta(ev);
 	}
+	if (!st) st = resolve_tok_paths(ev, load_dir);
 	if (!st) ev->vocab = recorded_vocab(ev);
 	if (st) {
 		mgt_eval_free(ev);

@@ -288,4 +288,61 @@ void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s);
  * causal-halved attention, fwd + bwd = 3x forward, GEMMs only. */
 double mgt_model_flops(const mgt_model_config *c, int64_t gbs);
 
+
+/* ---- Hugging Face names and layouts (lib/model/hf.c; mgt-hf(5)) ---- */
+
+/* The Hugging Face model families mgt-ckpt-convert reads and writes (config.json "model_type"). */
+typedef enum { MGT_HF_GPT2, MGT_HF_LLAMA, MGT_HF_MISTRAL, MGT_HF_QWEN2, MGT_HF_QWEN3, MGT_HF_NFAMILIES } mgt_hf_family;
+/* "gpt2", "llama", ... and "GPT2LMHeadModel", "LlamaForCausalLM", ... */
+const char *mgt_hf_model_type(mgt_hf_family f);
+const char *mgt_hf_architecture(mgt_hf_family f);
+/* The family of a config.json "model_type".  Errors: MGT_ERR_USAGE naming it. */
+mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f);
+
+/* How a table row is made from Hugging Face tensors (sources 0..n-1, row-major fp32):
+ *   COPY       same shape (norms, biases, o_proj/down_proj, position embeddings);
+ *   PAD_ROWS   [vocab_size, h] -> [padded_vocab_size, h], padded rows zero (Megatron's vocab
+ *              padding; the way out keeps rows [0, vocab_size));
+ *   TRANSPOSE  GPT-2 Conv1D [in, out] -> [out, in];
+ *   QKV        q [nq d, .], k [ng d, .], v [ng d, .] -> linear_qkv rows interleaved per query
+ *              group: for g: q heads g nq/ng .. (g+1) nq/ng - 1, k_g, v_g (megatron-reference.md 7.2);
+ *   QKV_GPT2   GPT-2 c_attn [h, 3h] (bias [3h]), columns [Q | K | V] -> per head [q_n; k_n; v_n];
+ *   GLU        gate_proj, up_proj [ffn, h] -> linear_fc1 [gate; up] (7.3). */
+typedef enum { MGT_HF_COPY, MGT_HF_PAD_ROWS, MGT_HF_TRANSPOSE, MGT_HF_QKV, MGT_HF_QKV_GPT2, MGT_HF_GLU } mgt_hf_op;
+typedef struct {
+	mgt_hf_op op;
+	int n;                  /* sources: 1 to 3 */
+	char name[3][128];      /* Hugging Face tensor names */
+	int ndim[3];
+	int64_t shape[3][2];    /* their shapes (PyTorch order) */
+} mgt_hf_map;
+
+/* The Hugging Face tensors of row t of a table built for config c (global shapes: TP 1).
+ * gpt2_prefix: "transformer." or "" (GPT-2 files exist with both); Llama-style names are
+ * model.layers.N.* and lm_head.weight.  Errors: MGT_ERR_USAGE when the row has no counterpart
+ * in the family (naming the tensor). */
+mgt_status mgt_hf_map_tensor(const mgt_model_config *c, mgt_hf_family f, const char *gpt2_prefix,
+			     const mgt_tensor *t, mgt_hf_map *m);
+/* Assemble row t ([t->shape], fp32, caller's buffer) from the sources src[0..m->n) shaped as
+ * m->shape, and the inverse (dst[k] caller's buffers of m->shape[k]).  Pure permutations: the
+ * values are copied bit for bit. */
+void mgt_hf_to_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_tensor *t, const float *const src[3],
+		   float *dst);
+void mgt_hf_from_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_tensor *t, const float *src,
+		     float *const dst[3]);
+
+
+/* GGUF (llama.cpp) names: the GGUF tensor of Hugging Face tensor hf of family f (blk.N.attn_q.weight,
+ * token_embd.weight, ...) into out[n], and what its data needs on the way: GPT-2's Conv1D weights
+ * transposed to [out, in]; for llama.cpp's "llama" architecture (Llama, Mistral), whose RoPE
+ * rotates adjacent pairs, q_proj and k_proj rows permuted per head from the rotate_half halves
+ * (mgt_gguf_permute; llama.cpp convert_hf_to_gguf.py LlamaModel.permute).  Errors: MGT_ERR_USAGE
+ * for a name without a GGUF counterpart. */
+typedef enum { MGT_GGUF_AS_IS, MGT_GGUF_TRANSPOSE, MGT_GGUF_PERMUTE_Q, MGT_GGUF_PERMUTE_K } mgt_gguf_fix;
+mgt_status mgt_hf_gguf_name(mgt_hf_family f, const char *gpt2_prefix, const char *hf, char *out, size_t n,
+			    mgt_gguf_fix *fix);
+/* src [rows, cols] (cols 1 for a bias), rows = heads x head_dim: within each head, row
+ * s * head_dim/2 + j (s = 0 first half, 1 second half) goes to row 2 j + s.  dst: caller's buffer. */
+void mgt_gguf_permute(const float *src, float *dst, int64_t rows, int64_t cols, int64_t heads);
+
 #endif

@@ -22,7 +22,7 @@ static const char *const shape_keys[] = {
 	"rope_scaling_original_max_position_embeddings", "openai_gelu", NULL,
 };
 
-static json_t *tensor_list(const mgt_tensor_table *tt)
+void *mgt_train_tensor_list(const mgt_tensor_table *tt)
 {
 	json_t *arr = json_array();
 	for (int i = 0; i < tt->n; i++) {
@@ -55,7 +55,7 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 		"data_parallel_size", (json_int_t)a->data_parallel_size, "use_distributed_optimizer",
 		a->use_distributed_optimizer, "world_size", t->ps.world_size, "virtual_pipeline_model_parallel_size",
 		(json_int_t)t->V, "sequence_parallel", a->sequence_parallel,
-		"tensors", tensor_list(full),
+		"tensors", (json_t *)mgt_train_tensor_list(full),
 		"opt_param_scheduler", "max_lr", s->max_lr, "min_lr", s->min_lr, "lr_warmup_init", s->init_lr,
 		"lr_warmup_steps", (json_int_t)s->warmup_steps, "lr_decay_steps", (json_int_t)s->decay_steps,
 		"wsd_decay_steps", (json_int_t)s->wsd_decay_steps, "lr_decay_style", s->style,

@@ -116,6 +116,11 @@ mgt_status mgt_args_compat(const char *flag, const char *value, mgt_compat *out)
  * (static; "" for implemented and unknown flags). */
 void mgt_args_classify(const char *flag, const char **cls, const char **why);
 
+/* The "tensors" list of a checkpoint's metadata.json (mgt-ckpt(5)): [{"name", "shape", "dtype"}]
+ * of table tt (build it for TP 1 and PP 1: the whole model).  A new jansson json_t *; NULL when out
+ * of memory. */
+void *mgt_train_tensor_list(const mgt_tensor_table *tt);
+
 /* Help text: every flag with its default, grouped. */
 void mgt_args_help(FILE *f);
 

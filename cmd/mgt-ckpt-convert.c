@@ -1,0 +1,117 @@
+/* mgt-ckpt-convert: Hugging Face model directories to and from mgt checkpoints, any TP/PP.
+ *
+ *   mgt-ckpt-convert --load-dir IN --save-dir OUT [OPTION]...
+ *
+ * Manual: man/man1/mgt-ckpt-convert.1; names and layouts: man/man5/mgt-hf.5.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "convert/convert.h"
+
+static const char PROG[] = "mgt-ckpt-convert";
+
+enum { OPT_LOAD = CLI_FIRST_FREE, OPT_SAVE, OPT_TP, OPT_PP, OPT_DIV, OPT_DTYPE, OPT_FAMILY, OPT_STEP, OPT_SHARD,
+       OPT_QUIET, OPT_HELP };
+
+static void usage(void)
+{
+	printf("Usage: mgt-ckpt-convert --load-dir IN --save-dir OUT [OPTION]...\n"
+	       "Convert a Hugging Face model directory (config.json, *.safetensors) to an mgt checkpoint, or an\n"
+	       "mgt checkpoint to a Hugging Face directory; the direction follows from IN. Tensor by tensor,\n"
+	       "bit for bit; OUT must not exist and appears only when complete.\n\n"
+	       "  --load-dir IN                       Hugging Face directory or mgt save directory\n"
+	       "  --save-dir OUT                      output directory (must not exist)\n"
+	       "  --target-tensor-parallel-size N     HF to mgt: tensor-parallel layout to write [1]\n"
+	       "  --target-pipeline-parallel-size N   HF to mgt: pipeline-parallel layout to write [1]\n"
+	       "  --make-vocab-size-divisible-by N    HF to mgt: vocabulary padding multiple (times TP) [128]\n"
+	       "  --dtype bf16|fp16|fp32              mgt to HF: tensor type [config.json's torch_dtype, else fp32]\n"
+	       "  --family NAME                       mgt to HF: gpt2, llama, mistral, qwen2 or qwen3 [recorded,\n"
+	       "                                      else inferred from the model's arguments]\n"
+	       "  --ckpt-step N                       mgt to HF: iteration to convert [the tracker's]\n"
+	       "  --max-shard-size BYTES              mgt to HF: safetensors shard size [5000000000]\n"
+	       "  --quiet                             no summary line\n"
+	       "  --help\n\n"
+	       "Exit status: 0 ok, 1 runtime error (I/O, disk full, not enough memory), 2 usage error or a model\n"
+	       "mgt does not implement, 3 bad input (config.json, a missing, unexpected, misshapen or non-finite\n"
+	       "tensor), 4 unreadable tokenizer files, 5 OUT exists, 6 malformed safetensors or damaged checkpoint, 130 interrupted.\n"
+	       "See mgt-ckpt-convert(1), mgt-hf(5), mgt-ckpt(5).\n");
+}
+
+static const struct option longopts[] = {
+	{"load-dir", required_argument, 0, OPT_LOAD},
+	{"save-dir", required_argument, 0, OPT_SAVE},
+	{"target-tensor-parallel-size", required_argument, 0, OPT_TP},
+	{"target-pipeline-parallel-size", required_argument, 0, OPT_PP},
+	{"make-vocab-size-divisible-by", required_argument, 0, OPT_DIV},
+	{"dtype", required_argument, 0, OPT_DTYPE},
+	{"family", required_argument, 0, OPT_FAMILY},
+	{"ckpt-step", required_argument, 0, OPT_STEP},
+	{"max-shard-size", required_argument, 0, OPT_SHARD},
+	{"quiet", no_argument, 0, OPT_QUIET},
+	{"help", no_argument, 0, OPT_HELP},
+	{0, 0, 0, 0},
+};
+
+static int positive(const char *flag, const char *arg)
+{
+	long long v = mgt_cli_int(PROG, flag, arg);
+	if (v < 1 || v > 1 << 20) mgt_cli_usage_error(PROG, "%s %s: expected a positive integer", flag, arg);
+	return (int)v;
+}
+
+static void parse(int argc, char **argv, mgt_convert_opts *o)
+{
+	int c;
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case OPT_LOAD: o->load_dir = optarg; break;
+		case OPT_SAVE: o->save_dir = optarg; break;
+		case OPT_TP: o->tp = positive("--target-tensor-parallel-size", optarg); break;
+		case OPT_PP: o->pp = positive("--target-pipeline-parallel-size", optarg); break;
+		case OPT_DIV: o->make_vocab_size_divisible_by = positive("--make-vocab-size-divisible-by", optarg); break;
+		case OPT_DTYPE:
+			if (strcmp(optarg, "bf16") && strcmp(optarg, "fp16") && strcmp(optarg, "fp32"))
+				mgt_cli_usage_error(PROG, "--dtype %s: expected bf16, fp16 or fp32", optarg);
+			o->dtype = optarg;
+			break;
+		case OPT_FAMILY: o->family = optarg; break;
+		case OPT_STEP: o->ckpt_step = mgt_cli_int(PROG, "--ckpt-step", optarg); break;
+		case OPT_SHARD:
+			o->max_shard_bytes = (uint64_t)mgt_cli_int(PROG, "--max-shard-size", optarg);
+			if (!o->max_shard_bytes) mgt_cli_usage_error(PROG, "--max-shard-size: expected a positive byte count");
+			break;
+		case OPT_QUIET: o->log = NULL; break;
+		case OPT_HELP: usage(); exit(0);
+		default: mgt_cli_usage_error(PROG, "unknown option");
+		}
+	}
+	if (optind < argc) mgt_cli_usage_error(PROG, "unexpected argument '%s'", argv[optind]);
+	if (!o->load_dir || !o->save_dir) mgt_cli_usage_error(PROG, "--load-dir and --save-dir are required");
+}
+
+int main(int argc, char **argv)
+{
+	mgt_convert_opts o = {.tp = 1, .pp = 1, .ckpt_step = -1, .log = stderr};
+	parse(argc, argv, &o);
+	mgt_signals_install();
+	int kind;
+	mgt_status st = mgt_convert_detect(o.load_dir, &kind);
+	if (!st && kind == 1) {
+		if (o.dtype || o.family || o.ckpt_step >= 0 || o.max_shard_bytes)
+			mgt_cli_usage_error(PROG, "--dtype, --family, --ckpt-step and --max-shard-size apply to mgt to "
+					    "Hugging Face conversion; %s is a Hugging Face directory", o.load_dir);
+		st = mgt_convert_hf_to_mgt(&o);
+	} else if (!st) {
+		if (o.tp != 1 || o.pp != 1 || o.make_vocab_size_divisible_by)
+			mgt_cli_usage_error(PROG, "--target-* and --make-vocab-size-divisible-by apply to Hugging Face to "
+					    "mgt conversion; %s is an mgt checkpoint", o.load_dir);
+		st = mgt_convert_mgt_to_hf(&o);
+	}
+	if (st == MGT_ERR_USAGE) mgt_cli_usage_error(PROG, "%s", mgt_err_msg());
+	if (st) mgt_cli_fail(PROG, st);
+	return 0;
+}

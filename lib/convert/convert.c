@@ -1,0 +1,728 @@
+/* lib/convert/convert.c: Hugging Face directories <-> mgt checkpoints, tensor by tensor. */
+#include "convert_impl.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "tok/tok.h"
+
+/* Files of a Hugging Face directory that travel with the model (besides the weights). */
+static const char *const side_files[] = {
+	"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+	"special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", NULL,
+};
+
+static char *join(const char *a, const char *b)
+{
+	size_t n = strlen(a) + strlen(b) + 2;
+	char *p = mgt_malloc(n);
+	if (p) snprintf(p, n, "%s/%s", a, b);
+	return p;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+	char *p = join(dir, name);
+	struct stat sb;
+	bool ok = p && stat(p, &sb) == 0;
+	free(p);
+	return ok;
+}
+
+mgt_status mgt_convert_detect(const char *dir, int *kind)
+{
+	struct stat sb;
+	if (stat(dir, &sb)) return mgt_err(MGT_ERR_IO, "%s: %s", dir, strerror(errno));
+	if (!S_ISDIR(sb.st_mode)) return mgt_err(MGT_ERR_USAGE, "%s: not a directory", dir);
+	if (exists(dir, "config.json")) *kind = 1;
+	else if (exists(dir, MGT_CKPT_TRACKER)) *kind = 2;
+	else return mgt_err(MGT_ERR_USAGE, "%s: neither a Hugging Face model directory (config.json) nor an mgt "
+			    "checkpoint directory (%s)", dir, MGT_CKPT_TRACKER);
+	return MGT_OK;
+}
+
+/* ---- the output directory: built under OUT.tmp.PID, renamed when whole ---- */
+
+static mgt_status out_begin(const char *out, char **tmp)
+{
+	struct stat sb;
+	*tmp = NULL;
+	if (stat(out, &sb) == 0) return mgt_err(MGT_ERR_EXISTS, "%s: already exists (refusing to overwrite)", out);
+	size_t n = strlen(out) + 32;
+	if (!(*tmp = mgt_malloc(n))) return MGT_ERR_NOMEM;
+	snprintf(*tmp, n, "%s.tmp.%ld", out, (long)getpid());
+	if (mkdir(*tmp, 0777)) {
+		mgt_status st = mgt_err(MGT_ERR_IO, "%s: %s", *tmp, strerror(errno));
+		free(*tmp);
+		*tmp = NULL;
+		return st;
+	}
+	return MGT_OK;
+}
+
+static mgt_status out_end(char *tmp, const char *out, mgt_status st)
+{
+	if (!tmp) return st;
+	if (!st && rename(tmp, out)) st = mgt_err(MGT_ERR_IO, "rename %s to %s: %s", tmp, out, strerror(errno));
+	if (st) mgt_ckpt_remove_tree(tmp);
+	free(tmp);
+	return st;
+}
+
+static mgt_status write_text(const char *dir, const char *name, const char *text)
+{
+	char *p = join(dir, name);
+	if (!p) return MGT_ERR_NOMEM;
+	mgt_afile af;
+	mgt_status st = mgt_afile_open(&af, p, 0);
+	if (!st) st = mgt_afile_write(&af, text, strlen(text));
+	if (!st) st = mgt_afile_write(&af, "\n", 1);
+	if (!st) st = mgt_afile_commit(&af);
+	else mgt_afile_abort(&af);
+	free(p);
+	return st;
+}
+
+static mgt_status write_json(const char *dir, const char *name, json_t *o)
+{
+	char *txt = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+	if (!txt) return MGT_ERR_NOMEM;
+	mgt_status st = write_text(dir, name, txt);
+	free(txt);
+	return st;
+}
+
+/* Copy the file at src to dir/name. */
+static mgt_status copy_file_as(const char *src, const char *dir, const char *name)
+{
+	char *data = NULL, *dst = NULL;
+	size_t n = 0;
+	mgt_status st = mgt_file_read(src, &data, &n);
+	mgt_afile af;
+	if (!st && !(dst = join(dir, name))) st = MGT_ERR_NOMEM;
+	if (!st) st = mgt_afile_open(&af, dst, 0);
+	if (!st) {
+		st = mgt_afile_write(&af, data, n);
+		if (st) mgt_afile_abort(&af);
+		else st = mgt_afile_commit(&af);
+	}
+	free(dst);
+	free(data);
+	return st;
+}
+
+static mgt_status copy_file(const char *from_dir, const char *to_dir, const char *name)
+{
+	char *src = join(from_dir, name);
+	mgt_status st = src ? copy_file_as(src, to_dir, name) : MGT_ERR_NOMEM;
+	free(src);
+	return st;
+}
+
+/* Copy the side files of from_dir present there into to_dir, but config.json and
+ * generation_config.json when skip_configs. */
+static mgt_status copy_side_files(const char *from_dir, const char *to_dir, bool skip_configs)
+{
+	mgt_status st = MGT_OK;
+	for (const char *const *f = side_files; !st && *f; f++) {
+		if (skip_configs && (!strcmp(*f, "config.json") || !strcmp(*f, "generation_config.json"))) continue;
+		if (exists(from_dir, *f)) st = copy_file(from_dir, to_dir, *f);
+	}
+	return st;
+}
+
+static json_t *read_json(const char *dir, const char *name, bool required, mgt_status *st)
+{
+	char *p = join(dir, name);
+	json_error_t e;
+	json_t *o = NULL;
+	if (!p) *st = MGT_ERR_NOMEM;
+	else if (!exists(dir, name)) {
+		if (required) *st = mgt_err(MGT_ERR_INPUT, "%s: missing", p);
+	} else if (!(o = json_load_file(p, 0, &e)) || !json_is_object(o)) {
+		*st = mgt_err(MGT_ERR_INPUT, "%s:%d: %s", p, e.line, o ? "expected a JSON object" : e.text);
+		json_decref(o);
+		o = NULL;
+	}
+	free(p);
+	return o;
+}
+
+/* ---- values ---- */
+
+mgt_status cv_check_finite(const float *x, size_t n, const char *file, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(x[i]))
+			return mgt_err(MGT_ERR_INPUT, "%s: tensor %s: element %zu is %s", file, name, i,
+				       isnan(x[i]) ? "NaN" : "infinite");
+	return MGT_OK;
+}
+
+size_t cv_map_numel(const mgt_hf_map *m, int k)
+{
+	return (size_t)m->shape[k][0] * (size_t)(m->ndim[k] == 2 ? m->shape[k][1] : 1);
+}
+
+size_t cv_row_numel(const mgt_tensor *t) { return (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1); }
+
+/* Room for the largest row (its sources together are never bigger than the row). */
+mgt_status cv_scratch_alloc(scratch *b, const mgt_tensor_table *full)
+{
+	size_t most = 1;
+	for (int i = 0; i < full->n; i++)
+		if (cv_row_numel(&full->t[i]) > most) most = cv_row_numel(&full->t[i]);
+	b->src = mgt_malloc(most * sizeof(float));
+	b->whole = b->src ? mgt_malloc(most * sizeof(float)) : NULL;
+	return b->whole ? MGT_OK : MGT_ERR_NOMEM;
+}
+
+void cv_scratch_free(scratch *b)
+{
+	free(b->src);
+	free(b->whole);
+	free(b->piece);
+}
+
+/* ---- Hugging Face -> mgt ---- */
+
+
+static mgt_dt torch_dtype_dt(const char *s)
+{
+	if (!s) return MGT_ST_F32;
+	return !strcmp(s, "bfloat16") ? MGT_ST_BF16 : !strcmp(s, "float16") ? MGT_ST_F16 : MGT_ST_F32;
+}
+
+/* Read HF source k of map m into buf after checking it against config.json. */
+mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf)
+{
+	const mgt_st_tensor *x = mgt_st_find(h->st, m->name[k]);
+	if (!x) return mgt_err(MGT_ERR_INPUT, "%s: tensor %s is missing (config.json describes a %s model that has it)",
+			       h->o->load_dir, m->name[k], mgt_hf_model_type(h->f));
+	for (size_t i = 0; i < mgt_st_count(h->st); i++)
+		if (mgt_st_at(h->st, i) == x) h->used[i] = true;
+	bool shape_ok = x->ndim == m->ndim[k] && x->shape[0] == m->shape[k][0] && (x->ndim < 2 || x->shape[1] == m->shape[k][1]);
+	if (!shape_ok) {
+		char want[64], got[64] = "";
+		snprintf(want, sizeof want, m->ndim[k] == 2 ? "[%lld, %lld]" : "[%lld]", (long long)m->shape[k][0],
+			 (long long)m->shape[k][1]);
+		for (int d = 0; d < x->ndim && strlen(got) < 48; d++)
+			snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "[", (long long)x->shape[d]);
+		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s has shape %s]; config.json implies %s", x->file, x->name,
+			       got[0] ? got : "[", want);
+	}
+	if (x->dtype != MGT_ST_F32 && x->dtype != MGT_ST_F16 && x->dtype != MGT_ST_BF16)
+		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s has dtype %s (expected F32, F16 or BF16)", x->file, x->name,
+			       mgt_dt_name(x->dtype));
+	if (h->torch_dtype && x->dtype != torch_dtype_dt(h->torch_dtype))
+		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s is %s but config.json's torch_dtype is %s", x->file, x->name,
+			       mgt_dt_name(x->dtype), h->torch_dtype);
+	mgt_status st = mgt_st_read_f32(h->st, x, buf);
+	return st ? st : cv_check_finite(buf, cv_map_numel(m, k), x->file, x->name);
+}
+
+static mgt_status shard_for(hf_in *h, int rank, int box, mgt_ckpt_shard **out)
+{
+	mgt_ckpt_shard **sh = &h->shards[rank * 2 + box];
+	if (!*sh) {
+		char name[64];
+		int len = snprintf(name, sizeof name, "model_tp%02d_pp%03d_dp000", rank % h->o->tp, rank / h->o->tp);
+		snprintf(name + len, sizeof name - (size_t)len, box ? "_%d.h5" : ".h5", box);
+		mgt_status st = mgt_ckpt_shard_open(h->tmp, 0, name, sh);
+		if (st) return st;
+	}
+	*out = *sh;
+	return MGT_OK;
+}
+
+/* The box [off, off + shape) of the whole tensor g as a contiguous buffer: whole itself when the
+ * box is the whole tensor. */
+static const float *box_data(const mgt_tensor *g, const float *whole, const int64_t off[2], const int64_t shape[2],
+			     scratch *b)
+{
+	int64_t cols = g->ndim == 2 ? g->shape[1] : 1, bc = g->ndim == 2 ? shape[1] : 1;
+	size_t n = (size_t)(shape[0] * bc);
+	if (n == cv_row_numel(g)) return whole;
+	if (n > b->piece_n) {
+		float *p = mgt_realloc(b->piece, n * sizeof(float));
+		if (!p) return NULL;
+		b->piece = p;
+		b->piece_n = n;
+	}
+	for (int64_t i = 0; i < shape[0]; i++)
+		memcpy(b->piece + i * bc, whole + (off[0] + i) * cols + (g->ndim == 2 ? off[1] : 0), (size_t)bc * sizeof(float));
+	return b->piece;
+}
+
+/* Write each rank's pieces of the global tensor g (row of the full table; b->whole holds it). */
+static mgt_status scatter(hf_in *h, const mgt_tensor *g, scratch *b)
+{
+	int nranks = h->o->tp * h->o->pp;
+	for (int r = 0; r < nranks; r++) {
+		const mgt_tensor *x = mgt_tensor_table_find(&h->ranks[r], g->name);
+		if (!x || (x->role == MGT_T_WORD_EMB && r >= h->o->tp)) continue; /* the last stage's tied copy */
+		int64_t off[6][2], shape[6][2];
+		size_t first[6];
+		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
+		for (int k = 0; k < nb; k++) {
+			mgt_ckpt_piece p = {.name = g->name, .ndim = g->ndim, .dtype = MGT_CKPT_F32,
+					    .data = box_data(g, b->whole, off[k], shape[k], b)};
+			if (!p.data) return MGT_ERR_NOMEM;
+			for (int d = 0; d < g->ndim; d++) {
+				p.global_shape[d] = g->shape[d];
+				p.offset[d] = off[k][d];
+				p.shape[d] = shape[k][d];
+			}
+			mgt_ckpt_shard *sh;
+			mgt_status st = shard_for(h, r, k, &sh);
+			if (!st) st = mgt_ckpt_shard_put(sh, &p);
+			if (st) return st;
+		}
+	}
+	return MGT_OK;
+}
+
+static mgt_status convert_row(hf_in *h, const mgt_tensor *g, scratch *b)
+{
+	mgt_hf_map m;
+	mgt_status st = mgt_hf_map_tensor(&h->a.model, h->f, h->prefix, g, &m);
+	const float *src[3] = {0};
+	size_t at = 0;
+	for (int k = 0; !st && k < m.n; k++) {
+		src[k] = b->src + at;
+		st = cv_hf_read(h, &m, k, b->src + at);
+		at += cv_map_numel(&m, k);
+	}
+	if (st) return st;
+	mgt_hf_to_mgt(&h->a.model, &m, g, src, b->whole);
+	return scatter(h, g, b);
+}
+
+/* GPT-2's causal-mask buffers (h.N.attn.bias [1, 1, P, P] lower-triangular ones, and the older
+ * h.N.attn.masked_bias, a scalar -1e4): not parameters, skipped on the way in, recorded, and made
+ * again on the way out so that the files round-trip. */
+static const char *const gpt2_buffers[2] = {"attn.bias", "attn.masked_bias"};
+
+static int gpt2_buffer(const char *name)
+{
+	const char *p = name;
+	int layer, used = 0;
+	if (!strncmp(p, "transformer.", 12)) p += 12;
+	if (sscanf(p, "h.%d.%n", &layer, &used) != 1 || !used) return -1;
+	for (int i = 0; i < 2; i++)
+		if (!strcmp(p + used, gpt2_buffers[i])) return i;
+	return -1;
+}
+
+/* HF tensors nobody asked for: GPT-2's buffers (noted in h->buffers), rotary inv_freq buffers, a
+ * tied lm_head; anything else is an error naming it. */
+static mgt_status check_unused(hf_in *h)
+{
+	for (size_t i = 0; i < mgt_st_count(h->st); i++) {
+		if (h->used[i]) continue;
+		const mgt_st_tensor *x = mgt_st_at(h->st, i);
+		const char *dot = strrchr(x->name, '.');
+		int b = h->f == MGT_HF_GPT2 ? gpt2_buffer(x->name) : -1;
+		if (b >= 0) {
+			h->buffers |= 1u << b;
+			continue;
+		}
+		if (dot && !strcmp(dot, ".inv_freq")) continue;
+		if (!strcmp(x->name, "lm_head.weight") && !h->a.model.untie_embeddings_and_output_weights) continue;
+		return mgt_err(MGT_ERR_INPUT, "%s: unexpected tensor %s (not part of a %s model as config.json describes it)",
+			       x->file, x->name, mgt_hf_model_type(h->f));
+	}
+	return MGT_OK;
+}
+
+static void buffer_name(const hf_out *h, int layer, int b, char *out, size_t n)
+{
+	snprintf(out, n, "%sh.%d.%s", h->prefix, layer, gpt2_buffers[b]);
+}
+
+/* The recorded GPT-2 buffers: declared (data NULL) or written. */
+static mgt_status put_buffers(hf_out *h, bool declare, float *scratch_buf)
+{
+	json_t *arr = json_object_get(h->hf, "gpt2_buffers");
+	int64_t P = h->a.model.max_position_embeddings, shape[4] = {1, 1, P, P};
+	mgt_status st = MGT_OK;
+	for (int b = 0; b < 2; b++) {
+		bool want = false;
+		for (size_t i = 0; i < json_array_size(arr); i++)
+			want |= !strcmp(json_string_value(json_array_get(arr, i)) ? json_string_value(json_array_get(arr, i)) : "",
+					gpt2_buffers[b]);
+		if (!want) continue;
+		if (!declare && b == 0)
+			for (int64_t r = 0; r < P; r++)
+				for (int64_t c = 0; c < P; c++) scratch_buf[r * P + c] = c <= r ? 1.0f : 0.0f;
+		if (!declare && b == 1) scratch_buf[0] = -1e4f;
+		for (int64_t l = 0; !st && l < h->a.model.num_layers; l++) {
+			char name[96];
+			buffer_name(h, (int)l, b, name, sizeof name);
+			st = declare ? mgt_st_writer_add(h->w, name, h->dt, b ? 0 : 4, shape)
+				     : mgt_st_writer_put_f32(h->w, name, scratch_buf);
+		}
+	}
+	return st;
+}
+
+static mgt_status gpt2_prefix(hf_in *h)
+{
+	h->prefix = "";
+	if (h->f != MGT_HF_GPT2) return MGT_OK;
+	if (mgt_st_find(h->st, "transformer.wte.weight")) h->prefix = "transformer.";
+	else if (!mgt_st_find(h->st, "wte.weight"))
+		return mgt_err(MGT_ERR_INPUT, "%s: no wte.weight or transformer.wte.weight (a GPT-2 model has one)", h->o->load_dir);
+	return MGT_OK;
+}
+
+/* The tokenizer the copied files describe, Megatron's type names (paths relative to SAVE). */
+json_t *cv_hf_tokenizer(hf_in *h)
+{
+	const char *dir = h->o->load_dir, *type = NULL, *vocab = NULL, *merges = NULL, *model = NULL;
+	if (h->f == MGT_HF_GPT2 && exists(dir, "vocab.json") && exists(dir, "merges.txt")) {
+		type = "GPT2BPETokenizer";
+		vocab = "hf/vocab.json";
+		merges = "hf/merges.txt";
+	} else if (exists(dir, "tokenizer.json")) {
+		type = "HuggingFaceTokenizer";
+		model = "hf/tokenizer.json";
+	} else if (exists(dir, "tokenizer.model")) {
+		type = "Llama2Tokenizer";
+		model = "hf/tokenizer.model";
+	}
+	return json_pack("{s:s?, s:s?, s:s?, s:s?, s:I, s:I}", "tokenizer_type", type, "vocab_file", vocab,
+			 "merge_file", merges, "tokenizer_model", model, "vocab_size", (json_int_t)h->a.model.vocab_size,
+			 "padded_vocab_size", (json_int_t)h->a.model.padded_vocab_size);
+}
+
+static char *hf_metadata(hf_in *h)
+{
+	const mgt_convert_opts *o = h->o;
+	json_t *tk = cv_hf_tokenizer(h);
+	static const char *const keys[4] = {"tokenizer_type", "vocab_file", "merge_file", "tokenizer_model"};
+	for (int i = 0; i < 4; i++) { /* the run's tokenizer arguments, relative to SAVE as recorded */
+		const char *v = json_string_value(json_object_get(tk, keys[i]));
+		if (v && mgt_args_set(&h->a, keys[i], v)) {
+			json_decref(tk);
+			return NULL;
+		}
+	}
+	json_t *args = mgt_args_to_json(&h->a);
+	json_t *meta = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:o, "
+				 "s:{s:i, s:i, s:i, s:b, s:i, s:i, s:b}, s:o, s:{s:O, s:O?, s:s, s:s}}",
+		"format", "mgt-ckpt", "format_version", 1, "iteration", 0, "consumed_train_samples", 0,
+		"consumed_valid_samples", 0, "skipped_iterations", 0, "nan_iterations", 0,
+		"num_floating_point_operations_so_far", 0.0, "args", args, "tokenizer", tk,
+		"layout", "tensor_model_parallel_size", o->tp, "pipeline_model_parallel_size", o->pp,
+		"data_parallel_size", 1, "use_distributed_optimizer", 0, "world_size", o->tp * o->pp,
+		"virtual_pipeline_model_parallel_size", 1, "sequence_parallel", 0,
+		"tensors", mgt_train_tensor_list(&h->full),
+		"hf", "config", h->cfg, "generation_config", h->gen, "gpt2_prefix", h->prefix, "converted_from", o->load_dir);
+	json_t *bufs = json_array();
+	for (int b = 0; b < 2; b++)
+		if (h->buffers & (1u << b)) json_array_append_new(bufs, json_string(gpt2_buffers[b]));
+	json_object_set_new(json_object_get(meta, "hf"), "gpt2_buffers", bufs);
+	char *txt = meta ? json_dumps(meta, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
+	json_decref(meta);
+	return txt;
+}
+
+mgt_status cv_hf_open(hf_in *h)
+{
+	const mgt_convert_opts *o = h->o;
+	mgt_status st = MGT_OK;
+	h->cfg = read_json(o->load_dir, "config.json", true, &st);
+	if (!st) h->gen = read_json(o->load_dir, "generation_config.json", false, &st);
+	if (!st && mgt_hf_family_parse(json_string_value(json_object_get(h->cfg, "model_type")), &h->f))
+		st = mgt_err_ctx(MGT_ERR_INPUT, "%s/config.json", o->load_dir);
+	if (st) return st;
+	h->torch_dtype = json_string_value(json_object_get(h->cfg, "torch_dtype"));
+	if (!st) st = mgt_args_init(&h->a);
+	if (!st) st = cv_config_to_args(h->cfg, h->f, "config.json", &h->a);
+	if (st == MGT_ERR_INPUT) mgt_err_ctx(st, "%s", o->load_dir);
+	h->a.tensor_model_parallel_size = o->tp;
+	h->a.pipeline_model_parallel_size = o->pp;
+	if (o->make_vocab_size_divisible_by > 0) h->a.model.make_vocab_size_divisible_by = o->make_vocab_size_divisible_by;
+	if (!st) st = mgt_model_config_finalize(&h->a.model, o->tp);
+	for (int s = 0; !st && s < o->pp; s++) {
+		int64_t first, n;
+		st = mgt_stage_layers(&h->a.model, o->pp, s, &first, &n);
+	}
+	if (!st) st = mgt_st_open(o->load_dir, &h->st);
+	if (!st) st = gpt2_prefix(h);
+	if (!st && !(h->used = calloc(mgt_st_count(h->st) + 1, 1))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+	if (!st) st = mgt_tensor_table_build(&h->full, &h->a.model, 1, 0, 1, 0);
+	int nr = o->tp * o->pp;
+	if (!st && (!(h->ranks = calloc((size_t)nr, sizeof *h->ranks)) || !(h->shards = calloc((size_t)nr * 2, sizeof *h->shards))))
+		st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+	for (int r = 0; !st && r < nr; r++)
+		st = mgt_tensor_table_build(&h->ranks[r], &h->a.model, o->tp, r % o->tp, o->pp, r / o->tp);
+	return st;
+}
+
+void cv_hf_close(hf_in *h)
+{
+	int nr = h->o->tp * h->o->pp;
+	for (int r = 0; h->ranks && r < nr; r++) mgt_tensor_table_free(&h->ranks[r]);
+	for (int i = 0; h->shards && i < 2 * nr; i++) mgt_ckpt_shard_discard(h->shards[i]);
+	free(h->ranks);
+	free(h->shards);
+	mgt_tensor_table_free(&h->full);
+	free(h->used);
+	mgt_st_close(h->st);
+	json_decref(h->cfg);
+	json_decref(h->gen);
+	mgt_args_free(&h->a);
+}
+
+static mgt_status close_shards(hf_in *h)
+{
+	mgt_status st = MGT_OK;
+	for (int i = 0; i < 2 * h->o->tp * h->o->pp; i++) {
+		if (!h->shards[i]) continue;
+		mgt_status s2 = mgt_ckpt_shard_close(h->shards[i]);
+		h->shards[i] = NULL;
+		if (!st) st = s2;
+	}
+	return st;
+}
+
+static mgt_status hf_convert(hf_in *h)
+{
+	scratch b = {0};
+	double t0 = mgt_now();
+	mgt_status st = cv_hf_open(h);
+	if (!st) st = out_begin(h->o->save_dir, &h->tmp);
+	if (!st) st = mgt_ckpt_begin(h->tmp, 0);
+	if (!st) st = cv_scratch_alloc(&b, &h->full);
+	for (int i = 0; !st && i < h->full.n; i++) st = convert_row(h, &h->full.t[i], &b);
+	cv_scratch_free(&b);
+	if (!st) st = check_unused(h);
+	if (!st) st = close_shards(h);
+	char *meta = st ? NULL : hf_metadata(h);
+	if (!st && !meta) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+	if (!st) st = mgt_ckpt_commit(h->tmp, 0, meta);
+	free(meta);
+	char *side = st ? NULL : join(h->tmp, "hf");
+	if (!st && (!side || mkdir(side, 0777))) st = mgt_err(MGT_ERR_IO, "%s/hf: %s", h->tmp, strerror(errno));
+	if (!st) st = copy_side_files(h->o->load_dir, side, false);
+	free(side);
+	if (h->tmp) {
+		if (st) mgt_ckpt_abort(h->tmp, 0);
+		st = out_end(h->tmp, h->o->save_dir, st);
+		h->tmp = NULL;
+	}
+	if (!st && h->o->log)
+		fprintf(h->o->log, "converted %s (%s, %d tensors, %lld parameters) to %s: TP %d, PP %d, %.1f s\n",
+			h->o->load_dir, mgt_hf_model_type(h->f), h->full.n, (long long)h->full.global_numel,
+			h->o->save_dir, h->o->tp, h->o->pp, mgt_now() - t0);
+	return st;
+}
+
+mgt_status mgt_convert_hf_to_mgt(const mgt_convert_opts *o)
+{
+	if (o->tp < 1 || o->pp < 1) return mgt_err(MGT_ERR_USAGE, "tensor and pipeline parallel sizes must be >= 1");
+	hf_in h = {.o = o};
+	mgt_status st = hf_convert(&h);
+	cv_hf_close(&h);
+	return st;
+}
+
+/* ---- mgt -> Hugging Face ---- */
+
+
+/* The unpadded vocabulary: recorded by the converter, config.json's, or the tokenizer's. */
+static mgt_status vocab_size(hf_out *h, int64_t *v)
+{
+	json_t *tk = json_object_get(h->meta, "tokenizer");
+	json_t *x = json_object_get(tk, "vocab_size");
+	if (!json_is_integer(x)) x = json_object_get(json_object_get(h->hf, "config"), "vocab_size");
+	if (json_is_integer(x)) {
+		*v = json_integer_value(x);
+		return MGT_OK;
+	}
+	if (h->a.vocab_size > 0 && h->a.tokenizer_type && !strcmp(h->a.tokenizer_type, "NullTokenizer")) {
+		*v = h->a.vocab_size;
+		return MGT_OK;
+	}
+	mgt_tok_opts to = {.type = h->a.tokenizer_type, .vocab_file = h->a.vocab_file, .merge_file = h->a.merge_file,
+			   .model = h->a.tokenizer_model, .tiktoken_pattern = h->a.tiktoken_pattern,
+			   .tiktoken_num_special = (int)h->a.tiktoken_num_special_tokens, .vocab_size = h->a.vocab_size,
+			   .null_eod_id = h->a.null_tokenizer_eod_id};
+	mgt_tok *t;
+	mgt_status st = mgt_tok_load(&t, &to);
+	if (st) return mgt_err_ctx(st, "%s: the vocabulary size is not recorded and the checkpoint's tokenizer "
+				   "does not load", mgt_ckpt_dir(h->ck));
+	*v = mgt_tok_vocab_size(t);
+	mgt_tok_free(t);
+	return MGT_OK;
+}
+
+static mgt_status read_args(hf_out *h)
+{
+	json_error_t e;
+	h->meta = json_loads(mgt_ckpt_metadata(h->ck), 0, &e);
+	json_t *args = json_deep_copy(json_object_get(h->meta, "args"));
+	if (!json_is_object(args)) {
+		json_decref(args);
+		return mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not an mgt checkpoint (no \"args\")", mgt_ckpt_dir(h->ck));
+	}
+	json_t *pv = json_object_get(args, "padded_vocab_size");
+	int64_t padded = json_integer_value(pv);
+	static const char *const derived[] = {"padded_vocab_size", "num_microbatches", "data_parallel_size", "world_size"};
+	for (size_t i = 0; i < sizeof derived / sizeof derived[0]; i++) json_object_del(args, derived[i]);
+	h->hf = json_object_get(h->meta, "hf");
+	mgt_status st = mgt_args_init(&h->a);
+	if (!st) st = mgt_args_merge_json(&h->a, args, "metadata.json args");
+	json_decref(args);
+	int64_t v = 0;
+	if (!st) st = vocab_size(h, &v);
+	h->a.model.vocab_size = v;
+	if (!st) st = mgt_model_config_finalize(&h->a.model, 1);
+	if (!st && padded) h->a.model.padded_vocab_size = padded; /* the padding it was saved with */
+	return st;
+}
+
+static mgt_status pick_family(hf_out *h)
+{
+	const char *mt = json_string_value(json_object_get(json_object_get(h->hf, "config"), "model_type"));
+	mgt_status st = MGT_OK;
+	if (h->o->family) st = mgt_hf_family_parse(h->o->family, &h->f);
+	else if (mt) st = mgt_hf_family_parse(mt, &h->f);
+	else st = cv_family_infer(&h->a.model, &h->f);
+	if (!st) st = cv_family_check(&h->a.model, h->f);
+	h->prefix = json_string_value(json_object_get(h->hf, "gpt2_prefix"));
+	if (!h->prefix) h->prefix = "transformer.";
+	return st;
+}
+
+static const char *dt_torch(mgt_dt dt) { return dt == MGT_ST_BF16 ? "bfloat16" : dt == MGT_ST_F16 ? "float16" : "float32"; }
+
+static mgt_status pick_dtype(hf_out *h)
+{
+	const char *d = h->o->dtype;
+	if (!d) {
+		const char *td = json_string_value(json_object_get(json_object_get(h->hf, "config"), "torch_dtype"));
+		h->dt = torch_dtype_dt(td);
+		return MGT_OK;
+	}
+	if (!strcmp(d, "bf16")) h->dt = MGT_ST_BF16;
+	else if (!strcmp(d, "fp16")) h->dt = MGT_ST_F16;
+	else if (!strcmp(d, "fp32")) h->dt = MGT_ST_F32;
+	else return mgt_err(MGT_ERR_USAGE, "--dtype %s: expected bf16, fp16 or fp32", d);
+	return MGT_OK;
+}
+
+static mgt_status declare(hf_out *h)
+{
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < h->full.n; i++) {
+		mgt_hf_map m;
+		st = mgt_hf_map_tensor(&h->a.model, h->f, h->prefix, &h->full.t[i], &m);
+		for (int k = 0; !st && k < m.n; k++) st = mgt_st_writer_add(h->w, m.name[k], h->dt, m.ndim[k], m.shape[k]);
+	}
+	if (!st && h->f == MGT_HF_GPT2) st = put_buffers(h, true, NULL);
+	return st ? st : mgt_st_writer_begin(h->w);
+}
+
+static mgt_status export_row(hf_out *h, const mgt_tensor *g, scratch *b)
+{
+	mgt_hf_map m;
+	mgt_status st = mgt_hf_map_tensor(&h->a.model, h->f, h->prefix, g, &m);
+	if (!st) st = cv_mgt_read(h, g, b->whole);
+	if (st) return st;
+	float *dst[3] = {b->src, NULL, NULL};
+	for (int k = 1; k < m.n; k++) dst[k] = dst[k - 1] + cv_map_numel(&m, k - 1);
+	mgt_hf_from_mgt(&h->a.model, &m, g, b->whole, dst);
+	for (int k = 0; !st && k < m.n; k++) st = mgt_st_writer_put_f32(h->w, m.name[k], dst[k]);
+	return st;
+}
+
+static mgt_status write_configs(hf_out *h)
+{
+	json_t *cfg = json_deep_copy(json_object_get(h->hf, "config"));
+	if (!cfg) cfg = cv_args_to_config(&h->a.model, h->f, dt_torch(h->dt));
+	else json_object_set_new(cfg, "torch_dtype", json_string(dt_torch(h->dt)));
+	mgt_status st = cfg ? write_json(h->tmp, "config.json", cfg) : MGT_ERR_NOMEM;
+	json_decref(cfg);
+	json_t *gen = json_object_get(h->hf, "generation_config");
+	if (!st && json_is_object(gen)) st = write_json(h->tmp, "generation_config.json", gen);
+	char *side = join(h->o->load_dir, "hf");
+	if (!st && side && exists(h->o->load_dir, "hf")) st = copy_side_files(side, h->tmp, true);
+	else if (!st && h->a.tokenizer_type && !strcmp(h->a.tokenizer_type, "GPT2BPETokenizer") && h->a.vocab_file &&
+		 h->a.merge_file && access(h->a.vocab_file, R_OK) == 0 && access(h->a.merge_file, R_OK) == 0) {
+		st = copy_file_as(h->a.vocab_file, h->tmp, "vocab.json");
+		if (!st) st = copy_file_as(h->a.merge_file, h->tmp, "merges.txt");
+	}
+	free(side);
+	return st;
+}
+
+static mgt_status out_convert(hf_out *h)
+{
+	const mgt_convert_opts *o = h->o;
+	scratch b = {0};
+	double t0 = mgt_now();
+	mgt_status st = cv_mgt_open(h);
+	if (!st) st = pick_dtype(h);
+	if (!st) st = out_begin(o->save_dir, &h->tmp);
+	if (!st) st = mgt_st_writer_new(&h->w, h->tmp, o->max_shard_bytes ? o->max_shard_bytes : 5000000000ull);
+	if (!st) st = declare(h);
+	if (!st) st = cv_scratch_alloc(&b, &h->full);
+	for (int i = 0; !st && i < h->full.n; i++) st = export_row(h, &h->full.t[i], &b);
+	int64_t P = h->a.model.max_position_embeddings;
+	float *mask = !st && h->f == MGT_HF_GPT2 ? mgt_malloc((size_t)(P * P) * sizeof(float)) : NULL;
+	if (mask) st = put_buffers(h, false, mask);
+	else if (!st && h->f == MGT_HF_GPT2) st = MGT_ERR_NOMEM;
+	free(mask);
+	cv_scratch_free(&b);
+	if (!st) st = mgt_st_writer_finish(h->w);
+	if (!st) st = write_configs(h);
+	st = out_end(h->tmp, o->save_dir, st);
+	h->tmp = NULL;
+	if (!st && o->log)
+		fprintf(o->log, "converted %s (iteration %lld) to %s: %s, %s, %d tensors, %lld parameters, %.1f s\n",
+			o->load_dir, (long long)mgt_ckpt_iteration(h->ck), o->save_dir, mgt_hf_model_type(h->f),
+			mgt_dt_name(h->dt), h->full.n, (long long)h->full.global_numel, mgt_now() - t0);
+	return st;
+}
+
+mgt_status cv_mgt_open(hf_out *h)
+{
+	mgt_status st = mgt_ckpt_open(h->o->load_dir, h->o->ckpt_step, &h->ck);
+	if (!st) st = mgt_ckpt_check(h->ck);
+	if (!st) st = read_args(h);
+	if (!st) st = pick_family(h);
+	if (!st) st = mgt_tensor_table_build(&h->full, &h->a.model, 1, 0, 1, 0);
+	return st;
+}
+
+mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole)
+{
+	int64_t zero[2] = {0, 0};
+	mgt_status st = mgt_ckpt_read(h->ck, g->name, g->ndim, g->shape, zero, g->shape, MGT_CKPT_F32, whole);
+	return st ? st : cv_check_finite(whole, cv_row_numel(g), mgt_ckpt_dir(h->ck), g->name);
+}
+
+void cv_mgt_close(hf_out *h)
+{
+	mgt_st_writer_free(h->w);
+	mgt_tensor_table_free(&h->full);
+	mgt_ckpt_close(h->ck);
+	json_decref(h->meta);
+	mgt_args_free(&h->a);
+}
+
+mgt_status mgt_convert_mgt_to_hf(const mgt_convert_opts *o)
+{
+	hf_out h = {.o = o};
+	mgt_status st = out_convert(&h);
+	cv_mgt_close(&h);
+	return st;
+}

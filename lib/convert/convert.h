@@ -1,0 +1,73 @@
+/* lib/convert: Hugging Face model directories to and from mgt checkpoints (mgt-ckpt-convert(1),
+ * mgt-hf(5)).
+ *
+ * A Hugging Face directory is config.json, model.safetensors (or shards with
+ * model.safetensors.index.json), generation_config.json and tokenizer files.  An mgt checkpoint
+ * is mgt-ckpt(5): the converter writes iteration 0 with the parameters only (fp32 master
+ * weights; no optimizer state), under any tensor/pipeline layout, as mgt-train saves them, and
+ * records the run arguments derived from config.json ("args"), the original config.json and
+ * generation_config.json ("hf"), and the tokenizer; the tokenizer and config files are copied to
+ * SAVE/hf/.  mgt-train --load SAVE --finetune and mgt-eval load it.
+ *
+ * Both directions stream tensor by tensor: peak memory is about two copies of the largest
+ * tensor (the embedding), not the model.  The tensor names and layouts come from the tensor table
+ * and its Hugging Face rules (lib/model/hf.c), Megatron's conventions (megatron-reference.md
+ * section 7): query-group-interleaved linear_qkv, SwiGLU fc1 as [gate; up], vocabulary padding.
+ * Values are copied bit for bit: bf16/fp16 widen exactly to fp32 on the way in and round back
+ * exactly on the way out.
+ *
+ * Outputs are built under OUT.tmp.PID and renamed to OUT when complete; an existing OUT is
+ * refused (MGT_ERR_EXISTS); a failure removes the temporary.
+ */
+#ifndef MGT_CONVERT_H
+#define MGT_CONVERT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/util.h"
+
+typedef struct {
+	const char *load_dir;         /* input: HF directory or mgt save directory */
+	const char *save_dir;         /* output directory (must not exist) */
+	int tp, pp;                   /* HF -> mgt: target tensor / pipeline parallel sizes (>= 1) */
+	int64_t make_vocab_size_divisible_by; /* HF -> mgt: 0 = 128 (Megatron's default) */
+	const char *dtype;            /* mgt -> HF: "bf16", "fp16", "fp32" or NULL (config.json's torch_dtype, else fp32) */
+	const char *family;           /* mgt -> HF without recorded config.json: model_type, or NULL (inferred) */
+	int64_t ckpt_step;            /* mgt -> HF: iteration to read, -1 = the tracker's */
+	uint64_t max_shard_bytes;     /* mgt -> HF: safetensors shard size (0 = 5 GB, as transformers) */
+	FILE *log;                    /* progress and warnings, or NULL */
+} mgt_convert_opts;
+
+/* Which way load_dir goes: 1 a Hugging Face directory (config.json), 2 an mgt save directory
+ * (latest_checkpointed_iteration.txt or iter_NNNNNNN/).  Errors: MGT_ERR_USAGE (neither, naming
+ * the directory and what was looked for), MGT_ERR_IO. */
+mgt_status mgt_convert_detect(const char *load_dir, int *kind);
+
+/* Hugging Face -> mgt.  Errors: MGT_ERR_USAGE (unsupported family, activation, rope_scaling type;
+ * a layout that does not divide), MGT_ERR_INPUT (config.json unreadable or missing a key, a
+ * tensor missing, unexpected, of a shape config.json contradicts, or holding NaN/inf, naming the
+ * file and tensor), MGT_ERR_FORMAT (safetensors malformed), MGT_ERR_EXISTS (save_dir exists),
+ * MGT_ERR_IO, MGT_ERR_NOMEM. */
+mgt_status mgt_convert_hf_to_mgt(const mgt_convert_opts *o);
+
+/* mgt -> Hugging Face.  Errors: as above, MGT_ERR_FORMAT for a damaged checkpoint. */
+mgt_status mgt_convert_mgt_to_hf(const mgt_convert_opts *o);
+
+/* mgt-export: an mgt checkpoint or a Hugging Face directory (load_dir) to one GGUF v3 file as
+ * llama.cpp reads it (ggml docs/gguf.md; llama.cpp gguf-py names and keys; mgt-export(1)):
+ * architecture gpt2 (GPT-2), llama (Llama, Mistral: q/k rows permuted for its adjacent-pair RoPE;
+ * Llama 3 rope scaling as rope_freqs.weight), qwen2 or qwen3; the tokenizer embedded
+ * (tokenizer.ggml.*); vocabulary padding removed.  outtype: "f32", "f16" (default), "bf16" or
+ * "q8_0" for 2-D tensors (1-D ones stay f32; q8_0 needs rows that are a multiple of 32, others f16).
+ * The file is written as OUTPUT.tmp and renamed; an existing output is refused.
+ * Errors: as mgt_convert_mgt_to_hf, MGT_ERR_VOCAB (no tokenizer, or one GGUF cannot hold),
+ * MGT_ERR_EXISTS. */
+typedef struct {
+	const char *load_dir, *output, *outtype, *name, *family;
+	int64_t ckpt_step;            /* -1: the tracker's */
+	FILE *log;
+} mgt_export_opts;
+mgt_status mgt_export_gguf(const mgt_export_opts *o);
+
+#endif

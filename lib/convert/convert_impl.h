@@ -1,0 +1,81 @@
+/* lib/convert internals: config.json <-> arguments (hfconfig.c). */
+#ifndef MGT_CONVERT_IMPL_H
+#define MGT_CONVERT_IMPL_H
+
+#include <jansson.h>
+
+#include "convert.h"
+#include "model/model.h"
+#include "train/train.h"
+
+#include "ckpt/ckpt.h"
+
+/* A Hugging Face directory being read (convert.c). */
+typedef struct {
+	const mgt_convert_opts *o;
+	mgt_st *st;
+	json_t *cfg, *gen;
+	mgt_hf_family f;
+	const char *prefix;        /* GPT-2 names: "transformer." or "" */
+	const char *torch_dtype;   /* config.json's, or NULL */
+	mgt_args a;
+	bool *used;                /* per safetensors tensor: consumed */
+	mgt_tensor_table full, *ranks; /* ranks[pp * tp + tp_rank] */
+	mgt_ckpt_shard **shards;   /* [rank * 2 + box] */
+	char *tmp;                 /* OUT.tmp.PID */
+	unsigned buffers;          /* GPT-2 mask buffers seen: bit 0 attn.bias, bit 1 attn.masked_bias */
+} hf_in;
+
+typedef struct {
+	const mgt_convert_opts *o;
+	mgt_ckpt *ck;
+	json_t *meta, *hf;         /* metadata.json, its "hf" (or NULL) */
+	mgt_args a;
+	mgt_hf_family f;
+	const char *prefix;
+	mgt_dt dt;
+	mgt_tensor_table full;
+	mgt_st_writer *w;
+	char *tmp;
+} hf_out;
+
+/* Conversion scratch: the sources (one buffer, carved), the whole tensor, and a piece buffer that grows. */
+typedef struct {
+	float *src, *whole, *piece;
+	size_t piece_n;
+} scratch;
+
+
+/* Reading a Hugging Face directory: config.json to arguments (h->o->tp, pp: the layout to shard
+ * for), the safetensors, the whole-model table and the per-rank tables.  cv_hf_read reads source
+ * k of map m (checked against config.json: shape, dtype, finite) into buf.  Errors: as
+ * mgt_convert_hf_to_mgt.  cv_hf_close frees (after a failed open too). */
+mgt_status cv_hf_open(hf_in *h);
+mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf);
+void cv_hf_close(hf_in *h);
+/* The tokenizer of the directory as metadata.json records it: Megatron's type and the files as
+ * "hf/NAME" (new reference). */
+json_t *cv_hf_tokenizer(hf_in *h);
+
+/* Reading an mgt checkpoint (h->o->load_dir, ckpt_step): metadata, arguments, family, whole-model
+ * table.  cv_mgt_read reads row g whole ([g->shape] fp32) and checks it is finite. */
+mgt_status cv_mgt_open(hf_out *h);
+mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole);
+void cv_mgt_close(hf_out *h);
+
+mgt_status cv_scratch_alloc(scratch *b, const mgt_tensor_table *full);
+void cv_scratch_free(scratch *b);
+mgt_status cv_check_finite(const float *x, size_t n, const char *file, const char *name);
+size_t cv_map_numel(const mgt_hf_map *m, int k);
+size_t cv_row_numel(const mgt_tensor *t);
+
+/* Set a's model arguments (and vocab_size) from config.json cfg of family f (file: for messages).
+ * Errors: MGT_ERR_INPUT (missing or bad key), MGT_ERR_USAGE (what mgt does not implement). */
+mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt_args *a);
+/* The family a model config looks like; whether family f holds it exactly.  Errors: MGT_ERR_USAGE. */
+mgt_status cv_family_infer(const mgt_model_config *c, mgt_hf_family *f);
+mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f);
+/* A config.json for c as family f (new reference). */
+json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char *dtype);
+
+#endif

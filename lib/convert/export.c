@@ -1,0 +1,384 @@
+/* lib/convert/export.c: an mgt checkpoint or a Hugging Face directory to GGUF v3 as llama.cpp
+ * reads it (mgt-export(1)).  Names and metadata keys: llama.cpp's gguf-py (constants.py
+ * TENSOR_NAMES, Keys) and convert_hf_to_gguf.py; layout: ggml docs/gguf.md
+ * (interop-reference.md section 5). */
+#include "convert_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tok/tok.h"
+
+/* The model being exported, from either source. */
+typedef struct {
+	const mgt_export_opts *o;
+	int kind;                 /* 1 Hugging Face, 2 mgt */
+	mgt_convert_opts co;
+	hf_in in;
+	hf_out out;
+	const mgt_model_config *c;
+	mgt_hf_family f;
+	const char *prefix;
+	const mgt_tensor_table *full;
+	mgt_gguf_writer *w;
+	mgt_tok_vocab voc;
+	bool have_voc;
+} exporter;
+
+static const char *arch_of(mgt_hf_family f)
+{
+	return f == MGT_HF_GPT2 ? "gpt2" : f == MGT_HF_QWEN2 ? "qwen2" : f == MGT_HF_QWEN3 ? "qwen3" : "llama";
+}
+
+static mgt_status open_source(exporter *e)
+{
+	e->co = (mgt_convert_opts){.load_dir = e->o->load_dir, .tp = 1, .pp = 1, .ckpt_step = e->o->ckpt_step,
+				   .family = e->o->family};
+	mgt_status st = mgt_convert_detect(e->o->load_dir, &e->kind);
+	if (st) return st;
+	if (e->kind == 1) {
+		e->in.o = &e->co;
+		st = cv_hf_open(&e->in);
+		e->c = &e->in.a.model, e->f = e->in.f, e->prefix = e->in.prefix, e->full = &e->in.full;
+	} else {
+		e->out.o = &e->co;
+		st = cv_mgt_open(&e->out);
+		e->c = &e->out.a.model, e->f = e->out.f, e->prefix = e->out.prefix, e->full = &e->out.full;
+	}
+	return st;
+}
+
+/* A tokenizer file path as recorded: absolute, relative to the checkpoint directory (the
+ * converter's hf/...), or relative to the working directory. */
+static char *resolve(const char *dir, const char *p)
+{
+	if (!p || !*p) return NULL;
+	struct stat sb;
+	size_t n = strlen(dir) + strlen(p) + 2;
+	char *q = mgt_malloc(n);
+	if (!q) return NULL;
+	snprintf(q, n, "%s/%s", dir, p);
+	if (p[0] != '/' && stat(q, &sb) == 0) return q;
+	snprintf(q, n, "%s", p);
+	return q;
+}
+
+/* The tokenizer: the checkpoint's (its arguments, or the converter's record), or the Hugging Face
+ * directory's files (cv_hf_tokenizer records them as "hf/NAME"). */
+static mgt_status load_vocab(exporter *e)
+{
+	const char *dir = e->o->load_dir;
+	json_t *tk = e->kind == 2 ? json_incref(json_object_get(e->out.meta, "tokenizer")) : cv_hf_tokenizer(&e->in);
+	const mgt_args *a = e->kind == 2 ? &e->out.a : NULL;
+	static const char *const keys[4] = {"tokenizer_type", "vocab_file", "merge_file", "tokenizer_model"};
+	const char *from_args[4] = {a ? a->tokenizer_type : NULL, a ? a->vocab_file : NULL, a ? a->merge_file : NULL,
+				    a ? a->tokenizer_model : NULL};
+	char *v[4] = {0};
+	for (int i = 0; i < 4; i++) {
+		const char *x = from_args[i] ? from_args[i] : json_string_value(json_object_get(tk, keys[i]));
+		if (x && e->kind == 1 && i) x += 3; /* "hf/NAME": NAME in the Hugging Face directory */
+		v[i] = !x ? NULL : i ? resolve(dir, x) : mgt_strdup(x);
+	}
+	json_decref(tk);
+	mgt_status st = MGT_OK;
+	if (!v[0]) st = mgt_err(MGT_ERR_VOCAB, "%s: no tokenizer recorded or found (a GGUF embeds one)", dir);
+	mgt_tok_opts to = {.type = v[0], .vocab_file = v[1], .merge_file = v[2], .model = v[3],
+			   .tiktoken_num_special = 1000, .null_eod_id = -1};
+	mgt_tok *t = NULL;
+	if (!st) st = mgt_tok_load(&t, &to);
+	if (!st) st = mgt_tok_vocab_get(t, &e->voc);
+	e->have_voc = !st;
+	mgt_tok_free(t);
+	for (int i = 0; i < 4; i++) free(v[i]);
+	return st;
+}
+
+/* ---- metadata ---- */
+
+#define TRY(x) do { if (!st) st = (x); } while (0)
+
+static mgt_status kv_u32(exporter *e, const char *key, int64_t v)
+{
+	char k[96];
+	snprintf(k, sizeof k, "%s.%s", arch_of(e->f), key);
+	return mgt_gguf_set_u32(e->w, k, (uint32_t)v);
+}
+
+static mgt_status kv_f32(exporter *e, const char *key, double v)
+{
+	char k[96];
+	snprintf(k, sizeof k, "%s.%s", arch_of(e->f), key);
+	return mgt_gguf_set_f32(e->w, k, (float)v);
+}
+
+/* llama.cpp's file_type numbers (LLAMA_FTYPE_*): ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32. */
+static uint32_t file_type(mgt_ggml_type t)
+{
+	return t == MGT_GGML_F16 ? 1 : t == MGT_GGML_Q8_0 ? 7 : t == MGT_GGML_BF16 ? 32 : 0;
+}
+
+static mgt_status model_kv(exporter *e, mgt_ggml_type type, const char *name)
+{
+	const mgt_model_config *c = e->c;
+	mgt_status st = mgt_gguf_set_str(e->w, "general.architecture", arch_of(e->f));
+	TRY(mgt_gguf_set_str(e->w, "general.name", name));
+	TRY(mgt_gguf_set_u32(e->w, "general.file_type", file_type(type)));
+	if (type == MGT_GGML_Q8_0) TRY(mgt_gguf_set_u32(e->w, "general.quantization_version", 2));
+	TRY(kv_u32(e, "context_length", c->max_position_embeddings));
+	TRY(kv_u32(e, "embedding_length", c->hidden_size));
+	TRY(kv_u32(e, "feed_forward_length", c->ffn_hidden_size));
+	TRY(kv_u32(e, "block_count", c->num_layers));
+	TRY(kv_u32(e, "attention.head_count", c->num_attention_heads));
+	if (e->f == MGT_HF_GPT2) {
+		TRY(kv_f32(e, "attention.layer_norm_epsilon", c->norm_epsilon));
+		return st;
+	}
+	TRY(kv_u32(e, "attention.head_count_kv", c->num_query_groups));
+	TRY(kv_f32(e, "attention.layer_norm_rms_epsilon", c->norm_epsilon));
+	TRY(kv_u32(e, "rope.dimension_count", (int64_t)((double)c->kv_channels * c->rotary_percent)));
+	TRY(kv_f32(e, "rope.freq_base", c->rotary_base));
+	TRY(kv_u32(e, "vocab_size", c->vocab_size));
+	if (c->kv_channels * c->num_attention_heads != c->hidden_size) {
+		TRY(kv_u32(e, "attention.key_length", c->kv_channels));
+		TRY(kv_u32(e, "attention.value_length", c->kv_channels));
+	}
+	return st;
+}
+
+static mgt_status set_merges(exporter *e)
+{
+	size_t *len = mgt_malloc(e->voc.nmerges * sizeof *len);
+	if (!len) return MGT_ERR_NOMEM;
+	for (size_t i = 0; i < e->voc.nmerges; i++) len[i] = strlen(e->voc.merges[i]);
+	mgt_status st = mgt_gguf_set_arr_str(e->w, "tokenizer.ggml.merges", (const char *const *)e->voc.merges, len,
+					     e->voc.nmerges);
+	free(len);
+	return st;
+}
+
+/* The vocabulary: as many tokens as the embedding has rows, padded with unused "[PADn]". */
+static mgt_status tokenizer_kv(exporter *e)
+{
+	mgt_tok_vocab *v = &e->voc;
+	size_t n = (size_t)e->c->vocab_size;
+	if (v->n > n)
+		return mgt_err(MGT_ERR_VOCAB, "the tokenizer has %zu tokens but the model's embedding %zu rows", v->n, n);
+	char **tok = mgt_malloc(n * sizeof *tok);
+	size_t *len = tok ? mgt_malloc(n * sizeof *len) : NULL;
+	int32_t *type = len ? mgt_malloc(n * sizeof *type) : NULL;
+	float *score = type ? mgt_malloc(n * sizeof *score) : NULL;
+	char *pads = score && n > v->n ? mgt_malloc((n - v->n) * 24) : NULL;
+	mgt_status st = score && (n == v->n || pads) ? MGT_OK : MGT_ERR_NOMEM;
+	for (size_t i = 0; !st && i < n; i++) {
+		if (i < v->n) {
+			tok[i] = v->tokens[i], len[i] = v->token_len[i], type[i] = v->types[i];
+			score[i] = v->scores ? v->scores[i] : 0;
+			continue;
+		}
+		tok[i] = pads + (i - v->n) * 24;
+		len[i] = (size_t)snprintf(tok[i], 24, "[PAD%zu]", i);
+		type[i] = 5, score[i] = -1000;
+	}
+	TRY(mgt_gguf_set_str(e->w, "tokenizer.ggml.model", v->model));
+	if (v->pre) TRY(mgt_gguf_set_str(e->w, "tokenizer.ggml.pre", v->pre));
+	TRY(mgt_gguf_set_arr_str(e->w, "tokenizer.ggml.tokens", (const char *const *)tok, len, n));
+	TRY(mgt_gguf_set_arr_i32(e->w, "tokenizer.ggml.token_type", type, n));
+	if (v->scores) TRY(mgt_gguf_set_arr_f32(e->w, "tokenizer.ggml.scores", score, n));
+	if (v->nmerges) TRY(set_merges(e));
+	static const char *const ids[4] = {"bos", "eos", "unknown", "padding"};
+	int32_t id[4] = {v->bos, v->eos, v->unk, v->pad};
+	for (int i = 0; i < 4; i++) {
+		char k[64];
+		snprintf(k, sizeof k, "tokenizer.ggml.%s_token_id", ids[i]);
+		if (id[i] >= 0) TRY(mgt_gguf_set_u32(e->w, k, (uint32_t)id[i]));
+	}
+	TRY(mgt_gguf_set_bool(e->w, "tokenizer.ggml.add_bos_token", v->add_bos != 0));
+	free(tok), free(len), free(type), free(score), free(pads);
+	return st;
+}
+
+/* ---- tensors ---- */
+
+/* The type a tensor is stored as: 1-D tensors stay f32 (as llama.cpp's converter keeps them);
+ * q8_0 needs rows that are a multiple of 32 (else f16). */
+static mgt_ggml_type tensor_type(mgt_ggml_type want, int ndim, int64_t inner)
+{
+	if (ndim < 2) return MGT_GGML_F32;
+	if (want == MGT_GGML_Q8_0 && inner % 32) return MGT_GGML_F16;
+	return want;
+}
+
+/* Llama 3 rope scaling as llama.cpp reads it: rope_freqs.weight [rot_dim / 2] holding the factor
+ * each frequency is divided by (Megatron RotaryEmbedding._apply_scaling; convert_hf_to_gguf.py
+ * LlamaModel.generate_extra_tensors). */
+static void rope_factors(const mgt_model_config *c, float *out, int64_t n)
+{
+	double lo = c->rope_scaling_low_freq_factor, hi = c->rope_scaling_high_freq_factor;
+	double orig = (double)c->rope_scaling_original_max_position_embeddings, f = c->rope_scaling_factor;
+	for (int64_t i = 0; i < n; i++) {
+		double freq = pow(c->rotary_base, -(double)(2 * i) / (double)(2 * n)), wavelen = 2 * M_PI / freq;
+		if (wavelen < orig / hi) out[i] = 1.0f;
+		else if (wavelen > orig / lo) out[i] = (float)f;
+		else {
+			double smooth = (orig / wavelen - lo) / (hi - lo);
+			out[i] = (float)(1.0 / ((1 - smooth) / f + smooth));
+		}
+	}
+}
+
+static int64_t rot_half(const mgt_model_config *c) { return (int64_t)((double)c->kv_channels * c->rotary_percent) / 2; }
+
+/* Call fn for every GGUF tensor of row g: its name, fix, shape (PyTorch order) and source k. */
+typedef mgt_status (*tensor_fn)(exporter *e, const mgt_hf_map *m, int k, const char *name, mgt_gguf_fix fix,
+				int ndim, const int64_t *shape, void *ctx);
+
+static mgt_status each_tensor(exporter *e, const mgt_tensor *g, tensor_fn fn, void *ctx)
+{
+	mgt_hf_map m;
+	mgt_status st = mgt_hf_map_tensor(e->c, e->f, e->prefix, g, &m);
+	for (int k = 0; !st && k < m.n; k++) {
+		char name[128];
+		mgt_gguf_fix fix;
+		st = mgt_hf_gguf_name(e->f, e->prefix, m.name[k], name, sizeof name, &fix);
+		int64_t shape[2] = {m.shape[k][0], m.shape[k][1]};
+		if (fix == MGT_GGUF_TRANSPOSE) shape[0] = m.shape[k][1], shape[1] = m.shape[k][0];
+		if (!st) st = fn(e, &m, k, name, fix, m.ndim[k], shape, ctx);
+	}
+	return st;
+}
+
+static mgt_status declare_one(exporter *e, const mgt_hf_map *m, int k, const char *name, mgt_gguf_fix fix, int ndim,
+			      const int64_t *shape, void *ctx)
+{
+	(void)m, (void)k, (void)fix;
+	mgt_ggml_type want = *(mgt_ggml_type *)ctx;
+	return mgt_gguf_add_tensor(e->w, name, tensor_type(want, ndim, shape[ndim - 1]), ndim, shape);
+}
+
+/* Per row: the Hugging Face tensors (carved from s->src) and a buffer for the fixed one. */
+typedef struct {
+	scratch *s;
+	float *fixed;
+	float *src[3];
+} row_data;
+
+static mgt_status put_one(exporter *e, const mgt_hf_map *m, int k, const char *name, mgt_gguf_fix fix, int ndim,
+			  const int64_t *shape, void *ctx)
+{
+	row_data *r = ctx;
+	const float *x = r->src[k];
+	int64_t rows = m->shape[k][0], cols = m->ndim[k] == 2 ? m->shape[k][1] : 1;
+	(void)ndim, (void)shape;
+	if (fix == MGT_GGUF_TRANSPOSE) {
+		for (int64_t i = 0; i < rows; i++)
+			for (int64_t j = 0; j < cols; j++) r->fixed[j * rows + i] = x[i * cols + j];
+		x = r->fixed;
+	} else if (fix != MGT_GGUF_AS_IS) {
+		mgt_gguf_permute(x, r->fixed, rows, cols, fix == MGT_GGUF_PERMUTE_Q ? e->c->num_attention_heads
+									     : e->c->num_query_groups);
+		x = r->fixed;
+	}
+	return mgt_gguf_put_f32(e->w, name, x);
+}
+
+/* The Hugging Face tensors of row g into r->src. */
+static mgt_status row_sources(exporter *e, const mgt_tensor *g, row_data *r)
+{
+	mgt_hf_map m;
+	mgt_status st = mgt_hf_map_tensor(e->c, e->f, e->prefix, g, &m);
+	size_t at = 0;
+	for (int k = 0; !st && k < m.n; k++) {
+		r->src[k] = r->s->src + at;
+		at += cv_map_numel(&m, k);
+		if (e->kind == 1) st = cv_hf_read(&e->in, &m, k, r->src[k]);
+	}
+	if (st || e->kind == 1) return st;
+	st = cv_mgt_read(&e->out, g, r->s->whole);
+	if (!st) mgt_hf_from_mgt(e->c, &m, g, r->s->whole, r->src);
+	return st;
+}
+
+static mgt_status write_tensors(exporter *e)
+{
+	scratch s = {0};
+	mgt_status st = cv_scratch_alloc(&s, e->full);
+	row_data r = {.s = &s};
+	size_t most = (size_t)rot_half(e->c) + 1;
+	for (int i = 0; i < e->full->n; i++)
+		if (cv_row_numel(&e->full->t[i]) > most) most = cv_row_numel(&e->full->t[i]);
+	if (!st && !(r.fixed = mgt_malloc(most * sizeof(float)))) st = MGT_ERR_NOMEM;
+	if (!st && e->c->use_rope_scaling) {
+		rope_factors(e->c, r.fixed, rot_half(e->c));
+		st = mgt_gguf_put_f32(e->w, "rope_freqs.weight", r.fixed);
+	}
+	for (int i = 0; !st && i < e->full->n; i++) {
+		st = row_sources(e, &e->full->t[i], &r);
+		if (!st) st = each_tensor(e, &e->full->t[i], put_one, &r);
+	}
+	free(r.fixed);
+	cv_scratch_free(&s);
+	return st;
+}
+
+static mgt_status parse_outtype(const char *s, mgt_ggml_type *t)
+{
+	static const struct { const char *name; mgt_ggml_type t; } types[] = {
+		{"f32", MGT_GGML_F32}, {"f16", MGT_GGML_F16}, {"bf16", MGT_GGML_BF16}, {"q8_0", MGT_GGML_Q8_0},
+	};
+	for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+		if (!strcmp(s ? s : "f16", types[i].name)) {
+			*t = types[i].t;
+			return MGT_OK;
+		}
+	return mgt_err(MGT_ERR_USAGE, "--outtype %s: expected f32, f16, bf16 or q8_0", s);
+}
+
+static const char *base_name(const char *p)
+{
+	const char *s = strrchr(p, '/');
+	while (s && !s[1] && s > p) { /* trailing slash */
+		const char *t = s - 1;
+		while (t > p && *t != '/') t--;
+		return *t == '/' ? t + 1 : t;
+	}
+	return s ? s + 1 : p;
+}
+
+static mgt_status run_export(exporter *e)
+{
+	const mgt_export_opts *o = e->o;
+	mgt_ggml_type type;
+	struct stat sb;
+	double t0 = mgt_now();
+	mgt_status st = parse_outtype(o->outtype, &type);
+	if (!st && stat(o->output, &sb) == 0) st = mgt_err(MGT_ERR_EXISTS, "%s: already exists (refusing to overwrite)", o->output);
+	TRY(open_source(e));
+	TRY(load_vocab(e));
+	TRY(mgt_gguf_writer_new(&e->w));
+	TRY(model_kv(e, type, o->name ? o->name : base_name(o->load_dir)));
+	TRY(tokenizer_kv(e));
+	int64_t nf = rot_half(e->c);
+	if (!st && e->c->use_rope_scaling) st = mgt_gguf_add_tensor(e->w, "rope_freqs.weight", MGT_GGML_F32, 1, &nf);
+	for (int i = 0; !st && i < e->full->n; i++) st = each_tensor(e, &e->full->t[i], declare_one, &type);
+	TRY(mgt_gguf_writer_open(e->w, o->output));
+	TRY(write_tensors(e));
+	TRY(mgt_gguf_writer_finish(e->w));
+	if (!st && o->log)
+		fprintf(o->log, "exported %s (%s) to %s: GGUF v3, architecture %s, %s, %lld parameters, %.1f s\n", o->load_dir,
+			mgt_hf_model_type(e->f), o->output, arch_of(e->f), o->outtype ? o->outtype : "f16",
+			(long long)e->full->global_numel, mgt_now() - t0);
+	return st;
+}
+
+mgt_status mgt_export_gguf(const mgt_export_opts *o)
+{
+	exporter e = {.o = o};
+	mgt_status st = run_export(&e);
+	mgt_gguf_writer_free(e.w);
+	if (e.have_voc) mgt_tok_vocab_free(&e.voc);
+	if (e.kind == 1) cv_hf_close(&e.in);
+	else if (e.kind == 2) cv_mgt_close(&e.out);
+	return st;
+}

@@ -1,0 +1,228 @@
+/* lib/convert/hfconfig.c: config.json <-> mgt arguments, as data (mgt-hf(5) "CONFIG KEYS").
+ *
+ * Key names: transformers' GPT2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config;
+ * Megatron's flags for those models: megatron-reference.md section 7.4 and 7.5. */
+#include "convert_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { G = 1 << MGT_HF_GPT2, L = (1 << MGT_HF_LLAMA) | (1 << MGT_HF_MISTRAL) | (1 << MGT_HF_QWEN2) | (1 << MGT_HF_QWEN3) };
+
+/* config.json key -> argument (JSON dest).  required: the key must be present and not null. */
+static const struct cfg_row {
+	unsigned fam;
+	const char *hf, *arg;
+	bool required;
+} rows[] = {
+	{G, "n_layer", "num_layers", true},
+	{G, "n_embd", "hidden_size", true},
+	{G, "n_head", "num_attention_heads", true},
+	{G, "n_positions", "max_position_embeddings", true},
+	{G, "n_inner", "ffn_hidden_size", false},
+	{G, "layer_norm_epsilon", "norm_epsilon", false},
+	{G, "resid_pdrop", "hidden_dropout", false},
+	{G, "attn_pdrop", "attention_dropout", false},
+	{L, "num_hidden_layers", "num_layers", true},
+	{L, "hidden_size", "hidden_size", true},
+	{L, "intermediate_size", "ffn_hidden_size", true},
+	{L, "num_attention_heads", "num_attention_heads", true},
+	{L, "num_key_value_heads", "num_query_groups", false},
+	{L, "head_dim", "kv_channels", false},
+	{L, "max_position_embeddings", "max_position_embeddings", true},
+	{L, "rms_norm_eps", "norm_epsilon", true},
+	{L, "rope_theta", "rotary_base", false},
+	{L, "attention_dropout", "attention_dropout", false},
+	{G | L, "initializer_range", "init_method_std", false},
+};
+
+/* Arguments every model of a family has. */
+static const struct fixed_row {
+	unsigned fam;
+	const char *arg, *value;
+} fixed[] = {
+	{G, "position_embedding_type", "learned_absolute"}, {G, "normalization", "LayerNorm"},
+	{G, "swiglu", "false"}, {G, "add_bias_linear", "true"}, {G, "ffn_hidden_size", "0"},
+	{G, "untie_embeddings_and_output_weights", "false"},
+	{L, "position_embedding_type", "rope"}, {L, "normalization", "RMSNorm"}, {L, "swiglu", "true"},
+	{L, "add_bias_linear", "false"}, {L, "hidden_dropout", "0"}, {L, "attention_dropout", "0"},
+	{1 << MGT_HF_QWEN2, "add_qkv_bias", "true"}, {1 << MGT_HF_QWEN3, "qk_layernorm", "true"},
+};
+
+static mgt_status set_num(mgt_args *a, const char *file, const char *key, const char *arg, json_t *v)
+{
+	char buf[64];
+	if (json_is_integer(v)) snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+	else if (json_is_real(v)) snprintf(buf, sizeof buf, "%.17g", json_real_value(v));
+	else return mgt_err(MGT_ERR_INPUT, "%s: \"%s\": expected a number", file, key);
+	mgt_status st = mgt_args_set(a, arg, buf);
+	return st ? mgt_err_ctx(MGT_ERR_INPUT, "%s: \"%s\"", file, key) : MGT_OK;
+}
+
+static const char *str(json_t *cfg, const char *key)
+{
+	return json_string_value(json_object_get(cfg, key));
+}
+
+static bool truthy(json_t *cfg, const char *key) { return json_is_true(json_object_get(cfg, key)); }
+
+/* Llama 3 rope scaling (rope_type "llama3"); "default" or null: none. */
+static mgt_status rope_scaling(mgt_args *a, json_t *cfg, const char *file)
+{
+	json_t *rs = json_object_get(cfg, "rope_scaling");
+	if (!rs || json_is_null(rs)) return MGT_OK;
+	const char *type = json_string_value(json_object_get(rs, "rope_type"));
+	if (!type) type = json_string_value(json_object_get(rs, "type"));
+	if (type && !strcmp(type, "default")) return MGT_OK;
+	if (!type || strcmp(type, "llama3"))
+		return mgt_err(MGT_ERR_INPUT, "%s: rope_scaling type \"%s\" is not supported (llama3 is; Megatron's "
+			       "--use-rope-scaling)", file, type ? type : "(none)");
+	static const char *const keys[][2] = {
+		{"factor", "rope_scaling_factor"}, {"low_freq_factor", "rope_scaling_low_freq_factor"},
+		{"high_freq_factor", "rope_scaling_high_freq_factor"},
+		{"original_max_position_embeddings", "rope_scaling_original_max_position_embeddings"},
+	};
+	mgt_status st = mgt_args_set(a, "use_rope_scaling", "true");
+	for (size_t i = 0; !st && i < sizeof keys / sizeof keys[0]; i++) {
+		json_t *v = json_object_get(rs, keys[i][0]);
+		if (!v) return mgt_err(MGT_ERR_INPUT, "%s: rope_scaling has no \"%s\"", file, keys[i][0]);
+		st = set_num(a, file, keys[i][0], keys[i][1], v);
+	}
+	return st;
+}
+
+/* What mgt does not implement, refused by name. */
+static mgt_status refusals(json_t *cfg, mgt_hf_family f, const char *file)
+{
+	if (f == MGT_HF_GPT2) {
+		const char *act = str(cfg, "activation_function");
+		if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu"))
+			return mgt_err(MGT_ERR_INPUT, "%s: activation_function \"%s\" is not supported (gelu_new or gelu)", file, act);
+		if (truthy(cfg, "scale_attn_by_inverse_layer_idx") || truthy(cfg, "reorder_and_upcast_attn"))
+			return mgt_err(MGT_ERR_INPUT, "%s: scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not supported", file);
+		return MGT_OK;
+	}
+	const char *act = str(cfg, "hidden_act");
+	if (act && strcmp(act, "silu"))
+		return mgt_err(MGT_ERR_INPUT, "%s: hidden_act \"%s\" is not supported (silu)", file, act);
+	if (f != MGT_HF_QWEN2 && truthy(cfg, "attention_bias"))
+		return mgt_err(MGT_ERR_INPUT, "%s: attention_bias true is not supported for %s (q/k/v/o biases)", file,
+			       mgt_hf_model_type(f));
+	if (truthy(cfg, "mlp_bias")) return mgt_err(MGT_ERR_INPUT, "%s: mlp_bias true is not supported", file);
+	return MGT_OK;
+}
+
+mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt_args *a)
+{
+	unsigned bit = 1u << f;
+	mgt_status st = refusals(cfg, f, file);
+	for (size_t i = 0; !st && i < sizeof fixed / sizeof fixed[0]; i++)
+		if (fixed[i].fam & bit) st = mgt_args_set(a, fixed[i].arg, fixed[i].value);
+	for (size_t i = 0; !st && i < sizeof rows / sizeof rows[0]; i++) {
+		if (!(rows[i].fam & bit)) continue;
+		json_t *v = json_object_get(cfg, rows[i].hf);
+		if (!v || json_is_null(v)) {
+			if (rows[i].required) st = mgt_err(MGT_ERR_INPUT, "%s: no \"%s\" (expected for %s)", file, rows[i].hf,
+							   mgt_hf_model_type(f));
+			continue;
+		}
+		st = set_num(a, file, rows[i].hf, rows[i].arg, v);
+	}
+	if (st) return st;
+	mgt_model_config *c = &a->model;
+	json_t *kv = json_object_get(cfg, "num_key_value_heads");
+	if (!kv || json_is_null(kv)) c->num_query_groups = c->num_attention_heads;
+	c->group_query_attention = c->num_query_groups != c->num_attention_heads;
+	if (f == MGT_HF_GPT2) {
+		c->openai_gelu = !str(cfg, "activation_function") || !strcmp(str(cfg, "activation_function"), "gelu_new");
+	} else {
+		json_t *tie = json_object_get(cfg, "tie_word_embeddings");
+		c->untie_embeddings_and_output_weights = !json_is_true(tie); /* these configs default to false */
+		st = rope_scaling(a, cfg, file);
+	}
+	/* the sequence length mgt-train and mgt-eval default to; mgt-train's --seq-length overrides it */
+	c->seq_length = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;
+	json_t *vs = json_object_get(cfg, "vocab_size");
+	if (!st && !json_is_integer(vs)) st = mgt_err(MGT_ERR_INPUT, "%s: no integer \"vocab_size\"", file);
+	if (!st) c->vocab_size = a->vocab_size = json_integer_value(vs);
+	return st;
+}
+
+/* ---- the way out: a config.json for a model that has none recorded ---- */
+
+static void put_int(json_t *o, const char *k, int64_t v) { json_object_set_new(o, k, json_integer(v)); }
+static void put_real(json_t *o, const char *k, double v) { json_object_set_new(o, k, json_real(v)); }
+
+mgt_status cv_family_infer(const mgt_model_config *c, mgt_hf_family *f)
+{
+	bool rope = !strcmp(c->position_embedding_type, "rope"), rms = !strcmp(c->normalization, "RMSNorm");
+	if (!rope && !rms && !c->swiglu && c->add_bias_linear && !c->untie_embeddings_and_output_weights &&
+	    !strcmp(c->position_embedding_type, "learned_absolute") && c->rotary_percent == 1.0)
+		*f = MGT_HF_GPT2;
+	else if (rope && rms && c->swiglu && !c->add_bias_linear && c->rotary_percent == 1.0)
+		*f = c->qk_layernorm ? MGT_HF_QWEN3 : c->add_qkv_bias ? MGT_HF_QWEN2 : MGT_HF_LLAMA;
+	else
+		return mgt_err(MGT_ERR_USAGE, "the checkpoint's model is neither GPT-2-like (learned positions, LayerNorm, "
+			       "GELU, biases, tied) nor Llama-like (RoPE, RMSNorm, SwiGLU, no linear biases): no Hugging Face family fits");
+	return MGT_OK;
+}
+
+/* Whether family f can hold this model exactly. */
+mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
+{
+	mgt_hf_family g;
+	mgt_status st = cv_family_infer(c, &g);
+	if (st) return st;
+	bool gpt2 = f == MGT_HF_GPT2, ok = gpt2 == (g == MGT_HF_GPT2);
+	if (ok && !gpt2 && c->qk_layernorm && f != MGT_HF_QWEN3) ok = false;
+	if (ok && !gpt2 && c->add_qkv_bias && f != MGT_HF_QWEN2) ok = false;
+	if (ok && f == MGT_HF_QWEN2 && !c->add_qkv_bias) ok = false;
+	if (ok && f == MGT_HF_QWEN3 && !c->qk_layernorm) ok = false;
+	return ok ? MGT_OK : mgt_err(MGT_ERR_USAGE, "--family %s cannot hold this model (it looks like %s)",
+				     mgt_hf_model_type(f), mgt_hf_model_type(g));
+}
+
+json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char *dtype)
+{
+	json_t *o = json_object();
+	json_object_set_new(o, "architectures", json_pack("[s]", mgt_hf_architecture(f)));
+	json_object_set_new(o, "model_type", json_string(mgt_hf_model_type(f)));
+	put_int(o, "vocab_size", c->vocab_size);
+	put_real(o, "initializer_range", c->init_method_std);
+	json_object_set_new(o, "torch_dtype", json_string(dtype));
+	if (f == MGT_HF_GPT2) {
+		put_int(o, "n_layer", c->num_layers);
+		put_int(o, "n_embd", c->hidden_size);
+		put_int(o, "n_head", c->num_attention_heads);
+		put_int(o, "n_positions", c->max_position_embeddings);
+		put_int(o, "n_ctx", c->max_position_embeddings);
+		put_int(o, "n_inner", c->ffn_hidden_size);
+		put_real(o, "layer_norm_epsilon", c->norm_epsilon);
+		json_object_set_new(o, "activation_function", json_string(c->openai_gelu ? "gelu_new" : "gelu"));
+		put_real(o, "resid_pdrop", c->hidden_dropout);
+		put_real(o, "embd_pdrop", c->hidden_dropout);
+		put_real(o, "attn_pdrop", c->attention_dropout);
+		json_object_set_new(o, "tie_word_embeddings", json_true());
+		return o;
+	}
+	put_int(o, "num_hidden_layers", c->num_layers);
+	put_int(o, "hidden_size", c->hidden_size);
+	put_int(o, "intermediate_size", c->ffn_hidden_size);
+	put_int(o, "num_attention_heads", c->num_attention_heads);
+	put_int(o, "num_key_value_heads", c->num_query_groups);
+	put_int(o, "head_dim", c->kv_channels);
+	put_int(o, "max_position_embeddings", c->max_position_embeddings);
+	put_real(o, "rms_norm_eps", c->norm_epsilon);
+	put_real(o, "rope_theta", c->rotary_base);
+	json_object_set_new(o, "hidden_act", json_string("silu"));
+	json_object_set_new(o, "tie_word_embeddings", json_boolean(!c->untie_embeddings_and_output_weights));
+	json_object_set_new(o, "attention_bias", json_boolean(c->add_qkv_bias));
+	put_real(o, "attention_dropout", c->attention_dropout);
+	if (c->use_rope_scaling)
+		json_object_set_new(o, "rope_scaling", json_pack("{s:s, s:f, s:f, s:f, s:I}", "rope_type", "llama3", "factor",
+			c->rope_scaling_factor, "low_freq_factor", c->rope_scaling_low_freq_factor, "high_freq_factor",
+			c->rope_scaling_high_freq_factor, "original_max_position_embeddings",
+			(json_int_t)c->rope_scaling_original_max_position_embeddings));
+	return o;
+}

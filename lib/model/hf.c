@@ -1,0 +1,304 @@
+/* lib/model/hf.c: the Hugging Face names and layouts of the tensor table's rows (mgt-hf(5)).
+ *
+ * Each row of the table (lib/model/table.c) maps to one, two or three Hugging Face tensors by a
+ * rule: its role, its layer and the family.  The layouts are Megatron's (megatron-reference.md
+ * section 7, interop-reference.md section 4): linear_qkv interleaved per query group, SwiGLU fc1 as
+ * [gate; up], vocabulary rows padded, GPT-2's Conv1D weights transposed. */
+#include "model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+	const char *model_type, *architecture;
+} families[MGT_HF_NFAMILIES] = {
+	[MGT_HF_GPT2] = {"gpt2", "GPT2LMHeadModel"},
+	[MGT_HF_LLAMA] = {"llama", "LlamaForCausalLM"},
+	[MGT_HF_MISTRAL] = {"mistral", "MistralForCausalLM"},
+	[MGT_HF_QWEN2] = {"qwen2", "Qwen2ForCausalLM"},
+	[MGT_HF_QWEN3] = {"qwen3", "Qwen3ForCausalLM"},
+};
+
+const char *mgt_hf_model_type(mgt_hf_family f) { return families[f].model_type; }
+const char *mgt_hf_architecture(mgt_hf_family f) { return families[f].architecture; }
+
+mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f)
+{
+	for (int i = 0; i < MGT_HF_NFAMILIES; i++)
+		if (model_type && !strcmp(model_type, families[i].model_type)) {
+			*f = (mgt_hf_family)i;
+			return MGT_OK;
+		}
+	return mgt_err(MGT_ERR_USAGE, "model_type \"%s\" is not supported (expected gpt2, llama, mistral, qwen2 or qwen3)",
+		       model_type ? model_type : "(none)");
+}
+
+/* ---- names ---- */
+
+typedef struct {
+	mgt_tensor_role role;
+	const char *gpt2, *llama; /* per-layer suffix or global name; NULL: not in that family */
+} name_row;
+
+/* GPT-2's names carry the caller's prefix ("transformer." or ""); Llama's are fixed. */
+static const name_row names[] = {
+	{MGT_T_WORD_EMB, "wte.weight", "model.embed_tokens.weight"},
+	{MGT_T_POS_EMB, "wpe.weight", NULL},
+	{MGT_T_LN1_W, "ln_1.weight", "input_layernorm.weight"},
+	{MGT_T_LN1_B, "ln_1.bias", NULL},
+	{MGT_T_PROJ_W, "attn.c_proj.weight", "self_attn.o_proj.weight"},
+	{MGT_T_PROJ_B, "attn.c_proj.bias", NULL},
+	{MGT_T_QNORM_W, NULL, "self_attn.q_norm.weight"},
+	{MGT_T_KNORM_W, NULL, "self_attn.k_norm.weight"},
+	{MGT_T_LN2_W, "ln_2.weight", "post_attention_layernorm.weight"},
+	{MGT_T_LN2_B, "ln_2.bias", NULL},
+	{MGT_T_FC2_W, "mlp.c_proj.weight", "mlp.down_proj.weight"},
+	{MGT_T_FC2_B, "mlp.c_proj.bias", NULL},
+	{MGT_T_FINAL_LN_W, "ln_f.weight", "model.norm.weight"},
+	{MGT_T_FINAL_LN_B, "ln_f.bias", NULL},
+	{MGT_T_OUTPUT_W, NULL, "lm_head.weight"},
+};
+
+static void set_src(mgt_hf_map *m, int k, const char *prefix, int layer, const char *suffix, int ndim,
+		    int64_t r, int64_t c)
+{
+	if (layer >= 0 && prefix[0] == 'm')
+		snprintf(m->name[k], sizeof m->name[k], "%slayers.%d.%s", prefix, layer, suffix);
+	else if (layer >= 0)
+		snprintf(m->name[k], sizeof m->name[k], "%sh.%d.%s", prefix, layer, suffix);
+	else
+		snprintf(m->name[k], sizeof m->name[k], "%s%s", prefix, suffix);
+	m->ndim[k] = ndim;
+	m->shape[k][0] = r;
+	m->shape[k][1] = c;
+	if (k + 1 > m->n) m->n = k + 1;
+}
+
+static mgt_status unmapped(const mgt_tensor *t, mgt_hf_family f)
+{
+	return mgt_err(MGT_ERR_USAGE, "tensor %s has no Hugging Face %s counterpart", t->name, families[f].model_type);
+}
+
+/* The fused QKV weight or bias. */
+static mgt_status map_qkv(const mgt_model_config *c, mgt_hf_family f, const char *pre, const mgt_tensor *t,
+			  mgt_hf_map *m)
+{
+	bool w = t->role == MGT_T_QKV_W;
+	int64_t h = c->hidden_size, d = c->kv_channels, nq = c->num_attention_heads, ng = c->num_query_groups;
+	if (f == MGT_HF_GPT2) {
+		m->op = MGT_HF_QKV_GPT2;
+		set_src(m, 0, pre, t->layer, w ? "attn.c_attn.weight" : "attn.c_attn.bias", w ? 2 : 1, w ? h : 3 * h,
+			w ? 3 * h : 0);
+		return MGT_OK;
+	}
+	static const char *const proj[3] = {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."};
+	m->op = MGT_HF_QKV;
+	for (int k = 0; k < 3; k++) {
+		char suffix[64];
+		snprintf(suffix, sizeof suffix, "%s%s", proj[k], w ? "weight" : "bias");
+		set_src(m, k, pre, t->layer, suffix, w ? 2 : 1, (k ? ng : nq) * d, w ? h : 0);
+	}
+	return MGT_OK;
+}
+
+mgt_status mgt_hf_map_tensor(const mgt_model_config *c, mgt_hf_family f, const char *gpt2_prefix,
+			     const mgt_tensor *t, mgt_hf_map *m)
+{
+	memset(m, 0, sizeof *m);
+	bool gpt2 = f == MGT_HF_GPT2;
+	const char *pre = gpt2 ? gpt2_prefix : t->layer >= 0 ? "model." : "";
+	int64_t h = c->hidden_size, ffn = c->ffn_hidden_size;
+	switch (t->role) {
+	case MGT_T_QKV_W:
+	case MGT_T_QKV_B:
+		return map_qkv(c, f, pre, t, m);
+	case MGT_T_FC1_W:
+	case MGT_T_FC1_B: {
+		bool w = t->role == MGT_T_FC1_W;
+		if (gpt2) {
+			m->op = w ? MGT_HF_TRANSPOSE : MGT_HF_COPY;
+			set_src(m, 0, pre, t->layer, w ? "mlp.c_fc.weight" : "mlp.c_fc.bias", w ? 2 : 1, w ? h : ffn, w ? ffn : 0);
+			return MGT_OK;
+		}
+		if (!w || !c->swiglu) return unmapped(t, f);
+		m->op = MGT_HF_GLU;
+		set_src(m, 0, pre, t->layer, "mlp.gate_proj.weight", 2, ffn, h);
+		set_src(m, 1, pre, t->layer, "mlp.up_proj.weight", 2, ffn, h);
+		return MGT_OK;
+	}
+	default:
+		break;
+	}
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		if (names[i].role != t->role) continue;
+		const char *n = gpt2 ? names[i].gpt2 : names[i].llama;
+		if (!n) return unmapped(t, f);
+		bool conv1d = gpt2 && t->ndim == 2 && (t->role == MGT_T_PROJ_W || t->role == MGT_T_FC2_W);
+		m->op = conv1d ? MGT_HF_TRANSPOSE : t->role == MGT_T_WORD_EMB || t->role == MGT_T_OUTPUT_W
+			? MGT_HF_PAD_ROWS : MGT_HF_COPY;
+		int64_t r = t->shape[0], cl = t->ndim == 2 ? t->shape[1] : 0;
+		if (conv1d) { int64_t x = r; r = cl; cl = x; }
+		if (m->op == MGT_HF_PAD_ROWS) r = c->vocab_size;
+		/* Llama's global names carry no prefix; GPT-2's do (except lm_head) */
+		set_src(m, 0, t->layer >= 0 || gpt2 ? pre : "", t->layer, n, t->ndim, r, cl);
+		return MGT_OK;
+	}
+	return unmapped(t, f);
+}
+
+/* ---- layouts ---- */
+
+static int64_t numel(const mgt_hf_map *m, int k) { return m->shape[k][0] * (m->ndim[k] == 2 ? m->shape[k][1] : 1); }
+
+/* Row j of mgt's fused QKV [(nq + 2 ng) d, .]: which source (0 q, 1 k, 2 v) and row there. */
+static void qkv_row(const mgt_model_config *c, bool gpt2, int64_t j, int *src, int64_t *row)
+{
+	int64_t d = c->kv_channels, ng = c->num_query_groups, qpg = c->num_attention_heads / ng;
+	int64_t g = j / ((qpg + 2) * d), in = j % ((qpg + 2) * d), slot = in / d, e = in % d;
+	if (slot < qpg) {
+		*src = 0;
+		*row = (g * qpg + slot) * d + e;
+	} else {
+		*src = (int)(slot - qpg + 1);
+		*row = g * d + e;
+	}
+	if (gpt2) { /* one source: [Q_all; K_all; V_all] after the transpose */
+		*row += *src * c->num_attention_heads * d;
+		*src = 0;
+	}
+}
+
+/* dst[r, c] <-> src[c, r] for an [R, C] destination. */
+static void transpose(const float *src, float *dst, int64_t R, int64_t C)
+{
+	for (int64_t r = 0; r < R; r++)
+		for (int64_t x = 0; x < C; x++) dst[r * C + x] = src[x * R + r];
+}
+
+void mgt_hf_to_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_tensor *t, const float *const src[3],
+		   float *dst)
+{
+	int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+	switch (m->op) {
+	case MGT_HF_COPY:
+		memcpy(dst, src[0], (size_t)(rows * cols) * sizeof(float));
+		break;
+	case MGT_HF_PAD_ROWS:
+		memcpy(dst, src[0], (size_t)numel(m, 0) * sizeof(float));
+		memset(dst + numel(m, 0), 0, (size_t)(rows * cols - numel(m, 0)) * sizeof(float));
+		break;
+	case MGT_HF_TRANSPOSE:
+		transpose(src[0], dst, rows, cols);
+		break;
+	case MGT_HF_GLU:
+		memcpy(dst, src[0], (size_t)numel(m, 0) * sizeof(float));
+		memcpy(dst + numel(m, 0), src[1], (size_t)numel(m, 1) * sizeof(float));
+		break;
+	case MGT_HF_QKV:
+	case MGT_HF_QKV_GPT2: {
+		bool gpt2 = m->op == MGT_HF_QKV_GPT2, w = t->ndim == 2;
+		for (int64_t j = 0; j < rows; j++) {
+			int s;
+			int64_t r;
+			qkv_row(c, gpt2, j, &s, &r);
+			if (gpt2 && w) /* c_attn [h, 3h]: mgt row j is column r */
+				for (int64_t x = 0; x < cols; x++) dst[j * cols + x] = src[0][x * rows + r];
+			else
+				memcpy(dst + j * cols, src[s] + r * cols, (size_t)cols * sizeof(float));
+		}
+		break;
+	}
+	}
+}
+
+void mgt_hf_from_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_tensor *t, const float *src,
+		     float *const dst[3])
+{
+	int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+	switch (m->op) {
+	case MGT_HF_COPY:
+	case MGT_HF_PAD_ROWS: /* padded rows dropped (Megatron's saver keeps [:vocab_size]) */
+		memcpy(dst[0], src, (size_t)numel(m, 0) * sizeof(float));
+		break;
+	case MGT_HF_TRANSPOSE:
+		transpose(src, dst[0], cols, rows);
+		break;
+	case MGT_HF_GLU:
+		memcpy(dst[0], src, (size_t)numel(m, 0) * sizeof(float));
+		memcpy(dst[1], src + numel(m, 0), (size_t)numel(m, 1) * sizeof(float));
+		break;
+	case MGT_HF_QKV:
+	case MGT_HF_QKV_GPT2: {
+		bool gpt2 = m->op == MGT_HF_QKV_GPT2, w = t->ndim == 2;
+		for (int64_t j = 0; j < rows; j++) {
+			int s;
+			int64_t r;
+			qkv_row(c, gpt2, j, &s, &r);
+			if (gpt2 && w)
+				for (int64_t x = 0; x < cols; x++) dst[0][x * rows + r] = src[j * cols + x];
+			else
+				memcpy(dst[s] + r * cols, src + j * cols, (size_t)cols * sizeof(float));
+		}
+		break;
+	}
+	}
+}
+
+/* ---- GGUF names (llama.cpp gguf-py TENSOR_NAMES; interop-reference.md section 5) ---- */
+
+static const struct {
+	const char *hf, *gguf; /* per-layer parts after "h.N." / "model.layers.N.", or global names */
+} gguf_layer[] = {
+	{"ln_1.", "attn_norm."}, {"attn.c_attn.", "attn_qkv."}, {"attn.c_proj.", "attn_output."},
+	{"ln_2.", "ffn_norm."}, {"mlp.c_fc.", "ffn_up."}, {"mlp.c_proj.", "ffn_down."},
+	{"input_layernorm.", "attn_norm."}, {"self_attn.q_proj.", "attn_q."}, {"self_attn.k_proj.", "attn_k."},
+	{"self_attn.v_proj.", "attn_v."}, {"self_attn.o_proj.", "attn_output."}, {"self_attn.q_norm.", "attn_q_norm."},
+	{"self_attn.k_norm.", "attn_k_norm."}, {"post_attention_layernorm.", "ffn_norm."},
+	{"mlp.gate_proj.", "ffn_gate."}, {"mlp.up_proj.", "ffn_up."}, {"mlp.down_proj.", "ffn_down."},
+}, gguf_global[] = {
+	{"wte.weight", "token_embd.weight"}, {"wpe.weight", "position_embd.weight"}, {"ln_f.weight", "output_norm.weight"},
+	{"ln_f.bias", "output_norm.bias"}, {"model.embed_tokens.weight", "token_embd.weight"},
+	{"model.norm.weight", "output_norm.weight"}, {"lm_head.weight", "output.weight"},
+};
+
+mgt_status mgt_hf_gguf_name(mgt_hf_family f, const char *gpt2_prefix, const char *hf, char *out, size_t n,
+			    mgt_gguf_fix *fix)
+{
+	*fix = MGT_GGUF_AS_IS;
+	size_t pl = strlen(gpt2_prefix);
+	if (f == MGT_HF_GPT2 && pl && !strncmp(hf, gpt2_prefix, pl)) hf += pl;
+	int layer, used = 0;
+	const char *rest = NULL;
+	if (sscanf(hf, f == MGT_HF_GPT2 ? "h.%d.%n" : "model.layers.%d.%n", &layer, &used) == 1 && used > 0)
+		rest = hf + used;
+	for (size_t i = 0; rest && i < sizeof gguf_layer / sizeof gguf_layer[0]; i++) {
+		size_t k = strlen(gguf_layer[i].hf);
+		if (strncmp(rest, gguf_layer[i].hf, k)) continue;
+		snprintf(out, n, "blk.%d.%s%s", layer, gguf_layer[i].gguf, rest + k);
+		bool weight2d = !strcmp(rest + k, "weight");
+		if (f == MGT_HF_GPT2 && weight2d && strncmp(rest, "ln_", 3)) *fix = MGT_GGUF_TRANSPOSE;
+		/* llama.cpp's "llama" architecture rotates adjacent pairs: q and k rows permuted */
+		if (f == MGT_HF_LLAMA || f == MGT_HF_MISTRAL) {
+			if (!strncmp(rest, "self_attn.q_proj.", 17)) *fix = MGT_GGUF_PERMUTE_Q;
+			if (!strncmp(rest, "self_attn.k_proj.", 17)) *fix = MGT_GGUF_PERMUTE_K;
+		}
+		return MGT_OK;
+	}
+	for (size_t i = 0; !rest && i < sizeof gguf_global / sizeof gguf_global[0]; i++)
+		if (!strcmp(hf, gguf_global[i].hf)) {
+			snprintf(out, n, "%s", gguf_global[i].gguf);
+			return MGT_OK;
+		}
+	return mgt_err(MGT_ERR_USAGE, "tensor %s has no GGUF name", hf);
+}
+
+void mgt_gguf_permute(const float *src, float *dst, int64_t rows, int64_t cols, int64_t heads)
+{
+	/* rows = heads x 2 x half: row (h, s, j) of the rotate_half layout goes to (h, j, s) */
+	int64_t half = rows / heads / 2;
+	for (int64_t h = 0; h < heads; h++)
+		for (int64_t s = 0; s < 2; s++)
+			for (int64_t j = 0; j < half; j++)
+				memcpy(dst + ((h * half + j) * 2 + s) * cols, src + ((h * 2 + s) * half + j) * cols,
+				       (size_t)cols * sizeof(float));
+}
