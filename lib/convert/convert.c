@@ -644,6 +644,30 @@ static mgt_status export_row(hf_out *h, const mgt_tensor *g, scratch *b)
 	return st;
 }
 
+/* A checkpoint without SAVE/hf/ (trained by mgt, or saved by a run that loaded a converted one):
+ * the tokenizer files its arguments name, as vocab.json, merges.txt and the tokenizer model's
+ * own name, with tokenizer_config.json and special_tokens_map.json from beside it. */
+static mgt_status copy_tokenizer_args(hf_out *h)
+{
+	const mgt_args *a = &h->a;
+	mgt_status st = MGT_OK;
+	if (a->vocab_file && a->merge_file && !access(a->vocab_file, R_OK) && !access(a->merge_file, R_OK)) {
+		st = copy_file_as(a->vocab_file, h->tmp, "vocab.json");
+		if (!st) st = copy_file_as(a->merge_file, h->tmp, "merges.txt");
+	}
+	const char *m = a->tokenizer_model;
+	if (st || !m || access(m, R_OK)) return st;
+	const char *slash = strrchr(m, '/');
+	st = copy_file_as(m, h->tmp, slash ? slash + 1 : m);
+	char *dir = slash ? mgt_strdup(m) : mgt_strdup(".");
+	if (dir && slash) dir[slash - m] = 0;
+	static const char *const extra[] = {"tokenizer_config.json", "special_tokens_map.json"};
+	for (int i = 0; dir && !st && i < 2; i++)
+		if (exists(dir, extra[i])) st = copy_file(dir, h->tmp, extra[i]);
+	free(dir);
+	return st;
+}
+
 static mgt_status write_configs(hf_out *h)
 {
 	json_t *cfg = json_deep_copy(json_object_get(h->hf, "config"));
@@ -655,11 +679,7 @@ static mgt_status write_configs(hf_out *h)
 	if (!st && json_is_object(gen)) st = write_json(h->tmp, "generation_config.json", gen);
 	char *side = join(h->o->load_dir, "hf");
 	if (!st && side && exists(h->o->load_dir, "hf")) st = copy_side_files(side, h->tmp, true);
-	else if (!st && h->a.tokenizer_type && !strcmp(h->a.tokenizer_type, "GPT2BPETokenizer") && h->a.vocab_file &&
-		 h->a.merge_file && access(h->a.vocab_file, R_OK) == 0 && access(h->a.merge_file, R_OK) == 0) {
-		st = copy_file_as(h->a.vocab_file, h->tmp, "vocab.json");
-		if (!st) st = copy_file_as(h->a.merge_file, h->tmp, "merges.txt");
-	}
+	else if (!st) st = copy_tokenizer_args(h);
 	free(side);
 	return st;
 }

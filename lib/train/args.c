@@ -99,6 +99,7 @@
 	X(B, no_save_optim, no_save_optim, "no-save-optim", "false", "", "save weights only") \
 	X(B, no_load_optim, no_load_optim, "no-load-optim", "false", "", "do not load optimizer state") \
 	X(B, finetune, finetune, "finetune", "false", "", "load weights only, start at iteration 0") \
+	X(B, use_checkpoint_args, use_checkpoint_args, "use-checkpoint-args", "false", "", "model shape and tokenizer from the --load checkpoint") \
 	X(I, ckpt_step, ckpt_step, "ckpt-step", "0", "[0,)", "load this iteration of --load instead of the tracker's (0: the tracker's)") \
 	X(B, no_load_rng, no_load_rng, "no-load-rng", "false", "", "dropout keyed by --seed, not the checkpoint's seed") \
 	X(B, no_save_rng, no_save_rng, "no-save-rng", "false", "", "do not record the seed in the checkpoint") \

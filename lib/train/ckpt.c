@@ -69,6 +69,7 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 		o = NULL;
 	}
 	if (o && a->no_save_rng) json_object_del(o, "rng");
+	if (o && t->hf_meta) json_object_set(o, "hf", (json_t *)t->hf_meta);
 	char *txt = o ? json_dumps(o, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
 	json_decref(o);
 	return txt;
@@ -560,6 +561,8 @@ static mgt_status load_from(trainer *t, mgt_ckpt *c, bool *damaged)
 	if (!st && !t->a->no_load_optim && !t->a->finetune) *damaged = (st = read_moments(t, c)) == MGT_ERR_FORMAT;
 	if (!st) st = restore_progress(t, meta);
 	if (!st) restore_rng(t, meta);
+	json_t *hf = json_object_get(meta, "hf"); /* where a converted model came from: mgt-ckpt-convert's way back */
+	if (!st && json_is_object(hf)) t->hf_meta = json_incref(hf);
 	json_decref(meta);
 	return st;
 }
@@ -655,4 +658,51 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 	if (st && damaged) st = suggest(dir, it, st);
 	*loaded = !st;
 	return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
+}
+
+/* ---- --use-checkpoint-args ---- */
+
+static mgt_status copy_arg(mgt_args *a, json_t *ck, const char *key, const char *load_dir)
+{
+	json_t *v = json_object_get(ck, key);
+	if (!v || json_is_null(v)) return MGT_OK;
+	char buf[4096];
+	bool file = strstr(key, "_file") || !strcmp(key, "tokenizer_model");
+	if (json_is_string(v) && !file)
+		snprintf(buf, sizeof buf, "%s", json_string_value(v));
+	else if (json_is_string(v)) { /* a file: as recorded, or relative to the save directory */
+		struct stat sb;
+		snprintf(buf, sizeof buf, "%s/%s", load_dir, json_string_value(v));
+		if (json_string_value(v)[0] == '/' || stat(buf, &sb)) snprintf(buf, sizeof buf, "%s", json_string_value(v));
+	} else if (json_is_boolean(v)) snprintf(buf, sizeof buf, "%s", json_is_true(v) ? "true" : "false");
+	else if (json_is_integer(v)) snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+	else if (json_is_real(v)) snprintf(buf, sizeof buf, "%.17g", json_real_value(v));
+	else return mgt_err(MGT_ERR_FORMAT, "%s: metadata.json args.%s: unexpected value", load_dir, key);
+	mgt_status st = mgt_args_set(a, key, buf);
+	return st ? mgt_err_ctx(MGT_ERR_FORMAT, "%s: metadata.json args.%s", load_dir, key) : MGT_OK;
+}
+
+mgt_status trainer_checkpoint_args(mgt_args *a)
+{
+	if (!a->use_checkpoint_args) return MGT_OK;
+	if (!a->load) return mgt_err(MGT_ERR_USAGE, "--use-checkpoint-args needs --load");
+	struct stat sb;
+	if (stat(a->load, &sb)) return MGT_OK; /* nothing to load: start from random, as trainer_load */
+	mgt_ckpt *c = NULL;
+	mgt_status st = mgt_ckpt_open(a->load, a->ckpt_step ? a->ckpt_step : -1, &c);
+	json_error_t e;
+	json_t *meta = st ? NULL : json_loads(mgt_ckpt_metadata(c), 0, &e), *ck = json_object_get(meta, "args");
+	if (!st && !json_is_object(ck)) st = mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: no \"args\"", mgt_ckpt_dir(c));
+	static const char *const more[] = {"norm_epsilon", "group_query_attention", "make_vocab_size_divisible_by", NULL};
+	for (const char *const *k = shape_keys; !st && *k; k++)
+		if (strcmp(*k, "padded_vocab_size")) st = copy_arg(a, ck, *k, a->load);
+	for (const char *const *k = more; !st && *k; k++) st = copy_arg(a, ck, *k, a->load);
+	if (!st && !a->model.seq_length) st = copy_arg(a, ck, "seq_length", a->load);
+	static const char *const tok[] = {"tokenizer_type", "vocab_file", "merge_file", "tokenizer_model",
+					  "tiktoken_pattern", "vocab_size", NULL};
+	bool want_tok = !a->tokenizer_type;
+	for (const char *const *k = tok; !st && want_tok && *k; k++) st = copy_arg(a, ck, *k, a->load);
+	json_decref(meta);
+	mgt_ckpt_close(c);
+	return st ? mgt_err_ctx(st, "--use-checkpoint-args") : MGT_OK;
 }

@@ -247,7 +247,6 @@ static const compat_row rows[] = {
 	{ "ckpt-assume-constant-structure", 'i', '0', NULL, NOTUSED },
 	{ "ckpt-drop-redundant-extra-state", 'i', '0', NULL, NOTUSED },
 	{ "dist-ckpt-optim-fully-reshardable", 'i', '0', NULL, "mgt checkpoints always reshard on load" },
-	{ "use-checkpoint-args", 'r', '0', NULL, "a checkpoint's model shape must match the flags: give them again (or --model)" },
 	{ "override-ckpt-iteration", 'r', '1', NULL, "use --ckpt-step" },
 	{ "save-retain-interval", 'r', '1', NULL, NOTIMPL },
 	{ "non-persistent-save-interval", 'r', '1', NULL, NOTIMPL },

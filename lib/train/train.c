@@ -2,6 +2,7 @@
  * train, train_step, evaluate). */
 #include "train_impl.h"
 
+#include <jansson.h>
 #include <limits.h>
 #include <stdint.h>
 #include <math.h>
@@ -723,7 +724,8 @@ static mgt_status setup(trainer *t)
 {
 	mgt_args *a = t->a;
 	a->world_size = mgt_dist_world_size();
-	mgt_status st = setup_tokenizer(t);
+	mgt_status st = trainer_checkpoint_args(a);
+	if (!st) st = setup_tokenizer(t);
 	if (!st) st = mgt_args_finalize(a);
 	if (!st && a->debug_dump && a->world_size > 1)
 		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
@@ -763,6 +765,7 @@ static void teardown(trainer *t)
 	free_batch(t);
 	for (int i = 0; i < t->nshard; i++) mgt_adamw_free(&t->shard[i].opt);
 	free(t->shard);
+	json_decref((json_t *)t->hf_meta);
 	for (int c = 0; t->chunk && c < t->V; c++) mgt_model_free(t->chunk[c]);
 	free(t->chunk);
 	free(t->slots);

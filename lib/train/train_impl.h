@@ -59,6 +59,7 @@ typedef struct trainer {
 	int64_t iteration, consumed_train, consumed_valid, skipped_iters, nan_iters;
 	double flops_so_far;
 	uint64_t dropout_seed;                       /* --seed, or the loaded checkpoint's (trainer_load) */
+	void *hf_meta;                               /* the loaded checkpoint's "hf" record (json_t), kept in saves */
 	/* one micro-batch, sequence-first host arrays [s * mbs], and one sample [s] */
 	int32_t *mb_tokens, *mb_labels, *mb_pos, *s_tokens, *s_labels, *s_pos;
 	float *mb_mask, *s_mask;
@@ -84,6 +85,13 @@ int sched_slots(const sched_action *a, int n, int chunk);
 
 /* ckpt.c */
 mgt_status trainer_load(trainer *t, bool *loaded);
+/* --use-checkpoint-args (Megatron's load_args_from_checkpoint): the model-shape arguments (the
+ * checkpoint shape keys, norm_epsilon, group_query_attention, make_vocab_size_divisible_by), the
+ * sequence length when not given, and the tokenizer when --tokenizer-type is not given (files
+ * recorded relative to the save directory found there), from the --load checkpoint's
+ * metadata.json.  No checkpoint to load: nothing changes.  Errors: MGT_ERR_FORMAT (unreadable
+ * metadata), MGT_ERR_USAGE (without --load). */
+mgt_status trainer_checkpoint_args(mgt_args *a);
 mgt_status trainer_save(trainer *t);
 /* --async-save: whether this rank's writer thread is still running; trainer_save_wait (every
  * rank together) waits for the writes and commits, trainer_save_abandon (on an error path) waits

@@ -28,12 +28,12 @@ EOF
 layout_check() { # layout_check HF_DIR CKPT_DIR: Megatron's layouts, read independently
 	$PY - "$@" <<'EOF'
 import json, sys, h5py, numpy as np
-sys.path.insert(0, sys.argv[0] and "" or "")
+
 hf, ck = sys.argv[1], sys.argv[2]
 sys.path.insert(0, __import__("os").environ["HFT"])
 import st
 cfg = json.load(open(hf + "/config.json"))
-t = st.load_dir(hf)
+t = st.load_float(hf)
 f = h5py.File(ck + "/iter_0000000/model.h5", "r")
 meta = json.load(open(ck + "/iter_0000000/metadata.json"))
 if cfg["model_type"] == "gpt2":
@@ -86,15 +86,16 @@ for spec in gpt2:bf16:--gpt2-buffers=bias gpt2:fp32:--gpt2-prefix=transformer ll
 	ok "$name: logits equal the float64 reference within 1e-5" relerr "$T/mgt-$name.npy" "$T/ref-$name.npy" 1e-5
 done
 
-# the converted checkpoint trains (mgt-train --load --finetune), under another layout
-ok "llama3.1: mgt-train --load --finetune trains the converted model" sh -c "
-	'$BIN/mgt-train' --load '$T/ck-llama3.1-bf16' --finetune --num-layers 2 --hidden-size 64 --num-attention-heads 4 \
-	--group-query-attention --num-query-groups 2 --ffn-hidden-size 176 --max-position-embeddings 2048 \
-	--position-embedding-type rope --rotary-base 500000 --normalization RMSNorm --norm-epsilon 1e-5 --swiglu \
-	--disable-bias-linear --untie-embeddings-and-output-weights --use-rope-scaling --rope-scaling-factor 32 \
-	--rope-scaling-original-max-position-embeddings 64 --tokenizer-type NullTokenizer --vocab-size 1000 --mock-data \
+# the converted checkpoint trains: mgt-train --load --finetune --use-checkpoint-args (the model's shape and
+# tokenizer from the checkpoint), under another layout (TP 1); the loaded weights are the converted ones
+ok "llama3.1: mgt-train --use-checkpoint-args --finetune trains the converted model" sh -c "
+	'$BIN/mgt-train' --load '$T/ck-llama3.1-bf16' --use-checkpoint-args --finetune --mock-data \
 	--seq-length 16 --micro-batch-size 2 --global-batch-size 2 --train-iters 2 --lr 1e-4 --log-interval 1 \
-	--hidden-dropout 0 --attention-dropout 0 --save '$T/ft' >'$T/ft.log' 2>&1 && grep -c 'lm loss' '$T/ft.log' | grep -qx 2" ||
+	--save '$T/ft' >'$T/ft.log' 2>&1 && grep -c 'lm loss' '$T/ft.log' | grep -qx 2" ||
 	sed 's/^/# /' "$T/ft.log" | tail -5
+ok "llama3.1: the fine-tuned checkpoint converts back to Hugging Face" "$BIN/mgt-ckpt-convert" --quiet \
+	--load-dir "$T/ft" --save-dir "$T/ft-hf"
+ok "llama3.1: its config.json is the original's" $PY -c "import json,sys; sys.exit(json.load(open(sys.argv[1])) != json.load(open(sys.argv[2])))" \
+	"$T/llama3.1-bf16/config.json" "$T/ft-hf/config.json"
 
 done_testing
