@@ -34,7 +34,7 @@ static void usage(void)
 	       "  --quiet                        no summary line\n"
 	       "  --help\n\n"
 	       "Exit status: 0 ok, 1 runtime error (I/O, disk full, not enough memory), 2 usage error, 3 bad\n"
-	       "input (config.json, tensors), 4 no tokenizer or unreadable tokenizer files, 5 OUT exists,\n"
+	       "input (config.json, tensors), 4 no tokenizer or unreadable tokenizer files, 5 output exists,\n"
 	       "6 damaged checkpoint or malformed safetensors, 130 interrupted.\n"
 	       "See mgt-export(1), mgt-hf(5), mgt-ckpt-convert(1).\n");
 }

@@ -554,8 +554,8 @@ mgt_status mgt_args_finalize(mgt_args *a)
 			       (long long)a->ckpt_step);
 	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5"))
 		return mgt_err(MGT_ERR_USAGE, "--ckpt-format %s: mgt-train writes and reads hdf5 checkpoints only "
-			       "(mgt-ckpt(5)); Megatron's torch_dist and torch checkpoints are to be converted with "
-			       "mgt-ckpt-convert (planned)", a->ckpt_format);
+			       "(mgt-ckpt(5)); Megatron's torch_dist and torch checkpoints are not read: convert the model "
+			       "through Hugging Face with mgt-ckpt-convert", a->ckpt_format);
 	/* resolve_ddp_bucket_size in megatron/training/training.py */
 	if (a->overlap_grad_reduce && a->ddp_bucket_size <= 0)
 		a->ddp_bucket_size = a->data_parallel_size * 1000000 > 40000000 ? a->data_parallel_size * 1000000 : 40000000;
