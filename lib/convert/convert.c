@@ -385,8 +385,9 @@ static mgt_status gpt2_prefix(hf_in *h)
 json_t *cv_hf_tokenizer(hf_in *h)
 {
 	const char *dir = h->o->load_dir, *type = NULL, *vocab = NULL, *merges = NULL, *model = NULL;
-	if (h->f == MGT_HF_GPT2 && exists(dir, "vocab.json") && exists(dir, "merges.txt")) {
-		type = "GPT2BPETokenizer";
+	bool bpe_files = exists(dir, "vocab.json") && exists(dir, "merges.txt");
+	if (bpe_files && (h->f == MGT_HF_GPT2 || (!exists(dir, "tokenizer.json") && !exists(dir, "tokenizer.model")))) {
+		type = "GPT2BPETokenizer"; /* Megatron's GPT-2 tokenizer: <|endoftext|> in text is text */
 		vocab = "hf/vocab.json";
 		merges = "hf/merges.txt";
 	} else if (exists(dir, "tokenizer.json")) {
