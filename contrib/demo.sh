@@ -4,7 +4,8 @@
 #     tokenizer into demo/data/kjv_text_document.{bin,idx} (Megatron's MMIDIDX format);
 #  2. train the tiny GPT-2-style preset on it (Megatron's 969,30,1 split) with periodic validation
 #     and checkpoints in demo/ckpt (HDF5, mgt-ckpt(5)); metrics in demo/metrics.jsonl;
-#  3. print the validation-loss curve.
+#  3. print the validation-loss curve;
+#  4. export the trained model as demo/kjv.gguf for llama.cpp (mgt-export(1)).
 # DEMO_ITERS (default 300) and DEMO_THREADS (default: all cores) change the run's length and width.
 set -e
 cd "$(dirname "$0")/.."
@@ -18,10 +19,12 @@ rm -rf demo/ckpt demo/metrics.jsonl
 bin/mgt-train --model tiny-gpt2 $TOK --data-path demo/data/kjv_text_document --split 969,30,1 \
 	--micro-batch-size 8 --global-batch-size 16 --train-iters "${DEMO_ITERS:-300}" \
 	--lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 15 --lr-decay-style cosine --weight-decay 0.1 \
-	--hidden-dropout 0 --attention-dropout 0 \
+	--hidden-dropout 0 --attention-dropout 0 --openai-gelu \
 	--eval-interval 25 --eval-iters 4 --log-interval 5 --log-throughput \
 	--save demo/ckpt --save-interval 50 --threads "${DEMO_THREADS:-0}" \
 	--metrics-file demo/metrics.jsonl
 echo
 echo "validation loss by iteration (demo/metrics.jsonl):"
 grep valid_loss demo/metrics.jsonl | sed -e 's/.*"iteration": \([0-9]*\), "valid_loss": \([0-9.]*\).*"end".*/  \1 \2 (end of training, next validation samples)/' -e 's/.*"iteration": \([0-9]*\), "valid_loss": \([0-9.]*\).*/  \1 \2/'
+rm -f demo/kjv.gguf
+bin/mgt-export --load-dir demo/ckpt --output demo/kjv.gguf --outtype f16
