@@ -359,7 +359,7 @@ static mgt_status run_export(exporter *e)
 	TRY(mgt_gguf_writer_new(&e->w));
 	TRY(model_kv(e, type, o->name ? o->name : base_name(o->load_dir)));
 	TRY(tokenizer_kv(e));
-	int64_t nf = rot_half(e->c);
+	int64_t nf = st ? 0 : rot_half(e->c);
 	if (!st && e->c->use_rope_scaling) st = mgt_gguf_add_tensor(e->w, "rope_freqs.weight", MGT_GGML_F32, 1, &nf);
 	for (int i = 0; !st && i < e->full->n; i++) st = each_tensor(e, &e->full->t[i], declare_one, &type);
 	TRY(mgt_gguf_writer_open(e->w, o->output));
