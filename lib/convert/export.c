@@ -257,7 +257,7 @@ static mgt_status declare_one(exporter *e, const mgt_hf_map *m, int k, const cha
 	return mgt_gguf_add_tensor(e->w, name, tensor_type(want, ndim, shape[ndim - 1]), ndim, shape);
 }
 
-/* Per row: the Hugging Face tensors (carved from s->src) and a buffer for the fixed one. */
+/* Per row: the Hugging Face tensors (carved from s->src) and a buffer for the fixed one (s->whole). */
 typedef struct {
 	scratch *s;
 	float *fixed;
@@ -304,11 +304,9 @@ static mgt_status write_tensors(exporter *e)
 {
 	scratch s = {0};
 	mgt_status st = cv_scratch_alloc(&s, e->full);
-	row_data r = {.s = &s};
-	size_t most = (size_t)rot_half(e->c) + 1;
-	for (int i = 0; i < e->full->n; i++)
-		if (cv_row_numel(&e->full->t[i]) > most) most = cv_row_numel(&e->full->t[i]);
-	if (!st && !(r.fixed = mgt_malloc(most * sizeof(float)))) st = MGT_ERR_NOMEM;
+	/* the fixed (transposed or permuted) tensor goes to s.whole, free once a row's Hugging Face
+	 * tensors are made; it holds the largest row, so also rope_freqs [rot_dim / 2] */
+	row_data r = {.s = &s, .fixed = s.whole};
 	if (!st && e->c->use_rope_scaling) {
 		rope_factors(e->c, r.fixed, rot_half(e->c));
 		st = mgt_gguf_put_f32(e->w, "rope_freqs.weight", r.fixed);
@@ -317,7 +315,6 @@ static mgt_status write_tensors(exporter *e)
 		st = row_sources(e, &e->full->t[i], &r);
 		if (!st) st = each_tensor(e, &e->full->t[i], put_one, &r);
 	}
-	free(r.fixed);
 	cv_scratch_free(&s);
 	return st;
 }

@@ -175,6 +175,31 @@ static void transpose(const float *src, float *dst, int64_t R, int64_t C)
 		for (int64_t x = 0; x < C; x++) dst[r * C + x] = src[x * R + r];
 }
 
+/* The fused QKV row by row between mgt's layout (mg) and the Hugging Face sources (hf), either
+ * way: to_mgt copies hf into mg, else mg into hf (the source side is only read). */
+static void qkv_move(const mgt_model_config *c, const mgt_hf_map *m, const mgt_tensor *t, float *mg,
+		     float *const hf[3], bool to_mgt)
+{
+	int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+	bool gpt2 = m->op == MGT_HF_QKV_GPT2, conv1d = gpt2 && t->ndim == 2;
+	for (int64_t j = 0; j < rows; j++) {
+		int s;
+		int64_t r;
+		qkv_row(c, gpt2, j, &s, &r);
+		if (conv1d) { /* c_attn [h, 3h]: mgt row j is column r */
+			for (int64_t x = 0; x < cols; x++) {
+				float *a = &mg[j * cols + x], *b = &hf[0][x * rows + r];
+				if (to_mgt) *a = *b;
+				else *b = *a;
+			}
+		} else if (to_mgt) {
+			memcpy(mg + j * cols, hf[s] + r * cols, (size_t)cols * sizeof(float));
+		} else {
+			memcpy(hf[s] + r * cols, mg + j * cols, (size_t)cols * sizeof(float));
+		}
+	}
+}
+
 void mgt_hf_to_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_tensor *t, const float *const src[3],
 		   float *dst)
 {
@@ -195,19 +220,9 @@ void mgt_hf_to_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_ten
 		memcpy(dst + numel(m, 0), src[1], (size_t)numel(m, 1) * sizeof(float));
 		break;
 	case MGT_HF_QKV:
-	case MGT_HF_QKV_GPT2: {
-		bool gpt2 = m->op == MGT_HF_QKV_GPT2, w = t->ndim == 2;
-		for (int64_t j = 0; j < rows; j++) {
-			int s;
-			int64_t r;
-			qkv_row(c, gpt2, j, &s, &r);
-			if (gpt2 && w) /* c_attn [h, 3h]: mgt row j is column r */
-				for (int64_t x = 0; x < cols; x++) dst[j * cols + x] = src[0][x * rows + r];
-			else
-				memcpy(dst + j * cols, src[s] + r * cols, (size_t)cols * sizeof(float));
-		}
+	case MGT_HF_QKV_GPT2:
+		qkv_move(c, m, t, dst, (float *const *)src, true);
 		break;
-	}
 	}
 }
 
@@ -228,19 +243,9 @@ void mgt_hf_from_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_t
 		memcpy(dst[1], src + numel(m, 0), (size_t)numel(m, 1) * sizeof(float));
 		break;
 	case MGT_HF_QKV:
-	case MGT_HF_QKV_GPT2: {
-		bool gpt2 = m->op == MGT_HF_QKV_GPT2, w = t->ndim == 2;
-		for (int64_t j = 0; j < rows; j++) {
-			int s;
-			int64_t r;
-			qkv_row(c, gpt2, j, &s, &r);
-			if (gpt2 && w)
-				for (int64_t x = 0; x < cols; x++) dst[0][x * rows + r] = src[j * cols + x];
-			else
-				memcpy(dst[s] + r * cols, src + j * cols, (size_t)cols * sizeof(float));
-		}
+	case MGT_HF_QKV_GPT2:
+		qkv_move(c, m, t, (float *)src, dst, false);
 		break;
-	}
 	}
 }
 
