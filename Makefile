@@ -130,7 +130,10 @@ $(B)/libmgt.a: $(LIB_OBJ)
 $(BIN)/%: $(B)/cmd/%.o $(B)/cmd/cli.o $(B)/libmgt.a
 	@mkdir -p $(BIN)
 	$(say) LINK $@
-	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/cmd/cli.o $(B)/libmgt.a $(LIBS) -o $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $(filter %.o,$^) $(B)/libmgt.a $(LIBS) -o $@
+
+# mgt-eval's commands live in cmd/eval_*.c (one file a command, cmd/eval_cmd.h)
+$(BIN)/mgt-eval: $(patsubst %.c,$(B)/%.o,$(wildcard cmd/eval_*.c))
 
 $(B)/tests/%: $(B)/tests/unit/%.o $(B)/libmgt.a
 	@mkdir -p $(dir $@)

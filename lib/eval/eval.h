@@ -110,4 +110,12 @@ mgt_status mgt_eval_greedy(mgt_eval *ev, const int32_t *prompt, int64_t n, int64
 /* Free everything (backend, model, an unbuilt checkpoint); NULL is fine. */
 void mgt_eval_free(mgt_eval *ev);
 
+/* ==== generation with a key/value cache (lib/eval/generate.c) ==== */
+
+/* ==== end of generation ==== */
+
+/* ==== loglikelihoods: zero-shot tasks and the perplexity of texts (lib/eval/tasks.c) ==== */
+
+/* ==== end of loglikelihoods ==== */
+
 #endif

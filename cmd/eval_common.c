@@ -1,0 +1,153 @@
+/* cmd/eval_common.c: what mgt-eval's commands share (eval_cmd.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "convert/convert.h"
+#include "eval_cmd.h"
+
+const char eval_model_help[] =
+	"Model:\n"
+	"  --load DIR            mgt checkpoint directory (mgt-ckpt(5)), saved under any TP/PP layout:\n"
+	"                        the iteration its tracker names\n"
+	"  --ckpt-step N         load iteration N instead\n"
+	"  --hf DIR              a Hugging Face directory (config.json, *.safetensors) instead of --load,\n"
+	"                        converted as mgt-ckpt-convert(1) does into a temporary checkpoint\n"
+	"  --device D            cpu, cuda, or auto (cuda when built with CUDA and a GPU is present) [auto]\n"
+	"  --threads N           CPU threads (0: all) [0]\n"
+	"Tokenizer: the checkpoint's (metadata.json).  Given --tokenizer-type, these flags replace it;\n"
+	"without, --vocab-file, --merge-file and --tokenizer-model replace its files' paths.\n";
+
+const char eval_exit_help[] =
+	"Exit status: 0 ok, 1 runtime error, 2 usage error, 3 bad input (token id outside the vocabulary,\n"
+	"text that is not UTF-8, a malformed input line), 4 bad or missing tokenizer files, 6 checkpoint\n"
+	"missing, damaged or not a model mgt knows, 130 interrupted.\n";
+
+void eval_model_defaults(eval_model_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->device = "auto";
+	mgt_cli_tok_defaults(&o->tok);
+}
+
+int eval_model_option(int c, const char *arg, eval_model_opts *o)
+{
+	if (mgt_cli_tok_option(EVAL_PROG, c, arg, &o->tok)) return 1;
+	switch (c) {
+	case EVAL_OPT_LOAD: o->load = arg; return 1;
+	case EVAL_OPT_HF: o->hf = arg; return 1;
+	case EVAL_OPT_STEP: o->step = mgt_cli_int(EVAL_PROG, "--ckpt-step", arg); return 1;
+	case EVAL_OPT_DEVICE: o->device = arg; return 1;
+	case EVAL_OPT_THREADS:
+		o->threads = mgt_cli_int(EVAL_PROG, "--threads", arg);
+		if (o->threads > 4096) mgt_cli_usage_error(EVAL_PROG, "--threads %lld: too many", o->threads);
+		return 1;
+	default: return 0;
+	}
+}
+
+void eval_model_check(const eval_model_opts *o)
+{
+	if (!o->load == !o->hf)
+		mgt_cli_usage_error(EVAL_PROG, "give one of --load DIR (an mgt checkpoint) and --hf DIR (a Hugging Face "
+				    "directory)");
+	if (o->hf && o->step) mgt_cli_usage_error(EVAL_PROG, "--ckpt-step: a Hugging Face directory has no iterations");
+	const mgt_tok_opts *t = &o->tok;
+	if (!t->type && (t->tiktoken_pattern || t->tiktoken_num_special != 1000 || t->vocab_size || t->null_eod_id != -1))
+		mgt_cli_usage_error(EVAL_PROG, "--tiktoken-pattern, --tiktoken-num-special-tokens, --vocab-size and "
+				    "--null-tokenizer-eod-id replace the checkpoint's tokenizer: give --tokenizer-type too");
+}
+
+void eval_getopt_reset(void)
+{
+	optind = 1;
+	opterr = 0;
+}
+
+int eval_finish(mgt_status st)
+{
+	if (fflush(stdout) != 0 && !st) st = mgt_err(MGT_ERR_IO, "standard output: write failed");
+	if (st == MGT_ERR_USAGE) mgt_cli_usage_error(EVAL_PROG, "%s", mgt_err_msg());
+	if (st) mgt_cli_fail(EVAL_PROG, st);
+	return 0;
+}
+
+/* The checkpoint's tokenizer flags with the command line's applied. */
+static mgt_status load_tokenizer(const eval_model_opts *o, const mgt_eval *ev, mgt_tok **tok)
+{
+	mgt_tok_opts t;
+	*tok = NULL;
+	if (o->tok.type) {
+		t = o->tok;
+	} else {
+		mgt_eval_tok_opts(ev, &t);
+		if (o->tok.vocab_file) t.vocab_file = o->tok.vocab_file;
+		if (o->tok.merge_file) t.merge_file = o->tok.merge_file;
+		if (o->tok.model) t.model = o->tok.model;
+		if (!t.type && t.vocab_file && t.merge_file) t.type = "GPT2BPETokenizer";
+		t.hf_no_special_tokens = o->tok.hf_no_special_tokens;
+		t.vocab_extra_ids = o->tok.vocab_extra_ids;
+	}
+	if (!t.type) return MGT_OK;
+	mgt_status st = mgt_tok_load(tok, &t);
+	if (st == MGT_ERR_VOCAB) {
+		char msg[1024];
+		snprintf(msg, sizeof msg, "%s", mgt_err_msg());
+		mgt_err(st, "tokenizer %s of the checkpoint: %s (--vocab-file, --merge-file and --tokenizer-model give "
+			"its files' new paths)", t.type, msg);
+	}
+	return st;
+}
+
+/* --hf: convert into a fresh temporary directory (TP = PP = 1). */
+static mgt_status convert_hf(const char *hf, char **tmp)
+{
+	const char *base = getenv("TMPDIR");
+	char path[4096];
+	snprintf(path, sizeof path, "%s/mgt-eval.hf.%ld", base && *base ? base : "/tmp", (long)getpid());
+	if (access(path, F_OK) == 0 && mgt_ckpt_remove_tree(path)) return mgt_err(MGT_ERR_IO, "%s: cannot remove", path);
+	if (!(*tmp = mgt_strdup(path))) return MGT_ERR_NOMEM;
+	mgt_convert_opts co = { .load_dir = hf, .save_dir = path, .tp = 1, .pp = 1, .ckpt_step = -1 };
+	int kind = 0;
+	mgt_status st = mgt_convert_detect(hf, &kind);
+	if (!st && kind != 1)
+		st = mgt_err(MGT_ERR_USAGE, "--hf %s: not a Hugging Face directory (no config.json); an mgt checkpoint "
+			     "is opened with --load", hf);
+	if (!st) st = mgt_convert_hf_to_mgt(&co);
+	if (st == MGT_ERR_INPUT || st == MGT_ERR_EXISTS) st = MGT_ERR_FORMAT;
+	return st ? mgt_err_ctx(st, "--hf %s", hf) : MGT_OK;
+}
+
+mgt_status eval_model_open(const eval_model_opts *o, bool need_tok, eval_model *m)
+{
+	memset(m, 0, sizeof *m);
+	mgt_status st = o->hf ? convert_hf(o->hf, &m->tmp) : MGT_OK;
+	if (!st) st = mgt_eval_open(&m->ev, m->tmp ? m->tmp : o->load, o->step);
+	if (!st) st = load_tokenizer(o, m->ev, &m->tok);
+	if (!st && need_tok && !m->tok)
+		st = mgt_err(MGT_ERR_VOCAB, "the checkpoint %s records no tokenizer (--mock-data without "
+			     "--tokenizer-type): give --tokenizer-type and its files", mgt_eval_dir(m->ev));
+	return st;
+}
+
+mgt_status eval_model_build(const eval_model_opts *o, eval_model *m, int64_t seq_length)
+{
+	int64_t vocab = m->tok ? mgt_tok_vocab_size(m->tok) : mgt_eval_vocab_size(m->ev);
+	if (!vocab)
+		return mgt_err(MGT_ERR_VOCAB, "%s: the vocabulary size is not recorded and the tokenizer is not "
+			       "available: give the tokenizer's files", mgt_eval_dir(m->ev));
+	mgt_eval_build_opts bo = { .seq_length = seq_length, .vocab_size = vocab, .device = o->device,
+				   .threads = (int)o->threads };
+	return mgt_eval_build(m->ev, &bo);
+}
+
+void eval_model_close(eval_model *m)
+{
+	mgt_tok_free(m->tok);
+	mgt_eval_free(m->ev);
+	if (m->tmp) mgt_ckpt_remove_tree(m->tmp);
+	free(m->tmp);
+	memset(m, 0, sizeof *m);
+}
