@@ -1,9 +1,210 @@
-/* cmd/eval_loss.c: mgt-eval loss (placeholder until its change lands: refuses to run). */
+/* cmd/eval_loss.c: mgt-eval loss: Megatron's validation (lm loss and PPL) of a checkpoint on a
+ * split of its dataset, with mgt-train's own evaluation code (mgt_train_evaluate), in one
+ * process or under mpirun with any tensor/pipeline layout.  See mgt-eval(1). */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
 #include "eval_cmd.h"
+#include "train/train.h"
+
+#define PROG EVAL_PROG
+
+static void usage(void)
+{
+	printf("Usage: mgt-eval loss (--load DIR | --hf DIR) [OPTION]... [MGT-TRAIN FLAG]...\n"
+	       "Megatron's validation of a checkpoint: the token-weighted lm loss and its PPL on --eval-iters\n"
+	       "global batches of the validation (or test) split, computed by mgt-train's own evaluation:\n"
+	       "the same samples, micro-batches, layout and precision give the same loss bit for bit.\n"
+	       "Runs in one process or under mpirun (tensor and pipeline parallel: the checkpoint's layout\n"
+	       "unless --tensor-model-parallel-size / --pipeline-model-parallel-size say otherwise).\n\n"
+	       "  --load DIR             checkpoint directory (the iteration its tracker names)\n"
+	       "  --ckpt-step N          load iteration N instead\n"
+	       "  --hf DIR               a Hugging Face directory, converted into a temporary checkpoint\n"
+	       "                         (give --data-path or --mock-data and the batch flags)\n"
+	       "  --eval-split S         valid or test [valid]\n"
+	       "  --eval-from-sample N   first sample of the split to evaluate [valid: the samples of the\n"
+	       "                         checkpoint's last validation; test: 0]\n"
+	       "  --output FILE.json     also write the result as JSON (written under a temporary name)\n"
+	       "  --help\n\n"
+	       "Every other flag is mgt-train's (mgt-train(1)) and replaces the value the checkpoint saved,\n"
+	       "e.g. --data-path, --split, --eval-iters, --micro-batch-size, --global-batch-size,\n"
+	       "--tensor-model-parallel-size, --pipeline-model-parallel-size, --device, --threads, --bf16.\n\n"
+	       "Output (stdout, one rank): Megatron's block, \" validation loss at iteration N on validation\n"
+	       "set | lm loss value: X | lm loss PPL: Y | \" (test set with --eval-split test).\n\n%s"
+	       "See mgt-eval(1), mgt-train(1).\n", eval_exit_help);
+}
+
+typedef struct {
+	const char *load, *hf, *output;
+	long long step, from;
+	bool test;
+	int argc;             /* the flags left for mgt-train's parser, argv[0] the command */
+	char **argv;
+} lopts;
+
+/* The value of --name or --name=value at argv[*i] (advancing *i), or NULL when argv[*i] is not it. */
+static const char *flag_value(int argc, char **argv, int *i, const char *name)
+{
+	size_t n = strlen(name);
+	if (strncmp(argv[*i], name, n)) return NULL;
+	if (argv[*i][n] == '=') return argv[*i] + n + 1;
+	if (argv[*i][n]) return NULL;
+	if (*i + 1 >= argc) mgt_cli_usage_error(PROG, "%s needs a value", name);
+	return argv[++*i];
+}
+
+/* Take mgt-eval's own flags out of argv; the rest go to mgt-train's parser. */
+static void parse(int argc, char **argv, lopts *o)
+{
+	o->from = -1;
+	o->argv = mgt_malloc((size_t)(argc + 1) * sizeof *o->argv);
+	if (!o->argv) mgt_cli_fail(PROG, MGT_ERR_NOMEM);
+	o->argv[o->argc++] = argv[0];
+	for (int i = 1; i < argc; i++) {
+		const char *v;
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			usage();
+			exit(0);
+		}
+		if ((v = flag_value(argc, argv, &i, "--load"))) o->load = v;
+		else if ((v = flag_value(argc, argv, &i, "--hf"))) o->hf = v;
+		else if ((v = flag_value(argc, argv, &i, "--ckpt-step"))) o->step = mgt_cli_int(PROG, "--ckpt-step", v);
+		else if ((v = flag_value(argc, argv, &i, "--eval-from-sample"))) o->from = mgt_cli_int(PROG, "--eval-from-sample", v);
+		else if ((v = flag_value(argc, argv, &i, "--output"))) o->output = v;
+		else if ((v = flag_value(argc, argv, &i, "--eval-split"))) {
+			if (strcmp(v, "valid") && strcmp(v, "test"))
+				mgt_cli_usage_error(PROG, "--eval-split: expected valid or test, got '%s'", v);
+			o->test = !strcmp(v, "test");
+		} else o->argv[o->argc++] = argv[i];
+	}
+	o->argv[o->argc] = NULL;
+	if (!o->load == !o->hf) mgt_cli_usage_error(PROG, "give one of --load DIR and --hf DIR");
+}
+
+/* Arguments of the run that saved the checkpoint that describe that run, not its evaluation:
+ * back to their defaults. */
+static mgt_status reset_run_keys(mgt_args *a)
+{
+	static const char *const keys[] = {"save", "load", "ckpt_step", "metrics_file", "debug_dump", "comm_log",
+		"exit_interval", "exit_duration_in_mins", "exit_signal_handler", "use_checkpoint_args", "finetune",
+		"async_save", "tensorboard_dir", "no_load_rng", NULL};
+	mgt_args def;
+	mgt_status st = mgt_args_init(&def);
+	bool def_ok = !st;
+	json_t *d = st ? NULL : mgt_args_to_json(&def), *o = json_object();
+	for (const char *const *k = keys; d && o && *k; k++) {
+		json_t *v = json_object_get(d, *k);
+		if (v) json_object_set(o, *k, v);
+	}
+	if (!st && (!d || !o)) st = MGT_ERR_NOMEM;
+	if (!st) st = mgt_args_merge_json(a, o, "defaults");
+	json_decref(o);
+	json_decref(d);
+	if (def_ok) mgt_args_free(&def);
+	return st;
+}
+
+/* Another tensor-parallel size pads the vocabulary to another multiple (divisor x TP): unless
+ * --make-vocab-size-divisible-by is given, scale the divisor so that the embedding keeps the
+ * checkpoint's rows (Megatron's _vocab_size_with_padding). */
+static mgt_status keep_padded_vocab(const lopts *o, mgt_args *a, int64_t ck_tp, int64_t ck_div)
+{
+	for (int i = 1; i < o->argc; i++)
+		if (!strncmp(o->argv[i], "--make-vocab-size-divisible-by", 30)) return MGT_OK;
+	int64_t tp = a->tensor_model_parallel_size, m = ck_tp * ck_div;
+	if (tp == ck_tp || tp <= 0 || m % tp) return MGT_OK; /* the loader names a mismatch */
+	char v[32];
+	snprintf(v, sizeof v, "%lld", (long long)(m / tp));
+	return mgt_args_set(a, "make_vocab_size_divisible_by", v);
+}
+
+/* The checkpoint's arguments (tokenizer files found relative to it, as mgt_eval_open finds them),
+ * then the command line's. */
+static mgt_status make_args(const lopts *o, eval_model *em, mgt_args *a)
+{
+	eval_model_opts mo;
+	eval_model_defaults(&mo);
+	mo.load = o->load;
+	mo.hf = o->hf;
+	mo.step = o->step;
+	mgt_status st = eval_model_open(&mo, false, em);
+	if (st == MGT_ERR_VOCAB && em->ev) st = MGT_OK; /* the trainer loads the tokenizer and says why */
+	json_t *j = st ? NULL : mgt_args_to_json(mgt_eval_args(em->ev));
+	if (!st && !j) st = MGT_ERR_NOMEM;
+	if (!st) st = mgt_args_merge_json(a, j, "checkpoint arguments");
+	json_decref(j);
+	if (!st) st = reset_run_keys(a);
+	char step[32];
+	snprintf(step, sizeof step, "%lld", o->step);
+	if (!st) st = mgt_args_set(a, "load", em->tmp ? em->tmp : o->load);
+	if (!st) st = mgt_args_set(a, "ckpt_step", step);
+	int64_t tp = a->tensor_model_parallel_size, div = a->model.make_vocab_size_divisible_by;
+	if (!st) st = mgt_args_parse_argv(a, o->argc, o->argv);
+	if (!st) st = keep_padded_vocab(o, a, tp, div);
+	return st;
+}
+
+static mgt_status write_json(const char *path, const mgt_train_eval_result *r, bool test, const char *load)
+{
+	json_t *j = json_pack("{s:s, s:I, s:s, s:I, s:I, s:I, s:f, s:f}", "load", load, "iteration",
+			      (json_int_t)r->iteration, "split", test ? "test" : "valid", "first_sample",
+			      (json_int_t)r->first_sample, "samples", (json_int_t)r->samples, "tokens",
+			      (json_int_t)r->tokens, "lm_loss", r->loss, "ppl", exp(fmin(20.0, r->loss)));
+	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+	json_decref(j);
+	if (!text) return MGT_ERR_NOMEM;
+	mgt_afile f;
+	mgt_status st = mgt_afile_open(&f, path, 1);
+	if (!st) st = mgt_afile_write(&f, text, strlen(text));
+	if (!st) st = mgt_afile_write(&f, "\n", 1);
+	if (!st) st = mgt_afile_commit(&f);
+	else mgt_afile_abort(&f);
+	free(text);
+	return st ? mgt_err_ctx(st, "--output %s", path) : MGT_OK;
+}
+
+/* Megatron's evaluate_and_print_results block. */
+static void print_result(const mgt_train_eval_result *r, bool test)
+{
+	char body[512];
+	snprintf(body, sizeof body, " validation loss at iteration %lld on %s set | lm loss value: %.6E | lm loss PPL: "
+		 "%.6E | ", (long long)r->iteration, test ? "test" : "validation", r->loss, exp(fmin(20.0, r->loss)));
+	size_t n = strlen(body) + 1;
+	char *dash = mgt_malloc(n + 1);
+	if (dash) {
+		memset(dash, '-', n);
+		dash[n] = 0;
+	}
+	printf("%s\n%s\n%s\n", dash ? dash : "", body, dash ? dash : "");
+	free(dash);
+}
 
 int eval_cmd_loss(int argc, char **argv)
 {
-	(void)argc;
-	(void)argv;
-	return eval_finish(mgt_err(MGT_ERR_USAGE, "loss: not built yet"));
+	lopts o = { 0 };
+	parse(argc, argv, &o);
+	mgt_status st = mgt_dist_init(&argc, &argv);
+	if (st) mgt_cli_fail_job(PROG, st);
+	mgt_args a;
+	eval_model em = { 0 };
+	mgt_train_eval_result r;
+	st = mgt_args_init(&a);
+	if (!st) st = make_args(&o, &em, &a);
+	bool logs = mgt_dist_world_rank() == mgt_dist_world_size() - 1;
+	mgt_train_io io = { .log = logs ? stderr : NULL, .prog = PROG, .start_time = mgt_now() };
+	mgt_train_eval_opts eo = { .test = o.test, .from_sample = o.from };
+	if (!st) st = mgt_train_evaluate(&a, &io, &eo, &r);
+	if (!st && logs) print_result(&r, o.test);
+	if (!st && logs && o.output) st = write_json(o.output, &r, o.test, o.load ? o.load : o.hf);
+	mgt_args_free(&a);
+	eval_model_close(&em);
+	free(o.argv);
+	if (!st && fflush(stdout)) st = mgt_err(MGT_ERR_IO, "standard output: write failed");
+	if (st) mgt_cli_fail_job(PROG, st);
+	mgt_dist_finalize();
+	return 0;
 }

@@ -34,27 +34,7 @@ static void usage(void)
 	       "See mgt-train(1), mgt-ckpt(5).\n");
 }
 
-/* Exit after an error.  Under mpirun, errors every rank reaches together (usage, interrupt) are
- * printed once by rank 0 and every rank exits with the code; any other error is printed by the
- * rank that met it, naming itself, and takes the whole job down (MPI_Abort). */
-static void fail(mgt_status st)
-{
-	mgt_tmp_remove_all(); /* a checkpoint directory being written (rank 0) */
-	int rank = mgt_dist_world_rank(), n = mgt_dist_world_size(), code = mgt_exit_code(st);
-	if (n == 1) {
-		if (st == MGT_ERR_USAGE) mgt_cli_usage_error(PROG, "%s", mgt_err_msg());
-		mgt_cli_fail(PROG, st);
-	}
-	if (st == MGT_ERR_USAGE || st == MGT_ERR_INTR) {
-		if (rank == 0) fprintf(stderr, "%s: error: %s\n", PROG, mgt_err_msg());
-		mgt_dist_finalize();
-		exit(code);
-	}
-	fprintf(stderr, "%s: rank %d of %d: error: %s\n", PROG, rank, n, mgt_err_msg());
-	fflush(stderr);
-	mgt_dist_abort(code);
-	exit(code);
-}
+static _Noreturn void fail(mgt_status st) { mgt_cli_fail_job(PROG, st); }
 
 /* --megatron-flags: "FLAG CLASS[: REASON]" for every flag name on stdin ('#' lines skipped). */
 static int classify_flags(void)

@@ -2,6 +2,8 @@
  * train, train_step, evaluate). */
 #include "train_impl.h"
 
+#include "ckpt/ckpt.h"
+
 #include <jansson.h>
 #include <limits.h>
 #include <stdint.h>
@@ -454,7 +456,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 
 /* --eval-iters global batches of split sp from sample *consumed on (advanced), as Megatron's
  * evaluate: the token-weighted mean loss. */
-static mgt_status evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *loss)
+static mgt_status evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *loss, double *tokens)
 {
 	double num = 0, den = 0;
 	for (int64_t it = 0; it < t->a->eval_iters; it++) {
@@ -470,6 +472,7 @@ static mgt_status evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *
 		mgt_model_take_times(t->chunk[c], &f, &b);
 	}
 	*loss = num / (den > 0 ? den : 1);
+	if (tokens) *tokens = den;
 	return MGT_OK;
 }
 
@@ -480,7 +483,7 @@ static mgt_status validate(trainer *t, mgt_split sp, const char *what)
 	if (!t->a->eval_iters || mgt_gpt_data_len(t->data, sp) <= 0) return MGT_OK;
 	double loss;
 	int64_t test_from = 0;
-	mgt_status st = evaluate(t, sp, sp == MGT_SPLIT_TEST ? &test_from : &t->consumed_valid, &loss);
+	mgt_status st = evaluate(t, sp, sp == MGT_SPLIT_TEST ? &test_from : &t->consumed_valid, &loss, NULL);
 	if (!st) trainer_log_validation(t, what, sp == MGT_SPLIT_TEST, loss);
 	return st;
 }
@@ -736,12 +739,15 @@ static mgt_status setup(trainer *t)
 	if ((st = mgt_parallel_to_device(&t->ps, t->be, a->overlap_grad_reduce))) return st;
 	t->rss_baseline = trainer_peak_rss();
 	st = setup_pipeline(t);
-	if (!st) st = trainer_log_start(t);
+	if (!st && !t->eval_only) st = trainer_log_start(t);
 	if (!st) st = setup_schedule(t);
 	if (!st) st = plan_overlap(t);
-	if (!st) st = setup_optimizer(t);
+	if (!st && !t->eval_only) st = setup_optimizer(t);
 	bool loaded = false;
 	if (!st) st = trainer_load(t, &loaded);
+	if (!st && !loaded && t->eval_only)
+		st = mgt_err(MGT_ERR_FORMAT, "--load %s: no checkpoint to evaluate (no %s, no iteration)",
+			     a->load ? a->load : "(none)", MGT_CKPT_TRACKER);
 	if (!st && !loaded) st = init_params(t);
 	if (!st) st = open_data_ordered(t);
 	if (!st) st = alloc_batch(t);
@@ -794,6 +800,36 @@ mgt_status mgt_train_run(mgt_args *a, const mgt_train_io *io)
 		if (!st) st = st2;
 		trainer_log_memory(&t, "after training");
 	}
+	teardown(&t);
+	return st;
+}
+
+/* ---- evaluation of a checkpoint (mgt-eval loss) ---- */
+
+mgt_status mgt_train_evaluate(mgt_args *a, const mgt_train_io *io, const mgt_train_eval_opts *o,
+			      mgt_train_eval_result *r)
+{
+	trainer t = { .a = a, .io = io, .eval_only = true };
+	memset(r, 0, sizeof *r);
+	a->no_load_optim = true;
+	a->save = NULL;
+	mgt_status st = a->load ? MGT_OK : mgt_err(MGT_ERR_USAGE, "--load DIR is required (the checkpoint to evaluate)");
+	if (!st) st = setup(&t);
+	mgt_split sp = o->test ? MGT_SPLIT_TEST : MGT_SPLIT_VALID;
+	int64_t one = a->eval_iters * a->global_batch_size, from = o->from_sample;
+	if (!st && from < 0) from = o->test ? 0 : t.consumed_valid >= one ? t.consumed_valid - one : 0;
+	if (!st && mgt_gpt_data_len(t.data, sp) <= 0)
+		st = mgt_err(MGT_ERR_INPUT, "the %s split has no samples (--split %s, --eval-iters %lld, --eval-interval %lld)",
+			     o->test ? "test" : "validation", a->split ? a->split : "969,30,1", (long long)a->eval_iters,
+			     (long long)a->eval_interval);
+	if (!st && a->eval_iters <= 0) st = mgt_err(MGT_ERR_USAGE, "--eval-iters %lld: nothing to evaluate", (long long)a->eval_iters);
+	r->iteration = t.iteration;
+	r->first_sample = from;
+	double loss = 0, tokens = 0;
+	if (!st) st = evaluate(&t, sp, &from, &loss, &tokens);
+	r->samples = from - r->first_sample;
+	r->loss = loss;
+	r->tokens = (int64_t)tokens;
 	teardown(&t);
 	return st;
 }

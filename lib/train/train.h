@@ -138,4 +138,33 @@ typedef struct mgt_train_io {
  * MGT_ERR_INTR when stopped by SIGINT/SIGTERM (after saving a checkpoint when --save is set). */
 mgt_status mgt_train_run(mgt_args *a, const mgt_train_io *io);
 
+/* What mgt_train_evaluate evaluates: the test split instead of the validation split, and the
+ * first sample (-1: for validation the samples of the last validation before the checkpoint
+ * was saved, i.e. its consumed validation samples less one evaluation of --eval-iters x
+ * --global-batch-size (the first ones when it had none); for test the first ones, as
+ * mgt-train's evaluation on the test set at the end). */
+typedef struct mgt_train_eval_opts {
+	bool test;
+	int64_t from_sample;
+} mgt_train_eval_opts;
+
+/* The result: the checkpoint's iteration, the samples evaluated ([first_sample, first_sample +
+ * samples) of the split, cycling through it), the loss-mask tokens and the token-weighted mean
+ * lm loss (nats per token; PPL = exp(loss)), the same on every rank. */
+typedef struct mgt_train_eval_result {
+	int64_t iteration, first_sample, samples, tokens;
+	double loss;
+} mgt_train_eval_result;
+
+/* Megatron's evaluate on the checkpoint a->load (a->ckpt_step, else the tracker's) with the
+ * arguments in *a (normally the checkpoint's own, mgt-eval(1) loss): the same model, layout
+ * code, data order, micro-batches and forward-only pipeline schedule as mgt-train's validation,
+ * so the same flags give the same loss bit for bit.  No optimizer state is allocated or read;
+ * nothing is saved (a->save is cleared, a->no_load_optim set).  Every rank of the job calls it.
+ * Errors: those of mgt_train_run's setup; MGT_ERR_FORMAT (no checkpoint at a->load, or one that
+ * does not match the arguments), MGT_ERR_INPUT (the split is empty), MGT_ERR_USAGE (no --load,
+ * --eval-iters 0). */
+mgt_status mgt_train_evaluate(mgt_args *a, const mgt_train_io *io, const mgt_train_eval_opts *o,
+			      mgt_train_eval_result *r);
+
 #endif

@@ -37,6 +37,7 @@ struct async_save;
 typedef struct trainer {
 	mgt_args *a;
 	const mgt_train_io *io;
+	bool eval_only;                              /* mgt_train_evaluate: no optimizer, no banner */
 	mgt_backend *be;
 	mgt_parallel ps;
 	mgt_tok *tok;
