@@ -225,7 +225,7 @@ static void add_task_info(json_t *root, const topts *o, const mgt_task *t, int64
 static json_t *run_config(const topts *o, const mgt_eval *ev, int64_t max_len)
 {
 	json_t *c = json_pack("{s:s, s:s, s:s?, s:s?, s:I, s:s, s:i, s:I, s:I}", "model", "mgt", "model_path",
-			      mgt_eval_dir(ev), "load", o->m.load, "hf", o->m.hf, "iteration",
+			      o->m.hf ? o->m.hf : mgt_eval_dir(ev), "load", o->m.load, "hf", o->m.hf, "iteration",
 			      (json_int_t)mgt_eval_iteration(ev), "device", o->m.device, "batch_size", 1, "max_length",
 			      (json_int_t)max_len, "bootstrap_iters", (json_int_t)o->boot);
 	json_object_set_new(c, "limit", o->limit >= 0 ? json_integer(o->limit) : json_null());
