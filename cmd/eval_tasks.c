@@ -57,9 +57,9 @@ typedef struct {
 
 static mgt_status too_long(const mgt_task *t, const mgt_task_example *ex, const char *what, int64_t n, int64_t max)
 {
-	return mgt_err(MGT_ERR_INPUT, "%s:%llu: %s is %lld tokens: more than the model's context of %lld%s", t->path,
+	return mgt_err(MGT_ERR_INPUT, "%s:%llu: %s %lld tokens: more than the model's context of %lld%s", t->path,
 		       (unsigned long long)ex->line, what, (long long)n, (long long)max,
-		       strcmp(what, "the continuation") ? " + 1 (--strict-length)" : "");
+		       strcmp(what, "the continuation is") ? " + 1 (--strict-length)" : "");
 }
 
 /* Tokens of request i of ex; checks the continuation and the length. */
@@ -78,8 +78,8 @@ static mgt_status encode_req(const topts *o, mgt_tok_enc *enc, int32_t prefix, i
 	if (!r->n_cont)
 		return mgt_err(MGT_ERR_INPUT, "%s:%llu: continuation %zu encodes to no tokens after the context: nothing "
 			       "to score", t->path, (unsigned long long)ex->line, i);
-	if (r->n_cont > max_len) return too_long(t, ex, "the continuation", r->n_cont, max_len);
-	if (r->n > max_len + 1 && o->strict) return too_long(t, ex, "context and continuation", r->n, max_len);
+	if (r->n_cont > max_len) return too_long(t, ex, "the continuation is", r->n_cont, max_len);
+	if (r->n > max_len + 1 && o->strict) return too_long(t, ex, "context and continuation are", r->n, max_len);
 	tr->truncated += r->n > max_len + 1;
 	return MGT_OK;
 }
