@@ -116,6 +116,120 @@ void mgt_eval_free(mgt_eval *ev);
 
 /* ==== loglikelihoods: zero-shot tasks and the perplexity of texts (lib/eval/tasks.c) ==== */
 
+/* Sources (EleutherAI/lm-evaluation-harness, read for the facts, code our own):
+ * lm_eval/api/model.py (TemplateLM.loglikelihood, _encode_pair), lm_eval/models/huggingface.py
+ * (_loglikelihood_tokens: left truncation, is_greedy; loglikelihood_rolling), lm_eval/utils.py
+ * (get_rolling_token_windows, make_disjoint_window), lm_eval/api/task.py (process_results),
+ * lm_eval/api/metrics.py (mean, mean_stderr, perplexity, weighted_perplexity, bits_per_byte,
+ * bootstrap_stderr), lm_eval/tasks/{lambada,hellaswag,wikitext}.  See mgt-eval(1), mgt-tasks(5). */
+
+/* Tokens of a (context, continuation) request as the harness makes them for a causal model:
+ * trailing white space of the context (Python's str.isspace) moves to the front of the
+ * continuation; whole = encode(context + continuation), ctx = encode(context), the continuation
+ * is whole[len(ctx):].  An empty context (or one of white space only) becomes [prefix] and the
+ * continuation encode(continuation) -- unless that starts with prefix, which then is the context
+ * (TemplateLM.loglikelihood).  toks (appended to, caller-owned) gets context then continuation;
+ * *n_ctx the context's length.  The continuation may come out empty (the caller decides).
+ * Errors: those of mgt_tok_encode (MGT_ERR_INPUT: invalid UTF-8), MGT_ERR_NOMEM. */
+mgt_status mgt_ll_encode(mgt_tok_enc *enc, int32_t prefix, const char *ctx, size_t ctx_len, const char *cont,
+			 size_t cont_len, mgt_ids *toks, size_t *n_ctx);
+
+/* Positions a request of n tokens feeds the model when max_len positions fit: the last
+ * max_len + 1 tokens less the last (min(n, max_len + 1) - 1). */
+int64_t mgt_ll_input_len(int64_t n, int64_t max_len);
+
+/* Loglikelihood of toks[n - n_cont, n) given what comes before, left-truncated as the harness
+ * does: the model is fed the last max_len + 1 tokens less the last one, and the n_cont
+ * continuation tokens are scored from its last n_cont positions.  *ll = sum over them of the
+ * log-softmax (float64 from the float32 logits: m + log(sum exp(x - m))) of the continuation
+ * token; *greedy: every continuation token is its position's argmax (lowest id on ties, like
+ * torch.argmax).  logits: caller-owned scratch of mgt_ll_input_len(n, max_len) x vocab floats.
+ * Needs 1 <= n_cont <= max_len, n_cont < n, and a model built for mgt_ll_input_len(n, max_len)
+ * positions.  Errors: MGT_ERR_USAGE (lengths), those of mgt_eval_forward. */
+mgt_status mgt_ll_score(mgt_eval *ev, const int32_t *toks, int64_t n, int64_t n_cont, int64_t max_len, float *logits,
+			double *ll, bool *greedy);
+
+/* Rolling loglikelihood of a whole text toks[0, n) (n >= 1): get_rolling_token_windows with
+ * prefix token prefix, max_seq_len max_len and context_len 1, each window made disjoint
+ * (make_disjoint_window) and scored with mgt_ll_score; *ll is the sum over windows (every token
+ * scored once), *windows their number.  logits: scratch of max_len x vocab floats; the model
+ * built for max_len positions (or n when shorter).  Errors: those of mgt_ll_score, MGT_ERR_NOMEM. */
+mgt_status mgt_ll_rolling(mgt_eval *ev, const int32_t *toks, int64_t n, int32_t prefix, int64_t max_len, float *logits,
+			  double *ll, int64_t *windows);
+
+/* ---- text helpers (Python str semantics on UTF-8) ---- */
+/* Python's str.isspace for one code point (ASCII \t\n\v\f\r\x1c-\x1f and space, U+0085,
+ * U+00A0, and the categories Zs, Zl, Zp). */
+bool mgt_text_isspace(int32_t cp);
+/* Code points of valid UTF-8 s[0, n) (Python len(str)); invalid bytes count one each. */
+size_t mgt_text_len(const char *s, size_t n);
+/* Python len(re.split(r"\s+", s)): one more than the runs of white space. */
+size_t mgt_text_words(const char *s, size_t n);
+
+/* ---- task files (lib/eval/taskfile.c; the format is mgt-tasks(5)) ---- */
+typedef enum {
+	MGT_TASK_AUTO = 0,   /* detected from the first line's keys */
+	MGT_TASK_LAMBADA,    /* {"text"}: context = all but the last ' '-separated word, target ' ' + it */
+	MGT_TASK_HELLASWAG,  /* {"activity_label","ctx_a","ctx_b","endings","label"}: utils.py preprocess */
+	MGT_TASK_CLOZE,      /* {"context","continuation"} */
+	MGT_TASK_CHOICE,     /* {"context","choices","gold"}: continuations " " + choice */
+} mgt_task_type;
+
+/* One example: its requests (context, continuations[i]); continuations as scored, the
+ * delimiter included; choice_chars[i] the code points of choice i without the delimiter
+ * (acc_norm's length). gold: the right choice (0 for loglikelihood tasks). */
+typedef struct mgt_task_example {
+	char *context;
+	char **conts;
+	size_t *choice_chars;
+	size_t n_conts;
+	int64_t gold;
+	uint64_t line;          /* 1-based line of the file */
+} mgt_task_example;
+
+typedef struct mgt_task {
+	char *path, *name;       /* name: the basename without .jsonl (or .json) */
+	mgt_task_type type;
+	bool multiple_choice;    /* output_type multiple_choice (else loglikelihood) */
+	mgt_task_example *ex;
+	size_t n;                /* examples kept (at most limit) */
+	size_t n_total;          /* examples in the file */
+} mgt_task;
+
+/* "lambada", "hellaswag", "cloze", "choice", "auto". */
+const char *mgt_task_type_name(mgt_task_type t);
+/* Errors: MGT_ERR_USAGE (unknown name). */
+mgt_status mgt_task_type_parse(const char *s, mgt_task_type *out);
+
+/* Read a task file (JSONL, plain or zstd): every line is checked, the first limit examples kept
+ * (limit < 0: all).  type MGT_TASK_AUTO: from the first line's keys ("text": lambada, "endings":
+ * hellaswag, "choices": choice, "continuation": cloze).  Errors: MGT_ERR_IO (cannot read),
+ * MGT_ERR_INPUT naming PATH:LINE and what was expected (an empty line, malformed JSON, not an
+ * object, a missing, unknown or mistyped key, fewer than 2 choices, a gold label out of range,
+ * invalid UTF-8, no examples at all), MGT_ERR_NOMEM.  *out is the caller's (mgt_task_free). */
+mgt_status mgt_task_load(mgt_task **out, const char *path, mgt_task_type type, int64_t limit);
+void mgt_task_free(mgt_task *t);
+
+/* HellaSwag's preprocess (tasks/hellaswag/utils.py) of s[0, n) into out (appended): strip white
+ * space, " [title]" -> ". ", drop every "[...]" (shortest), "  " -> " " (one pass, left to right). */
+mgt_status mgt_task_hellaswag_preprocess(const char *s, size_t n, mgt_buf *out);
+
+/* ---- metrics (lib/eval/metrics.c) ---- */
+/* mean: sum / n.  mean_stderr: the sample standard deviation (n - 1) / sqrt(n); NaN for n < 2
+ * (the harness writes "N/A"). */
+double mgt_stat_mean(const double *x, size_t n);
+double mgt_stat_mean_stderr(const double *x, size_t n);
+/* exp(-mean(ll)): LAMBADA's perplexity of per-document loglikelihoods. */
+double mgt_stat_perplexity(const double *ll, size_t n);
+/* The harness's bootstrap_stderr(perplexity, ll, iters): iters / c chunks of c = min(1000,
+ * iters) resamples, chunk i drawn by Python's random.Random(i) (MT19937 seeded by
+ * init_by_array({i}), random() of 53 bits) as rnd.choices(ll, k=n) (index floor(random() * n)),
+ * the sample standard deviation of the exp(-mean) of every resample.  The same draws as the
+ * harness's, so the same value up to rounding.  NaN for n < 2 or iters < 1.
+ * Errors: MGT_ERR_NOMEM. */
+mgt_status mgt_stat_perplexity_stderr(const double *ll, size_t n, int64_t iters, double *out);
+
+
 /* ==== end of loglikelihoods ==== */
 
 #endif

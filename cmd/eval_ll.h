@@ -1,0 +1,18 @@
+/* cmd/eval_ll.h: what mgt-eval tasks and mgt-eval perplexity share (cmd/eval_ll.c). */
+#ifndef MGT_EVAL_LL_H
+#define MGT_EVAL_LL_H
+
+#include "eval_cmd.h"
+
+/* The model's context for scoring: --max-length when given (> 0), else the checkpoint's
+ * seq_length; refused (MGT_ERR_USAGE) past the learned position embeddings. */
+mgt_status eval_ll_max_length(const mgt_eval *ev, long long given, int64_t *out);
+/* The prefix token (the tokenizer's end-of-document id). Errors: MGT_ERR_VOCAB (none). */
+mgt_status eval_ll_prefix(const mgt_tok *tok, int32_t *out);
+/* Write text[0, n) to path (atomically: a temporary renamed; an existing file is replaced) or
+ * to stdout when path is NULL. */
+mgt_status eval_ll_write(const char *path, const char *text, size_t n);
+/* A JSON number or null when not finite (jansson json_t *). */
+void *eval_ll_real(double v);
+
+#endif
