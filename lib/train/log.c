@@ -117,7 +117,7 @@ mgt_status trainer_log_start(trainer *t)
 	if (!st && t->a->tensorboard_dir && t->ps.world_rank == t->ps.world_size - 1) {
 		st = mgt_tb_open(&t->tb, t->a->tensorboard_dir, t->io->prog ? t->io->prog : "mgt-train");
 		if (!st) mgt_tb_set_queue(t->tb, t->a->tensorboard_queue_size);
-		else mgt_err_ctx(st, "--tensorboard-dir %s", t->a->tensorboard_dir);
+		else mgt_err_ctx(st, "--tensorboard-dir");
 	}
 	return st;
 }
