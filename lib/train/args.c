@@ -95,7 +95,7 @@
 	X(S, tensorboard_dir, tensorboard_dir, "tensorboard-dir", "", "", "write TensorBoard event files to this directory (the last rank)") \
 	X(I, tensorboard_log_interval, tensorboard_log_interval, "tensorboard-log-interval", "1", "[1,)", "iterations between TensorBoard scalars") \
 	X(I, tensorboard_queue_size, tensorboard_queue_size, "tensorboard-queue-size", "1000", "[1,)", "TensorBoard records buffered before they are written") \
-	X(B, log_timers_to_tensorboard, log_timers_to_tensorboard, "log-timers-to-tensorboard", "false", "", "iteration time, throughput and step timers to TensorBoard") \
+	X(B, log_timers_to_tensorboard, log_timers_to_tensorboard, "log-timers-to-tensorboard", "false", "", "iteration time and throughput to TensorBoard") \
 	X(N, log_loss_scale_to_tensorboard, log_loss_scale_to_tensorboard, "no-log-loss-scale-to-tensorboard", "true", "", "no loss scale in TensorBoard") \
 	X(N, log_learning_rate_to_tensorboard, log_learning_rate_to_tensorboard, "no-log-learnig-rate-to-tensorboard", "true", "", "no learning rate in TensorBoard (Megatron's spelling)") \
 	X(B, log_validation_ppl_to_tensorboard, log_validation_ppl_to_tensorboard, "log-validation-ppl-to-tensorboard", "false", "", "validation perplexity to TensorBoard") \
