@@ -139,6 +139,15 @@ ok "--tensorboard-log-interval 0 refused" exits 2 $BASE --tensorboard-dir tb/x -
 ok "--tensorboard-queue-size 0 refused" exits 2 $BASE --tensorboard-dir tb/x --tensorboard-queue-size 0
 ok "  and nothing written" no_files tb/x
 
+# A write that fails during training (past `ulimit -f`; stderr goes through a pipe, not limited)
+( ulimit -f 10; $BASE --train-iters 20 --log-interval 20 --tensorboard-dir tb/full --tensorboard-queue-size 1; \
+	echo "exit status $?" ) 2>&1 | cat >full.err
+ok "a write that fails during training: a WARNING naming the file, at once" \
+	grep -q "^WARNING: TensorBoard: tb/full/events.out.tfevents.*: write failed: File too large; no more events are written" full.err
+ok "  training goes on to the end" grep -q "iteration  *20/  *20" full.err
+ok "  then exit status 1 with the error" sh -c "tail -2 full.err | grep -q '^mgt-train: error: TensorBoard: tb/full/.*: write failed: File too large' &&
+ tail -1 full.err | grep -qx 'exit status 1'"
+
 # ---- TP2 x PP2 under mpirun: one file, the last rank's ---------------------------------------
 if command -v mpirun >/dev/null 2>&1; then
 	ok "TP2 x PP2 under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" 4 $BASE --threads 1 --tensor-model-parallel-size 2 \
