@@ -92,6 +92,15 @@
 	X(I, log_interval, log_interval, "log-interval", "100", "[1,)", "iterations between log lines") \
 	X(B, log_throughput, log_throughput, "log-throughput", "false", "", "TFLOP/s in the log line") \
 	X(B, log_params_norm, log_params_norm, "log-params-norm", "false", "", "L2 norm of the parameters in the log line") \
+	X(S, tensorboard_dir, tensorboard_dir, "tensorboard-dir", "", "", "write TensorBoard event files to this directory (the last rank)") \
+	X(I, tensorboard_log_interval, tensorboard_log_interval, "tensorboard-log-interval", "1", "[1,)", "iterations between TensorBoard scalars") \
+	X(I, tensorboard_queue_size, tensorboard_queue_size, "tensorboard-queue-size", "1000", "[1,)", "TensorBoard records buffered before they are written") \
+	X(B, log_timers_to_tensorboard, log_timers_to_tensorboard, "log-timers-to-tensorboard", "false", "", "iteration time and throughput to TensorBoard") \
+	X(N, log_loss_scale_to_tensorboard, log_loss_scale_to_tensorboard, "no-log-loss-scale-to-tensorboard", "true", "", "no loss scale in TensorBoard") \
+	X(N, log_learning_rate_to_tensorboard, log_learning_rate_to_tensorboard, "no-log-learnig-rate-to-tensorboard", "true", "", "no learning rate in TensorBoard (Megatron's spelling)") \
+	X(B, log_validation_ppl_to_tensorboard, log_validation_ppl_to_tensorboard, "log-validation-ppl-to-tensorboard", "false", "", "validation perplexity to TensorBoard") \
+	X(B, log_memory_to_tensorboard, log_memory_to_tensorboard, "log-memory-to-tensorboard", "false", "", "memory use to TensorBoard") \
+	X(B, log_world_size_to_tensorboard, log_world_size_to_tensorboard, "log-world-size-to-tensorboard", "false", "", "world size to TensorBoard") \
 	X(I, seed, seed, "seed", "1234", "[0,)", "random seed (data order, init, dropout)") \
 	X(S, save, save, "save", "", "", "checkpoint directory to write") \
 	X(S, load, load, "load", "", "", "checkpoint directory to resume from") \

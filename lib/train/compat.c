@@ -21,7 +21,6 @@ typedef struct {
 
 /* Reasons shared by many rows. */
 #define FUSED "mgt's kernels are fused where it pays; there is no switch"
-#define TB "TensorBoard event files are not written yet; --metrics-file writes the same figures as JSONL"
 #define WANDB "Weights & Biases is not built in; --metrics-file writes the figures as JSONL"
 #define PROF "mgt has no built-in profiler switch: run it under nsys, ncu or perf"
 #define RECOMP "activation recomputation is not implemented yet: every activation is kept (same results, more memory)"
@@ -255,17 +254,11 @@ static const compat_row rows[] = {
 	{ "ckpt-convert-", 'r', '1', NULL, DISTCKPT },
 	{ "save-tokenizer-assets", 'i', '0', NULL, NOTUSED },
 	/* logging */
-	{ "tensorboard-dir", 'i', '1', NULL, TB },
-	{ "tensorboard-log-interval", 'i', '1', NULL, TB },
-	{ "tensorboard-queue-size", 'i', '1', NULL, TB },
-	{ "log-timers-to-tensorboard", 'i', '0', NULL, TB },
-	{ "log-validation-ppl-to-tensorboard", 'i', '0', NULL, TB },
-	{ "log-memory-to-tensorboard", 'i', '0', NULL, TB },
-	{ "log-world-size-to-tensorboard", 'i', '0', NULL, TB },
-	{ "log-loss-scale-to-tensorboard", 'i', '0', NULL, TB },
-	{ "no-log-loss-scale-to-tensorboard", 'i', '0', NULL, TB },
-	{ "log-batch-size-to-tensorboard", 'i', '0', NULL, TB },
-	{ "no-log-learnig-rate-to-tensorboard", 'i', '0', NULL, TB },
+	{ "log-loss-scale-to-tensorboard", 'a', '0', NULL, "log_loss_scale_to_tensorboard=true" },
+	{ "disable-log-loss-scale-to-tensorboard", 'a', '0', NULL, "log_loss_scale_to_tensorboard=false" },
+	{ "log-learning-rate-to-tensorboard", 'a', '0', NULL, "log_learning_rate_to_tensorboard=true" },
+	{ "no-log-learning-rate-to-tensorboard", 'a', '0', NULL, "log_learning_rate_to_tensorboard=false" },
+	{ "log-batch-size-to-tensorboard", 'i', '0', NULL, "the batch size is always written to TensorBoard, as Megatron-LM has done since it removed this flag (2024)" },
 	{ "wandb-", 'i', '1', NULL, WANDB },
 	{ "profile", 'i', '0', NULL, PROF },
 	{ "profile-step-start", 'i', '1', NULL, PROF },

@@ -1,5 +1,6 @@
 /* lib/train/log.c: Megatron's iteration log line (megatron-reference.md 4.2), the JSONL metrics
- * file, the memory report and the --debug-dump file. */
+ * file, the TensorBoard scalars (Megatron's training_log and evaluate_and_print_results: the
+ * same tags), the memory report and the --debug-dump file. */
 #include "train_impl.h"
 
 #include <jansson.h>
@@ -11,16 +12,23 @@
 #include <time.h>
 
 #include "ckpt/ckpt.h"
+#include "tb/tb.h"
 
-size_t trainer_peak_rss(void)
+/* A "Key:  N kB" line of /proc/self/status in bytes (key with its colon), 0 if unknown. */
+static size_t proc_status_bytes(const char *key)
 {
 	FILE *f = fopen("/proc/self/status", "r");
 	char line[256];
-	size_t kb = 0;
+	size_t kb = 0, n = strlen(key);
 	while (f && fgets(line, sizeof line, f))
-		if (!strncmp(line, "VmHWM:", 6)) kb = strtoull(line + 6, NULL, 10);
+		if (!strncmp(line, key, n)) kb = strtoull(line + n, NULL, 10);
 	if (f) fclose(f);
 	return kb * 1024;
+}
+
+size_t trainer_peak_rss(void)
+{
+	return proc_status_bytes("VmHWM:");
 }
 
 /* A JSON value as Python's str() prints it (True, None, 6e-05, 0.1, 4294967296.0). */
@@ -105,7 +113,94 @@ mgt_status trainer_log_start(trainer *t)
 	}
 	mgt_status st = log_param_counts(t);
 	if (f) fflush(f);
+	/* Megatron's _set_tensorboard_writer: the last rank writes */
+	if (!st && t->a->tensorboard_dir && t->ps.world_rank == t->ps.world_size - 1) {
+		st = mgt_tb_open(&t->tb, t->a->tensorboard_dir, t->io->prog ? t->io->prog : "mgt-train");
+		if (!st) mgt_tb_set_queue(t->tb, t->a->tensorboard_queue_size);
+		else mgt_err_ctx(st, "--tensorboard-dir");
+	}
 	return st;
+}
+
+/* ---- TensorBoard ---- */
+
+/* The first write error is reported once in the log; training goes on, and trainer_log_end
+ * returns the error. */
+static void tb_check(trainer *t, mgt_status st)
+{
+	if (!st || t->tb_warned) return;
+	t->tb_warned = true;
+	if (t->io->log) fprintf(t->io->log, "WARNING: TensorBoard: %s; no more events are written\n", mgt_err_msg());
+}
+
+static void tb_put(trainer *t, const char *tag, double v, int64_t step)
+{
+	tb_check(t, mgt_tb_scalar(t->tb, tag, v, step));
+}
+
+/* TAG at the iteration and "TAG vs samples" at the consumed training samples (Megatron's pair). */
+static void tb_pair(trainer *t, const char *tag, double v)
+{
+	char vs[128];
+	snprintf(vs, sizeof vs, "%s vs samples", tag);
+	tb_put(t, tag, v, t->iteration);
+	tb_put(t, vs, v, t->consumed_train);
+}
+
+/* Megatron's write_args_to_tensorboard: every argument as a text, its value as Python's str(). */
+static void tb_args(trainer *t, int64_t step)
+{
+	json_t *o = mgt_args_to_json(t->a), *v;
+	const char *key;
+	char val[4096];
+	json_object_foreach(o, key, v) {
+		py_str(v, val, sizeof val);
+		tb_check(t, mgt_tb_text(t->tb, key, val, step));
+	}
+	json_decref(o);
+	t->tb_args_written = true;
+}
+
+/* Megatron's memory tags: on CUDA the backend's device memory now and at most, on the CPU the
+ * resident set now (VmRSS) and at most (VmHWM). */
+static void tb_memory(trainer *t)
+{
+	bool cpu = t->be->host_memory;
+	tb_put(t, "mem-allocated-bytes", (double)(cpu ? proc_status_bytes("VmRSS:") : t->be->bytes_in_use), t->iteration);
+	tb_put(t, "mem-max-allocated-bytes", (double)(cpu ? trainer_peak_rss() : t->be->bytes_peak), t->iteration);
+}
+
+/* Megatron's training_log, every --tensorboard-log-interval: this iteration's loss, the rate
+ * after the scheduler step, the norm of a step taken with clipping on. */
+static void tb_iteration(trainer *t, double loss, double gnorm, bool skipped)
+{
+	mgt_args *a = t->a;
+	if (!t->tb_args_written) tb_args(t, t->iteration - 1);
+	if (t->iteration % a->tensorboard_log_interval) return;
+	if (a->log_learning_rate_to_tensorboard) tb_pair(t, "learning-rate", mgt_lr_get(&t->sched));
+	tb_pair(t, "batch-size", (double)a->global_batch_size);
+	tb_pair(t, "lm loss", loss);
+	if (a->log_loss_scale_to_tensorboard) tb_pair(t, "loss-scale", t->scaler.scale);
+	if (a->log_world_size_to_tensorboard) tb_pair(t, "world-size", (double)t->ps.world_size);
+	if (!skipped && a->clip_grad > 0) tb_pair(t, "grad-norm", gnorm);
+	if (a->log_params_norm && trainer_log_due(t)) tb_pair(t, "params-norm", t->params_norm);
+	if (a->log_memory_to_tensorboard) tb_memory(t);
+}
+
+/* Megatron's timers at a log line: the interval's time per iteration (not at the first
+ * iteration) and the throughput (TFLOP/s per GPU, with --log-throughput). */
+static void tb_timers(trainer *t, double elapsed, double tflops_gpu)
+{
+	if (!t->a->log_timers_to_tensorboard) return;
+	if (t->iteration > 1) tb_put(t, "iteration-time", elapsed, t->iteration);
+	if (t->a->log_throughput) tb_put(t, "throughput", tflops_gpu, t->iteration);
+}
+
+mgt_status trainer_log_end(trainer *t)
+{
+	mgt_status st = mgt_tb_close(t->tb);
+	t->tb = NULL;
+	return st ? mgt_err_ctx(st, "TensorBoard") : MGT_OK;
 }
 
 static void timestamp(char *buf, size_t n)
@@ -138,19 +233,16 @@ static void write_metrics(trainer *t, double loss, double lr, double gnorm, bool
 	json_decref(o);
 }
 
-static void print_line(trainer *t, double lr, double gnorm, bool skipped)
+static void print_line(trainer *t, double lr, double gnorm, bool skipped, double elapsed, double tflops_gpu)
 {
 	mgt_args *a = t->a;
 	FILE *f = t->io->log;
-	int64_t n = t->int_iters + t->int_skipped;
-	double elapsed = (mgt_now() - t->int_t0) / (double)(n > 0 ? n : 1);
 	char ts[64];
 	timestamp(ts, sizeof ts);
 	fprintf(f, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |",
 		ts, (long long)t->iteration, (long long)a->train_iters, (long long)t->consumed_train, elapsed * 1e3);
 	if (a->log_throughput)
-		fprintf(f, " throughput per GPU (TFLOP/s/GPU): %.1f |",
-			mgt_model_flops(&a->model, a->global_batch_size) / elapsed / 1e12 / t->ps.world_size);
+		fprintf(f, " throughput per GPU (TFLOP/s/GPU): %.1f |", tflops_gpu);
 	fprintf(f, " learning rate: %.6E | global batch size: %5lld |", lr, (long long)a->global_batch_size);
 	if (t->int_iters > 0) fprintf(f, " lm loss: %.6E |", t->int_loss / (double)t->int_iters);
 	fprintf(f, " loss scale: %.1f |", t->scaler.scale);
@@ -179,8 +271,13 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 		t->int_loss += loss;
 		t->int_iters++;
 	}
-	if (!t->io->log || !trainer_log_due(t)) return;
-	print_line(t, mgt_lr_get(&t->sched), gnorm, skipped);
+	if (t->tb) tb_iteration(t, loss, gnorm, skipped);
+	if (!trainer_log_due(t)) return;
+	int64_t n = t->int_iters + t->int_skipped;
+	double elapsed = (mgt_now() - t->int_t0) / (double)(n > 0 ? n : 1);
+	double tflops_gpu = mgt_model_flops(&t->a->model, t->a->global_batch_size) / elapsed / 1e12 / t->ps.world_size;
+	if (t->tb) tb_timers(t, elapsed, tflops_gpu);
+	if (t->io->log) print_line(t, mgt_lr_get(&t->sched), gnorm, skipped, elapsed, tflops_gpu);
 	t->int_loss = 0;
 	t->int_iters = t->int_skipped = t->int_nan = 0;
 	t->int_t0 = mgt_now();
@@ -200,6 +297,15 @@ void trainer_log_validation(trainer *t, const char *what, bool test, double loss
 		for (size_t i = 0; i < n; i++) fputc('-', t->io->log);
 		fputc('\n', t->io->log);
 		fflush(t->io->log);
+	}
+	if (t->tb) { /* Megatron's evaluate_and_print_results (Megatron's lands its test set under the
+		      * validation tags; mgt writes "lm loss test") */
+		char tag[64];
+		double ppl = exp(fmin(20.0, loss));
+		snprintf(tag, sizeof tag, "lm loss %s", test ? "test" : "validation");
+		tb_pair(t, tag, loss);
+		strcat(tag, " ppl");
+		if (t->a->log_validation_ppl_to_tensorboard) tb_pair(t, tag, ppl);
 	}
 	if (t->metrics) {
 		const char *k = test ? "test" : "valid";

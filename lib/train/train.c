@@ -800,6 +800,8 @@ mgt_status mgt_train_run(mgt_args *a, const mgt_train_io *io)
 		if (!st) st = st2;
 		trainer_log_memory(&t, "after training");
 	}
+	mgt_status st_tb = trainer_log_end(&t);
+	if (!st) st = st_tb;
 	teardown(&t);
 	return st;
 }

@@ -34,6 +34,11 @@ typedef struct mgt_args {
 	/* evaluation and logging */
 	int64_t eval_interval, eval_iters, log_interval, seed;
 	bool log_throughput, log_params_norm;
+	/* TensorBoard (Megatron's flags; lib/tb) */
+	char *tensorboard_dir;
+	int64_t tensorboard_log_interval, tensorboard_queue_size;
+	bool log_timers_to_tensorboard, log_loss_scale_to_tensorboard, log_learning_rate_to_tensorboard;
+	bool log_validation_ppl_to_tensorboard, log_memory_to_tensorboard, log_world_size_to_tensorboard;
 	/* checkpoints */
 	char *save, *load;
 	int64_t save_interval;

@@ -73,6 +73,8 @@ typedef struct trainer {
 	struct async_save *async;                    /* --async-save: the save being written, or NULL */
 	bool async_all_done;                         /* every rank has written its shards */                            /* --exit-duration-in-mins passed (on every rank) */                          /* --log-params-norm: after the last step */
 	FILE *metrics, *comm_log;
+	struct mgt_tb *tb;                           /* --tensorboard-dir (the last rank), or NULL */
+	bool tb_args_written, tb_warned;             /* the arguments' texts; a write error reported */
 	dump_state dump;
 	bool dumping;
 	size_t rss_baseline;                         /* peak RSS before the model allocates */
@@ -112,9 +114,13 @@ bool trainer_log_due(const trainer *t);
  * "on test set" after it; test: the metrics key is test_loss instead of valid_loss. */
 void trainer_log_validation(trainer *t, const char *what, bool test, double loss);
 void trainer_log_memory(trainer *t, const char *when);
+/* Close the TensorBoard file (--tensorboard-dir), writing what is queued; safe to call twice.
+ * Errors: MGT_ERR_IO naming the file (this or an earlier write failed). */
+mgt_status trainer_log_end(trainer *t);
 /* At the start: the arguments as Megatron's _print_args, a warning for each Megatron flag given
  * that has no effect, the parameter count of every (TP, PP) position (a collective: every rank
- * calls it).  Errors: communication, NOMEM. */
+ * calls it), then on the last rank the TensorBoard file of --tensorboard-dir opened.  Errors:
+ * communication, NOMEM, MGT_ERR_IO (the TensorBoard directory or file, named). */
 mgt_status trainer_log_start(trainer *t);
 mgt_status trainer_dump_batch(trainer *t, int64_t k);
 mgt_status trainer_dump_write(trainer *t);

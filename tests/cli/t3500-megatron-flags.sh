@@ -67,9 +67,10 @@ ok "  and not --micro-batch-size" sh -c "head -1 '$T/err' | grep -q '^mgt-train:
 ok "a size past what products can hold names its flag" exits 2 $BASE --train-iters 1 --num-layers 100000000
 ok "  (--num-layers)" err_has "--num-layers 100000000: more than"
 
-# ---- ignored flags change nothing -----------------------------------------------------------
+# ---- ignored flags change nothing (nor does --tensorboard-dir, which only writes events) -----
 IGN="--use-mcore-models --no-masked-softmax-fusion --distributed-backend nccl --num-workers 4 --attention-softmax-in-fp32
  --no-gradient-accumulation-fusion --transformer-impl local --use-flash-attn --overlap-param-gather --tensorboard-dir tb
+ --log-batch-size-to-tensorboard
  --recompute-activations --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
  --wandb-project p --profile --profile-ranks 0 1 --manual-gc --rampup-batch-size 2 2 100 --expert-model-parallel-size 1"
 ok "plain run" exits 0 $BASE --train-iters 4 --metrics-file plain.jsonl
