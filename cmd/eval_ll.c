@@ -5,6 +5,7 @@
 #include <jansson.h>
 
 #include "eval_ll.h"
+#include "tb/tb.h"
 
 mgt_status eval_ll_max_length(const mgt_eval *ev, long long given, int64_t *out)
 {
@@ -39,4 +40,35 @@ mgt_status eval_ll_write(const char *path, const char *text, size_t n)
 void *eval_ll_real(double v)
 {
 	return isfinite(v) ? json_real(v) : json_null();
+}
+
+mgt_status eval_ll_tensorboard(const char *dir, const void *results, int64_t step)
+{
+	mgt_tb *w = NULL;
+	mgt_status st = mgt_tb_open(&w, dir, EVAL_PROG);
+	const char *name, *key;
+	json_t *metrics, *v;
+	json_object_foreach((json_t *)results, name, metrics) {
+		json_object_foreach(metrics, key, v) {
+			if (st || !json_is_number(v)) continue;
+			char tag[512];
+			size_t k = strcspn(key, ",");
+			snprintf(tag, sizeof tag, "%s/%.*s", name, (int)k, key);
+			st = mgt_tb_scalar(w, tag, json_number_value(v), step);
+		}
+	}
+	mgt_status st2 = w ? mgt_tb_close(w) : MGT_OK;
+	if (!st) st = st2;
+	return st ? mgt_err_ctx(st, "--tensorboard-dir %s", dir) : MGT_OK;
+}
+
+void eval_ll_basename(const char *path, char *buf, size_t n)
+{
+	const char *b = strrchr(path, '/');
+	snprintf(buf, n, "%s", b ? b + 1 : path);
+	static const char *const ends[] = {".zst", ".jsonl"};
+	for (int i = 0; i < 2; i++) {
+		size_t l = strlen(buf), e = strlen(ends[i]);
+		if (l > e && !strcmp(buf + l - e, ends[i])) buf[l - e] = 0;
+	}
 }

@@ -14,5 +14,11 @@ mgt_status eval_ll_prefix(const mgt_tok *tok, int32_t *out);
 mgt_status eval_ll_write(const char *path, const char *text, size_t n);
 /* A JSON number or null when not finite (jansson json_t *). */
 void *eval_ll_real(double v);
+/* --tensorboard-dir: every number in results (jansson object {NAME: {KEY: number}}) as the
+ * scalar "NAME/KEY" (the harness's ",none" filter suffix dropped) at step (the checkpoint's
+ * iteration), in a new event file of dir (lib/tb).  Errors: those of mgt_tb_*, naming the flag. */
+mgt_status eval_ll_tensorboard(const char *dir, const void *results, int64_t step);
+/* A file's name without its directory and its .jsonl / .jsonl.zst / .zst ending, into buf. */
+void eval_ll_basename(const char *path, char *buf, size_t n);
 
 #endif

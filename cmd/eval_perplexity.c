@@ -13,7 +13,7 @@
 
 #define PROG EVAL_PROG
 
-enum { OPT_TEXTS = EVAL_OPT_FIRST_FREE, OPT_KEY, OPT_OUTPUT, OPT_MAXLEN, OPT_LIMIT };
+enum { OPT_TEXTS = EVAL_OPT_FIRST_FREE, OPT_KEY, OPT_OUTPUT, OPT_MAXLEN, OPT_LIMIT, OPT_TB };
 
 static void usage(void)
 {
@@ -27,6 +27,8 @@ static void usage(void)
 	       "  --limit N             the first N documents [all]\n"
 	       "  --max-length N        the window: the model's context [the checkpoint's seq_length]\n"
 	       "  --output FILE         write the lines there (replaced atomically) instead of stdout\n"
+	       "  --tensorboard-dir DIR also write the totals as TensorBoard scalars NAME/KEY (NAME: the texts\n"
+	       "                        file's name) at the checkpoint's iteration (a new event file in DIR)\n"
 	       "  --help\n%s%s\n"
 	       "Output: {\"doc\", \"line\", \"tokens\", \"words\", \"bytes\", \"windows\", \"loglikelihood\", \"ppl\"} a\n"
 	       "document (ppl = exp(-loglikelihood / tokens)), then {\"total\": {\"documents\", \"tokens\",\n"
@@ -37,7 +39,7 @@ static void usage(void)
 
 typedef struct {
 	eval_model_opts m;
-	const char *texts, *key, *output;
+	const char *texts, *key, *output, *tb;
 	long long limit, max_length;
 } popts;
 
@@ -158,7 +160,18 @@ static json_t *totals(const docs *ds)
 			 "bits_per_byte", eval_ll_real(-ll / (double)bytes / log(2.0)));
 }
 
-static mgt_status write_docs(const popts *o, const docs *ds)
+/* --tensorboard-dir: the totals under the texts file's name. */
+static mgt_status write_tb(const popts *o, const mgt_eval *ev, json_t *tot)
+{
+	char name[256];
+	eval_ll_basename(o->texts, name, sizeof name);
+	json_t *r = json_pack("{s:O}", name, json_object_get(tot, "total"));
+	mgt_status st = r ? eval_ll_tensorboard(o->tb, r, mgt_eval_iteration(ev)) : MGT_ERR_NOMEM;
+	json_decref(r);
+	return st;
+}
+
+static mgt_status write_docs(const popts *o, const mgt_eval *ev, const docs *ds)
 {
 	mgt_buf b = { 0 };
 	mgt_status st = MGT_OK;
@@ -169,7 +182,10 @@ static mgt_status write_docs(const popts *o, const docs *ds)
 					    "bytes", (json_int_t)d->bytes, "windows", (json_int_t)d->windows,
 					    "loglikelihood", d->ll, "ppl", eval_ll_real(exp(-d->ll / (double)d->n))));
 	}
-	if (!st) st = add_line(&b, totals(ds));
+	json_t *tot = st ? NULL : totals(ds);
+	if (!st && o->tb && tot) st = write_tb(o, ev, tot);
+	if (!st) st = add_line(&b, tot);
+	else json_decref(tot);
 	if (!st) st = eval_ll_write(o->output, b.p, b.n);
 	free(b.p);
 	return st;
@@ -189,7 +205,7 @@ static mgt_status run(const popts *o)
 		if (ds.d[i].n > seq) seq = ds.d[i].n < max_len ? ds.d[i].n : max_len;
 	if (!st) st = eval_model_build(&o->m, &em, seq);
 	if (!st) st = score_docs(em.ev, prefix, max_len, seq, &ds);
-	if (!st) st = write_docs(o, &ds);
+	if (!st) st = write_docs(o, em.ev, &ds);
 	for (size_t i = 0; i < ds.n; i++) free(ds.d[i].toks);
 	free(ds.d);
 	eval_model_close(&em);
@@ -202,7 +218,8 @@ int eval_cmd_perplexity(int argc, char **argv)
 		EVAL_MODEL_LONGOPTS,
 		{"texts", required_argument, 0, OPT_TEXTS}, {"text-key", required_argument, 0, OPT_KEY},
 		{"output", required_argument, 0, OPT_OUTPUT}, {"max-length", required_argument, 0, OPT_MAXLEN},
-		{"limit", required_argument, 0, OPT_LIMIT}, {0, 0, 0, 0}};
+		{"limit", required_argument, 0, OPT_LIMIT}, {"tensorboard-dir", required_argument, 0, OPT_TB},
+		{0, 0, 0, 0}};
 	popts o = { .key = "text", .limit = -1 };
 	eval_model_defaults(&o.m);
 	int c;
@@ -215,6 +232,7 @@ int eval_cmd_perplexity(int argc, char **argv)
 		case OPT_OUTPUT: o.output = optarg; break;
 		case OPT_MAXLEN: o.max_length = mgt_cli_int(PROG, "--max-length", optarg); break;
 		case OPT_LIMIT: o.limit = mgt_cli_int(PROG, "--limit", optarg); break;
+		case OPT_TB: o.tb = optarg; break;
 		case 'h': case EVAL_OPT_HELP: usage(); return 0;
 		case ':': mgt_cli_usage_error(PROG, "%s needs a value", argv[optind - 1]);
 		default: mgt_cli_usage_error(PROG, "unknown option '%s'", argv[optind - 1]);

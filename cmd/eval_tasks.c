@@ -12,7 +12,7 @@
 
 #define PROG EVAL_PROG
 
-enum { OPT_TASK = EVAL_OPT_FIRST_FREE, OPT_TYPE, OPT_LIMIT, OPT_OUTPUT, OPT_SAMPLES, OPT_MAXLEN, OPT_STRICT, OPT_BOOT };
+enum { OPT_TASK = EVAL_OPT_FIRST_FREE, OPT_TYPE, OPT_LIMIT, OPT_OUTPUT, OPT_SAMPLES, OPT_MAXLEN, OPT_STRICT, OPT_BOOT, OPT_TB };
 
 static void usage(void)
 {
@@ -30,6 +30,8 @@ static void usage(void)
 	       "  --bootstrap-iters N   resamples for perplexity_stderr (the harness's bootstrap) [100000]\n"
 	       "  --output FILE         write the results JSON there (replaced atomically) instead of stdout\n"
 	       "  --log-samples FILE    one JSON line per example: its requests' loglikelihoods and tokens\n"
+	       "  --tensorboard-dir DIR also write the metrics as TensorBoard scalars TASK/METRIC at the\n"
+	       "                        checkpoint's iteration (a new event file in DIR)\n"
 	       "  --help\n%s%s\n"
 	       "A summary goes to standard error.\n\n%s"
 	       "See mgt-eval(1), mgt-tasks(5).\n", eval_model_help, mgt_cli_tok_help, eval_exit_help);
@@ -41,7 +43,7 @@ typedef struct {
 	size_t n_tasks;
 	mgt_task_type type;
 	long long limit, max_length, boot;
-	const char *output, *samples;
+	const char *output, *samples, *tb;
 	bool strict;
 } topts;
 
@@ -246,6 +248,7 @@ static mgt_status write_results(const topts *o, const mgt_eval *ev, task_run *tr
 		st = task_results(o, &tr[t], r);
 		add_task_info(root, o, tr[t].task, max_len);
 	}
+	if (!st && o->tb) st = eval_ll_tensorboard(o->tb, results, mgt_eval_iteration(ev));
 	json_object_set_new(root, "config", run_config(o, ev, max_len));
 	json_object_set_new(root, "date", json_real((double)time(NULL)));
 	char *text = st ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
@@ -357,6 +360,7 @@ static void parse_task_option(int c, const char *arg, topts *o)
 	case OPT_BOOT: o->boot = mgt_cli_int(PROG, "--bootstrap-iters", arg); break;
 	case OPT_OUTPUT: o->output = arg; break;
 	case OPT_SAMPLES: o->samples = arg; break;
+	case OPT_TB: o->tb = arg; break;
 	default: o->strict = true; break;
 	}
 }
@@ -369,6 +373,7 @@ int eval_cmd_tasks(int argc, char **argv)
 		{"limit", required_argument, 0, OPT_LIMIT}, {"output", required_argument, 0, OPT_OUTPUT},
 		{"log-samples", required_argument, 0, OPT_SAMPLES}, {"max-length", required_argument, 0, OPT_MAXLEN},
 		{"strict-length", no_argument, 0, OPT_STRICT}, {"bootstrap-iters", required_argument, 0, OPT_BOOT},
+		{"tensorboard-dir", required_argument, 0, OPT_TB},
 		{0, 0, 0, 0}};
 	topts o = { .limit = -1, .boot = 100000 };
 	eval_model_defaults(&o.m);

@@ -113,13 +113,16 @@ mgt_status trainer_log_start(trainer *t)
 	}
 	mgt_status st = log_param_counts(t);
 	if (f) fflush(f);
+	return st ? st : trainer_log_tb_open(t);
+}
+
+mgt_status trainer_log_tb_open(trainer *t)
+{
 	/* Megatron's _set_tensorboard_writer: the last rank writes */
-	if (!st && t->a->tensorboard_dir && t->ps.world_rank == t->ps.world_size - 1) {
-		st = mgt_tb_open(&t->tb, t->a->tensorboard_dir, t->io->prog ? t->io->prog : "mgt-train");
-		if (!st) mgt_tb_set_queue(t->tb, t->a->tensorboard_queue_size);
-		else mgt_err_ctx(st, "--tensorboard-dir");
-	}
-	return st;
+	if (!t->a->tensorboard_dir || t->ps.world_rank != t->ps.world_size - 1) return MGT_OK;
+	mgt_status st = mgt_tb_open(&t->tb, t->a->tensorboard_dir, t->io->prog ? t->io->prog : "mgt-train");
+	if (!st) mgt_tb_set_queue(t->tb, t->a->tensorboard_queue_size);
+	return st ? mgt_err_ctx(st, "--tensorboard-dir") : MGT_OK;
 }
 
 /* ---- TensorBoard ---- */

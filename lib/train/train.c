@@ -832,6 +832,16 @@ mgt_status mgt_train_evaluate(mgt_args *a, const mgt_train_io *io, const mgt_tra
 	r->samples = from - r->first_sample;
 	r->loss = loss;
 	r->tokens = (int64_t)tokens;
+	if (!st) st = trainer_log_tb_open(&t);
+	if (!st) { /* TensorBoard and --metrics-file as mgt-train's validation; the caller prints the block */
+		mgt_train_io quiet = *io;
+		quiet.log = NULL;
+		t.io = &quiet;
+		trainer_log_validation(&t, o->test ? "on test set" : "on validation set", o->test, loss);
+		t.io = io;
+	}
+	mgt_status st_tb = trainer_log_end(&t);
+	if (!st) st = st_tb;
 	teardown(&t);
 	return st;
 }

@@ -117,6 +117,9 @@ void trainer_log_memory(trainer *t, const char *when);
 /* Close the TensorBoard file (--tensorboard-dir), writing what is queued; safe to call twice.
  * Errors: MGT_ERR_IO naming the file (this or an earlier write failed). */
 mgt_status trainer_log_end(trainer *t);
+/* --tensorboard-dir: open the writer on the last rank (trainer_log_start calls it).  Errors: those
+ * of mgt_tb_open, naming the flag. */
+mgt_status trainer_log_tb_open(trainer *t);
 /* At the start: the arguments as Megatron's _print_args, a warning for each Megatron flag given
  * that has no effect, the parameter count of every (TP, PP) position (a collective: every rank
  * calls it), then on the last rank the TensorBoard file of --tensorboard-dir opened.  Errors:

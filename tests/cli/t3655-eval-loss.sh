@@ -3,6 +3,7 @@
 # iteration, bit for bit (same samples, same code), in one process and under mpirun with
 # TP2 x PP2; the test split; a Hugging Face directory; bad input (TAP, run by prove).
 . "$(dirname "$0")/lib.sh"
+export ROOT
 cd "$T" || exit 1
 
 "$BIN/mgt-preprocess" --input "$SHARE/data/kjv.jsonl.zst" --output-prefix kjv $GPT2 --append-eod \
@@ -76,10 +77,42 @@ fi
 "$BIN/mgt-ckpt-convert" --load-dir hf1 --save-dir back1 >/dev/null 2>&1
 DATA="--data-path kjv_text_document --split 90,5,5 --data-cache-path cache --seq-length 32 --micro-batch-size 2
  --global-batch-size 8 --eval-iters 2 --eval-interval 3 --train-iters 6 --eval-from-sample 16 --threads 2"
-"$BIN/mgt-eval" loss --hf hf1 $DATA --output ehf.json >/dev/null 2>ehf.err
+mkdir tmp
+TMPDIR=$T/tmp "$BIN/mgt-eval" loss --hf hf1 $DATA --output ehf.json >/dev/null 2>ehf.err
 "$BIN/mgt-eval" loss --load back1 $DATA --output eback.json >/dev/null 2>&1
 ok "--hf: the loss of the converted checkpoint, bit for bit" same "$(json_loss ehf.json)" "$(json_loss eback.json)"
-ok "... its temporary checkpoint is removed" no_files "${TMPDIR:-/tmp}"/mgt-eval.hf.*
+ok "... its temporary checkpoint (in \$TMPDIR) is removed" test -z "$(ls tmp)"
+
+# TensorBoard: loss, tasks and perplexity write event files an independent reader accepts (every
+# CRC checked), holding the values of their JSON output at the checkpoint's iteration
+"$BIN/mgt-eval" loss --load ck1 --tensorboard-dir tb --log-validation-ppl-to-tensorboard --output tbl.json >/dev/null 2>&1
+"$BIN/mgt-eval" tasks --load ck1 --task "$SHARE/tasks/kjv-choice.jsonl" --limit 4 --max-length 128 --threads 2 \
+	--tensorboard-dir tb --output tbt.json 2>/dev/null
+echo '{"text": "In the beginning God created the heaven and the earth."}' >texts.jsonl
+"$BIN/mgt-eval" perplexity --load ck1 --texts texts.jsonl --tensorboard-dir tb --output tbp.jsonl 2>/dev/null
+ok "TensorBoard: three event files" test "$(ls tb | grep -c '^events.out.tfevents.*mgt-eval$')" = 3
+ok "... every record's CRC checks, and the values are the JSON outputs' at iteration 6" $PY - <<'PY'
+import json, os, subprocess, sys
+import numpy as np
+vals = {}
+for f in os.listdir("tb"):
+    out = subprocess.run(["/usr/bin/python3", os.environ["ROOT"] + "/tests/tb/read_events.py", "tb/" + f],
+                         capture_output=True, text=True)
+    if out.returncode: sys.exit("reader failed on " + f + ": " + out.stderr)
+    for line in out.stdout.splitlines():
+        r = json.loads(line)
+        if "tag" in r: vals[(r["tag"], r["step"])] = r["value"]
+want = {}
+l = json.load(open("tbl.json"))
+want[("lm loss validation", 6)] = l["lm_loss"]
+want[("lm loss validation ppl", 6)] = l["ppl"]
+t = json.load(open("tbt.json"))["results"]["kjv-choice"]
+for k in ("acc", "acc_norm", "acc_stderr"): want[("kjv-choice/" + k, 6)] = t[k + ",none"]
+p = json.loads(open("tbp.jsonl").read().splitlines()[-1])["total"]
+for k in ("perplexity", "bits_per_byte", "tokens"): want[("texts/" + k, 6)] = p[k]
+bad = [(k, v, vals.get(k)) for k, v in want.items() if vals.get(k) != float(np.float32(v))]
+sys.exit(("mismatch: %s" % bad) if bad else 0)
+PY
 
 # bad input
 ok "no --load: exit 2" exits 2 "$BIN/mgt-eval" loss
