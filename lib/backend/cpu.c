@@ -811,6 +811,7 @@ static const mgt_backend_ops cpu_ops = {
 	.rope = cpu_rope,
 	.attn_fwd = mgt_cpu_attn_fwd,
 	.attn_bwd = mgt_cpu_attn_bwd,
+	.attn_kv = mgt_cpu_attn_kv,
 	.bias_act_fwd = cpu_bias_act_fwd,
 	.bias_act_bwd = cpu_bias_act_bwd,
 	.bda_fwd = cpu_bda_fwd,
