@@ -2,8 +2,8 @@
  * mgt_k_attn_kv, the device twin of the CPU op attn_kv in lib/backend/backend.h).
  *
  * Two launches on the stream: kv_store copies every new token's key and value heads into the
- * caches; then one block of KV_THREADS threads per (query head, token) attends over the
- * sequence's cached positions 0..pos[t].  Warp w takes keys w, w + KV_WARPS, ... in order; a
+ * caches; then one block of KV_THREADS threads per (token, query head) attends over the
+ * sequence's cached positions 0..pos[t] (grid: tokens x heads).  Warp w takes keys w, w + KV_WARPS, ... in order; a
  * lane holds channels lane + 32 j (j < KV_CMAX, so d <= 256) of the query and of its running
  * output; the dot product is a warp sum (xor butterfly: every lane gets the same bits), the
  * softmax is online per warp (running max and sum, the output rescaled when the max grows),
@@ -42,7 +42,7 @@ static __global__ void attn_kv_kernel(float *out, const float *kc, const float *
 {
 	__shared__ float sm_m[KV_WARPS], sm_l[KV_WARPS];
 	MGT_DYN_SHARED(float, sm_o); /* [KV_WARPS, d] */
-	const int n = blockIdx.x, t = blockIdx.y, g = n / r, H = ng * r;
+	const int t = blockIdx.x, n = blockIdx.y, g = n / r, H = ng * r;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, np = pos[t] + 1;
 	const float scale = 1.0f / sqrtf((float)d);
 	const float *q = qkv + ((size_t)t * ng + g) * (size_t)(r + 2) * d + (size_t)(n % r) * d;
@@ -98,7 +98,7 @@ extern "C" int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, c
 {
 	if (T <= 0 || ng <= 0 || r <= 0 || d <= 0)
 		return (int)cudaSuccess;
-	if (d > 32 * KV_CMAX || (size_t)T * ng * r > 0x7fffffffu)
+	if (d > 32 * KV_CMAX || ng * r > 65535)
 		return (int)cudaErrorInvalidValue;
 	const cudaStream_t st = mgt_st(s);
 	const size_t n = (size_t)T * ng * d;
@@ -106,7 +106,7 @@ extern "C" int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, c
 	const cudaError_t e = cudaGetLastError();
 	if (e != cudaSuccess)
 		return (int)e;
-	const dim3 grid((unsigned)(ng * r), (unsigned)T);
+	const dim3 grid((unsigned)T, (unsigned)(ng * r));
 	MGT_LAUNCH(attn_kv_kernel, grid, KV_THREADS, (size_t)KV_WARPS * d * sizeof(float), st, out, kc, vc, qkv,
 		   seq, pos, ng, r, d, S);
 	return mgt_k_rc();

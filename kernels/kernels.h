@@ -92,7 +92,7 @@ int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *
 
 /* Attention of T new tokens against a key/value cache (kernels/attn_kv.cu), the CPU op attn_kv:
  * stores their keys and values in kc, vc [B, ng, S, d], then writes out [T, ng*r, d].  d <= 256
- * (cudaErrorInvalidValue otherwise); grid (ng*r, T) with T < 65536. */
+ * and ng*r <= 65535 (cudaErrorInvalidValue otherwise). */
 int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
 		  const int32_t *pos, int T, int ng, int r, int d, int S);
 
