@@ -90,6 +90,12 @@ int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *
 		   const float *out, const float *lse, int seq, int b, int ng, int r, int d, float p,
 		   uint64_t key, int head0, int heads_total, void *ws);
 
+/* Attention of T new tokens against a key/value cache (kernels/attn_kv.cu), the CPU op attn_kv:
+ * stores their keys and values in kc, vc [B, ng, S, d], then writes out [T, ng*r, d].  d <= 256
+ * and ng*r <= 65535 (cudaErrorInvalidValue otherwise). */
+int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
+		  const int32_t *pos, int T, int ng, int r, int d, int S);
+
 /* ---- causal attention on tensor cores (kernels/attn_tc.cu; device code and design in
  * kernels/attn_tc.cuh): WMMA with bf16 / fp16 operands, fp32 accumulation and softmax.  Same
  * contracts as mgt_k_attn_* above (and the same workspace), returning cudaErrorInvalidValue for

@@ -152,6 +152,21 @@ typedef struct mgt_backend_ops {
 			 const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
 			 uint64_t key, int head0, int heads_total);
 
+	/* ---- attention against a key/value cache (inference; no dropout, no backward) ----
+	 * qkv [T, ng, r + 2, d] holds T new tokens laid out as above (after RoPE and the head
+	 * norms); token t belongs to cache sequence seq[t] (0 <= seq[t] < B) at position pos[t]
+	 * (0 <= pos[t] < S).  The caches kc, vc [B, ng, S, d] (one layer's keys and values) first
+	 * receive every new token's key and value head: kc[seq[t], g, pos[t], :] = k_g(t), likewise
+	 * vc; then query head n of group g = n / r of token t attends causally over its sequence:
+	 *   out[t, n, :] = sum_{i <= pos[t]} softmax_i(scale * q_n(t).kc[seq[t], g, i]) vc[seq[t], g, i]
+	 * with scale = 1/sqrt(d) (megatron/core/transformer/dot_product_attention.py; the inference
+	 * key/value memory of megatron/core/inference/ and megatron/core/transformer/attention.py
+	 * _adjust_key_value_for_inference).  Positions 0..pos[t] of the sequence must hold keys: from
+	 * this call or an earlier one.  No two tokens of one call may share (seq, pos).  Writes out
+	 * [T, ng*r, d] and those cache rows; seq, pos [T] int32.  Softmax sums in fp32, max first. */
+	void (*attn_kv)(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv,
+			const int32_t *seq, const int32_t *pos, int T, int ng, int r, int d, int S);
+
 	/* ---- MLP activation with the fc1 bias (Megatron's bias-activation fusion) ---- */
 	/* GELU (erf form) or GELU_TANH: x [T, f], y = gelu(x + b), y [T, f]; the tanh form is
 	 *   0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))).

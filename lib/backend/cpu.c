@@ -157,8 +157,11 @@ static void cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const floa
 	}
 	x = gemm_operand(be, 0, x, (size_t)T * in);
 	w = gemm_operand(be, 1, w, (size_t)out * in);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in,
-		    b ? 1.0f : 0.0f, y, out);
+	if (T == 1) /* one token (decoding): OpenBLAS's sgemm would pack all of w first, gemv streams it */
+		cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, b ? 1.0f : 0.0f, y, 1);
+	else
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in,
+			    b ? 1.0f : 0.0f, y, out);
 }
 
 static void cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
@@ -811,6 +814,7 @@ static const mgt_backend_ops cpu_ops = {
 	.rope = cpu_rope,
 	.attn_fwd = mgt_cpu_attn_fwd,
 	.attn_bwd = mgt_cpu_attn_bwd,
+	.attn_kv = mgt_cpu_attn_kv,
 	.bias_act_fwd = cpu_bias_act_fwd,
 	.bias_act_bwd = cpu_bias_act_bwd,
 	.bda_fwd = cpu_bda_fwd,

@@ -278,3 +278,70 @@ void mgt_cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const flo
 		}
 	}
 }
+
+/* ---- attention against a key/value cache (backend.h attn_kv) ----
+ * One task per (token, query head): online softmax over the sequence's cached keys in chunks of
+ * CPU_AK, the output accumulated unnormalized and divided by the sum at the end. */
+
+static void kv_store(float *kc, float *vc, const float *qkv, const int32_t *seq, const int32_t *pos, int T,
+		     int ng, int r, int d, int S)
+{
+	const size_t hd = (size_t)(r + 2) * d;
+	for (int t = 0; t < T; t++)
+		for (int g = 0; g < ng; g++) {
+			const float *src = qkv + ((size_t)t * ng + g) * hd + (size_t)r * d;
+			size_t dst = (((size_t)seq[t] * ng + g) * S + (size_t)pos[t]) * d;
+			memcpy(kc + dst, src, (size_t)d * sizeof(float));
+			memcpy(vc + dst, src + d, (size_t)d * sizeof(float));
+		}
+}
+
+/* o[d] = softmax(scale q.K[i], i < np) . V, K and V [np, d]. */
+static void kv_head(float *o, const float *q, const float *K, const float *V, int np, int d, float scale)
+{
+	float sc[CPU_AK], mrun = -INFINITY, lrun = 0.0f;
+	for (int c = 0; c < d; c++) o[c] = 0.0f;
+	for (int k0 = 0; k0 < np; k0 += CPU_AK) {
+		int kn = np - k0 < CPU_AK ? np - k0 : CPU_AK;
+		float mx = mrun;
+		for (int i = 0; i < kn; i++) {
+			const float *k = K + (size_t)(k0 + i) * d;
+			float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+			for (int c = 0; c < d; c++) s += q[c] * k[c];
+			sc[i] = s * scale;
+			mx = sc[i] > mx ? sc[i] : mx;
+		}
+		float corr = cpu_expf(mrun - mx);
+		lrun *= corr;
+		for (int c = 0; c < d; c++) o[c] *= corr;
+		for (int i = 0; i < kn; i++) {
+			const float *v = V + (size_t)(k0 + i) * d;
+			float pr = cpu_expf(sc[i] - mx);
+			lrun += pr;
+			for (int c = 0; c < d; c++) o[c] += pr * v[c];
+		}
+		mrun = mx;
+	}
+	for (int c = 0; c < d; c++) o[c] /= lrun;
+}
+
+void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
+		     const int32_t *pos, int T, int ng, int r, int d, int S)
+{
+	if (T <= 0 || ng <= 0 || r <= 0 || d <= 0) return;
+	kv_store(kc, vc, qkv, seq, pos, T, ng, r, d, S);
+	const int H = ng * r;
+	const long ntask = (long)T * H;
+	const size_t hd = (size_t)(r + 2) * d;
+	const float scale = 1.0f / sqrtf((float)d);
+	long work = 0;
+	for (int t = 0; t < T; t++) work += (long)(pos[t] + 1) * H * d;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(cpu_threads(be)) if (ntask > 1 && work > 200000)
+	for (long task = 0; task < ntask; task++) {
+		const int t = (int)(task / H), n = (int)(task % H), g = n / r;
+		const size_t kv0 = ((size_t)seq[t] * ng + g) * (size_t)S * d;
+		kv_head(out + (size_t)task * d, qkv + ((size_t)t * ng + g) * hd + (size_t)(n % r) * d, kc + kv0,
+			vc + kv0, pos[t] + 1, d, scale);
+	}
+}

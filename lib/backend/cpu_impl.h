@@ -13,7 +13,9 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #elif defined(__clang__)
-#pragma clang diagnostic ignored "-Wpass-failed" /* an `omp simd` loop clang cannot vectorize */
+#pragma clang diagnostic ignored "-Wpass-failed" /* an `omp simd` loop clang cannot vectorize */void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
+		     const int32_t *pos, int T, int ng, int r, int d, int S);
+
 #endif
 
 #include <stdint.h>
@@ -44,7 +46,9 @@ enum { cpu_scratch_bytes = 2 * CPU_AQ * CPU_AK * 4 + CPU_AQ * CPU_AK + 64 * 4 };
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
-#define CPU_CLONES
+#define CPU_CLONESvoid mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
+		     const int32_t *pos, int T, int ng, int r, int d, int S);
+
 #endif
 #define CPU_INLINE static inline __attribute__((always_inline))
 
@@ -125,5 +129,7 @@ void mgt_cpu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qkv,
 void mgt_cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
 		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
 		      uint64_t key, int head0, int heads_total);
+void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
+		     const int32_t *pos, int T, int ng, int r, int d, int S);
 
 #endif

@@ -352,6 +352,12 @@ static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const f
 				       head0, heads_total, ws));
 }
 
+static void cu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
+		       const int32_t *pos, int T, int ng, int r, int d, int S)
+{
+	mgt_cuda_ok(be, "attn_kv", mgt_k_attn_kv(stream(be), out, kc, vc, qkv, seq, pos, T, ng, r, d, S));
+}
+
 static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, float *y, const float *x,
 			    const float *b, int T, int f)
 {
@@ -496,6 +502,7 @@ static const mgt_backend_ops cuda_ops = {
 	.rope = cu_rope,
 	.attn_fwd = cu_attn_fwd,
 	.attn_bwd = cu_attn_bwd,
+	.attn_kv = cu_attn_kv,
 	.bias_act_fwd = cu_bias_act_fwd,
 	.bias_act_bwd = cu_bias_act_bwd,
 	.bda_fwd = cu_bda_fwd,

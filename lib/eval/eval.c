@@ -1,5 +1,5 @@
 /* lib/eval/eval.c: a checkpoint's model for inference (see eval.h). */
-#include "eval.h"
+#include "eval_impl.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -8,29 +8,6 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "backend/backend.h"
-#include "ckpt/ckpt.h"
-#include "dist/dist.h"
-#include "model/model.h"
-
-struct mgt_eval {
-	mgt_args a;
-	bool args_ok;               /* a initialized (mgt_args_free) */
-	mgt_ckpt *ck;               /* open until built */
-	char *dir;                  /* the iteration directory */
-	int64_t iteration;
-	int64_t padded_vocab;       /* saved */
-	int64_t meta_vocab;         /* metadata tokenizer.vocab_size, 0 when absent */
-	/* built */
-	mgt_backend *be;
-	mgt_parallel ps;
-	bool ps_ok;
-	mgt_model *m;
-	int64_t vocab, s;
-	int32_t *tok, *lab, *pos;   /* [s] */
-	float *mask;                /* [s] */
-	float *full;                /* [s, padded_vocab] host logits */
-};
 
 static int64_t recorded_vocab(const mgt_eval *ev);
 
@@ -264,42 +241,46 @@ mgt_status mgt_eval_build(mgt_eval *ev, const mgt_eval_build_opts *o)
 	if (!st) st = mgt_parallel_to_device(&ev->ps, ev->be, false);
 	if (st) return st;
 	ev->s = o->seq_length;
-	mgt_model_layout L = { .mbs = 1, .stage = 0, .num_stages = 1, .slots = 1, .dp = 1 };
-	st = mgt_model_create(&ev->m, &ev->a.model, &L, ev->be, &ev->ps);
+	st = mgt_model_create_infer(&ev->m, &ev->a.model, ev->be, &ev->ps);
 	if (!st) st = read_params(ev);
 	if (st) return mgt_err_ctx(st, "loading %s", ev->dir);
 	mgt_ckpt_close(ev->ck);
 	ev->ck = NULL;
+	if (ev->s > INT32_MAX / 4) return mgt_err(MGT_ERR_USAGE, "sequence length %lld: too long", (long long)ev->s);
 	size_t s = (size_t)ev->s;
-	ev->tok = mgt_malloc(s * sizeof *ev->tok);
-	ev->lab = mgt_malloc(s * sizeof *ev->lab);
+	ev->seq = mgt_malloc(s * sizeof *ev->seq);
 	ev->pos = mgt_malloc(s * sizeof *ev->pos);
-	ev->mask = mgt_malloc(s * sizeof *ev->mask);
 	ev->full = mgt_malloc(s * (size_t)ev->padded_vocab * sizeof *ev->full);
-	if (!ev->tok || !ev->lab || !ev->pos || !ev->mask || !ev->full) return MGT_ERR_NOMEM;
+	if (!ev->seq || !ev->pos || !ev->full) return MGT_ERR_NOMEM;
+	for (size_t i = 0; i < s; i++) {
+		ev->seq[i] = 0;
+		ev->pos[i] = (int32_t)i;
+	}
 	return MGT_OK;
 }
 
-/* Forward tokens[0..n) padded to s; ev->full gets the padded logits [s, padded_vocab]. */
+mgt_status mgt_eval_check_ids(const mgt_eval *ev, const int32_t *tokens, int64_t n)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (tokens[i] < 0 || tokens[i] >= ev->vocab)
+			return mgt_err(MGT_ERR_INPUT, "token %lld (position %lld) is outside the vocabulary [0, %lld)",
+				       (long long)tokens[i], (long long)i, (long long)ev->vocab);
+	return MGT_OK;
+}
+
+/* Forward tokens[0..n) (positions 0..n-1, a fresh sequence in the cache, made at the first
+ * call); ev->full gets the
+ * padded logits of the n positions [n, padded_vocab]. */
 static mgt_status forward_full(mgt_eval *ev, const int32_t *tokens, int64_t n)
 {
 	if (!ev->m) return mgt_err(MGT_ERR_USAGE, "mgt_eval_forward: the model is not built");
 	if (n < 1 || n > ev->s)
 		return mgt_err(MGT_ERR_USAGE, "%lld tokens: expected 1 to %lld (the sequence length the model was "
 			       "built for)", (long long)n, (long long)ev->s);
-	for (int64_t i = 0; i < n; i++)
-		if (tokens[i] < 0 || tokens[i] >= ev->vocab)
-			return mgt_err(MGT_ERR_INPUT, "token %lld (position %lld) is outside the vocabulary [0, %lld)",
-				       (long long)tokens[i], (long long)i, (long long)ev->vocab);
-	for (int64_t i = 0; i < ev->s; i++) {
-		ev->tok[i] = i < n ? tokens[i] : 0;
-		ev->lab[i] = i + 1 < n ? tokens[i + 1] : 0;
-		ev->pos[i] = (int32_t)i;
-		ev->mask[i] = 0;
-	}
-	mgt_microbatch mb = { .tokens = ev->tok, .labels = ev->lab, .position_ids = ev->pos, .loss_mask = ev->mask };
-	double loss;
-	return mgt_model_step(ev->m, &mb, false, 0.0f, &loss, ev->full, NULL);
+	mgt_status st = mgt_eval_check_ids(ev, tokens, n);
+	if (!st && !ev->kv) st = mgt_kv_cache_create(&ev->kv, ev->m, 1, (int)ev->s); /* first use */
+	if (st) return st;
+	return mgt_model_infer(ev->m, ev->kv, (int)n, tokens, ev->seq, ev->pos, (int)n, ev->pos, ev->full);
 }
 
 /* Rows [0, n) of ev->full without the padding columns. */
@@ -347,13 +328,12 @@ void mgt_eval_free(mgt_eval *ev)
 {
 	if (!ev) return;
 	mgt_ckpt_close(ev->ck);
+	mgt_kv_cache_free(ev->kv);
 	mgt_model_free(ev->m);
 	if (ev->ps_ok) mgt_parallel_free(&ev->ps); /* device communicators before the backend */
 	if (ev->be) mgt_backend_destroy(ev->be);
-	free(ev->tok);
-	free(ev->lab);
+	free(ev->seq);
 	free(ev->pos);
-	free(ev->mask);
 	free(ev->full);
 	free(ev->dir);
 	if (ev->args_ok) mgt_args_free(&ev->a);

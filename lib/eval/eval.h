@@ -10,14 +10,17 @@
  *                        (mgt_ckpt_read reshards: every tensor is read whole)
  *   mgt_eval_forward     the logits of a token sequence (no dropout, fp32 GEMMs)
  *   mgt_eval_greedy      greedy continuation (argmax, ties to the lowest id), recomputing the
- *                        forward for every new token (no KV cache)
+ *                        forward of the whole sequence for every new token (the cache is not
+ *                        carried over: the reference for mgt_eval_generate's cached decoding)
+ *   mgt_eval_generate    batched generation with a key/value cache (greedy or sampled)
  *   mgt_eval_free
  *
- * The forward always runs seq_length positions: a shorter sequence is padded with id 0 after its
- * end.  Attention is causal (megatron/core/transformer/dot_product_attention.py, the causal
- * mask), so the padding changes no logit of an earlier position.  Logits are returned for the
- * unpadded vocabulary only: the rows Megatron adds to make the embedding table divisible
- * (--make-vocab-size-divisible-by x TP) are dropped.
+ * The forward runs exactly the positions given, on lib/model's inference path
+ * (mgt_model_create_infer: parameters only, no gradients; mgt_model_infer with a key/value cache
+ * of seq_length positions, here refilled from position 0 by every call).  Attention is causal
+ * (megatron/core/transformer/dot_product_attention.py, the causal mask).  Logits are returned
+ * for the unpadded vocabulary only: the rows Megatron adds to make the embedding table
+ * divisible (--make-vocab-size-divisible-by x TP) are dropped.
  *
  * Errors are mgt_status values with a message (mgt_err_msg); nothing prints or exits.
  */
@@ -111,6 +114,73 @@ mgt_status mgt_eval_greedy(mgt_eval *ev, const int32_t *prompt, int64_t n, int64
 void mgt_eval_free(mgt_eval *ev);
 
 /* ==== generation with a key/value cache (lib/eval/generate.c) ==== */
+
+/* Check that tokens[0..n) lie in the model's vocabulary [0, mgt_eval_vocab_size).
+ * Errors: MGT_ERR_INPUT naming the first id outside it and its position. */
+mgt_status mgt_eval_check_ids(const mgt_eval *ev, const int32_t *tokens, int64_t n);
+
+/* Why a prompt's generation ended: MGT_GEN_MORE while it goes on; the end-of-document id was
+ * drawn; a stop string appeared in the new text; max_new_tokens were produced or the context
+ * (max_length positions) is full. */
+typedef enum { MGT_GEN_MORE, MGT_GEN_EOD, MGT_GEN_STOP, MGT_GEN_LENGTH } mgt_gen_end;
+
+/* How to generate (mgt_eval_generate).  Sampling follows Megatron's text generation
+ * (megatron/inference/text_generation/sampling.py sample()): greedy is the argmax (ties to the
+ * lowest id); otherwise the logits are divided by temperature, then with top_k > 1 every logit
+ * below the k-th largest is removed (ties with it stay), or else with top_p > 0 the smallest set
+ * of most likely ids whose probability reaches top_p is kept (sorted by decreasing probability,
+ * an id is removed when the cumulative probability of the ids before it exceeds top_p; the most
+ * likely id always stays), and one id is drawn from the softmax of what is left.  The draw is
+ * reproducible: the uniform number of prompt i's step k takes 53 bits of words 0 and 1 of
+ * Philox4x32-10 (mgt_philox) keyed by the seed, counter (i, k), so a prompt's output does not depend on the batch it is in
+ * (up to the rounding of GEMMs of other shapes). */
+typedef struct mgt_gen_opts {
+	int64_t max_new_tokens;  /* new tokens per prompt at most (>= 0) */
+	bool greedy;             /* argmax; also when top_k == 1 (Megatron) or temperature == 0 */
+	double temperature;      /* >= 0 (1: unchanged logits) */
+	int64_t top_k;           /* 0: no top-k filtering; at most the vocabulary */
+	double top_p;            /* 0: no top-p filtering; else in (0, 1]; not with top_k > 1 */
+	uint64_t seed;
+	int32_t eod;             /* end at this id (reported, not part of the text); < 0: never */
+	const char *const *stop; /* nstop stop strings: end once the new text contains one */
+	int nstop;
+	const mgt_tok *tok;      /* decodes the new text (stop strings, mgt_gen_token.text); NULL: none */
+	int batch_size;          /* sequences decoded together (>= 1): continuous batching, a finished
+				  * sequence's slot takes the next prompt */
+	int64_t max_length;      /* positions per sequence (prompt + new tokens fed back); 0: the
+				  * seq_length the model was built for, which bounds it */
+} mgt_gen_opts;
+
+/* One produced token, handed to the callback in the order produced (per step, prompts in slot
+ * order; a prompt's tokens in order). */
+typedef struct mgt_gen_token {
+	int64_t prompt;          /* index of its prompt */
+	int64_t step;            /* index among the prompt's new tokens, from 0 */
+	int32_t id;
+	mgt_gen_end end;         /* MGT_GEN_MORE, or why this is the prompt's last token */
+	const char *text;        /* with o->tok: the prompt's new tokens decoded so far (not the EOD
+				  * id; with MGT_GEN_STOP cut after the stop string), text_len bytes,
+				  * not NUL-terminated, possibly ending inside a UTF-8 character; NULL
+				  * without a tokenizer */
+	size_t text_len;
+	const float *logits;     /* the logits the id was chosen from [vocab_size] (before temperature) */
+} mgt_gen_token;
+
+/* Called for every produced token; a non-OK status stops generation and is returned. */
+typedef mgt_status (*mgt_gen_cb)(void *ctx, const mgt_gen_token *t);
+
+/* Generate continuations of prompts[i][0..lens[i]), i < nprompts (each 1 <= lens[i] <= the
+ * context, ids in the vocabulary), with a key/value cache of batch_size sequences of
+ * max_length positions (mgt_kv_cache_create): each prompt is prefilled in one call (with the
+ * new tokens of the other sequences in the batch), then its tokens are fed one a step.  A prompt
+ * ends at the eod id, a stop string, max_new_tokens, or when max_length positions are used (a
+ * prompt of n tokens can get max_length + 1 - n new ones).  Greedy generation gives the ids of
+ * mgt_eval_greedy (which recomputes every prefix) up to rounding.  Errors: MGT_ERR_USAGE (options
+ * out of range, before mgt_eval_build), MGT_ERR_INPUT (an empty prompt, a prompt longer than
+ * max_length, an id outside the vocabulary: naming the prompt's index), MGT_ERR_NOMEM,
+ * MGT_ERR_IO (backend), or the callback's status. */
+mgt_status mgt_eval_generate(mgt_eval *ev, const mgt_gen_opts *o, int64_t nprompts, const int32_t *const *prompts,
+			     const int64_t *lens, mgt_gen_cb cb, void *ctx);
 
 /* ==== end of generation ==== */
 

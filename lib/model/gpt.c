@@ -5,66 +5,12 @@
  * QKV after RoPE, the attention output and its log-sum-exp, the residual after attention, fc1
  * output and the activation.  Dropout masks are recomputed from Philox keys, never stored.
  */
-#include "model.h"
+#include "model_impl.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Per layer and slot.  x_in, x_mid, mean*, rstd*: [Th] rows (this rank's part of the sequence
- * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .]. */
-typedef struct {
-	float *x_in, *ln1, *mean1, *rstd1, *qkv, *ctx, *lse, *x_mid, *ln2, *mean2, *rstd2, *fc1, *act;
-	/* --qk-layernorm: linear_qkv's output before the head norms [T, qkv_l], and the norms'
-	 * statistics [T*ng*r] (queries) and [T*ng] (keys); NULL without */
-	float *qkv_pre, *qmean, *qrstd, *kmean, *krstd;
-} layer_act;
-
-/* One micro-batch in flight: its layers' activations, the head's, its batch and dropout key. */
-typedef struct {
-	layer_act *la;
-	float *res_out, *lnf, *meanf, *rstdf, *logits, *mx, *sumexp, *tgt, *loss, *mask;
-	int32_t *tokens, *labels, *pos;
-	uint64_t drop_key;
-} slot_act;
-
-struct mgt_model {
-	mgt_model_config c;
-	mgt_model_layout L;
-	mgt_tensor_table tt;
-	mgt_backend *be;
-	const mgt_parallel *ps;
-	int s, b, T, Th;           /* Th: rows of the residual stream here (T, or T/tp with SP) */
-	int64_t h, nq_l, ng_l, r, d, qkv_l, ffn_l, fc1_l, V_l, v0, r0;
-	mgt_norm_kind norm;
-	mgt_act_kind act;
-	bool layernorm, rope, qkln, sp, first, last;
-	int rot_dim;
-	float *inv_freq;           /* RoPE frequencies [rot_dim/2] (backend memory) */
-	float *params, *grads;
-	/* tensors by role and local layer; NULL when absent */
-	const mgt_tensor *(*by_role)[MGT_T_NROLES];
-	const mgt_tensor *glob[MGT_T_NROLES];
-	int first_layer, n_layers;
-	slot_act *sa, *cur;
-	/* scratch shared by the slots */
-	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
-	size_t act_bytes, work_bytes;
-	bool dry;                  /* mgt_model_measure: count the bytes, allocate nothing */
-	uint64_t next_key, drop_key;
-	double t_fwd, t_bwd;
-	mgt_grad_hook hook;
-	void *hook_ctx;
-};
-
-static float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
-static float *G(mgt_model *m, const mgt_tensor *t) { return t ? m->grads + t->offset : NULL; }
-
-static const mgt_tensor *T_(const mgt_model *m, int l, mgt_tensor_role role)
-{
-	return l < 0 ? m->glob[role] : m->by_role[l - m->first_layer][role];
-}
 
 /* ---- allocation ---- */
 
@@ -202,7 +148,7 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 }
 
 /* The chunk without its buffers: dimensions, tensor table and flat-buffer layout. */
-static mgt_status model_new(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
+mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
 			    mgt_backend *be, const mgt_parallel *ps, bool dry)
 {
 	*out = NULL;
@@ -226,30 +172,39 @@ static mgt_status model_new(mgt_model **out, const mgt_model_config *c, const mg
 	return st;
 }
 
+mgt_status mgt_model_alloc_params(mgt_model *m, bool grads)
+{
+	mgt_backend *be = m->be;
+	size_t bytes = m->tt.buf_numel * sizeof(float);
+	m->params = be->ops->alloc(be, bytes);
+	if (grads) m->grads = be->ops->alloc(be, bytes);
+	if (!m->params || (grads && !m->grads)) return MGT_ERR_NOMEM;
+	be->ops->zero(be, m->params, bytes);
+	if (grads) be->ops->zero(be, m->grads, bytes);
+	return MGT_OK;
+}
+
+mgt_status mgt_model_upload_inv_freq(mgt_model *m)
+{
+	size_t bytes = (size_t)(m->rot_dim / 2) * sizeof(float);
+	if (!m->inv_freq && !(m->inv_freq = m->be->ops->alloc(m->be, bytes))) return MGT_ERR_NOMEM;
+	float *f = mgt_malloc(bytes ? bytes : 4);
+	if (!f) return MGT_ERR_NOMEM;
+	mgt_model_rope_inv_freq(&m->c, f);
+	mgt_status st = m->be->ops->upload(m->be, m->inv_freq, f, bytes);
+	free(f);
+	return st;
+}
+
 mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
 			    mgt_backend *be, const mgt_parallel *ps)
 {
 	mgt_model *m;
-	mgt_status st = model_new(&m, c, L, be, ps, false);
+	mgt_status st = mgt_model_new_chunk(&m, c, L, be, ps, false);
 	if (st) return st;
-	size_t bytes = m->tt.buf_numel * sizeof(float);
-	m->params = be->ops->alloc(be, bytes);
-	m->grads = be->ops->alloc(be, bytes);
-	if (!m->params || !m->grads) st = MGT_ERR_NOMEM;
-	else {
-		be->ops->zero(be, m->params, bytes);
-		be->ops->zero(be, m->grads, bytes);
-	}
+	st = mgt_model_alloc_params(m, true);
 	if (!st) st = alloc_activations(m);
-	if (!st && m->inv_freq) {
-		float *f = mgt_malloc((size_t)(m->rot_dim / 2) * sizeof *f);
-		if (!f) st = MGT_ERR_NOMEM;
-		else {
-			mgt_model_rope_inv_freq(&m->c, f);
-			st = be->ops->upload(be, m->inv_freq, f, (size_t)(m->rot_dim / 2) * sizeof *f);
-			free(f);
-		}
-	}
+	if (!st && m->inv_freq) st = mgt_model_upload_inv_freq(m);
 	if (st) {
 		mgt_model_free(m);
 		return st;
@@ -262,7 +217,7 @@ mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *
 			     mgt_model_mem *mem, size_t *buf_numel)
 {
 	mgt_model *m;
-	mgt_status st = model_new(&m, c, L, NULL, ps, true);
+	mgt_status st = mgt_model_new_chunk(&m, c, L, NULL, ps, true);
 	if (st) return st;
 	st = alloc_activations(m);
 	if (!st) {
@@ -316,7 +271,7 @@ bool mgt_model_is_last_stage(const mgt_model *m) { return m->last; }
 mgt_model_mem mgt_model_memory(const mgt_model *m)
 {
 	size_t pb = m->tt.buf_numel * sizeof(float);
-	return (mgt_model_mem){ .params = pb, .grads = pb, .activations = m->act_bytes,
+	return (mgt_model_mem){ .params = pb, .grads = m->infer ? 0 : pb, .activations = m->act_bytes,
 				.workspace = m->work_bytes };
 }
 
@@ -461,7 +416,7 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
 	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
 }
 
-static const mgt_tensor *output_weight(const mgt_model *m)
+const mgt_tensor *mgt_model_output_weight(const mgt_model *m)
 {
 	return m->glob[MGT_T_OUTPUT_W] ? m->glob[MGT_T_OUTPUT_W] : m->glob[MGT_T_WORD_EMB];
 }
@@ -474,7 +429,7 @@ static mgt_status head_fwd(mgt_model *m, double *loss_sum)
 	mgt_status st = norm_gather(m, sa->lnf, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
 				    m->glob[MGT_T_FINAL_LN_B]);
 	if (st) return st;
-	o->linear_fwd(m->be, sa->logits, sa->lnf, P(m, output_weight(m)), NULL, T, h, V);
+	o->linear_fwd(m->be, sa->logits, sa->lnf, P(m, mgt_model_output_weight(m)), NULL, T, h, V);
 	o->xent_max(m->be, sa->mx, sa->logits, T, V);
 	if ((st = tp_allreduce(m, sa->mx, (size_t)T, MGT_RED_MAX))) return st;
 	o->xent_stats(m->be, sa->sumexp, sa->tgt, sa->logits, sa->labels, sa->mx, m->v0, T, V);
@@ -511,7 +466,7 @@ static mgt_status head_bwd(mgt_model *m, float scale)
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
-	const mgt_tensor *w = output_weight(m);
+	const mgt_tensor *w = mgt_model_output_weight(m);
 	o->xent_bwd(m->be, sa->logits, sa->logits, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
 	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, sa->logits, sa->lnf, P(m, w), T, h, V);
 	o->zero(m->be, m->dres, (size_t)m->Th * (size_t)h * sizeof(float));
@@ -589,6 +544,7 @@ static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 
 static mgt_status use_slot(mgt_model *m, int slot)
 {
+	if (m->infer) return mgt_err(MGT_ERR_USAGE, "an inference model (mgt_model_create_infer) has no training forward");
 	if (slot < 0 || slot >= m->L.slots)
 		return mgt_err(MGT_ERR_USAGE, "activation slot %d out of range [0, %d)", slot, m->L.slots);
 	m->cur = &m->sa[slot];

@@ -289,6 +289,50 @@ void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s);
 double mgt_model_flops(const mgt_model_config *c, int64_t gbs);
 
 
+/* ---- inference with a key/value cache (lib/model/infer.c) ----
+ * The forward of megatron-reference.md section 8 without dropout, for generation: new tokens
+ * are fed a few at a time (a prompt at once, then one token per step), each layer's keys and
+ * values of earlier positions are kept in a cache instead of being recomputed (Megatron-Core's
+ * inference key/value memory, megatron/core/transformer/attention.py
+ * _adjust_key_value_for_inference; megatron/core/inference/).  Tokens are rows of [T, .]
+ * activations in any order: each names its cache sequence and position, so one call can
+ * prefill several prompts of different lengths or advance several sequences by one token. */
+
+/* A single-stage model (TP = PP = 1) holding only its parameters (zeroed: load them into
+ * mgt_model_params, or mgt_model_init_params) and the RoPE table: no gradients, no training
+ * activations (mgt_model_forward and mgt_model_step refuse it; mgt_model_memory reports grads
+ * 0).  c must be finalized for TP 1; ps->tp must be 1.  Errors: MGT_ERR_USAGE (tp > 1),
+ * MGT_ERR_NOMEM, MGT_ERR_IO (upload).  Free with mgt_model_free. */
+mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mgt_backend *be,
+				  const mgt_parallel *ps);
+
+/* Keys and values of every layer for B sequences of up to S positions: two [B, ng, S, d] fp32
+ * backend buffers a layer (2 L B S ng d floats), plus scratch activations grown to the largest
+ * call.  Positions are filled by mgt_model_infer; a sequence is restarted by feeding position 0
+ * again.  m must outlive the cache.  Errors: MGT_ERR_USAGE (B or S < 1, S beyond the learned
+ * position table (max_position_embeddings), a model that is not a single TP 1 stage),
+ * MGT_ERR_NOMEM. */
+typedef struct mgt_kv_cache mgt_kv_cache;
+mgt_status mgt_kv_cache_create(mgt_kv_cache **out, mgt_model *m, int B, int S);
+void mgt_kv_cache_free(mgt_kv_cache *kv);
+/* Bytes of backend memory the cache holds (keys, values and scratch). */
+size_t mgt_kv_cache_bytes(const mgt_kv_cache *kv);
+
+/* Feed T >= 1 new tokens (host arrays [T]): tokens[t] of cache sequence seq[t] at position
+ * pos[t].  A sequence's tokens in one call come in increasing positions, and each position is
+ * at most one past the last filled position of its sequence (0 after creation; earlier
+ * positions are overwritten, which restarts the sequence there).  Attention is causal: token t
+ * sees positions 0..pos[t] of its sequence (the new ones of this call included).  Then the
+ * logits of the tokens rows[0..nrows) (indices into [0, T)) go to logits (host, row-major
+ * [nrows, padded_vocab_size], float32; NULL with nrows 0 computes none): the final norm and
+ * output layer run on those rows only.  fp32; the CPU backend's results do not depend on how
+ * tokens are grouped into calls beyond GEMM summation order.  Errors: MGT_ERR_USAGE (a model
+ * or cache mismatch, T or a row out of range), MGT_ERR_INPUT (a token outside the padded
+ * vocabulary, a sequence or position out of range or out of order, naming the token index),
+ * MGT_ERR_NOMEM, MGT_ERR_IO (backend). */
+mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t *tokens, const int32_t *seq,
+			   const int32_t *pos, int nrows, const int32_t *rows, float *logits);
+
 /* ---- Hugging Face names and layouts (lib/model/hf.c; mgt-hf(5)) ---- */
 
 /* The Hugging Face model families mgt-ckpt-convert reads and writes (config.json "model_type"). */

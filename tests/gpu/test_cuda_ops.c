@@ -826,6 +826,46 @@ static void t_attn(int s, int b, int ng, int r, int d, float p, int head0, int h
 	t_attn_prec(MGT_PREC_FP32, s, b, ng, r, d, p, head0, htot, scale);
 }
 
+/* attn_kv (kernels/attn_kv.cu): a cache of B sequences of S positions; a prefill call with
+ * sequence b's first len_b = 1 + (b * 7) % (S - 1) positions (tokens of the sequences
+ * interleaved), then a decode call of one token per sequence at position len_b.  Outputs of both
+ * calls and the caches against the CPU op; the caches are copies (exact). */
+static void t_attn_kv(int B, int S, int ng, int r, int d, double scale)
+{
+	const int H = ng * r;
+	const char *id = nm("attn_kv B=%d S=%d ng=%d r=%d d=%d", B, S, ng, r, d);
+	int32_t *seq = xmalloc((size_t)B * S * 4), *pos = xmalloc((size_t)B * S * 4);
+	int T = 0, maxlen = 0;
+	for (int i = 0; i < S - 1; i++)
+		for (int b = 0; b < B; b++)
+			if (i < 1 + (b * 7) % (S - 1)) seq[T] = b, pos[T++] = i, maxlen = i + 1 > maxlen ? i + 1 : maxlen;
+	const size_t nc = (size_t)B * ng * S * d, hd = (size_t)ng * (r + 2) * d;
+	float *qkv = hrand((size_t)T * hd, scale), *qkv2 = hrand((size_t)B * hd, scale);
+	int32_t seq2[64], pos2[64];
+	for (int b = 0; b < B; b++) seq2[b] = b, pos2[b] = 1 + (b * 7) % (S - 1);
+	float *kc = xmalloc(nc * 4), *vc = xmalloc(nc * 4), *oc = xmalloc((size_t)T * H * d * 4), *oc2 = xmalloc((size_t)B * H * d * 4);
+	memset(kc, 0, nc * 4), memset(vc, 0, nc * 4);
+	C->attn_kv(cpu, oc, kc, vc, qkv, seq, pos, T, ng, r, d, S);
+	C->attn_kv(cpu, oc2, kc, vc, qkv2, seq2, pos2, B, ng, r, d, S);
+	float *dK = dalloc(nc * 4), *dV = dalloc(nc * 4), *dQ = dput(qkv, (size_t)T * hd), *dQ2 = dput(qkv2, (size_t)B * hd);
+	float *dO = dalloc((size_t)T * H * d * 4), *dO2 = dalloc((size_t)B * H * d * 4);
+	int32_t *dS = dputi(seq, (size_t)T), *dP = dputi(pos, (size_t)T), *dS2 = dputi(seq2, (size_t)B), *dP2 = dputi(pos2, (size_t)B);
+	G->zero(gpu, dK, nc * 4), G->zero(gpu, dV, nc * 4);
+	poison(dO, (size_t)T * H * d), poison(dO2, (size_t)B * H * d);
+	G->attn_kv(gpu, dO, dK, dV, dQ, dS, dP, T, ng, r, d, S);
+	G->attn_kv(gpu, dO2, dK, dV, dQ2, dS2, dP2, B, ng, r, d, S);
+	float *o = dget(dO, (size_t)T * H * d), *o2 = dget(dO2, (size_t)B * H * d), *k = dget(dK, nc), *v = dget(dV, nc);
+	tol2 t = T2(lin_tol_gpu(MGT_PREC_FP32, maxlen + 1), SIM_ATTN);
+	cmp(nm("%s: prefill out", id), o, oc, NULL, (size_t)T * H * d, t);
+	cmp(nm("%s: decode out", id), o2, oc2, NULL, (size_t)B * H * d, t);
+	cmp(nm("%s: key cache", id), k, kc, NULL, nc, T2(TOL_EXACT, SIM_EXACT));
+	cmp(nm("%s: value cache", id), v, vc, NULL, nc, T2(TOL_EXACT, SIM_EXACT));
+	free(o), free(o2), free(k), free(v);
+	dfree(dK), dfree(dV), dfree(dQ), dfree(dQ2), dfree(dO), dfree(dO2);
+	dfree(dS), dfree(dP), dfree(dS2), dfree(dP2);
+	free(seq), free(pos), free(qkv), free(qkv2), free(kc), free(vc), free(oc), free(oc2);
+}
+
 /* The tensor-core kernel in both 16-bit types on a few shapes (head dims 16..128, ragged s, GQA,
  * dropout); head dims it does not take (24) fall back to the fp32 kernel. */
 static void t_attn_tc(bool small)
@@ -1200,6 +1240,9 @@ static void all_ops(void)
 	t_attn(1, 3, 2, 2, 64, 0.1f, 0, 4, 1.5);
 	t_attn(2048, 1, 1, 2, 128, 0.0f, 0, 2, 1.5);
 	t_attn(300, 1, 1, 2, 64, 0.0f, 0, 2, 3e-19); /* products near FLT_MIN and below */
+	t_attn_kv(8, 300, 2, 2, 64, 1.5);
+	t_attn_kv(3, 1030, 1, 4, 128, 1.5);
+	t_attn_kv(2, 50, 3, 1, 256, 1.5);
 	t_attn_tc(false);
 
 	section("bias_act");
@@ -1309,6 +1352,10 @@ static void small_ops(void)
 	t_attn_tc(true);
 	t_attn(1, 3, 2, 2, 64, 0.1f, 0, 4, 1.5);
 	t_attn(40, 1, 1, 2, 32, 0.0f, 0, 2, 3e-19); /* products near FLT_MIN and below */
+	t_attn_kv(3, 20, 2, 2, 32, 1.5);
+	t_attn_kv(2, 70, 1, 4, 64, 1.5); /* more keys than one warp's stride */
+	t_attn_kv(1, 9, 3, 1, 24, 4.0);
+	t_attn_kv(2, 12, 1, 2, 160, 1.5); /* d > 128: several channels a lane */
 
 	section("bias_act");
 	t_act(MGT_ACT_GELU, true, 64, 300);

@@ -1,0 +1,287 @@
+/* lib/model/infer.c: the inference forward with a key/value cache (model.h, "inference").
+ *
+ * The same backend ops as the training forward of gpt.c (embedding, norms, fused QKV, head
+ * norms, RoPE, bias-activation, bias-add residual), in place on one residual buffer, with
+ * attention through the attn_kv op against the cache.  No dropout.  Activations are [T, .]
+ * rows of the tokens fed by one call; nothing of a call survives it but the cache.
+ */
+#include "model_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Scratch activations of one call, for up to cap tokens and rcap logits rows. */
+typedef struct {
+	float *x, *ln, *mean, *rstd, *qkv, *qkv_pre, *qmean, *qrstd, *kmean, *krstd, *ctx, *tmp, *fc1, *act, *xs;
+	int32_t *tok, *seq, *pos;
+} scratch;
+
+struct mgt_kv_cache {
+	mgt_model *m;
+	int B, S, cap, rcap;
+	float **k, **v;        /* per layer [B, ng, S, d] */
+	scratch w;
+	float *logits;         /* [rcap, V] */
+	int32_t *len;          /* host: filled positions per sequence */
+	int32_t *last;         /* host: last position fed per sequence in the current call */
+	size_t bytes, wbytes;
+};
+
+mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mgt_backend *be,
+				  const mgt_parallel *ps)
+{
+	*out = NULL;
+	if (ps->tp != 1) return mgt_err(MGT_ERR_USAGE, "inference model: tensor parallelism %d (must be 1)", ps->tp);
+	mgt_model_layout L = { .mbs = 1, .stage = 0, .num_stages = 1, .slots = 1, .dp = 1 };
+	mgt_model *m;
+	mgt_status st = mgt_model_new_chunk(&m, c, &L, be, ps, false);
+	if (st) return st;
+	m->infer = true;
+	st = mgt_model_alloc_params(m, false);
+	if (!st && m->rope && m->n_layers) st = mgt_model_upload_inv_freq(m);
+	if (st) {
+		mgt_model_free(m);
+		return st;
+	}
+	*out = m;
+	return MGT_OK;
+}
+
+static void *kv_alloc(mgt_kv_cache *kv, size_t bytes, size_t *acct, mgt_status *st)
+{
+	if (*st) return NULL;
+	void *p = kv->m->be->ops->alloc(kv->m->be, bytes ? bytes : 4);
+	if (!p) *st = MGT_ERR_NOMEM;
+	else *acct += bytes;
+	return p;
+}
+
+static void scratch_free(mgt_kv_cache *kv)
+{
+	mgt_backend *be = kv->m->be;
+	float **f = (float **)&kv->w;
+	for (size_t k = 0; k < sizeof(scratch) / sizeof(float *); k++) be->ops->free(be, f[k]);
+	memset(&kv->w, 0, sizeof kv->w);
+	kv->bytes -= kv->wbytes;
+	kv->wbytes = 0;
+	kv->cap = 0;
+}
+
+/* Scratch for T tokens (grown, never shrunk). */
+static mgt_status scratch_reserve(mgt_kv_cache *kv, int T)
+{
+	if (T <= kv->cap) return MGT_OK;
+	scratch_free(kv);
+	const mgt_model *m = kv->m;
+	mgt_status st = MGT_OK;
+	scratch *w = &kv->w;
+	size_t t = (size_t)T, h = (size_t)m->h, rows = t * (size_t)m->ng_l, *a = &kv->wbytes;
+#define SF(n) (float *)kv_alloc(kv, (size_t)(n) * sizeof(float), a, &st)
+	w->x = SF(t * h); w->ln = SF(t * h); w->xs = SF(t * h); w->mean = SF(t); w->rstd = SF(t);
+	w->qkv = SF(t * (size_t)m->qkv_l); w->ctx = SF(t * (size_t)(m->nq_l * m->d)); w->tmp = SF(t * h);
+	w->fc1 = SF(t * (size_t)m->fc1_l); w->act = SF(t * (size_t)m->ffn_l);
+	if (m->qkln) {
+		w->qkv_pre = SF(t * (size_t)m->qkv_l);
+		w->qmean = SF(rows * (size_t)m->r); w->qrstd = SF(rows * (size_t)m->r);
+		w->kmean = SF(rows); w->krstd = SF(rows);
+	}
+	w->tok = (int32_t *)SF(t); w->seq = (int32_t *)SF(t); w->pos = (int32_t *)SF(t);
+#undef SF
+	kv->bytes += kv->wbytes;
+	if (!st) kv->cap = T;
+	return st;
+}
+
+static mgt_status logits_reserve(mgt_kv_cache *kv, int R)
+{
+	if (R <= kv->rcap) return MGT_OK;
+	mgt_backend *be = kv->m->be;
+	size_t old = (size_t)kv->rcap * (size_t)kv->m->V_l * sizeof(float), bytes = (size_t)R * (size_t)kv->m->V_l * 4;
+	be->ops->free(be, kv->logits);
+	kv->bytes -= old;
+	kv->rcap = 0;
+	mgt_status st = MGT_OK;
+	kv->logits = kv_alloc(kv, bytes, &kv->bytes, &st);
+	if (!st) kv->rcap = R;
+	return st;
+}
+
+mgt_status mgt_kv_cache_create(mgt_kv_cache **out, mgt_model *m, int B, int S)
+{
+	*out = NULL;
+	if (!m->first || !m->last || m->ps->tp != 1)
+		return mgt_err(MGT_ERR_USAGE, "key/value cache: the model must be one stage with tensor parallelism 1");
+	if (B < 1 || S < 1) return mgt_err(MGT_ERR_USAGE, "key/value cache of %d sequences of %d positions", B, S);
+	if (m->glob[MGT_T_POS_EMB] && S > m->glob[MGT_T_POS_EMB]->shape[0])
+		return mgt_err(MGT_ERR_USAGE, "key/value cache of %d positions: more than the %lld learned position "
+			       "embeddings (max_position_embeddings)", S, (long long)m->glob[MGT_T_POS_EMB]->shape[0]);
+	mgt_kv_cache *kv = mgt_malloc(sizeof *kv);
+	if (!kv) return MGT_ERR_NOMEM;
+	memset(kv, 0, sizeof *kv);
+	kv->m = m;
+	kv->B = B;
+	kv->S = S;
+	size_t nl = (size_t)(m->n_layers ? m->n_layers : 1);
+	kv->k = mgt_malloc(nl * sizeof *kv->k);
+	kv->v = mgt_malloc(nl * sizeof *kv->v);
+	kv->len = mgt_malloc((size_t)B * sizeof *kv->len);
+	kv->last = mgt_malloc((size_t)B * sizeof *kv->last);
+	mgt_status st = kv->k && kv->v && kv->len && kv->last ? MGT_OK : MGT_ERR_NOMEM;
+	if (!st) {
+		memset(kv->k, 0, nl * sizeof *kv->k);
+		memset(kv->v, 0, nl * sizeof *kv->v);
+		memset(kv->len, 0, (size_t)B * sizeof *kv->len);
+	}
+	size_t per = (size_t)B * (size_t)m->ng_l * (size_t)S * (size_t)m->d * sizeof(float);
+	for (int l = 0; !st && l < m->n_layers; l++) {
+		kv->k[l] = kv_alloc(kv, per, &kv->bytes, &st);
+		kv->v[l] = kv_alloc(kv, per, &kv->bytes, &st);
+	}
+	if (st) {
+		mgt_kv_cache_free(kv);
+		return st;
+	}
+	*out = kv;
+	return MGT_OK;
+}
+
+void mgt_kv_cache_free(mgt_kv_cache *kv)
+{
+	if (!kv) return;
+	mgt_backend *be = kv->m->be;
+	for (int l = 0; kv->k && l < kv->m->n_layers; l++) {
+		be->ops->free(be, kv->k[l]);
+		be->ops->free(be, kv->v[l]);
+	}
+	scratch_free(kv);
+	be->ops->free(be, kv->logits);
+	free(kv->k);
+	free(kv->v);
+	free(kv->len);
+	free(kv->last);
+	free(kv);
+}
+
+size_t mgt_kv_cache_bytes(const mgt_kv_cache *kv) { return kv->bytes; }
+
+/* The tokens, sequences and positions of a call, against the cache's state (updated). */
+static mgt_status check_feed(mgt_kv_cache *kv, int T, const int32_t *tokens, const int32_t *seq, const int32_t *pos)
+{
+	const int64_t V = kv->m->c.padded_vocab_size;
+	for (int b = 0; b < kv->B; b++) kv->last[b] = -1;
+	for (int t = 0; t < T; t++) {
+		if (tokens[t] < 0 || tokens[t] >= V)
+			return mgt_err(MGT_ERR_INPUT, "token %d (index %d) is outside the vocabulary [0, %lld)", tokens[t], t,
+				       (long long)V);
+		if (seq[t] < 0 || seq[t] >= kv->B)
+			return mgt_err(MGT_ERR_INPUT, "token index %d: sequence %d outside the cache's [0, %d)", t, seq[t], kv->B);
+		int b = seq[t];
+		if (pos[t] < 0 || pos[t] >= kv->S || pos[t] <= kv->last[b] || pos[t] > kv->len[b])
+			return mgt_err(MGT_ERR_INPUT, "token index %d: position %d of sequence %d: expected %d to %d (after "
+				       "%d filled positions, of the cache's %d)", t, pos[t], b, kv->last[b] + 1,
+				       kv->len[b] < kv->S - 1 ? kv->len[b] : kv->S - 1, kv->len[b], kv->S);
+		kv->last[b] = kv->len[b] = pos[t];
+		kv->len[b]++;
+	}
+	return MGT_OK;
+}
+
+static void infer_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	scratch *w = &kv->w;
+	int l = li + m->first_layer, h = (int)m->h, ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
+	float eps = (float)m->c.norm_epsilon;
+	o->norm_fwd(m->be, m->norm, w->ln, w->mean, w->rstd, w->x, P(m, T_(m, l, MGT_T_LN1_W)), P(m, T_(m, l, MGT_T_LN1_B)),
+		    T, h, eps);
+	o->linear_fwd(m->be, m->qkln ? w->qkv_pre : w->qkv, w->ln, P(m, T_(m, l, MGT_T_QKV_W)),
+		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
+	if (m->qkln) {
+		o->copy(m->be, w->qkv, w->qkv_pre, (size_t)T * (size_t)m->qkv_l * sizeof(float));
+		o->head_norm_fwd(m->be, m->norm, w->qkv, w->qmean, w->qrstd, w->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
+				 P(m, T_(m, l, MGT_T_QNORM_B)), T, ng, r, d, false, eps);
+		o->head_norm_fwd(m->be, m->norm, w->qkv, w->kmean, w->krstd, w->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
+				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
+	}
+	if (m->rope) o->rope(m->be, w->qkv, w->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
+	o->attn_kv(m->be, w->ctx, kv->k[li], kv->v[li], w->qkv, w->seq, w->pos, T, ng, r, d, kv->S);
+	o->linear_fwd(m->be, w->tmp, w->ctx, P(m, T_(m, l, MGT_T_PROJ_W)), NULL, T, (int)(m->nq_l * m->d), h);
+	o->bda_fwd(m->be, w->x, w->x, w->tmp, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
+}
+
+static void infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	scratch *w = &kv->w;
+	int l = li + m->first_layer, h = (int)m->h;
+	o->norm_fwd(m->be, m->norm, w->ln, w->mean, w->rstd, w->x, P(m, T_(m, l, MGT_T_LN2_W)), P(m, T_(m, l, MGT_T_LN2_B)),
+		    T, h, (float)m->c.norm_epsilon);
+	o->linear_fwd(m->be, w->fc1, w->ln, P(m, T_(m, l, MGT_T_FC1_W)), NULL, T, h, (int)m->fc1_l);
+	o->bias_act_fwd(m->be, m->act, w->act, w->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
+	o->linear_fwd(m->be, w->tmp, w->act, P(m, T_(m, l, MGT_T_FC2_W)), NULL, T, (int)m->ffn_l, h);
+	o->bda_fwd(m->be, w->x, w->x, w->tmp, P(m, T_(m, l, MGT_T_FC2_B)), T, h, 0.0f, 0, 0);
+}
+
+/* Final norm and output layer on the rows asked for; logits downloaded. */
+static mgt_status infer_head(mgt_model *m, mgt_kv_cache *kv, int T, int nrows, const int32_t *rows, float *logits)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	scratch *w = &kv->w;
+	size_t hb = (size_t)m->h * sizeof(float);
+	bool all = nrows == T;
+	for (int k = 0; all && k < nrows; k++) all = rows[k] == k;
+	const float *x = w->x;
+	if (!all) {
+		for (int k = 0; k < nrows; k++) o->copy(m->be, (char *)w->xs + (size_t)k * hb, (char *)w->x + (size_t)rows[k] * hb, hb);
+		x = w->xs;
+	}
+	o->norm_fwd(m->be, m->norm, w->ln, w->mean, w->rstd, x, P(m, m->glob[MGT_T_FINAL_LN_W]),
+		    P(m, m->glob[MGT_T_FINAL_LN_B]), nrows, (int)m->h, (float)m->c.norm_epsilon);
+	o->linear_fwd(m->be, kv->logits, w->ln, P(m, mgt_model_output_weight(m)), NULL, nrows, (int)m->h, (int)m->V_l);
+	return o->download(m->be, logits, kv->logits, (size_t)nrows * (size_t)m->V_l * sizeof(float));
+}
+
+static mgt_status upload_feed(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t *tokens, const int32_t *seq,
+			      const int32_t *pos)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	size_t n = (size_t)T * sizeof(int32_t);
+	mgt_status st = o->upload(m->be, kv->w.tok, tokens, n);
+	if (!st) st = o->upload(m->be, kv->w.seq, seq, n);
+	if (!st) st = o->upload(m->be, kv->w.pos, pos, n);
+	return st;
+}
+
+static void infer_embed(mgt_model *m, mgt_kv_cache *kv, int T)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB], *pe = m->glob[MGT_T_POS_EMB];
+	o->embedding_fwd(m->be, kv->w.x, kv->w.tok, P(m, we), 0, we->local_shape[0], T, (int)m->h, false);
+	if (pe) o->embedding_fwd(m->be, kv->w.x, kv->w.pos, P(m, pe), 0, pe->shape[0], T, (int)m->h, true);
+}
+
+mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t *tokens, const int32_t *seq,
+			   const int32_t *pos, int nrows, const int32_t *rows, float *logits)
+{
+	if (kv->m != m) return mgt_err(MGT_ERR_USAGE, "mgt_model_infer: the cache belongs to another model");
+	if (T < 1 || nrows < 0 || nrows > T || (nrows && (!rows || !logits)))
+		return mgt_err(MGT_ERR_USAGE, "mgt_model_infer: %d tokens, %d logits rows", T, nrows);
+	for (int k = 0; k < nrows; k++)
+		if (rows[k] < 0 || rows[k] >= T)
+			return mgt_err(MGT_ERR_USAGE, "mgt_model_infer: logits row %d outside the %d tokens", rows[k], T);
+	double t0 = mgt_now();
+	mgt_status st = check_feed(kv, T, tokens, seq, pos);
+	if (!st) st = scratch_reserve(kv, T);
+	if (!st) st = logits_reserve(kv, nrows);
+	if (!st) st = upload_feed(m, kv, T, tokens, seq, pos);
+	if (st) return st;
+	infer_embed(m, kv, T);
+	for (int li = 0; li < m->n_layers; li++) {
+		infer_attn(m, kv, li, T);
+		infer_mlp(m, kv, li, T);
+	}
+	if (nrows) st = infer_head(m, kv, T, nrows, rows, logits);
+	m->be->ops->sync(m->be);
+	m->t_fwd += mgt_now() - t0;
+	return st;
+}

@@ -1,0 +1,73 @@
+/* lib/model/model_impl.h: the model chunk's internals, shared by gpt.c (training forward and
+ * backward) and infer.c (inference with a key/value cache).  Not a public header. */
+#ifndef MGT_MODEL_IMPL_H
+#define MGT_MODEL_IMPL_H
+
+#include "model.h"
+
+/* Per layer and slot.  x_in, x_mid, mean*, rstd*: [Th] rows (this rank's part of the sequence
+ * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .]. */
+typedef struct {
+	float *x_in, *ln1, *mean1, *rstd1, *qkv, *ctx, *lse, *x_mid, *ln2, *mean2, *rstd2, *fc1, *act;
+	/* --qk-layernorm: linear_qkv's output before the head norms [T, qkv_l], and the norms'
+	 * statistics [T*ng*r] (queries) and [T*ng] (keys); NULL without */
+	float *qkv_pre, *qmean, *qrstd, *kmean, *krstd;
+} layer_act;
+
+/* One micro-batch in flight: its layers' activations, the head's, its batch and dropout key. */
+typedef struct {
+	layer_act *la;
+	float *res_out, *lnf, *meanf, *rstdf, *logits, *mx, *sumexp, *tgt, *loss, *mask;
+	int32_t *tokens, *labels, *pos;
+	uint64_t drop_key;
+} slot_act;
+
+struct mgt_model {
+	mgt_model_config c;
+	mgt_model_layout L;
+	mgt_tensor_table tt;
+	mgt_backend *be;
+	const mgt_parallel *ps;
+	int s, b, T, Th;           /* Th: rows of the residual stream here (T, or T/tp with SP) */
+	int64_t h, nq_l, ng_l, r, d, qkv_l, ffn_l, fc1_l, V_l, v0, r0;
+	mgt_norm_kind norm;
+	mgt_act_kind act;
+	bool layernorm, rope, qkln, sp, first, last;
+	int rot_dim;
+	float *inv_freq;           /* RoPE frequencies [rot_dim/2] (backend memory) */
+	float *params, *grads;
+	/* tensors by role and local layer; NULL when absent */
+	const mgt_tensor *(*by_role)[MGT_T_NROLES];
+	const mgt_tensor *glob[MGT_T_NROLES];
+	int first_layer, n_layers;
+	slot_act *sa, *cur;
+	/* scratch shared by the slots */
+	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
+	size_t act_bytes, work_bytes;
+	bool dry;                  /* mgt_model_measure: count the bytes, allocate nothing */
+	bool infer;                /* mgt_model_create_infer: parameters only, no gradients or slots */
+	uint64_t next_key, drop_key;
+	double t_fwd, t_bwd;
+	mgt_grad_hook hook;
+	void *hook_ctx;
+};
+
+static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
+static inline float *G(mgt_model *m, const mgt_tensor *t) { return t ? m->grads + t->offset : NULL; }
+
+static inline const mgt_tensor *T_(const mgt_model *m, int l, mgt_tensor_role role)
+{
+	return l < 0 ? m->glob[role] : m->by_role[l - m->first_layer][role];
+}
+
+/* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
+mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
+			       mgt_backend *be, const mgt_parallel *ps, bool dry);
+/* Allocate the zeroed parameter buffer (and with grads the gradient buffer).  Errors: NOMEM. */
+mgt_status mgt_model_alloc_params(mgt_model *m, bool grads);
+/* Fill m->inv_freq (allocated here when NULL) with the RoPE frequencies.  Errors: NOMEM, IO. */
+mgt_status mgt_model_upload_inv_freq(mgt_model *m);
+/* The output layer's weight: output_layer.weight, or the word embedding when tied. */
+const mgt_tensor *mgt_model_output_weight(const mgt_model *m);
+
+#endif
