@@ -39,7 +39,7 @@ bin/mgt-eval tasks $EVAL --task share/mgt/tasks/kjv-cloze.jsonl --task share/mgt
 	--output demo/tasks.json --tensorboard-dir demo/tensorboard 2>&1 | sed 's/^mgt-eval: /  /'
 echo
 echo "a verse continued (mgt-eval generate, greedy):"
-bin/mgt-eval generate $EVAL --prompt "And God said, Let there be" --max-new-tokens 32
+bin/mgt-eval generate $EVAL --greedy --prompt "And God said, Let there be" --max-new-tokens 32
 echo
 rm -f demo/kjv.gguf
 bin/mgt-export --load-dir demo/ckpt --output demo/kjv.gguf --outtype f16
