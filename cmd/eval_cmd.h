@@ -65,6 +65,13 @@ void eval_model_close(eval_model *m);
 /* "getopt state reset": commands parse argv[0..argc) with argv[0] the command's name. */
 void eval_getopt_reset(void);
 
+/* Parse a command's argv[0..argc) with getopt_long over longopts (EVAL_MODEL_LONGOPTS first):
+ * model options into *m, every other option to own(c, optarg, ctx), which returns 0 for one it
+ * does not know.  --help (-h) prints help() and exits 0; an unknown option, a missing value or
+ * an argument that is not an option exit 2. */
+void eval_parse(int argc, char **argv, const struct option *longopts, eval_model_opts *m,
+		int (*own)(int c, const char *arg, void *ctx), void *ctx, void (*help)(void));
+
 /* Finish a command: flush stdout, print the error and exit with its status, or return 0. */
 int eval_finish(mgt_status st);
 

@@ -66,6 +66,23 @@ void eval_getopt_reset(void)
 	opterr = 0;
 }
 
+void eval_parse(int argc, char **argv, const struct option *longopts, eval_model_opts *m,
+		int (*own)(int c, const char *arg, void *ctx), void *ctx, void (*help)(void))
+{
+	int c;
+	eval_getopt_reset();
+	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+		if (c == 'h' || c == EVAL_OPT_HELP) {
+			help();
+			exit(0);
+		}
+		if (c == ':') mgt_cli_usage_error(EVAL_PROG, "%s needs a value", argv[optind - 1]);
+		if (c == '?' || (!eval_model_option(c, optarg, m) && !own(c, optarg, ctx)))
+			mgt_cli_usage_error(EVAL_PROG, "unknown option '%s'", argv[optind - 1]);
+	}
+	if (optind < argc) mgt_cli_usage_error(EVAL_PROG, "unexpected argument '%s'", argv[optind]);
+}
+
 int eval_finish(mgt_status st)
 {
 	if (fflush(stdout) != 0 && !st) st = mgt_err(MGT_ERR_IO, "standard output: write failed");

@@ -314,6 +314,28 @@ static void check_opts(gopts *o)
 		if (!o->stop[i][0]) mgt_cli_usage_error(PROG, "--stop: an empty string");
 }
 
+static int own_option(int c, const char *arg, void *ctx)
+{
+	gopts *o = ctx;
+	switch (c) {
+	case OPT_PROMPT: push(&o->prompt, &o->nprompt, arg); return 1;
+	case OPT_JSONL: o->jsonl = true; return 1;
+	case OPT_MAX_NEW: o->max_new = mgt_cli_int(PROG, "--max-new-tokens", arg); return 1;
+	case OPT_GREEDY: o->greedy = true; return 1;
+	case OPT_TEMP: o->temperature = parse_double("--temperature", arg, 0, 1e6); o->has_temp = true; return 1;
+	case OPT_TOPK: o->top_k = mgt_cli_int(PROG, "--top-k", arg); return 1;
+	case OPT_TOPP: o->top_p = parse_double("--top-p", arg, 0, 1); return 1;
+	case OPT_SEED: o->seed = mgt_cli_int(PROG, "--seed", arg); return 1;
+	case OPT_STOP: push(&o->stop, &o->nstop, arg); return 1;
+	case OPT_IGNORE_EOS: o->ignore_eos = true; return 1;
+	case OPT_BATCH: o->batch = mgt_cli_int(PROG, "--batch-size", arg); return 1;
+	case OPT_MAX_LEN: o->max_len = mgt_cli_int(PROG, "--max-length", arg); return 1;
+	case OPT_OUTPUT: o->output = arg; return 1;
+	case OPT_LOGITS: o->logits = arg; return 1;
+	default: return 0;
+	}
+}
+
 static void parse(gopts *o, int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -326,31 +348,7 @@ static void parse(gopts *o, int argc, char **argv)
 		{"batch-size", required_argument, 0, OPT_BATCH}, {"max-length", required_argument, 0, OPT_MAX_LEN},
 		{"output", required_argument, 0, OPT_OUTPUT}, {"logits", required_argument, 0, OPT_LOGITS},
 		{0, 0, 0, 0}};
-	int c;
-	eval_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		if (eval_model_option(c, optarg, &o->m)) continue;
-		switch (c) {
-		case OPT_PROMPT: push(&o->prompt, &o->nprompt, optarg); break;
-		case OPT_JSONL: o->jsonl = true; break;
-		case OPT_MAX_NEW: o->max_new = mgt_cli_int(PROG, "--max-new-tokens", optarg); break;
-		case OPT_GREEDY: o->greedy = true; break;
-		case OPT_TEMP: o->temperature = parse_double("--temperature", optarg, 0, 1e6); o->has_temp = true; break;
-		case OPT_TOPK: o->top_k = mgt_cli_int(PROG, "--top-k", optarg); break;
-		case OPT_TOPP: o->top_p = parse_double("--top-p", optarg, 0, 1); break;
-		case OPT_SEED: o->seed = mgt_cli_int(PROG, "--seed", optarg); break;
-		case OPT_STOP: push(&o->stop, &o->nstop, optarg); break;
-		case OPT_IGNORE_EOS: o->ignore_eos = true; break;
-		case OPT_BATCH: o->batch = mgt_cli_int(PROG, "--batch-size", optarg); break;
-		case OPT_MAX_LEN: o->max_len = mgt_cli_int(PROG, "--max-length", optarg); break;
-		case OPT_OUTPUT: o->output = optarg; break;
-		case OPT_LOGITS: o->logits = optarg; break;
-		case 'h': case EVAL_OPT_HELP: usage(); exit(0);
-		case ':': mgt_cli_usage_error(PROG, "%s needs a value", argv[optind - 1]);
-		default: mgt_cli_usage_error(PROG, "unknown option '%s'", argv[optind - 1]);
-		}
-	}
-	if (optind < argc) mgt_cli_usage_error(PROG, "unexpected argument '%s'", argv[optind]);
+	eval_parse(argc, argv, longopts, &o->m, own_option, o, usage);
 }
 
 int eval_cmd_generate(int argc, char **argv)

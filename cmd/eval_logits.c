@@ -146,6 +146,18 @@ static mgt_status run(const lopts *o)
 	return st;
 }
 
+static int own_option(int c, const char *arg, void *ctx)
+{
+	lopts *o = ctx;
+	switch (c) {
+	case OPT_TOKENS: o->tokens = arg; return 1;
+	case OPT_PROMPT: o->prompt = arg; return 1;
+	case OPT_MAX_NEW: o->max_new = mgt_cli_int(PROG, "--max-new-tokens", arg); return 1;
+	case OPT_LOGITS: o->logits = arg; return 1;
+	default: return 0;
+	}
+}
+
 int eval_cmd_logits(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -155,21 +167,7 @@ int eval_cmd_logits(int argc, char **argv)
 		{0, 0, 0, 0}};
 	lopts o = { 0 };
 	eval_model_defaults(&o.m);
-	int c;
-	eval_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		if (eval_model_option(c, optarg, &o.m)) continue;
-		switch (c) {
-		case OPT_TOKENS: o.tokens = optarg; break;
-		case OPT_PROMPT: o.prompt = optarg; break;
-		case OPT_MAX_NEW: o.max_new = mgt_cli_int(PROG, "--max-new-tokens", optarg); break;
-		case OPT_LOGITS: o.logits = optarg; break;
-		case 'h': case EVAL_OPT_HELP: usage(); return 0;
-		case ':': mgt_cli_usage_error(PROG, "%s needs a value", argv[optind - 1]);
-		default: mgt_cli_usage_error(PROG, "unknown option '%s'", argv[optind - 1]);
-		}
-	}
-	if (optind < argc) mgt_cli_usage_error(PROG, "unexpected argument '%s'", argv[optind]);
+	eval_parse(argc, argv, longopts, &o.m, own_option, &o, usage);
 	eval_model_check(&o.m);
 	if (!o.tokens == !o.prompt) mgt_cli_usage_error(PROG, "give one of --tokens and --prompt");
 	if (o.max_new > (1LL << 24)) mgt_cli_usage_error(PROG, "--max-new-tokens %lld: too many", o.max_new);

@@ -212,6 +212,20 @@ static mgt_status run(const popts *o)
 	return st;
 }
 
+static int own_option(int c, const char *arg, void *ctx)
+{
+	popts *o = ctx;
+	switch (c) {
+	case OPT_TEXTS: o->texts = arg; return 1;
+	case OPT_KEY: o->key = arg; return 1;
+	case OPT_OUTPUT: o->output = arg; return 1;
+	case OPT_MAXLEN: o->max_length = mgt_cli_int(PROG, "--max-length", arg); return 1;
+	case OPT_LIMIT: o->limit = mgt_cli_int(PROG, "--limit", arg); return 1;
+	case OPT_TB: o->tb = arg; return 1;
+	default: return 0;
+	}
+}
+
 int eval_cmd_perplexity(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -222,23 +236,7 @@ int eval_cmd_perplexity(int argc, char **argv)
 		{0, 0, 0, 0}};
 	popts o = { .key = "text", .limit = -1 };
 	eval_model_defaults(&o.m);
-	int c;
-	eval_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		if (eval_model_option(c, optarg, &o.m)) continue;
-		switch (c) {
-		case OPT_TEXTS: o.texts = optarg; break;
-		case OPT_KEY: o.key = optarg; break;
-		case OPT_OUTPUT: o.output = optarg; break;
-		case OPT_MAXLEN: o.max_length = mgt_cli_int(PROG, "--max-length", optarg); break;
-		case OPT_LIMIT: o.limit = mgt_cli_int(PROG, "--limit", optarg); break;
-		case OPT_TB: o.tb = optarg; break;
-		case 'h': case EVAL_OPT_HELP: usage(); return 0;
-		case ':': mgt_cli_usage_error(PROG, "%s needs a value", argv[optind - 1]);
-		default: mgt_cli_usage_error(PROG, "unknown option '%s'", argv[optind - 1]);
-		}
-	}
-	if (optind < argc) mgt_cli_usage_error(PROG, "unexpected argument '%s'", argv[optind]);
+	eval_parse(argc, argv, longopts, &o.m, own_option, &o, usage);
 	eval_model_check(&o.m);
 	if (!o.texts) mgt_cli_usage_error(PROG, "perplexity: give --texts FILE.jsonl");
 	if (o.limit == 0 || o.limit < -1) mgt_cli_usage_error(PROG, "--limit %lld: expected at least 1", o.limit);

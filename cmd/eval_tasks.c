@@ -344,8 +344,9 @@ static mgt_status run(const topts *o)
 	return st;
 }
 
-static void parse_task_option(int c, const char *arg, topts *o)
+static int own_option(int c, const char *arg, void *ctx)
 {
+	topts *o = ctx;
 	switch (c) {
 	case OPT_TASK:
 		o->tasks = realloc(o->tasks, (o->n_tasks + 1) * sizeof *o->tasks);
@@ -361,8 +362,10 @@ static void parse_task_option(int c, const char *arg, topts *o)
 	case OPT_OUTPUT: o->output = arg; break;
 	case OPT_SAMPLES: o->samples = arg; break;
 	case OPT_TB: o->tb = arg; break;
-	default: o->strict = true; break;
+	case OPT_STRICT: o->strict = true; break;
+	default: return 0;
 	}
+	return 1;
 }
 
 int eval_cmd_tasks(int argc, char **argv)
@@ -377,18 +380,7 @@ int eval_cmd_tasks(int argc, char **argv)
 		{0, 0, 0, 0}};
 	topts o = { .limit = -1, .boot = 100000 };
 	eval_model_defaults(&o.m);
-	int c;
-	eval_getopt_reset();
-	while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-		if (eval_model_option(c, optarg, &o.m)) continue;
-		switch (c) {
-		case 'h': case EVAL_OPT_HELP: usage(); return 0;
-		case ':': mgt_cli_usage_error(PROG, "%s needs a value", argv[optind - 1]);
-		case '?': mgt_cli_usage_error(PROG, "unknown option '%s'", argv[optind - 1]);
-		default: parse_task_option(c, optarg, &o);
-		}
-	}
-	if (optind < argc) mgt_cli_usage_error(PROG, "unexpected argument '%s'", argv[optind]);
+	eval_parse(argc, argv, longopts, &o.m, own_option, &o, usage);
 	eval_model_check(&o.m);
 	if (!o.n_tasks) mgt_cli_usage_error(PROG, "tasks: give --task FILE.jsonl (mgt-tasks(5))");
 	if (o.limit == 0 || o.limit < -1) mgt_cli_usage_error(PROG, "--limit %lld: expected at least 1", o.limit);
