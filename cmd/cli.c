@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "dist/dist.h"
-
 const char mgt_cli_tok_help[] =
 	"Tokenizer (Megatron flags):\n"
 	"  --tokenizer-type T        GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer |\n"
@@ -81,26 +79,3 @@ _Noreturn void mgt_cli_usage_error(const char *prog, const char *fmt, ...)
 	fprintf(stderr, "\nTry '%s --help'.\n", prog);
 	exit(2);
 }
-
-/* Exit after an error.  Under mpirun, errors every rank reaches together (usage, interrupt) are
- * printed once by rank 0 and every rank exits with the code; any other error is printed by the
- * rank that met it, naming itself, and takes the whole job down (MPI_Abort). */
-_Noreturn void mgt_cli_fail_job(const char *prog, mgt_status st)
-{
-	mgt_tmp_remove_all(); /* a checkpoint directory being written (rank 0) */
-	int rank = mgt_dist_world_rank(), n = mgt_dist_world_size(), code = mgt_exit_code(st);
-	if (n == 1) {
-		if (st == MGT_ERR_USAGE) mgt_cli_usage_error(prog, "%s", mgt_err_msg());
-		mgt_cli_fail(prog, st);
-	}
-	if (st == MGT_ERR_USAGE || st == MGT_ERR_INTR) {
-		if (rank == 0) fprintf(stderr, "%s: error: %s\n", prog, mgt_err_msg());
-		mgt_dist_finalize();
-		exit(code);
-	}
-	fprintf(stderr, "%s: rank %d of %d: error: %s\n", prog, rank, n, mgt_err_msg());
-	fflush(stderr);
-	mgt_dist_abort(code);
-	exit(code);
-}
-

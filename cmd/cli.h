@@ -39,11 +39,6 @@ int mgt_cli_tok_option(const char *prog, int c, const char *arg, mgt_tok_opts *o
 
 /* Print "PROG: error: MSG" (the thread's mgt_err_msg) and exit with mgt_exit_code(st). */
 _Noreturn void mgt_cli_fail(const char *prog, mgt_status st);
-/* mgt_cli_fail for a program that may run under mpirun (after mgt_dist_init): errors every rank
- * reaches together (usage, interrupt) are printed once by rank 0 and every rank exits with the
- * code; any other error is printed by the rank that met it, naming itself, and takes the whole
- * job down (MPI_Abort).  Temporaries are removed first. */
-_Noreturn void mgt_cli_fail_job(const char *prog, mgt_status st);
 /* Print "PROG: error: FMT..." plus "Try 'PROG --help'." and exit 2. */
 _Noreturn void mgt_cli_usage_error(const char *prog, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Parse a non-negative integer flag value or exit 2 naming the flag. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_job.h"
 #include "dist/dist.h"
 #include "eval_cmd.h"
 #include "train/train.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
+#include "cli_job.h"
 #include "dist/dist.h"
 #include "train/train.h"
 
