@@ -38,8 +38,8 @@ echo "zero-shot tasks on held-out chapters (mgt-eval tasks; chance: acc 0.25 on 
 bin/mgt-eval tasks $EVAL --task share/mgt/tasks/kjv-cloze.jsonl --task share/mgt/tasks/kjv-choice.jsonl \
 	--output demo/tasks.json --tensorboard-dir demo/tensorboard 2>&1 | sed 's/^mgt-eval: /  /'
 echo
-echo "a verse continued (mgt-eval generate, greedy):"
-bin/mgt-eval generate $EVAL --greedy --prompt "And God said, Let there be" --max-new-tokens 32
+echo "a verse continued (mgt-eval generate: top-k 40, seed 1234; the tiny model's greedy choice repeats itself):"
+bin/mgt-eval generate $EVAL --top-k 40 --seed 1234 --prompt "And it came to pass, when" --max-new-tokens 40
 echo
 rm -f demo/kjv.gguf
 bin/mgt-export --load-dir demo/ckpt --output demo/kjv.gguf --outtype f16
