@@ -69,7 +69,8 @@ static void test_write(void)
 	CHECK(!st, "open creates the directories");
 	if (st) return;
 	const char *p = mgt_tb_path(w);
-	CHECK(strstr(p, "/runs/a/b/events.out.tfevents.") && strstr(p, ".test_tb"), "file name %s", p);
+	if (!p) p = "";
+	CHECK(strstr(p, "/runs/a/b/events.out.tfevents.") && strstr(p, ".test_tb"), "file name '%s'", p);
 	mgt_tb_set_queue(w, 3);
 	st = mgt_tb_scalar(w, "lm loss", 2.5, 1);
 	CHECK(!st && file_size(p) == 0, "records are queued");
