@@ -10,22 +10,15 @@ feed it); letters or digits outside those classes (e.g. U+00BD) may split differ
 usage: gpt2_bpe.py VOCAB MERGES TEXT   prints the ids
 """
 import json
+import os
 import re
 import sys
 
 PAT = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+""")
 
 
-def bytes_to_unicode():
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    table, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            table[b] = chr(b)
-        else:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hf"))
+from gguf_min import byte_unicode as bytes_to_unicode  # noqa: E402  GPT-2's byte table, one copy
 
 
 class Encoder:
