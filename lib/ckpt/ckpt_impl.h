@@ -12,8 +12,6 @@
 char *ck_join(const char *a, const char *b);
 /* malloc'd "SAVE/iter_%07d" followed by suffix ("" or ".tmp" or ".old"). */
 char *ck_iter_dir(const char *save_dir, int64_t iteration, const char *suffix);
-/* mkdir -p (mode 0755). Errors: MGT_ERR_IO naming the path. */
-mgt_status ck_mkdirs(const char *path);
 /* rm -rf; a missing path is fine. Errors: MGT_ERR_IO naming the entry. */
 mgt_status ck_remove_tree(const char *path);
 /* fsync a file or directory by path. Errors: MGT_ERR_IO naming it. */

@@ -40,31 +40,6 @@ bool ck_is_dir(const char *path)
 	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-mgt_status ck_mkdirs(const char *path)
-{
-	if (!*path)
-		return mgt_err(MGT_ERR_IO, "empty directory name");
-	char *p = mgt_strdup(path);
-	if (!p)
-		return MGT_ERR_NOMEM;
-	mgt_status st = MGT_OK;
-	for (char *s = p + 1;; s++) {
-		if (*s != '/' && *s)
-			continue;
-		char c = *s;
-		*s = 0;
-		if (mkdir(p, 0755) != 0 && errno != EEXIST)
-			st = mgt_err(MGT_ERR_IO, "%s: cannot create directory: %s", p, strerror(errno));
-		else if (!ck_is_dir(p))
-			st = mgt_err(MGT_ERR_IO, "%s: exists and is not a directory", p);
-		*s = c;
-		if (st || !c)
-			break;
-	}
-	free(p);
-	return st;
-}
-
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
 	(void)sb, (void)flag, (void)ftw;

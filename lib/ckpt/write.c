@@ -31,7 +31,7 @@ mgt_status mgt_ckpt_begin(const char *save_dir, int64_t iteration)
 {
 	if (iteration < 0)
 		return mgt_err(MGT_ERR_USAGE, "checkpoint iteration %lld is negative", (long long)iteration);
-	mgt_status st = ck_mkdirs(save_dir);
+	mgt_status st = mgt_mkdirs(save_dir);
 	if (!st)
 		ck_clean_once(save_dir);
 	if (!st)
@@ -112,7 +112,7 @@ mgt_status mgt_ckpt_shard_open(const char *save_dir, int64_t iteration, const ch
 	mgt_ckpt_shard *sh = path ? calloc(1, sizeof *sh) : NULL;
 	mgt_status st = sh ? MGT_OK : mgt_err(MGT_ERR_NOMEM, "out of memory");
 	if (!st)
-		st = ck_mkdirs(tmp);
+		st = mgt_mkdirs(tmp);
 	if (!st && ck_exists(path))
 		st = mgt_err(MGT_ERR_EXISTS, "%s: shard already written", path);
 	if (!st) {

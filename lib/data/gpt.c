@@ -281,30 +281,6 @@ static char *blend_description(const mgt_gpt_data *d, mgt_split k, const double 
 
 /* ---- the cache directory ------------------------------------------------------------------- */
 
-/* mkdir -p; 0 or an errno. */
-static int make_dirs(const char *path)
-{
-	char *p = mgt_strdup(path);
-	if (!p)
-		return ENOMEM;
-	int e = 0;
-	for (char *q = p + 1; *q && !e; q++) {
-		if (*q != '/')
-			continue;
-		*q = 0;
-		if (mkdir(p, 0777) != 0 && errno != EEXIST)
-			e = errno;
-		*q = '/';
-	}
-	if (!e && mkdir(p, 0777) != 0 && errno != EEXIST)
-		e = errno;
-	struct stat sb;
-	if (!e && (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)))
-		e = ENOTDIR;
-	free(p);
-	return e;
-}
-
 /* Cache directory of source s: --data-cache-path or PREFIX/cache/GPTDataset_indices. */
 static char *cache_dir(const mgt_gpt_data *d, const gpt_src *s)
 {
@@ -328,9 +304,8 @@ static void cache_base(char *base, size_t cap, const char *desc, const char *cls
 static void cache_store(mgt_gpt_data *d, const char *dir, const char *base, const char *desc,
 			const mgt_npy_array *a, int n)
 {
-	int e = make_dirs(dir);
-	if (e) {
-		add_note(d, "cache directory %s: %s; indices kept in memory only", dir, strerror(e));
+	if (mgt_mkdirs(dir)) {
+		add_note(d, "cache directory %s; indices kept in memory only", mgt_err_msg());
 		return;
 	}
 	if (mgt_npy_cache_save(dir, base, desc, a, n))

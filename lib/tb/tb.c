@@ -209,26 +209,6 @@ mgt_status mgt_tb_text(mgt_tb *w, const char *tag, const char *text, int64_t ste
 
 /* ---- opening and closing ---- */
 
-/* mkdir -p path (d: a copy to cut).  Errors: MGT_ERR_IO naming path and the component that
- * could not be made. */
-static mgt_status make_dirs(const char *path, char *dir)
-{
-	struct stat sb;
-	for (char *s = dir + 1;; s++) {
-		if (*s && *s != '/') continue;
-		char c = *s;
-		*s = 0;
-		int bad = mkdir(dir, 0777) != 0 && errno != EEXIST;
-		int e = errno;
-		if (!bad && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) bad = 1, e = ENOTDIR;
-		mgt_status st = MGT_OK;
-		if (bad && !c) st = mgt_err(MGT_ERR_IO, "%s: cannot create directory: %s", path, strerror(e));
-		else if (bad) st = mgt_err(MGT_ERR_IO, "%s: cannot create directory: %s: %s", path, dir, strerror(e));
-		*s = c;
-		if (st || !c) return st;
-	}
-}
-
 /* DIR/events.out.tfevents.<secs>.<host>.<pid>.<n>.<prog>, malloc'd. */
 static char *event_path(const char *dir, const char *prog)
 {
@@ -263,15 +243,9 @@ mgt_status mgt_tb_open(mgt_tb **out, const char *dir, const char *prog)
 	*out = NULL;
 	if (!dir || !*dir) return mgt_err(MGT_ERR_IO, "empty TensorBoard directory name");
 	mgt_tb *w = mgt_malloc(sizeof *w);
-	char *d = mgt_strdup(dir);
-	if (!w || !d) {
-		free(w);
-		free(d);
-		return MGT_ERR_NOMEM;
-	}
+	if (!w) return MGT_ERR_NOMEM;
 	*w = (mgt_tb){ .fd = -1, .queue = 1000 };
-	mgt_status st = make_dirs(dir, d);
-	free(d);
+	mgt_status st = mgt_mkdirs(dir);
 	if (!st && !(w->path = event_path(dir, prog))) st = MGT_ERR_NOMEM;
 	if (!st && (w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666)) < 0)
 		st = mgt_err(MGT_ERR_IO, "%s: cannot create: %s", w->path, strerror(errno));

@@ -532,3 +532,26 @@ uint64_t mgt_hash64(const char *s)
 	for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
 	return h;
 }
+
+mgt_status mgt_mkdirs(const char *path)
+{
+	if (!*path) return mgt_err(MGT_ERR_IO, "empty directory name");
+	char *dir = mgt_strdup(path);
+	if (!dir) return MGT_ERR_NOMEM;
+	mgt_status st = MGT_OK;
+	struct stat sb;
+	for (char *s = dir + 1;; s++) {
+		if (*s && *s != '/') continue;
+		char c = *s;
+		*s = 0;
+		int bad = mkdir(dir, 0777) != 0 && errno != EEXIST;
+		int e = errno;
+		if (!bad && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) bad = 1, e = ENOTDIR;
+		if (bad && !c) st = mgt_err(MGT_ERR_IO, "%s: cannot create directory: %s", path, strerror(e));
+		else if (bad) st = mgt_err(MGT_ERR_IO, "%s: cannot create directory: %s: %s", path, dir, strerror(e));
+		*s = c;
+		if (st || !c) break;
+	}
+	free(dir);
+	return st;
+}

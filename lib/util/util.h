@@ -63,6 +63,12 @@ mgt_status mgt_afile_write(mgt_afile *af, const void *p, size_t n);
 mgt_status mgt_afile_commit(mgt_afile *af);
 void mgt_afile_abort(mgt_afile *af);
 
+/* mkdir -p: path and every missing parent (mode 0777 less the umask); existing directories are
+ * fine.  Errors: MGT_ERR_IO "PATH: cannot create directory: [COMPONENT: ]REASON" naming the
+ * component that could not be made (or that exists and is not a directory: ENOTDIR), or
+ * MGT_ERR_NOMEM. */
+mgt_status mgt_mkdirs(const char *path);
+
 /* Temporaries being written, removed by a fatal signal (mgt_signals_install's handler, a second
  * signal in graceful mode) and by mgt_tmp_remove_all on an error exit (cmd/).  A directory
  * entry must hold plain files only (a checkpoint's iter_NNNNNNN.tmp).  The table holds 256;
