@@ -171,17 +171,10 @@ static mgt_status write_json(const char *path, const mgt_train_eval_result *r, b
 /* Megatron's evaluate_and_print_results block. */
 static void print_result(const mgt_train_eval_result *r, bool test)
 {
-	char body[512];
-	snprintf(body, sizeof body, " validation loss at iteration %lld on %s set | lm loss value: %.6E | lm loss PPL: "
-		 "%.6E | ", (long long)r->iteration, test ? "test" : "validation", r->loss, exp(fmin(20.0, r->loss)));
-	size_t n = strlen(body) + 1;
-	char *dash = mgt_malloc(n + 1);
-	if (dash) {
-		memset(dash, '-', n);
-		dash[n] = 0;
-	}
-	printf("%s\n%s\n%s\n", dash ? dash : "", body, dash ? dash : "");
-	free(dash);
+	char head[160];
+	snprintf(head, sizeof head, " validation loss at iteration %lld on %s set | ", (long long)r->iteration,
+		 test ? "test" : "validation");
+	mgt_train_print_loss(stdout, head, r->loss);
 }
 
 int eval_cmd_loss(int argc, char **argv)

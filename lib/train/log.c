@@ -286,21 +286,24 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 	t->int_t0 = mgt_now();
 }
 
+void mgt_train_print_loss(FILE *f, const char *head, double loss)
+{
+	char body[512];
+	snprintf(body, sizeof body, "%slm loss value: %.6E | lm loss PPL: %.6E | ", head, loss, exp(fmin(20.0, loss)));
+	size_t n = strlen(body) + 1;
+	for (size_t i = 0; i < n; i++) fputc('-', f);
+	fprintf(f, "\n%s\n", body);
+	for (size_t i = 0; i < n; i++) fputc('-', f);
+	fputc('\n', f);
+	fflush(f);
+}
+
 void trainer_log_validation(trainer *t, const char *what, bool test, double loss)
 {
 	char head[160];
 	if (what) snprintf(head, sizeof head, " iteration %lld %s | ", (long long)t->iteration, what);
 	else snprintf(head, sizeof head, " validation loss at iteration %lld | ", (long long)t->iteration);
-	char body[512];
-	snprintf(body, sizeof body, "%slm loss value: %.6E | lm loss PPL: %.6E | ", head, loss, exp(fmin(20.0, loss)));
-	if (t->io->log) {
-		size_t n = strlen(body) + 1;
-		for (size_t i = 0; i < n; i++) fputc('-', t->io->log);
-		fprintf(t->io->log, "\n%s\n", body);
-		for (size_t i = 0; i < n; i++) fputc('-', t->io->log);
-		fputc('\n', t->io->log);
-		fflush(t->io->log);
-	}
+	if (t->io->log) mgt_train_print_loss(t->io->log, head, loss);
 	if (t->tb) { /* Megatron's evaluate_and_print_results (Megatron's lands its test set under the
 		      * validation tags; mgt writes "lm loss test") */
 		char tag[64];

@@ -143,6 +143,11 @@ typedef struct mgt_train_io {
  * MGT_ERR_INTR when stopped by SIGINT/SIGTERM (after saving a checkpoint when --save is set). */
 mgt_status mgt_train_run(mgt_args *a, const mgt_train_io *io);
 
+/* Megatron's evaluate_and_print_results block: head (" validation loss at iteration N | ",
+ * ending in "| ") then "lm loss value: X | lm loss PPL: exp(X) | ", between two lines of dashes
+ * as long as it; flushed. */
+void mgt_train_print_loss(FILE *f, const char *head, double loss);
+
 /* What mgt_train_evaluate evaluates: the test split instead of the validation split, and the
  * first sample (-1: for validation the samples of the last validation before the checkpoint
  * was saved, i.e. its consumed validation samples less one evaluation of --eval-iters x
