@@ -122,6 +122,7 @@ run_case() {
 		if [ $rc = 0 ]; then
 			grep 'iteration .*lm loss' "$log" | sed 's/^/#   /'
 			summarize "$tag" "$log" "$jsonl" "$mbs"
+			echo "$mbs" >"$W/$tag.mbs"
 			echo
 			return 0
 		fi
@@ -136,6 +137,44 @@ run_case() {
 	echo "$tag: failed at every micro-batch size ($mbss)"
 	echo
 	return 1
+}
+
+# torch_case TAG MODEL SEQ GBS ITERS FLAGS...: PyTorch on the same GPU (tests/bench/torch_gpu_bench.py)
+# at the micro-batch size the mgt run TAG used; tokens/s of both and their ratio
+torch_case() {
+	tag=$1 model=$2 seq=$3 gbs=$4 iters=$5
+	shift 5
+	TPY=${TORCH_PY:-python3}
+	if ! $TPY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+		echo "$tag torch: no PyTorch with CUDA ($TPY), skipped"; return 1
+	fi
+	[ -s "$W/$tag.mbs" ] || { echo "$tag torch: no mgt run to compare with, skipped"; return 1; }
+	mbs=$(cat "$W/$tag.mbs") jsonl=$W/$tag-mbs$(cat "$W/$tag.mbs").jsonl
+	echo "# $tag torch: torch_gpu_bench.py --model $model --seq-length $seq --micro-batch-size $mbs --global-batch-size $gbs --iters $iters $*"
+	t0=$(date +%s)
+	# shellcheck disable=SC2086
+	timeout "$RUN_TIMEOUT" $TPY "$ROOT/tests/bench/torch_gpu_bench.py" --model "$model" --seq-length "$seq" \
+		--micro-batch-size "$mbs" --global-batch-size "$gbs" --iters "$iters" "$@" >"$W/$tag-torch.json" 2>"$W/$tag-torch.err"
+	echo "# exit $? after $(( $(date +%s) - t0 )) s"
+	grep -v '^\s*$' "$W/$tag-torch.err" | tail -5 | sed 's/^/#   /'
+	cat "$W/$tag-torch.json"
+	$PY - "$tag" "$jsonl" "$W/$tag-torch.json" "$PEAK" <<-'EOF'
+	import json, statistics, sys
+	tag, jsonl, tj, peak = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+	rows = [json.loads(l) for l in open(jsonl) if l.strip()]
+	rows = [r for r in rows if "tokens_per_s" in r]
+	timed = rows[5 if len(rows) > 10 else 1:]
+	mt = statistics.median(float(r["tokens_per_s"]) for r in timed)
+	mf = statistics.median(float(r["tflops"]) for r in timed)
+	try:
+	    t = json.load(open(tj))
+	except ValueError:
+	    print("%s: torch printed no result" % tag); sys.exit(0)
+	tt = t["tokens_per_s"]
+	print("%s: mgt %.0f tokens/s, torch (%s) %.0f tokens/s: mgt/torch %.3f; torch at Megatron's FLOPs %.1f TFLOP/s (MFU %.1f%%), peak memory %.0f MiB"
+	      % (tag, mt, t["mode"], tt, mt / tt, mf * tt / mt, 100 * mf * tt / mt / peak, t["peak_memory_mib"]))
+	EOF
+	echo
 }
 
 bench() {
@@ -167,6 +206,13 @@ bench() {
 	run_case llama-3.2-1b-mock llama-3.2-1b 2048 16 "${LLAMA_ITERS:-20}" "${LLAMA_MBS:-4 2 1}" --mock-data \
 		--vocab-size 128256 --hidden-dropout 0 --attention-dropout 0
 	save
+	if [ "${TORCH:-1}" = 1 ]; then
+		echo "## PyTorch on the same GPU, the same shapes (random token ids)"
+		torch_case gpt2-124m-mock gpt2-124m 1024 64 "${GPT2_ITERS:-30}"
+		save
+		torch_case llama-3.2-1b-mock llama-3.2-1b 2048 16 "${LLAMA_ITERS:-20}" --vocab-size 128256
+		save
+	fi
 
 	if [ -n "$DATA" ]; then
 		if [ "$DATA" = kjv ]; then

@@ -16,6 +16,9 @@ if [ ! -x "$B/bin/mgt-train" ]; then
 	[ -f .device/mgt-bundle.tar.xz ] || { echo "no .device/mgt-bundle.tar.xz: run make device-pack and carry .device"; exit 2; }
 	(cd .device && xz -dc mgt-bundle.tar.xz | tar xf -) || exit 2
 fi
+# device-pack leaves share/ out of the archive (the working tree travels with it): the presets,
+# tokenizers and data the programs look for in BIN/../share/mgt come from the tree
+[ -e "$B/share" ] || ln -s "$ROOT/share" "$B/share"
 . "$B/env.sh"
 export MGT_BIN="$B/bin" TEST_CUDA_OPS="$B/libexec/test_cuda_ops" GEMM_CEILING="$B/libexec/gemm_ceiling"
 info() {
