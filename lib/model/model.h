@@ -188,11 +188,28 @@ typedef struct mgt_microbatch {
  * sequence across the tensor-parallel group (Korthikanti et al. 2022, section 4.2.2).  dp,
  * distributed_optimizer and bucket_size lay the flat gradient buffer out
  * (mgt_tensor_table_layout). */
+typedef enum { MGT_RECOMPUTE_NONE, MGT_RECOMPUTE_SELECTIVE, MGT_RECOMPUTE_FULL } mgt_recompute_granularity;
+typedef enum { MGT_RECOMPUTE_UNIFORM, MGT_RECOMPUTE_BLOCK } mgt_recompute_method;
+
+/* Activation recomputation (Megatron's --recompute-granularity, --recompute-method,
+ * --recompute-num-layers; Korthikanti et al. 2022, section 5; megatron/core/transformer/
+ * transformer_block.py _checkpointed_forward, attention.py _checkpointed_attention_forward):
+ * granularity NONE keeps every activation; SELECTIVE recomputes core attention in the backward;
+ * FULL keeps only the input of each recomputed layer (uniform: groups of recompute_num_layers
+ * layers, each keeping its group's input; block: the first recompute_num_layers layers of the
+ * chunk) and runs its forward again before its backward.  All-zero is NONE. */
+typedef struct mgt_recompute {
+	mgt_recompute_granularity granularity;
+	mgt_recompute_method method;
+	int num_layers;
+} mgt_recompute;
+
 typedef struct mgt_model_layout {
 	int mbs, stage, num_stages, slots;
 	bool sequence_parallel, distributed_optimizer;
 	int dp;
 	int64_t bucket_size;
+	mgt_recompute recompute;
 } mgt_model_layout;
 
 /* Create a model chunk for config c (finalized for ps->tp) on backend be with parallel state ps
