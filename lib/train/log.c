@@ -338,9 +338,17 @@ void trainer_log_memory(trainer *t, const char *when)
 		(double)m.grads / mb, (double)opt / mb, (double)m.activations / mb, (double)m.workspace / mb);
 	if (!t->be->host_memory) {
 		/* the backend's own allocations; its GEMM and kernel scratch is part of "workspace" */
-		fprintf(t->io->log, "peak device memory %.1f MiB (%.1f MiB now) | peak device / computed: %.3f\n",
+		fprintf(t->io->log, "peak device memory %.1f MiB (%.1f MiB now) | peak device / computed: %.3f",
 			(double)t->be->bytes_peak / mb, (double)t->be->bytes_in_use / mb,
 			(double)t->be->bytes_peak / (double)total);
+		/* independent of the backend's accounting: the driver's free bytes against those before
+		 * the model allocated (cuBLASLt and NCCL buffers, allocation granularity included) */
+		char what[64];
+		size_t fr = mgt_backend_cuda_mem_available(t->be, what, sizeof what);
+		if (t->dev_free0 != SIZE_MAX && fr != SIZE_MAX && t->dev_free0 >= fr)
+			fprintf(t->io->log, " | %s: %.1f MiB more in use than before the model",
+				what, (double)(t->dev_free0 - fr) / mb);
+		fputc('\n', t->io->log);
 	} else {
 		size_t rss = trainer_peak_rss();
 		fprintf(t->io->log, "peak RSS %.1f MiB, of which %.1f MiB before the model (program, libraries, "

@@ -738,6 +738,10 @@ static mgt_status setup(trainer *t)
 	if ((st = setup_backend(t))) return st;
 	if ((st = mgt_parallel_to_device(&t->ps, t->be, a->overlap_grad_reduce))) return st;
 	t->rss_baseline = trainer_peak_rss();
+	if (!t->be->host_memory) {
+		char what[64];
+		t->dev_free0 = mgt_backend_cuda_mem_available(t->be, what, sizeof what);
+	}
 	st = setup_pipeline(t);
 	if (!st && !t->eval_only) st = trainer_log_start(t);
 	if (!st) st = setup_schedule(t);

@@ -78,6 +78,7 @@ typedef struct trainer {
 	dump_state dump;
 	bool dumping;
 	size_t rss_baseline;                         /* peak RSS before the model allocates */
+	size_t dev_free0;                            /* device backends: cudaMemGetInfo's free bytes then */
 } trainer;
 
 /* sched.c: rank r of P pipeline ranks, M micro-batches, V chunks, groups of G (section 9). */
