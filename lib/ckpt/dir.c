@@ -70,7 +70,8 @@ mgt_status mgt_ckpt_iterations(const char *dir, int64_t **out, size_t *n)
 		*n = 0;
 		return st;
 	}
-	qsort(*out, *n, sizeof **out, cmp_i64);
+	if (*n > 1) /* none found leaves *out NULL, which qsort must not be given even with 0 */
+		qsort(*out, *n, sizeof **out, cmp_i64);
 	return MGT_OK;
 }
 

@@ -601,6 +601,13 @@ static void test_whole(void)
 	CHECK(mgt_ckpt_iterations(save, &its, &n) == MGT_OK && n == 3 && its[0] == 10 && its[1] == 20 &&
 	      its[2] == 30, "iterations: the iter_N directories, ascending (%zu)", n);
 	free(its);
+	/* a directory without iterations (say --load DIR holding only --tensorboard-dir DIR/tb) */
+	mkdir(path_in("noiter"), 0755);
+	mkdir(path_in("noiter/tb"), 0755);
+	its = (int64_t *)&found;
+	n = 7;
+	CHECK(mgt_ckpt_iterations(path_in("noiter"), &its, &n) == MGT_OK && n == 0 && !its,
+	      "iterations: none in a directory without iter_N (%zu)", n);
 	CHECK(mgt_ckpt_verify(save, 30) == MGT_OK && mgt_ckpt_verify(save, 10) == MGT_OK, "whole iterations verify");
 	unlink(path_in("whole/iter_0000030/model_tp01_pp000_dp000.h5"));
 	CHECK(mgt_ckpt_verify(save, 30) == MGT_ERR_FORMAT && has_msg("the saved pieces cover"),
