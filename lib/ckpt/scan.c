@@ -275,7 +275,7 @@ static void keep_unique(ck_index *ix, size_t lo, size_t hi, size_t *out)
 
 static mgt_status build_tensors(ck_index *ix)
 {
-	qsort(ix->pieces, ix->npieces, sizeof *ix->pieces, cmp_piece);
+	if (ix->npieces > 1) qsort(ix->pieces, ix->npieces, sizeof *ix->pieces, cmp_piece);
 	if (!(ix->tensors = mgt_malloc((ix->npieces + 1) * sizeof *ix->tensors)))
 		return MGT_ERR_NOMEM;
 	size_t out = 0, n = ix->npieces;
