@@ -22,6 +22,11 @@ static void usage(void)
 	       "and defaults. A preset (share/mgt/models/NAME.json) sets the model shape; flags override it.\n"
 	       "Logs go to stderr: Megatron's iteration line every --log-interval iterations.\n");
 	mgt_args_help(stdout);
+	printf("\nPlans (mgt-plan(1)):\n"
+	       "  --plan FILE[:N]                          apply plan N (default 1) of an mgt-plan output: its flags\n"
+	       "                                           first, the command line's after (a layout flag that differs\n"
+	       "                                           is an error); predicted vs measured memory and iteration\n"
+	       "                                           time printed after iteration 5\n");
 	printf("\nOther Megatron-LM flags are accepted without effect (said once in the log) or refused with\n"
 	       "the reason.  --megatron-flags reads flag names on stdin, one a line, and prints how each is\n"
 	       "treated: implemented, ignored (accepted without effect), refused or unknown.\n");
@@ -61,6 +66,18 @@ static mgt_status check_flags(const mgt_args *a, int *exit_sig)
 	return MGT_OK;
 }
 
+/* --plan FILE[:N] or --plan=FILE[:N] (the last one given; "" when its value is missing), or
+ * NULL. */
+static const char *find_plan(int argc, char **argv)
+{
+	const char *spec = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--plan")) spec = i + 1 < argc ? argv[++i] : "";
+		else if (!strncmp(argv[i], "--plan=", 7)) spec = argv[i] + 7;
+	}
+	return spec;
+}
+
 /* Megatron's last line after --exit-signal-handler saved (training.py prints it with the date). */
 static void say_exiting(int sig)
 {
@@ -86,11 +103,19 @@ int main(int argc, char **argv)
 	if (st) fail(st);
 	mgt_args a;
 	int exit_sig = -1;
+	mgt_train_plan plan = { 0 };
+	const char *plan_spec = find_plan(argc, argv);
+	int pargc = argc;
+	char **pargv = NULL;
 	st = mgt_args_init(&a);
-	if (!st) st = mgt_args_parse_argv(&a, argc, argv);
+	if (!st && plan_spec) st = mgt_train_plan_load(&plan, plan_spec);
+	if (!st && plan_spec) st = mgt_train_plan_argv(&plan, argc, argv, &pargc, &pargv);
+	if (!st) st = mgt_args_parse_argv(&a, pargc, pargv ? pargv : argv);
+	free(pargv);
 	if (!st) st = check_flags(&a, &exit_sig);
 	if (st) {
 		mgt_args_free(&a);
+		mgt_train_plan_free(&plan);
 		fail(st);
 	}
 	/* one rank logs: the last, as Megatron's training_log; rank 0 says what a signal does, as
@@ -99,9 +124,11 @@ int main(int argc, char **argv)
 	bool logs = rank == mgt_dist_world_size() - 1, handler = a.exit_signal_handler;
 	mgt_graceful_opts g = { .prog = PROG, .saves = a.save != NULL, .quiet = rank != 0 };
 	mgt_signals_install_graceful(&g);
-	mgt_train_io io = { .log = logs ? stderr : NULL, .prog = PROG, .start_time = start };
+	mgt_train_io io = { .log = logs ? stderr : NULL, .prog = PROG, .start_time = start,
+			    .plan = plan_spec ? &plan : NULL };
 	st = mgt_train_run(&a, &io);
 	mgt_args_free(&a);
+	mgt_train_plan_free(&plan);
 	/* --exit-signal-handler: the --exit-signal is a request to stop, answered as Megatron does
 	 * (save, print, exit 0); any other signal is an interruption (130) */
 	if (st == MGT_ERR_INTR && handler && mgt_interrupted == exit_sig) {

@@ -321,17 +321,31 @@ void trainer_log_validation(trainer *t, const char *what, bool test, double loss
 	}
 }
 
+static size_t computed_memory(const trainer *t, mgt_model_mem *m, size_t *opt)
+{
+	*m = (mgt_model_mem){ 0 };
+	*opt = 0;
+	for (int c = 0; c < t->V; c++) {
+		mgt_model_mem x = mgt_model_memory(t->chunk[c]);
+		m->params += x.params; m->grads += x.grads; m->activations += x.activations; m->workspace += x.workspace;
+	}
+	for (int i = 0; i < t->nshard; i++) *opt += 2 * (t->shard[i].hi - t->shard[i].lo) * sizeof(float);
+	return m->params + m->grads + *opt + m->activations + m->workspace;
+}
+
+double trainer_computed_memory(const trainer *t)
+{
+	mgt_model_mem m;
+	size_t opt;
+	return (double)computed_memory(t, &m, &opt);
+}
+
 void trainer_log_memory(trainer *t, const char *when)
 {
 	if (!t->io->log) return;
-	mgt_model_mem m = { 0 };
-	size_t opt = 0;
-	for (int c = 0; c < t->V; c++) {
-		mgt_model_mem x = mgt_model_memory(t->chunk[c]);
-		m.params += x.params; m.grads += x.grads; m.activations += x.activations; m.workspace += x.workspace;
-	}
-	for (int i = 0; i < t->nshard; i++) opt += 2 * (t->shard[i].hi - t->shard[i].lo) * sizeof(float);
-	size_t total = m.params + m.grads + opt + m.activations + m.workspace;
+	mgt_model_mem m;
+	size_t opt;
+	size_t total = computed_memory(t, &m, &opt);
 	double mb = 1024.0 * 1024.0;
 	fprintf(t->io->log, "memory %s: computed %.1f MiB (parameters %.1f, gradients %.1f, optimizer %.1f, "
 		"activations %.1f, workspace %.1f) | ", when, (double)total / mb, (double)m.params / mb,

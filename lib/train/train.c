@@ -564,6 +564,7 @@ static mgt_status train_loop(trainer *t)
 		if (t->async_all_done && (st = trainer_save_wait(t))) return st;
 		if (a->log_params_norm && trainer_log_due(t) && (st = global_norm(t, true, &t->params_norm))) return st;
 		trainer_log_iteration(t, loss, lr, gnorm, skipped, mgt_now() - t0);
+		trainer_plan_iteration(t);
 		if (at(t->iteration, a->eval_interval) && (st = validate(t, MGT_SPLIT_VALID, NULL))) return st;
 		bool stop = intr || t->out_of_time || at(t->iteration, a->exit_interval);
 		if (a->save && (at(t->iteration, a->save_interval) || stop) && (st = trainer_save(t))) return st;
@@ -734,6 +735,7 @@ static mgt_status setup(trainer *t)
 		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
 	if (!st) st = mgt_parallel_init(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,
 					(int)a->context_parallel_size);
+	if (!st && !t->eval_only) st = trainer_plan_check(t);
 	if (st) return st;
 	if ((st = setup_backend(t))) return st;
 	if ((st = mgt_parallel_to_device(&t->ps, t->be, a->overlap_grad_reduce))) return st;

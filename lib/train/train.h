@@ -131,10 +131,36 @@ void mgt_args_help(FILE *f);
 
 /* ---- the training loop ---- */
 
+/* mgt-train --plan FILE[:N]: plan N (its "rank"; 1 when absent) of a file written by mgt-plan
+ * (mgt-plan(5)): its mgt-train flags and what it predicts (bytes per GPU or process, with the
+ * measured-constant overhead part; seconds per iteration; model TFLOP/s per GPU). */
+typedef struct mgt_train_plan {
+	char *file;
+	int rank, gpus;
+	double memory_bytes, overhead_bytes, iteration_s, tflops_per_gpu;
+	char **args;            /* [nargs], NULL-terminated */
+	int nargs;
+} mgt_train_plan;
+
+/* Read plan spec ("FILE" or "FILE:N") into *p (owned; mgt_train_plan_free).  Errors: MGT_ERR_IO
+ * (unreadable), MGT_ERR_INPUT (not JSON, not an mgt-plan file, a missing or mistyped field,
+ * named with the file), MGT_ERR_USAGE (no plan N), MGT_ERR_NOMEM. */
+mgt_status mgt_train_plan_load(mgt_train_plan *p, const char *spec);
+/* The argument vector to parse: argv[0], the plan's flags, then argv[1..] without --plan and its
+ * value (later flags win, so the command line overrides the plan), in a new array *out_argv
+ * [*out_argc + 1] whose strings belong to p and argv (free the array only).  A layout flag
+ * (parallel sizes, micro- and global batch, sequence length, recompute) given on the command line
+ * with another value than the plan's is MGT_ERR_USAGE; MGT_ERR_NOMEM. */
+mgt_status mgt_train_plan_argv(const mgt_train_plan *p, int argc, char **argv, int *out_argc, char ***out_argv);
+void mgt_train_plan_free(mgt_train_plan *p);
+
 typedef struct mgt_train_io {
 	FILE *log;              /* iteration lines, validation, summary (stderr in mgt-train) */
 	const char *prog;       /* program name for messages */
 	double start_time;      /* mgt_now() when the program started (--exit-duration-in-mins) */
+	/* --plan: checked against the world size at setup; its predictions printed beside the
+	 * measured figures after iteration 5 (or the last, when fewer); NULL without */
+	const mgt_train_plan *plan;
 } mgt_train_io;
 
 /* Run pretraining as the arguments say (data, model, optimizer, checkpoints, evaluation).

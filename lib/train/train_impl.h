@@ -79,6 +79,7 @@ typedef struct trainer {
 	bool dumping;
 	size_t rss_baseline;                         /* peak RSS before the model allocates */
 	size_t dev_free0;                            /* device backends: cudaMemGetInfo's free bytes then */
+	double plan_t1;                              /* --plan: mgt_now() after iteration 1 */
 } trainer;
 
 /* sched.c: rank r of P pipeline ranks, M micro-batches, V chunks, groups of G (section 9). */
@@ -115,6 +116,14 @@ bool trainer_log_due(const trainer *t);
  * "on test set" after it; test: the metrics key is test_loss instead of valid_loss. */
 void trainer_log_validation(trainer *t, const char *what, bool test, double loss);
 void trainer_log_memory(trainer *t, const char *when);
+/* Bytes the trainer computed for this rank: the chunks' (mgt_model_memory) and the optimizer
+ * state's, as trainer_log_memory prints them. */
+double trainer_computed_memory(const trainer *t);
+
+/* plan_apply.c (--plan): MGT_ERR_USAGE when the plan is for another number of processes; after
+ * each iteration, the report once iteration 5 (or the last) is done (every rank takes part). */
+mgt_status trainer_plan_check(const trainer *t);
+void trainer_plan_iteration(trainer *t);
 /* Close the TensorBoard file (--tensorboard-dir), writing what is queued; safe to call twice.
  * Errors: MGT_ERR_IO naming the file (this or an earlier write failed). */
 mgt_status trainer_log_end(trainer *t);
