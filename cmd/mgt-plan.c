@@ -154,9 +154,10 @@ static json_t *plan_json(const mgt_plan_request *r, const mgt_plan *p, int rank)
 	for (int i = 0; av && av[i]; i++) json_array_append_new(args, json_string(av[i]));
 	free(av);
 	json_t *rc = json_pack("{s:s}", "granularity", gran_name(p->recompute.granularity));
-	if (p->recompute.granularity == MGT_RECOMPUTE_FULL)
-		json_object_update(rc, json_pack("{s:s, s:i}", "method", p->recompute.method == MGT_RECOMPUTE_BLOCK ? "block" : "uniform",
-						 "num_layers", p->recompute.num_layers));
+	if (p->recompute.granularity == MGT_RECOMPUTE_FULL) {
+		json_object_set_new(rc, "method", json_string(p->recompute.method == MGT_RECOMPUTE_BLOCK ? "block" : "uniform"));
+		json_object_set_new(rc, "num_layers", json_integer(p->recompute.num_layers));
+	}
 	return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:o, s:I, s:b, "
 			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}, "
 			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:o}",
