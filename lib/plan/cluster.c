@@ -124,7 +124,8 @@ mgt_status mgt_cluster_calibrate(mgt_cluster *c, const char *file, char *check, 
 		if (sscanf(line, "gemm bf16 %lf^3: %*f TFLOP/s (median of %*d, %lf ms", &m, &ms) == 2 && m == 8192) big_ms = ms;
 		else if (sscanf(line, "gemm bf16 %lfx%lfx%lf %*[^:]: %lf TFLOP/s", &m, &nn, &k, &x) == 4 && ns < 16)
 			shapes[ns].m = m, shapes[ns].n = nn, shapes[ns].k = k, shapes[ns++].tflops = x;
-		else if (sscanf(line, "add 1 GiB %*[^:]: %lf GB/s", &x) == 1) bw = x;
+		else if (!strncmp(line, "add 1 GiB", 9) && strstr(line, "): ") && sscanf(strstr(line, "): ") + 3, "%lf GB/s", &x) == 1)
+			bw = x;
 	}
 	fclose(f);
 	if (!(big_ms > 0) || !(bw > 0))

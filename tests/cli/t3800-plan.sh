@@ -84,6 +84,16 @@ ok "the plans' args run in mgt-train (CPU, one process)" sh -c "
 '$BIN/mgt-train' --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --train-iters 1 \
 	--device cpu --threads 2 --eval-interval 0 \$($PY -c \"import json; print(' '.join(json.load(open('plan2.json'))['plans'][0]['args']))\") >run.log 2>&1"
 
+# --- --gemm-bench: the dgx-h100 preset's GEMM rate is the benchmark file's, recomputed
+res=$(ls "$ROOT"/tests/bench/results/gpu-nvidia-h100-*.txt 2>/dev/null | head -1)
+if [ -n "$res" ]; then
+	"$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 64 --bf16 --gemm-bench "$res" --top 1 --output gb.json 2>/dev/null
+	ok "--gemm-bench recomputes the preset's 905.7 TFLOP/s and 2969 GB/s" same "$(get gb.json "'%.1f %.0f' % (d['cluster']['gemm_tflops'], d['cluster']['memory_bandwidth_gbps'])")" "905.7 2969"
+else
+	skip "no GPU benchmark results"
+fi
+ok "--gemm-bench without the benchmark's lines: exit 3" exits 3 "$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 8 --gemm-bench "$ROOT/README.md"
+
 # --- a Hugging Face config.json
 mkdir hf
 cat > hf/config.json <<'J'
