@@ -54,6 +54,14 @@ mgt_status mgt_convert_hf_to_mgt(const mgt_convert_opts *o);
 /* mgt -> Hugging Face.  Errors: as above, MGT_ERR_FORMAT for a damaged checkpoint. */
 mgt_status mgt_convert_mgt_to_hf(const mgt_convert_opts *o);
 
+/* The model arguments a Hugging Face config.json gives (path: the file, or a directory holding
+ * it) merged into *a (initialized by the caller): the model shape as mgt-ckpt-convert derives
+ * it (mgt-hf(5) CONFIG KEYS) and a->vocab_size; no tensors are read.  Errors: MGT_ERR_INPUT
+ * (unreadable or malformed JSON, an unsupported model_type, a missing or bad key: the message
+ * names the file and key), MGT_ERR_USAGE (what mgt does not implement). */
+struct mgt_args;
+mgt_status mgt_convert_hf_config(const char *path, struct mgt_args *a);
+
 /* mgt-export: an mgt checkpoint or a Hugging Face directory (load_dir) to one GGUF v3 file as
  * llama.cpp reads it (ggml docs/gguf.md; llama.cpp gguf-py names and keys; mgt-export(1)):
  * architecture gpt2 (GPT-2), llama (Llama, Mistral: q/k rows permuted for its adjacent-pair RoPE;

@@ -4,9 +4,11 @@
  * Megatron's flags for those models: megatron-reference.md section 7.4 and 7.5. */
 #include "convert_impl.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum { G = 1 << MGT_HF_GPT2, L = (1 << MGT_HF_LLAMA) | (1 << MGT_HF_MISTRAL) | (1 << MGT_HF_QWEN2) | (1 << MGT_HF_QWEN3) };
 
@@ -225,4 +227,25 @@ json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char
 			c->rope_scaling_high_freq_factor, "original_max_position_embeddings",
 			(json_int_t)c->rope_scaling_original_max_position_embeddings));
 	return o;
+}
+
+/* ---- for planners: a config.json alone ---- */
+
+mgt_status mgt_convert_hf_config(const char *path, mgt_args *a)
+{
+	char file[PATH_MAX];
+	struct stat sb;
+	if (!stat(path, &sb) && S_ISDIR(sb.st_mode)) snprintf(file, sizeof file, "%s/config.json", path);
+	else snprintf(file, sizeof file, "%s", path);
+	json_error_t e;
+	json_t *cfg = json_load_file(file, 0, &e);
+	if (!cfg) return mgt_err(MGT_ERR_INPUT, "%s:%d: %s", file, e.line, e.text);
+	mgt_hf_family f;
+	mgt_status st = MGT_OK;
+	if (!json_is_object(cfg)) st = mgt_err(MGT_ERR_INPUT, "%s: expected a JSON object", file);
+	else if (mgt_hf_family_parse(json_string_value(json_object_get(cfg, "model_type")), &f))
+		st = mgt_err_ctx(MGT_ERR_INPUT, "%s", file);
+	if (!st) st = cv_config_to_args(cfg, f, file, a);
+	json_decref(cfg);
+	return st;
 }

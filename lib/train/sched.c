@@ -75,3 +75,14 @@ mgt_status sched_check(int P, int M, int V, int G)
 			       "than the pipeline size %d (Megatron requires M %% G == 0 or M %% G >= PP)", M, M % G, P);
 	return MGT_OK;
 }
+
+mgt_status mgt_train_sched_slots(int P, int r, int M, int V, int G, int *slots)
+{
+	mgt_status st = sched_check(P, M, V, G);
+	sched_action *a = NULL;
+	int n = 0;
+	if (!st) st = sched_build(P, r, M, V, G, false, &a, &n);
+	for (int c = 0; !st && c < V; c++) slots[c] = sched_slots(a, n, c);
+	free(a);
+	return st;
+}

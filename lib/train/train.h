@@ -126,6 +126,16 @@ void mgt_args_classify(const char *flag, const char **cls, const char **why);
  * of memory. */
 void *mgt_train_tensor_list(const mgt_tensor_table *tt);
 
+/* Activation slots of pipeline rank r of P under mgt-train's schedule for M micro-batches, V
+ * virtual stages (chunks) per rank, groups of G micro-batches (Megatron's
+ * --microbatch-group-size-per-vp-stage; G = P by default): slots[c] (c < V) gets the most
+ * micro-batches chunk c holds forwarded and not yet backwarded -- min(P - r, M) under 1F1B
+ * (V = 1), Megatron's interleaved warm-up count otherwise (schedules.py
+ * forward_backward_pipelining_with_interleaving).  The same schedule and count mgt-train uses
+ * (lib/train/sched.c), for planners.  Errors: MGT_ERR_USAGE (the interleaving constraints on
+ * P, M, G, naming the flags), MGT_ERR_NOMEM. */
+mgt_status mgt_train_sched_slots(int P, int r, int M, int V, int G, int *slots);
+
 /* Help text: every flag with its default, grouped. */
 void mgt_args_help(FILE *f);
 

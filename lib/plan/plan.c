@@ -1,0 +1,543 @@
+/* lib/plan/plan.c: memory (the allocator's sizing, called), time (plan.h's model) and the
+ * search over layouts. */
+#include "plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/dist.h"
+#include "train/train.h"
+
+/* ---- memory: mgt_model_measure per chunk, mgt-train's schedule, lib/train's optimizer ---- */
+
+/* mgt-train's --ddp-bucket-size under --overlap-grad-reduce (megatron/training/training.py
+ * resolve_ddp_bucket_size, as lib/train/args.c), else one bucket. */
+static int64_t bucket_size(const mgt_plan_request *r, int dp)
+{
+	if (!r->overlap_grad_reduce) return 0;
+	return (int64_t)dp * 1000000 > 40000000 ? (int64_t)dp * 1000000 : 40000000;
+}
+
+static mgt_recompute recompute_of(int g)
+{
+	mgt_recompute rc = { 0 };
+	rc.granularity = (mgt_recompute_granularity)g;
+	if (g == MGT_RECOMPUTE_FULL) rc.method = MGT_RECOMPUTE_UNIFORM, rc.num_layers = 1;
+	return rc;
+}
+
+/* Bytes on pipeline rank `rank`: its V chunks as mgt-train creates them (train.c chunk_layout,
+ * check_memory).  *numel: its flat-buffer elements (all chunks). */
+static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, int rank,
+			      int *slots, mgt_model_mem *mem, double *opt, size_t *numel)
+{
+	mgt_status st = mgt_train_sched_slots(p->pp, rank, p->num_microbatches, p->vp, p->pp, slots);
+	if (st) return st;
+	mgt_parallel ps = { .world_size = p->gpus, .tp = p->tp, .pp = p->pp, .dp = p->dp, .cp = 1, .pp_rank = rank };
+	memset(mem, 0, sizeof *mem);
+	*opt = 0;
+	*numel = 0;
+	for (int k = 0; k < p->vp; k++) {
+		mgt_model_layout L = {
+			.mbs = p->mbs, .stage = k * p->pp + rank, .num_stages = p->pp * p->vp, .slots = slots[k],
+			.sequence_parallel = p->sp, .distributed_optimizer = p->distopt, .dp = p->dp,
+			.bucket_size = p->bucket_size, .recompute = p->recompute,
+		};
+		mgt_model_mem x;
+		size_t n;
+		st = mgt_model_measure(c, &L, &ps, &x, &n);
+		if (st) return st;
+		mem->params += x.params; mem->grads += x.grads; mem->activations += x.activations;
+		mem->workspace += x.workspace;
+		/* lib/train/train.c: AdamW's two fp32 moments over the buffer, or over this rank's
+		 * 1/DP shard of every bucket with the distributed optimizer */
+		*opt += 2.0 * sizeof(float) * (double)(p->distopt ? n / (size_t)p->dp : n);
+		*numel += n;
+	}
+	return MGT_OK;
+}
+
+static mgt_status plan_memory(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, size_t *numel)
+{
+	int *slots = mgt_malloc((size_t)p->vp * sizeof *slots);
+	if (!slots) return MGT_ERR_NOMEM;
+	mgt_status st = MGT_OK;
+	p->mem.total = -1;
+	*numel = 0;
+	int ranks[2] = { 0, p->pp - 1 };
+	for (int i = 0; !st && i < (p->pp > 1 ? 2 : 1); i++) {
+		mgt_model_mem m;
+		double opt;
+		size_t n;
+		st = rank_memory(r, c, p, ranks[i], slots, &m, &opt, &n);
+		if (st) break;
+		double total = (double)m.params + (double)m.grads + opt + (double)m.activations + (double)m.workspace +
+			       r->cluster.overhead_bytes;
+		if (n > *numel) *numel = n;
+		if (total <= p->mem.total) continue;
+		p->mem.params = (double)m.params; p->mem.grads = (double)m.grads; p->mem.optimizer = opt;
+		p->mem.activations = (double)m.activations; p->mem.workspace = (double)m.workspace;
+		p->mem.overhead = r->cluster.overhead_bytes;
+		p->mem.total = total;
+		p->mem_stage = ranks[i];
+	}
+	free(slots);
+	p->mem.limit = r->cluster.gpu_memory * (1 - r->headroom);
+	p->fits = p->mem.total <= p->mem.limit;
+	return st;
+}
+
+/* ---- time ---- */
+
+typedef struct {
+	const mgt_cluster *cl;
+	double rate, eb;      /* GEMM rate (FLOP/s), bytes an element */
+	double peak;          /* dense peak for attention (FLOP/s) */
+	double bw;            /* memory bandwidth (bytes/s) */
+} hw;
+
+/* One GEMM [m, k] x [k, n]: compute at the GEMM rate plus its operands' and result's traffic. */
+static double gemm(const hw *w, double m, double n, double k)
+{
+	return 2 * m * n * k / w->rate + (m * k + k * n + m * n) * w->eb / w->bw;
+}
+
+/* A linear layer of T tokens, in -> out: forward; backward = data gradient + weight gradient.
+ * The weight gradient accumulates into the fp32 main gradient (Megatron's
+ * gradient_accumulation_fusion: the GEMM reads and writes C in fp32, 8 bytes an element, in
+ * place of writing eb). */
+static void linear(const hw *w, double T, double in, double out, double *f, double *b)
+{
+	*f += gemm(w, T, out, in);
+	*b += gemm(w, T, in, out) + gemm(w, out, in, T) + out * in * (8 - w->eb) / w->bw;
+}
+
+/* One ring collective step set (all-gather or reduce-scatter) of S bytes over n ranks. */
+static double ring(double S, int n, double bw, double lat)
+{
+	return n > 1 ? (double)(n - 1) / n * S / bw + (n - 1) * lat : 0;
+}
+
+typedef struct {
+	double fwd, bwd, recomp, tp_exposed, attn_fwd;
+} layer_time;
+
+/* One decoder layer for one micro-batch on one GPU. */
+static layer_time layer(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w)
+{
+	const mgt_cluster *cl = &r->cluster;
+	int t = p->tp;
+	double s = (double)c->seq_length, T = s * p->mbs, h = (double)c->hidden_size, d = (double)c->kv_channels;
+	double nq = (double)c->num_attention_heads / t, ng = (double)c->num_query_groups / t;
+	double ffn = (double)c->ffn_hidden_size / t, fc1 = c->swiglu ? 2 * ffn : ffn;
+	double gf = 0, gb = 0;
+	linear(w, T, h, (nq + 2 * ng) * d, &gf, &gb);  /* linear_qkv */
+	linear(w, T, nq * d, h, &gf, &gb);             /* linear_proj */
+	linear(w, T, h, fc1, &gf, &gb);                /* linear_fc1 */
+	linear(w, T, ffn, h, &gf, &gb);                /* linear_fc2 */
+	/* causal flash attention: Megatron's FLOPs (mgt_model_flops), forward 2 s^2 nq d per sequence */
+	double af = 2 * p->mbs * s * s * nq * d, at_f = af / (w->peak * cl->attention_fwd_efficiency);
+	double at_b = 2 * af / (w->peak * cl->attention_bwd_efficiency);
+	/* element-wise traffic a token, forward (elements): two norms (read, write h) and two
+	 * bias-dropout-adds (read x and the residual, write the sum, a 1-byte mask: 3.5 h) = 11 h,
+	 * split over TP by sequence parallelism only; the activation (read fc1, write ffn); RoPE
+	 * (read and write q and k).  The backward moves twice as much. */
+	double seq = 11 * h / (p->sp ? t : 1), act = fc1 + ffn;
+	double rope = strcmp(c->position_embedding_type, "rope") ? 0 : 2 * (nq + ng) * d * c->rotary_percent;
+	double ef = T * (seq + act + rope) * w->eb / w->bw, eb = 2 * ef;
+	/* tensor parallelism: per layer, with SP 2 all-gathers + 2 reduce-scatters forward and 2 + 2
+	 * backward plus the 2 all-gathers Megatron repeats for the weight gradients; without SP 2
+	 * all-reduces each way (2 ring passes each) */
+	double S = T * h * w->eb, lat = (t <= cl->gpus_per_node ? cl->intra_latency : cl->inter_latency) * 1e-6;
+	double bwl = (t <= cl->gpus_per_node ? cl->intra_bandwidth : cl->inter_bandwidth) * 1e9;
+	double one = ring(S, t, bwl, lat);
+	double cf = t > 1 ? 4 * one : 0, cb = t > 1 ? (p->sp ? 6 : 4) * one : 0;
+	/* --tp-comm-overlap (with SP): the collectives run under the GEMMs they feed */
+	bool ov = r->tp_comm_overlap && p->sp;
+	double xf = ov ? fmax(0, cf - gf) : cf, xb = ov ? fmax(0, cb - gb) : cb;
+	/* kernels a layer launches (Megatron-Core with Transformer Engine): forward norm, QKV GEMM,
+	 * RoPE, attention, projection GEMM, bias-dropout-add, norm, fc1 GEMM, activation, fc2 GEMM,
+	 * bias-dropout-add and one more for casts and bookkeeping = 12; the backward twice that
+	 * (data- and weight-gradient GEMMs, the element-wise backwards) */
+	double kf = 12 * cl->kernel_overhead * 1e-6, kb = 24 * cl->kernel_overhead * 1e-6;
+	layer_time lt = { .fwd = gf + at_f + ef + xf + kf, .bwd = gb + at_b + eb + xb + kb, .tp_exposed = xf + xb,
+			  .attn_fwd = at_f };
+	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) lt.recomp = at_f;
+	return lt;
+}
+
+/* The forward + backward (+ recompute) of one micro-batch through virtual stage `stage`. */
+static double stage_time(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w,
+			 int stage, const layer_time *lt, double *fwd, double *bwd, double *rec, double *tpx)
+{
+	int64_t first, n;
+	if (mgt_stage_layers(c, p->pp * p->vp, stage, &first, &n)) n = 0;
+	double f = (double)n * lt->fwd, b = (double)n * lt->bwd, rc = (double)n * lt->recomp;
+	double x = (double)n * lt->tp_exposed;
+	if (p->recompute.granularity == MGT_RECOMPUTE_FULL) {
+		int64_t k = p->recompute.method == MGT_RECOMPUTE_BLOCK ? (p->recompute.num_layers < n ? p->recompute.num_layers : n) : n;
+		rc = (double)k * lt->fwd;
+	}
+	double T = (double)c->seq_length * p->mbs, h = (double)c->hidden_size, t = p->tp;
+	double V = (double)c->padded_vocab_size / t;
+	const mgt_cluster *cl = &r->cluster;
+	double one = t > 1 ? ring(T * h * w->eb, p->tp, cl->intra_bandwidth * 1e9, cl->intra_latency * 1e-6) : 0;
+	if (stage == 0) { /* embedding lookup (read the rows, write [T, h]) and its gradient */
+		f += 2 * T * h * w->eb / w->bw + one;
+		b += 2 * T * h * w->eb / w->bw + one;
+		x += 2 * one;
+	}
+	if (stage == p->pp * p->vp - 1) { /* final norm, output layer, fused cross entropy */
+		double gf = 0, gb = 0;
+		linear(w, T, h, V, &gf, &gb);
+		f += gf + T * V * w->eb / w->bw + 2 * T * h * w->eb / w->bw + one;
+		b += gb + 2 * T * V * w->eb / w->bw + 4 * T * h * w->eb / w->bw + one;
+		x += 2 * one;
+	}
+	*fwd += f; *bwd += b; *rec += rc; *tpx += x;
+	return f + b + rc;
+}
+
+static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, size_t numel)
+{
+	const mgt_cluster *cl = &r->cluster;
+	bool fp32 = r->precision == MGT_PLAN_FP32;
+	double e = cl->efficiency;
+	hw w = { .cl = cl, .rate = (fp32 ? cl->fp32_tflops : cl->gemm_tflops) * 1e12 * e, .eb = fp32 ? 4 : 2,
+		 .peak = (fp32 ? cl->fp32_tflops : cl->peak_tflops) * 1e12 * e, .bw = cl->memory_bandwidth * 1e9 * e };
+	layer_time lt = layer(r, c, p, &w);
+	int P = p->pp, V = p->vp, M = p->num_microbatches;
+	double T = (double)c->seq_length * p->mbs, h = (double)c->hidden_size;
+	/* point-to-point: [s b h] (/TP under SP) each way per micro-batch; the next stage is TP x DP
+	 * ranks on (Megatron's tp-cp-ep-dp-pp order): the same node only when the whole job is */
+	bool pp_intra = (int64_t)p->tp * p->dp * p->pp <= cl->gpus_per_node;
+	double p2p = P > 1 ? T * h * w.eb / (p->sp ? p->tp : 1) / ((pp_intra ? cl->intra_bandwidth : cl->inter_bandwidth) * 1e9) +
+				     (pp_intra ? cl->intra_latency : cl->inter_latency) * 1e-6 : 0;
+	double worst = 0, wf = 0, wb = 0, wr = 0, wx = 0;
+	int cand[3] = { 0, P - 1, P > 2 ? 1 : 0 };
+	for (int i = 0; i < 3; i++) {
+		double f = 0, b = 0, rc = 0, x = 0, tot = 0;
+		for (int k = 0; k < V; k++) tot += stage_time(r, c, p, &w, k * P + cand[i], &lt, &f, &b, &rc, &x);
+		/* the 1F1B schedule waits for each send; the interleaved one overlaps them (Megatron's
+		 * overlap_p2p_comm, on with virtual stages) */
+		if (V == 1) tot += 2 * p2p;
+		if (tot > worst) worst = tot, wf = f, wb = b, wr = rc, wx = x;
+	}
+	p->time.compute = (double)M * (wf + wb - wx);
+	p->time.recompute = (double)M * wr;
+	p->time.tp_comm = (double)M * wx;
+	p->time.pp_comm = V == 1 ? (double)M * 2 * p2p : 0;
+	p->time.bubble = (double)(P - 1) / V * worst;
+	double pipe = (double)M * worst + p->time.bubble;
+	/* data parallelism: fp32 gradients (Megatron reduces bf16/fp16 runs' gradients in fp32),
+	 * parameters gathered in the training precision */
+	double dp_t = 0, N = (double)numel;
+	if (p->dp > 1) {
+		bool span = (int64_t)p->tp * p->dp > cl->gpus_per_node;
+		int k = p->tp < cl->gpus_per_node ? cl->gpus_per_node / p->tp : 1;
+		double bus = span ? fmin(cl->intra_bandwidth, k * cl->inter_bandwidth) : cl->intra_bandwidth;
+		double lat = (span ? cl->inter_latency : cl->intra_latency) * 1e-6;
+		double rs = ring(4 * N, p->dp, bus * 1e9, lat);
+		double ag = p->distopt ? ring(w.eb * N, p->dp, bus * 1e9, lat) : rs; /* all-reduce: RS + AG */
+		if (!p->distopt) rs = ring(4 * N, p->dp, bus * 1e9, lat), ag = rs;
+		double last = p->bucket_size > 0 && (double)p->bucket_size < N ? (double)p->bucket_size / N : 1;
+		double grad = rs + (p->distopt ? 0 : ag), gather = p->distopt ? ag : 0;
+		double xg = r->overlap_grad_reduce ? fmax(grad - wb - wr, grad * last) : grad;
+		double xp = p->distopt && r->overlap_param_gather ? fmax(gather - wf, gather * last) : gather;
+		dp_t = xg + xp;
+	}
+	p->time.dp_comm = dp_t;
+	/* the optimizer: fp32 parameter, gradient, two moments read and written, the parameter
+	 * written in the training precision, the gradient norm and zeroing: 36 + eb bytes an element */
+	double shard = p->distopt ? N / p->dp : N;
+	p->time.optimizer = shard * (36 + w.eb) / w.bw;
+	p->time.iteration = pipe + dp_t + p->time.optimizer;
+	p->model_flops = mgt_model_flops(c, r->global_batch_size);
+	p->tflops_per_gpu = p->model_flops / p->time.iteration / p->gpus / 1e12;
+	p->mfu = p->tflops_per_gpu / cl->peak_tflops;
+}
+
+/* ---- one layout ---- */
+
+static mgt_status finalize(const mgt_plan_request *r, int tp, mgt_model_config *c)
+{
+	*c = r->model;
+	return mgt_model_config_finalize(c, tp);
+}
+
+static mgt_status check_divides(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p)
+{
+	int gpus = r->cluster.gpus_per_node * r->cluster.nodes;
+	if (p->tp < 1 || p->pp < 1 || p->vp < 1 || p->mbs < 1) return mgt_err(MGT_ERR_USAGE, "layout sizes must be positive");
+	if (gpus % (p->tp * p->pp))
+		return mgt_err(MGT_ERR_USAGE, "%d GPUs are not divisible by --tensor-model-parallel-size %d x "
+			       "--pipeline-model-parallel-size %d", gpus, p->tp, p->pp);
+	p->gpus = gpus;
+	p->dp = gpus / (p->tp * p->pp);
+	if (r->global_batch_size % ((int64_t)p->mbs * p->dp))
+		return mgt_err(MGT_ERR_USAGE, "--global-batch-size %lld is not a multiple of --micro-batch-size %d x "
+			       "data-parallel size %d", (long long)r->global_batch_size, p->mbs, p->dp);
+	p->num_microbatches = (int)(r->global_batch_size / ((int64_t)p->mbs * p->dp));
+	if (c->num_layers % ((int64_t)p->pp * p->vp))
+		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by --pipeline-model-parallel-size %d x "
+			       "%d virtual stages", (long long)c->num_layers, p->pp, p->vp);
+	if (p->vp > 1 && p->pp < 2)
+		return mgt_err(MGT_ERR_USAGE, "virtual pipeline stages need --pipeline-model-parallel-size > 1");
+	if (p->tp == 1) p->sp = false;
+	if (p->dp == 1) p->distopt = false;
+	p->bucket_size = bucket_size(r, p->dp);
+	return MGT_OK;
+}
+
+static mgt_status evaluate(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, bool memory)
+{
+	mgt_status st = check_divides(r, c, p);
+	size_t numel = 0;
+	if (!st && memory) st = plan_memory(r, c, p, &numel);
+	if (st) return st;
+	if (!memory) { /* the parameters of the first stage, for the DP model: from the table */
+		int *slots = mgt_malloc((size_t)p->vp * sizeof *slots);
+		mgt_model_mem m;
+		double opt;
+		if (!slots) return MGT_ERR_NOMEM;
+		st = rank_memory(r, c, p, 0, slots, &m, &opt, &numel);
+		free(slots);
+		if (st) return st;
+	}
+	plan_time(r, c, p, numel);
+	return MGT_OK;
+}
+
+mgt_status mgt_plan_evaluate(const mgt_plan_request *r, mgt_plan *p)
+{
+	mgt_model_config c;
+	mgt_status st = finalize(r, p->tp, &c);
+	return st ? st : evaluate(r, &c, p, true);
+}
+
+/* ---- the search ---- */
+
+static int gran_list(int want, int *out)
+{
+	if (want >= 0) { out[0] = want; return 1; }
+	out[0] = MGT_RECOMPUTE_NONE; out[1] = MGT_RECOMPUTE_SELECTIVE; out[2] = MGT_RECOMPUTE_FULL;
+	return 3;
+}
+
+static int bool_list(int want, bool possible, bool *out)
+{
+	if (!possible) { out[0] = false; return 1; }
+	if (want >= 0) { out[0] = want; return 1; }
+	out[0] = true; out[1] = false;
+	return 2;
+}
+
+/* Better: faster; then less memory. */
+static bool better(const mgt_plan *a, const mgt_plan *b)
+{
+	if (a->time.iteration != b->time.iteration) return a->time.iteration < b->time.iteration;
+	return a->mem.total < b->mem.total;
+}
+
+typedef struct {
+	mgt_plan *best;
+	int n, cap;
+	mgt_plan smallest;   /* the least memory seen, for the message when nothing fits */
+	bool any;
+	int64_t candidates, fitting;
+} search;
+
+static mgt_status search_run(const mgt_plan_request *r, search *s)
+{
+	const mgt_cluster *cl = &r->cluster;
+	int gpus = cl->gpus_per_node * cl->nodes;
+	int max_tp = r->max_tp > 0 ? r->max_tp : cl->gpus_per_node;
+	int64_t L = r->model.num_layers;
+	int max_pp = r->max_pp > 0 ? r->max_pp : (int)L, max_mbs = r->max_mbs > 0 ? r->max_mbs : 16;
+	for (int tp = 1; tp <= (r->tp ? r->tp : max_tp); tp++) {
+		if (r->tp ? tp != r->tp : gpus % tp != 0) continue;
+		mgt_model_config c;
+		if (finalize(r, tp, &c)) continue; /* heads, groups or ffn do not divide */
+		for (int pp = 1; pp <= (r->pp ? r->pp : max_pp); pp++) {
+			if ((r->pp && pp != r->pp) || L % pp || gpus % (tp * pp)) continue;
+			int dp = gpus / (tp * pp);
+			int mbl[16], nm = 0;
+			if (r->mbs) mbl[nm++] = r->mbs;
+			else for (int m = 1; m <= max_mbs && nm < 16; m *= 2) mbl[nm++] = m;
+			for (int im = 0; im < nm; im++) {
+				int mbs = mbl[im];
+				if (r->global_batch_size % ((int64_t)mbs * dp)) continue;
+				int M = (int)(r->global_batch_size / ((int64_t)mbs * dp));
+				for (int vp = 1; vp <= L / pp; vp++) {
+					if ((r->vp && vp != r->vp) || (L / pp) % vp || (vp > 1 && pp < 2)) continue;
+					if (vp > 1 && (M < pp || (M % pp && M % pp < pp))) continue; /* sched_check with G = PP */
+					bool sps[2], dos[2];
+					int grs[3], nsp = bool_list(r->sp, tp > 1, sps), ndo = bool_list(r->distopt, dp > 1, dos);
+					int ngr = gran_list(r->recompute, grs);
+					for (int a = 0; a < nsp; a++)
+						for (int b = 0; b < ndo; b++)
+							for (int g = 0; g < ngr; g++) {
+								mgt_plan p = { .tp = tp, .pp = pp, .vp = vp, .mbs = mbs, .sp = sps[a],
+									       .distopt = dos[b], .recompute = recompute_of(grs[g]) };
+								mgt_status st = evaluate(r, &c, &p, true);
+								if (st == MGT_ERR_NOMEM) return st;
+								if (st) continue;
+								s->candidates++;
+								if (!s->any || p.mem.total < s->smallest.mem.total) s->smallest = p, s->any = true;
+								if (!p.fits && !r->ignore_memory) continue;
+								s->fitting++;
+								int i;
+								if (s->n < s->cap) i = s->n++;
+								else if (better(&p, &s->best[s->cap - 1])) i = s->cap - 1;
+								else continue;
+								s->best[i] = p;
+								for (; i > 0 && better(&s->best[i], &s->best[i - 1]); i--) {
+									mgt_plan t = s->best[i];
+									s->best[i] = s->best[i - 1];
+									s->best[i - 1] = t;
+								}
+							}
+				}
+			}
+		}
+	}
+	return MGT_OK;
+}
+
+static mgt_status check_request(const mgt_plan_request *r)
+{
+	const mgt_cluster *cl = &r->cluster;
+	if (r->global_batch_size < 1) return mgt_err(MGT_ERR_USAGE, "--global-batch-size must be given and positive");
+	if (r->tp && r->max_tp && r->tp > r->max_tp)
+		return mgt_err(MGT_ERR_USAGE, "--tensor-model-parallel-size %d exceeds --max-tensor-model-parallel-size %d",
+			       r->tp, r->max_tp);
+	if (r->pp && r->max_pp && r->pp > r->max_pp)
+		return mgt_err(MGT_ERR_USAGE, "--pipeline-model-parallel-size %d exceeds --max-pipeline-model-parallel-size %d",
+			       r->pp, r->max_pp);
+	if (r->tp == 1 && r->sp == 1)
+		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel needs --tensor-model-parallel-size > 1");
+	if (r->vp > 1 && r->pp == 1)
+		return mgt_err(MGT_ERR_USAGE, "virtual pipeline stages need --pipeline-model-parallel-size > 1");
+	if (r->headroom < 0 || r->headroom >= 1) return mgt_err(MGT_ERR_USAGE, "--memory-headroom %g: expected [0, 1)", r->headroom);
+	if (r->tp && r->tp > cl->gpus_per_node * cl->nodes)
+		return mgt_err(MGT_ERR_USAGE, "--tensor-model-parallel-size %d exceeds the cluster's %d GPUs", r->tp,
+			       cl->gpus_per_node * cl->nodes);
+	if (r->tp) { /* the message of mgt_model_config_finalize names what does not divide */
+		mgt_model_config c;
+		mgt_status st = finalize(r, r->tp, &c);
+		if (st) return st;
+	}
+	return MGT_OK;
+}
+
+static mgt_status run(const mgt_plan_request *r, search *s)
+{
+	memset(s, 0, sizeof *s);
+	s->cap = r->top > 0 ? r->top : 10;
+	if (!(s->best = mgt_malloc((size_t)s->cap * sizeof *s->best))) return MGT_ERR_NOMEM;
+	mgt_status st = search_run(r, s);
+	if (st) free(s->best), s->best = NULL;
+	return st;
+}
+
+mgt_status mgt_plan_search(const mgt_plan_request *r, mgt_plan **plans, int *n, mgt_plan_stats *stats, char *why,
+			   size_t why_n)
+{
+	*plans = NULL;
+	*n = 0;
+	if (why && why_n) why[0] = 0;
+	mgt_status st = check_request(r);
+	if (st) return st;
+	double t0 = mgt_now();
+	search s;
+	if ((st = run(r, &s))) return st;
+	if (stats) *stats = (mgt_plan_stats){ .candidates = s.candidates, .fitting = s.fitting, .seconds = mgt_now() - t0 };
+	if (!s.candidates) {
+		free(s.best);
+		int gpus = r->cluster.gpus_per_node * r->cluster.nodes;
+		return mgt_err(MGT_ERR_USAGE, "no layout of %d GPUs divides: TP x PP x DP must equal the GPUs, the layers "
+			       "(%lld) divide by PP (x virtual stages), --global-batch-size %lld by micro-batch size x DP, and the "
+			       "heads, query groups and FFN by TP (within the constraints given)", gpus,
+			       (long long)r->model.num_layers, (long long)r->global_batch_size);
+	}
+	if (!s.n && why && why_n) {
+		const mgt_plan *p = &s.smallest;
+		double g = 1024.0 * 1024.0 * 1024.0;
+		snprintf(why, why_n, "the layout needing least memory (TP %d, PP %d, %d virtual, DP %d, micro-batch %d, "
+			 "recompute %s%s%s) needs %.2f GiB on pipeline rank %d (parameters %.2f, gradients %.2f, optimizer "
+			 "%.2f, activations %.2f, workspace %.2f, overhead %.2f) but a GPU has %.2f GiB (headroom %.0f%%)",
+			 p->tp, p->pp, p->vp, p->dp, p->mbs,
+			 p->recompute.granularity == MGT_RECOMPUTE_FULL ? "full" : p->recompute.granularity ? "selective" : "none",
+			 p->sp ? ", sequence parallel" : "", p->distopt ? ", distributed optimizer" : "", p->mem.total / g,
+			 p->mem_stage, p->mem.params / g, p->mem.grads / g, p->mem.optimizer / g, p->mem.activations / g,
+			 p->mem.workspace / g, p->mem.overhead / g, r->cluster.gpu_memory / g, 100 * r->headroom);
+	}
+	*plans = s.best;
+	*n = s.n;
+	if (!s.n) free(s.best), *plans = NULL;
+	return MGT_OK;
+}
+
+mgt_status mgt_plan_smallest_cluster(const mgt_plan_request *r, int *nodes)
+{
+	*nodes = 0;
+	mgt_plan_request q = *r;
+	q.top = 1;
+	for (int k = r->cluster.nodes * 2; (int64_t)k * r->cluster.gpus_per_node <= 65536; k *= 2) {
+		q.cluster.nodes = k;
+		search s;
+		mgt_status st = run(&q, &s);
+		if (st) return st;
+		free(s.best);
+		if (s.n) {
+			*nodes = k;
+			return MGT_OK;
+		}
+	}
+	return MGT_OK;
+}
+
+/* ---- mgt-train's flags ---- */
+
+char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
+{
+	char w[24][64];
+	int n = 0;
+#define ADD(...) snprintf(w[n++], sizeof w[0], __VA_ARGS__)
+	ADD("--tensor-model-parallel-size"); ADD("%d", p->tp);
+	ADD("--pipeline-model-parallel-size"); ADD("%d", p->pp);
+	if (p->vp > 1) {
+		ADD("--num-layers-per-virtual-pipeline-stage");
+		ADD("%lld", (long long)(r->model.num_layers / ((int64_t)p->pp * p->vp)));
+	}
+	ADD("--micro-batch-size"); ADD("%d", p->mbs);
+	ADD("--global-batch-size"); ADD("%lld", (long long)r->global_batch_size);
+	ADD("--seq-length"); ADD("%lld", (long long)r->model.seq_length);
+	if (p->sp) ADD("--sequence-parallel");
+	if (p->distopt) ADD("--use-distributed-optimizer");
+	if (r->overlap_grad_reduce) ADD("--overlap-grad-reduce");
+	if (r->precision == MGT_PLAN_BF16) ADD("--bf16");
+	if (r->precision == MGT_PLAN_FP16) ADD("--fp16");
+	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) {
+		ADD("--recompute-granularity"); ADD("selective");
+	} else if (p->recompute.granularity == MGT_RECOMPUTE_FULL) {
+		ADD("--recompute-granularity"); ADD("full");
+		ADD("--recompute-method"); ADD(p->recompute.method == MGT_RECOMPUTE_BLOCK ? "block" : "uniform");
+		ADD("--recompute-num-layers"); ADD("%d", p->recompute.num_layers);
+	}
+#undef ADD
+	size_t bytes = (size_t)(n + 1) * sizeof(char *);
+	for (int i = 0; i < n; i++) bytes += strlen(w[i]) + 1;
+	char **out = mgt_malloc(bytes);
+	if (!out) return NULL;
+	char *q = (char *)(out + n + 1);
+	for (int i = 0; i < n; i++) {
+		out[i] = q;
+		strcpy(q, w[i]);
+		q += strlen(w[i]) + 1;
+	}
+	out[n] = NULL;
+	return out;
+}

@@ -1,0 +1,146 @@
+/* lib/plan: choosing a parallel layout (TP, PP, virtual stages, DP, micro-batch size,
+ * recomputation, distributed optimizer, sequence parallelism) for a model, a cluster and a
+ * batch: the memory each GPU needs and a predicted iteration time (mgt-plan(1), mgt-plan(5)).
+ *
+ * Memory is not modelled: it is what mgt-train allocates, asked of the allocator's own sizing
+ * code -- mgt_model_measure (lib/model: parameters, gradients, activations of every slot,
+ * workspaces, with layout.recompute) for each model chunk of the most loaded pipeline ranks
+ * (the first and the last), the activation slots from mgt-train's schedule
+ * (mgt_train_sched_slots), and the Adam moments as lib/train sizes them (2 fp32 values per
+ * element of the flat buffer, or of its 1/DP shard with the distributed optimizer; mgt keeps
+ * its parameters in fp32, so there is no separate main copy).  To that a measured per-process
+ * constant is added (the cluster's overhead_bytes: CUDA context and allocator slack on a GPU,
+ * the process's baseline RSS on the CPU backend).
+ *
+ * Time is a model of a Megatron-class implementation (bf16 GEMMs at the measured ceiling,
+ * fused element-wise kernels, flash attention), built from physical quantities only:
+ *   GEMM      t = 2mnk / gemm_tflops + bytes(A, B, C) / memory_bandwidth, per GEMM of the layer
+ *             at its shape (forward, data-gradient and weight-gradient GEMMs), so that thin
+ *             GEMMs (small TP shards, small hidden sizes) run below the ceiling;
+ *   attention causal flash attention, Megatron's FLOPs (halved for causality) at
+ *             attention_fwd/bwd_efficiency of the dense peak;
+ *   element-wise  bytes per token and layer (norms, bias-dropout-add, activation, RoPE) and per
+ *             logit (cross entropy), at memory_bandwidth (split by TP, the norms and dropout by
+ *             sequence parallelism too);
+ *   TP/SP     all-gathers and reduce-scatters of [s b h] per layer (all-reduces without SP) over
+ *             the intra-node link, hidden behind the GEMMs with --tp-comm-overlap;
+ *   DP        reduce-scatter of fp32 gradients and all-gather of bf16 parameters (all-reduce
+ *             without the distributed optimizer), ring bus bandwidth min(intra, k x inter) for a
+ *             group with k GPUs a node spanning nodes; overlapped with the last micro-batch's
+ *             backward (--overlap-grad-reduce) and the first one's forward
+ *             (--overlap-param-gather) as Megatron's DDP does, the last bucket exposed;
+ *   PP        point-to-point sends of [s b h] (/TP with SP) per micro-batch and stage boundary
+ *             (hidden by the interleaved schedule's overlap), and the bubble: the pipeline takes
+ *             (m + (p - 1) / v) times the slowest rank's micro-batch time;
+ *   kernels   kernel_overhead for each kernel a layer launches (12 forward, 24 backward);
+ *   recompute the forward of core attention (selective) or of whole layers (full) again;
+ *   optimizer a memory-bound pass over the optimizer's shard.
+ * Every constant is a field of the cluster (mgt-plan(5) gives the sources); nothing is fitted
+ * to the published throughputs it is checked against (tests/bench/plan_weak_scaling.sh).
+ */
+#ifndef MGT_PLAN_H
+#define MGT_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "util/util.h"
+
+/* A cluster (mgt-plan(5) CLUSTER FILES): units are bytes, GB/s (1e9 bytes), TFLOP/s (1e12),
+ * microseconds.  Bandwidths are per GPU and direction. */
+typedef struct mgt_cluster {
+	char name[64];
+	int gpus_per_node, nodes;
+	double gpu_memory;                  /* bytes a process may use */
+	double peak_tflops;                 /* dense bf16/fp16 peak per GPU (the MFU denominator) */
+	double gemm_tflops;                 /* compute-side rate of large bf16/fp16 GEMMs */
+	double fp32_tflops;                 /* the same for fp32 GEMMs */
+	double memory_bandwidth;            /* GB/s achieved by streaming kernels */
+	double intra_bandwidth, inter_bandwidth; /* GB/s: NVLink (within a node), network (between) */
+	double intra_latency, inter_latency;     /* microseconds per collective step */
+	double attention_fwd_efficiency, attention_bwd_efficiency; /* of peak_tflops */
+	double kernel_overhead;             /* microseconds a kernel: launch, ramp-up and tail */
+	double efficiency;                  /* sustained fraction of the rates above over a whole run
+					     * (clocks under the power limit, imperfect fusion): 1 in
+					     * the presets; optional key, default 1 */
+	double overhead_bytes;              /* per process: CUDA context + allocator, or baseline RSS */
+	bool host_memory;                   /* the CPU backend: memory is the host's */
+} mgt_cluster;
+
+/* Read a cluster file, or a preset NAME (share/mgt/clusters/NAME.json beside the executable's
+ * ../share/mgt, or $MGT_SHARE/clusters).  Keys starting with '_' are comments.  Errors:
+ * MGT_ERR_USAGE (no such preset, naming where it looked), MGT_ERR_INPUT (malformed JSON, a
+ * missing, unknown or out-of-range key, naming the file and key). */
+mgt_status mgt_cluster_load(const char *name_or_path, mgt_cluster *c);
+
+/* Calibrate gemm_tflops and memory_bandwidth from a GEMM-ceiling benchmark result file
+ * (tests/bench/gpu.sh output: the lines "gemm bf16 8192^3: X TFLOP/s (median of N, T ms" and
+ * "add 1 GiB (...): B GB/s"): memory_bandwidth = B, and gemm_tflops from the 8192^3 time less
+ * the memory traffic of the GEMM and of the benchmark's fp32-to-bf16 operand casts at B.
+ * *check (may be NULL) gets the other shapes' measured / predicted TFLOP/s ratios as text.
+ * Errors: MGT_ERR_IO (unreadable), MGT_ERR_INPUT (the lines are missing, naming the file). */
+mgt_status mgt_cluster_calibrate(mgt_cluster *c, const char *bench_file, char *check, size_t n);
+
+typedef enum { MGT_PLAN_FP32, MGT_PLAN_BF16, MGT_PLAN_FP16 } mgt_plan_precision;
+
+/* What to plan for.  model: shape with vocab_size and seq_length set (not finalized: the
+ * planner finalizes a copy per TP).  Layout fields: 0 (or -1 for the booleans) = search. */
+typedef struct mgt_plan_request {
+	mgt_model_config model;
+	mgt_cluster cluster;
+	int64_t global_batch_size;
+	mgt_plan_precision precision;
+	int tp, pp, vp, mbs;                /* fixed sizes (vp: virtual stages per pipeline rank) */
+	int max_tp, max_pp, max_mbs;        /* bounds of the search (0: gpus_per_node, layers, 16) */
+	int recompute;                      /* -1 search, else mgt_recompute_granularity */
+	int distopt, sp;                    /* -1 search, 0 off, 1 on */
+	bool overlap_grad_reduce, overlap_param_gather, tp_comm_overlap;
+	double headroom;                    /* fraction of gpu_memory left free */
+	bool ignore_memory;                 /* rank layouts that do not fit too (time only) */
+	int top;                            /* plans to keep (0: 10) */
+} mgt_plan_request;
+
+/* One layout and its predictions.  Memory: bytes on the most loaded GPU (mem_stage: its
+ * pipeline rank).  Times: seconds per iteration, the parts of the critical path. */
+typedef struct mgt_plan {
+	int tp, pp, vp, dp, mbs, num_microbatches, gpus;
+	bool sp, distopt;
+	mgt_recompute recompute;
+	int64_t bucket_size;                /* mgt-train's --ddp-bucket-size for this layout */
+	struct { double params, grads, optimizer, activations, workspace, overhead, total, limit; } mem;
+	int mem_stage;
+	bool fits;
+	struct {
+		double compute, recompute, tp_comm, pp_comm, bubble, dp_comm, optimizer, iteration;
+	} time;
+	double model_flops, tflops_per_gpu, mfu;
+} mgt_plan;
+
+/* Counts of the search. */
+typedef struct mgt_plan_stats {
+	int64_t candidates, fitting;
+	double seconds;
+} mgt_plan_stats;
+
+/* Predict one layout: p->tp, pp, vp, mbs, sp, distopt, recompute set by the caller; dp from the
+ * cluster's GPUs.  Errors: MGT_ERR_USAGE naming what does not divide (layers by stages, the
+ * batch by micro-batches, heads by TP, the interleaving constraints), NOMEM. */
+mgt_status mgt_plan_evaluate(const mgt_plan_request *r, mgt_plan *p);
+
+/* Search every layout the request allows on all the cluster's GPUs; *plans (malloc'd, caller
+ * frees) gets the fastest ones that fit, best first, at most r->top.  *n == 0 when none fits
+ * (*why then says why: what the smallest layout still needs); a layout that divides nothing
+ * (no TP x PP x DP equals the GPUs) is MGT_ERR_USAGE.  Errors: MGT_ERR_USAGE (contradictory
+ * constraints), MGT_ERR_NOMEM. */
+mgt_status mgt_plan_search(const mgt_plan_request *r, mgt_plan **plans, int *n, mgt_plan_stats *st,
+			   char *why, size_t why_n);
+
+/* The smallest number of nodes (a power of two times r->cluster.nodes, up to 65536 GPUs) on
+ * which some layout fits; 0 when none.  Errors: NOMEM. */
+mgt_status mgt_plan_smallest_cluster(const mgt_plan_request *r, int *nodes);
+
+/* The mgt-train flags of a plan (NULL-terminated array of strings in one malloc'd block). */
+char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p);
+
+#endif

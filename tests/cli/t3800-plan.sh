@@ -1,0 +1,134 @@
+#!/bin/sh
+# mgt-plan: its memory figure equals what mgt-train computes and allocates for the same layout
+# (the "memory before training: computed" line, CPU backend); the bubble and the FLOPs against
+# hand-computed values; fixed layouts, config.json input, the plan's mgt-train flags; bad input
+# and its exit statuses (TAP, run by prove).
+. "$(dirname "$0")/lib.sh"
+cd "$T" || exit 1
+P="$BIN/mgt-plan"
+# get FILE EXPR: EXPR of the JSON plan file (d: the document, p: the first plan)
+get() { $PY -c "import json,sys; d=json.load(open(sys.argv[1])); p=d['plans'][0]; print($2)" "$1"; }
+same() { [ "$1" = "$2" ] && [ -n "$1" ] || { echo "# '$1' != '$2'"; return 1; }; }
+
+# --- memory: mgt-plan's figure (less the cluster's per-process overhead) against mgt-train's
+for mbs in 2 4; do
+	"$BIN/mgt-train" --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 \
+		--seq-length 64 --micro-batch-size $mbs --global-batch-size 8 --train-iters 1 --device cpu --threads 2 \
+		--eval-interval 0 >train$mbs.log 2>&1
+	want=$(sed -n 's/^memory before training: computed \([0-9.]*\) MiB.*/\1/p' train$mbs.log)
+	"$P" --model tiny-gpt2 --vocab-size 50257 --seq-length 64 --cluster cpu --global-batch-size 8 \
+		--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size $mbs \
+		--recompute-granularity none --output plan$mbs.json 2>err$mbs
+	got=$(get plan$mbs.json "'%.1f' % ((p['memory']['total'] - p['memory']['overhead']) / 1048576)")
+	ok "micro-batch $mbs: mgt-plan's memory equals mgt-train's computed $want MiB" same "$got" "$want"
+done
+ok "... and the overhead is the cpu cluster's measured baseline" same "$(get plan2.json "int(p['memory']['overhead'])")" 190631117
+
+# --- FLOPs: Megatron's formula by hand for gpt2-124m (h 768, 12 layers, padded vocab 50304,
+# seq 1024): per token 72 h^2 L + 6 s h L (causal attention) + 6 h V, times the batch's tokens
+"$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 64 --bf16 --cluster dgx-h100 \
+	--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 8 --output flops.json 2>/dev/null
+want=$($PY -c "h=768;L=12;s=1024;V=50304;print('%.6e' % (64*s*(72*h*h*L+6*s*h*L+6*h*V)))")
+ok "model FLOPs equal Megatron's formula by hand ($want)" same "$(get flops.json "'%.6e' % p['model_flops']")" "$want"
+ok "... TFLOP/s per GPU = FLOPs / iteration / GPUs" $PY -c "
+import json; p=json.load(open('flops.json'))['plans'][0]
+assert abs(p['tflops_per_gpu'] - p['model_flops']/p['time']['iteration']/p['gpus']/1e12) < 1e-7 * p['tflops_per_gpu']
+assert abs(p['mfu'] - p['tflops_per_gpu']/989) < 1e-9"
+
+# --- the bubble: (p - 1) / (v m) of the steady-state time
+bubble() { # PP VP M -> ok when bubble / (M x slowest micro-batch) == (PP - 1) / (VP x M)
+	gbs=$3
+	"$P" --model tiny-gpt2 --vocab-size 50257 --cluster dgx-h100 --gpus-per-node $1 --global-batch-size $gbs \
+		--tensor-model-parallel-size 1 --pipeline-model-parallel-size $1 --num-virtual-stages-per-pipeline-rank $2 \
+		--micro-batch-size 1 --recompute-granularity none --output b.json --overwrite 2>/dev/null || return 1
+	$PY -c "
+import json; p=json.load(open('b.json'))['plans'][0]; t=p['time']
+steady = t['compute'] + t['recompute'] + t['tp_comm'] + t['pp_comm']
+want = ($1 - 1) / ($2 * $3)
+assert p['num_microbatches'] == $3, p['num_microbatches']
+assert abs(t['bubble'] / steady - want) < 1e-9, (t['bubble'] / steady, want)"
+}
+ok "bubble PP 4, 8 micro-batches: 3/8" bubble 4 1 8
+ok "bubble PP 2 with 2 virtual stages, 4 micro-batches: 1/8" bubble 2 2 4
+ok "bubble PP 1: none" bubble 1 1 8
+
+# --- interleaved memory: the slots of mgt-train's schedule (Megatron's warm-up count) make
+# the first rank hold more activations than plain 1F1B's min(PP, M)
+"$P" --model tiny-gpt2 --vocab-size 50257 --cluster cpu --gpus-per-node 2 --global-batch-size 8 \
+	--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --micro-batch-size 1 \
+	--num-virtual-stages-per-pipeline-rank 1 --recompute-granularity none --output v1.json 2>/dev/null
+"$P" --model tiny-gpt2 --vocab-size 50257 --cluster cpu --gpus-per-node 2 --global-batch-size 8 \
+	--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --micro-batch-size 1 \
+	--num-virtual-stages-per-pipeline-rank 2 --recompute-granularity none --output v2.json 2>/dev/null
+ok "interleaving holds more activations on the most loaded rank" $PY -c "
+import json; a=json.load(open('v1.json'))['plans'][0]; b=json.load(open('v2.json'))['plans'][0]
+assert b['memory']['activations'] > a['memory']['activations'], (a['memory'], b['memory'])"
+
+# --- a search; the plan's flags; ranking; --explain
+"$P" --model llama-3.2-1b --vocab-size 128256 --seq-length 2048 --global-batch-size 64 --bf16 --nodes 1 \
+	--overlap-grad-reduce --top 5 --output s.json >/dev/null 2>&1
+ok "search: exit 0, 5 plans" same "$(get s.json "len(d['plans'])")" 5
+ok "... ranked by iteration time, all fitting" $PY -c "
+import json; d=json.load(open('s.json')); t=[p['time']['iteration'] for p in d['plans']]
+assert t == sorted(t) and all(p['fits'] and p['memory']['total'] <= p['memory']['limit'] for p in d['plans'])"
+ok "... args are mgt-train's flags of the layout" $PY -c "
+import json; p=json.load(open('s.json'))['plans'][0]; a=p['args']
+i=a.index('--tensor-model-parallel-size'); assert a[i+1] == str(p['tensor_model_parallel_size'])
+i=a.index('--micro-batch-size'); assert a[i+1] == str(p['micro_batch_size'])
+assert '--bf16' in a and '--overlap-grad-reduce' in a"
+ok "... TP x PP x DP = GPUs" $PY -c "
+import json; d=json.load(open('s.json'))
+assert all(p['tensor_model_parallel_size']*p['pipeline_model_parallel_size']*p['data_parallel_size']==8 for p in d['plans'])"
+ok "--explain prints the table" sh -c "'$P' --model gpt2-124m --vocab-size 50257 --global-batch-size 64 --explain --top 3 | grep -q 'mgt-train flags of plan 1: --tensor-model-parallel-size'"
+ok "the plans' args run in mgt-train (CPU, one process)" sh -c "
+'$BIN/mgt-train' --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --train-iters 1 \
+	--device cpu --threads 2 --eval-interval 0 \$($PY -c \"import json; print(' '.join(json.load(open('plan2.json'))['plans'][0]['args']))\") >run.log 2>&1"
+
+# --- --gemm-bench: the dgx-h100 preset's GEMM rate is the benchmark file's, recomputed
+res=$(ls "$ROOT"/tests/bench/results/gpu-nvidia-h100-*.txt 2>/dev/null | head -1)
+if [ -n "$res" ]; then
+	"$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 64 --bf16 --gemm-bench "$res" --top 1 --output gb.json 2>/dev/null
+	ok "--gemm-bench recomputes the preset's 905.7 TFLOP/s and 2969 GB/s" same "$(get gb.json "'%.1f %.0f' % (d['cluster']['gemm_tflops'], d['cluster']['memory_bandwidth_gbps'])")" "905.7 2969"
+else
+	skip "no GPU benchmark results"
+fi
+ok "--gemm-bench without the benchmark's lines: exit 3" exits 3 "$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 8 --gemm-bench "$ROOT/README.md"
+
+# --- a Hugging Face config.json
+mkdir hf
+cat > hf/config.json <<'J'
+{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 688,
+ "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 32000,
+ "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+ "tie_word_embeddings": false}
+J
+ok "config.json directory: plans" exits 0 "$P" --model hf --global-batch-size 8 --cluster cpu --output hf.json
+ok "... with its shape" same "$(get hf.json "'%d %d %d %d' % (d['model']['num_layers'], d['model']['hidden_size'], d['model']['num_query_groups'], d['model']['vocab_size'])")" "4 256 4 32000"
+
+# --- bad input
+ok "unknown preset: exit 2" exits 2 "$P" --model no-such-model --vocab-size 10 --global-batch-size 8
+ok "... named" err_has "no-such-model"
+ok "unknown cluster preset: exit 2" exits 2 "$P" --model tiny-gpt2 --vocab-size 10 --global-batch-size 8 --cluster nope
+printf '{"model_type": "llama", "hidden_size": 64,' > bad.json
+ok "malformed config.json: exit 3" exits 3 "$P" --model bad.json --global-batch-size 8
+ok "... names the file" err_has "bad.json"
+mkdir miss; printf '{"model_type": "llama", "hidden_size": 64, "vocab_size": 100}\n' > miss/config.json
+ok "config.json missing a key: exit 3" exits 3 "$P" --model miss --global-batch-size 8
+ok "... names the key" err_has "num_hidden_layers"
+ok "no vocabulary size: exit 2" exits 2 "$P" --model tiny-gpt2 --global-batch-size 8
+ok "contradictory constraints (TP 8 > max TP 4): exit 2" exits 2 "$P" --model gpt2-124m --vocab-size 50257 \
+	--global-batch-size 8 --tensor-model-parallel-size 8 --max-tensor-model-parallel-size 4
+ok "--sequence-parallel with TP 1: exit 2" exits 2 "$P" --model gpt2-124m --vocab-size 50257 \
+	--global-batch-size 8 --tensor-model-parallel-size 1 --sequence-parallel
+ok "a layout that does not divide (TP 5): exit 2" exits 2 "$P" --model gpt2-124m --vocab-size 50257 \
+	--global-batch-size 8 --tensor-model-parallel-size 5 --gpus-per-node 5
+printf '{"gpus_per_node": 1, "nodes": 1}\n' > c1.json
+ok "cluster file missing a key: exit 3" exits 3 "$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 8 --cluster c1.json
+ok "... names the key" err_has "gpu_memory_bytes"
+sed -e 's/"gpu_memory_bytes": [0-9]*/"gpu_memory_bytes": 2500000000/' "$SHARE/clusters/cpu.json" > small.json
+ok "fits nowhere: exit 1" exits 1 "$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 8 --cluster small.json
+ok "... says why and the smallest cluster that fits" err_has "needs .* GiB .* the smallest cpu cluster that fits has [0-9]* nodes"
+ok "existing --output: exit 5" exits 5 "$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 8 --output s.json
+ok "... --overwrite replaces it" exits 0 "$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 8 --output s.json --overwrite
+ok "no temporaries left" no_files s.json.tmp.*
+done_testing
