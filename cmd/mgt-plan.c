@@ -316,6 +316,8 @@ int main(int argc, char **argv)
 	if (seq) r.model.seq_length = seq;
 	if (vocab) r.model.vocab_size = vocab;
 	else if (a.vocab_size > 0) r.model.vocab_size = a.vocab_size;
+	r.model_arg = is_hf(model) ? NULL : model;
+	r.vocab_arg = vocab;
 	mgt_args_free(&a);
 	if (r.model.vocab_size <= 0)
 		mgt_cli_usage_error(PROG, "--model %s gives no vocabulary size: add --vocab-size N", model);

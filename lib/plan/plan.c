@@ -503,9 +503,15 @@ mgt_status mgt_plan_smallest_cluster(const mgt_plan_request *r, int *nodes)
 
 char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
 {
-	char w[24][64];
+	char w[32][512];
 	int n = 0;
 #define ADD(...) snprintf(w[n++], sizeof w[0], __VA_ARGS__)
+	if (r->model_arg) {
+		ADD("--model"); ADD("%s", r->model_arg);
+	}
+	if (r->vocab_arg) {
+		ADD("--vocab-size"); ADD("%lld", (long long)r->vocab_arg);
+	}
 	ADD("--tensor-model-parallel-size"); ADD("%d", p->tp);
 	ADD("--pipeline-model-parallel-size"); ADD("%d", p->pp);
 	if (p->vp > 1) {

@@ -99,6 +99,11 @@ typedef struct mgt_plan_request {
 	double headroom;                    /* fraction of gpu_memory left free */
 	bool ignore_memory;                 /* rank layouts that do not fit too (time only) */
 	int top;                            /* plans to keep (0: 10) */
+	/* for the plans' mgt-train flags (mgt_plan_train_args): the --model value (a preset or
+	 * model JSON; NULL for a config.json, whose shape mgt-train cannot take from --model) and
+	 * --vocab-size (0: the model's own) */
+	const char *model_arg;
+	int64_t vocab_arg;
 } mgt_plan_request;
 
 /* One layout and its predictions.  Memory: bytes on the most loaded GPU (mem_stage: its

@@ -174,9 +174,9 @@ static int64_t report_iteration(const trainer *t)
 mgt_status trainer_plan_check(const trainer *t)
 {
 	const mgt_train_plan *p = t->io->plan;
-	if (!p || p->gpus == t->ps.world_size) return MGT_OK;
-	return mgt_err(MGT_ERR_USAGE, "--plan %s:%d is for %d processes (GPUs), this run has %d", p->file, p->rank,
-		       p->gpus, t->ps.world_size);
+	if (!p || p->gpus == t->a->world_size) return MGT_OK;
+	return mgt_err(MGT_ERR_USAGE, "--plan %s:%d is for %d processes (GPUs), this run has %lld", p->file, p->rank,
+		       p->gpus, (long long)t->a->world_size);
 }
 
 void trainer_plan_iteration(trainer *t)

@@ -728,14 +728,14 @@ static mgt_status setup(trainer *t)
 {
 	mgt_args *a = t->a;
 	a->world_size = mgt_dist_world_size();
-	mgt_status st = trainer_checkpoint_args(a);
+	mgt_status st = t->eval_only ? MGT_OK : trainer_plan_check(t);
+	if (!st) st = trainer_checkpoint_args(a);
 	if (!st) st = setup_tokenizer(t);
 	if (!st) st = mgt_args_finalize(a);
 	if (!st && a->debug_dump && a->world_size > 1)
 		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
 	if (!st) st = mgt_parallel_init(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,
 					(int)a->context_parallel_size);
-	if (!st && !t->eval_only) st = trainer_plan_check(t);
 	if (st) return st;
 	if ((st = setup_backend(t))) return st;
 	if ((st = mgt_parallel_to_device(&t->ps, t->be, a->overlap_grad_reduce))) return st;
