@@ -79,7 +79,7 @@ assert '--bf16' in a and '--overlap-grad-reduce' in a"
 ok "... TP x PP x DP = GPUs" $PY -c "
 import json; d=json.load(open('s.json'))
 assert all(p['tensor_model_parallel_size']*p['pipeline_model_parallel_size']*p['data_parallel_size']==8 for p in d['plans'])"
-ok "--explain prints the table" sh -c "'$P' --model gpt2-124m --vocab-size 50257 --global-batch-size 64 --explain --top 3 | grep -q 'mgt-train flags of plan 1: --tensor-model-parallel-size'"
+ok "--explain prints the table" sh -c "'$P' --model gpt2-124m --vocab-size 50257 --global-batch-size 64 --explain --top 3 | grep -q 'mgt-train flags of plan 1: --model gpt2-124m --vocab-size 50257 --tensor-model-parallel-size'"
 ok "the plans' args run in mgt-train (CPU, one process)" sh -c "
 '$BIN/mgt-train' --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --train-iters 1 \
 	--device cpu --threads 2 --eval-interval 0 \$($PY -c \"import json; print(' '.join(json.load(open('plan2.json'))['plans'][0]['args']))\") >run.log 2>&1"
