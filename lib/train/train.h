@@ -55,6 +55,10 @@ typedef struct mgt_args {
 	int64_t num_virtual_stages_per_pipeline_rank;
 	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;
 	bool sequence_parallel, use_distributed_optimizer, overlap_grad_reduce;
+	/* activation recomputation (Megatron's flags; recompute_num_layers 0: None) */
+	char *recompute_granularity, *recompute_method;
+	int64_t recompute_num_layers;
+	bool recompute_activations;
 	/* mixed precision */
 	bool bf16, fp16;
 	double loss_scale, initial_loss_scale, min_loss_scale;
@@ -70,6 +74,7 @@ typedef struct mgt_args {
 	int64_t world_size;
 	/* derived by mgt_args_finalize */
 	int64_t num_microbatches, data_parallel_size;
+	mgt_recompute recompute;   /* from the recompute flags, checked by Megatron's rules */
 } mgt_args;
 
 /* Defaults for every argument (Megatron's).  Strings are owned by the struct: mgt_args_free. */
