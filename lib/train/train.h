@@ -100,8 +100,12 @@ mgt_status mgt_args_parse_argv(mgt_args *a, int argc, char **argv);
 /* Derived values and cross-checks: data-parallel size = world_size / (TP x PP x CP), virtual
  * pipeline stages, layers divisible by PP x V, global batch default and divisibility, train
  * iterations from samples, model config (mgt_model_config_finalize for TP, with vocab_size set
- * by the caller first: heads, query groups and ffn divisible by TP).  Every rank computes the
- * same answer, so every rank can exit with it.  Errors: MGT_ERR_USAGE naming the flags. */
+ * by the caller first: heads, query groups and ffn divisible by TP), and the activation
+ * recomputation (a->recompute) under Megatron's rules: --recompute-activations sets the
+ * granularity to selective; full needs --recompute-method and --recompute-num-layers >= 1;
+ * selective takes neither; without a granularity the other two are noted in ignored_flags.
+ * Every rank computes the same answer, so every rank can exit with it.  Errors: MGT_ERR_USAGE
+ * naming the flags. */
 mgt_status mgt_args_finalize(mgt_args *a);
 
 /* All arguments as a JSON object (jansson json_t *, caller decrefs), Megatron dests as keys. */
