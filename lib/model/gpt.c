@@ -4,6 +4,9 @@
  * backward needs: the layer input (residual stream), both norm outputs and statistics, the fused
  * QKV after RoPE, the attention output and its log-sum-exp, the residual after attention, fc1
  * output and the activation.  Dropout masks are recomputed from Philox keys, never stored.
+ * Activation recomputation (mgt_model_layout.recompute, model.h) keeps less and reruns part of
+ * the forward in the backward; the aliases into its scratch are set up once, at allocation, so
+ * the layer forward and backward functions below do not depend on it.
  */
 #include "model_impl.h"
 
@@ -28,25 +31,118 @@ static void *balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 #define AF(n) (float *)balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
 #define WF(n) (float *)balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
 
+/* Elements of layer buffer k (LA_*), 0 for one the model does not have. */
+static size_t la_numel(const mgt_model *m, int k)
+{
+	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h, rows = T * (size_t)m->ng_l;
+	switch (k) {
+	case LA_X_IN: case LA_X_MID: return Th * h;
+	case LA_LN1: case LA_LN2: return T * h;
+	case LA_MEAN1: case LA_RSTD1: case LA_MEAN2: case LA_RSTD2: return Th;
+	case LA_QKV: return T * (size_t)m->qkv_l;
+	case LA_CTX: return T * (size_t)(m->nq_l * m->d);
+	case LA_LSE: return (size_t)m->b * (size_t)m->nq_l * (size_t)m->s;
+	case LA_FC1: return T * (size_t)m->fc1_l;
+	case LA_ACT: return T * (size_t)m->ffn_l;
+	case LA_QKV_PRE: return m->qkln ? T * (size_t)m->qkv_l : 0;
+	case LA_QMEAN: case LA_QRSTD: return m->qkln ? rows * (size_t)m->r : 0;
+	case LA_KMEAN: case LA_KRSTD: return m->qkln ? rows : 0;
+	default: return 0;
+	}
+}
+
+#define LA_BIT(k) (1u << (k))
+#define LA_ALL ((1u << LA_N) - 1)
+
+/* ---- activation recomputation (Korthikanti et al. 2022; megatron/core/recompute.py) ----
+ * FULL: a recomputed layer keeps only the input of its group (the slot's x_in of the group's
+ * first layer); everything else it needs lives in the scratch m->rc and is recomputed by
+ * rerunning the group's forward before its backward.  Groups: uniform, layers [g, g + n) for g a
+ * multiple of n = recompute num_layers (the last group shorter); block, each of the chunk's first
+ * n layers alone; the other layers of the chunk keep everything.  SELECTIVE: every layer keeps
+ * everything but core attention's outputs (ctx, lse), which are recomputed from the kept qkv. */
+
+static bool rc_full(const mgt_model *m, int li)
+{
+	const mgt_recompute *r = &m->L.recompute;
+	return r->granularity == MGT_RECOMPUTE_FULL && (r->method == MGT_RECOMPUTE_UNIFORM || li < r->num_layers);
+}
+
+/* The recompute group [*g0, *g1) of a layer with rc_full. */
+static void rc_group(const mgt_model *m, int li, int *g0, int *g1)
+{
+	int n = m->L.recompute.num_layers;
+	if (m->L.recompute.method == MGT_RECOMPUTE_BLOCK) n = 1;
+	*g0 = li - li % n;
+	*g1 = *g0 + n < m->n_layers ? *g0 + n : m->n_layers;
+}
+
+/* Buffers that layer li of a slot allocates for itself (the rest alias m->rc). */
+static unsigned la_own(const mgt_model *m, int li)
+{
+	if (rc_full(m, li)) {
+		int g0, g1;
+		rc_group(m, li, &g0, &g1);
+		return li == g0 ? LA_BIT(LA_X_IN) : 0;
+	}
+	if (m->L.recompute.granularity == MGT_RECOMPUTE_SELECTIVE) return LA_ALL & ~(LA_BIT(LA_CTX) | LA_BIT(LA_LSE));
+	return LA_ALL;
+}
+
+/* Allocate the buffers of a named by own (those the model has) and record them in a->own. */
+static mgt_status alloc_layer(mgt_model *m, layer_act *a, unsigned own)
+{
+	mgt_status st = MGT_OK;
+	for (int k = 0; k < LA_N; k++)
+		if ((own & LA_BIT(k)) && la_numel(m, k)) {
+			*la_buf(a, k) = AF(la_numel(m, k));
+			a->own |= LA_BIT(k);
+		}
+	return st;
+}
+
+static void free_layer(mgt_model *m, layer_act *a)
+{
+	for (int k = 0; k < LA_N; k++)
+		if (a->own & LA_BIT(k)) m->be->ops->free(m->be, *la_buf(a, k));
+}
+
+/* The scratch of the recomputed layers, shared by the slots: FULL, one set of layer buffers per
+ * position in the largest group (its first layer's input excepted: that is the slot's own);
+ * SELECTIVE, one layer's ctx and lse. */
+static mgt_status alloc_recompute(mgt_model *m)
+{
+	const mgt_recompute *r = &m->L.recompute;
+	if (r->granularity == MGT_RECOMPUTE_NONE || !m->n_layers) return MGT_OK;
+	int n = 1;
+	if (r->granularity == MGT_RECOMPUTE_FULL && r->method == MGT_RECOMPUTE_UNIFORM)
+		n = r->num_layers < m->n_layers ? r->num_layers : m->n_layers;
+	if (!(m->rc = mgt_malloc((size_t)n * sizeof *m->rc))) return MGT_ERR_NOMEM;
+	memset(m->rc, 0, (size_t)n * sizeof *m->rc);
+	m->rc_n = n;
+	mgt_status st = MGT_OK;
+	for (int k = 0; !st && k < n; k++)
+		st = alloc_layer(m, &m->rc[k], r->granularity == MGT_RECOMPUTE_SELECTIVE ? LA_BIT(LA_CTX) | LA_BIT(LA_LSE) :
+					       k == 0 ? LA_ALL & ~LA_BIT(LA_X_IN) : LA_ALL);
+	return st;
+}
+
 static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 {
 	mgt_status st = MGT_OK;
 	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h;
 	if (!(sa->la = mgt_malloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *sa->la))) return MGT_ERR_NOMEM;
 	memset(sa->la, 0, (size_t)(m->n_layers ? m->n_layers : 1) * sizeof *sa->la);
-	for (int l = 0; l < m->n_layers; l++) {
+	for (int l = 0; !st && l < m->n_layers; l++) {
 		layer_act *a = &sa->la[l];
-		a->x_in = AF(Th * h); a->ln1 = AF(T * h); a->mean1 = AF(Th); a->rstd1 = AF(Th);
-		a->qkv = AF(T * (size_t)m->qkv_l); a->ctx = AF(T * (size_t)(m->nq_l * m->d));
-		a->lse = AF((size_t)m->b * (size_t)m->nq_l * (size_t)m->s);
-		a->x_mid = AF(Th * h); a->ln2 = AF(T * h); a->mean2 = AF(Th); a->rstd2 = AF(Th);
-		a->fc1 = AF(T * (size_t)m->fc1_l); a->act = AF(T * (size_t)m->ffn_l);
-		if (m->qkln) {
-			size_t rows = T * (size_t)m->ng_l;
-			a->qkv_pre = AF(T * (size_t)m->qkv_l);
-			a->qmean = AF(rows * (size_t)m->r); a->qrstd = AF(rows * (size_t)m->r);
-			a->kmean = AF(rows); a->krstd = AF(rows);
-		}
+		unsigned own = la_own(m, l);
+		st = alloc_layer(m, a, own);
+		if (own == LA_ALL) continue;
+		int g0 = l, g1;
+		if (rc_full(m, l)) rc_group(m, l, &g0, &g1);
+		const layer_act *s = &m->rc[l - g0];
+		for (int k = 0; k < LA_N; k++)
+			if (!(own & LA_BIT(k))) *la_buf(a, k) = *la_buf((layer_act *)s, k);
 	}
 	sa->res_out = AF(Th * h);
 	if (m->last) {
@@ -61,8 +157,9 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 
 static mgt_status alloc_activations(mgt_model *m)
 {
-	mgt_status st = MGT_OK;
+	mgt_status st = alloc_recompute(m);
 	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h;
+	if (st) return st;
 	if (!(m->sa = mgt_malloc((size_t)m->L.slots * sizeof *m->sa))) return MGT_ERR_NOMEM;
 	memset(m->sa, 0, (size_t)m->L.slots * sizeof *m->sa);
 	for (int k = 0; !st && k < m->L.slots; k++) st = alloc_slot(m, &m->sa[k]);
@@ -141,6 +238,14 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 	int64_t first, n;
 	mgt_status st = mgt_stage_layers(c, L->num_stages, L->stage, &first, &n);
 	if (st) return st;
+	const mgt_recompute *r = &L->recompute;
+	if (r->granularity == MGT_RECOMPUTE_FULL && (r->num_layers < 1 ||
+	    (r->method != MGT_RECOMPUTE_UNIFORM && r->method != MGT_RECOMPUTE_BLOCK)))
+		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity full needs --recompute-method uniform or block and "
+			       "--recompute-num-layers >= 1 (got %d)", r->num_layers);
+	if (r->granularity != MGT_RECOMPUTE_NONE && r->granularity != MGT_RECOMPUTE_SELECTIVE &&
+	    r->granularity != MGT_RECOMPUTE_FULL)
+		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity: expected full or selective");
 	if (L->sequence_parallel && ps->tp > 1 && (c->seq_length * L->mbs) % ps->tp)
 		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel: --seq-length %lld x --micro-batch-size %d is not "
 			       "divisible by --tensor-model-parallel-size %d", (long long)c->seq_length, L->mbs, ps->tp);
@@ -231,10 +336,7 @@ mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *
 static void free_slot(mgt_model *m, slot_act *sa)
 {
 	mgt_backend *be = m->be;
-	for (int l = 0; sa->la && l < m->n_layers; l++) {
-		float **f = (float **)&sa->la[l];
-		for (size_t k = 0; k < sizeof(layer_act) / sizeof(float *); k++) be->ops->free(be, f[k]);
-	}
+	for (int l = 0; sa->la && l < m->n_layers; l++) free_layer(m, &sa->la[l]);
 	free(sa->la);
 	float *bufs[] = { sa->res_out, sa->lnf, sa->meanf, sa->rstdf, sa->logits, sa->mx, sa->sumexp, sa->tgt,
 			  sa->loss, sa->mask, (float *)sa->tokens, (float *)sa->labels, (float *)sa->pos };
@@ -250,6 +352,8 @@ void mgt_model_free(mgt_model *m)
 		else free_slot(m, &m->sa[k]);
 	}
 	free(m->sa);
+	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
+	free(m->rc);
 	float *bufs[] = { m->params, m->grads, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx, m->dact,
 			  m->inv_freq };
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
@@ -376,6 +480,17 @@ static mgt_status reduce_bda(mgt_model *m, float *out, const float *resid, const
 	return MGT_OK;
 }
 
+/* Core attention of layer li: ctx and lse from qkv (the part --recompute-granularity selective
+ * reruns in the backward; its dropout mask comes from the same key). */
+static void core_attn_fwd(mgt_model *m, int li, bool train)
+{
+	layer_act *a = &m->cur->la[li];
+	int l = li + m->first_layer;
+	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d,
+			     drop(m, train, m->c.attention_dropout), site_key(m, l, 1),
+			     (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
+}
+
 static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
@@ -396,9 +511,7 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
 	if (m->rope) o->rope(m->be, a->qkv, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
-	o->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d,
-		    drop(m, train, m->c.attention_dropout), site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
-		    (int)m->c.num_attention_heads);
+	core_attn_fwd(m, li, train);
 	o->linear_fwd(m->be, m->dtmp_h, a->ctx, P(m, T_(m, l, MGT_T_PROJ_W)), NULL, T, (int)(m->nq_l * m->d), h);
 	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 }
@@ -412,6 +525,7 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
 	if (st) return st;
 	o->linear_fwd(m->be, a->fc1, a->ln2, P(m, T_(m, l, MGT_T_FC1_W)), NULL, T, h, (int)m->fc1_l);
 	o->bias_act_fwd(m->be, m->act, a->act, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
+	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
 	o->linear_fwd(m->be, m->dtmp_h, a->act, P(m, T_(m, l, MGT_T_FC2_W)), NULL, T, (int)m->ffn_l, h);
 	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
 }
@@ -571,6 +685,19 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 	return st;
 }
 
+/* Rerun the forward of layers [g0, g1) from the input the slot kept, into the recomputation
+ * scratch, with the slot's dropout key: the same values bit for bit.  The last layer stops at
+ * its MLP activation (its output is not needed by the backward). */
+static mgt_status recompute_group(mgt_model *m, int g0, int g1, bool train)
+{
+	mgt_status st = MGT_OK;
+	for (int li = g0; !st && li < g1; li++) {
+		st = attn_fwd(m, li, train);
+		if (!st) st = mlp_fwd(m, li, train, li + 1 < g1 ? m->cur->la[li + 1].x_in : NULL);
+	}
+	return st;
+}
+
 mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_scale)
 {
 	double t0 = mgt_now();
@@ -579,8 +706,12 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
 	m->drop_key = m->cur->drop_key;
 	if (m->last) st = head_bwd(m, grad_scale);
 	if (!st && m->last && m->hook) st = m->hook(m->hook_ctx, m, INT_MAX);
+	bool selective = m->L.recompute.granularity == MGT_RECOMPUTE_SELECTIVE;
 	for (int li = m->n_layers - 1; !st && li >= 0; li--) {
-		st = mlp_bwd(m, li, train);
+		int g0, g1;
+		if (rc_full(m, li) && (rc_group(m, li, &g0, &g1), li == g1 - 1)) st = recompute_group(m, g0, g1, train);
+		if (!st) st = mlp_bwd(m, li, train);
+		if (!st && selective) core_attn_fwd(m, li, train);
 		if (!st) st = attn_bwd(m, li, train);
 		if (!st && m->hook) st = m->hook(m->hook_ctx, m, m->first_layer + li);
 	}

@@ -192,12 +192,26 @@ typedef enum { MGT_RECOMPUTE_NONE, MGT_RECOMPUTE_SELECTIVE, MGT_RECOMPUTE_FULL }
 typedef enum { MGT_RECOMPUTE_UNIFORM, MGT_RECOMPUTE_BLOCK } mgt_recompute_method;
 
 /* Activation recomputation (Megatron's --recompute-granularity, --recompute-method,
- * --recompute-num-layers; Korthikanti et al. 2022, section 5; megatron/core/transformer/
- * transformer_block.py _checkpointed_forward, attention.py _checkpointed_attention_forward):
- * granularity NONE keeps every activation; SELECTIVE recomputes core attention in the backward;
- * FULL keeps only the input of each recomputed layer (uniform: groups of recompute_num_layers
- * layers, each keeping its group's input; block: the first recompute_num_layers layers of the
- * chunk) and runs its forward again before its backward.  All-zero is NONE. */
+ * --recompute-num-layers; Korthikanti et al. 2022, section 5; megatron/core/recompute.py
+ * checkpointed_forward, attention.py _checkpointed_attention_forward).  All-zero is NONE: every
+ * activation a layer's backward reads is kept per slot (model_impl.h layer_act).
+ * SELECTIVE: each layer drops core attention's outputs, the attention output ctx [T, nq/tp * d]
+ * and its log-sum-exp lse [b, nq/tp, s], and the backward reruns core attention (attn_fwd from the
+ * kept post-RoPE qkv, same dropout key) into one shared [T, nq/tp * d] + [b nq/tp s] scratch
+ * just before the layer's attention backward, which reads ctx (linear_proj's weight gradient,
+ * the attention backward's rowsum(dO * O)) and lse.  Saves (slots x layers - 1) x
+ * (T nq/tp d + b nq/tp s) floats.
+ * FULL: a recomputed layer keeps nothing but its group's input (the [Th, h] residual stream
+ * entering the group's first layer).  uniform: the chunk's layers in groups [g, g + n),
+ * g = 0, n, 2n, ... (n = num_layers; the last group shorter); block: each of the chunk's first n
+ * layers alone, the others keep everything (Megatron's per-pipeline-stage count; with virtual
+ * stages, per chunk).  Before the backward of a group's last layer the group's forward reruns
+ * from the kept input with the slot's dropout key into a scratch shared by the slots (the
+ * buffers of min(n, layers) layers for uniform, of one layer for block; the group's first input
+ * is the slot's), so the backward sees the same values bit for bit; the last layer's rerun stops
+ * at its MLP activation (its output is not read).  num_layers >= 1 with FULL
+ * (mgt_model_create: MGT_ERR_USAGE otherwise).  Forwards without a backward (evaluation) write
+ * the same scratch.  mgt_model_measure counts all of it. */
 typedef struct mgt_recompute {
 	mgt_recompute_granularity granularity;
 	mgt_recompute_method method;

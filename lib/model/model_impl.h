@@ -5,14 +5,26 @@
 
 #include "model.h"
 
+#include <stddef.h>
+
 /* Per layer and slot.  x_in, x_mid, mean*, rstd*: [Th] rows (this rank's part of the sequence
- * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .]. */
+ * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .].
+ * Under activation recomputation (mgt_model_layout.recompute) some pointers are aliases of the
+ * chunk's shared recomputation scratch (mgt_model.rc): bit k of `own` says whether buffer k (in
+ * declaration order, LA_* below) was allocated for this layer and slot. */
 typedef struct {
 	float *x_in, *ln1, *mean1, *rstd1, *qkv, *ctx, *lse, *x_mid, *ln2, *mean2, *rstd2, *fc1, *act;
 	/* --qk-layernorm: linear_qkv's output before the head norms [T, qkv_l], and the norms'
 	 * statistics [T*ng*r] (queries) and [T*ng] (keys); NULL without */
 	float *qkv_pre, *qmean, *qrstd, *kmean, *krstd;
+	unsigned own;
 } layer_act;
+
+/* The buffers of layer_act by index (the order of its fields). */
+enum { LA_X_IN, LA_LN1, LA_MEAN1, LA_RSTD1, LA_QKV, LA_CTX, LA_LSE, LA_X_MID, LA_LN2, LA_MEAN2, LA_RSTD2,
+       LA_FC1, LA_ACT, LA_QKV_PRE, LA_QMEAN, LA_QRSTD, LA_KMEAN, LA_KRSTD, LA_N };
+_Static_assert(offsetof(layer_act, own) == LA_N * sizeof(float *), "layer_act: LA_* names every buffer");
+static inline float **la_buf(layer_act *a, int k) { return (float **)a + k; }
 
 /* One micro-batch in flight: its layers' activations, the head's, its batch and dropout key. */
 typedef struct {
@@ -41,6 +53,11 @@ struct mgt_model {
 	const mgt_tensor *glob[MGT_T_NROLES];
 	int first_layer, n_layers;
 	slot_act *sa, *cur;
+	/* activation recomputation scratch, shared by the slots (gpt.c alloc_recompute): FULL
+	 * rc_n layers' buffers (the largest recompute group; x_in of its first layer is the slot's);
+	 * SELECTIVE one layer's ctx and lse; NULL and 0 without recomputation */
+	layer_act *rc;
+	int rc_n;
 	/* scratch shared by the slots */
 	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
 	size_t act_bytes, work_bytes;

@@ -131,6 +131,11 @@
 	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "", "shard optimizer state over data-parallel ranks") \
 	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "[0,)", "gradient bucket elements (0: one bucket, or max(4e7, 1e6 x DP) with --overlap-grad-reduce)") \
 	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "", "reduce each gradient bucket during the last backward as soon as it is complete") \
+	X(H, recompute, _, "", "", "", "activation recomputation") \
+	X(S, recompute_granularity, recompute_granularity, "recompute-granularity", "", "", "full (whole layers) or selective (core attention); unset: keep every activation") \
+	X(S, recompute_method, recompute_method, "recompute-method", "", "", "with full: uniform (groups of --recompute-num-layers layers) or block (the first --recompute-num-layers layers of each stage)") \
+	X(I, recompute_num_layers, recompute_num_layers, "recompute-num-layers", "0", "[0,)", "with full: layers per group (uniform) or per stage (block); 0: unset") \
+	X(B, recompute_activations, recompute_activations, "recompute-activations", "false", "", "the same as --recompute-granularity selective") \
 	X(H, precision, _, "", "", "", "mixed precision") \
 	X(B, bf16, bf16, "bf16", "false", "", "bf16 GEMM operands; fp32 main parameters, gradients and reductions") \
 	X(B, fp16, fp16, "fp16", "false", "", "fp16 GEMM operands with loss scaling; fp32 main parameters and gradients") \
@@ -552,9 +557,51 @@ static mgt_status derive_parallel(mgt_args *a)
 	return MGT_OK;
 }
 
+/* Megatron's rules (megatron/training/arguments.py validate_args; TransformerConfig
+ * __post_init__ in megatron/core/transformer/transformer_config.py) and a->recompute. */
+static mgt_status derive_recompute(mgt_args *a)
+{
+	if (a->recompute_activations) { /* arguments.py: it wins over --recompute-granularity */
+		char *s = mgt_strdup("selective");
+		if (!s) return MGT_ERR_NOMEM;
+		free(a->recompute_granularity);
+		a->recompute_granularity = s;
+	}
+	const char *g = a->recompute_granularity, *m = a->recompute_method;
+	int64_t n = a->recompute_num_layers;
+	if (g && strcmp(g, "full") && strcmp(g, "selective"))
+		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity %s: expected full or selective", g);
+	if (m && strcmp(m, "uniform") && strcmp(m, "block"))
+		return mgt_err(MGT_ERR_USAGE, "--recompute-method %s: expected uniform or block", m);
+	a->recompute = (mgt_recompute){ 0 };
+	if (!g) { /* Megatron checks nothing then, and recomputes nothing */
+		mgt_status st = m ? note_ignored(a, "recompute-method", "no --recompute-granularity: nothing is recomputed") : MGT_OK;
+		if (!st && n) st = note_ignored(a, "recompute-num-layers", "no --recompute-granularity: nothing is recomputed");
+		return st;
+	}
+	if (!strcmp(g, "selective")) {
+		if (m) return mgt_err(MGT_ERR_USAGE, "--recompute-method %s: recompute method is not yet supported for "
+				      "selective recomputing granularity", m);
+		if (n) return mgt_err(MGT_ERR_USAGE, "--recompute-num-layers %lld: when using recompute_granularity: "
+				      "selective recompute_num_layers must be None", (long long)n);
+		a->recompute.granularity = MGT_RECOMPUTE_SELECTIVE;
+		return MGT_OK;
+	}
+	if (!m) return mgt_err(MGT_ERR_USAGE, "--recompute-granularity full: using recompute_granularity: full so "
+			       "recompute_method must be \"block\" or \"uniform\" (--recompute-method)");
+	if (n < 1 || n > INT_MAX)
+		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity full: when using recompute_granularity: full "
+			       "recompute_num_layers must be between 1 and num_layers_per_pipeline_rank: %lld "
+			       "(--recompute-num-layers)", (long long)(a->model.num_layers / a->pipeline_model_parallel_size));
+	a->recompute = (mgt_recompute){ .granularity = MGT_RECOMPUTE_FULL, .num_layers = (int)n,
+					.method = strcmp(m, "block") ? MGT_RECOMPUTE_UNIFORM : MGT_RECOMPUTE_BLOCK };
+	return MGT_OK;
+}
+
 mgt_status mgt_args_finalize(mgt_args *a)
 {
 	mgt_status st = derive_parallel(a);
+	if (!st) st = derive_recompute(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
 	if (a->bf16 && a->fp16) return mgt_err(MGT_ERR_USAGE, "--bf16 and --fp16 exclude each other");

@@ -23,7 +23,6 @@ typedef struct {
 #define FUSED "mgt's kernels are fused where it pays; there is no switch"
 #define WANDB "Weights & Biases is not built in; --metrics-file writes the figures as JSONL"
 #define PROF "mgt has no built-in profiler switch: run it under nsys, ncu or perf"
-#define RECOMP "activation recomputation is not implemented yet: every activation is kept (same results, more memory)"
 #define FP8 "fp8 and fp4 training are not implemented (--bf16 and --fp16 are)"
 #define MOE "Mixture of Experts is not implemented yet"
 #define FSDP "FSDP is not implemented; --use-distributed-optimizer shards the optimizer state"
@@ -168,13 +167,9 @@ static const compat_row rows[] = {
 	{ "calculate-per-token-loss", 'r', '0', NULL, "the loss is averaged per micro-batch, then over micro-batches (Megatron's default); per-token averaging over the global batch is not implemented yet" },
 	{ "phase-transition-iterations", 'r', '1', NULL, NOTIMPL },
 	/* recompute */
-	{ "recompute-activations", 'i', '0', NULL, RECOMP },
-	{ "checkpoint-activations", 'i', '0', NULL, RECOMP },
-	{ "recompute-granularity", 'i', '1', NULL, RECOMP },
-	{ "recompute-method", 'i', '1', NULL, RECOMP },
-	{ "recompute-num-layers", 'i', '1', NULL, RECOMP },
-	{ "recompute-modules", 'i', '+', NULL, RECOMP },
-	{ "distribute-saved-activations", 'i', '0', NULL, RECOMP },
+	{ "checkpoint-activations", 'r', '0', NULL, "no longer valid in Megatron-LM: use --recompute-activations, or, for more control, --recompute-granularity and --recompute-method" },
+	{ "recompute-modules", 'i', '+', "core_attn", "selective recomputation recomputes core attention (core_attn, Megatron's default); other modules are not implemented" },
+	{ "distribute-saved-activations", 'i', '0', NULL, "the layer inputs kept for recomputation are not split over tensor-parallel ranks (same results, more memory)" },
 	/* parallelism and communication */
 	{ "distributed-backend", 'i', '1', NULL, "mgt talks MPI on the CPU and NCCL on GPUs, chosen by --device" },
 	{ "distributed-timeout-minutes", 'i', '1', NULL, "collectives have no timeout" },

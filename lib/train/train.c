@@ -593,6 +593,7 @@ static mgt_model_layout chunk_layout(const trainer *t, int c)
 		.mbs = (int)a->micro_batch_size, .stage = c * t->ps.pp + t->ps.pp_rank, .num_stages = t->ps.pp * t->V,
 		.slots = t->slots[c], .sequence_parallel = a->sequence_parallel,
 		.distributed_optimizer = a->use_distributed_optimizer, .dp = t->ps.dp, .bucket_size = a->ddp_bucket_size,
+		.recompute = a->recompute,
 	};
 }
 
@@ -794,10 +795,39 @@ static void teardown(trainer *t)
 	mgt_tok_free(t->tok);
 }
 
+/* With activation recomputation, one line on what it saves on this rank (the activation bytes
+ * the chunks allocated, and what mgt_model_measure computes for the same layout without it). */
+static mgt_status log_recompute(trainer *t)
+{
+	const mgt_recompute *r = &t->a->recompute;
+	if (!t->io->log || r->granularity == MGT_RECOMPUTE_NONE) return MGT_OK;
+	size_t with = 0, without = 0;
+	for (int c = 0; c < t->V; c++) {
+		mgt_model_layout L = chunk_layout(t, c);
+		L.recompute = (mgt_recompute){ 0 };
+		mgt_model_mem x;
+		size_t numel;
+		mgt_status st = mgt_model_measure(&t->a->model, &L, &t->ps, &x, &numel);
+		if (st) return st;
+		without += x.activations;
+		with += mgt_model_memory(t->chunk[c]).activations;
+	}
+	char what[96];
+	if (r->granularity == MGT_RECOMPUTE_SELECTIVE) snprintf(what, sizeof what, "selective (core attention)");
+	else if (r->method == MGT_RECOMPUTE_UNIFORM) snprintf(what, sizeof what, "full, uniform, groups of %d layer%s", r->num_layers,
+					r->num_layers > 1 ? "s" : "");
+	else snprintf(what, sizeof what, "full, block, the first %d layer%s of each stage", r->num_layers,
+		      r->num_layers > 1 ? "s" : "");
+	fprintf(t->io->log, "activation recomputation %s: activations %zu bytes (%zu without recomputation, %zu saved)\n",
+		what, with, without, without - with);
+	return MGT_OK;
+}
+
 mgt_status mgt_train_run(mgt_args *a, const mgt_train_io *io)
 {
 	trainer t = { .a = a, .io = io };
 	mgt_status st = setup(&t);
+	if (!st) st = log_recompute(&t);
 	if (!st) {
 		trainer_log_memory(&t, "before training");
 		t.dumping = a->debug_dump != NULL;

@@ -55,6 +55,10 @@ typedef struct mgt_args {
 	int64_t num_virtual_stages_per_pipeline_rank;
 	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;
 	bool sequence_parallel, use_distributed_optimizer, overlap_grad_reduce;
+	/* activation recomputation (Megatron's flags; recompute_num_layers 0: None) */
+	char *recompute_granularity, *recompute_method;
+	int64_t recompute_num_layers;
+	bool recompute_activations;
 	/* mixed precision */
 	bool bf16, fp16;
 	double loss_scale, initial_loss_scale, min_loss_scale;
@@ -70,6 +74,7 @@ typedef struct mgt_args {
 	int64_t world_size;
 	/* derived by mgt_args_finalize */
 	int64_t num_microbatches, data_parallel_size;
+	mgt_recompute recompute;   /* from the recompute flags, checked by Megatron's rules */
 } mgt_args;
 
 /* Defaults for every argument (Megatron's).  Strings are owned by the struct: mgt_args_free. */
@@ -95,8 +100,12 @@ mgt_status mgt_args_parse_argv(mgt_args *a, int argc, char **argv);
 /* Derived values and cross-checks: data-parallel size = world_size / (TP x PP x CP), virtual
  * pipeline stages, layers divisible by PP x V, global batch default and divisibility, train
  * iterations from samples, model config (mgt_model_config_finalize for TP, with vocab_size set
- * by the caller first: heads, query groups and ffn divisible by TP).  Every rank computes the
- * same answer, so every rank can exit with it.  Errors: MGT_ERR_USAGE naming the flags. */
+ * by the caller first: heads, query groups and ffn divisible by TP), and the activation
+ * recomputation (a->recompute) under Megatron's rules: --recompute-activations sets the
+ * granularity to selective; full needs --recompute-method and --recompute-num-layers >= 1;
+ * selective takes neither; without a granularity the other two are noted in ignored_flags.
+ * Every rank computes the same answer, so every rank can exit with it.  Errors: MGT_ERR_USAGE
+ * naming the flags. */
 mgt_status mgt_args_finalize(mgt_args *a);
 
 /* All arguments as a JSON object (jansson json_t *, caller decrefs), Megatron dests as keys. */

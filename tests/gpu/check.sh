@@ -26,6 +26,9 @@
 #    (c) cuda --bf16 twice with the same seed (dropout 0.1): the log's loss lines (timestamps and
 #        timings removed) text-identical, and lm_loss and grad_norm of every iteration in the
 #        metrics file (printed with 17 digits) identical: bitwise;
+#    (e) cuda --bf16 with --recompute-granularity full (uniform, 1 layer) and selective: as (c)
+#        against the (b) run without recomputation (bitwise; the recomputed forward draws the same
+#        dropout masks and the kernels are deterministic);
 #    (d) cuda --fp16, 50 iterations, dropout 0.1:
 #        with --initial-loss-scale 65536 (dynamic scaling from a scale that does not overflow on
 #          these models): no iteration skipped, lm loss within 5e-2 of cuda fp32 at every
@@ -393,6 +396,17 @@ for m in $MODELS; do
 	train "$m-cuda-bf16-again" --model "$m" $RUN --device cuda --bf16 &&
 		compare same "$W/$m-cuda-bf16.log" "$W/$m-cuda-bf16-again.log" "$W/$m-cuda-bf16.jsonl" \
 			"$W/$m-cuda-bf16-again.jsonl" "$m (c) cuda bf16 twice"
+
+	echo "# (e) activation recomputation: the (b) cuda --bf16 run again, bitwise"
+	# shellcheck disable=SC2086
+	train "$m-cuda-bf16-rc-full" --model "$m" $RUN --device cuda --bf16 --recompute-granularity full \
+		--recompute-method uniform --recompute-num-layers 1 &&
+		compare same "$W/$m-cuda-bf16.log" "$W/$m-cuda-bf16-rc-full.log" "$W/$m-cuda-bf16.jsonl" \
+			"$W/$m-cuda-bf16-rc-full.jsonl" "$m (e) cuda bf16, full recomputation vs none"
+	# shellcheck disable=SC2086
+	train "$m-cuda-bf16-rc-sel" --model "$m" $RUN --device cuda --bf16 --recompute-granularity selective &&
+		compare same "$W/$m-cuda-bf16.log" "$W/$m-cuda-bf16-rc-sel.log" "$W/$m-cuda-bf16.jsonl" \
+			"$W/$m-cuda-bf16-rc-sel.jsonl" "$m (e) cuda bf16, selective recomputation vs none"
 
 	echo "# (d) --fp16 with loss scaling"
 	# shellcheck disable=SC2086

@@ -8,6 +8,7 @@
 #   2. --device cuda --bf16 against the CPU --bf16 (tensor-core attention on the GPU side):
 #      within 1e-2;
 #   3. --qk-layernorm, --openai-gelu and Llama 3.1-scaled RoPE (fp32, 2 iterations) within 1e-5;
+#      the same with full activation recomputation: bit for bit as without;
 #   4. the memory line reports the device memory the backend allocated.
 # The simulation runs every CUDA thread as a host thread: a few seconds per iteration.
 # Prints "ok - ..." / "not ok - ..." and "N passed, M failed"; exits 1 on a failure.
@@ -54,6 +55,9 @@ Q="--qk-layernorm --openai-gelu --position-embedding-type rope --use-rope-scalin
 check "cpu fp32 --qk-layernorm --openai-gelu, RoPE scaled, 2 iterations" run cpuq "$CPU_TRAIN" --device cpu --train-iters 2 $Q
 check "simulated cuda fp32, the same" run simq "$SIM_TRAIN" --device cuda --train-iters 2 $Q
 check "simulated cuda = cpu with q/k norms, tanh GELU, scaled RoPE (1e-5)" close cpuq simq 1e-5
+check "simulated cuda, the same with full recomputation (uniform, groups of 2 layers)" run simr "$SIM_TRAIN" \
+	--device cuda --train-iters 2 $Q --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
+check "  lm loss and grad norm bit for bit as without" close simq simr 0
 check "cpu --bf16, 2 iterations" run cpub "$CPU_TRAIN" --device cpu --train-iters 2 --bf16
 check "simulated cuda --bf16, 2 iterations" run simb "$SIM_TRAIN" --device cuda --train-iters 2 --bf16
 check "simulated cuda --bf16 = cpu --bf16 (1e-2)" close cpub simb 1e-2
