@@ -38,19 +38,17 @@ rows='2.1B 2304 24 24 1 1 16 64 16 64 256 441 412
 results=$(ls "$root"/tests/bench/results/gpu-nvidia-h100-*.txt | tail -1)
 measured=$(sed -n "s/^llama-3.2-1b-mock: .*torch at Megatron's FLOPs \([0-9.]*\) TFLOP\/s.*/\1/p" "$results")
 [ -n "$measured" ] || { echo "no torch llama-3.2-1b line in $results" >&2; exit 2; }
+share=$(cd "$(dirname "$plan")/../share/mgt" && pwd)
+/usr/bin/python3 - "$share/clusters/dgx-h100.json" "$tmp/h100-roofline.json" <<'PY' || exit 1
+import json, sys
+c = json.load(open(sys.argv[1])); c["efficiency"] = 1; c["name"] = "dgx-h100-roofline"
+json.dump(c, open(sys.argv[2], "w"), indent=1)
+PY
 "$plan" --model llama-3.2-1b --vocab-size 128256 --seq-length 2048 --global-batch-size 16 --micro-batch-size 4 \
 	--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --recompute-granularity none --bf16 \
-	--gpus-per-node 1 --ignore-memory --top 1 --output "$tmp/torch.json" || exit 1
-share=$(cd "$(dirname "$plan")/../share/mgt" && pwd)
-eff=$(/usr/bin/python3 - "$tmp/torch.json" "$measured" "$share/clusters/dgx-h100.json" "$tmp/h100-roofline.json" <<'PY'
-import json, sys
-pred = json.load(open(sys.argv[1]))["plans"][0]["tflops_per_gpu"]
-eff = float(sys.argv[2]) / pred
-c = json.load(open(sys.argv[3])); c["efficiency"] = 1; c["name"] = "dgx-h100-roofline"
-json.dump(c, open(sys.argv[4], "w"), indent=1)
-print("%.3f" % eff)
-PY
-) || exit 1
+	--cluster "$tmp/h100-roofline.json" --gpus-per-node 1 --ignore-memory --top 1 --output "$tmp/torch.json" || exit 1
+eff=$(/usr/bin/python3 -c "import json,sys; print('%.3f' % (float(sys.argv[2]) / json.load(open(sys.argv[1]))['plans'][0]['tflops_per_gpu']))" \
+	"$tmp/torch.json" "$measured") || exit 1
 echo "calibration: torch.compile llama-3.2-1b on our H100 measured $measured TFLOP/s ($results);"
 echo "mgt-plan predicts $(/usr/bin/python3 -c "import json; print('%.1f' % json.load(open('$tmp/torch.json'))['plans'][0]['tflops_per_gpu'])") at efficiency 1: efficiency $eff"
 echo "the dgx-h100 preset's efficiency: $(/usr/bin/python3 -c "import json; print(json.load(open('$share/clusters/dgx-h100.json')).get('efficiency', 1))")"
