@@ -159,7 +159,7 @@ static json_t *plan_json(const mgt_plan_request *r, const mgt_plan *p, int rank)
 		json_object_set_new(rc, "num_layers", json_integer(p->recompute.num_layers));
 	}
 	return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:o, s:I, s:b, "
-			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}, "
+			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}, "
 			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:o}",
 			 "rank", rank, "tensor_model_parallel_size", p->tp, "pipeline_model_parallel_size", p->pp,
 			 "virtual_stages_per_pipeline_rank", p->vp, "data_parallel_size", p->dp, "micro_batch_size", p->mbs,
@@ -167,7 +167,8 @@ static json_t *plan_json(const mgt_plan_request *r, const mgt_plan *p, int rank)
 			 "use_distributed_optimizer", p->distopt, "recompute", rc, "ddp_bucket_size", (json_int_t)p->bucket_size,
 			 "fits", p->fits,
 			 "memory", "parameters", p->mem.params, "gradients", p->mem.grads, "optimizer", p->mem.optimizer,
-			 "activations", p->mem.activations, "workspace", p->mem.workspace, "overhead", p->mem.overhead,
+			 "activations", p->mem.activations, "workspace", p->mem.workspace,
+			 "communication", p->mem.communication, "overhead", p->mem.overhead,
 			 "total", p->mem.total, "limit", p->mem.limit, "pipeline_rank", p->mem_stage,
 			 "time", "compute", p->time.compute, "recompute", p->time.recompute, "tp_comm", p->time.tp_comm,
 			 "pp_comm", p->time.pp_comm, "bubble", p->time.bubble, "dp_comm", p->time.dp_comm,

@@ -104,6 +104,16 @@ void mgt_parallel_free(mgt_parallel *ps);
 
 /* ---- the process runtime (lib/dist/mpi.c) ---- */
 
+/* The MPI reduce_scatter works in pieces whose pack buffer holds at most this many bytes (every
+ * rank's part of a piece side by side), so that OpenMPI's own temporaries stay bounded too. */
+#define MGT_MPI_PACK_BYTES ((size_t)32 << 20)
+/* Host bytes a collective over `size` MPI ranks may hold besides the caller's buffers, at most:
+ * the pack and OpenMPI's temporaries for one piece (its basic linear reduce_scatter_block and
+ * pipelined reduce each allocate a piece on the root: measured with heaptrack, OpenMPI 4.1 on
+ * Debian 12), three packs; 0 for one rank.  mgt-train and mgt-plan count it as communication
+ * memory of the data-parallel group on the CPU backend. */
+size_t mgt_comm_mpi_scratch_bytes(int size);
+
 /* Start the multi-process runtime when this process was launched by mpirun/srun (OpenMPI's
  * OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK, Slurm's SLURM_NTASKS > 1 or PMI_SIZE in the
  * environment) and mgt was built with MPI: MPI_Init_thread (MPI_THREAD_FUNNELED), errors

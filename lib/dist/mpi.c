@@ -116,6 +116,16 @@ static size_t chunk_of(size_t left)
 	return left < lim ? left : lim;
 }
 
+/* A piece of a collective: at most chunk_of's count, and at most MGT_MPI_PACK_BYTES over all
+ * `ranks` parts of elements of es bytes (OpenMPI's algorithms for large messages allocate
+ * temporaries as large as the message they are given). */
+static size_t piece_of(size_t left, size_t es, size_t ranks)
+{
+	size_t lim = MGT_MPI_PACK_BYTES / es / (ranks ? ranks : 1);
+	size_t m = chunk_of(left);
+	return m < lim ? m : lim ? lim : 1;
+}
+
 
 /* ---- sends in flight ---------------------------------------------------------------------- */
 
@@ -173,7 +183,7 @@ static mgt_status mpi_allreduce(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype
 	mgt_status st = settle(c, 0);
 	if (st) return st;
 	for (size_t off = 0, m; off < n; off += m) {
-		m = chunk_of(n - off);
+		m = piece_of(n - off, es, 1);
 		int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)m, mpi_type(dt),
 				       op == MGT_RED_MAX ? MPI_MAX : MPI_SUM, comm_of(c));
 		if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1, 0);
@@ -213,7 +223,7 @@ static mgt_status mpi_allgather(mgt_comm *c, void *dst, const void *src, size_t 
 		s = memcpy(copy, s, bytes);
 	}
 	for (size_t off = 0, m; off < n; off += m) {
-		m = chunk_of(n - off);
+		m = piece_of(n - off, es, (size_t)c->size);
 		int rc = gather_chunk(comm_of(c), d + off * es, in_place ? MPI_IN_PLACE : s + off * es, m, n, dt);
 		if (rc != MPI_SUCCESS) {
 			free(copy);
@@ -225,12 +235,15 @@ static mgt_status mpi_allgather(mgt_comm *c, void *dst, const void *src, size_t 
 	return MGT_OK;
 }
 
-/* Reduce-scatter of more than the chunk limit: pieces [off, off + m) of every rank's block
- * packed side by side, one MPI_Reduce_scatter_block each (the pack buffer at most ~256 MiB). */
+/* Reduce-scatter in pieces: [off, off + m) of every rank's block packed side by side, one
+ * MPI_Reduce_scatter_block each, the pack buffer at most MGT_MPI_PACK_BYTES.  Always so, also
+ * when one call could take the whole message: OpenMPI's reduce_scatter_block gathers the whole
+ * message into temporaries on one rank (measured: two copies of a gradient buffer), which
+ * piecewise stays within a few packs (mgt_comm_mpi_scratch_bytes). */
 static mgt_status scatter_chunks(mgt_comm *c, char *out, const char *src, size_t n, mgt_comm_dtype dt)
 {
 	size_t es = mgt_comm_dtype_size(dt), p = (size_t)c->size;
-	size_t m0 = chunk_of(((size_t)256 << 20) / es / p + 1);
+	size_t m0 = piece_of(n, es, p);
 	char *pack = mgt_malloc(p * m0 * es);
 	if (!pack) return MGT_ERR_NOMEM;
 	int rc = MPI_SUCCESS;
@@ -249,14 +262,13 @@ static mgt_status mpi_reduce_scatter(mgt_comm *c, void *dst, const void *src, si
 	char *out = dst, *copy = NULL;
 	mgt_status st = settle(c, 0);
 	if (st) return st;
-	if (mgt_comm_overlaps(dst, bytes, src, (size_t)c->size * bytes) && !(out = copy = mgt_malloc(bytes)))
+	/* dst as this rank's own block of src needs no copy: scatter_chunks packs every piece of
+	 * src before it writes that piece of the result, and a piece of the result lies in the
+	 * piece of the own block just packed */
+	bool own = (const char *)dst == (const char *)src + (size_t)c->rank * bytes;
+	if (!own && mgt_comm_overlaps(dst, bytes, src, (size_t)c->size * bytes) && !(out = copy = mgt_malloc(bytes)))
 		return MGT_ERR_NOMEM;
-	if (n && n == chunk_of(n)) {
-		int rc = MPI_Reduce_scatter_block(src, out, (int)n, mpi_type(dt), MPI_SUM, comm_of(c));
-		if (rc != MPI_SUCCESS) st = mpi_fail(c, rc, "reduce_scatter", -1, 0);
-	} else if (n) {
-		st = scatter_chunks(c, out, src, n, dt);
-	}
+	if (n) st = scatter_chunks(c, out, src, n, dt);
 	if (copy && !st) memcpy(dst, copy, bytes);
 	free(copy);
 	if (!st) mgt_comm_count(c, (double)(c->size - 1) * (double)bytes);

@@ -141,3 +141,8 @@ int mgt_comm_overlaps(const void *a, size_t na, const void *b, size_t nb)
 	const char *x = a, *y = b;
 	return na && nb && x < y + nb && y < x + na;
 }
+
+size_t mgt_comm_mpi_scratch_bytes(int size)
+{
+	return size > 1 ? 3 * MGT_MPI_PACK_BYTES : 0;
+}

@@ -73,12 +73,14 @@ static mgt_status plan_memory(const mgt_plan_request *r, const mgt_model_config 
 		size_t n;
 		st = rank_memory(r, c, p, ranks[i], slots, &m, &opt, &n);
 		if (st) break;
+		double comm = r->cluster.host_memory ? (double)mgt_comm_mpi_scratch_bytes(p->dp) : 0;
 		double total = (double)m.params + (double)m.grads + opt + (double)m.activations + (double)m.workspace +
-			       r->cluster.overhead_bytes;
+			       comm + r->cluster.overhead_bytes;
 		if (n > *numel) *numel = n;
 		if (total <= p->mem.total) continue;
 		p->mem.params = (double)m.params; p->mem.grads = (double)m.grads; p->mem.optimizer = opt;
 		p->mem.activations = (double)m.activations; p->mem.workspace = (double)m.workspace;
+		p->mem.communication = comm;
 		p->mem.overhead = r->cluster.overhead_bytes;
 		p->mem.total = total;
 		p->mem_stage = ranks[i];

@@ -113,7 +113,9 @@ typedef struct mgt_plan {
 	bool sp, distopt;
 	mgt_recompute recompute;
 	int64_t bucket_size;                /* mgt-train's --ddp-bucket-size for this layout */
-	struct { double params, grads, optimizer, activations, workspace, overhead, total, limit; } mem;
+	/* communication: the MPI collectives' host scratch on a host-memory cluster
+	 * (mgt_comm_mpi_scratch_bytes of the data-parallel size), as mgt-train counts it */
+	struct { double params, grads, optimizer, activations, workspace, communication, overhead, total, limit; } mem;
 	int mem_stage;
 	bool fits;
 	struct {

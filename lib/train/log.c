@@ -330,7 +330,12 @@ static size_t computed_memory(const trainer *t, mgt_model_mem *m, size_t *opt)
 		m->params += x.params; m->grads += x.grads; m->activations += x.activations; m->workspace += x.workspace;
 	}
 	for (int i = 0; i < t->nshard; i++) *opt += 2 * (t->shard[i].hi - t->shard[i].lo) * sizeof(float);
-	return m->params + m->grads + *opt + m->activations + m->workspace;
+	return m->params + m->grads + *opt + m->activations + m->workspace + trainer_comm_memory(t);
+}
+
+size_t trainer_comm_memory(const trainer *t)
+{
+	return t->be->host_memory ? mgt_comm_mpi_scratch_bytes(t->ps.dp) : 0;
 }
 
 double trainer_computed_memory(const trainer *t)
@@ -348,8 +353,11 @@ void trainer_log_memory(trainer *t, const char *when)
 	size_t total = computed_memory(t, &m, &opt);
 	double mb = 1024.0 * 1024.0;
 	fprintf(t->io->log, "memory %s: computed %.1f MiB (parameters %.1f, gradients %.1f, optimizer %.1f, "
-		"activations %.1f, workspace %.1f) | ", when, (double)total / mb, (double)m.params / mb,
+		"activations %.1f, workspace %.1f", when, (double)total / mb, (double)m.params / mb,
 		(double)m.grads / mb, (double)opt / mb, (double)m.activations / mb, (double)m.workspace / mb);
+	if (trainer_comm_memory(t))
+		fprintf(t->io->log, ", communication %.1f", (double)trainer_comm_memory(t) / mb);
+	fprintf(t->io->log, ") | ");
 	if (!t->be->host_memory) {
 		/* the backend's own allocations; its GEMM and kernel scratch is part of "workspace" */
 		fprintf(t->io->log, "peak device memory %.1f MiB (%.1f MiB now) | peak device / computed: %.3f",

@@ -119,6 +119,9 @@ void trainer_log_memory(trainer *t, const char *when);
 /* Bytes the trainer computed for this rank: the chunks' (mgt_model_memory) and the optimizer
  * state's, as trainer_log_memory prints them. */
 double trainer_computed_memory(const trainer *t);
+/* Host scratch of the data-parallel group's MPI collectives on the CPU backend
+ * (mgt_comm_mpi_scratch_bytes), part of the computed memory; 0 on a device. */
+size_t trainer_comm_memory(const trainer *t);
 
 /* plan_apply.c (--plan): MGT_ERR_USAGE when the plan is for another number of processes; after
  * each iteration, the report once iteration 5 (or the last) is done (every rank takes part). */
