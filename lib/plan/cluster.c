@@ -38,26 +38,14 @@ static const struct key {
 	{ "host_memory", OFF(host_memory), 'b', false, 0, 1 },
 };
 
-/* share/mgt/clusters/NAME.json: $MGT_SHARE first, then beside the executable (as mgt-train's
+/* share/mgt/clusters/NAME.json ($MGT_SHARE first, then beside the executable, as mgt-train's
  * --model presets); NAME with a '/' or ".json" is a path. */
 static mgt_status cluster_path(const char *name, char *out, size_t n)
 {
-	if (strchr(name, '/') || strstr(name, ".json")) {
-		snprintf(out, n, "%s", name);
-		return MGT_OK;
-	}
-	const char *env = getenv("MGT_SHARE");
-	char exe[PATH_MAX];
-	ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	exe[k > 0 ? k : 0] = 0;
-	char *slash = strrchr(exe, '/');
-	if (slash) *slash = 0;
-	if (env) snprintf(out, n, "%s/clusters/%s.json", env, name);
-	if (env && !access(out, R_OK)) return MGT_OK;
-	snprintf(out, n, "%s/../share/mgt/clusters/%s.json", exe, name);
-	if (!access(out, R_OK)) return MGT_OK;
-	return mgt_err(MGT_ERR_USAGE, "--cluster %s: no such preset (looked in %s/../share/mgt/clusters: dgx-h100, "
-		       "dgx-h200, dgx-a100, cpu)", name, exe);
+	char dir[PATH_MAX];
+	if (mgt_share_preset("clusters", name, out, n, dir, sizeof dir)) return MGT_OK;
+	return mgt_err(MGT_ERR_USAGE, "--cluster %s: no such preset (looked in %s: dgx-h100, dgx-h200, dgx-a100, "
+		       "cpu)", name, dir);
 }
 
 mgt_status mgt_cluster_load(const char *name_or_path, mgt_cluster *c)

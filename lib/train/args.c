@@ -329,25 +329,12 @@ mgt_status mgt_args_load_json(mgt_args *a, const char *path)
 	return st;
 }
 
-/* share/mgt/models/NAME.json next to the executable (bin/../share), or NAME as a path. */
+/* share/mgt/models/NAME.json ($MGT_SHARE, or bin/../share), or NAME as a path. */
 static mgt_status preset_path(const char *name, char *out, size_t n)
 {
-	if (strchr(name, '/') || strstr(name, ".json")) {
-		snprintf(out, n, "%s", name);
-		return MGT_OK;
-	}
-	const char *env = getenv("MGT_SHARE");
-	char exe[PATH_MAX];
-	ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	exe[k > 0 ? k : 0] = 0;
-	char *slash = strrchr(exe, '/');
-	if (slash) *slash = 0;
-	if (env) snprintf(out, n, "%s/models/%s.json", env, name);
-	if (env && !access(out, R_OK)) return MGT_OK;
-	snprintf(out, n, "%s/../share/mgt/models/%s.json", exe, name);
-	if (!access(out, R_OK)) return MGT_OK;
-	return mgt_err(MGT_ERR_USAGE, "--model %s: no such preset (looked in %s/../share/mgt/models)",
-		       name, exe);
+	char dir[PATH_MAX];
+	if (mgt_share_preset("models", name, out, n, dir, sizeof dir)) return MGT_OK;
+	return mgt_err(MGT_ERR_USAGE, "--model %s: no such preset (looked in %s)", name, dir);
 }
 
 /* Every word after argv[*i] up to the next "--" flag, joined by spaces into *out (malloc'd). */

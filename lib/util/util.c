@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -554,4 +555,24 @@ mgt_status mgt_mkdirs(const char *path)
 	}
 	free(dir);
 	return st;
+}
+
+bool mgt_share_preset(const char *kind, const char *name, char *out, size_t n, char *dir, size_t dn)
+{
+	if (!out || !n || !dir || !dn) return false;
+	if (strchr(name, '/') || strstr(name, ".json")) {
+		snprintf(out, n, "%s", name);
+		return true;
+	}
+	char exe[PATH_MAX];
+	ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	exe[k > 0 ? k : 0] = 0;
+	char *slash = strrchr(exe, '/');
+	if (slash) *slash = 0;
+	snprintf(dir, dn, "%s/../share/mgt/%s", exe, kind);
+	const char *env = getenv("MGT_SHARE");
+	if (env) snprintf(out, n, "%s/%s/%s.json", env, kind, name);
+	if (env && !access(out, R_OK)) return true;
+	snprintf(out, n, "%s/%s.json", dir, name);
+	return !access(out, R_OK);
 }

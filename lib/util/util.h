@@ -69,6 +69,13 @@ void mgt_afile_abort(mgt_afile *af);
  * MGT_ERR_NOMEM. */
 mgt_status mgt_mkdirs(const char *path);
 
+/* The file of a shipped preset share/mgt/KIND/NAME.json (KIND "models", "clusters"): NAME itself
+ * when it holds a '/' or ".json" (a path); else $MGT_SHARE/KIND/NAME.json when readable, else
+ * BIN/../share/mgt/KIND/NAME.json beside the running executable.  out [n] gets the path; dir
+ * [dn] the directory searched beside the executable (for the caller's message).  Returns false
+ * when no such preset is readable. */
+bool mgt_share_preset(const char *kind, const char *name, char *out, size_t n, char *dir, size_t dn);
+
 /* Temporaries being written, removed by a fatal signal (mgt_signals_install's handler, a second
  * signal in graceful mode) and by mgt_tmp_remove_all on an error exit (cmd/).  A directory
  * entry must hold plain files only (a checkpoint's iter_NNNNNNN.tmp).  The table holds 256;
