@@ -187,20 +187,34 @@ void trainer_plan_iteration(trainer *t)
 	if (t->iteration != report_iteration(t)) return;
 	double iter_s = t->iteration > 1 ? (mgt_now() - t->plan_t1) / (double)(t->iteration - 1)
 					 : mgt_now() - t->int_t0;
-	/* measured: the most any rank holds (the plan predicts the most loaded pipeline stage) */
+	/* the plan predicts the most loaded rank: the one with the most computed memory (the
+	 * lowest such rank), measured there */
 	bool cpu = t->be->host_memory;
 	char what[64];
 	size_t fr = cpu ? 0 : mgt_backend_cuda_mem_available(t->be, what, sizeof what);
-	double meas[2] = { cpu ? (double)trainer_peak_rss() : (double)(t->dev_free0 - fr),
-			   trainer_computed_memory(t) };
 	mgt_comm *w = t->ps.world;
-	if (w->size > 1 && w->ops->allreduce(w, meas, 2, MGT_DT_F64, MGT_RED_MAX)) return;
+	double *all = mgt_malloc(2 * (size_t)w->size * sizeof *all), meas[2];
+	if (!all) return;
+	double *mine = all + 2 * (size_t)w->rank;
+	mine[0] = cpu ? (double)trainer_peak_rss() : (double)(t->dev_free0 - fr);
+	mine[1] = trainer_computed_memory(t);
+	if (w->size > 1 && w->ops->allgather(w, all, mine, 2, MGT_DT_F64)) {
+		free(all);
+		return;
+	}
+	int top = 0;
+	for (int r = 1; r < w->size; r++)
+		if (all[2 * r + 1] > all[2 * top + 1]) top = r;
+	meas[0] = all[2 * top];
+	meas[1] = all[2 * top + 1];
+	free(all);
 	if (!t->io->log) return;
 	double mb = 1024.0 * 1024.0, pred = cpu ? p->memory_bytes : p->memory_bytes - p->overhead_bytes;
 	fprintf(t->io->log, "plan %s:%d: memory per %s predicted %.1f MiB, computed %.1f MiB, measured %.1f MiB (%s) | "
 		"measured / predicted: %.3f | iteration time predicted %.3f s, measured %.3f s (%s) | "
 		"measured / predicted: %.3f\n", p->file, p->rank, cpu ? "process" : "GPU", pred / mb, meas[1] / mb,
-		meas[0] / mb, cpu ? "peak RSS, most of any rank" : "cudaMemGetInfo, most of any rank, context excluded",
+		meas[0] / mb, cpu ? "peak RSS of the rank with the most computed" :
+		"cudaMemGetInfo on the rank with the most computed, context excluded",
 		meas[0] / pred, p->iteration_s, iter_s, t->iteration > 1 ? "mean after the first iteration" : "first iteration",
 		iter_s / p->iteration_s);
 	fflush(t->io->log);

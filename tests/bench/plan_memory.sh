@@ -3,7 +3,8 @@
 # 3% on each of at least 10 layouts with 1 to 8 processes).  For each layout: mgt-plan with the
 # layout fixed (--cluster cpu, one "GPU" a process) writes a plan, mgt-train --plan runs it under
 # mpirun (tests/mpirun.sh) for 2 iterations on mock data with one thread a process, and its plan
-# line gives the predicted bytes a process against the most any rank reached (peak RSS).  Not a
+# line gives the predicted bytes a process against the peak RSS of the rank with the most
+# computed memory (the rank the plan predicts; the max over ranks can be another rank).  Not a
 # test: it takes minutes and gigabytes.
 #
 #   sh tests/bench/plan_memory.sh [MODEL] [SEQ]     (default gpt2-124m, 512)
