@@ -139,6 +139,9 @@ static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t 
 	return r;
 }
 
+/* Output features a GEMM call covers at most (the vocabulary's output layer is split) */
+enum { GEMM_COLS = 8192 };
+
 static void cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
 			   int T, int in, int out)
 {
@@ -160,8 +163,9 @@ static void cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const floa
 	if (T == 1) /* one token (decoding): OpenBLAS's sgemm would pack all of w first, gemv streams it */
 		cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, b ? 1.0f : 0.0f, y, 1);
 	else
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out, in, 1.0f, x, in, w, in,
-			    b ? 1.0f : 0.0f, y, out);
+		for (int j = 0; j < out; j += GEMM_COLS) /* OpenBLAS packs all of a wide w^T panel */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out - j < GEMM_COLS ? out - j : GEMM_COLS,
+				    in, 1.0f, x, in, w + (size_t)j * in, in, b ? 1.0f : 0.0f, y + j, out);
 }
 
 static void cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
@@ -182,8 +186,10 @@ static void cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, con
 	if (dx)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dyr, out,
 			    gemm_operand(be, 1, w, (size_t)out * in), in, 0.0f, dx, in);
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, T, 1.0f, dyr, out,
-		    gemm_operand(be, 1, x, (size_t)T * in), in, 1.0f, dw, in);
+	const float *xr = gemm_operand(be, 1, x, (size_t)T * in);
+	for (int j = 0; j < out; j += GEMM_COLS)
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out - j < GEMM_COLS ? out - j : GEMM_COLS, in, T,
+			    1.0f, dyr + j, out, xr, in, 1.0f, dw + (size_t)j * in, in);
 }
 
 /* ---- embedding ---- */
