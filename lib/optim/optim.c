@@ -63,6 +63,8 @@ double mgt_lr_get(const mgt_lr_sched *s)
 	return min + c * (max - min);
 }
 
+size_t mgt_adamw_bytes(size_t n) { return 2 * n * sizeof(float); }
+
 mgt_status mgt_adamw_init(mgt_adamw *a, mgt_backend *be, size_t n)
 {
 	a->be = be;

@@ -42,6 +42,8 @@ typedef struct mgt_adamw {
 
 /* Allocate zeroed moments for n parameters.  Errors: MGT_ERR_NOMEM. */
 mgt_status mgt_adamw_init(mgt_adamw *a, mgt_backend *be, size_t n);
+/* Bytes mgt_adamw_init allocates for n parameters (the two fp32 moments), for memory planning. */
+size_t mgt_adamw_bytes(size_t n);
 void mgt_adamw_free(mgt_adamw *a);
 
 /* Sum of squares, in double, of the gradients in the flat-buffer range [lo, hi) that belong to

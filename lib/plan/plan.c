@@ -8,16 +8,15 @@
 #include <string.h>
 
 #include "dist/dist.h"
+#include "optim/optim.h"
 #include "train/train.h"
 
 /* ---- memory: mgt_model_measure per chunk, mgt-train's schedule, lib/train's optimizer ---- */
 
-/* mgt-train's --ddp-bucket-size under --overlap-grad-reduce (megatron/training/training.py
- * resolve_ddp_bucket_size, as lib/train/args.c), else one bucket. */
+/* mgt-train's --ddp-bucket-size: its default under --overlap-grad-reduce, else one bucket. */
 static int64_t bucket_size(const mgt_plan_request *r, int dp)
 {
-	if (!r->overlap_grad_reduce) return 0;
-	return (int64_t)dp * 1000000 > 40000000 ? (int64_t)dp * 1000000 : 40000000;
+	return r->overlap_grad_reduce ? mgt_train_ddp_bucket_size(dp) : 0;
 }
 
 static mgt_recompute recompute_of(int g)
@@ -51,9 +50,9 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 		if (st) return st;
 		mem->params += x.params; mem->grads += x.grads; mem->activations += x.activations;
 		mem->workspace += x.workspace;
-		/* lib/train/train.c: AdamW's two fp32 moments over the buffer, or over this rank's
-		 * 1/DP shard of every bucket with the distributed optimizer */
-		*opt += 2.0 * sizeof(float) * (double)(p->distopt ? n / (size_t)p->dp : n);
+		/* lib/train/train.c: AdamW over the buffer, or over this rank's 1/DP shard of every
+		 * bucket with the distributed optimizer (buckets are padded to multiples of DP) */
+		*opt += (double)mgt_adamw_bytes(p->distopt ? n / (size_t)p->dp : n);
 		*numel += n;
 	}
 	return MGT_OK;

@@ -599,9 +599,8 @@ mgt_status mgt_args_finalize(mgt_args *a)
 		return mgt_err(MGT_ERR_USAGE, "--ckpt-format %s: mgt-train writes and reads hdf5 checkpoints only "
 			       "(mgt-ckpt(5)); Megatron's torch_dist and torch checkpoints are not read: convert the model "
 			       "through Hugging Face with mgt-ckpt-convert", a->ckpt_format);
-	/* resolve_ddp_bucket_size in megatron/training/training.py */
 	if (a->overlap_grad_reduce && a->ddp_bucket_size <= 0)
-		a->ddp_bucket_size = a->data_parallel_size * 1000000 > 40000000 ? a->data_parallel_size * 1000000 : 40000000;
+		a->ddp_bucket_size = mgt_train_ddp_bucket_size(a->data_parallel_size);
 	const char *dev = a->device ? a->device : "auto";
 	if (strcmp(dev, "auto") && strcmp(dev, "cpu") && strcmp(dev, "cuda"))
 		return mgt_err(MGT_ERR_USAGE, "--device: expected auto, cpu or cuda, got '%s'", dev);

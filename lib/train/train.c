@@ -633,7 +633,7 @@ static mgt_status check_memory(trainer *t)
 		mgt_status st = mgt_model_measure(&t->a->model, &L, &t->ps, &x, &numel);
 		if (st) return st;
 		m.params += x.params; m.grads += x.grads; m.activations += x.activations; m.workspace += x.workspace;
-		opt += 2 * sizeof(float) * (t->a->use_distributed_optimizer ? numel / (size_t)t->ps.dp : numel);
+		opt += mgt_adamw_bytes(t->a->use_distributed_optimizer ? numel / (size_t)t->ps.dp : numel);
 	}
 	char what[96];
 	size_t avail = mgt_backend_mem_available(t->be, what, sizeof what), share = 1;

@@ -145,6 +145,10 @@ void *mgt_train_tensor_list(const mgt_tensor_table *tt);
  * P, M, G, naming the flags), MGT_ERR_NOMEM. */
 mgt_status mgt_train_sched_slots(int P, int r, int M, int V, int G, int *slots);
 
+/* --ddp-bucket-size under --overlap-grad-reduce when not given: max(4e7, 1e6 x dp) elements
+ * (resolve_ddp_bucket_size in megatron/training/training.py). */
+int64_t mgt_train_ddp_bucket_size(int64_t dp);
+
 /* Help text: every flag with its default, grouped. */
 void mgt_args_help(FILE *f);
 
