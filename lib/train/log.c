@@ -333,6 +333,13 @@ static size_t computed_memory(const trainer *t, mgt_model_mem *m, size_t *opt)
 	return m->params + m->grads + *opt + m->activations + m->workspace + trainer_comm_memory(t);
 }
 
+double trainer_device_in_use(const trainer *t, char *what, size_t n)
+{
+	size_t fr = mgt_backend_cuda_mem_available(t->be, what, n);
+	if (t->dev_free0 == SIZE_MAX || fr == SIZE_MAX || t->dev_free0 < fr) return -1;
+	return (double)(t->dev_free0 - fr);
+}
+
 size_t trainer_comm_memory(const trainer *t)
 {
 	return t->be->host_memory ? mgt_comm_mpi_scratch_bytes(t->ps.dp) : 0;
@@ -363,13 +370,12 @@ void trainer_log_memory(trainer *t, const char *when)
 		fprintf(t->io->log, "peak device memory %.1f MiB (%.1f MiB now) | peak device / computed: %.3f",
 			(double)t->be->bytes_peak / mb, (double)t->be->bytes_in_use / mb,
 			(double)t->be->bytes_peak / (double)total);
-		/* independent of the backend's accounting: the driver's free bytes against those before
-		 * the model allocated (cuBLASLt and NCCL buffers, allocation granularity included) */
+		/* independent of the backend's accounting (cuBLASLt and NCCL buffers, allocation
+		 * granularity included) */
 		char what[64];
-		size_t fr = mgt_backend_cuda_mem_available(t->be, what, sizeof what);
-		if (t->dev_free0 != SIZE_MAX && fr != SIZE_MAX && t->dev_free0 >= fr)
-			fprintf(t->io->log, " | %s: %.1f MiB more in use than before the model",
-				what, (double)(t->dev_free0 - fr) / mb);
+		double used = trainer_device_in_use(t, what, sizeof what);
+		if (used >= 0)
+			fprintf(t->io->log, " | %s: %.1f MiB more in use than before the model", what, used / mb);
 		fputc('\n', t->io->log);
 	} else {
 		size_t rss = trainer_peak_rss();

@@ -191,12 +191,11 @@ void trainer_plan_iteration(trainer *t)
 	 * lowest such rank), measured there */
 	bool cpu = t->be->host_memory;
 	char what[64];
-	size_t fr = cpu ? 0 : mgt_backend_cuda_mem_available(t->be, what, sizeof what);
 	mgt_comm *w = t->ps.world;
 	double *all = mgt_malloc(2 * (size_t)w->size * sizeof *all), meas[2];
 	if (!all) return;
 	double *mine = all + 2 * (size_t)w->rank;
-	mine[0] = cpu ? (double)trainer_peak_rss() : (double)(t->dev_free0 - fr);
+	mine[0] = cpu ? (double)trainer_peak_rss() : trainer_device_in_use(t, what, sizeof what);
 	mine[1] = trainer_computed_memory(t);
 	if (w->size > 1 && w->ops->allgather(w, all, mine, 2, MGT_DT_F64)) {
 		free(all);

@@ -122,6 +122,9 @@ double trainer_computed_memory(const trainer *t);
 /* Host scratch of the data-parallel group's MPI collectives on the CPU backend
  * (mgt_comm_mpi_scratch_bytes), part of the computed memory; 0 on a device. */
 size_t trainer_comm_memory(const trainer *t);
+/* Device backends: the driver's free bytes (cudaMemGetInfo) before the model allocated less
+ * those now, what[n] naming the source; -1 when unknown. */
+double trainer_device_in_use(const trainer *t, char *what, size_t n);
 
 /* plan_apply.c (--plan): MGT_ERR_USAGE when the plan is for another number of processes; after
  * each iteration, the report once iteration 5 (or the last) is done (every rank takes part). */
