@@ -211,6 +211,33 @@ typedef struct mgt_backend_ops {
 			 const float *mx, const float *sumexp, const float *mask, float scale,
 			 int64_t v0, int T, int V);
 
+	/* ---- Mixture of Experts (lib/model/moe.c; megatron/core/transformer/moe/moe_utils.py
+	 * permute / unpermute, experts.py) ----
+	 * Tokens routed to experts are "permuted": row i of the [N, .] expert input is token idx[i]
+	 * of the [T, .] layer input, rows grouped by expert; slot[t*k + j] is the row of token t's
+	 * j-th routed copy (-1: dropped or absent). */
+	/* dst[i] = src[idx[i]] for i < N (rows of h floats).  Writes dst [N, h]. */
+	void (*rows_gather)(mgt_backend *be, float *dst, const float *src, const int32_t *idx, int N, int h);
+	/* dst[t] = sum over j < k with slot[t*k + j] >= 0 of src[slot[t*k + j]], added in j order
+	 * (a zero row when there is none).  Writes dst [T, h].  The combine (unpermute) of the
+	 * experts' outputs, and the backward of rows_gather. */
+	void (*rows_combine)(mgt_backend *be, float *dst, const float *src, const int32_t *slot, int T, int k,
+			     int h);
+	/* y[i, c] = w[i] * x[i, c] for i < N, c < f; y may alias x.  Writes y [N, f]. */
+	void (*rows_scale)(mgt_backend *be, float *y, const float *x, const float *w, int N, int f);
+	/* out[i] = sum_c a[i, c] * b[i, c], accumulated in double and rounded once.  Writes out [N]. */
+	void (*rows_dot)(mgt_backend *be, float *out, const float *a, const float *b, int N, int f);
+	/* Grouped linear layers, one call for G experts: rows [r_g, r_g + rows[g]) of x and y
+	 * (r_g = rows[0] + ... + rows[g-1]) go through expert g's weight w[g] [out, in]:
+	 *   y[r_g + i] = x[r_g + i] . w[g]^T     (writes y [sum rows, out]; no bias)
+	 * w is a HOST array of G backend pointers; rows[g] may be 0.  Precision as linear_fwd. */
+	void (*linear_fwd_grouped)(mgt_backend *be, float *y, const float *x, const float *const *w,
+				   const int *rows, int G, int in, int out);
+	/* Its backward given dy [sum rows, out]: dx (writes; skipped when NULL) and
+	 * dw[g] [out, in] += dy_g^T . x_g (accumulates; dw a host array of G backend pointers). */
+	void (*linear_bwd_grouped)(mgt_backend *be, float *dx, float *const *dw, const float *dy, const float *x,
+				   const float *const *w, const int *rows, int G, int in, int out);
+
 	/* ---- optimizer and reductions ---- */
 	/* AdamW on n elements, torch.optim.AdamW's single-tensor arithmetic:
 	 *   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;

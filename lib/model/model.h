@@ -49,6 +49,27 @@ typedef struct mgt_model_config {
 	bool openai_gelu;
 	/* uneven pipeline stages: layers of the first / last stage (0: even split) */
 	int64_t decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
+	/* Mixture of Experts (Megatron-Core megatron/core/transformer/moe/; megatron-moe-cp.md
+	 * section 1; lib/model/moe.c).  num_experts 0: every layer dense.  Layer l is an MoE layer
+	 * when moe_layer_pattern[l] == '1' (a list --moe-layer-freq, expanded; "" otherwise) or,
+	 * without a pattern, when l % moe_layer_freq == 0.  Experts are SwiGLU or GELU MLPs of
+	 * moe_ffn_hidden_size (default ffn_hidden_size) like the dense MLP. */
+	int64_t num_experts, moe_ffn_hidden_size, moe_router_topk, moe_layer_freq;
+	char moe_layer_pattern[1025];
+	char moe_router_score_function[16];      /* softmax | sigmoid */
+	bool moe_router_pre_softmax;
+	double moe_router_topk_scaling_factor;   /* 0: None */
+	int64_t moe_router_num_groups, moe_router_group_topk; /* 0: None */
+	bool moe_router_enable_expert_bias;
+	double moe_router_bias_update_rate;
+	char moe_router_load_balancing_type[16]; /* aux_loss | seq_aux_loss | none */
+	double moe_aux_loss_coeff, moe_z_loss_coeff, moe_input_jitter_eps; /* 0: off */
+	bool moe_router_dtype_fp32;              /* --moe-router-dtype fp32 (or fp64): gating GEMM in fp32 */
+	double moe_expert_capacity_factor;       /* 0: None (dropless) */
+	char moe_token_drop_policy[16];          /* probs | position */
+	bool moe_pad_expert_input_to_capacity;
+	int64_t moe_shared_expert_intermediate_size; /* 0: no shared expert */
+	bool moe_shared_expert_gate;
 	/* derived by mgt_model_config_finalize */
 	int64_t vocab_size;        /* tokenizer vocabulary (unpadded) */
 	int64_t padded_vocab_size; /* multiple of make_vocab_size_divisible_by * TP */
@@ -60,6 +81,11 @@ typedef struct mgt_model_config {
  * seq_length <= max_position_embeddings for learned positions, rot_dim even, TP divides heads and
  * query groups and ffn.  Errors: MGT_ERR_USAGE with a message naming the flags. */
 mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp);
+/* The MoE part of it (lib/model/moe_config.c): nothing to check without experts; otherwise
+ * top-k in 1..num_experts, the router's groups, the capacity factor, the score function and
+ * load-balancing type, TP dividing the experts' FFN sizes.  Errors: MGT_ERR_USAGE naming the
+ * flags. */
+mgt_status mgt_moe_config_check(const mgt_model_config *c, int tp);
 
 /* RoPE frequencies inv_freq[k], k < rot_dim/2 (rot_dim = kv_channels * rotary_percent), fp32 as
  * Megatron's RotaryEmbedding computes them (megatron/core/models/common/embeddings/
@@ -96,6 +122,12 @@ typedef enum {
 	MGT_T_LN2_W, MGT_T_LN2_B, MGT_T_FC1_W, MGT_T_FC1_B, MGT_T_FC2_W, MGT_T_FC2_B,
 	MGT_T_FINAL_LN_W, MGT_T_FINAL_LN_B, MGT_T_OUTPUT_W,
 	MGT_T_QNORM_W, MGT_T_QNORM_B, MGT_T_KNORM_W, MGT_T_KNORM_B, /* --qk-layernorm ([kv_channels]) */
+	/* MoE layers (their norm is MGT_T_LN2_W/B, named pre_mlp_layernorm): the router's weight
+	 * [E, h] and its bias (with add_bias_linear) [E]; the expert bias [E] of aux-loss-free
+	 * balancing (frozen: state, not a parameter); expert e's fc1 [2F or F, h] and fc2 [h, F]
+	 * (one row per expert: mgt_tensor.expert); the shared expert's fc1, fc2 and gate [1, h] */
+	MGT_T_ROUTER_W, MGT_T_ROUTER_B, MGT_T_EXPERT_BIAS, MGT_T_EXP_FC1_W, MGT_T_EXP_FC2_W,
+	MGT_T_SH_FC1_W, MGT_T_SH_FC2_W, MGT_T_SH_GATE_W,
 	MGT_T_NROLES
 } mgt_tensor_role;
 
@@ -112,6 +144,18 @@ typedef struct mgt_tensor {
 	mgt_init_kind init;
 	double init_std;           /* MGT_INIT_NORMAL */
 	bool weight_decay;         /* false for biases and 1-D tensors */
+	/* frozen: state kept with the parameters (checkpointed, in the flat buffer) that no
+	 * gradient reaches and the optimizer leaves alone (its gradient stays zero): the MoE
+	 * router's expert_bias, updated by mgt_model_moe_update_bias */
+	bool frozen;
+	/* Experts: the global expert index of this row (-1 for every other tensor).  Rows of one
+	 * expert tensor are named with Megatron-Core's SequentialMLP names,
+	 * decoder.layers.N.mlp.experts.local_experts.E.linear_fc1.weight (E global); a checkpoint
+	 * stores all E experts as ONE dataset, `dataset` (decoder.layers.N.mlp.experts.linear_fc1
+	 * .weight), of shape [num_experts, shape[0], shape[1]], this row at index `expert` of its
+	 * first dimension, so that checkpoints reshard across expert-parallel sizes. */
+	int expert, num_experts;
+	char dataset[96];
 	size_t offset;             /* element offset in the flat local parameter buffer */
 	size_t numel;              /* local elements */
 } mgt_tensor;
@@ -136,7 +180,16 @@ typedef struct mgt_tensor_table {
  * MGT_ERR_NOMEM.  Free with mgt_tensor_table_free. */
 mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *c, int tp,
 				  int tp_rank, int pp, int pp_rank);
+/* The same on expert-parallel rank ep_rank of ep: MoE layers list only this rank's experts
+ * (E/ep consecutive global experts; mgt_tensor.expert).  mgt_tensor_table_build is ep = 1.
+ * Errors: also MGT_ERR_USAGE when ep does not divide num_experts. */
+mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_config *c, int tp, int tp_rank, int pp,
+				     int pp_rank, int ep, int ep_rank);
 void mgt_tensor_table_free(mgt_tensor_table *tt);
+
+/* Whether layer l (global index) of c is an MoE layer (num_experts > 0 and
+ * moe_layer_pattern[l] == '1', or l % moe_layer_freq == 0 without a pattern). */
+bool mgt_moe_is_layer(const mgt_model_config *c, int64_t l);
 
 /* Lay the tensors out in one flat buffer as Megatron's DDP param/grad buffer
  * (megatron/core/distributed/param_and_grad_buffer.py; megatron-reference.md section 10):

@@ -51,6 +51,7 @@ static mgt_status config_derive(mgt_model_config *c, int tp)
 	if (!c->ffn_hidden_size)
 		c->ffn_hidden_size = c->swiglu ? (int64_t)((4.0 * c->hidden_size * 2 / 3) / 64) * 64
 					       : 4 * c->hidden_size;
+	if (c->num_experts > 0 && !c->moe_ffn_hidden_size) c->moe_ffn_hidden_size = c->ffn_hidden_size;
 	if (!c->group_query_attention) c->num_query_groups = c->num_attention_heads;
 	/* RoPE and no positions need no table: default it to the sequence length */
 	if (!c->max_position_embeddings && strcmp(c->position_embedding_type, "learned_absolute"))
@@ -116,7 +117,8 @@ static mgt_status config_check(const mgt_model_config *c, int tp)
 mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
 {
 	mgt_status st = config_derive(c, tp);
-	return st ? st : config_check(c, tp);
+	if (!st) st = config_check(c, tp);
+	return st ? st : mgt_moe_config_check(c, tp);
 }
 
 /* ---- the table ---- */
@@ -124,7 +126,7 @@ mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
 typedef struct {
 	mgt_tensor_table *tt;
 	const mgt_model_config *c;
-	int tp, tp_rank, pp, pp_rank, cap;
+	int tp, tp_rank, pp, pp_rank, ep, ep_rank, cap;
 	mgt_status st;
 } builder;
 
@@ -145,6 +147,7 @@ static void add(builder *bd, int layer, mgt_tensor_role role, const char *suffix
 	else snprintf(t->name, sizeof t->name, "%s", suffix);
 	t->role = role;
 	t->layer = layer;
+	t->expert = -1;
 	t->ndim = cols ? 2 : 1;
 	t->shape[0] = rows;
 	t->shape[1] = cols;
@@ -208,6 +211,16 @@ static void add_norm(builder *bd, int layer, mgt_tensor_role w, const char *name
 		add(bd, layer, w + 1, name_b, c->hidden_size, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 }
 
+/* The row just added is expert e of layer i: its checkpoint dataset and index. */
+static void set_expert(builder *bd, int i, int e, const char *what)
+{
+	if (bd->st) return;
+	mgt_tensor *t = &bd->tt->t[bd->tt->n - 1];
+	t->expert = e;
+	t->num_experts = (int)bd->c->num_experts;
+	snprintf(t->dataset, sizeof t->dataset, "decoder.layers.%d.mlp.experts.%s", i, what);
+}
+
 /* q_layernorm / k_layernorm: [kv_channels], replicated over TP; weight decay only with
  * apply_wd_to_qk_layernorm (Megatron's optimizer param groups exempt 1-D tensors otherwise). */
 static void add_head_norm(builder *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
@@ -218,6 +231,44 @@ static void add_head_norm(builder *bd, int layer, mgt_tensor_role w, const char 
 	if (!strcmp(c->normalization, "LayerNorm"))
 		add(bd, layer, w + 1, name_b, c->kv_channels, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 	for (int k = n0; !bd->st && k < bd->tt->n; k++) bd->tt->t[k].weight_decay = c->apply_wd_to_qk_layernorm;
+}
+
+/* An MoE layer's MLP part, in Megatron-Core's registration order (TransformerLayer
+ * pre_mlp_layernorm, then MoELayer: router, experts, shared_experts).  Experts are split over
+ * the expert-parallel group (this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep)) and
+ * each over TP as the dense MLP (expert tensor parallelism = TP). */
+static void add_moe(builder *bd, int i, double std, double out_std)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, E = c->num_experts, F = c->moe_ffn_hidden_size;
+	int64_t S = c->moe_shared_expert_intermediate_size;
+	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
+	int64_t gl = c->swiglu ? 2 : 1;
+	add_norm(bd, i, MGT_T_LN2_W, "pre_mlp_layernorm.weight", "pre_mlp_layernorm.bias");
+	add(bd, i, MGT_T_ROUTER_W, "mlp.router.weight", E, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	if (c->add_bias_linear) add(bd, i, MGT_T_ROUTER_B, "mlp.router.bias", E, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	if (c->moe_router_enable_expert_bias) {
+		add(bd, i, MGT_T_EXPERT_BIAS, "mlp.router.expert_bias", E, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+		if (!bd->st) bd->tt->t[bd->tt->n - 1].frozen = true;
+	}
+	int64_t per = E / bd->ep, e0 = per * bd->ep_rank;
+	for (int64_t e = e0; e < e0 + per; e++) {
+		char n1[96], n2[96];
+		snprintf(n1, sizeof n1, "mlp.experts.local_experts.%lld.linear_fc1.weight", (long long)e);
+		snprintf(n2, sizeof n2, "mlp.experts.local_experts.%lld.linear_fc2.weight", (long long)e);
+		add(bd, i, MGT_T_EXP_FC1_W, n1, gl * F, h, fc1, MGT_INIT_NORMAL, std);
+		set_expert(bd, i, (int)e, "linear_fc1.weight");
+		add(bd, i, MGT_T_EXP_FC2_W, n2, h, F, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
+		set_expert(bd, i, (int)e, "linear_fc2.weight");
+	}
+	if (S) {
+		add(bd, i, MGT_T_SH_FC1_W, "mlp.shared_experts.linear_fc1.weight", gl * S, h, fc1, MGT_INIT_NORMAL, std);
+		add(bd, i, MGT_T_SH_FC2_W, "mlp.shared_experts.linear_fc2.weight", h, S, MGT_SHARD_COL, MGT_INIT_NORMAL,
+		    out_std);
+		if (c->moe_shared_expert_gate)
+			add(bd, i, MGT_T_SH_GATE_W, "mlp.shared_experts.gate_weight", 1, h, MGT_SHARD_NONE,
+			    MGT_INIT_NORMAL, std);
+	}
 }
 
 static void add_layer(builder *bd, int i)
@@ -243,6 +294,10 @@ static void add_layer(builder *bd, int i)
 		add_head_norm(bd, i, MGT_T_QNORM_W, "self_attention.q_layernorm.weight", "self_attention.q_layernorm.bias");
 		add_head_norm(bd, i, MGT_T_KNORM_W, "self_attention.k_layernorm.weight", "self_attention.k_layernorm.bias");
 	}
+	if (mgt_moe_is_layer(c, i)) {
+		add_moe(bd, i, std, out_std);
+		return;
+	}
 	add_norm(bd, i, MGT_T_LN2_W, "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias");
 	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
 	int64_t fc1_rows = c->swiglu ? 2 * ffn : ffn;
@@ -255,8 +310,18 @@ static void add_layer(builder *bd, int i)
 mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *c, int tp,
 				  int tp_rank, int pp, int pp_rank)
 {
+	return mgt_tensor_table_build_ep(tt, c, tp, tp_rank, pp, pp_rank, 1, 0);
+}
+
+mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_config *c, int tp, int tp_rank, int pp,
+				     int pp_rank, int ep, int ep_rank)
+{
 	memset(tt, 0, sizeof *tt);
-	builder bd = { .tt = tt, .c = c, .tp = tp, .tp_rank = tp_rank, .pp = pp, .pp_rank = pp_rank };
+	builder bd = { .tt = tt, .c = c, .tp = tp, .tp_rank = tp_rank, .pp = pp, .pp_rank = pp_rank, .ep = ep,
+		       .ep_rank = ep_rank };
+	if (c->num_experts && (ep < 1 || c->num_experts % ep))
+		return mgt_err(MGT_ERR_USAGE, "--expert-model-parallel-size %d does not divide --num-experts %lld", ep,
+			       (long long)c->num_experts);
 	int64_t h = c->hidden_size, V = c->padded_vocab_size;
 	double std = c->init_method_std;
 	bool first = pp_rank == 0, last = pp_rank == pp - 1;
@@ -482,4 +547,11 @@ double mgt_model_flops(const mgt_model_config *c, int64_t gbs)
 	double mlp = 6 * h * ffn * E * L, logit = 6 * h * (double)c->padded_vocab_size;
 	double tokens = (double)gbs * s;
 	return tokens * (mlp + attn_lin * L + logit) + (double)gbs * s * s * attn_core * L;
+}
+
+bool mgt_moe_is_layer(const mgt_model_config *c, int64_t l)
+{
+	if (c->num_experts <= 0 || l < 0) return false;
+	if (c->moe_layer_pattern[0]) return l < (int64_t)strlen(c->moe_layer_pattern) && c->moe_layer_pattern[l] == '1';
+	return c->moe_layer_freq <= 1 || l % c->moe_layer_freq == 0;
 }
