@@ -148,7 +148,8 @@ typedef struct mgt_tensor {
 	 * gradient reaches and the optimizer leaves alone (its gradient stays zero): the MoE
 	 * router's expert_bias, updated by mgt_model_moe_update_bias */
 	bool frozen;
-	/* Experts: the global expert index of this row (-1 for every other tensor).  Rows of one
+	/* Experts: a row is an expert row when num_experts > 0 (0 for every other tensor, whose
+	 * expert is -1 when the table builder made it); expert is its global expert index.  Rows of one
 	 * expert tensor are named with Megatron-Core's SequentialMLP names,
 	 * decoder.layers.N.mlp.experts.local_experts.E.linear_fc1.weight (E global); a checkpoint
 	 * stores all E experts as ONE dataset, `dataset` (decoder.layers.N.mlp.experts.linear_fc1
