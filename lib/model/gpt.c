@@ -17,7 +17,7 @@
 
 /* ---- allocation ---- */
 
-static void *balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
+void *mgt_model_balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 {
 	static float dry_dummy;
 	if (*st) return NULL;
@@ -28,12 +28,14 @@ static void *balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 	*acct += bytes;
 	return p;
 }
-#define AF(n) (float *)balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
-#define WF(n) (float *)balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
+#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
 
-/* Elements of layer buffer k (LA_*), 0 for one the model does not have. */
-static size_t la_numel(const mgt_model *m, int k)
+/* Elements of layer buffer k (LA_*) of local layer li (-1: a dense layer's), 0 for one the model
+ * does not have (an MoE layer's expert activations are moe.c's). */
+static size_t la_numel(const mgt_model *m, int li, int k)
 {
+	if ((k == LA_FC1 || k == LA_ACT) && li >= 0 && mgt_moe_is_layer(&m->c, m->first_layer + li)) return 0;
 	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h, rows = T * (size_t)m->ng_l;
 	switch (k) {
 	case LA_X_IN: case LA_X_MID: return Th * h;
@@ -90,12 +92,12 @@ static unsigned la_own(const mgt_model *m, int li)
 }
 
 /* Allocate the buffers of a named by own (those the model has) and record them in a->own. */
-static mgt_status alloc_layer(mgt_model *m, layer_act *a, unsigned own)
+static mgt_status alloc_layer(mgt_model *m, int li, layer_act *a, unsigned own)
 {
 	mgt_status st = MGT_OK;
 	for (int k = 0; k < LA_N; k++)
-		if ((own & LA_BIT(k)) && la_numel(m, k)) {
-			*la_buf(a, k) = AF(la_numel(m, k));
+		if ((own & LA_BIT(k)) && la_numel(m, li, k)) {
+			*la_buf(a, k) = AF(la_numel(m, li, k));
 			a->own |= LA_BIT(k);
 		}
 	return st;
@@ -122,7 +124,7 @@ static mgt_status alloc_recompute(mgt_model *m)
 	m->rc_n = n;
 	mgt_status st = MGT_OK;
 	for (int k = 0; !st && k < n; k++)
-		st = alloc_layer(m, &m->rc[k], r->granularity == MGT_RECOMPUTE_SELECTIVE ? LA_BIT(LA_CTX) | LA_BIT(LA_LSE) :
+		st = alloc_layer(m, -1, &m->rc[k], r->granularity == MGT_RECOMPUTE_SELECTIVE ? LA_BIT(LA_CTX) | LA_BIT(LA_LSE) :
 					       k == 0 ? LA_ALL & ~LA_BIT(LA_X_IN) : LA_ALL);
 	return st;
 }
@@ -136,7 +138,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	for (int l = 0; !st && l < m->n_layers; l++) {
 		layer_act *a = &sa->la[l];
 		unsigned own = la_own(m, l);
-		st = alloc_layer(m, a, own);
+		st = alloc_layer(m, l, a, own);
 		if (own == LA_ALL) continue;
 		int g0 = l, g1;
 		if (rc_full(m, l)) rc_group(m, l, &g0, &g1);
@@ -170,7 +172,7 @@ static mgt_status alloc_activations(mgt_model *m)
 	m->dres = WF(Th * h); m->dtmp_h = WF(T * h); m->dbig = WF(T * big);
 	m->dctx = WF(T * (size_t)(m->nq_l * m->d)); m->dact = WF(T * (size_t)m->ffn_l);
 	if (m->rope && m->n_layers) m->inv_freq = WF(m->rot_dim / 2);
-	return st;
+	return st ? st : mgt_moe_alloc(m);
 }
 
 static mgt_status index_roles(mgt_model *m)
@@ -246,6 +248,12 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 	if (r->granularity != MGT_RECOMPUTE_NONE && r->granularity != MGT_RECOMPUTE_SELECTIVE &&
 	    r->granularity != MGT_RECOMPUTE_FULL)
 		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity: expected full or selective");
+	if (c->num_experts > 0 && r->granularity == MGT_RECOMPUTE_FULL)
+		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity full with --num-experts: not supported in this "
+			       "version (selective recomputation is)");
+	if (c->num_experts > 0 && ps->tp > 1 && !L->sequence_parallel)
+		return mgt_err(MGT_ERR_USAGE, "--num-experts with --tensor-model-parallel-size %d needs "
+			       "--sequence-parallel (as Megatron-Core's MoE layer)", ps->tp);
 	if (L->sequence_parallel && ps->tp > 1 && (c->seq_length * L->mbs) % ps->tp)
 		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel: --seq-length %lld x --micro-batch-size %d is not "
 			       "divisible by --tensor-model-parallel-size %d", (long long)c->seq_length, L->mbs, ps->tp);
@@ -268,10 +276,13 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	m->ps = ps;
 	m->dry = dry;
 	set_dims(m);
-	st = mgt_tensor_table_build(&m->tt, c, ps->tp, ps->tp_rank, L->num_stages, L->stage);
+	m->ep = 1;
+	m->ep_rank = 0;
+	st = mgt_tensor_table_build_ep(&m->tt, c, ps->tp, ps->tp_rank, L->num_stages, L->stage, m->ep, m->ep_rank);
 	bool shared = !c->untie_embeddings_and_output_weights && ps->pp > 1;
 	if (!st) st = mgt_tensor_table_layout(&m->tt, L->dp, L->distributed_optimizer, L->bucket_size, shared);
 	if (!st) st = index_roles(m);
+	if (!st) st = mgt_moe_setup(m);
 	if (st) mgt_model_free(m);
 	else *out = m;
 	return st;
@@ -357,6 +368,7 @@ void mgt_model_free(mgt_model *m)
 	float *bufs[] = { m->params, m->grads, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx, m->dact,
 			  m->inv_freq };
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
+	mgt_moe_free(m);
 	free(m->by_role);
 	mgt_tensor_table_free(&m->tt);
 	free(m);
@@ -523,6 +535,10 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	mgt_status st = norm_gather(m, a->ln2, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
 	if (st) return st;
+	if (mgt_moe_layer(m, li)) {
+		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
+		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3));
+	}
 	o->linear_fwd(m->be, a->fc1, a->ln2, P(m, T_(m, l, MGT_T_FC1_W)), NULL, T, h, (int)m->fc1_l);
 	o->bias_act_fwd(m->be, m->act, a->act, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
@@ -555,15 +571,23 @@ static mgt_status head_fwd(mgt_model *m, double *loss_sum)
 
 /* ---- backward ---- */
 
-/* dres += d(norm input) from the [T, h] partial gradient in dtmp_h of a norm's output. */
-static mgt_status reduce_norm_bwd(mgt_model *m, const float *x, const mgt_tensor *w, const mgt_tensor *b,
-				  const float *mean, const float *rstd)
+/* dres += d(norm input) from the [T, h] partial gradient in dtmp_h of a norm's output (plus,
+ * when extra is not NULL, this rank's [Th, h] rows of a gradient computed on them alone). */
+static mgt_status reduce_norm_bwd_plus(mgt_model *m, const float *x, const mgt_tensor *w, const mgt_tensor *b,
+				       const float *mean, const float *rstd, const float *extra)
 {
 	float *dy;
 	mgt_status st = tp_reduce(m, m->dtmp_h, &dy);
 	if (st) return st;
+	if (extra) m->be->ops->add(m->be, dy, extra, (size_t)m->Th * (size_t)m->h);
 	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, x, P(m, w), mean, rstd, m->Th, (int)m->h);
 	return MGT_OK;
+}
+
+static mgt_status reduce_norm_bwd(mgt_model *m, const float *x, const mgt_tensor *w, const mgt_tensor *b,
+				  const float *mean, const float *rstd)
+{
+	return reduce_norm_bwd_plus(m, x, w, b, mean, rstd, NULL);
 }
 
 /* dtmp_h [T, h] = the gradient of a row-parallel output (before its bda), gathered under SP. */
@@ -594,6 +618,12 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
 	if (st) return st;
+	if (mgt_moe_layer(m, li)) {
+		float *dxl;
+		if ((st = mgt_moe_backward(m, li, a->ln2, m->dtmp_h, &dxl))) return st;
+		return reduce_norm_bwd_plus(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2,
+					    dxl);
+	}
 	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, a->act,
 		      P(m, T_(m, l, MGT_T_FC2_W)), T, (int)m->ffn_l, h);
 	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, a->fc1,

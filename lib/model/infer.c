@@ -32,6 +32,9 @@ mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mg
 {
 	*out = NULL;
 	if (ps->tp != 1) return mgt_err(MGT_ERR_USAGE, "inference model: tensor parallelism %d (must be 1)", ps->tp);
+	if (c->num_experts > 0)
+		return mgt_err(MGT_ERR_USAGE, "inference model: Mixture-of-Experts layers (--num-experts %lld) are not "
+			       "supported by the key/value-cache path in this version", (long long)c->num_experts);
 	mgt_model_layout L = { .mbs = 1, .stage = 0, .num_stages = 1, .slots = 1, .dp = 1 };
 	mgt_model *m;
 	mgt_status st = mgt_model_new_chunk(&m, c, &L, be, ps, false);

@@ -368,6 +368,31 @@ mgt_status mgt_model_step(mgt_model *m, const mgt_microbatch *mb, bool train, fl
 /* Seconds spent in forwards and backwards since the last call (then reset). */
 void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s);
 
+/* ---- Mixture of Experts (lib/model/moe.c) ---- */
+
+/* The gradient scale of the MoE auxiliary and z losses in the following backwards: Megatron's
+ * MoEAuxLossAutoScaler main_loss_backward_scale, loss scale / number of micro-batches
+ * (megatron/core/pipeline_parallel/schedules.py).  Default 1.  No-op without MoE layers. */
+void mgt_model_set_aux_scale(mgt_model *m, float scale);
+/* The global indices of this chunk's MoE layers into layers (may be NULL); returns how many. */
+int mgt_model_moe_layers(const mgt_model *m, int *layers);
+/* Routing statistics of the training forwards since the last call, per MoE layer of the chunk
+ * (in layer order; any pointer may be NULL): aux[i] and z[i] the sums over micro-batches of the
+ * unscaled auxiliary loss (aux / coeff; aux_loss or seq_aux_loss) and z loss (mean
+ * logsumexp^2), tokens [i * num_experts + e] the routed copies kept per expert (this rank's
+ * micro-batches: all-reduce over data parallelism for the global batch's counts).  Resets them;
+ * returns the number of MoE layers. */
+int mgt_model_moe_take_stats(mgt_model *m, double *aux, double *z, double *tokens);
+/* Aux-loss-free balancing (--moe-router-enable-expert-bias; Megatron's
+ * get_updated_expert_bias): expert_bias += rate * sign(mean(count) - count_e) per MoE layer, in
+ * fp32, with tokens laid out as mgt_model_moe_take_stats gives them, summed over the global
+ * batch.  No-op without the flag.  Errors: IO (upload/download). */
+mgt_status mgt_model_moe_update_bias(mgt_model *m, const double *tokens);
+/* The routing of global layer `layer` in the last forward of slot: per token (sequence-first)
+ * its k chosen experts in ascending order and their probabilities, a dropped copy as expert -1
+ * and probability 0 (host arrays [T, k]).  Errors: USAGE (not an MoE layer of the chunk). */
+mgt_status mgt_model_moe_routing(mgt_model *m, int slot, int layer, int32_t *experts, float *probs);
+
 /* Model FLOPs of one global batch of gbs sequences, Megatron's formula
  * (megatron/training/training.py num_floating_point_operations; megatron-reference.md 4.1):
  * causal-halved attention, fwd + bwd = 3x forward, GEMMs only. */

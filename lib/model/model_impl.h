@@ -67,6 +67,10 @@ struct mgt_model {
 	double t_fwd, t_bwd;
 	mgt_grad_hook hook;
 	void *hook_ctx;
+	/* Mixture of Experts (moe.c): NULL when no layer of the chunk is an MoE layer; this rank's
+	 * expert-parallel rank of ep (its experts: [ep_rank E/ep, (ep_rank + 1) E/ep)) */
+	struct moe_state *moe;
+	int ep, ep_rank;
 };
 
 static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
@@ -76,6 +80,27 @@ static inline const mgt_tensor *T_(const mgt_model *m, int l, mgt_tensor_role ro
 {
 	return l < 0 ? m->glob[role] : m->by_role[l - m->first_layer][role];
 }
+
+/* Backend memory of `bytes` for the chunk, counted in *acct (nothing allocated for a dry chunk:
+ * mgt_model_measure); after a failure (*st set) returns NULL and does nothing. */
+void *mgt_model_balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st);
+
+/* ---- Mixture of Experts (moe.c) ----
+ * mgt_moe_setup (after the table is indexed) makes m->moe when the chunk has MoE layers;
+ * mgt_moe_alloc allocates its activations (per slot) and scratch through mgt_model_balloc;
+ * mgt_moe_free frees both.  mgt_moe_layer: whether local layer li is an MoE layer.
+ * mgt_moe_forward: from the pre_mlp_layernorm output x [T, h] (gathered over TP), out [T, h]
+ * the partial MoE output (before the TP reduction and bias-dropout-add), routing statistics
+ * counted when train.  mgt_moe_backward: from dY [T, h] (the gradient of the MoE output,
+ * gathered), overwrites dY with the partial gradient of x (to be reduced over TP like the dense
+ * MLP's) and sets *dx_loc to this rank's [Th, h] rows of the router's (and gate's) part of it,
+ * to add after the reduction.  Errors: NOMEM, IO (communicator, upload/download). */
+mgt_status mgt_moe_setup(mgt_model *m);
+mgt_status mgt_moe_alloc(mgt_model *m);
+void mgt_moe_free(mgt_model *m);
+bool mgt_moe_layer(const mgt_model *m, int li);
+mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, float *out);
+mgt_status mgt_moe_backward(mgt_model *m, int li, const float *x, float *dY, float **dx_loc);
 
 /* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,

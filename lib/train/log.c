@@ -173,6 +173,59 @@ static void tb_memory(trainer *t)
 	tb_put(t, "mem-max-allocated-bytes", (double)(cpu ? trainer_peak_rss() : t->be->bytes_peak), t->iteration);
 }
 
+/* Megatron's MoE track names: the load-balancing loss's ("load_balancing_loss",
+ * "seq_load_balancing_loss"; NULL for none) and "z_loss" with --moe-z-loss-coeff (NULL without). */
+static const char *moe_lb_name(const mgt_model_config *c)
+{
+	if (!c->num_experts) return NULL;
+	if (!strcmp(c->moe_router_load_balancing_type, "seq_aux_loss")) return "seq_load_balancing_loss";
+	return strcmp(c->moe_router_load_balancing_type, "aux_loss") ? NULL : "load_balancing_loss";
+}
+static const char *moe_z_name(const mgt_model_config *c)
+{
+	return c->num_experts && c->moe_z_loss_coeff != 0 ? "z_loss" : NULL;
+}
+
+/* The MoE part of a metrics line: the two losses, per layer and averaged, and tokens per expert. */
+static void metrics_moe(trainer *t, json_t *o)
+{
+	const mgt_model_config *c = &t->a->model;
+	const char *lb = moe_lb_name(c), *z = moe_z_name(c);
+	int E = (int)c->num_experts;
+	json_t *m = json_object(), *la = json_array(), *lz = json_array(), *tk = json_array();
+	for (int i = 0; i < t->n_moe; i++) {
+		json_array_append_new(la, json_real(t->moe_aux[i]));
+		json_array_append_new(lz, json_real(t->moe_z[i]));
+		json_t *row = json_array();
+		for (int e = 0; e < E; e++) json_array_append_new(row, json_integer((json_int_t)t->moe_tok[(size_t)i * E + e]));
+		json_array_append_new(tk, row);
+	}
+	if (lb) json_object_set_new(o, lb, json_real(t->moe_lb));
+	if (z) json_object_set_new(o, z, json_real(t->moe_zl));
+	json_object_set_new(m, "load_balancing_loss", la);
+	json_object_set_new(m, "z_loss", lz);
+	json_object_set_new(m, "tokens_per_expert", tk);
+	json_object_set_new(o, "moe_layers", m);
+}
+
+/* Megatron's MoE scalars (moe_logging.py report): the layer-averaged losses under their track
+ * names; per layer, moe/NAME_layer_L (L the global layer index) with --moe-per-layer-logging. */
+static void tb_moe(trainer *t)
+{
+	const mgt_model_config *c = &t->a->model;
+	const char *lb = moe_lb_name(c), *z = moe_z_name(c);
+	if (lb) tb_put(t, lb, t->moe_lb, t->iteration);
+	if (z) tb_put(t, z, t->moe_zl, t->iteration);
+	if (!t->a->moe_per_layer_logging) return;
+	char tag[96];
+	for (int l = 0, i = 0; l < c->num_layers; l++) {
+		if (!mgt_moe_is_layer(c, l)) continue;
+		if (lb) snprintf(tag, sizeof tag, "moe/%s_layer_%d", lb, l), tb_put(t, tag, t->moe_aux[i], t->iteration);
+		if (z) snprintf(tag, sizeof tag, "moe/%s_layer_%d", z, l), tb_put(t, tag, t->moe_z[i], t->iteration);
+		i++;
+	}
+}
+
 /* Megatron's training_log, every --tensorboard-log-interval: this iteration's loss, the rate
  * after the scheduler step, the norm of a step taken with clipping on. */
 static void tb_iteration(trainer *t, double loss, double gnorm, bool skipped)
@@ -188,6 +241,7 @@ static void tb_iteration(trainer *t, double loss, double gnorm, bool skipped)
 	if (!skipped && a->clip_grad > 0) tb_pair(t, "grad-norm", gnorm);
 	if (a->log_params_norm && trainer_log_due(t)) tb_pair(t, "params-norm", t->params_norm);
 	if (a->log_memory_to_tensorboard) tb_memory(t);
+	if (t->n_moe) tb_moe(t);
 }
 
 /* Megatron's timers at a log line: the interval's time per iteration (not at the first
@@ -229,6 +283,7 @@ static void write_metrics(trainer *t, double loss, double lr, double gnorm, bool
 			      "time_opt_ms", t->t_opt * 1e3, "peak_rss_bytes", (json_int_t)trainer_peak_rss());
 	json_object_set_new(o, "loss_scale", json_real(t->scaler.scale));
 	if (a->peak_tflops > 0) json_object_set_new(o, "mfu", json_real(tflops / a->peak_tflops));
+	if (t->n_moe) metrics_moe(t, o);
 	char *s = json_dumps(o, JSON_COMPACT);
 	if (s) fprintf(t->metrics, "%s\n", s);
 	fflush(t->metrics);
@@ -248,6 +303,11 @@ static void print_line(trainer *t, double lr, double gnorm, bool skipped, double
 		fprintf(f, " throughput per GPU (TFLOP/s/GPU): %.1f |", tflops_gpu);
 	fprintf(f, " learning rate: %.6E | global batch size: %5lld |", lr, (long long)a->global_batch_size);
 	if (t->int_iters > 0) fprintf(f, " lm loss: %.6E |", t->int_loss / (double)t->int_iters);
+	/* MoE losses: Megatron puts them in total_loss_dict beside the lm loss (moe_logging.py report) */
+	const char *lb = moe_lb_name(&a->model), *zn = moe_z_name(&a->model);
+	double n = (double)(t->int_iters > 0 ? t->int_iters : 1);
+	if (lb && t->int_moe_lb / n >= 0) fprintf(f, " %s: %.6E |", lb, t->int_moe_lb / n);
+	if (zn && t->int_moe_zl / n >= 0) fprintf(f, " %s: %.6E |", zn, t->int_moe_zl / n);
 	fprintf(f, " loss scale: %.1f |", t->scaler.scale);
 	/* a skipped step has no norm (Megatron's optimizer.step returns None for it) */
 	if (!skipped) fprintf(f, " grad norm: %.3f |", a->clip_grad > 0 ? gnorm : 0.0);
@@ -274,6 +334,8 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 		t->int_loss += loss;
 		t->int_iters++;
 	}
+	t->int_moe_lb += t->moe_lb;
+	t->int_moe_zl += t->moe_zl;
 	if (t->tb) tb_iteration(t, loss, gnorm, skipped);
 	if (!trainer_log_due(t)) return;
 	int64_t n = t->int_iters + t->int_skipped;
@@ -281,7 +343,7 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 	double tflops_gpu = mgt_model_flops(&t->a->model, t->a->global_batch_size) / elapsed / 1e12 / t->ps.world_size;
 	if (t->tb) tb_timers(t, elapsed, tflops_gpu);
 	if (t->io->log) print_line(t, mgt_lr_get(&t->sched), gnorm, skipped, elapsed, tflops_gpu);
-	t->int_loss = 0;
+	t->int_loss = t->int_moe_lb = t->int_moe_zl = 0;
 	t->int_iters = t->int_skipped = t->int_nan = 0;
 	t->int_t0 = mgt_now();
 }
@@ -401,8 +463,8 @@ static mgt_status dump_grow(trainer *t)
 		if (!p) return MGT_ERR_NOMEM;
 		*arrs[i] = p;
 	}
-	double **scal[] = { &d->lm_loss, &d->lr, &d->grad_norm };
-	for (size_t i = 0; i < 3; i++) {
+	double **scal[] = { &d->lm_loss, &d->lr, &d->grad_norm, &d->moe_lb, &d->moe_zl };
+	for (size_t i = 0; i < 5; i++) {
 		double *p = mgt_realloc(*scal[i], (size_t)cap * sizeof(double));
 		if (!p) return MGT_ERR_NOMEM;
 		*scal[i] = p;
@@ -446,6 +508,21 @@ mgt_status trainer_dump_batch(trainer *t, int64_t k)
 	return st;
 }
 
+mgt_status trainer_dump_moe(trainer *t, int slot)
+{
+	dump_state *d = &t->dump;
+	size_t Tk = (size_t)(t->a->micro_batch_size * t->a->model.seq_length * t->a->model.moe_router_topk);
+	int *layers = mgt_malloc((size_t)t->n_moe * sizeof *layers);
+	d->moe_exp = mgt_malloc((size_t)t->n_moe * Tk * sizeof *d->moe_exp);
+	d->moe_prob = mgt_malloc((size_t)t->n_moe * Tk * sizeof *d->moe_prob);
+	mgt_status st = layers && d->moe_exp && d->moe_prob ? MGT_OK : MGT_ERR_NOMEM;
+	int n = st ? 0 : mgt_model_moe_layers(t->model, layers);
+	for (int i = 0; !st && i < n; i++)
+		st = mgt_model_moe_routing(t->model, slot, layers[i], d->moe_exp + i * Tk, d->moe_prob + i * Tk);
+	free(layers);
+	return st;
+}
+
 /* Sequence-first [s, b, X] to batch-first [b, s, X], in place through a copy. */
 static mgt_status to_batch_first(float *x, int s, int b, size_t X)
 {
@@ -478,9 +555,19 @@ mgt_status trainer_dump_write(trainer *t)
 	int64_t V = a->model.padded_vocab_size, it = d->iters, gbs = a->global_batch_size;
 	mgt_status st = to_batch_first(d->logits, S, b, (size_t)V);
 	if (!st) st = to_batch_first(d->loss, S, b, 1);
-	size_t n = (size_t)tt->n * 2 + 9;
+	int nm = t->n_moe, K = (int)a->model.moe_router_topk, *ml = mgt_malloc((size_t)(nm ? nm : 1) * sizeof *ml);
+	if (!ml) st = MGT_ERR_NOMEM;
+	else if (nm) mgt_model_moe_layers(t->model, ml);
+	for (int i = 0; !st && nm && d->moe_exp && i < nm; i++) { /* to batch-first (int32 moved as float bits) */
+		st = to_batch_first((float *)d->moe_exp + (size_t)i * S * b * K, S, b, (size_t)K);
+		if (!st) st = to_batch_first(d->moe_prob + (size_t)i * S * b * K, S, b, (size_t)K);
+	}
+	float *fin = mgt_malloc(tt->buf_numel * sizeof *fin);
+	if (!st && !fin) st = MGT_ERR_NOMEM;
+	if (!st) st = t->be->ops->download(t->be, fin, mgt_model_params(t->model), tt->buf_numel * sizeof *fin);
+	size_t n = (size_t)tt->n * 3 + 11 + (size_t)nm * 2;
 	mgt_ckpt_piece *p = mgt_malloc(n * sizeof *p);
-	char (*names)[128] = mgt_malloc((size_t)tt->n * 2 * sizeof *names);
+	char (*names)[128] = mgt_malloc(((size_t)tt->n * 3 + (size_t)nm * 2) * sizeof *names);
 	if (!st && (!p || !names)) st = MGT_ERR_NOMEM;
 	for (int i = 0; !st && i < tt->n; i++) {
 		const mgt_tensor *x = &tt->t[i];
@@ -501,6 +588,25 @@ mgt_status trainer_dump_write(trainer *t)
 		piece(&p[k++], "train/lr", MGT_CKPT_F64, d->lr, 1, it, 0, 0);
 		piece(&p[k++], "train/grad_norm", MGT_CKPT_F64, d->grad_norm, 1, it, 0, 0);
 	}
+	if (!st && nm) {
+		piece(&p[k++], "train/load_balancing_loss", MGT_CKPT_F64, d->moe_lb, 1, it, 0, 0);
+		piece(&p[k++], "train/z_loss", MGT_CKPT_F64, d->moe_zl, 1, it, 0, 0);
+		char (*nn)[128] = names + (size_t)tt->n * 2;
+		for (int i = 0; d->moe_exp && i < nm; i++) {
+			size_t off = (size_t)i * S * b * K;
+			snprintf(nn[2 * i], 128, "iter1/moe/layer_%d/experts", ml[i]);
+			snprintf(nn[2 * i + 1], 128, "iter1/moe/layer_%d/probs", ml[i]);
+			piece(&p[k++], nn[2 * i], MGT_CKPT_I32, d->moe_exp + off, 3, b, S, K);
+			piece(&p[k++], nn[2 * i + 1], MGT_CKPT_F32, d->moe_prob + off, 3, b, S, K);
+		}
+		char (*fn)[128] = names + (size_t)tt->n * 2 + (size_t)nm * 2;
+		for (int i = 0; i < tt->n; i++) { /* frozen state after the run: the router's expert bias */
+			const mgt_tensor *x = &tt->t[i];
+			if (!x->frozen) continue;
+			snprintf(fn[i], 128, "final/%s", x->name);
+			piece(&p[k++], fn[i], MGT_CKPT_F32, fin + x->offset, x->ndim, x->shape[0], x->shape[1], 0);
+		}
+	}
 	json_t *meta = json_pack("{s:o}", "args", mgt_args_to_json(a));
 	char *js = json_dumps(meta, JSON_COMPACT | JSON_SORT_KEYS);
 	if (!st) st = mgt_ckpt_dump_write(a->debug_dump, p, k, js);
@@ -508,6 +614,8 @@ mgt_status trainer_dump_write(trainer *t)
 	json_decref(meta);
 	free(p);
 	free(names);
+	free(ml);
+	free(fin);
 	return st;
 }
 
@@ -515,7 +623,7 @@ void trainer_dump_free(trainer *t)
 {
 	dump_state *d = &t->dump;
 	void *p[] = { d->params, d->grads, d->logits, d->loss, d->tokens, d->labels, d->pos, d->mask,
-		      d->lm_loss, d->lr, d->grad_norm };
+		      d->lm_loss, d->lr, d->grad_norm, d->moe_lb, d->moe_zl, d->moe_exp, d->moe_prob };
 	for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
 	memset(d, 0, sizeof *d);
 }

@@ -220,6 +220,7 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	ps->den += ntok;
 	t->mb_scale[x->mb] = (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)t->a->num_microbatches));
 	if (t->dumping && t->dump.iters == 1 && x->mb == 0) st = mgt_model_outputs(m, slot, t->dump.logits, t->dump.loss);
+	if (!st && t->dumping && t->dump.iters == 1 && x->mb == 0 && t->n_moe) st = trainer_dump_moe(t, slot);
 	return st;
 }
 
@@ -413,6 +414,48 @@ static bool optimizer_step(trainer *t, double lr, double gnorm)
 	return ok;
 }
 
+/* ---- Mixture of Experts ---- */
+
+/* The host communicator of a group (the device one wraps it after mgt_parallel_to_device). */
+static mgt_comm *host_comm(mgt_comm *c, mgt_comm *host) { return host ? host : c; }
+
+mgt_status trainer_moe_step(trainer *t)
+{
+	int E = (int)t->a->model.num_experts, n = t->n_moe, nl = (int)t->a->model.num_layers;
+	size_t bytes = (size_t)n * sizeof(double);
+	memset(t->moe_aux, 0, bytes);
+	memset(t->moe_z, 0, bytes);
+	memset(t->moe_tok, 0, bytes * (size_t)E);
+	int *layers = mgt_malloc((size_t)nl * sizeof *layers), *first = mgt_malloc((size_t)t->V * sizeof *first);
+	mgt_status st = layers && first ? MGT_OK : MGT_ERR_NOMEM;
+	for (int c = 0; !st && c < t->V; c++) { /* a chunk's MoE layers are consecutive among the model's */
+		int k = mgt_model_moe_layers(t->chunk[c], layers), o = 0;
+		for (int l = 0; k && l < layers[0]; l++) o += mgt_moe_is_layer(&t->a->model, l);
+		first[c] = o;
+		mgt_model_moe_take_stats(t->chunk[c], t->moe_aux + o, t->moe_z + o, t->moe_tok + (size_t)o * E);
+	}
+	mgt_comm *cs[] = { host_comm(t->ps.pp_comm, t->ps.host_pp), host_comm(t->ps.dp_comm, t->ps.host_dp) };
+	for (int i = 0; !st && i < 2; i++) {
+		mgt_comm *c = cs[i];
+		if (c->size == 1) continue;
+		st = c->ops->allreduce(c, t->moe_aux, (size_t)n, MGT_DT_F64, MGT_RED_SUM);
+		if (!st) st = c->ops->allreduce(c, t->moe_z, (size_t)n, MGT_DT_F64, MGT_RED_SUM);
+		if (!st) st = c->ops->allreduce(c, t->moe_tok, (size_t)n * E, MGT_DT_F64, MGT_RED_SUM);
+	}
+	for (int c = 0; !st && c < t->V; c++) st = mgt_model_moe_update_bias(t->chunk[c], t->moe_tok + (size_t)first[c] * E);
+	double per = 1.0 / ((double)t->a->num_microbatches * t->ps.dp);
+	t->moe_lb = t->moe_zl = 0;
+	for (int i = 0; i < n; i++) {
+		t->moe_aux[i] *= per;
+		t->moe_z[i] *= per;
+		t->moe_lb += t->moe_aux[i] / n;
+		t->moe_zl += t->moe_z[i] / n;
+	}
+	free(layers);
+	free(first);
+	return st;
+}
+
 /* ---- one iteration ---- */
 
 static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm, bool *skipped, bool *intr)
@@ -421,6 +464,8 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 		mgt_model *m = t->chunk[c];
 		t->be->ops->zero(t->be, mgt_model_grads(m), mgt_model_tensors(m)->buf_numel * sizeof(float));
 	}
+	for (int c = 0; c < t->V; c++) /* Megatron's MoEAuxLossAutoScaler scale: loss scale / micro-batches */
+		mgt_model_set_aux_scale(t->chunk[c], (float)(t->scaler.scale / (double)t->a->num_microbatches));
 	pass ps = { .split = MGT_SPLIT_TRAIN, .base = t->consumed_train, .train = true };
 	mgt_status st = run_pass(t, t->acts, t->n_acts, &ps, intr);
 	*loss = ps.num / (ps.den > 0 ? ps.den : 1);
@@ -432,6 +477,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 		t->t_bwd += b;
 	}
 	if (!st) st = reduce_grads(t);
+	if (!st && t->n_moe) st = trainer_moe_step(t);
 	if (!st) unscale_grads(t);
 	if (!st) st = global_norm(t, false, gnorm);
 	if (!st && t->dumping && t->dump.iters == 1)
@@ -504,6 +550,7 @@ static void count_iteration(trainer *t, double loss, double lr, double gnorm, bo
 	if (t->dumping) {
 		int64_t i = t->dump.iters - 1;
 		t->dump.lm_loss[i] = loss; t->dump.lr[i] = lr; t->dump.grad_norm[i] = gnorm;
+		t->dump.moe_lb[i] = t->moe_lb; t->dump.moe_zl[i] = t->moe_zl;
 	}
 }
 
@@ -665,6 +712,14 @@ static mgt_status setup_pipeline(trainer *t)
 	t->mb_scale = mgt_malloc((size_t)M * sizeof *t->mb_scale);
 	if (!t->chunk || !t->slots || !t->mb_scale) return MGT_ERR_NOMEM;
 	memset(t->chunk, 0, (size_t)t->V * sizeof *t->chunk);
+	for (int64_t l = 0; l < a->model.num_layers; l++) t->n_moe += mgt_moe_is_layer(&a->model, l);
+	if (t->n_moe) {
+		size_t n = (size_t)t->n_moe;
+		t->moe_aux = mgt_malloc(n * sizeof(double));
+		t->moe_z = mgt_malloc(n * sizeof(double));
+		t->moe_tok = mgt_malloc(n * (size_t)a->model.num_experts * sizeof(double));
+		if (!t->moe_aux || !t->moe_z || !t->moe_tok) return MGT_ERR_NOMEM;
+	}
 	for (int c = 0; c < t->V; c++) t->slots[c] = sched_slots(t->acts, t->n_acts, c);
 	st = check_memory(t);
 	for (int c = 0; !st && c < t->V; c++) {
@@ -783,6 +838,9 @@ static void teardown(trainer *t)
 	free(t->chunk);
 	free(t->slots);
 	free(t->mb_scale);
+	free(t->moe_aux);
+	free(t->moe_z);
+	free(t->moe_tok);
 	for (int c = 0; t->bucket_ready && c < t->V; c++) free(t->bucket_ready[c]);
 	free(t->bucket_ready);
 	free(t->last_bwd);

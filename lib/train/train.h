@@ -34,6 +34,7 @@ typedef struct mgt_args {
 	/* evaluation and logging */
 	int64_t eval_interval, eval_iters, log_interval, seed;
 	bool log_throughput, log_params_norm;
+	bool moe_per_layer_logging;               /* --moe-per-layer-logging (TensorBoard moe/NAME_layer_L) */
 	/* TensorBoard (Megatron's flags; lib/tb) */
 	char *tensorboard_dir;
 	int64_t tensorboard_log_interval, tensorboard_queue_size;

@@ -15,6 +15,9 @@ typedef struct dump_state {
 	int32_t *tokens, *labels, *pos;              /* [iters, gbs, s] */
 	float *mask;
 	double *lm_loss, *lr, *grad_norm;            /* [iters] */
+	double *moe_lb, *moe_zl;                     /* [iters] (MoE) */
+	int32_t *moe_exp;                            /* [n_moe, T, k] iteration 1, micro-batch 0 (MoE) */
+	float *moe_prob;
 	int64_t iters, cap;
 } dump_state;
 
@@ -68,6 +71,12 @@ typedef struct trainer {
 	double int_loss, int_t0;
 	int64_t int_iters, int_skipped, int_nan;
 	double t_fwd, t_bwd, t_opt;                  /* last iteration, seconds */
+	/* MoE (trainer_moe_step): the model's MoE layers (global count), this iteration's per-layer
+	 * unscaled aux and z losses ([n_moe], averaged over micro-batches and data-parallel ranks)
+	 * and tokens per expert ([n_moe * E], the global batch's), their layer averages, and the
+	 * log interval's sums of those */
+	int n_moe;
+	double *moe_aux, *moe_z, *moe_tok, moe_lb, moe_zl, int_moe_lb, int_moe_zl;
 	double params_norm;
 	bool out_of_time;
 	struct async_save *async;                    /* --async-save: the save being written, or NULL */
@@ -104,6 +113,14 @@ mgt_status trainer_save(trainer *t);
 bool trainer_async_running(const trainer *t);
 mgt_status trainer_save_wait(trainer *t);
 void trainer_save_abandon(trainer *t);
+
+/* train.c: after an iteration's backwards, the MoE statistics of every chunk gathered over
+ * pipeline and data-parallel ranks into t->moe_*, and the expert biases updated (once per
+ * global batch).  Errors: IO (communicators, backend). */
+mgt_status trainer_moe_step(trainer *t);
+/* log.c: --debug-dump's copy of iteration 1's first micro-batch's routing (every MoE layer of
+ * the single chunk, slot slot).  Errors: NOMEM, USAGE. */
+mgt_status trainer_dump_moe(trainer *t, int slot);
 
 /* log.c */
 /* lr: the rate the step used (metrics "lr"); the log line prints the rate after the scheduler

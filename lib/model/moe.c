@@ -1,0 +1,513 @@
+/* lib/model/moe.c: the MoE layer's MLP (Megatron-Core megatron/core/transformer/moe/moe_layer.py
+ * MoELayer.forward, router.py, token_dispatcher.py, experts.py, shared_experts.py;
+ * megatron-moe-cp.md section 1.4) over backend ops.
+ *
+ * Order of operations (forward), on the [T, h] output of pre_mlp_layernorm (gathered over TP
+ * under sequence parallelism):
+ *  1. shared expert (when configured): an MLP of the shared width, times sigmoid(x . gate) with
+ *     --moe-shared-expert-gate;
+ *  2. router: logits = x . W^T on this rank's rows (Megatron routes the sequence-parallel
+ *     tokens), gathered over TP, routed on the host (moe_route.c);
+ *  3. dispatch: rows gathered expert by expert (tokens in order within an expert: Megatron's
+ *     permute);
+ *  4. experts: fc1 -> activation -> times the token's probability (before fc2, as Megatron's
+ *     experts apply it) -> fc2, one grouped call over the local experts each;
+ *  5. combine: each token's copies summed back (unpermute), plus the shared expert's output.
+ * The result is the partial [T, h] sum of the expert tensor-parallel ranks (experts split over TP
+ * as the dense MLP: expert tensor parallelism = TP), reduced by the caller with the residual's
+ * bias-dropout-add.  The auxiliary and z losses add their gradients to the router logits in
+ * the backward with the main loss's scale (mgt_model_set_aux_scale), and are not part of the lm
+ * loss.
+ */
+#include "model_impl.h"
+#include "moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct moe_act { /* one MoE layer of one slot */
+	mgt_moe_route r;
+	int N;           /* rows for the local experts */
+	int *rows;       /* [El] rows per local expert */
+	int32_t *perm;   /* backend [Nmax]: the token of each row */
+	int32_t *slot;   /* backend [T k]: the row of each routed copy, -1 dropped */
+	float *w;        /* backend [Nmax]: the probability of each row */
+	float *fc1, *act; /* backend [Nmax, fc1e], [Nmax, ffe] */
+	float *sfc1, *sact, *sout; /* shared expert: [T, shfc1], [T, sh], [T, h] */
+	double *gate;    /* host [T]: sigmoid of the shared expert's gate */
+};
+
+struct moe_state {
+	int E, El, e0, k, ffe, fc1e, sh, shfc1, Nmax;
+	const mgt_tensor **w1, **w2; /* [n_layers * El] the local experts' weights (NULL rows: dense layer) */
+	struct moe_act *acts;        /* [slots * n_layers] */
+	/* backend scratch shared by the slots */
+	float *xe, *ye, *acts_s, *dacts, *dfc1, *dprob, *logits_l, *logits, *dlog, *dxr, *dxg, *dsh, *dsact, *dsfc1,
+	      *gw, *gl_l, *gl;
+	/* host scratch */
+	float *hf;        /* [max(T E, Nmax, T)] */
+	int32_t *hperm, *hslot;
+	double *hdprob, *hdL;
+	float **pw1, **pw2, **pg1, **pg2; /* [El] backend pointers for the grouped calls */
+	/* statistics since mgt_model_moe_take_stats, per local layer */
+	double *aux_sum, *z_sum, *tok; /* [n_layers], [n_layers], [n_layers * E] */
+	float aux_scale;
+};
+
+bool mgt_moe_layer(const mgt_model *m, int li) { return m->moe && mgt_moe_is_layer(&m->c, m->first_layer + li); }
+
+/* ---- setup ---- */
+
+static mgt_status moe_index(mgt_model *m, struct moe_state *S)
+{
+	size_t n = (size_t)(m->n_layers ? m->n_layers : 1) * (size_t)S->El;
+	S->w1 = mgt_malloc(n * sizeof *S->w1);
+	S->w2 = mgt_malloc(n * sizeof *S->w2);
+	if (!S->w1 || !S->w2) return MGT_ERR_NOMEM;
+	memset(S->w1, 0, n * sizeof *S->w1);
+	memset(S->w2, 0, n * sizeof *S->w2);
+	for (int i = 0; i < m->tt.n; i++) {
+		const mgt_tensor *t = &m->tt.t[i];
+		if (t->num_experts <= 0) continue;
+		size_t q = (size_t)(t->layer - m->first_layer) * (size_t)S->El + (size_t)(t->expert - S->e0);
+		if (t->role == MGT_T_EXP_FC1_W) S->w1[q] = t;
+		else S->w2[q] = t;
+	}
+	return MGT_OK;
+}
+
+mgt_status mgt_moe_setup(mgt_model *m)
+{
+	const mgt_model_config *c = &m->c;
+	bool any = false;
+	for (int li = 0; li < m->n_layers; li++) any |= mgt_moe_is_layer(c, m->first_layer + li);
+	if (!any) return MGT_OK;
+	struct moe_state *S = mgt_malloc(sizeof *S);
+	if (!S) return MGT_ERR_NOMEM;
+	memset(S, 0, sizeof *S);
+	m->moe = S;
+	int tp = m->ps->tp, ep = m->ep;
+	S->E = (int)c->num_experts;
+	S->El = S->E / ep;
+	S->e0 = S->El * m->ep_rank;
+	S->k = (int)c->moe_router_topk;
+	S->ffe = (int)(c->moe_ffn_hidden_size / tp);
+	S->fc1e = c->swiglu ? 2 * S->ffe : S->ffe;
+	S->sh = (int)(c->moe_shared_expert_intermediate_size / tp);
+	S->shfc1 = c->swiglu ? 2 * S->sh : S->sh;
+	/* rows an expert-parallel rank can receive: every copy of every rank of its group */
+	S->Nmax = m->T * S->k * ep;
+	S->aux_scale = 1.0f;
+	return moe_index(m, S);
+}
+
+#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
+#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+
+static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
+{
+	struct moe_state *S = m->moe;
+	mgt_status st = MGT_OK;
+	size_t T = (size_t)m->T, N = (size_t)S->Nmax;
+	a->perm = (int32_t *)AF(N);
+	a->slot = (int32_t *)AF(T * (size_t)S->k);
+	a->w = AF(N);
+	a->fc1 = AF(N * (size_t)S->fc1e);
+	a->act = AF(N * (size_t)S->ffe);
+	if (S->sh) {
+		a->sfc1 = AF(T * (size_t)S->shfc1);
+		a->sact = AF(T * (size_t)S->sh);
+		if (m->c.moe_shared_expert_gate) a->sout = AF(T * (size_t)m->h);
+	}
+	if (st || m->dry) return st;
+	a->rows = mgt_malloc((size_t)S->El * sizeof *a->rows);
+	a->gate = mgt_malloc(T * sizeof *a->gate);
+	if (!a->rows || !a->gate) return MGT_ERR_NOMEM;
+	return mgt_moe_route_alloc(&a->r, m->T, S->E, S->k, m->b);
+}
+
+static mgt_status alloc_scratch(mgt_model *m)
+{
+	struct moe_state *S = m->moe;
+	mgt_status st = MGT_OK;
+	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h, N = (size_t)S->Nmax, E = (size_t)S->E;
+	size_t NT = N > T ? N : T;
+	S->xe = WF(NT * h); S->ye = WF(NT * h);
+	S->acts_s = WF(N * (size_t)S->ffe); S->dacts = WF(N * (size_t)S->ffe); S->dfc1 = WF(N * (size_t)S->fc1e);
+	S->dprob = WF(N); S->logits_l = WF(Th * E); S->logits = WF(T * E); S->dlog = WF(Th * E);
+	S->dxr = WF(Th * h); S->dxg = WF(Th * h); S->dsh = WF(T * h);
+	if (S->sh) { S->dsact = WF(T * (size_t)S->sh); S->dsfc1 = WF(T * (size_t)S->shfc1); }
+	S->gw = WF(T); S->gl_l = WF(Th); S->gl = WF(T);
+	if (st || m->dry) return st;
+	size_t nf = T * E > NT ? T * E : NT;
+	S->hf = mgt_malloc(nf * sizeof *S->hf);
+	S->hperm = mgt_malloc(N * sizeof *S->hperm);
+	S->hslot = mgt_malloc(T * (size_t)S->k * sizeof *S->hslot);
+	S->hdprob = mgt_malloc(T * (size_t)S->k * sizeof *S->hdprob);
+	S->hdL = mgt_malloc(T * E * sizeof *S->hdL);
+	size_t El = (size_t)S->El;
+	S->pw1 = mgt_malloc(El * sizeof *S->pw1); S->pw2 = mgt_malloc(El * sizeof *S->pw2);
+	S->pg1 = mgt_malloc(El * sizeof *S->pg1); S->pg2 = mgt_malloc(El * sizeof *S->pg2);
+	size_t nl = (size_t)m->n_layers;
+	S->aux_sum = mgt_malloc(nl * sizeof(double)); S->z_sum = mgt_malloc(nl * sizeof(double));
+	S->tok = mgt_malloc(nl * E * sizeof(double));
+	if (!S->hf || !S->hperm || !S->hslot || !S->hdprob || !S->hdL || !S->pw1 || !S->pw2 || !S->pg1 || !S->pg2 ||
+	    !S->aux_sum || !S->z_sum || !S->tok)
+		return MGT_ERR_NOMEM;
+	memset(S->aux_sum, 0, nl * sizeof(double));
+	memset(S->z_sum, 0, nl * sizeof(double));
+	memset(S->tok, 0, nl * E * sizeof(double));
+	return MGT_OK;
+}
+
+mgt_status mgt_moe_alloc(mgt_model *m)
+{
+	struct moe_state *S = m->moe;
+	if (!S) return MGT_OK;
+	size_t n = (size_t)m->L.slots * (size_t)m->n_layers;
+	if (!(S->acts = mgt_malloc(n * sizeof *S->acts))) return MGT_ERR_NOMEM;
+	memset(S->acts, 0, n * sizeof *S->acts);
+	mgt_status st = MGT_OK;
+	for (int s = 0; !st && s < m->L.slots; s++)
+		for (int li = 0; !st && li < m->n_layers; li++)
+			if (mgt_moe_layer(m, li)) st = alloc_act(m, &S->acts[(size_t)s * m->n_layers + li]);
+	return st ? st : alloc_scratch(m);
+}
+
+void mgt_moe_free(mgt_model *m)
+{
+	struct moe_state *S = m->moe;
+	if (!S) return;
+	mgt_backend *be = m->be;
+	for (size_t i = 0; S->acts && i < (size_t)m->L.slots * (size_t)m->n_layers; i++) {
+		struct moe_act *a = &S->acts[i];
+		float *b[] = { (float *)a->perm, (float *)a->slot, a->w, a->fc1, a->act, a->sfc1, a->sact, a->sout };
+		for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
+		free(a->rows);
+		free(a->gate);
+		mgt_moe_route_free(&a->r);
+	}
+	float *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
+		       S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl };
+	for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
+	void *h[] = { S->acts, S->w1, S->w2, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->pw1, S->pw2, S->pg1, S->pg2,
+		      S->aux_sum, S->z_sum, S->tok };
+	for (size_t q = 0; q < sizeof h / sizeof *h; q++) free(h[q]);
+	free(S);
+	m->moe = NULL;
+}
+
+/* ---- forward ---- */
+
+static struct moe_act *act_of(mgt_model *m, int li)
+{
+	return &m->moe->acts[(size_t)(m->cur - m->sa) * (size_t)m->n_layers + (size_t)li];
+}
+
+/* A linear layer of the router (or the shared expert's gate) in fp32 with --moe-router-dtype. */
+static void router_linear(mgt_model *m, float *y, const float *x, const mgt_tensor *w, const mgt_tensor *b, int T, int out)
+{
+	mgt_precision p = m->be->precision;
+	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
+	m->be->ops->linear_fwd(m->be, y, x, P(m, w), P(m, b), T, (int)m->h, out);
+	m->be->precision = p;
+}
+
+/* [Th, n] rows of every TP rank gathered into [T, n] (under SP), then downloaded to host. */
+static mgt_status gather_rows_host(mgt_model *m, float *full, float *part, int n, float *host)
+{
+	mgt_comm *c = m->ps->tp_comm;
+	mgt_status st = MGT_OK;
+	if (m->sp) st = c->ops->allgather(c, full, part, (size_t)m->Th * (size_t)n, MGT_DT_F32);
+	else full = part;
+	return st ? st : m->be->ops->download(m->be, host, full, (size_t)m->T * (size_t)n * sizeof(float));
+}
+
+static mgt_status route(mgt_model *m, int li, struct moe_act *a, const float *x_loc, bool train)
+{
+	struct moe_state *S = m->moe;
+	int l = li + m->first_layer, T = m->T, E = S->E;
+	router_linear(m, S->logits_l, x_loc, T_(m, l, MGT_T_ROUTER_W), T_(m, l, MGT_T_ROUTER_B), m->Th, E);
+	mgt_status st = gather_rows_host(m, S->logits, S->logits_l, E, S->hf);
+	if (st) return st;
+	for (size_t i = 0; i < (size_t)T * E; i++) a->r.L[i] = S->hf[i];
+	const mgt_tensor *eb = T_(m, l, MGT_T_EXPERT_BIAS);
+	float bias[MGT_MOE_MAX_EXPERTS];
+	if (eb && (st = m->be->ops->download(m->be, bias, P(m, eb), (size_t)E * sizeof(float)))) return st;
+	if ((st = mgt_moe_route_forward(&m->c, &a->r, eb ? bias : NULL, m->sp ? m->ps->tp : 1))) return st;
+	if (train) {
+		S->aux_sum[li] += a->r.aux;
+		S->z_sum[li] += a->r.z;
+		for (int e = 0; e < E; e++) S->tok[(size_t)li * E + e] += a->r.tokens[e];
+	}
+	return MGT_OK;
+}
+
+/* The permutation of the routed copies to the local experts' rows (expert by expert, tokens in
+ * order), uploaded: perm, slot, w; a->rows and a->N. */
+static mgt_status permute(mgt_model *m, struct moe_act *a)
+{
+	struct moe_state *S = m->moe;
+	const mgt_moe_route *r = &a->r;
+	int T = m->T, k = S->k, N = 0;
+	for (size_t q = 0; q < (size_t)T * k; q++) S->hslot[q] = -1;
+	for (int e = 0; e < S->El; e++) {
+		a->rows[e] = 0;
+		for (int t = 0; t < T; t++)
+			for (int j = 0; j < k; j++) {
+				size_t q = (size_t)t * k + j;
+				if (!r->keep[q] || r->sel[q] != S->e0 + e) continue;
+				S->hperm[N] = t;
+				S->hf[N] = (float)r->prob[q];
+				S->hslot[q] = N++;
+				a->rows[e]++;
+			}
+	}
+	a->N = N;
+	const mgt_backend_ops *o = m->be->ops;
+	mgt_status st = o->upload(m->be, a->perm, S->hperm, (size_t)N * 4);
+	if (!st) st = o->upload(m->be, a->w, S->hf, (size_t)N * 4);
+	if (!st) st = o->upload(m->be, a->slot, S->hslot, (size_t)T * k * 4);
+	return st;
+}
+
+static void expert_ptrs(mgt_model *m, int li)
+{
+	struct moe_state *S = m->moe;
+	for (int e = 0; e < S->El; e++) {
+		const mgt_tensor *t1 = S->w1[(size_t)li * S->El + e], *t2 = S->w2[(size_t)li * S->El + e];
+		S->pw1[e] = P(m, t1); S->pw2[e] = P(m, t2);
+		S->pg1[e] = G(m, t1); S->pg2[e] = G(m, t2);
+	}
+}
+
+/* The shared expert's output into out [T, h] (partial over TP); with the gate, its unscaled
+ * output is kept in a->sout and the gate's sigmoid in a->gate. */
+static mgt_status shared_fwd(mgt_model *m, int li, struct moe_act *a, const float *x, const float *x_loc, float *out)
+{
+	struct moe_state *S = m->moe;
+	const mgt_backend_ops *o = m->be->ops;
+	int l = li + m->first_layer, T = m->T, h = (int)m->h;
+	o->linear_fwd(m->be, a->sfc1, x, P(m, T_(m, l, MGT_T_SH_FC1_W)), NULL, T, h, S->shfc1);
+	o->bias_act_fwd(m->be, m->act, a->sact, a->sfc1, NULL, T, S->sh);
+	const mgt_tensor *g = T_(m, l, MGT_T_SH_GATE_W);
+	o->linear_fwd(m->be, g ? a->sout : out, a->sact, P(m, T_(m, l, MGT_T_SH_FC2_W)), NULL, T, S->sh, h);
+	if (!g) return MGT_OK;
+	router_linear(m, S->gl_l, x_loc, g, NULL, m->Th, 1);
+	mgt_status st = gather_rows_host(m, S->gl, S->gl_l, 1, S->hf);
+	if (st) return st;
+	for (int t = 0; t < T; t++) {
+		a->gate[t] = 1.0 / (1.0 + exp(-(double)S->hf[t]));
+		S->hf[t] = (float)a->gate[t];
+	}
+	if ((st = o->upload(m->be, S->gw, S->hf, (size_t)T * 4))) return st;
+	o->rows_scale(m->be, out, a->sout, S->gw, T, h);
+	return MGT_OK;
+}
+
+mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, float *out)
+{
+	struct moe_state *S = m->moe;
+	const mgt_backend_ops *o = m->be->ops;
+	struct moe_act *a = act_of(m, li);
+	int T = m->T, h = (int)m->h;
+	const float *x_loc = x + (size_t)m->r0 * (size_t)h;
+	mgt_status st = MGT_OK;
+	if (S->sh) st = shared_fwd(m, li, a, x, x_loc, S->dsh);
+	if (!st) st = route(m, li, a, x_loc, train);
+	if (!st) st = permute(m, a);
+	if (st) return st;
+	expert_ptrs(m, li);
+	int N = a->N;
+	o->rows_gather(m->be, S->xe, x, a->perm, N, h);
+	o->linear_fwd_grouped(m->be, a->fc1, S->xe, (const float *const *)S->pw1, a->rows, S->El, h, S->fc1e);
+	o->bias_act_fwd(m->be, m->act, a->act, a->fc1, NULL, N, S->ffe);
+	o->rows_scale(m->be, S->acts_s, a->act, a->w, N, S->ffe);
+	o->linear_fwd_grouped(m->be, S->ye, S->acts_s, (const float *const *)S->pw2, a->rows, S->El, S->ffe, h);
+	o->rows_combine(m->be, out, S->ye, a->slot, T, S->k, h);
+	if (S->sh) o->add(m->be, out, S->dsh, (size_t)T * (size_t)h);
+	return MGT_OK;
+}
+
+/* ---- backward ---- */
+
+/* The shared expert's backward from dY [T, h]: d(x) partial into S->dsh; with the gate, the
+ * gradient of its logits into the host array dgl [T]. */
+static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const float *x, const float *dY, double *dgl)
+{
+	struct moe_state *S = m->moe;
+	const mgt_backend_ops *o = m->be->ops;
+	int l = li + m->first_layer, T = m->T, h = (int)m->h;
+	const mgt_tensor *g = T_(m, l, MGT_T_SH_GATE_W), *w1 = T_(m, l, MGT_T_SH_FC1_W), *w2 = T_(m, l, MGT_T_SH_FC2_W);
+	const float *dout = dY;
+	mgt_status st = MGT_OK;
+	if (g) {
+		o->rows_dot(m->be, S->gw, dY, a->sout, T, h);
+		mgt_comm *c = m->ps->tp_comm;
+		if (c->size > 1) st = c->ops->allreduce(c, S->gw, (size_t)T, MGT_DT_F32, MGT_RED_SUM);
+		if (!st) st = o->download(m->be, S->hf, S->gw, (size_t)T * 4);
+		if (st) return st;
+		for (int t = 0; t < T; t++) {
+			dgl[t] = (double)S->hf[t] * a->gate[t] * (1 - a->gate[t]);
+			S->hf[t] = (float)a->gate[t];
+		}
+		if ((st = o->upload(m->be, S->gw, S->hf, (size_t)T * 4))) return st;
+		o->rows_scale(m->be, S->ye, dY, S->gw, T, h);
+		dout = S->ye;
+	}
+	o->linear_bwd(m->be, S->dsact, G(m, w2), NULL, dout, a->sact, P(m, w2), T, S->sh, h);
+	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, a->sfc1, NULL, T, S->sh);
+	o->linear_bwd(m->be, S->dsh, G(m, w1), NULL, S->dsfc1, x, P(m, w1), T, h, S->shfc1);
+	return MGT_OK;
+}
+
+/* The router's backward: the logits' gradient from the rows' dprob [N] (backend, summed over TP)
+ * plus the aux and z losses, through the gating GEMM on this rank's rows: router weight
+ * gradient, and d(x_loc) into S->dxr (plus the gate's part). */
+static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const float *x_loc, const double *dgl)
+{
+	struct moe_state *S = m->moe;
+	const mgt_backend_ops *o = m->be->ops;
+	int l = li + m->first_layer, T = m->T, E = S->E, k = S->k, Th = m->Th, h = (int)m->h;
+	mgt_status st = o->download(m->be, S->hf, S->dprob, (size_t)a->N * 4);
+	if (st) return st;
+	/* S->hslot still holds this layer's slots only right after its forward: use the backend copy */
+	if ((st = o->download(m->be, S->hslot, a->slot, (size_t)T * k * 4))) return st;
+	for (size_t q = 0; q < (size_t)T * k; q++) S->hdprob[q] = S->hslot[q] >= 0 ? S->hf[S->hslot[q]] : 0.0;
+	if ((st = mgt_moe_route_backward(&m->c, &a->r, S->hdprob, S->aux_scale, S->hdL))) return st;
+	for (size_t i = 0; i < (size_t)Th * E; i++) S->hf[i] = (float)S->hdL[(size_t)m->r0 * E + i];
+	if ((st = o->upload(m->be, S->dlog, S->hf, (size_t)Th * E * 4))) return st;
+	const mgt_tensor *w = T_(m, l, MGT_T_ROUTER_W), *b = T_(m, l, MGT_T_ROUTER_B), *g = T_(m, l, MGT_T_SH_GATE_W);
+	mgt_precision p = m->be->precision;
+	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
+	o->linear_bwd(m->be, S->dxr, G(m, w), G(m, b), S->dlog, x_loc, P(m, w), Th, h, E);
+	if (g) {
+		for (int t = 0; t < Th; t++) S->hf[t] = (float)dgl[m->r0 + t];
+		st = o->upload(m->be, S->gl_l, S->hf, (size_t)Th * 4);
+		if (!st) o->linear_bwd(m->be, S->dxg, G(m, g), NULL, S->gl_l, x_loc, P(m, g), Th, h, 1);
+		if (!st) o->add(m->be, S->dxr, S->dxg, (size_t)Th * (size_t)h);
+	}
+	m->be->precision = p;
+	return st;
+}
+
+mgt_status mgt_moe_backward(mgt_model *m, int li, const float *x, float *dY, float **dx_loc)
+{
+	struct moe_state *S = m->moe;
+	const mgt_backend_ops *o = m->be->ops;
+	struct moe_act *a = act_of(m, li);
+	int T = m->T, h = (int)m->h, N = a->N;
+	const float *x_loc = x + (size_t)m->r0 * (size_t)h;
+	double *dgl = S->hdL; /* [T] gate logits' gradient, used before router_bwd overwrites hdL */
+	double *dgl_keep = NULL;
+	mgt_status st = MGT_OK;
+	if (S->sh) st = shared_bwd(m, li, a, x, dY, dgl);
+	if (st) return st;
+	if (S->sh && m->c.moe_shared_expert_gate) {
+		if (!(dgl_keep = mgt_malloc((size_t)T * sizeof *dgl_keep))) return MGT_ERR_NOMEM;
+		memcpy(dgl_keep, dgl, (size_t)T * sizeof *dgl_keep);
+	}
+	expert_ptrs(m, li);
+	o->rows_gather(m->be, S->ye, dY, a->perm, N, h);
+	o->rows_gather(m->be, S->xe, x, a->perm, N, h);
+	o->rows_scale(m->be, S->acts_s, a->act, a->w, N, S->ffe);
+	o->linear_bwd_grouped(m->be, S->dacts, S->pg2, S->ye, S->acts_s, (const float *const *)S->pw2, a->rows, S->El,
+			      S->ffe, h);
+	o->rows_dot(m->be, S->dprob, S->dacts, a->act, N, S->ffe);
+	mgt_comm *c = m->ps->tp_comm;
+	if (c->size > 1 && N) st = c->ops->allreduce(c, S->dprob, (size_t)N, MGT_DT_F32, MGT_RED_SUM);
+	o->rows_scale(m->be, S->dacts, S->dacts, a->w, N, S->ffe);
+	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, a->fc1, NULL, N, S->ffe);
+	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, S->xe, (const float *const *)S->pw1,
+			      a->rows, S->El, h, S->fc1e);
+	o->rows_combine(m->be, dY, S->ye, a->slot, T, S->k, h);
+	if (S->sh) o->add(m->be, dY, S->dsh, (size_t)T * (size_t)h);
+	if (!st) st = router_bwd(m, li, a, x_loc, dgl_keep);
+	free(dgl_keep);
+	*dx_loc = S->dxr;
+	return st;
+}
+
+/* ---- the public part (model.h) ---- */
+
+void mgt_model_set_aux_scale(mgt_model *m, float scale)
+{
+	if (m->moe) m->moe->aux_scale = scale;
+}
+
+int mgt_model_moe_layers(const mgt_model *m, int *layers)
+{
+	int n = 0;
+	for (int li = 0; li < m->n_layers; li++)
+		if (mgt_moe_layer(m, li)) {
+			if (layers) layers[n] = m->first_layer + li;
+			n++;
+		}
+	return n;
+}
+
+int mgt_model_moe_take_stats(mgt_model *m, double *aux, double *z, double *tokens)
+{
+	struct moe_state *S = m->moe;
+	if (!S) return 0;
+	int n = 0;
+	for (int li = 0; li < m->n_layers; li++) {
+		if (!mgt_moe_layer(m, li)) continue;
+		if (aux) aux[n] = S->aux_sum[li];
+		if (z) z[n] = S->z_sum[li];
+		if (tokens) memcpy(tokens + (size_t)n * S->E, S->tok + (size_t)li * S->E, (size_t)S->E * sizeof(double));
+		S->aux_sum[li] = S->z_sum[li] = 0;
+		n++;
+	}
+	return n;
+}
+
+mgt_status mgt_model_moe_update_bias(mgt_model *m, const double *tokens)
+{
+	struct moe_state *S = m->moe;
+	if (!S || !m->c.moe_router_enable_expert_bias) return MGT_OK;
+	int E = S->E, n = 0;
+	float bias[MGT_MOE_MAX_EXPERTS];
+	float rate = (float)m->c.moe_router_bias_update_rate;
+	for (int li = 0; li < m->n_layers; li++) {
+		if (!mgt_moe_layer(m, li)) continue;
+		const double *cnt = tokens + (size_t)n++ * E;
+		const mgt_tensor *t = T_(m, li + m->first_layer, MGT_T_EXPERT_BIAS);
+		mgt_status st = m->be->ops->download(m->be, bias, P(m, t), (size_t)E * 4);
+		if (st) return st;
+		double mean = 0;
+		for (int e = 0; e < E; e++) mean += cnt[e] / E;
+		for (int e = 0; e < E; e++) {
+			double off = mean - cnt[e];
+			bias[e] = bias[e] + (float)((off > 0) - (off < 0)) * rate;
+		}
+		if ((st = m->be->ops->upload(m->be, P(m, t), bias, (size_t)E * 4))) return st;
+	}
+	for (size_t i = 0; i < (size_t)m->n_layers * E; i++) S->tok[i] = 0;
+	return MGT_OK;
+}
+
+mgt_status mgt_model_moe_routing(mgt_model *m, int slot, int layer, int32_t *experts, float *probs)
+{
+	struct moe_state *S = m->moe;
+	int li = layer - m->first_layer;
+	if (!S || li < 0 || li >= m->n_layers || !mgt_moe_layer(m, li) || slot < 0 || slot >= m->L.slots)
+		return mgt_err(MGT_ERR_USAGE, "layer %d is not an MoE layer of this model chunk", layer);
+	const mgt_moe_route *r = &S->acts[(size_t)slot * m->n_layers + li].r;
+	int k = S->k;
+	for (int t = 0; t < r->T; t++) {
+		int idx[MGT_MOE_MAX_TOPK];
+		for (int j = 0; j < k; j++) idx[j] = j;
+		for (int j = 1; j < k; j++) /* insertion sort by expert */
+			for (int q = j; q > 0 && r->sel[(size_t)t * k + idx[q]] < r->sel[(size_t)t * k + idx[q - 1]]; q--) {
+				int x = idx[q]; idx[q] = idx[q - 1]; idx[q - 1] = x;
+			}
+		for (int j = 0; j < k; j++) {
+			size_t q = (size_t)t * k + idx[j];
+			experts[(size_t)t * k + j] = r->keep[q] ? r->sel[q] : -1;
+			probs[(size_t)t * k + j] = r->keep[q] ? (float)r->prob[q] : 0.0f;
+		}
+	}
+	return MGT_OK;
+}

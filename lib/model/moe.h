@@ -1,0 +1,46 @@
+/* lib/model/moe.h: the Mixture-of-Experts internals of lib/model (not a public header; the
+ * public interface is in model.h).  moe_route.c: the router's math on the host; moe.c: the MoE
+ * layer's forward and backward over backend ops. */
+#ifndef MGT_MOE_H
+#define MGT_MOE_H
+
+#include "model.h"
+
+/* Limits of this version (mgt_moe_config_check refuses more). */
+#define MGT_MOE_MAX_EXPERTS 1024
+#define MGT_MOE_MAX_TOPK 64
+
+/* The routing of one micro-batch of T tokens (sequence-first, t = i*B + j) over E experts, top k.
+ * Host memory, double precision (Megatron computes it in the router dtype: fp32 with
+ * --moe-router-dtype fp32; double here is at least as exact). */
+typedef struct mgt_moe_route {
+	int T, E, k, B;
+	double *L;      /* [T, E] router logits (filled by the caller) */
+	double *ps;     /* [T, E] scores of the auxiliary loss: softmax over E, or sigmoid / sum */
+	int *sel;       /* [T, k] chosen experts, in descending order of their routing score */
+	char *keep;     /* [T, k] 1: the copy goes to its expert; 0: dropped (capacity) */
+	double *prob;   /* [T, k] routed probabilities (the top-k scaling factor applied) */
+	double *cnt;    /* [(B or 1), E] tokens per expert of the aux loss's top-k (per sequence for seq_aux_loss) */
+	double *tokens; /* [E] copies kept per expert (the expert-bias update's counts) */
+	double aux;     /* the unscaled auxiliary loss (aux / coeff): ~1 for balanced routing */
+	double z;       /* the unscaled z loss: mean over tokens of logsumexp(logits)^2 */
+} mgt_moe_route;
+
+/* Allocate the arrays for T tokens in B sequences (T % B == 0), E experts, top k.  Errors: NOMEM. */
+mgt_status mgt_moe_route_alloc(mgt_moe_route *r, int T, int E, int k, int B);
+void mgt_moe_route_free(mgt_moe_route *r);
+
+/* From r->L: route every token (score function, pre-softmax, expert bias (sigmoid only; NULL
+ * for none), groups, scaling factor; megatron-moe-cp.md 1.3), drop tokens over capacity in each
+ * of `blocks` equal blocks of tokens (the TP ranks' rows under SP), count tokens per expert,
+ * and compute the unscaled aux (aux_loss or seq_aux_loss) and z losses.  Errors: NOMEM. */
+mgt_status mgt_moe_route_forward(const mgt_model_config *c, mgt_moe_route *r, const float *bias, int blocks);
+
+/* dL [T, E] (written) = d(loss)/d(logits) from dprob [T, k] (the gradient of the routed
+ * probabilities; dropped copies ignored) plus aux_scale times the gradients of
+ * coeff x aux and coeff x z (Megatron's MoEAuxLossAutoScaler: the losses' gradient is the main
+ * loss's scale, loss scale / micro-batches).  Errors: NOMEM. */
+mgt_status mgt_moe_route_backward(const mgt_model_config *c, const mgt_moe_route *r, const double *dprob,
+				  double aux_scale, double *dL);
+
+#endif
