@@ -544,7 +544,13 @@ double mgt_model_flops(const mgt_model_config *c, int64_t gbs)
 	double ng = (double)c->num_query_groups, E = c->swiglu ? 3 : 2, ffn = (double)c->ffn_hidden_size;
 	double q = kv * nq, k = kv * ng;
 	double attn_lin = 6 * (h * (q + 2 * k) + q * h), attn_core = 6 * q;
-	double mlp = 6 * h * ffn * E * L, logit = 6 * h * (double)c->padded_vocab_size;
+	/* MoE (Megatron's num_floating_point_operations): a dense layer's MLP, or top-k experts of
+	 * moe_ffn_hidden_size plus the shared expert; the router's GEMM is not counted */
+	double n_moe = 0;
+	for (int64_t l = 0; l < c->num_layers; l++) n_moe += mgt_moe_is_layer(c, l);
+	double moe = ((double)c->moe_ffn_hidden_size * (double)c->moe_router_topk +
+		      (double)c->moe_shared_expert_intermediate_size) * E;
+	double mlp = 6 * h * (ffn * E * (L - n_moe) + moe * n_moe), logit = 6 * h * (double)c->padded_vocab_size;
 	double tokens = (double)gbs * s;
 	return tokens * (mlp + attn_lin * L + logit) + (double)gbs * s * s * attn_core * L;
 }
