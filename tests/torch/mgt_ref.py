@@ -13,25 +13,37 @@ A model is built from
 and runs in float64 (the reference) or float32.  Activations are batch-first [b, s, h]; Megatron
 is sequence-first, which changes no value.
 
+Mixture of Experts (num_experts > 0): the MLP of the layers mgt_moe_is_layer names is
+Megatron-Core's MoE layer, in moe_ref.py (router, capacity, aux / z losses, experts, shared
+expert, expert-bias update); the Trainer adds the aux / z loss gradients, reports
+load_balancing_loss / z_loss and updates the expert bias once per global batch.
+
 Also here:
   lr_at(args, n)            Megatron's OptimizerParamScheduler lr after n samples
   Trainer                   one Megatron iteration: micro-batches, loss scaling, clipping, AdamW
   init_params(args, seed)   random parameters (Megatron's init; biases and norms perturbed on request)
   read_dump / write_dump    the `mgt-train --debug-dump` HDF5 file (see write_dump)
 Command line:
-  mgt_ref.py selfcheck   GPTRef against an independent loop-by-loop numpy forward, lr_at by hand
+  mgt_ref.py selfcheck   GPTRef against an independent loop-by-loop numpy forward, lr_at by hand,
+                         the MoE layer against moe_ref.naive_moe (values and finite-difference grads)
 Synthetic dumps for testing the parity harness without mgt-train:
   mgt_ref.py fake-dump OUT.h5 [--preset tiny-gpt2|tiny-llama|...] [--set key=value ...]
              [--iters N] [--dtype float32|float64] [--perturb WHAT] [--lr-convention used|logged]
+  e.g. --preset tiny-llama --set num_experts=4 --set moe_router_topk=2 --set moe_aux_loss_coeff=0.01
 """
 import argparse
 import json
 import math
 import sys
 
+import os
+
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import moe_ref  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # arguments
@@ -62,6 +74,7 @@ DEFAULTS = {
     "weight_decay": 0.01, "adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8,
     "clip_grad": 1.0, "optimizer": "adam", "seed": 1234,
 }
+DEFAULTS.update(moe_ref.MOE_DEFAULTS)  # Mixture of Experts (moe_ref.py)
 
 # Small shapes used when no preset file is given (the lead's share/mgt/models/*.json win).
 PRESETS = {
@@ -125,7 +138,7 @@ def normalize_args(args):
         raise ValueError("position_embedding_type %r not supported" % a["position_embedding_type"])
     if a["rotary_interleaved"]:
         raise ValueError("rotary_interleaved is not in the reference model")
-    return a
+    return moe_ref.normalize_moe(a)
 
 
 def llama31_scaling(inv, a):
@@ -153,6 +166,7 @@ def tensor_specs(args):
     nq, ng, d, f = a["num_attention_heads"], a["num_query_groups"], a["kv_channels"], a["ffn_hidden_size"]
     ln_b = a["normalization"] == "LayerNorm"
     bias = a["add_bias_linear"]
+    moe = moe_ref.moe_layer_flags(a)
     s = [("embedding.word_embeddings.weight", (V, h), "normal", True)]
     if a["position_embedding_type"] == "learned_absolute":
         s.append(("embedding.position_embeddings.weight", (a["max_position_embeddings"], h), "normal", True))
@@ -173,6 +187,9 @@ def tensor_specs(args):
         s.append((p + "self_attention.linear_proj.weight", (h, nq * d), "proj", True))
         if bias:
             s.append((p + "self_attention.linear_proj.bias", (h,), "zero", False))
+        if moe[i]:  # pre_mlp_layernorm, router, experts, shared experts (lib/model/table.c add_moe)
+            s += moe_ref.moe_specs(a, p, ln_b)
+            continue
         s.append((p + "mlp.linear_fc1.layer_norm_weight", (h,), "one", False))
         if ln_b:
             s.append((p + "mlp.linear_fc1.layer_norm_bias", (h,), "zero", False))
@@ -219,7 +236,11 @@ class GPTRef:
     """Megatron-Core GPTModel (megatron-reference.md section 8) over named tensors.
 
     tensors: {name: numpy array or torch tensor} (copied, except torch tensors already of dtype).
-    params: {name: leaf tensor (dtype, requires_grad)}.  forward() gives logits [b, s, Vpad]."""
+    params: {name: leaf tensor (dtype, requires_grad)}.  forward() gives logits [b, s, Vpad].
+    MoE layers (moe_ref.py): the router's expert_bias is frozen (no gradient); its float32 state is
+    expert_bias32 {layer: array}.  Each forward appends to moe_records one record per MoE layer and
+    to moe_losses the aux / z loss terms (times aux_grad_scale) that the Trainer adds to the
+    objective; the caller clears both."""
 
     def __init__(self, args, tensors, dtype=torch.float64, strict=True):
         self.a = a = normalize_args(args)
@@ -241,8 +262,20 @@ class GPTRef:
                 t = torch.as_tensor(np.asarray(x)).to(dtype).clone()
             if tuple(t.shape) != tuple(shape):
                 raise ValueError("%s: shape %s, expected %s" % (n, tuple(t.shape), tuple(shape)))
-            self.params[n] = t.requires_grad_(True)
+            self.params[n] = t.requires_grad_(not moe_ref.is_frozen(n))
         self._rope_cache = {}
+        self.moe_layers = moe_ref.moe_layer_flags(a)
+        self.expert_bias32 = {i: np.asarray(tensors[n], dtype=np.float32).copy()
+                              for i in range(a["num_layers"])
+                              for n in ["decoder.layers.%d.mlp.router.expert_bias" % i] if n in tensors}
+        self.moe_records, self.moe_losses = [], []
+        self.aux_grad_scale = 1.0
+
+    def set_expert_bias(self, i, bias32):
+        self.expert_bias32[i] = np.asarray(bias32, dtype=np.float32).copy()
+        with torch.no_grad():
+            self.params["decoder.layers.%d.mlp.router.expert_bias" % i].copy_(
+                torch.as_tensor(self.expert_bias32[i].astype(np.float64)))
 
     # -- pieces --
     def _norm(self, x, prefix):
@@ -340,6 +373,15 @@ class GPTRef:
             x = x + p["embedding.position_embeddings.weight"][pos]
         for i in range(a["num_layers"]):
             x = x + self._attention(self._norm(x, "decoder.layers.%d.self_attention.linear_qkv." % i), i)
+            if self.moe_layers[i]:
+                y, rec, loss = moe_ref.moe_forward(a, p, i, self._norm(x, "decoder.layers.%d.pre_mlp_layernorm." % i),
+                                                   self.expert_bias32.get(i), self.aux_grad_scale)
+                rec["layer"] = i
+                self.moe_records.append(rec)
+                if loss is not None:
+                    self.moe_losses.append(loss)
+                x = x + y
+                continue
             x = x + self._mlp(self._norm(x, "decoder.layers.%d.mlp.linear_fc1." % i), i)
         x = self._norm(x, "decoder.final_layernorm.")
         w = p["output_layer.weight"] if a["untie_embeddings_and_output_weights"] else p["embedding.word_embeddings.weight"]
@@ -358,6 +400,9 @@ class GPTRef:
 
     def grads(self):
         return {n: (t.grad if t.grad is not None else torch.zeros_like(t)) for n, t in self.params.items()}
+
+    def frozen(self):
+        return [n for n in self.params if moe_ref.is_frozen(n)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,13 +462,20 @@ def lr_at(args, n):
 class Trainer:
     """Megatron iterations on a GPTRef: per micro-batch loss sum(loss*mask)/max(sum(mask),1)/M,
     backward summed over the M micro-batches, global-L2-norm clipping, AdamW with no weight
-    decay on biases and 1-D tensors, lr of iteration k at n = (k-1)*GBS samples."""
+    decay on biases and 1-D tensors, lr of iteration k at n = (k-1)*GBS samples.
+    MoE: each micro-batch's aux and z losses (coeff * value) enter the backward with scale
+    aux_grad_scale (default loss_scale / M = 1 / M, MoEAuxLossAutoScaler) and not the lm loss;
+    the iteration reports load_balancing_loss (or seq_load_balancing_loss) and z_loss, the
+    unscaled values summed over micro-batches / M, summed over MoE layers / their number; the
+    expert bias is updated after the iteration from the tokens per expert of all its micro-batches."""
 
-    def __init__(self, model):
+    def __init__(self, model, aux_grad_scale=None):
         self.m, self.a = model, model.a
         a = self.a
-        dec = [t for n, t in model.params.items() if n not in model.no_decay]
-        nod = [t for n, t in model.params.items() if n in model.no_decay]
+        self.aux_grad_scale = 1.0 / a["num_microbatches"] if aux_grad_scale is None else aux_grad_scale
+        frozen = set(model.frozen())
+        dec = [t for n, t in model.params.items() if n not in model.no_decay and n not in frozen]
+        nod = [t for n, t in model.params.items() if n in model.no_decay and n not in frozen]
         groups = [{"params": dec, "weight_decay": a["weight_decay"]}]
         if nod:
             groups.append({"params": nod, "weight_decay": 0.0})
@@ -433,7 +485,8 @@ class Trainer:
 
     def grads_for(self, tokens, labels, loss_mask, position_ids=None, keep_first=False):
         """Forward/backward of one global batch ([GBS, s] arrays, sample-major), accumulating
-        grads.  Returns (num, den, first micro-batch (logits, loss) detached or None)."""
+        grads.  Returns (num, den, first micro-batch (logits, loss) detached or None); the MoE
+        records of all micro-batches are left in self.moe_records ([micro-batch][MoE layer])."""
         a, m = self.a, self.m
         mbs, M = a["micro_batch_size"], a["num_microbatches"]
         tokens, labels = np.asarray(tokens), np.asarray(labels)
@@ -441,20 +494,54 @@ class Trainer:
         num = den = 0.0
         first = None
         m.zero_grad()
+        m.aux_grad_scale = self.aux_grad_scale
+        self.moe_records = []
         for j in range(M):
             sl = slice(j * mbs, (j + 1) * mbs)
             pos = None if position_ids is None else np.asarray(position_ids)[sl]
+            m.moe_records, m.moe_losses = [], []
             logits, loss = m.losses(tokens[sl], labels[sl], pos)
             mask = mask_all[sl]
             lsum, ntok = (loss * mask).sum(), mask.sum()
             obj = lsum / torch.clamp(ntok, min=1.0) / M
+            for aux in m.moe_losses:  # MoEAuxLossAutoScaler: gradient scale aux_grad_scale
+                obj = obj + aux
             obj.backward()
+            self.moe_records.append(m.moe_records)
+            m.moe_records, m.moe_losses = [], []
             num += float(lsum.detach())
             den += float(ntok)
             if keep_first and j == 0:
                 first = (logits.detach(), loss.detach())
             del logits, loss
         return num, den, first
+
+    def moe_report(self):
+        """{tracker name: value} of the iteration (Megatron's MoEMetricsTracker.report) and the
+        tokens per expert summed over its micro-batches {layer: counts}."""
+        a = self.a
+        out, counts = {}, {}
+        recs = [r for mb in self.moe_records for r in mb]
+        if not recs:
+            return out, counts
+        nmoe = sum(self.m.moe_layers)
+        M = a["num_microbatches"]
+        name = moe_ref.lb_name(a)
+        if name:
+            out[name] = sum(r["aux"] for r in recs) / M / nmoe
+        if a["moe_z_loss_coeff"]:
+            out["z_loss"] = sum(r["z"] for r in recs) / M / nmoe
+        for r in recs:
+            counts[r["layer"]] = counts.get(r["layer"], 0) + r["counts"]
+        return out, counts
+
+    def update_expert_bias(self, counts, sign=1.0):
+        """Once per global batch (finalize_model_grads): every MoE layer's expert bias."""
+        a = self.a
+        for i in sorted(self.m.expert_bias32):
+            if i in counts:
+                rate = a["moe_router_bias_update_rate"] * sign
+                self.m.set_expert_bias(i, moe_ref.update_expert_bias(self.m.expert_bias32[i], counts[i], rate))
 
     def grad_norm(self):
         # Sum of squares accumulated in float64: torch 1.13's CPU torch.norm of a large float32
@@ -468,6 +555,11 @@ class Trainer:
         self.iteration += 1
         num, den, first = self.grads_for(tokens, labels, loss_mask, position_ids, keep_first=keep)
         out = {"lm_loss": num / den if den > 0 else float("nan")}
+        out["moe"], counts = self.moe_report()
+        if keep and self.moe_records:
+            out["moe_first"] = self.moe_records[0]
+        if a["moe_router_enable_expert_bias"]:
+            self.update_expert_bias(counts, getattr(self, "bias_sign", 1.0))
         if keep:
             out["grads"] = {n: g.detach().clone() for n, g in self.m.grads().items()}
             out["logits"], out["loss"] = first
@@ -505,9 +597,10 @@ def _json_attr(f):
 
 
 def read_dump(path):
-    """{'meta': root JSON, 'args', 'params', 'grads', 'batch', 'iter1', 'train'} of numpy arrays."""
+    """{'meta': root JSON, 'args', 'params', 'grads', 'batch', 'iter1', 'train', 'final'} of numpy
+    arrays (iter1 keys are paths below iter1/, e.g. 'moe/layer_0/probs')."""
     import h5py
-    out = {"params": {}, "grads": {}, "batch": {}, "iter1": {}, "train": {}}
+    out = {"params": {}, "grads": {}, "batch": {}, "iter1": {}, "train": {}, "final": {}}
     with h5py.File(path, "r") as f:
         out["meta"] = _json_attr(f)
         out["args"] = out["meta"].get("args", out["meta"])
@@ -521,12 +614,16 @@ def read_dump(path):
     return out
 
 
-def write_dump(path, args, params, batch, iter1, train, grads):
+def write_dump(path, args, params, batch, iter1, train, grads, extra=None):
     """Write a dump in the layout `mgt-train --debug-dump` promises:
       attr json {"args": {...}}; params/<name>, grads/<name> float32 (global shapes);
       batch/{tokens,labels,position_ids} int32 and batch/loss_mask float32 [iters, GBS, s];
       iter1/logits [mbs, s, Vpad], iter1/loss [mbs, s] float32 (first micro-batch);
-      train/{lm_loss,lr,grad_norm} float64 [iters]."""
+      train/{lm_loss,lr,grad_norm} float64 [iters];
+    with MoE (moe_dump_datasets): iter1/moe/layer_N/{experts int32, probs float32} [mbs, s, k],
+      train/{load_balancing_loss|seq_load_balancing_loss, z_loss} float64 [iters],
+      final/decoder.layers.N.mlp.router.expert_bias float32 [E].
+    extra: {dataset path: array} written as given."""
     import h5py
     with h5py.File(path, "w") as f:
         f.attrs["json"] = json.dumps({"args": args})
@@ -541,6 +638,22 @@ def write_dump(path, args, params, batch, iter1, train, grads):
         f.create_dataset("iter1/loss", data=np.asarray(iter1["loss"], dtype=np.float32))
         for k in ("lm_loss", "lr", "grad_norm"):
             f.create_dataset("train/" + k, data=np.asarray(train[k], dtype=np.float64))
+        for k, x in (extra or {}).items():
+            f.create_dataset(k, data=x)
+
+
+def moe_dump_datasets(first_records, hist, model):
+    """The MoE datasets of a dump {path: array} from iteration 1's first micro-batch records, the
+    per-iteration reports hist {name: [iters]} and the model after the run (expert bias)."""
+    out = {}
+    for r in first_records:
+        out["iter1/moe/layer_%d/experts" % r["layer"]] = np.asarray(r["experts"], dtype=np.int32)
+        out["iter1/moe/layer_%d/probs" % r["layer"]] = np.asarray(r["probs"], dtype=np.float32)
+    for k, v in hist.items():
+        out["train/" + k] = np.asarray(v, dtype=np.float64)
+    for i, b in sorted(model.expert_bias32.items()):
+        out["final/decoder.layers.%d.mlp.router.expert_bias" % i] = np.asarray(b, dtype=np.float32)
+    return out
 
 
 def random_batches(args, iters, seed=1, mask_fraction=0.1, vocab=None):
@@ -561,7 +674,11 @@ def fake_dump(path, args, iters=10, dtype=torch.float32, seed=1234, perturb=None
     """A dump produced by this reference (standing in for mgt-train) to test parity.py.
     perturb: None, 'grads' (one grad tensor off by 1e-3), 'logits' (1e-3), 'loss-iter' (loss of the
     last iteration off by 1e-3), 'lr' (lr of iteration 3 off by 1%), 'qkv-layout' (the model reads
-    QKV rows as [Q;K;V] blocks instead of group-interleaved; an mgt layout bug)."""
+    QKV rows as [Q;K;V] blocks instead of group-interleaved; an mgt layout bug); with MoE:
+    'moe-prob-order' (iter1 probs written in top-k order beside experts in ascending order),
+    'moe-aux-scale' (aux and z losses back-propagated with scale 1 instead of 1/M),
+    'moe-lb-report' (the reported load-balancing loss not divided by M),
+    'moe-bias-sign' (the expert bias moved towards the loaded experts)."""
     a = normalize_args(args)
     params = init_params(a, seed, perturb=0.02)
     batch = random_batches(a, iters, seed + 1)
@@ -579,8 +696,11 @@ def fake_dump(path, args, iters=10, dtype=torch.float32, seed=1234, perturb=None
                     il += [qs[g_ * r:(g_ + 1) * r], ks[g_:g_ + 1], vs[g_:g_ + 1]]
                 params[n] = np.concatenate(il).reshape(x.shape)
     model = GPTRef(a, params, dtype)
-    tr = Trainer(model)
+    tr = Trainer(model, aux_grad_scale=1.0 if perturb == "moe-aux-scale" else None)
+    if perturb == "moe-bias-sign":
+        tr.bias_sign = -1.0
     hist = {"lm_loss": [], "lr": [], "grad_norm": []}
+    moe_hist = {}
     first = None
     for k in range(iters):
         o = tr.step(batch["tokens"][k], batch["labels"][k], batch["loss_mask"][k],
@@ -590,10 +710,14 @@ def fake_dump(path, args, iters=10, dtype=torch.float32, seed=1234, perturb=None
         hist["lm_loss"].append(o["lm_loss"])
         hist["lr"].append(o["lr"] if lr_convention == "used" else o["lr_logged"])
         hist["grad_norm"].append(o["grad_norm"])
+        for n, v in o["moe"].items():
+            moe_hist.setdefault(n, []).append(v * (a["num_microbatches"] if perturb == "moe-lb-report"
+                                                    and n.endswith("load_balancing_loss") else 1))
     grads = {n: g.numpy() for n, g in first["grads"].items()}
     logits, loss = first["logits"].numpy(), first["loss"].numpy()
     if perturb == "grads":
-        n = sorted(grads)[len(grads) // 2]
+        live = sorted(n for n in grads if not moe_ref.is_frozen(n))
+        n = live[len(live) // 2]
         grads[n] = grads[n] * (1 + 1e-3)
     elif perturb == "logits":
         logits = logits * (1 + 1e-3)
@@ -601,8 +725,15 @@ def fake_dump(path, args, iters=10, dtype=torch.float32, seed=1234, perturb=None
         hist["lm_loss"][-1] *= 1 + 1e-3
     elif perturb == "lr":
         hist["lr"][min(2, iters - 1)] *= 1.01
-    a_out = dict(a)
-    write_dump(path, a_out, init, batch, {"logits": logits, "loss": loss}, hist, grads)
+    recs = first.get("moe_first", [])
+    if perturb == "moe-prob-order":  # probs in top-k order (descending prob), experts ascending
+        for r in recs:
+            r["probs"] = -np.sort(-r["probs"], axis=-1)
+    a_out = {k: v for k, v in a.items() if k != "moe_layers"}
+    for n in model.frozen():  # mgt has no gradient for the expert bias; its buffer holds zeros
+        grads[n] = np.zeros_like(grads[n])
+    write_dump(path, a_out, init, batch, {"logits": logits, "loss": loss}, hist, grads,
+               moe_dump_datasets(recs, moe_hist, model))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -610,8 +741,13 @@ def fake_dump(path, args, iters=10, dtype=torch.float32, seed=1234, perturb=None
 
 def naive_logits(args, P, tokens):
     """Logits [b, s, Vpad] computed token by token and head by head from the section 8 / 7.2 /
-    7.3 text, sharing no code with GPTRef (used by `mgt_ref.py selfcheck`)."""
+    7.3 text, sharing no code with GPTRef (used by `mgt_ref.py selfcheck`).  MoE layers use
+    moe_ref.naive_moe token by token, so only dropless routing (no capacity factor)."""
     a = normalize_args(args)
+    moe = moe_ref.moe_layer_flags(a)
+    if any(moe) and a["moe_expert_capacity_factor"] is not None:
+        raise ValueError("naive_logits: token dropping couples the tokens; check it with moe_ref.selfcheck")
+    a_fwd = dict(a, moe_aux_loss_coeff=0.0, moe_z_loss_coeff=None)  # forward only
     P = {n: np.asarray(x, dtype=np.float64) for n, x in P.items()}
     h, L = a["hidden_size"], a["num_layers"]
     nq, ng, d, f = a["num_attention_heads"], a["num_query_groups"], a["kv_channels"], a["ffn_hidden_size"]
@@ -705,6 +841,13 @@ def naive_logits(args, P, tokens):
                     ctx += [sum(e[u] / z * vv[u, g][c] for u in range(t + 1)) for c in range(d)]
                 o = lin(pa + "linear_proj.", ctx)
                 x1 = [xs[t][c] + o[c] for c in range(h)]
+                if moe[i]:
+                    pl = "decoder.layers.%d." % i
+                    xn = norm(x1, P[pl + "pre_mlp_layernorm.weight"], pl + "pre_mlp_layernorm.bias")
+                    eb = P.get(pm + "router.expert_bias")
+                    z2 = moe_ref.naive_moe(a_fwd, P, i, [xn], None if eb is None else eb.astype(np.float32))[0][0]
+                    new.append([x1[c] + z2[c] for c in range(h)])
+                    continue
                 y = lin(pm + "linear_fc1.", norm(x1, P[pm + "linear_fc1.layer_norm_weight"],
                                                  pm + "linear_fc1.layer_norm_bias"))
                 if a["swiglu"]:
@@ -740,6 +883,21 @@ SELFCHECK_VARIANTS = {
                                  kv_channels=16, hidden_size=16, use_rope_scaling=True,
                                  rope_scaling_original_max_position_embeddings=64, rotary_base=500000.0,
                                  ffn_hidden_size=24),
+    # whole models with MoE layers (dropless; capacity is checked layer by layer in moe_ref)
+    "moe-llama-softmax-top2-freq2": dict(group_query_attention=True, num_query_groups=2, normalization="RMSNorm",
+                                         swiglu=True, position_embedding_type="rope", add_bias_linear=False,
+                                         untie_embeddings_and_output_weights=True, ffn_hidden_size=24,
+                                         num_layers=3, num_experts=4, moe_router_topk=2, moe_layer_freq=2,
+                                         moe_ffn_hidden_size=12),
+    "moe-gpt2-presoftmax-shared-gate": dict(num_experts=4, moe_router_topk=2, moe_router_pre_softmax=True,
+                                            moe_shared_expert_intermediate_size=20, moe_shared_expert_gate=True,
+                                            moe_layer_pattern="01"),
+    "moe-deepseek-sigmoid-bias-groups": dict(normalization="RMSNorm", swiglu=True, position_embedding_type="rope",
+                                             add_bias_linear=False, ffn_hidden_size=24, num_experts=16,
+                                             moe_router_topk=4, moe_router_score_function="sigmoid",
+                                             moe_router_enable_expert_bias=True, moe_router_num_groups=4,
+                                             moe_router_group_topk=2, moe_router_topk_scaling_factor=2.5,
+                                             moe_shared_expert_intermediate_size=16, moe_ffn_hidden_size=8),
 }
 
 
@@ -776,6 +934,7 @@ def selfcheck():
         if not ok:
             print("selfcheck lr %s n=%d: got %r, want %r  FAIL" % (extra, n, got, want))
     print("selfcheck lr schedule: %d cases %s" % (len(cases), "ok" if not bad else "(see above)"))
+    bad += moe_ref.selfcheck(sys.modules[__name__])
     return 1 if bad else 0
 
 
@@ -817,7 +976,8 @@ def main(argv):
     fd.add_argument("--iters", type=int, default=10)
     fd.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     fd.add_argument("--seed", type=int, default=1234)
-    fd.add_argument("--perturb", choices=["grads", "logits", "loss-iter", "lr", "qkv-layout"])
+    fd.add_argument("--perturb", choices=["grads", "logits", "loss-iter", "lr", "qkv-layout", "moe-prob-order",
+                                          "moe-aux-scale", "moe-lb-report", "moe-bias-sign"])
     fd.add_argument("--lr-convention", choices=["used", "logged"], default="used")
     sub.add_parser("selfcheck", help="check GPTRef against a loop-by-loop forward and lr_at by hand")
     o = ap.parse_args(argv)

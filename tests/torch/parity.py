@@ -15,10 +15,22 @@ Checks, mgt vs the float64 reference (normwise relative error ||a-b|| / ||b||):
   The dump's train/lr may follow either of Megatron's conventions: the lr the iteration used
   (n = (k-1)*GBS samples) or the lr Megatron's log line prints (after the scheduler step,
   n = k*GBS); --lr-convention picks one, default either (the table says which matched).
+With MoE (args num_experts > 0; moe_ref.py), also, for every MoE layer N:
+  iter1/moe/layer_N/experts int32 [mbs, s, k]: per token (iteration 1, first micro-batch) the k
+    chosen experts in ascending order, a copy dropped by the capacity as -1; must equal the
+    reference's, except tokens whose reference top-k margin is below --tie-gap (1e-9): reported
+    and tolerated
+  iter1/moe/layer_N/probs float32 [mbs, s, k]: their routing probs (after the scaling factor;
+    0 where dropped), normwise relative                          <= --tol (tolerated tokens left out)
+  train/load_balancing_loss (seq_aux_loss: train/seq_load_balancing_loss, or load_balancing_loss)
+    and train/z_loss float64 [iters]: the logged unscaled values, max relative  <= --tol-train
+  final/decoder.layers.N.mlp.router.expert_bias float32 [E] (with the expert bias): its value
+    after the run, normwise relative                             <= --tol
+  The expert bias has no gradient: grads/ of it are not compared.
 Exit status: 0 all within limits, 1 a check failed, 2 unusable dump or usage error.
 
-Usage: parity.py DUMP.h5 [--tol X] [--tol-train X] [--tol-lr X] [--per-iter] [--per-tensor] [--json OUT]
-                         [--no-fp32] [--threads N] [--label TEXT]
+Usage: parity.py DUMP.h5 [--tol X] [--tol-train X] [--tol-lr X] [--tie-gap X] [--per-iter] [--per-tensor]
+                         [--json OUT] [--no-fp32] [--threads N] [--label TEXT]
 """
 import argparse
 import json
@@ -55,7 +67,9 @@ def rel_each(a, b):
 
 
 def replay(args, params, batch, iters, dtype):
-    """Run the reference for iters iterations; iteration 1 keeps grads, logits and loss."""
+    """Run the reference for iters iterations; iteration 1 keeps grads, logits, loss and the
+    MoE records of its first micro-batch; hist also gets the MoE report names; first["bias"] is
+    the expert bias after the run {layer: float32 [E]}."""
     model = mgt_ref.GPTRef(args, params, dtype)
     tr = mgt_ref.Trainer(model)
     hist = {"lm_loss": [], "lr": [], "lr_logged": [], "grad_norm": []}
@@ -65,10 +79,42 @@ def replay(args, params, batch, iters, dtype):
                     batch["position_ids"][k] if "position_ids" in batch else None, keep=(k == 0))
         if k == 0:
             first = {"grads": {n: g.numpy() for n, g in o["grads"].items()},
-                     "logits": o["logits"].numpy(), "loss": o["loss"].numpy()}
-        for key in hist:
+                     "logits": o["logits"].numpy(), "loss": o["loss"].numpy(),
+                     "moe": {r["layer"]: r for r in o.get("moe_first", [])}}
+        for key in ("lm_loss", "lr", "lr_logged", "grad_norm"):
             hist[key].append(o[key])
+        for key, v in o["moe"].items():
+            hist.setdefault(key, []).append(v)
+    first["bias"] = dict(model.expert_bias32)
     return first, hist
+
+
+def moe_router_check(d, ref, f32, tie_gap):
+    """Per MoE layer: (layer, tokens off, tokens tolerated (ties), probs rel, fp32 probs rel,
+    smallest reference margin, error text or None, dropped copies in the dump, in the reference)."""
+    out = []
+    for i, r in sorted(ref["moe"].items()):
+        ke, kp = "moe/layer_%d/experts" % i, "moe/layer_%d/probs" % i
+        if ke not in d["iter1"] or kp not in d["iter1"]:
+            out.append((i, None, 0, float("inf"), None, float(r["gap"].min()), "iter1/%s or probs missing" % ke, 0, 0))
+            continue
+        ex, pr = np.asarray(d["iter1"][ke]), np.asarray(d["iter1"][kp], dtype=np.float64)
+        if ex.shape != r["experts"].shape or pr.shape != r["probs"].shape:
+            out.append((i, None, 0, float("inf"), None, float(r["gap"].min()),
+                        "iter1/%s shape %s / probs %s, expected %s" % (ke, ex.shape, pr.shape, r["experts"].shape), 0, 0))
+            continue
+        diff = np.any(ex != r["experts"], axis=-1)                      # [b, s]
+        tie = r["gap"] < tie_gap
+        off, tol = int((diff & ~tie).sum()), int((diff & tie).sum())
+        keep = ~diff
+        e = rel(pr[keep], r["probs"][keep])
+        e32 = None
+        if f32 is not None and i in f32["moe"]:
+            r32 = f32["moe"][i]
+            k32 = keep & np.all(r32["experts"] == r["experts"], axis=-1)
+            e32 = rel(r32["probs"][k32], r["probs"][k32])
+        out.append((i, off, tol, e, e32, float(r["gap"].min()), None, int((ex < 0).sum()), int((r["experts"] < 0).sum())))
+    return out
 
 
 def describe(a):
@@ -85,6 +131,28 @@ def describe(a):
         bits.append("qk-layernorm" + (" (wd)" if a["apply_wd_to_qk_layernorm"] else ""))
     bits.append("untied" if a["untie_embeddings_and_output_weights"] else "tied")
     bits.append("bias" if a["add_bias_linear"] else ("qkv-bias" if a["add_qkv_bias"] else "no-bias"))
+    if a["num_experts"]:
+        m = "MoE E%d top%d ffn%d layers %s %s%s" % (
+            a["num_experts"], a["moe_router_topk"], a["moe_ffn_hidden_size"],
+            "".join("1" if x else "0" for x in mgt_ref.moe_ref.moe_layer_flags(a)),
+            a["moe_router_score_function"], " pre-softmax" if a["moe_router_pre_softmax"] else "")
+        if a["moe_router_enable_expert_bias"]:
+            m += " bias(%g)" % a["moe_router_bias_update_rate"]
+        if a["moe_router_group_topk"]:
+            m += " groups %d/%d" % (a["moe_router_group_topk"], a["moe_router_num_groups"])
+        if a["moe_router_topk_scaling_factor"]:
+            m += " scale %g" % a["moe_router_topk_scaling_factor"]
+        name = mgt_ref.moe_ref.lb_name(a)
+        m += " %s %g" % (a["moe_router_load_balancing_type"], a["moe_aux_loss_coeff"]) if name else " no-aux"
+        if a["moe_z_loss_coeff"]:
+            m += " z %g" % a["moe_z_loss_coeff"]
+        if a["moe_expert_capacity_factor"] is not None:
+            m += " capacity %g %s%s" % (a["moe_expert_capacity_factor"], a["moe_token_drop_policy"],
+                                        " pad" if a["moe_pad_expert_input_to_capacity"] else "")
+        if a["moe_shared_expert_intermediate_size"]:
+            m += " shared %d%s" % (a["moe_shared_expert_intermediate_size"],
+                                   " gated" if a["moe_shared_expert_gate"] else "")
+        bits.append(m)
     bits.append("mbs %d gbs %d M %d" % (a["micro_batch_size"], a["global_batch_size"], a["num_microbatches"]))
     bits.append("lr %g %s warmup %s clip %g wd %g" % (a["lr"], a["lr_decay_style"], a["lr_warmup_iters"],
                                                       a["clip_grad"] or 0, a["weight_decay"]))
@@ -98,6 +166,8 @@ def main(argv):
     ap.add_argument("--tol-train", type=float, default=1e-5, help="per-iteration lm loss and grad norm")
     ap.add_argument("--tol-lr", type=float, default=1e-9, help="per-iteration learning rate (relative)")
     ap.add_argument("--lr-convention", choices=["used", "logged", "either"], default="either")
+    ap.add_argument("--tie-gap", type=float, default=1e-9,
+                    help="MoE: a token whose reference top-k margin is below this may choose other experts")
     ap.add_argument("--per-iter", action="store_true", help="print the per-iteration table")
     ap.add_argument("--per-tensor", action="store_true", help="print every gradient tensor's error")
     ap.add_argument("--json", metavar="OUT", help="write the figures as JSON")
@@ -121,10 +191,11 @@ def main(argv):
         if d["batch"]["tokens"].shape[1:] != (a["global_batch_size"], a["seq_length"]):
             raise ValueError("batch/tokens shape %s, expected [iters, %d, %d]" % (
                 d["batch"]["tokens"].shape, a["global_batch_size"], a["seq_length"]))
-        want = [n for n, _, _, _ in mgt_ref.tensor_specs(a)]
-        for grp in ("params", "grads"):
-            miss = [n for n in want if n not in d[grp]]
-            extra = [n for n in d[grp] if n not in want]
+        specs = [n for n, _, _, _ in mgt_ref.tensor_specs(a)]
+        want = [n for n in specs if not mgt_ref.moe_ref.is_frozen(n)]  # the tensors with a gradient
+        for grp, names in (("params", specs), ("grads", want)):
+            miss = [n for n in names if n not in d[grp]]
+            extra = [n for n in d[grp] if n not in specs]
             if miss or extra:
                 raise ValueError("%s/: missing %s, unexpected %s" % (grp, miss[:4], extra[:4]))
     except (OSError, KeyError, ValueError, TypeError) as e:
@@ -203,6 +274,46 @@ def main(argv):
     else:
         row("lr: train/lr missing or not [%d]" % iters, float("inf"), None, o.tol_lr)
 
+    moe_rows, moe_notes, moe_iter = [], [], {}
+    if a["num_experts"]:
+        mr = moe_router_check(d, ref1, f32[0] if f32 else None, o.tie_gap)
+        moe_rows = mr
+        for i, off, tol, _, _, _, err, _, _ in mr:
+            if err:
+                moe_notes.append("layer %d: %s" % (i, err))
+            if tol:
+                moe_notes.append("layer %d: %d token(s) chose other experts at a reference top-k margin below %g "
+                                 "(tolerated)" % (i, tol, o.tie_gap))
+        if mr:
+            offs = [x[1] if x[1] is not None else float("inf") for x in mr]
+            if a["moe_expert_capacity_factor"] is not None:
+                moe_notes.append("dropped copies (dump / reference): " + ", ".join(
+                    "layer %d %d/%d" % (x[0], x[7], x[8]) for x in mr))
+            row("router experts, iter 1 mb 1 (tokens off)", float(sum(offs)), None, 0)
+            e32s = [x[4] for x in mr if x[4] is not None]
+            row("router probs, iter 1 mb 1 (worst layer)", max(x[3] for x in mr),
+                max(e32s) if f32 and e32s else None, o.tol)
+        names = [n for n in refh if n.endswith("load_balancing_loss") or n == "z_loss"]
+        for n in names:
+            alt = [n] + (["load_balancing_loss"] if n == "seq_load_balancing_loss" else [])
+            got = next((tr[k] for k in alt if k in tr), None)
+            if got is not None and len(got) == iters:
+                em = rel_each(got, refh[n])
+                moe_iter[n] = (got, em)
+                row("%s, %d iters (max rel)" % (n, iters), max(em),
+                    f32 and max(rel_each(f32[1][n], refh[n])), o.tol_train)
+            else:
+                row("%s: train/%s missing or not [%d]" % (n, n, iters), float("inf"), None, o.tol_train)
+        for i, bias in sorted(ref1["bias"].items()):
+            key = "decoder.layers.%d.mlp.router.expert_bias" % i
+            got = d["final"].get(key)
+            if got is None or np.shape(got) != bias.shape:
+                row("expert bias after the run: final/%s missing or not [%d]" % (key, bias.shape[0]),
+                    float("inf"), None, o.tol)
+            else:
+                row("expert bias after %d iters, layer %d" % (iters, i), rel(got, bias),
+                    f32 and rel(f32[0]["bias"][i], bias), o.tol)
+
     ok = all(r["ok"] for r in rows)
     label = o.label or os.path.basename(o.dump)
     print("parity %s: %s" % (label, describe(a)))
@@ -211,6 +322,13 @@ def main(argv):
         f = "%11.2e" % r["fp32"] if r["fp32"] is not None else "%11s" % "-"
         print("%-42s %11.2e %13s %9.0e  %s" % (r["check"], r["mgt"], f, r["limit"], "ok" if r["ok"] else "FAIL"))
     print("%-42s %s" % ("  worst grad tensor", worst))
+    for n in moe_notes:
+        print("  moe: " + n)
+    if moe_rows and (o.per_tensor or not ok):
+        print("%6s %9s %9s %11s %11s %11s" % ("layer", "off", "ties", "probs rel", "fp32", "min margin"))
+        for i, off, tol, pe, pe32, gap, err, _, _ in moe_rows:
+            print("%6d %9s %9d %11.2e %11s %11.2e" % (i, "-" if off is None else off, tol, pe,
+                                                      "-" if pe32 is None else "%.2e" % pe32, gap))
     if o.per_iter or not ok:
         print("%4s %14s %14s %9s %11s %11s %9s %12s %12s" % (
             "iter", "lm loss mgt", "lm loss ref", "rel", "gnorm mgt", "gnorm ref", "rel", "lr mgt", "lr ref"))
@@ -221,6 +339,10 @@ def main(argv):
             print("%4d %14.8f %14.8f %9.1e %11.6f %11.6f %9.1e %12.6e %12.6e" % (
                 k + 1, g(lm, k), refh["lm_loss"][k], e[k] if e else float("nan"),
                 g(gn, k), refh["grad_norm"][k], eg[k] if eg else float("nan"), g(lr, k), ref_lr[k]))
+        for n, (got, em) in moe_iter.items():
+            print("%4s %24s %14s %14s %9s" % ("iter", n, "mgt", "ref", "rel"))
+            for k in range(iters):
+                print("%4d %24s %14.8f %14.8f %9.1e" % (k + 1, "", float(got[k]), refh[n][k], em[k]))
     if o.per_tensor:
         print("%-64s %11s %13s" % ("gradient of iteration 1 (normwise rel.)", "mgt", "torch fp32"))
         for n in want:
