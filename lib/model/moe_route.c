@@ -188,6 +188,12 @@ mgt_status mgt_moe_route_forward(const mgt_model_config *c, mgt_moe_route *r, co
 	memset(r->tokens, 0, (size_t)E * sizeof *r->tokens);
 	for (size_t q = 0; q < (size_t)T * k; q++)
 		if (r->keep[q]) r->tokens[r->sel[q]] += 1;
+	if (c->moe_expert_capacity_factor > 0 && c->moe_pad_expert_input_to_capacity) {
+		/* the routing map is then the capacity mask: every expert holds its capacity (or all the
+		 * block's tokens when fewer), padding rows included (apply_router_token_dropping) */
+		int n = T / blocks, cap = (int)ceil((double)n * k / E * c->moe_expert_capacity_factor);
+		for (int e = 0; e < E; e++) r->tokens[e] = (double)blocks * (cap < n ? cap : n);
+	}
 	/* auxiliary loss (unscaled: aux / coeff) and z loss (unscaled: mean lse^2) */
 	bool seq = !strcmp(c->moe_router_load_balancing_type, "seq_aux_loss");
 	bool aux = seq || !strcmp(c->moe_router_load_balancing_type, "aux_loss");
