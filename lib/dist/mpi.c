@@ -429,7 +429,9 @@ static int block_type(size_t n, size_t off, MPI_Datatype t, size_t es, int *coun
 }
 
 /* One MPI_Alltoallw on every rank whatever its counts (dist.h): per-peer counts, byte
- * displacements and types from block_type.  src overlapping the dst blocks is copied first. */
+ * displacements and types from block_type.  src overlapping the dst blocks is copied first.
+ * A one-process group copies its block itself: OpenMPI's coll/self alltoallw (4.1) scales the
+ * byte displacements by the type's extent, as alltoallv's, and writes out of bounds. */
 static mgt_status mpi_alltoallv(mgt_comm *c, void *dst, const int64_t *rcount, const int64_t *rdispl,
 				const void *src, const int64_t *scount, const int64_t *sdispl, mgt_comm_dtype dt)
 {
@@ -438,6 +440,13 @@ static mgt_status mpi_alltoallv(mgt_comm *c, void *dst, const int64_t *rcount, c
 	mgt_status st = mgt_comm_alltoallv_check(c, rcount, rdispl, scount, sdispl, es, &sent, &send_end, &recv_end);
 	if (!st) st = settle(c, 0);
 	if (st) return st;
+	if (p == 1) {
+		if (scount[0])
+			memmove((char *)dst + (size_t)rdispl[0] * es, (const char *)src + (size_t)sdispl[0] * es,
+				(size_t)scount[0] * es);
+		mgt_comm_count(c, 0);
+		return MGT_OK;
+	}
 	/* counts, displacements and "made" flags: send side [0, 3p), receive side [3p, 6p) */
 	int *ints = mgt_malloc(p * 6 * sizeof *ints), overlap = mgt_comm_overlaps(dst, recv_end, src, send_end);
 	MPI_Datatype *types = mgt_malloc(p * 2 * sizeof *types);
