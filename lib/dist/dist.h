@@ -66,7 +66,8 @@ typedef struct mgt_comm_ops {
 
 struct mgt_comm {
 	const mgt_comm_ops *ops;
-	const char *name; /* "world", "tensor", "data", "pipeline", "model", "embedding"; for messages */
+	const char *name; /* "world", "tensor", "data", "pipeline", "model", "embedding", "expert",
+			   * "expert-data"; for messages */
 	int rank, size;
 	double bytes_sent; /* see above; not an integer for p > 2 */
 	uint64_t calls;
