@@ -14,6 +14,8 @@
  *   allreduce       2 (p-1)/p * B          reduce_scatter  (p-1) * B   (B: this rank's output)
  *   allgather       (p-1) * B  (B: this rank's input)    broadcast   B on the root, 0 elsewhere
  *   send            B                      recv, barrier   0
+ *   alltoallv       sum over r != rank of scount[r] * element size   (what leaves this rank;
+ *                   the block a rank keeps for itself is not counted)
  * and nothing at all when p == 1.  comm->calls counts the operations.
  * Errors: MGT_ERR_IO with a message naming the group and the peer.
  */
@@ -55,11 +57,17 @@ typedef struct mgt_comm_ops {
 	 * staged and single ones do): make the backend's later work wait for this communicator's
 	 * queued operations.  Call through mgt_comm_wait. */
 	mgt_status (*wait)(mgt_comm *c);
+	/* All-to-all with per-peer counts (MPI_Alltoallv; Megatron's token dispatcher's
+	 * all_to_all with input/output splits, megatron/core/tensor_parallel/mappings.py).  Call
+	 * through mgt_comm_alltoallv (which reports a communicator without it); see there. */
+	mgt_status (*alltoallv)(mgt_comm *c, void *dst, const int64_t *rcount, const int64_t *rdispl,
+				const void *src, const int64_t *scount, const int64_t *sdispl, mgt_comm_dtype dt);
 } mgt_comm_ops;
 
 struct mgt_comm {
 	const mgt_comm_ops *ops;
-	const char *name; /* "world", "tensor", "data", "pipeline", "model", "embedding"; for messages */
+	const char *name; /* "world", "tensor", "data", "pipeline", "model", "embedding", "expert",
+			   * "expert-data"; for messages */
 	int rank, size;
 	double bytes_sent; /* see above; not an integer for p > 2 */
 	uint64_t calls;
@@ -71,6 +79,31 @@ struct mgt_comm {
  * Returns NULL on MGT_ERR_NOMEM. */
 mgt_comm *mgt_comm_single(const char *name);
 void mgt_comm_destroy(mgt_comm *c);
+/* All-to-all with per-peer counts over group c of p = c->size ranks: this rank sends
+ * scount[r] elements of dt from src + sdispl[r] to group rank r and receives rcount[r]
+ * elements from group rank r into dst + rdispl[r], for every r (itself included: its own block
+ * is copied).  scount, sdispl, rcount, rdispl: host arrays of p counts and displacements in
+ * elements of dt (not bytes), each >= 0; blocks may lie in any order and leave gaps (dst's gaps
+ * are left as they were).  rcount[r] must equal what rank r gives as its scount[this rank]
+ * (the caller exchanges the counts first, as Megatron's dispatcher does with an allgather of the
+ * per-expert token counts); scount[rank] must equal rcount[rank].  Every rank of the group calls
+ * it, in the same order as the group's other collectives.  src and dst: the communicator's
+ * memory (host for single and MPI, backend memory for staged and NCCL); they may overlap (the
+ * input is read as it was before the call).  Zero counts are fine (nothing moves; the call
+ * still counts).  Counting: dist.h's alltoallv formula.
+ * Errors: MGT_ERR_IO naming the group: a negative count or displacement, scount[rank] !=
+ * rcount[rank], a block beyond the address space (checked on this rank before anything is
+ * sent: the other ranks may then wait in the operation, so treat it as fatal: mgt_dist_abort),
+ * the library's errors (a peer sending more than rcount says included, where MPI detects it);
+ * MGT_ERR_USAGE when c's implementation has no alltoallv (ops->alltoallv NULL); MGT_ERR_NOMEM.
+ * Implementations: single-rank: a copy.  MPI: one MPI_Alltoallw (the alltoallv of MPI-3 with
+ * per-peer datatypes), so that counts beyond INT_MAX elements and byte offsets beyond INT_MAX
+ * still make ONE collective on every rank whatever its own counts are (a peer's block of more
+ * than INT_MAX elements, or starting beyond INT_MAX bytes into the buffer, is described by a
+ * derived datatype); staged and NCCL: below. */
+mgt_status mgt_comm_alltoallv(mgt_comm *c, void *dst, const int64_t *rcount, const int64_t *rdispl,
+			      const void *src, const int64_t *scount, const int64_t *sdispl, mgt_comm_dtype dt);
+
 /* Make the backend's later work wait for c's queued operations (only communicators with their
  * own stream queue any: mgt_comm_nccl with own_stream); MGT_OK at once otherwise.  Errors: those
  * of the queued operations (MGT_ERR_IO). */
@@ -86,20 +119,36 @@ mgt_status mgt_comm_wait(mgt_comm *c);
  *   emb_comm  embedding group: pipeline ranks 0 and PP-1 of this rank's pipeline (same tp, cp,
  *             dp), size 2 when PP > 1; on a rank that is neither it is a one-process group
  *   world     all ranks
- * The single-process state has every size 1. */
+ * Expert layers use a second grid over the same ranks (megatron-moe-cp.md section 1.4,
+ * parallel_state.py's expert RankGenerator(tp=ETP, ep=EP, dp=EDP, pp=PP, cp=1), order
+ * tp-cp-ep-dp-pp): rank = tp + TP*(ep + EP*(edp + EDP*pp)) with the expert tensor-parallel size
+ * ETP = TP (Megatron's default) and EDP = world / (TP*EP*PP) = CP*DP/EP; context parallelism is
+ * folded into EP x EDP ("MoE parallel folding"), so that ep_rank + EP*edp_rank =
+ * cp_rank + CP*dp_rank, and with CP = 1: dp_rank = ep_rank + EP*edp_rank (EP consecutive
+ * data-parallel ranks form an expert-parallel group).
+ *   ep_comm   expert-parallel group, the ranks that exchange tokens (alltoallv): same (tp, edp,
+ *             pp), ordered by ep_rank; a one-process group when EP = 1
+ *   edp_comm  expert data-parallel group, over which expert gradients are reduced: same (tp, ep,
+ *             pp), ordered by edp_rank.  When EP = 1 and CP = 1 its ranks are dp_comm's and
+ *             edp_comm IS dp_comm (the same pointer: no second MPI/NCCL communicator; its counters
+ *             are dp_comm's, so a sum of counters over the groups must skip edp_comm when
+ *             edp_comm == dp_comm); otherwise a communicator of its own.
+ * The single-process state has every size 1 (edp_comm == dp_comm). */
 typedef struct mgt_parallel {
 	int world_size, world_rank;
-	int tp, pp, dp, cp;                 /* sizes */
-	int tp_rank, pp_rank, dp_rank, cp_rank;
-	mgt_comm *world, *tp_comm, *pp_comm, *dp_comm, *mp_comm, *emb_comm;
-	/* after mgt_parallel_to_device: the host communicators the device ones wrap */
-	mgt_comm *host_tp, *host_pp, *host_dp, *host_emb;
+	int tp, pp, dp, cp, ep, edp;        /* sizes */
+	int tp_rank, pp_rank, dp_rank, cp_rank, ep_rank, edp_rank;
+	mgt_comm *world, *tp_comm, *pp_comm, *dp_comm, *mp_comm, *emb_comm, *ep_comm, *edp_comm;
+	/* after mgt_parallel_to_device: the host communicators the device ones wrap (host_edp ==
+	 * host_dp when edp_comm == dp_comm) */
+	mgt_comm *host_tp, *host_pp, *host_dp, *host_emb, *host_ep, *host_edp;
 } mgt_parallel;
 
 /* Fill *ps for one process (all sizes 1, single-rank communicators).  Errors: MGT_ERR_NOMEM. */
 mgt_status mgt_parallel_init_single(mgt_parallel *ps);
-/* Free every communicator (device ones first); collective, as MPI_Comm_free and NCCL's
- * finalize are: every rank calls it.  Free the parallel state before the backend. */
+/* Free every communicator (device ones first; a communicator held in two fields, edp_comm ==
+ * dp_comm, once); collective, as MPI_Comm_free and NCCL's finalize are: every rank calls it.
+ * Free the parallel state before the backend. */
 void mgt_parallel_free(mgt_parallel *ps);
 
 /* ---- the process runtime (lib/dist/mpi.c) ---- */
@@ -138,6 +187,13 @@ void mgt_dist_finalize(void);
  * numbers; the same on every rank, so every rank can exit with it), MGT_ERR_NOMEM,
  * MGT_ERR_IO (MPI group creation failed). */
 mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp);
+/* mgt_parallel_init with expert-parallel size ep (--expert-model-parallel-size), making the
+ * expert groups above; mgt_parallel_init is the ep = 1 case.  Every rank must call it with the
+ * same sizes.  Errors: those of mgt_parallel_init, and MGT_ERR_USAGE when ep < 1 or ep does not
+ * divide the data-parallel size (times the context-parallel size when cp > 1: Megatron's
+ * world % (ETP*EP*PP) == 0), naming --expert-model-parallel-size, the data-parallel size and
+ * the world size (the same on every rank). */
+mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep);
 
 /* ---- communicators on backend (device) memory ----
  *
@@ -167,8 +223,12 @@ typedef struct mgt_backend mgt_backend;
  * in backend memory (upload returned).
  *   Buffers: as dist.h (in place allgather and reduce_scatter included; since the input is
  *   downloaded before anything is uploaded, any other overlap of src and dst works as well).
+ *   alltoallv downloads each non-empty send block (blocks adjacent in src in rank order in one
+ *   transfer) into the staging buffer side by side, runs host's alltoallv there and uploads
+ *   each receive block the same way (dst's gaps untouched); host must have alltoallv.
  *   The staging buffer is host memory grown to the largest operation seen (allgather and
- *   reduce_scatter: (size + 1) * n elements at most) and held until destroy.
+ *   reduce_scatter: (size + 1) * n elements at most; alltoallv: its send plus receive counts)
+ *   and held until destroy.
  *   Errors: host's (MGT_ERR_IO naming the group and the peer, as dist.h), MGT_ERR_NOMEM (staging
  *   buffer), the backend's upload/download errors (MGT_ERR_IO) prefixed with
  *   "<group> group: staged <op>: ".  On failure the device buffer may be unchanged or partly
@@ -190,6 +250,9 @@ mgt_comm *mgt_comm_staged(mgt_comm *host, mgt_backend *be, mgt_status *st);
  *   once queued: the result is seen by later backend ops on that stream and by download (which
  *   waits for the stream), not by host code reading the memory otherwise.  n == 0 queues
  *   nothing but counts the call.
+ *   alltoallv: ncclSend and ncclRecv of every non-empty block between ncclGroupStart and
+ *   ncclGroupEnd on the same stream (queued, as the collectives); src overlapping dst's blocks
+ *   falls back to the staged path.
  *   send, recv: through an internal staged communicator over host (never NCCL p2p, so send never
  *   waits for the receiver, and a pipeline schedule cannot deadlock on the one stream).
  *   barrier: waits for the backend's stream (be->ops->sync), checks NCCL's asynchronous error
@@ -227,12 +290,13 @@ mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, bool own_stream, mgt_st
 int mgt_dist_have_nccl(void);
 
 /* Put the groups that carry tensors onto the memory of backend be (collective: every rank calls
- * it after mgt_parallel_init, with its own backend): tensor, data and embedding groups become
- * NCCL communicators (mgt_comm_nccl; staged ones for one-process groups; the data group on its
- * own stream when overlap_dp, for --overlap-grad-reduce), the pipeline group a staged one (its
- * send never waits for the receiver).  world and mp_comm stay host communicators:
- * the trainer reduces host scalars over them (loss sums, the gradient norm).  The host
- * communicators are kept in host_* and freed by mgt_parallel_free.  Nothing to do when
+ * it after mgt_parallel_init, with its own backend): tensor, data, embedding, expert and expert
+ * data groups become NCCL communicators (mgt_comm_nccl; staged ones for one-process groups; the
+ * data and expert data groups on their own streams when overlap_dp, for --overlap-grad-reduce:
+ * mgt_comm_wait each), the pipeline group a staged one (its send never waits for the receiver).
+ * edp_comm == dp_comm stays so (the one device communicator).  world and mp_comm stay host
+ * communicators: the trainer reduces host scalars over them (loss sums, the gradient norm).  The
+ * host communicators are kept in host_* and freed by mgt_parallel_free.  Nothing to do when
  * be->host_memory.  Errors: those of mgt_comm_nccl and mgt_comm_staged; on error ps is as before
  * for the groups not yet moved, and mgt_parallel_free still frees everything. */
 mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be, bool overlap_dp);

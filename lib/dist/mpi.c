@@ -10,6 +10,7 @@
 #include "dist_impl.h"
 
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,12 +54,32 @@ static mgt_status check_layout(int world, int tp, int pp, int cp, const char *hi
 		       tp, flag[1], pp, cps, hint);
 }
 
+/* MGT_ERR_USAGE unless ep >= 1 divides the data-parallel size times cp (Megatron's
+ * world % (ETP*EP*PP) == 0 with ETP = TP).  After check_layout. */
+static mgt_status check_ep(int world, int tp, int pp, int cp, int ep)
+{
+	if (ep < 1) return mgt_err(MGT_ERR_USAGE, "--expert-model-parallel-size must be at least 1 (got %d)", ep);
+	int dp = world / (tp * pp * cp);
+	if ((dp * cp) % ep == 0) return MGT_OK;
+	if (cp == 1)
+		return mgt_err(MGT_ERR_USAGE, "--expert-model-parallel-size %d does not divide the data-parallel size %d "
+			       "(world size %d / (--tensor-model-parallel-size %d x --pipeline-model-parallel-size %d))",
+			       ep, dp, world, tp, pp);
+	return mgt_err(MGT_ERR_USAGE, "--expert-model-parallel-size %d does not divide the data-parallel size %d x "
+		       "--context-parallel-size %d (world size %d / (--tensor-model-parallel-size %d x "
+		       "--pipeline-model-parallel-size %d x --context-parallel-size %d))", ep, dp, cp, world, tp, pp, cp);
+}
+
 #ifdef MGT_HAVE_MPI
 #include <mpi.h>
 
 /* The most elements one MPI call moves; larger operations take several calls.  A variable so
  * that tests can make it small (tests/unit/test_dist.c); values outside 1..INT_MAX mean INT_MAX. */
 size_t mgt_dist_max_count = INT_MAX;
+/* The furthest byte offset into a buffer an MPI_Alltoallw block may start at as a plain
+ * displacement (an int); beyond it a derived datatype carries the offset.  A variable so that
+ * tests can make it small; values above INT_MAX mean INT_MAX. */
+size_t mgt_dist_max_offset = INT_MAX;
 
 typedef struct {
 	int active, owned, finalized, size, rank, tag_ub;
@@ -362,6 +383,105 @@ static void mpi_destroy(mgt_comm *c)
 	free(c);
 }
 
+/* Peer r's block of n elements of t (es bytes) at byte offset off of the buffer, as MPI_Alltoallw
+ * takes it: *count elements of *type at *displ bytes.  A block of at most chunk_of's count
+ * (INT_MAX, or mgt_dist_max_count) starting within INT_MAX bytes (or mgt_dist_max_offset) is
+ * the basic type itself; any
+ * other a derived type at off (count 1, displacement 0; *made: free it) of whole chunks of
+ * chunk_of's size and the rest.  The type signature is n elements of t either way, so peers
+ * that describe the same block differently still match. */
+static int block_type(size_t n, size_t off, MPI_Datatype t, size_t es, int *count, int *displ, MPI_Datatype *type,
+		      int *made)
+{
+	size_t m = chunk_of(n), lim = mgt_dist_max_offset < INT_MAX ? mgt_dist_max_offset : INT_MAX;
+	*made = 0;
+	*type = t;
+	if (!n || (m == n && off <= lim)) {
+		*count = (int)n;
+		*displ = n ? (int)off : 0;
+		return MPI_SUCCESS;
+	}
+	size_t k = n / m, rest = n % m;
+	if (k > INT_MAX) return MPI_ERR_COUNT;
+	MPI_Datatype chunk, types[2];
+	MPI_Aint disps[2];
+	int lens[2], nb = 0, rc = MPI_Type_contiguous((int)m, t, &chunk);
+	if (rc != MPI_SUCCESS) return rc;
+	lens[nb] = (int)k;
+	disps[nb] = (MPI_Aint)off;
+	types[nb++] = chunk;
+	if (rest) {
+		lens[nb] = (int)rest;
+		disps[nb] = (MPI_Aint)(off + k * m * es);
+		types[nb++] = t;
+	}
+	rc = MPI_Type_create_struct(nb, lens, disps, types, type);
+	MPI_Type_free(&chunk);
+	if (rc != MPI_SUCCESS) return rc;
+	if ((rc = MPI_Type_commit(type)) != MPI_SUCCESS) {
+		MPI_Type_free(type);
+		return rc;
+	}
+	*made = 1;
+	*count = 1;
+	*displ = 0;
+	return MPI_SUCCESS;
+}
+
+/* One MPI_Alltoallw on every rank whatever its counts (dist.h): per-peer counts, byte
+ * displacements and types from block_type.  src overlapping the dst blocks is copied first.
+ * A one-process group copies its block itself: OpenMPI's coll/self alltoallw (4.1) scales the
+ * byte displacements by the type's extent, as alltoallv's, and writes out of bounds. */
+static mgt_status mpi_alltoallv(mgt_comm *c, void *dst, const int64_t *rcount, const int64_t *rdispl,
+				const void *src, const int64_t *scount, const int64_t *sdispl, mgt_comm_dtype dt)
+{
+	size_t es = mgt_comm_dtype_size(dt), p = (size_t)c->size, send_end, recv_end;
+	double sent;
+	mgt_status st = mgt_comm_alltoallv_check(c, rcount, rdispl, scount, sdispl, es, &sent, &send_end, &recv_end);
+	if (!st) st = settle(c, 0);
+	if (st) return st;
+	if (p == 1) {
+		if (scount[0])
+			memmove((char *)dst + (size_t)rdispl[0] * es, (const char *)src + (size_t)sdispl[0] * es,
+				(size_t)scount[0] * es);
+		mgt_comm_count(c, 0);
+		return MGT_OK;
+	}
+	/* counts, displacements and "made" flags: send side [0, 3p), receive side [3p, 6p) */
+	int *ints = mgt_malloc(p * 6 * sizeof *ints), overlap = mgt_comm_overlaps(dst, recv_end, src, send_end);
+	MPI_Datatype *types = mgt_malloc(p * 2 * sizeof *types);
+	void *copy = overlap ? mgt_malloc(send_end) : NULL;
+	if (!ints || !types || (overlap && !copy)) {
+		free(ints);
+		free(types);
+		free(copy);
+		return MGT_ERR_NOMEM;
+	}
+	if (copy) src = memcpy(copy, src, send_end);
+	int *scnt = ints, *sdsp = ints + p, *smade = ints + 2 * p;
+	int *rcnt = ints + 3 * p, *rdsp = ints + 4 * p, *rmade = ints + 5 * p;
+	MPI_Datatype *stype = types, *rtype = types + p, t = mpi_type(dt);
+	memset(ints, 0, p * 6 * sizeof *ints);
+	int rc = MPI_SUCCESS;
+	for (size_t r = 0; r < p && rc == MPI_SUCCESS; r++) {
+		rc = block_type((size_t)scount[r], (size_t)sdispl[r] * es, t, es, &scnt[r], &sdsp[r], &stype[r], &smade[r]);
+		if (rc == MPI_SUCCESS)
+			rc = block_type((size_t)rcount[r], (size_t)rdispl[r] * es, t, es, &rcnt[r], &rdsp[r], &rtype[r],
+					&rmade[r]);
+	}
+	if (rc == MPI_SUCCESS) rc = MPI_Alltoallw(src, scnt, sdsp, stype, dst, rcnt, rdsp, rtype, comm_of(c));
+	for (size_t r = 0; r < p; r++) {
+		if (smade[r]) MPI_Type_free(&stype[r]);
+		if (rmade[r]) MPI_Type_free(&rtype[r]);
+	}
+	free(ints);
+	free(types);
+	free(copy);
+	if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "alltoallv", -1, 0);
+	mgt_comm_count(c, sent);
+	return MGT_OK;
+}
+
 static const mgt_comm_ops mpi_ops = {
 	.allreduce = mpi_allreduce,
 	.allgather = mpi_allgather,
@@ -371,6 +491,7 @@ static const mgt_comm_ops mpi_ops = {
 	.recv = mpi_recv,
 	.barrier = mpi_barrier,
 	.destroy = mpi_destroy,
+	.alltoallv = mpi_alltoallv,
 };
 
 /* ---- groups ------------------------------------------------------------------------------- */
@@ -399,15 +520,18 @@ static mgt_status comm_split(int color, int key, const char *name, mgt_comm **ou
 	return MGT_OK;
 }
 
-/* Sizes and ranks: rank = tp + TP*(cp + CP*(dp + DP*pp)). */
-static void layout(mgt_parallel *ps, int world, int rank, int tp, int pp, int cp)
+/* Sizes and ranks: rank = tp + TP*(cp + CP*(dp + DP*pp)), and on the expert grid
+ * rank = tp + TP*(ep + EP*(edp + EDP*pp)) (dist.h). */
+static void layout(mgt_parallel *ps, int world, int rank, int tp, int pp, int cp, int ep)
 {
 	*ps = (mgt_parallel){ .world_size = world, .world_rank = rank, .tp = tp, .pp = pp, .cp = cp,
-			      .dp = world / (tp * pp * cp) };
+			      .dp = world / (tp * pp * cp), .ep = ep, .edp = world / (tp * pp * ep) };
 	ps->tp_rank = rank % tp;
 	ps->cp_rank = rank / tp % cp;
 	ps->dp_rank = rank / (tp * cp) % ps->dp;
 	ps->pp_rank = rank / (tp * cp * ps->dp);
+	ps->ep_rank = rank / tp % ep;
+	ps->edp_rank = rank / (tp * ep) % ps->edp;
 }
 
 /* The groups of dist.h: colors select the group, keys order it. */
@@ -427,24 +551,35 @@ static mgt_status make_groups(mgt_parallel *ps)
 		{ &ps->pp_comm, pipe, ps->pp_rank, "pipeline" },
 		{ &ps->mp_comm, ps->cp_rank + CP * ps->dp_rank, r, "model" },
 		{ &ps->emb_comm, ends ? pipe : ps->world_size + r, ps->pp_rank, "embedding" },
+		{ &ps->ep_comm, ps->tp_rank + TP * (ps->edp_rank + ps->edp * ps->pp_rank), ps->ep_rank, "expert" },
+		{ &ps->edp_comm, ps->tp_rank + TP * (ps->ep_rank + ps->ep * ps->pp_rank), ps->edp_rank, "expert-data" },
 	};
-	for (size_t i = 0; i < sizeof g / sizeof *g; i++) {
+	int n = sizeof g / sizeof *g;
+	if (ps->ep == 1 && CP == 1) n--; /* edp_comm is dp_comm (dist.h) */
+	for (int i = 0; i < n; i++) {
 		mgt_status st = comm_split(g[i].color, g[i].key, g[i].name, g[i].slot);
 		if (st) return st;
 	}
+	if (n < (int)(sizeof g / sizeof *g)) ps->edp_comm = ps->dp_comm;
 	return MGT_OK;
+}
+
+mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep)
+{
+	memset(ps, 0, sizeof *ps);
+	mgt_status st = check_layout(rt.size, tp, pp, cp, rt.active ? "" : " (one process: start it with mpirun)");
+	if (!st) st = check_ep(rt.size, tp, pp, cp, ep);
+	if (st) return st;
+	if (!rt.active) return mgt_parallel_init_single(ps);
+	layout(ps, rt.size, rt.rank, tp, pp, cp, ep);
+	st = make_groups(ps);
+	if (st) mgt_parallel_free(ps);
+	return st;
 }
 
 mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp)
 {
-	memset(ps, 0, sizeof *ps);
-	mgt_status st = check_layout(rt.size, tp, pp, cp, rt.active ? "" : " (one process: start it with mpirun)");
-	if (st) return st;
-	if (!rt.active) return mgt_parallel_init_single(ps);
-	layout(ps, rt.size, rt.rank, tp, pp, cp);
-	st = make_groups(ps);
-	if (st) mgt_parallel_free(ps);
-	return st;
+	return mgt_parallel_init_ep(ps, tp, pp, cp, 1);
 }
 
 /* ---- the runtime -------------------------------------------------------------------------- */
@@ -532,11 +667,17 @@ void mgt_dist_finalize(void)
 {
 }
 
-mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp)
+mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep)
 {
 	memset(ps, 0, sizeof *ps);
 	mgt_status st = check_layout(1, tp, pp, cp, " (mgt was built without MPI)");
+	if (!st) st = check_ep(1, tp, pp, cp, ep);
 	return st ? st : mgt_parallel_init_single(ps);
+}
+
+mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp)
+{
+	return mgt_parallel_init_ep(ps, tp, pp, cp, 1);
 }
 
 #endif

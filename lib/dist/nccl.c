@@ -204,6 +204,36 @@ static mgt_status nccl_broadcast(mgt_comm *c, void *buf, size_t n, mgt_comm_dtyp
 	return MGT_OK;
 }
 
+/* ncclSend/ncclRecv of every non-empty block in one group (NCCL's alltoallv recipe), so that
+ * NCCL schedules all of them at once; src overlapping the dst blocks is staged. */
+static mgt_status nccl_alltoallv(mgt_comm *c, void *dst, const int64_t *rcount, const int64_t *rdispl,
+				 const void *src, const int64_t *scount, const int64_t *sdispl, mgt_comm_dtype dt)
+{
+	nccl_impl *im = c->impl;
+	size_t es = mgt_comm_dtype_size(dt), send_end, recv_end;
+	double sent;
+	mgt_status st = mgt_comm_alltoallv_check(c, rcount, rdispl, scount, sdispl, es, &sent, &send_end, &recv_end);
+	if (st) return st;
+	if (mgt_comm_overlaps(dst, recv_end, src, send_end))
+		RETURN_VIA_STAGED(c, alltoallv(s_, dst, rcount, rdispl, src, scount, sdispl, dt));
+	st = check_async(c, "alltoallv");
+	if (!st) st = enter_side(c, "alltoallv");
+	if (st) return st;
+	ncclDataType_t t = nccl_type(dt);
+	ncclResult_t rc = ncclGroupStart(), rc2;
+	for (int r = 0; r < c->size && rc == ncclSuccess; r++) {
+		if (scount[r])
+			rc = ncclSend((const char *)src + (size_t)sdispl[r] * es, (size_t)scount[r], t, r, im->comm, im->stream);
+		if (rc == ncclSuccess && rcount[r])
+			rc = ncclRecv((char *)dst + (size_t)rdispl[r] * es, (size_t)rcount[r], t, r, im->comm, im->stream);
+	}
+	rc2 = ncclGroupEnd(); /* also after a failure: the group must be closed */
+	if (rc == ncclSuccess) rc = rc2;
+	if (rc != ncclSuccess) return nccl_fail(c->name, "alltoallv", rc, im->comm);
+	mgt_comm_count(c, sent);
+	return MGT_OK;
+}
+
 /* ---- point to point and barrier: the staged communicator ----------------------------------- */
 
 static mgt_status nccl_send(mgt_comm *c, const void *buf, size_t n, mgt_comm_dtype dt, int peer, int tag)
@@ -260,6 +290,7 @@ static const mgt_comm_ops nccl_ops = {
 	.barrier = nccl_barrier,
 	.destroy = nccl_destroy,
 	.wait = nccl_wait,
+	.alltoallv = nccl_alltoallv,
 };
 
 /* ---- creation ------------------------------------------------------------------------------- */

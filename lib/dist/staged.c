@@ -6,6 +6,7 @@
  * across the operation, so they are host's formulas by construction.
  */
 #include "dist/dist.h"
+#include "dist/dist_impl.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -172,6 +173,65 @@ static mgt_status staged_recv(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype d
 	return st ? st : upload(c, "recv", buf, s, bytes);
 }
 
+/* The non-empty blocks of count/displ (elements of es bytes) between backend buffer dev and the
+ * pack, where they lie side by side in rank order from pack: downloaded (up 0) or uploaded
+ * (up 1), blocks adjacent in dev as well in one transfer. */
+static mgt_status move_blocks(mgt_comm *c, int up, char *dev, char *pack, const int64_t *count, const int64_t *displ,
+			      size_t es)
+{
+	size_t start = 0, len = 0, at = 0; /* the run: dev bytes [start, start + len) at pack + at */
+	mgt_status st = MGT_OK;
+	for (int r = 0; r <= c->size && !st; r++) {
+		size_t d = r < c->size ? (size_t)displ[r] * es : 0, n = r < c->size ? (size_t)count[r] * es : 0;
+		if (r < c->size && !n) continue;
+		if (len && r < c->size && d == start + len) {
+			len += n;
+			continue;
+		}
+		if (len)
+			st = up ? upload(c, "alltoallv", dev + start, pack + at, len)
+				: download(c, "alltoallv", pack + at, dev + start, len);
+		at += len;
+		start = d;
+		len = n;
+	}
+	return st;
+}
+
+/* Staging buffer: this rank's send blocks side by side in rank order, then its receive blocks
+ * likewise; host's alltoallv runs on it with those displacements. */
+static mgt_status staged_alltoallv(mgt_comm *c, void *dst, const int64_t *rcount, const int64_t *rdispl,
+				   const void *src, const int64_t *scount, const int64_t *sdispl, mgt_comm_dtype dt)
+{
+	staged_impl *im = c->impl;
+	size_t es = mgt_comm_dtype_size(dt), p = (size_t)c->size, send_end, recv_end, sn = 0, rn = 0;
+	double sent;
+	mgt_status st = mgt_comm_alltoallv_check(c, rcount, rdispl, scount, sdispl, es, &sent, &send_end, &recv_end);
+	if (st) return st;
+	int64_t *disp = mgt_malloc(2 * p * sizeof *disp); /* host's sdispl, then rdispl */
+	if (!disp) return MGT_ERR_NOMEM;
+	for (size_t r = 0; r < p && !st; r++) {
+		size_t room = SIZE_MAX / es - sn - rn; /* elements the staging buffer may still grow by */
+		if ((size_t)scount[r] > room || (size_t)rcount[r] > room - (size_t)scount[r])
+			st = mgt_err(MGT_ERR_NOMEM, "%s group: staged alltoallv: too large", c->name);
+		disp[r] = (int64_t)sn;
+		disp[p + r] = (int64_t)rn;
+		sn += (size_t)scount[r];
+		rn += (size_t)rcount[r];
+	}
+	char *s = st ? NULL : stage_for(im, (sn + rn) * es);
+	if (!st && !s) st = MGT_ERR_NOMEM;
+	if (!st) st = move_blocks(c, 0, (char *)src, s, scount, sdispl, es);
+	if (!st) {
+		counters k = host_counters(c);
+		st = mgt_comm_alltoallv(im->host, s + sn * es, rcount, disp + p, s, scount, disp, dt);
+		add_counts(c, k);
+	}
+	if (!st) st = move_blocks(c, 1, dst, s + sn * es, rcount, rdispl, es);
+	free(disp);
+	return st;
+}
+
 static mgt_status staged_barrier(mgt_comm *c)
 {
 	staged_impl *im = c->impl;
@@ -198,6 +258,7 @@ static const mgt_comm_ops staged_ops = {
 	.recv = staged_recv,
 	.barrier = staged_barrier,
 	.destroy = staged_destroy,
+	.alltoallv = staged_alltoallv,
 };
 
 mgt_comm *mgt_comm_staged(mgt_comm *host, mgt_backend *be, mgt_status *st)

@@ -1,7 +1,7 @@
 #!/bin/sh
 # lib/dist under mpirun: build/tests/test_dist as 1, 2, 4 and 8 processes (tests/mpirun.sh)
-# checks every collective, send/recv, the byte counts and the groups of every layout that
-# divides the world; a rank that aborts or exits takes the job down, non-zero and in time.
+# checks every collective (alltoallv included), send/recv, the byte counts and the groups of
+# every layout that divides the world, the expert-parallel groups included; a rank that aborts or exits takes the job down, non-zero and in time.
 . "$(dirname "$0")/lib.sh"
 W=$ROOT/build/tests/test_dist
 RUN=$ROOT/tests/mpirun.sh

@@ -3,8 +3,12 @@
  * communicator and groups: every collective against a locally computed result (dtypes, sizes,
  * SUM and MAX, in place, split into many MPI calls), send/recv (interleaved tags, many sends
  * before the first receive, errors), bytes_sent and calls after every operation (the dist.h
- * formulas), and the groups of every layout that divides the world (Megatron's rank formula,
- * members checked by an allgather of world ranks inside each group).  Prints "ok"/"not ok" per
+ * formulas), alltoallv (uneven, zero and in-place blocks out of rank order with gaps, every
+ * element, bytes_sent = the bytes sent to other ranks; blocks and offsets as derived MPI types;
+ * refused arguments), the groups of every layout that divides the world (Megatron's rank formula,
+ * members checked by an allgather of world ranks inside each group), and the expert groups of
+ * every (tp, pp, cp, ep) layout against Megatron's expert grid enumerated (ep, edp ranks and
+ * members; edp_comm is dp_comm exactly when ep = cp = 1; bad --expert-model-parallel-size).  Prints "ok"/"not ok" per
  * check (rank 0 prints passing checks, every rank its failures) and rank 0 the job's
  * "N passed, M failed"; every rank exits 1 when any rank failed.
  *
@@ -25,6 +29,7 @@
 
 #ifdef MGT_HAVE_MPI
 extern size_t mgt_dist_max_count; /* lib/dist/mpi.c: the most elements per MPI call */
+extern size_t mgt_dist_max_offset; /* lib/dist/mpi.c: the furthest plain alltoallv displacement */
 #endif
 
 static int me; /* world rank */
@@ -268,6 +273,140 @@ static void test_p2p_errors(mgt_comm *c)
 	RCHECK(c->ops->barrier(c) == MGT_OK, "barrier after the errors");
 }
 
+/* ---- alltoallv ------------------------------------------------------------------------------ */
+
+/* Element i of the block group rank q sends to group rank r (exact in every dtype). */
+static int64_t aval(int q, int r, size_t i, mgt_comm_dtype dt)
+{
+	int64_t v = (int64_t)((q * 31 + r * 17 + (int64_t)(i % 1000003) * 7) % 199) - 99;
+	return dt == MGT_DT_I64 ? v * ((int64_t)1 << 35) : v;
+}
+
+enum { SENTINEL = 12345 }; /* in dst's gaps; aval never gives it */
+
+/* How many elements group rank q sends to group rank r: uneven, a quarter of the pairs zero
+ * (the self block too, for some q), scaled by unit.  sym: cnt(q, r) == cnt(r, q). */
+static size_t a2a_count(int q, int r, int seed, size_t unit, int sym)
+{
+	int k = sym ? (q + r + seed) % 4 : (q * 5 + r * 3 + seed) % 4;
+	return (size_t)k * unit + (k == 3 ? (size_t)(q + (sym ? 1 : 2) * r) % 3 : 0);
+}
+
+/* Displacements of p blocks of the given counts: gaps: blocks in reverse rank order (send) or
+ * odd ranks first (receive), with gaps of 1 + r elements before block r; else side by side in
+ * rank order (Megatron's splits).  Returns the buffer length in elements. */
+static size_t a2a_layout(int p, const int64_t *count, int64_t *displ, int gaps, int recv)
+{
+	size_t at = 0;
+	for (int k = 0; k < p; k++) {
+		int r = !gaps ? k : recv ? (k < p / 2 ? 2 * k + 1 : 2 * (k - p / 2)) : p - 1 - k;
+		if (gaps) at += 1 + (size_t)r;
+		displ[r] = (int64_t)at;
+		at += (size_t)count[r];
+	}
+	return at + (gaps ? 2 : 0);
+}
+
+/* One alltoallv on c with a2a_count's counts: every received element and every gap of dst
+ * checked, bytes_sent = sum over r != rank of scount[r] * element size, one call.
+ * in_place: src and dst the same buffer (sym counts, the same displacements). */
+static int try_alltoallv(mgt_comm *c, mgt_comm_dtype dt, int seed, size_t unit, int gaps, int in_place)
+{
+	int p = c->size, me_g = c->rank;
+	size_t es = mgt_comm_dtype_size(dt), pp = (size_t)p;
+	int64_t *sc = xmalloc(4 * pp * sizeof *sc), *sd = sc + p, *rc = sc + 2 * p, *rd = sc + 3 * p;
+	for (int r = 0; r < p; r++) {
+		sc[r] = (int64_t)a2a_count(me_g, r, seed, unit, in_place);
+		rc[r] = (int64_t)a2a_count(r, me_g, seed, unit, in_place);
+	}
+	size_t sn = a2a_layout(p, sc, sd, gaps, 0), rn = a2a_layout(p, rc, rd, gaps, !in_place);
+	if (in_place) { /* the counts are symmetric: the same blocks */
+		memcpy(rd, sd, pp * sizeof *rd);
+		rn = sn;
+	}
+	char *src = xmalloc(sn * es), *dst = in_place ? src : xmalloc(rn * es);
+	for (size_t i = 0; i < rn; i++) put(dst, dt, i, SENTINEL);
+	for (size_t i = 0; i < sn; i++) put(src, dt, i, SENTINEL);
+	double bytes = 0;
+	for (int r = 0; r < p; r++) {
+		for (size_t i = 0; i < (size_t)sc[r]; i++) put(src, dt, (size_t)sd[r] + i, aval(me_g, r, i, dt));
+		if (r != me_g) bytes += (double)sc[r] * (double)es;
+	}
+	double b0 = c->bytes_sent;
+	uint64_t k0 = c->calls;
+	int ok = mgt_comm_alltoallv(c, dst, rc, rd, src, sc, sd, dt) == MGT_OK;
+	ok = ok && counted(c, b0, k0, p > 1 ? bytes : 0);
+	/* every element of dst: in block r the elements rank r sent, elsewhere the sentinel */
+	for (size_t i = 0; i < rn && ok; i++) {
+		int64_t e = SENTINEL;
+		for (int r = 0; r < p; r++)
+			if (i >= (size_t)rd[r] && i < (size_t)(rd[r] + rc[r])) e = aval(r, me_g, i - (size_t)rd[r], dt);
+		ok = get(dst, dt, i) == e;
+	}
+	if (!in_place) {
+		for (int r = 0; r < p && ok; r++) /* src is read only */
+			for (size_t i = 0; i < (size_t)sc[r] && ok; i++) ok = get(src, dt, (size_t)sd[r] + i) == aval(me_g, r, i, dt);
+		free(dst);
+	}
+	free(src);
+	free(sc);
+	return ok;
+}
+
+/* alltoallv on c for every dtype: uneven and zero counts, gaps and side by side, in place;
+ * units up to big. */
+static void test_alltoallv(mgt_comm *c, const char *what, size_t big)
+{
+	const size_t units[] = { 0, 1, 5, big };
+	for (int d = 0; d < 4; d++) {
+		int ok[3] = { 1, 1, 1 };
+		for (size_t u = 0; u < sizeof units / sizeof *units; u++)
+			for (int seed = 0; seed < 4; seed++) {
+				ok[0] &= try_alltoallv(c, dtypes[d], seed, units[u], 1, 0);
+				ok[1] &= try_alltoallv(c, dtypes[d], seed, units[u], 0, 0);
+				ok[2] &= try_alltoallv(c, dtypes[d], seed, units[u], 1, 1);
+			}
+		const char *how[] = { "blocks out of rank order with gaps", "blocks side by side", "src == dst" };
+		for (int i = 0; i < 3; i++)
+			RCHECK(ok[i], "%s (%s group of %d): alltoallv of %s, %s, uneven and zero counts up to %zu: every "
+			       "element, gaps untouched, bytes_sent, calls", what, c->name, c->size, dt_name[d], how[i],
+			       3 * big + 2);
+	}
+}
+
+/* Bad arguments: refused on every rank before anything is sent (all ranks pass the same
+ * mistake, so nobody waits), nothing counted. */
+static void test_alltoallv_errors(mgt_comm *c)
+{
+	int p = c->size, q = c->rank;
+	int64_t *sc = xmalloc(4 * (size_t)p * sizeof *sc), *sd = sc + p, *rc = sc + 2 * p, *rd = sc + 3 * p;
+	int32_t buf[4] = { 0 };
+	for (int r = 0; r < 4 * p; r++) sc[r] = 0;
+	uint64_t k0 = c->calls;
+	sc[(q + 1) % p] = -2;
+	mgt_status st = mgt_comm_alltoallv(c, buf, rc, rd, buf, sc, sd, MGT_DT_I32);
+	RCHECK(st == MGT_ERR_IO && has_msg("send count -2") && has_msg(c->name) && c->calls == k0,
+	       "alltoallv with a negative count: MGT_ERR_IO naming the group, not counted (%s)", mgt_err_msg());
+	sc[(q + 1) % p] = 0;
+	rd[q] = -1;
+	st = mgt_comm_alltoallv(c, buf, rc, rd, buf, sc, sd, MGT_DT_I32);
+	RCHECK(st == MGT_ERR_IO && has_msg("receive displacement -1"), "alltoallv with a negative displacement: "
+	       "MGT_ERR_IO (%s)", mgt_err_msg());
+	rd[q] = 0;
+	sc[q] = 2;
+	rc[q] = 1;
+	st = mgt_comm_alltoallv(c, buf, rc, rd, buf, sc, sd, MGT_DT_I32);
+	RCHECK(st == MGT_ERR_IO && has_msg("sends itself 2 elements but receives 1"),
+	       "alltoallv with scount[rank] != rcount[rank]: MGT_ERR_IO (%s)", mgt_err_msg());
+	sd[q] = INT64_MAX;
+	st = mgt_comm_alltoallv(c, buf, rc, rd, buf, sc, sd, MGT_DT_I32);
+	RCHECK(st == MGT_ERR_IO && has_msg("beyond the address space"), "alltoallv with a block beyond the address "
+	       "space: MGT_ERR_IO (%s)", mgt_err_msg());
+	free(sc);
+	RCHECK(c->calls == k0 && c->ops->barrier(c) == MGT_OK, "after the refused alltoallv calls: nothing counted, "
+	       "the group still works");
+}
+
 /* ---- groups ------------------------------------------------------------------------------- */
 
 static int rank_of(const mgt_parallel *ps, int t, int c, int d, int p)
@@ -387,6 +526,109 @@ static void test_layouts(void)
 	test_bad_layout(1, 0, 1, "--pipeline-model-parallel-size must be at least 1 (got 0)");
 }
 
+/* ---- expert-parallel groups ---------------------------------------------------------------- */
+
+/* Megatron's expert grid (RankGenerator(tp=TP, ep=EP, dp=EDP, pp=PP, cp=1), order
+ * tp-cp-ep-dp-pp): the world rank of coordinates (t, e, d, p). */
+static int erank(int TP, int EP, int EDP, int t, int e, int d, int p)
+{
+	return t + TP * (e + EP * (d + EDP * p));
+}
+
+static void test_layout_ep(int tp, int pp, int cp, int ep)
+{
+	int W = mgt_dist_world_size(), EDP = W / (tp * pp * ep);
+	mgt_parallel ps;
+	mgt_status st = mgt_parallel_init_ep(&ps, tp, pp, cp, ep);
+	RCHECK(st == MGT_OK, "layout tp %d pp %d cp %d ep %d over %d: mgt_parallel_init_ep (%s)", tp, pp, cp, ep, W,
+	       st ? mgt_err_msg() : "");
+	if (st) return;
+	int r = ps.world_rank, T = -1, E = -1, D = -1, P = -1, hits = 0;
+	/* this rank's expert coordinates by search over the whole grid, not by division */
+	for (int p = 0; p < pp; p++)
+		for (int d = 0; d < EDP; d++)
+			for (int e = 0; e < ep; e++)
+				for (int t = 0; t < tp; t++)
+					if (erank(tp, ep, EDP, t, e, d, p) == r) T = t, E = e, D = d, P = p, hits++;
+	RCHECK(hits == 1 && ps.ep == ep && ps.edp == EDP && ps.ep_rank == E && ps.edp_rank == D && ps.tp_rank == T &&
+	       ps.pp_rank == P && ps.cp_rank + cp * ps.dp_rank == ps.ep_rank + ep * ps.edp_rank &&
+	       (cp > 1 || ps.dp_rank == ps.ep_rank + ep * ps.edp_rank),
+	       "layout tp %d pp %d cp %d ep %d: edp %d, rank %d = tp %d + TP*(ep %d + EP*(edp %d + EDP*pp %d)) as "
+	       "Megatron's expert grid says (tp %d, ep %d, edp %d, pp %d); cp %d + CP*dp %d = ep + EP*edp",
+	       tp, pp, cp, ep, ps.edp, r, ps.tp_rank, ps.ep_rank, ps.edp_rank, ps.pp_rank, T, E, D, P, ps.cp_rank,
+	       ps.dp_rank);
+	int *expect = xmalloc((size_t)W * sizeof *expect), n;
+	mgt_comm *cs[] = { ps.world, ps.tp_comm, ps.dp_comm, ps.pp_comm, ps.mp_comm, ps.emb_comm };
+	const char *names[] = { "world", "tensor", "data", "pipeline", "model", "embedding" };
+	int dense_ok = 1;
+	for (int g = 0; g < 6; g++) {
+		n = members(&ps, g, expect);
+		dense_ok &= group_ok(cs[g], names[g], expect, n, r);
+	}
+	RCHECK(dense_ok, "layout tp %d pp %d cp %d ep %d: the six dense groups as without ep", tp, pp, cp, ep);
+	n = 0;
+	for (int e = 0; e < ep; e++) expect[n++] = erank(tp, ep, EDP, T, e, D, P);
+	RCHECK(group_ok(ps.ep_comm, "expert", expect, n, r) && ps.ep_comm->rank == E,
+	       "layout tp %d pp %d cp %d ep %d: expert group of %d (same tp, edp, pp; by ep_rank), members from an "
+	       "allgather inside it", tp, pp, cp, ep, n);
+	n = 0;
+	for (int d = 0; d < EDP; d++) expect[n++] = erank(tp, ep, EDP, T, E, d, P);
+	int alias = ps.edp_comm == ps.dp_comm;
+	RCHECK(group_ok(ps.edp_comm, alias ? "data" : "expert-data", expect, n, r) && ps.edp_comm->rank == D &&
+	       alias == (ep == 1 && cp == 1),
+	       "layout tp %d pp %d cp %d ep %d: expert data group of %d (same tp, ep, pp; by edp_rank)%s", tp, pp, cp,
+	       ep, n, alias ? ", the data group itself" : ", a communicator of its own");
+	if (tp * pp * cp <= 2) test_alltoallv(ps.ep_comm, "expert group", 33);
+	free(expect);
+	mgt_parallel_free(&ps);
+	RCHECK(!ps.ep_comm && !ps.edp_comm && !ps.dp_comm && !ps.world, "mgt_parallel_free clears the state (ep %d)", ep);
+}
+
+static void test_bad_ep(int tp, int pp, int cp, int ep, const char *msg)
+{
+	mgt_parallel ps;
+	mgt_status st = mgt_parallel_init_ep(&ps, tp, pp, cp, ep);
+	RCHECK(st == MGT_ERR_USAGE && has_msg(msg) && !ps.world && !ps.ep_comm,
+	       "layout tp %d pp %d cp %d ep %d over %d: MGT_ERR_USAGE (%s)", tp, pp, cp, ep, mgt_dist_world_size(),
+	       mgt_err_msg());
+	if (!st) mgt_parallel_free(&ps);
+}
+
+static void test_layouts_ep(void)
+{
+	static const int layouts[][4] = { { 1, 1, 1, 1 }, { 1, 1, 1, 2 }, { 1, 1, 1, 4 }, { 1, 1, 1, 8 },
+					  { 2, 1, 1, 2 }, { 2, 1, 1, 4 }, { 1, 2, 1, 2 }, { 1, 2, 1, 4 },
+					  { 2, 2, 1, 2 }, { 4, 1, 1, 2 }, { 1, 4, 1, 2 }, { 2, 2, 1, 1 },
+					  { 1, 1, 2, 1 }, { 1, 1, 2, 2 }, { 1, 1, 2, 4 }, { 2, 1, 2, 2 },
+					  { 1, 2, 2, 2 }, { 1, 1, 4, 2 } };
+	int W = mgt_dist_world_size();
+	char msg[300];
+	for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
+		const int *l = layouts[i];
+		int tpc = l[0] * l[1] * l[2];
+		if (W % tpc) continue; /* the dense layout fails: test_layouts */
+		int dp = W / tpc;
+		if (dp * l[2] % l[3] == 0) {
+			test_layout_ep(l[0], l[1], l[2], l[3]);
+		} else if (l[2] == 1) {
+			snprintf(msg, sizeof msg, "--expert-model-parallel-size %d does not divide the data-parallel size %d "
+				 "(world size %d / (--tensor-model-parallel-size %d x --pipeline-model-parallel-size %d))",
+				 l[3], dp, W, l[0], l[1]);
+			test_bad_ep(l[0], l[1], l[2], l[3], msg);
+		} else {
+			snprintf(msg, sizeof msg, "--expert-model-parallel-size %d does not divide the data-parallel size %d x "
+				 "--context-parallel-size %d (world size %d", l[3], dp, l[2], W);
+			test_bad_ep(l[0], l[1], l[2], l[3], msg);
+		}
+	}
+	snprintf(msg, sizeof msg, "--expert-model-parallel-size 3 does not divide the data-parallel size %d", W);
+	test_bad_ep(1, 1, 1, 3, msg);
+	test_bad_ep(1, 1, 1, 2 * W, "does not divide the data-parallel size");
+	test_bad_ep(1, 1, 1, 0, "--expert-model-parallel-size must be at least 1 (got 0)");
+	test_bad_ep(3, 1, 1, 1, "is not divisible by --tensor-model-parallel-size 3");
+	if (W >= 2) test_bad_ep(W, 1, 1, 2, "does not divide the data-parallel size 1 (world size");
+}
+
 /* ---- one process ---------------------------------------------------------------------------- */
 
 static void test_single_comm(void)
@@ -407,6 +649,8 @@ static void test_single_comm(void)
 	RCHECK(c->ops->send(c, a, 3, MGT_DT_F32, 0, 0) == MGT_ERR_IO && has_msg("solo group") &&
 	       c->ops->recv(c, a, 3, MGT_DT_F32, 0, 1) == MGT_ERR_IO && c->calls == 5,
 	       "single: send and recv are MGT_ERR_IO naming the group (%s)", mgt_err_msg());
+	test_alltoallv(c, "single", 1000);
+	test_alltoallv_errors(c);
 	mgt_comm_destroy(c);
 	mgt_comm_destroy(NULL);
 }
@@ -422,6 +666,10 @@ static void test_single_state(void)
 	for (int g = 0; g < 6; g++)
 		ok = ok && cs[g] && cs[g]->size == 1 && cs[g]->rank == 0 && !strcmp(cs[g]->name, names[g]);
 	RCHECK(ok, "single state: sizes 1, ranks 0, six one-process groups with their names");
+	RCHECK(ps.ep == 1 && ps.edp == 1 && !ps.ep_rank && !ps.edp_rank && ps.ep_comm && ps.ep_comm->size == 1 &&
+	       !strcmp(ps.ep_comm->name, "expert") && ps.edp_comm == ps.dp_comm,
+	       "single state: ep = edp = 1, a one-process expert group, edp_comm is dp_comm");
+	if (ps.ep_comm) test_alltoallv(ps.ep_comm, "single state", 100);
 	mgt_parallel_free(&ps);
 	RCHECK(!ps.world && !ps.mp_comm && !ps.emb_comm, "mgt_parallel_free clears the single state");
 }
@@ -519,6 +767,8 @@ int main(int argc, char **argv)
 	if (!st) {
 		static const size_t sizes[] = { 0, 1, 7, 1000, 70001 };
 		test_collectives(ps.world, "world", sizes, 5);
+		test_alltoallv(ps.world, "world", 3000);
+		test_alltoallv_errors(ps.world);
 		if (ps.world_size > 1) {
 			test_ring(ps.world);
 			test_p2p_errors(ps.world);
@@ -527,12 +777,20 @@ int main(int argc, char **argv)
 		static const size_t small[] = { 0, 1, 3, 7, 20 };
 		mgt_dist_max_count = 3; /* every operation split into MPI calls of at most 3 elements */
 		test_collectives(ps.world, "world, 3 elements per MPI call", small, 5);
+		test_alltoallv(ps.world, "world, blocks over 3 elements as derived types", 20);
 		big_n = 50;
 		if (ps.world_size > 1) test_ring(ps.world);
 		mgt_dist_max_count = (size_t)-1;
+		mgt_dist_max_offset = 16; /* blocks from byte 17 on: the offset in a derived type */
+		test_alltoallv(ps.world, "world, offsets over 16 bytes in derived types", 20);
+		mgt_dist_max_count = 3;
+		test_alltoallv(ps.world, "world, both", 20);
+		mgt_dist_max_count = (size_t)-1;
+		mgt_dist_max_offset = (size_t)-1;
 #endif
 	}
 	test_layouts();
+	test_layouts_ep();
 	int rc = finish(ps.world);
 	if (!st) mgt_parallel_free(&ps);
 	mgt_dist_finalize();

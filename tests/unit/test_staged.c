@@ -9,12 +9,18 @@
  * host only ever given the staging buffer, the bytes each operation downloads and uploads
  * (through a backend wrapper that counts them and can fail on demand), send from a buffer
  * overwritten right after, and the error prefix of a failed download/upload.
+ * alltoallv (through mgt_comm_alltoallv) in every one of those settings: uneven and zero counts,
+ * blocks out of rank order with gaps (left untouched), side by side (one download and one upload)
+ * and in place, every element, the host given only staging memory and the right send blocks;
+ * a host without alltoallv (MGT_ERR_USAGE).  mgt_parallel_to_device on the single state (the CPU
+ * backend posing as a device): every group staged, edp_comm still dp_comm, freed once.
  * mgt_comm_nccl: the staged communicator when built without NCCL, MGT_ERR_USAGE for the CPU
  * backend when built with it.  With a GPU: the staged communicator and mgt_comm_nccl (one rank)
  * on the CUDA backend, every collective as above.
  */
 #include "dist/dist.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,12 +77,14 @@ static mgt_backend *real_be;
 static mgt_backend_ops wrap_ops;
 static mgt_backend wrap_be;
 static size_t down_bytes, up_bytes; /* transferred since the last reset */
+static size_t down_calls, up_calls; /* transfers */
 static int fail_download, fail_upload;
 
 static mgt_status wrap_download(mgt_backend *be, void *dst, const void *src, size_t bytes)
 {
 	if (fail_download) return mgt_err(MGT_ERR_IO, "device copy failed on purpose");
 	down_bytes += bytes;
+	down_calls++;
 	return real_be->ops->download(real_be, dst, src, bytes);
 }
 
@@ -84,6 +92,7 @@ static mgt_status wrap_upload(mgt_backend *be, void *dst, const void *src, size_
 {
 	if (fail_upload) return mgt_err(MGT_ERR_IO, "device copy failed on purpose");
 	up_bytes += bytes;
+	up_calls++;
 	return real_be->ops->upload(real_be, dst, src, bytes);
 }
 
@@ -203,6 +212,39 @@ static mgt_status sim_recv(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, 
 	return MGT_OK;
 }
 
+/* Element i of the alltoallv block group rank q sends to group rank r (as test_dist.c). */
+static int64_t aval(int q, int r, size_t i, mgt_comm_dtype dt)
+{
+	int64_t v = (int64_t)((q * 31 + r * 17 + (int64_t)(i % 1000003) * 7) % 199) - 99;
+	return dt == MGT_DT_I64 ? v * ((int64_t)1 << 35) : v;
+}
+
+/* This rank's blocks for the others must hold aval(SIM_R, r, .) (what the caller wrote: checks
+ * that the staged communicator downloaded the right bytes); the others' blocks for this rank
+ * arrive as aval(r, SIM_R, .); the own block is copied. */
+static mgt_status sim_alltoallv(mgt_comm *c, void *dst, const int64_t *rcount, const int64_t *rdispl,
+				const void *src, const int64_t *scount, const int64_t *sdispl, mgt_comm_dtype dt)
+{
+	size_t es = mgt_comm_dtype_size(dt);
+	double bytes = 0;
+	for (int r = 0; r < SIM_P; r++) {
+		if (r == SIM_R) continue;
+		for (int64_t i = 0; i < scount[r]; i++)
+			if (get(src, dt, (size_t)(sdispl[r] + i)) != aval(SIM_R, r, (size_t)i, dt))
+				return mgt_err(MGT_ERR_IO, "%s group: alltoallv: element %" PRId64 " for rank %d is wrong",
+					       c->name, i, r);
+		bytes += (double)scount[r] * (double)es;
+	}
+	if (scount[SIM_R] != rcount[SIM_R]) return mgt_err(MGT_ERR_IO, "%s group: alltoallv: own block", c->name);
+	memmove((char *)dst + (size_t)rdispl[SIM_R] * es, (const char *)src + (size_t)sdispl[SIM_R] * es,
+		(size_t)scount[SIM_R] * es);
+	for (int r = 0; r < SIM_P; r++)
+		for (int64_t i = 0; i < rcount[r] && r != SIM_R; i++)
+			put(dst, dt, (size_t)(rdispl[r] + i), aval(r, SIM_R, (size_t)i, dt));
+	sim_count(c, bytes, dst, src);
+	return MGT_OK;
+}
+
 static mgt_status sim_barrier(mgt_comm *c)
 {
 	sim_count(c, 0, NULL, NULL);
@@ -228,6 +270,7 @@ static const mgt_comm_ops sim_ops = {
 	.recv = sim_recv,
 	.barrier = sim_barrier,
 	.destroy = sim_destroy,
+	.alltoallv = sim_alltoallv,
 };
 
 /* ---- helpers on backend memory --------------------------------------------------------------- */
@@ -260,7 +303,7 @@ static void from_dev(void *h, const void *d, size_t bytes)
 typedef struct {
 	double b, hb;
 	uint64_t k, hk;
-	size_t down, up;
+	size_t down, up, ndown, nup;
 } snap;
 
 static mgt_comm *host_of; /* host of the staged communicator under test; NULL for NCCL's */
@@ -268,7 +311,7 @@ static mgt_comm *host_of; /* host of the staged communicator under test; NULL fo
 static snap take(const mgt_comm *c)
 {
 	const mgt_comm *h = host_of ? host_of : c;
-	return (snap){ c->bytes_sent, h->bytes_sent, c->calls, h->calls, down_bytes, up_bytes };
+	return (snap){ c->bytes_sent, h->bytes_sent, c->calls, h->calls, down_bytes, up_bytes, down_calls, up_calls };
 }
 
 /* c counted bytes and calls since s, and so did host (when there is one). */
@@ -402,8 +445,117 @@ static int try_broadcast(mgt_comm *c, mgt_comm_dtype dt, size_t n, int root)
 	return ok;
 }
 
+enum { SENTINEL = 12345 }; /* in dst's gaps; aval never gives it */
+
+/* How many elements group rank q sends to group rank r: uneven, a quarter of the pairs zero,
+ * scaled by unit.  sym: cnt(q, r) == cnt(r, q). */
+static size_t a2a_count(int q, int r, int seed, size_t unit, int sym)
+{
+	int k = sym ? (q + r + seed) % 4 : (q * 5 + r * 3 + seed) % 4;
+	return (size_t)k * unit + (k == 3 ? (size_t)(q + (sym ? 1 : 2) * r) % 3 : 0);
+}
+
+/* Displacements of p blocks: gaps: reverse rank order (send) or odd ranks first (receive), with
+ * 1 + r elements before block r; else side by side in rank order.  Returns the length. */
+static size_t a2a_layout(int p, const int64_t *count, int64_t *displ, int gaps, int recv)
+{
+	size_t at = 0;
+	for (int k = 0; k < p; k++) {
+		int r = !gaps ? k : recv ? (k < p / 2 ? 2 * k + 1 : 2 * (k - p / 2)) : p - 1 - k;
+		if (gaps) at += 1 + (size_t)r;
+		displ[r] = (int64_t)at;
+		at += (size_t)count[r];
+	}
+	return at + (gaps ? 2 : 0);
+}
+
+/* Non-empty blocks of count not adjacent to the previous non-empty one in the buffer (the
+ * transfers the staged communicator should make). */
+static size_t runs(int p, const int64_t *count, const int64_t *displ)
+{
+	size_t n = 0;
+	int64_t end = -1;
+	for (int r = 0; r < p; r++) {
+		if (!count[r]) continue;
+		n += displ[r] != end;
+		end = displ[r] + count[r];
+	}
+	return n;
+}
+
+/* One alltoallv on c over backend memory (as test_dist.c's on host memory): every element of
+ * dst and its gaps, the counters (as host's), the bytes and transfers (through the wrapper:
+ * every send block downloaded, every receive block uploaded, adjacent blocks in one transfer). */
+static int try_alltoallv(mgt_comm *c, mgt_comm_dtype dt, int seed, size_t unit, int gaps, int in_place)
+{
+	int p = c->size, q = c->rank;
+	size_t es = mgt_comm_dtype_size(dt), pp = (size_t)p;
+	int64_t *sc = xmalloc(4 * pp * sizeof *sc), *sd = sc + p, *rc = sc + 2 * p, *rd = sc + 3 * p;
+	for (int r = 0; r < p; r++) {
+		sc[r] = (int64_t)a2a_count(q, r, seed, unit, in_place);
+		rc[r] = (int64_t)a2a_count(r, q, seed, unit, in_place);
+	}
+	size_t sn = a2a_layout(p, sc, sd, gaps, 0), rn = a2a_layout(p, rc, rd, gaps, !in_place);
+	if (in_place) { /* symmetric counts: the same blocks */
+		memcpy(rd, sd, pp * sizeof *rd);
+		rn = sn;
+	}
+	char *h = xmalloc((sn > rn ? sn : rn) * es), *src = dev_alloc(sn * es), *dst = in_place ? src : dev_alloc(rn * es);
+	size_t sbytes = 0, rbytes = 0;
+	double bytes = 0;
+	for (size_t i = 0; i < sn; i++) put(h, dt, i, SENTINEL);
+	for (int r = 0; r < p; r++) {
+		for (size_t i = 0; i < (size_t)sc[r]; i++) put(h, dt, (size_t)sd[r] + i, aval(q, r, i, dt));
+		if (r != q) bytes += (double)sc[r] * (double)es;
+		sbytes += (size_t)sc[r] * es;
+		rbytes += (size_t)rc[r] * es;
+	}
+	to_dev(src, h, sn * es);
+	if (!in_place) {
+		for (size_t i = 0; i < rn; i++) put(h, dt, i, SENTINEL);
+		to_dev(dst, h, rn * es);
+	}
+	snap s = take(c);
+	int ok = mgt_comm_alltoallv(c, dst, rc, rd, src, sc, sd, dt) == MGT_OK;
+	ok = ok && counted(c, s, p > 1 ? bytes : 0, 1) && moved(s, sbytes, rbytes);
+	ok = ok && (be != &wrap_be || (down_calls - s.ndown == runs(p, sc, sd) && up_calls - s.nup == runs(p, rc, rd)));
+	ok = ok && sim_saw_staging(c, src, sn * es) && sim_saw_staging(c, dst, rn * es);
+	from_dev(h, dst, rn * es);
+	for (size_t i = 0; i < rn && ok; i++) {
+		int64_t e = SENTINEL;
+		for (int r = 0; r < p; r++)
+			if (i >= (size_t)rd[r] && i < (size_t)(rd[r] + rc[r])) e = aval(r, q, i - (size_t)rd[r], dt);
+		ok = get(h, dt, i) == e;
+	}
+	be->ops->free(be, src);
+	if (!in_place) be->ops->free(be, dst);
+	free(h);
+	free(sc);
+	return ok;
+}
+
+static void test_alltoallv(mgt_comm *c, const char *what)
+{
+	static const size_t units[] = { 0, 1, 5, 1000 };
+	for (int k = 0; k < 4; k++) {
+		int ok[3] = { 1, 1, 1 };
+		for (size_t u = 0; u < sizeof units / sizeof *units; u++)
+			for (int seed = 0; seed < 4; seed++) {
+				ok[0] &= try_alltoallv(c, dtypes[k], seed, units[u], 1, 0);
+				ok[1] &= try_alltoallv(c, dtypes[k], seed, units[u], 0, 0);
+				ok[2] &= try_alltoallv(c, dtypes[k], seed, units[u], 1, 1);
+			}
+		const char *how[] = { "blocks out of rank order with gaps", "blocks side by side", "src == dst" };
+		for (int i = 0; i < 3; i++)
+			CHECK(ok[i], "%s: alltoallv of %s, %s, uneven and zero counts: every element, gaps untouched, "
+			      "bytes_sent and calls%s%s", what, dt_name[k], how[i], host_of ? " as host's" : "",
+			      be == &wrap_be ? ", bytes and transfers (adjacent blocks in one)" : "");
+	}
+}
+
 static void test_collectives(mgt_comm *c, const char *what)
 {
+	test_alltoallv(c, what);
 	static const size_t sizes[] = { 0, 1, 7, 1000, 70001 };
 	for (int k = 0; k < 4; k++) {
 		mgt_comm_dtype dt = dtypes[k];
@@ -534,9 +686,69 @@ static void test_over_sim(mgt_backend *wrapped)
 	      "a failed upload after host's allgather: MGT_ERR_IO prefixed, host's count kept (%s)", mgt_err_msg());
 	s = take(c);
 	CHECK(c->ops->barrier(c) == MGT_OK && counted(c, s, 0, 1) && moved(s, 0, 0), "barrier: host's barrier, one call");
+
+	/* alltoallv: a failed download, a failed upload, a host without alltoallv */
+	int64_t cnt[SIM_P] = { 1, 2, 1 }, dsp[SIM_P] = { 0, 1, 3 };
+	s = take(c);
+	fail_download = 1;
+	st = mgt_comm_alltoallv(c, d + 8, cnt, dsp, d, cnt, dsp, MGT_DT_I64);
+	fail_download = 0;
+	CHECK(st == MGT_ERR_IO && has_msg("tensor group: staged alltoallv: device copy failed on purpose") &&
+	      counted(c, s, 0, 0), "alltoallv: a failed download: MGT_ERR_IO prefixed, host not called (%s)", mgt_err_msg());
+	for (int i = 0; i < 4; i++) h[i] = aval(SIM_R, i == 0 ? 0 : i < 3 ? 1 : 2, i == 2 ? 1 : 0, MGT_DT_I64);
+	to_dev(d, h, 4 * sizeof *h);
+	fail_upload = 1;
+	st = mgt_comm_alltoallv(c, d + 8, cnt, dsp, d, cnt, dsp, MGT_DT_I64);
+	fail_upload = 0;
+	CHECK(st == MGT_ERR_IO && has_msg("tensor group: staged alltoallv: device copy failed") && counted(c, s, 2.0 * 8, 1),
+	      "alltoallv: a failed upload after host's alltoallv: MGT_ERR_IO prefixed, host's count kept (%s)",
+	      mgt_err_msg());
+	mgt_comm_ops no_a2a = sim_ops;
+	no_a2a.alltoallv = NULL;
+	mgt_comm host2 = { .ops = &no_a2a, .name = "odd", .rank = SIM_R, .size = SIM_P, .impl = &si };
+	mgt_comm *c2 = mgt_comm_staged(&host2, be, NULL);
+	st = c2 ? mgt_comm_alltoallv(c2, d + 8, cnt, dsp, d, cnt, dsp, MGT_DT_I64) : MGT_OK;
+	CHECK(st == MGT_ERR_USAGE && has_msg("odd group: this communicator has no alltoallv") && c2 && c2->calls == 0,
+	      "alltoallv over a host without it: MGT_ERR_USAGE (%s)", mgt_err_msg());
+	st = mgt_comm_alltoallv(&host2, d + 8, cnt, dsp, d, cnt, dsp, MGT_DT_I64);
+	CHECK(st == MGT_ERR_USAGE && has_msg("odd group: this communicator has no alltoallv"),
+	      "mgt_comm_alltoallv on a communicator without it: MGT_ERR_USAGE (%s)", mgt_err_msg());
+	mgt_comm_destroy(c2);
 	be->ops->free(be, d);
 	mgt_comm_destroy(c);
 	sim_destroy(&host);
+}
+
+/* ---- the parallel state on "device" memory ---------------------------------------------------- */
+
+/* mgt_parallel_to_device on the single state with the CPU backend posing as a device one: every
+ * group staged (one-process groups are, NCCL build or not) with its host kept, edp_comm still
+ * dp_comm, an alltoallv over the expert group, and mgt_parallel_free freeing each once (the
+ * sanitizer builds catch a double free or a leak). */
+static void test_to_device(mgt_backend *cpu)
+{
+	mgt_backend dev = *cpu;
+	dev.host_memory = false;
+	mgt_parallel ps;
+	mgt_status st = mgt_parallel_init_single(&ps);
+	CHECK(st == MGT_OK, "mgt_parallel_init_single");
+	if (st) return;
+	mgt_comm *world = ps.world, *mp = ps.mp_comm, *tp = ps.tp_comm, *dp = ps.dp_comm, *ep = ps.ep_comm;
+	st = mgt_parallel_to_device(&ps, &dev, true);
+	CHECK(st == MGT_OK && ps.host_tp == tp && ps.host_dp == dp && ps.host_ep == ep && ps.host_pp && ps.host_emb &&
+	      ps.tp_comm != tp && ps.dp_comm != dp && ps.ep_comm != ep && ps.world == world && ps.mp_comm == mp,
+	      "mgt_parallel_to_device: tensor, data, expert, pipeline, embedding groups wrapped, hosts kept; world "
+	      "and model stay (%s)", st ? mgt_err_msg() : "");
+	CHECK(ps.edp_comm == ps.dp_comm && ps.host_edp == ps.host_dp && !strcmp(ps.ep_comm->name, "expert") &&
+	      ps.ep_comm->size == 1, "mgt_parallel_to_device: edp_comm stays dp_comm (host_edp host_dp)");
+	CHECK(mgt_parallel_to_device(&ps, &dev, true) == MGT_OK && ps.host_dp == dp, "mgt_parallel_to_device again: "
+	      "nothing to do");
+	be = &dev;
+	host_of = ps.host_ep;
+	if (!st) test_alltoallv(ps.ep_comm, "staged expert group of the single state");
+	host_of = NULL;
+	mgt_parallel_free(&ps);
+	CHECK(!ps.ep_comm && !ps.edp_comm && !ps.host_edp, "mgt_parallel_free after mgt_parallel_to_device");
 }
 
 /* ---- constructors ------------------------------------------------------------------------- */
@@ -632,6 +844,7 @@ int main(void)
 	test_over_single(cpu);
 	test_over_single(wrap(cpu));
 	test_over_sim(wrap(cpu));
+	test_to_device(cpu);
 	mgt_backend_destroy(cpu);
 	test_cuda();
 	return check_finish();
