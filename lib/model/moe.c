@@ -36,6 +36,13 @@ struct moe_act { /* one MoE layer of one slot */
 	float *fc1, *act; /* backend [Nmax, fc1e], [Nmax, ffe] */
 	float *sfc1, *sact, *sout; /* shared expert: [T, shfc1], [T, sh], [T, h] */
 	double *gate;    /* host [T]: sigmoid of the shared expert's gate */
+	/* expert parallelism (ep > 1): rows sent (Nsend, rows of perm/slot) and received (N);
+	 * re[i]: the received row (source-major) of expert-major row i, inv its inverse; the
+	 * received input xe [Nmax, h] kept for the backward; rows to and from each rank */
+	int Nsend;
+	int32_t *re, *inv;
+	float *xe;
+	int64_t *sc, *rc;
 };
 
 struct moe_state {
@@ -44,12 +51,14 @@ struct moe_state {
 	struct moe_act *acts;        /* [slots * n_layers] */
 	/* backend scratch shared by the slots */
 	float *xe, *ye, *acts_s, *dacts, *dfc1, *dprob, *logits_l, *logits, *dlog, *dxr, *dxg, *dsh, *dsact, *dsfc1,
-	      *gw, *gl_l, *gl;
+	      *gw, *gl_l, *gl, *wsend, *wrecv;
 	/* host scratch */
 	float *hf;        /* [max(T E, Nmax, T)] */
 	int32_t *hperm, *hslot;
 	double *hdprob, *hdL;
 	float **pw1, **pw2, **pg1, **pg2; /* [El] backend pointers for the grouped calls */
+	int64_t *allc, *cnt_d, *cd, *cc;   /* ep > 1: [ep E] counts of every rank; [ep] displacements and counts */
+	int ep;
 	/* statistics since mgt_model_moe_take_stats, per local layer */
 	double *aux_sum, *z_sum, *tok; /* [n_layers], [n_layers], [n_layers * E] */
 	float aux_scale;
@@ -98,6 +107,7 @@ mgt_status mgt_moe_setup(mgt_model *m)
 	S->shfc1 = c->swiglu ? 2 * S->sh : S->sh;
 	/* rows an expert-parallel rank can receive: every copy of every rank of its group */
 	S->Nmax = m->T * S->k * ep;
+	S->ep = ep;
 	S->aux_scale = 1.0f;
 	return moe_index(m, S);
 }
@@ -120,10 +130,17 @@ static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 		a->sact = AF(T * (size_t)S->sh);
 		if (m->c.moe_shared_expert_gate) a->sout = AF(T * (size_t)m->h);
 	}
+	if (S->ep > 1) {
+		a->xe = AF(N * (size_t)m->h);
+		a->re = (int32_t *)AF(N);
+		a->inv = (int32_t *)AF(N);
+	}
 	if (st || m->dry) return st;
 	a->rows = mgt_malloc((size_t)S->El * sizeof *a->rows);
 	a->gate = mgt_malloc(T * sizeof *a->gate);
-	if (!a->rows || !a->gate) return MGT_ERR_NOMEM;
+	a->sc = mgt_malloc((size_t)S->ep * sizeof *a->sc);
+	a->rc = mgt_malloc((size_t)S->ep * sizeof *a->rc);
+	if (!a->rows || !a->gate || !a->sc || !a->rc) return MGT_ERR_NOMEM;
 	return mgt_moe_route_alloc(&a->r, m->T, S->E, S->k, m->b);
 }
 
@@ -139,11 +156,18 @@ static mgt_status alloc_scratch(mgt_model *m)
 	S->dxr = WF(Th * h); S->dxg = WF(Th * h); S->dsh = WF(T * h);
 	if (S->sh) { S->dsact = WF(T * (size_t)S->sh); S->dsfc1 = WF(T * (size_t)S->shfc1); }
 	S->gw = WF(T); S->gl_l = WF(Th); S->gl = WF(T);
+	if (S->ep > 1) { S->wsend = WF(T * (size_t)S->k); S->wrecv = WF(N); }
 	if (st || m->dry) return st;
+	size_t ne = (size_t)S->ep * E;
+	S->allc = mgt_malloc(ne * sizeof *S->allc);
+	S->cnt_d = mgt_malloc(E * sizeof *S->cnt_d);
+	S->cd = mgt_malloc((size_t)S->ep * 4 * sizeof *S->cd);
+	S->cc = S->cd ? S->cd + 2 * S->ep : NULL;
+	if (!S->allc || !S->cnt_d || !S->cd) return MGT_ERR_NOMEM;
 	size_t nf = T * E > NT ? T * E : NT;
 	S->hf = mgt_malloc(nf * sizeof *S->hf);
 	S->hperm = mgt_malloc(N * sizeof *S->hperm);
-	S->hslot = mgt_malloc(T * (size_t)S->k * sizeof *S->hslot);
+	S->hslot = mgt_malloc((N > T * (size_t)S->k ? N : T * (size_t)S->k) * sizeof *S->hslot);
 	S->hdprob = mgt_malloc(T * (size_t)S->k * sizeof *S->hdprob);
 	S->hdL = mgt_malloc(T * E * sizeof *S->hdL);
 	size_t El = (size_t)S->El;
@@ -182,17 +206,20 @@ void mgt_moe_free(mgt_model *m)
 	mgt_backend *be = m->be;
 	for (size_t i = 0; S->acts && i < (size_t)m->L.slots * (size_t)m->n_layers; i++) {
 		struct moe_act *a = &S->acts[i];
-		float *b[] = { (float *)a->perm, (float *)a->slot, a->w, a->fc1, a->act, a->sfc1, a->sact, a->sout };
+		float *b[] = { (float *)a->perm, (float *)a->slot, a->w, a->fc1, a->act, a->sfc1, a->sact, a->sout, a->xe,
+			       (float *)a->re, (float *)a->inv };
 		for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 		free(a->rows);
 		free(a->gate);
+		free(a->sc);
+		free(a->rc);
 		mgt_moe_route_free(&a->r);
 	}
 	float *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
-		       S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl };
+		       S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv };
 	for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 	void *h[] = { S->acts, S->w1, S->w2, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->pw1, S->pw2, S->pg1, S->pg2,
-		      S->aux_sum, S->z_sum, S->tok };
+		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd };
 	for (size_t q = 0; q < sizeof h / sizeof *h; q++) free(h[q]);
 	free(S);
 	m->moe = NULL;
@@ -251,25 +278,114 @@ static mgt_status permute(mgt_model *m, struct moe_act *a)
 	struct moe_state *S = m->moe;
 	const mgt_moe_route *r = &a->r;
 	int T = m->T, k = S->k, N = 0;
+	/* the local experts' rows, or (ep > 1) the rows to send: every expert, in rank order */
+	int e0 = S->ep > 1 ? 0 : S->e0, ne = S->ep > 1 ? S->E : S->El;
 	for (size_t q = 0; q < (size_t)T * k; q++) S->hslot[q] = -1;
-	for (int e = 0; e < S->El; e++) {
-		a->rows[e] = 0;
+	for (int e = 0; e < ne; e++) {
+		int n0 = N;
 		for (int t = 0; t < T; t++)
 			for (int j = 0; j < k; j++) {
 				size_t q = (size_t)t * k + j;
-				if (!r->keep[q] || r->sel[q] != S->e0 + e) continue;
+				if (!r->keep[q] || r->sel[q] != e0 + e) continue;
 				S->hperm[N] = t;
 				S->hf[N] = (float)r->prob[q];
 				S->hslot[q] = N++;
-				a->rows[e]++;
 			}
+		if (S->ep > 1) S->cnt_d[e] = N - n0;
+		else a->rows[e] = N - n0;
 	}
-	a->N = N;
+	a->N = a->Nsend = N;
 	const mgt_backend_ops *o = m->be->ops;
 	mgt_status st = o->upload(m->be, a->perm, S->hperm, (size_t)N * 4);
-	if (!st) st = o->upload(m->be, a->w, S->hf, (size_t)N * 4);
+	if (!st) st = o->upload(m->be, S->ep > 1 ? S->wsend : a->w, S->hf, (size_t)N * 4);
 	if (!st) st = o->upload(m->be, a->slot, S->hslot, (size_t)T * k * 4);
 	return st;
+}
+
+/* ---- expert parallelism: the alltoall token dispatcher (token_dispatcher.py
+ * MoEAlltoAllTokenDispatcher): every rank sends each expert's rows to the rank holding it, rows
+ * arrive source by source and are reordered expert by expert (sort_chunks_by_idxs) ---- */
+
+static mgt_comm *ep_host(const mgt_model *m) { return m->ps->host_ep ? m->ps->host_ep : m->ps->ep_comm; }
+
+/* Exchange the per-expert counts (all-gathered over the EP group, as Megatron's dispatcher
+ * does for its output splits), set a->sc / a->rc, a->rows and a->N, and the reordering. */
+static mgt_status ep_plan(mgt_model *m, struct moe_act *a)
+{
+	struct moe_state *S = m->moe;
+	mgt_comm *c = ep_host(m);
+	int E = S->E, El = S->El, P = S->ep;
+	mgt_status st = c->ops->allgather(c, S->allc, S->cnt_d, (size_t)E, MGT_DT_I64);
+	if (st) return st;
+	int64_t N = 0;
+	for (int r = 0; r < P; r++) {
+		a->sc[r] = a->rc[r] = 0;
+		for (int e = 0; e < El; e++) {
+			a->sc[r] += S->cnt_d[r * El + e];
+			a->rc[r] += S->allc[(size_t)r * E + S->e0 + e];
+		}
+		N += a->rc[r];
+	}
+	if (N > S->Nmax) return mgt_err(MGT_ERR_IO, "expert parallelism: %lld rows received, more than %d", (long long)N, S->Nmax);
+	a->N = (int)N;
+	int i = 0;
+	for (int e = 0; e < El; e++) { /* expert-major row i <- source-major received row */
+		a->rows[e] = 0;
+		int64_t base = 0;
+		for (int r = 0; r < P; r++) {
+			int64_t off = base;
+			for (int q = 0; q < e; q++) off += S->allc[(size_t)r * E + S->e0 + q];
+			int64_t n = S->allc[(size_t)r * E + S->e0 + e];
+			for (int64_t x = 0; x < n; x++) S->hperm[i++] = (int32_t)(off + x);
+			a->rows[e] += (int)n;
+			base += a->rc[r];
+		}
+	}
+	const mgt_backend_ops *o = m->be->ops;
+	st = o->upload(m->be, a->re, S->hperm, (size_t)N * 4);
+	for (int q = 0; q < (int)N; q++) S->hslot[S->hperm[q]] = q; /* hslot is scratch here (a->slot holds it) */
+	if (!st) st = o->upload(m->be, a->inv, S->hslot, (size_t)N * 4);
+	return st;
+}
+
+/* alltoallv over the EP group of rows of n floats: send counts a->sc (rows), receive a->rc, or
+ * the reverse (back). */
+static mgt_status ep_exchange(mgt_model *m, struct moe_act *a, float *dst, const float *src, int n, bool back)
+{
+	struct moe_state *S = m->moe;
+	int P = S->ep;
+	int64_t *sc = S->cd, *sd = S->cd + P, *rc = S->cc, *rd = S->cc + P, so = 0, ro = 0;
+	for (int r = 0; r < P; r++) {
+		sc[r] = (back ? a->rc[r] : a->sc[r]) * n;
+		rc[r] = (back ? a->sc[r] : a->rc[r]) * n;
+		sd[r] = so, so += sc[r];
+		rd[r] = ro, ro += rc[r];
+	}
+	return mgt_comm_alltoallv(m->ps->ep_comm, dst, rc, rd, src, sc, sd, MGT_DT_F32);
+}
+
+/* ep > 1: the sent rows S->xe [Nsend, h] and probabilities S->wsend -> the expert-major input
+ * a->xe [N, h] and a->w [N]. */
+static mgt_status ep_dispatch(mgt_model *m, struct moe_act *a)
+{
+	struct moe_state *S = m->moe;
+	const mgt_backend_ops *o = m->be->ops;
+	int h = (int)m->h;
+	mgt_status st = ep_plan(m, a);
+	if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, false);
+	if (!st) st = ep_exchange(m, a, S->wrecv, S->wsend, 1, false);
+	if (st) return st;
+	o->rows_gather(m->be, a->xe, S->ye, a->re, a->N, h);
+	o->rows_gather(m->be, a->w, S->wrecv, a->re, a->N, 1);
+	return MGT_OK;
+}
+
+/* ep > 1: expert-major rows y [N, n] back to their senders, into dst [Nsend, n] (tmp [N, n]
+ * scratch). */
+static mgt_status ep_return(mgt_model *m, struct moe_act *a, float *dst, const float *y, float *tmp, int n)
+{
+	m->be->ops->rows_gather(m->be, tmp, y, a->inv, a->N, n);
+	return ep_exchange(m, a, dst, tmp, n, true);
 }
 
 static void expert_ptrs(mgt_model *m, int li)
@@ -319,12 +435,16 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, flo
 	if (!st) st = permute(m, a);
 	if (st) return st;
 	expert_ptrs(m, li);
+	bool ep = S->ep > 1;
+	o->rows_gather(m->be, S->xe, x, a->perm, a->Nsend, h);
+	if (ep && (st = ep_dispatch(m, a))) return st;
+	float *xe = ep ? a->xe : S->xe;
 	int N = a->N;
-	o->rows_gather(m->be, S->xe, x, a->perm, N, h);
-	o->linear_fwd_grouped(m->be, a->fc1, S->xe, (const float *const *)S->pw1, a->rows, S->El, h, S->fc1e);
+	o->linear_fwd_grouped(m->be, a->fc1, xe, (const float *const *)S->pw1, a->rows, S->El, h, S->fc1e);
 	o->bias_act_fwd(m->be, m->act, a->act, a->fc1, NULL, N, S->ffe);
 	o->rows_scale(m->be, S->acts_s, a->act, a->w, N, S->ffe);
 	o->linear_fwd_grouped(m->be, S->ye, S->acts_s, (const float *const *)S->pw2, a->rows, S->El, S->ffe, h);
+	if (ep && (st = ep_return(m, a, S->ye, S->ye, S->xe, h))) return st;
 	o->rows_combine(m->be, out, S->ye, a->slot, T, S->k, h);
 	if (S->sh) o->add(m->be, out, S->dsh, (size_t)T * (size_t)h);
 	return MGT_OK;
@@ -362,15 +482,16 @@ static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 	return MGT_OK;
 }
 
-/* The router's backward: the logits' gradient from the rows' dprob [N] (backend, summed over TP)
+/* The router's backward: the logits' gradient from the sent rows' dprob [Nsend] (backend, summed over TP)
  * plus the aux and z losses, through the gating GEMM on this rank's rows: router weight
  * gradient, and d(x_loc) into S->dxr (plus the gate's part). */
-static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const float *x_loc, const double *dgl)
+static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const float *x_loc, const double *dgl,
+			     const float *dprob)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
 	int l = li + m->first_layer, T = m->T, E = S->E, k = S->k, Th = m->Th, h = (int)m->h;
-	mgt_status st = o->download(m->be, S->hf, S->dprob, (size_t)a->N * 4);
+	mgt_status st = o->download(m->be, S->hf, dprob, (size_t)a->Nsend * 4);
 	if (st) return st;
 	/* S->hslot still holds this layer's slots only right after its forward: use the backend copy */
 	if ((st = o->download(m->be, S->hslot, a->slot, (size_t)T * k * 4))) return st;
@@ -409,21 +530,32 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, const float *x, float *dY, flo
 		memcpy(dgl_keep, dgl, (size_t)T * sizeof *dgl_keep);
 	}
 	expert_ptrs(m, li);
-	o->rows_gather(m->be, S->ye, dY, a->perm, N, h);
-	o->rows_gather(m->be, S->xe, x, a->perm, N, h);
+	bool ep = S->ep > 1;
+	float *dye = S->ye, *xin = S->xe, *dprob = S->dprob;
+	if (ep) { /* the output gradient's rows travel as the rows did; the input was kept */
+		o->rows_gather(m->be, S->xe, dY, a->perm, a->Nsend, h);
+		if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, false);
+		o->rows_gather(m->be, S->xe, S->ye, a->re, N, h);
+		dye = S->xe, xin = a->xe;
+	} else {
+		o->rows_gather(m->be, S->ye, dY, a->perm, N, h);
+		o->rows_gather(m->be, S->xe, x, a->perm, N, h);
+	}
 	o->rows_scale(m->be, S->acts_s, a->act, a->w, N, S->ffe);
-	o->linear_bwd_grouped(m->be, S->dacts, S->pg2, S->ye, S->acts_s, (const float *const *)S->pw2, a->rows, S->El,
+	o->linear_bwd_grouped(m->be, S->dacts, S->pg2, dye, S->acts_s, (const float *const *)S->pw2, a->rows, S->El,
 			      S->ffe, h);
 	o->rows_dot(m->be, S->dprob, S->dacts, a->act, N, S->ffe);
 	mgt_comm *c = m->ps->tp_comm;
-	if (c->size > 1 && N) st = c->ops->allreduce(c, S->dprob, (size_t)N, MGT_DT_F32, MGT_RED_SUM);
+	if (!st && c->size > 1 && N) st = c->ops->allreduce(c, S->dprob, (size_t)N, MGT_DT_F32, MGT_RED_SUM);
 	o->rows_scale(m->be, S->dacts, S->dacts, a->w, N, S->ffe);
 	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, a->fc1, NULL, N, S->ffe);
-	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, S->xe, (const float *const *)S->pw1,
-			      a->rows, S->El, h, S->fc1e);
+	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, xin, (const float *const *)S->pw1, a->rows, S->El, h,
+			      S->fc1e);
+	if (ep && !st) st = ep_return(m, a, S->ye, S->ye, S->xe, h);
+	if (ep && !st) st = ep_return(m, a, S->wsend, S->dprob, S->wrecv, 1), dprob = S->wsend;
 	o->rows_combine(m->be, dY, S->ye, a->slot, T, S->k, h);
 	if (S->sh) o->add(m->be, dY, S->dsh, (size_t)T * (size_t)h);
-	if (!st) st = router_bwd(m, li, a, x_loc, dgl_keep);
+	if (!st) st = router_bwd(m, li, a, x_loc, dgl_keep, dprob);
 	free(dgl_keep);
 	*dx_loc = S->dxr;
 	return st;
