@@ -161,9 +161,12 @@ typedef struct mgt_tensor {
 	size_t numel;              /* local elements */
 } mgt_tensor;
 
-/* A bucket of the flat gradient buffer: [offset, offset + numel), numel padded (see layout). */
+/* A bucket of the flat gradient buffer: [offset, offset + numel), numel padded (see layout);
+ * expert: it holds expert rows only (reduced over the expert-data-parallel group; Megatron keeps
+ * them in expert-parallel buffers of their own), else none. */
 typedef struct mgt_bucket {
 	size_t offset, numel;
+	bool expert;
 } mgt_bucket;
 
 typedef struct mgt_tensor_table {
@@ -198,7 +201,7 @@ bool mgt_moe_is_layer(const mgt_model_config *c, int64_t l);
  * rounded up to 64 elements and each bucket's end up to lcm(dp, 128) so that it splits into dp
  * equal shards; a bucket closes once it holds >= bucket_size elements (0: one bucket) and
  * around the shared word embedding (shared_embedding: tied embeddings with PP > 1), which gets
- * a bucket of its own.  Sets every offset, buf_numel and the buckets.  mgt_tensor_table_build
+ * a bucket of its own, and wherever the rows change between expert rows and others.  Sets every offset, buf_numel and the buckets.  mgt_tensor_table_build
  * lays out with (1, false, 0, false).  Errors: MGT_ERR_NOMEM. */
 mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, int64_t bucket_size,
 				   bool shared_embedding);

@@ -363,6 +363,7 @@ typedef struct {
 	mgt_tensor_table *tt;
 	size_t start, bucket_start, pad;
 	int cap;
+	bool expert; /* the open bucket holds expert rows */
 	mgt_status st;
 } layout_state;
 
@@ -378,7 +379,7 @@ static void close_bucket(layout_state *ls, size_t end)
 		tt->buckets = b;
 	}
 	size_t padded = round_up(end, ls->pad);
-	tt->buckets[tt->nbuckets++] = (mgt_bucket){ ls->bucket_start, padded - ls->bucket_start };
+	tt->buckets[tt->nbuckets++] = (mgt_bucket){ ls->bucket_start, padded - ls->bucket_start, ls->expert };
 	ls->start = ls->bucket_start = padded;
 }
 
@@ -391,9 +392,11 @@ mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, i
 	layout_state ls = { .tt = tt, .pad = distopt ? (size_t)dp * 128 / gcd((size_t)dp, 128) : 1 };
 	for (int i = tt->n - 1; i >= 0; i--) {
 		mgt_tensor *t = &tt->t[i];
-		bool shared = shared_embedding && t->role == MGT_T_WORD_EMB;
+		bool shared = shared_embedding && t->role == MGT_T_WORD_EMB, expert = t->num_experts > 0;
 		if (distopt) ls.start = round_up(ls.start, 64);
-		if (shared) close_bucket(&ls, ls.start);
+		/* expert rows go to buckets of their own (reduced over the expert-data-parallel group) */
+		if (shared || (expert != ls.expert && ls.start > ls.bucket_start)) close_bucket(&ls, ls.start);
+		ls.expert = expert;
 		t->offset = ls.start;
 		size_t end = ls.start + t->numel;
 		if ((bucket_size > 0 && end - ls.bucket_start >= (size_t)bucket_size) || shared) close_bucket(&ls, end);

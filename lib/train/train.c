@@ -60,12 +60,21 @@ static mgt_status setup_schedule(trainer *t)
 	return mgt_lr_sched_check(s);
 }
 
+/* The host communicator of a group (the device one wraps it after mgt_parallel_to_device). */
+static mgt_comm *host_comm(mgt_comm *c, mgt_comm *host) { return host ? host : c; }
+
+/* The data-parallel group of a bucket: the expert-data-parallel one for expert rows. */
+static mgt_comm *bucket_comm(const trainer *t, const mgt_bucket *b)
+{
+	return b->expert ? t->ps.edp_comm : t->ps.dp_comm;
+}
+
 /* One AdamW state per range this rank steps: each chunk's whole buffer, or with the distributed
  * optimizer its shard of every bucket (megatron-reference.md section 10). */
 static mgt_status setup_optimizer(trainer *t)
 {
 	mgt_args *a = t->a;
-	int dp = t->ps.dp, d = t->ps.dp_rank, n = 0;
+	int n = 0;
 	for (int c = 0; c < t->V; c++) n += a->use_distributed_optimizer ? mgt_model_tensors(t->chunk[c])->nbuckets : 1;
 	if (!(t->shard = mgt_malloc((size_t)n * sizeof *t->shard))) return MGT_ERR_NOMEM;
 	memset(t->shard, 0, (size_t)n * sizeof *t->shard);
@@ -73,6 +82,8 @@ static mgt_status setup_optimizer(trainer *t)
 		const mgt_tensor_table *tt = mgt_model_tensors(t->chunk[c]);
 		for (int b = 0; b < (a->use_distributed_optimizer ? tt->nbuckets : 1); b++) {
 			opt_shard *s = &t->shard[t->nshard++];
+			const mgt_comm *g = a->use_distributed_optimizer ? bucket_comm(t, &tt->buckets[b]) : NULL;
+			int dp = g ? g->size : 1, d = g ? g->rank : 0;
 			size_t per = a->use_distributed_optimizer ? tt->buckets[b].numel / (size_t)dp : tt->buf_numel;
 			s->chunk = c;
 			s->lo = a->use_distributed_optimizer ? tt->buckets[b].offset + (size_t)d * per : 0;
@@ -277,11 +288,13 @@ typedef enum { DP_ALLREDUCE_GRADS, DP_REDUCE_SCATTER_GRADS, DP_ALLGATHER_PARAMS 
  * rank keeps its shard, averaged) or its parameter all-gather after the step. */
 static mgt_status dp_bucket(trainer *t, mgt_model *m, int b, dp_op op)
 {
-	mgt_comm *dp = t->ps.dp_comm;
 	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	mgt_comm *dp = bucket_comm(t, &tt->buckets[b]);
 	float *x = (op == DP_ALLGATHER_PARAMS ? mgt_model_params(m) : mgt_model_grads(m)) + tt->buckets[b].offset;
 	size_t n = tt->buckets[b].numel, part = n / (size_t)dp->size, own = (size_t)dp->rank * part;
-	if (op != DP_ALLGATHER_PARAMS) t->be->ops->scale(t->be, x, n, 1.0f / (float)dp->size);
+	/* averaged over data parallelism: expert gradients are summed over the expert-data-parallel
+	 * group and scaled by 1 / DP (Megatron: edp/dp, then the EDP average) */
+	if (op != DP_ALLGATHER_PARAMS) t->be->ops->scale(t->be, x, n, 1.0f / (float)t->ps.dp);
 	if (op == DP_ALLREDUCE_GRADS) return dp->ops->allreduce(dp, x, n, MGT_DT_F32, MGT_RED_SUM);
 	if (op == DP_REDUCE_SCATTER_GRADS) return dp->ops->reduce_scatter(dp, x + own, x, part, MGT_DT_F32);
 	return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
@@ -343,7 +356,7 @@ static mgt_status grad_ready(void *ctx, mgt_model *m, int done_from_layer)
 	return st;
 }
 
-typedef struct { int tp_rank; bool first; } count_ctx;
+typedef struct { int tp_rank; bool first; int experts; } count_ctx; /* experts: -1 none, 1 only, 0 all */
 
 /* Count each gradient element once in the norm: TP-replicated tensors on TP rank 0 only, the
  * tied word embedding on the first stage only (megatron/core/optimizer/clip_grads.py). */
@@ -351,6 +364,8 @@ static bool counts(const mgt_tensor *x, const void *ctx)
 {
 	const count_ctx *c = ctx;
 	if (x->shard == MGT_SHARD_NONE && c->tp_rank != 0) return false;
+	if (c->experts && (x->num_experts > 0) != (c->experts > 0)) return false;
+	if (x->frozen) return false;
 	return !(x->role == MGT_T_WORD_EMB && !c->first);
 }
 
@@ -359,17 +374,25 @@ static bool counts(const mgt_tensor *x, const void *ctx)
  * get_grad_norm_fp32 and calc_params_l2_norm). */
 static mgt_status global_norm(trainer *t, bool params, double *norm)
 {
-	double ss = 0;
+	/* shards of the distributed optimizer partition everything over the world (experts over
+	 * EP x EDP); otherwise the data-parallel replicas agree, except that expert rows differ
+	 * between expert-parallel ranks: those sums also go over the EP group */
+	bool distopt = t->a->use_distributed_optimizer, ep = t->ps.ep > 1 && !distopt;
+	double ss[2] = { 0, 0 };
 	for (int i = 0; i < t->nshard; i++) {
 		opt_shard *s = &t->shard[i];
 		mgt_model *m = t->chunk[s->chunk];
-		count_ctx cc = { t->ps.tp_rank, mgt_model_is_first_stage(m) };
-		ss += mgt_grad_sumsq(t->be, mgt_model_tensors(m), params ? mgt_model_params(m) : mgt_model_grads(m), s->lo,
-				     s->hi, counts, &cc);
+		for (int k = 0; k < (ep ? 2 : 1); k++) {
+			count_ctx cc = { t->ps.tp_rank, mgt_model_is_first_stage(m), ep ? (k ? 1 : -1) : 0 };
+			ss[k] += mgt_grad_sumsq(t->be, mgt_model_tensors(m), params ? mgt_model_params(m) : mgt_model_grads(m),
+						s->lo, s->hi, counts, &cc);
+		}
 	}
-	mgt_comm *g = t->a->use_distributed_optimizer ? t->ps.world : t->ps.mp_comm;
-	mgt_status st = g->size > 1 ? g->ops->allreduce(g, &ss, 1, MGT_DT_F64, MGT_RED_SUM) : MGT_OK;
-	*norm = sqrt(ss);
+	mgt_comm *g = distopt ? t->ps.world : t->ps.mp_comm, *e = host_comm(t->ps.ep_comm, t->ps.host_ep);
+	mgt_status st = ep ? e->ops->allreduce(e, &ss[1], 1, MGT_DT_F64, MGT_RED_SUM) : MGT_OK;
+	ss[0] += ss[1];
+	if (!st && g->size > 1) st = g->ops->allreduce(g, ss, 1, MGT_DT_F64, MGT_RED_SUM);
+	*norm = sqrt(ss[0]);
 	return st;
 }
 
@@ -398,6 +421,7 @@ static mgt_status reduce_grads(trainer *t)
 		if (t->buckets_done) t->buckets_done[c] = 0;
 	}
 	if (!st) st = mgt_comm_wait(t->ps.dp_comm);
+	if (!st && t->ps.edp_comm != t->ps.dp_comm) st = mgt_comm_wait(t->ps.edp_comm);
 	for (int c = 0; !st && c < t->V; c++) st = mgt_model_finish_grads(t->chunk[c]);
 	return st;
 }
@@ -415,9 +439,6 @@ static bool optimizer_step(trainer *t, double lr, double gnorm)
 }
 
 /* ---- Mixture of Experts ---- */
-
-/* The host communicator of a group (the device one wraps it after mgt_parallel_to_device). */
-static mgt_comm *host_comm(mgt_comm *c, mgt_comm *host) { return host ? host : c; }
 
 mgt_status trainer_moe_step(trainer *t)
 {
@@ -492,6 +513,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 	for (int c = 0; !st && !*skipped && t->a->use_distributed_optimizer && t->ps.dp > 1 && c < t->V; c++)
 		st = dp_buckets(t, t->chunk[c], DP_ALLGATHER_PARAMS, 0);
 	if (!st) st = mgt_comm_wait(t->ps.dp_comm);
+	if (!st && t->ps.edp_comm != t->ps.dp_comm) st = mgt_comm_wait(t->ps.edp_comm);
 	t->be->ops->sync(t->be);
 	t->t_opt = mgt_now() - t0;
 	if (!*skipped) t->sched.num_steps += t->a->global_batch_size;
