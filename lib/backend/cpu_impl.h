@@ -13,9 +13,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #elif defined(__clang__)
-#pragma clang diagnostic ignored "-Wpass-failed" /* an `omp simd` loop clang cannot vectorize */void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
-		     const int32_t *pos, int T, int ng, int r, int d, int S);
-
+#pragma clang diagnostic ignored "-Wpass-failed" /* an `omp simd` loop clang cannot vectorize */
 #endif
 
 #include <stdint.h>
@@ -46,9 +44,7 @@ enum { cpu_scratch_bytes = 2 * CPU_AQ * CPU_AK * 4 + CPU_AQ * CPU_AK + 64 * 4 };
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
-#define CPU_CLONESvoid mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
-		     const int32_t *pos, int T, int ng, int r, int d, int S);
-
+#define CPU_CLONES
 #endif
 #define CPU_INLINE static inline __attribute__((always_inline))
 
