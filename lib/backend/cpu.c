@@ -10,7 +10,7 @@
  * are split by columns, each column summed over rows in row order, so their bits do not even
  * depend on the thread count; sumsq sums fixed chunks that depend only on n.  No atomics.
  *
- * Attention lives in cpu_attn.c.
+ * Attention lives in cpu_attn.c, the Mixture-of-Experts row ops and grouped linears in cpu_moe.c.
  */
 #include "backend/cpu_impl.h"
 
@@ -26,8 +26,7 @@
 static void blas_warmup(mgt_backend *be);
 static void cpu_destroy(mgt_backend *be);
 
-/* Work (elements touched) below which an op runs on the calling thread only. */
-#define PAR_MIN 32768
+#define PAR_MIN CPU_PAR_MIN
 /* Columns per task in column-split reductions. */
 #define COLCH 128
 
@@ -142,8 +141,8 @@ static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t 
 /* Output features a GEMM call covers at most (the vocabulary's output layer is split) */
 enum { GEMM_COLS = 8192 };
 
-static void cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
-			   int T, int in, int out)
+void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
+			int T, int in, int out)
 {
 	if (T <= 0 || out <= 0)
 		return;
@@ -168,8 +167,8 @@ static void cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const floa
 				    in, 1.0f, x, in, w + (size_t)j * in, in, b ? 1.0f : 0.0f, y + j, out);
 }
 
-static void cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
-			   const float *x, const float *w, int T, int in, int out)
+void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+			const float *x, const float *w, int T, int in, int out)
 {
 	if (T <= 0 || in <= 0 || out <= 0) {
 		if (dx && T > 0 && in > 0)
@@ -809,8 +808,8 @@ static const mgt_backend_ops cpu_ops = {
 	.zero = cpu_zero,
 	.sync = cpu_sync,
 	.destroy = cpu_destroy,
-	.linear_fwd = cpu_linear_fwd,
-	.linear_bwd = cpu_linear_bwd,
+	.linear_fwd = mgt_cpu_linear_fwd,
+	.linear_bwd = mgt_cpu_linear_bwd,
 	.embedding_fwd = cpu_embedding_fwd,
 	.embedding_bwd = cpu_embedding_bwd,
 	.norm_fwd = cpu_norm_fwd,
@@ -829,6 +828,12 @@ static const mgt_backend_ops cpu_ops = {
 	.xent_stats = cpu_xent_stats,
 	.xent_loss = cpu_xent_loss,
 	.xent_bwd = cpu_xent_bwd,
+	.rows_gather = mgt_cpu_rows_gather,
+	.rows_combine = mgt_cpu_rows_combine,
+	.rows_scale = mgt_cpu_rows_scale,
+	.rows_dot = mgt_cpu_rows_dot,
+	.linear_fwd_grouped = mgt_cpu_linear_fwd_grouped,
+	.linear_bwd_grouped = mgt_cpu_linear_bwd_grouped,
 	.adamw = cpu_adamw,
 	.sumsq = cpu_sumsq,
 	.copy = cpu_copy,

@@ -1,4 +1,5 @@
-/* lib/backend: internals shared by the CPU backend's files (cpu.c, cpu_attn.c, cpu_philox.c).
+/* lib/backend: internals shared by the CPU backend's files (cpu.c, cpu_attn.c, cpu_moe.c,
+ * cpu_philox.c).
  * Not public.
  *
  * The inline math below is branch-free so that loops over it vectorize under `omp simd` at the
@@ -13,9 +14,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "no-math-errno")
 #elif defined(__clang__)
-#pragma clang diagnostic ignored "-Wpass-failed" /* an `omp simd` loop clang cannot vectorize */void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
-		     const int32_t *pos, int T, int ng, int r, int d, int S);
-
+#pragma clang diagnostic ignored "-Wpass-failed" /* an `omp simd` loop clang cannot vectorize */
 #endif
 
 #include <stdint.h>
@@ -37,6 +36,9 @@ typedef struct {
 	size_t round_cap[2];
 } cpu_impl;
 
+/* Work (elements touched) below which an op runs on the calling thread only. */
+enum { CPU_PAR_MIN = 32768 };
+
 enum { cpu_scratch_bytes = 2 * CPU_AQ * CPU_AK * 4 + CPU_AQ * CPU_AK + 64 * 4 };
 
 /* Hot row kernels are compiled three times (AVX-512, AVX2+FMA, baseline x86-64) and picked at load
@@ -46,9 +48,7 @@ enum { cpu_scratch_bytes = 2 * CPU_AQ * CPU_AK * 4 + CPU_AQ * CPU_AK + 64 * 4 };
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
-#define CPU_CLONESvoid mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
-		     const int32_t *pos, int T, int ng, int r, int d, int S);
-
+#define CPU_CLONES
 #endif
 #define CPU_INLINE static inline __attribute__((always_inline))
 
@@ -131,5 +131,22 @@ void mgt_cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const flo
 		      uint64_t key, int head0, int heads_total);
 void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
 		     const int32_t *pos, int T, int ng, int r, int d, int S);
+
+/* cpu.c: the ops linear_fwd and linear_bwd (cpu_moe.c's grouped linears call them per group). */
+void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
+			int T, int in, int out);
+void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+			const float *x, const float *w, int T, int in, int out);
+
+/* cpu_moe.c: the Mixture-of-Experts ops of backend.h. */
+void mgt_cpu_rows_gather(mgt_backend *be, float *dst, const float *src, const int32_t *idx, int N, int h);
+void mgt_cpu_rows_combine(mgt_backend *be, float *dst, const float *src, const int32_t *slot, int T, int k,
+			  int h);
+void mgt_cpu_rows_scale(mgt_backend *be, float *y, const float *x, const float *w, int N, int f);
+void mgt_cpu_rows_dot(mgt_backend *be, float *out, const float *a, const float *b, int N, int f);
+void mgt_cpu_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const float *const *w,
+				const int *rows, int G, int in, int out);
+void mgt_cpu_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy, const float *x,
+				const float *const *w, const int *rows, int G, int in, int out);
 
 #endif

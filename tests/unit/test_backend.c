@@ -5,7 +5,9 @@
  * central finite differences of that double reference for a random projection L = sum(R * y),
  * the backward being fed dy = R.  Dropout masks in the references are drawn with mgt_philox
  * directly, per the header's formula.  Also: accumulate-vs-write semantics, determinism (with
- * 2 threads), AdamW against torch.optim.AdamW's formula in double, reductions.
+ * 2 threads), AdamW against torch.optim.AdamW's formula in double, reductions, and the
+ * Mixture-of-Experts ops (row gather / combine / scale / dot against plain loops, the grouped
+ * linears against double and, under bf16/fp16, bit for bit against per-group linear layers).
  * Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on any failure. */
 #include "backend/backend.h"
 
@@ -1151,6 +1153,257 @@ static void test_reductions(void)
 	free(x), free(y), free(yr);
 }
 
+/* ================= Mixture of Experts: row ops and grouped linears ================= */
+
+/* Elements of a and b (n floats) whose bits differ. */
+static size_t bits_differ(const float *a, const float *b, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += memcmp(a + i, b + i, sizeof *a) != 0;
+	return k;
+}
+
+/* A routing of T tokens to k slots each over N expert rows: every row used once, some slots
+ * -1 (dropped), token `empty` with no copy at all.  Returns slot [T*k] and idx [N] (row -> token). */
+static int32_t *moe_routing(int T, int k, int empty, int32_t **idx_out, int *N_out)
+{
+	int32_t *slot = xmalloc((size_t)T * k * sizeof *slot);
+	int N = 0;
+	for (int t = 0; t < T; t++)
+		for (int j = 0; j < k; j++)
+			slot[t * k + j] = t == empty || urand() < -0.6 ? -1 : N++;
+	/* shuffle the row numbers, so rows are not in token order (as grouping by expert makes them) */
+	int32_t *perm = xmalloc((size_t)(N ? N : 1) * sizeof *perm);
+	for (int i = 0; i < N; i++)
+		perm[i] = i;
+	for (int i = N - 1; i > 0; i--) {
+		int j = (int)((urand() + 1) / 2 * (i + 1)) % (i + 1);
+		int32_t tmp = perm[i];
+		perm[i] = perm[j];
+		perm[j] = tmp;
+	}
+	int32_t *idx = xmalloc((size_t)(N ? N : 1) * sizeof *idx);
+	for (int t = 0; t < T; t++)
+		for (int j = 0; j < k; j++)
+			if (slot[t * k + j] >= 0) {
+				slot[t * k + j] = perm[slot[t * k + j]];
+				idx[slot[t * k + j]] = t;
+			}
+	free(perm);
+	*idx_out = idx;
+	*N_out = N;
+	return slot;
+}
+
+static void test_moe_rows_case(int T, int k, int h)
+{
+	int32_t *idx, N;
+	int32_t *slot = moe_routing(T, k, T / 2, &idx, &N);
+	float *x = randf((size_t)T * h, 1);
+	/* gather: exact copies */
+	float *xe = randf((size_t)N * h, 9);
+	O->rows_gather(be, xe, x, idx, N, h);
+	size_t bad = 0;
+	for (int i = 0; i < N; i++)
+		bad += bits_differ(xe + (size_t)i * h, x + (size_t)idx[i] * h, h);
+	CHECK(bad == 0, "rows_gather T=%d k=%d h=%d N=%d: rows copied exactly (%zu elements differ)", T, k, h, N, bad);
+
+	/* combine: against a double sum, and bit for bit against fp32 sums in j order from 0 */
+	float *ye = randf((size_t)N * h, 1), *y = randf((size_t)T * h, 9);
+	double *yr = xmalloc((size_t)T * h * sizeof *yr);
+	float *yf = xmalloc((size_t)T * h * sizeof *yf);
+	for (int t = 0; t < T; t++)
+		for (int c = 0; c < h; c++) {
+			double sd = 0;
+			float sf = 0.0f;
+			for (int j = 0; j < k; j++) {
+				int32_t r = slot[t * k + j];
+				if (r >= 0) {
+					sd += ye[(size_t)r * h + c];
+					sf += ye[(size_t)r * h + c];
+				}
+			}
+			yr[(size_t)t * h + c] = sd;
+			yf[(size_t)t * h + c] = sf;
+		}
+	O->rows_combine(be, y, ye, slot, T, k, h);
+	double e = relerr(y, yr, (size_t)T * h);
+	size_t nd = bits_differ(y, yf, (size_t)T * h), nz = 0;
+	for (int c = 0; c < h; c++)
+		nz += y[(size_t)(T / 2) * h + c] != 0.0f;
+	CHECK(e < 1e-7 && nd == 0 && nz == 0,
+	      "rows_combine T=%d k=%d h=%d: err %.2e vs double, %zu differ from fp32 in j order, "
+	      "token without copies %zu nonzero", T, k, h, e, nd, nz);
+
+	/* scale (and in place), dot */
+	float *w = randf(N, 1), *ys = randf((size_t)N * h, 9), *ysi = copyf(ye, (size_t)N * h);
+	O->rows_scale(be, ys, ye, w, N, h);
+	O->rows_scale(be, ysi, ysi, w, N, h);
+	bad = 0;
+	double es = 0;
+	for (int i = 0; i < N; i++)
+		for (int c = 0; c < h; c++) {
+			float want = w[i] * ye[(size_t)i * h + c];
+			double d = (double)ys[(size_t)i * h + c] - (double)w[i] * ye[(size_t)i * h + c];
+			bad += memcmp(&want, ys + (size_t)i * h + c, 4) != 0;
+			es = fmax(es, fabs(d) / (fabs((double)w[i] * ye[(size_t)i * h + c]) + 1e-30));
+		}
+	CHECK(bad == 0 && es <= 0x1p-24 && bits_differ(ys, ysi, (size_t)N * h) == 0,
+	      "rows_scale N=%d f=%d: one fp32 product per element (max rel err %.2e), in place the same", N, h, es);
+	float *dot = randf(N, 9);
+	double *dr = xmalloc((size_t)(N ? N : 1) * sizeof *dr);
+	for (int i = 0; i < N; i++) {
+		double sd = 0;
+		for (int c = 0; c < h; c++)
+			sd += (double)ye[(size_t)i * h + c] * xe[(size_t)i * h + c];
+		dr[i] = sd;
+	}
+	O->rows_dot(be, dot, ye, xe, N, h);
+	bad = 0;
+	double ed = 0;
+	for (int i = 0; i < N; i++) {
+		bad += dot[i] != (float)dr[i];
+		ed = fmax(ed, fabs(dot[i] - dr[i]) / (fabs(dr[i]) + 1e-30));
+	}
+	/* a double sum in another order can round the other way, rarely: 1 fp32 ulp at most */
+	CHECK(ed <= 0x1p-23 && bad <= (size_t)(N / 100 + 1),
+	      "rows_dot N=%d f=%d: max rel err %.2e vs double (bound 2^-23), %zu of %d not the double sum rounded",
+	      N, h, ed, bad, N);
+	free(slot), free(idx), free(x), free(xe), free(ye), free(y), free(yr), free(yf);
+	free(w), free(ys), free(ysi), free(dot), free(dr);
+}
+
+/* Grouped linear over G groups of rows[g] rows: against a double reference in fp32, and under
+ * bf16/fp16 bit for bit against linear_fwd / linear_bwd called per group. */
+static void test_moe_grouped_case(const int *rows, int G, int in, int out)
+{
+	int M = 0;
+	for (int g = 0; g < G; g++)
+		M += rows[g];
+	const size_t nx = (size_t)M * in, ny = (size_t)M * out, nw = (size_t)out * in;
+	const int pad = 3; /* rows past the end of y and dx that must stay untouched */
+	float *x = randf(nx, 1), *dy = randf(ny, 1);
+	float **w = xmalloc(G * sizeof *w), **dw = xmalloc(G * sizeof *dw), **dw0 = xmalloc(G * sizeof *dw0);
+	for (int g = 0; g < G; g++) {
+		w[g] = randf(nw, 0.5);
+		dw0[g] = randf(nw, 1);
+		dw[g] = copyf(dw0[g], nw);
+	}
+	float *y = randf(ny + (size_t)pad * out, 9), *dx = randf(nx + (size_t)pad * in, 9);
+	float *y_end = copyf(y + ny, (size_t)pad * out), *dx_end = copyf(dx + nx, (size_t)pad * in);
+	double *yr = xmalloc((ny ? ny : 1) * sizeof *yr), *dxr = xmalloc((nx ? nx : 1) * sizeof *dxr);
+	double *dwr = xmalloc(nw * sizeof *dwr);
+	O->linear_fwd_grouped(be, y, x, (const float *const *)w, rows, G, in, out);
+	O->linear_bwd_grouped(be, dx, dw, dy, x, (const float *const *)w, rows, G, in, out);
+	char id[128];
+	int n = snprintf(id, sizeof id, "G=%d rows", G);
+	for (int g = 0; g < G && n < 100; g++)
+		n += snprintf(id + n, sizeof id - n, "%s%d", g ? "," : " ", rows[g]);
+	snprintf(id + n, sizeof id - n, " in=%d out=%d", in, out);
+	double ewmax = 0;
+	int r0 = 0, untouched = 1;
+	for (int g = 0; g < G; g++) {
+		const float *xg = x + (size_t)r0 * in, *dyg = dy + (size_t)r0 * out, *wg = w[g];
+		for (int t = 0; t < rows[g]; t++) {
+			for (int o = 0; o < out; o++) {
+				double sd = 0;
+				for (int i = 0; i < in; i++)
+					sd += (double)xg[(size_t)t * in + i] * wg[(size_t)o * in + i];
+				yr[(size_t)(r0 + t) * out + o] = sd;
+			}
+			for (int i = 0; i < in; i++) {
+				double sd = 0;
+				for (int o = 0; o < out; o++)
+					sd += (double)dyg[(size_t)t * out + o] * wg[(size_t)o * in + i];
+				dxr[(size_t)(r0 + t) * in + i] = sd;
+			}
+		}
+		for (int o = 0; o < out; o++)
+			for (int i = 0; i < in; i++) {
+				double sd = 0;
+				for (int t = 0; t < rows[g]; t++)
+					sd += (double)dyg[(size_t)t * out + o] * xg[(size_t)t * in + i];
+				dwr[(size_t)o * in + i] = sd;
+			}
+		if (rows[g] == 0)
+			untouched &= bits_differ(dw[g], dw0[g], nw) == 0;
+		else
+			ewmax = fmax(ewmax, relerr_delta(dw[g], dw0[g], dwr, nw));
+		r0 += rows[g];
+	}
+	double ey = relerr(y, yr, ny), ex = relerr(dx, dxr, nx);
+	int ends = bits_differ(y + ny, y_end, (size_t)pad * out) == 0 && bits_differ(dx + nx, dx_end, (size_t)pad * in) == 0;
+	CHECK(ey < FWD_TOL && ex < FWD_TOL && ewmax < FWD_TOL && untouched && ends,
+	      "linear_fwd/bwd_grouped %s vs double: y %.2e, dx %.2e, dw (accumulated, worst group) %.2e; "
+	      "empty groups' dw untouched %d, rows past the end untouched %d", id, ey, ex, ewmax, untouched, ends);
+
+	/* dx NULL: dw gains the same increment again, nothing else is written */
+	float **dw2 = xmalloc(G * sizeof *dw2);
+	for (int g = 0; g < G; g++)
+		dw2[g] = copyf(dw[g], nw);
+	O->linear_bwd_grouped(be, NULL, dw2, dy, x, (const float *const *)w, rows, G, in, out);
+	double e2 = 0;
+	for (int g = 0; g < G; g++) {
+		double *inc = xmalloc(nw * sizeof *inc);
+		for (size_t i = 0; i < nw; i++)
+			inc[i] = (double)dw[g][i] - dw0[g][i];
+		if (rows[g])
+			e2 = fmax(e2, relerr_delta(dw2[g], dw[g], inc, nw));
+		free(inc);
+	}
+	CHECK(e2 < FWD_TOL, "linear_bwd_grouped %s with dx NULL: dw increment again (err %.2e)", id, e2);
+
+	/* bf16 and fp16: bitwise the per-group linear layers */
+	for (int pr = 1; pr <= 2; pr++) {
+		be->precision = (mgt_precision)pr;
+		float *yg = xmalloc((ny ? ny : 1) * 4), *yp = xmalloc((ny ? ny : 1) * 4);
+		float *dxg = xmalloc((nx ? nx : 1) * 4), *dxp = xmalloc((nx ? nx : 1) * 4);
+		size_t ndw = 0;
+		float **dwg = xmalloc(G * sizeof *dwg), **dwp = xmalloc(G * sizeof *dwp);
+		for (int g = 0; g < G; g++)
+			dwg[g] = copyf(dw0[g], nw), dwp[g] = copyf(dw0[g], nw);
+		O->linear_fwd_grouped(be, yg, x, (const float *const *)w, rows, G, in, out);
+		O->linear_bwd_grouped(be, dxg, dwg, dy, x, (const float *const *)w, rows, G, in, out);
+		r0 = 0;
+		for (int g = 0; g < G; g++) {
+			if (rows[g]) {
+				O->linear_fwd(be, yp + (size_t)r0 * out, x + (size_t)r0 * in, w[g], NULL, rows[g], in, out);
+				O->linear_bwd(be, dxp + (size_t)r0 * in, dwp[g], NULL, dy + (size_t)r0 * out,
+					      x + (size_t)r0 * in, w[g], rows[g], in, out);
+			}
+			ndw += bits_differ(dwg[g], dwp[g], nw);
+			r0 += rows[g];
+		}
+		size_t nyd = bits_differ(yg, yp, ny), nxd = bits_differ(dxg, dxp, nx);
+		/* and the rounding happened: fp32 differs */
+		size_t n32 = bits_differ(yg, y, ny);
+		be->precision = MGT_PREC_FP32;
+		CHECK(nyd == 0 && nxd == 0 && ndw == 0 && (ny == 0 || n32 > 0),
+		      "linear_*_grouped %s %s: bitwise per-group linear_fwd/bwd (y %zu, dx %zu, dw %zu differ; "
+		      "%zu of y differ from fp32)", pr == 1 ? "bf16" : "fp16", id, nyd, nxd, ndw, n32);
+		for (int g = 0; g < G; g++)
+			free(dwg[g]), free(dwp[g]);
+		free(dwg), free(dwp), free(yg), free(yp), free(dxg), free(dxp);
+	}
+	for (int g = 0; g < G; g++)
+		free(w[g]), free(dw[g]), free(dw0[g]), free(dw2[g]);
+	free(w), free(dw), free(dw0), free(dw2), free(x), free(dy), free(y), free(dx), free(y_end), free(dx_end);
+	free(yr), free(dxr), free(dwr);
+}
+
+static void test_moe(void)
+{
+	test_moe_rows_case(9, 2, 6);
+	test_moe_rows_case(300, 3, 130); /* over the parallel threshold, h not a multiple of 4 */
+	test_moe_rows_case(5, 1, 1);
+	const int r1[] = { 7, 0, 13, 1, 0 }, r2[] = { 70, 0, 33, 100 }, r3[] = { 0, 0, 0 }, r4[] = { 4 };
+	test_moe_grouped_case(r1, 5, 12, 9);
+	test_moe_grouped_case(r2, 4, 96, 80);
+	test_moe_grouped_case(r3, 3, 8, 5); /* no rows at all: nothing written */
+	test_moe_grouped_case(r4, 1, 5, 3);
+}
+
 /* ================= determinism of the threaded reductions ================= */
 
 static void test_determinism(void)
@@ -1214,6 +1467,7 @@ int main(void)
 	test_xent();
 	test_adamw();
 	test_reductions();
+	test_moe();
 	test_determinism();
 	mgt_backend_destroy(be);
 	mgt_backend_destroy(NULL);
