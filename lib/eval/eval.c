@@ -207,19 +207,14 @@ static mgt_status read_params(mgt_eval *ev)
 	mgt_status st = MGT_OK;
 	for (int i = 0; !st && i < tt->n; i++) {
 		const mgt_tensor *x = &tt->t[i];
-		int64_t off[6][2], shape[6][2];
-		size_t first[6];
-		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
-		for (int k = 0; !st && k < nb; k++)
-			st = mgt_ckpt_read(ev->ck, x->name, x->ndim, x->shape, off[k], shape[k], MGT_CKPT_F32,
-					   h + x->offset + first[k]);
+		st = mgt_train_ckpt_read(ev->ck, "", x, 0, x->numel, h + x->offset); /* expert rows too */
 	}
 	for (size_t i = 0; !st && i < mgt_ckpt_count(ev->ck); i++) {
 		int nd;
 		int64_t gs[MGT_CKPT_MAX_DIM];
 		mgt_ckpt_dtype dt;
 		const char *name = mgt_ckpt_tensor(ev->ck, i, &nd, gs, &dt);
-		if (strncmp(name, "optimizer.", 10) && !mgt_tensor_table_find(tt, name))
+		if (strncmp(name, "optimizer.", 10) && !mgt_train_ckpt_known(tt, name))
 			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of the model its arguments describe",
 				     ev->dir, name);
 	}

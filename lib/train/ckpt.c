@@ -21,16 +21,85 @@ static const char *const shape_keys[] = {
 	"rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
 	"rope_scaling_original_max_position_embeddings", "openai_gelu", NULL,
 };
+/* Those of Mixture of Experts (newer than most checkpoints: absent means no experts), compared
+ * when the checkpoint or the run has experts. */
+static const char *const moe_keys[] = {
+	"num_experts", "moe_ffn_hidden_size", "moe_layer_freq", "moe_shared_expert_intermediate_size",
+	"moe_shared_expert_gate", "moe_router_enable_expert_bias", NULL,
+};
+
+/* Whether an earlier row of x's layer (rows of a layer are consecutive) is an expert row of the
+ * same dataset: the dataset is handled at its first row. */
+static bool dataset_seen(const mgt_tensor_table *tt, int i)
+{
+	const mgt_tensor *x = &tt->t[i];
+	for (int j = i - 1; j >= 0 && tt->t[j].layer == x->layer; j--)
+		if (tt->t[j].num_experts > 0 && !strcmp(tt->t[j].dataset, x->dataset)) return true;
+	return false;
+}
+
+/* The expert-parallel size tt was built for: num_experts over the experts it lists of one
+ * dataset (1 without experts). */
+static int table_ep(const mgt_tensor_table *tt)
+{
+	for (int i = 0; i < tt->n; i++) {
+		const mgt_tensor *x = &tt->t[i];
+		if (x->num_experts <= 0) continue;
+		int local = 0;
+		for (int j = i; j < tt->n && tt->t[j].layer == x->layer; j++)
+			local += tt->t[j].num_experts > 0 && !strcmp(tt->t[j].dataset, x->dataset);
+		return x->num_experts / local;
+	}
+	return 1;
+}
+
+int mgt_train_ckpt_dataset(const mgt_tensor *x, const char *prefix, char *name, size_t n, int64_t gshape[3])
+{
+	bool ex = x->num_experts > 0;
+	snprintf(name, n, "%s%s", prefix, ex ? x->dataset : x->name);
+	int nd = 0;
+	if (ex) gshape[nd++] = x->num_experts;
+	for (int d = 0; d < x->ndim; d++) gshape[nd++] = x->shape[d];
+	return nd;
+}
+
+int mgt_train_ckpt_boxes(const mgt_tensor *x, size_t lo, size_t hi, int64_t off[6][3], int64_t shape[6][3],
+			 size_t first[6])
+{
+	int64_t o2[6][2], s2[6][2];
+	int nb = mgt_tensor_boxes(x, lo, hi, o2, s2, first), e = x->num_experts > 0;
+	for (int k = 0; k < nb; k++) {
+		if (e) {
+			off[k][0] = x->expert;
+			shape[k][0] = 1;
+		}
+		for (int d = 0; d < x->ndim; d++) {
+			off[k][e + d] = o2[k][d];
+			shape[k][e + d] = s2[k][d];
+		}
+	}
+	return nb;
+}
+
+bool mgt_train_ckpt_known(const mgt_tensor_table *tt, const char *name)
+{
+	for (int i = 0; i < tt->n; i++)
+		if (!strcmp(tt->t[i].num_experts > 0 ? tt->t[i].dataset : tt->t[i].name, name)) return true;
+	return false;
+}
 
 void *mgt_train_tensor_list(const mgt_tensor_table *tt)
 {
 	json_t *arr = json_array();
 	for (int i = 0; i < tt->n; i++) {
 		const mgt_tensor *x = &tt->t[i];
+		if (x->num_experts > 0 && dataset_seen(tt, i)) continue;
+		char name[160];
+		int64_t gs[3];
+		int nd = mgt_train_ckpt_dataset(x, "", name, sizeof name, gs);
 		json_t *shape = json_array();
-		for (int d = 0; d < x->ndim; d++) json_array_append_new(shape, json_integer(x->shape[d]));
-		json_array_append_new(arr, json_pack("{s:s, s:o, s:s}", "name", x->name, "shape", shape,
-						     "dtype", "float32"));
+		for (int d = 0; d < nd; d++) json_array_append_new(shape, json_integer(gs[d]));
+		json_array_append_new(arr, json_pack("{s:s, s:o, s:s}", "name", name, "shape", shape, "dtype", "float32"));
 	}
 	return arr;
 }
@@ -68,6 +137,8 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 		json_decref(o);
 		o = NULL;
 	}
+	json_t *lay = o ? json_object_get(o, "layout") : NULL;
+	if (lay) json_object_set_new(lay, "expert_model_parallel_size", json_integer(table_ep(mgt_model_tensors(t->model))));
 	if (o && a->no_save_rng) json_object_del(o, "rng");
 	if (o && t->hf_meta) json_object_set(o, "hf", (json_t *)t->hf_meta);
 	char *txt = o ? json_dumps(o, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
@@ -81,143 +152,187 @@ static mgt_status full_table(trainer *t, mgt_tensor_table *full)
 	return mgt_tensor_table_build(full, &t->a->model, 1, 0, 1, 0);
 }
 
-/* The tied word embedding's copy on the last stage duplicates the first stage's: never saved. */
-static bool is_copy(const mgt_model *m, const mgt_tensor *x)
-{
-	return x->role == MGT_T_WORD_EMB && !mgt_model_is_first_stage(m);
-}
+/* ---- the pieces a rank saves ---- */
 
-/* Pieces to write, each with the index of the shard file it goes to: a rank writes the k-th box
- * of every tensor into its k-th file (lib/ckpt keeps one piece per tensor per file). */
-typedef struct {
+/* Pieces p[i] go to shard file file[i]: the j-th piece of a dataset to file j (lib/ckpt keeps one
+ * piece per tensor per file). */
+struct mgt_train_pieces {
 	mgt_ckpt_piece *p;
-	char **names;
 	int *file;
 	size_t n, cap;
 	int nfiles;
-	float **owned;     /* host copies of backend buffers */
-	size_t nowned;
-} piece_list;
+	void **owned;      /* piece names, merged data, host copies of backend buffers */
+	size_t nowned, owned_cap;
+};
 
-static mgt_status pl_add(piece_list *pl, const char *prefix, const mgt_tensor *x, int64_t off[2], int64_t shape[2],
-			 const float *data, int file)
+/* Let pl free q (freed at once when that fails). */
+static mgt_status pl_own(mgt_train_pieces *pl, void *q)
+{
+	if (pl->nowned == pl->owned_cap) {
+		size_t cap = pl->owned_cap ? 2 * pl->owned_cap : 64;
+		void **o = mgt_realloc(pl->owned, cap * sizeof *o);
+		if (!o) {
+			free(q);
+			return MGT_ERR_NOMEM;
+		}
+		pl->owned = o;
+		pl->owned_cap = cap;
+	}
+	pl->owned[pl->nowned++] = q;
+	return MGT_OK;
+}
+
+static mgt_status pl_add(mgt_train_pieces *pl, const char *name, int nd, const int64_t *gs, const int64_t *off,
+			 const int64_t *shape, const float *data)
 {
 	if (pl->n == pl->cap) {
 		size_t cap = pl->cap ? 2 * pl->cap : 64;
 		mgt_ckpt_piece *p = mgt_realloc(pl->p, cap * sizeof *p);
 		if (p) pl->p = p;
-		char **nm = p ? mgt_realloc(pl->names, cap * sizeof *nm) : NULL;
-		if (nm) pl->names = nm;
-		int *f = nm ? mgt_realloc(pl->file, cap * sizeof *f) : NULL;
+		int *f = p ? mgt_realloc(pl->file, cap * sizeof *f) : NULL;
 		if (!f) return MGT_ERR_NOMEM;
 		pl->file = f;
 		pl->cap = cap;
 	}
-	size_t len = strlen(prefix) + strlen(x->name) + 1;
-	char *name = mgt_malloc(len);
-	if (!name) return MGT_ERR_NOMEM;
-	snprintf(name, len, "%s%s", prefix, x->name);
+	int file = 0;
+	for (size_t i = 0; i < pl->n; i++) file += !strcmp(pl->p[i].name, name);
+	char *nm = mgt_strdup(name);
+	if (!nm || pl_own(pl, nm)) return MGT_ERR_NOMEM;
 	mgt_ckpt_piece *p = &pl->p[pl->n];
-	*p = (mgt_ckpt_piece){ .name = name, .ndim = x->ndim, .dtype = MGT_CKPT_F32, .data = data };
-	for (int d = 0; d < x->ndim; d++) {
-		p->global_shape[d] = x->shape[d];
+	*p = (mgt_ckpt_piece){ .name = nm, .ndim = nd, .dtype = MGT_CKPT_F32, .data = data };
+	for (int d = 0; d < nd; d++) {
+		p->global_shape[d] = gs[d];
 		p->offset[d] = off[d];
 		p->shape[d] = shape[d];
 	}
-	pl->names[pl->n] = name;
 	pl->file[pl->n++] = file;
 	if (file + 1 > pl->nfiles) pl->nfiles = file + 1;
 	return MGT_OK;
 }
 
-/* Add the boxes of the local elements [lo, hi) of x, whose data starts at base (element lo). */
-static mgt_status pl_add_range(piece_list *pl, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi,
-			       const float *base)
-{
-	int64_t off[6][2], shape[6][2];
-	size_t first[6];
-	int nb = mgt_tensor_boxes(x, lo, hi, off, shape, first);
-	mgt_status st = MGT_OK;
-	for (int k = 0; !st && k < nb; k++) st = pl_add(pl, prefix, x, off[k], shape[k], base + (first[k] - lo), k);
-	return st;
-}
+/* A box of one expert: its offset and shape in the dataset (expert index first), its data. */
+typedef struct {
+	int64_t off[3], shape[3];
+	const float *src;
+} expert_box;
 
-static void pl_free(piece_list *pl)
+/* By offset and shape outside the expert dimension, then by expert. */
+static int cmp_expert_box(const void *pa, const void *pb)
 {
-	for (size_t i = 0; i < pl->n; i++) free(pl->names[i]);
-	for (size_t i = 0; i < pl->nowned; i++) free(pl->owned[i]);
-	free(pl->p);
-	free(pl->names);
-	free(pl->file);
-	free(pl->owned);
-}
-
-/* A host view of n floats of backend memory (downloaded and kept in pl when the backend's memory
- * is not host memory). */
-static mgt_status host_view(trainer *t, piece_list *pl, const float *buf, size_t n, const float **out)
-{
-	*out = buf;
-	if (t->be->host_memory) return MGT_OK;
-	float **o = mgt_realloc(pl->owned, (pl->nowned + 1) * sizeof *o);
-	if (!o) return MGT_ERR_NOMEM;
-	pl->owned = o;
-	if (!(o[pl->nowned] = mgt_malloc((n ? n : 1) * sizeof(float)))) return MGT_ERR_NOMEM;
-	*out = o[pl->nowned++];
-	return t->be->ops->download(t->be, (float *)*out, buf, n * sizeof(float));
-}
-
-static const char *const moment_prefix[2] = { "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq." };
-
-/* Parameters: data-parallel rank 0 of each (TP, PP) position writes its chunks' tensors. */
-static mgt_status collect_params(trainer *t, piece_list *pl)
-{
-	mgt_status st = MGT_OK;
-	for (int c = 0; !st && t->ps.dp_rank == 0 && c < t->V; c++) {
-		mgt_model *m = t->chunk[c];
-		const mgt_tensor_table *tt = mgt_model_tensors(m);
-		const float *p;
-		st = host_view(t, pl, mgt_model_params(m), tt->buf_numel, &p);
-		for (int i = 0; !st && i < tt->n; i++)
-			if (!is_copy(m, &tt->t[i]))
-				st = pl_add_range(pl, "", &tt->t[i], 0, tt->t[i].numel, p + tt->t[i].offset);
+	const expert_box *a = pa, *b = pb;
+	for (int d = 1; d < 3; d++) {
+		if (a->off[d] != b->off[d]) return a->off[d] < b->off[d] ? -1 : 1;
+		if (a->shape[d] != b->shape[d]) return a->shape[d] < b->shape[d] ? -1 : 1;
 	}
-	return st;
+	return (a->off[0] > b->off[0]) - (a->off[0] < b->off[0]);
 }
 
-/* Adam moments: every shard this rank steps (with the distributed optimizer every DP rank has
- * its own; otherwise data-parallel rank 0 writes the replicated state). */
-static mgt_status collect_moments(trainer *t, piece_list *pl)
+/* The pieces of the dataset of expert row i0 (its first row in the table) in [lo, hi): runs of
+ * consecutive experts whose boxes agree outside the expert dimension become one piece. */
+static mgt_status add_experts(mgt_train_pieces *pl, const char *prefix, const mgt_tensor_table *tt, int i0, size_t lo,
+			      size_t hi, const float *data)
 {
-	mgt_status st = MGT_OK;
-	if (!t->a->use_distributed_optimizer && t->ps.dp_rank != 0) return MGT_OK;
-	for (int i = 0; !st && i < t->nshard; i++) {
-		opt_shard *s = &t->shard[i];
-		mgt_model *m = t->chunk[s->chunk];
-		const mgt_tensor_table *tt = mgt_model_tensors(m);
-		for (int k = 0; !st && k < 2; k++) {
-			const float *mom;
-			st = host_view(t, pl, k ? s->opt.v : s->opt.m, s->hi - s->lo, &mom);
-			for (int j = 0; !st && j < tt->n; j++) {
-				const mgt_tensor *x = &tt->t[j];
-				size_t a, b;
-				if (mgt_tensor_overlap(x, s->lo, s->hi, &a, &b) && !is_copy(m, x))
-					st = pl_add_range(pl, moment_prefix[k], x, a - x->offset, b - x->offset, mom + (a - s->lo));
-			}
+	const mgt_tensor *x0 = &tt->t[i0];
+	int rows = 0;
+	for (int j = i0; j < tt->n && tt->t[j].layer == x0->layer; j++) rows++;
+	expert_box *b = mgt_malloc((size_t)rows * 6 * sizeof *b);
+	if (!b) return MGT_ERR_NOMEM;
+	memset(b, 0, (size_t)rows * 6 * sizeof *b); /* dims past the dataset's compare equal */
+	char name[160];
+	int64_t gs[3];
+	int nd = mgt_train_ckpt_dataset(x0, prefix, name, sizeof name, gs), n = 0;
+	for (int j = i0; j < i0 + rows; j++) {
+		const mgt_tensor *x = &tt->t[j];
+		size_t a, e;
+		if (x->num_experts <= 0 || strcmp(x->dataset, x0->dataset) || !mgt_tensor_overlap(x, lo, hi, &a, &e)) continue;
+		int64_t off[6][3], shape[6][3];
+		size_t first[6];
+		int nb = mgt_train_ckpt_boxes(x, a - x->offset, e - x->offset, off, shape, first);
+		for (int k = 0; k < nb; k++, n++) {
+			memcpy(b[n].off, off[k], (size_t)nd * sizeof(int64_t));
+			memcpy(b[n].shape, shape[k], (size_t)nd * sizeof(int64_t));
+			b[n].src = data + (x->offset + first[k] - lo);
 		}
 	}
+	if (n > 1) qsort(b, (size_t)n, sizeof *b, cmp_expert_box);
+	mgt_status st = MGT_OK;
+	for (int i = 0, r; !st && i < n; i = r) {
+		for (r = i + 1; r < n && b[r].off[0] == b[r - 1].off[0] + 1; r++)
+			if (memcmp(b[r].off + 1, b[i].off + 1, 2 * sizeof(int64_t)) ||
+			    memcmp(b[r].shape + 1, b[i].shape + 1, 2 * sizeof(int64_t)))
+				break;
+		size_t per = 1;
+		for (int d = 1; d < nd; d++) per *= (size_t)b[i].shape[d];
+		int64_t shape[3];
+		memcpy(shape, b[i].shape, sizeof shape);
+		shape[0] = r - i;
+		const float *src = b[i].src;
+		if (r - i > 1) { /* the experts' boxes lie apart in the buffer: one copy side by side */
+			float *m = mgt_malloc((size_t)(r - i) * per * sizeof *m);
+			if (!m || pl_own(pl, m)) {
+				st = MGT_ERR_NOMEM;
+				break;
+			}
+			for (int q = i; q < r; q++) memcpy(m + (size_t)(q - i) * per, b[q].src, per * sizeof *m);
+			src = m;
+		}
+		st = pl_add(pl, name, nd, gs, b[i].off, shape, src);
+	}
+	free(b);
 	return st;
 }
 
-/* Every piece this rank saves, in pl. */
-static mgt_status collect_pieces(trainer *t, piece_list *pl)
+mgt_status mgt_train_pieces_new(mgt_train_pieces **out)
 {
-	mgt_status st = collect_params(t, pl);
-	if (!st && !t->a->no_save_optim) st = collect_moments(t, pl);
+	*out = mgt_malloc(sizeof **out);
+	if (!*out) return MGT_ERR_NOMEM;
+	memset(*out, 0, sizeof **out);
+	return MGT_OK;
+}
+
+mgt_status mgt_train_pieces_add(mgt_train_pieces *pl, const char *prefix, const mgt_tensor_table *tt, size_t lo,
+				size_t hi, const float *data, unsigned which)
+{
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < tt->n; i++) {
+		const mgt_tensor *x = &tt->t[i];
+		if (x->num_experts > 0) {
+			if ((which & MGT_TRAIN_PIECES_EXPERT) && !dataset_seen(tt, i))
+				st = add_experts(pl, prefix, tt, i, lo, hi, data);
+			continue;
+		}
+		size_t a, b;
+		if (!(which & MGT_TRAIN_PIECES_DENSE) || ((which & MGT_TRAIN_PIECES_NO_WORD_EMB) && x->role == MGT_T_WORD_EMB) ||
+		    !mgt_tensor_overlap(x, lo, hi, &a, &b))
+			continue;
+		char name[160];
+		int64_t gs[3], off[6][3], shape[6][3];
+		size_t first[6];
+		int nd = mgt_train_ckpt_dataset(x, prefix, name, sizeof name, gs);
+		int nb = mgt_train_ckpt_boxes(x, a - x->offset, b - x->offset, off, shape, first);
+		for (int k = 0; !st && k < nb; k++)
+			st = pl_add(pl, name, nd, gs, off[k], shape[k], data + (x->offset + first[k] - lo));
+	}
 	return st;
 }
 
-/* Write pl's pieces into this rank's shard files of iteration it. */
-static mgt_status write_pieces(const char *dir, int64_t it, int tp, int pp, int dp, const piece_list *pl)
+static void pl_clear(mgt_train_pieces *pl)
+{
+	for (size_t i = 0; i < pl->nowned; i++) free(pl->owned[i]);
+	free(pl->p);
+	free(pl->file);
+	free(pl->owned);
+	memset(pl, 0, sizeof *pl);
+}
+
+void mgt_train_pieces_free(mgt_train_pieces *pl)
+{
+	if (!pl) return;
+	pl_clear(pl);
+	free(pl);
+}
+
+mgt_status mgt_train_pieces_write(const mgt_train_pieces *pl, const char *dir, int64_t it, int tp, int pp, int dp)
 {
 	mgt_status st = MGT_OK;
 	mgt_ckpt_piece *sel = !pl->n ? NULL : mgt_malloc(pl->n * sizeof *sel);
@@ -232,6 +347,90 @@ static mgt_status write_pieces(const char *dir, int64_t it, int tp, int pp, int 
 		st = mgt_ckpt_write_shard(dir, it, shard, sel, n);
 	}
 	free(sel);
+	return st;
+}
+
+mgt_status mgt_train_ckpt_read(mgt_ckpt *c, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi, float *dst)
+{
+	int64_t off[6][3], shape[6][3], gs[3];
+	size_t first[6];
+	char name[160];
+	int nd = mgt_train_ckpt_dataset(x, prefix, name, sizeof name, gs);
+	int nb = mgt_train_ckpt_boxes(x, lo, hi, off, shape, first);
+	mgt_status st = MGT_OK;
+	for (int k = 0; !st && k < nb; k++)
+		st = mgt_ckpt_read(c, name, nd, gs, off[k], shape[k], MGT_CKPT_F32, dst + (first[k] - lo));
+	return st;
+}
+
+/* The rows of chunk m this rank saves where one copy of each is wanted: the dense rows on
+ * data-parallel rank 0, the expert rows on the first rank of each expert-data-parallel group,
+ * i.e. on the data-parallel ranks below EP (Megatron's expert ranks with the expert tensor
+ * parallel size TP and no context parallelism: dp_rank = ep_rank + EP * edp_rank); never the
+ * last stage's copy of tied word embeddings (the first stage's is the tensor). */
+static unsigned saved_rows(const trainer *t, const mgt_model *m)
+{
+	unsigned w = mgt_model_is_first_stage(m) ? 0 : MGT_TRAIN_PIECES_NO_WORD_EMB;
+	if (t->ps.dp_rank == 0) w |= MGT_TRAIN_PIECES_DENSE;
+	if (t->ps.dp_rank < table_ep(mgt_model_tensors(m))) w |= MGT_TRAIN_PIECES_EXPERT;
+	return w;
+}
+
+/* A host view of n floats of backend memory (downloaded and kept in pl when the backend's memory
+ * is not host memory). */
+static mgt_status host_view(trainer *t, mgt_train_pieces *pl, const float *buf, size_t n, const float **out)
+{
+	*out = buf;
+	if (t->be->host_memory) return MGT_OK;
+	float *h = mgt_malloc((n ? n : 1) * sizeof(float));
+	if (!h || pl_own(pl, h)) return MGT_ERR_NOMEM;
+	*out = h;
+	return t->be->ops->download(t->be, h, buf, n * sizeof(float));
+}
+
+static const char *const moment_prefix[2] = { "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq." };
+
+/* Parameters: one copy of each tensor (saved_rows), for all the rank's chunks. */
+static mgt_status collect_params(trainer *t, mgt_train_pieces *pl)
+{
+	mgt_status st = MGT_OK;
+	for (int c = 0; !st && c < t->V; c++) {
+		mgt_model *m = t->chunk[c];
+		const mgt_tensor_table *tt = mgt_model_tensors(m);
+		unsigned w = saved_rows(t, m);
+		if (!(w & (MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT))) continue;
+		const float *p;
+		st = host_view(t, pl, mgt_model_params(m), tt->buf_numel, &p);
+		if (!st) st = mgt_train_pieces_add(pl, "", tt, 0, tt->buf_numel, p, w);
+	}
+	return st;
+}
+
+/* Adam moments: with the distributed optimizer, every shard this rank steps (each data-parallel
+ * rank has its own); otherwise one copy of the replicated state, as the parameters. */
+static mgt_status collect_moments(trainer *t, mgt_train_pieces *pl)
+{
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < t->nshard; i++) {
+		opt_shard *s = &t->shard[i];
+		mgt_model *m = t->chunk[s->chunk];
+		unsigned w = saved_rows(t, m);
+		if (t->a->use_distributed_optimizer) w |= MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT;
+		if (!(w & (MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT))) continue;
+		for (int k = 0; !st && k < 2; k++) {
+			const float *mom;
+			st = host_view(t, pl, k ? s->opt.v : s->opt.m, s->hi - s->lo, &mom);
+			if (!st) st = mgt_train_pieces_add(pl, moment_prefix[k], mgt_model_tensors(m), s->lo, s->hi, mom, w);
+		}
+	}
+	return st;
+}
+
+/* Every piece this rank saves, in pl. */
+static mgt_status collect_pieces(trainer *t, mgt_train_pieces *pl)
+{
+	mgt_status st = collect_params(t, pl);
+	if (!st && !t->a->no_save_optim) st = collect_moments(t, pl);
 	return st;
 }
 
@@ -263,7 +462,7 @@ static void log_saved(trainer *t, int64_t it, double t0)
 
 struct async_save {
 	pthread_t thread;
-	piece_list pl;        /* pieces with data copied at save time */
+	mgt_train_pieces pl;  /* pieces with data copied at save time */
 	char *meta;           /* rank 0: metadata.json as of the save */
 	int64_t iteration;
 	double t0;
@@ -276,33 +475,30 @@ static void *async_main(void *arg)
 {
 	trainer *t = arg;
 	struct async_save *as = t->async;
-	as->st = write_pieces(t->a->save, as->iteration, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank, &as->pl);
+	as->st = mgt_train_pieces_write(&as->pl, t->a->save, as->iteration, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
 	if (as->st) snprintf(as->err, sizeof as->err, "%s", mgt_err_msg());
 	atomic_store(&as->done, 1);
 	return NULL;
 }
 
 /* Give every piece its own copy of the data, so training can go on changing the buffers. */
-static mgt_status own_data(piece_list *pl)
+static mgt_status own_data(mgt_train_pieces *pl)
 {
-	float **o = mgt_realloc(pl->owned, (pl->nowned + pl->n) * sizeof *o);
-	if (!o) return MGT_ERR_NOMEM;
-	pl->owned = o;
 	for (size_t i = 0; i < pl->n; i++) {
 		mgt_ckpt_piece *p = &pl->p[i];
 		size_t n = 1;
 		for (int d = 0; d < p->ndim; d++) n *= (size_t)p->shape[d];
 		float *c = mgt_malloc(n * sizeof *c);
-		if (!c) return MGT_ERR_NOMEM;
+		if (!c || pl_own(pl, c)) return MGT_ERR_NOMEM;
 		memcpy(c, p->data, n * sizeof *c);
-		p->data = o[pl->nowned++] = c;
+		p->data = c;
 	}
 	return MGT_OK;
 }
 
 static void async_free(trainer *t)
 {
-	pl_free(&t->async->pl);
+	pl_clear(&t->async->pl);
 	free(t->async->meta);
 	free(t->async);
 	t->async = NULL;
@@ -376,10 +572,10 @@ mgt_status trainer_save(trainer *t)
 		st = save_async(t, t0);
 		return st ? mgt_err_ctx(st, "saving checkpoint") : MGT_OK;
 	}
-	piece_list pl = { 0 };
+	mgt_train_pieces pl = { 0 };
 	if (!st) st = collect_pieces(t, &pl);
-	if (!st) st = write_pieces(t->a->save, t->iteration, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank, &pl);
-	pl_free(&pl);
+	if (!st) st = mgt_train_pieces_write(&pl, t->a->save, t->iteration, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
+	pl_clear(&pl);
 	if (!st) st = world_barrier(t);
 	char *meta = NULL;
 	if (!st && root) st = make_metadata(t, &meta);
@@ -393,17 +589,29 @@ mgt_status trainer_save(trainer *t)
 /* ---- loading ---- */
 
 /* Whether y is the default of a shape key that checkpoints before it existed lack. */
-static bool older_default(const char *key, json_t *y)
+static bool older_default(const char *key, json_t *y, bool newer)
 {
 	mgt_args def;
-	if (mgt_args_init(&def)) return false;
+	if (!newer || mgt_args_init(&def)) return false;
 	json_t *d = mgt_args_to_json(&def);
-	bool newer = !strcmp(key, "qk_layernorm") || !strcmp(key, "openai_gelu") || !strncmp(key, "rope_scaling", 12) ||
-		     !strcmp(key, "use_rope_scaling");
-	bool same = d && newer && json_equal(json_object_get(d, key), y);
+	bool same = d && json_equal(json_object_get(d, key), y);
 	json_decref(d);
 	mgt_args_free(&def);
 	return same;
+}
+
+static mgt_status check_key(json_t *ck_args, json_t *mine, const char *key, bool newer, const char *dir)
+{
+	json_t *x = json_object_get(ck_args, key), *y = json_object_get(mine, key);
+	/* keys newer than the checkpoint: absent means mgt's default (the feature off) */
+	if (!x && older_default(key, y, newer)) return MGT_OK;
+	if (x && json_equal(x, y)) return MGT_OK;
+	char *xs = x ? json_dumps(x, JSON_ENCODE_ANY) : NULL, *ys = y ? json_dumps(y, JSON_ENCODE_ANY) : NULL;
+	mgt_status st = mgt_err(MGT_ERR_FORMAT, "%s: checkpoint has %s = %s but the model has %s", dir, key,
+				xs ? xs : "nothing", ys ? ys : "nothing");
+	free(xs);
+	free(ys);
+	return st;
 }
 
 static mgt_status check_args(json_t *ck_args, const mgt_args *a, const char *dir)
@@ -411,32 +619,13 @@ static mgt_status check_args(json_t *ck_args, const mgt_args *a, const char *dir
 	json_t *mine = mgt_args_to_json(a);
 	mgt_status st = MGT_OK;
 	for (const char *const *k = shape_keys; !st && *k; k++) {
-		json_t *x = json_object_get(ck_args, *k), *y = json_object_get(mine, *k);
-		/* keys newer than the checkpoint: absent means mgt's default (the feature off) */
-		if (!x && (older_default(*k, y))) continue;
-		if (!x || !json_equal(x, y)) {
-			char *xs = x ? json_dumps(x, JSON_ENCODE_ANY) : NULL, *ys = json_dumps(y, JSON_ENCODE_ANY);
-			st = mgt_err(MGT_ERR_FORMAT, "%s: checkpoint has %s = %s but the model has %s", dir, *k,
-				     xs ? xs : "nothing", ys ? ys : "?");
-			free(xs);
-			free(ys);
-		}
+		bool newer = !strcmp(*k, "qk_layernorm") || !strcmp(*k, "openai_gelu") || !strncmp(*k, "rope_scaling", 12) ||
+			     !strcmp(*k, "use_rope_scaling");
+		st = check_key(ck_args, mine, *k, newer, dir);
 	}
+	bool moe = json_integer_value(json_object_get(ck_args, "num_experts")) > 0 || a->model.num_experts > 0;
+	for (const char *const *k = moe_keys; !st && moe && *k; k++) st = check_key(ck_args, mine, *k, true, dir);
 	json_decref(mine);
-	return st;
-}
-
-/* Read the local elements [lo, hi) of x (prefix + name) into dst (element lo). */
-static mgt_status read_range(mgt_ckpt *c, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi, float *dst)
-{
-	int64_t off[6][2], shape[6][2];
-	size_t first[6];
-	char name[160];
-	snprintf(name, sizeof name, "%s%s", prefix, x->name);
-	int nb = mgt_tensor_boxes(x, lo, hi, off, shape, first);
-	mgt_status st = MGT_OK;
-	for (int k = 0; !st && k < nb; k++)
-		st = mgt_ckpt_read(c, name, x->ndim, x->shape, off[k], shape[k], MGT_CKPT_F32, dst + (first[k] - lo));
 	return st;
 }
 
@@ -466,7 +655,7 @@ static mgt_status read_params(trainer *t, mgt_ckpt *c)
 		float *h = staging(t, mgt_model_params(m), tt->buf_numel);
 		if (!h) return MGT_ERR_NOMEM;
 		for (int i = 0; !st && i < tt->n; i++)
-			st = read_range(c, "", &tt->t[i], 0, tt->t[i].numel, h + tt->t[i].offset);
+			st = mgt_train_ckpt_read(c, "", &tt->t[i], 0, tt->t[i].numel, h + tt->t[i].offset);
 		st = unstage(t, mgt_model_params(m), h, tt->buf_numel, st);
 	}
 	return st;
@@ -484,7 +673,8 @@ static mgt_status read_moments(trainer *t, mgt_ckpt *c)
 			for (int j = 0; !st && j < tt->n; j++) {
 				const mgt_tensor *x = &tt->t[j];
 				size_t a, b;
-				if (mgt_tensor_overlap(x, s->lo, s->hi, &a, &b)) st = read_range(c, moment_prefix[k], x, a - x->offset, b - x->offset, h + (a - s->lo));
+				if (mgt_tensor_overlap(x, s->lo, s->hi, &a, &b))
+					st = mgt_train_ckpt_read(c, moment_prefix[k], x, a - x->offset, b - x->offset, h + (a - s->lo));
 			}
 			st = unstage(t, dst, h, s->hi - s->lo, st);
 		}
@@ -502,7 +692,7 @@ static mgt_status check_extra(trainer *t, mgt_ckpt *c)
 		int64_t gs[8];
 		mgt_ckpt_dtype dt;
 		const char *name = mgt_ckpt_tensor(c, i, &nd, gs, &dt);
-		if (strncmp(name, "optimizer.", 10) && !mgt_tensor_table_find(&full, name))
+		if (strncmp(name, "optimizer.", 10) && !mgt_train_ckpt_known(&full, name))
 			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of this model", mgt_ckpt_dir(c), name);
 	}
 	mgt_tensor_table_free(&full);
@@ -696,6 +886,7 @@ mgt_status trainer_checkpoint_args(mgt_args *a)
 	static const char *const more[] = {"norm_epsilon", "group_query_attention", "make_vocab_size_divisible_by", NULL};
 	for (const char *const *k = shape_keys; !st && *k; k++)
 		if (strcmp(*k, "padded_vocab_size")) st = copy_arg(a, ck, *k, a->load);
+	for (const char *const *k = moe_keys; !st && *k; k++) st = copy_arg(a, ck, *k, a->load);
 	for (const char *const *k = more; !st && *k; k++) st = copy_arg(a, ck, *k, a->load);
 	if (!st && !a->model.seq_length) st = copy_arg(a, ck, "seq_length", a->load);
 	static const char *const tok[] = {"tokenizer_type", "vocab_file", "merge_file", "tokenizer_model",

@@ -136,6 +136,53 @@ void mgt_args_classify(const char *flag, const char **cls, const char **why);
  * of memory. */
 void *mgt_train_tensor_list(const mgt_tensor_table *tt);
 
+/* ---- checkpoint I/O of table rows (lib/train/ckpt.c; mgt-ckpt(5)) ----
+ * Row x with prefix ("" for the parameters, "optimizer.state.exp_avg." or
+ * "optimizer.state.exp_avg_sq." for Adam's moments) is stored in one dataset: prefix + x->name
+ * of x's global shape, or, for an expert row (num_experts > 0), prefix + x->dataset of global
+ * shape [num_experts, shape...] holding x at index x->expert of its first dimension (all
+ * experts of one tensor in one dataset, so that checkpoints reshard across expert-parallel
+ * sizes).  Inside it x's tensor-parallel piece lies as for a dense row (mgt_tensor_boxes). */
+
+/* The dataset of x under prefix into name[n] (truncated to fit) and its global shape into
+ * gshape; returns its ndim (x->ndim, plus one for an expert row). */
+int mgt_train_ckpt_dataset(const mgt_tensor *x, const char *prefix, char *name, size_t n, int64_t gshape[3]);
+/* mgt_tensor_boxes of the local elements [lo, hi) of x in its dataset's index space: for an
+ * expert row each box gets the expert index as its first dimension (offset x->expert, size
+ * 1).  Returns the number of boxes (at most 6). */
+int mgt_train_ckpt_boxes(const mgt_tensor *x, size_t lo, size_t hi, int64_t off[6][3], int64_t shape[6][3],
+			 size_t first[6]);
+/* Read the local elements [lo, hi) of x under prefix from checkpoint c into dst (element lo at
+ * dst[0]), from whatever pieces were saved.  Errors: those of mgt_ckpt_read, naming the
+ * dataset (MGT_ERR_FORMAT: missing, or of another global shape, e.g. another number of
+ * experts). */
+struct mgt_ckpt;
+mgt_status mgt_train_ckpt_read(struct mgt_ckpt *c, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi,
+			       float *dst);
+/* Whether checkpoint dataset name (without an optimizer prefix) holds rows of table tt: a dense
+ * row's name or an expert row's dataset. */
+bool mgt_train_ckpt_known(const mgt_tensor_table *tt, const char *name);
+
+/* The pieces one rank saves (mgt-ckpt(5) WHO WRITES WHAT).  mgt_train_pieces_add adds the rows
+ * of tt (a rank's table; the rows of one layer consecutive, as mgt_tensor_table_build makes
+ * them) that overlap the flat-buffer range [lo, hi), whose data lies at data (buffer element lo
+ * at data[0]; kept, not copied, except where pieces are merged), under prefix; which:
+ * MGT_TRAIN_PIECES_DENSE and/or MGT_TRAIN_PIECES_EXPERT select the rows, and
+ * MGT_TRAIN_PIECES_NO_WORD_EMB leaves the word embedding out (a tied copy).  The boxes of the
+ * local experts of one dataset that have the same offset and shape (whole local tensors, one
+ * tensor-parallel piece) are merged into one piece [k, rows, cols] of consecutive experts.
+ * mgt_train_pieces_write writes them as rank (tp, pp, dp): the j-th piece of a dataset goes to
+ * file j, model_tpTT_ppPPP_dpDDD.h5 for j = 0, model_tpTT_ppPPP_dpDDD_J.h5 after.
+ * Errors: MGT_ERR_NOMEM; write: those of mgt_ckpt_write_shard. */
+typedef struct mgt_train_pieces mgt_train_pieces;
+enum { MGT_TRAIN_PIECES_DENSE = 1, MGT_TRAIN_PIECES_EXPERT = 2, MGT_TRAIN_PIECES_NO_WORD_EMB = 4 };
+mgt_status mgt_train_pieces_new(mgt_train_pieces **out);
+mgt_status mgt_train_pieces_add(mgt_train_pieces *pl, const char *prefix, const mgt_tensor_table *tt, size_t lo,
+				size_t hi, const float *data, unsigned which);
+mgt_status mgt_train_pieces_write(const mgt_train_pieces *pl, const char *save_dir, int64_t iteration, int tp,
+				  int pp, int dp);
+void mgt_train_pieces_free(mgt_train_pieces *pl);
+
 /* Activation slots of pipeline rank r of P under mgt-train's schedule for M micro-batches, V
  * virtual stages (chunks) per rank, groups of G micro-batches (Megatron's
  * --microbatch-group-size-per-vp-stage; G = P by default): slots[c] (c < V) gets the most

@@ -6,6 +6,11 @@
     ckpt_check.py virtual DIR       DIR/iter_0000007/model.h5's virtual datasets equal them
     ckpt_check.py metadata DIR      metadata.json as written, also as model.h5's attribute
     ckpt_check.py raw DIR NAME OUT  write tensor NAME's bytes (little-endian) to OUT
+    ckpt_check.py moe DIR           `test_ckpt --write-moe DIR`'s checkpoint: every expert
+                                    tensor is one dataset [E, rows, cols] (E = 4) in the shards
+                                    (pieces [k, rows, cols]), in model.h5 and through
+                                    mgt_ckpt.load, equal to DIR/expected.h5, Adam's moments too;
+                                    no per-expert datasets
 
 The values are computed here from their formula (test_ckpt.c, fill()), independently of HDF5.
 Exit status 0 when the check holds; the reason on stderr otherwise.
@@ -60,6 +65,49 @@ def same(what, got):
     return not bad
 
 
+MOE_SHAPES = {"linear_fc1.weight": (4, 16, 8), "linear_fc2.weight": (4, 8, 8)}
+
+
+def moe(d):
+    """The expert datasets of the MoE checkpoint (see the module docstring)."""
+    it = os.path.join(d, "iter_0000005")
+    bad = []
+    with h5py.File(os.path.join(d, "expected.h5"), "r") as f:
+        want = {n: f["expected"][n][...] for n in f["expected"]}
+    names = [f"{p}decoder.layers.{l}.mlp.experts.{t}" for p in
+             ("", "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq.") for l in (0, 1) for t in MOE_SHAPES]
+    if sorted(want) != sorted(names):
+        bad.append(f"expected.h5 holds {sorted(want)}")
+    tensors, _ = mgt_ckpt.load(d)
+    os.chdir("/")  # model.h5's sources are found next to it
+    with h5py.File(os.path.join(it, "model.h5"), "r") as f:
+        virt = {n: (f[n].shape, f[n].is_virtual, f[n][...]) for n in names if n in f}
+        if any("local_experts" in n for n in f):
+            bad.append("model.h5 has per-expert datasets")
+    pieces = 0
+    for sf in mgt_ckpt.shard_files(it):
+        with h5py.File(os.path.join(it, sf), "r") as f:
+            for n in names:
+                if n in f:
+                    pieces += 1
+                    gs = tuple(f[n].attrs["global_shape"])
+                    if f[n].ndim != 3 or gs != MOE_SHAPES[n.split(".experts.")[1]]:
+                        bad.append(f"{sf}: {n}: piece {f[n].shape} of global shape {gs}")
+    for n in names:
+        shape = MOE_SHAPES[n.split(".experts.")[1]]
+        w = want.get(n)
+        for what, a in (("mgt_ckpt.load", tensors.get(n)), ("model.h5", virt.get(n, (0, 0, None))[2])):
+            if a is None or w is None or a.shape != shape or a.dtype != np.float32 or a.tobytes() != w.tobytes():
+                bad.append(f"{what}: {n}: {None if a is None else (a.dtype, a.shape)} differs from the expected float32 {shape} (shape or values)")
+        if n in virt and not virt[n][1]:
+            bad.append(f"model.h5: {n} is not virtual")
+    if pieces < len(names) * 2:  # two EP ranks: at least two pieces of each dataset
+        bad.append(f"only {pieces} pieces of the expert datasets in the shards")
+    for b in bad:
+        print(f"moe: {b}", file=sys.stderr)
+    return not bad
+
+
 def main(cmd, d, *rest):
     it = os.path.join(d, "iter_0000007")
     if cmd == "values":
@@ -81,6 +129,8 @@ def main(cmd, d, *rest):
         with h5py.File(os.path.join(it, "model.h5"), "r") as f:
             attr = json.loads(f.attrs["metadata"])
         return meta["iteration"] == 7 and meta["format"] == "mgt-ckpt" and attr == meta
+    if cmd == "moe":
+        return moe(d)
     if cmd == "raw":
         known(rest[0]).astype(known(rest[0]).dtype.newbyteorder("<")).tofile(rest[1])
         return True

@@ -3,7 +3,8 @@
 # saves a known checkpoint (four shards, pieces split along one and two dims, a replicated
 # tensor, float32/float64/int32); Python + h5py (contrib/mgt_ckpt.py) assembles the tensors
 # and finds the known values, the virtual index model.h5 presents the same whole tensors, and
-# h5dump reads every file as valid HDF5, the virtual datasets included.
+# h5dump reads every file as valid HDF5, the virtual datasets included.  Then an MoE checkpoint
+# (test_ckpt --write-moe): expert datasets [E, rows, cols], refused by the converters.
 . "$(dirname "$0")/lib.sh"
 W=$ROOT/build/tests/test_ckpt
 chk() { "$PY" "$ROOT/tests/cli/ckpt_check.py" "$@"; }
@@ -70,4 +71,25 @@ f=$T/trunc/iter_0000007/model_tp00_pp001_dp000.h5
 truncate -s 3000 "$f"
 ok "mgt_ckpt.py exits 1 on a truncated shard" exits 1 lister "$T/trunc"
 ok "... naming it" err_has "model_tp00_pp001_dp000.h5"
+# Mixture of Experts: test_ckpt --write-moe saves a model of 4 experts as two expert-parallel
+# ranks do; each expert tensor is one dataset [E, rows, cols] for h5py, the virtual index and
+# h5dump, and the converters refuse the model naming a dataset.
+M=$T/moe
+ok "test_ckpt --write-moe saves an MoE checkpoint (EP 2)" "$W" --write-moe "$M"
+ok "expert tensors and their Adam moments are datasets [E, rows, cols] with the known values" chk moe "$M"
+lister "$M" >"$T/out" 2>"$T/err"
+ok "mgt_ckpt.py lists an expert dataset 4x16x8 with its pieces" \
+	grep -q "^decoder.layers.0.mlp.experts.linear_fc1.weight	float32	4x16x8	[1-9]" "$T/out"
+if command -v h5dump >/dev/null 2>&1; then
+	(cd / && h5dump -H -d /decoder.layers.1.mlp.experts.linear_fc2.weight "$M/iter_0000005/model.h5" >"$T/out" 2>&1)
+	ok "h5dump shows the virtual expert dataset ( 4, 8, 8 )" grep -q "DATASPACE  SIMPLE { ( 4, 8, 8 )" "$T/out"
+else
+	skip "h5dump (hdf5-tools) is not installed"
+fi
+ok "mgt-ckpt-convert refuses an MoE checkpoint (exit 2)" \
+	exits 2 "$BIN/mgt-ckpt-convert" --load-dir "$M" --save-dir "$T/moe-hf"
+ok "... naming an expert dataset" err_has "decoder.layers.0.mlp.experts.linear_fc1.weight: a Mixture-of-Experts"
+ok "... writing nothing" test ! -e "$T/moe-hf"
+ok "mgt-export refuses it too" exits 2 "$BIN/mgt-export" --load-dir "$M" --output "$T/moe.gguf"
+ok "... naming the dataset" err_has "mlp.experts.linear_fc1.weight"
 done_testing

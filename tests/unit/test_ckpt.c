@@ -1,15 +1,18 @@
 /* Unit tests for lib/ckpt: sharded save, resharded reads, error cases, atomicity, dumps, the
- * virtual index.  Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on failure.
+ * virtual index; and lib/train's checkpoint I/O of table rows with experts (one [E, rows, cols]
+ * dataset per expert tensor, resharded across expert-parallel sizes).  Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on failure.
  *
  *   test_ckpt               run the unit tests (in a fresh directory under $TMPDIR or /tmp)
  *   test_ckpt --write DIR   write the known checkpoint of tests/cli/t4000-ckpt-h5py.sh to DIR:
  *                           iteration 7, four shards, values value(name, flat index) below, and
  *                           DIR/expected.h5 (a dump of the whole tensors under "expected/")
+ *   test_ckpt --write-moe DIR   the Mixture-of-Experts checkpoint of t4000 (write_moe below)
  */
 #include "ckpt/ckpt.h"
 
 #include <errno.h>
 #include <hdf5.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "model/model.h"
+#include "train/train.h"
 
 static int exists(const char *path)
 {
@@ -828,10 +833,372 @@ static int write_known(const char *save)
 	return st ? 1 : 0;
 }
 
+/* ---- expert rows (lib/train/ckpt.c): one [E, rows, cols] dataset per expert tensor --------- */
+
+/* Two layers, both MoE: E SwiGLU experts of 8 (fc1 [16, 8], fc2 [8, 8]), a router with the
+ * frozen expert bias, a gated shared expert. */
+static mgt_model_config moe_config(int64_t E)
+{
+	mgt_model_config c;
+	memset(&c, 0, sizeof c);
+	c.num_layers = 2;
+	c.hidden_size = 8;
+	c.num_attention_heads = 2;
+	c.ffn_hidden_size = 16;
+	c.seq_length = 8;
+	c.max_position_embeddings = 8;
+	snprintf(c.position_embedding_type, sizeof c.position_embedding_type, "rope");
+	snprintf(c.normalization, sizeof c.normalization, "RMSNorm");
+	c.rotary_base = 10000;
+	c.rotary_percent = 1.0;
+	c.norm_epsilon = 1e-5;
+	c.swiglu = true;
+	c.untie_embeddings_and_output_weights = true;
+	c.make_vocab_size_divisible_by = 8;
+	c.init_method_std = 0.02;
+	c.vocab_size = 40;
+	c.num_experts = E;
+	c.moe_router_topk = 2;
+	c.moe_layer_freq = 1;
+	c.moe_ffn_hidden_size = 8;
+	snprintf(c.moe_router_score_function, sizeof c.moe_router_score_function, "sigmoid");
+	c.moe_router_enable_expert_bias = true;
+	c.moe_shared_expert_intermediate_size = 8;
+	c.moe_shared_expert_gate = true;
+	return c;
+}
+
+/* One rank's table and buffers: w[0] the parameters, w[1] and w[2] Adam's moments, every row
+ * (zero- and one-initialized ones too) drawn by mgt_tensor_table_init, whose values do not
+ * depend on the layout, with seeds 100, 101, 102 (fill) or zero. */
+typedef struct {
+	mgt_tensor_table tt;
+	float *w[3];
+} moe_rank;
+
+static const char *const moe_prefix[3] = {"", "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq."};
+
+static int moe_rank_make(moe_rank *r, const mgt_model_config *c, int tp, int tp_rank, int ep, int ep_rank, int fill)
+{
+	memset(r, 0, sizeof *r);
+	if (mgt_tensor_table_build_ep(&r->tt, c, tp, tp_rank, 1, 0, ep, ep_rank))
+		return 0;
+	for (int i = 0; i < r->tt.n; i++) {
+		r->tt.t[i].init = MGT_INIT_NORMAL;
+		r->tt.t[i].init_std = 1.0;
+	}
+	for (int k = 0; k < 3; k++) {
+		r->w[k] = calloc(r->tt.buf_numel + 1, sizeof(float));
+		if (fill)
+			mgt_tensor_table_init(&r->tt, r->w[k], 100 + (uint64_t)k);
+	}
+	return 1;
+}
+
+static void moe_rank_free(moe_rank *r)
+{
+	for (int k = 0; k < 3; k++)
+		free(r->w[k]);
+	mgt_tensor_table_free(&r->tt);
+}
+
+/* Save config c as TP x EP ranks write it (EP carved out of data parallelism: expert-parallel
+ * rank e is data-parallel rank e, and rank 0 alone writes the dense rows), the moments as a
+ * distributed optimizer's two shards [0, mid) and [mid, end) of the buffer, mid inside an expert
+ * row (partial rows);
+ * with experts false no expert rows at all. */
+static mgt_status moe_save(const char *save, int64_t it, const mgt_model_config *c, int tp, int ep, int experts)
+{
+	mgt_status st = mgt_ckpt_begin(save, it);
+	for (int tr = 0; !st && tr < tp; tr++)
+		for (int er = 0; !st && er < ep; er++) {
+			moe_rank r;
+			mgt_train_pieces *pl = NULL;
+			if (!moe_rank_make(&r, c, tp, tr, ep, er, 1))
+				return MGT_ERR_USAGE;
+			unsigned which = (er == 0 ? MGT_TRAIN_PIECES_DENSE : 0) |
+					 (experts ? MGT_TRAIN_PIECES_EXPERT : 0);
+			size_t end = r.tt.buf_numel, mid = end / 2 + 3;
+			for (int i = 0, e = 0; i < r.tt.n; i++) /* inside the 4th expert row, mid-row */
+				if (r.tt.t[i].num_experts > 0 && e++ == 3)
+					mid = r.tt.t[i].offset + r.tt.t[i].numel / 2 + 3;
+			st = mgt_train_pieces_new(&pl);
+			if (!st)
+				st = mgt_train_pieces_add(pl, "", &r.tt, 0, end, r.w[0], which);
+			for (int k = 1; !st && k < 3; k++) {
+				st = mgt_train_pieces_add(pl, moe_prefix[k], &r.tt, 0, mid, r.w[k], which);
+				if (!st)
+					st = mgt_train_pieces_add(pl, moe_prefix[k], &r.tt, mid, end, r.w[k] + mid, which);
+			}
+			if (!st)
+				st = mgt_train_pieces_write(pl, save, it, tr, 0, er);
+			mgt_train_pieces_free(pl);
+			moe_rank_free(&r);
+		}
+	mgt_tensor_table full;
+	if (!st)
+		st = mgt_tensor_table_build_ep(&full, c, 1, 0, 1, 0, 1, 0);
+	if (st)
+		return st;
+	json_t *m = json_pack("{s:s, s:i, s:I, s:o}", "format", "mgt-ckpt", "format_version", 1, "iteration",
+			      (json_int_t)it, "tensors", (json_t *)mgt_train_tensor_list(&full));
+	char *meta = json_dumps(m, 0);
+	st = mgt_ckpt_commit(save, it, meta);
+	free(meta);
+	json_decref(m);
+	mgt_tensor_table_free(&full);
+	return st;
+}
+
+/* Every rank of TP x EP reads its rows (the parameters whole, the moments in the two shards
+ * [0, end/3) and [end/3, end) of another distributed optimizer) and finds the saved values
+ * bit for bit.  *frozen counts the expert-bias rows checked. */
+static int moe_load_ok(const char *save, const mgt_model_config *c, int tp, int ep, int *frozen)
+{
+	mgt_ckpt *ck = NULL;
+	int ok = mgt_ckpt_open(save, -1, &ck) == MGT_OK && mgt_ckpt_check(ck) == MGT_OK;
+	for (int tr = 0; ok && tr < tp; tr++)
+		for (int er = 0; ok && er < ep; er++) {
+			moe_rank want, got;
+			ok = moe_rank_make(&want, c, tp, tr, ep, er, 1) && moe_rank_make(&got, c, tp, tr, ep, er, 0);
+			size_t end = want.tt.buf_numel, cut[3] = {0, end / 3, end};
+			for (int i = 0; ok && i < want.tt.n; i++) {
+				const mgt_tensor *x = &want.tt.t[i];
+				ok = mgt_train_ckpt_read(ck, "", x, 0, x->numel, got.w[0] + x->offset) == MGT_OK;
+				for (int k = 1; ok && k < 3; k++)
+					for (int s = 0; ok && s < 2; s++) {
+						size_t a, b;
+						if (mgt_tensor_overlap(x, cut[s], cut[s + 1], &a, &b))
+							ok = mgt_train_ckpt_read(ck, moe_prefix[k], x, a - x->offset, b - x->offset,
+										 got.w[k] + a) == MGT_OK;
+					}
+				for (int k = 0; ok && k < 3; k++)
+					ok = memcmp(got.w[k] + x->offset, want.w[k] + x->offset, x->numel * sizeof(float)) == 0;
+				*frozen += ok && x->frozen;
+			}
+			moe_rank_free(&want);
+			moe_rank_free(&got);
+		}
+	mgt_ckpt_close(ck);
+	return ok;
+}
+
+/* The global shape of tensor name in the checkpoint at save, as "[a, b, c]" (or "missing"). */
+static const char *moe_shape(const char *save, const char *name, char *buf)
+{
+	mgt_ckpt *ck = NULL;
+	snprintf(buf, 96, "missing");
+	if (mgt_ckpt_open(save, -1, &ck))
+		return buf;
+	for (size_t i = 0; i < mgt_ckpt_count(ck); i++) {
+		int nd;
+		int64_t gs[MGT_CKPT_MAX_DIM];
+		mgt_ckpt_dtype dt;
+		if (!strcmp(mgt_ckpt_tensor(ck, i, &nd, gs, &dt), name)) {
+			size_t k = (size_t)snprintf(buf, 96, "[");
+			for (int d = 0; d < nd; d++)
+				k += (size_t)snprintf(buf + k, 96 - k, "%s%lld", d ? ", " : "", (long long)gs[d]);
+			snprintf(buf + k, 96 - k, "]");
+		}
+	}
+	mgt_ckpt_close(ck);
+	return buf;
+}
+
+/* Names of the checkpoint at save that contain s. */
+static int moe_count_names(const char *save, const char *s)
+{
+	mgt_ckpt *ck = NULL;
+	int n = 0;
+	if (mgt_ckpt_open(save, -1, &ck))
+		return -1;
+	for (size_t i = 0; i < mgt_ckpt_count(ck); i++) {
+		int nd;
+		int64_t gs[MGT_CKPT_MAX_DIM];
+		mgt_ckpt_dtype dt;
+		n += strstr(mgt_ckpt_tensor(ck, i, &nd, gs, &dt), s) != NULL;
+	}
+	mgt_ckpt_close(ck);
+	return n;
+}
+
+/* Dims and global_offset of dataset name in shard file path ("2x8x8 @2,0,0"). */
+static const char *moe_piece(const char *path, const char *name, char *buf)
+{
+	snprintf(buf, 96, "none");
+	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+	hid_t ds = f < 0 ? -1 : H5Dopen2(f, name, H5P_DEFAULT);
+	if (ds >= 0) {
+		hsize_t d[4] = {0};
+		int64_t off[4] = {0};
+		hid_t sp = H5Dget_space(ds), a = H5Aopen(ds, "global_offset", H5P_DEFAULT);
+		int nd = H5Sget_simple_extent_dims(sp, d, NULL);
+		H5Aread(a, H5T_NATIVE_INT64, off);
+		if (nd == 3)
+			snprintf(buf, 96, "%llux%llux%llu @%lld,%lld,%lld", (unsigned long long)d[0], (unsigned long long)d[1],
+				 (unsigned long long)d[2], (long long)off[0], (long long)off[1], (long long)off[2]);
+		H5Aclose(a);
+		H5Sclose(sp);
+		H5Dclose(ds);
+	}
+	if (f >= 0)
+		H5Fclose(f);
+	return buf;
+}
+
+static void test_experts(void)
+{
+	mgt_model_config c = moe_config(4), c8 = moe_config(8);
+	CHECK(mgt_model_config_finalize(&c, 1) == MGT_OK && mgt_model_config_finalize(&c8, 1) == MGT_OK,
+	      "experts: MoE configurations finalize");
+	const char *save = path_in("moe");
+	CHECK(moe_save(save, 5, &c, 1, 2, 1) == MGT_OK, "experts: saved as TP 1 x EP 2 (two tables, one checkpoint)");
+	CHECK(mgt_ckpt_verify(save, 5) == MGT_OK, "experts: the checkpoint is whole (metadata tensors list the "
+	      "datasets with their [E, rows, cols] shapes)");
+	char b[96];
+	const char *fc1 = "decoder.layers.0.mlp.experts.linear_fc1.weight";
+	CHECK(!strcmp(moe_shape(save, fc1, b), "[4, 16, 8]"), "experts: %s is one dataset [E, 2F, h]: %s", fc1, b);
+	CHECK(!strcmp(moe_shape(save, "decoder.layers.1.mlp.experts.linear_fc2.weight", b), "[4, 8, 8]"),
+	      "experts: linear_fc2 is one dataset [E, h, F]: %s", b);
+	CHECK(!strcmp(moe_shape(save, "optimizer.state.exp_avg_sq.decoder.layers.1.mlp.experts.linear_fc1.weight", b),
+		      "[4, 16, 8]"), "experts: Adam's moments have the same datasets: %s", b);
+	CHECK(!strcmp(moe_shape(save, "decoder.layers.1.mlp.router.expert_bias", b), "[4]") &&
+	      !strcmp(moe_shape(save, "optimizer.state.exp_avg.decoder.layers.1.mlp.router.expert_bias", b), "[4]"),
+	      "experts: the frozen expert bias is saved like a parameter");
+	CHECK(moe_count_names(save, "local_experts") == 0 && moe_count_names(save, ".mlp.experts.") == 12,
+	      "experts: no per-expert datasets; 2 layers x 2 tensors x (weights, 2 moments) expert datasets");
+	char sh[512];
+	snprintf(sh, sizeof sh, "%s/iter_0000005/model_tp00_pp000_dp001.h5", save);
+	CHECK(!strcmp(moe_piece(sh, fc1, b), "2x8x8 @2,0,0"),
+	      "experts: EP rank 1 writes its two experts' gate rows as one piece [2, F, h] at expert 2: %s", b);
+	snprintf(sh, sizeof sh, "%s/iter_0000005/model_tp00_pp000_dp001_1.h5", save);
+	CHECK(!strcmp(moe_piece(sh, fc1, b), "2x8x8 @2,8,0"), "experts: ... and their up rows in its second file: %s", b);
+	int frozen = 0;
+	CHECK(moe_load_ok(save, &c, 1, 1, &frozen), "experts: loaded with EP 1: parameters and moments bit for bit");
+	CHECK(frozen == 2, "experts: ... the expert bias of both layers among them (%d)", frozen);
+	CHECK(moe_load_ok(save, &c, 1, 4, &frozen), "experts: loaded with EP 4, bit for bit");
+	CHECK(moe_load_ok(save, &c, 2, 2, &frozen), "experts: loaded with TP 2 x EP 2, bit for bit");
+	CHECK(moe_load_ok(save, &c, 2, 4, &frozen), "experts: loaded with TP 2 x EP 4, bit for bit");
+	const char *save2 = path_in("moe-tp2");
+	CHECK(moe_save(save2, 6, &c, 2, 4, 1) == MGT_OK && moe_load_ok(save2, &c, 1, 2, &frozen),
+	      "experts: saved with TP 2 x EP 4, loaded with TP 1 x EP 2, bit for bit");
+
+	/* a wrong number of experts: refused naming the dataset and both shapes */
+	mgt_ckpt *ck = NULL;
+	moe_rank r;
+	mgt_status st = mgt_ckpt_open(save, -1, &ck);
+	if (!st && moe_rank_make(&r, &c8, 1, 0, 2, 0, 0)) {
+		const mgt_tensor *x = mgt_tensor_table_find(&r.tt, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight");
+		st = x ? mgt_train_ckpt_read(ck, "", x, 0, x->numel, r.w[0] + x->offset) : MGT_ERR_USAGE;
+		moe_rank_free(&r);
+	}
+	mgt_ckpt_close(ck);
+	CHECK(st == MGT_ERR_FORMAT && has_msg(fc1) && has_msg("[4, 16, 8] in the checkpoint, expected [8, 16, 8]"),
+	      "experts: 8 experts against a checkpoint of 4: refused naming the dataset");
+
+	/* a checkpoint without the expert datasets */
+	const char *save3 = path_in("moe-none");
+	CHECK(moe_save(save3, 5, &c, 1, 2, 0) == MGT_OK, "experts: a checkpoint without the expert rows is written");
+	CHECK(mgt_ckpt_verify(save3, 5) == MGT_ERR_FORMAT && has_msg(".mlp.experts.linear_fc") && has_msg("in no shard"),
+	      "experts: ... mgt_ckpt_verify names the missing dataset its metadata lists");
+	st = mgt_ckpt_open(save3, -1, &ck);
+	if (!st && moe_rank_make(&r, &c, 1, 0, 1, 0, 0)) {
+		st = MGT_OK;
+		for (int i = 0; !st && i < r.tt.n; i++)
+			st = mgt_train_ckpt_read(ck, "", &r.tt.t[i], 0, r.tt.t[i].numel, r.w[0] + r.tt.t[i].offset);
+		moe_rank_free(&r);
+	}
+	mgt_ckpt_close(ck);
+	CHECK(st == MGT_ERR_FORMAT && has_msg("no tensor decoder.layers.0.mlp.experts.linear_fc"),
+	      "experts: ... reading an expert row names the missing dataset");
+
+	/* the shards of EP rank 1 lost: half of every expert dataset is missing */
+	const char *save4 = path_in("moe-half");
+	copy_tree(save, save4);
+	snprintf(sh, sizeof sh, "%s/iter_0000005/model_tp00_pp000_dp001.h5", save4);
+	unlink(sh);
+	snprintf(sh, sizeof sh, "%s/iter_0000005/model_tp00_pp000_dp001_1.h5", save4);
+	unlink(sh);
+	CHECK(mgt_ckpt_verify(save4, 5) == MGT_ERR_FORMAT && has_msg(".mlp.experts.linear_fc"),
+	      "experts: an EP rank's shards lost: refused naming an expert dataset");
+
+	/* the table side: names known by dataset, not by per-expert name */
+	mgt_tensor_table full;
+	if (mgt_tensor_table_build_ep(&full, &c, 1, 0, 1, 0, 1, 0) == MGT_OK) {
+		CHECK(mgt_train_ckpt_known(&full, fc1) &&
+		      !mgt_train_ckpt_known(&full, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight") &&
+		      mgt_train_ckpt_known(&full, "decoder.layers.0.mlp.router.weight"),
+		      "experts: a checkpoint's datasets belong to the model by dataset name");
+		json_t *list = mgt_train_tensor_list(&full), *x;
+		size_t i, n_fc1 = 0, n_expert = 0;
+		json_array_foreach(list, i, x) {
+			const char *nm = json_string_value(json_object_get(x, "name"));
+			char *shape = json_dumps(json_object_get(x, "shape"), JSON_COMPACT);
+			n_expert += strstr(nm, ".mlp.experts.") != NULL;
+			n_fc1 += !strcmp(nm, fc1) && !strcmp(shape, "[4,16,8]");
+			free(shape);
+		}
+		CHECK(n_fc1 == 1 && n_expert == 4, "experts: metadata's tensors list each expert dataset once with "
+		      "its [E, rows, cols] shape (%zu, %zu)", n_fc1, n_expert);
+		json_decref(list);
+		mgt_tensor_table_free(&full);
+	}
+}
+
+/* --write-moe DIR: the MoE checkpoint of tests/cli/t4000-ckpt-h5py.sh (iteration 5, TP 1 x EP 2)
+ * and DIR/expected.h5 with its expert datasets whole under "expected/", from a one-rank table. */
+static int write_moe(const char *save)
+{
+	mgt_model_config c = moe_config(4);
+	mgt_status st = mgt_model_config_finalize(&c, 1);
+	if (!st)
+		st = moe_save(save, 5, &c, 1, 2, 1);
+	moe_rank r;
+	if (!st && !moe_rank_make(&r, &c, 1, 0, 1, 0, 1))
+		st = MGT_ERR_USAGE;
+	mgt_ckpt_piece p[64];
+	size_t n = 0;
+	for (int i = 0; !st && i < r.tt.n; i++) {
+		const mgt_tensor *x = &r.tt.t[i];
+		if (x->num_experts <= 0 || x->expert != 0)
+			continue;
+		for (int k = 0; k < 3 && n < 64; k++, n++) { /* the dataset whole, from experts 0..E-1 */
+			char name[192], *nm = malloc(256);
+			int64_t gs[3];
+			int nd = mgt_train_ckpt_dataset(x, moe_prefix[k], name, sizeof name, gs);
+			snprintf(nm, 256, "expected/%s", name);
+			float *w = malloc((size_t)x->num_experts * x->numel * sizeof *w);
+			for (int j = 0; j < r.tt.n; j++)
+				if (r.tt.t[j].num_experts > 0 && !strcmp(r.tt.t[j].dataset, x->dataset))
+					memcpy(w + (size_t)r.tt.t[j].expert * x->numel, r.w[k] + r.tt.t[j].offset,
+					       x->numel * sizeof *w);
+			p[n] = (mgt_ckpt_piece){nm, nd, {0}, {0}, {0}, MGT_CKPT_F32, w};
+			memcpy(p[n].shape, gs, (size_t)nd * sizeof *gs);
+		}
+	}
+	char *exp = st ? NULL : malloc(strlen(save) + 16);
+	if (exp) {
+		sprintf(exp, "%s/expected.h5", save);
+		st = mgt_ckpt_dump_write(exp, p, n, "{\"what\": \"expected\", \"experts\": 4}");
+		free(exp);
+	}
+	for (size_t i = 0; i < n; i++) {
+		free((void *)p[i].name);
+		free((void *)p[i].data);
+	}
+	if (r.tt.t)
+		moe_rank_free(&r);
+	if (st)
+		fprintf(stderr, "test_ckpt --write-moe: %s\n", mgt_err_msg());
+	return st ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--write") == 0)
 		return write_known(argv[2]);
+	if (argc == 3 && strcmp(argv[1], "--write-moe") == 0)
+		return write_moe(argv[2]);
 	const char *tmp = getenv("TMPDIR");
 	snprintf(dir, sizeof dir, "%s/mgt-test-ckpt.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(dir)) {
@@ -852,5 +1219,6 @@ int main(int argc, char **argv)
 	test_write_errors();
 	test_virtual();
 	test_dump();
+	test_experts();
 	return check_finish();
 }
