@@ -12,8 +12,11 @@
 
 /* Kinds: I int64, F double, S owned string (NULL = None), A char array (model enums),
  * B bool set true by the flag, N bool set false by the flag (JSON key = dest, default true),
- * H a heading in --help.  Range (I and F): "[lo,hi]" with ( or ) for an open end and an empty
- * bound for none; every F must also be finite (NaN and inf are refused). */
+ * L --moe-layer-freq (an int64 and, for a list, model.moe_layer_pattern), H a heading in
+ * --help.  Range (I and F): "[lo,hi]" with ( or ) for an open end and an empty bound for none;
+ * every F must also be finite (NaN and inf are refused).  An I or F whose default is "None" is
+ * Megatron's Optional: 0 stands for None (JSON null, "None" in text), and a value given must be
+ * in the range. */
 #define MGT_ARGS(X) \
 	X(H, model_shape, _, "", "", "", "model shape") \
 	X(S, model, model_name, "model", "", "", "preset name (share/mgt/models) or JSON file") \
@@ -131,6 +134,32 @@
 	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "", "shard optimizer state over data-parallel ranks") \
 	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "[0,)", "gradient bucket elements (0: one bucket, or max(4e7, 1e6 x DP) with --overlap-grad-reduce)") \
 	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "", "reduce each gradient bucket during the last backward as soon as it is complete") \
+	X(H, moe, _, "", "", "", "mixture of experts") \
+	X(I, num_experts, model.num_experts, "num-experts", "None", "[0,)", "experts of each MoE layer (None or 0: a dense model)") \
+	X(L, moe_layer_freq, model.moe_layer_freq, "moe-layer-freq", "1", "[1,)", "MoE layer every N layers, or a 0/1 list of the layers such as ([0]*1+[1]*3)") \
+	X(I, moe_ffn_hidden_size, model.moe_ffn_hidden_size, "moe-ffn-hidden-size", "None", "[1,)", "expert MLP size (None: --ffn-hidden-size)") \
+	X(I, moe_router_topk, model.moe_router_topk, "moe-router-topk", "2", "[1,)", "experts per token k") \
+	X(A, moe_router_score_function, model.moe_router_score_function, "moe-router-score-function", "softmax", "", "softmax or sigmoid") \
+	X(B, moe_router_pre_softmax, model.moe_router_pre_softmax, "moe-router-pre-softmax", "false", "", "softmax over all experts before the top-k (softmax scores)") \
+	X(F, moe_router_topk_scaling_factor, model.moe_router_topk_scaling_factor, "moe-router-topk-scaling-factor", "None", "(0,)", "multiplies the routing probabilities") \
+	X(I, moe_router_num_groups, model.moe_router_num_groups, "moe-router-num-groups", "None", "[1,)", "expert groups for group-limited routing") \
+	X(I, moe_router_group_topk, model.moe_router_group_topk, "moe-router-group-topk", "None", "[1,)", "groups chosen per token (group-limited routing)") \
+	X(B, moe_router_enable_expert_bias, model.moe_router_enable_expert_bias, "moe-router-enable-expert-bias", "false", "", "aux-loss-free balancing: a per-expert bias on the choice (sigmoid)") \
+	X(F, moe_router_bias_update_rate, model.moe_router_bias_update_rate, "moe-router-bias-update-rate", "1e-3", "[0,)", "expert bias step per global batch") \
+	X(S, moe_router_dtype, moe_router_dtype, "moe-router-dtype", "", "", "fp32 or fp64: the gating GEMM in fp32 (unset: the model's dtype)") \
+	X(A, moe_router_load_balancing_type, model.moe_router_load_balancing_type, "moe-router-load-balancing-type", "aux_loss", "", "aux_loss, seq_aux_loss or none") \
+	X(F, moe_aux_loss_coeff, model.moe_aux_loss_coeff, "moe-aux-loss-coeff", "0.0", "[0,)", "load-balancing loss coefficient (1e-2 recommended)") \
+	X(F, moe_z_loss_coeff, model.moe_z_loss_coeff, "moe-z-loss-coeff", "None", "[0,)", "router z-loss coefficient (1e-3 recommended)") \
+	X(F, moe_input_jitter_eps, model.moe_input_jitter_eps, "moe-input-jitter-eps", "None", "[0,1)", "router input multiplied by Uniform(1-eps, 1+eps) in training") \
+	X(F, moe_expert_capacity_factor, model.moe_expert_capacity_factor, "moe-expert-capacity-factor", "None", "(0,)", "tokens per expert at most factor x tokens x k / experts (None: dropless)") \
+	X(A, moe_token_drop_policy, model.moe_token_drop_policy, "moe-token-drop-policy", "probs", "", "probs or position: which tokens over capacity are dropped") \
+	X(B, moe_pad_expert_input_to_capacity, model.moe_pad_expert_input_to_capacity, "moe-pad-expert-input-to-capacity", "false", "", "pad each expert's tokens to its capacity") \
+	X(I, moe_shared_expert_intermediate_size, model.moe_shared_expert_intermediate_size, "moe-shared-expert-intermediate-size", "None", "[1,)", "shared expert MLP size (None: no shared expert)") \
+	X(B, moe_shared_expert_gate, model.moe_shared_expert_gate, "moe-shared-expert-gate", "false", "", "sigmoid gate on the shared expert's output (Qwen2-MoE)") \
+	X(A, moe_token_dispatcher_type, moe_token_dispatcher_type, "moe-token-dispatcher-type", "allgather", "", "allgather or alltoall") \
+	X(B, moe_per_layer_logging, moe_per_layer_logging, "moe-per-layer-logging", "false", "", "each MoE layer's losses in TensorBoard too") \
+	X(I, expert_model_parallel_size, expert_model_parallel_size, "expert-model-parallel-size", "1", "[1,)", "expert parallel size EP") \
+	X(I, expert_tensor_parallel_size, expert_tensor_parallel_size, "expert-tensor-parallel-size", "None", "[1,)", "expert tensor parallel size (None: TP, the only value accepted)") \
 	X(H, recompute, _, "", "", "", "activation recomputation") \
 	X(S, recompute_granularity, recompute_granularity, "recompute-granularity", "", "", "full (whole layers) or selective (core attention); unset: keep every activation") \
 	X(S, recompute_method, recompute_method, "recompute-method", "", "", "with full: uniform (groups of --recompute-num-layers layers) or block (the first --recompute-num-layers layers of each stage)") \
@@ -210,11 +239,212 @@ static bool in_range(const arg_desc *d, double x, char *want, size_t n)
 	return !(has_hi && (hi_open ? !(x < hi) : !(x <= hi)));
 }
 
+/* Megatron's Optional numbers: an I or F whose default is None (0 stands for it). */
+static bool optional(const arg_desc *d)
+{
+	return (d->kind == 'I' || d->kind == 'F') && !strcmp(d->def, "None");
+}
+
+/* ---- --moe-layer-freq: an integer, or Megatron's list expression (arguments.py
+ * moe_freq_type: Python's eval of a string of digits, commas, brackets, parentheses, + and *)
+ * in the grammar
+ *     expr   := term { '+' term }
+ *     term   := factor { '*' factor }
+ *     factor := INT | '(' expr ')' | '[' [ expr { ',' expr } [','] ] ']'
+ * with Python's meanings (list + list joins, list * n and n * list repeat, n <= 0 empties; a
+ * list's elements are integers).  The result must be a list of 0s and 1s. ---- */
+#define MGT_MOE_MAX_LAYERS 1024
+#define MOE_MAX_LAYERS_TEXT "1024"
+_Static_assert(sizeof(((mgt_model_config *)0)->moe_layer_pattern) == MGT_MOE_MAX_LAYERS + 1,
+	       "moe_layer_pattern holds MGT_MOE_MAX_LAYERS layers");
+
+typedef struct {
+	bool list;
+	int64_t n;                        /* the integer, or the list's length */
+	char el[MGT_MOE_MAX_LAYERS + 1];  /* the list's elements as '0' / '1' ('2': another value) */
+} freq_val;
+
+typedef struct {
+	const char *s, *p, *err;
+} freq_parser;
+
+static void freq_space(freq_parser *f)
+{
+	while (*f->p == ' ' || *f->p == '\t') f->p++;
+}
+
+static bool freq_expr(freq_parser *f, freq_val *out, int depth);
+
+static bool freq_fail(freq_parser *f, const char *why)
+{
+	if (!f->err) f->err = why;
+	return false;
+}
+
+static bool freq_factor(freq_parser *f, freq_val *out, int depth)
+{
+	freq_space(f);
+	if (depth > 64) return freq_fail(f, "nested too deeply");
+	if (*f->p >= '0' && *f->p <= '9') {
+		errno = 0;
+		char *end;
+		long long x = strtoll(f->p, &end, 10);
+		if (errno || x > 1000000000) return freq_fail(f, "a number too large");
+		f->p = end;
+		out->list = false;
+		out->n = x;
+		return true;
+	}
+	if (*f->p == '(') {
+		f->p++;
+		if (!freq_expr(f, out, depth + 1)) return false;
+		freq_space(f);
+		if (*f->p != ')') return freq_fail(f, "a ')' missing");
+		f->p++;
+		return true;
+	}
+	if (*f->p != '[') return freq_fail(f, "a number, '(' or '[' expected");
+	f->p++;
+	out->list = true;
+	out->n = 0;
+	freq_space(f);
+	while (*f->p != ']') {
+		freq_val *e = mgt_malloc(sizeof *e);
+		if (!e) return freq_fail(f, "out of memory");
+		bool ok = freq_expr(f, e, depth + 1);
+		if (ok && e->list) ok = freq_fail(f, "a list inside a list");
+		if (ok && out->n >= MGT_MOE_MAX_LAYERS) ok = freq_fail(f, "more than " MOE_MAX_LAYERS_TEXT " layers");
+		if (ok) out->el[out->n++] = e->n == 0 ? '0' : e->n == 1 ? '1' : '2';
+		free(e);
+		if (!ok) return false;
+		freq_space(f);
+		if (*f->p == ',') {
+			f->p++;
+			freq_space(f);
+		} else if (*f->p != ']') {
+			return freq_fail(f, "a ',' or ']' expected");
+		}
+	}
+	f->p++;
+	return true;
+}
+
+static bool freq_term(freq_parser *f, freq_val *out, int depth)
+{
+	if (!freq_factor(f, out, depth)) return false;
+	for (;;) {
+		freq_space(f);
+		if (*f->p != '*') return true;
+		f->p++;
+		freq_val *r = mgt_malloc(sizeof *r);
+		if (!r) return freq_fail(f, "out of memory");
+		bool ok = freq_factor(f, r, depth);
+		if (ok && out->list && r->list) ok = freq_fail(f, "a list times a list");
+		if (ok && !out->list && !r->list) {
+			out->n = out->n * r->n; /* both at most 1e9: fits */
+			if (out->n > 1000000000) ok = freq_fail(f, "a number too large");
+		} else if (ok) {
+			freq_val *l = out->list ? out : r;
+			int64_t times = out->list ? r->n : out->n;
+			if (times <= 0) l->n = 0;
+			else if (l->n && times > MGT_MOE_MAX_LAYERS / l->n)
+				ok = freq_fail(f, "more than " MOE_MAX_LAYERS_TEXT " layers");
+			for (int64_t i = 1; ok && i < times && l->n; i++) memcpy(l->el + i * l->n, l->el, (size_t)l->n);
+			if (ok && times > 0) l->n *= times;
+			if (ok && l != out) *out = *l;
+		}
+		free(r);
+		if (!ok) return false;
+	}
+}
+
+static bool freq_expr(freq_parser *f, freq_val *out, int depth)
+{
+	if (!freq_term(f, out, depth)) return false;
+	for (;;) {
+		freq_space(f);
+		if (*f->p != '+') return true;
+		f->p++;
+		freq_val *r = mgt_malloc(sizeof *r);
+		if (!r) return freq_fail(f, "out of memory");
+		bool ok = freq_term(f, r, depth);
+		if (ok && out->list != r->list) ok = freq_fail(f, "a list plus a number");
+		else if (ok && !out->list) out->n += r->n;
+		else if (ok && out->n + r->n > MGT_MOE_MAX_LAYERS)
+			ok = freq_fail(f, "more than " MOE_MAX_LAYERS_TEXT " layers");
+		else if (ok) {
+			memcpy(out->el + out->n, r->el, (size_t)r->n);
+			out->n += r->n;
+		}
+		free(r);
+		if (!ok) return false;
+	}
+}
+
+static mgt_status set_layer_freq(mgt_args *a, const arg_desc *d, const char *v)
+{
+	const char *want = "an integer >= 1, or a list of 0s and 1s, one per layer, such as [0,1,1,1] or ([0]*1+[1]*3)";
+	if (!strchr(v, '[')) { /* an integer, as Megatron's int(x) */
+		char *end;
+		errno = 0;
+		long long x = strtoll(v, &end, 10);
+		while (*end == ' ') end++;
+		if (!*v || *end || errno || x < 1) return bad_value(d, v, want);
+		a->model.moe_layer_freq = x;
+		a->model.moe_layer_pattern[0] = 0;
+		return MGT_OK;
+	}
+	freq_parser f = { v, v, NULL };
+	freq_val *r = mgt_malloc(sizeof *r);
+	if (!r) return MGT_ERR_NOMEM;
+	bool ok = freq_expr(&f, r, 0);
+	freq_space(&f);
+	if (ok && *f.p) ok = freq_fail(&f, "unexpected text after the expression");
+	if (ok && !r->list) ok = freq_fail(&f, "a number, not a list");
+	if (ok && memchr(r->el, '2', (size_t)r->n)) ok = freq_fail(&f, "an element other than 0 and 1");
+	if (ok && !r->n) ok = freq_fail(&f, "an empty list");
+	if (ok) {
+		memcpy(a->model.moe_layer_pattern, r->el, (size_t)r->n);
+		a->model.moe_layer_pattern[r->n] = 0;
+		a->model.moe_layer_freq = 1;
+	}
+	free(r);
+	if (!ok) {
+		if (!strcmp(f.err, "out of memory")) return MGT_ERR_NOMEM;
+		return mgt_err(MGT_ERR_USAGE, "--%s %s: %s at offset %d: expected %s", d->flag, v, f.err,
+			       (int)(f.p - f.s), want);
+	}
+	return MGT_OK;
+}
+
+/* What a value set implies beyond its own field. */
+static mgt_status after_set(mgt_args *a, const arg_desc *d)
+{
+	if (d->off == offsetof(mgt_args, moe_router_dtype)) {
+		const char *t = a->moe_router_dtype;
+		if (t && strcmp(t, "fp32") && strcmp(t, "fp64")) {
+			mgt_status st = bad_value(d, t, "fp32 or fp64");
+			free(a->moe_router_dtype);
+			a->moe_router_dtype = NULL;
+			return st;
+		}
+		a->model.moe_router_dtype_fp32 = t != NULL;
+	}
+	return MGT_OK;
+}
+
 static mgt_status set_value(mgt_args *a, const arg_desc *d, const char *v)
 {
 	char *p = (char *)a + d->off, *end, want[96];
 	errno = 0;
+	if (optional(d) && (!*v || !strcmp(v, "None"))) {
+		if (d->kind == 'I') *(int64_t *)p = 0;
+		else *(double *)p = 0;
+		return MGT_OK;
+	}
 	switch (d->kind) {
+	case 'L':
+		return set_layer_freq(a, d, v);
 	case 'I': {
 		long long x = strtoll(v, &end, 10);
 		bool ok = *v && !*end && !errno;
@@ -238,7 +468,7 @@ static mgt_status set_value(mgt_args *a, const arg_desc *d, const char *v)
 		if (*v && !s) return MGT_ERR_NOMEM;
 		free(*(char **)p);
 		*(char **)p = s;
-		return MGT_OK;
+		return after_set(a, d);
 	}
 	default: /* B, N: the dest's truth value */
 		if (strcmp(v, "true") && strcmp(v, "false")) return bad_value(d, v, "true or false");
@@ -276,8 +506,22 @@ mgt_status mgt_args_set(mgt_args *a, const char *key, const char *value)
 /* JSON value to the text form set_value takes. */
 static mgt_status json_text(const arg_desc *d, json_t *v, char *buf, size_t n, const char *what)
 {
-	if (json_is_string(v) && (d->kind == 'S' || d->kind == 'A')) snprintf(buf, n, "%s", json_string_value(v));
-	else if (json_is_null(v) && d->kind == 'S') buf[0] = 0;
+	if (json_is_string(v) && (d->kind == 'S' || d->kind == 'A' || d->kind == 'L'))
+		snprintf(buf, n, "%s", json_string_value(v));
+	else if (json_is_null(v) && (d->kind == 'S' || optional(d))) buf[0] = 0;
+	else if (json_is_integer(v) && d->kind == 'L') snprintf(buf, n, "%lld", (long long)json_integer_value(v));
+	else if (json_is_array(v) && d->kind == 'L') { /* Megatron's list: [0, 1, 1, ...] */
+		size_t i, k = 0;
+		json_t *e;
+		buf[k++] = '[';
+		json_array_foreach(v, i, e) {
+			if (!json_is_integer(e) || k + 24 >= n)
+				return mgt_err(MGT_ERR_INPUT, "%s: %s: expected a list of at most %d integers", what,
+					       d->dest, MGT_MOE_MAX_LAYERS);
+			k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? "," : "", (long long)json_integer_value(e));
+		}
+		snprintf(buf + k, n - k, "]");
+	}
 	else if (json_is_integer(v) && (d->kind == 'I' || d->kind == 'F'))
 		snprintf(buf, n, "%lld", (long long)json_integer_value(v));
 	else if (json_is_real(v) && d->kind == 'F') snprintf(buf, n, "%.17g", json_real_value(v));
@@ -286,7 +530,8 @@ static mgt_status json_text(const arg_desc *d, json_t *v, char *buf, size_t n, c
 	else
 		return mgt_err(MGT_ERR_INPUT, "%s: %s: expected %s", what, d->dest,
 			       d->kind == 'I' ? "an integer" : d->kind == 'F' ? "a number" :
-			       d->kind == 'B' || d->kind == 'N' ? "true or false" : "a string");
+			       d->kind == 'B' || d->kind == 'N' ? "true or false" :
+			       d->kind == 'L' ? "an integer or a list of 0s and 1s" : "a string");
 	return MGT_OK;
 }
 
@@ -450,6 +695,23 @@ mgt_status mgt_args_parse_argv(mgt_args *a, int argc, char **argv)
 	return MGT_OK;
 }
 
+/* --moe-layer-freq as JSON: the integer, or the list as the string "[0,1,1,...]" (what the
+ * flag reads back). */
+static json_t *layer_freq_json(const mgt_model_config *c)
+{
+	if (!c->moe_layer_pattern[0]) return json_integer(c->moe_layer_freq);
+	char buf[2 * MGT_MOE_MAX_LAYERS + 3];
+	size_t k = 0;
+	buf[k++] = '[';
+	for (const char *q = c->moe_layer_pattern; *q; q++) {
+		if (q != c->moe_layer_pattern) buf[k++] = ',';
+		buf[k++] = *q;
+	}
+	buf[k++] = ']';
+	buf[k] = 0;
+	return json_string(buf);
+}
+
 void *mgt_args_to_json(const mgt_args *a)
 {
 	json_t *o = json_object();
@@ -459,8 +721,9 @@ void *mgt_args_to_json(const mgt_args *a)
 		json_t *v = NULL;
 		switch (d->kind) {
 		case 'H': continue;
-		case 'I': v = json_integer(*(const int64_t *)p); break;
-		case 'F': v = json_real(*(const double *)p); break;
+		case 'I': v = optional(d) && !*(const int64_t *)p ? json_null() : json_integer(*(const int64_t *)p); break;
+		case 'F': v = optional(d) && *(const double *)p == 0 ? json_null() : json_real(*(const double *)p); break;
+		case 'L': v = layer_freq_json(&a->model); break;
 		case 'A': v = json_string(p); break;
 		case 'S': v = *(char *const *)p ? json_string(*(char *const *)p) : json_null(); break;
 		default: v = json_boolean(*(const bool *)p); break;
@@ -483,7 +746,8 @@ void mgt_args_help(FILE *f)
 			continue;
 		}
 		char left[96];
-		const char *meta = d->kind == 'I' ? " N" : d->kind == 'F' ? " X" : d->kind == 'B' || d->kind == 'N' ? "" : " S";
+		const char *meta = d->kind == 'I' ? " N" : d->kind == 'F' ? " X" : d->kind == 'L' ? " N|LIST" :
+				   d->kind == 'B' || d->kind == 'N' ? "" : " S";
 		snprintf(left, sizeof left, "--%s%s", d->flag, meta);
 		const char *def = d->kind == 'B' || d->kind == 'N' || !*d->def ? NULL : d->def;
 		fprintf(f, "  %-40s %s%s%s%s\n", left, d->help, def ? " [" : "", def ? def : "", def ? "]" : "");
@@ -585,6 +849,41 @@ static mgt_status derive_recompute(mgt_args *a)
 	return MGT_OK;
 }
 
+/* The run-level MoE rules (arguments.py validate_args; parallel_state.py's expert grid;
+ * moe_layer.py, which raises without sequence parallelism under TP) and
+ * a->expert_data_parallel_size.  After the model's, so that --num-experts is checked. */
+static mgt_status derive_moe(mgt_args *a)
+{
+	int64_t E = a->model.num_experts, ep = a->expert_model_parallel_size, tp = a->tensor_model_parallel_size;
+	int64_t etp = a->expert_tensor_parallel_size, pp = a->pipeline_model_parallel_size, W = a->world_size ? a->world_size : 1;
+	const char *disp = a->moe_token_dispatcher_type;
+	if (!strcmp(disp, "flex"))
+		return mgt_err(MGT_ERR_USAGE, "--moe-token-dispatcher-type flex (DeepEP, HybridEP, NCCL-EP) is not implemented: "
+			       "use alltoall or allgather");
+	if (strcmp(disp, "allgather") && strcmp(disp, "alltoall"))
+		return mgt_err(MGT_ERR_USAGE, "--moe-token-dispatcher-type %s: expected allgather or alltoall", disp);
+	if (etp && etp != tp)
+		return mgt_err(MGT_ERR_USAGE, "--expert-tensor-parallel-size %lld: expert tensor parallelism other than "
+			       "--tensor-model-parallel-size %lld is not implemented in this version (leave it unset: it "
+			       "defaults to the tensor-parallel size)", (long long)etp, (long long)tp);
+	etp = tp;
+	if (ep > 1 && E <= 0)
+		return mgt_err(MGT_ERR_USAGE, "--expert-model-parallel-size %lld needs --num-experts (a model with experts)",
+			       (long long)ep);
+	if (E > 0 && E % ep)
+		return mgt_err(MGT_ERR_USAGE, "--num-experts %lld is not divisible by --expert-model-parallel-size %lld",
+			       (long long)E, (long long)ep);
+	if (W % (ep * etp * pp))
+		return mgt_err(MGT_ERR_USAGE, "world size %lld is not divisible by --expert-model-parallel-size %lld x "
+			       "--expert-tensor-parallel-size %lld (= --tensor-model-parallel-size) x "
+			       "--pipeline-model-parallel-size %lld", (long long)W, (long long)ep, (long long)etp, (long long)pp);
+	a->expert_data_parallel_size = W / (ep * etp * pp);
+	if (E > 0 && tp > 1 && !a->sequence_parallel)
+		return mgt_err(MGT_ERR_USAGE, "--num-experts with --tensor-model-parallel-size %lld needs --sequence-parallel "
+			       "(as Megatron's MoE layer)", (long long)tp);
+	return MGT_OK;
+}
+
 mgt_status mgt_args_finalize(mgt_args *a)
 {
 	mgt_status st = derive_parallel(a);
@@ -611,5 +910,6 @@ mgt_status mgt_args_finalize(mgt_args *a)
 			       "data-parallel size (%lld)", (long long)a->global_batch_size, (long long)per);
 	a->num_microbatches = a->global_batch_size / per;
 	st = derive_run_length(a);
-	return st ? st : mgt_model_config_finalize(&a->model, (int)a->tensor_model_parallel_size);
+	if (!st) st = mgt_model_config_finalize(&a->model, (int)a->tensor_model_parallel_size);
+	return st ? st : derive_moe(a);
 }

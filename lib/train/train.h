@@ -56,6 +56,14 @@ typedef struct mgt_args {
 	int64_t num_virtual_stages_per_pipeline_rank;
 	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;
 	bool sequence_parallel, use_distributed_optimizer, overlap_grad_reduce;
+	/* Mixture of Experts, run level (the model's moe_* fields are in model): expert-parallel
+	 * size; expert tensor-parallel size (0: None, which means --tensor-model-parallel-size, the
+	 * only value this version accepts); the token dispatcher ("allgather" | "alltoall");
+	 * --moe-router-dtype as given (NULL: None; "fp32" | "fp64", which set
+	 * model.moe_router_dtype_fp32) */
+	int64_t expert_model_parallel_size, expert_tensor_parallel_size;
+	char moe_token_dispatcher_type[16];
+	char *moe_router_dtype;
 	/* activation recomputation (Megatron's flags; recompute_num_layers 0: None) */
 	char *recompute_granularity, *recompute_method;
 	int64_t recompute_num_layers;
@@ -75,6 +83,7 @@ typedef struct mgt_args {
 	int64_t world_size;
 	/* derived by mgt_args_finalize */
 	int64_t num_microbatches, data_parallel_size;
+	int64_t expert_data_parallel_size; /* world / (ETP x EP x PP): expert gradients' group */
 	mgt_recompute recompute;   /* from the recompute flags, checked by Megatron's rules */
 } mgt_args;
 
@@ -105,6 +114,10 @@ mgt_status mgt_args_parse_argv(mgt_args *a, int argc, char **argv);
  * recomputation (a->recompute) under Megatron's rules: --recompute-activations sets the
  * granularity to selective; full needs --recompute-method and --recompute-num-layers >= 1;
  * selective takes neither; without a granularity the other two are noted in ignored_flags.
+ * MoE (after the model's mgt_moe_config_check): the dispatcher allgather or alltoall, expert
+ * tensor-parallel size unset or TP, --expert-model-parallel-size only with --num-experts and
+ * dividing it, EP x ETP x PP dividing the world (a->expert_data_parallel_size is the quotient),
+ * --sequence-parallel with TP > 1.
  * Every rank computes the same answer, so every rank can exit with it.  Errors: MGT_ERR_USAGE
  * naming the flags. */
 mgt_status mgt_args_finalize(mgt_args *a);
