@@ -24,7 +24,11 @@ typedef struct {
 #define WANDB "Weights & Biases is not built in; --metrics-file writes the figures as JSONL"
 #define PROF "mgt has no built-in profiler switch: run it under nsys, ncu or perf"
 #define FP8 "fp8 and fp4 training are not implemented (--bf16 and --fp16 are)"
-#define MOE "Mixture of Experts is not implemented yet"
+#define FLEX "the flex token dispatcher (DeepEP, HybridEP, NCCL-EP) is not implemented: use --moe-token-dispatcher-type alltoall or allgather"
+#define NOFLEX "used by the flex token dispatcher only, which is not implemented"
+#define TEGROUP "Transformer Engine is not used; mgt keeps each expert's weights apart and runs the local experts as one grouped GEMM"
+#define EPOVERLAP "expert-parallel communication is not overlapped with computation (same results)"
+#define UPCYCLE "upcycling a dense checkpoint into an MoE model is not implemented"
 #define FSDP "FSDP is not implemented; --use-distributed-optimizer shards the optimizer state"
 #define INFER "inference and text generation are not part of mgt-train"
 #define RL "reinforcement learning is not part of mgt-train"
@@ -124,9 +128,46 @@ static const compat_row rows[] = {
 	{ "exp-avg-dtype", 'i', '1', "fp32", "Adam moments are fp32" },
 	{ "exp-avg-sq-dtype", 'i', '1', "fp32", "Adam moments are fp32" },
 	/* MoE, context and expert parallelism */
-	{ "num-experts", 'r', '1', NULL, MOE }, { "moe-", 'r', '1', NULL, MOE },
-	{ "expert-model-parallel-size", 'i', '1', "1", MOE },
-	{ "expert-tensor-parallel-size", 'i', '1', "1", MOE },
+	{ "moe-grouped-gemm", 'i', '0', NULL, "mgt always runs the local experts as one grouped GEMM" },
+	{ "moe-permute-fusion", 'i', '0', NULL, FUSED },
+	{ "moe-router-fusion", 'i', '0', NULL, FUSED },
+	{ "moe-shared-expert-overlap", 'i', '0', NULL, "the shared expert runs before the router, not overlapped with the token dispatch (the same results up to the order of a gradient sum)" },
+	{ "use-grouped-gemm-for-shared-expert", 'i', '0', NULL, NOTUSED },
+	{ "moe-use-grouped-tensor", 'i', '0', NULL, TEGROUP },
+	{ "moe-single-grouped-weight", 'i', '0', NULL, TEGROUP },
+	{ "moe-single-grouped-bias", 'r', '0', NULL, "biases in the linear layers of an MoE model are not implemented" },
+	{ "overlap-moe-expert-parallel-comm", 'i', '0', NULL, EPOVERLAP },
+	{ "overlap-dispatch-backward-with-experts-wgrad", 'i', '0', NULL, EPOVERLAP },
+	{ "moe-router-quantile-balancing-ema", 'i', '1', NULL, "used by --moe-router-load-balancing-type quantile_balancing only, which is not implemented" },
+	{ "moe-flex-dispatcher-backend", 'i', '1', "deepep", NOFLEX },
+	{ "moe-flex-dispatcher-num-sms", 'i', '1', NULL, NOFLEX },
+	{ "moe-deepep-num-sms", 'i', '1', NULL, NOFLEX },
+	{ "moe-hybridep-", 'i', '1', NULL, NOFLEX },
+	{ "moe-hybridep-pad-uneven-dispatch-inputs", 'i', '0', NULL, NOFLEX },
+	{ "moe-permute-fusion-into-hybridep", 'i', '0', NULL, NOFLEX },
+	{ "moe-ncclep-zero-copy", 'i', '0', NULL, NOFLEX },
+	{ "moe-dispatch-fwd-dtype", 'i', '1', "bf16", "mxfp8 dispatch needs the flex dispatcher, which is not implemented" },
+	{ "moe-combine-bwd-dtype", 'i', '1', "bf16", "mxfp8 combine needs the flex dispatcher, which is not implemented" },
+	{ "moe-enable-deepep", 'r', '0', NULL, FLEX },
+	{ "moe-expert-rank-capacity-factor", 'r', '1', NULL, FLEX },
+	{ "moe-use-upcycling", 'r', '0', NULL, UPCYCLE },
+	{ "moe-upcycling-granularity", 'r', '1', NULL, UPCYCLE },
+	{ "moe-enable-routing-replay", 'r', '0', NULL, "routing replay is not implemented" },
+	{ "moe-router-topk-limited-devices", 'r', '1', NULL, "deprecated in Megatron-LM: use --moe-router-num-groups and --moe-router-group-topk" },
+	{ "moe-router-padding-for-quantization", 'r', '0', NULL, FP8 },
+	{ "moe-router-padding-for-fp8", 'r', '0', NULL, FP8 },
+	{ "moe-router-force-load-balancing", 'r', '0', NULL, "forced balanced routing (a benchmarking aid) is not implemented" },
+	{ "moe-router-force-biased", 'r', '1', NULL, "forced biased routing (a benchmarking aid) is not implemented" },
+	{ "moe-token-dropping", 'r', '0', NULL, "Megatron's moe_token_dropping is not implemented: use --moe-expert-capacity-factor" },
+	{ "moe-layer-recompute", 'r', '0', NULL, "recomputing MoE layers is not implemented" },
+	{ "moe-apply-probs-on-input", 'r', '0', NULL, "the routing probabilities are applied after the experts' activation only" },
+	{ "moe-latent-size", 'r', '1', NULL, "MoE latent projections are not implemented" },
+	{ "moe-mlp-glu-interleave-size", 'r', '1', NULL, "interleaved GLU weights are not implemented (fc1 is [gate; up])" },
+	{ "moe-shared-expert-glu-interleave-size", 'r', '1', NULL, "interleaved GLU weights are not implemented (fc1 is [gate; up])" },
+	{ "moe-pad-experts-for-cuda-graph-inference", 'r', '0', NULL, INFER },
+	{ "moe-paged-stash", 'r', '0', NULL, "paged activation stashing is not implemented" },
+	{ "moe-paged-stash-", 'r', '1', NULL, "paged activation stashing is not implemented" },
+	{ "expert-tensor-parallel-num-weight-shards", 'r', '1', NULL, NOTIMPL },
 	{ "cp-comm-type", 'i', '+', NULL, "context parallelism is not implemented yet (--context-parallel-size 1 only)" },
 	/* optimizer */
 	{ "optimizer", 'i', '1', "adam", "only Adam (AdamW: decoupled weight decay, Megatron's adam) is implemented" },
