@@ -150,7 +150,7 @@
 	X(A, moe_router_load_balancing_type, model.moe_router_load_balancing_type, "moe-router-load-balancing-type", "aux_loss", "", "aux_loss, seq_aux_loss or none") \
 	X(F, moe_aux_loss_coeff, model.moe_aux_loss_coeff, "moe-aux-loss-coeff", "0.0", "[0,)", "load-balancing loss coefficient (1e-2 recommended)") \
 	X(F, moe_z_loss_coeff, model.moe_z_loss_coeff, "moe-z-loss-coeff", "None", "[0,)", "router z-loss coefficient (1e-3 recommended)") \
-	X(F, moe_input_jitter_eps, model.moe_input_jitter_eps, "moe-input-jitter-eps", "None", "[0,1)", "router input multiplied by Uniform(1-eps, 1+eps) in training") \
+	X(F, moe_input_jitter_eps, model.moe_input_jitter_eps, "moe-input-jitter-eps", "None", "[0,1)", "router input multiplied by Uniform(1-eps, 1+eps) noise") \
 	X(F, moe_expert_capacity_factor, model.moe_expert_capacity_factor, "moe-expert-capacity-factor", "None", "(0,)", "tokens per expert at most factor x tokens x k / experts (None: dropless)") \
 	X(A, moe_token_drop_policy, model.moe_token_drop_policy, "moe-token-drop-policy", "probs", "", "probs or position: which tokens over capacity are dropped") \
 	X(B, moe_pad_expert_input_to_capacity, model.moe_pad_expert_input_to_capacity, "moe-pad-expert-input-to-capacity", "false", "", "pad each expert's tokens to its capacity") \
