@@ -812,8 +812,9 @@ static mgt_status setup(trainer *t)
 	if (!st) st = mgt_args_finalize(a);
 	if (!st && a->debug_dump && a->world_size > 1)
 		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
-	if (!st) st = mgt_parallel_init(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,
-					(int)a->context_parallel_size);
+	if (!st) st = mgt_parallel_init_ep(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,
+					   (int)a->context_parallel_size,
+					   a->expert_model_parallel_size > 0 ? (int)a->expert_model_parallel_size : 1);
 	if (st) return st;
 	if ((st = setup_backend(t))) return st;
 	if ((st = mgt_parallel_to_device(&t->ps, t->be, a->overlap_grad_reduce))) return st;
