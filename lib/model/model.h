@@ -396,6 +396,15 @@ mgt_status mgt_model_moe_update_bias(mgt_model *m, const double *tokens);
  * and probability 0 (host arrays [T, k]).  Errors: USAGE (not an MoE layer of the chunk). */
 mgt_status mgt_model_moe_routing(mgt_model *m, int slot, int layer, int32_t *experts, float *probs);
 
+/* Expert parallelism's traffic since the model was made (0 with ep 1): out[0] routed copies
+ * this rank's tokens sent to experts on other EP ranks (from the routing), out[1] rows it
+ * received from other ranks (from the exchanged counts), out[2] forward dispatches.  Each
+ * dispatch moves, to other ranks, out[0] rows of h + 1 floats (hidden state, probability) and
+ * out[1] rows of h back; each backward as many the other way plus h floats a row (the output
+ * gradient out, the input gradient and probability gradient back); the counts' all-gather sends
+ * (ep - 1) x E int64. */
+void mgt_model_moe_dispatch_counts(const mgt_model *m, double out[3]);
+
 /* Model FLOPs of one global batch of gbs sequences, Megatron's formula
  * (megatron/training/training.py num_floating_point_operations; megatron-reference.md 4.1):
  * causal-halved attention, fwd + bwd = 3x forward, GEMMs only. */

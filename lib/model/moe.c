@@ -59,6 +59,7 @@ struct moe_state {
 	float **pw1, **pw2, **pg1, **pg2; /* [El] backend pointers for the grouped calls */
 	int64_t *allc, *cnt_d, *cd, *cc;   /* ep > 1: [ep E] counts of every rank; [ep] displacements and counts */
 	int ep;
+	double disp[3];                    /* since creation: rows sent to and received from other EP ranks, dispatches */
 	/* statistics since mgt_model_moe_take_stats, per local layer */
 	double *aux_sum, *z_sum, *tok; /* [n_layers], [n_layers], [n_layers * E] */
 	float aux_scale;
@@ -293,6 +294,7 @@ static mgt_status permute(mgt_model *m, struct moe_act *a)
 			}
 		if (S->ep > 1) S->cnt_d[e] = N - n0;
 		else a->rows[e] = N - n0;
+		if (S->ep > 1 && e / S->El != m->ep_rank) S->disp[0] += N - n0; /* counted from the routing */
 	}
 	a->N = a->Nsend = N;
 	const mgt_backend_ops *o = m->be->ops;
@@ -325,7 +327,9 @@ static mgt_status ep_plan(mgt_model *m, struct moe_act *a)
 			a->rc[r] += S->allc[(size_t)r * E + S->e0 + e];
 		}
 		N += a->rc[r];
+		if (r != m->ep_rank) S->disp[1] += (double)a->rc[r];
 	}
+	S->disp[2] += 1;
 	if (N > S->Nmax) return mgt_err(MGT_ERR_IO, "expert parallelism: %lld rows received, more than %d", (long long)N, S->Nmax);
 	a->N = (int)N;
 	int i = 0;
@@ -642,4 +646,9 @@ mgt_status mgt_model_moe_routing(mgt_model *m, int slot, int layer, int32_t *exp
 		}
 	}
 	return MGT_OK;
+}
+
+void mgt_model_moe_dispatch_counts(const mgt_model *m, double out[3])
+{
+	for (int i = 0; i < 3; i++) out[i] = m->moe ? m->moe->disp[i] : 0;
 }

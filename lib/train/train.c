@@ -579,20 +579,24 @@ static void count_iteration(trainer *t, double loss, double lr, double gnorm, bo
 /* The communicators in --comm-log order, with their JSON names. */
 static int comm_list(trainer *t, mgt_comm **c, const char **names)
 {
-	mgt_comm *all[] = { t->ps.tp_comm, t->ps.dp_comm, t->ps.pp_comm, t->ps.emb_comm, t->ps.mp_comm, t->ps.world };
-	const char *nm[] = { "tensor", "data", "pipeline", "embedding", "model", "world" };
-	for (int i = 0; i < 6; i++) {
-		c[i] = all[i];
-		names[i] = nm[i];
+	mgt_comm *all[] = { t->ps.tp_comm, t->ps.dp_comm, t->ps.pp_comm, t->ps.emb_comm, t->ps.mp_comm, t->ps.world,
+			    t->ps.ep_comm, t->ps.edp_comm };
+	const char *nm[] = { "tensor", "data", "pipeline", "embedding", "model", "world", "expert", "expert-data" };
+	int n = 0;
+	for (int i = 0; i < 8; i++) {
+		/* the expert groups with expert parallelism only (with ep 1 expert-data is the data group) */
+		if (i >= 6 && t->ps.ep <= 1) continue;
+		c[n] = all[i];
+		names[n++] = nm[i];
 	}
-	return 6;
+	return n;
 }
 
 /* --comm-log: bytes each group sent during one training iteration (dist.h's ring convention). */
 static void log_comm(trainer *t, const double *before, const uint64_t *calls_before)
 {
-	mgt_comm *c[6];
-	const char *nm[6];
+	mgt_comm *c[8];
+	const char *nm[8];
 	int n = comm_list(t, c, nm);
 	if (!t->comm_log) return;
 	fprintf(t->comm_log, "{\"iteration\": %lld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"bytes\": {",
@@ -601,14 +605,26 @@ static void log_comm(trainer *t, const double *before, const uint64_t *calls_bef
 	fprintf(t->comm_log, "}, \"calls\": {");
 	for (int i = 0; i < n; i++)
 		fprintf(t->comm_log, "%s\"%s\": %llu", i ? ", " : "", nm[i], (unsigned long long)(c[i]->calls - calls_before[i]));
-	fprintf(t->comm_log, "}}\n");
+	fprintf(t->comm_log, "}");
+	if (t->ps.ep > 1) { /* the routed rows behind the expert group's bytes (mgt_model_moe_dispatch_counts) */
+		double d[3] = { 0, 0, 0 };
+		for (int k = 0; k < t->V; k++) {
+			double x[3];
+			mgt_model_moe_dispatch_counts(t->chunk[k], x);
+			for (int i = 0; i < 3; i++) d[i] += x[i];
+		}
+		fprintf(t->comm_log, ", \"moe_rows\": {\"sent\": %.17g, \"received\": %.17g, \"dispatches\": %.17g}",
+			d[0] - t->moe_disp[0], d[1] - t->moe_disp[1], d[2] - t->moe_disp[2]);
+		memcpy(t->moe_disp, d, sizeof d);
+	}
+	fprintf(t->comm_log, "}\n");
 	fflush(t->comm_log);
 }
 
 static void comm_snapshot(trainer *t, double *bytes, uint64_t *calls)
 {
-	mgt_comm *c[6];
-	const char *nm[6];
+	mgt_comm *c[8];
+	const char *nm[8];
 	int n = comm_list(t, c, nm);
 	for (int i = 0; i < n; i++) {
 		bytes[i] = c[i]->bytes_sent;
@@ -623,8 +639,8 @@ static mgt_status train_loop(trainer *t)
 	while (t->iteration < a->train_iters) {
 		double loss = 0, lr = 0, gnorm = 0, t0 = mgt_now();
 		bool skipped = false, intr = false;
-		double bytes[6];
-		uint64_t calls[6];
+		double bytes[8];
+		uint64_t calls[8];
 		comm_snapshot(t, bytes, calls);
 		mgt_status st = train_step(t, &loss, &lr, &gnorm, &skipped, &intr);
 		if (st) return st;

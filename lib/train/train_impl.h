@@ -77,6 +77,7 @@ typedef struct trainer {
 	 * log interval's sums of those */
 	int n_moe;
 	double *moe_aux, *moe_z, *moe_tok, moe_lb, moe_zl, int_moe_lb, int_moe_zl;
+	double moe_disp[3];                          /* --comm-log: dispatch counts at the last line */
 	double params_norm;
 	bool out_of_time;
 	struct async_save *async;                    /* --async-save: the save being written, or NULL */
