@@ -131,6 +131,16 @@ int mgt_k_bda_bwd(mgt_k_stream s, float *dy, float *db, const float *dout, int T
 size_t mgt_k_colsum_ws_bytes(int T, int n);
 int mgt_k_colsum(mgt_k_stream s, float *db, const float *dy, int T, int n, void *ws);
 
+/* ---- Mixture of Experts (kernels/moe.cu): backend.h's rows_gather, rows_combine, rows_scale,
+ * rows_dot, one block per row.  rows_combine adds a token's copies (slot >= 0) into a zero row
+ * in j order, in fp32 as the CPU does (the same bits); rows_dot sums in double and rounds once.
+ * idx and slot are device int32 arrays. ---- */
+int mgt_k_rows_gather(mgt_k_stream s, float *dst, const float *src, const int32_t *idx, int N, int h);
+int mgt_k_rows_combine(mgt_k_stream s, float *dst, const float *src, const int32_t *slot, int T, int k,
+		       int h);
+int mgt_k_rows_scale(mgt_k_stream s, float *y, const float *x, const float *w, int N, int f);
+int mgt_k_rows_dot(mgt_k_stream s, float *out, const float *a, const float *b, int N, int f);
+
 /* ---- vocab-parallel softmax cross-entropy ---- */
 int mgt_k_xent_max(mgt_k_stream s, float *mx, const float *logits, int T, int V);
 int mgt_k_xent_stats(mgt_k_stream s, float *sumexp, float *tgt, const float *logits,

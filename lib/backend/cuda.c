@@ -413,6 +413,33 @@ static void cu_xent_bwd(mgt_backend *be, float *dlogits, const float *logits, co
 							   sumexp, mask, scale, v0, T, V));
 }
 
+/* ---- Mixture of Experts (kernels/moe.cu; the grouped linears are in cuda_gemm.c) ---- */
+
+static void cu_rows_gather(mgt_backend *be, float *dst, const float *src, const int32_t *idx, int N, int h)
+{
+	if (N > 0 && h > 0)
+		mgt_cuda_ok(be, "rows_gather", mgt_k_rows_gather(stream(be), dst, src, idx, N, h));
+}
+
+static void cu_rows_combine(mgt_backend *be, float *dst, const float *src, const int32_t *slot, int T, int k,
+			    int h)
+{
+	if (T > 0 && h > 0)
+		mgt_cuda_ok(be, "rows_combine", mgt_k_rows_combine(stream(be), dst, src, slot, T, k, h));
+}
+
+static void cu_rows_scale(mgt_backend *be, float *y, const float *x, const float *w, int N, int f)
+{
+	if (N > 0 && f > 0)
+		mgt_cuda_ok(be, "rows_scale", mgt_k_rows_scale(stream(be), y, x, w, N, f));
+}
+
+static void cu_rows_dot(mgt_backend *be, float *out, const float *a, const float *b, int N, int f)
+{
+	if (N > 0)
+		mgt_cuda_ok(be, "rows_dot", mgt_k_rows_dot(stream(be), out, a, b, N, f));
+}
+
 /* The device double a launcher (returning rc) wrote to dres, brought to the host (waits for the
  * stream).  NaN when the backend has failed, now or before. */
 static double dres_fetch(mgt_backend *be, const char *op, int rc)
@@ -511,6 +538,12 @@ static const mgt_backend_ops cuda_ops = {
 	.xent_stats = cu_xent_stats,
 	.xent_loss = cu_xent_loss,
 	.xent_bwd = cu_xent_bwd,
+	.rows_gather = cu_rows_gather,
+	.rows_combine = cu_rows_combine,
+	.rows_scale = cu_rows_scale,
+	.rows_dot = cu_rows_dot,
+	.linear_fwd_grouped = mgt_cuda_linear_fwd_grouped,
+	.linear_bwd_grouped = mgt_cuda_linear_bwd_grouped,
 	.adamw = cu_adamw,
 	.sumsq = cu_sumsq,
 	.copy = cu_dcopy,

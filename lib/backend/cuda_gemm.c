@@ -271,3 +271,37 @@ void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const
 	if (db)
 		mgt_cuda_ok(be, op, mgt_k_colsum(im->stream, db, dy, T, out, ws));
 }
+
+/* ---- grouped linears (backend.h's linear_fwd_grouped / linear_bwd_grouped: the experts of a
+ * Mixture-of-Experts layer) ----
+ * One linear_fwd / linear_bwd per group with rows, on the group's rows of x, y, dy, dx: the same
+ * casts into the one scratch buffer and the same cuBLASLt plans as a linear layer of its own, so
+ * the result is bitwise the per-group calls'.  The groups' casts and GEMMs run one after another
+ * on the one stream, so a group's 16-bit copies in the scratch are read before the next group's
+ * casts overwrite them.  Groups without rows are skipped (they add nothing to dw). */
+
+void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const float *const *w,
+				 const int *rows, int G, int in, int out)
+{
+	size_t r = 0;
+	for (int g = 0; g < G; g++) {
+		if (rows[g] <= 0)
+			continue;
+		mgt_cuda_linear_fwd(be, y + r * out, x + r * in, w[g], NULL, rows[g], in, out);
+		r += (size_t)rows[g];
+	}
+}
+
+void mgt_cuda_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy,
+				 const float *x, const float *const *w, const int *rows, int G, int in,
+				 int out)
+{
+	size_t r = 0;
+	for (int g = 0; g < G; g++) {
+		if (rows[g] <= 0)
+			continue;
+		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, x + r * in, w[g],
+				    rows[g], in, out);
+		r += (size_t)rows[g];
+	}
+}

@@ -110,6 +110,34 @@ int main(int argc, char **argv)
 	TIME("bda_fwd p=0.1", 0, 10, O->bda_fwd(be, y, x, dy, bias, T, h, 0.1f, 1, 0));
 	TIME("bda_bwd p=0.1", 0, 10, O->bda_bwd(be, dx, db, dy, T, h, 0.1f, 1, 0));
 
+	/* Mixture of Experts: top-2 of 8 experts, SwiGLU experts of F = h (fc1 h -> 2F, fc2 F -> h) */
+	{
+		enum { E = 8, K = 2 };
+		const int N = K * T, F = h;
+		int rows[E];
+		for (int g = 0; g < E; g++)
+			rows[g] = N / E + (g == E - 1 ? N % E : 0);
+		int32_t *idx = (int32_t *)buf(be, N, 0), *slot = (int32_t *)buf(be, N, 0);
+		for (int i = 0; i < N; i++)
+			idx[i] = (int32_t)(((int64_t)i * 7919) % T), slot[i] = (int32_t)(((int64_t)i * 104729) % N);
+		float *xe = buf(be, (size_t)N * 2 * F, 1), *he = buf(be, (size_t)N * 2 * F, 1), *pr = buf(be, N, 1);
+		float *we = buf(be, (size_t)E * 2 * F * h, 0.05f), *dwe = buf(be, (size_t)E * 2 * F * h, 1);
+		const float *wp[E];
+		float *dwp[E];
+		for (int g = 0; g < E; g++)
+			wp[g] = we + (size_t)g * 2 * F * h, dwp[g] = dwe + (size_t)g * 2 * F * h;
+		TIME("moe rows_gather top-2", 0, 10, O->rows_gather(be, xe, x, idx, N, h));
+		TIME("moe rows_combine top-2", 0, 10, O->rows_combine(be, y, xe, slot, T, K, h));
+		TIME("moe rows_scale", 0, 10, O->rows_scale(be, xe, xe, pr, N, h));
+		TIME("moe rows_dot", 0, 10, O->rows_dot(be, pr, xe, he, N, h));
+		gemm = 2.0 * N * h * 2 * F;
+		TIME("moe linear_fwd_grouped 8x 768->1536", gemm, 3,
+		     O->linear_fwd_grouped(be, he, xe, wp, rows, E, h, 2 * F));
+		TIME("moe linear_bwd_grouped 8x 768->1536", 2 * gemm, 3,
+		     O->linear_bwd_grouped(be, dx, dwp, he, xe, wp, rows, E, h, 2 * F));
+		O->free(be, idx), O->free(be, slot), O->free(be, xe), O->free(be, he), O->free(be, we), O->free(be, dwe), O->free(be, pr);
+	}
+
 	float *logits = buf(be, (size_t)T * V, 4), *mx = buf(be, T, 1), *se = buf(be, T, 1);
 	float *tg = buf(be, T, 1), *loss = buf(be, T, 1), *mask = buf(be, T, 0);
 	int32_t *labels = (int32_t *)buf(be, T, 0);

@@ -966,6 +966,190 @@ static void t_bda(int T, int h, float p, bool resid, bool bias, bool alias, uint
 	free(rs), free(y), free(b), free(dout), free(db0), free(oc), free(dyc), free(dbc);
 }
 
+/* ================= Mixture of Experts: row ops and grouped linears ================= */
+
+/* T tokens routed to k slots each over N expert rows (every row used once, in a shuffled order
+ * as grouping by expert leaves them); about a third of the slots -1 and token `empty` without any
+ * copy.  Returns slot [T*k] and *idx [N] (row -> token). */
+static int32_t *moe_routing(int T, int k, int empty, int32_t **idx_out, int *N_out)
+{
+	int32_t *slot = xmalloc((size_t)T * k * sizeof *slot);
+	int N = 0;
+	for (int t = 0; t < T; t++)
+		for (int j = 0; j < k; j++)
+			slot[(size_t)t * k + j] = t == empty || urand() < -0.4 ? -1 : N++;
+	int32_t *perm = xmalloc((size_t)(N + 1) * sizeof *perm), *idx = xmalloc((size_t)(N + 1) * sizeof *idx);
+	for (int i = 0; i < N; i++)
+		perm[i] = i;
+	for (int i = N - 1; i > 0; i--) {
+		int j = (int)((urand() + 1) / 2 * (i + 1)) % (i + 1), tmp = perm[i];
+		perm[i] = perm[j];
+		perm[j] = tmp;
+	}
+	for (int t = 0; t < T; t++)
+		for (int j = 0; j < k; j++) {
+			int32_t *sl = &slot[(size_t)t * k + j];
+			if (*sl >= 0) {
+				*sl = perm[*sl];
+				idx[*sl] = t;
+			}
+		}
+	free(perm);
+	*idx_out = idx;
+	*N_out = N;
+	return slot;
+}
+
+static void t_moe_rows(int T, int k, int h)
+{
+	int32_t *idx, N;
+	int32_t *slot = moe_routing(T, k, T / 2, &idx, &N);
+	const size_t nt = (size_t)T * h, nr = (size_t)N * h;
+	const char *id = nm("moe rows T=%d k=%d h=%d N=%d", T, k, h, N);
+	float *x = hrand(nt, 1), *ye = hrand(nr, 1), *w = hrand(N, 1), *b = hrand(nr, 1);
+	/* rows_dot: in every other row two products of about +-1e4 that nearly cancel, so that a sum
+	 * kept in fp32 anywhere loses the rest of the row (relative errors near 1e-4) */
+	for (int i = 0; i < N && h > 1; i += 2) {
+		float *bi = b + (size_t)i * h;
+		const float *ai = ye + (size_t)i * h;
+		bi[0] = 1e4f / ai[0];
+		bi[h / 2] = -1e4f / ai[h / 2];
+	}
+	float *xec = xmalloc(nr * 4), *yc = xmalloc(nt * 4), *ysc = xmalloc(nr * 4), *dc = xmalloc((size_t)N * 4);
+	C->rows_gather(cpu, xec, x, idx, N, h);
+	C->rows_combine(cpu, yc, ye, slot, T, k, h);
+	C->rows_scale(cpu, ysc, ye, w, N, h);
+	C->rows_dot(cpu, dc, ye, b, N, h);
+	int32_t *dI = dputi(idx, N), *dS = dputi(slot, (size_t)T * k);
+	float *dX = dput(x, nt), *dYE = dput(ye, nr), *dW = dput(w, N), *dB = dput(b, nr);
+	float *dXE = dalloc(nr * 4), *dY = dalloc(nt * 4), *dYS = dalloc(nr * 4), *dYI = dalloc(nr * 4),
+	      *dD = dalloc((size_t)N * 4);
+	float *xe[2], *y[2], *ys[2], *yi[2], *d[2];
+	for (int r = 0; r < 2; r++) {
+		poison(dXE, nr);
+		poison(dY, nt);
+		poison(dYS, nr);
+		poison(dD, N);
+		up(dYI, ye, nr * 4);
+		G->rows_gather(gpu, dXE, dX, dI, N, h);
+		G->rows_combine(gpu, dY, dYE, dS, T, k, h);
+		G->rows_scale(gpu, dYS, dYE, dW, N, h);
+		G->rows_scale(gpu, dYI, dYI, dW, N, h); /* in place */
+		G->rows_dot(gpu, dD, dYE, dB, N, h);
+		xe[r] = dget(dXE, nr);
+		y[r] = dget(dY, nt);
+		ys[r] = dget(dYS, nr);
+		yi[r] = dget(dYI, nr);
+		d[r] = dget(dD, N);
+	}
+	/* copies, fp32 additions in j order from 0, one product per element: the same bits */
+	cmp(nm("%s: rows_gather", id), xe[0], xec, NULL, nr, T2(TOL_EXACT, SIM_EXACT));
+	cmp(nm("%s: rows_combine (token %d without copies)", id, T / 2), y[0], yc, NULL, nt, T2(TOL_EXACT, SIM_EXACT));
+	cmp(nm("%s: rows_scale", id), ys[0], ysc, NULL, nr, T2(TOL_EXACT, SIM_EXACT));
+	cmp(nm("%s: rows_scale in place", id), yi[0], ysc, NULL, nr, T2(TOL_EXACT, SIM_EXACT));
+	/* double sums in another order, rounded once: one fp32 ulp at most, on both; row by row */
+	cmp_rows(nm("%s: rows_dot (cancelling rows)", id), d[0], dc, NULL, N, 1, T2(SIM_ULP, SIM_ULP));
+	det(id, ndiff(xe[0], xe[1], nr, 4) + ndiff(y[0], y[1], nt, 4) + ndiff(ys[0], ys[1], nr, 4) +
+			ndiff(yi[0], yi[1], nr, 4) + ndiff(d[0], d[1], N, 4));
+	for (int r = 0; r < 2; r++)
+		free(xe[r]), free(y[r]), free(ys[r]), free(yi[r]), free(d[r]);
+	dfree(dI), dfree(dS), dfree(dX), dfree(dYE), dfree(dW), dfree(dB), dfree(dXE), dfree(dY), dfree(dYS),
+		dfree(dYI), dfree(dD);
+	free(slot), free(idx), free(x), free(ye), free(w), free(b), free(xec), free(yc), free(ysc), free(dc);
+}
+
+/* Grouped linear over G groups of rows[g] rows (some 0): against the CPU's grouped linear in the
+ * same precision, and bit for bit against the GPU's own linear_fwd / linear_bwd per group.  The
+ * experts' weights and gradients are G pieces of one device buffer each (as a model's flat
+ * buffers hold them); rows past the end of y and dx must stay untouched. */
+static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mgt_precision prec)
+{
+	enum { GMAX = 16, PAD = 2 };
+	int M = 0, kmax = 0;
+	char rs[128];
+	int n = 0;
+	for (int g = 0; g < NG; g++) {
+		M += rows[g];
+		kmax = rows[g] > kmax ? rows[g] : kmax;
+		if (n < 100)
+			n += snprintf(rs + n, sizeof rs - n, "%s%d", g ? "," : "", rows[g]);
+	}
+	const size_t nx = (size_t)M * in, ny = (size_t)M * out, nw = (size_t)out * in;
+	const char *id = nm("linear_grouped %s G=%d rows %s in=%d out=%d%s", precname(prec), NG, rs, in, out,
+			    want_dx ? "" : " dx=NULL");
+	float *x = hrand(nx, 1), *w = hrand(nw * NG, 0.5), *dy = hrand(ny, 1), *dw0 = hrand(nw * NG, 1);
+	const float *wc[GMAX];
+	float *dwc[GMAX];
+	float *yc = xmalloc(ny * 4), *dxc = want_dx ? xmalloc(nx * 4) : NULL, *dwcb = hcopy(dw0, nw * NG);
+	for (int g = 0; g < NG; g++)
+		wc[g] = w + g * nw, dwc[g] = dwcb + g * nw;
+	cpu->precision = prec;
+	C->linear_fwd_grouped(cpu, yc, x, wc, rows, NG, in, out);
+	C->linear_bwd_grouped(cpu, dxc, dwc, dy, x, wc, rows, NG, in, out);
+	cpu->precision = MGT_PREC_FP32;
+
+	gpu->precision = prec;
+	float *dX = dput(x, nx), *dWb = dput(w, nw * NG), *dDY = dput(dy, ny);
+	float *dY = dalloc((ny + (size_t)PAD * out) * 4), *dDX = want_dx ? dalloc((nx + (size_t)PAD * in) * 4) : NULL;
+	float *dDWb = dalloc(nw * NG * 4), *dYP = dalloc(ny * 4 + 4), *dDXP = dalloc(nx * 4 + 4),
+	      *dDWP = dalloc(nw * NG * 4);
+	const float *dw_[GMAX];
+	float *ddw[GMAX];
+	for (int g = 0; g < NG; g++)
+		dw_[g] = dWb + g * nw, ddw[g] = dDWb + g * nw;
+	float *y[2], *dx[2] = { NULL, NULL }, *dw[2];
+	for (int r = 0; r < 2; r++) {
+		poison(dY, ny + (size_t)PAD * out);
+		if (dDX)
+			poison(dDX, nx + (size_t)PAD * in);
+		up(dDWb, dw0, nw * NG * 4);
+		G->linear_fwd_grouped(gpu, dY, dX, dw_, rows, NG, in, out);
+		G->linear_bwd_grouped(gpu, dDX, ddw, dDY, dX, dw_, rows, NG, in, out);
+		y[r] = dget(dY, ny + (size_t)PAD * out);
+		if (dDX)
+			dx[r] = dget(dDX, nx + (size_t)PAD * in);
+		dw[r] = dget(dDWb, nw * NG);
+	}
+	/* the same through the GPU's linear layers, group by group */
+	poison(dYP, ny);
+	poison(dDXP, nx);
+	up(dDWP, dw0, nw * NG * 4);
+	for (int g = 0, r0 = 0; g < NG; r0 += rows[g], g++)
+		if (rows[g]) {
+			G->linear_fwd(gpu, dYP + (size_t)r0 * out, dX + (size_t)r0 * in, dw_[g], NULL, rows[g], in, out);
+			G->linear_bwd(gpu, dDX ? dDXP + (size_t)r0 * in : NULL, dDWP + g * nw, NULL, dDY + (size_t)r0 * out,
+				      dX + (size_t)r0 * in, dw_[g], rows[g], in, out);
+		}
+	float *yp = dget(dYP, ny), *dxp = dget(dDXP, nx), *dwp = dget(dDWP, nw * NG);
+	gpu->precision = MGT_PREC_FP32;
+
+	cmp(nm("%s: fwd y", id), y[0], yc, NULL, ny, lin_tol(prec, in));
+	if (want_dx)
+		cmp(nm("%s: bwd dx", id), dx[0], dxc, NULL, nx, lin_tol(prec, out));
+	cmp(nm("%s: bwd dw (accumulated, all groups)", id), dw[0], dwcb, dw0, nw * NG, lin_tol(prec, kmax));
+	size_t empty_changed = 0, past_end = 0;
+	for (int g = 0; g < NG; g++)
+		if (!rows[g])
+			empty_changed += ndiff(dw[0] + g * nw, dw0 + g * nw, nw, 4);
+	for (size_t i = 0; i < (size_t)PAD * out; i++)
+		past_end += !isnan(y[0][ny + i]);
+	for (size_t i = 0; want_dx && i < (size_t)PAD * in; i++)
+		past_end += !isnan(dx[0][nx + i]);
+	CHECK(empty_changed == 0 && past_end == 0,
+	      "%s%s: empty groups' dw untouched (%zu changed), rows past the end untouched (%zu written)", tag, id,
+	      empty_changed, past_end);
+	CHECK(ndiff(y[0], yp, ny, 4) == 0 && (!want_dx || ndiff(dx[0], dxp, nx, 4) == 0) &&
+		      ndiff(dw[0], dwp, nw * NG, 4) == 0,
+	      "%s%s: bitwise the GPU's linear_fwd/bwd per group (y %zu, dx %zu, dw %zu differ)", tag, id,
+	      ndiff(y[0], yp, ny, 4), want_dx ? ndiff(dx[0], dxp, nx, 4) : 0, ndiff(dw[0], dwp, nw * NG, 4));
+	det(id, ndiff(y[0], y[1], ny, 4) + (want_dx ? ndiff(dx[0], dx[1], nx, 4) : 0) + ndiff(dw[0], dw[1], nw * NG, 4));
+	for (int r = 0; r < 2; r++)
+		free(y[r]), free(dx[r]), free(dw[r]);
+	free(yp), free(dxp), free(dwp);
+	dfree(dX), dfree(dWb), dfree(dDY), dfree(dY), dfree(dDX), dfree(dDWb), dfree(dYP), dfree(dDXP), dfree(dDWP);
+	free(x), free(w), free(dy), free(dw0), free(yc), free(dxc), free(dwcb);
+}
+
 /* ================= cross-entropy ================= */
 
 /* logits [T, V] = columns [v0, v0 + V) of a vocabulary of vtot; labels uniform over all of it */
@@ -1263,6 +1447,19 @@ static void all_ops(void)
 	t_bda(3, 5, 0.5f, true, true, false, 0);
 	t_bda(1000, 130, 0.3f, false, false, true, 123);
 
+	section("mixture of experts");
+	t_moe_rows(2048, 2, 768);
+	t_moe_rows(1000, 8, 130);
+	t_moe_rows(3, 1, 5);
+	{
+		const int r8[] = { 300, 0, 1000, 17, 511, 0, 64, 1200 }, r4[] = { 0, 129, 0, 1 };
+		for (int pr = 0; pr < 3; pr++) {
+			t_grouped(r8, 8, 1024, 2816, true, (mgt_precision)pr); /* SwiGLU fc1 of 8 experts */
+			t_grouped(r8, 8, 1408, 1024, pr != 1, (mgt_precision)pr); /* fc2 */
+		}
+		t_grouped(r4, 4, 96, 130, true, MGT_PREC_BF16);
+	}
+
 	section("cross-entropy");
 	t_xent(1000, 50304, 0, 50304);
 	t_xent(1000, 12576, 25152, 50304); /* vocab-parallel piece 3 of 4: most labels outside */
@@ -1295,6 +1492,12 @@ static void misaligned_ops(void)
 	t_act(MGT_ACT_SWIGLU, true, 100, 150);
 	t_bda(100, 768, 0.1f, true, true, false, 0);
 	t_xent(10, 50304, 0, 50304);
+	t_moe_rows(300, 2, 768);
+	{
+		const int r3[] = { 100, 0, 37 };
+		t_grouped(r3, 3, 96, 130, true, MGT_PREC_FP32);
+		t_grouped(r3, 3, 96, 130, true, MGT_PREC_BF16);
+	}
 	t_adamw(100003, 3);
 	t_sumsq(100003);
 	t_scale_add(100003);
@@ -1375,6 +1578,19 @@ static void small_ops(void)
 	t_bda(3, 5, 0.5f, true, true, false, 0);
 	t_bda(100, 130, 0.3f, false, false, true, 123);
 
+	section("mixture of experts");
+	t_moe_rows(100, 2, 96);
+	t_moe_rows(70, 4, 130); /* h not a multiple of 4 */
+	t_moe_rows(3, 1, 5);
+	{
+		const int r6[] = { 37, 0, 64, 5, 0, 21 }, r3[] = { 0, 0, 9 };
+		for (int pr = 0; pr < 3; pr++) {
+			t_grouped(r6, 6, 64, 96, true, (mgt_precision)pr);
+			t_grouped(r6, 6, 48, 64, pr != 1, (mgt_precision)pr);
+		}
+		t_grouped(r3, 3, 30, 7, true, MGT_PREC_BF16);
+	}
+
 	section("cross-entropy");
 	t_xent(64, 3000, 0, 3000);
 	t_xent(64, 750, 1500, 3000); /* vocab-parallel piece 3 of 4, V not a multiple of 4 */
@@ -1409,6 +1625,12 @@ static void small_ops(void)
 	t_act(MGT_ACT_SWIGLU, true, 30, 150);
 	t_bda(30, 768, 0.1f, true, true, false, 0);
 	t_xent(10, 3000, 0, 3000);
+	t_moe_rows(30, 2, 96);
+	{
+		const int r3[] = { 20, 0, 13 };
+		t_grouped(r3, 3, 64, 96, true, MGT_PREC_FP32);
+		t_grouped(r3, 3, 64, 96, true, MGT_PREC_BF16);
+	}
 	t_adamw(100003, 3);
 	t_sumsq(100003);
 	t_scale_add(100003);
