@@ -620,7 +620,7 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 	if (st) return st;
 	if (mgt_moe_layer(m, li)) {
 		float *dxl;
-		if ((st = mgt_moe_backward(m, li, a->ln2, m->dtmp_h, &dxl))) return st;
+		if ((st = mgt_moe_backward(m, li, train, a->ln2, m->dtmp_h, &dxl))) return st;
 		return reduce_norm_bwd_plus(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2,
 					    dxl);
 	}

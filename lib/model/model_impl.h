@@ -100,7 +100,7 @@ mgt_status mgt_moe_alloc(mgt_model *m);
 void mgt_moe_free(mgt_model *m);
 bool mgt_moe_layer(const mgt_model *m, int li);
 mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, float *out);
-mgt_status mgt_moe_backward(mgt_model *m, int li, const float *x, float *dY, float **dx_loc);
+mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, float *dY, float **dx_loc);
 
 /* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,

@@ -51,7 +51,7 @@ struct moe_state {
 	struct moe_act *acts;        /* [slots * n_layers] */
 	/* backend scratch shared by the slots */
 	float *xe, *ye, *acts_s, *dacts, *dfc1, *dprob, *logits_l, *logits, *dlog, *dxr, *dxg, *dsh, *dsact, *dsfc1,
-	      *gw, *gl_l, *gl, *wsend, *wrecv;
+	      *gw, *gl_l, *gl, *wsend, *wrecv, *xj, *noise; /* jitter: router input [Th, h] and its noise */
 	/* host scratch */
 	float *hf;        /* [max(T E, Nmax, T)] */
 	int32_t *hperm, *hslot;
@@ -158,6 +158,7 @@ static mgt_status alloc_scratch(mgt_model *m)
 	if (S->sh) { S->dsact = WF(T * (size_t)S->sh); S->dsfc1 = WF(T * (size_t)S->shfc1); }
 	S->gw = WF(T); S->gl_l = WF(Th); S->gl = WF(T);
 	if (S->ep > 1) { S->wsend = WF(T * (size_t)S->k); S->wrecv = WF(N); }
+	if (m->c.moe_input_jitter_eps > 0) { S->xj = WF(Th * h); S->noise = AF(Th * h * (size_t)m->L.slots * (size_t)m->n_layers); }
 	if (st || m->dry) return st;
 	size_t ne = (size_t)S->ep * E;
 	S->allc = mgt_malloc(ne * sizeof *S->allc);
@@ -217,7 +218,7 @@ void mgt_moe_free(mgt_model *m)
 		mgt_moe_route_free(&a->r);
 	}
 	float *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
-		       S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv };
+		       S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise };
 	for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 	void *h[] = { S->acts, S->w1, S->w2, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->pw1, S->pw2, S->pg1, S->pg2,
 		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd };
@@ -252,11 +253,48 @@ static mgt_status gather_rows_host(mgt_model *m, float *full, float *part, int n
 	return st ? st : m->be->ops->download(m->be, host, full, (size_t)m->T * (size_t)n * sizeof(float));
 }
 
+/* --moe-input-jitter-eps (router.py apply_input_jitter, training only): the router's input is
+ * x times noise from Uniform(1 - eps, 1 + eps), drawn from Philox keyed by the micro-batch's
+ * dropout key and the layer, element e of the layer's global [T, h] input counting (the same
+ * noise under any layout).  The noise of this slot and layer is kept for the backward; returns
+ * the jittered input (S->xj), or x_loc when off. */
+static float *jitter_noise(mgt_model *m, int li)
+{
+	return m->moe->noise + ((size_t)(m->cur - m->sa) * (size_t)m->n_layers + (size_t)li) * (size_t)m->Th * (size_t)m->h;
+}
+
+static mgt_status jitter(mgt_model *m, int li, const float *x_loc, bool train, const float **xr)
+{
+	struct moe_state *S = m->moe;
+	double eps = m->c.moe_input_jitter_eps;
+	*xr = x_loc;
+	if (!(eps > 0) || !train) return MGT_OK;
+	size_t n = (size_t)m->Th * (size_t)m->h, e0 = (size_t)m->r0 * (size_t)m->h;
+	float *u = mgt_malloc(n * sizeof *u);
+	if (!u) return MGT_ERR_NOMEM;
+	uint64_t key = m->drop_key ^ (0x6A09E667F3BCC909ull * (uint64_t)(li + m->first_layer + 1));
+	for (size_t i = 0; i < n; i++) {
+		uint32_t w[4];
+		mgt_philox(key, 0, (uint64_t)(e0 + i), w);
+		u[i] = (float)(1.0 - eps + 2.0 * eps * (double)mgt_u32_to_unit(w[0]));
+	}
+	mgt_status st = m->be->ops->upload(m->be, jitter_noise(m, li), u, n * sizeof *u);
+	free(u);
+	if (st) return st;
+	/* the elementwise product: rows_scale over n rows of one element */
+	m->be->ops->rows_scale(m->be, S->xj, x_loc, jitter_noise(m, li), (int)n, 1);
+	*xr = S->xj;
+	return MGT_OK;
+}
+
 static mgt_status route(mgt_model *m, int li, struct moe_act *a, const float *x_loc, bool train)
 {
 	struct moe_state *S = m->moe;
 	int l = li + m->first_layer, T = m->T, E = S->E;
-	router_linear(m, S->logits_l, x_loc, T_(m, l, MGT_T_ROUTER_W), T_(m, l, MGT_T_ROUTER_B), m->Th, E);
+	const float *xr;
+	mgt_status jst = jitter(m, li, x_loc, train, &xr);
+	if (jst) return jst;
+	router_linear(m, S->logits_l, xr, T_(m, l, MGT_T_ROUTER_W), T_(m, l, MGT_T_ROUTER_B), m->Th, E);
 	mgt_status st = gather_rows_host(m, S->logits, S->logits_l, E, S->hf);
 	if (st) return st;
 	for (size_t i = 0; i < (size_t)T * E; i++) a->r.L[i] = S->hf[i];
@@ -490,7 +528,7 @@ static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const floa
  * plus the aux and z losses, through the gating GEMM on this rank's rows: router weight
  * gradient, and d(x_loc) into S->dxr (plus the gate's part). */
 static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const float *x_loc, const double *dgl,
-			     const float *dprob)
+			     const float *dprob, bool train)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
@@ -506,7 +544,10 @@ static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 	const mgt_tensor *w = T_(m, l, MGT_T_ROUTER_W), *b = T_(m, l, MGT_T_ROUTER_B), *g = T_(m, l, MGT_T_SH_GATE_W);
 	mgt_precision p = m->be->precision;
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
-	o->linear_bwd(m->be, S->dxr, G(m, w), G(m, b), S->dlog, x_loc, P(m, w), Th, h, E);
+	bool jit = m->c.moe_input_jitter_eps > 0 && train;
+	if (jit) o->rows_scale(m->be, S->xj, x_loc, jitter_noise(m, li), Th * h, 1); /* the input the router saw */
+	o->linear_bwd(m->be, S->dxr, G(m, w), G(m, b), S->dlog, jit ? S->xj : x_loc, P(m, w), Th, h, E);
+	if (jit) o->rows_scale(m->be, S->dxr, S->dxr, jitter_noise(m, li), Th * h, 1);
 	if (g) {
 		for (int t = 0; t < Th; t++) S->hf[t] = (float)dgl[m->r0 + t];
 		st = o->upload(m->be, S->gl_l, S->hf, (size_t)Th * 4);
@@ -517,7 +558,7 @@ static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 	return st;
 }
 
-mgt_status mgt_moe_backward(mgt_model *m, int li, const float *x, float *dY, float **dx_loc)
+mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, float *dY, float **dx_loc)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
@@ -559,7 +600,7 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, const float *x, float *dY, flo
 	if (ep && !st) st = ep_return(m, a, S->wsend, S->dprob, S->wrecv, 1), dprob = S->wsend;
 	o->rows_combine(m->be, dY, S->ye, a->slot, T, S->k, h);
 	if (S->sh) o->add(m->be, dY, S->dsh, (size_t)T * (size_t)h);
-	if (!st) st = router_bwd(m, li, a, x_loc, dgl_keep, dprob);
+	if (!st) st = router_bwd(m, li, a, x_loc, dgl_keep, dprob, train);
 	free(dgl_keep);
 	*dx_loc = S->dxr;
 	return st;
