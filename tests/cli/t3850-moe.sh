@@ -5,7 +5,8 @@
 #     probabilities of iteration 1, lm loss, grad norm, load-balancing and z losses of 6 AdamW
 #     iterations, the expert bias after them (tolerance 1e-5); the harness itself fails wrong dumps;
 #  2. layout invariance under mpirun: TP2 (SP), EP2 x DP2, EP2 x TP2, EP2 x PP2 x DP2 (distributed
-#     optimizer) against one process, lm loss and load_balancing_loss of 10 iterations within 1e-5;
+#     optimizer), and EP2 x TP2 with input jitter, against one process, lm loss and
+#     load_balancing_loss of 10 iterations within 1e-5;
 #  3. the expert group's bytes per rank against the all-to-all volume of the routed rows;
 #  4. resume: bitwise with the expert bias state, and across expert-parallel sizes.
 . "$(dirname "$0")/lib.sh"
@@ -103,6 +104,14 @@ ok "TP2 (sequence parallel) = one process" eval 'train 2 tp2 --tensor-model-para
 ok "EP2 x DP2 = one process" eval 'train 4 ep2dp2 --expert-model-parallel-size 2 --comm-log ep2dp2 && same one ep2dp2'
 ok "EP2 x TP2 (sequence parallel) = one process" eval 'train 4 ep2tp2 --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 128 && same one ep2tp2'
 ok "EP2 x PP2 x DP2, distributed optimizer = one process" eval 'train 8 ep2pp2dp2 --expert-model-parallel-size 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer && same one ep2pp2dp2'
+JIT="--moe-input-jitter-eps 0.1"
+ok "input jitter: one process" train 1 jit1 $JIT
+ok "... it changes the run (lm loss of iteration 10 differs from the run without)" $PY -c "
+import json, sys
+L = lambda f: [o['lm_loss'] for o in map(json.loads, open(f)) if 'lm_loss' in o][-1]
+sys.exit(int(L('jit1.jsonl') == L('one.jsonl')))"
+ok "... EP2 x TP2 with jitter = one process (the noise does not depend on the layout)" eval \
+	'train 4 jit4 $JIT --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 128 && same jit1 jit4'
 
 # ---- 3. the expert group's bytes -------------------------------------------------------------
 ok "EP2 x DP2: every rank's expert-group bytes = 4 (2h + 1)(sent + received) + 8 E (EP - 1) a dispatch + the norm's double; sent rows = received rows over the job" \

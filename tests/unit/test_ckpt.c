@@ -865,6 +865,9 @@ static mgt_model_config moe_config(int64_t E)
 	c.moe_router_enable_expert_bias = true;
 	c.moe_shared_expert_intermediate_size = 8;
 	c.moe_shared_expert_gate = true;
+	snprintf(c.moe_router_load_balancing_type, sizeof c.moe_router_load_balancing_type, "aux_loss");
+	snprintf(c.moe_token_drop_policy, sizeof c.moe_token_drop_policy, "probs");
+	c.moe_router_bias_update_rate = 1e-3;
 	return c;
 }
 
