@@ -32,9 +32,6 @@ mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mg
 {
 	*out = NULL;
 	if (ps->tp != 1) return mgt_err(MGT_ERR_USAGE, "inference model: tensor parallelism %d (must be 1)", ps->tp);
-	if (c->num_experts > 0)
-		return mgt_err(MGT_ERR_USAGE, "inference model: Mixture-of-Experts layers (--num-experts %lld) are not "
-			       "supported by the key/value-cache path in this version", (long long)c->num_experts);
 	mgt_model_layout L = { .mbs = 1, .stage = 0, .num_stages = 1, .slots = 1, .dp = 1 };
 	mgt_model *m;
 	mgt_status st = mgt_model_new_chunk(&m, c, &L, be, ps, false);
@@ -212,17 +209,23 @@ static void infer_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 	o->bda_fwd(m->be, w->x, w->x, w->tmp, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
 }
 
-static void infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
+static mgt_status infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	scratch *w = &kv->w;
 	int l = li + m->first_layer, h = (int)m->h;
 	o->norm_fwd(m->be, m->norm, w->ln, w->mean, w->rstd, w->x, P(m, T_(m, l, MGT_T_LN2_W)), P(m, T_(m, l, MGT_T_LN2_B)),
 		    T, h, (float)m->c.norm_epsilon);
+	if (mgt_moe_layer(m, li)) { /* the training path's MoE forward, without dropout or statistics */
+		mgt_status st = mgt_moe_forward(m, li, false, w->ln, w->tmp);
+		if (!st) o->bda_fwd(m->be, w->x, w->x, w->tmp, NULL, T, h, 0.0f, 0, 0);
+		return st;
+	}
 	o->linear_fwd(m->be, w->fc1, w->ln, P(m, T_(m, l, MGT_T_FC1_W)), NULL, T, h, (int)m->fc1_l);
 	o->bias_act_fwd(m->be, m->act, w->act, w->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_fwd(m->be, w->tmp, w->act, P(m, T_(m, l, MGT_T_FC2_W)), NULL, T, (int)m->ffn_l, h);
 	o->bda_fwd(m->be, w->x, w->x, w->tmp, P(m, T_(m, l, MGT_T_FC2_B)), T, h, 0.0f, 0, 0);
+	return MGT_OK;
 }
 
 /* Final norm and output layer on the rows asked for; logits downloaded. */
@@ -276,12 +279,13 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 	mgt_status st = check_feed(kv, T, tokens, seq, pos);
 	if (!st) st = scratch_reserve(kv, T);
 	if (!st) st = logits_reserve(kv, nrows);
+	if (!st) st = mgt_moe_reserve(m, T);
 	if (!st) st = upload_feed(m, kv, T, tokens, seq, pos);
 	if (st) return st;
 	infer_embed(m, kv, T);
-	for (int li = 0; li < m->n_layers; li++) {
+	for (int li = 0; !st && li < m->n_layers; li++) {
 		infer_attn(m, kv, li, T);
-		infer_mlp(m, kv, li, T);
+		st = infer_mlp(m, kv, li, T);
 	}
 	if (nrows) st = infer_head(m, kv, T, nrows, rows, logits);
 	m->be->ops->sync(m->be);

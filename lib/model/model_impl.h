@@ -97,6 +97,10 @@ void *mgt_model_balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
  * to add after the reduction.  Errors: NOMEM, IO (communicator, upload/download). */
 mgt_status mgt_moe_setup(mgt_model *m);
 mgt_status mgt_moe_alloc(mgt_model *m);
+/* Inference (infer.c): MoE buffers for calls of up to T tokens (grown, never shrunk), and the
+ * chunk's token count set to T for the next forward (one sequence: the seq_aux statistics are
+ * not used there).  Errors: NOMEM. */
+mgt_status mgt_moe_reserve(mgt_model *m, int T);
 void mgt_moe_free(mgt_model *m);
 bool mgt_moe_layer(const mgt_model *m, int li);
 mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, float *out);

@@ -58,7 +58,7 @@ struct moe_state {
 	double *hdprob, *hdL;
 	float **pw1, **pw2, **pg1, **pg2; /* [El] backend pointers for the grouped calls */
 	int64_t *allc, *cnt_d, *cd, *cc;   /* ep > 1: [ep E] counts of every rank; [ep] displacements and counts */
-	int ep;
+	int ep, cap; /* cap: tokens the buffers hold (mgt_moe_reserve, inference) */
 	double disp[3];                    /* since creation: rows sent to and received from other EP ranks, dispatches */
 	/* statistics since mgt_model_moe_take_stats, per local layer */
 	double *aux_sum, *z_sum, *tok; /* [n_layers], [n_layers], [n_layers * E] */
@@ -201,10 +201,10 @@ mgt_status mgt_moe_alloc(mgt_model *m)
 	return st ? st : alloc_scratch(m);
 }
 
-void mgt_moe_free(mgt_model *m)
+/* Free the activations and scratch (the index of expert tensors stays). */
+static void moe_release(mgt_model *m)
 {
 	struct moe_state *S = m->moe;
-	if (!S) return;
 	mgt_backend *be = m->be;
 	for (size_t i = 0; S->acts && i < (size_t)m->L.slots * (size_t)m->n_layers; i++) {
 		struct moe_act *a = &S->acts[i];
@@ -220,18 +220,51 @@ void mgt_moe_free(mgt_model *m)
 	float *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
 		       S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise };
 	for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
-	void *h[] = { S->acts, S->w1, S->w2, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->pw1, S->pw2, S->pg1, S->pg2,
+	void *h[] = { S->acts, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->pw1, S->pw2, S->pg1, S->pg2,
 		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd };
 	for (size_t q = 0; q < sizeof h / sizeof *h; q++) free(h[q]);
+	const mgt_tensor **w1 = S->w1, **w2 = S->w2;
+	struct moe_state keep = { .E = S->E, .El = S->El, .e0 = S->e0, .k = S->k, .ffe = S->ffe, .fc1e = S->fc1e,
+				  .sh = S->sh, .shfc1 = S->shfc1, .Nmax = S->Nmax, .ep = S->ep, .aux_scale = S->aux_scale };
+	memcpy(keep.disp, S->disp, sizeof keep.disp);
+	*S = keep;
+	S->w1 = w1;
+	S->w2 = w2;
+}
+
+void mgt_moe_free(mgt_model *m)
+{
+	struct moe_state *S = m->moe;
+	if (!S) return;
+	moe_release(m);
+	free(S->w1);
+	free(S->w2);
 	free(S);
 	m->moe = NULL;
 }
 
+mgt_status mgt_moe_reserve(mgt_model *m, int T)
+{
+	struct moe_state *S = m->moe;
+	if (!S) return MGT_OK;
+	m->T = m->Th = T;
+	m->b = 1;
+	if (S->acts && T <= S->cap) return MGT_OK;
+	moe_release(m);
+	S->Nmax = T * S->k * S->ep;
+	mgt_status st = mgt_moe_alloc(m);
+	S->cap = st ? 0 : T;
+	return st;
+}
+
 /* ---- forward ---- */
+
+/* The slot of the running pass (0 for an inference model, which has no slots). */
+static size_t slot_of(const mgt_model *m) { return m->sa ? (size_t)(m->cur - m->sa) : 0; }
 
 static struct moe_act *act_of(mgt_model *m, int li)
 {
-	return &m->moe->acts[(size_t)(m->cur - m->sa) * (size_t)m->n_layers + (size_t)li];
+	return &m->moe->acts[slot_of(m) * (size_t)m->n_layers + (size_t)li];
 }
 
 /* A linear layer of the router (or the shared expert's gate) in fp32 with --moe-router-dtype. */
@@ -260,7 +293,7 @@ static mgt_status gather_rows_host(mgt_model *m, float *full, float *part, int n
  * the jittered input (S->xj), or x_loc when off. */
 static float *jitter_noise(mgt_model *m, int li)
 {
-	return m->moe->noise + ((size_t)(m->cur - m->sa) * (size_t)m->n_layers + (size_t)li) * (size_t)m->Th * (size_t)m->h;
+	return m->moe->noise + (slot_of(m) * (size_t)m->n_layers + (size_t)li) * (size_t)m->Th * (size_t)m->h;
 }
 
 static mgt_status jitter(mgt_model *m, int li, const float *x_loc, bool train, const float **xr)
@@ -292,6 +325,8 @@ static mgt_status route(mgt_model *m, int li, struct moe_act *a, const float *x_
 	struct moe_state *S = m->moe;
 	int l = li + m->first_layer, T = m->T, E = S->E;
 	const float *xr;
+	a->r.T = T; /* an inference call may route fewer tokens than the buffers hold */
+	a->r.B = m->b;
 	mgt_status jst = jitter(m, li, x_loc, train, &xr);
 	if (jst) return jst;
 	router_linear(m, S->logits_l, xr, T_(m, l, MGT_T_ROUTER_W), T_(m, l, MGT_T_ROUTER_B), m->Th, E);
