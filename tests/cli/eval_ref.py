@@ -42,6 +42,12 @@ def main():
     args = dict(meta["args"])
     with h5py.File(os.path.join(d, "model.h5"), "r") as f:
         tensors = {k: f[k][()] for k in f.keys() if not k.startswith("optimizer.")}
+    # expert tensors are stored whole, [E, rows, cols] (mgt-ckpt(5)): the reference names them
+    # per expert, as Megatron-Core's SequentialMLP does
+    for k in [k for k in tensors if ".mlp.experts.linear_fc" in k and tensors[k].ndim == 3]:
+        whole = tensors.pop(k)
+        for e in range(whole.shape[0]):
+            tensors[k.replace(".mlp.experts.", ".mlp.experts.local_experts.%d." % e)] = whole[e]
     model = mgt_ref.GPTRef(args, tensors, dtype=torch.float64)
     fed = prompt + new[:-1]
     with torch.no_grad():

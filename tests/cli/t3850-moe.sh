@@ -156,4 +156,24 @@ ok "the EP2 x DP2 checkpoint resumed in one process (experts resharded): iterati
 	'train 1 ep2to1 --load ck2 --ckpt-step 3 && same one ep2to1 4'
 ok "... and under EP2 x TP2 (experts and TP pieces resharded): iterations 4-6 within 1e-5" eval \
 	'train 4 ep2to22 --load ck2 --ckpt-step 3 --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 128 && same one ep2to22 4'
+
+# ---- 5. mgt-eval on an MoE checkpoint (the inference path with a key/value cache) ------------
+EV="$BIN/mgt-eval"
+P="15496 995 11 428 318 257 1332 286 262 6556"
+ok "mgt-eval logits of the sigmoid + expert-bias checkpoint: exit 0" sh -c "'$EV' logits --load ck --tokens '$P' --logits ev.npy --threads 1 >ev.out 2>ev.err"
+if $PY -c 'import torch, h5py, numpy' 2>/dev/null; then
+	ok "... logits [10, 50257] equal the float64 reference's within 1e-5 (routing with the checkpoint's expert bias)" \
+		$PY "$ROOT/tests/cli/eval_ref.py" ck 50257 "$P" ev.npy
+fi
+ok "generate --greedy 16 tokens with the cache = logits recomputing the prefix, token for token" sh -c "
+	'$EV' generate --load ck --prompt 'And God said' --greedy --ignore-eos --max-new-tokens 16 --output jsonl --threads 1 --logits gen.npy >gen.out 2>gen.err &&
+	'$EV' logits --load ck --prompt 'And God said' --max-new-tokens 16 --threads 1 --logits full.npy >full.out 2>full.err &&
+	a=\$($PY -c 'import json,sys; print(\" \".join(map(str, json.loads(open(\"gen.out\").readline())[\"ids\"])))') &&
+	b=\$(sed -n 's/^ids: //p' full.out) && echo \"# cache: \$a\" && test -n \"\$a\" -a \"\$a\" = \"\$b\""
+ok "... and the logits each token was chosen from equal the full forward's within 1e-5" $PY -c "
+import sys, numpy as np
+g, f = np.load('gen.npy').astype(np.float64), np.load('full.npy').astype(np.float64)
+e = np.abs(g - f[f.shape[0] - g.shape[0]:]).max() / np.abs(f).max() if g.shape[1] == f.shape[1] else np.inf
+print('# %d steps: max difference / max |logit| = %.2e' % (g.shape[0], e))
+sys.exit(int(not e <= 1e-5))"
 done_testing
