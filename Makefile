@@ -108,7 +108,7 @@ $(B)/.deps-ok: contrib/install-deps.sh
 	@if [ "$(DEPS)" = 1 ]; then sh contrib/install-deps.sh build; fi
 	@touch $@
 
-$(B)/%.o: %.c $(wildcard lib/*/*.h cmd/*.h) | $(B)/.deps-ok
+$(B)/%.o: %.c $(wildcard lib/*/*.h cmd/*.h tests/unit/*.h) | $(B)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(say) CC $<
 	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@

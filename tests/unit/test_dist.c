@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "a2a_check.h"
 #include "check.h"
 
 #ifdef MGT_HAVE_MPI
@@ -274,38 +275,6 @@ static void test_p2p_errors(mgt_comm *c)
 }
 
 /* ---- alltoallv ------------------------------------------------------------------------------ */
-
-/* Element i of the block group rank q sends to group rank r (exact in every dtype). */
-static int64_t aval(int q, int r, size_t i, mgt_comm_dtype dt)
-{
-	int64_t v = (int64_t)((q * 31 + r * 17 + (int64_t)(i % 1000003) * 7) % 199) - 99;
-	return dt == MGT_DT_I64 ? v * ((int64_t)1 << 35) : v;
-}
-
-enum { SENTINEL = 12345 }; /* in dst's gaps; aval never gives it */
-
-/* How many elements group rank q sends to group rank r: uneven, a quarter of the pairs zero
- * (the self block too, for some q), scaled by unit.  sym: cnt(q, r) == cnt(r, q). */
-static size_t a2a_count(int q, int r, int seed, size_t unit, int sym)
-{
-	int k = sym ? (q + r + seed) % 4 : (q * 5 + r * 3 + seed) % 4;
-	return (size_t)k * unit + (k == 3 ? (size_t)(q + (sym ? 1 : 2) * r) % 3 : 0);
-}
-
-/* Displacements of p blocks of the given counts: gaps: blocks in reverse rank order (send) or
- * odd ranks first (receive), with gaps of 1 + r elements before block r; else side by side in
- * rank order (Megatron's splits).  Returns the buffer length in elements. */
-static size_t a2a_layout(int p, const int64_t *count, int64_t *displ, int gaps, int recv)
-{
-	size_t at = 0;
-	for (int k = 0; k < p; k++) {
-		int r = !gaps ? k : recv ? (k < p / 2 ? 2 * k + 1 : 2 * (k - p / 2)) : p - 1 - k;
-		if (gaps) at += 1 + (size_t)r;
-		displ[r] = (int64_t)at;
-		at += (size_t)count[r];
-	}
-	return at + (gaps ? 2 : 0);
-}
 
 /* One alltoallv on c with a2a_count's counts: every received element and every gap of dst
  * checked, bytes_sent = sum over r != rank of scount[r] * element size, one call.

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "a2a_check.h"
 #include "check.h"
 
 static const mgt_comm_dtype dtypes[] = { MGT_DT_F32, MGT_DT_F64, MGT_DT_I32, MGT_DT_I64 };
@@ -210,13 +211,6 @@ static mgt_status sim_recv(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, 
 	free(m);
 	sim_count(c, 0, buf, NULL);
 	return MGT_OK;
-}
-
-/* Element i of the alltoallv block group rank q sends to group rank r (as test_dist.c). */
-static int64_t aval(int q, int r, size_t i, mgt_comm_dtype dt)
-{
-	int64_t v = (int64_t)((q * 31 + r * 17 + (int64_t)(i % 1000003) * 7) % 199) - 99;
-	return dt == MGT_DT_I64 ? v * ((int64_t)1 << 35) : v;
 }
 
 /* This rank's blocks for the others must hold aval(SIM_R, r, .) (what the caller wrote: checks
@@ -443,30 +437,6 @@ static int try_broadcast(mgt_comm *c, mgt_comm_dtype dt, size_t n, int root)
 	be->ops->free(be, d);
 	free(h);
 	return ok;
-}
-
-enum { SENTINEL = 12345 }; /* in dst's gaps; aval never gives it */
-
-/* How many elements group rank q sends to group rank r: uneven, a quarter of the pairs zero,
- * scaled by unit.  sym: cnt(q, r) == cnt(r, q). */
-static size_t a2a_count(int q, int r, int seed, size_t unit, int sym)
-{
-	int k = sym ? (q + r + seed) % 4 : (q * 5 + r * 3 + seed) % 4;
-	return (size_t)k * unit + (k == 3 ? (size_t)(q + (sym ? 1 : 2) * r) % 3 : 0);
-}
-
-/* Displacements of p blocks: gaps: reverse rank order (send) or odd ranks first (receive), with
- * 1 + r elements before block r; else side by side in rank order.  Returns the length. */
-static size_t a2a_layout(int p, const int64_t *count, int64_t *displ, int gaps, int recv)
-{
-	size_t at = 0;
-	for (int k = 0; k < p; k++) {
-		int r = !gaps ? k : recv ? (k < p / 2 ? 2 * k + 1 : 2 * (k - p / 2)) : p - 1 - k;
-		if (gaps) at += 1 + (size_t)r;
-		displ[r] = (int64_t)at;
-		at += (size_t)count[r];
-	}
-	return at + (gaps ? 2 : 0);
 }
 
 /* Non-empty blocks of count not adjacent to the previous non-empty one in the buffer (the
