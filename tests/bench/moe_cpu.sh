@@ -38,7 +38,7 @@ run() { # NAME FLAGS...
 	/usr/bin/python3 -c 'import resource, subprocess, sys
 r = subprocess.call(sys.argv[2:], stdout=subprocess.DEVNULL)
 open(sys.argv[1], "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-sys.exit(r)' "$W/$n.rss" "$TRAIN" $COMMON --metrics-file "$W/$n.jsonl" "$@"
+sys.exit(r)' "$W/$n.rss" "$TRAIN" $COMMON --metrics-file "$W/$n.jsonl" "$@" 2>"$W/$n.log"
 }
 run dense --ffn-hidden-size $((K * F))
 run moe --ffn-hidden-size $((K * F)) --num-experts "$E" --moe-router-topk "$K" --moe-ffn-hidden-size "$F" \
