@@ -17,6 +17,9 @@ static const struct {
 	[MGT_HF_MISTRAL] = {"mistral", "MistralForCausalLM"},
 	[MGT_HF_QWEN2] = {"qwen2", "Qwen2ForCausalLM"},
 	[MGT_HF_QWEN3] = {"qwen3", "Qwen3ForCausalLM"},
+	[MGT_HF_MIXTRAL] = {"mixtral", "MixtralForCausalLM"},
+	[MGT_HF_QWEN2_MOE] = {"qwen2_moe", "Qwen2MoeForCausalLM"},
+	[MGT_HF_QWEN3_MOE] = {"qwen3_moe", "Qwen3MoeForCausalLM"},
 };
 
 const char *mgt_hf_model_type(mgt_hf_family f) { return families[f].model_type; }
@@ -29,7 +32,8 @@ mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f)
 			*f = (mgt_hf_family)i;
 			return MGT_OK;
 		}
-	return mgt_err(MGT_ERR_USAGE, "model_type \"%s\" is not supported (expected gpt2, llama, mistral, qwen2 or qwen3)",
+	return mgt_err(MGT_ERR_USAGE, "model_type \"%s\" is not supported (expected gpt2, llama, mistral, qwen2, qwen3, "
+		       "mixtral, qwen2_moe or qwen3_moe)",
 		       model_type ? model_type : "(none)");
 }
 
@@ -79,6 +83,53 @@ static mgt_status unmapped(const mgt_tensor *t, mgt_hf_family f)
 	return mgt_err(MGT_ERR_USAGE, "tensor %s has no Hugging Face %s counterpart", t->name, families[f].model_type);
 }
 
+/* The Mixture-of-Experts rows (transformers' modeling_mixtral.py MixtralSparseMoeBlock:
+ * block_sparse_moe.gate, experts.E.w1 (gate), w3 (up), w2 (down); modeling_qwen2_moe.py /
+ * modeling_qwen3_moe.py SparseMoeBlock: mlp.gate, mlp.experts.E.{gate,up,down}_proj,
+ * Qwen2-MoE's mlp.shared_expert.* and mlp.shared_expert_gate [1, h]).  Megatron's expert fc1 is
+ * [gate; up] as the dense one (loader_mixtral_hf.py). */
+static mgt_status map_moe(mgt_hf_family f, const char *pre, const mgt_tensor *t, mgt_hf_map *m)
+{
+	bool mix = f == MGT_HF_MIXTRAL, moe = mix || f == MGT_HF_QWEN2_MOE || f == MGT_HF_QWEN3_MOE;
+	int64_t r = t->shape[0], cl = t->ndim == 2 ? t->shape[1] : 0;
+	char a[96], b[96];
+	if (!moe) return unmapped(t, f);
+	switch (t->role) {
+	case MGT_T_ROUTER_W:
+		m->op = MGT_HF_COPY;
+		set_src(m, 0, pre, t->layer, mix ? "block_sparse_moe.gate.weight" : "mlp.gate.weight", 2, r, cl);
+		return MGT_OK;
+	case MGT_T_EXP_FC1_W:
+		if (r % 2) return unmapped(t, f); /* SwiGLU experts only */
+		snprintf(a, sizeof a, mix ? "block_sparse_moe.experts.%d.w1.weight" : "mlp.experts.%d.gate_proj.weight", t->expert);
+		snprintf(b, sizeof b, mix ? "block_sparse_moe.experts.%d.w3.weight" : "mlp.experts.%d.up_proj.weight", t->expert);
+		m->op = MGT_HF_GLU;
+		set_src(m, 0, pre, t->layer, a, 2, r / 2, cl);
+		set_src(m, 1, pre, t->layer, b, 2, r / 2, cl);
+		return MGT_OK;
+	case MGT_T_EXP_FC2_W:
+		snprintf(a, sizeof a, mix ? "block_sparse_moe.experts.%d.w2.weight" : "mlp.experts.%d.down_proj.weight", t->expert);
+		m->op = MGT_HF_COPY;
+		set_src(m, 0, pre, t->layer, a, 2, r, cl);
+		return MGT_OK;
+	case MGT_T_SH_FC1_W:
+		if (f != MGT_HF_QWEN2_MOE || r % 2) return unmapped(t, f);
+		m->op = MGT_HF_GLU;
+		set_src(m, 0, pre, t->layer, "mlp.shared_expert.gate_proj.weight", 2, r / 2, cl);
+		set_src(m, 1, pre, t->layer, "mlp.shared_expert.up_proj.weight", 2, r / 2, cl);
+		return MGT_OK;
+	case MGT_T_SH_FC2_W:
+	case MGT_T_SH_GATE_W:
+		if (f != MGT_HF_QWEN2_MOE) return unmapped(t, f);
+		m->op = MGT_HF_COPY;
+		set_src(m, 0, pre, t->layer, t->role == MGT_T_SH_GATE_W ? "mlp.shared_expert_gate.weight"
+					     : "mlp.shared_expert.down_proj.weight", 2, r, cl);
+		return MGT_OK;
+	default: /* the router's bias and expert bias: no Hugging Face counterpart */
+		return unmapped(t, f);
+	}
+}
+
 /* The fused QKV weight or bias. */
 static mgt_status map_qkv(const mgt_model_config *c, mgt_hf_family f, const char *pre, const mgt_tensor *t,
 			  mgt_hf_map *m)
@@ -112,6 +163,15 @@ mgt_status mgt_hf_map_tensor(const mgt_model_config *c, mgt_hf_family f, const c
 	case MGT_T_QKV_W:
 	case MGT_T_QKV_B:
 		return map_qkv(c, f, pre, t, m);
+	case MGT_T_ROUTER_W:
+	case MGT_T_ROUTER_B:
+	case MGT_T_EXPERT_BIAS:
+	case MGT_T_EXP_FC1_W:
+	case MGT_T_EXP_FC2_W:
+	case MGT_T_SH_FC1_W:
+	case MGT_T_SH_FC2_W:
+	case MGT_T_SH_GATE_W:
+		return map_moe(f, pre, t, m);
 	case MGT_T_FC1_W:
 	case MGT_T_FC1_B: {
 		bool w = t->role == MGT_T_FC1_W;

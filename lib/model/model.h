@@ -457,8 +457,10 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 
 /* ---- Hugging Face names and layouts (lib/model/hf.c; mgt-hf(5)) ---- */
 
-/* The Hugging Face model families mgt-ckpt-convert reads and writes (config.json "model_type"). */
-typedef enum { MGT_HF_GPT2, MGT_HF_LLAMA, MGT_HF_MISTRAL, MGT_HF_QWEN2, MGT_HF_QWEN3, MGT_HF_NFAMILIES } mgt_hf_family;
+/* The Hugging Face model families mgt-ckpt-convert reads and writes (config.json "model_type");
+ * the last three are Mixture-of-Experts models (mixtral, qwen2_moe, qwen3_moe). */
+typedef enum { MGT_HF_GPT2, MGT_HF_LLAMA, MGT_HF_MISTRAL, MGT_HF_QWEN2, MGT_HF_QWEN3, MGT_HF_MIXTRAL, MGT_HF_QWEN2_MOE,
+	       MGT_HF_QWEN3_MOE, MGT_HF_NFAMILIES } mgt_hf_family;
 /* "gpt2", "llama", ... and "GPT2LMHeadModel", "LlamaForCausalLM", ... */
 const char *mgt_hf_model_type(mgt_hf_family f);
 const char *mgt_hf_architecture(mgt_hf_family f);
@@ -485,8 +487,9 @@ typedef struct {
 
 /* The Hugging Face tensors of row t of a table built for config c (global shapes: TP 1).
  * gpt2_prefix: "transformer." or "" (GPT-2 files exist with both); Llama-style names are
- * model.layers.N.* and lm_head.weight.  Errors: MGT_ERR_USAGE when the row has no counterpart
- * in the family (naming the tensor). */
+ * model.layers.N.* and lm_head.weight.  An expert row (t->num_experts > 0) maps to its expert's
+ * tensors (Mixtral block_sparse_moe.experts.E.w1/w3/w2, Qwen-MoE mlp.experts.E.*_proj).
+ * Errors: MGT_ERR_USAGE when the row has no counterpart in the family (naming the tensor). */
 mgt_status mgt_hf_map_tensor(const mgt_model_config *c, mgt_hf_family f, const char *gpt2_prefix,
 			     const mgt_tensor *t, mgt_hf_map *m);
 /* Assemble row t ([t->shape], fp32, caller's buffer) from the sources src[0..m->n) shaped as
