@@ -1,7 +1,11 @@
 /* lib/convert/hfconfig.c: config.json <-> mgt arguments, as data (mgt-hf(5) "CONFIG KEYS").
  *
- * Key names: transformers' GPT2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config;
- * Megatron's flags for those models: megatron-reference.md section 7.4 and 7.5. */
+ * Key names: transformers' GPT2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
+ * MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig; Megatron's flags for those models:
+ * megatron-reference.md section 7.4 and 7.5, megatron-moe-cp.md section 1.6 (Mixtral: top-k of
+ * the logits then softmax, as transformers' softmax, top-k, renormalize; Qwen-MoE:
+ * --moe-router-pre-softmax = not norm_topk_prob, as Megatron-Bridge; the sigmoid-gated shared
+ * expert of Qwen2-MoE = --moe-shared-expert-intermediate-size with --moe-shared-expert-gate). */
 #include "convert_impl.h"
 
 #include <limits.h>
@@ -10,7 +14,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { G = 1 << MGT_HF_GPT2, L = (1 << MGT_HF_LLAMA) | (1 << MGT_HF_MISTRAL) | (1 << MGT_HF_QWEN2) | (1 << MGT_HF_QWEN3) };
+enum {
+	G = 1 << MGT_HF_GPT2, MIX = 1 << MGT_HF_MIXTRAL, Q2M = 1 << MGT_HF_QWEN2_MOE, Q3M = 1 << MGT_HF_QWEN3_MOE,
+	QM = Q2M | Q3M, M = MIX | QM,
+	L = (1 << MGT_HF_LLAMA) | (1 << MGT_HF_MISTRAL) | (1 << MGT_HF_QWEN2) | (1 << MGT_HF_QWEN3) | M,
+};
+
+static bool is_moe(mgt_hf_family f) { return (1u << f) & M; }
 
 /* config.json key -> argument (JSON dest).  required: the key must be present and not null. */
 static const struct cfg_row {
@@ -37,6 +47,13 @@ static const struct cfg_row {
 	{L, "rope_theta", "rotary_base", false},
 	{L, "attention_dropout", "attention_dropout", false},
 	{G | L, "initializer_range", "init_method_std", false},
+	{MIX, "num_local_experts", "num_experts", true},
+	{QM, "num_experts", "num_experts", true},
+	{M, "num_experts_per_tok", "moe_router_topk", true},
+	{MIX, "intermediate_size", "moe_ffn_hidden_size", true}, /* Mixtral's experts; no dense layers */
+	{QM, "moe_intermediate_size", "moe_ffn_hidden_size", true},
+	{Q2M, "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", true},
+	{M, "router_aux_loss_coef", "moe_aux_loss_coeff", false},
 };
 
 /* Arguments every model of a family has. */
@@ -50,6 +67,8 @@ static const struct fixed_row {
 	{L, "position_embedding_type", "rope"}, {L, "normalization", "RMSNorm"}, {L, "swiglu", "true"},
 	{L, "add_bias_linear", "false"}, {L, "hidden_dropout", "0"}, {L, "attention_dropout", "0"},
 	{1 << MGT_HF_QWEN2, "add_qkv_bias", "true"}, {1 << MGT_HF_QWEN3, "qk_layernorm", "true"},
+	{M, "moe_router_load_balancing_type", "aux_loss"}, {Q2M, "moe_shared_expert_gate", "true"},
+	{Q3M, "qk_layernorm", "true"},
 };
 
 static mgt_status set_num(mgt_args *a, const char *file, const char *key, const char *arg, json_t *v)
@@ -108,11 +127,67 @@ static mgt_status refusals(json_t *cfg, mgt_hf_family f, const char *file)
 	const char *act = str(cfg, "hidden_act");
 	if (act && strcmp(act, "silu"))
 		return mgt_err(MGT_ERR_INPUT, "%s: hidden_act \"%s\" is not supported (silu)", file, act);
-	if (f != MGT_HF_QWEN2 && truthy(cfg, "attention_bias"))
+	if (f != MGT_HF_QWEN2 && f != MGT_HF_QWEN2_MOE && truthy(cfg, "attention_bias"))
 		return mgt_err(MGT_ERR_INPUT, "%s: attention_bias true is not supported for %s (q/k/v/o biases)", file,
 			       mgt_hf_model_type(f));
 	if (truthy(cfg, "mlp_bias")) return mgt_err(MGT_ERR_INPUT, "%s: mlp_bias true is not supported", file);
 	return MGT_OK;
+}
+
+static mgt_status bad_key(const char *file, const char *key, const char *want)
+{
+	return mgt_err(MGT_ERR_INPUT, "%s: \"%s\": expected %s", file, key, want);
+}
+
+/* Qwen-MoE's layers: layer l has experts when it is not in mlp_only_layers and
+ * (l + 1) % decoder_sparse_step == 0 (Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer), else the
+ * dense MLP of intermediate_size: --moe-layer-freq 1 when every layer has experts, else the
+ * list.  Routing: norm_topk_prob (default false) renormalizes the top-k of the softmax over
+ * all experts, which is the softmax over the top-k logits, Megatron's default; without it the
+ * top-k of the softmax stay as they are: --moe-router-pre-softmax.  Qwen2-MoE's q/k/v biases
+ * follow qkv_bias (default true). */
+static mgt_status qwen_moe(json_t *cfg, mgt_hf_family f, const char *file, mgt_args *a)
+{
+	mgt_model_config *c = &a->model;
+	json_t *v = json_object_get(cfg, "decoder_sparse_step"), *only = json_object_get(cfg, "mlp_only_layers");
+	int64_t step = 1, L = c->num_layers;
+	if (v && !json_is_null(v) && (!json_is_integer(v) || (step = json_integer_value(v)) < 1))
+		return bad_key(file, "decoder_sparse_step", "a positive integer");
+	if (only && !json_is_null(only) && !json_is_array(only)) return bad_key(file, "mlp_only_layers", "a list of layer indices");
+	enum { MAXL = sizeof c->moe_layer_pattern - 1 };
+	if (L < 1 || L > MAXL)
+		return mgt_err(MGT_ERR_USAGE, "%s: %lld layers: mgt's --moe-layer-freq list holds 1 to %d", file, (long long)L,
+			       (int)MAXL);
+	char pat[MAXL * 2 + 3];
+	size_t k = 0;
+	bool all = true;
+	pat[k++] = '[';
+	for (int64_t l = 0; l < L; l++) {
+		bool moe = (l + 1) % step == 0;
+		for (size_t i = 0; i < json_array_size(only); i++) {
+			json_t *x = json_array_get(only, i);
+			if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= L)
+				return bad_key(file, "mlp_only_layers", "layer indices below num_hidden_layers");
+			if (json_integer_value(x) == l) moe = false;
+		}
+		all &= moe;
+		if (l) pat[k++] = ',';
+		pat[k++] = moe ? '1' : '0';
+	}
+	pat[k++] = ']';
+	pat[k] = 0;
+	mgt_status st = mgt_args_set(a, "moe_layer_freq", all ? "1" : pat);
+	json_t *norm = json_object_get(cfg, "norm_topk_prob");
+	if (!st && norm && !json_is_null(norm) && !json_is_boolean(norm)) st = bad_key(file, "norm_topk_prob", "true or false");
+	if (!st) c->moe_router_pre_softmax = !json_is_true(norm);
+	json_t *qb = json_object_get(cfg, "qkv_bias");
+	if (!st && f == MGT_HF_QWEN2_MOE) {
+		if (qb && !json_is_null(qb) && !json_is_boolean(qb)) st = bad_key(file, "qkv_bias", "true or false");
+		c->add_qkv_bias = !json_is_false(qb);
+	}
+	if (!st && f == MGT_HF_QWEN2_MOE && c->moe_shared_expert_intermediate_size < 1)
+		st = bad_key(file, "shared_expert_intermediate_size", "a positive size");
+	return st ? mgt_err_ctx(st, "%s", file) : MGT_OK;
 }
 
 mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt_args *a)
@@ -143,6 +218,9 @@ mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt
 		c->untie_embeddings_and_output_weights = !json_is_true(tie); /* these configs default to false */
 		st = rope_scaling(a, cfg, file);
 	}
+	if (!st && is_moe(f) && c->num_experts < 1) st = bad_key(file, f == MGT_HF_MIXTRAL ? "num_local_experts" : "num_experts",
+								   "a positive number of experts");
+	if (!st && (f == MGT_HF_QWEN2_MOE || f == MGT_HF_QWEN3_MOE)) st = qwen_moe(cfg, f, file, a);
 	/* the sequence length mgt-train and mgt-eval default to; mgt-train's --seq-length overrides it */
 	c->seq_length = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;
 	json_t *vs = json_object_get(cfg, "vocab_size");
@@ -160,14 +238,44 @@ mgt_status cv_family_infer(const mgt_model_config *c, mgt_hf_family *f)
 {
 	bool rope = !strcmp(c->position_embedding_type, "rope"), rms = !strcmp(c->normalization, "RMSNorm");
 	if (!rope && !rms && !c->swiglu && c->add_bias_linear && !c->untie_embeddings_and_output_weights &&
-	    !strcmp(c->position_embedding_type, "learned_absolute") && c->rotary_percent == 1.0)
+	    !strcmp(c->position_embedding_type, "learned_absolute") && c->rotary_percent == 1.0 && !c->num_experts)
 		*f = MGT_HF_GPT2;
-	else if (rope && rms && c->swiglu && !c->add_bias_linear && c->rotary_percent == 1.0)
+	else if (rope && rms && c->swiglu && !c->add_bias_linear && c->rotary_percent == 1.0 && !c->num_experts)
 		*f = c->qk_layernorm ? MGT_HF_QWEN3 : c->add_qkv_bias ? MGT_HF_QWEN2 : MGT_HF_LLAMA;
+	else if (rope && rms && c->swiglu && !c->add_bias_linear && c->rotary_percent == 1.0)
+		*f = c->qk_layernorm ? MGT_HF_QWEN3_MOE
+		   : c->add_qkv_bias || c->moe_shared_expert_intermediate_size ? MGT_HF_QWEN2_MOE : MGT_HF_MIXTRAL;
 	else
 		return mgt_err(MGT_ERR_USAGE, "the checkpoint's model is neither GPT-2-like (learned positions, LayerNorm, "
 			       "GELU, biases, tied) nor Llama-like (RoPE, RMSNorm, SwiGLU, no linear biases): no Hugging Face family fits");
 	return MGT_OK;
+}
+
+/* Whether every layer of c is an MoE layer. */
+static bool all_moe(const mgt_model_config *c)
+{
+	for (int64_t l = 0; l < c->num_layers; l++)
+		if (!mgt_moe_is_layer(c, l)) return false;
+	return true;
+}
+
+/* What transformers' MoE blocks cannot express (they route by a softmax over all experts, top-k,
+ * optionally renormalized, and have no router bias): a refusal naming the flag, or NULL. */
+static const char *moe_unmappable(const mgt_model_config *c, mgt_hf_family f)
+{
+	if (strcmp(c->moe_router_score_function, "softmax")) return "--moe-router-score-function sigmoid";
+	if (c->moe_router_enable_expert_bias) return "--moe-router-enable-expert-bias";
+	if (c->moe_router_num_groups > 1) return "--moe-router-num-groups";
+	if (c->moe_router_topk_scaling_factor > 0 && c->moe_router_topk_scaling_factor != 1.0)
+		return "--moe-router-topk-scaling-factor";
+	if (f == MGT_HF_MIXTRAL && c->moe_router_pre_softmax) return "--moe-router-pre-softmax (Mixtral renormalizes)";
+	if (f == MGT_HF_MIXTRAL && !all_moe(c)) return "--moe-layer-freq with dense layers (Mixtral has experts in every layer)";
+	if (f == MGT_HF_MIXTRAL && c->moe_ffn_hidden_size != c->ffn_hidden_size)
+		return "--moe-ffn-hidden-size other than --ffn-hidden-size (Mixtral's intermediate_size is both)";
+	if (f == MGT_HF_QWEN2_MOE && (!c->moe_shared_expert_intermediate_size || !c->moe_shared_expert_gate))
+		return "no gated shared expert (Qwen2-MoE has one: --moe-shared-expert-intermediate-size, --moe-shared-expert-gate)";
+	if (f != MGT_HF_QWEN2_MOE && c->moe_shared_expert_intermediate_size) return "--moe-shared-expert-intermediate-size";
+	return NULL;
 }
 
 /* Whether family f can hold this model exactly. */
@@ -176,13 +284,41 @@ mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
 	mgt_hf_family g;
 	mgt_status st = cv_family_infer(c, &g);
 	if (st) return st;
-	bool gpt2 = f == MGT_HF_GPT2, ok = gpt2 == (g == MGT_HF_GPT2);
-	if (ok && !gpt2 && c->qk_layernorm && f != MGT_HF_QWEN3) ok = false;
-	if (ok && !gpt2 && c->add_qkv_bias && f != MGT_HF_QWEN2) ok = false;
+	bool gpt2 = f == MGT_HF_GPT2, ok = gpt2 == (g == MGT_HF_GPT2) && is_moe(f) == is_moe(g);
+	bool qk = f == MGT_HF_QWEN3 || f == MGT_HF_QWEN3_MOE, qkv = f == MGT_HF_QWEN2 || f == MGT_HF_QWEN2_MOE;
+	if (ok && !gpt2 && c->qk_layernorm != qk) ok = false;
+	if (ok && !gpt2 && c->add_qkv_bias && !qkv) ok = false;
 	if (ok && f == MGT_HF_QWEN2 && !c->add_qkv_bias) ok = false;
-	if (ok && f == MGT_HF_QWEN3 && !c->qk_layernorm) ok = false;
-	return ok ? MGT_OK : mgt_err(MGT_ERR_USAGE, "--family %s cannot hold this model (it looks like %s)",
-				     mgt_hf_model_type(f), mgt_hf_model_type(g));
+	if (!ok) return mgt_err(MGT_ERR_USAGE, "--family %s cannot hold this model (it looks like %s)", mgt_hf_model_type(f),
+				mgt_hf_model_type(g));
+	const char *why = is_moe(f) ? moe_unmappable(c, f) : NULL;
+	return why ? mgt_err(MGT_ERR_USAGE, "%s cannot hold this Mixture-of-Experts model: %s has no Hugging Face counterpart",
+			     mgt_hf_model_type(f), why) : MGT_OK;
+}
+
+/* The MoE keys of a config.json for c (the inverse of cv_config_to_args; dense layers as
+ * mlp_only_layers with decoder_sparse_step 1). */
+static void moe_config(json_t *o, const mgt_model_config *c, mgt_hf_family f)
+{
+	put_int(o, f == MGT_HF_MIXTRAL ? "num_local_experts" : "num_experts", c->num_experts);
+	put_int(o, "num_experts_per_tok", c->moe_router_topk);
+	put_real(o, "router_aux_loss_coef", c->moe_aux_loss_coeff);
+	json_object_set_new(o, "output_router_logits", json_false());
+	if (f == MGT_HF_MIXTRAL) {
+		put_real(o, "router_jitter_noise", 0.0);
+		return;
+	}
+	put_int(o, "moe_intermediate_size", c->moe_ffn_hidden_size);
+	json_object_set_new(o, "norm_topk_prob", json_boolean(!c->moe_router_pre_softmax));
+	put_int(o, "decoder_sparse_step", 1);
+	json_t *only = json_array();
+	for (int64_t l = 0; l < c->num_layers; l++)
+		if (!mgt_moe_is_layer(c, l)) json_array_append_new(only, json_integer(l));
+	json_object_set_new(o, "mlp_only_layers", only);
+	if (f == MGT_HF_QWEN2_MOE) {
+		put_int(o, "shared_expert_intermediate_size", c->moe_shared_expert_intermediate_size);
+		json_object_set_new(o, "qkv_bias", json_boolean(c->add_qkv_bias));
+	}
 }
 
 json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char *dtype)
@@ -219,8 +355,9 @@ json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char
 	put_real(o, "rope_theta", c->rotary_base);
 	json_object_set_new(o, "hidden_act", json_string("silu"));
 	json_object_set_new(o, "tie_word_embeddings", json_boolean(!c->untie_embeddings_and_output_weights));
-	json_object_set_new(o, "attention_bias", json_boolean(c->add_qkv_bias));
+	if (f != MGT_HF_QWEN2_MOE) json_object_set_new(o, "attention_bias", json_boolean(c->add_qkv_bias));
 	put_real(o, "attention_dropout", c->attention_dropout);
+	if (is_moe(f)) moe_config(o, c, f);
 	if (c->use_rope_scaling)
 		json_object_set_new(o, "rope_scaling", json_pack("{s:s, s:f, s:f, s:f, s:I}", "rope_type", "llama3", "factor",
 			c->rope_scaling_factor, "low_freq_factor", c->rope_scaling_low_freq_factor, "high_freq_factor",
