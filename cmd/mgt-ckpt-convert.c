@@ -1,4 +1,5 @@
-/* mgt-ckpt-convert: Hugging Face model directories to and from mgt checkpoints, any TP/PP.
+/* mgt-ckpt-convert: Hugging Face model directories to and from mgt checkpoints, any TP/PP (and EP
+ * for Mixture-of-Experts models).
  *
  *   mgt-ckpt-convert --load-dir IN --save-dir OUT [OPTION]...
  *
@@ -14,7 +15,7 @@
 
 static const char PROG[] = "mgt-ckpt-convert";
 
-enum { OPT_LOAD = CLI_FIRST_FREE, OPT_SAVE, OPT_TP, OPT_PP, OPT_DIV, OPT_DTYPE, OPT_FAMILY, OPT_STEP, OPT_SHARD,
+enum { OPT_LOAD = CLI_FIRST_FREE, OPT_SAVE, OPT_TP, OPT_PP, OPT_EP, OPT_DIV, OPT_DTYPE, OPT_FAMILY, OPT_STEP, OPT_SHARD,
        OPT_QUIET, OPT_HELP };
 
 static void usage(void)
@@ -27,10 +28,12 @@ static void usage(void)
 	       "  --save-dir OUT                      output directory (must not exist)\n"
 	       "  --target-tensor-parallel-size N     HF to mgt: tensor-parallel layout to write [1]\n"
 	       "  --target-pipeline-parallel-size N   HF to mgt: pipeline-parallel layout to write [1]\n"
+	       "  --target-expert-parallel-size N     HF to mgt: expert-parallel layout of an MoE model [1]\n"
 	       "  --make-vocab-size-divisible-by N    HF to mgt: vocabulary padding multiple (times TP) [128]\n"
 	       "  --dtype bf16|fp16|fp32              mgt to HF: tensor type [config.json's torch_dtype, else fp32]\n"
-	       "  --family NAME                       mgt to HF: gpt2, llama, mistral, qwen2 or qwen3 [recorded,\n"
-	       "                                      else inferred from the model's arguments]\n"
+	       "  --family NAME                       mgt to HF: gpt2, llama, mistral, qwen2, qwen3, mixtral,\n"
+	       "                                      qwen2_moe or qwen3_moe [recorded, else inferred from the\n"
+	       "                                      model's arguments]\n"
 	       "  --ckpt-step N                       mgt to HF: iteration to convert [the tracker's]\n"
 	       "  --max-shard-size BYTES              mgt to HF: safetensors shard size [5000000000]\n"
 	       "  --quiet                             no summary line\n"
@@ -46,6 +49,7 @@ static const struct option longopts[] = {
 	{"save-dir", required_argument, 0, OPT_SAVE},
 	{"target-tensor-parallel-size", required_argument, 0, OPT_TP},
 	{"target-pipeline-parallel-size", required_argument, 0, OPT_PP},
+	{"target-expert-parallel-size", required_argument, 0, OPT_EP},
 	{"make-vocab-size-divisible-by", required_argument, 0, OPT_DIV},
 	{"dtype", required_argument, 0, OPT_DTYPE},
 	{"family", required_argument, 0, OPT_FAMILY},
@@ -72,6 +76,7 @@ static void parse(int argc, char **argv, mgt_convert_opts *o)
 		case OPT_SAVE: o->save_dir = optarg; break;
 		case OPT_TP: o->tp = positive("--target-tensor-parallel-size", optarg); break;
 		case OPT_PP: o->pp = positive("--target-pipeline-parallel-size", optarg); break;
+		case OPT_EP: o->ep = positive("--target-expert-parallel-size", optarg); break;
 		case OPT_DIV: o->make_vocab_size_divisible_by = positive("--make-vocab-size-divisible-by", optarg); break;
 		case OPT_DTYPE:
 			if (strcmp(optarg, "bf16") && strcmp(optarg, "fp16") && strcmp(optarg, "fp32"))
@@ -95,7 +100,7 @@ static void parse(int argc, char **argv, mgt_convert_opts *o)
 
 int main(int argc, char **argv)
 {
-	mgt_convert_opts o = {.tp = 1, .pp = 1, .ckpt_step = -1, .log = stderr};
+	mgt_convert_opts o = {.tp = 1, .pp = 1, .ep = 1, .ckpt_step = -1, .log = stderr};
 	parse(argc, argv, &o);
 	mgt_signals_install();
 	int kind;
@@ -106,7 +111,7 @@ int main(int argc, char **argv)
 					    "Hugging Face conversion; %s is a Hugging Face directory", o.load_dir);
 		st = mgt_convert_hf_to_mgt(&o);
 	} else if (!st) {
-		if (o.tp != 1 || o.pp != 1 || o.make_vocab_size_divisible_by)
+		if (o.tp != 1 || o.pp != 1 || o.ep != 1 || o.make_vocab_size_divisible_by)
 			mgt_cli_usage_error(PROG, "--target-* and --make-vocab-size-divisible-by apply to Hugging Face to "
 					    "mgt conversion; %s is an mgt checkpoint", o.load_dir);
 		st = mgt_convert_mgt_to_hf(&o);

@@ -171,14 +171,19 @@ size_t cv_map_numel(const mgt_hf_map *m, int k)
 
 size_t cv_row_numel(const mgt_tensor *t) { return (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1); }
 
-/* Room for the largest row (its sources together are never bigger than the row). */
-mgt_status cv_scratch_alloc(scratch *b, const mgt_tensor_table *full)
+/* Room for the largest row (its sources together are never bigger than the row) and, with
+ * datasets, for the largest expert dataset. */
+mgt_status cv_scratch_alloc(scratch *b, const mgt_tensor_table *full, bool datasets)
 {
-	size_t most = 1;
-	for (int i = 0; i < full->n; i++)
-		if (cv_row_numel(&full->t[i]) > most) most = cv_row_numel(&full->t[i]);
+	size_t most = 1, whole = 1;
+	for (int i = 0; i < full->n; i++) {
+		const mgt_tensor *t = &full->t[i];
+		size_t n = cv_row_numel(t), d = datasets && t->num_experts > 0 ? n * (size_t)t->num_experts : n;
+		if (n > most) most = n;
+		if (d > whole) whole = d;
+	}
 	b->src = mgt_malloc(most * sizeof(float));
-	b->whole = b->src ? mgt_malloc(most * sizeof(float)) : NULL;
+	b->whole = b->src ? mgt_malloc(whole * sizeof(float)) : NULL;
 	return b->whole ? MGT_OK : MGT_ERR_NOMEM;
 }
 
@@ -226,12 +231,20 @@ mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf)
 	return st ? st : cv_check_finite(buf, cv_map_numel(m, k), x->file, x->name);
 }
 
+/* Rank r of the tp x pp x ep layout: its tensor, pipeline and expert parallel ranks. */
+static int rank_tp(const hf_in *h, int r) { return r % h->o->tp; }
+static int rank_pp(const hf_in *h, int r) { return r / h->o->tp % h->o->pp; }
+static int rank_ep(const hf_in *h, int r) { return r / (h->o->tp * h->o->pp); }
+
+/* The shard file of box `box` of rank r: model_tpTT_ppPPP_dpDDD[_box].h5, DDD the expert-parallel
+ * rank (its data-parallel rank in a run whose data parallelism holds expert parallelism). */
 static mgt_status shard_for(hf_in *h, int rank, int box, mgt_ckpt_shard **out)
 {
 	mgt_ckpt_shard **sh = &h->shards[rank * 2 + box];
 	if (!*sh) {
 		char name[64];
-		int len = snprintf(name, sizeof name, "model_tp%02d_pp%03d_dp000", rank % h->o->tp, rank / h->o->tp);
+		int len = snprintf(name, sizeof name, "model_tp%02d_pp%03d_dp%03d", rank_tp(h, rank), rank_pp(h, rank),
+				   rank_ep(h, rank));
 		snprintf(name + len, sizeof name - (size_t)len, box ? "_%d.h5" : ".h5", box);
 		mgt_status st = mgt_ckpt_shard_open(h->tmp, 0, name, sh);
 		if (st) return st;
@@ -259,13 +272,13 @@ static const float *box_data(const mgt_tensor *g, const float *whole, const int6
 	return b->piece;
 }
 
-/* Write each rank's pieces of the global tensor g (row of the full table; b->whole holds it). */
+/* Write each rank's pieces of the global tensor g (row of the full table; b->whole holds it):
+ * the dense rows on expert-parallel rank 0 only; never the last stage's tied word embeddings. */
 static mgt_status scatter(hf_in *h, const mgt_tensor *g, scratch *b)
 {
-	int nranks = h->o->tp * h->o->pp;
-	for (int r = 0; r < nranks; r++) {
+	for (int r = 0; r < h->nranks; r++) {
 		const mgt_tensor *x = mgt_tensor_table_find(&h->ranks[r], g->name);
-		if (!x || (x->role == MGT_T_WORD_EMB && r >= h->o->tp)) continue; /* the last stage's tied copy */
+		if (!x || rank_ep(h, r) || (x->role == MGT_T_WORD_EMB && rank_pp(h, r))) continue;
 		int64_t off[6][2], shape[6][2];
 		size_t first[6];
 		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
@@ -287,7 +300,8 @@ static mgt_status scatter(hf_in *h, const mgt_tensor *g, scratch *b)
 	return MGT_OK;
 }
 
-static mgt_status convert_row(hf_in *h, const mgt_tensor *g, scratch *b)
+/* Row g of the table from its Hugging Face sources into dst ([g->shape]). */
+static mgt_status make_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst)
 {
 	mgt_hf_map m;
 	mgt_status st = mgt_hf_map_tensor(&h->a.model, h->f, h->prefix, g, &m);
@@ -298,9 +312,83 @@ static mgt_status convert_row(hf_in *h, const mgt_tensor *g, scratch *b)
 		st = cv_hf_read(h, &m, k, b->src + at);
 		at += cv_map_numel(&m, k);
 	}
-	if (st) return st;
-	mgt_hf_to_mgt(&h->a.model, &m, g, src, b->whole);
-	return scatter(h, g, b);
+	if (!st) mgt_hf_to_mgt(&h->a.model, &m, g, src, dst);
+	return st;
+}
+
+static mgt_status convert_row(hf_in *h, const mgt_tensor *g, scratch *b)
+{
+	mgt_status st = make_row(h, g, b, b->whole);
+	return st ? st : scatter(h, g, b);
+}
+
+/* Whether row i of tt is an expert row whose dataset an earlier row of its layer has. */
+static bool dataset_seen(const mgt_tensor_table *tt, int i)
+{
+	const mgt_tensor *x = &tt->t[i];
+	for (int j = i - 1; x->num_experts > 0 && j >= 0 && tt->t[j].layer == x->layer; j--)
+		if (tt->t[j].num_experts > 0 && !strcmp(tt->t[j].dataset, x->dataset)) return true;
+	return false;
+}
+
+/* The expert dataset of expert row i0 of the full table (its first row): every expert's row made
+ * into b->whole ([E, rows, cols], expert e at e * rows * cols), then each rank's experts
+ * e0 .. e0 + k - 1 written as one piece [k, box] per box of its tensor-parallel part
+ * (mgt-ckpt(5) EXPERT DATASETS: the pieces mgt-train's saver writes). */
+static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
+{
+	const mgt_tensor *g0 = &h->full.t[i0];
+	size_t n = cv_row_numel(g0);
+	mgt_status st = MGT_OK;
+	for (int j = i0; !st && j < h->full.n && h->full.t[j].layer == g0->layer; j++) {
+		const mgt_tensor *g = &h->full.t[j];
+		if (g->num_experts > 0 && !strcmp(g->dataset, g0->dataset))
+			st = make_row(h, g, b, b->whole + (size_t)g->expert * n);
+	}
+	int64_t cols = g0->ndim == 2 ? g0->shape[1] : 1;
+	for (int r = 0; !st && r < h->nranks; r++) {
+		const mgt_tensor_table *tt = &h->ranks[r];
+		const mgt_tensor *x = NULL;
+		int k = 0;
+		for (int j = 0; j < tt->n; j++)
+			if (tt->t[j].num_experts > 0 && !strcmp(tt->t[j].dataset, g0->dataset)) {
+				if (!x) x = &tt->t[j];
+				k++;
+			}
+		if (!x) continue; /* another pipeline stage's layer */
+		int64_t off[6][2], shape[6][2];
+		size_t first[6];
+		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
+		for (int q = 0; !st && q < nb; q++) {
+			int64_t bc = g0->ndim == 2 ? shape[q][1] : 1;
+			size_t per = (size_t)(shape[q][0] * bc), need = per * (size_t)k;
+			if (need > b->piece_n) {
+				float *p = mgt_realloc(b->piece, need * sizeof(float));
+				if (!p) return MGT_ERR_NOMEM;
+				b->piece = p;
+				b->piece_n = need;
+			}
+			for (int e = 0; e < k; e++) {
+				const float *w = b->whole + (size_t)(x->expert + e) * n;
+				for (int64_t i = 0; i < shape[q][0]; i++)
+					memcpy(b->piece + (size_t)e * per + (size_t)(i * bc),
+					       w + (off[q][0] + i) * cols + (g0->ndim == 2 ? off[q][1] : 0), (size_t)bc * sizeof(float));
+			}
+			mgt_ckpt_piece p = {.name = g0->dataset, .ndim = g0->ndim + 1, .dtype = MGT_CKPT_F32, .data = b->piece};
+			p.global_shape[0] = g0->num_experts;
+			p.offset[0] = x->expert;
+			p.shape[0] = k;
+			for (int d = 0; d < g0->ndim; d++) {
+				p.global_shape[d + 1] = g0->shape[d];
+				p.offset[d + 1] = off[q][d];
+				p.shape[d + 1] = shape[q][d];
+			}
+			mgt_ckpt_shard *sh;
+			st = shard_for(h, r, q, &sh);
+			if (!st) st = mgt_ckpt_shard_put(sh, &p);
+		}
+	}
+	return st;
 }
 
 /* GPT-2's causal-mask buffers (h.N.attn.bias [1, 1, P, P] lower-triangular ones, and the older
@@ -421,7 +509,7 @@ static char *hf_metadata(hf_in *h)
 		"consumed_valid_samples", 0, "skipped_iterations", 0, "nan_iterations", 0,
 		"num_floating_point_operations_so_far", 0.0, "args", args, "tokenizer", tk,
 		"layout", "tensor_model_parallel_size", o->tp, "pipeline_model_parallel_size", o->pp,
-		"data_parallel_size", 1, "use_distributed_optimizer", 0, "world_size", o->tp * o->pp,
+		"data_parallel_size", h->ep, "use_distributed_optimizer", 0, "world_size", h->nranks,
 		"virtual_pipeline_model_parallel_size", 1, "sequence_parallel", 0,
 		"tensors", mgt_train_tensor_list(&h->full),
 		"hf", "config", h->cfg, "generation_config", h->gen, "gpt2_prefix", h->prefix, "converted_from", o->load_dir);
@@ -429,6 +517,8 @@ static char *hf_metadata(hf_in *h)
 	for (int b = 0; b < 2; b++)
 		if (h->buffers & (1u << b)) json_array_append_new(bufs, json_string(gpt2_buffers[b]));
 	json_object_set_new(json_object_get(meta, "hf"), "gpt2_buffers", bufs);
+	if (h->a.model.num_experts > 0)
+		json_object_set_new(json_object_get(meta, "layout"), "expert_model_parallel_size", json_integer(h->ep));
 	char *txt = meta ? json_dumps(meta, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
 	json_decref(meta);
 	return txt;
@@ -449,6 +539,15 @@ mgt_status cv_hf_open(hf_in *h)
 	if (st == MGT_ERR_INPUT) mgt_err_ctx(st, "%s", o->load_dir);
 	h->a.tensor_model_parallel_size = o->tp;
 	h->a.pipeline_model_parallel_size = o->pp;
+	h->ep = o->ep > 1 ? o->ep : 1;
+	h->nranks = o->tp * o->pp * h->ep;
+	if (!st && h->ep > 1 && h->a.model.num_experts < 1)
+		st = mgt_err(MGT_ERR_USAGE, "--target-expert-parallel-size %d: %s is a dense model (no experts)", h->ep,
+			     mgt_hf_model_type(h->f));
+	if (!st && h->a.model.num_experts % h->ep)
+		st = mgt_err(MGT_ERR_USAGE, "--target-expert-parallel-size %d does not divide the %lld experts", h->ep,
+			     (long long)h->a.model.num_experts);
+	if (!st && h->a.model.num_experts > 0) h->a.expert_model_parallel_size = h->ep;
 	if (o->make_vocab_size_divisible_by > 0) h->a.model.make_vocab_size_divisible_by = o->make_vocab_size_divisible_by;
 	if (!st) st = mgt_model_config_finalize(&h->a.model, o->tp);
 	for (int s = 0; !st && s < o->pp; s++) {
@@ -459,17 +558,18 @@ mgt_status cv_hf_open(hf_in *h)
 	if (!st) st = gpt2_prefix(h);
 	if (!st && !(h->used = calloc(mgt_st_count(h->st) + 1, 1))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	if (!st) st = mgt_tensor_table_build(&h->full, &h->a.model, 1, 0, 1, 0);
-	int nr = o->tp * o->pp;
+	int nr = h->nranks;
 	if (!st && (!(h->ranks = calloc((size_t)nr, sizeof *h->ranks)) || !(h->shards = calloc((size_t)nr * 2, sizeof *h->shards))))
 		st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	for (int r = 0; !st && r < nr; r++)
-		st = mgt_tensor_table_build(&h->ranks[r], &h->a.model, o->tp, r % o->tp, o->pp, r / o->tp);
+		st = mgt_tensor_table_build_ep(&h->ranks[r], &h->a.model, o->tp, rank_tp(h, r), o->pp, rank_pp(h, r), h->ep,
+					       rank_ep(h, r));
 	return st;
 }
 
 void cv_hf_close(hf_in *h)
 {
-	int nr = h->o->tp * h->o->pp;
+	int nr = h->nranks;
 	for (int r = 0; h->ranks && r < nr; r++) mgt_tensor_table_free(&h->ranks[r]);
 	for (int i = 0; h->shards && i < 2 * nr; i++) mgt_ckpt_shard_discard(h->shards[i]);
 	free(h->ranks);
@@ -485,7 +585,7 @@ void cv_hf_close(hf_in *h)
 static mgt_status close_shards(hf_in *h)
 {
 	mgt_status st = MGT_OK;
-	for (int i = 0; i < 2 * h->o->tp * h->o->pp; i++) {
+	for (int i = 0; i < 2 * h->nranks; i++) {
 		if (!h->shards[i]) continue;
 		mgt_status s2 = mgt_ckpt_shard_close(h->shards[i]);
 		h->shards[i] = NULL;
@@ -501,8 +601,10 @@ static mgt_status hf_convert(hf_in *h)
 	mgt_status st = cv_hf_open(h);
 	if (!st) st = out_begin(h->o->save_dir, &h->tmp);
 	if (!st) st = mgt_ckpt_begin(h->tmp, 0);
-	if (!st) st = cv_scratch_alloc(&b, &h->full);
-	for (int i = 0; !st && i < h->full.n; i++) st = convert_row(h, &h->full.t[i], &b);
+	if (!st) st = cv_scratch_alloc(&b, &h->full, true);
+	for (int i = 0; !st && i < h->full.n; i++)
+		if (h->full.t[i].num_experts <= 0) st = convert_row(h, &h->full.t[i], &b);
+		else if (!dataset_seen(&h->full, i)) st = convert_dataset(h, i, &b);
 	cv_scratch_free(&b);
 	if (!st) st = check_unused(h);
 	if (!st) st = close_shards(h);
@@ -520,9 +622,10 @@ static mgt_status hf_convert(hf_in *h)
 		h->tmp = NULL;
 	}
 	if (!st && h->o->log)
-		fprintf(h->o->log, "converted %s (%s, %d tensors, %lld parameters) to %s: TP %d, PP %d, %.1f s\n",
+		fprintf(h->o->log, "converted %s (%s, %d tensors, %lld parameters) to %s: TP %d, PP %d%s%.0d, %.1f s\n",
 			h->o->load_dir, mgt_hf_model_type(h->f), h->full.n, (long long)h->full.global_numel,
-			h->o->save_dir, h->o->tp, h->o->pp, mgt_now() - t0);
+			h->o->save_dir, h->o->tp, h->o->pp, h->a.model.num_experts > 0 ? ", EP " : "",
+			h->a.model.num_experts > 0 ? h->ep : 0, mgt_now() - t0);
 	return st;
 }
 
@@ -690,12 +793,12 @@ static mgt_status out_convert(hf_out *h)
 	const mgt_convert_opts *o = h->o;
 	scratch b = {0};
 	double t0 = mgt_now();
-	mgt_status st = cv_mgt_open(h);
+	mgt_status st = cv_mgt_open(h, true);
 	if (!st) st = pick_dtype(h);
 	if (!st) st = out_begin(o->save_dir, &h->tmp);
 	if (!st) st = mgt_st_writer_new(&h->w, h->tmp, o->max_shard_bytes ? o->max_shard_bytes : 5000000000ull);
 	if (!st) st = declare(h);
-	if (!st) st = cv_scratch_alloc(&b, &h->full);
+	if (!st) st = cv_scratch_alloc(&b, &h->full, false);
 	for (int i = 0; !st && i < h->full.n; i++) st = export_row(h, &h->full.t[i], &b);
 	int64_t P = h->a.model.max_position_embeddings;
 	float *mask = !st && h->f == MGT_HF_GPT2 ? mgt_malloc((size_t)(P * P) * sizeof(float)) : NULL;
@@ -714,8 +817,8 @@ static mgt_status out_convert(hf_out *h)
 	return st;
 }
 
-/* Mixture-of-Experts checkpoints (expert datasets [E, rows, cols], routers, shared experts;
- * mgt-ckpt(5)) have no Hugging Face mapping here yet: refused, naming the first such dataset. */
+/* Refusing Mixture-of-Experts checkpoints (expert datasets [E, rows, cols], routers, shared
+ * experts; mgt-ckpt(5)) where they are not converted (GGUF): naming the first such dataset. */
 static mgt_status no_experts(const mgt_ckpt *c)
 {
 	for (size_t i = 0; i < mgt_ckpt_count(c); i++) {
@@ -724,17 +827,17 @@ static mgt_status no_experts(const mgt_ckpt *c)
 		mgt_ckpt_dtype dt;
 		const char *name = mgt_ckpt_tensor(c, i, &nd, gs, &dt);
 		if (strstr(name, ".mlp.experts.") || strstr(name, ".mlp.router.") || strstr(name, ".mlp.shared_experts."))
-			return mgt_err(MGT_ERR_USAGE, "%s: %s: a Mixture-of-Experts checkpoint, which is not converted "
-				       "yet (only dense models are)", mgt_ckpt_dir(c), name);
+			return mgt_err(MGT_ERR_USAGE, "%s: %s: a Mixture-of-Experts checkpoint, which is not exported to "
+				       "GGUF (only dense models are)", mgt_ckpt_dir(c), name);
 	}
 	return MGT_OK;
 }
 
-mgt_status cv_mgt_open(hf_out *h)
+mgt_status cv_mgt_open(hf_out *h, bool experts)
 {
 	mgt_status st = mgt_ckpt_open(h->o->load_dir, h->o->ckpt_step, &h->ck);
 	if (!st) st = mgt_ckpt_check(h->ck);
-	if (!st) st = no_experts(h->ck);
+	if (!st && !experts) st = no_experts(h->ck);
 	if (!st) st = read_args(h);
 	if (!st) st = pick_family(h);
 	if (!st) st = mgt_tensor_table_build(&h->full, &h->a.model, 1, 0, 1, 0);
@@ -744,7 +847,8 @@ mgt_status cv_mgt_open(hf_out *h)
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole)
 {
 	int64_t zero[2] = {0, 0};
-	mgt_status st = mgt_ckpt_read(h->ck, g->name, g->ndim, g->shape, zero, g->shape, MGT_CKPT_F32, whole);
+	mgt_status st = g->num_experts > 0 ? mgt_train_ckpt_read(h->ck, "", g, 0, g->numel, whole) /* [1, rows, cols] at e */
+		: mgt_ckpt_read(h->ck, g->name, g->ndim, g->shape, zero, g->shape, MGT_CKPT_F32, whole);
 	return st ? st : cv_check_finite(whole, cv_row_numel(g), mgt_ckpt_dir(h->ck), g->name);
 }
 

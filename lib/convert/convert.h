@@ -10,7 +10,12 @@
  * SAVE/hf/.  mgt-train --load SAVE --finetune and mgt-eval load it.
  *
  * Both directions stream tensor by tensor: peak memory is about two copies of the largest
- * tensor (the embedding), not the model.  The tensor names and layouts come from the tensor table
+ * tensor (the embedding), not the model; Hugging Face -> mgt holds an expert dataset
+ * [E, rows, cols] (all experts of one expert tensor, as mgt-ckpt(5) stores it) whole, which
+ * counts as one tensor there.  Mixture-of-Experts models (Mixtral, Qwen2-MoE, Qwen3-MoE) are
+ * written with the expert layout of expert-parallel size ep: the data-parallel ranks 0..ep-1
+ * each hold their E/ep experts (files model_tpTT_ppPPP_dpDDD with DDD the expert-parallel rank),
+ * the dense rows are on rank 0, as mgt-train saves them; any run reshards them.  The tensor names and layouts come from the tensor table
  * and its Hugging Face rules (lib/model/hf.c), Megatron's conventions (megatron-reference.md
  * section 7): query-group-interleaved linear_qkv, SwiGLU fc1 as [gate; up], vocabulary padding.
  * Values are copied bit for bit: bf16/fp16 widen exactly to fp32 on the way in and round back
@@ -31,6 +36,7 @@ typedef struct {
 	const char *load_dir;         /* input: HF directory or mgt save directory */
 	const char *save_dir;         /* output directory (must not exist) */
 	int tp, pp;                   /* HF -> mgt: target tensor / pipeline parallel sizes (>= 1) */
+	int ep;                       /* HF -> mgt: target expert parallel size (0 = 1); > 1 needs experts */
 	int64_t make_vocab_size_divisible_by; /* HF -> mgt: 0 = 128 (Megatron's default) */
 	const char *dtype;            /* mgt -> HF: "bf16", "fp16", "fp32" or NULL (config.json's torch_dtype, else fp32) */
 	const char *family;           /* mgt -> HF without recorded config.json: model_type, or NULL (inferred) */
@@ -45,13 +51,15 @@ typedef struct {
 mgt_status mgt_convert_detect(const char *load_dir, int *kind);
 
 /* Hugging Face -> mgt.  Errors: MGT_ERR_USAGE (unsupported family, activation, rope_scaling type;
- * a layout that does not divide), MGT_ERR_INPUT (config.json unreadable or missing a key, a
+ * a layout that does not divide, ep > 1 for a dense model), MGT_ERR_INPUT (config.json unreadable or missing a key, a
  * tensor missing, unexpected, of a shape config.json contradicts, or holding NaN/inf, naming the
  * file and tensor), MGT_ERR_FORMAT (safetensors malformed), MGT_ERR_EXISTS (save_dir exists),
  * MGT_ERR_IO, MGT_ERR_NOMEM. */
 mgt_status mgt_convert_hf_to_mgt(const mgt_convert_opts *o);
 
-/* mgt -> Hugging Face.  Errors: as above, MGT_ERR_FORMAT for a damaged checkpoint. */
+/* mgt -> Hugging Face.  Errors: as above (MGT_ERR_USAGE also for an MoE model no Hugging Face family
+ * holds: a sigmoid router, expert bias, group-limited routing, top-k scaling), MGT_ERR_FORMAT for a
+ * damaged checkpoint. */
 mgt_status mgt_convert_mgt_to_hf(const mgt_convert_opts *o);
 
 /* The model arguments a Hugging Face config.json gives (path: the file, or a directory holding
@@ -68,6 +76,7 @@ mgt_status mgt_convert_hf_config(const char *path, struct mgt_args *a);
  * Llama 3 rope scaling as rope_freqs.weight), qwen2 or qwen3; the tokenizer embedded
  * (tokenizer.ggml.*); vocabulary padding removed.  outtype: "f32", "f16" (default), "bf16" or
  * "q8_0" for 2-D tensors (1-D ones stay f32; q8_0 needs rows that are a multiple of 32, others f16).
+ * Mixture-of-Experts models are refused (MGT_ERR_USAGE, naming an expert dataset or the family).
  * The file is written as OUTPUT.tmp and renamed; an existing output is refused.
  * Errors: as mgt_convert_mgt_to_hf, MGT_ERR_VOCAB (no tokenizer, or one GGUF cannot hold),
  * MGT_ERR_EXISTS. */

@@ -20,7 +20,8 @@ typedef struct {
 	const char *torch_dtype;   /* config.json's, or NULL */
 	mgt_args a;
 	bool *used;                /* per safetensors tensor: consumed */
-	mgt_tensor_table full, *ranks; /* ranks[pp * tp + tp_rank] */
+	int ep, nranks;            /* expert-parallel size (1 without experts), tp * pp * ep */
+	mgt_tensor_table full, *ranks; /* ranks[(ep_rank * pp + pp_rank) * tp + tp_rank] */
 	mgt_ckpt_shard **shards;   /* [rank * 2 + box] */
 	char *tmp;                 /* OUT.tmp.PID */
 	unsigned buffers;          /* GPT-2 mask buffers seen: bit 0 attn.bias, bit 1 attn.masked_bias */
@@ -58,12 +59,15 @@ void cv_hf_close(hf_in *h);
 json_t *cv_hf_tokenizer(hf_in *h);
 
 /* Reading an mgt checkpoint (h->o->load_dir, ckpt_step): metadata, arguments, family, whole-model
- * table.  cv_mgt_read reads row g whole ([g->shape] fp32) and checks it is finite. */
-mgt_status cv_mgt_open(hf_out *h);
+ * table; experts false refuses a Mixture-of-Experts checkpoint first (MGT_ERR_USAGE naming its
+ * first expert, router or shared-expert dataset).  cv_mgt_read reads row g whole ([g->shape]
+ * fp32; an expert row from its expert dataset) and checks it is finite. */
+mgt_status cv_mgt_open(hf_out *h, bool experts);
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole);
 void cv_mgt_close(hf_out *h);
 
-mgt_status cv_scratch_alloc(scratch *b, const mgt_tensor_table *full);
+/* src and whole hold the largest row; with datasets, whole holds the largest expert dataset too. */
+mgt_status cv_scratch_alloc(scratch *b, const mgt_tensor_table *full, bool datasets);
 void cv_scratch_free(scratch *b);
 mgt_status cv_check_finite(const float *x, size_t n, const char *file, const char *name);
 size_t cv_map_numel(const mgt_hf_map *m, int k);

@@ -42,9 +42,12 @@ static mgt_status open_source(exporter *e)
 		e->in.o = &e->co;
 		st = cv_hf_open(&e->in);
 		e->c = &e->in.a.model, e->f = e->in.f, e->prefix = e->in.prefix, e->full = &e->in.full;
+		if (!st && e->c->num_experts > 0)
+			st = mgt_err(MGT_ERR_USAGE, "%s: a Mixture-of-Experts model (%s), which is not exported to GGUF (only "
+				     "dense models are)", e->o->load_dir, mgt_hf_model_type(e->f));
 	} else {
 		e->out.o = &e->co;
-		st = cv_mgt_open(&e->out);
+		st = cv_mgt_open(&e->out, false);
 		e->c = &e->out.a.model, e->f = e->out.f, e->prefix = e->out.prefix, e->full = &e->out.full;
 	}
 	return st;
@@ -303,7 +306,7 @@ static mgt_status row_sources(exporter *e, const mgt_tensor *g, row_data *r)
 static mgt_status write_tensors(exporter *e)
 {
 	scratch s = {0};
-	mgt_status st = cv_scratch_alloc(&s, e->full);
+	mgt_status st = cv_scratch_alloc(&s, e->full, false);
 	/* the fixed (transposed or permuted) tensor goes to s.whole, free once a row's Hugging Face
 	 * tensors are made; it holds the largest row, so also rope_freqs [rot_dim / 2] */
 	row_data r = {.s = &s, .fixed = s.whole};
