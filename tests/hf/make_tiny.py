@@ -4,14 +4,17 @@
 usage: make_tiny.py FAMILY OUTDIR [--dtype bf16|fp16|fp32] [--vocab N] [--layers N] [--hidden N]
                     [--heads N] [--kv-heads N] [--head-dim N] [--ffn N] [--seed N] [--shard-bytes N]
                     [--tie | --untie] [--rope-orig N] [--gpt2-prefix none|transformer]
-                    [--gpt2-buffers none|bias|masked]
-FAMILY: gpt2 llama2 llama3 llama3.1 llama3.2 mistral qwen2 qwen3
+                    [--gpt2-buffers none|bias|masked] [--experts N] [--topk K] [--moe-ffn N]
+                    [--shared-ffn N] [--sparse-step N] [--mlp-only L,L,...] [--norm-topk|--no-norm-topk]
+FAMILY: gpt2 llama2 llama3 llama3.1 llama3.2 mistral qwen2 qwen3 mixtral qwen2_moe qwen3_moe
 
 The files follow what transformers' save_pretrained writes for each family (facts read from
 huggingface/transformers: models/<family>/configuration_<family>.py for the config keys and defaults,
 modeling_<family>.py for the parameter names and shapes, and the published config.json files of
 openai-community/gpt2, meta-llama/Llama-2-7b-hf, Meta-Llama-3-8B, Llama-3.1-8B, Llama-3.2-1B,
-mistralai/Mistral-7B-v0.3, Qwen/Qwen2-0.5B and Qwen/Qwen3-0.6B):
+mistralai/Mistral-7B-v0.3, Qwen/Qwen2-0.5B and Qwen/Qwen3-0.6B; for the Mixture-of-Experts families
+models/{mixtral,qwen2_moe,qwen3_moe}/ and the config.json keys of mistralai/Mixtral-8x7B-v0.1,
+Qwen/Qwen1.5-MoE-A2.7B and Qwen/Qwen3-30B-A3B):
 - Linear weights are [out, in] (nn.Linear); GPT-2's Conv1D weights are [in, out], c_attn's columns
   are [Q | K | V].
 - Tied embeddings: lm_head.weight is not saved (safetensors drops the shared tensor).
@@ -24,6 +27,18 @@ mistralai/Mistral-7B-v0.3, Qwen/Qwen2-0.5B and Qwen/Qwen3-0.6B):
   not flat; norm weights are 1 + 0.1*N(0,1), biases 0.05-0.1*N(0,1).  Values are drawn in float32,
   then rounded to the file dtype (bf16: round to nearest even, st.f32_to_bf16_bits).
 - The default vocabulary (1000) is not a multiple of 128, so converters must pad it.
+- Mixture of Experts, as the files on the Hub name them: Mixtral (MixtralSparseMoeBlock)
+  model.layers.N.block_sparse_moe.gate.weight [E, h] and ...experts.E.w1 (gate) / w3 (up) [F, h],
+  w2 [h, F], every layer sparse (num_local_experts, num_experts_per_tok, intermediate_size = F).
+  Qwen2-MoE / Qwen3-MoE (Qwen2MoeSparseMoeBlock, Qwen3MoeSparseMoeBlock) model.layers.N.mlp.gate.weight
+  [E, h], mlp.experts.E.{gate,up,down}_proj (moe_intermediate_size), Qwen2-MoE also
+  mlp.shared_expert.{gate,up,down}_proj (shared_expert_intermediate_size) and
+  mlp.shared_expert_gate.weight [1, h]; layer l is sparse when l is not in mlp_only_layers and
+  (l + 1) % decoder_sparse_step == 0, else a dense mlp.{gate,up,down}_proj of intermediate_size.
+  Router weights get std 0.5 so that the top-k choice is far from ties (the reference and mgt
+  must pick the same experts).  Defaults: mixtral 4 experts top-2; qwen2_moe 8 experts top-4,
+  norm_topk_prob false, shared expert 96, decoder_sparse_step 2 (layers 1, 3 sparse with 4
+  layers); qwen3_moe 8 experts top-2, norm_topk_prob true, mlp_only_layers [0]; expert size 48.
 
 Llama 3.1/3.2 rope scaling (rope_type llama3, factor 8 / 32, low_freq_factor 1, high_freq_factor 4,
 rope_theta 500000) with a tiny head_dim: the real original_max_position_embeddings 8192 would put
@@ -47,7 +62,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st  # noqa: E402
 
-FAMILIES = ("gpt2", "llama2", "llama3", "llama3.1", "llama3.2", "mistral", "qwen2", "qwen3")
+FAMILIES = ("gpt2", "llama2", "llama3", "llama3.1", "llama3.2", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
+            "qwen3_moe")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe")
 TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 ST_DTYPE = {"bf16": "BF16", "fp16": "F16", "fp32": "F32"}
 
@@ -62,7 +79,47 @@ def rope_regions(head_dim, theta, orig, low=1.0, high=4.0):
     return kept, len(wl) - kept - scaled, scaled
 
 
+def moe_layer(fam, a, n):
+    """Whether layer n has experts (transformers' Qwen2MoeDecoderLayer rule; Mixtral: every layer)."""
+    if fam == "mixtral":
+        return True
+    return n not in a.mlp_only and (n + 1) % a.sparse_step == 0
+
+
+def moe_config(fam, a, ffn, bos, eos):
+    tdt = TORCH_DTYPE[a.dtype]
+    c = {"architectures": [{"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                            "qwen3_moe": "Qwen3MoeForCausalLM"}[fam]]}
+    if fam == "qwen3_moe":
+        c["attention_bias"] = False
+    c.update({"attention_dropout": 0.0, "bos_token_id": bos, "eos_token_id": eos, "hidden_act": "silu",
+              "hidden_size": a.hidden, "initializer_range": 0.02, "intermediate_size": ffn,
+              "max_position_embeddings": a.positions, "model_type": fam, "num_attention_heads": a.heads,
+              "num_experts_per_tok": a.topk, "num_hidden_layers": a.layers, "num_key_value_heads": a.kv_heads,
+              "output_router_logits": False, "rms_norm_eps": 1e-05 if fam == "mixtral" else 1e-06,
+              "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02 if fam == "mixtral" else 0.001,
+              "sliding_window": None, "tie_word_embeddings": a.tied, "torch_dtype": tdt,
+              "transformers_version": "4.51.0", "use_cache": True, "vocab_size": a.vocab})
+    if fam == "mixtral":
+        c["num_local_experts"] = a.experts
+    else:
+        c.update({"decoder_sparse_step": a.sparse_step, "max_window_layers": a.layers,
+                  "moe_intermediate_size": a.moe_ffn, "norm_topk_prob": a.norm_topk, "num_experts": a.experts,
+                  "use_sliding_window": False})
+        if a.mlp_only or fam == "qwen3_moe":
+            c["mlp_only_layers"] = a.mlp_only
+    if fam == "qwen2_moe":
+        c["shared_expert_intermediate_size"] = a.shared_ffn
+        c["sliding_window"] = a.positions
+    if fam == "qwen3_moe":
+        c["head_dim"] = a.head_dim_used
+        c["rope_scaling"] = None
+    return c, {"bos_token_id": bos, "eos_token_id": eos, "transformers_version": "4.51.0"}
+
+
 def make_config(fam, a, head_dim, ffn, bos, eos):
+    if fam in MOE:
+        return moe_config(fam, a, ffn, bos, eos)
     tdt = TORCH_DTYPE[a.dtype]
     if fam == "gpt2":
         c = {
@@ -144,6 +201,15 @@ def main(argv=None):
     p.add_argument("--rope-orig", type=int, default=64, help="llama3.1/3.2 original_max_position_embeddings")
     p.add_argument("--gpt2-prefix", choices=("none", "transformer"), default="none")
     p.add_argument("--gpt2-buffers", choices=("none", "bias", "masked"), default="none")
+    p.add_argument("--experts", type=int, default=None, help="MoE: experts (mixtral 4, qwen 8)")
+    p.add_argument("--topk", type=int, default=None, help="MoE: experts per token (mixtral 2, qwen2_moe 4, qwen3_moe 2)")
+    p.add_argument("--moe-ffn", type=int, default=48, help="qwen MoE: moe_intermediate_size")
+    p.add_argument("--shared-ffn", type=int, default=96, help="qwen2_moe: shared_expert_intermediate_size")
+    p.add_argument("--sparse-step", type=int, default=None, help="qwen MoE: decoder_sparse_step (qwen2_moe 2, qwen3_moe 1)")
+    p.add_argument("--mlp-only", default=None, help="qwen MoE: mlp_only_layers, comma-separated (qwen3_moe 0)")
+    nt = p.add_mutually_exclusive_group()
+    nt.add_argument("--norm-topk", dest="norm_topk", action="store_const", const=True, default=None)
+    nt.add_argument("--no-norm-topk", dest="norm_topk", action="store_const", const=False)
     a = p.parse_args(argv)
     fam = a.family
     if a.dtype is None:
@@ -154,16 +220,32 @@ def main(argv=None):
         p.error("gpt2 has no grouped-query attention")
     if a.heads % a.kv_heads:
         p.error("--heads must be a multiple of --kv-heads")
-    if a.head_dim is not None and fam != "qwen3":
-        p.error("--head-dim is for qwen3 (others use hidden/heads)")
+    if a.head_dim is not None and fam not in ("qwen3", "qwen3_moe"):
+        p.error("--head-dim is for qwen3 and qwen3_moe (others use hidden/heads)")
+    if fam in MOE:
+        if a.layers == 2 and fam != "mixtral":
+            a.layers = 4
+        a.experts = a.experts or (4 if fam == "mixtral" else 8)
+        a.topk = a.topk or {"mixtral": 2, "qwen2_moe": 4, "qwen3_moe": 2}[fam]
+        a.sparse_step = a.sparse_step or (2 if fam == "qwen2_moe" else 1)
+        if a.mlp_only is None:
+            a.mlp_only = "0" if fam == "qwen3_moe" else ""
+        a.mlp_only = [int(x) for x in a.mlp_only.split(",") if x != ""]
+        if a.norm_topk is None:
+            a.norm_topk = fam == "qwen3_moe"
+        if not 1 <= a.topk <= a.experts:
+            p.error("--topk must be in 1..--experts")
     if a.hidden % a.heads:
         p.error("--hidden must be a multiple of --heads")
-    head_dim = a.head_dim or (32 if fam == "qwen3" else a.hidden // a.heads)
+    head_dim = a.head_dim or (32 if fam in ("qwen3", "qwen3_moe") else a.hidden // a.heads)
+    a.head_dim_used = head_dim
     if head_dim % 2:
         p.error("head_dim must be even for RoPE")
     ffn = a.ffn or (4 * a.hidden if fam == "gpt2" else 176)
     if a.tied is None:
         a.tied = fam in ("gpt2", "llama3.2", "qwen2", "qwen3")
+    if fam == "mixtral" and a.ffn is None:
+        ffn = a.moe_ffn  # Mixtral's intermediate_size is the experts' size
     if fam == "gpt2" and not a.tied:
         p.error("GPT2LMHeadModel always ties lm_head to wte")
     factor = {"llama3.1": 8, "llama3.2": 32}.get(fam)
@@ -178,13 +260,13 @@ def main(argv=None):
     V = a.vocab
     if fam == "gpt2":
         bos = eos = V - 1
-    elif fam in ("llama2", "mistral"):
+    elif fam in ("llama2", "mistral", "mixtral"):
         bos, eos = 1, 2
     elif fam == "llama3":
         bos, eos = V - 8, V - 7
     elif fam in ("llama3.1", "llama3.2"):
         bos, eos = V - 8, [V - 7, V - 4, V - 3]
-    elif fam == "qwen2":
+    elif fam in ("qwen2", "qwen2_moe"):
         bos = eos = V - 20
     else:
         bos, eos = V - 20, V - 18
@@ -234,22 +316,40 @@ def main(argv=None):
         put("model.embed_tokens.weight", (V, H), 0.4)
         for n in range(a.layers):
             L = "model.layers.%d." % n
+            qkv_bias = fam in ("qwen2", "qwen2_moe")
             put(L + "self_attn.q_proj.weight", (nq * d, H), 0.25)
-            if fam == "qwen2":
+            if qkv_bias:
                 put(L + "self_attn.q_proj.bias", (nq * d,), 0.1)
             put(L + "self_attn.k_proj.weight", (nkv * d, H), 0.25)
-            if fam == "qwen2":
+            if qkv_bias:
                 put(L + "self_attn.k_proj.bias", (nkv * d,), 0.1)
             put(L + "self_attn.v_proj.weight", (nkv * d, H), 0.12)
-            if fam == "qwen2":
+            if qkv_bias:
                 put(L + "self_attn.v_proj.bias", (nkv * d,), 0.1)
             put(L + "self_attn.o_proj.weight", (H, nq * d), 0.12)
-            if fam == "qwen3":
+            if fam in ("qwen3", "qwen3_moe"):
                 put(L + "self_attn.q_norm.weight", (d,), 0.2, 1.0)
                 put(L + "self_attn.k_norm.weight", (d,), 0.2, 1.0)
-            put(L + "mlp.gate_proj.weight", (I, H), 0.12)
-            put(L + "mlp.up_proj.weight", (I, H), 0.12)
-            put(L + "mlp.down_proj.weight", (H, I), 0.08)
+            if fam in MOE and moe_layer(fam, a, n):
+                F_ = I if fam == "mixtral" else a.moe_ffn
+                blk = "block_sparse_moe." if fam == "mixtral" else "mlp."
+                put(L + blk + "gate.weight", (a.experts, H), 0.5)
+                for e in range(a.experts):
+                    E = "%sexperts.%d." % (blk, e)
+                    names = ("w1", "w3", "w2") if fam == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+                    put(L + E + names[0] + ".weight", (F_, H), 0.12)
+                    put(L + E + names[1] + ".weight", (F_, H), 0.12)
+                    put(L + E + names[2] + ".weight", (H, F_), 0.08)
+                if fam == "qwen2_moe":
+                    S = a.shared_ffn
+                    put(L + "mlp.shared_expert.gate_proj.weight", (S, H), 0.12)
+                    put(L + "mlp.shared_expert.up_proj.weight", (S, H), 0.12)
+                    put(L + "mlp.shared_expert.down_proj.weight", (H, S), 0.08)
+                    put(L + "mlp.shared_expert_gate.weight", (1, H), 0.3)
+            else:
+                put(L + "mlp.gate_proj.weight", (I, H), 0.12)
+                put(L + "mlp.up_proj.weight", (I, H), 0.12)
+                put(L + "mlp.down_proj.weight", (H, I), 0.08)
             put(L + "input_layernorm.weight", (H,), 0.1, 1.0)
             put(L + "post_attention_layernorm.weight", (H,), 0.1, 1.0)
         put("model.norm.weight", (H,), 0.1, 1.0)

@@ -2,7 +2,7 @@
 """Independent float64 reference of the Hugging Face forward pass for mgt's converter tests.
 
 usage: ref_forward.py MODEL_DIR --tokens "ID ID ..." [--logits OUT.npy] [--greedy N] [--stop-eos]
-                      [--variant a|b] [--start-pos P] [--ggml-gelu]
+                      [--variant a|b] [--start-pos P] [--ggml-gelu] [--routing OUT.json]
        ref_forward.py --self-test [--quick]
 
 MODEL_DIR is a Hugging Face model directory (config.json + model.safetensors or sharded files), read
@@ -41,8 +41,20 @@ modeling_rope_utils.py, activations.py, pytorch_utils.py (Conv1D)):
   attention scaling stays 1.  rope_type "linear": inv/factor.  Others are refused.
 - Sliding windows (Mistral sliding_window, Qwen use_sliding_window) are refused when the sequence is
   longer than the window; shorter sequences are unaffected.
+- Mixture of Experts (models/mixtral/modeling_mixtral.py MixtralSparseMoeBlock,
+  models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock and Qwen2MoeDecoderLayer,
+  models/qwen3_moe/modeling_qwen3_moe.py): the MLP of a sparse layer is, on x = RMSNorm_post(h),
+  p = softmax(x @ gate^T) over all experts, the k largest (num_experts_per_tok), renormalized to sum
+  1 for Mixtral (always) and for Qwen when norm_topk_prob; out = sum_j p_j expert_j(x) with
+  expert(x) = down(silu(gate(x)) * up(x)) (Mixtral: w2(silu(w1 x) * w3 x)); Qwen2-MoE adds
+  sigmoid(x @ shared_expert_gate^T) * shared_expert(x).  Qwen layer l is sparse when l is not in
+  mlp_only_layers and (l + 1) % decoder_sparse_step == 0 (else the dense mlp of intermediate_size);
+  Mixtral's layers all are.  Qwen2-MoE's q/k/v biases follow qkv_bias (default true).  --routing
+  writes the chosen experts (ascending) and their weights per sparse layer and token, and the
+  smallest gap between the k-th and (k+1)-th router logit (how far the choice is from a tie).
 
-Second path (--variant b, used by --self-test): GPT-2 through torch.nn.functional (linear on the
+Second path (--variant b, used by --self-test): MoE through a dense [tokens, experts] weight matrix
+(every expert on every token, argsort for the top-k); GPT-2 through torch.nn.functional (linear on the
 transposed Conv1D weights, layer_norm, gelu approximate="tanh", masked_fill + softmax, per-head loop);
 the RoPE families with q/k rows (and q/k biases, q_norm/k_norm weights) permuted to the interleaved
 layout that Meta's original checkpoints and llama.cpp's LLAMA_ROPE_TYPE_NORM use
@@ -83,11 +95,82 @@ def load(model_dir):
     return cfg, W
 
 
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe")
+ROUTING = {}  # filled by moe_mlp: "layer_N" -> {"experts": [[...]], "probs": [[...]]}, "min_gap"
+
+
 def family(cfg):
     mt = cfg.get("model_type")
-    if mt in ("gpt2", "llama", "mistral", "qwen2", "qwen3"):
+    if mt in ("gpt2", "llama", "mistral", "qwen2", "qwen3") + MOE_FAMILIES:
         return mt
-    raise RefError("config.json: model_type %r not supported (gpt2, llama, mistral, qwen2, qwen3)" % mt)
+    raise RefError("config.json: model_type %r not supported (gpt2, llama, mistral, qwen2, qwen3, mixtral, "
+                   "qwen2_moe, qwen3_moe)" % mt)
+
+
+def is_sparse(cfg, fam, i):
+    if fam == "mixtral":
+        return True
+    if fam not in MOE_FAMILIES or cfg.get("num_experts", 0) <= 0:
+        return False
+    return i not in (cfg.get("mlp_only_layers") or []) and (i + 1) % cfg.get("decoder_sparse_step", 1) == 0
+
+
+def swiglu_mlp(x, wg, wu, wd, variant):
+    gt = x @ wg.t()
+    up = x @ wu.t()
+    act = F.silu(gt) if variant == "b" else gt / (1.0 + torch.exp(-gt))
+    return (act * up) @ wd.t()
+
+
+def moe_mlp(cfg, fam, W, p, x, i, variant):
+    """The sparse MLP of layer i on x [n, H] (see the header)."""
+    H, n = cfg["hidden_size"], x.shape[0]
+    E = cfg["num_local_experts"] if fam == "mixtral" else cfg["num_experts"]
+    k = cfg["num_experts_per_tok"]
+    Fe = cfg["intermediate_size"] if fam == "mixtral" else cfg["moe_intermediate_size"]
+    blk = p + ("block_sparse_moe." if fam == "mixtral" else "mlp.")
+    names = ("w1", "w3", "w2") if fam == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    renorm = fam == "mixtral" or bool(cfg.get("norm_topk_prob", False))
+    ex = [(need(W, "%sexperts.%d.%s.weight" % (blk, e, names[0]), (Fe, H)),
+           need(W, "%sexperts.%d.%s.weight" % (blk, e, names[1]), (Fe, H)),
+           need(W, "%sexperts.%d.%s.weight" % (blk, e, names[2]), (H, Fe))) for e in range(E)]
+    logits = x @ need(W, blk + "gate.weight", (E, H)).t()
+    if variant == "b":
+        probs = F.softmax(logits, dim=-1)
+        order = torch.argsort(probs, dim=-1, descending=True)
+        sel = order[:, :k]
+        top = torch.gather(probs, 1, sel)
+        if renorm:
+            top = top / top.sum(-1, keepdim=True)
+        dense = torch.zeros(n, E).scatter(1, sel, top)
+        out = torch.zeros(n, H)
+        for e in range(E):
+            out = out + dense[:, e:e + 1] * swiglu_mlp(x, *ex[e], variant)
+    else:
+        z = logits - logits.max(-1, keepdim=True).values
+        probs = torch.exp(z) / torch.exp(z).sum(-1, keepdim=True)
+        top, sel = torch.topk(probs, k, dim=-1)
+        if renorm:
+            top = top / top.sum(-1, keepdim=True)
+        out = torch.zeros(n, H)
+        for t in range(n):
+            for j in range(k):
+                e = int(sel[t, j])
+                out[t] += top[t, j] * swiglu_mlp(x[t:t + 1], *ex[e], variant)[0]
+    srt = torch.sort(logits, dim=-1, descending=True).values  # the gap in logits: fp32 errors are relative to them
+    gap = float((srt[:, k - 1] - srt[:, k]).min()) if k < E else float("inf")
+    ROUTING["min_gap"] = min(ROUTING.get("min_gap", float("inf")), gap)
+    asc = torch.argsort(sel, dim=-1)
+    ROUTING["layer_%d" % i] = {"experts": torch.gather(sel, 1, asc).tolist(),
+                               "probs": torch.gather(top, 1, asc).tolist()}
+    if fam == "qwen2_moe":
+        S = cfg["shared_expert_intermediate_size"]
+        sh = swiglu_mlp(x, need(W, p + "mlp.shared_expert.gate_proj.weight", (S, H)),
+                        need(W, p + "mlp.shared_expert.up_proj.weight", (S, H)),
+                        need(W, p + "mlp.shared_expert.down_proj.weight", (H, S)), variant)
+        g = x @ need(W, p + "mlp.shared_expert_gate.weight", (1, H)).t()
+        out = out + (torch.sigmoid(g) if variant == "b" else 1.0 / (1.0 + torch.exp(-g))) * sh
+    return out
 
 
 def need(W, name, shape):
@@ -278,8 +361,9 @@ def rope_forward(cfg, W, ids, variant="a", start_pos=0):
     uses_sw = sw is not None and (fam == "mistral" or cfg.get("use_sliding_window"))
     if uses_sw and start_pos + n > sw:
         raise RefError("sequence of %d tokens is longer than sliding_window %d" % (start_pos + n, sw))
-    qkv_bias = fam == "qwen2" or bool(cfg.get("attention_bias"))
-    o_bias = fam != "qwen2" and bool(cfg.get("attention_bias"))
+    qkv_bias = fam == "qwen2" or (fam == "qwen2_moe" and cfg.get("qkv_bias", True) is not False) \
+        or bool(cfg.get("attention_bias"))
+    o_bias = fam not in ("qwen2", "qwen2_moe") and bool(cfg.get("attention_bias"))
     r = nq // nkv
     if nq % nkv:
         raise RefError("num_attention_heads %d not a multiple of num_key_value_heads %d" % (nq, nkv))
@@ -299,7 +383,7 @@ def rope_forward(cfg, W, ids, variant="a", start_pos=0):
         bk = need(W, p + "self_attn.k_proj.bias", (nkv * d,)) if qkv_bias else torch.zeros(nkv * d)
         bv = need(W, p + "self_attn.v_proj.bias", (nkv * d,)) if qkv_bias else torch.zeros(nkv * d)
         qn = kn = None
-        if fam == "qwen3":
+        if fam in ("qwen3", "qwen3_moe"):
             qn = need(W, p + "self_attn.q_norm.weight", (d,))
             kn = need(W, p + "self_attn.k_norm.weight", (d,))
         if variant == "b":
@@ -332,10 +416,11 @@ def rope_forward(cfg, W, ids, variant="a", start_pos=0):
         if o_bias:
             h = h + need(W, p + "self_attn.o_proj.bias", (H,))
         x = rmsnorm(h, need(W, p + "post_attention_layernorm.weight", (H,)), eps, variant)
-        gt = x @ need(W, p + "mlp.gate_proj.weight", (I, H)).t()
-        up = x @ need(W, p + "mlp.up_proj.weight", (I, H)).t()
-        act = F.silu(gt) if variant == "b" else gt / (1.0 + torch.exp(-gt))
-        h = h + (act * up) @ need(W, p + "mlp.down_proj.weight", (H, I)).t()
+        if is_sparse(cfg, fam, i):
+            h = h + moe_mlp(cfg, fam, W, p, x, i, variant)
+            continue
+        h = h + swiglu_mlp(x, need(W, p + "mlp.gate_proj.weight", (I, H)), need(W, p + "mlp.up_proj.weight", (I, H)),
+                           need(W, p + "mlp.down_proj.weight", (H, I)), variant)
     h = rmsnorm(h, need(W, "model.norm.weight", (H,)), eps, variant)
     tied = cfg.get("tie_word_embeddings", fam in ("gpt2",))
     if "lm_head.weight" in W and not tied:
@@ -378,7 +463,8 @@ def self_test(quick=False):
     import subprocess
     import tempfile
     here = os.path.dirname(os.path.abspath(__file__))
-    fams = ["gpt2", "llama2", "llama3", "llama3.1", "llama3.2", "mistral", "qwen2", "qwen3"]
+    fams = ["gpt2", "llama2", "llama3", "llama3.1", "llama3.2", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
+            "qwen3_moe"]
     worst = 0.0
     fails = []
     rng = np.random.default_rng(5)
@@ -457,6 +543,7 @@ def main(argv=None):
     p.add_argument("--variant", choices=("a", "b"), default="a")
     p.add_argument("--start-pos", type=int, default=0)
     p.add_argument("--ggml-gelu", action="store_true", help="emulate llama.cpp's f16-table GELU (GPT-2)")
+    p.add_argument("--routing", help="write the MoE routing of the prompt as JSON (see the header)")
     p.add_argument("--self-test", action="store_true")
     p.add_argument("--quick", action="store_true")
     a = p.parse_args(argv)
@@ -474,6 +561,9 @@ def main(argv=None):
             tmp = a.logits + ".tmp.npy"
             np.save(tmp, lg.numpy())
             os.replace(tmp, a.logits)
+        if a.routing:
+            with open(a.routing, "w") as f:
+                json.dump(ROUTING, f)
         if a.greedy:
             print(json.dumps({"greedy": greedy(cfg, W, ids, a.greedy, a.stop_eos, a.variant)}))
     except (RefError, st.StError, OSError, KeyError) as e:
