@@ -362,19 +362,24 @@ static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
 		for (int q = 0; !st && q < nb; q++) {
 			int64_t bc = g0->ndim == 2 ? shape[q][1] : 1;
 			size_t per = (size_t)(shape[q][0] * bc), need = per * (size_t)k;
-			if (need > b->piece_n) {
-				float *p = mgt_realloc(b->piece, need * sizeof(float));
-				if (!p) return MGT_ERR_NOMEM;
-				b->piece = p;
-				b->piece_n = need;
+			const float *data = b->whole; /* the whole dataset (one rank holds it all) as it is */
+			if (per != n || k != g0->num_experts) {
+				if (need > b->piece_n) {
+					float *p = mgt_realloc(b->piece, need * sizeof(float));
+					if (!p) return MGT_ERR_NOMEM;
+					b->piece = p;
+					b->piece_n = need;
+				}
+				for (int e = 0; e < k; e++) {
+					const float *w = b->whole + (size_t)(x->expert + e) * n;
+					for (int64_t i = 0; i < shape[q][0]; i++)
+						memcpy(b->piece + (size_t)e * per + (size_t)(i * bc),
+						       w + (off[q][0] + i) * cols + (g0->ndim == 2 ? off[q][1] : 0),
+						       (size_t)bc * sizeof(float));
+				}
+				data = b->piece;
 			}
-			for (int e = 0; e < k; e++) {
-				const float *w = b->whole + (size_t)(x->expert + e) * n;
-				for (int64_t i = 0; i < shape[q][0]; i++)
-					memcpy(b->piece + (size_t)e * per + (size_t)(i * bc),
-					       w + (off[q][0] + i) * cols + (g0->ndim == 2 ? off[q][1] : 0), (size_t)bc * sizeof(float));
-			}
-			mgt_ckpt_piece p = {.name = g0->dataset, .ndim = g0->ndim + 1, .dtype = MGT_CKPT_F32, .data = b->piece};
+			mgt_ckpt_piece p = {.name = g0->dataset, .ndim = g0->ndim + 1, .dtype = MGT_CKPT_F32, .data = data};
 			p.global_shape[0] = g0->num_experts;
 			p.offset[0] = x->expert;
 			p.shape[0] = k;

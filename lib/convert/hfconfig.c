@@ -259,15 +259,21 @@ static bool all_moe(const mgt_model_config *c)
 	return true;
 }
 
-/* What transformers' MoE blocks cannot express (they route by a softmax over all experts, top-k,
- * optionally renormalized, and have no router bias): a refusal naming the flag, or NULL. */
-static const char *moe_unmappable(const mgt_model_config *c, mgt_hf_family f)
+/* What none of transformers' MoE blocks computes (they route by a softmax over all experts, top-k,
+ * optionally renormalized, and have no router bias): the flag, or NULL. */
+static const char *moe_unmappable(const mgt_model_config *c)
 {
 	if (strcmp(c->moe_router_score_function, "softmax")) return "--moe-router-score-function sigmoid";
 	if (c->moe_router_enable_expert_bias) return "--moe-router-enable-expert-bias";
 	if (c->moe_router_num_groups > 1) return "--moe-router-num-groups";
 	if (c->moe_router_topk_scaling_factor > 0 && c->moe_router_topk_scaling_factor != 1.0)
 		return "--moe-router-topk-scaling-factor";
+	return NULL;
+}
+
+/* What family f's MoE block lacks: the flag, or NULL. */
+static const char *moe_not_in(const mgt_model_config *c, mgt_hf_family f)
+{
 	if (f == MGT_HF_MIXTRAL && c->moe_router_pre_softmax) return "--moe-router-pre-softmax (Mixtral renormalizes)";
 	if (f == MGT_HF_MIXTRAL && !all_moe(c)) return "--moe-layer-freq with dense layers (Mixtral has experts in every layer)";
 	if (f == MGT_HF_MIXTRAL && c->moe_ffn_hidden_size != c->ffn_hidden_size)
@@ -291,9 +297,13 @@ mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
 	if (ok && f == MGT_HF_QWEN2 && !c->add_qkv_bias) ok = false;
 	if (!ok) return mgt_err(MGT_ERR_USAGE, "--family %s cannot hold this model (it looks like %s)", mgt_hf_model_type(f),
 				mgt_hf_model_type(g));
-	const char *why = is_moe(f) ? moe_unmappable(c, f) : NULL;
-	return why ? mgt_err(MGT_ERR_USAGE, "%s cannot hold this Mixture-of-Experts model: %s has no Hugging Face counterpart",
-			     mgt_hf_model_type(f), why) : MGT_OK;
+	const char *why = is_moe(f) ? moe_unmappable(c) : NULL;
+	if (why)
+		return mgt_err(MGT_ERR_USAGE, "no Hugging Face family computes this Mixture-of-Experts model: %s has no "
+			       "counterpart in transformers' routers", why);
+	why = is_moe(f) ? moe_not_in(c, f) : NULL;
+	return why ? mgt_err(MGT_ERR_USAGE, "%s cannot hold this Mixture-of-Experts model: %s", mgt_hf_model_type(f), why)
+		   : MGT_OK;
 }
 
 /* The MoE keys of a config.json for c (the inverse of cv_config_to_args; dense layers as
