@@ -55,14 +55,6 @@ back_same() {
 	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$2" --save-dir "$3" && same_ckpt "$1" "$3" 500
 }
 
-# routing_flags CKPT: the routing flags --use-checkpoint-args does not carry, from metadata.json args
-routing_flags() {
-	$PY -c "
-import json, sys
-a = json.load(open(sys.argv[1] + '/iter_0000000/metadata.json'))['args']
-print('--moe-router-topk %d' % a['moe_router_topk'] + (' --moe-router-pre-softmax' if a['moe_router_pre_softmax'] else ''))" "$1"
-}
-
 # compare HF_DIR DUMP.h5 TOL: ref_forward.py on the dump's tokens against its logits and routing;
 # exit 1 when they differ, 2 when something is missing
 compare() {
@@ -182,16 +174,23 @@ for spec in mixtral:bf16 qwen2_moe:bf16 qwen3_moe:fp16; do
 	ok "$fam: the MoE arguments recorded" args_ok "$ck" "$src"
 	ok "$fam: Megatron's layouts (expert datasets [E, rows, cols], fc1 [gate; up], router, shared expert)" layout "$src" "$ck"
 	# the TP 2 x PP 2 checkpoint, read by a TP 1 run
-	rf=$(routing_flags "$ck")
 	rm -f "$T/d.h5"
-	"$BIN/mgt-train" --load "$ck" --use-checkpoint-args $DUMP $rf --debug-dump "$T/d.h5" >"$T/tr.log" 2>&1 ||
+	# --use-checkpoint-args takes the routing (top-k, pre-softmax) from the checkpoint, as Megatron's
+	# load_args_from_checkpoint does
+	"$BIN/mgt-train" --load "$ck" --use-checkpoint-args $DUMP --debug-dump "$T/d.h5" >"$T/tr.log" 2>&1 ||
 		sed 's/^/# /' "$T/tr.log" | tail -5
-	ok "$fam: logits and routing equal the float64 reference ($rf)" compare "$src" "$T/d.h5" 1e-5
+	ok "$fam: logits and routing equal the float64 reference (routing from the checkpoint's args)" compare "$src" "$T/d.h5" 1e-5
 done
 
-# the test can fail: Qwen2-MoE routed without --moe-router-pre-softmax (top-k renormalized)
+# the test can fail: Qwen2-MoE routed without pre-softmax (top-k renormalized), from a copy of the
+# checkpoint whose recorded arguments say so
 rm -f "$T/d.h5"
-"$BIN/mgt-train" --load "$T/ck-qwen2_moe-2x2" --use-checkpoint-args $DUMP --moe-router-topk 4 --debug-dump "$T/d.h5" \
+cp -r "$T/ck-qwen2_moe-2x2" "$T/ck-renorm"
+$PY -c "
+import json, sys
+f = sys.argv[1] + '/iter_0000000/metadata.json'
+m = json.load(open(f)); m['args']['moe_router_pre_softmax'] = False; json.dump(m, open(f, 'w'))" "$T/ck-renorm"
+"$BIN/mgt-train" --load "$T/ck-renorm" --use-checkpoint-args $DUMP --debug-dump "$T/d.h5" \
 	>"$T/tr.log" 2>&1 || sed 's/^/# /' "$T/tr.log" | tail -5
 ok "qwen2_moe routed with renormalized top-k differs from the reference" exits 1 compare "$T/qwen2_moe" "$T/d.h5" 1e-3
 sed 's/^/# /' "$T/out"
@@ -225,7 +224,7 @@ ok "... saying it has no experts" err_has "dense model"
 if command -v mpirun >/dev/null 2>&1; then
 	EPRUN="--load $ck --use-checkpoint-args --mock-data --seq-length 16 --micro-batch-size 1 --global-batch-size 2
 		--train-iters 1 --lr 0 --hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-interval 0 --threads 1
-		--finetune $(routing_flags "$ck")"
+		--finetune"
 	"$BIN/mgt-train" $EPRUN >"$T/ep1.log" 2>&1
 	sh "$ROOT/tests/mpirun.sh" 2 "$BIN/mgt-train" $EPRUN --expert-model-parallel-size 2 >"$T/ep2.log" 2>&1
 	l1=$(grep -o "lm loss: [^ ]*" "$T/ep1.log"); l2=$(grep -o "lm loss: [^ ]*" "$T/ep2.log")
