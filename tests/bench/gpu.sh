@@ -9,6 +9,8 @@
 #       batch 64, 30 iterations (dropout 0.1, Megatron's default);
 #       llama-3.2-1b's shape at seq 2048 with its vocabulary (--vocab-size 128256), micro-batch 4
 #       (or 2, 1), global batch 16, 20 iterations, dropout 0;
+#       a Mixtral-like small MoE (mixtral-8x7b's layer at h 2048, 8 layers, 8 experts of 4096,
+#       top-2, router in fp32) at seq 2048, micro-batch 4 (or 2, 1), global batch 16, 20 iterations;
 #     and, with a dataset argument, both again on it (GPT-2 tokenizer; llama's shape then has
 #     GPT-2's vocabulary).
 #  From each run's --metrics-file, after 5 warm-up iterations: median iteration time, tokens/s,
@@ -23,7 +25,8 @@
 # Environment: MGT_BIN (directory with mgt-train and mgt-preprocess; default bin/, else
 #   build/bundle/bin), GEMM_CEILING (default build/bench/gemm_ceiling, else
 #   build/bundle/bench/gemm_ceiling), PEAK_TFLOPS (989), RUN_TIMEOUT (300 s per run), GPT2_MBS
-#   ("8 4 2 1"), LLAMA_MBS ("4 2 1"), GPT2_ITERS (30), LLAMA_ITERS (20), PY (python3).
+#   ("8 4 2 1"), LLAMA_MBS ("4 2 1"), MOE_MBS ("4 2 1"), GPT2_ITERS (30), LLAMA_ITERS (20),
+#   MOE_ITERS (20), PY (python3).
 # Raw results: tests/bench/results/gpu-<device>-<date>.txt (also copied to $OUT when set, after
 # every case, so that a run cut short still leaves its results there).
 set -u
@@ -205,6 +208,12 @@ bench() {
 	save
 	run_case llama-3.2-1b-mock llama-3.2-1b 2048 16 "${LLAMA_ITERS:-20}" "${LLAMA_MBS:-4 2 1}" --mock-data \
 		--vocab-size 128256 --hidden-dropout 0 --attention-dropout 0
+	save
+	# a Mixtral-like small shape (issue 17): Mixtral's layer with h 2048, 8 experts of 4096, top-2,
+	# 8 layers (1.7B parameters, 0.5B active), router in fp32, aux loss 1e-2
+	run_case mixtral-small-mock mixtral-8x7b 2048 16 "${MOE_ITERS:-20}" "${MOE_MBS:-4 2 1}" --mock-data \
+		--vocab-size 32000 --num-layers 8 --hidden-size 2048 --ffn-hidden-size 4096 --moe-ffn-hidden-size 4096 \
+		--num-attention-heads 16 --num-query-groups 8 --moe-router-dtype fp32 --hidden-dropout 0 --attention-dropout 0
 	save
 	if [ "${TORCH:-1}" = 1 ]; then
 		echo "## PyTorch on the same GPU, the same shapes (random token ids)"

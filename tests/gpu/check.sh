@@ -3,7 +3,7 @@
 #
 # 1. build/tests/gpu/test_cuda_ops: every backend op on the GPU against the CPU backend
 #    (tolerances and reasons in that file).
-# 2. mgt-train, tiny-gpt2 and tiny-llama, --mock-data, seq 128, micro-batch 4, global batch 8
+# 2. mgt-train, tiny-gpt2, tiny-llama and tiny-moe (router GEMM in fp32, as its preset says), --mock-data, seq 128, micro-batch 4, global batch 8
 #    (2 micro-batches: gradient accumulation), CPU vs CUDA:
 #    (a) iteration 1, dropout 0 (--debug-dump; 2 iterations, constant lr):
 #        initial params and batches: identical (params are initialized on the host);
@@ -46,11 +46,11 @@
 # on failure (KEEP=1 always), and copied to $OUT (two files) when $OUT is set.
 # Environment: MGT_BIN (directory with mgt-train; default bin/, else build/bundle/bin),
 # TEST_CUDA_OPS (default build/tests/gpu/test_cuda_ops, else build/bundle/tests/gpu/...),
-# PY (python3 with numpy and h5py), ITERS (50), MODELS ("tiny-gpt2 tiny-llama"), SKIP_OPS=1.
+# PY (python3 with numpy and h5py), ITERS (50), MODELS ("tiny-gpt2 tiny-llama tiny-moe"), SKIP_OPS=1.
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ITERS=${ITERS:-50}
-MODELS=${MODELS:-"tiny-gpt2 tiny-llama"}
+MODELS=${MODELS:-"tiny-gpt2 tiny-llama tiny-moe"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 if [ -z "${MGT_BIN:-}" ]; then
 	MGT_BIN=$ROOT/bin
