@@ -4,6 +4,7 @@
  * version (no linear biases with experts; softmax and sigmoid scores; aux_loss, seq_aux_loss
  * and none balancing). */
 #include "model.h"
+#include "moe.h"
 
 #include <string.h>
 
@@ -73,7 +74,8 @@ static mgt_status check_capacity(const mgt_model_config *c)
 static mgt_status check_bounds(const mgt_model_config *c)
 {
 	const struct { const char *flag; int64_t v, max; } dims[] = {
-		{ "--num-experts", c->num_experts, 1 << 16 }, { "--moe-ffn-hidden-size", c->moe_ffn_hidden_size, 1 << 26 },
+		{ "--num-experts", c->num_experts, MGT_MOE_MAX_EXPERTS }, { "--moe-router-topk", c->moe_router_topk, MGT_MOE_MAX_TOPK },
+		{ "--moe-ffn-hidden-size", c->moe_ffn_hidden_size, 1 << 26 },
 		{ "--moe-shared-expert-intermediate-size", c->moe_shared_expert_intermediate_size, 1 << 26 },
 	};
 	for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)

@@ -115,7 +115,8 @@ done <<'E'
 --moe-router-load-balancing-type aux|--moe-router-load-balancing-type aux: expected aux_loss, seq_aux_loss or none
 --moe-token-drop-policy random|--moe-token-drop-policy random: expected probs or position
 --moe-router-dtype bf16|--moe-router-dtype bf16: expected fp32 or fp64
---num-experts 100000|--num-experts 100000: more than the 65536 mgt supports
+--num-experts 100000|--num-experts 100000: more than the 1024 mgt supports
+--num-experts 128 --moe-router-topk 100|--moe-router-topk 100: more than the 64 mgt supports
 --num-experts -1|--num-experts -1: expected an integer >= 0
 --moe-shared-expert-intermediate-size 0|--moe-shared-expert-intermediate-size 0: expected an integer >= 1
 --moe-router-topk-scaling-factor 0|--moe-router-topk-scaling-factor 0: expected a finite number > 0
