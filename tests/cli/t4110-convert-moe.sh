@@ -43,8 +43,10 @@ def layers(m):
     f = m["moe_layer_freq"]
     return [int(l % f == 0) for l in range(m["num_layers"])] if isinstance(f, int) else json.loads(f)
 ma["moe_layer_freq"], mb["moe_layer_freq"] = layers(ma), layers(mb)
+# the router's GEMM precision (moe_router_dtype) is a training knob Hugging Face does not record
 kd = [k for k in ma if (k.startswith("moe_router") or k in ("num_experts", "moe_ffn_hidden_size", "moe_layer_freq",
-      "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_aux_loss_coeff")) and ma[k] != mb.get(k)]
+      "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_aux_loss_coeff")) and ma[k] != mb.get(k)
+      and k != "moe_router_dtype"]
 print("# %d tensors, %d differ %s; MoE arguments differing: %s" % (len(names), len(diff), diff[:3], kd))
 sys.exit(1 if diff or kd or not names else 0)
 EOF
