@@ -32,6 +32,7 @@ struct moe_act { /* one MoE layer of one slot */
 	int *rows;       /* [El] rows per local expert */
 	int32_t *perm;   /* backend [Nmax]: the token of each row */
 	int32_t *slot;   /* backend [T k]: the row of each routed copy, -1 dropped */
+	int32_t *hslot;  /* host [T k]: the same (the router's backward reads it) */
 	float *w;        /* backend [Nmax]: the probability of each row */
 	float *fc1, *act; /* backend [Nmax, fc1e], [Nmax, ffe] */
 	float *sfc1, *sact, *sout; /* shared expert: [T, shfc1], [T, sh], [T, h] */
@@ -55,7 +56,8 @@ struct moe_state {
 	/* host scratch */
 	float *hf;        /* [max(T E, Nmax, T)] */
 	int32_t *hperm, *hslot;
-	double *hdprob, *hdL;
+	double *hdprob, *hdL, *hdgl; /* hdgl [T]: the gate logits' gradient */
+	float *hnoise;               /* [Th h] jitter noise (--moe-input-jitter-eps) */
 	float **pw1, **pw2, **pg1, **pg2; /* [El] backend pointers for the grouped calls */
 	int64_t *allc, *cnt_d, *cd, *cc;   /* ep > 1: [ep E] counts of every rank; [ep] displacements and counts */
 	int ep, cap; /* cap: tokens the buffers hold (mgt_moe_reserve, inference) */
@@ -141,7 +143,8 @@ static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 	a->gate = mgt_malloc(T * sizeof *a->gate);
 	a->sc = mgt_malloc((size_t)S->ep * sizeof *a->sc);
 	a->rc = mgt_malloc((size_t)S->ep * sizeof *a->rc);
-	if (!a->rows || !a->gate || !a->sc || !a->rc) return MGT_ERR_NOMEM;
+	a->hslot = mgt_malloc(T * (size_t)S->k * sizeof *a->hslot);
+	if (!a->rows || !a->gate || !a->sc || !a->rc || !a->hslot) return MGT_ERR_NOMEM;
 	return mgt_moe_route_alloc(&a->r, m->T, S->E, S->k, m->b);
 }
 
@@ -172,13 +175,16 @@ static mgt_status alloc_scratch(mgt_model *m)
 	S->hslot = mgt_malloc((N > T * (size_t)S->k ? N : T * (size_t)S->k) * sizeof *S->hslot);
 	S->hdprob = mgt_malloc(T * (size_t)S->k * sizeof *S->hdprob);
 	S->hdL = mgt_malloc(T * E * sizeof *S->hdL);
+	S->hdgl = mgt_malloc(T * sizeof *S->hdgl);
+	S->hnoise = m->c.moe_input_jitter_eps > 0 ? mgt_malloc(Th * h * sizeof *S->hnoise) : NULL;
+	if (m->c.moe_input_jitter_eps > 0 && !S->hnoise) return MGT_ERR_NOMEM;
 	size_t El = (size_t)S->El;
 	S->pw1 = mgt_malloc(El * sizeof *S->pw1); S->pw2 = mgt_malloc(El * sizeof *S->pw2);
 	S->pg1 = mgt_malloc(El * sizeof *S->pg1); S->pg2 = mgt_malloc(El * sizeof *S->pg2);
 	size_t nl = (size_t)m->n_layers;
 	S->aux_sum = mgt_malloc(nl * sizeof(double)); S->z_sum = mgt_malloc(nl * sizeof(double));
 	S->tok = mgt_malloc(nl * E * sizeof(double));
-	if (!S->hf || !S->hperm || !S->hslot || !S->hdprob || !S->hdL || !S->pw1 || !S->pw2 || !S->pg1 || !S->pg2 ||
+	if (!S->hf || !S->hperm || !S->hslot || !S->hdprob || !S->hdL || !S->hdgl || !S->pw1 || !S->pw2 || !S->pg1 || !S->pg2 ||
 	    !S->aux_sum || !S->z_sum || !S->tok)
 		return MGT_ERR_NOMEM;
 	memset(S->aux_sum, 0, nl * sizeof(double));
@@ -215,12 +221,13 @@ static void moe_release(mgt_model *m)
 		free(a->gate);
 		free(a->sc);
 		free(a->rc);
+		free(a->hslot);
 		mgt_moe_route_free(&a->r);
 	}
 	float *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
 		       S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise };
 	for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
-	void *h[] = { S->acts, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->pw1, S->pw2, S->pg1, S->pg2,
+	void *h[] = { S->acts, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->hdgl, S->hnoise, S->pw1, S->pw2, S->pg1, S->pg2,
 		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd };
 	for (size_t q = 0; q < sizeof h / sizeof *h; q++) free(h[q]);
 	const mgt_tensor **w1 = S->w1, **w2 = S->w2;
@@ -303,8 +310,7 @@ static mgt_status jitter(mgt_model *m, int li, const float *x_loc, bool train, c
 	*xr = x_loc;
 	if (!(eps > 0) || !train) return MGT_OK;
 	size_t n = (size_t)m->Th * (size_t)m->h, e0 = (size_t)m->r0 * (size_t)m->h;
-	float *u = mgt_malloc(n * sizeof *u);
-	if (!u) return MGT_ERR_NOMEM;
+	float *u = S->hnoise;
 	uint64_t key = m->drop_key ^ (0x6A09E667F3BCC909ull * (uint64_t)(li + m->first_layer + 1));
 	for (size_t i = 0; i < n; i++) {
 		uint32_t w[4];
@@ -312,7 +318,6 @@ static mgt_status jitter(mgt_model *m, int li, const float *x_loc, bool train, c
 		u[i] = (float)(1.0 - eps + 2.0 * eps * (double)mgt_u32_to_unit(w[0]));
 	}
 	mgt_status st = m->be->ops->upload(m->be, jitter_noise(m, li), u, n * sizeof *u);
-	free(u);
 	if (st) return st;
 	/* the elementwise product: rows_scale over n rows of one element */
 	m->be->ops->rows_scale(m->be, S->xj, x_loc, jitter_noise(m, li), (int)n, 1);
@@ -354,7 +359,7 @@ static mgt_status permute(mgt_model *m, struct moe_act *a)
 	int T = m->T, k = S->k, N = 0;
 	/* the local experts' rows, or (ep > 1) the rows to send: every expert, in rank order */
 	int e0 = S->ep > 1 ? 0 : S->e0, ne = S->ep > 1 ? S->E : S->El;
-	for (size_t q = 0; q < (size_t)T * k; q++) S->hslot[q] = -1;
+	for (size_t q = 0; q < (size_t)T * k; q++) a->hslot[q] = -1;
 	for (int e = 0; e < ne; e++) {
 		int n0 = N;
 		for (int t = 0; t < T; t++)
@@ -363,7 +368,7 @@ static mgt_status permute(mgt_model *m, struct moe_act *a)
 				if (!r->keep[q] || r->sel[q] != e0 + e) continue;
 				S->hperm[N] = t;
 				S->hf[N] = (float)r->prob[q];
-				S->hslot[q] = N++;
+				a->hslot[q] = N++;
 			}
 		if (S->ep > 1) S->cnt_d[e] = N - n0;
 		else a->rows[e] = N - n0;
@@ -373,7 +378,7 @@ static mgt_status permute(mgt_model *m, struct moe_act *a)
 	const mgt_backend_ops *o = m->be->ops;
 	mgt_status st = o->upload(m->be, a->perm, S->hperm, (size_t)N * 4);
 	if (!st) st = o->upload(m->be, S->ep > 1 ? S->wsend : a->w, S->hf, (size_t)N * 4);
-	if (!st) st = o->upload(m->be, a->slot, S->hslot, (size_t)T * k * 4);
+	if (!st) st = o->upload(m->be, a->slot, a->hslot, (size_t)T * k * 4);
 	return st;
 }
 
@@ -420,7 +425,7 @@ static mgt_status ep_plan(mgt_model *m, struct moe_act *a)
 	}
 	const mgt_backend_ops *o = m->be->ops;
 	st = o->upload(m->be, a->re, S->hperm, (size_t)N * 4);
-	for (int q = 0; q < (int)N; q++) S->hslot[S->hperm[q]] = q; /* hslot is scratch here (a->slot holds it) */
+	for (int q = 0; q < (int)N; q++) S->hslot[S->hperm[q]] = q; /* the inverse, in host scratch */
 	if (!st) st = o->upload(m->be, a->inv, S->hslot, (size_t)N * 4);
 	return st;
 }
@@ -570,9 +575,7 @@ static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 	int l = li + m->first_layer, T = m->T, E = S->E, k = S->k, Th = m->Th, h = (int)m->h;
 	mgt_status st = o->download(m->be, S->hf, dprob, (size_t)a->Nsend * 4);
 	if (st) return st;
-	/* S->hslot still holds this layer's slots only right after its forward: use the backend copy */
-	if ((st = o->download(m->be, S->hslot, a->slot, (size_t)T * k * 4))) return st;
-	for (size_t q = 0; q < (size_t)T * k; q++) S->hdprob[q] = S->hslot[q] >= 0 ? S->hf[S->hslot[q]] : 0.0;
+	for (size_t q = 0; q < (size_t)T * k; q++) S->hdprob[q] = a->hslot[q] >= 0 ? S->hf[a->hslot[q]] : 0.0;
 	if ((st = mgt_moe_route_backward(&m->c, &a->r, S->hdprob, S->aux_scale, S->hdL))) return st;
 	for (size_t i = 0; i < (size_t)Th * E; i++) S->hf[i] = (float)S->hdL[(size_t)m->r0 * E + i];
 	if ((st = o->upload(m->be, S->dlog, S->hf, (size_t)Th * E * 4))) return st;
@@ -600,15 +603,9 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, fl
 	struct moe_act *a = act_of(m, li);
 	int T = m->T, h = (int)m->h, N = a->N;
 	const float *x_loc = x + (size_t)m->r0 * (size_t)h;
-	double *dgl = S->hdL; /* [T] gate logits' gradient, used before router_bwd overwrites hdL */
-	double *dgl_keep = NULL;
 	mgt_status st = MGT_OK;
-	if (S->sh) st = shared_bwd(m, li, a, x, dY, dgl);
+	if (S->sh) st = shared_bwd(m, li, a, x, dY, S->hdgl);
 	if (st) return st;
-	if (S->sh && m->c.moe_shared_expert_gate) {
-		if (!(dgl_keep = mgt_malloc((size_t)T * sizeof *dgl_keep))) return MGT_ERR_NOMEM;
-		memcpy(dgl_keep, dgl, (size_t)T * sizeof *dgl_keep);
-	}
 	expert_ptrs(m, li);
 	bool ep = S->ep > 1;
 	float *dye = S->ye, *xin = S->xe, *dprob = S->dprob;
@@ -635,8 +632,7 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, fl
 	if (ep && !st) st = ep_return(m, a, S->wsend, S->dprob, S->wrecv, 1), dprob = S->wsend;
 	o->rows_combine(m->be, dY, S->ye, a->slot, T, S->k, h);
 	if (S->sh) o->add(m->be, dY, S->dsh, (size_t)T * (size_t)h);
-	if (!st) st = router_bwd(m, li, a, x_loc, dgl_keep, dprob, train);
-	free(dgl_keep);
+	if (!st) st = router_bwd(m, li, a, x_loc, S->hdgl, dprob, train);
 	*dx_loc = S->dxr;
 	return st;
 }
@@ -670,6 +666,7 @@ int mgt_model_moe_take_stats(mgt_model *m, double *aux, double *z, double *token
 		if (z) z[n] = S->z_sum[li];
 		if (tokens) memcpy(tokens + (size_t)n * S->E, S->tok + (size_t)li * S->E, (size_t)S->E * sizeof(double));
 		S->aux_sum[li] = S->z_sum[li] = 0;
+		memset(S->tok + (size_t)li * S->E, 0, (size_t)S->E * sizeof(double));
 		n++;
 	}
 	return n;
@@ -696,7 +693,6 @@ mgt_status mgt_model_moe_update_bias(mgt_model *m, const double *tokens)
 		}
 		if ((st = m->be->ops->upload(m->be, P(m, t), bias, (size_t)E * 4))) return st;
 	}
-	for (size_t i = 0; i < (size_t)m->n_layers * E; i++) S->tok[i] = 0;
 	return MGT_OK;
 }
 

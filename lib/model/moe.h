@@ -24,22 +24,25 @@ typedef struct mgt_moe_route {
 	double *tokens; /* [E] copies kept per expert (the expert-bias update's counts) */
 	double aux;     /* the unscaled auxiliary loss (aux / coeff): ~1 for balanced routing */
 	double z;       /* the unscaled z loss: mean over tokens of logsumexp(logits)^2 */
+	double *work;   /* scratch: [4 E] doubles, and [T k] copies of capacity dropping */
+	void *copies;
 } mgt_moe_route;
 
-/* Allocate the arrays for T tokens in B sequences (T % B == 0), E experts, top k.  Errors: NOMEM. */
+/* Allocate the arrays (scratch included: routing allocates nothing) for T tokens in B sequences
+ * (T % B == 0), E experts, top k.  Errors: NOMEM. */
 mgt_status mgt_moe_route_alloc(mgt_moe_route *r, int T, int E, int k, int B);
 void mgt_moe_route_free(mgt_moe_route *r);
 
 /* From r->L: route every token (score function, pre-softmax, expert bias (sigmoid only; NULL
  * for none), groups, scaling factor; megatron-moe-cp.md 1.3), drop tokens over capacity in each
  * of `blocks` equal blocks of tokens (the TP ranks' rows under SP), count tokens per expert,
- * and compute the unscaled aux (aux_loss or seq_aux_loss) and z losses.  Errors: NOMEM. */
+ * and compute the unscaled aux (aux_loss or seq_aux_loss) and z losses.  Returns MGT_OK. */
 mgt_status mgt_moe_route_forward(const mgt_model_config *c, mgt_moe_route *r, const float *bias, int blocks);
 
 /* dL [T, E] (written) = d(loss)/d(logits) from dprob [T, k] (the gradient of the routed
  * probabilities; dropped copies ignored) plus aux_scale times the gradients of
  * coeff x aux and coeff x z (Megatron's MoEAuxLossAutoScaler: the losses' gradient is the main
- * loss's scale, loss scale / micro-batches).  Errors: NOMEM. */
+ * loss's scale, loss scale / micro-batches).  Returns MGT_OK. */
 mgt_status mgt_moe_route_backward(const mgt_model_config *c, const mgt_moe_route *r, const double *dprob,
 				  double aux_scale, double *dL);
 

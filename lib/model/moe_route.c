@@ -111,13 +111,12 @@ static int by_prob(const void *a, const void *b)
 	return (x->t > y->t) - (x->t < y->t);
 }
 
-static mgt_status drop_tokens(const mgt_model_config *c, mgt_moe_route *r, int t0, int n)
+static void drop_tokens(const mgt_model_config *c, mgt_moe_route *r, int t0, int n)
 {
 	int E = r->E, k = r->k;
 	int cap = (int)ceil((double)n * k / E * c->moe_expert_capacity_factor);
 	bool by_pos = !strcmp(c->moe_token_drop_policy, "position");
-	copy_ref *v = mgt_malloc((size_t)n * (size_t)k * sizeof *v);
-	if (!v) return MGT_ERR_NOMEM;
+	copy_ref *v = r->copies;
 	for (int e = 0; e < E; e++) {
 		int m = 0;
 		for (int t = t0; t < t0 + n; t++)
@@ -128,8 +127,6 @@ static mgt_status drop_tokens(const mgt_model_config *c, mgt_moe_route *r, int t
 		if (!by_pos) qsort(v, (size_t)m, sizeof *v, by_prob);
 		for (int i = cap; i < m; i++) r->keep[v[i].q] = 0;
 	}
-	free(v);
-	return MGT_OK;
 }
 
 /* Counts of tokens whose aux-score top-k includes expert e, over tokens t = i*B + b of sequence
@@ -158,7 +155,9 @@ mgt_status mgt_moe_route_alloc(mgt_moe_route *r, int T, int E, int k, int B)
 	r->prob = mgt_malloc(tk * sizeof *r->prob);
 	r->cnt = mgt_malloc((size_t)E * (size_t)(B + 1) * sizeof *r->cnt);
 	r->tokens = mgt_malloc((size_t)E * sizeof *r->tokens);
-	if (!r->L || !r->ps || !r->sel || !r->keep || !r->prob || !r->cnt || !r->tokens) {
+	r->work = mgt_malloc((size_t)E * 4 * sizeof *r->work);
+	r->copies = mgt_malloc(tk * sizeof(copy_ref));
+	if (!r->L || !r->ps || !r->sel || !r->keep || !r->prob || !r->cnt || !r->tokens || !r->work || !r->copies) {
 		mgt_moe_route_free(r);
 		return MGT_ERR_NOMEM;
 	}
@@ -168,23 +167,22 @@ mgt_status mgt_moe_route_alloc(mgt_moe_route *r, int T, int E, int k, int B)
 void mgt_moe_route_free(mgt_moe_route *r)
 {
 	free(r->L); free(r->ps); free(r->sel); free(r->keep); free(r->prob); free(r->cnt); free(r->tokens);
+	free(r->work); free(r->copies);
 	memset(r, 0, sizeof *r);
 }
 
 mgt_status mgt_moe_route_forward(const mgt_model_config *c, mgt_moe_route *r, const float *bias, int blocks)
 {
 	int T = r->T, E = r->E, k = r->k;
-	double *work = mgt_malloc((size_t)E * 4 * sizeof *work);
+	double *work = r->work;
 	int tmp[MGT_MOE_MAX_TOPK];
-	mgt_status st = MGT_OK;
-	if (!work) return MGT_ERR_NOMEM;
 	for (int t = 0; t < T; t++) {
 		route_token(c, r->L + (size_t)t * E, bias, E, k, r->sel + (size_t)t * k, r->prob + (size_t)t * k, work);
 		for (int j = 0; j < k; j++) r->keep[(size_t)t * k + j] = 1;
 		aux_scores(c, r->L + (size_t)t * E, E, r->ps + (size_t)t * E);
 	}
 	if (c->moe_expert_capacity_factor > 0)
-		for (int b = 0; !st && b < blocks; b++) st = drop_tokens(c, r, b * (T / blocks), T / blocks);
+		for (int b = 0; b < blocks; b++) drop_tokens(c, r, b * (T / blocks), T / blocks);
 	memset(r->tokens, 0, (size_t)E * sizeof *r->tokens);
 	for (size_t q = 0; q < (size_t)T * k; q++)
 		if (r->keep[q]) r->tokens[r->sel[q]] += 1;
@@ -219,8 +217,7 @@ mgt_status mgt_moe_route_forward(const mgt_model_config *c, mgt_moe_route *r, co
 		for (int i = 0; i < E; i++) s += exp(L[i] - mx);
 		r->z += (mx + log(s)) * (mx + log(s)) / T;
 	}
-	free(work);
-	return st;
+	return MGT_OK;
 }
 
 /* d(prob) of one token -> d(logits) [E] (added into dL). */
@@ -276,8 +273,7 @@ mgt_status mgt_moe_route_backward(const mgt_model_config *c, const mgt_moe_route
 				  double aux_scale, double *dL)
 {
 	int T = r->T, E = r->E, k = r->k;
-	double *work = mgt_malloc((size_t)E * 2 * sizeof *work);
-	if (!work) return MGT_ERR_NOMEM;
+	double *work = r->work;
 	memset(dL, 0, (size_t)T * E * sizeof *dL);
 	bool seq = !strcmp(c->moe_router_load_balancing_type, "seq_aux_loss");
 	bool aux = (seq || !strcmp(c->moe_router_load_balancing_type, "aux_loss")) && c->moe_aux_loss_coeff != 0;
@@ -302,6 +298,5 @@ mgt_status mgt_moe_route_backward(const mgt_model_config *c, const mgt_moe_route
 			for (int i = 0; i < E; i++) d[i] += cz * 2 * lse / T * exp(L[i] - lse);
 		}
 	}
-	free(work);
 	return MGT_OK;
 }

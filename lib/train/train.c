@@ -440,30 +440,40 @@ static bool optimizer_step(trainer *t, double lr, double gnorm)
 
 /* ---- Mixture of Experts ---- */
 
-mgt_status trainer_moe_step(trainer *t)
+/* The ordinal among the model's MoE layers of each chunk's first MoE layer (a chunk's MoE layers
+ * are consecutive among the model's), into t->moe_first [V]. */
+static mgt_status moe_first_ordinals(trainer *t)
 {
-	int E = (int)t->a->model.num_experts, n = t->n_moe, nl = (int)t->a->model.num_layers;
-	size_t bytes = (size_t)n * sizeof(double);
-	memset(t->moe_aux, 0, bytes);
-	memset(t->moe_z, 0, bytes);
-	memset(t->moe_tok, 0, bytes * (size_t)E);
-	int *layers = mgt_malloc((size_t)nl * sizeof *layers), *first = mgt_malloc((size_t)t->V * sizeof *first);
-	mgt_status st = layers && first ? MGT_OK : MGT_ERR_NOMEM;
-	for (int c = 0; !st && c < t->V; c++) { /* a chunk's MoE layers are consecutive among the model's */
+	int *layers = mgt_malloc((size_t)t->a->model.num_layers * sizeof *layers);
+	t->moe_first = mgt_malloc((size_t)t->V * sizeof *t->moe_first);
+	if (!layers || !t->moe_first) {
+		free(layers);
+		return MGT_ERR_NOMEM;
+	}
+	for (int c = 0; c < t->V; c++) {
 		int k = mgt_model_moe_layers(t->chunk[c], layers), o = 0;
 		for (int l = 0; k && l < layers[0]; l++) o += mgt_moe_is_layer(&t->a->model, l);
-		first[c] = o;
+		t->moe_first[c] = o;
+	}
+	free(layers);
+	return MGT_OK;
+}
+
+mgt_status trainer_moe_step(trainer *t)
+{
+	int E = (int)t->a->model.num_experts, n = t->n_moe;
+	size_t all = (size_t)n * (size_t)(2 + E); /* moe_aux, moe_z and moe_tok side by side */
+	memset(t->moe_aux, 0, all * sizeof(double));
+	mgt_status st = t->moe_first ? MGT_OK : moe_first_ordinals(t);
+	for (int c = 0; !st && c < t->V; c++) {
+		int o = t->moe_first[c];
 		mgt_model_moe_take_stats(t->chunk[c], t->moe_aux + o, t->moe_z + o, t->moe_tok + (size_t)o * E);
 	}
 	mgt_comm *cs[] = { host_comm(t->ps.pp_comm, t->ps.host_pp), host_comm(t->ps.dp_comm, t->ps.host_dp) };
-	for (int i = 0; !st && i < 2; i++) {
-		mgt_comm *c = cs[i];
-		if (c->size == 1) continue;
-		st = c->ops->allreduce(c, t->moe_aux, (size_t)n, MGT_DT_F64, MGT_RED_SUM);
-		if (!st) st = c->ops->allreduce(c, t->moe_z, (size_t)n, MGT_DT_F64, MGT_RED_SUM);
-		if (!st) st = c->ops->allreduce(c, t->moe_tok, (size_t)n * E, MGT_DT_F64, MGT_RED_SUM);
-	}
-	for (int c = 0; !st && c < t->V; c++) st = mgt_model_moe_update_bias(t->chunk[c], t->moe_tok + (size_t)first[c] * E);
+	for (int i = 0; !st && i < 2; i++)
+		if (cs[i]->size > 1) st = cs[i]->ops->allreduce(cs[i], t->moe_aux, all, MGT_DT_F64, MGT_RED_SUM);
+	for (int c = 0; !st && c < t->V; c++)
+		st = mgt_model_moe_update_bias(t->chunk[c], t->moe_tok + (size_t)t->moe_first[c] * E);
 	double per = 1.0 / ((double)t->a->num_microbatches * t->ps.dp);
 	t->moe_lb = t->moe_zl = 0;
 	for (int i = 0; i < n; i++) {
@@ -472,8 +482,6 @@ mgt_status trainer_moe_step(trainer *t)
 		t->moe_lb += t->moe_aux[i] / n;
 		t->moe_zl += t->moe_z[i] / n;
 	}
-	free(layers);
-	free(first);
 	return st;
 }
 
@@ -753,10 +761,9 @@ static mgt_status setup_pipeline(trainer *t)
 	for (int64_t l = 0; l < a->model.num_layers; l++) t->n_moe += mgt_moe_is_layer(&a->model, l);
 	if (t->n_moe) {
 		size_t n = (size_t)t->n_moe;
-		t->moe_aux = mgt_malloc(n * sizeof(double));
-		t->moe_z = mgt_malloc(n * sizeof(double));
-		t->moe_tok = mgt_malloc(n * (size_t)a->model.num_experts * sizeof(double));
-		if (!t->moe_aux || !t->moe_z || !t->moe_tok) return MGT_ERR_NOMEM;
+		if (!(t->moe_aux = mgt_malloc(n * (size_t)(2 + a->model.num_experts) * sizeof(double)))) return MGT_ERR_NOMEM;
+		t->moe_z = t->moe_aux + n; /* one buffer: the statistics are reduced in one call */
+		t->moe_tok = t->moe_z + n;
 	}
 	for (int c = 0; c < t->V; c++) t->slots[c] = sched_slots(t->acts, t->n_acts, c);
 	st = check_memory(t);
@@ -877,9 +884,8 @@ static void teardown(trainer *t)
 	free(t->chunk);
 	free(t->slots);
 	free(t->mb_scale);
-	free(t->moe_aux);
-	free(t->moe_z);
-	free(t->moe_tok);
+	free(t->moe_aux); /* moe_z and moe_tok point into it */
+	free(t->moe_first);
 	for (int c = 0; t->bucket_ready && c < t->V; c++) free(t->bucket_ready[c]);
 	free(t->bucket_ready);
 	free(t->last_bwd);

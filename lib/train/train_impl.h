@@ -75,8 +75,8 @@ typedef struct trainer {
 	 * unscaled aux and z losses ([n_moe], averaged over micro-batches and data-parallel ranks)
 	 * and tokens per expert ([n_moe * E], the global batch's), their layer averages, and the
 	 * log interval's sums of those */
-	int n_moe;
-	double *moe_aux, *moe_z, *moe_tok, moe_lb, moe_zl, int_moe_lb, int_moe_zl;
+	int n_moe, *moe_first;                       /* moe_first [V]: each chunk's first MoE layer's ordinal */
+	double *moe_aux, *moe_z, *moe_tok, moe_lb, moe_zl, int_moe_lb, int_moe_zl; /* one buffer, in this order */
 	double moe_disp[3];                          /* --comm-log: dispatch counts at the last line */
 	double params_norm;
 	bool out_of_time;
