@@ -56,6 +56,18 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * the CPU's attention stays fp32.  Everything else is fp32 in this version. */
 typedef enum { MGT_PREC_FP32, MGT_PREC_BF16, MGT_PREC_FP16 } mgt_precision;
 
+/* The shape of one block of context-parallel attention (attn_blk_* below). */
+typedef struct mgt_attn_blk {
+	int sq, sk;       /* query positions and key positions in the block */
+	int b, ng, r, d;  /* sequences, query groups, query heads per group, head channels */
+	int qoff, koff;   /* global positions of the block's query 0 and key 0 */
+	int s;            /* the full sequence length (dropout index) */
+	int ld_lse;       /* stride of lse between consecutive (sequence, head) rows, >= sq */
+	float p;          /* attention dropout probability (0: none) */
+	uint64_t key;     /* dropout key (attn_fwd's) */
+	int head0, heads_total; /* global index of local head 0; global head count */
+} mgt_attn_blk;
+
 typedef struct mgt_backend_ops {
 	const char *name; /* "cpu", "cuda" */
 
@@ -151,6 +163,46 @@ typedef struct mgt_backend_ops {
 	void (*attn_bwd)(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
 			 const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
 			 uint64_t key, int head0, int heads_total);
+
+	/* ---- attention blocks for context parallelism (megatron-moe-cp.md section 2.3) ----
+	 * Causal attention cut into blocks: one block is the queries of `sq` consecutive positions
+	 * against the keys and values of `sk` consecutive positions, both placed by their *global*
+	 * positions in the full sequence of length g->s: query i (0 <= i < sq) sits at qoff + i,
+	 * key i' (0 <= i' < sk) at koff + i', and the key is visible iff koff + i' <= qoff + i (so a
+	 * block is the causal diagonal when qoff == koff, unmasked when koff + sk <= qoff + 1, empty
+	 * when koff > qoff + sq - 1).  Layouts, rows sequence-first (row t = i*b + j):
+	 *   q    [sq*b, ng, r + 2, d]  the fused QKV activation (as attn_fwd's qkv) at the block's
+	 *                              first row; only the r query slots are read (dq: written to)
+	 *   kv   [sk*b, ng, 2, d]      per query group its key head then its value head
+	 *   out  [sq*b, ng*r, d]
+	 *   lse  element (j, n, i) at lse[(j*ng*r + n) * g->ld_lse + i]  (ld_lse >= sq)
+	 * Dropout on the probabilities uses attn_fwd's Philox index with global positions:
+	 * ((j*heads_total + head0 + n)*s + qoff + i)*s + koff + i', so that blocks covering a
+	 * sequence draw exactly the mask the whole-sequence attn_fwd draws.  Ring attention
+	 * (TransformerEngine's AttnFuncWithCPAndKVP2P) runs attn_blk_fwd on every visible block and
+	 * merges the partial results with attn_blk_merge; the backward runs attn_blk_bwd on every
+	 * visible block with the merged out and lse (Dao et al. 2022, algorithm 2: the probabilities
+	 * of a block are exp(S - lse) with the row's final lse, D = rowsum(dO * O) with its final O).
+	 * Counts of 0 (sq, sk, b) do nothing. */
+	/* out and lse of one block: out normalized over this block's visible keys, lse their
+	 * log-sum-exp; a row with no visible key gets out 0 and lse -inf.  Writes out (all sq*b rows)
+	 * and lse (its sq entries of every (j, n) row). */
+	void (*attn_blk_fwd)(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
+			     const float *kv);
+	/* Merge a block's (ob, lb) into the running (out, lse), both laid out as above with g->sq
+	 * rows and g->ld_lse: lse' = log(exp(lse) + exp(lb)), out' = out exp(lse - lse') +
+	 * ob exp(lb - lse'); rows where both are -inf stay (0, -inf).  Updates out and lse. */
+	void (*attn_blk_merge)(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
+			       const float *lb);
+	/* Backward of one block given the rows' final (merged) out and lse and dout [sq*b, ng*r, d]:
+	 * dq's query slots ACCUMULATE dS K scale (its key and value slots untouched), dkv
+	 * accumulates the block's dK and dV. */
+	void (*attn_blk_bwd)(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
+			     const float *q, const float *kv, const float *out, const float *lse);
+	/* Copy between the key/value slots of qkv [T, ng, r + 2, d] and kv [T, ng, 2, d]:
+	 * to_kv true writes kv from qkv, false writes qkv's key and value slots from kv (its query
+	 * slots untouched). */
+	void (*attn_kv_copy)(mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, bool to_kv);
 
 	/* ---- attention against a key/value cache (inference; no dropout, no backward) ----
 	 * qkv [T, ng, r + 2, d] holds T new tokens laid out as above (after RoPE and the head
