@@ -67,7 +67,7 @@ typedef struct mgt_comm_ops {
 struct mgt_comm {
 	const mgt_comm_ops *ops;
 	const char *name; /* "world", "tensor", "data", "pipeline", "model", "embedding", "expert",
-			   * "expert-data"; for messages */
+			   * "expert-data", "context", "data-context"; for messages */
 	int rank, size;
 	double bytes_sent; /* see above; not an integer for p > 2 */
 	uint64_t calls;
@@ -116,6 +116,12 @@ mgt_status mgt_comm_wait(mgt_comm *c);
  *   dp_comm   same (tp, cp, pp), ordered by dp_rank
  *   pp_comm   same (tp, cp, dp), ordered by pp_rank
  *   mp_comm   model-parallel group: same (cp, dp), ordered by world rank (tp + TP*pp)
+ *   cp_comm   context-parallel group: same (tp, dp, pp), ordered by cp_rank (the ring of context
+ *             parallelism's attention; a one-process group when CP = 1)
+ *   dpcp_comm data-parallel group with context parallelism (Megatron's
+ *             get_data_parallel_group(with_context_parallel=True)): same (tp, pp), ordered by
+ *             cp_rank + CP*dp_rank; gradients are reduced and the distributed optimizer sharded
+ *             over it.  When CP = 1 it IS dp_comm (the same pointer, as edp_comm below)
  *   emb_comm  embedding group: pipeline ranks 0 and PP-1 of this rank's pipeline (same tp, cp,
  *             dp), size 2 when PP > 1; on a rank that is neither it is a one-process group
  *   world     all ranks
@@ -133,15 +139,16 @@ mgt_status mgt_comm_wait(mgt_comm *c);
  *             edp_comm IS dp_comm (the same pointer: no second MPI/NCCL communicator; its counters
  *             are dp_comm's, so a sum of counters over the groups must skip edp_comm when
  *             edp_comm == dp_comm); otherwise a communicator of its own.
- * The single-process state has every size 1 (edp_comm == dp_comm). */
+ * The single-process state has every size 1 (edp_comm == dpcp_comm == dp_comm). */
 typedef struct mgt_parallel {
 	int world_size, world_rank;
 	int tp, pp, dp, cp, ep, edp;        /* sizes */
 	int tp_rank, pp_rank, dp_rank, cp_rank, ep_rank, edp_rank;
 	mgt_comm *world, *tp_comm, *pp_comm, *dp_comm, *mp_comm, *emb_comm, *ep_comm, *edp_comm;
+	mgt_comm *cp_comm, *dpcp_comm;
 	/* after mgt_parallel_to_device: the host communicators the device ones wrap (host_edp ==
 	 * host_dp when edp_comm == dp_comm) */
-	mgt_comm *host_tp, *host_pp, *host_dp, *host_emb, *host_ep, *host_edp;
+	mgt_comm *host_tp, *host_pp, *host_dp, *host_emb, *host_ep, *host_edp, *host_cp, *host_dpcp;
 } mgt_parallel;
 
 /* Fill *ps for one process (all sizes 1, single-rank communicators).  Errors: MGT_ERR_NOMEM. */

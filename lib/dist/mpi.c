@@ -552,15 +552,19 @@ static mgt_status make_groups(mgt_parallel *ps)
 		{ &ps->mp_comm, ps->cp_rank + CP * ps->dp_rank, r, "model" },
 		{ &ps->emb_comm, ends ? pipe : ps->world_size + r, ps->pp_rank, "embedding" },
 		{ &ps->ep_comm, ps->tp_rank + TP * (ps->edp_rank + ps->edp * ps->pp_rank), ps->ep_rank, "expert" },
+		{ &ps->cp_comm, ps->tp_rank + TP * (ps->dp_rank + ps->dp * ps->pp_rank), ps->cp_rank, "context" },
+		{ &ps->dpcp_comm, ps->tp_rank + TP * ps->pp_rank, ps->cp_rank + CP * ps->dp_rank, "data-context" },
 		{ &ps->edp_comm, ps->tp_rank + TP * (ps->ep_rank + ps->ep * ps->pp_rank), ps->edp_rank, "expert-data" },
 	};
 	int n = sizeof g / sizeof *g;
-	if (ps->ep == 1 && CP == 1) n--; /* edp_comm is dp_comm (dist.h) */
 	for (int i = 0; i < n; i++) {
+		if (CP == 1 && g[i].slot == &ps->dpcp_comm) continue;              /* dp_comm (dist.h) */
+		if (ps->ep == 1 && CP == 1 && g[i].slot == &ps->edp_comm) continue; /* dp_comm (dist.h) */
 		mgt_status st = comm_split(g[i].color, g[i].key, g[i].name, g[i].slot);
 		if (st) return st;
 	}
-	if (n < (int)(sizeof g / sizeof *g)) ps->edp_comm = ps->dp_comm;
+	if (CP == 1) ps->dpcp_comm = ps->dp_comm;
+	if (ps->ep == 1 && CP == 1) ps->edp_comm = ps->dp_comm;
 	return MGT_OK;
 }
 

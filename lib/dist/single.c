@@ -102,8 +102,8 @@ mgt_status mgt_parallel_init_single(mgt_parallel *ps)
 {
 	*ps = (mgt_parallel){ .world_size = 1, .tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .edp = 1 };
 	mgt_comm **slots[] = { &ps->world, &ps->tp_comm, &ps->pp_comm, &ps->dp_comm, &ps->mp_comm,
-			       &ps->emb_comm, &ps->ep_comm };
-	const char *names[] = { "world", "tensor", "pipeline", "data", "model", "embedding", "expert" };
+			       &ps->emb_comm, &ps->ep_comm, &ps->cp_comm };
+	const char *names[] = { "world", "tensor", "pipeline", "data", "model", "embedding", "expert", "context" };
 	for (size_t i = 0; i < sizeof slots / sizeof *slots; i++) {
 		*slots[i] = mgt_comm_single(names[i]);
 		if (!*slots[i]) {
@@ -111,7 +111,7 @@ mgt_status mgt_parallel_init_single(mgt_parallel *ps)
 			return MGT_ERR_NOMEM;
 		}
 	}
-	ps->edp_comm = ps->dp_comm; /* EP = CP = 1: the same ranks (dist.h) */
+	ps->edp_comm = ps->dpcp_comm = ps->dp_comm; /* EP = CP = 1: the same ranks (dist.h) */
 	return MGT_OK;
 }
 
@@ -129,13 +129,19 @@ static mgt_status to_device(mgt_comm **c, mgt_comm **host, mgt_backend *be, bool
 mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be, bool overlap_dp)
 {
 	if (be->host_memory || ps->host_tp) return MGT_OK;
-	bool edp_is_dp = ps->edp_comm == ps->dp_comm;
+	bool edp_is_dp = ps->edp_comm == ps->dp_comm, dpcp_is_dp = ps->dpcp_comm == ps->dp_comm;
 	mgt_status st = to_device(&ps->tp_comm, &ps->host_tp, be, true, false);
 	if (!st) st = to_device(&ps->dp_comm, &ps->host_dp, be, true, overlap_dp);
 	if (!st && edp_is_dp) {
 		ps->edp_comm = ps->dp_comm;
 		ps->host_edp = ps->host_dp;
 	}
+	if (!st && dpcp_is_dp) {
+		ps->dpcp_comm = ps->dp_comm;
+		ps->host_dpcp = ps->host_dp;
+	}
+	if (!st && ps->cp_comm) st = to_device(&ps->cp_comm, &ps->host_cp, be, true, false);
+	if (!st && ps->dpcp_comm && !dpcp_is_dp) st = to_device(&ps->dpcp_comm, &ps->host_dpcp, be, true, overlap_dp);
 	if (!st) st = to_device(&ps->emb_comm, &ps->host_emb, be, true, false);
 	if (!st && ps->ep_comm) st = to_device(&ps->ep_comm, &ps->host_ep, be, true, false);
 	if (!st && ps->edp_comm && !edp_is_dp) st = to_device(&ps->edp_comm, &ps->host_edp, be, true, overlap_dp);
@@ -149,12 +155,14 @@ mgt_status mgt_comm_wait(mgt_comm *c)
 }
 
 /* The device communicators first (they wrap the host ones), each communicator once (edp_comm
- * may be dp_comm, host_edp host_dp); the order is the same on every rank, as MPI_Comm_free and
+ * and dpcp_comm may be dp_comm, host_edp and host_dpcp host_dp); the order is the same on every rank, as MPI_Comm_free and
  * ncclCommFinalize want. */
 void mgt_parallel_free(mgt_parallel *ps)
 {
 	mgt_comm *cs[] = { ps->tp_comm, ps->pp_comm, ps->dp_comm, ps->emb_comm, ps->ep_comm, ps->edp_comm,
+			   ps->cp_comm, ps->dpcp_comm,
 			   ps->host_tp, ps->host_pp, ps->host_dp, ps->host_emb, ps->host_ep, ps->host_edp,
+			   ps->host_cp, ps->host_dpcp,
 			   ps->world, ps->mp_comm };
 	size_t n = sizeof cs / sizeof *cs;
 	for (size_t i = 0; i < n; i++) {

@@ -172,6 +172,7 @@ static mgt_status alloc_activations(mgt_model *m)
 	m->dres = WF(Th * h); m->dtmp_h = WF(T * h); m->dbig = WF(T * big);
 	m->dctx = WF(T * (size_t)(m->nq_l * m->d)); m->dact = WF(T * (size_t)m->ffn_l);
 	if (m->rope && m->n_layers) m->inv_freq = WF(m->rot_dim / 2);
+	if (!st) st = mgt_cp_alloc(m);
 	return st ? st : mgt_moe_alloc(m);
 }
 
@@ -199,7 +200,10 @@ static void set_dims(mgt_model *m)
 {
 	const mgt_model_config *c = &m->c;
 	int tp = m->ps->tp;
-	m->s = (int)c->seq_length;
+	m->cp = m->ps->cp > 1 ? m->ps->cp : 1;
+	m->cp_rank = m->cp > 1 ? m->ps->cp_rank : 0;
+	m->s = (int)(c->seq_length / m->cp);
+	m->cp_C = m->s / 2;
 	m->b = m->L.mbs;
 	m->T = m->s * m->b;
 	m->sp = m->L.sequence_parallel && tp > 1;
@@ -227,8 +231,12 @@ static void set_dims(mgt_model *m)
 
 static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps)
 {
-	if (ps->cp != 1) return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d: context parallelism is not "
-					"implemented (must be 1)", ps->cp);
+	if (ps->cp > 1 && c->seq_length % (2 * ps->cp))
+		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld is not divisible by 2 x --context-parallel-size %d "
+			       "(each sequence is cut into 2 x CP chunks)", (long long)c->seq_length, ps->cp);
+	if (ps->cp > 1 && c->num_experts > 0)
+		return mgt_err(MGT_ERR_USAGE, "--num-experts with --context-parallel-size %d: Mixture of Experts under "
+			       "context parallelism is not implemented in this version", ps->cp);
 	if (c->seq_length > INT32_MAX / 4)
 		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld: more than the %d tokens a micro-batch can hold",
 			       (long long)c->seq_length, INT32_MAX / 4);
@@ -254,9 +262,11 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 	if (c->num_experts > 0 && ps->tp > 1 && !L->sequence_parallel)
 		return mgt_err(MGT_ERR_USAGE, "--num-experts with --tensor-model-parallel-size %d needs "
 			       "--sequence-parallel (as Megatron-Core's MoE layer)", ps->tp);
-	if (L->sequence_parallel && ps->tp > 1 && (c->seq_length * L->mbs) % ps->tp)
-		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel: --seq-length %lld x --micro-batch-size %d is not "
-			       "divisible by --tensor-model-parallel-size %d", (long long)c->seq_length, L->mbs, ps->tp);
+	int cp = ps->cp > 1 ? ps->cp : 1;
+	if (L->sequence_parallel && ps->tp > 1 && (c->seq_length / cp * L->mbs) % ps->tp)
+		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel: --seq-length %lld / --context-parallel-size %d x "
+			       "--micro-batch-size %d is not divisible by --tensor-model-parallel-size %d",
+			       (long long)c->seq_length, cp, L->mbs, ps->tp);
 	return MGT_OK;
 }
 
@@ -266,6 +276,9 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 {
 	*out = NULL;
 	mgt_status st = check_layout(c, L, ps);
+	if (!st && !dry && ps->cp > 1 && !be->ops->attn_blk_fwd)
+		st = mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d: the %s backend has no context-parallel attention "
+			     "in this build", ps->cp, be->ops->name);
 	if (st) return st;
 	mgt_model *m = mgt_malloc(sizeof *m);
 	if (!m) return MGT_ERR_NOMEM;
@@ -369,6 +382,7 @@ void mgt_model_free(mgt_model *m)
 			  m->inv_freq };
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
+	mgt_cp_free(m);
 	free(m->by_role);
 	mgt_tensor_table_free(&m->tt);
 	free(m);
@@ -453,6 +467,43 @@ static float *grad_part(mgt_model *m) { return m->sp ? m->dloc : m->dtmp_h; }
 
 static float drop(const mgt_model *m, bool train, double p) { return train ? (float)p : 0.0f; }
 
+/* The pieces of this rank's residual rows [r0, r0 + Th) whose global rows are consecutive: one,
+ * or two under context parallelism when the rows straddle the local chunks.  Writes the
+ * pieces' first local rows and lengths; returns their number. */
+static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
+{
+	int64_t a = m->r0, e = m->r0 + m->Th, cb = (int64_t)m->cp_C * m->b;
+	if (m->cp <= 1 || a >= cb || e <= cb) {
+		t0[0] = a, n[0] = m->Th;
+		return 1;
+	}
+	t0[0] = a, n[0] = cb - a, t0[1] = cb, n[1] = e - cb;
+	return 2;
+}
+
+/* bda_fwd on this rank's residual rows, each dropout element indexed by its global row. */
+static void bda_fwd_rows(mgt_model *m, float *out, const float *resid, const float *y, const float *b, float p,
+			 uint64_t key)
+{
+	int64_t t0[2], n[2], h = m->h;
+	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
+		size_t o = (size_t)((t0[k] - m->r0) * h);
+		m->be->ops->bda_fwd(m->be, out + o, resid ? resid + o : NULL, y + o, b, (int)n[k], (int)h, p, key,
+				    (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
+	}
+}
+
+/* bda_bwd likewise. */
+static void bda_bwd_rows(mgt_model *m, float *dy, float *db, const float *dout, float p, uint64_t key)
+{
+	int64_t t0[2], n[2], h = m->h;
+	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
+		size_t o = (size_t)((t0[k] - m->r0) * h);
+		m->be->ops->bda_bwd(m->be, dy + o, db, dout + o, (int)n[k], (int)h, p, key,
+				    (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
+	}
+}
+
 static mgt_status embed_fwd(mgt_model *m, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
@@ -465,8 +516,7 @@ static mgt_status embed_fwd(mgt_model *m, bool train)
 	if (st) return st;
 	if (pe) o->embedding_fwd(m->be, x, sa->pos + m->r0, P(m, pe), 0, pe->shape[0], Th, h, true);
 	float *x0 = m->n_layers ? sa->la[0].x_in : sa->res_out;
-	o->bda_fwd(m->be, x0, NULL, x, NULL, Th, h, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0),
-		   (uint64_t)(m->r0 * m->h));
+	bda_fwd_rows(m, x0, NULL, x, NULL, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
 	return MGT_OK;
 }
 
@@ -487,20 +537,21 @@ static mgt_status reduce_bda(mgt_model *m, float *out, const float *resid, const
 	float *y;
 	mgt_status st = tp_reduce(m, m->dtmp_h, &y);
 	if (st) return st;
-	m->be->ops->bda_fwd(m->be, out, resid, y, P(m, bias), m->Th, (int)m->h, drop(m, train, m->c.hidden_dropout),
-			    key, (uint64_t)(m->r0 * m->h));
+	bda_fwd_rows(m, out, resid, y, P(m, bias), drop(m, train, m->c.hidden_dropout), key);
 	return MGT_OK;
 }
 
 /* Core attention of layer li: ctx and lse from qkv (the part --recompute-granularity selective
  * reruns in the backward; its dropout mask comes from the same key). */
-static void core_attn_fwd(mgt_model *m, int li, bool train)
+static mgt_status core_attn_fwd(mgt_model *m, int li, bool train)
 {
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer;
-	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d,
-			     drop(m, train, m->c.attention_dropout), site_key(m, l, 1),
-			     (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
+	float p = drop(m, train, m->c.attention_dropout);
+	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, site_key(m, l, 1));
+	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d, p,
+			     site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
+	return MGT_OK;
 }
 
 static mgt_status attn_fwd(mgt_model *m, int li, bool train)
@@ -523,7 +574,8 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
 	if (m->rope) o->rope(m->be, a->qkv, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
-	core_attn_fwd(m, li, train);
+	st = core_attn_fwd(m, li, train);
+	if (st) return st;
 	o->linear_fwd(m->be, m->dtmp_h, a->ctx, P(m, T_(m, l, MGT_T_PROJ_W)), NULL, T, (int)(m->nq_l * m->d), h);
 	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 }
@@ -594,8 +646,7 @@ static mgt_status reduce_norm_bwd(mgt_model *m, const float *x, const mgt_tensor
 static mgt_status bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool train, uint64_t key)
 {
 	float *part = grad_part(m);
-	m->be->ops->bda_bwd(m->be, part, G(m, bias), m->dres, m->Th, (int)m->h, drop(m, train, m->c.hidden_dropout),
-			    key, (uint64_t)(m->r0 * m->h));
+	bda_bwd_rows(m, part, G(m, bias), m->dres, drop(m, train, m->c.hidden_dropout), key);
 	return tp_gather(m, m->dtmp_h, part);
 }
 
@@ -643,9 +694,11 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	if (st) return st;
 	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, a->ctx,
 		      P(m, T_(m, l, MGT_T_PROJ_W)), T, nd, h);
-	o->attn_bwd(m->be, m->dbig, m->dctx, a->qkv, a->ctx, a->lse, m->s, m->b, (int)m->ng_l, (int)m->r,
-		    (int)m->d, drop(m, train, m->c.attention_dropout), site_key(m, l, 1),
-		    (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
+	float p = drop(m, train, m->c.attention_dropout);
+	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, p, site_key(m, l, 1));
+	else o->attn_bwd(m->be, m->dbig, m->dctx, a->qkv, a->ctx, a->lse, m->s, m->b, (int)m->ng_l, (int)m->r,
+			 (int)m->d, p, site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
+	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
 	if (m->rope) o->rope(m->be, m->dbig, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
 	if (m->qkln) { /* in place: the head rows of dbig become d(linear_qkv output) */
@@ -666,8 +719,7 @@ static mgt_status embed_bwd(mgt_model *m, bool train)
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h;
 	float *part = grad_part(m);
-	o->bda_bwd(m->be, part, NULL, m->dres, m->Th, h, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0),
-		   (uint64_t)(m->r0 * m->h));
+	bda_bwd_rows(m, part, NULL, m->dres, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
 	if (pe) o->embedding_bwd(m->be, G(m, pe), part, sa->pos + m->r0, 0, pe->shape[0], m->Th, h);
 	mgt_status st = tp_gather(m, m->dtmp_h, part);
 	if (!st) o->embedding_bwd(m->be, G(m, we), m->dtmp_h, sa->tokens, we->local_offset[0], we->local_shape[0], T, h);
@@ -741,7 +793,7 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
 		int g0, g1;
 		if (rc_full(m, li) && (rc_group(m, li, &g0, &g1), li == g1 - 1)) st = recompute_group(m, g0, g1, train);
 		if (!st) st = mlp_bwd(m, li, train);
-		if (!st && selective) core_attn_fwd(m, li, train);
+		if (!st && selective) st = core_attn_fwd(m, li, train);
 		if (!st) st = attn_bwd(m, li, train);
 		if (!st && m->hook) st = m->hook(m->hook_ctx, m, m->first_layer + li);
 	}

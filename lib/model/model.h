@@ -275,12 +275,21 @@ typedef struct mgt_recompute {
 	int num_layers;
 } mgt_recompute;
 
+/* How context parallelism brings the other ranks' keys and values to core attention
+ * (--cp-comm-type; lib/model/cp.c): the p2p ring, or an all-gather. */
+typedef enum { MGT_CP_P2P, MGT_CP_ALLGATHER } mgt_cp_comm;
+
+/* mbs: micro-batch size; stage of num_stages pipeline stages; slots: micro-batches in flight;
+ * dp: the size of the group the gradients are reduced over (data x context parallel), which
+ * pads the distributed optimizer's buckets; cp_comm: with ps->cp > 1 (the context-parallel
+ * size: each rank holds seq_length / cp positions of every sequence, 2 chunks). */
 typedef struct mgt_model_layout {
 	int mbs, stage, num_stages, slots;
 	bool sequence_parallel, distributed_optimizer;
 	int dp;
 	int64_t bucket_size;
 	mgt_recompute recompute;
+	mgt_cp_comm cp_comm;
 } mgt_model_layout;
 
 /* Create a model chunk for config c (finalized for ps->tp) on backend be with parallel state ps

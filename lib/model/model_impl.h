@@ -71,6 +71,14 @@ struct mgt_model {
 	 * expert-parallel rank of ep (its experts: [ep_rank E/ep, (ep_rank + 1) E/ep)) */
 	struct moe_state *moe;
 	int ep, ep_rank;
+	/* context parallelism (cp.c): size and rank of the context-parallel group, chunk length
+	 * cp_C = s/2 (s = seq_length/cp local positions: global chunks cp_rank and 2cp-1-cp_rank);
+	 * cp = 1 without.  Scratch shared by the slots and layers: the local keys and values and
+	 * their gradient kv, dkv [T, ng_l, 2, d]; p2p: one block's output ob [cp_C*b, nq_l*d] and
+	 * log-sum-exp lb (laid out as a layer's lse); allgather: all, glob, dglob [cp * T, ng_l, 2, d]
+	 * (rank order, position order, and the gradient in position order) */
+	int cp, cp_rank, cp_C;
+	struct { float *kv, *dkv, *ob, *lb, *all, *glob, *dglob; } cpb;
 };
 
 static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
@@ -105,6 +113,21 @@ void mgt_moe_free(mgt_model *m);
 bool mgt_moe_layer(const mgt_model *m, int li);
 mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, float *out);
 mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, float *dY, float **dx_loc);
+
+/* ---- context parallelism (cp.c) ----
+ * mgt_cp_alloc: the scratch above through mgt_model_balloc (nothing when cp = 1); mgt_cp_free.
+ * mgt_cp_attn_fwd: a->ctx and a->lse from a->qkv (after RoPE) over the whole sequence, by the
+ * layout's --cp-comm-type, with attention dropout p under key (global positions: the masks of
+ * the single-process run).  mgt_cp_attn_bwd: dqkv [T, qkv_l] written from dctx [T, nq_l*d] and
+ * the layer's qkv, ctx, lse.  Both communicate over ps->cp_comm; every rank of the group calls
+ * them in the same order.  Errors: the communicator's (MGT_ERR_IO).
+ * mgt_cp_global_row: the row of the whole sequence's [S*b, .] activation that local row t
+ * (t = i*b + j) is (t itself when cp = 1): dropout elements are indexed by it. */
+mgt_status mgt_cp_alloc(mgt_model *m);
+void mgt_cp_free(mgt_model *m);
+mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key);
+mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key);
+int64_t mgt_cp_global_row(const mgt_model *m, int64_t t);
 
 /* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,

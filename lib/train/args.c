@@ -130,7 +130,8 @@
 	X(I, decoder_last_pipeline_num_layers, model.decoder_last_pipeline_num_layers, "decoder-last-pipeline-num-layers", "0", "[0,)", "layers of the last pipeline stage (uneven; 0: even)") \
 	X(I, microbatch_group_size_per_vp_stage, microbatch_group_size_per_vp_stage, "microbatch-group-size-per-virtual-pipeline-stage", "0", "[0,)", "interleaving group (0: pipeline size)") \
 	X(B, sequence_parallel, sequence_parallel, "sequence-parallel", "false", "", "split norms and dropout along the sequence (TP > 1)") \
-	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "[1,)", "context parallel size (1 only)") \
+	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "[1,)", "context parallel size: each sequence cut into 2 x CP chunks, two per rank") \
+	X(S, cp_comm_type, cp_comm_type, "cp-comm-type", "p2p", "", "context-parallel attention: p2p (ring) or allgather") \
 	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "", "shard optimizer state over data-parallel ranks") \
 	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "[0,)", "gradient bucket elements (0: one bucket, or max(4e7, 1e6 x DP) with --overlap-grad-reduce)") \
 	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "", "reduce each gradient bucket during the last backward as soon as it is complete") \
@@ -651,7 +652,7 @@ static mgt_status parse_flag(mgt_args *a, int argc, char **argv, int *i)
 	}
 	if (eq) return set_value(a, d, eq + 1);
 	if (*i + 1 >= argc) return mgt_err(MGT_ERR_USAGE, "--%s needs a value", name);
-	if (strcmp(d->dest, "data_path")) return set_value(a, d, argv[++*i]);
+	if (strcmp(d->dest, "data_path") && strcmp(d->dest, "cp_comm_type")) return set_value(a, d, argv[++*i]);
 	char *words = NULL;
 	mgt_status st = take_words(argc, argv, i, name, &words);
 	if (!st) st = set_value(a, d, words);
@@ -767,6 +768,29 @@ static mgt_status derive_run_length(mgt_args *a)
 	return MGT_OK;
 }
 
+/* --cp-comm-type: one word, or Megatron's per-layer list (nargs='+') of one kind repeated;
+ * all_gather is the config's spelling of allgather (transformer_config.py). */
+static mgt_status derive_cp_comm(mgt_args *a)
+{
+	const char *w = a->cp_comm_type ? a->cp_comm_type : "p2p";
+	size_t n = strcspn(w, " ");
+	for (const char *p = w; *p; p += strspn(p, " ")) {
+		size_t k = strcspn(p, " ");
+		if (k != n || strncmp(p, w, n))
+			return mgt_err(MGT_ERR_USAGE, "--cp-comm-type %s: a different kind per layer is not implemented in this "
+				       "version (give one of p2p, allgather)", w);
+		p += k;
+	}
+	if ((n == 3 && !strncmp(w, "p2p", 3))) a->cp_comm = MGT_CP_P2P;
+	else if ((n == 9 && !strncmp(w, "allgather", 9)) || (n == 10 && !strncmp(w, "all_gather", 10))) a->cp_comm = MGT_CP_ALLGATHER;
+	else if ((n == 3 && !strncmp(w, "a2a", 3)) || (n == 7 && !strncmp(w, "a2a+p2p", 7)))
+		return mgt_err(MGT_ERR_USAGE, "--cp-comm-type %.*s: the all-to-all (Ulysses) form of context parallelism is "
+			       "not implemented in this version (use p2p or allgather)", (int)n, w);
+	else return mgt_err(MGT_ERR_USAGE, "--cp-comm-type %.*s: expected p2p, allgather (all_gather), a2a or a2a+p2p",
+			    (int)n, w);
+	return MGT_OK;
+}
+
 /* Parallel sizes: data-parallel size from the world, virtual stages, divisibility. */
 static mgt_status derive_parallel(mgt_args *a)
 {
@@ -775,11 +799,16 @@ static mgt_status derive_parallel(mgt_args *a)
 	if (tp < 1 || pp < 1 || cp < 1)
 		return mgt_err(MGT_ERR_USAGE, "--tensor-model-parallel-size, --pipeline-model-parallel-size and "
 			       "--context-parallel-size must be positive");
+	if (cp > 1 && a->model.seq_length % (2 * cp))
+		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld is not divisible by 2 x --context-parallel-size %lld "
+			       "(each sequence is cut into 2 x CP chunks)", (long long)a->model.seq_length, (long long)cp);
 	if (W % (tp * pp * cp))
 		return mgt_err(MGT_ERR_USAGE, "world size %lld is not divisible by --tensor-model-parallel-size %lld x "
 			       "--pipeline-model-parallel-size %lld x --context-parallel-size %lld", (long long)W,
 			       (long long)tp, (long long)pp, (long long)cp);
 	a->data_parallel_size = W / (tp * pp * cp);
+	mgt_status st = derive_cp_comm(a);
+	if (st) return st;
 	if (tp == 1) a->sequence_parallel = false; /* Megatron turns it off silently */
 	if (a->num_layers_per_virtual_pipeline_stage > 0) {
 		int64_t n = a->num_layers_per_virtual_pipeline_stage;
@@ -798,7 +827,7 @@ static mgt_status derive_parallel(mgt_args *a)
 	if (uneven && pp < 2)
 		return mgt_err(MGT_ERR_USAGE, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
 	int64_t f, n;
-	mgt_status st = uneven ? mgt_stage_layers(&a->model, (int)pp, 0, &f, &n) : MGT_OK;
+	st = uneven ? mgt_stage_layers(&a->model, (int)pp, 0, &f, &n) : MGT_OK;
 	if (st) return st;
 	if (!uneven && L % (pp * V))
 		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld "

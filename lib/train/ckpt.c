@@ -363,16 +363,21 @@ mgt_status mgt_train_ckpt_read(mgt_ckpt *c, const char *prefix, const mgt_tensor
 	return st;
 }
 
+/* This rank's place in the data x context parallel group (cp_rank + CP x dp_rank): its shard
+ * file's "dp" number, and the rank of the gradient group that shards the distributed optimizer. */
+static int dpcp_rank(const trainer *t) { return t->ps.cp_rank + t->ps.cp * t->ps.dp_rank; }
+
 /* The rows of chunk m this rank saves where one copy of each is wanted: the dense rows on
- * data-parallel rank 0, the expert rows on the first rank of each expert-data-parallel group,
+ * data-parallel (x context-parallel) rank 0, the expert rows on the first rank of each expert-data-parallel group,
  * i.e. on the data-parallel ranks below EP (Megatron's expert ranks with the expert tensor
  * parallel size TP and no context parallelism: dp_rank = ep_rank + EP * edp_rank); never the
  * last stage's copy of tied word embeddings (the first stage's is the tensor). */
 static unsigned saved_rows(const trainer *t, const mgt_model *m)
 {
 	unsigned w = mgt_model_is_first_stage(m) ? 0 : MGT_TRAIN_PIECES_NO_WORD_EMB;
-	if (t->ps.dp_rank == 0) w |= MGT_TRAIN_PIECES_DENSE;
-	if (t->ps.dp_rank < table_ep(mgt_model_tensors(m))) w |= MGT_TRAIN_PIECES_EXPERT;
+	int r = dpcp_rank(t);
+	if (r == 0) w |= MGT_TRAIN_PIECES_DENSE;
+	if (r < table_ep(mgt_model_tensors(m))) w |= MGT_TRAIN_PIECES_EXPERT;
 	return w;
 }
 
@@ -475,7 +480,7 @@ static void *async_main(void *arg)
 {
 	trainer *t = arg;
 	struct async_save *as = t->async;
-	as->st = mgt_train_pieces_write(&as->pl, t->a->save, as->iteration, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
+	as->st = mgt_train_pieces_write(&as->pl, t->a->save, as->iteration, t->ps.tp_rank, t->ps.pp_rank, dpcp_rank(t));
 	if (as->st) snprintf(as->err, sizeof as->err, "%s", mgt_err_msg());
 	atomic_store(&as->done, 1);
 	return NULL;
@@ -574,7 +579,7 @@ mgt_status trainer_save(trainer *t)
 	}
 	mgt_train_pieces pl = { 0 };
 	if (!st) st = collect_pieces(t, &pl);
-	if (!st) st = mgt_train_pieces_write(&pl, t->a->save, t->iteration, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
+	if (!st) st = mgt_train_pieces_write(&pl, t->a->save, t->iteration, t->ps.tp_rank, t->ps.pp_rank, dpcp_rank(t));
 	pl_clear(&pl);
 	if (!st) st = world_barrier(t);
 	char *meta = NULL;

@@ -168,7 +168,6 @@ static const compat_row rows[] = {
 	{ "moe-paged-stash", 'r', '0', NULL, "paged activation stashing is not implemented" },
 	{ "moe-paged-stash-", 'r', '1', NULL, "paged activation stashing is not implemented" },
 	{ "expert-tensor-parallel-num-weight-shards", 'r', '1', NULL, NOTIMPL },
-	{ "cp-comm-type", 'i', '+', NULL, "context parallelism is not implemented yet (--context-parallel-size 1 only)" },
 	/* optimizer */
 	{ "optimizer", 'i', '1', "adam", "only Adam (AdamW: decoupled weight decay, Megatron's adam) is implemented" },
 	{ "sgd-momentum", 'r', '1', NULL, "only Adam is implemented" },

@@ -83,14 +83,14 @@ static void log_arguments(trainer *t)
 }
 
 /* Megatron's get_model: the parameters of every (tensor, pipeline) position, counted on its
- * first data-parallel rank (all its chunks, the tied embedding's copy included), gathered. */
+ * first data-parallel and context-parallel rank (all its chunks, the tied embedding's copy included), gathered. */
 static mgt_status log_param_counts(trainer *t)
 {
 	int tp = t->ps.tp, pp = t->ps.pp;
 	double *count = mgt_malloc((size_t)(tp * pp) * sizeof *count);
 	if (!count) return MGT_ERR_NOMEM;
 	memset(count, 0, (size_t)(tp * pp) * sizeof *count);
-	for (int c = 0; t->ps.dp_rank == 0 && c < t->V; c++)
+	for (int c = 0; t->ps.dp_rank == 0 && t->ps.cp_rank == 0 && c < t->V; c++)
 		count[t->ps.pp_rank * tp + t->ps.tp_rank] += (double)mgt_model_tensors(t->chunk[c])->numel;
 	mgt_comm *w = t->ps.world;
 	mgt_status st = w->size > 1 ? w->ops->allreduce(w, count, (size_t)(tp * pp), MGT_DT_F64, MGT_RED_SUM) : MGT_OK;
@@ -404,7 +404,15 @@ double trainer_device_in_use(const trainer *t, char *what, size_t n)
 
 size_t trainer_comm_memory(const trainer *t)
 {
-	return t->be->host_memory ? mgt_comm_mpi_scratch_bytes(t->ps.dp) : 0;
+	if (!t->be->host_memory) return 0;
+	/* the gradient group's collectives, and context parallelism's: the all-gather's temporaries,
+	 * or the ring's sends of keys and values and of their gradient, each from a copy */
+	const mgt_args *a = t->a;
+	size_t kv = (size_t)(a->model.seq_length / a->context_parallel_size * a->micro_batch_size) *
+		    (size_t)(a->model.num_query_groups / a->tensor_model_parallel_size) * 2 *
+		    (size_t)a->model.kv_channels * sizeof(float);
+	size_t cp = t->ps.cp <= 1 ? 0 : a->cp_comm == MGT_CP_P2P ? 2 * kv : mgt_comm_mpi_scratch_bytes(t->ps.cp);
+	return mgt_comm_mpi_scratch_bytes(t->ps.dpcp_comm->size) + cp;
 }
 
 double trainer_computed_memory(const trainer *t)

@@ -66,8 +66,11 @@ static mgt_comm *host_comm(mgt_comm *c, mgt_comm *host) { return host ? host : c
 /* The data-parallel group of a bucket: the expert-data-parallel one for expert rows. */
 static mgt_comm *bucket_comm(const trainer *t, const mgt_bucket *b)
 {
-	return b->expert ? t->ps.edp_comm : t->ps.dp_comm;
+	return b->expert ? t->ps.edp_comm : t->ps.dpcp_comm;
 }
+
+/* The size of the group dense gradients are reduced over: data x context parallel. */
+static int dpcp(const trainer *t) { return t->ps.dpcp_comm->size; }
 
 /* One AdamW state per range this rank steps: each chunk's whole buffer, or with the distributed
  * optimizer its shard of every bucket (megatron-reference.md section 10). */
@@ -164,6 +167,23 @@ static void free_batch(trainer *t)
 	for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
 }
 
+/* Context parallelism: keep the rows of this rank's chunks cp_rank and 2CP-1-cp_rank of the
+ * sequence (of 2CP chunks), in that order, at the front of the micro-batch arrays
+ * (Megatron-Core's get_batch_on_this_cp_rank; in place: a row never moves down). */
+static void cp_slice(trainer *t)
+{
+	int CP = t->ps.cp, r = t->ps.cp_rank, b = (int)t->a->micro_batch_size;
+	if (CP <= 1) return;
+	size_t C = (size_t)t->a->model.seq_length / (2 * (size_t)CP), cb = C * (size_t)b;
+	for (size_t i = 0; i < 2 * cb; i++) {
+		size_t g = i < cb ? (size_t)r * cb + i : (size_t)(2 * CP - 1 - r) * cb + (i - cb);
+		t->mb_tokens[i] = t->mb_tokens[g];
+		t->mb_labels[i] = t->mb_labels[g];
+		t->mb_mask[i] = t->mb_mask[g];
+		t->mb_pos[i] = t->mb_pos[g];
+	}
+}
+
 /* Fill micro-batch k of the global batch starting at sample `base` of split sp, sequence-first
  * (megatron-reference 3.7: micro-batch step k covers mbs*dp samples, of which DP rank r takes
  * [r*mbs, (r+1)*mbs)).  Validation cycles through its split. */
@@ -173,6 +193,7 @@ static mgt_status load_microbatch(trainer *t, mgt_split sp, int64_t base, int64_
 	int64_t first = base + (k * t->a->data_parallel_size + t->ps.dp_rank) * b;
 	int64_t n = mgt_gpt_data_len(t->data, sp);
 	if (n <= 0) return mgt_err(MGT_ERR_INPUT, "the %s split has no samples", sp == MGT_SPLIT_TRAIN ? "train" : "validation");
+	t->mb_tokens_full = 0;
 	for (int j = 0; j < b; j++) {
 		int64_t idx = first + j;
 		mgt_status st = mgt_gpt_data_sample(t->data, sp, idx % n, t->s_tokens, t->s_labels, t->s_mask, t->s_pos);
@@ -183,15 +204,18 @@ static mgt_status load_microbatch(trainer *t, mgt_split sp, int64_t base, int64_
 			t->mb_labels[tt] = t->s_labels[i];
 			t->mb_mask[tt] = t->s_mask[i];
 			t->mb_pos[tt] = t->s_pos[i];
+			t->mb_tokens_full += t->s_mask[i];
 		}
 	}
+	cp_slice(t);
 	return MGT_OK;
 }
 
+/* The loss-mask sum of this rank's rows of the micro-batch (its chunks under context parallelism). */
 static double mask_sum(const trainer *t)
 {
 	double n = 0;
-	size_t T = (size_t)t->a->model.seq_length * (size_t)t->a->micro_batch_size;
+	size_t T = (size_t)t->a->model.seq_length * (size_t)t->a->micro_batch_size / (size_t)t->ps.cp;
 	for (size_t i = 0; i < T; i++) n += t->mb_mask[i];
 	return n;
 }
@@ -226,9 +250,12 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	mgt_microbatch mb = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask };
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;
 	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, MGT_DT_F32, (r + 1) % P, TAG_FWD);
-	double ntok = mask_sum(t);
+	/* the loss of the micro-batch is the sum over all its tokens (every context-parallel rank's)
+	 * divided by their count: each rank scales its part by the whole count, and the gradients
+	 * are summed over the context-parallel ranks (Megatron's loss_func with CP) */
+	double ntok = t->mb_tokens_full;
 	ps->num += lsum;
-	ps->den += ntok;
+	ps->den += mask_sum(t);
 	t->mb_scale[x->mb] = (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)t->a->num_microbatches));
 	if (t->dumping && t->dump.iters == 1 && x->mb == 0) st = mgt_model_outputs(m, slot, t->dump.logits, t->dump.loss);
 	if (!st && t->dumping && t->dump.iters == 1 && x->mb == 0 && t->n_moe) st = trainer_dump_moe(t, slot);
@@ -308,6 +335,16 @@ static mgt_status dp_buckets(trainer *t, mgt_model *m, dp_op op, int from)
 	return st;
 }
 
+/* Wait for the gradient groups' queued operations (NCCL on its own stream). */
+static mgt_status wait_dp(trainer *t)
+{
+	mgt_comm *g[] = { t->ps.dp_comm, t->ps.dpcp_comm, t->ps.edp_comm };
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < 3; i++)
+		if (i == 0 || (g[i] != g[0] && (i < 2 || g[i] != g[1]))) st = mgt_comm_wait(g[i]);
+	return st;
+}
+
 static dp_op grad_op(const trainer *t)
 {
 	return t->a->use_distributed_optimizer ? DP_REDUCE_SCATTER_GRADS : DP_ALLREDUCE_GRADS;
@@ -318,7 +355,7 @@ static dp_op grad_op(const trainer *t)
  * final norm, INT_MIN when it holds an embedding. */
 static mgt_status plan_overlap(trainer *t)
 {
-	if (!t->a->overlap_grad_reduce || t->ps.dp == 1) return MGT_OK;
+	if (!t->a->overlap_grad_reduce || dpcp(t) == 1) return MGT_OK;
 	t->last_bwd = mgt_malloc((size_t)t->V * sizeof *t->last_bwd);
 	t->buckets_done = mgt_malloc((size_t)t->V * sizeof *t->buckets_done);
 	t->bucket_ready = mgt_malloc((size_t)t->V * sizeof *t->bucket_ready);
@@ -416,12 +453,11 @@ static void unscale_grads(trainer *t)
 static mgt_status reduce_grads(trainer *t)
 {
 	mgt_status st = MGT_OK;
-	for (int c = 0; !st && t->ps.dp > 1 && c < t->V; c++) {
+	for (int c = 0; !st && dpcp(t) > 1 && c < t->V; c++) {
 		st = dp_buckets(t, t->chunk[c], grad_op(t), t->buckets_done ? t->buckets_done[c] : 0);
 		if (t->buckets_done) t->buckets_done[c] = 0;
 	}
-	if (!st) st = mgt_comm_wait(t->ps.dp_comm);
-	if (!st && t->ps.edp_comm != t->ps.dp_comm) st = mgt_comm_wait(t->ps.edp_comm);
+	if (!st) st = wait_dp(t);
 	for (int c = 0; !st && c < t->V; c++) st = mgt_model_finish_grads(t->chunk[c]);
 	return st;
 }
@@ -518,10 +554,9 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 	*skipped = !isfinite(*loss) || !optimizer_step(t, *lr, *gnorm);
 	/* an inf/NaN gradient anywhere makes the norm (summed over the job) inf/NaN on every rank */
 	mgt_loss_scaler_update(&t->scaler, !isfinite(*gnorm));
-	for (int c = 0; !st && !*skipped && t->a->use_distributed_optimizer && t->ps.dp > 1 && c < t->V; c++)
+	for (int c = 0; !st && !*skipped && t->a->use_distributed_optimizer && dpcp(t) > 1 && c < t->V; c++)
 		st = dp_buckets(t, t->chunk[c], DP_ALLGATHER_PARAMS, 0);
-	if (!st) st = mgt_comm_wait(t->ps.dp_comm);
-	if (!st && t->ps.edp_comm != t->ps.dp_comm) st = mgt_comm_wait(t->ps.edp_comm);
+	if (!st) st = wait_dp(t);
 	t->be->ops->sync(t->be);
 	t->t_opt = mgt_now() - t0;
 	if (!*skipped) t->sched.num_steps += t->a->global_batch_size;
@@ -588,12 +623,15 @@ static void count_iteration(trainer *t, double loss, double lr, double gnorm, bo
 static int comm_list(trainer *t, mgt_comm **c, const char **names)
 {
 	mgt_comm *all[] = { t->ps.tp_comm, t->ps.dp_comm, t->ps.pp_comm, t->ps.emb_comm, t->ps.mp_comm, t->ps.world,
-			    t->ps.ep_comm, t->ps.edp_comm };
-	const char *nm[] = { "tensor", "data", "pipeline", "embedding", "model", "world", "expert", "expert-data" };
+			    t->ps.ep_comm, t->ps.edp_comm, t->ps.cp_comm, t->ps.dpcp_comm };
+	const char *nm[] = { "tensor", "data", "pipeline", "embedding", "model", "world", "expert", "expert-data",
+			     "context", "data-context" };
 	int n = 0;
-	for (int i = 0; i < 8; i++) {
-		/* the expert groups with expert parallelism only (with ep 1 expert-data is the data group) */
-		if (i >= 6 && t->ps.ep <= 1) continue;
+	for (int i = 0; i < 10; i++) {
+		/* the expert groups with expert parallelism only (with ep 1 expert-data is the data group),
+		 * the context groups with context parallelism only (with cp 1 data-context is the data group) */
+		if ((i == 6 || i == 7) && t->ps.ep <= 1) continue;
+		if (i >= 8 && t->ps.cp <= 1) continue;
 		c[n] = all[i];
 		names[n++] = nm[i];
 	}
@@ -603,12 +641,13 @@ static int comm_list(trainer *t, mgt_comm **c, const char **names)
 /* --comm-log: bytes each group sent during one training iteration (dist.h's ring convention). */
 static void log_comm(trainer *t, const double *before, const uint64_t *calls_before)
 {
-	mgt_comm *c[8];
-	const char *nm[8];
+	mgt_comm *c[10];
+	const char *nm[10];
 	int n = comm_list(t, c, nm);
 	if (!t->comm_log) return;
-	fprintf(t->comm_log, "{\"iteration\": %lld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, \"bytes\": {",
-		(long long)t->iteration, t->ps.world_rank, t->ps.tp_rank, t->ps.pp_rank, t->ps.dp_rank);
+	fprintf(t->comm_log, "{\"iteration\": %lld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
+		"\"cp_rank\": %d, \"bytes\": {", (long long)t->iteration, t->ps.world_rank, t->ps.tp_rank, t->ps.pp_rank,
+		t->ps.dp_rank, t->ps.cp_rank);
 	for (int i = 0; i < n; i++) fprintf(t->comm_log, "%s\"%s\": %.17g", i ? ", " : "", nm[i], c[i]->bytes_sent - before[i]);
 	fprintf(t->comm_log, "}, \"calls\": {");
 	for (int i = 0; i < n; i++)
@@ -631,8 +670,8 @@ static void log_comm(trainer *t, const double *before, const uint64_t *calls_bef
 
 static void comm_snapshot(trainer *t, double *bytes, uint64_t *calls)
 {
-	mgt_comm *c[8];
-	const char *nm[8];
+	mgt_comm *c[10];
+	const char *nm[10];
 	int n = comm_list(t, c, nm);
 	for (int i = 0; i < n; i++) {
 		bytes[i] = c[i]->bytes_sent;
@@ -647,8 +686,8 @@ static mgt_status train_loop(trainer *t)
 	while (t->iteration < a->train_iters) {
 		double loss = 0, lr = 0, gnorm = 0, t0 = mgt_now();
 		bool skipped = false, intr = false;
-		double bytes[8];
-		uint64_t calls[8];
+		double bytes[10];
+		uint64_t calls[10];
 		comm_snapshot(t, bytes, calls);
 		mgt_status st = train_step(t, &loss, &lr, &gnorm, &skipped, &intr);
 		if (st) return st;
@@ -685,8 +724,8 @@ static mgt_model_layout chunk_layout(const trainer *t, int c)
 	return (mgt_model_layout){
 		.mbs = (int)a->micro_batch_size, .stage = c * t->ps.pp + t->ps.pp_rank, .num_stages = t->ps.pp * t->V,
 		.slots = t->slots[c], .sequence_parallel = a->sequence_parallel,
-		.distributed_optimizer = a->use_distributed_optimizer, .dp = t->ps.dp, .bucket_size = a->ddp_bucket_size,
-		.recompute = a->recompute,
+		.distributed_optimizer = a->use_distributed_optimizer, .dp = dpcp(t), .bucket_size = a->ddp_bucket_size,
+		.recompute = a->recompute, .cp_comm = a->cp_comm,
 	};
 }
 
@@ -705,8 +744,8 @@ static const char *memory_advice(const trainer *t, const mgt_model_mem *m, size_
 	size_t act = m->activations + m->workspace, par = m->params + m->grads;
 	if (act >= opt && act >= par)
 		return "lower --micro-batch-size or --seq-length, or raise --tensor-model-parallel-size (with "
-		       "--sequence-parallel) or --pipeline-model-parallel-size";
-	if (opt >= par && !t->a->use_distributed_optimizer && t->ps.dp > 1)
+		       "--sequence-parallel), --context-parallel-size or --pipeline-model-parallel-size";
+	if (opt >= par && !t->a->use_distributed_optimizer && dpcp(t) > 1)
 		return "add --use-distributed-optimizer, or raise --tensor-model-parallel-size or "
 		       "--pipeline-model-parallel-size";
 	return "raise --tensor-model-parallel-size or --pipeline-model-parallel-size";
@@ -726,7 +765,7 @@ static mgt_status check_memory(trainer *t)
 		mgt_status st = mgt_model_measure(&t->a->model, &L, &t->ps, &x, &numel);
 		if (st) return st;
 		m.params += x.params; m.grads += x.grads; m.activations += x.activations; m.workspace += x.workspace;
-		opt += mgt_adamw_bytes(t->a->use_distributed_optimizer ? numel / (size_t)t->ps.dp : numel);
+		opt += mgt_adamw_bytes(t->a->use_distributed_optimizer ? numel / (size_t)dpcp(t) : numel);
 	}
 	char what[96];
 	size_t avail = mgt_backend_mem_available(t->be, what, sizeof what), share = 1;

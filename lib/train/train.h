@@ -52,6 +52,8 @@ typedef struct mgt_args {
 	double exit_duration_in_mins;
 	/* parallelism */
 	int64_t tensor_model_parallel_size, pipeline_model_parallel_size, context_parallel_size;
+	char *cp_comm_type;       /* --cp-comm-type as given (words); cp_comm: derived from it */
+	mgt_cp_comm cp_comm;
 	int64_t num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size;
 	int64_t num_virtual_stages_per_pipeline_rank;
 	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;

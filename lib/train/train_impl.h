@@ -67,6 +67,7 @@ typedef struct trainer {
 	/* one micro-batch, sequence-first host arrays [s * mbs], and one sample [s] */
 	int32_t *mb_tokens, *mb_labels, *mb_pos, *s_tokens, *s_labels, *s_pos;
 	float *mb_mask, *s_mask;
+	double mb_tokens_full; /* loss-mask sum of the whole micro-batch (all context-parallel ranks) */
 	/* log interval accumulators */
 	double int_loss, int_t0;
 	int64_t int_iters, int_skipped, int_nan;

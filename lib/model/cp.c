@@ -1,0 +1,231 @@
+/* lib/model/cp.c: core attention under context parallelism (megatron-moe-cp.md section 2).
+ *
+ * With context-parallel size c each sequence of S positions is cut into 2c chunks of C = S/(2c)
+ * and rank r of the context-parallel group keeps chunks r and 2c-1-r (Megatron-Core's
+ * get_batch_on_this_cp_rank: the causal work is balanced).  Everything but core attention runs
+ * on the local s = 2C positions unchanged; core attention needs every earlier position's keys
+ * and values, which live on the other ranks.  Two ways to bring them (TransformerEngine's
+ * context_parallel.py, --cp-comm-type):
+ *
+ *   p2p (ring): the local keys and values [s*b, ng, 2, d] go around the ring (send to r+1,
+ *     receive from r-1) in c steps; at step i this rank holds rank (r-i)'s chunks and runs the
+ *     visible (query chunk, key chunk) blocks, merging the partial outputs by log-sum-exp.  The
+ *     send of step i is posted before its blocks are computed (the MPI communicator sends from a
+ *     copy without waiting), the receive waits after them.  The backward sends the keys and
+ *     values around again with their gradient dK, dV, which every rank adds to; after c steps
+ *     the gradient is one hop short of its owner and takes that hop.
+ *   allgather: the keys and values of the whole sequence are all-gathered (and reordered into
+ *     position order); each local query chunk attends to all earlier positions in one block.
+ *     The backward all-gathers them again and reduce-scatters dK, dV (Llama 3 section 3.3.2).
+ *
+ * Bytes each rank sends per layer and micro-batch, with B = s*b*ng*2*d*4 (its local keys and
+ * values): p2p forward (c-1) B, backward (c-1) B + c B; allgather forward (c-1) B, backward
+ * (c-1) B + (c-1) B.  Selective recomputation repeats the forward's.
+ */
+#include "model_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { TAG_KV = 21, TAG_DKV = 22 };
+
+/* Global chunk of local chunk h (0: the first half of the local positions). */
+static int gchunk(const mgt_model *m, int h) { return h ? 2 * m->cp - 1 - m->cp_rank : m->cp_rank; }
+
+static size_t kv_numel(const mgt_model *m) { return (size_t)m->T * (size_t)m->ng_l * 2 * (size_t)m->d; }
+
+/* Elements of one chunk of C positions in a [rows, width] activation. */
+static size_t chunk_numel(const mgt_model *m, int64_t width) { return (size_t)m->cp_C * (size_t)m->b * (size_t)width; }
+
+mgt_status mgt_cp_alloc(mgt_model *m)
+{
+	if (m->cp <= 1 || !m->n_layers) return MGT_OK;
+	mgt_status st = MGT_OK;
+	size_t kv = kv_numel(m), c = (size_t)m->cp;
+#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+	m->cpb.kv = W(kv);
+	m->cpb.dkv = W(kv);
+	if (m->L.cp_comm == MGT_CP_P2P) {
+		m->cpb.ob = W(chunk_numel(m, m->nq_l * m->d));
+		m->cpb.lb = W((size_t)m->b * (size_t)m->nq_l * (size_t)m->s);
+	} else {
+		m->cpb.all = W(c * kv);
+		m->cpb.glob = W(c * kv);
+		m->cpb.dglob = W(c * kv);
+	}
+#undef W
+	return st;
+}
+
+void mgt_cp_free(mgt_model *m)
+{
+	float *b[] = { m->cpb.kv, m->cpb.dkv, m->cpb.ob, m->cpb.lb, m->cpb.all, m->cpb.glob, m->cpb.dglob };
+	for (size_t i = 0; !m->dry && i < sizeof b / sizeof *b; i++)
+		if (b[i]) m->be->ops->free(m->be, b[i]);
+	memset(&m->cpb, 0, sizeof m->cpb);
+}
+
+/* A block of local query chunk hq against sk key positions from global position koff. */
+static mgt_attn_blk block(const mgt_model *m, int hq, int sk, int koff, float p, uint64_t key)
+{
+	return (mgt_attn_blk){ .sq = m->cp_C, .sk = sk, .b = m->b, .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d,
+			       .qoff = gchunk(m, hq) * m->cp_C, .koff = koff, .s = m->cp_C * 2 * m->cp, .ld_lse = m->s,
+			       .p = p, .key = key, .head0 = (int)(m->nq_l * m->ps->tp_rank),
+			       .heads_total = (int)m->c.num_attention_heads };
+}
+
+/* Pointers to local chunk h of the qkv-shaped, ctx-shaped and lse buffers. */
+static float *q_at(const mgt_model *m, float *qkv, int h) { return qkv + h * chunk_numel(m, m->qkv_l); }
+static float *o_at(const mgt_model *m, float *ctx, int h) { return ctx + h * chunk_numel(m, m->nq_l * m->d); }
+static float *kv_at(const mgt_model *m, float *kv, int h) { return kv + h * chunk_numel(m, m->ng_l * 2 * m->d); }
+
+/* Ring step: send `buf` on to the next rank (returns at once: dist.h) or receive into it from
+ * the previous one. */
+static mgt_status ring(const mgt_model *m, float *buf, int tag, bool send)
+{
+	mgt_comm *c = m->ps->cp_comm;
+	int n = c->size, r = c->rank;
+	if (send) return c->ops->send(c, buf, kv_numel(m), MGT_DT_F32, (r + 1) % n, tag);
+	return c->ops->recv(c, buf, kv_numel(m), MGT_DT_F32, (r + n - 1) % n, tag);
+}
+
+/* The p2p forward's blocks against the chunks of rank src held in cpb.kv.  At step 0 (src is
+ * this rank) the diagonal blocks come first: they initialize ctx and lse; every other visible
+ * block is unmasked and merged in. */
+static void p2p_fwd_step(mgt_model *m, layer_act *a, int src, float p, uint64_t key)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	int c2 = 2 * m->cp - 1;
+	for (int h = 0; src == m->cp_rank && h < 2; h++) {
+		mgt_attn_blk g = block(m, h, m->cp_C, gchunk(m, h) * m->cp_C, p, key);
+		o->attn_blk_fwd(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp_C, q_at(m, a->qkv, h),
+				kv_at(m, m->cpb.kv, h));
+	}
+	for (int hq = 0; hq < 2; hq++)
+		for (int hk = 0; hk < 2; hk++) {
+			int gk = hk ? c2 - src : src;
+			if (gk >= gchunk(m, hq)) continue;
+			mgt_attn_blk g = block(m, hq, m->cp_C, gk * m->cp_C, p, key);
+			float *lb = m->cpb.lb + hq * m->cp_C;
+			o->attn_blk_fwd(m->be, &g, m->cpb.ob, lb, q_at(m, a->qkv, hq), kv_at(m, m->cpb.kv, hk));
+			o->attn_blk_merge(m->be, &g, o_at(m, a->ctx, hq), a->lse + hq * m->cp_C, m->cpb.ob, lb);
+		}
+}
+
+static mgt_status p2p_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
+{
+	int c = m->cp;
+	mgt_status st = MGT_OK;
+	m->be->ops->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
+	for (int i = 0; !st && i < c; i++) {
+		if (i + 1 < c) st = ring(m, m->cpb.kv, TAG_KV, true);
+		if (st) break;
+		p2p_fwd_step(m, a, (m->cp_rank + c - i) % c, p, key);
+		if (i + 1 < c) st = ring(m, m->cpb.kv, TAG_KV, false);
+	}
+	return st;
+}
+
+/* The backward's blocks against the chunks of rank src in kv, their dK, dV into dkv. */
+static void p2p_bwd_step(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, int src, float p, uint64_t key)
+{
+	int c2 = 2 * m->cp - 1;
+	for (int hq = 0; hq < 2; hq++)
+		for (int hk = 0; hk < 2; hk++) {
+			int gk = hk ? c2 - src : src;
+			if (gk > gchunk(m, hq)) continue;
+			mgt_attn_blk g = block(m, hq, m->cp_C, gk * m->cp_C, p, key);
+			m->be->ops->attn_blk_bwd(m->be, &g, q_at(m, dqkv, hq), kv_at(m, m->cpb.dkv, hk),
+						 o_at(m, (float *)dctx, hq), q_at(m, a->qkv, hq), kv_at(m, m->cpb.kv, hk),
+						 o_at(m, a->ctx, hq), a->lse + hq * m->cp_C);
+		}
+}
+
+static mgt_status p2p_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	int c = m->cp;
+	mgt_status st = MGT_OK;
+	o->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
+	o->zero(m->be, m->cpb.dkv, kv_numel(m) * sizeof(float));
+	for (int i = 0; !st && i < c; i++) {
+		p2p_bwd_step(m, a, dqkv, dctx, (m->cp_rank + c - i) % c, p, key);
+		if (i + 1 < c) st = ring(m, m->cpb.kv, TAG_KV, true);
+		if (!st) st = ring(m, m->cpb.dkv, TAG_DKV, true);
+		if (!st && i + 1 < c) st = ring(m, m->cpb.kv, TAG_KV, false);
+		if (!st) st = ring(m, m->cpb.dkv, TAG_DKV, false);
+	}
+	return st;
+}
+
+/* Between rank order (rank q's chunks q and 2c-1-q side by side, as the all-gather lays them)
+ * and position order (global chunk g at g): to_glob true copies all -> glob, false glob -> all. */
+static void reorder(mgt_model *m, float *all, float *glob, bool to_glob)
+{
+	size_t cn = chunk_numel(m, m->ng_l * 2 * m->d), bytes = cn * sizeof(float);
+	for (int q = 0; q < m->cp; q++)
+		for (int h = 0; h < 2; h++) {
+			float *x = all + (2 * (size_t)q + (size_t)h) * cn;
+			float *y = glob + (size_t)(h ? 2 * m->cp - 1 - q : q) * cn;
+			m->be->ops->copy(m->be, to_glob ? y : x, to_glob ? x : y, bytes);
+		}
+}
+
+/* All-gather the keys and values of the sequence into cpb.glob, in position order. */
+static mgt_status gather_kv(mgt_model *m, layer_act *a)
+{
+	mgt_comm *c = m->ps->cp_comm;
+	m->be->ops->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
+	mgt_status st = c->ops->allgather(c, m->cpb.all, m->cpb.kv, kv_numel(m), MGT_DT_F32);
+	if (!st) reorder(m, m->cpb.all, m->cpb.glob, true);
+	return st;
+}
+
+static mgt_status ag_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
+{
+	mgt_status st = gather_kv(m, a);
+	for (int h = 0; !st && h < 2; h++) {
+		mgt_attn_blk g = block(m, h, (gchunk(m, h) + 1) * m->cp_C, 0, p, key);
+		m->be->ops->attn_blk_fwd(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp_C, q_at(m, a->qkv, h),
+					 m->cpb.glob);
+	}
+	return st;
+}
+
+static mgt_status ag_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	mgt_comm *c = m->ps->cp_comm;
+	mgt_status st = gather_kv(m, a);
+	if (st) return st;
+	o->zero(m->be, m->cpb.dglob, (size_t)m->cp * kv_numel(m) * sizeof(float));
+	for (int h = 0; h < 2; h++) {
+		mgt_attn_blk g = block(m, h, (gchunk(m, h) + 1) * m->cp_C, 0, p, key);
+		o->attn_blk_bwd(m->be, &g, q_at(m, dqkv, h), m->cpb.dglob, o_at(m, (float *)dctx, h), q_at(m, a->qkv, h),
+				m->cpb.glob, o_at(m, a->ctx, h), a->lse + h * m->cp_C);
+	}
+	reorder(m, m->cpb.all, m->cpb.dglob, false);
+	return c->ops->reduce_scatter(c, m->cpb.dkv, m->cpb.all, kv_numel(m), MGT_DT_F32);
+}
+
+mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
+{
+	return m->L.cp_comm == MGT_CP_P2P ? p2p_fwd(m, a, p, key) : ag_fwd(m, a, p, key);
+}
+
+mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key)
+{
+	m->be->ops->zero(m->be, dqkv, (size_t)m->T * (size_t)m->qkv_l * sizeof(float));
+	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_bwd(m, a, dqkv, dctx, p, key) : ag_bwd(m, a, dqkv, dctx, p, key);
+	if (!st) m->be->ops->attn_kv_copy(m->be, dqkv, m->cpb.dkv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, false);
+	return st;
+}
+
+/* Rows [a, e) of the local [T, .] activations under context parallelism: the global row of
+ * local row t is t plus the offset of its chunk. */
+int64_t mgt_cp_global_row(const mgt_model *m, int64_t t)
+{
+	if (m->cp <= 1) return t;
+	int64_t cb = (int64_t)m->cp_C * m->b;
+	return t < cb ? t + (int64_t)gchunk(m, 0) * cb : t - cb + (int64_t)gchunk(m, 1) * cb;
+}
