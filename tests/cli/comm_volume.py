@@ -1,7 +1,7 @@
 """Analytic communication volume of one mgt-train iteration, per rank, against --comm-log.
 
 Usage: comm_volume.py PRESET.json PREFIX NP key=value...   (keys: tp pp vp sp distopt mbs gbs seq
-vocab (padded) divisible)
+vocab (padded) divisible cp cpcomm (p2p or allgather))
 
 Independent of mgt's C code: the tensor list is written here from megatron-reference.md section 8
 (TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
@@ -15,7 +15,12 @@ from lib/dist/dist.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and
          TP-replicated tensors once per iteration
   PP:    the [T/sp, h] activation forward and its gradient backward between adjacent stages
   tied embeddings with PP > 1: all-reduce of the word-embedding gradient, first <-> last stage
-  DP:    per bucket an all-reduce, or reduce-scatter + all-gather with the distributed optimizer
+  DP:    per bucket an all-reduce, or reduce-scatter + all-gather with the distributed optimizer,
+         over the data group, or with CP > 1 the data x context group ("data-context")
+  CP:    per layer and micro-batch, with B the bytes of a rank's keys and values
+         [seq/CP * mbs, groups/TP, 2, d]: p2p (ring) (CP-1) B forward, (CP-1) B + CP B backward
+         (the keys and values again, and their gradient one hop further); allgather (CP-1) B
+         forward, 2 (CP-1) B backward (all-gather again, reduce-scatter of the gradient)
   norm:  one double all-reduced over the model-parallel group (over the world with distopt)
   loss:  5 doubles all-reduced over the world (loss sum, tokens, interrupt, out-of-time and
          async-save-pending flags)
@@ -34,8 +39,10 @@ bucket_size = int(kv.get("bucket", 0))
 first_n, last_n = int(kv.get("first", 0)), int(kv.get("last", 0))  # uneven pipeline stages
 mbs, gbs, seq = int(kv["mbs"]), int(kv["gbs"]), int(kv["seq"])
 Vp = int(kv["vocab"])
-dp = W // (tp * pp)
+cp, cpcomm = int(kv.get("cp", 1)), kv.get("cpcomm", "p2p")
+dp = W // (tp * pp * cp)
 M = gbs // (mbs * dp)
+G = dp * cp  # the gradient group
 
 L, h = cfg["num_layers"], cfg["hidden_size"]
 nq = cfg["num_attention_heads"]
@@ -50,7 +57,7 @@ tied = not cfg.get("untie_embeddings_and_output_weights", False)
 learned = cfg.get("position_embedding_type", "learned_absolute") == "learned_absolute"
 maxpos = cfg.get("max_position_embeddings", seq)
 
-T = seq * mbs
+T = seq // cp * mbs
 S = P = None
 
 
@@ -103,7 +110,7 @@ def tensors(stage, nstages):
 def buckets(ts, shared):
     """Bucket sizes of the flat gradient buffer (megatron-reference.md section 10): one bucket
     unless --ddp-bucket-size or the shared embedding splits it."""
-    pad = dp * 128 // math.gcd(dp, 128) if distopt else 1
+    pad = G * 128 // math.gcd(G, 128) if distopt else 1
     up = lambda x, m: (x + m - 1) // m * m
     res, start, bstart = [], 0, 0
     def close(end):
@@ -129,6 +136,10 @@ def part(n, p): return 0.0 if p == 1 else (p - 1) * n * 4.0  # RS / AG, n = per-
 
 def expected(tp_rank, pp_rank):
     e = dict(tensor=0.0, data=0.0, pipeline=0.0, embedding=0.0, model=0.0, world=0.0)
+    if cp > 1: e.update({"context": 0.0, "data-context": 0.0})
+    grad = "data-context" if cp > 1 else "data"
+    B = T * (ng // tp) * 2 * d * 4.0
+    per_layer = (cp - 1) * B + (cp - 1) * B + cp * B if cpcomm == "p2p" else 3 * (cp - 1) * B
     Th = T // tp if sp else T
     ns = pp * V
     for c in range(V):
@@ -149,7 +160,8 @@ def expected(tp_rank, pp_rank):
         if tied and pp > 1 and (first or last):
             e["embedding"] += ar(Vp // tp * h, 2)
         for nb in buckets(ts, tied and pp > 1):
-            e["data"] += 2 * part(nb // dp, dp) if distopt else ar(nb, dp)
+            e[grad] += 2 * part(nb // G, G) if distopt else ar(nb, G)
+        if cp > 1: e["context"] += M * nl * per_layer
     if distopt: e["world"] += ar(1, W, 8)
     else: e["model"] += ar(1, tp * pp, 8)
     e["world"] += ar(5, W, 8)
