@@ -7,7 +7,10 @@
  * directly, per the header's formula.  Also: accumulate-vs-write semantics, determinism (with
  * 2 threads), AdamW against torch.optim.AdamW's formula in double, reductions, and the
  * Mixture-of-Experts ops (row gather / combine / scale / dot against plain loops, the grouped
- * linears against double and, under bf16/fp16, bit for bit against per-group linear layers).
+ * linears against double and, under bf16/fp16, bit for bit against per-group linear layers), and
+ * the context-parallel attention blocks: all ranks of ring and allgather context parallelism
+ * emulated in one process, against the whole-sequence attention (and blocks of uneven sizes also
+ * against the double reference).
  * Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on any failure. */
 #include "backend/backend.h"
 
@@ -893,8 +896,8 @@ typedef struct {
 
 static float *cp_at(float *x, const cp_ranks *k, int rk, size_t w) { return x + (size_t)rk * 2 * k->C * w; }
 
-/* The local chunks of out and lse gathered into global tensors, compared with the whole-sequence
- * results; also returns the largest differences. */
+/* The local chunks of out and lse gathered into global tensors and compared with the
+ * whole-sequence results (normwise and largest differences printed). */
 static void cp_check_fwd(const cp_case *t, const cp_ranks *k, const char *what, int ord)
 {
 	const int rows = t->b * t->H;
