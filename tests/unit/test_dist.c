@@ -388,8 +388,8 @@ static int cmp_int(const void *a, const void *b)
 	return *(const int *)a - *(const int *)b;
 }
 
-/* The world ranks of group g (0 world, 1 tensor, 2 data, 3 pipeline, 4 model, 5 embedding) of
- * this rank, in group order; returns how many. */
+/* The world ranks of group g (0 world, 1 tensor, 2 data, 3 pipeline, 4 model, 5 embedding,
+ * 6 context, 7 data-context) of this rank, in group order; returns how many. */
 static int members(const mgt_parallel *ps, int g, int *out)
 {
 	int n = 0, t = ps->tp_rank, c = ps->cp_rank, d = ps->dp_rank, p = ps->pp_rank;
@@ -398,6 +398,11 @@ static int members(const mgt_parallel *ps, int g, int *out)
 	case 1: for (int i = 0; i < ps->tp; i++) out[n++] = rank_of(ps, i, c, d, p); break;
 	case 2: for (int i = 0; i < ps->dp; i++) out[n++] = rank_of(ps, t, c, i, p); break;
 	case 3: for (int i = 0; i < ps->pp; i++) out[n++] = rank_of(ps, t, c, d, i); break;
+	case 6: for (int i = 0; i < ps->cp; i++) out[n++] = rank_of(ps, t, i, d, p); break;
+	case 7: /* ordered by cp + CP * dp */
+		for (int i = 0; i < ps->dp; i++)
+			for (int k = 0; k < ps->cp; k++) out[n++] = rank_of(ps, t, k, i, p);
+		break;
 	case 4:
 		for (int i = 0; i < ps->pp; i++)
 			for (int k = 0; k < ps->tp; k++) out[n++] = rank_of(ps, k, c, d, i);
@@ -440,16 +445,22 @@ static void test_layout(int tp, int pp, int cp)
 	       ps.tp_rank < tp && ps.pp_rank < pp && ps.cp_rank < cp && ps.dp_rank < DP,
 	       "layout tp %d pp %d cp %d: dp %d, rank %d = tp %d + TP*(cp %d + CP*(dp %d + DP*pp %d))", tp, pp,
 	       cp, DP, r, ps.tp_rank, ps.cp_rank, ps.dp_rank, ps.pp_rank);
-	mgt_comm *cs[] = { ps.world, ps.tp_comm, ps.dp_comm, ps.pp_comm, ps.mp_comm, ps.emb_comm };
-	const char *names[] = { "world", "tensor", "data", "pipeline", "model", "embedding" };
+	mgt_comm *cs[] = { ps.world, ps.tp_comm, ps.dp_comm, ps.pp_comm, ps.mp_comm, ps.emb_comm, ps.cp_comm,
+			   ps.dpcp_comm };
+	const char *names[] = { "world", "tensor", "data", "pipeline", "model", "embedding", "context",
+				cp == 1 ? "data" : "data-context" };
 	int *expect = xmalloc((size_t)W * sizeof *expect);
-	for (int g = 0; g < 6; g++) {
+	RCHECK((cp == 1) == (ps.dpcp_comm == ps.dp_comm), "layout tp %d pp %d cp %d: dpcp_comm is dp_comm exactly "
+	       "when cp = 1", tp, pp, cp);
+	for (int g = 0; g < 8; g++) {
 		int n = members(&ps, g, expect);
 		RCHECK(group_ok(cs[g], names[g], expect, n, r), "layout tp %d pp %d cp %d: %s group of %d, members "
 		       "from an allgather inside it", tp, pp, cp, names[g], n);
 	}
 	RCHECK(ps.tp_comm->rank == ps.tp_rank && ps.dp_comm->rank == ps.dp_rank &&
-	       ps.pp_comm->rank == ps.pp_rank, "layout tp %d pp %d cp %d: group ranks are tp_rank, dp_rank, pp_rank",
+	       ps.pp_comm->rank == ps.pp_rank && ps.cp_comm->rank == ps.cp_rank &&
+	       ps.dpcp_comm->rank == ps.cp_rank + cp * ps.dp_rank,
+	       "layout tp %d pp %d cp %d: group ranks are tp_rank, dp_rank, pp_rank, cp_rank, cp_rank + CP*dp_rank",
 	       tp, pp, cp);
 	if (tp == 2 && pp == 1 && cp == 1 && DP > 1) {
 		static const size_t sizes[] = { 1, 33 };
