@@ -1,18 +1,27 @@
 /* lib/backend: causal GQA self-attention for the CPU backend, flash-attention style
  * (Dao et al. 2022, "FlashAttention", algorithms 1 and 2 with the backward's D = rowsum(dO * O)).
  *
+ * Everything is one block code (backend.h attn_blk_*): the queries of sq positions against the
+ * keys of sk positions, placed by their global positions qoff and koff, so that query i sees key
+ * i' iff i' <= i + (qoff - koff).  The whole-sequence attn_fwd and attn_bwd are the block
+ * sq = sk = s, qoff = koff = 0 with the keys and values read from the fused qkv itself (head slots
+ * r and r + 1 of r + 2); the context-parallel blocks read them from a packed kv (slots 0 and 1
+ * of 2).  The backward writes dQ, dK, dV for the whole sequence and accumulates them for a block.
+ *
  * Nothing O(s^2) is stored.  Queries go in blocks of CPU_AQ rows, keys in tiles of CPU_AK
  * columns up to the causal limit; scores and probabilities live in a per-thread CPU_AQ x CPU_AK
  * scratch tile.  All products are sgemm calls made inside the parallel region (single-threaded
- * OpenBLAS) that read q, k, v straight out of the strided qkv activation: consecutive positions of
- * one sequence are b*ng*(r+2)*d floats apart.
+ * OpenBLAS) that read q, k, v straight out of the strided activations: consecutive positions of
+ * one sequence are b*ng*(r+2)*d floats apart in qkv, b*ng*2*d in kv.
  *
  * Forward: one task per (query block, sequence, head), heaviest blocks first; online softmax over
- * the key tiles, with the running output kept (unnormalized) in `out` itself.
+ * the key tiles, with the running output kept (unnormalized) in `out` itself.  A row that sees no
+ * key gets out 0 and lse -inf.
  * Backward: one task per (sequence, query group), so the group's r query heads accumulate into
  * their shared dK, dV without races; per tile it recomputes P = exp(S - lse) and does
  * dV += Pd^T dO, dPd = dO V^T, dS = P * (dPd * mask - D), dQ += dS K * scale,
  * dK += dS^T Q * scale, where Pd is P with dropout applied.
+ * Merging blocks (attn_blk_merge) rescales by the log-sum-exps; attn_kv_copy packs and unpacks kv.
  */
 #include "backend/cpu_impl.h"
 
@@ -20,29 +29,55 @@
 #include <math.h>
 #include <omp.h>
 
+/* One block's geometry (backend.h mgt_attn_blk) with the strides of its tensors. */
 typedef struct {
-	int s, b, ng, r, d, H;
-	size_t ldq, ldo; /* floats between positions i and i+1 of one sequence in qkv and out */
+	int sq, sk, b, ng, r, d, H;
+	int qoff, koff, s, delta;   /* delta = qoff - koff: query i sees key i' iff i' <= i + delta */
+	int kslots, kslot;          /* head slots per group of the K/V tensor, and the key's slot */
+	size_t ldq, ldk, ldo, ldl;  /* floats between positions i and i+1 of one sequence in q, kv,
+				     * out; between (sequence, head) rows of lse */
+	float p;
+	uint64_t key;
+	int head0, heads_total;
 } geom;
 
-static geom geom_make(int s, int b, int ng, int r, int d)
+static geom geom_blk(const mgt_attn_blk *g, int kslots, int kslot)
 {
-	geom g = {s, b, ng, r, d, ng * r, 0, 0};
-	g.ldq = (size_t)b * ng * (r + 2) * d;
-	g.ldo = (size_t)b * ng * r * d;
-	return g;
+	geom G = {g->sq, g->sk, g->b, g->ng, g->r, g->d, g->ng * g->r, g->qoff, g->koff, g->s,
+		  g->qoff - g->koff, kslots, kslot, 0, 0, 0, (size_t)g->ld_lse, g->p, g->key, g->head0,
+		  g->heads_total};
+	G.ldq = (size_t)g->b * g->ng * (g->r + 2) * g->d;
+	G.ldk = (size_t)g->b * g->ng * kslots * g->d;
+	G.ldo = (size_t)g->b * g->ng * g->r * g->d;
+	return G;
 }
 
-/* Head slot m (0..r-1 queries, r key, r+1 value) of group grp, position 0 of sequence j. */
-static size_t qkv_off(const geom *g, int j, int grp, int m)
+/* The whole sequence: keys and values in qkv's slots r and r + 1. */
+static geom geom_seq(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
+{
+	const mgt_attn_blk g = {s, s, b, ng, r, d, 0, 0, s, s, p, key, head0, heads_total};
+	return geom_blk(&g, r + 2, r);
+}
+
+/* Query slot m of group grp, position 0 of sequence j, in q. */
+static size_t q_off(const geom *g, int j, int grp, int m)
 {
 	return ((size_t)j * g->ng + grp) * (size_t)(g->r + 2) * g->d + (size_t)m * g->d;
+}
+
+/* The key head of group grp, position 0 of sequence j, in kv (the value head follows). */
+static size_t k_off(const geom *g, int j, int grp)
+{
+	return (((size_t)j * g->ng + grp) * (size_t)g->kslots + (size_t)g->kslot) * g->d;
 }
 
 static size_t out_off(const geom *g, int j, int n)
 {
 	return ((size_t)j * g->H + n) * (size_t)g->d;
 }
+
+/* Keys [0, kend) seen by some query of rows [i0, i1): kend <= 0 when none. */
+static int key_end(const geom *g, int i1) { return i1 + g->delta < g->sk ? i1 + g->delta : g->sk; }
 
 /* Dropout on a row of n <= CPU_AK probabilities: pr[c] *= keep(e0 + c) / (1 - p), and with mk
  * the 0/1 mask kept there. */
@@ -64,18 +99,28 @@ CPU_INLINE void drop_row(float *pr, uint8_t *mk, int n, uint64_t key, uint64_t e
 	}
 }
 
-/* Number of keys of tile [k0, k0 + kn) that query i may see. */
-static inline int causal_lim(int i, int k0, int kn) { return i - k0 + 1 < kn ? i - k0 + 1 : kn; }
+/* Number of keys of tile [k0, k0 + kn) that query i may see (0 to kn). */
+static inline int causal_lim(const geom *g, int i, int k0, int kn)
+{
+	const int lim = i + g->delta - k0 + 1;
+	return lim < 0 ? 0 : lim < kn ? lim : kn;
+}
+
+/* Philox index of element (row i, key k0) of the head whose rows start at rowbase. */
+static inline uint64_t drop_e0(const geom *g, uint64_t rowbase, int i, int k0)
+{
+	return (rowbase + (uint64_t)(g->qoff + i)) * (uint64_t)g->s + (uint64_t)(g->koff + k0);
+}
 
 /* Forward, one score tile S [M, kn] of query rows i0.. against keys k0..: turns it into
  * (dropped-out) unnormalized probabilities under the running row max mrun, updates the running
- * sums lrun, and rescales the output rows accumulated so far. */
-CPU_CLONES static void fwd_tile(float *S, int M, int kn, int i0, int k0, float *mrun, float *lrun,
-				float *O, size_t ldo, int d, float p, float ks, uint64_t key,
-				uint64_t rowbase, int s)
+ * sums lrun, and rescales the output rows accumulated so far.  Rows that saw no key yet keep
+ * mrun -inf and lrun 0. */
+CPU_CLONES static void fwd_tile(const geom *G, float *S, int M, int kn, int i0, int k0, float *mrun,
+				float *lrun, float *O, float ks, uint64_t rowbase)
 {
 	for (int rr = 0; rr < M; rr++) {
-		const int i = i0 + rr, lim = causal_lim(i, k0, kn);
+		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
 		float *sr = S + (size_t)rr * CPU_AK;
 		float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -93,79 +138,125 @@ CPU_CLONES static void fwd_tile(float *S, int M, int kn, int i0, int k0, float *
 			sr[c] = 0.0f;
 		if (k0 == 0) {
 			lrun[rr] = sum;
-		} else {
+		} else if (mnew > -INFINITY) {
 			const float alpha = cpu_expf(mrun[rr] - mnew);
 			lrun[rr] = lrun[rr] * alpha + sum;
-			float *o = O + (size_t)rr * ldo;
+			float *o = O + (size_t)rr * G->ldo;
 #pragma omp simd
-			for (int c = 0; c < d; c++)
+			for (int c = 0; c < G->d; c++)
 				o[c] *= alpha;
 		}
 		mrun[rr] = mnew;
-		if (p > 0)
-			drop_row(sr, NULL, lim, key, (rowbase + i) * s + k0, p, ks);
+		if (G->p > 0 && lim > 0)
+			drop_row(sr, NULL, lim, G->key, drop_e0(G, rowbase, i, k0), G->p, ks);
 	}
 }
 
-static void fwd_block(const geom *G, float *out, float *lse, const float *qkv, int j, int n,
-		      int i0, float p, uint64_t key, int head0, int heads_total, float *S)
+static void fwd_block(const geom *G, float *out, float *lse, const float *q, const float *kv, int j, int n,
+		      int i0, float *S)
 {
 	const int d = G->d, grp = n / G->r, m = n % G->r;
-	const int M = G->s - i0 < CPU_AQ ? G->s - i0 : CPU_AQ, i1 = i0 + M;
-	const float scale = 1.0f / sqrtf((float)d), ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
-	const float *Q = qkv + qkv_off(G, j, grp, m) + (size_t)i0 * G->ldq;
-	const float *K = qkv + qkv_off(G, j, grp, G->r), *V = qkv + qkv_off(G, j, grp, G->r + 1);
+	const int M = G->sq - i0 < CPU_AQ ? G->sq - i0 : CPU_AQ, kend = key_end(G, i0 + M);
+	const float scale = 1.0f / sqrtf((float)d), ks = G->p > 0 ? 1.0f / (1.0f - G->p) : 1.0f;
+	const float *Q = q + q_off(G, j, grp, m) + (size_t)i0 * G->ldq;
+	const float *K = kv + k_off(G, j, grp), *V = K + d;
 	float *O = out + out_off(G, j, n) + (size_t)i0 * G->ldo;
 	float mrun[CPU_AQ], lrun[CPU_AQ];
-	const uint64_t rowbase = ((uint64_t)j * heads_total + head0 + n) * (uint64_t)G->s;
+	const uint64_t rowbase = ((uint64_t)j * G->heads_total + G->head0 + n) * (uint64_t)G->s;
 
-	for (int k0 = 0; k0 < i1; k0 += CPU_AK) {
-		const int kn = i1 - k0 < CPU_AK ? i1 - k0 : CPU_AK;
+	for (int rr = 0; rr < M; rr++)
+		mrun[rr] = -INFINITY, lrun[rr] = 0.0f;
+	for (int k0 = 0; k0 < kend; k0 += CPU_AK) {
+		const int kn = kend - k0 < CPU_AK ? kend - k0 : CPU_AK;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, (int)G->ldq,
-			    K + (size_t)k0 * G->ldq, (int)G->ldq, 0.0f, S, CPU_AK);
-		fwd_tile(S, M, kn, i0, k0, mrun, lrun, O, G->ldo, d, p, ks, key, rowbase, G->s);
+			    K + (size_t)k0 * G->ldk, (int)G->ldk, 0.0f, S, CPU_AK);
+		fwd_tile(G, S, M, kn, i0, k0, mrun, lrun, O, ks, rowbase);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kn, 1.0f, S, CPU_AK,
-			    V + (size_t)k0 * G->ldq, (int)G->ldq, k0 == 0 ? 0.0f : 1.0f, O, (int)G->ldo);
+			    V + (size_t)k0 * G->ldk, (int)G->ldk, k0 == 0 ? 0.0f : 1.0f, O, (int)G->ldo);
 	}
-	float *L = lse + ((size_t)j * G->H + n) * G->s;
+	float *L = lse + ((size_t)j * G->H + n) * G->ldl + i0;
 	for (int rr = 0; rr < M; rr++) {
-		const float inv = 1.0f / lrun[rr];
 		float *o = O + (size_t)rr * G->ldo;
+		if (lrun[rr] > 0) {
+			const float inv = 1.0f / lrun[rr];
 #pragma omp simd
-		for (int c = 0; c < d; c++)
-			o[c] *= inv;
-		L[i0 + rr] = mrun[rr] + logf(lrun[rr]);
+			for (int c = 0; c < d; c++)
+				o[c] *= inv;
+			L[rr] = mrun[rr] + logf(lrun[rr]);
+		} else { /* no visible key */
+			memset(o, 0, (size_t)d * sizeof *o);
+			L[rr] = -INFINITY;
+		}
+	}
+}
+
+static void blk_fwd(mgt_backend *be, const geom *G, float *out, float *lse, const float *q, const float *kv)
+{
+	if (G->sq <= 0 || G->sk <= 0 || G->b <= 0 || G->ng <= 0 || G->r <= 0 || G->d <= 0)
+		return;
+	const int nqb = (G->sq + CPU_AQ - 1) / CPU_AQ, per = G->b * G->H;
+	const long ntask = (long)nqb * per;
+#pragma omp parallel num_threads(cpu_threads(be)) if (ntask > 1 && (long)G->sq * G->sk * G->d * per > 200000)
+	{
+		float *S = (float *)cpu_scratch(be, omp_get_thread_num());
+#pragma omp for schedule(dynamic, 1)
+		for (long task = 0; task < ntask; task++) {
+			const int qb = nqb - 1 - (int)(task / per), rem = (int)(task % per);
+			fwd_block(G, out, lse, q, kv, rem / G->H, rem % G->H, qb * CPU_AQ, S);
+		}
 	}
 }
 
 void mgt_cpu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
 		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
 {
-	if (s <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0)
+	const geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total);
+	blk_fwd(be, &G, out, lse, qkv, qkv);
+}
+
+void mgt_cpu_attn_blk_fwd(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
+			  const float *kv)
+{
+	const geom G = geom_blk(g, 2, 0);
+	blk_fwd(be, &G, out, lse, q, kv);
+}
+
+void mgt_cpu_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
+			    const float *lb)
+{
+	if (g->sq <= 0 || g->b <= 0 || g->ng <= 0 || g->r <= 0 || g->d <= 0)
 		return;
-	const geom G = geom_make(s, b, ng, r, d);
-	const int nqb = (s + CPU_AQ - 1) / CPU_AQ, per = b * G.H;
-	const long ntask = (long)nqb * per;
-#pragma omp parallel num_threads(cpu_threads(be)) if (ntask > 1 && (long)s * s * d * per > 200000)
-	{
-		float *S = (float *)cpu_scratch(be, omp_get_thread_num());
-#pragma omp for schedule(dynamic, 1)
-		for (long task = 0; task < ntask; task++) {
-			const int qb = nqb - 1 - (int)(task / per), rem = (int)(task % per);
-			fwd_block(&G, out, lse, qkv, rem / G.H, rem % G.H, qb * CPU_AQ, p, key, head0,
-				  heads_total, S);
+	const int H = g->ng * g->r, d = g->d, sq = g->sq, b = g->b;
+	const long nrow = (long)b * H;
+#pragma omp parallel for num_threads(cpu_threads(be)) if (nrow > 1 && nrow * sq * d > CPU_PAR_MIN)
+	for (long jn = 0; jn < nrow; jn++) {
+		float *L = lse + (size_t)jn * g->ld_lse;
+		const float *Lb = lb + (size_t)jn * g->ld_lse;
+		const int j = (int)(jn / H), n = (int)(jn % H);
+		for (int i = 0; i < sq; i++) {
+			const float la = L[i], lc = Lb[i];
+			const float hi = la > lc ? la : lc, lo = la > lc ? lc : la;
+			if (!(hi > -INFINITY))
+				continue; /* both -inf: nothing to add */
+			const float l = hi + log1pf(expf(lo - hi)), wa = expf(la - l), wb = expf(lc - l);
+			const size_t oo = (((size_t)i * b + j) * H + n) * (size_t)d;
+			float *o = out + oo;
+			const float *oc = ob + oo;
+#pragma omp simd
+			for (int c = 0; c < d; c++)
+				o[c] = o[c] * wa + oc[c] * wb;
+			L[i] = l;
 		}
 	}
 }
 
 /* Backward, one tile: A [M, kn] holds the scores; make it P = exp(S - lse) (0 past the causal
  * limit) and, with dropout, B = P * mask / (1 - p) and the mask in mk. */
-CPU_CLONES static void bwd_tile_p(float *A, float *B, uint8_t *mk, int M, int kn, int i0, int k0,
-				  const float *L, float p, float ks, uint64_t key, uint64_t rowbase,
-				  int s)
+CPU_CLONES static void bwd_tile_p(const geom *G, float *A, float *B, uint8_t *mk, int M, int kn, int i0,
+				  int k0, const float *L, float ks, uint64_t rowbase)
 {
 	for (int rr = 0; rr < M; rr++) {
-		const int i = i0 + rr, lim = causal_lim(i, k0, kn);
+		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
 		float *ar = A + (size_t)rr * CPU_AK;
 		const float l = L[rr];
 #pragma omp simd
@@ -173,24 +264,26 @@ CPU_CLONES static void bwd_tile_p(float *A, float *B, uint8_t *mk, int M, int kn
 			ar[c] = cpu_expf(ar[c] - l);
 		for (int c = lim; c < kn; c++)
 			ar[c] = 0.0f;
-		if (p > 0) {
+		if (G->p > 0) {
 			float *br = B + (size_t)rr * CPU_AK;
 			memcpy(br, ar, (size_t)kn * sizeof *br);
-			drop_row(br, mk + (size_t)rr * CPU_AK, lim, key, (rowbase + i) * s + k0, p, ks);
+			if (lim > 0)
+				drop_row(br, mk + (size_t)rr * CPU_AK, lim, G->key, drop_e0(G, rowbase, i, k0),
+					 G->p, ks);
 		}
 	}
 }
 
 /* dS = P * (dPd * mask / (1 - p) - D) into A, from P in A and dPd in B. */
-CPU_CLONES static void bwd_tile_ds(float *A, const float *B, const uint8_t *mk, int M, int kn,
-				   int i0, int k0, const float *D, float p, float ks)
+CPU_CLONES static void bwd_tile_ds(const geom *G, float *A, const float *B, const uint8_t *mk, int M, int kn,
+				   int i0, int k0, const float *D, float ks)
 {
 	for (int rr = 0; rr < M; rr++) {
-		const int lim = causal_lim(i0 + rr, k0, kn);
+		const int lim = causal_lim(G, i0 + rr, k0, kn);
 		float *ar = A + (size_t)rr * CPU_AK;
 		const float *br = B + (size_t)rr * CPU_AK;
 		const float dr = D[rr];
-		if (p > 0) {
+		if (G->p > 0) {
 			const uint8_t *mr = mk + (size_t)rr * CPU_AK;
 #pragma omp simd
 			for (int c = 0; c < lim; c++)
@@ -203,53 +296,83 @@ CPU_CLONES static void bwd_tile_ds(float *A, const float *B, const uint8_t *mk, 
 	}
 }
 
+/* The tensors of a backward. */
+typedef struct {
+	float *dq, *dkv;
+	const float *dout, *q, *kv, *out, *lse;
+	bool acc; /* dQ accumulates (else the first key tile writes it) */
+} bwd_args;
+
 /* One query block of head n (group grp, slot m) against all its key tiles. */
-static void bwd_block(const geom *G, float *dqkv, const float *dout, const float *qkv,
-		      const float *out, const float *lse, int j, int grp, int m, int i0, float p,
-		      uint64_t key, int head0, int heads_total, unsigned char *scratch)
+static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, int i0, unsigned char *scratch)
 {
 	const int d = G->d, n = grp * G->r + m;
-	const int M = G->s - i0 < CPU_AQ ? G->s - i0 : CPU_AQ, i1 = i0 + M;
-	const float scale = 1.0f / sqrtf((float)d), ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+	const int M = G->sq - i0 < CPU_AQ ? G->sq - i0 : CPU_AQ, kend = key_end(G, i0 + M);
+	if (kend <= 0)
+		return;
+	const float scale = 1.0f / sqrtf((float)d), ks = G->p > 0 ? 1.0f / (1.0f - G->p) : 1.0f;
 	float *A = (float *)scratch, *B = A + CPU_AQ * CPU_AK;
 	uint8_t *mk = (uint8_t *)(B + CPU_AQ * CPU_AK);
 	float *D = (float *)(mk + CPU_AQ * CPU_AK);
-	const size_t qo = qkv_off(G, j, grp, m) + (size_t)i0 * G->ldq;
-	const size_t ko = qkv_off(G, j, grp, G->r), vo = qkv_off(G, j, grp, G->r + 1);
-	const float *Q = qkv + qo, *K = qkv + ko, *V = qkv + vo;
-	float *dQ = dqkv + qo, *dK = dqkv + ko, *dV = dqkv + vo;
+	const size_t qo = q_off(G, j, grp, m) + (size_t)i0 * G->ldq, ko = k_off(G, j, grp);
+	const float *Q = a->q + qo, *K = a->kv + ko, *V = K + d;
+	float *dQ = a->dq + qo, *dK = a->dkv + ko, *dV = dK + d;
 	const size_t oo = out_off(G, j, n) + (size_t)i0 * G->ldo;
-	const float *dO = dout + oo, *O = out + oo;
-	const float *L = lse + ((size_t)j * G->H + n) * G->s + i0;
-	const uint64_t rowbase = ((uint64_t)j * heads_total + head0 + n) * (uint64_t)G->s;
-	const int ldq = (int)G->ldq, ldo = (int)G->ldo;
+	const float *dO = a->dout + oo, *O = a->out + oo;
+	const float *L = a->lse + ((size_t)j * G->H + n) * G->ldl + i0;
+	const uint64_t rowbase = ((uint64_t)j * G->heads_total + G->head0 + n) * (uint64_t)G->s;
+	const int ldq = (int)G->ldq, ldk = (int)G->ldk, ldo = (int)G->ldo;
 
 	for (int rr = 0; rr < M; rr++) {
-		const float *a = dO + (size_t)rr * G->ldo, *o = O + (size_t)rr * G->ldo;
+		const float *x = dO + (size_t)rr * G->ldo, *o = O + (size_t)rr * G->ldo;
 		double acc = 0;
 #pragma omp simd reduction(+ : acc)
 		for (int c = 0; c < d; c++)
-			acc += (double)a[c] * o[c];
+			acc += (double)x[c] * o[c];
 		D[rr] = (float)acc;
 	}
-	for (int k0 = 0; k0 < i1; k0 += CPU_AK) {
-		const int kn = i1 - k0 < CPU_AK ? i1 - k0 : CPU_AK;
-		const size_t kr = (size_t)k0 * G->ldq;
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, ldq, K + kr, ldq,
+	for (int k0 = 0; k0 < kend; k0 += CPU_AK) {
+		const int kn = kend - k0 < CPU_AK ? kend - k0 : CPU_AK;
+		const size_t kr = (size_t)k0 * G->ldk;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, ldq, K + kr, ldk,
 			    0.0f, A, CPU_AK);
-		bwd_tile_p(A, B, mk, M, kn, i0, k0, L, p, ks, key, rowbase, G->s);
+		bwd_tile_p(G, A, B, mk, M, kn, i0, k0, L, ks, rowbase);
 		/* dV[tile] += Pd^T dO */
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, M, 1.0f, p > 0 ? B : A,
-			    CPU_AK, dO, ldo, 1.0f, dV + kr, ldq);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, M, 1.0f, G->p > 0 ? B : A,
+			    CPU_AK, dO, ldo, 1.0f, dV + kr, ldk);
 		/* dPd = dO V^T */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, 1.0f, dO, ldo, V + kr,
-			    ldq, 0.0f, B, CPU_AK);
-		bwd_tile_ds(A, B, mk, M, kn, i0, k0, D, p, ks);
+			    ldk, 0.0f, B, CPU_AK);
+		bwd_tile_ds(G, A, B, mk, M, kn, i0, k0, D, ks);
 		/* dQ (+)= dS K * scale;  dK[tile] += dS^T Q * scale */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kn, scale, A, CPU_AK, K + kr,
-			    ldq, k0 == 0 ? 0.0f : 1.0f, dQ, ldq);
+			    ldk, k0 == 0 && !a->acc ? 0.0f : 1.0f, dQ, ldq);
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, M, scale, A, CPU_AK, Q, ldq,
-			    1.0f, dK + kr, ldq);
+			    1.0f, dK + kr, ldk);
+	}
+}
+
+/* The backward of a block; with a->acc false it writes dQ and dK, dV (for the whole sequence,
+ * where every query sees key 0) instead of accumulating. */
+static void blk_bwd(mgt_backend *be, const geom *G, const bwd_args *a)
+{
+	if (G->sq <= 0 || G->sk <= 0 || G->b <= 0 || G->ng <= 0 || G->r <= 0 || G->d <= 0)
+		return;
+	const int ntask = G->b * G->ng;
+#pragma omp parallel num_threads(cpu_threads(be)) \
+	if (ntask > 1 && (long)G->sq * G->sk * G->d * G->b * G->H > 200000)
+	{
+		unsigned char *scratch = cpu_scratch(be, omp_get_thread_num());
+#pragma omp for schedule(dynamic, 1)
+		for (int task = 0; task < ntask; task++) {
+			const int j = task / G->ng, grp = task % G->ng;
+			for (int i = 0; !a->acc && i < G->sk; i++) /* dK, dV rows from 0 */
+				memset(a->dkv + k_off(G, j, grp) + (size_t)i * G->ldk, 0,
+				       2 * (size_t)G->d * sizeof(float));
+			for (int m = 0; m < G->r; m++)
+				for (int i0 = 0; i0 < G->sq; i0 += CPU_AQ)
+					bwd_block(G, a, j, grp, m, i0, scratch);
+		}
 	}
 }
 
@@ -257,25 +380,32 @@ void mgt_cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const flo
 		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
 		      uint64_t key, int head0, int heads_total)
 {
-	if (s <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0)
+	const geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total);
+	const bwd_args a = {dqkv, dqkv, dout, qkv, qkv, out, lse, false};
+	blk_bwd(be, &G, &a);
+}
+
+void mgt_cpu_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
+			  const float *q, const float *kv, const float *out, const float *lse)
+{
+	const geom G = geom_blk(g, 2, 0);
+	const bwd_args a = {dq, dkv, dout, q, kv, out, lse, true};
+	blk_bwd(be, &G, &a);
+}
+
+void mgt_cpu_attn_kv_copy(mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, bool to_kv)
+{
+	if (T <= 0 || ng <= 0 || r <= 0 || d <= 0)
 		return;
-	const geom G = geom_make(s, b, ng, r, d);
-	const int ntask = b * ng;
-#pragma omp parallel num_threads(cpu_threads(be)) if (ntask > 1 && (long)s * s * d * b * G.H > 200000)
-	{
-		unsigned char *scratch = cpu_scratch(be, omp_get_thread_num());
-#pragma omp for schedule(dynamic, 1)
-		for (int task = 0; task < ntask; task++) {
-			const int j = task / ng, grp = task % ng;
-			for (int i = 0; i < s; i++) { /* this group's dK, dV rows accumulate from 0 */
-				float *dk = dqkv + qkv_off(&G, j, grp, r) + (size_t)i * G.ldq;
-				memset(dk, 0, 2 * (size_t)d * sizeof *dk);
-			}
-			for (int m = 0; m < r; m++)
-				for (int i0 = 0; i0 < s; i0 += CPU_AQ)
-					bwd_block(&G, dqkv, dout, qkv, out, lse, j, grp, m, i0, p, key,
-						  head0, heads_total, scratch);
-		}
+	const long rows = (long)T * ng;
+	const size_t w = 2 * (size_t)d;
+#pragma omp parallel for num_threads(cpu_threads(be)) if (rows > 1 && rows * (long)w > CPU_PAR_MIN)
+	for (long t = 0; t < rows; t++) {
+		float *a = qkv + (size_t)t * (size_t)(r + 2) * d + (size_t)r * d, *c = kv + (size_t)t * w;
+		if (to_kv)
+			memcpy(c, a, w * sizeof *c);
+		else
+			memcpy(a, c, w * sizeof *a);
 	}
 }
 

@@ -129,6 +129,14 @@ void mgt_cpu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qkv,
 void mgt_cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
 		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
 		      uint64_t key, int head0, int heads_total);
+/* cpu_attn.c: the context-parallel attention blocks of backend.h (attn_blk_*, attn_kv_copy). */
+void mgt_cpu_attn_blk_fwd(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
+			  const float *kv);
+void mgt_cpu_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
+			    const float *lb);
+void mgt_cpu_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
+			  const float *q, const float *kv, const float *out, const float *lse);
+void mgt_cpu_attn_kv_copy(mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, bool to_kv);
 void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
 		     const int32_t *pos, int T, int ng, int r, int d, int S);
 

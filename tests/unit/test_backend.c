@@ -796,6 +796,342 @@ static void test_attn(void)
 	test_attn_case(70, 2, 1, 3, 16, 0.0f, 0, 3, 0);
 }
 
+/* ================= context-parallel attention blocks ================= */
+
+/* ||got - ref|| / ||ref|| of two fp32 arrays, in double; their largest |got - ref| in *mx. */
+static double relerr_f(const float *got, const float *ref, size_t n, double *mx)
+{
+	double e = 0, r = 0, m = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)got[i] - ref[i];
+		e += d * d;
+		r += (double)ref[i] * ref[i];
+		m = fmax(m, fabs(d));
+	}
+	*mx = isnan(e) ? INFINITY : m;
+	if (isnan(e))
+		return INFINITY;
+	return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+static float *fill_f(size_t n, float v)
+{
+	float *x = xmalloc(n * sizeof *x);
+	for (size_t i = 0; i < n; i++)
+		x[i] = v;
+	return x;
+}
+
+/* The key and value slots of qkv [T, ng, r + 2, d] equal those of ref, bit for bit. */
+static bool kv_slots_equal(const float *qkv, const float *ref, int T, int ng, int r, int d)
+{
+	for (size_t t = 0; t < (size_t)T * ng; t++)
+		if (memcmp(qkv + (t * (r + 2) + r) * d, ref + (t * (r + 2) + r) * d, 2 * (size_t)d * 4))
+			return false;
+	return true;
+}
+
+/* One test shape: the full sequence's tensors and the whole-sequence results to match. */
+typedef struct {
+	int S, b, ng, r, d, H;
+	float p;
+	uint64_t key;
+	int head0, heads_total;
+	size_t wq, wk, wo; /* floats per position in qkv, kv, out */
+	float *qkv, *R, *out, *lse, *dq;
+} cp_case;
+
+static void cp_case_init(cp_case *t, int S, int b, int ng, int r, int d, float p, int head0, int heads_total)
+{
+	*t = (cp_case){S, b, ng, r, d, ng * r, p, 0xC0FFEEull ^ (uint64_t)S * 31, head0, heads_total, 0, 0, 0,
+		       NULL, NULL, NULL, NULL, NULL};
+	t->wq = (size_t)b * ng * (r + 2) * d, t->wk = (size_t)b * ng * 2 * d, t->wo = (size_t)b * t->H * d;
+	t->qkv = randf(S * t->wq, 1.5), t->R = randf(S * t->wo, 1);
+	t->out = randf(S * t->wo, 9), t->lse = randf((size_t)b * t->H * S, 9), t->dq = randf(S * t->wq, 9);
+	O->attn_fwd(be, t->out, t->lse, t->qkv, S, b, ng, r, d, p, t->key, head0, heads_total);
+	O->attn_bwd(be, t->dq, t->R, t->qkv, t->out, t->lse, S, b, ng, r, d, p, t->key, head0, heads_total);
+}
+
+static void cp_case_free(cp_case *t)
+{
+	free(t->qkv), free(t->R), free(t->out), free(t->lse), free(t->dq);
+}
+
+static mgt_attn_blk cp_blk(const cp_case *t, int sq, int sk, int qoff, int koff, int ld_lse)
+{
+	return (mgt_attn_blk){sq, sk, t->b, t->ng, t->r, t->d, qoff, koff, t->S, ld_lse, t->p, t->key,
+			      t->head0, t->heads_total};
+}
+
+/* Global chunk of local half h (0, 1) of CP rank rk of c: the rank keeps chunks rk and 2c-1-rk. */
+static int cp_chunk(int c, int rk, int h) { return h ? 2 * c - 1 - rk : rk; }
+
+/* Between the global rows of the sequence (w floats per position) and rank rk's local rows. */
+static void cp_rows(float *glob, float *loc, int c, int rk, int C, size_t w, bool to_local)
+{
+	for (int h = 0; h < 2; h++) {
+		float *g = glob + (size_t)cp_chunk(c, rk, h) * C * w, *l = loc + (size_t)h * C * w;
+		memcpy(to_local ? l : g, to_local ? g : l, (size_t)C * w * sizeof *g);
+	}
+}
+
+/* Local lse [rows, 2C] of rank rk into the global [rows, 2cC]. */
+static void cp_lse_gather(float *glob, const float *loc, int c, int rk, int C, int rows)
+{
+	for (int x = 0; x < rows; x++)
+		for (int h = 0; h < 2; h++)
+			memcpy(glob + ((size_t)x * 2 * c + cp_chunk(c, rk, h)) * C, loc + ((size_t)x * 2 + h) * C,
+			       (size_t)C * sizeof *glob);
+}
+
+/* The rank-local tensors of c emulated ranks, rank rk's at rk * (its size). */
+typedef struct {
+	int c, C;
+	float *q, *kv, *ctx, *lse, *dq, *dkv, *R;
+	float *ob, *lb; /* one block's result */
+} cp_ranks;
+
+static float *cp_at(float *x, const cp_ranks *k, int rk, size_t w) { return x + (size_t)rk * 2 * k->C * w; }
+
+/* The local chunks of out and lse gathered into global tensors, compared with the whole-sequence
+ * results; also returns the largest differences. */
+static void cp_check_fwd(const cp_case *t, const cp_ranks *k, const char *what, int ord)
+{
+	const int rows = t->b * t->H;
+	float *out = xmalloc((size_t)t->S * t->wo * 4), *lse = xmalloc((size_t)rows * t->S * 4);
+	for (int rk = 0; rk < k->c; rk++) {
+		cp_rows(out, cp_at(k->ctx, k, rk, t->wo), k->c, rk, k->C, t->wo, false);
+		cp_lse_gather(lse, cp_at(k->lse, k, rk, rows), k->c, rk, k->C, rows);
+	}
+	double mo, ml, eo = relerr_f(out, t->out, (size_t)t->S * t->wo, &mo);
+	double el = relerr_f(lse, t->lse, (size_t)rows * t->S, &ml);
+	CHECK(eo < FWD_TOL && el < FWD_TOL,
+	      "attn_blk %s S=%d cp=%d b=%d ng=%d r=%d d=%d p=%g%s vs attn_fwd: out %.2e (max %.2e) lse %.2e (max %.2e)",
+	      what, t->S, k->c, t->b, t->ng, t->r, t->d, t->p, ord ? " (other order)" : "", eo, mo, el, ml);
+	free(out), free(lse);
+}
+
+/* Local dq (query, key and value slots) of every rank gathered and compared with attn_bwd's. */
+static void cp_check_bwd(const cp_case *t, const cp_ranks *k, const char *what)
+{
+	float *dq = xmalloc((size_t)t->S * t->wq * 4);
+	for (int rk = 0; rk < k->c; rk++)
+		cp_rows(dq, cp_at(k->dq, k, rk, t->wq), k->c, rk, k->C, t->wq, false);
+	double m, e = relerr_f(dq, t->dq, (size_t)t->S * t->wq, &m);
+	CHECK(e < FWD_TOL, "attn_blk_bwd %s S=%d cp=%d b=%d ng=%d r=%d d=%d p=%g vs attn_bwd: dqkv %.2e (max %.2e)",
+	      what, t->S, k->c, t->b, t->ng, t->r, t->d, t->p, e, m);
+	free(dq);
+}
+
+/* Ring attention as context parallelism runs it, all c ranks in this process: at step st rank
+ * rk holds the kv of rank (rk - st) mod c.  ord 0 visits the steps and query chunks in ring
+ * order, 1 in reverse (so merges start off the diagonal).  bwd: the backward instead, with the
+ * merged out and lse, dkv accumulating at the kv's owner. */
+static void cp_ring(const cp_case *t, const cp_ranks *k, int ord, bool bwd)
+{
+	const int c = k->c, C = k->C, rows = t->b * t->H;
+	for (int s0 = 0; s0 < c; s0++)
+		for (int rk = 0; rk < c; rk++) {
+			const int st = ord ? c - 1 - s0 : s0, src = (rk - st + c) % c;
+			for (int h = 0; h < 4; h++) {
+				const int hq = ord ? 1 - h / 2 : h / 2, hk = h % 2;
+				const int gq = cp_chunk(c, rk, hq), gk = cp_chunk(c, src, hk);
+				if (gk > gq)
+					continue;
+				const mgt_attn_blk g = cp_blk(t, C, C, gq * C, gk * C, 2 * C);
+				const size_t qo = (size_t)hq * C, ko = (size_t)hk * C;
+				float *q = cp_at(k->q, k, rk, t->wq) + qo * t->wq, *kv = cp_at(k->kv, k, src, t->wk) + ko * t->wk;
+				float *ctx = cp_at(k->ctx, k, rk, t->wo) + qo * t->wo, *lse = cp_at(k->lse, k, rk, rows) + qo;
+				if (bwd)
+					O->attn_blk_bwd(be, &g, cp_at(k->dq, k, rk, t->wq) + qo * t->wq,
+							cp_at(k->dkv, k, src, t->wk) + ko * t->wk,
+							cp_at(k->R, k, rk, t->wo) + qo * t->wo, q, kv, ctx, lse);
+				else {
+					O->attn_blk_fwd(be, &g, k->ob, k->lb, q, kv);
+					O->attn_blk_merge(be, &g, ctx, lse, k->ob, k->lb);
+				}
+			}
+		}
+}
+
+/* The allgather form: one complete block per local query chunk, against the whole sequence's kv
+ * (koff 0, sk up to the chunk's end); the backward's dkv accumulates into the whole kv's. */
+static void cp_allgather(const cp_case *t, const cp_ranks *k, const float *kvall, float *dkvall, bool bwd)
+{
+	const int C = k->C, rows = t->b * t->H;
+	for (int rk = 0; rk < k->c; rk++)
+		for (int hq = 0; hq < 2; hq++) {
+			const int gq = cp_chunk(k->c, rk, hq);
+			const mgt_attn_blk g = cp_blk(t, C, (gq + 1) * C, gq * C, 0, 2 * C);
+			const size_t qo = (size_t)hq * C;
+			float *q = cp_at(k->q, k, rk, t->wq) + qo * t->wq;
+			float *ctx = cp_at(k->ctx, k, rk, t->wo) + qo * t->wo, *lse = cp_at(k->lse, k, rk, rows) + qo;
+			if (bwd)
+				O->attn_blk_bwd(be, &g, cp_at(k->dq, k, rk, t->wq) + qo * t->wq, dkvall,
+						cp_at(k->R, k, rk, t->wo) + qo * t->wo, q, kvall, ctx, lse);
+			else
+				O->attn_blk_fwd(be, &g, ctx, lse, q, kvall);
+		}
+}
+
+/* Context parallelism of size c on a sequence of S = 2cC positions: the ring (in two orders) and
+ * the allgather form, forward and backward, against the whole-sequence attn_fwd and attn_bwd. */
+static void test_attn_cp_case(int S, int b, int ng, int r, int d, float p, int head0, int heads_total, int c)
+{
+	cp_case t;
+	cp_case_init(&t, S, b, ng, r, d, p, head0, heads_total);
+	const int C = S / (2 * c), rows = b * t.H, T = S * b;
+	const size_t L = 2 * (size_t)C; /* local positions */
+	cp_ranks k = {c, C, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+	k.q = xmalloc(c * L * t.wq * 4), k.kv = xmalloc(c * L * t.wk * 4), k.ctx = xmalloc(c * L * t.wo * 4);
+	k.lse = xmalloc(c * L * rows * 4), k.dq = xmalloc(c * L * t.wq * 4), k.dkv = xmalloc(c * L * t.wk * 4);
+	k.R = xmalloc(c * L * t.wo * 4), k.ob = xmalloc(C * t.wo * 4), k.lb = xmalloc(L * rows * 4);
+	for (int rk = 0; rk < c; rk++) {
+		cp_rows(t.qkv, cp_at(k.q, &k, rk, t.wq), c, rk, C, t.wq, true);
+		cp_rows(t.R, cp_at(k.R, &k, rk, t.wo), c, rk, C, t.wo, true);
+		O->attn_kv_copy(be, cp_at(k.q, &k, rk, t.wq), cp_at(k.kv, &k, rk, t.wk), (int)L * b, ng, r, d, true);
+	}
+	for (int ord = 0; ord < 2; ord++) {
+		for (size_t i = 0; i < c * L * t.wo; i++)
+			k.ctx[i] = 0.0f;
+		for (size_t i = 0; i < c * L * rows; i++)
+			k.lse[i] = -INFINITY;
+		cp_ring(&t, &k, ord, false);
+		cp_check_fwd(&t, &k, "ring", ord);
+	}
+	/* backward: the key and value slots of dq hold a sentinel that attn_blk_bwd must not touch */
+	float *sentinel = randf(c * L * t.wq, 5);
+	for (size_t i = 0; i < c * L * t.wq; i++)
+		k.dq[i] = (i / d) % (r + 2) < (size_t)r ? 0.0f : sentinel[i];
+	memset(k.dkv, 0, c * L * t.wk * 4);
+	cp_ring(&t, &k, 0, true);
+	CHECK(kv_slots_equal(k.dq, sentinel, c * (int)L * b, ng, r, d), "attn_blk_bwd leaves dq's key and value slots");
+	for (int rk = 0; rk < c; rk++)
+		O->attn_kv_copy(be, cp_at(k.dq, &k, rk, t.wq), cp_at(k.dkv, &k, rk, t.wk), (int)L * b, ng, r, d, false);
+	cp_check_bwd(&t, &k, "ring");
+
+	/* allgather */
+	float *kvall = xmalloc(S * t.wk * 4), *dkvall = xmalloc(S * t.wk * 4);
+	O->attn_kv_copy(be, t.qkv, kvall, T, ng, r, d, true);
+	cp_allgather(&t, &k, kvall, NULL, false);
+	cp_check_fwd(&t, &k, "allgather", 0);
+	memset(k.dq, 0, c * L * t.wq * 4);
+	memset(dkvall, 0, S * t.wk * 4);
+	cp_allgather(&t, &k, kvall, dkvall, true);
+	for (int rk = 0; rk < c; rk++) { /* each rank's rows of the whole dkv (a reduce-scatter) into its dq */
+		cp_rows(dkvall, cp_at(k.dkv, &k, rk, t.wk), c, rk, C, t.wk, true);
+		O->attn_kv_copy(be, cp_at(k.dq, &k, rk, t.wq), cp_at(k.dkv, &k, rk, t.wk), (int)L * b, ng, r, d,
+				false);
+	}
+	cp_check_bwd(&t, &k, "allgather");
+	free(sentinel), free(kvall), free(dkvall);
+	free(k.q), free(k.kv), free(k.ctx), free(k.lse), free(k.dq), free(k.dkv), free(k.R), free(k.ob), free(k.lb);
+	cp_case_free(&t);
+}
+
+/* Blocks of uneven sizes (sq != sk) on one sequence: query pieces [qcut[a], qcut[a+1]) against key
+ * pieces [kcut[x], kcut[x+1]), every pair run, empty ones included (they must write out 0 and lse
+ * -inf), some with rows that see no key; merged latest keys first, so that rows begin with merges
+ * of two -inf.  Against attn_fwd and attn_bwd and the double reference attn_ref, attn_ref_bwd. */
+static void test_attn_blk_uneven(int S, int b, int ng, int r, int d, float p, int head0, int heads_total,
+				 const int *qcut, int nq, const int *kcut, int nk)
+{
+	cp_case t;
+	cp_case_init(&t, S, b, ng, r, d, p, head0, heads_total);
+	const int rows = b * t.H, T = S * b;
+	const size_t nl = (size_t)rows * S;
+	float *kv = xmalloc(S * t.wk * 4), *ctx = fill_f(S * t.wo, 0.0f), *lse = fill_f(nl, -INFINITY);
+	float *ob = xmalloc(S * t.wo * 4), *lb = xmalloc(nl * 4);
+	O->attn_kv_copy(be, t.qkv, kv, T, ng, r, d, true);
+	int nempty = 0, empty_ok = 1, ninf = 0, inf_ok = 1;
+	for (int a = 0; a < nq; a++) {
+		const int q0 = qcut[a], sq = qcut[a + 1] - q0;
+		bool fresh = true; /* the piece's rows still (0, -inf) */
+		for (int x = nk - 1; x >= 0; x--) {
+			const int k0 = kcut[x], sk = kcut[x + 1] - k0;
+			const mgt_attn_blk g = cp_blk(&t, sq, sk, q0, k0, S);
+			const bool empty = k0 > q0 + sq - 1;
+			for (size_t i = 0; i < sq * t.wo; i++)
+				ob[i] = 7.0f;
+			for (size_t i = 0; i < nl; i++)
+				lb[i] = 7.0f;
+			O->attn_blk_fwd(be, &g, ob, lb, t.qkv + q0 * t.wq, kv + k0 * t.wk);
+			if (empty) {
+				nempty++;
+				for (size_t i = 0; i < sq * t.wo; i++)
+					empty_ok &= ob[i] == 0.0f;
+				for (int y = 0; y < rows; y++)
+					for (int i = 0; i < sq; i++)
+						empty_ok &= lb[(size_t)y * S + i] == -INFINITY;
+			}
+			O->attn_blk_merge(be, &g, ctx + q0 * t.wo, lse + q0, ob, lb);
+			if (empty && fresh) { /* both sides -inf: stays (0, -inf) */
+				ninf++;
+				for (size_t i = 0; i < sq * t.wo; i++)
+					inf_ok &= ctx[q0 * t.wo + i] == 0.0f;
+				for (int y = 0; y < rows; y++)
+					for (int i = 0; i < sq; i++)
+						inf_ok &= lse[(size_t)y * S + q0 + i] == -INFINITY;
+			}
+			fresh &= empty;
+		}
+	}
+	CHECK(nempty > 0 && empty_ok, "attn_blk_fwd: %d empty blocks write out 0 and lse -inf", nempty);
+	CHECK(ninf > 0 && inf_ok, "attn_blk_merge: %d merges of -inf into -inf leave (0, -inf)", ninf);
+	double *qd = tod(t.qkv, S * t.wq), *outr = xmalloc(S * t.wo * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
+	double *ga = xmalloc(S * t.wq * sizeof *ga);
+	attn_ctx c = {qd, S, b, ng, r, d, p, t.key, head0, heads_total, lr};
+	attn_ref(&c, outr);
+	attn_ref_bwd(&c, t.R, ga);
+	double mo, ml, eo = relerr_f(ctx, t.out, S * t.wo, &mo), el = relerr_f(lse, t.lse, nl, &ml);
+	double ro = relerr(ctx, outr, S * t.wo), rl = relerr(lse, lr, nl);
+	CHECK(eo < FWD_TOL && el < FWD_TOL && ro < FWD_TOL && rl < FWD_TOL,
+	      "attn_blk uneven S=%d b=%d ng=%d r=%d d=%d p=%g vs attn_fwd: out %.2e (max %.2e) lse %.2e (max %.2e); "
+	      "vs double: out %.2e lse %.2e", S, b, ng, r, d, p, eo, mo, el, ml, ro, rl);
+
+	float *sentinel = randf(S * t.wq, 5), *dq = xmalloc(S * t.wq * 4), *dkv = xmalloc(S * t.wk * 4);
+	for (size_t i = 0; i < S * t.wq; i++)
+		dq[i] = (i / d) % (r + 2) < (size_t)r ? 0.0f : sentinel[i];
+	for (int a = 0; a < nq; a++)
+		for (int x = 0; x < nk; x++) {
+			const int q0 = qcut[a], k0 = kcut[x];
+			const mgt_attn_blk g = cp_blk(&t, qcut[a + 1] - q0, kcut[x + 1] - k0, q0, k0, S);
+			O->attn_blk_bwd(be, &g, dq + q0 * t.wq, dkv + k0 * t.wk, t.R + q0 * t.wo, t.qkv + q0 * t.wq,
+					kv + k0 * t.wk, ctx + q0 * t.wo, lse + q0);
+		}
+	const bool kept = kv_slots_equal(dq, sentinel, T, ng, r, d);
+	O->attn_kv_copy(be, dq, dkv, T, ng, r, d, false);
+	double mg, eg = relerr_f(dq, t.dq, S * t.wq, &mg), rg = relerr(dq, ga, S * t.wq);
+	CHECK(kept && eg < FWD_TOL && rg < FWD_TOL,
+	      "attn_blk_bwd uneven S=%d vs attn_bwd: dqkv %.2e (max %.2e); vs double %.2e; key/value slots kept", S,
+	      eg, mg, rg);
+
+	/* counts of 0 do nothing */
+	memcpy(ob, ctx, S * t.wo * 4);
+	mgt_attn_blk g0 = cp_blk(&t, S, 0, 0, 0, S);
+	O->attn_blk_fwd(be, &g0, ctx, lse, t.qkv, kv);
+	g0.sk = S, g0.sq = 0;
+	O->attn_blk_fwd(be, &g0, ctx, lse, t.qkv, kv);
+	CHECK(!memcmp(ob, ctx, S * t.wo * 4), "attn_blk_fwd with sq or sk 0 writes nothing");
+	free(kv), free(ctx), free(lse), free(ob), free(lb), free(qd), free(outr), free(lr), free(ga);
+	free(sentinel), free(dq), free(dkv);
+	cp_case_free(&t);
+}
+
+static void test_attn_cp(void)
+{
+	test_attn_cp_case(12, 1, 1, 1, 8, 0.0f, 0, 1, 1);
+	test_attn_cp_case(300, 2, 2, 2, 20, 0.0f, 0, 4, 2);  /* chunks of 75: two query blocks */
+	test_attn_cp_case(300, 1, 1, 3, 12, 0.1f, 1, 5, 3);  /* dropout, heads of a TP rank */
+	test_attn_cp_case(600, 2, 2, 2, 16, 0.2f, 2, 8, 1);  /* chunks of 300: several key tiles */
+	test_attn_cp_case(66, 3, 3, 1, 6, 0.3f, 0, 3, 3);
+	test_attn_cp_case(84, 2, 2, 2, 7, 0.1f, 2, 6, 2);
+	static const int q1[] = {0, 70, 90, 333, 600}, k1[] = {0, 37, 300, 301, 600};
+	test_attn_blk_uneven(600, 2, 2, 2, 20, 0.1f, 1, 6, q1, 4, k1, 4);
+	static const int q2[] = {0, 1, 64, 130}, k2[] = {0, 65, 129, 130};
+	test_attn_blk_uneven(130, 1, 1, 2, 5, 0.2f, 0, 2, q2, 3, k2, 3);
+}
+
 /* ================= bias + activation ================= */
 
 typedef struct {
@@ -1468,6 +1804,7 @@ int main(void)
 	test_norm();
 	test_rope();
 	test_attn();
+	test_attn_cp();
 	test_act();
 	test_bda();
 	test_xent();
