@@ -1,5 +1,6 @@
-/* kernels/: launchers of causal GQA self-attention in fp32 (kernels.h mgt_k_attn_*); the algorithm,
- * tiling, determinism and ws layout are described in kernels/attn.cuh.
+/* kernels/: launchers of causal GQA self-attention in fp32 (kernels.h mgt_k_attn_fwd / _bwd) and
+ * of its blocks for context parallelism (mgt_k_attn_blk_fwd / _bwd; the same kernels on a block
+ * geometry); the algorithm, tiling, determinism and ws layout are described in kernels/attn.cuh.
  *
  * Head dimensions: d <= 128, any value (tiles are padded to DM = 16, 32, 64 or 128 columns; the
  * presets use 16, 32, 64 and 128).  Tiles: forward 64 x 64 for every DM; backward 64 x 64 for
@@ -34,15 +35,29 @@ static bool empty_shape(int s, int b, int ng, int r, int d)
 }
 
 template <int DM, int BQ, int BK>
-static int fwd_launch(cudaStream_t st, float *out, float *lse, const float *qkv, const geom &G)
+static int fwd_launch(cudaStream_t st, float *out, float *lse, const float *q, const float *kv,
+		      const geom &G)
 {
 	const size_t sm = fwd_smem(DM, BQ, BK);
 	const cudaError_t e = allow_smem(fwd_kernel<DM, BQ, BK>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
-	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.s + BQ - 1) / BQ));
-	MGT_LAUNCH((fwd_kernel<DM, BQ, BK>), grid, NT, sm, st, G, out, lse, qkv);
+	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.sq + BQ - 1) / BQ));
+	MGT_LAUNCH((fwd_kernel<DM, BQ, BK>), grid, NT, sm, st, G, out, lse, q, kv);
 	return (int)cudaGetLastError();
+}
+
+/* The forward of geometry G (whole sequence or block), queries from q, keys and values from kv. */
+static int fwd_geom(cudaStream_t st, float *out, float *lse, const float *q, const float *kv,
+		    const geom &G)
+{
+	switch (pad_dim(G.d)) {
+	case 16: return fwd_launch<16, 64, 64>(st, out, lse, q, kv, G);
+	case 32: return fwd_launch<32, 64, 64>(st, out, lse, q, kv, G);
+	case 64: return fwd_launch<64, 64, 64>(st, out, lse, q, kv, G);
+	case 128: return fwd_launch<128, 64, 64>(st, out, lse, q, kv, G);
+	default: return (int)cudaErrorInvalidValue;
+	}
 }
 
 extern "C" int mgt_k_attn_fwd(mgt_k_stream s, float *out, float *lse, const float *qkv, int seq,
@@ -52,14 +67,21 @@ extern "C" int mgt_k_attn_fwd(mgt_k_stream s, float *out, float *lse, const floa
 	if (empty_shape(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
-	const cudaStream_t st = (cudaStream_t)s;
-	switch (pad_dim(d)) {
-	case 16: return fwd_launch<16, 64, 64>(st, out, lse, qkv, G);
-	case 32: return fwd_launch<32, 64, 64>(st, out, lse, qkv, G);
-	case 64: return fwd_launch<64, 64, 64>(st, out, lse, qkv, G);
-	case 128: return fwd_launch<128, 64, 64>(st, out, lse, qkv, G);
-	default: return (int)cudaErrorInvalidValue;
-	}
+	return fwd_geom((cudaStream_t)s, out, lse, qkv, qkv, G);
+}
+
+/* Nothing to do for a block with a count of 0 (backend.h). */
+static bool empty_blk(const mgt_k_attn_blk *g)
+{
+	return g->sq <= 0 || g->sk <= 0 || empty_shape(g->sq, g->b, g->ng, g->r, g->d);
+}
+
+extern "C" int mgt_k_attn_blk_fwd(mgt_k_stream s, const mgt_k_attn_blk *g, float *out, float *lse,
+				  const float *q, const float *kv)
+{
+	if (empty_blk(g))
+		return (int)cudaSuccess;
+	return fwd_geom((cudaStream_t)s, out, lse, q, kv, make_blk_geom(g));
 }
 
 extern "C" size_t mgt_k_attn_bwd_ws_bytes(int seq, int b, int ng, int r, int d)
@@ -69,8 +91,8 @@ extern "C" size_t mgt_k_attn_bwd_ws_bytes(int seq, int b, int ng, int r, int d)
 }
 
 template <int DM, int BQ, int BK>
-static int bwd_launch(cudaStream_t st, float *dqkv, const float *dout, const float *qkv,
-		      const float *lse, const float *D, const geom &G)
+static int bwd_launch(cudaStream_t st, float *dq, float *dkv, const float *dout, const float *q,
+		      const float *kv, const float *lse, const float *D, const geom &G)
 {
 	const size_t sm = bwd_smem(DM, BQ, BK);
 	cudaError_t e = allow_smem(dkdv_kernel<DM, BQ, BK>, sm);
@@ -78,11 +100,33 @@ static int bwd_launch(cudaStream_t st, float *dqkv, const float *dout, const flo
 		e = allow_smem(dq_kernel<DM, BQ, BK>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
-	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.s + BK - 1) / BK));
-	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.s + BQ - 1) / BQ));
-	MGT_LAUNCH((dkdv_kernel<DM, BQ, BK>), gkv, NT, sm, st, G, dqkv, dout, qkv, lse, D);
-	MGT_LAUNCH((dq_kernel<DM, BQ, BK>), gq, NT, sm, st, G, dqkv, dout, qkv, lse, D);
+	/* keys past the last query's last visible key get nothing (the whole sequence: none) */
+	const int kvis = G.sq + G.dlt < G.sk ? G.sq + G.dlt : G.sk;
+	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((kvis + BK - 1) / BK));
+	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.sq + BQ - 1) / BQ));
+	if (kvis > 0)
+		MGT_LAUNCH((dkdv_kernel<DM, BQ, BK>), gkv, NT, sm, st, G, dkv, dout, q, kv, lse, D);
+	MGT_LAUNCH((dq_kernel<DM, BQ, BK>), gq, NT, sm, st, G, dq, dout, q, kv, lse, D);
 	return (int)cudaGetLastError();
+}
+
+/* The backward of geometry G: D into ws, then dK/dV into dkv and dQ into dq. */
+static int bwd_geom(cudaStream_t st, float *dq, float *dkv, const float *dout, const float *q,
+		    const float *kv, const float *out, const float *lse, const geom &G, void *ws)
+{
+	const int dm = pad_dim(G.d);
+	if (dm == 0)
+		return (int)cudaErrorInvalidValue;
+	float *D = (float *)ws;
+	const long long rows = (long long)G.sq * G.b * G.H;
+	MGT_LAUNCH(rowdot_kernel, (unsigned)((rows + NT / 32 - 1) / (NT / 32)), NT, 0, st, G, D, dout,
+		   out);
+	switch (dm) {
+	case 16: return bwd_launch<16, 64, 64>(st, dq, dkv, dout, q, kv, lse, D, G);
+	case 32: return bwd_launch<32, 64, 64>(st, dq, dkv, dout, q, kv, lse, D, G);
+	case 64: return bwd_launch<64, 64, 64>(st, dq, dkv, dout, q, kv, lse, D, G);
+	default: return bwd_launch<128, 32, 32>(st, dq, dkv, dout, q, kv, lse, D, G);
+	}
 }
 
 extern "C" int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *qkv,
@@ -91,19 +135,21 @@ extern "C" int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, co
 {
 	if (empty_shape(seq, b, ng, r, d))
 		return (int)cudaSuccess;
-	const int dm = pad_dim(d);
-	if (dm == 0)
-		return (int)cudaErrorInvalidValue;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
-	const cudaStream_t st = (cudaStream_t)s;
-	float *D = (float *)ws;
-	const long long rows = (long long)seq * b * G.H;
-	MGT_LAUNCH(rowdot_kernel, (unsigned)((rows + NT / 32 - 1) / (NT / 32)), NT, 0, st, G, D, dout,
-		   out);
-	switch (dm) {
-	case 16: return bwd_launch<16, 64, 64>(st, dqkv, dout, qkv, lse, D, G);
-	case 32: return bwd_launch<32, 64, 64>(st, dqkv, dout, qkv, lse, D, G);
-	case 64: return bwd_launch<64, 64, 64>(st, dqkv, dout, qkv, lse, D, G);
-	default: return bwd_launch<128, 32, 32>(st, dqkv, dout, qkv, lse, D, G);
-	}
+	return bwd_geom((cudaStream_t)s, dqkv, dqkv, dout, qkv, qkv, out, lse, G, ws);
+}
+
+extern "C" size_t mgt_k_attn_blk_bwd_ws_bytes(const mgt_k_attn_blk *g)
+{
+	return empty_blk(g) ? 0 : blk_ws_bytes(g);
+}
+
+extern "C" int mgt_k_attn_blk_bwd(mgt_k_stream s, const mgt_k_attn_blk *g, float *dq, float *dkv,
+				  const float *dout, const float *q, const float *kv,
+				  const float *out, const float *lse, void *ws)
+{
+	/* nothing visible: nothing to add */
+	if (empty_blk(g) || g->koff > g->qoff + g->sq - 1)
+		return (int)cudaSuccess;
+	return bwd_geom((cudaStream_t)s, dq, dkv, dout, q, kv, out, lse, make_blk_geom(g), ws);
 }

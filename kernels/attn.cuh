@@ -10,7 +10,18 @@
  * (j, n, i, i') is Philox index ((j*heads_total + head0 + n)*s + i)*s + i'; it applies to the
  * probabilities after the softmax sums (the normalizer l uses the undropped values).
  *
- * Tiling.  A block has NT = 256 threads seen as a 16 x 16 grid (ty, tx).  Tiles of BQ query rows,
+ * Blocks (context parallelism, backend.h attn_blk_*).  The kernels compute one block of that
+ * attention in general (struct geom): sq query rows at global positions qoff.. read from the
+ * query slots of a fused qkv, against sk key rows at global positions koff.. read from a separate
+ * key/value tensor with kvw slots per group (the key at slot kslot, the value after it); key k is
+ * visible from query i iff koff + k <= qoff + i, i.e. k <= i + dlt with dlt = qoff - koff; lse and
+ * D rows have stride ld_lse; the Philox index uses the global positions qoff + i and koff + k
+ * with the full length s.  A row with no visible key gets out 0 and lse -inf.  The backward
+ * writes (acc = 0) or adds into (acc = 1) dQ and dK/dV.  The whole-sequence attention is the
+ * block sq = sk = s, qoff = koff = 0, ld_lse = s, with the key/value slots read from (and their
+ * gradients written into) the same fused qkv (kvw = r + 2, kslot = r), acc = 0 (make_geom).
+ *
+ * Tiling.  A thread block has NT = 256 threads seen as a 16 x 16 grid (ty, tx).  Tiles of BQ query rows,
  * BK keys and DM >= d head columns (DM in 16, 32, 64, 128; columns d..DM-1 are zero in shared
  * memory and never stored) sit in shared memory with a row stride of DM + 1 floats (conflict-free
  * column reads); a BQ x BK score tile lives in registers, thread (ty, tx) holding rows
@@ -18,7 +29,7 @@
  * are xor-shuffles within a half warp.  Probabilities go through a shared tile with row stride
  * BK + 16 for the products with V, dO, Q or K.  Head-dimension accumulators (O, dQ, dK, dV) are
  * held the same way: rows ty + 16a, columns tx + 16c.  Tiles strictly above the causal diagonal
- * are skipped.  Rows past s and columns past d are zero-filled and masked.
+ * are skipped.  Rows past sq (sk) and columns past d are zero-filled and masked.
  *
  * Forward (fwd_kernel): one block per (query tile, sequence, head), the last query tiles (most
  * keys) first.  For each key tile: S = Q K^T scale, online softmax (running max m and sum l per
@@ -34,7 +45,8 @@
  * thread that sums in a fixed order: no atomics, so results are bitwise reproducible.  The cost
  * is computing S and dPd twice in the backward (seven tile products instead of five).
  *
- * ws (backward): D as floats [b, H, s], i.e. b*H*s*4 bytes (attn_ws_bytes).
+ * ws (backward): D as floats [b, H, s], i.e. b*H*s*4 bytes (ws_bytes); for a block
+ * [b, H, ld_lse] (blk_ws_bytes).
  */
 #ifndef MGT_KERNELS_ATTN_CUH
 #define MGT_KERNELS_ATTN_CUH
@@ -51,19 +63,33 @@ namespace mgt_attn {
 enum { NT = 256, TW = 16 }; /* threads per block; the block is a TW x TW grid */
 
 struct geom {
-	int s, b, ng, r, d, H, head0, heads_total;
-	long long ldq, ldo; /* floats between positions i and i + 1 of one sequence in qkv, out */
+	int s, b, ng, r, d, H, head0, heads_total; /* s: the full sequence length (dropout index) */
+	int sq, sk;         /* query rows and key rows of the block */
+	int qoff, koff;     /* global positions of query row 0 and key row 0 (dropout index) */
+	int dlt;            /* qoff - koff: key k is visible from query i iff k <= i + dlt */
+	int kvw, kslot;     /* slots per group of the key/value tensor; the key's slot (value: next) */
+	int ld_lse;         /* floats between the (j, n) rows of lse and D */
+	int acc;            /* backward: 1 adds into dQ and dK/dV, 0 writes them */
+	long long ldq, ldk, ldo; /* floats between positions i and i + 1 of one sequence in q, kv, out */
 	float scale, p, ks; /* 1/sqrt(d), dropout probability, 1/(1 - p) */
 	uint64_t key;
 };
 
-static inline geom make_geom(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0,
-			     int heads_total)
+/* The block geometry with the common fields; the caller sets qoff, koff, kvw, kslot, ld_lse, acc
+ * (then fix_geom). */
+static inline geom base_geom(int sq, int sk, int s, int b, int ng, int r, int d, float p, uint64_t key,
+			     int head0, int heads_total)
 {
 	geom G;
 	G.s = s; G.b = b; G.ng = ng; G.r = r; G.d = d; G.H = ng * r;
 	G.head0 = head0; G.heads_total = heads_total;
+	G.sq = sq; G.sk = sk;
+	G.qoff = G.koff = G.dlt = 0;
+	G.kvw = r + 2; G.kslot = r;
+	G.ld_lse = sq;
+	G.acc = 0;
 	G.ldq = (long long)b * ng * (r + 2) * d;
+	G.ldk = G.ldq;
 	G.ldo = (long long)b * ng * r * d;
 	G.scale = 1.0f / sqrtf((float)d);
 	G.p = p;
@@ -72,11 +98,38 @@ static inline geom make_geom(int s, int b, int ng, int r, int d, float p, uint64
 	return G;
 }
 
+/* Whole-sequence causal attention of qkv (backend.h attn_fwd / attn_bwd). */
+static inline geom make_geom(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0,
+			     int heads_total)
+{
+	return base_geom(s, s, s, b, ng, r, d, p, key, head0, heads_total);
+}
+
+/* One block of context-parallel attention (backend.h attn_blk_*): queries from a fused qkv,
+ * keys and values from kv [sk*b, ng, 2, d]; the backward accumulates. */
+static inline geom make_blk_geom(const mgt_k_attn_blk *g)
+{
+	geom G = base_geom(g->sq, g->sk, g->s, g->b, g->ng, g->r, g->d, g->p, g->key, g->head0,
+			   g->heads_total);
+	G.qoff = g->qoff; G.koff = g->koff; G.dlt = g->qoff - g->koff;
+	G.kvw = 2; G.kslot = 0;
+	G.ldk = (long long)g->b * g->ng * 2 * g->d;
+	G.ld_lse = g->ld_lse;
+	G.acc = 1;
+	return G;
+}
+
 static inline size_t ws_bytes(int s, int b, int ng, int r)
 {
 	if (s <= 0 || b <= 0 || ng <= 0 || r <= 0)
 		return 0;
 	return (size_t)s * b * ng * r * sizeof(float);
+}
+
+/* A block's D [b, H, ld_lse] (laid out as its lse). */
+static inline size_t blk_ws_bytes(const mgt_k_attn_blk *g)
+{
+	return ws_bytes(g->ld_lse, g->b, g->ng, g->r);
 }
 
 /* Dynamic shared memory of the kernels, in bytes. */
@@ -90,10 +143,17 @@ static constexpr size_t bwd_smem(int DM, int BQ, int BK)
 }
 
 /* ---- addressing ---- */
-/* Slot `slot` (0..r-1 queries, r key, r + 1 value) of group g, position 0 of sequence j. */
+/* Slot `slot` (0..r-1 queries, r key, r + 1 value) of group g, position 0 of sequence j, in the
+ * fused qkv (row stride ldq). */
 static __device__ __forceinline__ size_t qkv_off(const geom &G, int j, int g, int slot)
 {
 	return ((size_t)j * G.ng + g) * (size_t)(G.r + 2) * G.d + (size_t)slot * G.d;
+}
+/* Key (v = 0) or value (v = 1) of group g, position 0 of sequence j, in the key/value tensor
+ * (row stride ldk). */
+static __device__ __forceinline__ size_t kv_off(const geom &G, int j, int g, int v)
+{
+	return ((size_t)j * G.ng + g) * (size_t)G.kvw * G.d + (size_t)(G.kslot + v) * G.d;
 }
 static __device__ __forceinline__ size_t out_off(const geom &G, int j, int n)
 {
@@ -102,16 +162,24 @@ static __device__ __forceinline__ size_t out_off(const geom &G, int j, int n)
 /* Row (j, n) of lse and D: element i at this offset + i. */
 static __device__ __forceinline__ size_t vec_off(const geom &G, int j, int n)
 {
-	return ((size_t)j * G.H + n) * G.s;
+	return ((size_t)j * G.H + n) * G.ld_lse;
 }
-/* Philox index of element (j, n, i, i') is (drop_row0 + i) * s + i'. */
+/* Philox index of element (j, n, i, k) (block rows i and k) is (drop_row0 + i) * s + koff + k,
+ * i.e. ((j*heads_total + head0 + n)*s + qoff + i)*s + koff + k. */
 static __device__ __forceinline__ uint64_t drop_row0(const geom &G, int j, int n)
 {
-	return ((uint64_t)j * G.heads_total + G.head0 + n) * (uint64_t)G.s;
+	return ((uint64_t)j * G.heads_total + G.head0 + n) * (uint64_t)G.s + (uint64_t)G.qoff;
 }
 static __device__ __forceinline__ float drop_mult(const geom &G, uint64_t rb, int i, int k)
 {
-	return mgt_dropout_mult(G.key, (rb + i) * (uint64_t)G.s + k, G.p, G.ks);
+	return mgt_dropout_mult(G.key, (rb + i) * (uint64_t)G.s + (uint64_t)(G.koff + k), G.p, G.ks);
+}
+/* The last key row visible from query row i (keys 0..last_key), -1 or less when none (also for
+ * rows past sq). */
+static __device__ __forceinline__ int last_key(const geom &G, int i)
+{
+	const int e = i + G.dlt;
+	return i >= G.sq ? -1 : e < G.sk ? e : G.sk - 1;
 }
 
 /* ---- shared-memory tiles ---- */
@@ -197,11 +265,12 @@ static __device__ __forceinline__ void store_tile(float *P, const float (&v)[RA]
 			P[(ty + TW * a) * (BK + 16) + tx + TW * c] = v[a][c];
 }
 
-/* Accumulator rows i0 + ty + 16a (< s), columns tx + 16c (< d) times f into dst (row stride ld). */
+/* Accumulator rows i0 + ty + 16a (< s), columns tx + 16c (< d) times f into dst (row stride ld):
+ * written, or added to dst when acc. */
 template <int DM, int RA>
 static __device__ __forceinline__ void store_rows(float *dst, long long ld,
 						  const float (&v)[RA][DM / TW], int i0, int s,
-						  int d, float f)
+						  int d, float f, int acc = 0)
 {
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
@@ -211,8 +280,10 @@ static __device__ __forceinline__ void store_rows(float *dst, long long ld,
 			continue;
 #pragma unroll
 		for (int c = 0; c < DM / TW; c++)
-			if (tx + TW * c < d)
-				dst[(size_t)i * ld + tx + TW * c] = v[a][c] * f;
+			if (tx + TW * c < d) {
+				float *o = dst + (size_t)i * ld + tx + TW * c;
+				*o = acc ? *o + v[a][c] * f : v[a][c] * f;
+			}
 	}
 }
 
@@ -243,17 +314,17 @@ static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
 	for (int a = 0; a < RA; a++) {
-		const int i = q0 + ty + TW * a;
+		const int i = q0 + ty + TW * a, kl = last_key(G, i);
 		float mx = -INFINITY;
 #pragma unroll
 		for (int c = 0; c < CA; c++) {
 			const int k = k0 + tx + TW * c;
-			sc[a][c] = i < G.s && k <= i ? sc[a][c] * G.scale : -INFINITY;
+			sc[a][c] = k <= kl ? sc[a][c] * G.scale : -INFINITY;
 			mx = fmaxf(mx, sc[a][c]);
 		}
 		mx = row_max(mx);
 		const float mnew = k0 == 0 ? mx : fmaxf(m[a], mx);
-		const float mb = mnew == -INFINITY ? 0.0f : mnew; /* rows past s: nothing valid */
+		const float mb = mnew == -INFINITY ? 0.0f : mnew; /* no visible key (yet) */
 		float sum = 0.0f;
 #pragma unroll
 		for (int c = 0; c < CA; c++) {
@@ -275,7 +346,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&
 #pragma unroll
 			for (int c = 0; c < CA; c++) {
 				const int k = k0 + tx + TW * c;
-				if (i < G.s && k <= i)
+				if (k <= kl)
 					sc[a][c] *= drop_mult(G, rb, i, k);
 			}
 		}
@@ -291,28 +362,38 @@ static __device__ __forceinline__ void fwd_finish(const geom &G, float *O, float
 #pragma unroll
 	for (int a = 0; a < RA; a++) {
 		const int i = q0 + ty + TW * a;
-		const float inv = 1.0f / l[a];
+		const float inv = l[a] > 0.0f ? 1.0f / l[a] : 0.0f; /* no visible key: out 0 */
 #pragma unroll
 		for (int c = 0; c < DM / TW; c++)
 			o[a][c] *= inv;
-		if (tx == 0 && i < G.s)
+		if (tx == 0 && i < G.sq) /* no visible key: m is 0 or -inf, logf(0) = -inf */
 			L[i] = m[a] + logf(l[a]);
 	}
-	store_rows<DM, RA>(O, G.ldo, o, q0, G.s, G.d, 1.0f);
+	store_rows<DM, RA>(O, G.ldo, o, q0, G.sq, G.d, 1.0f);
+}
+
+/* The end of the keys that query rows q0..q0+BQ-1 see (0 or less when none). */
+template <int BQ>
+static __device__ __forceinline__ int key_end(const geom &G, int q0)
+{
+	const int e = (q0 + BQ < G.sq ? q0 + BQ : G.sq) + G.dlt;
+	return e < G.sk ? e : G.sk;
 }
 
 /* grid (b*H, query tiles), last tile first; shared Q [BQ, DM+1], K or V [BK, DM+1] (one buffer),
- * P [BQ, BK+16]. */
+ * P [BQ, BK+16].  Queries from q's query slots, keys and values from kv (q itself for the whole
+ * sequence). */
 template <int DM, int BQ, int BK>
-__global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse, const float *qkv)
+__global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse, const float *q,
+						 const float *kv)
 {
 	constexpr int RA = BQ / TW, CA = BK / TW, DC = DM / TW;
 	MGT_DYN_SHARED(float, smem);
 	float *Qs = smem, *KVs = Qs + BQ * (DM + 1), *Ps = KVs + BK * (DM + 1);
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
-	const float *K = qkv + qkv_off(G, j, g, G.r), *V = qkv + qkv_off(G, j, g, G.r + 1);
+	const int kend = key_end<BQ>(G, q0);
+	const float *K = kv + kv_off(G, j, g, 0), *V = kv + kv_off(G, j, g, 1);
 	const uint64_t rb = drop_row0(G, j, n);
 	float o[RA][DC], m[RA], l[RA];
 
@@ -323,15 +404,15 @@ __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse,
 		for (int c = 0; c < DC; c++)
 			o[a][c] = 0.0f;
 	}
-	load_rows<DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d);
+	load_rows<DM, BQ>(Qs, q + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.sq, G.d);
 	for (int k0 = 0; k0 < kend; k0 += BK) {
 		float sc[RA][CA];
-		load_rows<DM, BK>(KVs, K, G.ldq, k0, G.s, G.d);
+		load_rows<DM, BK>(KVs, K, G.ldk, k0, G.sk, G.d);
 		__syncthreads();
 		dot_tile<DM>(sc, Qs, KVs);
 		fwd_softmax(sc, o, m, l, G, q0, k0, rb);
 		__syncthreads(); /* K consumed */
-		load_rows<DM, BK>(KVs, V, G.ldq, k0, G.s, G.d);
+		load_rows<DM, BK>(KVs, V, G.ldk, k0, G.sk, G.d);
 		store_tile<BK>(Ps, sc);
 		__syncthreads();
 		acc_tile<DM, RA, BK>(o, Ps, BK + 16, 1, KVs);
@@ -341,12 +422,12 @@ __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse,
 }
 
 /* ---- backward ---- */
-/* D = rowsum(dO * O), one warp per (token, head) row of out, into D [b, H, s]. */
+/* D = rowsum(dO * O), one warp per (token, head) row of out (sq*b tokens), into D [b, H, ld_lse]. */
 static __global__ void __launch_bounds__(NT) rowdot_kernel(geom G, float *D, const float *dout,
 						    const float *out)
 {
 	const long long w = (long long)blockIdx.x * (NT / 32) + threadIdx.x / 32;
-	const long long rows = (long long)G.s * G.b * G.H;
+	const long long rows = (long long)G.sq * G.b * G.H;
 	const int lane = threadIdx.x % 32;
 	double acc = 0.0;
 	if (w < rows)
@@ -363,7 +444,7 @@ static __global__ void __launch_bounds__(NT) rowdot_kernel(geom G, float *D, con
 }
 
 /* From raw dots sc = q.k and dp = dO.v of a tile: sc = Pd = P * mask/(1-p), dp = dS =
- * P * (dp * mask/(1-p) - D), with P = exp(sc * scale - lse); 0 outside the causal triangle. */
+ * P * (dp * mask/(1-p) - D), with P = exp(sc * scale - lse); 0 where the key is not visible. */
 template <int RA, int CA>
 static __device__ __forceinline__ void bwd_scores(float (&sc)[RA][CA], float (&dp)[RA][CA],
 						  const float *Ls, const float *Ds, const geom &G,
@@ -372,12 +453,12 @@ static __device__ __forceinline__ void bwd_scores(float (&sc)[RA][CA], float (&d
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
 	for (int a = 0; a < RA; a++) {
-		const int i = q0 + ty + TW * a;
+		const int i = q0 + ty + TW * a, kl = last_key(G, i);
 		const float li = Ls[ty + TW * a], di = Ds[ty + TW * a];
 #pragma unroll
 		for (int c = 0; c < CA; c++) {
 			const int k = k0 + tx + TW * c;
-			if (i < G.s && k <= i) {
+			if (k <= kl) {
 				const float P = expf(sc[a][c] * G.scale - li);
 				const float mu = G.p > 0.0f ? drop_mult(G, rb, i, k) : 1.0f;
 				sc[a][c] = P * mu;
@@ -407,25 +488,27 @@ struct bwd_tiles {
 	}
 };
 
-/* Loads the query-side tiles of head n (slot m of group g): Q, dO, lse, D. */
+/* Loads the query-side tiles of head n (slot n % r of group n / r): Q, dO, lse, D. */
 template <int DM, int BQ, int BK>
 static __device__ __forceinline__ void load_query_side(const bwd_tiles<DM, BQ, BK> &t,
-						       const geom &G, const float *qkv,
+						       const geom &G, const float *q,
 						       const float *dout, const float *lse,
 						       const float *D, int j, int n, int q0)
 {
 	const int g = n / G.r;
-	load_rows<DM, BQ>(t.Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d);
-	load_rows<DM, BQ>(t.dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d);
-	load_vec<BQ>(t.Ls, lse + vec_off(G, j, n), q0, G.s);
-	load_vec<BQ>(t.Ds, D + vec_off(G, j, n), q0, G.s);
+	load_rows<DM, BQ>(t.Qs, q + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.sq, G.d);
+	load_rows<DM, BQ>(t.dOs, dout + out_off(G, j, n), G.ldo, q0, G.sq, G.d);
+	load_vec<BQ>(t.Ls, lse + vec_off(G, j, n), q0, G.sq);
+	load_vec<BQ>(t.Ds, D + vec_off(G, j, n), q0, G.sq);
 }
 
 /* grid (b*ng, key tiles).  dK, dV of key rows k0.. of group g, summed over the r heads and the
- * query tiles in a fixed order; writes dqkv slots r and r + 1. */
+ * query tiles in a fixed order; writes (or adds into, acc) the key and value of dkv (laid out as
+ * kv; dqkv's slots r and r + 1 for the whole sequence).  The grid may leave out the key tiles no
+ * query sees when acc (nothing to add). */
 template <int DM, int BQ, int BK>
-__global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dqkv, const float *dout,
-						  const float *qkv, const float *lse,
+__global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const float *dout,
+						  const float *q, const float *kv, const float *lse,
 						  const float *D)
 {
 	constexpr int RA = BQ / TW, CA = BK / TW, KA = BK / TW, DC = DM / TW;
@@ -439,14 +522,15 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dqkv, const flo
 #pragma unroll
 		for (int c = 0; c < DC; c++)
 			dk[a][c] = dv[a][c] = 0.0f;
-	load_rows<DM, BK>(t.Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d);
-	load_rows<DM, BK>(t.Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d);
+	load_rows<DM, BK>(t.Ks, kv + kv_off(G, j, g, 0), G.ldk, k0, G.sk, G.d);
+	load_rows<DM, BK>(t.Vs, kv + kv_off(G, j, g, 1), G.ldk, k0, G.sk, G.d);
+	const int qs = k0 - G.dlt > 0 ? (k0 - G.dlt) / BQ * BQ : 0; /* first query tile seeing k0 */
 	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
 		const uint64_t rb = drop_row0(G, j, n);
-		for (int q0 = k0 / BQ * BQ; q0 < G.s; q0 += BQ) {
+		for (int q0 = qs; q0 < G.sq; q0 += BQ) {
 			float sc[RA][CA], dp[RA][CA];
 			__syncthreads(); /* previous tile's Q, dO, P consumed */
-			load_query_side(t, G, qkv, dout, lse, D, j, n, q0);
+			load_query_side(t, G, q, dout, lse, D, j, n, q0);
 			__syncthreads();
 			dot_tile<DM>(sc, t.Qs, t.Ks);
 			dot_tile<DM>(dp, t.dOs, t.Vs);
@@ -460,45 +544,46 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dqkv, const flo
 			acc_tile<DM, KA, BQ>(dk, t.Ps, 1, BK + 16, t.Qs); /* dK += dS^T Q */
 		}
 	}
-	store_rows<DM, KA>(dqkv + qkv_off(G, j, g, G.r), G.ldq, dk, k0, G.s, G.d, G.scale);
-	store_rows<DM, KA>(dqkv + qkv_off(G, j, g, G.r + 1), G.ldq, dv, k0, G.s, G.d, 1.0f);
+	store_rows<DM, KA>(dkv + kv_off(G, j, g, 0), G.ldk, dk, k0, G.sk, G.d, G.scale, G.acc);
+	store_rows<DM, KA>(dkv + kv_off(G, j, g, 1), G.ldk, dv, k0, G.sk, G.d, 1.0f, G.acc);
 }
 
 /* grid (b*H, query tiles), last tile first.  dQ of query rows q0.. of head n over its key tiles
- * in order; writes dqkv slot n % r of group n / r. */
+ * in order; writes (or adds into, acc) dq's slot n % r of group n / r (dq laid out as q). */
 template <int DM, int BQ, int BK>
-__global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dqkv, const float *dout,
-						const float *qkv, const float *lse, const float *D)
+__global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *dout,
+						const float *q, const float *kv, const float *lse,
+						const float *D)
 {
 	constexpr int RA = BQ / TW, CA = BK / TW, DC = DM / TW;
 	MGT_DYN_SHARED(float, smem);
 	const bwd_tiles<DM, BQ, BK> t(smem);
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
+	const int kend = key_end<BQ>(G, q0);
 	const uint64_t rb = drop_row0(G, j, n);
-	float dq[RA][DC];
+	float acc[RA][DC];
 
 #pragma unroll
 	for (int a = 0; a < RA; a++)
 #pragma unroll
 		for (int c = 0; c < DC; c++)
-			dq[a][c] = 0.0f;
-	load_query_side(t, G, qkv, dout, lse, D, j, n, q0);
+			acc[a][c] = 0.0f;
+	load_query_side(t, G, q, dout, lse, D, j, n, q0);
 	for (int k0 = 0; k0 < kend; k0 += BK) {
 		float sc[RA][CA], dp[RA][CA];
 		__syncthreads(); /* previous tile's K, V, P consumed */
-		load_rows<DM, BK>(t.Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d);
-		load_rows<DM, BK>(t.Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d);
+		load_rows<DM, BK>(t.Ks, kv + kv_off(G, j, g, 0), G.ldk, k0, G.sk, G.d);
+		load_rows<DM, BK>(t.Vs, kv + kv_off(G, j, g, 1), G.ldk, k0, G.sk, G.d);
 		__syncthreads();
 		dot_tile<DM>(sc, t.Qs, t.Ks);
 		dot_tile<DM>(dp, t.dOs, t.Vs);
 		bwd_scores(sc, dp, t.Ls, t.Ds, G, q0, k0, rb);
 		store_tile<BK>(t.Ps, dp);
 		__syncthreads();
-		acc_tile<DM, RA, BK>(dq, t.Ps, BK + 16, 1, t.Ks); /* dQ += dS K */
+		acc_tile<DM, RA, BK>(acc, t.Ps, BK + 16, 1, t.Ks); /* dQ += dS K */
 	}
-	store_rows<DM, RA>(dqkv + qkv_off(G, j, g, n % G.r), G.ldq, dq, q0, G.s, G.d, G.scale);
+	store_rows<DM, RA>(dq + qkv_off(G, j, g, n % G.r), G.ldq, acc, q0, G.sq, G.d, G.scale, G.acc);
 }
 
 } /* namespace mgt_attn */

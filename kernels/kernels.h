@@ -90,6 +90,34 @@ int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *
 		   const float *out, const float *lse, int seq, int b, int ng, int r, int d, float p,
 		   uint64_t key, int head0, int heads_total, void *ws);
 
+/* ---- attention blocks for context parallelism (backend.h attn_blk_*, attn_kv_copy; the block
+ * forward and backward are kernels/attn.cu's kernels on a block geometry, fp32 on CUDA cores;
+ * merge and copy in kernels/attn_cp.cu).  mgt_k_attn_blk mirrors backend.h's mgt_attn_blk field
+ * for field (this header does not include backend.h); the launchers read it on the host.  The
+ * backward accumulates into dq's query slots and into dkv with fixed summation orders (no
+ * atomics), and needs ws for D = rowsum(dout * out), laid out as lse. ---- */
+typedef struct mgt_k_attn_blk {
+	int sq, sk;       /* query positions and key positions in the block */
+	int b, ng, r, d;  /* sequences, query groups, query heads per group, head channels */
+	int qoff, koff;   /* global positions of the block's query 0 and key 0 */
+	int s;            /* the full sequence length (dropout index) */
+	int ld_lse;       /* stride of lse between consecutive (sequence, head) rows, >= sq */
+	float p;          /* attention dropout probability (0: none) */
+	uint64_t key;     /* dropout key */
+	int head0, heads_total; /* global index of local head 0; global head count */
+} mgt_k_attn_blk;
+int mgt_k_attn_blk_fwd(mgt_k_stream s, const mgt_k_attn_blk *g, float *out, float *lse,
+		       const float *q, const float *kv);
+int mgt_k_attn_blk_merge(mgt_k_stream s, const mgt_k_attn_blk *g, float *out, float *lse,
+			 const float *ob, const float *lb);
+size_t mgt_k_attn_blk_bwd_ws_bytes(const mgt_k_attn_blk *g);
+int mgt_k_attn_blk_bwd(mgt_k_stream s, const mgt_k_attn_blk *g, float *dq, float *dkv,
+		       const float *dout, const float *q, const float *kv, const float *out,
+		       const float *lse, void *ws);
+/* to_kv != 0: kv [T, ng, 2, d] from the key and value slots of qkv [T, ng, r + 2, d]; else the
+ * other way (qkv's query slots untouched).  Exact copies. */
+int mgt_k_attn_kv_copy(mgt_k_stream s, float *qkv, float *kv, int T, int ng, int r, int d, int to_kv);
+
 /* Attention of T new tokens against a key/value cache (kernels/attn_kv.cu), the CPU op attn_kv:
  * stores their keys and values in kc, vc [B, ng, S, d], then writes out [T, ng*r, d].  d <= 256
  * and ng*r <= 65535 (cudaErrorInvalidValue otherwise). */

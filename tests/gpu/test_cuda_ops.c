@@ -66,6 +66,9 @@
 /* fp32 attention (online softmax over 64-key tiles against the CPU's blocking): measured
  * 0.8e-7..3.6e-7 over the shapes here; 2e-6 is 5x that, and 25x below the GPU's bound. */
 #define SIM_ATTN 2e-6
+/* Context-parallel attention blocks merged (attn_blk_merge: one rescaling of out per block) or
+ * against the whole-sequence attention: fp32 rounding of the merges on top of SIM_ATTN. */
+#define SIM_CP 4e-6
 /* A check's tolerance: gpu on a GPU, sim under the simulator (named in the check's line). */
 typedef struct {
 	double gpu, sim;
@@ -879,6 +882,279 @@ static void t_attn_tc(bool small)
 	}
 }
 
+/* ---- context-parallel attention blocks (backend.h attn_blk_*, attn_kv_copy) ---- */
+
+/* lse arrays with -inf rows (no visible key): the same rows -inf on both sides, the rest compared
+ * as cmp does. */
+static void cmp_lse(const char *what, const float *g, const float *c, size_t n, tol2 t)
+{
+	size_t k = 0, ninf = 0;
+	float *gz = hcopy(g, n), *cz = hcopy(c, n);
+	for (size_t i = 0; i < n; i++) {
+		const bool gi = g[i] == -INFINITY, ci = c[i] == -INFINITY;
+		k += gi != ci;
+		ninf += ci;
+		if (gi && ci)
+			gz[i] = cz[i] = 0.0f;
+	}
+	CHECK(k == 0, "%s%s: -inf (no visible key) where the reference has it (%zu of %zu, %zu differ)", tag, what,
+	      ninf, n, k);
+	cmp(what, gz, cz, NULL, n, t);
+	free(gz), free(cz);
+}
+
+/* Global chunk of local chunk h (0, 1) of rank rk of c: rk and 2c-1-rk (the causal mask's load
+ * balance of context parallelism). */
+static int cp_chunk(int c, int rk, int h)
+{
+	return h ? 2 * c - 1 - rk : rk;
+}
+
+/* Context parallelism as the model runs it (/work/cp-plan.md, lib/model/cp.c): a sequence of
+ * S = 2cC positions cut into 2c chunks of C, rank rk keeping global chunks rk and 2c-1-rk; every
+ * rank's tensors lie here side by side in one device buffer.  Ring (allgather == false): each
+ * rank's kv = attn_kv_copy of its local qkv; forward: attn_blk_fwd of every (local query chunk,
+ * kv chunk of every rank) pair in ring order, visible or not (an empty block must give out 0 and
+ * lse -inf and merge as nothing), merged into the rank's (ctx, lse) from (0, -inf); backward:
+ * attn_blk_bwd of the same pairs with the final out and lse, dq accumulating into the rank's
+ * dqkv, dK/dV into the kv owner's dkv, then attn_kv_copy writes each rank's dkv into its dqkv's
+ * key and value slots.  Allgather: kv of the whole sequence in global order, one block per local
+ * query chunk (sk = (gq+1)C, koff = 0: partly masked, no merge), dkv of the whole sequence.  The
+ * gathered results must be the CPU backend's whole-sequence attn_fwd / attn_bwd (the backward
+ * gets the CPU's out and lse, as t_attn_prec's; the block ops draw the same dropout mask, Philox
+ * indexed by global positions).  Runs twice: the same bits. */
+static void t_attn_cp(bool allgather, int c, int Cn, int b, int ng, int r, int d, float p, int head0, int htot)
+{
+	const int S = 2 * c * Cn, H = ng * r, L = 2 * Cn;
+	const size_t W = (size_t)ng * (r + 2) * d, KW = (size_t)ng * 2 * d, OW = (size_t)H * d;
+	const size_t CB = (size_t)Cn * b, RB = 2 * CB; /* rows of a chunk, of a rank */
+	const size_t nq = (size_t)S * b * W, no = (size_t)S * b * OW, nl = (size_t)b * H * S, nlr = (size_t)b * H * L;
+	const char *id = nm("attn_cp %s c=%d C=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d", allgather ? "allgather" : "ring",
+			    c, Cn, b, ng, r, d, p, head0, htot);
+	uint64_t key = rng ^ 0x2545F4914F6CDD1Dull;
+	float *qkv = hrand(nq, 1.5), *dout = hrand(no, 1);
+	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
+	C->attn_fwd(cpu, oc, lc, qkv, S, b, ng, r, d, p, key, head0, htot);
+	C->attn_bwd(cpu, dqc, dout, qkv, oc, lc, S, b, ng, r, d, p, key, head0, htot);
+	/* the local views (rank rk's rows at rk*RB), the CPU's results reordered the same way */
+	float *lq = xmalloc(nq * 4), *ldo = xmalloc(no * 4), *loc = xmalloc(no * 4), *ldq = xmalloc(nq * 4);
+	float *llc = xmalloc(nl * 4), *ninf = xmalloc(nl * 4);
+	for (int rk = 0; rk < c; rk++)
+		for (int h = 0; h < 2; h++) {
+			const size_t gr = (size_t)cp_chunk(c, rk, h) * CB, lr = rk * RB + h * CB; /* first rows */
+			memcpy(lq + lr * W, qkv + gr * W, CB * W * 4);
+			memcpy(ldq + lr * W, dqc + gr * W, CB * W * 4);
+			memcpy(ldo + lr * OW, dout + gr * OW, CB * OW * 4);
+			memcpy(loc + lr * OW, oc + gr * OW, CB * OW * 4);
+			for (int jn = 0; jn < b * H; jn++)
+				memcpy(llc + rk * nlr + (size_t)jn * L + h * Cn,
+				       lc + (size_t)jn * S + (size_t)cp_chunk(c, rk, h) * Cn, (size_t)Cn * 4);
+		}
+	for (size_t i = 0; i < nl; i++)
+		ninf[i] = -INFINITY;
+	/* kv and dkv: per rank [RB, ng, 2, d] (ring), or the whole sequence [S*b, ng, 2, d] */
+	const size_t nkv = (size_t)S * b * KW;
+	float *dQ = dput(lq, nq), *dKV = dalloc(nkv * 4), *dCtx = dalloc(no * 4), *dLse = dalloc(nl * 4);
+	float *dDO = dput(ldo, no), *dOc = dput(loc, no), *dLc = dput(llc, nl), *dDQ = dalloc(nq * 4);
+	float *dDKV = dalloc(nkv * 4), *dOb = dalloc(CB * OW * 4), *dLb = dalloc(nlr * 4), *dG = NULL;
+	if (allgather)
+		dG = dput(qkv, nq); /* the gathered qkv, global order */
+	float *o[2], *l[2], *dq[2];
+	for (int k = 0; k < 2; k++) {
+		G->zero(gpu, dCtx, no * 4);
+		up(dLse, ninf, nl * 4);
+		poison(dKV, nkv);
+		G->zero(gpu, dDQ, nq * 4);
+		G->zero(gpu, dDKV, nkv * 4);
+		if (allgather)
+			G->attn_kv_copy(gpu, dG, dKV, S * b, ng, r, d, true);
+		else
+			for (int rk = 0; rk < c; rk++)
+				G->attn_kv_copy(gpu, dQ + rk * RB * W, dKV + rk * RB * KW, (int)RB, ng, r, d, true);
+		for (int bwd = 0; bwd < 2; bwd++)
+			for (int rk = 0; rk < c; rk++)
+				for (int hq = 0; hq < 2; hq++) {
+					const int gq = cp_chunk(c, rk, hq);
+					const size_t qr = rk * RB + hq * CB, lo = rk * nlr + hq * Cn; /* q row, lse offset */
+					mgt_attn_blk g = { .sq = Cn, .sk = Cn, .b = b, .ng = ng, .r = r, .d = d,
+							   .qoff = gq * Cn, .s = S, .ld_lse = L, .p = p, .key = key,
+							   .head0 = head0, .heads_total = htot };
+					if (allgather) {
+						g.sk = (gq + 1) * Cn;
+						g.koff = 0;
+						if (!bwd)
+							G->attn_blk_fwd(gpu, &g, dCtx + qr * OW, dLse + lo, dQ + qr * W, dKV);
+						else
+							G->attn_blk_bwd(gpu, &g, dDQ + qr * W, dDKV, dDO + qr * OW, dQ + qr * W,
+									dKV, dOc + qr * OW, dLc + lo);
+						continue;
+					}
+					for (int step = 0; step < c; step++)
+						for (int hk = 0; hk < 2; hk++) {
+							const int src = (rk - step + c) % c, gk = cp_chunk(c, src, hk);
+							const size_t kr = src * RB + hk * CB;
+							g.koff = gk * Cn;
+							if (!bwd) {
+								G->attn_blk_fwd(gpu, &g, dOb, dLb + hq * Cn, dQ + qr * W,
+										dKV + kr * KW);
+								G->attn_blk_merge(gpu, &g, dCtx + qr * OW, dLse + lo, dOb,
+										  dLb + hq * Cn);
+							} else {
+								G->attn_blk_bwd(gpu, &g, dDQ + qr * W, dDKV + kr * KW,
+										dDO + qr * OW, dQ + qr * W, dKV + kr * KW,
+										dOc + qr * OW, dLc + lo);
+							}
+						}
+				}
+		if (allgather) { /* the gathered dK/dV back to the ranks' dqkv */
+			for (int rk = 0; rk < c; rk++)
+				for (int h = 0; h < 2; h++)
+					G->attn_kv_copy(gpu, dDQ + (rk * RB + h * CB) * W,
+							dDKV + (size_t)cp_chunk(c, rk, h) * CB * KW, (int)CB, ng, r, d, false);
+		} else {
+			for (int rk = 0; rk < c; rk++)
+				G->attn_kv_copy(gpu, dDQ + rk * RB * W, dDKV + rk * RB * KW, (int)RB, ng, r, d, false);
+		}
+		o[k] = dget(dCtx, no);
+		l[k] = dget(dLse, nl);
+		dq[k] = dget(dDQ, nq);
+	}
+	cmp(nm("%s: fwd out", id), o[0], loc, NULL, no, T2(lin_tol_gpu(MGT_PREC_FP32, S), SIM_CP));
+	cmp_lse(nm("%s: fwd lse", id), l[0], llc, nl, T2(TOL32, SIM_CP));
+	cmp(nm("%s: bwd dqkv", id), dq[0], ldq, NULL, nq, T2(TOL_ATTN_BWD, SIM_CP));
+	det(id, ndiff(o[0], o[1], no, 4) + ndiff(l[0], l[1], nl, 4) + ndiff(dq[0], dq[1], nq, 4));
+	for (int k = 0; k < 2; k++)
+		free(o[k]), free(l[k]), free(dq[k]);
+	dfree(dQ), dfree(dKV), dfree(dCtx), dfree(dLse), dfree(dDO), dfree(dOc), dfree(dLc), dfree(dDQ);
+	dfree(dDKV), dfree(dOb), dfree(dLb), dfree(dG);
+	free(qkv), free(dout), free(oc), free(lc), free(dqc), free(lq), free(ldo), free(loc), free(ldq);
+	free(llc), free(ninf);
+}
+
+/* The block ops one by one against the CPU ops of the same name, on one block of any placement:
+ * attn_blk_fwd (out, lse with its -inf rows), attn_blk_merge of random running (out, lse) with
+ * the block's result (some rows -inf on either side, some on both), attn_blk_bwd from random
+ * start values of dq and dkv (the increments compared; dq's key and value slots must stay) with
+ * a random "final" out and lse = the block's lse + 0.5 (rows of other blocks), and attn_kv_copy
+ * both ways (exact).  lse rows have stride ld_lse = sq + 3. */
+static void t_attn_blk(int sq, int sk, int qoff, int koff, int s, int b, int ng, int r, int d, float p, int head0,
+		       int htot)
+{
+	const int H = ng * r, ld = sq + 3;
+	const size_t nq = (size_t)sq * b * ng * (r + 2) * d, nkv = (size_t)sk * b * ng * 2 * d;
+	const size_t no = (size_t)sq * b * H * d, nl = (size_t)b * H * ld;
+	char id[160]; /* its own buffer: more than nm's 8 names follow */
+	snprintf(id, sizeof id, "attn_blk sq=%d sk=%d qoff=%d koff=%d s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d", sq,
+		 sk, qoff, koff, s, b, ng, r, d, p, head0, htot);
+	const mgt_attn_blk g = { .sq = sq, .sk = sk, .b = b, .ng = ng, .r = r, .d = d, .qoff = qoff, .koff = koff,
+				 .s = s, .ld_lse = ld, .p = p, .key = rng ^ 0x9E3779B97F4A7C15ull, .head0 = head0,
+				 .heads_total = htot };
+	float *q = hrand(nq, 1.5), *kv = hrand(nkv, 1.5), *dout = hrand(no, 1);
+	/* CPU: the block, then the rest from its results */
+	float *oc = hrand(no, 1), *lc = hrand(nl, 1); /* lse padding (ld > sq) must stay */
+	float *l0 = hcopy(lc, nl);
+	C->attn_blk_fwd(cpu, &g, oc, lc, q, kv);
+	/* running (out, lse): random, -inf (out 0) on every 5th row; for every 7th the block's too */
+	float *ro = hrand(no, 1), *rl = hrand(nl, 2), *bo = hcopy(oc, no), *bl = hcopy(lc, nl);
+	for (int j = 0; j < b; j++)
+		for (int n = 0; n < H; n++)
+			for (int i = 0; i < sq; i++) {
+				const size_t li = ((size_t)j * H + n) * ld + i, oi = (((size_t)i * b + j) * H + n) * d;
+				if ((li % 5) == 0) {
+					rl[li] = -INFINITY;
+					memset(ro + oi, 0, (size_t)d * 4);
+				}
+				if ((li % 7) == 0) {
+					bl[li] = -INFINITY;
+					memset(bo + oi, 0, (size_t)d * 4);
+				}
+			}
+	float *mo = hcopy(ro, no), *ml = hcopy(rl, nl);
+	C->attn_blk_merge(cpu, &g, mo, ml, bo, bl);
+	float *fo = hrand(no, 1), *fl = hcopy(lc, nl); /* "final" out and lse */
+	for (size_t i = 0; i < nl; i++)
+		fl[i] += fl[i] == -INFINITY ? 0.0f : 0.5f;
+	float *dq0 = hrand(nq, 1), *dkv0 = hrand(nkv, 1);
+	float *dqc = hcopy(dq0, nq), *dkvc = hcopy(dkv0, nkv);
+	C->attn_blk_bwd(cpu, &g, dqc, dkvc, dout, q, kv, fo, fl);
+	const size_t nk2 = (size_t)sq * b * ng * 2 * d; /* kv of the block's query rows */
+	float *kvc = xmalloc(nk2 * 4), *qr = hrand(nq, 1), *qrc = hcopy(qr, nq);
+	C->attn_kv_copy(cpu, q, kvc, sq * b, ng, r, d, true);
+	C->attn_kv_copy(cpu, qrc, kvc, sq * b, ng, r, d, false); /* random query slots kept */
+	/* GPU */
+	float *dQ = dput(q, nq), *dKV = dput(kv, nkv), *dO = dalloc(no * 4), *dL = dalloc(nl * 4);
+	float *dRO = dalloc(no * 4), *dRL = dalloc(nl * 4), *dBO = dput(bo, no), *dBL = dput(bl, nl);
+	float *dFO = dput(fo, no), *dFL = dput(fl, nl), *dDO = dput(dout, no), *dDQ = dalloc(nq * 4);
+	float *dDKV = dalloc(nkv * 4), *dK2 = dalloc(nk2 * 4), *dQ2 = dalloc(nq * 4);
+	float *o[2], *l[2], *mo_[2], *ml_[2], *dq[2], *dkv[2], *k2[2], *q2[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dO, no);
+		up(dL, l0, nl * 4);
+		up(dRO, ro, no * 4), up(dRL, rl, nl * 4);
+		up(dDQ, dq0, nq * 4), up(dDKV, dkv0, nkv * 4);
+		poison(dK2, nk2);
+		up(dQ2, qr, nq * 4);
+		G->attn_blk_fwd(gpu, &g, dO, dL, dQ, dKV);
+		G->attn_blk_merge(gpu, &g, dRO, dRL, dBO, dBL);
+		G->attn_blk_bwd(gpu, &g, dDQ, dDKV, dDO, dQ, dKV, dFO, dFL);
+		G->attn_kv_copy(gpu, dQ, dK2, sq * b, ng, r, d, true);
+		G->attn_kv_copy(gpu, dQ2, dK2, sq * b, ng, r, d, false);
+		o[k] = dget(dO, no), l[k] = dget(dL, nl), mo_[k] = dget(dRO, no), ml_[k] = dget(dRL, nl);
+		dq[k] = dget(dDQ, nq), dkv[k] = dget(dDKV, nkv), k2[k] = dget(dK2, nk2), q2[k] = dget(dQ2, nq);
+	}
+	cmp(nm("%s: fwd out", id), o[0], oc, NULL, no, T2(lin_tol_gpu(MGT_PREC_FP32, sk), SIM_ATTN));
+	cmp_lse(nm("%s: fwd lse", id), l[0], lc, nl, T2(TOL32, SIM_ATTN));
+	cmp(nm("%s: merge out", id), mo_[0], mo, NULL, no, T2(TOL32, SIM_CP));
+	cmp_lse(nm("%s: merge lse", id), ml_[0], ml, nl, T2(TOL32, SIM_CP));
+	cmp(nm("%s: bwd dq", id), dq[0], dqc, dq0, nq, T2(TOL_ATTN_BWD, SIM_ATTN));
+	cmp(nm("%s: bwd dkv", id), dkv[0], dkvc, dkv0, nkv, T2(TOL_ATTN_BWD, SIM_ATTN));
+	cmp(nm("%s: kv_copy qkv -> kv", id), k2[0], kvc, NULL, nk2, T2(TOL_EXACT, SIM_EXACT));
+	cmp(nm("%s: kv_copy kv -> qkv", id), q2[0], qrc, NULL, nq, T2(TOL_EXACT, SIM_EXACT));
+	det(id, ndiff(o[0], o[1], no, 4) + ndiff(l[0], l[1], nl, 4) + ndiff(mo_[0], mo_[1], no, 4) +
+			ndiff(ml_[0], ml_[1], nl, 4) + ndiff(dq[0], dq[1], nq, 4) + ndiff(dkv[0], dkv[1], nkv, 4) +
+			ndiff(q2[0], q2[1], nq, 4));
+	for (int k = 0; k < 2; k++)
+		free(o[k]), free(l[k]), free(mo_[k]), free(ml_[k]), free(dq[k]), free(dkv[k]), free(k2[k]), free(q2[k]);
+	dfree(dQ), dfree(dKV), dfree(dO), dfree(dL), dfree(dRO), dfree(dRL), dfree(dBO), dfree(dBL), dfree(dFO);
+	dfree(dFL), dfree(dDO), dfree(dDQ), dfree(dDKV), dfree(dK2), dfree(dQ2);
+	free(q), free(kv), free(dout), free(oc), free(lc), free(l0), free(ro), free(rl), free(bo), free(bl);
+	free(mo), free(ml), free(fo), free(fl), free(dq0), free(dkv0), free(dqc), free(dkvc), free(kvc);
+	free(qr), free(qrc);
+}
+
+/* Context parallelism's ring and allgather schedules (against the whole-sequence attention) and
+ * each block op against the CPU's: diagonal, unmasked, partly masked, rows without a visible key,
+ * empty blocks; GQA, dropout, head dims 16..128 (128: the backward's 32 x 32 tiles), chunks not a
+ * multiple of the 64-row tiles. */
+static void cp_ops(bool small)
+{
+	if (small) {
+		t_attn_cp(false, 2, 37, 2, 2, 2, 32, 0.0f, 0, 4);
+		t_attn_cp(false, 3, 24, 1, 1, 3, 16, 0.1f, 2, 6);
+		t_attn_cp(false, 2, 70, 1, 2, 1, 128, 0.1f, 0, 2);
+		t_attn_cp(true, 2, 37, 2, 2, 2, 32, 0.1f, 0, 4);
+		t_attn_cp(true, 4, 20, 1, 1, 2, 64, 0.0f, 0, 2);
+		t_attn_blk(50, 50, 100, 100, 300, 2, 2, 2, 32, 0.1f, 0, 4);  /* diagonal */
+		t_attn_blk(40, 70, 150, 20, 300, 1, 1, 3, 64, 0.1f, 3, 12);  /* unmasked */
+		t_attn_blk(70, 90, 100, 60, 300, 2, 2, 1, 16, 0.0f, 0, 2);   /* partly masked, sq != sk */
+		t_attn_blk(45, 33, 10, 30, 100, 1, 2, 2, 24, 0.1f, 0, 4);    /* rows 0..19 see no key */
+		t_attn_blk(20, 30, 10, 40, 100, 2, 1, 2, 32, 0.1f, 0, 2);    /* empty */
+		t_attn_blk(70, 70, 0, 0, 70, 1, 1, 2, 128, 0.1f, 0, 2);      /* the whole sequence, d 128 */
+		return;
+	}
+	t_attn_cp(false, 2, 256, 2, 2, 2, 64, 0.1f, 0, 4);
+	t_attn_cp(false, 4, 100, 1, 2, 4, 128, 0.1f, 8, 16);
+	t_attn_cp(false, 8, 64, 2, 1, 2, 32, 0.0f, 0, 2);
+	t_attn_cp(true, 4, 100, 1, 2, 4, 128, 0.1f, 8, 16);
+	t_attn_cp(true, 2, 333, 2, 2, 1, 16, 0.1f, 0, 2);
+	t_attn_blk(512, 512, 1024, 1024, 4096, 2, 2, 2, 64, 0.1f, 0, 4);
+	t_attn_blk(300, 700, 1500, 200, 4096, 1, 1, 4, 128, 0.1f, 4, 8);
+	t_attn_blk(700, 900, 1000, 600, 4096, 2, 2, 2, 32, 0.0f, 0, 4);
+	t_attn_blk(450, 330, 100, 300, 1000, 1, 2, 2, 24, 0.1f, 0, 4);
+	t_attn_blk(200, 300, 100, 400, 1000, 2, 1, 2, 64, 0.1f, 0, 2);
+	t_attn_blk(1000, 1000, 0, 0, 1000, 1, 1, 2, 128, 0.1f, 0, 2);
+}
+
 /* ================= bias + activation ================= */
 
 static void t_act(mgt_act_kind act, bool bias, int T, int f)
@@ -1429,6 +1705,9 @@ static void all_ops(void)
 	t_attn_kv(2, 50, 3, 1, 256, 1.5);
 	t_attn_tc(false);
 
+	section("context-parallel attention blocks");
+	cp_ops(false);
+
 	section("bias_act");
 	t_act(MGT_ACT_GELU, true, 2048, 3072);
 	t_act(MGT_ACT_GELU, false, 1000, 512);
@@ -1488,6 +1767,8 @@ static void misaligned_ops(void)
 	t_head_norm(MGT_NORM_RMSNORM, false, false, 100, 2, 2, 128);
 	t_rope(100, 2, 2, 64, 64, 10000.0f, false);
 	t_attn(70, 2, 2, 2, 64, 0.1f, 0, 4, 1.5);
+	t_attn_cp(false, 2, 40, 2, 2, 2, 64, 0.1f, 0, 4);
+	t_attn_blk(50, 60, 80, 40, 200, 2, 2, 2, 64, 0.1f, 0, 4);
 	t_act(MGT_ACT_GELU, true, 100, 300);
 	t_act(MGT_ACT_SWIGLU, true, 100, 150);
 	t_bda(100, 768, 0.1f, true, true, false, 0);
@@ -1560,6 +1841,9 @@ static void small_ops(void)
 	t_attn_kv(1, 9, 3, 1, 24, 4.0);
 	t_attn_kv(2, 12, 1, 2, 160, 1.5); /* d > 128: several channels a lane */
 
+	section("context-parallel attention blocks");
+	cp_ops(true);
+
 	section("bias_act");
 	t_act(MGT_ACT_GELU, true, 64, 300);
 	t_act(MGT_ACT_GELU, false, 40, 512);
@@ -1621,6 +1905,8 @@ static void small_ops(void)
 	t_head_norm(MGT_NORM_RMSNORM, true, false, 30, 2, 2, 128);
 	t_rope(30, 2, 2, 64, 64, 10000.0f, false);
 	t_attn(70, 1, 2, 2, 64, 0.1f, 0, 4, 1.5);
+	t_attn_cp(false, 2, 20, 1, 2, 2, 64, 0.1f, 0, 4);
+	t_attn_blk(30, 40, 50, 20, 100, 1, 2, 2, 64, 0.1f, 0, 4);
 	t_act(MGT_ACT_GELU, true, 30, 300);
 	t_act(MGT_ACT_SWIGLU, true, 30, 150);
 	t_bda(30, 768, 0.1f, true, true, false, 0);
