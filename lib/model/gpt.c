@@ -234,9 +234,9 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 	if (ps->cp > 1 && c->seq_length % (2 * ps->cp))
 		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld is not divisible by 2 x --context-parallel-size %d "
 			       "(each sequence is cut into 2 x CP chunks)", (long long)c->seq_length, ps->cp);
-	if (ps->cp > 1 && c->num_experts > 0)
-		return mgt_err(MGT_ERR_USAGE, "--num-experts with --context-parallel-size %d: Mixture of Experts under "
-			       "context parallelism is not implemented in this version", ps->cp);
+	if (ps->cp > 1 && c->num_experts > 0 && c->moe_expert_capacity_factor > 0)
+		return mgt_err(MGT_ERR_USAGE, "--moe-expert-capacity-factor with --context-parallel-size %d: token dropping "
+			       "under context parallelism is not implemented in this version", ps->cp);
 	if (c->seq_length > INT32_MAX / 4)
 		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld: more than the %d tokens a micro-batch can hold",
 			       (long long)c->seq_length, INT32_MAX / 4);

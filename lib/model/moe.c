@@ -65,6 +65,12 @@ struct moe_state {
 	/* statistics since mgt_model_moe_take_stats, per local layer */
 	double *aux_sum, *z_sum, *tok; /* [n_layers], [n_layers], [n_layers * E] */
 	float aux_scale;
+	/* context parallelism (cp > 1): the whole micro-batch's routing [cp T tokens], every rank's
+	 * router logits [cp T E] as all-gathered (rank order), and the whole's row of each of this
+	 * rank's tokens [T] */
+	mgt_moe_route rf;
+	float *hall;
+	int64_t *rows;
 };
 
 bool mgt_moe_layer(const mgt_model *m, int li) { return m->moe && mgt_moe_is_layer(&m->c, m->first_layer + li); }
@@ -148,6 +154,19 @@ static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 	return mgt_moe_route_alloc(&a->r, m->T, S->E, S->k, m->b);
 }
 
+/* Context parallelism: the whole micro-batch's routing and the map of this rank's rows into it. */
+static mgt_status alloc_cp(mgt_model *m)
+{
+	struct moe_state *S = m->moe;
+	size_t T = (size_t)m->T, all = T * (size_t)m->cp;
+	mgt_status st = mgt_moe_route_alloc(&S->rf, (int)all, S->E, S->k, m->b);
+	S->hall = mgt_malloc(all * (size_t)S->E * sizeof *S->hall);
+	S->rows = mgt_malloc(T * sizeof *S->rows);
+	if (st || !S->hall || !S->rows) return MGT_ERR_NOMEM;
+	for (size_t t = 0; t < T; t++) S->rows[t] = mgt_cp_global_row(m, (int64_t)t);
+	return MGT_OK;
+}
+
 static mgt_status alloc_scratch(mgt_model *m)
 {
 	struct moe_state *S = m->moe;
@@ -190,7 +209,7 @@ static mgt_status alloc_scratch(mgt_model *m)
 	memset(S->aux_sum, 0, nl * sizeof(double));
 	memset(S->z_sum, 0, nl * sizeof(double));
 	memset(S->tok, 0, nl * E * sizeof(double));
-	return MGT_OK;
+	return m->cp > 1 ? alloc_cp(m) : MGT_OK;
 }
 
 mgt_status mgt_moe_alloc(mgt_model *m)
@@ -228,7 +247,8 @@ static void moe_release(mgt_model *m)
 		       S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise };
 	for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 	void *h[] = { S->acts, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->hdgl, S->hnoise, S->pw1, S->pw2, S->pg1, S->pg2,
-		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd };
+		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd, S->hall, S->rows };
+	mgt_moe_route_free(&S->rf);
 	for (size_t q = 0; q < sizeof h / sizeof *h; q++) free(h[q]);
 	const mgt_tensor **w1 = S->w1, **w2 = S->w2;
 	struct moe_state keep = { .E = S->E, .El = S->El, .e0 = S->e0, .k = S->k, .ffe = S->ffe, .fc1e = S->fc1e,
@@ -314,7 +334,9 @@ static mgt_status jitter(mgt_model *m, int li, const float *x_loc, bool train, c
 	uint64_t key = m->drop_key ^ (0x6A09E667F3BCC909ull * (uint64_t)(li + m->first_layer + 1));
 	for (size_t i = 0; i < n; i++) {
 		uint32_t w[4];
-		mgt_philox(key, 0, (uint64_t)(e0 + i), w);
+		size_t t = (size_t)m->r0 + i / (size_t)m->h, e = m->cp > 1 ? (size_t)mgt_cp_global_row(m, (int64_t)t) *
+				(size_t)m->h + i % (size_t)m->h : e0 + i;
+		mgt_philox(key, 0, (uint64_t)e, w);
 		u[i] = (float)(1.0 - eps + 2.0 * eps * (double)mgt_u32_to_unit(w[0]));
 	}
 	mgt_status st = m->be->ops->upload(m->be, jitter_noise(m, li), u, n * sizeof *u);
@@ -325,12 +347,33 @@ static mgt_status jitter(mgt_model *m, int li, const float *x_loc, bool train, c
 	return MGT_OK;
 }
 
+/* Context parallelism: the router logits of every rank's tokens (a->r.L, this rank's)
+ * all-gathered over the context group and placed in the micro-batch's token order, routed whole
+ * (the losses and statistics of the whole micro-batch, as one process computes them), and this
+ * rank's rows taken back into a->r. */
+static mgt_status route_whole(mgt_model *m, struct moe_act *a, const float *bias)
+{
+	struct moe_state *S = m->moe;
+	mgt_comm *c = m->ps->host_cp ? m->ps->host_cp : m->ps->cp_comm;
+	size_t n = (size_t)m->T * (size_t)S->E, half = n / 2;
+	mgt_status st = c->ops->allgather(c, S->hall, S->hf, n, MGT_DT_F32);
+	for (int q = 0; !st && q < m->cp; q++)
+		for (int h = 0; h < 2; h++) {
+			const float *src = S->hall + (size_t)q * n + (size_t)h * half;
+			double *dst = S->rf.L + (size_t)(h ? 2 * m->cp - 1 - q : q) * half;
+			for (size_t i = 0; i < half; i++) dst[i] = src[i];
+		}
+	if (!st) st = mgt_moe_route_forward(&m->c, &S->rf, bias, 1);
+	if (!st) mgt_moe_route_part(&S->rf, &a->r, S->rows);
+	return st;
+}
+
 static mgt_status route(mgt_model *m, int li, struct moe_act *a, const float *x_loc, bool train)
 {
 	struct moe_state *S = m->moe;
 	int l = li + m->first_layer, T = m->T, E = S->E;
 	const float *xr;
-	a->r.T = T; /* an inference call may route fewer tokens than the buffers hold */
+	a->r.T = a->r.Tg = T; /* an inference call may route fewer tokens than the buffers hold */
 	a->r.B = m->b;
 	mgt_status jst = jitter(m, li, x_loc, train, &xr);
 	if (jst) return jst;
@@ -341,7 +384,9 @@ static mgt_status route(mgt_model *m, int li, struct moe_act *a, const float *x_
 	const mgt_tensor *eb = T_(m, l, MGT_T_EXPERT_BIAS);
 	float bias[MGT_MOE_MAX_EXPERTS];
 	if (eb && (st = m->be->ops->download(m->be, bias, P(m, eb), (size_t)E * sizeof(float)))) return st;
-	if ((st = mgt_moe_route_forward(&m->c, &a->r, eb ? bias : NULL, m->sp ? m->ps->tp : 1))) return st;
+	if (m->cp > 1) st = route_whole(m, a, eb ? bias : NULL);
+	else st = mgt_moe_route_forward(&m->c, &a->r, eb ? bias : NULL, m->sp ? m->ps->tp : 1);
+	if (st) return st;
 	if (train) {
 		S->aux_sum[li] += a->r.aux;
 		S->z_sum[li] += a->r.z;

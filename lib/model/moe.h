@@ -24,6 +24,9 @@ typedef struct mgt_moe_route {
 	double *tokens; /* [E] copies kept per expert (the expert-bias update's counts) */
 	double aux;     /* the unscaled auxiliary loss (aux / coeff): ~1 for balanced routing */
 	double z;       /* the unscaled z loss: mean over tokens of logsumexp(logits)^2 */
+	int Tg;         /* tokens the losses average over: T, except for a rank's part of a micro-batch
+			 * routed whole under context parallelism (mgt_moe_route_part): its T rows are
+			 * the rank's tokens, while cnt, tokens, aux and z are the whole micro-batch's */
 	double *work;   /* scratch: [4 E] doubles, and [T k] copies of capacity dropping */
 	void *copies;
 } mgt_moe_route;
@@ -38,6 +41,11 @@ void mgt_moe_route_free(mgt_moe_route *r);
  * of `blocks` equal blocks of tokens (the TP ranks' rows under SP), count tokens per expert,
  * and compute the unscaled aux (aux_loss or seq_aux_loss) and z losses.  Returns MGT_OK. */
 mgt_status mgt_moe_route_forward(const mgt_model_config *c, mgt_moe_route *r, const float *bias, int blocks);
+/* Context parallelism: part (allocated for part->T tokens in the same B sequences, E, k) gets
+ * rows rows[i] (0 <= i < part->T) of the routed whole (L, ps, sel, keep, prob), the whole's
+ * cnt, tokens, aux and z, and Tg = whole->T, so that mgt_moe_route_backward on the part gives
+ * those rows of the whole's gradient. */
+void mgt_moe_route_part(const mgt_moe_route *whole, mgt_moe_route *part, const int64_t *rows);
 
 /* dL [T, E] (written) = d(loss)/d(logits) from dprob [T, k] (the gradient of the routed
  * probabilities; dropped copies ignored) plus aux_scale times the gradients of

@@ -146,7 +146,7 @@ static void aux_counts(const mgt_model_config *c, const mgt_moe_route *r, int b,
 mgt_status mgt_moe_route_alloc(mgt_moe_route *r, int T, int E, int k, int B)
 {
 	memset(r, 0, sizeof *r);
-	r->T = T, r->E = E, r->k = k, r->B = B;
+	r->T = r->Tg = T, r->E = E, r->k = k, r->B = B;
 	size_t tk = (size_t)T * (size_t)k, te = (size_t)T * (size_t)E;
 	r->L = mgt_malloc(te * sizeof *r->L);
 	r->ps = mgt_malloc(te * sizeof *r->ps);
@@ -272,12 +272,12 @@ static void aux_bwd(const mgt_model_config *c, const double *L, const double *q,
 mgt_status mgt_moe_route_backward(const mgt_model_config *c, const mgt_moe_route *r, const double *dprob,
 				  double aux_scale, double *dL)
 {
-	int T = r->T, E = r->E, k = r->k;
+	int T = r->T, E = r->E, k = r->k, Tg = r->Tg;
 	double *work = r->work;
 	memset(dL, 0, (size_t)T * E * sizeof *dL);
 	bool seq = !strcmp(c->moe_router_load_balancing_type, "seq_aux_loss");
 	bool aux = (seq || !strcmp(c->moe_router_load_balancing_type, "aux_loss")) && c->moe_aux_loss_coeff != 0;
-	int S = seq ? T / r->B : T, nb = seq ? r->B : 1;
+	int S = seq ? Tg / r->B : Tg, nb = seq ? r->B : 1;
 	double ca = aux_scale * c->moe_aux_loss_coeff * E / ((double)k * S * S) / nb;
 	double cz = aux_scale * c->moe_z_loss_coeff;
 	for (int t = 0; t < T; t++) {
@@ -295,8 +295,26 @@ mgt_status mgt_moe_route_backward(const mgt_model_config *c, const mgt_moe_route
 			for (int i = 0; i < E; i++) mx = L[i] > mx ? L[i] : mx;
 			for (int i = 0; i < E; i++) s += exp(L[i] - mx);
 			double lse = mx + log(s);
-			for (int i = 0; i < E; i++) d[i] += cz * 2 * lse / T * exp(L[i] - lse);
+			for (int i = 0; i < E; i++) d[i] += cz * 2 * lse / Tg * exp(L[i] - lse);
 		}
 	}
 	return MGT_OK;
+}
+
+void mgt_moe_route_part(const mgt_moe_route *w, mgt_moe_route *p, const int64_t *rows)
+{
+	size_t E = (size_t)w->E, k = (size_t)w->k;
+	for (int i = 0; i < p->T; i++) {
+		size_t g = (size_t)rows[i];
+		memcpy(p->L + i * E, w->L + g * E, E * sizeof *p->L);
+		memcpy(p->ps + i * E, w->ps + g * E, E * sizeof *p->ps);
+		memcpy(p->sel + i * k, w->sel + g * k, k * sizeof *p->sel);
+		memcpy(p->keep + i * k, w->keep + g * k, k * sizeof *p->keep);
+		memcpy(p->prob + i * k, w->prob + g * k, k * sizeof *p->prob);
+	}
+	memcpy(p->cnt, w->cnt, E * (size_t)(w->B + 1) * sizeof *p->cnt);
+	memcpy(p->tokens, w->tokens, E * sizeof *p->tokens);
+	p->aux = w->aux;
+	p->z = w->z;
+	p->Tg = w->T;
 }

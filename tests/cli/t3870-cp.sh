@@ -7,8 +7,12 @@
 #  2. every rank's bytes per group against the analytic volume (tests/cli/comm_volume.py: the
 #     context group's ring or all-gather, the gradients over the data x context group);
 #  3. a bitwise resume under CP2, and the CP2 checkpoint loaded by one process;
-#  4. the errors: a sequence length not divisible by 2 x CP, the a2a kinds, a per-layer list of
-#     kinds, MoE with CP.
+#  4. Mixture of Experts under CP (the router's statistics and losses over the whole sequence):
+#     CP2 x EP2 and CP2 x TP2 (sequence parallel) against one process, with the sigmoid router, the
+#     expert bias, seq_aux_loss, z loss, input jitter and dropout: lm loss, seq_load_balancing_loss
+#     and z_loss within 1e-5;
+#  5. the errors: a sequence length not divisible by 2 x CP, the a2a kinds, a per-layer list of
+#     kinds, MoE token dropping with CP.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 RUN="sh $ROOT/tests/mpirun.sh"
@@ -94,7 +98,27 @@ ok "... resumed under CP2 at 5: iterations 6-10 bitwise (lm loss, grad norm)" ev
 ok "... the CP2 checkpoint in one process: iterations 6-10 within 1e-5 of the one-process run" eval \
 	'train 1 cp2to1 --load ck --ckpt-step 5 && same one cp2to1 6'
 
-# ---- 4. errors -----------------------------------------------------------------------------------
+# ---- 4. Mixture of Experts ---------------------------------------------------------------------
+MOE="--model tiny-moe --disable-bias-linear --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+	--moe-router-load-balancing-type seq_aux_loss --moe-z-loss-coeff 1e-3 --moe-input-jitter-eps 0.1"
+# same3 REF RUN: lm loss, seq_load_balancing_loss and z_loss of every iteration within 1e-5 relative
+same3() {
+	$PY - "$@" <<'PY'
+import json, sys
+def L(f): return {o["iteration"]: o for o in map(json.loads, open(f + ".jsonl")) if "lm_loss" in o}
+a, b = L(sys.argv[1]), L(sys.argv[2])
+if not a or sorted(a) != sorted(b): sys.exit(f"# iterations {sorted(b)}, expected {sorted(a)}")
+w = {k: max(abs(a[i][k] - b[i][k]) / abs(a[i][k]) for i in a) for k in ("lm_loss", "seq_load_balancing_loss", "z_loss")}
+print(f"# {sys.argv[2]}: " + ", ".join(f"{k} {v:.2e}" for k, v in w.items()))
+sys.exit(max(w.values()) > 1e-5)
+PY
+}
+ok "MoE: one process" train 1 moe1 $MOE
+ok "MoE: CP2 x EP2 = one process" eval 'train 4 moecp2ep2 $MOE $CP2 --expert-model-parallel-size 2 && same3 moe1 moecp2ep2'
+ok "MoE: CP2 x TP2 (sequence parallel), allgather = one process" eval 'train 4 moecp2tp2 $MOE $CP2 --cp-comm-type allgather \
+	--tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 128 && same3 moe1 moecp2tp2'
+
+# ---- 5. errors -----------------------------------------------------------------------------------
 E=$(echo $TRAIN $LAY --train-iters 1 --lr-warmup-iters 0)
 ok "--seq-length 60 with CP4: exit 2 naming both flags" sh -c "
 	$RUN 4 $E --seq-length 60 --context-parallel-size 4 >e1.out 2>e1.err </dev/null; r=\$?
@@ -109,7 +133,7 @@ ok "--cp-comm-type all_gather (the config's spelling) repeated per layer is acce
 	$E --cp-comm-type all_gather all_gather all_gather all_gather >e4.out 2>e4.err"
 ok "--cp-comm-type ring: exit 2 naming the kinds" sh -c "
 	$E --cp-comm-type ring >e5.out 2>e5.err; r=\$?; grep -q 'expected p2p, allgather' e5.err && test \$r = 2"
-ok "MoE with CP2: exit 2" sh -c "
-	$RUN 2 $E --context-parallel-size 2 --num-experts 4 >e6.out 2>e6.err </dev/null; r=\$?
-	grep -q 'Mixture of Experts under context parallelism' e6.err && test \$r = 2"
+ok "MoE token dropping (--moe-expert-capacity-factor) with CP2: exit 2" sh -c "
+	$RUN 2 $E --context-parallel-size 2 --num-experts 4 --moe-expert-capacity-factor 1 >e6.out 2>e6.err </dev/null; r=\$?
+	grep -q 'token dropping under context parallelism' e6.err && test \$r = 2"
 done_testing
