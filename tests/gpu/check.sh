@@ -37,7 +37,11 @@
 #          loss scale (falling from 2^32 as the first iterations overflow and are skipped), the last
 #          loss is finite and below the first; when nothing was skipped its losses are compared
 #          with fp32 as above (skipped iterations shift the updates against the data, so a
-#          per-iteration comparison is meaningless then).
+#          per-iteration comparison is meaningless then);
+#    (f) context parallelism on the GPU (when mpirun is there): cuda fp32 with
+#        --context-parallel-size 2 as two ranks sharing the GPU, --cp-comm-type p2p and allgather
+#        (the attention blocks of kernels/attn.cuh, the ring through the staged communicator,
+#        the all-gather through NCCL), against cpu fp32 in one process as (b) cuda fp32.
 # 3. KJV (optional, when KJV_PREFIX names a tokenized dataset, or demo/data/kjv_text_document
 #    exists, e.g. after make demo): tiny-gpt2, 20 iterations, cuda --bf16 vs cpu --bf16 as (b).
 #
@@ -338,12 +342,15 @@ EOF
 # compare SUBCOMMAND ARGS...: run a comparison, its lines into the results
 compare() { $PY "$W/cmp.py" "$@" 2>&1 | tee -a "$RES"; }
 
-# train NAME FLAGS...: one mgt-train run (NAME.log, NAME.jsonl); prints its time and exit status
+# train NAME FLAGS...: one mgt-train run (NAME.log, NAME.jsonl); prints its time and exit status;
+# started through $LAUNCH when set (an MPI launcher)
+LAUNCH=
 train() {
 	name=$1; shift
 	rm -f "$W/$name.jsonl" "$W/$name.h5"
 	t0=$(date +%s)
-	timeout "$RUN_TIMEOUT" "$TRAIN" "$@" --metrics-file "$W/$name.jsonl" >"$W/$name.log" 2>&1
+	# shellcheck disable=SC2086
+	timeout "$RUN_TIMEOUT" $LAUNCH "$TRAIN" "$@" --metrics-file "$W/$name.jsonl" >"$W/$name.log" 2>&1 </dev/null
 	rc=$?
 	echo "# run $name: exit $rc, $(( $(date +%s) - t0 )) s"
 	if [ $rc != 0 ]; then
@@ -407,6 +414,20 @@ for m in $MODELS; do
 	train "$m-cuda-bf16-rc-sel" --model "$m" $RUN --device cuda --bf16 --recompute-granularity selective &&
 		compare same "$W/$m-cuda-bf16.log" "$W/$m-cuda-bf16-rc-sel.log" "$W/$m-cuda-bf16.jsonl" \
 			"$W/$m-cuda-bf16-rc-sel.jsonl" "$m (e) cuda bf16, selective recomputation vs none"
+
+	echo "# (f) context parallelism on the GPU: CP2 (two ranks on this GPU, p2p and allgather) vs cpu fp32"
+	if command -v mpirun >/dev/null 2>&1; then
+		for kind in p2p allgather; do
+			LAUNCH="sh $ROOT/tests/mpirun.sh 2"
+			# shellcheck disable=SC2086
+			train "$m-cuda-cp2-$kind" --model "$m" $RUN --device cuda --context-parallel-size 2 --cp-comm-type $kind &&
+				compare losses "$W/$m-cuda-cp2-$kind.jsonl" "$W/$m-cpu.jsonl" "$m (f) cuda CP2 $kind vs cpu fp32" \
+					"$ITERS" 10 1e-3 1e-3 1e-5
+		done
+		LAUNCH=
+	else
+		echo "# (f) skipped: mpirun not found"
+	fi
 
 	echo "# (d) --fp16 with loss scaling"
 	# shellcheck disable=SC2086
