@@ -177,6 +177,9 @@ size_t mgt_comm_mpi_scratch_bytes(int size);
  * is one process.  Errors: MGT_ERR_USAGE (launched by mpirun with more than one process but
  * built without MPI), MGT_ERR_IO (MPI_Init failed). */
 mgt_status mgt_dist_init(int *argc, char ***argv);
+/* Processes of this job on this machine (OpenMPI's OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's
+ * SLURM_NTASKS_PER_NODE), 1 when unknown. */
+int mgt_dist_local_size(void);
 /* Whether mgt_dist_init started MPI; world size and rank (1 and 0 without it). */
 int mgt_dist_active(void);
 int mgt_dist_world_size(void);
@@ -301,7 +304,10 @@ int mgt_dist_have_nccl(void);
  * data groups become NCCL communicators (mgt_comm_nccl; staged ones for one-process groups; the
  * data and expert data groups on their own streams when overlap_dp, for --overlap-grad-reduce:
  * mgt_comm_wait each), the pipeline group a staged one (its send never waits for the receiver).
- * edp_comm == dp_comm stays so (the one device communicator).  world and mp_comm stay host
+ * edp_comm == dp_comm stays so (the one device communicator).  NCCL refuses two ranks of one
+ * communicator on one GPU, so when a machine of the job runs more ranks than it has GPUs
+ * (mgt_dist_local_size against mgt_backend_cuda_devices, agreed over the world) every group is a
+ * staged one instead.  world and mp_comm stay host
  * communicators: the trainer reduces host scalars over them (loss sums, the gradient norm).  The
  * host communicators are kept in host_* and freed by mgt_parallel_free.  Nothing to do when
  * be->host_memory.  Errors: those of mgt_comm_nccl and mgt_comm_staged; on error ps is as before

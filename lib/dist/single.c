@@ -126,12 +126,35 @@ static mgt_status to_device(mgt_comm **c, mgt_comm **host, mgt_backend *be, bool
 	return MGT_OK;
 }
 
+int mgt_dist_local_size(void)
+{
+	const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+	if (!v) v = getenv("SLURM_NTASKS_PER_NODE");
+	int n = v ? atoi(v) : 1;
+	return n > 0 ? n : 1;
+}
+
+/* Whether some machine of the job runs more ranks than it has GPUs (agreed over the world). */
+static mgt_status gpus_shared(mgt_parallel *ps, bool *shared)
+{
+	int n = mgt_backend_cuda_devices();
+	double f = n > 0 && mgt_dist_local_size() > n;
+	mgt_comm *w = ps->world;
+	mgt_status st = w->size > 1 ? w->ops->allreduce(w, &f, 1, MGT_DT_F64, MGT_RED_MAX) : MGT_OK;
+	*shared = f > 0;
+	return st;
+}
+
 mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be, bool overlap_dp)
 {
 	if (be->host_memory || ps->host_tp) return MGT_OK;
+	bool shared;
+	mgt_status sst = gpus_shared(ps, &shared);
+	if (sst) return sst;
+	bool nccl = !shared;
 	bool edp_is_dp = ps->edp_comm == ps->dp_comm, dpcp_is_dp = ps->dpcp_comm == ps->dp_comm;
-	mgt_status st = to_device(&ps->tp_comm, &ps->host_tp, be, true, false);
-	if (!st) st = to_device(&ps->dp_comm, &ps->host_dp, be, true, overlap_dp);
+	mgt_status st = to_device(&ps->tp_comm, &ps->host_tp, be, nccl, false);
+	if (!st) st = to_device(&ps->dp_comm, &ps->host_dp, be, nccl, overlap_dp);
 	if (!st && edp_is_dp) {
 		ps->edp_comm = ps->dp_comm;
 		ps->host_edp = ps->host_dp;
@@ -140,11 +163,11 @@ mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be, bool overla
 		ps->dpcp_comm = ps->dp_comm;
 		ps->host_dpcp = ps->host_dp;
 	}
-	if (!st && ps->cp_comm) st = to_device(&ps->cp_comm, &ps->host_cp, be, true, false);
-	if (!st && ps->dpcp_comm && !dpcp_is_dp) st = to_device(&ps->dpcp_comm, &ps->host_dpcp, be, true, overlap_dp);
-	if (!st) st = to_device(&ps->emb_comm, &ps->host_emb, be, true, false);
-	if (!st && ps->ep_comm) st = to_device(&ps->ep_comm, &ps->host_ep, be, true, false);
-	if (!st && ps->edp_comm && !edp_is_dp) st = to_device(&ps->edp_comm, &ps->host_edp, be, true, overlap_dp);
+	if (!st && ps->cp_comm) st = to_device(&ps->cp_comm, &ps->host_cp, be, nccl, false);
+	if (!st && ps->dpcp_comm && !dpcp_is_dp) st = to_device(&ps->dpcp_comm, &ps->host_dpcp, be, nccl, overlap_dp);
+	if (!st) st = to_device(&ps->emb_comm, &ps->host_emb, be, nccl, false);
+	if (!st && ps->ep_comm) st = to_device(&ps->ep_comm, &ps->host_ep, be, nccl, false);
+	if (!st && ps->edp_comm && !edp_is_dp) st = to_device(&ps->edp_comm, &ps->host_edp, be, nccl, overlap_dp);
 	if (!st) st = to_device(&ps->pp_comm, &ps->host_pp, be, false, false);
 	return st;
 }

@@ -729,15 +729,6 @@ static mgt_model_layout chunk_layout(const trainer *t, int c)
 	};
 }
 
-/* Processes of this job on this machine (OpenMPI, Slurm), 1 when unknown. */
-static int local_ranks(void)
-{
-	const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-	if (!v) v = getenv("SLURM_NTASKS_PER_NODE");
-	int n = v ? atoi(v) : 1;
-	return n > 0 ? n : 1;
-}
-
 /* The advice for the part of the memory that is largest. */
 static const char *memory_advice(const trainer *t, const mgt_model_mem *m, size_t opt)
 {
@@ -769,8 +760,8 @@ static mgt_status check_memory(trainer *t)
 	}
 	char what[96];
 	size_t avail = mgt_backend_mem_available(t->be, what, sizeof what), share = 1;
-	if (t->be->host_memory) share = (size_t)local_ranks();
-	else if (mgt_backend_cuda_devices() > 0) share = ((size_t)local_ranks() + (size_t)mgt_backend_cuda_devices() - 1) / (size_t)mgt_backend_cuda_devices();
+	if (t->be->host_memory) share = (size_t)mgt_dist_local_size();
+	else if (mgt_backend_cuda_devices() > 0) share = ((size_t)mgt_dist_local_size() + (size_t)mgt_backend_cuda_devices() - 1) / (size_t)mgt_backend_cuda_devices();
 	double need = (double)m.params + (double)m.grads + (double)opt + (double)m.activations + (double)m.workspace;
 	if (avail == SIZE_MAX || need * (double)share <= (double)avail) return MGT_OK;
 	double g = 1024.0 * 1024.0 * 1024.0;
