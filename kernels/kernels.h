@@ -92,20 +92,12 @@ int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *
 
 /* ---- attention blocks for context parallelism (backend.h attn_blk_*, attn_kv_copy; the block
  * forward and backward are kernels/attn.cu's kernels on a block geometry, fp32 on CUDA cores;
- * merge and copy in kernels/attn_cp.cu).  mgt_k_attn_blk mirrors backend.h's mgt_attn_blk field
- * for field (this header does not include backend.h); the launchers read it on the host.  The
+ * merge and copy in kernels/attn_cp.cu).  mgt_k_attn_blk is backend.h's mgt_attn_blk (from
+ * lib/backend/attn_blk.h, the one lib/ header included here); the launchers read it on the host.  The
  * backward accumulates into dq's query slots and into dkv with fixed summation orders (no
  * atomics), and needs ws for D = rowsum(dout * out), laid out as lse. ---- */
-typedef struct mgt_k_attn_blk {
-	int sq, sk;       /* query positions and key positions in the block */
-	int b, ng, r, d;  /* sequences, query groups, query heads per group, head channels */
-	int qoff, koff;   /* global positions of the block's query 0 and key 0 */
-	int s;            /* the full sequence length (dropout index) */
-	int ld_lse;       /* stride of lse between consecutive (sequence, head) rows, >= sq */
-	float p;          /* attention dropout probability (0: none) */
-	uint64_t key;     /* dropout key */
-	int head0, heads_total; /* global index of local head 0; global head count */
-} mgt_k_attn_blk;
+#include "backend/attn_blk.h" /* mgt_attn_blk: the struct of backend.h, and of its C ABI here */
+typedef mgt_attn_blk mgt_k_attn_blk;
 int mgt_k_attn_blk_fwd(mgt_k_stream s, const mgt_k_attn_blk *g, float *out, float *lse,
 		       const float *q, const float *kv);
 int mgt_k_attn_blk_merge(mgt_k_stream s, const mgt_k_attn_blk *g, float *out, float *lse,

@@ -56,17 +56,8 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * the CPU's attention stays fp32.  Everything else is fp32 in this version. */
 typedef enum { MGT_PREC_FP32, MGT_PREC_BF16, MGT_PREC_FP16 } mgt_precision;
 
-/* The shape of one block of context-parallel attention (attn_blk_* below). */
-typedef struct mgt_attn_blk {
-	int sq, sk;       /* query positions and key positions in the block */
-	int b, ng, r, d;  /* sequences, query groups, query heads per group, head channels */
-	int qoff, koff;   /* global positions of the block's query 0 and key 0 */
-	int s;            /* the full sequence length (dropout index) */
-	int ld_lse;       /* stride of lse between consecutive (sequence, head) rows, >= sq */
-	float p;          /* attention dropout probability (0: none) */
-	uint64_t key;     /* dropout key (attn_fwd's) */
-	int head0, heads_total; /* global index of local head 0; global head count */
-} mgt_attn_blk;
+/* The shape of one block of context-parallel attention (attn_blk_* below): mgt_attn_blk. */
+#include "backend/attn_blk.h"
 
 typedef struct mgt_backend_ops {
 	const char *name; /* "cpu", "cuda" */

@@ -354,39 +354,26 @@ static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const f
 
 /* Context-parallel attention blocks: the fp32 CUDA-core kernels (kernels/attn.cu on a block
  * geometry, kernels/attn_cp.cu) in every precision. */
-static mgt_k_attn_blk k_blk(const mgt_attn_blk *g)
-{
-	mgt_k_attn_blk k = {
-		.sq = g->sq, .sk = g->sk, .b = g->b, .ng = g->ng, .r = g->r, .d = g->d,
-		.qoff = g->qoff, .koff = g->koff, .s = g->s, .ld_lse = g->ld_lse,
-		.p = g->p, .key = g->key, .head0 = g->head0, .heads_total = g->heads_total,
-	};
-	return k;
-}
-
 static void cu_attn_blk_fwd(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
 			    const float *kv)
 {
-	const mgt_k_attn_blk k = k_blk(g);
 	if (g->sq > 0 && g->sk > 0 && g->b > 0)
-		mgt_cuda_ok(be, "attn_blk_fwd", mgt_k_attn_blk_fwd(stream(be), &k, out, lse, q, kv));
+		mgt_cuda_ok(be, "attn_blk_fwd", mgt_k_attn_blk_fwd(stream(be), g, out, lse, q, kv));
 }
 
 static void cu_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
 			      const float *lb)
 {
-	const mgt_k_attn_blk k = k_blk(g);
 	if (g->sq > 0 && g->b > 0)
-		mgt_cuda_ok(be, "attn_blk_merge", mgt_k_attn_blk_merge(stream(be), &k, out, lse, ob, lb));
+		mgt_cuda_ok(be, "attn_blk_merge", mgt_k_attn_blk_merge(stream(be), g, out, lse, ob, lb));
 }
 
 static void cu_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
 			    const float *q, const float *kv, const float *out, const float *lse)
 {
-	const mgt_k_attn_blk k = k_blk(g);
 	if (g->sq > 0 && g->sk > 0 && g->b > 0 && g->koff <= g->qoff + g->sq - 1)
-		WITH_WS("attn_blk_bwd", mgt_k_attn_blk_bwd_ws_bytes(&k),
-			mgt_k_attn_blk_bwd(stream(be), &k, dq, dkv, dout, q, kv, out, lse, ws));
+		WITH_WS("attn_blk_bwd", mgt_k_attn_blk_bwd_ws_bytes(g),
+			mgt_k_attn_blk_bwd(stream(be), g, dq, dkv, dout, q, kv, out, lse, ws));
 }
 
 static void cu_attn_kv_copy(mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, bool to_kv)
