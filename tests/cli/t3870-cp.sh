@@ -6,7 +6,8 @@
 #     attention and hidden dropout on (their masks are indexed by global positions);
 #  2. every rank's bytes per group against the analytic volume (tests/cli/comm_volume.py: the
 #     context group's ring or all-gather, the gradients over the data x context group);
-#  3. a bitwise resume under CP2, and the CP2 checkpoint loaded by one process;
+#  3. selective and full recomputation under CP2 bitwise equal to the runs without; a bitwise
+#     resume under CP2, and the CP2 checkpoint loaded by one process;
 #  4. Mixture of Experts under CP (the router's statistics and losses over the whole sequence):
 #     CP2 x EP2 and CP2 x TP2 (sequence parallel) against one process, with the sigmoid router, the
 #     expert bias, seq_aux_loss, z loss, input jitter and dropout: lm loss, seq_load_balancing_loss
@@ -92,6 +93,11 @@ print(f"# {sys.argv[2]}: iterations {sorted(b)}")
 sys.exit(not b or any(a.get(i) != v for i, v in b.items()))
 PY
 }
+ok "CP2 with selective recomputation (the ring again in the backward) = CP2 without, bitwise" eval \
+	'train 2 cp2sel $CP2 --recompute-granularity selective && exact cp2p2p cp2sel'
+ok "CP2 allgather with full recomputation = CP2 allgather without, bitwise" eval \
+	'train 2 cp2full $CP2 --cp-comm-type allgather --recompute-granularity full --recompute-method uniform \
+	--recompute-num-layers 2 && exact cp2allgather cp2full'
 ok "CP2 saving at iteration 5" train 2 full --context-parallel-size 2 --save ck --save-interval 5
 ok "... resumed under CP2 at 5: iterations 6-10 bitwise (lm loss, grad norm)" eval \
 	'train 2 resumed --context-parallel-size 2 --load ck --ckpt-step 5 && exact full resumed'
