@@ -3,7 +3,8 @@
 #  1. layout invariance under mpirun: CP2, CP2 x DP2, CP2 x TP2 (sequence parallel), CP4 and
 #     CP2 x PP2 x DP2 (distributed optimizer), for --cp-comm-type p2p and allgather, against one
 #     process: lm loss of 10 iterations of tiny-llama (RoPE, GQA) within 1e-5 relative, with
-#     attention and hidden dropout on (their masks are indexed by global positions);
+#     attention and hidden dropout on (their masks are indexed by global positions); and
+#     tiny-gpt2 (learned position embeddings) under CP2;
 #  2. every rank's bytes per group against the analytic volume (tests/cli/comm_volume.py: the
 #     context group's ring or all-gather, the gradients over the data x context group);
 #  3. selective and full recomputation under CP2 bitwise equal to the runs without; a bitwise
@@ -20,15 +21,16 @@ RUN="sh $ROOT/tests/mpirun.sh"
 TRAIN=$BIN/mgt-train
 "$BIN/mgt-preprocess" --input "$SHARE/data/kjv.jsonl.zst" --output-prefix kjv $GPT2 --append-eod \
 	--workers 2 --quiet >/dev/null 2>&1 || { echo "1..0 # SKIP mgt-preprocess failed"; exit 0; }
-LAY="$GPT2 --model tiny-llama --data-path kjv_text_document --split 969,30,1 --data-cache-path cache --seq-length 64
+MODEL=tiny-llama
+LAY="$GPT2 --data-path kjv_text_document --split 969,30,1 --data-cache-path cache --seq-length 64
 	--micro-batch-size 2 --global-batch-size 8 --lr 2e-3 --lr-warmup-iters 3 --eval-interval 0 --eval-iters 0
 	--log-interval 1 --threads 1 --train-iters 10 --make-vocab-size-divisible-by 256 --hidden-dropout 0.1
 	--attention-dropout 0.1"
 VOL="$PY $ROOT/tests/cli/comm_volume.py $SHARE/models/tiny-llama.json"
-# train NP NAME FLAGS...: 10 iterations, metrics NAME.jsonl, per-rank bytes NAME.rank*.jsonl
+# train NP NAME FLAGS...: 10 iterations of $MODEL, metrics NAME.jsonl, per-rank bytes NAME.rank*.jsonl
 train() {
 	np=$1 n=$2; shift 2
-	set -- "$TRAIN" $LAY --metrics-file "$n.jsonl" --comm-log "$n" "$@"
+	set -- "$TRAIN" --model $MODEL $LAY --metrics-file "$n.jsonl" --comm-log "$n" "$@"
 	if [ "$np" = 1 ]; then "$@" >"$n.out" 2>"$n.err" </dev/null
 	else $RUN "$np" "$@" >"$n.out" 2>"$n.err" </dev/null; fi
 	r=$?
@@ -73,6 +75,10 @@ for kind in p2p allgather; do
 	ok "$kind: CP2 x PP2 x DP2, distributed optimizer = one process; bytes = analytic" layout 8 cp2pp2dp2$kind $kind \
 		"cp=2 pp=2 distopt=1" $CP2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
 done
+MODEL=tiny-gpt2
+ok "tiny-gpt2 (learned positions, LayerNorm, biases, tied embeddings): one process" train 1 gpt1
+ok "... CP2 = one process" eval 'train 2 gpt2cp2 $CP2 && same gpt1 gpt2cp2'
+MODEL=tiny-llama
 ok "the bytes check fails a wrong volume (allgather's bytes read as p2p's)" sh -c "! $VOL cp2allgather 2 $COMMON cp=2 cpcomm=p2p >/dev/null"
 ok "the memory line: CP2's activations are half of one process's" $PY - one.err cp2p2p.err <<'PY'
 import re, sys
@@ -105,7 +111,7 @@ ok "... the CP2 checkpoint in one process: iterations 6-10 within 1e-5 of the on
 	'train 1 cp2to1 --load ck --ckpt-step 5 && same one cp2to1 6'
 
 # ---- 4. Mixture of Experts ---------------------------------------------------------------------
-MOE="--model tiny-moe --disable-bias-linear --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+MOE="--disable-bias-linear --moe-router-score-function sigmoid --moe-router-enable-expert-bias
 	--moe-router-load-balancing-type seq_aux_loss --moe-z-loss-coeff 1e-3 --moe-input-jitter-eps 0.1"
 # same3 REF RUN: lm loss, seq_load_balancing_loss and z_loss of every iteration within 1e-5 relative
 same3() {
@@ -119,13 +125,16 @@ print(f"# {sys.argv[2]}: " + ", ".join(f"{k} {v:.2e}" for k, v in w.items()))
 sys.exit(max(w.values()) > 1e-5)
 PY
 }
+MODEL=tiny-moe
 ok "MoE: one process" train 1 moe1 $MOE
 ok "MoE: CP2 x EP2 = one process" eval 'train 4 moecp2ep2 $MOE $CP2 --expert-model-parallel-size 2 && same3 moe1 moecp2ep2'
 ok "MoE: CP2 x TP2 (sequence parallel), allgather = one process" eval 'train 4 moecp2tp2 $MOE $CP2 --cp-comm-type allgather \
 	--tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 128 && same3 moe1 moecp2tp2'
 
+MODEL=tiny-llama
+
 # ---- 5. errors -----------------------------------------------------------------------------------
-E=$(echo $TRAIN $LAY --train-iters 1 --lr-warmup-iters 0)
+E=$(echo $TRAIN --model tiny-llama $LAY --train-iters 1 --lr-warmup-iters 0)
 ok "--seq-length 60 with CP4: exit 2 naming both flags" sh -c "
 	$RUN 4 $E --seq-length 60 --context-parallel-size 4 >e1.out 2>e1.err </dev/null; r=\$?
 	grep -q 'seq-length 60 is not divisible by 2 x --context-parallel-size 4' e1.err && test \$r = 2"
