@@ -18,13 +18,24 @@
  *     position order); each local query chunk attends to all earlier positions in one block.
  *     The backward all-gathers them again and reduce-scatters dK, dV (Llama 3 section 3.3.2).
  *
+ *   a2a (Ulysses; DeepSpeed-Ulysses, Jacobs et al. 2023): an all-to-all gives each rank the whole
+ *     sequence of ng/c of its query groups (every head of a group stays together, so grouped-query
+ *     attention works as is), core attention runs there as in one process (attn_fwd over the
+ *     whole sequence: the same kernel, positions and dropout indices), and a second all-to-all
+ *     returns the output to the ranks that hold the tokens.  The backward does the same with the
+ *     gradients, redoing the forward's exchanges of qkv and ctx (nothing of the whole sequence is
+ *     kept between the forward and the backward).
+ *
  * Bytes each rank sends per layer and micro-batch, with B = s*b*ng*2*d*4 (its local keys and
  * values): p2p forward (c-1) B, backward (c-1) B + c B; allgather forward (c-1) B, backward
- * (c-1) B + (c-1) B.  Selective recomputation repeats the forward's.
+ * (c-1) B + (c-1) B.  a2a, with Q = s*b*ng*(r+2)*d*4 and O = s*b*ng*r*d*4 (the rank's qkv and
+ * ctx): forward (c-1)/c (Q + O), backward (c-1)/c (2Q + 2O).  Selective recomputation repeats
+ * the forward's.
  */
 #include "model_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { TAG_KV = 21, TAG_DKV = 22 };
@@ -37,9 +48,51 @@ static size_t kv_numel(const mgt_model *m) { return (size_t)m->T * (size_t)m->ng
 /* Elements of one chunk of C positions in a [rows, width] activation. */
 static size_t chunk_numel(const mgt_model *m, int64_t width) { return (size_t)m->cp_C * (size_t)m->b * (size_t)width; }
 
+/* The global row of local row t of context rank q. */
+static int64_t grow(const mgt_model *m, int q, int64_t t)
+{
+	int64_t cb = (int64_t)m->cp_C * m->b;
+	return t < cb ? t + (int64_t)q * cb : t - cb + (int64_t)(2 * m->cp - 1 - q) * cb;
+}
+
+/* a2a: the buffers, and the row maps, over n = cp T rows of one block of ng/cp query groups:
+ * pack[q T + t] = t cp + q (the rank's qkv or ctx, group block q of row t, to the send order),
+ * unpack its inverse, to_glob[G(q, t)] = q T + t (received rows to position order),
+ * from_glob[q T + t] = G(q, t) (position order to the send order). */
+static mgt_status a2a_alloc(mgt_model *m)
+{
+	mgt_status st = MGT_OK;
+	size_t T = (size_t)m->T, c = (size_t)m->cp, nq = T * (size_t)m->qkv_l, no = T * (size_t)(m->nq_l * m->d);
+#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+	m->a2a.snd = W(nq); m->a2a.rcv = W(nq); m->a2a.q = W(nq); m->a2a.dq = W(nq);
+	m->a2a.o = W(no); m->a2a.dout = W(no);
+	for (int k = 0; k < 4; k++) m->a2a.idx[k] = (int32_t *)W(c * T);
+#undef W
+	if (st || m->dry) return st;
+	int32_t *h = mgt_malloc(4 * c * T * sizeof *h);
+	m->a2a.cnt = mgt_malloc(4 * c * sizeof *m->a2a.cnt);
+	if (!h || !m->a2a.cnt) {
+		free(h);
+		return MGT_ERR_NOMEM;
+	}
+	int32_t *pack = h, *unpack = h + c * T, *to = h + 2 * c * T, *from = h + 3 * c * T;
+	for (size_t q = 0; q < c; q++)
+		for (size_t t = 0; t < T; t++) {
+			size_t i = q * T + t, g = (size_t)grow(m, (int)q, (int64_t)t);
+			pack[i] = (int32_t)(t * c + q);
+			unpack[t * c + q] = (int32_t)i;
+			to[g] = (int32_t)i;
+			from[i] = (int32_t)g;
+		}
+	for (int k = 0; !st && k < 4; k++) st = m->be->ops->upload(m->be, m->a2a.idx[k], h + (size_t)k * c * T, c * T * 4);
+	free(h);
+	return st;
+}
+
 mgt_status mgt_cp_alloc(mgt_model *m)
 {
 	if (m->cp <= 1 || !m->n_layers) return MGT_OK;
+	if (m->L.cp_comm == MGT_CP_A2A) return a2a_alloc(m);
 	mgt_status st = MGT_OK;
 	size_t kv = kv_numel(m), c = (size_t)m->cp;
 #define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
@@ -59,10 +112,14 @@ mgt_status mgt_cp_alloc(mgt_model *m)
 
 void mgt_cp_free(mgt_model *m)
 {
-	float *b[] = { m->cpb.kv, m->cpb.dkv, m->cpb.ob, m->cpb.lb, m->cpb.all, m->cpb.glob, m->cpb.dglob };
+	void *b[] = { m->cpb.kv, m->cpb.dkv, m->cpb.ob, m->cpb.lb, m->cpb.all, m->cpb.glob, m->cpb.dglob, m->a2a.snd,
+		      m->a2a.rcv, m->a2a.q, m->a2a.o, m->a2a.dq, m->a2a.dout, m->a2a.idx[0], m->a2a.idx[1],
+		      m->a2a.idx[2], m->a2a.idx[3] };
 	for (size_t i = 0; !m->dry && i < sizeof b / sizeof *b; i++)
 		if (b[i]) m->be->ops->free(m->be, b[i]);
+	free(m->a2a.cnt);
 	memset(&m->cpb, 0, sizeof m->cpb);
+	memset(&m->a2a, 0, sizeof m->a2a);
 }
 
 /* A block of local query chunk hq against sk key positions from global position koff. */
@@ -208,13 +265,85 @@ static mgt_status ag_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *d
 	return c->ops->reduce_scatter(c, m->cpb.dkv, m->cpb.all, kv_numel(m), MGT_DT_F32);
 }
 
+/* a2a: one all-to-all over the context group of T rows of w floats per rank pair, from rows in
+ * the send order (block q to rank q) to rows in the receive order (block q from rank q). */
+static mgt_status a2a_move(mgt_model *m, float *dst, const float *src, size_t w)
+{
+	int64_t c = m->cp, *sc = m->a2a.cnt, *sd = sc + c, *rc = sc + 2 * c, *rd = sc + 3 * c;
+	for (int64_t q = 0; q < c; q++) {
+		sc[q] = rc[q] = (int64_t)m->T * (int64_t)w;
+		sd[q] = rd[q] = q * sc[q];
+	}
+	return mgt_comm_alltoallv(m->ps->cp_comm, dst, rc, rd, src, sc, sd, MGT_DT_F32);
+}
+
+enum { PACK, UNPACK, TO_GLOB, FROM_GLOB };
+
+/* Rows of w floats through the all-to-all: gathered by map `before` into the send order, moved,
+ * and gathered by map `after` into dst. */
+static mgt_status a2a_exchange(mgt_model *m, float *dst, const float *src, size_t w, int before, int after)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	int n = m->T * m->cp;
+	o->rows_gather(m->be, m->a2a.snd, src, m->a2a.idx[before], n, (int)w);
+	mgt_status st = a2a_move(m, m->a2a.rcv, m->a2a.snd, w);
+	if (!st) o->rows_gather(m->be, dst, m->a2a.rcv, m->a2a.idx[after], n, (int)w);
+	return st;
+}
+
+/* The rank's [T, ...] rows (w: the floats of one block of ng/cp query groups in a row) to the
+ * whole sequence of its own group block in position order, into glob. */
+static mgt_status a2a_scatter_heads(mgt_model *m, float *glob, const float *loc, size_t w)
+{
+	return a2a_exchange(m, glob, loc, w, PACK, TO_GLOB);
+}
+
+/* The inverse: the whole sequence of the group block (position order) back to the ranks that
+ * hold the tokens, into loc [T, ...]. */
+static mgt_status a2a_gather_heads(mgt_model *m, float *loc, const float *glob, size_t w)
+{
+	return a2a_exchange(m, loc, glob, w, FROM_GLOB, UNPACK);
+}
+
+/* Widths of one group block in the qkv and ctx rows, and attn_fwd's arguments for it. */
+static size_t a2a_wq(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * (m->r + 2) * m->d); }
+static size_t a2a_wo(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * m->r * m->d); }
+static int a2a_head0(const mgt_model *m) { return (int)(m->nq_l * m->ps->tp_rank + m->ng_l / m->cp * m->r * m->cp_rank); }
+
+static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
+{
+	int S = m->s * m->cp, ng = (int)(m->ng_l / m->cp);
+	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m));
+	if (st) return st;
+	m->be->ops->attn_fwd(m->be, m->a2a.o, a->lse, m->a2a.q, S, m->b, ng, (int)m->r, (int)m->d, p, key,
+			     a2a_head0(m), (int)m->c.num_attention_heads);
+	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m));
+}
+
+static mgt_status a2a_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key)
+{
+	int S = m->s * m->cp, ng = (int)(m->ng_l / m->cp);
+	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m));
+	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m));
+	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m));
+	if (st) return st;
+	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, m->a2a.q, m->a2a.o, a->lse, S, m->b, ng, (int)m->r,
+			     (int)m->d, p, key, a2a_head0(m), (int)m->c.num_attention_heads);
+	return a2a_gather_heads(m, dqkv, m->a2a.dq, a2a_wq(m));
+}
+
 mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
-	return m->L.cp_comm == MGT_CP_P2P ? p2p_fwd(m, a, p, key) : ag_fwd(m, a, p, key);
+	switch (m->L.cp_comm) {
+	case MGT_CP_P2P: return p2p_fwd(m, a, p, key);
+	case MGT_CP_ALLGATHER: return ag_fwd(m, a, p, key);
+	default: return a2a_fwd(m, a, p, key);
+	}
 }
 
 mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key)
 {
+	if (m->L.cp_comm == MGT_CP_A2A) return a2a_bwd(m, a, dqkv, dctx, p, key);
 	m->be->ops->zero(m->be, dqkv, (size_t)m->T * (size_t)m->qkv_l * sizeof(float));
 	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_bwd(m, a, dqkv, dctx, p, key) : ag_bwd(m, a, dqkv, dctx, p, key);
 	if (!st) m->be->ops->attn_kv_copy(m->be, dqkv, m->cpb.dkv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, false);
@@ -225,7 +354,5 @@ mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, float *dqkv, const float 
  * local row t is t plus the offset of its chunk. */
 int64_t mgt_cp_global_row(const mgt_model *m, int64_t t)
 {
-	if (m->cp <= 1) return t;
-	int64_t cb = (int64_t)m->cp_C * m->b;
-	return t < cb ? t + (int64_t)gchunk(m, 0) * cb : t - cb + (int64_t)gchunk(m, 1) * cb;
+	return m->cp <= 1 ? t : grow(m, m->cp_rank, t);
 }

@@ -234,6 +234,10 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 	if (ps->cp > 1 && c->seq_length % (2 * ps->cp))
 		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld is not divisible by 2 x --context-parallel-size %d "
 			       "(each sequence is cut into 2 x CP chunks)", (long long)c->seq_length, ps->cp);
+	if (ps->cp > 1 && L->cp_comm == MGT_CP_A2A && (c->num_query_groups / ps->tp) % ps->cp)
+		return mgt_err(MGT_ERR_USAGE, "--cp-comm-type a2a: the %lld query groups per tensor-parallel rank "
+			       "(--num-query-groups / --tensor-model-parallel-size) are not divisible by "
+			       "--context-parallel-size %d", (long long)(c->num_query_groups / ps->tp), ps->cp);
 	if (ps->cp > 1 && c->num_experts > 0 && c->moe_expert_capacity_factor > 0)
 		return mgt_err(MGT_ERR_USAGE, "--moe-expert-capacity-factor with --context-parallel-size %d: token dropping "
 			       "under context parallelism is not implemented in this version", ps->cp);

@@ -276,8 +276,9 @@ typedef struct mgt_recompute {
 } mgt_recompute;
 
 /* How context parallelism brings the other ranks' keys and values to core attention
- * (--cp-comm-type; lib/model/cp.c): the p2p ring, or an all-gather. */
-typedef enum { MGT_CP_P2P, MGT_CP_ALLGATHER } mgt_cp_comm;
+ * (--cp-comm-type; lib/model/cp.c): the p2p ring, an all-gather, or all-to-alls of the heads
+ * (Ulysses: query groups per TP rank divisible by CP). */
+typedef enum { MGT_CP_P2P, MGT_CP_ALLGATHER, MGT_CP_A2A } mgt_cp_comm;
 
 /* mbs: micro-batch size; stage of num_stages pipeline stages; slots: micro-batches in flight;
  * dp: the size of the group the gradients are reduced over (data x context parallel), which

@@ -79,6 +79,10 @@ struct mgt_model {
 	 * (rank order, position order, and the gradient in position order) */
 	int cp, cp_rank, cp_C;
 	struct { float *kv, *dkv, *ob, *lb, *all, *glob, *dglob; } cpb;
+	/* a2a: send and receive buffers, the layer's qkv, ctx, dctx and dqkv of the whole sequence
+	 * for this rank's ng_l/cp query groups (rows in position order), and the row maps
+	 * (backend int32 [T cp]: pack, unpack, to_glob, from_glob; cp.c) */
+	struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
 };
 
 static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }

@@ -131,7 +131,7 @@
 	X(I, microbatch_group_size_per_vp_stage, microbatch_group_size_per_vp_stage, "microbatch-group-size-per-virtual-pipeline-stage", "0", "[0,)", "interleaving group (0: pipeline size)") \
 	X(B, sequence_parallel, sequence_parallel, "sequence-parallel", "false", "", "split norms and dropout along the sequence (TP > 1)") \
 	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "[1,)", "context parallel size: each sequence cut into 2 x CP chunks, two per rank") \
-	X(S, cp_comm_type, cp_comm_type, "cp-comm-type", "p2p", "", "context-parallel attention: p2p (ring) or allgather") \
+	X(S, cp_comm_type, cp_comm_type, "cp-comm-type", "p2p", "", "context-parallel attention: p2p (ring), allgather or a2a (heads all-to-all)") \
 	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "", "shard optimizer state over data-parallel ranks") \
 	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "[0,)", "gradient bucket elements (0: one bucket, or max(4e7, 1e6 x DP) with --overlap-grad-reduce)") \
 	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "", "reduce each gradient bucket during the last backward as soon as it is complete") \
@@ -778,14 +778,16 @@ static mgt_status derive_cp_comm(mgt_args *a)
 		size_t k = strcspn(p, " ");
 		if (k != n || strncmp(p, w, n))
 			return mgt_err(MGT_ERR_USAGE, "--cp-comm-type %s: a different kind per layer is not implemented in this "
-				       "version (give one of p2p, allgather)", w);
+				       "version (give one of p2p, allgather, a2a)", w);
 		p += k;
 	}
 	if ((n == 3 && !strncmp(w, "p2p", 3))) a->cp_comm = MGT_CP_P2P;
 	else if ((n == 9 && !strncmp(w, "allgather", 9)) || (n == 10 && !strncmp(w, "all_gather", 10))) a->cp_comm = MGT_CP_ALLGATHER;
-	else if ((n == 3 && !strncmp(w, "a2a", 3)) || (n == 7 && !strncmp(w, "a2a+p2p", 7)))
-		return mgt_err(MGT_ERR_USAGE, "--cp-comm-type %.*s: the all-to-all (Ulysses) form of context parallelism is "
-			       "not implemented in this version (use p2p or allgather)", (int)n, w);
+	else if (n == 3 && !strncmp(w, "a2a", 3)) a->cp_comm = MGT_CP_A2A;
+	else if (n == 7 && !strncmp(w, "a2a+p2p", 7))
+		return mgt_err(MGT_ERR_USAGE, "--cp-comm-type a2a+p2p: the hierarchical form (all-to-all within, ring "
+			       "across --hierarchical-context-parallel-sizes) is not implemented in this version (use p2p, "
+			       "allgather or a2a)");
 	else return mgt_err(MGT_ERR_USAGE, "--cp-comm-type %.*s: expected p2p, allgather (all_gather), a2a or a2a+p2p",
 			    (int)n, w);
 	return MGT_OK;

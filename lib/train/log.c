@@ -411,7 +411,8 @@ size_t trainer_comm_memory(const trainer *t)
 	size_t kv = (size_t)(a->model.seq_length / a->context_parallel_size * a->micro_batch_size) *
 		    (size_t)(a->model.num_query_groups / a->tensor_model_parallel_size) * 2 *
 		    (size_t)a->model.kv_channels * sizeof(float);
-	size_t cp = t->ps.cp <= 1 ? 0 : a->cp_comm == MGT_CP_P2P ? 2 * kv : mgt_comm_mpi_scratch_bytes(t->ps.cp);
+	size_t cp = t->ps.cp <= 1 ? 0 : a->cp_comm == MGT_CP_P2P ? 2 * kv : a->cp_comm == MGT_CP_A2A ? 0
+		    : mgt_comm_mpi_scratch_bytes(t->ps.cp);
 	return mgt_comm_mpi_scratch_bytes(t->ps.dpcp_comm->size) + cp;
 }
 

@@ -1,7 +1,8 @@
 """Analytic communication volume of one mgt-train iteration, per rank, against --comm-log.
 
 Usage: comm_volume.py PRESET.json PREFIX NP key=value...   (keys: tp pp vp sp distopt mbs gbs seq
-vocab (padded) divisible cp cpcomm (p2p or allgather))
+vocab (padded) divisible cp cpcomm (p2p, allgather or a2a) groups (query groups, overriding the
+preset's))
 
 Independent of mgt's C code: the tensor list is written here from megatron-reference.md section 8
 (TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
@@ -20,7 +21,10 @@ from lib/dist/dist.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and
   CP:    per layer and micro-batch, with B the bytes of a rank's keys and values
          [seq/CP * mbs, groups/TP, 2, d]: p2p (ring) (CP-1) B forward, (CP-1) B + CP B backward
          (the keys and values again, and their gradient one hop further); allgather (CP-1) B
-         forward, 2 (CP-1) B backward (all-gather again, reduce-scatter of the gradient)
+         forward, 2 (CP-1) B backward (all-gather again, reduce-scatter of the gradient); a2a,
+         with Q and O the bytes of a rank's qkv [seq/CP * mbs, (heads + 2 groups)/TP, d] and
+         attention output [seq/CP * mbs, heads/TP, d]: (CP-1)/CP (Q + O) forward, (CP-1)/CP (2Q + 2O)
+         backward (qkv and the output again, the output's gradient, the qkv's gradient back)
   norm:  one double all-reduced over the model-parallel group (over the world with distopt)
   loss:  5 doubles all-reduced over the world (loss sum, tokens, interrupt, out-of-time and
          async-save-pending flags)
@@ -47,6 +51,7 @@ G = dp * cp  # the gradient group
 L, h = cfg["num_layers"], cfg["hidden_size"]
 nq = cfg["num_attention_heads"]
 ng = cfg.get("num_query_groups", nq) if cfg.get("group_query_attention") else nq
+ng = int(kv.get("groups", ng))
 d = cfg.get("kv_channels", h // nq)
 swiglu = cfg.get("swiglu", False)
 ffn = cfg.get("ffn_hidden_size") or (int(4 * h * 2 / 3 / 64) * 64 if swiglu else 4 * h)
@@ -139,7 +144,9 @@ def expected(tp_rank, pp_rank):
     if cp > 1: e.update({"context": 0.0, "data-context": 0.0})
     grad = "data-context" if cp > 1 else "data"
     B = T * (ng // tp) * 2 * d * 4.0
-    per_layer = (cp - 1) * B + (cp - 1) * B + cp * B if cpcomm == "p2p" else 3 * (cp - 1) * B
+    Q, O = T * (nq + 2 * ng) // tp * d * 4.0, T * nq // tp * d * 4.0
+    per_layer = {"p2p": (2 * cp - 1) * B + (cp - 1) * B, "allgather": 3 * (cp - 1) * B,
+                 "a2a": (cp - 1) / cp * 3 * (Q + O)}[cpcomm]
     Th = T // tp if sp else T
     ns = pp * V
     for c in range(V):

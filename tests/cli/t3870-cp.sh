@@ -1,7 +1,8 @@
 #!/bin/sh
 # Context parallelism in mgt-train (TAP, run by prove):
 #  1. layout invariance under mpirun: CP2, CP2 x DP2, CP2 x TP2 (sequence parallel), CP4 and
-#     CP2 x PP2 x DP2 (distributed optimizer), for --cp-comm-type p2p and allgather, against one
+#     CP2 x PP2 x DP2 (distributed optimizer), for --cp-comm-type p2p and allgather, and for a2a
+#     CP2, CP2 x DP2, CP2 x PP2 x DP2 and CP4 (with 4 query groups), against one
 #     process: lm loss of 10 iterations of tiny-llama (RoPE, GQA) within 1e-5 relative, with
 #     attention and hidden dropout on (their masks are indexed by global positions); and
 #     tiny-gpt2 (learned position embeddings) under CP2;
@@ -75,6 +76,13 @@ for kind in p2p allgather; do
 	ok "$kind: CP2 x PP2 x DP2, distributed optimizer = one process; bytes = analytic" layout 8 cp2pp2dp2$kind $kind \
 		"cp=2 pp=2 distopt=1" $CP2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
 done
+ok "a2a: CP2 = one process; bytes = analytic" layout 2 cp2a2a a2a cp=2 $CP2
+ok "a2a: CP2 x DP2 = one process; bytes = analytic" layout 4 cp2dp2a2a a2a cp=2 $CP2
+ok "a2a: CP2 x PP2 x DP2, distributed optimizer = one process; bytes = analytic" layout 8 cp2pp2dp2a2a a2a \
+	"cp=2 pp=2 distopt=1" $CP2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
+ok "4 query groups: one process" train 1 one4 --num-query-groups 4
+ok "a2a: CP4 (4 query groups) = one process; bytes = analytic" eval 'train 4 cp4a2a --num-query-groups 4 \
+	--context-parallel-size 4 --cp-comm-type a2a && same one4 cp4a2a && $VOL cp4a2a 4 $COMMON cp=4 groups=4 cpcomm=a2a'
 MODEL=tiny-gpt2
 ok "tiny-gpt2 (learned positions, LayerNorm, biases, tied embeddings): one process" train 1 gpt1
 ok "... CP2 = one process" eval 'train 2 gpt2cp2 $CP2 && same gpt1 gpt2cp2'
@@ -138,10 +146,11 @@ E=$(echo $TRAIN --model tiny-llama $LAY --train-iters 1 --lr-warmup-iters 0)
 ok "--seq-length 60 with CP4: exit 2 naming both flags" sh -c "
 	$RUN 4 $E --seq-length 60 --context-parallel-size 4 >e1.out 2>e1.err </dev/null; r=\$?
 	grep -q 'seq-length 60 is not divisible by 2 x --context-parallel-size 4' e1.err && test \$r = 2"
-for k in a2a a2a+p2p; do
-	ok "--cp-comm-type $k: exit 2, not implemented" sh -c "
-		$E --cp-comm-type $k >e2.out 2>e2.err; r=\$?; grep -q 'cp-comm-type $k: the all-to-all' e2.err && test \$r = 2"
-done
+ok "--cp-comm-type a2a+p2p: exit 2, not implemented" sh -c "
+	$E --cp-comm-type a2a+p2p >e2.out 2>e2.err; r=\$?; grep -q 'cp-comm-type a2a+p2p: the hierarchical form' e2.err && test \$r = 2"
+ok "--cp-comm-type a2a with CP4 and 2 query groups: exit 2 naming the flags" sh -c "
+	$RUN 4 $E --context-parallel-size 4 --cp-comm-type a2a >e7.out 2>e7.err </dev/null; r=\$?
+	grep -q 'query groups per tensor-parallel rank.*not divisible by --context-parallel-size 4' e7.err && test \$r = 2"
 ok "--cp-comm-type with different kinds per layer: exit 2" sh -c "
 	$E --cp-comm-type p2p allgather p2p allgather >e3.out 2>e3.err; r=\$?; grep -q 'a different kind per layer' e3.err && test \$r = 2"
 ok "--cp-comm-type all_gather (the config's spelling) repeated per layer is accepted" sh -c "
