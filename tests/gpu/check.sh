@@ -39,9 +39,10 @@
 #          with fp32 as above (skipped iterations shift the updates against the data, so a
 #          per-iteration comparison is meaningless then);
 #    (f) context parallelism on the GPU (when mpirun is there): cuda fp32 with
-#        --context-parallel-size 2 as two ranks sharing the GPU, --cp-comm-type p2p and allgather
-#        (the attention blocks of kernels/attn.cuh, the ring through the staged communicator,
-#        the all-gather through NCCL), against cpu fp32 in one process as (b) cuda fp32.
+#        --context-parallel-size 2 as two ranks sharing the GPU (every group then staged through
+#        the host: NCCL refuses two ranks on one GPU), --cp-comm-type p2p, allgather and a2a (the
+#        attention blocks of kernels/attn.cuh, the all-to-all's row gathers), against cpu fp32 in
+#        one process as (b) cuda fp32.
 # 3. KJV (optional, when KJV_PREFIX names a tokenized dataset, or demo/data/kjv_text_document
 #    exists, e.g. after make demo): tiny-gpt2, 20 iterations, cuda --bf16 vs cpu --bf16 as (b).
 #
@@ -415,9 +416,9 @@ for m in $MODELS; do
 		compare same "$W/$m-cuda-bf16.log" "$W/$m-cuda-bf16-rc-sel.log" "$W/$m-cuda-bf16.jsonl" \
 			"$W/$m-cuda-bf16-rc-sel.jsonl" "$m (e) cuda bf16, selective recomputation vs none"
 
-	echo "# (f) context parallelism on the GPU: CP2 (two ranks on this GPU, p2p and allgather) vs cpu fp32"
+	echo "# (f) context parallelism on the GPU: CP2 (two ranks on this GPU; p2p, allgather, a2a) vs cpu fp32"
 	if command -v mpirun >/dev/null 2>&1; then
-		for kind in p2p allgather; do
+		for kind in p2p allgather a2a; do
 			LAUNCH="sh $ROOT/tests/mpirun.sh 2"
 			# shellcheck disable=SC2086
 			train "$m-cuda-cp2-$kind" --model "$m" $RUN --device cuda --context-parallel-size 2 --cp-comm-type $kind &&
