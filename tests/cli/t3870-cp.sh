@@ -24,7 +24,7 @@ TRAIN=$BIN/mgt-train
 	--workers 2 --quiet >/dev/null 2>&1 || { echo "1..0 # SKIP mgt-preprocess failed"; exit 0; }
 MODEL=tiny-llama
 LAY="$GPT2 --data-path kjv_text_document --split 969,30,1 --data-cache-path cache --seq-length 64
-	--micro-batch-size 2 --global-batch-size 8 --lr 2e-3 --lr-warmup-iters 3 --eval-interval 0 --eval-iters 0
+	--micro-batch-size 2 --global-batch-size 4 --lr 2e-3 --lr-warmup-iters 3 --eval-interval 0 --eval-iters 0
 	--log-interval 1 --threads 1 --train-iters 10 --make-vocab-size-divisible-by 256 --hidden-dropout 0.1
 	--attention-dropout 0.1"
 VOL="$PY $ROOT/tests/cli/comm_volume.py $SHARE/models/tiny-llama.json"
@@ -59,7 +59,7 @@ fi
 # ---- 1 and 2. layout invariance and bytes ----------------------------------------------------
 ok "one process: 10 iterations" train 1 one
 ok "... dropout is on (a run without it differs)" eval 'train 1 nodrop --hidden-dropout 0 --attention-dropout 0 && ! same one nodrop 2>/dev/null >/dev/null'
-COMMON="mbs=2 gbs=8 seq=64 vocab=50432"
+COMMON="mbs=2 gbs=4 seq=64 vocab=50432"
 # layout NP NAME KIND KEYS FLAGS...: the run equals one process and its bytes the analytic ones
 # (KEYS: comm_volume.py's layout keys)
 layout() {
