@@ -300,11 +300,12 @@ mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, bool own_stream, mgt_st
 int mgt_dist_have_nccl(void);
 
 /* Put the groups that carry tensors onto the memory of backend be (collective: every rank calls
- * it after mgt_parallel_init, with its own backend): tensor, data, embedding, expert and expert
- * data groups become NCCL communicators (mgt_comm_nccl; staged ones for one-process groups; the
- * data and expert data groups on their own streams when overlap_dp, for --overlap-grad-reduce:
- * mgt_comm_wait each), the pipeline group a staged one (its send never waits for the receiver).
- * edp_comm == dp_comm stays so (the one device communicator).  NCCL refuses two ranks of one
+ * it after mgt_parallel_init, with its own backend): tensor, data, context, data-context,
+ * embedding, expert and expert data groups become NCCL communicators (mgt_comm_nccl; staged ones
+ * for one-process groups; the data, data-context and expert data groups on their own streams when
+ * overlap_dp, for --overlap-grad-reduce: mgt_comm_wait each; the context group's send and recv
+ * are staged, as NCCL's are), the pipeline group a staged one (its send never waits for the
+ * receiver).  edp_comm == dp_comm and dpcp_comm == dp_comm stay so (one device communicator).  NCCL refuses two ranks of one
  * communicator on one GPU, so when a machine of the job runs more ranks than it has GPUs
  * (mgt_dist_local_size against mgt_backend_cuda_devices, agreed over the world) every group is a
  * staged one instead.  world and mp_comm stay host
