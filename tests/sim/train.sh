@@ -9,7 +9,11 @@
 #      within 1e-2;
 #   3. --qk-layernorm, --openai-gelu and Llama 3.1-scaled RoPE (fp32, 2 iterations) within 1e-5;
 #      the same with full activation recomputation: bit for bit as without;
-#   4. the memory line reports the device memory the backend allocated.
+#   4. the memory line reports the device memory the backend allocated;
+#   5. context parallelism (under mpirun, two ranks on the one simulated GPU, so every group is
+#      staged through the host): CP2 with --cp-comm-type p2p, allgather and a2a, the settings of
+#      3, iteration 1 within 1e-5 of the CPU in one process (the attention block kernels, the
+#      ring, the all-gather and the all-to-all on device memory).
 # The simulation runs every CUDA thread as a host thread: a few seconds per iteration.
 # Prints "ok - ..." / "not ok - ..." and "N passed, M failed"; exits 1 on a failure.
 set -u
@@ -26,9 +30,11 @@ check() { # check DESC COMMAND...
 	d=$1; shift
 	if "$@"; then echo "ok - $d"; pass=$((pass + 1)); else echo "not ok - $d"; fail=$((fail + 1)); fi
 }
-run() { # run NAME BINARY ARGS...: metrics in NAME.jsonl, log in NAME.log
+LAUNCH=
+run() { # run NAME BINARY ARGS...: metrics in NAME.jsonl, log in NAME.log (through $LAUNCH when set)
 	n=$1 b=$2; shift 2
-	"$b" $A --metrics-file "$W/$n.jsonl" "$@" >"$W/$n.log" 2>&1 || { echo "# $n: exit $?"; tail -3 "$W/$n.log"; return 1; }
+	$LAUNCH "$b" $A --metrics-file "$W/$n.jsonl" "$@" >"$W/$n.log" 2>&1 </dev/null ||
+		{ echo "# $n: exit $?"; tail -3 "$W/$n.log"; return 1; }
 }
 # close A B TOL [FROM]: lm_loss and grad_norm of B's iterations (>= FROM) within TOL of A's
 close() {
@@ -58,6 +64,17 @@ check "simulated cuda = cpu with q/k norms, tanh GELU, scaled RoPE (1e-5)" close
 check "simulated cuda, the same with full recomputation (uniform, groups of 2 layers)" run simr "$SIM_TRAIN" \
 	--device cuda --train-iters 2 $Q --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 check "  lm loss and grad norm bit for bit as without" close simq simr 0
+if command -v mpirun >/dev/null 2>&1; then
+	LAUNCH="sh $ROOT/tests/mpirun.sh 2"
+	for k in p2p allgather a2a; do
+		check "simulated cuda fp32, CP2 $k (mpirun, 1 iteration)" run simcp$k "$SIM_TRAIN" --device cuda \
+			--train-iters 1 $Q --context-parallel-size 2 --cp-comm-type $k
+		check "  = cpu in one process (1e-5)" close cpuq simcp$k 1e-5
+	done
+	LAUNCH=
+else
+	echo "# no mpirun: context parallelism not simulated"
+fi
 check "cpu --bf16, 2 iterations" run cpub "$CPU_TRAIN" --device cpu --train-iters 2 --bf16
 check "simulated cuda --bf16, 2 iterations" run simb "$SIM_TRAIN" --device cuda --train-iters 2 --bf16
 check "simulated cuda --bf16 = cpu --bf16 (1e-2)" close cpub simb 1e-2
