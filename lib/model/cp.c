@@ -48,11 +48,15 @@ static size_t kv_numel(const mgt_model *m) { return (size_t)m->T * (size_t)m->ng
 /* Elements of one chunk of C positions in a [rows, width] activation. */
 static size_t chunk_numel(const mgt_model *m, int64_t width) { return (size_t)m->cp_C * (size_t)m->b * (size_t)width; }
 
+int64_t mgt_cp_row(int64_t chunk_rows, int cp, int q, int64_t t)
+{
+	return t < chunk_rows ? t + q * chunk_rows : t - chunk_rows + (int64_t)(2 * cp - 1 - q) * chunk_rows;
+}
+
 /* The global row of local row t of context rank q. */
 static int64_t grow(const mgt_model *m, int q, int64_t t)
 {
-	int64_t cb = (int64_t)m->cp_C * m->b;
-	return t < cb ? t + (int64_t)q * cb : t - cb + (int64_t)(2 * m->cp - 1 - q) * cb;
+	return mgt_cp_row((int64_t)m->cp_C * m->b, m->cp, q, t);
 }
 
 /* a2a: the buffers, and the row maps, over n = cp T rows of one block of ng/cp query groups:

@@ -280,6 +280,12 @@ typedef struct mgt_recompute {
  * (Ulysses: query groups per TP rank divisible by CP). */
 typedef enum { MGT_CP_P2P, MGT_CP_ALLGATHER, MGT_CP_A2A } mgt_cp_comm;
 
+/* Context parallelism's placement (Megatron-Core's get_batch_on_this_cp_rank): context rank q of
+ * cp holds chunks q and 2cp-1-q of the 2cp chunks of a micro-batch, side by side; in the
+ * sequence-first rows (t = i*b + j) a chunk is chunk_rows = seq_length/(2 cp) * b rows.  Returns
+ * the row of the whole micro-batch that local row t (0 <= t < 2 chunk_rows) of rank q is. */
+int64_t mgt_cp_row(int64_t chunk_rows, int cp, int q, int64_t t);
+
 /* mbs: micro-batch size; stage of num_stages pipeline stages; slots: micro-batches in flight;
  * dp: the size of the group the gradients are reduced over (data x context parallel), which
  * pads the distributed optimizer's buckets; cp_comm: with ps->cp > 1 (the context-parallel

@@ -329,15 +329,16 @@ static mgt_status jitter(mgt_model *m, int li, const float *x_loc, bool train, c
 	double eps = m->c.moe_input_jitter_eps;
 	*xr = x_loc;
 	if (!(eps > 0) || !train) return MGT_OK;
-	size_t n = (size_t)m->Th * (size_t)m->h, e0 = (size_t)m->r0 * (size_t)m->h;
+	size_t h = (size_t)m->h, n = (size_t)m->Th * h;
 	float *u = S->hnoise;
 	uint64_t key = m->drop_key ^ (0x6A09E667F3BCC909ull * (uint64_t)(li + m->first_layer + 1));
-	for (size_t i = 0; i < n; i++) {
-		uint32_t w[4];
-		size_t t = (size_t)m->r0 + i / (size_t)m->h, e = m->cp > 1 ? (size_t)mgt_cp_global_row(m, (int64_t)t) *
-				(size_t)m->h + i % (size_t)m->h : e0 + i;
-		mgt_philox(key, 0, (uint64_t)e, w);
-		u[i] = (float)(1.0 - eps + 2.0 * eps * (double)mgt_u32_to_unit(w[0]));
+	for (int64_t t = 0; t < m->Th; t++) { /* elements by their global row */
+		size_t e0 = (size_t)mgt_cp_global_row(m, m->r0 + t) * h;
+		for (size_t c = 0; c < h; c++) {
+			uint32_t w[4];
+			mgt_philox(key, 0, (uint64_t)(e0 + c), w);
+			u[(size_t)t * h + c] = (float)(1.0 - eps + 2.0 * eps * (double)mgt_u32_to_unit(w[0]));
+		}
 	}
 	mgt_status st = m->be->ops->upload(m->be, jitter_noise(m, li), u, n * sizeof *u);
 	if (st) return st;
@@ -380,7 +381,7 @@ static mgt_status route(mgt_model *m, int li, struct moe_act *a, const float *x_
 	router_linear(m, S->logits_l, xr, T_(m, l, MGT_T_ROUTER_W), T_(m, l, MGT_T_ROUTER_B), m->Th, E);
 	mgt_status st = gather_rows_host(m, S->logits, S->logits_l, E, S->hf);
 	if (st) return st;
-	for (size_t i = 0; i < (size_t)T * E; i++) a->r.L[i] = S->hf[i];
+	for (size_t i = 0; m->cp <= 1 && i < (size_t)T * E; i++) a->r.L[i] = S->hf[i]; /* route_whole's otherwise */
 	const mgt_tensor *eb = T_(m, l, MGT_T_EXPERT_BIAS);
 	float bias[MGT_MOE_MAX_EXPERTS];
 	if (eb && (st = m->be->ops->download(m->be, bias, P(m, eb), (size_t)E * sizeof(float)))) return st;

@@ -174,9 +174,9 @@ static void cp_slice(trainer *t)
 {
 	int CP = t->ps.cp, r = t->ps.cp_rank, b = (int)t->a->micro_batch_size;
 	if (CP <= 1) return;
-	size_t C = (size_t)t->a->model.seq_length / (2 * (size_t)CP), cb = C * (size_t)b;
-	for (size_t i = 0; i < 2 * cb; i++) {
-		size_t g = i < cb ? (size_t)r * cb + i : (size_t)(2 * CP - 1 - r) * cb + (i - cb);
+	int64_t cb = t->a->model.seq_length / (2 * CP) * b;
+	for (int64_t i = 0; i < 2 * cb; i++) {
+		int64_t g = mgt_cp_row(cb, CP, r, i);
 		t->mb_tokens[i] = t->mb_tokens[g];
 		t->mb_labels[i] = t->mb_labels[g];
 		t->mb_mask[i] = t->mb_mask[g];
