@@ -1,5 +1,9 @@
-/* kernels/: launchers of causal GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_*);
- * algorithm, tiling, numerics and determinism in kernels/attn_tc.cuh.
+/* kernels/: launchers of causal GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_*):
+ * the mma.sync kernels of kernels/attn_mma.cuh (impl MGT_K_ATTN_MMA) or the WMMA kernels of
+ * kernels/attn_tc.cuh (MGT_K_ATTN_WMMA), which has the algorithm, tiling, numerics and determinism
+ * both share; the shared-memory figures below are the WMMA kernels' (the mma.sync kernels keep only
+ * the operand tiles there: forward 3 x 64 x (DM + 8) 16-bit elements, the backward's two 64-row
+ * and two BQ- or BK-row tiles and 512 bytes of lse and D).
  *
  * Head dimensions d % 16 == 0 up to 128, padded to DM = 16, 32, 64 or 128 columns (zeros).
  * Blocks of 128 threads (4 warps).  Tiles: forward 64 queries x 64 keys; dK/dV 64 keys x BQ
@@ -11,6 +15,7 @@
  * ws: D = rowsum(dO * O) as floats [b, H, s] (attn.cuh rowdot_kernel, as mgt_k_attn_bwd). */
 #include <cuda_runtime.h>
 
+#include "attn_mma.cuh"
 #include "attn_tc.cuh"
 #include "kernels.h"
 #include "common.cuh"
@@ -48,45 +53,50 @@ static bool tc_empty(int s, int b, int ng, int r, int d)
 extern "C" int mgt_k_attn_tc_supported(int d) { return tc_pad_dim(d) != 0; }
 
 template <typename T, int DM>
-static int tc_fwd_launch(cudaStream_t st, float *out, float *lse, const float *qkv, const geom &G,
-			 int vec)
+static int tc_fwd_launch(cudaStream_t st, int impl, float *out, float *lse, const float *qkv,
+			 const geom &G, int vec)
 {
-	const size_t sm = fwd_smem(DM, (int)sizeof(T));
-	const cudaError_t e = tc_allow_smem(fwd_tc_kernel<T, DM>, sm);
+	const bool mma = impl == MGT_K_ATTN_MMA;
+	const size_t sm = mma ? mgt_attn_mma::fwd_smem(DM, (int)sizeof(T)) : fwd_smem(DM, (int)sizeof(T));
+	const cudaError_t e = mma ? tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM>, sm)
+				  : tc_allow_smem(fwd_tc_kernel<T, DM>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
-	MGT_LAUNCH((fwd_tc_kernel<T, DM>), grid, NTC, sm, st, G, out, lse, qkv, vec);
+	if (mma)
+		MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM>), grid, NTC, sm, st, G, out, lse, qkv, vec);
+	else
+		MGT_LAUNCH((fwd_tc_kernel<T, DM>), grid, NTC, sm, st, G, out, lse, qkv, vec);
 	return (int)cudaGetLastError();
 }
 
 template <typename T>
-static int tc_fwd_dim(cudaStream_t st, int dm, float *out, float *lse, const float *qkv,
+static int tc_fwd_dim(cudaStream_t st, int impl, int dm, float *out, float *lse, const float *qkv,
 		      const geom &G, int vec)
 {
 	switch (dm) {
-	case 16: return tc_fwd_launch<T, 16>(st, out, lse, qkv, G, vec);
-	case 32: return tc_fwd_launch<T, 32>(st, out, lse, qkv, G, vec);
-	case 64: return tc_fwd_launch<T, 64>(st, out, lse, qkv, G, vec);
-	default: return tc_fwd_launch<T, 128>(st, out, lse, qkv, G, vec);
+	case 16: return tc_fwd_launch<T, 16>(st, impl, out, lse, qkv, G, vec);
+	case 32: return tc_fwd_launch<T, 32>(st, impl, out, lse, qkv, G, vec);
+	case 64: return tc_fwd_launch<T, 64>(st, impl, out, lse, qkv, G, vec);
+	default: return tc_fwd_launch<T, 128>(st, impl, out, lse, qkv, G, vec);
 	}
 }
 
 extern "C" int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, float *out, float *lse,
 				 const float *qkv, int seq, int b, int ng, int r, int d, float p,
-				 uint64_t key, int head0, int heads_total)
+				 uint64_t key, int head0, int heads_total, int impl)
 {
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
-	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16))
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA))
 		return (int)cudaErrorInvalidValue;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
 	const cudaStream_t st = (cudaStream_t)s;
 	const int vec = d % 4 == 0 && mgt_al16(out) && mgt_al16(qkv);
 	if (dtype == MGT_K_BF16)
-		return tc_fwd_dim<__nv_bfloat16>(st, dm, out, lse, qkv, G, vec);
-	return tc_fwd_dim<__half>(st, dm, out, lse, qkv, G, vec);
+		return tc_fwd_dim<__nv_bfloat16>(st, impl, dm, out, lse, qkv, G, vec);
+	return tc_fwd_dim<__half>(st, impl, dm, out, lse, qkv, G, vec);
 }
 
 extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d)
@@ -97,43 +107,54 @@ extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int 
 
 /* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
 template <typename T, int DM, int TB>
-static int tc_bwd_launch(cudaStream_t st, float *dqkv, const float *dout, const float *qkv,
+static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const float *qkv,
 			 const float *lse, const float *D, const geom &G, int vec)
 {
-	const size_t skv = dkdv_smem(DM, TB, (int)sizeof(T)), sq = dq_smem(DM, TB, (int)sizeof(T));
-	cudaError_t e = tc_allow_smem(dkdv_tc_kernel<T, DM, TB>, skv);
+	const bool mma = impl == MGT_K_ATTN_MMA;
+	const size_t skv = mma ? mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T)) : dkdv_smem(DM, TB, (int)sizeof(T));
+	const size_t sq = mma ? mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T)) : dq_smem(DM, TB, (int)sizeof(T));
+	cudaError_t e = mma ? tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB>, skv)
+			    : tc_allow_smem(dkdv_tc_kernel<T, DM, TB>, skv);
 	if (e == cudaSuccess)
-		e = tc_allow_smem(dq_tc_kernel<T, DM, TB>, sq);
+		e = mma ? tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB>, sq)
+			: tc_allow_smem(dq_tc_kernel<T, DM, TB>, sq);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.s + 63) / 64));
 	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
-	MGT_LAUNCH((dkdv_tc_kernel<T, DM, TB>), gkv, NTC, skv, st, G, dqkv, dout, qkv, lse, D, vec);
-	MGT_LAUNCH((dq_tc_kernel<T, DM, TB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D, vec);
+	if (mma) {
+		MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB>), gkv, NTC, skv, st, G, dqkv, dout, qkv, lse,
+			   D, vec);
+		MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D,
+			   vec);
+	} else {
+		MGT_LAUNCH((dkdv_tc_kernel<T, DM, TB>), gkv, NTC, skv, st, G, dqkv, dout, qkv, lse, D, vec);
+		MGT_LAUNCH((dq_tc_kernel<T, DM, TB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D, vec);
+	}
 	return (int)cudaGetLastError();
 }
 
 template <typename T>
-static int tc_bwd_dim(cudaStream_t st, int dm, float *dqkv, const float *dout, const float *qkv,
+static int tc_bwd_dim(cudaStream_t st, int impl, int dm, float *dqkv, const float *dout, const float *qkv,
 		      const float *lse, const float *D, const geom &G, int vec)
 {
 	switch (dm) {
-	case 16: return tc_bwd_launch<T, 16, 64>(st, dqkv, dout, qkv, lse, D, G, vec);
-	case 32: return tc_bwd_launch<T, 32, 64>(st, dqkv, dout, qkv, lse, D, G, vec);
-	case 64: return tc_bwd_launch<T, 64, 64>(st, dqkv, dout, qkv, lse, D, G, vec);
-	default: return tc_bwd_launch<T, 128, 32>(st, dqkv, dout, qkv, lse, D, G, vec);
+	case 16: return tc_bwd_launch<T, 16, 64>(st, impl, dqkv, dout, qkv, lse, D, G, vec);
+	case 32: return tc_bwd_launch<T, 32, 64>(st, impl, dqkv, dout, qkv, lse, D, G, vec);
+	case 64: return tc_bwd_launch<T, 64, 64>(st, impl, dqkv, dout, qkv, lse, D, G, vec);
+	default: return tc_bwd_launch<T, 128, 32>(st, impl, dqkv, dout, qkv, lse, D, G, vec);
 	}
 }
 
 extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout,
 				 const float *qkv, const float *out, const float *lse, int seq,
 				 int b, int ng, int r, int d, float p, uint64_t key, int head0,
-				 int heads_total, void *ws)
+				 int heads_total, void *ws, int impl)
 {
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
-	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16))
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA))
 		return (int)cudaErrorInvalidValue;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
 	const cudaStream_t st = (cudaStream_t)s;
@@ -143,6 +164,6 @@ extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const f
 	const unsigned nb = (unsigned)((rows + mgt_attn::NT / 32 - 1) / (mgt_attn::NT / 32));
 	MGT_LAUNCH(mgt_attn::rowdot_kernel, nb, mgt_attn::NT, 0, st, G, D, dout, out);
 	if (dtype == MGT_K_BF16)
-		return tc_bwd_dim<__nv_bfloat16>(st, dm, dqkv, dout, qkv, lse, D, G, vec);
-	return tc_bwd_dim<__half>(st, dm, dqkv, dout, qkv, lse, D, G, vec);
+		return tc_bwd_dim<__nv_bfloat16>(st, impl, dm, dqkv, dout, qkv, lse, D, G, vec);
+	return tc_bwd_dim<__half>(st, impl, dm, dqkv, dout, qkv, lse, D, G, vec);
 }

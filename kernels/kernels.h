@@ -116,21 +116,25 @@ int mgt_k_attn_kv_copy(mgt_k_stream s, float *qkv, float *kv, int T, int ng, int
 int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
 		  const int32_t *pos, int T, int ng, int r, int d, int S);
 
-/* ---- causal attention on tensor cores (kernels/attn_tc.cu; device code and design in
- * kernels/attn_tc.cuh): WMMA with bf16 / fp16 operands, fp32 accumulation and softmax.  Same
- * contracts as mgt_k_attn_* above (and the same workspace), returning cudaErrorInvalidValue for
- * an unsupported dtype or head dimension, with one numerical difference: the operands of the
- * matrix products (Q K^T, P V, dO V^T, dS K, dS^T Q, P^T dO) are rounded to dtype (MGT_K_BF16 or
- * MGT_K_F16, round to nearest even), P and dS included; statistics, exponentials, dropout and
- * accumulation are fp32.  Tensors stay fp32 in memory. ---- */
+/* ---- causal attention on tensor cores (kernels/attn_tc.cu): impl MGT_K_ATTN_MMA, mma.sync with the
+ * softmax in registers (kernels/attn_mma.cuh, the default), or MGT_K_ATTN_WMMA, WMMA with the
+ * score tiles through shared memory (kernels/attn_tc.cuh, which documents what both share); bf16 /
+ * fp16 operands, fp32 accumulation and softmax.  Same contracts as mgt_k_attn_* above (and the
+ * same workspace), returning cudaErrorInvalidValue for an unsupported dtype, head dimension or
+ * impl, with one numerical difference: the operands of the matrix products (Q K^T, P V, dO V^T,
+ * dS K, dS^T Q, P^T dO) are rounded to dtype (MGT_K_BF16 or MGT_K_F16, round to nearest even), P
+ * and dS included; statistics, exponentials, dropout and accumulation are fp32.  Tensors stay
+ * fp32 in memory. ---- */
+enum { MGT_K_ATTN_MMA = 0, MGT_K_ATTN_WMMA = 1 };
 /* 1 when these kernels handle head dimension d (d % 16 == 0, 16 <= d <= 128), else 0. */
 int mgt_k_attn_tc_supported(int d);
 int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, float *out, float *lse, const float *qkv, int seq,
-		      int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
+		      int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+		      int impl);
 size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
 int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout, const float *qkv,
 		      const float *out, const float *lse, int seq, int b, int ng, int r, int d,
-		      float p, uint64_t key, int head0, int heads_total, void *ws);
+		      float p, uint64_t key, int head0, int heads_total, void *ws, int impl);
 
 /* ---- MLP activation with bias (act: 0 GELU, 1 SwiGLU, 2 GELU tanh; backend.h's mgt_act_kind) ---- */
 int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float *x, const float *b, int T,

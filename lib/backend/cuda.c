@@ -316,7 +316,14 @@ static void cu_rope(mgt_backend *be, float *qkv, const int32_t *pos, const float
 /* Attention on tensor cores (kernels/attn_tc.cu: Q, K, V, P, dS rounded to bf16/fp16, fp32
  * softmax and accumulation) under --bf16/--fp16 when the head dimension suits it; the fp32
  * CUDA-core kernel (kernels/attn.cu, the reference) otherwise.  The tensor-core kernel shares
- * the fp32 one's workspace layout. */
+ * the fp32 one's workspace layout.  Its kernels are the mma.sync ones unless the environment has
+ * MGT_ATTN_KERNEL=wmma (the WMMA kernels: mgt-train(1), ENVIRONMENT), read at each call. */
+static int attn_tc_impl(void)
+{
+	const char *v = getenv("MGT_ATTN_KERNEL");
+	return v && strcmp(v, "wmma") == 0 ? MGT_K_ATTN_WMMA : MGT_K_ATTN_MMA;
+}
+
 static int attn_tc_dtype(const mgt_backend *be, int d)
 {
 	if (be->precision == MGT_PREC_FP32 || !mgt_k_attn_tc_supported(d)) return -1;
@@ -330,7 +337,7 @@ static void cu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qk
 	if (s <= 0 || b <= 0) return;
 	if (tc >= 0)
 		mgt_cuda_ok(be, "attn_fwd", mgt_k_attn_tc_fwd(stream(be), tc, out, lse, qkv, s, b, ng, r, d, p,
-							      key, head0, heads_total));
+							      key, head0, heads_total, attn_tc_impl()));
 	else
 		mgt_cuda_ok(be, "attn_fwd", mgt_k_attn_fwd(stream(be), out, lse, qkv, s, b, ng, r, d, p,
 							   key, head0, heads_total));
@@ -345,7 +352,7 @@ static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const f
 	if (tc >= 0)
 		WITH_WS("attn_bwd", mgt_k_attn_tc_bwd_ws_bytes(s, b, ng, r, d),
 			mgt_k_attn_tc_bwd(stream(be), tc, dqkv, dout, qkv, out, lse, s, b, ng, r, d, p, key,
-					  head0, heads_total, ws));
+					  head0, heads_total, ws, attn_tc_impl()));
 	else
 		WITH_WS("attn_bwd", mgt_k_attn_bwd_ws_bytes(s, b, ng, r, d),
 			mgt_k_attn_bwd(stream(be), dqkv, dout, qkv, out, lse, s, b, ng, r, d, p, key,

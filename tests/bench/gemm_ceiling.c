@@ -9,6 +9,11 @@
  *    [8192 x 768] x [3072] in bf16, a shape training meets.
  *  - add y += x on two 1 GiB fp32 buffers: bytes moved = 3 GiB (reads x and y, writes y), the
  *    device memory bandwidth as an elementwise op sees it.
+ *  - attention (attn_fwd, attn_bwd) on tensor cores in bf16 at the shapes of tests/bench/gpu.sh's
+ *    models (gpt2-124m: s 1024, b 8, 12 heads of 64, with and without its attention dropout 0.1;
+ *    llama-3.2-1b: s 2048, b 4, 8 groups of 4 heads of 64), with both kernel implementations
+ *    (MGT_ATTN_KERNEL=mma and wmma, mgt-train(1)); FLOPs as FlashAttention counts them for a
+ *    causal mask: forward 4 b s^2 H d / 2, backward 2.5 times that.
  * Inputs are random (never zeros: they run faster than real data), uploaded once; the outputs are
  * checked to be finite.  Prints "gemm bf16 8192^3: X TFLOP/s ..." lines; exit 77 without a CUDA
  * device, 1 on an error.  A 300 s alarm ends it if the device hangs. */
@@ -139,6 +144,52 @@ static void bandwidth(void)
 	be->ops->free(be, y);
 }
 
+/* Median seconds of REPS calls of attn_fwd (bwd false) or attn_bwd after WARM. */
+static double attn_time(bool bwd, float *dq, float *o, float *l, const float *qkv, const float *dout,
+			int s, int b, int ng, int r, int d, float p)
+{
+	double t[REPS];
+	for (int i = 0; i < WARM + REPS; i++) {
+		be->ops->sync(be);
+		double t0 = now();
+		if (bwd)
+			be->ops->attn_bwd(be, dq, dout, qkv, o, l, s, b, ng, r, d, p, 7, 0, ng * r);
+		else
+			be->ops->attn_fwd(be, o, l, qkv, s, b, ng, r, d, p, 7, 0, ng * r);
+		be->ops->sync(be);
+		if (i >= WARM)
+			t[i - WARM] = now() - t0;
+	}
+	qsort(t, REPS, sizeof *t, cmpd);
+	return (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+}
+
+static void attention(const char *label, int s, int b, int ng, int r, int d, float p)
+{
+	const size_t nq = (size_t)s * b * ng * (r + 2) * d, no = (size_t)s * b * ng * r * d;
+	float *qkv = upload_random(nq, 1.0), *dout = upload_random(no, 1.0);
+	float *o = be->ops->alloc(be, no * sizeof *o), *l = be->ops->alloc(be, (size_t)b * ng * r * s * 4);
+	float *dq = be->ops->alloc(be, nq * sizeof *dq);
+	if (!o || !l || !dq)
+		fail("device alloc");
+	const double f = 4.0 * b * (double)s * s * ng * r * d / 2;
+	be->precision = MGT_PREC_BF16;
+	static const char *const impl[2] = {"mma", "wmma"};
+	for (int k = 0; k < 2; k++) {
+		setenv("MGT_ATTN_KERNEL", impl[k], 1);
+		const double tf = attn_time(false, dq, o, l, qkv, dout, s, b, ng, r, d, p);
+		const double tb = attn_time(true, dq, o, l, qkv, dout, s, b, ng, r, d, p);
+		check_finite(o, no, "attn_fwd");
+		check_finite(dq, nq, "attn_bwd");
+		printf("attention bf16 %s %s: fwd %.1f TFLOP/s (%.3f ms), bwd %.1f TFLOP/s (%.3f ms), medians of %d\n",
+		       impl[k], label, f / tf / 1e12, tf * 1e3, 2.5 * f / tb / 1e12, tb * 1e3, REPS);
+	}
+	unsetenv("MGT_ATTN_KERNEL");
+	be->precision = MGT_PREC_FP32;
+	be->ops->free(be, qkv), be->ops->free(be, dout), be->ops->free(be, o);
+	be->ops->free(be, l), be->ops->free(be, dq);
+}
+
 static void on_alarm(int sig)
 {
 	static const char msg[] = "gemm_ceiling: error: still running after 300 s\n";
@@ -167,6 +218,9 @@ int main(void)
 	gemm(MGT_PREC_FP32, 8192, 8192, 8192, "8192^3");
 	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)");
 	bandwidth();
+	attention("s1024 b8 h12 d64 (gpt2-124m, no dropout)", 1024, 8, 12, 1, 64, 0.0f);
+	attention("s1024 b8 h12 d64 (gpt2-124m, dropout 0.1)", 1024, 8, 12, 1, 64, 0.1f);
+	attention("s2048 b4 8x4 heads d64 (llama-3.2-1b)", 2048, 4, 8, 4, 64, 0.0f);
 	printf("device memory peak %.0f MiB\n", (double)be->bytes_peak / 1048576.0);
 	mgt_backend_destroy(be);
 	return 0;

@@ -869,9 +869,7 @@ static void t_attn_kv(int B, int S, int ng, int r, int d, double scale)
 	free(seq), free(pos), free(qkv), free(qkv2), free(kc), free(vc), free(oc), free(oc2);
 }
 
-/* The tensor-core kernel in both 16-bit types on a few shapes (head dims 16..128, ragged s, GQA,
- * dropout); head dims it does not take (24) fall back to the fp32 kernel. */
-static void t_attn_tc(bool small)
+static void t_attn_tc_shapes(bool small)
 {
 	for (mgt_precision pr = MGT_PREC_BF16; pr <= MGT_PREC_FP16; pr++) {
 		t_attn_prec(pr, small ? 70 : 257, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
@@ -880,6 +878,21 @@ static void t_attn_tc(bool small)
 		t_attn_prec(pr, small ? 33 : 128, 1, 2, 1, 16, 0.0f, 0, 2, 1.5);
 		t_attn_prec(pr, small ? 40 : 100, 1, 1, 2, 24, 0.1f, 0, 2, 1.5);
 	}
+}
+
+/* The tensor-core kernels in both 16-bit types on a few shapes (head dims 16..128, ragged s, GQA,
+ * dropout); head dims they do not take (24) fall back to the fp32 kernel.  Both implementations:
+ * the mma.sync kernels (the default) and the WMMA ones (MGT_ATTN_KERNEL=wmma, which the CUDA
+ * backend reads at each call). */
+static void t_attn_tc(bool small)
+{
+	setenv("MGT_ATTN_KERNEL", "mma", 1);
+	t_attn_tc_shapes(small);
+	setenv("MGT_ATTN_KERNEL", "wmma", 1);
+	tag = "[wmma] ";
+	t_attn_tc_shapes(small);
+	tag = "";
+	unsetenv("MGT_ATTN_KERNEL");
 }
 
 /* ---- context-parallel attention blocks (backend.h attn_blk_*, attn_kv_copy) ---- */

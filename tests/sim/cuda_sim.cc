@@ -137,6 +137,7 @@ struct pool {
 	barrier gate, block;
 	barrier warp[MAX_WARPS];
 	uint64_t xchg[MAX_WARPS][2][32]; /* shuffle values, double-buffered */
+	alignas(8) unsigned char xall[MAX_WARPS][2][32][MGT_SIM_XALL]; /* mgt_sim_warp_all's */
 	std::mutex mu;                   /* one launch at a time */
 	std::map<const void *, size_t> smem_max;
 
@@ -373,6 +374,25 @@ uint64_t mgt_sim_shfl(unsigned mask, uint64_t v, int src, const char *what)
 }
 
 void mgt_sim_warp_sync(const char *what) { P().warp[my_tid / 32].wait(what); }
+
+/* As mgt_sim_shfl, with a bytes-long value and every lane's copy returned; the phase counter is
+ * the shuffles' (each buffer is reused only after another warp barrier, which every lane reaches
+ * after reading it). */
+void mgt_sim_warp_all(const void *mine, void *all, size_t bytes, const char *what)
+{
+	pool &p = P();
+	const unsigned w = my_tid / 32, lane = my_tid % 32, n = warp_lanes(w, p.L.nthreads);
+	if (bytes > MGT_SIM_XALL)
+		die("%s: %zu bytes a lane (at most %d are simulated)", what, bytes, MGT_SIM_XALL);
+	if (n != 32 || p.warp[w].expected() != 32)
+		die("%s: a warp with missing or returned lanes (undefined)", what);
+	unsigned char(*buf)[32][MGT_SIM_XALL] = p.xall[w];
+	const unsigned ph = my_phase++ & 1;
+	memcpy(buf[ph][lane], mine, bytes);
+	p.warp[w].wait(what);
+	for (unsigned l = 0; l < 32; l++)
+		memcpy((unsigned char *)all + l * bytes, buf[ph][l], bytes);
+}
 
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
 {

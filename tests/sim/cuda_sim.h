@@ -112,6 +112,11 @@ void __syncthreads(void);
 void mgt_sim_warp_sync(const char *what);
 /* Lane `src` of the calling warp's values v (one per lane), after every lane gave its own. */
 uint64_t mgt_sim_shfl(unsigned mask, uint64_t v, int src, const char *what);
+/* Every lane's `bytes` (<= MGT_SIM_XALL) at `mine`, after every lane of the calling warp gave its
+ * own, into all[lane * bytes ...] (a full warp only): the warp-collective instructions of
+ * tests/sim/mma_sim.h (ldmatrix, mma.sync) exchange their operands through it. */
+enum { MGT_SIM_XALL = 32 };
+void mgt_sim_warp_all(const void *mine, void *all, size_t bytes, const char *what);
 
 template <typename T> static inline const void *mgt_sim_ptr(const T &x)
 {
@@ -260,5 +265,6 @@ static inline float2 __bfloat1622float2(__nv_bfloat162 b)
 }
 
 #include "wmma_sim.h" /* <mma.h> */
+#include "mma_sim.h"  /* kernels/mma.cuh's ldmatrix and mma.sync */
 
 #endif

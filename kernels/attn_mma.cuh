@@ -1,0 +1,383 @@
+/* kernels/: device code of causal GQA self-attention on tensor cores through mma.sync (kernels/mma.cuh:
+ * m16n8k16, bf16 or fp16 operands, fp32 accumulators), with the scores, probabilities and
+ * accumulators in registers (FlashAttention-2, Dao 2023, section 3: the softmax of a warp's rows
+ * done on its own accumulator fragments); kernels/attn_tc.cu launches it (kernels.h
+ * mgt_k_attn_tc_*, the default; MGT_ATTN_KERNEL=wmma selects kernels/attn_tc.cuh's WMMA kernels).
+ *
+ * Function, numerics and grids: those of kernels/attn_tc.cuh (same rounding points: Q, K, V, dO
+ * rounded to T when staged, P after dropout and dS rounded before their products; fp32 softmax
+ * statistics, exponentials and accumulation; D from attn.cuh's rowdot_kernel; the same loops in
+ * the same orders, each output element accumulated by one lane in a fixed order: no atomics,
+ * bitwise reproducible).  What differs is where the row-wise work happens: WMMA fragments have
+ * no defined element order, so attn_tc.cuh passes every score tile through shared memory; here a
+ * lane holds, of each 8-column accumulator tile, rows gid = lane / 4 and gid + 8, columns
+ * 2 (lane % 4) and the next (kernels/mma.cuh), so masking, the online softmax, dropout and dS
+ * work on registers, a row's max and sum are two xor-shuffles within the 4 lanes of a quad, the
+ * probabilities become the next product's A operand without leaving registers, and the output
+ * rescaling by e^(m_old - m_new) is a multiply of the accumulators.
+ *
+ * Shared memory holds only the staged operand tiles, T [rows, DM + 8] (16-byte row pitch offset:
+ * ldmatrix's eight row addresses fall in distinct banks), read with ldmatrix: A operands and
+ * "X^T" B operands (S = Q K^T, S^T = K Q^T, dP = dO V^T, dP^T = V dO^T) untransposed, "X" B
+ * operands (O += P V, dV += Pd^T dO, dK += dS^T Q, dQ += dS K) with .trans, so no tile is stored
+ * twice.  Blocks have 4 warps, each owning 16 rows of the 64-row tile.
+ */
+#ifndef MGT_KERNELS_ATTN_MMA_CUH
+#define MGT_KERNELS_ATTN_MMA_CUH
+
+#include "attn_tc.cuh"
+#include "mma.cuh"
+
+namespace mgt_attn_mma {
+
+using mgt_attn::drop_mult;
+using mgt_attn::drop_row0;
+using mgt_attn::geom;
+using mgt_attn::out_off;
+using mgt_attn::qkv_off;
+using mgt_attn::vec_off;
+using mgt_attn_tc::load_tile;
+using mgt_attn_tc::load_vec;
+using mgt_attn_tc::NTC;
+using mgt_attn_tc::NW;
+
+/* Shared-memory bytes (T elements of ES bytes): the operand tiles and the lse, D rows. */
+static constexpr size_t fwd_smem(int DM, int ES) { return (size_t)3 * 64 * (DM + 8) * ES; }
+static constexpr size_t bwd_smem(int DM, int B, int ES)
+{
+	return ((size_t)2 * 64 + 2 * B) * (DM + 8) * ES + (size_t)2 * 64 * 4;
+}
+
+/* A operand: rows r0..r0+15, columns c0..c0+15 of a row-major tile (row stride LD). */
+template <int LD, typename T>
+static __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const T *x, int r0, int c0)
+{
+	const int l = threadIdx.x & 31;
+	mgt_ldsm_x4(a, x + (r0 + (l & 15)) * LD + c0 + (l >> 4) * 8);
+}
+
+/* B = X^T for output columns n0..n0+15 (rows of X) and k = c0..c0+15 (columns of X): b[0..1] the
+ * first 8 output columns, b[2..3] the next 8. */
+template <int LD, typename T>
+static __device__ __forceinline__ void frag_bt(uint32_t (&b)[4], const T *x, int n0, int c0)
+{
+	const int l = threadIdx.x & 31;
+	mgt_ldsm_x4(b, x + (n0 + (l & 7) + (l >> 4) * 8) * LD + c0 + ((l >> 3) & 1) * 8);
+}
+
+/* B = X for k = rows r0..r0+15 of X and output columns n0..n0+15 (columns of X). */
+template <int LD, typename T>
+static __device__ __forceinline__ void frag_b(uint32_t (&b)[4], const T *x, int r0, int n0)
+{
+	const int l = threadIdx.x & 31;
+	mgt_ldsm_x4_t(b, x + (r0 + (l & 7) + ((l >> 3) & 1) * 8) * LD + n0 + (l >> 4) * 8);
+}
+
+/* s = A B^T for the warp's 16 rows: A rows a0.. of tile xa, B the NF * 8 rows of tile xb, over the
+ * DF 16-column slices of the head dimension (S = Q K^T, S^T = K Q^T, dP = dO V^T, dP^T = V dO^T). */
+template <typename T, int NF, int DF, int LD>
+static __device__ __forceinline__ void warp_scores(float (&s)[NF][4], const T *xa, int a0, const T *xb)
+{
+#pragma unroll
+	for (int c = 0; c < NF; c++)
+		s[c][0] = s[c][1] = s[c][2] = s[c][3] = 0.0f;
+#pragma unroll
+	for (int kk = 0; kk < DF; kk++) {
+		uint32_t a[4];
+		frag_a<LD>(a, xa, a0, kk * 16);
+#pragma unroll
+		for (int c = 0; c < NF; c += 2) {
+			uint32_t b[4];
+			frag_bt<LD>(b, xb, c * 8, kk * 16);
+			mgt_mma16816<T>(s[c], a, b[0], b[1]);
+			mgt_mma16816<T>(s[c + 1], a, b[2], b[3]);
+		}
+	}
+}
+
+/* acc += P X: P the warp's 16 x 16 KT matrix as A operands, X rows 0..16 KT - 1 of a row-major
+ * tile, ND 8-column output tiles (O += P V, dV += Pd^T dO, dK += dS^T Q, dQ += dS K). */
+template <typename T, int KT, int ND, int LD>
+static __device__ __forceinline__ void warp_accum(float (&acc)[ND][4], const uint32_t (&p)[KT][4], const T *x)
+{
+#pragma unroll
+	for (int kk = 0; kk < KT; kk++)
+#pragma unroll
+		for (int c = 0; c < ND; c += 2) {
+			uint32_t b[4];
+			frag_b<LD>(b, x, kk * 16, c * 8);
+			mgt_mma16816<T>(acc[c], p[kk], b[0], b[1]);
+			mgt_mma16816<T>(acc[c + 1], p[kk], b[2], b[3]);
+		}
+}
+
+/* Accumulator tiles v (NF of 8 columns) rounded to T as the A operands of the next product. */
+template <typename T, int NF>
+static __device__ __forceinline__ void pack_a(uint32_t (&a)[NF / 2][4], const float (&v)[NF][4])
+{
+#pragma unroll
+	for (int c = 0; c < NF / 2; c++) {
+		a[c][0] = mgt_pack2<T>(v[2 * c][0], v[2 * c][1]);
+		a[c][1] = mgt_pack2<T>(v[2 * c][2], v[2 * c][3]);
+		a[c][2] = mgt_pack2<T>(v[2 * c + 1][0], v[2 * c + 1][1]);
+		a[c][3] = mgt_pack2<T>(v[2 * c + 1][2], v[2 * c + 1][3]);
+	}
+}
+
+/* Row h (0: gid, 1: gid + 8) of the accumulators times f into dst (the row's pointer), columns < d. */
+template <int ND>
+static __device__ __forceinline__ void write_row(float *dst, const float (&acc)[ND][4], int h, float f, int d,
+						 bool vec)
+{
+	const int c0 = 2 * (threadIdx.x & 3);
+#pragma unroll
+	for (int c = 0; c < ND; c++) {
+		const int col = c * 8 + c0;
+		if (col >= d)
+			continue;
+		const float x = acc[c][2 * h] * f, y = acc[c][2 * h + 1] * f;
+		if (vec)
+			*reinterpret_cast<float2 *>(dst + col) = make_float2(x, y);
+		else
+			dst[col] = x, dst[col + 1] = y;
+	}
+}
+
+/* Sum (or max) of v over the 4 lanes of a quad (the lanes sharing a row). */
+static __device__ __forceinline__ float quad_sum(float v)
+{
+	v += __shfl_xor_sync(0xffffffffu, v, 1);
+	return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+static __device__ __forceinline__ float quad_max(float v)
+{
+	v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+	return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+/* ---- forward: grid (b*H, query tiles of 64), last tile first ---- */
+template <typename T, int DM>
+__global__ void __launch_bounds__(NTC, 1) fwd_mma_kernel(geom G, float *out, float *lse, const float *qkv,
+						      int vec)
+{
+	constexpr int BQ = 16 * NW, BK = 64, LD = DM + 8, DF = DM / 16, NK = BK / 8, ND = DM / 8;
+	MGT_DYN_SHARED(float, smem);
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, c0 = 2 * (lane & 3);
+	T *Qs = reinterpret_cast<T *>(smem), *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD;
+	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
+	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
+	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
+	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
+	const float *K = qkv + qkv_off(G, j, g, G.r), *V = qkv + qkv_off(G, j, g, G.r + 1);
+	const uint64_t rb = drop_row0(G, j, n);
+	float o[ND][4], m[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+	for (int c = 0; c < ND; c++)
+		o[c][0] = o[c][1] = o[c][2] = o[c][3] = 0.0f;
+
+	load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d, vec);
+	for (int k0 = 0; k0 < kend; k0 += BK) {
+		__syncthreads(); /* Q loaded; previous K and V consumed */
+		load_tile<T, DM, BK>(Ks, K, G.ldq, k0, G.s, G.d, vec);
+		load_tile<T, DM, BK>(Vs, V, G.ldq, k0, G.s, G.d, vec);
+		__syncthreads();
+		float s[NK][4];
+		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
+		/* online softmax of rows i[h] (elements 2h, 2h+1 of each tile), key k0 + 8c + c0 + e */
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const bool rowok = i[h] < G.s;
+			float mx = -INFINITY;
+#pragma unroll
+			for (int c = 0; c < NK; c++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int k = k0 + 8 * c + c0 + e;
+					mx = fmaxf(mx, rowok && k <= i[h] ? s[c][2 * h + e] * G.scale : -INFINITY);
+				}
+			mx = quad_max(mx);
+			const float mnew = k0 == 0 ? mx : fmaxf(m[h], mx);
+			const float mb = mnew == -INFINITY ? 0.0f : mnew; /* rows past s: nothing valid */
+			float sum = 0.0f;
+#pragma unroll
+			for (int c = 0; c < NK; c++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int k = k0 + 8 * c + c0 + e;
+					float v = 0.0f;
+					if (rowok && k <= i[h]) {
+						v = expf(s[c][2 * h + e] * G.scale - mb);
+						sum += v;
+						if (G.p > 0.0f)
+							v *= drop_mult(G, rb, i[h], k);
+					}
+					s[c][2 * h + e] = v;
+				}
+			sum = quad_sum(sum);
+			float alpha = 1.0f;
+			if (k0 == 0) {
+				l[h] = sum;
+			} else {
+				alpha = rowok ? expf(m[h] - mb) : 1.0f;
+				l[h] = l[h] * alpha + sum;
+			}
+			m[h] = mnew;
+#pragma unroll
+			for (int c = 0; c < ND; c++)
+				o[c][2 * h] *= alpha, o[c][2 * h + 1] *= alpha;
+		}
+		uint32_t pa[BK / 16][4];
+		pack_a<T, NK>(pa, s);
+		warp_accum<T, BK / 16, ND, LD>(o, pa, Vs); /* O += P V */
+	}
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		if (i[h] >= G.s)
+			continue;
+		write_row<ND>(out + out_off(G, j, n) + (size_t)i[h] * G.ldo, o, h, 1.0f / l[h], G.d, vec != 0);
+		if (c0 == 0)
+			lse[vec_off(G, j, n) + i[h]] = m[h] + logf(l[h]);
+	}
+}
+
+/* ---- backward ---- */
+/* grid (b*ng, key tiles of 64): dK, dV of key rows k0.. of group g, over the group's heads and
+ * the query tiles of BQ rows from the diagonal on. */
+template <typename T, int DM, int BQ>
+__global__ void __launch_bounds__(NTC, 1) dkdv_mma_kernel(geom G, float *dqkv, const float *dout,
+						       const float *qkv, const float *lse, const float *D,
+						       int vec)
+{
+	constexpr int BK = 16 * NW, LD = DM + 8, DF = DM / 16, ND = DM / 8, NQ = BQ / 8;
+	MGT_DYN_SHARED(float, smem);
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, c0 = 2 * (lane & 3);
+	T *Ks = reinterpret_cast<T *>(smem), *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD;
+	float *Ls = reinterpret_cast<float *>(dOs + BQ * LD), *Ds = Ls + BQ;
+	const int j = blockIdx.x / G.ng, g = blockIdx.x % G.ng, k0 = (int)blockIdx.y * BK;
+	const int kr[2] = {k0 + w * 16 + gid, k0 + w * 16 + gid + 8}; /* this lane's key rows */
+	float dk[ND][4], dv[ND][4];
+#pragma unroll
+	for (int c = 0; c < ND; c++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			dk[c][e] = dv[c][e] = 0.0f;
+
+	load_tile<T, DM, BK>(Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d, vec);
+	load_tile<T, DM, BK>(Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d, vec);
+	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
+		const uint64_t rb = drop_row0(G, j, n);
+		for (int q0 = k0 / BQ * BQ; q0 < G.s; q0 += BQ) {
+			__syncthreads(); /* previous tile's Q, dO, lse, D consumed */
+			load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d, vec);
+			load_tile<T, DM, BQ>(dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d, vec);
+			load_vec<BQ>(Ls, lse + vec_off(G, j, n), q0, G.s);
+			load_vec<BQ>(Ds, D + vec_off(G, j, n), q0, G.s);
+			__syncthreads();
+			/* S^T = K Q^T, dP^T = V dO^T: the warp's 16 keys x BQ queries */
+			float st[NQ][4], dpt[NQ][4];
+			warp_scores<T, NQ, DF, LD>(st, Ks, w * 16, Qs);
+			warp_scores<T, NQ, DF, LD>(dpt, Vs, w * 16, dOs);
+			/* Pd = P mu into st, dS = P (dP mu - D) into dpt; key kr[h], query q0 + 8c + c0 + e */
+#pragma unroll
+			for (int c = 0; c < NQ; c++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int qc = 8 * c + c0 + e, i = q0 + qc;
+					const float li = Ls[qc], di = Ds[qc];
+#pragma unroll
+					for (int h = 0; h < 2; h++) {
+						float pd = 0.0f, ds = 0.0f;
+						if (i < G.s && kr[h] <= i) {
+							const float P = expf(st[c][2 * h + e] * G.scale - li);
+							const float mu = G.p > 0.0f ? drop_mult(G, rb, i, kr[h]) : 1.0f;
+							pd = P * mu;
+							ds = P * (dpt[c][2 * h + e] * mu - di);
+						}
+						st[c][2 * h + e] = pd;
+						dpt[c][2 * h + e] = ds;
+					}
+				}
+			uint32_t pa[BQ / 16][4], sa[BQ / 16][4];
+			pack_a<T, NQ>(pa, st);
+			pack_a<T, NQ>(sa, dpt);
+			warp_accum<T, BQ / 16, ND, LD>(dv, pa, dOs); /* dV += Pd^T dO */
+			warp_accum<T, BQ / 16, ND, LD>(dk, sa, Qs);  /* dK += dS^T Q */
+		}
+	}
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		if (kr[h] >= G.s)
+			continue;
+		const size_t ro = (size_t)kr[h] * G.ldq;
+		write_row<ND>(dqkv + qkv_off(G, j, g, G.r) + ro, dk, h, G.scale, G.d, vec != 0);
+		write_row<ND>(dqkv + qkv_off(G, j, g, G.r + 1) + ro, dv, h, 1.0f, G.d, vec != 0);
+	}
+}
+
+/* grid (b*H, query tiles of 64), last first: dQ of query rows q0.. of head n over its key tiles of
+ * BK in order. */
+template <typename T, int DM, int BK>
+__global__ void __launch_bounds__(NTC, 1) dq_mma_kernel(geom G, float *dqkv, const float *dout,
+						     const float *qkv, const float *lse, const float *D, int vec)
+{
+	constexpr int BQ = 16 * NW, LD = DM + 8, DF = DM / 16, ND = DM / 8, NK = BK / 8;
+	MGT_DYN_SHARED(float, smem);
+	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, c0 = 2 * (lane & 3);
+	T *Qs = reinterpret_cast<T *>(smem), *dOs = Qs + BQ * LD, *Ks = dOs + BQ * LD, *Vs = Ks + BK * LD;
+	float *Ls = reinterpret_cast<float *>(Vs + BK * LD), *Ds = Ls + BQ;
+	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
+	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
+	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
+	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
+	const uint64_t rb = drop_row0(G, j, n);
+	float dq[ND][4];
+#pragma unroll
+	for (int c = 0; c < ND; c++)
+		dq[c][0] = dq[c][1] = dq[c][2] = dq[c][3] = 0.0f;
+
+	load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d, vec);
+	load_tile<T, DM, BQ>(dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d, vec);
+	load_vec<BQ>(Ls, lse + vec_off(G, j, n), q0, G.s);
+	load_vec<BQ>(Ds, D + vec_off(G, j, n), q0, G.s);
+	for (int k0 = 0; k0 < kend; k0 += BK) {
+		__syncthreads(); /* Q, dO, lse, D loaded; previous K, V consumed */
+		load_tile<T, DM, BK>(Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d, vec);
+		load_tile<T, DM, BK>(Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d, vec);
+		__syncthreads();
+		/* S = Q K^T, dP = dO V^T: the warp's 16 queries x BK keys */
+		float s[NK][4], dp[NK][4];
+		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
+		warp_scores<T, NK, DF, LD>(dp, dOs, w * 16, Vs);
+		/* dS into s: query i[h], key k0 + 8c + c0 + e */
+#pragma unroll
+		for (int h = 0; h < 2; h++) {
+			const bool rowok = i[h] < G.s;
+			const float li = Ls[w * 16 + gid + 8 * h], di = Ds[w * 16 + gid + 8 * h];
+#pragma unroll
+			for (int c = 0; c < NK; c++)
+#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					const int k = k0 + 8 * c + c0 + e;
+					float ds = 0.0f;
+					if (rowok && k <= i[h]) {
+						const float P = expf(s[c][2 * h + e] * G.scale - li);
+						const float mu = G.p > 0.0f ? drop_mult(G, rb, i[h], k) : 1.0f;
+						ds = P * (dp[c][2 * h + e] * mu - di);
+					}
+					s[c][2 * h + e] = ds;
+				}
+		}
+		uint32_t sa[BK / 16][4];
+		pack_a<T, NK>(sa, s);
+		warp_accum<T, BK / 16, ND, LD>(dq, sa, Ks); /* dQ += dS K */
+	}
+#pragma unroll
+	for (int h = 0; h < 2; h++)
+		if (i[h] < G.s)
+			write_row<ND>(dqkv + qkv_off(G, j, g, n % G.r) + (size_t)i[h] * G.ldq, dq, h, G.scale, G.d,
+				      vec != 0);
+}
+
+} /* namespace mgt_attn_mma */
+
+#endif
