@@ -16,6 +16,11 @@ ok() {
 	if "$@"; then echo "ok $tap_n - $d"; else echo "not ok $tap_n - $d"; tap_fail=1; fi
 }
 skip() { tap_n=$((tap_n + 1)); echo "ok $tap_n # skip $1"; }
+# quick: true under MGT_TEST_QUICK=1 (.ci/run's second pass, under AddressSanitizer and UBSan),
+# where the longest scripts leave out the cases that rerun code paths their other cases already
+# run (another layout of the same parallel code, another model family of the same converter);
+# each case left out is a TAP skip naming MGT_TEST_QUICK.
+quick() { [ -n "${MGT_TEST_QUICK:-}" ]; }
 # exits CODE CMD...: CMD exits with CODE (stderr kept in $T/err)
 exits() { c=$1; shift; "$@" >"$T/out" 2>"$T/err"; r=$?; [ "$r" = "$c" ] || { echo "# exit $r, expected $c: $(head -c 300 "$T/err")"; return 1; }; }
 # no_files GLOB: nothing matches

@@ -66,19 +66,29 @@ layout() {
 	np=$1 n=$2 kind=$3 keys=$4; shift 4
 	train "$np" "$n" --cp-comm-type "$kind" "$@" && same one "$n" && $VOL "$n" "$np" $COMMON $keys cpcomm="$kind"
 }
+# lay DESC NP NAME KIND KEYS FLAGS...: ok DESC layout ..., except that under MGT_TEST_QUICK p2p runs
+# every layout and allgather and a2a only CP2, CP2 x TP2 and CP4 (the others a skip)
+lay() {
+	d=$1; shift
+	if quick && [ "$3" != p2p ] && case $2 in cp2dp2*|cp2pp2dp2*) true;; *) false;; esac; then
+		skip "$d (MGT_TEST_QUICK)"
+	else
+		ok "$d" layout "$@"
+	fi
+}
 CP2="--context-parallel-size 2"
 for kind in p2p allgather; do
-	ok "$kind: CP2 = one process; bytes = analytic" layout 2 cp2$kind $kind cp=2 $CP2
-	ok "$kind: CP2 x DP2 = one process; bytes = analytic" layout 4 cp2dp2$kind $kind cp=2 $CP2
-	ok "$kind: CP2 x TP2 (sequence parallel) = one process; bytes = analytic" layout 4 cp2tp2$kind $kind "cp=2 tp=2 sp=1" \
+	lay "$kind: CP2 = one process; bytes = analytic" 2 cp2$kind $kind cp=2 $CP2
+	lay "$kind: CP2 x DP2 = one process; bytes = analytic" 4 cp2dp2$kind $kind cp=2 $CP2
+	lay "$kind: CP2 x TP2 (sequence parallel) = one process; bytes = analytic" 4 cp2tp2$kind $kind "cp=2 tp=2 sp=1" \
 		$CP2 --tensor-model-parallel-size 2 --sequence-parallel --make-vocab-size-divisible-by 128
-	ok "$kind: CP4 = one process; bytes = analytic" layout 4 cp4$kind $kind cp=4 --context-parallel-size 4
-	ok "$kind: CP2 x PP2 x DP2, distributed optimizer = one process; bytes = analytic" layout 8 cp2pp2dp2$kind $kind \
+	lay "$kind: CP4 = one process; bytes = analytic" 4 cp4$kind $kind cp=4 --context-parallel-size 4
+	lay "$kind: CP2 x PP2 x DP2, distributed optimizer = one process; bytes = analytic" 8 cp2pp2dp2$kind $kind \
 		"cp=2 pp=2 distopt=1" $CP2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
 done
-ok "a2a: CP2 = one process; bytes = analytic" layout 2 cp2a2a a2a cp=2 $CP2
-ok "a2a: CP2 x DP2 = one process; bytes = analytic" layout 4 cp2dp2a2a a2a cp=2 $CP2
-ok "a2a: CP2 x PP2 x DP2, distributed optimizer = one process; bytes = analytic" layout 8 cp2pp2dp2a2a a2a \
+lay "a2a: CP2 = one process; bytes = analytic" 2 cp2a2a a2a cp=2 $CP2
+lay "a2a: CP2 x DP2 = one process; bytes = analytic" 4 cp2dp2a2a a2a cp=2 $CP2
+lay "a2a: CP2 x PP2 x DP2, distributed optimizer = one process; bytes = analytic" 8 cp2pp2dp2a2a a2a \
 	"cp=2 pp=2 distopt=1" $CP2 --pipeline-model-parallel-size 2 --use-distributed-optimizer
 ok "4 query groups: one process" train 1 one4 --num-query-groups 4
 ok "a2a: CP4 (4 query groups) = one process; bytes = analytic" eval 'train 4 cp4a2a --num-query-groups 4 \

@@ -56,7 +56,9 @@ ok "KJV: train the tiny GPT-2 (40 iterations)" quiet "$BIN/mgt-train" --model ti
 models="kjv:$T/kjv-ck"
 
 # 2. tiny random models with the GPT-2 tokenizer (vocab 50257)
-for fam in llama3 llama3.1 llama2 qwen2 qwen3; do
+fams="llama3 llama3.1 llama2 qwen2 qwen3"
+quick && fams="llama3 llama3.1 qwen3" # MGT_TEST_QUICK: llama2 and qwen2 left out
+for fam in $fams; do
 	$PY "$HF/make_tiny.py" "$fam" "$T/hf-$fam" --dtype fp32 --vocab 50257 --hidden 64 >/dev/null 2>&1 &&
 		cp "$G/vocab.json" "$G/merges.txt" "$T/hf-$fam/" &&
 		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/hf-$fam" --save-dir "$T/ck-$fam" ||
