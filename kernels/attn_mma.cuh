@@ -36,8 +36,9 @@ using mgt_attn::geom;
 using mgt_attn::out_off;
 using mgt_attn::qkv_off;
 using mgt_attn::vec_off;
+using mgt_attn_tc::load_kv;
+using mgt_attn_tc::load_qdo;
 using mgt_attn_tc::load_tile;
-using mgt_attn_tc::load_vec;
 using mgt_attn_tc::NTC;
 using mgt_attn_tc::NW;
 
@@ -168,7 +169,6 @@ __global__ void __launch_bounds__(NTC, 1) fwd_mma_kernel(geom G, float *out, flo
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
 	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
-	const float *K = qkv + qkv_off(G, j, g, G.r), *V = qkv + qkv_off(G, j, g, G.r + 1);
 	const uint64_t rb = drop_row0(G, j, n);
 	float o[ND][4], m[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -178,8 +178,7 @@ __global__ void __launch_bounds__(NTC, 1) fwd_mma_kernel(geom G, float *out, flo
 	load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d, vec);
 	for (int k0 = 0; k0 < kend; k0 += BK) {
 		__syncthreads(); /* Q loaded; previous K and V consumed */
-		load_tile<T, DM, BK>(Ks, K, G.ldq, k0, G.s, G.d, vec);
-		load_tile<T, DM, BK>(Vs, V, G.ldq, k0, G.s, G.d, vec);
+		load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
 		__syncthreads();
 		float s[NK][4];
 		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
@@ -262,16 +261,12 @@ __global__ void __launch_bounds__(NTC, 1) dkdv_mma_kernel(geom G, float *dqkv, c
 		for (int e = 0; e < 4; e++)
 			dk[c][e] = dv[c][e] = 0.0f;
 
-	load_tile<T, DM, BK>(Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d, vec);
-	load_tile<T, DM, BK>(Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d, vec);
+	load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
 	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
 		const uint64_t rb = drop_row0(G, j, n);
 		for (int q0 = k0 / BQ * BQ; q0 < G.s; q0 += BQ) {
 			__syncthreads(); /* previous tile's Q, dO, lse, D consumed */
-			load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d, vec);
-			load_tile<T, DM, BQ>(dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d, vec);
-			load_vec<BQ>(Ls, lse + vec_off(G, j, n), q0, G.s);
-			load_vec<BQ>(Ds, D + vec_off(G, j, n), q0, G.s);
+			load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, qkv, dout, lse, D, j, n, q0, vec);
 			__syncthreads();
 			/* S^T = K Q^T, dP^T = V dO^T: the warp's 16 keys x BQ queries */
 			float st[NQ][4], dpt[NQ][4];
@@ -335,14 +330,10 @@ __global__ void __launch_bounds__(NTC, 1) dq_mma_kernel(geom G, float *dqkv, con
 	for (int c = 0; c < ND; c++)
 		dq[c][0] = dq[c][1] = dq[c][2] = dq[c][3] = 0.0f;
 
-	load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d, vec);
-	load_tile<T, DM, BQ>(dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d, vec);
-	load_vec<BQ>(Ls, lse + vec_off(G, j, n), q0, G.s);
-	load_vec<BQ>(Ds, D + vec_off(G, j, n), q0, G.s);
+	load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, qkv, dout, lse, D, j, n, q0, vec);
 	for (int k0 = 0; k0 < kend; k0 += BK) {
 		__syncthreads(); /* Q, dO, lse, D loaded; previous K, V consumed */
-		load_tile<T, DM, BK>(Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d, vec);
-		load_tile<T, DM, BK>(Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d, vec);
+		load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
 		__syncthreads();
 		/* S = Q K^T, dP = dO V^T: the warp's 16 queries x BK keys */
 		float s[NK][4], dp[NK][4];

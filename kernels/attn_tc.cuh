@@ -168,6 +168,28 @@ static __device__ __forceinline__ void load_vec(float *dst, const float *src, in
 		dst[e] = i0 + e < s ? src[i0 + e] : 0.0f;
 }
 
+/* The K and V rows k0..k0+ROWS-1 of group g of sequence j, staged into Ks and Vs (load_tile). */
+template <typename T, int DM, int ROWS>
+static __device__ __forceinline__ void load_kv(T *Ks, T *Vs, const geom &G, const float *qkv, int j, int g, int k0,
+					       int vec)
+{
+	load_tile<T, DM, ROWS>(Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d, vec);
+	load_tile<T, DM, ROWS>(Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d, vec);
+}
+
+/* The backward's query-side rows q0..q0+ROWS-1 of head n of sequence j: Q and dO staged into Qs and
+ * dOs, lse and D into Ls and Ds. */
+template <typename T, int DM, int ROWS>
+static __device__ __forceinline__ void load_qdo(T *Qs, T *dOs, float *Ls, float *Ds, const geom &G,
+						const float *qkv, const float *dout, const float *lse,
+						const float *D, int j, int n, int q0, int vec)
+{
+	load_tile<T, DM, ROWS>(Qs, qkv + qkv_off(G, j, n / G.r, n % G.r), G.ldq, q0, G.s, G.d, vec);
+	load_tile<T, DM, ROWS>(dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d, vec);
+	load_vec<ROWS>(Ls, lse + vec_off(G, j, n), q0, G.s);
+	load_vec<ROWS>(Ds, D + vec_off(G, j, n), q0, G.s);
+}
+
 /* Writes the warp's accumulators f[0..DM/16) (rows of this lane: row r = lane / 2 of the 16) times
  * f_row to dst row `i` (row pointer, columns < d), when `ok`; through the chunk buffer cb
  * (2 x [16, CL] floats of the warp). */
@@ -274,7 +296,6 @@ __global__ void __launch_bounds__(NTC, 1) fwd_tc_kernel(geom G, float *out, floa
 	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
 	const int i = q0 + w * 16 + r; /* this lane's query row */
 	const bool rowok = i < G.s;
-	const float *K = qkv + qkv_off(G, j, g, G.r), *V = qkv + qkv_off(G, j, g, G.r + 1);
 	const uint64_t rb = drop_row0(G, j, n);
 	frag_c of[DF];
 	float m = 0.0f, l = 0.0f;
@@ -285,8 +306,7 @@ __global__ void __launch_bounds__(NTC, 1) fwd_tc_kernel(geom G, float *out, floa
 		wmma::fill_fragment(of[c], 0.0f);
 	for (int k0 = 0; k0 < kend; k0 += BK) {
 		__syncthreads(); /* Q loaded; previous K and V consumed */
-		load_tile<T, DM, BK>(Ks, K, G.ldq, k0, G.s, G.d, vec);
-		load_tile<T, DM, BK>(Vs, V, G.ldq, k0, G.s, G.d, vec);
+		load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
 		__syncthreads();
 		/* S = Q K^T */
 		{
@@ -414,17 +434,12 @@ __global__ void __launch_bounds__(NTC, 1) dkdv_tc_kernel(geom G, float *dqkv, co
 		wmma::fill_fragment(dk[c], 0.0f);
 		wmma::fill_fragment(dv[c], 0.0f);
 	}
-	load_tile<T, DM, BK>(Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d, vec);
-	load_tile<T, DM, BK>(Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d, vec);
+	load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
 	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
 		const uint64_t rb = drop_row0(G, j, n);
 		for (int q0 = k0 / BQ * BQ; q0 < G.s; q0 += BQ) {
 			__syncthreads(); /* previous tile's Q, dO, lse, D consumed */
-			load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d,
-					     vec);
-			load_tile<T, DM, BQ>(dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d, vec);
-			load_vec<BQ>(Ls, lse + vec_off(G, j, n), q0, G.s);
-			load_vec<BQ>(Ds, D + vec_off(G, j, n), q0, G.s);
+			load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, qkv, dout, lse, D, j, n, q0, vec);
 			__syncthreads();
 			/* S^T = K Q^T, dP^T = V dO^T (the warp's 16 keys x BQ queries) */
 			warp_products2<T, QF, DF, LD>(Sw, dPw, SQ, Ks + w * 16 * LD, Vs + w * 16 * LD, Qs, dOs);
@@ -498,14 +513,10 @@ __global__ void __launch_bounds__(NTC, 1) dq_tc_kernel(geom G, float *dqkv, cons
 #pragma unroll
 	for (int c = 0; c < DF; c++)
 		wmma::fill_fragment(dq[c], 0.0f);
-	load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d, vec);
-	load_tile<T, DM, BQ>(dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d, vec);
-	load_vec<BQ>(Ls, lse + vec_off(G, j, n), q0, G.s);
-	load_vec<BQ>(Ds, D + vec_off(G, j, n), q0, G.s);
+	load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, qkv, dout, lse, D, j, n, q0, vec);
 	for (int k0 = 0; k0 < kend; k0 += BK) {
 		__syncthreads(); /* Q, dO, lse, D loaded; previous K, V consumed */
-		load_tile<T, DM, BK>(Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d, vec);
-		load_tile<T, DM, BK>(Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d, vec);
+		load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
 		__syncthreads();
 		/* S = Q K^T, dP = dO V^T (the warp's 16 queries x BK keys) */
 		warp_products2<T, KF, DF, LD>(Sw, dPw, SK, Qs + w * 16 * LD, dOs + w * 16 * LD, Ks, Vs);
