@@ -880,6 +880,45 @@ static void t_attn_tc_shapes(bool small)
 	}
 }
 
+/* The two tensor-core implementations on the same inputs.  Under the simulator their tensor-core
+ * sums are the same (fp32, in k order: tests/sim/mma_sim.h, wmma_sim.h) and so is every rounding
+ * point; only the forward's softmax sum l is added up in another tree (a lane sums 16 of a row's 64
+ * columns, then a quad's xor-shuffles, against WMMA's 32 and one shuffle), a few ulps apart: out
+ * and lse within 1e-6, and the backward, given the same out and lse, bitwise equal.  On a GPU all
+ * within the bf16 bound. */
+static void t_attn_impls(int s, int b, int ng, int r, int d, float p)
+{
+	const size_t nq = (size_t)s * b * ng * (r + 2) * d, no = (size_t)s * b * ng * r * d, nl = (size_t)b * ng * r * s;
+	const char *id = nm("attn bf16 mma = wmma s=%d b=%d ng=%d r=%d d=%d p=%g", s, b, ng, r, d, p);
+	float *qkv = hrand(nq, 1.5), *dout = hrand(no, 1);
+	float *dQ = dput(qkv, nq), *dDO = dput(dout, no), *dO = dalloc(no * 4), *dL = dalloc(nl * 4), *dDQ = dalloc(nq * 4);
+	float *o[2], *l[2], *dq[2];
+	static const char *const impl[2] = {"mma", "wmma"};
+	gpu->precision = MGT_PREC_BF16;
+	for (int k = 0; k < 2; k++) {
+		setenv("MGT_ATTN_KERNEL", impl[k], 1);
+		poison(dO, no), poison(dL, nl);
+		G->attn_fwd(gpu, dO, dL, dQ, s, b, ng, r, d, p, 99, 0, ng * r);
+		o[k] = dget(dO, no), l[k] = dget(dL, nl);
+	}
+	float *dOc = dput(o[0], no), *dLc = dput(l[0], nl); /* both backwards get the mma forward's */
+	for (int k = 0; k < 2; k++) {
+		setenv("MGT_ATTN_KERNEL", impl[k], 1);
+		poison(dDQ, nq);
+		G->attn_bwd(gpu, dDQ, dDO, dQ, dOc, dLc, s, b, ng, r, d, p, 99, 0, ng * r);
+		dq[k] = dget(dDQ, nq);
+	}
+	unsetenv("MGT_ATTN_KERNEL");
+	gpu->precision = MGT_PREC_FP32;
+	cmp(nm("%s: fwd out", id), o[0], o[1], NULL, no, T2(1.5e-2, 1e-6));
+	cmp(nm("%s: fwd lse", id), l[0], l[1], NULL, nl, T2(1.5e-2, 1e-6));
+	cmp(nm("%s: bwd dqkv", id), dq[0], dq[1], NULL, nq, T2(1.5e-2, SIM_EXACT));
+	for (int k = 0; k < 2; k++)
+		free(o[k]), free(l[k]), free(dq[k]);
+	dfree(dQ), dfree(dDO), dfree(dO), dfree(dL), dfree(dDQ), dfree(dOc), dfree(dLc);
+	free(qkv), free(dout);
+}
+
 /* The tensor-core kernels in both 16-bit types on a few shapes (head dims 16..128, ragged s, GQA,
  * dropout); head dims they do not take (24) fall back to the fp32 kernel.  Both implementations:
  * the mma.sync kernels (the default) and the WMMA ones (MGT_ATTN_KERNEL=wmma, which the CUDA
@@ -893,6 +932,8 @@ static void t_attn_tc(bool small)
 	t_attn_tc_shapes(small);
 	tag = "";
 	unsetenv("MGT_ATTN_KERNEL");
+	t_attn_impls(small ? 70 : 300, 2, 2, 2, 64, 0.1f);
+	t_attn_impls(small ? 40 : 130, 1, 1, 3, 128, 0.0f);
 }
 
 /* ---- context-parallel attention blocks (backend.h attn_blk_*, attn_kv_copy) ---- */
