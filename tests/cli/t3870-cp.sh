@@ -67,10 +67,11 @@ layout() {
 	train "$np" "$n" --cp-comm-type "$kind" "$@" && same one "$n" && $VOL "$n" "$np" $COMMON $keys cpcomm="$kind"
 }
 # lay DESC NP NAME KIND KEYS FLAGS...: ok DESC layout ..., except that under MGT_TEST_QUICK p2p runs
-# every layout and allgather and a2a only CP2, CP2 x TP2 and CP4 (the others a skip)
+# CP2, CP2 x TP2, CP4 and CP2 x PP2 x DP2 (which has the data-context group of CP2 x DP2), allgather
+# CP2 and CP2 x TP2, a2a CP2 (the others a skip)
 lay() {
 	d=$1; shift
-	if quick && [ "$3" != p2p ] && case $2 in cp2dp2*|cp2pp2dp2*) true;; *) false;; esac; then
+	if quick && case $3:$2 in p2p:cp2dp2*|allgather:cp2dp2*|allgather:cp2pp2dp2*|allgather:cp4*|a2a:cp2dp2*|a2a:cp2pp2dp2*) true;; *) false;; esac; then
 		skip "$d (MGT_TEST_QUICK)"
 	else
 		ok "$d" layout "$@"
