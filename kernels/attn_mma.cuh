@@ -41,6 +41,7 @@ using mgt_attn_tc::load_qdo;
 using mgt_attn_tc::load_tile;
 using mgt_attn_tc::NTC;
 using mgt_attn_tc::NW;
+using mgt_attn_tc::to16;
 
 /* Shared-memory bytes (T elements of ES bytes): the operand tiles and the lse, D rows. */
 static constexpr size_t fwd_smem(int DM, int ES) { return (size_t)3 * 64 * (DM + 8) * ES; }
@@ -117,12 +118,12 @@ template <typename T, int NF>
 static __device__ __forceinline__ void pack_a(uint32_t (&a)[NF / 2][4], const float (&v)[NF][4])
 {
 #pragma unroll
-	for (int c = 0; c < NF / 2; c++) {
-		a[c][0] = mgt_pack2<T>(v[2 * c][0], v[2 * c][1]);
-		a[c][1] = mgt_pack2<T>(v[2 * c][2], v[2 * c][3]);
-		a[c][2] = mgt_pack2<T>(v[2 * c + 1][0], v[2 * c + 1][1]);
-		a[c][3] = mgt_pack2<T>(v[2 * c + 1][2], v[2 * c + 1][3]);
-	}
+	for (int c = 0; c < NF / 2; c++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const float *t = v[2 * c + e / 2] + 2 * (e % 2); /* tile 2c or 2c+1, row gid or gid+8 */
+			a[c][e] = mgt_pack2(to16<T>(t[0]), to16<T>(t[1]));
+		}
 }
 
 /* Row h (0: gid, 1: gid + 8) of the accumulators times f into dst (the row's pointer), columns < d. */

@@ -10,15 +10,15 @@
  *     tig = lane % 4: a[0] = A[gid][2tig..2tig+1], a[1] = A[gid+8][2tig..], a[2] = A[gid][2tig+8..],
  *     a[3] = A[gid+8][2tig+8..]; b[0] = B[2tig..2tig+1][gid], b[1] = B[2tig+8..2tig+9][gid];
  *     d[0..1] = D[gid][2tig..2tig+1], d[2..3] = D[gid+8][2tig..].
- *   mgt_pack2<T>(lo, hi): two fp32 rounded to T (nearest even) in one register, lo in the low half.
+ *   mgt_pack2(lo, hi): two T values in one register, lo in the low half.
  *
  * So a row-major 16 x 16 tile X in shared memory (row stride ld elements) is an A operand through
  * mgt_ldsm_x4 with lane l passing &X[l % 16][(l / 16) * 8]; the B operand X^T of two 8-column
  * tiles from row-major rows X[n][k] (n: the 16 output columns) is mgt_ldsm_x4 with lane l passing
  * &X[(l % 8) + (l / 16) * 8][((l / 8) % 2) * 8] (r[0..1]: columns 0..7, r[2..3]: 8..15); the B
  * operand X itself (X[k][n]) is mgt_ldsm_x4_t with &X[(l % 8) + ((l / 8) % 2) * 8][(l / 16) * 8].
- * Two adjacent accumulator tiles (columns 0..7 and 8..15), packed with mgt_pack2, are the A
- * operand of the next product: a[0] = pack(c0[0], c0[1]), a[1] = pack(c0[2], c0[3]),
+ * Two adjacent accumulator tiles (columns 0..7 and 8..15), rounded to T and packed with mgt_pack2,
+ * are the A operand of the next product: a[0] = pack(c0[0], c0[1]), a[1] = pack(c0[2], c0[3]),
  * a[2] = pack(c1[0], c1[1]), a[3] = pack(c1[2], c1[3]) (FlashAttention-2's P V).
  *
  * Under the CPU simulator (MGT_CUDA_SIM) these are tests/sim/mma_sim.h's, from the same layouts. */
@@ -41,16 +41,9 @@ template <> __device__ __forceinline__ uint16_t mgt_bits16<__nv_bfloat16>(__nv_b
 template <> __device__ __forceinline__ uint16_t mgt_bits16<__half>(__half v) { return __half_as_ushort(v); }
 #endif
 
-template <typename T> static __device__ __forceinline__ T mgt_rn16(float x);
-template <> __device__ __forceinline__ __nv_bfloat16 mgt_rn16<__nv_bfloat16>(float x)
+template <typename T> static __device__ __forceinline__ uint32_t mgt_pack2(T lo, T hi)
 {
-	return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half mgt_rn16<__half>(float x) { return __float2half_rn(x); }
-
-template <typename T> static __device__ __forceinline__ uint32_t mgt_pack2(float lo, float hi)
-{
-	return (uint32_t)mgt_bits16<T>(mgt_rn16<T>(lo)) | (uint32_t)mgt_bits16<T>(mgt_rn16<T>(hi)) << 16;
+	return (uint32_t)mgt_bits16<T>(lo) | (uint32_t)mgt_bits16<T>(hi) << 16;
 }
 
 #ifdef MGT_CUDA_SIM
