@@ -197,7 +197,8 @@ check-gpu: $(PROGS) $(GPU_TEST)
 bench-gpu: $(PROGS) $(GPU_BENCH)
 	MGT_BIN=$(abspath $(BIN)) GEMM_CEILING=$(abspath $(GPU_BENCH)) sh tests/bench/gpu.sh $(BENCH_DATA)
 
-# ---- check-sim (part of check): tests/gpu/test_cuda_ops.c with MGT_TEST_SMALL=1, and mgt-train
+# ---- check-sim (part of check): the launch machinery under back-to-back launches
+# (tests/sim/pool_test.cc), tests/gpu/test_cuda_ops.c with MGT_TEST_SMALL=1, and mgt-train
 # against the CPU (tests/sim/train.sh), on a CPU
 # simulation of CUDA (tests/sim/): kernels/*.cu compiled as host C++ against tests/sim/cuda_sim.h,
 # lib/backend/cuda*.c against the toolkit's headers, cudart and cuBLASLt replaced by
@@ -213,6 +214,7 @@ SIM_KOBJ = $(patsubst kernels/%.cu,$(SIM_B)/k_%.o,$(wildcard kernels/*.cu))
 SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o \
            $(SIM_B)/sim_mem.o
 SIM_TEST = $(SIM_B)/test_cuda_ops_sim
+SIM_POOL = $(SIM_B)/pool_test
 SIM_TRAIN = $(SIM_B)/mgt-train
 SIM_CMD  = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/cmd,$(B)/cmd)
 SIM_CC   = $(CC) -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Ilib -Icmd -Ikernels -isystem $(CUDA_HOME)/include $(CFLAGS)
@@ -232,10 +234,12 @@ check-sim:
 	@echo "check-sim: skipped (needs g++ and $(CUDA_HOME)/include)"
 else ifneq ($(SANITIZE),)
 # under the sanitizers: the op checks alone (the kernels carry ASan's checks, not sim_mem.cc's)
-check-sim: $(SIM_TEST)
+check-sim: $(SIM_POOL) $(SIM_TEST)
+	$(SIM_POOL) 2000
 	MGT_TEST_SMALL=1 $(SIM_TEST)
 else
-check-sim: $(SIM_TEST) $(SIM_TRAIN) $(PROGS)
+check-sim: $(SIM_POOL) $(SIM_TEST) $(SIM_TRAIN) $(PROGS)
+	$(SIM_POOL) 2000
 	MGT_TEST_SMALL=1 $(SIM_TEST)
 	SIM_TRAIN=$(abspath $(SIM_TRAIN)) CPU_TRAIN=$(abspath $(BIN)/mgt-train) sh tests/sim/train.sh
 endif
@@ -268,6 +272,16 @@ $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o $(SIM_B)/sim_mem.o: $(SIM_B)/%.o: tes
 $(SIM_TEST): $(SIM_B)/test_cuda_ops.o $(SIM_OBJ) $(SIM_HOST)
 	$(say) LINK $@
 	$(Q)g++ $(CFLAGS) $(LDFLAGS) $(SIM_B)/test_cuda_ops.o $(SIM_OBJ) $(SIM_HOST) $(SIM_LIBS) -o $@
+
+# the launch machinery alone (tests/sim/pool_test.cc)
+$(SIM_B)/pool_test.o: tests/sim/pool_test.cc $(SIM_HDR)
+	@mkdir -p $(dir $@)
+	$(say) SIMCXX $<
+	$(Q)$(SIM_CXX) -x c++ -include tests/sim/cuda_sim.h -DMGT_CUDA_SIM -c $< -o $@
+
+$(SIM_POOL): $(SIM_B)/pool_test.o $(SIM_B)/cuda_sim.o $(SIM_B)/sim_mem.o $(SIM_B)/sim_runtime.o
+	$(say) LINK $@
+	$(Q)g++ $(CFLAGS) $(LDFLAGS) $^ -pthread -o $@
 
 # mgt-train on the simulated CUDA backend (tests/sim/train.sh trains with it)
 $(SIM_TRAIN): $(SIM_CMD)/mgt-train.o $(SIM_CMD)/cli.o $(SIM_OBJ) $(SIM_HOST)

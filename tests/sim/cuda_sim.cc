@@ -131,7 +131,8 @@ struct launch {
 
 struct pool {
 	std::vector<std::thread> threads;
-	std::atomic<uint32_t> go{0}, done{0};
+	std::atomic<uint32_t> go{0}, done{0}; /* go: the launch generation, the futex word */
+	std::atomic<uint64_t> ticket{0};       /* go << 32 | that launch's nthreads, stored first */
 	std::atomic<bool> quit{false};
 	launch L;
 	barrier gate, block;
@@ -141,11 +142,18 @@ struct pool {
 	std::mutex mu;                   /* one launch at a time */
 	std::map<const void *, size_t> smem_max;
 
+	/* Starts launch generation go + 1 over its first nt threads (L is set up). */
+	void publish(unsigned nt)
+	{
+		const uint32_t g = go.load() + 1;
+		ticket.store((uint64_t)g << 32 | nt, std::memory_order_release);
+		go.store(g, std::memory_order_release);
+		fwake(&go);
+	}
 	~pool()
 	{
 		quit = true;
-		go.fetch_add(1);
-		fwake(&go);
+		publish(0);
 		for (auto &t : threads)
 			t.join();
 	}
@@ -194,22 +202,26 @@ void next_block(void *)
 		L.dyn[i] = NAN;
 }
 
+/* A pool thread: runs each launch it is one of the first nthreads of.  The generation and
+ * nthreads come together from the ticket: a thread that wakes late for a launch it is not part of
+ * must not read the next launch's nthreads from L while that launch is being set up (it would
+ * join the gate before gate.reset, and the launch would never finish). */
 void worker(unsigned tid)
 {
 	pool &p = P();
 	uint32_t seen = 0;
 	my_tid = tid;
 	for (;;) {
-		uint32_t g;
-		while ((g = p.go.load(std::memory_order_acquire)) == seen)
+		uint64_t t;
+		while ((uint32_t)((t = p.ticket.load(std::memory_order_acquire)) >> 32) == seen)
 			fwait(&p.go, seen);
-		seen = g;
+		seen = (uint32_t)(t >> 32);
 		if (p.quit)
 			return;
-		launch &L = p.L;
-		const unsigned nt = L.nthreads; /* L is the next launch's once done reaches nt */
+		const unsigned nt = (uint32_t)t; /* L stays this launch's until done reaches nt */
 		if (tid >= nt)
 			continue;
+		launch &L = p.L;
 		threadIdx.x = tid % blockDim.x;
 		threadIdx.y = tid / blockDim.x % blockDim.y;
 		threadIdx.z = tid / blockDim.x / blockDim.y;
@@ -345,8 +357,7 @@ void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size
 	blockDim = block;
 	p.gate.reset(nt);
 	p.done.store(0);
-	p.go.fetch_add(1, std::memory_order_release);
-	fwake(&p.go);
+	p.publish(nt);
 	uint32_t d;
 	while ((d = p.done.load(std::memory_order_acquire)) != nt)
 		fwait(&p.done, d);
