@@ -9,6 +9,28 @@ trap 'rm -rf "$T"' EXIT
 tap_n=0
 tap_fail=0
 GPT2="--tokenizer-type GPT2BPETokenizer --vocab-file $SHARE/tokenizers/gpt2/vocab.json --merge-file $SHARE/tokenizers/gpt2/merges.txt"
+# small_bpe: sets BPE to the flags of GPT-2's byte-level BPE cut to its first 843 merges (files in
+# $T/bpe: vocab.json holds the 256 byte tokens, the merges' 843 tokens at GPT-2's own ids 256 +
+# rank, and <|endoftext|> at 1099: 1,100 tokens).  The same tokenizer code on the same text at a
+# vocabulary the tiny models can afford: with GPT-2's 50,257 rows the output layer and its
+# optimizer state are about 90% of a tiny model's training step, and the parallel-layout tests
+# check the layouts, not the vocabulary.
+small_bpe() {
+	mkdir -p "$T/bpe" && $PY - "$SHARE/tokenizers/gpt2" "$T/bpe" 843 <<'PY' || return 1
+import json, sys
+src, dst, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
+vocab = json.load(open(f"{src}/vocab.json", encoding="utf-8"))
+lines = open(f"{src}/merges.txt", encoding="utf-8").read().split("\n")
+merges = [l for l in lines[1:] if l][:k]
+# GPT-2's ids are 0-255 for the bytes and 256 + rank for merge rank's result: check, then cut
+assert all(vocab["".join(m.split(" "))] == 256 + r for r, m in enumerate(merges))
+small = {t: i for t, i in vocab.items() if i < 256 + k}
+small["<|endoftext|>"] = 256 + k
+json.dump(small, open(f"{dst}/vocab.json", "w", encoding="utf-8"), ensure_ascii=False)
+open(f"{dst}/merges.txt", "w", encoding="utf-8").write(lines[0] + "\n" + "\n".join(merges) + "\n")
+PY
+	BPE="--tokenizer-type GPT2BPETokenizer --vocab-file $T/bpe/vocab.json --merge-file $T/bpe/merges.txt"
+}
 # ok DESC CMD...: one TAP line for the exit status of CMD
 ok() {
 	d=$1; shift
