@@ -156,7 +156,7 @@ check-unit: $(PROGS) $(UNITS) $(FUZZ)
 
 check-cli: $(PROGS) $(UNITS)
 	@if [ "$(DEPS)" = 1 ]; then sh contrib/install-deps.sh test; fi
-	prove -j2 tests/cli/t*.sh
+	prove -j2 --timer tests/cli/t*.sh
 
 demo: $(PROGS)
 	sh contrib/demo.sh
