@@ -370,6 +370,41 @@ __global__ void __launch_bounds__(NTC, 1) dq_mma_kernel(geom G, float *dqkv, con
 				      vec != 0);
 }
 
+/* ---- the fragment-layout probe (mgt_k_mma_probe): one warp, the helpers above on 16 x 16 tiles ---- */
+static constexpr size_t probe_smem = (size_t)3 * 16 * 24 * 2; /* X, Y and the index tile */
+template <typename T>
+__global__ void __launch_bounds__(32) mma_probe_kernel(const float *x, const float *y, float *c1, float *c2,
+							uint32_t *frag)
+{
+	constexpr int LD = 24; /* 48-byte rows: ldmatrix's 16-byte alignment, as the kernels' DM + 8 */
+	MGT_DYN_SHARED(float, smem); /* probe_smem bytes */
+	T *const xs = reinterpret_cast<T *>(smem), *const ys = xs + 16 * LD;
+	uint16_t *const ids = reinterpret_cast<uint16_t *>(ys + 16 * LD);
+	const int l = threadIdx.x, gid = l >> 2;
+	for (int i = l; i < 256; i += 32) {
+		xs[i / 16 * LD + i % 16] = to16<T>(x[i]);
+		ys[i / 16 * LD + i % 16] = to16<T>(y[i]);
+		ids[i / 16 * LD + i % 16] = (uint16_t)i;
+	}
+	__syncthreads();
+	float s[2][4], acc[2][4] = {};
+	uint32_t p[1][4];
+	warp_scores<T, 2, 1, LD>(s, xs, 0, ys); /* X Y^T */
+	pack_a<T, 2>(p, s);
+	warp_accum<T, 1, 2, LD>(acc, p, ys); /* round(X Y^T) Y */
+	for (int h = 0; h < 2; h++) {
+		write_row<2>(c1 + (gid + 8 * h) * 16, s, h, 1.0f, 16, false);
+		write_row<2>(c2 + (gid + 8 * h) * 16, acc, h, 1.0f, 16, false);
+	}
+	uint32_t r[3][4];
+	frag_a<LD>(r[0], ids, 0, 0);
+	frag_bt<LD>(r[1], ids, 0, 0);
+	frag_b<LD>(r[2], ids, 0, 0);
+	for (int k = 0; k < 3; k++)
+		for (int e = 0; e < 4; e++)
+			frag[(k * 32 + l) * 4 + e] = r[k][e];
+}
+
 } /* namespace mgt_attn_mma */
 
 #endif

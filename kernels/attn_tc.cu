@@ -167,3 +167,16 @@ extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const f
 		return tc_bwd_dim<__nv_bfloat16>(st, impl, dm, dqkv, dout, qkv, lse, D, G, vec);
 	return tc_bwd_dim<__half>(st, impl, dm, dqkv, dout, qkv, lse, D, G, vec);
 }
+
+extern "C" int mgt_k_mma_probe(mgt_k_stream s, int dtype, const float *x, const float *y, float *c1, float *c2,
+			       uint32_t *frag)
+{
+	const cudaStream_t st = (cudaStream_t)s;
+	if (dtype == MGT_K_BF16)
+		MGT_LAUNCH(mgt_attn_mma::mma_probe_kernel<__nv_bfloat16>, 1, 32, mgt_attn_mma::probe_smem, st, x, y, c1, c2, frag);
+	else if (dtype == MGT_K_F16)
+		MGT_LAUNCH(mgt_attn_mma::mma_probe_kernel<__half>, 1, 32, mgt_attn_mma::probe_smem, st, x, y, c1, c2, frag);
+	else
+		return (int)cudaErrorInvalidValue;
+	return (int)cudaGetLastError();
+}

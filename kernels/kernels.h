@@ -135,6 +135,16 @@ size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
 int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout, const float *qkv,
 		      const float *out, const float *lse, int seq, int b, int ng, int r, int d,
 		      float p, uint64_t key, int head0, int heads_total, void *ws, int impl);
+/* The fragment-layout probe of the mma.sync kernels (kernels/attn_mma.cuh), for the op checks
+ * (tests/gpu/test_cuda_ops.c): one warp runs the kernels' own helpers on 16 x 16 row-major fp32
+ * tiles x and y (device pointers), rounded to dtype (MGT_K_BF16 or MGT_K_F16):
+ *   c1 = X Y^T (16 x 16 fp32; frag_a, frag_bt, mma.sync), c2 = round(c1) Y (pack_a, frag_b);
+ *   frag [3][32 lanes][4] the registers frag_a, frag_bt and frag_b load from a tile whose element
+ *   (i, j) holds the 16-bit integer 16 i + j, to compare with the PTX ISA's m16n8k16 A and B
+ *   fragments (kernels/mma.cuh).
+ * Returns a cudaError_t (cudaErrorInvalidValue for another dtype); asynchronous on s. */
+int mgt_k_mma_probe(mgt_k_stream s, int dtype, const float *x, const float *y, float *c1, float *c2,
+		    uint32_t *frag);
 
 /* ---- MLP activation with bias (act: 0 GELU, 1 SwiGLU, 2 GELU tanh; backend.h's mgt_act_kind) ---- */
 int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float *x, const float *b, int T,

@@ -36,6 +36,14 @@
  * ragged sizes, GQA, dropout, vocab shards and misaligned pointers, in about a minute there. */
 #include "backend/backend.h"
 #include "model/model.h"
+#if defined(MGT_HAVE_CUDA) || defined(MGT_CUDA_SIM)
+#define MMA_PROBE 1
+#include <cuda_runtime_api.h>
+
+#include "kernels.h"
+#else
+#define MMA_PROBE 0
+#endif
 
 #include <math.h>
 #include <signal.h>
@@ -923,8 +931,88 @@ static void t_attn_impls(int s, int b, int ng, int r, int d, float p)
  * dropout); head dims they do not take (24) fall back to the fp32 kernel.  Both implementations:
  * the mma.sync kernels (the default) and the WMMA ones (MGT_ATTN_KERNEL=wmma, which the CUDA
  * backend reads at each call). */
+#if MMA_PROBE
+/* The PTX ISA's m16n8k16 fragments (kernels/mma.cuh) of a 16 x 16 tile X whose element (i, j) is
+ * 16 i + j: register e of `lane` for k = 0 the A operand X, 1 the B operand X^T (output columns
+ * are X's rows), 2 the B operand X (k runs down X's rows); the low half holds the lower k. */
+static uint32_t frag_want(int k, int lane, int e)
+{
+	const int gid = lane / 4, c = 2 * (lane % 4);
+	int i, j, di = 0, dj = 1;
+	if (k == 0)
+		i = gid + 8 * (e & 1), j = c + 8 * (e >> 1);
+	else if (k == 1)
+		i = gid + 8 * (e >> 1), j = c + 8 * (e & 1);
+	else
+		i = c + 8 * (e & 1), j = gid + 8 * (e >> 1), di = 1, dj = 0;
+	return (uint32_t)(16 * i + j) | (uint32_t)(16 * (i + di) + j + dj) << 16;
+}
+
+/* frag k of the probe against frag_want: the first wrong lane and register named. */
+static void check_frag(const char *ty, int k, const uint32_t *f)
+{
+	static const char *const fn[3] = {"frag_a (A = X)", "frag_bt (B = X^T)", "frag_b (B = X)"};
+	int w = -1;
+	for (int i = 0; i < 128 && w < 0; i++)
+		if (f[i] != frag_want(k, i / 4, i % 4))
+			w = i;
+	CHECK(w < 0, "mma probe %s: %s registers of all 32 lanes = the PTX ISA's m16n8k16 fragment", ty, fn[k]);
+	if (w >= 0) {
+		const uint32_t g = f[w], x = frag_want(k, w / 4, w % 4);
+		printf("#   lane %d register %d holds elements %u, %u; expected %u, %u (element 16 i + j)\n", w / 4,
+		       w % 4, g & 0xffff, g >> 16, x & 0xffff, x >> 16);
+	}
+}
+
+/* The mma.sync attention kernels' fragment helpers alone (kernels.h mgt_k_mma_probe, one warp):
+ * the registers frag_a, frag_bt and frag_b load, exactly, and the two products the attention
+ * kernels chain, X Y^T (S = Q K^T) and round(X Y^T) Y (P V, the accumulators repacked as the A
+ * operand by pack_a), against double sums of the same rounded operands: the products of 16-bit
+ * values are exact in fp32, so only the fp32 accumulation differs (tensor cores: 1e-4; the
+ * simulator sums in order: 1e-6).  On a GPU this checks the layouts as read from the PTX ISA; the
+ * attention checks alone would only say that something is wrong. */
+static void t_mma_probe(int dtype)
+{
+	const char *ty = dtype == MGT_K_BF16 ? "bf16" : "fp16";
+	float *x = hrand(256, 1), *y = hrand(256, 1), r1[256], r2[256];
+	float *dx = dput(x, 256), *dy = dput(y, 256), *d1 = dalloc(256 * 4), *d2 = dalloc(256 * 4), *df = dalloc(384 * 4);
+	int e = (int)cudaDeviceSynchronize(); /* the uploads ran on the backend's own stream */
+	if (!e)
+		e = mgt_k_mma_probe(NULL, dtype, dx, dy, d1, d2, (uint32_t *)df);
+	if (!e)
+		e = (int)cudaDeviceSynchronize();
+	CHECK(e == 0, "mma probe %s: the kernel ran (cuda error %d)", ty, e);
+	if (!e) {
+		float *c1 = dget(d1, 256), *c2 = dget(d2, 256), *f = dget(df, 384);
+		float (*rnd)(float) = dtype == MGT_K_BF16 ? mgt_round_bf16 : mgt_round_fp16;
+		for (int i = 0; i < 16; i++)
+			for (int j = 0; j < 16; j++) {
+				double a = 0, b = 0;
+				for (int k = 0; k < 16; k++) {
+					a += (double)rnd(x[i * 16 + k]) * rnd(y[j * 16 + k]);
+					b += (double)rnd(c1[i * 16 + k]) * rnd(y[k * 16 + j]);
+				}
+				r1[i * 16 + j] = (float)a, r2[i * 16 + j] = (float)b;
+			}
+		uint32_t fr[384];
+		memcpy(fr, f, sizeof fr); /* the registers' bits, downloaded as 384 words */
+		for (int k = 0; k < 3; k++)
+			check_frag(ty, k, fr + 128 * k);
+		cmp(nm("mma probe %s: X Y^T (frag_a, frag_bt)", ty), c1, r1, NULL, 256, T2(1e-4, 1e-6));
+		cmp(nm("mma probe %s: round(X Y^T) Y (pack_a, frag_b)", ty), c2, r2, NULL, 256, T2(1e-4, 1e-6));
+		free(c1), free(c2), free(f);
+	}
+	dfree(dx), dfree(dy), dfree(d1), dfree(d2), dfree(df);
+	free(x), free(y);
+}
+#endif
+
 static void t_attn_tc(bool small)
 {
+#if MMA_PROBE
+	t_mma_probe(MGT_K_BF16);
+	t_mma_probe(MGT_K_F16);
+#endif
 	setenv("MGT_ATTN_KERNEL", "mma", 1);
 	t_attn_tc_shapes(small);
 	setenv("MGT_ATTN_KERNEL", "wmma", 1);
