@@ -9,6 +9,14 @@ cd "$dir" || exit 77
 
 skip() { echo "tests/oracle/setup.sh: $*; skipping oracle tests" >&2; exit 77; }
 
+# One at a time: prove -j2 runs t0200 and t0210 side by side, and in a fresh clone both would
+# find node_modules missing and run `npm ci` in this directory at once (npm ci deletes
+# node_modules first, under the other's feet).  The lock is this directory itself (flock on a
+# read-only descriptor: no lock file), held until the script exits.
+if command -v flock >/dev/null 2>&1; then
+  exec 9<"$dir" && flock 9 || skip "cannot lock $dir"
+fi
+
 command -v node >/dev/null 2>&1 || skip "node not found"
 
 check() {
