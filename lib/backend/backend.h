@@ -53,8 +53,20 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * emulates it bit for bit per product, so it is the reference for the CUDA backend's GEMMs in
  * every mode.  The CUDA backend also runs attention on tensor cores in these modes (Q, K, V, the
  * probabilities and dS rounded to the type, fp32 softmax and accumulation: kernels/attn_tc.cu);
- * the CPU's attention stays fp32.  Everything else is fp32 in this version. */
+ * the CPU's attention stays fp32.  Activations are fp32 in this version.
+ *
+ * Weights may come already in the 16-bit type (the model's 16-bit copy of its parameters, which
+ * it refreshes with the cast op after every change of its fp32 main parameters, as Megatron's
+ * Float16OptimizerWithFloat16Params copies main parameters to the model's bf16/fp16 ones after
+ * each step): the linear ops take w with its type wt, MGT_DT_F32 (rounded by the op, as above) or
+ * mgt_precision_dtype(precision) (used as it is: no cast).  Both give the same bits. */
 typedef enum { MGT_PREC_FP32, MGT_PREC_BF16, MGT_PREC_FP16 } mgt_precision;
+
+/* The GEMM operand type of a precision: MGT_DT_BF16, MGT_DT_F16, or MGT_DT_F32 for MGT_PREC_FP32. */
+static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
+{
+	return p == MGT_PREC_BF16 ? MGT_DT_BF16 : p == MGT_PREC_FP16 ? MGT_DT_F16 : MGT_DT_F32;
+}
 
 /* The shape of one block of context-parallel attention (attn_blk_* below): mgt_attn_blk. */
 #include "backend/attn_blk.h"
@@ -76,15 +88,17 @@ typedef struct mgt_backend_ops {
 	void (*destroy)(mgt_backend *be);
 
 	/* ---- linear layers (GEMM) ---- */
-	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y. */
-	void (*linear_fwd)(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
-			   int T, int in, int out);
+	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y.  w's elements
+	 * are of type wt: MGT_DT_F32, or mgt_precision_dtype(be->precision) (see mgt_precision). */
+	void (*linear_fwd)(mgt_backend *be, float *y, const float *x, const void *w, mgt_elem_type wt,
+			   const float *b, int T, int in, int out);
 	/* Backward of linear_fwd given dy[T, out]:
 	 *   dx[T, in]   = dy . w          writes (skipped when dx == NULL)
-	 *   dw[out, in] += dy^T . x       accumulates
-	 *   db[out]     += sum_t dy[t]    accumulates (skipped when db == NULL) */
+	 *   dw[out, in] += dy^T . x       accumulates (fp32)
+	 *   db[out]     += sum_t dy[t]    accumulates (skipped when db == NULL)
+	 * w of type wt as linear_fwd's. */
 	void (*linear_bwd)(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
-			   const float *x, const float *w, int T, int in, int out);
+			   const float *x, const void *w, mgt_elem_type wt, int T, int in, int out);
 
 	/* ---- embedding ---- */
 	/* Row lookup in a table holding rows [row0, row0+rows) of a larger (possibly vocab-parallel)
@@ -273,13 +287,14 @@ typedef struct mgt_backend_ops {
 	/* Grouped linear layers, one call for G experts: rows [r_g, r_g + rows[g]) of x and y
 	 * (r_g = rows[0] + ... + rows[g-1]) go through expert g's weight w[g] [out, in]:
 	 *   y[r_g + i] = x[r_g + i] . w[g]^T     (writes y [sum rows, out]; no bias)
-	 * w is a HOST array of G backend pointers; rows[g] may be 0.  Precision as linear_fwd. */
-	void (*linear_fwd_grouped)(mgt_backend *be, float *y, const float *x, const float *const *w,
+	 * w is a HOST array of G backend pointers to elements of type wt (as linear_fwd's); rows[g]
+	 * may be 0.  Precision as linear_fwd. */
+	void (*linear_fwd_grouped)(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
 				   const int *rows, int G, int in, int out);
 	/* Its backward given dy [sum rows, out]: dx (writes; skipped when NULL) and
 	 * dw[g] [out, in] += dy_g^T . x_g (accumulates; dw a host array of G backend pointers). */
 	void (*linear_bwd_grouped)(mgt_backend *be, float *dx, float *const *dw, const float *dy, const float *x,
-				   const float *const *w, const int *rows, int G, int in, int out);
+				   const void *const *w, mgt_elem_type wt, const int *rows, int G, int in, int out);
 
 	/* ---- optimizer and reductions ---- */
 	/* AdamW on n elements, torch.optim.AdamW's single-tensor arithmetic:
@@ -294,6 +309,10 @@ typedef struct mgt_backend_ops {
 	double (*sumsq)(mgt_backend *be, const float *x, size_t n);
 	/* dst = src, bytes bytes (backend memory, not overlapping). */
 	void (*copy)(mgt_backend *be, void *dst, const void *src, size_t bytes);
+	/* dst[i] = src[i] (n fp32 elements) rounded to type dt, MGT_DT_BF16 or MGT_DT_F16, to nearest
+	 * even (fp16: overflow to +-inf, NaN stays NaN), as mgt_f32_to_bf16 / mgt_f32_to_f16 encode it
+	 * (lib/util).  Writes dst [n] 2-byte elements; dst and src do not overlap. */
+	void (*cast)(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n);
 	/* x *= alpha over n elements. */
 	void (*scale)(mgt_backend *be, float *x, size_t n, float alpha);
 	/* y += x over n elements. */

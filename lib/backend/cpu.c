@@ -116,21 +116,29 @@ static void blas_threads(mgt_backend *be)
  * k-th rounding buffer (products of two such values are exact in fp32, so sgemm on the copies is
  * the mixed-precision GEMM up to summation order); x itself under MGT_PREC_FP32.  If the buffer
  * cannot grow, x is returned unrounded and the failure recorded with mgt_err (ops cannot fail). */
-static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t n)
+/* The k-th rounding buffer grown to n floats; NULL after recording the failure. */
+static float *round_buf(mgt_backend *be, int k, size_t n)
 {
 	cpu_impl *im = be->impl;
-	if (be->precision == MGT_PREC_FP32)
-		return x;
 	if (im->round_cap[k] < n) {
 		float *p = realloc(im->round_buf[k], n * sizeof *p);
 		if (!p) {
 			mgt_err(MGT_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes to round GEMM operands", n * 4);
-			return x;
+			return NULL;
 		}
 		im->round_buf[k] = p;
 		im->round_cap[k] = n;
 	}
-	float *r = im->round_buf[k];
+	return im->round_buf[k];
+}
+
+static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t n)
+{
+	if (be->precision == MGT_PREC_FP32)
+		return x;
+	float *r = round_buf(be, k, n);
+	if (!r)
+		return x;
 	const bool bf = be->precision == MGT_PREC_BF16;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
 	for (size_t i = 0; i < n; i++)
@@ -138,11 +146,29 @@ static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t 
 	return r;
 }
 
+/* The weight operand w [n] of type wt as fp32 values for sgemm: rounded as gemm_operand when wt is
+ * fp32; a 16-bit w (already the precision's type) widened exactly into the k-th buffer, so both
+ * give the same bits.  NULL (the failure recorded) when the buffer cannot grow. */
+static const float *gemm_weight(mgt_backend *be, int k, const void *w, mgt_elem_type wt, size_t n)
+{
+	if (wt == MGT_DT_F32)
+		return gemm_operand(be, k, w, n);
+	float *r = round_buf(be, k, n);
+	if (!r)
+		return NULL;
+	const uint16_t *h = w;
+	const bool bf = wt == MGT_DT_BF16;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		r[i] = bf ? mgt_bf16_to_f32(h[i]) : mgt_f16_to_f32(h[i]);
+	return r;
+}
+
 /* Output features a GEMM call covers at most (the vocabulary's output layer is split) */
 enum { GEMM_COLS = 8192 };
 
-void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
-			int T, int in, int out)
+void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const void *w16, mgt_elem_type wt,
+			const float *b, int T, int in, int out)
 {
 	if (T <= 0 || out <= 0)
 		return;
@@ -158,7 +184,9 @@ void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *
 		return;
 	}
 	x = gemm_operand(be, 0, x, (size_t)T * in);
-	w = gemm_operand(be, 1, w, (size_t)out * in);
+	const float *w = gemm_weight(be, 1, w16, wt, (size_t)out * in);
+	if (!w)
+		return;
 	if (T == 1) /* one token (decoding): OpenBLAS's sgemm would pack all of w first, gemv streams it */
 		cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, b ? 1.0f : 0.0f, y, 1);
 	else
@@ -168,7 +196,7 @@ void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *
 }
 
 void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
-			const float *x, const float *w, int T, int in, int out)
+			const float *x, const void *w, mgt_elem_type wt, int T, int in, int out)
 {
 	if (T <= 0 || in <= 0 || out <= 0) {
 		if (dx && T > 0 && in > 0)
@@ -182,9 +210,10 @@ void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const 
 	if (db)
 		colsum_acc(be, db, dy, T, out);
 	const float *dyr = gemm_operand(be, 0, dy, (size_t)T * out);
-	if (dx)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dyr, out,
-			    gemm_operand(be, 1, w, (size_t)out * in), in, 0.0f, dx, in);
+	const float *wr = dx ? gemm_weight(be, 1, w, wt, (size_t)out * in) : NULL;
+	if (wr)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dyr, out, wr, in, 0.0f,
+			    dx, in);
 	const float *xr = gemm_operand(be, 1, x, (size_t)T * in);
 	for (int j = 0; j < out; j += GEMM_COLS)
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out - j < GEMM_COLS ? out - j : GEMM_COLS, in, T,
@@ -783,6 +812,15 @@ static void cpu_copy(mgt_backend *be, void *dst, const void *src, size_t bytes)
 		memcpy(dst, src, bytes);
 }
 
+static void cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n)
+{
+	uint16_t *h = dst;
+	const bool bf = dt == MGT_DT_BF16;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
+	for (size_t i = 0; i < n; i++)
+		h[i] = bf ? mgt_f32_to_bf16(src[i]) : mgt_f32_to_f16(src[i]);
+}
+
 static void cpu_scale(mgt_backend *be, float *x, size_t n, float alpha)
 {
 #pragma omp parallel for simd num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
@@ -841,6 +879,7 @@ static const mgt_backend_ops cpu_ops = {
 	.adamw = cpu_adamw,
 	.sumsq = cpu_sumsq,
 	.copy = cpu_copy,
+	.cast = cpu_cast,
 	.scale = cpu_scale,
 	.add = cpu_add,
 };

@@ -141,10 +141,10 @@ void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const fl
 		     const int32_t *pos, int T, int ng, int r, int d, int S);
 
 /* cpu.c: the ops linear_fwd and linear_bwd (cpu_moe.c's grouped linears call them per group). */
-void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
-			int T, int in, int out);
+void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const void *w, mgt_elem_type wt,
+			const float *b, int T, int in, int out);
 void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
-			const float *x, const float *w, int T, int in, int out);
+			const float *x, const void *w, mgt_elem_type wt, int T, int in, int out);
 
 /* cpu_moe.c: the Mixture-of-Experts ops of backend.h. */
 void mgt_cpu_rows_gather(mgt_backend *be, float *dst, const float *src, const int32_t *idx, int N, int h);
@@ -152,9 +152,9 @@ void mgt_cpu_rows_combine(mgt_backend *be, float *dst, const float *src, const i
 			  int h);
 void mgt_cpu_rows_scale(mgt_backend *be, float *y, const float *x, const float *w, int N, int f);
 void mgt_cpu_rows_dot(mgt_backend *be, float *out, const float *a, const float *b, int N, int f);
-void mgt_cpu_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const float *const *w,
+void mgt_cpu_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
 				const int *rows, int G, int in, int out);
 void mgt_cpu_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy, const float *x,
-				const float *const *w, const int *rows, int G, int in, int out);
+				const void *const *w, mgt_elem_type wt, const int *rows, int G, int in, int out);
 
 #endif

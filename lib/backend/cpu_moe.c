@@ -77,26 +77,26 @@ void mgt_cpu_rows_dot(mgt_backend *be, float *out, const float *a, const float *
 	}
 }
 
-void mgt_cpu_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const float *const *w,
+void mgt_cpu_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
 				const int *rows, int G, int in, int out)
 {
 	size_t r = 0;
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cpu_linear_fwd(be, y + r * out, x + r * in, w[g], NULL, rows[g], in, out);
+		mgt_cpu_linear_fwd(be, y + r * out, x + r * in, w[g], wt, NULL, rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }
 
 void mgt_cpu_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy, const float *x,
-				const float *const *w, const int *rows, int G, int in, int out)
+				const void *const *w, mgt_elem_type wt, const int *rows, int G, int in, int out)
 {
 	size_t r = 0;
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cpu_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, x + r * in, w[g], rows[g],
+		mgt_cpu_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, x + r * in, w[g], wt, rows[g],
 				   in, out);
 		r += (size_t)rows[g];
 	}

@@ -544,6 +544,13 @@ static void cu_add(mgt_backend *be, float *y, const float *x, size_t n)
 		mgt_cuda_ok(be, "add", mgt_k_add(stream(be), y, x, n));
 }
 
+static void cu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n)
+{
+	if (n)
+		mgt_cuda_ok(be, "cast",
+			    mgt_k_cast(stream(be), dst, dt == MGT_DT_BF16 ? MGT_K_BF16 : MGT_K_F16, src, MGT_K_F32, n));
+}
+
 static void cu_destroy(mgt_backend *be);
 
 static const mgt_backend_ops cuda_ops = {
@@ -588,6 +595,7 @@ static const mgt_backend_ops cuda_ops = {
 	.adamw = cu_adamw,
 	.sumsq = cu_sumsq,
 	.copy = cu_dcopy,
+	.cast = cu_cast,
 	.scale = cu_scale,
 	.add = cu_add,
 };

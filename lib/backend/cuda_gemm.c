@@ -8,8 +8,8 @@
  * where "w^T[in,out]" etc. are just the row-major buffers read column-major (no copies).
  *
  * Precision (backend.h, mgt_precision): fp32 operands in CUBLAS_COMPUTE_32F (true fp32, no TF32);
- * bf16/fp16: both operands cast by mgt_k_cast into the backend's scratch, C and D fp32, compute
- * 32F.  The bias epilogue's vector has D's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+ * bf16/fp16: both operands cast by mgt_k_cast into the backend's scratch (a weight given in the
+ * 16-bit type, the model's copy, is read as it is), C and D fp32, compute 32F.  The bias epilogue's vector has D's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
  * "Bias vector elements are the same type as the elements of output matrix (Dtype)", exceptions
  * only for int8 IMMA and fp8), so it is fp32 in every mode.  Bias gradients are not taken from the
  * BGRAD epilogues (they overwrite; db accumulates) but from mgt_k_colsum.
@@ -198,8 +198,8 @@ static void fwd_no_input(mgt_backend *be, float *y, const float *b, int T, int o
 			    mgt_k_bda_fwd(im->stream, y, NULL, zeros, b, T, out, 0.0f, 0, 0));
 }
 
-void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
-			 int T, int in, int out)
+void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const float *x, const void *w, mgt_elem_type wt,
+			 const float *b, int T, int in, int out)
 {
 	static const char op[] = "linear_fwd";
 	if (T <= 0 || out <= 0)
@@ -211,12 +211,13 @@ void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const float *x, const float 
 	const cudaDataType ab = op_type(be);
 	const void *xa = x, *wa = w;
 	if (ab != CUDA_R_32F) {
-		const size_t nx = (size_t)T * in, nw = (size_t)out * in;
+		const size_t nx = (size_t)T * in, nw = wt == MGT_DT_F32 ? (size_t)out * in : 0;
 		char *ws = mgt_cuda_scratch(be, op, lp_bytes(nx) + lp_bytes(nw));
 		if (!ws)
 			return;
 		xa = cast(be, op, ws, x, nx, ab);
-		wa = cast(be, op, ws + lp_bytes(nx), w, nw, ab);
+		if (nw)
+			wa = cast(be, op, ws + lp_bytes(nx), w, nw, ab);
 	}
 	gemm(be, op, true, false, out, T, in, ab, wa, xa, y, 0.0f, b);
 }
@@ -237,7 +238,7 @@ static void bwd_degenerate(mgt_backend *be, float *dx, float *db, const float *d
 }
 
 void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
-			 const float *x, const float *w, int T, int in, int out)
+			 const float *x, const void *w, mgt_elem_type wt, int T, int in, int out)
 {
 	static const char op[] = "linear_bwd";
 	cuda_impl *im = be->impl;
@@ -247,7 +248,8 @@ void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const
 	}
 	const cudaDataType ab = op_type(be);
 	const bool lp = ab != CUDA_R_32F;
-	const size_t ndy = (size_t)T * out, nx = dw ? (size_t)T * in : 0, nw = dx ? (size_t)out * in : 0;
+	const size_t ndy = (size_t)T * out, nx = dw ? (size_t)T * in : 0;
+	const size_t nw = dx && wt == MGT_DT_F32 ? (size_t)out * in : 0; /* a 16-bit w is used as it is */
 	/* scratch: [colsum ws | dy | x | w], the last three in 16-bit when lp */
 	const size_t cs = db ? (mgt_k_colsum_ws_bytes(T, out) + 255) / 256 * 256 : 0;
 	char *ws = mgt_cuda_scratch(be, op, cs + (lp ? lp_bytes(ndy) + lp_bytes(nx) + lp_bytes(nw) : 0));
@@ -261,7 +263,7 @@ void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const
 		if (dw)
 			xa = cast(be, op, c, x, nx, ab);
 		c += lp_bytes(nx);
-		if (dx)
+		if (nw)
 			wa = cast(be, op, c, w, nw, ab);
 	}
 	if (dx)
@@ -280,27 +282,27 @@ void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const
  * on the one stream, so a group's 16-bit copies in the scratch are read before the next group's
  * casts overwrite them.  Groups without rows are skipped (they add nothing to dw). */
 
-void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const float *const *w,
+void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
 				 const int *rows, int G, int in, int out)
 {
 	size_t r = 0;
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cuda_linear_fwd(be, y + r * out, x + r * in, w[g], NULL, rows[g], in, out);
+		mgt_cuda_linear_fwd(be, y + r * out, x + r * in, w[g], wt, NULL, rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }
 
 void mgt_cuda_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy,
-				 const float *x, const float *const *w, const int *rows, int G, int in,
+				 const float *x, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
 				 int out)
 {
 	size_t r = 0;
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, x + r * in, w[g],
+		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, x + r * in, w[g], wt,
 				    rows[g], in, out);
 		r += (size_t)rows[g];
 	}

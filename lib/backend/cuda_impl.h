@@ -77,15 +77,15 @@ void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes);
 
 /* cuda_gemm.c: the ops linear_fwd and linear_bwd, their grouped forms, and freeing the cached
  * plans. */
-void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const float *x, const float *w, const float *b,
-			 int T, int in, int out);
+void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const float *x, const void *w, mgt_elem_type wt,
+			 const float *b, int T, int in, int out);
 void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
-			 const float *x, const float *w, int T, int in, int out);
+			 const float *x, const void *w, mgt_elem_type wt, int T, int in, int out);
 /* cuda_gemm.c: linear_fwd_grouped and linear_bwd_grouped (linear_fwd / linear_bwd per group). */
-void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const float *const *w,
+void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
 				 const int *rows, int G, int in, int out);
 void mgt_cuda_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy,
-				 const float *x, const float *const *w, const int *rows, int G, int in,
+				 const float *x, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
 				 int out);
 void mgt_cuda_plans_free(cuda_impl *im);
 

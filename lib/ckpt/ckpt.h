@@ -215,17 +215,7 @@ size_t mgt_dt_size(mgt_dt dt);
 /* The type spelled name (exact, case-sensitive); false when none is. */
 bool mgt_dt_parse(const char *name, mgt_dt *out);
 
-/* float32 <-> bfloat16 (the upper 16 bits of a float32) and IEEE 754 binary16 bit patterns.
- * To the 16-bit types: round to nearest, ties to even (IEEE 754-2008 4.3.1; the same rounding
- * as mgt_round_bf16 / mgt_round_fp16 of lib/util, which these use), so torch's .bfloat16() and
- * .half() give the same bits; overflow goes to +-inf (binary16: magnitudes from 65520 up),
- * binary16 subnormals are produced (down to 2^-24, below half of which values go to +-0), NaN
- * stays NaN with its sign and leading payload bits, made quiet.  From the 16-bit types: exact
- * (every bf16/f16 value, subnormals, +-inf, NaN, is a float32). */
-uint16_t mgt_f32_to_bf16(float x);
-float mgt_bf16_to_f32(uint16_t h);
-uint16_t mgt_f32_to_f16(float x);
-float mgt_f16_to_f32(uint16_t h);
+/* float32 <-> bfloat16 and binary16 bit patterns: mgt_f32_to_bf16 and friends, lib/util. */
 
 /* ---- safetensors reader (lib/ckpt/safetensors.c) ------------------------------------------- */
 

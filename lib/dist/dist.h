@@ -28,7 +28,10 @@
 
 #include "util/util.h"
 
-typedef enum { MGT_DT_F32, MGT_DT_F64, MGT_DT_I32, MGT_DT_I64 } mgt_comm_dtype;
+/* Element types (util.h mgt_elem_type).  MGT_DT_BF16 and MGT_DT_F16 move as 2-byte elements (allgather,
+ * send/recv, broadcast, alltoallv); their reductions are NCCL's (the MPI communicator refuses them
+ * with MGT_ERR_USAGE). */
+typedef mgt_elem_type mgt_comm_dtype;
 typedef enum { MGT_RED_SUM, MGT_RED_MAX } mgt_redop;
 
 size_t mgt_comm_dtype_size(mgt_comm_dtype dt);

@@ -105,6 +105,7 @@ static MPI_Datatype mpi_type(mgt_comm_dtype dt)
 	case MGT_DT_F32: return MPI_FLOAT;
 	case MGT_DT_F64: return MPI_DOUBLE;
 	case MGT_DT_I32: return MPI_INT32_T;
+	case MGT_DT_BF16: case MGT_DT_F16: return MPI_UINT16_T; /* moved, never reduced */
 	default: return MPI_INT64_T;
 	}
 }
@@ -200,6 +201,8 @@ static mgt_status send_chunk(mgt_comm *c, const void *buf, size_t m, mgt_comm_dt
 
 static mgt_status mpi_allreduce(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, mgt_redop op)
 {
+	if (dt == MGT_DT_BF16 || dt == MGT_DT_F16)
+		return mgt_err(MGT_ERR_USAGE, "%s group: allreduce of 16-bit floats is not supported over MPI", c->name);
 	size_t es = mgt_comm_dtype_size(dt);
 	mgt_status st = settle(c, 0);
 	if (st) return st;
@@ -279,6 +282,8 @@ static mgt_status scatter_chunks(mgt_comm *c, char *out, const char *src, size_t
 
 static mgt_status mpi_reduce_scatter(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt)
 {
+	if (dt == MGT_DT_BF16 || dt == MGT_DT_F16)
+		return mgt_err(MGT_ERR_USAGE, "%s group: reduce-scatter of 16-bit floats is not supported over MPI", c->name);
 	size_t es = mgt_comm_dtype_size(dt), bytes = n * es;
 	char *out = dst, *copy = NULL;
 	mgt_status st = settle(c, 0);

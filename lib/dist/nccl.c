@@ -68,6 +68,8 @@ static ncclDataType_t nccl_type(mgt_comm_dtype dt)
 	case MGT_DT_F32: return ncclFloat32;
 	case MGT_DT_F64: return ncclFloat64;
 	case MGT_DT_I32: return ncclInt32;
+	case MGT_DT_BF16: return ncclBfloat16;
+	case MGT_DT_F16: return ncclFloat16;
 	default: return ncclInt64;
 	}
 }

@@ -10,7 +10,7 @@
 
 size_t mgt_comm_dtype_size(mgt_comm_dtype dt)
 {
-	return dt == MGT_DT_F64 || dt == MGT_DT_I64 ? 8 : 4;
+	return mgt_elem_size(dt);
 }
 
 /* Every operation of a one-process group counts as a call and sends nothing. */

@@ -305,16 +305,31 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	return st;
 }
 
+size_t mgt_model_lp_bytes(const mgt_model *m)
+{
+	return m->infer || m->L.precision == MGT_PREC_FP32 ? 0 : m->tt.buf_numel * 2;
+}
+
 mgt_status mgt_model_alloc_params(mgt_model *m, bool grads)
 {
 	mgt_backend *be = m->be;
-	size_t bytes = m->tt.buf_numel * sizeof(float);
+	size_t bytes = m->tt.buf_numel * sizeof(float), lpb = grads ? mgt_model_lp_bytes(m) : 0;
 	m->params = be->ops->alloc(be, bytes);
 	if (grads) m->grads = be->ops->alloc(be, bytes);
-	if (!m->params || (grads && !m->grads)) return MGT_ERR_NOMEM;
+	if (lpb) m->lp = be->ops->alloc(be, lpb);
+	if (!m->params || (grads && !m->grads) || (lpb && !m->lp)) return MGT_ERR_NOMEM;
 	be->ops->zero(be, m->params, bytes);
 	if (grads) be->ops->zero(be, m->grads, bytes);
+	m->lp_t = mgt_precision_dtype(m->L.precision);
+	m->lp_stale = true;
 	return MGT_OK;
+}
+
+void mgt_model_lp_refresh(mgt_model *m)
+{
+	if (!m->lp || !m->lp_stale) return;
+	m->be->ops->cast(m->be, m->lp, m->lp_t, m->params, m->tt.buf_numel);
+	m->lp_stale = false;
 }
 
 mgt_status mgt_model_upload_inv_freq(mgt_model *m)
@@ -382,8 +397,8 @@ void mgt_model_free(mgt_model *m)
 	free(m->sa);
 	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
 	free(m->rc);
-	float *bufs[] = { m->params, m->grads, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx, m->dact,
-			  m->inv_freq };
+	void *bufs[] = { m->params, m->grads, m->lp, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx,
+			 m->dact, m->inv_freq };
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
 	mgt_cp_free(m);
@@ -393,7 +408,11 @@ void mgt_model_free(mgt_model *m)
 }
 
 const mgt_tensor_table *mgt_model_tensors(const mgt_model *m) { return &m->tt; }
-float *mgt_model_params(mgt_model *m) { return m->params; }
+float *mgt_model_params(mgt_model *m)
+{
+	m->lp_stale = true;
+	return m->params;
+}
 float *mgt_model_grads(mgt_model *m) { return m->grads; }
 float *mgt_model_hidden_in(mgt_model *m, int slot) { return m->n_layers ? m->sa[slot].la[0].x_in : m->sa[slot].res_out; }
 float *mgt_model_hidden_out(mgt_model *m, int slot) { return m->sa[slot].res_out; }
@@ -405,7 +424,8 @@ bool mgt_model_is_last_stage(const mgt_model *m) { return m->last; }
 mgt_model_mem mgt_model_memory(const mgt_model *m)
 {
 	size_t pb = m->tt.buf_numel * sizeof(float);
-	return (mgt_model_mem){ .params = pb, .grads = m->infer ? 0 : pb, .activations = m->act_bytes,
+	return (mgt_model_mem){ .params = pb + mgt_model_lp_bytes(m), .grads = m->infer ? 0 : pb,
+				.activations = m->act_bytes,
 				.workspace = m->work_bytes };
 }
 
@@ -416,6 +436,7 @@ mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed)
 	if (!host) return MGT_ERR_NOMEM;
 	memset(host, 0, bytes);
 	mgt_tensor_table_init(&m->tt, host, seed);
+	m->lp_stale = true;
 	if (m->be->host_memory) return MGT_OK;
 	mgt_status st = m->be->ops->upload(m->be, m->params, host, bytes);
 	free(host);
@@ -567,7 +588,7 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	mgt_status st = norm_gather(m, a->ln1, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, a->ln1, P(m, T_(m, l, MGT_T_QKV_W)),
+	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, a->ln1, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
 		float eps = (float)m->c.norm_epsilon;
@@ -580,7 +601,7 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	if (m->rope) o->rope(m->be, a->qkv, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = core_attn_fwd(m, li, train);
 	if (st) return st;
-	o->linear_fwd(m->be, m->dtmp_h, a->ctx, P(m, T_(m, l, MGT_T_PROJ_W)), NULL, T, (int)(m->nq_l * m->d), h);
+	o->linear_fwd(m->be, m->dtmp_h, a->ctx, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
 	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 }
 
@@ -595,10 +616,10 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
 		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
 		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3));
 	}
-	o->linear_fwd(m->be, a->fc1, a->ln2, P(m, T_(m, l, MGT_T_FC1_W)), NULL, T, h, (int)m->fc1_l);
+	o->linear_fwd(m->be, a->fc1, a->ln2, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
 	o->bias_act_fwd(m->be, m->act, a->act, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
-	o->linear_fwd(m->be, m->dtmp_h, a->act, P(m, T_(m, l, MGT_T_FC2_W)), NULL, T, (int)m->ffn_l, h);
+	o->linear_fwd(m->be, m->dtmp_h, a->act, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
 	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
 }
 
@@ -615,7 +636,7 @@ static mgt_status head_fwd(mgt_model *m, double *loss_sum)
 	mgt_status st = norm_gather(m, sa->lnf, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
 				    m->glob[MGT_T_FINAL_LN_B]);
 	if (st) return st;
-	o->linear_fwd(m->be, sa->logits, sa->lnf, P(m, mgt_model_output_weight(m)), NULL, T, h, V);
+	o->linear_fwd(m->be, sa->logits, sa->lnf, W(m, mgt_model_output_weight(m)), WT(m), NULL, T, h, V);
 	o->xent_max(m->be, sa->mx, sa->logits, T, V);
 	if ((st = tp_allreduce(m, sa->mx, (size_t)T, MGT_RED_MAX))) return st;
 	o->xent_stats(m->be, sa->sumexp, sa->tgt, sa->logits, sa->labels, sa->mx, m->v0, T, V);
@@ -661,7 +682,7 @@ static mgt_status head_bwd(mgt_model *m, float scale)
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
 	const mgt_tensor *w = mgt_model_output_weight(m);
 	o->xent_bwd(m->be, sa->logits, sa->logits, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
-	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, sa->logits, sa->lnf, P(m, w), T, h, V);
+	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, sa->logits, sa->lnf, W(m, w), WT(m), T, h, V);
 	o->zero(m->be, m->dres, (size_t)m->Th * (size_t)h * sizeof(float));
 	return reduce_norm_bwd(m, sa->res_out, m->glob[MGT_T_FINAL_LN_W], m->glob[MGT_T_FINAL_LN_B], sa->meanf, sa->rstdf);
 }
@@ -680,11 +701,11 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 					    dxl);
 	}
 	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, a->act,
-		      P(m, T_(m, l, MGT_T_FC2_W)), T, (int)m->ffn_l, h);
+		      W(m, T_(m, l, MGT_T_FC2_W)), WT(m), T, (int)m->ffn_l, h);
 	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, a->fc1,
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, a->ln2,
-		      P(m, T_(m, l, MGT_T_FC1_W)), T, h, (int)m->fc1_l);
+		      W(m, T_(m, l, MGT_T_FC1_W)), WT(m), T, h, (int)m->fc1_l);
 	return reduce_norm_bwd(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2);
 }
 
@@ -697,7 +718,7 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 	if (st) return st;
 	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, a->ctx,
-		      P(m, T_(m, l, MGT_T_PROJ_W)), T, nd, h);
+		      W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), T, nd, h);
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, p, site_key(m, l, 1));
 	else o->attn_bwd(m->be, m->dbig, m->dctx, a->qkv, a->ctx, a->lse, m->s, m->b, (int)m->ng_l, (int)m->r,
@@ -712,7 +733,7 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 				 m->dbig, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
 	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig,
-		      a->ln1, P(m, T_(m, l, MGT_T_QKV_W)), T, h, (int)m->qkv_l);
+		      a->ln1, W(m, T_(m, l, MGT_T_QKV_W)), WT(m), T, h, (int)m->qkv_l);
 	return reduce_norm_bwd(m, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1);
 }
 
@@ -758,6 +779,7 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 	mgt_status st = use_slot(m, slot);
 	if (!st) st = upload_batch(m, mb);
 	if (st) return st;
+	mgt_model_lp_refresh(m);
 	m->drop_key = m->cur->drop_key = m->next_key;
 	if (m->first) st = embed_fwd(m, train);
 	for (int li = 0; !st && li < m->n_layers; li++) {

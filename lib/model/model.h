@@ -289,7 +289,15 @@ int64_t mgt_cp_row(int64_t chunk_rows, int cp, int q, int64_t t);
 /* mbs: micro-batch size; stage of num_stages pipeline stages; slots: micro-batches in flight;
  * dp: the size of the group the gradients are reduced over (data x context parallel), which
  * pads the distributed optimizer's buckets; cp_comm: with ps->cp > 1 (the context-parallel
- * size: each rank holds seq_length / cp positions of every sequence, 2 chunks). */
+ * size: each rank holds seq_length / cp positions of every sequence, 2 chunks).  precision: the
+ * training precision (--bf16, --fp16; zero is fp32): with bf16 or fp16 the chunk also keeps a
+ * 16-bit copy of its parameters [tensors->buf_numel] that its linear layers read instead of
+ * rounding the fp32 weights at every GEMM (Megatron's model parameters in the training precision
+ * beside the optimizer's fp32 main parameters, megatron/core/optimizer/optimizer.py
+ * Float16OptimizerWithFloat16Params): mgt_model_params marks it stale, the next forward refreshes
+ * it with the backend's cast, so a GEMM sees bit for bit the operand it rounded before.  It
+ * serves while the backend's precision is the layout's (mgt_backend.precision); under any other
+ * the linear layers read the fp32 parameters as before. */
 typedef struct mgt_model_layout {
 	int mbs, stage, num_stages, slots;
 	bool sequence_parallel, distributed_optimizer;
@@ -297,6 +305,7 @@ typedef struct mgt_model_layout {
 	int64_t bucket_size;
 	mgt_recompute recompute;
 	mgt_cp_comm cp_comm;
+	mgt_precision precision;
 } mgt_model_layout;
 
 /* Create a model chunk for config c (finalized for ps->tp) on backend be with parallel state ps
@@ -310,14 +319,16 @@ mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mg
 void mgt_model_free(mgt_model *m);
 
 const mgt_tensor_table *mgt_model_tensors(const mgt_model *m);
-/* Flat backend buffers [tensors->buf_numel] (param, grad); padding stays zero. */
+/* Flat backend buffers [tensors->buf_numel] (param, grad); padding stays zero.  The caller may
+ * write the parameters through the pointer until the next forward: asking for it marks the
+ * 16-bit copy (mgt_model_layout.precision) stale. */
 float *mgt_model_params(mgt_model *m);
 float *mgt_model_grads(mgt_model *m);
 
 /* Initialize parameters with mgt_tensor_table_init and upload them.  Errors: MGT_ERR_NOMEM, IO. */
 mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed);
 
-/* Bytes the model allocates, by role. */
+/* Bytes the model allocates, by role (params: the fp32 parameters and their 16-bit copy). */
 typedef struct { size_t params, grads, activations, workspace; } mgt_model_mem;
 mgt_model_mem mgt_model_memory(const mgt_model *m);
 

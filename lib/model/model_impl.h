@@ -48,6 +48,11 @@ struct mgt_model {
 	int rot_dim;
 	float *inv_freq;           /* RoPE frequencies [rot_dim/2] (backend memory) */
 	float *params, *grads;
+	/* the 16-bit copy of params (mgt_model_layout.precision; NULL under fp32) of type lp_t,
+	 * refreshed by the next forward when lp_stale */
+	void *lp;
+	mgt_elem_type lp_t;
+	bool lp_stale;
 	/* tensors by role and local layer; NULL when absent */
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
 	const mgt_tensor *glob[MGT_T_NROLES];
@@ -87,6 +92,18 @@ struct mgt_model {
 
 static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
 static inline float *G(mgt_model *m, const mgt_tensor *t) { return t ? m->grads + t->offset : NULL; }
+
+/* The type in which the linear ops get weights now: the 16-bit copy's while the backend computes
+ * in it, else fp32 (the op rounds); W is the weight of t in that type (NULL for no tensor). */
+static inline mgt_elem_type WT(const mgt_model *m)
+{
+	return m->lp && mgt_precision_dtype(m->be->precision) == m->lp_t ? m->lp_t : MGT_DT_F32;
+}
+static inline const void *W(mgt_model *m, const mgt_tensor *t)
+{
+	if (!t) return NULL;
+	return WT(m) == MGT_DT_F32 ? (const void *)P(m, t) : (const void *)((const uint16_t *)m->lp + t->offset);
+}
 
 static inline const mgt_tensor *T_(const mgt_model *m, int l, mgt_tensor_role role)
 {
@@ -136,8 +153,13 @@ int64_t mgt_cp_global_row(const mgt_model *m, int64_t t);
 /* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
 			       mgt_backend *be, const mgt_parallel *ps, bool dry);
-/* Allocate the zeroed parameter buffer (and with grads the gradient buffer).  Errors: NOMEM. */
+/* Allocate the zeroed parameter buffer (and with grads the gradient buffer, and under a 16-bit
+ * layout precision the 16-bit copy).  Errors: NOMEM. */
 mgt_status mgt_model_alloc_params(mgt_model *m, bool grads);
+/* Bytes of the 16-bit parameter copy the chunk keeps (0 under fp32 and for inference). */
+size_t mgt_model_lp_bytes(const mgt_model *m);
+/* Refresh the 16-bit copy from the fp32 parameters when stale (forwards call it first). */
+void mgt_model_lp_refresh(mgt_model *m);
 /* Fill m->inv_freq (allocated here when NULL) with the RoPE frequencies.  Errors: NOMEM, IO. */
 mgt_status mgt_model_upload_inv_freq(mgt_model *m);
 /* The output layer's weight: output_layer.weight, or the word embedding when tied. */

@@ -58,7 +58,8 @@ struct moe_state {
 	int32_t *hperm, *hslot;
 	double *hdprob, *hdL, *hdgl; /* hdgl [T]: the gate logits' gradient */
 	float *hnoise;               /* [Th h] jitter noise (--moe-input-jitter-eps) */
-	float **pw1, **pw2, **pg1, **pg2; /* [El] backend pointers for the grouped calls */
+	const void **pw1, **pw2; /* [El] backend pointers for the grouped calls: weights (in WT), */
+	float **pg1, **pg2;       /* and their gradients */
 	int64_t *allc, *cnt_d, *cd, *cc;   /* ep > 1: [ep E] counts of every rank; [ep] displacements and counts */
 	int ep, cap; /* cap: tokens the buffers hold (mgt_moe_reserve, inference) */
 	double disp[3];                    /* since creation: rows sent to and received from other EP ranks, dispatches */
@@ -299,7 +300,7 @@ static void router_linear(mgt_model *m, float *y, const float *x, const mgt_tens
 {
 	mgt_precision p = m->be->precision;
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
-	m->be->ops->linear_fwd(m->be, y, x, P(m, w), P(m, b), T, (int)m->h, out);
+	m->be->ops->linear_fwd(m->be, y, x, W(m, w), WT(m), P(m, b), T, (int)m->h, out);
 	m->be->precision = p;
 }
 
@@ -521,7 +522,7 @@ static void expert_ptrs(mgt_model *m, int li)
 	struct moe_state *S = m->moe;
 	for (int e = 0; e < S->El; e++) {
 		const mgt_tensor *t1 = S->w1[(size_t)li * S->El + e], *t2 = S->w2[(size_t)li * S->El + e];
-		S->pw1[e] = P(m, t1); S->pw2[e] = P(m, t2);
+		S->pw1[e] = W(m, t1); S->pw2[e] = W(m, t2);
 		S->pg1[e] = G(m, t1); S->pg2[e] = G(m, t2);
 	}
 }
@@ -533,10 +534,10 @@ static mgt_status shared_fwd(mgt_model *m, int li, struct moe_act *a, const floa
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	o->linear_fwd(m->be, a->sfc1, x, P(m, T_(m, l, MGT_T_SH_FC1_W)), NULL, T, h, S->shfc1);
+	o->linear_fwd(m->be, a->sfc1, x, W(m, T_(m, l, MGT_T_SH_FC1_W)), WT(m), NULL, T, h, S->shfc1);
 	o->bias_act_fwd(m->be, m->act, a->sact, a->sfc1, NULL, T, S->sh);
 	const mgt_tensor *g = T_(m, l, MGT_T_SH_GATE_W);
-	o->linear_fwd(m->be, g ? a->sout : out, a->sact, P(m, T_(m, l, MGT_T_SH_FC2_W)), NULL, T, S->sh, h);
+	o->linear_fwd(m->be, g ? a->sout : out, a->sact, W(m, T_(m, l, MGT_T_SH_FC2_W)), WT(m), NULL, T, S->sh, h);
 	if (!g) return MGT_OK;
 	router_linear(m, S->gl_l, x_loc, g, NULL, m->Th, 1);
 	mgt_status st = gather_rows_host(m, S->gl, S->gl_l, 1, S->hf);
@@ -568,10 +569,10 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, flo
 	if (ep && (st = ep_dispatch(m, a))) return st;
 	float *xe = ep ? a->xe : S->xe;
 	int N = a->N;
-	o->linear_fwd_grouped(m->be, a->fc1, xe, (const float *const *)S->pw1, a->rows, S->El, h, S->fc1e);
+	o->linear_fwd_grouped(m->be, a->fc1, xe, (const void *const *)S->pw1, WT(m), a->rows, S->El, h, S->fc1e);
 	o->bias_act_fwd(m->be, m->act, a->act, a->fc1, NULL, N, S->ffe);
 	o->rows_scale(m->be, S->acts_s, a->act, a->w, N, S->ffe);
-	o->linear_fwd_grouped(m->be, S->ye, S->acts_s, (const float *const *)S->pw2, a->rows, S->El, S->ffe, h);
+	o->linear_fwd_grouped(m->be, S->ye, S->acts_s, (const void *const *)S->pw2, WT(m), a->rows, S->El, S->ffe, h);
 	if (ep && (st = ep_return(m, a, S->ye, S->ye, S->xe, h))) return st;
 	o->rows_combine(m->be, out, S->ye, a->slot, T, S->k, h);
 	if (S->sh) o->add(m->be, out, S->dsh, (size_t)T * (size_t)h);
@@ -604,9 +605,9 @@ static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 		o->rows_scale(m->be, S->ye, dY, S->gw, T, h);
 		dout = S->ye;
 	}
-	o->linear_bwd(m->be, S->dsact, G(m, w2), NULL, dout, a->sact, P(m, w2), T, S->sh, h);
+	o->linear_bwd(m->be, S->dsact, G(m, w2), NULL, dout, a->sact, W(m, w2), WT(m), T, S->sh, h);
 	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, a->sfc1, NULL, T, S->sh);
-	o->linear_bwd(m->be, S->dsh, G(m, w1), NULL, S->dsfc1, x, P(m, w1), T, h, S->shfc1);
+	o->linear_bwd(m->be, S->dsh, G(m, w1), NULL, S->dsfc1, x, W(m, w1), WT(m), T, h, S->shfc1);
 	return MGT_OK;
 }
 
@@ -630,12 +631,12 @@ static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
 	bool jit = m->c.moe_input_jitter_eps > 0 && train;
 	if (jit) o->rows_scale(m->be, S->xj, x_loc, jitter_noise(m, li), Th * h, 1); /* the input the router saw */
-	o->linear_bwd(m->be, S->dxr, G(m, w), G(m, b), S->dlog, jit ? S->xj : x_loc, P(m, w), Th, h, E);
+	o->linear_bwd(m->be, S->dxr, G(m, w), G(m, b), S->dlog, jit ? S->xj : x_loc, W(m, w), WT(m), Th, h, E);
 	if (jit) o->rows_scale(m->be, S->dxr, S->dxr, jitter_noise(m, li), Th * h, 1);
 	if (g) {
 		for (int t = 0; t < Th; t++) S->hf[t] = (float)dgl[m->r0 + t];
 		st = o->upload(m->be, S->gl_l, S->hf, (size_t)Th * 4);
-		if (!st) o->linear_bwd(m->be, S->dxg, G(m, g), NULL, S->gl_l, x_loc, P(m, g), Th, h, 1);
+		if (!st) o->linear_bwd(m->be, S->dxg, G(m, g), NULL, S->gl_l, x_loc, W(m, g), WT(m), Th, h, 1);
 		if (!st) o->add(m->be, S->dxr, S->dxg, (size_t)Th * (size_t)h);
 	}
 	m->be->precision = p;
@@ -665,14 +666,14 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, fl
 		o->rows_gather(m->be, S->xe, x, a->perm, N, h);
 	}
 	o->rows_scale(m->be, S->acts_s, a->act, a->w, N, S->ffe);
-	o->linear_bwd_grouped(m->be, S->dacts, S->pg2, dye, S->acts_s, (const float *const *)S->pw2, a->rows, S->El,
+	o->linear_bwd_grouped(m->be, S->dacts, S->pg2, dye, S->acts_s, (const void *const *)S->pw2, WT(m), a->rows, S->El,
 			      S->ffe, h);
 	o->rows_dot(m->be, S->dprob, S->dacts, a->act, N, S->ffe);
 	mgt_comm *c = m->ps->tp_comm;
 	if (!st && c->size > 1 && N) st = c->ops->allreduce(c, S->dprob, (size_t)N, MGT_DT_F32, MGT_RED_SUM);
 	o->rows_scale(m->be, S->dacts, S->dacts, a->w, N, S->ffe);
 	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, a->fc1, NULL, N, S->ffe);
-	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, xin, (const float *const *)S->pw1, a->rows, S->El, h,
+	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, xin, (const void *const *)S->pw1, WT(m), a->rows, S->El, h,
 			      S->fc1e);
 	if (ep && !st) st = ep_return(m, a, S->ye, S->ye, S->xe, h);
 	if (ep && !st) st = ep_return(m, a, S->wsend, S->dprob, S->wrecv, 1), dprob = S->wsend;

@@ -43,6 +43,8 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 			.mbs = p->mbs, .stage = k * p->pp + rank, .num_stages = p->pp * p->vp, .slots = slots[k],
 			.sequence_parallel = p->sp, .distributed_optimizer = p->distopt, .dp = p->dp,
 			.bucket_size = p->bucket_size, .recompute = p->recompute,
+			.precision = r->precision == MGT_PLAN_BF16 ? MGT_PREC_BF16
+				     : r->precision == MGT_PLAN_FP16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
 		};
 		mgt_model_mem x;
 		size_t n;

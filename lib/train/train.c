@@ -726,6 +726,7 @@ static mgt_model_layout chunk_layout(const trainer *t, int c)
 		.slots = t->slots[c], .sequence_parallel = a->sequence_parallel,
 		.distributed_optimizer = a->use_distributed_optimizer, .dp = dpcp(t), .bucket_size = a->ddp_bucket_size,
 		.recompute = a->recompute, .cp_comm = a->cp_comm,
+		.precision = a->bf16 ? MGT_PREC_BF16 : a->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
 	};
 }
 

@@ -139,6 +139,15 @@ static inline float mgt_u32_to_unit(uint32_t w) { return (float)(w >> 8) * (1.0f
  * philox(key, 0, i), in double precision, rounded to float.  Deterministic across platforms as
  * far as libm's log/cos are (glibc: correctly rounded in practice). */
 float mgt_philox_normal(uint64_t key, uint64_t i);
+/* Element types of buffers, shared by the backend (storage and GEMM operand types, lib/backend)
+ * and the communicators (lib/dist): fp32, fp64, int32, int64, bfloat16 and IEEE binary16 (the
+ * 16-bit types as the bit patterns mgt_f32_to_bf16 / mgt_f32_to_f16 write). */
+typedef enum { MGT_DT_F32, MGT_DT_F64, MGT_DT_I32, MGT_DT_I64, MGT_DT_BF16, MGT_DT_F16 } mgt_elem_type;
+/* Bytes of one element of t: 8, 4 or 2. */
+static inline size_t mgt_elem_size(mgt_elem_type t)
+{
+	return t == MGT_DT_F64 || t == MGT_DT_I64 ? 8 : t == MGT_DT_BF16 || t == MGT_DT_F16 ? 2 : 4;
+}
 /* x rounded to the nearest bfloat16 (8 significant bits) or IEEE binary16 (11 significant bits,
  * exponent -14..15, subnormals down to 2^-24), ties to even, returned as the float of that value
  * (exact in fp32).  fp16: magnitudes from 65520 up become +-inf, as a real fp16 cast does
@@ -146,6 +155,17 @@ float mgt_philox_normal(uint64_t key, uint64_t i);
  * NaN stays NaN, +-inf stays.  Source: IEEE 754-2008 section 4.3.1 (roundTiesToEven). */
 float mgt_round_bf16(float x);
 float mgt_round_fp16(float x);
+/* float32 <-> bfloat16 (the upper 16 bits of a float32) and IEEE 754 binary16 bit patterns.
+ * To the 16-bit types: round to nearest, ties to even (IEEE 754-2008 4.3.1; the same rounding
+ * as mgt_round_bf16 / mgt_round_fp16 of lib/util, which these use), so torch's .bfloat16() and
+ * .half() give the same bits; overflow goes to +-inf (binary16: magnitudes from 65520 up),
+ * binary16 subnormals are produced (down to 2^-24, below half of which values go to +-0), NaN
+ * stays NaN with its sign and leading payload bits, made quiet.  From the 16-bit types: exact
+ * (every bf16/f16 value, subnormals, +-inf, NaN, is a float32). */
+uint16_t mgt_f32_to_bf16(float x);
+float mgt_bf16_to_f32(uint16_t h);
+uint16_t mgt_f32_to_f16(float x);
+float mgt_f16_to_f32(uint16_t h);
 
 /* 64-bit FNV-1a of a string, used to turn a tensor name into a Philox key. */
 uint64_t mgt_hash64(const char *s);

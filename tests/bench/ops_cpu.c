@@ -77,12 +77,12 @@ int main(int argc, char **argv)
 	float *dx = buf(be, (size_t)T * 2 * f, 1), *dw = buf(be, (size_t)f * h * 2, 1);
 	float *db = buf(be, 2 * f, 1), *dy = buf(be, (size_t)T * 2 * f, 1);
 	double gemm = 2.0 * T * h * 3 * h;
-	TIME("linear_fwd 768->2304 (qkv)", gemm, 5, O->linear_fwd(be, y, x, w, bias, T, h, 3 * h));
-	TIME("linear_bwd 768->2304", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, w, T, h, 3 * h));
+	TIME("linear_fwd 768->2304 (qkv)", gemm, 5, O->linear_fwd(be, y, x, w, MGT_DT_F32, bias, T, h, 3 * h));
+	TIME("linear_bwd 768->2304", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, w, MGT_DT_F32, T, h, 3 * h));
 	gemm = 2.0 * T * h * f;
-	TIME("linear_fwd 768->3072 (fc1)", gemm, 5, O->linear_fwd(be, y, x, w, bias, T, h, f));
-	TIME("linear_fwd 3072->768 (fc2)", gemm, 5, O->linear_fwd(be, y, x, w, bias, T, f, h));
-	TIME("linear_bwd 3072->768", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, w, T, f, h));
+	TIME("linear_fwd 768->3072 (fc1)", gemm, 5, O->linear_fwd(be, y, x, w, MGT_DT_F32, bias, T, h, f));
+	TIME("linear_fwd 3072->768 (fc2)", gemm, 5, O->linear_fwd(be, y, x, w, MGT_DT_F32, bias, T, f, h));
+	TIME("linear_bwd 3072->768", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, w, MGT_DT_F32, T, f, h));
 
 	float *qkv = buf(be, (size_t)T * 3 * h, 1), *out = buf(be, (size_t)T * h, 1);
 	float *lse = buf(be, (size_t)b * H * s, 1), *dqkv = buf(be, (size_t)T * 3 * h, 1);
@@ -122,7 +122,7 @@ int main(int argc, char **argv)
 			idx[i] = (int32_t)(((int64_t)i * 7919) % T), slot[i] = (int32_t)(((int64_t)i * 104729) % N);
 		float *xe = buf(be, (size_t)N * 2 * F, 1), *he = buf(be, (size_t)N * 2 * F, 1), *pr = buf(be, N, 1);
 		float *we = buf(be, (size_t)E * 2 * F * h, 0.05f), *dwe = buf(be, (size_t)E * 2 * F * h, 1);
-		const float *wp[E];
+		const void *wp[E];
 		float *dwp[E];
 		for (int g = 0; g < E; g++)
 			wp[g] = we + (size_t)g * 2 * F * h, dwp[g] = dwe + (size_t)g * 2 * F * h;
@@ -132,9 +132,9 @@ int main(int argc, char **argv)
 		TIME("moe rows_dot", 0, 10, O->rows_dot(be, pr, xe, he, N, h));
 		gemm = 2.0 * N * h * 2 * F;
 		TIME("moe linear_fwd_grouped 8x 768->1536", gemm, 3,
-		     O->linear_fwd_grouped(be, he, xe, wp, rows, E, h, 2 * F));
+		     O->linear_fwd_grouped(be, he, xe, wp, MGT_DT_F32, rows, E, h, 2 * F));
 		TIME("moe linear_bwd_grouped 8x 768->1536", 2 * gemm, 3,
-		     O->linear_bwd_grouped(be, dx, dwp, he, xe, wp, rows, E, h, 2 * F));
+		     O->linear_bwd_grouped(be, dx, dwp, he, xe, wp, MGT_DT_F32, rows, E, h, 2 * F));
 		O->free(be, idx), O->free(be, slot), O->free(be, xe), O->free(be, he), O->free(be, we), O->free(be, dwe), O->free(be, pr);
 	}
 
@@ -148,7 +148,7 @@ int main(int argc, char **argv)
 	      O->xent_loss(be, loss, mx, se, tg, mask, T)));
 	TIME("xent_bwd V=50304", 0, 5, O->xent_bwd(be, logits, logits, labels, mx, se, mask, 1.0f, 0, T, V));
 	float *wl = buf(be, (size_t)V * h, 0.05f);
-	TIME("lm head linear_fwd 768->50304", 2.0 * T * h * V, 2, O->linear_fwd(be, logits, x, wl, NULL, T, h, V));
+	TIME("lm head linear_fwd 768->50304", 2.0 * T * h * V, 2, O->linear_fwd(be, logits, x, wl, MGT_DT_F32, NULL, T, h, V));
 
 	size_t n = (size_t)T * f;
 	TIME("adamw (3.1M params)", 0, 5, O->adamw(be, x, y, dx, dy, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3));

@@ -470,6 +470,22 @@ static void t_memory(void)
 
 /* ================= linear ================= */
 
+/* The cast op into dst (device, n 16-bit elements of type dt) from src (device fp32, host copy
+ * h): bit for bit the CPU's cast of the same values. */
+static void t_cast_bits(const char *id, void *dst, mgt_elem_type dt, const float *src, const float *h, size_t n)
+{
+	uint16_t *g = xmalloc(n * 2), *c = xmalloc(n * 2);
+	G->cast(gpu, dst, dt, src, n);
+	if (G->download(gpu, g, dst, n * 2) != MGT_OK)
+		bail("download (cast failed?)");
+	C->cast(cpu, c, dt, h, n);
+	size_t nd = 0;
+	for (size_t i = 0; i < n; i++)
+		nd += g[i] != c[i];
+	CHECK(nd == 0, "%s%s: cast to the 16-bit weight copy bitwise the CPU's (%zu elements differ)", tag, id, nd);
+	free(g), free(c);
+}
+
 static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precision prec)
 {
 	const size_t nx = (size_t)T * in, nw = (size_t)out * in, ny = (size_t)T * out;
@@ -480,22 +496,30 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	/* CPU in the same precision */
 	cpu->precision = prec;
 	float *yc = xmalloc(ny * 4), *dxc = want_dx ? xmalloc(nx * 4) : NULL, *dwc = hcopy(dw0, nw), *dbc = hcopy(db0, out);
-	C->linear_fwd(cpu, yc, x, w, b, T, in, out);
-	C->linear_bwd(cpu, dxc, dwc, bias ? dbc : NULL, dy, x, w, T, in, out);
+	C->linear_fwd(cpu, yc, x, w, MGT_DT_F32, b, T, in, out);
+	C->linear_bwd(cpu, dxc, dwc, bias ? dbc : NULL, dy, x, w, MGT_DT_F32, T, in, out);
 	cpu->precision = MGT_PREC_FP32;
 
 	gpu->precision = prec;
 	float *dX = dput(x, nx), *dW = dput(w, nw), *dB = bias ? dput(b, out) : NULL, *dDY = dput(dy, ny);
 	float *dY = dalloc(ny * 4), *dDX = want_dx ? dalloc(nx * 4) : NULL, *dDW = dalloc(nw * 4), *dDB = dalloc(out * 4);
 	float *y[2], *dx[2] = { NULL, NULL }, *dw[2], *db[2];
+	/* the second run reads the weight as the model's 16-bit copy, made by the cast op: the same
+	 * bits as rounding the fp32 weight in the op (det below) */
+	const mgt_elem_type lt = mgt_precision_dtype(prec);
+	void *dW16 = lt == MGT_DT_F32 ? NULL : dalloc(nw * 2);
+	if (dW16)
+		t_cast_bits(id, dW16, lt, dW, w, nw);
 	for (int k = 0; k < 2; k++) {
+		const void *wk = k && dW16 ? dW16 : dW;
+		const mgt_elem_type tk = k && dW16 ? lt : MGT_DT_F32;
 		poison(dY, ny);
 		if (dDX)
 			poison(dDX, nx);
 		up(dDW, dw0, nw * 4);
 		up(dDB, db0, out * 4);
-		G->linear_fwd(gpu, dY, dX, dW, dB, T, in, out);
-		G->linear_bwd(gpu, dDX, dDW, bias ? dDB : NULL, dDY, dX, dW, T, in, out);
+		G->linear_fwd(gpu, dY, dX, wk, tk, dB, T, in, out);
+		G->linear_bwd(gpu, dDX, dDW, bias ? dDB : NULL, dDY, dX, wk, tk, T, in, out);
 		y[k] = dget(dY, ny);
 		if (want_dx)
 			dx[k] = dget(dDX, nx);
@@ -516,8 +540,8 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	if (prec != MGT_PREC_FP32) {
 		/* sanity: against the CPU in fp32 */
 		float *y32 = xmalloc(ny * 4), *dx32 = want_dx ? xmalloc(nx * 4) : NULL, *dw32 = hcopy(dw0, nw);
-		C->linear_fwd(cpu, y32, x, w, b, T, in, out);
-		C->linear_bwd(cpu, dx32, dw32, NULL, dy, x, w, T, in, out);
+		C->linear_fwd(cpu, y32, x, w, MGT_DT_F32, b, T, in, out);
+		C->linear_bwd(cpu, dx32, dw32, NULL, dy, x, w, MGT_DT_F32, T, in, out);
 		cmp(nm("%s vs cpu fp32 (sanity): y", id), y[0], y32, NULL, ny, T2(TOL_LOWP_VS_FP32, TOL_LOWP_VS_FP32));
 		if (want_dx)
 			cmp(nm("%s vs cpu fp32 (sanity): dx", id), dx[0], dx32, NULL, nx, T2(TOL_LOWP_VS_FP32, TOL_LOWP_VS_FP32));
@@ -526,7 +550,7 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	}
 	for (int k = 0; k < 2; k++)
 		free(y[k]), free(dx[k]), free(dw[k]), free(db[k]);
-	dfree(dX), dfree(dW), dfree(dB), dfree(dDY), dfree(dY), dfree(dDX), dfree(dDW), dfree(dDB);
+	dfree(dX), dfree(dW), dfree(dB), dfree(dDY), dfree(dY), dfree(dDX), dfree(dDW), dfree(dDB), dfree(dW16);
 	free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(yc), free(dxc), free(dwc), free(dbc);
 }
 
@@ -1496,14 +1520,14 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 	const char *id = nm("linear_grouped %s G=%d rows %s in=%d out=%d%s", precname(prec), NG, rs, in, out,
 			    want_dx ? "" : " dx=NULL");
 	float *x = hrand(nx, 1), *w = hrand(nw * NG, 0.5), *dy = hrand(ny, 1), *dw0 = hrand(nw * NG, 1);
-	const float *wc[GMAX];
+	const void *wc[GMAX];
 	float *dwc[GMAX];
 	float *yc = xmalloc(ny * 4), *dxc = want_dx ? xmalloc(nx * 4) : NULL, *dwcb = hcopy(dw0, nw * NG);
 	for (int g = 0; g < NG; g++)
 		wc[g] = w + g * nw, dwc[g] = dwcb + g * nw;
 	cpu->precision = prec;
-	C->linear_fwd_grouped(cpu, yc, x, wc, rows, NG, in, out);
-	C->linear_bwd_grouped(cpu, dxc, dwc, dy, x, wc, rows, NG, in, out);
+	C->linear_fwd_grouped(cpu, yc, x, wc, MGT_DT_F32, rows, NG, in, out);
+	C->linear_bwd_grouped(cpu, dxc, dwc, dy, x, wc, MGT_DT_F32, rows, NG, in, out);
 	cpu->precision = MGT_PREC_FP32;
 
 	gpu->precision = prec;
@@ -1511,7 +1535,7 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 	float *dY = dalloc((ny + (size_t)PAD * out) * 4), *dDX = want_dx ? dalloc((nx + (size_t)PAD * in) * 4) : NULL;
 	float *dDWb = dalloc(nw * NG * 4), *dYP = dalloc(ny * 4 + 4), *dDXP = dalloc(nx * 4 + 4),
 	      *dDWP = dalloc(nw * NG * 4);
-	const float *dw_[GMAX];
+	const void *dw_[GMAX];
 	float *ddw[GMAX];
 	for (int g = 0; g < NG; g++)
 		dw_[g] = dWb + g * nw, ddw[g] = dDWb + g * nw;
@@ -1521,8 +1545,8 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 		if (dDX)
 			poison(dDX, nx + (size_t)PAD * in);
 		up(dDWb, dw0, nw * NG * 4);
-		G->linear_fwd_grouped(gpu, dY, dX, dw_, rows, NG, in, out);
-		G->linear_bwd_grouped(gpu, dDX, ddw, dDY, dX, dw_, rows, NG, in, out);
+		G->linear_fwd_grouped(gpu, dY, dX, dw_, MGT_DT_F32, rows, NG, in, out);
+		G->linear_bwd_grouped(gpu, dDX, ddw, dDY, dX, dw_, MGT_DT_F32, rows, NG, in, out);
 		y[r] = dget(dY, ny + (size_t)PAD * out);
 		if (dDX)
 			dx[r] = dget(dDX, nx + (size_t)PAD * in);
@@ -1534,9 +1558,9 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 	up(dDWP, dw0, nw * NG * 4);
 	for (int g = 0, r0 = 0; g < NG; r0 += rows[g], g++)
 		if (rows[g]) {
-			G->linear_fwd(gpu, dYP + (size_t)r0 * out, dX + (size_t)r0 * in, dw_[g], NULL, rows[g], in, out);
+			G->linear_fwd(gpu, dYP + (size_t)r0 * out, dX + (size_t)r0 * in, dw_[g], MGT_DT_F32, NULL, rows[g], in, out);
 			G->linear_bwd(gpu, dDX ? dDXP + (size_t)r0 * in : NULL, dDWP + g * nw, NULL, dDY + (size_t)r0 * out,
-				      dX + (size_t)r0 * in, dw_[g], rows[g], in, out);
+				      dX + (size_t)r0 * in, dw_[g], MGT_DT_F32, rows[g], in, out);
 		}
 	float *yp = dget(dYP, ny), *dxp = dget(dDXP, nx), *dwp = dget(dDWP, nw * NG);
 	gpu->precision = MGT_PREC_FP32;

@@ -258,14 +258,14 @@ static void test_linear_case(int T, int in, int out, int with_bias, int fd)
 	double *bd = b ? tod(b, out) : NULL, *yr = xmalloc((size_t)T * out * sizeof *yr);
 	lin_ctx c = {xd, wd, bd, T, in, out};
 	lin_ref(&c, yr);
-	O->linear_fwd(be, y, x, w, b, T, in, out);
+	O->linear_fwd(be, y, x, w, MGT_DT_F32, b, T, in, out);
 	double e = relerr(y, yr, (size_t)T * out);
 	CHECK(e < FWD_TOL, "linear_fwd T=%d in=%d out=%d bias=%d: err %.2e", T, in, out, with_bias, e);
 
 	float *R = randf((size_t)T * out, 1);
 	float *dx = randf((size_t)T * in, 9), *dw0 = randf((size_t)out * in, 1), *db0 = randf(out, 1);
 	float *dw = copyf(dw0, (size_t)out * in), *db = copyf(db0, out);
-	O->linear_bwd(be, dx, dw, b ? db : NULL, R, x, w, T, in, out);
+	O->linear_bwd(be, dx, dw, b ? db : NULL, R, x, w, MGT_DT_F32, T, in, out);
 	objective ob = {lin_ref, &c, R, (size_t)T * out, yr};
 	if (fd) {
 		double ex = fd_check(&ob, xd, (size_t)T * in, dx);
@@ -277,7 +277,7 @@ static void test_linear_case(int T, int in, int out, int with_bias, int fd)
 			double eb = relerr_delta(db, db0, gb, out);
 			CHECK(eb < BWD_TOL, "linear_bwd db (accumulated) vs FD: %.2e", eb);
 			/* second call: dw, db gain the same gradient again */
-			O->linear_bwd(be, NULL, dw, db, R, x, w, T, in, out);
+			O->linear_bwd(be, NULL, dw, db, R, x, w, MGT_DT_F32, T, in, out);
 			for (int i = 0; i < out * in; i++)
 				gw[i] *= 2;
 			for (int i = 0; i < out; i++)
@@ -1639,8 +1639,8 @@ static void test_moe_grouped_case(const int *rows, int G, int in, int out)
 	float *y_end = copyf(y + ny, (size_t)pad * out), *dx_end = copyf(dx + nx, (size_t)pad * in);
 	double *yr = xmalloc((ny ? ny : 1) * sizeof *yr), *dxr = xmalloc((nx ? nx : 1) * sizeof *dxr);
 	double *dwr = xmalloc(nw * sizeof *dwr);
-	O->linear_fwd_grouped(be, y, x, (const float *const *)w, rows, G, in, out);
-	O->linear_bwd_grouped(be, dx, dw, dy, x, (const float *const *)w, rows, G, in, out);
+	O->linear_fwd_grouped(be, y, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
+	O->linear_bwd_grouped(be, dx, dw, dy, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
 	char id[128];
 	int n = snprintf(id, sizeof id, "G=%d rows", G);
 	for (int g = 0; g < G && n < 100; g++)
@@ -1687,7 +1687,7 @@ static void test_moe_grouped_case(const int *rows, int G, int in, int out)
 	float **dw2 = xmalloc(G * sizeof *dw2);
 	for (int g = 0; g < G; g++)
 		dw2[g] = copyf(dw[g], nw);
-	O->linear_bwd_grouped(be, NULL, dw2, dy, x, (const float *const *)w, rows, G, in, out);
+	O->linear_bwd_grouped(be, NULL, dw2, dy, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
 	double e2 = 0;
 	for (int g = 0; g < G; g++) {
 		double *inc = xmalloc(nw * sizeof *inc);
@@ -1708,14 +1708,14 @@ static void test_moe_grouped_case(const int *rows, int G, int in, int out)
 		float **dwg = xmalloc(G * sizeof *dwg), **dwp = xmalloc(G * sizeof *dwp);
 		for (int g = 0; g < G; g++)
 			dwg[g] = copyf(dw0[g], nw), dwp[g] = copyf(dw0[g], nw);
-		O->linear_fwd_grouped(be, yg, x, (const float *const *)w, rows, G, in, out);
-		O->linear_bwd_grouped(be, dxg, dwg, dy, x, (const float *const *)w, rows, G, in, out);
+		O->linear_fwd_grouped(be, yg, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
+		O->linear_bwd_grouped(be, dxg, dwg, dy, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
 		r0 = 0;
 		for (int g = 0; g < G; g++) {
 			if (rows[g]) {
-				O->linear_fwd(be, yp + (size_t)r0 * out, x + (size_t)r0 * in, w[g], NULL, rows[g], in, out);
+				O->linear_fwd(be, yp + (size_t)r0 * out, x + (size_t)r0 * in, w[g], MGT_DT_F32, NULL, rows[g], in, out);
 				O->linear_bwd(be, dxp + (size_t)r0 * in, dwp[g], NULL, dy + (size_t)r0 * out,
-					      x + (size_t)r0 * in, w[g], rows[g], in, out);
+					      x + (size_t)r0 * in, w[g], MGT_DT_F32, rows[g], in, out);
 			}
 			ndw += bits_differ(dwg[g], dwp[g], nw);
 			r0 += rows[g];
@@ -1757,8 +1757,8 @@ static void test_determinism(void)
 	float *x = randf(T * in, 1), *w = randf(out * in, 1), *dy = randf(T * out, 1);
 	float *dw1 = xmalloc(out * in * 4), *dw2 = xmalloc(out * in * 4), *db1 = xmalloc(out * 4),
 	      *db2 = xmalloc(out * 4), *dx1 = xmalloc(T * in * 4), *dx2 = xmalloc(T * in * 4);
-	O->linear_bwd(be, dx1, dw1, db1, dy, x, w, T, in, out);
-	O->linear_bwd(be, dx2, dw2, db2, dy, x, w, T, in, out);
+	O->linear_bwd(be, dx1, dw1, db1, dy, x, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx2, dw2, db2, dy, x, w, MGT_DT_F32, T, in, out);
 	CHECK(!memcmp(dw1, dw2, out * in * 4) && !memcmp(db1, db2, out * 4) && !memcmp(dx1, dx2, T * in * 4),
 	      "linear_bwd deterministic (2 threads)");
 	float *mean = xmalloc(T * 4), *rstd = xmalloc(T * 4), *yy = xmalloc(T * in * 4);
@@ -1775,7 +1775,7 @@ static void test_determinism(void)
 	CHECK(b1 && b1->threads == 1, "cpu backend with 1 thread");
 	if (b1) {
 		float *dw3 = xmalloc(out * in * 4), *db3 = xmalloc(out * 4), *dx3 = xmalloc(T * in * 4);
-		b1->ops->linear_bwd(b1, dx3, dw3, db3, dy, x, w, T, in, out);
+		b1->ops->linear_bwd(b1, dx3, dw3, db3, dy, x, w, MGT_DT_F32, T, in, out);
 		double *r = tod(dw1, out * in);
 		double e = relerr(dw3, r, out * in);
 		CHECK(e < 1e-6 && !memcmp(db1, db3, out * 4), "1 thread vs 2 threads: dw %.2e, db identical", e);

@@ -88,9 +88,9 @@ static void test_gemm_emulation(mgt_precision prec, const char *name, float (*ro
 	for (int i = 0; i < OUT * IN; i++) w[i] = (float)((int)(next32() % 20001) - 10000) * 0.7e-4f;
 	for (int i = 0; i < OUT; i++) b[i] = (float)i * 0.01f;
 	be->precision = prec;
-	be->ops->linear_fwd(be, y, x, w, b, T, IN, OUT);
+	be->ops->linear_fwd(be, y, x, w, MGT_DT_F32, b, T, IN, OUT);
 	be->precision = MGT_PREC_FP32;
-	be->ops->linear_fwd(be, y32, x, w, b, T, IN, OUT);
+	be->ops->linear_fwd(be, y32, x, w, MGT_DT_F32, b, T, IN, OUT);
 	double err = 0, ref2 = 0, moved = 0;
 	for (int t = 0; t < T; t++)
 		for (int o = 0; o < OUT; o++) {
@@ -104,6 +104,64 @@ static void test_gemm_emulation(mgt_precision prec, const char *name, float (*ro
 	      sqrt(err / ref2));
 	CHECK(sqrt(moved / ref2) > 1e-5, "%s GEMM differs from the fp32 GEMM (rel %.2e): operands were rounded", name,
 	      sqrt(moved / ref2));
+	mgt_backend_destroy(be);
+}
+
+/* A 16-bit pattern decoded by arithmetic (no bit tricks on floats): bf16 is the top half of a
+ * float32; binary16 is (-1)^s 2^(e-15) (1 + m/1024), subnormals m 2^-24. */
+static float ref_decode(uint16_t h, int bf)
+{
+	int s = h >> 15, m = bf ? (h & 0x7f) : (h & 0x3ff), e = bf ? (h >> 7 & 0xff) : (h >> 10 & 0x1f);
+	int emax = bf ? 255 : 31, mbits = bf ? 7 : 10, bias = bf ? 127 : 15;
+	double v = e == emax ? (m ? NAN : INFINITY)
+		   : e == 0 ? ldexp((double)m, 1 - bias - mbits) : ldexp((double)((1 << mbits) + m), e - bias - mbits);
+	return (float)(s ? -v : v);
+}
+
+/* The model's 16-bit weight copy: the cast op writes the reference rounding's bits, and the linear
+ * ops given the copy (wt 16-bit: no rounding in the op) give bit for bit what they give when they
+ * round the fp32 weight themselves: forward, both backward GEMMs, the grouped forms. */
+static void test_weight_copy(mgt_precision prec, const char *name, float (*round)(float))
+{
+	enum { T = 29, IN = 70, OUT = 41, NW = OUT * IN };
+	const int bf = prec == MGT_PREC_BF16;
+	const mgt_elem_type dt = mgt_precision_dtype(prec);
+	mgt_backend *be = mgt_backend_cpu_create(2);
+	static float x[T * IN], w[NW], dy[T * OUT], y1[T * OUT], y2[T * OUT], dx1[T * IN], dx2[T * IN];
+	static float dw1[NW], dw2[NW];
+	static uint16_t w16[NW];
+	for (int i = 0; i < T * IN; i++) x[i] = (float)((int)(next32() % 20001) - 10000) * 1.3e-4f;
+	for (int i = 0; i < NW; i++) w[i] = (float)((int)(next32() % 20001) - 10000) * 0.7e-4f;
+	for (int i = 0; i < T * OUT; i++) dy[i] = (float)((int)(next32() % 20001) - 10000) * 0.9e-4f;
+	w[0] = 7e4f, w[1] = -3e-8f, w[2] = 1.0f + 0x1p-11f, w[3] = NAN; /* fp16 overflow, subnormal, a tie */
+	be->ops->cast(be, w16, dt, w, NW);
+	int bad = 0;
+	for (int i = 0; i < NW; i++) bad += !same(ref_decode(w16[i], bf), round(w[i]));
+	CHECK(bad == 0, "%s cast: every element is the reference rounding (%d differ)", name, bad);
+	w[0] = 0.5f, w[3] = -0.25f; /* finite outputs for the GEMMs below */
+	be->ops->cast(be, w16, dt, w, NW);
+	be->precision = prec;
+	be->ops->linear_fwd(be, y1, x, w, MGT_DT_F32, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y2, x, w16, dt, NULL, T, IN, OUT);
+	CHECK(!memcmp(y1, y2, sizeof y1), "%s linear_fwd: the 16-bit weight gives the rounded fp32 weight's bits", name);
+	be->ops->linear_bwd(be, dx1, dw1, NULL, dy, x, w, MGT_DT_F32, T, IN, OUT);
+	be->ops->linear_bwd(be, dx2, dw2, NULL, dy, x, w16, dt, T, IN, OUT);
+	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
+	      "%s linear_bwd: dx and dw the same bits with the 16-bit weight", name);
+	const int rows[3] = { 11, 0, 18 };
+	const void *wf[3] = { w, w, w + 7 }, *wh[3] = { w16, w16, w16 + 7 };
+	be->ops->linear_fwd_grouped(be, y1, x, wf, MGT_DT_F32, rows, 3, IN, OUT - 7);
+	be->ops->linear_fwd_grouped(be, y2, x, wh, dt, rows, 3, IN, OUT - 7);
+	CHECK(!memcmp(y1, y2, (size_t)T * (OUT - 7) * sizeof *y1), "%s linear_fwd_grouped: the same bits", name);
+	float *dwf[3] = { dw1, dw1 + 9, dw1 + 17 }, *dwh[3] = { dw2, dw2 + 9, dw2 + 17 };
+	be->ops->linear_bwd_grouped(be, dx1, dwf, dy, x, wf, MGT_DT_F32, rows, 3, IN, OUT - 7);
+	be->ops->linear_bwd_grouped(be, dx2, dwh, dy, x, wh, dt, rows, 3, IN, OUT - 7);
+	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
+	      "%s linear_bwd_grouped: the same bits", name);
+	w16[5] ^= 1; /* the op reads the copy: one changed bit moves the outputs of its row */
+	be->ops->linear_fwd(be, y2, x, w16, dt, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y1, x, w, MGT_DT_F32, NULL, T, IN, OUT);
+	CHECK(memcmp(y1, y2, sizeof y1) != 0, "%s linear_fwd reads the 16-bit weight it is given", name);
 	mgt_backend_destroy(be);
 }
 
@@ -143,6 +201,8 @@ int main(void)
 	test_rounding_random();
 	test_gemm_emulation(MGT_PREC_BF16, "bf16", ref_bf16);
 	test_gemm_emulation(MGT_PREC_FP16, "fp16", ref_fp16);
+	test_weight_copy(MGT_PREC_BF16, "bf16", ref_bf16);
+	test_weight_copy(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_scaler();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;

@@ -59,6 +59,8 @@ static void put(void *buf, mgt_comm_dtype dt, size_t i, int64_t v)
 	case MGT_DT_F64: ((double *)buf)[i] = (double)v; break;
 	case MGT_DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
 	case MGT_DT_I64: ((int64_t *)buf)[i] = v; break;
+	case MGT_DT_BF16: ((uint16_t *)buf)[i] = mgt_f32_to_bf16((float)v); break;
+	case MGT_DT_F16: ((uint16_t *)buf)[i] = mgt_f32_to_f16((float)v); break;
 	}
 }
 
@@ -68,6 +70,8 @@ static int64_t get(const void *buf, mgt_comm_dtype dt, size_t i)
 	case MGT_DT_F32: return (int64_t)((const float *)buf)[i];
 	case MGT_DT_F64: return (int64_t)((const double *)buf)[i];
 	case MGT_DT_I32: return ((const int32_t *)buf)[i];
+	case MGT_DT_BF16: return (int64_t)mgt_bf16_to_f32(((const uint16_t *)buf)[i]);
+	case MGT_DT_F16: return (int64_t)mgt_f16_to_f32(((const uint16_t *)buf)[i]);
 	default: return ((const int64_t *)buf)[i];
 	}
 }
