@@ -915,13 +915,38 @@ static mgt_status derive_moe(mgt_args *a)
 	return MGT_OK;
 }
 
+/* Whether Megatron flag `name`, accepted without effect (compat.c), was given. */
+static bool ignored_given(const mgt_args *a, const char *name)
+{
+	char key[80];
+	snprintf(key, sizeof key, "--%s:", name);
+	for (const char *p = a->ignored_flags; p && (p = strstr(p, key)); p++)
+		if (p == a->ignored_flags || p[-1] == '\n') return true;
+	return false;
+}
+
+/* The precision flags Megatron refuses together (megatron/training/arguments.py validate_args:
+ * "assert not args.bf16" under --fp16, "lm cross entropy in fp16 only support in fp16 mode"),
+ * and --grad-reduce-in-bf16, which sets the bf16 main_grad buffer of --bf16 runs only. */
+static mgt_status check_precision(const mgt_args *a)
+{
+	if (a->bf16 && a->fp16) return mgt_err(MGT_ERR_USAGE, "--bf16 and --fp16 exclude each other");
+	if (ignored_given(a, "grad-reduce-in-bf16") && !a->bf16)
+		return mgt_err(MGT_ERR_USAGE, "--grad-reduce-in-bf16 needs --bf16 (it chooses how a bf16 run reduces its "
+			       "gradients)%s", a->fp16 ? ", not --fp16" : "");
+	if (ignored_given(a, "fp16-lm-cross-entropy") && !a->fp16)
+		return mgt_err(MGT_ERR_USAGE, "--fp16-lm-cross-entropy needs --fp16 (as in Megatron)%s",
+			       a->bf16 ? ", not --bf16" : "");
+	return MGT_OK;
+}
+
 mgt_status mgt_args_finalize(mgt_args *a)
 {
 	mgt_status st = derive_parallel(a);
 	if (!st) st = derive_recompute(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
-	if (a->bf16 && a->fp16) return mgt_err(MGT_ERR_USAGE, "--bf16 and --fp16 exclude each other");
+	if ((st = check_precision(a))) return st;
 	if (a->ckpt_step && !a->load)
 		return mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load (the checkpoint directory to load it from)",
 			       (long long)a->ckpt_step);

@@ -4,7 +4,7 @@
 # follows Megatron's dynamic loss scaler (checked against an independent re-implementation of
 # grad_scaler.py's rules over the run's own skip pattern), a constant scale never changes, the
 # scaler's state survives a checkpoint bit for bit, data parallelism agrees with one process, and
-# bad precision or device flags are refused (TAP, run by prove).
+# bad precision or device flags (and the combinations Megatron refuses) are refused (TAP, run by prove).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 
@@ -93,6 +93,12 @@ fi
 
 ok "--bf16 with --fp16 refused (exit 2)" exits 2 $TRAIN --train-iters 1 --bf16 --fp16
 ok "... and says why" err_has "exclude each other"
+ok "--grad-reduce-in-bf16 without --bf16 refused (exit 2)" exits 2 $TRAIN --train-iters 1 --grad-reduce-in-bf16
+ok "... naming both flags" err_has "--grad-reduce-in-bf16 needs --bf16"
+ok "--grad-reduce-in-bf16 with --fp16 refused (exit 2)" exits 2 $TRAIN --train-iters 1 --fp16 --grad-reduce-in-bf16
+ok "... naming all three" err_has "needs --bf16 (it chooses how a bf16 run reduces its gradients), not --fp16"
+ok "--fp16-lm-cross-entropy without --fp16 refused (exit 2)" exits 2 $TRAIN --train-iters 1 --bf16 --fp16-lm-cross-entropy
+ok "... naming both flags" err_has "--fp16-lm-cross-entropy needs --fp16 (as in Megatron), not --bf16"
 ok "--device gpu refused (exit 2)" exits 2 $TRAIN --train-iters 1 --device gpu
 ok "... naming the choices" err_has "expected auto, cpu or cuda"
 ok "--fp16 --min-loss-scale above the initial scale refused" exits 2 $TRAIN --train-iters 1 --fp16 --initial-loss-scale 4 --min-loss-scale 8
