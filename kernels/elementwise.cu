@@ -193,12 +193,12 @@ static __device__ __forceinline__ void ld4_biased(const float *x, const float *b
 
 /* Row t: GELU y = gelu(x + b) over f columns (act 0 erf, 2 tanh); SwiGLU (act 1)
  * y = silu(gate + b) * (up + b), x = [gate | up]. */
-static __global__ void bias_act_fwd_k(int act, float *y, const float *x, const float *b, int f,
-				      bool vec)
+template <typename Y>
+static __global__ void bias_act_fwd_k(int act, Y *y, const float *x, const float *b, int f, bool vec)
 {
 	const size_t t = blockIdx.x, nf = (size_t)f, ng = (nf + 3) / 4;
 	const float *xt = x + t * (act == 1 ? 2 * nf : nf);
-	float *yt = y + t * nf;
+	Y *yt = y + t * nf;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
 		float a[4], o[4];
 		ld4_biased(xt, b, g, nf, vec, a);
@@ -221,13 +221,19 @@ static __global__ void bias_act_fwd_k(int act, float *y, const float *x, const f
 	}
 }
 
-extern "C" int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float *x, const float *b,
-				  int T, int f)
+extern "C" int mgt_k_bias_act_fwd(mgt_k_stream s, int act, void *y, mgt_k_dtype yt, const float *x,
+				  const float *b, int T, int f)
 {
 	if (T <= 0 || f <= 0)
 		return 0;
 	const bool vec = f % 4 == 0 && mgt_al16(y) && mgt_al16(x) && mgt_al16(b);
-	MGT_LAUNCH(bias_act_fwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), act, y, x, b, f, vec);
+	if (yt == MGT_K_BF16)
+		MGT_LAUNCH(bias_act_fwd_k<__nv_bfloat16>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, (__nv_bfloat16 *)y,
+			   x, b, f, vec);
+	else if (yt == MGT_K_F16)
+		MGT_LAUNCH(bias_act_fwd_k<__half>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, (__half *)y, x, b, f, vec);
+	else
+		MGT_LAUNCH(bias_act_fwd_k<float>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, (float *)y, x, b, f, vec);
 	return mgt_k_rc();
 }
 

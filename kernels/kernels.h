@@ -62,7 +62,8 @@ int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const float *dy, const in
 			int64_t row0, int64_t rows, int T, int h, void *ws);
 
 /* ---- normalization (kind: 0 LayerNorm, 1 RMSNorm; backend.h's mgt_norm_kind) ---- */
-int mgt_k_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd, const float *x,
+/* y of type yt: fp32, or each fp32 result rounded to bf16 / fp16 (nearest even). */
+int mgt_k_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd, const float *x,
 		   const float *w, const float *b, int T, int h, float eps);
 size_t mgt_k_norm_bwd_ws_bytes(int T, int h);
 int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
@@ -147,7 +148,8 @@ int mgt_k_mma_probe(mgt_k_stream s, int dtype, const float *x, const float *y, f
 		    uint32_t *frag);
 
 /* ---- MLP activation with bias (act: 0 GELU, 1 SwiGLU, 2 GELU tanh; backend.h's mgt_act_kind) ---- */
-int mgt_k_bias_act_fwd(mgt_k_stream s, int act, float *y, const float *x, const float *b, int T,
+/* y of type yt as mgt_k_norm_fwd's. */
+int mgt_k_bias_act_fwd(mgt_k_stream s, int act, void *y, mgt_k_dtype yt, const float *x, const float *b, int T,
 		       int f);
 size_t mgt_k_bias_act_bwd_ws_bytes(int act, int T, int f);
 int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db, const float *dy,

@@ -20,12 +20,13 @@ static __device__ __forceinline__ size_t row_at(rows_lay L, size_t t, size_t h)
 }
 
 /* Row t: mean (LayerNorm; 0 for RMSNorm) and rstd in double, then y = (x - mean) * rstd * w + b. */
-static __global__ void norm_fwd_k(int kind, float *y, float *mean, float *rstd, const float *x,
+template <typename Y>
+static __global__ void norm_fwd_k(int kind, Y *y, float *mean, float *rstd, const float *x,
 				  const float *w, const float *b, int h, float eps, bool vec, rows_lay L)
 {
 	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
 	const float *xt = x + row_at(L, t, nh);
-	float *yt = y + row_at(L, t, nh);
+	Y *yt = y + row_at(L, t, nh);
 	double mu = 0, ss = 0;
 	if (kind == 0) {
 		double sum = 0;
@@ -69,21 +70,29 @@ static __global__ void norm_fwd_k(int kind, float *y, float *mean, float *rstd, 
 	}
 }
 
-static int norm_fwd_rows(mgt_k_stream s, int kind, float *y, float *mean, float *rstd, const float *x,
-			 const float *w, const float *b, int T, int h, float eps, rows_lay L)
+/* y of type yt (fp32, or rounded to bf16 / fp16 by mgt_st4). */
+static int norm_fwd_rows(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd,
+			 const float *x, const float *w, const float *b, int T, int h, float eps, rows_lay L)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
 	const bool vec = h % 4 == 0 && mgt_al16(y) && mgt_al16(x) && mgt_al16(w) && mgt_al16(b);
-	MGT_LAUNCH(norm_fwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), kind, y, mean, rstd, x, w, b, h, eps,
-		   vec, L);
+	if (yt == MGT_K_BF16)
+		MGT_LAUNCH(norm_fwd_k<__nv_bfloat16>, T, MGT_ROW_THREADS, 0, mgt_st(s), kind, (__nv_bfloat16 *)y,
+			   mean, rstd, x, w, b, h, eps, vec, L);
+	else if (yt == MGT_K_F16)
+		MGT_LAUNCH(norm_fwd_k<__half>, T, MGT_ROW_THREADS, 0, mgt_st(s), kind, (__half *)y, mean, rstd, x,
+			   w, b, h, eps, vec, L);
+	else
+		MGT_LAUNCH(norm_fwd_k<float>, T, MGT_ROW_THREADS, 0, mgt_st(s), kind, (float *)y, mean, rstd, x, w,
+			   b, h, eps, vec, L);
 	return mgt_k_rc();
 }
 
-extern "C" int mgt_k_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd,
+extern "C" int mgt_k_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd,
 			      const float *x, const float *w, const float *b, int T, int h, float eps)
 {
-	return norm_fwd_rows(s, kind, y, mean, rstd, x, w, b, T, h, eps, rows_lay{1, 1, 0});
+	return norm_fwd_rows(s, kind, y, yt, mean, rstd, x, w, b, T, h, eps, rows_lay{1, 1, 0});
 }
 
 /* Query heads: r rows per group, group stride r + 2, first 0; key heads: 1 row at offset r. */
@@ -99,7 +108,7 @@ extern "C" int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, float *y, float *me
 {
 	int n;
 	rows_lay L = head_rows(T, ng, r, key, &n);
-	return norm_fwd_rows(s, kind, y, mean, rstd, x, w, b, n, d, eps, L);
+	return norm_fwd_rows(s, kind, y, MGT_K_F32, mean, rstd, x, w, b, n, d, eps, L);
 }
 
 /* Row t: g = dy * w, xhat = (x - mean) * rstd,

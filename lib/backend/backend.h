@@ -53,7 +53,12 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * emulates it bit for bit per product, so it is the reference for the CUDA backend's GEMMs in
  * every mode.  The CUDA backend also runs attention on tensor cores in these modes (Q, K, V, the
  * probabilities and dS rounded to the type, fp32 softmax and accumulation: kernels/attn_tc.cu);
- * the CPU's attention stays fp32.  Activations are fp32 in this version.
+ * the CPU's attention stays fp32.
+ *
+ * Storage: an activation whose only readers are GEMMs may be kept in the 16-bit type (the model
+ * does so for the norms' outputs and the MLP activation): norm_fwd and bias_act_fwd write it
+ * rounded, the linear ops read it as it is; a GEMM rounding its fp32 operand would have seen the
+ * same bits.  Other activations are fp32 in this version.
  *
  * Weights may come already in the 16-bit type (the model's 16-bit copy of its parameters, which
  * it refreshes with the cast op after every change of its fp32 main parameters, as Megatron's
@@ -88,17 +93,18 @@ typedef struct mgt_backend_ops {
 	void (*destroy)(mgt_backend *be);
 
 	/* ---- linear layers (GEMM) ---- */
-	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y.  w's elements
-	 * are of type wt: MGT_DT_F32, or mgt_precision_dtype(be->precision) (see mgt_precision). */
-	void (*linear_fwd)(mgt_backend *be, float *y, const float *x, const void *w, mgt_elem_type wt,
-			   const float *b, int T, int in, int out);
+	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y (fp32).  x's
+	 * elements are of type xt, w's of type wt: each MGT_DT_F32 or mgt_precision_dtype(be->precision)
+	 * (see mgt_precision; under MGT_PREC_FP32 a 16-bit x is widened exactly). */
+	void (*linear_fwd)(mgt_backend *be, float *y, const void *x, mgt_elem_type xt, const void *w,
+			   mgt_elem_type wt, const float *b, int T, int in, int out);
 	/* Backward of linear_fwd given dy[T, out]:
 	 *   dx[T, in]   = dy . w          writes (skipped when dx == NULL)
 	 *   dw[out, in] += dy^T . x       accumulates (fp32)
 	 *   db[out]     += sum_t dy[t]    accumulates (skipped when db == NULL)
-	 * w of type wt as linear_fwd's. */
+	 * x of type xt and w of type wt as linear_fwd's. */
 	void (*linear_bwd)(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
-			   const float *x, const void *w, mgt_elem_type wt, int T, int in, int out);
+			   const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out);
 
 	/* ---- embedding ---- */
 	/* Row lookup in a table holding rows [row0, row0+rows) of a larger (possibly vocab-parallel)
@@ -114,8 +120,9 @@ typedef struct mgt_backend_ops {
 	/* LayerNorm: y = (x - mean) * rstd * w + b;  RMSNorm: y = x * rstd * w with
 	 * rstd = 1/sqrt(mean(x^2) + eps) (mean is written as 0 for RMSNorm).  b may be NULL (adds
 	 * nothing; RMSNorm always has none).  x, y [T, h]; w, b [h]; mean, rstd [T] saved for the
-	 * backward.  Statistics accumulate in double.  Writes y, mean, rstd. */
-	void (*norm_fwd)(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+	 * backward.  Statistics accumulate in double.  Writes y, mean, rstd.  y's elements are of type
+	 * yt: fp32, or bf16/fp16 (each fp32 result rounded to nearest even, as the cast op rounds). */
+	void (*norm_fwd)(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			 const float *x, const float *w, const float *b, int T, int h, float eps);
 	/* Backward: dx[T, h] += d/dx (accumulates, so the residual stream's gradient passes through),
 	 * dw[h] += ..., db[h] += ... (db skipped when NULL). */
@@ -229,8 +236,8 @@ typedef struct mgt_backend_ops {
 	 *   0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))).
 	 * SwiGLU: x [T, 2f] = [gate | up] along each row (first f columns gate, next f up), b [2f],
 	 *   y[t, c] = silu(x[t, c] + b[c]) * (x[t, f + c] + b[f + c]), y [T, f].
-	 * b may be NULL.  Writes y. */
-	void (*bias_act_fwd)(mgt_backend *be, mgt_act_kind act, float *y, const float *x,
+	 * b may be NULL.  Writes y, of type yt as norm_fwd's y. */
+	void (*bias_act_fwd)(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const float *x,
 			     const float *b, int T, int f);
 	/* Backward: dx [T, f] or [T, 2f] writes; db accumulates (skipped when NULL). */
 	void (*bias_act_bwd)(mgt_backend *be, mgt_act_kind act, float *dx, float *db,

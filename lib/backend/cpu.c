@@ -132,6 +132,30 @@ static float *round_buf(mgt_backend *be, int k, size_t n)
 	return im->round_buf[k];
 }
 
+/* Row buffers for ops that write 16-bit outputs: `per` floats for each thread, in rounding buffer
+ * 2; NULL (failure recorded) when it cannot grow.  Call outside parallel regions. */
+static float *row_bufs(mgt_backend *be, size_t per)
+{
+	return round_buf(be, 2, per * (size_t)cpu_threads(be));
+}
+
+/* Store row v [n] fp32 at element off of y, of type yt: copied (fp32) or rounded to nearest even
+ * (bf16, fp16: mgt_f32_to_bf16 / mgt_f32_to_f16, the GPU's __float2bfloat16_rn / __float2half_rn). */
+static void store_row(void *y, mgt_elem_type yt, size_t off, const float *v, int n)
+{
+	if (yt == MGT_DT_F32) {
+		memcpy((float *)y + off, v, (size_t)n * sizeof *v);
+		return;
+	}
+	uint16_t *h = (uint16_t *)y + off;
+	if (yt == MGT_DT_BF16)
+		for (int c = 0; c < n; c++)
+			h[c] = mgt_f32_to_bf16(v[c]);
+	else
+		for (int c = 0; c < n; c++)
+			h[c] = mgt_f32_to_f16(v[c]);
+}
+
 static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t n)
 {
 	if (be->precision == MGT_PREC_FP32)
@@ -146,10 +170,10 @@ static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t 
 	return r;
 }
 
-/* The weight operand w [n] of type wt as fp32 values for sgemm: rounded as gemm_operand when wt is
+/* A GEMM operand w [n] of type wt as fp32 values for sgemm: rounded as gemm_operand when wt is
  * fp32; a 16-bit w (already the precision's type) widened exactly into the k-th buffer, so both
  * give the same bits.  NULL (the failure recorded) when the buffer cannot grow. */
-static const float *gemm_weight(mgt_backend *be, int k, const void *w, mgt_elem_type wt, size_t n)
+static const float *gemm_typed(mgt_backend *be, int k, const void *w, mgt_elem_type wt, size_t n)
 {
 	if (wt == MGT_DT_F32)
 		return gemm_operand(be, k, w, n);
@@ -167,8 +191,8 @@ static const float *gemm_weight(mgt_backend *be, int k, const void *w, mgt_elem_
 /* Output features a GEMM call covers at most (the vocabulary's output layer is split) */
 enum { GEMM_COLS = 8192 };
 
-void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const void *w16, mgt_elem_type wt,
-			const float *b, int T, int in, int out)
+void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const void *x16, mgt_elem_type xt, const void *w16,
+			mgt_elem_type wt, const float *b, int T, int in, int out)
 {
 	if (T <= 0 || out <= 0)
 		return;
@@ -183,9 +207,9 @@ void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const void *w
 			memset(y, 0, (size_t)T * out * sizeof *y);
 		return;
 	}
-	x = gemm_operand(be, 0, x, (size_t)T * in);
-	const float *w = gemm_weight(be, 1, w16, wt, (size_t)out * in);
-	if (!w)
+	const float *x = gemm_typed(be, 0, x16, xt, (size_t)T * in);
+	const float *w = gemm_typed(be, 1, w16, wt, (size_t)out * in);
+	if (!x || !w)
 		return;
 	if (T == 1) /* one token (decoding): OpenBLAS's sgemm would pack all of w first, gemv streams it */
 		cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, b ? 1.0f : 0.0f, y, 1);
@@ -196,7 +220,7 @@ void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const float *x, const void *w
 }
 
 void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
-			const float *x, const void *w, mgt_elem_type wt, int T, int in, int out)
+			const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out)
 {
 	if (T <= 0 || in <= 0 || out <= 0) {
 		if (dx && T > 0 && in > 0)
@@ -210,11 +234,13 @@ void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const 
 	if (db)
 		colsum_acc(be, db, dy, T, out);
 	const float *dyr = gemm_operand(be, 0, dy, (size_t)T * out);
-	const float *wr = dx ? gemm_weight(be, 1, w, wt, (size_t)out * in) : NULL;
+	const float *wr = dx ? gemm_typed(be, 1, w, wt, (size_t)out * in) : NULL;
 	if (wr)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dyr, out, wr, in, 0.0f,
 			    dx, in);
-	const float *xr = gemm_operand(be, 1, x, (size_t)T * in);
+	const float *xr = gemm_typed(be, 1, x, xt, (size_t)T * in);
+	if (!xr)
+		return;
 	for (int j = 0; j < out; j += GEMM_COLS)
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out - j < GEMM_COLS ? out - j : GEMM_COLS, in, T,
 			    1.0f, dyr + j, out, xr, in, 1.0f, dw + (size_t)j * in, in);
@@ -280,14 +306,19 @@ CPU_INLINE size_t row_at(rows_lay L, int i, int h)
 	return ((size_t)(i / L.per) * (size_t)L.stride + (size_t)L.first + (size_t)(i % L.per)) * (size_t)h;
 }
 
-static void norm_fwd_rows(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+/* y (of type yt; fp32 for the head norms) as norm_fwd writes it, row by row; a 16-bit row is
+ * computed in fp32 in the thread's row buffer first and then rounded. */
+static void norm_fwd_rows(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			  const float *x, const float *w, const float *b, int T, int h, float eps, rows_lay L)
 {
 	const bool ln = kind == MGT_NORM_LAYERNORM;
+	float *rows = yt == MGT_DT_F32 || T <= 0 ? NULL : row_bufs(be, (size_t)h);
+	if (yt != MGT_DT_F32 && T > 0 && !rows)
+		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * h > PAR_MIN)
 	for (int t = 0; t < T; t++) {
 		const float *xt = x + row_at(L, t, h);
-		float *yt = y + row_at(L, t, h);
+		float *yt32 = rows ? rows + (size_t)omp_get_thread_num() * (size_t)h : (float *)y + row_at(L, t, h);
 		double mu = 0, ss = 0;
 		if (ln) {
 			double sum = 0;
@@ -307,19 +338,21 @@ static void norm_fwd_rows(mgt_backend *be, mgt_norm_kind kind, float *y, float *
 		if (b) {
 #pragma omp simd
 			for (int c = 0; c < h; c++)
-				yt[c] = (xt[c] - m) * rs * w[c] + b[c];
+				yt32[c] = (xt[c] - m) * rs * w[c] + b[c];
 		} else {
 #pragma omp simd
 			for (int c = 0; c < h; c++)
-				yt[c] = (xt[c] - m) * rs * w[c];
+				yt32[c] = (xt[c] - m) * rs * w[c];
 		}
+		if (rows)
+			store_row(y, yt, row_at(L, t, h), yt32, h);
 	}
 }
 
-static void cpu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+static void cpu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			 const float *x, const float *w, const float *b, int T, int h, float eps)
 {
-	norm_fwd_rows(be, kind, y, mean, rstd, x, w, b, T, h, eps, ROWS_DENSE);
+	norm_fwd_rows(be, kind, y, yt, mean, rstd, x, w, b, T, h, eps, ROWS_DENSE);
 }
 
 /* dw, db first (so that dx may alias dy), then dx (+)= per row. */
@@ -398,7 +431,7 @@ static void cpu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, flo
 {
 	int n;
 	rows_lay L = head_rows(ng, T, r, key, &n);
-	norm_fwd_rows(be, kind, y, mean, rstd, x, w, b, n, d, eps, L);
+	norm_fwd_rows(be, kind, y, MGT_DT_F32, mean, rstd, x, w, b, n, d, eps, L);
 }
 
 static void cpu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
@@ -503,14 +536,21 @@ CPU_CLONES static void act_fwd_row(float *yt, const float *xt, const float *b, i
 		b ? act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU, true) : act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU, false);
 }
 
-static void cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, float *y, const float *x,
+static void cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const float *x,
 			     const float *b, int T, int f)
 {
 	const bool swi = act == MGT_ACT_SWIGLU;
 	const int xw = swi ? 2 * f : f;
+	float *rows = yt == MGT_DT_F32 || T <= 0 ? NULL : row_bufs(be, (size_t)f);
+	if (yt != MGT_DT_F32 && T > 0 && !rows)
+		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * xw > PAR_MIN / 4)
-	for (int t = 0; t < T; t++)
-		act_fwd_row(y + (size_t)t * f, x + (size_t)t * xw, b, f, (int)act);
+	for (int t = 0; t < T; t++) {
+		float *y32 = rows ? rows + (size_t)omp_get_thread_num() * (size_t)f : (float *)y + (size_t)t * f;
+		act_fwd_row(y32, x + (size_t)t * xw, b, f, (int)act);
+		if (rows)
+			store_row(y, yt, (size_t)t * f, y32, f);
+	}
 }
 
 CPU_INLINE void act_bwd_row_(float *dxt, const float *gt, const float *xt, const float *b, int f,
@@ -973,6 +1013,7 @@ static void cpu_destroy(mgt_backend *be)
 		free(im->scratch);
 		free(im->round_buf[0]);
 		free(im->round_buf[1]);
+		free(im->round_buf[2]);
 	}
 	free(im);
 	free(be);

@@ -269,12 +269,18 @@ static void cu_embedding_bwd(mgt_backend *be, float *dtable, const float *dy, co
 			mgt_k_embedding_bwd(stream(be), dtable, dy, ids, row0, rows, T, h, ws));
 }
 
-static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+/* The kernels' name of an element type (fp32, bf16, fp16). */
+static mgt_k_dtype k_dtype(mgt_elem_type t)
+{
+	return t == MGT_DT_BF16 ? MGT_K_BF16 : t == MGT_DT_F16 ? MGT_K_F16 : MGT_K_F32;
+}
+
+static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			const float *x, const float *w, const float *b, int T, int h, float eps)
 {
 	if (T > 0 && h > 0)
 		mgt_cuda_ok(be, "norm_fwd",
-			    mgt_k_norm_fwd(stream(be), (int)kind, y, mean, rstd, x, w, b, T, h, eps));
+			    mgt_k_norm_fwd(stream(be), (int)kind, y, k_dtype(yt), mean, rstd, x, w, b, T, h, eps));
 }
 
 static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
@@ -395,12 +401,12 @@ static void cu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const 
 	mgt_cuda_ok(be, "attn_kv", mgt_k_attn_kv(stream(be), out, kc, vc, qkv, seq, pos, T, ng, r, d, S));
 }
 
-static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, float *y, const float *x,
+static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const float *x,
 			    const float *b, int T, int f)
 {
 	if (T > 0 && f > 0)
 		mgt_cuda_ok(be, "bias_act_fwd",
-			    mgt_k_bias_act_fwd(stream(be), (int)act, y, x, b, T, f));
+			    mgt_k_bias_act_fwd(stream(be), (int)act, y, k_dtype(yt), x, b, T, f));
 }
 
 static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
@@ -548,7 +554,7 @@ static void cu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *s
 {
 	if (n)
 		mgt_cuda_ok(be, "cast",
-			    mgt_k_cast(stream(be), dst, dt == MGT_DT_BF16 ? MGT_K_BF16 : MGT_K_F16, src, MGT_K_F32, n));
+			    mgt_k_cast(stream(be), dst, k_dtype(dt), src, MGT_K_F32, n));
 }
 
 static void cu_destroy(mgt_backend *be);

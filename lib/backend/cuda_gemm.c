@@ -8,8 +8,9 @@
  * where "w^T[in,out]" etc. are just the row-major buffers read column-major (no copies).
  *
  * Precision (backend.h, mgt_precision): fp32 operands in CUBLAS_COMPUTE_32F (true fp32, no TF32);
- * bf16/fp16: both operands cast by mgt_k_cast into the backend's scratch (a weight given in the
- * 16-bit type, the model's copy, is read as it is), C and D fp32, compute 32F.  The bias epilogue's vector has D's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+ * bf16/fp16: both operands cast by mgt_k_cast into the backend's scratch (an operand given in the
+ * 16-bit type, the model's weight copy or a 16-bit activation, is read as it is), C and D fp32,
+ * compute 32F.  The bias epilogue's vector has D's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
  * "Bias vector elements are the same type as the elements of output matrix (Dtype)", exceptions
  * only for int8 IMMA and fp8), so it is fp32 in every mode.  Bias gradients are not taken from the
  * BGRAD epilogues (they overwrite; db accumulates) but from mgt_k_colsum.
@@ -172,15 +173,38 @@ static cudaDataType op_type(const mgt_backend *be)
 						: CUDA_R_32F;
 }
 
-static mgt_k_dtype k_type(cudaDataType t) { return t == CUDA_R_16BF ? MGT_K_BF16 : MGT_K_F16; }
+static mgt_k_dtype k_type(cudaDataType t)
+{
+	return t == CUDA_R_16BF ? MGT_K_BF16 : t == CUDA_R_16F ? MGT_K_F16 : MGT_K_F32;
+}
 
-/* src (n fp32) rounded into dst as type t; returns dst. */
-static const void *cast(mgt_backend *be, const char *op, char *dst, const float *src, size_t n,
-			cudaDataType t)
+static mgt_k_dtype k_elem(mgt_elem_type t)
+{
+	return t == MGT_DT_BF16 ? MGT_K_BF16 : t == MGT_DT_F16 ? MGT_K_F16 : MGT_K_F32;
+}
+
+/* Scratch bytes that an operand of n elements of type t needs to become type ab (0: it is of
+ * that type and is used as it is), rounded up to 256 so that carved buffers stay aligned. */
+static size_t operand_bytes(mgt_elem_type t, cudaDataType ab, size_t n)
+{
+	if (k_elem(t) == k_type(ab))
+		return 0;
+	return ab == CUDA_R_32F ? (n * 4 + 255) / 256 * 256 : lp_bytes(n);
+}
+
+/* Operand p (n elements of type t) as type ab: p itself, or converted by mgt_k_cast (rounded to
+ * nearest even, or widened exactly) into the scratch at *ws, which advances. */
+static const void *operand(mgt_backend *be, const char *op, char **ws, const void *p, mgt_elem_type t, size_t n,
+			   cudaDataType ab)
 {
 	cuda_impl *im = be->impl;
-	mgt_cuda_ok(be, op, mgt_k_cast(im->stream, dst, k_type(t), src, MGT_K_F32, n));
-	return dst;
+	size_t nb = operand_bytes(t, ab, n);
+	if (!nb)
+		return p;
+	char *d = *ws;
+	*ws += nb;
+	mgt_cuda_ok(be, op, mgt_k_cast(im->stream, d, k_type(ab), p, k_elem(t), n));
+	return d;
 }
 
 /* y = b broadcast over T rows (or 0): linear_fwd with in == 0, as dropout-free bda of zeros. */
@@ -198,8 +222,8 @@ static void fwd_no_input(mgt_backend *be, float *y, const float *b, int T, int o
 			    mgt_k_bda_fwd(im->stream, y, NULL, zeros, b, T, out, 0.0f, 0, 0));
 }
 
-void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const float *x, const void *w, mgt_elem_type wt,
-			 const float *b, int T, int in, int out)
+void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const void *x, mgt_elem_type xt, const void *w,
+			 mgt_elem_type wt, const float *b, int T, int in, int out)
 {
 	static const char op[] = "linear_fwd";
 	if (T <= 0 || out <= 0)
@@ -209,16 +233,12 @@ void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const float *x, const void *
 		return;
 	}
 	const cudaDataType ab = op_type(be);
-	const void *xa = x, *wa = w;
-	if (ab != CUDA_R_32F) {
-		const size_t nx = (size_t)T * in, nw = wt == MGT_DT_F32 ? (size_t)out * in : 0;
-		char *ws = mgt_cuda_scratch(be, op, lp_bytes(nx) + lp_bytes(nw));
-		if (!ws)
-			return;
-		xa = cast(be, op, ws, x, nx, ab);
-		if (nw)
-			wa = cast(be, op, ws + lp_bytes(nx), w, nw, ab);
-	}
+	const size_t nx = (size_t)T * in, nw = (size_t)out * in;
+	const size_t bytes = operand_bytes(xt, ab, nx) + operand_bytes(wt, ab, nw);
+	char *ws = bytes ? mgt_cuda_scratch(be, op, bytes) : NULL;
+	if (bytes && !ws)
+		return;
+	const void *xa = operand(be, op, &ws, x, xt, nx, ab), *wa = operand(be, op, &ws, w, wt, nw, ab);
 	gemm(be, op, true, false, out, T, in, ab, wa, xa, y, 0.0f, b);
 }
 
@@ -238,7 +258,7 @@ static void bwd_degenerate(mgt_backend *be, float *dx, float *db, const float *d
 }
 
 void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
-			 const float *x, const void *w, mgt_elem_type wt, int T, int in, int out)
+			 const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out)
 {
 	static const char op[] = "linear_bwd";
 	cuda_impl *im = be->impl;
@@ -247,25 +267,18 @@ void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const
 		return;
 	}
 	const cudaDataType ab = op_type(be);
-	const bool lp = ab != CUDA_R_32F;
-	const size_t ndy = (size_t)T * out, nx = dw ? (size_t)T * in : 0;
-	const size_t nw = dx && wt == MGT_DT_F32 ? (size_t)out * in : 0; /* a 16-bit w is used as it is */
-	/* scratch: [colsum ws | dy | x | w], the last three in 16-bit when lp */
+	const size_t ndy = (size_t)T * out, nx = (size_t)T * in, nw = (size_t)out * in;
+	/* scratch: [colsum ws | dy | x | w], the operands only where they are not of type ab */
 	const size_t cs = db ? (mgt_k_colsum_ws_bytes(T, out) + 255) / 256 * 256 : 0;
-	char *ws = mgt_cuda_scratch(be, op, cs + (lp ? lp_bytes(ndy) + lp_bytes(nx) + lp_bytes(nw) : 0));
-	if (!ws)
+	const size_t bytes = cs + operand_bytes(MGT_DT_F32, ab, ndy) + (dw ? operand_bytes(xt, ab, nx) : 0) +
+			     (dx ? operand_bytes(wt, ab, nw) : 0);
+	char *ws = bytes ? mgt_cuda_scratch(be, op, bytes) : NULL;
+	if (bytes && !ws)
 		return;
-	const void *dya = dy, *xa = x, *wa = w;
-	if (lp) {
-		char *c = ws + cs;
-		dya = cast(be, op, c, dy, ndy, ab);
-		c += lp_bytes(ndy);
-		if (dw)
-			xa = cast(be, op, c, x, nx, ab);
-		c += lp_bytes(nx);
-		if (nw)
-			wa = cast(be, op, c, w, nw, ab);
-	}
+	char *c = ws + cs;
+	const void *dya = operand(be, op, &c, dy, MGT_DT_F32, ndy, ab);
+	const void *xa = dw ? operand(be, op, &c, x, xt, nx, ab) : x;
+	const void *wa = dx ? operand(be, op, &c, w, wt, nw, ab) : w;
 	if (dx)
 		gemm(be, op, false, false, in, T, out, ab, wa, dya, dx, 0.0f, NULL);
 	if (dw)
@@ -289,7 +302,7 @@ void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, cons
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cuda_linear_fwd(be, y + r * out, x + r * in, w[g], wt, NULL, rows[g], in, out);
+		mgt_cuda_linear_fwd(be, y + r * out, x + r * in, MGT_DT_F32, w[g], wt, NULL, rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }
@@ -302,7 +315,7 @@ void mgt_cuda_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, c
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, x + r * in, w[g], wt,
+		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, x + r * in, MGT_DT_F32, w[g], wt,
 				    rows[g], in, out);
 		r += (size_t)rows[g];
 	}

@@ -29,6 +29,8 @@ void *mgt_model_balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 	return p;
 }
 #define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
+/* n elements of type t */
+#define AT(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->act_bytes, &st)
 #define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
 
 /* Elements of layer buffer k (LA_*) of local layer li (-1: a dense layer's), 0 for one the model
@@ -51,6 +53,12 @@ static size_t la_numel(const mgt_model *m, int li, int k)
 	case LA_KMEAN: case LA_KRSTD: return m->qkln ? rows : 0;
 	default: return 0;
 	}
+}
+
+/* The element type of layer buffer k (mgt_model.act_t, ln2_t). */
+static mgt_elem_type la_type(const mgt_model *m, int k)
+{
+	return k == LA_LN1 || k == LA_ACT ? m->act_t : k == LA_LN2 ? m->ln2_t : MGT_DT_F32;
 }
 
 #define LA_BIT(k) (1u << (k))
@@ -97,7 +105,7 @@ static mgt_status alloc_layer(mgt_model *m, int li, layer_act *a, unsigned own)
 	mgt_status st = MGT_OK;
 	for (int k = 0; k < LA_N; k++)
 		if ((own & LA_BIT(k)) && la_numel(m, li, k)) {
-			*la_buf(a, k) = AF(la_numel(m, li, k));
+			*la_buf(a, k) = AT(la_numel(m, li, k), la_type(m, k));
 			a->own |= LA_BIT(k);
 		}
 	return st;
@@ -148,7 +156,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	}
 	sa->res_out = AF(Th * h);
 	if (m->last) {
-		sa->lnf = AF(T * h); sa->meanf = AF(Th); sa->rstdf = AF(Th);
+		sa->lnf = AT(T * h, m->act_t); sa->meanf = AF(Th); sa->rstdf = AF(Th);
 		sa->logits = AF(T * (size_t)m->V_l);
 		sa->mx = AF(T); sa->sumexp = AF(T); sa->tgt = AF(T); sa->loss = AF(T);
 	}
@@ -300,6 +308,8 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	if (!st) st = mgt_tensor_table_layout(&m->tt, L->dp, L->distributed_optimizer, L->bucket_size, shared);
 	if (!st) st = index_roles(m);
 	if (!st) st = mgt_moe_setup(m);
+	m->act_t = mgt_precision_dtype(L->precision);
+	m->ln2_t = m->moe ? MGT_DT_F32 : m->act_t;
 	if (st) mgt_model_free(m);
 	else *out = m;
 	return st;
@@ -476,15 +486,20 @@ static mgt_status tp_reduce(mgt_model *m, float *full, float **out)
 }
 
 /* Under sequence parallelism gather the rows [Th, h] of every TP rank into full [T, h]. */
-static mgt_status tp_gather(mgt_model *m, float *full, const float *part)
+static mgt_status tp_gather_t(mgt_model *m, void *full, const void *part, mgt_elem_type t)
 {
 	if (!m->sp) return MGT_OK;
 	mgt_comm *c = m->ps->tp_comm;
-	return c->ops->allgather(c, full, part, (size_t)m->Th * (size_t)m->h, MGT_DT_F32);
+	return c->ops->allgather(c, full, part, (size_t)m->Th * (size_t)m->h, t);
+}
+
+static mgt_status tp_gather(mgt_model *m, float *full, const float *part)
+{
+	return tp_gather_t(m, full, part, MGT_DT_F32);
 }
 
 /* The buffer a norm writes its [Th, h] output to before tp_gather into full. */
-static float *norm_out(mgt_model *m, float *full) { return m->sp ? m->lnl : full; }
+static void *norm_out(mgt_model *m, void *full) { return m->sp ? (void *)m->lnl : full; }
 /* The buffer a [Th, h] gradient goes to before tp_gather into dtmp_h. */
 static float *grad_part(mgt_model *m) { return m->sp ? m->dloc : m->dtmp_h; }
 
@@ -546,13 +561,14 @@ static mgt_status embed_fwd(mgt_model *m, bool train)
 }
 
 /* Norm of the residual rows x into full [T, h] (gathered under SP). */
-static mgt_status norm_gather(mgt_model *m, float *full, float *mean, float *rstd, const float *x,
+/* The norm of this rank's rows x into full [T, h] of type t (gathered over TP under SP). */
+static mgt_status norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *mean, float *rstd, const float *x,
 			      const mgt_tensor *w, const mgt_tensor *b)
 {
-	float *out = norm_out(m, full);
-	m->be->ops->norm_fwd(m->be, m->norm, out, mean, rstd, x, P(m, w), P(m, b), m->Th, (int)m->h,
+	void *out = norm_out(m, full);
+	m->be->ops->norm_fwd(m->be, m->norm, out, t, mean, rstd, x, P(m, w), P(m, b), m->Th, (int)m->h,
 			     (float)m->c.norm_epsilon);
-	return tp_gather(m, full, out);
+	return tp_gather_t(m, full, out, t);
 }
 
 /* out = resid + dropout(reduce_TP(dtmp_h) + bias): the row-parallel output and its bda. */
@@ -585,10 +601,10 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	slot_act *sa = m->cur;
 	layer_act *a = &sa->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	mgt_status st = norm_gather(m, a->ln1, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
+	mgt_status st = norm_gather(m, a->ln1, m->act_t, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, a->ln1, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
+	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
 		float eps = (float)m->c.norm_epsilon;
@@ -601,7 +617,7 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	if (m->rope) o->rope(m->be, a->qkv, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = core_attn_fwd(m, li, train);
 	if (st) return st;
-	o->linear_fwd(m->be, m->dtmp_h, a->ctx, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
+	o->linear_fwd(m->be, m->dtmp_h, a->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
 	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 }
 
@@ -610,16 +626,16 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	mgt_status st = norm_gather(m, a->ln2, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
+	mgt_status st = norm_gather(m, a->ln2, m->ln2_t, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
 	if (st) return st;
 	if (mgt_moe_layer(m, li)) {
 		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
 		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3));
 	}
-	o->linear_fwd(m->be, a->fc1, a->ln2, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
-	o->bias_act_fwd(m->be, m->act, a->act, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
+	o->linear_fwd(m->be, a->fc1, a->ln2, m->ln2_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
+	o->bias_act_fwd(m->be, m->act, a->act, m->act_t, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
-	o->linear_fwd(m->be, m->dtmp_h, a->act, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
+	o->linear_fwd(m->be, m->dtmp_h, a->act, m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
 	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
 }
 
@@ -633,10 +649,10 @@ static mgt_status head_fwd(mgt_model *m, double *loss_sum)
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
-	mgt_status st = norm_gather(m, sa->lnf, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
+	mgt_status st = norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
 				    m->glob[MGT_T_FINAL_LN_B]);
 	if (st) return st;
-	o->linear_fwd(m->be, sa->logits, sa->lnf, W(m, mgt_model_output_weight(m)), WT(m), NULL, T, h, V);
+	o->linear_fwd(m->be, sa->logits, sa->lnf, m->act_t, W(m, mgt_model_output_weight(m)), WT(m), NULL, T, h, V);
 	o->xent_max(m->be, sa->mx, sa->logits, T, V);
 	if ((st = tp_allreduce(m, sa->mx, (size_t)T, MGT_RED_MAX))) return st;
 	o->xent_stats(m->be, sa->sumexp, sa->tgt, sa->logits, sa->labels, sa->mx, m->v0, T, V);
@@ -682,7 +698,7 @@ static mgt_status head_bwd(mgt_model *m, float scale)
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
 	const mgt_tensor *w = mgt_model_output_weight(m);
 	o->xent_bwd(m->be, sa->logits, sa->logits, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
-	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, sa->logits, sa->lnf, W(m, w), WT(m), T, h, V);
+	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, sa->logits, sa->lnf, m->act_t, W(m, w), WT(m), T, h, V);
 	o->zero(m->be, m->dres, (size_t)m->Th * (size_t)h * sizeof(float));
 	return reduce_norm_bwd(m, sa->res_out, m->glob[MGT_T_FINAL_LN_W], m->glob[MGT_T_FINAL_LN_B], sa->meanf, sa->rstdf);
 }
@@ -700,11 +716,11 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 		return reduce_norm_bwd_plus(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2,
 					    dxl);
 	}
-	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, a->act,
+	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, a->act, m->act_t,
 		      W(m, T_(m, l, MGT_T_FC2_W)), WT(m), T, (int)m->ffn_l, h);
 	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, a->fc1,
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
-	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, a->ln2,
+	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, a->ln2, m->ln2_t,
 		      W(m, T_(m, l, MGT_T_FC1_W)), WT(m), T, h, (int)m->fc1_l);
 	return reduce_norm_bwd(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2);
 }
@@ -717,7 +733,7 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
 	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 	if (st) return st;
-	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, a->ctx,
+	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, a->ctx, MGT_DT_F32,
 		      W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), T, nd, h);
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, p, site_key(m, l, 1));
@@ -733,7 +749,7 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 				 m->dbig, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
 	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig,
-		      a->ln1, W(m, T_(m, l, MGT_T_QKV_W)), WT(m), T, h, (int)m->qkv_l);
+		      a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m), T, h, (int)m->qkv_l);
 	return reduce_norm_bwd(m, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1);
 }
 

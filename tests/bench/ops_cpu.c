@@ -77,12 +77,12 @@ int main(int argc, char **argv)
 	float *dx = buf(be, (size_t)T * 2 * f, 1), *dw = buf(be, (size_t)f * h * 2, 1);
 	float *db = buf(be, 2 * f, 1), *dy = buf(be, (size_t)T * 2 * f, 1);
 	double gemm = 2.0 * T * h * 3 * h;
-	TIME("linear_fwd 768->2304 (qkv)", gemm, 5, O->linear_fwd(be, y, x, w, MGT_DT_F32, bias, T, h, 3 * h));
-	TIME("linear_bwd 768->2304", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, w, MGT_DT_F32, T, h, 3 * h));
+	TIME("linear_fwd 768->2304 (qkv)", gemm, 5, O->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, h, 3 * h));
+	TIME("linear_bwd 768->2304", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, h, 3 * h));
 	gemm = 2.0 * T * h * f;
-	TIME("linear_fwd 768->3072 (fc1)", gemm, 5, O->linear_fwd(be, y, x, w, MGT_DT_F32, bias, T, h, f));
-	TIME("linear_fwd 3072->768 (fc2)", gemm, 5, O->linear_fwd(be, y, x, w, MGT_DT_F32, bias, T, f, h));
-	TIME("linear_bwd 3072->768", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, w, MGT_DT_F32, T, f, h));
+	TIME("linear_fwd 768->3072 (fc1)", gemm, 5, O->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, h, f));
+	TIME("linear_fwd 3072->768 (fc2)", gemm, 5, O->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, f, h));
+	TIME("linear_bwd 3072->768", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, f, h));
 
 	float *qkv = buf(be, (size_t)T * 3 * h, 1), *out = buf(be, (size_t)T * h, 1);
 	float *lse = buf(be, (size_t)b * H * s, 1), *dqkv = buf(be, (size_t)T * 3 * h, 1);
@@ -100,12 +100,12 @@ int main(int argc, char **argv)
 	TIME("rope (q,k; rot 64) fwd", 0, 5, O->rope(be, qkv, (const int32_t *)lse, inv, T, H, 1, d, d, false));
 
 	float *mean = buf(be, T, 1), *rstd = buf(be, T, 1);
-	TIME("norm_fwd layernorm", 0, 10, O->norm_fwd(be, MGT_NORM_LAYERNORM, y, mean, rstd, x, w, bias, T, h, 1e-5f));
+	TIME("norm_fwd layernorm", 0, 10, O->norm_fwd(be, MGT_NORM_LAYERNORM, y, MGT_DT_F32, mean, rstd, x, w, bias, T, h, 1e-5f));
 	TIME("norm_bwd layernorm", 0, 10,
 	     O->norm_bwd(be, MGT_NORM_LAYERNORM, dx, dw, db, dy, x, w, mean, rstd, T, h));
-	TIME("bias_act_fwd gelu", 0, 10, O->bias_act_fwd(be, MGT_ACT_GELU, y, x, bias, T, f));
+	TIME("bias_act_fwd gelu", 0, 10, O->bias_act_fwd(be, MGT_ACT_GELU, y, MGT_DT_F32, x, bias, T, f));
 	TIME("bias_act_bwd gelu", 0, 10, O->bias_act_bwd(be, MGT_ACT_GELU, dx, db, dy, x, bias, T, f));
-	TIME("bias_act_fwd swiglu", 0, 10, O->bias_act_fwd(be, MGT_ACT_SWIGLU, y, x, bias, T, f / 2));
+	TIME("bias_act_fwd swiglu", 0, 10, O->bias_act_fwd(be, MGT_ACT_SWIGLU, y, MGT_DT_F32, x, bias, T, f / 2));
 	TIME("bda_fwd p=0", 0, 10, O->bda_fwd(be, y, x, dy, bias, T, h, 0, 1, 0));
 	TIME("bda_fwd p=0.1", 0, 10, O->bda_fwd(be, y, x, dy, bias, T, h, 0.1f, 1, 0));
 	TIME("bda_bwd p=0.1", 0, 10, O->bda_bwd(be, dx, db, dy, T, h, 0.1f, 1, 0));
@@ -148,7 +148,7 @@ int main(int argc, char **argv)
 	      O->xent_loss(be, loss, mx, se, tg, mask, T)));
 	TIME("xent_bwd V=50304", 0, 5, O->xent_bwd(be, logits, logits, labels, mx, se, mask, 1.0f, 0, T, V));
 	float *wl = buf(be, (size_t)V * h, 0.05f);
-	TIME("lm head linear_fwd 768->50304", 2.0 * T * h * V, 2, O->linear_fwd(be, logits, x, wl, MGT_DT_F32, NULL, T, h, V));
+	TIME("lm head linear_fwd 768->50304", 2.0 * T * h * V, 2, O->linear_fwd(be, logits, x, MGT_DT_F32, wl, MGT_DT_F32, NULL, T, h, V));
 
 	size_t n = (size_t)T * f;
 	TIME("adamw (3.1M params)", 0, 5, O->adamw(be, x, y, dx, dy, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3));

@@ -2,7 +2,7 @@
 
 Usage: comm_volume.py PRESET.json PREFIX NP key=value...   (keys: tp pp vp sp distopt mbs gbs seq
 vocab (padded) divisible cp cpcomm (p2p, allgather or a2a) groups (query groups, overriding the
-preset's))
+preset's) prec (fp32, bf16 or fp16: the training precision; dense models))
 
 Independent of mgt's C code: the tensor list is written here from megatron-reference.md section 8
 (TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
@@ -13,7 +13,8 @@ from lib/dist/dist.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and
          3 all-reduces of [T] in the vocab-parallel cross-entropy (max, sum-exp, target logit)
   SP:    reduce-scatter / all-gather of [T,h] in place of those, plus an all-gather before each
          norm output is used and its reduce-scatter in backward; all-reduce of the gradients of
-         TP-replicated tensors once per iteration
+         TP-replicated tensors once per iteration.  With bf16 or fp16 the norm outputs' gathers
+         move 2-byte elements (mgt-train(1), Precision: they are stored in 16 bits)
   PP:    the [T/sp, h] activation forward and its gradient backward between adjacent stages
   tied embeddings with PP > 1: all-reduce of the word-embedding gradient, first <-> last stage
   DP:    per bucket an all-reduce, or reduce-scatter + all-gather with the distributed optimizer,
@@ -44,6 +45,7 @@ first_n, last_n = int(kv.get("first", 0)), int(kv.get("last", 0))  # uneven pipe
 mbs, gbs, seq = int(kv["mbs"]), int(kv["gbs"]), int(kv["seq"])
 Vp = int(kv["vocab"])
 cp, cpcomm = int(kv.get("cp", 1)), kv.get("cpcomm", "p2p")
+lowp = kv.get("prec", "fp32") in ("bf16", "fp16")
 dp = W // (tp * pp * cp)
 M = gbs // (mbs * dp)
 G = dp * cp  # the gradient group
@@ -157,7 +159,8 @@ def expected(tp_rank, pp_rank):
         if tp > 1:
             if sp:
                 X = part(Th * h, tp)
-                mb = 8 * nl * X + (2 * X if first else 0) + ((2 * X + 3 * ar(T, tp)) if last else 0)
+                Xn = X / 2 if lowp else X  # a norm output's gather
+                mb = nl * (6 * X + 2 * Xn) + (2 * X if first else 0) + ((X + Xn + 3 * ar(T, tp)) if last else 0)
                 e["tensor"] += sum(ar(n, tp) for _, n, rep in ts if rep)
             else:
                 A = ar(T * h, tp)

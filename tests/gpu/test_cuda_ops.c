@@ -468,6 +468,24 @@ static void t_memory(void)
 	free(h), free(x);
 }
 
+
+/* A GPU op's output in 16 bits (run writes it into the device buffer d16 of n 2-byte elements, type
+ * dt) against the same op's fp32 output y32 (host), rounded on the host: bit for bit, since the
+ * kernel computes the same fp32 values and only its store rounds (the model's 16-bit
+ * activations). */
+static void t_out16(const char *id, void *d16, mgt_elem_type dt, const float *y32, size_t n)
+{
+	uint16_t *g = xmalloc(n * 2);
+	if (G->download(gpu, g, d16, n * 2) != MGT_OK)
+		bail("download (the 16-bit op failed?)");
+	size_t nd = 0;
+	for (size_t i = 0; i < n; i++)
+		nd += g[i] != (dt == MGT_DT_BF16 ? mgt_f32_to_bf16(y32[i]) : mgt_f32_to_f16(y32[i]));
+	CHECK(nd == 0, "%s%s: the %s output is its fp32 output rounded (%zu elements differ)", tag, id,
+	      dt == MGT_DT_BF16 ? "bf16" : "fp16", nd);
+	free(g);
+}
+
 /* ================= linear ================= */
 
 /* The cast op into dst (device, n 16-bit elements of type dt) from src (device fp32, host copy
@@ -496,8 +514,8 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	/* CPU in the same precision */
 	cpu->precision = prec;
 	float *yc = xmalloc(ny * 4), *dxc = want_dx ? xmalloc(nx * 4) : NULL, *dwc = hcopy(dw0, nw), *dbc = hcopy(db0, out);
-	C->linear_fwd(cpu, yc, x, w, MGT_DT_F32, b, T, in, out);
-	C->linear_bwd(cpu, dxc, dwc, bias ? dbc : NULL, dy, x, w, MGT_DT_F32, T, in, out);
+	C->linear_fwd(cpu, yc, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
+	C->linear_bwd(cpu, dxc, dwc, bias ? dbc : NULL, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 	cpu->precision = MGT_PREC_FP32;
 
 	gpu->precision = prec;
@@ -507,19 +525,20 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	/* the second run reads the weight as the model's 16-bit copy, made by the cast op: the same
 	 * bits as rounding the fp32 weight in the op (det below) */
 	const mgt_elem_type lt = mgt_precision_dtype(prec);
-	void *dW16 = lt == MGT_DT_F32 ? NULL : dalloc(nw * 2);
+	void *dW16 = lt == MGT_DT_F32 ? NULL : dalloc(nw * 2), *dX16 = lt == MGT_DT_F32 ? NULL : dalloc(nx * 2);
 	if (dW16)
-		t_cast_bits(id, dW16, lt, dW, w, nw);
+		t_cast_bits(id, dW16, lt, dW, w, nw), t_cast_bits(id, dX16, lt, dX, x, nx);
 	for (int k = 0; k < 2; k++) {
-		const void *wk = k && dW16 ? dW16 : dW;
+		/* ... and the input as a 16-bit activation */
+		const void *wk = k && dW16 ? dW16 : dW, *xk = k && dX16 ? dX16 : dX;
 		const mgt_elem_type tk = k && dW16 ? lt : MGT_DT_F32;
 		poison(dY, ny);
 		if (dDX)
 			poison(dDX, nx);
 		up(dDW, dw0, nw * 4);
 		up(dDB, db0, out * 4);
-		G->linear_fwd(gpu, dY, dX, wk, tk, dB, T, in, out);
-		G->linear_bwd(gpu, dDX, dDW, bias ? dDB : NULL, dDY, dX, wk, tk, T, in, out);
+		G->linear_fwd(gpu, dY, xk, tk, wk, tk, dB, T, in, out);
+		G->linear_bwd(gpu, dDX, dDW, bias ? dDB : NULL, dDY, xk, tk, wk, tk, T, in, out);
 		y[k] = dget(dY, ny);
 		if (want_dx)
 			dx[k] = dget(dDX, nx);
@@ -540,8 +559,8 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	if (prec != MGT_PREC_FP32) {
 		/* sanity: against the CPU in fp32 */
 		float *y32 = xmalloc(ny * 4), *dx32 = want_dx ? xmalloc(nx * 4) : NULL, *dw32 = hcopy(dw0, nw);
-		C->linear_fwd(cpu, y32, x, w, MGT_DT_F32, b, T, in, out);
-		C->linear_bwd(cpu, dx32, dw32, NULL, dy, x, w, MGT_DT_F32, T, in, out);
+		C->linear_fwd(cpu, y32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
+		C->linear_bwd(cpu, dx32, dw32, NULL, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 		cmp(nm("%s vs cpu fp32 (sanity): y", id), y[0], y32, NULL, ny, T2(TOL_LOWP_VS_FP32, TOL_LOWP_VS_FP32));
 		if (want_dx)
 			cmp(nm("%s vs cpu fp32 (sanity): dx", id), dx[0], dx32, NULL, nx, T2(TOL_LOWP_VS_FP32, TOL_LOWP_VS_FP32));
@@ -550,7 +569,7 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	}
 	for (int k = 0; k < 2; k++)
 		free(y[k]), free(dx[k]), free(dw[k]), free(db[k]);
-	dfree(dX), dfree(dW), dfree(dB), dfree(dDY), dfree(dY), dfree(dDX), dfree(dDW), dfree(dDB), dfree(dW16);
+	dfree(dX), dfree(dW), dfree(dB), dfree(dDY), dfree(dY), dfree(dDX), dfree(dDW), dfree(dDB), dfree(dW16), dfree(dX16);
 	free(x), free(w), free(b), free(dy), free(dw0), free(db0), free(yc), free(dxc), free(dwc), free(dbc);
 }
 
@@ -630,7 +649,7 @@ static void t_norm(mgt_norm_kind kind, bool bias, int T, int h)
 	for (int i = 0; i < h; i++)
 		w[i] += 1.0f;
 	float *yc = xmalloc(n * 4), *mc = xmalloc((size_t)T * 4), *rc = xmalloc((size_t)T * 4);
-	C->norm_fwd(cpu, kind, yc, mc, rc, x, w, b, T, h, 1e-5f);
+	C->norm_fwd(cpu, kind, yc, MGT_DT_F32, mc, rc, x, w, b, T, h, 1e-5f);
 	float *dy = hrand(n, 1), *dx0 = hrand(n, 1), *dw0 = hrand(h, 1), *db0 = hrand(h, 1);
 	float *dxc = hcopy(dx0, n), *dwc = hcopy(dw0, h), *dbc = hcopy(db0, h);
 	/* the backward gets the CPU's mean and rstd on both sides: it is checked on its own */
@@ -647,7 +666,7 @@ static void t_norm(mgt_norm_kind kind, bool bias, int T, int h)
 		up(dDX, dx0, n * 4);
 		up(dDW, dw0, (size_t)h * 4);
 		up(dDB, db0, (size_t)h * 4);
-		G->norm_fwd(gpu, kind, dY, dM, dR, dX, dW, dB, T, h, 1e-5f);
+		G->norm_fwd(gpu, kind, dY, MGT_DT_F32, dM, dR, dX, dW, dB, T, h, 1e-5f);
 		G->norm_bwd(gpu, kind, dDX, dDW, bias ? dDB : NULL, dDY, dX, dW, dMc, dRc, T, h);
 		y[k] = dget(dY, n);
 		m[k] = dget(dM, T);
@@ -668,6 +687,13 @@ static void t_norm(mgt_norm_kind kind, bool bias, int T, int h)
 		CHECK(memcmp(db[0], db0, (size_t)h * 4) == 0, "%s%s: db NULL leaves db alone", tag, id);
 	det(id, ndiff(y[0], y[1], n, 4) + ndiff(m[0], m[1], T, 4) + ndiff(r[0], r[1], T, 4) +
 			ndiff(dx[0], dx[1], n, 4) + ndiff(dw[0], dw[1], h, 4) + ndiff(db[0], db[1], h, 4));
+	void *dY16 = dalloc(n * 2);
+	for (int k = 0; k < 2; k++) {
+		mgt_elem_type dt = k ? MGT_DT_F16 : MGT_DT_BF16;
+		G->norm_fwd(gpu, kind, dY16, dt, dM, dR, dX, dW, dB, T, h, 1e-5f);
+		t_out16(id, dY16, dt, y[0], n);
+	}
+	dfree(dY16);
 	for (int k = 0; k < 2; k++)
 		free(y[k]), free(m[k]), free(r[k]), free(dx[k]), free(dw[k]), free(db[k]);
 	dfree(dX), dfree(dW), dfree(dB), dfree(dY), dfree(dM), dfree(dR), dfree(dMc), dfree(dRc);
@@ -1331,7 +1357,7 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 			    bias ? " bias" : "", T, f);
 	float *x = hrand(nx, 3), *b = bias ? hrand(xw, 1) : NULL, *dy = hrand(ny, 1), *db0 = hrand(xw, 1);
 	float *yc = xmalloc(ny * 4), *dxc = xmalloc(nx * 4), *dbc = hcopy(db0, xw);
-	C->bias_act_fwd(cpu, act, yc, x, b, T, f);
+	C->bias_act_fwd(cpu, act, yc, MGT_DT_F32, x, b, T, f);
 	C->bias_act_bwd(cpu, act, dxc, bias ? dbc : NULL, dy, x, b, T, f);
 	float *dX = dput(x, nx), *dB = bias ? dput(b, xw) : NULL, *dY = dalloc(ny * 4), *dDY = dput(dy, ny);
 	float *dDX = dalloc(nx * 4), *dDB = dalloc((size_t)xw * 4);
@@ -1340,7 +1366,7 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 		poison(dY, ny);
 		poison(dDX, nx);
 		up(dDB, db0, (size_t)xw * 4);
-		G->bias_act_fwd(gpu, act, dY, dX, dB, T, f);
+		G->bias_act_fwd(gpu, act, dY, MGT_DT_F32, dX, dB, T, f);
 		G->bias_act_bwd(gpu, act, dDX, bias ? dDB : NULL, dDY, dX, dB, T, f);
 		y[k] = dget(dY, ny);
 		dx[k] = dget(dDX, nx);
@@ -1353,6 +1379,13 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 	else
 		CHECK(memcmp(db[0], db0, (size_t)xw * 4) == 0, "%s%s: db NULL leaves db alone", tag, id);
 	det(id, ndiff(y[0], y[1], ny, 4) + ndiff(dx[0], dx[1], nx, 4) + ndiff(db[0], db[1], xw, 4));
+	void *dY16 = dalloc(ny * 2);
+	for (int k = 0; k < 2; k++) {
+		mgt_elem_type dt = k ? MGT_DT_F16 : MGT_DT_BF16;
+		G->bias_act_fwd(gpu, act, dY16, dt, dX, dB, T, f);
+		t_out16(id, dY16, dt, y[0], ny);
+	}
+	dfree(dY16);
 	for (int k = 0; k < 2; k++)
 		free(y[k]), free(dx[k]), free(db[k]);
 	dfree(dX), dfree(dB), dfree(dY), dfree(dDY), dfree(dDX), dfree(dDB);
@@ -1558,9 +1591,9 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 	up(dDWP, dw0, nw * NG * 4);
 	for (int g = 0, r0 = 0; g < NG; r0 += rows[g], g++)
 		if (rows[g]) {
-			G->linear_fwd(gpu, dYP + (size_t)r0 * out, dX + (size_t)r0 * in, dw_[g], MGT_DT_F32, NULL, rows[g], in, out);
+			G->linear_fwd(gpu, dYP + (size_t)r0 * out, dX + (size_t)r0 * in, MGT_DT_F32, dw_[g], MGT_DT_F32, NULL, rows[g], in, out);
 			G->linear_bwd(gpu, dDX ? dDXP + (size_t)r0 * in : NULL, dDWP + g * nw, NULL, dDY + (size_t)r0 * out,
-				      dX + (size_t)r0 * in, dw_[g], MGT_DT_F32, rows[g], in, out);
+				      dX + (size_t)r0 * in, MGT_DT_F32, dw_[g], MGT_DT_F32, rows[g], in, out);
 		}
 	float *yp = dget(dYP, ny), *dxp = dget(dDXP, nx), *dwp = dget(dDWP, nw * NG);
 	gpu->precision = MGT_PREC_FP32;

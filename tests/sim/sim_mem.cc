@@ -21,7 +21,9 @@
  * Races between blocks.  Blocks of one launch run in no fixed order on a GPU and, without
  * atomics (mgt's kernels have none), cannot exchange data within the launch: the contract of
  * every kernel is that the words one block writes are neither written nor read by another block
- * of the same launch.  A shadow word per 4-byte word of the arena records, for the current
+ * of the same launch.  A shadow word per 2-byte unit of the arena (the smallest store of mgt's
+ * kernels: a bf16 or fp16 element; rows of 16-bit outputs written by different blocks may meet
+ * inside a 4-byte word, which a GPU's byte-addressed stores allow) records, for the current
  * launch, the block that wrote it and the block that read it (or "several"); a write of a word
  * another block read or wrote, or a read of a word another block wrote, is a conflict, reported
  * with the kernel name and both block indices.  The check works whatever order the blocks run
@@ -57,6 +59,7 @@
 namespace {
 
 const size_t PAGE = 4096, GUARD = 256, ARENA = (size_t)16 << 30; /* the simulated device's 16 GB */
+const size_t GRAN = 2; /* bytes of arena per shadow entry */
 const size_t QUARANTINE = 64, MAX_REPORTS = 4, GUARD_SCAN = 4096;
 const unsigned char POISON_BYTE = 0xFD;
 
@@ -71,7 +74,7 @@ struct slot {
 
 struct arena_t {
 	uintptr_t lo = 0;
-	uint64_t *shadow = NULL;   /* one entry per 4-byte word of the arena */
+	uint64_t *shadow = NULL;   /* one entry per GRAN bytes of the arena */
 	slot **page = NULL;        /* arena page -> slot */
 	size_t used = 0;           /* bump pointer, bytes */
 	unsigned next_id = 1;
@@ -123,7 +126,7 @@ void init()
 {
 	arena_t &a = A();
 	a.lo = (uintptr_t)map(ARENA, PROT_NONE);
-	a.shadow = (uint64_t *)map(ARENA / 4 * sizeof(uint64_t), PROT_READ | PROT_WRITE);
+	a.shadow = (uint64_t *)map(ARENA / GRAN * sizeof(uint64_t), PROT_READ | PROT_WRITE);
 	a.page = (slot **)map(ARENA / PAGE * sizeof(slot *), PROT_READ | PROT_WRITE);
 	L.race = env_on("MGT_SIM_RACE", true);
 }
@@ -160,7 +163,7 @@ void set_guards(slot *s)
 void release_shadow(uintptr_t start, size_t n)
 {
 	arena_t &a = A();
-	madvise(&a.shadow[(start - a.lo) / 4], n / 4 * sizeof(uint64_t), MADV_DONTNEED);
+	madvise(&a.shadow[(start - a.lo) / GRAN], n / GRAN * sizeof(uint64_t), MADV_DONTNEED);
 }
 
 slot *new_slot(size_t bytes)
@@ -267,11 +270,11 @@ void conflict(uintptr_t p, unsigned other, bool other_wrote, bool write)
 	fault();
 }
 
-/* Records block cur_block's access to the 4-byte word at p; reports a conflict with another. */
+/* Records block cur_block's access to the GRAN bytes at p; reports a conflict with another. */
 inline void track(uintptr_t p, bool write)
 {
 	arena_t &a = A();
-	uint64_t *e = &a.shadow[(p - a.lo) / 4];
+	uint64_t *e = &a.shadow[(p - a.lo) / GRAN];
 	const uint64_t me = cur_block + 1, ep = L.epoch;
 	uint64_t old = __atomic_load_n(e, __ATOMIC_RELAXED), nw;
 	for (;;) {
@@ -280,7 +283,7 @@ inline void track(uintptr_t p, bool write)
 			w = old >> 20 & BMASK, r = old & BMASK;
 		const bool ww = write && w && w != me, rw = write && r && r != me, wr = !write && w && w != me;
 		if (ww || rw || wr) {
-			conflict(p & ~(uintptr_t)3, (unsigned)((ww || wr ? w : r) - 1), ww || wr, write);
+			conflict(p, (unsigned)((ww || wr ? w : r) - 1), ww || wr, write);
 			return;
 		}
 		if (write)
@@ -305,7 +308,7 @@ inline void access(const void *ptr, size_t n, bool write)
 	}
 	if (!L.active || !L.race || s->smem || cur_block + 1 >= MANY - 1)
 		return;
-	for (uintptr_t q = p & ~(uintptr_t)3; q < p + n; q += 4)
+	for (uintptr_t q = p & ~(uintptr_t)(GRAN - 1); q < p + n; q += GRAN)
 		track(q, write);
 }
 

@@ -258,14 +258,14 @@ static void test_linear_case(int T, int in, int out, int with_bias, int fd)
 	double *bd = b ? tod(b, out) : NULL, *yr = xmalloc((size_t)T * out * sizeof *yr);
 	lin_ctx c = {xd, wd, bd, T, in, out};
 	lin_ref(&c, yr);
-	O->linear_fwd(be, y, x, w, MGT_DT_F32, b, T, in, out);
+	O->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
 	double e = relerr(y, yr, (size_t)T * out);
 	CHECK(e < FWD_TOL, "linear_fwd T=%d in=%d out=%d bias=%d: err %.2e", T, in, out, with_bias, e);
 
 	float *R = randf((size_t)T * out, 1);
 	float *dx = randf((size_t)T * in, 9), *dw0 = randf((size_t)out * in, 1), *db0 = randf(out, 1);
 	float *dw = copyf(dw0, (size_t)out * in), *db = copyf(db0, out);
-	O->linear_bwd(be, dx, dw, b ? db : NULL, R, x, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx, dw, b ? db : NULL, R, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 	objective ob = {lin_ref, &c, R, (size_t)T * out, yr};
 	if (fd) {
 		double ex = fd_check(&ob, xd, (size_t)T * in, dx);
@@ -277,7 +277,7 @@ static void test_linear_case(int T, int in, int out, int with_bias, int fd)
 			double eb = relerr_delta(db, db0, gb, out);
 			CHECK(eb < BWD_TOL, "linear_bwd db (accumulated) vs FD: %.2e", eb);
 			/* second call: dw, db gain the same gradient again */
-			O->linear_bwd(be, NULL, dw, db, R, x, w, MGT_DT_F32, T, in, out);
+			O->linear_bwd(be, NULL, dw, db, R, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 			for (int i = 0; i < out * in; i++)
 				gw[i] *= 2;
 			for (int i = 0; i < out; i++)
@@ -419,7 +419,7 @@ static void test_norm_case(mgt_norm_kind kind, int with_bias, int T, int h)
 	double *yr = xmalloc((size_t)T * h * sizeof *yr);
 	norm_ctx c = {kind, xd, wd, bd, T, h, 1e-5};
 	norm_ref(&c, yr);
-	O->norm_fwd(be, kind, y, mean, rstd, x, w, b, T, h, 1e-5f);
+	O->norm_fwd(be, kind, y, MGT_DT_F32, mean, rstd, x, w, b, T, h, 1e-5f);
 	double e = relerr(y, yr, (size_t)T * h), em = 0, er = 0;
 	for (int t = 0; t < T; t++) {
 		double mu = 0, ss = 0;
@@ -1172,7 +1172,7 @@ static void test_act_case(mgt_act_kind act, int with_bias, int T, int f)
 	double *yr = xmalloc((size_t)T * f * sizeof *yr);
 	act_ctx c = {act, xd, bd, T, f};
 	act_ref(&c, yr);
-	O->bias_act_fwd(be, act, y, x, b, T, f);
+	O->bias_act_fwd(be, act, y, MGT_DT_F32, x, b, T, f);
 	double e = relerr(y, yr, (size_t)T * f);
 	CHECK(e < FWD_TOL, "bias_act_fwd %s bias=%d T=%d f=%d: err %.2e", an, with_bias, T, f, e);
 	float *R = randf((size_t)T * f, 1), *dx = randf((size_t)T * xw, 9), *db0 = randf(xw, 1);
@@ -1713,9 +1713,9 @@ static void test_moe_grouped_case(const int *rows, int G, int in, int out)
 		r0 = 0;
 		for (int g = 0; g < G; g++) {
 			if (rows[g]) {
-				O->linear_fwd(be, yp + (size_t)r0 * out, x + (size_t)r0 * in, w[g], MGT_DT_F32, NULL, rows[g], in, out);
+				O->linear_fwd(be, yp + (size_t)r0 * out, x + (size_t)r0 * in, MGT_DT_F32, w[g], MGT_DT_F32, NULL, rows[g], in, out);
 				O->linear_bwd(be, dxp + (size_t)r0 * in, dwp[g], NULL, dy + (size_t)r0 * out,
-					      x + (size_t)r0 * in, w[g], MGT_DT_F32, rows[g], in, out);
+					      x + (size_t)r0 * in, MGT_DT_F32, w[g], MGT_DT_F32, rows[g], in, out);
 			}
 			ndw += bits_differ(dwg[g], dwp[g], nw);
 			r0 += rows[g];
@@ -1757,12 +1757,12 @@ static void test_determinism(void)
 	float *x = randf(T * in, 1), *w = randf(out * in, 1), *dy = randf(T * out, 1);
 	float *dw1 = xmalloc(out * in * 4), *dw2 = xmalloc(out * in * 4), *db1 = xmalloc(out * 4),
 	      *db2 = xmalloc(out * 4), *dx1 = xmalloc(T * in * 4), *dx2 = xmalloc(T * in * 4);
-	O->linear_bwd(be, dx1, dw1, db1, dy, x, w, MGT_DT_F32, T, in, out);
-	O->linear_bwd(be, dx2, dw2, db2, dy, x, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx1, dw1, db1, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx2, dw2, db2, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 	CHECK(!memcmp(dw1, dw2, out * in * 4) && !memcmp(db1, db2, out * 4) && !memcmp(dx1, dx2, T * in * 4),
 	      "linear_bwd deterministic (2 threads)");
 	float *mean = xmalloc(T * 4), *rstd = xmalloc(T * 4), *yy = xmalloc(T * in * 4);
-	O->norm_fwd(be, MGT_NORM_LAYERNORM, yy, mean, rstd, x, w, w + in, T, in, 1e-5f);
+	O->norm_fwd(be, MGT_NORM_LAYERNORM, yy, MGT_DT_F32, mean, rstd, x, w, w + in, T, in, 1e-5f);
 	float *nw1 = xmalloc(in * 4), *nw2 = xmalloc(in * 4), *nb1 = xmalloc(in * 4), *nb2 = xmalloc(in * 4);
 	memset(dx1, 0, T * in * 4);
 	memset(dx2, 0, T * in * 4);
@@ -1775,7 +1775,7 @@ static void test_determinism(void)
 	CHECK(b1 && b1->threads == 1, "cpu backend with 1 thread");
 	if (b1) {
 		float *dw3 = xmalloc(out * in * 4), *db3 = xmalloc(out * 4), *dx3 = xmalloc(T * in * 4);
-		b1->ops->linear_bwd(b1, dx3, dw3, db3, dy, x, w, MGT_DT_F32, T, in, out);
+		b1->ops->linear_bwd(b1, dx3, dw3, db3, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 		double *r = tod(dw1, out * in);
 		double e = relerr(dw3, r, out * in);
 		CHECK(e < 1e-6 && !memcmp(db1, db3, out * 4), "1 thread vs 2 threads: dw %.2e, db identical", e);

@@ -88,9 +88,9 @@ static void test_gemm_emulation(mgt_precision prec, const char *name, float (*ro
 	for (int i = 0; i < OUT * IN; i++) w[i] = (float)((int)(next32() % 20001) - 10000) * 0.7e-4f;
 	for (int i = 0; i < OUT; i++) b[i] = (float)i * 0.01f;
 	be->precision = prec;
-	be->ops->linear_fwd(be, y, x, w, MGT_DT_F32, b, T, IN, OUT);
+	be->ops->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, b, T, IN, OUT);
 	be->precision = MGT_PREC_FP32;
-	be->ops->linear_fwd(be, y32, x, w, MGT_DT_F32, b, T, IN, OUT);
+	be->ops->linear_fwd(be, y32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, IN, OUT);
 	double err = 0, ref2 = 0, moved = 0;
 	for (int t = 0; t < T; t++)
 		for (int o = 0; o < OUT; o++) {
@@ -141,11 +141,11 @@ static void test_weight_copy(mgt_precision prec, const char *name, float (*round
 	w[0] = 0.5f, w[3] = -0.25f; /* finite outputs for the GEMMs below */
 	be->ops->cast(be, w16, dt, w, NW);
 	be->precision = prec;
-	be->ops->linear_fwd(be, y1, x, w, MGT_DT_F32, NULL, T, IN, OUT);
-	be->ops->linear_fwd(be, y2, x, w16, dt, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y1, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y2, x, MGT_DT_F32, w16, dt, NULL, T, IN, OUT);
 	CHECK(!memcmp(y1, y2, sizeof y1), "%s linear_fwd: the 16-bit weight gives the rounded fp32 weight's bits", name);
-	be->ops->linear_bwd(be, dx1, dw1, NULL, dy, x, w, MGT_DT_F32, T, IN, OUT);
-	be->ops->linear_bwd(be, dx2, dw2, NULL, dy, x, w16, dt, T, IN, OUT);
+	be->ops->linear_bwd(be, dx1, dw1, NULL, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, OUT);
+	be->ops->linear_bwd(be, dx2, dw2, NULL, dy, x, MGT_DT_F32, w16, dt, T, IN, OUT);
 	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
 	      "%s linear_bwd: dx and dw the same bits with the 16-bit weight", name);
 	const int rows[3] = { 11, 0, 18 };
@@ -159,9 +159,49 @@ static void test_weight_copy(mgt_precision prec, const char *name, float (*round
 	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
 	      "%s linear_bwd_grouped: the same bits", name);
 	w16[5] ^= 1; /* the op reads the copy: one changed bit moves the outputs of its row */
-	be->ops->linear_fwd(be, y2, x, w16, dt, NULL, T, IN, OUT);
-	be->ops->linear_fwd(be, y1, x, w, MGT_DT_F32, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y2, x, MGT_DT_F32, w16, dt, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y1, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, IN, OUT);
 	CHECK(memcmp(y1, y2, sizeof y1) != 0, "%s linear_fwd reads the 16-bit weight it is given", name);
+	mgt_backend_destroy(be);
+}
+
+/* 16-bit activations: norm_fwd and bias_act_fwd writing bf16/fp16 give the reference rounding of
+ * what they write in fp32, element for element (row sizes beyond a vector width, odd ones too),
+ * and a linear layer reading such an x gives the bits it gives when it rounds the fp32 x itself. */
+static void test_storage(mgt_precision prec, const char *name, float (*round)(float))
+{
+	enum { T = 23, H = 131, F = 77 };
+	const int bf = prec == MGT_PREC_BF16;
+	const mgt_elem_type dt = mgt_precision_dtype(prec);
+	mgt_backend *be = mgt_backend_cpu_create(2);
+	static float x[T * 2 * F > T * H ? T * 2 * F : T * H], w[H], b[2 * F], y32[T * H], mean[T], rstd[T];
+	static float ya[T * F], yb[T * F], wl[F * H];
+	static uint16_t y16[T * H];
+	for (size_t i = 0; i < sizeof x / sizeof *x; i++) x[i] = (float)((int)(next32() % 20001) - 10000) * 3e-4f;
+	for (int i = 0; i < H; i++) w[i] = 1.0f + (float)((int)(next32() % 2001) - 1000) * 1e-4f;
+	for (int i = 0; i < 2 * F; i++) b[i] = (float)((int)(next32() % 2001) - 1000) * 1e-3f;
+	for (int i = 0; i < F * H; i++) wl[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
+	for (int kind = 0; kind < 2; kind++) {
+		mgt_norm_kind k = kind ? MGT_NORM_RMSNORM : MGT_NORM_LAYERNORM;
+		be->ops->norm_fwd(be, k, y32, MGT_DT_F32, mean, rstd, x, w, kind ? NULL : b, T, H, 1e-5f);
+		be->ops->norm_fwd(be, k, y16, dt, mean, rstd, x, w, kind ? NULL : b, T, H, 1e-5f);
+		int bad = 0;
+		for (int i = 0; i < T * H; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
+		CHECK(bad == 0, "%s norm_fwd (%s) into 16 bits: the reference rounding of its fp32 output (%d differ)", name,
+		      kind ? "RMSNorm" : "LayerNorm", bad);
+		be->precision = prec;
+		be->ops->linear_fwd(be, ya, y32, MGT_DT_F32, wl, MGT_DT_F32, NULL, T, H, F);
+		be->ops->linear_fwd(be, yb, y16, dt, wl, MGT_DT_F32, NULL, T, H, F);
+		be->precision = MGT_PREC_FP32;
+		CHECK(!memcmp(ya, yb, (size_t)T * F * sizeof *ya), "%s linear_fwd of the 16-bit norm output: the same bits", name);
+	}
+	for (int act = 0; act < 3; act++) {
+		be->ops->bias_act_fwd(be, (mgt_act_kind)act, y32, MGT_DT_F32, x, b, T, F);
+		be->ops->bias_act_fwd(be, (mgt_act_kind)act, y16, dt, x, b, T, F);
+		int bad = 0;
+		for (int i = 0; i < T * F; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
+		CHECK(bad == 0, "%s bias_act_fwd (act %d) into 16 bits: the reference rounding (%d differ)", name, act, bad);
+	}
 	mgt_backend_destroy(be);
 }
 
@@ -203,6 +243,8 @@ int main(void)
 	test_gemm_emulation(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_weight_copy(MGT_PREC_BF16, "bf16", ref_bf16);
 	test_weight_copy(MGT_PREC_FP16, "fp16", ref_fp16);
+	test_storage(MGT_PREC_BF16, "bf16", ref_bf16);
+	test_storage(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_scaler();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
