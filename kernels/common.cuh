@@ -144,6 +144,11 @@ static __device__ __forceinline__ int mgt_ld4(const __nv_bfloat16 *p, size_t g, 
 	return cnt;
 }
 
+/* Element i of p as fp32 (exact for the 16-bit types). */
+static __device__ __forceinline__ float mgt_ld1(const float *p, size_t i) { return p[i]; }
+static __device__ __forceinline__ float mgt_ld1(const __half *p, size_t i) { return __half2float(p[i]); }
+static __device__ __forceinline__ float mgt_ld1(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
+
 /* Stores the in-range elements of group g of p from v. */
 static __device__ __forceinline__ void mgt_st4(float *p, size_t g, size_t n, bool vec, const float v[4])
 {

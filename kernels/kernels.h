@@ -178,14 +178,16 @@ int mgt_k_rows_scale(mgt_k_stream s, float *y, const float *x, const float *w, i
 int mgt_k_rows_dot(mgt_k_stream s, float *out, const float *a, const float *b, int N, int f);
 
 /* ---- vocab-parallel softmax cross-entropy ---- */
-int mgt_k_xent_max(mgt_k_stream s, float *mx, const float *logits, int T, int V);
-int mgt_k_xent_stats(mgt_k_stream s, float *sumexp, float *tgt, const float *logits,
+/* The logits (and xent_bwd's dlogits) of type lt: fp32, or bf16 / fp16 read exactly as fp32
+ * (dlogits rounded on the store). */
+int mgt_k_xent_max(mgt_k_stream s, float *mx, const void *logits, mgt_k_dtype lt, int T, int V);
+int mgt_k_xent_stats(mgt_k_stream s, float *sumexp, float *tgt, const void *logits, mgt_k_dtype lt,
 		     const int32_t *labels, const float *mx, int64_t v0, int T, int V);
 /* loss[t] written; out[0] = sum_t loss[t] * mask[t] in double. */
 size_t mgt_k_xent_loss_ws_bytes(int T);
 int mgt_k_xent_loss(mgt_k_stream s, double *out, float *loss, const float *mx,
 		    const float *sumexp, const float *tgt, const float *mask, int T, void *ws);
-int mgt_k_xent_bwd(mgt_k_stream s, float *dlogits, const float *logits, const int32_t *labels,
+int mgt_k_xent_bwd(mgt_k_stream s, void *dlogits, const void *logits, mgt_k_dtype lt, const int32_t *labels,
 		   const float *mx, const float *sumexp, const float *mask, float scale, int64_t v0,
 		   int T, int V);
 

@@ -123,10 +123,10 @@ extern "C" int mgt_k_colsum(mgt_k_stream s, float *db, const float *dy, int T, i
 
 static constexpr int XENT_THREADS = 512;
 
-static __global__ void xent_max_k(float *mx, const float *logits, int V, bool vec)
+template <typename L> static __global__ void xent_max_k(float *mx, const L *logits, int V, bool vec)
 {
 	const size_t nv = (size_t)V, ng = (nv + 3) / 4;
-	const float *lt = logits + blockIdx.x * nv;
+	const L *lt = logits + blockIdx.x * nv;
 	float m = -INFINITY;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
 		float v[4];
@@ -141,21 +141,34 @@ static __global__ void xent_max_k(float *mx, const float *logits, int V, bool ve
 		mx[blockIdx.x] = m;
 }
 
+/* Logits of type lt: vec needs 16 bytes of alignment, as for fp32. */
+static bool xent_vec(const void *p, int V) { return V % 4 == 0 && mgt_al16(p); }
+
+template <typename L> static void xent_max_launch(mgt_k_stream s, float *mx, const void *logits, int T, int V)
+{
+	MGT_LAUNCH(xent_max_k<L>, T, XENT_THREADS, 0, mgt_st(s), mx, (const L *)logits, V, xent_vec(logits, V));
+}
+
 /* mx[t] = max_c logits[t, c] (row_max in cpu.c; NaN ignored as there).  One block per row. */
-extern "C" int mgt_k_xent_max(mgt_k_stream s, float *mx, const float *logits, int T, int V)
+extern "C" int mgt_k_xent_max(mgt_k_stream s, float *mx, const void *logits, mgt_k_dtype lt, int T, int V)
 {
 	if (T <= 0) /* V == 0 runs: mx = -inf, as the CPU's row_max of nothing */
 		return 0;
-	const bool vec = V % 4 == 0 && mgt_al16(logits);
-	MGT_LAUNCH(xent_max_k, T, XENT_THREADS, 0, mgt_st(s), mx, logits, V, vec);
+	if (lt == MGT_K_BF16)
+		xent_max_launch<__nv_bfloat16>(s, mx, logits, T, V);
+	else if (lt == MGT_K_F16)
+		xent_max_launch<__half>(s, mx, logits, T, V);
+	else
+		xent_max_launch<float>(s, mx, logits, T, V);
 	return mgt_k_rc();
 }
 
-static __global__ void xent_stats_k(float *sumexp, float *tgt, const float *logits,
-				    const int32_t *labels, const float *mx, int64_t v0, int V, bool vec)
+template <typename L>
+static __global__ void xent_stats_k(float *sumexp, float *tgt, const L *logits, const int32_t *labels,
+				    const float *mx, int64_t v0, int V, bool vec)
 {
 	const size_t t = blockIdx.x, nv = (size_t)V, ng = (nv + 3) / 4;
-	const float *lt = logits + t * nv;
+	const L *lt = logits + t * nv;
 	const float m = mx[t];
 	double acc = 0;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
@@ -170,20 +183,31 @@ static __global__ void xent_stats_k(float *sumexp, float *tgt, const float *logi
 	if (threadIdx.x == 0) {
 		int64_t lab = labels[t];
 		sumexp[t] = (float)acc;
-		tgt[t] = lab >= v0 && lab < v0 + V ? lt[lab - v0] : 0.0f;
+		tgt[t] = lab >= v0 && lab < v0 + V ? mgt_ld1(lt, (size_t)(lab - v0)) : 0.0f;
 	}
+}
+
+template <typename L>
+static void xent_stats_launch(mgt_k_stream s, float *sumexp, float *tgt, const void *logits, const int32_t *labels,
+			      const float *mx, int64_t v0, int T, int V)
+{
+	MGT_LAUNCH(xent_stats_k<L>, T, XENT_THREADS, 0, mgt_st(s), sumexp, tgt, (const L *)logits, labels, mx, v0, V,
+		   xent_vec(logits, V));
 }
 
 /* sumexp[t] = sum_c exp(logits[t,c] - mx[t]) in double, tgt[t] = the label's logit or 0
  * (cpu_xent_stats).  One block per row. */
-extern "C" int mgt_k_xent_stats(mgt_k_stream s, float *sumexp, float *tgt, const float *logits,
+extern "C" int mgt_k_xent_stats(mgt_k_stream s, float *sumexp, float *tgt, const void *logits, mgt_k_dtype lt,
 				const int32_t *labels, const float *mx, int64_t v0, int T, int V)
 {
 	if (T <= 0)
 		return 0;
-	const bool vec = V % 4 == 0 && mgt_al16(logits);
-	MGT_LAUNCH(xent_stats_k, T, XENT_THREADS, 0, mgt_st(s), sumexp, tgt, logits, labels, mx, v0, V,
-		   vec);
+	if (lt == MGT_K_BF16)
+		xent_stats_launch<__nv_bfloat16>(s, sumexp, tgt, logits, labels, mx, v0, T, V);
+	else if (lt == MGT_K_F16)
+		xent_stats_launch<__half>(s, sumexp, tgt, logits, labels, mx, v0, T, V);
+	else
+		xent_stats_launch<float>(s, sumexp, tgt, logits, labels, mx, v0, T, V);
 	return mgt_k_rc();
 }
 
@@ -234,13 +258,13 @@ extern "C" int mgt_k_xent_loss(mgt_k_stream s, double *out, float *loss, const f
 
 /* Row t: dlogits = (softmax - onehot) * mask * scale; each element is read and written by the
  * same thread, so dlogits may be logits. */
-static __global__ void xent_bwd_k(float *dlogits, const float *logits, const int32_t *labels,
-				  const float *mx, const float *sumexp, const float *mask, float scale,
-				  int64_t v0, int V, bool vec)
+template <typename L>
+static __global__ void xent_bwd_k(L *dlogits, const L *logits, const int32_t *labels, const float *mx,
+				  const float *sumexp, const float *mask, float scale, int64_t v0, int V, bool vec)
 {
 	const size_t t = blockIdx.x, nv = (size_t)V, ng = (nv + 3) / 4;
-	const float *lt = logits + t * nv;
-	float *dt = dlogits + t * nv;
+	const L *lt = logits + t * nv;
+	L *dt = dlogits + t * nv;
 	const float ms = mask[t] * scale;
 	const float m = mx[t], inv = 1.0f / sumexp[t];
 	const int64_t lab = labels[t];
@@ -261,15 +285,27 @@ static __global__ void xent_bwd_k(float *dlogits, const float *logits, const int
 	}
 }
 
+template <typename L>
+static void xent_bwd_launch(mgt_k_stream s, void *dlogits, const void *logits, const int32_t *labels,
+			    const float *mx, const float *sumexp, const float *mask, float scale, int64_t v0, int T,
+			    int V)
+{
+	MGT_LAUNCH(xent_bwd_k<L>, T, XENT_THREADS, 0, mgt_st(s), (L *)dlogits, (const L *)logits, labels, mx, sumexp,
+		   mask, scale, v0, V, xent_vec(dlogits, V) && xent_vec(logits, V));
+}
+
 /* cpu_xent_bwd (writes every element; rows with mask * scale == 0 get zeros). */
-extern "C" int mgt_k_xent_bwd(mgt_k_stream s, float *dlogits, const float *logits,
+extern "C" int mgt_k_xent_bwd(mgt_k_stream s, void *dlogits, const void *logits, mgt_k_dtype lt,
 			      const int32_t *labels, const float *mx, const float *sumexp,
 			      const float *mask, float scale, int64_t v0, int T, int V)
 {
 	if (T <= 0 || V <= 0)
 		return 0;
-	const bool vec = V % 4 == 0 && mgt_al16(dlogits) && mgt_al16(logits);
-	MGT_LAUNCH(xent_bwd_k, T, XENT_THREADS, 0, mgt_st(s), dlogits, logits, labels, mx, sumexp, mask,
-		   scale, v0, V, vec);
+	if (lt == MGT_K_BF16)
+		xent_bwd_launch<__nv_bfloat16>(s, dlogits, logits, labels, mx, sumexp, mask, scale, v0, T, V);
+	else if (lt == MGT_K_F16)
+		xent_bwd_launch<__half>(s, dlogits, logits, labels, mx, sumexp, mask, scale, v0, T, V);
+	else
+		xent_bwd_launch<float>(s, dlogits, logits, labels, mx, sumexp, mask, scale, v0, T, V);
 	return mgt_k_rc();
 }

@@ -58,7 +58,10 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * Storage: an activation whose only readers are GEMMs may be kept in the 16-bit type (the model
  * does so for the norms' outputs and the MLP activation): norm_fwd and bias_act_fwd write it
  * rounded, the linear ops read it as it is; a GEMM rounding its fp32 operand would have seen the
- * same bits.  Other activations are fp32 in this version.
+ * same bits.  The output layer's logits are 16-bit too (linear_fwd writes them rounded, the
+ * cross-entropy ops read them and xent_bwd writes their gradient in place in that type), as
+ * Megatron's bf16 output layer does: that changes the loss by the logits' rounding.  Other
+ * activations are fp32 in this version.
  *
  * Weights may come already in the 16-bit type (the model's 16-bit copy of its parameters, which
  * it refreshes with the cast op after every change of its fp32 main parameters, as Megatron's
@@ -93,17 +96,20 @@ typedef struct mgt_backend_ops {
 	void (*destroy)(mgt_backend *be);
 
 	/* ---- linear layers (GEMM) ---- */
-	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y (fp32).  x's
-	 * elements are of type xt, w's of type wt: each MGT_DT_F32 or mgt_precision_dtype(be->precision)
-	 * (see mgt_precision; under MGT_PREC_FP32 a 16-bit x is widened exactly). */
-	void (*linear_fwd)(mgt_backend *be, float *y, const void *x, mgt_elem_type xt, const void *w,
+	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y, of type yt: fp32,
+	 * or bf16/fp16 (the fp32 result, bias included, rounded to nearest even as the cast op
+	 * rounds).  x's elements are of type xt, w's of type wt: each MGT_DT_F32 or
+	 * mgt_precision_dtype(be->precision) (see mgt_precision; under MGT_PREC_FP32 a 16-bit operand
+	 * is widened exactly). */
+	void (*linear_fwd)(mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt, const void *w,
 			   mgt_elem_type wt, const float *b, int T, int in, int out);
 	/* Backward of linear_fwd given dy[T, out]:
 	 *   dx[T, in]   = dy . w          writes (skipped when dx == NULL)
 	 *   dw[out, in] += dy^T . x       accumulates (fp32)
 	 *   db[out]     += sum_t dy[t]    accumulates (skipped when db == NULL)
-	 * x of type xt and w of type wt as linear_fwd's. */
-	void (*linear_bwd)(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+	 * dy of type dyt, x of type xt and w of type wt, each as linear_fwd's x (db sums dy's values
+	 * in fp32 whatever its type). */
+	void (*linear_bwd)(mgt_backend *be, float *dx, float *dw, float *db, const void *dy, mgt_elem_type dyt,
 			   const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out);
 
 	/* ---- embedding ---- */
@@ -258,20 +264,23 @@ typedef struct mgt_backend_ops {
 	 * logits [T, V] hold vocabulary columns [v0, v0 + V) of the padded vocabulary.  The model
 	 * calls: xent_max -> all-reduce(max) over TP -> xent_stats -> all-reduce(sum) of sumexp and
 	 * target over TP -> xent_loss; backward xent_bwd.  Nothing [T, V] is written except by
-	 * xent_bwd, which may overwrite the logits in place. */
+	 * xent_bwd, which may overwrite the logits in place.  The logits (and dlogits) are of type lt:
+	 * fp32, or bf16/fp16 read as their exact fp32 values (Megatron's logits.float() before the
+	 * cross entropy); statistics and losses are fp32 in every case. */
 	/* mx[t] = max_c logits[t, c].  Writes mx [T]. */
-	void (*xent_max)(mgt_backend *be, float *mx, const float *logits, int T, int V);
+	void (*xent_max)(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V);
 	/* sumexp[t] = sum_c exp(logits[t,c] - mx[t]);  tgt[t] = logits[t, labels[t] - v0] when
 	 * v0 <= labels[t] < v0 + V, else 0.  Writes sumexp, tgt [T] (sumexp accumulated in double). */
-	void (*xent_stats)(mgt_backend *be, float *sumexp, float *tgt, const float *logits,
+	void (*xent_stats)(mgt_backend *be, float *sumexp, float *tgt, const void *logits, mgt_elem_type lt,
 			   const int32_t *labels, const float *mx, int64_t v0, int T, int V);
 	/* loss[t] = log(sumexp[t]) + mx[t] - tgt[t] (writes loss [T]); returns
 	 * sum_t loss[t] * mask[t] in double (mask [T] fp32, 0 or 1). */
 	double (*xent_loss)(mgt_backend *be, float *loss, const float *mx, const float *sumexp,
 			    const float *tgt, const float *mask, int T);
 	/* dlogits[t, c] = (exp(logits[t,c] - mx[t]) / sumexp[t] - [c + v0 == labels[t]])
-	 *                 * mask[t] * scale.   dlogits may alias logits.  Writes. */
-	void (*xent_bwd)(mgt_backend *be, float *dlogits, const float *logits, const int32_t *labels,
+	 *                 * mask[t] * scale.   dlogits may alias logits.  Writes, in type lt (each
+	 * fp32 value rounded to nearest even for bf16/fp16). */
+	void (*xent_bwd)(mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lt, const int32_t *labels,
 			 const float *mx, const float *sumexp, const float *mask, float scale,
 			 int64_t v0, int T, int V);
 

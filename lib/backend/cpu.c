@@ -156,6 +156,17 @@ static void store_row(void *y, mgt_elem_type yt, size_t off, const float *v, int
 			h[c] = mgt_f32_to_f16(v[c]);
 }
 
+/* r[0..n) = the 16-bit elements h[0..n) of type t as fp32 (exact). */
+static void load_row(float *r, const uint16_t *h, mgt_elem_type t, size_t n)
+{
+	if (t == MGT_DT_BF16)
+		for (size_t c = 0; c < n; c++)
+			r[c] = mgt_bf16_to_f32(h[c]);
+	else
+		for (size_t c = 0; c < n; c++)
+			r[c] = mgt_f16_to_f32(h[c]);
+}
+
 static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t n)
 {
 	if (be->precision == MGT_PREC_FP32)
@@ -181,37 +192,29 @@ static const float *gemm_typed(mgt_backend *be, int k, const void *w, mgt_elem_t
 	if (!r)
 		return NULL;
 	const uint16_t *h = w;
-	const bool bf = wt == MGT_DT_BF16;
+	const size_t ch = 16384; /* elements a task */
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
-	for (size_t i = 0; i < n; i++)
-		r[i] = bf ? mgt_bf16_to_f32(h[i]) : mgt_f16_to_f32(h[i]);
+	for (size_t i = 0; i < n; i += ch)
+		load_row(r + i, h + i, wt, n - i < ch ? n - i : ch);
 	return r;
 }
 
 /* Output features a GEMM call covers at most (the vocabulary's output layer is split) */
 enum { GEMM_COLS = 8192 };
 
-void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const void *x16, mgt_elem_type xt, const void *w16,
-			mgt_elem_type wt, const float *b, int T, int in, int out)
+/* y[T, out] (fp32, leading dimension out) = x . w^T (+ b) on fp32 operands; gemv for one token
+ * when gemv (a whole call of one token, so that blocks of one row do not change the sums). */
+static void gemm_fwd(float *y, const float *x, const float *w, const float *b, int T, int in, int out, bool gemv)
 {
-	if (T <= 0 || out <= 0)
-		return;
-	blas_threads(be);
-	if (b) {
-#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * out > PAR_MIN)
+	if (b)
 		for (int t = 0; t < T; t++)
 			memcpy(y + (size_t)t * out, b, (size_t)out * sizeof *y);
-	}
 	if (in <= 0) {
 		if (!b)
 			memset(y, 0, (size_t)T * out * sizeof *y);
 		return;
 	}
-	const float *x = gemm_typed(be, 0, x16, xt, (size_t)T * in);
-	const float *w = gemm_typed(be, 1, w16, wt, (size_t)out * in);
-	if (!x || !w)
-		return;
-	if (T == 1) /* one token (decoding): OpenBLAS's sgemm would pack all of w first, gemv streams it */
+	if (gemv) /* one token (decoding): OpenBLAS's sgemm would pack all of w first, gemv streams it */
 		cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, b ? 1.0f : 0.0f, y, 1);
 	else
 		for (int j = 0; j < out; j += GEMM_COLS) /* OpenBLAS packs all of a wide w^T panel */
@@ -219,9 +222,48 @@ void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const void *x16, mgt_elem_typ
 				    in, 1.0f, x, in, w + (size_t)j * in, in, b ? 1.0f : 0.0f, y + j, out);
 }
 
-void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+/* Rows of a 16-bit output computed at once in fp32 (a block of about 4M floats). */
+static int out_block_rows(int T, int out)
+{
+	size_t r = ((size_t)4 << 20) / (size_t)(out > 0 ? out : 1);
+	return r < 1 ? 1 : r > (size_t)T ? T : (int)r;
+}
+
+void mgt_cpu_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *x16, mgt_elem_type xt,
+			const void *w16, mgt_elem_type wt, const float *b, int T, int in, int out)
+{
+	if (T <= 0 || out <= 0)
+		return;
+	blas_threads(be);
+	const float *x = in > 0 ? gemm_typed(be, 0, x16, xt, (size_t)T * in) : NULL;
+	const float *w = in > 0 ? gemm_typed(be, 1, w16, wt, (size_t)out * in) : NULL;
+	if (in > 0 && (!x || !w))
+		return;
+	if (yt == MGT_DT_F32) {
+		gemm_fwd(y, x, w, b, T, in, out, T == 1);
+		return;
+	}
+	/* a 16-bit y: blocks of rows in fp32, each stored rounded (as the cast op rounds) */
+	const int R = out_block_rows(T, out);
+	float *blk = round_buf(be, 2, (size_t)R * out);
+	if (!blk)
+		return;
+	for (int t0 = 0; t0 < T; t0 += R) {
+		const int n = T - t0 < R ? T - t0 : R;
+		gemm_fwd(blk, x ? x + (size_t)t0 * in : NULL, w, b, n, in, out, T == 1);
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)n * out > PAR_MIN)
+		for (int t = 0; t < n; t++)
+			store_row(y, yt, (size_t)(t0 + t) * out, blk + (size_t)t * out, out);
+	}
+}
+
+void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const void *dy16, mgt_elem_type dyt,
 			const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out)
 {
+	/* dy in fp32 values: the fp32 dy itself, or a 16-bit dy widened (buffer 0) */
+	const float *dy = dyt == MGT_DT_F32 || T <= 0 || out <= 0 ? dy16 : gemm_typed(be, 0, dy16, dyt, (size_t)T * out);
+	if (!dy)
+		return;
 	if (T <= 0 || in <= 0 || out <= 0) {
 		if (dx && T > 0 && in > 0)
 			memset(dx, 0, (size_t)T * in * sizeof *dx);
@@ -233,7 +275,7 @@ void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const 
 	/* the bias gradient sums dy in fp32, as the GPU's does (only GEMM operands are rounded) */
 	if (db)
 		colsum_acc(be, db, dy, T, out);
-	const float *dyr = gemm_operand(be, 0, dy, (size_t)T * out);
+	const float *dyr = dyt == MGT_DT_F32 ? gemm_operand(be, 0, dy, (size_t)T * out) : dy;
 	const float *wr = dx ? gemm_typed(be, 1, w, wt, (size_t)out * in) : NULL;
 	if (wr)
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dyr, out, wr, in, 0.0f,
@@ -713,19 +755,47 @@ CPU_CLONES static void row_softmax_scaled(float *d, const float *x, int n, float
 		d[c] = cpu_expf(x[c] - m) * inv * ms;
 }
 
-static void cpu_xent_max(mgt_backend *be, float *mx, const float *logits, int T, int V)
+/* Row t of a [T, V] buffer of type lt as fp32: the row itself (fp32), or widened exactly into the
+ * thread's row buffer (rows, V floats a thread). */
+static const float *xent_row(const void *logits, mgt_elem_type lt, float *rows, int t, int V)
 {
-#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * V > PAR_MIN)
-	for (int t = 0; t < T; t++)
-		mx[t] = row_max(logits + (size_t)t * V, V);
+	if (lt == MGT_DT_F32)
+		return (const float *)logits + (size_t)t * V;
+	float *r = rows + (size_t)omp_get_thread_num() * (size_t)V;
+	load_row(r, (const uint16_t *)logits + (size_t)t * V, lt, (size_t)V);
+	return r;
 }
 
-static void cpu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const float *logits,
+/* The row buffers a [T, V] op on 16-bit logits needs (NULL for fp32 ones); *fail when they could
+ * not be had (the failure recorded). */
+static float *xent_rows(mgt_backend *be, mgt_elem_type lt, int T, int V, bool *fail)
+{
+	float *rows = lt == MGT_DT_F32 || T <= 0 || V <= 0 ? NULL : row_bufs(be, (size_t)V);
+	*fail = lt != MGT_DT_F32 && T > 0 && V > 0 && !rows;
+	return rows;
+}
+
+static void cpu_xent_max(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V)
+{
+	bool fail;
+	float *rows = xent_rows(be, lt, T, V, &fail);
+	if (fail)
+		return;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * V > PAR_MIN)
+	for (int t = 0; t < T; t++)
+		mx[t] = row_max(xent_row(logits, lt, rows, t, V), V);
+}
+
+static void cpu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const void *logits, mgt_elem_type lty,
 			   const int32_t *labels, const float *mx, int64_t v0, int T, int V)
 {
+	bool fail;
+	float *rows = xent_rows(be, lty, T, V, &fail);
+	if (fail)
+		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * V > PAR_MIN / 4)
 	for (int t = 0; t < T; t++) {
-		const float *lt = logits + (size_t)t * V;
+		const float *lt = xent_row(logits, lty, rows, t, V);
 		sumexp[t] = (float)row_sumexp(lt, V, mx[t]);
 		int64_t lab = labels[t];
 		tgt[t] = lab >= v0 && lab < v0 + V ? lt[lab - v0] : 0.0f;
@@ -743,26 +813,33 @@ static double cpu_xent_loss(mgt_backend *be, float *loss, const float *mx, const
 	return sum;
 }
 
-static void cpu_xent_bwd(mgt_backend *be, float *dlogits, const float *logits, const int32_t *labels,
-			 const float *mx, const float *sumexp, const float *mask, float scale,
+static void cpu_xent_bwd(mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lty,
+			 const int32_t *labels, const float *mx, const float *sumexp, const float *mask, float scale,
 			 int64_t v0, int T, int V)
 {
+	bool fail;
+	float *rows = xent_rows(be, lty, T, V, &fail);
+	if (fail)
+		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * V > PAR_MIN / 4)
 	for (int t = 0; t < T; t++) {
-		const float *lt = logits + (size_t)t * V;
-		float *dt = dlogits + (size_t)t * V;
+		const float *lt = xent_row(logits, lty, rows, t, V);
+		/* a 16-bit row is computed in place in its fp32 copy, then stored rounded */
+		float *dt = rows ? (float *)lt : (float *)dlogits + (size_t)t * V;
 		const float ms = mask[t] * scale;
 		if (ms == 0.0f) {
 			memset(dt, 0, (size_t)V * sizeof *dt);
-			continue;
+		} else {
+			const float m = mx[t], inv = 1.0f / sumexp[t];
+			int64_t lab = labels[t];
+			bool here = lab >= v0 && lab < v0 + V;
+			float pl = here ? cpu_expf(lt[lab - v0] - m) * inv : 0.0f;
+			row_softmax_scaled(dt, lt, V, m, inv, ms);
+			if (here)
+				dt[lab - v0] = (pl - 1.0f) * ms;
 		}
-		const float m = mx[t], inv = 1.0f / sumexp[t];
-		int64_t lab = labels[t];
-		bool here = lab >= v0 && lab < v0 + V;
-		float pl = here ? cpu_expf(lt[lab - v0] - m) * inv : 0.0f;
-		row_softmax_scaled(dt, lt, V, m, inv, ms);
-		if (here)
-			dt[lab - v0] = (pl - 1.0f) * ms;
+		if (rows)
+			store_row(dlogits, lty, (size_t)t * V, dt, V);
 	}
 }
 

@@ -31,8 +31,9 @@ typedef struct {
 	/* Per-thread attention scratch, allocated at create: two CPU_AQ x CPU_AK float tiles and a
 	 * CPU_AQ x CPU_AK byte mask each, cpu_scratch_bytes apart. */
 	unsigned char *scratch;
-	/* Rounded GEMM operands under MGT_PREC_BF16/FP16 (0, 1), per-thread rows of ops with 16-bit
-	 * outputs (2); grown on demand, freed at destroy. */
+	/* Rounded or widened GEMM operands (0, 1), per-thread rows of ops with 16-bit inputs or
+	 * outputs and the fp32 row blocks of a linear layer's 16-bit output (2); grown on demand,
+	 * freed at destroy. */
 	float *round_buf[3];
 	size_t round_cap[3];
 } cpu_impl;
@@ -142,9 +143,9 @@ void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const fl
 		     const int32_t *pos, int T, int ng, int r, int d, int S);
 
 /* cpu.c: the ops linear_fwd and linear_bwd (cpu_moe.c's grouped linears call them per group). */
-void mgt_cpu_linear_fwd(mgt_backend *be, float *y, const void *x, mgt_elem_type xt, const void *w,
-			mgt_elem_type wt, const float *b, int T, int in, int out);
-void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+void mgt_cpu_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,
+			const void *w, mgt_elem_type wt, const float *b, int T, int in, int out);
+void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const void *dy, mgt_elem_type dyt,
 			const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out);
 
 /* cpu_moe.c: the Mixture-of-Experts ops of backend.h. */

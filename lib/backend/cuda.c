@@ -433,26 +433,26 @@ static void cu_bda_bwd(mgt_backend *be, float *dy, float *db, const float *dout,
 			mgt_k_bda_bwd(stream(be), dy, db, dout, T, h, p, key, e0, ws));
 }
 
-static void cu_xent_max(mgt_backend *be, float *mx, const float *logits, int T, int V)
+static void cu_xent_max(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V)
 {
 	if (T > 0)
-		mgt_cuda_ok(be, "xent_max", mgt_k_xent_max(stream(be), mx, logits, T, V));
+		mgt_cuda_ok(be, "xent_max", mgt_k_xent_max(stream(be), mx, logits, k_dtype(lt), T, V));
 }
 
-static void cu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const float *logits,
+static void cu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const void *logits, mgt_elem_type lt,
 			  const int32_t *labels, const float *mx, int64_t v0, int T, int V)
 {
 	if (T > 0)
 		mgt_cuda_ok(be, "xent_stats",
-			    mgt_k_xent_stats(stream(be), sumexp, tgt, logits, labels, mx, v0, T, V));
+			    mgt_k_xent_stats(stream(be), sumexp, tgt, logits, k_dtype(lt), labels, mx, v0, T, V));
 }
 
-static void cu_xent_bwd(mgt_backend *be, float *dlogits, const float *logits, const int32_t *labels,
-			const float *mx, const float *sumexp, const float *mask, float scale,
+static void cu_xent_bwd(mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lt,
+			const int32_t *labels, const float *mx, const float *sumexp, const float *mask, float scale,
 			int64_t v0, int T, int V)
 {
 	if (T > 0 && V > 0)
-		mgt_cuda_ok(be, "xent_bwd", mgt_k_xent_bwd(stream(be), dlogits, logits, labels, mx,
+		mgt_cuda_ok(be, "xent_bwd", mgt_k_xent_bwd(stream(be), dlogits, logits, k_dtype(lt), labels, mx,
 							   sumexp, mask, scale, v0, T, V));
 }
 

@@ -222,24 +222,53 @@ static void fwd_no_input(mgt_backend *be, float *y, const float *b, int T, int o
 			    mgt_k_bda_fwd(im->stream, y, NULL, zeros, b, T, out, 0.0f, 0, 0));
 }
 
-void mgt_cuda_linear_fwd(mgt_backend *be, float *y, const void *x, mgt_elem_type xt, const void *w,
+/* Rows of a 16-bit output computed at once in fp32 (a block of about 16M floats, 64 MiB of
+ * scratch; cuBLASLt could write the 16-bit D itself: a step for when a GPU checks its rounding). */
+static int out_block_rows(int T, int out)
+{
+	size_t r = ((size_t)16 << 20) / (size_t)(out > 0 ? out : 1);
+	return r < 1 ? 1 : r > (size_t)T ? T : (int)r;
+}
+
+void mgt_cuda_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt, const void *w,
 			 mgt_elem_type wt, const float *b, int T, int in, int out)
 {
 	static const char op[] = "linear_fwd";
+	cuda_impl *im = be->impl;
 	if (T <= 0 || out <= 0)
 		return;
-	if (in <= 0) {
-		fwd_no_input(be, y, b, T, out);
+	const bool y16 = yt != MGT_DT_F32;
+	if (in <= 0) { /* y = b (or 0); a 16-bit y through a temporary fp32 one (fwd_no_input uses the scratch) */
+		float *t32 = y16 ? be->ops->alloc(be, (size_t)T * out * 4) : y;
+		if (!t32)
+			return;
+		fwd_no_input(be, t32, b, T, out);
+		if (y16) {
+			mgt_cuda_ok(be, op, mgt_k_cast(im->stream, y, k_elem(yt), t32, MGT_K_F32, (size_t)T * out));
+			be->ops->free(be, t32);
+		}
 		return;
 	}
+	/* a 16-bit y: blocks of R rows into fp32 scratch (after the operands), each cast into y */
+	const int R = y16 ? out_block_rows(T, out) : T;
+	const size_t yb = y16 ? ((size_t)R * out * 4 + 255) / 256 * 256 : 0;
 	const cudaDataType ab = op_type(be);
 	const size_t nx = (size_t)T * in, nw = (size_t)out * in;
-	const size_t bytes = operand_bytes(xt, ab, nx) + operand_bytes(wt, ab, nw);
-	char *ws = bytes ? mgt_cuda_scratch(be, op, bytes) : NULL;
-	if (bytes && !ws)
+	const size_t ob = operand_bytes(xt, ab, nx) + operand_bytes(wt, ab, nw);
+	char *ws = ob + yb ? mgt_cuda_scratch(be, op, ob + yb) : NULL;
+	if (ob + yb && !ws)
 		return;
+	float *blk = y16 ? (float *)(ws + ob) : y;
 	const void *xa = operand(be, op, &ws, x, xt, nx, ab), *wa = operand(be, op, &ws, w, wt, nw, ab);
-	gemm(be, op, true, false, out, T, in, ab, wa, xa, y, 0.0f, b);
+	for (int t0 = 0; t0 < T; t0 += R) {
+		const int n = T - t0 < R ? T - t0 : R;
+		float *yo = y16 ? blk : blk + (size_t)t0 * out;
+		gemm(be, op, true, false, out, n, in, ab, wa, (const char *)xa + (size_t)t0 * in * (ab == CUDA_R_32F ? 4 : 2),
+		     yo, 0.0f, b);
+		if (y16)
+			mgt_cuda_ok(be, op, mgt_k_cast(im->stream, (uint16_t *)y + (size_t)t0 * out, k_elem(yt), yo,
+						       MGT_K_F32, (size_t)n * out));
+	}
 }
 
 /* linear_bwd's degenerate shapes, as the CPU backend treats them: dx = 0, db += colsum(dy). */
@@ -257,26 +286,30 @@ static void bwd_degenerate(mgt_backend *be, float *dx, float *db, const float *d
 	}
 }
 
-void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy,
+void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const void *dy, mgt_elem_type dyt,
 			 const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out)
 {
 	static const char op[] = "linear_bwd";
 	cuda_impl *im = be->impl;
-	if (T <= 0 || in <= 0 || out <= 0) {
-		bwd_degenerate(be, dx, db, dy, T, in, out);
-		return;
-	}
 	const cudaDataType ab = op_type(be);
 	const size_t ndy = (size_t)T * out, nx = (size_t)T * in, nw = (size_t)out * in;
-	/* scratch: [colsum ws | dy | x | w], the operands only where they are not of type ab */
+	/* scratch: [colsum ws | dy fp32 for db | dy | x | w], the operands only where they are not of type ab */
 	const size_t cs = db ? (mgt_k_colsum_ws_bytes(T, out) + 255) / 256 * 256 : 0;
-	const size_t bytes = cs + operand_bytes(MGT_DT_F32, ab, ndy) + (dw ? operand_bytes(xt, ab, nx) : 0) +
-			     (dx ? operand_bytes(wt, ab, nw) : 0);
+	const size_t d32 = db && T > 0 && out > 0 ? operand_bytes(dyt, CUDA_R_32F, ndy) : 0;
+	const bool gemms = T > 0 && in > 0 && out > 0;
+	const size_t bytes = cs + d32 + (gemms ? operand_bytes(dyt, ab, ndy) + (dw ? operand_bytes(xt, ab, nx) : 0) +
+						    (dx ? operand_bytes(wt, ab, nw) : 0) : 0);
 	char *ws = bytes ? mgt_cuda_scratch(be, op, bytes) : NULL;
 	if (bytes && !ws)
 		return;
 	char *c = ws + cs;
-	const void *dya = operand(be, op, &c, dy, MGT_DT_F32, ndy, ab);
+	/* the bias gradient sums dy's values in fp32 (a 16-bit dy widened first) */
+	const float *dy32 = d32 ? operand(be, op, &c, dy, dyt, ndy, CUDA_R_32F) : dy;
+	if (!gemms) {
+		bwd_degenerate(be, dx, db, dy32, T, in, out);
+		return;
+	}
+	const void *dya = operand(be, op, &c, dy, dyt, ndy, ab);
 	const void *xa = dw ? operand(be, op, &c, x, xt, nx, ab) : x;
 	const void *wa = dx ? operand(be, op, &c, w, wt, nw, ab) : w;
 	if (dx)
@@ -284,7 +317,7 @@ void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const
 	if (dw)
 		gemm(be, op, false, true, in, out, T, ab, xa, dya, dw, 1.0f, NULL);
 	if (db)
-		mgt_cuda_ok(be, op, mgt_k_colsum(im->stream, db, dy, T, out, ws));
+		mgt_cuda_ok(be, op, mgt_k_colsum(im->stream, db, dy32, T, out, ws));
 }
 
 /* ---- grouped linears (backend.h's linear_fwd_grouped / linear_bwd_grouped: the experts of a
@@ -302,7 +335,7 @@ void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, cons
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cuda_linear_fwd(be, y + r * out, x + r * in, MGT_DT_F32, w[g], wt, NULL, rows[g], in, out);
+		mgt_cuda_linear_fwd(be, y + r * out, MGT_DT_F32, x + r * in, MGT_DT_F32, w[g], wt, NULL, rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }
@@ -315,7 +348,7 @@ void mgt_cuda_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, c
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, x + r * in, MGT_DT_F32, w[g], wt,
+		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, MGT_DT_F32, x + r * in, MGT_DT_F32, w[g], wt,
 				    rows[g], in, out);
 		r += (size_t)rows[g];
 	}

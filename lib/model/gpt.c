@@ -157,7 +157,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	sa->res_out = AF(Th * h);
 	if (m->last) {
 		sa->lnf = AT(T * h, m->act_t); sa->meanf = AF(Th); sa->rstdf = AF(Th);
-		sa->logits = AF(T * (size_t)m->V_l);
+		sa->logits = AT(T * (size_t)m->V_l, m->act_t);
 		sa->mx = AF(T); sa->sumexp = AF(T); sa->tgt = AF(T); sa->loss = AF(T);
 	}
 	sa->mask = AF(T);
@@ -604,7 +604,7 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	mgt_status st = norm_gather(m, a->ln1, m->act_t, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
+	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, MGT_DT_F32, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
 		float eps = (float)m->c.norm_epsilon;
@@ -617,7 +617,7 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	if (m->rope) o->rope(m->be, a->qkv, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = core_attn_fwd(m, li, train);
 	if (st) return st;
-	o->linear_fwd(m->be, m->dtmp_h, a->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
+	o->linear_fwd(m->be, m->dtmp_h, MGT_DT_F32, a->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
 	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 }
 
@@ -632,10 +632,10 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
 		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
 		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3));
 	}
-	o->linear_fwd(m->be, a->fc1, a->ln2, m->ln2_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
+	o->linear_fwd(m->be, a->fc1, MGT_DT_F32, a->ln2, m->ln2_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
 	o->bias_act_fwd(m->be, m->act, a->act, m->act_t, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
-	o->linear_fwd(m->be, m->dtmp_h, a->act, m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
+	o->linear_fwd(m->be, m->dtmp_h, MGT_DT_F32, a->act, m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
 	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
 }
 
@@ -652,10 +652,10 @@ static mgt_status head_fwd(mgt_model *m, double *loss_sum)
 	mgt_status st = norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
 				    m->glob[MGT_T_FINAL_LN_B]);
 	if (st) return st;
-	o->linear_fwd(m->be, sa->logits, sa->lnf, m->act_t, W(m, mgt_model_output_weight(m)), WT(m), NULL, T, h, V);
-	o->xent_max(m->be, sa->mx, sa->logits, T, V);
+	o->linear_fwd(m->be, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, mgt_model_output_weight(m)), WT(m), NULL, T, h, V);
+	o->xent_max(m->be, sa->mx, sa->logits, m->act_t, T, V);
 	if ((st = tp_allreduce(m, sa->mx, (size_t)T, MGT_RED_MAX))) return st;
-	o->xent_stats(m->be, sa->sumexp, sa->tgt, sa->logits, sa->labels, sa->mx, m->v0, T, V);
+	o->xent_stats(m->be, sa->sumexp, sa->tgt, sa->logits, m->act_t, sa->labels, sa->mx, m->v0, T, V);
 	if ((st = tp_allreduce(m, sa->sumexp, (size_t)T, MGT_RED_SUM))) return st;
 	if ((st = tp_allreduce(m, sa->tgt, (size_t)T, MGT_RED_SUM))) return st;
 	*loss_sum = o->xent_loss(m->be, sa->loss, sa->mx, sa->sumexp, sa->tgt, sa->mask, T);
@@ -697,8 +697,8 @@ static mgt_status head_bwd(mgt_model *m, float scale)
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
 	const mgt_tensor *w = mgt_model_output_weight(m);
-	o->xent_bwd(m->be, sa->logits, sa->logits, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
-	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, sa->logits, sa->lnf, m->act_t, W(m, w), WT(m), T, h, V);
+	o->xent_bwd(m->be, sa->logits, sa->logits, m->act_t, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
+	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, w), WT(m), T, h, V);
 	o->zero(m->be, m->dres, (size_t)m->Th * (size_t)h * sizeof(float));
 	return reduce_norm_bwd(m, sa->res_out, m->glob[MGT_T_FINAL_LN_W], m->glob[MGT_T_FINAL_LN_B], sa->meanf, sa->rstdf);
 }
@@ -716,11 +716,11 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 		return reduce_norm_bwd_plus(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2,
 					    dxl);
 	}
-	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, a->act, m->act_t,
+	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, MGT_DT_F32, a->act, m->act_t,
 		      W(m, T_(m, l, MGT_T_FC2_W)), WT(m), T, (int)m->ffn_l, h);
 	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, a->fc1,
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
-	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, a->ln2, m->ln2_t,
+	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, MGT_DT_F32, a->ln2, m->ln2_t,
 		      W(m, T_(m, l, MGT_T_FC1_W)), WT(m), T, h, (int)m->fc1_l);
 	return reduce_norm_bwd(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2);
 }
@@ -733,7 +733,7 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
 	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 	if (st) return st;
-	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, a->ctx, MGT_DT_F32,
+	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, MGT_DT_F32, a->ctx, MGT_DT_F32,
 		      W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), T, nd, h);
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, p, site_key(m, l, 1));
@@ -748,7 +748,7 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
 				 m->dbig, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
-	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig,
+	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig, MGT_DT_F32,
 		      a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m), T, h, (int)m->qkv_l);
 	return reduce_norm_bwd(m, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1);
 }
@@ -875,13 +875,27 @@ void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s)
 	m->t_fwd = m->t_bwd = 0;
 }
 
+/* The current slot's logits as fp32 (16-bit ones widened exactly, in place from the back: the
+ * 2-byte elements fill the first half of out and element i moves only to a later place). */
+static mgt_status download_logits(mgt_model *m, float *out)
+{
+	const size_t n = (size_t)m->T * (size_t)m->V_l;
+	mgt_status st = m->be->ops->download(m->be, out, m->cur->logits, n * mgt_elem_size(m->act_t));
+	if (st || m->act_t == MGT_DT_F32) return st;
+	const uint16_t *h = (const uint16_t *)out;
+	for (size_t i = n; i-- > 0;) {
+		uint16_t v = h[i];
+		out[i] = m->act_t == MGT_DT_BF16 ? mgt_bf16_to_f32(v) : mgt_f16_to_f32(v);
+	}
+	return MGT_OK;
+}
+
 mgt_status mgt_model_outputs(mgt_model *m, int slot, float *logits_out, float *loss_out)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	mgt_status st = use_slot(m, slot);
 	if (!st && !m->last) st = mgt_err(MGT_ERR_USAGE, "model outputs exist on the last pipeline stage only");
-	if (!st && logits_out)
-		st = o->download(m->be, logits_out, m->cur->logits, (size_t)m->T * (size_t)m->V_l * sizeof(float));
+	if (!st && logits_out) st = download_logits(m, logits_out);
 	if (!st && loss_out) st = o->download(m->be, loss_out, m->cur->loss, (size_t)m->T * sizeof(float));
 	return st;
 }

@@ -372,7 +372,8 @@ float *mgt_model_hidden_out(mgt_model *m, int slot);
 float *mgt_model_hidden_grad(mgt_model *m);
 size_t mgt_model_hidden_numel(const mgt_model *m);
 /* Download (host) the logits [T, padded_vocab/tp] and per-token losses [T] of the last forward in
- * slot (last stage only; either pointer may be NULL).  Errors: MGT_ERR_USAGE, MGT_ERR_IO. */
+ * slot (last stage only; either pointer may be NULL), fp32 (the 16-bit logits of a bf16 or fp16
+ * layout widened exactly).  Errors: MGT_ERR_USAGE, MGT_ERR_IO. */
 mgt_status mgt_model_outputs(mgt_model *m, int slot, float *logits_out, float *loss_out);
 bool mgt_model_is_first_stage(const mgt_model *m);
 bool mgt_model_is_last_stage(const mgt_model *m);

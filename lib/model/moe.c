@@ -300,7 +300,7 @@ static void router_linear(mgt_model *m, float *y, const float *x, const mgt_tens
 {
 	mgt_precision p = m->be->precision;
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
-	m->be->ops->linear_fwd(m->be, y, x, MGT_DT_F32, W(m, w), WT(m), P(m, b), T, (int)m->h, out);
+	m->be->ops->linear_fwd(m->be, y, MGT_DT_F32, x, MGT_DT_F32, W(m, w), WT(m), P(m, b), T, (int)m->h, out);
 	m->be->precision = p;
 }
 
@@ -534,10 +534,10 @@ static mgt_status shared_fwd(mgt_model *m, int li, struct moe_act *a, const floa
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	o->linear_fwd(m->be, a->sfc1, x, MGT_DT_F32, W(m, T_(m, l, MGT_T_SH_FC1_W)), WT(m), NULL, T, h, S->shfc1);
+	o->linear_fwd(m->be, a->sfc1, MGT_DT_F32, x, MGT_DT_F32, W(m, T_(m, l, MGT_T_SH_FC1_W)), WT(m), NULL, T, h, S->shfc1);
 	o->bias_act_fwd(m->be, m->act, a->sact, MGT_DT_F32, a->sfc1, NULL, T, S->sh);
 	const mgt_tensor *g = T_(m, l, MGT_T_SH_GATE_W);
-	o->linear_fwd(m->be, g ? a->sout : out, a->sact, MGT_DT_F32, W(m, T_(m, l, MGT_T_SH_FC2_W)), WT(m), NULL, T, S->sh, h);
+	o->linear_fwd(m->be, g ? a->sout : out, MGT_DT_F32, a->sact, MGT_DT_F32, W(m, T_(m, l, MGT_T_SH_FC2_W)), WT(m), NULL, T, S->sh, h);
 	if (!g) return MGT_OK;
 	router_linear(m, S->gl_l, x_loc, g, NULL, m->Th, 1);
 	mgt_status st = gather_rows_host(m, S->gl, S->gl_l, 1, S->hf);
@@ -605,9 +605,9 @@ static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 		o->rows_scale(m->be, S->ye, dY, S->gw, T, h);
 		dout = S->ye;
 	}
-	o->linear_bwd(m->be, S->dsact, G(m, w2), NULL, dout, a->sact, MGT_DT_F32, W(m, w2), WT(m), T, S->sh, h);
+	o->linear_bwd(m->be, S->dsact, G(m, w2), NULL, dout, MGT_DT_F32, a->sact, MGT_DT_F32, W(m, w2), WT(m), T, S->sh, h);
 	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, a->sfc1, NULL, T, S->sh);
-	o->linear_bwd(m->be, S->dsh, G(m, w1), NULL, S->dsfc1, x, MGT_DT_F32, W(m, w1), WT(m), T, h, S->shfc1);
+	o->linear_bwd(m->be, S->dsh, G(m, w1), NULL, S->dsfc1, MGT_DT_F32, x, MGT_DT_F32, W(m, w1), WT(m), T, h, S->shfc1);
 	return MGT_OK;
 }
 
@@ -631,12 +631,12 @@ static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
 	bool jit = m->c.moe_input_jitter_eps > 0 && train;
 	if (jit) o->rows_scale(m->be, S->xj, x_loc, jitter_noise(m, li), Th * h, 1); /* the input the router saw */
-	o->linear_bwd(m->be, S->dxr, G(m, w), G(m, b), S->dlog, jit ? S->xj : x_loc, MGT_DT_F32, W(m, w), WT(m), Th, h, E);
+	o->linear_bwd(m->be, S->dxr, G(m, w), G(m, b), S->dlog, MGT_DT_F32, jit ? S->xj : x_loc, MGT_DT_F32, W(m, w), WT(m), Th, h, E);
 	if (jit) o->rows_scale(m->be, S->dxr, S->dxr, jitter_noise(m, li), Th * h, 1);
 	if (g) {
 		for (int t = 0; t < Th; t++) S->hf[t] = (float)dgl[m->r0 + t];
 		st = o->upload(m->be, S->gl_l, S->hf, (size_t)Th * 4);
-		if (!st) o->linear_bwd(m->be, S->dxg, G(m, g), NULL, S->gl_l, x_loc, MGT_DT_F32, W(m, g), WT(m), Th, h, 1);
+		if (!st) o->linear_bwd(m->be, S->dxg, G(m, g), NULL, S->gl_l, MGT_DT_F32, x_loc, MGT_DT_F32, W(m, g), WT(m), Th, h, 1);
 		if (!st) o->add(m->be, S->dxr, S->dxg, (size_t)Th * (size_t)h);
 	}
 	m->be->precision = p;

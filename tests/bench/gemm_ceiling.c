@@ -102,7 +102,7 @@ static double gemm(mgt_precision prec, int T, int in, int out, const char *label
 	for (int i = 0; i < WARM + REPS; i++) {
 		be->ops->sync(be);
 		double t0 = now();
-		be->ops->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, in, out);
+		be->ops->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, in, out);
 		be->ops->sync(be);
 		if (i >= WARM)
 			t[i - WARM] = now() - t0;

@@ -77,12 +77,12 @@ int main(int argc, char **argv)
 	float *dx = buf(be, (size_t)T * 2 * f, 1), *dw = buf(be, (size_t)f * h * 2, 1);
 	float *db = buf(be, 2 * f, 1), *dy = buf(be, (size_t)T * 2 * f, 1);
 	double gemm = 2.0 * T * h * 3 * h;
-	TIME("linear_fwd 768->2304 (qkv)", gemm, 5, O->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, h, 3 * h));
-	TIME("linear_bwd 768->2304", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, h, 3 * h));
+	TIME("linear_fwd 768->2304 (qkv)", gemm, 5, O->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, h, 3 * h));
+	TIME("linear_bwd 768->2304", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, h, 3 * h));
 	gemm = 2.0 * T * h * f;
-	TIME("linear_fwd 768->3072 (fc1)", gemm, 5, O->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, h, f));
-	TIME("linear_fwd 3072->768 (fc2)", gemm, 5, O->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, f, h));
-	TIME("linear_bwd 3072->768", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, f, h));
+	TIME("linear_fwd 768->3072 (fc1)", gemm, 5, O->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, h, f));
+	TIME("linear_fwd 3072->768 (fc2)", gemm, 5, O->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, f, h));
+	TIME("linear_bwd 3072->768", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, f, h));
 
 	float *qkv = buf(be, (size_t)T * 3 * h, 1), *out = buf(be, (size_t)T * h, 1);
 	float *lse = buf(be, (size_t)b * H * s, 1), *dqkv = buf(be, (size_t)T * 3 * h, 1);
@@ -144,11 +144,11 @@ int main(int argc, char **argv)
 	for (int t = 0; t < T; t++)
 		mask[t] = 1, labels[t] = (t * 7919) % V;
 	TIME("xent_max+stats+loss V=50304", 0, 5,
-	     (O->xent_max(be, mx, logits, T, V), O->xent_stats(be, se, tg, logits, labels, mx, 0, T, V),
+	     (O->xent_max(be, mx, logits, MGT_DT_F32, T, V), O->xent_stats(be, se, tg, logits, MGT_DT_F32, labels, mx, 0, T, V),
 	      O->xent_loss(be, loss, mx, se, tg, mask, T)));
-	TIME("xent_bwd V=50304", 0, 5, O->xent_bwd(be, logits, logits, labels, mx, se, mask, 1.0f, 0, T, V));
+	TIME("xent_bwd V=50304", 0, 5, O->xent_bwd(be, logits, logits, MGT_DT_F32, labels, mx, se, mask, 1.0f, 0, T, V));
 	float *wl = buf(be, (size_t)V * h, 0.05f);
-	TIME("lm head linear_fwd 768->50304", 2.0 * T * h * V, 2, O->linear_fwd(be, logits, x, MGT_DT_F32, wl, MGT_DT_F32, NULL, T, h, V));
+	TIME("lm head linear_fwd 768->50304", 2.0 * T * h * V, 2, O->linear_fwd(be, logits, MGT_DT_F32, x, MGT_DT_F32, wl, MGT_DT_F32, NULL, T, h, V));
 
 	size_t n = (size_t)T * f;
 	TIME("adamw (3.1M params)", 0, 5, O->adamw(be, x, y, dx, dy, n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 3));

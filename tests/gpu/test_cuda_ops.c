@@ -514,8 +514,8 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	/* CPU in the same precision */
 	cpu->precision = prec;
 	float *yc = xmalloc(ny * 4), *dxc = want_dx ? xmalloc(nx * 4) : NULL, *dwc = hcopy(dw0, nw), *dbc = hcopy(db0, out);
-	C->linear_fwd(cpu, yc, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
-	C->linear_bwd(cpu, dxc, dwc, bias ? dbc : NULL, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+	C->linear_fwd(cpu, yc, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
+	C->linear_bwd(cpu, dxc, dwc, bias ? dbc : NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 	cpu->precision = MGT_PREC_FP32;
 
 	gpu->precision = prec;
@@ -537,13 +537,19 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 			poison(dDX, nx);
 		up(dDW, dw0, nw * 4);
 		up(dDB, db0, out * 4);
-		G->linear_fwd(gpu, dY, xk, tk, wk, tk, dB, T, in, out);
-		G->linear_bwd(gpu, dDX, dDW, bias ? dDB : NULL, dDY, xk, tk, wk, tk, T, in, out);
+		G->linear_fwd(gpu, dY, MGT_DT_F32, xk, tk, wk, tk, dB, T, in, out);
+		G->linear_bwd(gpu, dDX, dDW, bias ? dDB : NULL, dDY, MGT_DT_F32, xk, tk, wk, tk, T, in, out);
 		y[k] = dget(dY, ny);
 		if (want_dx)
 			dx[k] = dget(dDX, nx);
 		dw[k] = dget(dDW, nw);
 		db[k] = dget(dDB, out);
+	}
+	if (dW16) { /* the output in 16 bits (the logits): the rounding of the fp32 output */
+		void *dY16 = dalloc(ny * 2);
+		G->linear_fwd(gpu, dY16, lt, dX, MGT_DT_F32, dW, MGT_DT_F32, dB, T, in, out);
+		t_out16(nm("%s: fwd y", id), dY16, lt, y[0], ny);
+		dfree(dY16);
 	}
 	gpu->precision = MGT_PREC_FP32;
 	cmp(nm("%s: fwd y", id), y[0], yc, NULL, ny, lin_tol(prec, in));
@@ -559,8 +565,8 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	if (prec != MGT_PREC_FP32) {
 		/* sanity: against the CPU in fp32 */
 		float *y32 = xmalloc(ny * 4), *dx32 = want_dx ? xmalloc(nx * 4) : NULL, *dw32 = hcopy(dw0, nw);
-		C->linear_fwd(cpu, y32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
-		C->linear_bwd(cpu, dx32, dw32, NULL, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+		C->linear_fwd(cpu, y32, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
+		C->linear_bwd(cpu, dx32, dw32, NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 		cmp(nm("%s vs cpu fp32 (sanity): y", id), y[0], y32, NULL, ny, T2(TOL_LOWP_VS_FP32, TOL_LOWP_VS_FP32));
 		if (want_dx)
 			cmp(nm("%s vs cpu fp32 (sanity): dx", id), dx[0], dx32, NULL, nx, T2(TOL_LOWP_VS_FP32, TOL_LOWP_VS_FP32));
@@ -1591,8 +1597,8 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 	up(dDWP, dw0, nw * NG * 4);
 	for (int g = 0, r0 = 0; g < NG; r0 += rows[g], g++)
 		if (rows[g]) {
-			G->linear_fwd(gpu, dYP + (size_t)r0 * out, dX + (size_t)r0 * in, MGT_DT_F32, dw_[g], MGT_DT_F32, NULL, rows[g], in, out);
-			G->linear_bwd(gpu, dDX ? dDXP + (size_t)r0 * in : NULL, dDWP + g * nw, NULL, dDY + (size_t)r0 * out,
+			G->linear_fwd(gpu, dYP + (size_t)r0 * out, MGT_DT_F32, dX + (size_t)r0 * in, MGT_DT_F32, dw_[g], MGT_DT_F32, NULL, rows[g], in, out);
+			G->linear_bwd(gpu, dDX ? dDXP + (size_t)r0 * in : NULL, dDWP + g * nw, NULL, dDY + (size_t)r0 * out, MGT_DT_F32,
 				      dX + (size_t)r0 * in, MGT_DT_F32, dw_[g], MGT_DT_F32, rows[g], in, out);
 		}
 	float *yp = dget(dYP, ny), *dxp = dget(dDXP, nx), *dwp = dget(dDWP, nw * NG);
@@ -1628,6 +1634,40 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 /* ================= cross-entropy ================= */
 
 /* logits [T, V] = columns [v0, v0 + V) of a vocabulary of vtot; labels uniform over all of it */
+/* The cross-entropy ops on 16-bit logits (type dt, made from lg by the cast op): max, sumexp and
+ * target bit for bit those of the fp32 ops on the same values, the gradient (in place) the
+ * rounding of the fp32 one; the GPU against itself, the simulator's CPU-run kernels too. */
+static void t_xent16(const char *id0, mgt_elem_type dt, const float *lg, const int32_t *dLab,
+		     const float *dMask, float scale, int64_t v0, int T, int V)
+{
+	const size_t n = (size_t)T * V;
+	const char *id = nm("%s %s logits", id0, dt == MGT_DT_BF16 ? "bf16" : "fp16");
+	uint16_t *h = xmalloc(n * 2);
+	float *w = xmalloc(n * 4);
+	C->cast(cpu, h, dt, lg, n);
+	for (size_t i = 0; i < n; i++)
+		w[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(h[i]) : mgt_f16_to_f32(h[i]);
+	void *d16 = dalloc(n * 2);
+	up(d16, h, n * 2);
+	float *dW = dput(w, n), *m[2], *se[2], *tg[2];
+	float *dm = dalloc((size_t)T * 4), *dse = dalloc((size_t)T * 4), *dtg = dalloc((size_t)T * 4);
+	for (int k = 0; k < 2; k++) {
+		G->xent_max(gpu, dm, k ? d16 : (void *)dW, k ? dt : MGT_DT_F32, T, V);
+		G->xent_stats(gpu, dse, dtg, k ? d16 : (void *)dW, k ? dt : MGT_DT_F32, dLab, dm, v0, T, V);
+		m[k] = dget(dm, T), se[k] = dget(dse, T), tg[k] = dget(dtg, T);
+	}
+	CHECK(!ndiff(m[0], m[1], T, 4) && !ndiff(se[0], se[1], T, 4) && !ndiff(tg[0], tg[1], T, 4),
+	      "%s%s: xent_max, xent_stats bitwise those on the widened logits", tag, id);
+	G->xent_bwd(gpu, dW, dW, MGT_DT_F32, dLab, dm, dse, dMask, scale, v0, T, V);
+	G->xent_bwd(gpu, d16, d16, dt, dLab, dm, dse, dMask, scale, v0, T, V);
+	float *g32 = dget(dW, n);
+	t_out16(nm("%s: xent_bwd in place", id), d16, dt, g32, n);
+	for (int k = 0; k < 2; k++)
+		free(m[k]), free(se[k]), free(tg[k]);
+	free(g32), free(h), free(w);
+	dfree(d16), dfree(dW), dfree(dm), dfree(dse), dfree(dtg);
+}
+
 static void t_xent(int T, int V, int64_t v0, int64_t vtot)
 {
 	const size_t n = (size_t)T * V;
@@ -1656,10 +1696,10 @@ static void t_xent(int T, int V, int64_t v0, int64_t vtot)
 	const float scale = 1.0f / nmask;
 	float *mxc = xmalloc((size_t)T * 4), *sec = xmalloc((size_t)T * 4), *tgc = xmalloc((size_t)T * 4);
 	float *lossc = xmalloc((size_t)T * 4), *dlc = xmalloc(n * 4);
-	C->xent_max(cpu, mxc, lg, T, V);
-	C->xent_stats(cpu, sec, tgc, lg, lab, mxc, v0, T, V);
+	C->xent_max(cpu, mxc, lg, MGT_DT_F32, T, V);
+	C->xent_stats(cpu, sec, tgc, lg, MGT_DT_F32, lab, mxc, v0, T, V);
 	double sumc = C->xent_loss(cpu, lossc, mxc, sec, tgc, mask, T);
-	C->xent_bwd(cpu, dlc, lg, lab, mxc, sec, mask, scale, v0, T, V);
+	C->xent_bwd(cpu, dlc, lg, MGT_DT_F32, lab, mxc, sec, mask, scale, v0, T, V);
 
 	/* each GPU op gets the CPU's results of the ops before it: checked one by one */
 	float *dLg = dput(lg, n), *dMask = dput(mask, T), *dMxc = dput(mxc, T), *dSec = dput(sec, T), *dTgc = dput(tgc, T);
@@ -1674,10 +1714,10 @@ static void t_xent(int T, int V, int64_t v0, int64_t vtot)
 		poison(dTg, T);
 		poison(dLoss, T);
 		poison(dDl, n);
-		G->xent_max(gpu, dMx, dLg, T, V);
-		G->xent_stats(gpu, dSe, dTg, dLg, dLab, dMxc, v0, T, V);
+		G->xent_max(gpu, dMx, dLg, MGT_DT_F32, T, V);
+		G->xent_stats(gpu, dSe, dTg, dLg, MGT_DT_F32, dLab, dMxc, v0, T, V);
 		sum[k] = G->xent_loss(gpu, dLoss, dMxc, dSec, dTgc, dMask, T);
-		G->xent_bwd(gpu, dDl, dLg, dLab, dMxc, dSec, dMask, scale, v0, T, V);
+		G->xent_bwd(gpu, dDl, dLg, MGT_DT_F32, dLab, dMxc, dSec, dMask, scale, v0, T, V);
 		mx[k] = dget(dMx, T);
 		se[k] = dget(dSe, T);
 		tg[k] = dget(dTg, T);
@@ -1706,10 +1746,12 @@ static void t_xent(int T, int V, int64_t v0, int64_t vtot)
 	det(id, ndiff(mx[0], mx[1], T, 4) + ndiff(se[0], se[1], T, 4) + ndiff(tg[0], tg[1], T, 4) +
 			ndiff(loss[0], loss[1], T, 4) + ndiff(dl[0], dl[1], n, 4) + ndiff(&sum[0], &sum[1], 1, 8));
 	/* in place: dlogits == logits */
-	G->xent_bwd(gpu, dLg, dLg, dLab, dMxc, dSec, dMask, scale, v0, T, V);
+	G->xent_bwd(gpu, dLg, dLg, MGT_DT_F32, dLab, dMxc, dSec, dMask, scale, v0, T, V);
 	float *ip = dget(dLg, n);
 	cmp_rows(nm("%s: xent_bwd in place (dlogits = logits)", id), ip, dlc, NULL, T, (size_t)V, T2(TOL32, SIM_EXACT));
 	free(ip);
+	for (int k = 0; k < 2; k++)
+		t_xent16(id, k ? MGT_DT_F16 : MGT_DT_BF16, lg, dLab, dMask, scale, v0, T, V);
 	for (int k = 0; k < 2; k++)
 		free(mx[k]), free(se[k]), free(tg[k]), free(loss[k]), free(dl[k]);
 	dfree(dLg), dfree(dMask), dfree(dMxc), dfree(dSec), dfree(dTgc), dfree(dLab), dfree(dMx), dfree(dSe);

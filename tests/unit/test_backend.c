@@ -258,14 +258,14 @@ static void test_linear_case(int T, int in, int out, int with_bias, int fd)
 	double *bd = b ? tod(b, out) : NULL, *yr = xmalloc((size_t)T * out * sizeof *yr);
 	lin_ctx c = {xd, wd, bd, T, in, out};
 	lin_ref(&c, yr);
-	O->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
+	O->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
 	double e = relerr(y, yr, (size_t)T * out);
 	CHECK(e < FWD_TOL, "linear_fwd T=%d in=%d out=%d bias=%d: err %.2e", T, in, out, with_bias, e);
 
 	float *R = randf((size_t)T * out, 1);
 	float *dx = randf((size_t)T * in, 9), *dw0 = randf((size_t)out * in, 1), *db0 = randf(out, 1);
 	float *dw = copyf(dw0, (size_t)out * in), *db = copyf(db0, out);
-	O->linear_bwd(be, dx, dw, b ? db : NULL, R, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx, dw, b ? db : NULL, R, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 	objective ob = {lin_ref, &c, R, (size_t)T * out, yr};
 	if (fd) {
 		double ex = fd_check(&ob, xd, (size_t)T * in, dx);
@@ -277,7 +277,7 @@ static void test_linear_case(int T, int in, int out, int with_bias, int fd)
 			double eb = relerr_delta(db, db0, gb, out);
 			CHECK(eb < BWD_TOL, "linear_bwd db (accumulated) vs FD: %.2e", eb);
 			/* second call: dw, db gain the same gradient again */
-			O->linear_bwd(be, NULL, dw, db, R, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+			O->linear_bwd(be, NULL, dw, db, R, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 			for (int i = 0; i < out * in; i++)
 				gw[i] *= 2;
 			for (int i = 0; i < out; i++)
@@ -1316,8 +1316,8 @@ static void test_xent(void)
 		int32_t labels[T] = {7, 17, 3, 12, 18, 30};
 		float *lg = randf(T * V, 4), mx[T], se[T], tg[T], loss[T];
 		float mask[T] = {1, 1, 0, 1, 1, 1};
-		O->xent_max(be, mx, lg, T, V);
-		O->xent_stats(be, se, tg, lg, labels, mx, v0, T, V);
+		O->xent_max(be, mx, lg, MGT_DT_F32, T, V);
+		O->xent_stats(be, se, tg, lg, MGT_DT_F32, labels, mx, v0, T, V);
 		double sum = O->xent_loss(be, loss, mx, se, tg, mask, T), sr = 0;
 		int ok = 1;
 		for (int t = 0; t < T; t++) {
@@ -1346,12 +1346,12 @@ static void test_xent(void)
 		memcpy(p1 + t * (V - V1), lg + t * V + V1, (V - V1) * 4);
 	}
 	float mx[T], m1[T], se[T], s1[T], tg[T], t1[T], loss[T];
-	O->xent_max(be, mx, p0, T, V1);
-	O->xent_max(be, m1, p1, T, V - V1);
+	O->xent_max(be, mx, p0, MGT_DT_F32, T, V1);
+	O->xent_max(be, m1, p1, MGT_DT_F32, T, V - V1);
 	for (int t = 0; t < T; t++) /* all-reduce max */
 		mx[t] = fmaxf(mx[t], m1[t]);
-	O->xent_stats(be, se, tg, p0, labels, mx, 0, T, V1);
-	O->xent_stats(be, s1, t1, p1, labels, mx, V1, T, V - V1);
+	O->xent_stats(be, se, tg, p0, MGT_DT_F32, labels, mx, 0, T, V1);
+	O->xent_stats(be, s1, t1, p1, MGT_DT_F32, labels, mx, V1, T, V - V1);
 	for (int t = 0; t < T; t++) { /* all-reduce sum */
 		se[t] += s1[t];
 		tg[t] += t1[t];
@@ -1371,8 +1371,8 @@ static void test_xent(void)
 	      e);
 	/* backward, second piece in place */
 	float *d0 = xmalloc(T * V1 * 4);
-	O->xent_bwd(be, d0, p0, labels, mx, se, mask, scale, 0, T, V1);
-	O->xent_bwd(be, p1, p1, labels, mx, se, mask, scale, V1, T, V - V1);
+	O->xent_bwd(be, d0, p0, MGT_DT_F32, labels, mx, se, mask, scale, 0, T, V1);
+	O->xent_bwd(be, p1, p1, MGT_DT_F32, labels, mx, se, mask, scale, V1, T, V - V1);
 	float *dl = xmalloc(T * V * 4), R[T];
 	for (int t = 0; t < T; t++) {
 		memcpy(dl + t * V, d0 + t * V1, V1 * 4);
@@ -1397,8 +1397,8 @@ static void test_xent(void)
 	int32_t bl[T2];
 	for (int t = 0; t < T2; t++)
 		bl[t] = t * 71;
-	O->xent_max(be, bm, big, T2, V2);
-	O->xent_stats(be, bs, bt, big, bl, bm, 0, T2, V2);
+	O->xent_max(be, bm, big, MGT_DT_F32, T2, V2);
+	O->xent_stats(be, bs, bt, big, MGT_DT_F32, bl, bm, 0, T2, V2);
 	double worst = 0;
 	for (int t = 0; t < T2; t++) {
 		double m = -INFINITY, s = 0;
@@ -1713,8 +1713,8 @@ static void test_moe_grouped_case(const int *rows, int G, int in, int out)
 		r0 = 0;
 		for (int g = 0; g < G; g++) {
 			if (rows[g]) {
-				O->linear_fwd(be, yp + (size_t)r0 * out, x + (size_t)r0 * in, MGT_DT_F32, w[g], MGT_DT_F32, NULL, rows[g], in, out);
-				O->linear_bwd(be, dxp + (size_t)r0 * in, dwp[g], NULL, dy + (size_t)r0 * out,
+				O->linear_fwd(be, yp + (size_t)r0 * out, MGT_DT_F32, x + (size_t)r0 * in, MGT_DT_F32, w[g], MGT_DT_F32, NULL, rows[g], in, out);
+				O->linear_bwd(be, dxp + (size_t)r0 * in, dwp[g], NULL, dy + (size_t)r0 * out, MGT_DT_F32,
 					      x + (size_t)r0 * in, MGT_DT_F32, w[g], MGT_DT_F32, rows[g], in, out);
 			}
 			ndw += bits_differ(dwg[g], dwp[g], nw);
@@ -1757,8 +1757,8 @@ static void test_determinism(void)
 	float *x = randf(T * in, 1), *w = randf(out * in, 1), *dy = randf(T * out, 1);
 	float *dw1 = xmalloc(out * in * 4), *dw2 = xmalloc(out * in * 4), *db1 = xmalloc(out * 4),
 	      *db2 = xmalloc(out * 4), *dx1 = xmalloc(T * in * 4), *dx2 = xmalloc(T * in * 4);
-	O->linear_bwd(be, dx1, dw1, db1, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
-	O->linear_bwd(be, dx2, dw2, db2, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx1, dw1, db1, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx2, dw2, db2, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 	CHECK(!memcmp(dw1, dw2, out * in * 4) && !memcmp(db1, db2, out * 4) && !memcmp(dx1, dx2, T * in * 4),
 	      "linear_bwd deterministic (2 threads)");
 	float *mean = xmalloc(T * 4), *rstd = xmalloc(T * 4), *yy = xmalloc(T * in * 4);
@@ -1775,7 +1775,7 @@ static void test_determinism(void)
 	CHECK(b1 && b1->threads == 1, "cpu backend with 1 thread");
 	if (b1) {
 		float *dw3 = xmalloc(out * in * 4), *db3 = xmalloc(out * 4), *dx3 = xmalloc(T * in * 4);
-		b1->ops->linear_bwd(b1, dx3, dw3, db3, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+		b1->ops->linear_bwd(b1, dx3, dw3, db3, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 		double *r = tod(dw1, out * in);
 		double e = relerr(dw3, r, out * in);
 		CHECK(e < 1e-6 && !memcmp(db1, db3, out * 4), "1 thread vs 2 threads: dw %.2e, db identical", e);

@@ -9,6 +9,7 @@
  * megatron/core/optimizer/grad_scaler.py. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -88,9 +89,9 @@ static void test_gemm_emulation(mgt_precision prec, const char *name, float (*ro
 	for (int i = 0; i < OUT * IN; i++) w[i] = (float)((int)(next32() % 20001) - 10000) * 0.7e-4f;
 	for (int i = 0; i < OUT; i++) b[i] = (float)i * 0.01f;
 	be->precision = prec;
-	be->ops->linear_fwd(be, y, x, MGT_DT_F32, w, MGT_DT_F32, b, T, IN, OUT);
+	be->ops->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, IN, OUT);
 	be->precision = MGT_PREC_FP32;
-	be->ops->linear_fwd(be, y32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, IN, OUT);
+	be->ops->linear_fwd(be, y32, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, IN, OUT);
 	double err = 0, ref2 = 0, moved = 0;
 	for (int t = 0; t < T; t++)
 		for (int o = 0; o < OUT; o++) {
@@ -141,11 +142,11 @@ static void test_weight_copy(mgt_precision prec, const char *name, float (*round
 	w[0] = 0.5f, w[3] = -0.25f; /* finite outputs for the GEMMs below */
 	be->ops->cast(be, w16, dt, w, NW);
 	be->precision = prec;
-	be->ops->linear_fwd(be, y1, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, IN, OUT);
-	be->ops->linear_fwd(be, y2, x, MGT_DT_F32, w16, dt, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y1, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y2, MGT_DT_F32, x, MGT_DT_F32, w16, dt, NULL, T, IN, OUT);
 	CHECK(!memcmp(y1, y2, sizeof y1), "%s linear_fwd: the 16-bit weight gives the rounded fp32 weight's bits", name);
-	be->ops->linear_bwd(be, dx1, dw1, NULL, dy, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, OUT);
-	be->ops->linear_bwd(be, dx2, dw2, NULL, dy, x, MGT_DT_F32, w16, dt, T, IN, OUT);
+	be->ops->linear_bwd(be, dx1, dw1, NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, OUT);
+	be->ops->linear_bwd(be, dx2, dw2, NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w16, dt, T, IN, OUT);
 	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
 	      "%s linear_bwd: dx and dw the same bits with the 16-bit weight", name);
 	const int rows[3] = { 11, 0, 18 };
@@ -159,8 +160,8 @@ static void test_weight_copy(mgt_precision prec, const char *name, float (*round
 	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
 	      "%s linear_bwd_grouped: the same bits", name);
 	w16[5] ^= 1; /* the op reads the copy: one changed bit moves the outputs of its row */
-	be->ops->linear_fwd(be, y2, x, MGT_DT_F32, w16, dt, NULL, T, IN, OUT);
-	be->ops->linear_fwd(be, y1, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y2, MGT_DT_F32, x, MGT_DT_F32, w16, dt, NULL, T, IN, OUT);
+	be->ops->linear_fwd(be, y1, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, IN, OUT);
 	CHECK(memcmp(y1, y2, sizeof y1) != 0, "%s linear_fwd reads the 16-bit weight it is given", name);
 	mgt_backend_destroy(be);
 }
@@ -190,8 +191,8 @@ static void test_storage(mgt_precision prec, const char *name, float (*round)(fl
 		CHECK(bad == 0, "%s norm_fwd (%s) into 16 bits: the reference rounding of its fp32 output (%d differ)", name,
 		      kind ? "RMSNorm" : "LayerNorm", bad);
 		be->precision = prec;
-		be->ops->linear_fwd(be, ya, y32, MGT_DT_F32, wl, MGT_DT_F32, NULL, T, H, F);
-		be->ops->linear_fwd(be, yb, y16, dt, wl, MGT_DT_F32, NULL, T, H, F);
+		be->ops->linear_fwd(be, ya, MGT_DT_F32, y32, MGT_DT_F32, wl, MGT_DT_F32, NULL, T, H, F);
+		be->ops->linear_fwd(be, yb, MGT_DT_F32, y16, dt, wl, MGT_DT_F32, NULL, T, H, F);
 		be->precision = MGT_PREC_FP32;
 		CHECK(!memcmp(ya, yb, (size_t)T * F * sizeof *ya), "%s linear_fwd of the 16-bit norm output: the same bits", name);
 	}
@@ -202,6 +203,69 @@ static void test_storage(mgt_precision prec, const char *name, float (*round)(fl
 		for (int i = 0; i < T * F; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
 		CHECK(bad == 0, "%s bias_act_fwd (act %d) into 16 bits: the reference rounding (%d differ)", name, act, bad);
 	}
+	mgt_backend_destroy(be);
+}
+
+/* 16-bit logits (the output layer in bf16/fp16): linear_fwd's 16-bit y is the reference rounding of
+ * its fp32 y (over several of the CPU's row blocks); the cross-entropy ops on 16-bit logits give
+ * the bits they give on the same values widened to fp32, xent_bwd's 16-bit gradient (in place) the
+ * rounding of its fp32 one, and linear_bwd's results from that 16-bit dy those from its fp32
+ * values. */
+static void test_logits16(mgt_precision prec, const char *name, float (*round)(float))
+{
+	enum { T = 130, IN = 16, V = 70000 }; /* 4M floats a block: 59 rows, 3 blocks */
+	const int bf = prec == MGT_PREC_BF16;
+	const mgt_elem_type dt = mgt_precision_dtype(prec);
+	mgt_backend *be = mgt_backend_cpu_create(2);
+	float *x = malloc((size_t)T * IN * 4), *w = malloc((size_t)V * IN * 4), *y32 = malloc((size_t)T * V * 4);
+	uint16_t *y16 = malloc((size_t)T * V * 2);
+	static float mx1[T], mx2[T], se1[T], se2[T], tg1[T], tg2[T], mask[T], dx1[T * IN], dx2[T * IN];
+	static float dw1[V * IN], dw2[V * IN];
+	static int32_t lab[T];
+	for (int i = 0; i < T * IN; i++) x[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
+	for (int i = 0; i < V * IN; i++) w[i] = (float)((int)(next32() % 20001) - 10000) * 2e-4f;
+	for (int t = 0; t < T; t++) lab[t] = (int32_t)(next32() % V), mask[t] = t % 7 ? 1.0f : 0.0f;
+	be->precision = prec;
+	/* one block (50 rows): bit for bit the rounding of the fp32 output; three blocks: OpenBLAS's
+	 * sums for a block of rows may differ in the last fp32 bits from those of the whole, so within
+	 * one 16-bit step of it (and of fp32 rounding where the sum cancels), and mostly equal */
+	for (int rows = 50; rows <= T; rows += T - 50) {
+		be->ops->linear_fwd(be, y32, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, NULL, rows, IN, V);
+		be->ops->linear_fwd(be, y16, dt, x, MGT_DT_F32, w, MGT_DT_F32, NULL, rows, IN, V);
+		size_t bad = 0, far = 0;
+		for (size_t i = 0; i < (size_t)rows * V; i++) {
+			float r = round(y32[i]), g = ref_decode(y16[i], bf);
+			bad += !same(g, r);
+			far += fabsf(g - r) > fabsf(r) * (bf ? 0x1p-7f : 0x1p-10f) + 1e-5f; /* + fp32 sums' cancellation */
+		}
+		if (rows < T)
+			CHECK(bad == 0, "%s linear_fwd into 16 bits (one row block): the reference rounding of its fp32 output "
+			      "(%zu differ)", name, bad);
+		else
+			CHECK(far == 0 && bad * 100 < (size_t)rows * V, "%s linear_fwd into 16 bits (3 row blocks): within one "
+			      "16-bit step of the rounded fp32 output (%zu of %zu differ, %zu by more)", name, bad,
+			      (size_t)rows * V, far);
+	}
+	size_t bad;
+	for (size_t i = 0; i < (size_t)T * V; i++) y32[i] = ref_decode(y16[i], bf); /* the same values in fp32 */
+	be->ops->xent_max(be, mx1, y32, MGT_DT_F32, T, V);
+	be->ops->xent_max(be, mx2, y16, dt, T, V);
+	be->ops->xent_stats(be, se1, tg1, y32, MGT_DT_F32, lab, mx1, 0, T, V);
+	be->ops->xent_stats(be, se2, tg2, y16, dt, lab, mx2, 0, T, V);
+	CHECK(!memcmp(mx1, mx2, sizeof mx1) && !memcmp(se1, se2, sizeof se1) && !memcmp(tg1, tg2, sizeof tg1),
+	      "%s xent_max, xent_stats on 16-bit logits: the bits of the fp32 ops on their values", name);
+	be->ops->xent_bwd(be, y32, y32, MGT_DT_F32, lab, mx1, se1, mask, 0.01f, 0, T, V);
+	be->ops->xent_bwd(be, y16, y16, dt, lab, mx2, se2, mask, 0.01f, 0, T, V);
+	bad = 0;
+	for (size_t i = 0; i < (size_t)T * V; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
+	CHECK(bad == 0, "%s xent_bwd in place on 16-bit logits: the rounding of its fp32 gradient (%zu differ)", name, bad);
+	for (size_t i = 0; i < (size_t)T * V; i++) y32[i] = ref_decode(y16[i], bf);
+	memset(dw1, 0, sizeof dw1), memset(dw2, 0, sizeof dw2);
+	be->ops->linear_bwd(be, dx1, dw1, NULL, y32, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, V);
+	be->ops->linear_bwd(be, dx2, dw2, NULL, y16, dt, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, V);
+	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
+	      "%s linear_bwd from a 16-bit dy: the bits it gives from dy's fp32 values", name);
+	free(x), free(w), free(y32), free(y16);
 	mgt_backend_destroy(be);
 }
 
@@ -245,6 +309,8 @@ int main(void)
 	test_weight_copy(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_storage(MGT_PREC_BF16, "bf16", ref_bf16);
 	test_storage(MGT_PREC_FP16, "fp16", ref_fp16);
+	test_logits16(MGT_PREC_BF16, "bf16", ref_bf16);
+	test_logits16(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_scaler();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
