@@ -102,8 +102,24 @@ assert len(a) == len(b) == 12 and d < 1e-3, (a, b)
 PY
 	ok "TP2 SP bf16: tensor-parallel bytes as the analytic volume with 16-bit norm gathers" $PY \
 		"$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" tpc 2 tp=2 sp=1 mbs=2 gbs=4 seq=32 vocab=512 prec=bf16
+	# the other parallel paths in bf16: pipeline stages (the tied embedding's gradient all-reduced
+	# between them) and data parallelism with the distributed optimizer (its parameter gather
+	# refreshes each rank's 16-bit weight copy)
+	for lay in "pp2 --pipeline-model-parallel-size 2" "dp2-distopt --use-distributed-optimizer"; do
+		set -- $lay; name=$1; shift
+		ok "bf16 $name under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $TRAIN --train-iters 12 --bf16 "$@" \
+			--metrics-file "$name.jsonl"
+		ok "bf16 $name: losses within 1e-3 of one process's" $PY - "$name.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l)["lm_loss"] for l in open("bf16.jsonl")]
+b = [json.loads(l)["lm_loss"] for l in open(sys.argv[1])]
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("# max relative loss difference %s vs one process (bf16): %.2e" % (sys.argv[1], d))
+assert len(a) == len(b) == 12 and d < 1e-3, (a, b)
+PY
+	done
 else
-	for i in 1 2 3 4 5; do skip "mpirun not installed"; done
+	for i in 1 2 3 4 5 6 7 8 9; do skip "mpirun not installed"; done
 fi
 
 ok "--bf16 with --fp16 refused (exit 2)" exits 2 $TRAIN --train-iters 1 --bf16 --fp16
