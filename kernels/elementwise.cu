@@ -178,7 +178,8 @@ static __device__ __forceinline__ float gelu_tanh_grad(float z)
 
 /* Group g of x (4 elements), plus the same group of b when b is given (the bias of the
  * bias-activation fusion: x + b, or x itself without a bias). */
-static __device__ __forceinline__ void ld4_biased(const float *x, const float *b, size_t g, size_t n, bool vec,
+template <typename X>
+static __device__ __forceinline__ void ld4_biased(const X *x, const float *b, size_t g, size_t n, bool vec,
 						  float v[4])
 {
 	mgt_ld4(x, g, n, vec, v);
@@ -193,11 +194,11 @@ static __device__ __forceinline__ void ld4_biased(const float *x, const float *b
 
 /* Row t: GELU y = gelu(x + b) over f columns (act 0 erf, 2 tanh); SwiGLU (act 1)
  * y = silu(gate + b) * (up + b), x = [gate | up]. */
-template <typename Y>
-static __global__ void bias_act_fwd_k(int act, Y *y, const float *x, const float *b, int f, bool vec)
+template <typename Y, typename X>
+static __global__ void bias_act_fwd_k(int act, Y *y, const X *x, const float *b, int f, bool vec)
 {
 	const size_t t = blockIdx.x, nf = (size_t)f, ng = (nf + 3) / 4;
-	const float *xt = x + t * (act == 1 ? 2 * nf : nf);
+	const X *xt = x + t * (act == 1 ? 2 * nf : nf);
 	Y *yt = y + t * nf;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
 		float a[4], o[4];
@@ -221,28 +222,48 @@ static __global__ void bias_act_fwd_k(int act, Y *y, const float *x, const float
 	}
 }
 
-extern "C" int mgt_k_bias_act_fwd(mgt_k_stream s, int act, void *y, mgt_k_dtype yt, const float *x,
+template <typename Y, typename X>
+static void bias_act_fwd_launch(mgt_k_stream s, int act, void *y, const void *x, const float *b, int T, int f, bool vec)
+{
+	MGT_LAUNCH((bias_act_fwd_k<Y, X>), T, MGT_ROW_THREADS, 0, mgt_st(s), act, (Y *)y, (const X *)x, b, f, vec);
+}
+
+/* The launch for y's type Y and x's type xt. */
+template <typename Y>
+static void bias_act_fwd_x(mgt_k_stream s, int act, void *y, const void *x, mgt_k_dtype xt, const float *b, int T,
+			   int f, bool vec)
+{
+	if (xt == MGT_K_BF16)
+		bias_act_fwd_launch<Y, __nv_bfloat16>(s, act, y, x, b, T, f, vec);
+	else if (xt == MGT_K_F16)
+		bias_act_fwd_launch<Y, __half>(s, act, y, x, b, T, f, vec);
+	else
+		bias_act_fwd_launch<Y, float>(s, act, y, x, b, T, f, vec);
+}
+
+extern "C" int mgt_k_bias_act_fwd(mgt_k_stream s, int act, void *y, mgt_k_dtype yt, const void *x, mgt_k_dtype xt,
 				  const float *b, int T, int f)
 {
 	if (T <= 0 || f <= 0)
 		return 0;
 	const bool vec = f % 4 == 0 && mgt_al16(y) && mgt_al16(x) && mgt_al16(b);
 	if (yt == MGT_K_BF16)
-		MGT_LAUNCH(bias_act_fwd_k<__nv_bfloat16>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, (__nv_bfloat16 *)y,
-			   x, b, f, vec);
+		bias_act_fwd_x<__nv_bfloat16>(s, act, y, x, xt, b, T, f, vec);
 	else if (yt == MGT_K_F16)
-		MGT_LAUNCH(bias_act_fwd_k<__half>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, (__half *)y, x, b, f, vec);
+		bias_act_fwd_x<__half>(s, act, y, x, xt, b, T, f, vec);
 	else
-		MGT_LAUNCH(bias_act_fwd_k<float>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, (float *)y, x, b, f, vec);
+		bias_act_fwd_x<float>(s, act, y, x, xt, b, T, f, vec);
 	return mgt_k_rc();
 }
 
 /* dx of row t (act_bwd_row_ in cpu.c). */
-static __global__ void bias_act_bwd_k(int act, float *dx, const float *dy, const float *x,
-				      const float *b, int f, bool vec)
+template <typename X>
+static __global__ void bias_act_bwd_k(int act, float *dx, const float *dy, const X *x, const float *b, int f,
+				      bool vec)
 {
 	const size_t t = blockIdx.x, nf = (size_t)f, ng = (nf + 3) / 4, xw = act == 1 ? 2 * nf : nf;
-	const float *xt = x + t * xw, *gt = dy + t * nf;
+	const X *xt = x + t * xw;
+	const float *gt = dy + t * nf;
 	float *dxt = dx + t * xw;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
 		float a[4], gg[4], o[4];
@@ -278,12 +299,20 @@ extern "C" size_t mgt_k_bias_act_bwd_ws_bytes(int act, int T, int f)
 
 /* dx written, then db += column sums of dx (as cpu_bias_act_bwd: colsum_acc over dx). */
 extern "C" int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db, const float *dy,
-				  const float *x, const float *b, int T, int f, void *ws)
+				  const void *x, mgt_k_dtype xt, const float *b, int T, int f, void *ws)
 {
 	if (T <= 0 || f <= 0)
 		return 0;
 	const bool vec = f % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(b);
-	MGT_LAUNCH(bias_act_bwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), act, dx, dy, x, b, f, vec);
+	if (xt == MGT_K_BF16)
+		MGT_LAUNCH(bias_act_bwd_k<__nv_bfloat16>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, dx, dy,
+			   (const __nv_bfloat16 *)x, b, f, vec);
+	else if (xt == MGT_K_F16)
+		MGT_LAUNCH(bias_act_bwd_k<__half>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, dx, dy, (const __half *)x, b,
+			   f, vec);
+	else
+		MGT_LAUNCH(bias_act_bwd_k<float>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, dx, dy, (const float *)x, b, f,
+			   vec);
 	int rc = mgt_k_rc();
 	if (rc || !db)
 		return rc;

@@ -148,12 +148,12 @@ int mgt_k_mma_probe(mgt_k_stream s, int dtype, const float *x, const float *y, f
 		    uint32_t *frag);
 
 /* ---- MLP activation with bias (act: 0 GELU, 1 SwiGLU, 2 GELU tanh; backend.h's mgt_act_kind) ---- */
-/* y of type yt as mgt_k_norm_fwd's. */
-int mgt_k_bias_act_fwd(mgt_k_stream s, int act, void *y, mgt_k_dtype yt, const float *x, const float *b, int T,
-		       int f);
+/* y of type yt as mgt_k_norm_fwd's; x of type xt (fp32, or 16-bit read as fp32 values). */
+int mgt_k_bias_act_fwd(mgt_k_stream s, int act, void *y, mgt_k_dtype yt, const void *x, mgt_k_dtype xt,
+		       const float *b, int T, int f);
 size_t mgt_k_bias_act_bwd_ws_bytes(int act, int T, int f);
 int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db, const float *dy,
-		       const float *x, const float *b, int T, int f, void *ws);
+		       const void *x, mgt_k_dtype xt, const float *b, int T, int f, void *ws);
 
 /* ---- bias-dropout-add ---- */
 int mgt_k_bda_fwd(mgt_k_stream s, float *out, const float *resid, const float *y, const float *b,

@@ -58,7 +58,9 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * Storage: an activation whose only readers are GEMMs may be kept in the 16-bit type (the model
  * does so for the norms' outputs and the MLP activation): norm_fwd and bias_act_fwd write it
  * rounded, the linear ops read it as it is; a GEMM rounding its fp32 operand would have seen the
- * same bits.  The output layer's logits are 16-bit too (linear_fwd writes them rounded, the
+ * same bits.  So is fc1's output, which the GEMM writes rounded and bias_act_fwd / bias_act_bwd
+ * read as fp32 values (Megatron's bf16 fc1: GELU / SwiGLU of the rounded value).  The output
+ * layer's logits are 16-bit too (linear_fwd writes them rounded, the
  * cross-entropy ops read them and xent_bwd writes their gradient in place in that type), as
  * Megatron's bf16 output layer does: that changes the loss by the logits' rounding.  Other
  * activations are fp32 in this version.
@@ -242,12 +244,14 @@ typedef struct mgt_backend_ops {
 	 *   0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))).
 	 * SwiGLU: x [T, 2f] = [gate | up] along each row (first f columns gate, next f up), b [2f],
 	 *   y[t, c] = silu(x[t, c] + b[c]) * (x[t, f + c] + b[f + c]), y [T, f].
-	 * b may be NULL.  Writes y, of type yt as norm_fwd's y. */
-	void (*bias_act_fwd)(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const float *x,
-			     const float *b, int T, int f);
-	/* Backward: dx [T, f] or [T, 2f] writes; db accumulates (skipped when NULL). */
+	 * b may be NULL.  Writes y, of type yt as norm_fwd's y; x's elements are of type xt (fp32, or
+	 * bf16/fp16 read as their fp32 values). */
+	void (*bias_act_fwd)(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,
+			     mgt_elem_type xt, const float *b, int T, int f);
+	/* Backward: dx [T, f] or [T, 2f] writes (fp32); db accumulates (skipped when NULL); x of type
+	 * xt as the forward's. */
 	void (*bias_act_bwd)(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
-			     const float *dy, const float *x, const float *b, int T, int f);
+			     const float *dy, const void *x, mgt_elem_type xt, const float *b, int T, int f);
 
 	/* ---- bias-dropout-add (residual) ---- */
 	/* out[T, h] = resid + dropout(y + b), or dropout(y + b) when resid == NULL; b may be NULL.

@@ -578,19 +578,43 @@ CPU_CLONES static void act_fwd_row(float *yt, const float *xt, const float *b, i
 		b ? act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU, true) : act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU, false);
 }
 
-static void cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const float *x,
-			     const float *b, int T, int f)
+/* Per-thread row buffers of an activation op: xw floats for a 16-bit x row (widened), f for a
+ * 16-bit y row; NULL when neither is 16-bit, *fail when they cannot be had. */
+static float *act_rows(mgt_backend *be, mgt_elem_type xt, mgt_elem_type yt, int T, int xw, int f, size_t *per,
+		       bool *fail)
+{
+	*per = (xt != MGT_DT_F32 ? (size_t)xw : 0) + (yt != MGT_DT_F32 ? (size_t)f : 0);
+	float *rows = *per && T > 0 ? row_bufs(be, *per) : NULL;
+	*fail = *per && T > 0 && !rows;
+	return rows;
+}
+
+/* Row t of x (xw elements of type xt) as fp32: x's own row, or widened into r. */
+static const float *act_x_row(const void *x, mgt_elem_type xt, float *r, int t, int xw)
+{
+	if (xt == MGT_DT_F32)
+		return (const float *)x + (size_t)t * xw;
+	load_row(r, (const uint16_t *)x + (size_t)t * xw, xt, (size_t)xw);
+	return r;
+}
+
+static void cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,
+			     mgt_elem_type xt, const float *b, int T, int f)
 {
 	const bool swi = act == MGT_ACT_SWIGLU;
 	const int xw = swi ? 2 * f : f;
-	float *rows = yt == MGT_DT_F32 || T <= 0 ? NULL : row_bufs(be, (size_t)f);
-	if (yt != MGT_DT_F32 && T > 0 && !rows)
+	size_t per;
+	bool fail;
+	float *rows = act_rows(be, xt, yt, T, xw, f, &per, &fail);
+	if (fail)
 		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * xw > PAR_MIN / 4)
 	for (int t = 0; t < T; t++) {
-		float *y32 = rows ? rows + (size_t)omp_get_thread_num() * (size_t)f : (float *)y + (size_t)t * f;
-		act_fwd_row(y32, x + (size_t)t * xw, b, f, (int)act);
-		if (rows)
+		float *r = rows ? rows + (size_t)omp_get_thread_num() * per : NULL;
+		const float *x32 = act_x_row(x, xt, r, t, xw);
+		float *y32 = yt != MGT_DT_F32 ? r + (xt != MGT_DT_F32 ? xw : 0) : (float *)y + (size_t)t * f;
+		act_fwd_row(y32, x32, b, f, (int)act);
+		if (yt != MGT_DT_F32)
 			store_row(y, yt, (size_t)t * f, y32, f);
 	}
 }
@@ -629,13 +653,20 @@ CPU_CLONES static void act_bwd_row(float *dxt, const float *gt, const float *xt,
 }
 
 static void cpu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
-			     const float *dy, const float *x, const float *b, int T, int f)
+			     const float *dy, const void *x, mgt_elem_type xt, const float *b, int T, int f)
 {
 	const bool swi = act == MGT_ACT_SWIGLU;
 	const int xw = swi ? 2 * f : f;
+	size_t per;
+	bool fail;
+	float *rows = act_rows(be, xt, MGT_DT_F32, T, xw, f, &per, &fail);
+	if (fail)
+		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * xw > PAR_MIN / 4)
-	for (int t = 0; t < T; t++)
-		act_bwd_row(dx + (size_t)t * xw, dy + (size_t)t * f, x + (size_t)t * xw, b, f, (int)act);
+	for (int t = 0; t < T; t++) {
+		float *r = rows ? rows + (size_t)omp_get_thread_num() * per : NULL;
+		act_bwd_row(dx + (size_t)t * xw, dy + (size_t)t * f, act_x_row(x, xt, r, t, xw), b, f, (int)act);
+	}
 	if (db)
 		colsum_acc(be, db, dx, T, xw);
 }

@@ -401,20 +401,20 @@ static void cu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const 
 	mgt_cuda_ok(be, "attn_kv", mgt_k_attn_kv(stream(be), out, kc, vc, qkv, seq, pos, T, ng, r, d, S));
 }
 
-static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const float *x,
-			    const float *b, int T, int f)
+static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,
+			    mgt_elem_type xt, const float *b, int T, int f)
 {
 	if (T > 0 && f > 0)
 		mgt_cuda_ok(be, "bias_act_fwd",
-			    mgt_k_bias_act_fwd(stream(be), (int)act, y, k_dtype(yt), x, b, T, f));
+			    mgt_k_bias_act_fwd(stream(be), (int)act, y, k_dtype(yt), x, k_dtype(xt), b, T, f));
 }
 
 static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
-			    const float *dy, const float *x, const float *b, int T, int f)
+			    const float *dy, const void *x, mgt_elem_type xt, const float *b, int T, int f)
 {
 	if (T > 0 && f > 0)
 		WITH_WS("bias_act_bwd", mgt_k_bias_act_bwd_ws_bytes((int)act, T, f),
-			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, x, b, T, f, ws));
+			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, x, k_dtype(xt), b, T, f, ws));
 }
 
 static void cu_bda_fwd(mgt_backend *be, float *out, const float *resid, const float *y,

@@ -58,7 +58,7 @@ static size_t la_numel(const mgt_model *m, int li, int k)
 /* The element type of layer buffer k (mgt_model.act_t, ln2_t). */
 static mgt_elem_type la_type(const mgt_model *m, int k)
 {
-	return k == LA_LN1 || k == LA_ACT ? m->act_t : k == LA_LN2 ? m->ln2_t : MGT_DT_F32;
+	return k == LA_LN1 || k == LA_ACT ? m->act_t : k == LA_LN2 ? m->ln2_t : k == LA_FC1 ? m->fc1_t : MGT_DT_F32;
 }
 
 #define LA_BIT(k) (1u << (k))
@@ -310,6 +310,7 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	if (!st) st = mgt_moe_setup(m);
 	m->act_t = mgt_precision_dtype(L->precision);
 	m->ln2_t = m->moe ? MGT_DT_F32 : m->act_t;
+	m->fc1_t = m->act_t;
 	if (st) mgt_model_free(m);
 	else *out = m;
 	return st;
@@ -632,8 +633,8 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
 		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
 		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3));
 	}
-	o->linear_fwd(m->be, a->fc1, MGT_DT_F32, a->ln2, m->ln2_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
-	o->bias_act_fwd(m->be, m->act, a->act, m->act_t, a->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
+	o->linear_fwd(m->be, a->fc1, m->fc1_t, a->ln2, m->ln2_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
+	o->bias_act_fwd(m->be, m->act, a->act, m->act_t, a->fc1, m->fc1_t, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
 	o->linear_fwd(m->be, m->dtmp_h, MGT_DT_F32, a->act, m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
 	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
@@ -718,7 +719,7 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 	}
 	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, MGT_DT_F32, a->act, m->act_t,
 		      W(m, T_(m, l, MGT_T_FC2_W)), WT(m), T, (int)m->ffn_l, h);
-	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, a->fc1,
+	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, a->fc1, m->fc1_t,
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, MGT_DT_F32, a->ln2, m->ln2_t,
 		      W(m, T_(m, l, MGT_T_FC1_W)), WT(m), T, h, (int)m->fc1_l);

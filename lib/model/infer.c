@@ -222,7 +222,7 @@ static mgt_status infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 		return st;
 	}
 	o->linear_fwd(m->be, w->fc1, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
-	o->bias_act_fwd(m->be, m->act, w->act, MGT_DT_F32, w->fc1, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
+	o->bias_act_fwd(m->be, m->act, w->act, MGT_DT_F32, w->fc1, MGT_DT_F32, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->act, MGT_DT_F32, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
 	o->bda_fwd(m->be, w->x, w->x, w->tmp, P(m, T_(m, l, MGT_T_FC2_B)), T, h, 0.0f, 0, 0);
 	return MGT_OK;

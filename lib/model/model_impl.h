@@ -9,8 +9,9 @@
 
 /* Per layer and slot.  x_in, x_mid, mean*, rstd*: [Th] rows (this rank's part of the sequence
  * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .].
- * ln1 and act hold elements of mgt_model.act_t, ln2 of mgt_model.ln2_t (16-bit under a 16-bit
- * layout precision: the float pointer is then only a handle, never indexed as floats).
+ * ln1 and act hold elements of mgt_model.act_t, ln2 of mgt_model.ln2_t, fc1 of mgt_model.fc1_t
+ * (16-bit under a 16-bit layout precision: the float pointer is then only a handle, never indexed
+ * as floats).
  * Under activation recomputation (mgt_model_layout.recompute) some pointers are aliases of the
  * chunk's shared recomputation scratch (mgt_model.rc): bit k of `own` says whether buffer k (in
  * declaration order, LA_* below) was allocated for this layer and slot. */
@@ -56,10 +57,11 @@ struct mgt_model {
 	mgt_elem_type lp_t;
 	bool lp_stale;
 	/* Storage of the activations only GEMMs read (backend.h, "Storage"): act_t for ln1, the MLP
-	 * activation and the final norm's output, ln2_t for ln2 (fp32 in a chunk with MoE layers,
-	 * whose router and experts read it); the 16-bit type of a 16-bit layout precision, else fp32.
-	 * Those layer_act and slot_act pointers then point at 2-byte elements. */
-	mgt_elem_type act_t, ln2_t;
+	 * activation, the final norm's output and the logits, ln2_t for ln2 (fp32 in a chunk with MoE
+	 * layers, whose router and experts read it), fc1_t for the dense MLP's fc1 output; the 16-bit
+	 * type of a 16-bit layout precision, else fp32.  Those layer_act and slot_act pointers then
+	 * point at 2-byte elements. */
+	mgt_elem_type act_t, ln2_t, fc1_t;
 	/* tensors by role and local layer; NULL when absent */
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
 	const mgt_tensor *glob[MGT_T_NROLES];

@@ -535,7 +535,7 @@ static mgt_status shared_fwd(mgt_model *m, int li, struct moe_act *a, const floa
 	const mgt_backend_ops *o = m->be->ops;
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	o->linear_fwd(m->be, a->sfc1, MGT_DT_F32, x, MGT_DT_F32, W(m, T_(m, l, MGT_T_SH_FC1_W)), WT(m), NULL, T, h, S->shfc1);
-	o->bias_act_fwd(m->be, m->act, a->sact, MGT_DT_F32, a->sfc1, NULL, T, S->sh);
+	o->bias_act_fwd(m->be, m->act, a->sact, MGT_DT_F32, a->sfc1, MGT_DT_F32, NULL, T, S->sh);
 	const mgt_tensor *g = T_(m, l, MGT_T_SH_GATE_W);
 	o->linear_fwd(m->be, g ? a->sout : out, MGT_DT_F32, a->sact, MGT_DT_F32, W(m, T_(m, l, MGT_T_SH_FC2_W)), WT(m), NULL, T, S->sh, h);
 	if (!g) return MGT_OK;
@@ -570,7 +570,7 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, flo
 	float *xe = ep ? a->xe : S->xe;
 	int N = a->N;
 	o->linear_fwd_grouped(m->be, a->fc1, xe, (const void *const *)S->pw1, WT(m), a->rows, S->El, h, S->fc1e);
-	o->bias_act_fwd(m->be, m->act, a->act, MGT_DT_F32, a->fc1, NULL, N, S->ffe);
+	o->bias_act_fwd(m->be, m->act, a->act, MGT_DT_F32, a->fc1, MGT_DT_F32, NULL, N, S->ffe);
 	o->rows_scale(m->be, S->acts_s, a->act, a->w, N, S->ffe);
 	o->linear_fwd_grouped(m->be, S->ye, S->acts_s, (const void *const *)S->pw2, WT(m), a->rows, S->El, S->ffe, h);
 	if (ep && (st = ep_return(m, a, S->ye, S->ye, S->xe, h))) return st;
@@ -606,7 +606,7 @@ static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 		dout = S->ye;
 	}
 	o->linear_bwd(m->be, S->dsact, G(m, w2), NULL, dout, MGT_DT_F32, a->sact, MGT_DT_F32, W(m, w2), WT(m), T, S->sh, h);
-	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, a->sfc1, NULL, T, S->sh);
+	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, a->sfc1, MGT_DT_F32, NULL, T, S->sh);
 	o->linear_bwd(m->be, S->dsh, G(m, w1), NULL, S->dsfc1, MGT_DT_F32, x, MGT_DT_F32, W(m, w1), WT(m), T, h, S->shfc1);
 	return MGT_OK;
 }
@@ -672,7 +672,7 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, fl
 	mgt_comm *c = m->ps->tp_comm;
 	if (!st && c->size > 1 && N) st = c->ops->allreduce(c, S->dprob, (size_t)N, MGT_DT_F32, MGT_RED_SUM);
 	o->rows_scale(m->be, S->dacts, S->dacts, a->w, N, S->ffe);
-	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, a->fc1, NULL, N, S->ffe);
+	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, a->fc1, MGT_DT_F32, NULL, N, S->ffe);
 	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, xin, (const void *const *)S->pw1, WT(m), a->rows, S->El, h,
 			      S->fc1e);
 	if (ep && !st) st = ep_return(m, a, S->ye, S->ye, S->xe, h);

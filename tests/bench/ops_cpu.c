@@ -103,9 +103,9 @@ int main(int argc, char **argv)
 	TIME("norm_fwd layernorm", 0, 10, O->norm_fwd(be, MGT_NORM_LAYERNORM, y, MGT_DT_F32, mean, rstd, x, w, bias, T, h, 1e-5f));
 	TIME("norm_bwd layernorm", 0, 10,
 	     O->norm_bwd(be, MGT_NORM_LAYERNORM, dx, dw, db, dy, x, w, mean, rstd, T, h));
-	TIME("bias_act_fwd gelu", 0, 10, O->bias_act_fwd(be, MGT_ACT_GELU, y, MGT_DT_F32, x, bias, T, f));
-	TIME("bias_act_bwd gelu", 0, 10, O->bias_act_bwd(be, MGT_ACT_GELU, dx, db, dy, x, bias, T, f));
-	TIME("bias_act_fwd swiglu", 0, 10, O->bias_act_fwd(be, MGT_ACT_SWIGLU, y, MGT_DT_F32, x, bias, T, f / 2));
+	TIME("bias_act_fwd gelu", 0, 10, O->bias_act_fwd(be, MGT_ACT_GELU, y, MGT_DT_F32, x, MGT_DT_F32, bias, T, f));
+	TIME("bias_act_bwd gelu", 0, 10, O->bias_act_bwd(be, MGT_ACT_GELU, dx, db, dy, x, MGT_DT_F32, bias, T, f));
+	TIME("bias_act_fwd swiglu", 0, 10, O->bias_act_fwd(be, MGT_ACT_SWIGLU, y, MGT_DT_F32, x, MGT_DT_F32, bias, T, f / 2));
 	TIME("bda_fwd p=0", 0, 10, O->bda_fwd(be, y, x, dy, bias, T, h, 0, 1, 0));
 	TIME("bda_fwd p=0.1", 0, 10, O->bda_fwd(be, y, x, dy, bias, T, h, 0.1f, 1, 0));
 	TIME("bda_bwd p=0.1", 0, 10, O->bda_bwd(be, dx, db, dy, T, h, 0.1f, 1, 0));

@@ -1363,8 +1363,8 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 			    bias ? " bias" : "", T, f);
 	float *x = hrand(nx, 3), *b = bias ? hrand(xw, 1) : NULL, *dy = hrand(ny, 1), *db0 = hrand(xw, 1);
 	float *yc = xmalloc(ny * 4), *dxc = xmalloc(nx * 4), *dbc = hcopy(db0, xw);
-	C->bias_act_fwd(cpu, act, yc, MGT_DT_F32, x, b, T, f);
-	C->bias_act_bwd(cpu, act, dxc, bias ? dbc : NULL, dy, x, b, T, f);
+	C->bias_act_fwd(cpu, act, yc, MGT_DT_F32, x, MGT_DT_F32, b, T, f);
+	C->bias_act_bwd(cpu, act, dxc, bias ? dbc : NULL, dy, x, MGT_DT_F32, b, T, f);
 	float *dX = dput(x, nx), *dB = bias ? dput(b, xw) : NULL, *dY = dalloc(ny * 4), *dDY = dput(dy, ny);
 	float *dDX = dalloc(nx * 4), *dDB = dalloc((size_t)xw * 4);
 	float *y[2], *dx[2], *db[2];
@@ -1372,8 +1372,8 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 		poison(dY, ny);
 		poison(dDX, nx);
 		up(dDB, db0, (size_t)xw * 4);
-		G->bias_act_fwd(gpu, act, dY, MGT_DT_F32, dX, dB, T, f);
-		G->bias_act_bwd(gpu, act, dDX, bias ? dDB : NULL, dDY, dX, dB, T, f);
+		G->bias_act_fwd(gpu, act, dY, MGT_DT_F32, dX, MGT_DT_F32, dB, T, f);
+		G->bias_act_bwd(gpu, act, dDX, bias ? dDB : NULL, dDY, dX, MGT_DT_F32, dB, T, f);
 		y[k] = dget(dY, ny);
 		dx[k] = dget(dDX, nx);
 		db[k] = dget(dDB, xw);
@@ -1385,13 +1385,33 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 	else
 		CHECK(memcmp(db[0], db0, (size_t)xw * 4) == 0, "%s%s: db NULL leaves db alone", tag, id);
 	det(id, ndiff(y[0], y[1], ny, 4) + ndiff(dx[0], dx[1], nx, 4) + ndiff(db[0], db[1], xw, 4));
-	void *dY16 = dalloc(ny * 2);
+	void *dY16 = dalloc(ny * 2), *dX16 = dalloc(nx * 2);
+	uint16_t *x16 = xmalloc(nx * 2);
+	float *xv = xmalloc(nx * 4);
 	for (int k = 0; k < 2; k++) {
 		mgt_elem_type dt = k ? MGT_DT_F16 : MGT_DT_BF16;
-		G->bias_act_fwd(gpu, act, dY16, dt, dX, dB, T, f);
+		G->bias_act_fwd(gpu, act, dY16, dt, dX, MGT_DT_F32, dB, T, f);
 		t_out16(id, dY16, dt, y[0], ny);
+		/* a 16-bit x (fc1's output): the bits of the same values in fp32, forward and backward */
+		C->cast(cpu, x16, dt, x, nx);
+		for (size_t i = 0; i < nx; i++)
+			xv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(x16[i]) : mgt_f16_to_f32(x16[i]);
+		up(dX16, x16, nx * 2);
+		float *dXv = dput(xv, nx), *r[4];
+		for (int j = 0; j < 2; j++) {
+			G->bias_act_fwd(gpu, act, dY, MGT_DT_F32, j ? dX16 : (void *)dXv, j ? dt : MGT_DT_F32, dB, T, f);
+			G->bias_act_bwd(gpu, act, dDX, NULL, dDY, j ? dX16 : (void *)dXv, j ? dt : MGT_DT_F32, dB, T, f);
+			r[2 * j] = dget(dY, ny), r[2 * j + 1] = dget(dDX, nx);
+		}
+		CHECK(!ndiff(r[0], r[2], ny, 4) && !ndiff(r[1], r[3], nx, 4),
+		      "%s%s: %s x: the bits of its fp32 values, forward and backward", tag, id,
+		      dt == MGT_DT_BF16 ? "bf16" : "fp16");
+		for (int j = 0; j < 4; j++)
+			free(r[j]);
+		dfree(dXv);
 	}
-	dfree(dY16);
+	free(x16), free(xv);
+	dfree(dY16), dfree(dX16);
 	for (int k = 0; k < 2; k++)
 		free(y[k]), free(dx[k]), free(db[k]);
 	dfree(dX), dfree(dB), dfree(dY), dfree(dDY), dfree(dDX), dfree(dDB);

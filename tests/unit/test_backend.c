@@ -1172,12 +1172,12 @@ static void test_act_case(mgt_act_kind act, int with_bias, int T, int f)
 	double *yr = xmalloc((size_t)T * f * sizeof *yr);
 	act_ctx c = {act, xd, bd, T, f};
 	act_ref(&c, yr);
-	O->bias_act_fwd(be, act, y, MGT_DT_F32, x, b, T, f);
+	O->bias_act_fwd(be, act, y, MGT_DT_F32, x, MGT_DT_F32, b, T, f);
 	double e = relerr(y, yr, (size_t)T * f);
 	CHECK(e < FWD_TOL, "bias_act_fwd %s bias=%d T=%d f=%d: err %.2e", an, with_bias, T, f, e);
 	float *R = randf((size_t)T * f, 1), *dx = randf((size_t)T * xw, 9), *db0 = randf(xw, 1);
 	float *db = copyf(db0, xw);
-	O->bias_act_bwd(be, act, dx, b ? db : NULL, R, x, b, T, f);
+	O->bias_act_bwd(be, act, dx, b ? db : NULL, R, x, MGT_DT_F32, b, T, f);
 	objective ob = {act_ref, &c, R, (size_t)T * f, yr};
 	double ex = fd_check_some(&ob, xd, (size_t)T * xw, dx, 300);
 	double eb = 0;

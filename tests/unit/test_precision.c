@@ -197,11 +197,27 @@ static void test_storage(mgt_precision prec, const char *name, float (*round)(fl
 		CHECK(!memcmp(ya, yb, (size_t)T * F * sizeof *ya), "%s linear_fwd of the 16-bit norm output: the same bits", name);
 	}
 	for (int act = 0; act < 3; act++) {
-		be->ops->bias_act_fwd(be, (mgt_act_kind)act, y32, MGT_DT_F32, x, b, T, F);
-		be->ops->bias_act_fwd(be, (mgt_act_kind)act, y16, dt, x, b, T, F);
+		be->ops->bias_act_fwd(be, (mgt_act_kind)act, y32, MGT_DT_F32, x, MGT_DT_F32, b, T, F);
+		be->ops->bias_act_fwd(be, (mgt_act_kind)act, y16, dt, x, MGT_DT_F32, b, T, F);
 		int bad = 0;
 		for (int i = 0; i < T * F; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
 		CHECK(bad == 0, "%s bias_act_fwd (act %d) into 16 bits: the reference rounding (%d differ)", name, act, bad);
+		/* a 16-bit x (fc1's output): the bits of the fp32 x of the same values, forward and backward */
+		const int xw = act == MGT_ACT_SWIGLU ? 2 * F : F;
+		static uint16_t x16[T * 2 * F];
+		static float xv[T * 2 * F], dy[T * F], d1[T * 2 * F], d2[T * 2 * F];
+		be->ops->cast(be, x16, dt, x, (size_t)T * xw);
+		for (int i = 0; i < T * xw; i++) xv[i] = ref_decode(x16[i], bf);
+		for (int i = 0; i < T * F; i++) dy[i] = x[i] * 0.5f + 0.25f;
+		be->ops->bias_act_fwd(be, (mgt_act_kind)act, y32, MGT_DT_F32, xv, MGT_DT_F32, b, T, F);
+		be->ops->bias_act_fwd(be, (mgt_act_kind)act, y16, dt, x16, dt, b, T, F);
+		bad = 0;
+		for (int i = 0; i < T * F; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
+		be->ops->bias_act_bwd(be, (mgt_act_kind)act, d1, NULL, dy, xv, MGT_DT_F32, b, T, F);
+		be->ops->bias_act_bwd(be, (mgt_act_kind)act, d2, NULL, dy, x16, dt, b, T, F);
+		CHECK(bad == 0 && !memcmp(d1, d2, (size_t)T * xw * sizeof *d1),
+		      "%s bias_act (act %d) of a 16-bit x: the bits of its fp32 values, forward and backward (%d differ)", name,
+		      act, bad);
 	}
 	mgt_backend_destroy(be);
 }
