@@ -119,7 +119,7 @@ static int bwd_geom(cudaStream_t st, float *dq, float *dkv, const float *dout, c
 		return (int)cudaErrorInvalidValue;
 	float *D = (float *)ws;
 	const long long rows = (long long)G.sq * G.b * G.H;
-	MGT_LAUNCH(rowdot_kernel, (unsigned)((rows + NT / 32 - 1) / (NT / 32)), NT, 0, st, G, D, dout,
+	MGT_LAUNCH(rowdot_kernel<float>, (unsigned)((rows + NT / 32 - 1) / (NT / 32)), NT, 0, st, G, D, dout,
 		   out);
 	switch (dm) {
 	case 16: return bwd_launch<16, 64, 64>(st, dq, dkv, dout, q, kv, lse, D, G);

@@ -422,9 +422,10 @@ __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse,
 }
 
 /* ---- backward ---- */
-/* D = rowsum(dO * O), one warp per (token, head) row of out (sq*b tokens), into D [b, H, ld_lse]. */
-static __global__ void __launch_bounds__(NT) rowdot_kernel(geom G, float *D, const float *dout,
-						    const float *out)
+/* D = rowsum(dO * O), one warp per (token, head) row of out (sq*b tokens; O elements: fp32, or
+ * 16-bit read as their fp32 values), into D [b, H, ld_lse]. */
+template <typename O>
+static __global__ void __launch_bounds__(NT) rowdot_kernel(geom G, float *D, const float *dout, const O *out)
 {
 	const long long w = (long long)blockIdx.x * (NT / 32) + threadIdx.x / 32;
 	const long long rows = (long long)G.sq * G.b * G.H;
@@ -432,7 +433,7 @@ static __global__ void __launch_bounds__(NT) rowdot_kernel(geom G, float *D, con
 	double acc = 0.0;
 	if (w < rows)
 		for (int c = lane; c < G.d; c += 32)
-			acc += (double)dout[w * G.d + c] * (double)out[w * G.d + c];
+			acc += (double)dout[w * G.d + c] * (double)mgt_ld1(out, (size_t)(w * G.d + c));
 #pragma unroll
 	for (int off = 16; off > 0; off /= 2)
 		acc += __shfl_xor_sync(0xffffffffu, acc, off);

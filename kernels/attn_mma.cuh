@@ -126,22 +126,17 @@ static __device__ __forceinline__ void pack_a(uint32_t (&a)[NF / 2][4], const fl
 		}
 }
 
-/* Row h (0: gid, 1: gid + 8) of the accumulators times f into dst (the row's pointer), columns < d. */
-template <int ND>
-static __device__ __forceinline__ void write_row(float *dst, const float (&acc)[ND][4], int h, float f, int d,
-						 bool vec)
+/* Row h (0: gid, 1: gid + 8) of the accumulators times f into dst (the row's pointer, O elements:
+ * fp32 or rounded to a 16-bit type), columns < d. */
+template <int ND, typename O>
+static __device__ __forceinline__ void write_row(O *dst, const float (&acc)[ND][4], int h, float f, int d, bool vec)
 {
 	const int c0 = 2 * (threadIdx.x & 3);
 #pragma unroll
 	for (int c = 0; c < ND; c++) {
 		const int col = c * 8 + c0;
-		if (col >= d)
-			continue;
-		const float x = acc[c][2 * h] * f, y = acc[c][2 * h + 1] * f;
-		if (vec)
-			*reinterpret_cast<float2 *>(dst + col) = make_float2(x, y);
-		else
-			dst[col] = x, dst[col + 1] = y;
+		if (col < d)
+			mgt_st2(dst + col, acc[c][2 * h] * f, acc[c][2 * h + 1] * f, vec);
 	}
 }
 
@@ -159,7 +154,7 @@ static __device__ __forceinline__ float quad_max(float v)
 
 /* ---- forward: grid (b*H, query tiles of 64), last tile first ---- */
 template <typename T, int DM>
-__global__ void __launch_bounds__(NTC, 1) fwd_mma_kernel(geom G, float *out, float *lse, const float *qkv,
+__global__ void __launch_bounds__(NTC, 1) fwd_mma_kernel(geom G, T *out, float *lse, const T *qkv,
 						      int vec)
 {
 	constexpr int BQ = 16 * NW, BK = 64, LD = DM + 8, DF = DM / 16, NK = BK / 8, ND = DM / 8;
@@ -245,7 +240,7 @@ __global__ void __launch_bounds__(NTC, 1) fwd_mma_kernel(geom G, float *out, flo
  * the query tiles of BQ rows from the diagonal on. */
 template <typename T, int DM, int BQ>
 __global__ void __launch_bounds__(NTC, 1) dkdv_mma_kernel(geom G, float *dqkv, const float *dout,
-						       const float *qkv, const float *lse, const float *D,
+						       const T *qkv, const float *lse, const float *D,
 						       int vec)
 {
 	constexpr int BK = 16 * NW, LD = DM + 8, DF = DM / 16, ND = DM / 8, NQ = BQ / 8;
@@ -314,7 +309,7 @@ __global__ void __launch_bounds__(NTC, 1) dkdv_mma_kernel(geom G, float *dqkv, c
  * BK in order. */
 template <typename T, int DM, int BK>
 __global__ void __launch_bounds__(NTC, 1) dq_mma_kernel(geom G, float *dqkv, const float *dout,
-						     const float *qkv, const float *lse, const float *D, int vec)
+						     const T *qkv, const float *lse, const float *D, int vec)
 {
 	constexpr int BQ = 16 * NW, LD = DM + 8, DF = DM / 16, ND = DM / 8, NK = BK / 8;
 	MGT_DYN_SHARED(float, smem);

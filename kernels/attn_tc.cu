@@ -11,7 +11,9 @@
  * memory (bf16/fp16), bytes for DM = 16 / 32 / 64 / 128: forward 36864 / 43008 / 55296 / 79872,
  * dK/dV 68096 / 76288 / 92672 / 83200, dQ 58880 / 67072 / 83456 / 78336: under the 99 KB per-block
  * limit of sm_8x/sm_9x; above 48 KB it is opted into with cudaFuncSetAttribute.  Registers (ptxas,
- * sm_90a, nvcc 13.0): at most 230 forward, 252 dK/dV, 202 dQ, no spills.
+ * sm_90a, nvcc 13.0, with 16-bit qkv and out): WMMA at most 220 forward, 253 dK/dV, 203 dQ, no
+ * spills; mma.sync 231 forward, 220 dQ, and dK/dV at the 255 limit with 8 (DM 64) and 12 (DM
+ * 128) bytes spilled.
  * ws: D = rowsum(dO * O) as floats [b, H, s] (attn.cuh rowdot_kernel, as mgt_k_attn_bwd). */
 #include <cuda_runtime.h>
 
@@ -53,8 +55,7 @@ static bool tc_empty(int s, int b, int ng, int r, int d)
 extern "C" int mgt_k_attn_tc_supported(int d) { return tc_pad_dim(d) != 0; }
 
 template <typename T, int DM>
-static int tc_fwd_launch(cudaStream_t st, int impl, float *out, float *lse, const float *qkv,
-			 const geom &G, int vec)
+static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
 {
 	const bool mma = impl == MGT_K_ATTN_MMA;
 	const size_t sm = mma ? mgt_attn_mma::fwd_smem(DM, (int)sizeof(T)) : fwd_smem(DM, (int)sizeof(T));
@@ -71,9 +72,11 @@ static int tc_fwd_launch(cudaStream_t st, int impl, float *out, float *lse, cons
 }
 
 template <typename T>
-static int tc_fwd_dim(cudaStream_t st, int impl, int dm, float *out, float *lse, const float *qkv,
-		      const geom &G, int vec)
+static int tc_fwd_dim(cudaStream_t st, int impl, int dm, void *out_, float *lse, const void *qkv_, const geom &G,
+		      int vec)
 {
+	T *out = (T *)out_;
+	const T *qkv = (const T *)qkv_;
 	switch (dm) {
 	case 16: return tc_fwd_launch<T, 16>(st, impl, out, lse, qkv, G, vec);
 	case 32: return tc_fwd_launch<T, 32>(st, impl, out, lse, qkv, G, vec);
@@ -82,8 +85,8 @@ static int tc_fwd_dim(cudaStream_t st, int impl, int dm, float *out, float *lse,
 	}
 }
 
-extern "C" int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, float *out, float *lse,
-				 const float *qkv, int seq, int b, int ng, int r, int d, float p,
+extern "C" int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *lse,
+				 const void *qkv, int seq, int b, int ng, int r, int d, float p,
 				 uint64_t key, int head0, int heads_total, int impl)
 {
 	if (tc_empty(seq, b, ng, r, d))
@@ -107,7 +110,7 @@ extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int 
 
 /* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
 template <typename T, int DM, int TB>
-static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const float *qkv,
+static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const T *qkv,
 			 const float *lse, const float *D, const geom &G, int vec)
 {
 	const bool mma = impl == MGT_K_ATTN_MMA;
@@ -135,9 +138,10 @@ static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *do
 }
 
 template <typename T>
-static int tc_bwd_dim(cudaStream_t st, int impl, int dm, float *dqkv, const float *dout, const float *qkv,
+static int tc_bwd_dim(cudaStream_t st, int impl, int dm, float *dqkv, const float *dout, const void *qkv_,
 		      const float *lse, const float *D, const geom &G, int vec)
 {
+	const T *qkv = (const T *)qkv_;
 	switch (dm) {
 	case 16: return tc_bwd_launch<T, 16, 64>(st, impl, dqkv, dout, qkv, lse, D, G, vec);
 	case 32: return tc_bwd_launch<T, 32, 64>(st, impl, dqkv, dout, qkv, lse, D, G, vec);
@@ -147,7 +151,7 @@ static int tc_bwd_dim(cudaStream_t st, int impl, int dm, float *dqkv, const floa
 }
 
 extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout,
-				 const float *qkv, const float *out, const float *lse, int seq,
+				 const void *qkv, const void *out, const float *lse, int seq,
 				 int b, int ng, int r, int d, float p, uint64_t key, int head0,
 				 int heads_total, void *ws, int impl)
 {
@@ -162,9 +166,12 @@ extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const f
 	float *D = (float *)ws;
 	const long long rows = (long long)seq * b * G.H;
 	const unsigned nb = (unsigned)((rows + mgt_attn::NT / 32 - 1) / (mgt_attn::NT / 32));
-	MGT_LAUNCH(mgt_attn::rowdot_kernel, nb, mgt_attn::NT, 0, st, G, D, dout, out);
-	if (dtype == MGT_K_BF16)
-		return tc_bwd_dim<__nv_bfloat16>(st, impl, dm, dqkv, dout, qkv, lse, D, G, vec);
+	typedef __nv_bfloat16 bf;
+	if (dtype == MGT_K_BF16) {
+		MGT_LAUNCH(mgt_attn::rowdot_kernel<bf>, nb, mgt_attn::NT, 0, st, G, D, dout, (const bf *)out);
+		return tc_bwd_dim<bf>(st, impl, dm, dqkv, dout, qkv, lse, D, G, vec);
+	}
+	MGT_LAUNCH(mgt_attn::rowdot_kernel<__half>, nb, mgt_attn::NT, 0, st, G, D, dout, (const __half *)out);
 	return tc_bwd_dim<__half>(st, impl, dm, dqkv, dout, qkv, lse, D, G, vec);
 }
 

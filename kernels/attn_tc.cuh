@@ -3,8 +3,9 @@
  *
  * Function.  The same as kernels/attn.cuh (FlashAttention-2 forward, Algorithm 1, and backward,
  * Algorithm 2; the layouts, causal mask, GQA grouping, dropout placement and Philox indices of
- * lib/backend/backend.h attn_fwd / attn_bwd), except that the six matrix products take operands
- * rounded to the 16-bit type T (round to nearest even) as FlashAttention does: Q K^T, P V in the
+ * lib/backend/backend.h attn_fwd / attn_bwd), except that qkv and out are T in memory (the
+ * model's 16-bit storage: out written rounded to nearest even; dO, dQKV, lse stay fp32) and the
+ * six matrix products take operands of type T as FlashAttention does: Q K^T, P V in the
  * forward; K Q^T, V dO^T, Pd^T dO, dS^T Q, Q K^T, dO V^T, dS K in the backward, with P (dropped
  * out) and dS rounded before their products.  Softmax statistics (running max m, sum l, lse),
  * the exponentials, dropout and the row terms D are fp32 (D in double, attn.cuh rowdot_kernel),
@@ -23,8 +24,9 @@
  * one xor-shuffle).  Operand tiles are T in shared memory with a row stride of DM + 8 elements
  * (DM in 16, 32, 64, 128 >= d, columns d..DM-1 zero; the 16-byte pad staggers the banks of the
  * WMMA loads); fp32 score tiles have a row stride of (columns + 8) floats.  Global reads are
- * float4 (when vec: d % 4 == 0 and the pointers 16-byte aligned), rounded to T while staged;
- * outputs leave through a 16 x 16 fp32 chunk per warp and are written as float4.
+ * 4 elements at a time (when vec: d % 4 == 0 and the pointers 16-byte aligned), dO rounded to T
+ * while staged; outputs leave through a 16 x 16 fp32 chunk per warp and are written 4 elements
+ * at a time (out rounded to T, dQKV fp32).
  *
  * Forward (fwd_tc_kernel<T, DM>): grid (b*H, query tiles of 64), last tile first.  Q staged once in
  * shared memory, O accumulators (DM / 16 fragments per warp) in registers.  For each key tile of 64
@@ -117,45 +119,64 @@ static __device__ __forceinline__ float4 ld4s(const float *p)
 	return *reinterpret_cast<const float4 *>(p);
 }
 
-/* Rows i0..i0+ROWS-1 of a strided [s, d] fp32 matrix, rounded to T, into dst [ROWS, DM+8]; zero
- * past s and d.  Loads go in batches of 4 per thread before their stores. */
-template <typename T, int DM, int ROWS>
-static __device__ __forceinline__ void load_tile(T *dst, const float *src, long long ld, int i0,
-						 int s, int d, bool vec)
+/* Elements c..c+3 of row p (those below d; zeros past it) as T: fp32 rounded, or T as it is; vec:
+ * one 16- or 8-byte load (c + 4 <= d, p aligned). */
+template <typename T>
+static __device__ __forceinline__ q4<T> ld4_as(const float *p, int c, int d, bool vec)
+{
+	float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+	if (vec) {
+		const float4 q = ld4s(p + c);
+		v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+	} else {
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			if (c + k < d)
+				v[k] = p[c + k];
+	}
+	q4<T> w;
+#pragma unroll
+	for (int k = 0; k < 4; k++)
+		w.v[k] = to16<T>(v[k]);
+	return w;
+}
+template <typename T>
+static __device__ __forceinline__ q4<T> ld4_as(const T *p, int c, int d, bool vec)
+{
+	if (vec)
+		return *reinterpret_cast<const q4<T> *>(p + c);
+	q4<T> w;
+#pragma unroll
+	for (int k = 0; k < 4; k++)
+		w.v[k] = c + k < d ? p[c + k] : to16<T>(0.0f);
+	return w;
+}
+
+/* Rows i0..i0+ROWS-1 of a strided [s, d] matrix of S elements (fp32, rounded to T, or T itself)
+ * into dst [ROWS, DM+8]; zero past s and d.  Loads go in batches of 4 per thread before their
+ * stores.  vec: 4-element loads (d % 4 == 0, src and ld aligned to them). */
+template <typename T, int DM, int ROWS, typename S>
+static __device__ __forceinline__ void load_tile(T *dst, const S *src, long long ld, int i0, int s,
+						 int d, bool vec)
 {
 	constexpr int LD = DM + 8, G4 = DM / 4, N = ROWS * G4 / NTC, B = N < 4 ? N : 4;
 	static_assert(ROWS * G4 % NTC == 0 && N % B == 0, "tile shape");
 #pragma unroll
 	for (int e0 = 0; e0 < N; e0 += B) {
-		float v[B][4];
+		q4<T> v[B];
 #pragma unroll
 		for (int u = 0; u < B; u++) {
 			const int e = (e0 + u) * NTC + threadIdx.x, rr = e / G4, c = e % G4 * 4;
 			const int i = i0 + rr;
-			v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0.0f;
-			if (i < s) {
-				const float *p = src + (size_t)i * ld + c;
-				if (vec) {
-					if (c < d) {
-						const float4 q = ld4s(p);
-						v[u][0] = q.x; v[u][1] = q.y; v[u][2] = q.z; v[u][3] = q.w;
-					}
-				} else {
-#pragma unroll
-					for (int k = 0; k < 4; k++)
-						if (c + k < d)
-							v[u][k] = p[k];
-				}
-			}
+			if (i < s && c < d)
+				v[u] = ld4_as<T>(src + (size_t)i * ld, c, d, vec);
+			else
+				v[u].v[0] = v[u].v[1] = v[u].v[2] = v[u].v[3] = to16<T>(0.0f);
 		}
 #pragma unroll
 		for (int u = 0; u < B; u++) {
 			const int e = (e0 + u) * NTC + threadIdx.x, rr = e / G4, c = e % G4 * 4;
-			q4<T> w;
-#pragma unroll
-			for (int k = 0; k < 4; k++)
-				w.v[k] = to16<T>(v[u][k]);
-			*reinterpret_cast<q4<T> *>(dst + rr * LD + c) = w;
+			*reinterpret_cast<q4<T> *>(dst + rr * LD + c) = v[u];
 		}
 	}
 }
@@ -170,7 +191,7 @@ static __device__ __forceinline__ void load_vec(float *dst, const float *src, in
 
 /* The K and V rows k0..k0+ROWS-1 of group g of sequence j, staged into Ks and Vs (load_tile). */
 template <typename T, int DM, int ROWS>
-static __device__ __forceinline__ void load_kv(T *Ks, T *Vs, const geom &G, const float *qkv, int j, int g, int k0,
+static __device__ __forceinline__ void load_kv(T *Ks, T *Vs, const geom &G, const T *qkv, int j, int g, int k0,
 					       int vec)
 {
 	load_tile<T, DM, ROWS>(Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d, vec);
@@ -181,7 +202,7 @@ static __device__ __forceinline__ void load_kv(T *Ks, T *Vs, const geom &G, cons
  * dOs, lse and D into Ls and Ds. */
 template <typename T, int DM, int ROWS>
 static __device__ __forceinline__ void load_qdo(T *Qs, T *dOs, float *Ls, float *Ds, const geom &G,
-						const float *qkv, const float *dout, const float *lse,
+						const T *qkv, const float *dout, const float *lse,
 						const float *D, int j, int n, int q0, int vec)
 {
 	load_tile<T, DM, ROWS>(Qs, qkv + qkv_off(G, j, n / G.r, n % G.r), G.ldq, q0, G.s, G.d, vec);
@@ -190,12 +211,44 @@ static __device__ __forceinline__ void load_qdo(T *Qs, T *dOs, float *Ls, float 
 	load_vec<ROWS>(Ds, D + vec_off(G, j, n), q0, G.s);
 }
 
+/* dst[0..8) = v * f (fp32, or rounded to T), those below n = d - col; vec && n >= 8: two 4-element
+ * stores. */
+static __device__ __forceinline__ void st8(float *dst, const float (&v)[8], float f, int n, bool vec)
+{
+	if (vec && n >= 8) {
+		*reinterpret_cast<float4 *>(dst) = make_float4(v[0] * f, v[1] * f, v[2] * f, v[3] * f);
+		*reinterpret_cast<float4 *>(dst + 4) = make_float4(v[4] * f, v[5] * f, v[6] * f, v[7] * f);
+		return;
+	}
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		if (k < n)
+			dst[k] = v[k] * f;
+}
+template <typename T>
+static __device__ __forceinline__ void st8(T *dst, const float (&v)[8], float f, int n, bool vec)
+{
+	if (vec && n >= 8) {
+		q4<T> a, b;
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			a.v[k] = to16<T>(v[k] * f), b.v[k] = to16<T>(v[k + 4] * f);
+		*reinterpret_cast<q4<T> *>(dst) = a;
+		*reinterpret_cast<q4<T> *>(dst + 4) = b;
+		return;
+	}
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		if (k < n)
+			dst[k] = to16<T>(v[k] * f);
+}
+
 /* Writes the warp's accumulators f[0..DM/16) (rows of this lane: row r = lane / 2 of the 16) times
- * f_row to dst row `i` (row pointer, columns < d), when `ok`; through the chunk buffer cb
- * (2 x [16, CL] floats of the warp). */
-template <int DM>
-static __device__ __forceinline__ void write_rows(float *dst, const frag_c (&f)[DM / 16], float *cb,
-						  bool ok, float frow, int d, bool vec)
+ * f_row to dst row `i` (row pointer to O elements, fp32 or rounded to a 16-bit type; columns < d),
+ * when `ok`; through the chunk buffer cb (2 x [16, CL] floats of the warp). */
+template <int DM, typename O>
+static __device__ __forceinline__ void write_rows(O *dst, const frag_c (&f)[DM / 16], float *cb, bool ok,
+						  float frow, int d, bool vec)
 {
 	const int lane = threadIdx.x & 31, r = lane >> 1, h = lane & 1;
 #pragma unroll
@@ -207,17 +260,7 @@ static __device__ __forceinline__ void write_rows(float *dst, const frag_c (&f)[
 		if (ok) {
 			const float4 a = ld4s(cs + r * CL + 8 * h), b = ld4s(cs + r * CL + 8 * h + 4);
 			const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-			if (vec && col + 8 <= d) {
-				*reinterpret_cast<float4 *>(dst + col) =
-					make_float4(v[0] * frow, v[1] * frow, v[2] * frow, v[3] * frow);
-				*reinterpret_cast<float4 *>(dst + col + 4) =
-					make_float4(v[4] * frow, v[5] * frow, v[6] * frow, v[7] * frow);
-			} else {
-#pragma unroll
-				for (int k = 0; k < 8; k++)
-					if (col + k < d)
-						dst[col + k] = v[k] * frow;
-			}
+			st8(dst + col, v, frow, d - col, vec);
 		}
 		/* the next store goes to the other half of cb; the one after that follows the next
 		 * __syncwarp, which every lane reaches after its reads here */
@@ -281,8 +324,8 @@ static __device__ __forceinline__ void warp_products2(float *c1, float *c2, int 
 
 /* ---- forward ---- */
 template <typename T, int DM>
-__global__ void __launch_bounds__(NTC, 1) fwd_tc_kernel(geom G, float *out, float *lse,
-						     const float *qkv, int vec)
+__global__ void __launch_bounds__(NTC, 1) fwd_tc_kernel(geom G, T *out, float *lse, const T *qkv,
+						     int vec)
 {
 	constexpr int BQ = 16 * NW, BK = 64, LD = DM + 8, SL = BK + 8, DF = DM / 16, KF = BK / 16;
 	MGT_DYN_SHARED(float, smem);
@@ -411,7 +454,7 @@ __global__ void __launch_bounds__(NTC, 1) fwd_tc_kernel(geom G, float *out, floa
 /* grid (b*ng, key tiles of 64).  dK, dV of key rows k0.. of group g. */
 template <typename T, int DM, int BQ>
 __global__ void __launch_bounds__(NTC, 1) dkdv_tc_kernel(geom G, float *dqkv, const float *dout,
-						      const float *qkv, const float *lse,
+						      const T *qkv, const float *lse,
 						      const float *D, int vec)
 {
 	constexpr int BK = 16 * NW, LD = DM + 8, SQ = BQ + 8, DF = DM / 16, QF = BQ / 16;
@@ -487,7 +530,7 @@ __global__ void __launch_bounds__(NTC, 1) dkdv_tc_kernel(geom G, float *dqkv, co
 /* grid (b*H, query tiles of 64), last first.  dQ of query rows q0.. of head n. */
 template <typename T, int DM, int BK>
 __global__ void __launch_bounds__(NTC, 1) dq_tc_kernel(geom G, float *dqkv, const float *dout,
-						    const float *qkv, const float *lse,
+						    const T *qkv, const float *lse,
 						    const float *D, int vec)
 {
 	constexpr int BQ = 16 * NW, LD = DM + 8, SK = BK + 8, DF = DM / 16, KF = BK / 16;

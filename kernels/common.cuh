@@ -149,6 +149,35 @@ static __device__ __forceinline__ float mgt_ld1(const float *p, size_t i) { retu
 static __device__ __forceinline__ float mgt_ld1(const __half *p, size_t i) { return __half2float(p[i]); }
 static __device__ __forceinline__ float mgt_ld1(const __nv_bfloat16 *p, size_t i) { return __bfloat162float(p[i]); }
 
+/* p[i] = v, rounded to nearest even for the 16-bit types (fp16 overflows to +-inf). */
+static __device__ __forceinline__ void mgt_st1(float *p, size_t i, float v) { p[i] = v; }
+static __device__ __forceinline__ void mgt_st1(__half *p, size_t i, float v) { p[i] = __float2half_rn(v); }
+static __device__ __forceinline__ void mgt_st1(__nv_bfloat16 *p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+/* p[0], p[1] = x, y (rounded as mgt_st1); vec: one store (p aligned to two elements). */
+static __device__ __forceinline__ void mgt_st2(float *p, float x, float y, bool vec)
+{
+	if (vec)
+		*reinterpret_cast<float2 *>(p) = make_float2(x, y);
+	else
+		p[0] = x, p[1] = y;
+}
+static __device__ __forceinline__ void mgt_st2(__half *p, float x, float y, bool vec)
+{
+	if (vec)
+		*reinterpret_cast<__half2 *>(p) = __halves2half2(__float2half_rn(x), __float2half_rn(y));
+	else
+		p[0] = __float2half_rn(x), p[1] = __float2half_rn(y);
+}
+static __device__ __forceinline__ void mgt_st2(__nv_bfloat16 *p, float x, float y, bool vec)
+{
+	if (vec)
+		*reinterpret_cast<__nv_bfloat162 *>(p) =
+			__halves2bfloat162(__float2bfloat16_rn(x), __float2bfloat16_rn(y));
+	else
+		p[0] = __float2bfloat16_rn(x), p[1] = __float2bfloat16_rn(y);
+}
+
 /* Stores the in-range elements of group g of p from v. */
 static __device__ __forceinline__ void mgt_st4(float *p, size_t g, size_t n, bool vec, const float v[4])
 {

@@ -321,13 +321,16 @@ extern "C" int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db,
 
 /* ---- bias-dropout-add ---- */
 
-/* Row t: out = resid + dropout(y + b); element (t, c) draws Philox index e0 + t*h + c. */
-static __global__ void bda_fwd_k(float *out, const float *resid, const float *y, const float *b, int h,
-				 float p, float ks, uint64_t key, uint64_t e0, bool vec)
+/* Row t: out = resid + dropout(y + b); element (t, c) draws Philox index e0 + t*h + c.  out and
+ * resid of type R (read as fp32; the sum rounded to nearest even when 16-bit). */
+template <typename R>
+static __global__ void bda_fwd_k(R *out, const R *resid, const float *y, const float *b, int h, float p, float ks,
+				 uint64_t key, uint64_t e0, bool vec)
 {
 	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
-	const float *yt = y + t * nh, *rt = resid ? resid + t * nh : NULL;
-	float *ot = out + t * nh;
+	const float *yt = y + t * nh;
+	const R *rt = resid ? resid + t * nh : NULL;
+	R *ot = out + t * nh;
 	const uint64_t et = e0 + (uint64_t)t * nh;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
 		float v[4], bb[4] = {0, 0, 0, 0}, rr[4] = {0, 0, 0, 0};
@@ -347,14 +350,23 @@ static __global__ void bda_fwd_k(float *out, const float *resid, const float *y,
 	}
 }
 
-extern "C" int mgt_k_bda_fwd(mgt_k_stream s, float *out, const float *resid, const float *y,
+extern "C" int mgt_k_bda_fwd(mgt_k_stream s, void *out, const void *resid, mgt_k_dtype rt, const float *y,
 			     const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
 	const float ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
 	const bool vec = h % 4 == 0 && mgt_al16(out) && mgt_al16(resid) && mgt_al16(y) && mgt_al16(b);
-	MGT_LAUNCH(bda_fwd_k, T, MGT_ROW_THREADS, 0, mgt_st(s), out, resid, y, b, h, p, ks, key, e0, vec);
+	typedef __nv_bfloat16 bf;
+	if (rt == MGT_K_BF16)
+		MGT_LAUNCH(bda_fwd_k<bf>, T, MGT_ROW_THREADS, 0, mgt_st(s), (bf *)out, (const bf *)resid, y, b, h, p, ks,
+			   key, e0, vec);
+	else if (rt == MGT_K_F16)
+		MGT_LAUNCH(bda_fwd_k<__half>, T, MGT_ROW_THREADS, 0, mgt_st(s), (__half *)out, (const __half *)resid, y,
+			   b, h, p, ks, key, e0, vec);
+	else
+		MGT_LAUNCH(bda_fwd_k<float>, T, MGT_ROW_THREADS, 0, mgt_st(s), (float *)out, (const float *)resid, y, b,
+			   h, p, ks, key, e0, vec);
 	return mgt_k_rc();
 }
 
@@ -406,7 +418,8 @@ extern "C" int mgt_k_bda_bwd(mgt_k_stream s, float *dy, float *db, const float *
 /* Token t: cos/sin of theta = pos[t] * inv_freq[k] into shared memory (through double: correctly
  * rounded in practice, as glibc's cosf/sinf are), then every rotated pair (x[k], x[k + half]) of
  * the r query heads and the key head of each group.  inv_freq: the model's table (device memory). */
-static __global__ void rope_k(float *qkv, const int32_t *pos, const float *inv_freq, int ng, int r, int d,
+template <typename E>
+static __global__ void rope_k(E *qkv, const int32_t *pos, const float *inv_freq, int ng, int r, int d,
 			      int rot_dim, int inverse)
 {
 	MGT_DYN_SHARED(float, rope_sm);
@@ -426,21 +439,29 @@ static __global__ void rope_k(float *qkv, const int32_t *pos, const float *inv_f
 	for (int i = threadIdx.x; i < total; i += blockDim.x) {
 		int hd = i / half, k = i - hd * half;
 		int g = hd / (r + 1), m = hd - g * (r + 1);
-		float *x = qkv + ((t * ng + g) * (size_t)(r + 2) + m) * d;
-		float a = x[k], bb = x[half + k];
-		x[k] = a * cs[k] - bb * sn[k];
-		x[half + k] = bb * cs[k] + a * sn[k];
+		E *x = qkv + ((t * ng + g) * (size_t)(r + 2) + m) * d;
+		const float a = mgt_ld1(x, (size_t)k), bb = mgt_ld1(x, (size_t)(half + k));
+		mgt_st1(x, (size_t)k, a * cs[k] - bb * sn[k]);
+		mgt_st1(x, (size_t)(half + k), bb * cs[k] + a * sn[k]);
 	}
 }
 
 /* cpu_rope in lib/backend/cpu.c (backend.h: non-interleaved rotate_half over rot_dim channels). */
-extern "C" int mgt_k_rope(mgt_k_stream s, float *qkv, const int32_t *pos, const float *inv_freq, int T,
+extern "C" int mgt_k_rope(mgt_k_stream s, void *qkv, mgt_k_dtype qt, const int32_t *pos, const float *inv_freq, int T,
 			  int ng, int r, int d, int rot_dim, int inverse)
 {
 	const int half = rot_dim / 2;
 	if (T <= 0 || half <= 0 || ng <= 0 || r < 0)
 		return 0;
 	const size_t smem = 2 * (size_t)half * sizeof(float);
-	MGT_LAUNCH(rope_k, T, 128, smem, mgt_st(s), qkv, pos, inv_freq, ng, r, d, rot_dim, inverse);
+	if (qt == MGT_K_BF16)
+		MGT_LAUNCH(rope_k<__nv_bfloat16>, T, 128, smem, mgt_st(s), (__nv_bfloat16 *)qkv, pos, inv_freq, ng, r, d,
+			   rot_dim, inverse);
+	else if (qt == MGT_K_F16)
+		MGT_LAUNCH(rope_k<__half>, T, 128, smem, mgt_st(s), (__half *)qkv, pos, inv_freq, ng, r, d, rot_dim,
+			   inverse);
+	else
+		MGT_LAUNCH(rope_k<float>, T, 128, smem, mgt_st(s), (float *)qkv, pos, inv_freq, ng, r, d, rot_dim,
+			   inverse);
 	return mgt_k_rc();
 }

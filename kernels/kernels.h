@@ -63,11 +63,12 @@ int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const float *dy, const in
 
 /* ---- normalization (kind: 0 LayerNorm, 1 RMSNorm; backend.h's mgt_norm_kind) ---- */
 /* y of type yt: fp32, or each fp32 result rounded to bf16 / fp16 (nearest even). */
-int mgt_k_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd, const float *x,
-		   const float *w, const float *b, int T, int h, float eps);
+/* x of type xt (fp32, or 16-bit read as its fp32 values), y of type yt (rounded when 16-bit). */
+int mgt_k_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd, const void *x,
+		   mgt_k_dtype xt, const float *w, const float *b, int T, int h, float eps);
 size_t mgt_k_norm_bwd_ws_bytes(int T, int h);
 int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
-		   const float *x, const float *w, const float *mean, const float *rstd, int T,
+		   const void *x, mgt_k_dtype xt, const float *w, const float *mean, const float *rstd, int T,
 		   int h, void *ws);
 
 /* Query (key == 0) or key (key == 1) heads of qkv [T, ng, r + 2, d] (backend.h's head_norm_*):
@@ -79,8 +80,9 @@ int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *d
 			const float *x, const float *w, const float *mean, const float *rstd, int T,
 			int ng, int r, int d, int key, void *ws);
 
-/* ---- RoPE, in place on qkv [T, ng, r + 2, d]; inv_freq [rot_dim / 2] device memory ---- */
-int mgt_k_rope(mgt_k_stream s, float *qkv, const int32_t *pos, const float *inv_freq, int T, int ng,
+/* ---- RoPE, in place on qkv [T, ng, r + 2, d] of elements of type qt (fp32, or bf16 / fp16:
+ * read as fp32, rotated in fp32, rounded to nearest even); inv_freq [rot_dim / 2] device memory ---- */
+int mgt_k_rope(mgt_k_stream s, void *qkv, mgt_k_dtype qt, const int32_t *pos, const float *inv_freq, int T, int ng,
 	       int r, int d, int rot_dim, int inverse);
 
 /* ---- causal attention with GQA (flash-style: lse saved, nothing O(s^2) stored) ---- */
@@ -122,19 +124,19 @@ int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float 
  * score tiles through shared memory (kernels/attn_tc.cuh, which documents what both share); bf16 /
  * fp16 operands, fp32 accumulation and softmax.  Same contracts as mgt_k_attn_* above (and the
  * same workspace), returning cudaErrorInvalidValue for an unsupported dtype, head dimension or
- * impl, with one numerical difference: the operands of the matrix products (Q K^T, P V, dO V^T,
- * dS K, dS^T Q, P^T dO) are rounded to dtype (MGT_K_BF16 or MGT_K_F16, round to nearest even), P
- * and dS included; statistics, exponentials, dropout and accumulation are fp32.  Tensors stay
- * fp32 in memory. ---- */
+ * impl, with two differences: qkv and out hold elements of dtype (MGT_K_BF16 or MGT_K_F16; out
+ * written rounded to nearest even), dout, dqkv and lse stay fp32; and the operands of the matrix
+ * products (Q K^T, P V, dO V^T, dS K, dS^T Q, P^T dO) are of dtype, P and dS rounded to it;
+ * statistics, exponentials, dropout and accumulation are fp32. ---- */
 enum { MGT_K_ATTN_MMA = 0, MGT_K_ATTN_WMMA = 1 };
 /* 1 when these kernels handle head dimension d (d % 16 == 0, 16 <= d <= 128), else 0. */
 int mgt_k_attn_tc_supported(int d);
-int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, float *out, float *lse, const float *qkv, int seq,
+int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *lse, const void *qkv, int seq,
 		      int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
 		      int impl);
 size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
-int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout, const float *qkv,
-		      const float *out, const float *lse, int seq, int b, int ng, int r, int d,
+int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout, const void *qkv,
+		      const void *out, const float *lse, int seq, int b, int ng, int r, int d,
 		      float p, uint64_t key, int head0, int heads_total, void *ws, int impl);
 /* The fragment-layout probe of the mma.sync kernels (kernels/attn_mma.cuh), for the op checks
  * (tests/gpu/test_cuda_ops.c): one warp runs the kernels' own helpers on 16 x 16 row-major fp32
@@ -156,7 +158,8 @@ int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db, const floa
 		       const void *x, mgt_k_dtype xt, const float *b, int T, int f, void *ws);
 
 /* ---- bias-dropout-add ---- */
-int mgt_k_bda_fwd(mgt_k_stream s, float *out, const float *resid, const float *y, const float *b,
+/* out and resid of type rt (the residual stream's storage: fp32, or 16-bit, the sum rounded). */
+int mgt_k_bda_fwd(mgt_k_stream s, void *out, const void *resid, mgt_k_dtype rt, const float *y, const float *b,
 		  int T, int h, float p, uint64_t key, uint64_t e0);
 size_t mgt_k_bda_bwd_ws_bytes(int T, int h);
 int mgt_k_bda_bwd(mgt_k_stream s, float *dy, float *db, const float *dout, int T, int h, float p,

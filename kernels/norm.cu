@@ -20,12 +20,12 @@ static __device__ __forceinline__ size_t row_at(rows_lay L, size_t t, size_t h)
 }
 
 /* Row t: mean (LayerNorm; 0 for RMSNorm) and rstd in double, then y = (x - mean) * rstd * w + b. */
-template <typename Y>
-static __global__ void norm_fwd_k(int kind, Y *y, float *mean, float *rstd, const float *x,
-				  const float *w, const float *b, int h, float eps, bool vec, rows_lay L)
+template <typename Y, typename X>
+static __global__ void norm_fwd_k(int kind, Y *y, float *mean, float *rstd, const X *x, const float *w,
+				  const float *b, int h, float eps, bool vec, rows_lay L)
 {
 	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
-	const float *xt = x + row_at(L, t, nh);
+	const X *xt = x + row_at(L, t, nh);
 	Y *yt = y + row_at(L, t, nh);
 	double mu = 0, ss = 0;
 	if (kind == 0) {
@@ -70,29 +70,44 @@ static __global__ void norm_fwd_k(int kind, Y *y, float *mean, float *rstd, cons
 	}
 }
 
-/* y of type yt (fp32, or rounded to bf16 / fp16 by mgt_st4). */
-static int norm_fwd_rows(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd,
-			 const float *x, const float *w, const float *b, int T, int h, float eps, rows_lay L)
+/* The forward's kernel for y of type Y and x of type xt. */
+template <typename Y>
+static void norm_fwd_x(cudaStream_t st, int T, int kind, Y *y, float *mean, float *rstd, const void *x,
+		       mgt_k_dtype xt, const float *w, const float *b, int h, float eps, bool vec, rows_lay L)
+{
+	typedef __nv_bfloat16 bf;
+	if (xt == MGT_K_BF16)
+		MGT_LAUNCH((norm_fwd_k<Y, bf>), T, MGT_ROW_THREADS, 0, st, kind, y, mean, rstd, (const bf *)x, w, b, h,
+			   eps, vec, L);
+	else if (xt == MGT_K_F16)
+		MGT_LAUNCH((norm_fwd_k<Y, __half>), T, MGT_ROW_THREADS, 0, st, kind, y, mean, rstd, (const __half *)x, w,
+			   b, h, eps, vec, L);
+	else
+		MGT_LAUNCH((norm_fwd_k<Y, float>), T, MGT_ROW_THREADS, 0, st, kind, y, mean, rstd, (const float *)x, w,
+			   b, h, eps, vec, L);
+}
+
+/* y of type yt (fp32, or rounded to bf16 / fp16 by mgt_st4), x of type xt. */
+static int norm_fwd_rows(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd, const void *x,
+			 mgt_k_dtype xt, const float *w, const float *b, int T, int h, float eps, rows_lay L)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
 	const bool vec = h % 4 == 0 && mgt_al16(y) && mgt_al16(x) && mgt_al16(w) && mgt_al16(b);
+	const cudaStream_t st = mgt_st(s);
 	if (yt == MGT_K_BF16)
-		MGT_LAUNCH(norm_fwd_k<__nv_bfloat16>, T, MGT_ROW_THREADS, 0, mgt_st(s), kind, (__nv_bfloat16 *)y,
-			   mean, rstd, x, w, b, h, eps, vec, L);
+		norm_fwd_x(st, T, kind, (__nv_bfloat16 *)y, mean, rstd, x, xt, w, b, h, eps, vec, L);
 	else if (yt == MGT_K_F16)
-		MGT_LAUNCH(norm_fwd_k<__half>, T, MGT_ROW_THREADS, 0, mgt_st(s), kind, (__half *)y, mean, rstd, x,
-			   w, b, h, eps, vec, L);
+		norm_fwd_x(st, T, kind, (__half *)y, mean, rstd, x, xt, w, b, h, eps, vec, L);
 	else
-		MGT_LAUNCH(norm_fwd_k<float>, T, MGT_ROW_THREADS, 0, mgt_st(s), kind, (float *)y, mean, rstd, x, w,
-			   b, h, eps, vec, L);
+		norm_fwd_x(st, T, kind, (float *)y, mean, rstd, x, xt, w, b, h, eps, vec, L);
 	return mgt_k_rc();
 }
 
 extern "C" int mgt_k_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd,
-			      const float *x, const float *w, const float *b, int T, int h, float eps)
+			      const void *x, mgt_k_dtype xt, const float *w, const float *b, int T, int h, float eps)
 {
-	return norm_fwd_rows(s, kind, y, yt, mean, rstd, x, w, b, T, h, eps, rows_lay{1, 1, 0});
+	return norm_fwd_rows(s, kind, y, yt, mean, rstd, x, xt, w, b, T, h, eps, rows_lay{1, 1, 0});
 }
 
 /* Query heads: r rows per group, group stride r + 2, first 0; key heads: 1 row at offset r. */
@@ -108,18 +123,20 @@ extern "C" int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, float *y, float *me
 {
 	int n;
 	rows_lay L = head_rows(T, ng, r, key, &n);
-	return norm_fwd_rows(s, kind, y, MGT_K_F32, mean, rstd, x, w, b, n, d, eps, L);
+	return norm_fwd_rows(s, kind, y, MGT_K_F32, mean, rstd, x, MGT_K_F32, w, b, n, d, eps, L);
 }
 
 /* Row t: g = dy * w, xhat = (x - mean) * rstd,
  * dx (+)= rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMSNorm: no mean(g) term).  acc: add
  * into dx, else write it (dx may then alias dy: each thread reads its elements of dy before it
  * writes the same elements of dx, after the block's sums). */
-static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const float *x, const float *w,
+template <typename X>
+static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const X *x, const float *w,
 				 const float *mean, const float *rstd, int h, bool vec, rows_lay L, bool acc)
 {
 	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4, off = row_at(L, t, nh);
-	const float *xt = x + off, *gt = dy + off;
+	const X *xt = x + off;
+	const float *gt = dy + off;
 	float *dxt = dx + off;
 	const float m = mean[t], rs = rstd[t];
 	double sg = 0, sgx = 0;
@@ -155,7 +172,8 @@ static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const flo
 }
 
 /* Chunk r of rows, column c: pw[r, c] = sum_t dy * xhat, pb[r, c] = sum_t dy (double, row order). */
-static __global__ void norm_dwdb_part_k(double *pw, double *pb, const float *dy, const float *x,
+template <typename X>
+static __global__ void norm_dwdb_part_k(double *pw, double *pb, const float *dy, const X *x,
 					const float *mean, const float *rstd, int T, int h, int rows, rows_lay L)
 {
 	const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -167,7 +185,7 @@ static __global__ void norm_dwdb_part_k(double *pw, double *pb, const float *dy,
 	for (int t = t0; t < t1; t++) {
 		const size_t i = row_at(L, (size_t)t, (size_t)h) + c;
 		const float gv = dy[i];
-		aw += gv * ((x[i] - mean[t]) * rstd[t]);
+		aw += gv * ((mgt_ld1(x, i) - mean[t]) * rstd[t]);
 		ab += gv;
 	}
 	pw[(size_t)r * h + c] = aw;
@@ -199,30 +217,43 @@ extern "C" size_t mgt_k_norm_bwd_ws_bytes(int T, int h)
 	return 2 * (size_t)mgt_col_chunks(T, h) * (size_t)h * sizeof(double);
 }
 
-/* dw/db first, then dx: with acc == false dx may alias dy. */
-static int norm_bwd_rows(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
-			 const float *x, const float *w, const float *mean, const float *rstd, int T, int h,
-			 void *ws, rows_lay L, bool acc)
+/* The backward's kernels for x of type X. */
+template <typename X>
+static void norm_bwd_x(cudaStream_t st, int kind, float *dx, float *dw, float *db, const float *dy, const X *x,
+		       const float *w, const float *mean, const float *rstd, int T, int h, void *ws, rows_lay L,
+		       bool acc, bool vec)
 {
-	if (T <= 0 || h <= 0)
-		return 0;
-	cudaStream_t st = mgt_st(s);
-	const bool vec = h % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(w);
 	const int rows = mgt_col_chunk_rows(T, h), R = mgt_col_chunks(T, h);
 	const unsigned cb = (unsigned)mgt_cdiv((size_t)h, MGT_COL_THREADS);
 	double *pw = (double *)ws, *pb = pw + (size_t)R * h;
-	MGT_LAUNCH(norm_dwdb_part_k, dim3(cb, R), MGT_COL_THREADS, 0, st, pw, pb, dy, x, mean, rstd, T, h,
-		   rows, L);
+	MGT_LAUNCH(norm_dwdb_part_k<X>, dim3(cb, R), MGT_COL_THREADS, 0, st, pw, pb, dy, x, mean, rstd, T, h, rows, L);
 	MGT_LAUNCH(norm_dwdb_fin_k, cb, MGT_COL_THREADS, 0, st, dw, db, pw, pb, R, h);
-	MGT_LAUNCH(norm_dx_k, T, MGT_ROW_THREADS, 0, st, kind, dx, dy, x, w, mean, rstd, h, vec, L, acc);
+	MGT_LAUNCH(norm_dx_k<X>, T, MGT_ROW_THREADS, 0, st, kind, dx, dy, x, w, mean, rstd, h, vec, L, acc);
+}
+
+/* dw/db first, then dx: with acc == false dx may alias dy.  x of type xt. */
+static int norm_bwd_rows(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy, const void *x,
+			 mgt_k_dtype xt, const float *w, const float *mean, const float *rstd, int T, int h, void *ws,
+			 rows_lay L, bool acc)
+{
+	if (T <= 0 || h <= 0)
+		return 0;
+	const cudaStream_t st = mgt_st(s);
+	const bool vec = h % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(w);
+	if (xt == MGT_K_BF16)
+		norm_bwd_x(st, kind, dx, dw, db, dy, (const __nv_bfloat16 *)x, w, mean, rstd, T, h, ws, L, acc, vec);
+	else if (xt == MGT_K_F16)
+		norm_bwd_x(st, kind, dx, dw, db, dy, (const __half *)x, w, mean, rstd, T, h, ws, L, acc, vec);
+	else
+		norm_bwd_x(st, kind, dx, dw, db, dy, (const float *)x, w, mean, rstd, T, h, ws, L, acc, vec);
 	return mgt_k_rc();
 }
 
-extern "C" int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db,
-			      const float *dy, const float *x, const float *w, const float *mean,
-			      const float *rstd, int T, int h, void *ws)
+extern "C" int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
+			      const void *x, mgt_k_dtype xt, const float *w, const float *mean, const float *rstd,
+			      int T, int h, void *ws)
 {
-	return norm_bwd_rows(s, kind, dx, dw, db, dy, x, w, mean, rstd, T, h, ws, rows_lay{1, 1, 0}, true);
+	return norm_bwd_rows(s, kind, dx, dw, db, dy, x, xt, w, mean, rstd, T, h, ws, rows_lay{1, 1, 0}, true);
 }
 
 extern "C" size_t mgt_k_head_norm_bwd_ws_bytes(int T, int ng, int r, int d, int key)
@@ -238,5 +269,5 @@ extern "C" int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, float *dx, float *d
 {
 	int n;
 	rows_lay L = head_rows(T, ng, r, key, &n);
-	return norm_bwd_rows(s, kind, dx, dw, db, dy, x, w, mean, rstd, n, d, ws, L, false);
+	return norm_bwd_rows(s, kind, dx, dw, db, dy, x, MGT_K_F32, w, mean, rstd, n, d, ws, L, false);
 }

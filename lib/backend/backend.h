@@ -62,8 +62,11 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * read as fp32 values (Megatron's bf16 fc1: GELU / SwiGLU of the rounded value).  The output
  * layer's logits are 16-bit too (linear_fwd writes them rounded, the
  * cross-entropy ops read them and xent_bwd writes their gradient in place in that type), as
- * Megatron's bf16 output layer does: that changes the loss by the logits' rounding.  Other
- * activations are fp32 in this version.
+ * Megatron's bf16 output layer does: that changes the loss by the logits' rounding.  So are
+ * the fused QKV activation and the attention output (rope and attn_fwd / attn_bwd take them with
+ * their type): linear_fwd writes qkv rounded, rope rounds its rotated values, attention reads
+ * them and writes its output rounded (Megatron's bf16 core attention).  Other activations, and
+ * every activation gradient, are fp32 in this version.
  *
  * Weights may come already in the 16-bit type (the model's 16-bit copy of its parameters, which
  * it refreshes with the cast op after every change of its fp32 main parameters, as Megatron's
@@ -129,13 +132,14 @@ typedef struct mgt_backend_ops {
 	 * rstd = 1/sqrt(mean(x^2) + eps) (mean is written as 0 for RMSNorm).  b may be NULL (adds
 	 * nothing; RMSNorm always has none).  x, y [T, h]; w, b [h]; mean, rstd [T] saved for the
 	 * backward.  Statistics accumulate in double.  Writes y, mean, rstd.  y's elements are of type
-	 * yt: fp32, or bf16/fp16 (each fp32 result rounded to nearest even, as the cast op rounds). */
+	 * yt: fp32, or bf16/fp16 (each fp32 result rounded to nearest even, as the cast op rounds);
+	 * x's of type xt: fp32, or bf16/fp16 read as their fp32 values (a 16-bit residual stream). */
 	void (*norm_fwd)(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
-			 const float *x, const float *w, const float *b, int T, int h, float eps);
+			 const void *x, mgt_elem_type xt, const float *w, const float *b, int T, int h, float eps);
 	/* Backward: dx[T, h] += d/dx (accumulates, so the residual stream's gradient passes through),
-	 * dw[h] += ..., db[h] += ... (db skipped when NULL). */
+	 * dw[h] += ..., db[h] += ... (db skipped when NULL); x of type xt as the forward's. */
 	void (*norm_bwd)(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			 const float *dy, const float *x, const float *w, const float *mean,
+			 const float *dy, const void *x, mgt_elem_type xt, const float *w, const float *mean,
 			 const float *rstd, int T, int h);
 
 	/* Norm of attention heads inside the fused QKV activation (Megatron-Core's q_layernorm /
@@ -163,8 +167,10 @@ typedef struct mgt_backend_ops {
 	 *   (x1, x2) = (x[k], x[k + rot_dim/2]) -> (x1 cos - x2 sin, x2 cos + x1 sin)  for k < rot_dim/2.
 	 * inv_freq [rot_dim/2] fp32 backend memory: the model's frequencies (mgt_model_rope_inv_freq
 	 * in lib/model: 1 / base^(2k / rot_dim), with Llama 3.1 scaling when asked).  inverse == true
-	 * rotates by -theta (the backward: apply to dqkv).  pos [T] int32. */
-	void (*rope)(mgt_backend *be, float *qkv, const int32_t *pos, const float *inv_freq, int T, int ng,
+	 * rotates by -theta (the backward: apply to dqkv).  pos [T] int32.  qkv's elements are of type
+	 * qt: fp32, or bf16/fp16 (read as fp32, rotated in fp32, each result rounded to nearest even
+	 * as the cast op rounds). */
+	void (*rope)(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, const float *inv_freq, int T, int ng,
 		     int r, int d, int rot_dim, bool inverse);
 
 	/* ---- causal self-attention (GQA) ---- */
@@ -175,13 +181,18 @@ typedef struct mgt_backend_ops {
 	 * softmax row (flash-attention style: the backward recomputes probabilities, nothing
 	 * O(s^2) is stored).  Attention dropout p applies to the probabilities; element (j, n, i, i')
 	 * uses Philox index ((j*heads_total + head0 + n)*s + i)*s + i', where head0 is the global index
-	 * of local head 0 (tensor parallelism) and heads_total the global head count. */
-	void (*attn_fwd)(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
+	 * of local head 0 (tensor parallelism) and heads_total the global head count.
+	 * qkv and out hold elements of type t: fp32, or bf16/fp16 (the storage of a 16-bit training
+	 * precision: qkv read as its fp32 values, out written rounded to nearest even); lse is fp32.
+	 * Under a 16-bit precision the CUDA backend's tensor-core kernels read 16-bit qkv and write
+	 * 16-bit out directly (an fp32 qkv is rounded, and its fp32 out holds the rounded values); the
+	 * CPU widens a 16-bit qkv, computes in fp32 and rounds out. */
+	void (*attn_fwd)(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
 			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
-	/* Backward: writes dqkv [T, ng, r + 2, d] from dout [T, ng*r, d], given the forward's qkv,
-	 * out and lse and the same dropout parameters. */
-	void (*attn_bwd)(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
-			 const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
+	/* Backward: writes dqkv [T, ng, r + 2, d] (fp32) from dout [T, ng*r, d] (fp32), given the
+	 * forward's qkv, out (of type t, as attn_fwd's) and lse and the same dropout parameters. */
+	void (*attn_bwd)(mgt_backend *be, float *dqkv, const float *dout, const void *qkv, const void *out,
+			 mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			 uint64_t key, int head0, int heads_total);
 
 	/* ---- attention blocks for context parallelism (megatron-moe-cp.md section 2.3) ----
@@ -256,8 +267,10 @@ typedef struct mgt_backend_ops {
 	/* ---- bias-dropout-add (residual) ---- */
 	/* out[T, h] = resid + dropout(y + b), or dropout(y + b) when resid == NULL; b may be NULL.
 	 * Dropout element index = e0 + t*h + c (e0: global index of this piece's first element).
-	 * out may alias resid.  Writes out. */
-	void (*bda_fwd)(mgt_backend *be, float *out, const float *resid, const float *y,
+	 * out may alias resid.  Writes out.  out and resid are of type rt (the residual stream's
+	 * storage): fp32, or bf16/fp16 (resid read as its fp32 values, the fp32 sum rounded to nearest
+	 * even); y and b are fp32. */
+	void (*bda_fwd)(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const float *y,
 			const float *b, int T, int h, float p, uint64_t key, uint64_t e0);
 	/* Backward: dy[T, h] = dropout mask * dout (writes; may alias dout), db[h] += sum_t dy[t]
 	 * (skipped when NULL).  The residual's gradient is dout itself. */

@@ -184,18 +184,26 @@ static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t 
 /* A GEMM operand w [n] of type wt as fp32 values for sgemm: rounded as gemm_operand when wt is
  * fp32; a 16-bit w (already the precision's type) widened exactly into the k-th buffer, so both
  * give the same bits.  NULL (the failure recorded) when the buffer cannot grow. */
+static const float *widen(mgt_backend *be, int k, const void *x, mgt_elem_type t, size_t n);
 static const float *gemm_typed(mgt_backend *be, int k, const void *w, mgt_elem_type wt, size_t n)
 {
-	if (wt == MGT_DT_F32)
-		return gemm_operand(be, k, w, n);
+	return wt == MGT_DT_F32 ? gemm_operand(be, k, w, n) : widen(be, k, w, wt, n);
+}
+
+/* x [n] of type t as fp32: x itself when fp32, else widened exactly into the k-th rounding buffer
+ * (NULL, the failure recorded, when it cannot grow). */
+static const float *widen(mgt_backend *be, int k, const void *x, mgt_elem_type t, size_t n)
+{
+	if (t == MGT_DT_F32)
+		return x;
 	float *r = round_buf(be, k, n);
 	if (!r)
 		return NULL;
-	const uint16_t *h = w;
+	const uint16_t *h = x;
 	const size_t ch = 16384; /* elements a task */
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
 	for (size_t i = 0; i < n; i += ch)
-		load_row(r + i, h + i, wt, n - i < ch ? n - i : ch);
+		load_row(r + i, h + i, t, n - i < ch ? n - i : ch);
 	return r;
 }
 
@@ -391,10 +399,13 @@ static void norm_fwd_rows(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem
 	}
 }
 
+/* A 16-bit x is widened into rounding buffer 0 first (the 16-bit y's rows use buffer 2). */
 static void cpu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
-			 const float *x, const float *w, const float *b, int T, int h, float eps)
+			 const void *x, mgt_elem_type xt, const float *w, const float *b, int T, int h, float eps)
 {
-	norm_fwd_rows(be, kind, y, yt, mean, rstd, x, w, b, T, h, eps, ROWS_DENSE);
+	const float *x32 = widen(be, 0, x, xt, (size_t)T * (size_t)(h > 0 ? h : 0));
+	if (x32)
+		norm_fwd_rows(be, kind, y, yt, mean, rstd, x32, w, b, T, h, eps, ROWS_DENSE);
 }
 
 /* dw, db first (so that dx may alias dy), then dx (+)= per row. */
@@ -454,10 +465,12 @@ static void norm_bwd_rows(mgt_backend *be, mgt_norm_kind kind, float *dx, float 
 }
 
 static void cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			 const float *dy, const float *x, const float *w, const float *mean,
+			 const float *dy, const void *x, mgt_elem_type xt, const float *w, const float *mean,
 			 const float *rstd, int T, int h)
 {
-	norm_bwd_rows(be, kind, dx, dw, db, dy, x, w, mean, rstd, T, h, ROWS_DENSE, true);
+	const float *x32 = widen(be, 0, x, xt, (size_t)T * (size_t)(h > 0 ? h : 0));
+	if (x32)
+		norm_bwd_rows(be, kind, dx, dw, db, dy, x32, w, mean, rstd, T, h, ROWS_DENSE, true);
 }
 
 /* Query heads: rows per group r, group stride r + 2, first 0; key heads: 1 row at offset r. */
@@ -487,8 +500,19 @@ static void cpu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, fl
 
 /* ---- rotary position embedding ---- */
 
-static void cpu_rope(mgt_backend *be, float *qkv, const int32_t *pos, const float *inv_freq, int T, int ng,
-		     int r, int d, int rot_dim, bool inverse)
+/* The rotation of one head's pairs (x1[k], x2[k]), k < kn, by (cs, sn). */
+static void rope_pairs(float *x1, float *x2, const float *cs, const float *sn, int kn)
+{
+#pragma omp simd
+	for (int k = 0; k < kn; k++) {
+		float a = x1[k], bb = x2[k];
+		x1[k] = a * cs[k] - bb * sn[k];
+		x2[k] = bb * cs[k] + a * sn[k];
+	}
+}
+
+static void cpu_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, const float *inv_freq, int T,
+		     int ng, int r, int d, int rot_dim, bool inverse)
 {
 	const int half = rot_dim / 2;
 	if (half <= 0)
@@ -496,7 +520,7 @@ static void cpu_rope(mgt_backend *be, float *qkv, const int32_t *pos, const floa
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) \
 	if ((size_t)T * ng * (r + 1) * rot_dim > PAR_MIN)
 	for (int t = 0; t < T; t++) {
-		float cs[256], sn[256];
+		float cs[256], sn[256], x1[256], x2[256];
 		for (int k0 = 0; k0 < half; k0 += 256) {
 			int kn = half - k0 < 256 ? half - k0 : 256;
 			for (int k = 0; k < kn; k++) {
@@ -506,19 +530,52 @@ static void cpu_rope(mgt_backend *be, float *qkv, const int32_t *pos, const floa
 			}
 			for (int g = 0; g < ng; g++)
 				for (int m = 0; m <= r; m++) { /* r query heads and the key head */
-					float *hd = qkv + (((size_t)t * ng + g) * (r + 2) + m) * d;
-					float *x1 = hd + k0, *x2 = hd + half + k0;
-#pragma omp simd
-					for (int k = 0; k < kn; k++) {
-						float a = x1[k], bb = x2[k];
-						x1[k] = a * cs[k] - bb * sn[k];
-						x2[k] = bb * cs[k] + a * sn[k];
+					const size_t hd = (((size_t)t * ng + g) * (r + 2) + m) * d;
+					if (qt == MGT_DT_F32) {
+						float *x = (float *)qkv + hd;
+						rope_pairs(x + k0, x + half + k0, cs, sn, kn);
+						continue;
 					}
+					const uint16_t *x = (const uint16_t *)qkv + hd;
+					load_row(x1, x + k0, qt, (size_t)kn);
+					load_row(x2, x + half + k0, qt, (size_t)kn);
+					rope_pairs(x1, x2, cs, sn, kn);
+					store_row(qkv, qt, hd + k0, x1, kn);
+					store_row(qkv, qt, hd + half + k0, x2, kn);
 				}
 		}
 	}
 }
 
+static void cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n);
+
+/* ---- attention: cpu_attn.c on fp32 values (16-bit qkv and out widened, out rounded) ---- */
+
+static void cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
+{
+	if (t == MGT_DT_F32) {
+		mgt_cpu_attn_fwd(be, out, lse, qkv, s, b, ng, r, d, p, key, head0, heads_total);
+		return;
+	}
+	const size_t T = (size_t)s * b, no = T * ng * r * d;
+	const float *q = widen(be, 0, qkv, t, T * ng * (r + 2) * d);
+	float *o = round_buf(be, 1, no);
+	if (!q || !o)
+		return;
+	mgt_cpu_attn_fwd(be, o, lse, q, s, b, ng, r, d, p, key, head0, heads_total);
+	cpu_cast(be, out, t, o, no);
+}
+
+static void cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const void *qkv, const void *out,
+			 mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
+			 uint64_t key, int head0, int heads_total)
+{
+	const size_t T = (size_t)s * b;
+	const float *q = widen(be, 0, qkv, t, T * ng * (r + 2) * d), *o = widen(be, 1, out, t, T * ng * r * d);
+	if (q && o)
+		mgt_cpu_attn_bwd(be, dqkv, dout, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total);
+}
 /* ---- bias + activation ---- */
 
 CPU_INLINE float gelu_f(float z) { return 0.5f * z * (1.0f + cpu_erff(z * 0.70710678118654752f)); }
@@ -718,15 +775,30 @@ CPU_CLONES static void bda_row(float *ot, const float *rt, const float *yt, cons
 	}
 }
 
-static void cpu_bda_fwd(mgt_backend *be, float *out, const float *resid, const float *y,
+/* 16-bit out and resid: each row through the thread's two row buffers (resid widened, the fp32
+ * sum rounded by store_row). */
+static void cpu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const float *y,
 			const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	const float ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+	float *rows = rt == MGT_DT_F32 || T <= 0 ? NULL : row_bufs(be, 2 * (size_t)h);
+	if (rt != MGT_DT_F32 && T > 0 && !rows)
+		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) \
 	if ((size_t)T * h > (p > 0 ? PAR_MIN / 16 : PAR_MIN))
-	for (int t = 0; t < T; t++)
-		bda_row(out + (size_t)t * h, resid ? resid + (size_t)t * h : NULL, y + (size_t)t * h, b, h,
-			key, e0 + (uint64_t)t * h, p, ks);
+	for (int t = 0; t < T; t++) {
+		const size_t o = (size_t)t * h;
+		if (!rows) {
+			bda_row((float *)out + o, resid ? (const float *)resid + o : NULL, y + o, b, h, key,
+				e0 + (uint64_t)t * h, p, ks);
+			continue;
+		}
+		float *r32 = rows + (size_t)omp_get_thread_num() * 2 * (size_t)h, *o32 = r32 + h;
+		if (resid)
+			load_row(r32, (const uint16_t *)resid + o, rt, (size_t)h);
+		bda_row(o32, resid ? r32 : NULL, y + o, b, h, key, e0 + (uint64_t)t * h, p, ks);
+		store_row(out, rt, o, o32, h);
+	}
 }
 
 CPU_CLONES static void drop_mul_row(float *dt, const float *gt, int h, uint64_t key, uint64_t et,
@@ -1003,8 +1075,8 @@ static const mgt_backend_ops cpu_ops = {
 	.head_norm_fwd = cpu_head_norm_fwd,
 	.head_norm_bwd = cpu_head_norm_bwd,
 	.rope = cpu_rope,
-	.attn_fwd = mgt_cpu_attn_fwd,
-	.attn_bwd = mgt_cpu_attn_bwd,
+	.attn_fwd = cpu_attn_fwd,
+	.attn_bwd = cpu_attn_bwd,
 	.attn_blk_fwd = mgt_cpu_attn_blk_fwd,
 	.attn_blk_merge = mgt_cpu_attn_blk_merge,
 	.attn_blk_bwd = mgt_cpu_attn_blk_bwd,

@@ -276,20 +276,21 @@ static mgt_k_dtype k_dtype(mgt_elem_type t)
 }
 
 static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
-			const float *x, const float *w, const float *b, int T, int h, float eps)
+			const void *x, mgt_elem_type xt, const float *w, const float *b, int T, int h, float eps)
 {
 	if (T > 0 && h > 0)
 		mgt_cuda_ok(be, "norm_fwd",
-			    mgt_k_norm_fwd(stream(be), (int)kind, y, k_dtype(yt), mean, rstd, x, w, b, T, h, eps));
+			    mgt_k_norm_fwd(stream(be), (int)kind, y, k_dtype(yt), mean, rstd, x, k_dtype(xt), w, b, T, h,
+					   eps));
 }
 
 static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			const float *dy, const float *x, const float *w, const float *mean,
+			const float *dy, const void *x, mgt_elem_type xt, const float *w, const float *mean,
 			const float *rstd, int T, int h)
 {
 	if (T > 0 && h > 0)
 		WITH_WS("norm_bwd", mgt_k_norm_bwd_ws_bytes(T, h),
-			mgt_k_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, x, w, mean, rstd, T, h, ws));
+			mgt_k_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, x, k_dtype(xt), w, mean, rstd, T, h, ws));
 }
 
 static void cu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
@@ -311,16 +312,16 @@ static void cu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, flo
 					    d, key, ws));
 }
 
-static void cu_rope(mgt_backend *be, float *qkv, const int32_t *pos, const float *inv_freq, int T, int ng,
-		    int r, int d, int rot_dim, bool inverse)
+static void cu_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, const float *inv_freq, int T,
+		    int ng, int r, int d, int rot_dim, bool inverse)
 {
 	if (T > 0 && rot_dim >= 2)
 		mgt_cuda_ok(be, "rope",
-			    mgt_k_rope(stream(be), qkv, pos, inv_freq, T, ng, r, d, rot_dim, inverse));
+			    mgt_k_rope(stream(be), qkv, k_dtype(qt), pos, inv_freq, T, ng, r, d, rot_dim, inverse));
 }
 
-/* Attention on tensor cores (kernels/attn_tc.cu: Q, K, V, P, dS rounded to bf16/fp16, fp32
- * softmax and accumulation) under --bf16/--fp16 when the head dimension suits it; the fp32
+/* Attention on tensor cores (kernels/attn_tc.cu: 16-bit qkv and out, P and dS rounded to bf16/fp16,
+ * fp32 softmax and accumulation) under --bf16/--fp16 when the head dimension suits it; the fp32
  * CUDA-core kernel (kernels/attn.cu, the reference) otherwise.  The tensor-core kernel shares
  * the fp32 one's workspace layout.  Its kernels are the mma.sync ones unless the environment has
  * MGT_ATTN_KERNEL=wmma (the WMMA kernels: mgt-train(1), ENVIRONMENT), read at each call. */
@@ -336,33 +337,67 @@ static int attn_tc_dtype(const mgt_backend *be, int d)
 	return be->precision == MGT_PREC_BF16 ? MGT_K_BF16 : MGT_K_F16;
 }
 
-static void cu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
-			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
+static size_t al256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* The kernel's element type for qkv and out (kt) and, when the caller's type t differs, the
+ * scratch bytes of the converted qkv [nq] and out [no] (*conv; 0 when used as they are). */
+static mgt_k_dtype attn_types(int tc, mgt_elem_type t, size_t nq, size_t no, size_t *conv)
 {
-	int tc = attn_tc_dtype(be, d);
-	if (s <= 0 || b <= 0) return;
-	if (tc >= 0)
-		mgt_cuda_ok(be, "attn_fwd", mgt_k_attn_tc_fwd(stream(be), tc, out, lse, qkv, s, b, ng, r, d, p,
-							      key, head0, heads_total, attn_tc_impl()));
-	else
-		mgt_cuda_ok(be, "attn_fwd", mgt_k_attn_fwd(stream(be), out, lse, qkv, s, b, ng, r, d, p,
-							   key, head0, heads_total));
+	const mgt_k_dtype kt = tc >= 0 ? (mgt_k_dtype)tc : MGT_K_F32;
+	const size_t es = kt == MGT_K_F32 ? 4 : 2;
+	*conv = kt == k_dtype(t) ? 0 : al256(nq * es) + al256(no * es);
+	return kt;
 }
 
-static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
-			const float *out, const float *lse, int s, int b, int ng, int r, int d,
-			float p, uint64_t key, int head0, int heads_total)
+static void cu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
 {
-	int tc = attn_tc_dtype(be, d);
 	if (s <= 0 || b <= 0) return;
-	if (tc >= 0)
-		WITH_WS("attn_bwd", mgt_k_attn_tc_bwd_ws_bytes(s, b, ng, r, d),
-			mgt_k_attn_tc_bwd(stream(be), tc, dqkv, dout, qkv, out, lse, s, b, ng, r, d, p, key,
-					  head0, heads_total, ws, attn_tc_impl()));
-	else
-		WITH_WS("attn_bwd", mgt_k_attn_bwd_ws_bytes(s, b, ng, r, d),
-			mgt_k_attn_bwd(stream(be), dqkv, dout, qkv, out, lse, s, b, ng, r, d, p, key,
-				       head0, heads_total, ws));
+	const int tc = attn_tc_dtype(be, d);
+	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
+	size_t conv;
+	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = k_dtype(t);
+	const void *q = qkv;
+	void *o = out;
+	if (conv) { /* through scratch in the kernel's type */
+		char *ws = mgt_cuda_scratch(be, "attn_fwd", conv);
+		if (!ws || !mgt_cuda_ok(be, "attn_fwd", mgt_k_cast(stream(be), ws, kt, qkv, it, nq))) return;
+		q = ws;
+		o = ws + conv - al256(no * (kt == MGT_K_F32 ? 4 : 2));
+	}
+	const int rc = tc >= 0 ? mgt_k_attn_tc_fwd(stream(be), tc, o, lse, q, s, b, ng, r, d, p, key, head0,
+						  heads_total, attn_tc_impl())
+			       : mgt_k_attn_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total);
+	if (mgt_cuda_ok(be, "attn_fwd", rc) && conv)
+		mgt_cuda_ok(be, "attn_fwd", mgt_k_cast(stream(be), out, it, o, kt, no));
+}
+
+static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const void *qkv, const void *out,
+			mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
+			uint64_t key, int head0, int heads_total)
+{
+	if (s <= 0 || b <= 0) return;
+	const int tc = attn_tc_dtype(be, d);
+	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
+	size_t conv;
+	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = k_dtype(t);
+	const size_t wsb = tc >= 0 ? mgt_k_attn_tc_bwd_ws_bytes(s, b, ng, r, d) : mgt_k_attn_bwd_ws_bytes(s, b, ng, r, d);
+	char *ws = mgt_cuda_scratch(be, "attn_bwd", conv + wsb);
+	if (!ws) return;
+	const void *q = qkv, *o = out;
+	if (conv) { /* qkv and out converted into scratch, the kernel's workspace after them */
+		char *o2 = ws + conv - al256(no * (kt == MGT_K_F32 ? 4 : 2));
+		if (!mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), ws, kt, qkv, it, nq)) ||
+		    !mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), o2, kt, out, it, no)))
+			return;
+		q = ws;
+		o = o2;
+	}
+	mgt_cuda_ok(be, "attn_bwd",
+		    tc >= 0 ? mgt_k_attn_tc_bwd(stream(be), tc, dqkv, dout, q, o, lse, s, b, ng, r, d, p, key, head0,
+						heads_total, ws + conv, attn_tc_impl())
+			    : mgt_k_attn_bwd(stream(be), dqkv, dout, q, o, lse, s, b, ng, r, d, p, key, head0,
+					     heads_total, ws + conv));
 }
 
 /* Context-parallel attention blocks: the fp32 CUDA-core kernels (kernels/attn.cu on a block
@@ -417,12 +452,12 @@ static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float 
 			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, x, k_dtype(xt), b, T, f, ws));
 }
 
-static void cu_bda_fwd(mgt_backend *be, float *out, const float *resid, const float *y,
+static void cu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const float *y,
 		       const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	if (T > 0 && h > 0)
 		mgt_cuda_ok(be, "bda_fwd",
-			    mgt_k_bda_fwd(stream(be), out, resid, y, b, T, h, p, key, e0));
+			    mgt_k_bda_fwd(stream(be), out, resid, k_dtype(rt), y, b, T, h, p, key, e0));
 }
 
 static void cu_bda_bwd(mgt_backend *be, float *dy, float *db, const float *dout, int T, int h,

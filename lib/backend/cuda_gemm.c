@@ -219,7 +219,7 @@ static void fwd_no_input(mgt_backend *be, float *y, const float *b, int T, int o
 	float *zeros = mgt_cuda_scratch(be, "linear_fwd", bytes);
 	if (zeros && mgt_cuda_ok(be, "linear_fwd", cudaMemsetAsync(zeros, 0, bytes, im->stream)))
 		mgt_cuda_ok(be, "linear_fwd",
-			    mgt_k_bda_fwd(im->stream, y, NULL, zeros, b, T, out, 0.0f, 0, 0));
+			    mgt_k_bda_fwd(im->stream, y, NULL, MGT_K_F32, zeros, b, T, out, 0.0f, 0, 0));
 }
 
 /* Rows of a 16-bit output computed at once in fp32 (a block of about 16M floats, 64 MiB of

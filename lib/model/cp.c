@@ -319,7 +319,7 @@ static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 	int S = m->s * m->cp, ng = (int)(m->ng_l / m->cp);
 	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m));
 	if (st) return st;
-	m->be->ops->attn_fwd(m->be, m->a2a.o, a->lse, m->a2a.q, S, m->b, ng, (int)m->r, (int)m->d, p, key,
+	m->be->ops->attn_fwd(m->be, m->a2a.o, a->lse, m->a2a.q, MGT_DT_F32, S, m->b, ng, (int)m->r, (int)m->d, p, key,
 			     a2a_head0(m), (int)m->c.num_attention_heads);
 	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m));
 }
@@ -331,7 +331,7 @@ static mgt_status a2a_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *
 	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m));
 	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m));
 	if (st) return st;
-	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, m->a2a.q, m->a2a.o, a->lse, S, m->b, ng, (int)m->r,
+	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, m->a2a.q, m->a2a.o, MGT_DT_F32, a->lse, S, m->b, ng, (int)m->r,
 			     (int)m->d, p, key, a2a_head0(m), (int)m->c.num_attention_heads);
 	return a2a_gather_heads(m, dqkv, m->a2a.dq, a2a_wq(m));
 }

@@ -55,10 +55,17 @@ static size_t la_numel(const mgt_model *m, int li, int k)
 	}
 }
 
-/* The element type of layer buffer k (mgt_model.act_t, ln2_t). */
+/* The element type of layer buffer k (mgt_model.act_t, ln2_t, fc1_t, qkv_t, res_t). */
 static mgt_elem_type la_type(const mgt_model *m, int k)
 {
-	return k == LA_LN1 || k == LA_ACT ? m->act_t : k == LA_LN2 ? m->ln2_t : k == LA_FC1 ? m->fc1_t : MGT_DT_F32;
+	switch (k) {
+	case LA_LN1: case LA_ACT: return m->act_t;
+	case LA_LN2: return m->ln2_t;
+	case LA_FC1: return m->fc1_t;
+	case LA_QKV: case LA_CTX: return m->qkv_t;
+	case LA_X_IN: case LA_X_MID: return m->res_t;
+	default: return MGT_DT_F32;
+	}
 }
 
 #define LA_BIT(k) (1u << (k))
@@ -154,7 +161,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 		for (int k = 0; k < LA_N; k++)
 			if (!(own & LA_BIT(k))) *la_buf(a, k) = *la_buf((layer_act *)s, k);
 	}
-	sa->res_out = AF(Th * h);
+	sa->res_out = AT(Th * h, m->res_t);
 	if (m->last) {
 		sa->lnf = AT(T * h, m->act_t); sa->meanf = AF(Th); sa->rstdf = AF(Th);
 		sa->logits = AT(T * (size_t)m->V_l, m->act_t);
@@ -311,6 +318,8 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	m->act_t = mgt_precision_dtype(L->precision);
 	m->ln2_t = m->moe ? MGT_DT_F32 : m->act_t;
 	m->fc1_t = m->act_t;
+	m->qkv_t = m->cp > 1 || m->qkln ? MGT_DT_F32 : m->act_t;
+	m->res_t = L->fp32_residual_connection ? MGT_DT_F32 : m->act_t;
 	if (st) mgt_model_free(m);
 	else *out = m;
 	return st;
@@ -425,8 +434,9 @@ float *mgt_model_params(mgt_model *m)
 	return m->params;
 }
 float *mgt_model_grads(mgt_model *m) { return m->grads; }
-float *mgt_model_hidden_in(mgt_model *m, int slot) { return m->n_layers ? m->sa[slot].la[0].x_in : m->sa[slot].res_out; }
-float *mgt_model_hidden_out(mgt_model *m, int slot) { return m->sa[slot].res_out; }
+void *mgt_model_hidden_in(mgt_model *m, int slot) { return m->n_layers ? m->sa[slot].la[0].x_in : m->sa[slot].res_out; }
+void *mgt_model_hidden_out(mgt_model *m, int slot) { return m->sa[slot].res_out; }
+mgt_elem_type mgt_model_hidden_type(const mgt_model *m) { return m->res_t; }
 float *mgt_model_hidden_grad(mgt_model *m) { return m->dres; }
 size_t mgt_model_hidden_numel(const mgt_model *m) { return (size_t)m->Th * (size_t)m->h; }
 bool mgt_model_is_first_stage(const mgt_model *m) { return m->first; }
@@ -522,15 +532,17 @@ static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
 	return 2;
 }
 
-/* bda_fwd on this rank's residual rows, each dropout element indexed by its global row. */
-static void bda_fwd_rows(mgt_model *m, float *out, const float *resid, const float *y, const float *b, float p,
+/* bda_fwd on this rank's residual rows (out, resid of mgt_model.res_t), each dropout element
+ * indexed by its global row. */
+static void bda_fwd_rows(mgt_model *m, void *out, const void *resid, const float *y, const float *b, float p,
 			 uint64_t key)
 {
 	int64_t t0[2], n[2], h = m->h;
+	const size_t es = mgt_elem_size(m->res_t);
 	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
 		size_t o = (size_t)((t0[k] - m->r0) * h);
-		m->be->ops->bda_fwd(m->be, out + o, resid ? resid + o : NULL, y + o, b, (int)n[k], (int)h, p, key,
-				    (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
+		m->be->ops->bda_fwd(m->be, (char *)out + o * es, resid ? (const char *)resid + o * es : NULL, m->res_t,
+				    y + o, b, (int)n[k], (int)h, p, key, (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
 	}
 }
 
@@ -556,24 +568,24 @@ static mgt_status embed_fwd(mgt_model *m, bool train)
 	mgt_status st = tp_reduce(m, m->emb, &x);
 	if (st) return st;
 	if (pe) o->embedding_fwd(m->be, x, sa->pos + m->r0, P(m, pe), 0, pe->shape[0], Th, h, true);
-	float *x0 = m->n_layers ? sa->la[0].x_in : sa->res_out;
+	void *x0 = m->n_layers ? (void *)sa->la[0].x_in : (void *)sa->res_out;
 	bda_fwd_rows(m, x0, NULL, x, NULL, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
 	return MGT_OK;
 }
 
-/* Norm of the residual rows x into full [T, h] (gathered under SP). */
-/* The norm of this rank's rows x into full [T, h] of type t (gathered over TP under SP). */
-static mgt_status norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *mean, float *rstd, const float *x,
+/* The norm of this rank's residual rows x (of res_t) into full [T, h] of type t (gathered over TP
+ * under SP). */
+static mgt_status norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *mean, float *rstd, const void *x,
 			      const mgt_tensor *w, const mgt_tensor *b)
 {
 	void *out = norm_out(m, full);
-	m->be->ops->norm_fwd(m->be, m->norm, out, t, mean, rstd, x, P(m, w), P(m, b), m->Th, (int)m->h,
+	m->be->ops->norm_fwd(m->be, m->norm, out, t, mean, rstd, x, m->res_t, P(m, w), P(m, b), m->Th, (int)m->h,
 			     (float)m->c.norm_epsilon);
 	return tp_gather_t(m, full, out, t);
 }
 
 /* out = resid + dropout(reduce_TP(dtmp_h) + bias): the row-parallel output and its bda. */
-static mgt_status reduce_bda(mgt_model *m, float *out, const float *resid, const mgt_tensor *bias, bool train,
+static mgt_status reduce_bda(mgt_model *m, void *out, const void *resid, const mgt_tensor *bias, bool train,
 			     uint64_t key)
 {
 	float *y;
@@ -591,7 +603,7 @@ static mgt_status core_attn_fwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer;
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, site_key(m, l, 1));
-	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d, p,
+	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->qkv_t, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d, p,
 			     site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
 	return MGT_OK;
 }
@@ -605,7 +617,7 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	mgt_status st = norm_gather(m, a->ln1, m->act_t, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, MGT_DT_F32, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
+	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, m->qkv_t, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
 		float eps = (float)m->c.norm_epsilon;
@@ -615,14 +627,14 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 		o->head_norm_fwd(m->be, m->norm, a->qkv, a->kmean, a->krstd, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
-	if (m->rope) o->rope(m->be, a->qkv, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
+	if (m->rope) o->rope(m->be, a->qkv, m->qkv_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = core_attn_fwd(m, li, train);
 	if (st) return st;
-	o->linear_fwd(m->be, m->dtmp_h, MGT_DT_F32, a->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
+	o->linear_fwd(m->be, m->dtmp_h, MGT_DT_F32, a->ctx, m->qkv_t, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
 	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 }
 
-static mgt_status mlp_fwd(mgt_model *m, int li, bool train, float *out)
+static mgt_status mlp_fwd(mgt_model *m, int li, bool train, void *out)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
@@ -667,18 +679,19 @@ static mgt_status head_fwd(mgt_model *m, double *loss_sum)
 
 /* dres += d(norm input) from the [T, h] partial gradient in dtmp_h of a norm's output (plus,
  * when extra is not NULL, this rank's [Th, h] rows of a gradient computed on them alone). */
-static mgt_status reduce_norm_bwd_plus(mgt_model *m, const float *x, const mgt_tensor *w, const mgt_tensor *b,
+static mgt_status reduce_norm_bwd_plus(mgt_model *m, const void *x, const mgt_tensor *w, const mgt_tensor *b,
 				       const float *mean, const float *rstd, const float *extra)
 {
 	float *dy;
 	mgt_status st = tp_reduce(m, m->dtmp_h, &dy);
 	if (st) return st;
 	if (extra) m->be->ops->add(m->be, dy, extra, (size_t)m->Th * (size_t)m->h);
-	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, x, P(m, w), mean, rstd, m->Th, (int)m->h);
+	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, x, m->res_t, P(m, w), mean, rstd, m->Th,
+			     (int)m->h);
 	return MGT_OK;
 }
 
-static mgt_status reduce_norm_bwd(mgt_model *m, const float *x, const mgt_tensor *w, const mgt_tensor *b,
+static mgt_status reduce_norm_bwd(mgt_model *m, const void *x, const mgt_tensor *w, const mgt_tensor *b,
 				  const float *mean, const float *rstd)
 {
 	return reduce_norm_bwd_plus(m, x, w, b, mean, rstd, NULL);
@@ -734,15 +747,15 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
 	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
 	if (st) return st;
-	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, MGT_DT_F32, a->ctx, MGT_DT_F32,
+	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, MGT_DT_F32, a->ctx, m->qkv_t,
 		      W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), T, nd, h);
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, p, site_key(m, l, 1));
-	else o->attn_bwd(m->be, m->dbig, m->dctx, a->qkv, a->ctx, a->lse, m->s, m->b, (int)m->ng_l, (int)m->r,
+	else o->attn_bwd(m->be, m->dbig, m->dctx, a->qkv, a->ctx, m->qkv_t, a->lse, m->s, m->b, (int)m->ng_l, (int)m->r,
 			 (int)m->d, p, site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	if (m->rope) o->rope(m->be, m->dbig, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
+	if (m->rope) o->rope(m->be, m->dbig, MGT_DT_F32, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
 	if (m->qkln) { /* in place: the head rows of dbig become d(linear_qkv output) */
 		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_QNORM_W)), G(m, T_(m, l, MGT_T_QNORM_B)),
 				 m->dbig, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
@@ -800,7 +813,7 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 	m->drop_key = m->cur->drop_key = m->next_key;
 	if (m->first) st = embed_fwd(m, train);
 	for (int li = 0; !st && li < m->n_layers; li++) {
-		float *out = li + 1 < m->n_layers ? m->cur->la[li + 1].x_in : m->cur->res_out;
+		void *out = li + 1 < m->n_layers ? (void *)m->cur->la[li + 1].x_in : (void *)m->cur->res_out;
 		st = attn_fwd(m, li, train);
 		if (!st) st = mlp_fwd(m, li, train, out);
 	}

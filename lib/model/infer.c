@@ -192,7 +192,7 @@ static void infer_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 	scratch *w = &kv->w;
 	int l = li + m->first_layer, h = (int)m->h, ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
 	float eps = (float)m->c.norm_epsilon;
-	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, P(m, T_(m, l, MGT_T_LN1_W)), P(m, T_(m, l, MGT_T_LN1_B)),
+	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, MGT_DT_F32, P(m, T_(m, l, MGT_T_LN1_W)), P(m, T_(m, l, MGT_T_LN1_B)),
 		    T, h, eps);
 	o->linear_fwd(m->be, m->qkln ? w->qkv_pre : w->qkv, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
@@ -203,10 +203,10 @@ static void infer_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 		o->head_norm_fwd(m->be, m->norm, w->qkv, w->kmean, w->krstd, w->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
-	if (m->rope) o->rope(m->be, w->qkv, w->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
+	if (m->rope) o->rope(m->be, w->qkv, MGT_DT_F32, w->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	o->attn_kv(m->be, w->ctx, kv->k[li], kv->v[li], w->qkv, w->seq, w->pos, T, ng, r, d, kv->S);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
-	o->bda_fwd(m->be, w->x, w->x, w->tmp, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
+	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
 }
 
 static mgt_status infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
@@ -214,17 +214,17 @@ static mgt_status infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 	const mgt_backend_ops *o = m->be->ops;
 	scratch *w = &kv->w;
 	int l = li + m->first_layer, h = (int)m->h;
-	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, P(m, T_(m, l, MGT_T_LN2_W)), P(m, T_(m, l, MGT_T_LN2_B)),
+	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, MGT_DT_F32, P(m, T_(m, l, MGT_T_LN2_W)), P(m, T_(m, l, MGT_T_LN2_B)),
 		    T, h, (float)m->c.norm_epsilon);
 	if (mgt_moe_layer(m, li)) { /* the training path's MoE forward, without dropout or statistics */
 		mgt_status st = mgt_moe_forward(m, li, false, w->ln, w->tmp);
-		if (!st) o->bda_fwd(m->be, w->x, w->x, w->tmp, NULL, T, h, 0.0f, 0, 0);
+		if (!st) o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, NULL, T, h, 0.0f, 0, 0);
 		return st;
 	}
 	o->linear_fwd(m->be, w->fc1, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
 	o->bias_act_fwd(m->be, m->act, w->act, MGT_DT_F32, w->fc1, MGT_DT_F32, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->act, MGT_DT_F32, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
-	o->bda_fwd(m->be, w->x, w->x, w->tmp, P(m, T_(m, l, MGT_T_FC2_B)), T, h, 0.0f, 0, 0);
+	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, P(m, T_(m, l, MGT_T_FC2_B)), T, h, 0.0f, 0, 0);
 	return MGT_OK;
 }
 
@@ -241,7 +241,7 @@ static mgt_status infer_head(mgt_model *m, mgt_kv_cache *kv, int T, int nrows, c
 		for (int k = 0; k < nrows; k++) o->copy(m->be, (char *)w->xs + (size_t)k * hb, (char *)w->x + (size_t)rows[k] * hb, hb);
 		x = w->xs;
 	}
-	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, x, P(m, m->glob[MGT_T_FINAL_LN_W]),
+	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, x, MGT_DT_F32, P(m, m->glob[MGT_T_FINAL_LN_W]),
 		    P(m, m->glob[MGT_T_FINAL_LN_B]), nrows, (int)m->h, (float)m->c.norm_epsilon);
 	o->linear_fwd(m->be, kv->logits, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, mgt_model_output_weight(m)), WT(m), NULL, nrows, (int)m->h, (int)m->V_l);
 	return o->download(m->be, logits, kv->logits, (size_t)nrows * (size_t)m->V_l * sizeof(float));

@@ -297,7 +297,11 @@ int64_t mgt_cp_row(int64_t chunk_rows, int cp, int q, int64_t t);
  * Float16OptimizerWithFloat16Params): mgt_model_params marks it stale, the next forward refreshes
  * it with the backend's cast, so a GEMM sees bit for bit the operand it rounded before.  It
  * serves while the backend's precision is the layout's (mgt_backend.precision); under any other
- * the linear layers read the fp32 parameters as before. */
+ * the linear layers read the fp32 parameters as before.  Under bf16 or fp16 the activations are
+ * stored in that type where Megatron's are (backend.h, "Storage"), the residual stream (the layer
+ * inputs, the hidden states between stages) included unless fp32_residual_connection
+ * (--fp32-residual-connection, megatron/core/transformer/transformer_config.py
+ * fp32_residual_connection: the residual and the embeddings' output kept in fp32). */
 typedef struct mgt_model_layout {
 	int mbs, stage, num_stages, slots;
 	bool sequence_parallel, distributed_optimizer;
@@ -306,6 +310,7 @@ typedef struct mgt_model_layout {
 	mgt_recompute recompute;
 	mgt_cp_comm cp_comm;
 	mgt_precision precision;
+	bool fp32_residual_connection;
 } mgt_model_layout;
 
 /* Create a model chunk for config c (finalized for ps->tp) on backend be with parallel state ps
@@ -344,7 +349,8 @@ mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *
 void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, int64_t microbatch);
 
 /* Pipeline pieces.  Every rank of a stage loads the same micro-batch.  Hidden states between
- * stages are [Th, h] fp32 backend buffers, Th = s*mbs (/TP under sequence parallelism: this
+ * stages are [Th, h] backend buffers of mgt_model_hidden_type elements (the residual stream's
+ * storage: fp32, or the 16-bit type of a 16-bit layout precision), Th = s*mbs (/TP under sequence parallelism: this
  * rank's contiguous rows of the sequence-first tokens).
  * mgt_model_forward runs micro-batch mb in activation slot `slot` (0 <= slot < slots) with the
  * dropout key last set: a non-first stage reads mgt_model_hidden_in(m, slot), which the caller
@@ -367,8 +373,9 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
  * status from the hook ends the backward with it.  NULL clears it. */
 typedef mgt_status (*mgt_grad_hook)(void *ctx, mgt_model *m, int done_from_layer);
 void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx);
-float *mgt_model_hidden_in(mgt_model *m, int slot);
-float *mgt_model_hidden_out(mgt_model *m, int slot);
+void *mgt_model_hidden_in(mgt_model *m, int slot);
+void *mgt_model_hidden_out(mgt_model *m, int slot);
+mgt_elem_type mgt_model_hidden_type(const mgt_model *m);
 float *mgt_model_hidden_grad(mgt_model *m);
 size_t mgt_model_hidden_numel(const mgt_model *m);
 /* Download (host) the logits [T, padded_vocab/tp] and per-token losses [T] of the last forward in

@@ -9,8 +9,8 @@
 
 /* Per layer and slot.  x_in, x_mid, mean*, rstd*: [Th] rows (this rank's part of the sequence
  * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .].
- * ln1 and act hold elements of mgt_model.act_t, ln2 of mgt_model.ln2_t, fc1 of mgt_model.fc1_t
- * (16-bit under a 16-bit layout precision: the float pointer is then only a handle, never indexed
+ * ln1 and act hold elements of mgt_model.act_t, ln2 of mgt_model.ln2_t, fc1 of mgt_model.fc1_t,
+ * qkv and ctx of mgt_model.qkv_t, x_in and x_mid of mgt_model.res_t (16-bit under a 16-bit layout precision: the float pointer is then only a handle, never indexed
  * as floats).
  * Under activation recomputation (mgt_model_layout.recompute) some pointers are aliases of the
  * chunk's shared recomputation scratch (mgt_model.rc): bit k of `own` says whether buffer k (in
@@ -62,6 +62,13 @@ struct mgt_model {
 	 * type of a 16-bit layout precision, else fp32.  Those layer_act and slot_act pointers then
 	 * point at 2-byte elements. */
 	mgt_elem_type act_t, ln2_t, fc1_t;
+	/* the fused QKV activation and the attention output (layer_act qkv, ctx): act_t, but fp32 in a
+	 * chunk with context parallelism (its block ops and all-to-all move fp32) or --qk-layernorm
+	 * (whose head norms write fp32) */
+	mgt_elem_type qkv_t;
+	/* the residual stream (layer_act x_in, x_mid; slot_act res_out; the hidden states between
+	 * stages): act_t unless mgt_model_layout.fp32_residual_connection */
+	mgt_elem_type res_t;
 	/* tensors by role and local layer; NULL when absent */
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
 	const mgt_tensor *glob[MGT_T_NROLES];

@@ -169,6 +169,7 @@
 	X(H, precision, _, "", "", "", "mixed precision") \
 	X(B, bf16, bf16, "bf16", "false", "", "bf16 GEMM operands; fp32 main parameters, gradients and reductions") \
 	X(B, fp16, fp16, "fp16", "false", "", "fp16 GEMM operands with loss scaling; fp32 main parameters and gradients") \
+	X(B, fp32_residual_connection, fp32_residual_connection, "fp32-residual-connection", "false", "", "keep the residual stream in fp32 under --bf16/--fp16 (default: the 16-bit type)") \
 	X(F, loss_scale, loss_scale, "loss-scale", "0", "[0,)", "constant fp16 loss scale (0: dynamic)") \
 	X(F, initial_loss_scale, initial_loss_scale, "initial-loss-scale", "4294967296", "(0,)", "first dynamic loss scale (2^32)") \
 	X(F, min_loss_scale, min_loss_scale, "min-loss-scale", "1.0", "(0,)", "lowest dynamic loss scale") \

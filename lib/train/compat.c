@@ -80,7 +80,6 @@ static const compat_row rows[] = {
 	{ "init-method-xavier-uniform", 'r', '0', NULL, "only N(0, --init-method-std) initialization is implemented" },
 	{ "apply-layernorm-1p", 'r', '0', NULL, "zero-centred norm weights are not implemented yet" },
 	{ "rotary-interleaved", 'r', '0', NULL, "interleaved RoPE is not implemented (the rotate-half form is)" },
-	{ "fp32-residual-connection", 'r', '0', NULL, NOTIMPL },
 	{ "window-size", 'r', '1', NULL, "sliding-window attention is not implemented" },
 	{ "window-attn-skip-freq", 'r', '1', NULL, "sliding-window attention is not implemented" },
 	{ "rotary-seq-len-interpolation-factor", 'r', '1', NULL, "RoPE scaling is not implemented yet" },

@@ -240,16 +240,17 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	mgt_comm *pp = t->ps.pp_comm;
 	int slot = x->mb % t->slots[x->chunk], P = t->ps.pp, r = t->ps.pp_rank;
 	size_t n = mgt_model_hidden_numel(m);
+	const mgt_elem_type ht = mgt_model_hidden_type(m); /* the residual stream's storage */
 	mgt_status st = load_microbatch(t, ps->split, ps->base, x->mb);
 	if (!st && t->dumping && x->chunk == 0) st = trainer_dump_batch(t, x->mb);
-	if (!st && !first_vstage(t, x->chunk)) st = pp->ops->recv(pp, mgt_model_hidden_in(m, slot), n, MGT_DT_F32, (r + P - 1) % P, TAG_FWD);
+	if (!st && !first_vstage(t, x->chunk)) st = pp->ops->recv(pp, mgt_model_hidden_in(m, slot), n, ht, (r + P - 1) % P, TAG_FWD);
 	if (st) return st;
 	/* keyed by the micro-batch's place in the global batch, so the data-parallel split does not matter */
 	if (ps->train) mgt_model_set_dropout_key(m, t->dropout_seed, t->iteration + 1, (int64_t)x->mb * t->ps.dp + t->ps.dp_rank);
 	double lsum = 0;
 	mgt_microbatch mb = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask };
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;
-	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, MGT_DT_F32, (r + 1) % P, TAG_FWD);
+	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, ht, (r + 1) % P, TAG_FWD);
 	/* the loss of the micro-batch is the sum over all its tokens (every context-parallel rank's)
 	 * divided by their count: each rank scales its part by the whole count, and the gradients
 	 * are summed over the context-parallel ranks (Megatron's loss_func with CP) */
@@ -727,6 +728,7 @@ static mgt_model_layout chunk_layout(const trainer *t, int c)
 		.distributed_optimizer = a->use_distributed_optimizer, .dp = dpcp(t), .bucket_size = a->ddp_bucket_size,
 		.recompute = a->recompute, .cp_comm = a->cp_comm,
 		.precision = a->bf16 ? MGT_PREC_BF16 : a->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
+		.fp32_residual_connection = a->fp32_residual_connection,
 	};
 }
 

@@ -72,6 +72,7 @@ typedef struct mgt_args {
 	bool recompute_activations;
 	/* mixed precision */
 	bool bf16, fp16;
+	bool fp32_residual_connection; /* the residual stream in fp32 under bf16/fp16 (Megatron's flag) */
 	double loss_scale, initial_loss_scale, min_loss_scale;
 	int64_t loss_scale_window, hysteresis;
 	/* mgt's own */

@@ -87,27 +87,27 @@ int main(int argc, char **argv)
 	float *qkv = buf(be, (size_t)T * 3 * h, 1), *out = buf(be, (size_t)T * h, 1);
 	float *lse = buf(be, (size_t)b * H * s, 1), *dqkv = buf(be, (size_t)T * 3 * h, 1);
 	double af = 4.0 * s * s * d / 2 * H * b;
-	TIME("attn_fwd", af, 3, O->attn_fwd(be, out, lse, qkv, s, b, H, 1, d, 0, 1, 0, H));
+	TIME("attn_fwd", af, 3, O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0, 1, 0, H));
 	TIME("attn_bwd", 2.5 * af, 3,
-	     O->attn_bwd(be, dqkv, out, qkv, out, lse, s, b, H, 1, d, 0, 1, 0, H));
+	     O->attn_bwd(be, dqkv, out, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H));
 	TIME("attn_fwd+bwd", 3.5 * af, 3,
-	     (O->attn_fwd(be, out, lse, qkv, s, b, H, 1, d, 0, 1, 0, H),
-	      O->attn_bwd(be, dqkv, out, qkv, out, lse, s, b, H, 1, d, 0, 1, 0, H)));
+	     (O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0, 1, 0, H),
+	      O->attn_bwd(be, dqkv, out, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H)));
 	TIME("attn_fwd+bwd dropout 0.1", 3.5 * af, 3,
-	     (O->attn_fwd(be, out, lse, qkv, s, b, H, 1, d, 0.1f, 1, 0, H),
-	      O->attn_bwd(be, dqkv, out, qkv, out, lse, s, b, H, 1, d, 0.1f, 1, 0, H)));
+	     (O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0.1f, 1, 0, H),
+	      O->attn_bwd(be, dqkv, out, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0.1f, 1, 0, H)));
 	float *inv = buf(be, (size_t)d / 2, 1e-2);
-	TIME("rope (q,k; rot 64) fwd", 0, 5, O->rope(be, qkv, (const int32_t *)lse, inv, T, H, 1, d, d, false));
+	TIME("rope (q,k; rot 64) fwd", 0, 5, O->rope(be, qkv, MGT_DT_F32, (const int32_t *)lse, inv, T, H, 1, d, d, false));
 
 	float *mean = buf(be, T, 1), *rstd = buf(be, T, 1);
-	TIME("norm_fwd layernorm", 0, 10, O->norm_fwd(be, MGT_NORM_LAYERNORM, y, MGT_DT_F32, mean, rstd, x, w, bias, T, h, 1e-5f));
+	TIME("norm_fwd layernorm", 0, 10, O->norm_fwd(be, MGT_NORM_LAYERNORM, y, MGT_DT_F32, mean, rstd, x, MGT_DT_F32, w, bias, T, h, 1e-5f));
 	TIME("norm_bwd layernorm", 0, 10,
-	     O->norm_bwd(be, MGT_NORM_LAYERNORM, dx, dw, db, dy, x, w, mean, rstd, T, h));
+	     O->norm_bwd(be, MGT_NORM_LAYERNORM, dx, dw, db, dy, x, MGT_DT_F32, w, mean, rstd, T, h));
 	TIME("bias_act_fwd gelu", 0, 10, O->bias_act_fwd(be, MGT_ACT_GELU, y, MGT_DT_F32, x, MGT_DT_F32, bias, T, f));
 	TIME("bias_act_bwd gelu", 0, 10, O->bias_act_bwd(be, MGT_ACT_GELU, dx, db, dy, x, MGT_DT_F32, bias, T, f));
 	TIME("bias_act_fwd swiglu", 0, 10, O->bias_act_fwd(be, MGT_ACT_SWIGLU, y, MGT_DT_F32, x, MGT_DT_F32, bias, T, f / 2));
-	TIME("bda_fwd p=0", 0, 10, O->bda_fwd(be, y, x, dy, bias, T, h, 0, 1, 0));
-	TIME("bda_fwd p=0.1", 0, 10, O->bda_fwd(be, y, x, dy, bias, T, h, 0.1f, 1, 0));
+	TIME("bda_fwd p=0", 0, 10, O->bda_fwd(be, y, x, MGT_DT_F32, dy, bias, T, h, 0, 1, 0));
+	TIME("bda_fwd p=0.1", 0, 10, O->bda_fwd(be, y, x, MGT_DT_F32, dy, bias, T, h, 0.1f, 1, 0));
 	TIME("bda_bwd p=0.1", 0, 10, O->bda_bwd(be, dx, db, dy, T, h, 0.1f, 1, 0));
 
 	/* Mixture of Experts: top-2 of 8 experts, SwiGLU experts of F = h (fc1 h -> 2F, fc2 F -> h) */

@@ -2,7 +2,8 @@
 
 Usage: comm_volume.py PRESET.json PREFIX NP key=value...   (keys: tp pp vp sp distopt mbs gbs seq
 vocab (padded) divisible cp cpcomm (p2p, allgather or a2a) groups (query groups, overriding the
-preset's) prec (fp32, bf16 or fp16: the training precision; dense models))
+preset's) prec (fp32, bf16 or fp16: the training precision; dense models) fp32res (1: with
+--fp32-residual-connection))
 
 Independent of mgt's C code: the tensor list is written here from megatron-reference.md section 8
 (TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
@@ -15,7 +16,9 @@ from lib/dist/dist.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and
          norm output is used and its reduce-scatter in backward; all-reduce of the gradients of
          TP-replicated tensors once per iteration.  With bf16 or fp16 the norm outputs' gathers
          move 2-byte elements (mgt-train(1), Precision: they are stored in 16 bits)
-  PP:    the [T/sp, h] activation forward and its gradient backward between adjacent stages
+  PP:    the [T/sp, h] activation forward and its gradient backward between adjacent stages (the
+         activation in 2-byte elements with bf16 or fp16, unless fp32res=1: mgt-train(1),
+         Precision, the residual stream; the gradient in fp32)
   tied embeddings with PP > 1: all-reduce of the word-embedding gradient, first <-> last stage
   DP:    per bucket an all-reduce, or reduce-scatter + all-gather with the distributed optimizer,
          over the data group, or with CP > 1 the data x context group ("data-context")
@@ -46,6 +49,9 @@ mbs, gbs, seq = int(kv["mbs"]), int(kv["gbs"]), int(kv["seq"])
 Vp = int(kv["vocab"])
 cp, cpcomm = int(kv.get("cp", 1)), kv.get("cpcomm", "p2p")
 lowp = kv.get("prec", "fp32") in ("bf16", "fp16")
+# the residual stream (the hidden states between stages) in 16 bits unless fp32res=1
+# (--fp32-residual-connection); its gradient is fp32
+hid_es = 4 if not lowp or kv.get("fp32res", "0") == "1" else 2
 dp = W // (tp * pp * cp)
 M = gbs // (mbs * dp)
 G = dp * cp  # the gradient group
@@ -166,7 +172,7 @@ def expected(tp_rank, pp_rank):
                 A = ar(T * h, tp)
                 mb = 4 * nl * A + (A if first else 0) + ((A + 3 * ar(T, tp)) if last else 0)
             e["tensor"] += M * mb
-        e["pipeline"] += M * ((0 if last else Th * h * 4) + (0 if first else Th * h * 4))
+        e["pipeline"] += M * ((0 if last else Th * h * hid_es) + (0 if first else Th * h * 4))
         if tied and pp > 1 and (first or last):
             e["embedding"] += ar(Vp // tp * h, 2)
         for nb in buckets(ts, tied and pp > 1):

@@ -34,6 +34,20 @@ print("# max relative loss difference bf16 vs fp32: %.2e" % d)
 assert len(a) == len(b) == 12 and 0 < d < 1e-2, (a, b)
 PY
 
+# --fp32-residual-connection: the residual stream stays fp32 under bf16 (other rounding points
+# as before: the losses move, by less than bf16 does from fp32); under fp32 it changes nothing
+ok "bf16 --fp32-residual-connection run" exits 0 $TRAIN --train-iters 12 --bf16 --fp32-residual-connection --metrics-file bf16r.jsonl
+ok "bf16 --fp32-residual-connection: losses differ from the 16-bit residual's, within 1e-2" $PY - <<'PY'
+import json
+a = [json.loads(l)["lm_loss"] for l in open("bf16.jsonl")]
+b = [json.loads(l)["lm_loss"] for l in open("bf16r.jsonl")]
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("# max relative loss difference bf16 fp32-residual vs 16-bit residual: %.2e" % d)
+assert len(a) == len(b) == 12 and 0 < d < 1e-2, (a, b)
+PY
+ok "fp32 --fp32-residual-connection run" exits 0 $TRAIN --train-iters 12 --fp32-residual-connection --metrics-file f32r.jsonl
+ok "... the fp32 run's losses, bitwise" sh -c 'col() { grep -o "\"lm_loss\": *[^,}]*" "$1"; }; col f32.jsonl >x1; col f32r.jsonl >x2; test -s x1 && cmp x1 x2'
+
 # Dynamic fp16: Megatron's 2^32 start overflows fp16 in the backward, steps are skipped and the
 # scale comes down; afterwards training proceeds.  A small window exercises growth too.
 ok "fp16 dynamic run" exits 0 $TRAIN --train-iters 40 --fp16 --loss-scale-window 6 --metrics-file f16.jsonl
@@ -108,7 +122,7 @@ PY
 	for lay in "pp2 --pipeline-model-parallel-size 2" "dp2-distopt --use-distributed-optimizer"; do
 		set -- $lay; name=$1; shift
 		ok "bf16 $name under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $TRAIN --train-iters 12 --bf16 "$@" \
-			--metrics-file "$name.jsonl"
+			--metrics-file "$name.jsonl" --comm-log "$name"
 		ok "bf16 $name: losses within 1e-3 of one process's" $PY - "$name.jsonl" <<'PY'
 import json, sys
 a = [json.loads(l)["lm_loss"] for l in open("bf16.jsonl")]
@@ -118,8 +132,16 @@ print("# max relative loss difference %s vs one process (bf16): %.2e" % (sys.arg
 assert len(a) == len(b) == 12 and d < 1e-3, (a, b)
 PY
 	done
+	# the pipeline's hidden states are the residual stream: 2-byte elements in bf16, 4 with
+	# --fp32-residual-connection (the gradients 4 either way)
+	ok "bf16 pp2: pipeline bytes as the analytic volume with 16-bit hidden states" $PY \
+		"$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" pp2 2 pp=2 mbs=2 gbs=4 seq=32 vocab=512 prec=bf16
+	ok "bf16 PP2 --fp32-residual-connection under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $TRAIN --train-iters 2 \
+		--bf16 --fp32-residual-connection --pipeline-model-parallel-size 2 --comm-log pp2r
+	ok "... its pipeline bytes: fp32 hidden states" $PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" \
+		pp2r 2 pp=2 mbs=2 gbs=4 seq=32 vocab=512 prec=bf16 fp32res=1
 else
-	for i in 1 2 3 4 5 6 7 8 9; do skip "mpirun not installed"; done
+	for i in 1 2 3 4 5 6 7 8 9 10 11 12; do skip "mpirun not installed"; done
 fi
 
 ok "--bf16 with --fp16 refused (exit 2)" exits 2 $TRAIN --train-iters 1 --bf16 --fp16

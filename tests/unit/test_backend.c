@@ -419,7 +419,7 @@ static void test_norm_case(mgt_norm_kind kind, int with_bias, int T, int h)
 	double *yr = xmalloc((size_t)T * h * sizeof *yr);
 	norm_ctx c = {kind, xd, wd, bd, T, h, 1e-5};
 	norm_ref(&c, yr);
-	O->norm_fwd(be, kind, y, MGT_DT_F32, mean, rstd, x, w, b, T, h, 1e-5f);
+	O->norm_fwd(be, kind, y, MGT_DT_F32, mean, rstd, x, MGT_DT_F32, w, b, T, h, 1e-5f);
 	double e = relerr(y, yr, (size_t)T * h), em = 0, er = 0;
 	for (int t = 0; t < T; t++) {
 		double mu = 0, ss = 0;
@@ -437,7 +437,7 @@ static void test_norm_case(mgt_norm_kind kind, int with_bias, int T, int h)
 
 	float *R = randf((size_t)T * h, 1), *dx0 = randf((size_t)T * h, 1), *dw0 = randf(h, 1);
 	float *db0 = randf(h, 1), *dx = copyf(dx0, (size_t)T * h), *dw = copyf(dw0, h), *db = copyf(db0, h);
-	O->norm_bwd(be, kind, dx, dw, b ? db : NULL, R, x, w, mean, rstd, T, h);
+	O->norm_bwd(be, kind, dx, dw, b ? db : NULL, R, x, MGT_DT_F32, w, mean, rstd, T, h);
 	objective ob = {norm_ref, &c, R, (size_t)T * h, yr};
 	for (int i = 0; i < T * h; i++) /* the backward's own contribution */
 		dx[i] -= dx0[i];
@@ -606,7 +606,7 @@ static void test_rope(void)
 	double *xd = tod(x, n), *yr = xmalloc(n * sizeof *yr);
 	rope_ctx c = {xd, pos, T, ng, r, d, rot, inv};
 	rope_ref(&c, yr);
-	O->rope(be, y, pos, inv, T, ng, r, d, rot, false);
+	O->rope(be, y, MGT_DT_F32, pos, inv, T, ng, r, d, rot, false);
 	double e = relerr(y, yr, n);
 	int vals_same = 1; /* value heads and channels past rot_dim untouched */
 	for (int t = 0; t < T; t++)
@@ -621,11 +621,11 @@ static void test_rope(void)
 	      rot, d, r, e);
 	/* the backward is the inverse rotation applied to the gradient: d(sum R*rope(x))/dx */
 	float *R = randf(n, 1), *g = copyf(R, n);
-	O->rope(be, g, pos, inv, T, ng, r, d, rot, true);
+	O->rope(be, g, MGT_DT_F32, pos, inv, T, ng, r, d, rot, true);
 	objective ob = {rope_ref, &c, R, n, yr};
 	double eg = fd_check(&ob, xd, n, g);
 	CHECK(eg < BWD_TOL, "rope inverse = backward vs FD: %.2e", eg);
-	O->rope(be, y, pos, inv, T, ng, r, d, rot, true);
+	O->rope(be, y, MGT_DT_F32, pos, inv, T, ng, r, d, rot, true);
 	double er = 0;
 	for (size_t i = 0; i < n; i++)
 		er = fmax(er, fabs(y[i] - x[i]));
@@ -753,13 +753,13 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr};
 	attn_ref(&c, outr);
 	c.lse = NULL;
-	O->attn_fwd(be, out, lse, qkv, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total);
 	double e = relerr(out, outr, no), el = relerr(lse, lr, nl);
 	CHECK(e < FWD_TOL && el < FWD_TOL, "attn_fwd s=%d b=%d ng=%d r=%d d=%d p=%g: out %.2e lse %.2e", s,
 	      b, ng, r, d, p, e, el);
 
 	float *R = randf(no, 1), *dq = randf(nq, 9);
-	O->attn_bwd(be, dq, R, qkv, out, lse, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_bwd(be, dq, R, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total);
 	objective ob = {attn_ref, &c, R, no, outr};
 	double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
 	double *ga = xmalloc(nq * sizeof *ga);
@@ -779,8 +779,8 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 
 	/* determinism: the same call again gives the same bits */
 	float *out2 = randf(no, 9), *lse2 = randf(nl, 9), *dq2 = randf(nq, 9);
-	O->attn_fwd(be, out2, lse2, qkv, s, b, ng, r, d, p, key, head0, heads_total);
-	O->attn_bwd(be, dq2, R, qkv, out2, lse2, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_fwd(be, out2, lse2, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_bwd(be, dq2, R, qkv, out2, MGT_DT_F32, lse2, s, b, ng, r, d, p, key, head0, heads_total);
 	CHECK(!memcmp(out, out2, no * 4) && !memcmp(lse, lse2, nl * 4) && !memcmp(dq, dq2, nq * 4),
 	      "attn s=%d: fwd and bwd deterministic", s);
 	free(qkv), free(out), free(lse), free(qd), free(outr), free(lr), free(R), free(dq);
@@ -851,8 +851,8 @@ static void cp_case_init(cp_case *t, int S, int b, int ng, int r, int d, float p
 	t->wq = (size_t)b * ng * (r + 2) * d, t->wk = (size_t)b * ng * 2 * d, t->wo = (size_t)b * t->H * d;
 	t->qkv = randf(S * t->wq, 1.5), t->R = randf(S * t->wo, 1);
 	t->out = randf(S * t->wo, 9), t->lse = randf((size_t)b * t->H * S, 9), t->dq = randf(S * t->wq, 9);
-	O->attn_fwd(be, t->out, t->lse, t->qkv, S, b, ng, r, d, p, t->key, head0, heads_total);
-	O->attn_bwd(be, t->dq, t->R, t->qkv, t->out, t->lse, S, b, ng, r, d, p, t->key, head0, heads_total);
+	O->attn_fwd(be, t->out, t->lse, t->qkv, MGT_DT_F32, S, b, ng, r, d, p, t->key, head0, heads_total);
+	O->attn_bwd(be, t->dq, t->R, t->qkv, t->out, MGT_DT_F32, t->lse, S, b, ng, r, d, p, t->key, head0, heads_total);
 }
 
 static void cp_case_free(cp_case *t)
@@ -1236,7 +1236,7 @@ static void test_bda_case(int T, int h, float p, int with_resid, int with_bias, 
 	bda_ctx c = {rd, yd, bd, T, h, p, key, e0};
 	bda_ref(&c, outr);
 	float *out = alias && resid ? copyf(resid, n) : randf(n, 9);
-	O->bda_fwd(be, out, alias && resid ? out : resid, y, b, T, h, p, key, e0);
+	O->bda_fwd(be, out, alias && resid ? out : resid, MGT_DT_F32, y, b, T, h, p, key, e0);
 	double e = relerr(out, outr, n);
 	CHECK(e < FWD_TOL, "bda_fwd T=%d h=%d p=%g resid=%d bias=%d alias=%d: err %.2e", T, h, p, with_resid,
 	      with_bias, alias, e);
@@ -1271,7 +1271,7 @@ static void test_bda(void)
 	float *y = xmalloc(n * 4), *o = xmalloc(n * 4);
 	for (int i = 0; i < n; i++)
 		y[i] = 1.0f;
-	O->bda_fwd(be, o, NULL, y, NULL, 1, n, 0.3f, 5, e0);
+	O->bda_fwd(be, o, NULL, MGT_DT_F32, y, NULL, 1, n, 0.3f, 5, e0);
 	int dropped = 0, exact = 1;
 	for (int i = 0; i < n; i++) {
 		dropped += o[i] == 0.0f;
@@ -1762,12 +1762,12 @@ static void test_determinism(void)
 	CHECK(!memcmp(dw1, dw2, out * in * 4) && !memcmp(db1, db2, out * 4) && !memcmp(dx1, dx2, T * in * 4),
 	      "linear_bwd deterministic (2 threads)");
 	float *mean = xmalloc(T * 4), *rstd = xmalloc(T * 4), *yy = xmalloc(T * in * 4);
-	O->norm_fwd(be, MGT_NORM_LAYERNORM, yy, MGT_DT_F32, mean, rstd, x, w, w + in, T, in, 1e-5f);
+	O->norm_fwd(be, MGT_NORM_LAYERNORM, yy, MGT_DT_F32, mean, rstd, x, MGT_DT_F32, w, w + in, T, in, 1e-5f);
 	float *nw1 = xmalloc(in * 4), *nw2 = xmalloc(in * 4), *nb1 = xmalloc(in * 4), *nb2 = xmalloc(in * 4);
 	memset(dx1, 0, T * in * 4);
 	memset(dx2, 0, T * in * 4);
-	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx1, nw1, nb1, dy, x, w, mean, rstd, T, in);
-	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx2, nw2, nb2, dy, x, w, mean, rstd, T, in);
+	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx1, nw1, nb1, dy, x, MGT_DT_F32, w, mean, rstd, T, in);
+	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx2, nw2, nb2, dy, x, MGT_DT_F32, w, mean, rstd, T, in);
 	CHECK(!memcmp(nw1, nw2, in * 4) && !memcmp(nb1, nb2, in * 4) && !memcmp(dx1, dx2, T * in * 4),
 	      "norm_bwd deterministic (2 threads)");
 	/* a 1-thread backend agrees to rounding */

@@ -184,8 +184,8 @@ static void test_storage(mgt_precision prec, const char *name, float (*round)(fl
 	for (int i = 0; i < F * H; i++) wl[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
 	for (int kind = 0; kind < 2; kind++) {
 		mgt_norm_kind k = kind ? MGT_NORM_RMSNORM : MGT_NORM_LAYERNORM;
-		be->ops->norm_fwd(be, k, y32, MGT_DT_F32, mean, rstd, x, w, kind ? NULL : b, T, H, 1e-5f);
-		be->ops->norm_fwd(be, k, y16, dt, mean, rstd, x, w, kind ? NULL : b, T, H, 1e-5f);
+		be->ops->norm_fwd(be, k, y32, MGT_DT_F32, mean, rstd, x, MGT_DT_F32, w, kind ? NULL : b, T, H, 1e-5f);
+		be->ops->norm_fwd(be, k, y16, dt, mean, rstd, x, MGT_DT_F32, w, kind ? NULL : b, T, H, 1e-5f);
 		int bad = 0;
 		for (int i = 0; i < T * H; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
 		CHECK(bad == 0, "%s norm_fwd (%s) into 16 bits: the reference rounding of its fp32 output (%d differ)", name,
@@ -285,6 +285,108 @@ static void test_logits16(mgt_precision prec, const char *name, float (*round)(f
 	mgt_backend_destroy(be);
 }
 
+/* The fused QKV activation and the attention output in 16 bits: rope on 16-bit qkv writes the
+ * reference rounding of the fp32 rotation of its values (value heads and channels past rot_dim
+ * keep their bits); attn_fwd reading 16-bit qkv gives lse bitwise and out the rounding of the
+ * fp32 op on the same values; attn_bwd from 16-bit qkv and out the bits of the fp32 op on their
+ * values (with dropout, GQA, a head dimension off the vector width). */
+static void test_attn16(mgt_precision prec, const char *name, float (*round)(float))
+{
+	enum { S = 37, B = 2, NG = 2, R = 2, D = 24, ROT = 16, T = S * B, NQ = T * NG * (R + 2) * D, NO = T * NG * R * D };
+	enum { NL = B * NG * R * S };
+	const int bf = prec == MGT_PREC_BF16;
+	const mgt_elem_type dt = mgt_precision_dtype(prec);
+	mgt_backend *be = mgt_backend_cpu_create(2);
+	be->precision = prec;
+	static float qkv[NQ], qv[NQ], rv[NQ], o32[NO], dout[NO], ov[NO], d1[NQ], d2[NQ], l1[NL], l2[NL], inv[ROT / 2];
+	static uint16_t q16[NQ], r16[NQ], o16[NO];
+	static int32_t pos[T];
+	for (int i = 0; i < NQ; i++) qkv[i] = (float)((int)(next32() % 20001) - 10000) * 2e-4f;
+	for (int i = 0; i < NO; i++) dout[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
+	for (int t = 0; t < T; t++) pos[t] = t / B + 3;
+	for (int k = 0; k < ROT / 2; k++) inv[k] = 1.0f / powf(10000.0f, (float)(2 * k) / (float)ROT);
+	be->ops->cast(be, q16, dt, qkv, NQ);
+	for (int i = 0; i < NQ; i++) qv[i] = rv[i] = ref_decode(q16[i], bf);
+	memcpy(r16, q16, sizeof r16);
+	be->ops->rope(be, rv, MGT_DT_F32, pos, inv, T, NG, R, D, ROT, false);
+	be->ops->rope(be, r16, dt, pos, inv, T, NG, R, D, ROT, false);
+	int bad = 0, moved = 0, kept = 0;
+	for (int i = 0; i < NQ; i++) {
+		const int k = i % D, m = i / D % (R + 2);
+		bad += !same(ref_decode(r16[i], bf), round(rv[i]));
+		moved += r16[i] != q16[i];
+		kept += (m == R + 1 || k >= ROT) && r16[i] != q16[i];
+	}
+	CHECK(bad == 0 && kept == 0 && moved > NQ / 4,
+	      "%s rope on 16-bit qkv: the rounding of the fp32 rotation (%d differ, %d values/tail moved, %d moved)", name,
+	      bad, kept, moved);
+	for (int p = 0; p < 2; p++) {
+		const float drop = p ? 0.1f : 0.0f;
+		be->ops->attn_fwd(be, o32, l1, qv, MGT_DT_F32, S, B, NG, R, D, drop, 77, 1, 6);
+		be->ops->attn_fwd(be, o16, l2, q16, dt, S, B, NG, R, D, drop, 77, 1, 6);
+		bad = 0;
+		for (int i = 0; i < NO; i++) bad += !same(ref_decode(o16[i], bf), round(o32[i]));
+		CHECK(bad == 0 && !memcmp(l1, l2, sizeof l1),
+		      "%s attn_fwd (p %g) on 16-bit qkv: lse bitwise, out the rounding of the fp32 op's (%d differ)", name,
+		      drop, bad);
+		for (int i = 0; i < NO; i++) ov[i] = ref_decode(o16[i], bf);
+		be->ops->attn_bwd(be, d1, dout, qv, ov, MGT_DT_F32, l1, S, B, NG, R, D, drop, 77, 1, 6);
+		be->ops->attn_bwd(be, d2, dout, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6);
+		CHECK(!memcmp(d1, d2, sizeof d1), "%s attn_bwd (p %g) from 16-bit qkv and out: the bits of their fp32 values",
+		      name, drop);
+	}
+	mgt_backend_destroy(be);
+}
+
+/* The residual stream in 16 bits: norm_fwd and norm_bwd reading a 16-bit x give the bits they give
+ * on its fp32 values (y, mean, rstd; dx, dw, db); bda_fwd writing a 16-bit out from a 16-bit
+ * resid (in place too, with dropout) gives the reference rounding of the fp32 op on the widened
+ * resid. */
+static void test_residual16(mgt_precision prec, const char *name, float (*round)(float))
+{
+	enum { T = 19, H = 133 };
+	const int bf = prec == MGT_PREC_BF16;
+	const mgt_elem_type dt = mgt_precision_dtype(prec);
+	mgt_backend *be = mgt_backend_cpu_create(2);
+	static float x[T * H], xv[T * H], w[H], b[H], y1[T * H], y2[T * H], m1[T], m2[T], r1[T], r2[T], dy[T * H];
+	static float dx1[T * H], dx2[T * H], dw1[H], dw2[H], db1[H], db2[H], o32[T * H];
+	static uint16_t x16[T * H], o16[T * H];
+	for (int i = 0; i < T * H; i++) x[i] = (float)((int)(next32() % 20001) - 10000) * 3e-4f;
+	for (int i = 0; i < T * H; i++) dy[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
+	for (int i = 0; i < H; i++) w[i] = 1.0f + (float)((int)(next32() % 2001) - 1000) * 1e-4f, b[i] = 0.01f * (float)(i % 7);
+	be->ops->cast(be, x16, dt, x, T * H);
+	for (int i = 0; i < T * H; i++) xv[i] = ref_decode(x16[i], bf);
+	for (int kind = 0; kind < 2; kind++) {
+		mgt_norm_kind k = kind ? MGT_NORM_RMSNORM : MGT_NORM_LAYERNORM;
+		be->ops->norm_fwd(be, k, y1, MGT_DT_F32, m1, r1, xv, MGT_DT_F32, w, kind ? NULL : b, T, H, 1e-5f);
+		be->ops->norm_fwd(be, k, y2, MGT_DT_F32, m2, r2, x16, dt, w, kind ? NULL : b, T, H, 1e-5f);
+		memset(dx1, 0, sizeof dx1), memset(dx2, 0, sizeof dx2), memset(dw1, 0, sizeof dw1), memset(dw2, 0, sizeof dw2);
+		memset(db1, 0, sizeof db1), memset(db2, 0, sizeof db2);
+		be->ops->norm_bwd(be, k, dx1, dw1, db1, dy, xv, MGT_DT_F32, w, m1, r1, T, H);
+		be->ops->norm_bwd(be, k, dx2, dw2, db2, dy, x16, dt, w, m2, r2, T, H);
+		CHECK(!memcmp(y1, y2, sizeof y1) && !memcmp(m1, m2, sizeof m1) && !memcmp(r1, r2, sizeof r1) &&
+		      !memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1) && !memcmp(db1, db2, sizeof db1),
+		      "%s norm (%s) of a 16-bit x: the bits of its fp32 values, forward and backward", name,
+		      kind ? "RMSNorm" : "LayerNorm");
+	}
+	for (int drop = 0; drop < 2; drop++) {
+		const float p = drop ? 0.2f : 0.0f;
+		be->ops->bda_fwd(be, o32, xv, MGT_DT_F32, dy, b, T, H, p, 9, 1000);
+		be->ops->bda_fwd(be, o16, x16, dt, dy, b, T, H, p, 9, 1000);
+		int bad = 0;
+		for (int i = 0; i < T * H; i++) bad += !same(ref_decode(o16[i], bf), round(o32[i]));
+		memcpy(o16, x16, sizeof o16); /* in place: out aliasing resid */
+		be->ops->bda_fwd(be, o16, o16, dt, dy, b, T, H, p, 9, 1000);
+		for (int i = 0; i < T * H; i++) bad += !same(ref_decode(o16[i], bf), round(o32[i]));
+		be->ops->bda_fwd(be, o16, NULL, dt, dy, NULL, T, H, p, 9, 1000);
+		be->ops->bda_fwd(be, o32, NULL, MGT_DT_F32, dy, NULL, T, H, p, 9, 1000);
+		for (int i = 0; i < T * H; i++) bad += !same(ref_decode(o16[i], bf), round(o32[i]));
+		CHECK(bad == 0, "%s bda_fwd (p %g) into a 16-bit residual: the rounding of the fp32 sum (%d differ)", name, p,
+		      bad);
+	}
+	mgt_backend_destroy(be);
+}
+
 static void test_scaler(void)
 {
 	mgt_loss_scaler ls;
@@ -327,6 +429,10 @@ int main(void)
 	test_storage(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_logits16(MGT_PREC_BF16, "bf16", ref_bf16);
 	test_logits16(MGT_PREC_FP16, "fp16", ref_fp16);
+	test_attn16(MGT_PREC_BF16, "bf16", ref_bf16);
+	test_attn16(MGT_PREC_FP16, "fp16", ref_fp16);
+	test_residual16(MGT_PREC_BF16, "bf16", ref_bf16);
+	test_residual16(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_scaler();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;

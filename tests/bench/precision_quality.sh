@@ -1,0 +1,54 @@
+#!/bin/sh
+# Training quality of --bf16 and --fp16 against fp32 (issue "mixed precision as Megatron does
+# it"): the demo's run (contrib/demo.sh: tiny-gpt2 on the King James Bible, GPT-2 tokenizer,
+# Megatron's 969,30,1 split, 300 iterations, the same schedule) three times on the CPU backend,
+# where the 16-bit storage and GEMM operands are emulated bit for bit, and the validation loss at
+# each evaluation of each run against fp32's.  fp16 uses Megatron's dynamic loss scaler
+# (--initial-loss-scale 2^32: the first iterations are skipped while the scale comes down).  The
+# issue asks for the final validation loss within 1%.  Not a test: it takes minutes.
+#
+#   sh tests/bench/precision_quality.sh [ITERS]      (default 300; DEMO_THREADS threads, default all)
+# Raw results: tests/bench/results/precision-quality-<host>-<date>.txt
+root=$(cd "$(dirname "$0")/../.." && pwd) || exit 1
+bin=${MGT_BIN:-$root/bin}
+iters=${1:-300}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/prec-q.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+res=$root/tests/bench/results/precision-quality-$(hostname)-$(date +%Y%m%d-%H%M%S).txt
+mkdir -p "$root/tests/bench/results"
+G=$root/share/mgt/tokenizers/gpt2
+TOK="--tokenizer-type GPT2BPETokenizer --vocab-file $G/vocab.json --merge-file $G/merges.txt"
+"$bin/mgt-preprocess" --input "$root/share/mgt/data/kjv.jsonl.zst" --output-prefix "$tmp/kjv" $TOK --append-eod \
+	--workers 2 --overwrite >/dev/null 2>&1 || { echo "mgt-preprocess failed"; exit 1; }
+{
+echo "# precision_quality $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname): tiny-gpt2 on KJV, $iters iterations, $(git -C "$root" rev-parse --short HEAD)"
+for prec in fp32 bf16 fp16; do
+	flag=; [ $prec = fp32 ] || flag=--$prec
+	start=$(date +%s)
+	# shellcheck disable=SC2086
+	"$bin/mgt-train" --model tiny-gpt2 $TOK --data-path "$tmp/kjv_text_document" --split 969,30,1 \
+		--micro-batch-size 8 --global-batch-size 16 --train-iters "$iters" \
+		--lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 15 --lr-decay-style cosine --weight-decay 0.1 \
+		--hidden-dropout 0 --attention-dropout 0 --openai-gelu --eval-interval 25 --eval-iters 4 \
+		--log-interval 25 --threads "${DEMO_THREADS:-0}" --metrics-file "$tmp/$prec.jsonl" $flag \
+		>"$tmp/$prec.log" 2>&1 || { echo "$prec: mgt-train failed: $(tail -1 "$tmp/$prec.log")"; continue; }
+	echo "# $prec: $(($(date +%s) - start)) s; $(grep -c '"skipped": true' "$tmp/$prec.jsonl") skipped iterations"
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys, os
+d = sys.argv[1]
+runs = {}
+for p in ("fp32", "bf16", "fp16"):
+    f = os.path.join(d, p + ".jsonl")
+    if os.path.exists(f):
+        runs[p] = [(o["iteration"], o["valid_loss"]) for o in map(json.loads, open(f)) if "valid_loss" in o]
+ref = dict(runs.get("fp32", []))
+print("%9s %10s %10s %10s %9s %9s" % ("iteration", "fp32", "bf16", "fp16", "bf16/fp32", "fp16/fp32"))
+for it, v in runs.get("fp32", []):
+    b = dict(runs.get("bf16", [])).get(it); h = dict(runs.get("fp16", [])).get(it)
+    f = lambda x: "%10.4f" % x if x is not None else "%10s" % "-"
+    r = lambda x: "%+8.2f%%" % (100 * (x / v - 1)) if x is not None else "%9s" % "-"
+    print("%9d %s %s %s %s %s" % (it, f(v), f(b), f(h), r(b), r(h)))
+PY
+} | tee "$res"
+echo "raw results: $res"
