@@ -45,6 +45,7 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 			.bucket_size = p->bucket_size, .recompute = p->recompute,
 			.precision = r->precision == MGT_PLAN_BF16 ? MGT_PREC_BF16
 				     : r->precision == MGT_PLAN_FP16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
+			.fp32_residual_connection = r->fp32_residual_connection,
 		};
 		mgt_model_mem x;
 		size_t n;
@@ -529,6 +530,7 @@ char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
 	if (r->overlap_grad_reduce) ADD("--overlap-grad-reduce");
 	if (r->precision == MGT_PLAN_BF16) ADD("--bf16");
 	if (r->precision == MGT_PLAN_FP16) ADD("--fp16");
+	if (r->fp32_residual_connection && r->precision != MGT_PLAN_FP32) ADD("--fp32-residual-connection");
 	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) {
 		ADD("--recompute-granularity"); ADD("selective");
 	} else if (p->recompute.granularity == MGT_RECOMPUTE_FULL) {

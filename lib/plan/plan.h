@@ -91,6 +91,7 @@ typedef struct mgt_plan_request {
 	mgt_cluster cluster;
 	int64_t global_batch_size;
 	mgt_plan_precision precision;
+	bool fp32_residual_connection;      /* --fp32-residual-connection: the residual stream fp32 */
 	int tp, pp, vp, mbs;                /* fixed sizes (vp: virtual stages per pipeline rank) */
 	int max_tp, max_pp, max_mbs;        /* bounds of the search (0: gpus_per_node, layers, 16) */
 	int recompute;                      /* -1 search, else mgt_recompute_granularity */

@@ -65,6 +65,22 @@ ok "interleaving holds more activations on the most loaded rank" $PY -c "
 import json; a=json.load(open('v1.json'))['plans'][0]; b=json.load(open('v2.json'))['plans'][0]
 assert b['memory']['activations'] > a['memory']['activations'], (a['memory'], b['memory'])"
 
+# 16-bit activations under --bf16 (the residual stream too, unless --fp32-residual-connection)
+for f in "" "--bf16" "--bf16 --fp32-residual-connection"; do
+	n=$(echo "x$f" | tr -d ' -'); n=${n#x}; n=${n:-fp32}
+	"$P" --model gpt2-124m --vocab-size 50257 --seq-length 1024 --cluster cpu --gpus-per-node 1 --global-batch-size 8 \
+		--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 1 \
+		--recompute-granularity none --ignore-memory $f --output "prec-$n.json" 2>/dev/null
+done
+ok "bf16 activations about half of fp32's, the fp32 residual between (gpt2-124m seq 1024)" $PY -c "
+import json; A=lambda n: json.load(open('prec-%s.json' % n))['plans'][0]['memory']['activations']
+a, b, c = A('fp32'), A('bf16'), A('bf16fp32residualconnection')
+print('# activations MiB: fp32 %.1f, bf16 %.1f (%.3fx), bf16 fp32 residual %.1f' % (a/2**20, b/2**20, b/a, c/2**20))
+assert 0.45 < b / a < 0.55 and b < c < a, (a, b, c)"
+ok "... and the plan passes --fp32-residual-connection on to mgt-train" $PY -c "
+import json; d=json.load(open('prec-bf16fp32residualconnection.json'))
+assert d['fp32_residual_connection'] and '--fp32-residual-connection' in d['plans'][0]['args']"
+
 # --- a search; the plan's flags; ranking; --explain
 "$P" --model llama-3.2-1b --vocab-size 128256 --seq-length 2048 --global-batch-size 64 --bf16 --nodes 1 \
 	--overlap-grad-reduce --top 5 --output s.json >/dev/null 2>&1
