@@ -112,11 +112,10 @@ static void blas_threads(mgt_backend *be)
 	}
 }
 
-/* Under MGT_PREC_BF16/FP16, a copy of the n-element operand x rounded to that precision in the
- * k-th rounding buffer (products of two such values are exact in fp32, so sgemm on the copies is
- * the mixed-precision GEMM up to summation order); x itself under MGT_PREC_FP32.  If the buffer
- * cannot grow, x is returned unrounded and the failure recorded with mgt_err (ops cannot fail). */
-/* The k-th rounding buffer grown to n floats; NULL after recording the failure. */
+/* The k-th rounding buffer grown to n floats; NULL after recording the failure (ops cannot fail).
+ * Buffers: 0 and 1 the converted GEMM operands (operand_block: products of two rounded values are
+ * exact in fp32, so sgemm on the copies is the mixed-precision GEMM up to summation order) and
+ * widened 16-bit inputs (widen), 2 the row buffers of 16-bit outputs, 3 the backward's x. */
 static float *round_buf(mgt_backend *be, int k, size_t n)
 {
 	cpu_impl *im = be->impl;
@@ -167,29 +166,6 @@ static void load_row(float *r, const uint16_t *h, mgt_elem_type t, size_t n)
 			r[c] = mgt_f16_to_f32(h[c]);
 }
 
-static const float *gemm_operand(mgt_backend *be, int k, const float *x, size_t n)
-{
-	if (be->precision == MGT_PREC_FP32)
-		return x;
-	float *r = round_buf(be, k, n);
-	if (!r)
-		return x;
-	const bool bf = be->precision == MGT_PREC_BF16;
-#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
-	for (size_t i = 0; i < n; i++)
-		r[i] = bf ? mgt_round_bf16(x[i]) : mgt_round_fp16(x[i]);
-	return r;
-}
-
-/* A GEMM operand w [n] of type wt as fp32 values for sgemm: rounded as gemm_operand when wt is
- * fp32; a 16-bit w (already the precision's type) widened exactly into the k-th buffer, so both
- * give the same bits.  NULL (the failure recorded) when the buffer cannot grow. */
-static const float *widen(mgt_backend *be, int k, const void *x, mgt_elem_type t, size_t n);
-static const float *gemm_typed(mgt_backend *be, int k, const void *w, mgt_elem_type wt, size_t n)
-{
-	return wt == MGT_DT_F32 ? gemm_operand(be, k, w, n) : widen(be, k, w, wt, n);
-}
-
 /* x [n] of type t as fp32: x itself when fp32, else widened exactly into the k-th rounding buffer
  * (NULL, the failure recorded, when it cannot grow). */
 static const float *widen(mgt_backend *be, int k, const void *x, mgt_elem_type t, size_t n)
@@ -212,14 +188,16 @@ enum { GEMM_COLS = 8192 };
 
 /* y[T, out] (fp32, leading dimension out) = x . w^T (+ b) on fp32 operands; gemv for one token
  * when gemv (a whole call of one token, so that blocks of one row do not change the sums). */
-static void gemm_fwd(float *y, const float *x, const float *w, const float *b, int T, int in, int out, bool gemv)
+static void gemm_fwd_ld(float *y, int ldy, const float *x, const float *w, const float *b, int T, int in, int out,
+			bool gemv)
 {
 	if (b)
 		for (int t = 0; t < T; t++)
-			memcpy(y + (size_t)t * out, b, (size_t)out * sizeof *y);
+			memcpy(y + (size_t)t * ldy, b, (size_t)out * sizeof *y);
 	if (in <= 0) {
 		if (!b)
-			memset(y, 0, (size_t)T * out * sizeof *y);
+			for (int t = 0; t < T; t++)
+				memset(y + (size_t)t * ldy, 0, (size_t)out * sizeof *y);
 		return;
 	}
 	if (gemv) /* one token (decoding): OpenBLAS's sgemm would pack all of w first, gemv streams it */
@@ -227,14 +205,86 @@ static void gemm_fwd(float *y, const float *x, const float *w, const float *b, i
 	else
 		for (int j = 0; j < out; j += GEMM_COLS) /* OpenBLAS packs all of a wide w^T panel */
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, out - j < GEMM_COLS ? out - j : GEMM_COLS,
-				    in, 1.0f, x, in, w + (size_t)j * in, in, b ? 1.0f : 0.0f, y + j, out);
+				    in, 1.0f, x, in, w + (size_t)j * in, in, b ? 1.0f : 0.0f, y + j, ldy);
 }
 
-/* Rows of a 16-bit output computed at once in fp32 (a block of about 4M floats). */
+static void gemm_fwd(float *y, const float *x, const float *w, const float *b, int T, int in, int out, bool gemv)
+{
+	gemm_fwd_ld(y, out, x, w, b, T, in, out, gemv);
+}
+
+/* Rows of a 16-bit output block of `out` columns computed at once in fp32 (about 1M floats). */
 static int out_block_rows(int T, int out)
 {
-	size_t r = ((size_t)4 << 20) / (size_t)(out > 0 ? out : 1);
+	size_t r = ((size_t)1 << 20) / (size_t)(out > 0 ? out : 1);
 	return r < 1 ? 1 : r > (size_t)T ? T : (int)r;
+}
+
+/* Columns of a converted GEMM block (the output features of one block of w): about 1M floats of w
+ * a block, a multiple of 64 between 64 and GEMM_COLS.  Converted operands are held one block at a
+ * time, so the scratch of the 16-bit emulation stays small beside the model (the output layer's
+ * [T, V] logits and [V, h] weight are never copied whole). */
+static int conv_cols(int in)
+{
+	size_t c = ((size_t)1 << 20) / (size_t)(in > 0 ? in : 1) / 64 * 64;
+	return c < 64 ? 64 : c > GEMM_COLS ? GEMM_COLS : (int)c;
+}
+
+/* Rows [0, rows) and columns [c0, c0 + cols) of the row-major operand src (type t, leading
+ * dimension ld) as the GEMM sees them, in rounding buffer k as [rows, cols] fp32: a 16-bit type
+ * widened exactly, fp32 rounded to the backend's precision (copied under fp32).  NULL (the failure
+ * recorded) when the buffer cannot grow. */
+static const float *operand_block(mgt_backend *be, int k, const void *src, mgt_elem_type t, size_t ld, size_t c0,
+				  size_t rows, size_t cols)
+{
+	float *r = round_buf(be, k, rows * cols);
+	if (!r)
+		return NULL;
+	const mgt_precision pr = be->precision;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (rows * cols > PAR_MIN)
+	for (size_t i = 0; i < rows; i++) {
+		float *d = r + i * cols;
+		if (t != MGT_DT_F32) {
+			load_row(d, (const uint16_t *)src + i * ld + c0, t, cols);
+			continue;
+		}
+		const float *x = (const float *)src + i * ld + c0;
+		if (pr == MGT_PREC_FP32)
+			memcpy(d, x, cols * sizeof *d);
+		else
+			for (size_t c = 0; c < cols; c++)
+				d[c] = pr == MGT_PREC_BF16 ? mgt_round_bf16(x[c]) : mgt_round_fp16(x[c]);
+	}
+	return r;
+}
+
+/* Whether a linear op's operands are used as they are (fp32 operands of an fp32 backend): then
+ * one sgemm takes them in place. */
+static bool gemm_direct(const mgt_backend *be, mgt_elem_type a, mgt_elem_type b)
+{
+	return be->precision == MGT_PREC_FP32 && a == MGT_DT_F32 && b == MGT_DT_F32;
+}
+
+/* y[:, j:j+nc] of a converted forward, one block of w's rows: fp32 y written in place (leading
+ * dimension out), a 16-bit y through row blocks in buffer 2, each stored rounded. */
+static void linear_fwd_block(mgt_backend *be, void *y, mgt_elem_type yt, const float *x, const float *wj,
+			     const float *bj, int T, int in, int out, int j, int nc)
+{
+	if (yt == MGT_DT_F32) {
+		gemm_fwd_ld((float *)y + j, out, x, wj, bj, T, in, nc, T == 1);
+		return;
+	}
+	const int R = out_block_rows(T, nc);
+	float *blk = round_buf(be, 2, (size_t)R * nc);
+	if (!blk)
+		return;
+	for (int t0 = 0; t0 < T; t0 += R) {
+		const int n = T - t0 < R ? T - t0 : R;
+		gemm_fwd_ld(blk, nc, x ? x + (size_t)t0 * in : NULL, wj, bj, n, in, nc, T == 1);
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)n * nc > PAR_MIN)
+		for (int t = 0; t < n; t++)
+			store_row(y, yt, (size_t)(t0 + t) * out + j, blk + (size_t)t * nc, nc);
+	}
 }
 
 void mgt_cpu_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *x16, mgt_elem_type xt,
@@ -243,57 +293,73 @@ void mgt_cpu_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *
 	if (T <= 0 || out <= 0)
 		return;
 	blas_threads(be);
-	const float *x = in > 0 ? gemm_typed(be, 0, x16, xt, (size_t)T * in) : NULL;
-	const float *w = in > 0 ? gemm_typed(be, 1, w16, wt, (size_t)out * in) : NULL;
-	if (in > 0 && (!x || !w))
-		return;
-	if (yt == MGT_DT_F32) {
-		gemm_fwd(y, x, w, b, T, in, out, T == 1);
+	if (gemm_direct(be, xt, wt) && yt == MGT_DT_F32) {
+		gemm_fwd(y, x16, w16, b, T, in, out, T == 1);
 		return;
 	}
-	/* a 16-bit y: blocks of rows in fp32, each stored rounded (as the cast op rounds) */
-	const int R = out_block_rows(T, out);
-	float *blk = round_buf(be, 2, (size_t)R * out);
-	if (!blk)
+	/* converted operands: x once (buffer 0), w a block of conv_cols rows at a time (buffer 1) */
+	const float *x = in > 0 ? operand_block(be, 0, x16, xt, (size_t)in, 0, (size_t)T, (size_t)in) : NULL;
+	if (in > 0 && !x)
 		return;
-	for (int t0 = 0; t0 < T; t0 += R) {
-		const int n = T - t0 < R ? T - t0 : R;
-		gemm_fwd(blk, x ? x + (size_t)t0 * in : NULL, w, b, n, in, out, T == 1);
-#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)n * out > PAR_MIN)
-		for (int t = 0; t < n; t++)
-			store_row(y, yt, (size_t)(t0 + t) * out, blk + (size_t)t * out, out);
+	const size_t ws = mgt_elem_size(wt);
+	for (int j = 0, cb = conv_cols(in); j < out; j += cb) {
+		const int nc = out - j < cb ? out - j : cb;
+		const float *wj = in > 0 ? operand_block(be, 1, (const char *)w16 + (size_t)j * in * ws, wt, (size_t)in, 0,
+							 (size_t)nc, (size_t)in)
+					 : NULL;
+		if (in > 0 && !wj)
+			return;
+		linear_fwd_block(be, y, yt, x, wj, b ? b + j : NULL, T, in, out, j, nc);
 	}
 }
 
 void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const void *dy16, mgt_elem_type dyt,
 			const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out)
 {
-	/* dy in fp32 values: the fp32 dy itself, or a 16-bit dy widened (buffer 0) */
-	const float *dy = dyt == MGT_DT_F32 || T <= 0 || out <= 0 ? dy16 : gemm_typed(be, 0, dy16, dyt, (size_t)T * out);
-	if (!dy)
-		return;
 	if (T <= 0 || in <= 0 || out <= 0) {
 		if (dx && T > 0 && in > 0)
 			memset(dx, 0, (size_t)T * in * sizeof *dx);
-		if (db && T > 0 && out > 0)
+		const float *dy = db && T > 0 && out > 0 ? widen(be, 0, dy16, dyt, (size_t)T * out) : NULL;
+		if (dy)
 			colsum_acc(be, db, dy, T, out);
 		return;
 	}
 	blas_threads(be);
 	/* the bias gradient sums dy in fp32, as the GPU's does (only GEMM operands are rounded) */
-	if (db)
-		colsum_acc(be, db, dy, T, out);
-	const float *dyr = dyt == MGT_DT_F32 ? gemm_operand(be, 0, dy, (size_t)T * out) : dy;
-	const float *wr = dx ? gemm_typed(be, 1, w, wt, (size_t)out * in) : NULL;
-	if (wr)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dyr, out, wr, in, 0.0f,
-			    dx, in);
-	const float *xr = gemm_typed(be, 1, x, xt, (size_t)T * in);
+	if (db && dyt == MGT_DT_F32)
+		colsum_acc(be, db, dy16, T, out);
+	if (gemm_direct(be, dyt, xt) && wt == MGT_DT_F32) {
+		if (dx)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, out, 1.0f, dy16, out, w, in, 0.0f, dx, in);
+		for (int j = 0; j < out; j += GEMM_COLS)
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out - j < GEMM_COLS ? out - j : GEMM_COLS, in,
+				    T, 1.0f, (const float *)dy16 + j, out, x, in, 1.0f, dw + (size_t)j * in, in);
+		return;
+	}
+	/* converted operands: x once (buffer 3); per block of conv_cols output features, dy's columns
+	 * (buffer 0) and w's rows (buffer 1); dx sums the blocks' products in block order */
+	const float *xr = operand_block(be, 3, x, xt, (size_t)in, 0, (size_t)T, (size_t)in);
 	if (!xr)
 		return;
-	for (int j = 0; j < out; j += GEMM_COLS)
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out - j < GEMM_COLS ? out - j : GEMM_COLS, in, T,
-			    1.0f, dyr + j, out, xr, in, 1.0f, dw + (size_t)j * in, in);
+	const size_t ws = mgt_elem_size(wt);
+	for (int j = 0, cb = conv_cols(in > T ? in : T); j < out; j += cb) {
+		const int nc = out - j < cb ? out - j : cb;
+		const float *dj = operand_block(be, 0, dy16, dyt, (size_t)out, (size_t)j, (size_t)T, (size_t)nc);
+		if (!dj)
+			return;
+		if (db && dyt != MGT_DT_F32) /* widened exactly: dy's values */
+			colsum_acc(be, db + j, dj, T, nc);
+		if (dx) {
+			const float *wj = operand_block(be, 1, (const char *)w + (size_t)j * in * ws, wt, (size_t)in, 0,
+							(size_t)nc, (size_t)in);
+			if (!wj)
+				return;
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, in, nc, 1.0f, dj, nc, wj, in,
+				    j ? 1.0f : 0.0f, dx, in);
+		}
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, in, T, 1.0f, dj, nc, xr, in, 1.0f,
+			    dw + (size_t)j * in, in);
+	}
 }
 
 /* ---- embedding ---- */
@@ -1191,9 +1257,8 @@ static void cpu_destroy(mgt_backend *be)
 	cpu_impl *im = be->impl;
 	if (im) {
 		free(im->scratch);
-		free(im->round_buf[0]);
-		free(im->round_buf[1]);
-		free(im->round_buf[2]);
+		for (int k = 0; k < 4; k++)
+			free(im->round_buf[k]);
 	}
 	free(im);
 	free(be);

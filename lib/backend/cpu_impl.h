@@ -34,8 +34,8 @@ typedef struct {
 	/* Rounded or widened GEMM operands (0, 1), per-thread rows of ops with 16-bit inputs or
 	 * outputs and the fp32 row blocks of a linear layer's 16-bit output (2); grown on demand,
 	 * freed at destroy. */
-	float *round_buf[3];
-	size_t round_cap[3];
+	float *round_buf[4];
+	size_t round_cap[4];
 } cpu_impl;
 
 /* Work (elements touched) below which an op runs on the calling thread only. */
