@@ -236,11 +236,11 @@ else ifneq ($(SANITIZE),)
 # under the sanitizers: the op checks alone (the kernels carry ASan's checks, not sim_mem.cc's)
 check-sim: $(SIM_POOL) $(SIM_TEST)
 	$(SIM_POOL) 2000
-	MGT_TEST_SMALL=1 $(SIM_TEST)
+	MGT_TEST_SMALL=1 MGT_TEST_ALARM=3600 $(SIM_TEST)
 else
 check-sim: $(SIM_POOL) $(SIM_TEST) $(SIM_TRAIN) $(PROGS)
 	$(SIM_POOL) 2000
-	MGT_TEST_SMALL=1 $(SIM_TEST)
+	MGT_TEST_SMALL=1 MGT_TEST_ALARM=3600 $(SIM_TEST)
 	SIM_TRAIN=$(abspath $(SIM_TRAIN)) CPU_TRAIN=$(abspath $(BIN)/mgt-train) sh tests/sim/train.sh
 endif
 

@@ -73,7 +73,7 @@ int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, co
 
 /* Query (key == 0) or key (key == 1) heads of qkv [T, ng, r + 2, d] (backend.h's head_norm_*):
  * the backward writes dx (may alias dy). */
-int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd, const float *x,
+int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd, const float *x,
 			const float *w, const float *b, int T, int ng, int r, int d, int key, float eps);
 size_t mgt_k_head_norm_bwd_ws_bytes(int T, int ng, int r, int d, int key);
 int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,

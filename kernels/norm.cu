@@ -117,13 +117,13 @@ static rows_lay head_rows(int T, int ng, int r, int key, int *n)
 	return key ? rows_lay{1, r + 2, r} : rows_lay{r, r + 2, 0};
 }
 
-extern "C" int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, float *y, float *mean, float *rstd,
+extern "C" int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd,
 				   const float *x, const float *w, const float *b, int T, int ng, int r,
 				   int d, int key, float eps)
 {
 	int n;
 	rows_lay L = head_rows(T, ng, r, key, &n);
-	return norm_fwd_rows(s, kind, y, MGT_K_F32, mean, rstd, x, MGT_K_F32, w, b, n, d, eps, L);
+	return norm_fwd_rows(s, kind, y, yt, mean, rstd, x, MGT_K_F32, w, b, n, d, eps, L);
 }
 
 /* Row t: g = dy * w, xhat = (x - mean) * rstd,

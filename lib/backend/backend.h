@@ -147,8 +147,9 @@ typedef struct mgt_backend_ops {
 	 * rope's qkv below.  key == false normalizes the r query heads of every group (n = T*ng*r
 	 * rows of d, in memory order), key == true the key head of every group (n = T*ng rows); each
 	 * row as norm_fwd does with w, b [d] (b may be NULL).  Writes those rows of y (no other
-	 * element of y) and mean, rstd [n].  y may alias x. */
-	void (*head_norm_fwd)(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+	 * element of y) and mean, rstd [n].  y may alias x when both are fp32.  y's elements are of
+	 * type yt (fp32, or bf16/fp16 rounded as norm_fwd's y); x is fp32. */
+	void (*head_norm_fwd)(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			      const float *x, const float *w, const float *b, int T, int ng, int r, int d,
 			      bool key, float eps);
 	/* Backward of head_norm_fwd: the selected rows of dx [T, ng, r + 2, d] are WRITTEN (not

@@ -546,13 +546,13 @@ static rows_lay head_rows(int ng, int T, int r, bool key, int *n)
 	return key ? (rows_lay){ 1, r + 2, r } : (rows_lay){ r, r + 2, 0 };
 }
 
-static void cpu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+static void cpu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			      const float *x, const float *w, const float *b, int T, int ng, int r, int d,
 			      bool key, float eps)
 {
 	int n;
 	rows_lay L = head_rows(ng, T, r, key, &n);
-	norm_fwd_rows(be, kind, y, MGT_DT_F32, mean, rstd, x, w, b, n, d, eps, L);
+	norm_fwd_rows(be, kind, y, yt, mean, rstd, x, w, b, n, d, eps, L);
 }
 
 static void cpu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,

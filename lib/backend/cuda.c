@@ -293,13 +293,14 @@ static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *d
 			mgt_k_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, x, k_dtype(xt), w, mean, rstd, T, h, ws));
 }
 
-static void cu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, float *y, float *mean, float *rstd,
+static void cu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			     const float *x, const float *w, const float *b, int T, int ng, int r, int d,
 			     bool key, float eps)
 {
 	if (T > 0 && ng > 0 && d > 0 && (key || r > 0))
 		mgt_cuda_ok(be, "head_norm_fwd",
-			    mgt_k_head_norm_fwd(stream(be), (int)kind, y, mean, rstd, x, w, b, T, ng, r, d, key, eps));
+			    mgt_k_head_norm_fwd(stream(be), (int)kind, y, k_dtype(yt), mean, rstd, x, w, b, T, ng, r, d,
+						key, eps));
 }
 
 static void cu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,

@@ -318,7 +318,7 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	m->act_t = mgt_precision_dtype(L->precision);
 	m->ln2_t = m->moe ? MGT_DT_F32 : m->act_t;
 	m->fc1_t = m->act_t;
-	m->qkv_t = m->cp > 1 || m->qkln ? MGT_DT_F32 : m->act_t;
+	m->qkv_t = m->cp > 1 ? MGT_DT_F32 : m->act_t;
 	m->res_t = L->fp32_residual_connection ? MGT_DT_F32 : m->act_t;
 	if (st) mgt_model_free(m);
 	else *out = m;
@@ -617,14 +617,16 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	mgt_status st = norm_gather(m, a->ln1, m->act_t, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, m->qkv_t, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
+	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->qkv_t, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
 		float eps = (float)m->c.norm_epsilon;
-		o->copy(m->be, a->qkv, a->qkv_pre, (size_t)T * (size_t)m->qkv_l * sizeof(float));
-		o->head_norm_fwd(m->be, m->norm, a->qkv, a->qmean, a->qrstd, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
+		const size_t n = (size_t)T * (size_t)m->qkv_l;
+		if (m->qkv_t == MGT_DT_F32) o->copy(m->be, a->qkv, a->qkv_pre, n * sizeof(float));
+		else o->cast(m->be, a->qkv, m->qkv_t, a->qkv_pre, n); /* the value heads as linear_qkv's rounded output */
+		o->head_norm_fwd(m->be, m->norm, a->qkv, m->qkv_t, a->qmean, a->qrstd, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
 				 P(m, T_(m, l, MGT_T_QNORM_B)), T, ng, r, d, false, eps);
-		o->head_norm_fwd(m->be, m->norm, a->qkv, a->kmean, a->krstd, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
+		o->head_norm_fwd(m->be, m->norm, a->qkv, m->qkv_t, a->kmean, a->krstd, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
 	if (m->rope) o->rope(m->be, a->qkv, m->qkv_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);

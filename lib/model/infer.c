@@ -198,9 +198,9 @@ static void infer_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->qkln) {
 		o->copy(m->be, w->qkv, w->qkv_pre, (size_t)T * (size_t)m->qkv_l * sizeof(float));
-		o->head_norm_fwd(m->be, m->norm, w->qkv, w->qmean, w->qrstd, w->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
+		o->head_norm_fwd(m->be, m->norm, w->qkv, MGT_DT_F32, w->qmean, w->qrstd, w->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
 				 P(m, T_(m, l, MGT_T_QNORM_B)), T, ng, r, d, false, eps);
-		o->head_norm_fwd(m->be, m->norm, w->qkv, w->kmean, w->krstd, w->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
+		o->head_norm_fwd(m->be, m->norm, w->qkv, MGT_DT_F32, w->kmean, w->krstd, w->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
 	if (m->rope) o->rope(m->be, w->qkv, MGT_DT_F32, w->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);

@@ -63,8 +63,8 @@ struct mgt_model {
 	 * point at 2-byte elements. */
 	mgt_elem_type act_t, ln2_t, fc1_t;
 	/* the fused QKV activation and the attention output (layer_act qkv, ctx): act_t, but fp32 in a
-	 * chunk with context parallelism (its block ops and all-to-all move fp32) or --qk-layernorm
-	 * (whose head norms write fp32) */
+	 * chunk with context parallelism (its block ops and all-to-all move fp32); with --qk-layernorm
+	 * linear_qkv's output qkv_pre stays fp32 (the head norms' backward reads it) */
 	mgt_elem_type qkv_t;
 	/* the residual stream (layer_act x_in, x_mid; slot_act res_out; the hidden states between
 	 * stages): act_t unless mgt_model_layout.fp32_residual_connection */

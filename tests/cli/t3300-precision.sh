@@ -142,14 +142,15 @@ PY
 		pp2r 2 pp=2 mbs=2 gbs=4 seq=32 vocab=512 prec=bf16 fp32res=1
 	# the rest of the layouts in bf16 on the Llama-style models (RoPE on 16-bit qkv, GQA, SwiGLU,
 	# RMSNorm): virtual pipeline stages, context parallelism (its chunks keep qkv in fp32, the
-	# residual 16-bit), expert parallelism (the experts' activations fp32, the residual 16-bit);
+	# residual 16-bit), --qk-layernorm (head norms writing 16-bit qkv), expert parallelism (the experts' activations fp32, the residual 16-bit);
 	# each against its model's one-process bf16 run, within 1e-3 (reduction orders differ)
 	LL=$(echo "$TRAIN" | sed 's/--model tiny-gpt2/--model tiny-llama/')
 	MO=$(echo "$TRAIN" | sed 's/--model tiny-gpt2/--model tiny-moe --disable-bias-linear/')
 	ok "bf16 tiny-llama, one process" exits 0 $LL --train-iters 6 --bf16 --metrics-file ll.jsonl
 	ok "bf16 tiny-moe, one process" exits 0 $MO --train-iters 6 --bf16 --metrics-file mo.jsonl
+	ok "bf16 tiny-llama --qk-layernorm, one process" exits 0 $LL --train-iters 6 --bf16 --qk-layernorm --metrics-file lq.jsonl
 	while read -r ref name flags; do
-		case $ref in ll) T1=$LL;; *) T1=$MO;; esac
+		case $ref in ll|lq) T1=$LL;; *) T1=$MO;; esac
 		ok "bf16 $name under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $T1 --train-iters 6 --bf16 $flags \
 			--metrics-file "$name.jsonl" </dev/null
 		ok "bf16 $name: losses within 1e-3 of one process's" $PY - "$ref.jsonl" "$name.jsonl" <<'PY'
@@ -165,9 +166,10 @@ ll llama-pp2-vp2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipel
 ll llama-cp2 --context-parallel-size 2
 ll llama-tp2-sp --tensor-model-parallel-size 2 --sequence-parallel
 mo moe-ep2 --expert-model-parallel-size 2
+lq llama-qkln-tp2 --qk-layernorm --tensor-model-parallel-size 2
 LAYOUTS
 else
-	for i in $(seq 22); do skip "mpirun not installed"; done
+	for i in $(seq 25); do skip "mpirun not installed"; done
 fi
 
 ok "--bf16 with --fp16 refused (exit 2)" exits 2 $TRAIN --train-iters 1 --bf16 --fp16

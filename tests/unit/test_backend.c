@@ -505,7 +505,7 @@ static void test_head_norm_case(mgt_norm_kind kind, bool key, int with_bias, int
 	double *yr = xmalloc((size_t)n * d * sizeof *yr);
 	head_ref(&c, yr);
 	float *y = randf(N, 9), *y0 = copyf(y, N), *mean = randf(n, 9), *rstd = randf(n, 9);
-	O->head_norm_fwd(be, kind, y, mean, rstd, x, w, b, T, ng, r, d, key, 1e-6f);
+	O->head_norm_fwd(be, kind, y, MGT_DT_F32, mean, rstd, x, w, b, T, ng, r, d, key, 1e-6f);
 	float *yg = xmalloc((size_t)n * d * sizeof *yg);
 	char *sel = calloc(N, 1);
 	for (int i = 0; i < n; i++) {

@@ -369,6 +369,27 @@ static void test_residual16(mgt_precision prec, const char *name, float (*round)
 		      "%s norm (%s) of a 16-bit x: the bits of its fp32 values, forward and backward", name,
 		      kind ? "RMSNorm" : "LayerNorm");
 	}
+	/* head norms (--qk-layernorm) into a 16-bit qkv: the selected rows rounded, the others kept */
+	enum { NG = 2, R = 3, D = 13 }; /* T * NG * (R + 2) * D <= T * H: x serves as qkv */
+	static float q32[T * NG * (R + 2) * D], hm[T * NG * R], hr[T * NG * R];
+	static uint16_t q16[T * NG * (R + 2) * D], q16b[T * NG * (R + 2) * D];
+	const int nq = T * NG * (R + 2) * D;
+	for (int key = 0; key < 2; key++) {
+		memcpy(q32, x, sizeof q32);
+		be->ops->cast(be, q16, dt, x, (size_t)nq);
+		memcpy(q16b, q16, sizeof q16);
+		be->ops->head_norm_fwd(be, MGT_NORM_RMSNORM, q32, MGT_DT_F32, hm, hr, x, w, NULL, T, NG, R, D, key, 1e-6f);
+		be->ops->head_norm_fwd(be, MGT_NORM_RMSNORM, q16, dt, hm, hr, x, w, NULL, T, NG, R, D, key, 1e-6f);
+		int bad = 0, kept = 0;
+		for (int i = 0; i < nq; i++) {
+			const int m = i / D % (R + 2);
+			if (key ? m == R : m < R) bad += !same(ref_decode(q16[i], bf), round(q32[i]));
+			else kept += q16[i] == q16b[i];
+		}
+		CHECK(bad == 0 && kept == nq - T * NG * (key ? 1 : R) * D,
+		      "%s head_norm_fwd (%s heads) into 16 bits: the rounding of the fp32 rows (%d differ), other rows kept",
+		      name, key ? "key" : "query", bad);
+	}
 	for (int drop = 0; drop < 2; drop++) {
 		const float p = drop ? 0.2f : 0.0f;
 		be->ops->bda_fwd(be, o32, xv, MGT_DT_F32, dy, b, T, H, p, 9, 1000);
