@@ -32,7 +32,7 @@ for prec in fp32 bf16 fp16; do
 		--hidden-dropout 0 --attention-dropout 0 --openai-gelu --eval-interval 25 --eval-iters 4 \
 		--log-interval 25 --threads "${DEMO_THREADS:-0}" --metrics-file "$tmp/$prec.jsonl" $flag \
 		>"$tmp/$prec.log" 2>&1 || { echo "$prec: mgt-train failed: $(tail -1 "$tmp/$prec.log")"; continue; }
-	echo "# $prec: $(($(date +%s) - start)) s; $(grep -c '"skipped": true' "$tmp/$prec.jsonl") skipped iterations"
+	echo "# $prec: $(($(date +%s) - start)) s; $(grep -c '"skipped":true' "$tmp/$prec.jsonl") skipped iterations"
 done
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys, os
