@@ -28,9 +28,11 @@
 
 #include "util/util.h"
 
-/* Element types (util.h mgt_elem_type).  MGT_DT_BF16 and MGT_DT_F16 move as 2-byte elements (allgather,
- * send/recv, broadcast, alltoallv); their reductions are NCCL's (the MPI communicator refuses them
- * with MGT_ERR_USAGE). */
+/* Element types (util.h mgt_elem_type).  MGT_DT_BF16 and MGT_DT_F16 move as 2-byte elements; their
+ * reductions (allreduce sum and max, reduce_scatter) combine two values at a time in fp32 and round
+ * each result to the 16-bit type to nearest even: NCCL's native bf16/fp16 reductions, and over MPI
+ * user operations on 2-byte elements that compute the same (lib/dist/mpi.c; the order in which
+ * more than two ranks' values combine is the library's, fixed for a group size). */
 typedef mgt_elem_type mgt_comm_dtype;
 typedef enum { MGT_RED_SUM, MGT_RED_MAX } mgt_redop;
 

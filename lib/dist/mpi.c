@@ -83,8 +83,57 @@ size_t mgt_dist_max_offset = INT_MAX;
 
 typedef struct {
 	int active, owned, finalized, size, rank, tag_ub;
+	MPI_Op op16[2][2]; /* [bf16, f16][sum, max]: user reductions of 16-bit floats (op16_make) */
 } runtime;
 static runtime rt = { .size = 1, .tag_ub = 32767 };
+
+/* ---- reductions of 16-bit floats ---------------------------------------------------------
+ * MPI has no bf16 or fp16 type, so these move as MPI_UINT16_T and reduce with user operations:
+ * each combination widens both operands to fp32 (exactly), adds them (or takes the larger) in fp32
+ * and rounds the result to the 16-bit type to nearest even (mgt_f32_to_bf16 / mgt_f32_to_f16):
+ * what a 16-bit NCCL reduction computes, one rounding per combination.  A NaN operand makes NaN
+ * (max included), so an overflow anywhere still reaches every rank. */
+static inline float op16_max(float a, float b) { return a != a || b != b ? a + b : a > b ? a : b; }
+
+#define OP16(name, wid, nar, comb)                                                                \
+	static void name(void *in, void *inout, int *len, MPI_Datatype *dt)                       \
+	{                                                                                         \
+		(void)dt;                                                                         \
+		const uint16_t *a = in;                                                           \
+		uint16_t *b = inout;                                                              \
+		for (int i = 0; i < *len; i++) b[i] = nar(comb(wid(a[i]), wid(b[i])));             \
+	}
+#define OP16_SUM(a, b) ((a) + (b))
+OP16(op16_bf16_sum, mgt_bf16_to_f32, mgt_f32_to_bf16, OP16_SUM)
+OP16(op16_bf16_max, mgt_bf16_to_f32, mgt_f32_to_bf16, op16_max)
+OP16(op16_f16_sum, mgt_f16_to_f32, mgt_f32_to_f16, OP16_SUM)
+OP16(op16_f16_max, mgt_f16_to_f32, mgt_f32_to_f16, op16_max)
+
+static int op16_make(void)
+{
+	MPI_User_function *f[2][2] = { { op16_bf16_sum, op16_bf16_max }, { op16_f16_sum, op16_f16_max } };
+	for (int t = 0; t < 2; t++)
+		for (int o = 0; o < 2; o++) {
+			int rc = MPI_Op_create(f[t][o], 1, &rt.op16[t][o]);
+			if (rc != MPI_SUCCESS) return rc;
+		}
+	return MPI_SUCCESS;
+}
+
+static void op16_free(void)
+{
+	for (int t = 0; t < 2; t++)
+		for (int o = 0; o < 2; o++)
+			if (rt.op16[t][o] != MPI_OP_NULL) MPI_Op_free(&rt.op16[t][o]);
+}
+
+/* The MPI operation reducing elements of dt with op. */
+static MPI_Op mpi_op(mgt_comm_dtype dt, mgt_redop op)
+{
+	int o = op == MGT_RED_MAX;
+	if (dt == MGT_DT_BF16 || dt == MGT_DT_F16) return rt.op16[dt == MGT_DT_F16][o];
+	return o ? MPI_MAX : MPI_SUM;
+}
 
 /* A send in flight: MPI_Isend's request, the copy it sends from and its peer, for messages. */
 typedef struct {
@@ -105,7 +154,7 @@ static MPI_Datatype mpi_type(mgt_comm_dtype dt)
 	case MGT_DT_F32: return MPI_FLOAT;
 	case MGT_DT_F64: return MPI_DOUBLE;
 	case MGT_DT_I32: return MPI_INT32_T;
-	case MGT_DT_BF16: case MGT_DT_F16: return MPI_UINT16_T; /* moved, never reduced */
+	case MGT_DT_BF16: case MGT_DT_F16: return MPI_UINT16_T; /* reduced with mpi_op's user operations */
 	default: return MPI_INT64_T;
 	}
 }
@@ -201,15 +250,13 @@ static mgt_status send_chunk(mgt_comm *c, const void *buf, size_t m, mgt_comm_dt
 
 static mgt_status mpi_allreduce(mgt_comm *c, void *buf, size_t n, mgt_comm_dtype dt, mgt_redop op)
 {
-	if (dt == MGT_DT_BF16 || dt == MGT_DT_F16)
-		return mgt_err(MGT_ERR_USAGE, "%s group: allreduce of 16-bit floats is not supported over MPI", c->name);
 	size_t es = mgt_comm_dtype_size(dt);
 	mgt_status st = settle(c, 0);
 	if (st) return st;
 	for (size_t off = 0, m; off < n; off += m) {
 		m = piece_of(n - off, es, 1);
-		int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)m, mpi_type(dt),
-				       op == MGT_RED_MAX ? MPI_MAX : MPI_SUM, comm_of(c));
+		int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)m, mpi_type(dt), mpi_op(dt, op),
+				       comm_of(c));
 		if (rc != MPI_SUCCESS) return mpi_fail(c, rc, "allreduce", -1, 0);
 	}
 	mgt_comm_count(c, 2.0 * (c->size - 1) / c->size * (double)(n * es));
@@ -274,7 +321,8 @@ static mgt_status scatter_chunks(mgt_comm *c, char *out, const char *src, size_t
 	for (size_t off = 0, m; off < n && rc == MPI_SUCCESS; off += m) {
 		m = n - off < m0 ? n - off : m0;
 		for (size_t i = 0; i < p; i++) memcpy(pack + i * m * es, src + (i * n + off) * es, m * es);
-		rc = MPI_Reduce_scatter_block(pack, out + off * es, (int)m, mpi_type(dt), MPI_SUM, comm_of(c));
+		rc = MPI_Reduce_scatter_block(pack, out + off * es, (int)m, mpi_type(dt), mpi_op(dt, MGT_RED_SUM),
+					      comm_of(c));
 	}
 	free(pack);
 	return rc == MPI_SUCCESS ? MGT_OK : mpi_fail(c, rc, "reduce_scatter", -1, 0);
@@ -282,8 +330,6 @@ static mgt_status scatter_chunks(mgt_comm *c, char *out, const char *src, size_t
 
 static mgt_status mpi_reduce_scatter(mgt_comm *c, void *dst, const void *src, size_t n, mgt_comm_dtype dt)
 {
-	if (dt == MGT_DT_BF16 || dt == MGT_DT_F16)
-		return mgt_err(MGT_ERR_USAGE, "%s group: reduce-scatter of 16-bit floats is not supported over MPI", c->name);
 	size_t es = mgt_comm_dtype_size(dt), bytes = n * es;
 	char *out = dst, *copy = NULL;
 	mgt_status st = settle(c, 0);
@@ -609,6 +655,8 @@ mgt_status mgt_dist_init(int *argc, char ***argv)
 	MPI_Comm_rank(MPI_COMM_WORLD, &rt.rank);
 	int *ub, flag = 0;
 	if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag) rt.tag_ub = *ub;
+	int rc = op16_make();
+	if (rc != MPI_SUCCESS) return mgt_err(MGT_ERR_IO, "MPI_Op_create failed: %s", mpi_errstr(rc, msg));
 	rt.active = 1;
 	return MGT_OK;
 }
@@ -638,6 +686,7 @@ void mgt_dist_abort(int code)
 void mgt_dist_finalize(void)
 {
 	if (!rt.active) return;
+	op16_free();
 	if (rt.owned) MPI_Finalize();
 	rt = (runtime){ .size = 1, .tag_ub = 32767, .finalized = 1 };
 }

@@ -47,8 +47,8 @@ static int me; /* world rank */
 		}                                                           \
 	} while (0)
 
-static const mgt_comm_dtype dtypes[] = { MGT_DT_F32, MGT_DT_F64, MGT_DT_I32, MGT_DT_I64 };
-static const char *dt_name[] = { "f32", "f64", "i32", "i64" };
+static const mgt_comm_dtype dtypes[] = { MGT_DT_F32, MGT_DT_F64, MGT_DT_I32, MGT_DT_I64, MGT_DT_BF16, MGT_DT_F16 };
+static const char *dt_name[] = { "f32", "f64", "i32", "i64", "bf16", "f16" };
 
 static int has_msg(const char *s) { return strstr(mgt_err_msg(), s) != NULL; }
 
@@ -62,11 +62,13 @@ static void *xmalloc(size_t n)
 	return p;
 }
 
-/* Element i of group rank r's input: small integers (exact in every dtype; sums stay exact),
- * scaled beyond 32 bits for i64. */
+/* Element i of group rank r's input: small integers (exact in every dtype; sums over up to 8
+ * ranks stay exact: within +-120 for the 16-bit floats, whose 8-bit significand (bf16) holds
+ * every integer up to 256), scaled beyond 32 bits for i64. */
 static int64_t val(int r, size_t i, mgt_comm_dtype dt)
 {
 	int64_t v = (int64_t)((r * 37 + (int64_t)(i % 1000003) * 11) % 101) - 50;
+	if (dt == MGT_DT_BF16 || dt == MGT_DT_F16) return v % 16;
 	return dt == MGT_DT_I64 ? v * ((int64_t)1 << 35) : v;
 }
 
@@ -178,10 +180,38 @@ static int try_broadcast(mgt_comm *c, mgt_comm_dtype dt, size_t n, int root)
 	return ok;
 }
 
+/* Sums of 16-bit floats that the type cannot hold, over a group of 2 (where the order of the two
+ * operands does not matter): every element of allreduce and reduce_scatter is the fp32 sum of
+ * the two ranks' values rounded once to nearest even (rank 1's values have bits below rank 0's
+ * last place: most sums are inexact, some halfway between two 16-bit values), and a max is exact. */
+static int try_round16(mgt_comm *c, mgt_comm_dtype dt, mgt_redop op, int scatter)
+{
+	enum { N = 4096 };
+	int bf = dt == MGT_DT_BF16, ok;
+	uint16_t buf[2 * N], in[2][2 * N], out[N];
+	for (int r = 0; r < 2; r++)
+		for (int i = 0; i < 2 * N; i++) { /* rank 0: 1 + k ulp; rank 1: small values with low bits */
+			float v = r == 0 ? 1.0f + (float)(i % 128) / (bf ? 128.0f : 1024.0f)
+					 : (float)((i * 7) % 64 - 32) / (bf ? 4096.0f : 32768.0f);
+			in[r][i] = bf ? mgt_f32_to_bf16(v) : mgt_f32_to_f16(v);
+		}
+	memcpy(buf, in[c->rank], sizeof buf);
+	if (scatter) ok = c->ops->reduce_scatter(c, out, buf, N, dt) == MGT_OK;
+	else ok = c->ops->allreduce(c, buf, 2 * N, dt, op) == MGT_OK;
+	for (int i = 0; i < (scatter ? N : 2 * N) && ok; i++) {
+		int j = scatter ? c->rank * N + i : i;
+		float a = bf ? mgt_bf16_to_f32(in[0][j]) : mgt_f16_to_f32(in[0][j]);
+		float b = bf ? mgt_bf16_to_f32(in[1][j]) : mgt_f16_to_f32(in[1][j]);
+		float e = op == MGT_RED_MAX ? (a > b ? a : b) : a + b;
+		ok = (scatter ? out[i] : buf[i]) == (bf ? mgt_f32_to_bf16(e) : mgt_f32_to_f16(e));
+	}
+	return ok;
+}
+
 /* Every collective on c for every dtype and the sizes given; one check per operation and dtype. */
 static void test_collectives(mgt_comm *c, const char *what, const size_t *sizes, int nsizes)
 {
-	for (int d = 0; d < 4; d++) {
+	for (int d = 0; d < 6; d++) {
 		mgt_comm_dtype dt = dtypes[d];
 		int ok[7] = { 1, 1, 1, 1, 1, 1, 1 };
 		for (int k = 0; k < nsizes; k++) {
@@ -199,6 +229,11 @@ static void test_collectives(mgt_comm *c, const char *what, const size_t *sizes,
 		for (int i = 0; i < 7; i++)
 			RCHECK(ok[i], "%s (%s group of %d): %s of %s, %d sizes up to %zu: results, bytes_sent, calls",
 			       what, c->name, c->size, op[i], dt_name[d], nsizes, sizes[nsizes - 1]);
+		if (c->size == 2 && d >= 4)
+			RCHECK(try_round16(c, dt, MGT_RED_SUM, 0) && try_round16(c, dt, MGT_RED_MAX, 0) &&
+				       try_round16(c, dt, MGT_RED_SUM, 1),
+			       "%s (%s group of 2): allreduce sum and max, reduce_scatter of %s: each sum rounded once "
+			       "to nearest even", what, c->name, dt_name[d]);
 	}
 }
 
