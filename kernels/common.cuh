@@ -51,6 +51,21 @@ static inline int mgt_k_rc(void) { return (int)cudaGetLastError(); }
 
 static inline bool mgt_al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* f(mgt_ty<E>()) with E the element type of t (float, __nv_bfloat16, __half), for launchers of
+ * kernels templated on element types: mgt_k_typed(t, [&](auto e) { typedef typename
+ * decltype(e)::type E; ... }).  Returns what f returns. */
+template <typename E> struct mgt_ty {
+	typedef E type;
+};
+template <typename F> static inline int mgt_k_typed(mgt_k_dtype t, F f)
+{
+	if (t == MGT_K_BF16)
+		return f(mgt_ty<__nv_bfloat16>());
+	if (t == MGT_K_F16)
+		return f(mgt_ty<__half>());
+	return f(mgt_ty<float>());
+}
+
 static inline size_t mgt_cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 /* Blocks for a grid-stride loop over `work` items with `threads` per block: enough to fill any

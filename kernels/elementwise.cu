@@ -316,19 +316,19 @@ extern "C" int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db,
 	int rc = mgt_k_rc();
 	if (rc || !db)
 		return rc;
-	return mgt_k_colsum(s, db, dx, T, act == 1 ? 2 * f : f, ws);
+	return mgt_k_colsum(s, db, dx, MGT_K_F32, T, act == 1 ? 2 * f : f, ws);
 }
 
 /* ---- bias-dropout-add ---- */
 
 /* Row t: out = resid + dropout(y + b); element (t, c) draws Philox index e0 + t*h + c.  out and
- * resid of type R (read as fp32; the sum rounded to nearest even when 16-bit). */
-template <typename R>
-static __global__ void bda_fwd_k(R *out, const R *resid, const float *y, const float *b, int h, float p, float ks,
+ * resid of type R, y of type Y (read as fp32; the sum rounded to nearest even when 16-bit). */
+template <typename R, typename Y>
+static __global__ void bda_fwd_k(R *out, const R *resid, const Y *y, const float *b, int h, float p, float ks,
 				 uint64_t key, uint64_t e0, bool vec)
 {
 	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
-	const float *yt = y + t * nh;
+	const Y *yt = y + t * nh;
 	const R *rt = resid ? resid + t * nh : NULL;
 	R *ot = out + t * nh;
 	const uint64_t et = e0 + (uint64_t)t * nh;
@@ -350,33 +350,33 @@ static __global__ void bda_fwd_k(R *out, const R *resid, const float *y, const f
 	}
 }
 
-extern "C" int mgt_k_bda_fwd(mgt_k_stream s, void *out, const void *resid, mgt_k_dtype rt, const float *y,
-			     const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
+extern "C" int mgt_k_bda_fwd(mgt_k_stream s, void *out, const void *resid, mgt_k_dtype rt, const void *y,
+			     mgt_k_dtype yt, const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
 	const float ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
 	const bool vec = h % 4 == 0 && mgt_al16(out) && mgt_al16(resid) && mgt_al16(y) && mgt_al16(b);
-	typedef __nv_bfloat16 bf;
-	if (rt == MGT_K_BF16)
-		MGT_LAUNCH(bda_fwd_k<bf>, T, MGT_ROW_THREADS, 0, mgt_st(s), (bf *)out, (const bf *)resid, y, b, h, p, ks,
-			   key, e0, vec);
-	else if (rt == MGT_K_F16)
-		MGT_LAUNCH(bda_fwd_k<__half>, T, MGT_ROW_THREADS, 0, mgt_st(s), (__half *)out, (const __half *)resid, y,
-			   b, h, p, ks, key, e0, vec);
-	else
-		MGT_LAUNCH(bda_fwd_k<float>, T, MGT_ROW_THREADS, 0, mgt_st(s), (float *)out, (const float *)resid, y, b,
-			   h, p, ks, key, e0, vec);
-	return mgt_k_rc();
+	return mgt_k_typed(rt, [&](auto r) {
+		return mgt_k_typed(yt, [&](auto e) {
+			typedef typename decltype(r)::type R;
+			typedef typename decltype(e)::type Y;
+			MGT_LAUNCH((bda_fwd_k<R, Y>), T, MGT_ROW_THREADS, 0, mgt_st(s), (R *)out, (const R *)resid,
+				   (const Y *)y, b, h, p, ks, key, e0, vec);
+			return mgt_k_rc();
+		});
+	});
 }
 
-/* Row t: dy = dout * dropout multiplier (p > 0). */
-static __global__ void drop_mul_k(float *dy, const float *dout, int h, float p, float ks, uint64_t key,
-				  uint64_t e0, bool vec)
+/* Row t: dy = dout * dropout multiplier (p > 0), dy of type D and dout of type O (read as fp32,
+ * the product rounded to nearest even when 16-bit). */
+template <typename D, typename O>
+static __global__ void drop_mul_k(D *dy, const O *dout, int h, float p, float ks, uint64_t key, uint64_t e0,
+				  bool vec)
 {
 	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4;
-	const float *gt = dout + t * nh;
-	float *dt = dy + t * nh;
+	const O *gt = dout + t * nh;
+	D *dt = dy + t * nh;
 	const uint64_t et = e0 + (uint64_t)t * nh;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
 		float v[4];
@@ -390,27 +390,37 @@ static __global__ void drop_mul_k(float *dy, const float *dout, int h, float p, 
 
 extern "C" size_t mgt_k_bda_bwd_ws_bytes(int T, int h) { return mgt_k_colsum_ws_bytes(T, h); }
 
-extern "C" int mgt_k_bda_bwd(mgt_k_stream s, float *dy, float *db, const float *dout, int T, int h,
-			     float p, uint64_t key, uint64_t e0, void *ws)
+/* Without dropout dy is dout's values: copied (one type) or cast. */
+extern "C" int mgt_k_bda_bwd(mgt_k_stream s, void *dy, mgt_k_dtype dyt, float *db, const void *dout, mgt_k_dtype dot,
+			     int T, int h, float p, uint64_t key, uint64_t e0, void *ws)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
 	cudaStream_t st = mgt_st(s);
+	const size_t n = (size_t)T * (size_t)h;
 	int rc = 0;
 	if (p > 0) {
 		const float ks = 1.0f / (1.0f - p);
 		const bool vec = h % 4 == 0 && mgt_al16(dy) && mgt_al16(dout);
-		MGT_LAUNCH(drop_mul_k, T, MGT_ROW_THREADS, 0, st, dy, dout, h, p, ks, key, e0, vec);
-		rc = mgt_k_rc();
+		rc = mgt_k_typed(dyt, [&](auto d) {
+			return mgt_k_typed(dot, [&](auto o) {
+				typedef typename decltype(d)::type D;
+				typedef typename decltype(o)::type O;
+				MGT_LAUNCH((drop_mul_k<D, O>), T, MGT_ROW_THREADS, 0, st, (D *)dy, (const O *)dout, h, p, ks,
+					   key, e0, vec);
+				return mgt_k_rc();
+			});
+		});
+	} else if (dyt != dot) {
+		rc = mgt_k_cast(s, dy, dyt, dout, dot, n);
 	} else if (dy != dout) {
-		cudaError_t e = cudaMemcpyAsync(dy, dout, (size_t)T * h * sizeof(float),
-						cudaMemcpyDeviceToDevice, st);
+		cudaError_t e = cudaMemcpyAsync(dy, dout, n * (dyt == MGT_K_F32 ? 4 : 2), cudaMemcpyDeviceToDevice, st);
 		rc = mgt_k_rc();
 		rc = e != cudaSuccess ? (int)e : rc;
 	}
 	if (rc || !db)
 		return rc;
-	return mgt_k_colsum(s, db, dy, T, h, ws);
+	return mgt_k_colsum(s, db, dy, dyt, T, h, ws);
 }
 
 /* ---- RoPE ---- */

@@ -150,8 +150,8 @@ static void sort_keys(cudaStream_t st, uint64_t *key, unsigned P)
 
 /* Block i: when sorted key i starts a run of a real row, dtable[row] += dy of the run's tokens,
  * in token order, each element accumulated in a register from dtable's value. */
-static __global__ void emb_runs_k(float *dtable, const float *dy, const uint64_t *key, int T, int h,
-				  bool vec)
+template <typename D>
+static __global__ void emb_runs_k(float *dtable, const D *dy, const uint64_t *key, int T, int h, bool vec)
 {
 	const unsigned i = blockIdx.x;
 	const uint32_t row = (uint32_t)(key[i] >> 32);
@@ -182,8 +182,8 @@ extern "C" size_t mgt_k_embedding_bwd_ws_bytes(int T)
 	return T <= 0 ? 0 : sort_len(T) * sizeof(uint64_t);
 }
 
-extern "C" int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const float *dy, const int32_t *ids,
-				   int64_t row0, int64_t rows, int T, int h, void *ws)
+extern "C" int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const void *dy, mgt_k_dtype dyt,
+				   const int32_t *ids, int64_t row0, int64_t rows, int T, int h, void *ws)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
@@ -193,6 +193,9 @@ extern "C" int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const float *d
 	MGT_LAUNCH(emb_keys_k, mgt_grid(P, 256), 256, 0, st, key, ids, row0, rows, T, P);
 	sort_keys(st, key, P);
 	const bool vec = h % 4 == 0 && mgt_al16(dtable) && mgt_al16(dy);
-	MGT_LAUNCH(emb_runs_k, T, MGT_ROW_THREADS, 0, st, dtable, dy, key, T, h, vec);
-	return mgt_k_rc();
+	return mgt_k_typed(dyt, [&](auto e) {
+		typedef typename decltype(e)::type D;
+		MGT_LAUNCH(emb_runs_k<D>, T, MGT_ROW_THREADS, 0, st, dtable, (const D *)dy, key, T, h, vec);
+		return mgt_k_rc();
+	});
 }

@@ -58,7 +58,7 @@ int mgt_k_embedding_fwd(mgt_k_stream s, float *y, const int32_t *ids, const floa
 			int64_t row0, int64_t rows, int T, int h, int accumulate);
 /* Deterministic: each (row, column) of dtable receives its tokens' gradients in token order. */
 size_t mgt_k_embedding_bwd_ws_bytes(int T);
-int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const float *dy, const int32_t *ids,
+int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const void *dy, mgt_k_dtype dyt, const int32_t *ids,
 			int64_t row0, int64_t rows, int T, int h, void *ws);
 
 /* ---- normalization (kind: 0 LayerNorm, 1 RMSNorm; backend.h's mgt_norm_kind) ---- */
@@ -67,7 +67,8 @@ int mgt_k_embedding_bwd(mgt_k_stream s, float *dtable, const float *dy, const in
 int mgt_k_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd, const void *x,
 		   mgt_k_dtype xt, const float *w, const float *b, int T, int h, float eps);
 size_t mgt_k_norm_bwd_ws_bytes(int T, int h);
-int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
+/* dx of x's type xt (accumulated: a 16-bit dx read, the sum rounded), dy of type dyt. */
+int mgt_k_norm_bwd(mgt_k_stream s, int kind, void *dx, float *dw, float *db, const void *dy, mgt_k_dtype dyt,
 		   const void *x, mgt_k_dtype xt, const float *w, const float *mean, const float *rstd, int T,
 		   int h, void *ws);
 
@@ -158,17 +159,18 @@ int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db, const floa
 		       const void *x, mgt_k_dtype xt, const float *b, int T, int f, void *ws);
 
 /* ---- bias-dropout-add ---- */
-/* out and resid of type rt (the residual stream's storage: fp32, or 16-bit, the sum rounded). */
-int mgt_k_bda_fwd(mgt_k_stream s, void *out, const void *resid, mgt_k_dtype rt, const float *y, const float *b,
-		  int T, int h, float p, uint64_t key, uint64_t e0);
+/* out and resid of type rt (the residual stream's storage: fp32, or 16-bit, the sum rounded), y of
+ * type yt.  The backward: dy of type dyt, dout of type dot; db sums dy's stored values. */
+int mgt_k_bda_fwd(mgt_k_stream s, void *out, const void *resid, mgt_k_dtype rt, const void *y, mgt_k_dtype yt,
+		  const float *b, int T, int h, float p, uint64_t key, uint64_t e0);
 size_t mgt_k_bda_bwd_ws_bytes(int T, int h);
-int mgt_k_bda_bwd(mgt_k_stream s, float *dy, float *db, const float *dout, int T, int h, float p,
-		  uint64_t key, uint64_t e0, void *ws);
+int mgt_k_bda_bwd(mgt_k_stream s, void *dy, mgt_k_dtype dyt, float *db, const void *dout, mgt_k_dtype dot, int T,
+		  int h, float p, uint64_t key, uint64_t e0, void *ws);
 
 /* Column sums: db[c] += sum_t dy[t, c] over dy [T, n], deterministic (the linear layers' bias
  * gradient when the GEMM epilogue does not give it). */
 size_t mgt_k_colsum_ws_bytes(int T, int n);
-int mgt_k_colsum(mgt_k_stream s, float *db, const float *dy, int T, int n, void *ws);
+int mgt_k_colsum(mgt_k_stream s, float *db, const void *dy, mgt_k_dtype dt, int T, int n, void *ws);
 
 /* ---- Mixture of Experts (kernels/moe.cu): backend.h's rows_gather, rows_combine, rows_scale,
  * rows_dot, one block per row.  rows_combine adds a token's copies (slot >= 0) into a zero row

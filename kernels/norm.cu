@@ -129,15 +129,16 @@ extern "C" int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtyp
 /* Row t: g = dy * w, xhat = (x - mean) * rstd,
  * dx (+)= rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMSNorm: no mean(g) term).  acc: add
  * into dx, else write it (dx may then alias dy: each thread reads its elements of dy before it
- * writes the same elements of dx, after the block's sums). */
-template <typename X>
-static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const X *x, const float *w,
-				 const float *mean, const float *rstd, int h, bool vec, rows_lay L, bool acc)
+ * writes the same elements of dx, after the block's sums).  x and dx of type X, dy of type G (read
+ * as fp32; a 16-bit dx's sum rounded to nearest even). */
+template <typename X, typename G>
+static __global__ void norm_dx_k(int kind, X *dx, const G *dy, const X *x, const float *w, const float *mean,
+				 const float *rstd, int h, bool vec, rows_lay L, bool acc)
 {
 	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4, off = row_at(L, t, nh);
 	const X *xt = x + off;
-	const float *gt = dy + off;
-	float *dxt = dx + off;
+	const G *gt = dy + off;
+	X *dxt = dx + off;
 	const float m = mean[t], rs = rstd[t];
 	double sg = 0, sgx = 0;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
@@ -172,8 +173,8 @@ static __global__ void norm_dx_k(int kind, float *dx, const float *dy, const X *
 }
 
 /* Chunk r of rows, column c: pw[r, c] = sum_t dy * xhat, pb[r, c] = sum_t dy (double, row order). */
-template <typename X>
-static __global__ void norm_dwdb_part_k(double *pw, double *pb, const float *dy, const X *x,
+template <typename X, typename G>
+static __global__ void norm_dwdb_part_k(double *pw, double *pb, const G *dy, const X *x,
 					const float *mean, const float *rstd, int T, int h, int rows, rows_lay L)
 {
 	const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -184,7 +185,7 @@ static __global__ void norm_dwdb_part_k(double *pw, double *pb, const float *dy,
 	double aw = 0, ab = 0;
 	for (int t = t0; t < t1; t++) {
 		const size_t i = row_at(L, (size_t)t, (size_t)h) + c;
-		const float gv = dy[i];
+		const float gv = mgt_ld1(dy, i);
 		aw += gv * ((mgt_ld1(x, i) - mean[t]) * rstd[t]);
 		ab += gv;
 	}
@@ -217,43 +218,46 @@ extern "C" size_t mgt_k_norm_bwd_ws_bytes(int T, int h)
 	return 2 * (size_t)mgt_col_chunks(T, h) * (size_t)h * sizeof(double);
 }
 
-/* The backward's kernels for x of type X. */
-template <typename X>
-static void norm_bwd_x(cudaStream_t st, int kind, float *dx, float *dw, float *db, const float *dy, const X *x,
+/* The backward's kernels for x and dx of type X, dy of type G. */
+template <typename X, typename G>
+static void norm_bwd_x(cudaStream_t st, int kind, X *dx, float *dw, float *db, const G *dy, const X *x,
 		       const float *w, const float *mean, const float *rstd, int T, int h, void *ws, rows_lay L,
 		       bool acc, bool vec)
 {
 	const int rows = mgt_col_chunk_rows(T, h), R = mgt_col_chunks(T, h);
 	const unsigned cb = (unsigned)mgt_cdiv((size_t)h, MGT_COL_THREADS);
 	double *pw = (double *)ws, *pb = pw + (size_t)R * h;
-	MGT_LAUNCH(norm_dwdb_part_k<X>, dim3(cb, R), MGT_COL_THREADS, 0, st, pw, pb, dy, x, mean, rstd, T, h, rows, L);
+	MGT_LAUNCH((norm_dwdb_part_k<X, G>), dim3(cb, R), MGT_COL_THREADS, 0, st, pw, pb, dy, x, mean, rstd, T, h, rows,
+		   L);
 	MGT_LAUNCH(norm_dwdb_fin_k, cb, MGT_COL_THREADS, 0, st, dw, db, pw, pb, R, h);
-	MGT_LAUNCH(norm_dx_k<X>, T, MGT_ROW_THREADS, 0, st, kind, dx, dy, x, w, mean, rstd, h, vec, L, acc);
+	MGT_LAUNCH((norm_dx_k<X, G>), T, MGT_ROW_THREADS, 0, st, kind, dx, dy, x, w, mean, rstd, h, vec, L, acc);
 }
 
-/* dw/db first, then dx: with acc == false dx may alias dy.  x of type xt. */
-static int norm_bwd_rows(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy, const void *x,
-			 mgt_k_dtype xt, const float *w, const float *mean, const float *rstd, int T, int h, void *ws,
-			 rows_lay L, bool acc)
+/* dw/db first, then dx: with acc == false dx may alias dy.  x and dx of type xt, dy of type gt. */
+static int norm_bwd_rows(mgt_k_stream s, int kind, void *dx, float *dw, float *db, const void *dy, mgt_k_dtype gt,
+			 const void *x, mgt_k_dtype xt, const float *w, const float *mean, const float *rstd, int T,
+			 int h, void *ws, rows_lay L, bool acc)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
 	const cudaStream_t st = mgt_st(s);
 	const bool vec = h % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(w);
-	if (xt == MGT_K_BF16)
-		norm_bwd_x(st, kind, dx, dw, db, dy, (const __nv_bfloat16 *)x, w, mean, rstd, T, h, ws, L, acc, vec);
-	else if (xt == MGT_K_F16)
-		norm_bwd_x(st, kind, dx, dw, db, dy, (const __half *)x, w, mean, rstd, T, h, ws, L, acc, vec);
-	else
-		norm_bwd_x(st, kind, dx, dw, db, dy, (const float *)x, w, mean, rstd, T, h, ws, L, acc, vec);
-	return mgt_k_rc();
+	return mgt_k_typed(xt, [&](auto ex) {
+		return mgt_k_typed(gt, [&](auto eg) {
+			typedef typename decltype(ex)::type X;
+			typedef typename decltype(eg)::type G;
+			norm_bwd_x(st, kind, (X *)dx, dw, db, (const G *)dy, (const X *)x, w, mean, rstd, T, h, ws, L, acc,
+				   vec);
+			return mgt_k_rc();
+		});
+	});
 }
 
-extern "C" int mgt_k_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
-			      const void *x, mgt_k_dtype xt, const float *w, const float *mean, const float *rstd,
-			      int T, int h, void *ws)
+extern "C" int mgt_k_norm_bwd(mgt_k_stream s, int kind, void *dx, float *dw, float *db, const void *dy,
+			      mgt_k_dtype dyt, const void *x, mgt_k_dtype xt, const float *w, const float *mean,
+			      const float *rstd, int T, int h, void *ws)
 {
-	return norm_bwd_rows(s, kind, dx, dw, db, dy, x, xt, w, mean, rstd, T, h, ws, rows_lay{1, 1, 0}, true);
+	return norm_bwd_rows(s, kind, dx, dw, db, dy, dyt, x, xt, w, mean, rstd, T, h, ws, rows_lay{1, 1, 0}, true);
 }
 
 extern "C" size_t mgt_k_head_norm_bwd_ws_bytes(int T, int ng, int r, int d, int key)
@@ -269,5 +273,5 @@ extern "C" int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, float *dx, float *d
 {
 	int n;
 	rows_lay L = head_rows(T, ng, r, key, &n);
-	return norm_bwd_rows(s, kind, dx, dw, db, dy, x, MGT_K_F32, w, mean, rstd, n, d, ws, L, false);
+	return norm_bwd_rows(s, kind, dx, dw, db, dy, MGT_K_F32, x, MGT_K_F32, w, mean, rstd, n, d, ws, L, false);
 }

@@ -73,7 +73,7 @@ extern "C" int mgt_k_sumsq(mgt_k_stream s, double *out, const float *x, size_t n
 
 /* part[r, c] = sum of x[t, c] over the rows t of chunk r, in row order, in double.  Grid
  * (column blocks, chunks); one thread per column, so a warp reads 32 consecutive floats. */
-static __global__ void colsum_part_k(double *part, const float *x, int T, int n, int rows)
+template <typename X> static __global__ void colsum_part_k(double *part, const X *x, int T, int n, int rows)
 {
 	const int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= n)
@@ -82,7 +82,7 @@ static __global__ void colsum_part_k(double *part, const float *x, int T, int n,
 	const int t0 = r * rows, t1 = T - t0 < rows ? T : t0 + rows;
 	double acc = 0;
 	for (int t = t0; t < t1; t++)
-		acc += x[(size_t)t * n + c];
+		acc += mgt_ld1(x, (size_t)t * n + c);
 	part[(size_t)r * n + c] = acc;
 }
 
@@ -106,7 +106,7 @@ extern "C" size_t mgt_k_colsum_ws_bytes(int T, int n)
 }
 
 /* colsum_acc in lib/backend/cpu.c.  ws: [R, n] doubles (R chunks of rows, mgt_col_chunks). */
-extern "C" int mgt_k_colsum(mgt_k_stream s, float *db, const float *dy, int T, int n, void *ws)
+extern "C" int mgt_k_colsum(mgt_k_stream s, float *db, const void *dy, mgt_k_dtype dt, int T, int n, void *ws)
 {
 	if (T <= 0 || n <= 0)
 		return 0;
@@ -114,7 +114,11 @@ extern "C" int mgt_k_colsum(mgt_k_stream s, float *db, const float *dy, int T, i
 	const int rows = mgt_col_chunk_rows(T, n), R = mgt_col_chunks(T, n);
 	const unsigned cb = (unsigned)mgt_cdiv((size_t)n, MGT_COL_THREADS);
 	double *part = (double *)ws;
-	MGT_LAUNCH(colsum_part_k, dim3(cb, R), MGT_COL_THREADS, 0, st, part, dy, T, n, rows);
+	mgt_k_typed(dt, [&](auto e) {
+		typedef typename decltype(e)::type E;
+		MGT_LAUNCH(colsum_part_k<E>, dim3(cb, R), MGT_COL_THREADS, 0, st, part, (const E *)dy, T, n, rows);
+		return 0;
+	});
 	MGT_LAUNCH(colsum_fin_k, cb, MGT_COL_THREADS, 0, st, db, part, R, n);
 	return mgt_k_rc();
 }

@@ -65,8 +65,15 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * Megatron's bf16 output layer does: that changes the loss by the logits' rounding.  So are
  * the fused QKV activation and the attention output (rope and attn_fwd / attn_bwd take them with
  * their type): linear_fwd writes qkv rounded, rope rounds its rotated values, attention reads
- * them and writes its output rounded (Megatron's bf16 core attention).  Other activations, and
- * every activation gradient, are fp32 in this version.
+ * them and writes its output rounded (Megatron's bf16 core attention).  So are the row-parallel
+ * outputs (linear_proj, linear_fc2: linear_fwd writes them rounded, the TP reduction sums them
+ * in 16 bits, bda_fwd reads them), and the activation gradients of the [T, h] stream: the
+ * residual's gradient (norm_bwd accumulates into it, of the residual's type; bda_bwd reads it),
+ * the gradient of each row-parallel output (bda_bwd writes it rounded) and of each norm output
+ * (linear_bwd writes dx rounded; norm_bwd and embedding_bwd read it): what Megatron's bf16
+ * autograd stores and its TP and PP communication moves.  Other activations and activation
+ * gradients (inside attention and the MLP, the MoE layer's, context parallelism's) are fp32 in
+ * this version.
  *
  * Weights may come already in the 16-bit type (the model's 16-bit copy of its parameters, which
  * it refreshes with the cast op after every change of its fp32 main parameters, as Megatron's
@@ -113,9 +120,10 @@ typedef struct mgt_backend_ops {
 	 *   dw[out, in] += dy^T . x       accumulates (fp32)
 	 *   db[out]     += sum_t dy[t]    accumulates (skipped when db == NULL)
 	 * dy of type dyt, x of type xt and w of type wt, each as linear_fwd's x (db sums dy's values
-	 * in fp32 whatever its type). */
-	void (*linear_bwd)(mgt_backend *be, float *dx, float *dw, float *db, const void *dy, mgt_elem_type dyt,
-			   const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out);
+	 * in fp32 whatever its type); dx of type dxt as linear_fwd's y (the fp32 sum rounded once). */
+	void (*linear_bwd)(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, const void *dy,
+			   mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T,
+			   int in, int out);
 
 	/* ---- embedding ---- */
 	/* Row lookup in a table holding rows [row0, row0+rows) of a larger (possibly vocab-parallel)
@@ -123,8 +131,9 @@ typedef struct mgt_backend_ops {
 	 * nothing (+=).  accumulate == false writes y, true adds into y.  table [rows, h], y [T, h]. */
 	void (*embedding_fwd)(mgt_backend *be, float *y, const int32_t *ids, const float *table,
 			      int64_t row0, int64_t rows, int T, int h, bool accumulate);
-	/* dtable[ids[t] - row0] += dy[t] for ids in range.  Accumulates; deterministic. */
-	void (*embedding_bwd)(mgt_backend *be, float *dtable, const float *dy, const int32_t *ids,
+	/* dtable[ids[t] - row0] += dy[t] for ids in range.  Accumulates in fp32; deterministic.  dy's
+	 * elements are of type dyt (fp32, or bf16/fp16 read as their fp32 values). */
+	void (*embedding_bwd)(mgt_backend *be, float *dtable, const void *dy, mgt_elem_type dyt, const int32_t *ids,
 			      int64_t row0, int64_t rows, int T, int h);
 
 	/* ---- normalization ---- */
@@ -137,9 +146,11 @@ typedef struct mgt_backend_ops {
 	void (*norm_fwd)(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			 const void *x, mgt_elem_type xt, const float *w, const float *b, int T, int h, float eps);
 	/* Backward: dx[T, h] += d/dx (accumulates, so the residual stream's gradient passes through),
-	 * dw[h] += ..., db[h] += ... (db skipped when NULL); x of type xt as the forward's. */
-	void (*norm_bwd)(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			 const float *dy, const void *x, mgt_elem_type xt, const float *w, const float *mean,
+	 * dw[h] += ..., db[h] += ... (db skipped when NULL); x of type xt as the forward's, dx of the
+	 * same type (the residual stream and its gradient: a 16-bit dx is read as its fp32 values and
+	 * the fp32 sum rounded once to nearest even), dy of type dyt (fp32, or 16-bit read as fp32). */
+	void (*norm_bwd)(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
+			 mgt_elem_type dyt, const void *x, mgt_elem_type xt, const float *w, const float *mean,
 			 const float *rstd, int T, int h);
 
 	/* Norm of attention heads inside the fused QKV activation (Megatron-Core's q_layernorm /
@@ -270,13 +281,16 @@ typedef struct mgt_backend_ops {
 	 * Dropout element index = e0 + t*h + c (e0: global index of this piece's first element).
 	 * out may alias resid.  Writes out.  out and resid are of type rt (the residual stream's
 	 * storage): fp32, or bf16/fp16 (resid read as its fp32 values, the fp32 sum rounded to nearest
-	 * even); y and b are fp32. */
-	void (*bda_fwd)(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const float *y,
-			const float *b, int T, int h, float p, uint64_t key, uint64_t e0);
-	/* Backward: dy[T, h] = dropout mask * dout (writes; may alias dout), db[h] += sum_t dy[t]
-	 * (skipped when NULL).  The residual's gradient is dout itself. */
-	void (*bda_bwd)(mgt_backend *be, float *dy, float *db, const float *dout, int T, int h,
-			float p, uint64_t key, uint64_t e0);
+	 * even); y of type yt (fp32, or 16-bit read as its fp32 values: a 16-bit row-parallel output);
+	 * b is fp32. */
+	void (*bda_fwd)(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y,
+			mgt_elem_type yt, const float *b, int T, int h, float p, uint64_t key, uint64_t e0);
+	/* Backward: dy[T, h] = dropout mask * dout (writes; may alias dout when dyt == dot), db[h] +=
+	 * sum_t dy[t] (skipped when NULL; the sum of dy's stored values, in fp32).  dout of type dot,
+	 * dy of type dyt (each fp32, or bf16/fp16: read as fp32, the product rounded to nearest even).
+	 * The residual's gradient is dout itself. */
+	void (*bda_bwd)(mgt_backend *be, void *dy, mgt_elem_type dyt, float *db, const void *dout, mgt_elem_type dot,
+			int T, int h, float p, uint64_t key, uint64_t e0);
 
 	/* ---- vocab-parallel softmax cross-entropy (megatron/core/tensor_parallel/cross_entropy.py)
 	 * logits [T, V] hold vocabulary columns [v0, v0 + V) of the padded vocabulary.  The model
@@ -347,6 +361,10 @@ typedef struct mgt_backend_ops {
 	 * even (fp16: overflow to +-inf, NaN stays NaN), as mgt_f32_to_bf16 / mgt_f32_to_f16 encode it
 	 * (lib/util).  Writes dst [n] 2-byte elements; dst and src do not overlap. */
 	void (*cast)(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n);
+	/* dst[i] = the exact fp32 value of src[i], n 2-byte elements of type st (MGT_DT_BF16 or
+	 * MGT_DT_F16; every such value is a float), as mgt_bf16_to_f32 / mgt_f16_to_f32 decode it.
+	 * Writes dst [n]; dst and src do not overlap. */
+	void (*widen)(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n);
 	/* x *= alpha over n elements. */
 	void (*scale)(mgt_backend *be, float *x, size_t n, float alpha);
 	/* y += x over n elements. */

@@ -166,6 +166,16 @@ static void load_row(float *r, const uint16_t *h, mgt_elem_type t, size_t n)
 			r[c] = mgt_f16_to_f32(h[c]);
 }
 
+/* The widen op: dst [n] = the 16-bit src of type st as fp32 (exact). */
+static void cpu_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
+{
+	const uint16_t *h = src;
+	const size_t ch = 16384; /* elements a task */
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
+	for (size_t i = 0; i < n; i += ch)
+		load_row(dst + i, h + i, st, n - i < ch ? n - i : ch);
+}
+
 /* x [n] of type t as fp32: x itself when fp32, else widened exactly into the k-th rounding buffer
  * (NULL, the failure recorded, when it cannot grow). */
 static const float *widen(mgt_backend *be, int k, const void *x, mgt_elem_type t, size_t n)
@@ -173,14 +183,27 @@ static const float *widen(mgt_backend *be, int k, const void *x, mgt_elem_type t
 	if (t == MGT_DT_F32)
 		return x;
 	float *r = round_buf(be, k, n);
-	if (!r)
-		return NULL;
-	const uint16_t *h = x;
-	const size_t ch = 16384; /* elements a task */
-#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
-	for (size_t i = 0; i < n; i += ch)
-		load_row(r + i, h + i, t, n - i < ch ? n - i : ch);
+	if (r)
+		cpu_widen(be, r, x, t, n);
 	return r;
+}
+
+static void cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n);
+
+/* Where an op computes its fp32 result [n] bound for dst of type t: dst itself when fp32, else
+ * rounding buffer 4 (NULL, the failure recorded, when it cannot grow); narrow() then stores it. */
+static float *out32(mgt_backend *be, void *dst, mgt_elem_type t, size_t n)
+{
+	return t == MGT_DT_F32 ? dst : round_buf(be, 4, n);
+}
+
+/* dst [n] of type t = r [n] (rounded to nearest even when 16-bit; nothing to do when dst is r). */
+static void narrow(mgt_backend *be, void *dst, mgt_elem_type t, const float *r, size_t n)
+{
+	if (t != MGT_DT_F32)
+		cpu_cast(be, dst, t, r, n);
+	else if (dst != r)
+		memcpy(dst, r, n * sizeof *r);
 }
 
 /* Output features a GEMM call covers at most (the vocabulary's output layer is split) */
@@ -313,8 +336,9 @@ void mgt_cpu_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *
 	}
 }
 
-void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const void *dy16, mgt_elem_type dyt,
-			const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out)
+/* linear_bwd with an fp32 dx (mgt_cpu_linear_bwd rounds a 16-bit one from it). */
+static void linear_bwd32(mgt_backend *be, float *dx, float *dw, float *db, const void *dy16, mgt_elem_type dyt,
+			 const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out)
 {
 	if (T <= 0 || in <= 0 || out <= 0) {
 		if (dx && T > 0 && in > 0)
@@ -362,6 +386,21 @@ void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const 
 	}
 }
 
+/* A 16-bit dx is computed in fp32 in rounding buffer 4 (its blocks' products summed there), then
+ * rounded once. */
+void mgt_cpu_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, const void *dy,
+			mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in,
+			int out)
+{
+	const size_t nx = T > 0 && in > 0 ? (size_t)T * (size_t)in : 0;
+	float *dx32 = dx && nx ? out32(be, dx, dxt, nx) : dx;
+	if (dx && nx && !dx32)
+		return;
+	linear_bwd32(be, dx32, dw, db, dy, dyt, x, xt, w, wt, T, in, out);
+	if (dx && nx)
+		narrow(be, dx, dxt, dx32, nx);
+}
+
 /* ---- embedding ---- */
 
 static void cpu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, const float *table,
@@ -386,9 +425,12 @@ static void cpu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, con
 	}
 }
 
-static void cpu_embedding_bwd(mgt_backend *be, float *dtable, const float *dy, const int32_t *ids,
-			      int64_t row0, int64_t rows, int T, int h)
+static void cpu_embedding_bwd(mgt_backend *be, float *dtable, const void *dy16, mgt_elem_type dyt,
+			      const int32_t *ids, int64_t row0, int64_t rows, int T, int h)
 {
+	const float *dy = T > 0 && h > 0 ? widen(be, 5, dy16, dyt, (size_t)T * (size_t)h) : NULL;
+	if (!dy)
+		return;
 	int nch = (h + COLCH - 1) / COLCH;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(dynamic, 1) \
 	if ((size_t)T * h > PAR_MIN && nch > 1)
@@ -530,13 +572,21 @@ static void norm_bwd_rows(mgt_backend *be, mgt_norm_kind kind, float *dx, float 
 	}
 }
 
-static void cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			 const float *dy, const void *x, mgt_elem_type xt, const float *w, const float *mean,
+/* 16-bit inputs widened into rounding buffers 0 (x), 5 (dy) and 4 (dx, accumulated in fp32 there
+ * and rounded back). */
+static void cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
+			 mgt_elem_type dyt, const void *x, mgt_elem_type xt, const float *w, const float *mean,
 			 const float *rstd, int T, int h)
 {
-	const float *x32 = widen(be, 0, x, xt, (size_t)T * (size_t)(h > 0 ? h : 0));
-	if (x32)
-		norm_bwd_rows(be, kind, dx, dw, db, dy, x32, w, mean, rstd, T, h, ROWS_DENSE, true);
+	if (T <= 0 || h <= 0)
+		return;
+	const size_t n = (size_t)T * (size_t)h;
+	const float *x32 = widen(be, 0, x, xt, n), *dy32 = widen(be, 5, dy, dyt, n);
+	float *dx32 = (float *)widen(be, 4, dx, xt, n);
+	if (!x32 || !dy32 || !dx32)
+		return;
+	norm_bwd_rows(be, kind, dx32, dw, db, dy32, x32, w, mean, rstd, T, h, ROWS_DENSE, true);
+	narrow(be, dx, xt, dx32, n);
 }
 
 /* Query heads: rows per group r, group stride r + 2, first 0; key heads: 1 row at offset r. */
@@ -613,7 +663,6 @@ static void cpu_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t
 	}
 }
 
-static void cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n);
 
 /* ---- attention: cpu_attn.c on fp32 values (16-bit qkv and out widened, out rounded) ---- */
 
@@ -843,10 +892,15 @@ CPU_CLONES static void bda_row(float *ot, const float *rt, const float *yt, cons
 
 /* 16-bit out and resid: each row through the thread's two row buffers (resid widened, the fp32
  * sum rounded by store_row). */
-static void cpu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const float *y,
-			const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
+static void cpu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y16,
+			mgt_elem_type yt, const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
 {
+	if (T <= 0 || h <= 0)
+		return;
 	const float ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+	const float *y = widen(be, 5, y16, yt, (size_t)T * (size_t)h); /* a 16-bit y widened first */
+	if (!y)
+		return;
 	float *rows = rt == MGT_DT_F32 || T <= 0 ? NULL : row_bufs(be, 2 * (size_t)h);
 	if (rt != MGT_DT_F32 && T > 0 && !rows)
 		return;
@@ -880,9 +934,18 @@ CPU_CLONES static void drop_mul_row(float *dt, const float *gt, int h, uint64_t 
 	}
 }
 
-static void cpu_bda_bwd(mgt_backend *be, float *dy, float *db, const float *dout, int T, int h,
-			float p, uint64_t key, uint64_t e0)
+/* 16-bit dout widened into rounding buffer 5, a 16-bit dy computed in buffer 4 and rounded; db
+ * sums the rounded values (widened back into buffer 4). */
+static void cpu_bda_bwd(mgt_backend *be, void *dy16, mgt_elem_type dyt, float *db, const void *dout16,
+			mgt_elem_type dot, int T, int h, float p, uint64_t key, uint64_t e0)
 {
+	if (T <= 0 || h <= 0)
+		return;
+	const size_t n = (size_t)T * (size_t)h;
+	const float *dout = widen(be, 5, dout16, dot, n);
+	float *dy = out32(be, dy16, dyt, n);
+	if (!dout || !dy)
+		return;
 	if (p > 0) {
 		const float ks = 1.0f / (1.0f - p);
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * h > PAR_MIN / 16)
@@ -892,8 +955,10 @@ static void cpu_bda_bwd(mgt_backend *be, float *dy, float *db, const float *dout
 	} else if (dy != dout) {
 		memcpy(dy, dout, (size_t)T * h * sizeof *dy);
 	}
-	if (db)
-		colsum_acc(be, db, dy, T, h);
+	narrow(be, dy16, dyt, dy, n);
+	const float *stored = db ? widen(be, 4, dy16, dyt, n) : NULL;
+	if (stored)
+		colsum_acc(be, db, stored, T, h);
 }
 
 /* ---- vocab-parallel cross-entropy ---- */
@@ -1166,6 +1231,7 @@ static const mgt_backend_ops cpu_ops = {
 	.sumsq = cpu_sumsq,
 	.copy = cpu_copy,
 	.cast = cpu_cast,
+	.widen = cpu_widen,
 	.scale = cpu_scale,
 	.add = cpu_add,
 };
@@ -1257,7 +1323,7 @@ static void cpu_destroy(mgt_backend *be)
 	cpu_impl *im = be->impl;
 	if (im) {
 		free(im->scratch);
-		for (int k = 0; k < 4; k++)
+		for (int k = 0; k < 6; k++)
 			free(im->round_buf[k]);
 	}
 	free(im);

@@ -32,10 +32,11 @@ typedef struct {
 	 * CPU_AQ x CPU_AK byte mask each, cpu_scratch_bytes apart. */
 	unsigned char *scratch;
 	/* Rounded or widened GEMM operands (0, 1), per-thread rows of ops with 16-bit inputs or
-	 * outputs and the fp32 row blocks of a linear layer's 16-bit output (2); grown on demand,
-	 * freed at destroy. */
-	float *round_buf[4];
-	size_t round_cap[4];
+	 * outputs and the fp32 row blocks of a linear layer's 16-bit output (2), the backward's
+	 * converted x (3), the fp32 results of ops with a whole 16-bit output (4: out32) and a
+	 * second widened input (5); grown on demand, freed at destroy (CPU_ROUND_BUFS). */
+	float *round_buf[6];
+	size_t round_cap[6];
 } cpu_impl;
 
 /* Work (elements touched) below which an op runs on the calling thread only. */
@@ -145,8 +146,9 @@ void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const fl
 /* cpu.c: the ops linear_fwd and linear_bwd (cpu_moe.c's grouped linears call them per group). */
 void mgt_cpu_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,
 			const void *w, mgt_elem_type wt, const float *b, int T, int in, int out);
-void mgt_cpu_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const void *dy, mgt_elem_type dyt,
-			const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out);
+void mgt_cpu_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, const void *dy,
+			mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in,
+			int out);
 
 /* cpu_moe.c: the Mixture-of-Experts ops of backend.h. */
 void mgt_cpu_rows_gather(mgt_backend *be, float *dst, const float *src, const int32_t *idx, int N, int h);

@@ -96,8 +96,8 @@ void mgt_cpu_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, co
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cpu_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, MGT_DT_F32, x + r * in, MGT_DT_F32, w[g], wt, rows[g],
-				   in, out);
+		mgt_cpu_linear_bwd(be, dx ? dx + r * in : NULL, MGT_DT_F32, dw[g], NULL, dy + r * out, MGT_DT_F32,
+				   x + r * in, MGT_DT_F32, w[g], wt, rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }

@@ -261,18 +261,18 @@ static void cu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, cons
 			    mgt_k_embedding_fwd(stream(be), y, ids, table, row0, rows, T, h, accumulate));
 }
 
-static void cu_embedding_bwd(mgt_backend *be, float *dtable, const float *dy, const int32_t *ids,
-			     int64_t row0, int64_t rows, int T, int h)
-{
-	if (T > 0 && h > 0)
-		WITH_WS("embedding_bwd", mgt_k_embedding_bwd_ws_bytes(T),
-			mgt_k_embedding_bwd(stream(be), dtable, dy, ids, row0, rows, T, h, ws));
-}
-
 /* The kernels' name of an element type (fp32, bf16, fp16). */
 static mgt_k_dtype k_dtype(mgt_elem_type t)
 {
 	return t == MGT_DT_BF16 ? MGT_K_BF16 : t == MGT_DT_F16 ? MGT_K_F16 : MGT_K_F32;
+}
+
+static void cu_embedding_bwd(mgt_backend *be, float *dtable, const void *dy, mgt_elem_type dyt, const int32_t *ids,
+			     int64_t row0, int64_t rows, int T, int h)
+{
+	if (T > 0 && h > 0)
+		WITH_WS("embedding_bwd", mgt_k_embedding_bwd_ws_bytes(T),
+			mgt_k_embedding_bwd(stream(be), dtable, dy, k_dtype(dyt), ids, row0, rows, T, h, ws));
 }
 
 static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
@@ -284,13 +284,14 @@ static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_t
 					   eps));
 }
 
-static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			const float *dy, const void *x, mgt_elem_type xt, const float *w, const float *mean,
+static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
+			mgt_elem_type dyt, const void *x, mgt_elem_type xt, const float *w, const float *mean,
 			const float *rstd, int T, int h)
 {
 	if (T > 0 && h > 0)
 		WITH_WS("norm_bwd", mgt_k_norm_bwd_ws_bytes(T, h),
-			mgt_k_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, x, k_dtype(xt), w, mean, rstd, T, h, ws));
+			mgt_k_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, k_dtype(dyt), x, k_dtype(xt), w, mean, rstd,
+				       T, h, ws));
 }
 
 static void cu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
@@ -453,20 +454,20 @@ static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float 
 			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, x, k_dtype(xt), b, T, f, ws));
 }
 
-static void cu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const float *y,
-		       const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
+static void cu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y,
+		       mgt_elem_type yt, const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	if (T > 0 && h > 0)
 		mgt_cuda_ok(be, "bda_fwd",
-			    mgt_k_bda_fwd(stream(be), out, resid, k_dtype(rt), y, b, T, h, p, key, e0));
+			    mgt_k_bda_fwd(stream(be), out, resid, k_dtype(rt), y, k_dtype(yt), b, T, h, p, key, e0));
 }
 
-static void cu_bda_bwd(mgt_backend *be, float *dy, float *db, const float *dout, int T, int h,
-		       float p, uint64_t key, uint64_t e0)
+static void cu_bda_bwd(mgt_backend *be, void *dy, mgt_elem_type dyt, float *db, const void *dout, mgt_elem_type dot,
+		       int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	if (T > 0 && h > 0)
 		WITH_WS("bda_bwd", mgt_k_bda_bwd_ws_bytes(T, h),
-			mgt_k_bda_bwd(stream(be), dy, db, dout, T, h, p, key, e0, ws));
+			mgt_k_bda_bwd(stream(be), dy, k_dtype(dyt), db, dout, k_dtype(dot), T, h, p, key, e0, ws));
 }
 
 static void cu_xent_max(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V)
@@ -593,6 +594,12 @@ static void cu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *s
 			    mgt_k_cast(stream(be), dst, k_dtype(dt), src, MGT_K_F32, n));
 }
 
+static void cu_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
+{
+	if (n)
+		mgt_cuda_ok(be, "widen", mgt_k_cast(stream(be), dst, MGT_K_F32, src, k_dtype(st), n));
+}
+
 static void cu_destroy(mgt_backend *be);
 
 static const mgt_backend_ops cuda_ops = {
@@ -638,6 +645,7 @@ static const mgt_backend_ops cuda_ops = {
 	.sumsq = cu_sumsq,
 	.copy = cu_dcopy,
 	.cast = cu_cast,
+	.widen = cu_widen,
 	.scale = cu_scale,
 	.add = cu_add,
 };

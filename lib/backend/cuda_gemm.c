@@ -219,7 +219,7 @@ static void fwd_no_input(mgt_backend *be, float *y, const float *b, int T, int o
 	float *zeros = mgt_cuda_scratch(be, "linear_fwd", bytes);
 	if (zeros && mgt_cuda_ok(be, "linear_fwd", cudaMemsetAsync(zeros, 0, bytes, im->stream)))
 		mgt_cuda_ok(be, "linear_fwd",
-			    mgt_k_bda_fwd(im->stream, y, NULL, MGT_K_F32, zeros, b, T, out, 0.0f, 0, 0));
+			    mgt_k_bda_fwd(im->stream, y, NULL, MGT_K_F32, zeros, MGT_K_F32, b, T, out, 0.0f, 0, 0));
 }
 
 /* Rows of a 16-bit output computed at once in fp32 (a block of about 16M floats, 64 MiB of
@@ -228,6 +228,33 @@ static int out_block_rows(int T, int out)
 {
 	size_t r = ((size_t)16 << 20) / (size_t)(out > 0 ? out : 1);
 	return r < 1 ? 1 : r > (size_t)T ? T : (int)r;
+}
+
+/* Bytes of fp32 scratch that gemm_rows needs for R rows of n outputs of type dt (0 for fp32). */
+static size_t rows_bytes(mgt_elem_type dt, int R, int n)
+{
+	return dt == MGT_DT_F32 ? 0 : ((size_t)R * n * 4 + 255) / 256 * 256;
+}
+
+/* D [T, n] (row-major, of type dt) = B . op(A) for B [T, k] row-major of type ab (the GEMM's
+ * column-major D [n, T] = op(A) . B^T, op(A) [n, k]), plus bias [n] when not NULL: one GEMM into
+ * an fp32 D; for a 16-bit D blocks of R rows into the fp32 scratch blk, each cast (rounded). */
+static void gemm_rows(mgt_backend *be, const char *op, bool ta, int n, int T, int k, cudaDataType ab, const void *A,
+		      const void *B, void *D, mgt_elem_type dt, float *blk, int R, const float *bias)
+{
+	cuda_impl *im = be->impl;
+	const bool d16 = dt != MGT_DT_F32;
+	const size_t bs = ab == CUDA_R_32F ? 4 : 2;
+	if (!d16)
+		R = T;
+	for (int t0 = 0; t0 < T; t0 += R) {
+		const int r = T - t0 < R ? T - t0 : R;
+		float *yo = d16 ? blk : (float *)D + (size_t)t0 * n;
+		gemm(be, op, ta, false, n, r, k, ab, A, (const char *)B + (size_t)t0 * k * bs, yo, 0.0f, bias);
+		if (d16)
+			mgt_cuda_ok(be, op, mgt_k_cast(im->stream, (uint16_t *)D + (size_t)t0 * n, k_elem(dt), yo, MGT_K_F32,
+						       (size_t)r * n));
+	}
 }
 
 void mgt_cuda_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt, const void *w,
@@ -250,74 +277,64 @@ void mgt_cuda_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void 
 		return;
 	}
 	/* a 16-bit y: blocks of R rows into fp32 scratch (after the operands), each cast into y */
-	const int R = y16 ? out_block_rows(T, out) : T;
-	const size_t yb = y16 ? ((size_t)R * out * 4 + 255) / 256 * 256 : 0;
+	const int R = out_block_rows(T, out);
+	const size_t yb = rows_bytes(yt, R, out);
 	const cudaDataType ab = op_type(be);
 	const size_t nx = (size_t)T * in, nw = (size_t)out * in;
 	const size_t ob = operand_bytes(xt, ab, nx) + operand_bytes(wt, ab, nw);
 	char *ws = ob + yb ? mgt_cuda_scratch(be, op, ob + yb) : NULL;
 	if (ob + yb && !ws)
 		return;
-	float *blk = y16 ? (float *)(ws + ob) : y;
+	float *blk = y16 ? (float *)(ws + ob) : NULL;
 	const void *xa = operand(be, op, &ws, x, xt, nx, ab), *wa = operand(be, op, &ws, w, wt, nw, ab);
-	for (int t0 = 0; t0 < T; t0 += R) {
-		const int n = T - t0 < R ? T - t0 : R;
-		float *yo = y16 ? blk : blk + (size_t)t0 * out;
-		gemm(be, op, true, false, out, n, in, ab, wa, (const char *)xa + (size_t)t0 * in * (ab == CUDA_R_32F ? 4 : 2),
-		     yo, 0.0f, b);
-		if (y16)
-			mgt_cuda_ok(be, op, mgt_k_cast(im->stream, (uint16_t *)y + (size_t)t0 * out, k_elem(yt), yo,
-						       MGT_K_F32, (size_t)n * out));
-	}
+	gemm_rows(be, op, true, out, T, in, ab, wa, xa, y, yt, blk, R, b);
 }
 
 /* linear_bwd's degenerate shapes, as the CPU backend treats them: dx = 0, db += colsum(dy). */
-static void bwd_degenerate(mgt_backend *be, float *dx, float *db, const float *dy, int T, int in,
-			   int out)
+static void bwd_degenerate(mgt_backend *be, void *dx, mgt_elem_type dxt, float *db, const void *dy,
+			   mgt_elem_type dyt, int T, int in, int out, void *ws)
 {
 	cuda_impl *im = be->impl;
 	if (dx && T > 0 && in > 0)
-		mgt_cuda_ok(be, "linear_bwd",
-			    cudaMemsetAsync(dx, 0, (size_t)T * in * sizeof *dx, im->stream));
-	if (db && T > 0 && out > 0) {
-		void *ws = mgt_cuda_scratch(be, "linear_bwd", mgt_k_colsum_ws_bytes(T, out));
-		if (ws)
-			mgt_cuda_ok(be, "linear_bwd", mgt_k_colsum(im->stream, db, dy, T, out, ws));
-	}
+		mgt_cuda_ok(be, "linear_bwd", cudaMemsetAsync(dx, 0, (size_t)T * in * mgt_elem_size(dxt), im->stream));
+	if (db && T > 0 && out > 0)
+		mgt_cuda_ok(be, "linear_bwd", mgt_k_colsum(im->stream, db, dy, k_elem(dyt), T, out, ws));
 }
 
-void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const void *dy, mgt_elem_type dyt,
-			 const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out)
+void mgt_cuda_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, const void *dy,
+			 mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in,
+			 int out)
 {
 	static const char op[] = "linear_bwd";
 	cuda_impl *im = be->impl;
 	const cudaDataType ab = op_type(be);
 	const size_t ndy = (size_t)T * out, nx = (size_t)T * in, nw = (size_t)out * in;
-	/* scratch: [colsum ws | dy fp32 for db | dy | x | w], the operands only where they are not of type ab */
-	const size_t cs = db ? (mgt_k_colsum_ws_bytes(T, out) + 255) / 256 * 256 : 0;
-	const size_t d32 = db && T > 0 && out > 0 ? operand_bytes(dyt, CUDA_R_32F, ndy) : 0;
 	const bool gemms = T > 0 && in > 0 && out > 0;
-	const size_t bytes = cs + d32 + (gemms ? operand_bytes(dyt, ab, ndy) + (dw ? operand_bytes(xt, ab, nx) : 0) +
-						    (dx ? operand_bytes(wt, ab, nw) : 0) : 0);
-	char *ws = bytes ? mgt_cuda_scratch(be, op, bytes) : NULL;
-	if (bytes && !ws)
+	/* scratch: [colsum ws | dy | x | w | dx rows], the operands only where they are not of type ab,
+	 * the fp32 rows of a 16-bit dx (blocks of R rows) only with dx */
+	const int R = out_block_rows(T, in);
+	const size_t cs = db ? (mgt_k_colsum_ws_bytes(T, out) + 255) / 256 * 256 : 0;
+	const size_t ob = gemms ? operand_bytes(dyt, ab, ndy) + (dw ? operand_bytes(xt, ab, nx) : 0) +
+					  (dx ? operand_bytes(wt, ab, nw) : 0)
+				: 0;
+	const size_t xb = gemms && dx ? rows_bytes(dxt, R, in) : 0;
+	char *ws = cs + ob + xb ? mgt_cuda_scratch(be, op, cs + ob + xb) : NULL;
+	if (cs + ob + xb && !ws)
 		return;
-	char *c = ws + cs;
-	/* the bias gradient sums dy's values in fp32 (a 16-bit dy widened first) */
-	const float *dy32 = d32 ? operand(be, op, &c, dy, dyt, ndy, CUDA_R_32F) : dy;
 	if (!gemms) {
-		bwd_degenerate(be, dx, db, dy32, T, in, out);
+		bwd_degenerate(be, dx, dxt, db, dy, dyt, T, in, out, ws);
 		return;
 	}
+	char *c = ws + cs;
 	const void *dya = operand(be, op, &c, dy, dyt, ndy, ab);
 	const void *xa = dw ? operand(be, op, &c, x, xt, nx, ab) : x;
 	const void *wa = dx ? operand(be, op, &c, w, wt, nw, ab) : w;
 	if (dx)
-		gemm(be, op, false, false, in, T, out, ab, wa, dya, dx, 0.0f, NULL);
+		gemm_rows(be, op, false, in, T, out, ab, wa, dya, dx, dxt, xb ? (float *)(ws + cs + ob) : NULL, R, NULL);
 	if (dw)
 		gemm(be, op, false, true, in, out, T, ab, xa, dya, dw, 1.0f, NULL);
-	if (db)
-		mgt_cuda_ok(be, op, mgt_k_colsum(im->stream, db, dy32, T, out, ws));
+	if (db) /* the bias gradient sums dy's values in fp32 */
+		mgt_cuda_ok(be, op, mgt_k_colsum(im->stream, db, dy, k_elem(dyt), T, out, ws));
 }
 
 /* ---- grouped linears (backend.h's linear_fwd_grouped / linear_bwd_grouped: the experts of a
@@ -348,8 +365,8 @@ void mgt_cuda_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, c
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, dw[g], NULL, dy + r * out, MGT_DT_F32, x + r * in, MGT_DT_F32, w[g], wt,
-				    rows[g], in, out);
+		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, MGT_DT_F32, dw[g], NULL, dy + r * out, MGT_DT_F32,
+				    x + r * in, MGT_DT_F32, w[g], wt, rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }

@@ -79,8 +79,9 @@ void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes);
  * plans. */
 void mgt_cuda_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt, const void *w,
 			 mgt_elem_type wt, const float *b, int T, int in, int out);
-void mgt_cuda_linear_bwd(mgt_backend *be, float *dx, float *dw, float *db, const void *dy, mgt_elem_type dyt,
-			 const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in, int out);
+void mgt_cuda_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, const void *dy,
+			 mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in,
+			 int out);
 /* cuda_gemm.c: linear_fwd_grouped and linear_bwd_grouped (linear_fwd / linear_bwd per group). */
 void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
 				 const int *rows, int G, int in, int out);

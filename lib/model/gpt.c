@@ -437,7 +437,7 @@ float *mgt_model_grads(mgt_model *m) { return m->grads; }
 void *mgt_model_hidden_in(mgt_model *m, int slot) { return m->n_layers ? m->sa[slot].la[0].x_in : m->sa[slot].res_out; }
 void *mgt_model_hidden_out(mgt_model *m, int slot) { return m->sa[slot].res_out; }
 mgt_elem_type mgt_model_hidden_type(const mgt_model *m) { return m->res_t; }
-float *mgt_model_hidden_grad(mgt_model *m) { return m->dres; }
+void *mgt_model_hidden_grad(mgt_model *m) { return m->dres; }
 size_t mgt_model_hidden_numel(const mgt_model *m) { return (size_t)m->Th * (size_t)m->h; }
 bool mgt_model_is_first_stage(const mgt_model *m) { return m->first; }
 bool mgt_model_is_last_stage(const mgt_model *m) { return m->last; }
@@ -485,34 +485,30 @@ static mgt_status tp_allreduce(mgt_model *m, float *x, size_t n, mgt_redop op)
 	return c->size > 1 ? c->ops->allreduce(c, x, n, MGT_DT_F32, op) : MGT_OK;
 }
 
-/* Sum the partial [T, h] results in `full` over TP: all-reduce in place (*out = full) or, under
- * sequence parallelism, reduce-scatter this rank's rows into dloc (*out = dloc). */
-static mgt_status tp_reduce(mgt_model *m, float *full, float **out)
+/* Sum the partial [T, h] results in `full` (elements of type t; a 16-bit type sums in 16 bits, as
+ * Megatron's bf16 all-reduce and reduce-scatter do) over TP: all-reduce in place (*out = full)
+ * or, under sequence parallelism, reduce-scatter this rank's rows into dloc (*out = dloc). */
+static mgt_status tp_reduce(mgt_model *m, void *full, mgt_elem_type t, void **out)
 {
 	size_t n = (size_t)m->Th * (size_t)m->h;
-	*out = m->sp ? m->dloc : full;
-	if (!m->sp) return tp_allreduce(m, full, n, MGT_RED_SUM);
 	mgt_comm *c = m->ps->tp_comm;
-	return c->ops->reduce_scatter(c, m->dloc, full, n, MGT_DT_F32);
+	*out = m->sp ? m->dloc : full;
+	if (!m->sp) return c->size > 1 ? c->ops->allreduce(c, full, n, t, MGT_RED_SUM) : MGT_OK;
+	return c->ops->reduce_scatter(c, m->dloc, full, n, t);
 }
 
-/* Under sequence parallelism gather the rows [Th, h] of every TP rank into full [T, h]. */
-static mgt_status tp_gather_t(mgt_model *m, void *full, const void *part, mgt_elem_type t)
+/* Under sequence parallelism gather the rows [Th, h] (of type t) of every TP rank into full [T, h]. */
+static mgt_status tp_gather(mgt_model *m, void *full, const void *part, mgt_elem_type t)
 {
 	if (!m->sp) return MGT_OK;
 	mgt_comm *c = m->ps->tp_comm;
 	return c->ops->allgather(c, full, part, (size_t)m->Th * (size_t)m->h, t);
 }
 
-static mgt_status tp_gather(mgt_model *m, float *full, const float *part)
-{
-	return tp_gather_t(m, full, part, MGT_DT_F32);
-}
-
 /* The buffer a norm writes its [Th, h] output to before tp_gather into full. */
 static void *norm_out(mgt_model *m, void *full) { return m->sp ? (void *)m->lnl : full; }
 /* The buffer a [Th, h] gradient goes to before tp_gather into dtmp_h. */
-static float *grad_part(mgt_model *m) { return m->sp ? m->dloc : m->dtmp_h; }
+static void *grad_part(mgt_model *m) { return m->sp ? m->dloc : m->dtmp_h; }
 
 /* ---- forward ---- */
 
@@ -532,28 +528,30 @@ static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
 	return 2;
 }
 
-/* bda_fwd on this rank's residual rows (out, resid of mgt_model.res_t), each dropout element
- * indexed by its global row. */
-static void bda_fwd_rows(mgt_model *m, void *out, const void *resid, const float *y, const float *b, float p,
-			 uint64_t key)
+/* bda_fwd on this rank's residual rows (out, resid of mgt_model.res_t; y of type yt), each
+ * dropout element indexed by its global row. */
+static void bda_fwd_rows(mgt_model *m, void *out, const void *resid, const void *y, mgt_elem_type yt, const float *b,
+			 float p, uint64_t key)
 {
 	int64_t t0[2], n[2], h = m->h;
-	const size_t es = mgt_elem_size(m->res_t);
+	const size_t es = mgt_elem_size(m->res_t), ys = mgt_elem_size(yt);
 	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
 		size_t o = (size_t)((t0[k] - m->r0) * h);
 		m->be->ops->bda_fwd(m->be, (char *)out + o * es, resid ? (const char *)resid + o * es : NULL, m->res_t,
-				    y + o, b, (int)n[k], (int)h, p, key, (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
+				    (const char *)y + o * ys, yt, b, (int)n[k], (int)h, p, key,
+				    (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
 	}
 }
 
-/* bda_bwd likewise. */
-static void bda_bwd_rows(mgt_model *m, float *dy, float *db, const float *dout, float p, uint64_t key)
+/* bda_bwd likewise: dy (of type dyt) from the residual's gradient dres. */
+static void bda_bwd_rows(mgt_model *m, void *dy, mgt_elem_type dyt, float *db, float p, uint64_t key)
 {
 	int64_t t0[2], n[2], h = m->h;
+	const size_t es = mgt_elem_size(m->res_t), ys = mgt_elem_size(dyt);
 	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
 		size_t o = (size_t)((t0[k] - m->r0) * h);
-		m->be->ops->bda_bwd(m->be, dy + o, db, dout + o, (int)n[k], (int)h, p, key,
-				    (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
+		m->be->ops->bda_bwd(m->be, (char *)dy + o * ys, dyt, db, (const char *)m->dres + o * es, m->res_t, (int)n[k],
+				    (int)h, p, key, (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
 	}
 }
 
@@ -563,13 +561,13 @@ static mgt_status embed_fwd(mgt_model *m, bool train)
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB], *pe = m->glob[MGT_T_POS_EMB];
 	slot_act *sa = m->cur;
 	int T = m->T, Th = m->Th, h = (int)m->h;
-	float *x;
+	void *x;
 	o->embedding_fwd(m->be, m->emb, sa->tokens, P(m, we), we->local_offset[0], we->local_shape[0], T, h, false);
-	mgt_status st = tp_reduce(m, m->emb, &x);
+	mgt_status st = tp_reduce(m, m->emb, MGT_DT_F32, &x);
 	if (st) return st;
 	if (pe) o->embedding_fwd(m->be, x, sa->pos + m->r0, P(m, pe), 0, pe->shape[0], Th, h, true);
 	void *x0 = m->n_layers ? (void *)sa->la[0].x_in : (void *)sa->res_out;
-	bda_fwd_rows(m, x0, NULL, x, NULL, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
+	bda_fwd_rows(m, x0, NULL, x, MGT_DT_F32, NULL, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
 	return MGT_OK;
 }
 
@@ -581,17 +579,17 @@ static mgt_status norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *
 	void *out = norm_out(m, full);
 	m->be->ops->norm_fwd(m->be, m->norm, out, t, mean, rstd, x, m->res_t, P(m, w), P(m, b), m->Th, (int)m->h,
 			     (float)m->c.norm_epsilon);
-	return tp_gather_t(m, full, out, t);
+	return tp_gather(m, full, out, t);
 }
 
-/* out = resid + dropout(reduce_TP(dtmp_h) + bias): the row-parallel output and its bda. */
+/* out = resid + dropout(reduce_TP(dtmp_h) + bias): the row-parallel output (of type yt) and its bda. */
 static mgt_status reduce_bda(mgt_model *m, void *out, const void *resid, const mgt_tensor *bias, bool train,
-			     uint64_t key)
+			     uint64_t key, mgt_elem_type yt)
 {
-	float *y;
-	mgt_status st = tp_reduce(m, m->dtmp_h, &y);
+	void *y;
+	mgt_status st = tp_reduce(m, m->dtmp_h, yt, &y);
 	if (st) return st;
-	bda_fwd_rows(m, out, resid, y, P(m, bias), drop(m, train, m->c.hidden_dropout), key);
+	bda_fwd_rows(m, out, resid, y, yt, P(m, bias), drop(m, train, m->c.hidden_dropout), key);
 	return MGT_OK;
 }
 
@@ -632,8 +630,9 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	if (m->rope) o->rope(m->be, a->qkv, m->qkv_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = core_attn_fwd(m, li, train);
 	if (st) return st;
-	o->linear_fwd(m->be, m->dtmp_h, MGT_DT_F32, a->ctx, m->qkv_t, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
-	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
+	o->linear_fwd(m->be, m->dtmp_h, m->act_t, a->ctx, m->qkv_t, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T,
+		      (int)(m->nq_l * m->d), h);
+	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
 }
 
 static mgt_status mlp_fwd(mgt_model *m, int li, bool train, void *out)
@@ -645,13 +644,14 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, void *out)
 	if (st) return st;
 	if (mgt_moe_layer(m, li)) {
 		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
-		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3));
+		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3), MGT_DT_F32);
 	}
 	o->linear_fwd(m->be, a->fc1, m->fc1_t, a->ln2, m->ln2_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
 	o->bias_act_fwd(m->be, m->act, a->act, m->act_t, a->fc1, m->fc1_t, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
-	o->linear_fwd(m->be, m->dtmp_h, MGT_DT_F32, a->act, m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
-	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
+	o->linear_fwd(m->be, m->dtmp_h, m->act_t, a->act, m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T,
+		      (int)m->ffn_l, h);
+	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3), m->act_t);
 }
 
 const mgt_tensor *mgt_model_output_weight(const mgt_model *m)
@@ -679,32 +679,35 @@ static mgt_status head_fwd(mgt_model *m, double *loss_sum)
 
 /* ---- backward ---- */
 
-/* dres += d(norm input) from the [T, h] partial gradient in dtmp_h of a norm's output (plus,
- * when extra is not NULL, this rank's [Th, h] rows of a gradient computed on them alone). */
+/* dres += d(norm input) from the [T, h] partial gradient in dtmp_h (of type t) of a norm's output
+ * (plus, when extra is not NULL, this rank's [Th, h] rows of an fp32 gradient computed on them
+ * alone; t is then fp32). */
 static mgt_status reduce_norm_bwd_plus(mgt_model *m, const void *x, const mgt_tensor *w, const mgt_tensor *b,
-				       const float *mean, const float *rstd, const float *extra)
+				       const float *mean, const float *rstd, const float *extra, mgt_elem_type t)
 {
-	float *dy;
-	mgt_status st = tp_reduce(m, m->dtmp_h, &dy);
+	void *dy;
+	mgt_status st = tp_reduce(m, m->dtmp_h, t, &dy);
 	if (st) return st;
 	if (extra) m->be->ops->add(m->be, dy, extra, (size_t)m->Th * (size_t)m->h);
-	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, x, m->res_t, P(m, w), mean, rstd, m->Th,
+	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, t, x, m->res_t, P(m, w), mean, rstd, m->Th,
 			     (int)m->h);
 	return MGT_OK;
 }
 
+/* The same for a dense layer's norm: dtmp_h of type act_t. */
 static mgt_status reduce_norm_bwd(mgt_model *m, const void *x, const mgt_tensor *w, const mgt_tensor *b,
 				  const float *mean, const float *rstd)
 {
-	return reduce_norm_bwd_plus(m, x, w, b, mean, rstd, NULL);
+	return reduce_norm_bwd_plus(m, x, w, b, mean, rstd, NULL, m->act_t);
 }
 
-/* dtmp_h [T, h] = the gradient of a row-parallel output (before its bda), gathered under SP. */
-static mgt_status bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool train, uint64_t key)
+/* dtmp_h [T, h] (of type t) = the gradient of a row-parallel output (before its bda), gathered
+ * under SP. */
+static mgt_status bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool train, uint64_t key, mgt_elem_type t)
 {
-	float *part = grad_part(m);
-	bda_bwd_rows(m, part, G(m, bias), m->dres, drop(m, train, m->c.hidden_dropout), key);
-	return tp_gather(m, m->dtmp_h, part);
+	void *part = grad_part(m);
+	bda_bwd_rows(m, part, t, G(m, bias), drop(m, train, m->c.hidden_dropout), key);
+	return tp_gather(m, m->dtmp_h, part, t);
 }
 
 static mgt_status head_bwd(mgt_model *m, float scale)
@@ -714,8 +717,9 @@ static mgt_status head_bwd(mgt_model *m, float scale)
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
 	const mgt_tensor *w = mgt_model_output_weight(m);
 	o->xent_bwd(m->be, sa->logits, sa->logits, m->act_t, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
-	o->linear_bwd(m->be, m->dtmp_h, G(m, w), NULL, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, w), WT(m), T, h, V);
-	o->zero(m->be, m->dres, (size_t)m->Th * (size_t)h * sizeof(float));
+	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, w), NULL, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, w), WT(m),
+		      T, h, V);
+	o->zero(m->be, m->dres, (size_t)m->Th * (size_t)h * mgt_elem_size(m->res_t));
 	return reduce_norm_bwd(m, sa->res_out, m->glob[MGT_T_FINAL_LN_W], m->glob[MGT_T_FINAL_LN_B], sa->meanf, sa->rstdf);
 }
 
@@ -724,20 +728,21 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3));
+	const bool moe = mgt_moe_layer(m, li);
+	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3), moe ? MGT_DT_F32 : m->act_t);
 	if (st) return st;
-	if (mgt_moe_layer(m, li)) {
+	if (moe) {
 		float *dxl;
 		if ((st = mgt_moe_backward(m, li, train, a->ln2, m->dtmp_h, &dxl))) return st;
 		return reduce_norm_bwd_plus(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2,
-					    dxl);
+					    dxl, MGT_DT_F32);
 	}
-	o->linear_bwd(m->be, m->dact, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, MGT_DT_F32, a->act, m->act_t,
-		      W(m, T_(m, l, MGT_T_FC2_W)), WT(m), T, (int)m->ffn_l, h);
+	o->linear_bwd(m->be, m->dact, MGT_DT_F32, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, m->act_t, a->act,
+		      m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), T, (int)m->ffn_l, h);
 	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, a->fc1, m->fc1_t,
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
-	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, MGT_DT_F32, a->ln2, m->ln2_t,
-		      W(m, T_(m, l, MGT_T_FC1_W)), WT(m), T, h, (int)m->fc1_l);
+	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, MGT_DT_F32, a->ln2,
+		      m->ln2_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), T, h, (int)m->fc1_l);
 	return reduce_norm_bwd(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2);
 }
 
@@ -747,9 +752,9 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	slot_act *sa = m->cur;
 	layer_act *a = &sa->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
-	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2));
+	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
 	if (st) return st;
-	o->linear_bwd(m->be, m->dctx, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, MGT_DT_F32, a->ctx, m->qkv_t,
+	o->linear_bwd(m->be, m->dctx, MGT_DT_F32, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, m->act_t, a->ctx, m->qkv_t,
 		      W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), T, nd, h);
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, p, site_key(m, l, 1));
@@ -764,8 +769,8 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
 				 m->dbig, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
-	o->linear_bwd(m->be, m->dtmp_h, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig, MGT_DT_F32,
-		      a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m), T, h, (int)m->qkv_l);
+	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig,
+		      MGT_DT_F32, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m), T, h, (int)m->qkv_l);
 	return reduce_norm_bwd(m, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1);
 }
 
@@ -775,11 +780,13 @@ static mgt_status embed_bwd(mgt_model *m, bool train)
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB], *pe = m->glob[MGT_T_POS_EMB];
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h;
-	float *part = grad_part(m);
-	bda_bwd_rows(m, part, NULL, m->dres, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
-	if (pe) o->embedding_bwd(m->be, G(m, pe), part, sa->pos + m->r0, 0, pe->shape[0], m->Th, h);
-	mgt_status st = tp_gather(m, m->dtmp_h, part);
-	if (!st) o->embedding_bwd(m->be, G(m, we), m->dtmp_h, sa->tokens, we->local_offset[0], we->local_shape[0], T, h);
+	void *part = grad_part(m);
+	bda_bwd_rows(m, part, m->act_t, NULL, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
+	if (pe) o->embedding_bwd(m->be, G(m, pe), part, m->act_t, sa->pos + m->r0, 0, pe->shape[0], m->Th, h);
+	mgt_status st = tp_gather(m, m->dtmp_h, part, m->act_t);
+	if (!st)
+		o->embedding_bwd(m->be, G(m, we), m->dtmp_h, m->act_t, sa->tokens, we->local_offset[0], we->local_shape[0],
+				 T, h);
 	return st;
 }
 

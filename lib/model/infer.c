@@ -206,7 +206,7 @@ static void infer_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 	if (m->rope) o->rope(m->be, w->qkv, MGT_DT_F32, w->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	o->attn_kv(m->be, w->ctx, kv->k[li], kv->v[li], w->qkv, w->seq, w->pos, T, ng, r, d, kv->S);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
-	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
+	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
 }
 
 static mgt_status infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
@@ -218,13 +218,13 @@ static mgt_status infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 		    T, h, (float)m->c.norm_epsilon);
 	if (mgt_moe_layer(m, li)) { /* the training path's MoE forward, without dropout or statistics */
 		mgt_status st = mgt_moe_forward(m, li, false, w->ln, w->tmp);
-		if (!st) o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, NULL, T, h, 0.0f, 0, 0);
+		if (!st) o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, NULL, T, h, 0.0f, 0, 0);
 		return st;
 	}
 	o->linear_fwd(m->be, w->fc1, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
 	o->bias_act_fwd(m->be, m->act, w->act, MGT_DT_F32, w->fc1, MGT_DT_F32, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->act, MGT_DT_F32, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
-	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, P(m, T_(m, l, MGT_T_FC2_B)), T, h, 0.0f, 0, 0);
+	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_FC2_B)), T, h, 0.0f, 0, 0);
 	return MGT_OK;
 }
 

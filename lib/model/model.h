@@ -349,9 +349,9 @@ mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *
 void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, int64_t microbatch);
 
 /* Pipeline pieces.  Every rank of a stage loads the same micro-batch.  Hidden states between
- * stages are [Th, h] backend buffers of mgt_model_hidden_type elements (the residual stream's
- * storage: fp32, or the 16-bit type of a 16-bit layout precision), Th = s*mbs (/TP under sequence parallelism: this
- * rank's contiguous rows of the sequence-first tokens).
+ * stages and their gradients are [Th, h] backend buffers of mgt_model_hidden_type elements (the
+ * residual stream's storage: fp32, or the 16-bit type of a 16-bit layout precision), Th = s*mbs
+ * (/TP under sequence parallelism: this rank's contiguous rows of the sequence-first tokens).
  * mgt_model_forward runs micro-batch mb in activation slot `slot` (0 <= slot < slots) with the
  * dropout key last set: a non-first stage reads mgt_model_hidden_in(m, slot), which the caller
  * filled; a non-last stage leaves its output in mgt_model_hidden_out(m, slot); the last stage
@@ -376,7 +376,7 @@ void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx);
 void *mgt_model_hidden_in(mgt_model *m, int slot);
 void *mgt_model_hidden_out(mgt_model *m, int slot);
 mgt_elem_type mgt_model_hidden_type(const mgt_model *m);
-float *mgt_model_hidden_grad(mgt_model *m);
+void *mgt_model_hidden_grad(mgt_model *m);
 size_t mgt_model_hidden_numel(const mgt_model *m);
 /* Download (host) the logits [T, padded_vocab/tp] and per-token losses [T] of the last forward in
  * slot (last stage only; either pointer may be NULL), fp32 (the 16-bit logits of a bf16 or fp16

@@ -605,9 +605,9 @@ static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 		o->rows_scale(m->be, S->ye, dY, S->gw, T, h);
 		dout = S->ye;
 	}
-	o->linear_bwd(m->be, S->dsact, G(m, w2), NULL, dout, MGT_DT_F32, a->sact, MGT_DT_F32, W(m, w2), WT(m), T, S->sh, h);
+	o->linear_bwd(m->be, S->dsact, MGT_DT_F32, G(m, w2), NULL, dout, MGT_DT_F32, a->sact, MGT_DT_F32, W(m, w2), WT(m), T, S->sh, h);
 	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, a->sfc1, MGT_DT_F32, NULL, T, S->sh);
-	o->linear_bwd(m->be, S->dsh, G(m, w1), NULL, S->dsfc1, MGT_DT_F32, x, MGT_DT_F32, W(m, w1), WT(m), T, h, S->shfc1);
+	o->linear_bwd(m->be, S->dsh, MGT_DT_F32, G(m, w1), NULL, S->dsfc1, MGT_DT_F32, x, MGT_DT_F32, W(m, w1), WT(m), T, h, S->shfc1);
 	return MGT_OK;
 }
 
@@ -631,12 +631,12 @@ static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
 	bool jit = m->c.moe_input_jitter_eps > 0 && train;
 	if (jit) o->rows_scale(m->be, S->xj, x_loc, jitter_noise(m, li), Th * h, 1); /* the input the router saw */
-	o->linear_bwd(m->be, S->dxr, G(m, w), G(m, b), S->dlog, MGT_DT_F32, jit ? S->xj : x_loc, MGT_DT_F32, W(m, w), WT(m), Th, h, E);
+	o->linear_bwd(m->be, S->dxr, MGT_DT_F32, G(m, w), G(m, b), S->dlog, MGT_DT_F32, jit ? S->xj : x_loc, MGT_DT_F32, W(m, w), WT(m), Th, h, E);
 	if (jit) o->rows_scale(m->be, S->dxr, S->dxr, jitter_noise(m, li), Th * h, 1);
 	if (g) {
 		for (int t = 0; t < Th; t++) S->hf[t] = (float)dgl[m->r0 + t];
 		st = o->upload(m->be, S->gl_l, S->hf, (size_t)Th * 4);
-		if (!st) o->linear_bwd(m->be, S->dxg, G(m, g), NULL, S->gl_l, MGT_DT_F32, x_loc, MGT_DT_F32, W(m, g), WT(m), Th, h, 1);
+		if (!st) o->linear_bwd(m->be, S->dxg, MGT_DT_F32, G(m, g), NULL, S->gl_l, MGT_DT_F32, x_loc, MGT_DT_F32, W(m, g), WT(m), Th, h, 1);
 		if (!st) o->add(m->be, S->dxr, S->dxg, (size_t)Th * (size_t)h);
 	}
 	m->be->precision = p;

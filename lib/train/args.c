@@ -170,6 +170,7 @@
 	X(B, bf16, bf16, "bf16", "false", "", "bf16 GEMM operands; fp32 main parameters, gradients and reductions") \
 	X(B, fp16, fp16, "fp16", "false", "", "fp16 GEMM operands with loss scaling; fp32 main parameters and gradients") \
 	X(B, fp32_residual_connection, fp32_residual_connection, "fp32-residual-connection", "false", "", "keep the residual stream in fp32 under --bf16/--fp16 (default: the 16-bit type)") \
+	X(B, grad_reduce_in_bf16, grad_reduce_in_bf16, "grad-reduce-in-bf16", "false", "", "accumulate and reduce gradients in bf16 (--bf16 only; default: fp32)") \
 	X(F, loss_scale, loss_scale, "loss-scale", "0", "[0,)", "constant fp16 loss scale (0: dynamic)") \
 	X(F, initial_loss_scale, initial_loss_scale, "initial-loss-scale", "4294967296", "(0,)", "first dynamic loss scale (2^32)") \
 	X(F, min_loss_scale, min_loss_scale, "min-loss-scale", "1.0", "(0,)", "lowest dynamic loss scale") \
@@ -932,7 +933,7 @@ static bool ignored_given(const mgt_args *a, const char *name)
 static mgt_status check_precision(const mgt_args *a)
 {
 	if (a->bf16 && a->fp16) return mgt_err(MGT_ERR_USAGE, "--bf16 and --fp16 exclude each other");
-	if (ignored_given(a, "grad-reduce-in-bf16") && !a->bf16)
+	if (a->grad_reduce_in_bf16 && !a->bf16)
 		return mgt_err(MGT_ERR_USAGE, "--grad-reduce-in-bf16 needs --bf16 (it chooses how a bf16 run reduces its "
 			       "gradients)%s", a->fp16 ? ", not --fp16" : "");
 	if (ignored_given(a, "fp16-lm-cross-entropy") && !a->fp16)

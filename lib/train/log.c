@@ -390,6 +390,7 @@ static size_t computed_memory(const trainer *t, mgt_model_mem *m, size_t *opt)
 	for (int c = 0; c < t->V; c++) {
 		mgt_model_mem x = mgt_model_memory(t->chunk[c]);
 		m->params += x.params; m->grads += x.grads; m->activations += x.activations; m->workspace += x.workspace;
+		if (t->g16) m->grads += x.grads / 2; /* --grad-reduce-in-bf16: the bf16 copy */
 	}
 	for (int i = 0; i < t->nshard; i++) *opt += mgt_adamw_bytes(t->shard[i].hi - t->shard[i].lo);
 	return m->params + m->grads + *opt + m->activations + m->workspace + trainer_comm_memory(t);

@@ -264,6 +264,7 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 }
 
 static mgt_status grad_ready(void *ctx, mgt_model *m, int done_from_layer);
+static void round_grads(trainer *t, int c);
 
 static mgt_status run_backward(trainer *t, const sched_action *x)
 {
@@ -274,13 +275,16 @@ static mgt_status run_backward(trainer *t, const sched_action *x)
 	bool last = last_vstage(t, x->chunk);
 	/* --overlap-grad-reduce: the chunk's last backward of the iteration reduces buckets as they complete */
 	bool hook = t->last_bwd && x == &t->acts[t->last_bwd[x->chunk]];
-	mgt_status st = last ? MGT_OK : pp->ops->recv(pp, mgt_model_hidden_grad(m), n, MGT_DT_F32, (r + 1) % P, TAG_BWD);
+	mgt_status st = last ? MGT_OK : pp->ops->recv(pp, mgt_model_hidden_grad(m), n, mgt_model_hidden_type(m), (r + 1) % P,
+							   TAG_BWD);
 	float scale = last ? (float)(t->mb_scale[x->mb] * t->scaler.scale) : 0.0f;
 	if (hook) mgt_model_set_grad_hook(m, grad_ready, t);
 	if (!st) st = mgt_model_backward(m, x->mb % t->slots[x->chunk], true, scale);
 	if (hook) mgt_model_set_grad_hook(m, NULL, NULL);
+	/* a bf16 main_grad: rounded now, unless the reduction that follows the last micro-batch rounds it */
+	if (!st && t->g16 && (x->mb + 1 < t->a->num_microbatches || dpcp(t) == 1)) round_grads(t, x->chunk);
 	if (!st && !first_vstage(t, x->chunk))
-		st = pp->ops->send(pp, mgt_model_hidden_grad(m), n, MGT_DT_F32, (r + P - 1) % P, TAG_BWD);
+		st = pp->ops->send(pp, mgt_model_hidden_grad(m), n, mgt_model_hidden_type(m), (r + P - 1) % P, TAG_BWD);
 	return st;
 }
 
@@ -310,22 +314,60 @@ static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps
 
 typedef enum { DP_ALLREDUCE_GRADS, DP_REDUCE_SCATTER_GRADS, DP_ALLGATHER_PARAMS } dp_op;
 
+static int chunk_of(const trainer *t, const mgt_model *m)
+{
+	int c = 0;
+	while (t->chunk[c] != m) c++;
+	return c;
+}
+
+/* --grad-reduce-in-bf16: the chunk's gradients rounded to bf16 (through its bf16 copy), as a
+ * bf16 main_grad accumulates them: after each micro-batch's backward that no reduction follows
+ * (the reduction rounds them itself). */
+static void round_grads(trainer *t, int c)
+{
+	mgt_model *m = t->chunk[c];
+	size_t n = mgt_model_tensors(m)->buf_numel;
+	t->be->ops->cast(t->be, t->g16[c], MGT_DT_BF16, mgt_model_grads(m), n);
+	t->be->ops->widen(t->be, mgt_model_grads(m), t->g16[c], MGT_DT_BF16, n);
+}
+
+/* The 16-bit part of a gradient bucket's reduction: back into the fp32 buffer (the whole bucket
+ * after an all-reduce, this rank's shard after a reduce-scatter), once the reduction is done. */
+static void widen_bucket(trainer *t, int c, int b)
+{
+	mgt_model *m = t->chunk[c];
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	mgt_comm *dp = bucket_comm(t, &tt->buckets[b]);
+	size_t n = tt->buckets[b].numel, lo = tt->buckets[b].offset;
+	if (t->a->use_distributed_optimizer) lo += (size_t)dp->rank * (n / (size_t)dp->size), n /= (size_t)dp->size;
+	t->be->ops->widen(t->be, mgt_model_grads(m) + lo, (const uint16_t *)t->g16[c] + lo, MGT_DT_BF16, n);
+}
+
 /* One data-parallel collective over every bucket of a chunk's flat buffer (in place: this
  * rank's shard of a bucket of Nb elements is [offset + rank*Nb/DP, offset + (rank+1)*Nb/DP)):
  * the averaged gradient all-reduce, the distributed optimizer's gradient reduce-scatter (each
- * rank keeps its shard, averaged) or its parameter all-gather after the step. */
+ * rank keeps its shard, averaged) or its parameter all-gather after the step.  With
+ * --grad-reduce-in-bf16 the gradients are reduced in the chunk's bf16 copy (widen_bucket brings
+ * them back after wait_dp). */
 static mgt_status dp_bucket(trainer *t, mgt_model *m, int b, dp_op op)
 {
 	const mgt_tensor_table *tt = mgt_model_tensors(m);
 	mgt_comm *dp = bucket_comm(t, &tt->buckets[b]);
 	float *x = (op == DP_ALLGATHER_PARAMS ? mgt_model_params(m) : mgt_model_grads(m)) + tt->buckets[b].offset;
 	size_t n = tt->buckets[b].numel, part = n / (size_t)dp->size, own = (size_t)dp->rank * part;
+	if (op == DP_ALLGATHER_PARAMS) return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
 	/* averaged over data parallelism: expert gradients are summed over the expert-data-parallel
 	 * group and scaled by 1 / DP (Megatron: edp/dp, then the EDP average) */
-	if (op != DP_ALLGATHER_PARAMS) t->be->ops->scale(t->be, x, n, 1.0f / (float)t->ps.dp);
-	if (op == DP_ALLREDUCE_GRADS) return dp->ops->allreduce(dp, x, n, MGT_DT_F32, MGT_RED_SUM);
-	if (op == DP_REDUCE_SCATTER_GRADS) return dp->ops->reduce_scatter(dp, x + own, x, part, MGT_DT_F32);
-	return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
+	t->be->ops->scale(t->be, x, n, 1.0f / (float)t->ps.dp);
+	void *g = x;
+	mgt_elem_type gt = MGT_DT_F32;
+	if (t->g16) {
+		g = (uint16_t *)t->g16[chunk_of(t, m)] + tt->buckets[b].offset, gt = MGT_DT_BF16;
+		t->be->ops->cast(t->be, g, gt, x, n);
+	}
+	if (op == DP_ALLREDUCE_GRADS) return dp->ops->allreduce(dp, g, n, gt, MGT_RED_SUM);
+	return dp->ops->reduce_scatter(dp, (char *)g + own * mgt_elem_size(gt), g, part, gt);
 }
 
 /* Buckets [from, nbuckets) of a chunk's flat buffer. */
@@ -386,8 +428,7 @@ static mgt_status plan_overlap(trainer *t)
 static mgt_status grad_ready(void *ctx, mgt_model *m, int done_from_layer)
 {
 	trainer *t = ctx;
-	int c = 0;
-	while (t->chunk[c] != m) c++;
+	int c = chunk_of(t, m);
 	int nb = mgt_model_tensors(m)->nbuckets, *done = &t->buckets_done[c];
 	mgt_status st = MGT_OK;
 	while (!st && *done < nb && done_from_layer <= t->bucket_ready[c][*done]) st = dp_bucket(t, m, (*done)++, grad_op(t));
@@ -459,8 +500,26 @@ static mgt_status reduce_grads(trainer *t)
 		if (t->buckets_done) t->buckets_done[c] = 0;
 	}
 	if (!st) st = wait_dp(t);
+	for (int c = 0; !st && t->g16 && dpcp(t) > 1 && c < t->V; c++)
+		for (int b = 0; b < mgt_model_tensors(t->chunk[c])->nbuckets; b++) widen_bucket(t, c, b);
 	for (int c = 0; !st && c < t->V; c++) st = mgt_model_finish_grads(t->chunk[c]);
 	return st;
+}
+
+/* --grad-reduce-in-bf16 (Megatron's bf16 main_grad buffer, megatron/core/distributed/
+ * distributed_data_parallel.py with grad_reduce_in_fp32 off): a bf16 copy of each chunk's
+ * gradient buffer.  The gradients still accumulate in the fp32 buffer, rounded to bf16 after each
+ * micro-batch (round_grads), and the data-parallel reduction moves the bf16 copy. */
+static mgt_status alloc_grad16(trainer *t)
+{
+	if (!t->a->grad_reduce_in_bf16 || t->eval_only) return MGT_OK;
+	if (!(t->g16 = mgt_malloc((size_t)t->V * sizeof *t->g16))) return MGT_ERR_NOMEM;
+	memset(t->g16, 0, (size_t)t->V * sizeof *t->g16);
+	for (int c = 0; c < t->V; c++) {
+		size_t n = mgt_model_tensors(t->chunk[c])->buf_numel;
+		if (!(t->g16[c] = t->be->ops->alloc(t->be, (n ? n : 1) * 2))) return MGT_ERR_NOMEM;
+	}
+	return MGT_OK;
 }
 
 static bool optimizer_step(trainer *t, double lr, double gnorm)
@@ -883,6 +942,7 @@ static mgt_status setup(trainer *t)
 	if (!st && !t->eval_only) st = trainer_log_start(t);
 	if (!st) st = setup_schedule(t);
 	if (!st) st = plan_overlap(t);
+	if (!st) st = alloc_grad16(t);
 	if (!st && !t->eval_only) st = setup_optimizer(t);
 	bool loaded = false;
 	if (!st) st = trainer_load(t, &loaded);
@@ -923,6 +983,8 @@ static void teardown(trainer *t)
 	free(t->bucket_ready);
 	free(t->last_bwd);
 	free(t->buckets_done);
+	for (int c = 0; t->g16 && c < t->V; c++) t->be->ops->free(t->be, t->g16[c]);
+	free(t->g16);
 	free(t->acts);
 	free(t->eval_acts);
 	mgt_gpt_data_close(t->data);

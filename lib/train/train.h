@@ -73,6 +73,7 @@ typedef struct mgt_args {
 	/* mixed precision */
 	bool bf16, fp16;
 	bool fp32_residual_connection; /* the residual stream in fp32 under bf16/fp16 (Megatron's flag) */
+	bool grad_reduce_in_bf16; /* bf16 main_grad: gradients rounded to bf16 and reduced in bf16 (--bf16 only) */
 	double loss_scale, initial_loss_scale, min_loss_scale;
 	int64_t loss_scale_window, hysteresis;
 	/* mgt's own */

@@ -56,6 +56,10 @@ typedef struct trainer {
 	/* --overlap-grad-reduce: per chunk, the index in acts of its last backward, the buckets
 	 * reduced so far this iteration and, per bucket, the layer from which it is complete */
 	int *last_bwd, *buckets_done, **bucket_ready;
+	/* --grad-reduce-in-bf16: per chunk, the bf16 copy of its gradient buffer (Megatron's bf16
+	 * main_grad; backend memory, buf_numel elements) that rounds it and that the data-parallel
+	 * reduction moves */
+	void **g16;
 	mgt_lr_sched sched;
 	mgt_loss_scaler scaler;                      /* scale 1 and static unless --fp16 */
 	int32_t eod;

@@ -78,11 +78,11 @@ int main(int argc, char **argv)
 	float *db = buf(be, 2 * f, 1), *dy = buf(be, (size_t)T * 2 * f, 1);
 	double gemm = 2.0 * T * h * 3 * h;
 	TIME("linear_fwd 768->2304 (qkv)", gemm, 5, O->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, h, 3 * h));
-	TIME("linear_bwd 768->2304", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, h, 3 * h));
+	TIME("linear_bwd 768->2304", 2 * gemm, 5, O->linear_bwd(be, dx, MGT_DT_F32, dw, db, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, h, 3 * h));
 	gemm = 2.0 * T * h * f;
 	TIME("linear_fwd 768->3072 (fc1)", gemm, 5, O->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, h, f));
 	TIME("linear_fwd 3072->768 (fc2)", gemm, 5, O->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, bias, T, f, h));
-	TIME("linear_bwd 3072->768", 2 * gemm, 5, O->linear_bwd(be, dx, dw, db, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, f, h));
+	TIME("linear_bwd 3072->768", 2 * gemm, 5, O->linear_bwd(be, dx, MGT_DT_F32, dw, db, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, f, h));
 
 	float *qkv = buf(be, (size_t)T * 3 * h, 1), *out = buf(be, (size_t)T * h, 1);
 	float *lse = buf(be, (size_t)b * H * s, 1), *dqkv = buf(be, (size_t)T * 3 * h, 1);
@@ -102,13 +102,13 @@ int main(int argc, char **argv)
 	float *mean = buf(be, T, 1), *rstd = buf(be, T, 1);
 	TIME("norm_fwd layernorm", 0, 10, O->norm_fwd(be, MGT_NORM_LAYERNORM, y, MGT_DT_F32, mean, rstd, x, MGT_DT_F32, w, bias, T, h, 1e-5f));
 	TIME("norm_bwd layernorm", 0, 10,
-	     O->norm_bwd(be, MGT_NORM_LAYERNORM, dx, dw, db, dy, x, MGT_DT_F32, w, mean, rstd, T, h));
+	     O->norm_bwd(be, MGT_NORM_LAYERNORM, dx, dw, db, dy, MGT_DT_F32, x, MGT_DT_F32, w, mean, rstd, T, h));
 	TIME("bias_act_fwd gelu", 0, 10, O->bias_act_fwd(be, MGT_ACT_GELU, y, MGT_DT_F32, x, MGT_DT_F32, bias, T, f));
 	TIME("bias_act_bwd gelu", 0, 10, O->bias_act_bwd(be, MGT_ACT_GELU, dx, db, dy, x, MGT_DT_F32, bias, T, f));
 	TIME("bias_act_fwd swiglu", 0, 10, O->bias_act_fwd(be, MGT_ACT_SWIGLU, y, MGT_DT_F32, x, MGT_DT_F32, bias, T, f / 2));
-	TIME("bda_fwd p=0", 0, 10, O->bda_fwd(be, y, x, MGT_DT_F32, dy, bias, T, h, 0, 1, 0));
-	TIME("bda_fwd p=0.1", 0, 10, O->bda_fwd(be, y, x, MGT_DT_F32, dy, bias, T, h, 0.1f, 1, 0));
-	TIME("bda_bwd p=0.1", 0, 10, O->bda_bwd(be, dx, db, dy, T, h, 0.1f, 1, 0));
+	TIME("bda_fwd p=0", 0, 10, O->bda_fwd(be, y, x, MGT_DT_F32, dy, MGT_DT_F32, bias, T, h, 0, 1, 0));
+	TIME("bda_fwd p=0.1", 0, 10, O->bda_fwd(be, y, x, MGT_DT_F32, dy, MGT_DT_F32, bias, T, h, 0.1f, 1, 0));
+	TIME("bda_bwd p=0.1", 0, 10, O->bda_bwd(be, dx, MGT_DT_F32, db, dy, MGT_DT_F32, T, h, 0.1f, 1, 0));
 
 	/* Mixture of Experts: top-2 of 8 experts, SwiGLU experts of F = h (fc1 h -> 2F, fc2 F -> h) */
 	{

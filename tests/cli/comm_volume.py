@@ -3,7 +3,7 @@
 Usage: comm_volume.py PRESET.json PREFIX NP key=value...   (keys: tp pp vp sp distopt mbs gbs seq
 vocab (padded) divisible cp cpcomm (p2p, allgather or a2a) groups (query groups, overriding the
 preset's) prec (fp32, bf16 or fp16: the training precision; dense models) fp32res (1: with
---fp32-residual-connection))
+--fp32-residual-connection) gradbf16 (1: with --grad-reduce-in-bf16))
 
 Independent of mgt's C code: the tensor list is written here from megatron-reference.md section 8
 (TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
@@ -14,14 +14,17 @@ from lib/dist/dist.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and
          3 all-reduces of [T] in the vocab-parallel cross-entropy (max, sum-exp, target logit)
   SP:    reduce-scatter / all-gather of [T,h] in place of those, plus an all-gather before each
          norm output is used and its reduce-scatter in backward; all-reduce of the gradients of
-         TP-replicated tensors once per iteration.  With bf16 or fp16 the norm outputs' gathers
-         move 2-byte elements (mgt-train(1), Precision: they are stored in 16 bits)
-  PP:    the [T/sp, h] activation forward and its gradient backward between adjacent stages (the
-         activation in 2-byte elements with bf16 or fp16, unless fp32res=1: mgt-train(1),
-         Precision, the residual stream; the gradient in fp32)
+         TP-replicated tensors once per iteration.  With bf16 or fp16 every [T,h] operation of
+         the decoder layers and the output layer moves 2-byte elements (mgt-train(1), Precision:
+         the norm outputs, the row-parallel outputs and the activation gradients of the [T,h]
+         stream are stored in 16 bits), the embedding's forward reduction 4-byte ones
+  PP:    the [T/sp, h] activation forward and its gradient backward between adjacent stages (in
+         2-byte elements with bf16 or fp16, unless fp32res=1: mgt-train(1), Precision, the
+         residual stream and its gradient)
   tied embeddings with PP > 1: all-reduce of the word-embedding gradient, first <-> last stage
   DP:    per bucket an all-reduce, or reduce-scatter + all-gather with the distributed optimizer,
-         over the data group, or with CP > 1 the data x context group ("data-context")
+         over the data group, or with CP > 1 the data x context group ("data-context"); the
+         gradients in 2-byte elements with gradbf16=1, the parameters' all-gather in 4-byte ones
   CP:    per layer and micro-batch, with B the bytes of a rank's keys and values
          [seq/CP * mbs, groups/TP, 2, d]: p2p (ring) (CP-1) B forward, (CP-1) B + CP B backward
          (the keys and values again, and their gradient one hop further); allgather (CP-1) B
@@ -49,9 +52,11 @@ mbs, gbs, seq = int(kv["mbs"]), int(kv["gbs"]), int(kv["seq"])
 Vp = int(kv["vocab"])
 cp, cpcomm = int(kv.get("cp", 1)), kv.get("cpcomm", "p2p")
 lowp = kv.get("prec", "fp32") in ("bf16", "fp16")
-# the residual stream (the hidden states between stages) in 16 bits unless fp32res=1
-# (--fp32-residual-connection); its gradient is fp32
+# the residual stream (the hidden states between stages) and its gradient in 16 bits unless
+# fp32res=1 (--fp32-residual-connection)
 hid_es = 4 if not lowp or kv.get("fp32res", "0") == "1" else 2
+act_es = 2 if lowp else 4  # the [T,h] activations and gradients that TP moves
+grad_es = 2 if kv.get("gradbf16", "0") == "1" else 4  # the data-parallel gradient reduction
 dp = W // (tp * pp * cp)
 M = gbs // (mbs * dp)
 G = dp * cp  # the gradient group
@@ -144,7 +149,7 @@ def buckets(ts, shared):
 
 
 def ar(n, p, es=4): return 0.0 if p == 1 else 2.0 * (p - 1) / p * n * es
-def part(n, p): return 0.0 if p == 1 else (p - 1) * n * 4.0  # RS / AG, n = per-rank part
+def part(n, p, es=4): return 0.0 if p == 1 else (p - 1) * n * float(es)  # RS / AG, n = per-rank part
 
 
 def expected(tp_rank, pp_rank):
@@ -163,20 +168,21 @@ def expected(tp_rank, pp_rank):
         ts = tensors(stage, ns)
         nl = len(stage_layers(stage, ns))
         if tp > 1:
-            if sp:
-                X = part(Th * h, tp)
-                Xn = X / 2 if lowp else X  # a norm output's gather
-                mb = nl * (6 * X + 2 * Xn) + (2 * X if first else 0) + ((X + Xn + 3 * ar(T, tp)) if last else 0)
+            if sp:  # per layer: 2 norm-output gathers, 2 reduce-scatters forward, 2 gathers and
+                # 2 reduce-scatters backward; the embedding's reduce-scatter (fp32) and its
+                # gradient's gather; the final norm's gather and the output layer's dx
+                X, Xa = part(Th * h, tp), part(Th * h, tp, act_es)
+                mb = nl * 8 * Xa + ((X + Xa) if first else 0) + ((2 * Xa + 3 * ar(T, tp)) if last else 0)
                 e["tensor"] += sum(ar(n, tp) for _, n, rep in ts if rep)
             else:
-                A = ar(T * h, tp)
-                mb = 4 * nl * A + (A if first else 0) + ((A + 3 * ar(T, tp)) if last else 0)
+                A, Aa = ar(T * h, tp), ar(T * h, tp, act_es)
+                mb = 4 * nl * Aa + (A if first else 0) + ((Aa + 3 * ar(T, tp)) if last else 0)
             e["tensor"] += M * mb
-        e["pipeline"] += M * ((0 if last else Th * h * hid_es) + (0 if first else Th * h * 4))
+        e["pipeline"] += M * ((0 if last else Th * h * hid_es) + (0 if first else Th * h * hid_es))
         if tied and pp > 1 and (first or last):
             e["embedding"] += ar(Vp // tp * h, 2)
         for nb in buckets(ts, tied and pp > 1):
-            e[grad] += 2 * part(nb // G, G) if distopt else ar(nb, G)
+            e[grad] += part(nb // G, G, grad_es) + part(nb // G, G) if distopt else ar(nb, G, grad_es)
         if cp > 1: e["context"] += M * nl * per_layer
     if distopt: e["world"] += ar(1, W, 8)
     else: e["model"] += ar(1, tp * pp, 8)

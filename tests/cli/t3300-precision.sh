@@ -100,10 +100,11 @@ d = max(abs(x["lm_loss"] - y["lm_loss"]) / abs(x["lm_loss"]) for x, y in zip(a, 
 print("# max relative loss difference DP2 vs one process: %.2e" % d)
 assert d < 1e-5
 PY
-	# bf16 under TP2 with sequence parallelism: the norms' outputs are gathered in 16 bits (MPI
-	# moves them as 2-byte elements); the reduction order of the row-parallel outputs differs
-	# from one process's, so the losses agree to rounding, and the tensor group's bytes are the
-	# analytic volume with those gathers at 2 bytes an element
+	# bf16 under TP2 with sequence parallelism: the norms' outputs, the row-parallel outputs and
+	# the activation gradients of the [T,h] stream move in 16 bits (MPI's 16-bit reductions sum
+	# the row-parallel outputs and the norm inputs' gradients); the partial sums are rounded
+	# before they are added, unlike one process's single GEMM, so the losses agree to rounding,
+	# and the tensor group's bytes are the analytic volume with 2 bytes an element
 	ok "bf16 under mpirun, TP2 with sequence parallelism" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $TRAIN --train-iters 12 \
 		--bf16 --tensor-model-parallel-size 2 --sequence-parallel --metrics-file tp.jsonl --comm-log tpc
 	ok "TP2 SP bf16: losses within 1e-3 of one process's" $PY - <<'PY'
@@ -114,8 +115,20 @@ d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
 print("# max relative loss difference TP2 SP vs one process (bf16): %.2e" % d)
 assert len(a) == len(b) == 12 and d < 1e-3, (a, b)
 PY
-	ok "TP2 SP bf16: tensor-parallel bytes as the analytic volume with 16-bit norm gathers" $PY \
+	ok "TP2 SP bf16: tensor-parallel bytes as the analytic volume in 16 bits" $PY \
 		"$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" tpc 2 tp=2 sp=1 mbs=2 gbs=4 seq=32 vocab=512 prec=bf16
+	ok "bf16 TP2 without sequence parallelism under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $TRAIN --train-iters 2 \
+		--bf16 --tensor-model-parallel-size 2 --metrics-file tpn.jsonl --comm-log tpn
+	ok "... its 16-bit all-reduces: tensor-parallel bytes as the analytic volume" $PY \
+		"$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" tpn 2 tp=2 mbs=2 gbs=4 seq=32 vocab=512 prec=bf16
+	ok "... its losses within 1e-3 of one process's" $PY - <<'PY'
+import json
+a = [json.loads(l)["lm_loss"] for l in open("bf16.jsonl")][:2]
+b = [json.loads(l)["lm_loss"] for l in open("tpn.jsonl")]
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("# max relative loss difference TP2 vs one process (bf16): %.2e" % d)
+assert len(b) == 2 and d < 1e-3, (a, b)
+PY
 	# the other parallel paths in bf16: pipeline stages (the tied embedding's gradient all-reduced
 	# between them) and data parallelism with the distributed optimizer (its parameter gather
 	# refreshes each rank's 16-bit weight copy)
@@ -132,9 +145,40 @@ print("# max relative loss difference %s vs one process (bf16): %.2e" % (sys.arg
 assert len(a) == len(b) == 12 and d < 1e-3, (a, b)
 PY
 	done
+	# --grad-reduce-in-bf16 (Megatron's bf16 main_grad): gradients rounded to bf16 after each
+	# micro-batch and reduced in bf16 (half the data group's bytes); the DP2 layouts (all-reduce,
+	# the distributed optimizer's reduce-scatter, overlapped in buckets) against one process,
+	# whose second micro-batch's sum is rounded where DP2 rounds each rank's part before the sum
+	ok "--bf16 --grad-reduce-in-bf16, one process" exits 0 $TRAIN --train-iters 8 --bf16 --grad-reduce-in-bf16 \
+		--metrics-file g1.jsonl
+	ok "... its gradients differ from fp32 main_grad's by rounding: losses within 1e-3 of --bf16's" $PY - <<'PY'
+import json
+a = [json.loads(l)["lm_loss"] for l in open("bf16.jsonl")][:8]
+b = [json.loads(l)["lm_loss"] for l in open("g1.jsonl")]
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("# max relative loss difference --grad-reduce-in-bf16 vs fp32 gradients (bf16): %.2e" % d)
+assert len(b) == 8 and 0 < d < 1e-3, (a, b)
+PY
+	for lay in "gdp2 tp=1" "gdp2-distopt distopt=1 --use-distributed-optimizer" \
+		"gdp2-overlap distopt=1,bucket=30000 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 30000"; do
+		set -- $lay; name=$1; keys=$2; shift 2
+		ok "--grad-reduce-in-bf16 $name under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $TRAIN --train-iters 8 --bf16 \
+			--grad-reduce-in-bf16 "$@" --metrics-file "$name.jsonl" --comm-log "$name"
+		ok "... $name: losses within 1e-3 of one process's" $PY - "$name.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l)["lm_loss"] for l in open("g1.jsonl")]
+b = [json.loads(l)["lm_loss"] for l in open(sys.argv[1])]
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print("# max relative loss difference %s vs one process (--grad-reduce-in-bf16): %.2e" % (sys.argv[1], d))
+assert len(b) == 8 and d < 1e-3, (a, b)
+PY
+		ok "... $name: data-parallel bytes as the analytic volume with bf16 gradients" $PY \
+			"$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" "$name" 2 $keys mbs=2 gbs=4 seq=32 \
+			vocab=512 prec=bf16 gradbf16=1
+	done
 	# the pipeline's hidden states are the residual stream: 2-byte elements in bf16, 4 with
-	# --fp32-residual-connection (the gradients 4 either way)
-	ok "bf16 pp2: pipeline bytes as the analytic volume with 16-bit hidden states" $PY \
+	# --fp32-residual-connection (their gradients likewise)
+	ok "bf16 pp2: pipeline bytes as the analytic volume with 16-bit hidden states and gradients" $PY \
 		"$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" pp2 2 pp=2 mbs=2 gbs=4 seq=32 vocab=512 prec=bf16
 	ok "bf16 PP2 --fp32-residual-connection under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $TRAIN --train-iters 2 \
 		--bf16 --fp32-residual-connection --pipeline-model-parallel-size 2 --comm-log pp2r

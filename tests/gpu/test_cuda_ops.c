@@ -490,7 +490,8 @@ static void t_out16(const char *id, void *d16, mgt_elem_type dt, const float *y3
 /* ================= linear ================= */
 
 /* The cast op into dst (device, n 16-bit elements of type dt) from src (device fp32, host copy
- * h): bit for bit the CPU's cast of the same values. */
+ * h): bit for bit the CPU's cast of the same values; and the widen op back to fp32 bit for bit
+ * the CPU's widen (the exact values). */
 static void t_cast_bits(const char *id, void *dst, mgt_elem_type dt, const float *src, const float *h, size_t n)
 {
 	uint16_t *g = xmalloc(n * 2), *c = xmalloc(n * 2);
@@ -502,7 +503,13 @@ static void t_cast_bits(const char *id, void *dst, mgt_elem_type dt, const float
 	for (size_t i = 0; i < n; i++)
 		nd += g[i] != c[i];
 	CHECK(nd == 0, "%s%s: cast to the 16-bit weight copy bitwise the CPU's (%zu elements differ)", tag, id, nd);
-	free(g), free(c);
+	float *dW = dalloc(n * 4), *wc = xmalloc(n * 4);
+	G->widen(gpu, dW, dst, dt, n);
+	C->widen(cpu, wc, c, dt, n);
+	float *wg = dget(dW, n);
+	nd = ndiff(wg, wc, n, 4);
+	CHECK(nd == 0, "%s%s: widen of the 16-bit copy bitwise the CPU's (%zu elements differ)", tag, id, nd);
+	free(g), free(c), free(wc), free(wg), dfree(dW);
 }
 
 static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precision prec)
@@ -516,7 +523,7 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 	cpu->precision = prec;
 	float *yc = xmalloc(ny * 4), *dxc = want_dx ? xmalloc(nx * 4) : NULL, *dwc = hcopy(dw0, nw), *dbc = hcopy(db0, out);
 	C->linear_fwd(cpu, yc, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
-	C->linear_bwd(cpu, dxc, dwc, bias ? dbc : NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+	C->linear_bwd(cpu, dxc, MGT_DT_F32, dwc, bias ? dbc : NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 	cpu->precision = MGT_PREC_FP32;
 
 	gpu->precision = prec;
@@ -539,7 +546,7 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 		up(dDW, dw0, nw * 4);
 		up(dDB, db0, out * 4);
 		G->linear_fwd(gpu, dY, MGT_DT_F32, xk, tk, wk, tk, dB, T, in, out);
-		G->linear_bwd(gpu, dDX, dDW, bias ? dDB : NULL, dDY, MGT_DT_F32, xk, tk, wk, tk, T, in, out);
+		G->linear_bwd(gpu, dDX, MGT_DT_F32, dDW, bias ? dDB : NULL, dDY, MGT_DT_F32, xk, tk, wk, tk, T, in, out);
 		y[k] = dget(dY, ny);
 		if (want_dx)
 			dx[k] = dget(dDX, nx);
@@ -551,6 +558,12 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 		G->linear_fwd(gpu, dY16, lt, dX, MGT_DT_F32, dW, MGT_DT_F32, dB, T, in, out);
 		t_out16(nm("%s: fwd y", id), dY16, lt, y[0], ny);
 		dfree(dY16);
+	}
+	if (dW16 && want_dx) { /* dx in 16 bits (a norm output's gradient): the rounding of the fp32 dx */
+		void *dDX16 = dalloc(nx * 2);
+		G->linear_bwd(gpu, dDX16, lt, dDW, NULL, dDY, MGT_DT_F32, dX, MGT_DT_F32, dW, MGT_DT_F32, T, in, out);
+		t_out16(nm("%s: bwd dx", id), dDX16, lt, dx[0], nx);
+		dfree(dDX16);
 	}
 	gpu->precision = MGT_PREC_FP32;
 	cmp(nm("%s: fwd y", id), y[0], yc, NULL, ny, lin_tol(prec, in));
@@ -567,7 +580,7 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 		/* sanity: against the CPU in fp32 */
 		float *y32 = xmalloc(ny * 4), *dx32 = want_dx ? xmalloc(nx * 4) : NULL, *dw32 = hcopy(dw0, nw);
 		C->linear_fwd(cpu, y32, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, b, T, in, out);
-		C->linear_bwd(cpu, dx32, dw32, NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+		C->linear_bwd(cpu, dx32, MGT_DT_F32, dw32, NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 		cmp(nm("%s vs cpu fp32 (sanity): y", id), y[0], y32, NULL, ny, T2(TOL_LOWP_VS_FP32, TOL_LOWP_VS_FP32));
 		if (want_dx)
 			cmp(nm("%s vs cpu fp32 (sanity): dx", id), dx[0], dx32, NULL, nx, T2(TOL_LOWP_VS_FP32, TOL_LOWP_VS_FP32));
@@ -581,6 +594,34 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 }
 
 /* ================= embedding ================= */
+
+/* embedding_bwd of a 16-bit dy (bf16, fp16) on the GPU: the bits of the fp32 op on its values. */
+static void embedding_bwd16(const int32_t *ids, const float *dy, const float *dt0, int64_t row0, int64_t rows, int T,
+			    int h)
+{
+	const size_t ny = (size_t)T * h, nt = (size_t)rows * h;
+	int32_t *dI = dputi(ids, T);
+	uint16_t *g16 = xmalloc(ny * 2);
+	float *gv = xmalloc(ny * 4), *dT = dalloc(nt * 4);
+	void *dG16 = dalloc(ny * 2);
+	for (int k = 0; k < 2; k++) {
+		const mgt_elem_type dt = k ? MGT_DT_F16 : MGT_DT_BF16;
+		C->cast(cpu, g16, dt, dy, ny);
+		for (size_t i = 0; i < ny; i++) gv[i] = k ? mgt_f16_to_f32(g16[i]) : mgt_bf16_to_f32(g16[i]);
+		float *dGv = dput(gv, ny), *t[2];
+		up(dG16, g16, ny * 2);
+		for (int v = 0; v < 2; v++) {
+			up(dT, dt0, nt * 4);
+			G->embedding_bwd(gpu, dT, v ? dG16 : (const void *)dGv, v ? dt : MGT_DT_F32, dI, row0, rows, T, h);
+			t[v] = dget(dT, nt);
+		}
+		size_t nd = ndiff(t[0], t[1], nt, 4);
+		CHECK(nd == 0, "%sembedding_bwd T=%d h=%d: a %s dy gives the bits of its fp32 values (%zu differ)", tag, T, h,
+		      k ? "fp16" : "bf16", nd);
+		free(t[0]), free(t[1]), dfree(dGv);
+	}
+	free(g16), free(gv), dfree(dI), dfree(dT), dfree(dG16);
+}
 
 /* ids uniform in [0, idmax); the table holds rows [row0, row0 + rows) */
 static void t_embedding(int T, int h, int64_t row0, int64_t rows, int64_t idmax)
@@ -601,7 +642,8 @@ static void t_embedding(int T, int h, int64_t row0, int64_t rows, int64_t idmax)
 	float *yc = xmalloc(ny * 4), *yac = hcopy(y0, ny), *dtc = hcopy(dt0, nt);
 	C->embedding_fwd(cpu, yc, ids, table, row0, rows, T, h, false);
 	C->embedding_fwd(cpu, yac, ids, table, row0, rows, T, h, true);
-	C->embedding_bwd(cpu, dtc, dy, ids, row0, rows, T, h);
+	C->embedding_bwd(cpu, dtc, dy, MGT_DT_F32, ids, row0, rows, T, h);
+	embedding_bwd16(ids, dy, dt0, row0, rows, T, h);
 
 	int32_t *dI = dputi(ids, T);
 	float *dT = dput(table, nt), *dY = dalloc(ny * 4), *dYA = dalloc(ny * 4), *dDY = dput(dy, ny), *dDT = dalloc(nt * 4);
@@ -612,7 +654,7 @@ static void t_embedding(int T, int h, int64_t row0, int64_t rows, int64_t idmax)
 		up(dDT, dt0, nt * 4);
 		G->embedding_fwd(gpu, dY, dI, dT, row0, rows, T, h, false);
 		G->embedding_fwd(gpu, dYA, dI, dT, row0, rows, T, h, true);
-		G->embedding_bwd(gpu, dDT, dDY, dI, row0, rows, T, h);
+		G->embedding_bwd(gpu, dDT, dDY, MGT_DT_F32, dI, row0, rows, T, h);
 		y[k] = dget(dY, ny);
 		ya[k] = dget(dYA, ny);
 		dt[k] = dget(dDT, nt);
@@ -660,7 +702,7 @@ static void t_norm(mgt_norm_kind kind, bool bias, int T, int h)
 	float *dy = hrand(n, 1), *dx0 = hrand(n, 1), *dw0 = hrand(h, 1), *db0 = hrand(h, 1);
 	float *dxc = hcopy(dx0, n), *dwc = hcopy(dw0, h), *dbc = hcopy(db0, h);
 	/* the backward gets the CPU's mean and rstd on both sides: it is checked on its own */
-	C->norm_bwd(cpu, kind, dxc, dwc, bias ? dbc : NULL, dy, x, MGT_DT_F32, w, mc, rc, T, h);
+	C->norm_bwd(cpu, kind, dxc, dwc, bias ? dbc : NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, mc, rc, T, h);
 
 	float *dX = dput(x, n), *dW = dput(w, h), *dB = bias ? dput(b, h) : NULL, *dY = dalloc(n * 4);
 	float *dM = dalloc((size_t)T * 4), *dR = dalloc((size_t)T * 4), *dMc = dput(mc, T), *dRc = dput(rc, T);
@@ -674,7 +716,7 @@ static void t_norm(mgt_norm_kind kind, bool bias, int T, int h)
 		up(dDW, dw0, (size_t)h * 4);
 		up(dDB, db0, (size_t)h * 4);
 		G->norm_fwd(gpu, kind, dY, MGT_DT_F32, dM, dR, dX, MGT_DT_F32, dW, dB, T, h, 1e-5f);
-		G->norm_bwd(gpu, kind, dDX, dDW, bias ? dDB : NULL, dDY, dX, MGT_DT_F32, dW, dMc, dRc, T, h);
+		G->norm_bwd(gpu, kind, dDX, dDW, bias ? dDB : NULL, dDY, MGT_DT_F32, dX, MGT_DT_F32, dW, dMc, dRc, T, h);
 		y[k] = dget(dY, n);
 		m[k] = dget(dM, T);
 		r[k] = dget(dR, T);
@@ -701,34 +743,45 @@ static void t_norm(mgt_norm_kind kind, bool bias, int T, int h)
 		t_out16(id, dY16, dt, y[0], n);
 	}
 	dfree(dY16);
-	/* a 16-bit x (the residual stream under --bf16/--fp16): the bits of the op on its fp32 values */
+	/* a 16-bit x (the residual stream under --bf16/--fp16) with its 16-bit gradient dx and a 16-bit
+	 * dy: the bits of the op on their fp32 values, dx the rounding of the fp32 op's */
 	for (int k = 0; k < 2; k++) {
 		const mgt_elem_type dt = k ? MGT_DT_F16 : MGT_DT_BF16;
-		uint16_t *x16 = xmalloc(n * 2);
-		float *xv = xmalloc(n * 4);
-		C->cast(cpu, x16, dt, x, n);
-		for (size_t i = 0; i < n; i++) xv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(x16[i]) : mgt_f16_to_f32(x16[i]);
-		void *dX16 = dalloc(n * 2);
-		up(dX16, x16, n * 2);
+		uint16_t *x16 = xmalloc(n * 2), *g16 = xmalloc(n * 2), *d16 = xmalloc(n * 2);
+		float *xv = xmalloc(n * 4), *gv = xmalloc(n * 4), *dv = xmalloc(n * 4);
+		C->cast(cpu, x16, dt, x, n), C->cast(cpu, g16, dt, dy, n), C->cast(cpu, d16, dt, dx0, n);
+		for (size_t i = 0; i < n; i++) {
+			xv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(x16[i]) : mgt_f16_to_f32(x16[i]);
+			gv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(g16[i]) : mgt_f16_to_f32(g16[i]);
+			dv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(d16[i]) : mgt_f16_to_f32(d16[i]);
+		}
+		void *dX16 = dalloc(n * 2), *dG16 = dalloc(n * 2), *dDX16 = dalloc(n * 2);
+		float *dGv = dput(gv, n);
+		up(dX16, x16, n * 2), up(dG16, g16, n * 2), up(dDX16, d16, n * 2);
 		up(dX, xv, n * 4);
-		float *o[2][6];
+		float *o[2][5], *dx32 = NULL;
 		for (int v = 0; v < 2; v++) {
-			up(dDX, dx0, n * 4), up(dDW, dw0, (size_t)h * 4), up(dDB, db0, (size_t)h * 4);
+			up(dDX, dv, n * 4), up(dDW, dw0, (size_t)h * 4), up(dDB, db0, (size_t)h * 4);
 			const void *xx = v ? dX16 : (const void *)dX;
 			const mgt_elem_type xt = v ? dt : MGT_DT_F32;
 			G->norm_fwd(gpu, kind, dY, MGT_DT_F32, dM, dR, xx, xt, dW, dB, T, h, 1e-5f);
-			G->norm_bwd(gpu, kind, dDX, dDW, bias ? dDB : NULL, dDY, xx, xt, dW, dMc, dRc, T, h);
+			G->norm_bwd(gpu, kind, v ? dDX16 : (void *)dDX, dDW, bias ? dDB : NULL, v ? dG16 : (const void *)dGv, xt,
+				    xx, xt, dW, dMc, dRc, T, h);
 			o[v][0] = dget(dY, n), o[v][1] = dget(dM, T), o[v][2] = dget(dR, T);
-			o[v][3] = dget(dDX, n), o[v][4] = dget(dDW, h), o[v][5] = dget(dDB, h);
+			o[v][3] = dget(dDW, h), o[v][4] = dget(dDB, h);
+			if (!v)
+				dx32 = dget(dDX, n);
 		}
-		const size_t len[6] = { n, (size_t)T, (size_t)T, n, (size_t)h, (size_t)h };
+		const size_t len[5] = { n, (size_t)T, (size_t)T, (size_t)h, (size_t)h };
 		size_t nd = 0;
-		for (int q = 0; q < 6; q++) nd += ndiff(o[0][q], o[1][q], len[q], 4);
-		CHECK(nd == 0, "%s%s: a %s x gives the bits of its fp32 values, forward and backward (%zu differ)", tag, id,
-		      k ? "fp16" : "bf16", nd);
+		for (int q = 0; q < 5; q++) nd += ndiff(o[0][q], o[1][q], len[q], 4);
+		CHECK(nd == 0, "%s%s: a %s x and dy give the bits of their fp32 values, forward and backward (%zu differ)", tag,
+		      id, k ? "fp16" : "bf16", nd);
+		t_out16(nm("%s: bwd dx accumulated into a 16-bit dx", id), dDX16, dt, dx32, n);
 		for (int v = 0; v < 2; v++)
-			for (int q = 0; q < 6; q++) free(o[v][q]);
-		free(x16), free(xv), dfree(dX16);
+			for (int q = 0; q < 5; q++) free(o[v][q]);
+		free(x16), free(g16), free(d16), free(xv), free(gv), free(dv), free(dx32);
+		dfree(dX16), dfree(dG16), dfree(dDX16), dfree(dGv);
 	}
 	for (int k = 0; k < 2; k++)
 		free(y[k]), free(m[k]), free(r[k]), free(dx[k]), free(dw[k]), free(db[k]);
@@ -1531,6 +1584,45 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 /* ================= bias-dropout-add ================= */
 
 /* alias: the forward writes into resid (out == resid), the backward in place (dy == dout) */
+/* bda with a 16-bit row-parallel output y and 16-bit gradients (type dt), on the GPU: bda_fwd of a
+ * 16-bit y gives the bits of its fp32 values; bda_bwd from a 16-bit dout into a 16-bit dy (and
+ * in place) the rounding of the fp32 op on dout's values, db the column sums of the stored dy. */
+static void bda16_grads(int T, int h, float p, const float *y, const float *dout, const float *b, const float *db0,
+			mgt_elem_type dt, uint64_t key, uint64_t e0, const char *id)
+{
+	const size_t n = (size_t)T * h;
+	uint16_t *y16 = xmalloc(n * 2), *g16 = xmalloc(n * 2);
+	float *yv = xmalloc(n * 4), *gv = xmalloc(n * 4);
+	C->cast(cpu, y16, dt, y, n), C->cast(cpu, g16, dt, dout, n);
+	for (size_t i = 0; i < n; i++) {
+		yv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(y16[i]) : mgt_f16_to_f32(y16[i]);
+		gv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(g16[i]) : mgt_f16_to_f32(g16[i]);
+	}
+	float *dYv = dput(yv, n), *dGv = dput(gv, n), *dB = b ? dput(b, h) : NULL, *dO = dalloc(n * 4), *dD = dalloc(n * 4);
+	float *dDB = dput(db0, h), *dDB16 = dput(db0, h);
+	void *dY16 = dalloc(n * 2), *dG16 = dalloc(n * 2);
+	up(dY16, y16, n * 2), up(dG16, g16, n * 2);
+	G->bda_fwd(gpu, dO, NULL, MGT_DT_F32, dYv, MGT_DT_F32, dB, T, h, p, key, e0);
+	float *o1 = dget(dO, n);
+	G->bda_fwd(gpu, dO, NULL, MGT_DT_F32, dY16, dt, dB, T, h, p, key, e0);
+	float *o2 = dget(dO, n);
+	size_t nd = ndiff(o1, o2, n, 4);
+	CHECK(nd == 0, "%s%s: bda_fwd of a %s y gives the bits of its fp32 values (%zu differ)", tag, id,
+	      dt == MGT_DT_BF16 ? "bf16" : "fp16", nd);
+	G->bda_bwd(gpu, dD, MGT_DT_F32, NULL, dGv, MGT_DT_F32, T, h, p, key, e0);
+	float *d32 = dget(dD, n);
+	for (size_t i = 0; i < n; i++) /* the stored dy, for the reference db */
+		d32[i] = dt == MGT_DT_BF16 ? mgt_round_bf16(d32[i]) : mgt_round_fp16(d32[i]);
+	up(dD, d32, n * 4);
+	G->bda_bwd(gpu, dO, MGT_DT_F32, dDB, dD, MGT_DT_F32, T, h, 0.0f, 0, 0);
+	G->bda_bwd(gpu, dG16, dt, dDB16, dG16, dt, T, h, p, key, e0); /* in place */
+	t_out16(nm("%s: bwd dy of a 16-bit dout, in place", id), dG16, dt, d32, n);
+	float *r1 = dget(dDB, h), *r2 = dget(dDB16, h);
+	CHECK(ndiff(r1, r2, h, 4) == 0, "%s%s: bwd db of a 16-bit dy: the sums of its stored values", tag, id);
+	free(y16), free(g16), free(yv), free(gv), free(o1), free(o2), free(d32), free(r1), free(r2);
+	dfree(dYv), dfree(dGv), dfree(dB), dfree(dO), dfree(dD), dfree(dDB), dfree(dDB16), dfree(dY16), dfree(dG16);
+}
+
 static void t_bda(int T, int h, float p, bool resid, bool bias, bool alias, uint64_t e0)
 {
 	const size_t n = (size_t)T * h;
@@ -1540,9 +1632,9 @@ static void t_bda(int T, int h, float p, bool resid, bool bias, bool alias, uint
 	float *rs = resid ? hrand(n, 1) : NULL, *y = hrand(n, 1), *b = bias ? hrand(h, 1) : NULL;
 	float *dout = hrand(n, 1), *db0 = hrand(h, 1);
 	float *oc = alias && resid ? hcopy(rs, n) : xmalloc(n * 4);
-	C->bda_fwd(cpu, oc, alias && resid ? oc : rs, MGT_DT_F32, y, b, T, h, p, key, e0);
+	C->bda_fwd(cpu, oc, alias && resid ? oc : rs, MGT_DT_F32, y, MGT_DT_F32, b, T, h, p, key, e0);
 	float *dyc = alias ? hcopy(dout, n) : xmalloc(n * 4), *dbc = hcopy(db0, h);
-	C->bda_bwd(cpu, dyc, bias ? dbc : NULL, alias ? dyc : dout, T, h, p, key, e0);
+	C->bda_bwd(cpu, dyc, MGT_DT_F32, bias ? dbc : NULL, alias ? dyc : dout, MGT_DT_F32, T, h, p, key, e0);
 	float *dR = resid && !alias ? dput(rs, n) : NULL, *dYin = dput(y, n), *dB = bias ? dput(b, h) : NULL;
 	float *dO = dalloc(n * 4), *dDO = alias ? NULL : dput(dout, n), *dDY = dalloc(n * 4), *dDB = dalloc((size_t)h * 4);
 	float *o[2], *dy[2], *db[2];
@@ -1556,8 +1648,8 @@ static void t_bda(int T, int h, float p, bool resid, bool bias, bool alias, uint
 		else
 			poison(dDY, n);
 		up(dDB, db0, (size_t)h * 4);
-		G->bda_fwd(gpu, dO, alias && resid ? dO : dR, MGT_DT_F32, dYin, dB, T, h, p, key, e0);
-		G->bda_bwd(gpu, dDY, bias ? dDB : NULL, alias ? dDY : dDO, T, h, p, key, e0);
+		G->bda_fwd(gpu, dO, alias && resid ? dO : dR, MGT_DT_F32, dYin, MGT_DT_F32, dB, T, h, p, key, e0);
+		G->bda_bwd(gpu, dDY, MGT_DT_F32, bias ? dDB : NULL, alias ? dDY : dDO, MGT_DT_F32, T, h, p, key, e0);
 		o[k] = dget(dO, n);
 		dy[k] = dget(dDY, n);
 		db[k] = dget(dDB, h);
@@ -1581,11 +1673,12 @@ static void t_bda(int T, int h, float p, bool resid, bool bias, bool alias, uint
 		float *dRv = dput(rv, n);
 		void *dO16 = dalloc(n * 2);
 		up(dO16, r16, n * 2);
-		G->bda_fwd(gpu, dO, resid ? dRv : NULL, MGT_DT_F32, dYin, dB, T, h, p, key, e0);
-		G->bda_fwd(gpu, dO16, resid ? dO16 : NULL, dt, dYin, dB, T, h, p, key, e0); /* in place */
+		G->bda_fwd(gpu, dO, resid ? dRv : NULL, MGT_DT_F32, dYin, MGT_DT_F32, dB, T, h, p, key, e0);
+		G->bda_fwd(gpu, dO16, resid ? dO16 : NULL, dt, dYin, MGT_DT_F32, dB, T, h, p, key, e0); /* in place */
 		float *o32 = dget(dO, n);
 		t_out16(nm("%s: 16-bit out and resid", id), dO16, dt, o32, n);
 		free(o32), free(r16), free(rv), dfree(dRv), dfree(dO16);
+		bda16_grads(T, h, p, y, dout, b, db0, dt, key, e0, id);
 	}
 	for (int k = 0; k < 2; k++)
 		free(o[k]), free(dy[k]), free(db[k]);
@@ -1744,7 +1837,7 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 	for (int g = 0, r0 = 0; g < NG; r0 += rows[g], g++)
 		if (rows[g]) {
 			G->linear_fwd(gpu, dYP + (size_t)r0 * out, MGT_DT_F32, dX + (size_t)r0 * in, MGT_DT_F32, dw_[g], MGT_DT_F32, NULL, rows[g], in, out);
-			G->linear_bwd(gpu, dDX ? dDXP + (size_t)r0 * in : NULL, dDWP + g * nw, NULL, dDY + (size_t)r0 * out, MGT_DT_F32,
+			G->linear_bwd(gpu, dDX ? dDXP + (size_t)r0 * in : NULL, MGT_DT_F32, dDWP + g * nw, NULL, dDY + (size_t)r0 * out, MGT_DT_F32,
 				      dX + (size_t)r0 * in, MGT_DT_F32, dw_[g], MGT_DT_F32, rows[g], in, out);
 		}
 	float *yp = dget(dYP, ny), *dxp = dget(dDXP, nx), *dwp = dget(dDWP, nw * NG);

@@ -265,7 +265,7 @@ static void test_linear_case(int T, int in, int out, int with_bias, int fd)
 	float *R = randf((size_t)T * out, 1);
 	float *dx = randf((size_t)T * in, 9), *dw0 = randf((size_t)out * in, 1), *db0 = randf(out, 1);
 	float *dw = copyf(dw0, (size_t)out * in), *db = copyf(db0, out);
-	O->linear_bwd(be, dx, dw, b ? db : NULL, R, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx, MGT_DT_F32, dw, b ? db : NULL, R, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 	objective ob = {lin_ref, &c, R, (size_t)T * out, yr};
 	if (fd) {
 		double ex = fd_check(&ob, xd, (size_t)T * in, dx);
@@ -277,7 +277,7 @@ static void test_linear_case(int T, int in, int out, int with_bias, int fd)
 			double eb = relerr_delta(db, db0, gb, out);
 			CHECK(eb < BWD_TOL, "linear_bwd db (accumulated) vs FD: %.2e", eb);
 			/* second call: dw, db gain the same gradient again */
-			O->linear_bwd(be, NULL, dw, db, R, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+			O->linear_bwd(be, NULL, MGT_DT_F32, dw, db, R, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 			for (int i = 0; i < out * in; i++)
 				gw[i] *= 2;
 			for (int i = 0; i < out; i++)
@@ -356,7 +356,7 @@ static void test_embedding(void)
 		if (ids[t] >= row0 && ids[t] < row0 + rows)
 			for (int c = 0; c < h; c++)
 				gr[(ids[t] - row0) * h + c] += dy[t * h + c];
-	O->embedding_bwd(be, dt, dy, ids, row0, rows, T, h);
+	O->embedding_bwd(be, dt, dy, MGT_DT_F32, ids, row0, rows, T, h);
 	CHECK(relerr_delta(dt, dt0, gr, rows * h) < FWD_TOL,
 	      "embedding_bwd accumulates repeated ids, ignores out of range");
 	free(table), free(y), free(y0), free(ya), free(dy), free(dt0), free(dt);
@@ -372,8 +372,8 @@ static void test_embedding(void)
 		if (ids2[t] >= 10 && ids2[t] < 10 + rows2)
 			for (int c = 0; c < h2; c++)
 				g2[(ids2[t] - 10) * h2 + c] += dy2[(size_t)t * h2 + c];
-	O->embedding_bwd(be, a, dy2, ids2, 10, rows2, T2, h2);
-	O->embedding_bwd(be, b, dy2, ids2, 10, rows2, T2, h2);
+	O->embedding_bwd(be, a, dy2, MGT_DT_F32, ids2, 10, rows2, T2, h2);
+	O->embedding_bwd(be, b, dy2, MGT_DT_F32, ids2, 10, rows2, T2, h2);
 	double e = relerr(a, g2, rows2 * h2);
 	CHECK(e < FWD_TOL && memcmp(a, b, rows2 * h2 * 4) == 0,
 	      "embedding_bwd T=%d h=%d: err %.2e, deterministic", T2, h2, e);
@@ -437,7 +437,7 @@ static void test_norm_case(mgt_norm_kind kind, int with_bias, int T, int h)
 
 	float *R = randf((size_t)T * h, 1), *dx0 = randf((size_t)T * h, 1), *dw0 = randf(h, 1);
 	float *db0 = randf(h, 1), *dx = copyf(dx0, (size_t)T * h), *dw = copyf(dw0, h), *db = copyf(db0, h);
-	O->norm_bwd(be, kind, dx, dw, b ? db : NULL, R, x, MGT_DT_F32, w, mean, rstd, T, h);
+	O->norm_bwd(be, kind, dx, dw, b ? db : NULL, R, MGT_DT_F32, x, MGT_DT_F32, w, mean, rstd, T, h);
 	objective ob = {norm_ref, &c, R, (size_t)T * h, yr};
 	for (int i = 0; i < T * h; i++) /* the backward's own contribution */
 		dx[i] -= dx0[i];
@@ -1236,13 +1236,13 @@ static void test_bda_case(int T, int h, float p, int with_resid, int with_bias, 
 	bda_ctx c = {rd, yd, bd, T, h, p, key, e0};
 	bda_ref(&c, outr);
 	float *out = alias && resid ? copyf(resid, n) : randf(n, 9);
-	O->bda_fwd(be, out, alias && resid ? out : resid, MGT_DT_F32, y, b, T, h, p, key, e0);
+	O->bda_fwd(be, out, alias && resid ? out : resid, MGT_DT_F32, y, MGT_DT_F32, b, T, h, p, key, e0);
 	double e = relerr(out, outr, n);
 	CHECK(e < FWD_TOL, "bda_fwd T=%d h=%d p=%g resid=%d bias=%d alias=%d: err %.2e", T, h, p, with_resid,
 	      with_bias, alias, e);
 	float *R = randf(n, 1), *dy = alias ? copyf(R, n) : randf(n, 9), *db0 = randf(h, 1);
 	float *db = copyf(db0, h);
-	O->bda_bwd(be, dy, b ? db : NULL, alias ? dy : R, T, h, p, key, e0);
+	O->bda_bwd(be, dy, MGT_DT_F32, b ? db : NULL, alias ? dy : R, MGT_DT_F32, T, h, p, key, e0);
 	objective ob = {bda_ref, &c, R, n, outr};
 	double ey = fd_check_some(&ob, yd, n, dy, 300), eb = 0;
 	if (b) {
@@ -1271,7 +1271,7 @@ static void test_bda(void)
 	float *y = xmalloc(n * 4), *o = xmalloc(n * 4);
 	for (int i = 0; i < n; i++)
 		y[i] = 1.0f;
-	O->bda_fwd(be, o, NULL, MGT_DT_F32, y, NULL, 1, n, 0.3f, 5, e0);
+	O->bda_fwd(be, o, NULL, MGT_DT_F32, y, MGT_DT_F32, NULL, 1, n, 0.3f, 5, e0);
 	int dropped = 0, exact = 1;
 	for (int i = 0; i < n; i++) {
 		dropped += o[i] == 0.0f;
@@ -1714,7 +1714,7 @@ static void test_moe_grouped_case(const int *rows, int G, int in, int out)
 		for (int g = 0; g < G; g++) {
 			if (rows[g]) {
 				O->linear_fwd(be, yp + (size_t)r0 * out, MGT_DT_F32, x + (size_t)r0 * in, MGT_DT_F32, w[g], MGT_DT_F32, NULL, rows[g], in, out);
-				O->linear_bwd(be, dxp + (size_t)r0 * in, dwp[g], NULL, dy + (size_t)r0 * out, MGT_DT_F32,
+				O->linear_bwd(be, dxp + (size_t)r0 * in, MGT_DT_F32, dwp[g], NULL, dy + (size_t)r0 * out, MGT_DT_F32,
 					      x + (size_t)r0 * in, MGT_DT_F32, w[g], MGT_DT_F32, rows[g], in, out);
 			}
 			ndw += bits_differ(dwg[g], dwp[g], nw);
@@ -1757,8 +1757,8 @@ static void test_determinism(void)
 	float *x = randf(T * in, 1), *w = randf(out * in, 1), *dy = randf(T * out, 1);
 	float *dw1 = xmalloc(out * in * 4), *dw2 = xmalloc(out * in * 4), *db1 = xmalloc(out * 4),
 	      *db2 = xmalloc(out * 4), *dx1 = xmalloc(T * in * 4), *dx2 = xmalloc(T * in * 4);
-	O->linear_bwd(be, dx1, dw1, db1, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
-	O->linear_bwd(be, dx2, dw2, db2, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx1, MGT_DT_F32, dw1, db1, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+	O->linear_bwd(be, dx2, MGT_DT_F32, dw2, db2, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 	CHECK(!memcmp(dw1, dw2, out * in * 4) && !memcmp(db1, db2, out * 4) && !memcmp(dx1, dx2, T * in * 4),
 	      "linear_bwd deterministic (2 threads)");
 	float *mean = xmalloc(T * 4), *rstd = xmalloc(T * 4), *yy = xmalloc(T * in * 4);
@@ -1766,8 +1766,8 @@ static void test_determinism(void)
 	float *nw1 = xmalloc(in * 4), *nw2 = xmalloc(in * 4), *nb1 = xmalloc(in * 4), *nb2 = xmalloc(in * 4);
 	memset(dx1, 0, T * in * 4);
 	memset(dx2, 0, T * in * 4);
-	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx1, nw1, nb1, dy, x, MGT_DT_F32, w, mean, rstd, T, in);
-	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx2, nw2, nb2, dy, x, MGT_DT_F32, w, mean, rstd, T, in);
+	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx1, nw1, nb1, dy, MGT_DT_F32, x, MGT_DT_F32, w, mean, rstd, T, in);
+	O->norm_bwd(be, MGT_NORM_LAYERNORM, dx2, nw2, nb2, dy, MGT_DT_F32, x, MGT_DT_F32, w, mean, rstd, T, in);
 	CHECK(!memcmp(nw1, nw2, in * 4) && !memcmp(nb1, nb2, in * 4) && !memcmp(dx1, dx2, T * in * 4),
 	      "norm_bwd deterministic (2 threads)");
 	/* a 1-thread backend agrees to rounding */
@@ -1775,7 +1775,7 @@ static void test_determinism(void)
 	CHECK(b1 && b1->threads == 1, "cpu backend with 1 thread");
 	if (b1) {
 		float *dw3 = xmalloc(out * in * 4), *db3 = xmalloc(out * 4), *dx3 = xmalloc(T * in * 4);
-		b1->ops->linear_bwd(b1, dx3, dw3, db3, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
+		b1->ops->linear_bwd(b1, dx3, MGT_DT_F32, dw3, db3, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, in, out);
 		double *r = tod(dw1, out * in);
 		double e = relerr(dw3, r, out * in);
 		CHECK(e < 1e-6 && !memcmp(db1, db3, out * 4), "1 thread vs 2 threads: dw %.2e, db identical", e);

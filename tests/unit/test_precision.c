@@ -145,8 +145,8 @@ static void test_weight_copy(mgt_precision prec, const char *name, float (*round
 	be->ops->linear_fwd(be, y1, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, IN, OUT);
 	be->ops->linear_fwd(be, y2, MGT_DT_F32, x, MGT_DT_F32, w16, dt, NULL, T, IN, OUT);
 	CHECK(!memcmp(y1, y2, sizeof y1), "%s linear_fwd: the 16-bit weight gives the rounded fp32 weight's bits", name);
-	be->ops->linear_bwd(be, dx1, dw1, NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, OUT);
-	be->ops->linear_bwd(be, dx2, dw2, NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w16, dt, T, IN, OUT);
+	be->ops->linear_bwd(be, dx1, MGT_DT_F32, dw1, NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, OUT);
+	be->ops->linear_bwd(be, dx2, MGT_DT_F32, dw2, NULL, dy, MGT_DT_F32, x, MGT_DT_F32, w16, dt, T, IN, OUT);
 	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
 	      "%s linear_bwd: dx and dw the same bits with the 16-bit weight", name);
 	const int rows[3] = { 11, 0, 18 };
@@ -277,8 +277,8 @@ static void test_logits16(mgt_precision prec, const char *name, float (*round)(f
 	CHECK(bad == 0, "%s xent_bwd in place on 16-bit logits: the rounding of its fp32 gradient (%zu differ)", name, bad);
 	for (size_t i = 0; i < (size_t)T * V; i++) y32[i] = ref_decode(y16[i], bf);
 	memset(dw1, 0, sizeof dw1), memset(dw2, 0, sizeof dw2);
-	be->ops->linear_bwd(be, dx1, dw1, NULL, y32, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, V);
-	be->ops->linear_bwd(be, dx2, dw2, NULL, y16, dt, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, V);
+	be->ops->linear_bwd(be, dx1, MGT_DT_F32, dw1, NULL, y32, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, V);
+	be->ops->linear_bwd(be, dx2, MGT_DT_F32, dw2, NULL, y16, dt, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, V);
 	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
 	      "%s linear_bwd from a 16-bit dy: the bits it gives from dy's fp32 values", name);
 	free(x), free(w), free(y32), free(y16);
@@ -338,8 +338,63 @@ static void test_attn16(mgt_precision prec, const char *name, float (*round)(flo
 	mgt_backend_destroy(be);
 }
 
+/* Activation gradients in 16 bits: linear_bwd writing a 16-bit dx, bda_fwd reading a 16-bit y,
+ * bda_bwd between 16-bit dout and dy (with and without dropout, and a 16-bit dy from an fp32 dout),
+ * embedding_bwd reading a 16-bit dy: each the reference rounding (or the exact bits) of the fp32
+ * op on the widened values; db and dtable sum the stored values. */
+static void test_grad16(mgt_precision prec, const char *name, float (*round)(float))
+{
+	enum { T = 23, IN = 37, OUT = 29 };
+	const int bf = prec == MGT_PREC_BF16;
+	const mgt_elem_type dt = mgt_precision_dtype(prec);
+	mgt_backend *be = mgt_backend_cpu_create(2);
+	be->precision = prec;
+	static float x[T * IN], w[OUT * IN], dy[T * OUT], dx1[T * IN], dw1[OUT * IN], dw2[OUT * IN], v[T * OUT];
+	static float o1[T * OUT], o2[T * OUT], db1[OUT], db2[OUT], tab1[5 * OUT], tab2[5 * OUT];
+	static uint16_t dx2[T * IN], dy16[T * OUT], g16[T * OUT];
+	static int32_t ids[T];
+	for (int i = 0; i < T * IN; i++) x[i] = (float)((int)(next32() % 20001) - 10000) * 3e-4f;
+	for (int i = 0; i < OUT * IN; i++) w[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
+	for (int i = 0; i < T * OUT; i++) dy[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
+	for (int t = 0; t < T; t++) ids[t] = (int32_t)(next32() % 5);
+	be->ops->cast(be, dy16, dt, dy, T * OUT);
+	for (int i = 0; i < T * OUT; i++) v[i] = ref_decode(dy16[i], bf);
+	be->ops->linear_bwd(be, dx1, MGT_DT_F32, dw1, NULL, dy16, dt, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, OUT);
+	be->ops->linear_bwd(be, dx2, dt, dw2, NULL, dy16, dt, x, MGT_DT_F32, w, MGT_DT_F32, T, IN, OUT);
+	int bad = 0;
+	for (int i = 0; i < T * IN; i++) bad += !same(ref_decode(dx2[i], bf), round(dx1[i]));
+	CHECK(bad == 0 && !memcmp(dw1, dw2, sizeof dw1), "%s linear_bwd into a 16-bit dx: the rounding of the fp32 dx (%d "
+	      "differ), dw the same bits", name, bad);
+	for (int drop = 0; drop < 2; drop++) {
+		const float p = drop ? 0.25f : 0.0f;
+		be->ops->bda_fwd(be, o1, x, MGT_DT_F32, v, MGT_DT_F32, w, T, OUT, p, 5, 77);
+		be->ops->bda_fwd(be, o2, x, MGT_DT_F32, dy16, dt, w, T, OUT, p, 5, 77);
+		CHECK(!memcmp(o1, o2, sizeof o1), "%s bda_fwd (p %g) of a 16-bit y: the bits of its fp32 values", name, p);
+		memset(db1, 0, sizeof db1), memset(db2, 0, sizeof db2);
+		be->ops->bda_bwd(be, o1, MGT_DT_F32, NULL, v, MGT_DT_F32, T, OUT, p, 5, 77);
+		for (int i = 0; i < T * OUT; i++) o1[i] = round(o1[i]);
+		be->ops->bda_bwd(be, o2, MGT_DT_F32, db1, o1, MGT_DT_F32, T, OUT, 0.0f, 0, 0); /* db1: sum of the rounded */
+		be->ops->bda_bwd(be, g16, dt, db2, dy16, dt, T, OUT, p, 5, 77);
+		bad = 0;
+		for (int i = 0; i < T * OUT; i++) bad += !same(ref_decode(g16[i], bf), o1[i]);
+		memcpy(g16, dy16, sizeof g16); /* in place */
+		be->ops->bda_bwd(be, g16, dt, NULL, g16, dt, T, OUT, p, 5, 77);
+		for (int i = 0; i < T * OUT; i++) bad += !same(ref_decode(g16[i], bf), o1[i]);
+		be->ops->bda_bwd(be, g16, dt, NULL, v, MGT_DT_F32, T, OUT, p, 5, 77); /* fp32 dout, 16-bit dy */
+		for (int i = 0; i < T * OUT; i++) bad += !same(ref_decode(g16[i], bf), o1[i]);
+		CHECK(bad == 0 && !memcmp(db1, db2, sizeof db1), "%s bda_bwd (p %g) between 16-bit gradients: the rounding "
+		      "of the fp32 op (%d differ), db the sum of the stored values", name, p, bad);
+	}
+	memset(tab1, 0, sizeof tab1), memset(tab2, 0, sizeof tab2);
+	be->ops->embedding_bwd(be, tab1, v, MGT_DT_F32, ids, 0, 5, T, OUT);
+	be->ops->embedding_bwd(be, tab2, dy16, dt, ids, 0, 5, T, OUT);
+	CHECK(!memcmp(tab1, tab2, sizeof tab1), "%s embedding_bwd of a 16-bit dy: the bits of its fp32 values", name);
+	mgt_backend_destroy(be);
+}
+
 /* The residual stream in 16 bits: norm_fwd and norm_bwd reading a 16-bit x give the bits they give
- * on its fp32 values (y, mean, rstd; dx, dw, db); bda_fwd writing a 16-bit out from a 16-bit
+ * on its fp32 values (y, mean, rstd; dw, db; the 16-bit dx, read and accumulated, the rounding
+ * of the fp32 op's on the widened dx, dy a 16-bit one too); bda_fwd writing a 16-bit out from a 16-bit
  * resid (in place too, with dropout) gives the reference rounding of the fp32 op on the widened
  * resid. */
 static void test_residual16(mgt_precision prec, const char *name, float (*round)(float))
@@ -349,25 +404,29 @@ static void test_residual16(mgt_precision prec, const char *name, float (*round)
 	const mgt_elem_type dt = mgt_precision_dtype(prec);
 	mgt_backend *be = mgt_backend_cpu_create(2);
 	static float x[T * H], xv[T * H], w[H], b[H], y1[T * H], y2[T * H], m1[T], m2[T], r1[T], r2[T], dy[T * H];
-	static float dx1[T * H], dx2[T * H], dw1[H], dw2[H], db1[H], db2[H], o32[T * H];
-	static uint16_t x16[T * H], o16[T * H];
+	static float dx1[T * H], dw1[H], dw2[H], db1[H], db2[H], o32[T * H], dyv[T * H];
+	static uint16_t x16[T * H], o16[T * H], dx2[T * H], dy16[T * H];
 	for (int i = 0; i < T * H; i++) x[i] = (float)((int)(next32() % 20001) - 10000) * 3e-4f;
 	for (int i = 0; i < T * H; i++) dy[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
 	for (int i = 0; i < H; i++) w[i] = 1.0f + (float)((int)(next32() % 2001) - 1000) * 1e-4f, b[i] = 0.01f * (float)(i % 7);
 	be->ops->cast(be, x16, dt, x, T * H);
-	for (int i = 0; i < T * H; i++) xv[i] = ref_decode(x16[i], bf);
+	be->ops->cast(be, dy16, dt, dy, T * H);
+	for (int i = 0; i < T * H; i++) xv[i] = ref_decode(x16[i], bf), dyv[i] = ref_decode(dy16[i], bf);
 	for (int kind = 0; kind < 2; kind++) {
 		mgt_norm_kind k = kind ? MGT_NORM_RMSNORM : MGT_NORM_LAYERNORM;
 		be->ops->norm_fwd(be, k, y1, MGT_DT_F32, m1, r1, xv, MGT_DT_F32, w, kind ? NULL : b, T, H, 1e-5f);
 		be->ops->norm_fwd(be, k, y2, MGT_DT_F32, m2, r2, x16, dt, w, kind ? NULL : b, T, H, 1e-5f);
-		memset(dx1, 0, sizeof dx1), memset(dx2, 0, sizeof dx2), memset(dw1, 0, sizeof dw1), memset(dw2, 0, sizeof dw2);
-		memset(db1, 0, sizeof db1), memset(db2, 0, sizeof db2);
-		be->ops->norm_bwd(be, k, dx1, dw1, db1, dy, xv, MGT_DT_F32, w, m1, r1, T, H);
-		be->ops->norm_bwd(be, k, dx2, dw2, db2, dy, x16, dt, w, m2, r2, T, H);
-		CHECK(!memcmp(y1, y2, sizeof y1) && !memcmp(m1, m2, sizeof m1) && !memcmp(r1, r2, sizeof r1) &&
-		      !memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1) && !memcmp(db1, db2, sizeof db1),
-		      "%s norm (%s) of a 16-bit x: the bits of its fp32 values, forward and backward", name,
-		      kind ? "RMSNorm" : "LayerNorm");
+		memset(dw1, 0, sizeof dw1), memset(dw2, 0, sizeof dw2), memset(db1, 0, sizeof db1), memset(db2, 0, sizeof db2);
+		memcpy(dx2, x16, sizeof dx2); /* a nonzero gradient to accumulate into */
+		for (int i = 0; i < T * H; i++) dx1[i] = ref_decode(dx2[i], bf);
+		be->ops->norm_bwd(be, k, dx1, dw1, db1, dyv, MGT_DT_F32, xv, MGT_DT_F32, w, m1, r1, T, H);
+		be->ops->norm_bwd(be, k, dx2, dw2, db2, dy16, dt, x16, dt, w, m2, r2, T, H);
+		int bad = 0;
+		for (int i = 0; i < T * H; i++) bad += !same(ref_decode(dx2[i], bf), round(dx1[i]));
+		CHECK(!memcmp(y1, y2, sizeof y1) && !memcmp(m1, m2, sizeof m1) && !memcmp(r1, r2, sizeof r1) && bad == 0 &&
+		      !memcmp(dw1, dw2, sizeof dw1) && !memcmp(db1, db2, sizeof db1),
+		      "%s norm (%s) of a 16-bit x: the bits of its fp32 values, forward and backward (16-bit dy and dx: "
+		      "%d of dx differ from the rounding)", name, kind ? "RMSNorm" : "LayerNorm", bad);
 	}
 	/* head norms (--qk-layernorm) into a 16-bit qkv: the selected rows rounded, the others kept */
 	enum { NG = 2, R = 3, D = 13 }; /* T * NG * (R + 2) * D <= T * H: x serves as qkv */
@@ -392,15 +451,15 @@ static void test_residual16(mgt_precision prec, const char *name, float (*round)
 	}
 	for (int drop = 0; drop < 2; drop++) {
 		const float p = drop ? 0.2f : 0.0f;
-		be->ops->bda_fwd(be, o32, xv, MGT_DT_F32, dy, b, T, H, p, 9, 1000);
-		be->ops->bda_fwd(be, o16, x16, dt, dy, b, T, H, p, 9, 1000);
+		be->ops->bda_fwd(be, o32, xv, MGT_DT_F32, dy, MGT_DT_F32, b, T, H, p, 9, 1000);
+		be->ops->bda_fwd(be, o16, x16, dt, dy, MGT_DT_F32, b, T, H, p, 9, 1000);
 		int bad = 0;
 		for (int i = 0; i < T * H; i++) bad += !same(ref_decode(o16[i], bf), round(o32[i]));
 		memcpy(o16, x16, sizeof o16); /* in place: out aliasing resid */
-		be->ops->bda_fwd(be, o16, o16, dt, dy, b, T, H, p, 9, 1000);
+		be->ops->bda_fwd(be, o16, o16, dt, dy, MGT_DT_F32, b, T, H, p, 9, 1000);
 		for (int i = 0; i < T * H; i++) bad += !same(ref_decode(o16[i], bf), round(o32[i]));
-		be->ops->bda_fwd(be, o16, NULL, dt, dy, NULL, T, H, p, 9, 1000);
-		be->ops->bda_fwd(be, o32, NULL, MGT_DT_F32, dy, NULL, T, H, p, 9, 1000);
+		be->ops->bda_fwd(be, o16, NULL, dt, dy, MGT_DT_F32, NULL, T, H, p, 9, 1000);
+		be->ops->bda_fwd(be, o32, NULL, MGT_DT_F32, dy, MGT_DT_F32, NULL, T, H, p, 9, 1000);
 		for (int i = 0; i < T * H; i++) bad += !same(ref_decode(o16[i], bf), round(o32[i]));
 		CHECK(bad == 0, "%s bda_fwd (p %g) into a 16-bit residual: the rounding of the fp32 sum (%d differ)", name, p,
 		      bad);
@@ -454,6 +513,8 @@ int main(void)
 	test_attn16(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_residual16(MGT_PREC_BF16, "bf16", ref_bf16);
 	test_residual16(MGT_PREC_FP16, "fp16", ref_fp16);
+	test_grad16(MGT_PREC_BF16, "bf16", ref_bf16);
+	test_grad16(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_scaler();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
