@@ -256,15 +256,15 @@ extern "C" int mgt_k_bias_act_fwd(mgt_k_stream s, int act, void *y, mgt_k_dtype 
 	return mgt_k_rc();
 }
 
-/* dx of row t (act_bwd_row_ in cpu.c). */
-template <typename X>
-static __global__ void bias_act_bwd_k(int act, float *dx, const float *dy, const X *x, const float *b, int f,
-				      bool vec)
+/* dx of row t (act_bwd_row_ in cpu.c); x of type X, dy and dx of type G (read as fp32, dx
+ * rounded to nearest even when 16-bit). */
+template <typename X, typename G>
+static __global__ void bias_act_bwd_k(int act, G *dx, const G *dy, const X *x, const float *b, int f, bool vec)
 {
 	const size_t t = blockIdx.x, nf = (size_t)f, ng = (nf + 3) / 4, xw = act == 1 ? 2 * nf : nf;
 	const X *xt = x + t * xw;
-	const float *gt = dy + t * nf;
-	float *dxt = dx + t * xw;
+	const G *gt = dy + t * nf;
+	G *dxt = dx + t * xw;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
 		float a[4], gg[4], o[4];
 		ld4_biased(xt, b, g, nf, vec, a);
@@ -297,26 +297,25 @@ extern "C" size_t mgt_k_bias_act_bwd_ws_bytes(int act, int T, int f)
 	return mgt_k_colsum_ws_bytes(T, act == 1 ? 2 * f : f);
 }
 
-/* dx written, then db += column sums of dx (as cpu_bias_act_bwd: colsum_acc over dx). */
-extern "C" int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db, const float *dy,
+/* dx written, then db += column sums of dx's stored values (as cpu_bias_act_bwd). */
+extern "C" int mgt_k_bias_act_bwd(mgt_k_stream s, int act, void *dx, float *db, const void *dy, mgt_k_dtype gt,
 				  const void *x, mgt_k_dtype xt, const float *b, int T, int f, void *ws)
 {
 	if (T <= 0 || f <= 0)
 		return 0;
 	const bool vec = f % 4 == 0 && mgt_al16(dx) && mgt_al16(dy) && mgt_al16(x) && mgt_al16(b);
-	if (xt == MGT_K_BF16)
-		MGT_LAUNCH(bias_act_bwd_k<__nv_bfloat16>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, dx, dy,
-			   (const __nv_bfloat16 *)x, b, f, vec);
-	else if (xt == MGT_K_F16)
-		MGT_LAUNCH(bias_act_bwd_k<__half>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, dx, dy, (const __half *)x, b,
-			   f, vec);
-	else
-		MGT_LAUNCH(bias_act_bwd_k<float>, T, MGT_ROW_THREADS, 0, mgt_st(s), act, dx, dy, (const float *)x, b, f,
-			   vec);
-	int rc = mgt_k_rc();
+	int rc = mgt_k_typed(xt, [&](auto ex) {
+		return mgt_k_typed(gt, [&](auto eg) {
+			typedef typename decltype(ex)::type X;
+			typedef typename decltype(eg)::type G;
+			MGT_LAUNCH((bias_act_bwd_k<X, G>), T, MGT_ROW_THREADS, 0, mgt_st(s), act, (G *)dx, (const G *)dy,
+				   (const X *)x, b, f, vec);
+			return mgt_k_rc();
+		});
+	});
 	if (rc || !db)
 		return rc;
-	return mgt_k_colsum(s, db, dx, MGT_K_F32, T, act == 1 ? 2 * f : f, ws);
+	return mgt_k_colsum(s, db, dx, gt, T, act == 1 ? 2 * f : f, ws);
 }
 
 /* ---- bias-dropout-add ---- */

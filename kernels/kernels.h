@@ -155,7 +155,7 @@ int mgt_k_mma_probe(mgt_k_stream s, int dtype, const float *x, const float *y, f
 int mgt_k_bias_act_fwd(mgt_k_stream s, int act, void *y, mgt_k_dtype yt, const void *x, mgt_k_dtype xt,
 		       const float *b, int T, int f);
 size_t mgt_k_bias_act_bwd_ws_bytes(int act, int T, int f);
-int mgt_k_bias_act_bwd(mgt_k_stream s, int act, float *dx, float *db, const float *dy,
+int mgt_k_bias_act_bwd(mgt_k_stream s, int act, void *dx, float *db, const void *dy, mgt_k_dtype gt,
 		       const void *x, mgt_k_dtype xt, const float *b, int T, int f, void *ws);
 
 /* ---- bias-dropout-add ---- */

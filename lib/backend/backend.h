@@ -71,9 +71,11 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * residual's gradient (norm_bwd accumulates into it, of the residual's type; bda_bwd reads it),
  * the gradient of each row-parallel output (bda_bwd writes it rounded) and of each norm output
  * (linear_bwd writes dx rounded; norm_bwd and embedding_bwd read it): what Megatron's bf16
- * autograd stores and its TP and PP communication moves.  Other activations and activation
- * gradients (inside attention and the MLP, the MoE layer's, context parallelism's) are fp32 in
- * this version.
+ * autograd stores and its TP and PP communication moves.  So are the gradients inside attention
+ * and the MLP (of the attention output, the fused QKV, the MLP activation and fc1's output:
+ * attn_bwd and bias_act_bwd take them with their type).  The MoE layers' activations and
+ * gradients, context parallelism's blocks and the gradients of --qk-layernorm's head norms are
+ * fp32 in this version.
  *
  * Weights may come already in the 16-bit type (the model's 16-bit copy of its parameters, which
  * it refreshes with the cast op after every change of its fp32 main parameters, as Megatron's
@@ -201,10 +203,13 @@ typedef struct mgt_backend_ops {
 	 * CPU widens a 16-bit qkv, computes in fp32 and rounds out. */
 	void (*attn_fwd)(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
 			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
-	/* Backward: writes dqkv [T, ng, r + 2, d] (fp32) from dout [T, ng*r, d] (fp32), given the
-	 * forward's qkv, out (of type t, as attn_fwd's) and lse and the same dropout parameters. */
-	void (*attn_bwd)(mgt_backend *be, float *dqkv, const float *dout, const void *qkv, const void *out,
-			 mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
+	/* Backward: writes dqkv [T, ng, r + 2, d] from dout [T, ng*r, d], both of type gt (fp32, or
+	 * bf16/fp16: dout read as its fp32 values, dqkv computed in fp32 and rounded to nearest even),
+	 * given the forward's qkv, out (of type t, as attn_fwd's) and lse and the same dropout
+	 * parameters.  The CUDA backend's kernels read and write fp32 gradients: a 16-bit dout and
+	 * dqkv go through scratch. */
+	void (*attn_bwd)(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+			 const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			 uint64_t key, int head0, int heads_total);
 
 	/* ---- attention blocks for context parallelism (megatron-moe-cp.md section 2.3) ----
@@ -271,10 +276,11 @@ typedef struct mgt_backend_ops {
 	 * bf16/fp16 read as their fp32 values). */
 	void (*bias_act_fwd)(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,
 			     mgt_elem_type xt, const float *b, int T, int f);
-	/* Backward: dx [T, f] or [T, 2f] writes (fp32); db accumulates (skipped when NULL); x of type
-	 * xt as the forward's. */
-	void (*bias_act_bwd)(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
-			     const float *dy, const void *x, mgt_elem_type xt, const float *b, int T, int f);
+	/* Backward: dx [T, f] or [T, 2f] writes; db accumulates (skipped when NULL: the column sums of
+	 * dx's stored values); x of type xt as the forward's; dy and dx of type gt (fp32, or bf16/fp16:
+	 * dy read as its fp32 values, dx computed in fp32 and rounded to nearest even). */
+	void (*bias_act_bwd)(mgt_backend *be, mgt_act_kind act, void *dx, float *db, const void *dy,
+			     mgt_elem_type gt, const void *x, mgt_elem_type xt, const float *b, int T, int f);
 
 	/* ---- bias-dropout-add (residual) ---- */
 	/* out[T, h] = resid + dropout(y + b), or dropout(y + b) when resid == NULL; b may be NULL.

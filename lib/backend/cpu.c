@@ -682,14 +682,20 @@ static void cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv
 	cpu_cast(be, out, t, o, no);
 }
 
-static void cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const void *qkv, const void *out,
-			 mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
+/* 16-bit gradients: dout widened into rounding buffer 5, dqkv computed in buffer 4 and rounded. */
+static void cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+			 const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			 uint64_t key, int head0, int heads_total)
 {
-	const size_t T = (size_t)s * b;
-	const float *q = widen(be, 0, qkv, t, T * ng * (r + 2) * d), *o = widen(be, 1, out, t, T * ng * r * d);
-	if (q && o)
-		mgt_cpu_attn_bwd(be, dqkv, dout, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total);
+	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
+	if (!nq)
+		return;
+	const float *q = widen(be, 0, qkv, t, nq), *o = widen(be, 1, out, t, no), *g = widen(be, 5, dout, gt, no);
+	float *dq = out32(be, dqkv, gt, nq);
+	if (!q || !o || !g || !dq)
+		return;
+	mgt_cpu_attn_bwd(be, dq, g, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total);
+	narrow(be, dqkv, gt, dq, nq);
 }
 /* ---- bias + activation ---- */
 
@@ -824,23 +830,31 @@ CPU_CLONES static void act_bwd_row(float *dxt, const float *gt, const float *xt,
 		b ? act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU, true) : act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU, false);
 }
 
-static void cpu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
-			     const float *dy, const void *x, mgt_elem_type xt, const float *b, int T, int f)
+/* 16-bit gradients: dy widened into rounding buffer 5, dx computed in buffer 4 and rounded; db sums
+ * the rounded values (widened back into buffer 4). */
+static void cpu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx16, float *db, const void *dy16,
+			     mgt_elem_type gt, const void *x, mgt_elem_type xt, const float *b, int T, int f)
 {
 	const bool swi = act == MGT_ACT_SWIGLU;
 	const int xw = swi ? 2 * f : f;
-	size_t per;
+	if (T <= 0 || f <= 0)
+		return;
+	size_t per, n = (size_t)T * (size_t)xw;
 	bool fail;
 	float *rows = act_rows(be, xt, MGT_DT_F32, T, xw, f, &per, &fail);
-	if (fail)
+	const float *dy = widen(be, 5, dy16, gt, (size_t)T * (size_t)f);
+	float *dx = out32(be, dx16, gt, n);
+	if (fail || !dy || !dx)
 		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * xw > PAR_MIN / 4)
 	for (int t = 0; t < T; t++) {
 		float *r = rows ? rows + (size_t)omp_get_thread_num() * per : NULL;
 		act_bwd_row(dx + (size_t)t * xw, dy + (size_t)t * f, act_x_row(x, xt, r, t, xw), b, f, (int)act);
 	}
-	if (db)
-		colsum_acc(be, db, dx, T, xw);
+	narrow(be, dx16, gt, dx, n);
+	const float *stored = db ? widen(be, 4, dx16, gt, n) : NULL;
+	if (stored)
+		colsum_acc(be, db, stored, T, xw);
 }
 
 /* ---- bias-dropout-add ---- */

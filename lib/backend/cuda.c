@@ -374,8 +374,10 @@ static void cu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv,
 		mgt_cuda_ok(be, "attn_fwd", mgt_k_cast(stream(be), out, it, o, kt, no));
 }
 
-static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const void *qkv, const void *out,
-			mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
+/* The kernels read and write fp32 gradients: a 16-bit dout is widened into scratch, a 16-bit dqkv
+ * written there and rounded into place (a step for when a GPU measures kernels that take them). */
+static void cu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+			const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			uint64_t key, int head0, int heads_total)
 {
 	if (s <= 0 || b <= 0) return;
@@ -384,8 +386,17 @@ static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const v
 	size_t conv;
 	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = k_dtype(t);
 	const size_t wsb = tc >= 0 ? mgt_k_attn_tc_bwd_ws_bytes(s, b, ng, r, d) : mgt_k_attn_bwd_ws_bytes(s, b, ng, r, d);
-	char *ws = mgt_cuda_scratch(be, "attn_bwd", conv + wsb);
+	const size_t g32 = gt == MGT_DT_F32 ? 0 : al256(nq * 4) + al256(no * 4); /* [dqkv | dout] fp32 */
+	char *ws = mgt_cuda_scratch(be, "attn_bwd", g32 + conv + wsb);
 	if (!ws) return;
+	float *dq = dqkv;
+	const float *dO = dout;
+	if (g32) {
+		dq = (float *)ws, dO = (const float *)(ws + al256(nq * 4));
+		if (!mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), (float *)dO, MGT_K_F32, dout, k_dtype(gt), no)))
+			return;
+		ws += g32;
+	}
 	const void *q = qkv, *o = out;
 	if (conv) { /* qkv and out converted into scratch, the kernel's workspace after them */
 		char *o2 = ws + conv - al256(no * (kt == MGT_K_F32 ? 4 : 2));
@@ -395,11 +406,12 @@ static void cu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const v
 		q = ws;
 		o = o2;
 	}
-	mgt_cuda_ok(be, "attn_bwd",
-		    tc >= 0 ? mgt_k_attn_tc_bwd(stream(be), tc, dqkv, dout, q, o, lse, s, b, ng, r, d, p, key, head0,
-						heads_total, ws + conv, attn_tc_impl())
-			    : mgt_k_attn_bwd(stream(be), dqkv, dout, q, o, lse, s, b, ng, r, d, p, key, head0,
-					     heads_total, ws + conv));
+	const int rc = tc >= 0 ? mgt_k_attn_tc_bwd(stream(be), tc, dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0,
+						   heads_total, ws + conv, attn_tc_impl())
+			       : mgt_k_attn_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total,
+						ws + conv);
+	if (mgt_cuda_ok(be, "attn_bwd", rc) && g32)
+		mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), dqkv, k_dtype(gt), dq, MGT_K_F32, nq));
 }
 
 /* Context-parallel attention blocks: the fp32 CUDA-core kernels (kernels/attn.cu on a block
@@ -446,12 +458,12 @@ static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem
 			    mgt_k_bias_act_fwd(stream(be), (int)act, y, k_dtype(yt), x, k_dtype(xt), b, T, f));
 }
 
-static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, float *dx, float *db,
-			    const float *dy, const void *x, mgt_elem_type xt, const float *b, int T, int f)
+static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx, float *db, const void *dy,
+			    mgt_elem_type gt, const void *x, mgt_elem_type xt, const float *b, int T, int f)
 {
 	if (T > 0 && f > 0)
 		WITH_WS("bias_act_bwd", mgt_k_bias_act_bwd_ws_bytes((int)act, T, f),
-			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, x, k_dtype(xt), b, T, f, ws));
+			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, k_dtype(gt), x, k_dtype(xt), b, T, f, ws));
 }
 
 static void cu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y,

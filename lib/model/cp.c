@@ -331,8 +331,8 @@ static mgt_status a2a_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *
 	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m));
 	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m));
 	if (st) return st;
-	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, m->a2a.q, m->a2a.o, MGT_DT_F32, a->lse, S, m->b, ng, (int)m->r,
-			     (int)m->d, p, key, a2a_head0(m), (int)m->c.num_attention_heads);
+	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, MGT_DT_F32, m->a2a.q, m->a2a.o, MGT_DT_F32, a->lse, S, m->b, ng,
+			     (int)m->r, (int)m->d, p, key, a2a_head0(m), (int)m->c.num_attention_heads);
 	return a2a_gather_heads(m, dqkv, m->a2a.dq, a2a_wq(m));
 }
 

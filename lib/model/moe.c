@@ -606,7 +606,7 @@ static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 		dout = S->ye;
 	}
 	o->linear_bwd(m->be, S->dsact, MGT_DT_F32, G(m, w2), NULL, dout, MGT_DT_F32, a->sact, MGT_DT_F32, W(m, w2), WT(m), T, S->sh, h);
-	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, a->sfc1, MGT_DT_F32, NULL, T, S->sh);
+	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, MGT_DT_F32, a->sfc1, MGT_DT_F32, NULL, T, S->sh);
 	o->linear_bwd(m->be, S->dsh, MGT_DT_F32, G(m, w1), NULL, S->dsfc1, MGT_DT_F32, x, MGT_DT_F32, W(m, w1), WT(m), T, h, S->shfc1);
 	return MGT_OK;
 }
@@ -672,7 +672,7 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, fl
 	mgt_comm *c = m->ps->tp_comm;
 	if (!st && c->size > 1 && N) st = c->ops->allreduce(c, S->dprob, (size_t)N, MGT_DT_F32, MGT_RED_SUM);
 	o->rows_scale(m->be, S->dacts, S->dacts, a->w, N, S->ffe);
-	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, a->fc1, MGT_DT_F32, NULL, N, S->ffe);
+	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, MGT_DT_F32, a->fc1, MGT_DT_F32, NULL, N, S->ffe);
 	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, xin, (const void *const *)S->pw1, WT(m), a->rows, S->El, h,
 			      S->fc1e);
 	if (ep && !st) st = ep_return(m, a, S->ye, S->ye, S->xe, h);

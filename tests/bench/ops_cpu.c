@@ -89,13 +89,13 @@ int main(int argc, char **argv)
 	double af = 4.0 * s * s * d / 2 * H * b;
 	TIME("attn_fwd", af, 3, O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0, 1, 0, H));
 	TIME("attn_bwd", 2.5 * af, 3,
-	     O->attn_bwd(be, dqkv, out, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H));
+	     O->attn_bwd(be, dqkv, out, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H));
 	TIME("attn_fwd+bwd", 3.5 * af, 3,
 	     (O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0, 1, 0, H),
-	      O->attn_bwd(be, dqkv, out, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H)));
+	      O->attn_bwd(be, dqkv, out, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H)));
 	TIME("attn_fwd+bwd dropout 0.1", 3.5 * af, 3,
 	     (O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0.1f, 1, 0, H),
-	      O->attn_bwd(be, dqkv, out, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0.1f, 1, 0, H)));
+	      O->attn_bwd(be, dqkv, out, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0.1f, 1, 0, H)));
 	float *inv = buf(be, (size_t)d / 2, 1e-2);
 	TIME("rope (q,k; rot 64) fwd", 0, 5, O->rope(be, qkv, MGT_DT_F32, (const int32_t *)lse, inv, T, H, 1, d, d, false));
 
@@ -104,7 +104,7 @@ int main(int argc, char **argv)
 	TIME("norm_bwd layernorm", 0, 10,
 	     O->norm_bwd(be, MGT_NORM_LAYERNORM, dx, dw, db, dy, MGT_DT_F32, x, MGT_DT_F32, w, mean, rstd, T, h));
 	TIME("bias_act_fwd gelu", 0, 10, O->bias_act_fwd(be, MGT_ACT_GELU, y, MGT_DT_F32, x, MGT_DT_F32, bias, T, f));
-	TIME("bias_act_bwd gelu", 0, 10, O->bias_act_bwd(be, MGT_ACT_GELU, dx, db, dy, x, MGT_DT_F32, bias, T, f));
+	TIME("bias_act_bwd gelu", 0, 10, O->bias_act_bwd(be, MGT_ACT_GELU, dx, db, dy, MGT_DT_F32, x, MGT_DT_F32, bias, T, f));
 	TIME("bias_act_fwd swiglu", 0, 10, O->bias_act_fwd(be, MGT_ACT_SWIGLU, y, MGT_DT_F32, x, MGT_DT_F32, bias, T, f / 2));
 	TIME("bda_fwd p=0", 0, 10, O->bda_fwd(be, y, x, MGT_DT_F32, dy, MGT_DT_F32, bias, T, h, 0, 1, 0));
 	TIME("bda_fwd p=0.1", 0, 10, O->bda_fwd(be, y, x, MGT_DT_F32, dy, MGT_DT_F32, bias, T, h, 0.1f, 1, 0));

@@ -976,7 +976,7 @@ static void t_attn_prec(mgt_precision prec, int s, int b, int ng, int r, int d, 
 	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
 	C->attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot);
 	/* the backward gets the CPU's out and lse on both sides: it is checked on its own */
-	C->attn_bwd(cpu, dqc, dout, qkv, oc, MGT_DT_F32, lc, s, b, ng, r, d, p, key, head0, htot);
+	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, s, b, ng, r, d, p, key, head0, htot);
 	float *dQ = dput(qkv, nq), *dO = dalloc(no * 4), *dL = dalloc(nl * 4), *dOc = dput(oc, no), *dLc = dput(lc, nl);
 	float *dDO = dput(dout, no), *dDQ = dalloc(nq * 4);
 	float *o[2], *l[2], *dq[2];
@@ -985,7 +985,7 @@ static void t_attn_prec(mgt_precision prec, int s, int b, int ng, int r, int d, 
 		poison(dL, nl);
 		poison(dDQ, nq);
 		G->attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot);
-		G->attn_bwd(gpu, dDQ, dDO, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, key, head0, htot);
+		G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, key, head0, htot);
 		o[k] = dget(dO, no);
 		l[k] = dget(dL, nl);
 		dq[k] = dget(dDQ, nq);
@@ -1063,7 +1063,7 @@ static void t_attn16(mgt_precision prec, int s, int b, int ng, int r, int d, flo
 	C->cast(cpu, q16, dt, qkv, nq);
 	for (size_t i = 0; i < nq; i++) qv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(q16[i]) : mgt_f16_to_f32(q16[i]);
 	C->attn_fwd(cpu, oc16, lc, q16, dt, s, b, ng, r, d, p, 5, 0, H);
-	C->attn_bwd(cpu, dqc, dout, q16, oc16, dt, lc, s, b, ng, r, d, p, 5, 0, H);
+	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, q16, oc16, dt, lc, s, b, ng, r, d, p, 5, 0, H);
 	gpu->precision = prec;
 	void *dQ16 = dalloc(nq * 2), *dO16 = dalloc(no * 2);
 	up(dQ16, q16, nq * 2);
@@ -1078,10 +1078,24 @@ static void t_attn16(mgt_precision prec, int s, int b, int ng, int r, int d, flo
 	if (G->download(gpu, o16, dO16, no * 2) != MGT_OK) bail("download");
 	for (size_t i = 0; i < no; i++) ov[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(o16[i]) : mgt_f16_to_f32(o16[i]);
 	up(dOv, ov, no * 4); /* the backward's fp32 out: the 16-bit out's values */
-	G->attn_bwd(gpu, dDQ, dDO, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H);
-	G->attn_bwd(gpu, dDQv, dDO, dQv, dOv, MGT_DT_F32, dLv, s, b, ng, r, d, p, 5, 0, H);
+	G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H);
+	G->attn_bwd(gpu, dDQv, dDO, MGT_DT_F32, dQv, dOv, MGT_DT_F32, dLv, s, b, ng, r, d, p, 5, 0, H);
 	float *dq = dget(dDQ, nq), *dqv = dget(dDQv, nq);
 	CHECK(ndiff(dq, dqv, nq, 4) == 0, "%s%s: dqkv the bits of the fp32 qkv and out's", tag, id);
+	{ /* 16-bit dout and dqkv (through the backend's scratch): the rounding of the fp32 dqkv from dout's values */
+		uint16_t *g16 = xmalloc(no * 2);
+		float *gv = xmalloc(no * 4);
+		C->cast(cpu, g16, dt, dout, no);
+		for (size_t i = 0; i < no; i++) gv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(g16[i]) : mgt_f16_to_f32(g16[i]);
+		float *dGv = dput(gv, no);
+		void *dG16 = dalloc(no * 2), *dDQ16 = dalloc(nq * 2);
+		up(dG16, g16, no * 2);
+		G->attn_bwd(gpu, dDQv, dGv, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H);
+		G->attn_bwd(gpu, dDQ16, dG16, dt, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H);
+		float *d32 = dget(dDQv, nq);
+		t_out16(nm("%s: 16-bit dout and dqkv", id), dDQ16, dt, d32, nq);
+		free(g16), free(gv), free(d32), dfree(dGv), dfree(dG16), dfree(dDQ16);
+	}
 	gpu->precision = MGT_PREC_FP32;
 	float *ocv = xmalloc(no * 4);
 	for (size_t i = 0; i < no; i++) ocv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(oc16[i]) : mgt_f16_to_f32(oc16[i]);
@@ -1132,7 +1146,7 @@ static void t_attn_impls(int s, int b, int ng, int r, int d, float p)
 	for (int k = 0; k < 2; k++) {
 		setenv("MGT_ATTN_KERNEL", impl[k], 1);
 		poison(dDQ, nq);
-		G->attn_bwd(gpu, dDQ, dDO, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, 99, 0, ng * r);
+		G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, 99, 0, ng * r);
 		dq[k] = dget(dDQ, nq);
 	}
 	unsetenv("MGT_ATTN_KERNEL");
@@ -1296,7 +1310,7 @@ static void t_attn_cp(bool allgather, int c, int Cn, int b, int ng, int r, int d
 	float *qkv = hrand(nq, 1.5), *dout = hrand(no, 1);
 	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
 	C->attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, S, b, ng, r, d, p, key, head0, htot);
-	C->attn_bwd(cpu, dqc, dout, qkv, oc, MGT_DT_F32, lc, S, b, ng, r, d, p, key, head0, htot);
+	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, S, b, ng, r, d, p, key, head0, htot);
 	/* the local views (rank rk's rows at rk*RB), the CPU's results reordered the same way */
 	float *lq = xmalloc(nq * 4), *ldo = xmalloc(no * 4), *loc = xmalloc(no * 4), *ldq = xmalloc(nq * 4);
 	float *llc = xmalloc(nl * 4), *ninf = xmalloc(nl * 4);
@@ -1527,7 +1541,7 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 	float *x = hrand(nx, 3), *b = bias ? hrand(xw, 1) : NULL, *dy = hrand(ny, 1), *db0 = hrand(xw, 1);
 	float *yc = xmalloc(ny * 4), *dxc = xmalloc(nx * 4), *dbc = hcopy(db0, xw);
 	C->bias_act_fwd(cpu, act, yc, MGT_DT_F32, x, MGT_DT_F32, b, T, f);
-	C->bias_act_bwd(cpu, act, dxc, bias ? dbc : NULL, dy, x, MGT_DT_F32, b, T, f);
+	C->bias_act_bwd(cpu, act, dxc, bias ? dbc : NULL, dy, MGT_DT_F32, x, MGT_DT_F32, b, T, f);
 	float *dX = dput(x, nx), *dB = bias ? dput(b, xw) : NULL, *dY = dalloc(ny * 4), *dDY = dput(dy, ny);
 	float *dDX = dalloc(nx * 4), *dDB = dalloc((size_t)xw * 4);
 	float *y[2], *dx[2], *db[2];
@@ -1536,7 +1550,7 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 		poison(dDX, nx);
 		up(dDB, db0, (size_t)xw * 4);
 		G->bias_act_fwd(gpu, act, dY, MGT_DT_F32, dX, MGT_DT_F32, dB, T, f);
-		G->bias_act_bwd(gpu, act, dDX, bias ? dDB : NULL, dDY, dX, MGT_DT_F32, dB, T, f);
+		G->bias_act_bwd(gpu, act, dDX, bias ? dDB : NULL, dDY, MGT_DT_F32, dX, MGT_DT_F32, dB, T, f);
 		y[k] = dget(dY, ny);
 		dx[k] = dget(dDX, nx);
 		db[k] = dget(dDB, xw);
@@ -1563,12 +1577,26 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 		float *dXv = dput(xv, nx), *r[4];
 		for (int j = 0; j < 2; j++) {
 			G->bias_act_fwd(gpu, act, dY, MGT_DT_F32, j ? dX16 : (void *)dXv, j ? dt : MGT_DT_F32, dB, T, f);
-			G->bias_act_bwd(gpu, act, dDX, NULL, dDY, j ? dX16 : (void *)dXv, j ? dt : MGT_DT_F32, dB, T, f);
+			G->bias_act_bwd(gpu, act, dDX, NULL, dDY, MGT_DT_F32, j ? dX16 : (void *)dXv, j ? dt : MGT_DT_F32, dB, T, f);
 			r[2 * j] = dget(dY, ny), r[2 * j + 1] = dget(dDX, nx);
 		}
 		CHECK(!ndiff(r[0], r[2], ny, 4) && !ndiff(r[1], r[3], nx, 4),
 		      "%s%s: %s x: the bits of its fp32 values, forward and backward", tag, id,
 		      dt == MGT_DT_BF16 ? "bf16" : "fp16");
+		/* 16-bit dy and dx: dx the rounding of the fp32 dx from dy's values (r[3] from dXv's x
+		 * and dDY's dy: dy is uploaded as 16-bit values for this) */
+		uint16_t *g16 = xmalloc(ny * 2);
+		float *gv = xmalloc(ny * 4);
+		C->cast(cpu, g16, dt, dy, ny);
+		for (size_t i = 0; i < ny; i++) gv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(g16[i]) : mgt_f16_to_f32(g16[i]);
+		float *dGv = dput(gv, ny);
+		void *dG16 = dalloc(ny * 2), *dDX16 = dalloc(nx * 2);
+		up(dG16, g16, ny * 2);
+		G->bias_act_bwd(gpu, act, dDX, NULL, dGv, MGT_DT_F32, dXv, MGT_DT_F32, dB, T, f);
+		G->bias_act_bwd(gpu, act, dDX16, NULL, dG16, dt, dXv, MGT_DT_F32, dB, T, f);
+		float *d32 = dget(dDX, nx);
+		t_out16(nm("%s: 16-bit dy and dx", id), dDX16, dt, d32, nx);
+		free(g16), free(gv), free(d32), dfree(dGv), dfree(dG16), dfree(dDX16);
 		for (int j = 0; j < 4; j++)
 			free(r[j]);
 		dfree(dXv);

@@ -759,7 +759,7 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 	      b, ng, r, d, p, e, el);
 
 	float *R = randf(no, 1), *dq = randf(nq, 9);
-	O->attn_bwd(be, dq, R, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_bwd(be, dq, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total);
 	objective ob = {attn_ref, &c, R, no, outr};
 	double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
 	double *ga = xmalloc(nq * sizeof *ga);
@@ -780,7 +780,7 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 	/* determinism: the same call again gives the same bits */
 	float *out2 = randf(no, 9), *lse2 = randf(nl, 9), *dq2 = randf(nq, 9);
 	O->attn_fwd(be, out2, lse2, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total);
-	O->attn_bwd(be, dq2, R, qkv, out2, MGT_DT_F32, lse2, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_bwd(be, dq2, R, MGT_DT_F32, qkv, out2, MGT_DT_F32, lse2, s, b, ng, r, d, p, key, head0, heads_total);
 	CHECK(!memcmp(out, out2, no * 4) && !memcmp(lse, lse2, nl * 4) && !memcmp(dq, dq2, nq * 4),
 	      "attn s=%d: fwd and bwd deterministic", s);
 	free(qkv), free(out), free(lse), free(qd), free(outr), free(lr), free(R), free(dq);
@@ -852,7 +852,7 @@ static void cp_case_init(cp_case *t, int S, int b, int ng, int r, int d, float p
 	t->qkv = randf(S * t->wq, 1.5), t->R = randf(S * t->wo, 1);
 	t->out = randf(S * t->wo, 9), t->lse = randf((size_t)b * t->H * S, 9), t->dq = randf(S * t->wq, 9);
 	O->attn_fwd(be, t->out, t->lse, t->qkv, MGT_DT_F32, S, b, ng, r, d, p, t->key, head0, heads_total);
-	O->attn_bwd(be, t->dq, t->R, t->qkv, t->out, MGT_DT_F32, t->lse, S, b, ng, r, d, p, t->key, head0, heads_total);
+	O->attn_bwd(be, t->dq, t->R, MGT_DT_F32, t->qkv, t->out, MGT_DT_F32, t->lse, S, b, ng, r, d, p, t->key, head0, heads_total);
 }
 
 static void cp_case_free(cp_case *t)
@@ -1177,7 +1177,7 @@ static void test_act_case(mgt_act_kind act, int with_bias, int T, int f)
 	CHECK(e < FWD_TOL, "bias_act_fwd %s bias=%d T=%d f=%d: err %.2e", an, with_bias, T, f, e);
 	float *R = randf((size_t)T * f, 1), *dx = randf((size_t)T * xw, 9), *db0 = randf(xw, 1);
 	float *db = copyf(db0, xw);
-	O->bias_act_bwd(be, act, dx, b ? db : NULL, R, x, MGT_DT_F32, b, T, f);
+	O->bias_act_bwd(be, act, dx, b ? db : NULL, R, MGT_DT_F32, x, MGT_DT_F32, b, T, f);
 	objective ob = {act_ref, &c, R, (size_t)T * f, yr};
 	double ex = fd_check_some(&ob, xd, (size_t)T * xw, dx, 300);
 	double eb = 0;

@@ -213,8 +213,8 @@ static void test_storage(mgt_precision prec, const char *name, float (*round)(fl
 		be->ops->bias_act_fwd(be, (mgt_act_kind)act, y16, dt, x16, dt, b, T, F);
 		bad = 0;
 		for (int i = 0; i < T * F; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
-		be->ops->bias_act_bwd(be, (mgt_act_kind)act, d1, NULL, dy, xv, MGT_DT_F32, b, T, F);
-		be->ops->bias_act_bwd(be, (mgt_act_kind)act, d2, NULL, dy, x16, dt, b, T, F);
+		be->ops->bias_act_bwd(be, (mgt_act_kind)act, d1, NULL, dy, MGT_DT_F32, xv, MGT_DT_F32, b, T, F);
+		be->ops->bias_act_bwd(be, (mgt_act_kind)act, d2, NULL, dy, MGT_DT_F32, x16, dt, b, T, F);
 		CHECK(bad == 0 && !memcmp(d1, d2, (size_t)T * xw * sizeof *d1),
 		      "%s bias_act (act %d) of a 16-bit x: the bits of its fp32 values, forward and backward (%d differ)", name,
 		      act, bad);
@@ -330,10 +330,21 @@ static void test_attn16(mgt_precision prec, const char *name, float (*round)(flo
 		      "%s attn_fwd (p %g) on 16-bit qkv: lse bitwise, out the rounding of the fp32 op's (%d differ)", name,
 		      drop, bad);
 		for (int i = 0; i < NO; i++) ov[i] = ref_decode(o16[i], bf);
-		be->ops->attn_bwd(be, d1, dout, qv, ov, MGT_DT_F32, l1, S, B, NG, R, D, drop, 77, 1, 6);
-		be->ops->attn_bwd(be, d2, dout, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6);
+		be->ops->attn_bwd(be, d1, dout, MGT_DT_F32, qv, ov, MGT_DT_F32, l1, S, B, NG, R, D, drop, 77, 1, 6);
+		be->ops->attn_bwd(be, d2, dout, MGT_DT_F32, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6);
 		CHECK(!memcmp(d1, d2, sizeof d1), "%s attn_bwd (p %g) from 16-bit qkv and out: the bits of their fp32 values",
 		      name, drop);
+		/* 16-bit dout and dqkv: the rounding of the fp32 dqkv from dout's values */
+		static uint16_t g16[NO], dq16[NQ];
+		static float gv[NO];
+		be->ops->cast(be, g16, dt, dout, NO);
+		for (int i = 0; i < NO; i++) gv[i] = ref_decode(g16[i], bf);
+		be->ops->attn_bwd(be, d1, gv, MGT_DT_F32, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6);
+		be->ops->attn_bwd(be, dq16, g16, dt, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6);
+		bad = 0;
+		for (int i = 0; i < NQ; i++) bad += !same(ref_decode(dq16[i], bf), round(d1[i]));
+		CHECK(bad == 0, "%s attn_bwd (p %g) with 16-bit dout and dqkv: the rounding of the fp32 dqkv (%d differ)", name,
+		      drop, bad);
 	}
 	mgt_backend_destroy(be);
 }
@@ -384,6 +395,21 @@ static void test_grad16(mgt_precision prec, const char *name, float (*round)(flo
 		for (int i = 0; i < T * OUT; i++) bad += !same(ref_decode(g16[i], bf), o1[i]);
 		CHECK(bad == 0 && !memcmp(db1, db2, sizeof db1), "%s bda_bwd (p %g) between 16-bit gradients: the rounding "
 		      "of the fp32 op (%d differ), db the sum of the stored values", name, p, bad);
+	}
+	for (int act = 0; act < 3; act++) { /* bias_act_bwd: 16-bit dy and dx (OUT = f, x [T, 2f] for SwiGLU) */
+		static float a1[T * 2 * OUT], a2[T * 2 * OUT], ab1[2 * OUT], ab2[2 * OUT], xa[T * 2 * OUT];
+		static uint16_t a16[T * 2 * OUT];
+		for (int i = 0; i < T * 2 * OUT; i++) xa[i] = (float)((int)(next32() % 20001) - 10000) * 3e-4f;
+		const int xw = act == MGT_ACT_SWIGLU ? 2 * OUT : OUT;
+		memset(ab1, 0, sizeof ab1), memset(ab2, 0, sizeof ab2);
+		be->ops->bias_act_bwd(be, (mgt_act_kind)act, a1, NULL, v, MGT_DT_F32, xa, MGT_DT_F32, w, T, OUT);
+		for (int i = 0; i < T * xw; i++) a1[i] = round(a1[i]);
+		be->ops->bda_bwd(be, a2, MGT_DT_F32, ab1, a1, MGT_DT_F32, T, xw, 0.0f, 0, 0); /* ab1: sums of the rounded */
+		be->ops->bias_act_bwd(be, (mgt_act_kind)act, a16, ab2, dy16, dt, xa, MGT_DT_F32, w, T, OUT);
+		bad = 0;
+		for (int i = 0; i < T * xw; i++) bad += !same(ref_decode(a16[i], bf), a1[i]);
+		CHECK(bad == 0 && !memcmp(ab1, ab2, sizeof ab1), "%s bias_act_bwd (act %d) with 16-bit dy and dx: the "
+		      "rounding of the fp32 dx (%d differ), db the sums of the stored dx", name, act, bad);
 	}
 	memset(tab1, 0, sizeof tab1), memset(tab2, 0, sizeof tab2);
 	be->ops->embedding_bwd(be, tab1, v, MGT_DT_F32, ids, 0, 5, T, OUT);
