@@ -22,7 +22,7 @@ static const char PROG[] = "mgt-plan";
 
 enum {
 	OPT_MODEL = CLI_FIRST_FREE, OPT_CLUSTER, OPT_NODES, OPT_GPN, OPT_GEMM_BENCH, OPT_GBS, OPT_SEQ, OPT_VOCAB,
-	OPT_BF16, OPT_FP16, OPT_FP32RES, OPT_TP, OPT_PP, OPT_VPL, OPT_VPS, OPT_MBS, OPT_MAX_TP, OPT_MAX_PP, OPT_MAX_MBS,
+	OPT_BF16, OPT_FP16, OPT_FP32RES, OPT_GRADBF16, OPT_TP, OPT_PP, OPT_VPL, OPT_VPS, OPT_MBS, OPT_MAX_TP, OPT_MAX_PP, OPT_MAX_MBS,
 	OPT_RECOMP, OPT_RECOMP_ACT, OPT_SP, OPT_NO_SP, OPT_DO, OPT_NO_DO, OPT_OGR, OPT_OPG, OPT_TPCO, OPT_HEADROOM,
 	OPT_IGNORE_MEM, OPT_TOP, OPT_OUTPUT, OPT_OVERWRITE, OPT_EXPLAIN, OPT_HELP
 };
@@ -43,6 +43,7 @@ static void usage(void)
 	       "  --global-batch-size N          sequences an iteration (required)\n"
 	       "  --bf16, --fp16                 training precision [fp32]\n"
 	       "  --fp32-residual-connection     the residual stream in fp32 under --bf16/--fp16\n"
+	       "  --grad-reduce-in-bf16          gradients reduced in bf16 (--bf16 only)\n"
 	       "Cluster:\n"
 	       "  --cluster NAME|FILE            preset (dgx-h100, dgx-h200, dgx-a100, cpu) or file [dgx-h100]\n"
 	       "  --nodes N                      nodes [the cluster's]\n"
@@ -93,6 +94,7 @@ static const struct option longopts[] = {
 	{"bf16", no_argument, 0, OPT_BF16},
 	{"fp16", no_argument, 0, OPT_FP16},
 	{"fp32-residual-connection", no_argument, 0, OPT_FP32RES},
+	{"grad-reduce-in-bf16", no_argument, 0, OPT_GRADBF16},
 	{"tensor-model-parallel-size", required_argument, 0, OPT_TP},
 	{"pipeline-model-parallel-size", required_argument, 0, OPT_PP},
 	{"num-layers-per-virtual-pipeline-stage", required_argument, 0, OPT_VPL},
@@ -185,7 +187,7 @@ static json_t *doc_json(const mgt_plan_request *r, const char *model, const mgt_
 	json_t *arr = json_array();
 	for (int i = 0; i < n; i++) json_array_append_new(arr, plan_json(r, &plans[i], i + 1));
 	return json_pack("{s:s, s:i, s:{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}, "
-			 "s:{s:s, s:i, s:i, s:f, s:f, s:f, s:f}, s:I, s:I, s:s, s:b, "
+			 "s:{s:s, s:i, s:i, s:f, s:f, s:f, s:f}, s:I, s:I, s:s, s:b, s:b, "
 			 "s:{s:b, s:b, s:b, s:f}, s:{s:I, s:I, s:f}, s:o}",
 			 "format", "mgt-plan", "format_version", 1,
 			 "model", "name", model, "num_layers", (json_int_t)c->num_layers, "hidden_size", (json_int_t)c->hidden_size,
@@ -197,7 +199,7 @@ static json_t *doc_json(const mgt_plan_request *r, const char *model, const mgt_
 			 "memory_bandwidth_gbps", cl->memory_bandwidth,
 			 "global_batch_size", (json_int_t)r->global_batch_size, "seq_length", (json_int_t)c->seq_length,
 			 "precision", r->precision == MGT_PLAN_BF16 ? "bf16" : r->precision == MGT_PLAN_FP16 ? "fp16" : "fp32",
-			 "fp32_residual_connection", r->fp32_residual_connection,
+			 "fp32_residual_connection", r->fp32_residual_connection, "grad_reduce_in_bf16", r->grad_reduce_in_bf16,
 			 "overlap", "grad_reduce", r->overlap_grad_reduce, "param_gather", r->overlap_param_gather,
 			 "tp_comm", r->tp_comm_overlap, "memory_headroom", r->headroom,
 			 "search", "candidates", (json_int_t)s->candidates, "fitting", (json_int_t)s->fitting, "seconds", s->seconds,
@@ -266,6 +268,7 @@ int main(int argc, char **argv)
 		case OPT_BF16: bf16 = true; break;
 		case OPT_FP16: fp16 = true; break;
 		case OPT_FP32RES: r.fp32_residual_connection = true; break;
+		case OPT_GRADBF16: r.grad_reduce_in_bf16 = true; break;
 		case OPT_TP: r.tp = pos_int("--tensor-model-parallel-size", optarg); break;
 		case OPT_PP: r.pp = pos_int("--pipeline-model-parallel-size", optarg); break;
 		case OPT_VPL: vpl = pos_int("--num-layers-per-virtual-pipeline-stage", optarg); break;
@@ -308,6 +311,8 @@ int main(int argc, char **argv)
 	if (!model) mgt_cli_usage_error(PROG, "--model is required");
 	if (!r.global_batch_size) mgt_cli_usage_error(PROG, "--global-batch-size is required");
 	if (bf16 && fp16) mgt_cli_usage_error(PROG, "--bf16 and --fp16 exclude each other");
+	if (r.grad_reduce_in_bf16 && !bf16)
+		mgt_cli_usage_error(PROG, "--grad-reduce-in-bf16 needs --bf16 (as in mgt-train and Megatron)");
 	if (vpl && vps) mgt_cli_usage_error(PROG, "give one of --num-layers-per-virtual-pipeline-stage and "
 					    "--num-virtual-stages-per-pipeline-rank");
 	r.precision = bf16 ? MGT_PLAN_BF16 : fp16 ? MGT_PLAN_FP16 : MGT_PLAN_FP32;

@@ -51,7 +51,9 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 		size_t n;
 		st = mgt_model_measure(c, &L, &ps, &x, &n);
 		if (st) return st;
-		mem->params += x.params; mem->grads += x.grads; mem->activations += x.activations;
+		/* --grad-reduce-in-bf16: mgt-train's bf16 copy of the gradient buffer (lib/train/log.c) */
+		mem->params += x.params; mem->grads += x.grads + (r->grad_reduce_in_bf16 ? x.grads / 2 : 0);
+		mem->activations += x.activations;
 		mem->workspace += x.workspace;
 		/* lib/train/train.c: AdamW over the buffer, or over this rank's 1/DP shard of every
 		 * bucket with the distributed optimizer (buckets are padded to multiples of DP) */
@@ -235,17 +237,16 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 	p->time.pp_comm = V == 1 ? (double)M * 2 * p2p : 0;
 	p->time.bubble = (double)(P - 1) / V * worst;
 	double pipe = (double)M * worst + p->time.bubble;
-	/* data parallelism: fp32 gradients (Megatron reduces bf16/fp16 runs' gradients in fp32),
-	 * parameters gathered in the training precision */
-	double dp_t = 0, N = (double)numel;
+	/* data parallelism: fp32 gradients (Megatron reduces bf16/fp16 runs' gradients in fp32;
+	 * bf16 ones with --grad-reduce-in-bf16), parameters gathered in the training precision */
+	double dp_t = 0, N = (double)numel, gb = r->grad_reduce_in_bf16 ? 2 : 4;
 	if (p->dp > 1) {
 		bool span = (int64_t)p->tp * p->dp > cl->gpus_per_node;
 		int k = p->tp < cl->gpus_per_node ? cl->gpus_per_node / p->tp : 1;
 		double bus = span ? fmin(cl->intra_bandwidth, k * cl->inter_bandwidth) : cl->intra_bandwidth;
 		double lat = (span ? cl->inter_latency : cl->intra_latency) * 1e-6;
-		double rs = ring(4 * N, p->dp, bus * 1e9, lat);
+		double rs = ring(gb * N, p->dp, bus * 1e9, lat);
 		double ag = p->distopt ? ring(w.eb * N, p->dp, bus * 1e9, lat) : rs; /* all-reduce: RS + AG */
-		if (!p->distopt) rs = ring(4 * N, p->dp, bus * 1e9, lat), ag = rs;
 		double last = p->bucket_size > 0 && (double)p->bucket_size < N ? (double)p->bucket_size / N : 1;
 		double grad = rs + (p->distopt ? 0 : ag), gather = p->distopt ? ag : 0;
 		double xg = r->overlap_grad_reduce ? fmax(grad - wb - wr, grad * last) : grad;
@@ -531,6 +532,7 @@ char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
 	if (r->precision == MGT_PLAN_BF16) ADD("--bf16");
 	if (r->precision == MGT_PLAN_FP16) ADD("--fp16");
 	if (r->fp32_residual_connection && r->precision != MGT_PLAN_FP32) ADD("--fp32-residual-connection");
+	if (r->grad_reduce_in_bf16) ADD("--grad-reduce-in-bf16");
 	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) {
 		ADD("--recompute-granularity"); ADD("selective");
 	} else if (p->recompute.granularity == MGT_RECOMPUTE_FULL) {

@@ -92,6 +92,8 @@ typedef struct mgt_plan_request {
 	int64_t global_batch_size;
 	mgt_plan_precision precision;
 	bool fp32_residual_connection;      /* --fp32-residual-connection: the residual stream fp32 */
+	bool grad_reduce_in_bf16;           /* --grad-reduce-in-bf16 (bf16 only): gradients reduced in bf16,
+					     * their bf16 copy counted with the gradients */
 	int tp, pp, vp, mbs;                /* fixed sizes (vp: virtual stages per pipeline rank) */
 	int max_tp, max_pp, max_mbs;        /* bounds of the search (0: gpus_per_node, layers, 16) */
 	int recompute;                      /* -1 search, else mgt_recompute_granularity */

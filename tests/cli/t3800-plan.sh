@@ -80,6 +80,23 @@ assert 0.45 < b / a < 0.55 and b < c < a, (a, b, c)"
 ok "... and the plan passes --fp32-residual-connection on to mgt-train" $PY -c "
 import json; d=json.load(open('prec-bf16fp32residualconnection.json'))
 assert d['fp32_residual_connection'] and '--fp32-residual-connection' in d['plans'][0]['args']"
+# --grad-reduce-in-bf16: the data-parallel gradient reduction in bf16 (DP 8, all-reduce), the bf16
+# gradient copy counted; refused without --bf16
+for f in "" "--grad-reduce-in-bf16"; do
+	"$P" --model gpt2-124m --vocab-size 50257 --seq-length 1024 --nodes 1 --global-batch-size 64 --bf16 \
+		--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 8 \
+		--recompute-granularity none $f --output "grb$f.json" 2>/dev/null
+done
+ok "--grad-reduce-in-bf16: DP gradient reduction time down (its bandwidth part halved, latency kept), gradients 1.5x, the flag in the args" $PY -c "
+import json; a=json.load(open('grb.json')); b=json.load(open('grb--grad-reduce-in-bf16.json'))
+p, q = a['plans'][0], b['plans'][0]
+r = q['time']['dp_comm'] / p['time']['dp_comm']; g = q['memory']['gradients'] / p['memory']['gradients']
+print('# dp_comm %.4f s -> %.4f s (%.3fx), gradients %.3fx' % (p['time']['dp_comm'], q['time']['dp_comm'], r, g))
+assert p['data_parallel_size'] == 8 and 0.5 < r < 0.75 and abs(g - 1.5) < 1e-9, (r, g)
+assert b['grad_reduce_in_bf16'] and not a['grad_reduce_in_bf16'] and '--grad-reduce-in-bf16' in q['args']"
+ok "--grad-reduce-in-bf16 without --bf16: exit 2" exits 2 "$P" --model gpt2-124m --vocab-size 50257 \
+	--global-batch-size 8 --grad-reduce-in-bf16
+ok "... naming the flag" err_has "--grad-reduce-in-bf16 needs --bf16"
 
 # --- a search; the plan's flags; ranking; --explain
 "$P" --model llama-3.2-1b --vocab-size 128256 --seq-length 2048 --global-batch-size 64 --bf16 --nodes 1 \
