@@ -283,6 +283,21 @@ static float *dput(const float *h, size_t n)
 	return d;
 }
 
+/* h [n] rounded to the 16-bit type dt: its 16-bit elements uploaded into *d16 (device, allocated
+ * here), and returned: its fp32 values on the device (the same numbers). */
+static float *dput16(const float *h, size_t n, mgt_elem_type dt, void **d16)
+{
+	uint16_t *g = xmalloc(n * 2);
+	float *v = xmalloc(n * 4);
+	C->cast(cpu, g, dt, h, n);
+	for (size_t i = 0; i < n; i++) v[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(g[i]) : mgt_f16_to_f32(g[i]);
+	*d16 = dalloc(n * 2);
+	up(*d16, g, n * 2);
+	float *dv = dput(v, n);
+	free(g), free(v);
+	return dv;
+}
+
 static int32_t *dputi(const int32_t *h, size_t n)
 {
 	int32_t *d = dalloc(n * sizeof *d);
@@ -601,15 +616,11 @@ static void embedding_bwd16(const int32_t *ids, const float *dy, const float *dt
 {
 	const size_t ny = (size_t)T * h, nt = (size_t)rows * h;
 	int32_t *dI = dputi(ids, T);
-	uint16_t *g16 = xmalloc(ny * 2);
-	float *gv = xmalloc(ny * 4), *dT = dalloc(nt * 4);
-	void *dG16 = dalloc(ny * 2);
+	float *dT = dalloc(nt * 4);
 	for (int k = 0; k < 2; k++) {
 		const mgt_elem_type dt = k ? MGT_DT_F16 : MGT_DT_BF16;
-		C->cast(cpu, g16, dt, dy, ny);
-		for (size_t i = 0; i < ny; i++) gv[i] = k ? mgt_f16_to_f32(g16[i]) : mgt_bf16_to_f32(g16[i]);
-		float *dGv = dput(gv, ny), *t[2];
-		up(dG16, g16, ny * 2);
+		void *dG16;
+		float *dGv = dput16(dy, ny, dt, &dG16), *t[2];
 		for (int v = 0; v < 2; v++) {
 			up(dT, dt0, nt * 4);
 			G->embedding_bwd(gpu, dT, v ? dG16 : (const void *)dGv, v ? dt : MGT_DT_F32, dI, row0, rows, T, h);
@@ -618,9 +629,9 @@ static void embedding_bwd16(const int32_t *ids, const float *dy, const float *dt
 		size_t nd = ndiff(t[0], t[1], nt, 4);
 		CHECK(nd == 0, "%sembedding_bwd T=%d h=%d: a %s dy gives the bits of its fp32 values (%zu differ)", tag, T, h,
 		      k ? "fp16" : "bf16", nd);
-		free(t[0]), free(t[1]), dfree(dGv);
+		free(t[0]), free(t[1]), dfree(dGv), dfree(dG16);
 	}
-	free(g16), free(gv), dfree(dI), dfree(dT), dfree(dG16);
+	dfree(dI), dfree(dT);
 }
 
 /* ids uniform in [0, idmax); the table holds rows [row0, row0 + rows) */
@@ -1083,18 +1094,13 @@ static void t_attn16(mgt_precision prec, int s, int b, int ng, int r, int d, flo
 	float *dq = dget(dDQ, nq), *dqv = dget(dDQv, nq);
 	CHECK(ndiff(dq, dqv, nq, 4) == 0, "%s%s: dqkv the bits of the fp32 qkv and out's", tag, id);
 	{ /* 16-bit dout and dqkv (through the backend's scratch): the rounding of the fp32 dqkv from dout's values */
-		uint16_t *g16 = xmalloc(no * 2);
-		float *gv = xmalloc(no * 4);
-		C->cast(cpu, g16, dt, dout, no);
-		for (size_t i = 0; i < no; i++) gv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(g16[i]) : mgt_f16_to_f32(g16[i]);
-		float *dGv = dput(gv, no);
-		void *dG16 = dalloc(no * 2), *dDQ16 = dalloc(nq * 2);
-		up(dG16, g16, no * 2);
+		void *dG16, *dDQ16 = dalloc(nq * 2);
+		float *dGv = dput16(dout, no, dt, &dG16);
 		G->attn_bwd(gpu, dDQv, dGv, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H);
 		G->attn_bwd(gpu, dDQ16, dG16, dt, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H);
 		float *d32 = dget(dDQv, nq);
 		t_out16(nm("%s: 16-bit dout and dqkv", id), dDQ16, dt, d32, nq);
-		free(g16), free(gv), free(d32), dfree(dGv), dfree(dG16), dfree(dDQ16);
+		free(d32), dfree(dGv), dfree(dG16), dfree(dDQ16);
 	}
 	gpu->precision = MGT_PREC_FP32;
 	float *ocv = xmalloc(no * 4);
@@ -1585,18 +1591,13 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 		      dt == MGT_DT_BF16 ? "bf16" : "fp16");
 		/* 16-bit dy and dx: dx the rounding of the fp32 dx from dy's values (r[3] from dXv's x
 		 * and dDY's dy: dy is uploaded as 16-bit values for this) */
-		uint16_t *g16 = xmalloc(ny * 2);
-		float *gv = xmalloc(ny * 4);
-		C->cast(cpu, g16, dt, dy, ny);
-		for (size_t i = 0; i < ny; i++) gv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(g16[i]) : mgt_f16_to_f32(g16[i]);
-		float *dGv = dput(gv, ny);
-		void *dG16 = dalloc(ny * 2), *dDX16 = dalloc(nx * 2);
-		up(dG16, g16, ny * 2);
+		void *dG16, *dDX16 = dalloc(nx * 2);
+		float *dGv = dput16(dy, ny, dt, &dG16);
 		G->bias_act_bwd(gpu, act, dDX, NULL, dGv, MGT_DT_F32, dXv, MGT_DT_F32, dB, T, f);
 		G->bias_act_bwd(gpu, act, dDX16, NULL, dG16, dt, dXv, MGT_DT_F32, dB, T, f);
 		float *d32 = dget(dDX, nx);
 		t_out16(nm("%s: 16-bit dy and dx", id), dDX16, dt, d32, nx);
-		free(g16), free(gv), free(d32), dfree(dGv), dfree(dG16), dfree(dDX16);
+		free(d32), dfree(dGv), dfree(dG16), dfree(dDX16);
 		for (int j = 0; j < 4; j++)
 			free(r[j]);
 		dfree(dXv);
@@ -1619,17 +1620,10 @@ static void bda16_grads(int T, int h, float p, const float *y, const float *dout
 			mgt_elem_type dt, uint64_t key, uint64_t e0, const char *id)
 {
 	const size_t n = (size_t)T * h;
-	uint16_t *y16 = xmalloc(n * 2), *g16 = xmalloc(n * 2);
-	float *yv = xmalloc(n * 4), *gv = xmalloc(n * 4);
-	C->cast(cpu, y16, dt, y, n), C->cast(cpu, g16, dt, dout, n);
-	for (size_t i = 0; i < n; i++) {
-		yv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(y16[i]) : mgt_f16_to_f32(y16[i]);
-		gv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(g16[i]) : mgt_f16_to_f32(g16[i]);
-	}
-	float *dYv = dput(yv, n), *dGv = dput(gv, n), *dB = b ? dput(b, h) : NULL, *dO = dalloc(n * 4), *dD = dalloc(n * 4);
+	void *dY16, *dG16;
+	float *dYv = dput16(y, n, dt, &dY16), *dGv = dput16(dout, n, dt, &dG16);
+	float *dB = b ? dput(b, h) : NULL, *dO = dalloc(n * 4), *dD = dalloc(n * 4);
 	float *dDB = dput(db0, h), *dDB16 = dput(db0, h);
-	void *dY16 = dalloc(n * 2), *dG16 = dalloc(n * 2);
-	up(dY16, y16, n * 2), up(dG16, g16, n * 2);
 	G->bda_fwd(gpu, dO, NULL, MGT_DT_F32, dYv, MGT_DT_F32, dB, T, h, p, key, e0);
 	float *o1 = dget(dO, n);
 	G->bda_fwd(gpu, dO, NULL, MGT_DT_F32, dY16, dt, dB, T, h, p, key, e0);
@@ -1647,7 +1641,7 @@ static void bda16_grads(int T, int h, float p, const float *y, const float *dout
 	t_out16(nm("%s: bwd dy of a 16-bit dout, in place", id), dG16, dt, d32, n);
 	float *r1 = dget(dDB, h), *r2 = dget(dDB16, h);
 	CHECK(ndiff(r1, r2, h, 4) == 0, "%s%s: bwd db of a 16-bit dy: the sums of its stored values", tag, id);
-	free(y16), free(g16), free(yv), free(gv), free(o1), free(o2), free(d32), free(r1), free(r2);
+	free(o1), free(o2), free(d32), free(r1), free(r2);
 	dfree(dYv), dfree(dGv), dfree(dB), dfree(dO), dfree(dD), dfree(dDB), dfree(dDB16), dfree(dY16), dfree(dG16);
 }
 
