@@ -26,11 +26,18 @@
  *     gradients, redoing the forward's exchanges of qkv and ctx (nothing of the whole sequence is
  *     kept between the forward and the backward).
  *
- * Bytes each rank sends per layer and micro-batch, with B = s*b*ng*2*d*4 (its local keys and
- * values): p2p forward (c-1) B, backward (c-1) B + c B; allgather forward (c-1) B, backward
- * (c-1) B + (c-1) B.  a2a, with Q = s*b*ng*(r+2)*d*4 and O = s*b*ng*r*d*4 (the rank's qkv and
- * ctx): forward (c-1)/c (Q + O), backward (c-1)/c (2Q + 2O).  Selective recomputation repeats
- * the forward's.
+ * Under --bf16/--fp16 qkv and ctx (and the gradients of ctx and qkv) are 16-bit as without
+ * context parallelism.  p2p and allgather run their fp32 blocks on fp32 copies (qkv and ctx
+ * widened, the merged output rounded into ctx once, dqkv rounded once) and move the keys and
+ * values in 16 bits: exactly their values, since they come from the 16-bit qkv.  The gradient
+ * dK, dV, summed along the ring or by the reduce-scatter, stays fp32.  a2a moves 16-bit rows and
+ * runs attn_fwd / attn_bwd on them as one process does.
+ *
+ * Bytes each rank sends per layer and micro-batch, with B = s*b*ng*2*d*e (its local keys and
+ * values, e = 4 in fp32, 2 in 16 bits) and B4 the same at 4 bytes: p2p forward (c-1) B,
+ * backward (c-1) B + c B4; allgather forward (c-1) B, backward (c-1) B + (c-1) B4.  a2a, with
+ * Q = s*b*ng*(r+2)*d*e and O = s*b*ng*r*d*e (the rank's qkv and ctx): forward (c-1)/c (Q + O),
+ * backward (c-1)/c (2Q + 2O).  Selective recomputation repeats the forward's.
  */
 #include "model_impl.h"
 
@@ -93,12 +100,16 @@ static mgt_status a2a_alloc(mgt_model *m)
 	return st;
 }
 
+/* qkv and ctx in 16 bits (qkv_t): the p2p and allgather blocks then run on fp32 copies. */
+static bool lp(const mgt_model *m) { return m->qkv_t != MGT_DT_F32; }
+
 mgt_status mgt_cp_alloc(mgt_model *m)
 {
 	if (m->cp <= 1 || !m->n_layers) return MGT_OK;
 	if (m->L.cp_comm == MGT_CP_A2A) return a2a_alloc(m);
 	mgt_status st = MGT_OK;
-	size_t kv = kv_numel(m), c = (size_t)m->cp;
+	size_t kv = kv_numel(m), c = (size_t)m->cp, nq = (size_t)m->T * (size_t)m->qkv_l;
+	size_t no = (size_t)m->T * (size_t)(m->nq_l * m->d);
 #define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
 	m->cpb.kv = W(kv);
 	m->cpb.dkv = W(kv);
@@ -110,13 +121,19 @@ mgt_status mgt_cp_alloc(mgt_model *m)
 		m->cpb.glob = W(c * kv);
 		m->cpb.dglob = W(c * kv);
 	}
+	if (lp(m)) {
+		m->cpb.q32 = W(nq); m->cpb.dq32 = W(nq); m->cpb.o32 = W(no); m->cpb.g32 = W(no);
+		m->cpb.kv16 = W(kv / 2 + 1);
+		if (m->L.cp_comm != MGT_CP_P2P) m->cpb.all16 = W(c * kv / 2 + 1);
+	}
 #undef W
 	return st;
 }
 
 void mgt_cp_free(mgt_model *m)
 {
-	void *b[] = { m->cpb.kv, m->cpb.dkv, m->cpb.ob, m->cpb.lb, m->cpb.all, m->cpb.glob, m->cpb.dglob, m->a2a.snd,
+	void *b[] = { m->cpb.kv, m->cpb.dkv, m->cpb.ob, m->cpb.lb, m->cpb.all, m->cpb.glob, m->cpb.dglob, m->cpb.q32,
+		      m->cpb.dq32, m->cpb.o32, m->cpb.g32, m->cpb.kv16, m->cpb.all16, m->a2a.snd,
 		      m->a2a.rcv, m->a2a.q, m->a2a.o, m->a2a.dq, m->a2a.dout, m->a2a.idx[0], m->a2a.idx[1],
 		      m->a2a.idx[2], m->a2a.idx[3] };
 	for (size_t i = 0; !m->dry && i < sizeof b / sizeof *b; i++)
@@ -141,13 +158,23 @@ static float *o_at(const mgt_model *m, float *ctx, int h) { return ctx + h * chu
 static float *kv_at(const mgt_model *m, float *kv, int h) { return kv + h * chunk_numel(m, m->ng_l * 2 * m->d); }
 
 /* Ring step: send `buf` on to the next rank (returns at once: dist.h) or receive into it from
- * the previous one. */
+ * the previous one.  The keys and values (TAG_KV) move in 16 bits under a 16-bit qkv_t (through
+ * kv16: exact), their gradient in fp32. */
 static mgt_status ring(const mgt_model *m, float *buf, int tag, bool send)
 {
 	mgt_comm *c = m->ps->cp_comm;
 	int n = c->size, r = c->rank;
-	if (send) return c->ops->send(c, buf, kv_numel(m), MGT_DT_F32, (r + 1) % n, tag);
-	return c->ops->recv(c, buf, kv_numel(m), MGT_DT_F32, (r + n - 1) % n, tag);
+	const mgt_backend_ops *o = m->be->ops;
+	const bool h = tag == TAG_KV && lp(m);
+	void *x = h ? m->cpb.kv16 : (void *)buf;
+	const mgt_elem_type t = h ? m->qkv_t : MGT_DT_F32;
+	if (send) {
+		if (h) o->cast(m->be, x, t, buf, kv_numel(m));
+		return c->ops->send(c, x, kv_numel(m), t, (r + 1) % n, tag);
+	}
+	mgt_status st = c->ops->recv(c, x, kv_numel(m), t, (r + n - 1) % n, tag);
+	if (!st && h) o->widen(m->be, buf, x, t, kv_numel(m));
+	return st;
 }
 
 /* The p2p forward's blocks against the chunks of rank src held in cpb.kv.  At step 0 (src is
@@ -232,12 +259,21 @@ static void reorder(mgt_model *m, float *all, float *glob, bool to_glob)
 		}
 }
 
-/* All-gather the keys and values of the sequence into cpb.glob, in position order. */
+/* All-gather the keys and values of the sequence into cpb.glob, in position order (in 16 bits
+ * under a 16-bit qkv_t, through kv16 and all16: exact). */
 static mgt_status gather_kv(mgt_model *m, layer_act *a)
 {
 	mgt_comm *c = m->ps->cp_comm;
-	m->be->ops->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
-	mgt_status st = c->ops->allgather(c, m->cpb.all, m->cpb.kv, kv_numel(m), MGT_DT_F32);
+	const mgt_backend_ops *o = m->be->ops;
+	o->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
+	mgt_status st;
+	if (lp(m)) {
+		o->cast(m->be, m->cpb.kv16, m->qkv_t, m->cpb.kv, kv_numel(m));
+		st = c->ops->allgather(c, m->cpb.all16, m->cpb.kv16, kv_numel(m), m->qkv_t);
+		if (!st) o->widen(m->be, m->cpb.all, m->cpb.all16, m->qkv_t, (size_t)m->cp * kv_numel(m));
+	} else {
+		st = c->ops->allgather(c, m->cpb.all, m->cpb.kv, kv_numel(m), MGT_DT_F32);
+	}
 	if (!st) reorder(m, m->cpb.all, m->cpb.glob, true);
 	return st;
 }
@@ -269,44 +305,52 @@ static mgt_status ag_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *d
 	return c->ops->reduce_scatter(c, m->cpb.dkv, m->cpb.all, kv_numel(m), MGT_DT_F32);
 }
 
-/* a2a: one all-to-all over the context group of T rows of w floats per rank pair, from rows in
- * the send order (block q to rank q) to rows in the receive order (block q from rank q). */
-static mgt_status a2a_move(mgt_model *m, float *dst, const float *src, size_t w)
+/* a2a: one all-to-all over the context group of T rows of w elements of type t per rank pair,
+ * from rows in the send order (block q to rank q) to rows in the receive order (block q from
+ * rank q). */
+static mgt_status a2a_move(mgt_model *m, float *dst, const float *src, size_t w, mgt_elem_type t)
 {
 	int64_t c = m->cp, *sc = m->a2a.cnt, *sd = sc + c, *rc = sc + 2 * c, *rd = sc + 3 * c;
 	for (int64_t q = 0; q < c; q++) {
 		sc[q] = rc[q] = (int64_t)m->T * (int64_t)w;
 		sd[q] = rd[q] = q * sc[q];
 	}
-	return mgt_comm_alltoallv(m->ps->cp_comm, dst, rc, rd, src, sc, sd, MGT_DT_F32);
+	return mgt_comm_alltoallv(m->ps->cp_comm, dst, rc, rd, src, sc, sd, t);
 }
 
 enum { PACK, UNPACK, TO_GLOB, FROM_GLOB };
 
-/* Rows of w floats through the all-to-all: gathered by map `before` into the send order, moved,
- * and gathered by map `after` into dst. */
-static mgt_status a2a_exchange(mgt_model *m, float *dst, const float *src, size_t w, int before, int after)
+/* Rows of w elements of type t through the all-to-all: gathered by map `before` into the send
+ * order, moved, and gathered by map `after` into dst.  rows_gather copies rows of floats bit for
+ * bit: a row of w 16-bit elements moves as w/2 floats (w is even: mgt_cp_a2a_16bit). */
+static mgt_status a2a_exchange(mgt_model *m, void *dst, const void *src, size_t w, mgt_elem_type t, int before,
+			       int after)
 {
 	const mgt_backend_ops *o = m->be->ops;
-	int n = m->T * m->cp;
-	o->rows_gather(m->be, m->a2a.snd, src, m->a2a.idx[before], n, (int)w);
-	mgt_status st = a2a_move(m, m->a2a.rcv, m->a2a.snd, w);
-	if (!st) o->rows_gather(m->be, dst, m->a2a.rcv, m->a2a.idx[after], n, (int)w);
+	int n = m->T * m->cp, wf = (int)(t == MGT_DT_F32 ? w : w / 2);
+	o->rows_gather(m->be, m->a2a.snd, src, m->a2a.idx[before], n, wf);
+	mgt_status st = a2a_move(m, m->a2a.rcv, m->a2a.snd, w, t);
+	if (!st) o->rows_gather(m->be, dst, m->a2a.rcv, m->a2a.idx[after], n, wf);
 	return st;
 }
 
-/* The rank's [T, ...] rows (w: the floats of one block of ng/cp query groups in a row) to the
+/* The rank's [T, ...] rows (w: the elements of one block of ng/cp query groups in a row) to the
  * whole sequence of its own group block in position order, into glob. */
-static mgt_status a2a_scatter_heads(mgt_model *m, float *glob, const float *loc, size_t w)
+static mgt_status a2a_scatter_heads(mgt_model *m, void *glob, const void *loc, size_t w, mgt_elem_type t)
 {
-	return a2a_exchange(m, glob, loc, w, PACK, TO_GLOB);
+	return a2a_exchange(m, glob, loc, w, t, PACK, TO_GLOB);
 }
 
 /* The inverse: the whole sequence of the group block (position order) back to the ranks that
  * hold the tokens, into loc [T, ...]. */
-static mgt_status a2a_gather_heads(mgt_model *m, float *loc, const float *glob, size_t w)
+static mgt_status a2a_gather_heads(mgt_model *m, void *loc, const void *glob, size_t w, mgt_elem_type t)
 {
-	return a2a_exchange(m, loc, glob, w, FROM_GLOB, UNPACK);
+	return a2a_exchange(m, loc, glob, w, t, FROM_GLOB, UNPACK);
+}
+
+bool mgt_cp_a2a_16bit(int64_t kv_channels, int64_t groups_per_rank, int64_t r)
+{
+	return groups_per_rank * r * kv_channels % 2 == 0;
 }
 
 /* Widths of one group block in the qkv and ctx rows, and attn_fwd's arguments for it. */
@@ -314,43 +358,68 @@ static size_t a2a_wq(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * (m-
 static size_t a2a_wo(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * m->r * m->d); }
 static int a2a_head0(const mgt_model *m) { return (int)(m->nq_l * m->ps->tp_rank + m->ng_l / m->cp * m->r * m->cp_rank); }
 
+/* qkv and ctx of type qkv_t; the gradients dctx and dqkv of type gt. */
 static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
 	int S = m->s * m->cp, ng = (int)(m->ng_l / m->cp);
-	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m));
+	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->qkv_t);
 	if (st) return st;
-	m->be->ops->attn_fwd(m->be, m->a2a.o, a->lse, m->a2a.q, MGT_DT_F32, S, m->b, ng, (int)m->r, (int)m->d, p, key,
+	m->be->ops->attn_fwd(m->be, m->a2a.o, a->lse, m->a2a.q, m->qkv_t, S, m->b, ng, (int)m->r, (int)m->d, p, key,
 			     a2a_head0(m), (int)m->c.num_attention_heads);
-	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m));
+	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m), m->qkv_t);
 }
 
-static mgt_status a2a_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key)
+static mgt_status a2a_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
+			  uint64_t key)
 {
 	int S = m->s * m->cp, ng = (int)(m->ng_l / m->cp);
-	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m));
-	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m));
-	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m));
+	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->qkv_t);
+	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m), m->qkv_t);
+	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m), gt);
 	if (st) return st;
-	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, MGT_DT_F32, m->a2a.q, m->a2a.o, MGT_DT_F32, a->lse, S, m->b, ng,
+	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, gt, m->a2a.q, m->a2a.o, m->qkv_t, a->lse, S, m->b, ng,
 			     (int)m->r, (int)m->d, p, key, a2a_head0(m), (int)m->c.num_attention_heads);
-	return a2a_gather_heads(m, dqkv, m->a2a.dq, a2a_wq(m));
+	return a2a_gather_heads(m, dqkv, m->a2a.dq, a2a_wq(m), gt);
+}
+
+/* The layer as the fp32 blocks see it: a itself, or (16-bit qkv_t) with qkv and ctx widened
+ * into cpb.q32 and cpb.o32 (ctx only for the backward, where it holds the forward's output). */
+static layer_act fp32_layer(mgt_model *m, const layer_act *a, bool with_ctx)
+{
+	layer_act w = *a;
+	if (!lp(m)) return w;
+	w.qkv = m->cpb.q32, w.ctx = m->cpb.o32;
+	m->be->ops->widen(m->be, w.qkv, a->qkv, m->qkv_t, (size_t)m->T * (size_t)m->qkv_l);
+	if (with_ctx) m->be->ops->widen(m->be, w.ctx, a->ctx, m->qkv_t, (size_t)m->T * (size_t)(m->nq_l * m->d));
+	return w;
 }
 
 mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
-	switch (m->L.cp_comm) {
-	case MGT_CP_P2P: return p2p_fwd(m, a, p, key);
-	case MGT_CP_ALLGATHER: return ag_fwd(m, a, p, key);
-	default: return a2a_fwd(m, a, p, key);
-	}
+	if (m->L.cp_comm == MGT_CP_A2A) return a2a_fwd(m, a, p, key);
+	layer_act w = fp32_layer(m, a, false);
+	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_fwd(m, &w, p, key) : ag_fwd(m, &w, p, key);
+	if (!st && lp(m)) m->be->ops->cast(m->be, a->ctx, m->qkv_t, w.ctx, (size_t)m->T * (size_t)(m->nq_l * m->d));
+	return st;
 }
 
-mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key)
+mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
+			   uint64_t key)
 {
-	if (m->L.cp_comm == MGT_CP_A2A) return a2a_bwd(m, a, dqkv, dctx, p, key);
-	m->be->ops->zero(m->be, dqkv, (size_t)m->T * (size_t)m->qkv_l * sizeof(float));
-	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_bwd(m, a, dqkv, dctx, p, key) : ag_bwd(m, a, dqkv, dctx, p, key);
-	if (!st) m->be->ops->attn_kv_copy(m->be, dqkv, m->cpb.dkv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, false);
+	if (m->L.cp_comm == MGT_CP_A2A) return a2a_bwd(m, a, dqkv, dctx, gt, p, key);
+	const mgt_backend_ops *o = m->be->ops;
+	const size_t nq = (size_t)m->T * (size_t)m->qkv_l, no = (size_t)m->T * (size_t)(m->nq_l * m->d);
+	layer_act w = fp32_layer(m, a, true);
+	float *dq = dqkv;
+	const float *dc = dctx;
+	if (gt != MGT_DT_F32) { /* the gradients through fp32 copies, dqkv rounded once */
+		dq = m->cpb.dq32, dc = m->cpb.g32;
+		o->widen(m->be, m->cpb.g32, dctx, gt, no);
+	}
+	o->zero(m->be, dq, nq * sizeof(float));
+	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_bwd(m, &w, dq, dc, p, key) : ag_bwd(m, &w, dq, dc, p, key);
+	if (!st) o->attn_kv_copy(m->be, dq, m->cpb.dkv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, false);
+	if (!st && gt != MGT_DT_F32) o->cast(m->be, dqkv, gt, dq, nq);
 	return st;
 }
 

@@ -318,7 +318,8 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	m->act_t = mgt_precision_dtype(L->precision);
 	m->ln2_t = m->moe ? MGT_DT_F32 : m->act_t;
 	m->fc1_t = m->act_t;
-	m->qkv_t = m->cp > 1 ? MGT_DT_F32 : m->act_t;
+	const bool a2a_odd = m->cp > 1 && m->L.cp_comm == MGT_CP_A2A && !mgt_cp_a2a_16bit(m->d, m->ng_l / m->cp, m->r);
+	m->qkv_t = a2a_odd ? MGT_DT_F32 : m->act_t;
 	m->res_t = L->fp32_residual_connection ? MGT_DT_F32 : m->act_t;
 	if (st) mgt_model_free(m);
 	else *out = m;
@@ -754,12 +755,12 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
 	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
 	if (st) return st;
-	/* the gradients of ctx and qkv in their type (fp32 under CP), fp32 under --qk-layernorm */
+	/* the gradients of ctx and qkv in their type, fp32 under --qk-layernorm */
 	const mgt_elem_type gq = m->qkln ? MGT_DT_F32 : m->qkv_t;
 	o->linear_bwd(m->be, m->dctx, gq, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, m->act_t, a->ctx, m->qkv_t,
 		      W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), T, nd, h);
 	float p = drop(m, train, m->c.attention_dropout);
-	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, p, site_key(m, l, 1));
+	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, gq, p, site_key(m, l, 1));
 	else o->attn_bwd(m->be, m->dbig, m->dctx, gq, a->qkv, a->ctx, m->qkv_t, a->lse, m->s, m->b, (int)m->ng_l,
 			 (int)m->r, (int)m->d, p, site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
 			 (int)m->c.num_attention_heads);

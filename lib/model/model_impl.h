@@ -62,9 +62,10 @@ struct mgt_model {
 	 * type of a 16-bit layout precision, else fp32.  Those layer_act and slot_act pointers then
 	 * point at 2-byte elements. */
 	mgt_elem_type act_t, ln2_t, fc1_t;
-	/* the fused QKV activation and the attention output (layer_act qkv, ctx): act_t, but fp32 in a
-	 * chunk with context parallelism (its block ops and all-to-all move fp32); with --qk-layernorm
-	 * linear_qkv's output qkv_pre stays fp32 (the head norms' backward reads it) */
+	/* the fused QKV activation and the attention output (layer_act qkv, ctx): act_t (context
+	 * parallelism's a2a keeps them fp32 when its 16-bit rows would have an odd element count:
+	 * mgt_cp_a2a_16bit); with --qk-layernorm linear_qkv's output qkv_pre stays fp32 (the head
+	 * norms' backward reads it) */
 	mgt_elem_type qkv_t;
 	/* the residual stream (layer_act x_in, x_mid; slot_act res_out; the hidden states between
 	 * stages): act_t unless mgt_model_layout.fp32_residual_connection */
@@ -97,9 +98,12 @@ struct mgt_model {
 	 * cp = 1 without.  Scratch shared by the slots and layers: the local keys and values and
 	 * their gradient kv, dkv [T, ng_l, 2, d]; p2p: one block's output ob [cp_C*b, nq_l*d] and
 	 * log-sum-exp lb (laid out as a layer's lse); allgather: all, glob, dglob [cp * T, ng_l, 2, d]
-	 * (rank order, position order, and the gradient in position order) */
+	 * (rank order, position order, and the gradient in position order).  Under a 16-bit qkv_t:
+	 * the fp32 copies the blocks run on, q32 [T, qkv_l], o32 and g32 [T, nq_l*d] (ctx, dctx) and
+	 * dq32 [T, qkv_l], and the 16-bit keys and values that move, kv16 [T, ng_l, 2, d] and
+	 * (allgather) all16 [cp * T, ng_l, 2, d] */
 	int cp, cp_rank, cp_C;
-	struct { float *kv, *dkv, *ob, *lb, *all, *glob, *dglob; } cpb;
+	struct { float *kv, *dkv, *ob, *lb, *all, *glob, *dglob, *q32, *o32, *g32, *dq32; void *kv16, *all16; } cpb;
 	/* a2a: send and receive buffers, the layer's qkv, ctx, dctx and dqkv of the whole sequence
 	 * for this rank's ng_l/cp query groups (rows in position order), and the row maps
 	 * (backend int32 [T cp]: pack, unpack, to_glob, from_glob; cp.c) */
@@ -155,16 +159,20 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, fl
  * mgt_cp_alloc: the scratch above through mgt_model_balloc (nothing when cp = 1); mgt_cp_free.
  * mgt_cp_attn_fwd: a->ctx and a->lse from a->qkv (after RoPE) over the whole sequence, by the
  * layout's --cp-comm-type, with attention dropout p under key (global positions: the masks of
- * the single-process run).  mgt_cp_attn_bwd: dqkv [T, qkv_l] written from dctx [T, nq_l*d] and
- * the layer's qkv, ctx, lse.  Both communicate over ps->cp_comm; every rank of the group calls
+ * the single-process run); qkv and ctx of type qkv_t.  mgt_cp_attn_bwd: dqkv [T, qkv_l] written
+ * from dctx [T, nq_l*d] (both of type gt) and the layer's qkv, ctx, lse.  Both communicate over ps->cp_comm; every rank of the group calls
  * them in the same order.  Errors: the communicator's (MGT_ERR_IO).
  * mgt_cp_global_row: the row of the whole sequence's [S*b, .] activation that local row t
  * (t = i*b + j) is (t itself when cp = 1): dropout elements are indexed by it. */
 mgt_status mgt_cp_alloc(mgt_model *m);
 void mgt_cp_free(mgt_model *m);
 mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key);
-mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key);
+mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
+			   uint64_t key);
 int64_t mgt_cp_global_row(const mgt_model *m, int64_t t);
+/* Whether --cp-comm-type a2a can move 16-bit rows (as floats: the rows' element counts even) for
+ * groups_per_rank = ng_l / cp query groups of r query heads and kv_channels. */
+bool mgt_cp_a2a_16bit(int64_t kv_channels, int64_t groups_per_rank, int64_t r);
 
 /* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,

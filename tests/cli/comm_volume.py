@@ -26,9 +26,11 @@ from lib/dist/dist.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and
          over the data group, or with CP > 1 the data x context group ("data-context"); the
          gradients in 2-byte elements with gradbf16=1, the parameters' all-gather in 4-byte ones
   CP:    per layer and micro-batch, with B the bytes of a rank's keys and values
-         [seq/CP * mbs, groups/TP, 2, d]: p2p (ring) (CP-1) B forward, (CP-1) B + CP B backward
-         (the keys and values again, and their gradient one hop further); allgather (CP-1) B
-         forward, 2 (CP-1) B backward (all-gather again, reduce-scatter of the gradient); a2a,
+         [seq/CP * mbs, groups/TP, 2, d] (2-byte elements with bf16 or fp16) and B4 those of
+         their gradient (fp32): p2p (ring) (CP-1) B forward, (CP-1) B + CP B4 backward (the keys
+         and values again, and their gradient one hop further); allgather (CP-1) B forward,
+         (CP-1) B + (CP-1) B4 backward (all-gather again, reduce-scatter of the gradient); a2a
+         (2-byte elements with bf16 or fp16),
          with Q and O the bytes of a rank's qkv [seq/CP * mbs, (heads + 2 groups)/TP, d] and
          attention output [seq/CP * mbs, heads/TP, d]: (CP-1)/CP (Q + O) forward, (CP-1)/CP (2Q + 2O)
          backward (qkv and the output again, the output's gradient, the qkv's gradient back)
@@ -156,9 +158,10 @@ def expected(tp_rank, pp_rank):
     e = dict(tensor=0.0, data=0.0, pipeline=0.0, embedding=0.0, model=0.0, world=0.0)
     if cp > 1: e.update({"context": 0.0, "data-context": 0.0})
     grad = "data-context" if cp > 1 else "data"
-    B = T * (ng // tp) * 2 * d * 4.0
-    Q, O = T * (nq + 2 * ng) // tp * d * 4.0, T * nq // tp * d * 4.0
-    per_layer = {"p2p": (2 * cp - 1) * B + (cp - 1) * B, "allgather": 3 * (cp - 1) * B,
+    B4 = T * (ng // tp) * 2 * d * 4.0  # the keys and values' gradient: fp32
+    B = B4 * act_es / 4  # the keys and values: 16-bit with bf16 or fp16
+    Q, O = T * (nq + 2 * ng) // tp * d * act_es, T * nq // tp * d * act_es
+    per_layer = {"p2p": (cp - 1) * B + (cp - 1) * B + cp * B4, "allgather": 2 * (cp - 1) * B + (cp - 1) * B4,
                  "a2a": (cp - 1) / cp * 3 * (Q + O)}[cpcomm]
     Th = T // tp if sp else T
     ns = pp * V

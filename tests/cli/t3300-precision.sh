@@ -185,9 +185,12 @@ PY
 	ok "... its pipeline bytes: fp32 hidden states" $PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" \
 		pp2r 2 pp=2 mbs=2 gbs=4 seq=32 vocab=512 prec=bf16 fp32res=1
 	# the rest of the layouts in bf16 on the Llama-style models (RoPE on 16-bit qkv, GQA, SwiGLU,
-	# RMSNorm): virtual pipeline stages, context parallelism (its chunks keep qkv in fp32, the
-	# residual 16-bit), --qk-layernorm (head norms writing 16-bit qkv), expert parallelism (the experts' activations fp32, the residual 16-bit);
-	# each against its model's one-process bf16 run, within 1e-3 (reduction orders differ)
+	# RMSNorm): virtual pipeline stages, context parallelism in its three --cp-comm-type (16-bit
+	# qkv and ctx; p2p and allgather move the keys and values in 16 bits and run fp32 blocks on
+	# their values, a2a moves 16-bit rows), --qk-layernorm (head norms writing 16-bit qkv; with CP
+	# too), expert parallelism (the experts' activations fp32, the residual 16-bit); each against
+	# its model's one-process bf16 run, within 1e-3 (reduction orders differ), and the context
+	# group's bytes against the analytic volume
 	LL=$(echo "$TRAIN" | sed 's/--model tiny-gpt2/--model tiny-llama/')
 	MO=$(echo "$TRAIN" | sed 's/--model tiny-gpt2/--model tiny-moe --disable-bias-linear/')
 	ok "bf16 tiny-llama, one process" exits 0 $LL --train-iters 6 --bf16 --metrics-file ll.jsonl
@@ -196,7 +199,7 @@ PY
 	while read -r ref name flags; do
 		case $ref in ll|lq) T1=$LL;; *) T1=$MO;; esac
 		ok "bf16 $name under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $T1 --train-iters 6 --bf16 $flags \
-			--metrics-file "$name.jsonl" </dev/null
+			--metrics-file "$name.jsonl" --comm-log "$name" </dev/null
 		ok "bf16 $name: losses within 1e-3 of one process's" $PY - "$ref.jsonl" "$name.jsonl" <<'PY'
 import json, sys
 a = [json.loads(l)["lm_loss"] for l in open(sys.argv[1])]
@@ -208,10 +211,19 @@ PY
 	done <<LAYOUTS
 ll llama-pp2-vp2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 ll llama-cp2 --context-parallel-size 2
+ll llama-cp2-allgather --context-parallel-size 2 --cp-comm-type allgather
+ll llama-cp2-a2a --context-parallel-size 2 --cp-comm-type a2a
 ll llama-tp2-sp --tensor-model-parallel-size 2 --sequence-parallel
 mo moe-ep2 --expert-model-parallel-size 2
 lq llama-qkln-tp2 --qk-layernorm --tensor-model-parallel-size 2
+lq llama-qkln-cp2 --qk-layernorm --context-parallel-size 2
 LAYOUTS
+	for kind in p2p allgather a2a; do
+		name=llama-cp2-$kind; [ $kind = p2p ] && name=llama-cp2
+		ok "bf16 $name: context-parallel bytes as the analytic volume (keys and values in 16 bits)" $PY \
+			"$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-llama.json" $name 2 cp=2 cpcomm=$kind mbs=2 gbs=4 \
+			seq=32 vocab=512 prec=bf16
+	done
 else
 	for i in $(seq 25); do skip "mpirun not installed"; done
 fi
