@@ -204,13 +204,15 @@ static const float *nans(size_t n)
 static const char *nm(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static const char *nm(const char *fmt, ...)
 {
-	static char buf[8][256];
+	static char buf[64][256]; /* a ring: a check's name lives for the next 63 names */
 	static int k;
-	k = (k + 1) % 8;
+	char tmp[256]; /* formatted first: an argument may be the slot about to be reused */
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(buf[k], sizeof buf[k], fmt, ap);
+	vsnprintf(tmp, sizeof tmp, fmt, ap);
 	va_end(ap);
+	k = (k + 1) % 64;
+	memcpy(buf[k], tmp, sizeof tmp);
 	return buf[k];
 }
 
