@@ -80,7 +80,12 @@ struct mgt_model {
 	 * SELECTIVE one layer's ctx and lse; NULL and 0 without recomputation */
 	layer_act *rc;
 	int rc_n;
-	/* scratch shared by the slots */
+	/* scratch shared by the slots, sized in fp32 elements; under a 16-bit precision some hold
+	 * 2-byte elements (the pointer is then a handle): dres of res_t (the residual's gradient),
+	 * dtmp_h and dloc of act_t in dense layers (row-parallel outputs, gradients of row-parallel
+	 * and norm outputs; fp32 in MoE layers and for the embedding's output), dctx and dbig of the
+	 * attention gradients' type (gpt.c attn_bwd: qkv_t, fp32 with --qk-layernorm), dact and the
+	 * MLP's use of dbig of act_t; emb and lnl as before (fp32 embedding output, norm rows) */
 	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
 	size_t act_bytes, work_bytes;
 	bool dry;                  /* mgt_model_measure: count the bytes, allocate nothing */
