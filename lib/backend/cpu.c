@@ -206,6 +206,17 @@ static void narrow(mgt_backend *be, void *dst, mgt_elem_type t, const float *r, 
 		memcpy(dst, r, n * sizeof *r);
 }
 
+/* narrow() dst [T, w] from r, then (db not NULL) db[w] += the column sums of the values stored
+ * (a 16-bit dst widened back into rounding buffer 4): the bias gradient of a 16-bit gradient. */
+static void narrow_colsum(mgt_backend *be, void *dst, mgt_elem_type t, const float *r, float *db, int T, int w)
+{
+	const size_t n = (size_t)T * (size_t)w;
+	narrow(be, dst, t, r, n);
+	const float *stored = db ? widen(be, 4, dst, t, n) : NULL;
+	if (stored)
+		colsum_acc(be, db, stored, T, w);
+}
+
 /* Output features a GEMM call covers at most (the vocabulary's output layer is split) */
 enum { GEMM_COLS = 8192 };
 
@@ -851,10 +862,7 @@ static void cpu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx16, floa
 		float *r = rows ? rows + (size_t)omp_get_thread_num() * per : NULL;
 		act_bwd_row(dx + (size_t)t * xw, dy + (size_t)t * f, act_x_row(x, xt, r, t, xw), b, f, (int)act);
 	}
-	narrow(be, dx16, gt, dx, n);
-	const float *stored = db ? widen(be, 4, dx16, gt, n) : NULL;
-	if (stored)
-		colsum_acc(be, db, stored, T, xw);
+	narrow_colsum(be, dx16, gt, dx, db, T, xw);
 }
 
 /* ---- bias-dropout-add ---- */
@@ -969,10 +977,7 @@ static void cpu_bda_bwd(mgt_backend *be, void *dy16, mgt_elem_type dyt, float *d
 	} else if (dy != dout) {
 		memcpy(dy, dout, (size_t)T * h * sizeof *dy);
 	}
-	narrow(be, dy16, dyt, dy, n);
-	const float *stored = db ? widen(be, 4, dy16, dyt, n) : NULL;
-	if (stored)
-		colsum_acc(be, db, stored, T, h);
+	narrow_colsum(be, dy16, dyt, dy, db, T, h);
 }
 
 /* ---- vocab-parallel cross-entropy ---- */

@@ -480,10 +480,16 @@ static uint64_t site_key(const mgt_model *m, int l, int site)
 
 /* ---- tensor-parallel communication (megatron/core/tensor_parallel/mappings.py) ---- */
 
-static mgt_status tp_allreduce(mgt_model *m, float *x, size_t n, mgt_redop op)
+/* In place over TP: n elements of x of type t. */
+static mgt_status tp_allreduce_t(mgt_model *m, void *x, size_t n, mgt_elem_type t, mgt_redop op)
 {
 	mgt_comm *c = m->ps->tp_comm;
-	return c->size > 1 ? c->ops->allreduce(c, x, n, MGT_DT_F32, op) : MGT_OK;
+	return c->size > 1 ? c->ops->allreduce(c, x, n, t, op) : MGT_OK;
+}
+
+static mgt_status tp_allreduce(mgt_model *m, float *x, size_t n, mgt_redop op)
+{
+	return tp_allreduce_t(m, x, n, MGT_DT_F32, op);
 }
 
 /* Sum the partial [T, h] results in `full` (elements of type t; a 16-bit type sums in 16 bits, as
@@ -494,7 +500,7 @@ static mgt_status tp_reduce(mgt_model *m, void *full, mgt_elem_type t, void **ou
 	size_t n = (size_t)m->Th * (size_t)m->h;
 	mgt_comm *c = m->ps->tp_comm;
 	*out = m->sp ? m->dloc : full;
-	if (!m->sp) return c->size > 1 ? c->ops->allreduce(c, full, n, t, MGT_RED_SUM) : MGT_OK;
+	if (!m->sp) return tp_allreduce_t(m, full, n, t, MGT_RED_SUM);
 	return c->ops->reduce_scatter(c, m->dloc, full, n, t);
 }
 
