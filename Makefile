@@ -191,6 +191,10 @@ $(B)/bench/gemm_ceiling: $(B)/tests/bench/gemm_ceiling.o $(B)/libmgt.a
 
 gpu-progs: $(GPU_TEST) $(GPU_BENCH)
 
+# check-unit builds them too (not run there): an op interface change that misses them fails in
+# make check, not first in CI's gpu-progs
+check-unit: $(GPU_TEST) $(GPU_BENCH)
+
 check-gpu: $(PROGS) $(GPU_TEST)
 	MGT_BIN=$(abspath $(BIN)) TEST_CUDA_OPS=$(abspath $(GPU_TEST)) sh tests/gpu/check.sh
 

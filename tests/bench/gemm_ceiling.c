@@ -153,7 +153,7 @@ static double attn_time(bool bwd, float *dq, float *o, float *l, const float *qk
 		be->ops->sync(be);
 		double t0 = now();
 		if (bwd)
-			be->ops->attn_bwd(be, dq, dout, qkv, o, MGT_DT_F32, l, s, b, ng, r, d, p, 7, 0, ng * r);
+			be->ops->attn_bwd(be, dq, dout, MGT_DT_F32, qkv, o, MGT_DT_F32, l, s, b, ng, r, d, p, 7, 0, ng * r);
 		else
 			be->ops->attn_fwd(be, o, l, qkv, MGT_DT_F32, s, b, ng, r, d, p, 7, 0, ng * r);
 		be->ops->sync(be);
