@@ -79,7 +79,8 @@ extern "C" int mgt_k_scale(mgt_k_stream s, float *x, size_t n, float alpha)
 	return mgt_k_rc();
 }
 
-static __global__ void add_k(float *y, const float *x, size_t n, bool vec)
+template <typename E>
+static __global__ void add_k(E *y, const E *x, size_t n, bool vec)
 {
 	const size_t ng = (n + 3) / 4;
 	for (size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x; g < ng;
@@ -94,13 +95,16 @@ static __global__ void add_k(float *y, const float *x, size_t n, bool vec)
 	}
 }
 
-extern "C" int mgt_k_add(mgt_k_stream s, float *y, const float *x, size_t n)
+extern "C" int mgt_k_add(mgt_k_stream s, void *y, const void *x, mgt_k_dtype t, size_t n)
 {
 	if (n == 0)
 		return 0;
-	MGT_LAUNCH(add_k, mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s), y, x, n,
-		   mgt_al16(y) && mgt_al16(x));
-	return mgt_k_rc();
+	return mgt_k_typed(t, [&](auto e) {
+		typedef typename decltype(e)::type E;
+		MGT_LAUNCH((add_k<E>), mgt_grid(mgt_cdiv(n, 4), 256), 256, 0, mgt_st(s), (E *)y, (const E *)x, n,
+			   mgt_al16(y) && mgt_al16(x));
+		return mgt_k_rc();
+	});
 }
 
 /* ---- AdamW ---- */

@@ -43,7 +43,8 @@ typedef enum { MGT_K_F32 = 0, MGT_K_BF16 = 1, MGT_K_F16 = 2 } mgt_k_dtype;
 int mgt_k_cast(mgt_k_stream s, void *dst, mgt_k_dtype dst_t, const void *src, mgt_k_dtype src_t,
 	       size_t n);
 int mgt_k_scale(mgt_k_stream s, float *x, size_t n, float alpha);
-int mgt_k_add(mgt_k_stream s, float *y, const float *x, size_t n);
+/* y += x, n elements of type t (fp32 sum, rounded once when 16-bit). */
+int mgt_k_add(mgt_k_stream s, void *y, const void *x, mgt_k_dtype t, size_t n);
 /* out[0] = sum x[i]^2 in double, deterministic; NaN/Inf propagate. */
 size_t mgt_k_sumsq_ws_bytes(size_t n);
 int mgt_k_sumsq(mgt_k_stream s, double *out, const float *x, size_t n, void *ws);
@@ -173,14 +174,16 @@ size_t mgt_k_colsum_ws_bytes(int T, int n);
 int mgt_k_colsum(mgt_k_stream s, float *db, const void *dy, mgt_k_dtype dt, int T, int n, void *ws);
 
 /* ---- Mixture of Experts (kernels/moe.cu): backend.h's rows_gather, rows_combine, rows_scale,
- * rows_dot, one block per row.  rows_combine adds a token's copies (slot >= 0) into a zero row
+ * rows_dot, one block per row, rows of type t (16-bit: read as fp32, results rounded once).
+ * rows_combine adds a token's copies (slot >= 0) into a zero row
  * in j order, in fp32 as the CPU does (the same bits); rows_dot sums in double and rounds once.
  * idx and slot are device int32 arrays. ---- */
-int mgt_k_rows_gather(mgt_k_stream s, float *dst, const float *src, const int32_t *idx, int N, int h);
-int mgt_k_rows_combine(mgt_k_stream s, float *dst, const float *src, const int32_t *slot, int T, int k,
+int mgt_k_rows_gather(mgt_k_stream s, void *dst, const void *src, mgt_k_dtype t, const int32_t *idx, int N,
+		      int h);
+int mgt_k_rows_combine(mgt_k_stream s, void *dst, const void *src, mgt_k_dtype t, const int32_t *slot, int T, int k,
 		       int h);
-int mgt_k_rows_scale(mgt_k_stream s, float *y, const float *x, const float *w, int N, int f);
-int mgt_k_rows_dot(mgt_k_stream s, float *out, const float *a, const float *b, int N, int f);
+int mgt_k_rows_scale(mgt_k_stream s, void *y, const void *x, mgt_k_dtype t, const float *w, int N, int f);
+int mgt_k_rows_dot(mgt_k_stream s, float *out, const void *a, const void *b, mgt_k_dtype t, int N, int f);
 
 /* ---- vocab-parallel softmax cross-entropy ---- */
 /* The logits (and xent_bwd's dlogits) of type lt: fp32, or bf16 / fp16 read exactly as fp32

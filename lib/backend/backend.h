@@ -73,9 +73,11 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * (linear_bwd writes dx rounded; norm_bwd and embedding_bwd read it): what Megatron's bf16
  * autograd stores and its TP and PP communication moves.  So are the gradients inside attention
  * and the MLP (of the attention output, the fused QKV, the MLP activation and fc1's output:
- * attn_bwd and bias_act_bwd take them with their type).  The MoE layers' activations and
- * gradients, context parallelism's blocks and the gradients of --qk-layernorm's head norms are
- * fp32 in this version.
+ * attn_bwd and bias_act_bwd take them with their type).  So are the MoE layers' tokens,
+ * expert activations and their gradients (the row ops and grouped linears take their type; the
+ * expert-parallel all-to-all moves them in 16 bits), as Megatron's bf16 experts; the router's
+ * logits, the probabilities and their gradients stay fp32.  Context parallelism's fp32 blocks
+ * and the gradients of --qk-layernorm's head norms are fp32 in this version.
  *
  * Weights may come already in the 16-bit type (the model's 16-bit copy of its parameters, which
  * it refreshes with the cast op after every change of its fp32 main parameters, as Megatron's
@@ -326,29 +328,36 @@ typedef struct mgt_backend_ops {
 	 * permute / unpermute, experts.py) ----
 	 * Tokens routed to experts are "permuted": row i of the [N, .] expert input is token idx[i]
 	 * of the [T, .] layer input, rows grouped by expert; slot[t*k + j] is the row of token t's
-	 * j-th routed copy (-1: dropped or absent). */
-	/* dst[i] = src[idx[i]] for i < N (rows of h floats).  Writes dst [N, h]. */
-	void (*rows_gather)(mgt_backend *be, float *dst, const float *src, const int32_t *idx, int N, int h);
-	/* dst[t] = sum over j < k with slot[t*k + j] >= 0 of src[slot[t*k + j]], added in j order
-	 * (a zero row when there is none).  Writes dst [T, h].  The combine (unpermute) of the
-	 * experts' outputs, and the backward of rows_gather. */
-	void (*rows_combine)(mgt_backend *be, float *dst, const float *src, const int32_t *slot, int T, int k,
-			     int h);
-	/* y[i, c] = w[i] * x[i, c] for i < N, c < f; y may alias x.  Writes y [N, f]. */
-	void (*rows_scale)(mgt_backend *be, float *y, const float *x, const float *w, int N, int f);
-	/* out[i] = sum_c a[i, c] * b[i, c], accumulated in double and rounded once.  Writes out [N]. */
-	void (*rows_dot)(mgt_backend *be, float *out, const float *a, const float *b, int N, int f);
+	 * j-th routed copy (-1: dropped or absent).  The rows are of one element type t (fp32, or the
+	 * training's bf16/fp16 storage: Megatron permutes, runs the experts on and unpermutes bf16
+	 * tokens); each op computes in fp32 and rounds a 16-bit result once, to nearest even. */
+	/* dst[i] = src[idx[i]] for i < N (rows of h elements of type t, copied).  Writes dst [N, h]. */
+	void (*rows_gather)(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *idx, int N,
+			    int h);
+	/* dst[t] = sum over j < k with slot[t*k + j] >= 0 of src[slot[t*k + j]], added in fp32 in j order
+	 * (a zero row when there is none), rounded once to t.  Writes dst [T, h].  The combine
+	 * (unpermute) of the experts' outputs, and the backward of rows_gather. */
+	void (*rows_combine)(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *slot, int T,
+			     int k, int h);
+	/* y[i, c] = w[i] * x[i, c] for i < N, c < f (w fp32; x and y of type t, the product rounded
+	 * once); y may alias x.  Writes y [N, f]. */
+	void (*rows_scale)(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const float *w, int N, int f);
+	/* out[i] = sum_c a[i, c] * b[i, c] (a, b of type t, read as fp32), accumulated in double and
+	 * rounded once.  Writes out [N] fp32. */
+	void (*rows_dot)(mgt_backend *be, float *out, const void *a, const void *b, mgt_elem_type t, int N, int f);
 	/* Grouped linear layers, one call for G experts: rows [r_g, r_g + rows[g]) of x and y
 	 * (r_g = rows[0] + ... + rows[g-1]) go through expert g's weight w[g] [out, in]:
 	 *   y[r_g + i] = x[r_g + i] . w[g]^T     (writes y [sum rows, out]; no bias)
-	 * w is a HOST array of G backend pointers to elements of type wt (as linear_fwd's); rows[g]
-	 * may be 0.  Precision as linear_fwd. */
-	void (*linear_fwd_grouped)(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
-				   const int *rows, int G, int in, int out);
+	 * x and y of type t, w a HOST array of G backend pointers to elements of type wt (as
+	 * linear_fwd's); rows[g] may be 0.  Precision and rounding as linear_fwd's, group by group. */
+	void (*linear_fwd_grouped)(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
+				   mgt_elem_type wt, const int *rows, int G, int in, int out);
 	/* Its backward given dy [sum rows, out]: dx (writes; skipped when NULL) and
-	 * dw[g] [out, in] += dy_g^T . x_g (accumulates; dw a host array of G backend pointers). */
-	void (*linear_bwd_grouped)(mgt_backend *be, float *dx, float *const *dw, const float *dy, const float *x,
-				   const void *const *w, mgt_elem_type wt, const int *rows, int G, int in, int out);
+	 * dw[g] [out, in] += dy_g^T . x_g (accumulates fp32; dw a host array of G backend pointers);
+	 * dx, dy and x of type t, as linear_bwd's. */
+	void (*linear_bwd_grouped)(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
+				   mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
+				   int out);
 
 	/* ---- optimizer and reductions ---- */
 	/* AdamW on n elements, torch.optim.AdamW's single-tensor arithmetic:
@@ -373,8 +382,9 @@ typedef struct mgt_backend_ops {
 	void (*widen)(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n);
 	/* x *= alpha over n elements. */
 	void (*scale)(mgt_backend *be, float *x, size_t n, float alpha);
-	/* y += x over n elements. */
-	void (*add)(mgt_backend *be, float *y, const float *x, size_t n);
+	/* y += x over n elements of type t (fp32, or bf16/fp16: the fp32 sum rounded to nearest even,
+	 * as a 16-bit tensor addition rounds). */
+	void (*add)(mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n);
 } mgt_backend_ops;
 
 struct mgt_backend {

@@ -1198,11 +1198,19 @@ static void cpu_scale(mgt_backend *be, float *x, size_t n, float alpha)
 		x[i] *= alpha;
 }
 
-static void cpu_add(mgt_backend *be, float *y, const float *x, size_t n)
+static void cpu_add(mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n)
 {
+	if (t != MGT_DT_F32) {
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
+		for (size_t i = 0; i < n; i++)
+			cpu_st(y, t, i, cpu_ld(y, t, i) + cpu_ld(x, t, i));
+		return;
+	}
+	float *yf = y;
+	const float *xf = x;
 #pragma omp parallel for simd num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
 	for (size_t i = 0; i < n; i++)
-		y[i] += x[i];
+		yf[i] += xf[i];
 }
 
 /* ---- the table ---- */

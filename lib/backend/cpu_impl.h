@@ -62,6 +62,25 @@ static inline unsigned char *cpu_scratch(mgt_backend *be, int tid)
 	return ((cpu_impl *)be->impl)->scratch + (size_t)tid * cpu_scratch_bytes;
 }
 
+/* Element i of x, of type t, as fp32 (exact), and v stored into element i of y of type t
+ * (rounded to nearest even when 16-bit, as store_row in cpu.c): for ops whose rows are short or
+ * gathered, where a per-element type test costs nothing next to the memory traffic. */
+static inline float cpu_ld(const void *x, mgt_elem_type t, size_t i)
+{
+	if (t == MGT_DT_F32)
+		return ((const float *)x)[i];
+	const uint16_t u = ((const uint16_t *)x)[i];
+	return t == MGT_DT_BF16 ? mgt_bf16_to_f32(u) : mgt_f16_to_f32(u);
+}
+
+static inline void cpu_st(void *y, mgt_elem_type t, size_t i, float v)
+{
+	if (t == MGT_DT_F32)
+		((float *)y)[i] = v;
+	else
+		((uint16_t *)y)[i] = t == MGT_DT_BF16 ? mgt_f32_to_bf16(v) : mgt_f32_to_f16(v);
+}
+
 static inline uint32_t cpu_f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float cpu_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
@@ -151,14 +170,16 @@ void mgt_cpu_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw,
 			int out);
 
 /* cpu_moe.c: the Mixture-of-Experts ops of backend.h. */
-void mgt_cpu_rows_gather(mgt_backend *be, float *dst, const float *src, const int32_t *idx, int N, int h);
-void mgt_cpu_rows_combine(mgt_backend *be, float *dst, const float *src, const int32_t *slot, int T, int k,
-			  int h);
-void mgt_cpu_rows_scale(mgt_backend *be, float *y, const float *x, const float *w, int N, int f);
-void mgt_cpu_rows_dot(mgt_backend *be, float *out, const float *a, const float *b, int N, int f);
-void mgt_cpu_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
-				const int *rows, int G, int in, int out);
-void mgt_cpu_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy, const float *x,
-				const void *const *w, mgt_elem_type wt, const int *rows, int G, int in, int out);
+void mgt_cpu_rows_gather(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *idx, int N,
+			 int h);
+void mgt_cpu_rows_combine(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *slot, int T,
+			  int k, int h);
+void mgt_cpu_rows_scale(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const float *w, int N, int f);
+void mgt_cpu_rows_dot(mgt_backend *be, float *out, const void *a, const void *b, mgt_elem_type t, int N, int f);
+void mgt_cpu_linear_fwd_grouped(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
+				mgt_elem_type wt, const int *rows, int G, int in, int out);
+void mgt_cpu_linear_bwd_grouped(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
+				mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
+				int out);
 
 #endif

@@ -4,7 +4,8 @@
  * and the experts' grouped linear layers (megatron/core/transformer/moe/experts.py).
  *
  * Rows run in parallel (OpenMP over rows, one thread per row, so results do not depend on the
- * thread count); nothing is shared between rows, no atomics.  rows_combine adds a token's copies
+ * thread count); nothing is shared between rows, no atomics.  16-bit rows are read as fp32 and
+ * results rounded once when stored (cpu_ld / cpu_st).  rows_combine adds a token's copies
  * in j order into a zero row; rows_dot sums the products of a row in double.
  *
  * The grouped linears call linear_fwd / linear_bwd (cpu.c) once per group with rows, so each
@@ -16,88 +17,113 @@
 #include <omp.h>
 #include <string.h>
 
-void mgt_cpu_rows_gather(mgt_backend *be, float *dst, const float *src, const int32_t *idx, int N, int h)
+void mgt_cpu_rows_gather(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *idx, int N,
+			 int h)
 {
 	if (N <= 0 || h <= 0)
 		return;
+	const size_t rb = (size_t)h * mgt_elem_size(t);
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)N * h > CPU_PAR_MIN)
 	for (int i = 0; i < N; i++)
-		memcpy(dst + (size_t)i * h, src + (size_t)idx[i] * h, (size_t)h * sizeof *dst);
+		memcpy((char *)dst + (size_t)i * rb, (const char *)src + (size_t)idx[i] * rb, rb);
 }
 
-void mgt_cpu_rows_combine(mgt_backend *be, float *dst, const float *src, const int32_t *slot, int T, int k,
-			  int h)
+/* acc[0..n) += the n elements of x of type t from element off (fp32 values). */
+static void add_elems(float *acc, const void *x, mgt_elem_type t, size_t off, int n)
+{
+	if (t == MGT_DT_F32) {
+		const float *r = (const float *)x + off;
+#pragma omp simd
+		for (int c = 0; c < n; c++)
+			acc[c] += r[c];
+		return;
+	}
+	for (int c = 0; c < n; c++)
+		acc[c] += cpu_ld(x, t, off + (size_t)c);
+}
+
+enum { COMBINE_COLS = 256 }; /* columns of a token summed at once */
+
+void mgt_cpu_rows_combine(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *slot, int T,
+			  int k, int h)
 {
 	if (T <= 0 || h <= 0)
 		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) \
 	if ((size_t)T * h * (k > 0 ? k : 1) > CPU_PAR_MIN)
-	for (int t = 0; t < T; t++) {
-		float *d = dst + (size_t)t * h;
-		memset(d, 0, (size_t)h * sizeof *d);
-		for (int j = 0; j < k; j++) {
-			const int32_t s = slot[(size_t)t * k + j];
-			if (s < 0)
-				continue;
-			const float *r = src + (size_t)s * h;
-#pragma omp simd
-			for (int c = 0; c < h; c++)
-				d[c] += r[c];
+	for (int tk = 0; tk < T; tk++)
+		for (int c0 = 0; c0 < h; c0 += COMBINE_COLS) {
+			const int n = h - c0 < COMBINE_COLS ? h - c0 : COMBINE_COLS;
+			float acc[COMBINE_COLS] = { 0 };
+			for (int j = 0; j < k; j++) {
+				const int32_t s = slot[(size_t)tk * k + j];
+				if (s >= 0)
+					add_elems(acc, src, t, (size_t)s * h + c0, n);
+			}
+			for (int c = 0; c < n; c++)
+				cpu_st(dst, t, (size_t)tk * h + c0 + c, acc[c]);
 		}
-	}
 }
 
-void mgt_cpu_rows_scale(mgt_backend *be, float *y, const float *x, const float *w, int N, int f)
+void mgt_cpu_rows_scale(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const float *w, int N, int f)
 {
 	if (N <= 0 || f <= 0)
 		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)N * f > CPU_PAR_MIN)
 	for (int i = 0; i < N; i++) {
 		const float wi = w[i];
-		const float *xi = x + (size_t)i * f;
-		float *yi = y + (size_t)i * f;
+		const size_t o = (size_t)i * f;
+		if (t == MGT_DT_F32) {
+			const float *xi = (const float *)x + o;
+			float *yi = (float *)y + o;
 #pragma omp simd
-		for (int c = 0; c < f; c++)
-			yi[c] = wi * xi[c];
+			for (int c = 0; c < f; c++)
+				yi[c] = wi * xi[c];
+		} else {
+			for (size_t c = o; c < o + (size_t)f; c++)
+				cpu_st(y, t, c, wi * cpu_ld(x, t, c));
+		}
 	}
 }
 
-void mgt_cpu_rows_dot(mgt_backend *be, float *out, const float *a, const float *b, int N, int f)
+void mgt_cpu_rows_dot(mgt_backend *be, float *out, const void *a, const void *b, mgt_elem_type t, int N, int f)
 {
 	if (N <= 0)
 		return;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)N * f > CPU_PAR_MIN)
 	for (int i = 0; i < N; i++) {
-		const float *ai = a + (size_t)i * f, *bi = b + (size_t)i * f;
 		double acc = 0;
-#pragma omp simd reduction(+ : acc)
-		for (int c = 0; c < f; c++)
-			acc += (double)ai[c] * bi[c];
+		for (size_t c = (size_t)i * f; c < (size_t)(i + 1) * f; c++)
+			acc += (double)cpu_ld(a, t, c) * cpu_ld(b, t, c);
 		out[i] = (float)acc;
 	}
 }
 
-void mgt_cpu_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
-				const int *rows, int G, int in, int out)
+void mgt_cpu_linear_fwd_grouped(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
+				mgt_elem_type wt, const int *rows, int G, int in, int out)
 {
+	const size_t es = mgt_elem_size(t);
 	size_t r = 0;
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cpu_linear_fwd(be, y + r * out, MGT_DT_F32, x + r * in, MGT_DT_F32, w[g], wt, NULL, rows[g], in, out);
+		mgt_cpu_linear_fwd(be, (char *)y + r * out * es, t, (const char *)x + r * in * es, t, w[g], wt, NULL,
+				   rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }
 
-void mgt_cpu_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy, const float *x,
-				const void *const *w, mgt_elem_type wt, const int *rows, int G, int in, int out)
+void mgt_cpu_linear_bwd_grouped(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
+				mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
+				int out)
 {
+	const size_t es = mgt_elem_size(t);
 	size_t r = 0;
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cpu_linear_bwd(be, dx ? dx + r * in : NULL, MGT_DT_F32, dw[g], NULL, dy + r * out, MGT_DT_F32,
-				   x + r * in, MGT_DT_F32, w[g], wt, rows[g], in, out);
+		mgt_cpu_linear_bwd(be, dx ? (char *)dx + r * in * es : NULL, t, dw[g], NULL, (const char *)dy + r * out * es,
+				   t, (const char *)x + r * in * es, t, w[g], wt, rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }

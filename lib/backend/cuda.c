@@ -261,18 +261,12 @@ static void cu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, cons
 			    mgt_k_embedding_fwd(stream(be), y, ids, table, row0, rows, T, h, accumulate));
 }
 
-/* The kernels' name of an element type (fp32, bf16, fp16). */
-static mgt_k_dtype k_dtype(mgt_elem_type t)
-{
-	return t == MGT_DT_BF16 ? MGT_K_BF16 : t == MGT_DT_F16 ? MGT_K_F16 : MGT_K_F32;
-}
-
 static void cu_embedding_bwd(mgt_backend *be, float *dtable, const void *dy, mgt_elem_type dyt, const int32_t *ids,
 			     int64_t row0, int64_t rows, int T, int h)
 {
 	if (T > 0 && h > 0)
 		WITH_WS("embedding_bwd", mgt_k_embedding_bwd_ws_bytes(T),
-			mgt_k_embedding_bwd(stream(be), dtable, dy, k_dtype(dyt), ids, row0, rows, T, h, ws));
+			mgt_k_embedding_bwd(stream(be), dtable, dy, mgt_cuda_kt(dyt), ids, row0, rows, T, h, ws));
 }
 
 static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
@@ -280,7 +274,7 @@ static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_t
 {
 	if (T > 0 && h > 0)
 		mgt_cuda_ok(be, "norm_fwd",
-			    mgt_k_norm_fwd(stream(be), (int)kind, y, k_dtype(yt), mean, rstd, x, k_dtype(xt), w, b, T, h,
+			    mgt_k_norm_fwd(stream(be), (int)kind, y, mgt_cuda_kt(yt), mean, rstd, x, mgt_cuda_kt(xt), w, b, T, h,
 					   eps));
 }
 
@@ -290,7 +284,7 @@ static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw
 {
 	if (T > 0 && h > 0)
 		WITH_WS("norm_bwd", mgt_k_norm_bwd_ws_bytes(T, h),
-			mgt_k_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, k_dtype(dyt), x, k_dtype(xt), w, mean, rstd,
+			mgt_k_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, mgt_cuda_kt(dyt), x, mgt_cuda_kt(xt), w, mean, rstd,
 				       T, h, ws));
 }
 
@@ -300,7 +294,7 @@ static void cu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_e
 {
 	if (T > 0 && ng > 0 && d > 0 && (key || r > 0))
 		mgt_cuda_ok(be, "head_norm_fwd",
-			    mgt_k_head_norm_fwd(stream(be), (int)kind, y, k_dtype(yt), mean, rstd, x, w, b, T, ng, r, d,
+			    mgt_k_head_norm_fwd(stream(be), (int)kind, y, mgt_cuda_kt(yt), mean, rstd, x, w, b, T, ng, r, d,
 						key, eps));
 }
 
@@ -319,7 +313,7 @@ static void cu_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t 
 {
 	if (T > 0 && rot_dim >= 2)
 		mgt_cuda_ok(be, "rope",
-			    mgt_k_rope(stream(be), qkv, k_dtype(qt), pos, inv_freq, T, ng, r, d, rot_dim, inverse));
+			    mgt_k_rope(stream(be), qkv, mgt_cuda_kt(qt), pos, inv_freq, T, ng, r, d, rot_dim, inverse));
 }
 
 /* Attention on tensor cores (kernels/attn_tc.cu: 16-bit qkv and out, P and dS rounded to bf16/fp16,
@@ -347,7 +341,7 @@ static mgt_k_dtype attn_types(int tc, mgt_elem_type t, size_t nq, size_t no, siz
 {
 	const mgt_k_dtype kt = tc >= 0 ? (mgt_k_dtype)tc : MGT_K_F32;
 	const size_t es = kt == MGT_K_F32 ? 4 : 2;
-	*conv = kt == k_dtype(t) ? 0 : al256(nq * es) + al256(no * es);
+	*conv = kt == mgt_cuda_kt(t) ? 0 : al256(nq * es) + al256(no * es);
 	return kt;
 }
 
@@ -358,7 +352,7 @@ static void cu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv,
 	const int tc = attn_tc_dtype(be, d);
 	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
 	size_t conv;
-	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = k_dtype(t);
+	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = mgt_cuda_kt(t);
 	const void *q = qkv;
 	void *o = out;
 	if (conv) { /* through scratch in the kernel's type */
@@ -384,7 +378,7 @@ static void cu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_
 	const int tc = attn_tc_dtype(be, d);
 	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
 	size_t conv;
-	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = k_dtype(t);
+	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = mgt_cuda_kt(t);
 	const size_t wsb = tc >= 0 ? mgt_k_attn_tc_bwd_ws_bytes(s, b, ng, r, d) : mgt_k_attn_bwd_ws_bytes(s, b, ng, r, d);
 	const size_t g32 = gt == MGT_DT_F32 ? 0 : al256(nq * 4) + al256(no * 4); /* [dqkv | dout] fp32 */
 	char *ws = mgt_cuda_scratch(be, "attn_bwd", g32 + conv + wsb);
@@ -393,7 +387,7 @@ static void cu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_
 	const float *dO = dout;
 	if (g32) {
 		dq = (float *)ws, dO = (const float *)(ws + al256(nq * 4));
-		if (!mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), (float *)dO, MGT_K_F32, dout, k_dtype(gt), no)))
+		if (!mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), (float *)dO, MGT_K_F32, dout, mgt_cuda_kt(gt), no)))
 			return;
 		ws += g32;
 	}
@@ -411,7 +405,7 @@ static void cu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_
 			       : mgt_k_attn_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total,
 						ws + conv);
 	if (mgt_cuda_ok(be, "attn_bwd", rc) && g32)
-		mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), dqkv, k_dtype(gt), dq, MGT_K_F32, nq));
+		mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), dqkv, mgt_cuda_kt(gt), dq, MGT_K_F32, nq));
 }
 
 /* Context-parallel attention blocks: the fp32 CUDA-core kernels (kernels/attn.cu on a block
@@ -455,7 +449,7 @@ static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem
 {
 	if (T > 0 && f > 0)
 		mgt_cuda_ok(be, "bias_act_fwd",
-			    mgt_k_bias_act_fwd(stream(be), (int)act, y, k_dtype(yt), x, k_dtype(xt), b, T, f));
+			    mgt_k_bias_act_fwd(stream(be), (int)act, y, mgt_cuda_kt(yt), x, mgt_cuda_kt(xt), b, T, f));
 }
 
 static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx, float *db, const void *dy,
@@ -463,7 +457,7 @@ static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx, float *
 {
 	if (T > 0 && f > 0)
 		WITH_WS("bias_act_bwd", mgt_k_bias_act_bwd_ws_bytes((int)act, T, f),
-			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, k_dtype(gt), x, k_dtype(xt), b, T, f, ws));
+			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, mgt_cuda_kt(gt), x, mgt_cuda_kt(xt), b, T, f, ws));
 }
 
 static void cu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y,
@@ -471,7 +465,7 @@ static void cu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_t
 {
 	if (T > 0 && h > 0)
 		mgt_cuda_ok(be, "bda_fwd",
-			    mgt_k_bda_fwd(stream(be), out, resid, k_dtype(rt), y, k_dtype(yt), b, T, h, p, key, e0));
+			    mgt_k_bda_fwd(stream(be), out, resid, mgt_cuda_kt(rt), y, mgt_cuda_kt(yt), b, T, h, p, key, e0));
 }
 
 static void cu_bda_bwd(mgt_backend *be, void *dy, mgt_elem_type dyt, float *db, const void *dout, mgt_elem_type dot,
@@ -479,13 +473,13 @@ static void cu_bda_bwd(mgt_backend *be, void *dy, mgt_elem_type dyt, float *db, 
 {
 	if (T > 0 && h > 0)
 		WITH_WS("bda_bwd", mgt_k_bda_bwd_ws_bytes(T, h),
-			mgt_k_bda_bwd(stream(be), dy, k_dtype(dyt), db, dout, k_dtype(dot), T, h, p, key, e0, ws));
+			mgt_k_bda_bwd(stream(be), dy, mgt_cuda_kt(dyt), db, dout, mgt_cuda_kt(dot), T, h, p, key, e0, ws));
 }
 
 static void cu_xent_max(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V)
 {
 	if (T > 0)
-		mgt_cuda_ok(be, "xent_max", mgt_k_xent_max(stream(be), mx, logits, k_dtype(lt), T, V));
+		mgt_cuda_ok(be, "xent_max", mgt_k_xent_max(stream(be), mx, logits, mgt_cuda_kt(lt), T, V));
 }
 
 static void cu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const void *logits, mgt_elem_type lt,
@@ -493,7 +487,7 @@ static void cu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const void
 {
 	if (T > 0)
 		mgt_cuda_ok(be, "xent_stats",
-			    mgt_k_xent_stats(stream(be), sumexp, tgt, logits, k_dtype(lt), labels, mx, v0, T, V));
+			    mgt_k_xent_stats(stream(be), sumexp, tgt, logits, mgt_cuda_kt(lt), labels, mx, v0, T, V));
 }
 
 static void cu_xent_bwd(mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lt,
@@ -501,35 +495,36 @@ static void cu_xent_bwd(mgt_backend *be, void *dlogits, const void *logits, mgt_
 			int64_t v0, int T, int V)
 {
 	if (T > 0 && V > 0)
-		mgt_cuda_ok(be, "xent_bwd", mgt_k_xent_bwd(stream(be), dlogits, logits, k_dtype(lt), labels, mx,
+		mgt_cuda_ok(be, "xent_bwd", mgt_k_xent_bwd(stream(be), dlogits, logits, mgt_cuda_kt(lt), labels, mx,
 							   sumexp, mask, scale, v0, T, V));
 }
 
 /* ---- Mixture of Experts (kernels/moe.cu; the grouped linears are in cuda_gemm.c) ---- */
 
-static void cu_rows_gather(mgt_backend *be, float *dst, const float *src, const int32_t *idx, int N, int h)
+static void cu_rows_gather(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *idx, int N,
+			   int h)
 {
 	if (N > 0 && h > 0)
-		mgt_cuda_ok(be, "rows_gather", mgt_k_rows_gather(stream(be), dst, src, idx, N, h));
+		mgt_cuda_ok(be, "rows_gather", mgt_k_rows_gather(stream(be), dst, src, mgt_cuda_kt(t), idx, N, h));
 }
 
-static void cu_rows_combine(mgt_backend *be, float *dst, const float *src, const int32_t *slot, int T, int k,
-			    int h)
+static void cu_rows_combine(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *slot, int T,
+			    int k, int h)
 {
 	if (T > 0 && h > 0)
-		mgt_cuda_ok(be, "rows_combine", mgt_k_rows_combine(stream(be), dst, src, slot, T, k, h));
+		mgt_cuda_ok(be, "rows_combine", mgt_k_rows_combine(stream(be), dst, src, mgt_cuda_kt(t), slot, T, k, h));
 }
 
-static void cu_rows_scale(mgt_backend *be, float *y, const float *x, const float *w, int N, int f)
+static void cu_rows_scale(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const float *w, int N, int f)
 {
 	if (N > 0 && f > 0)
-		mgt_cuda_ok(be, "rows_scale", mgt_k_rows_scale(stream(be), y, x, w, N, f));
+		mgt_cuda_ok(be, "rows_scale", mgt_k_rows_scale(stream(be), y, x, mgt_cuda_kt(t), w, N, f));
 }
 
-static void cu_rows_dot(mgt_backend *be, float *out, const float *a, const float *b, int N, int f)
+static void cu_rows_dot(mgt_backend *be, float *out, const void *a, const void *b, mgt_elem_type t, int N, int f)
 {
 	if (N > 0)
-		mgt_cuda_ok(be, "rows_dot", mgt_k_rows_dot(stream(be), out, a, b, N, f));
+		mgt_cuda_ok(be, "rows_dot", mgt_k_rows_dot(stream(be), out, a, b, mgt_cuda_kt(t), N, f));
 }
 
 /* The device double a launcher (returning rc) wrote to dres, brought to the host (waits for the
@@ -593,23 +588,23 @@ static void cu_scale(mgt_backend *be, float *x, size_t n, float alpha)
 		mgt_cuda_ok(be, "scale", mgt_k_scale(stream(be), x, n, alpha));
 }
 
-static void cu_add(mgt_backend *be, float *y, const float *x, size_t n)
+static void cu_add(mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n)
 {
 	if (n)
-		mgt_cuda_ok(be, "add", mgt_k_add(stream(be), y, x, n));
+		mgt_cuda_ok(be, "add", mgt_k_add(stream(be), y, x, mgt_cuda_kt(t), n));
 }
 
 static void cu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n)
 {
 	if (n)
 		mgt_cuda_ok(be, "cast",
-			    mgt_k_cast(stream(be), dst, k_dtype(dt), src, MGT_K_F32, n));
+			    mgt_k_cast(stream(be), dst, mgt_cuda_kt(dt), src, MGT_K_F32, n));
 }
 
 static void cu_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
 {
 	if (n)
-		mgt_cuda_ok(be, "widen", mgt_k_cast(stream(be), dst, MGT_K_F32, src, k_dtype(st), n));
+		mgt_cuda_ok(be, "widen", mgt_k_cast(stream(be), dst, MGT_K_F32, src, mgt_cuda_kt(st), n));
 }
 
 static void cu_destroy(mgt_backend *be);

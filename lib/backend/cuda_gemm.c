@@ -178,16 +178,11 @@ static mgt_k_dtype k_type(cudaDataType t)
 	return t == CUDA_R_16BF ? MGT_K_BF16 : t == CUDA_R_16F ? MGT_K_F16 : MGT_K_F32;
 }
 
-static mgt_k_dtype k_elem(mgt_elem_type t)
-{
-	return t == MGT_DT_BF16 ? MGT_K_BF16 : t == MGT_DT_F16 ? MGT_K_F16 : MGT_K_F32;
-}
-
 /* Scratch bytes that an operand of n elements of type t needs to become type ab (0: it is of
  * that type and is used as it is), rounded up to 256 so that carved buffers stay aligned. */
 static size_t operand_bytes(mgt_elem_type t, cudaDataType ab, size_t n)
 {
-	if (k_elem(t) == k_type(ab))
+	if (mgt_cuda_kt(t) == k_type(ab))
 		return 0;
 	return ab == CUDA_R_32F ? (n * 4 + 255) / 256 * 256 : lp_bytes(n);
 }
@@ -203,7 +198,7 @@ static const void *operand(mgt_backend *be, const char *op, char **ws, const voi
 		return p;
 	char *d = *ws;
 	*ws += nb;
-	mgt_cuda_ok(be, op, mgt_k_cast(im->stream, d, k_type(ab), p, k_elem(t), n));
+	mgt_cuda_ok(be, op, mgt_k_cast(im->stream, d, k_type(ab), p, mgt_cuda_kt(t), n));
 	return d;
 }
 
@@ -252,7 +247,7 @@ static void gemm_rows(mgt_backend *be, const char *op, bool ta, int n, int T, in
 		float *yo = d16 ? blk : (float *)D + (size_t)t0 * n;
 		gemm(be, op, ta, false, n, r, k, ab, A, (const char *)B + (size_t)t0 * k * bs, yo, 0.0f, bias);
 		if (d16)
-			mgt_cuda_ok(be, op, mgt_k_cast(im->stream, (uint16_t *)D + (size_t)t0 * n, k_elem(dt), yo, MGT_K_F32,
+			mgt_cuda_ok(be, op, mgt_k_cast(im->stream, (uint16_t *)D + (size_t)t0 * n, mgt_cuda_kt(dt), yo, MGT_K_F32,
 						       (size_t)r * n));
 	}
 }
@@ -271,7 +266,7 @@ void mgt_cuda_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void 
 			return;
 		fwd_no_input(be, t32, b, T, out);
 		if (y16) {
-			mgt_cuda_ok(be, op, mgt_k_cast(im->stream, y, k_elem(yt), t32, MGT_K_F32, (size_t)T * out));
+			mgt_cuda_ok(be, op, mgt_k_cast(im->stream, y, mgt_cuda_kt(yt), t32, MGT_K_F32, (size_t)T * out));
 			be->ops->free(be, t32);
 		}
 		return;
@@ -298,7 +293,7 @@ static void bwd_degenerate(mgt_backend *be, void *dx, mgt_elem_type dxt, float *
 	if (dx && T > 0 && in > 0)
 		mgt_cuda_ok(be, "linear_bwd", cudaMemsetAsync(dx, 0, (size_t)T * in * mgt_elem_size(dxt), im->stream));
 	if (db && T > 0 && out > 0)
-		mgt_cuda_ok(be, "linear_bwd", mgt_k_colsum(im->stream, db, dy, k_elem(dyt), T, out, ws));
+		mgt_cuda_ok(be, "linear_bwd", mgt_k_colsum(im->stream, db, dy, mgt_cuda_kt(dyt), T, out, ws));
 }
 
 void mgt_cuda_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, const void *dy,
@@ -334,7 +329,7 @@ void mgt_cuda_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw
 	if (dw)
 		gemm(be, op, false, true, in, out, T, ab, xa, dya, dw, 1.0f, NULL);
 	if (db) /* the bias gradient sums dy's values in fp32 */
-		mgt_cuda_ok(be, op, mgt_k_colsum(im->stream, db, dy, k_elem(dyt), T, out, ws));
+		mgt_cuda_ok(be, op, mgt_k_colsum(im->stream, db, dy, mgt_cuda_kt(dyt), T, out, ws));
 }
 
 /* ---- grouped linears (backend.h's linear_fwd_grouped / linear_bwd_grouped: the experts of a
@@ -345,28 +340,31 @@ void mgt_cuda_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw
  * on the one stream, so a group's 16-bit copies in the scratch are read before the next group's
  * casts overwrite them.  Groups without rows are skipped (they add nothing to dw). */
 
-void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
-				 const int *rows, int G, int in, int out)
+void mgt_cuda_linear_fwd_grouped(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
+				 mgt_elem_type wt, const int *rows, int G, int in, int out)
 {
+	const size_t es = mgt_elem_size(t);
 	size_t r = 0;
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cuda_linear_fwd(be, y + r * out, MGT_DT_F32, x + r * in, MGT_DT_F32, w[g], wt, NULL, rows[g], in, out);
+		mgt_cuda_linear_fwd(be, (char *)y + r * out * es, t, (const char *)x + r * in * es, t, w[g], wt, NULL,
+				    rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }
 
-void mgt_cuda_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy,
-				 const float *x, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
+void mgt_cuda_linear_bwd_grouped(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
+				 mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
 				 int out)
 {
+	const size_t es = mgt_elem_size(t);
 	size_t r = 0;
 	for (int g = 0; g < G; g++) {
 		if (rows[g] <= 0)
 			continue;
-		mgt_cuda_linear_bwd(be, dx ? dx + r * in : NULL, MGT_DT_F32, dw[g], NULL, dy + r * out, MGT_DT_F32,
-				    x + r * in, MGT_DT_F32, w[g], wt, rows[g], in, out);
+		mgt_cuda_linear_bwd(be, dx ? (char *)dx + r * in * es : NULL, t, dw[g], NULL, (const char *)dy + r * out * es,
+				    t, (const char *)x + r * in * es, t, w[g], wt, rows[g], in, out);
 		r += (size_t)rows[g];
 	}
 }

@@ -67,6 +67,12 @@ typedef struct {
 } cuda_impl;
 
 /* cuda.c */
+/* The kernels' name of an element type (fp32, bf16, fp16). */
+static inline mgt_k_dtype mgt_cuda_kt(mgt_elem_type t)
+{
+	return t == MGT_DT_BF16 ? MGT_K_BF16 : t == MGT_DT_F16 ? MGT_K_F16 : MGT_K_F32;
+}
+
 /* Record a failure: mgt_err(code, ...) now, and the backend's first failure for later reports. */
 void mgt_cuda_fail(mgt_backend *be, mgt_status code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -83,10 +89,10 @@ void mgt_cuda_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw
 			 mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in,
 			 int out);
 /* cuda_gemm.c: linear_fwd_grouped and linear_bwd_grouped (linear_fwd / linear_bwd per group). */
-void mgt_cuda_linear_fwd_grouped(mgt_backend *be, float *y, const float *x, const void *const *w, mgt_elem_type wt,
-				 const int *rows, int G, int in, int out);
-void mgt_cuda_linear_bwd_grouped(mgt_backend *be, float *dx, float *const *dw, const float *dy,
-				 const float *x, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
+void mgt_cuda_linear_fwd_grouped(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
+				 mgt_elem_type wt, const int *rows, int G, int in, int out);
+void mgt_cuda_linear_bwd_grouped(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
+				 mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
 				 int out);
 void mgt_cuda_plans_free(cuda_impl *im);
 

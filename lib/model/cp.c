@@ -100,8 +100,8 @@ static mgt_status a2a_alloc(mgt_model *m)
 	return st;
 }
 
-/* qkv and ctx in 16 bits (qkv_t): the p2p and allgather blocks then run on fp32 copies. */
-static bool lp(const mgt_model *m) { return m->qkv_t != MGT_DT_F32; }
+/* qkv and ctx in 16 bits (act_t): the p2p and allgather blocks then run on fp32 copies. */
+static bool lp(const mgt_model *m) { return m->act_t != MGT_DT_F32; }
 
 mgt_status mgt_cp_alloc(mgt_model *m)
 {
@@ -158,7 +158,7 @@ static float *o_at(const mgt_model *m, float *ctx, int h) { return ctx + h * chu
 static float *kv_at(const mgt_model *m, float *kv, int h) { return kv + h * chunk_numel(m, m->ng_l * 2 * m->d); }
 
 /* Ring step: send `buf` on to the next rank (returns at once: dist.h) or receive into it from
- * the previous one.  The keys and values (TAG_KV) move in 16 bits under a 16-bit qkv_t (through
+ * the previous one.  The keys and values (TAG_KV) move in 16 bits under a 16-bit act_t (through
  * kv16: exact), their gradient in fp32. */
 static mgt_status ring(const mgt_model *m, float *buf, int tag, bool send)
 {
@@ -167,7 +167,7 @@ static mgt_status ring(const mgt_model *m, float *buf, int tag, bool send)
 	const mgt_backend_ops *o = m->be->ops;
 	const bool h = tag == TAG_KV && lp(m);
 	void *x = h ? m->cpb.kv16 : (void *)buf;
-	const mgt_elem_type t = h ? m->qkv_t : MGT_DT_F32;
+	const mgt_elem_type t = h ? m->act_t : MGT_DT_F32;
 	if (send) {
 		if (h) o->cast(m->be, x, t, buf, kv_numel(m));
 		return c->ops->send(c, x, kv_numel(m), t, (r + 1) % n, tag);
@@ -260,7 +260,7 @@ static void reorder(mgt_model *m, float *all, float *glob, bool to_glob)
 }
 
 /* All-gather the keys and values of the sequence into cpb.glob, in position order (in 16 bits
- * under a 16-bit qkv_t, through kv16 and all16: exact). */
+ * under a 16-bit act_t, through kv16 and all16: exact). */
 static mgt_status gather_kv(mgt_model *m, layer_act *a)
 {
 	mgt_comm *c = m->ps->cp_comm;
@@ -268,9 +268,9 @@ static mgt_status gather_kv(mgt_model *m, layer_act *a)
 	o->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
 	mgt_status st;
 	if (lp(m)) {
-		o->cast(m->be, m->cpb.kv16, m->qkv_t, m->cpb.kv, kv_numel(m));
-		st = c->ops->allgather(c, m->cpb.all16, m->cpb.kv16, kv_numel(m), m->qkv_t);
-		if (!st) o->widen(m->be, m->cpb.all, m->cpb.all16, m->qkv_t, (size_t)m->cp * kv_numel(m));
+		o->cast(m->be, m->cpb.kv16, m->act_t, m->cpb.kv, kv_numel(m));
+		st = c->ops->allgather(c, m->cpb.all16, m->cpb.kv16, kv_numel(m), m->act_t);
+		if (!st) o->widen(m->be, m->cpb.all, m->cpb.all16, m->act_t, (size_t)m->cp * kv_numel(m));
 	} else {
 		st = c->ops->allgather(c, m->cpb.all, m->cpb.kv, kv_numel(m), MGT_DT_F32);
 	}
@@ -321,16 +321,15 @@ static mgt_status a2a_move(mgt_model *m, float *dst, const float *src, size_t w,
 enum { PACK, UNPACK, TO_GLOB, FROM_GLOB };
 
 /* Rows of w elements of type t through the all-to-all: gathered by map `before` into the send
- * order, moved, and gathered by map `after` into dst.  rows_gather copies rows of floats bit for
- * bit: a row of w 16-bit elements moves as w/2 floats (w is even: mgt_cp_a2a_16bit). */
+ * order, moved, and gathered by map `after` into dst (rows_gather copies them bit for bit). */
 static mgt_status a2a_exchange(mgt_model *m, void *dst, const void *src, size_t w, mgt_elem_type t, int before,
 			       int after)
 {
 	const mgt_backend_ops *o = m->be->ops;
-	int n = m->T * m->cp, wf = (int)(t == MGT_DT_F32 ? w : w / 2);
-	o->rows_gather(m->be, m->a2a.snd, src, m->a2a.idx[before], n, wf);
+	int n = m->T * m->cp;
+	o->rows_gather(m->be, m->a2a.snd, src, t, m->a2a.idx[before], n, (int)w);
 	mgt_status st = a2a_move(m, m->a2a.rcv, m->a2a.snd, w, t);
-	if (!st) o->rows_gather(m->be, dst, m->a2a.rcv, m->a2a.idx[after], n, wf);
+	if (!st) o->rows_gather(m->be, dst, m->a2a.rcv, t, m->a2a.idx[after], n, (int)w);
 	return st;
 }
 
@@ -348,49 +347,44 @@ static mgt_status a2a_gather_heads(mgt_model *m, void *loc, const void *glob, si
 	return a2a_exchange(m, loc, glob, w, t, FROM_GLOB, UNPACK);
 }
 
-bool mgt_cp_a2a_16bit(int64_t kv_channels, int64_t groups_per_rank, int64_t r)
-{
-	return groups_per_rank * r * kv_channels % 2 == 0;
-}
-
 /* Widths of one group block in the qkv and ctx rows, and attn_fwd's arguments for it. */
 static size_t a2a_wq(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * (m->r + 2) * m->d); }
 static size_t a2a_wo(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * m->r * m->d); }
 static int a2a_head0(const mgt_model *m) { return (int)(m->nq_l * m->ps->tp_rank + m->ng_l / m->cp * m->r * m->cp_rank); }
 
-/* qkv and ctx of type qkv_t; the gradients dctx and dqkv of type gt. */
+/* qkv and ctx of type act_t; the gradients dctx and dqkv of type gt. */
 static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
 	int S = m->s * m->cp, ng = (int)(m->ng_l / m->cp);
-	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->qkv_t);
+	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->act_t);
 	if (st) return st;
-	m->be->ops->attn_fwd(m->be, m->a2a.o, a->lse, m->a2a.q, m->qkv_t, S, m->b, ng, (int)m->r, (int)m->d, p, key,
+	m->be->ops->attn_fwd(m->be, m->a2a.o, a->lse, m->a2a.q, m->act_t, S, m->b, ng, (int)m->r, (int)m->d, p, key,
 			     a2a_head0(m), (int)m->c.num_attention_heads);
-	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m), m->qkv_t);
+	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m), m->act_t);
 }
 
 static mgt_status a2a_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
 			  uint64_t key)
 {
 	int S = m->s * m->cp, ng = (int)(m->ng_l / m->cp);
-	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->qkv_t);
-	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m), m->qkv_t);
+	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->act_t);
+	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m), m->act_t);
 	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m), gt);
 	if (st) return st;
-	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, gt, m->a2a.q, m->a2a.o, m->qkv_t, a->lse, S, m->b, ng,
+	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, gt, m->a2a.q, m->a2a.o, m->act_t, a->lse, S, m->b, ng,
 			     (int)m->r, (int)m->d, p, key, a2a_head0(m), (int)m->c.num_attention_heads);
 	return a2a_gather_heads(m, dqkv, m->a2a.dq, a2a_wq(m), gt);
 }
 
-/* The layer as the fp32 blocks see it: a itself, or (16-bit qkv_t) with qkv and ctx widened
+/* The layer as the fp32 blocks see it: a itself, or (16-bit act_t) with qkv and ctx widened
  * into cpb.q32 and cpb.o32 (ctx only for the backward, where it holds the forward's output). */
 static layer_act fp32_layer(mgt_model *m, const layer_act *a, bool with_ctx)
 {
 	layer_act w = *a;
 	if (!lp(m)) return w;
 	w.qkv = m->cpb.q32, w.ctx = m->cpb.o32;
-	m->be->ops->widen(m->be, w.qkv, a->qkv, m->qkv_t, (size_t)m->T * (size_t)m->qkv_l);
-	if (with_ctx) m->be->ops->widen(m->be, w.ctx, a->ctx, m->qkv_t, (size_t)m->T * (size_t)(m->nq_l * m->d));
+	m->be->ops->widen(m->be, w.qkv, a->qkv, m->act_t, (size_t)m->T * (size_t)m->qkv_l);
+	if (with_ctx) m->be->ops->widen(m->be, w.ctx, a->ctx, m->act_t, (size_t)m->T * (size_t)(m->nq_l * m->d));
 	return w;
 }
 
@@ -399,7 +393,7 @@ mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 	if (m->L.cp_comm == MGT_CP_A2A) return a2a_fwd(m, a, p, key);
 	layer_act w = fp32_layer(m, a, false);
 	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_fwd(m, &w, p, key) : ag_fwd(m, &w, p, key);
-	if (!st && lp(m)) m->be->ops->cast(m->be, a->ctx, m->qkv_t, w.ctx, (size_t)m->T * (size_t)(m->nq_l * m->d));
+	if (!st && lp(m)) m->be->ops->cast(m->be, a->ctx, m->act_t, w.ctx, (size_t)m->T * (size_t)(m->nq_l * m->d));
 	return st;
 }
 

@@ -55,14 +55,12 @@ static size_t la_numel(const mgt_model *m, int li, int k)
 	}
 }
 
-/* The element type of layer buffer k (mgt_model.act_t, ln2_t, fc1_t, qkv_t, res_t). */
+/* The element type of layer buffer k (mgt_model.act_t, fc1_t, res_t). */
 static mgt_elem_type la_type(const mgt_model *m, int k)
 {
 	switch (k) {
-	case LA_LN1: case LA_ACT: return m->act_t;
-	case LA_LN2: return m->ln2_t;
+	case LA_LN1: case LA_LN2: case LA_ACT: case LA_QKV: case LA_CTX: return m->act_t;
 	case LA_FC1: return m->fc1_t;
-	case LA_QKV: case LA_CTX: return m->qkv_t;
 	case LA_X_IN: case LA_X_MID: return m->res_t;
 	default: return MGT_DT_F32;
 	}
@@ -316,10 +314,7 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	if (!st) st = index_roles(m);
 	if (!st) st = mgt_moe_setup(m);
 	m->act_t = mgt_precision_dtype(L->precision);
-	m->ln2_t = m->moe ? MGT_DT_F32 : m->act_t;
 	m->fc1_t = m->act_t;
-	const bool a2a_odd = m->cp > 1 && m->L.cp_comm == MGT_CP_A2A && !mgt_cp_a2a_16bit(m->d, m->ng_l / m->cp, m->r);
-	m->qkv_t = a2a_odd ? MGT_DT_F32 : m->act_t;
 	m->res_t = L->fp32_residual_connection ? MGT_DT_F32 : m->act_t;
 	if (st) mgt_model_free(m);
 	else *out = m;
@@ -608,7 +603,7 @@ static mgt_status core_attn_fwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer;
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, site_key(m, l, 1));
-	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->qkv_t, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d, p,
+	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->act_t, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d, p,
 			     site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads);
 	return MGT_OK;
 }
@@ -622,22 +617,22 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	mgt_status st = norm_gather(m, a->ln1, m->act_t, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->qkv_t, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
+	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->act_t, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
 		float eps = (float)m->c.norm_epsilon;
 		const size_t n = (size_t)T * (size_t)m->qkv_l;
-		if (m->qkv_t == MGT_DT_F32) o->copy(m->be, a->qkv, a->qkv_pre, n * sizeof(float));
-		else o->cast(m->be, a->qkv, m->qkv_t, a->qkv_pre, n); /* the value heads as linear_qkv's rounded output */
-		o->head_norm_fwd(m->be, m->norm, a->qkv, m->qkv_t, a->qmean, a->qrstd, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
+		if (m->act_t == MGT_DT_F32) o->copy(m->be, a->qkv, a->qkv_pre, n * sizeof(float));
+		else o->cast(m->be, a->qkv, m->act_t, a->qkv_pre, n); /* the value heads as linear_qkv's rounded output */
+		o->head_norm_fwd(m->be, m->norm, a->qkv, m->act_t, a->qmean, a->qrstd, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
 				 P(m, T_(m, l, MGT_T_QNORM_B)), T, ng, r, d, false, eps);
-		o->head_norm_fwd(m->be, m->norm, a->qkv, m->qkv_t, a->kmean, a->krstd, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
+		o->head_norm_fwd(m->be, m->norm, a->qkv, m->act_t, a->kmean, a->krstd, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
-	if (m->rope) o->rope(m->be, a->qkv, m->qkv_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
+	if (m->rope) o->rope(m->be, a->qkv, m->act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = core_attn_fwd(m, li, train);
 	if (st) return st;
-	o->linear_fwd(m->be, m->dtmp_h, m->act_t, a->ctx, m->qkv_t, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T,
+	o->linear_fwd(m->be, m->dtmp_h, m->act_t, a->ctx, m->act_t, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T,
 		      (int)(m->nq_l * m->d), h);
 	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
 }
@@ -647,13 +642,13 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, void *out)
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	mgt_status st = norm_gather(m, a->ln2, m->ln2_t, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
+	mgt_status st = norm_gather(m, a->ln2, m->act_t, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
 	if (st) return st;
 	if (mgt_moe_layer(m, li)) {
 		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
-		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3), MGT_DT_F32);
+		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3), m->act_t);
 	}
-	o->linear_fwd(m->be, a->fc1, m->fc1_t, a->ln2, m->ln2_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
+	o->linear_fwd(m->be, a->fc1, m->fc1_t, a->ln2, m->act_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
 	o->bias_act_fwd(m->be, m->act, a->act, m->act_t, a->fc1, m->fc1_t, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
 	o->linear_fwd(m->be, m->dtmp_h, m->act_t, a->act, m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T,
@@ -686,26 +681,27 @@ static mgt_status head_fwd(mgt_model *m, double *loss_sum)
 
 /* ---- backward ---- */
 
-/* dres += d(norm input) from the [T, h] partial gradient in dtmp_h (of type t) of a norm's output
- * (plus, when extra is not NULL, this rank's [Th, h] rows of an fp32 gradient computed on them
- * alone; t is then fp32). */
+/* dres += d(norm input) from the [T, h] partial gradient in dtmp_h (of type act_t) of a norm's
+ * output (plus, when extra is not NULL, this rank's [Th, h] rows of a gradient of the same type
+ * computed on them alone: the MoE router's, added after the reduction, rounded as Megatron's
+ * bf16 autograd sums the two). */
 static mgt_status reduce_norm_bwd_plus(mgt_model *m, const void *x, const mgt_tensor *w, const mgt_tensor *b,
-				       const float *mean, const float *rstd, const float *extra, mgt_elem_type t)
+				       const float *mean, const float *rstd, const void *extra)
 {
 	void *dy;
-	mgt_status st = tp_reduce(m, m->dtmp_h, t, &dy);
+	mgt_status st = tp_reduce(m, m->dtmp_h, m->act_t, &dy);
 	if (st) return st;
-	if (extra) m->be->ops->add(m->be, dy, extra, (size_t)m->Th * (size_t)m->h);
-	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, t, x, m->res_t, P(m, w), mean, rstd, m->Th,
-			     (int)m->h);
+	if (extra) m->be->ops->add(m->be, dy, extra, m->act_t, (size_t)m->Th * (size_t)m->h);
+	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, m->act_t, x, m->res_t, P(m, w), mean, rstd,
+			     m->Th, (int)m->h);
 	return MGT_OK;
 }
 
-/* The same for a dense layer's norm: dtmp_h of type act_t. */
+/* The same without an extra gradient. */
 static mgt_status reduce_norm_bwd(mgt_model *m, const void *x, const mgt_tensor *w, const mgt_tensor *b,
 				  const float *mean, const float *rstd)
 {
-	return reduce_norm_bwd_plus(m, x, w, b, mean, rstd, NULL, m->act_t);
+	return reduce_norm_bwd_plus(m, x, w, b, mean, rstd, NULL);
 }
 
 /* dtmp_h [T, h] (of type t) = the gradient of a row-parallel output (before its bda), gathered
@@ -736,20 +732,20 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	const bool moe = mgt_moe_layer(m, li);
-	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3), moe ? MGT_DT_F32 : m->act_t);
+	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3), m->act_t);
 	if (st) return st;
 	if (moe) {
-		float *dxl;
+		void *dxl;
 		if ((st = mgt_moe_backward(m, li, train, a->ln2, m->dtmp_h, &dxl))) return st;
 		return reduce_norm_bwd_plus(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2,
-					    dxl, MGT_DT_F32);
+					    dxl);
 	}
 	o->linear_bwd(m->be, m->dact, m->act_t, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, m->act_t, a->act,
 		      m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), T, (int)m->ffn_l, h);
 	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, m->act_t, a->fc1, m->fc1_t,
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, m->act_t, a->ln2,
-		      m->ln2_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), T, h, (int)m->fc1_l);
+		      m->act_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), T, h, (int)m->fc1_l);
 	return reduce_norm_bwd(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2);
 }
 
@@ -762,12 +758,12 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
 	if (st) return st;
 	/* the gradients of ctx and qkv in their type, fp32 under --qk-layernorm */
-	const mgt_elem_type gq = m->qkln ? MGT_DT_F32 : m->qkv_t;
-	o->linear_bwd(m->be, m->dctx, gq, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, m->act_t, a->ctx, m->qkv_t,
+	const mgt_elem_type gq = m->qkln ? MGT_DT_F32 : m->act_t;
+	o->linear_bwd(m->be, m->dctx, gq, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, m->act_t, a->ctx, m->act_t,
 		      W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), T, nd, h);
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, gq, p, site_key(m, l, 1));
-	else o->attn_bwd(m->be, m->dbig, m->dctx, gq, a->qkv, a->ctx, m->qkv_t, a->lse, m->s, m->b, (int)m->ng_l,
+	else o->attn_bwd(m->be, m->dbig, m->dctx, gq, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
 			 (int)m->r, (int)m->d, p, site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
 			 (int)m->c.num_attention_heads);
 	if (st) return st;

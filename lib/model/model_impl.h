@@ -9,8 +9,9 @@
 
 /* Per layer and slot.  x_in, x_mid, mean*, rstd*: [Th] rows (this rank's part of the sequence
  * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .].
- * ln1 and act hold elements of mgt_model.act_t, ln2 of mgt_model.ln2_t, fc1 of mgt_model.fc1_t,
- * qkv and ctx of mgt_model.qkv_t, x_in and x_mid of mgt_model.res_t (16-bit under a 16-bit layout precision: the float pointer is then only a handle, never indexed
+ * ln1, ln2 and act hold elements of mgt_model.act_t, fc1 of mgt_model.fc1_t,
+ * qkv and ctx of mgt_model.act_t (with --qk-layernorm linear_qkv's output qkv_pre stays fp32:
+ * the head norms' backward reads it), x_in and x_mid of mgt_model.res_t (16-bit under a 16-bit layout precision: the float pointer is then only a handle, never indexed
  * as floats).
  * Under activation recomputation (mgt_model_layout.recompute) some pointers are aliases of the
  * chunk's shared recomputation scratch (mgt_model.rc): bit k of `own` says whether buffer k (in
@@ -57,16 +58,11 @@ struct mgt_model {
 	mgt_elem_type lp_t;
 	bool lp_stale;
 	/* Storage of the activations only GEMMs read (backend.h, "Storage"): act_t for ln1, the MLP
-	 * activation, the final norm's output and the logits, ln2_t for ln2 (fp32 in a chunk with MoE
-	 * layers, whose router and experts read it), fc1_t for the dense MLP's fc1 output; the 16-bit
+	 * activation, the final norm's output and the logits, ln2 (which the MoE router and experts
+	 * read too), fc1_t for the dense MLP's fc1 output; the 16-bit
 	 * type of a 16-bit layout precision, else fp32.  Those layer_act and slot_act pointers then
 	 * point at 2-byte elements. */
-	mgt_elem_type act_t, ln2_t, fc1_t;
-	/* the fused QKV activation and the attention output (layer_act qkv, ctx): act_t (context
-	 * parallelism's a2a keeps them fp32 when its 16-bit rows would have an odd element count:
-	 * mgt_cp_a2a_16bit); with --qk-layernorm linear_qkv's output qkv_pre stays fp32 (the head
-	 * norms' backward reads it) */
-	mgt_elem_type qkv_t;
+	mgt_elem_type act_t, fc1_t;
 	/* the residual stream (layer_act x_in, x_mid; slot_act res_out; the hidden states between
 	 * stages): act_t unless mgt_model_layout.fp32_residual_connection */
 	mgt_elem_type res_t;
@@ -82,9 +78,9 @@ struct mgt_model {
 	int rc_n;
 	/* scratch shared by the slots, sized in fp32 elements; under a 16-bit precision some hold
 	 * 2-byte elements (the pointer is then a handle): dres of res_t (the residual's gradient),
-	 * dtmp_h and dloc of act_t in dense layers (row-parallel outputs, gradients of row-parallel
-	 * and norm outputs; fp32 in MoE layers and for the embedding's output), dctx and dbig of the
-	 * attention gradients' type (gpt.c attn_bwd: qkv_t, fp32 with --qk-layernorm), dact and the
+	 * dtmp_h and dloc of act_t (row-parallel and MoE outputs, gradients of row-parallel and norm
+	 * outputs; fp32 for the embedding's output), dctx and dbig of the
+	 * attention gradients' type (gpt.c attn_bwd: act_t, fp32 with --qk-layernorm), dact and the
 	 * MLP's use of dbig of act_t; emb and lnl as before (fp32 embedding output, norm rows) */
 	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
 	size_t act_bytes, work_bytes;
@@ -103,7 +99,7 @@ struct mgt_model {
 	 * cp = 1 without.  Scratch shared by the slots and layers: the local keys and values and
 	 * their gradient kv, dkv [T, ng_l, 2, d]; p2p: one block's output ob [cp_C*b, nq_l*d] and
 	 * log-sum-exp lb (laid out as a layer's lse); allgather: all, glob, dglob [cp * T, ng_l, 2, d]
-	 * (rank order, position order, and the gradient in position order).  Under a 16-bit qkv_t:
+	 * (rank order, position order, and the gradient in position order).  Under a 16-bit act_t:
 	 * the fp32 copies the blocks run on, q32 [T, qkv_l], o32 and g32 [T, nq_l*d] (ctx, dctx) and
 	 * dq32 [T, qkv_l], and the 16-bit keys and values that move, kv16 [T, ng_l, 2, d] and
 	 * (allgather) all16 [cp * T, ng_l, 2, d] */
@@ -144,6 +140,7 @@ void *mgt_model_balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
  * mgt_moe_alloc allocates its activations (per slot) and scratch through mgt_model_balloc;
  * mgt_moe_free frees both.  mgt_moe_layer: whether local layer li is an MoE layer.
  * mgt_moe_forward: from the pre_mlp_layernorm output x [T, h] (gathered over TP), out [T, h]
+ * (both of act_t, as every MoE activation and gradient; router logits and probabilities fp32)
  * the partial MoE output (before the TP reduction and bias-dropout-add), routing statistics
  * counted when train.  mgt_moe_backward: from dY [T, h] (the gradient of the MoE output,
  * gathered), overwrites dY with the partial gradient of x (to be reduced over TP like the dense
@@ -157,14 +154,14 @@ mgt_status mgt_moe_alloc(mgt_model *m);
 mgt_status mgt_moe_reserve(mgt_model *m, int T);
 void mgt_moe_free(mgt_model *m);
 bool mgt_moe_layer(const mgt_model *m, int li);
-mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, float *out);
-mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, float *dY, float **dx_loc);
+mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const void *x, void *out);
+mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, void *dY, void **dx_loc);
 
 /* ---- context parallelism (cp.c) ----
  * mgt_cp_alloc: the scratch above through mgt_model_balloc (nothing when cp = 1); mgt_cp_free.
  * mgt_cp_attn_fwd: a->ctx and a->lse from a->qkv (after RoPE) over the whole sequence, by the
  * layout's --cp-comm-type, with attention dropout p under key (global positions: the masks of
- * the single-process run); qkv and ctx of type qkv_t.  mgt_cp_attn_bwd: dqkv [T, qkv_l] written
+ * the single-process run); qkv and ctx of type act_t.  mgt_cp_attn_bwd: dqkv [T, qkv_l] written
  * from dctx [T, nq_l*d] (both of type gt) and the layer's qkv, ctx, lse.  Both communicate over ps->cp_comm; every rank of the group calls
  * them in the same order.  Errors: the communicator's (MGT_ERR_IO).
  * mgt_cp_global_row: the row of the whole sequence's [S*b, .] activation that local row t
@@ -175,9 +172,6 @@ mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key);
 mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
 			   uint64_t key);
 int64_t mgt_cp_global_row(const mgt_model *m, int64_t t);
-/* Whether --cp-comm-type a2a can move 16-bit rows (as floats: the rows' element counts even) for
- * groups_per_rank = ng_l / cp query groups of r query heads and kv_channels. */
-bool mgt_cp_a2a_16bit(int64_t kv_channels, int64_t groups_per_rank, int64_t r);
 
 /* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,

@@ -34,15 +34,16 @@ struct moe_act { /* one MoE layer of one slot */
 	int32_t *slot;   /* backend [T k]: the row of each routed copy, -1 dropped */
 	int32_t *hslot;  /* host [T k]: the same (the router's backward reads it) */
 	float *w;        /* backend [Nmax]: the probability of each row */
-	float *fc1, *act; /* backend [Nmax, fc1e], [Nmax, ffe] */
-	float *sfc1, *sact, *sout; /* shared expert: [T, shfc1], [T, sh], [T, h] */
+	/* the activations, of the model's act_t (as every row of tokens and its gradient here) */
+	void *fc1, *act; /* backend [Nmax, fc1e], [Nmax, ffe] */
+	void *sfc1, *sact, *sout; /* shared expert: [T, shfc1], [T, sh], [T, h] */
 	double *gate;    /* host [T]: sigmoid of the shared expert's gate */
 	/* expert parallelism (ep > 1): rows sent (Nsend, rows of perm/slot) and received (N);
 	 * re[i]: the received row (source-major) of expert-major row i, inv its inverse; the
 	 * received input xe [Nmax, h] kept for the backward; rows to and from each rank */
 	int Nsend;
 	int32_t *re, *inv;
-	float *xe;
+	void *xe;
 	int64_t *sc, *rc;
 };
 
@@ -50,9 +51,10 @@ struct moe_state {
 	int E, El, e0, k, ffe, fc1e, sh, shfc1, Nmax;
 	const mgt_tensor **w1, **w2; /* [n_layers * El] the local experts' weights (NULL rows: dense layer) */
 	struct moe_act *acts;        /* [slots * n_layers] */
-	/* backend scratch shared by the slots */
-	float *xe, *ye, *acts_s, *dacts, *dfc1, *dprob, *logits_l, *logits, *dlog, *dxr, *dxg, *dsh, *dsact, *dsfc1,
-	      *gw, *gl_l, *gl, *wsend, *wrecv, *xj, *noise; /* jitter: router input [Th, h] and its noise */
+	/* backend scratch shared by the slots: rows of act_t (jitter: xj the router input [Th, h]) */
+	void *xe, *ye, *acts_s, *dacts, *dfc1, *dxr, *dxg, *dsh, *dsact, *dsfc1, *xj;
+	/* and fp32: probabilities, router logits and their gradients, the jitter noise */
+	float *dprob, *logits_l, *logits, *dlog, *gw, *gl_l, *gl, *wsend, *wrecv, *noise;
 	/* host scratch */
 	float *hf;        /* [max(T E, Nmax, T)] */
 	int32_t *hperm, *hslot;
@@ -124,6 +126,9 @@ mgt_status mgt_moe_setup(mgt_model *m)
 
 #define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
 #define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+/* the same in elements of the model's act_t */
+#define AX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->act_t), &m->act_bytes, &st)
+#define WX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->act_t), &m->work_bytes, &st)
 
 static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 {
@@ -133,15 +138,15 @@ static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 	a->perm = (int32_t *)AF(N);
 	a->slot = (int32_t *)AF(T * (size_t)S->k);
 	a->w = AF(N);
-	a->fc1 = AF(N * (size_t)S->fc1e);
-	a->act = AF(N * (size_t)S->ffe);
+	a->fc1 = AX(N * (size_t)S->fc1e);
+	a->act = AX(N * (size_t)S->ffe);
 	if (S->sh) {
-		a->sfc1 = AF(T * (size_t)S->shfc1);
-		a->sact = AF(T * (size_t)S->sh);
-		if (m->c.moe_shared_expert_gate) a->sout = AF(T * (size_t)m->h);
+		a->sfc1 = AX(T * (size_t)S->shfc1);
+		a->sact = AX(T * (size_t)S->sh);
+		if (m->c.moe_shared_expert_gate) a->sout = AX(T * (size_t)m->h);
 	}
 	if (S->ep > 1) {
-		a->xe = AF(N * (size_t)m->h);
+		a->xe = AX(N * (size_t)m->h);
 		a->re = (int32_t *)AF(N);
 		a->inv = (int32_t *)AF(N);
 	}
@@ -174,14 +179,14 @@ static mgt_status alloc_scratch(mgt_model *m)
 	mgt_status st = MGT_OK;
 	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h, N = (size_t)S->Nmax, E = (size_t)S->E;
 	size_t NT = N > T ? N : T;
-	S->xe = WF(NT * h); S->ye = WF(NT * h);
-	S->acts_s = WF(N * (size_t)S->ffe); S->dacts = WF(N * (size_t)S->ffe); S->dfc1 = WF(N * (size_t)S->fc1e);
+	S->xe = WX(NT * h); S->ye = WX(NT * h);
+	S->acts_s = WX(N * (size_t)S->ffe); S->dacts = WX(N * (size_t)S->ffe); S->dfc1 = WX(N * (size_t)S->fc1e);
 	S->dprob = WF(N); S->logits_l = WF(Th * E); S->logits = WF(T * E); S->dlog = WF(Th * E);
-	S->dxr = WF(Th * h); S->dxg = WF(Th * h); S->dsh = WF(T * h);
-	if (S->sh) { S->dsact = WF(T * (size_t)S->sh); S->dsfc1 = WF(T * (size_t)S->shfc1); }
+	S->dxr = WX(Th * h); S->dxg = WX(Th * h); S->dsh = WX(T * h);
+	if (S->sh) { S->dsact = WX(T * (size_t)S->sh); S->dsfc1 = WX(T * (size_t)S->shfc1); }
 	S->gw = WF(T); S->gl_l = WF(Th); S->gl = WF(T);
 	if (S->ep > 1) { S->wsend = WF(T * (size_t)S->k); S->wrecv = WF(N); }
-	if (m->c.moe_input_jitter_eps > 0) { S->xj = WF(Th * h); S->noise = AF(Th * h * (size_t)m->L.slots * (size_t)m->n_layers); }
+	if (m->c.moe_input_jitter_eps > 0) { S->xj = WX(Th * h); S->noise = AF(Th * h * (size_t)m->L.slots * (size_t)m->n_layers); }
 	if (st || m->dry) return st;
 	size_t ne = (size_t)S->ep * E;
 	S->allc = mgt_malloc(ne * sizeof *S->allc);
@@ -234,8 +239,7 @@ static void moe_release(mgt_model *m)
 	mgt_backend *be = m->be;
 	for (size_t i = 0; S->acts && i < (size_t)m->L.slots * (size_t)m->n_layers; i++) {
 		struct moe_act *a = &S->acts[i];
-		float *b[] = { (float *)a->perm, (float *)a->slot, a->w, a->fc1, a->act, a->sfc1, a->sact, a->sout, a->xe,
-			       (float *)a->re, (float *)a->inv };
+		void *b[] = { a->perm, a->slot, a->w, a->fc1, a->act, a->sfc1, a->sact, a->sout, a->xe, a->re, a->inv };
 		for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 		free(a->rows);
 		free(a->gate);
@@ -244,8 +248,8 @@ static void moe_release(mgt_model *m)
 		free(a->hslot);
 		mgt_moe_route_free(&a->r);
 	}
-	float *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
-		       S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise };
+	void *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
+		      S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise };
 	for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 	void *h[] = { S->acts, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->hdgl, S->hnoise, S->pw1, S->pw2, S->pg1, S->pg2,
 		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd, S->hall, S->rows };
@@ -296,11 +300,11 @@ static struct moe_act *act_of(mgt_model *m, int li)
 }
 
 /* A linear layer of the router (or the shared expert's gate) in fp32 with --moe-router-dtype. */
-static void router_linear(mgt_model *m, float *y, const float *x, const mgt_tensor *w, const mgt_tensor *b, int T, int out)
+static void router_linear(mgt_model *m, float *y, const void *x, const mgt_tensor *w, const mgt_tensor *b, int T, int out)
 {
 	mgt_precision p = m->be->precision;
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
-	m->be->ops->linear_fwd(m->be, y, MGT_DT_F32, x, MGT_DT_F32, W(m, w), WT(m), P(m, b), T, (int)m->h, out);
+	m->be->ops->linear_fwd(m->be, y, MGT_DT_F32, x, m->act_t, W(m, w), WT(m), P(m, b), T, (int)m->h, out);
 	m->be->precision = p;
 }
 
@@ -324,7 +328,7 @@ static float *jitter_noise(mgt_model *m, int li)
 	return m->moe->noise + (slot_of(m) * (size_t)m->n_layers + (size_t)li) * (size_t)m->Th * (size_t)m->h;
 }
 
-static mgt_status jitter(mgt_model *m, int li, const float *x_loc, bool train, const float **xr)
+static mgt_status jitter(mgt_model *m, int li, const void *x_loc, bool train, const void **xr)
 {
 	struct moe_state *S = m->moe;
 	double eps = m->c.moe_input_jitter_eps;
@@ -344,7 +348,7 @@ static mgt_status jitter(mgt_model *m, int li, const float *x_loc, bool train, c
 	mgt_status st = m->be->ops->upload(m->be, jitter_noise(m, li), u, n * sizeof *u);
 	if (st) return st;
 	/* the elementwise product: rows_scale over n rows of one element */
-	m->be->ops->rows_scale(m->be, S->xj, x_loc, jitter_noise(m, li), (int)n, 1);
+	m->be->ops->rows_scale(m->be, S->xj, x_loc, m->act_t, jitter_noise(m, li), (int)n, 1);
 	*xr = S->xj;
 	return MGT_OK;
 }
@@ -370,11 +374,11 @@ static mgt_status route_whole(mgt_model *m, struct moe_act *a, const float *bias
 	return st;
 }
 
-static mgt_status route(mgt_model *m, int li, struct moe_act *a, const float *x_loc, bool train)
+static mgt_status route(mgt_model *m, int li, struct moe_act *a, const void *x_loc, bool train)
 {
 	struct moe_state *S = m->moe;
 	int l = li + m->first_layer, T = m->T, E = S->E;
-	const float *xr;
+	const void *xr;
 	a->r.T = a->r.Tg = T; /* an inference call may route fewer tokens than the buffers hold */
 	a->r.B = m->b;
 	mgt_status jst = jitter(m, li, x_loc, train, &xr);
@@ -477,9 +481,11 @@ static mgt_status ep_plan(mgt_model *m, struct moe_act *a)
 	return st;
 }
 
-/* alltoallv over the EP group of rows of n floats: send counts a->sc (rows), receive a->rc, or
- * the reverse (back). */
-static mgt_status ep_exchange(mgt_model *m, struct moe_act *a, float *dst, const float *src, int n, bool back)
+/* alltoallv over the EP group of rows of n elements of type t: send counts a->sc (rows), receive
+ * a->rc, or the reverse (back).  Tokens and their gradients move in act_t (16 bits under a 16-bit
+ * precision, as Megatron's dispatcher moves bf16 hidden states), probabilities in fp32. */
+static mgt_status ep_exchange(mgt_model *m, struct moe_act *a, void *dst, const void *src, int n, mgt_elem_type t,
+			      bool back)
 {
 	struct moe_state *S = m->moe;
 	int P = S->ep;
@@ -490,7 +496,7 @@ static mgt_status ep_exchange(mgt_model *m, struct moe_act *a, float *dst, const
 		sd[r] = so, so += sc[r];
 		rd[r] = ro, ro += rc[r];
 	}
-	return mgt_comm_alltoallv(m->ps->ep_comm, dst, rc, rd, src, sc, sd, MGT_DT_F32);
+	return mgt_comm_alltoallv(m->ps->ep_comm, dst, rc, rd, src, sc, sd, t);
 }
 
 /* ep > 1: the sent rows S->xe [Nsend, h] and probabilities S->wsend -> the expert-major input
@@ -501,20 +507,21 @@ static mgt_status ep_dispatch(mgt_model *m, struct moe_act *a)
 	const mgt_backend_ops *o = m->be->ops;
 	int h = (int)m->h;
 	mgt_status st = ep_plan(m, a);
-	if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, false);
-	if (!st) st = ep_exchange(m, a, S->wrecv, S->wsend, 1, false);
+	if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, m->act_t, false);
+	if (!st) st = ep_exchange(m, a, S->wrecv, S->wsend, 1, MGT_DT_F32, false);
 	if (st) return st;
-	o->rows_gather(m->be, a->xe, S->ye, a->re, a->N, h);
-	o->rows_gather(m->be, a->w, S->wrecv, a->re, a->N, 1);
+	o->rows_gather(m->be, a->xe, S->ye, m->act_t, a->re, a->N, h);
+	o->rows_gather(m->be, a->w, S->wrecv, MGT_DT_F32, a->re, a->N, 1);
 	return MGT_OK;
 }
 
-/* ep > 1: expert-major rows y [N, n] back to their senders, into dst [Nsend, n] (tmp [N, n]
- * scratch). */
-static mgt_status ep_return(mgt_model *m, struct moe_act *a, float *dst, const float *y, float *tmp, int n)
+/* ep > 1: expert-major rows y [N, n] of type t back to their senders, into dst [Nsend, n] (tmp
+ * [N, n] scratch). */
+static mgt_status ep_return(mgt_model *m, struct moe_act *a, void *dst, const void *y, void *tmp, int n,
+			    mgt_elem_type t)
 {
-	m->be->ops->rows_gather(m->be, tmp, y, a->inv, a->N, n);
-	return ep_exchange(m, a, dst, tmp, n, true);
+	m->be->ops->rows_gather(m->be, tmp, y, t, a->inv, a->N, n);
+	return ep_exchange(m, a, dst, tmp, n, t, true);
 }
 
 static void expert_ptrs(mgt_model *m, int li)
@@ -527,37 +534,45 @@ static void expert_ptrs(mgt_model *m, int li)
 	}
 }
 
+/* Element offset i of a buffer of the model's act_t. */
+static const void *at_off(const mgt_model *m, const void *p, size_t i)
+{
+	return (const char *)p + i * mgt_elem_size(m->act_t);
+}
+
 /* The shared expert's output into out [T, h] (partial over TP); with the gate, its unscaled
  * output is kept in a->sout and the gate's sigmoid in a->gate. */
-static mgt_status shared_fwd(mgt_model *m, int li, struct moe_act *a, const float *x, const float *x_loc, float *out)
+static mgt_status shared_fwd(mgt_model *m, int li, struct moe_act *a, const void *x, const void *x_loc, void *out)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
+	const mgt_elem_type t = m->act_t;
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	o->linear_fwd(m->be, a->sfc1, MGT_DT_F32, x, MGT_DT_F32, W(m, T_(m, l, MGT_T_SH_FC1_W)), WT(m), NULL, T, h, S->shfc1);
-	o->bias_act_fwd(m->be, m->act, a->sact, MGT_DT_F32, a->sfc1, MGT_DT_F32, NULL, T, S->sh);
+	o->linear_fwd(m->be, a->sfc1, t, x, t, W(m, T_(m, l, MGT_T_SH_FC1_W)), WT(m), NULL, T, h, S->shfc1);
+	o->bias_act_fwd(m->be, m->act, a->sact, t, a->sfc1, t, NULL, T, S->sh);
 	const mgt_tensor *g = T_(m, l, MGT_T_SH_GATE_W);
-	o->linear_fwd(m->be, g ? a->sout : out, MGT_DT_F32, a->sact, MGT_DT_F32, W(m, T_(m, l, MGT_T_SH_FC2_W)), WT(m), NULL, T, S->sh, h);
+	o->linear_fwd(m->be, g ? a->sout : out, t, a->sact, t, W(m, T_(m, l, MGT_T_SH_FC2_W)), WT(m), NULL, T, S->sh, h);
 	if (!g) return MGT_OK;
 	router_linear(m, S->gl_l, x_loc, g, NULL, m->Th, 1);
 	mgt_status st = gather_rows_host(m, S->gl, S->gl_l, 1, S->hf);
 	if (st) return st;
-	for (int t = 0; t < T; t++) {
-		a->gate[t] = 1.0 / (1.0 + exp(-(double)S->hf[t]));
-		S->hf[t] = (float)a->gate[t];
+	for (int q = 0; q < T; q++) {
+		a->gate[q] = 1.0 / (1.0 + exp(-(double)S->hf[q]));
+		S->hf[q] = (float)a->gate[q];
 	}
 	if ((st = o->upload(m->be, S->gw, S->hf, (size_t)T * 4))) return st;
-	o->rows_scale(m->be, out, a->sout, S->gw, T, h);
+	o->rows_scale(m->be, out, a->sout, t, S->gw, T, h);
 	return MGT_OK;
 }
 
-mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, float *out)
+mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const void *x, void *out)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
+	const mgt_elem_type t = m->act_t;
 	struct moe_act *a = act_of(m, li);
 	int T = m->T, h = (int)m->h;
-	const float *x_loc = x + (size_t)m->r0 * (size_t)h;
+	const void *x_loc = at_off(m, x, (size_t)m->r0 * (size_t)h);
 	mgt_status st = MGT_OK;
 	if (S->sh) st = shared_fwd(m, li, a, x, x_loc, S->dsh);
 	if (!st) st = route(m, li, a, x_loc, train);
@@ -565,17 +580,17 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, flo
 	if (st) return st;
 	expert_ptrs(m, li);
 	bool ep = S->ep > 1;
-	o->rows_gather(m->be, S->xe, x, a->perm, a->Nsend, h);
+	o->rows_gather(m->be, S->xe, x, t, a->perm, a->Nsend, h);
 	if (ep && (st = ep_dispatch(m, a))) return st;
-	float *xe = ep ? a->xe : S->xe;
+	void *xe = ep ? a->xe : S->xe;
 	int N = a->N;
-	o->linear_fwd_grouped(m->be, a->fc1, xe, (const void *const *)S->pw1, WT(m), a->rows, S->El, h, S->fc1e);
-	o->bias_act_fwd(m->be, m->act, a->act, MGT_DT_F32, a->fc1, MGT_DT_F32, NULL, N, S->ffe);
-	o->rows_scale(m->be, S->acts_s, a->act, a->w, N, S->ffe);
-	o->linear_fwd_grouped(m->be, S->ye, S->acts_s, (const void *const *)S->pw2, WT(m), a->rows, S->El, S->ffe, h);
-	if (ep && (st = ep_return(m, a, S->ye, S->ye, S->xe, h))) return st;
-	o->rows_combine(m->be, out, S->ye, a->slot, T, S->k, h);
-	if (S->sh) o->add(m->be, out, S->dsh, (size_t)T * (size_t)h);
+	o->linear_fwd_grouped(m->be, a->fc1, xe, t, (const void *const *)S->pw1, WT(m), a->rows, S->El, h, S->fc1e);
+	o->bias_act_fwd(m->be, m->act, a->act, t, a->fc1, t, NULL, N, S->ffe);
+	o->rows_scale(m->be, S->acts_s, a->act, t, a->w, N, S->ffe);
+	o->linear_fwd_grouped(m->be, S->ye, S->acts_s, t, (const void *const *)S->pw2, WT(m), a->rows, S->El, S->ffe, h);
+	if (ep && (st = ep_return(m, a, S->ye, S->ye, S->xe, h, t))) return st;
+	o->rows_combine(m->be, out, S->ye, t, a->slot, T, S->k, h);
+	if (S->sh) o->add(m->be, out, S->dsh, t, (size_t)T * (size_t)h);
 	return MGT_OK;
 }
 
@@ -583,42 +598,44 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const float *x, flo
 
 /* The shared expert's backward from dY [T, h]: d(x) partial into S->dsh; with the gate, the
  * gradient of its logits into the host array dgl [T]. */
-static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const float *x, const float *dY, double *dgl)
+static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const void *x, const void *dY, double *dgl)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
+	const mgt_elem_type t = m->act_t;
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	const mgt_tensor *g = T_(m, l, MGT_T_SH_GATE_W), *w1 = T_(m, l, MGT_T_SH_FC1_W), *w2 = T_(m, l, MGT_T_SH_FC2_W);
-	const float *dout = dY;
+	const void *dout = dY;
 	mgt_status st = MGT_OK;
 	if (g) {
-		o->rows_dot(m->be, S->gw, dY, a->sout, T, h);
+		o->rows_dot(m->be, S->gw, dY, a->sout, t, T, h);
 		mgt_comm *c = m->ps->tp_comm;
 		if (c->size > 1) st = c->ops->allreduce(c, S->gw, (size_t)T, MGT_DT_F32, MGT_RED_SUM);
 		if (!st) st = o->download(m->be, S->hf, S->gw, (size_t)T * 4);
 		if (st) return st;
-		for (int t = 0; t < T; t++) {
-			dgl[t] = (double)S->hf[t] * a->gate[t] * (1 - a->gate[t]);
-			S->hf[t] = (float)a->gate[t];
+		for (int q = 0; q < T; q++) {
+			dgl[q] = (double)S->hf[q] * a->gate[q] * (1 - a->gate[q]);
+			S->hf[q] = (float)a->gate[q];
 		}
 		if ((st = o->upload(m->be, S->gw, S->hf, (size_t)T * 4))) return st;
-		o->rows_scale(m->be, S->ye, dY, S->gw, T, h);
+		o->rows_scale(m->be, S->ye, dY, t, S->gw, T, h);
 		dout = S->ye;
 	}
-	o->linear_bwd(m->be, S->dsact, MGT_DT_F32, G(m, w2), NULL, dout, MGT_DT_F32, a->sact, MGT_DT_F32, W(m, w2), WT(m), T, S->sh, h);
-	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, MGT_DT_F32, a->sfc1, MGT_DT_F32, NULL, T, S->sh);
-	o->linear_bwd(m->be, S->dsh, MGT_DT_F32, G(m, w1), NULL, S->dsfc1, MGT_DT_F32, x, MGT_DT_F32, W(m, w1), WT(m), T, h, S->shfc1);
+	o->linear_bwd(m->be, S->dsact, t, G(m, w2), NULL, dout, t, a->sact, t, W(m, w2), WT(m), T, S->sh, h);
+	o->bias_act_bwd(m->be, m->act, S->dsfc1, NULL, S->dsact, t, a->sfc1, t, NULL, T, S->sh);
+	o->linear_bwd(m->be, S->dsh, t, G(m, w1), NULL, S->dsfc1, t, x, t, W(m, w1), WT(m), T, h, S->shfc1);
 	return MGT_OK;
 }
 
 /* The router's backward: the logits' gradient from the sent rows' dprob [Nsend] (backend, summed over TP)
  * plus the aux and z losses, through the gating GEMM on this rank's rows: router weight
  * gradient, and d(x_loc) into S->dxr (plus the gate's part). */
-static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const float *x_loc, const double *dgl,
+static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const void *x_loc, const double *dgl,
 			     const float *dprob, bool train)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
+	const mgt_elem_type t = m->act_t;
 	int l = li + m->first_layer, T = m->T, E = S->E, k = S->k, Th = m->Th, h = (int)m->h;
 	mgt_status st = o->download(m->be, S->hf, dprob, (size_t)a->Nsend * 4);
 	if (st) return st;
@@ -630,55 +647,57 @@ static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const floa
 	mgt_precision p = m->be->precision;
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
 	bool jit = m->c.moe_input_jitter_eps > 0 && train;
-	if (jit) o->rows_scale(m->be, S->xj, x_loc, jitter_noise(m, li), Th * h, 1); /* the input the router saw */
-	o->linear_bwd(m->be, S->dxr, MGT_DT_F32, G(m, w), G(m, b), S->dlog, MGT_DT_F32, jit ? S->xj : x_loc, MGT_DT_F32, W(m, w), WT(m), Th, h, E);
-	if (jit) o->rows_scale(m->be, S->dxr, S->dxr, jitter_noise(m, li), Th * h, 1);
+	if (jit) o->rows_scale(m->be, S->xj, x_loc, t, jitter_noise(m, li), Th * h, 1); /* the input the router saw */
+	o->linear_bwd(m->be, S->dxr, t, G(m, w), G(m, b), S->dlog, MGT_DT_F32, jit ? S->xj : x_loc, t, W(m, w), WT(m), Th, h, E);
+	if (jit) o->rows_scale(m->be, S->dxr, S->dxr, t, jitter_noise(m, li), Th * h, 1);
 	if (g) {
-		for (int t = 0; t < Th; t++) S->hf[t] = (float)dgl[m->r0 + t];
+		for (int q = 0; q < Th; q++) S->hf[q] = (float)dgl[m->r0 + q];
 		st = o->upload(m->be, S->gl_l, S->hf, (size_t)Th * 4);
-		if (!st) o->linear_bwd(m->be, S->dxg, MGT_DT_F32, G(m, g), NULL, S->gl_l, MGT_DT_F32, x_loc, MGT_DT_F32, W(m, g), WT(m), Th, h, 1);
-		if (!st) o->add(m->be, S->dxr, S->dxg, (size_t)Th * (size_t)h);
+		if (!st) o->linear_bwd(m->be, S->dxg, t, G(m, g), NULL, S->gl_l, MGT_DT_F32, x_loc, t, W(m, g), WT(m), Th, h, 1);
+		if (!st) o->add(m->be, S->dxr, S->dxg, t, (size_t)Th * (size_t)h);
 	}
 	m->be->precision = p;
 	return st;
 }
 
-mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const float *x, float *dY, float **dx_loc)
+mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, void *dY, void **dx_loc)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
+	const mgt_elem_type t = m->act_t;
 	struct moe_act *a = act_of(m, li);
 	int T = m->T, h = (int)m->h, N = a->N;
-	const float *x_loc = x + (size_t)m->r0 * (size_t)h;
+	const void *x_loc = at_off(m, x, (size_t)m->r0 * (size_t)h);
 	mgt_status st = MGT_OK;
 	if (S->sh) st = shared_bwd(m, li, a, x, dY, S->hdgl);
 	if (st) return st;
 	expert_ptrs(m, li);
 	bool ep = S->ep > 1;
-	float *dye = S->ye, *xin = S->xe, *dprob = S->dprob;
+	void *dye = S->ye, *xin = S->xe;
+	float *dprob = S->dprob;
 	if (ep) { /* the output gradient's rows travel as the rows did; the input was kept */
-		o->rows_gather(m->be, S->xe, dY, a->perm, a->Nsend, h);
-		if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, false);
-		o->rows_gather(m->be, S->xe, S->ye, a->re, N, h);
+		o->rows_gather(m->be, S->xe, dY, t, a->perm, a->Nsend, h);
+		if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, t, false);
+		o->rows_gather(m->be, S->xe, S->ye, t, a->re, N, h);
 		dye = S->xe, xin = a->xe;
 	} else {
-		o->rows_gather(m->be, S->ye, dY, a->perm, N, h);
-		o->rows_gather(m->be, S->xe, x, a->perm, N, h);
+		o->rows_gather(m->be, S->ye, dY, t, a->perm, N, h);
+		o->rows_gather(m->be, S->xe, x, t, a->perm, N, h);
 	}
-	o->rows_scale(m->be, S->acts_s, a->act, a->w, N, S->ffe);
-	o->linear_bwd_grouped(m->be, S->dacts, S->pg2, dye, S->acts_s, (const void *const *)S->pw2, WT(m), a->rows, S->El,
-			      S->ffe, h);
-	o->rows_dot(m->be, S->dprob, S->dacts, a->act, N, S->ffe);
+	o->rows_scale(m->be, S->acts_s, a->act, t, a->w, N, S->ffe);
+	o->linear_bwd_grouped(m->be, S->dacts, S->pg2, dye, S->acts_s, t, (const void *const *)S->pw2, WT(m), a->rows,
+			      S->El, S->ffe, h);
+	o->rows_dot(m->be, S->dprob, S->dacts, a->act, t, N, S->ffe);
 	mgt_comm *c = m->ps->tp_comm;
 	if (!st && c->size > 1 && N) st = c->ops->allreduce(c, S->dprob, (size_t)N, MGT_DT_F32, MGT_RED_SUM);
-	o->rows_scale(m->be, S->dacts, S->dacts, a->w, N, S->ffe);
-	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, MGT_DT_F32, a->fc1, MGT_DT_F32, NULL, N, S->ffe);
-	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, xin, (const void *const *)S->pw1, WT(m), a->rows, S->El, h,
-			      S->fc1e);
-	if (ep && !st) st = ep_return(m, a, S->ye, S->ye, S->xe, h);
-	if (ep && !st) st = ep_return(m, a, S->wsend, S->dprob, S->wrecv, 1), dprob = S->wsend;
-	o->rows_combine(m->be, dY, S->ye, a->slot, T, S->k, h);
-	if (S->sh) o->add(m->be, dY, S->dsh, (size_t)T * (size_t)h);
+	o->rows_scale(m->be, S->dacts, S->dacts, t, a->w, N, S->ffe);
+	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, t, a->fc1, t, NULL, N, S->ffe);
+	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, xin, t, (const void *const *)S->pw1, WT(m), a->rows, S->El,
+			      h, S->fc1e);
+	if (ep && !st) st = ep_return(m, a, S->ye, S->ye, S->xe, h, t);
+	if (ep && !st) st = ep_return(m, a, S->wsend, S->dprob, S->wrecv, 1, MGT_DT_F32), dprob = S->wsend;
+	o->rows_combine(m->be, dY, S->ye, t, a->slot, T, S->k, h);
+	if (S->sh) o->add(m->be, dY, S->dsh, t, (size_t)T * (size_t)h);
 	if (!st) st = router_bwd(m, li, a, x_loc, S->hdgl, dprob, train);
 	*dx_loc = S->dxr;
 	return st;

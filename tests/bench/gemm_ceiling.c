@@ -130,7 +130,7 @@ static void bandwidth(void)
 	for (int i = 0; i < WARM + REPS; i++) {
 		be->ops->sync(be);
 		double t0 = now();
-		be->ops->add(be, y, x, n);
+		be->ops->add(be, y, x, MGT_DT_F32, n);
 		be->ops->sync(be);
 		if (i >= WARM)
 			t[i - WARM] = now() - t0;

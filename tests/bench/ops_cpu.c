@@ -126,15 +126,15 @@ int main(int argc, char **argv)
 		float *dwp[E];
 		for (int g = 0; g < E; g++)
 			wp[g] = we + (size_t)g * 2 * F * h, dwp[g] = dwe + (size_t)g * 2 * F * h;
-		TIME("moe rows_gather top-2", 0, 10, O->rows_gather(be, xe, x, idx, N, h));
-		TIME("moe rows_combine top-2", 0, 10, O->rows_combine(be, y, xe, slot, T, K, h));
-		TIME("moe rows_scale", 0, 10, O->rows_scale(be, xe, xe, pr, N, h));
-		TIME("moe rows_dot", 0, 10, O->rows_dot(be, pr, xe, he, N, h));
+		TIME("moe rows_gather top-2", 0, 10, O->rows_gather(be, xe, x, MGT_DT_F32, idx, N, h));
+		TIME("moe rows_combine top-2", 0, 10, O->rows_combine(be, y, xe, MGT_DT_F32, slot, T, K, h));
+		TIME("moe rows_scale", 0, 10, O->rows_scale(be, xe, xe, MGT_DT_F32, pr, N, h));
+		TIME("moe rows_dot", 0, 10, O->rows_dot(be, pr, xe, he, MGT_DT_F32, N, h));
 		gemm = 2.0 * N * h * 2 * F;
 		TIME("moe linear_fwd_grouped 8x 768->1536", gemm, 3,
-		     O->linear_fwd_grouped(be, he, xe, wp, MGT_DT_F32, rows, E, h, 2 * F));
+		     O->linear_fwd_grouped(be, he, xe, MGT_DT_F32, wp, MGT_DT_F32, rows, E, h, 2 * F));
 		TIME("moe linear_bwd_grouped 8x 768->1536", 2 * gemm, 3,
-		     O->linear_bwd_grouped(be, dx, dwp, he, xe, wp, MGT_DT_F32, rows, E, h, 2 * F));
+		     O->linear_bwd_grouped(be, dx, dwp, he, xe, MGT_DT_F32, wp, MGT_DT_F32, rows, E, h, 2 * F));
 		O->free(be, idx), O->free(be, slot), O->free(be, xe), O->free(be, he), O->free(be, we), O->free(be, dwe), O->free(be, pr);
 	}
 

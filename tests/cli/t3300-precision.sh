@@ -188,7 +188,8 @@ PY
 	# RMSNorm): virtual pipeline stages, context parallelism in its three --cp-comm-type (16-bit
 	# qkv and ctx; p2p and allgather move the keys and values in 16 bits and run fp32 blocks on
 	# their values, a2a moves 16-bit rows), --qk-layernorm (head norms writing 16-bit qkv; with CP
-	# too), expert parallelism (the experts' activations fp32, the residual 16-bit); each against
+	# too), expert parallelism and TP with MoE layers (tokens, expert activations and their
+	# gradients 16-bit, the router's logits fp32; the all-to-all moves 16-bit rows); each against
 	# its model's one-process bf16 run, within 1e-3 (reduction orders differ), and the context
 	# group's bytes against the analytic volume
 	LL=$(echo "$TRAIN" | sed 's/--model tiny-gpt2/--model tiny-llama/')
@@ -215,9 +216,24 @@ ll llama-cp2-allgather --context-parallel-size 2 --cp-comm-type allgather
 ll llama-cp2-a2a --context-parallel-size 2 --cp-comm-type a2a
 ll llama-tp2-sp --tensor-model-parallel-size 2 --sequence-parallel
 mo moe-ep2 --expert-model-parallel-size 2
+mo moe-tp2-sp --tensor-model-parallel-size 2 --sequence-parallel
 lq llama-qkln-tp2 --qk-layernorm --tensor-model-parallel-size 2
 lq llama-qkln-cp2 --qk-layernorm --context-parallel-size 2
 LAYOUTS
+	ok "bf16 moe-ep2: expert-group bytes = (2 * 2h + 4)(sent + received rows) + 8 E (EP - 1) a dispatch + the norm's double (tokens and their gradients in 16 bits, probabilities fp32)" \
+		$PY - moe-ep2 2 64 4 2 <<'PY'
+import json, sys
+name, n, h, E, EP = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+worst, rows = 0.0, 0
+for r in range(n):
+    for o in map(json.loads, open(f"{name}.rank{r}.jsonl")):
+        m = o["moe_rows"]
+        want = (2 * 2 * h + 4) * (m["sent"] + m["received"]) + 8 * E * (EP - 1) * m["dispatches"] + 16 * (EP - 1) / EP
+        worst = max(worst, abs(o["bytes"]["expert"] - want) / want)
+        rows += 1
+print(f"# {rows} rank-iterations: worst relative difference {worst:.1e}")
+sys.exit(worst > 1e-12 or rows == 0)
+PY
 	for kind in p2p allgather a2a; do
 		name=llama-cp2-$kind; [ $kind = p2p ] && name=llama-cp2
 		ok "bf16 $name: context-parallel bytes as the analytic volume (keys and values in 16 bits)" $PY \
@@ -225,7 +241,7 @@ LAYOUTS
 			seq=32 vocab=512 prec=bf16
 	done
 else
-	for i in $(seq 48); do skip "mpirun not installed"; done
+	for i in $(seq 51); do skip "mpirun not installed"; done
 fi
 
 ok "--bf16 with --fp16 refused (exit 2)" exits 2 $TRAIN --train-iters 1 --bf16 --fp16

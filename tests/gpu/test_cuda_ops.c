@@ -1760,10 +1760,10 @@ static void t_moe_rows(int T, int k, int h)
 		bi[h / 2] = -1e4f / ai[h / 2];
 	}
 	float *xec = xmalloc(nr * 4), *yc = xmalloc(nt * 4), *ysc = xmalloc(nr * 4), *dc = xmalloc((size_t)N * 4);
-	C->rows_gather(cpu, xec, x, idx, N, h);
-	C->rows_combine(cpu, yc, ye, slot, T, k, h);
-	C->rows_scale(cpu, ysc, ye, w, N, h);
-	C->rows_dot(cpu, dc, ye, b, N, h);
+	C->rows_gather(cpu, xec, x, MGT_DT_F32, idx, N, h);
+	C->rows_combine(cpu, yc, ye, MGT_DT_F32, slot, T, k, h);
+	C->rows_scale(cpu, ysc, ye, MGT_DT_F32, w, N, h);
+	C->rows_dot(cpu, dc, ye, b, MGT_DT_F32, N, h);
 	int32_t *dI = dputi(idx, N), *dS = dputi(slot, (size_t)T * k);
 	float *dX = dput(x, nt), *dYE = dput(ye, nr), *dW = dput(w, N), *dB = dput(b, nr);
 	float *dXE = dalloc(nr * 4), *dY = dalloc(nt * 4), *dYS = dalloc(nr * 4), *dYI = dalloc(nr * 4),
@@ -1775,11 +1775,11 @@ static void t_moe_rows(int T, int k, int h)
 		poison(dYS, nr);
 		poison(dD, N);
 		up(dYI, ye, nr * 4);
-		G->rows_gather(gpu, dXE, dX, dI, N, h);
-		G->rows_combine(gpu, dY, dYE, dS, T, k, h);
-		G->rows_scale(gpu, dYS, dYE, dW, N, h);
-		G->rows_scale(gpu, dYI, dYI, dW, N, h); /* in place */
-		G->rows_dot(gpu, dD, dYE, dB, N, h);
+		G->rows_gather(gpu, dXE, dX, MGT_DT_F32, dI, N, h);
+		G->rows_combine(gpu, dY, dYE, MGT_DT_F32, dS, T, k, h);
+		G->rows_scale(gpu, dYS, dYE, MGT_DT_F32, dW, N, h);
+		G->rows_scale(gpu, dYI, dYI, MGT_DT_F32, dW, N, h); /* in place */
+		G->rows_dot(gpu, dD, dYE, dB, MGT_DT_F32, N, h);
 		xe[r] = dget(dXE, nr);
 		y[r] = dget(dY, nt);
 		ys[r] = dget(dYS, nr);
@@ -1800,6 +1800,84 @@ static void t_moe_rows(int T, int k, int h)
 	dfree(dI), dfree(dS), dfree(dX), dfree(dYE), dfree(dW), dfree(dB), dfree(dXE), dfree(dY), dfree(dYS),
 		dfree(dYI), dfree(dD);
 	free(slot), free(idx), free(x), free(ye), free(w), free(b), free(xec), free(yc), free(ysc), free(dc);
+}
+
+/* The MoE ops on 16-bit rows (type of prec): each GPU op on the 16-bit rows against the same GPU
+ * op in fp32 on their values, its 16-bit output rounded on the host (t_out16: bit for bit, the
+ * kernels compute the same fp32 values and only the store rounds); the gather the very bits;
+ * rows_dot's fp32 output and the grouped linears' dw the same bits. */
+static void t_moe16(int T, int k, int h, int f, mgt_precision prec)
+{
+	int32_t *idx, N;
+	int32_t *slot = moe_routing(T, k, T / 2, &idx, &N);
+	const mgt_elem_type dt = mgt_precision_dtype(prec);
+	const size_t nt = (size_t)T * h, nr = (size_t)N * h, nf = (size_t)N * f;
+	const char *id = nm("moe %s 16-bit rows T=%d k=%d h=%d f=%d N=%d", precname(prec), T, k, h, f, N);
+	float *x = hrand(nt, 1), *ye = hrand(nr, 1), *w = hrand(N, 1), *wt = hrand((size_t)f * h * 2, 0.5);
+	float *dy = hrand(nf, 1), *dw0 = hrand((size_t)f * h * 2, 1);
+	void *dX16, *dYE16, *dDY16;
+	float *dX = dput16(x, nt, dt, &dX16), *dYE = dput16(ye, nr, dt, &dYE16), *dDY = dput16(dy, nf, dt, &dDY16);
+	float *dW = dput(w, N), *dWT = dput(wt, (size_t)f * h * 2);
+	int32_t *dI = dputi(idx, N), *dS = dputi(slot, (size_t)T * k);
+	void *o16 = dalloc(nt > nr ? nt * 2 : nr * 2), *s16 = dalloc(nr * 2);
+	float *o32 = dalloc((nt > nr ? nt : nr) * 4), *d16 = dalloc((size_t)N * 4 + 4), *d32 = dalloc((size_t)N * 4 + 4);
+	/* gather: the bits */
+	G->rows_gather(gpu, o16, dX16, dt, dI, N, h);
+	uint16_t *g = xmalloc(nr * 2 + 2), *xh = xmalloc(nt * 2);
+	if (G->download(gpu, g, o16, nr * 2) || G->download(gpu, xh, dX16, nt * 2))
+		bail("download (rows_gather failed?)");
+	size_t nd = 0;
+	for (size_t i = 0; i < nr; i++)
+		nd += g[i] != xh[(size_t)idx[i / h] * h + i % h];
+	CHECK(nd == 0, "%s%s: rows_gather moves the 16-bit bits (%zu differ)", tag, id, nd);
+	float *y;
+	G->rows_combine(gpu, o16, dYE16, dt, dS, T, k, h);
+	G->rows_combine(gpu, o32, dYE, MGT_DT_F32, dS, T, k, h);
+	t_out16(nm("%s: rows_combine", id), o16, dt, y = dget(o32, nt), nt), free(y);
+	G->rows_scale(gpu, o16, dYE16, dt, dW, N, h);
+	G->rows_scale(gpu, o32, dYE, MGT_DT_F32, dW, N, h);
+	t_out16(nm("%s: rows_scale", id), o16, dt, y = dget(o32, nr), nr);
+	up(s16, g, nr * 2);
+	G->rows_scale(gpu, s16, s16, dt, dW, N, h); /* in place, on the gathered rows */
+	G->rows_gather(gpu, o32, dX, MGT_DT_F32, dI, N, h);
+	G->rows_scale(gpu, o32, o32, MGT_DT_F32, dW, N, h);
+	free(y);
+	t_out16(nm("%s: rows_scale in place", id), s16, dt, y = dget(o32, nr), nr), free(y);
+	G->rows_dot(gpu, d16, dYE16, s16, dt, N, h);
+	G->widen(gpu, o32, s16, dt, nr);
+	G->rows_dot(gpu, d32, dYE, o32, MGT_DT_F32, N, h);
+	float *a = dget(d16, N), *b = dget(d32, N);
+	CHECK(ndiff(a, b, N, 4) == 0, "%s%s: rows_dot of 16-bit rows, the fp32 op's bits on their values (%zu differ)", tag,
+	      id, ndiff(a, b, N, 4));
+	free(a), free(b);
+	up(s16, g, nr * 2);
+	G->add(gpu, s16, dYE16, dt, nr);
+	G->rows_gather(gpu, o32, dX, MGT_DT_F32, dI, N, h);
+	G->add(gpu, o32, dYE, MGT_DT_F32, nr);
+	t_out16(nm("%s: add", id), s16, dt, y = dget(o32, nr), nr), free(y);
+	/* grouped linears [N, h] -> [N, f] over 3 experts, the middle one empty */
+	gpu->precision = prec;
+	const int rows[3] = { N / 3, 0, N - N / 3 };
+	const void *wg[3] = { dWT, dWT + (size_t)f * h, dWT + (size_t)f * h };
+	float *dw1 = dput(dw0, (size_t)f * h * 2), *dw2 = dput(dw0, (size_t)f * h * 2);
+	float *pg1[3] = { dw1, dw1 + (size_t)f * h, dw1 + (size_t)f * h }, *pg2[3] = { dw2, dw2 + (size_t)f * h, dw2 + (size_t)f * h };
+	void *y16 = dalloc(nf * 2), *dx16 = dalloc(nr * 2);
+	float *y32 = dalloc(nf * 4), *dx32 = dalloc(nr * 4);
+	G->linear_fwd_grouped(gpu, y16, dYE16, dt, wg, MGT_DT_F32, rows, 3, h, f);
+	G->linear_fwd_grouped(gpu, y32, dYE, MGT_DT_F32, wg, MGT_DT_F32, rows, 3, h, f);
+	G->linear_bwd_grouped(gpu, dx16, pg2, dDY16, dYE16, dt, wg, MGT_DT_F32, rows, 3, h, f);
+	G->linear_bwd_grouped(gpu, dx32, pg1, dDY, dYE, MGT_DT_F32, wg, MGT_DT_F32, rows, 3, h, f);
+	gpu->precision = MGT_PREC_FP32;
+	t_out16(nm("%s: linear_fwd_grouped y", id), y16, dt, y = dget(y32, nf), nf), free(y);
+	t_out16(nm("%s: linear_bwd_grouped dx", id), dx16, dt, y = dget(dx32, nr), nr), free(y);
+	a = dget(dw1, (size_t)f * h * 2), b = dget(dw2, (size_t)f * h * 2);
+	CHECK(ndiff(a, b, (size_t)f * h * 2, 4) == 0, "%s%s: linear_bwd_grouped dw of 16-bit rows, the bits (%zu differ)",
+	      tag, id, ndiff(a, b, (size_t)f * h * 2, 4));
+	free(a), free(b), free(g), free(xh);
+	dfree(dX16), dfree(dYE16), dfree(dDY16), dfree(dX), dfree(dYE), dfree(dDY), dfree(dW), dfree(dWT), dfree(dI),
+		dfree(dS), dfree(o16), dfree(s16), dfree(o32), dfree(d16), dfree(d32), dfree(dw1), dfree(dw2), dfree(y16),
+		dfree(dx16), dfree(y32), dfree(dx32);
+	free(slot), free(idx), free(x), free(ye), free(w), free(wt), free(dy), free(dw0);
 }
 
 /* Grouped linear over G groups of rows[g] rows (some 0): against the CPU's grouped linear in the
@@ -1828,8 +1906,8 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 	for (int g = 0; g < NG; g++)
 		wc[g] = w + g * nw, dwc[g] = dwcb + g * nw;
 	cpu->precision = prec;
-	C->linear_fwd_grouped(cpu, yc, x, wc, MGT_DT_F32, rows, NG, in, out);
-	C->linear_bwd_grouped(cpu, dxc, dwc, dy, x, wc, MGT_DT_F32, rows, NG, in, out);
+	C->linear_fwd_grouped(cpu, yc, x, MGT_DT_F32, wc, MGT_DT_F32, rows, NG, in, out);
+	C->linear_bwd_grouped(cpu, dxc, dwc, dy, x, MGT_DT_F32, wc, MGT_DT_F32, rows, NG, in, out);
 	cpu->precision = MGT_PREC_FP32;
 
 	gpu->precision = prec;
@@ -1847,8 +1925,8 @@ static void t_grouped(const int *rows, int NG, int in, int out, bool want_dx, mg
 		if (dDX)
 			poison(dDX, nx + (size_t)PAD * in);
 		up(dDWb, dw0, nw * NG * 4);
-		G->linear_fwd_grouped(gpu, dY, dX, dw_, MGT_DT_F32, rows, NG, in, out);
-		G->linear_bwd_grouped(gpu, dDX, ddw, dDY, dX, dw_, MGT_DT_F32, rows, NG, in, out);
+		G->linear_fwd_grouped(gpu, dY, dX, MGT_DT_F32, dw_, MGT_DT_F32, rows, NG, in, out);
+		G->linear_bwd_grouped(gpu, dDX, ddw, dDY, dX, MGT_DT_F32, dw_, MGT_DT_F32, rows, NG, in, out);
 		y[r] = dget(dY, ny + (size_t)PAD * out);
 		if (dDX)
 			dx[r] = dget(dDX, nx + (size_t)PAD * in);
@@ -2091,14 +2169,14 @@ static void t_scale_add(size_t n)
 	float *x = hrand(n, 3), *y = hrand(n, 1);
 	float *xc = hcopy(x, n), *yc = hcopy(y, n);
 	C->scale(cpu, xc, n, 0.37f);
-	C->add(cpu, yc, x, n);
+	C->add(cpu, yc, x, MGT_DT_F32, n);
 	float *dX = dalloc(n * 4), *dY = dalloc(n * 4), *dS = dput(x, n);
 	float *xs[2], *ya[2];
 	for (int k = 0; k < 2; k++) {
 		up(dX, x, n * 4);
 		up(dY, y, n * 4);
 		G->scale(gpu, dX, n, 0.37f);
-		G->add(gpu, dY, dS, n);
+		G->add(gpu, dY, dS, MGT_DT_F32, n);
 		xs[k] = dget(dX, n);
 		ya[k] = dget(dY, n);
 	}
@@ -2234,6 +2312,10 @@ static void all_ops(void)
 	t_moe_rows(2048, 2, 768);
 	t_moe_rows(1000, 8, 130);
 	t_moe_rows(3, 1, 5);
+	for (int pr = 1; pr <= 2; pr++) {
+		t_moe16(2048, 2, 768, 1408, (mgt_precision)pr);
+		t_moe16(300, 4, 130, 77, (mgt_precision)pr); /* rows not a multiple of 4 */
+	}
 	{
 		const int r8[] = { 300, 0, 1000, 17, 511, 0, 64, 1200 }, r4[] = { 0, 129, 0, 1 };
 		for (int pr = 0; pr < 3; pr++) {
@@ -2370,6 +2452,10 @@ static void small_ops(void)
 	t_moe_rows(100, 2, 96);
 	t_moe_rows(70, 4, 130); /* h not a multiple of 4 */
 	t_moe_rows(3, 1, 5);
+	for (int pr = 1; pr <= 2; pr++) {
+		t_moe16(60, 2, 96, 64, (mgt_precision)pr);
+		t_moe16(37, 4, 130, 77, (mgt_precision)pr); /* rows not a multiple of 4 */
+	}
 	{
 		const int r6[] = { 37, 0, 64, 5, 0, 21 }, r3[] = { 0, 0, 9 };
 		for (int pr = 0; pr < 3; pr++) {

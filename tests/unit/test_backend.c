@@ -1482,7 +1482,7 @@ static void test_reductions(void)
 	double *yr = xmalloc(n * sizeof *yr);
 	for (size_t i = 0; i < n; i++)
 		yr[i] = (double)y[i] + x[i];
-	O->add(be, y, x, n);
+	O->add(be, y, x, MGT_DT_F32, n);
 	double ea = relerr(y, yr, n);
 	for (size_t i = 0; i < n; i++)
 		yr[i] = (double)x[i] * 0.37f;
@@ -1542,7 +1542,7 @@ static void test_moe_rows_case(int T, int k, int h)
 	float *x = randf((size_t)T * h, 1);
 	/* gather: exact copies */
 	float *xe = randf((size_t)N * h, 9);
-	O->rows_gather(be, xe, x, idx, N, h);
+	O->rows_gather(be, xe, x, MGT_DT_F32, idx, N, h);
 	size_t bad = 0;
 	for (int i = 0; i < N; i++)
 		bad += bits_differ(xe + (size_t)i * h, x + (size_t)idx[i] * h, h);
@@ -1566,7 +1566,7 @@ static void test_moe_rows_case(int T, int k, int h)
 			yr[(size_t)t * h + c] = sd;
 			yf[(size_t)t * h + c] = sf;
 		}
-	O->rows_combine(be, y, ye, slot, T, k, h);
+	O->rows_combine(be, y, ye, MGT_DT_F32, slot, T, k, h);
 	double e = relerr(y, yr, (size_t)T * h);
 	size_t nd = bits_differ(y, yf, (size_t)T * h), nz = 0;
 	for (int c = 0; c < h; c++)
@@ -1577,8 +1577,8 @@ static void test_moe_rows_case(int T, int k, int h)
 
 	/* scale (and in place), dot */
 	float *w = randf(N, 1), *ys = randf((size_t)N * h, 9), *ysi = copyf(ye, (size_t)N * h);
-	O->rows_scale(be, ys, ye, w, N, h);
-	O->rows_scale(be, ysi, ysi, w, N, h);
+	O->rows_scale(be, ys, ye, MGT_DT_F32, w, N, h);
+	O->rows_scale(be, ysi, ysi, MGT_DT_F32, w, N, h);
 	bad = 0;
 	double es = 0;
 	for (int i = 0; i < N; i++)
@@ -1604,7 +1604,7 @@ static void test_moe_rows_case(int T, int k, int h)
 			sd += (double)ye[(size_t)i * h + c] * xe[(size_t)i * h + c];
 		dr[i] = sd;
 	}
-	O->rows_dot(be, dot, ye, xe, N, h);
+	O->rows_dot(be, dot, ye, xe, MGT_DT_F32, N, h);
 	bad = 0;
 	double ed = 0;
 	for (int i = 0; i < N; i++) {
@@ -1639,8 +1639,8 @@ static void test_moe_grouped_case(const int *rows, int G, int in, int out)
 	float *y_end = copyf(y + ny, (size_t)pad * out), *dx_end = copyf(dx + nx, (size_t)pad * in);
 	double *yr = xmalloc((ny ? ny : 1) * sizeof *yr), *dxr = xmalloc((nx ? nx : 1) * sizeof *dxr);
 	double *dwr = xmalloc(nw * sizeof *dwr);
-	O->linear_fwd_grouped(be, y, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
-	O->linear_bwd_grouped(be, dx, dw, dy, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
+	O->linear_fwd_grouped(be, y, x, MGT_DT_F32, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
+	O->linear_bwd_grouped(be, dx, dw, dy, x, MGT_DT_F32, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
 	char id[128];
 	int n = snprintf(id, sizeof id, "G=%d rows", G);
 	for (int g = 0; g < G && n < 100; g++)
@@ -1687,7 +1687,7 @@ static void test_moe_grouped_case(const int *rows, int G, int in, int out)
 	float **dw2 = xmalloc(G * sizeof *dw2);
 	for (int g = 0; g < G; g++)
 		dw2[g] = copyf(dw[g], nw);
-	O->linear_bwd_grouped(be, NULL, dw2, dy, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
+	O->linear_bwd_grouped(be, NULL, dw2, dy, x, MGT_DT_F32, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
 	double e2 = 0;
 	for (int g = 0; g < G; g++) {
 		double *inc = xmalloc(nw * sizeof *inc);
@@ -1708,8 +1708,8 @@ static void test_moe_grouped_case(const int *rows, int G, int in, int out)
 		float **dwg = xmalloc(G * sizeof *dwg), **dwp = xmalloc(G * sizeof *dwp);
 		for (int g = 0; g < G; g++)
 			dwg[g] = copyf(dw0[g], nw), dwp[g] = copyf(dw0[g], nw);
-		O->linear_fwd_grouped(be, yg, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
-		O->linear_bwd_grouped(be, dxg, dwg, dy, x, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
+		O->linear_fwd_grouped(be, yg, x, MGT_DT_F32, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
+		O->linear_bwd_grouped(be, dxg, dwg, dy, x, MGT_DT_F32, (const void *const *)w, MGT_DT_F32, rows, G, in, out);
 		r0 = 0;
 		for (int g = 0; g < G; g++) {
 			if (rows[g]) {

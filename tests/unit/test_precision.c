@@ -151,12 +151,12 @@ static void test_weight_copy(mgt_precision prec, const char *name, float (*round
 	      "%s linear_bwd: dx and dw the same bits with the 16-bit weight", name);
 	const int rows[3] = { 11, 0, 18 };
 	const void *wf[3] = { w, w, w + 7 }, *wh[3] = { w16, w16, w16 + 7 };
-	be->ops->linear_fwd_grouped(be, y1, x, wf, MGT_DT_F32, rows, 3, IN, OUT - 7);
-	be->ops->linear_fwd_grouped(be, y2, x, wh, dt, rows, 3, IN, OUT - 7);
+	be->ops->linear_fwd_grouped(be, y1, x, MGT_DT_F32, wf, MGT_DT_F32, rows, 3, IN, OUT - 7);
+	be->ops->linear_fwd_grouped(be, y2, x, MGT_DT_F32, wh, dt, rows, 3, IN, OUT - 7);
 	CHECK(!memcmp(y1, y2, (size_t)T * (OUT - 7) * sizeof *y1), "%s linear_fwd_grouped: the same bits", name);
 	float *dwf[3] = { dw1, dw1 + 9, dw1 + 17 }, *dwh[3] = { dw2, dw2 + 9, dw2 + 17 };
-	be->ops->linear_bwd_grouped(be, dx1, dwf, dy, x, wf, MGT_DT_F32, rows, 3, IN, OUT - 7);
-	be->ops->linear_bwd_grouped(be, dx2, dwh, dy, x, wh, dt, rows, 3, IN, OUT - 7);
+	be->ops->linear_bwd_grouped(be, dx1, dwf, dy, x, MGT_DT_F32, wf, MGT_DT_F32, rows, 3, IN, OUT - 7);
+	be->ops->linear_bwd_grouped(be, dx2, dwh, dy, x, MGT_DT_F32, wh, dt, rows, 3, IN, OUT - 7);
 	CHECK(!memcmp(dx1, dx2, sizeof dx1) && !memcmp(dw1, dw2, sizeof dw1),
 	      "%s linear_bwd_grouped: the same bits", name);
 	w16[5] ^= 1; /* the op reads the copy: one changed bit moves the outputs of its row */
@@ -493,6 +493,72 @@ static void test_residual16(mgt_precision prec, const char *name, float (*round)
 	mgt_backend_destroy(be);
 }
 
+/* The MoE ops on 16-bit rows (Megatron's bf16 experts): each gives the reference rounding of what
+ * it computes in fp32 from the rows' fp32 values (the gather the very bits), and the grouped
+ * linears reading and writing 16-bit rows give the rounding of their fp32 results. */
+static void test_moe16(mgt_precision prec, const char *name, float (*round)(float))
+{
+	enum { T = 23, K = 2, H = 37, F = 29, N = T * K - 3, G = 3 };
+	const int bf = prec == MGT_PREC_BF16;
+	const mgt_elem_type dt = mgt_precision_dtype(prec);
+	mgt_backend *be = mgt_backend_cpu_create(2);
+	static float x[N * H], xv[N * H], w[N], y32[N * H], wt[F * H], dy[N * F], dyv[N * F], d32[N], d16[N];
+	static float dx32[N * H], dw1[F * H], dw2[F * H];
+	static uint16_t x16[N * H], y16[N * H], dy16[N * F], yo16[N * F], dx16[N * H];
+	static int32_t idx[N], slot[T * K];
+	for (int i = 0; i < N * H; i++) x[i] = (float)((int)(next32() % 20001) - 10000) * 3e-4f;
+	for (int i = 0; i < N * F; i++) dy[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
+	for (int i = 0; i < F * H; i++) wt[i] = (float)((int)(next32() % 20001) - 10000) * 1e-4f;
+	for (int i = 0; i < N; i++) w[i] = (float)(next32() % 1000) * 1e-3f, idx[i] = (int32_t)(next32() % T);
+	for (int i = 0; i < T * K; i++) slot[i] = i < N ? (int32_t)((i * 7) % N) : -1; /* the last token: no copies */
+	be->ops->cast(be, x16, dt, x, N * H);
+	be->ops->cast(be, dy16, dt, dy, N * F);
+	for (int i = 0; i < N * H; i++) xv[i] = ref_decode(x16[i], bf);
+	for (int i = 0; i < N * F; i++) dyv[i] = ref_decode(dy16[i], bf);
+	int bad = 0;
+	be->ops->rows_gather(be, y16, x16, dt, idx, N, H);
+	for (int i = 0; i < N * H; i++) bad += y16[i] != x16[(size_t)idx[i / H] * H + i % H];
+	CHECK(bad == 0, "%s rows_gather of 16-bit rows: the bits (%d differ)", name, bad);
+	be->ops->rows_combine(be, y32, xv, MGT_DT_F32, slot, T, K, H);
+	be->ops->rows_combine(be, y16, x16, dt, slot, T, K, H);
+	for (int i = 0; i < T * H; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
+	CHECK(bad == 0, "%s rows_combine into 16 bits: the rounding of the fp32 sum (%d differ)", name, bad);
+	be->ops->rows_scale(be, y32, xv, MGT_DT_F32, w, N, H);
+	be->ops->rows_scale(be, y16, x16, dt, w, N, H);
+	for (int i = 0; i < N * H; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
+	memcpy(y16, x16, sizeof y16);
+	be->ops->rows_scale(be, y16, y16, dt, w, N, H); /* in place */
+	for (int i = 0; i < N * H; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
+	CHECK(bad == 0, "%s rows_scale of 16-bit rows (and in place): the rounding of the fp32 product (%d differ)", name,
+	      bad);
+	for (int i = 0; i < N * H; i++) y32[i] = ref_decode(y16[i], bf);
+	be->ops->rows_dot(be, d32, xv, y32, MGT_DT_F32, N, H);
+	be->ops->rows_dot(be, d16, x16, y16, dt, N, H);
+	CHECK(!memcmp(d32, d16, sizeof d32), "%s rows_dot of 16-bit rows: the fp32 op's bits on their values", name);
+	memcpy(y32, xv, sizeof y32);
+	memcpy(y16, x16, sizeof y16);
+	be->ops->add(be, y32, xv, MGT_DT_F32, N * H);
+	be->ops->add(be, y16, x16, dt, N * H);
+	for (int i = 0; i < N * H; i++) bad += !same(ref_decode(y16[i], bf), round(y32[i]));
+	CHECK(bad == 0, "%s add of 16-bit tensors: the rounding of the fp32 sum (%d differ)", name, bad);
+	/* grouped linears [N, H] -> [N, F] over 3 experts (one empty) with 16-bit rows */
+	be->precision = prec;
+	const int rows[G] = { 17, 0, N - 17 };
+	const void *wg[G] = { wt, wt, wt + 5 };
+	be->ops->linear_fwd_grouped(be, y32, xv, MGT_DT_F32, wg, MGT_DT_F32, rows, G, H, F - 5);
+	be->ops->linear_fwd_grouped(be, yo16, x16, dt, wg, MGT_DT_F32, rows, G, H, F - 5);
+	for (int i = 0; i < N * (F - 5); i++) bad += !same(ref_decode(yo16[i], bf), round(y32[i]));
+	memset(dw1, 0, sizeof dw1), memset(dw2, 0, sizeof dw2);
+	float *d1[G] = { dw1, dw1 + 3, dw1 + 9 }, *d2[G] = { dw2, dw2 + 3, dw2 + 9 };
+	be->ops->linear_bwd_grouped(be, dx32, d1, dyv, xv, MGT_DT_F32, wg, MGT_DT_F32, rows, G, H, F - 5);
+	be->ops->linear_bwd_grouped(be, dx16, d2, dy16, x16, dt, wg, MGT_DT_F32, rows, G, H, F - 5);
+	for (int i = 0; i < N * H; i++) bad += !same(ref_decode(dx16[i], bf), round(dx32[i]));
+	CHECK(bad == 0 && !memcmp(dw1, dw2, sizeof dw1),
+	      "%s grouped linears on 16-bit rows: y and dx the rounding of the fp32 results, dw the same bits (%d differ)",
+	      name, bad);
+	mgt_backend_destroy(be);
+}
+
 static void test_scaler(void)
 {
 	mgt_loss_scaler ls;
@@ -541,6 +607,8 @@ int main(void)
 	test_residual16(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_grad16(MGT_PREC_BF16, "bf16", ref_bf16);
 	test_grad16(MGT_PREC_FP16, "fp16", ref_fp16);
+	test_moe16(MGT_PREC_BF16, "bf16", ref_bf16);
+	test_moe16(MGT_PREC_FP16, "fp16", ref_fp16);
 	test_scaler();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
