@@ -2,7 +2,10 @@
  *
  * All training math goes through this table of ops (DESIGN.md section 3, "one backend interface,
  * two implementations").  The model code never calls BLAS or CUDA directly.  A backend is a struct
- * of function pointers behind an opaque handle, in the manner of ggml's backends.
+ * of function pointers behind an opaque handle, in the manner of ggml's backends; the ops are one
+ * list (MGT_BACKEND_OPS, an X-macro) from which the struct, each backend's declarations and its
+ * table are made, and each op takes its buffers' element types as arguments (one op for fp32,
+ * bf16 and fp16 storage, not one per type).
  *
  * Conventions for every op below:
  *  - Pointers are backend memory (host memory for the CPU backend, device memory for CUDA),
@@ -95,296 +98,308 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 /* The shape of one block of context-parallel attention (attn_blk_* below): mgt_attn_blk. */
 #include "backend/attn_blk.h"
 
+/* The op table as data: X(return type, name, (parameters)) for each op, in table order, each
+ * entry after the comment that gives its contract.  mgt_backend_ops has one function pointer per
+ * entry; each backend implements op n as mgt_<backend>_n (cpu_impl.h and cuda_impl.h declare
+ * them from this list and build their tables from it). */
+#define MGT_BACKEND_OPS(X) \
+	/* ---- memory ---- */ \
+	/* Zero-filled allocation of bytes; NULL and MGT_ERR_NOMEM on failure.  free(NULL) is a no-op. */ \
+	X(void *, alloc, (mgt_backend *be, size_t bytes)) \
+	X(void, free, (mgt_backend *be, void *p)) \
+	/* Host <-> backend copies and fills.  Errors: MGT_ERR_IO (device failure). */ \
+	X(mgt_status, upload, (mgt_backend *be, void *dst, const void *host_src, size_t bytes)) \
+	X(mgt_status, download, (mgt_backend *be, void *host_dst, const void *src, size_t bytes)) \
+	X(void, zero, (mgt_backend *be, void *p, size_t bytes)) \
+	/* Wait for queued work (no-op on CPU). */ \
+	X(void, sync, (mgt_backend *be)) \
+	/* Free the backend's own state and be itself (mgt_backend_destroy calls it). */ \
+	X(void, destroy, (mgt_backend *be)) \
+	\
+	/* ---- linear layers (GEMM) ---- */ \
+	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y, of type yt: fp32, \
+	 * or bf16/fp16 (the fp32 result, bias included, rounded to nearest even as the cast op \
+	 * rounds).  x's elements are of type xt, w's of type wt: each MGT_DT_F32 or \
+	 * mgt_precision_dtype(be->precision) (see mgt_precision; under MGT_PREC_FP32 a 16-bit operand \
+	 * is widened exactly). */ \
+	X(void, linear_fwd, (mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt, \
+		const void *w, mgt_elem_type wt, const float *b, int T, int in, int out)) \
+	/* Backward of linear_fwd given dy[T, out]: \
+	 *   dx[T, in]   = dy . w          writes (skipped when dx == NULL) \
+	 *   dw[out, in] += dy^T . x       accumulates (fp32) \
+	 *   db[out]     += sum_t dy[t]    accumulates (skipped when db == NULL) \
+	 * dy of type dyt, x of type xt and w of type wt, each as linear_fwd's x (db sums dy's values \
+	 * in fp32 whatever its type); dx of type dxt as linear_fwd's y (the fp32 sum rounded once). */ \
+	X(void, linear_bwd, (mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, \
+		const void *dy, mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, \
+		mgt_elem_type wt, int T, int in, int out)) \
+	\
+	/* ---- embedding ---- */ \
+	/* Row lookup in a table holding rows [row0, row0+rows) of a larger (possibly vocab-parallel) \
+	 * table: y[t] (=|+=) table[ids[t] - row0] when row0 <= ids[t] < row0+rows, else 0 (=) or \
+	 * nothing (+=).  accumulate == false writes y, true adds into y.  table [rows, h], y [T, h]. */ \
+	X(void, embedding_fwd, (mgt_backend *be, float *y, const int32_t *ids, const float *table, \
+		int64_t row0, int64_t rows, int T, int h, bool accumulate)) \
+	/* dtable[ids[t] - row0] += dy[t] for ids in range.  Accumulates in fp32; deterministic.  dy's \
+	 * elements are of type dyt (fp32, or bf16/fp16 read as their fp32 values). */ \
+	X(void, embedding_bwd, (mgt_backend *be, float *dtable, const void *dy, mgt_elem_type dyt, \
+		const int32_t *ids, int64_t row0, int64_t rows, int T, int h)) \
+	\
+	/* ---- normalization ---- */ \
+	/* LayerNorm: y = (x - mean) * rstd * w + b;  RMSNorm: y = x * rstd * w with \
+	 * rstd = 1/sqrt(mean(x^2) + eps) (mean is written as 0 for RMSNorm).  b may be NULL (adds \
+	 * nothing; RMSNorm always has none).  x, y [T, h]; w, b [h]; mean, rstd [T] saved for the \
+	 * backward.  Statistics accumulate in double.  Writes y, mean, rstd.  y's elements are of type \
+	 * yt: fp32, or bf16/fp16 (each fp32 result rounded to nearest even, as the cast op rounds); \
+	 * x's of type xt: fp32, or bf16/fp16 read as their fp32 values (a 16-bit residual stream). */ \
+	X(void, norm_fwd, (mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, \
+		float *rstd, const void *x, mgt_elem_type xt, const float *w, const float *b, int T, int h, \
+		float eps)) \
+	/* Backward: dx[T, h] += d/dx (accumulates, so the residual stream's gradient passes through), \
+	 * dw[h] += ..., db[h] += ... (db skipped when NULL); x of type xt as the forward's, dx of the \
+	 * same type (the residual stream and its gradient: a 16-bit dx is read as its fp32 values and \
+	 * the fp32 sum rounded once to nearest even), dy of type dyt (fp32, or 16-bit read as fp32). */ \
+	X(void, norm_bwd, (mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, \
+		const void *dy, mgt_elem_type dyt, const void *x, mgt_elem_type xt, const float *w, \
+		const float *mean, const float *rstd, int T, int h)) \
+	\
+	/* Norm of attention heads inside the fused QKV activation (Megatron-Core's q_layernorm / \
+	 * k_layernorm, megatron/core/transformer/attention.py): x, y [T, ng, r + 2, d] laid out as \
+	 * rope's qkv below.  key == false normalizes the r query heads of every group (n = T*ng*r \
+	 * rows of d, in memory order), key == true the key head of every group (n = T*ng rows); each \
+	 * row as norm_fwd does with w, b [d] (b may be NULL).  Writes those rows of y (no other \
+	 * element of y) and mean, rstd [n].  y may alias x when both are fp32.  y's elements are of \
+	 * type yt (fp32, or bf16/fp16 rounded as norm_fwd's y); x is fp32. */ \
+	X(void, head_norm_fwd, (mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, \
+		float *mean, float *rstd, const float *x, const float *w, const float *b, int T, int ng, \
+		int r, int d, bool key, float eps)) \
+	/* Backward of head_norm_fwd: the selected rows of dx [T, ng, r + 2, d] are WRITTEN (not \
+	 * accumulated; other elements untouched) from the same rows of dy; dx may alias dy (in \
+	 * place).  dw[d] += ..., db[d] += ... (db skipped when NULL), as norm_bwd. */ \
+	X(void, head_norm_bwd, (mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db, \
+		const float *dy, const float *x, const float *w, const float *mean, const float *rstd, \
+		int T, int ng, int r, int d, bool key)) \
+	\
+	/* ---- rotary position embedding ---- */ \
+	/* In place on the fused QKV activation qkv[T, ng, r + 2, d] (query-group interleaved as in \
+	 * Megatron-Core linear_qkv: per group r query heads, then one key head, then one value head; \
+	 * r = heads / query groups, d = kv channels).  Rotates the query and key heads, not values, \
+	 * over their first rot_dim (even) channels, non-interleaved ("rotate_half"): \
+	 *   theta = pos[t] * inv_freq[k] (fp32), \
+	 *   (x1, x2) = (x[k], x[k + rot_dim/2]) -> (x1 cos - x2 sin, x2 cos + x1 sin)  for k < rot_dim/2. \
+	 * inv_freq [rot_dim/2] fp32 backend memory: the model's frequencies (mgt_model_rope_inv_freq \
+	 * in lib/model: 1 / base^(2k / rot_dim), with Llama 3.1 scaling when asked).  inverse == true \
+	 * rotates by -theta (the backward: apply to dqkv).  pos [T] int32.  qkv's elements are of type \
+	 * qt: fp32, or bf16/fp16 (read as fp32, rotated in fp32, each result rounded to nearest even \
+	 * as the cast op rounds). */ \
+	X(void, rope, (mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, \
+		const float *inv_freq, int T, int ng, int r, int d, int rot_dim, bool inverse)) \
+	\
+	/* ---- causal self-attention (GQA) ---- */ \
+	/* qkv [T, ng, r + 2, d] as above (after RoPE), T = s*b sequence-first.  Query head n \
+	 * (0 <= n < ng*r) of group g = n / r attends with key/value head g: \
+	 *   out[t=(i,j), n, :] = sum_{i' <= i} softmax_i'(scale * q_i.k_i') * v_i',   scale = 1/sqrt(d) \
+	 * written to out [T, ng*r, d].  lse [b, ng*r, s] (written) holds the log-sum-exp of each \
+	 * softmax row (flash-attention style: the backward recomputes probabilities, nothing \
+	 * O(s^2) is stored).  Attention dropout p applies to the probabilities; element (j, n, i, i') \
+	 * uses Philox index ((j*heads_total + head0 + n)*s + i)*s + i', where head0 is the global index \
+	 * of local head 0 (tensor parallelism) and heads_total the global head count. \
+	 * qkv and out hold elements of type t: fp32, or bf16/fp16 (the storage of a 16-bit training \
+	 * precision: qkv read as its fp32 values, out written rounded to nearest even); lse is fp32. \
+	 * Under a 16-bit precision the CUDA backend's tensor-core kernels read 16-bit qkv and write \
+	 * 16-bit out directly (an fp32 qkv is rounded, and its fp32 out holds the rounded values); the \
+	 * CPU widens a 16-bit qkv, computes in fp32 and rounds out. */ \
+	X(void, attn_fwd, (mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, \
+		int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)) \
+	/* Backward: writes dqkv [T, ng, r + 2, d] from dout [T, ng*r, d], both of type gt (fp32, or \
+	 * bf16/fp16: dout read as its fp32 values, dqkv computed in fp32 and rounded to nearest even), \
+	 * given the forward's qkv, out (of type t, as attn_fwd's) and lse and the same dropout \
+	 * parameters.  The CUDA backend's kernels read and write fp32 gradients: a 16-bit dout and \
+	 * dqkv go through scratch. */ \
+	X(void, attn_bwd, (mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, \
+		const void *qkv, const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, \
+		int r, int d, float p, uint64_t key, int head0, int heads_total)) \
+	\
+	/* ---- attention blocks for context parallelism (megatron-moe-cp.md section 2.3) ---- \
+	 * Causal attention cut into blocks: one block is the queries of `sq` consecutive positions \
+	 * against the keys and values of `sk` consecutive positions, both placed by their *global* \
+	 * positions in the full sequence of length g->s: query i (0 <= i < sq) sits at qoff + i, \
+	 * key i' (0 <= i' < sk) at koff + i', and the key is visible iff koff + i' <= qoff + i (so a \
+	 * block is the causal diagonal when qoff == koff, unmasked when koff + sk <= qoff + 1, empty \
+	 * when koff > qoff + sq - 1).  Layouts, rows sequence-first (row t = i*b + j): \
+	 *   q    [sq*b, ng, r + 2, d]  the fused QKV activation (as attn_fwd's qkv) at the block's \
+	 *                              first row; only the r query slots are read (dq: written to) \
+	 *   kv   [sk*b, ng, 2, d]      per query group its key head then its value head \
+	 *   out  [sq*b, ng*r, d] \
+	 *   lse  element (j, n, i) at lse[(j*ng*r + n) * g->ld_lse + i]  (ld_lse >= sq) \
+	 * Dropout on the probabilities uses attn_fwd's Philox index with global positions: \
+	 * ((j*heads_total + head0 + n)*s + qoff + i)*s + koff + i', so that blocks covering a \
+	 * sequence draw exactly the mask the whole-sequence attn_fwd draws.  Ring attention \
+	 * (TransformerEngine's AttnFuncWithCPAndKVP2P) runs attn_blk_fwd on every visible block and \
+	 * merges the partial results with attn_blk_merge; the backward runs attn_blk_bwd on every \
+	 * visible block with the merged out and lse (Dao et al. 2022, algorithm 2: the probabilities \
+	 * of a block are exp(S - lse) with the row's final lse, D = rowsum(dO * O) with its final O). \
+	 * Counts of 0 (sq, sk, b) do nothing. */ \
+	/* out and lse of one block: out normalized over this block's visible keys, lse their \
+	 * log-sum-exp; a row with no visible key gets out 0 and lse -inf.  Writes out (all sq*b rows) \
+	 * and lse (its sq entries of every (j, n) row). */ \
+	X(void, attn_blk_fwd, (mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, \
+		const float *q, const float *kv)) \
+	/* Merge a block's (ob, lb) into the running (out, lse), both laid out as above with g->sq \
+	 * rows and g->ld_lse: lse' = log(exp(lse) + exp(lb)), out' = out exp(lse - lse') + \
+	 * ob exp(lb - lse'); rows where both are -inf stay (0, -inf).  Updates out and lse. */ \
+	X(void, attn_blk_merge, (mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, \
+		const float *ob, const float *lb)) \
+	/* Backward of one block given the rows' final (merged) out and lse and dout [sq*b, ng*r, d]: \
+	 * dq's query slots ACCUMULATE dS K scale (its key and value slots untouched), dkv \
+	 * accumulates the block's dK and dV. */ \
+	X(void, attn_blk_bwd, (mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, \
+		const float *dout, const float *q, const float *kv, const float *out, const float *lse)) \
+	/* Copy between the key/value slots of qkv [T, ng, r + 2, d] and kv [T, ng, 2, d]: \
+	 * to_kv true writes kv from qkv, false writes qkv's key and value slots from kv (its query \
+	 * slots untouched). */ \
+	X(void, attn_kv_copy, (mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, \
+		bool to_kv)) \
+	\
+	/* ---- attention against a key/value cache (inference; no dropout, no backward) ---- \
+	 * qkv [T, ng, r + 2, d] holds T new tokens laid out as above (after RoPE and the head \
+	 * norms); token t belongs to cache sequence seq[t] (0 <= seq[t] < B) at position pos[t] \
+	 * (0 <= pos[t] < S).  The caches kc, vc [B, ng, S, d] (one layer's keys and values) first \
+	 * receive every new token's key and value head: kc[seq[t], g, pos[t], :] = k_g(t), likewise \
+	 * vc; then query head n of group g = n / r of token t attends causally over its sequence: \
+	 *   out[t, n, :] = sum_{i <= pos[t]} softmax_i(scale * q_n(t).kc[seq[t], g, i]) vc[seq[t], g, i] \
+	 * with scale = 1/sqrt(d) (megatron/core/transformer/dot_product_attention.py; the inference \
+	 * key/value memory of megatron/core/inference/ and megatron/core/transformer/attention.py \
+	 * _adjust_key_value_for_inference).  Positions 0..pos[t] of the sequence must hold keys: from \
+	 * this call or an earlier one.  No two tokens of one call may share (seq, pos).  Writes out \
+	 * [T, ng*r, d] and those cache rows; seq, pos [T] int32.  Softmax sums in fp32, max first. */ \
+	X(void, attn_kv, (mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, \
+		const int32_t *seq, const int32_t *pos, int T, int ng, int r, int d, int S)) \
+	\
+	/* ---- MLP activation with the fc1 bias (Megatron's bias-activation fusion) ---- */ \
+	/* GELU (erf form) or GELU_TANH: x [T, f], y = gelu(x + b), y [T, f]; the tanh form is \
+	 *   0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))). \
+	 * SwiGLU: x [T, 2f] = [gate | up] along each row (first f columns gate, next f up), b [2f], \
+	 *   y[t, c] = silu(x[t, c] + b[c]) * (x[t, f + c] + b[f + c]), y [T, f]. \
+	 * b may be NULL.  Writes y, of type yt as norm_fwd's y; x's elements are of type xt (fp32, or \
+	 * bf16/fp16 read as their fp32 values). */ \
+	X(void, bias_act_fwd, (mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x, \
+		mgt_elem_type xt, const float *b, int T, int f)) \
+	/* Backward: dx [T, f] or [T, 2f] writes; db accumulates (skipped when NULL: the column sums of \
+	 * dx's stored values); x of type xt as the forward's; dy and dx of type gt (fp32, or bf16/fp16: \
+	 * dy read as its fp32 values, dx computed in fp32 and rounded to nearest even). */ \
+	X(void, bias_act_bwd, (mgt_backend *be, mgt_act_kind act, void *dx, float *db, const void *dy, \
+		mgt_elem_type gt, const void *x, mgt_elem_type xt, const float *b, int T, int f)) \
+	\
+	/* ---- bias-dropout-add (residual) ---- */ \
+	/* out[T, h] = resid + dropout(y + b), or dropout(y + b) when resid == NULL; b may be NULL. \
+	 * Dropout element index = e0 + t*h + c (e0: global index of this piece's first element). \
+	 * out may alias resid.  Writes out.  out and resid are of type rt (the residual stream's \
+	 * storage): fp32, or bf16/fp16 (resid read as its fp32 values, the fp32 sum rounded to nearest \
+	 * even); y of type yt (fp32, or 16-bit read as its fp32 values: a 16-bit row-parallel output); \
+	 * b is fp32. */ \
+	X(void, bda_fwd, (mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y, \
+		mgt_elem_type yt, const float *b, int T, int h, float p, uint64_t key, uint64_t e0)) \
+	/* Backward: dy[T, h] = dropout mask * dout (writes; may alias dout when dyt == dot), db[h] += \
+	 * sum_t dy[t] (skipped when NULL; the sum of dy's stored values, in fp32).  dout of type dot, \
+	 * dy of type dyt (each fp32, or bf16/fp16: read as fp32, the product rounded to nearest even). \
+	 * The residual's gradient is dout itself. */ \
+	X(void, bda_bwd, (mgt_backend *be, void *dy, mgt_elem_type dyt, float *db, const void *dout, \
+		mgt_elem_type dot, int T, int h, float p, uint64_t key, uint64_t e0)) \
+	\
+	/* ---- vocab-parallel softmax cross-entropy (megatron/core/tensor_parallel/cross_entropy.py) \
+	 * logits [T, V] hold vocabulary columns [v0, v0 + V) of the padded vocabulary.  The model \
+	 * calls: xent_max -> all-reduce(max) over TP -> xent_stats -> all-reduce(sum) of sumexp and \
+	 * target over TP -> xent_loss; backward xent_bwd.  Nothing [T, V] is written except by \
+	 * xent_bwd, which may overwrite the logits in place.  The logits (and dlogits) are of type lt: \
+	 * fp32, or bf16/fp16 read as their exact fp32 values (Megatron's logits.float() before the \
+	 * cross entropy); statistics and losses are fp32 in every case. */ \
+	/* mx[t] = max_c logits[t, c].  Writes mx [T]. */ \
+	X(void, xent_max, (mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V)) \
+	/* sumexp[t] = sum_c exp(logits[t,c] - mx[t]);  tgt[t] = logits[t, labels[t] - v0] when \
+	 * v0 <= labels[t] < v0 + V, else 0.  Writes sumexp, tgt [T] (sumexp accumulated in double). */ \
+	X(void, xent_stats, (mgt_backend *be, float *sumexp, float *tgt, const void *logits, \
+		mgt_elem_type lt, const int32_t *labels, const float *mx, int64_t v0, int T, int V)) \
+	/* loss[t] = log(sumexp[t]) + mx[t] - tgt[t] (writes loss [T]); returns \
+	 * sum_t loss[t] * mask[t] in double (mask [T] fp32, 0 or 1). */ \
+	X(double, xent_loss, (mgt_backend *be, float *loss, const float *mx, const float *sumexp, \
+		const float *tgt, const float *mask, int T)) \
+	/* dlogits[t, c] = (exp(logits[t,c] - mx[t]) / sumexp[t] - [c + v0 == labels[t]]) \
+	 *                 * mask[t] * scale.   dlogits may alias logits.  Writes, in type lt (each \
+	 * fp32 value rounded to nearest even for bf16/fp16). */ \
+	X(void, xent_bwd, (mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lt, \
+		const int32_t *labels, const float *mx, const float *sumexp, const float *mask, \
+		float scale, int64_t v0, int T, int V)) \
+	\
+	/* ---- Mixture of Experts (lib/model/moe.c; megatron/core/transformer/moe/moe_utils.py \
+	 * permute / unpermute, experts.py) ---- \
+	 * Tokens routed to experts are "permuted": row i of the [N, .] expert input is token idx[i] \
+	 * of the [T, .] layer input, rows grouped by expert; slot[t*k + j] is the row of token t's \
+	 * j-th routed copy (-1: dropped or absent).  The rows are of one element type t (fp32, or the \
+	 * training's bf16/fp16 storage: Megatron permutes, runs the experts on and unpermutes bf16 \
+	 * tokens); each op computes in fp32 and rounds a 16-bit result once, to nearest even. */ \
+	/* dst[i] = src[idx[i]] for i < N (rows of h elements of type t, copied).  Writes dst [N, h]. */ \
+	X(void, rows_gather, (mgt_backend *be, void *dst, const void *src, mgt_elem_type t, \
+		const int32_t *idx, int N, int h)) \
+	/* dst[t] = sum over j < k with slot[t*k + j] >= 0 of src[slot[t*k + j]], added in fp32 in j order \
+	 * (a zero row when there is none), rounded once to t.  Writes dst [T, h].  The combine \
+	 * (unpermute) of the experts' outputs, and the backward of rows_gather. */ \
+	X(void, rows_combine, (mgt_backend *be, void *dst, const void *src, mgt_elem_type t, \
+		const int32_t *slot, int T, int k, int h)) \
+	/* y[i, c] = w[i] * x[i, c] for i < N, c < f (w fp32; x and y of type t, the product rounded \
+	 * once); y may alias x.  Writes y [N, f]. */ \
+	X(void, rows_scale, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, const float *w, \
+		int N, int f)) \
+	/* out[i] = sum_c a[i, c] * b[i, c] (a, b of type t, read as fp32), accumulated in double and \
+	 * rounded once.  Writes out [N] fp32. */ \
+	X(void, rows_dot, (mgt_backend *be, float *out, const void *a, const void *b, mgt_elem_type t, \
+		int N, int f)) \
+	/* Grouped linear layers, one call for G experts: rows [r_g, r_g + rows[g]) of x and y \
+	 * (r_g = rows[0] + ... + rows[g-1]) go through expert g's weight w[g] [out, in]: \
+	 *   y[r_g + i] = x[r_g + i] . w[g]^T     (writes y [sum rows, out]; no bias) \
+	 * x and y of type t, w a HOST array of G backend pointers to elements of type wt (as \
+	 * linear_fwd's); rows[g] may be 0.  Precision and rounding as linear_fwd's, group by group. */ \
+	X(void, linear_fwd_grouped, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, \
+		const void *const *w, mgt_elem_type wt, const int *rows, int G, int in, int out)) \
+	/* Its backward given dy [sum rows, out]: dx (writes; skipped when NULL) and \
+	 * dw[g] [out, in] += dy_g^T . x_g (accumulates fp32; dw a host array of G backend pointers); \
+	 * dx, dy and x of type t, as linear_bwd's. */ \
+	X(void, linear_bwd_grouped, (mgt_backend *be, void *dx, float *const *dw, const void *dy, \
+		const void *x, mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, \
+		int G, int in, int out)) \
+	\
+	/* ---- optimizer and reductions ---- */ \
+	/* AdamW on n elements, torch.optim.AdamW's single-tensor arithmetic: \
+	 *   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g; \
+	 *   p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps) \
+	 * step counts from 1.  Updates p, m, v in place; g is read only.  (torch writes the m update \
+	 * as m.lerp_(g, 1-b1): the same up to rounding.  Bias corrections are computed in double and \
+	 * rounded to fp32 as torch's Python scalars are.) */ \
+	X(void, adamw, (mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, \
+		float b1, float b2, float eps, float wd, int64_t step)) \
+	/* sum of x[i]^2 in double (deterministic order).  NaN/Inf propagate. */ \
+	X(double, sumsq, (mgt_backend *be, const float *x, size_t n)) \
+	/* dst = src, bytes bytes (backend memory, not overlapping). */ \
+	X(void, copy, (mgt_backend *be, void *dst, const void *src, size_t bytes)) \
+	/* dst[i] = src[i] (n fp32 elements) rounded to type dt, MGT_DT_BF16 or MGT_DT_F16, to nearest \
+	 * even (fp16: overflow to +-inf, NaN stays NaN), as mgt_f32_to_bf16 / mgt_f32_to_f16 encode it \
+	 * (lib/util).  Writes dst [n] 2-byte elements; dst and src do not overlap. */ \
+	X(void, cast, (mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n)) \
+	/* dst[i] = the exact fp32 value of src[i], n 2-byte elements of type st (MGT_DT_BF16 or \
+	 * MGT_DT_F16; every such value is a float), as mgt_bf16_to_f32 / mgt_f16_to_f32 decode it. \
+	 * Writes dst [n]; dst and src do not overlap. */ \
+	X(void, widen, (mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)) \
+	/* x *= alpha over n elements. */ \
+	X(void, scale, (mgt_backend *be, float *x, size_t n, float alpha)) \
+	/* y += x over n elements of type t (fp32, or bf16/fp16: the fp32 sum rounded to nearest even, \
+	 * as a 16-bit tensor addition rounds). */ \
+	X(void, add, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n))
+
+#define MGT_BACKEND_OP_FIELD(ret, name, params) ret(*name) params;
+
 typedef struct mgt_backend_ops {
 	const char *name; /* "cpu", "cuda" */
-
-	/* ---- memory ---- */
-	/* Zero-filled allocation of bytes; NULL and MGT_ERR_NOMEM on failure.  free(NULL) is a no-op. */
-	void *(*alloc)(mgt_backend *be, size_t bytes);
-	void (*free)(mgt_backend *be, void *p);
-	/* Host <-> backend copies and fills.  Errors: MGT_ERR_IO (device failure). */
-	mgt_status (*upload)(mgt_backend *be, void *dst, const void *host_src, size_t bytes);
-	mgt_status (*download)(mgt_backend *be, void *host_dst, const void *src, size_t bytes);
-	void (*zero)(mgt_backend *be, void *p, size_t bytes);
-	/* Wait for queued work (no-op on CPU). */
-	void (*sync)(mgt_backend *be);
-	/* Free the backend's own state and be itself (mgt_backend_destroy calls it). */
-	void (*destroy)(mgt_backend *be);
-
-	/* ---- linear layers (GEMM) ---- */
-	/* y[T, out] = x[T, in] . w[out, in]^T (+ b[out] when b != NULL).  Writes y, of type yt: fp32,
-	 * or bf16/fp16 (the fp32 result, bias included, rounded to nearest even as the cast op
-	 * rounds).  x's elements are of type xt, w's of type wt: each MGT_DT_F32 or
-	 * mgt_precision_dtype(be->precision) (see mgt_precision; under MGT_PREC_FP32 a 16-bit operand
-	 * is widened exactly). */
-	void (*linear_fwd)(mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt, const void *w,
-			   mgt_elem_type wt, const float *b, int T, int in, int out);
-	/* Backward of linear_fwd given dy[T, out]:
-	 *   dx[T, in]   = dy . w          writes (skipped when dx == NULL)
-	 *   dw[out, in] += dy^T . x       accumulates (fp32)
-	 *   db[out]     += sum_t dy[t]    accumulates (skipped when db == NULL)
-	 * dy of type dyt, x of type xt and w of type wt, each as linear_fwd's x (db sums dy's values
-	 * in fp32 whatever its type); dx of type dxt as linear_fwd's y (the fp32 sum rounded once). */
-	void (*linear_bwd)(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, const void *dy,
-			   mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T,
-			   int in, int out);
-
-	/* ---- embedding ---- */
-	/* Row lookup in a table holding rows [row0, row0+rows) of a larger (possibly vocab-parallel)
-	 * table: y[t] (=|+=) table[ids[t] - row0] when row0 <= ids[t] < row0+rows, else 0 (=) or
-	 * nothing (+=).  accumulate == false writes y, true adds into y.  table [rows, h], y [T, h]. */
-	void (*embedding_fwd)(mgt_backend *be, float *y, const int32_t *ids, const float *table,
-			      int64_t row0, int64_t rows, int T, int h, bool accumulate);
-	/* dtable[ids[t] - row0] += dy[t] for ids in range.  Accumulates in fp32; deterministic.  dy's
-	 * elements are of type dyt (fp32, or bf16/fp16 read as their fp32 values). */
-	void (*embedding_bwd)(mgt_backend *be, float *dtable, const void *dy, mgt_elem_type dyt, const int32_t *ids,
-			      int64_t row0, int64_t rows, int T, int h);
-
-	/* ---- normalization ---- */
-	/* LayerNorm: y = (x - mean) * rstd * w + b;  RMSNorm: y = x * rstd * w with
-	 * rstd = 1/sqrt(mean(x^2) + eps) (mean is written as 0 for RMSNorm).  b may be NULL (adds
-	 * nothing; RMSNorm always has none).  x, y [T, h]; w, b [h]; mean, rstd [T] saved for the
-	 * backward.  Statistics accumulate in double.  Writes y, mean, rstd.  y's elements are of type
-	 * yt: fp32, or bf16/fp16 (each fp32 result rounded to nearest even, as the cast op rounds);
-	 * x's of type xt: fp32, or bf16/fp16 read as their fp32 values (a 16-bit residual stream). */
-	void (*norm_fwd)(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
-			 const void *x, mgt_elem_type xt, const float *w, const float *b, int T, int h, float eps);
-	/* Backward: dx[T, h] += d/dx (accumulates, so the residual stream's gradient passes through),
-	 * dw[h] += ..., db[h] += ... (db skipped when NULL); x of type xt as the forward's, dx of the
-	 * same type (the residual stream and its gradient: a 16-bit dx is read as its fp32 values and
-	 * the fp32 sum rounded once to nearest even), dy of type dyt (fp32, or 16-bit read as fp32). */
-	void (*norm_bwd)(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
-			 mgt_elem_type dyt, const void *x, mgt_elem_type xt, const float *w, const float *mean,
-			 const float *rstd, int T, int h);
-
-	/* Norm of attention heads inside the fused QKV activation (Megatron-Core's q_layernorm /
-	 * k_layernorm, megatron/core/transformer/attention.py): x, y [T, ng, r + 2, d] laid out as
-	 * rope's qkv below.  key == false normalizes the r query heads of every group (n = T*ng*r
-	 * rows of d, in memory order), key == true the key head of every group (n = T*ng rows); each
-	 * row as norm_fwd does with w, b [d] (b may be NULL).  Writes those rows of y (no other
-	 * element of y) and mean, rstd [n].  y may alias x when both are fp32.  y's elements are of
-	 * type yt (fp32, or bf16/fp16 rounded as norm_fwd's y); x is fp32. */
-	void (*head_norm_fwd)(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
-			      const float *x, const float *w, const float *b, int T, int ng, int r, int d,
-			      bool key, float eps);
-	/* Backward of head_norm_fwd: the selected rows of dx [T, ng, r + 2, d] are WRITTEN (not
-	 * accumulated; other elements untouched) from the same rows of dy; dx may alias dy (in
-	 * place).  dw[d] += ..., db[d] += ... (db skipped when NULL), as norm_bwd. */
-	void (*head_norm_bwd)(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			      const float *dy, const float *x, const float *w, const float *mean,
-			      const float *rstd, int T, int ng, int r, int d, bool key);
-
-	/* ---- rotary position embedding ---- */
-	/* In place on the fused QKV activation qkv[T, ng, r + 2, d] (query-group interleaved as in
-	 * Megatron-Core linear_qkv: per group r query heads, then one key head, then one value head;
-	 * r = heads / query groups, d = kv channels).  Rotates the query and key heads, not values,
-	 * over their first rot_dim (even) channels, non-interleaved ("rotate_half"):
-	 *   theta = pos[t] * inv_freq[k] (fp32),
-	 *   (x1, x2) = (x[k], x[k + rot_dim/2]) -> (x1 cos - x2 sin, x2 cos + x1 sin)  for k < rot_dim/2.
-	 * inv_freq [rot_dim/2] fp32 backend memory: the model's frequencies (mgt_model_rope_inv_freq
-	 * in lib/model: 1 / base^(2k / rot_dim), with Llama 3.1 scaling when asked).  inverse == true
-	 * rotates by -theta (the backward: apply to dqkv).  pos [T] int32.  qkv's elements are of type
-	 * qt: fp32, or bf16/fp16 (read as fp32, rotated in fp32, each result rounded to nearest even
-	 * as the cast op rounds). */
-	void (*rope)(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, const float *inv_freq, int T, int ng,
-		     int r, int d, int rot_dim, bool inverse);
-
-	/* ---- causal self-attention (GQA) ---- */
-	/* qkv [T, ng, r + 2, d] as above (after RoPE), T = s*b sequence-first.  Query head n
-	 * (0 <= n < ng*r) of group g = n / r attends with key/value head g:
-	 *   out[t=(i,j), n, :] = sum_{i' <= i} softmax_i'(scale * q_i.k_i') * v_i',   scale = 1/sqrt(d)
-	 * written to out [T, ng*r, d].  lse [b, ng*r, s] (written) holds the log-sum-exp of each
-	 * softmax row (flash-attention style: the backward recomputes probabilities, nothing
-	 * O(s^2) is stored).  Attention dropout p applies to the probabilities; element (j, n, i, i')
-	 * uses Philox index ((j*heads_total + head0 + n)*s + i)*s + i', where head0 is the global index
-	 * of local head 0 (tensor parallelism) and heads_total the global head count.
-	 * qkv and out hold elements of type t: fp32, or bf16/fp16 (the storage of a 16-bit training
-	 * precision: qkv read as its fp32 values, out written rounded to nearest even); lse is fp32.
-	 * Under a 16-bit precision the CUDA backend's tensor-core kernels read 16-bit qkv and write
-	 * 16-bit out directly (an fp32 qkv is rounded, and its fp32 out holds the rounded values); the
-	 * CPU widens a 16-bit qkv, computes in fp32 and rounds out. */
-	void (*attn_fwd)(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
-			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
-	/* Backward: writes dqkv [T, ng, r + 2, d] from dout [T, ng*r, d], both of type gt (fp32, or
-	 * bf16/fp16: dout read as its fp32 values, dqkv computed in fp32 and rounded to nearest even),
-	 * given the forward's qkv, out (of type t, as attn_fwd's) and lse and the same dropout
-	 * parameters.  The CUDA backend's kernels read and write fp32 gradients: a 16-bit dout and
-	 * dqkv go through scratch. */
-	void (*attn_bwd)(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
-			 const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
-			 uint64_t key, int head0, int heads_total);
-
-	/* ---- attention blocks for context parallelism (megatron-moe-cp.md section 2.3) ----
-	 * Causal attention cut into blocks: one block is the queries of `sq` consecutive positions
-	 * against the keys and values of `sk` consecutive positions, both placed by their *global*
-	 * positions in the full sequence of length g->s: query i (0 <= i < sq) sits at qoff + i,
-	 * key i' (0 <= i' < sk) at koff + i', and the key is visible iff koff + i' <= qoff + i (so a
-	 * block is the causal diagonal when qoff == koff, unmasked when koff + sk <= qoff + 1, empty
-	 * when koff > qoff + sq - 1).  Layouts, rows sequence-first (row t = i*b + j):
-	 *   q    [sq*b, ng, r + 2, d]  the fused QKV activation (as attn_fwd's qkv) at the block's
-	 *                              first row; only the r query slots are read (dq: written to)
-	 *   kv   [sk*b, ng, 2, d]      per query group its key head then its value head
-	 *   out  [sq*b, ng*r, d]
-	 *   lse  element (j, n, i) at lse[(j*ng*r + n) * g->ld_lse + i]  (ld_lse >= sq)
-	 * Dropout on the probabilities uses attn_fwd's Philox index with global positions:
-	 * ((j*heads_total + head0 + n)*s + qoff + i)*s + koff + i', so that blocks covering a
-	 * sequence draw exactly the mask the whole-sequence attn_fwd draws.  Ring attention
-	 * (TransformerEngine's AttnFuncWithCPAndKVP2P) runs attn_blk_fwd on every visible block and
-	 * merges the partial results with attn_blk_merge; the backward runs attn_blk_bwd on every
-	 * visible block with the merged out and lse (Dao et al. 2022, algorithm 2: the probabilities
-	 * of a block are exp(S - lse) with the row's final lse, D = rowsum(dO * O) with its final O).
-	 * Counts of 0 (sq, sk, b) do nothing. */
-	/* out and lse of one block: out normalized over this block's visible keys, lse their
-	 * log-sum-exp; a row with no visible key gets out 0 and lse -inf.  Writes out (all sq*b rows)
-	 * and lse (its sq entries of every (j, n) row). */
-	void (*attn_blk_fwd)(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
-			     const float *kv);
-	/* Merge a block's (ob, lb) into the running (out, lse), both laid out as above with g->sq
-	 * rows and g->ld_lse: lse' = log(exp(lse) + exp(lb)), out' = out exp(lse - lse') +
-	 * ob exp(lb - lse'); rows where both are -inf stay (0, -inf).  Updates out and lse. */
-	void (*attn_blk_merge)(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
-			       const float *lb);
-	/* Backward of one block given the rows' final (merged) out and lse and dout [sq*b, ng*r, d]:
-	 * dq's query slots ACCUMULATE dS K scale (its key and value slots untouched), dkv
-	 * accumulates the block's dK and dV. */
-	void (*attn_blk_bwd)(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
-			     const float *q, const float *kv, const float *out, const float *lse);
-	/* Copy between the key/value slots of qkv [T, ng, r + 2, d] and kv [T, ng, 2, d]:
-	 * to_kv true writes kv from qkv, false writes qkv's key and value slots from kv (its query
-	 * slots untouched). */
-	void (*attn_kv_copy)(mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, bool to_kv);
-
-	/* ---- attention against a key/value cache (inference; no dropout, no backward) ----
-	 * qkv [T, ng, r + 2, d] holds T new tokens laid out as above (after RoPE and the head
-	 * norms); token t belongs to cache sequence seq[t] (0 <= seq[t] < B) at position pos[t]
-	 * (0 <= pos[t] < S).  The caches kc, vc [B, ng, S, d] (one layer's keys and values) first
-	 * receive every new token's key and value head: kc[seq[t], g, pos[t], :] = k_g(t), likewise
-	 * vc; then query head n of group g = n / r of token t attends causally over its sequence:
-	 *   out[t, n, :] = sum_{i <= pos[t]} softmax_i(scale * q_n(t).kc[seq[t], g, i]) vc[seq[t], g, i]
-	 * with scale = 1/sqrt(d) (megatron/core/transformer/dot_product_attention.py; the inference
-	 * key/value memory of megatron/core/inference/ and megatron/core/transformer/attention.py
-	 * _adjust_key_value_for_inference).  Positions 0..pos[t] of the sequence must hold keys: from
-	 * this call or an earlier one.  No two tokens of one call may share (seq, pos).  Writes out
-	 * [T, ng*r, d] and those cache rows; seq, pos [T] int32.  Softmax sums in fp32, max first. */
-	void (*attn_kv)(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv,
-			const int32_t *seq, const int32_t *pos, int T, int ng, int r, int d, int S);
-
-	/* ---- MLP activation with the fc1 bias (Megatron's bias-activation fusion) ---- */
-	/* GELU (erf form) or GELU_TANH: x [T, f], y = gelu(x + b), y [T, f]; the tanh form is
-	 *   0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))).
-	 * SwiGLU: x [T, 2f] = [gate | up] along each row (first f columns gate, next f up), b [2f],
-	 *   y[t, c] = silu(x[t, c] + b[c]) * (x[t, f + c] + b[f + c]), y [T, f].
-	 * b may be NULL.  Writes y, of type yt as norm_fwd's y; x's elements are of type xt (fp32, or
-	 * bf16/fp16 read as their fp32 values). */
-	void (*bias_act_fwd)(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,
-			     mgt_elem_type xt, const float *b, int T, int f);
-	/* Backward: dx [T, f] or [T, 2f] writes; db accumulates (skipped when NULL: the column sums of
-	 * dx's stored values); x of type xt as the forward's; dy and dx of type gt (fp32, or bf16/fp16:
-	 * dy read as its fp32 values, dx computed in fp32 and rounded to nearest even). */
-	void (*bias_act_bwd)(mgt_backend *be, mgt_act_kind act, void *dx, float *db, const void *dy,
-			     mgt_elem_type gt, const void *x, mgt_elem_type xt, const float *b, int T, int f);
-
-	/* ---- bias-dropout-add (residual) ---- */
-	/* out[T, h] = resid + dropout(y + b), or dropout(y + b) when resid == NULL; b may be NULL.
-	 * Dropout element index = e0 + t*h + c (e0: global index of this piece's first element).
-	 * out may alias resid.  Writes out.  out and resid are of type rt (the residual stream's
-	 * storage): fp32, or bf16/fp16 (resid read as its fp32 values, the fp32 sum rounded to nearest
-	 * even); y of type yt (fp32, or 16-bit read as its fp32 values: a 16-bit row-parallel output);
-	 * b is fp32. */
-	void (*bda_fwd)(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y,
-			mgt_elem_type yt, const float *b, int T, int h, float p, uint64_t key, uint64_t e0);
-	/* Backward: dy[T, h] = dropout mask * dout (writes; may alias dout when dyt == dot), db[h] +=
-	 * sum_t dy[t] (skipped when NULL; the sum of dy's stored values, in fp32).  dout of type dot,
-	 * dy of type dyt (each fp32, or bf16/fp16: read as fp32, the product rounded to nearest even).
-	 * The residual's gradient is dout itself. */
-	void (*bda_bwd)(mgt_backend *be, void *dy, mgt_elem_type dyt, float *db, const void *dout, mgt_elem_type dot,
-			int T, int h, float p, uint64_t key, uint64_t e0);
-
-	/* ---- vocab-parallel softmax cross-entropy (megatron/core/tensor_parallel/cross_entropy.py)
-	 * logits [T, V] hold vocabulary columns [v0, v0 + V) of the padded vocabulary.  The model
-	 * calls: xent_max -> all-reduce(max) over TP -> xent_stats -> all-reduce(sum) of sumexp and
-	 * target over TP -> xent_loss; backward xent_bwd.  Nothing [T, V] is written except by
-	 * xent_bwd, which may overwrite the logits in place.  The logits (and dlogits) are of type lt:
-	 * fp32, or bf16/fp16 read as their exact fp32 values (Megatron's logits.float() before the
-	 * cross entropy); statistics and losses are fp32 in every case. */
-	/* mx[t] = max_c logits[t, c].  Writes mx [T]. */
-	void (*xent_max)(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V);
-	/* sumexp[t] = sum_c exp(logits[t,c] - mx[t]);  tgt[t] = logits[t, labels[t] - v0] when
-	 * v0 <= labels[t] < v0 + V, else 0.  Writes sumexp, tgt [T] (sumexp accumulated in double). */
-	void (*xent_stats)(mgt_backend *be, float *sumexp, float *tgt, const void *logits, mgt_elem_type lt,
-			   const int32_t *labels, const float *mx, int64_t v0, int T, int V);
-	/* loss[t] = log(sumexp[t]) + mx[t] - tgt[t] (writes loss [T]); returns
-	 * sum_t loss[t] * mask[t] in double (mask [T] fp32, 0 or 1). */
-	double (*xent_loss)(mgt_backend *be, float *loss, const float *mx, const float *sumexp,
-			    const float *tgt, const float *mask, int T);
-	/* dlogits[t, c] = (exp(logits[t,c] - mx[t]) / sumexp[t] - [c + v0 == labels[t]])
-	 *                 * mask[t] * scale.   dlogits may alias logits.  Writes, in type lt (each
-	 * fp32 value rounded to nearest even for bf16/fp16). */
-	void (*xent_bwd)(mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lt, const int32_t *labels,
-			 const float *mx, const float *sumexp, const float *mask, float scale,
-			 int64_t v0, int T, int V);
-
-	/* ---- Mixture of Experts (lib/model/moe.c; megatron/core/transformer/moe/moe_utils.py
-	 * permute / unpermute, experts.py) ----
-	 * Tokens routed to experts are "permuted": row i of the [N, .] expert input is token idx[i]
-	 * of the [T, .] layer input, rows grouped by expert; slot[t*k + j] is the row of token t's
-	 * j-th routed copy (-1: dropped or absent).  The rows are of one element type t (fp32, or the
-	 * training's bf16/fp16 storage: Megatron permutes, runs the experts on and unpermutes bf16
-	 * tokens); each op computes in fp32 and rounds a 16-bit result once, to nearest even. */
-	/* dst[i] = src[idx[i]] for i < N (rows of h elements of type t, copied).  Writes dst [N, h]. */
-	void (*rows_gather)(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *idx, int N,
-			    int h);
-	/* dst[t] = sum over j < k with slot[t*k + j] >= 0 of src[slot[t*k + j]], added in fp32 in j order
-	 * (a zero row when there is none), rounded once to t.  Writes dst [T, h].  The combine
-	 * (unpermute) of the experts' outputs, and the backward of rows_gather. */
-	void (*rows_combine)(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *slot, int T,
-			     int k, int h);
-	/* y[i, c] = w[i] * x[i, c] for i < N, c < f (w fp32; x and y of type t, the product rounded
-	 * once); y may alias x.  Writes y [N, f]. */
-	void (*rows_scale)(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const float *w, int N, int f);
-	/* out[i] = sum_c a[i, c] * b[i, c] (a, b of type t, read as fp32), accumulated in double and
-	 * rounded once.  Writes out [N] fp32. */
-	void (*rows_dot)(mgt_backend *be, float *out, const void *a, const void *b, mgt_elem_type t, int N, int f);
-	/* Grouped linear layers, one call for G experts: rows [r_g, r_g + rows[g]) of x and y
-	 * (r_g = rows[0] + ... + rows[g-1]) go through expert g's weight w[g] [out, in]:
-	 *   y[r_g + i] = x[r_g + i] . w[g]^T     (writes y [sum rows, out]; no bias)
-	 * x and y of type t, w a HOST array of G backend pointers to elements of type wt (as
-	 * linear_fwd's); rows[g] may be 0.  Precision and rounding as linear_fwd's, group by group. */
-	void (*linear_fwd_grouped)(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
-				   mgt_elem_type wt, const int *rows, int G, int in, int out);
-	/* Its backward given dy [sum rows, out]: dx (writes; skipped when NULL) and
-	 * dw[g] [out, in] += dy_g^T . x_g (accumulates fp32; dw a host array of G backend pointers);
-	 * dx, dy and x of type t, as linear_bwd's. */
-	void (*linear_bwd_grouped)(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
-				   mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
-				   int out);
-
-	/* ---- optimizer and reductions ---- */
-	/* AdamW on n elements, torch.optim.AdamW's single-tensor arithmetic:
-	 *   p *= 1 - lr*wd;  m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g;
-	 *   p -= (lr / (1 - b1^step)) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
-	 * step counts from 1.  Updates p, m, v in place; g is read only.  (torch writes the m update
-	 * as m.lerp_(g, 1-b1): the same up to rounding.  Bias corrections are computed in double and
-	 * rounded to fp32 as torch's Python scalars are.) */
-	void (*adamw)(mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
-		      float lr, float b1, float b2, float eps, float wd, int64_t step);
-	/* sum of x[i]^2 in double (deterministic order).  NaN/Inf propagate. */
-	double (*sumsq)(mgt_backend *be, const float *x, size_t n);
-	/* dst = src, bytes bytes (backend memory, not overlapping). */
-	void (*copy)(mgt_backend *be, void *dst, const void *src, size_t bytes);
-	/* dst[i] = src[i] (n fp32 elements) rounded to type dt, MGT_DT_BF16 or MGT_DT_F16, to nearest
-	 * even (fp16: overflow to +-inf, NaN stays NaN), as mgt_f32_to_bf16 / mgt_f32_to_f16 encode it
-	 * (lib/util).  Writes dst [n] 2-byte elements; dst and src do not overlap. */
-	void (*cast)(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n);
-	/* dst[i] = the exact fp32 value of src[i], n 2-byte elements of type st (MGT_DT_BF16 or
-	 * MGT_DT_F16; every such value is a float), as mgt_bf16_to_f32 / mgt_f16_to_f32 decode it.
-	 * Writes dst [n]; dst and src do not overlap. */
-	void (*widen)(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n);
-	/* x *= alpha over n elements. */
-	void (*scale)(mgt_backend *be, float *x, size_t n, float alpha);
-	/* y += x over n elements of type t (fp32, or bf16/fp16: the fp32 sum rounded to nearest even,
-	 * as a 16-bit tensor addition rounds). */
-	void (*add)(mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n);
+	MGT_BACKEND_OPS(MGT_BACKEND_OP_FIELD)
 } mgt_backend_ops;
 
 struct mgt_backend {

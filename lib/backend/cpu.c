@@ -24,7 +24,6 @@
 #include <string.h>
 
 static void blas_warmup(mgt_backend *be);
-static void cpu_destroy(mgt_backend *be);
 
 #define PAR_MIN CPU_PAR_MIN
 /* Columns per task in column-split reductions. */
@@ -34,7 +33,7 @@ static size_t zmax(size_t a, size_t b) { return a > b ? a : b; }
 
 /* ---- memory ---- */
 
-static void *cpu_alloc(mgt_backend *be, size_t bytes)
+void *mgt_cpu_alloc(mgt_backend *be, size_t bytes)
 {
 	void *p = NULL;
 	if (posix_memalign(&p, 64, zmax(bytes, 1)) != 0) {
@@ -45,23 +44,23 @@ static void *cpu_alloc(mgt_backend *be, size_t bytes)
 	return p;
 }
 
-static void cpu_free(mgt_backend *be, void *p) { free(p); }
+void mgt_cpu_free(mgt_backend *be, void *p) { free(p); }
 
-static mgt_status cpu_upload(mgt_backend *be, void *dst, const void *src, size_t bytes)
+mgt_status mgt_cpu_upload(mgt_backend *be, void *dst, const void *src, size_t bytes)
 {
 	if (bytes)
 		memcpy(dst, src, bytes);
 	return MGT_OK;
 }
 
-static mgt_status cpu_download(mgt_backend *be, void *dst, const void *src, size_t bytes)
+mgt_status mgt_cpu_download(mgt_backend *be, void *dst, const void *src, size_t bytes)
 {
 	if (bytes)
 		memcpy(dst, src, bytes);
 	return MGT_OK;
 }
 
-static void cpu_zero(mgt_backend *be, void *p, size_t bytes)
+void mgt_cpu_zero(mgt_backend *be, void *p, size_t bytes)
 {
 	const size_t chunk = (size_t)1 << 20;
 	size_t nch = (bytes + chunk - 1) / chunk;
@@ -73,7 +72,7 @@ static void cpu_zero(mgt_backend *be, void *p, size_t bytes)
 	}
 }
 
-static void cpu_sync(mgt_backend *be) {}
+void mgt_cpu_sync(mgt_backend *be) {}
 
 /* ---- helpers ---- */
 
@@ -167,7 +166,7 @@ static void load_row(float *r, const uint16_t *h, mgt_elem_type t, size_t n)
 }
 
 /* The widen op: dst [n] = the 16-bit src of type st as fp32 (exact). */
-static void cpu_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
+void mgt_cpu_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
 {
 	const uint16_t *h = src;
 	const size_t ch = 16384; /* elements a task */
@@ -184,11 +183,9 @@ static const float *widen(mgt_backend *be, int k, const void *x, mgt_elem_type t
 		return x;
 	float *r = round_buf(be, k, n);
 	if (r)
-		cpu_widen(be, r, x, t, n);
+		mgt_cpu_widen(be, r, x, t, n);
 	return r;
 }
-
-static void cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n);
 
 /* Where an op computes its fp32 result [n] bound for dst of type t: dst itself when fp32, else
  * rounding buffer 4 (NULL, the failure recorded, when it cannot grow); narrow() then stores it. */
@@ -201,7 +198,7 @@ static float *out32(mgt_backend *be, void *dst, mgt_elem_type t, size_t n)
 static void narrow(mgt_backend *be, void *dst, mgt_elem_type t, const float *r, size_t n)
 {
 	if (t != MGT_DT_F32)
-		cpu_cast(be, dst, t, r, n);
+		mgt_cpu_cast(be, dst, t, r, n);
 	else if (dst != r)
 		memcpy(dst, r, n * sizeof *r);
 }
@@ -414,7 +411,7 @@ void mgt_cpu_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw,
 
 /* ---- embedding ---- */
 
-static void cpu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, const float *table,
+void mgt_cpu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, const float *table,
 			      int64_t row0, int64_t rows, int T, int h, bool accumulate)
 {
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * h > PAR_MIN)
@@ -436,7 +433,7 @@ static void cpu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, con
 	}
 }
 
-static void cpu_embedding_bwd(mgt_backend *be, float *dtable, const void *dy16, mgt_elem_type dyt,
+void mgt_cpu_embedding_bwd(mgt_backend *be, float *dtable, const void *dy16, mgt_elem_type dyt,
 			      const int32_t *ids, int64_t row0, int64_t rows, int T, int h)
 {
 	const float *dy = T > 0 && h > 0 ? widen(be, 5, dy16, dyt, (size_t)T * (size_t)h) : NULL;
@@ -519,7 +516,7 @@ static void norm_fwd_rows(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem
 }
 
 /* A 16-bit x is widened into rounding buffer 0 first (the 16-bit y's rows use buffer 2). */
-static void cpu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
+void mgt_cpu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			 const void *x, mgt_elem_type xt, const float *w, const float *b, int T, int h, float eps)
 {
 	const float *x32 = widen(be, 0, x, xt, (size_t)T * (size_t)(h > 0 ? h : 0));
@@ -585,7 +582,7 @@ static void norm_bwd_rows(mgt_backend *be, mgt_norm_kind kind, float *dx, float 
 
 /* 16-bit inputs widened into rounding buffers 0 (x), 5 (dy) and 4 (dx, accumulated in fp32 there
  * and rounded back). */
-static void cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
+void mgt_cpu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
 			 mgt_elem_type dyt, const void *x, mgt_elem_type xt, const float *w, const float *mean,
 			 const float *rstd, int T, int h)
 {
@@ -607,7 +604,7 @@ static rows_lay head_rows(int ng, int T, int r, bool key, int *n)
 	return key ? (rows_lay){ 1, r + 2, r } : (rows_lay){ r, r + 2, 0 };
 }
 
-static void cpu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
+void mgt_cpu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			      const float *x, const float *w, const float *b, int T, int ng, int r, int d,
 			      bool key, float eps)
 {
@@ -616,7 +613,7 @@ static void cpu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_
 	norm_fwd_rows(be, kind, y, yt, mean, rstd, x, w, b, n, d, eps, L);
 }
 
-static void cpu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+void mgt_cpu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
 			      const float *dy, const float *x, const float *w, const float *mean,
 			      const float *rstd, int T, int ng, int r, int d, bool key)
 {
@@ -638,7 +635,7 @@ static void rope_pairs(float *x1, float *x2, const float *cs, const float *sn, i
 	}
 }
 
-static void cpu_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, const float *inv_freq, int T,
+void mgt_cpu_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, const float *inv_freq, int T,
 		     int ng, int r, int d, int rot_dim, bool inverse)
 {
 	const int half = rot_dim / 2;
@@ -674,14 +671,13 @@ static void cpu_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t
 	}
 }
 
-
 /* ---- attention: cpu_attn.c on fp32 values (16-bit qkv and out widened, out rounded) ---- */
 
-static void cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+void mgt_cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
 			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
 {
 	if (t == MGT_DT_F32) {
-		mgt_cpu_attn_fwd(be, out, lse, qkv, s, b, ng, r, d, p, key, head0, heads_total);
+		mgt_cpu_attn_fwd32(be, out, lse, qkv, s, b, ng, r, d, p, key, head0, heads_total);
 		return;
 	}
 	const size_t T = (size_t)s * b, no = T * ng * r * d;
@@ -689,12 +685,12 @@ static void cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv
 	float *o = round_buf(be, 1, no);
 	if (!q || !o)
 		return;
-	mgt_cpu_attn_fwd(be, o, lse, q, s, b, ng, r, d, p, key, head0, heads_total);
-	cpu_cast(be, out, t, o, no);
+	mgt_cpu_attn_fwd32(be, o, lse, q, s, b, ng, r, d, p, key, head0, heads_total);
+	mgt_cpu_cast(be, out, t, o, no);
 }
 
 /* 16-bit gradients: dout widened into rounding buffer 5, dqkv computed in buffer 4 and rounded. */
-static void cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+void mgt_cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
 			 const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			 uint64_t key, int head0, int heads_total)
 {
@@ -705,7 +701,7 @@ static void cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem
 	float *dq = out32(be, dqkv, gt, nq);
 	if (!q || !o || !g || !dq)
 		return;
-	mgt_cpu_attn_bwd(be, dq, g, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total);
+	mgt_cpu_attn_bwd32(be, dq, g, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total);
 	narrow(be, dqkv, gt, dq, nq);
 }
 /* ---- bias + activation ---- */
@@ -787,7 +783,7 @@ static const float *act_x_row(const void *x, mgt_elem_type xt, float *r, int t, 
 	return r;
 }
 
-static void cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,
+void mgt_cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,
 			     mgt_elem_type xt, const float *b, int T, int f)
 {
 	const bool swi = act == MGT_ACT_SWIGLU;
@@ -843,7 +839,7 @@ CPU_CLONES static void act_bwd_row(float *dxt, const float *gt, const float *xt,
 
 /* 16-bit gradients: dy widened into rounding buffer 5, dx computed in buffer 4 and rounded; db sums
  * the rounded values (widened back into buffer 4). */
-static void cpu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx16, float *db, const void *dy16,
+void mgt_cpu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx16, float *db, const void *dy16,
 			     mgt_elem_type gt, const void *x, mgt_elem_type xt, const float *b, int T, int f)
 {
 	const bool swi = act == MGT_ACT_SWIGLU;
@@ -914,7 +910,7 @@ CPU_CLONES static void bda_row(float *ot, const float *rt, const float *yt, cons
 
 /* 16-bit out and resid: each row through the thread's two row buffers (resid widened, the fp32
  * sum rounded by store_row). */
-static void cpu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y16,
+void mgt_cpu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y16,
 			mgt_elem_type yt, const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	if (T <= 0 || h <= 0)
@@ -958,7 +954,7 @@ CPU_CLONES static void drop_mul_row(float *dt, const float *gt, int h, uint64_t 
 
 /* 16-bit dout widened into rounding buffer 5, a 16-bit dy computed in buffer 4 and rounded; db
  * sums the rounded values (widened back into buffer 4). */
-static void cpu_bda_bwd(mgt_backend *be, void *dy16, mgt_elem_type dyt, float *db, const void *dout16,
+void mgt_cpu_bda_bwd(mgt_backend *be, void *dy16, mgt_elem_type dyt, float *db, const void *dout16,
 			mgt_elem_type dot, int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	if (T <= 0 || h <= 0)
@@ -1028,7 +1024,7 @@ static float *xent_rows(mgt_backend *be, mgt_elem_type lt, int T, int V, bool *f
 	return rows;
 }
 
-static void cpu_xent_max(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V)
+void mgt_cpu_xent_max(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V)
 {
 	bool fail;
 	float *rows = xent_rows(be, lt, T, V, &fail);
@@ -1039,7 +1035,7 @@ static void cpu_xent_max(mgt_backend *be, float *mx, const void *logits, mgt_ele
 		mx[t] = row_max(xent_row(logits, lt, rows, t, V), V);
 }
 
-static void cpu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const void *logits, mgt_elem_type lty,
+void mgt_cpu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const void *logits, mgt_elem_type lty,
 			   const int32_t *labels, const float *mx, int64_t v0, int T, int V)
 {
 	bool fail;
@@ -1055,7 +1051,7 @@ static void cpu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const voi
 	}
 }
 
-static double cpu_xent_loss(mgt_backend *be, float *loss, const float *mx, const float *sumexp,
+double mgt_cpu_xent_loss(mgt_backend *be, float *loss, const float *mx, const float *sumexp,
 			    const float *tgt, const float *mask, int T)
 {
 	double sum = 0;
@@ -1066,7 +1062,7 @@ static double cpu_xent_loss(mgt_backend *be, float *loss, const float *mx, const
 	return sum;
 }
 
-static void cpu_xent_bwd(mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lty,
+void mgt_cpu_xent_bwd(mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lty,
 			 const int32_t *labels, const float *mx, const float *sumexp, const float *mask, float scale,
 			 int64_t v0, int T, int V)
 {
@@ -1137,7 +1133,7 @@ static void adamw_chunk(float *p, const float *g, float *m, float *v, size_t n, 
 	}
 }
 
-static void cpu_adamw(mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+void mgt_cpu_adamw(mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
 		      float lr, float b1, float b2, float eps, float wd, int64_t step)
 {
 	/* Scalars as torch computes them: bias corrections in double, then used as fp32. */
@@ -1153,7 +1149,7 @@ static void cpu_adamw(mgt_backend *be, float *p, const float *g, float *m, float
 	}
 }
 
-static double cpu_sumsq(mgt_backend *be, const float *x, size_t n)
+double mgt_cpu_sumsq(mgt_backend *be, const float *x, size_t n)
 {
 	/* At most 256 chunks whose bounds depend only on n, summed in chunk order. */
 	enum { NCH = 256 };
@@ -1175,14 +1171,14 @@ static double cpu_sumsq(mgt_backend *be, const float *x, size_t n)
 	return sum;
 }
 
-static void cpu_copy(mgt_backend *be, void *dst, const void *src, size_t bytes)
+void mgt_cpu_copy(mgt_backend *be, void *dst, const void *src, size_t bytes)
 {
 	(void)be;
 	if (bytes)
 		memcpy(dst, src, bytes);
 }
 
-static void cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n)
+void mgt_cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n)
 {
 	uint16_t *h = dst;
 	const bool bf = dt == MGT_DT_BF16;
@@ -1191,14 +1187,14 @@ static void cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *
 		h[i] = bf ? mgt_f32_to_bf16(src[i]) : mgt_f32_to_f16(src[i]);
 }
 
-static void cpu_scale(mgt_backend *be, float *x, size_t n, float alpha)
+void mgt_cpu_scale(mgt_backend *be, float *x, size_t n, float alpha)
 {
 #pragma omp parallel for simd num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
 	for (size_t i = 0; i < n; i++)
 		x[i] *= alpha;
 }
 
-static void cpu_add(mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n)
+void mgt_cpu_add(mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n)
 {
 	if (t != MGT_DT_F32) {
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
@@ -1215,53 +1211,8 @@ static void cpu_add(mgt_backend *be, void *y, const void *x, mgt_elem_type t, si
 
 /* ---- the table ---- */
 
-static const mgt_backend_ops cpu_ops = {
-	.name = "cpu",
-	.alloc = cpu_alloc,
-	.free = cpu_free,
-	.upload = cpu_upload,
-	.download = cpu_download,
-	.zero = cpu_zero,
-	.sync = cpu_sync,
-	.destroy = cpu_destroy,
-	.linear_fwd = mgt_cpu_linear_fwd,
-	.linear_bwd = mgt_cpu_linear_bwd,
-	.embedding_fwd = cpu_embedding_fwd,
-	.embedding_bwd = cpu_embedding_bwd,
-	.norm_fwd = cpu_norm_fwd,
-	.norm_bwd = cpu_norm_bwd,
-	.head_norm_fwd = cpu_head_norm_fwd,
-	.head_norm_bwd = cpu_head_norm_bwd,
-	.rope = cpu_rope,
-	.attn_fwd = cpu_attn_fwd,
-	.attn_bwd = cpu_attn_bwd,
-	.attn_blk_fwd = mgt_cpu_attn_blk_fwd,
-	.attn_blk_merge = mgt_cpu_attn_blk_merge,
-	.attn_blk_bwd = mgt_cpu_attn_blk_bwd,
-	.attn_kv_copy = mgt_cpu_attn_kv_copy,
-	.attn_kv = mgt_cpu_attn_kv,
-	.bias_act_fwd = cpu_bias_act_fwd,
-	.bias_act_bwd = cpu_bias_act_bwd,
-	.bda_fwd = cpu_bda_fwd,
-	.bda_bwd = cpu_bda_bwd,
-	.xent_max = cpu_xent_max,
-	.xent_stats = cpu_xent_stats,
-	.xent_loss = cpu_xent_loss,
-	.xent_bwd = cpu_xent_bwd,
-	.rows_gather = mgt_cpu_rows_gather,
-	.rows_combine = mgt_cpu_rows_combine,
-	.rows_scale = mgt_cpu_rows_scale,
-	.rows_dot = mgt_cpu_rows_dot,
-	.linear_fwd_grouped = mgt_cpu_linear_fwd_grouped,
-	.linear_bwd_grouped = mgt_cpu_linear_bwd_grouped,
-	.adamw = cpu_adamw,
-	.sumsq = cpu_sumsq,
-	.copy = cpu_copy,
-	.cast = cpu_cast,
-	.widen = cpu_widen,
-	.scale = cpu_scale,
-	.add = cpu_add,
-};
+#define CPU_OP_ENTRY(ret, n, params) .n = mgt_cpu_##n,
+static const mgt_backend_ops cpu_ops = { .name = "cpu", MGT_BACKEND_OPS(CPU_OP_ENTRY) };
 
 /* OpenBLAS's DYNAMIC_ARCH builds pick their kernels from the CPU model; a model newer than the
  * library (Debian 12's 0.3.21 on Emerald Rapids, model 0xCF) falls back to the Prescott (SSE3)
@@ -1345,7 +1296,7 @@ static void blas_warmup(mgt_backend *be)
 	free(out);
 }
 
-static void cpu_destroy(mgt_backend *be)
+void mgt_cpu_destroy(mgt_backend *be)
 {
 	cpu_impl *im = be->impl;
 	if (im) {

@@ -207,7 +207,7 @@ static void blk_fwd(mgt_backend *be, const geom *G, float *out, float *lse, cons
 	}
 }
 
-void mgt_cpu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
+void mgt_cpu_attn_fwd32(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
 		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
 {
 	const geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total);
@@ -376,7 +376,7 @@ static void blk_bwd(mgt_backend *be, const geom *G, const bwd_args *a)
 	}
 }
 
-void mgt_cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
+void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
 		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
 		      uint64_t key, int head0, int heads_total)
 {

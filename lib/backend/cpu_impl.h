@@ -146,40 +146,14 @@ static inline __attribute__((always_inline)) float cpu_keep_w(uint32_t w, float 
 	return mgt_u32_to_unit(w) >= p ? 1.0f : 0.0f;
 }
 
-void mgt_cpu_attn_fwd(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
+void mgt_cpu_attn_fwd32(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
 		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
-void mgt_cpu_attn_bwd(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
+void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
 		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
 		      uint64_t key, int head0, int heads_total);
-/* cpu_attn.c: the context-parallel attention blocks of backend.h (attn_blk_*, attn_kv_copy). */
-void mgt_cpu_attn_blk_fwd(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
-			  const float *kv);
-void mgt_cpu_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
-			    const float *lb);
-void mgt_cpu_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
-			  const float *q, const float *kv, const float *out, const float *lse);
-void mgt_cpu_attn_kv_copy(mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, bool to_kv);
-void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
-		     const int32_t *pos, int T, int ng, int r, int d, int S);
 
-/* cpu.c: the ops linear_fwd and linear_bwd (cpu_moe.c's grouped linears call them per group). */
-void mgt_cpu_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,
-			const void *w, mgt_elem_type wt, const float *b, int T, int in, int out);
-void mgt_cpu_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, const void *dy,
-			mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in,
-			int out);
-
-/* cpu_moe.c: the Mixture-of-Experts ops of backend.h. */
-void mgt_cpu_rows_gather(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *idx, int N,
-			 int h);
-void mgt_cpu_rows_combine(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *slot, int T,
-			  int k, int h);
-void mgt_cpu_rows_scale(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const float *w, int N, int f);
-void mgt_cpu_rows_dot(mgt_backend *be, float *out, const void *a, const void *b, mgt_elem_type t, int N, int f);
-void mgt_cpu_linear_fwd_grouped(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
-				mgt_elem_type wt, const int *rows, int G, int in, int out);
-void mgt_cpu_linear_bwd_grouped(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
-				mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
-				int out);
+/* The ops of backend.h, mgt_cpu_<op> (cpu.c, cpu_attn.c, cpu_moe.c), declared from its list. */
+#define MGT_CPU_OP_DECL(ret, n, params) ret mgt_cpu_##n params;
+MGT_BACKEND_OPS(MGT_CPU_OP_DECL)
 
 #endif

@@ -127,7 +127,7 @@ static mgt_status map_put(cuda_impl *im, void *p, size_t bytes)
 
 /* ---- memory ---- */
 
-static void *cu_alloc(mgt_backend *be, size_t bytes)
+void *mgt_cuda_alloc(mgt_backend *be, size_t bytes)
 {
 	cuda_impl *im = impl(be);
 	void *p = NULL;
@@ -158,7 +158,7 @@ static void *cu_alloc(mgt_backend *be, size_t bytes)
 }
 
 /* Waits for the stream first: queued work may still use p. */
-static void cu_free(mgt_backend *be, void *p)
+void mgt_cuda_free(mgt_backend *be, void *p)
 {
 	cuda_impl *im = impl(be);
 	if (!p)
@@ -188,24 +188,24 @@ static mgt_status cu_copy(mgt_backend *be, const char *op, void *dst, const void
 	return mgt_cuda_ok(be, op, e) ? MGT_OK : im->err;
 }
 
-static mgt_status cu_upload(mgt_backend *be, void *dst, const void *src, size_t bytes)
+mgt_status mgt_cuda_upload(mgt_backend *be, void *dst, const void *src, size_t bytes)
 {
 	return cu_copy(be, "upload", dst, src, bytes, cudaMemcpyHostToDevice);
 }
 
-static mgt_status cu_download(mgt_backend *be, void *dst, const void *src, size_t bytes)
+mgt_status mgt_cuda_download(mgt_backend *be, void *dst, const void *src, size_t bytes)
 {
 	return cu_copy(be, "download", dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
-static void cu_zero(mgt_backend *be, void *p, size_t bytes)
+void mgt_cuda_zero(mgt_backend *be, void *p, size_t bytes)
 {
 	if (bytes)
 		mgt_cuda_ok(be, "zero", cudaMemsetAsync(p, 0, bytes, impl(be)->stream));
 }
 
 /* sync cannot return the backend's failure; it records it again as the thread's message. */
-static void cu_sync(mgt_backend *be)
+void mgt_cuda_sync(mgt_backend *be)
 {
 	if (mgt_cuda_ok(be, "sync", cudaStreamSynchronize(impl(be)->stream)))
 		pending(be);
@@ -253,7 +253,7 @@ void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes)
 			mgt_cuda_ok(be, op, call);                        \
 	} while (0)
 
-static void cu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, const float *table,
+void mgt_cuda_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, const float *table,
 			     int64_t row0, int64_t rows, int T, int h, bool accumulate)
 {
 	if (T > 0 && h > 0)
@@ -261,7 +261,7 @@ static void cu_embedding_fwd(mgt_backend *be, float *y, const int32_t *ids, cons
 			    mgt_k_embedding_fwd(stream(be), y, ids, table, row0, rows, T, h, accumulate));
 }
 
-static void cu_embedding_bwd(mgt_backend *be, float *dtable, const void *dy, mgt_elem_type dyt, const int32_t *ids,
+void mgt_cuda_embedding_bwd(mgt_backend *be, float *dtable, const void *dy, mgt_elem_type dyt, const int32_t *ids,
 			     int64_t row0, int64_t rows, int T, int h)
 {
 	if (T > 0 && h > 0)
@@ -269,7 +269,7 @@ static void cu_embedding_bwd(mgt_backend *be, float *dtable, const void *dy, mgt
 			mgt_k_embedding_bwd(stream(be), dtable, dy, mgt_cuda_kt(dyt), ids, row0, rows, T, h, ws));
 }
 
-static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
+void mgt_cuda_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			const void *x, mgt_elem_type xt, const float *w, const float *b, int T, int h, float eps)
 {
 	if (T > 0 && h > 0)
@@ -278,7 +278,7 @@ static void cu_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_t
 					   eps));
 }
 
-static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
+void mgt_cuda_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
 			mgt_elem_type dyt, const void *x, mgt_elem_type xt, const float *w, const float *mean,
 			const float *rstd, int T, int h)
 {
@@ -288,7 +288,7 @@ static void cu_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw
 				       T, h, ws));
 }
 
-static void cu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
+void mgt_cuda_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_elem_type yt, float *mean, float *rstd,
 			     const float *x, const float *w, const float *b, int T, int ng, int r, int d,
 			     bool key, float eps)
 {
@@ -298,7 +298,7 @@ static void cu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_e
 						key, eps));
 }
 
-static void cu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
+void mgt_cuda_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
 			     const float *dy, const float *x, const float *w, const float *mean,
 			     const float *rstd, int T, int ng, int r, int d, bool key)
 {
@@ -308,7 +308,7 @@ static void cu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, flo
 					    d, key, ws));
 }
 
-static void cu_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, const float *inv_freq, int T,
+void mgt_cuda_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, const float *inv_freq, int T,
 		    int ng, int r, int d, int rot_dim, bool inverse)
 {
 	if (T > 0 && rot_dim >= 2)
@@ -345,7 +345,7 @@ static mgt_k_dtype attn_types(int tc, mgt_elem_type t, size_t nq, size_t no, siz
 	return kt;
 }
 
-static void cu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+void mgt_cuda_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
 			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
 {
 	if (s <= 0 || b <= 0) return;
@@ -370,7 +370,7 @@ static void cu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv,
 
 /* The kernels read and write fp32 gradients: a 16-bit dout is widened into scratch, a 16-bit dqkv
  * written there and rounded into place (a step for when a GPU measures kernels that take them). */
-static void cu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+void mgt_cuda_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
 			const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			uint64_t key, int head0, int heads_total)
 {
@@ -410,21 +410,21 @@ static void cu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_
 
 /* Context-parallel attention blocks: the fp32 CUDA-core kernels (kernels/attn.cu on a block
  * geometry, kernels/attn_cp.cu) in every precision. */
-static void cu_attn_blk_fwd(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
+void mgt_cuda_attn_blk_fwd(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
 			    const float *kv)
 {
 	if (g->sq > 0 && g->sk > 0 && g->b > 0)
 		mgt_cuda_ok(be, "attn_blk_fwd", mgt_k_attn_blk_fwd(stream(be), g, out, lse, q, kv));
 }
 
-static void cu_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
+void mgt_cuda_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
 			      const float *lb)
 {
 	if (g->sq > 0 && g->b > 0)
 		mgt_cuda_ok(be, "attn_blk_merge", mgt_k_attn_blk_merge(stream(be), g, out, lse, ob, lb));
 }
 
-static void cu_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
+void mgt_cuda_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
 			    const float *q, const float *kv, const float *out, const float *lse)
 {
 	if (g->sq > 0 && g->sk > 0 && g->b > 0 && g->koff <= g->qoff + g->sq - 1)
@@ -432,19 +432,19 @@ static void cu_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, f
 			mgt_k_attn_blk_bwd(stream(be), g, dq, dkv, dout, q, kv, out, lse, ws));
 }
 
-static void cu_attn_kv_copy(mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, bool to_kv)
+void mgt_cuda_attn_kv_copy(mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, bool to_kv)
 {
 	if (T > 0)
 		mgt_cuda_ok(be, "attn_kv_copy", mgt_k_attn_kv_copy(stream(be), qkv, kv, T, ng, r, d, to_kv));
 }
 
-static void cu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
+void mgt_cuda_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
 		       const int32_t *pos, int T, int ng, int r, int d, int S)
 {
 	mgt_cuda_ok(be, "attn_kv", mgt_k_attn_kv(stream(be), out, kc, vc, qkv, seq, pos, T, ng, r, d, S));
 }
 
-static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,
+void mgt_cuda_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,
 			    mgt_elem_type xt, const float *b, int T, int f)
 {
 	if (T > 0 && f > 0)
@@ -452,7 +452,7 @@ static void cu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem
 			    mgt_k_bias_act_fwd(stream(be), (int)act, y, mgt_cuda_kt(yt), x, mgt_cuda_kt(xt), b, T, f));
 }
 
-static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx, float *db, const void *dy,
+void mgt_cuda_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx, float *db, const void *dy,
 			    mgt_elem_type gt, const void *x, mgt_elem_type xt, const float *b, int T, int f)
 {
 	if (T > 0 && f > 0)
@@ -460,7 +460,7 @@ static void cu_bias_act_bwd(mgt_backend *be, mgt_act_kind act, void *dx, float *
 			mgt_k_bias_act_bwd(stream(be), (int)act, dx, db, dy, mgt_cuda_kt(gt), x, mgt_cuda_kt(xt), b, T, f, ws));
 }
 
-static void cu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y,
+void mgt_cuda_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_type rt, const void *y,
 		       mgt_elem_type yt, const float *b, int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	if (T > 0 && h > 0)
@@ -468,7 +468,7 @@ static void cu_bda_fwd(mgt_backend *be, void *out, const void *resid, mgt_elem_t
 			    mgt_k_bda_fwd(stream(be), out, resid, mgt_cuda_kt(rt), y, mgt_cuda_kt(yt), b, T, h, p, key, e0));
 }
 
-static void cu_bda_bwd(mgt_backend *be, void *dy, mgt_elem_type dyt, float *db, const void *dout, mgt_elem_type dot,
+void mgt_cuda_bda_bwd(mgt_backend *be, void *dy, mgt_elem_type dyt, float *db, const void *dout, mgt_elem_type dot,
 		       int T, int h, float p, uint64_t key, uint64_t e0)
 {
 	if (T > 0 && h > 0)
@@ -476,13 +476,13 @@ static void cu_bda_bwd(mgt_backend *be, void *dy, mgt_elem_type dyt, float *db, 
 			mgt_k_bda_bwd(stream(be), dy, mgt_cuda_kt(dyt), db, dout, mgt_cuda_kt(dot), T, h, p, key, e0, ws));
 }
 
-static void cu_xent_max(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V)
+void mgt_cuda_xent_max(mgt_backend *be, float *mx, const void *logits, mgt_elem_type lt, int T, int V)
 {
 	if (T > 0)
 		mgt_cuda_ok(be, "xent_max", mgt_k_xent_max(stream(be), mx, logits, mgt_cuda_kt(lt), T, V));
 }
 
-static void cu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const void *logits, mgt_elem_type lt,
+void mgt_cuda_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const void *logits, mgt_elem_type lt,
 			  const int32_t *labels, const float *mx, int64_t v0, int T, int V)
 {
 	if (T > 0)
@@ -490,7 +490,7 @@ static void cu_xent_stats(mgt_backend *be, float *sumexp, float *tgt, const void
 			    mgt_k_xent_stats(stream(be), sumexp, tgt, logits, mgt_cuda_kt(lt), labels, mx, v0, T, V));
 }
 
-static void cu_xent_bwd(mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lt,
+void mgt_cuda_xent_bwd(mgt_backend *be, void *dlogits, const void *logits, mgt_elem_type lt,
 			const int32_t *labels, const float *mx, const float *sumexp, const float *mask, float scale,
 			int64_t v0, int T, int V)
 {
@@ -501,27 +501,27 @@ static void cu_xent_bwd(mgt_backend *be, void *dlogits, const void *logits, mgt_
 
 /* ---- Mixture of Experts (kernels/moe.cu; the grouped linears are in cuda_gemm.c) ---- */
 
-static void cu_rows_gather(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *idx, int N,
+void mgt_cuda_rows_gather(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *idx, int N,
 			   int h)
 {
 	if (N > 0 && h > 0)
 		mgt_cuda_ok(be, "rows_gather", mgt_k_rows_gather(stream(be), dst, src, mgt_cuda_kt(t), idx, N, h));
 }
 
-static void cu_rows_combine(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *slot, int T,
+void mgt_cuda_rows_combine(mgt_backend *be, void *dst, const void *src, mgt_elem_type t, const int32_t *slot, int T,
 			    int k, int h)
 {
 	if (T > 0 && h > 0)
 		mgt_cuda_ok(be, "rows_combine", mgt_k_rows_combine(stream(be), dst, src, mgt_cuda_kt(t), slot, T, k, h));
 }
 
-static void cu_rows_scale(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const float *w, int N, int f)
+void mgt_cuda_rows_scale(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const float *w, int N, int f)
 {
 	if (N > 0 && f > 0)
 		mgt_cuda_ok(be, "rows_scale", mgt_k_rows_scale(stream(be), y, x, mgt_cuda_kt(t), w, N, f));
 }
 
-static void cu_rows_dot(mgt_backend *be, float *out, const void *a, const void *b, mgt_elem_type t, int N, int f)
+void mgt_cuda_rows_dot(mgt_backend *be, float *out, const void *a, const void *b, mgt_elem_type t, int N, int f)
 {
 	if (N > 0)
 		mgt_cuda_ok(be, "rows_dot", mgt_k_rows_dot(stream(be), out, a, b, mgt_cuda_kt(t), N, f));
@@ -541,7 +541,7 @@ static double dres_fetch(mgt_backend *be, const char *op, int rc)
 	return mgt_cuda_ok(be, op, e) ? r : NAN;
 }
 
-static double cu_xent_loss(mgt_backend *be, float *loss, const float *mx, const float *sumexp,
+double mgt_cuda_xent_loss(mgt_backend *be, float *loss, const float *mx, const float *sumexp,
 			   const float *tgt, const float *mask, int T)
 {
 	if (T <= 0)
@@ -553,7 +553,7 @@ static double cu_xent_loss(mgt_backend *be, float *loss, const float *mx, const 
 							    sumexp, tgt, mask, T, ws));
 }
 
-static double cu_sumsq(mgt_backend *be, const float *x, size_t n)
+double mgt_cuda_sumsq(mgt_backend *be, const float *x, size_t n)
 {
 	if (!n)
 		return 0;
@@ -564,7 +564,7 @@ static double cu_sumsq(mgt_backend *be, const float *x, size_t n)
 }
 
 /* The scalars exactly as cpu_adamw computes them (double, then fp32). */
-static void cu_adamw(mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+void mgt_cuda_adamw(mgt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
 		     float lr, float b1, float b2, float eps, float wd, int64_t step)
 {
 	const double bc1 = 1.0 - pow((double)b1, (double)step);
@@ -576,92 +576,45 @@ static void cu_adamw(mgt_backend *be, float *p, const float *g, float *m, float 
 }
 
 /* Device-to-device, queued on the stream (no wait). */
-static void cu_dcopy(mgt_backend *be, void *dst, const void *src, size_t bytes)
+void mgt_cuda_copy(mgt_backend *be, void *dst, const void *src, size_t bytes)
 {
 	if (bytes)
 		mgt_cuda_ok(be, "copy", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream(be)));
 }
 
-static void cu_scale(mgt_backend *be, float *x, size_t n, float alpha)
+void mgt_cuda_scale(mgt_backend *be, float *x, size_t n, float alpha)
 {
 	if (n)
 		mgt_cuda_ok(be, "scale", mgt_k_scale(stream(be), x, n, alpha));
 }
 
-static void cu_add(mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n)
+void mgt_cuda_add(mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n)
 {
 	if (n)
 		mgt_cuda_ok(be, "add", mgt_k_add(stream(be), y, x, mgt_cuda_kt(t), n));
 }
 
-static void cu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n)
+void mgt_cuda_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src, size_t n)
 {
 	if (n)
 		mgt_cuda_ok(be, "cast",
 			    mgt_k_cast(stream(be), dst, mgt_cuda_kt(dt), src, MGT_K_F32, n));
 }
 
-static void cu_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
+void mgt_cuda_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
 {
 	if (n)
 		mgt_cuda_ok(be, "widen", mgt_k_cast(stream(be), dst, MGT_K_F32, src, mgt_cuda_kt(st), n));
 }
 
-static void cu_destroy(mgt_backend *be);
-
-static const mgt_backend_ops cuda_ops = {
-	.name = "cuda",
-	.alloc = cu_alloc,
-	.free = cu_free,
-	.upload = cu_upload,
-	.download = cu_download,
-	.zero = cu_zero,
-	.sync = cu_sync,
-	.destroy = cu_destroy,
-	.linear_fwd = mgt_cuda_linear_fwd,
-	.linear_bwd = mgt_cuda_linear_bwd,
-	.embedding_fwd = cu_embedding_fwd,
-	.embedding_bwd = cu_embedding_bwd,
-	.norm_fwd = cu_norm_fwd,
-	.norm_bwd = cu_norm_bwd,
-	.head_norm_fwd = cu_head_norm_fwd,
-	.head_norm_bwd = cu_head_norm_bwd,
-	.rope = cu_rope,
-	.attn_fwd = cu_attn_fwd,
-	.attn_bwd = cu_attn_bwd,
-	.attn_blk_fwd = cu_attn_blk_fwd,
-	.attn_blk_merge = cu_attn_blk_merge,
-	.attn_blk_bwd = cu_attn_blk_bwd,
-	.attn_kv_copy = cu_attn_kv_copy,
-	.attn_kv = cu_attn_kv,
-	.bias_act_fwd = cu_bias_act_fwd,
-	.bias_act_bwd = cu_bias_act_bwd,
-	.bda_fwd = cu_bda_fwd,
-	.bda_bwd = cu_bda_bwd,
-	.xent_max = cu_xent_max,
-	.xent_stats = cu_xent_stats,
-	.xent_loss = cu_xent_loss,
-	.xent_bwd = cu_xent_bwd,
-	.rows_gather = cu_rows_gather,
-	.rows_combine = cu_rows_combine,
-	.rows_scale = cu_rows_scale,
-	.rows_dot = cu_rows_dot,
-	.linear_fwd_grouped = mgt_cuda_linear_fwd_grouped,
-	.linear_bwd_grouped = mgt_cuda_linear_bwd_grouped,
-	.adamw = cu_adamw,
-	.sumsq = cu_sumsq,
-	.copy = cu_dcopy,
-	.cast = cu_cast,
-	.widen = cu_widen,
-	.scale = cu_scale,
-	.add = cu_add,
-};
+#define CUDA_OP_ENTRY(ret, n, params) .n = mgt_cuda_##n,
+static const mgt_backend_ops cuda_ops = { .name = "cuda", MGT_BACKEND_OPS(CUDA_OP_ENTRY) };
 
 /* ---- create and destroy ---- */
 
 /* Frees whatever part of the state exists (also after a failed create), including allocations
  * the caller did not free. */
-static void cu_destroy(mgt_backend *be)
+void mgt_cuda_destroy(mgt_backend *be)
 {
 	cuda_impl *im = impl(be);
 	if (im) {
@@ -754,7 +707,7 @@ mgt_backend *mgt_backend_cuda_create(int device, mgt_status *st)
 	im->device = device;
 	be->impl = im;
 	if ((*st = cuda_start(be)) != MGT_OK) {
-		cu_destroy(be);
+		mgt_cuda_destroy(be);
 		return NULL;
 	}
 	be->ops = &cuda_ops;

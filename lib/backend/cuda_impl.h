@@ -81,19 +81,11 @@ bool mgt_cuda_ok(mgt_backend *be, const char *op, int rc);
 /* The scratch buffer, grown to at least bytes (synchronizing); NULL after recording a failure. */
 void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes);
 
-/* cuda_gemm.c: the ops linear_fwd and linear_bwd, their grouped forms, and freeing the cached
- * plans. */
-void mgt_cuda_linear_fwd(mgt_backend *be, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt, const void *w,
-			 mgt_elem_type wt, const float *b, int T, int in, int out);
-void mgt_cuda_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw, float *db, const void *dy,
-			 mgt_elem_type dyt, const void *x, mgt_elem_type xt, const void *w, mgt_elem_type wt, int T, int in,
-			 int out);
-/* cuda_gemm.c: linear_fwd_grouped and linear_bwd_grouped (linear_fwd / linear_bwd per group). */
-void mgt_cuda_linear_fwd_grouped(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
-				 mgt_elem_type wt, const int *rows, int G, int in, int out);
-void mgt_cuda_linear_bwd_grouped(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
-				 mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
-				 int out);
+/* cuda_gemm.c: freeing the cached GEMM plans (the linear ops are there too). */
 void mgt_cuda_plans_free(cuda_impl *im);
+
+/* The ops of backend.h, mgt_cuda_<op> (cuda.c, cuda_gemm.c), declared from its list. */
+#define MGT_CUDA_OP_DECL(ret, n, params) ret mgt_cuda_##n params;
+MGT_BACKEND_OPS(MGT_CUDA_OP_DECL)
 
 #endif
