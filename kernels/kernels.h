@@ -78,9 +78,9 @@ int mgt_k_norm_bwd(mgt_k_stream s, int kind, void *dx, float *dw, float *db, con
 int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtype yt, float *mean, float *rstd, const float *x,
 			const float *w, const float *b, int T, int ng, int r, int d, int key, float eps);
 size_t mgt_k_head_norm_bwd_ws_bytes(int T, int ng, int r, int d, int key);
-int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db, const float *dy,
-			const float *x, const float *w, const float *mean, const float *rstd, int T,
-			int ng, int r, int d, int key, void *ws);
+int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, void *dx, float *dw, float *db, const void *dy, mgt_k_dtype gt,
+			const float *x, const float *w, const float *mean, const float *rstd, int T, int ng, int r, int d,
+			int key, void *ws);
 
 /* ---- RoPE, in place on qkv [T, ng, r + 2, d] of elements of type qt (fp32, or bf16 / fp16:
  * read as fp32, rotated in fp32, rounded to nearest even); inv_freq [rot_dim / 2] device memory ---- */

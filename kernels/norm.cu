@@ -129,16 +129,17 @@ extern "C" int mgt_k_head_norm_fwd(mgt_k_stream s, int kind, void *y, mgt_k_dtyp
 /* Row t: g = dy * w, xhat = (x - mean) * rstd,
  * dx (+)= rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMSNorm: no mean(g) term).  acc: add
  * into dx, else write it (dx may then alias dy: each thread reads its elements of dy before it
- * writes the same elements of dx, after the block's sums).  x and dx of type X, dy of type G (read
- * as fp32; a 16-bit dx's sum rounded to nearest even). */
-template <typename X, typename G>
-static __global__ void norm_dx_k(int kind, X *dx, const G *dy, const X *x, const float *w, const float *mean,
+ * writes the same elements of dx, after the block's sums).  x of type X, dy of type G (read as
+ * fp32), dx of type D (X for the norms, G for the head norms; a 16-bit dx's sum rounded to
+ * nearest even). */
+template <typename X, typename G, typename D>
+static __global__ void norm_dx_k(int kind, D *dx, const G *dy, const X *x, const float *w, const float *mean,
 				 const float *rstd, int h, bool vec, rows_lay L, bool acc)
 {
 	const size_t t = blockIdx.x, nh = (size_t)h, ng = (nh + 3) / 4, off = row_at(L, t, nh);
 	const X *xt = x + off;
 	const G *gt = dy + off;
-	X *dxt = dx + off;
+	D *dxt = dx + off;
 	const float m = mean[t], rs = rstd[t];
 	double sg = 0, sgx = 0;
 	for (size_t g = threadIdx.x; g < ng; g += blockDim.x) {
@@ -218,9 +219,9 @@ extern "C" size_t mgt_k_norm_bwd_ws_bytes(int T, int h)
 	return 2 * (size_t)mgt_col_chunks(T, h) * (size_t)h * sizeof(double);
 }
 
-/* The backward's kernels for x and dx of type X, dy of type G. */
-template <typename X, typename G>
-static void norm_bwd_x(cudaStream_t st, int kind, X *dx, float *dw, float *db, const G *dy, const X *x,
+/* The backward's kernels for x of type X, dy of type G, dx of type D. */
+template <typename X, typename G, typename D>
+static void norm_bwd_x(cudaStream_t st, int kind, D *dx, float *dw, float *db, const G *dy, const X *x,
 		       const float *w, const float *mean, const float *rstd, int T, int h, void *ws, rows_lay L,
 		       bool acc, bool vec)
 {
@@ -230,13 +231,14 @@ static void norm_bwd_x(cudaStream_t st, int kind, X *dx, float *dw, float *db, c
 	MGT_LAUNCH((norm_dwdb_part_k<X, G>), dim3(cb, R), MGT_COL_THREADS, 0, st, pw, pb, dy, x, mean, rstd, T, h, rows,
 		   L);
 	MGT_LAUNCH(norm_dwdb_fin_k, cb, MGT_COL_THREADS, 0, st, dw, db, pw, pb, R, h);
-	MGT_LAUNCH((norm_dx_k<X, G>), T, MGT_ROW_THREADS, 0, st, kind, dx, dy, x, w, mean, rstd, h, vec, L, acc);
+	MGT_LAUNCH((norm_dx_k<X, G, D>), T, MGT_ROW_THREADS, 0, st, kind, dx, dy, x, w, mean, rstd, h, vec, L, acc);
 }
 
-/* dw/db first, then dx: with acc == false dx may alias dy.  x and dx of type xt, dy of type gt. */
+/* dw/db first, then dx: with acc == false dx may alias dy.  x of type xt, dy of type gt, dx of
+ * type gt when dx_dy (the head norms, in place on the gradient) else xt. */
 static int norm_bwd_rows(mgt_k_stream s, int kind, void *dx, float *dw, float *db, const void *dy, mgt_k_dtype gt,
 			 const void *x, mgt_k_dtype xt, const float *w, const float *mean, const float *rstd, int T,
-			 int h, void *ws, rows_lay L, bool acc)
+			 int h, void *ws, rows_lay L, bool acc, bool dx_dy)
 {
 	if (T <= 0 || h <= 0)
 		return 0;
@@ -246,8 +248,12 @@ static int norm_bwd_rows(mgt_k_stream s, int kind, void *dx, float *dw, float *d
 		return mgt_k_typed(gt, [&](auto eg) {
 			typedef typename decltype(ex)::type X;
 			typedef typename decltype(eg)::type G;
-			norm_bwd_x(st, kind, (X *)dx, dw, db, (const G *)dy, (const X *)x, w, mean, rstd, T, h, ws, L, acc,
-				   vec);
+			if (dx_dy)
+				norm_bwd_x(st, kind, (G *)dx, dw, db, (const G *)dy, (const X *)x, w, mean, rstd, T, h, ws, L,
+					   acc, vec);
+			else
+				norm_bwd_x(st, kind, (X *)dx, dw, db, (const G *)dy, (const X *)x, w, mean, rstd, T, h, ws, L,
+					   acc, vec);
 			return mgt_k_rc();
 		});
 	});
@@ -257,7 +263,8 @@ extern "C" int mgt_k_norm_bwd(mgt_k_stream s, int kind, void *dx, float *dw, flo
 			      mgt_k_dtype dyt, const void *x, mgt_k_dtype xt, const float *w, const float *mean,
 			      const float *rstd, int T, int h, void *ws)
 {
-	return norm_bwd_rows(s, kind, dx, dw, db, dy, dyt, x, xt, w, mean, rstd, T, h, ws, rows_lay{1, 1, 0}, true);
+	return norm_bwd_rows(s, kind, dx, dw, db, dy, dyt, x, xt, w, mean, rstd, T, h, ws, rows_lay{1, 1, 0}, true,
+			     false);
 }
 
 extern "C" size_t mgt_k_head_norm_bwd_ws_bytes(int T, int ng, int r, int d, int key)
@@ -267,11 +274,11 @@ extern "C" size_t mgt_k_head_norm_bwd_ws_bytes(int T, int ng, int r, int d, int 
 	return mgt_k_norm_bwd_ws_bytes(n, d);
 }
 
-extern "C" int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, float *dx, float *dw, float *db,
-				   const float *dy, const float *x, const float *w, const float *mean,
-				   const float *rstd, int T, int ng, int r, int d, int key, void *ws)
+extern "C" int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, void *dx, float *dw, float *db, const void *dy,
+				   mgt_k_dtype gt, const float *x, const float *w, const float *mean, const float *rstd, int T,
+				   int ng, int r, int d, int key, void *ws)
 {
 	int n;
 	rows_lay L = head_rows(T, ng, r, key, &n);
-	return norm_bwd_rows(s, kind, dx, dw, db, dy, MGT_K_F32, x, MGT_K_F32, w, mean, rstd, n, d, ws, L, false);
+	return norm_bwd_rows(s, kind, dx, dw, db, dy, gt, x, MGT_K_F32, w, mean, rstd, n, d, ws, L, false, true);
 }

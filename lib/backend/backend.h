@@ -79,8 +79,9 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * attn_bwd and bias_act_bwd take them with their type).  So are the MoE layers' tokens,
  * expert activations and their gradients (the row ops and grouped linears take their type; the
  * expert-parallel all-to-all moves them in 16 bits), as Megatron's bf16 experts; the router's
- * logits, the probabilities and their gradients stay fp32.  Context parallelism's fp32 blocks
- * and the gradients of --qk-layernorm's head norms are fp32 in this version.
+ * logits, the probabilities and their gradients stay fp32.  So are the gradients through
+ * --qk-layernorm's head norms (head_norm_bwd takes their type; linear_qkv's output, which it
+ * reads, stays fp32).  Context parallelism's blocks compute in fp32 in this version.
  *
  * Weights may come already in the 16-bit type (the model's 16-bit copy of its parameters, which
  * it refreshes with the cast op after every change of its fp32 main parameters, as Megatron's
@@ -175,10 +176,12 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 		int r, int d, bool key, float eps)) \
 	/* Backward of head_norm_fwd: the selected rows of dx [T, ng, r + 2, d] are WRITTEN (not \
 	 * accumulated; other elements untouched) from the same rows of dy; dx may alias dy (in \
-	 * place).  dw[d] += ..., db[d] += ... (db skipped when NULL), as norm_bwd. */ \
-	X(void, head_norm_bwd, (mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db, \
-		const float *dy, const float *x, const float *w, const float *mean, const float *rstd, \
-		int T, int ng, int r, int d, bool key)) \
+	 * place).  dx and dy of type gt (fp32, or bf16/fp16: dy read as fp32, each dx the fp32 \
+	 * result rounded once); x fp32 (linear_qkv's output).  dw[d] += ..., db[d] += ... (db \
+	 * skipped when NULL), as norm_bwd. */ \
+	X(void, head_norm_bwd, (mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, \
+		const void *dy, mgt_elem_type gt, const float *x, const float *w, const float *mean, \
+		const float *rstd, int T, int ng, int r, int d, bool key)) \
 	\
 	/* ---- rotary position embedding ---- */ \
 	/* In place on the fused QKV activation qkv[T, ng, r + 2, d] (query-group interleaved as in \

@@ -613,13 +613,24 @@ void mgt_cpu_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_ele
 	norm_fwd_rows(be, kind, y, yt, mean, rstd, x, w, b, n, d, eps, L);
 }
 
-void mgt_cpu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			      const float *dy, const float *x, const float *w, const float *mean,
-			      const float *rstd, int T, int ng, int r, int d, bool key)
+/* A 16-bit dy is widened whole into rounding buffer 5, the backward runs in place there in fp32,
+ * and only the selected rows are rounded back into dx (the others stay as they are). */
+void mgt_cpu_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
+			   mgt_elem_type gt, const float *x, const float *w, const float *mean, const float *rstd, int T,
+			   int ng, int r, int d, bool key)
 {
 	int n;
 	rows_lay L = head_rows(ng, T, r, key, &n);
-	norm_bwd_rows(be, kind, dx, dw, db, dy, x, w, mean, rstd, n, d, L, false);
+	if (gt == MGT_DT_F32) {
+		norm_bwd_rows(be, kind, dx, dw, db, dy, x, w, mean, rstd, n, d, L, false);
+		return;
+	}
+	float *g = (float *)widen(be, 5, dy, gt, (size_t)T * ng * (r + 2) * d);
+	if (!g)
+		return;
+	norm_bwd_rows(be, kind, g, dw, db, g, x, w, mean, rstd, n, d, L, false);
+	for (int i = 0; i < n; i++)
+		store_row(dx, gt, row_at(L, i, d), g + row_at(L, i, d), d);
 }
 
 /* ---- rotary position embedding ---- */

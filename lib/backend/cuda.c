@@ -298,14 +298,14 @@ void mgt_cuda_head_norm_fwd(mgt_backend *be, mgt_norm_kind kind, void *y, mgt_el
 						key, eps));
 }
 
-void mgt_cuda_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, float *dx, float *dw, float *db,
-			     const float *dy, const float *x, const float *w, const float *mean,
-			     const float *rstd, int T, int ng, int r, int d, bool key)
+void mgt_cuda_head_norm_bwd(mgt_backend *be, mgt_norm_kind kind, void *dx, float *dw, float *db, const void *dy,
+			    mgt_elem_type gt, const float *x, const float *w, const float *mean, const float *rstd, int T,
+			    int ng, int r, int d, bool key)
 {
 	if (T > 0 && ng > 0 && d > 0 && (key || r > 0))
 		WITH_WS("head_norm_bwd", mgt_k_head_norm_bwd_ws_bytes(T, ng, r, d, key),
-			mgt_k_head_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, x, w, mean, rstd, T, ng, r,
-					    d, key, ws));
+			mgt_k_head_norm_bwd(stream(be), (int)kind, dx, dw, db, dy, mgt_cuda_kt(gt), x, w, mean, rstd, T,
+					    ng, r, d, key, ws));
 }
 
 void mgt_cuda_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, const float *inv_freq, int T,

@@ -80,7 +80,7 @@ struct mgt_model {
 	 * 2-byte elements (the pointer is then a handle): dres of res_t (the residual's gradient),
 	 * dtmp_h and dloc of act_t (row-parallel and MoE outputs, gradients of row-parallel and norm
 	 * outputs; fp32 for the embedding's output), dctx and dbig of the
-	 * attention gradients' type (gpt.c attn_bwd: act_t, fp32 with --qk-layernorm), dact and the
+	 * attention gradients' type (gpt.c attn_bwd: act_t), dact and the
 	 * MLP's use of dbig of act_t; emb and lnl as before (fp32 embedding output, norm rows) */
 	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
 	size_t act_bytes, work_bytes;

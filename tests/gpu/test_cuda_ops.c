@@ -821,7 +821,7 @@ static void t_head_norm(mgt_norm_kind kind, bool key, bool bias, int T, int ng, 
 	C->head_norm_fwd(cpu, kind, yc, MGT_DT_F32, mc, rc, x, w, b, T, ng, r, d, key, 1e-6f);
 	float *g0 = hrand(n, 1), *gc = hcopy(g0, n), *dw0 = hrand(d, 1), *db0 = hrand(d, 1);
 	float *dwc = hcopy(dw0, d), *dbc = hcopy(db0, d);
-	C->head_norm_bwd(cpu, kind, gc, dwc, bias ? dbc : NULL, gc, x, w, mc, rc, T, ng, r, d, key);
+	C->head_norm_bwd(cpu, kind, gc, dwc, bias ? dbc : NULL, gc, MGT_DT_F32, x, w, mc, rc, T, ng, r, d, key);
 	float *dX = dput(x, n), *dW = dput(w, d), *dB = bias ? dput(b, d) : NULL, *dY = dalloc(n * 4);
 	float *dM = dalloc(rows * 4), *dR = dalloc(rows * 4), *dMc = dput(mc, rows), *dRc = dput(rc, rows);
 	float *dG = dalloc(n * 4), *dDW = dalloc((size_t)d * 4), *dDB = dalloc((size_t)d * 4);
@@ -834,7 +834,7 @@ static void t_head_norm(mgt_norm_kind kind, bool key, bool bias, int T, int ng, 
 		up(dDW, dw0, (size_t)d * 4);
 		up(dDB, db0, (size_t)d * 4);
 		G->head_norm_fwd(gpu, kind, dY, MGT_DT_F32, dM, dR, dX, dW, dB, T, ng, r, d, key, 1e-6f);
-		G->head_norm_bwd(gpu, kind, dG, dDW, bias ? dDB : NULL, dG, dX, dW, dMc, dRc, T, ng, r, d, key);
+		G->head_norm_bwd(gpu, kind, dG, dDW, bias ? dDB : NULL, dG, MGT_DT_F32, dX, dW, dMc, dRc, T, ng, r, d, key);
 		y[k] = dget(dY, n);
 		m[k] = dget(dM, rows);
 		rs[k] = dget(dR, rows);
@@ -871,6 +871,19 @@ static void t_head_norm(mgt_norm_kind kind, bool key, bool bias, int T, int ng, 
 			if (memcmp(&y[0][i], &y0[i], 4) == 0)
 				yr[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(y016[i]) : mgt_f16_to_f32(y016[i]);
 		t_out16(nm("%s: 16-bit y", id), dY16, dt, yr, n);
+		/* the backward in place on a 16-bit gradient: the fp32 backward of its values, rounded
+		 * (the unselected rows keep their bits); dw and db the same bits */
+		void *dG16;
+		float *dGv = dput16(g0, n, dt, &dG16);
+		float *dw16 = dput(dw0, d), *db16 = dput(db0, d), *dwv = dput(dw0, d), *dbv = dput(db0, d);
+		G->head_norm_bwd(gpu, kind, dG16, dw16, bias ? db16 : NULL, dG16, dt, dX, dW, dMc, dRc, T, ng, r, d, key);
+		G->head_norm_bwd(gpu, kind, dGv, dwv, bias ? dbv : NULL, dGv, MGT_DT_F32, dX, dW, dMc, dRc, T, ng, r, d, key);
+		float *gv = dget(dGv, n), *a1 = dget(dw16, d), *a2 = dget(dwv, d), *b1 = dget(db16, d), *b2 = dget(dbv, d);
+		t_out16(nm("%s: bwd in place on a 16-bit gradient", id), dG16, dt, gv, n);
+		CHECK(ndiff(a1, a2, d, 4) == 0 && ndiff(b1, b2, d, 4) == 0, "%s%s: %s bwd dw, db the bits of the fp32 values'",
+		      tag, id, dt == MGT_DT_BF16 ? "bf16" : "fp16");
+		free(gv), free(a1), free(a2), free(b1), free(b2);
+		dfree(dG16), dfree(dGv), dfree(dw16), dfree(db16), dfree(dwv), dfree(dbv);
 		free(yr), free(y016), dfree(dY16);
 	}
 	det(id, ndiff(y[0], y[1], n, 4) + ndiff(m[0], m[1], rows, 4) + ndiff(rs[0], rs[1], rows, 4) +

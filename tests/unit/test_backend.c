@@ -524,7 +524,7 @@ static void test_head_norm_case(mgt_norm_kind kind, bool key, int with_bias, int
 	for (int i = 0; i < n; i++)
 		memcpy(g + head_row_off(&c, i), R + (size_t)i * d, d * sizeof *g);
 	float *dw0 = randf(d, 1), *db0 = randf(d, 1), *dw = copyf(dw0, d), *db = copyf(db0, d);
-	O->head_norm_bwd(be, kind, g, dw, b ? db : NULL, g, x, w, mean, rstd, T, ng, r, d, key);
+	O->head_norm_bwd(be, kind, g, dw, b ? db : NULL, g, MGT_DT_F32, x, w, mean, rstd, T, ng, r, d, key);
 	int others_g = 1;
 	for (size_t i = 0; i < N; i++)
 		if (!sel[i] && g[i] != g0[i])

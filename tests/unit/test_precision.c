@@ -474,6 +474,22 @@ static void test_residual16(mgt_precision prec, const char *name, float (*round)
 		CHECK(bad == 0 && kept == nq - T * NG * (key ? 1 : R) * D,
 		      "%s head_norm_fwd (%s heads) into 16 bits: the rounding of the fp32 rows (%d differ), other rows kept",
 		      name, key ? "key" : "query", bad);
+		/* the backward in place on a 16-bit gradient (dy's values, q16b's bits) */
+		static float g32[T * NG * (R + 2) * D], hw1[D], hw2[D];
+		for (int i = 0; i < nq; i++) g32[i] = ref_decode(q16b[i], bf);
+		memcpy(q16, q16b, sizeof q16);
+		memset(hw1, 0, sizeof hw1), memset(hw2, 0, sizeof hw2);
+		be->ops->head_norm_bwd(be, MGT_NORM_RMSNORM, g32, hw1, NULL, g32, MGT_DT_F32, x, w, hm, hr, T, NG, R, D, key);
+		be->ops->head_norm_bwd(be, MGT_NORM_RMSNORM, q16, hw2, NULL, q16, dt, x, w, hm, hr, T, NG, R, D, key);
+		bad = 0, kept = 0;
+		for (int i = 0; i < nq; i++) {
+			const int m = i / D % (R + 2);
+			if (key ? m == R : m < R) bad += !same(ref_decode(q16[i], bf), round(g32[i]));
+			else kept += q16[i] == q16b[i];
+		}
+		CHECK(bad == 0 && kept == nq - T * NG * (key ? 1 : R) * D && !memcmp(hw1, hw2, sizeof hw1),
+		      "%s head_norm_bwd (%s heads) in place on a 16-bit gradient: the rounding of the fp32 rows (%d differ), "
+		      "other rows kept, dw the same bits", name, key ? "key" : "query", bad);
 	}
 	for (int drop = 0; drop < 2; drop++) {
 		const float p = drop ? 0.2f : 0.0f;
