@@ -32,6 +32,7 @@ void *mgt_model_balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 /* n elements of type t */
 #define AT(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->act_bytes, &st)
 #define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+#define WK(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->work_bytes, &st)
 
 /* Elements of layer buffer k (LA_*) of local layer li (-1: a dense layer's), 0 for one the model
  * does not have (an MoE layer's expert activations are moe.c's). */
@@ -182,8 +183,10 @@ static mgt_status alloc_activations(mgt_model *m)
 	if (m->first) m->emb = AF(T * h);
 	if (m->sp) { m->lnl = AF(Th * h); m->dloc = WF(Th * h); }
 	size_t big = (size_t)(m->qkv_l > m->fc1_l ? m->qkv_l : m->fc1_l);
-	m->dres = WF(Th * h); m->dtmp_h = WF(T * h); m->dbig = WF(T * big);
-	m->dctx = WF(T * (size_t)(m->nq_l * m->d)); m->dact = WF(T * (size_t)m->ffn_l);
+	/* the gradient scratch in the gradients' types (dloc above stays fp32: it also takes the
+	 * embedding's fp32 output under SP) */
+	m->dres = WK(Th * h, m->res_t); m->dtmp_h = WK(T * h, m->act_t); m->dbig = WK(T * big, m->act_t);
+	m->dctx = WK(T * (size_t)(m->nq_l * m->d), m->act_t); m->dact = WK(T * (size_t)m->ffn_l, m->act_t);
 	if (m->rope && m->n_layers) m->inv_freq = WF(m->rot_dim / 2);
 	if (!st) st = mgt_cp_alloc(m);
 	return st ? st : mgt_moe_alloc(m);
