@@ -60,7 +60,7 @@
 	X(I, null_tokenizer_eod_id, null_tokenizer_eod_id, "null-tokenizer-eod-id", "-1", "[-1,)", "NullTokenizer eod (-1: vocab size - 1)") \
 	X(H, data, _, "", "", "", "data") \
 	X(S, data_path, data_path, "data-path", "", "", "[WEIGHT] PREFIX ... (Megatron blend)") \
-	X(S, split, split, "split", "", "", "train,valid,test weights, e.g. 969,30,1") \
+	X(S, split, split, "split", "", "", "train,valid,test weights (969,30,1 with --data-path when not given, as Megatron)") \
 	X(S, data_cache_path, data_cache_path, "data-cache-path", "", "", "where index caches go") \
 	X(B, mock_data, mock_data, "mock-data", "false", "", "synthetic data (benchmarks)") \
 	X(B, eod_mask_loss, eod_mask_loss, "eod-mask-loss", "false", "", "no loss on end-of-document labels") \

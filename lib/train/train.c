@@ -917,12 +917,25 @@ static mgt_status setup_backend(trainer *t)
 				    a->loss_scale_window, a->hysteresis);
 }
 
+/* Megatron's validate_args: --data-path without --split takes the legacy "969, 30, 1", saying so. */
+static mgt_status default_split(trainer *t)
+{
+	mgt_args *a = t->a;
+	if (!a->data_path || a->mock_data || (a->split && *a->split)) return MGT_OK;
+	free(a->split);
+	if (!(a->split = mgt_strdup("969, 30, 1"))) return MGT_ERR_NOMEM;
+	if (t->io->log)
+		fprintf(t->io->log, "WARNING: Please specify --split when using --data-path. Using legacy default value of \"969, 30, 1\"\n");
+	return MGT_OK;
+}
+
 static mgt_status setup(trainer *t)
 {
 	mgt_args *a = t->a;
 	a->world_size = mgt_dist_world_size();
 	mgt_status st = t->eval_only ? MGT_OK : trainer_plan_check(t);
 	if (!st) st = trainer_checkpoint_args(a);
+	if (!st) st = default_split(t);
 	if (!st) st = setup_tokenizer(t);
 	if (!st) st = mgt_args_finalize(a);
 	if (!st && a->debug_dump && a->world_size > 1)
@@ -1056,7 +1069,7 @@ mgt_status mgt_train_evaluate(mgt_args *a, const mgt_train_io *io, const mgt_tra
 	if (!st && from < 0) from = o->test ? 0 : t.consumed_valid >= one ? t.consumed_valid - one : 0;
 	if (!st && mgt_gpt_data_len(t.data, sp) <= 0)
 		st = mgt_err(MGT_ERR_INPUT, "the %s split has no samples (--split %s, --eval-iters %lld, --eval-interval %lld)",
-			     o->test ? "test" : "validation", a->split ? a->split : "969,30,1", (long long)a->eval_iters,
+			     o->test ? "test" : "validation", a->split ? a->split : "(none)", (long long)a->eval_iters,
 			     (long long)a->eval_interval);
 	if (!st && a->eval_iters <= 0) st = mgt_err(MGT_ERR_USAGE, "--eval-iters %lld: nothing to evaluate", (long long)a->eval_iters);
 	r->iteration = t.iteration;

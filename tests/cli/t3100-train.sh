@@ -101,4 +101,13 @@ printf '{"text": "1 2 3 999 4 5"}\n{"text": "7 8 9 10 11 12 13 14"}\n' >ids.json
 "$BIN/mgt-preprocess" --input ids.jsonl --output-prefix ids --tokenizer-type NullTokenizer --vocab-size 1000 --quiet >/dev/null 2>&1
 bad "token id beyond the vocabulary" 3 "999" "$BIN/mgt-train" --model tiny-gpt2 --tokenizer-type NullTokenizer --data-cache-path cache2 \
 	--vocab-size 500 --data-path ids_text_document --seq-length 4 --micro-batch-size 1 --train-iters 1 --lr 1e-3
+# --data-path without --split: Megatron's legacy default 969,30,1 with its warning, so a
+# validation split exists (it used to train on all of the data and validate on nothing)
+NOSPLIT=$(echo "$TRAIN" | sed 's/--split 98,2,0 //')
+ok "--data-path without --split" exits 0 $NOSPLIT --train-iters 5 --metrics-file nosplit.jsonl
+ok "... warns as Megatron does" err_has 'WARNING: Please specify --split when using --data-path. Using legacy default value of "969, 30, 1"'
+ok "... the argument dump shows the split used" err_has "split \.* 969, 30, 1"
+ok "... and it validates (a validation loss at iteration 5)" $PY -c "
+import json, sys
+sys.exit(not any(o.get('iteration') == 5 and 'valid_loss' in o for o in map(json.loads, open('nosplit.jsonl'))))"
 done_testing
