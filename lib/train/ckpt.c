@@ -833,6 +833,11 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 	if (!dir) return MGT_OK; /* --ckpt-step without --load: refused by mgt_args_finalize */
 	int64_t it;
 	mgt_status st = pick_iteration(t, dir, &it);
+	if (!st && it < 0 && t->a->exit_on_missing_checkpoint) { /* Megatron's load_checkpoint, which exits 0 */
+		if (t->io->log) fprintf(t->io->log, ">> '--exit-on-missing-checkpoint' set ... exiting. <<\n");
+		return mgt_err(MGT_ERR_FORMAT, "--load %s: no checkpoint there (no %s) and --exit-on-missing-checkpoint", dir,
+			       MGT_CKPT_TRACKER);
+	}
 	if (st || it < 0) return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
 	mgt_ckpt *c = NULL;
 	bool damaged = false;

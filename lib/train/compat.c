@@ -43,6 +43,9 @@ typedef struct {
 static const compat_row rows[] = {
 	/* model implementation and kernels */
 	{ "use-mcore-models", 'i', '0', NULL, "mgt has one model implementation, with Megatron-Core's tensor layout" },
+	{ "apply-query-key-layer-scaling", 'i', '0', NULL, "mgt's attention scales Q.K^T once and takes the softmax in fp32: Megatron's scaling by the layer number and its undoing cancel" },
+	{ "use-mp-args-from-checkpoint-args", 'i', '0', NULL, "mgt loads a checkpoint under any parallel layout (resharding on load): the layout is the command line's, with the same results" },
+	{ "local-rank", 'i', '1', NULL, "mgt takes the rank and its GPU from the launcher's environment (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID), not from torch.distributed.launch's --local-rank" },
 	{ "use-legacy-models", 'r', '0', NULL, "mgt implements Megatron-Core's models only" },
 	{ "transformer-impl", 'i', '1', NULL, "mgt has one transformer implementation" },
 	{ "attention-backend", 'i', '1', NULL, "mgt picks its own fused attention kernel" },

@@ -110,4 +110,11 @@ ok "... the argument dump shows the split used" err_has "split \.* 969, 30, 1"
 ok "... and it validates (a validation loss at iteration 5)" $PY -c "
 import json, sys
 sys.exit(not any(o.get('iteration') == 5 and 'valid_loss' in o for o in map(json.loads, open('nosplit.jsonl'))))"
+# --exit-on-missing-checkpoint: a --load directory without a checkpoint ends the run (Megatron's
+# flag; it exits 0 there, mgt 6) instead of starting from random weights
+mkdir -p empty
+ok "--exit-on-missing-checkpoint with an empty --load: exit 6" exits 6 $TRAIN --train-iters 5 --load empty --exit-on-missing-checkpoint
+ok "... with Megatron's line" err_has ">> '--exit-on-missing-checkpoint' set ... exiting. <<"
+ok "... naming the directory and the flag" err_has "error: --load empty: no checkpoint there"
+ok "... without the flag it starts from random" exits 0 $TRAIN --train-iters 5 --load empty
 done_testing

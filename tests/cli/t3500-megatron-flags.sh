@@ -54,6 +54,12 @@ echo '{"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "hidden_dro
 ok "a value out of range in a model JSON is refused too" exits 3 $BASE --train-iters 1 --model range.json
 ok "  naming the file and the key" err_has "range.json.*hidden.dropout 1.5: expected a finite number in"
 
+# flags Megatron accepts that arguments-flags.txt's list misses: known to mgt-train too
+printf '%s\n' --exit-on-missing-checkpoint --use-mp-args-from-checkpoint-args --apply-query-key-layer-scaling \
+	--local-rank | "$BIN/mgt-train" --megatron-flags >four
+ok "--exit-on-missing-checkpoint implemented; --use-mp-args-from-checkpoint-args, --apply-query-key-layer-scaling and --local-rank accepted with their reasons" \
+	sh -c "grep -q '^--exit-on-missing-checkpoint implemented\$' four && test \$(grep -c ' ignored: ' four) = 3 || cat four"
+
 # ---- Mixture of Experts: flags, presets and bad input ---------------------------------------
 # The MoE flags come from Megatron-Core's TransformerConfig and ModelParallelConfig (not in
 # arguments-flags.txt): each is implemented, or classified with its reason.
