@@ -599,6 +599,56 @@ mgt_status mgt_mkdirs(const char *path)
 	return st;
 }
 
+/* Write and remove a probe file in the existing directory dir. */
+static mgt_status probe_write(const char *dir, const char *what, const char *shown)
+{
+	char probe[4096];
+	snprintf(probe, sizeof probe, "%s/.mgt-write-probe.%ld", dir, (long)getpid());
+	int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	int e = errno;
+	if (fd >= 0) {
+		bool ok = write(fd, "", 1) == 1;
+		e = errno;
+		ok = close(fd) == 0 && ok;
+		unlink(probe);
+		if (ok) return MGT_OK;
+	}
+	return mgt_err(MGT_ERR_IO, "%s %s: cannot write there: %s", what, shown, strerror(e));
+}
+
+mgt_status mgt_dir_writable(const char *dir, const char *what)
+{
+	char *made = mgt_strdup(dir); /* the first missing ancestor: removed again with what it holds */
+	if (!made) return MGT_ERR_NOMEM;
+	struct stat sb;
+	size_t keep = strlen(made);
+	while (keep > 0 && made[keep - 1] == '/') made[--keep] = 0;
+	bool missing = stat(made, &sb) != 0 && errno == ENOENT;
+	for (char *sl; missing && (sl = strrchr(made, '/')) && sl != made;) {
+		*sl = 0;
+		if (stat(made, &sb) == 0 || errno != ENOENT) {
+			*sl = '/';
+			break;
+		}
+	}
+	mgt_status st = mgt_mkdirs(dir);
+	if (st) st = mgt_err_ctx(st, "%s", what);
+	else st = probe_write(dir, what, dir);
+	/* the directories made for the probe go again (the run makes them when it saves): from dir
+	 * (trimmed as made was) up to the first missing ancestor */
+	char *p = missing ? mgt_strdup(dir) : NULL;
+	for (size_t n = p ? strlen(p) : 0; p && n > 0 && p[n - 1] == '/';) p[--n] = 0;
+	while (p && *p) {
+		rmdir(p);
+		char *sl = strlen(p) > strlen(made) ? strrchr(p, '/') : NULL;
+		if (!sl) break;
+		*sl = 0;
+	}
+	free(p);
+	free(made);
+	return st;
+}
+
 bool mgt_share_preset(const char *kind, const char *name, char *out, size_t n, char *dir, size_t dn)
 {
 	if (!out || !n || !dir || !dn) return false;

@@ -69,6 +69,12 @@ void mgt_afile_abort(mgt_afile *af);
  * MGT_ERR_NOMEM. */
 mgt_status mgt_mkdirs(const char *path);
 
+/* A preflight for an output directory: mgt_mkdirs(dir), then a probe file created in it
+ * (".mgt-write-probe.PID", exclusive), one byte written and the file removed, and the directories
+ * made for it removed again: nothing is left behind.  Errors: mgt_mkdirs's (prefixed by what),
+ * or MGT_ERR_IO "WHAT DIR: cannot write there: REASON". */
+mgt_status mgt_dir_writable(const char *dir, const char *what);
+
 /* The file of a shipped preset share/mgt/KIND/NAME.json (KIND "models", "clusters"): NAME itself
  * when it holds a '/' or ".json" (a path); else $MGT_SHARE/KIND/NAME.json when readable, else
  * BIN/../share/mgt/KIND/NAME.json beside the running executable.  out [n] gets the path; dir

@@ -117,4 +117,10 @@ ok "--exit-on-missing-checkpoint with an empty --load: exit 6" exits 6 $TRAIN --
 ok "... with Megatron's line" err_has ">> '--exit-on-missing-checkpoint' set ... exiting. <<"
 ok "... naming the directory and the flag" err_has "error: --load empty: no checkpoint there"
 ok "... without the flag it starts from random" exits 0 $TRAIN --train-iters 5 --load empty
+: >afile
+ok "--save under a regular file: refused before training (exit 1)" exits 1 $TRAIN --train-iters 5 --save afile/ck
+ok "... naming --save and the path" err_has "error: --save: afile/ck: cannot create directory"
+ok "... before the first iteration" sh -c "! grep -q 'iteration  *1/' '$T/err'"
+ok "--save into a new directory" exits 0 $TRAIN --train-iters 5 --save probed
+ok "... the probe file is gone" sh -c "test -d probed/iter_0000005 && ! ls -A probed | grep -q probe"
 done_testing
