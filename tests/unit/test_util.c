@@ -2,6 +2,7 @@
  * error exit or a signal, stale "PATH.tmp.PID" files of dead writers, mgt_afile's cleanup and
  * lock, writes past a file size limit, signal names and exit statuses.
  * Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on failure. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -130,6 +131,32 @@ static void test_afile(void)
 	unlink(tmp);
 }
 
+/* mgt_dir_writable: a writable directory passes and keeps nothing of the probe; missing
+ * directories are made for the probe and removed again; a path under a regular file fails. */
+static void test_dir_writable(void)
+{
+	char keep[600], made[600], sub[700];
+	snprintf(keep, sizeof keep, "%s", path_in("w"));
+	snprintf(made, sizeof made, "%s", path_in("n1"));
+	snprintf(sub, sizeof sub, "%s/n2/n3/", made);
+	CHECK(mkdir(keep, 0777) == 0 && mgt_dir_writable(keep, "--save") == MGT_OK, "an existing directory is writable");
+	DIR *d = opendir(keep);
+	int left = 0;
+	for (struct dirent *e; d && (e = readdir(d));) left += e->d_name[0] != '.' || strstr(e->d_name, "probe") != NULL;
+	if (d) closedir(d);
+	CHECK(d && left == 0, "... and the probe file is gone (%d entries left)", left);
+	CHECK(mgt_dir_writable(sub, "--save") == MGT_OK && !exists(made), "missing directories made for the probe are removed again");
+	char *file = path_in("plain");
+	touch(file);
+	char under[700];
+	snprintf(under, sizeof under, "%s/ck", file);
+	CHECK(mgt_dir_writable(under, "--save") == MGT_ERR_IO && strstr(mgt_err_msg(), "--save: ") &&
+	      strstr(mgt_err_msg(), "cannot create directory"), "a directory under a regular file: an io error naming the flag (%s)",
+	      mgt_err_msg());
+	rmdir(keep);
+	unlink(file);
+}
+
 /* In a child under a 4 KiB file size limit with SIGXFSZ as mgt_signals_install leaves it. */
 static void test_file_size_limit(void)
 {
@@ -236,6 +263,7 @@ int main(void)
 	test_registry();
 	test_stale();
 	test_afile();
+	test_dir_writable();
 	test_file_size_limit();
 	test_signals();
 	char cmd[600];
