@@ -939,8 +939,10 @@ static mgt_status setup(trainer *t)
 	if (!st) st = setup_tokenizer(t);
 	if (!st) st = mgt_args_finalize(a);
 	/* before anything is computed: a --save that cannot be written is found now, not at the
-	 * first save after the training time is spent */
-	if (!st && a->save && !t->eval_only) st = mgt_dir_writable(a->save, "--save");
+	 * first save after the training time is spent.  Rank 0 probes (it makes and removes the
+	 * directories it needs, which other ranks probing at once would race with); its error ends
+	 * the job. */
+	if (!st && a->save && !t->eval_only && mgt_dist_world_rank() == 0) st = mgt_dir_writable(a->save, "--save");
 	if (!st && a->debug_dump && a->world_size > 1)
 		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
 	if (!st) st = mgt_parallel_init_ep(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,

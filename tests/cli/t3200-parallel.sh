@@ -192,6 +192,13 @@ ok "the failing rank ends the job, naming itself" sh -c "MGT_MPIRUN_TIMEOUT=120 
 	--micro-batch-size $MBS --train-iters 6 $V1 --pipeline-model-parallel-size 2 --load ck >/dev/null 2>'$T/err'; \
 	r=\$?; [ \$r != 0 ] && [ \$r != 124 ]" && err_has "rank 1 of 2: error:"
 
+# a --save that cannot be written: rank 0's preflight ends the job before training (exit 1)
+: >afile
+ok "--save under a regular file under mpirun: the job ends with exit 1 before training" sh -c "MGT_MPIRUN_TIMEOUT=120 \
+	$RUN 2 $BIN/mgt-train --model $G --mock-data --tokenizer-type NullTokenizer --vocab-size 512 --seq-length $SEQ \
+	--micro-batch-size $MBS --train-iters 6 $V1 --save afile/ck >/dev/null 2>'$T/err' </dev/null; test \$? = 1 &&
+	grep -q 'rank 0 of 2: error: --save: afile/ck: cannot create directory' '$T/err' && ! grep -q 'iteration  *1/' '$T/err'"
+
 # A rank killed mid-run: mpirun ends the job, non-zero, naming the rank, instead of hanging.
 MGT_MPIRUN_TIMEOUT=120 $RUN 2 "$BIN/mgt-train" --model $G $BPE --data-path kjv_text_document --split 98,2,0 \
 	--data-cache-path cache --seq-length $SEQ --micro-batch-size $MBS --train-iters 100000 --log-interval 1 \
