@@ -194,6 +194,14 @@ static mgt_status check_vocab(const mgt_gpt_data *d, const gpt_src *s)
 static mgt_status src_open_idx(gpt_src *s, const char *prefix)
 {
 	mgt_status st = mgt_idx_open(&s->idx, prefix);
+	size_t n = strlen(prefix);
+	const char *ext = n > 4 ? prefix + n - 4 : "";
+	if (st && (!strcmp(ext, ".bin") || !strcmp(ext, ".idx"))) { /* a file named instead of the prefix */
+		char why[512];
+		snprintf(why, sizeof why, "%s", mgt_err_msg());
+		return mgt_err(st, "data prefix %s: %s (a prefix names the .bin and .idx pair: give %.*s, without %s)",
+			       prefix, why, (int)(n - 4), prefix, ext);
+	}
 	if (st)
 		return mgt_err_ctx(st, "data prefix %s", prefix);
 	s->prefix = mgt_idx_prefix(s->idx);

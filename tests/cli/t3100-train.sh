@@ -71,6 +71,7 @@ bad "heads do not divide hidden" 2 "does not divide --hidden-size" $TRAIN --trai
 bad "groups do not divide heads" 2 "--num-query-groups 3 does not divide" $TRAIN --train-iters 5 --group-query-attention --num-query-groups 3
 bad "sequence longer than positions" 2 "longer than --max-position-embeddings" $TRAIN --train-iters 5 --seq-length 256
 bad "missing data prefix" 1 "nothere" $TRAIN --train-iters 5 --data-path nothere
+bad "a --data-path naming the .bin file" 1 "give $D, without .bin" $TRAIN --train-iters 5 --data-path $D.bin
 bad "unknown flag" 2 "unknown flag '--no-such-flag'" $TRAIN --train-iters 5 --no-such-flag
 bad "checkpoint of another shape" 6 "hidden_size" $TRAIN --train-iters 5 --load ck --hidden-size 64
 bad "checkpoint of another architecture" 6 "normalization" $TRAIN --train-iters 5 --load ck --normalization RMSNorm
