@@ -495,6 +495,19 @@ static void usage(void)
 	       mgt_cli_tok_help);
 }
 
+/* An operand that is an existing JSON Lines file (.jsonl, .json, optionally .zst): the rest of a
+ * glob the shell expanded after --input. */
+static bool stray_input(const char *a)
+{
+	size_t n = strlen(a);
+	const char *e[] = { ".jsonl", ".json", ".jsonl.zst", ".json.zst", ".zst" };
+	for (size_t k = 0; k < sizeof e / sizeof *e; k++) {
+		size_t m = strlen(e[k]);
+		if (n > m && !strcmp(a + n - m, e[k])) return access(a, F_OK) == 0;
+	}
+	return false;
+}
+
 static void parse(int argc, char **argv, config *cfg, mgt_tok_opts *to)
 {
 	static const struct option lo[] = {
@@ -546,6 +559,10 @@ static void parse(int argc, char **argv, config *cfg, mgt_tok_opts *to)
 	}
 	/* Megatron's --json-keys takes several values: operands after it are more keys */
 	for (; optind < argc; optind++) {
+		if (stray_input(argv[optind]))
+			mgt_cli_usage_error(prog, "unexpected argument '%s': --input takes one path or glob; a shell "
+					    "expanded an unquoted glob? Quote it (--input 'data/*.jsonl') for mgt-preprocess to "
+					    "expand", argv[optind]);
 		if (!keys_given)
 			mgt_cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
 		if (cfg->n_keys == MAX_KEYS)

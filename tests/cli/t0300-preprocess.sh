@@ -87,6 +87,12 @@ head -c 100000 "$KJV" > "$T/trunc.jsonl.zst"
 trunc_case() { exits 3 $PP --input "$T/trunc.jsonl.zst" --output-prefix "$T/trunc" $GPT2 && err_has trunc.jsonl.zst && no_files "$T"/trunc_*; }
 ok "truncated zstd: exit 3, no output" trunc_case
 ok "missing input: exit 2" exits 2 $PP --input "$T/nonexistent*.jsonl" --output-prefix "$T/x" $GPT2
+# an unquoted glob: the shell passes the other files as operands (with --json-keys they would have
+# become keys); refused with the way out
+ok "an unquoted --input glob: exit 2" exits 2 $PP --input "$T/null.jsonl" "$T/null.jsonl" --output-prefix "$T/g" \
+	--tokenizer-type NullTokenizer --vocab-size 100 --json-keys text
+ok "... saying to quote the glob" err_has "a shell expanded an unquoted glob? Quote it (--input 'data/\*.jsonl')"
+ok "... nothing written" no_files "$T"/g_*
 ok "unknown tokenizer type: exit 2" exits 2 $PP --input "$U" --output-prefix "$T/x" --tokenizer-type Nope
 printf '{"Hello": 0}' > "$T/badvocab.json"
 vocab_case() {
