@@ -605,6 +605,23 @@ static bool older_default(const char *key, json_t *y, bool newer)
 	return same;
 }
 
+/* What to give for the padded vocabulary of a checkpoint saved under another TP: Megatron pads
+ * the vocabulary to a multiple of --make-vocab-size-divisible-by x TP, so the checkpoint's multiple
+ * over this run's TP, when that divides. */
+static void vocab_hint(json_t *ck, json_t *mine, char *out, size_t n)
+{
+	json_int_t div = json_integer_value(json_object_get(ck, "make_vocab_size_divisible_by"));
+	json_int_t tp = json_integer_value(json_object_get(ck, "tensor_model_parallel_size"));
+	json_int_t tp_now = json_integer_value(json_object_get(mine, "tensor_model_parallel_size"));
+	if (div > 0 && tp > 0 && tp_now > 0 && div * tp % tp_now == 0)
+		snprintf(out, n, " (the vocabulary is padded to a multiple of --make-vocab-size-divisible-by x "
+			 "--tensor-model-parallel-size: give --make-vocab-size-divisible-by %lld with TP %lld)",
+			 (long long)(div * tp / tp_now), (long long)tp_now);
+	else
+		snprintf(out, n, " (the vocabulary is padded to a multiple of --make-vocab-size-divisible-by x "
+			 "--tensor-model-parallel-size: choose them so that it pads to the checkpoint's)");
+}
+
 static mgt_status check_key(json_t *ck_args, json_t *mine, const char *key, bool newer, const char *dir)
 {
 	json_t *x = json_object_get(ck_args, key), *y = json_object_get(mine, key);
@@ -612,8 +629,10 @@ static mgt_status check_key(json_t *ck_args, json_t *mine, const char *key, bool
 	if (!x && older_default(key, y, newer)) return MGT_OK;
 	if (x && json_equal(x, y)) return MGT_OK;
 	char *xs = x ? json_dumps(x, JSON_ENCODE_ANY) : NULL, *ys = y ? json_dumps(y, JSON_ENCODE_ANY) : NULL;
-	mgt_status st = mgt_err(MGT_ERR_FORMAT, "%s: checkpoint has %s = %s but the model has %s", dir, key,
-				xs ? xs : "nothing", ys ? ys : "nothing");
+	char hint[256] = "";
+	if (!strcmp(key, "padded_vocab_size")) vocab_hint(ck_args, mine, hint, sizeof hint);
+	mgt_status st = mgt_err(MGT_ERR_FORMAT, "%s: checkpoint has %s = %s but the model has %s%s", dir, key,
+				xs ? xs : "nothing", ys ? ys : "nothing", hint);
 	free(xs);
 	free(ys);
 	return st;

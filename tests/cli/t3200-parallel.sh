@@ -170,7 +170,8 @@ ok "query groups not divisible by TP refused" refused 4 "tensor-model-parallel-s
 	--tensor-model-parallel-size 4
 ok "vocabulary padding of another TP refused on load" sh -c "! $RUN 2 $BIN/mgt-train --model $G $BPE \
 	--data-path kjv_text_document --split 98,2,0 --data-cache-path cache --seq-length $SEQ --micro-batch-size $MBS \
-	--train-iters 6 --tensor-model-parallel-size 2 --load ck >/dev/null 2>'$T/err'" && err_has "padded_vocab_size"
+	--train-iters 6 --tensor-model-parallel-size 2 --load ck >/dev/null 2>'$T/err' </dev/null" && err_has "padded_vocab_size"
+ok "... naming the flag and the value that loads it" err_has "give --make-vocab-size-divisible-by 256 with TP 2"
 
 # A rank that fails takes the job down, naming itself: corrupt a tensor only pipeline stage 1
 # reads, then resume under PP2 (stage 0 waits in a collective meanwhile).
