@@ -500,7 +500,7 @@ static void usage(void)
 static bool stray_input(const char *a)
 {
 	size_t n = strlen(a);
-	const char *e[] = { ".jsonl", ".json", ".jsonl.zst", ".json.zst", ".zst" };
+	const char *e[] = { ".jsonl", ".json", ".zst" };
 	for (size_t k = 0; k < sizeof e / sizeof *e; k++) {
 		size_t m = strlen(e[k]);
 		if (n > m && !strcmp(a + n - m, e[k])) return access(a, F_OK) == 0;

@@ -405,6 +405,16 @@ typedef struct mgt_backend_ops {
 	MGT_BACKEND_OPS(MGT_BACKEND_OP_FIELD)
 } mgt_backend_ops;
 
+/* The grouped linears of any backend (lib/backend/grouped.c): linear_fwd / linear_bwd through
+ * be->ops once per group with rows, on that group's rows of x, y, dy, dx, so the result is bitwise
+ * the per-group calls' (groups without rows are skipped: they add nothing to dw).  Each backend's
+ * linear_fwd_grouped / linear_bwd_grouped op is these; arguments as the ops'. */
+void mgt_backend_grouped_fwd(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
+			     mgt_elem_type wt, const int *rows, int G, int in, int out);
+void mgt_backend_grouped_bwd(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
+			     mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
+			     int out);
+
 struct mgt_backend {
 	const mgt_backend_ops *ops;
 	int threads; /* CPU threads used by ops and BLAS (read only: set by create) */

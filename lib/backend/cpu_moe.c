@@ -8,9 +8,9 @@
  * results rounded once when stored (cpu_ld / cpu_st).  rows_combine adds a token's copies
  * in j order into a zero row; rows_dot sums the products of a row in double.
  *
- * The grouped linears call linear_fwd / linear_bwd (cpu.c) once per group with rows, so each
- * group gets the very same sgemm calls and bf16/fp16 operand rounding as a linear layer of its
- * own: the grouped result is bitwise the per-group one.  Groups with no rows are skipped.
+ * The grouped linears are lib/backend/grouped.c's: linear_fwd / linear_bwd (cpu.c) once per group
+ * with rows, so each group gets the very same sgemm calls and bf16/fp16 operand rounding as a
+ * linear layer of its own.
  */
 #include "backend/cpu_impl.h"
 
@@ -93,8 +93,16 @@ void mgt_cpu_rows_dot(mgt_backend *be, float *out, const void *a, const void *b,
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)N * f > CPU_PAR_MIN)
 	for (int i = 0; i < N; i++) {
 		double acc = 0;
-		for (size_t c = (size_t)i * f; c < (size_t)(i + 1) * f; c++)
-			acc += (double)cpu_ld(a, t, c) * cpu_ld(b, t, c);
+		const size_t o = (size_t)i * f;
+		if (t == MGT_DT_F32) {
+			const float *ai = (const float *)a + o, *bi = (const float *)b + o;
+#pragma omp simd reduction(+ : acc)
+			for (int c = 0; c < f; c++)
+				acc += (double)ai[c] * bi[c];
+		} else {
+			for (size_t c = o; c < o + (size_t)f; c++)
+				acc += (double)cpu_ld(a, t, c) * cpu_ld(b, t, c);
+		}
 		out[i] = (float)acc;
 	}
 }
@@ -102,28 +110,12 @@ void mgt_cpu_rows_dot(mgt_backend *be, float *out, const void *a, const void *b,
 void mgt_cpu_linear_fwd_grouped(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
 				mgt_elem_type wt, const int *rows, int G, int in, int out)
 {
-	const size_t es = mgt_elem_size(t);
-	size_t r = 0;
-	for (int g = 0; g < G; g++) {
-		if (rows[g] <= 0)
-			continue;
-		mgt_cpu_linear_fwd(be, (char *)y + r * out * es, t, (const char *)x + r * in * es, t, w[g], wt, NULL,
-				   rows[g], in, out);
-		r += (size_t)rows[g];
-	}
+	mgt_backend_grouped_fwd(be, y, x, t, w, wt, rows, G, in, out);
 }
 
 void mgt_cpu_linear_bwd_grouped(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
 				mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
 				int out)
 {
-	const size_t es = mgt_elem_size(t);
-	size_t r = 0;
-	for (int g = 0; g < G; g++) {
-		if (rows[g] <= 0)
-			continue;
-		mgt_cpu_linear_bwd(be, dx ? (char *)dx + r * in * es : NULL, t, dw[g], NULL, (const char *)dy + r * out * es,
-				   t, (const char *)x + r * in * es, t, w[g], wt, rows[g], in, out);
-		r += (size_t)rows[g];
-	}
+	mgt_backend_grouped_bwd(be, dx, dw, dy, x, t, w, wt, rows, G, in, out);
 }

@@ -332,39 +332,17 @@ void mgt_cuda_linear_bwd(mgt_backend *be, void *dx, mgt_elem_type dxt, float *dw
 		mgt_cuda_ok(be, op, mgt_k_colsum(im->stream, db, dy, mgt_cuda_kt(dyt), T, out, ws));
 }
 
-/* ---- grouped linears (backend.h's linear_fwd_grouped / linear_bwd_grouped: the experts of a
- * Mixture-of-Experts layer) ----
- * One linear_fwd / linear_bwd per group with rows, on the group's rows of x, y, dy, dx: the same
- * casts into the one scratch buffer and the same cuBLASLt plans as a linear layer of its own, so
- * the result is bitwise the per-group calls'.  The groups' casts and GEMMs run one after another
- * on the one stream, so a group's 16-bit copies in the scratch are read before the next group's
- * casts overwrite them.  Groups without rows are skipped (they add nothing to dw). */
+/* ---- grouped linears: lib/backend/grouped.c's, through this backend's linear ops ---- */
 
 void mgt_cuda_linear_fwd_grouped(mgt_backend *be, void *y, const void *x, mgt_elem_type t, const void *const *w,
 				 mgt_elem_type wt, const int *rows, int G, int in, int out)
 {
-	const size_t es = mgt_elem_size(t);
-	size_t r = 0;
-	for (int g = 0; g < G; g++) {
-		if (rows[g] <= 0)
-			continue;
-		mgt_cuda_linear_fwd(be, (char *)y + r * out * es, t, (const char *)x + r * in * es, t, w[g], wt, NULL,
-				    rows[g], in, out);
-		r += (size_t)rows[g];
-	}
+	mgt_backend_grouped_fwd(be, y, x, t, w, wt, rows, G, in, out);
 }
 
 void mgt_cuda_linear_bwd_grouped(mgt_backend *be, void *dx, float *const *dw, const void *dy, const void *x,
 				 mgt_elem_type t, const void *const *w, mgt_elem_type wt, const int *rows, int G, int in,
 				 int out)
 {
-	const size_t es = mgt_elem_size(t);
-	size_t r = 0;
-	for (int g = 0; g < G; g++) {
-		if (rows[g] <= 0)
-			continue;
-		mgt_cuda_linear_bwd(be, dx ? (char *)dx + r * in * es : NULL, t, dw[g], NULL, (const char *)dy + r * out * es,
-				    t, (const char *)x + r * in * es, t, w[g], wt, rows[g], in, out);
-		r += (size_t)rows[g];
-	}
+	mgt_backend_grouped_bwd(be, dx, dw, dy, x, t, w, wt, rows, G, in, out);
 }

@@ -760,26 +760,24 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
 	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
 	if (st) return st;
-	/* the gradients of ctx and qkv in their type */
-	const mgt_elem_type gq = m->act_t;
-	o->linear_bwd(m->be, m->dctx, gq, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, m->act_t, a->ctx, m->act_t,
+	o->linear_bwd(m->be, m->dctx, m->act_t, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, m->act_t, a->ctx, m->act_t,
 		      W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), T, nd, h);
 	float p = drop(m, train, m->c.attention_dropout);
-	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, gq, p, site_key(m, l, 1));
-	else o->attn_bwd(m->be, m->dbig, m->dctx, gq, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
+	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->act_t, p, site_key(m, l, 1));
+	else o->attn_bwd(m->be, m->dbig, m->dctx, m->act_t, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
 			 (int)m->r, (int)m->d, p, site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
 			 (int)m->c.num_attention_heads);
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	if (m->rope) o->rope(m->be, m->dbig, gq, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
+	if (m->rope) o->rope(m->be, m->dbig, m->act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
 	if (m->qkln) { /* in place: the head rows of dbig become d(linear_qkv output) */
 		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_QNORM_W)), G(m, T_(m, l, MGT_T_QNORM_B)),
-				 m->dbig, gq, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
+				 m->dbig, m->act_t, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
 		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
-				 m->dbig, gq, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
+				 m->dbig, m->act_t, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
 	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig,
-		      gq, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m), T, h, (int)m->qkv_l);
+		      m->act_t, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m), T, h, (int)m->qkv_l);
 	return reduce_norm_bwd(m, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1);
 }
 
