@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli_job.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 #include "eval_cmd.h"
 #include "train/train.h"
 
@@ -181,14 +181,14 @@ int eval_cmd_loss(int argc, char **argv)
 {
 	lopts o = { 0 };
 	parse(argc, argv, &o);
-	mgt_status st = mgt_dist_init(&argc, &argv);
+	mgt_status st = mgt_parallel_runtime_init(&argc, &argv);
 	if (st) mgt_cli_fail_job(PROG, st);
 	mgt_args a;
 	eval_model em = { 0 };
 	mgt_train_eval_result r;
 	st = mgt_args_init(&a);
 	if (!st) st = make_args(&o, &em, &a);
-	bool logs = mgt_dist_world_rank() == mgt_dist_world_size() - 1;
+	bool logs = mgt_parallel_world_rank() == mgt_parallel_world_size() - 1;
 	mgt_train_io io = { .log = logs ? stderr : NULL, .prog = PROG, .start_time = mgt_now() };
 	mgt_train_eval_opts eo = { .test = o.test, .from_sample = o.from };
 	if (!st) st = mgt_train_evaluate(&a, &io, &eo, &r);
@@ -199,6 +199,6 @@ int eval_cmd_loss(int argc, char **argv)
 	free(o.argv);
 	if (!st && fflush(stdout)) st = mgt_err(MGT_ERR_IO, "standard output: write failed");
 	if (st) mgt_cli_fail_job(PROG, st);
-	mgt_dist_finalize();
+	mgt_parallel_finalize();
 	return 0;
 }

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "cli_job.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 #include "train/train.h"
 
 static const char PROG[] = "mgt-train";
@@ -99,7 +99,7 @@ int main(int argc, char **argv)
 	}
 	double start = mgt_now();
 	mgt_signals_install(); /* until the flags are read: nothing to save yet */
-	mgt_status st = mgt_dist_init(&argc, &argv);
+	mgt_status st = mgt_parallel_runtime_init(&argc, &argv);
 	if (st) fail(st);
 	mgt_args a;
 	int exit_sig = -1;
@@ -120,8 +120,8 @@ int main(int argc, char **argv)
 	}
 	/* one rank logs: the last, as Megatron's training_log; rank 0 says what a signal does, as
 	 * it reports the interruption */
-	int rank = mgt_dist_world_rank();
-	bool logs = rank == mgt_dist_world_size() - 1, handler = a.exit_signal_handler;
+	int rank = mgt_parallel_world_rank();
+	bool logs = rank == mgt_parallel_world_size() - 1, handler = a.exit_signal_handler;
 	mgt_graceful_opts g = { .prog = PROG, .saves = a.save != NULL, .quiet = rank != 0 };
 	mgt_signals_install_graceful(&g);
 	mgt_train_io io = { .log = logs ? stderr : NULL, .prog = PROG, .start_time = start,
@@ -136,6 +136,6 @@ int main(int argc, char **argv)
 		st = MGT_OK;
 	}
 	if (st) fail(st);
-	mgt_dist_finalize();
+	mgt_parallel_finalize();
 	return 0;
 }

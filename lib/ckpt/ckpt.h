@@ -199,7 +199,7 @@ mgt_status mgt_ckpt_dump_write(const char *path, const mgt_ckpt_piece *p, size_t
 /* ---- element types at format boundaries (lib/ckpt/dtype.c) ---------------------------------- */
 
 /* The element types of safetensors files (and the float types of GGUF).  (The plan's names
- * MGT_DT_F32, ... are lib/dist's mgt_comm_dtype constants already, hence MGT_ST_.)  Values are stored
+ * MGT_DT_F32, ... are lib/parallel's mgt_comm_dtype constants already, hence MGT_ST_.)  Values are stored
  * little-endian in files; memory buffers are the host's (little-endian hosts only). */
 typedef enum {
 	MGT_ST_F32, MGT_ST_F16, MGT_ST_BF16, MGT_ST_F64, MGT_ST_I64, MGT_ST_I32, MGT_ST_I16,

@@ -6,7 +6,7 @@
 
 #include "backend/backend.h"
 #include "ckpt/ckpt.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 #include "model/model.h"
 
 struct mgt_eval {

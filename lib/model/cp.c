@@ -157,7 +157,7 @@ static float *q_at(const mgt_model *m, float *qkv, int h) { return qkv + h * chu
 static float *o_at(const mgt_model *m, float *ctx, int h) { return ctx + h * chunk_numel(m, m->nq_l * m->d); }
 static float *kv_at(const mgt_model *m, float *kv, int h) { return kv + h * chunk_numel(m, m->ng_l * 2 * m->d); }
 
-/* Ring step: send `buf` on to the next rank (returns at once: dist.h) or receive into it from
+/* Ring step: send `buf` on to the next rank (returns at once: parallel.h) or receive into it from
  * the previous one.  The keys and values (TAG_KV) move in 16 bits under a 16-bit act_t (through
  * kv16: exact), their gradient in fp32. */
 static mgt_status ring(const mgt_model *m, float *buf, int tag, bool send)

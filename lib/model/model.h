@@ -9,7 +9,7 @@
  * transformer_layer.py, attention.py, mlp.py; models/gpt/gpt_model.py): pre-LN blocks, fused
  * query-group-interleaved QKV, bias-dropout-add, tied or untied output layer, vocab-parallel
  * cross-entropy over the padded vocabulary.  All math runs through backend ops (lib/backend) and
- * every tensor-parallel point calls the communicator (lib/dist), which is the identity for one
+ * every tensor-parallel point calls the communicator (lib/parallel), which is the identity for one
  * process.
  */
 #ifndef MGT_MODEL_H
@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 #include "util/util.h"
 
 /* Model shape, under Megatron's argument names (megatron-reference.md section 5.1). */

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 #include "model/model.h"
 
 /* Megatron's OptimizerParamScheduler for the learning rate.  Steps are samples:

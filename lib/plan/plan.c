@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 #include "optim/optim.h"
 #include "train/train.h"
 

@@ -698,7 +698,7 @@ static int comm_list(trainer *t, mgt_comm **c, const char **names)
 	return n;
 }
 
-/* --comm-log: bytes each group sent during one training iteration (dist.h's ring convention). */
+/* --comm-log: bytes each group sent during one training iteration (parallel.h's ring convention). */
 static void log_comm(trainer *t, const double *before, const uint64_t *calls_before)
 {
 	mgt_comm *c[10];
@@ -822,8 +822,8 @@ static mgt_status check_memory(trainer *t)
 	}
 	char what[96];
 	size_t avail = mgt_backend_mem_available(t->be, what, sizeof what), share = 1;
-	if (t->be->host_memory) share = (size_t)mgt_dist_local_size();
-	else if (mgt_backend_cuda_devices() > 0) share = ((size_t)mgt_dist_local_size() + (size_t)mgt_backend_cuda_devices() - 1) / (size_t)mgt_backend_cuda_devices();
+	if (t->be->host_memory) share = (size_t)mgt_parallel_local_size();
+	else if (mgt_backend_cuda_devices() > 0) share = ((size_t)mgt_parallel_local_size() + (size_t)mgt_backend_cuda_devices() - 1) / (size_t)mgt_backend_cuda_devices();
 	double need = (double)m.params + (double)m.grads + (double)opt + (double)m.activations + (double)m.workspace;
 	if (avail == SIZE_MAX || need * (double)share <= (double)avail) return MGT_OK;
 	double g = 1024.0 * 1024.0 * 1024.0;
@@ -932,7 +932,7 @@ static mgt_status default_split(trainer *t)
 static mgt_status setup(trainer *t)
 {
 	mgt_args *a = t->a;
-	a->world_size = mgt_dist_world_size();
+	a->world_size = mgt_parallel_world_size();
 	mgt_status st = t->eval_only ? MGT_OK : trainer_plan_check(t);
 	if (!st) st = trainer_checkpoint_args(a);
 	if (!st) st = default_split(t);
@@ -942,7 +942,7 @@ static mgt_status setup(trainer *t)
 	 * first save after the training time is spent.  Rank 0 probes (it makes and removes the
 	 * directories it needs, which other ranks probing at once would race with); its error ends
 	 * the job. */
-	if (!st && a->save && !t->eval_only && mgt_dist_world_rank() == 0) st = mgt_dir_writable(a->save, "--save");
+	if (!st && a->save && !t->eval_only && mgt_parallel_world_rank() == 0) st = mgt_dir_writable(a->save, "--save");
 	if (!st && a->debug_dump && a->world_size > 1)
 		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
 	if (!st) st = mgt_parallel_init_ep(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,

@@ -154,7 +154,7 @@ void mgt_args_classify(const char *flag, const char **cls, const char **why);
  * of memory. */
 void *mgt_train_tensor_list(const mgt_tensor_table *tt);
 
-/* ---- checkpoint I/O of table rows (lib/train/ckpt.c; mgt-ckpt(5)) ----
+/* ---- checkpoint I/O of table rows (lib/train/checkpointing.c; mgt-ckpt(5)) ----
  * Row x with prefix ("" for the parameters, "optimizer.state.exp_avg." or
  * "optimizer.state.exp_avg_sq." for Adam's moments) is stored in one dataset: prefix + x->name
  * of x's global shape, or, for an expert row (num_experts > 0), prefix + x->dataset of global

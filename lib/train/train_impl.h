@@ -1,10 +1,10 @@
-/* lib/train internal: the trainer state shared by train.c, ckpt.c and log.c. */
+/* lib/train internal: the trainer state shared by train.c, checkpointing.c and log.c. */
 #ifndef MGT_TRAIN_IMPL_H
 #define MGT_TRAIN_IMPL_H
 
 #include "backend/backend.h"
 #include "data/data.h"
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 #include "model/model.h"
 #include "optim/optim.h"
 #include "tok/tok.h"
@@ -103,7 +103,7 @@ mgt_status sched_build(int P, int r, int M, int V, int G, bool forward_only, sch
 /* Activation slots chunk needs: the most micro-batches forwarded and not yet backwarded. */
 int sched_slots(const sched_action *a, int n, int chunk);
 
-/* ckpt.c */
+/* checkpointing.c */
 mgt_status trainer_load(trainer *t, bool *loaded);
 /* --use-checkpoint-args (Megatron's load_args_from_checkpoint): the model-shape arguments (the
  * checkpoint shape keys, norm_epsilon, group_query_attention, make_vocab_size_divisible_by), the

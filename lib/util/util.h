@@ -146,7 +146,7 @@ static inline float mgt_u32_to_unit(uint32_t w) { return (float)(w >> 8) * (1.0f
  * far as libm's log/cos are (glibc: correctly rounded in practice). */
 float mgt_philox_normal(uint64_t key, uint64_t i);
 /* Element types of buffers, shared by the backend (storage and GEMM operand types, lib/backend)
- * and the communicators (lib/dist): fp32, fp64, int32, int64, bfloat16 and IEEE binary16 (the
+ * and the communicators (lib/parallel): fp32, fp64, int32, int64, bfloat16 and IEEE binary16 (the
  * 16-bit types as the bit patterns mgt_f32_to_bf16 / mgt_f32_to_f16 write). */
 typedef enum { MGT_DT_F32, MGT_DT_F64, MGT_DT_I32, MGT_DT_I64, MGT_DT_BF16, MGT_DT_F16 } mgt_elem_type;
 /* Bytes of one element of t: 8, 4 or 2. */

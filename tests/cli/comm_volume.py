@@ -7,7 +7,7 @@ preset's) prec (fp32, bf16 or fp16: the training precision; dense models) fp32re
 
 Independent of mgt's C code: the tensor list is written here from megatron-reference.md section 8
 (TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
-from lib/dist/dist.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and all-gather
+from lib/parallel/parallel.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and all-gather
 (p-1)*B per rank's part, send B).  What mgt communicates per micro-batch (section 8's table):
   no SP: all-reduce of [T,h] after the embedding, after linear_proj and linear_fc2 (forward),
          for the inputs of linear_qkv, linear_fc1 and the output layer (backward);

@@ -1,4 +1,4 @@
-/* tests/unit/a2a_check.h: the alltoallv test pattern test_dist.c and test_staged.c share:
+/* tests/unit/a2a_check.h: the alltoallv test pattern test_parallel.c and test_staged.c share:
  * uneven block sizes, gapped layouts and element values exact in every dtype. */
 #ifndef MGT_TEST_A2A_CHECK_H
 #define MGT_TEST_A2A_CHECK_H
@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
 /* Element i of the block group rank q sends to group rank r (exact in every dtype). */
 static __attribute__((unused)) int64_t aval(int q, int r, size_t i, mgt_comm_dtype dt)

@@ -833,7 +833,7 @@ static int write_known(const char *save)
 	return st ? 1 : 0;
 }
 
-/* ---- expert rows (lib/train/ckpt.c): one [E, rows, cols] dataset per expert tensor --------- */
+/* ---- expert rows (lib/train/checkpointing.c): one [E, rows, cols] dataset per expert tensor --------- */
 
 /* Two layers, both MoE: E SwiGLU experts of 8 (fc1 [16, 8], fc2 [8, 8]), a router with the
  * frozen expert bias, a gated shared expert. */

@@ -1,10 +1,10 @@
-/* Unit tests for lib/dist/staged.c (dist.h): the staged communicator on the CPU backend.
+/* Unit tests for lib/parallel/staged.c (parallel.h): the staged communicator on the CPU backend.
  *
  * Over the single-rank communicator: every collective, every dtype and size, in place and not,
  * results through the backend's download, bytes_sent and calls equal to what the single-rank
  * communicator counted; send/recv/bad broadcast root report host's error without counting.
  * Over a simulated host communicator of 3 ranks in which this process is rank 1 (the other
- * ranks' inputs are a known function, so results and dist.h's byte counts for p > 1 can be
+ * ranks' inputs are a known function, so results and parallel.h's byte counts for p > 1 can be
  * checked in one process; send/recv loop back): results, counters equal to the host's,
  * host only ever given the staging buffer, the bytes each operation downloads and uploads
  * (through a backend wrapper that counts them and can fail on demand), send from a buffer
@@ -18,7 +18,7 @@
  * backend when built with it.  With a GPU: the staged communicator and mgt_comm_nccl (one rank)
  * on the CUDA backend, every collective as above.
  */
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -45,7 +45,7 @@ static void *xmalloc(size_t n)
 	return p;
 }
 
-/* Element i of group rank r's input: small integers, exact in every dtype (as test_dist.c). */
+/* Element i of group rank r's input: small integers, exact in every dtype (as test_parallel.c). */
 static int64_t val(int r, size_t i, mgt_comm_dtype dt)
 {
 	int64_t v = (int64_t)((r * 37 + (int64_t)(i % 1000003) * 11) % 101) - 50;
@@ -457,7 +457,7 @@ static size_t runs(int p, const int64_t *count, const int64_t *displ)
 	return n;
 }
 
-/* One alltoallv on c over backend memory (as test_dist.c's on host memory): every element of
+/* One alltoallv on c over backend memory (as test_parallel.c's on host memory): every element of
  * dst and its gaps, the counters (as host's), the bytes and transfers (through the wrapper:
  * every send block downloaded, every receive block uploaded, adjacent blocks in one transfer). */
 static int try_alltoallv(mgt_comm *c, mgt_comm_dtype dt, int seed, size_t unit, int gaps, int in_place)
@@ -739,7 +739,7 @@ static void test_create(mgt_backend *cpu)
 	CHECK(!mgt_comm_staged(host, NULL, NULL), "mgt_comm_staged with st NULL");
 
 	mgt_comm *c = mgt_comm_nccl(host, cpu, false, &st);
-	if (mgt_dist_have_nccl()) {
+	if (mgt_parallel_have_nccl()) {
 		CHECK(!c && st == MGT_ERR_USAGE && has_msg("not CUDA"),
 		      "built with NCCL: mgt_comm_nccl on the CPU backend: MGT_ERR_USAGE (%s)", mgt_err_msg());
 	} else {
@@ -784,10 +784,10 @@ static void test_cuda(void)
 
 	c = host ? mgt_comm_nccl(host, cu, false, &st) : NULL;
 	CHECK(c && st == MGT_OK && c->rank == 0 && c->size == 1 && !strcmp(c->name, "gpu"),
-	      "mgt_comm_nccl on the CUDA backend over one rank (%s)", mgt_dist_have_nccl() ? "NCCL" : "staged");
+	      "mgt_comm_nccl on the CUDA backend over one rank (%s)", mgt_parallel_have_nccl() ? "NCCL" : "staged");
 	if (c) {
-		host_of = mgt_dist_have_nccl() ? NULL : host;
-		test_collectives(c, mgt_dist_have_nccl() ? "nccl, one rank" : "nccl fallback, one rank");
+		host_of = mgt_parallel_have_nccl() ? NULL : host;
+		test_collectives(c, mgt_parallel_have_nccl() ? "nccl, one rank" : "nccl fallback, one rank");
 		float h[2] = { 1, 2 };
 		float *d = dev_alloc(sizeof h);
 		to_dev(d, h, sizeof h);

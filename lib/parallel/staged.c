@@ -1,12 +1,12 @@
-/* lib/dist/staged.c: the staged communicator (dist.h): device buffers staged through host
+/* lib/parallel/staged.c: the staged communicator (parallel.h): device buffers staged through host
  * memory around a host communicator's operations.
  *
  * Every operation: download what it reads into one host staging buffer, run host's operation
  * on the staging buffer, upload what it writes.  Counters: the difference of host's counters
  * across the operation, so they are host's formulas by construction.
  */
-#include "dist/dist.h"
-#include "dist/dist_impl.h"
+#include "parallel/parallel.h"
+#include "parallel/parallel_impl.h"
 
 #include <stdint.h>
 #include <stdlib.h>

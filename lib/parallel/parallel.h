@@ -1,4 +1,4 @@
-/* lib/dist: the communicator interface and the parallel state.
+/* lib/parallel: the communicator interface and the parallel state.
  *
  * A communicator is one process group with a table of collectives (DESIGN.md section 3,
  * "communication is a separate interface").  Implementations: single-rank (identity, this file),
@@ -31,7 +31,7 @@
 /* Element types (util.h mgt_elem_type).  MGT_DT_BF16 and MGT_DT_F16 move as 2-byte elements; their
  * reductions (allreduce sum and max, reduce_scatter) combine two values at a time in fp32 and round
  * each result to the 16-bit type to nearest even: NCCL's native bf16/fp16 reductions, and over MPI
- * user operations on 2-byte elements that compute the same (lib/dist/mpi.c; the order in which
+ * user operations on 2-byte elements that compute the same (lib/parallel/mpi.c; the order in which
  * more than two ranks' values combine is the library's, fixed for a group size). */
 typedef mgt_elem_type mgt_comm_dtype;
 typedef enum { MGT_RED_SUM, MGT_RED_MAX } mgt_redop;
@@ -95,10 +95,10 @@ void mgt_comm_destroy(mgt_comm *c);
  * it, in the same order as the group's other collectives.  src and dst: the communicator's
  * memory (host for single and MPI, backend memory for staged and NCCL); they may overlap (the
  * input is read as it was before the call).  Zero counts are fine (nothing moves; the call
- * still counts).  Counting: dist.h's alltoallv formula.
+ * still counts).  Counting: parallel.h's alltoallv formula.
  * Errors: MGT_ERR_IO naming the group: a negative count or displacement, scount[rank] !=
  * rcount[rank], a block beyond the address space (checked on this rank before anything is
- * sent: the other ranks may then wait in the operation, so treat it as fatal: mgt_dist_abort),
+ * sent: the other ranks may then wait in the operation, so treat it as fatal: mgt_parallel_abort),
  * the library's errors (a peer sending more than rcount says included, where MPI detects it);
  * MGT_ERR_USAGE when c's implementation has no alltoallv (ops->alltoallv NULL); MGT_ERR_NOMEM.
  * Implementations: single-rank: a copy.  MPI: one MPI_Alltoallw (the alltoallv of MPI-3 with
@@ -163,7 +163,7 @@ mgt_status mgt_parallel_init_single(mgt_parallel *ps);
  * Free the parallel state before the backend. */
 void mgt_parallel_free(mgt_parallel *ps);
 
-/* ---- the process runtime (lib/dist/mpi.c) ---- */
+/* ---- the process runtime (lib/parallel/mpi.c) ---- */
 
 /* The MPI reduce_scatter works in pieces whose pack buffer holds at most this many bytes (every
  * rank's part of a piece side by side), so that OpenMPI's own temporaries stay bounded too. */
@@ -181,19 +181,19 @@ size_t mgt_comm_mpi_scratch_bytes(int size);
  * returned rather than fatal.  Otherwise (and when called again) it does nothing and the world
  * is one process.  Errors: MGT_ERR_USAGE (launched by mpirun with more than one process but
  * built without MPI), MGT_ERR_IO (MPI_Init failed). */
-mgt_status mgt_dist_init(int *argc, char ***argv);
+mgt_status mgt_parallel_runtime_init(int *argc, char ***argv);
 /* Processes of this job on this machine (OpenMPI's OMPI_COMM_WORLD_LOCAL_SIZE, Slurm's
  * SLURM_NTASKS_PER_NODE), 1 when unknown. */
-int mgt_dist_local_size(void);
-/* Whether mgt_dist_init started MPI; world size and rank (1 and 0 without it). */
-int mgt_dist_active(void);
-int mgt_dist_world_size(void);
-int mgt_dist_world_rank(void);
+int mgt_parallel_local_size(void);
+/* Whether mgt_parallel_runtime_init started MPI; world size and rank (1 and 0 without it). */
+int mgt_parallel_active(void);
+int mgt_parallel_world_size(void);
+int mgt_parallel_world_rank(void);
 /* Take every rank of the job down with exit status code (MPI_Abort) after the caller printed
  * its message; returns only without MPI (the caller then exits itself). */
-void mgt_dist_abort(int code);
+void mgt_parallel_abort(int code);
 /* MPI_Finalize when MPI is active (after every communicator is freed). */
-void mgt_dist_finalize(void);
+void mgt_parallel_finalize(void);
 
 /* Fill *ps for the whole job with tensor-parallel size tp, pipeline size pp and context size
  * cp (data-parallel size = world / (tp*pp*cp)), creating the groups above; one process (no
@@ -218,7 +218,7 @@ mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep
  * mgt_comm_destroy, which does NOT free host or be: the caller owns both, keeps them alive while
  * the communicator lives and destroys the communicator first (then host, then be).
  *
- * Byte counting follows dist.h exactly: comm->bytes_sent and comm->calls of the device
+ * Byte counting follows parallel.h exactly: comm->bytes_sent and comm->calls of the device
  * communicator advance by what the host communicator's formulas give for the same operation
  * (nothing when size == 1).  Operations done through host also advance host's own counters, so
  * sum the counters of either host or the device communicator, never both.
@@ -228,7 +228,7 @@ mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep
 typedef struct mgt_backend mgt_backend;
 #endif
 
-/* The staged communicator (lib/dist/staged.c): every operation downloads the device buffer(s)
+/* The staged communicator (lib/parallel/staged.c): every operation downloads the device buffer(s)
  * into a host staging buffer, runs host's operation on it and uploads the result (only the
  * buffers the operation reads are downloaded and only those it writes are uploaded; broadcast
  * downloads on the root only).  Works with any backend and any host communicator: the
@@ -236,7 +236,7 @@ typedef struct mgt_backend mgt_backend;
  * is downloaded, which waits for the backend's queued work, then sent as host sends), and every
  * collective when NCCL is missing.  Operations are synchronous: when one returns, its result is
  * in backend memory (upload returned).
- *   Buffers: as dist.h (in place allgather and reduce_scatter included; since the input is
+ *   Buffers: as parallel.h (in place allgather and reduce_scatter included; since the input is
  *   downloaded before anything is uploaded, any other overlap of src and dst works as well).
  *   alltoallv downloads each non-empty send block (blocks adjacent in src in rank order in one
  *   transfer) into the staging buffer side by side, runs host's alltoallv there and uploads
@@ -244,7 +244,7 @@ typedef struct mgt_backend mgt_backend;
  *   The staging buffer is host memory grown to the largest operation seen (allgather and
  *   reduce_scatter: (size + 1) * n elements at most; alltoallv: its send plus receive counts)
  *   and held until destroy.
- *   Errors: host's (MGT_ERR_IO naming the group and the peer, as dist.h), MGT_ERR_NOMEM (staging
+ *   Errors: host's (MGT_ERR_IO naming the group and the peer, as parallel.h), MGT_ERR_NOMEM (staging
  *   buffer), the backend's upload/download errors (MGT_ERR_IO) prefixed with
  *   "<group> group: staged <op>: ".  On failure the device buffer may be unchanged or partly
  *   written; counters hold whatever host counted.
@@ -253,14 +253,14 @@ typedef struct mgt_backend mgt_backend;
  * MGT_ERR_NOMEM. */
 mgt_comm *mgt_comm_staged(mgt_comm *host, mgt_backend *be, mgt_status *st);
 
-/* The NCCL communicator (lib/dist/nccl.c, built with NCCL: -DMGT_HAVE_NCCL).  Collective over
+/* The NCCL communicator (lib/parallel/nccl.c, built with NCCL: -DMGT_HAVE_NCCL).  Collective over
  * host: every rank of host must call it, in the same order as its other collectives on host.
  * Rank 0 makes an ncclUniqueId, host's broadcast shares it and host's allreduce (max) of a
  * failure flag lets every rank fail together (both counted on host's counters only), then
  * ncclCommInitRank(host->size, id, host->rank) on the CUDA device current on the calling thread
  * (the one mgt_backend_cuda_create set).
  *   allreduce (sum, max), allgather, reduce_scatter, broadcast: NCCL collectives queued on the
- *   backend's stream (mgt_backend_cuda_stream(be)), in place as dist.h allows (natively); a
+ *   backend's stream (mgt_backend_cuda_stream(be)), in place as parallel.h allows (natively); a
  *   src/dst overlap other than the in-place ones falls back to the staged path.  They return
  *   once queued: the result is seen by later backend ops on that stream and by download (which
  *   waits for the stream), not by host code reading the memory otherwise.  n == 0 queues
@@ -277,7 +277,7 @@ mgt_comm *mgt_comm_staged(mgt_comm *host, mgt_backend *be, mgt_status *st);
  *   (ncclCommGetAsyncError, checked before every operation: cheap, it does not wait); broadcast
  *   from a root outside the group: MGT_ERR_IO naming the group; send/recv/barrier: as the staged
  *   communicator.
- *   Counting: dist.h's formulas (nothing when size == 1).
+ *   Counting: parallel.h's formulas (nothing when size == 1).
  *   destroy: waits for the backend's stream, ncclCommFinalize, ncclCommDestroy, destroys the
  *   internal staged communicator.  Like MPI_Comm_free, NCCL's finalize is collective: every rank
  *   destroys its NCCL communicators in the same order (mgt_parallel_free's).  Destroy it before
@@ -295,14 +295,14 @@ mgt_comm *mgt_comm_staged(mgt_comm *host, mgt_backend *be, mgt_status *st);
  * rank through that allreduce, so every rank returns an error instead of hanging; a failure
  * inside ncclCommInitRank on one rank may leave the others waiting in it (NCCL's behaviour).
  *
- * Built without NCCL (lib/dist/nonccl.c): returns mgt_comm_staged(host, be, st) instead, so
+ * Built without NCCL (lib/parallel/nonccl.c): returns mgt_comm_staged(host, be, st) instead, so
  * callers need no #ifdef; the collectives are then staged through host (slower, same results
- * and counts).  mgt_dist_have_nccl tells which one a build gives. */
+ * and counts).  mgt_parallel_have_nccl tells which one a build gives. */
 mgt_comm *mgt_comm_nccl(mgt_comm *host, mgt_backend *be, bool own_stream, mgt_status *st);
 
 /* 1 when mgt was built with NCCL (mgt_comm_nccl makes NCCL communicators), 0 when
  * mgt_comm_nccl falls back to the staged communicator. */
-int mgt_dist_have_nccl(void);
+int mgt_parallel_have_nccl(void);
 
 /* Put the groups that carry tensors onto the memory of backend be (collective: every rank calls
  * it after mgt_parallel_init, with its own backend): tensor, data, context, data-context,
@@ -312,7 +312,7 @@ int mgt_dist_have_nccl(void);
  * are staged, as NCCL's are), the pipeline group a staged one (its send never waits for the
  * receiver).  edp_comm == dp_comm and dpcp_comm == dp_comm stay so (one device communicator).  NCCL refuses two ranks of one
  * communicator on one GPU, so when a machine of the job runs more ranks than it has GPUs
- * (mgt_dist_local_size against mgt_backend_cuda_devices, agreed over the world) every group is a
+ * (mgt_parallel_local_size against mgt_backend_cuda_devices, agreed over the world) every group is a
  * staged one instead.  world and mp_comm stay host
  * communicators: the trainer reduces host scalars over them (loss sums, the gradient norm).  The
  * host communicators are kept in host_* and freed by mgt_parallel_free.  Nothing to do when

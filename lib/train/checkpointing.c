@@ -1,4 +1,4 @@
-/* lib/train/ckpt.c: saving and resuming the trainer through lib/ckpt (format: mgt-ckpt(5)). */
+/* lib/train/checkpointing.c: saving and resuming the trainer through lib/ckpt (format: mgt-ckpt(5)). */
 #include "train_impl.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
-/* lib/dist/nccl.c: the NCCL communicator (dist.h), built with NCCL (-DMGT_HAVE_NCCL; without
- * it lib/dist/nonccl.c defines mgt_comm_nccl).
+/* lib/parallel/nccl.c: the NCCL communicator (parallel.h), built with NCCL (-DMGT_HAVE_NCCL; without
+ * it lib/parallel/nonccl.c defines mgt_comm_nccl).
  *
  * Collectives are NCCL's, queued on the CUDA backend's stream, so they order with the backend's
  * ops without host synchronization.  Point to point goes through a staged communicator over the
@@ -8,7 +8,7 @@
  * deadlock on; MPI sends from a copy and never waits.
  */
 #ifdef MGT_HAVE_NCCL
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -24,7 +24,7 @@
 #pragma GCC diagnostic pop
 
 #include "backend/backend.h"
-#include "dist/dist_impl.h"
+#include "parallel/parallel_impl.h"
 
 _Static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0, "ncclUniqueId is broadcast as int32 words");
 
@@ -372,7 +372,7 @@ fail:
 	return NULL;
 }
 
-int mgt_dist_have_nccl(void)
+int mgt_parallel_have_nccl(void)
 {
 	return 1;
 }

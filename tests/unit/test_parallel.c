@@ -1,8 +1,8 @@
-/* Unit tests for lib/dist: the one-process communicator and parallel state, the runtime, and,
- * when started by mpirun (tests/cli/t1500-dist.sh runs it as 1, 2, 4 and 8 processes), the MPI
+/* Unit tests for lib/parallel: the one-process communicator and parallel state, the runtime, and,
+ * when started by mpirun (tests/cli/t1500-parallel.sh runs it as 1, 2, 4 and 8 processes), the MPI
  * communicator and groups: every collective against a locally computed result (dtypes, sizes,
  * SUM and MAX, in place, split into many MPI calls), send/recv (interleaved tags, many sends
- * before the first receive, errors), bytes_sent and calls after every operation (the dist.h
+ * before the first receive, errors), bytes_sent and calls after every operation (the parallel.h
  * formulas), alltoallv (uneven, zero and in-place blocks out of rank order with gaps, every
  * element, bytes_sent = the bytes sent to other ranks; blocks and offsets as derived MPI types;
  * refused arguments), the groups of every layout that divides the world (Megatron's rank formula,
@@ -12,13 +12,13 @@
  * check (rank 0 prints passing checks, every rank its failures) and rank 0 the job's
  * "N passed, M failed"; every rank exits 1 when any rank failed.
  *
- *   test_dist                   the checks for this world size (1 without mpirun)
- *   test_dist --have-mpi        exit 0 when built with MPI, 1 when not
- *   test_dist --die-on-rank R   rank R prints "test_dist: rank R ... fails on purpose" and calls
- *                               mgt_dist_abort(3) while the others wait in a barrier
- *   test_dist --exit-on-rank R  the same, but rank R exits 2 without telling MPI
+ *   test_parallel                   the checks for this world size (1 without mpirun)
+ *   test_parallel --have-mpi        exit 0 when built with MPI, 1 when not
+ *   test_parallel --die-on-rank R   rank R prints "test_parallel: rank R ... fails on purpose" and calls
+ *                               mgt_parallel_abort(3) while the others wait in a barrier
+ *   test_parallel --exit-on-rank R  the same, but rank R exits 2 without telling MPI
  */
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,8 +29,8 @@
 #include "check.h"
 
 #ifdef MGT_HAVE_MPI
-extern size_t mgt_dist_max_count; /* lib/dist/mpi.c: the most elements per MPI call */
-extern size_t mgt_dist_max_offset; /* lib/dist/mpi.c: the furthest plain alltoallv displacement */
+extern size_t mgt_parallel_max_count; /* lib/parallel/mpi.c: the most elements per MPI call */
+extern size_t mgt_parallel_max_offset; /* lib/parallel/mpi.c: the furthest plain alltoallv displacement */
 #endif
 
 static int me; /* world rank */
@@ -56,7 +56,7 @@ static void *xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
 	if (!p) {
-		fprintf(stderr, "test_dist: out of memory\n");
+		fprintf(stderr, "test_parallel: out of memory\n");
 		exit(1);
 	}
 	return p;
@@ -473,7 +473,7 @@ static int group_ok(mgt_comm *c, const char *name, const int *expect, int n, int
 
 static void test_layout(int tp, int pp, int cp)
 {
-	int W = mgt_dist_world_size(), DP = W / (tp * pp * cp);
+	int W = mgt_parallel_world_size(), DP = W / (tp * pp * cp);
 	mgt_parallel ps;
 	mgt_status st = mgt_parallel_init(&ps, tp, pp, cp);
 	RCHECK(st == MGT_OK, "layout tp %d pp %d cp %d over %d: mgt_parallel_init", tp, pp, cp, W);
@@ -519,7 +519,7 @@ static void test_bad_layout(int tp, int pp, int cp, const char *msg)
 	mgt_parallel ps;
 	mgt_status st = mgt_parallel_init(&ps, tp, pp, cp);
 	RCHECK(st == MGT_ERR_USAGE && has_msg(msg) && !ps.world, "layout tp %d pp %d cp %d over %d: MGT_ERR_USAGE (%s)",
-	       tp, pp, cp, mgt_dist_world_size(), mgt_err_msg());
+	       tp, pp, cp, mgt_parallel_world_size(), mgt_err_msg());
 	if (!st) mgt_parallel_free(&ps);
 }
 
@@ -528,7 +528,7 @@ static void test_layouts(void)
 	static const int layouts[][3] = { { 1, 1, 1 }, { 2, 1, 1 }, { 1, 2, 1 }, { 2, 2, 1 }, { 2, 4, 1 },
 					  { 4, 2, 1 }, { 1, 8, 1 }, { 8, 1, 1 }, { 4, 1, 1 }, { 1, 4, 1 },
 					  { 2, 1, 2 }, { 1, 2, 2 }, { 2, 2, 2 }, { 1, 1, 2 }, { 1, 1, 8 } };
-	int W = mgt_dist_world_size();
+	int W = mgt_parallel_world_size();
 	for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
 		const int *l = layouts[i];
 		if (W % (l[0] * l[1] * l[2]) == 0)
@@ -556,7 +556,7 @@ static int erank(int TP, int EP, int EDP, int t, int e, int d, int p)
 
 static void test_layout_ep(int tp, int pp, int cp, int ep)
 {
-	int W = mgt_dist_world_size(), EDP = W / (tp * pp * ep);
+	int W = mgt_parallel_world_size(), EDP = W / (tp * pp * ep);
 	mgt_parallel ps;
 	mgt_status st = mgt_parallel_init_ep(&ps, tp, pp, cp, ep);
 	RCHECK(st == MGT_OK, "layout tp %d pp %d cp %d ep %d over %d: mgt_parallel_init_ep (%s)", tp, pp, cp, ep, W,
@@ -608,7 +608,7 @@ static void test_bad_ep(int tp, int pp, int cp, int ep, const char *msg)
 	mgt_parallel ps;
 	mgt_status st = mgt_parallel_init_ep(&ps, tp, pp, cp, ep);
 	RCHECK(st == MGT_ERR_USAGE && has_msg(msg) && !ps.world && !ps.ep_comm,
-	       "layout tp %d pp %d cp %d ep %d over %d: MGT_ERR_USAGE (%s)", tp, pp, cp, ep, mgt_dist_world_size(),
+	       "layout tp %d pp %d cp %d ep %d over %d: MGT_ERR_USAGE (%s)", tp, pp, cp, ep, mgt_parallel_world_size(),
 	       mgt_err_msg());
 	if (!st) mgt_parallel_free(&ps);
 }
@@ -620,7 +620,7 @@ static void test_layouts_ep(void)
 					  { 2, 2, 1, 2 }, { 4, 1, 1, 2 }, { 1, 4, 1, 2 }, { 2, 2, 1, 1 },
 					  { 1, 1, 2, 1 }, { 1, 1, 2, 2 }, { 1, 1, 2, 4 }, { 2, 1, 2, 2 },
 					  { 1, 2, 2, 2 }, { 1, 1, 4, 2 } };
-	int W = mgt_dist_world_size();
+	int W = mgt_parallel_world_size();
 	char msg[300];
 	for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
 		const int *l = layouts[i];
@@ -694,7 +694,7 @@ static void test_single_state(void)
 }
 
 #ifdef MGT_HAVE_MPI
-/* Whether a launcher started us (the environment mgt_dist_init looks at). */
+/* Whether a launcher started us (the environment mgt_parallel_runtime_init looks at). */
 static int launched(void)
 {
 	return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE") ||
@@ -704,42 +704,42 @@ static int launched(void)
 
 static void test_runtime(int argc, char **argv)
 {
-	int W = mgt_dist_world_size();
-	RCHECK(mgt_dist_init(&argc, &argv) == MGT_OK && mgt_dist_world_size() == W && mgt_dist_world_rank() == me,
-	       "mgt_dist_init again does nothing");
+	int W = mgt_parallel_world_size();
+	RCHECK(mgt_parallel_runtime_init(&argc, &argv) == MGT_OK && mgt_parallel_world_size() == W && mgt_parallel_world_rank() == me,
+	       "mgt_parallel_runtime_init again does nothing");
 	RCHECK(W >= 1 && me >= 0 && me < W, "world rank %d of %d", me, W);
 #ifdef MGT_HAVE_MPI
-	RCHECK(mgt_dist_active() == launched(), "MPI started exactly when a launcher started us (active %d)",
-	       mgt_dist_active());
+	RCHECK(mgt_parallel_active() == launched(), "MPI started exactly when a launcher started us (active %d)",
+	       mgt_parallel_active());
 #else
-	RCHECK(!mgt_dist_active() && W == 1, "without MPI: one process, not active");
+	RCHECK(!mgt_parallel_active() && W == 1, "without MPI: one process, not active");
 #endif
-	if (!mgt_dist_active()) {
-		mgt_dist_abort(5);
-		RCHECK(1, "mgt_dist_abort returns when MPI is not active");
+	if (!mgt_parallel_active()) {
+		mgt_parallel_abort(5);
+		RCHECK(1, "mgt_parallel_abort returns when MPI is not active");
 	}
 }
 
 /* ---- failure modes ------------------------------------------------------------------------ */
 
-/* Rank r fails (abort: mgt_dist_abort(3); else exit(2) without MPI knowing) while the others
+/* Rank r fails (abort: mgt_parallel_abort(3); else exit(2) without MPI knowing) while the others
  * wait in a barrier that never completes: mpirun must end the job. */
 static int fail_on(int r, int abort_it)
 {
 	mgt_parallel ps;
 	if (mgt_parallel_init(&ps, 1, 1, 1)) {
-		fprintf(stderr, "test_dist: %s\n", mgt_err_msg());
+		fprintf(stderr, "test_parallel: %s\n", mgt_err_msg());
 		return 1;
 	}
 	if (me == r) {
-		fprintf(stderr, "test_dist: rank %d of %d fails on purpose\n", me, ps.world_size);
-		if (abort_it) mgt_dist_abort(3);
+		fprintf(stderr, "test_parallel: rank %d of %d fails on purpose\n", me, ps.world_size);
+		if (abort_it) mgt_parallel_abort(3);
 		exit(abort_it ? 3 : 2);
 	}
 	ps.world->ops->barrier(ps.world);
-	fprintf(stderr, "test_dist: rank %d: the barrier returned\n", me);
+	fprintf(stderr, "test_parallel: rank %d: the barrier returned\n", me);
 	mgt_parallel_free(&ps);
-	mgt_dist_finalize();
+	mgt_parallel_finalize();
 	return 0;
 }
 
@@ -770,11 +770,11 @@ int main(int argc, char **argv)
 		if (!strcmp(argv[i], "--die-on-rank") && i + 1 < argc) die = atoi(argv[++i]);
 		if (!strcmp(argv[i], "--exit-on-rank") && i + 1 < argc) quit = atoi(argv[++i]);
 	}
-	if (mgt_dist_init(&argc, &argv)) {
-		fprintf(stderr, "test_dist: %s\n", mgt_err_msg());
+	if (mgt_parallel_runtime_init(&argc, &argv)) {
+		fprintf(stderr, "test_parallel: %s\n", mgt_err_msg());
 		return 1;
 	}
-	me = mgt_dist_world_rank();
+	me = mgt_parallel_world_rank();
 	if (die >= 0 || quit >= 0) return fail_on(die >= 0 ? die : quit, die >= 0);
 
 	test_runtime(argc, argv);
@@ -794,24 +794,24 @@ int main(int argc, char **argv)
 		}
 #ifdef MGT_HAVE_MPI
 		static const size_t small[] = { 0, 1, 3, 7, 20 };
-		mgt_dist_max_count = 3; /* every operation split into MPI calls of at most 3 elements */
+		mgt_parallel_max_count = 3; /* every operation split into MPI calls of at most 3 elements */
 		test_collectives(ps.world, "world, 3 elements per MPI call", small, 5);
 		test_alltoallv(ps.world, "world, blocks over 3 elements as derived types", 20);
 		big_n = 50;
 		if (ps.world_size > 1) test_ring(ps.world);
-		mgt_dist_max_count = (size_t)-1;
-		mgt_dist_max_offset = 16; /* blocks from byte 17 on: the offset in a derived type */
+		mgt_parallel_max_count = (size_t)-1;
+		mgt_parallel_max_offset = 16; /* blocks from byte 17 on: the offset in a derived type */
 		test_alltoallv(ps.world, "world, offsets over 16 bytes in derived types", 20);
-		mgt_dist_max_count = 3;
+		mgt_parallel_max_count = 3;
 		test_alltoallv(ps.world, "world, both", 20);
-		mgt_dist_max_count = (size_t)-1;
-		mgt_dist_max_offset = (size_t)-1;
+		mgt_parallel_max_count = (size_t)-1;
+		mgt_parallel_max_offset = (size_t)-1;
 #endif
 	}
 	test_layouts();
 	test_layouts_ep();
 	int rc = finish(ps.world);
 	if (!st) mgt_parallel_free(&ps);
-	mgt_dist_finalize();
+	mgt_parallel_finalize();
 	return rc;
 }

@@ -1,7 +1,7 @@
-/* lib/dist/single.c: the one-process communicator and parallel state. */
-#include "dist.h"
+/* lib/parallel/single.c: the one-process communicator and parallel state. */
+#include "parallel.h"
 #include "backend/backend.h"
-#include "dist_impl.h"
+#include "parallel_impl.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -111,7 +111,7 @@ mgt_status mgt_parallel_init_single(mgt_parallel *ps)
 			return MGT_ERR_NOMEM;
 		}
 	}
-	ps->edp_comm = ps->dpcp_comm = ps->dp_comm; /* EP = CP = 1: the same ranks (dist.h) */
+	ps->edp_comm = ps->dpcp_comm = ps->dp_comm; /* EP = CP = 1: the same ranks (parallel.h) */
 	return MGT_OK;
 }
 
@@ -126,7 +126,7 @@ static mgt_status to_device(mgt_comm **c, mgt_comm **host, mgt_backend *be, bool
 	return MGT_OK;
 }
 
-int mgt_dist_local_size(void)
+int mgt_parallel_local_size(void)
 {
 	const char *v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 	if (!v) v = getenv("SLURM_NTASKS_PER_NODE");
@@ -138,7 +138,7 @@ int mgt_dist_local_size(void)
 static mgt_status gpus_shared(mgt_parallel *ps, bool *shared)
 {
 	int n = mgt_backend_cuda_devices();
-	double f = n > 0 && mgt_dist_local_size() > n;
+	double f = n > 0 && mgt_parallel_local_size() > n;
 	mgt_comm *w = ps->world;
 	mgt_status st = w->size > 1 ? w->ops->allreduce(w, &f, 1, MGT_DT_F64, MGT_RED_MAX) : MGT_OK;
 	*shared = f > 0;

@@ -1,5 +1,5 @@
-/* lib/dist/dist_impl.h: helpers shared by the communicator implementations in lib/dist (not
- * public: include only from the .c files of lib/dist).
+/* lib/parallel/parallel_impl.h: helpers shared by the communicator implementations in lib/parallel (not
+ * public: include only from the .c files of lib/parallel).
 
  */
 #ifndef MGT_DIST_IMPL_H
@@ -8,18 +8,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/dist.h"
+#include "parallel/parallel.h"
 
-/* One operation done on c: calls + 1, and bytes (dist.h's formula for it) added to bytes_sent
+/* One operation done on c: calls + 1, and bytes (parallel.h's formula for it) added to bytes_sent
  * when c->size > 1 (a one-process group sends nothing). */
 void mgt_comm_count(mgt_comm *c, double bytes);
 
 /* Whether byte ranges [a, a + na) and [b, b + nb) share a byte (never when one is empty). */
 int mgt_comm_overlaps(const void *a, size_t na, const void *b, size_t nb);
 
-/* The arguments of an alltoallv on c (dist.h's mgt_comm_alltoallv) checked on this rank, for
+/* The arguments of an alltoallv on c (parallel.h's mgt_comm_alltoallv) checked on this rank, for
  * elements of es bytes: every count and displacement >= 0, scount[rank] == rcount[rank], every
- * block's end in bytes within a size_t.  Out: *sent the bytes sent to other ranks (dist.h's
+ * block's end in bytes within a size_t.  Out: *sent the bytes sent to other ranks (parallel.h's
  * formula; 0 when c->size == 1), *send_end and *recv_end the bytes from src and dst up to the
  * end of the furthest non-empty block (0 when none; for overlap checks).  Errors: MGT_ERR_IO
  * "<group> group: alltoallv: ..." naming the rank and the value. */

@@ -1,13 +1,13 @@
-/* lib/dist/mpi.c: the process runtime and the MPI communicator (host buffers, the CPU backend).
+/* lib/parallel/mpi.c: the process runtime and the MPI communicator (host buffers, the CPU backend).
  *
- * Built with MPI (make MPI=1 defines MGT_HAVE_MPI): mgt_dist_init starts MPI only when a launcher
+ * Built with MPI (make MPI=1 defines MGT_HAVE_MPI): mgt_parallel_runtime_init starts MPI only when a launcher
  * started this process, so a plain run never touches MPI.  Groups are MPI_Comm_split of
  * MPI_COMM_WORLD with MPI_ERRORS_RETURN; operations larger than INT_MAX elements are split into
  * several MPI calls.  Built without MPI: the world is one process and the runtime functions are
  * the trivial ones.
  */
-#include "dist.h"
-#include "dist_impl.h"
+#include "parallel.h"
+#include "parallel_impl.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -74,12 +74,12 @@ static mgt_status check_ep(int world, int tp, int pp, int cp, int ep)
 #include <mpi.h>
 
 /* The most elements one MPI call moves; larger operations take several calls.  A variable so
- * that tests can make it small (tests/unit/test_dist.c); values outside 1..INT_MAX mean INT_MAX. */
-size_t mgt_dist_max_count = INT_MAX;
+ * that tests can make it small (tests/unit/test_parallel.c); values outside 1..INT_MAX mean INT_MAX. */
+size_t mgt_parallel_max_count = INT_MAX;
 /* The furthest byte offset into a buffer an MPI_Alltoallw block may start at as a plain
  * displacement (an int); beyond it a derived datatype carries the offset.  A variable so that
  * tests can make it small; values above INT_MAX mean INT_MAX. */
-size_t mgt_dist_max_offset = INT_MAX;
+size_t mgt_parallel_max_offset = INT_MAX;
 
 typedef struct {
 	int active, owned, finalized, size, rank, tag_ub;
@@ -182,7 +182,7 @@ static mgt_status mpi_fail(const mgt_comm *c, int rc, const char *what, int peer
 
 static size_t chunk_of(size_t left)
 {
-	size_t lim = mgt_dist_max_count;
+	size_t lim = mgt_parallel_max_count;
 	if (lim < 1 || lim > INT_MAX) lim = INT_MAX;
 	return left < lim ? left : lim;
 }
@@ -436,7 +436,7 @@ static void mpi_destroy(mgt_comm *c)
 
 /* Peer r's block of n elements of t (es bytes) at byte offset off of the buffer, as MPI_Alltoallw
  * takes it: *count elements of *type at *displ bytes.  A block of at most chunk_of's count
- * (INT_MAX, or mgt_dist_max_count) starting within INT_MAX bytes (or mgt_dist_max_offset) is
+ * (INT_MAX, or mgt_parallel_max_count) starting within INT_MAX bytes (or mgt_parallel_max_offset) is
  * the basic type itself; any
  * other a derived type at off (count 1, displacement 0; *made: free it) of whole chunks of
  * chunk_of's size and the rest.  The type signature is n elements of t either way, so peers
@@ -444,7 +444,7 @@ static void mpi_destroy(mgt_comm *c)
 static int block_type(size_t n, size_t off, MPI_Datatype t, size_t es, int *count, int *displ, MPI_Datatype *type,
 		      int *made)
 {
-	size_t m = chunk_of(n), lim = mgt_dist_max_offset < INT_MAX ? mgt_dist_max_offset : INT_MAX;
+	size_t m = chunk_of(n), lim = mgt_parallel_max_offset < INT_MAX ? mgt_parallel_max_offset : INT_MAX;
 	*made = 0;
 	*type = t;
 	if (!n || (m == n && off <= lim)) {
@@ -479,7 +479,7 @@ static int block_type(size_t n, size_t off, MPI_Datatype t, size_t es, int *coun
 	return MPI_SUCCESS;
 }
 
-/* One MPI_Alltoallw on every rank whatever its counts (dist.h): per-peer counts, byte
+/* One MPI_Alltoallw on every rank whatever its counts (parallel.h): per-peer counts, byte
  * displacements and types from block_type.  src overlapping the dst blocks is copied first.
  * A one-process group copies its block itself: OpenMPI's coll/self alltoallw (4.1) scales the
  * byte displacements by the type's extent, as alltoallv's, and writes out of bounds. */
@@ -572,7 +572,7 @@ static mgt_status comm_split(int color, int key, const char *name, mgt_comm **ou
 }
 
 /* Sizes and ranks: rank = tp + TP*(cp + CP*(dp + DP*pp)), and on the expert grid
- * rank = tp + TP*(ep + EP*(edp + EDP*pp)) (dist.h). */
+ * rank = tp + TP*(ep + EP*(edp + EDP*pp)) (parallel.h). */
 static void layout(mgt_parallel *ps, int world, int rank, int tp, int pp, int cp, int ep)
 {
 	*ps = (mgt_parallel){ .world_size = world, .world_rank = rank, .tp = tp, .pp = pp, .cp = cp,
@@ -585,7 +585,7 @@ static void layout(mgt_parallel *ps, int world, int rank, int tp, int pp, int cp
 	ps->edp_rank = rank / (tp * ep) % ps->edp;
 }
 
-/* The groups of dist.h: colors select the group, keys order it. */
+/* The groups of parallel.h: colors select the group, keys order it. */
 static mgt_status make_groups(mgt_parallel *ps)
 {
 	int r = ps->world_rank, TP = ps->tp, CP = ps->cp;
@@ -609,8 +609,8 @@ static mgt_status make_groups(mgt_parallel *ps)
 	};
 	int n = sizeof g / sizeof *g;
 	for (int i = 0; i < n; i++) {
-		if (CP == 1 && g[i].slot == &ps->dpcp_comm) continue;              /* dp_comm (dist.h) */
-		if (ps->ep == 1 && CP == 1 && g[i].slot == &ps->edp_comm) continue; /* dp_comm (dist.h) */
+		if (CP == 1 && g[i].slot == &ps->dpcp_comm) continue;              /* dp_comm (parallel.h) */
+		if (ps->ep == 1 && CP == 1 && g[i].slot == &ps->edp_comm) continue; /* dp_comm (parallel.h) */
 		mgt_status st = comm_split(g[i].color, g[i].key, g[i].name, g[i].slot);
 		if (st) return st;
 	}
@@ -639,7 +639,7 @@ mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp)
 
 /* ---- the runtime -------------------------------------------------------------------------- */
 
-mgt_status mgt_dist_init(int *argc, char ***argv)
+mgt_status mgt_parallel_runtime_init(int *argc, char ***argv)
 {
 	char msg[MPI_MAX_ERROR_STRING];
 	int started = 0, provided;
@@ -661,29 +661,29 @@ mgt_status mgt_dist_init(int *argc, char ***argv)
 	return MGT_OK;
 }
 
-int mgt_dist_active(void)
+int mgt_parallel_active(void)
 {
 	return rt.active;
 }
 
-int mgt_dist_world_size(void)
+int mgt_parallel_world_size(void)
 {
 	return rt.size;
 }
 
-int mgt_dist_world_rank(void)
+int mgt_parallel_world_rank(void)
 {
 	return rt.rank;
 }
 
-void mgt_dist_abort(int code)
+void mgt_parallel_abort(int code)
 {
 	if (!rt.active) return;
 	fflush(NULL);
 	MPI_Abort(MPI_COMM_WORLD, code);
 }
 
-void mgt_dist_finalize(void)
+void mgt_parallel_finalize(void)
 {
 	if (!rt.active) return;
 	op16_free();
@@ -693,7 +693,7 @@ void mgt_dist_finalize(void)
 
 #else /* built without MPI: one process */
 
-mgt_status mgt_dist_init(int *argc, char ***argv)
+mgt_status mgt_parallel_runtime_init(int *argc, char ***argv)
 {
 	long n = launched_size();
 	if (n > 1)
@@ -702,26 +702,26 @@ mgt_status mgt_dist_init(int *argc, char ***argv)
 	return MGT_OK;
 }
 
-int mgt_dist_active(void)
+int mgt_parallel_active(void)
 {
 	return 0;
 }
 
-int mgt_dist_world_size(void)
+int mgt_parallel_world_size(void)
 {
 	return 1;
 }
 
-int mgt_dist_world_rank(void)
+int mgt_parallel_world_rank(void)
 {
 	return 0;
 }
 
-void mgt_dist_abort(int code)
+void mgt_parallel_abort(int code)
 {
 }
 
-void mgt_dist_finalize(void)
+void mgt_parallel_finalize(void)
 {
 }
 
