@@ -3,7 +3,10 @@
 # Targets:
 #   all (default)  libmgt.a and the programs in bin/
 #   check          unit tests (C) and program tests (TAP shell scripts, run by prove), and
-#                  check-sim: the CUDA backend's op checks on a CPU simulation of CUDA (tests/sim/)
+#                  check-sim: the CUDA backend's op checks on a CPU simulation of CUDA (tests/sim/);
+#                  each part's wall time printed at the end.  Under SANITIZE: units, fuzz corpora,
+#                  sim op checks and check-smoke (one quick run of each program)
+#   check-unit, check-sim, check-cli, check-smoke   one part
 #   demo           the main job on the bundled data: preprocess KJV, train the tiny GPT on it
 #   bench          benchmarks in tests/bench/ (throughput, peak memory); raw results in build/bench/
 #   mutate-sim     tests/sim/mutate.py: planted kernel bugs against check-sim's op checks (not in CI)
@@ -147,7 +150,13 @@ $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libmgt.a
 	$(say) LINK $@
 	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< tests/fuzz/replay.c $(B)/libmgt.a $(LIBS) -o $@
 
-check: check-unit check-sim check-cli
+# make check: the quick tier, each part timed (tests/parts.sh).  Under SANITIZE the sanitized
+# pass: the unit tests, the fuzz corpora, the simulator's op checks and one quick run of each
+# program (check-smoke: tests/cli/t0050-smoke.sh), not the long numeric comparisons, which the
+# sanitizers cannot make more exact.
+CHECK_PARTS = unit sim $(if $(SANITIZE),smoke,cli)
+check: $(PROGS) $(UNITS)
+	@sh tests/parts.sh "$(MAKE)" $(CHECK_PARTS)
 
 check-unit: $(PROGS) $(UNITS) $(FUZZ)
 	@set -e; for t in $(UNITS); do echo "== $$t"; $$t; done
@@ -157,6 +166,9 @@ check-unit: $(PROGS) $(UNITS) $(FUZZ)
 check-cli: $(PROGS) $(UNITS)
 	@if [ "$(DEPS)" = 1 ]; then sh contrib/install-deps.sh test; fi
 	prove -j2 --timer tests/cli/t*.sh
+
+check-smoke: $(PROGS)
+	prove -v --timer tests/cli/t0050-smoke.sh
 
 demo: $(PROGS)
 	sh contrib/demo.sh
