@@ -40,6 +40,8 @@
 /* Name of the index file of virtual datasets inside an iteration directory. */
 #define MGT_CKPT_INDEX_FILE "model.h5"
 #define MGT_CKPT_TRACKER "latest_checkpointed_iteration.txt"
+/* The iteration directory's manifest of XXH3-64 checksums (lib/ckpt/sums.c, mgt-ckpt(5)). */
+#define MGT_CKPT_SUMS_FILE "checksums.json"
 
 typedef enum { MGT_CKPT_F32, MGT_CKPT_F64, MGT_CKPT_I32 } mgt_ckpt_dtype;
 
@@ -130,22 +132,34 @@ mgt_status mgt_ckpt_latest(const char *load_dir, int64_t *iteration);
 typedef struct mgt_ckpt mgt_ckpt;
 
 /* Open load_dir/iter_NNNNNNN (iteration < 0: the tracker's iteration): read metadata.json and
- * scan every shard's pieces.  *out is owned by the caller (mgt_ckpt_close).
+ * checksums.json, check the checksums of every file but the shards (metadata.json, model.h5,
+ * the tokenizer files), and scan every shard's pieces, each of which must be in checksums.json
+ * with the same dtype, shape, place and checksum attribute, as every shard file it lists must
+ * be there.  A checkpoint without checksums.json (saved before mgt had them) opens when none
+ * of its pieces has a checksum attribute; its data are then not verified.  *out is owned by
+ * the caller (mgt_ckpt_close).
  * Errors: MGT_ERR_IO (no tracker, iteration directory missing), MGT_ERR_FORMAT (tracker names a
  * missing iteration, metadata.json missing, no shard, a shard not valid HDF5 or truncated, a
  * piece without valid global_shape/global_offset attributes, pieces of one tensor disagreeing on
- * global shape or dtype, or overlapping without being identical; each names the file),
- * MGT_ERR_NOMEM. */
+ * global shape or dtype, or overlapping without being identical, checksums.json damaged, a
+ * file's checksum, a piece, a shard file or checksums.json itself missing or differing; each
+ * names the file, and the tensor where there is one), MGT_ERR_NOMEM. */
 mgt_status mgt_ckpt_open(const char *load_dir, int64_t iteration, mgt_ckpt **out);
 
 /* Whether the opened checkpoint is whole: metadata.json a JSON object, every tensor wholly
  * covered by its pieces, and every tensor its "tensors" array lists (objects {"name", "shape"},
  * mgt-ckpt(5); optional) present with that global shape.  The data themselves are checked
- * (Fletcher-32) only when read.  Errors: MGT_ERR_FORMAT naming the directory and the tensor. */
+ * (Fletcher-32 and XXH3-64) only when read (mgt_ckpt_read, mgt_ckpt_check_data).  Errors: MGT_ERR_FORMAT naming the directory and the tensor. */
 mgt_status mgt_ckpt_check(const mgt_ckpt *c);
 
-/* mgt_ckpt_open and mgt_ckpt_check of load_dir/iter_NNNNNNN (iteration >= 0), then close.
- * Errors: those of both (MGT_ERR_IO when the directory is missing). */
+/* Read every piece of the opened checkpoint whole (about 8 MiB at a time) and check its data
+ * against its checksum (pieces already verified by mgt_ckpt_read are skipped; without
+ * checksums.json nothing is checked).  Errors: MGT_ERR_FORMAT (unreadable or checksum
+ * mismatch, naming the file and tensor), MGT_ERR_NOMEM. */
+mgt_status mgt_ckpt_check_data(mgt_ckpt *c);
+
+/* mgt_ckpt_open, mgt_ckpt_check and mgt_ckpt_check_data of load_dir/iter_NNNNNNN (iteration
+ * >= 0), then close.  Errors: those of the three (MGT_ERR_IO when the directory is missing). */
 mgt_status mgt_ckpt_verify(const char *load_dir, int64_t iteration);
 
 /* The iterations of dir: the numbers N of its directories named iter_N (digits only, so not
@@ -176,9 +190,12 @@ const char *mgt_ckpt_tensor(const mgt_ckpt *c, size_t i, int *ndim, int64_t *glo
  * (row-major [shape[0], ..., shape[ndim-1]], dtype dt, native layout; caller-owned, at least
  * prod(shape) elements) from the overlapping parts of the saved pieces.  global_shape and dt
  * must equal the saved ones (no conversion).  On error dst is unspecified.
+ * Every piece the box touches is verified against its XXH3-64 checksum the first time it is
+ * read (mgt-ckpt(5)): from dst itself when the box is the whole piece (no extra reading), else
+ * by reading the piece whole first, 8 MiB at a time.
  * Errors: MGT_ERR_FORMAT (tensor missing, naming it and the directory; global shape or dtype
  * mismatch, naming both; part of the box not covered by any piece; a shard unreadable or its
- * data corrupt (Fletcher-32 checksum), naming the file), MGT_ERR_USAGE (box outside the global
+ * data corrupt (Fletcher-32 or XXH3-64 checksum), naming the file and tensor), MGT_ERR_USAGE (box outside the global
  * shape, bad ndim), MGT_ERR_NOMEM. */
 mgt_status mgt_ckpt_read(mgt_ckpt *c, const char *name, int ndim, const int64_t *global_shape,
 			 const int64_t *offset, const int64_t *shape, mgt_ckpt_dtype dt, void *dst);

@@ -3,6 +3,7 @@
 #define MGT_CKPT_IMPL_H
 
 #include <hdf5.h>
+#include <jansson.h>
 
 #include "ckpt/ckpt.h"
 
@@ -44,8 +45,12 @@ hid_t ck_h5_fapl(void);
  * and (without dump) the box inside global_shape.
  * Errors: MGT_ERR_USAGE naming the piece. */
 mgt_status ck_piece_check(const mgt_ckpt_piece *p, bool dump);
+/* The dataset attribute holding a piece's XXH3-64 (uint64 scalar; sums.c). */
+#define CK_HASH_ATTR "xxh3_64"
+/* Bytes of a box of shape[0..ndim) of dt. */
+size_t ck_piece_bytes(int ndim, const int64_t *shape, mgt_ckpt_dtype dt);
 /* Create dataset dsname under loc holding p's data (shape p->shape, chunked, Fletcher-32).
- * With attrs, add global_shape and global_offset. file: for messages.
+ * With attrs, add global_shape, global_offset and CK_HASH_ATTR. file: for messages.
  * Errors: MGT_ERR_USAGE (name exists), MGT_ERR_IO. */
 mgt_status ck_h5_put(hid_t loc, const char *file, const char *dsname, const mgt_ckpt_piece *p,
 		     bool attrs);
@@ -64,6 +69,9 @@ typedef struct {
 	int ndim;
 	int64_t gshape[MGT_CKPT_MAX_DIM], off[MGT_CKPT_MAX_DIM], shape[MGT_CKPT_MAX_DIM];
 	mgt_ckpt_dtype dtype;
+	uint64_t hash;  /* the CK_HASH_ATTR attribute, when has_hash */
+	bool has_hash;
+	bool verified;  /* the data read back once and found to have that checksum (read.c) */
 } ck_piece;
 
 typedef struct {
@@ -78,8 +86,11 @@ typedef struct {
 
 /* A shard file name: no '/', not hidden, ends in .h5, not model.h5. */
 bool ck_is_shard_name(const char *s);
-/* Scan every *.h5 file of dir except model.h5 (see mgt_ckpt_open for the checks and errors). */
-mgt_status ck_scan(const char *dir, ck_index *ix);
+/* Scan every *.h5 file of dir except model.h5 (see mgt_ckpt_open for the checks and errors).
+ * check (may be NULL): a checksums.json whose shard list every piece must match
+ * (ck_sums_check_piece, ck_sums_check_shards); build (may be NULL): the manifest to which every
+ * piece is added (ck_sums_add_piece; duplicates of replicated tensors included). */
+mgt_status ck_scan(const char *dir, ck_index *ix, json_t *check, json_t *build);
 void ck_index_free(ck_index *ix);
 /* Every tensor is whole: its pieces (which do not overlap) add up to its global size.
  * Errors: MGT_ERR_FORMAT naming the directory and the tensor. */
@@ -90,6 +101,30 @@ size_t ck_tensor_pieces(const ck_index *ix, size_t t);
 long ck_find(const ck_index *ix, const char *name);
 /* "[a, b, c]" of n dims into buf (at least 96 bytes); returns buf. */
 const char *ck_shape_str(char *buf, int n, const int64_t *d);
+
+/* ---- sums.c: checksums.json ----------------------------------------------------------------- */
+
+/* A new manifest {"algorithm": "xxh3_64", "files": {}, "shards": {}}; NULL after recording
+ * MGT_ERR_NOMEM. */
+json_t *ck_sums_new(void);
+/* Add piece p of shard file to the manifest.  Errors: MGT_ERR_NOMEM. */
+mgt_status ck_sums_add_piece(json_t *sums, const char *file, const ck_piece *p);
+/* Add the checksum of every file under dir but the shards and checksums.json to "files"
+ * (names relative to dir, '/'-separated; hidden names skipped).
+ * Errors: MGT_ERR_FORMAT or MGT_ERR_IO (unreadable), MGT_ERR_NOMEM. */
+mgt_status ck_sums_add_files(json_t *sums, const char *dir);
+/* Write dir/checksums.json (fsynced).  Errors: MGT_ERR_IO, MGT_ERR_NOMEM. */
+mgt_status ck_sums_write(json_t *sums, const char *dir);
+/* Read dir/checksums.json into *out (NULL when there is none: a checkpoint from before the
+ * checksums).  Errors: MGT_ERR_FORMAT (not the manifest's shape), MGT_ERR_NOMEM. */
+mgt_status ck_sums_read(const char *dir, json_t **out);
+/* Piece p, scanned from dir/file, is in the manifest with its checksum attribute, dtype,
+ * shape, global shape and offset.  Errors: MGT_ERR_FORMAT naming the file and tensor. */
+mgt_status ck_sums_check_piece(json_t *sums, const char *dir, const char *file, const ck_piece *p);
+/* The shard files of ix are those of the manifest, per_file[i] pieces in file i as listed. */
+mgt_status ck_sums_check_shards(json_t *sums, const ck_index *ix, const size_t *per_file);
+/* Every file of "files" present in dir with its checksum.  Errors: MGT_ERR_FORMAT. */
+mgt_status ck_sums_check_files(json_t *sums, const char *dir);
 
 /* ---- index.c: the virtual index file -------------------------------------------------------- */
 

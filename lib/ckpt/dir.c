@@ -81,6 +81,8 @@ mgt_status mgt_ckpt_verify(const char *load_dir, int64_t iteration)
 	mgt_status st = mgt_ckpt_open(load_dir, iteration, &c);
 	if (!st)
 		st = mgt_ckpt_check(c);
+	if (!st)
+		st = mgt_ckpt_check_data(c);
 	mgt_ckpt_close(c);
 	return st;
 }

@@ -185,6 +185,26 @@ static mgt_status put_i64_attr(hid_t ds, const char *name, int n, const int64_t 
 	return r < 0 ? MGT_ERR_IO : MGT_OK;
 }
 
+static mgt_status put_u64_attr(hid_t ds, const char *name, uint64_t v)
+{
+	hid_t sp = H5Screate(H5S_SCALAR);
+	hid_t a = sp < 0 ? -1 : H5Acreate2(ds, name, H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+	herr_t r = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_UINT64, &v);
+	if (a >= 0 && H5Aclose(a) < 0)
+		r = -1;
+	if (sp >= 0)
+		H5Sclose(sp);
+	return r < 0 ? MGT_ERR_IO : MGT_OK;
+}
+
+size_t ck_piece_bytes(int ndim, const int64_t *shape, mgt_ckpt_dtype dt)
+{
+	size_t n = mgt_ckpt_dtype_size(dt);
+	for (int d = 0; d < ndim; d++)
+		n *= (size_t)shape[d];
+	return n;
+}
+
 static mgt_status put_data(hid_t loc, const char *dsname, const mgt_ckpt_piece *p, bool attrs)
 {
 	hsize_t dims[MGT_CKPT_MAX_DIM];
@@ -202,6 +222,8 @@ static mgt_status put_data(hid_t loc, const char *dsname, const mgt_ckpt_piece *
 		st = put_i64_attr(ds, "global_shape", p->ndim, p->global_shape);
 	if (!st && attrs)
 		st = put_i64_attr(ds, "global_offset", p->ndim, p->offset);
+	if (!st && attrs) /* the bytes as stored: little-endian, which the host is (ckpt.h) */
+		st = put_u64_attr(ds, CK_HASH_ATTR, mgt_xxh3_64(p->data, ck_piece_bytes(p->ndim, p->shape, p->dtype)));
 	if (ds >= 0 && H5Dclose(ds) < 0) /* flushes the chunk cache: may be where a write fails */
 		st = MGT_ERR_IO;
 	H5Pclose(lcpl);

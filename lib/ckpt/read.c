@@ -107,9 +107,15 @@ mgt_status mgt_ckpt_open(const char *load_dir, int64_t iteration, mgt_ckpt **out
 	memset(c, 0, sizeof *c);
 	c->iteration = iteration;
 	c->f = -1;
+	json_t *sums = NULL;
 	st = read_metadata(dir, &c->meta);
 	if (!st)
-		st = ck_scan(dir, &c->ix);
+		st = ck_sums_read(dir, &sums);
+	if (!st && sums)
+		st = ck_sums_check_files(sums, dir);
+	if (!st)
+		st = ck_scan(dir, &c->ix, sums, NULL);
+	json_decref(sums);
 	free(dir);
 	if (st) {
 		mgt_ckpt_close(c);
@@ -249,8 +255,72 @@ static herr_t read_slab(hid_t ds, const box *r, const ck_piece *p, const int64_t
 	return e;
 }
 
-static mgt_status read_piece(mgt_ckpt *c, const box *r, const ck_piece *p, mgt_ckpt_dtype dt,
-			     void *dst)
+static mgt_status mismatch(const mgt_ckpt *c, const ck_piece *p, uint64_t have)
+{
+	char a[17], b[17];
+	mgt_xxh3_hex(have, a);
+	mgt_xxh3_hex(p->hash, b);
+	return mgt_err(MGT_ERR_FORMAT, "%s/%s: tensor %s: the data read back have checksum %s, not "
+		       "the %s saved (the shard is damaged)", c->ix.dir, c->ix.files[p->file], p->name, a, b);
+}
+
+/* Rows of the piece along dim 0 per read while verifying: about 8 MiB. */
+static int64_t verify_rows(const ck_piece *p)
+{
+	size_t row = ck_piece_bytes(p->ndim - 1, p->shape + 1, p->dtype);
+	int64_t k = (int64_t)(((size_t)8 << 20) / row);
+	return k < 1 ? 1 : k > p->shape[0] ? p->shape[0] : k;
+}
+
+/* Read the whole piece in slabs of rows, hashing as it goes; marks it verified. */
+static mgt_status verify_piece(mgt_ckpt *c, hid_t ds, ck_piece *p)
+{
+	int64_t rows = verify_rows(p), off[MGT_CKPT_MAX_DIM] = {0}, shape[MGT_CKPT_MAX_DIM];
+	memcpy(shape, p->shape, sizeof shape);
+	shape[0] = rows;
+	void *buf = mgt_malloc(ck_piece_bytes(p->ndim, shape, p->dtype));
+	mgt_xxh3 *h = buf ? mgt_xxh3_new() : NULL;
+	herr_t e = h ? 0 : -1;
+	for (int64_t r = 0; e >= 0 && r < p->shape[0]; r += rows) {
+		int64_t lo[MGT_CKPT_MAX_DIM], n[MGT_CKPT_MAX_DIM];
+		memcpy(n, p->shape, sizeof n);
+		memcpy(lo, p->off, sizeof lo);
+		lo[0] += r;
+		n[0] = shape[0] = p->shape[0] - r < rows ? p->shape[0] - r : rows;
+		for (int d = 0; d < p->ndim; d++)
+			off[d] = lo[d];
+		box b = {p->ndim, off, shape};
+		e = read_slab(ds, &b, p, lo, n, p->dtype, buf);
+		if (e >= 0)
+			mgt_xxh3_add(h, buf, ck_piece_bytes(p->ndim, n, p->dtype));
+	}
+	uint64_t have = h ? mgt_xxh3_digest(h) : 0;
+	mgt_xxh3_free(h);
+	free(buf);
+	if (!h)
+		return MGT_ERR_NOMEM;
+	if (e < 0)
+		return mgt_err(MGT_ERR_FORMAT, "%s/%s: %s: cannot read (corrupt file?): %s", c->ix.dir,
+			       c->ix.files[p->file], p->name, ck_h5_why());
+	if (have != p->hash)
+		return mismatch(c, p, have);
+	p->verified = true;
+	return MGT_OK;
+}
+
+/* The box is the whole piece, read into dst as the piece's own dtype. */
+static bool whole_piece(const box *r, const ck_piece *p)
+{
+	for (int d = 0; d < r->ndim; d++)
+		if (r->off[d] != p->off[d] || r->shape[d] != p->shape[d])
+			return false;
+	return true;
+}
+
+/* Read the part of piece p inside box r into dst.  A piece with a checksum is verified the
+ * first time it is read: from dst itself when the box is the piece, else by reading it whole
+ * first (verify_piece). */
+static mgt_status read_piece(mgt_ckpt *c, const box *r, ck_piece *p, mgt_ckpt_dtype dt, void *dst)
 {
 	int64_t lo[MGT_CKPT_MAX_DIM], n[MGT_CKPT_MAX_DIM];
 	if (!intersect(r, p, lo, n))
@@ -260,13 +330,21 @@ static mgt_status read_piece(mgt_ckpt *c, const box *r, const ck_piece *p, mgt_c
 	if (f < 0)
 		return mgt_err(MGT_ERR_FORMAT, "%s/%s: cannot open: %s", c->ix.dir, file, ck_h5_why());
 	hid_t ds = H5Dopen2(f, p->name, H5P_DEFAULT);
-	herr_t e = ds < 0 ? -1 : read_slab(ds, r, p, lo, n, dt, dst);
+	bool whole = whole_piece(r, p);
+	mgt_status st = ds < 0 || !p->has_hash || p->verified || whole ? MGT_OK : verify_piece(c, ds, p);
+	herr_t e = ds < 0 ? -1 : st ? 0 : read_slab(ds, r, p, lo, n, dt, dst);
 	if (ds >= 0)
 		H5Dclose(ds);
-	if (e < 0)
+	if (!st && e < 0)
 		return mgt_err(MGT_ERR_FORMAT, "%s/%s: %s: cannot read (corrupt file?): %s", c->ix.dir,
 			       file, p->name, ck_h5_why());
-	return MGT_OK;
+	if (!st && p->has_hash && !p->verified) {
+		uint64_t have = mgt_xxh3_64(dst, ck_piece_bytes(p->ndim, p->shape, p->dtype));
+		if (have != p->hash)
+			return mismatch(c, p, have);
+		p->verified = true;
+	}
+	return st;
 }
 
 /* Same rank, global shape and dtype as saved, box inside the global shape. */
@@ -322,7 +400,7 @@ mgt_status mgt_ckpt_read(mgt_ckpt *c, const char *name, int ndim, const int64_t 
 	if (ndim < 1 || ndim > MGT_CKPT_MAX_DIM)
 		return mgt_err(MGT_ERR_USAGE, "%s: ndim %d (expected 1 to %d)", name, ndim,
 			       MGT_CKPT_MAX_DIM);
-	const ck_piece *p = &c->ix.pieces[c->ix.tensors[t]];
+	ck_piece *p = &c->ix.pieces[c->ix.tensors[t]];
 	size_t np = ck_tensor_pieces(&c->ix, (size_t)t);
 	box r = {ndim, offset, shape};
 	mgt_status st = check_request(c, p, global_shape, &r, dt);
@@ -330,5 +408,23 @@ mgt_status mgt_ckpt_read(mgt_ckpt *c, const char *name, int ndim, const int64_t 
 		st = check_covered(c, &r, p, np);
 	for (size_t i = 0; !st && i < np; i++)
 		st = read_piece(c, &r, &p[i], dt, dst);
+	return st;
+}
+
+mgt_status mgt_ckpt_check_data(mgt_ckpt *c)
+{
+	ck_h5_quiet();
+	mgt_status st = MGT_OK;
+	for (size_t i = 0; !st && i < c->ix.npieces; i++) {
+		ck_piece *p = &c->ix.pieces[i];
+		if (!p->has_hash || p->verified)
+			continue;
+		hid_t f = shard_file(c, p->file);
+		hid_t ds = f < 0 ? -1 : H5Dopen2(f, p->name, H5P_DEFAULT);
+		st = ds < 0 ? mgt_err(MGT_ERR_FORMAT, "%s/%s: %s: cannot open: %s", c->ix.dir,
+				      c->ix.files[p->file], p->name, ck_h5_why()) : verify_piece(c, ds, p);
+		if (ds >= 0)
+			H5Dclose(ds);
+	}
 	return st;
 }

@@ -93,6 +93,23 @@ static bool read_i64_attr(hid_t ds, const char *name, int n, int64_t *v)
 	return ok;
 }
 
+/* The optional scalar uint64 checksum attribute (absent in checkpoints from before it). */
+static void read_hash_attr(hid_t ds, ck_piece *p)
+{
+	if (H5Aexists(ds, CK_HASH_ATTR) <= 0)
+		return;
+	hid_t a = H5Aopen(ds, CK_HASH_ATTR, H5P_DEFAULT);
+	hid_t sp = a < 0 ? -1 : H5Aget_space(a), t = a < 0 ? -1 : H5Aget_type(a);
+	p->has_hash = sp >= 0 && t >= 0 && H5Tget_class(t) == H5T_INTEGER &&
+		      H5Sget_simple_extent_npoints(sp) == 1 && H5Aread(a, H5T_NATIVE_UINT64, &p->hash) >= 0;
+	if (t >= 0)
+		H5Tclose(t);
+	if (sp >= 0)
+		H5Sclose(sp);
+	if (a >= 0)
+		H5Aclose(a);
+}
+
 static mgt_status piece_shape(hid_t ds, const char *path, const char *name, ck_piece *p)
 {
 	hid_t t = H5Dget_type(ds), sp = H5Dget_space(ds);
@@ -141,6 +158,8 @@ typedef struct {
 	const char *path;
 	size_t cap;
 	mgt_status st;
+	json_t *check, *build; /* ck_scan's */
+	size_t n;              /* pieces of this file */
 } scan_ctx;
 
 static mgt_status add_piece(scan_ctx *s, hid_t ds, const char *name)
@@ -163,7 +182,20 @@ static mgt_status add_piece(scan_ctx *s, hid_t ds, const char *name)
 	if (!st && !(p->name = mgt_strdup(name)))
 		st = MGT_ERR_NOMEM;
 	if (!st)
+		read_hash_attr(ds, p);
+	if (!st && s->check)
+		st = ck_sums_check_piece(s->check, ix->dir, ix->files[s->file], p);
+	if (!st && s->build)
+		st = ck_sums_add_piece(s->build, ix->files[s->file], p);
+	if (!st && !s->check && !s->build && p->has_hash)
+		st = mgt_err(MGT_ERR_FORMAT, "%s: %s has checksums but %s/%s is missing (the checkpoint "
+			     "is damaged)", s->path, name, ix->dir, MGT_CKPT_SUMS_FILE);
+	if (p->name && st)
+		free(p->name);
+	if (!st) {
 		ix->npieces++;
+		s->n++;
+	}
 	return st;
 }
 
@@ -181,7 +213,8 @@ static herr_t visit(hid_t g, const char *name, const H5L_info_t *info, void *dat
 	return s->st ? -1 : 0;
 }
 
-static mgt_status scan_file(ck_index *ix, int i, size_t *cap)
+static mgt_status scan_file(ck_index *ix, int i, size_t *cap, json_t *check, json_t *build,
+			    size_t *npieces)
 {
 	char *path = ck_join(ix->dir, ix->files[i]);
 	if (!path)
@@ -189,7 +222,7 @@ static mgt_status scan_file(ck_index *ix, int i, size_t *cap)
 	hid_t fapl = ck_h5_fapl();
 	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
 	H5Pclose(fapl);
-	scan_ctx s = {ix, i, path, *cap, MGT_OK};
+	scan_ctx s = {ix, i, path, *cap, MGT_OK, check, build, 0};
 	if (f < 0)
 		s.st = mgt_err(MGT_ERR_FORMAT, "%s: not a valid HDF5 file (truncated or corrupt?): %s",
 			       path, ck_h5_why());
@@ -201,6 +234,7 @@ static mgt_status scan_file(ck_index *ix, int i, size_t *cap)
 	if (f >= 0 && H5Fclose(f) < 0 && !s.st)
 		s.st = mgt_err(MGT_ERR_FORMAT, "%s: cannot close: %s", path, ck_h5_why());
 	*cap = s.cap;
+	*npieces = s.n;
 	free(path);
 	return s.st;
 }
@@ -319,16 +353,21 @@ mgt_status ck_check_coverage(const ck_index *ix)
 	return MGT_OK;
 }
 
-mgt_status ck_scan(const char *dir, ck_index *ix)
+mgt_status ck_scan(const char *dir, ck_index *ix, json_t *check, json_t *build)
 {
 	memset(ix, 0, sizeof *ix);
 	ck_h5_quiet();
 	if (!(ix->dir = mgt_strdup(dir)))
 		return MGT_ERR_NOMEM;
 	mgt_status st = list_shards(ix);
-	size_t cap = 0;
+	size_t cap = 0, *per_file = st ? NULL : mgt_malloc(ix->nfiles * sizeof *per_file);
+	if (!st && !per_file)
+		st = MGT_ERR_NOMEM;
 	for (size_t i = 0; !st && i < ix->nfiles; i++)
-		st = scan_file(ix, (int)i, &cap);
+		st = scan_file(ix, (int)i, &cap, check, build, &per_file[i]);
+	if (!st && check)
+		st = ck_sums_check_shards(check, ix, per_file);
+	free(per_file);
 	if (!st)
 		st = build_tensors(ix);
 	if (st)

@@ -192,13 +192,17 @@ static mgt_status check_json(const char *json)
 	return MGT_OK;
 }
 
-/* metadata.json, the index file, and the directory itself, all fsynced. */
+/* metadata.json, the index file, checksums.json (the checksums of every piece, of the other
+ * files and of both) and the directory itself, all fsynced. */
 static mgt_status finish_tmp(const char *tmp, const char *json)
 {
 	ck_index ix;
-	mgt_status st = ck_scan(tmp, &ix);
-	if (st)
+	json_t *sums = ck_sums_new();
+	mgt_status st = sums ? ck_scan(tmp, &ix, NULL, sums) : MGT_ERR_NOMEM;
+	if (st) {
+		json_decref(sums);
 		return st;
+	}
 	char *meta = ck_join(tmp, "metadata.json");
 	st = meta ? ck_check_coverage(&ix) : MGT_ERR_NOMEM;
 	if (!st)
@@ -206,8 +210,13 @@ static mgt_status finish_tmp(const char *tmp, const char *json)
 	if (!st)
 		st = ck_write_index(&ix, json);
 	if (!st)
+		st = ck_sums_add_files(sums, tmp);
+	if (!st)
+		st = ck_sums_write(sums, tmp);
+	if (!st)
 		st = ck_fsync_path(tmp);
 	free(meta);
+	json_decref(sums);
 	ck_index_free(&ix);
 	return st;
 }

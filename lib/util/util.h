@@ -176,4 +176,19 @@ float mgt_f16_to_f32(uint16_t h);
 /* 64-bit FNV-1a of a string, used to turn a tensor name into a Philox key. */
 uint64_t mgt_hash64(const char *s);
 
+/* XXH3-64 (xxHash 0.8, seed 0: XXH3_64bits, Debian libxxhash-dev), the checksum of checkpoint
+ * tensors and files (mgt-ckpt(5)): of n bytes at p (p may be NULL when n is 0); and the same
+ * over bytes fed in any number of pieces (mgt_xxh3_new: NULL after recording MGT_ERR_NOMEM;
+ * the caller frees it with mgt_xxh3_free, NULL fine).  The digest equals mgt_xxh3_64 of the
+ * concatenated bytes.  mgt_xxh3_hex writes the value as 16 lowercase hex digits and a NUL;
+ * mgt_xxh3_parse reads exactly that form back (false for anything else). */
+uint64_t mgt_xxh3_64(const void *p, size_t n);
+typedef struct mgt_xxh3 mgt_xxh3;
+mgt_xxh3 *mgt_xxh3_new(void);
+void mgt_xxh3_add(mgt_xxh3 *h, const void *p, size_t n);
+uint64_t mgt_xxh3_digest(const mgt_xxh3 *h);
+void mgt_xxh3_free(mgt_xxh3 *h);
+void mgt_xxh3_hex(uint64_t v, char out[17]);
+bool mgt_xxh3_parse(const char *s, uint64_t *v);
+
 #endif

@@ -10,6 +10,7 @@
  */
 #include "ckpt/ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <jansson.h>
@@ -372,13 +373,48 @@ static void copy_tree(const char *from, const char *to)
 		exit(1);
 }
 
+static herr_t drop_hash_attr(hid_t g, const char *name, const H5L_info_t *info, void *data)
+{
+	(void)info, (void)data;
+	H5Adelete_by_name(g, name, "xxh3_64", H5P_DEFAULT);
+	return 0;
+}
+
+/* Make dir a checkpoint from before the checksums: no checksums.json, no xxh3_64 attributes. */
+static void strip_checksums(const char *dir)
+{
+	char path[1024];
+	snprintf(path, sizeof path, "%s/checksums.json", dir);
+	unlink(path);
+	DIR *d = opendir(dir);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		size_t n = strlen(e->d_name);
+		if (n < 4 || strcmp(e->d_name + n - 3, ".h5") || !strcmp(e->d_name, "model.h5"))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+		H5Literate(f, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, drop_hash_attr, NULL);
+		H5Fclose(f);
+	}
+	if (d)
+		closedir(d);
+}
+
 static void test_missing_coverage(void)
 {
 	char *save = path_in("cov");
 	copy_tree(path_in("a/b/save"), save);
 	unlink(path_in("cov/iter_0000010/model_tp01_pp000_dp000.h5"));
 	mgt_ckpt *c = NULL;
-	CHECK(mgt_ckpt_open(save, -1, &c) == MGT_OK, "open with a shard missing");
+	CHECK(mgt_ckpt_open(save, -1, &c) == MGT_ERR_FORMAT && has_msg("model_tp01_pp000_dp000.h5: shard file listed "
+	      "in checksums.json is missing"), "a shard missing: refused at open: %s", mgt_err_msg());
+	/* without the manifest the pieces' checksum attributes alone refuse it */
+	unlink(path_in("cov/iter_0000010/checksums.json"));
+	CHECK(mgt_ckpt_open(save, -1, &c) == MGT_ERR_FORMAT && has_msg("checksums.json is missing"),
+	      "checksums.json missing: refused: %s", mgt_err_msg());
+	/* a checkpoint from before the checksums: the coverage checks remain */
+	strip_checksums(path_in("cov/iter_0000010"));
+	CHECK(mgt_ckpt_open(save, -1, &c) == MGT_OK, "open with a shard missing (no checksums)");
 	if (!c)
 		return;
 	float buf[200];
@@ -442,9 +478,85 @@ static void test_corrupt(void)
 	mgt_ckpt_close(c);
 }
 
+/* Rewrite one element of dataset name in file through HDF5 (so its Fletcher-32 checksums are
+ * recomputed: only the XXH3-64 checksum can tell). */
+static int rewrite_element(const char *file, const char *name, float v)
+{
+	hid_t f = H5Fopen(file, H5F_ACC_RDWR, H5P_DEFAULT), ds = f < 0 ? -1 : H5Dopen2(f, name, H5P_DEFAULT);
+	hid_t sp = ds < 0 ? -1 : H5Dget_space(ds), ms;
+	hsize_t at[2] = {1, 2}, one[2] = {1, 1};
+	int ok = sp >= 0 && H5Sselect_hyperslab(sp, H5S_SELECT_SET, at, NULL, one, NULL) >= 0 &&
+		 (ms = H5Screate_simple(2, one, NULL)) >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, ms, sp, H5P_DEFAULT, &v) >= 0;
+	if (ok)
+		H5Sclose(ms);
+	if (sp >= 0)
+		H5Sclose(sp);
+	if (ds >= 0)
+		H5Dclose(ds);
+	if (f >= 0)
+		H5Fclose(f);
+	return ok;
+}
+
+/* Data changed behind the format's back: refused when read whole, when a box of it is read
+ * (the piece verified whole first), by mgt_ckpt_check_data and mgt_ckpt_verify; the other
+ * tensors still read.  checksums.json itself damaged: refused at open. */
+static void test_checksums(void)
+{
+	char save[512];
+	snprintf(save, sizeof save, "%s", path_in("sums"));
+	copy_tree(path_in("a/b/save"), save);
+	CHECK(mgt_ckpt_verify(save, 10) == MGT_OK, "checksums: a saved checkpoint verifies whole");
+	CHECK(rewrite_element(path_in("sums/iter_0000010/model_tp01_pp000_dp000.h5"), T[0].name, 123.0f),
+	      "checksums: one element rewritten through HDF5");
+	mgt_ckpt *c = NULL;
+	CHECK(mgt_ckpt_open(save, -1, &c) == MGT_OK, "checksums: opens (the structure is intact)");
+	if (!c)
+		return;
+	float buf[200];
+	int64_t off[] = {0, 0}, top[] = {6, 6}, low_off[] = {6, 0}, low[] = {2, 6};
+	CHECK(box_ok(c, &T[0], off, top, 0), "checksums: the other piece still reads");
+	CHECK(mgt_ckpt_read(c, T[0].name, 2, T[0].gs, low_off, low, MGT_CKPT_F32, buf) == MGT_ERR_FORMAT &&
+	      has_msg("model_tp01_pp000_dp000.h5: tensor decoder.layers.0.self_attention.linear_qkv.weight: the data "
+		      "read back have checksum"), "checksums: a box of the piece refused: %s", mgt_err_msg());
+	CHECK(mgt_ckpt_read(c, T[0].name, 2, T[0].gs, off, T[0].gs, MGT_CKPT_F32, buf) == MGT_ERR_FORMAT,
+	      "checksums: the whole tensor refused");
+	CHECK(whole_ok(c, &T[1], 0), "checksums: another tensor of that shard still reads");
+	CHECK(mgt_ckpt_check_data(c) == MGT_ERR_FORMAT && has_msg("linear_qkv.weight"),
+	      "checksums: check_data refuses: %s", mgt_err_msg());
+	mgt_ckpt_close(c);
+	int64_t found = 0;
+	CHECK(mgt_ckpt_verify(save, 10) == MGT_ERR_FORMAT, "checksums: verify refuses");
+	CHECK(mgt_ckpt_newest_whole(save, -1, &found) == MGT_OK && found == -1,
+	      "checksums: no whole iteration (%lld)", (long long)found);
+	/* a digit of a piece's checksum in checksums.json changed */
+	copy_tree(path_in("a/b/save"), save);
+	char *text = NULL, *sums = path_in("sums/iter_0000010/checksums.json");
+	size_t n;
+	mgt_file_read(sums, &text, &n);
+	char *h = text ? strstr(text, "\"xxh3_64\": \"") : NULL;
+	CHECK(h != NULL, "checksums: checksums.json lists xxh3_64 values");
+	if (h) {
+		h += 12;
+		*h = *h == '0' ? '1' : '0';
+		FILE *f = fopen(sums, "w");
+		fwrite(text, 1, n, f);
+		fclose(f);
+		CHECK(mgt_ckpt_open(save, -1, &c) == MGT_ERR_FORMAT && has_msg("differs from checksums.json"),
+		      "checksums: a changed checksum refused at open: %s", mgt_err_msg());
+		f = fopen(sums, "w");
+		fwrite(text, 1, n / 2, f);
+		fclose(f);
+		CHECK(mgt_ckpt_open(save, -1, &c) == MGT_ERR_FORMAT && has_msg("checksums.json: not valid JSON"),
+		      "checksums: a truncated checksums.json refused: %s", mgt_err_msg());
+	}
+	free(text);
+}
+
 static void test_open_errors(void)
 {
-	char *save = path_in("openerr");
+	char save[512]; /* path_in's buffers are reused */
+	snprintf(save, sizeof save, "%s", path_in("openerr"));
 	copy_tree(path_in("a/b/save"), save);
 	mgt_ckpt *c = NULL;
 	CHECK(mgt_ckpt_open(save, 11, &c) == MGT_ERR_IO && has_msg("iter_0000011"),
@@ -467,6 +579,9 @@ static void test_open_errors(void)
 	f = fopen(path_in("openerr/iter_0000010/metadata.json"), "w");
 	fputs("{}", f);
 	fclose(f);
+	CHECK(mgt_ckpt_open(save, 10, &c) == MGT_ERR_FORMAT && has_msg("metadata.json: its checksum differs"),
+	      "a changed metadata.json is refused: %s", mgt_err_msg());
+	strip_checksums(path_in("openerr/iter_0000010"));
 	f = fopen(path_in("openerr/iter_0000010/zz.h5"), "w");
 	fputs("not hdf5", f);
 	fclose(f);
@@ -615,7 +730,7 @@ static void test_whole(void)
 	      "iterations: none in a directory without iter_N (%zu)", n);
 	CHECK(mgt_ckpt_verify(save, 30) == MGT_OK && mgt_ckpt_verify(save, 10) == MGT_OK, "whole iterations verify");
 	unlink(path_in("whole/iter_0000030/model_tp01_pp000_dp000.h5"));
-	CHECK(mgt_ckpt_verify(save, 30) == MGT_ERR_FORMAT && has_msg("the saved pieces cover"),
+	CHECK(mgt_ckpt_verify(save, 30) == MGT_ERR_FORMAT && has_msg("listed in checksums.json is missing"),
 	      "a missing shard: %s", mgt_err_msg());
 	mgt_err(MGT_ERR_FORMAT, "the caller's message");
 	CHECK(mgt_ckpt_newest_whole(save, -1, &found) == MGT_OK && found == 20 && has_msg("the caller's message"),
@@ -1122,8 +1237,12 @@ static void test_experts(void)
 	unlink(sh);
 	snprintf(sh, sizeof sh, "%s/iter_0000005/model_tp00_pp000_dp001_1.h5", save4);
 	unlink(sh);
+	CHECK(mgt_ckpt_verify(save4, 5) == MGT_ERR_FORMAT && has_msg("model_tp00_pp000_dp001"),
+	      "experts: an EP rank's shards lost: refused naming the shard: %s", mgt_err_msg());
+	snprintf(sh, sizeof sh, "%s/iter_0000005", save4);
+	strip_checksums(sh);
 	CHECK(mgt_ckpt_verify(save4, 5) == MGT_ERR_FORMAT && has_msg(".mlp.experts.linear_fc"),
-	      "experts: an EP rank's shards lost: refused naming an expert dataset");
+	      "experts: the same without checksums: refused naming an expert dataset: %s", mgt_err_msg());
 
 	/* the table side: names known by dataset, not by per-expert name */
 	mgt_tensor_table full;
@@ -1214,6 +1333,7 @@ int main(int argc, char **argv)
 	test_missing_coverage();
 	test_truncated();
 	test_corrupt();
+	test_checksums();
 	test_open_errors();
 	test_failed_writes();
 	test_replace();
