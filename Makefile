@@ -203,6 +203,14 @@ $(B)/bench/gemm_ceiling: $(B)/tests/bench/gemm_ceiling.o $(B)/libmgt.a
 
 gpu-progs: $(GPU_TEST) $(GPU_BENCH)
 
+# tests/bench/ckpt_sweep.c: the checkpoint corruption sweep (tests/bench/ckpt_corruption.sh, t3410)
+CKPT_SWEEP = $(B)/bench/ckpt_sweep
+$(CKPT_SWEEP): $(B)/tests/bench/ckpt_sweep.o $(B)/libmgt.a
+	@mkdir -p $(dir $@)
+	$(say) LINK $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(LDFLAGS) $< $(B)/libmgt.a $(LIBS) -o $@
+check-cli: $(CKPT_SWEEP)
+
 # check-unit builds them too (not run there): an op interface change that misses them fails in
 # make check, not first in CI's gpu-progs
 check-unit: $(GPU_TEST) $(GPU_BENCH)

@@ -110,6 +110,7 @@
 	X(I, save_interval, save_interval, "save-interval", "0", "[0,)", "save every N iterations") \
 	X(B, no_save_optim, no_save_optim, "no-save-optim", "false", "", "save weights only") \
 	X(B, no_load_optim, no_load_optim, "no-load-optim", "false", "", "do not load optimizer state") \
+	X(B, overwrite_save, overwrite_save, "overwrite-save", "false", "", "start a new run in a --save directory holding another run's checkpoints, replacing them as it saves") \
 	X(B, exit_on_missing_checkpoint, exit_on_missing_checkpoint, "exit-on-missing-checkpoint", "false", "", "with --load: exit (status 6) when it holds no checkpoint, instead of initializing at random") \
 	X(B, finetune, finetune, "finetune", "false", "", "load weights only, start at iteration 0") \
 	X(B, use_checkpoint_args, use_checkpoint_args, "use-checkpoint-args", "false", "", "model shape and tokenizer from the --load checkpoint") \

@@ -879,6 +879,65 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 	return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
 }
 
+/* Whether a and b name the same existing directory. */
+static bool same_dir(const char *a, const char *b)
+{
+	struct stat x, y;
+	return !stat(a, &x) && !stat(b, &y) && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+mgt_status trainer_save_guard(const mgt_args *a)
+{
+	struct stat sb;
+	if (!a->save || a->overwrite_save || stat(a->save, &sb) || !S_ISDIR(sb.st_mode) ||
+	    (a->load && same_dir(a->load, a->save)))
+		return MGT_OK;
+	int64_t *its = NULL, latest = -1;
+	size_t n = 0;
+	mgt_status st = mgt_ckpt_iterations(a->save, &its, &n);
+	if (st) return mgt_err_ctx(st, "--save");
+	char tracked[64] = "";
+	if (mgt_ckpt_latest(a->save, &latest) == MGT_OK)
+		snprintf(tracked, sizeof tracked, ", its tracker at %lld", (long long)latest);
+	mgt_err(MGT_OK, "%s", ""); /* no tracker: not an error here */
+	char range[64] = "";
+	if (n == 1) snprintf(range, sizeof range, "iteration %lld", (long long)its[0]);
+	if (n > 1) snprintf(range, sizeof range, "iterations %lld to %lld", (long long)its[0], (long long)its[n - 1]);
+	free(its);
+	if (!n && !tracked[0]) return MGT_OK;
+	return mgt_err(MGT_ERR_USAGE, "--save %s holds the checkpoints of another run (%s%s) that this run would save over "
+		       "and whose tracker it would move%s: pass --load %s to resume that run, or --overwrite-save to start a "
+		       "new run there on purpose", a->save, n ? range : "no iteration", tracked,
+		       a->load ? " (--load names another directory)" : "", a->save);
+}
+
+/* bytes as "N.N MiB" below 10 GiB, else "N.N GiB", into buf [32]. */
+static const char *size_str(char *buf, double bytes)
+{
+	double mib = bytes / (1024.0 * 1024.0);
+	if (mib < 10240) snprintf(buf, 32, "%.1f MiB", mib);
+	else snprintf(buf, 32, "%.1f GiB", mib / 1024.0);
+	return buf;
+}
+
+mgt_status trainer_save_room(trainer *t, double params)
+{
+	const mgt_args *a = t->a;
+	if (!a->save || t->eval_only) return MGT_OK;
+	uint64_t free_b = 0;
+	mgt_status st = mgt_free_bytes(a->save, &free_b);
+	if (st) return mgt_err_ctx(st, "--save");
+	double need = params * (a->no_save_optim ? 4.0 : 12.0);
+	char n[32], f[32];
+	if (t->io->log)
+		fprintf(t->io->log, " > checkpoint size: about %s (fp32 weights%s); %s free for --save %s\n", size_str(n, need),
+			a->no_save_optim ? "" : " and Adam moments", size_str(f, (double)free_b), a->save);
+	if ((double)free_b >= need) return MGT_OK;
+	return mgt_err(MGT_ERR_IO, "--save %s: %s free on its file system, and one checkpoint of this run takes about %s: "
+		       "free some space, --save elsewhere%s", a->save, size_str(f, (double)free_b), size_str(n, need),
+		       a->no_save_optim ? "" : ", or --no-save-optim (weights only, a third of it)");
+}
+
 /* ---- --use-checkpoint-args ---- */
 
 static mgt_status copy_arg(mgt_args *a, json_t *ck, const char *key, const char *load_dir)

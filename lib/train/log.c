@@ -84,7 +84,7 @@ static void log_arguments(trainer *t)
 
 /* Megatron's get_model: the parameters of every (tensor, pipeline) position, counted on its
  * first data-parallel and context-parallel rank (all its chunks, the tied embedding's copy included), gathered. */
-static mgt_status log_param_counts(trainer *t)
+static mgt_status log_param_counts(trainer *t, double *total)
 {
 	int tp = t->ps.tp, pp = t->ps.pp;
 	double *count = mgt_malloc((size_t)(tp * pp) * sizeof *count);
@@ -94,6 +94,8 @@ static mgt_status log_param_counts(trainer *t)
 		count[t->ps.pp_rank * tp + t->ps.tp_rank] += (double)mgt_model_tensors(t->chunk[c])->numel;
 	mgt_comm *w = t->ps.world;
 	mgt_status st = w->size > 1 ? w->ops->allreduce(w, count, (size_t)(tp * pp), MGT_DT_F64, MGT_RED_SUM) : MGT_OK;
+	*total = 0;
+	for (int i = 0; !st && i < tp * pp; i++) *total += count[i];
 	for (int i = 0; !st && t->io->log && i < tp * pp; i++)
 		fprintf(t->io->log, " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %.0f\n",
 			i % tp, i / tp, count[i]);
@@ -111,7 +113,9 @@ mgt_status trainer_log_start(trainer *t)
 		fprintf(f, "WARNING: %.*s is accepted without effect: %.*s\n", (int)(colon - p), p, (int)(e - colon - 2),
 			colon + 2);
 	}
-	mgt_status st = log_param_counts(t);
+	double total = 0;
+	mgt_status st = log_param_counts(t, &total);
+	if (!st && t->ps.world_rank == 0) st = trainer_save_room(t, total);
 	if (f) fflush(f);
 	return st ? st : trainer_log_tb_open(t);
 }

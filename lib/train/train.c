@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- setup ---- */
 
@@ -929,6 +930,31 @@ static mgt_status default_split(trainer *t)
 	return MGT_OK;
 }
 
+/* Before anything is computed (rank 0): --save holds no other run's checkpoints, and every
+ * directory the run writes into (--save, --tensorboard-dir, --data-cache-path, --metrics-file's)
+ * can be made and written: found now, not after the training time is spent.  Rank 0 probes (it
+ * makes and removes the directories it needs, which other ranks probing at once would race
+ * with); its error ends the job. */
+static mgt_status preflight(const mgt_args *a)
+{
+	mgt_status st = trainer_save_guard(a);
+	if (!st && a->save) st = mgt_dir_writable(a->save, "--save");
+	if (!st && a->tensorboard_dir) st = mgt_dir_writable(a->tensorboard_dir, "--tensorboard-dir");
+	if (!st && a->data_cache_path && !a->mock_data) st = mgt_dir_writable(a->data_cache_path, "--data-cache-path");
+	if (!st && a->metrics_file) { /* its directory is not made: it must exist */
+		char *dir = mgt_strdup(a->metrics_file), *sl = dir ? strrchr(dir, '/') : NULL;
+		struct stat sb;
+		if (!dir) return MGT_ERR_NOMEM;
+		if (sl) sl[sl == dir] = 0;
+		if (stat(sl ? dir : ".", &sb) || !S_ISDIR(sb.st_mode))
+			st = mgt_err(MGT_ERR_IO, "--metrics-file %s: directory %s does not exist", a->metrics_file, dir);
+		else
+			st = mgt_dir_writable(sl ? dir : ".", "--metrics-file's directory");
+		free(dir);
+	}
+	return st;
+}
+
 static mgt_status setup(trainer *t)
 {
 	mgt_args *a = t->a;
@@ -938,11 +964,7 @@ static mgt_status setup(trainer *t)
 	if (!st) st = default_split(t);
 	if (!st) st = setup_tokenizer(t);
 	if (!st) st = mgt_args_finalize(a);
-	/* before anything is computed: a --save that cannot be written is found now, not at the
-	 * first save after the training time is spent.  Rank 0 probes (it makes and removes the
-	 * directories it needs, which other ranks probing at once would race with); its error ends
-	 * the job. */
-	if (!st && a->save && !t->eval_only && mgt_parallel_world_rank() == 0) st = mgt_dir_writable(a->save, "--save");
+	if (!st && !t->eval_only && mgt_parallel_world_rank() == 0) st = preflight(a);
 	if (!st && a->debug_dump && a->world_size > 1)
 		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
 	if (!st) st = mgt_parallel_init_ep(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,

@@ -44,7 +44,7 @@ typedef struct mgt_args {
 	char *save, *load;
 	int64_t save_interval;
 	bool no_save_optim, no_load_optim, finetune, no_load_rng, no_save_rng, async_save, use_checkpoint_args;
-	bool exit_on_missing_checkpoint;
+	bool exit_on_missing_checkpoint, overwrite_save;
 	int64_t ckpt_step;
 	char *ckpt_format;
 	/* stopping */

@@ -105,6 +105,15 @@ int sched_slots(const sched_action *a, int n, int chunk);
 
 /* checkpointing.c */
 mgt_status trainer_load(trainer *t, bool *loaded);
+/* Before anything is computed (rank 0): --save must not hold iterations or a tracker of another
+ * run, one this run does not resume (--load naming the same directory), unless
+ * --overwrite-save.  Errors: MGT_ERR_USAGE saying what to pass. */
+mgt_status trainer_save_guard(const mgt_args *a);
+/* Rank 0, before training, with --save: the file system holding it has room for one
+ * checkpoint of params parameters (fp32 weights, and Adam's two fp32 moments unless
+ * --no-save-optim: HDF5's own overhead aside); logs both figures.  Errors: MGT_ERR_IO saying
+ * how much is free and needed. */
+mgt_status trainer_save_room(trainer *t, double params);
 /* --use-checkpoint-args (Megatron's load_args_from_checkpoint): the model-shape arguments (the
  * checkpoint shape keys, norm_epsilon, group_query_attention, make_vocab_size_divisible_by), the
  * sequence length when not given, and the tokenizer when --tokenizer-type is not given (files

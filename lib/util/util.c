@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -646,6 +647,28 @@ mgt_status mgt_dir_writable(const char *dir, const char *what)
 	}
 	free(p);
 	free(made);
+	return st;
+}
+
+mgt_status mgt_free_bytes(const char *path, uint64_t *out)
+{
+	char *d = mgt_strdup(path[0] ? path : ".");
+	if (!d) return MGT_ERR_NOMEM;
+	struct statvfs v;
+	int r;
+	while ((r = statvfs(d, &v)) != 0 && errno == ENOENT && strcmp(d, ".") && strcmp(d, "/")) {
+		char *sl = strrchr(d, '/');
+		if (!sl) {
+			snprintf(d, strlen(d) + 1, ".");
+		} else if (sl == d) {
+			sl[1] = 0;
+		} else {
+			*sl = 0;
+		}
+	}
+	mgt_status st = r ? mgt_err(MGT_ERR_IO, "%s: cannot ask its file system for free space: %s", d, strerror(errno)) : MGT_OK;
+	if (!r) *out = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+	free(d);
 	return st;
 }
 

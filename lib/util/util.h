@@ -75,6 +75,11 @@ mgt_status mgt_mkdirs(const char *path);
  * or MGT_ERR_IO "WHAT DIR: cannot write there: REASON". */
 mgt_status mgt_dir_writable(const char *dir, const char *what);
 
+/* Free space (bytes an unprivileged writer may use, statvfs f_bavail * f_frsize) on the file
+ * system that holds path, or that would hold it: its nearest existing ancestor is asked.
+ * Errors: MGT_ERR_IO naming the directory asked. */
+mgt_status mgt_free_bytes(const char *path, uint64_t *out);
+
 /* The file of a shipped preset share/mgt/KIND/NAME.json (KIND "models", "clusters"): NAME itself
  * when it holds a '/' or ".json" (a path); else $MGT_SHARE/KIND/NAME.json when readable, else
  * BIN/../share/mgt/KIND/NAME.json beside the running executable.  out [n] gets the path; dir

@@ -12,6 +12,7 @@
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -157,6 +158,21 @@ static void test_dir_writable(void)
 	unlink(file);
 }
 
+/* mgt_free_bytes: a missing path asks its nearest existing ancestor, equal to statvfs's answer
+ * there (give or take what other writers do meanwhile: within 64 MiB). */
+static void test_free_bytes(void)
+{
+	char deep[700];
+	snprintf(deep, sizeof deep, "%s/no/such/dir", path_in("x"));
+	uint64_t a = 0, b = 0;
+	struct statvfs v;
+	CHECK(mgt_free_bytes(deep, &a) == MGT_OK && statvfs(dir, &v) == 0, "free bytes of a missing path: %s", mgt_err_msg());
+	b = (uint64_t)v.f_bavail * v.f_frsize;
+	CHECK(a > 0 && (a > b ? a - b : b - a) < ((uint64_t)64 << 20), "... its ancestor's statvfs (%llu, %llu)",
+	      (unsigned long long)a, (unsigned long long)b);
+	CHECK(mgt_free_bytes("relative/missing", &a) == MGT_OK && a > 0, "a relative missing path: the working directory's");
+}
+
 /* In a child under a 4 KiB file size limit with SIGXFSZ as mgt_signals_install leaves it. */
 static void test_file_size_limit(void)
 {
@@ -264,6 +280,7 @@ int main(void)
 	test_stale();
 	test_afile();
 	test_dir_writable();
+	test_free_bytes();
 	test_file_size_limit();
 	test_signals();
 	char cmd[600];
