@@ -172,6 +172,12 @@ mgt_status mgt_ckpt_iterations(const char *dir, int64_t **out, size_t *n);
  * unreadable), MGT_ERR_NOMEM. */
 mgt_status mgt_ckpt_newest_whole(const char *load_dir, int64_t except, int64_t *found);
 
+/* After a failure st (whose message is the current one) to load iteration bad of load_dir
+ * (bad < 0: the tracker's was unusable): append which iteration can be loaded instead and how,
+ * "...; the newest whole iteration is N: pass --ckpt-step N to load it" (mgt_ckpt_newest_whole,
+ * which reads and checks all of each candidate's data), or that none is whole.  Returns st. */
+mgt_status mgt_ckpt_suggest(const char *load_dir, int64_t bad, mgt_status st);
+
 /* metadata.json's text (NUL-terminated, owned by c) and the iteration opened. */
 const char *mgt_ckpt_metadata(const mgt_ckpt *c);
 int64_t mgt_ckpt_iteration(const mgt_ckpt *c);

@@ -112,6 +112,22 @@ mgt_status mgt_ckpt_newest_whole(const char *load_dir, int64_t except, int64_t *
 	return st;
 }
 
+mgt_status mgt_ckpt_suggest(const char *load_dir, int64_t bad, mgt_status st)
+{
+	int64_t good;
+	mgt_status s2 = mgt_ckpt_newest_whole(load_dir, bad, &good);
+	char msg[1024];
+	snprintf(msg, sizeof msg, "%s", mgt_err_msg());
+	if (s2)
+		return mgt_err(st, "%s (and listing %s failed)", msg, load_dir);
+	if (good < 0)
+		return mgt_err(st, "%s; %s iteration of %s is whole: remove %s, or --load another directory "
+			       "to start from random", msg, bad < 0 ? "no" : "no other", load_dir,
+			       bad < 0 ? "them" : "the damaged ones");
+	return mgt_err(st, "%s; the newest whole iteration is %lld: pass --ckpt-step %lld to load it", msg,
+		       (long long)good, (long long)good);
+}
+
 /* ---- the writer's cleanup ------------------------------------------------------------------- */
 
 static pthread_mutex_t clean_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -842,6 +842,7 @@ mgt_status cv_mgt_open(hf_out *h, bool experts)
 {
 	mgt_status st = mgt_ckpt_open(h->o->load_dir, h->o->ckpt_step, &h->ck);
 	if (!st) st = mgt_ckpt_check(h->ck);
+	if (st == MGT_ERR_FORMAT) st = mgt_ckpt_suggest(h->o->load_dir, h->o->ckpt_step, st);
 	if (!st && !experts) st = no_experts(h->ck);
 	if (!st) st = read_args(h);
 	if (!st) st = pick_family(h);
@@ -854,6 +855,7 @@ mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole)
 	int64_t zero[2] = {0, 0};
 	mgt_status st = g->num_experts > 0 ? mgt_train_ckpt_read(h->ck, "", g, 0, g->numel, whole) /* [1, rows, cols] at e */
 		: mgt_ckpt_read(h->ck, g->name, g->ndim, g->shape, zero, g->shape, MGT_CKPT_F32, whole);
+	if (st == MGT_ERR_FORMAT) return mgt_ckpt_suggest(h->o->load_dir, mgt_ckpt_iteration(h->ck), st);
 	return st ? st : cv_check_finite(whole, cv_row_numel(g), mgt_ckpt_dir(h->ck), g->name);
 }
 

@@ -98,7 +98,9 @@ mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step
 		if (!st) st = mgt_ckpt_check(ev->ck);
 		if (st && ckpt_step > 0) mgt_err_ctx(st, "--ckpt-step %lld", (long long)ckpt_step);
 		else if (st) mgt_err_ctx(st, "%s/%s names iteration %lld", load_dir, MGT_CKPT_TRACKER, (long long)it);
+		if (st == MGT_ERR_FORMAT) st = mgt_ckpt_suggest(load_dir, it, st);
 	}
+	if (!st && !(ev->load_dir = mgt_strdup(load_dir))) st = MGT_ERR_NOMEM;
 	if (!st && !(ev->dir = mgt_strdup(mgt_ckpt_dir(ev->ck)))) st = MGT_ERR_NOMEM;
 	if (!st) {
 		ev->iteration = mgt_ckpt_iteration(ev->ck);
@@ -238,7 +240,9 @@ mgt_status mgt_eval_build(mgt_eval *ev, const mgt_eval_build_opts *o)
 	ev->s = o->seq_length;
 	st = mgt_model_create_infer(&ev->m, &ev->a.model, ev->be, &ev->ps);
 	if (!st) st = read_params(ev);
-	if (st) return mgt_err_ctx(st, "loading %s", ev->dir);
+	if (st) mgt_err_ctx(st, "loading %s", ev->dir);
+	if (st == MGT_ERR_FORMAT) st = mgt_ckpt_suggest(ev->load_dir, ev->iteration, st);
+	if (st) return st;
 	mgt_ckpt_close(ev->ck);
 	ev->ck = NULL;
 	if (ev->s > INT32_MAX / 4) return mgt_err(MGT_ERR_USAGE, "sequence length %lld: too long", (long long)ev->s);
@@ -331,6 +335,7 @@ void mgt_eval_free(mgt_eval *ev)
 	free(ev->pos);
 	free(ev->full);
 	free(ev->dir);
+	free(ev->load_dir);
 	if (ev->args_ok) mgt_args_free(&ev->a);
 	free(ev);
 }

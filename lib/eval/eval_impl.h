@@ -14,6 +14,7 @@ struct mgt_eval {
 	bool args_ok;               /* a initialized (mgt_args_free) */
 	mgt_ckpt *ck;               /* open until built */
 	char *dir;                  /* the iteration directory */
+	char *load_dir;             /* the directory of iterations it is in (--load) */
 	int64_t iteration;
 	int64_t padded_vocab;       /* saved */
 	int64_t meta_vocab;         /* metadata tokenizer.vocab_size, 0 when absent */

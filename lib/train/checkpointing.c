@@ -781,20 +781,6 @@ static mgt_status load_from(trainer *t, mgt_ckpt *c, bool *damaged)
 	return st;
 }
 
-/* Add to the current error which iteration can be loaded instead, and how. */
-static mgt_status suggest(const char *dir, int64_t bad, mgt_status st)
-{
-	int64_t good;
-	mgt_status s2 = mgt_ckpt_newest_whole(dir, bad, &good);
-	char msg[1024];
-	snprintf(msg, sizeof msg, "%s", mgt_err_msg());
-	if (s2) return mgt_err(st, "%s (and listing %s failed)", msg, dir);
-	if (good < 0) return mgt_err(st, "%s; %s iteration of %s is whole: remove %s, or --load another directory "
-				     "to start from random", msg, bad < 0 ? "no" : "no other", dir, bad < 0 ? "them" : "the damaged ones");
-	return mgt_err(st, "%s; the newest whole iteration is %lld: pass --ckpt-step %lld to load it", msg,
-		       (long long)good, (long long)good);
-}
-
 /* Which iteration of dir to load (--ckpt-step, else the tracker's), or -1 to start from random:
  * dir missing, or holding neither a tracker nor any iteration (Megatron's behaviour).
  * Iterations without a tracker are refused: starting afresh would save over them and move the
@@ -827,7 +813,7 @@ static mgt_status pick_iteration(trainer *t, const char *dir, int64_t *it)
 	free(tracker);
 	if (have) {
 		mgt_status st = mgt_ckpt_latest(dir, it);
-		return st == MGT_ERR_FORMAT ? suggest(dir, -1, st) : st;
+		return st == MGT_ERR_FORMAT ? mgt_ckpt_suggest(dir, -1, st) : st;
 	}
 	int64_t *its;
 	size_t n;
@@ -841,7 +827,7 @@ static mgt_status pick_iteration(trainer *t, const char *dir, int64_t *it)
 	}
 	mgt_err(MGT_ERR_FORMAT, "%s holds %zu iteration director%s but no %s, so which to load is not known "
 		"(refusing to start from random beside them)", dir, n, n == 1 ? "y" : "ies", MGT_CKPT_TRACKER);
-	return suggest(dir, -1, MGT_ERR_FORMAT);
+	return mgt_ckpt_suggest(dir, -1, MGT_ERR_FORMAT);
 }
 
 mgt_status trainer_load(trainer *t, bool *loaded)
@@ -874,7 +860,7 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 		fprintf(t->io->log, "  successfully loaded checkpoint from %s [ iteration %lld ]\n", dir,
 			(long long)mgt_ckpt_iteration(c));
 	mgt_ckpt_close(c);
-	if (st && damaged) st = suggest(dir, it, st);
+	if (st && damaged) st = mgt_ckpt_suggest(dir, it, st);
 	*loaded = !st;
 	return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
 }

@@ -1,0 +1,97 @@
+#!/bin/sh
+# Nothing lost, nothing silently wrong (issue 29): checkpoint checksums against an independent
+# reference (python3-xxhash over h5py's reads), a damaged tensor refused with exit 6 by every
+# program that reads checkpoints (naming the file, the tensor and the newest whole iteration),
+# a corruption sweep (tests/bench/ckpt_sweep: flips and truncations), --save holding another
+# run's checkpoints refused, and the preflight of every output directory and of free space.
+# Quick tier: the full sweep (every 64th byte) is tests/bench/ckpt_corruption.sh.
+. "$(dirname "$0")/lib.sh"
+cd "$T" || exit 1
+SWEEP=$ROOT/build/bench/ckpt_sweep
+if ! $PY -c 'import h5py, numpy, xxhash' 2>/dev/null; then
+	echo "1..0 # SKIP /usr/bin/python3 lacks h5py, numpy or xxhash (python3-xxhash)"; exit 0
+fi
+TRAIN="$BIN/mgt-train --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 128
+ --seq-length 32 --micro-batch-size 2 --global-batch-size 2 --lr 1e-3 --threads 2"
+TINY="--num-layers 1 --hidden-size 32 --num-attention-heads 2 --ffn-hidden-size 64 --max-position-embeddings 32"
+
+ok "train 2 iterations, saving each" exits 0 $TRAIN --train-iters 2 --save-interval 1 --save ck
+ok "checkpoint size logged, within 10% of the shard's" $PY - "$T/err" ck/iter_0000002 <<'PY'
+import os, re, sys
+m = re.search(r"checkpoint size: about ([0-9.]+) MiB", open(sys.argv[1]).read())
+shard = os.path.getsize(os.path.join(sys.argv[2], "model_tp00_pp000_dp000.h5")) / 2**20
+print(f"# estimate {m and m.group(1)} MiB, shard {shard:.2f} MiB")
+sys.exit(0 if m and abs(float(m.group(1)) / shard - 1) < 0.1 else 1)
+PY
+
+# checksums.json: every piece's xxh3_64 is python3-xxhash's of h5py's read of it; every file's
+# that of its bytes; every shard and dataset listed
+ok "checksums.json agrees with python3-xxhash over h5py" $PY - ck/iter_0000002 <<'PY'
+import glob, json, os, sys, h5py, numpy, xxhash
+d = sys.argv[1]
+s = json.load(open(os.path.join(d, "checksums.json")))
+assert s["algorithm"] == "xxh3_64"
+for name, h in s["files"].items():
+    assert xxhash.xxh3_64_hexdigest(open(os.path.join(d, name), "rb").read()) == h, name
+assert sorted(s["files"]) == ["metadata.json", "model.h5"], s["files"].keys()
+shards = sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "*.h5")) if not p.endswith("/model.h5"))
+assert sorted(s["shards"]) == shards, (s["shards"].keys(), shards)
+n = 0
+for sh in shards:
+    with h5py.File(os.path.join(d, sh), "r") as f:
+        assert sorted(f.keys()) == sorted(s["shards"][sh]), sh
+        for k, ds in f.items():
+            e, a = s["shards"][sh][k], ds[()]
+            want = xxhash.xxh3_64_hexdigest(numpy.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes())
+            assert e["xxh3_64"] == want == "%016x" % int(ds.attrs["xxh3_64"]), k
+            assert e["shape"] == list(a.shape) and e["dtype"] == str(a.dtype), k
+            assert e["global_shape"] == list(ds.attrs["global_shape"]) and e["global_offset"] == list(ds.attrs["global_offset"]), k
+            n += 1
+print(f"# {n} pieces, {len(s['files'])} files checked")
+PY
+
+# one element rewritten through h5py: HDF5's Fletcher-32 is recomputed, only the XXH3 can tell
+cp -R ck dmg
+$PY -c "
+import h5py
+with h5py.File('dmg/iter_0000002/model_tp00_pp000_dp000.h5', 'r+') as f:
+    d = f['decoder.layers.0.mlp.linear_fc1.weight']; d[3, 5] = d[3, 5] + 1
+"
+MSG="model_tp00_pp000_dp000.h5: tensor decoder.layers.0.mlp.linear_fc1.weight: the data read back have checksum"
+NEWEST="the newest whole iteration is 1: pass --ckpt-step 1 to load it"
+refused() { exits 6 "$@" && err_has "$MSG" && err_has "$NEWEST"; }
+ok "mgt-train --load refuses it (exit 6), naming file, tensor and iteration 1" refused $TRAIN --train-iters 3 --load dmg --save dmg
+ok "... and leaves the checkpoints as they were" sh -c 'test "$(cat dmg/latest_checkpointed_iteration.txt)" = 2 && ! test -e dmg/iter_0000003'
+ok "mgt-eval refuses it (exit 6)" refused "$BIN/mgt-eval" logits --load dmg --tokens "1 2 3"
+ok "mgt-ckpt-convert refuses it (exit 6)" refused "$BIN/mgt-ckpt-convert" --load-dir dmg --save-dir hf
+ok "... no Hugging Face directory left" no_files hf
+ok "mgt-export refuses it (exit 6)" refused "$BIN/mgt-export" --load-dir dmg --format safetensors --output st
+ok "... no output left" no_files st
+ok "--ckpt-step 1 loads the whole iteration" exits 0 $TRAIN --train-iters 3 --load dmg --ckpt-step 1 --save dmg2
+
+# the sweep, sampled: a byte flipped every 1021 bytes and a truncation every 16 KiB of a tiny
+# model's shard: each refused or read back identical
+ok "tiny model saved" exits 0 $TRAIN $TINY --train-iters 1 --save tiny
+ok "sweep: no silent change, crash or hang" sh -c "'$SWEEP' tiny model_tp00_pp000_dp000.h5 1021 16384 '$T/sw' >sweep.out 2>&1"
+sed 's/^/# /' sweep.out | tail -3
+
+# --save holding another run's checkpoints
+ok "--save over another run's checkpoints refused (exit 2)" exits 2 $TRAIN --train-iters 2 --save ck
+ok "... saying what to pass" err_has "pass --load ck to resume that run, or --overwrite-save"
+ok "... the other run's tracker untouched" test "$(cat ck/latest_checkpointed_iteration.txt)" = 2
+ok "--load elsewhere, --save over them: refused" exits 2 $TRAIN --train-iters 2 --load tiny --save ck --finetune
+ok "--load of the same directory resumes" exits 0 $TRAIN --train-iters 3 --load ck --save ck
+ok "--overwrite-save starts over on purpose" exits 0 $TRAIN $TINY --train-iters 1 --save tiny --overwrite-save
+
+# preflight: nothing computed before a directory that cannot be written is found
+preflight() { exits 1 $TRAIN --train-iters 2 "$@" && err_has "$1" && ! grep -q "iteration  " "$T/out" "$T/err"; }
+ok "--tensorboard-dir unwritable: exit 1 before training" preflight --tensorboard-dir /proc/no/tb
+small_bpe && zstd -dc "$SHARE/data/kjv.jsonl.zst" | head -20 >k.jsonl &&
+	"$BIN/mgt-preprocess" --input k.jsonl --output-prefix k $BPE --append-eod --quiet >/dev/null 2>&1
+ok "--data-cache-path unwritable: exit 1 before training" exits 1 "$BIN/mgt-train" --model tiny-gpt2 $BPE \
+	--data-path k_text_document --split 90,10,0 --seq-length 32 --micro-batch-size 2 --global-batch-size 2 --lr 1e-3 \
+	--train-iters 2 --threads 2 --data-cache-path /proc/no/cache
+ok "... naming it" err_has "--data-cache-path"
+ok "--metrics-file in a missing directory: exit 1 before training" preflight --metrics-file nodir/m.jsonl
+ok "--save unwritable: exit 1 before training" preflight --save /proc/no/ck
+done_testing
