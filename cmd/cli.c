@@ -29,6 +29,13 @@ void mgt_cli_tok_defaults(mgt_tok_opts *o)
 	o->null_eod_id = -1;
 }
 
+void mgt_cli_tok_check_override(const char *prog, const mgt_tok_opts *t)
+{
+	if (!t->type && (t->tiktoken_pattern || t->tiktoken_num_special != 1000 || t->vocab_size || t->null_eod_id != -1))
+		mgt_cli_usage_error(prog, "--tiktoken-pattern, --tiktoken-num-special-tokens, --vocab-size and "
+				    "--null-tokenizer-eod-id replace the checkpoint's tokenizer: give --tokenizer-type too");
+}
+
 long long mgt_cli_int(const char *prog, const char *flag, const char *arg)
 {
 	char *end;

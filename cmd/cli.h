@@ -37,6 +37,10 @@ void mgt_cli_tok_defaults(mgt_tok_opts *o);
  * exits 2 with a message on a bad value. */
 int mgt_cli_tok_option(const char *prog, int c, const char *arg, mgt_tok_opts *o);
 
+/* The flags that only make sense with --tokenizer-type (a tokenizer replaced whole) given
+ * without it, over a stored tokenizer: exit 2 saying so. */
+void mgt_cli_tok_check_override(const char *prog, const mgt_tok_opts *t);
+
 /* Print "PROG: error: MSG" (the thread's mgt_err_msg) and exit with mgt_exit_code(st). */
 _Noreturn void mgt_cli_fail(const char *prog, mgt_status st);
 /* Print "PROG: error: FMT..." plus "Try 'PROG --help'." and exit 2. */

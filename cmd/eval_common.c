@@ -54,10 +54,7 @@ void eval_model_check(const eval_model_opts *o)
 		mgt_cli_usage_error(EVAL_PROG, "give one of --load DIR (an mgt checkpoint) and --hf DIR (a Hugging Face "
 				    "directory)");
 	if (o->hf && o->step) mgt_cli_usage_error(EVAL_PROG, "--ckpt-step: a Hugging Face directory has no iterations");
-	const mgt_tok_opts *t = &o->tok;
-	if (!t->type && (t->tiktoken_pattern || t->tiktoken_num_special != 1000 || t->vocab_size || t->null_eod_id != -1))
-		mgt_cli_usage_error(EVAL_PROG, "--tiktoken-pattern, --tiktoken-num-special-tokens, --vocab-size and "
-				    "--null-tokenizer-eod-id replace the checkpoint's tokenizer: give --tokenizer-type too");
+	mgt_cli_tok_check_override(EVAL_PROG, &o->tok);
 }
 
 void eval_getopt_reset(void)
@@ -96,17 +93,8 @@ static mgt_status load_tokenizer(const eval_model_opts *o, const mgt_eval *ev, m
 {
 	mgt_tok_opts t;
 	*tok = NULL;
-	if (o->tok.type) {
-		t = o->tok;
-	} else {
-		mgt_eval_tok_opts(ev, &t);
-		if (o->tok.vocab_file) t.vocab_file = o->tok.vocab_file;
-		if (o->tok.merge_file) t.merge_file = o->tok.merge_file;
-		if (o->tok.model) t.model = o->tok.model;
-		if (!t.type && t.vocab_file && t.merge_file) t.type = "GPT2BPETokenizer";
-		t.hf_no_special_tokens = o->tok.hf_no_special_tokens;
-		t.vocab_extra_ids = o->tok.vocab_extra_ids;
-	}
+	mgt_eval_tok_opts(ev, &t);
+	mgt_tok_opts_apply(&t, &o->tok);
 	if (!t.type) return MGT_OK;
 	mgt_status st = mgt_tok_load(tok, &t);
 	if (st == MGT_ERR_VOCAB) {

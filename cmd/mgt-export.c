@@ -32,11 +32,15 @@ static void usage(void)
 	       "  --family NAME                  gpt2, llama, mistral, qwen2 or qwen3 [recorded or inferred]\n"
 	       "  --ckpt-step N                  iteration to export [the tracker's]\n"
 	       "  --quiet                        no summary line\n"
-	       "  --help\n\n"
+	       "  --help\n"
+	       "Tokenizer: the checkpoint's (its own copy of the files, else metadata.json's paths) or the\n"
+	       "Hugging Face directory's.  Given --tokenizer-type, these flags replace it; without,\n"
+	       "--vocab-file, --merge-file and --tokenizer-model replace its files' paths.\n"
+	       "%s\n"
 	       "Exit status: 0 ok, 1 runtime error (I/O, disk full, not enough memory), 2 usage error, 3 bad\n"
 	       "input (config.json, tensors), 4 no tokenizer or unreadable tokenizer files, 5 output exists,\n"
 	       "6 damaged checkpoint or malformed safetensors, 130 interrupted.\n"
-	       "See mgt-export(1), mgt-hf(5), mgt-ckpt-convert(1).\n");
+	       "See mgt-export(1), mgt-hf(5), mgt-ckpt-convert(1).\n", mgt_cli_tok_help);
 }
 
 static const struct option longopts[] = {
@@ -50,15 +54,19 @@ static const struct option longopts[] = {
 	{"ckpt-step", required_argument, 0, OPT_STEP},
 	{"quiet", no_argument, 0, OPT_QUIET},
 	{"help", no_argument, 0, OPT_HELP},
+	MGT_CLI_TOK_LONGOPTS,
 	{0, 0, 0, 0},
 };
 
 int main(int argc, char **argv)
 {
-	mgt_export_opts o = {.ckpt_step = -1, .log = stderr};
+	mgt_tok_opts tok;
+	mgt_cli_tok_defaults(&tok);
+	mgt_export_opts o = {.ckpt_step = -1, .log = stderr, .tok = &tok};
 	const char *format = "gguf", *dtype = NULL;
 	int c;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		if (mgt_cli_tok_option(PROG, c, optarg, &tok)) continue;
 		switch (c) {
 		case OPT_LOAD: o.load_dir = optarg; break;
 		case OPT_OUT: o.output = optarg; break;
@@ -75,6 +83,7 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc) mgt_cli_usage_error(PROG, "unexpected argument '%s'", argv[optind]);
 	if (!o.load_dir || !o.output) mgt_cli_usage_error(PROG, "--load-dir and --output are required");
+	mgt_cli_tok_check_override(PROG, &tok);
 	bool gguf = !strcmp(format, "gguf");
 	if (!gguf && strcmp(format, "safetensors")) mgt_cli_usage_error(PROG, "--format %s: expected gguf or safetensors", format);
 	if (gguf && dtype) mgt_cli_usage_error(PROG, "--dtype applies to --format safetensors (GGUF: --outtype)");
@@ -88,7 +97,7 @@ int main(int argc, char **argv)
 		st = mgt_convert_detect(o.load_dir, &kind);
 		if (!st && kind != 2) mgt_cli_usage_error(PROG, "%s is a Hugging Face directory already", o.load_dir);
 		mgt_convert_opts co = {.load_dir = o.load_dir, .save_dir = o.output, .tp = 1, .pp = 1, .dtype = dtype,
-				       .family = o.family, .ckpt_step = o.ckpt_step, .log = o.log};
+				       .family = o.family, .ckpt_step = o.ckpt_step, .tok = &tok, .log = o.log};
 		if (!st) st = mgt_convert_mgt_to_hf(&co);
 	}
 	if (st == MGT_ERR_USAGE) mgt_cli_usage_error(PROG, "%s", mgt_err_msg());

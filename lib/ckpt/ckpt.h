@@ -11,8 +11,8 @@
  *
  * Saving (DESIGN.md section 3, "formats are promises"): rank 0 calls mgt_ckpt_begin, then every
  * rank writes its shard(s) with mgt_ckpt_write_shard into SAVE/iter_NNNNNNN.tmp/, then (after the
- * caller's barrier) rank 0 calls mgt_ckpt_commit, which writes metadata.json and model.h5,
- * fsyncs, renames the directory into place and updates the tracker last.  A crash at any point
+ * caller's barrier) rank 0 calls mgt_ckpt_commit, which writes metadata.json, model.h5 and
+ * checksums.json, fsyncs, renames the directory into place and updates the tracker last.  A crash at any point
  * leaves the previous checkpoint and tracker whole.
  *
  * Loading reshards: mgt_ckpt_read fills any box of a tensor's global index space from the
@@ -111,6 +111,14 @@ mgt_status mgt_ckpt_shard_open(const char *save_dir, int64_t iteration, const ch
 mgt_status mgt_ckpt_shard_put(mgt_ckpt_shard *sh, const mgt_ckpt_piece *p);
 mgt_status mgt_ckpt_shard_close(mgt_ckpt_shard *sh);
 void mgt_ckpt_shard_discard(mgt_ckpt_shard *sh);
+
+/* Rank 0, between mgt_ckpt_begin and mgt_ckpt_commit: copy the file src into the iteration
+ * being written as rel (a relative path inside it, such as "tokenizer/vocab.json"; its
+ * directories made), fsynced.  Such side files are listed with their checksums in
+ * checksums.json and checked at every open.  Errors: MGT_ERR_USAGE (rel absolute, with "..",
+ * a shard name, metadata.json or checksums.json), MGT_ERR_IO (src unreadable, naming it; no
+ * iteration being written; a write failure), MGT_ERR_NOMEM. */
+mgt_status mgt_ckpt_add_file(const char *save_dir, int64_t iteration, const char *rel, const char *src);
 
 /* Rank 0, once, after every writer finished: check the shards (as mgt_ckpt_open does), write
  * metadata.json (metadata_json, which must be a JSON object) and the virtual index model.h5

@@ -178,6 +178,33 @@ mgt_status mgt_ckpt_write_shard(const char *save_dir, int64_t iteration, const c
 	return st;
 }
 
+/* ---- side files --------------------------------------------------------------------------- */
+
+mgt_status mgt_ckpt_add_file(const char *save_dir, int64_t iteration, const char *rel, const char *src)
+{
+	if (iteration < 0 || !rel || !rel[0] || rel[0] == '/' || strstr(rel, "..") || ck_is_shard_name(rel) ||
+	    !strcmp(rel, "metadata.json") || !strcmp(rel, MGT_CKPT_SUMS_FILE))
+		return mgt_err(MGT_ERR_USAGE, "checkpoint side file '%s': bad name (a relative path, not a shard, "
+			       "metadata.json or %s)", rel ? rel : "(null)", MGT_CKPT_SUMS_FILE);
+	char *tmp = ck_iter_dir(save_dir, iteration, ".tmp"), *dst = tmp ? ck_join(tmp, rel) : NULL, *data = NULL;
+	size_t n = 0;
+	mgt_status st = dst ? mgt_file_read(src, &data, &n) : MGT_ERR_NOMEM;
+	char *slash = st ? NULL : strrchr(dst, '/');
+	if (!st && !ck_is_dir(tmp))
+		st = mgt_err(MGT_ERR_IO, "%s: no checkpoint being written (mgt_ckpt_begin not called?)", tmp);
+	if (!st && slash) {
+		*slash = 0;
+		st = mgt_mkdirs(dst);
+		*slash = '/';
+	}
+	if (!st)
+		st = ck_write_file(dst, data, n);
+	free(data);
+	free(dst);
+	free(tmp);
+	return st;
+}
+
 /* ---- commit --------------------------------------------------------------------------------- */
 
 static mgt_status check_json(const char *json)

@@ -673,6 +673,30 @@ static mgt_status vocab_size(hf_out *h, int64_t *v)
 	return MGT_OK;
 }
 
+/* The command line's tokenizer flags over the checkpoint's arguments (mgt_tok_opts_apply). */
+static mgt_status apply_tok_flags(mgt_args *a, const mgt_tok_opts *over)
+{
+	mgt_tok_opts t = {.type = a->tokenizer_type, .vocab_file = a->vocab_file, .merge_file = a->merge_file,
+			  .model = a->tokenizer_model};
+	mgt_tok_opts_apply(&t, over);
+	const char *src[4] = {t.type, t.vocab_file, t.merge_file, t.model};
+	char **fields[4] = {&a->tokenizer_type, &a->vocab_file, &a->merge_file, &a->tokenizer_model}, *vals[4];
+	bool nomem = false;
+	for (int i = 0; i < 4; i++) { /* copied first: t's pointers may be a's own strings */
+		vals[i] = src[i] ? mgt_strdup(src[i]) : NULL;
+		if (src[i] && !vals[i]) nomem = true;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (nomem) {
+			free(vals[i]);
+			continue;
+		}
+		free(*fields[i]);
+		*fields[i] = vals[i];
+	}
+	return nomem ? MGT_ERR_NOMEM : MGT_OK;
+}
+
 static mgt_status read_args(hf_out *h)
 {
 	json_error_t e;
@@ -689,6 +713,8 @@ static mgt_status read_args(hf_out *h)
 	h->hf = json_object_get(h->meta, "hf");
 	mgt_status st = mgt_args_init(&h->a);
 	if (!st) st = mgt_args_merge_json(&h->a, args, "metadata.json args");
+	if (!st) st = mgt_train_tok_files_use(&h->a, h->meta, mgt_ckpt_dir(h->ck)); /* the checkpoint's own copies */
+	if (!st && h->o->tok) st = apply_tok_flags(&h->a, h->o->tok);
 	json_decref(args);
 	int64_t v = 0;
 	if (!st) st = vocab_size(h, &v);

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "tok/tok.h"
 #include "util/util.h"
 
 typedef struct {
@@ -42,6 +43,8 @@ typedef struct {
 	const char *family;           /* mgt -> HF without recorded config.json: model_type, or NULL (inferred) */
 	int64_t ckpt_step;            /* mgt -> HF: iteration to read, -1 = the tracker's */
 	uint64_t max_shard_bytes;     /* mgt -> HF: safetensors shard size (0 = 5 GB, as transformers) */
+	const mgt_tok_opts *tok;      /* mgt -> HF: the tokenizer flags applied to the checkpoint's
+				       * (mgt_tok_opts_apply), or NULL */
 	FILE *log;                    /* progress and warnings, or NULL */
 } mgt_convert_opts;
 
@@ -83,6 +86,8 @@ mgt_status mgt_convert_hf_config(const char *path, struct mgt_args *a);
 typedef struct {
 	const char *load_dir, *output, *outtype, *name, *family;
 	int64_t ckpt_step;            /* -1: the tracker's */
+	const mgt_tok_opts *tok;      /* the tokenizer flags applied to the recorded or found
+				       * tokenizer (mgt_tok_opts_apply), or NULL */
 	FILE *log;
 } mgt_export_opts;
 mgt_status mgt_export_gguf(const mgt_export_opts *o);

@@ -85,10 +85,11 @@ static mgt_status load_vocab(exporter *e)
 		v[i] = !x ? NULL : i ? resolve(dir, x) : mgt_strdup(x);
 	}
 	json_decref(tk);
-	mgt_status st = MGT_OK;
-	if (!v[0]) st = mgt_err(MGT_ERR_VOCAB, "%s: no tokenizer recorded or found (a GGUF embeds one)", dir);
 	mgt_tok_opts to = {.type = v[0], .vocab_file = v[1], .merge_file = v[2], .model = v[3],
 			   .tiktoken_num_special = 1000, .null_eod_id = -1};
+	if (e->o->tok) mgt_tok_opts_apply(&to, e->o->tok);
+	mgt_status st = to.type ? MGT_OK : mgt_err(MGT_ERR_VOCAB, "%s: no tokenizer recorded or found (a GGUF embeds "
+						   "one): give --tokenizer-type and its files", dir);
 	mgt_tok *t = NULL;
 	if (!st) st = mgt_tok_load(&t, &to);
 	if (!st) st = mgt_tok_vocab_get(t, &e->voc);

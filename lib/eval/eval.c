@@ -50,6 +50,7 @@ static mgt_status read_meta(mgt_eval *ev)
 		st = mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not an mgt checkpoint (no \"args\" object)", ev->dir);
 	if (!st) st = mgt_args_merge_json(&ev->a, args, what);
 	if (st == MGT_ERR_INPUT || st == MGT_ERR_USAGE) st = MGT_ERR_FORMAT;
+	if (!st) st = mgt_train_tok_files_use(&ev->a, meta, ev->dir); /* the checkpoint's own copies */
 	json_t *tok = meta ? json_object_get(meta, "tokenizer") : NULL;
 	if (!st) {
 		ev->padded_vocab = jint(args, "padded_vocab_size");

@@ -617,3 +617,17 @@ int64_t mgt_tok_vocab_size(const mgt_tok *t) { return t->vocab_size; }
 
 int32_t mgt_tok_eod(const mgt_tok *t) { return t->eod; }
 const char *mgt_tok_type_name(const mgt_tok *t) { return t->type_name; }
+
+void mgt_tok_opts_apply(mgt_tok_opts *t, const mgt_tok_opts *over)
+{
+	if (over->type) {
+		*t = *over;
+		return;
+	}
+	if (over->vocab_file) t->vocab_file = over->vocab_file;
+	if (over->merge_file) t->merge_file = over->merge_file;
+	if (over->model) t->model = over->model;
+	if (!t->type && t->vocab_file && t->merge_file) t->type = "GPT2BPETokenizer";
+	t->hf_no_special_tokens = over->hf_no_special_tokens;
+	t->vocab_extra_ids = over->vocab_extra_ids;
+}

@@ -62,6 +62,13 @@ typedef struct {
 	int vocab_extra_ids;           /* --vocab-extra-ids (SentencePieceTokenizer): <extra_id_N> tokens */
 } mgt_tok_opts;
 
+/* A stored tokenizer (a checkpoint's) with a command line's flags applied, in place: given
+ * over->type, over replaces t whole; otherwise over's vocab_file, merge_file and model replace
+ * t's paths where set (the files moved), hf_no_special_tokens and vocab_extra_ids are over's,
+ * and a t without a type but with both BPE files becomes GPT2BPETokenizer.  Pointers are
+ * copied, not the strings. */
+void mgt_tok_opts_apply(mgt_tok_opts *t, const mgt_tok_opts *over);
+
 /* Growable id array. Zero-initialize; free with free(a->v). */
 typedef struct { int32_t *v; size_t n, cap; } mgt_ids;
 mgt_status mgt_ids_push(mgt_ids *a, int32_t id);

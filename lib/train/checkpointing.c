@@ -137,6 +137,11 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 		json_decref(o);
 		o = NULL;
 	}
+	json_t *tf = o ? mgt_train_tok_files_json(a) : NULL;
+	if (o && (!tf || json_object_set_new(json_object_get(o, "tokenizer"), "files", tf))) {
+		json_decref(o);
+		o = NULL;
+	}
 	json_t *lay = o ? json_object_get(o, "layout") : NULL;
 	if (lay) json_object_set_new(lay, "expert_model_parallel_size", json_integer(table_ep(mgt_model_tensors(t->model))));
 	if (o && a->no_save_rng) json_object_del(o, "rng");
@@ -572,6 +577,7 @@ mgt_status trainer_save(trainer *t)
 	bool root = t->ps.world_rank == 0;
 	mgt_status st = trainer_save_wait(t); /* the previous async save first */
 	if (!st && root) st = mgt_ckpt_begin(t->a->save, t->iteration);
+	if (!st && root) st = mgt_train_tok_files_save(t->a, t->a->save, t->iteration);
 	if (!st) st = world_barrier(t);
 	if (!st && t->a->async_save) {
 		st = save_async(t, t0);
@@ -972,6 +978,7 @@ mgt_status trainer_checkpoint_args(mgt_args *a)
 					  "tiktoken_pattern", "vocab_size", NULL};
 	bool want_tok = !a->tokenizer_type;
 	for (const char *const *k = tok; !st && want_tok && *k; k++) st = copy_arg(a, ck, *k, a->load);
+	if (!st && want_tok) st = mgt_train_tok_files_use(a, meta, mgt_ckpt_dir(c)); /* the checkpoint's own copies */
 	json_decref(meta);
 	mgt_ckpt_close(c);
 	return st ? mgt_err_ctx(st, "--use-checkpoint-args") : MGT_OK;

@@ -154,6 +154,24 @@ void mgt_args_classify(const char *flag, const char **cls, const char **why);
  * of memory. */
 void *mgt_train_tensor_list(const mgt_tensor_table *tt);
 
+/* ---- tokenizer files inside checkpoints (lib/train/tokfiles.c; mgt-ckpt(5) TOKENIZER FILES) ----
+ * The files of a's tokenizer that are readable: --vocab-file, --merge-file and
+ * --tokenizer-model (a file, or a Hugging Face directory: its tokenizer.json), each with the
+ * tokenizer_config.json and special_tokens_map.json found beside a tokenizer model, stored in
+ * the iteration directory as tokenizer/NAME (their own names; another file of the same name
+ * as tokenizer/ROLE-NAME). */
+/* {"vocab_file": "tokenizer/vocab.json", ...}: each flag's copy, relative to the iteration
+ * directory, for metadata.json's "tokenizer" object ("files").  A new jansson json_t *; NULL
+ * when out of memory. */
+void *mgt_train_tok_files_json(const mgt_args *a);
+/* Rank 0, between mgt_ckpt_begin and mgt_ckpt_commit: copy the files into the iteration.
+ * Errors: mgt_ckpt_add_file's. */
+mgt_status mgt_train_tok_files_save(const mgt_args *a, const char *save_dir, int64_t iteration);
+/* Loading: each flag that metadata's (a jansson json_t *) "tokenizer"."files" names, whose copy
+ * is under iter_dir, is set in a to that copy's path; others stay as they are.
+ * Errors: MGT_ERR_NOMEM. */
+mgt_status mgt_train_tok_files_use(mgt_args *a, const void *meta, const char *iter_dir);
+
 /* ---- checkpoint I/O of table rows (lib/train/checkpointing.c; mgt-ckpt(5)) ----
  * Row x with prefix ("" for the parameters, "optimizer.state.exp_avg." or
  * "optimizer.state.exp_avg_sq." for Adam's moments) is stored in one dataset: prefix + x->name

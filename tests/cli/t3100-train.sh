@@ -91,6 +91,7 @@ for k in ("qk_layernorm", "use_rope_scaling", "rope_scaling_factor", "rope_scali
     del m["args"][k]
 json.dump(m, open(sys.argv[1], "w"))
 PY
+$PY "$ROOT/tests/cli/ckpt_rehash.py" old/iter_0000020
 ok "a checkpoint without the newer shape keys loads" exits 0 $TRAIN --train-iters 21 --load old
 bad "  but not with --qk-layernorm" 6 "qk_layernorm" $TRAIN --train-iters 21 --load old --qk-layernorm
 cp -r ck trunc

@@ -52,9 +52,20 @@ ok "--prompt encodes with the checkpoint's tokenizer (GPT-2: 'Hello world' is 15
 ok "--prompt continues like --tokens of the same ids" test "$(new_ids c.out)" = \
 	"$("$EV" --load g --tokens "$(sed -n 's/^prompt: //p' c.out)" --max-new-tokens 3 --threads 1 | sed -n 's/^ids: //p')"
 
-# tokenizer files gone: ids still work, text does not
-cp -R g gone
-sed -i "s|$SHARE/tokenizers/gpt2/vocab.json|$T/no/vocab.json|g" gone/iter_0000004/metadata.json
+# the checkpoint's own copies of the tokenizer files are used: the recorded paths gone, all works
+cp -R g moved
+sed -i "s|$SHARE/tokenizers/gpt2/vocab.json|$T/no/vocab.json|g" moved/iter_0000004/metadata.json
+$PY "$ROOT/tests/cli/ckpt_rehash.py" moved/iter_0000004
+ok "recorded tokenizer paths gone: the checkpoint's copies serve --prompt" exits 0 "$EV" --load moved --prompt "Hello"
+ok "... from another directory" sh -c "cd / && '$EV' --load '$T/moved' --prompt Hello --threads 1 >/dev/null 2>&1"
+# the copies gone too (a checkpoint from before they were saved): ids still work, text does not
+cp -R moved gone
+rm -r gone/iter_0000004/tokenizer
+$PY - gone/iter_0000004/metadata.json <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); del m["tokenizer"]["files"]; json.dump(m, open(sys.argv[1], "w"))
+PY
+$PY "$ROOT/tests/cli/ckpt_rehash.py" gone/iter_0000004
 ok "tokenizer files missing: --tokens still runs (exit 0)" exits 0 "$EV" --load gone --tokens "$P" --max-new-tokens 8
 ok "... with the same ids" test "$(new_ids "$T/out")" = "$(new_ids b.out)"
 ok "... says the tokenizer is missing, naming the file" err_has "$T/no/vocab.json"
