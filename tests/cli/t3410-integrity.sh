@@ -13,6 +13,8 @@ if ! $PY -c 'import h5py, numpy, xxhash' 2>/dev/null; then
 fi
 TRAIN="$BIN/mgt-train --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 128
  --seq-length 32 --micro-batch-size 2 --global-batch-size 2 --lr 1e-3 --threads 2"
+small_bpe && zstd -dc "$SHARE/data/kjv.jsonl.zst" | head -20 >k.jsonl &&
+	"$BIN/mgt-preprocess" --input k.jsonl --output-prefix k $BPE --append-eod --quiet >/dev/null 2>&1
 TINY="--num-layers 1 --hidden-size 32 --num-attention-heads 2 --ffn-hidden-size 64 --max-position-embeddings 32"
 
 ok "train 2 iterations, saving each" exits 0 $TRAIN --train-iters 2 --save-interval 1 --save ck
@@ -83,11 +85,49 @@ ok "--load elsewhere, --save over them: refused" exits 2 $TRAIN --train-iters 2 
 ok "--load of the same directory resumes" exits 0 $TRAIN --train-iters 3 --load ck --save ck
 ok "--overwrite-save starts over on purpose" exits 0 $TRAIN $TINY --train-iters 1 --save tiny --overwrite-save
 
+# self-contained checkpoints: tokenizer files given by paths relative to the training's working
+# directory (and a Hugging Face tokenizer given as its directory) are copied into the checkpoint,
+# so convert and export work from elsewhere
+mkdir -p run/tok hftok && cp "$T/bpe/vocab.json" "$T/bpe/merges.txt" run/tok/ && cp "$SHARE/tokenizers/gpt2/tokenizer.json" hftok/
+ok "trained with relative tokenizer paths" sh -c "cd run && '$BIN/mgt-train' --model tiny-gpt2 --tokenizer-type GPT2BPETokenizer \
+	--vocab-file tok/vocab.json --merge-file tok/merges.txt --data-path ../k_text_document --split 90,10,0 --seq-length 32 \
+	--micro-batch-size 2 --global-batch-size 2 --lr 1e-3 --train-iters 1 --threads 2 --save ck >/dev/null 2>&1"
+ok "... the files are in the checkpoint, listed in metadata and checksums" $PY -c "
+import json, sys
+d = 'run/ck/iter_0000001/'
+m, s = json.load(open(d + 'metadata.json')), json.load(open(d + 'checksums.json'))
+f = m['tokenizer']['files']
+assert f == {'vocab_file': 'tokenizer/vocab.json', 'merge_file': 'tokenizer/merges.txt'}, f
+assert open(d + f['vocab_file'], 'rb').read() == open('run/tok/vocab.json', 'rb').read()
+assert set(f.values()) <= set(s['files']), s['files'].keys()"
+mkdir elsewhere
+ok "mgt-ckpt-convert from another directory writes the tokenizer files" sh -c "cd elsewhere && \
+	'$BIN/mgt-ckpt-convert' --load-dir ../run/ck --save-dir hf --quiet && cmp hf/vocab.json ../run/tok/vocab.json && \
+	cmp hf/merges.txt ../run/tok/merges.txt"
+ok "mgt-export from another directory embeds the tokenizer" sh -c "cd elsewhere && '$BIN/mgt-export' --load-dir ../run/ck \
+	--output m.gguf --quiet && test -s m.gguf"
+ok "mgt-eval from another directory encodes a prompt" sh -c "cd elsewhere && '$BIN/mgt-eval' generate --load ../run/ck \
+	--prompt 'In the' --max-new-tokens 2 >/dev/null 2>&1"
+cp -R run/ck bare && rm -r bare/iter_0000001/tokenizer && $PY - bare/iter_0000001/metadata.json <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); del m["tokenizer"]["files"]; json.dump(m, open(sys.argv[1], "w"))
+PY
+$PY "$ROOT/tests/cli/ckpt_rehash.py" bare/iter_0000001
+ok "a checkpoint without copies, from another directory: mgt-export exits 4 naming the file" sh -c \
+	"cd elsewhere && '$BIN/mgt-export' --load-dir ../bare --output b.gguf >/dev/null 2>'$T/err'; test \$? = 4" && err_has "tok/vocab.json"
+ok "... and --vocab-file/--merge-file give the files' new paths" sh -c "cd elsewhere && '$BIN/mgt-export' --load-dir ../bare \
+	--output b.gguf --name ck --vocab-file ../run/tok/vocab.json --merge-file ../run/tok/merges.txt --quiet && cmp -s b.gguf m.gguf"
+ok "mgt-export refuses --vocab-size without --tokenizer-type (exit 2)" exits 2 "$BIN/mgt-export" --load-dir run/ck --output x.gguf \
+	--vocab-size 5
+ok "trained with a Hugging Face tokenizer given as its directory" exits 0 "$BIN/mgt-train" --model tiny-gpt2 \
+	--tokenizer-type HuggingFaceTokenizer --tokenizer-model hftok --mock-data --seq-length 32 --micro-batch-size 2 \
+	--global-batch-size 2 --lr 1e-3 --train-iters 1 --threads 2 --save hfck
+ok "... mgt-ckpt-convert from another directory writes its tokenizer.json" sh -c "cd elsewhere && \
+	'$BIN/mgt-ckpt-convert' --load-dir ../hfck --save-dir hf2 --quiet && cmp hf2/tokenizer.json ../hftok/tokenizer.json"
+
 # preflight: nothing computed before a directory that cannot be written is found
 preflight() { exits 1 $TRAIN --train-iters 2 "$@" && err_has "$1" && ! grep -q "iteration  " "$T/out" "$T/err"; }
 ok "--tensorboard-dir unwritable: exit 1 before training" preflight --tensorboard-dir /proc/no/tb
-small_bpe && zstd -dc "$SHARE/data/kjv.jsonl.zst" | head -20 >k.jsonl &&
-	"$BIN/mgt-preprocess" --input k.jsonl --output-prefix k $BPE --append-eod --quiet >/dev/null 2>&1
 ok "--data-cache-path unwritable: exit 1 before training" exits 1 "$BIN/mgt-train" --model tiny-gpt2 $BPE \
 	--data-path k_text_document --split 90,10,0 --seq-length 32 --micro-batch-size 2 --global-batch-size 2 --lr 1e-3 \
 	--train-iters 2 --threads 2 --data-cache-path /proc/no/cache
