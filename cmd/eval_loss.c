@@ -123,6 +123,22 @@ static mgt_status keep_padded_vocab(const lopts *o, mgt_args *a, int64_t ck_tp, 
 	return mgt_args_set(a, "make_vocab_size_divisible_by", v);
 }
 
+/* The layout (the checkpoint's, unless the command line changed it) must divide the processes
+ * this runs as: say how to run it, or how to evaluate in fewer processes. */
+static mgt_status check_world(const mgt_args *a)
+{
+	int64_t n = a->tensor_model_parallel_size * a->pipeline_model_parallel_size * a->context_parallel_size;
+	int64_t w = mgt_parallel_world_size();
+	if (n < 1 || w % n == 0) return MGT_OK;
+	return mgt_err(MGT_ERR_USAGE, "the layout is --tensor-model-parallel-size %lld x --pipeline-model-parallel-size %lld "
+		       "x --context-parallel-size %lld (the checkpoint's unless given), %lld processes, and this runs as %lld: "
+		       "run it under mpirun with a multiple of %lld processes, or give sizes whose product divides %lld "
+		       "(the checkpoint reshards on load: --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
+		       "--context-parallel-size 1 in one process)", (long long)a->tensor_model_parallel_size,
+		       (long long)a->pipeline_model_parallel_size, (long long)a->context_parallel_size, (long long)n,
+		       (long long)w, (long long)n, (long long)w);
+}
+
 /* The checkpoint's arguments (tokenizer files found relative to it, as mgt_eval_open finds them),
  * then the command line's. */
 static mgt_status make_args(const lopts *o, eval_model *em, mgt_args *a)
@@ -146,6 +162,7 @@ static mgt_status make_args(const lopts *o, eval_model *em, mgt_args *a)
 	int64_t tp = a->tensor_model_parallel_size, div = a->model.make_vocab_size_divisible_by;
 	if (!st) st = mgt_args_parse_argv(a, o->argc, o->argv);
 	if (!st) st = keep_padded_vocab(o, a, tp, div);
+	if (!st) st = check_world(a);
 	return st;
 }
 

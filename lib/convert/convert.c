@@ -627,10 +627,13 @@ static mgt_status hf_convert(hf_in *h)
 		h->tmp = NULL;
 	}
 	if (!st && h->o->log)
-		fprintf(h->o->log, "converted %s (%s, %d tensors, %lld parameters) to %s: TP %d, PP %d%s%.0d, %.1f s\n",
-			h->o->load_dir, mgt_hf_model_type(h->f), h->full.n, (long long)h->full.global_numel,
-			h->o->save_dir, h->o->tp, h->o->pp, h->a.model.num_experts > 0 ? ", EP " : "",
-			h->a.model.num_experts > 0 ? h->ep : 0, mgt_now() - t0);
+		fprintf(h->o->log, "converted %s (%s, %d tensors, %lld parameters) to %s: TP %d, PP %d%s%.0d, "
+			"%lld parameters with %lld of vocabulary padding (to %lld rows: --make-vocab-size-divisible-by), "
+			"%.1f s\n", h->o->load_dir, mgt_hf_model_type(h->f), h->full.n,
+			(long long)(h->full.global_numel - mgt_model_padding_params(&h->a.model)), h->o->save_dir, h->o->tp,
+			h->o->pp, h->a.model.num_experts > 0 ? ", EP " : "", h->a.model.num_experts > 0 ? h->ep : 0,
+			(long long)h->full.global_numel, (long long)mgt_model_padding_params(&h->a.model),
+			(long long)h->a.model.padded_vocab_size, mgt_now() - t0);
 	return st;
 }
 
@@ -842,9 +845,11 @@ static mgt_status out_convert(hf_out *h)
 	st = out_end(h->tmp, o->save_dir, st);
 	h->tmp = NULL;
 	if (!st && o->log)
-		fprintf(o->log, "converted %s (iteration %lld) to %s: %s, %s, %d tensors, %lld parameters, %.1f s\n",
-			o->load_dir, (long long)mgt_ckpt_iteration(h->ck), o->save_dir, mgt_hf_model_type(h->f),
-			mgt_dt_name(h->dt), h->full.n, (long long)h->full.global_numel, mgt_now() - t0);
+		fprintf(o->log, "converted %s (iteration %lld) to %s: %s, %s, %d tensors, %lld parameters (the "
+			"checkpoint's %lld less %lld of vocabulary padding), %.1f s\n", o->load_dir,
+			(long long)mgt_ckpt_iteration(h->ck), o->save_dir, mgt_hf_model_type(h->f), mgt_dt_name(h->dt), h->full.n,
+			(long long)(h->full.global_numel - mgt_model_padding_params(&h->a.model)),
+			(long long)h->full.global_numel, (long long)mgt_model_padding_params(&h->a.model), mgt_now() - t0);
 	return st;
 }
 

@@ -60,9 +60,11 @@ mgt_status mgt_convert_detect(const char *load_dir, int *kind);
  * MGT_ERR_IO, MGT_ERR_NOMEM. */
 mgt_status mgt_convert_hf_to_mgt(const mgt_convert_opts *o);
 
-/* mgt -> Hugging Face.  Errors: as above (MGT_ERR_USAGE also for an MoE model no Hugging Face family
- * holds: a sigmoid router, expert bias, group-limited routing, top-k scaling), MGT_ERR_FORMAT for a
- * damaged checkpoint. */
+/* mgt -> Hugging Face.  Errors: as above, MGT_ERR_INPUT for a model no Hugging Face family holds
+ * (an MoE model with a sigmoid router, expert bias, group-limited routing, top-k scaling, or one
+ * the family lacks: the message names mgt-train's flag that made it so), MGT_ERR_USAGE for a
+ * --family that cannot hold the model, MGT_ERR_FORMAT for a damaged checkpoint (naming the newest
+ * whole iteration). */
 mgt_status mgt_convert_mgt_to_hf(const mgt_convert_opts *o);
 
 /* The model arguments a Hugging Face config.json gives (path: the file, or a directory holding

@@ -369,7 +369,7 @@ static mgt_status run_export(exporter *e)
 	if (!st && o->log)
 		fprintf(o->log, "exported %s (%s) to %s: GGUF v3, architecture %s, %s, %lld parameters, %.1f s\n", o->load_dir,
 			mgt_hf_model_type(e->f), o->output, arch_of(e->f), o->outtype ? o->outtype : "f16",
-			(long long)e->full->global_numel, mgt_now() - t0);
+			(long long)(e->full->global_numel - mgt_model_padding_params(e->c)), mgt_now() - t0);
 	return st;
 }
 

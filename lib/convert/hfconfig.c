@@ -156,7 +156,7 @@ static mgt_status qwen_moe(json_t *cfg, mgt_hf_family f, const char *file, mgt_a
 	if (only && !json_is_null(only) && !json_is_array(only)) return bad_key(file, "mlp_only_layers", "a list of layer indices");
 	enum { MAXL = sizeof c->moe_layer_pattern - 1 };
 	if (L < 1 || L > MAXL)
-		return mgt_err(MGT_ERR_USAGE, "%s: %lld layers: mgt's --moe-layer-freq list holds 1 to %d", file, (long long)L,
+		return mgt_err(MGT_ERR_USAGE, "%s: %lld layers: mgt's MoE layer pattern (mgt-train's --moe-layer-freq) holds 1 to %d", file, (long long)L,
 			       (int)MAXL);
 	char pat[MAXL * 2 + 3];
 	size_t k = 0;
@@ -299,11 +299,12 @@ mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
 				mgt_hf_model_type(g));
 	const char *why = is_moe(f) ? moe_unmappable(c) : NULL;
 	if (why)
-		return mgt_err(MGT_ERR_USAGE, "no Hugging Face family computes this Mixture-of-Experts model: %s has no "
-			       "counterpart in transformers' routers", why);
+		return mgt_err(MGT_ERR_INPUT, "no Hugging Face family computes this Mixture-of-Experts model: it was trained "
+			       "with mgt-train's %s, which has no counterpart in transformers' routers (the checkpoint stays "
+			       "an mgt one: mgt-eval and mgt-train read it)", why);
 	why = is_moe(f) ? moe_not_in(c, f) : NULL;
-	return why ? mgt_err(MGT_ERR_USAGE, "%s cannot hold this Mixture-of-Experts model: %s", mgt_hf_model_type(f), why)
-		   : MGT_OK;
+	return why ? mgt_err(MGT_ERR_INPUT, "%s cannot hold this Mixture-of-Experts model, trained with mgt-train's %s "
+			     "(--family names another family)", mgt_hf_model_type(f), why) : MGT_OK;
 }
 
 /* The MoE keys of a config.json for c (the inverse of cv_config_to_args; dense layers as

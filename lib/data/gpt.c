@@ -381,6 +381,16 @@ static mgt_status ds_open(mgt_gpt_data *d, int k, mgt_split sp, int64_t ns)
 	mgt_gpt_split_range(&d->split, sp, s->n_seq, &ds->beg, &ds->end);
 	ds->present = true;
 	mgt_status st = mgt_gpt_index_plan(s->lengths, s->n_seq, ds->beg, ds->end, ns, d->S, drop_last, &ds->ix);
+	if (st && ds->beg == ds->end) { /* what to do about it */
+		char msg[1024];
+		snprintf(msg, sizeof msg, "%s", mgt_err_msg());
+		return mgt_err(st, "%s, %s split (sequences [%llu, %llu) of %llu): %s: the split's share of the "
+			       "%llu documents rounds to none: give it a larger share in --split, or use more data%s",
+			       s->prefix, mgt_split_name(sp), (unsigned long long)ds->beg, (unsigned long long)ds->end,
+			       (unsigned long long)s->n_seq, msg, (unsigned long long)s->n_seq,
+			       sp == MGT_SPLIT_TRAIN ? "" : sp == MGT_SPLIT_VALID ? " (or --eval-iters 0: no validation)" :
+			       " (the test split is evaluated at the end unless --eval-iters is 0)");
+	}
 	if (st)
 		return mgt_err_ctx(st, "%s, %s split (sequences [%llu, %llu) of %llu)", s->prefix,
 				   mgt_split_name(sp), (unsigned long long)ds->beg, (unsigned long long)ds->end,

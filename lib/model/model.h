@@ -81,6 +81,11 @@ typedef struct mgt_model_config {
  * seq_length <= max_position_embeddings for learned positions, rot_dim even, TP divides heads and
  * query groups and ffn.  Errors: MGT_ERR_USAGE with a message naming the flags. */
 mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp);
+/* Parameters that are vocabulary padding: (padded_vocab_size - vocab_size) rows of hidden_size
+ * in the word embedding, and again in an untied output layer (Megatron counts them in its
+ * parameter counts; Hugging Face and GGUF models have none).  c finalized. */
+int64_t mgt_model_padding_params(const mgt_model_config *c);
+
 /* The MoE part of it (lib/model/moe_config.c): nothing to check without experts; otherwise
  * top-k in 1..num_experts, the router's groups, the capacity factor, the score function and
  * load-balancing type, TP dividing the experts' FFN sizes.  Errors: MGT_ERR_USAGE naming the

@@ -114,6 +114,12 @@ static mgt_status config_check(const mgt_model_config *c, int tp)
 	return MGT_OK;
 }
 
+int64_t mgt_model_padding_params(const mgt_model_config *c)
+{
+	int64_t rows = c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size - c->vocab_size : 0;
+	return rows * c->hidden_size * (c->untie_embeddings_and_output_weights ? 2 : 1);
+}
+
 mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
 {
 	mgt_status st = config_derive(c, tp);

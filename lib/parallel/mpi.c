@@ -676,6 +676,19 @@ int mgt_parallel_world_rank(void)
 	return rt.rank;
 }
 
+mgt_status mgt_parallel_agree_root(mgt_status st)
+{
+	if (!rt.active) return st;
+	int v = (int)st;
+	if (MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+		return mgt_err(MGT_ERR_IO, "MPI_Bcast of rank 0's status failed");
+	if (st != MGT_OK) /* this rank's own failure (rank 0's too) */
+		return st;
+	if (v != MGT_OK)
+		return mgt_err((mgt_status)v, "rank 0 refused to start (its message says why)");
+	return MGT_OK;
+}
+
 void mgt_parallel_abort(int code)
 {
 	if (!rt.active) return;
@@ -715,6 +728,11 @@ int mgt_parallel_world_size(void)
 int mgt_parallel_world_rank(void)
 {
 	return 0;
+}
+
+mgt_status mgt_parallel_agree_root(mgt_status st)
+{
+	return st;
 }
 
 void mgt_parallel_abort(int code)

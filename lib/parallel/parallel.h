@@ -189,6 +189,12 @@ int mgt_parallel_local_size(void);
 int mgt_parallel_active(void);
 int mgt_parallel_world_size(void);
 int mgt_parallel_world_rank(void);
+/* Every rank, together: rank 0's st (a check only rank 0 makes, such as a preflight of the
+ * file system) becomes that of every rank whose own st is MGT_OK, so that all exit with it
+ * instead of the others waiting in their next collective until the launcher kills them; their
+ * message says rank 0 refused.  A rank's own failure is returned as it is.  Returns st
+ * unchanged without MPI.  Errors: st, rank 0's; MGT_ERR_IO when the broadcast fails. */
+mgt_status mgt_parallel_agree_root(mgt_status st);
 /* Take every rank of the job down with exit status code (MPI_Abort) after the caller printed
  * its message; returns only without MPI (the caller then exits itself). */
 void mgt_parallel_abort(int code);

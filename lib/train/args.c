@@ -810,8 +810,10 @@ static mgt_status derive_parallel(mgt_args *a)
 			       "(each sequence is cut into 2 x CP chunks)", (long long)a->model.seq_length, (long long)cp);
 	if (W % (tp * pp * cp))
 		return mgt_err(MGT_ERR_USAGE, "world size %lld is not divisible by --tensor-model-parallel-size %lld x "
-			       "--pipeline-model-parallel-size %lld x --context-parallel-size %lld", (long long)W,
-			       (long long)tp, (long long)pp, (long long)cp);
+			       "--pipeline-model-parallel-size %lld x --context-parallel-size %lld = %lld: run a multiple "
+			       "of %lld processes (mpirun -np), or give sizes whose product divides %lld", (long long)W,
+			       (long long)tp, (long long)pp, (long long)cp, (long long)(tp * pp * cp), (long long)(tp * pp * cp),
+			       (long long)W);
 	a->data_parallel_size = W / (tp * pp * cp);
 	mgt_status st = derive_cp_comm(a);
 	if (st) return st;

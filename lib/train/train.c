@@ -965,6 +965,7 @@ static mgt_status setup(trainer *t)
 	if (!st) st = setup_tokenizer(t);
 	if (!st) st = mgt_args_finalize(a);
 	if (!st && !t->eval_only && mgt_parallel_world_rank() == 0) st = preflight(a);
+	if (!t->eval_only) st = mgt_parallel_agree_root(st); /* rank 0's refusal ends every rank alike */
 	if (!st && a->debug_dump && a->world_size > 1)
 		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
 	if (!st) st = mgt_parallel_init_ep(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,
@@ -1095,9 +1096,10 @@ mgt_status mgt_train_evaluate(mgt_args *a, const mgt_train_io *io, const mgt_tra
 	int64_t one = a->eval_iters * a->global_batch_size, from = o->from_sample;
 	if (!st && from < 0) from = o->test ? 0 : t.consumed_valid >= one ? t.consumed_valid - one : 0;
 	if (!st && mgt_gpt_data_len(t.data, sp) <= 0)
-		st = mgt_err(MGT_ERR_INPUT, "the %s split has no samples (--split %s, --eval-iters %lld, --eval-interval %lld)",
-			     o->test ? "test" : "validation", a->split ? a->split : "(none)", (long long)a->eval_iters,
-			     (long long)a->eval_interval);
+		st = mgt_err(MGT_ERR_INPUT, "the %s split has no samples (--split %s, --eval-iters %lld, --eval-interval %lld): "
+			     "give it a share in --split (say --split 949,50,1)%s", o->test ? "test" : "validation",
+			     a->split ? a->split : "(none)", (long long)a->eval_iters, (long long)a->eval_interval,
+			     o->test ? ", or evaluate --eval-split valid" : "");
 	if (!st && a->eval_iters <= 0) st = mgt_err(MGT_ERR_USAGE, "--eval-iters %lld: nothing to evaluate", (long long)a->eval_iters);
 	r->iteration = t.iteration;
 	r->first_sample = from;

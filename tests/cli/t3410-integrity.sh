@@ -125,6 +125,40 @@ ok "trained with a Hugging Face tokenizer given as its directory" exits 0 "$BIN/
 ok "... mgt-ckpt-convert from another directory writes its tokenizer.json" sh -c "cd elsewhere && \
 	'$BIN/mgt-ckpt-convert' --load-dir ../hfck --save-dir hf2 --quiet && cmp hf2/tokenizer.json ../hftok/tokenizer.json"
 
+"$BIN/mgt-ckpt-convert" --load-dir run/ck --save-dir hf3 2>cv.err >/dev/null
+ok "mgt-ckpt-convert counts the Hugging Face model's parameters, naming the padding left out" $PY - hf3 cv.err <<'PY'
+import json, re, struct, sys
+f = open(sys.argv[1] + "/model.safetensors", "rb")
+h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+n = 0
+for k, v in h.items():
+    if k != "__metadata__" and not k.endswith((".attn.bias", ".attn.masked_bias")):
+        c = 1
+        for d in v["shape"]: c *= d
+        n += c
+m = re.search(r"tensors, (\d+) parameters \(the checkpoint's (\d+) less (\d+) of vocabulary padding\)", open(sys.argv[2]).read())
+print(f"# safetensors {n}, printed {m and m.groups()}")
+sys.exit(0 if m and int(m.group(1)) == n and int(m.group(2)) - int(m.group(3)) == n and int(m.group(3)) > 0 else 1)
+PY
+
+# messages that say what to do
+if command -v mpirun >/dev/null 2>&1; then
+	RUN="sh $ROOT/tests/mpirun.sh"
+	ok "under mpirun, rank 0's refusal of --save ends both ranks with exit 2" exits 2 env MGT_MPIRUN_TIMEOUT=120 $RUN 2 \
+		$TRAIN --train-iters 2 --save ck
+	ok "... no rank prints a SIGTERM line" sh -c "! grep -q SIGTERM '$T/err' '$T/out'"
+	ok "a PP2 checkpoint" exits 0 $RUN 2 $TRAIN --train-iters 1 --pipeline-model-parallel-size 2 --global-batch-size 4 \
+		--save pp2
+	ok "mgt-eval loss of it in one process: exit 2" exits 2 "$BIN/mgt-eval" loss --load pp2
+	ok "... saying how to run it" err_has "run it under mpirun with a multiple of 2 processes, or give sizes whose product divides 1"
+else
+	skip "no mpirun"; skip "no mpirun"; skip "no mpirun"; skip "no mpirun"; skip "no mpirun"
+fi
+ok "a validation split with no document: exit 3" exits 3 "$BIN/mgt-train" --model tiny-gpt2 $BPE --data-path k_text_document \
+	--split 98,2,0 --seq-length 32 --micro-batch-size 2 --global-batch-size 2 --lr 1e-3 --train-iters 2 --threads 2 \
+	--eval-interval 1 --eval-iters 1
+ok "... saying what to change" err_has "give it a larger share in --split, or use more data (or --eval-iters 0"
+
 # preflight: nothing computed before a directory that cannot be written is found
 preflight() { exits 1 $TRAIN --train-iters 2 "$@" && err_has "$1" && ! grep -q "iteration  " "$T/out" "$T/err"; }
 ok "--tensorboard-dir unwritable: exit 1 before training" preflight --tensorboard-dir /proc/no/tb

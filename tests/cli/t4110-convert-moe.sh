@@ -15,7 +15,7 @@
 #     (dp file DDD = EP rank) and an EP 2 run under mpirun has the single process's loss;
 #   - models trained by mgt (no config.json recorded): the family inferred, config.json written from
 #     the arguments, the Hugging Face forward equal to mgt's, and back to mgt bit for bit; a
-#     sigmoid router is refused (exit 2) naming the flag;
+#     sigmoid router is refused (exit 3) naming mgt-train's flag;
 #   - mgt-export --format safetensors follows the converter; GGUF refuses MoE (exit 2).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
@@ -253,8 +253,9 @@ for spec in "mixtral:" "qwen2_moe:--add-qkv-bias --moe-shared-expert-intermediat
 	ok "... and it converts back to mgt with the same tensors and MoE arguments" back_same "$tr" "$T/trhf-$fam" "$T/trck-$fam"
 done
 "$BIN/mgt-train" $TR --moe-router-score-function sigmoid --moe-router-enable-expert-bias --save "$T/tr-sig" >"$T/tr.log" 2>&1
-ok "a sigmoid router with expert bias: exit 2" exits 2 "$BIN/mgt-ckpt-convert" --load-dir "$T/tr-sig" --save-dir "$T/bad"
-ok "... naming the flag" err_has "moe-router-score-function sigmoid"
+ok "a sigmoid router with expert bias: exit 3 (the input, not a flag of mgt-ckpt-convert)" exits 3 "$BIN/mgt-ckpt-convert" \
+	--load-dir "$T/tr-sig" --save-dir "$T/bad"
+ok "... naming the training flag as mgt-train's, without --help advice" sh -c "grep -q \"trained with mgt-train's --moe-router-score-function sigmoid\" '$T/err' && ! grep -q 'Try ' '$T/err'"
 ok "--family qwen3_moe for a Mixtral-like model: exit 2" exits 2 "$BIN/mgt-ckpt-convert" --load-dir "$T/tr-mixtral" \
 	--save-dir "$T/bad" --family qwen3_moe
 ok "--family llama for an MoE model: exit 2" exits 2 "$BIN/mgt-ckpt-convert" --load-dir "$T/tr-mixtral" \
