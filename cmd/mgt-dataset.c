@@ -408,7 +408,9 @@ static mgt_status merge_all(const char *out, int overwrite, const strlist *in)
 	for (size_t i = 0; !st && i < in->n; i++) {
 		if (i > 0 && (st = mgt_idx_open(&d, in->v[i])))
 			break;
-		st = mgt_idx_writer_add_dataset(w, d);
+		st = mgt_idx_verify_bin(d); /* a damaged input is not merged into a new, checksummed one */
+		if (!st)
+			st = mgt_idx_writer_add_dataset(w, d);
 		mgt_idx_close(d);
 		d = NULL;
 	}

@@ -53,8 +53,14 @@ const char *mgt_dtype_name(int code);
 /* DType.optimal_dtype: uint16 if vocab_size < 65500, else int32. */
 mgt_dtype mgt_dtype_optimal(int64_t vocab_size);
 
-/* Writer: .bin and .idx are written under temporary names and renamed by finish; abort (or a
- * failure anywhere) leaves no file under the final names. Memory is O(1) in the dataset size:
+/* The side file of a dataset's checksums, PREFIX.checksums.json (mgt-dataset(5) CHECKSUMS):
+ * {"algorithm": "xxh3_64", "idx": HEX, "bin": HEX, "idx_bytes": N, "bin_bytes": N}, the
+ * XXH3-64 of each whole file as 16 hex digits.  Megatron reads the .bin and .idx alone. */
+#define MGT_IDX_SUMS_SUFFIX ".checksums.json"
+
+/* Writer: .bin and .idx are written under temporary names and renamed by finish, then their
+ * checksums as PREFIX.checksums.json (an older one removed first); abort (or a failure
+ * anywhere) leaves no file under the final names. Memory is O(1) in the dataset size:
  * lengths and document indices are spooled to temporary files. */
 typedef struct mgt_idx_writer mgt_idx_writer;
 
@@ -77,9 +83,16 @@ void mgt_idx_writer_abort(mgt_idx_writer *w);
 
 /* Reader over mmap'd files. Validates magic, version 1, dtype code, sizes, document indices
  * (start 0, non-decreasing, end N), pointers (= running sum of lengths*itemsize) and the .bin
- * size. Errors: MGT_ERR_IO (cannot open), MGT_ERR_FORMAT (naming the file and field). */
+ * size; with PREFIX.checksums.json, the recorded sizes and the .idx's checksum (the .bin's is
+ * checked by mgt_idx_verify_bin, which reads it all). Errors: MGT_ERR_IO (cannot open),
+ * MGT_ERR_FORMAT (naming the file and field; a damaged checksum file or .idx). */
 typedef struct mgt_idx mgt_idx;
 mgt_status mgt_idx_open(mgt_idx **out, const char *prefix);
+/* Whether the dataset has checksums (PREFIX.checksums.json was read). */
+bool mgt_idx_has_sums(const mgt_idx *d);
+/* The whole .bin read and checked against its checksum (nothing without one). Errors:
+ * MGT_ERR_FORMAT naming the .bin. */
+mgt_status mgt_idx_verify_bin(const mgt_idx *d);
 void mgt_idx_close(mgt_idx *d);
 /* The prefix it was opened with. */
 const char *mgt_idx_prefix(const mgt_idx *d);

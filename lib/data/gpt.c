@@ -202,6 +202,8 @@ static mgt_status src_open_idx(gpt_src *s, const char *prefix)
 		return mgt_err(st, "data prefix %s: %s (a prefix names the .bin and .idx pair: give %.*s, without %s)",
 			       prefix, why, (int)(n - 4), prefix, ext);
 	}
+	if (!st)
+		st = mgt_idx_verify_bin(s->idx); /* read whole, as the vocabulary check reads it anyway */
 	if (st)
 		return mgt_err_ctx(st, "data prefix %s", prefix);
 	s->prefix = mgt_idx_prefix(s->idx);

@@ -10,6 +10,7 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <jansson.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -69,6 +70,8 @@ struct mgt_idx {
 	uint64_t n, d1, tokens;
 	int has_modes;             /* N trailing int8 sequence modes (a multimodal dataset) */
 	const unsigned char *lengths, *pointers, *docs;
+	bool has_sums;             /* PREFIX.checksums.json was there: bin_sum is the .bin's */
+	uint64_t bin_sum;
 };
 
 static uint64_t ld_u64(const unsigned char *p)
@@ -223,6 +226,86 @@ static mgt_status idx_paths(mgt_idx *d, const char *prefix)
 	return d->prefix && d->idx_path && d->bin_path ? MGT_OK : MGT_ERR_NOMEM;
 }
 
+/* ---- PREFIX.checksums.json: {"algorithm": "xxh3_64", "idx": HEX, "bin": HEX, "idx_bytes": N,
+ * "bin_bytes": N} (mgt-dataset(5) CHECKSUMS) ---- */
+
+static char *sums_path(const char *prefix) { return cat(prefix, MGT_IDX_SUMS_SUFFIX); }
+
+/* Read the side file if there is one: sizes and the .idx checked now, the .bin's kept. */
+static mgt_status check_sums(mgt_idx *d)
+{
+	char *path = sums_path(d->prefix);
+	if (!path)
+		return MGT_ERR_NOMEM;
+	struct stat sb;
+	mgt_status st = MGT_OK;
+	if (stat(path, &sb) == 0) {
+		json_error_t e;
+		json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+		const char *algo = json_string_value(json_object_get(j, "algorithm"));
+		uint64_t idx_sum = 0;
+		bool ok = j && algo && !strcmp(algo, "xxh3_64") &&
+			  mgt_xxh3_parse(json_string_value(json_object_get(j, "idx")), &idx_sum) &&
+			  mgt_xxh3_parse(json_string_value(json_object_get(j, "bin")), &d->bin_sum);
+		if (!ok)
+			st = mgt_err(MGT_ERR_FORMAT, "%s: not a dataset checksum file {\"algorithm\": \"xxh3_64\", \"idx\": "
+				     "HEX, \"bin\": HEX, ...} (damaged?)", path);
+		else if ((uint64_t)json_integer_value(json_object_get(j, "idx_bytes")) != d->idx_size ||
+			 (uint64_t)json_integer_value(json_object_get(j, "bin_bytes")) != d->bin_size)
+			st = mgt_err(MGT_ERR_FORMAT, "%s: sizes %lld and %lld recorded, the files are %zu and %zu bytes: the "
+				     "dataset was changed or damaged since it was written", path,
+				     (long long)json_integer_value(json_object_get(j, "idx_bytes")),
+				     (long long)json_integer_value(json_object_get(j, "bin_bytes")), d->idx_size, d->bin_size);
+		else if (mgt_xxh3_64(d->idx, d->idx_size) != idx_sum)
+			st = mgt_err(MGT_ERR_FORMAT, "%s: its checksum differs from %s's: the file is damaged", d->idx_path, path);
+		d->has_sums = !st;
+		json_decref(j);
+	}
+	free(path);
+	return st;
+}
+
+bool mgt_idx_has_sums(const mgt_idx *d) { return d->has_sums; }
+
+mgt_status mgt_idx_verify_bin(const mgt_idx *d)
+{
+	if (!d->has_sums || mgt_xxh3_64(d->bin, d->bin_size) == d->bin_sum)
+		return MGT_OK;
+	return mgt_err(MGT_ERR_FORMAT, "%s: its checksum differs from %s%s's: the file is damaged", d->bin_path,
+		       d->prefix, MGT_IDX_SUMS_SUFFIX);
+}
+
+/* Write the side file of the dataset just written at prefix (both files hashed as they are). */
+static mgt_status write_sums(const char *prefix)
+{
+	mgt_idx *d = NULL;
+	mgt_status st = mgt_idx_open(&d, prefix);
+	char *path = st ? NULL : sums_path(prefix), *text = NULL, hi[17], hb[17];
+	if (!st && !path)
+		st = MGT_ERR_NOMEM;
+	if (!st) {
+		mgt_xxh3_hex(mgt_xxh3_64(d->idx, d->idx_size), hi);
+		mgt_xxh3_hex(mgt_xxh3_64(d->bin, d->bin_size), hb);
+		json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:I}", "algorithm", "xxh3_64", "idx", hi, "bin", hb,
+				      "idx_bytes", (json_int_t)d->idx_size, "bin_bytes", (json_int_t)d->bin_size);
+		text = j ? json_dumps(j, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
+		json_decref(j);
+		if (!text)
+			st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+	}
+	mgt_afile af;
+	if (!st)
+		st = mgt_afile_open(&af, path, 1);
+	if (!st && (st = mgt_afile_write(&af, text, strlen(text))))
+		mgt_afile_abort(&af);
+	else if (!st)
+		st = mgt_afile_commit(&af);
+	free(text);
+	free(path);
+	mgt_idx_close(d);
+	return st;
+}
+
 mgt_status mgt_idx_open(mgt_idx **out, const char *prefix)
 {
 	*out = NULL;
@@ -243,6 +326,8 @@ mgt_status mgt_idx_open(mgt_idx **out, const char *prefix)
 		st = map_file(d->bin_path, &d->bin, &d->bin_size, &d->bin_fd);
 	if (!st)
 		st = check_bin(d);
+	if (!st)
+		st = check_sums(d);
 	if (st) {
 		mgt_idx_close(d);
 		return st;
@@ -724,6 +809,10 @@ static void writer_free(mgt_idx_writer *w)
 mgt_status mgt_idx_writer_finish(mgt_idx_writer *w)
 {
 	mgt_afile idx;
+	char *sums = sums_path(w->prefix);
+	if (sums) /* an older dataset's, which the new files are about to replace */
+		unlink(sums);
+	free(sums);
 	mgt_status st = mgt_afile_open(&idx, w->idx_path, w->overwrite);
 	if (st) {
 		mgt_idx_writer_abort(w);
@@ -743,6 +832,8 @@ mgt_status mgt_idx_writer_finish(mgt_idx_writer *w)
 		unlink(w->bin_path);
 		unlink(w->idx_path);
 	}
+	if (!st)
+		st = write_sums(w->prefix);
 	writer_free(w);
 	return st;
 }

@@ -77,6 +77,28 @@ ok "tiny model saved" exits 0 $TRAIN $TINY --train-iters 1 --save tiny
 ok "sweep: no silent change, crash or hang" sh -c "'$SWEEP' tiny model_tp00_pp000_dp000.h5 1021 16384 '$T/sw' >sweep.out 2>&1"
 sed 's/^/# /' sweep.out | tail -3
 
+# datasets: PREFIX.checksums.json beside the .bin and .idx, checked by mgt-train and merge
+ok "mgt-preprocess writes the dataset's checksums (python3-xxhash agrees)" $PY -c "
+import json, xxhash
+s = json.load(open('k_text_document.checksums.json'))
+for e in ('bin', 'idx'):
+    b = open('k_text_document.' + e, 'rb').read()
+    assert s[e] == xxhash.xxh3_64_hexdigest(b) and s[e + '_bytes'] == len(b), e
+assert s['algorithm'] == 'xxh3_64'"
+cp k_text_document.bin kd.bin && cp k_text_document.idx kd.idx && cp k_text_document.checksums.json kd.checksums.json
+$PY -c "
+b = bytearray(open('kd.bin', 'rb').read()); b[len(b) // 2] ^= 1; open('kd.bin', 'wb').write(b)"
+DTRAIN="$BIN/mgt-train --model tiny-gpt2 $BPE --split 90,10,0 --seq-length 32 --micro-batch-size 2 --global-batch-size 2
+ --lr 1e-3 --train-iters 1 --threads 2"
+ok "a damaged .bin: mgt-train exits 6 naming it" exits 6 $DTRAIN --data-path kd
+ok "... the file and its checksum file" err_has "kd.bin: its checksum differs from kd.checksums.json's"
+ok "... mgt-dataset merge refuses it too (exit 6)" exits 6 "$BIN/mgt-dataset" merge --output-prefix km kd k_text_document
+ok "... writing nothing" no_files km.bin km.idx km.checksums.json
+rm kd.checksums.json
+ok "without the side file (Megatron's own datasets) it is read unchecked" exits 0 $DTRAIN --data-path kd
+ok "mgt-dataset merge writes the merged dataset's checksums" sh -c "'$BIN/mgt-dataset' merge --output-prefix km \
+	k_text_document k_text_document >/dev/null && test -s km.checksums.json"
+
 # --save holding another run's checkpoints
 ok "--save over another run's checkpoints refused (exit 2)" exits 2 $TRAIN --train-iters 2 --save ck
 ok "... saying what to pass" err_has "pass --load ck to resume that run, or --overwrite-save"
