@@ -13,7 +13,8 @@
 
 typedef struct {
 	const char *flag;  /* without the leading dashes; a trailing '-' makes it a prefix */
-	char cls;          /* 'i' accepted without effect, 'r' refused, 'a' alias: why is "dest=value" */
+	char cls;          /* 'i' accepted without effect, 'r' refused, 'a' alias: why is "dest=value", or
+			    * "dest=" for another name of a flag with a value (nargs '1') */
 	char nargs;        /* '0' none, '1' one value, '+' every word up to the next --flag */
 	const char *only;  /* with 'i': the one value accepted; other values are refused */
 	const char *why;
@@ -285,6 +286,7 @@ static const compat_row rows[] = {
 	{ "ckpt-assume-constant-structure", 'i', '0', NULL, NOTUSED },
 	{ "ckpt-drop-redundant-extra-state", 'i', '0', NULL, NOTUSED },
 	{ "dist-ckpt-optim-fully-reshardable", 'i', '0', NULL, "mgt checkpoints always reshard on load" },
+	{ "persistent-save-interval", 'a', '1', NULL, "save_interval=" },
 	{ "override-ckpt-iteration", 'r', '1', NULL, "use --ckpt-step" },
 	{ "save-retain-interval", 'r', '1', NULL, NOTIMPL },
 	{ "non-persistent-save-interval", 'r', '1', NULL, NOTIMPL },
