@@ -632,13 +632,15 @@ static mgt_status parse_compat(mgt_args *a, const char *name, const char *eq, in
 	else if (c.nargs == '+' && (st = take_words(argc, argv, i, name, &val))) return st;
 	if (c.nargs != '0' && !val) return MGT_ERR_NOMEM;
 	st = mgt_args_compat(name, val, &c);
+	if (!st && c.ignored) st = note_ignored(a, name, c.why);
+	else if (!st) { /* an alias: "dest=value", or "dest=" for Megatron's other name of a flag with a value */
+		char dest[64];
+		const char *v = strchr(c.alias, '=');
+		snprintf(dest, sizeof dest, "%.*s", (int)(v - c.alias), c.alias);
+		st = mgt_args_set(a, dest, v[1] || !val ? v + 1 : val);
+	}
 	free(val);
-	if (st) return st;
-	if (c.ignored) return note_ignored(a, name, c.why);
-	char dest[64];
-	const char *v = strchr(c.alias, '=');
-	snprintf(dest, sizeof dest, "%.*s", (int)(v - c.alias), c.alias);
-	return mgt_args_set(a, dest, v + 1);
+	return st;
 }
 
 static mgt_status parse_flag(mgt_args *a, int argc, char **argv, int *i)

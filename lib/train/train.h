@@ -133,7 +133,8 @@ void *mgt_args_to_json(const mgt_args *a);
 /* A Megatron-LM flag that mgt-train knows but does not implement (lib/train/compat.c).  flag is
  * the name without dashes; value the value given, or NULL (before it is read).  *out gets how
  * many values the flag takes ('0', '1', or '+': every word up to the next --flag), the reason,
- * whether it is accepted without effect, and for an alias the "dest=value" it stands for.
+ * whether it is accepted without effect, and for an alias the "dest=value" it stands for ("dest=":
+ * the value given).
  * Errors: MGT_ERR_USAGE when the flag is refused (the message names it and says why), when it
  * accepts one value only and another is given, or when mgt-train does not know it (*out is then
  * left as it was). */

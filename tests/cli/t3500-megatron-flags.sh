@@ -1,15 +1,17 @@
 #!/bin/sh
-# Megatron-LM's flags in mgt-train (TAP, run by prove): every flag of arguments.py and of the
-# example launch scripts is known (implemented, accepted without effect, or refused naming the
-# flag and why); ignored flags change nothing; the example scripts' argument lists run with sizes
-# and paths shrunk; values out of range are refused; the MoE flags (each bad input refused naming
-# its flags, --moe-layer-freq's list expressions, the MoE presets); memory is checked before
-# allocating; the argument dump, parameter count, params norm, --exit-duration-in-mins,
-# --async-save and the test-set evaluation.
+# Megatron-LM's flags in mgt-train (TAP, run by prove): every flag of arguments.py, of every
+# release from core_r0.8.0 to HEAD (all-flags.txt: arguments.py's and the config dataclasses') and
+# of the example launch scripts is known (implemented, accepted without effect, or refused naming
+# the flag and why); ignored flags change nothing and take no word that is not theirs; the example
+# scripts' argument lists run with sizes and paths shrunk; values out of range are refused; the
+# MoE flags (each bad input refused naming its flags, --moe-layer-freq's list expressions, the MoE
+# presets); memory is checked before allocating; the argument dump, parameter count, params norm,
+# --exit-duration-in-mins, --async-save and the test-set evaluation.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 MEG=$ROOT/tests/data/megatron   # Megatron-LM's flags and example arguments (tests/data/megatron/README.md)
 FLAGS=$MEG/arguments-flags.txt
+ALL=$MEG/all-flags.txt          # every flag of the releases core_r0.8.0..core_r0.19.0 and HEAD, with its refs
 TOKS=$SHARE/tokenizers/gpt2
 
 # ---- classification -------------------------------------------------------------------------
@@ -17,6 +19,15 @@ TOKS=$SHARE/tokenizers/gpt2
 ok "every flag of arguments.py is classified" sh -c "test \$(grep -vc '^#' '$FLAGS') -eq \$(wc -l <classes)"
 ok "no flag of arguments.py is unknown" sh -c '! grep " unknown" classes'
 for c in implemented ignored refused; do echo "# $c: $(awk -v c="$c" '{ sub(":", "", $2) } $2 == c' classes | wc -l)"; done
+grep -v '^#' "$ALL" | cut -d' ' -f1 >all-flags
+"$BIN/mgt-train" --megatron-flags <all-flags >all-classes
+ok "every flag of Megatron-LM's releases core_r0.8.0 to HEAD is classified" sh -c "test -s all-flags &&
+ test \$(wc -l <all-flags) -eq \$(wc -l <all-classes)"
+ok "no flag of any release (dataclass flags included) is unknown" sh -c 'grep " unknown" all-classes | sed "s/^/# /";
+ ! grep -q " unknown" all-classes'
+for c in implemented ignored refused; do
+	echo "# all-flags.txt $c: $(awk -v c="$c" '{ sub(":", "", $2) } $2 == c' all-classes | wc -l)"
+done
 cat "$MEG"/examples/*.args | grep -o '^--[a-z0-9-]*' | sort -u >example-flags
 "$BIN/mgt-train" --megatron-flags <example-flags >example-classes
 ok "no flag of the example scripts is unknown" sh -c '! grep " unknown" example-classes'
@@ -27,10 +38,10 @@ ok "the issue's flags are known" sh -c "printf '%s\n' --use-mcore-models --no-ma
 ok "an unknown flag is still refused" exits 2 "$BIN/mgt-train" --no-such-flag
 ok "  naming it" err_has "unknown flag '--no-such-flag'"
 
-# Every refused flag: exit 2, the flag and the reason in the message.
+# Every refused flag of every release: exit 2, the flag and the reason in the message.
 bad=0
-for f in $(grep ' refused' classes | cut -d' ' -f1); do
-	why=$(grep "^$f refused: " classes | sed 's/^[^:]*: //')
+for f in $(awk '$2 == "refused:" { print $1 }' all-classes); do
+	why=$(grep "^$f refused: " all-classes | sed 's/^[^:]*: //')
 	"$BIN/mgt-train" "$f" >/dev/null 2>err; r=$?
 	if [ $r != 2 ] || ! grep -qF -- "$f is not supported by mgt-train: $why" err; then
 		bad=$((bad + 1)); echo "# $f: exit $r: $(head -c 200 err)"
@@ -196,6 +207,12 @@ ok "  says once for each that it has no effect" sh -c "test \$(grep -c 'is accep
 ok "  and trains bit for bit the same" sh -c "grep -o '\"lm_loss\":[^,]*' plain.jsonl >a; grep -o '\"lm_loss\":[^,]*' ign.jsonl >b; test -s a && cmp a b"
 ok "an alias sets what it stands for" exits 0 $BASE --train-iters 1 --use-rotary-position-embeddings
 ok "  (rope)" grep -q "position_embedding_type .* rope" "$T/err"
+ok "Megatron's other name of a flag with a value sets it" exits 0 $BASE --train-iters 1 --persistent-save-interval 7
+ok "  (--persistent-save-interval is --save-interval)" grep -q "^  save_interval \.* 7$" "$T/err"
+ok "an ignored flag without a value leaves the next flag alone" exits 0 $BASE --train-iters 1 --one-logger-async --bf16 \
+	--otel-enabled --log-params-norm --disable-jit-fuser --seed 7
+ok "  (--bf16, --log-params-norm and --seed 7 taken)" sh -c "grep -q '^  bf16 \\.* True$' '$T/err' &&
+ grep -q '^  log_params_norm \\.* True$' '$T/err' && grep -q '^  seed \\.* 7$' '$T/err'"
 
 # ---- start of run: arguments, parameter count -----------------------------------------------
 ok "run with a checkpoint" exits 0 $BASE --train-iters 3 --save ck --log-params-norm
