@@ -192,6 +192,7 @@ $PY -c "
 import json, sys
 f = sys.argv[1] + '/iter_0000000/metadata.json'
 m = json.load(open(f)); m['args']['moe_router_pre_softmax'] = False; json.dump(m, open(f, 'w'))" "$T/ck-renorm"
+$PY "$ROOT/tests/cli/ckpt_rehash.py" "$T/ck-renorm/iter_0000000"
 "$BIN/mgt-train" --load "$T/ck-renorm" --use-checkpoint-args $DUMP --debug-dump "$T/d.h5" \
 	>"$T/tr.log" 2>&1 || sed 's/^/# /' "$T/tr.log" | tail -5
 ok "qwen2_moe routed with renormalized top-k differs from the reference" exits 1 compare "$T/qwen2_moe" "$T/d.h5" 1e-3
