@@ -852,6 +852,7 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 	if (st || it < 0) return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
 	mgt_ckpt *c = NULL;
 	bool damaged = false;
+	double t0 = mgt_now();
 	st = mgt_ckpt_open(dir, it, &c);
 	if (!st) st = mgt_ckpt_check(c);
 	if (st) {
@@ -862,9 +863,13 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 		else mgt_err_ctx(st, "%s/%s names iteration %lld", dir, MGT_CKPT_TRACKER, (long long)it);
 	}
 	if (!st) st = load_from(t, c, &damaged);
-	if (!st && t->io->log)
+	if (!st && t->io->log) { /* Megatron's line, then its load-checkpoint timer (this rank's time in both) */
+		double ms = 1000 * (mgt_now() - t0);
 		fprintf(t->io->log, "  successfully loaded checkpoint from %s [ iteration %lld ]\n", dir,
 			(long long)mgt_ckpt_iteration(c));
+		fprintf(t->io->log, "(min, max) time across ranks (ms):\n    load-checkpoint ................................: "
+			"(%.2f, %.2f)\n", ms, ms);
+	}
 	mgt_ckpt_close(c);
 	if (st && damaged) st = mgt_ckpt_suggest(dir, it, st);
 	*loaded = !st;
