@@ -205,6 +205,39 @@ size_t ck_piece_bytes(int ndim, const int64_t *shape, mgt_ckpt_dtype dt)
 	return n;
 }
 
+herr_t ck_h5_rows(hid_t ds, int ndim, const int64_t *shape, mgt_ckpt_dtype dt, void *buf, bool write,
+		  mgt_xxh3 *h)
+{
+	size_t row = ck_piece_bytes(ndim - 1, shape + 1, dt);
+	int64_t k = row ? (int64_t)(CK_CHUNK_BYTES / row) : shape[0];
+	if (k < 1)
+		k = 1;
+	hsize_t start[MGT_CKPT_MAX_DIM] = {0}, cnt[MGT_CKPT_MAX_DIM];
+	for (int d = 0; d < ndim; d++)
+		cnt[d] = (hsize_t)shape[d];
+	hid_t fsp = H5Dget_space(ds);
+	herr_t e = fsp < 0 ? -1 : 0;
+	for (int64_t r = 0; e >= 0 && r < shape[0]; r += k) {
+		start[0] = (hsize_t)r;
+		cnt[0] = (hsize_t)(shape[0] - r < k ? shape[0] - r : k);
+		unsigned char *at = (unsigned char *)buf + (size_t)r * row;
+		hid_t msp = H5Screate_simple(ndim, cnt, NULL);
+		e = msp < 0 ? -1 : H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, cnt, NULL);
+		if (e >= 0 && write && h)
+			mgt_xxh3_add(h, at, (size_t)cnt[0] * row); /* then written while in the cache */
+		if (e >= 0)
+			e = write ? H5Dwrite(ds, ck_h5_mem_type(dt), msp, fsp, H5P_DEFAULT, at) :
+				    H5Dread(ds, ck_h5_mem_type(dt), msp, fsp, H5P_DEFAULT, at);
+		if (e >= 0 && !write && h)
+			mgt_xxh3_add(h, at, (size_t)cnt[0] * row); /* hashed while still in the cache */
+		if (msp >= 0)
+			H5Sclose(msp);
+	}
+	if (fsp >= 0)
+		H5Sclose(fsp);
+	return e;
+}
+
 static mgt_status put_data(hid_t loc, const char *dsname, const mgt_ckpt_piece *p, bool attrs)
 {
 	hsize_t dims[MGT_CKPT_MAX_DIM];
@@ -216,14 +249,19 @@ static mgt_status put_data(hid_t loc, const char *dsname, const mgt_ckpt_piece *
 	hid_t ds = sp < 0 || dcpl < 0 ? -1 :
 		   H5Dcreate2(loc, dsname, ck_h5_file_type(p->dtype), sp, lcpl, dcpl, H5P_DEFAULT);
 	mgt_status st = ds < 0 ? MGT_ERR_IO : MGT_OK;
-	if (!st && H5Dwrite(ds, ck_h5_mem_type(p->dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, p->data) < 0)
+	mgt_xxh3 *h = !st && attrs ? mgt_xxh3_new() : NULL;
+	if (!st && attrs && !h)
+		st = MGT_ERR_NOMEM;
+	/* the bytes as stored (little-endian, which the host is: ckpt.h), hashed slab by slab */
+	if (!st && ck_h5_rows(ds, p->ndim, p->shape, p->dtype, (void *)p->data, true, h) < 0)
 		st = MGT_ERR_IO;
 	if (!st && attrs)
 		st = put_i64_attr(ds, "global_shape", p->ndim, p->global_shape);
 	if (!st && attrs)
 		st = put_i64_attr(ds, "global_offset", p->ndim, p->offset);
-	if (!st && attrs) /* the bytes as stored: little-endian, which the host is (ckpt.h) */
-		st = put_u64_attr(ds, CK_HASH_ATTR, mgt_xxh3_64(p->data, ck_piece_bytes(p->ndim, p->shape, p->dtype)));
+	if (!st && attrs)
+		st = put_u64_attr(ds, CK_HASH_ATTR, mgt_xxh3_digest(h));
+	mgt_xxh3_free(h);
 	if (ds >= 0 && H5Dclose(ds) < 0) /* flushes the chunk cache: may be where a write fails */
 		st = MGT_ERR_IO;
 	H5Pclose(lcpl);

@@ -330,20 +330,25 @@ static mgt_status read_piece(mgt_ckpt *c, const box *r, ck_piece *p, mgt_ckpt_dt
 	if (f < 0)
 		return mgt_err(MGT_ERR_FORMAT, "%s/%s: cannot open: %s", c->ix.dir, file, ck_h5_why());
 	hid_t ds = H5Dopen2(f, p->name, H5P_DEFAULT);
-	bool whole = whole_piece(r, p);
-	mgt_status st = ds < 0 || !p->has_hash || p->verified || whole ? MGT_OK : verify_piece(c, ds, p);
-	herr_t e = ds < 0 ? -1 : st ? 0 : read_slab(ds, r, p, lo, n, dt, dst);
+	bool whole = whole_piece(r, p), check = p->has_hash && !p->verified;
+	mgt_status st = ds < 0 || !check || whole ? MGT_OK : verify_piece(c, ds, p);
+	mgt_xxh3 *h = !st && whole && check ? mgt_xxh3_new() : NULL;
+	if (!st && whole && check && !h)
+		st = MGT_ERR_NOMEM;
+	herr_t e = ds < 0 ? -1 : st ? 0 : whole ? ck_h5_rows(ds, p->ndim, p->shape, dt, dst, false, h) :
+		   read_slab(ds, r, p, lo, n, dt, dst);
 	if (ds >= 0)
 		H5Dclose(ds);
+	bool hashed = h != NULL;
+	uint64_t have = hashed ? mgt_xxh3_digest(h) : 0;
+	mgt_xxh3_free(h);
 	if (!st && e < 0)
 		return mgt_err(MGT_ERR_FORMAT, "%s/%s: %s: cannot read (corrupt file?): %s", c->ix.dir,
 			       file, p->name, ck_h5_why());
-	if (!st && p->has_hash && !p->verified) {
-		uint64_t have = mgt_xxh3_64(dst, ck_piece_bytes(p->ndim, p->shape, p->dtype));
-		if (have != p->hash)
-			return mismatch(c, p, have);
+	if (!st && hashed && have != p->hash)
+		return mismatch(c, p, have);
+	if (!st && hashed)
 		p->verified = true;
-	}
 	return st;
 }
 
