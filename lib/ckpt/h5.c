@@ -210,6 +210,12 @@ herr_t ck_h5_rows(hid_t ds, int ndim, const int64_t *shape, mgt_ckpt_dtype dt, v
 {
 	size_t row = ck_piece_bytes(ndim - 1, shape + 1, dt);
 	int64_t k = row ? (int64_t)(CK_CHUNK_BYTES / row) : shape[0];
+	hsize_t ch[MGT_CKPT_MAX_DIM];
+	hid_t dcpl = H5Dget_create_plist(ds);
+	if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, ndim, ch) == ndim)
+		k = (int64_t)ch[0]; /* whole chunks per slab: no chunk is written or read twice */
+	if (dcpl >= 0)
+		H5Pclose(dcpl);
 	if (k < 1)
 		k = 1;
 	hsize_t start[MGT_CKPT_MAX_DIM] = {0}, cnt[MGT_CKPT_MAX_DIM];
