@@ -111,6 +111,12 @@ $(B)/.deps-ok: contrib/install-deps.sh
 	@if [ "$(DEPS)" = 1 ]; then sh contrib/install-deps.sh build; fi
 	@touch $@
 
+# lib/util/xxh3_avx2.c: XXH3 for AVX2, chosen at run time by xxh3.c (x86-64 only)
+ifeq ($(shell uname -m),x86_64)
+$(B)/lib/util/xxh3_avx2.o: ALL_CFLAGS += -mavx2
+$(B)/lib/util/xxh3.o: ALL_CFLAGS += -DMGT_HAVE_AVX2_TU
+endif
+
 $(B)/%.o: %.c $(wildcard lib/*/*.h cmd/*.h tests/unit/*.h) | $(B)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(say) CC $<

@@ -50,9 +50,9 @@ mgt_status ck_piece_check(const mgt_ckpt_piece *p, bool dump);
 /* Bytes of a box of shape[0..ndim) of dt. */
 size_t ck_piece_bytes(int ndim, const int64_t *shape, mgt_ckpt_dtype dt);
 /* Transfer the whole dataset ds (shape[0..ndim), type dt) to or from the contiguous row-major
- * buf in slabs of whole rows, one row of chunks each (about 4 MiB; for a dataset not chunked, 4 MiB of
- * rows), each slab added to h (may be NULL) while
- * it is in the cache: before it is written, after it is read.  Returns HDF5's status. */
+ * buf in slabs of whole rows, one row of chunks each (about 4 MiB; 4 MiB of rows for a dataset
+ * that is not chunked), each slab added to h (may be NULL) while it is in the cache: before it
+ * is written, after it is read.  Returns HDF5's status. */
 herr_t ck_h5_rows(hid_t ds, int ndim, const int64_t *shape, mgt_ckpt_dtype dt, void *buf, bool write,
 		  mgt_xxh3 *h);
 /* Create dataset dsname under loc holding p's data (shape p->shape, chunked, Fletcher-32).
