@@ -169,5 +169,12 @@ int main(int argc, char **argv)
 		printf(" %s %ld", kind_name[k], count[k]);
 	printf("\n");
 	free(bytes);
+	for (size_t i = 0; i < base.n; i++) {
+		free(base.name[i]);
+		free(base.data[i]);
+	}
+	free(base.name);
+	free(base.data);
+	free(base.bytes);
 	return count[SILENT] + count[CRASHED] + count[HUNG] ? 1 : 0;
 }

@@ -30,7 +30,7 @@ no_tmp() { [ -z "$(find "$@" -name '*.tmp*' -o -name '*.old' 2>/dev/null)" ] || 
 # (its error stacks, "HDF5: infinite loop closing library")
 one_line() {
 	[ "$(awk '/^-+ arguments -+$/ { a = 1 } !a { print } /^-+ end of arguments -+$/ { a = 0 }' "$T/err" |
-		grep -cv '^ \[\|^memory\|^  successfully\|^WARNING\|^ > number of parameters\|^ > checkpoint size')" = 1 ] && ! grep -q '^HDF5\|#0' "$T/err" ||
+		grep -cv '^ \[\|^memory\|^  successfully\|^WARNING\|^ > number of parameters\|^ > checkpoint size\|^(min, max) time\|^    load-checkpoint')" = 1 ] && ! grep -q '^HDF5\|#0' "$T/err" ||
 		{ echo "# stderr:"; sed 's/^/#   /' "$T/err" | head -5; return 1; }
 }
 
