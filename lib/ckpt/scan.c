@@ -75,15 +75,17 @@ static bool dtype_of(hid_t t, mgt_ckpt_dtype *dt)
 	return true;
 }
 
-static bool read_i64_attr(hid_t ds, const char *name, int n, int64_t *v)
+/* Integer attribute name of ds into v as mem_type: rank dims (1: an array, 0: a scalar) and n
+ * values; false when absent or otherwise. */
+static bool read_int_attr(hid_t ds, const char *name, int rank, int n, hid_t mem_type, void *v)
 {
 	if (H5Aexists(ds, name) <= 0)
 		return false;
 	hid_t a = H5Aopen(ds, name, H5P_DEFAULT);
 	hid_t sp = a < 0 ? -1 : H5Aget_space(a), t = a < 0 ? -1 : H5Aget_type(a);
 	bool ok = sp >= 0 && t >= 0 && H5Tget_class(t) == H5T_INTEGER &&
-		  H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_npoints(sp) == n &&
-		  H5Aread(a, H5T_NATIVE_INT64, v) >= 0;
+		  H5Sget_simple_extent_ndims(sp) == rank && H5Sget_simple_extent_npoints(sp) == n &&
+		  H5Aread(a, mem_type, v) >= 0;
 	if (t >= 0)
 		H5Tclose(t);
 	if (sp >= 0)
@@ -93,21 +95,15 @@ static bool read_i64_attr(hid_t ds, const char *name, int n, int64_t *v)
 	return ok;
 }
 
+static bool read_i64_attr(hid_t ds, const char *name, int n, int64_t *v)
+{
+	return read_int_attr(ds, name, 1, n, H5T_NATIVE_INT64, v);
+}
+
 /* The optional scalar uint64 checksum attribute (absent in checkpoints from before it). */
 static void read_hash_attr(hid_t ds, ck_piece *p)
 {
-	if (H5Aexists(ds, CK_HASH_ATTR) <= 0)
-		return;
-	hid_t a = H5Aopen(ds, CK_HASH_ATTR, H5P_DEFAULT);
-	hid_t sp = a < 0 ? -1 : H5Aget_space(a), t = a < 0 ? -1 : H5Aget_type(a);
-	p->has_hash = sp >= 0 && t >= 0 && H5Tget_class(t) == H5T_INTEGER &&
-		      H5Sget_simple_extent_npoints(sp) == 1 && H5Aread(a, H5T_NATIVE_UINT64, &p->hash) >= 0;
-	if (t >= 0)
-		H5Tclose(t);
-	if (sp >= 0)
-		H5Sclose(sp);
-	if (a >= 0)
-		H5Aclose(a);
+	p->has_hash = read_int_attr(ds, CK_HASH_ATTR, 0, 1, H5T_NATIVE_UINT64, &p->hash);
 }
 
 static mgt_status piece_shape(hid_t ds, const char *path, const char *name, ck_piece *p)

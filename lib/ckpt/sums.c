@@ -11,6 +11,9 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,22 +124,13 @@ mgt_status ck_sums_check_shards(json_t *sums, const ck_index *ix, const size_t *
 /* XXH3-64 of a whole file, streamed. */
 static mgt_status file_hash(const char *path, uint64_t *out)
 {
-	FILE *f = fopen(path, "rb");
-	mgt_xxh3 *h = f ? mgt_xxh3_new() : NULL;
-	char buf[1 << 16];
-	size_t n;
-	if (!f)
-		return mgt_err(MGT_ERR_FORMAT, "%s: cannot open", path);
-	while (h && (n = fread(buf, 1, sizeof buf, f)) > 0)
-		mgt_xxh3_add(h, buf, n);
-	bool bad = ferror(f);
-	fclose(f);
-	if (h)
-		*out = mgt_xxh3_digest(h);
-	mgt_xxh3_free(h);
-	if (!h)
-		return MGT_ERR_NOMEM;
-	return bad ? mgt_err(MGT_ERR_FORMAT, "%s: cannot read", path) : MGT_OK;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat sb;
+	mgt_status st = fd < 0 || fstat(fd, &sb) ? mgt_err(MGT_ERR_FORMAT, "%s: cannot open", path) :
+			mgt_xxh3_fd(fd, (uint64_t)sb.st_size, path, out);
+	if (fd >= 0)
+		close(fd);
+	return st == MGT_ERR_IO ? MGT_ERR_FORMAT : st;
 }
 
 /* Add dir/rel (a file) or everything under it (a directory) to "files"; rel "" is dir itself,

@@ -270,35 +270,10 @@ static mgt_status check_sums(mgt_idx *d)
 
 bool mgt_idx_has_sums(const mgt_idx *d) { return d->has_sums; }
 
-/* XXH3-64 of the first size bytes of fd, read 1 MiB at a time (memory does not follow the data,
- * as it would through the mapping). */
-static mgt_status hash_fd(int fd, uint64_t size, const char *path, uint64_t *out)
-{
-	mgt_xxh3 *h = mgt_xxh3_new();
-	unsigned char *buf = h ? mgt_malloc(CONV_BYTES) : NULL;
-	mgt_status st = buf ? MGT_OK : MGT_ERR_NOMEM;
-	for (uint64_t off = 0; !st && off < size;) {
-		ssize_t k = pread(fd, buf, size - off < CONV_BYTES ? (size_t)(size - off) : CONV_BYTES, (off_t)off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			st = mgt_err(MGT_ERR_IO, "%s: read failed: %s", path, k < 0 ? strerror(errno) : "file shrank");
-		else {
-			mgt_xxh3_add(h, buf, (size_t)k);
-			off += (uint64_t)k;
-		}
-	}
-	if (!st)
-		*out = mgt_xxh3_digest(h);
-	free(buf);
-	mgt_xxh3_free(h);
-	return st;
-}
-
 mgt_status mgt_idx_verify_bin(const mgt_idx *d)
 {
 	uint64_t v = 0;
-	mgt_status st = d->has_sums && d->bin_size ? hash_fd(d->bin_fd, d->bin_size, d->bin_path, &v) : MGT_OK;
+	mgt_status st = d->has_sums && d->bin_size ? mgt_xxh3_fd(d->bin_fd, d->bin_size, d->bin_path, &v) : MGT_OK;
 	if (st || !d->has_sums || v == d->bin_sum || !d->bin_size)
 		return st;
 	return mgt_err(MGT_ERR_FORMAT, "%s: its checksum differs from %s%s's: the file is damaged", d->bin_path,
@@ -315,7 +290,7 @@ static mgt_status write_sums(const char *prefix)
 		st = MGT_ERR_NOMEM;
 	uint64_t bin_sum = mgt_xxh3_64(NULL, 0);
 	if (!st && d->bin_size)
-		st = hash_fd(d->bin_fd, d->bin_size, d->bin_path, &bin_sum);
+		st = mgt_xxh3_fd(d->bin_fd, d->bin_size, d->bin_path, &bin_sum);
 	if (!st) {
 		mgt_xxh3_hex(mgt_xxh3_64(d->idx, d->idx_size), hi);
 		mgt_xxh3_hex(bin_sum, hb);

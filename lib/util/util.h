@@ -195,5 +195,9 @@ uint64_t mgt_xxh3_digest(const mgt_xxh3 *h);
 void mgt_xxh3_free(mgt_xxh3 *h);
 void mgt_xxh3_hex(uint64_t v, char out[17]);
 bool mgt_xxh3_parse(const char *s, uint64_t *v);
+/* XXH3-64 of the first size bytes of the open file fd, read 1 MiB at a time with pread (memory
+ * does not follow the file's size); path names it in messages.  Errors: MGT_ERR_IO (a read
+ * failed or the file is shorter), MGT_ERR_NOMEM. */
+mgt_status mgt_xxh3_fd(int fd, uint64_t size, const char *path, uint64_t *out);
 
 #endif

@@ -5,7 +5,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 struct mgt_xxh3 {
 	XXH3_state_t st;
@@ -78,4 +81,28 @@ bool mgt_xxh3_parse(const char *s, uint64_t *v)
 		return false;
 	*v = r;
 	return true;
+}
+
+mgt_status mgt_xxh3_fd(int fd, uint64_t size, const char *path, uint64_t *out)
+{
+	enum { CHUNK = 1 << 20 };
+	mgt_xxh3 *h = mgt_xxh3_new();
+	unsigned char *buf = h ? mgt_malloc(CHUNK) : NULL;
+	mgt_status st = buf ? MGT_OK : MGT_ERR_NOMEM;
+	for (uint64_t off = 0; !st && off < size;) {
+		ssize_t k = pread(fd, buf, size - off < CHUNK ? (size_t)(size - off) : CHUNK, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			st = mgt_err(MGT_ERR_IO, "%s: read failed: %s", path, k < 0 ? strerror(errno) : "file shrank");
+		else {
+			mgt_xxh3_add(h, buf, (size_t)k);
+			off += (uint64_t)k;
+		}
+	}
+	if (!st)
+		*out = mgt_xxh3_digest(h);
+	free(buf);
+	mgt_xxh3_free(h);
+	return st;
 }
