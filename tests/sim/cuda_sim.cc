@@ -1,180 +1,223 @@
 /* tests/sim/cuda_sim.cc: the execution side of the CUDA simulator (tests/sim/cuda_sim.h says what
- * is simulated and what is not): launches, the block order, the thread pool, __syncthreads, warp
- * shuffles, dynamic shared memory, cudaFuncSetAttribute, the fp16/bf16 conversions.
+ * is simulated and what is not): launches, the block order, the threads of a block, __syncthreads,
+ * warp shuffles, dynamic shared memory, cudaFuncSetAttribute, the fp16/bf16 conversions.
  *
- * A launch wakes blockDim threads of a persistent pool; they run the grid's blocks one at a time
- * in the launch's order (forward, reversed or a seeded shuffle), meeting at a gate between
- * blocks whose last arriver sets up the next block (blockIdx, the barriers, NaN in dynamic shared
- * memory, the block sim_mem.cc attributes accesses to).  Barriers are futexes on a generation counter (Linux;
- * elsewhere a yield loop) so that hundreds of threads on two cores do not spin; a thread that
- * returns from the kernel leaves the block's barrier and its warp's. */
+ * A launch runs the grid's blocks one at a time in the launch's order (forward, reversed or a
+ * seeded shuffle), on the launching host thread.  The threads of a block are fibers: each has its
+ * own stack and runs until it waits at a barrier (__syncthreads, a warp shuffle or __syncwarp) or
+ * returns, then the next runnable one runs, in thread order or its reverse (chosen per block); the
+ * last thread to arrive at a barrier makes the threads waiting there runnable again.  A round in
+ * which no thread can run while some have not returned is a divergent barrier, reported at once.
+ * Switching fibers costs a few nanoseconds (the x86-64 switch below; ucontext elsewhere), where
+ * a pool of OS threads meeting at futexes cost microseconds a barrier and kept two cores in the
+ * kernel (check-sim took 12 minutes that way, 13 of them system time). */
 #include "cuda_sim.h"
 
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
-#include <atomic>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <vector>
 
-#ifdef __linux__
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifndef __x86_64__
+#include <ucontext.h>
 #endif
 
-__thread uint3 threadIdx;
+uint3 threadIdx; /* the running fiber's (one host thread runs every thread of a block) */
 uint3 blockIdx;
 dim3 blockDim, gridDim;
+
+#ifdef __x86_64__
+/* mgt_sim_switch(&save, to): saves the callee-saved registers, the x87 control word and MXCSR on
+ * the current stack, stores its stack pointer in save, and resumes the context whose stack
+ * pointer is `to` (System V AMD64 ABI: rbx, rbp, r12-r15 and those two control words are the
+ * state a call preserves).  mgt_sim_fiber_start is where a new fiber's first switch returns to:
+ * it calls the function in r13 on a 16-byte aligned stack. */
+extern "C" void mgt_sim_switch(void **save, void *to);
+extern "C" void mgt_sim_fiber_start(void);
+asm(R"(
+	.text
+	.p2align 4
+	.globl mgt_sim_switch
+	.type mgt_sim_switch, @function
+mgt_sim_switch:
+	pushq %rbp
+	pushq %rbx
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	subq $16, %rsp
+	stmxcsr 8(%rsp)
+	fnstcw (%rsp)
+	movq %rsp, (%rdi)
+	movq %rsi, %rsp
+	fldcw (%rsp)
+	ldmxcsr 8(%rsp)
+	addq $16, %rsp
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbx
+	popq %rbp
+	ret
+	.size mgt_sim_switch, .-mgt_sim_switch
+	.p2align 4
+	.globl mgt_sim_fiber_start
+	.type mgt_sim_fiber_start, @function
+mgt_sim_fiber_start:
+	callq *%r13
+	ud2
+	.size mgt_sim_fiber_start, .-mgt_sim_fiber_start
+)");
+#endif
 
 namespace {
 
 const int MAX_THREADS = 1024, MAX_WARPS = MAX_THREADS / 32;
 const size_t SMEM_DEFAULT = 48 * 1024, SMEM_OPTIN = 99 * 1024;
-
-double now_s()
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Sleep while *a == v, at most about 100 ms. */
-void fwait(std::atomic<uint32_t> *a, uint32_t v)
-{
-#ifdef __linux__
-	struct timespec ts = {0, 100 * 1000 * 1000};
-	syscall(SYS_futex, reinterpret_cast<uint32_t *>(a), FUTEX_WAIT_PRIVATE, v, &ts, NULL, 0);
+#ifdef __SANITIZE_ADDRESS__
+const size_t STACK = 1 << 20; /* a fiber's stack (ASan's redzones make frames larger) */
 #else
-	(void)a, (void)v;
-	std::this_thread::yield();
+const size_t STACK = 256 << 10;
 #endif
-}
 
-void fwake(std::atomic<uint32_t> *a)
-{
-#ifdef __linux__
-	syscall(SYS_futex, reinterpret_cast<uint32_t *>(a), FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+/* ---- contexts: a suspended fiber or the scheduler ---- */
+
+struct ctx {
+#ifdef __x86_64__
+	void *sp;
 #else
-	(void)a;
+	ucontext_t uc;
 #endif
-}
-
-double hang_s()
-{
-	static const double lim = [] {
-		const char *e = getenv("MGT_SIM_HANG");
-		double s = e && *e ? atof(e) : 60.0;
-		return s > 0 ? s : 60.0;
-	}();
-	return lim;
-}
-
-[[noreturn]] void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* A barrier over `expected` threads; drop() takes a thread out for good (until reset). */
-struct barrier {
-	std::atomic<uint64_t> state{0}; /* expected << 32 | arrived */
-	std::atomic<uint32_t> gen{0};
-
-	void reset(unsigned n) { state.store((uint64_t)n << 32); }
-	unsigned expected() const { return (unsigned)(state.load() >> 32); }
-
-	void release(uint64_t s)
-	{
-		state.store(s >> 32 << 32);
-		gen.fetch_add(1, std::memory_order_release);
-		fwake(&gen);
-	}
-	/* fn(arg), when given, runs in the last arriver before anyone leaves. */
-	void wait(const char *what, void (*fn)(void *) = NULL, void *arg = NULL)
-	{
-		const uint32_t g = gen.load(std::memory_order_acquire);
-		const uint64_t s = state.fetch_add(1) + 1;
-		if ((uint32_t)s == (uint32_t)(s >> 32)) {
-			if (fn)
-				fn(arg);
-			release(s);
-			return;
-		}
-		const double t0 = now_s(), lim = hang_s();
-		while (gen.load(std::memory_order_acquire) == g) {
-			fwait(&gen, g);
-			if (now_s() - t0 > lim)
-				die("threads wait at %s for longer than MGT_SIM_HANG seconds (a divergent "
-				    "barrier or shuffle, or a lane that returned early?)", what);
-		}
-	}
-	void drop()
-	{
-		const uint64_t s = state.fetch_sub((uint64_t)1 << 32) - ((uint64_t)1 << 32);
-		if ((uint32_t)s > 0 && (uint32_t)s == (uint32_t)(s >> 32))
-			release(s);
-	}
 };
+
+/* c starts fn() on [stack, stack + size) at its first ctx_swap into it. */
+void ctx_make(ctx &c, char *stack, size_t size, void (*fn)(void))
+{
+#ifdef __x86_64__
+	uint64_t *top = (uint64_t *)(((uintptr_t)(stack + size) & ~(uintptr_t)15) - 64);
+	unsigned short cw;
+	unsigned mx;
+	asm volatile("fnstcw %0" : "=m"(cw));
+	asm volatile("stmxcsr %0" : "=m"(mx));
+	top[-1] = (uint64_t)(uintptr_t)mgt_sim_fiber_start; /* mgt_sim_switch's ret */
+	top[-2] = 0;                                         /* rbp */
+	top[-3] = 0;                                         /* rbx */
+	top[-4] = 0;                                         /* r12 */
+	top[-5] = (uint64_t)(uintptr_t)fn;                   /* r13: mgt_sim_fiber_start calls it */
+	top[-6] = 0;                                         /* r14 */
+	top[-7] = 0;                                         /* r15 */
+	top[-8] = mx;                                        /* 8(%rsp): MXCSR */
+	top[-9] = cw;                                        /* (%rsp): the x87 control word */
+	c.sp = top - 9;
+#else
+	getcontext(&c.uc);
+	c.uc.uc_stack.ss_sp = stack;
+	c.uc.uc_stack.ss_size = size;
+	c.uc.uc_link = NULL;
+	makecontext(&c.uc, fn, 0);
+#endif
+}
+
+void ctx_swap(ctx &from, ctx &to)
+{
+#ifdef __x86_64__
+	mgt_sim_switch(&from.sp, to.sp);
+#else
+	swapcontext(&from.uc, &to.uc);
+#endif
+}
+
+/* AddressSanitizer's fiber annotations (no-ops without it) */
+void asan_start(void **fake, const void *bottom, size_t size)
+{
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_start_switch_fiber(fake, bottom, size);
+#else
+	(void)fake, (void)bottom, (void)size;
+#endif
+}
+
+void asan_finish(void *fake, const void **bottom, size_t *size)
+{
+#ifdef __SANITIZE_ADDRESS__
+	__sanitizer_finish_switch_fiber(fake, bottom, size);
+#else
+	(void)fake, (void)bottom, (void)size;
+#endif
+}
+
+/* ---- the launch, its threads and their barriers ---- */
 
 /* The launch being run. */
 struct launch {
 	const char *name;
 	mgt_sim_body body;
 	void *ctx;
-	unsigned nthreads, nblocks, next_block;
+	unsigned nthreads, nblocks;
 	size_t smem;
 	float *dyn;
 	std::vector<unsigned> order; /* linear block indices in the order they run */
 };
 
-struct pool {
-	std::vector<std::thread> threads;
-	std::atomic<uint32_t> go{0}, done{0}; /* go: the launch generation, the futex word */
-	std::atomic<uint64_t> ticket{0};       /* go << 32 | that launch's nthreads, stored first */
-	std::atomic<bool> quit{false};
-	launch L;
-	barrier gate, block;
-	barrier warp[MAX_WARPS];
-	uint64_t xchg[MAX_WARPS][2][32]; /* shuffle values, double-buffered */
-	alignas(8) unsigned char xall[MAX_WARPS][2][32][MGT_SIM_XALL]; /* mgt_sim_warp_all's */
-	std::mutex mu;                   /* one launch at a time */
-	std::map<const void *, size_t> smem_max;
+enum tstate : unsigned char { RUNNABLE, AT_BLOCK, AT_WARP, RETURNED };
 
-	/* Starts launch generation go + 1 over its first nt threads (L is set up). */
-	void publish(unsigned nt)
-	{
-		const uint32_t g = go.load() + 1;
-		ticket.store((uint64_t)g << 32 | nt, std::memory_order_release);
-		go.store(g, std::memory_order_release);
-		fwake(&go);
-	}
-	~pool()
-	{
-		quit = true;
-		publish(0);
-		for (auto &t : threads)
-			t.join();
-	}
+/* A barrier over the threads of a block or a warp that have not returned. */
+struct group {
+	unsigned expected, arrived;
 };
 
-pool &P()
+struct fiber {
+	char *stack;
+	ctx c;
+	void *fake; /* ASan's fake stack while suspended */
+};
+
+struct sim {
+	std::mutex mu; /* one launch at a time */
+	std::map<const void *, size_t> smem_max;
+	launch L;
+	std::vector<fiber> f; /* one a thread of the largest block so far, stacks kept */
+	ctx sched;            /* the launching host thread, while a fiber runs */
+	void *sched_fake = NULL;
+	const void *sched_bottom = NULL;
+	size_t sched_size = 0;
+	unsigned cur, alive; /* the running thread; threads of the block that have not returned */
+	tstate st[MAX_THREADS];
+	const char *at[MAX_THREADS]; /* where a waiting thread waits */
+	unsigned phase[MAX_THREADS]; /* its shuffle count (the exchange buffers' parity) */
+	group block, warp[MAX_WARPS];
+	uint64_t xchg[MAX_WARPS][2][32]; /* shuffle values, double-buffered */
+	alignas(8) unsigned char xall[MAX_WARPS][2][32][MGT_SIM_XALL]; /* mgt_sim_warp_all's */
+};
+
+sim &S()
 {
-	static pool p;
-	return p;
+	static sim s;
+	return s;
 }
 
-thread_local unsigned my_tid, my_phase;
-thread_local bool in_kernel;
+thread_local bool in_kernel; /* this host thread runs a launch's fibers */
 
+[[noreturn]] void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void die(const char *fmt, ...)
 {
 	va_list ap;
-	launch &L = P().L;
+	sim &s = S();
 	fprintf(stderr, "cuda sim: kernel %s, block (%u,%u,%u) of (%u,%u,%u), thread %u: ",
-		L.name ? L.name : "?", blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z,
-		my_tid);
+		s.L.name ? s.L.name : "?", blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z,
+		s.cur);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
@@ -185,57 +228,129 @@ void die(const char *fmt, ...)
 
 unsigned warp_lanes(unsigned w, unsigned n) { return n - 32 * w < 32 ? n - 32 * w : 32; }
 
-/* Gate completion: the next block's indices, barriers and shared memory. */
-void next_block(void *)
+fiber new_fiber()
 {
-	pool &p = P();
-	launch &L = p.L;
-	const unsigned b = L.order[L.next_block++];
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	void *m = mmap(NULL, STACK + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		       -1, 0);
+	if (m == MAP_FAILED) {
+		perror("cuda sim: a fiber's stack");
+		abort();
+	}
+	mprotect(m, page, PROT_NONE); /* an overflow faults instead of running into the next stack */
+	return fiber{(char *)m + page, ctx{}, NULL};
+}
+
+/* The scheduler resumes thread t until it waits or returns. */
+void resume(sim &s, unsigned t)
+{
+	s.cur = t;
+	threadIdx.x = t % blockDim.x;
+	threadIdx.y = t / blockDim.x % blockDim.y;
+	threadIdx.z = t / blockDim.x / blockDim.y;
+	asan_start(&s.sched_fake, s.f[t].stack, STACK);
+	ctx_swap(s.sched, s.f[t].c);
+	asan_finish(s.sched_fake, NULL, NULL);
+}
+
+/* The running thread hands the host thread back to the scheduler (for good once it returned). */
+void suspend(sim &s, bool returned)
+{
+	fiber &me = s.f[s.cur];
+	asan_start(returned ? NULL : &me.fake, s.sched_bottom, s.sched_size);
+	ctx_swap(me.c, s.sched);
+	asan_finish(me.fake, &s.sched_bottom, &s.sched_size);
+}
+
+/* Every thread waiting in g (the block's barrier, or warp w's) may go on. */
+void release(sim &s, group &g, tstate how, unsigned w)
+{
+	g.arrived = 0;
+	const unsigned lo = how == AT_BLOCK ? 0 : 32 * w,
+		       hi = how == AT_BLOCK ? s.L.nthreads : lo + warp_lanes(w, s.L.nthreads);
+	for (unsigned t = lo; t < hi; t++)
+		if (s.st[t] == how)
+			s.st[t] = RUNNABLE;
+}
+
+/* The running thread arrives at g; it waits unless it is the last of g's threads to arrive. */
+void arrive(sim &s, group &g, tstate how, const char *what)
+{
+	if (++g.arrived == g.expected) {
+		release(s, g, how, s.cur / 32);
+		return;
+	}
+	s.st[s.cur] = how;
+	s.at[s.cur] = what;
+	suspend(s, false);
+}
+
+/* The running thread returned: it leaves its block's barrier and its warp's (as on sm_70+). */
+void leave(sim &s)
+{
+	const unsigned w = s.cur / 32;
+	s.st[s.cur] = RETURNED;
+	s.alive--;
+	if (--s.block.expected == s.block.arrived && s.block.arrived)
+		release(s, s.block, AT_BLOCK, w);
+	if (--s.warp[w].expected == s.warp[w].arrived && s.warp[w].arrived)
+		release(s, s.warp[w], AT_WARP, w);
+}
+
+void fiber_main(void)
+{
+	sim &s = S();
+	asan_finish(NULL, &s.sched_bottom, &s.sched_size);
+	s.L.body(s.L.ctx);
+	leave(s);
+	suspend(s, true);
+	abort(); /* a returned thread is not resumed */
+}
+
+/* No thread can go on: name where the first two waiting threads wait. */
+[[noreturn]] void deadlock(sim &s)
+{
+	unsigned a = MAX_THREADS, b = MAX_THREADS;
+	for (unsigned t = 0; t < s.L.nthreads; t++)
+		if (s.st[t] != RETURNED && s.st[t] != RUNNABLE)
+			(a == MAX_THREADS ? a : b == MAX_THREADS ? b : t) = t;
+	s.cur = a;
+	if (b == MAX_THREADS)
+		die("waits at %s, where no other thread can arrive (a divergent barrier or shuffle, or "
+		    "a lane that returned early?)", s.at[a]);
+	die("waits at %s while thread %u waits at %s, and no thread can go on (a divergent barrier "
+	    "or shuffle, or a lane that returned early?)", s.at[a], b, s.at[b]);
+}
+
+/* Runs block b (linear index): its threads in order, or in reverse order when rev. */
+void run_block(sim &s, unsigned b, bool rev)
+{
+	launch &L = s.L;
+	const unsigned nt = L.nthreads;
 	mgt_sim_mem_block(b, true);
 	blockIdx.x = b % gridDim.x;
 	blockIdx.y = b / gridDim.x % gridDim.y;
 	blockIdx.z = b / gridDim.x / gridDim.y;
-	p.block.reset(L.nthreads);
-	for (unsigned w = 0; w * 32 < L.nthreads; w++)
-		p.warp[w].reset(warp_lanes(w, L.nthreads));
+	s.block = group{nt, 0};
+	for (unsigned w = 0; w * 32 < nt; w++)
+		s.warp[w] = group{warp_lanes(w, nt), 0};
 	for (size_t i = 0; i < L.smem / sizeof(float); i++)
 		L.dyn[i] = NAN;
-}
-
-/* A pool thread: runs each launch it is one of the first nthreads of.  The generation and
- * nthreads come together from the ticket: a thread that wakes late for a launch it is not part of
- * must not read the next launch's nthreads from L while that launch is being set up (it would
- * join the gate before gate.reset, and the launch would never finish). */
-void worker(unsigned tid)
-{
-	pool &p = P();
-	uint32_t seen = 0;
-	my_tid = tid;
-	for (;;) {
-		uint64_t t;
-		while ((uint32_t)((t = p.ticket.load(std::memory_order_acquire)) >> 32) == seen)
-			fwait(&p.go, seen);
-		seen = (uint32_t)(t >> 32);
-		if (p.quit)
-			return;
-		const unsigned nt = (uint32_t)t; /* L stays this launch's until done reaches nt */
-		if (tid >= nt)
-			continue;
-		launch &L = p.L;
-		threadIdx.x = tid % blockDim.x;
-		threadIdx.y = tid / blockDim.x % blockDim.y;
-		threadIdx.z = tid / blockDim.x / blockDim.y;
-		for (unsigned b = 0; b < L.nblocks; b++) {
-			p.gate.wait("the gate between blocks", next_block);
-			my_phase = 0;
-			in_kernel = true;
-			L.body(L.ctx);
-			in_kernel = false;
-			p.block.drop();
-			p.warp[tid / 32].drop();
+	for (unsigned t = 0; t < nt; t++) {
+		s.st[t] = RUNNABLE;
+		s.phase[t] = 0;
+		ctx_make(s.f[t].c, s.f[t].stack, STACK, fiber_main);
+	}
+	s.alive = nt;
+	while (s.alive) {
+		bool ran = false;
+		for (unsigned i = 0; i < nt; i++) {
+			const unsigned t = rev ? nt - 1 - i : i;
+			if (s.st[t] == RUNNABLE)
+				ran = true, resume(s, t);
 		}
-		if (p.done.fetch_add(1, std::memory_order_acq_rel) + 1 == nt)
-			fwake(&p.done);
+		if (!ran)
+			deadlock(s);
 	}
 }
 
@@ -297,9 +412,17 @@ void block_order(std::vector<unsigned> &v, unsigned n)
 			std::swap(v[i - 1], v[splitmix(&o.rng) % i]);
 }
 
+/* Whether the next block runs its threads in reverse order: never under forward, always under
+ * reverse, a coin flip a block under shuffle and mixed. */
+bool thread_order_reversed()
+{
+	order_state &o = order_init();
+	return o.mode == REVERSE || (o.mode != FORWARD && (splitmix(&o.rng) & 1));
+}
+
 bool bad_launch(const char *name, const void *kern, dim3 g, dim3 b, size_t smem, cudaError_t *e)
 {
-	pool &p = P();
+	sim &s = S();
 	const uint64_t nt = (uint64_t)b.x * b.y * b.z;
 	const char *why = NULL;
 	if (!g.x || !g.y || !g.z || g.x > 2147483647u || g.y > 65535 || g.z > 65535)
@@ -307,8 +430,8 @@ bool bad_launch(const char *name, const void *kern, dim3 g, dim3 b, size_t smem,
 	else if (!nt || nt > MAX_THREADS || b.z > 64)
 		why = "block dimensions out of range", *e = cudaErrorInvalidConfiguration;
 	else {
-		auto it = p.smem_max.find(kern);
-		size_t lim = it == p.smem_max.end() ? SMEM_DEFAULT : it->second;
+		auto it = s.smem_max.find(kern);
+		size_t lim = it == s.smem_max.end() ? SMEM_DEFAULT : it->second;
 		if (smem > lim)
 			why = "too much dynamic shared memory (cudaFuncSetAttribute?)",
 			*e = cudaErrorInvalidValue;
@@ -325,27 +448,26 @@ void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size
 		 cudaStream_t st, mgt_sim_body body, void *ctx, const void *const *args, int nargs)
 {
 	(void)st;
-	pool &p = P();
+	sim &s = S();
 	cudaError_t e = cudaSuccess;
 	if (in_kernel) {
 		fprintf(stderr, "cuda sim: launch of %s from device code (not simulated)\n", name);
 		abort();
 	}
-	std::lock_guard<std::mutex> lk(p.mu);
+	std::lock_guard<std::mutex> lk(s.mu);
 	if (bad_launch(name, kern, grid, block, smem, &e)) {
 		mgt_sim_set_error(e);
 		return;
 	}
 	const unsigned nt = block.x * block.y * block.z;
-	while (p.threads.size() < nt)
-		p.threads.emplace_back(worker, (unsigned)p.threads.size());
-	launch &L = p.L;
+	while (s.f.size() < nt)
+		s.f.push_back(new_fiber());
+	launch &L = s.L;
 	L.name = name;
 	L.body = body;
 	L.ctx = ctx;
 	L.nthreads = nt;
 	L.nblocks = grid.x * grid.y * grid.z;
-	L.next_block = 0;
 	L.smem = smem;
 	block_order(L.order, L.nblocks);
 	mgt_sim_mem_launch(name);
@@ -355,67 +477,78 @@ void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size
 	L.dyn = smem ? (float *)mgt_sim_mem_smem(smem) : NULL;
 	gridDim = grid;
 	blockDim = block;
-	p.gate.reset(nt);
-	p.done.store(0);
-	p.publish(nt);
-	uint32_t d;
-	while ((d = p.done.load(std::memory_order_acquire)) != nt)
-		fwait(&p.done, d);
+	in_kernel = true;
+	for (unsigned i = 0; i < L.nblocks; i++)
+		run_block(s, L.order[i], thread_order_reversed());
+	in_kernel = false;
 	mgt_sim_mem_launch_end();
 	L.dyn = NULL;
 }
 
-void *mgt_sim_dyn_smem(void) { return P().L.dyn; }
+void *mgt_sim_dyn_smem(void) { return S().L.dyn; }
 
-void __syncthreads(void) { P().block.wait("__syncthreads"); }
+void __syncthreads(void)
+{
+	sim &s = S();
+	arrive(s, s.block, AT_BLOCK, "__syncthreads");
+}
+
+/* The calling lane's warp, which must be whole and have no returned lane. */
+static group &full_warp(sim &s, const char *what)
+{
+	const unsigned w = s.cur / 32;
+	if (warp_lanes(w, s.L.nthreads) != 32 || s.warp[w].expected != 32)
+		die("%s in a warp with missing or returned lanes (undefined)", what);
+	return s.warp[w];
+}
 
 uint64_t mgt_sim_shfl(unsigned mask, uint64_t v, int src, const char *what)
 {
-	pool &p = P();
-	const unsigned w = my_tid / 32, lane = my_tid % 32, n = warp_lanes(w, p.L.nthreads);
+	sim &s = S();
 	if (mask != 0xffffffffu)
 		die("%s with mask %#x: only full-warp masks are simulated", what, mask);
-	if (n != 32 || p.warp[w].expected() != 32)
-		die("%s: full mask in a warp with missing or returned lanes (undefined)", what);
-	uint64_t(*buf)[32] = p.xchg[w];
-	const unsigned ph = my_phase++ & 1;
-	buf[ph][lane] = v;
-	p.warp[w].wait(what);
+	group &g = full_warp(s, what);
+	uint64_t(*buf)[32] = s.xchg[s.cur / 32];
+	const unsigned ph = s.phase[s.cur]++ & 1;
+	buf[ph][s.cur % 32] = v;
+	arrive(s, g, AT_WARP, what);
 	return buf[ph][(unsigned)src % 32];
 }
 
-void mgt_sim_warp_sync(const char *what) { P().warp[my_tid / 32].wait(what); }
+void mgt_sim_warp_sync(const char *what)
+{
+	sim &s = S();
+	arrive(s, s.warp[s.cur / 32], AT_WARP, what);
+}
 
 /* As mgt_sim_shfl, with a bytes-long value and every lane's copy returned; the phase counter is
  * the shuffles' (each buffer is reused only after another warp barrier, which every lane reaches
  * after reading it). */
 void mgt_sim_warp_all(const void *mine, void *all, size_t bytes, const char *what)
 {
-	pool &p = P();
-	const unsigned w = my_tid / 32, lane = my_tid % 32, n = warp_lanes(w, p.L.nthreads);
+	sim &s = S();
 	if (bytes > MGT_SIM_XALL)
 		die("%s: %zu bytes a lane (at most %d are simulated)", what, bytes, MGT_SIM_XALL);
-	if (n != 32 || p.warp[w].expected() != 32)
-		die("%s: a warp with missing or returned lanes (undefined)", what);
-	unsigned char(*buf)[32][MGT_SIM_XALL] = p.xall[w];
-	const unsigned ph = my_phase++ & 1;
-	memcpy(buf[ph][lane], mine, bytes);
-	p.warp[w].wait(what);
+	group &g = full_warp(s, what);
+	unsigned char(*buf)[32][MGT_SIM_XALL] = s.xall[s.cur / 32];
+	const unsigned ph = s.phase[s.cur]++ & 1;
+	memcpy(buf[ph][s.cur % 32], mine, bytes);
+	arrive(s, g, AT_WARP, what);
 	for (unsigned l = 0; l < 32; l++)
 		memcpy((unsigned char *)all + l * bytes, buf[ph][l], bytes);
 }
 
 cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
 {
-	pool &p = P();
-	std::lock_guard<std::mutex> lk(p.mu);
+	sim &s = S();
+	std::lock_guard<std::mutex> lk(s.mu);
 	if (!func)
 		return cudaErrorInvalidDeviceFunction;
 	if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
 		return cudaSuccess; /* carveout and the like: no effect here */
 	if (value < 0 || (size_t)value > SMEM_OPTIN)
 		return cudaErrorInvalidValue;
-	p.smem_max[func] = (size_t)value;
+	s.smem_max[func] = (size_t)value;
 	return cudaSuccess;
 }
 

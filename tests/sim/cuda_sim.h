@@ -8,10 +8,13 @@
  *  - A launch runs its blocks one after the other, in an order chosen per launch: forward,
  *    reversed or shuffled (MGT_SIM_ORDER=forward|reverse|shuffle|mixed, default mixed: one of the
  *    three per launch; MGT_SIM_SEED=N repeats the choices and shuffles, and the seed is printed at
- *    the first launch).  The threads of a block are real threads (a persistent pool), so their
- *    interleaving is the OS scheduler's: a missing __syncthreads can show up as a wrong result,
- *    and a divergent one (or a shuffle that not every lane of the warp reaches) hangs, which the
- *    simulator reports after MGT_SIM_HANG seconds (default 60).
+ *    the first launch).  The threads of a block are fibers on the launching host thread: each
+ *    runs until it waits at a barrier or returns, then the next runnable one runs, in thread
+ *    order or its reverse (forward or reverse under those modes, a coin flip a block otherwise).
+ *    A missing __syncthreads then shows up as a wrong result (a thread reads shared memory that
+ *    the threads after it have not written yet: NaN in dynamic shared memory), and a divergent
+ *    barrier (or a shuffle that not every lane of the warp reaches) is reported at once, naming
+ *    where the stuck threads wait.
  *  - Every load and store of a kernel to device memory is checked (sim_mem.cc): it must lie inside
  *    one live allocation (guards of poison surround each one, a freed one stays poisoned), and no
  *    two blocks of one launch may touch the same word when one of them writes it (a race on a
@@ -32,8 +35,8 @@
  *  - fp16 / bf16 conversions with IEEE round to nearest even, overflow to inf, NaN kept.
  * What is not: warp-synchronous execution (lanes of a warp do not run in lockstep, so code that
  * relies on it without __syncwarp would fail here although it might pass on a GPU, and code
- * that races within a warp may pass here), races between the threads of one block (found only
- * when the scheduler happens to expose them), the memory model (no caches, no weak ordering
+ * that races within a warp may pass here), races between the threads of one block beyond the
+ * two orders above (a race that neither order exposes passes), the memory model (no caches, no weak ordering
  * beyond the host's), atomics, streams and events (all work is synchronous), timing, occupancy
  * and register limits, device-side printf and traps, the device's math library (host libm is
  * used: 1-ulp differences in expf, sinf etc.), FMA contraction (the host compiler decides),
@@ -77,7 +80,7 @@
 #define __shared__ static /* blocks run one at a time */
 
 /* ---- thread and block indices ---- */
-extern __thread uint3 threadIdx; /* GNU TLS: no C++ init wrapper */
+extern uint3 threadIdx; /* the running thread's (the threads of a block are fibers) */
 extern uint3 blockIdx; /* one block runs at a time: shared by its threads */
 extern dim3 blockDim, gridDim;
 enum { warpSize = 32 };
@@ -105,6 +108,9 @@ void mgt_sim_mem_arg(int i, const void *p);          /* its argument i is the po
 void *mgt_sim_mem_smem(size_t bytes);                /* its dynamic shared memory (bytes > 0) */
 void mgt_sim_mem_block(unsigned b, bool start);      /* block b (linear index) runs / none */
 void mgt_sim_mem_launch_end(void);                   /* the launch ended: guards checked */
+/* A kernel's access to [p, p + n), checked as an instrumented load or store is (bounds, races);
+ * for the stand-ins that run uninstrumented (wmma_sim.h). */
+void mgt_sim_mem_span(const void *p, size_t n, bool write);
 /* The current block's dynamic shared memory. */
 void *mgt_sim_dyn_smem(void);
 void __syncthreads(void);

@@ -40,8 +40,9 @@ static inline void mgt_sim_ldmatrix_x4(uint32_t r[4], const void *row, bool tran
 	}
 }
 
-/* d += A B for the warp's 16 x 8 tile (bf: bf16 operands, else fp16). */
-static inline void mgt_sim_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf)
+/* d += A B for the warp's 16 x 8 tile (bf: bf16 operands, else fp16).  Registers only: not
+ * instrumented (the per-access checks would only slow it). */
+__attribute__((no_sanitize_address)) static inline void mgt_sim_mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], bool bf)
 {
 	struct ops {
 		uint32_t a[4], b[2];

@@ -455,6 +455,8 @@ void mgt_sim_mem_launch_end(void)
 		fprintf(stderr, "cuda sim: kernel %s: %u more reports not shown\n", L.name, r - (unsigned)MAX_REPORTS);
 }
 
+void mgt_sim_mem_span(const void *p, size_t n, bool write) { access(p, n, write); }
+
 /* ---- the instrumentation's entry points (-fsanitize=kernel-address) ---- */
 
 #ifndef MGT_SIM_ASAN

@@ -66,10 +66,6 @@ check "simulated cuda, the same with full recomputation (uniform, groups of 2 la
 check "  lm loss and grad norm bit for bit as without" close simq simr 0
 if command -v mpirun >/dev/null 2>&1; then
 	LAUNCH="sh $ROOT/tests/mpirun.sh 2"
-	# two simulated GPUs' worth of host threads share the cores: a slow gate is not a hang here;
-	# still under mpirun.sh's 600 s, so that a hang is the simulator's report (kernel, block)
-	MGT_SIM_HANG=${MGT_SIM_HANG:-300}
-	export MGT_SIM_HANG
 	for k in p2p allgather a2a; do
 		check "simulated cuda fp32, CP2 $k (mpirun, 1 iteration)" run simcp$k "$SIM_TRAIN" --device cuda \
 			--train-iters 1 $Q --context-parallel-size 2 --cp-comm-type $k
