@@ -2,11 +2,15 @@
 #
 # Targets:
 #   all (default)  libmgt.a and the programs in bin/
-#   check          unit tests (C) and program tests (TAP shell scripts, run by prove), and
-#                  check-sim: the CUDA backend's op checks on a CPU simulation of CUDA (tests/sim/);
-#                  each part's wall time printed at the end.  Under SANITIZE: units, fuzz corpora,
-#                  sim op checks and check-smoke (one quick run of each program)
-#   check-unit, check-sim, check-cli, check-smoke   one part
+#   check          the quick tier (what CI runs): unit tests (C), check-sim (the CUDA backend's
+#                  op checks on a CPU simulation of CUDA, tests/sim/) and the program tests (TAP
+#                  shell scripts, run by prove) in their quick tier (tests/cli/lib.sh); each part's
+#                  wall time printed at the end.  Under SANITIZE: units, fuzz corpora, sim op
+#                  checks and check-smoke (one quick run of each program)
+#   check-full     everything: check with the program tests' full tier (MGT_TEST_FULL=1: every
+#                  layout, model family and export type, the long numeric comparisons); run it
+#                  before resolving an issue whose paths it covers
+#   check-unit, check-sim, check-cli, check-smoke   one part (check-cli: MGT_TEST_FULL=1 for all)
 #   demo           the main job on the bundled data: preprocess KJV, train the tiny GPT on it
 #   bench          benchmarks in tests/bench/ (throughput, peak memory); raw results in build/bench/
 #   mutate-sim     tests/sim/mutate.py: planted kernel bugs against check-sim's op checks (not in CI)
@@ -67,11 +71,12 @@ ifeq ($(CUDA),auto)
 CUDA := $(if $(wildcard $(NVCC)),1,0)
 endif
 # CUDA: kernels compiled by nvcc into libmgt.a; the backend's host side (plain C) against the
-# toolkit's C headers; the CUDA runtime linked statically, cuBLASLt and NCCL dynamically (found
-# through the rpath, or LD_LIBRARY_PATH on machines that keep them elsewhere).
+# toolkit's C headers; the CUDA runtime linked statically, NCCL dynamically, and cuBLASLt opened
+# at its first use (lib/backend/cuda_lt.c: linked, it added about 125 ms to every program start),
+# both found through the rpath, or LD_LIBRARY_PATH on machines that keep them elsewhere.
 ifeq ($(CUDA),1)
 CUDA_CFLAGS = -DMGT_HAVE_CUDA -DMGT_HAVE_NCCL -isystem $(CUDA_HOME)/include -Ikernels
-CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lnccl -lcudart_static -lstdc++ -ldl -lrt
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart_static -lstdc++ -ldl -lrt
 NVCCFLAGS   = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -Ikernels -Ilib
 KERN_SRC    = $(wildcard kernels/*.cu)
 endif
@@ -103,7 +108,7 @@ UNITS    = $(UNIT_SRC:tests/unit/%.c=$(B)/tests/%)
 FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ     = $(FUZZ_SRC:tests/fuzz/%.c=$(B)/fuzz/%)
 
-.PHONY: all check check-unit check-cli demo bench install clean deps bundle check-gpu bench-gpu gpu-progs device-pack
+.PHONY: all check check-unit check-cli check-smoke demo bench install clean deps bundle check-gpu bench-gpu gpu-progs device-pack
 all: $(PROGS)
 
 $(B)/.deps-ok: contrib/install-deps.sh
@@ -163,6 +168,11 @@ $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libmgt.a
 CHECK_PARTS = unit sim $(if $(SANITIZE),smoke,cli)
 check: $(PROGS) $(UNITS)
 	@sh tests/parts.sh "$(MAKE)" $(CHECK_PARTS)
+
+# make check-full: the same parts with the program tests' full tier (tests/cli/lib.sh)
+.PHONY: check-full
+check-full: $(PROGS) $(UNITS)
+	@MGT_TEST_FULL=1 sh tests/parts.sh "$(MAKE)" unit sim cli
 
 check-unit: $(PROGS) $(UNITS) $(FUZZ)
 	@set -e; for t in $(UNITS); do echo "== $$t"; $$t; done

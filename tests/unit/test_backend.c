@@ -1786,8 +1786,39 @@ static void test_determinism(void)
 	free(mean), free(rstd), free(yy), free(nw1), free(nw2), free(nb1), free(nb2);
 }
 
+#ifdef MGT_HAVE_CUDA
+#include <cublasLt.h>
+
+/* Whether this process has libcublasLt mapped. */
+static bool cublaslt_mapped(void)
+{
+	char line[512];
+	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "r");
+	while (f && fgets(line, sizeof line, f))
+		found |= strstr(line, "libcublasLt") != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* lib/backend/cuda_lt.c: cuBLASLt is not loaded when a program starts, and the first call opens
+ * it: the library's own status string comes back (no GPU needed). */
+static void test_cublaslt_lazy(void)
+{
+	CHECK(!cublaslt_mapped(), "cuBLASLt not loaded at program start");
+	const char *s = cublasLtGetStatusString(CUBLAS_STATUS_SUCCESS);
+	CHECK(s && *s && !strstr(s, "libcublasLt"), "cuBLASLt opened at its first call: status string '%s'",
+	      s ? s : "(null)");
+	CHECK(cublaslt_mapped(), "... and mapped after it");
+}
+#endif
+
 int main(void)
 {
+#ifdef MGT_HAVE_CUDA
+	test_cublaslt_lazy();
+#endif
 	be = mgt_backend_cpu_create(2);
 	if (!be) {
 		printf("not ok - cannot create the cpu backend: %s\n", mgt_err_msg());
