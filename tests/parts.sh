@@ -10,5 +10,5 @@ for p in "$@"; do
 	sum="$sum $p $(( $(date +%s) - s )) s,"
 	[ $rc = 0 ] || { sum="$sum (check-$p failed)"; break; }
 done
-echo "== make check: wall time per part:${sum%,}; total $(( $(date +%s) - t0 )) s"
+echo "== make check${MGT_TEST_FULL:+-full}: wall time per part:${sum%,}; total $(( $(date +%s) - t0 )) s"
 exit $rc

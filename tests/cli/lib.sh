@@ -38,11 +38,17 @@ ok() {
 	if "$@"; then echo "ok $tap_n - $d"; else echo "not ok $tap_n - $d"; tap_fail=1; fi
 }
 skip() { tap_n=$((tap_n + 1)); echo "ok $tap_n # skip $1"; }
-# quick: true under MGT_TEST_QUICK=1 (.ci/run's second pass, under AddressSanitizer and UBSan),
-# where the longest scripts leave out the cases that rerun code paths their other cases already
-# run (another layout of the same parallel code, another model family of the same converter);
-# each case left out is a TAP skip naming MGT_TEST_QUICK.
-quick() { [ -n "${MGT_TEST_QUICK:-}" ]; }
+# Two tiers (issue 30).  make check runs the quick tier: every program, format, op and parallel
+# path at least once, each script well under a minute on two cores.  make check-full sets
+# MGT_TEST_FULL=1 and runs everything: the cases that rerun a code path a quick case already runs
+# (another layout of the same parallel code, another model family of the same converter, the
+# long numeric comparisons).  Each script's header lists its full-tier cases and the quick case
+# that runs the same path; in the quick tier each is a TAP skip naming the full tier.
+full() { [ -n "${MGT_TEST_FULL:-}" ]; }
+quick() { ! full; }
+# full_only DESC: true in the full tier; in the quick tier a TAP skip for DESC, and false:
+#   full_only "tiny-llama with biases" && ok "tiny-llama with biases" ...
+full_only() { full && return 0; skip "$1 (full tier: make check-full)"; return 1; }
 # exits CODE CMD...: CMD exits with CODE (stderr kept in $T/err)
 exits() { c=$1; shift; "$@" >"$T/out" 2>"$T/err"; r=$?; [ "$r" = "$c" ] || { echo "# exit $r, expected $c: $(head -c 300 "$T/err")"; return 1; }; }
 # no_files GLOB: nothing matches

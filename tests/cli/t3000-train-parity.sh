@@ -6,6 +6,13 @@
 # dropout off; the two presets run 10 iterations with a float32 torch column beside mgt, the
 # variants 4 to 6 iterations without.  Needs Debian's python3 with torch and h5py; skipped
 # without them.  The parity tables go to the TAP output as comments.
+# Tiers (lib.sh): the quick tier runs the two presets and two combined variants, which between
+# them take every variant's feature against the reference (gpt2-combo: no linear biases but the
+# QKV's, q/k LayerNorm, tanh GELU, clipping, weight decay, the inverse-square-root schedule with
+# warmup init; llama-combo: QKV biases, q/k RMSNorm with weight decay on it, RoPE scaling, the
+# WSD schedule), and the flips on them; the full tier also runs each variant alone, and checks
+# that parity.py fails dumps with a wrong loss iteration or learning rate (the quick tier: a
+# wrong QKV layout, and the flips).
 . "$(dirname "$0")/lib.sh"
 REF=$ROOT/tests/torch
 if ! $PY -c 'import torch, h5py, numpy' 2>/dev/null; then
@@ -24,6 +31,7 @@ ok "parity.py passes a dump written by the fp32 reference (GQA, RoPE, SwiGLU)" s
 	$PY '$REF/parity.py' --no-fp32 --threads $THREADS '$T/fake.h5' > '$T/fake.out' ||
 	{ sed 's/^/# /' '$T/fake.out'; false; }"
 for p in qkv-layout loss-iter lr; do
+	[ $p = qkv-layout ] || full_only "parity.py fails a dump with a wrong $p" || continue
 	ok "parity.py fails a dump with a wrong $p" sh -c "
 		$PY '$REF/mgt_ref.py' fake-dump '$T/bad.h5' --preset tiny-gpt2 $SMALL --perturb $p &&
 		$PY '$REF/parity.py' --no-fp32 --threads $THREADS '$T/bad.h5' > '$T/bad.out'; test \$? = 1"
@@ -61,32 +69,29 @@ ok "tiny-gpt2 (LayerNorm, GELU, learned positions, tied, biases) = reference" \
 	parity tiny-gpt2 10 "" -- --model tiny-gpt2
 ok "tiny-llama (GQA, SwiGLU, RMSNorm, RoPE, untied, no biases) = reference" \
 	parity tiny-llama 10 "" -- --model tiny-llama
-ok "tiny-gpt2 --disable-bias-linear = reference" \
-	parity gpt2-nobias 4 --no-fp32 -- --model tiny-gpt2 --disable-bias-linear
-ok "tiny-gpt2 --disable-bias-linear --add-qkv-bias = reference" \
-	parity gpt2-qkvbias 4 --no-fp32 -- --model tiny-gpt2 --disable-bias-linear --add-qkv-bias
-ok "tiny-llama --add-qkv-bias (Qwen2-style) = reference" \
-	parity llama-qkvbias 4 --no-fp32 -- --model tiny-llama --add-qkv-bias
-ok "tiny-gpt2, clipping active (--clip-grad 0.05), weight decay 0.1, linear decay = reference" \
-	parity gpt2-clip 6 --no-fp32 -- --model tiny-gpt2 --clip-grad 0.05 --weight-decay 0.1 --lr-decay-style linear
-ok "tiny-gpt2, inverse-square-root schedule with warmup init = reference" \
-	parity gpt2-isqrt 4 --no-fp32 -- --model tiny-gpt2 --lr-decay-style inverse-square-root --lr-warmup-init 1e-4
-ok "tiny-llama, WSD schedule (minus_sqrt anneal over 4 iterations), min-lr = reference" \
-	parity llama-wsd 4 --no-fp32 -- --model tiny-llama --lr-decay-style WSD --lr-wsd-decay-iters 4 \
-	--lr-wsd-decay-style minus_sqrt
+# the variants combined (quick tier), then alone (full tier)
+ok "tiny-gpt2 combined: no linear biases but the QKV's, q/k LayerNorm, tanh GELU, clipping, weight decay, inverse-sqrt = reference" \
+	parity gpt2-combo 6 --no-fp32 -- --model tiny-gpt2 --disable-bias-linear --add-qkv-bias --qk-layernorm --openai-gelu \
+	--clip-grad 0.05 --weight-decay 0.1 --lr-decay-style inverse-square-root --lr-warmup-init 1e-4
+ok "tiny-llama combined: QKV biases, q/k RMSNorm with weight decay, RoPE scaling, WSD = reference" \
+	parity llama-combo 6 --no-fp32 -- --model tiny-llama --add-qkv-bias --qk-layernorm --norm-epsilon 1e-6 \
+	--apply-wd-to-qk-layernorm --weight-decay 1.0 --lr 3e-3 --use-rope-scaling --rope-scaling-factor 32 \
+	--rope-scaling-original-max-position-embeddings 64 --lr-decay-style WSD --lr-wsd-decay-iters 4 --lr-wsd-decay-style minus_sqrt
+# variant DESC NAME ITERS -- FLAGS...: one variant alone against the reference (full tier)
+variant() { d=$1 n=$2 i=$3; shift 3; full_only "$d" && ok "$d" parity "$n" "$i" --no-fp32 "$@"; }
+variant "tiny-gpt2 --disable-bias-linear = reference" gpt2-nobias 4 -- --model tiny-gpt2 --disable-bias-linear
+variant "tiny-gpt2 --disable-bias-linear --add-qkv-bias = reference" gpt2-qkvbias 4 -- --model tiny-gpt2 --disable-bias-linear --add-qkv-bias
+variant "tiny-llama --add-qkv-bias (Qwen2-style) = reference" llama-qkvbias 4 -- --model tiny-llama --add-qkv-bias
+variant "tiny-gpt2, clipping active (--clip-grad 0.05), weight decay 0.1, linear decay = reference" gpt2-clip 6 -- --model tiny-gpt2 --clip-grad 0.05 --weight-decay 0.1 --lr-decay-style linear
+variant "tiny-gpt2, inverse-square-root schedule with warmup init = reference" gpt2-isqrt 4 -- --model tiny-gpt2 --lr-decay-style inverse-square-root --lr-warmup-init 1e-4
+variant "tiny-llama, WSD schedule (minus_sqrt anneal over 4 iterations), min-lr = reference" llama-wsd 4 -- --model tiny-llama --lr-decay-style WSD --lr-wsd-decay-iters 4 --lr-wsd-decay-style minus_sqrt
 # Converted Hugging Face models: Qwen3's q/k RMSNorm, GPT-2's gelu_new with q/k LayerNorm (biases),
 # Llama 3.1 RoPE scaling (original length 64: for head dim 16 and base 500000 that puts one
 # frequency in each band, high, smoothed, and scaled), weight decay on the q/k norms.
-ok "tiny-llama --qk-layernorm (Qwen3-style q/k RMSNorm) = reference" \
-	parity llama-qkln 4 --no-fp32 -- --model tiny-llama --qk-layernorm --norm-epsilon 1e-6
-ok "tiny-gpt2 --qk-layernorm (LayerNorm with biases) --openai-gelu = reference" \
-	parity gpt2-qkln-ogelu 4 --no-fp32 -- --model tiny-gpt2 --qk-layernorm --openai-gelu
-ok "tiny-llama --use-rope-scaling (factor 8, 1..4, original length 64) = reference" \
-	parity llama-ropescale 4 --no-fp32 -- --model tiny-llama --use-rope-scaling \
-	--rope-scaling-original-max-position-embeddings 64
-ok "tiny-llama --qk-layernorm --apply-wd-to-qk-layernorm --weight-decay 1 --lr 3e-3 = reference" \
-	parity llama-qkln-wd 4 --no-fp32 -- --model tiny-llama --qk-layernorm --apply-wd-to-qk-layernorm \
-	--weight-decay 1.0 --lr 3e-3 --use-rope-scaling --rope-scaling-factor 32 --rope-scaling-original-max-position-embeddings 64
+variant "tiny-llama --qk-layernorm (Qwen3-style q/k RMSNorm) = reference" llama-qkln 4 -- --model tiny-llama --qk-layernorm --norm-epsilon 1e-6
+variant "tiny-gpt2 --qk-layernorm (LayerNorm with biases) --openai-gelu = reference" gpt2-qkln-ogelu 4 -- --model tiny-gpt2 --qk-layernorm --openai-gelu
+variant "tiny-llama --use-rope-scaling (factor 8, 1..4, original length 64) = reference" llama-ropescale 4 -- --model tiny-llama --use-rope-scaling --rope-scaling-original-max-position-embeddings 64
+variant "tiny-llama --qk-layernorm --apply-wd-to-qk-layernorm --weight-decay 1 --lr 3e-3 = reference" llama-qkln-wd 4 -- --model tiny-llama --qk-layernorm --apply-wd-to-qk-layernorm --weight-decay 1.0 --lr 3e-3 --use-rope-scaling --rope-scaling-factor 32 --rope-scaling-original-max-position-embeddings 64
 # flip NAME KEY: the dump NAME with boolean argument KEY turned off must fail parity (exit 1: the
 # feature changed mgt's numbers beyond the tolerance)
 flip() {
@@ -108,9 +113,9 @@ EOF_PY
 	grep -E "FAIL" "$T/flip.out" | head -3 | sed 's/^/# /'
 	test $r = 1
 }
-ok "parity.py fails the rope-scaled dump replayed without the scaling" flip llama-ropescale use_rope_scaling
-ok "parity.py fails the --openai-gelu dump replayed with erf's GELU" flip gpt2-qkln-ogelu openai_gelu
-ok "parity.py fails the --apply-wd-to-qk-layernorm dump replayed without it" flip llama-qkln-wd apply_wd_to_qk_layernorm
+ok "parity.py fails the rope-scaled dump replayed without the scaling" flip llama-combo use_rope_scaling
+ok "parity.py fails the --openai-gelu dump replayed with erf's GELU" flip gpt2-combo openai_gelu
+ok "parity.py fails the --apply-wd-to-qk-layernorm dump replayed without it" flip llama-combo apply_wd_to_qk_layernorm
 ok "metrics file: one JSON object per iteration with lm_loss, lr, grad_norm" $PY -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -4,6 +4,12 @@
 # each rank's communicators count equal the analytic volume (comm_volume.py); a checkpoint saved
 # under TP2 x PP2 x DP2 resumes under other layouts; resume under a layout is bitwise exact; bad
 # layouts are refused once, with every rank non-zero; a rank that fails takes the job down.
+# Tiers (lib.sh): the quick tier runs tiny-gpt2 under the layouts that between them take every
+# path (DP2 all-reduce and distributed optimizer overlapped in buckets, virtual and uneven pipeline
+# stages with DP, TP2 with SP, TP2 x PP2 x DP2), tiny-llama under TP2 SP, PP2 with virtual stages
+# and TP2 x PP2 x DP2, and the q/k features under TP2 x PP2 x DP2; the full tier adds plain DP2,
+# the distributed optimizer without overlap, with buckets, TP2 and PP2 alone (for both models)
+# and the q/k features under TP2, TP2 SP and PP2.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 RUN="sh $ROOT/tests/mpirun.sh"
@@ -63,13 +69,13 @@ PAD=vocab=1536
 for model in tiny-gpt2 tiny-llama; do
 	ok "$model: single process" train 1 $model $model-ref $V1
 	while read -r np name kv flags; do
-		# MGT_TEST_QUICK: tiny-gpt2 runs the layouts that between them take every path (data-parallel
+		# the quick tier: tiny-gpt2 runs the layouts that between them take every path (data-parallel
 		# all-reduce and distributed optimizer with buckets and overlap, virtual and uneven pipeline
 		# stages, TP with SP, all three), tiny-llama three of them
 		if quick && case $model:$name in *:tp2-sp|*:pp2-vp2|*:tp2-pp2-dp2) false;;
 			tiny-gpt2:dp2-overlap|tiny-gpt2:dp2-distopt-overlap|tiny-gpt2:pp2-vp2-dp2-overlap|tiny-gpt2:pp2-uneven) false;;
 			esac; then
-			skip "$model $name (MGT_TEST_QUICK)"; continue
+			skip "$model $name (full tier: make check-full)"; continue
 		fi
 		ok "$model $name: trains" train "$np" $model "$model-$name" --comm-log "$model-$name" $flags
 		ok "$model $name: losses of the 10 steps match the single process" same $model-ref $model-$name
@@ -118,7 +124,7 @@ for model in tiny-llama tiny-gpt2; do
 	else X="--qk-layernorm --openai-gelu"; fi
 	ok "$model $X: single process" train 1 $model qk-$model-ref $V1 $X --save qk-$model-ref.ck --save-interval 3
 	while read -r np name flags; do
-		if quick && [ $name != tp2-pp2-dp2 ]; then skip "$model qk $name (MGT_TEST_QUICK)"; continue; fi
+		if quick && [ $name != tp2-pp2-dp2 ]; then skip "$model qk $name (full tier: make check-full)"; continue; fi
 		ok "$model qk $name: trains" train "$np" $model "qk-$model-$name" $flags $X --save "qk-$model-$name.ck" \
 			--save-interval 3
 		ok "$model qk $name: losses of the 10 steps match the single process" same qk-$model-ref "qk-$model-$name"

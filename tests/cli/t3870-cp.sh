@@ -16,6 +16,10 @@
 #     and z_loss within 1e-5;
 #  5. the errors: a sequence length not divisible by 2 x CP, the a2a kinds, a per-layer list of
 #     kinds, MoE token dropping with CP.
+# Tiers (lib.sh): the quick tier runs p2p under CP2, CP2 x TP2, CP4 and CP2 x PP2 x DP2 (whose
+# data-context group is CP2 x DP2's), allgather under CP2 and CP2 x TP2, a2a under CP2 and CP4;
+# the full tier adds CP2 x DP2 for all three kinds, allgather's CP4 and CP2 x PP2 x DP2 and a2a's
+# CP2 x PP2 x DP2.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 RUN="sh $ROOT/tests/mpirun.sh"
@@ -67,13 +71,13 @@ layout() {
 	np=$1 n=$2 kind=$3 keys=$4; shift 4
 	train "$np" "$n" --cp-comm-type "$kind" "$@" && same one "$n" && $VOL "$n" "$np" $COMMON $keys cpcomm="$kind"
 }
-# lay DESC NP NAME KIND KEYS FLAGS...: ok DESC layout ..., except that under MGT_TEST_QUICK p2p runs
+# lay DESC NP NAME KIND KEYS FLAGS...: ok DESC layout ..., except that the quick tier runs, for p2p,
 # CP2, CP2 x TP2, CP4 and CP2 x PP2 x DP2 (which has the data-context group of CP2 x DP2), allgather
 # CP2 and CP2 x TP2, a2a CP2 (the others a skip)
 lay() {
 	d=$1; shift
 	if quick && case $3:$2 in p2p:cp2dp2*|allgather:cp2dp2*|allgather:cp2pp2dp2*|allgather:cp4*|a2a:cp2dp2*|a2a:cp2pp2dp2*) true;; *) false;; esac; then
-		skip "$d (MGT_TEST_QUICK)"
+		skip "$d (full tier: make check-full)"
 	else
 		ok "$d" layout "$@"
 	fi
