@@ -40,8 +40,8 @@ ok "an unknown flag is still refused" exits 2 "$BIN/mgt-train" --no-such-flag
 ok "  naming it" err_has "unknown flag '--no-such-flag'"
 
 # Every refused flag of every release: exit 2, the flag and the reason in the message.  The quick
-# tier starts mgt-train for every 12th of the 458 (each start loads cuBLASLt and NCCL where CUDA
-# is built: about 0.2 s), the full tier for all: the refusal is one table-driven path.
+# tier starts mgt-train for every 12th of the 458, the full tier for all: the refusal is one
+# table-driven path.
 bad=0
 step=12; full && step=1
 for f in $(awk -v s=$step '$2 == "refused:" && (n++ % s) == 0 { print $1 }' all-classes); do
