@@ -28,7 +28,10 @@
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/common_interface_defs.h>
 #endif
-#ifndef __x86_64__
+/* MGT_SIM_UCONTEXT=1 (a -D flag) takes the ucontext path on x86-64 too, to test it there */
+#if defined(__x86_64__) && !defined(MGT_SIM_UCONTEXT)
+#define MGT_SIM_SWITCH 1
+#else
 #include <ucontext.h>
 #endif
 
@@ -36,7 +39,7 @@ uint3 threadIdx; /* the running fiber's (one host thread runs every thread of a 
 uint3 blockIdx;
 dim3 blockDim, gridDim;
 
-#ifdef __x86_64__
+#ifdef MGT_SIM_SWITCH
 /* mgt_sim_switch(&save, to): saves the callee-saved registers, the x87 control word and MXCSR on
  * the current stack, stores its stack pointer in save, and resumes the context whose stack
  * pointer is `to` (System V AMD64 ABI: rbx, rbp, r12-r15 and those two control words are the
@@ -95,7 +98,7 @@ const size_t STACK = 256 << 10;
 /* ---- contexts: a suspended fiber or the scheduler ---- */
 
 struct ctx {
-#ifdef __x86_64__
+#ifdef MGT_SIM_SWITCH
 	void *sp;
 #else
 	ucontext_t uc;
@@ -105,7 +108,7 @@ struct ctx {
 /* c starts fn() on [stack, stack + size) at its first ctx_swap into it. */
 void ctx_make(ctx &c, char *stack, size_t size, void (*fn)(void))
 {
-#ifdef __x86_64__
+#ifdef MGT_SIM_SWITCH
 	uint64_t *top = (uint64_t *)(((uintptr_t)(stack + size) & ~(uintptr_t)15) - 64);
 	unsigned short cw;
 	unsigned mx;
@@ -132,7 +135,7 @@ void ctx_make(ctx &c, char *stack, size_t size, void (*fn)(void))
 
 void ctx_swap(ctx &from, ctx &to)
 {
-#ifdef __x86_64__
+#ifdef MGT_SIM_SWITCH
 	mgt_sim_switch(&from.sp, to.sp);
 #else
 	swapcontext(&from.uc, &to.uc);
