@@ -5,8 +5,9 @@
  * A launch runs the grid's blocks one at a time in the launch's order (forward, reversed or a
  * seeded shuffle), on the launching host thread.  The threads of a block are fibers: each has its
  * own stack and runs until it waits at a barrier (__syncthreads, a warp shuffle or __syncwarp) or
- * returns, then the next runnable one runs, in thread order or its reverse (chosen per block); the
- * last thread to arrive at a barrier makes the threads waiting there runnable again.  A round in
+ * returns, then the lowest-numbered runnable thread runs (the highest, in blocks chosen to run in
+ * reverse), so the first warps run as far ahead as the barriers let them; the last thread to
+ * arrive at a barrier makes the threads waiting there runnable again.  A round in
  * which no thread can run while some have not returned is a divergent barrier, reported at once.
  * Switching fibers costs a few nanoseconds (the x86-64 switch below; ucontext elsewhere), where
  * a pool of OS threads meeting at futexes cost microseconds a barrier and kept two cores in the
@@ -198,6 +199,7 @@ struct sim {
 	size_t sched_size = 0;
 	unsigned cur, alive; /* the running thread; threads of the block that have not returned */
 	tstate st[MAX_THREADS];
+	uint64_t runnable[MAX_THREADS / 64]; /* bit t: st[t] == RUNNABLE */
 	const char *at[MAX_THREADS]; /* where a waiting thread waits */
 	unsigned phase[MAX_THREADS]; /* its shuffle count (the exchange buffers' parity) */
 	group block, warp[MAX_WARPS];
@@ -265,6 +267,29 @@ void suspend(sim &s, bool returned)
 	asan_finish(me.fake, &s.sched_bottom, &s.sched_size);
 }
 
+/* Thread t's state, and its runnable bit. */
+void set_state(sim &s, unsigned t, tstate v)
+{
+	s.st[t] = v;
+	if (v == RUNNABLE)
+		s.runnable[t / 64] |= 1ull << (t % 64);
+	else
+		s.runnable[t / 64] &= ~(1ull << (t % 64));
+}
+
+/* The lowest runnable thread (the highest when rev), or -1. */
+int next_runnable(const sim &s, bool rev)
+{
+	const int words = MAX_THREADS / 64;
+	for (int i = 0; i < words; i++) {
+		const int k = rev ? words - 1 - i : i;
+		const uint64_t b = s.runnable[k];
+		if (b)
+			return 64 * k + (rev ? 63 - __builtin_clzll(b) : __builtin_ctzll(b));
+	}
+	return -1;
+}
+
 /* Every thread waiting in g (the block's barrier, or warp w's) may go on. */
 void release(sim &s, group &g, tstate how, unsigned w)
 {
@@ -273,7 +298,7 @@ void release(sim &s, group &g, tstate how, unsigned w)
 		       hi = how == AT_BLOCK ? s.L.nthreads : lo + warp_lanes(w, s.L.nthreads);
 	for (unsigned t = lo; t < hi; t++)
 		if (s.st[t] == how)
-			s.st[t] = RUNNABLE;
+			set_state(s, t, RUNNABLE);
 }
 
 /* The running thread arrives at g; it waits unless it is the last of g's threads to arrive. */
@@ -283,7 +308,7 @@ void arrive(sim &s, group &g, tstate how, const char *what)
 		release(s, g, how, s.cur / 32);
 		return;
 	}
-	s.st[s.cur] = how;
+	set_state(s, s.cur, how);
 	s.at[s.cur] = what;
 	suspend(s, false);
 }
@@ -292,7 +317,7 @@ void arrive(sim &s, group &g, tstate how, const char *what)
 void leave(sim &s)
 {
 	const unsigned w = s.cur / 32;
-	s.st[s.cur] = RETURNED;
+	set_state(s, s.cur, RETURNED);
 	s.alive--;
 	if (--s.block.expected == s.block.arrived && s.block.arrived)
 		release(s, s.block, AT_BLOCK, w);
@@ -325,7 +350,10 @@ void fiber_main(void)
 	    "or shuffle, or a lane that returned early?)", s.at[a], b, s.at[b]);
 }
 
-/* Runs block b (linear index): its threads in order, or in reverse order when rev. */
+/* Runs block b (linear index): always the lowest runnable thread next (the highest when rev),
+ * so that the first warps run as far ahead of the others as the barriers let them (a barrier
+ * missing between two uses of shared memory then shows: a thread of an early warp writes it
+ * again before the later warps have read it, or reads it before they have written it). */
 void run_block(sim &s, unsigned b, bool rev)
 {
 	launch &L = s.L;
@@ -340,21 +368,19 @@ void run_block(sim &s, unsigned b, bool rev)
 	for (size_t i = 0; i < L.smem / sizeof(float); i++)
 		L.dyn[i] = NAN;
 	for (unsigned t = 0; t < nt; t++) {
-		s.st[t] = RUNNABLE;
+		set_state(s, t, RUNNABLE);
 		s.phase[t] = 0;
 		ctx_make(s.f[t].c, s.f[t].stack, STACK, fiber_main);
 	}
 	s.alive = nt;
-	while (s.alive) {
-		bool ran = false;
-		for (unsigned i = 0; i < nt; i++) {
-			const unsigned t = rev ? nt - 1 - i : i;
-			if (s.st[t] == RUNNABLE)
-				ran = true, resume(s, t);
-		}
-		if (!ran)
-			deadlock(s);
+	for (;;) {
+		const int t = next_runnable(s, rev);
+		if (t < 0)
+			break;
+		resume(s, (unsigned)t);
 	}
+	if (s.alive)
+		deadlock(s);
 }
 
 /* ---- block order ---- */

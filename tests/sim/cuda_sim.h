@@ -9,12 +9,13 @@
  *    reversed or shuffled (MGT_SIM_ORDER=forward|reverse|shuffle|mixed, default mixed: one of the
  *    three per launch; MGT_SIM_SEED=N repeats the choices and shuffles, and the seed is printed at
  *    the first launch).  The threads of a block are fibers on the launching host thread: each
- *    runs until it waits at a barrier or returns, then the next runnable one runs, in thread
- *    order or its reverse (forward or reverse under those modes, a coin flip a block otherwise).
- *    A missing __syncthreads then shows up as a wrong result (a thread reads shared memory that
- *    the threads after it have not written yet: NaN in dynamic shared memory), and a divergent
- *    barrier (or a shuffle that not every lane of the warp reaches) is reported at once, naming
- *    where the stuck threads wait.
+ *    runs until it waits at a barrier or returns, then the lowest-numbered runnable thread runs
+ *    (the highest in a block run in reverse: forward or reverse under those modes, a coin flip a
+ *    block otherwise), so that early warps run ahead of the later ones as far as the barriers
+ *    allow.  A missing __syncthreads then shows up as a wrong result (a thread reads shared
+ *    memory that later threads have not written yet, NaN in dynamic shared memory, or writes it
+ *    again before they have read it), and a divergent barrier (or a shuffle that not every lane
+ *    of the warp reaches) is reported at once, naming where the stuck threads wait.
  *  - Every load and store of a kernel to device memory is checked (sim_mem.cc): it must lie inside
  *    one live allocation (guards of poison surround each one, a freed one stays poisoned), and no
  *    two blocks of one launch may touch the same word when one of them writes it (a race on a
