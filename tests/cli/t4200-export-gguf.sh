@@ -54,7 +54,7 @@ TOKS="818 262 3726 373 1793 262 8701 290 262 4534 13"   # "In the beginning was 
 	--vocab-file "$G/vocab.json" --merge-file "$G/merges.txt" --append-eod --workers 2 >/dev/null 2>&1
 ok "KJV: train the tiny GPT-2 (40 iterations)" quiet "$BIN/mgt-train" --model tiny-gpt2 --openai-gelu --tokenizer-type GPT2BPETokenizer \
 	--vocab-file "$G/vocab.json" --merge-file "$G/merges.txt" --data-path "$T/kjv_text_document" --split 969,30,1 \
-	--micro-batch-size 8 --global-batch-size 16 --train-iters 40 --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 5 \
+	--micro-batch-size 8 --global-batch-size 8 --train-iters 40 --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 5 \
 	--lr-decay-style cosine --hidden-dropout 0 --attention-dropout 0 --eval-iters 0 --log-interval 40 \
 	--save "$T/kjv-ck" --save-interval 40 --threads 2
 models="kjv:$T/kjv-ck"
