@@ -20,7 +20,10 @@
  * ldmatrix's eight row addresses fall in distinct banks), read with ldmatrix: A operands and
  * "X^T" B operands (S = Q K^T, S^T = K Q^T, dP = dO V^T, dP^T = V dO^T) untransposed, "X" B
  * operands (O += P V, dV += Pd^T dO, dK += dS^T Q, dQ += dS K) with .trans, so no tile is stored
- * twice.  Blocks have 4 warps, each owning 16 rows of the 64-row tile.
+ * twice.  Blocks have 4 warps, each owning 16 rows of the 64-row tile.  MB, the blocks a
+ * multiprocessor should hold (__launch_bounds__'s minimum), caps the registers: 1 by default (up to
+ * 255 a thread: 168 forward, 220 dQ, 254 dK/dV at DM 64, sm_90a), 4 forward and 3 backward in
+ * MGT_K_ATTN_MMA_OCC (128 and 168 registers, a few spilled), an A/B variant for occupancy.
  */
 #ifndef MGT_KERNELS_ATTN_MMA_CUH
 #define MGT_KERNELS_ATTN_MMA_CUH
@@ -153,8 +156,8 @@ static __device__ __forceinline__ float quad_max(float v)
 }
 
 /* ---- forward: grid (b*H, query tiles of 64), last tile first ---- */
-template <typename T, int DM>
-__global__ void __launch_bounds__(NTC, 1) fwd_mma_kernel(geom G, T *out, float *lse, const T *qkv,
+template <typename T, int DM, int MB = 1>
+__global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float *lse, const T *qkv,
 						      int vec)
 {
 	constexpr int BQ = 16 * NW, BK = 64, LD = DM + 8, DF = DM / 16, NK = BK / 8, ND = DM / 8;
@@ -238,8 +241,8 @@ __global__ void __launch_bounds__(NTC, 1) fwd_mma_kernel(geom G, T *out, float *
 /* ---- backward ---- */
 /* grid (b*ng, key tiles of 64): dK, dV of key rows k0.. of group g, over the group's heads and
  * the query tiles of BQ rows from the diagonal on. */
-template <typename T, int DM, int BQ>
-__global__ void __launch_bounds__(NTC, 1) dkdv_mma_kernel(geom G, float *dqkv, const float *dout,
+template <typename T, int DM, int BQ, int MB = 1>
+__global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, const float *dout,
 						       const T *qkv, const float *lse, const float *D,
 						       int vec)
 {
@@ -307,8 +310,8 @@ __global__ void __launch_bounds__(NTC, 1) dkdv_mma_kernel(geom G, float *dqkv, c
 
 /* grid (b*H, query tiles of 64), last first: dQ of query rows q0.. of head n over its key tiles of
  * BK in order. */
-template <typename T, int DM, int BK>
-__global__ void __launch_bounds__(NTC, 1) dq_mma_kernel(geom G, float *dqkv, const float *dout,
+template <typename T, int DM, int BK, int MB = 1>
+__global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, const float *dout,
 						     const T *qkv, const float *lse, const float *D, int vec)
 {
 	constexpr int BQ = 16 * NW, LD = DM + 8, DF = DM / 16, ND = DM / 8, NK = BK / 8;

@@ -54,20 +54,34 @@ static bool tc_empty(int s, int b, int ng, int r, int d)
 
 extern "C" int mgt_k_attn_tc_supported(int d) { return tc_pad_dim(d) != 0; }
 
-template <typename T, int DM>
-static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
+/* The MGT_K_ATTN_MMA_OCC variant: only head dimensions 33..64 have their own kernels. */
+static int tc_occ(int impl, int DM) { return impl == MGT_K_ATTN_MMA_OCC && DM == 64; }
+
+template <typename T, int DM, int MB>
+static int mma_fwd_launch(cudaStream_t st, T *out, float *lse, const T *qkv, const geom &G, int vec)
 {
-	const bool mma = impl == MGT_K_ATTN_MMA;
-	const size_t sm = mma ? mgt_attn_mma::fwd_smem(DM, (int)sizeof(T)) : fwd_smem(DM, (int)sizeof(T));
-	const cudaError_t e = mma ? tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM>, sm)
-				  : tc_allow_smem(fwd_tc_kernel<T, DM>, sm);
+	const size_t sm = mgt_attn_mma::fwd_smem(DM, (int)sizeof(T));
+	const cudaError_t e = tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM, MB>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
-	if (mma)
-		MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM>), grid, NTC, sm, st, G, out, lse, qkv, vec);
-	else
-		MGT_LAUNCH((fwd_tc_kernel<T, DM>), grid, NTC, sm, st, G, out, lse, qkv, vec);
+	MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM, MB>), grid, NTC, sm, st, G, out, lse, qkv, vec);
+	return (int)cudaGetLastError();
+}
+
+template <typename T, int DM>
+static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
+{
+	if (tc_occ(impl, DM))
+		return mma_fwd_launch<T, 64, 4>(st, out, lse, qkv, G, vec);
+	if (impl != MGT_K_ATTN_WMMA)
+		return mma_fwd_launch<T, DM, 1>(st, out, lse, qkv, G, vec);
+	const size_t sm = fwd_smem(DM, (int)sizeof(T));
+	const cudaError_t e = tc_allow_smem(fwd_tc_kernel<T, DM>, sm);
+	if (e != cudaSuccess)
+		return (int)e;
+	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
+	MGT_LAUNCH((fwd_tc_kernel<T, DM>), grid, NTC, sm, st, G, out, lse, qkv, vec);
 	return (int)cudaGetLastError();
 }
 
@@ -92,7 +106,7 @@ extern "C" int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *ls
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
-	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA))
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA && impl != MGT_K_ATTN_MMA_OCC))
 		return (int)cudaErrorInvalidValue;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
 	const cudaStream_t st = (cudaStream_t)s;
@@ -108,32 +122,42 @@ extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int 
 	return mgt_attn::ws_bytes(seq, b, ng, r);
 }
 
+template <typename T, int DM, int TB, int MB>
+static int mma_bwd_launch(cudaStream_t st, float *dqkv, const float *dout, const T *qkv, const float *lse,
+			  const float *D, const geom &G, int vec)
+{
+	const size_t sm = mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T));
+	cudaError_t e = tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB>, sm);
+	if (e == cudaSuccess)
+		e = tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB>, sm);
+	if (e != cudaSuccess)
+		return (int)e;
+	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.s + 63) / 64));
+	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
+	MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB>), gkv, NTC, sm, st, G, dqkv, dout, qkv, lse, D, vec);
+	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB>), gq, NTC, sm, st, G, dqkv, dout, qkv, lse, D, vec);
+	return (int)cudaGetLastError();
+}
+
 /* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
 template <typename T, int DM, int TB>
 static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const T *qkv,
 			 const float *lse, const float *D, const geom &G, int vec)
 {
-	const bool mma = impl == MGT_K_ATTN_MMA;
-	const size_t skv = mma ? mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T)) : dkdv_smem(DM, TB, (int)sizeof(T));
-	const size_t sq = mma ? mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T)) : dq_smem(DM, TB, (int)sizeof(T));
-	cudaError_t e = mma ? tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB>, skv)
-			    : tc_allow_smem(dkdv_tc_kernel<T, DM, TB>, skv);
+	if (tc_occ(impl, DM))
+		return mma_bwd_launch<T, 64, 64, 3>(st, dqkv, dout, qkv, lse, D, G, vec);
+	if (impl != MGT_K_ATTN_WMMA)
+		return mma_bwd_launch<T, DM, TB, 1>(st, dqkv, dout, qkv, lse, D, G, vec);
+	const size_t skv = dkdv_smem(DM, TB, (int)sizeof(T)), sq = dq_smem(DM, TB, (int)sizeof(T));
+	cudaError_t e = tc_allow_smem(dkdv_tc_kernel<T, DM, TB>, skv);
 	if (e == cudaSuccess)
-		e = mma ? tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB>, sq)
-			: tc_allow_smem(dq_tc_kernel<T, DM, TB>, sq);
+		e = tc_allow_smem(dq_tc_kernel<T, DM, TB>, sq);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.s + 63) / 64));
 	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
-	if (mma) {
-		MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB>), gkv, NTC, skv, st, G, dqkv, dout, qkv, lse,
-			   D, vec);
-		MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D,
-			   vec);
-	} else {
-		MGT_LAUNCH((dkdv_tc_kernel<T, DM, TB>), gkv, NTC, skv, st, G, dqkv, dout, qkv, lse, D, vec);
-		MGT_LAUNCH((dq_tc_kernel<T, DM, TB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D, vec);
-	}
+	MGT_LAUNCH((dkdv_tc_kernel<T, DM, TB>), gkv, NTC, skv, st, G, dqkv, dout, qkv, lse, D, vec);
+	MGT_LAUNCH((dq_tc_kernel<T, DM, TB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D, vec);
 	return (int)cudaGetLastError();
 }
 
@@ -158,7 +182,7 @@ extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const f
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
-	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA))
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA && impl != MGT_K_ATTN_MMA_OCC))
 		return (int)cudaErrorInvalidValue;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
 	const cudaStream_t st = (cudaStream_t)s;

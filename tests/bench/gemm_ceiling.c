@@ -3,17 +3,21 @@
  *
  *  - linear_fwd y[T, out] = x[T, in] . w[out, in]^T with T = in = out = 8192 (2*T*in*out FLOPs)
  *    in bf16, fp16 and fp32 (be->precision): 3 warm-up calls, then 20 timed ones, each between
- *    be->ops->sync calls, timed with clock_gettime(CLOCK_MONOTONIC); median and best.  Under
- *    bf16/fp16 each call includes the backend's fp32 -> bf16/fp16 casts of both operands (mgt keeps
- *    fp32 activations and weights, as the trainer calls it).  Also GPT-2 small's MLP shape
- *    [8192 x 768] x [3072] in bf16, a shape training meets.
+ *    be->ops->sync calls, timed with clock_gettime(CLOCK_MONOTONIC); median and best.  "gemm"
+ *    lines: fp32 x, w and y, so that under bf16/fp16 each call includes the backend's fp32 ->
+ *    bf16/fp16 casts of both operands (mgt-plan --gemm-bench reads these lines and takes the
+ *    casts' traffic off).  "gemm-typed" lines: x, w and y already bf16, as mgt-train --bf16's
+ *    layers call it (16-bit weight copy and activations): the GEMM alone, the ceiling
+ *    tests/bench/gpu.sh measures MFU against.  Also GPT-2 small's MLP and output-layer shapes and
+ *    a llama-3.2-1b MLP shape, shapes training meets.
  *  - add y += x on two 1 GiB fp32 buffers: bytes moved = 3 GiB (reads x and y, writes y), the
  *    device memory bandwidth as an elementwise op sees it.
  *  - attention (attn_fwd, attn_bwd) on tensor cores in bf16 at the shapes of tests/bench/gpu.sh's
  *    models (gpt2-124m: s 1024, b 8, 12 heads of 64, with and without its attention dropout 0.1;
- *    llama-3.2-1b: s 2048, b 4, 8 groups of 4 heads of 64), with both kernel implementations
- *    (MGT_ATTN_KERNEL=mma and wmma, mgt-train(1)); FLOPs as FlashAttention counts them for a
- *    causal mask: forward 4 b s^2 H d / 2, backward 2.5 times that.
+ *    llama-3.2-1b: s 2048, b 4, 8 groups of 4 heads of 64), with the kernel implementations
+ *    (MGT_ATTN_KERNEL=mma, mma-occ and wmma, mgt-train(1)), each with bf16 qkv, out, dout and dqkv (as
+ *    mgt-train --bf16 calls it) and with fp32 ones (the op converts); FLOPs as FlashAttention
+ *    counts them for a causal mask: forward 4 b s^2 H d / 2, backward 2.5 times that.
  * Inputs are random (never zeros: they run faster than real data), uploaded once; the outputs are
  * checked to be finite.  Prints "gemm bf16 8192^3: X TFLOP/s ..." lines; exit 77 without a CUDA
  * device, 1 on an error.  A 300 s alarm ends it if the device hangs. */
@@ -91,31 +95,56 @@ static void check_finite(const float *d, size_t k, const char *what)
 
 enum { WARM = 3, REPS = 20 };
 
-static double gemm(mgt_precision prec, int T, int in, int out, const char *label)
+/* A 16-bit copy (type t) of the n fp32 values at x, or x itself when t is MGT_DT_F32. */
+static void *typed(const float *x, size_t n, mgt_elem_type t)
+{
+	if (t == MGT_DT_F32)
+		return (void *)x;
+	void *c = be->ops->alloc(be, n * 2);
+	if (!c)
+		fail("device alloc");
+	be->ops->cast(be, c, t, x, n);
+	return c;
+}
+
+static void free_typed(void *c, const float *x)
+{
+	if (c != x)
+		be->ops->free(be, c);
+}
+
+/* GEMM TFLOP/s of linear_fwd; typed: x, w and y in the precision's 16-bit type, as mgt-train's
+ * --bf16/--fp16 layers call it (no operand casts), else fp32 (the op casts both operands). */
+static double gemm(mgt_precision prec, int T, int in, int out, const char *label, bool typed_io)
 {
 	float *x = upload_random((size_t)T * in, 1.0), *w = upload_random((size_t)out * in, 0.05);
 	float *y = be->ops->alloc(be, (size_t)T * out * sizeof *y);
 	if (!y)
 		fail("device alloc");
 	be->precision = prec;
-	double t[REPS];
+	const mgt_elem_type t = typed_io ? mgt_precision_dtype(prec) : MGT_DT_F32;
+	void *xt = typed(x, (size_t)T * in, t), *wt = typed(w, (size_t)out * in, t);
+	double t_[REPS];
 	for (int i = 0; i < WARM + REPS; i++) {
 		be->ops->sync(be);
 		double t0 = now();
-		be->ops->linear_fwd(be, y, MGT_DT_F32, x, MGT_DT_F32, w, MGT_DT_F32, NULL, T, in, out);
+		be->ops->linear_fwd(be, y, t, xt, t, wt, t, NULL, T, in, out);
 		be->ops->sync(be);
 		if (i >= WARM)
-			t[i - WARM] = now() - t0;
+			t_[i - WARM] = now() - t0;
 	}
 	be->precision = MGT_PREC_FP32;
-	check_finite(y, (size_t)T * out, "linear_fwd");
-	qsort(t, REPS, sizeof *t, cmpd);
-	double flops = 2.0 * T * in * out, med = (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+	if (t == MGT_DT_F32)
+		check_finite(y, (size_t)T * out, "linear_fwd");
+	qsort(t_, REPS, sizeof *t_, cmpd);
+	double flops = 2.0 * T * in * out, med = (t_[REPS / 2 - 1] + t_[REPS / 2]) / 2;
 	const char *pn = prec == MGT_PREC_BF16 ? "bf16" : prec == MGT_PREC_FP16 ? "fp16" : "fp32";
-	printf("gemm %s %s: %.1f TFLOP/s (median of %d, %.3f ms; best %.1f TFLOP/s)%s\n", pn, label,
-	       flops / med / 1e12, REPS, med * 1e3, flops / t[0] / 1e12,
-	       prec == MGT_PREC_FP32 ? "" : " incl. operand casts");
+	printf("%s %s %s: %.1f TFLOP/s (median of %d, %.3f ms; best %.1f TFLOP/s)%s\n",
+	       typed_io ? "gemm-typed" : "gemm", pn, label,
+	       flops / med / 1e12, REPS, med * 1e3, flops / t_[0] / 1e12,
+	       prec == MGT_PREC_FP32 ? "" : typed_io ? " 16-bit x, w, y" : " incl. operand casts");
 	fflush(stdout);
+	free_typed(xt, x), free_typed(wt, w);
 	be->ops->free(be, x);
 	be->ops->free(be, w);
 	be->ops->free(be, y);
@@ -144,24 +173,25 @@ static void bandwidth(void)
 	be->ops->free(be, y);
 }
 
-/* Median seconds of REPS calls of attn_fwd (bwd false) or attn_bwd after WARM. */
-static double attn_time(bool bwd, float *dq, float *o, float *l, const float *qkv, const float *dout,
-			int s, int b, int ng, int r, int d, float p)
+/* Median seconds of REPS calls of attn_fwd (bwd false) or attn_bwd after WARM; qkv and o of type
+ * t, dout and dq of type gt. */
+static double attn_time(bool bwd, void *dq, void *o, float *l, const void *qkv, const void *dout,
+			mgt_elem_type t, mgt_elem_type gt, int s, int b, int ng, int r, int d, float p)
 {
-	double t[REPS];
+	double t_[REPS];
 	for (int i = 0; i < WARM + REPS; i++) {
 		be->ops->sync(be);
 		double t0 = now();
 		if (bwd)
-			be->ops->attn_bwd(be, dq, dout, MGT_DT_F32, qkv, o, MGT_DT_F32, l, s, b, ng, r, d, p, 7, 0, ng * r);
+			be->ops->attn_bwd(be, dq, dout, gt, qkv, o, t, l, s, b, ng, r, d, p, 7, 0, ng * r);
 		else
-			be->ops->attn_fwd(be, o, l, qkv, MGT_DT_F32, s, b, ng, r, d, p, 7, 0, ng * r);
+			be->ops->attn_fwd(be, o, l, qkv, t, s, b, ng, r, d, p, 7, 0, ng * r);
 		be->ops->sync(be);
 		if (i >= WARM)
-			t[i - WARM] = now() - t0;
+			t_[i - WARM] = now() - t0;
 	}
-	qsort(t, REPS, sizeof *t, cmpd);
-	return (t[REPS / 2 - 1] + t[REPS / 2]) / 2;
+	qsort(t_, REPS, sizeof *t_, cmpd);
+	return (t_[REPS / 2 - 1] + t_[REPS / 2]) / 2;
 }
 
 static void attention(const char *label, int s, int b, int ng, int r, int d, float p)
@@ -174,16 +204,26 @@ static void attention(const char *label, int s, int b, int ng, int r, int d, flo
 		fail("device alloc");
 	const double f = 4.0 * b * (double)s * s * ng * r * d / 2;
 	be->precision = MGT_PREC_BF16;
-	static const char *const impl[2] = {"mma", "wmma"};
-	for (int k = 0; k < 2; k++) {
-		setenv("MGT_ATTN_KERNEL", impl[k], 1);
-		const double tf = attn_time(false, dq, o, l, qkv, dout, s, b, ng, r, d, p);
-		const double tb = attn_time(true, dq, o, l, qkv, dout, s, b, ng, r, d, p);
-		check_finite(o, no, "attn_fwd");
-		check_finite(dq, nq, "attn_bwd");
-		printf("attention bf16 %s %s: fwd %.1f TFLOP/s (%.3f ms), bwd %.1f TFLOP/s (%.3f ms), medians of %d\n",
-		       impl[k], label, f / tf / 1e12, tf * 1e3, 2.5 * f / tb / 1e12, tb * 1e3, REPS);
-	}
+	/* bf16 qkv, out, dout and dqkv, as mgt-train --bf16 calls it (no casts around the kernels
+	 * but the backward's fp32 gradient scratch), then fp32 ones (the op converts) */
+	void *qkv16 = typed(qkv, nq, MGT_DT_BF16), *dout16 = typed(dout, no, MGT_DT_BF16);
+	static const char *const impl[3] = {"mma", "mma-occ", "wmma"};
+	for (int io = 0; io < 2; io++)
+		for (int k = 0; k < 3; k++) {
+			const mgt_elem_type t = io == 0 ? MGT_DT_BF16 : MGT_DT_F32;
+			const void *q = io == 0 ? qkv16 : qkv, *dO = io == 0 ? dout16 : dout;
+			setenv("MGT_ATTN_KERNEL", impl[k], 1);
+			const double tf = attn_time(false, dq, o, l, q, dO, t, t, s, b, ng, r, d, p);
+			const double tb = attn_time(true, dq, o, l, q, dO, t, t, s, b, ng, r, d, p);
+			if (io == 1) {
+				check_finite(o, no, "attn_fwd");
+				check_finite(dq, nq, "attn_bwd");
+			}
+			printf("attention bf16 %s %s, %s: fwd %.1f TFLOP/s (%.3f ms), bwd %.1f TFLOP/s (%.3f ms), "
+			       "medians of %d\n", impl[k], label, io == 0 ? "bf16 io" : "fp32 io (casts)", f / tf / 1e12,
+			       tf * 1e3, 2.5 * f / tb / 1e12, tb * 1e3, REPS);
+		}
+	free_typed(qkv16, qkv), free_typed(dout16, dout);
 	unsetenv("MGT_ATTN_KERNEL");
 	be->precision = MGT_PREC_FP32;
 	be->ops->free(be, qkv), be->ops->free(be, dout), be->ops->free(be, o);
@@ -213,10 +253,14 @@ int main(void)
 	be = mgt_backend_cuda_create(0, &st);
 	if (!be)
 		fail("cannot create the cuda backend on device 0");
-	gemm(MGT_PREC_BF16, 8192, 8192, 8192, "8192^3");
-	gemm(MGT_PREC_FP16, 8192, 8192, 8192, "8192^3");
-	gemm(MGT_PREC_FP32, 8192, 8192, 8192, "8192^3");
-	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)");
+	gemm(MGT_PREC_BF16, 8192, 8192, 8192, "8192^3", false);
+	gemm(MGT_PREC_BF16, 8192, 8192, 8192, "8192^3", true);
+	gemm(MGT_PREC_FP16, 8192, 8192, 8192, "8192^3", false);
+	gemm(MGT_PREC_FP32, 8192, 8192, 8192, "8192^3", false);
+	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)", false);
+	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)", true);
+	gemm(MGT_PREC_BF16, 8192, 768, 50304, "8192x768x50304 (gpt2-124m logits)", true);
+	gemm(MGT_PREC_BF16, 8192, 2048, 8192, "8192x2048x8192 (llama-3.2-1b fc1 half)", true);
 	bandwidth();
 	attention("s1024 b8 h12 d64 (gpt2-124m, no dropout)", 1024, 8, 12, 1, 64, 0.0f);
 	attention("s1024 b8 h12 d64 (gpt2-124m, dropout 0.1)", 1024, 8, 12, 1, 64, 0.1f);

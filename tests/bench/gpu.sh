@@ -26,7 +26,9 @@
 #   build/bundle/bin), GEMM_CEILING (default build/bench/gemm_ceiling, else
 #   build/bundle/bench/gemm_ceiling), PEAK_TFLOPS (989), RUN_TIMEOUT (300 s per run), GPT2_MBS
 #   ("8 4 2 1"), LLAMA_MBS ("4 2 1"), MOE_MBS ("4 2 1"), GPT2_ITERS (30), LLAMA_ITERS (20),
-#   MOE_ITERS (20), PY (python3).
+#   MOE_ITERS (20), PY (python3), MOE (1: the Mixtral-like run; 0 skips it), GPT2_BIG_MBS (empty;
+#   e.g. "64 32 16": gpt2-124m again at the largest of these that runs, and PyTorch at it),
+#   AB (empty; NAME=VALUE ...: gpt2-124m at micro-batch 8 again with each environment switch).
 # Raw results: tests/bench/results/gpu-<device>-<date>.txt (also copied to $OUT when set, after
 # every case, so that a run cut short still leaves its results there).
 set -u
@@ -196,7 +198,8 @@ bench() {
 	CEIL=
 	if [ -x "$GEMM_CEILING" ]; then
 		timeout 300 "$GEMM_CEILING" 2>&1 | tee "$W/gemm.txt"
-		CEIL=$(sed -n 's/^gemm bf16 8192^3: \([0-9.]*\) TFLOP.*/\1/p' "$W/gemm.txt")
+		CEIL=$(sed -n 's/^gemm-typed bf16 8192^3: \([0-9.]*\) TFLOP.*/\1/p' "$W/gemm.txt")
+		[ -n "$CEIL" ] || CEIL=$(sed -n 's/^gemm bf16 8192^3: \([0-9.]*\) TFLOP.*/\1/p' "$W/gemm.txt")
 	else
 		echo "gemm_ceiling is not built"
 	fi
@@ -209,18 +212,38 @@ bench() {
 	run_case llama-3.2-1b-mock llama-3.2-1b 2048 16 "${LLAMA_ITERS:-20}" "${LLAMA_MBS:-4 2 1}" --mock-data \
 		--vocab-size 128256 --hidden-dropout 0 --attention-dropout 0
 	save
-	# a Mixtral-like small shape (issue 17): Mixtral's layer with h 2048, 8 experts of 4096, top-2,
-	# 8 layers (1.7B parameters, 0.5B active), router in fp32, aux loss 1e-2
-	run_case mixtral-small-mock mixtral-8x7b 2048 16 "${MOE_ITERS:-20}" "${MOE_MBS:-4 2 1}" --mock-data \
-		--vocab-size 32000 --num-layers 8 --hidden-size 2048 --ffn-hidden-size 4096 --moe-ffn-hidden-size 4096 \
-		--num-attention-heads 16 --num-query-groups 8 --moe-router-dtype fp32 --hidden-dropout 0 --attention-dropout 0
-	save
+	# gpt2-124m at the largest micro-batch of GPT2_BIG_MBS that runs (llm.c trains it at 64)
+	if [ -n "${GPT2_BIG_MBS:-}" ]; then
+		run_case gpt2-124m-big gpt2-124m 1024 64 "${GPT2_ITERS:-30}" "$GPT2_BIG_MBS" --mock-data
+		save
+	fi
+	# A/B variants: gpt2-124m at micro-batch 8 again under each NAME=VALUE of AB (environment
+	# switches such as MGT_ATTN_KERNEL=wmma), beside the default run above
+	for ab in ${AB:-}; do
+		abn=${ab%%=*} abv=${ab#*=}
+		export "$abn=$abv"
+		run_case "gpt2-124m-$abn-$abv" gpt2-124m 1024 64 "${GPT2_ITERS:-30}" 8 --mock-data
+		unset "$abn"
+		save
+	done
+	if [ "${MOE:-1}" = 1 ]; then
+		# a Mixtral-like small shape (issue 17): Mixtral's layer with h 2048, 8 experts of 4096,
+		# top-2, 8 layers (1.7B parameters, 0.5B active), router in fp32, aux loss 1e-2
+		run_case mixtral-small-mock mixtral-8x7b 2048 16 "${MOE_ITERS:-20}" "${MOE_MBS:-4 2 1}" --mock-data \
+			--vocab-size 32000 --num-layers 8 --hidden-size 2048 --ffn-hidden-size 4096 --moe-ffn-hidden-size 4096 \
+			--num-attention-heads 16 --num-query-groups 8 --moe-router-dtype fp32 --hidden-dropout 0 --attention-dropout 0
+		save
+	fi
 	if [ "${TORCH:-1}" = 1 ]; then
 		echo "## PyTorch on the same GPU, the same shapes (random token ids)"
 		torch_case gpt2-124m-mock gpt2-124m 1024 64 "${GPT2_ITERS:-30}"
 		save
 		torch_case llama-3.2-1b-mock llama-3.2-1b 2048 16 "${LLAMA_ITERS:-20}" --vocab-size 128256
 		save
+		if [ -n "${GPT2_BIG_MBS:-}" ]; then
+			torch_case gpt2-124m-big gpt2-124m 1024 64 "${GPT2_ITERS:-30}"
+			save
+		fi
 	fi
 
 	if [ -n "$DATA" ]; then

@@ -1,16 +1,34 @@
 #!/bin/sh
-# tests/gpu/device-run.sh check|bench|info: run make check-gpu or make bench-gpu on a GPU machine
-# that has the CUDA libraries but none of mgt's Debian libraries and cannot build mgt (the lent
-# GPU machine), from the bundle packed here by `make device-pack` into .device/ (an ignored
+# tests/gpu/device-run.sh all|check|bench|profile|info: run the GPU checks and benchmarks on a GPU
+# machine that has the CUDA libraries but none of mgt's Debian libraries and cannot build mgt (the
+# lent GPU machine), from the bundle packed here by `make device-pack` into .device/ (an ignored
 # folder the device tool carries: carry [".device"]).  Each mode fits one 10-minute call:
-#   info   the machine: nvidia-smi, nvcc, where cuBLASLt and NCCL are, ldd of mgt-train
-#   check  tests/gpu/check.sh (every CUDA op against the CPU op, model and training checks)
-#   bench  tests/bench/gpu.sh kjv (GEMM ceiling, gpt2-124m and llama-3.2-1b tokens/s and MFU)
+#   all      the lease's one call (../shared/docs/DEVICE-NOTES.md): every question at once, each
+#            step under its own time limit and all of them under BUDGET seconds (520), most
+#            wanted first, so that a hang or an overrun costs only the steps after it:
+#              1. test_cuda_ops: every op against the CPU (the mma probe and the two attention
+#                 implementations first) -> $OUT/test_cuda_ops.txt
+#              2. tests/bench/gpu.sh: the GEMM ceilings and attention microbenchmarks (both
+#                 implementations, bf16 and fp32 io), gpt2-124m at micro-batch 8 and at the
+#                 largest of 64/32/16, llama-3.2-1b at 4, the A/B variants of AB
+#                 (MGT_ATTN_KERNEL=wmma, mma-occ), PyTorch (torch.compile) at the same shapes
+#                 -> $OUT/gpu-<device>-<date>.txt
+#              3. tests/gpu/profile.sh: ncu's kernel times of two steps of each model
+#                 -> $OUT/profile-<model>.csv.gz
+#              4. tests/gpu/check.sh without its op part, 30 iterations: the training checks
+#                 -> $OUT/check-gpu-results.txt, check-gpu-logs.tar.gz
+#            and everything printed -> $OUT/run.log (7 files; at most 8 come back)
+#   info     the machine: nvidia-smi, nvcc, where cuBLASLt and NCCL are, ldd of mgt-train
+#   check    tests/gpu/check.sh (every CUDA op against the CPU op, model and training checks)
+#   bench    tests/bench/gpu.sh kjv (GEMM ceiling, gpt2-124m and llama-3.2-1b tokens/s and MFU)
+#   profile  tests/gpu/profile.sh
 # Results go to $OUT (at most 8 files come back) and, for bench, tests/bench/results/.
+# DRY=1 (all): print each step's command and limit instead of running it (a check of the script
+# on a machine without a GPU).
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
-mode=${1:-check}
+mode=${1:-all}
 B=$ROOT/.device/mgt-bundle
 if [ ! -x "$B/bin/mgt-train" ]; then
 	[ -f .device/mgt-bundle.tar.xz ] || { echo "no .device/mgt-bundle.tar.xz: run make device-pack and carry .device"; exit 2; }
@@ -28,9 +46,42 @@ info() {
 	echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 	ldd "$MGT_BIN/mgt-train"
 }
+# step NAME LIMIT CMD...: CMD under min(LIMIT, the seconds left before DEADLINE less 5); skipped
+# when under 20 s are left
+step() {
+	n=$1 lim=$2
+	shift 2
+	left=$((DEADLINE - $(date +%s) - 5))
+	[ "$left" -lt "$lim" ] && lim=$left
+	if [ "$lim" -lt 20 ]; then
+		echo "#### step $n: skipped ($left s left of the budget)"
+		return 0
+	fi
+	echo "#### step $n (limit $lim s): $*"
+	if [ "${DRY:-0}" = 1 ]; then return 0; fi
+	t0=$(date +%s)
+	timeout "$lim" "$@"
+	echo "#### step $n: exit $? after $(( $(date +%s) - t0 )) s"
+}
+all() {
+	O=${OUT:-/tmp/mgt-device-out}
+	mkdir -p "$O"
+	DEADLINE=$(( $(date +%s) + ${BUDGET:-520} ))
+	echo "# device-run all $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${BUDGET:-520} s"
+	info
+	step ops 120 sh -c '"$1" >"$2/test_cuda_ops.txt" 2>&1; r=$?; grep "^not ok" "$2/test_cuda_ops.txt";
+		grep "^# total" "$2/test_cuda_ops.txt"; tail -1 "$2/test_cuda_ops.txt"; exit $r' sh "$TEST_CUDA_OPS" "$O"
+	step bench 280 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=wmma MGT_ATTN_KERNEL=mma-occ}" \
+		sh tests/bench/gpu.sh
+	step profile 130 env PROFILE_TIMEOUT=65 sh tests/gpu/profile.sh "$O"
+	step train 150 env ITERS=30 SKIP_OPS=1 RUN_TIMEOUT=60 sh tests/gpu/check.sh
+	echo "# device-run all done $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+}
 case $mode in
+all) mkdir -p "${OUT:-/tmp/mgt-device-out}"; all 2>&1 | tee "${OUT:-/tmp/mgt-device-out}/run.log" ;;
+profile) sh tests/gpu/profile.sh ;;
 info) info 2>&1 | tee "${OUT:-/tmp}/device-info.txt" ;;
 check) info >"${OUT:-/tmp}/device-info.txt" 2>&1; sh tests/gpu/check.sh ;;
 bench) sh tests/bench/gpu.sh kjv ;;
-*) echo "usage: $0 info|check|bench"; exit 2 ;;
+*) echo "usage: $0 all|check|bench|profile|info"; exit 2 ;;
 esac

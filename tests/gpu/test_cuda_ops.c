@@ -1128,9 +1128,17 @@ static void t_attn16(mgt_precision prec, int s, int b, int ng, int r, int d, flo
 	dfree(dQ16), dfree(dO16), dfree(dQv), dfree(dOv), dfree(dL), dfree(dLv), dfree(dDO), dfree(dDQ), dfree(dDQv);
 }
 
-static void t_attn_tc_shapes(bool small)
+/* The attention shapes of the tensor-core kernels; only64: those of head dimension 33..64 (the
+ * only ones with kernels of their own in MGT_K_ATTN_MMA_OCC). */
+static void t_attn_tc_shapes(bool small, bool only64)
 {
 	for (mgt_precision pr = MGT_PREC_BF16; pr <= MGT_PREC_FP16; pr++) {
+		if (only64) {
+			t_attn_prec(pr, small ? 70 : 257, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
+			t_attn16(pr, small ? 40 : 257, 2, 2, 2, 64, 0.1f);
+			t_attn_prec(pr, small ? 50 : 1000, 1, 1, 4, 48, 0.1f, 2, 8, 1.5);
+			continue;
+		}
 		t_attn_prec(pr, small ? 70 : 257, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
 		t_attn_prec(pr, small ? 77 : 1000, 1, 1, 4, 32, 0.1f, 2, 8, 1.5);
 		t_attn_prec(pr, small ? 63 : 130, 2, 1, 3, 128, 0.1f, 3, 12, 1.5);
@@ -1261,21 +1269,34 @@ static void t_mma_probe(int dtype)
 }
 #endif
 
-static void t_attn_tc(bool small)
+/* The fragment-layout probe and the two tensor-core implementations on the same inputs: all_ops
+ * runs them first, so that a GPU run pins a layout error to one helper before anything else. */
+static void t_mma_first(bool small)
 {
 #if MMA_PROBE
 	t_mma_probe(MGT_K_BF16);
 	t_mma_probe(MGT_K_F16);
 #endif
-	setenv("MGT_ATTN_KERNEL", "mma", 1);
-	t_attn_tc_shapes(small);
-	setenv("MGT_ATTN_KERNEL", "wmma", 1);
-	tag = "[wmma] ";
-	t_attn_tc_shapes(small);
-	tag = "";
-	unsetenv("MGT_ATTN_KERNEL");
 	t_attn_impls(small ? 70 : 300, 2, 2, 2, 64, 0.1f);
 	t_attn_impls(small ? 40 : 130, 1, 1, 3, 128, 0.0f);
+}
+
+/* The tensor-core implementations (mma, wmma, mma-occ) against the CPU at the attention shapes
+ * (first: the probe and the implementations against each other when first is true). */
+static void t_attn_tc(bool small, bool first)
+{
+	if (first)
+		t_mma_first(small);
+	setenv("MGT_ATTN_KERNEL", "mma", 1);
+	t_attn_tc_shapes(small, false);
+	setenv("MGT_ATTN_KERNEL", "wmma", 1);
+	tag = "[wmma] ";
+	t_attn_tc_shapes(small, false);
+	setenv("MGT_ATTN_KERNEL", "mma-occ", 1);
+	tag = "[mma-occ] ";
+	t_attn_tc_shapes(small, true);
+	tag = "";
+	unsetenv("MGT_ATTN_KERNEL");
 }
 
 /* ---- context-parallel attention blocks (backend.h attn_blk_*, attn_kv_copy) ---- */
@@ -2244,6 +2265,9 @@ static void on_alarm(int sig)
 
 static void all_ops(void)
 {
+	section("tensor-core fragments and attention implementations (first)");
+	t_mma_first(false);
+
 	section("linear");
 	for (int pr = 0; pr < 3; pr++) {
 		mgt_precision p = (mgt_precision)pr;
@@ -2298,7 +2322,7 @@ static void all_ops(void)
 	t_attn_kv(8, 300, 2, 2, 64, 1.5);
 	t_attn_kv(3, 1030, 1, 4, 128, 1.5);
 	t_attn_kv(2, 50, 3, 1, 256, 1.5);
-	t_attn_tc(false);
+	t_attn_tc(false, false);
 
 	section("context-parallel attention blocks");
 	cp_ops(false);
@@ -2432,7 +2456,7 @@ static void small_ops(void)
 	t_attn(70, 1, 1, 3, 128, 0.1f, 3, 12, 1.5); /* DM 128: 32 x 32 backward tiles */
 	t_attn(77, 2, 2, 1, 16, 0.1f, 0, 4, 1.5);
 	t_attn(63, 1, 1, 2, 24, 0.0f, 0, 2, 4.0);
-	t_attn_tc(true);
+	t_attn_tc(true, true);
 	t_attn(1, 3, 2, 2, 64, 0.1f, 0, 4, 1.5);
 	t_attn(40, 1, 1, 2, 32, 0.0f, 0, 2, 3e-19); /* products near FLT_MIN and below */
 	t_attn_kv(3, 20, 2, 2, 32, 1.5);
