@@ -22,6 +22,7 @@
  */
 #include "backend/cuda_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Operand bytes in 16-bit, rounded up to 256 so buffers carved from the scratch stay aligned. */
@@ -43,6 +44,8 @@ static bool lt_ok(mgt_backend *be, const char *op, cublasStatus_t s)
 {
 	if (s == CUBLAS_STATUS_SUCCESS)
 		return true;
+	if (((cuda_impl *)be->impl)->lt_quiet)
+		return false;
 	mgt_cuda_fail(be, MGT_ERR_IO, "cuda backend: %s: cuBLASLt: %s", op, cublasLtGetStatusString(s));
 	return false;
 }
@@ -73,7 +76,7 @@ static bool desc_set(mgt_backend *be, const char *op, cublasLtMatmulDesc_t d,
 }
 
 /* Descriptor and layouts for key k (A stored k x m or m x k as transposed, B likewise, C = D
- * m x n fp32; leading dimension = stored rows). */
+ * m x n of type k->dt; leading dimension = stored rows). */
 static bool plan_describe(mgt_backend *be, const char *op, cuda_plan *pl, const cuda_plan_key *k)
 {
 	const cudaDataType ab = (cudaDataType)k->ab;
@@ -90,7 +93,7 @@ static bool plan_describe(mgt_backend *be, const char *op, cuda_plan *pl, const 
 		desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t)) &&
 	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->la, ab, ar, ac, (int64_t)ar)) &&
 	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->lb, ab, br, bc, (int64_t)br)) &&
-	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->lc, CUDA_R_32F, (uint64_t)k->m,
+	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->lc, (cudaDataType)k->dt, (uint64_t)k->m,
 							(uint64_t)k->n, k->m));
 }
 
@@ -117,6 +120,8 @@ static bool plan_choose(mgt_backend *be, const char *op, cuda_plan *pl, const cu
 								pl->lc, pref, 1, &res, &nres));
 	cublasLtMatmulPreferenceDestroy(pref);
 	if (ok && nres < 1) {
+		if (im->lt_quiet)
+			return false;
 		mgt_cuda_fail(be, MGT_ERR_IO,
 			      "cuda backend: %s: cuBLASLt has no algorithm for m=%lld n=%lld k=%lld", op,
 			      (long long)k->m, (long long)k->n, (long long)k->k);
@@ -147,22 +152,31 @@ static cuda_plan *plan_get(mgt_backend *be, const char *op, const cuda_plan_key 
 	return pl;
 }
 
-/* D[m,n] = op(A) . op(B) (+ bias[m]) + beta * D, column-major, fp32 D; A and B of type ab. */
-static void gemm(mgt_backend *be, const char *op, bool ta, bool tb, int m, int n, int k,
-		 cudaDataType ab, const void *A, const void *B, float *D, float beta, const float *bias)
+/* D[m,n] = op(A) . op(B) (+ bias[m]) + beta * D, column-major, D of type dt (CUDA_R_32F, or
+ * ab's 16-bit type: the fp32 result rounded by cuBLASLt); A and B of type ab.  False when
+ * cuBLASLt refused (recorded as the backend's failure unless im->lt_quiet). */
+static bool gemm_t(mgt_backend *be, const char *op, bool ta, bool tb, int m, int n, int k, cudaDataType ab,
+		   const void *A, const void *B, void *D, cudaDataType dt, float beta, const float *bias)
 {
 	cuda_impl *im = be->impl;
 	int64_t align = min64(min64(ptr_align(A), ptr_align(B)), min64(ptr_align(D), ptr_align(bias)));
-	const cuda_plan_key key = {ta, tb, m, n, k, ab,
+	const cuda_plan_key key = {ta, tb, m, n, k, ab, dt,
 				   bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, beta != 0.0f,
 				   align};
 	cuda_plan *pl = plan_get(be, op, &key, bias);
 	if (!pl ||
 	    (bias && !desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
-		return;
+		return false;
 	const float alpha = 1.0f;
-	lt_ok(be, op, cublasLtMatmul(im->lt, pl->desc, &alpha, A, pl->la, B, pl->lb, &beta, D, pl->lc, D,
-				     pl->lc, &pl->algo, im->lt_ws, CUDA_LT_WS_BYTES, im->stream));
+	return lt_ok(be, op, cublasLtMatmul(im->lt, pl->desc, &alpha, A, pl->la, B, pl->lb, &beta, D, pl->lc, D,
+					    pl->lc, &pl->algo, im->lt_ws, CUDA_LT_WS_BYTES, im->stream));
+}
+
+/* gemm_t with an fp32 D. */
+static void gemm(mgt_backend *be, const char *op, bool ta, bool tb, int m, int n, int k,
+		 cudaDataType ab, const void *A, const void *B, float *D, float beta, const float *bias)
+{
+	gemm_t(be, op, ta, tb, m, n, k, ab, A, B, D, CUDA_R_32F, beta, bias);
 }
 
 /* GEMM operand type for the backend's precision, and the cast kernels' name for it. */
@@ -218,11 +232,22 @@ static void fwd_no_input(mgt_backend *be, float *y, const float *b, int T, int o
 }
 
 /* Rows of a 16-bit output computed at once in fp32 (a block of about 16M floats, 64 MiB of
- * scratch; cuBLASLt could write the 16-bit D itself: a step for when a GPU checks its rounding). */
+ * scratch), unless cuBLASLt writes the 16-bit D itself (MGT_GEMM_D16=1, gemm_rows). */
 static int out_block_rows(int T, int out)
 {
 	size_t r = ((size_t)16 << 20) / (size_t)(out > 0 ? out : 1);
 	return r < 1 ? 1 : r > (size_t)T ? T : (int)r;
+}
+
+/* MGT_GEMM_D16 in the environment (read at each call, as MGT_ATTN_KERNEL): 1 or 2, a 16-bit
+ * output is written by cuBLASLt (D of the operands' type, the fp32 result and bias rounded once)
+ * instead of fp32 blocks cast by mgt_k_cast; where cuBLASLt refuses that, 1 falls back to the
+ * blocks for good, 2 records the refusal as the op's failure (for the op checks).  0 when unset.
+ * An A/B variant until a GPU has measured and checked it. */
+static int gemm_d16(void)
+{
+	const char *v = getenv("MGT_GEMM_D16");
+	return !v ? 0 : strcmp(v, "1") == 0 ? 1 : strcmp(v, "2") == 0 ? 2 : 0;
 }
 
 /* Bytes of fp32 scratch that gemm_rows needs for R rows of n outputs of type dt (0 for fp32). */
@@ -240,6 +265,15 @@ static void gemm_rows(mgt_backend *be, const char *op, bool ta, int n, int T, in
 	cuda_impl *im = be->impl;
 	const bool d16 = dt != MGT_DT_F32;
 	const size_t bs = ab == CUDA_R_32F ? 4 : 2;
+	const int mode = d16 && k_type(ab) == mgt_cuda_kt(dt) ? gemm_d16() : 0;
+	if (mode == 2 || (mode == 1 && !im->d16_refused)) { /* cuBLASLt rounds D */
+		im->lt_quiet = mode == 1;
+		const bool ok = gemm_t(be, op, ta, false, n, T, k, ab, A, B, D, ab, 0.0f, bias);
+		im->lt_quiet = false;
+		if (ok || mode == 2)
+			return;
+		im->d16_refused = true; /* (the bias type with a 16-bit D, say): the blocks from now on */
+	}
 	if (!d16)
 		R = T;
 	for (int t0 = 0; t0 < T; t0 += R) {

@@ -30,7 +30,8 @@ enum { CUDA_PLANS = 128 };
 typedef struct {
 	int64_t ta, tb;   /* A, B transposed (cuBLAS column-major view) */
 	int64_t m, n, k;
-	int64_t ab;       /* cudaDataType of A and B (C, D and bias are CUDA_R_32F) */
+	int64_t ab;       /* cudaDataType of A and B (the bias is CUDA_R_32F) */
+	int64_t dt;       /* cudaDataType of C and D: CUDA_R_32F, or ab's 16-bit type (MGT_GEMM_D16) */
 	int64_t epi;      /* cublasLtEpilogue_t: DEFAULT or BIAS */
 	int64_t acc;      /* beta != 0 (C = D is read) */
 	int64_t align;    /* least alignment in bytes of the pointers (<= 256), for the heuristic */
@@ -62,6 +63,8 @@ typedef struct {
 	size_t cap, live, tombs;
 	cuda_plan plans[CUDA_PLANS];
 	int plan_next;         /* next plan slot to (re)use, round robin */
+	bool d16_refused;      /* cuBLASLt refused a 16-bit D (MGT_GEMM_D16): fp32 blocks from then on */
+	bool lt_quiet;         /* a cuBLASLt refusal returns false without recording a failure */
 	mgt_status err;        /* first failure of an op, MGT_OK if none */
 	char msg[256];
 } cuda_impl;

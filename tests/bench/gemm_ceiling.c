@@ -8,7 +8,8 @@
  *    bf16/fp16 casts of both operands (mgt-plan --gemm-bench reads these lines and takes the
  *    casts' traffic off).  "gemm-typed" lines: x, w and y already bf16, as mgt-train --bf16's
  *    layers call it (16-bit weight copy and activations): the GEMM alone, the ceiling
- *    tests/bench/gpu.sh measures MFU against.  Also GPT-2 small's MLP and output-layer shapes and
+ *    tests/bench/gpu.sh measures MFU against; "gemm-typed-d16" lines: the same with
+ *    MGT_GEMM_D16=1 (cuBLASLt writes the 16-bit y instead of fp32 blocks and a cast).  Also GPT-2 small's MLP and output-layer shapes and
  *    a llama-3.2-1b MLP shape, shapes training meets.
  *  - add y += x on two 1 GiB fp32 buffers: bytes moved = 3 GiB (reads x and y, writes y), the
  *    device memory bandwidth as an elementwise op sees it.
@@ -140,7 +141,7 @@ static double gemm(mgt_precision prec, int T, int in, int out, const char *label
 	double flops = 2.0 * T * in * out, med = (t_[REPS / 2 - 1] + t_[REPS / 2]) / 2;
 	const char *pn = prec == MGT_PREC_BF16 ? "bf16" : prec == MGT_PREC_FP16 ? "fp16" : "fp32";
 	printf("%s %s %s: %.1f TFLOP/s (median of %d, %.3f ms; best %.1f TFLOP/s)%s\n",
-	       typed_io ? "gemm-typed" : "gemm", pn, label,
+	       !typed_io ? "gemm" : getenv("MGT_GEMM_D16") ? "gemm-typed-d16" : "gemm-typed", pn, label,
 	       flops / med / 1e12, REPS, med * 1e3, flops / t_[0] / 1e12,
 	       prec == MGT_PREC_FP32 ? "" : typed_io ? " 16-bit x, w, y" : " incl. operand casts");
 	fflush(stdout);
@@ -261,6 +262,11 @@ int main(void)
 	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)", true);
 	gemm(MGT_PREC_BF16, 8192, 768, 50304, "8192x768x50304 (gpt2-124m logits)", true);
 	gemm(MGT_PREC_BF16, 8192, 2048, 8192, "8192x2048x8192 (llama-3.2-1b fc1 half)", true);
+	setenv("MGT_GEMM_D16", "1", 1); /* the 16-bit y written by cuBLASLt, not through fp32 blocks */
+	gemm(MGT_PREC_BF16, 8192, 8192, 8192, "8192^3", true);
+	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)", true);
+	gemm(MGT_PREC_BF16, 8192, 2048, 8192, "8192x2048x8192 (llama-3.2-1b fc1 half)", true);
+	unsetenv("MGT_GEMM_D16");
 	bandwidth();
 	attention("s1024 b8 h12 d64 (gpt2-124m, no dropout)", 1024, 8, 12, 1, 64, 0.0f);
 	attention("s1024 b8 h12 d64 (gpt2-124m, dropout 0.1)", 1024, 8, 12, 1, 64, 0.1f);

@@ -11,7 +11,7 @@
 #              2. tests/bench/gpu.sh: the GEMM ceilings and attention microbenchmarks (both
 #                 implementations, bf16 and fp32 io), gpt2-124m at micro-batch 8 and at the
 #                 largest of 64/32/16, llama-3.2-1b at 4, the A/B variants of AB
-#                 (MGT_ATTN_KERNEL=wmma, mma-occ), PyTorch (torch.compile) at the same shapes
+#                 (MGT_ATTN_KERNEL=wmma, mma-occ; MGT_GEMM_D16=1), PyTorch (torch.compile) at the same shapes
 #                 -> $OUT/gpu-<device>-<date>.txt
 #              3. tests/gpu/profile.sh: ncu's kernel times of two steps of each model
 #                 -> $OUT/profile-<model>.csv.gz
@@ -71,7 +71,7 @@ all() {
 	info
 	step ops 120 sh -c '"$1" >"$2/test_cuda_ops.txt" 2>&1; r=$?; grep "^not ok" "$2/test_cuda_ops.txt";
 		grep "^# total" "$2/test_cuda_ops.txt"; tail -1 "$2/test_cuda_ops.txt"; exit $r' sh "$TEST_CUDA_OPS" "$O"
-	step bench 280 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=wmma MGT_ATTN_KERNEL=mma-occ}" \
+	step bench 280 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=wmma MGT_ATTN_KERNEL=mma-occ MGT_GEMM_D16=1}" \
 		sh tests/bench/gpu.sh
 	step profile 130 env PROFILE_TIMEOUT=65 sh tests/gpu/profile.sh "$O"
 	step train 150 env ITERS=30 SKIP_OPS=1 RUN_TIMEOUT=60 sh tests/gpu/check.sh

@@ -504,6 +504,38 @@ static void t_out16(const char *id, void *d16, mgt_elem_type dt, const float *y3
 	free(g);
 }
 
+/* 16-bit ulps between a GEMM's 16-bit output written by cuBLASLt (MGT_GEMM_D16) and its fp32
+ * output rounded: the simulator's stand-in sums both in one order (0: bitwise, so a wrong rounding
+ * fails); a GPU's algorithm for a 16-bit D may sum in another (1). */
+#ifdef MGT_CUDA_SIM
+#define D16_ULPS 0
+#else
+#define D16_ULPS 1
+#endif
+
+/* t_out16 allowing ulps 16-bit ulps (the bits as integers of the same sign) between the output and
+ * the rounded fp32 output; the count of elements that differ at all is printed. */
+static void t_out16_ulp(const char *id, void *d16, mgt_elem_type dt, const float *y32, size_t n, int ulps)
+{
+	if (!ulps) {
+		t_out16(id, d16, dt, y32, n);
+		return;
+	}
+	uint16_t *g = xmalloc(n * 2);
+	if (G->download(gpu, g, d16, n * 2) != MGT_OK)
+		bail("download (the 16-bit op failed?)");
+	size_t nd = 0, nfar = 0;
+	for (size_t i = 0; i < n; i++) {
+		const uint16_t r = dt == MGT_DT_BF16 ? mgt_f32_to_bf16(y32[i]) : mgt_f32_to_f16(y32[i]);
+		const int a = g[i] & 0x7fff, b = r & 0x7fff;
+		const int dist = (g[i] >> 15) == (r >> 15) || (a == 0 && b == 0) ? abs(a - b) : 1 << 16;
+		nd += dist != 0, nfar += dist > ulps;
+	}
+	CHECK(nfar == 0, "%s%s: the %s output within %d ulp of its fp32 output rounded (%zu beyond, %zu differ)", tag, id,
+	      dt == MGT_DT_BF16 ? "bf16" : "fp16", ulps, nfar, nd);
+	free(g);
+}
+
 /* ================= linear ================= */
 
 /* The cast op into dst (device, n 16-bit elements of type dt) from src (device fp32, host copy
@@ -570,17 +602,23 @@ static void t_linear(int T, int in, int out, bool bias, bool want_dx, mgt_precis
 		dw[k] = dget(dDW, nw);
 		db[k] = dget(dDB, out);
 	}
-	if (dW16) { /* the output in 16 bits (the logits): the rounding of the fp32 output */
+	for (int d16 = 0; dW16 && d16 < 2; d16++) {
+		/* the output in 16 bits (the logits): the rounding of the fp32 output; with MGT_GEMM_D16=1
+		 * cuBLASLt rounds it (within one 16-bit ulp: its algorithm for a 16-bit D may sum in
+		 * another order; bitwise under the simulator) */
+		if (d16) /* 2: a refusal by cuBLASLt fails the op */
+			setenv("MGT_GEMM_D16", "2", 1);
 		void *dY16 = dalloc(ny * 2);
 		G->linear_fwd(gpu, dY16, lt, dX, MGT_DT_F32, dW, MGT_DT_F32, dB, T, in, out);
-		t_out16(nm("%s: fwd y", id), dY16, lt, y[0], ny);
+		t_out16_ulp(nm("%s: fwd y%s", id, d16 ? " (MGT_GEMM_D16)" : ""), dY16, lt, y[0], ny, d16 ? D16_ULPS : 0);
 		dfree(dY16);
-	}
-	if (dW16 && want_dx) { /* dx in 16 bits (a norm output's gradient): the rounding of the fp32 dx */
-		void *dDX16 = dalloc(nx * 2);
-		G->linear_bwd(gpu, dDX16, lt, dDW, NULL, dDY, MGT_DT_F32, dX, MGT_DT_F32, dW, MGT_DT_F32, T, in, out);
-		t_out16(nm("%s: bwd dx", id), dDX16, lt, dx[0], nx);
-		dfree(dDX16);
+		if (want_dx) { /* dx in 16 bits (a norm output's gradient): the rounding of the fp32 dx */
+			void *dDX16 = dalloc(nx * 2);
+			G->linear_bwd(gpu, dDX16, lt, dDW, NULL, dDY, MGT_DT_F32, dX, MGT_DT_F32, dW, MGT_DT_F32, T, in, out);
+			t_out16_ulp(nm("%s: bwd dx%s", id, d16 ? " (MGT_GEMM_D16)" : ""), dDX16, lt, dx[0], nx, d16 ? D16_ULPS : 0);
+			dfree(dDX16);
+		}
+		unsetenv("MGT_GEMM_D16");
 	}
 	gpu->precision = MGT_PREC_FP32;
 	cmp(nm("%s: fwd y", id), y[0], yc, NULL, ny, lin_tol(prec, in));

@@ -16,7 +16,8 @@
  * does not know, or a value of the wrong size, is CUBLAS_STATUS_INVALID_VALUE with a message);
  * the heuristic returns one algorithm, valid for the alignments the preference promised;
  * cublasLtMatmul checks the shapes (op(A) m x k, op(B) k x n, C and D m x n, leading dimensions)
- * and types (A and B CUDA_R_32F, 16BF or 16F alike; C and D CUDA_R_32F; compute 32F) and the
+ * and types (A and B CUDA_R_32F, 16BF or 16F alike; C and D CUDA_R_32F or A's type, D rounded to
+ * nearest even; compute 32F; an fp32 bias) and the
  * pointers' alignment against the algorithm's, then computes column-major, as cuBLASLt defines
  * it: D = alpha op(A) op(B) + beta C (+ bias[i] per row with the BIAS epilogue), each dot
  * product a sequential fp32 FMA chain; C is not read when beta == 0.  Not simulated: other
@@ -337,6 +338,15 @@ float load(const void *p, cudaDataType_t t, size_t i)
 	return t == CUDA_R_16BF ? __uint_as_float((uint32_t)h << 16) : mgt_sim_h2f(h);
 }
 
+/* p[i] = v as type t (16-bit types rounded to nearest even, as cuBLASLt's epilogue rounds D) */
+void store(void *p, cudaDataType_t t, size_t i, float v)
+{
+	if (t == CUDA_R_32F)
+		static_cast<float *>(p)[i] = v;
+	else
+		static_cast<uint16_t *>(p)[i] = t == CUDA_R_16BF ? mgt_sim_f2bf(v) : mgt_sim_f2h(v);
+}
+
 /* Shapes and types of a product; m, n, k out. */
 cublasStatus_t check_shapes(const char *fn, const desc_t *d, const layout_t *a, const layout_t *b,
 			    const layout_t *c, const layout_t *dd, uint64_t *m, uint64_t *n,
@@ -345,13 +355,13 @@ cublasStatus_t check_shapes(const char *fn, const desc_t *d, const layout_t *a, 
 	if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
 		return lt_fail(fn, "compute type %d / scale type %d not simulated", (int)d->compute,
 			       (int)d->scale);
-	if (!ab_type(a->t) || a->t != b->t || c->t != CUDA_R_32F || dd->t != CUDA_R_32F)
+	if (!ab_type(a->t) || a->t != b->t || c->t != dd->t || (dd->t != CUDA_R_32F && dd->t != a->t))
 		return lt_fail(fn, "types A %d B %d C %d D %d not simulated", (int)a->t, (int)b->t,
 			       (int)c->t, (int)dd->t);
 	if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && d->epi != CUBLASLT_EPILOGUE_BIAS)
 		return lt_fail(fn, "epilogue %u not simulated", d->epi);
 	if (d->epi == CUBLASLT_EPILOGUE_BIAS && d->bias_t != -1 && d->bias_t != CUDA_R_32F)
-		return lt_fail(fn, "bias type %d with fp32 D", d->bias_t);
+		return lt_fail(fn, "bias type %d not simulated (fp32 only)", d->bias_t);
 	*m = dd->rows;
 	*n = dd->cols;
 	*k = d->ta ? a->rows : a->cols;
@@ -560,7 +570,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 	if (be != 0.0f && !inside(C, lc))
 		return lt_fail(fn, "C is not inside a device allocation");
 	const float *bias = static_cast<const float *>(d->bias);
-	float *out = static_cast<float *>(D);
 	for (uint64_t j = 0; j < n; j++)
 		for (uint64_t i = 0; i < m; i++) {
 			float acc = 0.0f;
@@ -571,10 +580,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 			}
 			float v = al * acc;
 			if (be != 0.0f)
-				v += be * static_cast<const float *>(C)[j * lc->ld + i];
+				v += be * load(C, lc->t, j * lc->ld + i);
 			if (epi_bias)
 				v += bias[i];
-			out[j * ld->ld + i] = v;
+			store(D, ld->t, j * ld->ld + i, v);
 		}
 	return mgt_sim_mem_check("cublasLtMatmul") ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
 }
