@@ -27,7 +27,8 @@
 #   build/bundle/bench/gemm_ceiling), PEAK_TFLOPS (989), RUN_TIMEOUT (300 s per run), GPT2_MBS
 #   ("8 4 2 1"), LLAMA_MBS ("4 2 1"), MOE_MBS ("4 2 1"), GPT2_ITERS (30), LLAMA_ITERS (20),
 #   MOE_ITERS (20), PY (python3), MOE (1: the Mixtral-like run; 0 skips it), GPT2_BIG_MBS (empty;
-#   e.g. "64 32 16": gpt2-124m again at the largest of these that runs, and PyTorch at it),
+#   e.g. "64 32 16": gpt2-124m again at the largest of these that runs, and PyTorch at it unless
+#   TORCH_BIG=0),
 #   AB (empty; NAME=VALUE ...: gpt2-124m at micro-batch 8 again with each environment switch).
 # Raw results: tests/bench/results/gpu-<device>-<date>.txt (also copied to $OUT when set, after
 # every case, so that a run cut short still leaves its results there).
@@ -240,7 +241,7 @@ bench() {
 		save
 		torch_case llama-3.2-1b-mock llama-3.2-1b 2048 16 "${LLAMA_ITERS:-20}" --vocab-size 128256
 		save
-		if [ -n "${GPT2_BIG_MBS:-}" ]; then
+		if [ -n "${GPT2_BIG_MBS:-}" ] && [ "${TORCH_BIG:-1}" = 1 ]; then
 			torch_case gpt2-124m-big gpt2-124m 1024 64 "${GPT2_ITERS:-30}"
 			save
 		fi

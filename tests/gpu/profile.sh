@@ -2,11 +2,11 @@
 # tests/gpu/profile.sh: the kernels of mgt-train's GPU step, by time (Nsight Compute).  Not a test.
 #
 # For each model: mgt-train --device cuda --bf16 --mock-data, global batch = one micro-batch,
-# 2 iterations (every kernel of two whole steps: forward, backward, optimizer), under
-#   ncu --metrics gpu__time_duration.sum --clock-control none --csv
-# (one replay pass a kernel; clocks left as found).  Then, per model: the top 10 kernels by GPU
-# time (per iteration: the two iterations' sum halved), their share and launches, and the time by
-# kind (attention, GEMM, casts, optimizer, the rest by kernel).
+# one iteration (every kernel of a whole step: forward, backward, optimizer; at most 3000), under
+#   ncu --metrics gpu__time_duration.sum --clock-control none --cache-control none --csv -c 3000
+# (one replay pass a kernel; clocks left as found; caches not flushed between kernels, as in a
+# run).  Then, per model: the top 10 kernels by GPU time, their share and launches, and the time
+# by kind (attention, GEMM, casts, optimizer, the rest).
 #   gpt2-124m     seq 1024, micro-batch 8 (dropout 0.1)
 #   llama-3.2-1b  seq 2048, micro-batch 4, vocabulary 128256, dropout 0
 #
@@ -37,11 +37,12 @@ for m in ${MODELS:-gpt2-124m llama-3.2-1b}; do
 	*) args="--micro-batch-size 1 --global-batch-size 1" ;;
 	esac
 	csv=$O/profile-$m.csv
-	echo "# profile $m: $NCU --metrics gpu__time_duration.sum --clock-control none --csv mgt-train --model $m $args --train-iters 2"
+	echo "# profile $m: $NCU --metrics gpu__time_duration.sum --clock-control none --cache-control none --csv -c 3000 mgt-train --model $m $args --train-iters 1"
 	t0=$(date +%s)
 	# shellcheck disable=SC2086
-	timeout "${PROFILE_TIMEOUT:-150}" "$NCU" --metrics gpu__time_duration.sum --clock-control none --csv \
-		"$TRAIN" --model "$m" --device cuda --bf16 --mock-data $args --train-iters 2 --lr 3e-4 \
+	timeout "${PROFILE_TIMEOUT:-150}" "$NCU" --metrics gpu__time_duration.sum --clock-control none \
+		--cache-control none --csv -c 3000 \
+		"$TRAIN" --model "$m" --device cuda --bf16 --mock-data $args --train-iters 1 --lr 3e-4 \
 		--eval-interval 0 --log-interval 1 --seed 1234 >"$csv" 2>"$E/$m.err"
 	r=$?
 	echo "# exit $r after $(( $(date +%s) - t0 )) s"
@@ -60,15 +61,15 @@ for m in ${MODELS:-gpt2-124m llama-3.2-1b}; do
 	    if len(r) <= max(ki, vi):
 	        continue
 	    name = r[ki].split("(")[0].replace("void ", "")
-	    t[name] += float(r[vi].replace(",", "")) / 2e6  # ns over 2 iterations -> ms per iteration
+	    t[name] += float(r[vi].replace(",", "")) / 1e6  # ns -> ms
 	    n[name] += 1
 	tot = sum(t.values())
 	if not tot:
 	    print("%s: no kernel times" % model); sys.exit(0)
-	print("%s: GPU time per iteration %.2f ms (kernel sum; %d launches)" % (model, tot, sum(n.values()) // 2))
-	print("  top 10 kernels: ms/iteration, share, launches/iteration")
+	print("%s: GPU time of one iteration %.2f ms (kernel sum; %d launches)" % (model, tot, sum(n.values())))
+	print("  top 10 kernels: ms, share, launches")
 	for k, v in sorted(t.items(), key=lambda x: -x[1])[:10]:
-	    print("  %8.3f ms %5.1f%% %5d  %s" % (v, 100 * v / tot, n[k] // 2, k[:100]))
+	    print("  %8.3f ms %5.1f%% %5d  %s" % (v, 100 * v / tot, n[k], k[:100]))
 	def kind(k):
 	    if "attn" in k: return "attention"
 	    if "nvjet" in k or "gemm" in k.lower() or "cutlass" in k or k.startswith("sm90"): return "GEMM (cuBLASLt)"
