@@ -240,7 +240,8 @@ static int out_block_rows(int T, int out)
 }
 
 /* MGT_GEMM_D16 in the environment (read at each call, as MGT_ATTN_KERNEL): 1 or 2, a 16-bit
- * output is written by cuBLASLt (D of the operands' type, the fp32 result and bias rounded once)
+ * output of a product without bias is written by cuBLASLt (D of the operands' type, the fp32
+ * result rounded once)
  * instead of fp32 blocks cast by mgt_k_cast; where cuBLASLt refuses that, 1 falls back to the
  * blocks for good, 2 records the refusal as the op's failure (for the op checks).  0 when unset.
  * An A/B variant until a GPU has measured and checked it. */
@@ -265,7 +266,9 @@ static void gemm_rows(mgt_backend *be, const char *op, bool ta, int n, int T, in
 	cuda_impl *im = be->impl;
 	const bool d16 = dt != MGT_DT_F32;
 	const size_t bs = ab == CUDA_R_32F ? 4 : 2;
-	const int mode = d16 && k_type(ab) == mgt_cuda_kt(dt) ? gemm_d16() : 0;
+	/* not with a bias: an H200's cuBLASLt 13.0 refused the BIAS epilogue's fp32 vector with a bf16
+	 * D ("an unsupported value or parameter", 2026-11-27), and a 16-bit bias would round it */
+	const int mode = d16 && !bias && k_type(ab) == mgt_cuda_kt(dt) ? gemm_d16() : 0;
 	if (mode == 2 || (mode == 1 && !im->d16_refused)) { /* cuBLASLt rounds D */
 		im->lt_quiet = mode == 1;
 		const bool ok = gemm_t(be, op, ta, false, n, T, k, ab, A, B, D, ab, 0.0f, bias);

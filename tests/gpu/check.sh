@@ -406,24 +406,37 @@ for m in $MODELS; do
 			"$W/$m-cuda-bf16-again.jsonl" "$m (c) cuda bf16 twice"
 
 	echo "# (e) activation recomputation: the (b) cuda --bf16 run again, bitwise"
-	# shellcheck disable=SC2086
-	train "$m-cuda-bf16-rc-full" --model "$m" $RUN --device cuda --bf16 --recompute-granularity full \
-		--recompute-method uniform --recompute-num-layers 1 &&
-		compare same "$W/$m-cuda-bf16.log" "$W/$m-cuda-bf16-rc-full.log" "$W/$m-cuda-bf16.jsonl" \
-			"$W/$m-cuda-bf16-rc-full.jsonl" "$m (e) cuda bf16, full recomputation vs none"
+	case $m in
+	*moe*) echo "# (e) full recomputation skipped for $m: mgt-train refuses it with --num-experts (selective only)" ;;
+	*)
+		# shellcheck disable=SC2086
+		train "$m-cuda-bf16-rc-full" --model "$m" $RUN --device cuda --bf16 --recompute-granularity full \
+			--recompute-method uniform --recompute-num-layers 1 &&
+			compare same "$W/$m-cuda-bf16.log" "$W/$m-cuda-bf16-rc-full.log" "$W/$m-cuda-bf16.jsonl" \
+				"$W/$m-cuda-bf16-rc-full.jsonl" "$m (e) cuda bf16, full recomputation vs none" ;;
+	esac
 	# shellcheck disable=SC2086
 	train "$m-cuda-bf16-rc-sel" --model "$m" $RUN --device cuda --bf16 --recompute-granularity selective &&
 		compare same "$W/$m-cuda-bf16.log" "$W/$m-cuda-bf16-rc-sel.log" "$W/$m-cuda-bf16.jsonl" \
 			"$W/$m-cuda-bf16-rc-sel.jsonl" "$m (e) cuda bf16, selective recomputation vs none"
 
 	echo "# (f) context parallelism on the GPU: CP2 (two ranks on this GPU; p2p, allgather, a2a) vs cpu fp32"
-	if command -v mpirun >/dev/null 2>&1; then
+	if [ -n "${NO_MPI:-}" ]; then
+		echo "# (f) skipped: $NO_MPI"
+	elif command -v mpirun >/dev/null 2>&1; then
 		for kind in p2p allgather a2a; do
 			LAUNCH="sh $ROOT/tests/mpirun.sh 2"
 			# shellcheck disable=SC2086
 			train "$m-cuda-cp2-$kind" --model "$m" $RUN --device cuda --context-parallel-size 2 --cp-comm-type $kind &&
 				compare losses "$W/$m-cuda-cp2-$kind.jsonl" "$W/$m-cpu.jsonl" "$m (f) cuda CP2 $kind vs cpu fp32" \
 					"$ITERS" 10 1e-3 1e-3 1e-5
+			if grep -q 'built without MPI' "$W/$m-cuda-cp2-$kind.log" 2>/dev/null; then
+				# the device bundle (make bundle: MPI=0): a skip, not a failure, from here on
+				sed -i '$d' "$RES"
+				NO_MPI="mgt-train was built without MPI (the device bundle); CP2 needs two ranks"
+				echo "# (f) skipped: $NO_MPI"
+				break
+			fi
 		done
 		LAUNCH=
 	else
