@@ -21,9 +21,11 @@
  * "X^T" B operands (S = Q K^T, S^T = K Q^T, dP = dO V^T, dP^T = V dO^T) untransposed, "X" B
  * operands (O += P V, dV += Pd^T dO, dK += dS^T Q, dQ += dS K) with .trans, so no tile is stored
  * twice.  Blocks have 4 warps, each owning 16 rows of the 64-row tile.  MB, the blocks a
- * multiprocessor should hold (__launch_bounds__'s minimum), caps the registers: 1 by default (up to
- * 255 a thread: 168 forward, 220 dQ, 254 dK/dV at DM 64, sm_90a), 4 forward and 3 backward in
- * MGT_K_ATTN_MMA_OCC (128 and 168 registers, a few spilled), an A/B variant for occupancy.
+ * multiprocessor should hold (__launch_bounds__'s minimum), caps the registers: fwd_blocks and
+ * bwd_blocks.  Uncapped at DM 64 (sm_90a) the kernels took 168 (forward), 220 (dQ) and 254 (dK/dV)
+ * registers, 3, 2 and 2 blocks a multiprocessor; capped at 4 and 3 blocks (128 and 168 registers,
+ * a few bytes spilled) an H200 ran them 1.07-1.11x (forward) and 1.27-1.30x (backward) faster
+ * (tests/bench/results/gpu-nvidia-h200-20261127-154859.txt, then MGT_ATTN_KERNEL=mma-occ).
  */
 #ifndef MGT_KERNELS_ATTN_MMA_CUH
 #define MGT_KERNELS_ATTN_MMA_CUH
@@ -46,11 +48,70 @@ using mgt_attn_tc::NTC;
 using mgt_attn_tc::NW;
 using mgt_attn_tc::to16;
 
-/* Shared-memory bytes (T elements of ES bytes): the operand tiles and the lse, D rows. */
-static constexpr size_t fwd_smem(int DM, int ES) { return (size_t)3 * 64 * (DM + 8) * ES; }
+/* Blocks a multiprocessor, the kernels' __launch_bounds__ minimum (the register cap): head
+ * dimensions up to 64 capped, 128 (twice the accumulators) not. */
+static constexpr int fwd_blocks(int DM) { return DM <= 64 ? 4 : 1; }
+static constexpr int bwd_blocks(int DM) { return DM <= 64 ? 3 : 1; }
+
+/* Shared-memory bytes (T elements of ES bytes): the operand tiles (K and V twice in the forward
+ * and dQ kernels: the tile in use and the next one, prefetched) and the lse, D rows. */
+static constexpr size_t fwd_smem(int DM, int ES) { return (size_t)5 * 64 * (DM + 8) * ES; }
 static constexpr size_t bwd_smem(int DM, int B, int ES)
 {
 	return ((size_t)2 * 64 + 2 * B) * (DM + 8) * ES + (size_t)2 * 64 * 4;
+}
+static constexpr size_t dq_smem(int DM, int B, int ES)
+{
+	return ((size_t)2 * 64 + 4 * B) * (DM + 8) * ES + (size_t)2 * 64 * 4;
+}
+
+/* The K and V rows k0..k0+ROWS-1 of group g of sequence j into Ks and Vs: async (the launcher's
+ * choice: d == DM, qkv and its row stride 16-byte aligned), cp.async copies of 16 bytes (rows past
+ * s zero-filled) that the caller commits and waits for; else load_kv's loads and stores. */
+template <typename T, int DM, int ROWS>
+static __device__ __forceinline__ void stage_kv(T *Ks, T *Vs, const geom &G, const T *qkv, int j, int g, int k0,
+						int vec, bool async)
+{
+	if (!async) {
+		load_kv<T, DM, ROWS>(Ks, Vs, G, qkv, j, g, k0, vec);
+		return;
+	}
+	constexpr int LD = DM + 8, C8 = DM / 8, N = ROWS * C8 / NTC;
+	static_assert(ROWS * C8 % NTC == 0, "tile shape");
+	const T *kp = qkv + qkv_off(G, j, g, G.r), *vp = qkv + qkv_off(G, j, g, G.r + 1);
+#pragma unroll
+	for (int u = 0; u < N; u++) {
+		const int e = u * NTC + threadIdx.x, rr = e / C8, c = e % C8 * 8, i = k0 + rr;
+		const bool full = i < G.s;
+		const size_t off = (size_t)(full ? i : 0) * G.ldq + c;
+		mgt_cp_async16(Ks + rr * LD + c, kp + off, full);
+		mgt_cp_async16(Vs + rr * LD + c, vp + off, full);
+	}
+}
+
+/* Buffer b of the K/V pair at kv: [K (BK rows) | V (BK rows)] twice, rows of DM + 8 elements. */
+template <typename T, int DM, int BK> static __device__ __forceinline__ T *kv_buf(T *kv, int b)
+{
+	return kv + (size_t)b * 2 * BK * (DM + 8);
+}
+
+/* Before computing on the K/V tile in buffer b (staged by the previous call, or before the loop):
+ * the next tile (k0 + BK < kend) staged into buffer b ^ 1, and the copies of tile k0 waited for.
+ * The caller's barrier before this call frees buffer b ^ 1, the one after it publishes tile k0. */
+template <typename T, int DM, int BK>
+static __device__ __forceinline__ void next_kv(T *kv, int b, const geom &G, const T *qkv, int j, int g, int k0,
+					       int kend, int vec, bool async)
+{
+	if (k0 + BK < kend) {
+		T *n = kv_buf<T, DM, BK>(kv, b ^ 1);
+		stage_kv<T, DM, BK>(n, n + BK * (DM + 8), G, qkv, j, g, k0 + BK, vec, async);
+		if (async) {
+			mgt_cp_async_commit();
+			mgt_cp_async_wait<1>();
+		}
+	} else if (async) {
+		mgt_cp_async_wait<0>();
+	}
 }
 
 /* A operand: rows r0..r0+15, columns c0..c0+15 of a row-major tile (row stride LD). */
@@ -158,12 +219,12 @@ static __device__ __forceinline__ float quad_max(float v)
 /* ---- forward: grid (b*H, query tiles of 64), last tile first ---- */
 template <typename T, int DM, int MB = 1>
 __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float *lse, const T *qkv,
-						      int vec)
+						      int vec, int async)
 {
 	constexpr int BQ = 16 * NW, BK = 64, LD = DM + 8, DF = DM / 16, NK = BK / 8, ND = DM / 8;
 	MGT_DYN_SHARED(float, smem);
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, c0 = 2 * (lane & 3);
-	T *Qs = reinterpret_cast<T *>(smem), *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD;
+	T *Qs = reinterpret_cast<T *>(smem), *kv = Qs + BQ * LD; /* K/V: two buffers (kv_buf) */
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
 	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
@@ -175,10 +236,14 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 		o[c][0] = o[c][1] = o[c][2] = o[c][3] = 0.0f;
 
 	load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d, vec);
-	for (int k0 = 0; k0 < kend; k0 += BK) {
-		__syncthreads(); /* Q loaded; previous K and V consumed */
-		load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
-		__syncthreads();
+	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, qkv, j, g, 0, vec, async);
+	if (async)
+		mgt_cp_async_commit();
+	for (int k0 = 0, b = 0; k0 < kend; k0 += BK, b ^= 1) {
+		__syncthreads(); /* Q loaded; the tile before consumed (its buffer b ^ 1 free) */
+		next_kv<T, DM, BK>(kv, b, G, qkv, j, g, k0, kend, vec, async);
+		__syncthreads(); /* tile k0 in buffer b */
+		const T *Ks = kv_buf<T, DM, BK>(kv, b), *Vs = Ks + BK * LD;
 		float s[NK][4];
 		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
 		/* online softmax of rows i[h] (elements 2h, 2h+1 of each tile), key k0 + 8c + c0 + e */
@@ -312,13 +377,14 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, 
  * BK in order. */
 template <typename T, int DM, int BK, int MB = 1>
 __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, const float *dout,
-						     const T *qkv, const float *lse, const float *D, int vec)
+						     const T *qkv, const float *lse, const float *D, int vec,
+						     int async)
 {
 	constexpr int BQ = 16 * NW, LD = DM + 8, DF = DM / 16, ND = DM / 8, NK = BK / 8;
 	MGT_DYN_SHARED(float, smem);
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, c0 = 2 * (lane & 3);
-	T *Qs = reinterpret_cast<T *>(smem), *dOs = Qs + BQ * LD, *Ks = dOs + BQ * LD, *Vs = Ks + BK * LD;
-	float *Ls = reinterpret_cast<float *>(Vs + BK * LD), *Ds = Ls + BQ;
+	T *Qs = reinterpret_cast<T *>(smem), *dOs = Qs + BQ * LD, *kv = dOs + BQ * LD; /* K/V: kv_buf */
+	float *Ls = reinterpret_cast<float *>(kv + 4 * BK * LD), *Ds = Ls + BQ;
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
 	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
@@ -330,10 +396,14 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, co
 		dq[c][0] = dq[c][1] = dq[c][2] = dq[c][3] = 0.0f;
 
 	load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, qkv, dout, lse, D, j, n, q0, vec);
-	for (int k0 = 0; k0 < kend; k0 += BK) {
-		__syncthreads(); /* Q, dO, lse, D loaded; previous K, V consumed */
-		load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
-		__syncthreads();
+	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, qkv, j, g, 0, vec, async);
+	if (async)
+		mgt_cp_async_commit();
+	for (int k0 = 0, b = 0; k0 < kend; k0 += BK, b ^= 1) {
+		__syncthreads(); /* Q, dO, lse, D loaded; the tile before consumed (buffer b ^ 1 free) */
+		next_kv<T, DM, BK>(kv, b, G, qkv, j, g, k0, kend, vec, async);
+		__syncthreads(); /* tile k0 in buffer b */
+		const T *Ks = kv_buf<T, DM, BK>(kv, b), *Vs = Ks + BK * LD;
 		/* S = Q K^T, dP = dO V^T: the warp's 16 queries x BK keys */
 		float s[NK][4], dp[NK][4];
 		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);

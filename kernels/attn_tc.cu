@@ -54,28 +54,31 @@ static bool tc_empty(int s, int b, int ng, int r, int d)
 
 extern "C" int mgt_k_attn_tc_supported(int d) { return tc_pad_dim(d) != 0; }
 
-/* The MGT_K_ATTN_MMA_OCC variant: only head dimensions 33..64 have their own kernels. */
-static int tc_occ(int impl, int DM) { return impl == MGT_K_ATTN_MMA_OCC && DM == 64; }
+/* The mma.sync kernels prefetch K and V with cp.async (kernels/attn_mma.cuh stage_kv) when the
+ * rows are whole 16-byte pieces: d == DM, qkv and its row stride 16-byte aligned. */
+template <typename T> static int tc_async(const T *qkv, const geom &G, int DM)
+{
+	return G.d == DM && DM % 8 == 0 && mgt_al16(qkv) && G.ldq % 8 == 0;
+}
 
 template <typename T, int DM, int MB>
-static int mma_fwd_launch(cudaStream_t st, T *out, float *lse, const T *qkv, const geom &G, int vec)
+static int mma_fwd_launch(cudaStream_t st, T *out, float *lse, const T *qkv, const geom &G, int vec, int impl)
 {
 	const size_t sm = mgt_attn_mma::fwd_smem(DM, (int)sizeof(T));
 	const cudaError_t e = tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM, MB>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
-	MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM, MB>), grid, NTC, sm, st, G, out, lse, qkv, vec);
+	MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM, MB>), grid, NTC, sm, st, G, out, lse, qkv, vec,
+		   impl == MGT_K_ATTN_MMA && tc_async(qkv, G, DM));
 	return (int)cudaGetLastError();
 }
 
 template <typename T, int DM>
 static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
 {
-	if (tc_occ(impl, DM))
-		return mma_fwd_launch<T, 64, 4>(st, out, lse, qkv, G, vec);
 	if (impl != MGT_K_ATTN_WMMA)
-		return mma_fwd_launch<T, DM, 1>(st, out, lse, qkv, G, vec);
+		return mma_fwd_launch<T, DM, mgt_attn_mma::fwd_blocks(DM)>(st, out, lse, qkv, G, vec, impl);
 	const size_t sm = fwd_smem(DM, (int)sizeof(T));
 	const cudaError_t e = tc_allow_smem(fwd_tc_kernel<T, DM>, sm);
 	if (e != cudaSuccess)
@@ -106,7 +109,7 @@ extern "C" int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *ls
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
-	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA && impl != MGT_K_ATTN_MMA_OCC))
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA && impl != MGT_K_ATTN_MMA_NOCP))
 		return (int)cudaErrorInvalidValue;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
 	const cudaStream_t st = (cudaStream_t)s;
@@ -124,18 +127,20 @@ extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int 
 
 template <typename T, int DM, int TB, int MB>
 static int mma_bwd_launch(cudaStream_t st, float *dqkv, const float *dout, const T *qkv, const float *lse,
-			  const float *D, const geom &G, int vec)
+			  const float *D, const geom &G, int vec, int impl)
 {
 	const size_t sm = mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T));
+	const size_t sq = mgt_attn_mma::dq_smem(DM, TB, (int)sizeof(T));
 	cudaError_t e = tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB>, sm);
 	if (e == cudaSuccess)
-		e = tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB>, sm);
+		e = tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB>, sq);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.s + 63) / 64));
 	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
 	MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB>), gkv, NTC, sm, st, G, dqkv, dout, qkv, lse, D, vec);
-	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB>), gq, NTC, sm, st, G, dqkv, dout, qkv, lse, D, vec);
+	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D, vec,
+		   impl == MGT_K_ATTN_MMA && tc_async(qkv, G, DM));
 	return (int)cudaGetLastError();
 }
 
@@ -144,10 +149,8 @@ template <typename T, int DM, int TB>
 static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const T *qkv,
 			 const float *lse, const float *D, const geom &G, int vec)
 {
-	if (tc_occ(impl, DM))
-		return mma_bwd_launch<T, 64, 64, 3>(st, dqkv, dout, qkv, lse, D, G, vec);
 	if (impl != MGT_K_ATTN_WMMA)
-		return mma_bwd_launch<T, DM, TB, 1>(st, dqkv, dout, qkv, lse, D, G, vec);
+		return mma_bwd_launch<T, DM, TB, mgt_attn_mma::bwd_blocks(DM)>(st, dqkv, dout, qkv, lse, D, G, vec, impl);
 	const size_t skv = dkdv_smem(DM, TB, (int)sizeof(T)), sq = dq_smem(DM, TB, (int)sizeof(T));
 	cudaError_t e = tc_allow_smem(dkdv_tc_kernel<T, DM, TB>, skv);
 	if (e == cudaSuccess)
@@ -182,7 +185,7 @@ extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const f
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
-	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA && impl != MGT_K_ATTN_MMA_OCC))
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA && impl != MGT_K_ATTN_MMA_NOCP))
 		return (int)cudaErrorInvalidValue;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
 	const cudaStream_t st = (cudaStream_t)s;

@@ -11,6 +11,11 @@
  *     a[3] = A[gid+8][2tig+8..]; b[0] = B[2tig..2tig+1][gid], b[1] = B[2tig+8..2tig+9][gid];
  *     d[0..1] = D[gid][2tig..2tig+1], d[2..3] = D[gid+8][2tig..].
  *   mgt_pack2(lo, hi): two T values in one register, lo in the low half.
+ *   mgt_cp_async16(dst, src, full) / mgt_cp_async_commit() / mgt_cp_async_wait<N>(): cp.async.cg
+ *     of 16 bytes from global src to shared dst (both 16-byte aligned), zeros instead when !full
+ *     (src-size 0: src is not read); commit_group closes the thread's group of copies; wait_group
+ *     N waits until at most N of its groups are in flight.  Other threads see the bytes only after
+ *     the wait and a barrier (FlashAttention-2's K/V prefetch, Dao 2023, section 3.3).
  *
  * So a row-major 16 x 16 tile X in shared memory (row stride ld elements) is an A operand through
  * mgt_ldsm_x4 with lane l passing &X[l % 16][(l / 16) * 8]; the B operand X^T of two 8-column
@@ -47,6 +52,9 @@ template <typename T> static __device__ __forceinline__ uint32_t mgt_pack2(T lo,
 }
 
 #ifdef MGT_CUDA_SIM
+static inline void mgt_cp_async16(void *dst, const void *src, bool full) { mgt_sim_cp_async16(dst, src, full); }
+static inline void mgt_cp_async_commit(void) { mgt_sim_cp_async_commit(); }
+template <int N> static inline void mgt_cp_async_wait(void) { mgt_sim_cp_async_wait(N); }
 static inline void mgt_ldsm_x4(uint32_t (&r)[4], const void *p) { mgt_sim_ldmatrix_x4(r, p, false); }
 static inline void mgt_ldsm_x4_t(uint32_t (&r)[4], const void *p) { mgt_sim_ldmatrix_x4(r, p, true); }
 template <typename T>
@@ -56,6 +64,20 @@ static inline void mgt_mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t 
 	mgt_sim_mma16816(d, a, b, std::is_same<T, __nv_bfloat16>::value);
 }
 #else
+static __device__ __forceinline__ void mgt_cp_async16(void *dst, const void *src, bool full)
+{
+	const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(full ? 16 : 0)
+		     : "memory");
+}
+static __device__ __forceinline__ void mgt_cp_async_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> static __device__ __forceinline__ void mgt_cp_async_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 static __device__ __forceinline__ void mgt_ldsm_x4(uint32_t (&r)[4], const void *p)
 {
 	const unsigned a = (unsigned)__cvta_generic_to_shared(p);

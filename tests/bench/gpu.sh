@@ -29,7 +29,8 @@
 #   MOE_ITERS (20), PY (python3), MOE (1: the Mixtral-like run; 0 skips it), GPT2_BIG_MBS (empty;
 #   e.g. "64 32 16": gpt2-124m again at the largest of these that runs, and PyTorch at it unless
 #   TORCH_BIG=0),
-#   AB (empty; NAME=VALUE ...: gpt2-124m at micro-batch 8 again with each environment switch).
+#   AB (empty; NAME=VALUE ...: gpt2-124m at micro-batch 8 again with each environment switch),
+#   AB_LLAMA (the same for llama-3.2-1b at micro-batch 4).
 # Raw results: tests/bench/results/gpu-<device>-<date>.txt (also copied to $OUT when set, after
 # every case, so that a run cut short still leaves its results there).
 set -u
@@ -224,6 +225,14 @@ bench() {
 		abn=${ab%%=*} abv=${ab#*=}
 		export "$abn=$abv"
 		run_case "gpt2-124m-$abn-$abv" gpt2-124m 1024 64 "${GPT2_ITERS:-30}" 8 --mock-data
+		unset "$abn"
+		save
+	done
+	for ab in ${AB_LLAMA:-}; do
+		abn=${ab%%=*} abv=${ab#*=}
+		export "$abn=$abv"
+		run_case "llama-3.2-1b-$abn-$abv" llama-3.2-1b 2048 16 "${LLAMA_ITERS:-20}" 4 --mock-data \
+			--vocab-size 128256 --hidden-dropout 0 --attention-dropout 0
 		unset "$abn"
 		save
 	done

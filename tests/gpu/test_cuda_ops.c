@@ -1166,17 +1166,11 @@ static void t_attn16(mgt_precision prec, int s, int b, int ng, int r, int d, flo
 	dfree(dQ16), dfree(dO16), dfree(dQv), dfree(dOv), dfree(dL), dfree(dLv), dfree(dDO), dfree(dDQ), dfree(dDQv);
 }
 
-/* The attention shapes of the tensor-core kernels; only64: those of head dimension 33..64 (the
- * only ones with kernels of their own in MGT_K_ATTN_MMA_OCC). */
-static void t_attn_tc_shapes(bool small, bool only64)
+/* The attention shapes of the tensor-core kernels. */
+static void t_attn_tc_shapes(bool small)
 {
 	for (mgt_precision pr = MGT_PREC_BF16; pr <= MGT_PREC_FP16; pr++) {
-		if (only64) {
-			t_attn_prec(pr, small ? 70 : 257, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
-			t_attn16(pr, small ? 40 : 257, 2, 2, 2, 64, 0.1f);
-			t_attn_prec(pr, small ? 50 : 1000, 1, 1, 4, 48, 0.1f, 2, 8, 1.5);
-			continue;
-		}
+		t_attn_prec(pr, small ? 50 : 1000, 1, 1, 4, 48, 0.1f, 2, 8, 1.5); /* d 48: padded to 64 */
 		t_attn_prec(pr, small ? 70 : 257, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
 		t_attn_prec(pr, small ? 77 : 1000, 1, 1, 4, 32, 0.1f, 2, 8, 1.5);
 		t_attn_prec(pr, small ? 63 : 130, 2, 1, 3, 128, 0.1f, 3, 12, 1.5);
@@ -1319,20 +1313,17 @@ static void t_mma_first(bool small)
 	t_attn_impls(small ? 40 : 130, 1, 1, 3, 128, 0.0f);
 }
 
-/* The tensor-core implementations (mma, wmma, mma-occ) against the CPU at the attention shapes
+/* The tensor-core implementations (mma, wmma) against the CPU at the attention shapes
  * (first: the probe and the implementations against each other when first is true). */
 static void t_attn_tc(bool small, bool first)
 {
 	if (first)
 		t_mma_first(small);
 	setenv("MGT_ATTN_KERNEL", "mma", 1);
-	t_attn_tc_shapes(small, false);
+	t_attn_tc_shapes(small);
 	setenv("MGT_ATTN_KERNEL", "wmma", 1);
 	tag = "[wmma] ";
-	t_attn_tc_shapes(small, false);
-	setenv("MGT_ATTN_KERNEL", "mma-occ", 1);
-	tag = "[mma-occ] ";
-	t_attn_tc_shapes(small, true);
+	t_attn_tc_shapes(small);
 	tag = "";
 	unsetenv("MGT_ATTN_KERNEL");
 }

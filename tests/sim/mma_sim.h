@@ -19,6 +19,72 @@
 #ifndef MGT_TESTS_SIM_MMA_SIM_H
 #define MGT_TESTS_SIM_MMA_SIM_H
 
+#include <stdio.h>
+
+/* cp.async (kernels/mma.cuh mgt_cp_async16/_commit/_wait): a thread's copies are queued, not done,
+ * and happen (bounds- and race-checked through mgt_sim_mem_span) only at a wait_group that covers
+ * their group, so a kernel that reads the tile before its wait and barrier reads stale bytes and
+ * fails its checks, as it may on a GPU.  Copies left unwaited when the thread's block changes, or
+ * more than MGT_SIM_CPA in flight, are reported (a fault). */
+enum { MGT_SIM_CPA = 64, MGT_SIM_CPA_THREADS = 1024 };
+struct mgt_sim_cpa_q {
+	struct {
+		void *dst;
+		const void *src;
+		bool full;
+		int group;
+	} q[MGT_SIM_CPA];
+	int n, committed;
+	uint3 block;
+};
+static inline mgt_sim_cpa_q &mgt_sim_cpa_mine(void)
+{
+	static mgt_sim_cpa_q qs[MGT_SIM_CPA_THREADS];
+	const unsigned t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+	mgt_sim_cpa_q &q = qs[t % MGT_SIM_CPA_THREADS];
+	if (q.block.x != blockIdx.x || q.block.y != blockIdx.y || q.block.z != blockIdx.z) {
+		if (q.n) {
+			fprintf(stderr, "cuda sim: %d cp.async copies of thread %u never waited for\n", q.n, t);
+			mgt_sim_fault(cudaErrorIllegalAddress);
+		}
+		q.n = q.committed = 0;
+		q.block = blockIdx;
+	}
+	return q;
+}
+static inline void mgt_sim_cp_async16(void *dst, const void *src, bool full)
+{
+	mgt_sim_cpa_q &q = mgt_sim_cpa_mine();
+	if (q.n == MGT_SIM_CPA) {
+		fprintf(stderr, "cuda sim: more than %d cp.async copies in flight\n", MGT_SIM_CPA);
+		mgt_sim_fault(cudaErrorIllegalAddress);
+		return;
+	}
+	q.q[q.n].dst = dst, q.q[q.n].src = src, q.q[q.n].full = full, q.q[q.n].group = q.committed;
+	q.n++;
+}
+static inline void mgt_sim_cp_async_commit(void) { mgt_sim_cpa_mine().committed++; }
+/* The copies of every committed group but the newest n, in the order issued. */
+static inline void mgt_sim_cp_async_wait(int n)
+{
+	mgt_sim_cpa_q &q = mgt_sim_cpa_mine();
+	int k = 0;
+	for (int i = 0; i < q.n; i++) {
+		if (q.q[i].group < q.committed - n) {
+			if (q.q[i].full)
+				mgt_sim_mem_span(q.q[i].src, 16, false);
+			mgt_sim_mem_span(q.q[i].dst, 16, true);
+			if (q.q[i].full)
+				memcpy(q.q[i].dst, q.q[i].src, 16);
+			else
+				memset(q.q[i].dst, 0, 16);
+		} else {
+			q.q[k++] = q.q[i];
+		}
+	}
+	q.n = k;
+}
+
 static inline float mma_sim_f(uint16_t h, bool bf)
 {
 	return bf ? __uint_as_float((unsigned)h << 16) : mgt_sim_h2f(h);
