@@ -232,23 +232,23 @@ static void fwd_no_input(mgt_backend *be, float *y, const float *b, int T, int o
 }
 
 /* Rows of a 16-bit output computed at once in fp32 (a block of about 16M floats, 64 MiB of
- * scratch), unless cuBLASLt writes the 16-bit D itself (MGT_GEMM_D16=1, gemm_rows). */
+ * scratch), where cuBLASLt does not write the 16-bit D itself (a bias, MGT_GEMM_D16=0: gemm_rows). */
 static int out_block_rows(int T, int out)
 {
 	size_t r = ((size_t)16 << 20) / (size_t)(out > 0 ? out : 1);
 	return r < 1 ? 1 : r > (size_t)T ? T : (int)r;
 }
 
-/* MGT_GEMM_D16 in the environment (read at each call, as MGT_ATTN_KERNEL): 1 or 2, a 16-bit
- * output of a product without bias is written by cuBLASLt (D of the operands' type, the fp32
- * result rounded once)
- * instead of fp32 blocks cast by mgt_k_cast; where cuBLASLt refuses that, 1 falls back to the
- * blocks for good, 2 records the refusal as the op's failure (for the op checks).  0 when unset.
- * An A/B variant until a GPU has measured and checked it. */
+/* How a 16-bit output of a product without bias is written, by MGT_GEMM_D16 in the environment
+ * (read at each call, as MGT_ATTN_KERNEL): unset or 1, by cuBLASLt itself (D of the operands'
+ * type, the fp32 result rounded once), falling back to fp32 blocks cast by mgt_k_cast for good
+ * where cuBLASLt refuses; 2 the same with a refusal recorded as the op's failure (the op checks);
+ * 0 always the blocks.  On an H200 (cuBLASLt 13.0) the 16-bit D was bitwise the rounded fp32
+ * output and the products 1.07-1.75x faster (tests/bench/results/gpu-nvidia-h200-20261127-*.txt). */
 static int gemm_d16(void)
 {
 	const char *v = getenv("MGT_GEMM_D16");
-	return !v ? 0 : strcmp(v, "1") == 0 ? 1 : strcmp(v, "2") == 0 ? 2 : 0;
+	return !v ? 1 : strcmp(v, "0") == 0 ? 0 : strcmp(v, "2") == 0 ? 2 : 1;
 }
 
 /* Bytes of fp32 scratch that gemm_rows needs for R rows of n outputs of type dt (0 for fp32). */

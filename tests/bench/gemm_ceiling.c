@@ -8,8 +8,8 @@
  *    bf16/fp16 casts of both operands (mgt-plan --gemm-bench reads these lines and takes the
  *    casts' traffic off).  "gemm-typed" lines: x, w and y already bf16, as mgt-train --bf16's
  *    layers call it (16-bit weight copy and activations): the GEMM alone, the ceiling
- *    tests/bench/gpu.sh measures MFU against; "gemm-typed-d16" lines: the same with
- *    MGT_GEMM_D16=1 (cuBLASLt writes the 16-bit y instead of fp32 blocks and a cast).  Also GPT-2 small's MLP and output-layer shapes and
+ *    tests/bench/gpu.sh measures MFU against (cuBLASLt writes the 16-bit y); "gemm-typed-blocks"
+ *    lines: the same with MGT_GEMM_D16=0 (the y through fp32 blocks and a cast).  Also GPT-2 small's MLP and output-layer shapes and
  *    a llama-3.2-1b MLP shape, shapes training meets.
  *  - add y += x on two 1 GiB fp32 buffers: bytes moved = 3 GiB (reads x and y, writes y), the
  *    device memory bandwidth as an elementwise op sees it.
@@ -124,6 +124,8 @@ static double gemm(mgt_precision prec, int T, int in, int out, const char *label
 		fail("device alloc");
 	be->precision = prec;
 	const mgt_elem_type t = typed_io ? mgt_precision_dtype(prec) : MGT_DT_F32;
+	const char *d16 = getenv("MGT_GEMM_D16");
+	const bool blocks = d16 && strcmp(d16, "0") == 0;
 	void *xt = typed(x, (size_t)T * in, t), *wt = typed(w, (size_t)out * in, t);
 	double t_[REPS];
 	for (int i = 0; i < WARM + REPS; i++) {
@@ -141,7 +143,7 @@ static double gemm(mgt_precision prec, int T, int in, int out, const char *label
 	double flops = 2.0 * T * in * out, med = (t_[REPS / 2 - 1] + t_[REPS / 2]) / 2;
 	const char *pn = prec == MGT_PREC_BF16 ? "bf16" : prec == MGT_PREC_FP16 ? "fp16" : "fp32";
 	printf("%s %s %s: %.1f TFLOP/s (median of %d, %.3f ms; best %.1f TFLOP/s)%s\n",
-	       !typed_io ? "gemm" : getenv("MGT_GEMM_D16") ? "gemm-typed-d16" : "gemm-typed", pn, label,
+	       !typed_io ? "gemm" : blocks ? "gemm-typed-blocks" : "gemm-typed", pn, label,
 	       flops / med / 1e12, REPS, med * 1e3, flops / t_[0] / 1e12,
 	       prec == MGT_PREC_FP32 ? "" : typed_io ? " 16-bit x, w, y" : " incl. operand casts");
 	fflush(stdout);
@@ -262,7 +264,7 @@ int main(void)
 	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)", true);
 	gemm(MGT_PREC_BF16, 8192, 768, 50304, "8192x768x50304 (gpt2-124m logits)", true);
 	gemm(MGT_PREC_BF16, 8192, 2048, 8192, "8192x2048x8192 (llama-3.2-1b fc1 half)", true);
-	setenv("MGT_GEMM_D16", "1", 1); /* the 16-bit y written by cuBLASLt, not through fp32 blocks */
+	setenv("MGT_GEMM_D16", "0", 1); /* the 16-bit y through fp32 blocks and a cast, for comparison */
 	gemm(MGT_PREC_BF16, 8192, 8192, 8192, "8192^3", true);
 	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)", true);
 	gemm(MGT_PREC_BF16, 8192, 2048, 8192, "8192x2048x8192 (llama-3.2-1b fc1 half)", true);

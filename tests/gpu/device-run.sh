@@ -11,7 +11,7 @@
 #              2. tests/bench/gpu.sh: the GEMM ceilings and attention microbenchmarks (both
 #                 implementations, bf16 and fp32 io), gpt2-124m at micro-batch 8 and at the
 #                 largest of 64/32/16, llama-3.2-1b at 4, the A/B variants of AB
-#                 (MGT_ATTN_KERNEL=mma-nocp; MGT_GEMM_D16=1), PyTorch (torch.compile) at the same shapes
+#                 (MGT_ATTN_KERNEL=mma-nocp; MGT_GEMM_D16=0), PyTorch (torch.compile) at the same shapes
 #                 -> $OUT/gpu-<device>-<date>.txt
 #              3. tests/gpu/profile.sh: ncu's kernel times of two steps of each model
 #                 -> $OUT/profile-<model>.csv.gz
@@ -20,7 +20,7 @@
 #            and everything printed -> $OUT/run.log (7 files; at most 8 come back)
 #   quick    a shorter second call (BUDGET 250 s) after a fix: 1 as in all, 2 without PyTorch or
 #            the largest micro-batch (their figures from the first call on the same kind), with
-#            A/B variants for llama-3.2-1b too (AB_LLAMA, MGT_GEMM_D16=1), 3, and 4 for tiny-gpt2
+#            A/B variants for llama-3.2-1b too (AB_LLAMA, MGT_GEMM_D16=0), 3, and 4 for tiny-gpt2
 #   info     the machine: nvidia-smi, nvcc, where cuBLASLt and NCCL are, ldd of mgt-train
 #   check    tests/gpu/check.sh (every CUDA op against the CPU op, model and training checks)
 #   bench    tests/bench/gpu.sh kjv (GEMM ceiling, gpt2-124m and llama-3.2-1b tokens/s and MFU)
@@ -74,7 +74,7 @@ all() {
 	info
 	step ops 120 sh -c '"$1" >"$2/test_cuda_ops.txt" 2>&1; r=$?; grep "^not ok" "$2/test_cuda_ops.txt";
 		grep "^# total" "$2/test_cuda_ops.txt"; tail -1 "$2/test_cuda_ops.txt"; exit $r' sh "$TEST_CUDA_OPS" "$O"
-	step bench 280 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=1}" \
+	step bench 280 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=0}" \
 		sh tests/bench/gpu.sh
 	step profile 130 env PROFILE_TIMEOUT=65 sh tests/gpu/profile.sh "$O"
 	step train 150 env ITERS=30 SKIP_OPS=1 RUN_TIMEOUT=60 sh tests/gpu/check.sh
@@ -88,8 +88,8 @@ quick() {
 	nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv 2>&1
 	step ops 100 sh -c '"$1" >"$2/test_cuda_ops.txt" 2>&1; r=$?; grep "^not ok" "$2/test_cuda_ops.txt";
 		grep "^# total" "$2/test_cuda_ops.txt"; tail -1 "$2/test_cuda_ops.txt"; exit $r' sh "$TEST_CUDA_OPS" "$O"
-	step bench 150 env RUN_TIMEOUT=60 MOE=0 TORCH=0 AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=1}" \
-		AB_LLAMA="${AB_LLAMA-MGT_GEMM_D16=1}" sh tests/bench/gpu.sh
+	step bench 150 env RUN_TIMEOUT=60 MOE=0 TORCH=0 AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=0}" \
+		AB_LLAMA="${AB_LLAMA-MGT_GEMM_D16=0}" sh tests/bench/gpu.sh
 	step profile 60 env PROFILE_TIMEOUT=30 sh tests/gpu/profile.sh "$O"
 	step train 60 env ITERS=20 MODELS=tiny-gpt2 SKIP_OPS=1 RUN_TIMEOUT=30 sh tests/gpu/check.sh
 	echo "# device-run quick done $(date -u '+%Y-%m-%d %H:%M:%S UTC')"

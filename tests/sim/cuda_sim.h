@@ -227,6 +227,10 @@ static inline int __float_as_int(float x) { return (int)__float_as_uint(x); }
 static inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
 /* __expf, __logf: glibc has them (the exact functions) */
 static inline float __fdividef(float a, float b) { return a / b; }
+/* rounded operations that nvcc never contracts into an FMA (g++ -std=c++17 does not contract) */
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline float __saturatef(float x) { return x > 1.0f ? 1.0f : x > 0.0f ? x : 0.0f; }
 
