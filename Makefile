@@ -249,7 +249,7 @@ bench-gpu: $(PROGS) $(GPU_BENCH)
 SIM_B    = $(B)/sim
 SIM_OK   = $(and $(shell command -v g++ 2>/dev/null),$(wildcard $(CUDA_HOME)/include/cublasLt.h))
 SIM_HOST = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/libmgt.a,$(B)/libmgt.a)
-SIM_HDR  = tests/sim/cuda_sim.h tests/sim/wmma_sim.h
+SIM_HDR  = tests/sim/cuda_sim.h tests/sim/mma_sim.h
 SIM_KOBJ = $(patsubst kernels/%.cu,$(SIM_B)/k_%.o,$(wildcard kernels/*.cu))
 SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o \
            $(SIM_B)/sim_mem.o

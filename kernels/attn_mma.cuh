@@ -2,15 +2,15 @@
  * m16n8k16, bf16 or fp16 operands, fp32 accumulators), with the scores, probabilities and
  * accumulators in registers (FlashAttention-2, Dao 2023, section 3: the softmax of a warp's rows
  * done on its own accumulator fragments); kernels/attn_tc.cu launches it (kernels.h
- * mgt_k_attn_tc_*, the default; MGT_ATTN_KERNEL=wmma selects kernels/attn_tc.cuh's WMMA kernels).
+ * mgt_k_attn_tc_*).
  *
  * Function, numerics and grids: those of kernels/attn_tc.cuh (same rounding points: Q, K, V, dO
  * rounded to T when staged, P after dropout and dS rounded before their products; fp32 softmax
  * statistics, exponentials and accumulation; D from attn.cuh's rowdot_kernel; the same loops in
  * the same orders, each output element accumulated by one lane in a fixed order: no atomics,
- * bitwise reproducible).  What differs is where the row-wise work happens: WMMA fragments have
- * no defined element order, so attn_tc.cuh passes every score tile through shared memory; here a
- * lane holds, of each 8-column accumulator tile, rows gid = lane / 4 and gid + 8, columns
+ * bitwise reproducible).  The row-wise work happens in registers (the WMMA kernels these
+ * replaced passed every score tile through shared memory, WMMA fragments having no defined
+ * element order): a lane holds, of each 8-column accumulator tile, rows gid = lane / 4 and gid + 8, columns
  * 2 (lane % 4) and the next (kernels/mma.cuh), so masking, the online softmax, dropout and dS
  * work on registers, a row's max and sum are two xor-shuffles within the 4 lanes of a quad, the
  * probabilities become the next product's A operand without leaving registers, and the output

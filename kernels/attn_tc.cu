@@ -1,25 +1,19 @@
 /* kernels/: launchers of causal GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_*):
- * the mma.sync kernels of kernels/attn_mma.cuh (impl MGT_K_ATTN_MMA) or the WMMA kernels of
- * kernels/attn_tc.cuh (MGT_K_ATTN_WMMA), which has the algorithm, tiling, numerics and determinism
- * both share; the shared-memory figures below are the WMMA kernels' (the mma.sync kernels keep only
- * the operand tiles there: forward 3 x 64 x (DM + 8) 16-bit elements, the backward's two 64-row
- * and two BQ- or BK-row tiles and 512 bytes of lse and D).
+ * the mma.sync kernels of kernels/attn_mma.cuh, with (impl MGT_K_ATTN_MMA) or without
+ * (MGT_K_ATTN_MMA_NOCP) their cp.async prefetch of K and V; kernels/attn_tc.cuh has the function,
+ * numerics and staging they share.
  *
  * Head dimensions d % 16 == 0 up to 128, padded to DM = 16, 32, 64 or 128 columns (zeros).
  * Blocks of 128 threads (4 warps).  Tiles: forward 64 queries x 64 keys; dK/dV 64 keys x BQ
  * queries and dQ 64 queries x BK keys with BQ = BK = 64 for DM <= 64 and 32 for DM = 128.  Shared
- * memory (bf16/fp16), bytes for DM = 16 / 32 / 64 / 128: forward 36864 / 43008 / 55296 / 79872,
- * dK/dV 68096 / 76288 / 92672 / 83200, dQ 58880 / 67072 / 83456 / 78336: under the 99 KB per-block
- * limit of sm_8x/sm_9x; above 48 KB it is opted into with cudaFuncSetAttribute.  Registers (ptxas,
- * sm_90a, nvcc 13.0, with 16-bit qkv and out): WMMA at most 220 forward, 253 dK/dV, 203 dQ, no
- * spills; mma.sync 231 forward, 220 dQ, and dK/dV at the 255 limit with 8 (DM 64) and 12 (DM
- * 128) bytes spilled.
+ * memory (attn_mma.cuh fwd_smem, bwd_smem, dq_smem): the operand tiles, K and V twice in the
+ * forward and dQ kernels; above 48 KB it is opted into with cudaFuncSetAttribute.  Registers:
+ * attn_mma.cuh fwd_blocks, bwd_blocks.
  * ws: D = rowsum(dO * O) as floats [b, H, s] (attn.cuh rowdot_kernel, as mgt_k_attn_bwd). */
 #include <cuda_runtime.h>
 
 #include "attn_mma.cuh"
 #include "attn_tc.cuh"
-#include "kernels.h"
 #include "common.cuh"
 #include "kernels.h"
 
@@ -77,15 +71,7 @@ static int mma_fwd_launch(cudaStream_t st, T *out, float *lse, const T *qkv, con
 template <typename T, int DM>
 static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
 {
-	if (impl != MGT_K_ATTN_WMMA)
-		return mma_fwd_launch<T, DM, mgt_attn_mma::fwd_blocks(DM)>(st, out, lse, qkv, G, vec, impl);
-	const size_t sm = fwd_smem(DM, (int)sizeof(T));
-	const cudaError_t e = tc_allow_smem(fwd_tc_kernel<T, DM>, sm);
-	if (e != cudaSuccess)
-		return (int)e;
-	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
-	MGT_LAUNCH((fwd_tc_kernel<T, DM>), grid, NTC, sm, st, G, out, lse, qkv, vec);
-	return (int)cudaGetLastError();
+	return mma_fwd_launch<T, DM, mgt_attn_mma::fwd_blocks(DM)>(st, out, lse, qkv, G, vec, impl);
 }
 
 template <typename T>
@@ -109,7 +95,7 @@ extern "C" int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *ls
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
-	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA && impl != MGT_K_ATTN_MMA_NOCP))
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_MMA_NOCP))
 		return (int)cudaErrorInvalidValue;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
 	const cudaStream_t st = (cudaStream_t)s;
@@ -149,19 +135,7 @@ template <typename T, int DM, int TB>
 static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const T *qkv,
 			 const float *lse, const float *D, const geom &G, int vec)
 {
-	if (impl != MGT_K_ATTN_WMMA)
-		return mma_bwd_launch<T, DM, TB, mgt_attn_mma::bwd_blocks(DM)>(st, dqkv, dout, qkv, lse, D, G, vec, impl);
-	const size_t skv = dkdv_smem(DM, TB, (int)sizeof(T)), sq = dq_smem(DM, TB, (int)sizeof(T));
-	cudaError_t e = tc_allow_smem(dkdv_tc_kernel<T, DM, TB>, skv);
-	if (e == cudaSuccess)
-		e = tc_allow_smem(dq_tc_kernel<T, DM, TB>, sq);
-	if (e != cudaSuccess)
-		return (int)e;
-	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.s + 63) / 64));
-	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
-	MGT_LAUNCH((dkdv_tc_kernel<T, DM, TB>), gkv, NTC, skv, st, G, dqkv, dout, qkv, lse, D, vec);
-	MGT_LAUNCH((dq_tc_kernel<T, DM, TB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D, vec);
-	return (int)cudaGetLastError();
+	return mma_bwd_launch<T, DM, TB, mgt_attn_mma::bwd_blocks(DM)>(st, dqkv, dout, qkv, lse, D, G, vec, impl);
 }
 
 template <typename T>
@@ -185,7 +159,7 @@ extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const f
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
-	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_WMMA && impl != MGT_K_ATTN_MMA_NOCP))
+	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_MMA_NOCP))
 		return (int)cudaErrorInvalidValue;
 	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
 	const cudaStream_t st = (cudaStream_t)s;

@@ -122,16 +122,15 @@ int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float 
 		  const int32_t *pos, int T, int ng, int r, int d, int S);
 
 /* ---- causal attention on tensor cores (kernels/attn_tc.cu): impl MGT_K_ATTN_MMA, mma.sync with the
- * softmax in registers (kernels/attn_mma.cuh, the default; MGT_K_ATTN_MMA_NOCP: the same without
- * the cp.async prefetch of K and V, an A/B variant), or MGT_K_ATTN_WMMA, WMMA with the
- * score tiles through shared memory (kernels/attn_tc.cuh, which documents what both share); bf16 /
- * fp16 operands, fp32 accumulation and softmax.  Same contracts as mgt_k_attn_* above (and the
+ * softmax in registers (kernels/attn_mma.cuh, the default), or MGT_K_ATTN_MMA_NOCP, the same without
+ * the cp.async prefetch of K and V (an A/B variant); kernels/attn_tc.cuh documents the function and
+ * staging they share; bf16 / fp16 operands, fp32 accumulation and softmax.  Same contracts as mgt_k_attn_* above (and the
  * same workspace), returning cudaErrorInvalidValue for an unsupported dtype, head dimension or
  * impl, with two differences: qkv and out hold elements of dtype (MGT_K_BF16 or MGT_K_F16; out
  * written rounded to nearest even), dout, dqkv and lse stay fp32; and the operands of the matrix
  * products (Q K^T, P V, dO V^T, dS K, dS^T Q, P^T dO) are of dtype, P and dS rounded to it;
  * statistics, exponentials, dropout and accumulation are fp32. ---- */
-enum { MGT_K_ATTN_MMA = 0, MGT_K_ATTN_WMMA = 1, MGT_K_ATTN_MMA_NOCP = 2 };
+enum { MGT_K_ATTN_MMA = 0, MGT_K_ATTN_MMA_NOCP = 1 };
 /* 1 when these kernels handle head dimension d (d % 16 == 0, 16 <= d <= 128), else 0. */
 int mgt_k_attn_tc_supported(int d);
 int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *lse, const void *qkv, int seq,

@@ -320,12 +320,11 @@ void mgt_cuda_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *
  * fp32 softmax and accumulation) under --bf16/--fp16 when the head dimension suits it; the fp32
  * CUDA-core kernel (kernels/attn.cu, the reference) otherwise.  The tensor-core kernel shares
  * the fp32 one's workspace layout.  Its kernels are the mma.sync ones unless the environment has
- * MGT_ATTN_KERNEL=wmma (the WMMA kernels) or mma-nocp (the mma.sync ones without their cp.async
- * prefetch of K and V, an A/B variant): mgt-train(1), ENVIRONMENT; read at each call. */
+ * MGT_ATTN_KERNEL=mma-nocp (the same without their cp.async prefetch of K and V, an A/B variant:
+ * mgt-train(1), ENVIRONMENT), read at each call. */
 static int attn_tc_impl(void)
 {
 	const char *v = getenv("MGT_ATTN_KERNEL");
-	if (v && strcmp(v, "wmma") == 0) return MGT_K_ATTN_WMMA;
 	return v && strcmp(v, "mma-nocp") == 0 ? MGT_K_ATTN_MMA_NOCP : MGT_K_ATTN_MMA;
 }
 

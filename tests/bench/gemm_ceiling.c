@@ -16,7 +16,7 @@
  *  - attention (attn_fwd, attn_bwd) on tensor cores in bf16 at the shapes of tests/bench/gpu.sh's
  *    models (gpt2-124m: s 1024, b 8, 12 heads of 64, with and without its attention dropout 0.1;
  *    llama-3.2-1b: s 2048, b 4, 8 groups of 4 heads of 64), with the kernel implementations
- *    (MGT_ATTN_KERNEL=mma, mma-nocp and wmma, mgt-train(1)), each with bf16 qkv, out, dout and dqkv (as
+ *    (MGT_ATTN_KERNEL=mma and mma-nocp, mgt-train(1)), each with bf16 qkv, out, dout and dqkv (as
  *    mgt-train --bf16 calls it) and with fp32 ones (the op converts); FLOPs as FlashAttention
  *    counts them for a causal mask: forward 4 b s^2 H d / 2, backward 2.5 times that.
  * Inputs are random (never zeros: they run faster than real data), uploaded once; the outputs are
@@ -210,9 +210,9 @@ static void attention(const char *label, int s, int b, int ng, int r, int d, flo
 	/* bf16 qkv, out, dout and dqkv, as mgt-train --bf16 calls it (no casts around the kernels
 	 * but the backward's fp32 gradient scratch), then fp32 ones (the op converts) */
 	void *qkv16 = typed(qkv, nq, MGT_DT_BF16), *dout16 = typed(dout, no, MGT_DT_BF16);
-	static const char *const impl[3] = {"mma", "mma-nocp", "wmma"};
+	static const char *const impl[2] = {"mma", "mma-nocp"};
 	for (int io = 0; io < 2; io++)
-		for (int k = 0; k < 3; k++) {
+		for (int k = 0; k < 2; k++) {
 			const mgt_elem_type t = io == 0 ? MGT_DT_BF16 : MGT_DT_F32;
 			const void *q = io == 0 ? qkv16 : qkv, *dO = io == 0 ? dout16 : dout;
 			setenv("MGT_ATTN_KERNEL", impl[k], 1);

@@ -220,7 +220,7 @@ bench() {
 		save
 	fi
 	# A/B variants: gpt2-124m at micro-batch 8 again under each NAME=VALUE of AB (environment
-	# switches such as MGT_ATTN_KERNEL=wmma), beside the default run above
+	# switches such as MGT_ATTN_KERNEL=mma-nocp), beside the default run above
 	for ab in ${AB:-}; do
 		abn=${ab%%=*} abv=${ab#*=}
 		export "$abn=$abv"

@@ -25,7 +25,7 @@
  *  - Warp shuffles (__shfl_sync, _up, _down, _xor, with width) exchange values among the 32 lanes
  *    of a warp through a barrier over the warp; a shuffle with a mask other than the full warp, or
  *    in a warp where a lane has returned, is reported as an error (undefined on the GPU).
- *    __syncwarp is that barrier alone; nvcuda::wmma is tests/sim/wmma_sim.h.
+ *    __syncwarp is that barrier alone; ldmatrix, mma.sync and cp.async are tests/sim/mma_sim.h.
  *  - __shared__ arrays are function statics (one block at a time makes that correct); dynamic
  *    shared memory is a guarded buffer of exactly the launch's size, filled with NaN before every
  *    block (a read of an element no thread wrote shows up as NaN).
@@ -110,12 +110,12 @@ void *mgt_sim_mem_smem(size_t bytes);                /* its dynamic shared memor
 void mgt_sim_mem_block(unsigned b, bool start);      /* block b (linear index) runs / none */
 void mgt_sim_mem_launch_end(void);                   /* the launch ended: guards checked */
 /* A kernel's access to [p, p + n), checked as an instrumented load or store is (bounds, races);
- * for the stand-ins that run uninstrumented (wmma_sim.h). */
+ * for the stand-ins that run uninstrumented (mma_sim.h's cp.async). */
 void mgt_sim_mem_span(const void *p, size_t n, bool write);
 /* The current block's dynamic shared memory. */
 void *mgt_sim_dyn_smem(void);
 void __syncthreads(void);
-/* Waits for every lane of the calling warp that has not returned (__syncwarp, wmma's _sync). */
+/* Waits for every lane of the calling warp that has not returned (__syncwarp). */
 void mgt_sim_warp_sync(const char *what);
 /* Lane `src` of the calling warp's values v (one per lane), after every lane gave its own. */
 uint64_t mgt_sim_shfl(unsigned mask, uint64_t v, int src, const char *what);
@@ -275,7 +275,6 @@ static inline float2 __bfloat1622float2(__nv_bfloat162 b)
 	return float2{__bfloat162float(b.x), __bfloat162float(b.y)};
 }
 
-#include "wmma_sim.h" /* <mma.h> */
 #include "mma_sim.h"  /* kernels/mma.cuh's ldmatrix and mma.sync */
 
 #endif

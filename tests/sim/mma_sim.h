@@ -14,8 +14,8 @@
  *     columns + 8; a[3] rows gid+8, columns + 8.  B (16 x 8, col): b[0] rows (k) 2tig, 2tig+1,
  *     column gid; b[1] rows + 8.  C, D (16 x 8 fp32): c[0], c[1] row gid, columns 2tig, 2tig+1;
  *     c[2], c[3] row gid+8.
- * Products are exact in fp32 and summed in fp32 onto C in k order, as wmma_sim.h's mma_sync, so
- * the simulator's tensor-core sums are those of the WMMA kernels (a GPU's are not bitwise). */
+ * Products are exact in fp32 and summed in fp32 onto C in k order (a GPU's tensor-core sums are
+ * not bitwise those). */
 #ifndef MGT_TESTS_SIM_MMA_SIM_H
 #define MGT_TESTS_SIM_MMA_SIM_H
 
