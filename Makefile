@@ -255,6 +255,7 @@ SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o 
            $(SIM_B)/sim_mem.o
 SIM_TEST = $(SIM_B)/test_cuda_ops_sim
 SIM_POOL = $(SIM_B)/pool_test
+SIM_FP8  = $(SIM_B)/fp8_nvidia
 SIM_TRAIN = $(SIM_B)/mgt-train
 SIM_CMD  = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/cmd,$(B)/cmd)
 SIM_CC   = $(CC) -std=c11 -D_GNU_SOURCE -pthread $(WARN) -Ilib -Icmd -Ikernels -isystem $(CUDA_HOME)/include $(CFLAGS)
@@ -278,8 +279,9 @@ check-sim: $(SIM_POOL) $(SIM_TEST)
 	$(SIM_POOL) 2000
 	MGT_TEST_SMALL=1 MGT_TEST_ALARM=3600 $(SIM_TEST)
 else
-check-sim: $(SIM_POOL) $(SIM_TEST) $(SIM_TRAIN) $(PROGS)
+check-sim: $(SIM_POOL) $(SIM_TEST) $(SIM_TRAIN) $(PROGS) $(SIM_FP8)
 	$(SIM_POOL) 2000
+	$(SIM_FP8)
 	MGT_TEST_SMALL=1 MGT_TEST_ALARM=3600 $(SIM_TEST)
 	SIM_TRAIN=$(abspath $(SIM_TRAIN)) CPU_TRAIN=$(abspath $(BIN)/mgt-train) sh tests/sim/train.sh
 endif
@@ -312,6 +314,12 @@ $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o $(SIM_B)/sim_mem.o: $(SIM_B)/%.o: tes
 $(SIM_TEST): $(SIM_B)/test_cuda_ops.o $(SIM_OBJ) $(SIM_HOST)
 	$(say) LINK $@
 	$(Q)g++ $(CFLAGS) $(LDFLAGS) $(SIM_B)/test_cuda_ops.o $(SIM_OBJ) $(SIM_HOST) $(SIM_LIBS) -o $@
+
+# lib/util's fp8 conversions against the toolkit's cuda_fp8.hpp host reference (tests/sim/fp8_nvidia.cc)
+$(SIM_FP8): tests/sim/fp8_nvidia.cc lib/util/util.h $(SIM_HOST)
+	@mkdir -p $(dir $@)
+	$(say) SIMCXX $<
+	$(Q)$(SIM_CXX) $< $(SIM_HOST) -lm -o $@
 
 # the launch machinery alone (tests/sim/pool_test.cc)
 $(SIM_B)/pool_test.o: tests/sim/pool_test.cc $(SIM_HDR)

@@ -178,6 +178,25 @@ float mgt_bf16_to_f32(uint16_t h);
 uint16_t mgt_f32_to_f16(float x);
 float mgt_f16_to_f32(uint16_t h);
 
+/* The two 8-bit float formats of fp8 training (OCP 8-bit Floating Point Specification v1.0 and
+ * arXiv:2209.05433; ../shared/docs/fp8.md section 3):
+ *   MGT_FP8_E4M3: NVIDIA's E4M3 = OCP E4M3FN: 4 exponent bits (bias 7), 3 mantissa bits, no
+ *     infinities, NaN 0x7F and 0xFF, largest 0x7E = 448, smallest normal 2^-6, subnormals
+ *     m 2^-9 (m = 1..7);
+ *   MGT_FP8_E5M2: IEEE-like: 5 exponent bits (bias 15), 2 mantissa bits, +-Inf 0x7C / 0xFC, NaN
+ *     0x7D-0x7F and 0xFD-0xFF, largest 0x7B = 57344, smallest normal 2^-14, subnormals m 2^-16. */
+typedef enum { MGT_FP8_E4M3, MGT_FP8_E5M2 } mgt_fp8_format;
+/* x as an fp8 byte of format f, as CUDA converts with saturation (__nv_cvt_float_to_fp8(x,
+ * __NV_SATFINITE, ...), PTX cvt.rn.satfinite.{e4m3,e5m2}x2.f32, what Transformer Engine's casts
+ * use): NaN -> 0x7F (positive, in both formats); otherwise x rounded to nearest, ties to even, on
+ * the format's grid with its subnormals (nothing flushed: magnitudes up to half the smallest
+ * subnormal, a tie included, become a zero of x's sign), and magnitudes past the largest finite
+ * value, infinities included, become +-that value.  No errors. */
+uint8_t mgt_f32_to_fp8(float x, mgt_fp8_format f);
+/* The value of fp8 byte v of format f, exactly (every fp8 value is a float32): NaN for the NaN
+ * codes, +-inf for E5M2's infinities, signed zeros kept. */
+float mgt_fp8_to_f32(uint8_t v, mgt_fp8_format f);
+
 /* 64-bit FNV-1a of a string, used to turn a tensor name into a Philox key. */
 uint64_t mgt_hash64(const char *s);
 

@@ -7,7 +7,10 @@
  * plus hand-derived IEEE cases; the GEMM against a double-precision product of operands rounded
  * by that second method; the scaler against sequences worked out by hand from
  * megatron/core/optimizer/grad_scaler.py. */
+#include <float.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -605,8 +608,119 @@ static void test_scaler(void)
 	CHECK(mgt_loss_scaler_init(&ls, 0, INFINITY, 1, 3, 2) == MGT_ERR_USAGE, "infinite scale refused: %s", mgt_err_msg());
 }
 
+
+/* ---- fp8 (lib/util mgt_f32_to_fp8 / mgt_fp8_to_f32) ----
+ * The reference is the OCP 8-bit Floating Point Specification v1.0 read directly: a byte is sign,
+ * E exponent bits, M mantissa bits; E4M3 (bias 7) has no infinities and NaN only at S.1111.111,
+ * E5M2 (bias 15) is IEEE-like (E all ones: Inf with M = 0, else NaN); E = 0 is subnormal,
+ * M 2^(1 - bias - mbits).  Conversion to fp8 (fp8.md section 3, cuda_fp8.hpp with __NV_SATFINITE):
+ * the nearest value of the table, ties to the even code, saturating at the largest finite value,
+ * NaN -> 0x7F; the reference finds it by searching all 256 decoded values (no arithmetic shared
+ * with the code under test, which snaps onto the grid with frexp/nearbyint). */
+static double spec_fp8(unsigned v, int ebits, int mbits, int bias, bool ieee)
+{
+	const unsigned E = (v >> mbits) & ((1u << ebits) - 1), M = v & ((1u << mbits) - 1), top = (1u << ebits) - 1;
+	const double sgn = v & 0x80 ? -1.0 : 1.0;
+	if (ieee && E == top)
+		return M ? NAN : sgn * INFINITY;
+	if (!ieee && E == top && M == (1u << mbits) - 1)
+		return NAN;
+	if (E == 0)
+		return sgn * M * pow(2.0, 1 - bias - mbits);
+	return sgn * (1.0 + M / pow(2.0, mbits)) * pow(2.0, (double)E - bias);
+}
+
+/* The byte the reference rounding gives for x (table: the 256 decoded values). */
+static unsigned ref_fp8(float x, const double *table, double maxv)
+{
+	if (isnan(x))
+		return 0x7f;
+	double a = fabs((double)x) > maxv ? copysign(maxv, x) : (double)x;
+	unsigned best = 0;
+	double bd = INFINITY;
+	for (unsigned c = 0; c < 256; c++) {
+		if (isnan(table[c]) || isinf(table[c]) || !signbit(table[c]) != !signbit(a))
+			continue; /* candidates of x's sign (zero keeps its sign) */
+		double d = fabs(a - table[c]);
+		if (d < bd || (d == bd && (c & 1) == 0 && (best & 1) == 1))
+			bd = d, best = c;
+	}
+	return best;
+}
+
+static void test_fp8_format(mgt_fp8_format f, const char *name, int ebits, int mbits, int bias, bool ieee, double maxv)
+{
+	double table[256];
+	int nd = 0, nrt = 0;
+	for (unsigned c = 0; c < 256; c++) {
+		table[c] = spec_fp8(c, ebits, mbits, bias, ieee);
+		const float g = mgt_fp8_to_f32((uint8_t)c, f);
+		const bool same = isnan(table[c]) ? isnan(g) : (double)g == table[c] && !signbit(g) == !signbit(table[c]);
+		nd += !same;
+		if (!isnan(table[c]) && !isinf(table[c]))
+			nrt += mgt_f32_to_fp8((float)table[c], f) != c;
+	}
+	CHECK(nd == 0, "%s: all 256 codes decode as the OCP specification says (%d differ)", name, nd);
+	CHECK(nrt == 0, "%s: every finite code survives fp8 -> fp32 -> fp8 (%d do not)", name, nrt);
+	/* the specification's landmarks */
+	const unsigned cmax = f == MGT_FP8_E4M3 ? 0x7e : 0x7b;
+	CHECK(mgt_fp8_to_f32((uint8_t)cmax, f) == (float)maxv && mgt_fp8_to_f32(0x01, f) == (float)ldexp(1.0, 1 - bias - mbits) &&
+	      mgt_fp8_to_f32((uint8_t)(1u << mbits), f) == (float)ldexp(1.0, 1 - bias),
+	      "%s: largest %g, smallest subnormal 2^%d, smallest normal 2^%d", name, maxv, 1 - bias - mbits, 1 - bias);
+	CHECK(isnan(mgt_fp8_to_f32(0x7f, f)) && isnan(mgt_fp8_to_f32(0xff, f)) &&
+	      (f == MGT_FP8_E4M3 ? !isinf(mgt_fp8_to_f32(0x7c, f)) : isinf(mgt_fp8_to_f32(0x7c, f)) && isnan(mgt_fp8_to_f32(0x7d, f))),
+	      "%s: NaN and infinity codes", name);
+	/* every rounding boundary: just below, at and just above the midpoint of each pair of
+	 * neighbouring values, both signs */
+	int nb = 0, nt = 0;
+	for (unsigned c = 0; c < cmax; c++) {
+		const double lo = table[c], hi = table[c + 1], mid = (lo + hi) / 2; /* exact in float */
+		const float m = (float)mid, below = nextafterf(m, 0.0f), above = nextafterf(m, INFINITY);
+		for (int sg = 0; sg < 2; sg++) {
+			const float k = sg ? -1.0f : 1.0f;
+			const unsigned sb = sg ? 0x80u : 0;
+			nb += mgt_f32_to_fp8(k * below, f) != (c | sb);
+			nb += mgt_f32_to_fp8(k * above, f) != ((c + 1) | sb);
+			nt += mgt_f32_to_fp8(k * m, f) != ((c & 1 ? c + 1 : c) | sb);
+		}
+	}
+	CHECK(nb == 0, "%s: values just below and above each of the %u midpoints round down and up (%d wrong)", name, cmax, nb);
+	CHECK(nt == 0, "%s: each midpoint itself goes to the even code (%d wrong)", name, nt);
+	/* saturation, NaN, zeros */
+	const double ulp_max = maxv - table[cmax - 1];
+	CHECK(mgt_f32_to_fp8(nextafterf((float)maxv, INFINITY), f) == cmax && mgt_f32_to_fp8((float)(maxv + ulp_max / 2), f) == cmax &&
+	      mgt_f32_to_fp8(1e30f, f) == cmax && mgt_f32_to_fp8(INFINITY, f) == cmax && mgt_f32_to_fp8(-INFINITY, f) == (cmax | 0x80) &&
+	      mgt_f32_to_fp8(-FLT_MAX, f) == (cmax | 0x80),
+	      "%s: past the largest value (its tie, 1e30, +-inf, -FLT_MAX) saturates to +-%g", name, maxv);
+	CHECK(mgt_f32_to_fp8(NAN, f) == 0x7f && mgt_f32_to_fp8(-NAN, f) == 0x7f, "%s: NaN of either sign -> 0x7F", name);
+	const float half_min = (float)ldexp(1.0, -bias - mbits);
+	CHECK(mgt_f32_to_fp8(half_min, f) == 0 && mgt_f32_to_fp8(-half_min, f) == 0x80 &&
+	      mgt_f32_to_fp8(nextafterf(half_min, 1.0f), f) == 1 && mgt_f32_to_fp8(1e-30f, f) == 0 &&
+	      mgt_f32_to_fp8(-0.0f, f) == 0x80 && mgt_f32_to_fp8(-1e-30f, f) == 0x80,
+	      "%s: half the smallest subnormal (a tie) and below go to a zero of the input's sign", name);
+	/* random floats over the whole range, against the table search */
+	int nr = 0;
+	for (int i = 0; i < 200000; i++) {
+		uint32_t u = next32();
+		float x;
+		memcpy(&x, &u, 4);
+		if (i % 2) /* half of them inside the format's range */
+			x = (float)ldexp((double)(u & 0xffffff) / 16777216.0 + 0.5, (int)(u >> 24) % (2 * bias + 8) - bias - mbits - 2) *
+			    (u & 1 ? -1.0f : 1.0f);
+		nr += mgt_f32_to_fp8(x, f) != ref_fp8(x, table, maxv);
+	}
+	CHECK(nr == 0, "%s: 200000 random floats round as the table search says (%d differ)", name, nr);
+}
+
+static void test_fp8(void)
+{
+	test_fp8_format(MGT_FP8_E4M3, "fp8 e4m3", 4, 3, 7, false, 448.0);
+	test_fp8_format(MGT_FP8_E5M2, "fp8 e5m2", 5, 2, 15, true, 57344.0);
+}
+
 int main(void)
 {
+	test_fp8();
 	test_rounding_cases();
 	test_rounding_random();
 	test_gemm_emulation(MGT_PREC_BF16, "bf16", ref_bf16);
