@@ -1,0 +1,62 @@
+/* lib/fp8: the scaling of fp8 training as Megatron-LM runs it through Transformer Engine
+ * (../shared/docs/fp8.md section 2; TE common/recipe/delayed_scaling.cu kernel_bulk,
+ * common/util/vectorized_pointwise.h, common/recipe/recipe_common.cuh): the quantizing cast of a
+ * tensor with its amax, the delayed-scaling state of a group of tensors (amax history and scale per
+ * slot) and its update, and current (tensorwise) scaling.  The fp8 byte formats are lib/util's
+ * (mgt_fp8_format, mgt_f32_to_fp8).  Everything here is exact fp32 arithmetic, the reference the
+ * CUDA path must reproduce bit for bit. */
+#ifndef MGT_FP8_H
+#define MGT_FP8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+/* Largest finite value of format f: 448 (E4M3) or 57344 (E5M2). */
+float mgt_fp8_max(mgt_fp8_format f);
+
+/* The cast of n values x (fp32; host memory) with a delayed or current scale (fp8.md section 2,
+ * "Cast of one tensor"): q[i] = mgt_f32_to_fp8(fl32(x[i] * scale), f), and *amax =
+ * fmaxf(*amax, |x[i]|) over the pre-scale values (fmaxf: a NaN is ignored, +Inf is kept).  q may
+ * be NULL (the amax alone).  No errors. */
+void mgt_fp8_quantize(uint8_t *q, const float *x, size_t n, float scale, mgt_fp8_format f, float *amax);
+
+/* The reciprocal a cast writes beside its bytes: 1 / scale rounded to nearest (__frcp_rn). */
+float mgt_fp8_scale_inv(float scale);
+
+/* How the history turns into the amax a scale is computed from (--fp8-amax-compute-algo). */
+typedef enum { MGT_FP8_AMAX_MOST_RECENT, MGT_FP8_AMAX_MAX } mgt_fp8_amax_algo;
+
+/* The delayed-scaling state of `slots` tensors (TE's DelayedScalingRecipeState: a module's forward
+ * slots are input, weight, output per GEMM, its backward slots grad_output, grad_input):
+ * history [len, slots] row-major, row 0 the amaxes recorded since the last update (the casts
+ * fmaxf into it), rows 1..len-1 the earlier ones, oldest first; scale [slots].  Owned by the
+ * struct (mgt_fp8_meta_free). */
+typedef struct {
+	int len, slots;
+	float *history;
+	float *scale;
+} mgt_fp8_meta;
+
+/* History zeros, scales 1 (the first iteration casts with scale 1).  len >= 1, slots >= 1, else
+ * MGT_ERR_USAGE; MGT_ERR_NOMEM. */
+mgt_status mgt_fp8_meta_init(mgt_fp8_meta *m, int len, int slots);
+void mgt_fp8_meta_free(mgt_fp8_meta *m);
+
+/* The update of every slot after a pass (kernel_bulk; fp8.md section 2, "Scale and history
+ * update"): reduced, when not NULL, is row 0 all-reduced with MAX over the amax group (TP x DP x
+ * CP), else row 0 is used as it is.  Per slot j: last = reduced[j] if that is not 0, else
+ * history[0][j]; if last != 0 the history rolls (row 0 <- 0, rows 1..len-2 <- rows 2..len-1,
+ * row len-1 <- last) and amax = last (MGT_FP8_AMAX_MOST_RECENT) or the fmaxf of last and rows
+ * 1..len-1 before the roll (MGT_FP8_AMAX_MAX); with len 1 the history becomes [0]; if last == 0
+ * nothing rolls and the scale stays.  scale = fl32(fl32(fp8_max * 2^-margin) / amax) when amax is
+ * finite and > 0 (+Inf becomes FLT_MAX), else the scale stays.  No errors. */
+void mgt_fp8_meta_update(mgt_fp8_meta *m, const float *reduced, float fp8_max, int margin, mgt_fp8_amax_algo algo);
+
+/* Current (tensorwise) scaling of a tensor of amax `amax` (fp8.md section 2, "Current scaling";
+ * recipe_common.cuh): amax below eps becomes eps; amax 0, Inf or NaN give 1; else
+ * fl32(fp8_max / amax), +Inf becoming FLT_MAX. */
+float mgt_fp8_current_scale(float amax, float fp8_max, float eps);
+
+#endif
