@@ -43,6 +43,13 @@ typedef enum { MGT_K_F32 = 0, MGT_K_BF16 = 1, MGT_K_F16 = 2 } mgt_k_dtype;
 int mgt_k_cast(mgt_k_stream s, void *dst, mgt_k_dtype dst_t, const void *src, mgt_k_dtype src_t,
 	       size_t n);
 int mgt_k_scale(mgt_k_stream s, float *x, size_t n, float alpha);
+/* fp8's cast (kernels/fp8.cu; lib/fp8 mgt_fp8_quantize bit for bit): q[i] = the E4M3 (e5m2 0) or
+ * E5M2 byte of fl32(x[i] * scale[0]) (q NULL: none written), amax[0] = fmaxf(amax[0], max |x[i]|);
+ * x of type xt (fp32, bf16, fp16); scale and amax device pointers; ws of
+ * mgt_k_fp8_quantize_ws_bytes() (the blocks' maxima). */
+size_t mgt_k_fp8_quantize_ws_bytes(void);
+int mgt_k_fp8_quantize(mgt_k_stream s, uint8_t *q, const void *x, mgt_k_dtype xt, size_t n, const float *scale,
+		       int e5m2, float *amax, void *ws);
 /* y += x, n elements of type t (fp32 sum, rounded once when 16-bit). */
 int mgt_k_add(mgt_k_stream s, void *y, const void *x, mgt_k_dtype t, size_t n);
 /* out[0] = sum x[i]^2 in double, deterministic; NaN/Inf propagate. */

@@ -394,6 +394,14 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	X(void, widen, (mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)) \
 	/* x *= alpha over n elements. */ \
 	X(void, scale, (mgt_backend *be, float *x, size_t n, float alpha)) \
+	/* fp8's quantizing cast (lib/fp8 mgt_fp8_quantize, bit for bit; ../shared/docs/fp8.md \
+	 * section 2): q[i] = the byte of format fmt (lib/util mgt_f32_to_fp8) of fl32(x[i] * \
+	 * scale[0]) for n elements x of type xt (fp32, or bf16/fp16 widened exactly), and amax[0] = \
+	 * fmaxf(amax[0], |x[i]|) over them (NaN ignored, +Inf kept).  scale and amax are one float \
+	 * each in the backend's memory, read and written there (no host sync on a GPU); q may be \
+	 * NULL (the amax alone). */ \
+	X(void, fp8_quantize, (mgt_backend *be, uint8_t *q, const void *x, mgt_elem_type xt, size_t n, \
+		const float *scale, mgt_fp8_format fmt, float *amax)) \
 	/* y += x over n elements of type t (fp32, or bf16/fp16: the fp32 sum rounded to nearest even, \
 	 * as a 16-bit tensor addition rounds). */ \
 	X(void, add, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n))

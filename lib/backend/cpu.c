@@ -13,6 +13,7 @@
  * Attention lives in cpu_attn.c, the Mixture-of-Experts row ops and grouped linears in cpu_moe.c.
  */
 #include "backend/cpu_impl.h"
+#include "fp8/fp8.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -1196,6 +1197,15 @@ void mgt_cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (n > PAR_MIN)
 	for (size_t i = 0; i < n; i++)
 		h[i] = bf ? mgt_f32_to_bf16(src[i]) : mgt_f32_to_f16(src[i]);
+}
+
+/* lib/fp8's cast, on x widened into rounding buffer 4 when 16-bit. */
+void mgt_cpu_fp8_quantize(mgt_backend *be, uint8_t *q, const void *x, mgt_elem_type xt, size_t n, const float *scale,
+			  mgt_fp8_format fmt, float *amax)
+{
+	const float *v = widen(be, 4, x, xt, n);
+	if (v)
+		mgt_fp8_quantize(q, v, n, scale[0], fmt, amax);
 }
 
 void mgt_cpu_scale(mgt_backend *be, float *x, size_t n, float alpha)

@@ -602,6 +602,15 @@ void mgt_cuda_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *sr
 			    mgt_k_cast(stream(be), dst, mgt_cuda_kt(dt), src, MGT_K_F32, n));
 }
 
+void mgt_cuda_fp8_quantize(mgt_backend *be, uint8_t *q, const void *x, mgt_elem_type xt, size_t n, const float *scale,
+			   mgt_fp8_format fmt, float *amax)
+{
+	void *ws = n ? mgt_cuda_scratch(be, "fp8_quantize", mgt_k_fp8_quantize_ws_bytes()) : NULL;
+	if (ws)
+		mgt_cuda_ok(be, "fp8_quantize", mgt_k_fp8_quantize(stream(be), q, x, mgt_cuda_kt(xt), n, scale,
+								   fmt == MGT_FP8_E5M2, amax, ws));
+}
+
 void mgt_cuda_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
 {
 	if (n)

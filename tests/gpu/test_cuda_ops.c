@@ -2293,6 +2293,75 @@ static void on_alarm(int sig)
 	_exit(1);
 }
 
+/* ---- fp8's quantizing cast (backend.h fp8_quantize; lib/fp8) ----
+ * Inputs over the whole range of both formats: random magnitudes 2^-24..2^18 of both signs, the
+ * midpoints between neighbouring fp8 values and the floats next to them (the rounding boundaries,
+ * divided by the scale so that x * scale lands on them when the scale is a power of two), zeros,
+ * NaN, values past the largest.  The bytes and the amax must be the CPU's bit for bit (one
+ * fp32 multiply and lib/util's rounding rule on both sides). */
+static float *fp8_inputs(size_t n, float scale)
+{
+	float *x = hrand(n, 1.0);
+	size_t k = 0;
+	for (int f = 0; f < 2 && k + 8 < n; f++)
+		for (unsigned c = 0; c + 1 < 256 && k + 8 < n; c++) {
+			const float lo = mgt_fp8_to_f32((uint8_t)c, (mgt_fp8_format)f), hi = mgt_fp8_to_f32((uint8_t)(c + 1), (mgt_fp8_format)f);
+			if (!isfinite(lo) || !isfinite(hi) || c == 0x7f)
+				continue;
+			const float m = (lo + hi) / 2;
+			x[k++] = m / scale, x[k++] = nextafterf(m, 0.0f) / scale, x[k++] = nextafterf(m, INFINITY) / scale;
+		}
+	/* (no infinities: they would make every amax +inf; lib/util's tests cover their saturation) */
+	const float special[] = {0.0f, -0.0f, NAN, -NAN, -500.0f, 70000.0f, 1e-45f, -3e-39f};
+	for (size_t i = 0; i < sizeof special / sizeof *special && k < n; i++)
+		x[k++] = special[i];
+	for (; k < n; k++) { /* random magnitudes 2^-24..2^18 */
+		const double u = (urand() + 1) / 2; /* [0, 1) */
+		x[k] = (float)ldexp(0.5 + (urand() + 1) / 4, (int)(u * 42) - 24) * (urand() < 0 ? -1.0f : 1.0f);
+	}
+	return x;
+}
+
+static void t_fp8_quantize(size_t n, float scale, mgt_elem_type xt)
+{
+	const char *id = nm("fp8_quantize n=%zu scale=%g x %s", n, scale, xt == MGT_DT_F32 ? "fp32" : "bf16");
+	float *x = fp8_inputs(n, scale);
+	void *d16 = NULL;
+	float *dX = xt == MGT_DT_F32 ? dput(x, n) : dput16(x, n, xt, &d16);
+	if (xt != MGT_DT_F32) /* the CPU gets the same bf16 values */
+		free(x), x = dget(dX, n);
+	const void *gx = xt == MGT_DT_F32 ? (const void *)dX : d16;
+	uint16_t *x16 = NULL;
+	if (xt != MGT_DT_F32) {
+		x16 = xmalloc(n * 2);
+		C->cast(cpu, x16, xt, x, n);
+	}
+	const void *cx = xt == MGT_DT_F32 ? (const void *)x : x16;
+	float two[2] = {scale, 0.75f}, *dS = dput(two, 2);
+	for (int f = 0; f < 2; f++) {
+		const mgt_fp8_format fmt = (mgt_fp8_format)f;
+		uint8_t *qc = xmalloc(n), *qg = xmalloc(n);
+		uint8_t *dQ = dalloc(n);
+		float ac = 0.75f, ag;
+		C->fp8_quantize(cpu, qc, cx, xt, n, &scale, fmt, &ac);
+		G->fp8_quantize(gpu, dQ, gx, xt, n, dS, fmt, dS + 1); /* amax starts at 0.75 as the CPU's */
+		if (G->download(gpu, qg, dQ, n) != MGT_OK || G->download(gpu, &ag, dS + 1, 4) != MGT_OK)
+			bail("download (fp8_quantize failed?)");
+		size_t nd = 0;
+		for (size_t i = 0; i < n; i++)
+			nd += qg[i] != qc[i];
+		CHECK(nd == 0, "%s%s %s: bytes the CPU's bit for bit (%zu of %zu differ)", tag, id, f ? "e5m2" : "e4m3", nd, n);
+		CHECK(ag == ac, "%s%s %s: amax the CPU's (%a vs %a)", tag, id, f ? "e5m2" : "e4m3", (double)ag, (double)ac);
+		G->fp8_quantize(gpu, NULL, gx, xt, n, dS, fmt, dS + 1);
+		if (G->download(gpu, &ag, dS + 1, 4) != MGT_OK)
+			bail("download (fp8_quantize failed?)");
+		CHECK(ag == ac, "%s%s %s: q NULL: the amax alone, accumulated (%a)", tag, id, f ? "e5m2" : "e4m3", (double)ag);
+		up(dS + 1, &two[1], 4); /* amax back to 0.75 for the next format */
+		free(qc), free(qg), dfree(dQ);
+	}
+	free(x), free(x16), dfree(dX), dfree(d16), dfree(dS);
+}
+
 static void all_ops(void)
 {
 	section("tensor-core fragments and attention implementations (first)");
@@ -2405,6 +2474,12 @@ static void all_ops(void)
 
 	section("sumsq, scale, add");
 	t_reductions();
+
+	section("fp8 quantizing cast");
+	t_fp8_quantize(1000003, 1.0f, MGT_DT_F32);
+	t_fp8_quantize(70001, 0.0625f, MGT_DT_F32);
+	t_fp8_quantize(70001, 112.345f, MGT_DT_F32);
+	t_fp8_quantize(30001, 4.0f, MGT_DT_BF16);
 }
 
 static void misaligned_ops(void)
@@ -2542,6 +2617,11 @@ static void small_ops(void)
 	t_adamw(100003, 10);
 	t_adamw(777, 1000);
 	t_adamw(1, 3);
+
+	section("fp8 quantizing cast");
+	t_fp8_quantize(3001, 1.0f, MGT_DT_F32);
+	t_fp8_quantize(3001, 112.345f, MGT_DT_F32);
+	t_fp8_quantize(1201, 4.0f, MGT_DT_BF16);
 
 	section("sumsq, scale, add");
 	t_sumsq(1000003);

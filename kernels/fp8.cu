@@ -1,0 +1,88 @@
+/* kernels/: fp8's quantizing cast (kernels.h mgt_k_fp8_quantize; lib/fp8 mgt_fp8_quantize is the
+ * reference, bit for bit).  The conversion is lib/util mgt_f32_to_fp8's rule written for the device
+ * in fp32 (fp8.md section 3: snap to the grid with ties to even, subnormals kept, then clamp; NaN
+ * -> 0x7F): the quantum 2^(e - mbits) is a power of two, so a / quantum is exact and rintf rounds
+ * it to even.  The amax: each block's fmaxf of |x| (NaN ignored) into ws, then one block folds
+ * them into amax[0]; a maximum does not depend on the order, so no atomics are needed. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "common.cuh"
+#include "kernels.h"
+
+#ifndef MGT_LAUNCH
+#define MGT_LAUNCH(kern, grid, block, smem, stream, ...) kern<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#endif
+
+enum { FP8_T = 256, FP8_BLOCKS = 1024 };
+
+/* 2^k, exactly, for -126 <= k <= 127 */
+static __device__ __forceinline__ float pow2(int k) { return __uint_as_float((uint32_t)(k + 127) << 23); }
+
+/* The fp8 byte of x (e5m2: format E5M2, else E4M3). */
+static __device__ __forceinline__ uint8_t fp8_from(float x, bool e5m2)
+{
+	if (isnan(x))
+		return 0x7f;
+	const int mb = e5m2 ? 2 : 3, emin = e5m2 ? -14 : -6;
+	const float maxv = e5m2 ? 57344.0f : 448.0f;
+	const uint8_t sign = signbit(x) ? 0x80 : 0;
+	const float a = fminf(fabsf(x), maxv);
+	int e = (int)((__float_as_uint(a) >> 23) & 0xff) - 127;
+	if (e < emin)
+		e = emin;
+	const float r = fminf(rintf(a * pow2(mb - e)) * pow2(e - mb), maxv);
+	if (r < pow2(emin)) /* zero or subnormal: a multiple of 2^(emin - mb) */
+		return (uint8_t)(sign | (uint8_t)(r * pow2(mb - emin)));
+	const int er = (int)((__float_as_uint(r) >> 23) & 0xff) - 127;
+	const unsigned m = (__float_as_uint(r) >> (23 - mb)) & ((1u << mb) - 1);
+	return (uint8_t)(sign | (unsigned)(er + (e5m2 ? 15 : 7)) << mb | m);
+}
+
+template <typename S>
+static __global__ void fp8_quant_k(uint8_t *q, const S *x, size_t n, const float *scale, bool e5m2, float *part)
+{
+	const float s = scale[0];
+	float a = 0.0f;
+	for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+		const float v = mgt_ld1(x, i);
+		a = fmaxf(a, fabsf(v));
+		if (q)
+			q[i] = fp8_from(v * s, e5m2);
+	}
+	a = mgt_block_max(a);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = a;
+}
+
+static __global__ void fp8_amax_k(float *amax, const float *part, int nb)
+{
+	float a = 0.0f;
+	for (int i = threadIdx.x; i < nb; i += blockDim.x)
+		a = fmaxf(a, part[i]);
+	a = mgt_block_max(a);
+	if (threadIdx.x == 0)
+		amax[0] = fmaxf(amax[0], a);
+}
+
+extern "C" size_t mgt_k_fp8_quantize_ws_bytes(void) { return FP8_BLOCKS * sizeof(float); }
+
+extern "C" int mgt_k_fp8_quantize(mgt_k_stream s, uint8_t *q, const void *x, mgt_k_dtype xt, size_t n,
+				  const float *scale, int e5m2, float *amax, void *ws)
+{
+	if (n == 0)
+		return 0;
+	const size_t want = mgt_cdiv(n, FP8_T);
+	const int nb = want < FP8_BLOCKS ? (int)want : FP8_BLOCKS;
+	float *part = (float *)ws;
+	const cudaStream_t st = mgt_st(s);
+	if (xt == MGT_K_BF16)
+		MGT_LAUNCH(fp8_quant_k<__nv_bfloat16>, nb, FP8_T, 0, st, q, (const __nv_bfloat16 *)x, n, scale, e5m2 != 0, part);
+	else if (xt == MGT_K_F16)
+		MGT_LAUNCH(fp8_quant_k<__half>, nb, FP8_T, 0, st, q, (const __half *)x, n, scale, e5m2 != 0, part);
+	else
+		MGT_LAUNCH(fp8_quant_k<float>, nb, FP8_T, 0, st, q, (const float *)x, n, scale, e5m2 != 0, part);
+	MGT_LAUNCH(fp8_amax_k, 1, FP8_T, 0, st, amax, part, nb);
+	return mgt_k_rc();
+}
