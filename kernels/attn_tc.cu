@@ -55,9 +55,10 @@ template <typename T> static int tc_async(const T *qkv, const geom &G, int DM)
 	return G.d == DM && DM % 8 == 0 && mgt_al16(qkv) && G.ldq % 8 == 0;
 }
 
-template <typename T, int DM, int MB>
-static int mma_fwd_launch(cudaStream_t st, T *out, float *lse, const T *qkv, const geom &G, int vec, int impl)
+template <typename T, int DM>
+static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
 {
+	constexpr int MB = mgt_attn_mma::fwd_blocks(DM);
 	const size_t sm = mgt_attn_mma::fwd_smem(DM, (int)sizeof(T));
 	const cudaError_t e = tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM, MB>, sm);
 	if (e != cudaSuccess)
@@ -66,12 +67,6 @@ static int mma_fwd_launch(cudaStream_t st, T *out, float *lse, const T *qkv, con
 	MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM, MB>), grid, NTC, sm, st, G, out, lse, qkv, vec,
 		   impl == MGT_K_ATTN_MMA && tc_async(qkv, G, DM));
 	return (int)cudaGetLastError();
-}
-
-template <typename T, int DM>
-static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
-{
-	return mma_fwd_launch<T, DM, mgt_attn_mma::fwd_blocks(DM)>(st, out, lse, qkv, G, vec, impl);
 }
 
 template <typename T>
@@ -111,10 +106,12 @@ extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int 
 	return mgt_attn::ws_bytes(seq, b, ng, r);
 }
 
-template <typename T, int DM, int TB, int MB>
-static int mma_bwd_launch(cudaStream_t st, float *dqkv, const float *dout, const T *qkv, const float *lse,
-			  const float *D, const geom &G, int vec, int impl)
+/* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
+template <typename T, int DM, int TB>
+static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const T *qkv,
+			 const float *lse, const float *D, const geom &G, int vec)
 {
+	constexpr int MB = mgt_attn_mma::bwd_blocks(DM);
 	const size_t sm = mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T));
 	const size_t sq = mgt_attn_mma::dq_smem(DM, TB, (int)sizeof(T));
 	cudaError_t e = tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB>, sm);
@@ -128,14 +125,6 @@ static int mma_bwd_launch(cudaStream_t st, float *dqkv, const float *dout, const
 	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D, vec,
 		   impl == MGT_K_ATTN_MMA && tc_async(qkv, G, DM));
 	return (int)cudaGetLastError();
-}
-
-/* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
-template <typename T, int DM, int TB>
-static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const T *qkv,
-			 const float *lse, const float *D, const geom &G, int vec)
-{
-	return mma_bwd_launch<T, DM, TB, mgt_attn_mma::bwd_blocks(DM)>(st, dqkv, dout, qkv, lse, D, G, vec, impl);
 }
 
 template <typename T>

@@ -32,7 +32,7 @@ static __device__ __forceinline__ uint8_t fp8_from(float x, bool e5m2)
 	int e = (int)((__float_as_uint(a) >> 23) & 0xff) - 127;
 	if (e < emin)
 		e = emin;
-	const float r = fminf(rintf(a * pow2(mb - e)) * pow2(e - mb), maxv);
+	const float r = rintf(a * pow2(mb - e)) * pow2(e - mb); /* maxv is a grid point: no overshoot */
 	if (r < pow2(emin)) /* zero or subnormal: a multiple of 2^(emin - mb) */
 		return (uint8_t)(sign | (uint8_t)(r * pow2(mb - emin)));
 	const int er = (int)((__float_as_uint(r) >> 23) & 0xff) - 127;

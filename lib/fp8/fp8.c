@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-float mgt_fp8_max(mgt_fp8_format f) { return f == MGT_FP8_E4M3 ? 448.0f : 57344.0f; }
-
 void mgt_fp8_quantize(uint8_t *q, const float *x, size_t n, float scale, mgt_fp8_format f, float *amax)
 {
 	float a = *amax;

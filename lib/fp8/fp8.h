@@ -13,9 +13,6 @@
 
 #include "util/util.h"
 
-/* Largest finite value of format f: 448 (E4M3) or 57344 (E5M2). */
-float mgt_fp8_max(mgt_fp8_format f);
-
 /* The cast of n values x (fp32; host memory) with a delayed or current scale (fp8.md section 2,
  * "Cast of one tensor"): q[i] = mgt_f32_to_fp8(fl32(x[i] * scale), f), and *amax =
  * fmaxf(*amax, |x[i]|) over the pre-scale values (fmaxf: a NaN is ignored, +Inf is kept).  q may

@@ -570,12 +570,13 @@ float mgt_f16_to_f32(uint16_t h)
 	return u2f(sign | (e - 15 + 127) << 23 | m << 13);
 }
 
-/* fp8: mantissa bits, exponent bias, largest finite value (util.h) */
+/* fp8: mantissa bits, exponent bias (util.h) */
 static int fp8_mbits(mgt_fp8_format f) { return f == MGT_FP8_E4M3 ? 3 : 2; }
 static int fp8_bias(mgt_fp8_format f) { return f == MGT_FP8_E4M3 ? 7 : 15; }
-static double fp8_max(mgt_fp8_format f) { return f == MGT_FP8_E4M3 ? 448.0 : 57344.0; }
+float mgt_fp8_max(mgt_fp8_format f) { return f == MGT_FP8_E4M3 ? 448.0f : 57344.0f; }
 
-/* Snap onto the grid, then clamp (fp8.md section 3: equivalent to cuda_fp8.hpp's host path): the
+/* Clamp, then snap onto the grid (fp8.md section 3: equivalent to cuda_fp8.hpp's host path; the
+ * largest value is a grid point, so a clamped magnitude never rounds past it): the
  * quantum is 2^(e - mbits) for |x| in [2^e, 2^(e+1)), at least the subnormal quantum
  * 2^(1 - bias - mbits); x / quantum is exact in double and nearbyint rounds ties to even. */
 uint8_t mgt_f32_to_fp8(float x, mgt_fp8_format f)
@@ -584,14 +585,13 @@ uint8_t mgt_f32_to_fp8(float x, mgt_fp8_format f)
 	const int mb = fp8_mbits(f), emin = 1 - fp8_bias(f);
 	const uint8_t sign = signbit(x) ? 0x80 : 0;
 	double a = fabs((double)x);
-	if (isinf(a) || a > fp8_max(f)) a = fp8_max(f);
+	if (a > mgt_fp8_max(f)) a = mgt_fp8_max(f); /* +inf too */
 	int e = emin;
 	if (a >= ldexp(1.0, emin)) {
 		frexp(a, &e);
 		e -= 1; /* a in [2^e, 2^(e+1)) */
 	}
-	double r = ldexp(nearbyint(ldexp(a, mb - e)), e - mb);
-	if (r > fp8_max(f)) r = fp8_max(f); /* a rounded up past the largest value */
+	const double r = ldexp(nearbyint(ldexp(a, mb - e)), e - mb);
 	if (r < ldexp(1.0, emin)) /* zero or subnormal: a multiple of the subnormal quantum */
 		return (uint8_t)(sign | (uint8_t)ldexp(r, mb - emin));
 	frexp(r, &e);

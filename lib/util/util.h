@@ -193,6 +193,8 @@ typedef enum { MGT_FP8_E4M3, MGT_FP8_E5M2 } mgt_fp8_format;
  * subnormal, a tie included, become a zero of x's sign), and magnitudes past the largest finite
  * value, infinities included, become +-that value.  No errors. */
 uint8_t mgt_f32_to_fp8(float x, mgt_fp8_format f);
+/* Largest finite value of format f: 448 (E4M3) or 57344 (E5M2). */
+float mgt_fp8_max(mgt_fp8_format f);
 /* The value of fp8 byte v of format f, exactly (every fp8 value is a float32): NaN for the NaN
  * codes, +-inf for E5M2's infinities, signed zeros kept. */
 float mgt_fp8_to_f32(uint8_t v, mgt_fp8_format f);

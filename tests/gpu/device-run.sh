@@ -66,14 +66,22 @@ step() {
 	timeout "$lim" "$@"
 	echo "#### step $n: exit $? after $(( $(date +%s) - t0 )) s"
 }
-all() {
+# begin MODE BUDGET: the output folder O, the deadline, the start line
+begin() {
 	O=${OUT:-/tmp/mgt-device-out}
 	mkdir -p "$O"
-	DEADLINE=$(( $(date +%s) + ${BUDGET:-520} ))
-	echo "# device-run all $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${BUDGET:-520} s"
-	info
-	step ops 120 sh -c '"$1" >"$2/test_cuda_ops.txt" 2>&1; r=$?; grep "^not ok" "$2/test_cuda_ops.txt";
+	DEADLINE=$(( $(date +%s) + $2 ))
+	echo "# device-run $1 $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget $2 s"
+}
+# ops_step LIMIT: test_cuda_ops into $O/test_cuda_ops.txt, its failures and summary printed
+ops_step() {
+	step ops "$1" sh -c '"$1" >"$2/test_cuda_ops.txt" 2>&1; r=$?; grep "^not ok" "$2/test_cuda_ops.txt";
 		grep "^# total" "$2/test_cuda_ops.txt"; tail -1 "$2/test_cuda_ops.txt"; exit $r' sh "$TEST_CUDA_OPS" "$O"
+}
+all() {
+	begin all "${BUDGET:-520}"
+	info
+	ops_step 120
 	step bench 280 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=0}" \
 		sh tests/bench/gpu.sh
 	step profile 130 env PROFILE_TIMEOUT=65 sh tests/gpu/profile.sh "$O"
@@ -81,13 +89,9 @@ all() {
 	echo "# device-run all done $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 }
 quick() {
-	O=${OUT:-/tmp/mgt-device-out}
-	mkdir -p "$O"
-	DEADLINE=$(( $(date +%s) + ${BUDGET:-250} ))
-	echo "# device-run quick $(date -u '+%Y-%m-%d %H:%M:%S UTC'), budget ${BUDGET:-250} s"
+	begin quick "${BUDGET:-250}"
 	nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv 2>&1
-	step ops 100 sh -c '"$1" >"$2/test_cuda_ops.txt" 2>&1; r=$?; grep "^not ok" "$2/test_cuda_ops.txt";
-		grep "^# total" "$2/test_cuda_ops.txt"; tail -1 "$2/test_cuda_ops.txt"; exit $r' sh "$TEST_CUDA_OPS" "$O"
+	ops_step 100
 	step bench 150 env RUN_TIMEOUT=60 MOE=0 TORCH=0 AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=0}" \
 		AB_LLAMA="${AB_LLAMA-MGT_GEMM_D16=0}" sh tests/bench/gpu.sh
 	step profile 60 env PROFILE_TIMEOUT=30 sh tests/gpu/profile.sh "$O"
