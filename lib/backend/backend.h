@@ -402,6 +402,31 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 * NULL (the amax alone). */ \
 	X(void, fp8_quantize, (mgt_backend *be, uint8_t *q, const void *x, mgt_elem_type xt, size_t n, \
 		const float *scale, mgt_fp8_format fmt, float *amax)) \
+	/* dst[c, r] = src[r, c]: the transposed copy of a [rows, cols] matrix of fp8 bytes (the \
+	 * "columnwise" copy Transformer Engine keeps because Hopper runs only TN fp8 GEMMs; the same \
+	 * bytes, so the same scale_inv).  Writes dst [cols, rows]; no overlap. */ \
+	X(void, fp8_transpose, (mgt_backend *be, uint8_t *dst, const uint8_t *src, int rows, int cols)) \
+	/* The fp8 GEMM of a Transformer Engine linear on Hopper (../shared/docs/fp8.md section 4: \
+	 * cuBLASLt "TN", A_SCALE_POINTER / B_SCALE_POINTER the operands' scale_inv, COMPUTE_32F): \
+	 *   acc[j, i] = sum_{k' < k} A[i, k'] * B[j, k']      (fp8 values, each product exact in fp32, \
+	 *                                                     summed in fp32 in some order) \
+	 *   v[j, i]   = acc[j, i] * fl32(a_inv[0] * b_inv[0]) (+ bias[i] when bias != NULL) \
+	 * for i < m, j < n: A [m, k] bytes of format af, B [n, k] bytes of format bf (both row-major, k \
+	 * contiguous: cuBLASLt's transposed A and non-transposed B), a_inv and b_inv one float each in \
+	 * backend memory (the scale_inv of each operand; read there, no host sync).  D [n, m] row-major \
+	 * (cuBLASLt's column-major m x n) of type dt: bf16 or fp16 written as v rounded to nearest even, \
+	 * or fp32, written (accumulate false) or added to (accumulate true: D += v, the wgrad into the \
+	 * fp32 main gradient).  accumulate needs dt fp32.  fast_accum: cuBLASLt's FAST_ACCUM (TE's \
+	 * forward; dgrad and wgrad use the split accumulator): a speed hint that may lower the GPU's \
+	 * accumulation precision; the CPU sums in fp32 either way (the reference; sums are not bit \
+	 * for bit the GPU's, whose order and fast accumulation are undocumented).  The model's three \
+	 * GEMMs of a linear y[T, out] = x[T, in] . w[out, in]^T: forward A = w8 (m out), B = x8 (n T), \
+	 * k in; dgrad dx[T, in]: A = w8^T [in, out] (m in), B = dy8 [T, out] (n T), k out; wgrad \
+	 * dw[out, in] +=: A = x8^T [in, T] (m in), B = dy8^T [out, T] (n out), k T.  The caller \
+	 * ensures m, n, k are multiples of 16 and not both formats E5M2 (what cuBLASLt accepts). */ \
+	X(void, gemm_fp8, (mgt_backend *be, void *d, mgt_elem_type dt, bool accumulate, const float *bias, \
+		const uint8_t *a, mgt_fp8_format af, const float *a_inv, const uint8_t *b, mgt_fp8_format bf, \
+		const float *b_inv, int m, int n, int k, bool fast_accum)) \
 	/* y += x over n elements of type t (fp32, or bf16/fp16: the fp32 sum rounded to nearest even, \
 	 * as a 16-bit tensor addition rounds). */ \
 	X(void, add, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n))
@@ -456,6 +481,14 @@ mgt_backend *mgt_backend_cuda_create(int device, mgt_status *st);
 size_t mgt_backend_mem_available(mgt_backend *be, char *what, size_t n);
 /* The GPU part of mgt_backend_mem_available (SIZE_MAX in a build without CUDA). */
 size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n);
+
+/* Whether this backend runs fp8 GEMMs (gemm_fp8): the CPU always (the emulation); CUDA on
+ * compute capability 8.9 or higher (Ada, Hopper and later: Transformer Engine's rule, fp8.md
+ * section 4) with a cuBLASLt that has fp8 (CUDA 12.1 or later).  When not, writes the reason
+ * naming the GPU (its name and compute capability) into why[n]. */
+bool mgt_backend_fp8_supported(mgt_backend *be, char *why, size_t n);
+/* The CUDA part of it (false with the reason in a build without CUDA). */
+bool mgt_backend_cuda_fp8_supported(mgt_backend *be, char *why, size_t n);
 
 /* Number of CUDA devices usable by this process (0 when built without CUDA, without a driver or
  * without a GPU).  Never fails. */

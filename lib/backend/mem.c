@@ -54,3 +54,9 @@ size_t mgt_backend_mem_available(mgt_backend *be, char *what, size_t n)
 	snprintf(what, n, "%s", c < a ? cg : a == SIZE_MAX ? "unknown" : "MemAvailable");
 	return c < a ? c : a;
 }
+
+bool mgt_backend_fp8_supported(mgt_backend *be, char *why, size_t n)
+{
+	if (be->host_memory) return true; /* the CPU's emulation */
+	return mgt_backend_cuda_fp8_supported(be, why, n);
+}

@@ -23,3 +23,9 @@ size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n)
 	snprintf(what, n, "unknown");
 	return SIZE_MAX;
 }
+
+bool mgt_backend_cuda_fp8_supported(mgt_backend *be, char *why, size_t n)
+{
+	snprintf(why, n, "this mgt was built without CUDA");
+	return false;
+}
