@@ -56,4 +56,27 @@ void mgt_fp8_meta_update(mgt_fp8_meta *m, const float *reduced, float fp8_max, i
  * fl32(fp8_max / amax), +Inf becoming FLT_MAX. */
 float mgt_fp8_current_scale(float amax, float fp8_max, float eps);
 
+/* fp8 training as configured by Megatron's flags (megatron/core/transformer/transformer_config.py
+ * fp8*; fp8.md section 1): format MGT_FP8_OFF (no fp8), E4M3 (--fp8-format e4m3: every tensor
+ * e4m3) or HYBRID (--fp8-format hybrid: e4m3 forward, e5m2 gradients); recipe delayed
+ * (--fp8-recipe delayed: TE's DelayedScaling, the history of margin, history_len and algo) or
+ * tensorwise (Float8CurrentScaling); bf16_start, bf16_end: decoder layers at the start and the end
+ * of the model kept in the training's 16-bit precision (--first-last-layers-bf16, tensorwise
+ * only), 0 when not asked. */
+typedef enum { MGT_FP8_OFF, MGT_FP8_FMT_E4M3, MGT_FP8_FMT_HYBRID } mgt_fp8_mode;
+typedef enum { MGT_FP8_DELAYED, MGT_FP8_TENSORWISE } mgt_fp8_recipe_kind;
+typedef struct {
+	mgt_fp8_mode format;
+	mgt_fp8_recipe_kind recipe;
+	int margin, history_len;
+	mgt_fp8_amax_algo algo;
+	int bf16_start, bf16_end;
+} mgt_fp8_recipe;
+
+/* The format of the gradients (grad_output) under a recipe: E5M2 under HYBRID, else E4M3. */
+static inline mgt_fp8_format mgt_fp8_grad_format(const mgt_fp8_recipe *r)
+{
+	return r->format == MGT_FP8_FMT_HYBRID ? MGT_FP8_E5M2 : MGT_FP8_E4M3;
+}
+
 #endif

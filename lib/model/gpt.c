@@ -42,7 +42,7 @@ static size_t la_numel(const mgt_model *m, int li, int k)
 	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h, rows = T * (size_t)m->ng_l;
 	switch (k) {
 	case LA_X_IN: case LA_X_MID: return Th * h;
-	case LA_LN1: case LA_LN2: return T * h;
+	case LA_LN1: case LA_LN2: return li >= 0 && mgt_model_fp8_layer(m, li) ? 0 : T * h; /* fp8: the cast keeps x */
 	case LA_MEAN1: case LA_RSTD1: case LA_MEAN2: case LA_RSTD2: return Th;
 	case LA_QKV: return T * (size_t)m->qkv_l;
 	case LA_CTX: return T * (size_t)(m->nq_l * m->d);
@@ -189,6 +189,7 @@ static mgt_status alloc_activations(mgt_model *m)
 	m->dctx = WK(T * (size_t)(m->nq_l * m->d), m->act_t); m->dact = WK(T * (size_t)m->ffn_l, m->act_t);
 	if (m->rope && m->n_layers) m->inv_freq = WF(m->rot_dim / 2);
 	if (!st) st = mgt_cp_alloc(m);
+	if (!st) st = mgt_model_fp8_alloc(m);
 	return st ? st : mgt_moe_alloc(m);
 }
 
@@ -290,6 +291,13 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 	return MGT_OK;
 }
 
+/* The layout's fp8 against the chunk's dimensions (fp8lin.c). */
+static mgt_status fp8_check(const mgt_model *m)
+{
+	int64_t dims[4][2] = { { m->h, m->qkv_l }, { m->nq_l * m->d, m->h }, { m->h, m->fc1_l }, { m->ffn_l, m->h } };
+	return mgt_model_fp8_check(&m->c, &m->L, m->ps, m->T, dims);
+}
+
 /* The chunk without its buffers: dimensions, tensor table and flat-buffer layout. */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
 			    mgt_backend *be, const mgt_parallel *ps, bool dry)
@@ -316,6 +324,7 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	if (!st) st = mgt_tensor_table_layout(&m->tt, L->dp, L->distributed_optimizer, L->bucket_size, shared);
 	if (!st) st = index_roles(m);
 	if (!st) st = mgt_moe_setup(m);
+	if (!st) st = fp8_check(m);
 	m->act_t = mgt_precision_dtype(L->precision);
 	m->fc1_t = m->act_t;
 	m->res_t = L->fp32_residual_connection ? MGT_DT_F32 : m->act_t;
@@ -421,6 +430,7 @@ void mgt_model_free(mgt_model *m)
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
 	mgt_cp_free(m);
+	mgt_model_fp8_free(m);
 	free(m->by_role);
 	mgt_tensor_table_free(&m->tt);
 	free(m);
@@ -611,17 +621,49 @@ static mgt_status core_attn_fwd(mgt_model *m, int li, bool train)
 	return MGT_OK;
 }
 
+/* Linear j (0 qkv, 1 proj, 2 fc1, 3 fc2) of local layer li: y[T, out] = x[T, in] . w^T (+ b), in
+ * fp8 (fp8lin.c) or by the backend's linear_fwd. */
+static mgt_status lin_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,
+			  const mgt_tensor *w, const mgt_tensor *b, int in, int out)
+{
+	if (mgt_model_fp8_layer(m, li)) return mgt_model_fp8_fwd(m, li, j, y, yt, x, xt, W(m, w), WT(m), P(m, b));
+	m->be->ops->linear_fwd(m->be, y, yt, x, xt, W(m, w), WT(m), P(m, b), m->T, in, out);
+	return MGT_OK;
+}
+
+/* Its backward: dx (type dxt) written, the gradients of w and b accumulated. */
+static mgt_status lin_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_type dxt, const mgt_tensor *w,
+			  const mgt_tensor *b, const void *dy, mgt_elem_type dyt, const void *x, mgt_elem_type xt, int in,
+			  int out)
+{
+	if (mgt_model_fp8_layer(m, li)) return mgt_model_fp8_bwd(m, li, j, dx, dxt, G(m, w), G(m, b), dy, dyt);
+	m->be->ops->linear_bwd(m->be, dx, dxt, G(m, w), G(m, b), dy, dyt, x, xt, W(m, w), WT(m), m->T, in, out);
+	return MGT_OK;
+}
+
+/* Where a norm feeding linear_qkv or linear_fc1 writes, and in what type: the layer's 16-bit
+ * buffer, or under fp8 the fp32 scratch the cast reads (TE quantizes the fp32 norm output). */
+static void *norm_dst(mgt_model *m, int li, void *buf, mgt_elem_type *t)
+{
+	bool f8 = mgt_model_fp8_layer(m, li);
+	*t = f8 ? MGT_DT_F32 : m->act_t;
+	return f8 ? mgt_model_fp8_norm_out(m) : buf;
+}
+
 static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
 	layer_act *a = &sa->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	mgt_status st = norm_gather(m, a->ln1, m->act_t, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
+	mgt_elem_type lt;
+	void *ln = norm_dst(m, li, a->ln1, &lt);
+	mgt_status st = norm_gather(m, ln, lt, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
+	if (!st)
+		st = lin_fwd(m, li, 0, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->act_t, ln, lt,
+			     T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), h, (int)m->qkv_l);
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	o->linear_fwd(m->be, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->act_t, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
-		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
 		float eps = (float)m->c.norm_epsilon;
 		const size_t n = (size_t)T * (size_t)m->qkv_l;
@@ -634,9 +676,10 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	}
 	if (m->rope) o->rope(m->be, a->qkv, m->act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = core_attn_fwd(m, li, train);
+	if (!st)
+		st = lin_fwd(m, li, 1, m->dtmp_h, m->act_t, a->ctx, m->act_t, T_(m, l, MGT_T_PROJ_W), NULL,
+			     (int)(m->nq_l * m->d), h);
 	if (st) return st;
-	o->linear_fwd(m->be, m->dtmp_h, m->act_t, a->ctx, m->act_t, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T,
-		      (int)(m->nq_l * m->d), h);
 	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
 }
 
@@ -645,17 +688,19 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, void *out)
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	mgt_status st = norm_gather(m, a->ln2, m->act_t, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
+	mgt_elem_type lt;
+	void *ln = norm_dst(m, li, a->ln2, &lt);
+	mgt_status st = norm_gather(m, ln, lt, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
 	if (st) return st;
 	if (mgt_moe_layer(m, li)) {
 		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
 		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3), m->act_t);
 	}
-	o->linear_fwd(m->be, a->fc1, m->fc1_t, a->ln2, m->act_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), NULL, T, h, (int)m->fc1_l);
+	if ((st = lin_fwd(m, li, 2, a->fc1, m->fc1_t, ln, lt, T_(m, l, MGT_T_FC1_W), NULL, h, (int)m->fc1_l))) return st;
 	o->bias_act_fwd(m->be, m->act, a->act, m->act_t, a->fc1, m->fc1_t, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
-	o->linear_fwd(m->be, m->dtmp_h, m->act_t, a->act, m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T,
-		      (int)m->ffn_l, h);
+	if ((st = lin_fwd(m, li, 3, m->dtmp_h, m->act_t, a->act, m->act_t, T_(m, l, MGT_T_FC2_W), NULL, (int)m->ffn_l, h)))
+		return st;
 	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3), m->act_t);
 }
 
@@ -743,12 +788,14 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 		return reduce_norm_bwd_plus(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2,
 					    dxl);
 	}
-	o->linear_bwd(m->be, m->dact, m->act_t, G(m, T_(m, l, MGT_T_FC2_W)), NULL, m->dtmp_h, m->act_t, a->act,
-		      m->act_t, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), T, (int)m->ffn_l, h);
+	st = lin_bwd(m, li, 3, m->dact, m->act_t, T_(m, l, MGT_T_FC2_W), NULL, m->dtmp_h, m->act_t, a->act, m->act_t,
+		     (int)m->ffn_l, h);
+	if (st) return st;
 	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, m->act_t, a->fc1, m->fc1_t,
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
-	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, T_(m, l, MGT_T_FC1_W)), NULL, m->dbig, m->act_t, a->ln2,
-		      m->act_t, W(m, T_(m, l, MGT_T_FC1_W)), WT(m), T, h, (int)m->fc1_l);
+	st = lin_bwd(m, li, 2, m->dtmp_h, m->act_t, T_(m, l, MGT_T_FC1_W), NULL, m->dbig, m->act_t, a->ln2, m->act_t, h,
+		     (int)m->fc1_l);
+	if (st) return st;
 	return reduce_norm_bwd(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2);
 }
 
@@ -760,8 +807,9 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
 	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
 	if (st) return st;
-	o->linear_bwd(m->be, m->dctx, m->act_t, G(m, T_(m, l, MGT_T_PROJ_W)), NULL, m->dtmp_h, m->act_t, a->ctx, m->act_t,
-		      W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), T, nd, h);
+	if ((st = lin_bwd(m, li, 1, m->dctx, m->act_t, T_(m, l, MGT_T_PROJ_W), NULL, m->dtmp_h, m->act_t, a->ctx, m->act_t,
+			  nd, h)))
+		return st;
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->act_t, p, site_key(m, l, 1));
 	else o->attn_bwd(m->be, m->dbig, m->dctx, m->act_t, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
@@ -776,8 +824,9 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
 				 m->dbig, m->act_t, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
-	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, T_(m, l, MGT_T_QKV_W)), G(m, T_(m, l, MGT_T_QKV_B)), m->dbig,
-		      m->act_t, a->ln1, m->act_t, W(m, T_(m, l, MGT_T_QKV_W)), WT(m), T, h, (int)m->qkv_l);
+	st = lin_bwd(m, li, 0, m->dtmp_h, m->act_t, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), m->dbig, m->act_t, a->ln1,
+		     m->act_t, h, (int)m->qkv_l);
+	if (st) return st;
 	return reduce_norm_bwd(m, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1);
 }
 
@@ -833,6 +882,7 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 		st = attn_fwd(m, li, train);
 		if (!st) st = mlp_fwd(m, li, train, out);
 	}
+	if (!st && train) st = mgt_model_fp8_update(m, false); /* TE: at the exit of the block's fp8 autocast */
 	if (!st && m->last) st = head_fwd(m, loss_sum);
 	m->be->ops->sync(m->be);
 	m->t_fwd += mgt_now() - t0;
@@ -869,6 +919,7 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
 		if (!st) st = attn_bwd(m, li, train);
 		if (!st && m->hook) st = m->hook(m->hook_ctx, m, m->first_layer + li);
 	}
+	if (!st && train) st = mgt_model_fp8_update(m, true); /* TE: after the first fp8 module's backward */
 	if (!st && m->first) st = embed_bwd(m, train);
 	if (!st && m->hook) st = m->hook(m->hook_ctx, m, INT_MIN);
 	m->be->ops->sync(m->be);

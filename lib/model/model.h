@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "fp8/fp8.h"
 #include "parallel/parallel.h"
 #include "util/util.h"
 
@@ -316,6 +317,7 @@ typedef struct mgt_model_layout {
 	mgt_cp_comm cp_comm;
 	mgt_precision precision;
 	bool fp32_residual_connection;
+	mgt_fp8_recipe fp8; /* fp8 linear layers (lib/model/fp8lin.c); format MGT_FP8_OFF: none */
 } mgt_model_layout;
 
 /* Create a model chunk for config c (finalized for ps->tp) on backend be with parallel state ps
@@ -348,6 +350,36 @@ mgt_model_mem mgt_model_memory(const mgt_model *m);
  * Errors: as mgt_model_create (a layout that does not divide, sizes out of range), NOMEM. */
 mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
 			     mgt_model_mem *mem, size_t *buf_numel);
+
+/* ---- fp8 (lib/model/fp8lin.c; ../shared/docs/fp8.md) ----
+ * With mgt_model_layout.fp8 set, the linear layers of the dense decoder layers (linear_qkv,
+ * linear_proj, linear_fc1, linear_fc2) run as Transformer Engine's fp8 linears: inputs and
+ * weights cast to E4M3, gradients to E5M2 (hybrid) or E4M3, GEMMs of the fp8 values accumulated
+ * in fp32 (the backend's gemm_fp8), 16-bit outputs; linear_qkv's and linear_fc1's inputs are the
+ * fp32 norm outputs.  The delayed-scaling state is updated after every training forward of a
+ * micro-batch and after every backward (reduced over TP x DP x CP).
+ *
+ * mgt_model_fp8_first_microbatch: the next forward is the first of a pass (a training step's or
+ * an evaluation's schedule): it casts the weights again (TE's is_first_microbatch; later
+ * micro-batches reuse the cast bytes).
+ * mgt_model_fp8_view: the chunk's state, owned by the model (all zero without fp8): the host
+ * metas (forward slots 3k + {0 input, 1 weight, 2 output} and backward slots 2k + {0
+ * grad_output, 1 grad_input} of linear k = 4 li + j, j = 0 qkv, 1 proj, 2 fc1, 3 fc2, li the
+ * local layer, global layer first_layer + li), the reduced amax rows the last forward and
+ * backward updates used, and the number of linears.  The metas' row 0 holds on the host only
+ * what was there after the last update: mgt_model_fp8_pending first brings the amaxes recorded
+ * since (evaluation forwards') into it.  After changing the metas (a checkpoint's), call
+ * mgt_model_fp8_restore: the scales, their reciprocals and row 0 go back to the backend.
+ * Errors: IO (copies), NOMEM. */
+typedef struct {
+	mgt_fp8_meta *fwd, *bwd;
+	const float *last_fwd, *last_bwd;
+	int linears, first_layer;
+} mgt_model_fp8_state;
+void mgt_model_fp8_first_microbatch(mgt_model *m);
+mgt_status mgt_model_fp8_view(mgt_model *m, mgt_model_fp8_state *v);
+mgt_status mgt_model_fp8_pending(mgt_model *m);
+mgt_status mgt_model_fp8_restore(mgt_model *m);
 
 /* Dropout keys: mix (seed, iteration, micro-batch index) so every micro-batch of every iteration
  * draws its own masks, identically on every layout. */

@@ -109,6 +109,8 @@ struct mgt_model {
 	 * for this rank's ng_l/cp query groups (rows in position order), and the row maps
 	 * (backend int32 [T cp]: pack, unpack, to_glob, from_glob; cp.c) */
 	struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
+	/* fp8 linear layers (fp8lin.c): NULL without fp8 (mgt_model_layout.fp8) */
+	struct fp8_state *fp8;
 };
 
 static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
@@ -172,6 +174,32 @@ mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key);
 mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
 			   uint64_t key);
 int64_t mgt_cp_global_row(const mgt_model *m, int64_t t);
+
+/* ---- fp8 linear layers (fp8lin.c; ../shared/docs/fp8.md) ----
+ * mgt_model_fp8_layer: whether local layer li's four linears run in fp8 (the layout asks for fp8
+ * and the layer is not one of --num-layers-at-start/end-in-bf16).  mgt_model_fp8_check: the
+ * layout's fp8 against the model (no MoE, no full recomputation, T tokens and dims[j] = {in, out}
+ * of linear_qkv, linear_proj, linear_fc1, linear_fc2 on this TP rank multiples of 16); USAGE
+ * naming the flag to change.  mgt_model_fp8_alloc / _free: the state and its buffers through
+ * mgt_model_balloc (nothing without fp8).  mgt_model_fp8_norm_out: the [T, h] fp32 scratch a norm
+ * writes an fp8 linear's input into (TE quantizes the fp32 norm output).  mgt_model_fp8_fwd:
+ * linear j (0 qkv, 1 proj, 2 fc1, 3 fc2) of local layer li of the current slot, y [T, out] of
+ * type yt (+ b) from x [T, in] of type xt and the weight w of type wt; mgt_model_fp8_bwd: its
+ * dgrad dx (of type dxt; skipped when NULL), wgrad dw (fp32, accumulated) and db (accumulated,
+ * the column sums of dy; skipped when NULL) from dy [T, out] of type dyt.
+ * mgt_model_fp8_update: the delayed-scaling update of the forward (backward false) or backward
+ * slots, after a training forward or a backward.  Errors: NOMEM, IO (communicators, copies). */
+bool mgt_model_fp8_layer(const mgt_model *m, int li);
+mgt_status mgt_model_fp8_check(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
+			       int T, int64_t dims[4][2]);
+mgt_status mgt_model_fp8_alloc(mgt_model *m);
+void mgt_model_fp8_free(mgt_model *m);
+float *mgt_model_fp8_norm_out(mgt_model *m);
+mgt_status mgt_model_fp8_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,
+			     const void *w, mgt_elem_type wt, const float *b);
+mgt_status mgt_model_fp8_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_type dxt, float *dw, float *db,
+			     const void *dy, mgt_elem_type dyt);
+mgt_status mgt_model_fp8_update(mgt_model *m, bool backward);
 
 /* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,

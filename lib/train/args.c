@@ -173,6 +173,16 @@
 	X(B, fp16, fp16, "fp16", "false", "", "fp16 GEMM operands with loss scaling; fp32 main parameters and gradients") \
 	X(B, fp32_residual_connection, fp32_residual_connection, "fp32-residual-connection", "false", "", "keep the residual stream in fp32 under --bf16/--fp16 (default: the 16-bit type)") \
 	X(B, grad_reduce_in_bf16, grad_reduce_in_bf16, "grad-reduce-in-bf16", "false", "", "accumulate and reduce gradients in bf16 (--bf16 only; default: fp32)") \
+	X(S, fp8_format, fp8_format, "fp8-format", "", "", "e4m3 or hybrid: the decoder layers' linear layers in fp8 (hybrid: e5m2 gradients); unset: no fp8") \
+	X(A, fp8_recipe, fp8_recipe, "fp8-recipe", "delayed", "", "delayed (amax history) or tensorwise (current scaling)") \
+	X(I, fp8_margin, fp8_margin, "fp8-margin", "0", "", "scales divided by 2^margin") \
+	X(I, fp8_amax_history_len, fp8_amax_history_len, "fp8-amax-history-len", "1", "[1,)", "amaxes kept per tensor (delayed)") \
+	X(A, fp8_amax_compute_algo, fp8_amax_compute_algo, "fp8-amax-compute-algo", "most_recent", "", "most_recent or max: the amax a scale comes from (delayed)") \
+	X(B, fp8_param_gather, fp8_param_gather, "fp8-param-gather", "false", "", "the distributed optimizer's parameter all-gather in fp8 (weights double-rounded fp32 -> bf16 -> fp8)") \
+	X(B, first_last_layers_bf16, first_last_layers_bf16, "first-last-layers-bf16", "false", "", "keep the first and last decoder layers out of fp8 (tensorwise)") \
+	X(I, num_layers_at_start_in_bf16, num_layers_at_start_in_bf16, "num-layers-at-start-in-bf16", "1", "[0,)", "with --first-last-layers-bf16: layers at the start kept out of fp8") \
+	X(I, num_layers_at_end_in_bf16, num_layers_at_end_in_bf16, "num-layers-at-end-in-bf16", "1", "[0,)", "with --first-last-layers-bf16: layers at the end kept out of fp8") \
+	X(S, fp8_trace, fp8_trace, "fp8-trace", "", "", "JSONL file: the delayed-scaling state after every update (mgt's own)") \
 	X(F, loss_scale, loss_scale, "loss-scale", "0", "[0,)", "constant fp16 loss scale (0: dynamic)") \
 	X(F, initial_loss_scale, initial_loss_scale, "initial-loss-scale", "4294967296", "(0,)", "first dynamic loss scale (2^32)") \
 	X(F, min_loss_scale, min_loss_scale, "min-loss-scale", "1.0", "(0,)", "lowest dynamic loss scale") \
@@ -948,13 +958,65 @@ static mgt_status check_precision(const mgt_args *a)
 	return MGT_OK;
 }
 
+/* The fp8 flags by Megatron's rules (megatron/core/transformer/transformer_config.py
+ * __post_init__, megatron/training/arguments.py; fp8.md section 1) into a->fp8. */
+static mgt_status check_fp8(mgt_args *a)
+{
+	mgt_fp8_recipe *r = &a->fp8;
+	memset(r, 0, sizeof *r);
+	const char *f = a->fp8_format, *rc = a->fp8_recipe, *al = a->fp8_amax_compute_algo;
+	if (!f) {
+		if (a->fp8_param_gather)
+			return mgt_err(MGT_ERR_USAGE, "--fp8-param-gather needs --fp8-format (fp8 parameters are kept only "
+				       "for fp8 training)");
+		return MGT_OK;
+	}
+	if (strcmp(f, "e4m3") && strcmp(f, "hybrid"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-format: expected e4m3 or hybrid, got '%s'", f);
+	r->format = !strcmp(f, "e4m3") ? MGT_FP8_FMT_E4M3 : MGT_FP8_FMT_HYBRID;
+	if (!strcmp(rc, "mxfp8"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-recipe mxfp8: MXFP8 runs on Blackwell GPUs only (Transformer Engine "
+			       "enables it for compute capability 10.x and 11.x); use delayed or tensorwise");
+	if (!strcmp(rc, "blockwise"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-recipe blockwise is not implemented (128x128 block scales, "
+			       "software-emulated GEMMs on Hopper); use delayed or tensorwise");
+	if (!strcmp(rc, "custom"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-recipe custom needs --fp8-quantizer-factory, a Python class: "
+			       "not available in mgt; use delayed or tensorwise");
+	if (strcmp(rc, "delayed") && strcmp(rc, "tensorwise"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-recipe: expected delayed or tensorwise, got '%s'", rc);
+	r->recipe = !strcmp(rc, "delayed") ? MGT_FP8_DELAYED : MGT_FP8_TENSORWISE;
+	if (strcmp(al, "most_recent") && strcmp(al, "max"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-amax-compute-algo: expected most_recent or max, got '%s'", al);
+	r->algo = !strcmp(al, "max") ? MGT_FP8_AMAX_MAX : MGT_FP8_AMAX_MOST_RECENT;
+	if (a->fp8_margin < -64 || a->fp8_margin > 64)
+		return mgt_err(MGT_ERR_USAGE, "--fp8-margin %lld: expected -64 to 64", (long long)a->fp8_margin);
+	r->margin = (int)a->fp8_margin;
+	r->history_len = (int)(a->fp8_amax_history_len > 1 << 20 ? 1 << 20 : a->fp8_amax_history_len);
+	if (a->fp8_param_gather && !a->use_distributed_optimizer)
+		return mgt_err(MGT_ERR_USAGE, "--fp8-param-gather needs --use-distributed-optimizer (as in Megatron: the "
+			       "fp8 parameters are all-gathered by it)");
+	if (!a->first_last_layers_bf16) return MGT_OK;
+	if (r->recipe == MGT_FP8_DELAYED)
+		return mgt_err(MGT_ERR_USAGE, "--first-last-layers-bf16: delayed scaling does not support first / last "
+			       "layers in bf16 (as in Megatron); use --fp8-recipe tensorwise");
+	int64_t per = a->model.num_layers / (a->pipeline_model_parallel_size > 0 ? a->pipeline_model_parallel_size : 1);
+	if (a->num_layers_at_start_in_bf16 > per || a->num_layers_at_end_in_bf16 > per)
+		return mgt_err(MGT_ERR_USAGE, "--num-layers-at-start-in-bf16 %lld / --num-layers-at-end-in-bf16 %lld: "
+			       "expected 0 to num_layers / pipeline size (%lld)", (long long)a->num_layers_at_start_in_bf16,
+			       (long long)a->num_layers_at_end_in_bf16, (long long)per);
+	r->bf16_start = (int)a->num_layers_at_start_in_bf16;
+	r->bf16_end = (int)a->num_layers_at_end_in_bf16;
+	return MGT_OK;
+}
+
 mgt_status mgt_args_finalize(mgt_args *a)
 {
 	mgt_status st = derive_parallel(a);
 	if (!st) st = derive_recompute(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
-	if ((st = check_precision(a))) return st;
+	if ((st = check_precision(a)) || (st = check_fp8(a))) return st;
 	if (a->ckpt_step && !a->load)
 		return mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load (the checkpoint directory to load it from)",
 			       (long long)a->ckpt_step);

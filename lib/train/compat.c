@@ -26,7 +26,8 @@ typedef struct {
 #define FUSED "mgt's kernels are fused where it pays; there is no switch"
 #define WANDB "Weights & Biases is not built in; --metrics-file writes the figures as JSONL"
 #define PROF "mgt has no built-in profiler switch: run it under nsys, ncu or perf"
-#define FP8 "fp8 and fp4 training are not implemented (--bf16 and --fp16 are)"
+#define FP8 "not implemented: fp8 training is --fp8-format with the delayed and tensorwise recipes (fp4 is not implemented)"
+#define FP8WGRAD "Transformer Engine 2.x dropped the switch (Megatron passes override_linear_precision, which TE's recipe silently ignores): wgrad runs in fp8, as there"
 #define FLEX "the flex token dispatcher (DeepEP, HybridEP, NCCL-EP) is not implemented: use --moe-token-dispatcher-type alltoall or allgather"
 #define NOFLEX "used by the flex token dispatcher only, which is not implemented"
 #define TEGROUP "Transformer Engine is not used; mgt keeps each expert's weights apart and runs the local experts as one grouped GEMM"
@@ -227,9 +228,7 @@ static const compat_row rows[] = {
 	{ "delta-offload-bytes-across-pp-ranks", 'i', '1', NULL, ACTOFFLOAD },
 	/* precision */
 	{ "fp8-", 'r', '1', NULL, FP8 }, { "fp4-", 'r', '1', NULL, FP8 },
-	{ "first-last-layers-bf16", 'r', '0', NULL, FP8 },
-	{ "num-layers-at-start-in-bf16", 'r', '1', NULL, FP8 },
-	{ "num-layers-at-end-in-bf16", 'r', '1', NULL, FP8 },
+	{ "fp8-interval", 'i', '1', NULL, "deprecated and ignored since Transformer Engine 1.8: the scales update after every micro-batch" },
 	{ "te-precision-config-file", 'r', '1', NULL, FP8 },
 	{ "reuse-grad-buf-for-mxfp8-param-ag", 'r', '0', NULL, FP8 },
 	{ "keep-fp8-transpose-cache", 'r', '0', NULL, FP8 },
@@ -238,8 +237,8 @@ static const compat_row rows[] = {
 	{ "main-params-dtype", 'i', '1', "fp32", "main parameters are fp32" },
 	{ "exp-avg-dtype", 'i', '1', "fp32", "Adam moments are fp32" },
 	{ "exp-avg-sq-dtype", 'i', '1', "fp32", "Adam moments are fp32" },
-	{ "no-fp8-wgrad", 'r', '0', NULL, FP8 },
-	{ "disable-fp8-wgrad", 'r', '0', NULL, FP8 },
+	{ "no-fp8-wgrad", 'i', '0', NULL, FP8WGRAD },
+	{ "disable-fp8-wgrad", 'i', '0', NULL, FP8WGRAD },
 	{ "keep-fp8-transpose-cache-when-using-custom-fsdp", 'r', '0', NULL, FP8 },
 	/* MoE, context and expert parallelism */
 	{ "moe-grouped-gemm", 'i', '0', NULL, "mgt always runs the local experts as one grouped GEMM" },

@@ -641,3 +641,33 @@ void trainer_dump_free(trainer *t)
 	for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
 	memset(d, 0, sizeof *d);
 }
+
+/* n floats as a JSON array ("%.9g": each float read back exactly). */
+static void json_floats(FILE *f, const float *v, int n)
+{
+	fputc('[', f);
+	for (int i = 0; i < n; i++) fprintf(f, i ? ",%.9g" : "%.9g", (double)v[i]);
+	fputc(']', f);
+}
+
+mgt_status trainer_fp8_trace(trainer *t, int c, int mb, bool backward)
+{
+	mgt_model_fp8_state v;
+	mgt_status st = mgt_model_fp8_view(t->chunk[c], &v);
+	if (st || !v.fwd) return st;
+	const mgt_fp8_meta *meta = backward ? v.bwd : v.fwd;
+	FILE *f = t->fp8_trace;
+	fprintf(f, "{\"iteration\":%lld,\"microbatch\":%d,\"chunk\":%d,\"pass\":\"%s\",\"first_layer\":%d,\"linears\":%d,"
+		   "\"amax\":", (long long)t->iteration + 1, mb, c, backward ? "backward" : "forward", v.first_layer, v.linears);
+	json_floats(f, backward ? v.last_bwd : v.last_fwd, meta->slots);
+	fputs(",\"scale\":", f);
+	json_floats(f, meta->scale, meta->slots);
+	fputs(",\"history\":[", f);
+	for (int r = 0; r < meta->len; r++) {
+		if (r) fputc(',', f);
+		json_floats(f, meta->history + (size_t)r * meta->slots, meta->slots);
+	}
+	fputs("]}\n", f);
+	if (fflush(f) || ferror(f)) return mgt_err(MGT_ERR_IO, "--fp8-trace %s: write failed", t->a->fp8_trace);
+	return MGT_OK;
+}

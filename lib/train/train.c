@@ -251,6 +251,7 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	double lsum = 0;
 	mgt_microbatch mb = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask };
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;
+	if (t->fp8_trace && ps->train && (st = trainer_fp8_trace(t, x->chunk, x->mb, false))) return st;
 	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, ht, (r + 1) % P, TAG_FWD);
 	/* the loss of the micro-batch is the sum over all its tokens (every context-parallel rank's)
 	 * divided by their count: each rank scales its part by the whole count, and the gradients
@@ -281,6 +282,7 @@ static mgt_status run_backward(trainer *t, const sched_action *x)
 	float scale = last ? (float)(t->mb_scale[x->mb] * t->scaler.scale) : 0.0f;
 	if (hook) mgt_model_set_grad_hook(m, grad_ready, t);
 	if (!st) st = mgt_model_backward(m, x->mb % t->slots[x->chunk], true, scale);
+	if (!st && t->fp8_trace) st = trainer_fp8_trace(t, x->chunk, x->mb, true);
 	if (hook) mgt_model_set_grad_hook(m, NULL, NULL);
 	/* a bf16 main_grad: rounded now, unless the reduction that follows the last micro-batch rounds it */
 	if (!st && t->g16 && (x->mb + 1 < t->a->num_microbatches || dpcp(t) == 1)) round_grads(t, x->chunk);
@@ -295,6 +297,7 @@ static mgt_status run_backward(trainer *t, const sched_action *x)
 static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps, bool *interrupted)
 {
 	mgt_status st = MGT_OK;
+	for (int c = 0; c < t->V; c++) mgt_model_fp8_first_microbatch(t->chunk[c]); /* weights cast again */
 	for (int i = 0; !st && i < n; i++) st = acts[i].fwd ? run_forward(t, &acts[i], ps) : run_backward(t, &acts[i]);
 	if (st) return st;
 	bool mine = t->ps.pp_rank == t->ps.pp - 1 && t->ps.tp_rank == 0;
@@ -788,7 +791,7 @@ static mgt_model_layout chunk_layout(const trainer *t, int c)
 		.distributed_optimizer = a->use_distributed_optimizer, .dp = dpcp(t), .bucket_size = a->ddp_bucket_size,
 		.recompute = a->recompute, .cp_comm = a->cp_comm,
 		.precision = a->bf16 ? MGT_PREC_BF16 : a->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
-		.fp32_residual_connection = a->fp32_residual_connection,
+		.fp32_residual_connection = a->fp32_residual_connection, .fp8 = a->fp8,
 	};
 }
 
@@ -913,6 +916,9 @@ static mgt_status setup_backend(trainer *t)
 	}
 	if (st || !t->be) return st ? st : MGT_ERR_NOMEM;
 	t->be->precision = a->bf16 ? MGT_PREC_BF16 : a->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32;
+	char why[256];
+	if (a->fp8.format != MGT_FP8_OFF && !mgt_backend_fp8_supported(t->be, why, sizeof why))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-format %s: %s (or run on the CPU with --device cpu)", a->fp8_format, why);
 	if (!a->fp16) return mgt_loss_scaler_init(&t->scaler, 1.0, 1.0, 1.0, 1, 1);
 	return mgt_loss_scaler_init(&t->scaler, a->loss_scale, a->initial_loss_scale, a->min_loss_scale,
 				    a->loss_scale_window, a->hysteresis);
@@ -995,6 +1001,8 @@ static mgt_status setup(trainer *t)
 	if (!st) st = alloc_batch(t);
 	if (!st && a->metrics_file && t->io->log && !(t->metrics = fopen(a->metrics_file, t->iteration ? "a" : "w")))
 		st = mgt_err(MGT_ERR_IO, "%s: cannot open for writing", a->metrics_file);
+	if (!st && a->fp8_trace && t->ps.world_rank == 0 && !(t->fp8_trace = fopen(a->fp8_trace, t->iteration ? "a" : "w")))
+		st = mgt_err(MGT_ERR_IO, "--fp8-trace %s: cannot open for writing", a->fp8_trace);
 	if (!st && a->comm_log) {
 		char path[4096];
 		snprintf(path, sizeof path, "%s.rank%d.jsonl", a->comm_log, t->ps.world_rank);
@@ -1009,6 +1017,7 @@ static void teardown(trainer *t)
 	trainer_save_abandon(t);
 	if (t->metrics) fclose(t->metrics);
 	if (t->comm_log) fclose(t->comm_log);
+	if (t->fp8_trace) fclose(t->fp8_trace);
 	trainer_dump_free(t);
 	free_batch(t);
 	for (int i = 0; i < t->nshard; i++) mgt_adamw_free(&t->shard[i].opt);

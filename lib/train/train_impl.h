@@ -87,7 +87,7 @@ typedef struct trainer {
 	bool out_of_time;
 	struct async_save *async;                    /* --async-save: the save being written, or NULL */
 	bool async_all_done;                         /* every rank has written its shards */                            /* --exit-duration-in-mins passed (on every rank) */                          /* --log-params-norm: after the last step */
-	FILE *metrics, *comm_log;
+	FILE *metrics, *comm_log, *fp8_trace;
 	struct mgt_tb *tb;                           /* --tensorboard-dir (the last rank), or NULL */
 	bool tb_args_written, tb_warned;             /* the arguments' texts; a write error reported */
 	dump_state dump;
@@ -174,6 +174,11 @@ mgt_status trainer_log_tb_open(trainer *t);
  * communication, NOMEM, MGT_ERR_IO (the TensorBoard directory or file, named). */
 mgt_status trainer_log_start(trainer *t);
 mgt_status trainer_dump_batch(trainer *t, int64_t k);
+/* --fp8-trace (world rank 0, which opened t->fp8_trace): one JSON line with chunk c's
+ * delayed-scaling state after the update that followed the forward (backward true: backward) of
+ * micro-batch mb: iteration, micro-batch, chunk, pass, first_layer, linears, the reduced amax row
+ * the update used ("amax"), the scales and the history rows (row 0 first).  Errors: IO. */
+mgt_status trainer_fp8_trace(trainer *t, int c, int mb, bool backward);
 mgt_status trainer_dump_write(trainer *t);
 void trainer_dump_free(trainer *t);
 /* Peak resident set size of this process in bytes (VmHWM), 0 if unknown. */

@@ -1,0 +1,348 @@
+/* lib/model/fp8lin.c: the fp8 linear layers of a model chunk, as Megatron runs them through
+ * Transformer Engine (../shared/docs/fp8.md sections 2, 4 and 7).
+ *
+ * Linear j (FP8_QKV, FP8_PROJ, FP8_FC1, FP8_FC2) of local layer li is linear k = 4 li + j.  Its
+ * delayed-scaling state is TE's: forward slots 3k (input x), 3k + 1 (weight), 3k + 2 (output,
+ * unused: the output is 16-bit) of the chunk's forward meta, backward slots 2k (grad_output), 2k
+ * + 1 (grad_input, unused) of its backward meta, kept on the host (lib/fp8) with the scales,
+ * their reciprocals and the amaxes being recorded in backend memory, where the casts read and
+ * write them.  The forward of a micro-batch casts x with its slot's scale (keeping the bytes and
+ * their scale_inv for the wgrad), casts the 16-bit weight on the first micro-batch of a pass only
+ * (TE's is_first_microbatch: later ones reuse the cached bytes and their scale_inv), and runs the
+ * fp8 GEMM; the backward casts dy, runs dgrad and wgrad with the transposed copies.  After a
+ * training forward (and after a backward) the amaxes recorded since the last update are reduced
+ * with MAX over TP x DP x CP (Megatron's amax reduction group) and every slot is updated with
+ * TE's rules (mgt_fp8_meta_update).  Evaluation forwards record amaxes but update nothing.
+ * Under tensorwise (current) scaling each cast first takes its tensor's amax (reduced over TP
+ * for the inputs gathered under sequence parallelism) and its scale from it, with no history.
+ */
+#include "model_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { FP8_QKV, FP8_PROJ, FP8_FC1, FP8_FC2, FP8_NLIN };
+
+struct fp8_state {
+	mgt_fp8_recipe rc;
+	int n;                  /* linears: FP8_NLIN per local layer */
+	mgt_fp8_meta fwd, bwd;  /* host state (fwd 3n slots, bwd 2n) */
+	float *last_fwd, *last_bwd; /* the reduced amax rows the last updates used (host) */
+	/* backend floats: scale [5n] (fwd 3n, then bwd 2n), sinv [5n], amax [5n], winv [n] */
+	float *scale, *sinv, *amax, *winv;
+	uint8_t *w8, *w8t;      /* cached weight bytes and their transposes, at woff[k] */
+	size_t *woff, *xoff;    /* per linear: offsets in w8/w8t and in a slot's x8 */
+	uint8_t **x8;           /* per slot: the inputs' bytes, at xoff[k] */
+	float **xinv;           /* per slot: their scale_inv [n] (backend) */
+	int *wgen;              /* per linear: the pass its weight cache was made in */
+	int gen;                /* the pass (mgt_model_fp8_first_microbatch increments it) */
+	float *ln32;            /* [T, h] fp32: a norm's output before its cast */
+	uint8_t *dy8, *dy8t, *x8t; /* scratch: [T, out], [out, T], [in, T] at the largest */
+};
+
+/* in and out features of linear j. */
+static void lin_dims(const mgt_model *m, int j, int *in, int *out)
+{
+	const int h = (int)m->h, nd = (int)(m->nq_l * m->d);
+	const int ins[FP8_NLIN] = { h, nd, h, (int)m->ffn_l }, outs[FP8_NLIN] = { (int)m->qkv_l, h, (int)m->fc1_l, h };
+	*in = ins[j];
+	*out = outs[j];
+}
+
+bool mgt_model_fp8_layer(const mgt_model *m, int li)
+{
+	const mgt_fp8_recipe *r = &m->L.fp8;
+	if (r->format == MGT_FP8_OFF) return false;
+	const int l = m->first_layer + li, L = (int)m->c.num_layers;
+	return l >= r->bf16_start && l < L - r->bf16_end;
+}
+
+mgt_status mgt_model_fp8_check(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
+			       int T, int64_t dims[4][2])
+{
+	const mgt_fp8_recipe *r = &L->fp8;
+	if (r->format == MGT_FP8_OFF) return MGT_OK;
+	if (c->num_experts > 0)
+		return mgt_err(MGT_ERR_USAGE, "--fp8-format: fp8 MoE layers (grouped fp8 GEMMs) are not implemented; "
+			       "train MoE models in --bf16");
+	if (L->recompute.granularity == MGT_RECOMPUTE_FULL)
+		return mgt_err(MGT_ERR_USAGE, "--fp8-format with --recompute-granularity full is not implemented (the "
+			       "recomputed forward would need TE's stashed scales); use selective recomputation");
+	if (T % 16)
+		return mgt_err(MGT_ERR_USAGE, "--fp8-format: the fp8 GEMMs need the tokens of a micro-batch (--seq-length "
+			       "x --micro-batch-size / --context-parallel-size = %d) to be a multiple of 16", T);
+	static const char *const what[FP8_NLIN] = { "linear_qkv (--hidden-size, and --num-attention-heads x --kv-channels "
+						    "with the query groups)",
+						    "linear_proj (--num-attention-heads x --kv-channels, --hidden-size)",
+						    "linear_fc1 (--hidden-size, --ffn-hidden-size)",
+						    "linear_fc2 (--ffn-hidden-size, --hidden-size)" };
+	for (int j = 0; j < FP8_NLIN; j++)
+		if (dims[j][0] % 16 || dims[j][1] % 16)
+			return mgt_err(MGT_ERR_USAGE, "--fp8-format: the fp8 GEMMs need in and out features that are "
+				       "multiples of 16 on each tensor-parallel rank; %s has %lld x %lld: change %s",
+				       what[j] + 0, (long long)dims[j][0], (long long)dims[j][1], what[j]);
+	(void)ps;
+	return MGT_OK;
+}
+
+/* Offsets of the weight caches and of a slot's inputs; returns the totals. */
+static void layout_bytes(mgt_model *m, struct fp8_state *f, size_t *wbytes, size_t *xbytes, size_t *big)
+{
+	*wbytes = *xbytes = *big = 0;
+	for (int k = 0; k < f->n; k++) {
+		int in, out;
+		lin_dims(m, k % FP8_NLIN, &in, &out);
+		f->woff[k] = *wbytes;
+		f->xoff[k] = *xbytes;
+		if (!mgt_model_fp8_layer(m, k / FP8_NLIN)) continue;
+		*wbytes += (size_t)in * out;
+		*xbytes += (size_t)m->T * in;
+		size_t b = (size_t)m->T * (size_t)(in > out ? in : out);
+		if (b > *big) *big = b;
+	}
+}
+
+static mgt_status upload_scales(mgt_model *m)
+{
+	struct fp8_state *f = m->fp8;
+	const int n = f->n, s5 = 5 * n;
+	float *h = mgt_malloc((size_t)s5 * 2 * sizeof *h);
+	if (!h) return MGT_ERR_NOMEM;
+	memcpy(h, f->fwd.scale, (size_t)3 * n * sizeof *h);
+	memcpy(h + 3 * n, f->bwd.scale, (size_t)2 * n * sizeof *h);
+	for (int i = 0; i < s5; i++) h[s5 + i] = mgt_fp8_scale_inv(h[i]);
+	mgt_status st = m->be->ops->upload(m->be, f->scale, h, (size_t)s5 * sizeof *h);
+	if (!st) st = m->be->ops->upload(m->be, f->sinv, h + s5, (size_t)s5 * sizeof *h);
+	free(h);
+	return st;
+}
+
+mgt_status mgt_model_fp8_alloc(mgt_model *m)
+{
+	if (m->L.fp8.format == MGT_FP8_OFF || !m->n_layers) return MGT_OK;
+	struct fp8_state *f = mgt_malloc(sizeof *f);
+	if (!f) return MGT_ERR_NOMEM;
+	memset(f, 0, sizeof *f);
+	m->fp8 = f;
+	f->rc = m->L.fp8;
+	f->n = FP8_NLIN * m->n_layers;
+	const int n = f->n, S = m->L.slots, hl = f->rc.recipe == MGT_FP8_DELAYED ? f->rc.history_len : 1;
+	mgt_status st = mgt_fp8_meta_init(&f->fwd, hl, 3 * n);
+	if (!st) st = mgt_fp8_meta_init(&f->bwd, hl, 2 * n);
+	f->woff = mgt_malloc((size_t)n * sizeof *f->woff);
+	f->xoff = mgt_malloc((size_t)n * sizeof *f->xoff);
+	f->wgen = mgt_malloc((size_t)n * sizeof *f->wgen);
+	f->x8 = mgt_malloc((size_t)S * sizeof *f->x8);
+	f->xinv = mgt_malloc((size_t)S * sizeof *f->xinv);
+	f->last_fwd = mgt_malloc((size_t)3 * n * sizeof(float));
+	f->last_bwd = mgt_malloc((size_t)2 * n * sizeof(float));
+	if (st || !f->woff || !f->xoff || !f->wgen || !f->x8 || !f->xinv || !f->last_fwd || !f->last_bwd)
+		return st ? st : MGT_ERR_NOMEM;
+	memset(f->x8, 0, (size_t)S * sizeof *f->x8);
+	memset(f->xinv, 0, (size_t)S * sizeof *f->xinv);
+	memset(f->last_fwd, 0, (size_t)3 * n * sizeof(float));
+	memset(f->last_bwd, 0, (size_t)2 * n * sizeof(float));
+	for (int k = 0; k < n; k++) f->wgen[k] = -1;
+	size_t wb, xb, big;
+	layout_bytes(m, f, &wb, &xb, &big);
+	f->scale = (float *)mgt_model_balloc(m, (size_t)5 * n * 4, &m->work_bytes, &st);
+	f->sinv = (float *)mgt_model_balloc(m, (size_t)5 * n * 4, &m->work_bytes, &st);
+	f->amax = (float *)mgt_model_balloc(m, (size_t)5 * n * 4, &m->work_bytes, &st);
+	f->winv = (float *)mgt_model_balloc(m, (size_t)n * 4, &m->work_bytes, &st);
+	f->w8 = mgt_model_balloc(m, wb, &m->work_bytes, &st);
+	f->w8t = mgt_model_balloc(m, wb, &m->work_bytes, &st);
+	for (int s = 0; s < S; s++) {
+		f->x8[s] = mgt_model_balloc(m, xb, &m->act_bytes, &st);
+		f->xinv[s] = (float *)mgt_model_balloc(m, (size_t)n * 4, &m->act_bytes, &st);
+	}
+	f->ln32 = (float *)mgt_model_balloc(m, (size_t)m->T * (size_t)m->h * 4, &m->work_bytes, &st);
+	f->dy8 = mgt_model_balloc(m, big, &m->work_bytes, &st);
+	f->dy8t = mgt_model_balloc(m, big, &m->work_bytes, &st);
+	f->x8t = mgt_model_balloc(m, big, &m->work_bytes, &st);
+	if (!st && !m->dry) st = upload_scales(m);
+	return st;
+}
+
+void mgt_model_fp8_free(mgt_model *m)
+{
+	struct fp8_state *f = m->fp8;
+	if (!f) return;
+	if (!m->dry) {
+		void *bufs[] = { f->scale, f->sinv, f->amax, f->winv, f->w8, f->w8t, f->ln32, f->dy8, f->dy8t, f->x8t };
+		for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) m->be->ops->free(m->be, bufs[i]);
+		for (int s = 0; f->x8 && s < m->L.slots; s++) {
+			m->be->ops->free(m->be, f->x8[s]);
+			m->be->ops->free(m->be, f->xinv[s]);
+		}
+	}
+	mgt_fp8_meta_free(&f->fwd);
+	mgt_fp8_meta_free(&f->bwd);
+	free(f->woff); free(f->xoff); free(f->wgen); free(f->x8); free(f->xinv); free(f->last_fwd); free(f->last_bwd);
+	free(f);
+	m->fp8 = NULL;
+}
+
+void mgt_model_fp8_first_microbatch(mgt_model *m)
+{
+	if (m->fp8) m->fp8->gen++;
+}
+
+float *mgt_model_fp8_norm_out(mgt_model *m) { return m->fp8->ln32; }
+
+/* Slot i's scale, amax and scale_inv in backend memory (fwd slots first, then bwd). */
+static float *sc(struct fp8_state *f, int i) { return f->scale + i; }
+static float *am(struct fp8_state *f, int i) { return f->amax + i; }
+static float *si(struct fp8_state *f, int i) { return f->sinv + i; }
+static int bwd_slot(const struct fp8_state *f, int k) { return 3 * f->n + 2 * k; }
+
+/* Current scaling of slot i for n elements x of type xt: the tensor's amax into slot i (reduced
+ * over TP when reduce), the scale from it, its reciprocal (host arithmetic, uploaded). */
+static mgt_status current_scale(mgt_model *m, int i, const void *x, mgt_elem_type xt, size_t n, mgt_fp8_format fmt,
+				bool reduce)
+{
+	struct fp8_state *f = m->fp8;
+	const mgt_backend_ops *o = m->be->ops;
+	o->zero(m->be, am(f, i), sizeof(float));
+	o->fp8_quantize(m->be, NULL, x, xt, n, sc(f, i), fmt, am(f, i));
+	mgt_comm *tp = m->ps->tp_comm;
+	if (reduce && tp->size > 1) {
+		mgt_status st = tp->ops->allreduce(tp, am(f, i), 1, MGT_DT_F32, MGT_RED_MAX);
+		if (st) return st;
+	}
+	float a, v[2];
+	mgt_status st = o->download(m->be, &a, am(f, i), sizeof a);
+	if (st) return st;
+	v[0] = mgt_fp8_current_scale(a, mgt_fp8_max(fmt), 0.0f);
+	v[1] = mgt_fp8_scale_inv(v[0]);
+	if (!(st = o->upload(m->be, sc(f, i), v, sizeof(float)))) st = o->upload(m->be, si(f, i), v + 1, sizeof(float));
+	return st;
+}
+
+/* q = the cast of x [n] with slot i's scale, amax recorded (tensorwise: the scale from x first). */
+static mgt_status cast(mgt_model *m, int i, uint8_t *q, const void *x, mgt_elem_type xt, size_t n, mgt_fp8_format fmt,
+		       bool reduce)
+{
+	struct fp8_state *f = m->fp8;
+	if (f->rc.recipe == MGT_FP8_TENSORWISE) {
+		mgt_status st = current_scale(m, i, x, xt, n, fmt, reduce);
+		if (st) return st;
+	}
+	m->be->ops->fp8_quantize(m->be, q, x, xt, n, sc(f, i), fmt, am(f, i));
+	return MGT_OK;
+}
+
+/* The weight of linear k as bytes and their transpose, cast on the pass's first use. */
+static mgt_status weight_bytes(mgt_model *m, int k, const void *w, mgt_elem_type wt, int in, int out)
+{
+	struct fp8_state *f = m->fp8;
+	if (f->wgen[k] == f->gen) return MGT_OK;
+	const mgt_backend_ops *o = m->be->ops;
+	mgt_status st = cast(m, 3 * k + 1, f->w8 + f->woff[k], w, wt, (size_t)in * out, MGT_FP8_E4M3, false);
+	if (st) return st;
+	o->fp8_transpose(m->be, f->w8t + f->woff[k], f->w8 + f->woff[k], out, in);
+	o->copy(m->be, f->winv + k, si(f, 3 * k + 1), sizeof(float));
+	f->wgen[k] = f->gen;
+	return MGT_OK;
+}
+
+mgt_status mgt_model_fp8_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,
+			     const void *w, mgt_elem_type wt, const float *b)
+{
+	struct fp8_state *f = m->fp8;
+	const int k = FP8_NLIN * li + j, slot = (int)(m->cur - m->sa), T = m->T;
+	int in, out;
+	lin_dims(m, j, &in, &out);
+	uint8_t *q = f->x8[slot] + f->xoff[k];
+	float *xinv = f->xinv[slot] + k;
+	/* the inputs gathered under sequence parallelism (the norm outputs) reduce a tensorwise amax over TP */
+	const bool gathered = m->sp && (j == FP8_QKV || j == FP8_FC1);
+	mgt_status st = cast(m, 3 * k, q, x, xt, (size_t)T * in, MGT_FP8_E4M3, gathered);
+	if (!st) st = weight_bytes(m, k, w, wt, in, out);
+	if (st) return st;
+	m->be->ops->copy(m->be, xinv, si(f, 3 * k), sizeof(float));
+	m->be->ops->gemm_fp8(m->be, y, yt, false, b, f->w8 + f->woff[k], MGT_FP8_E4M3, f->winv + k, q, MGT_FP8_E4M3,
+			     xinv, out, T, in, true);
+	return MGT_OK;
+}
+
+mgt_status mgt_model_fp8_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_type dxt, float *dw, float *db,
+			     const void *dy, mgt_elem_type dyt)
+{
+	struct fp8_state *f = m->fp8;
+	const mgt_backend_ops *o = m->be->ops;
+	const int k = FP8_NLIN * li + j, slot = (int)(m->cur - m->sa), T = m->T, i = bwd_slot(f, k);
+	int in, out;
+	lin_dims(m, j, &in, &out);
+	const mgt_fp8_format gf = mgt_fp8_grad_format(&f->rc);
+	if (db) o->bda_bwd(m->be, (void *)dy, dyt, db, dy, dyt, T, out, 0.0f, 0, 0); /* db += column sums of dy */
+	mgt_status st = cast(m, i, f->dy8, dy, dyt, (size_t)T * out, gf, false);
+	if (st) return st;
+	o->fp8_transpose(m->be, f->dy8t, f->dy8, T, out);
+	if (dx)
+		o->gemm_fp8(m->be, dx, dxt, false, NULL, f->w8t + f->woff[k], MGT_FP8_E4M3, f->winv + k, f->dy8, gf,
+			    si(f, i), in, T, out, false);
+	o->fp8_transpose(m->be, f->x8t, f->x8[slot] + f->xoff[k], T, in);
+	o->gemm_fp8(m->be, dw, MGT_DT_F32, true, NULL, f->x8t, MGT_FP8_E4M3, f->xinv[slot] + k, f->dy8t, gf, si(f, i), in,
+		    out, T, false);
+	return MGT_OK;
+}
+
+/* Reduce the recorded amaxes of n slots from slot i0 over TP x DP x CP with MAX, into host row
+ * `row` (and zero them on the backend). */
+static mgt_status take_amax(mgt_model *m, int i0, int n, float *row)
+{
+	struct fp8_state *f = m->fp8;
+	mgt_comm *g[2] = { m->ps->tp_comm, m->ps->dpcp_comm };
+	mgt_status st = MGT_OK;
+	for (int c = 0; !st && c < 2; c++)
+		if (g[c] && g[c]->size > 1) st = g[c]->ops->allreduce(g[c], am(f, i0), (size_t)n, MGT_DT_F32, MGT_RED_MAX);
+	if (!st) st = m->be->ops->download(m->be, row, am(f, i0), (size_t)n * sizeof *row);
+	if (!st) m->be->ops->zero(m->be, am(f, i0), (size_t)n * sizeof *row);
+	return st;
+}
+
+mgt_status mgt_model_fp8_update(mgt_model *m, bool backward)
+{
+	struct fp8_state *f = m->fp8;
+	if (!f || f->rc.recipe != MGT_FP8_DELAYED) return MGT_OK;
+	mgt_fp8_meta *meta = backward ? &f->bwd : &f->fwd;
+	const int i0 = backward ? 3 * f->n : 0, n = meta->slots;
+	mgt_status st = take_amax(m, i0, n, meta->history);
+	if (st) return st;
+	memcpy(backward ? f->last_bwd : f->last_fwd, meta->history, (size_t)n * sizeof(float));
+	const float mx = mgt_fp8_max(backward ? mgt_fp8_grad_format(&f->rc) : MGT_FP8_E4M3);
+	mgt_fp8_meta_update(meta, NULL, mx, f->rc.margin, f->rc.algo);
+	return upload_scales(m);
+}
+
+mgt_status mgt_model_fp8_view(mgt_model *m, mgt_model_fp8_state *v)
+{
+	struct fp8_state *f = m->fp8;
+	memset(v, 0, sizeof *v);
+	if (!f) return MGT_OK;
+	v->fwd = &f->fwd;
+	v->bwd = &f->bwd;
+	v->last_fwd = f->last_fwd;
+	v->last_bwd = f->last_bwd;
+	v->linears = f->n;
+	v->first_layer = m->first_layer;
+	return MGT_OK;
+}
+
+mgt_status mgt_model_fp8_pending(mgt_model *m)
+{
+	struct fp8_state *f = m->fp8;
+	if (!f) return MGT_OK;
+	mgt_status st = m->be->ops->download(m->be, f->fwd.history, f->amax, (size_t)3 * f->n * sizeof(float));
+	if (!st) st = m->be->ops->download(m->be, f->bwd.history, f->amax + 3 * f->n, (size_t)2 * f->n * sizeof(float));
+	return st;
+}
+
+mgt_status mgt_model_fp8_restore(mgt_model *m)
+{
+	struct fp8_state *f = m->fp8;
+	if (!f) return MGT_OK;
+	mgt_status st = m->be->ops->upload(m->be, f->amax, f->fwd.history, (size_t)3 * f->n * sizeof(float));
+	if (!st) st = m->be->ops->upload(m->be, f->amax + 3 * f->n, f->bwd.history, (size_t)2 * f->n * sizeof(float));
+	return st ? st : upload_scales(m);
+}
