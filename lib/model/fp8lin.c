@@ -287,17 +287,23 @@ mgt_status mgt_model_fp8_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_typ
 	return MGT_OK;
 }
 
-/* Reduce the recorded amaxes of n slots from slot i0 over TP x DP x CP with MAX, into host row
- * `row` (and zero them on the backend). */
-static mgt_status take_amax(mgt_model *m, int i0, int n, float *row)
+/* The recorded amaxes of n slots from slot i0 all-reduced over TP x DP x CP with MAX (in place)
+ * and copied into host row `row`. */
+static mgt_status reduce_amax(mgt_model *m, int i0, int n, float *row)
 {
 	struct fp8_state *f = m->fp8;
 	mgt_comm *g[2] = { m->ps->tp_comm, m->ps->dpcp_comm };
 	mgt_status st = MGT_OK;
 	for (int c = 0; !st && c < 2; c++)
 		if (g[c] && g[c]->size > 1) st = g[c]->ops->allreduce(g[c], am(f, i0), (size_t)n, MGT_DT_F32, MGT_RED_MAX);
-	if (!st) st = m->be->ops->download(m->be, row, am(f, i0), (size_t)n * sizeof *row);
-	if (!st) m->be->ops->zero(m->be, am(f, i0), (size_t)n * sizeof *row);
+	return st ? st : m->be->ops->download(m->be, row, am(f, i0), (size_t)n * sizeof *row);
+}
+
+/* The same, then zeroed on the backend (the update consumes them). */
+static mgt_status take_amax(mgt_model *m, int i0, int n, float *row)
+{
+	mgt_status st = reduce_amax(m, i0, n, row);
+	if (!st) m->be->ops->zero(m->be, am(m->fp8, i0), (size_t)n * sizeof *row);
 	return st;
 }
 
@@ -333,9 +339,8 @@ mgt_status mgt_model_fp8_pending(mgt_model *m)
 {
 	struct fp8_state *f = m->fp8;
 	if (!f) return MGT_OK;
-	mgt_status st = m->be->ops->download(m->be, f->fwd.history, f->amax, (size_t)3 * f->n * sizeof(float));
-	if (!st) st = m->be->ops->download(m->be, f->bwd.history, f->amax + 3 * f->n, (size_t)2 * f->n * sizeof(float));
-	return st;
+	mgt_status st = reduce_amax(m, 0, 3 * f->n, f->fwd.history);
+	return st ? st : reduce_amax(m, 3 * f->n, 2 * f->n, f->bwd.history);
 }
 
 mgt_status mgt_model_fp8_restore(mgt_model *m)

@@ -368,7 +368,8 @@ mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *
  * local layer, global layer first_layer + li), the reduced amax rows the last forward and
  * backward updates used, and the number of linears.  The metas' row 0 holds on the host only
  * what was there after the last update: mgt_model_fp8_pending first brings the amaxes recorded
- * since (evaluation forwards') into it.  After changing the metas (a checkpoint's), call
+ * since (evaluation forwards') into it, reduced over TP x DP x CP as the next update will (a
+ * collective: every rank of those groups calls it).  After changing the metas (a checkpoint's), call
  * mgt_model_fp8_restore: the scales, their reciprocals and row 0 go back to the backend.
  * Errors: IO (copies), NOMEM. */
 typedef struct {

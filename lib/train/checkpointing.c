@@ -436,10 +436,104 @@ static mgt_status collect_moments(trainer *t, mgt_train_pieces *pl)
 	return st;
 }
 
+/* ---- fp8 scaling state (Transformer Engine's _extra_state of each linear; fp8.md section 2) ----
+ * Datasets fp8.forward.amax_history [len, 12 L], fp8.forward.scale [12 L],
+ * fp8.backward.amax_history [len, 8 L] and fp8.backward.scale [8 L] for L decoder layers: linear
+ * j (0 qkv, 1 proj, 2 fc1, 3 fc2) of global layer l has forward slots 12 l + 3 j + {0 input,
+ * 1 weight, 2 output} and backward slots 8 l + 2 j + {0 grad_output, 1 grad_input} (the model's
+ * order, mgt_model_fp8_view).  Equal on every TP, DP and CP rank after the reductions: saved by
+ * the first of them, each pipeline stage its layers. */
+static const char *const fp8_names[4] = { "fp8.forward.amax_history", "fp8.forward.scale",
+					  "fp8.backward.amax_history", "fp8.backward.scale" };
+
+/* Dataset k's global shape, and the box of chunk state v in it; the host data it comes from. */
+static int fp8_box(const trainer *t, const mgt_model_fp8_state *v, int k, int64_t gs[2], int64_t off[2],
+		   int64_t shape[2], float **data)
+{
+	const mgt_fp8_meta *mt = k < 2 ? v->fwd : v->bwd;
+	const int64_t per = k < 2 ? 12 : 8, all = t->a->model.num_layers * per, at = v->first_layer * per;
+	*data = k % 2 ? mt->scale : mt->history;
+	if (k % 2) {
+		gs[0] = all, off[0] = at, shape[0] = mt->slots;
+		return 1;
+	}
+	gs[0] = mt->len, gs[1] = all, off[0] = 0, off[1] = at, shape[0] = mt->len, shape[1] = mt->slots;
+	return 2;
+}
+
+/* The state of every fp8 chunk (the amaxes recorded since the last update folded in first: a
+ * collective, so every rank calls it), saved by the first TP and DP x CP rank. */
+static mgt_status collect_fp8(trainer *t, mgt_train_pieces *pl)
+{
+	mgt_status st = MGT_OK;
+	for (int c = 0; !st && c < t->V; c++) {
+		mgt_model_fp8_state v;
+		if ((st = mgt_model_fp8_pending(t->chunk[c])) || (st = mgt_model_fp8_view(t->chunk[c], &v))) break;
+		for (int k = 0; !st && v.fwd && !t->ps.tp_rank && !dpcp_rank(t) && k < 4; k++) {
+			int64_t gs[2], off[2], shape[2];
+			float *src, *cp;
+			int nd = fp8_box(t, &v, k, gs, off, shape, &src);
+			size_t n = (size_t)shape[0] * (size_t)(nd > 1 ? shape[1] : 1);
+			if (!(cp = mgt_malloc(n * sizeof *cp)) || pl_own(pl, cp)) return MGT_ERR_NOMEM;
+			memcpy(cp, src, n * sizeof *cp);
+			st = pl_add(pl, fp8_names[k], nd, gs, off, shape, cp);
+		}
+	}
+	return st;
+}
+
+/* Whether the checkpoint holds dataset name with global shape gs[nd]. */
+static bool ckpt_has(const mgt_ckpt *c, const char *name, int nd, const int64_t *gs)
+{
+	for (size_t i = 0; i < mgt_ckpt_count(c); i++) {
+		int n;
+		int64_t g[8];
+		mgt_ckpt_dtype dt;
+		if (strcmp(mgt_ckpt_tensor(c, i, &n, g, &dt), name)) continue;
+		bool same = n == nd;
+		for (int d = 0; same && d < nd; d++) same = g[d] == gs[d];
+		return same;
+	}
+	return false;
+}
+
+/* The fp8 state of every chunk from the checkpoint; one that has none of this shape (saved
+ * without fp8, or with another --fp8-amax-history-len) leaves the state fresh, saying so. */
+static mgt_status read_fp8(trainer *t, mgt_ckpt *c)
+{
+	mgt_status st = MGT_OK;
+	for (int ch = 0; !st && ch < t->V; ch++) {
+		mgt_model_fp8_state v;
+		if ((st = mgt_model_fp8_view(t->chunk[ch], &v)) || !v.fwd) continue;
+		bool all = true;
+		for (int k = 0; all && k < 4; k++) {
+			int64_t gs[2], off[2], shape[2];
+			float *dst;
+			int nd = fp8_box(t, &v, k, gs, off, shape, &dst);
+			all = ckpt_has(c, fp8_names[k], nd, gs);
+		}
+		if (!all) {
+			if (t->io->log && ch == 0)
+				fprintf(t->io->log, "  %s: no fp8 scaling state for --fp8-amax-history-len %lld: the scales "
+					"start at 1\n", mgt_ckpt_dir(c), (long long)t->a->fp8_amax_history_len);
+			continue;
+		}
+		for (int k = 0; !st && k < 4; k++) {
+			int64_t gs[2], off[2], shape[2];
+			float *dst;
+			int nd = fp8_box(t, &v, k, gs, off, shape, &dst);
+			st = mgt_ckpt_read(c, fp8_names[k], nd, gs, off, shape, MGT_CKPT_F32, dst);
+		}
+		if (!st) st = mgt_model_fp8_restore(t->chunk[ch]);
+	}
+	return st;
+}
+
 /* Every piece this rank saves, in pl. */
 static mgt_status collect_pieces(trainer *t, mgt_train_pieces *pl)
 {
 	mgt_status st = collect_params(t, pl);
+	if (!st) st = collect_fp8(t, pl);
 	if (!st && !t->a->no_save_optim) st = collect_moments(t, pl);
 	return st;
 }
@@ -722,7 +816,7 @@ static mgt_status check_extra(trainer *t, mgt_ckpt *c)
 		int64_t gs[8];
 		mgt_ckpt_dtype dt;
 		const char *name = mgt_ckpt_tensor(c, i, &nd, gs, &dt);
-		if (strncmp(name, "optimizer.", 10) && !mgt_train_ckpt_known(&full, name))
+		if (strncmp(name, "optimizer.", 10) && strncmp(name, "fp8.", 4) && !mgt_train_ckpt_known(&full, name))
 			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of this model", mgt_ckpt_dir(c), name);
 	}
 	mgt_tensor_table_free(&full);
@@ -778,6 +872,7 @@ static mgt_status load_from(trainer *t, mgt_ckpt *c, bool *damaged)
 	mgt_status st = check_args(json_object_get(meta, "args"), t->a, mgt_ckpt_dir(c));
 	if (!st) st = check_extra(t, c);
 	if (!st) *damaged = (st = read_params(t, c)) == MGT_ERR_FORMAT;
+	if (!st) *damaged = (st = read_fp8(t, c)) == MGT_ERR_FORMAT;
 	if (!st && !t->a->no_load_optim && !t->a->finetune) *damaged = (st = read_moments(t, c)) == MGT_ERR_FORMAT;
 	if (!st) st = restore_progress(t, meta);
 	if (!st) restore_rng(t, meta);

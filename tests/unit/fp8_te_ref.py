@@ -35,23 +35,16 @@ def fmaxf(a, b):
 
 
 FLT_MAX = 3.4028234663852886e38
-state = {}
-for line in sys.stdin:
-    head, amaxes, red = line.split("|")
-    case, L, N, margin, algo, fp8max = head.split()
-    L, N, margin = int(L), int(N), int(margin)
-    fp8max = float.fromhex(fp8max)
-    key = case
-    if key not in state:
-        state[key] = ([[0.0] * N for _ in range(L)], [1.0] * N)
-    hist, scale = state[key]
-    a = [float.fromhex(t) for t in amaxes.split()]
-    r = [None if t == "-" else float.fromhex(t) for t in red.split()]
-    for j in range(N):
-        hist[0][j] = fmaxf(hist[0][j], a[j])  # the casts fmaxf into row 0
+
+
+def update(hist, scale, reduced, fp8max, margin, algo):
+    """One update of every slot (hist: L rows of N amaxes, row 0 those recorded since the last
+    update; scale: N; reduced: N or None, the MAX-reduced row 0), in place."""
+    L, N = len(hist), len(scale)
     scaled_max = f32(fp8max * 2.0 ** -margin)
     for j in range(N):
-        last = r[j] if r[j] is not None and r[j] != 0 else hist[0][j]
+        r = None if reduced is None else reduced[j]
+        last = r if r is not None and r != 0 else hist[0][j]
         if last == 0:
             continue  # unused slot: nothing rolls, the scale stays
         old = [hist[i][j] for i in range(L)]
@@ -65,5 +58,25 @@ for line in sys.stdin:
         if math.isfinite(amax) and amax > 0:
             s = f32(scaled_max / amax)
             scale[j] = FLT_MAX if math.isinf(s) else s
-    out = [float(v).hex() for row in hist for v in row] + [float(v).hex() for v in scale]
-    print(" ".join(out))
+
+
+def main():
+    state = {}
+    for line in sys.stdin:
+        head, amaxes, red = line.split("|")
+        case, L, N, margin, algo, fp8max = head.split()
+        L, N, margin = int(L), int(N), int(margin)
+        if case not in state:
+            state[case] = ([[0.0] * N for _ in range(L)], [1.0] * N)
+        hist, scale = state[case]
+        a = [float.fromhex(t) for t in amaxes.split()]
+        r = [None if t == "-" else float.fromhex(t) for t in red.split()]
+        for j in range(N):
+            hist[0][j] = fmaxf(hist[0][j], a[j])  # the casts fmaxf into row 0
+        update(hist, scale, r, float.fromhex(fp8max), margin, algo)
+        out = [float(v).hex() for row in hist for v in row] + [float(v).hex() for v in scale]
+        print(" ".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -34,12 +34,16 @@ static const mgt_backend_ops *O;
 /* ---- small helpers ---- */
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static double urand(void) /* [-1, 1) */
+static uint64_t rng_next(void)
 {
 	rng ^= rng << 13;
 	rng ^= rng >> 7;
 	rng ^= rng << 17;
-	return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
+	return rng;
+}
+static double urand(void) /* [-1, 1) */
+{
+	return (double)(rng_next() >> 11) / 4503599627370496.0 - 1.0;
 }
 
 static void *xmalloc(size_t n)
@@ -328,6 +332,87 @@ static void test_linear(void)
 }
 
 /* ================= embedding ================= */
+
+/* ---- fp8 GEMM and transpose ---- */
+
+/* A random fp8 byte of format f that is a finite value (no NaN, no Inf); small: magnitudes up to
+ * 4, integers only (so every sum of up to 2^7 products is an integer below 2^11, exact in any
+ * order). */
+static uint8_t fp8_byte(mgt_fp8_format f, bool small)
+{
+	for (;;) {
+		uint8_t v = (uint8_t)(rng_next() >> 24);
+		float x = mgt_fp8_to_f32(v, f);
+		if (isfinite(x) && (!small || (fabsf(x) <= 4 && x == floorf(x)))) return v;
+	}
+}
+
+/* gemm_fp8 against sum_k A[i,k] B[j,k] in double times fl32(ai * bi) (+ bias), for D of type dt
+ * (accumulating into a random fp32 D when acc); small: exact (bit for bit). */
+static void test_gemm_fp8_case(int m, int n, int k, mgt_fp8_format af, mgt_fp8_format bf, mgt_elem_type dt, bool acc,
+			       bool bias, bool small)
+{
+	uint8_t *a = xmalloc((size_t)m * k), *b = xmalloc((size_t)n * k);
+	for (size_t i = 0; i < (size_t)m * k; i++) a[i] = fp8_byte(af, small);
+	for (size_t i = 0; i < (size_t)n * k; i++) b[i] = fp8_byte(bf, small);
+	float ai = small ? 0.25f : 0.0123f, bi = small ? 8.0f : 3.7f, s = ai * bi;
+	float *bv = bias ? randf((size_t)m, 1.0) : NULL, *d0 = randf((size_t)m * n, 1.0);
+	void *d = xmalloc((size_t)m * n * 4);
+	if (acc) memcpy(d, d0, (size_t)m * n * 4);
+	O->gemm_fp8(be, d, dt, acc, bv, a, af, &ai, b, bf, &bi, m, n, k, true);
+	double err = 0, nrm = 0;
+	int exact_bad = 0;
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < m; i++) {
+			double sum = 0;
+			for (int q = 0; q < k; q++)
+				sum += (double)mgt_fp8_to_f32(a[(size_t)i * k + q], af) * mgt_fp8_to_f32(b[(size_t)j * k + q], bf);
+			double v = sum * (double)s + (bias ? bv[i] : 0.0);
+			size_t e = (size_t)j * m + i;
+			if (acc) v += d0[e];
+			float want = (float)v, got;
+			if (dt == MGT_DT_F32)
+				got = ((float *)d)[e];
+			else
+				got = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(((uint16_t *)d)[e]) : mgt_f16_to_f32(((uint16_t *)d)[e]);
+			if (dt == MGT_DT_BF16) want = mgt_bf16_to_f32(mgt_f32_to_bf16(want));
+			if (dt == MGT_DT_F16) want = mgt_f16_to_f32(mgt_f32_to_f16(want));
+			exact_bad += got != want;
+			err += (got - v) * (got - v);
+			nrm += v * v;
+		}
+	double rel = sqrt(err / (nrm > 0 ? nrm : 1)), tol = dt == MGT_DT_F32 ? 1e-6 : dt == MGT_DT_BF16 ? 4e-3 : 5e-4;
+	if (small)
+		CHECK(exact_bad == 0, "gemm_fp8 %dx%dx%d %s x %s -> %s%s%s: exact integer sums bit for bit (%d differ)", m, n,
+		      k, af ? "e5m2" : "e4m3", bf ? "e5m2" : "e4m3", dt == MGT_DT_F32 ? "fp32" : dt == MGT_DT_BF16 ? "bf16" : "fp16",
+		      acc ? " accumulated" : "", bias ? " with bias" : "", exact_bad);
+	else
+		CHECK(rel < tol, "gemm_fp8 %dx%dx%d %s x %s -> %s%s%s: rel err %.2e vs double (tol %.0e)", m, n, k,
+		      af ? "e5m2" : "e4m3", bf ? "e5m2" : "e4m3", dt == MGT_DT_F32 ? "fp32" : dt == MGT_DT_BF16 ? "bf16" : "fp16",
+		      acc ? " accumulated" : "", bias ? " with bias" : "", rel, tol);
+	free(a); free(b); free(bv); free(d0); free(d);
+}
+
+static void test_fp8_gemm(void)
+{
+	for (int small = 0; small < 2; small++) {
+		test_gemm_fp8_case(48, 32, 64, MGT_FP8_E4M3, MGT_FP8_E4M3, MGT_DT_BF16, false, true, small);
+		test_gemm_fp8_case(64, 32, 48, MGT_FP8_E4M3, MGT_FP8_E5M2, MGT_DT_BF16, false, false, small);
+		test_gemm_fp8_case(32, 48, 96, MGT_FP8_E4M3, MGT_FP8_E5M2, MGT_DT_F32, true, false, small);
+		test_gemm_fp8_case(32, 16, 64, MGT_FP8_E5M2, MGT_FP8_E4M3, small ? MGT_DT_F16 : MGT_DT_BF16, false, true, small);
+		test_gemm_fp8_case(16, 16, 32, MGT_FP8_E4M3, MGT_FP8_E4M3, MGT_DT_F32, false, false, small);
+	}
+	const int R = 37, C = 70;
+	uint8_t *src = xmalloc((size_t)R * C), *dst = xmalloc((size_t)R * C);
+	for (int i = 0; i < R * C; i++) src[i] = (uint8_t)(rng_next() >> 11);
+	O->fp8_transpose(be, dst, src, R, C);
+	int bad = 0;
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++) bad += dst[(size_t)c * R + r] != src[(size_t)r * C + c];
+	CHECK(bad == 0, "fp8_transpose %dx%d: every byte in its place (%d misplaced)", R, C, bad);
+	free(src);
+	free(dst);
+}
 
 static void test_embedding(void)
 {
@@ -1834,6 +1919,7 @@ int main(void)
 #endif
 	test_memory();
 	test_linear();
+	test_fp8_gemm();
 	test_embedding();
 	test_norm();
 	test_rope();
