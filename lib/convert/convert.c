@@ -887,7 +887,11 @@ mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole)
 	mgt_status st = g->num_experts > 0 ? mgt_train_ckpt_read(h->ck, "", g, 0, g->numel, whole) /* [1, rows, cols] at e */
 		: mgt_ckpt_read(h->ck, g->name, g->ndim, g->shape, zero, g->shape, MGT_CKPT_F32, whole);
 	if (st == MGT_ERR_FORMAT) return mgt_ckpt_suggest(h->o->load_dir, mgt_ckpt_iteration(h->ck), st);
-	return st ? st : cv_check_finite(whole, cv_row_numel(g), mgt_ckpt_dir(h->ck), g->name);
+	if (!st) st = cv_check_finite(whole, cv_row_numel(g), mgt_ckpt_dir(h->ck), g->name);
+	/* --apply-layernorm-1p: the weight the model applies, 1 + w (Hugging Face and GGUF store that) */
+	for (size_t i = 0; !st && h->a.model.apply_layernorm_1p && mgt_tensor_is_norm_weight(g) && i < cv_row_numel(g); i++)
+		whole[i] += 1.0f;
+	return st;
 }
 
 void cv_mgt_close(hf_out *h)

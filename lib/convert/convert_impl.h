@@ -61,7 +61,8 @@ json_t *cv_hf_tokenizer(hf_in *h);
 /* Reading an mgt checkpoint (h->o->load_dir, ckpt_step): metadata, arguments, family, whole-model
  * table; experts false refuses a Mixture-of-Experts checkpoint first (MGT_ERR_USAGE naming its
  * first expert, router or shared-expert dataset).  cv_mgt_read reads row g whole ([g->shape]
- * fp32; an expert row from its expert dataset) and checks it is finite. */
+ * fp32; an expert row from its expert dataset) and checks it is finite; a norm weight of a
+ * checkpoint with apply_layernorm_1p comes as the model applies it, 1 + w. */
 mgt_status cv_mgt_open(hf_out *h, bool experts);
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole);
 void cv_mgt_close(hf_out *h);

@@ -338,6 +338,29 @@ size_t mgt_model_lp_bytes(const mgt_model *m)
 	return m->infer || m->L.precision == MGT_PREC_FP32 ? 0 : m->tt.buf_numel * 2;
 }
 
+/* --apply-layernorm-1p: the offsets of the norm weights in m->nw1, the buffer and its ones. */
+static mgt_status alloc_nw1(mgt_model *m)
+{
+	if (!m->c.apply_layernorm_1p) return MGT_OK;
+	size_t n = 0, most = 1;
+	if (!(m->nw_off = mgt_malloc((size_t)(m->tt.n ? m->tt.n : 1) * sizeof *m->nw_off))) return MGT_ERR_NOMEM;
+	for (int i = 0; i < m->tt.n; i++) {
+		const mgt_tensor *t = &m->tt.t[i];
+		if (!mgt_tensor_is_norm_weight(t)) continue;
+		m->nw_off[i] = n;
+		n += t->numel;
+		if (t->numel > most) most = t->numel;
+	}
+	float *one = mgt_malloc(most * sizeof *one);
+	m->nw1 = m->be->ops->alloc(m->be, (n ? n : 1) * sizeof(float));
+	m->ones = m->be->ops->alloc(m->be, most * sizeof(float));
+	mgt_status st = one && m->nw1 && m->ones ? MGT_OK : MGT_ERR_NOMEM;
+	for (size_t i = 0; !st && i < most; i++) one[i] = 1.0f;
+	if (!st) st = m->be->ops->upload(m->be, m->ones, one, most * sizeof(float));
+	free(one);
+	return st;
+}
+
 mgt_status mgt_model_alloc_params(mgt_model *m, bool grads)
 {
 	mgt_backend *be = m->be;
@@ -345,7 +368,7 @@ mgt_status mgt_model_alloc_params(mgt_model *m, bool grads)
 	m->params = be->ops->alloc(be, bytes);
 	if (grads) m->grads = be->ops->alloc(be, bytes);
 	if (lpb) m->lp = be->ops->alloc(be, lpb);
-	if (!m->params || (grads && !m->grads) || (lpb && !m->lp)) return MGT_ERR_NOMEM;
+	if (!m->params || (grads && !m->grads) || (lpb && !m->lp) || alloc_nw1(m)) return MGT_ERR_NOMEM;
 	be->ops->zero(be, m->params, bytes);
 	if (grads) be->ops->zero(be, m->grads, bytes);
 	m->lp_t = mgt_precision_dtype(m->L.precision);
@@ -355,8 +378,14 @@ mgt_status mgt_model_alloc_params(mgt_model *m, bool grads)
 
 void mgt_model_lp_refresh(mgt_model *m)
 {
-	if (!m->lp || !m->lp_stale) return;
-	m->be->ops->cast(m->be, m->lp, m->lp_t, m->params, m->tt.buf_numel);
+	if (!m->lp_stale) return;
+	if (m->lp) m->be->ops->cast(m->be, m->lp, m->lp_t, m->params, m->tt.buf_numel);
+	for (int i = 0; m->nw1 && i < m->tt.n; i++) { /* 1 + w, in fp32 */
+		const mgt_tensor *t = &m->tt.t[i];
+		if (!mgt_tensor_is_norm_weight(t)) continue;
+		m->be->ops->copy(m->be, m->nw1 + m->nw_off[i], P(m, t), t->numel * sizeof(float));
+		m->be->ops->add(m->be, m->nw1 + m->nw_off[i], m->ones, MGT_DT_F32, t->numel);
+	}
 	m->lp_stale = false;
 }
 
@@ -425,13 +454,14 @@ void mgt_model_free(mgt_model *m)
 	free(m->sa);
 	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
 	free(m->rc);
-	void *bufs[] = { m->params, m->grads, m->lp, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx,
+	void *bufs[] = { m->params, m->grads, m->lp, m->nw1, m->ones, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx,
 			 m->dact, m->inv_freq };
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
 	mgt_cp_free(m);
 	mgt_model_fp8_free(m);
 	free(m->by_role);
+	free(m->nw_off);
 	mgt_tensor_table_free(&m->tt);
 	free(m);
 }
@@ -592,7 +622,7 @@ static mgt_status norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *
 			      const mgt_tensor *w, const mgt_tensor *b)
 {
 	void *out = norm_out(m, full);
-	m->be->ops->norm_fwd(m->be, m->norm, out, t, mean, rstd, x, m->res_t, P(m, w), P(m, b), m->Th, (int)m->h,
+	m->be->ops->norm_fwd(m->be, m->norm, out, t, mean, rstd, x, m->res_t, NW(m, w), P(m, b), m->Th, (int)m->h,
 			     (float)m->c.norm_epsilon);
 	return tp_gather(m, full, out, t);
 }
@@ -669,9 +699,9 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 		const size_t n = (size_t)T * (size_t)m->qkv_l;
 		if (m->act_t == MGT_DT_F32) o->copy(m->be, a->qkv, a->qkv_pre, n * sizeof(float));
 		else o->cast(m->be, a->qkv, m->act_t, a->qkv_pre, n); /* the value heads as linear_qkv's rounded output */
-		o->head_norm_fwd(m->be, m->norm, a->qkv, m->act_t, a->qmean, a->qrstd, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
+		o->head_norm_fwd(m->be, m->norm, a->qkv, m->act_t, a->qmean, a->qrstd, a->qkv_pre, NW(m, T_(m, l, MGT_T_QNORM_W)),
 				 P(m, T_(m, l, MGT_T_QNORM_B)), T, ng, r, d, false, eps);
-		o->head_norm_fwd(m->be, m->norm, a->qkv, m->act_t, a->kmean, a->krstd, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
+		o->head_norm_fwd(m->be, m->norm, a->qkv, m->act_t, a->kmean, a->krstd, a->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)),
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
 	if (m->rope) o->rope(m->be, a->qkv, m->act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
@@ -740,7 +770,7 @@ static mgt_status reduce_norm_bwd_plus(mgt_model *m, const void *x, const mgt_te
 	mgt_status st = tp_reduce(m, m->dtmp_h, m->act_t, &dy);
 	if (st) return st;
 	if (extra) m->be->ops->add(m->be, dy, extra, m->act_t, (size_t)m->Th * (size_t)m->h);
-	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, m->act_t, x, m->res_t, P(m, w), mean, rstd,
+	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, m->act_t, x, m->res_t, NW(m, w), mean, rstd,
 			     m->Th, (int)m->h);
 	return MGT_OK;
 }
@@ -820,9 +850,9 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	if (m->rope) o->rope(m->be, m->dbig, m->act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
 	if (m->qkln) { /* in place: the head rows of dbig become d(linear_qkv output) */
 		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_QNORM_W)), G(m, T_(m, l, MGT_T_QNORM_B)),
-				 m->dbig, m->act_t, a->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
+				 m->dbig, m->act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
 		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
-				 m->dbig, m->act_t, a->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
+				 m->dbig, m->act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
 	st = lin_bwd(m, li, 0, m->dtmp_h, m->act_t, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), m->dbig, m->act_t, a->ln1,
 		     m->act_t, h, (int)m->qkv_l);

@@ -192,15 +192,15 @@ static void infer_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 	scratch *w = &kv->w;
 	int l = li + m->first_layer, h = (int)m->h, ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
 	float eps = (float)m->c.norm_epsilon;
-	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, MGT_DT_F32, P(m, T_(m, l, MGT_T_LN1_W)), P(m, T_(m, l, MGT_T_LN1_B)),
+	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, MGT_DT_F32, NW(m, T_(m, l, MGT_T_LN1_W)), P(m, T_(m, l, MGT_T_LN1_B)),
 		    T, h, eps);
 	o->linear_fwd(m->be, m->qkln ? w->qkv_pre : w->qkv, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->qkln) {
 		o->copy(m->be, w->qkv, w->qkv_pre, (size_t)T * (size_t)m->qkv_l * sizeof(float));
-		o->head_norm_fwd(m->be, m->norm, w->qkv, MGT_DT_F32, w->qmean, w->qrstd, w->qkv_pre, P(m, T_(m, l, MGT_T_QNORM_W)),
+		o->head_norm_fwd(m->be, m->norm, w->qkv, MGT_DT_F32, w->qmean, w->qrstd, w->qkv_pre, NW(m, T_(m, l, MGT_T_QNORM_W)),
 				 P(m, T_(m, l, MGT_T_QNORM_B)), T, ng, r, d, false, eps);
-		o->head_norm_fwd(m->be, m->norm, w->qkv, MGT_DT_F32, w->kmean, w->krstd, w->qkv_pre, P(m, T_(m, l, MGT_T_KNORM_W)),
+		o->head_norm_fwd(m->be, m->norm, w->qkv, MGT_DT_F32, w->kmean, w->krstd, w->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)),
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
 	if (m->rope) o->rope(m->be, w->qkv, MGT_DT_F32, w->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
@@ -214,7 +214,7 @@ static mgt_status infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 	const mgt_backend_ops *o = m->be->ops;
 	scratch *w = &kv->w;
 	int l = li + m->first_layer, h = (int)m->h;
-	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, MGT_DT_F32, P(m, T_(m, l, MGT_T_LN2_W)), P(m, T_(m, l, MGT_T_LN2_B)),
+	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, MGT_DT_F32, NW(m, T_(m, l, MGT_T_LN2_W)), P(m, T_(m, l, MGT_T_LN2_B)),
 		    T, h, (float)m->c.norm_epsilon);
 	if (mgt_moe_layer(m, li)) { /* the training path's MoE forward, without dropout or statistics */
 		mgt_status st = mgt_moe_forward(m, li, false, w->ln, w->tmp);
@@ -241,7 +241,7 @@ static mgt_status infer_head(mgt_model *m, mgt_kv_cache *kv, int T, int nrows, c
 		for (int k = 0; k < nrows; k++) o->copy(m->be, (char *)w->xs + (size_t)k * hb, (char *)w->x + (size_t)rows[k] * hb, hb);
 		x = w->xs;
 	}
-	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, x, MGT_DT_F32, P(m, m->glob[MGT_T_FINAL_LN_W]),
+	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, x, MGT_DT_F32, NW(m, m->glob[MGT_T_FINAL_LN_W]),
 		    P(m, m->glob[MGT_T_FINAL_LN_B]), nrows, (int)m->h, (float)m->c.norm_epsilon);
 	o->linear_fwd(m->be, kv->logits, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, mgt_model_output_weight(m)), WT(m), NULL, nrows, (int)m->h, (int)m->V_l);
 	return o->download(m->be, logits, kv->logits, (size_t)nrows * (size_t)m->V_l * sizeof(float));
@@ -282,6 +282,7 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 	if (!st) st = mgt_moe_reserve(m, T);
 	if (!st) st = upload_feed(m, kv, T, tokens, seq, pos);
 	if (st) return st;
+	mgt_model_lp_refresh(m); /* --apply-layernorm-1p's 1 + w after a change of the parameters */
 	infer_embed(m, kv, T);
 	for (int li = 0; !st && li < m->n_layers; li++) {
 		infer_attn(m, kv, li, T);

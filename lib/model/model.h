@@ -32,6 +32,10 @@ typedef struct mgt_model_config {
 	char position_embedding_type[24]; /* learned_absolute | rope | none */
 	double rotary_base, rotary_percent;
 	char normalization[16];           /* LayerNorm | RMSNorm */
+	/* --apply-layernorm-1p (Megatron-Core's layernorm_zero_centered_gamma): every norm weight w
+	 * (input_layernorm, pre_mlp_layernorm, final_layernorm, q/k_layernorm) is stored zero-centred,
+	 * initialized to 0 and applied as 1 + w (computed in fp32) */
+	bool apply_layernorm_1p;
 	double norm_epsilon;
 	bool swiglu, add_bias_linear, add_qkv_bias, untie_embeddings_and_output_weights;
 	int64_t make_vocab_size_divisible_by;
@@ -331,6 +335,9 @@ mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mg
 void mgt_model_free(mgt_model *m);
 
 const mgt_tensor_table *mgt_model_tensors(const mgt_model *m);
+/* Whether t is the weight of a norm (input_layernorm, pre_mlp_layernorm, final_layernorm,
+ * q_layernorm, k_layernorm): the tensors --apply-layernorm-1p stores zero-centred. */
+bool mgt_tensor_is_norm_weight(const mgt_tensor *t);
 /* Flat backend buffers [tensors->buf_numel] (param, grad); padding stays zero.  The caller may
  * write the parameters through the pointer until the next forward: asking for it marks the
  * 16-bit copy (mgt_model_layout.precision) stale. */

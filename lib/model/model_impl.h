@@ -57,6 +57,10 @@ struct mgt_model {
 	void *lp;
 	mgt_elem_type lp_t;
 	bool lp_stale;
+	/* --apply-layernorm-1p: the norm weights as applied, 1 + w (backend fp32, refreshed with lp),
+	 * at nw_off[i] for tensor i (a norm weight), and a row of ones to add; NULL without */
+	float *nw1, *ones;
+	size_t *nw_off;
 	/* Storage of the activations only GEMMs read (backend.h, "Storage"): act_t for ln1, the MLP
 	 * activation, the final norm's output and the logits, ln2 (which the MoE router and experts
 	 * read too), fc1_t for the dense MLP's fc1 output; the 16-bit
@@ -126,6 +130,14 @@ static inline const void *W(mgt_model *m, const mgt_tensor *t)
 {
 	if (!t) return NULL;
 	return WT(m) == MGT_DT_F32 ? (const void *)P(m, t) : (const void *)((const uint16_t *)m->lp + t->offset);
+}
+
+/* The weight a norm applies: its parameter, or under --apply-layernorm-1p 1 + it (NULL for no
+ * tensor). */
+static inline const float *NW(mgt_model *m, const mgt_tensor *t)
+{
+	if (!t || !m->nw1) return P(m, t);
+	return m->nw1 + m->nw_off[t - m->tt.t];
 }
 
 static inline const mgt_tensor *T_(const mgt_model *m, int l, mgt_tensor_role role)

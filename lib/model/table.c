@@ -212,9 +212,15 @@ static int stage_of_layer(const builder *bd, int layer)
 static void add_norm(builder *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
 {
 	const mgt_model_config *c = bd->c;
-	add(bd, layer, w, name_w, c->hidden_size, 0, MGT_SHARD_NONE, MGT_INIT_ONE, 0);
+	add(bd, layer, w, name_w, c->hidden_size, 0, MGT_SHARD_NONE, c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
 	if (!strcmp(c->normalization, "LayerNorm"))
 		add(bd, layer, w + 1, name_b, c->hidden_size, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+}
+
+bool mgt_tensor_is_norm_weight(const mgt_tensor *t)
+{
+	return t->role == MGT_T_LN1_W || t->role == MGT_T_LN2_W || t->role == MGT_T_FINAL_LN_W || t->role == MGT_T_QNORM_W ||
+	       t->role == MGT_T_KNORM_W;
 }
 
 /* The row just added is expert e of layer i: its checkpoint dataset and index. */
@@ -233,7 +239,7 @@ static void add_head_norm(builder *bd, int layer, mgt_tensor_role w, const char 
 {
 	const mgt_model_config *c = bd->c;
 	int n0 = bd->tt->n;
-	add(bd, layer, w, name_w, c->kv_channels, 0, MGT_SHARD_NONE, MGT_INIT_ONE, 0);
+	add(bd, layer, w, name_w, c->kv_channels, 0, MGT_SHARD_NONE, c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
 	if (!strcmp(c->normalization, "LayerNorm"))
 		add(bd, layer, w + 1, name_b, c->kv_channels, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 	for (int k = n0; !bd->st && k < bd->tt->n; k++) bd->tt->t[k].weight_decay = c->apply_wd_to_qk_layernorm;

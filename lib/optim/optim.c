@@ -100,7 +100,7 @@ double mgt_grad_sumsq(mgt_backend *be, const mgt_tensor_table *tt, const float *
 }
 
 bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, float *grads, size_t lo,
-		    size_t hi, double lr, double norm)
+		    size_t hi, double lr, double lr_emb, double norm)
 {
 	if (!isfinite(norm)) return false;
 	mgt_backend *be = a->be;
@@ -114,7 +114,8 @@ bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, flo
 		size_t x, y;
 		if (!mgt_tensor_overlap(t, lo, hi, &x, &y)) continue;
 		float wd = t->weight_decay ? (float)a->weight_decay : 0.0f;
-		be->ops->adamw(be, params + x, grads + x, a->m + (x - lo), a->v + (x - lo), y - x, (float)lr,
+		bool emb = t->role == MGT_T_WORD_EMB || t->role == MGT_T_OUTPUT_W;
+		be->ops->adamw(be, params + x, grads + x, a->m + (x - lo), a->v + (x - lo), y - x, (float)(emb ? lr_emb : lr),
 			       (float)a->beta1, (float)a->beta2, (float)a->eps, wd, a->step);
 	}
 	return true;

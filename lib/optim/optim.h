@@ -58,10 +58,12 @@ double mgt_grad_sumsq(mgt_backend *be, const mgt_tensor_table *tt, const float *
  * indexed from lo) given the global gradient norm: clip (when clip_grad > 0 and
  * clip_grad / (norm + 1e-6) < 1), then AdamW on each tensor's part of the range, with weight
  * decay only where the table says so (megatron/core/optimizer/distrib_optimizer.py: each
- * data-parallel rank steps the shard it owns).  Returns false (no update, nothing changed) when
- * norm is not finite: the caller counts a skipped iteration. */
+ * data-parallel rank steps the shard it owns), at rate lr, or lr_emb for the word embedding and
+ * the output layer's weight (Megatron's is_embedding_or_output_parameter, --decoupled-lr:
+ * megatron/core/optimizer/__init__.py).  Returns false (no update, nothing changed) when norm is
+ * not finite: the caller counts a skipped iteration. */
 bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, float *grads, size_t lo,
-		    size_t hi, double lr, double norm);
+		    size_t hi, double lr, double lr_emb, double norm);
 
 /* Megatron's fp16 loss scaler (megatron/core/optimizer/grad_scaler.py, megatron-reference.md
  * section 5.5).  The backward runs on loss * scale; the trainer unscales the gradients by 1/scale

@@ -40,6 +40,7 @@
 	X(A, normalization, model.normalization, "normalization", "LayerNorm", "", "LayerNorm or RMSNorm") \
 	X(F, norm_epsilon, model.norm_epsilon, "norm-epsilon", "1e-5", "(0,)", "norm epsilon") \
 	X(B, qk_layernorm, model.qk_layernorm, "qk-layernorm", "false", "", "normalize query and key heads (Qwen3)") \
+	X(B, apply_layernorm_1p, model.apply_layernorm_1p, "apply-layernorm-1p", "false", "", "zero-centred norm weights: stored w, applied 1 + w (initialized 0)") \
 	X(B, swiglu, model.swiglu, "swiglu", "false", "", "SwiGLU MLP") \
 	X(B, openai_gelu, model.openai_gelu, "openai-gelu", "false", "", "tanh-approximation GELU (GPT-2's gelu_new)") \
 	X(N, add_bias_linear, model.add_bias_linear, "disable-bias-linear", "true", "", "no biases in linear layers") \
@@ -75,6 +76,8 @@
 	X(F, lr, lr, "lr", "0", "[0,)", "peak learning rate") \
 	X(F, min_lr, min_lr, "min-lr", "0", "[0,)", "final learning rate") \
 	X(F, lr_warmup_init, lr_warmup_init, "lr-warmup-init", "0", "[0,)", "learning rate at warmup start") \
+	X(F, decoupled_lr, decoupled_lr, "decoupled-lr", "None", "(0,)", "peak learning rate of the word embedding and output layer (None: --lr)") \
+	X(F, decoupled_min_lr, decoupled_min_lr, "decoupled-min-lr", "None", "(0,)", "their final learning rate (None: --min-lr)") \
 	X(F, lr_warmup_fraction, lr_warmup_fraction, "lr-warmup-fraction", "-1", "[-1,1]", "warmup as a fraction of decay (-1: unset)") \
 	X(I, lr_warmup_iters, lr_warmup_iters, "lr-warmup-iters", "0", "[0,)", "warmup iterations") \
 	X(I, lr_warmup_samples, lr_warmup_samples, "lr-warmup-samples", "0", "[0,)", "warmup samples") \
@@ -89,6 +92,7 @@
 	X(F, adam_beta2, adam_beta2, "adam-beta2", "0.999", "[0,1)", "Adam beta2") \
 	X(F, adam_eps, adam_eps, "adam-eps", "1e-8", "(0,)", "Adam epsilon") \
 	X(F, clip_grad, clip_grad, "clip-grad", "1.0", "[0,)", "clip gradients to this global L2 norm (0: off)") \
+	X(B, calculate_per_token_loss, calculate_per_token_loss, "calculate-per-token-loss", "false", "", "gradients of the global batch's mean over tokens (default: the mean of micro-batch means)") \
 	X(H, eval, _, "", "", "", "evaluation, logging, checkpoints") \
 	X(I, eval_interval, eval_interval, "eval-interval", "0", "[0,)", "validate every N iterations (0: never)") \
 	X(I, eval_iters, eval_iters, "eval-iters", "100", "[0,)", "iterations per validation") \
@@ -1017,6 +1021,9 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
 	if ((st = check_precision(a)) || (st = check_fp8(a))) return st;
+	if (a->calculate_per_token_loss && a->model.num_experts > 0)
+		return mgt_err(MGT_ERR_USAGE, "--calculate-per-token-loss with --num-experts is not implemented (the "
+			       "auxiliary losses' scaling)");
 	if (a->ckpt_step && !a->load)
 		return mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load (the checkpoint directory to load it from)",
 			       (long long)a->ckpt_step);

@@ -19,7 +19,7 @@ static const char *const shape_keys[] = {
 	"add_qkv_bias", "untie_embeddings_and_output_weights", "padded_vocab_size", "rotary_base",
 	"rotary_percent", "max_position_embeddings", "qk_layernorm", "use_rope_scaling", "rope_scaling_factor",
 	"rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
-	"rope_scaling_original_max_position_embeddings", "openai_gelu", NULL,
+	"rope_scaling_original_max_position_embeddings", "openai_gelu", "apply_layernorm_1p", NULL,
 };
 /* Those of Mixture of Experts (newer than most checkpoints: absent means no experts), compared
  * when the checkpoint or the run has experts. */

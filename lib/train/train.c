@@ -259,7 +259,9 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	double ntok = t->mb_tokens_full;
 	ps->num += lsum;
 	ps->den += mask_sum(t);
-	t->mb_scale[x->mb] = (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)t->a->num_microbatches));
+	/* --calculate-per-token-loss: the loss sum, the gradients divided by the global batch's tokens later */
+	t->mb_scale[x->mb] = t->a->calculate_per_token_loss ? 1.0f
+				: (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)t->a->num_microbatches));
 	if (t->dumping && t->dump.iters == 1 && x->mb == 0) st = mgt_model_outputs(m, slot, t->dump.logits, t->dump.loss);
 	if (!st && t->dumping && t->dump.iters == 1 && x->mb == 0 && t->n_moe) st = trainer_dump_moe(t, slot);
 	return st;
@@ -363,7 +365,7 @@ static mgt_status dp_bucket(trainer *t, mgt_model *m, int b, dp_op op)
 	if (op == DP_ALLGATHER_PARAMS) return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
 	/* averaged over data parallelism: expert gradients are summed over the expert-data-parallel
 	 * group and scaled by 1 / DP (Megatron: edp/dp, then the EDP average) */
-	t->be->ops->scale(t->be, x, n, 1.0f / (float)t->ps.dp);
+	if (!t->a->calculate_per_token_loss) t->be->ops->scale(t->be, x, n, 1.0f / (float)t->ps.dp);
 	void *g = x;
 	mgt_elem_type gt = MGT_DT_F32;
 	if (t->g16) {
@@ -481,13 +483,17 @@ static mgt_status global_norm(trainer *t, bool params, double *norm)
 
 /* fp16: divide this rank's gradient shards by the loss scale (a power of two: exact unless a
  * value under- or overflows), as Megatron's _unscale_main_grads_and_check_for_nan. */
-static void unscale_grads(trainer *t)
+static void unscale_grads(trainer *t, double tokens)
 {
-	if (t->scaler.scale == 1.0) return;
+	/* --calculate-per-token-loss: Megatron's finalize_model_grads scales by 1 / num_tokens (the
+	 * global batch's, summed over data parallelism) */
+	double f = 1.0 / t->scaler.scale;
+	if (t->a->calculate_per_token_loss) f /= tokens > 0 ? tokens : 1;
+	if (f == 1.0) return;
 	for (int i = 0; i < t->nshard; i++) {
 		opt_shard *s = &t->shard[i];
 		float *g = mgt_model_grads(t->chunk[s->chunk]);
-		t->be->ops->scale(t->be, g + s->lo, s->hi - s->lo, (float)(1.0 / t->scaler.scale));
+		t->be->ops->scale(t->be, g + s->lo, s->hi - s->lo, (float)f);
 	}
 }
 
@@ -526,14 +532,26 @@ static mgt_status alloc_grad16(trainer *t)
 	return MGT_OK;
 }
 
+/* The learning rate of the word embedding and output layer now: --decoupled-lr's schedule (the
+ * same warmup and decay, its own peak and, with --decoupled-min-lr, final rate), else lr. */
+static double decoupled_lr(const trainer *t, double lr)
+{
+	if (!(t->a->decoupled_lr > 0)) return lr;
+	mgt_lr_sched s = t->sched;
+	s.max_lr = t->a->decoupled_lr;
+	if (t->a->decoupled_min_lr > 0) s.min_lr = t->a->decoupled_min_lr;
+	return mgt_lr_get(&s);
+}
+
 static bool optimizer_step(trainer *t, double lr, double gnorm)
 {
 	bool ok = true;
+	const double lr_emb = decoupled_lr(t, lr);
 	for (int i = 0; ok && i < t->nshard; i++) {
 		opt_shard *s = &t->shard[i];
 		mgt_model *m = t->chunk[s->chunk];
 		ok = mgt_adamw_step(&s->opt, mgt_model_tensors(m), mgt_model_params(m), mgt_model_grads(m), s->lo, s->hi,
-				    lr, gnorm);
+				    lr, lr_emb, gnorm);
 	}
 	return ok;
 }
@@ -607,7 +625,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 	}
 	if (!st) st = reduce_grads(t);
 	if (!st && t->n_moe) st = trainer_moe_step(t);
-	if (!st) unscale_grads(t);
+	if (!st) unscale_grads(t, ps.den);
 	if (!st) st = global_norm(t, false, gnorm);
 	if (!st && t->dumping && t->dump.iters == 1)
 		st = t->be->ops->download(t->be, t->dump.grads, mgt_model_grads(t->model),

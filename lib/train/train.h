@@ -28,6 +28,11 @@ typedef struct mgt_args {
 	int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval;
 	/* optimizer and schedule */
 	double lr, min_lr, lr_warmup_init, lr_warmup_fraction, weight_decay;
+	/* --decoupled-lr, --decoupled-min-lr: the word embedding's and output layer's own peak and
+	 * final rates (0: None, the others'); --calculate-per-token-loss: the gradient of the global
+	 * batch's token mean (Megatron's num_tokens scaling) instead of the micro-batches' mean */
+	double decoupled_lr, decoupled_min_lr;
+	bool calculate_per_token_loss;
 	double adam_beta1, adam_beta2, adam_eps, clip_grad;
 	char *lr_decay_style, *lr_wsd_decay_style;
 	int64_t lr_decay_iters, lr_decay_samples, lr_warmup_iters, lr_warmup_samples, lr_wsd_decay_iters;

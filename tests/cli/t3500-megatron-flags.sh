@@ -329,9 +329,13 @@ run_example() { # NAME "REFUSED FLAGS" [sed expression]
 }
 ok "train_gpt3_175b_distributed runs without --step-batch-size-schedule" run_example train_gpt3_175b_distributed \
 	"--step-batch-size-schedule"
-ok "train_llama3_8b_h100_fp8 runs without fp8, layernorm-1p, decoupled lr, per-token loss, torch_dist" \
-	run_example train_llama3_8b_h100_fp8 "--apply-layernorm-1p --decoupled-lr --decoupled-min-lr --calculate-per-token-loss
-	--fp8-format --fp8-amax-history-len --fp8-amax-compute-algo --fp8-param-gather --ckpt-format"
+ok "train_llama3_8b_h100_fp8 runs whole but torch_dist: fp8 (hybrid, history 1024, max, fp8 param gather), layernorm-1p, decoupled lr, per-token loss" \
+	run_example train_llama3_8b_h100_fp8 "--ckpt-format"
+ok "  fp8 hybrid with delayed scaling, history 1024, max; 1p norms, decoupled lr, per-token loss" sh -c "
+ grep -q '^  fp8_format \.* hybrid$' train_llama3_8b_h100_fp8.out && grep -q '^  fp8_amax_history_len \.* 1024$' train_llama3_8b_h100_fp8.out &&
+ grep -q '^  fp8_amax_compute_algo \.* max$' train_llama3_8b_h100_fp8.out && grep -q '^  fp8_param_gather \.* True$' train_llama3_8b_h100_fp8.out &&
+ grep -q '^  apply_layernorm_1p \.* True$' train_llama3_8b_h100_fp8.out && grep -q '^  decoupled_lr \.* 0.0005$' train_llama3_8b_h100_fp8.out &&
+ grep -q '^  calculate_per_token_loss \.* True$' train_llama3_8b_h100_fp8.out"
 ok "train_mixtral_8x7b_distributed runs whole (MoE included), with a tokenizer.json for Llama2Tokenizer" \
 	run_example train_mixtral_8x7b_distributed "" 's/^Llama2Tokenizer$/HuggingFaceTokenizer/; s/^99990,8,2$/949,50,1/'
 ok "  8 experts, top-2, aux_loss 1e-2, alltoall, logging load_balancing_loss" sh -c "
