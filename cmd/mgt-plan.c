@@ -22,7 +22,7 @@ static const char PROG[] = "mgt-plan";
 
 enum {
 	OPT_MODEL = CLI_FIRST_FREE, OPT_CLUSTER, OPT_NODES, OPT_GPN, OPT_GEMM_BENCH, OPT_GBS, OPT_SEQ, OPT_VOCAB,
-	OPT_BF16, OPT_FP16, OPT_FP32RES, OPT_GRADBF16, OPT_TP, OPT_PP, OPT_VPL, OPT_VPS, OPT_MBS, OPT_MAX_TP, OPT_MAX_PP, OPT_MAX_MBS,
+	OPT_BF16, OPT_FP16, OPT_FP32RES, OPT_GRADBF16, OPT_FP8, OPT_TP, OPT_PP, OPT_VPL, OPT_VPS, OPT_MBS, OPT_MAX_TP, OPT_MAX_PP, OPT_MAX_MBS,
 	OPT_RECOMP, OPT_RECOMP_ACT, OPT_SP, OPT_NO_SP, OPT_DO, OPT_NO_DO, OPT_OGR, OPT_OPG, OPT_TPCO, OPT_HEADROOM,
 	OPT_IGNORE_MEM, OPT_TOP, OPT_OUTPUT, OPT_OVERWRITE, OPT_EXPLAIN, OPT_HELP
 };
@@ -44,6 +44,8 @@ static void usage(void)
 	       "  --bf16, --fp16                 training precision [fp32]\n"
 	       "  --fp32-residual-connection     the residual stream in fp32 under --bf16/--fp16\n"
 	       "  --grad-reduce-in-bf16          gradients reduced in bf16 (--bf16 only)\n"
+	       "  --fp8-format e4m3|hybrid       the decoder layers' linears in fp8 (the cluster's\n"
+	       "                                 fp8_gemm_tflops; GPUs of compute capability 8.9+)\n"
 	       "Cluster:\n"
 	       "  --cluster NAME|FILE            preset (dgx-h100, dgx-h200, dgx-a100, cpu) or file [dgx-h100]\n"
 	       "  --nodes N                      nodes [the cluster's]\n"
@@ -95,6 +97,7 @@ static const struct option longopts[] = {
 	{"fp16", no_argument, 0, OPT_FP16},
 	{"fp32-residual-connection", no_argument, 0, OPT_FP32RES},
 	{"grad-reduce-in-bf16", no_argument, 0, OPT_GRADBF16},
+	{"fp8-format", required_argument, 0, OPT_FP8},
 	{"tensor-model-parallel-size", required_argument, 0, OPT_TP},
 	{"pipeline-model-parallel-size", required_argument, 0, OPT_PP},
 	{"num-layers-per-virtual-pipeline-stage", required_argument, 0, OPT_VPL},
@@ -187,7 +190,7 @@ static json_t *doc_json(const mgt_plan_request *r, const char *model, const mgt_
 	json_t *arr = json_array();
 	for (int i = 0; i < n; i++) json_array_append_new(arr, plan_json(r, &plans[i], i + 1));
 	return json_pack("{s:s, s:i, s:{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}, "
-			 "s:{s:s, s:i, s:i, s:f, s:f, s:f, s:f}, s:I, s:I, s:s, s:b, s:b, "
+			 "s:{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f}, s:I, s:I, s:s, s:b, s:b, s:s?, "
 			 "s:{s:b, s:b, s:b, s:f}, s:{s:I, s:I, s:f}, s:o}",
 			 "format", "mgt-plan", "format_version", 1,
 			 "model", "name", model, "num_layers", (json_int_t)c->num_layers, "hidden_size", (json_int_t)c->hidden_size,
@@ -196,10 +199,12 @@ static json_t *doc_json(const mgt_plan_request *r, const char *model, const mgt_
 			 "vocab_size", (json_int_t)c->vocab_size, "seq_length", (json_int_t)c->seq_length, "swiglu", c->swiglu,
 			 "cluster", "name", cl->name, "nodes", cl->nodes, "gpus_per_node", cl->gpus_per_node,
 			 "gpu_memory_bytes", cl->gpu_memory, "peak_tflops", cl->peak_tflops, "gemm_tflops", cl->gemm_tflops,
+			 "fp8_gemm_tflops", mgt_plan_fp8_tflops(cl),
 			 "memory_bandwidth_gbps", cl->memory_bandwidth,
 			 "global_batch_size", (json_int_t)r->global_batch_size, "seq_length", (json_int_t)c->seq_length,
 			 "precision", r->precision == MGT_PLAN_BF16 ? "bf16" : r->precision == MGT_PLAN_FP16 ? "fp16" : "fp32",
 			 "fp32_residual_connection", r->fp32_residual_connection, "grad_reduce_in_bf16", r->grad_reduce_in_bf16,
+			 "fp8_format", r->fp8 == MGT_FP8_FMT_HYBRID ? "hybrid" : r->fp8 == MGT_FP8_FMT_E4M3 ? "e4m3" : NULL,
 			 "overlap", "grad_reduce", r->overlap_grad_reduce, "param_gather", r->overlap_param_gather,
 			 "tp_comm", r->tp_comm_overlap, "memory_headroom", r->headroom,
 			 "search", "candidates", (json_int_t)s->candidates, "fitting", (json_int_t)s->fitting, "seconds", s->seconds,
@@ -211,10 +216,11 @@ static void explain(FILE *f, const mgt_plan_request *r, const char *model, const
 {
 	const mgt_cluster *cl = &r->cluster;
 	double g = 1024.0 * 1024.0 * 1024.0;
-	fprintf(f, "%s on %s: %d node(s) x %d GPUs (%.1f GiB, %.0f TFLOP/s peak), global batch %lld x %lld tokens, %s\n",
+	fprintf(f, "%s on %s: %d node(s) x %d GPUs (%.1f GiB, %.0f TFLOP/s peak), global batch %lld x %lld tokens, %s%s\n",
 		model, cl->name, cl->nodes, cl->gpus_per_node, cl->gpu_memory / g, cl->peak_tflops,
 		(long long)r->global_batch_size, (long long)r->model.seq_length,
-		r->precision == MGT_PLAN_BF16 ? "bf16" : r->precision == MGT_PLAN_FP16 ? "fp16" : "fp32");
+		r->precision == MGT_PLAN_BF16 ? "bf16" : r->precision == MGT_PLAN_FP16 ? "fp16" : "fp32",
+		r->fp8 == MGT_FP8_FMT_HYBRID ? ", fp8 hybrid linears" : r->fp8 == MGT_FP8_FMT_E4M3 ? ", fp8 e4m3 linears" : "");
 	fprintf(f, "%lld layouts evaluated, %lld fit, in %.2f s\n\n", (long long)s->candidates, (long long)s->fitting, s->seconds);
 	fprintf(f, "%-4s %3s %3s %3s %4s %3s %4s %-4s %-4s %-9s | %8s %8s %8s %8s %8s | %9s %7s %7s %7s %7s | %7s %5s\n",
 		"rank", "TP", "PP", "VP", "DP", "MBS", "M", "SP", "DO", "recompute", "mem GiB", "params", "optim", "activ",
@@ -269,6 +275,11 @@ int main(int argc, char **argv)
 		case OPT_FP16: fp16 = true; break;
 		case OPT_FP32RES: r.fp32_residual_connection = true; break;
 		case OPT_GRADBF16: r.grad_reduce_in_bf16 = true; break;
+		case OPT_FP8:
+			if (!strcmp(optarg, "e4m3")) r.fp8 = MGT_FP8_FMT_E4M3;
+			else if (!strcmp(optarg, "hybrid")) r.fp8 = MGT_FP8_FMT_HYBRID;
+			else mgt_cli_usage_error(PROG, "--fp8-format %s: expected e4m3 or hybrid", optarg);
+			break;
 		case OPT_TP: r.tp = pos_int("--tensor-model-parallel-size", optarg); break;
 		case OPT_PP: r.pp = pos_int("--pipeline-model-parallel-size", optarg); break;
 		case OPT_VPL: vpl = pos_int("--num-layers-per-virtual-pipeline-stage", optarg); break;
@@ -349,6 +360,10 @@ int main(int argc, char **argv)
 	if (nodes) r.cluster.nodes = nodes;
 	if (gpn) r.cluster.gpus_per_node = gpn;
 	if (bench && (st = mgt_cluster_calibrate(&r.cluster, bench, NULL, 0))) mgt_cli_fail(PROG, st);
+	if (r.fp8 != MGT_FP8_OFF && !(mgt_plan_fp8_tflops(&r.cluster) > 0))
+		mgt_cli_usage_error(PROG, "--fp8-format: cluster %s gives no fp8 GEMM rate (fp8_gemm_tflops; fp8 needs GPUs of "
+				    "compute capability 8.9 or higher): add the key to its file, or give --gemm-bench a "
+				    "bench-gpu result of such a GPU (its \"gemm fp8 8192^3\" line)", r.cluster.name);
 
 	mgt_plan *plans;
 	int n;

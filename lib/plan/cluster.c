@@ -25,6 +25,7 @@ static const struct key {
 	{ "peak_tflops", OFF(peak_tflops), 'd', true, 1e-6, 1e6 },
 	{ "gemm_tflops", OFF(gemm_tflops), 'd', true, 1e-6, 1e6 },
 	{ "fp32_tflops", OFF(fp32_tflops), 'd', true, 1e-6, 1e6 },
+	{ "fp8_gemm_tflops", OFF(fp8_gemm_tflops), 'd', false, 0, 1e6 },
 	{ "memory_bandwidth_gbps", OFF(memory_bandwidth), 'd', true, 1e-6, 1e6 },
 	{ "intra_node_bandwidth_gbps", OFF(intra_bandwidth), 'd', true, 1e-6, 1e6 },
 	{ "inter_node_bandwidth_gbps", OFF(inter_bandwidth), 'd', true, 1e-6, 1e6 },
@@ -104,12 +105,15 @@ mgt_status mgt_cluster_calibrate(mgt_cluster *c, const char *file, char *check, 
 	FILE *f = fopen(file, "r");
 	if (!f) return mgt_err(MGT_ERR_IO, "%s: cannot open", file);
 	char line[1024];
-	double big_ms = 0, bw = 0;
+	double big_ms = 0, bw = 0, fp8_ms = 0;
 	struct { double m, n, k, tflops; } shapes[16];
 	int ns = 0;
 	while (fgets(line, sizeof line, f)) {
 		double m, nn, k, x, ms;
 		if (sscanf(line, "gemm bf16 %lf^3: %*f TFLOP/s (median of %*d, %lf ms", &m, &ms) == 2 && m == 8192) big_ms = ms;
+		else if (sscanf(line, "gemm fp8 %lf^3: %*f TFLOP/s (median of %*d, %lf ms", &m, &ms) == 2 && m == 8192 &&
+			 strstr(line, "e4m3 x e4m3") && !(fp8_ms > 0))
+			fp8_ms = ms;
 		else if (sscanf(line, "gemm bf16 %lfx%lfx%lf %*[^:]: %lf TFLOP/s", &m, &nn, &k, &x) == 4 && ns < 16)
 			shapes[ns].m = m, shapes[ns].n = nn, shapes[ns].k = k, shapes[ns++].tflops = x;
 		else if (!strncmp(line, "add 1 GiB", 9) && strstr(line, "): ") && sscanf(strstr(line, "): ") + 3, "%lf GB/s", &x) == 1)
@@ -127,6 +131,9 @@ mgt_status mgt_cluster_calibrate(mgt_cluster *c, const char *file, char *check, 
 	if (!(compute_s > 0)) return mgt_err(MGT_ERR_INPUT, "%s: the 8192^3 GEMM time is below its memory traffic", file);
 	c->memory_bandwidth = bw;
 	c->gemm_tflops = 2 * N * N * N / compute_s / 1e12;
+	/* gemm_fp8 on bytes already cast: A and B 1 byte an element, a bf16 result */
+	double fp8_s = fp8_ms * 1e-3 - (2 * N * N + 2 * N * N) / (bw * 1e9);
+	if (fp8_ms > 0 && fp8_s > 0) c->fp8_gemm_tflops = 2 * N * N * N / fp8_s / 1e12;
 	if (check && n) {
 		check[0] = 0;
 		for (int i = 0; i < ns; i++) {

@@ -46,6 +46,7 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 			.precision = r->precision == MGT_PLAN_BF16 ? MGT_PREC_BF16
 				     : r->precision == MGT_PLAN_FP16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
 			.fp32_residual_connection = r->fp32_residual_connection,
+			.fp8 = { .format = r->fp8, .recipe = MGT_FP8_DELAYED, .history_len = 1 },
 		};
 		mgt_model_mem x;
 		size_t n;
@@ -100,6 +101,7 @@ static mgt_status plan_memory(const mgt_plan_request *r, const mgt_model_config 
 typedef struct {
 	const mgt_cluster *cl;
 	double rate, eb;      /* GEMM rate (FLOP/s), bytes an element */
+	double rate8;         /* fp8 GEMM rate of the decoder layers' linears (0: they run at rate) */
 	double peak;          /* dense peak for attention (FLOP/s) */
 	double bw;            /* memory bandwidth (bytes/s) */
 } hw;
@@ -118,6 +120,30 @@ static void linear(const hw *w, double T, double in, double out, double *f, doub
 {
 	*f += gemm(w, T, out, in);
 	*b += gemm(w, T, in, out) + gemm(w, out, in, T) + out * in * (8 - w->eb) / w->bw;
+}
+
+/* The fp8 GEMM of a decoder layer's linear: 1-byte A and B, the result written in eb bytes, or
+ * (wgrad) accumulated into the fp32 main gradient (read and write 4 bytes). */
+static double gemm8(const hw *w, double m, double n, double k, double cb)
+{
+	return 2 * m * n * k / w->rate8 + (m * k + k * n + m * n * cb) / w->bw;
+}
+
+/* A decoder layer's linear in fp8 (lib/model/fp8lin.c): the forward casts its input (read eb,
+ * write a byte; the weight's cast on the first micro-batch is left out) and runs the GEMM; the
+ * backward casts dy, makes the transposed copies of dy and of the saved input (a byte read and
+ * one written an element) and runs dgrad and wgrad. */
+static void linear8(const hw *w, double T, double in, double out, double *f, double *b)
+{
+	*f += gemm8(w, T, out, in, w->eb) + T * in * (w->eb + 1) / w->bw;
+	*b += gemm8(w, T, in, out, w->eb) + gemm8(w, out, in, T, 8) + (T * out * (w->eb + 1) + 2 * T * out + 2 * T * in) / w->bw;
+}
+
+/* One of the decoder layer's linears: fp8 when the plan asks for it, else linear(). */
+static void dlinear(const hw *w, double T, double in, double out, double *f, double *b)
+{
+	if (w->rate8 > 0) linear8(w, T, in, out, f, b);
+	else linear(w, T, in, out, f, b);
 }
 
 /* One ring collective step set (all-gather or reduce-scatter) of S bytes over n ranks. */
@@ -139,10 +165,10 @@ static layer_time layer(const mgt_plan_request *r, const mgt_model_config *c, co
 	double nq = (double)c->num_attention_heads / t, ng = (double)c->num_query_groups / t;
 	double ffn = (double)c->ffn_hidden_size / t, fc1 = c->swiglu ? 2 * ffn : ffn;
 	double gf = 0, gb = 0;
-	linear(w, T, h, (nq + 2 * ng) * d, &gf, &gb);  /* linear_qkv */
-	linear(w, T, nq * d, h, &gf, &gb);             /* linear_proj */
-	linear(w, T, h, fc1, &gf, &gb);                /* linear_fc1 */
-	linear(w, T, ffn, h, &gf, &gb);                /* linear_fc2 */
+	dlinear(w, T, h, (nq + 2 * ng) * d, &gf, &gb);  /* linear_qkv */
+	dlinear(w, T, nq * d, h, &gf, &gb);             /* linear_proj */
+	dlinear(w, T, h, fc1, &gf, &gb);                /* linear_fc1 */
+	dlinear(w, T, ffn, h, &gf, &gb);                /* linear_fc2 */
 	/* causal flash attention: Megatron's FLOPs (mgt_model_flops), forward 2 s^2 nq d per sequence */
 	double af = 2 * p->mbs * s * s * nq * d, at_f = af / (w->peak * cl->attention_fwd_efficiency);
 	double at_b = 2 * af / (w->peak * cl->attention_bwd_efficiency);
@@ -168,6 +194,7 @@ static layer_time layer(const mgt_plan_request *r, const mgt_model_config *c, co
 	 * bias-dropout-add and one more for casts and bookkeeping = 12; the backward twice that
 	 * (data- and weight-gradient GEMMs, the element-wise backwards) */
 	double kf = 12 * cl->kernel_overhead * 1e-6, kb = 24 * cl->kernel_overhead * 1e-6;
+	if (w->rate8 > 0) kf += 4 * cl->kernel_overhead * 1e-6, kb += 12 * cl->kernel_overhead * 1e-6; /* casts, transposes */
 	layer_time lt = { .fwd = gf + at_f + ef + xf + kf, .bwd = gb + at_b + eb + xb + kb, .tp_exposed = xf + xb,
 			  .attn_fwd = at_f };
 	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) lt.recomp = at_f;
@@ -212,6 +239,7 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 	bool fp32 = r->precision == MGT_PLAN_FP32;
 	double e = cl->efficiency;
 	hw w = { .cl = cl, .rate = (fp32 ? cl->fp32_tflops : cl->gemm_tflops) * 1e12 * e, .eb = fp32 ? 4 : 2,
+		 .rate8 = r->fp8 != MGT_FP8_OFF ? mgt_plan_fp8_tflops(cl) * 1e12 * e : 0,
 		 .peak = (fp32 ? cl->fp32_tflops : cl->peak_tflops) * 1e12 * e, .bw = cl->memory_bandwidth * 1e9 * e };
 	layer_time lt = layer(r, c, p, &w);
 	int P = p->pp, V = p->vp, M = p->num_microbatches;
@@ -531,6 +559,10 @@ char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
 	if (r->overlap_grad_reduce) ADD("--overlap-grad-reduce");
 	if (r->precision == MGT_PLAN_BF16) ADD("--bf16");
 	if (r->precision == MGT_PLAN_FP16) ADD("--fp16");
+	if (r->fp8 != MGT_FP8_OFF) {
+		ADD("--fp8-format");
+		ADD(r->fp8 == MGT_FP8_FMT_HYBRID ? "hybrid" : "e4m3");
+	}
 	if (r->fp32_residual_connection && r->precision != MGT_PLAN_FP32) ADD("--fp32-residual-connection");
 	if (r->grad_reduce_in_bf16) ADD("--grad-reduce-in-bf16");
 	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) {
@@ -553,4 +585,9 @@ char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
 	}
 	out[n] = NULL;
 	return out;
+}
+
+double mgt_plan_fp8_tflops(const mgt_cluster *c)
+{
+	return c->fp8_gemm_tflops > 0 ? c->fp8_gemm_tflops : c->host_memory ? c->gemm_tflops : 0;
 }

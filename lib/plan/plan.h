@@ -16,7 +16,9 @@
  * fused element-wise kernels, flash attention), built from physical quantities only:
  *   GEMM      t = 2mnk / gemm_tflops + bytes(A, B, C) / memory_bandwidth, per GEMM of the layer
  *             at its shape (forward, data-gradient and weight-gradient GEMMs), so that thin
- *             GEMMs (small TP shards, small hidden sizes) run below the ceiling;
+ *             GEMMs (small TP shards, small hidden sizes) run below the ceiling; with fp8 the
+ *             decoder layers' linears at fp8_gemm_tflops with 1-byte A and B, plus the casts
+ *             (read the input, write a byte) and the transposed copies (a byte each way);
  *   attention causal flash attention, Megatron's FLOPs (halved for causality) at
  *             attention_fwd/bwd_efficiency of the dense peak;
  *   element-wise  bytes per token and layer (norms, bias-dropout-add, activation, RoPE) and per
@@ -56,6 +58,8 @@ typedef struct mgt_cluster {
 	double peak_tflops;                 /* dense bf16/fp16 peak per GPU (the MFU denominator) */
 	double gemm_tflops;                 /* compute-side rate of large bf16/fp16 GEMMs */
 	double fp32_tflops;                 /* the same for fp32 GEMMs */
+	double fp8_gemm_tflops;             /* the same for fp8 GEMMs (cuBLASLt, e4m3, fast accumulation);
+					     * 0: the GPU has none (optional key) */
 	double memory_bandwidth;            /* GB/s achieved by streaming kernels */
 	double intra_bandwidth, inter_bandwidth; /* GB/s: NVLink (within a node), network (between) */
 	double intra_latency, inter_latency;     /* microseconds per collective step */
@@ -77,7 +81,9 @@ mgt_status mgt_cluster_load(const char *name_or_path, mgt_cluster *c);
 /* Calibrate gemm_tflops and memory_bandwidth from a GEMM-ceiling benchmark result file
  * (tests/bench/gpu.sh output: the lines "gemm bf16 8192^3: X TFLOP/s (median of N, T ms" and
  * "add 1 GiB (...): B GB/s"): memory_bandwidth = B, and gemm_tflops from the 8192^3 time less
- * the memory traffic of the GEMM and of the benchmark's fp32-to-bf16 operand casts at B.
+ * the memory traffic of the GEMM and of the benchmark's fp32-to-bf16 operand casts at B; and,
+ * when the file has the line "gemm fp8 8192^3: X TFLOP/s (median of N, T ms" (e4m3, bf16 D),
+ * fp8_gemm_tflops from its time less its traffic (1-byte operands, a 2-byte result).
  * *check (may be NULL) gets the other shapes' measured / predicted TFLOP/s ratios as text.
  * Errors: MGT_ERR_IO (unreadable), MGT_ERR_INPUT (the lines are missing, naming the file). */
 mgt_status mgt_cluster_calibrate(mgt_cluster *c, const char *bench_file, char *check, size_t n);
@@ -94,6 +100,10 @@ typedef struct mgt_plan_request {
 	bool fp32_residual_connection;      /* --fp32-residual-connection: the residual stream fp32 */
 	bool grad_reduce_in_bf16;           /* --grad-reduce-in-bf16 (bf16 only): gradients reduced in bf16,
 					     * their bf16 copy counted with the gradients */
+	mgt_fp8_mode fp8;                   /* --fp8-format: the decoder layers' linears in fp8 (delayed
+					     * scaling): their GEMMs at fp8_gemm_tflops with 1-byte operands,
+					     * the casts and transposes as memory traffic, the fp8 buffers in
+					     * the memory (mgt_model_measure) */
 	int tp, pp, vp, mbs;                /* fixed sizes (vp: virtual stages per pipeline rank) */
 	int max_tp, max_pp, max_mbs;        /* bounds of the search (0: gpus_per_node, layers, 16) */
 	int recompute;                      /* -1 search, else mgt_recompute_granularity */
@@ -149,6 +159,11 @@ mgt_status mgt_plan_search(const mgt_plan_request *r, mgt_plan **plans, int *n, 
 /* The smallest number of nodes (a power of two times r->cluster.nodes, up to 65536 GPUs) on
  * which some layout fits; 0 when none.  Errors: NOMEM. */
 mgt_status mgt_plan_smallest_cluster(const mgt_plan_request *r, int *nodes);
+
+/* The fp8 GEMM rate (TFLOP/s) plans use on cluster c: fp8_gemm_tflops, or on a host-memory
+ * cluster (the CPU backend's emulation: the fp8 values through sgemm) gemm_tflops; 0 when the
+ * GPU has no fp8. */
+double mgt_plan_fp8_tflops(const mgt_cluster *c);
 
 /* The mgt-train flags of a plan (NULL-terminated array of strings in one malloc'd block). */
 char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p);

@@ -11,6 +11,9 @@
  *    tests/bench/gpu.sh measures MFU against (cuBLASLt writes the 16-bit y); "gemm-typed-blocks"
  *    lines: the same with MGT_GEMM_D16=0 (the y through fp32 blocks and a cast).  Also GPT-2 small's MLP and output-layer shapes and
  *    a llama-3.2-1b MLP shape, shapes training meets.
+ *  - gemm_fp8 (the fp8 linears' GEMM, cuBLASLt TN) at 8192^3 e4m3 x e4m3 with fast accumulation
+ *    (the forward: "gemm fp8 8192^3" lines, which mgt-plan --gemm-bench reads) and e4m3 x e5m2
+ *    with the split accumulator (dgrad and wgrad), and llama's fc1 shapes; on GPUs with fp8.
  *  - add y += x on two 1 GiB fp32 buffers: bytes moved = 3 GiB (reads x and y, writes y), the
  *    device memory bandwidth as an elementwise op sees it.
  *  - attention (attn_fwd, attn_bwd) on tensor cores in bf16 at the shapes of tests/bench/gpu.sh's
@@ -154,6 +157,44 @@ static double gemm(mgt_precision prec, int T, int in, int out, const char *label
 	return flops / med / 1e12;
 }
 
+/* TFLOP/s of gemm_fp8 as the fp8 linears call it: A [m, k] and B [n, k] fp8 bytes (random
+ * values cast with scale 1 on the device, so no NaN), scale_inv 1, a bf16 D [n, m]; af x bf: e4m3
+ * x e4m3 with fast accumulation (the forward) or e4m3 x e5m2 with the split accumulator (dgrad). */
+static double gemm_fp8(int m, int n, int k, bool e5m2_b, const char *label)
+{
+	float *a32 = upload_random((size_t)m * k, 4.0), *b32 = upload_random((size_t)n * k, 4.0);
+	uint8_t *a = be->ops->alloc(be, (size_t)m * k), *b = be->ops->alloc(be, (size_t)n * k);
+	float *one = upload_random(2, 0.0), *amax = be->ops->alloc(be, sizeof(float));
+	void *d = be->ops->alloc(be, (size_t)m * n * 2);
+	if (!a || !b || !amax || !d)
+		fail("device alloc");
+	const float h1[2] = { 1.0f, 1.0f };
+	if (be->ops->upload(be, one, h1, sizeof h1))
+		fail("upload");
+	const mgt_fp8_format bf = e5m2_b ? MGT_FP8_E5M2 : MGT_FP8_E4M3;
+	be->ops->fp8_quantize(be, a, a32, MGT_DT_F32, (size_t)m * k, one, MGT_FP8_E4M3, amax);
+	be->ops->fp8_quantize(be, b, b32, MGT_DT_F32, (size_t)n * k, one, bf, amax);
+	double t_[REPS];
+	for (int i = 0; i < WARM + REPS; i++) {
+		be->ops->sync(be);
+		double t0 = now();
+		be->ops->gemm_fp8(be, d, MGT_DT_BF16, false, NULL, a, MGT_FP8_E4M3, one, b, bf, one + 1, m, n, k, !e5m2_b);
+		be->ops->sync(be);
+		if (i >= WARM)
+			t_[i - WARM] = now() - t0;
+	}
+	qsort(t_, REPS, sizeof *t_, cmpd);
+	double flops = 2.0 * m * n * k, med = (t_[REPS / 2 - 1] + t_[REPS / 2]) / 2;
+	printf("gemm fp8 %s: %.1f TFLOP/s (median of %d, %.3f ms; best %.1f TFLOP/s) e4m3 x %s, bf16 D%s\n", label,
+	       flops / med / 1e12, REPS, med * 1e3, flops / t_[0] / 1e12, e5m2_b ? "e5m2" : "e4m3",
+	       e5m2_b ? ", split accumulator" : ", fast accumulation");
+	fflush(stdout);
+	void *bufs[] = { a32, b32, a, b, one, amax, d };
+	for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+		be->ops->free(be, bufs[i]);
+	return flops / med / 1e12;
+}
+
 static void bandwidth(void)
 {
 	const size_t n = (size_t)1 << 28; /* 1 GiB of fp32 per buffer */
@@ -269,6 +310,15 @@ int main(void)
 	gemm(MGT_PREC_BF16, 8192, 768, 3072, "8192x768x3072 (gpt2-124m fc1)", true);
 	gemm(MGT_PREC_BF16, 8192, 2048, 8192, "8192x2048x8192 (llama-3.2-1b fc1 half)", true);
 	unsetenv("MGT_GEMM_D16");
+	char why[256];
+	if (mgt_backend_fp8_supported(be, why, sizeof why)) {
+		gemm_fp8(8192, 8192, 8192, false, "8192^3");
+		gemm_fp8(8192, 8192, 8192, true, "8192^3");
+		gemm_fp8(8192, 8192, 2048, false, "8192x2048x8192 (llama-3.2-1b fc1 half)");
+		gemm_fp8(14336, 8192, 4096, false, "8192x4096x14336 (llama-3-8b fc1 half)");
+	} else {
+		printf("gemm fp8: skipped (%s)\n", why);
+	}
 	bandwidth();
 	attention("s1024 b8 h12 d64 (gpt2-124m, no dropout)", 1024, 8, 12, 1, 64, 0.0f);
 	attention("s1024 b8 h12 d64 (gpt2-124m, dropout 0.1)", 1024, 8, 12, 1, 64, 0.1f);

@@ -126,6 +126,41 @@ if [ -n "$res" ]; then
 else
 	skip "no GPU benchmark results"
 fi
+# --- fp8 (--fp8-format): the decoder layers' linears at the fp8 rate, their casts as traffic
+L8="--model llama-3.1-8b --vocab-size 128256 --global-batch-size 128 --seq-length 8192 --bf16
+ --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 1 --use-distributed-optimizer
+ --recompute-granularity none --ignore-memory --top 1"
+"$P" $L8 --output b8.json 2>/dev/null
+"$P" $L8 --fp8-format hybrid --output f8.json 2>/dev/null
+ok "fp8: llama-3.1-8b on dgx-h100 between 1.2x and 2x faster than bf16 (the GEMMs' 2x the bound)" $PY -c "
+import json; b, f = (json.load(open(x))['plans'][0] for x in ('b8.json', 'f8.json'))
+r = b['time']['iteration'] / f['time']['iteration']; print('# bf16 / fp8 iteration time: %.3f' % r)
+assert 1.2 < r < 2 and f['model_flops'] == b['model_flops']"
+ok "... its memory holds the fp8 weight caches (2 bytes a linear weight: 13 GiB and more)" $PY -c "
+import json; b, f = (json.load(open(x))['plans'][0] for x in ('b8.json', 'f8.json'))
+d = f['memory']['total'] - b['memory']['total']; print('# %.2f GiB more' % (d / 2**30)); assert d > 13 * 2**30"
+ok "... its args ask mgt-train for it" $PY -c "
+import json; a = json.load(open('f8.json'))['plans'][0]['args']; assert a[a.index('--fp8-format') + 1] == 'hybrid'"
+ok "fp8 on dgx-a100 (no fp8): exit 2" exits 2 "$P" $L8 --cluster dgx-a100 --fp8-format hybrid
+ok "... naming the missing rate" err_has "fp8_gemm_tflops"
+ok "--fp8-format e5m2: exit 2" exits 2 "$P" $L8 --fp8-format e5m2
+printf 'gemm bf16 8192^3: 600.0 TFLOP/s (median of 20, 1.900 ms; best 610.0 TFLOP/s) incl. operand casts\ngemm fp8 8192^3: 1200.0 TFLOP/s (median of 20, 0.800 ms; best 1250.0 TFLOP/s) e4m3 x e4m3, bf16 D, fast accumulation\nadd 1 GiB (x + y, 3 GiB moved): 3000.0 GB/s\n' >fake.txt
+"$P" $L8 --cluster dgx-a100 --fp8-format hybrid --gemm-bench fake.txt --output fa.json 2>/dev/null
+ok "--gemm-bench takes the fp8 rate from its \"gemm fp8 8192^3\" line, less its traffic" $PY -c "
+import json; c = json.load(open('fa.json'))['cluster']; N = 8192.0
+want = 2 * N**3 / (0.8e-3 - 4 * N * N / 3000e9) / 1e12; print('# %.1f vs %.1f' % (c['fp8_gemm_tflops'], want))
+assert abs(c['fp8_gemm_tflops'] - want) < 1e-6 * want"
+ok "fp8 plan memory on the cpu cluster equals mgt-train's computed" sh -c "
+'$BIN/mgt-train' --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --seq-length 64 \
+	--micro-batch-size 2 --global-batch-size 8 --train-iters 1 --device cpu --threads 2 --eval-interval 0 --bf16 \
+	--fp8-format hybrid >t8.log 2>&1 &&
+'$P' --model tiny-gpt2 --vocab-size 50257 --seq-length 64 --cluster cpu --global-batch-size 8 --bf16 --fp8-format hybrid \
+	--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 2 --recompute-granularity none \
+	--output p8.json 2>/dev/null &&
+$PY -c \"
+import json, re; p = json.load(open('p8.json'))['plans'][0]
+want = re.search(r'^memory before training: computed ([0-9.]*) MiB', open('t8.log').read(), re.M).group(1)
+got = '%.1f' % ((p['memory']['total'] - p['memory']['overhead']) / 1048576); print('#', got, want); assert got == want\""
 ok "--gemm-bench without the benchmark's lines: exit 3" exits 3 "$P" --model gpt2-124m --vocab-size 50257 --global-batch-size 8 --gemm-bench "$ROOT/README.md"
 
 # --- a Hugging Face config.json
