@@ -30,7 +30,11 @@
 #   e.g. "64 32 16": gpt2-124m again at the largest of these that runs, and PyTorch at it unless
 #   TORCH_BIG=0),
 #   AB (empty; NAME=VALUE ...: gpt2-124m at micro-batch 8 again with each environment switch),
-#   AB_LLAMA (the same for llama-3.2-1b at micro-batch 4).
+#   AB_LLAMA (the same for llama-3.2-1b at micro-batch 4),
+#   FP8 (1: fp8 against bf16 (issue 31), on GPUs with fp8: llama-3.2-1b at micro-batch 4 with
+#   --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max (Megatron's Llama 3
+#   recipe) beside the bf16 run above, and llama-3.1-8b's shape at 2 layers, seq 8192, micro-batch
+#   1, global batch 8, in bf16 and in fp8; 0 skips them; FP8_ITERS, default 12).
 # Raw results: tests/bench/results/gpu-<device>-<date>.txt (also copied to $OUT when set, after
 # every case, so that a run cut short still leaves its results there).
 set -u
@@ -236,6 +240,20 @@ bench() {
 		unset "$abn"
 		save
 	done
+	if [ "${FP8:-1}" = 1 ] && grep -q '^gemm fp8 8192' "$W/gemm.txt" 2>/dev/null; then
+		F8="--fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max"
+		# shellcheck disable=SC2086
+		run_case llama-3.2-1b-fp8 llama-3.2-1b 2048 16 "${FP8_ITERS:-12}" 4 --mock-data \
+			--vocab-size 128256 --hidden-dropout 0 --attention-dropout 0 $F8
+		save
+		L8="--vocab-size 128256 --num-layers 2 --hidden-dropout 0 --attention-dropout 0"
+		# shellcheck disable=SC2086
+		run_case llama-8b-2l-bf16 llama-3.1-8b 8192 8 "${FP8_ITERS:-12}" 1 --mock-data $L8
+		save
+		# shellcheck disable=SC2086
+		run_case llama-8b-2l-fp8 llama-3.1-8b 8192 8 "${FP8_ITERS:-12}" 1 --mock-data $L8 $F8
+		save
+	fi
 	if [ "${MOE:-1}" = 1 ]; then
 		# a Mixtral-like small shape (issue 17): Mixtral's layer with h 2048, 8 experts of 4096,
 		# top-2, 8 layers (1.7B parameters, 0.5B active), router in fp32, aux loss 1e-2

@@ -38,6 +38,10 @@
 #          loss is finite and below the first; when nothing was skipped its losses are compared
 #          with fp32 as above (skipped iterations shift the updates against the data, so a
 #          per-iteration comparison is meaningless then);
+#    (g) fp8 on GPUs with it (compute capability 8.9+): cuda --bf16 --fp8-format hybrid (delayed,
+#        history 16, max) against the cpu's emulation of the same and against cpu --bf16: losses
+#        within 2e-2 over iterations 1-10 and 4e-2 over all; iteration 1's weight amaxes and
+#        weight scales (--fp8-trace) bit for bit the cpu's (the same bf16 weights cast);
 #    (f) context parallelism on the GPU (when mpirun is there): cuda fp32 with
 #        --context-parallel-size 2 as two ranks sharing the GPU (every group then staged through
 #        the host: NCCL refuses two ranks on one GPU), --cp-comm-type p2p, allgather and a2a (the
@@ -441,6 +445,31 @@ for m in $MODELS; do
 		LAUNCH=
 	else
 		echo "# (f) skipped: mpirun not found"
+	fi
+
+	echo "# (g) fp8 (--fp8-format hybrid, delayed scaling, history 16, max) vs the cpu's emulation"
+	if [ "$m" = tiny-moe ]; then
+		echo "# (g) skipped: fp8 MoE layers are not implemented"
+	elif "$ROOT/tests/gpu/fp8_capable.sh" 2>/dev/null; then
+		F8="--bf16 --fp8-format hybrid --fp8-amax-history-len 16 --fp8-amax-compute-algo max"
+		# shellcheck disable=SC2086
+		{
+			train "$m-cpu-fp8" --model "$m" $RUN --device cpu $F8 --fp8-trace "$W/$m-cpu-fp8.trace"
+			train "$m-cuda-fp8" --model "$m" $RUN --device cuda $F8 --fp8-trace "$W/$m-cuda-fp8.trace"
+		} && {
+			compare losses "$W/$m-cuda-fp8.jsonl" "$W/$m-cpu-fp8.jsonl" "$m (g) cuda fp8 vs cpu fp8" "$ITERS" 10 2e-2 4e-2
+			compare losses "$W/$m-cuda-fp8.jsonl" "$W/$m-cpu-bf16.jsonl" "$m (g) cuda fp8 vs cpu bf16" "$ITERS" 10 2e-2 4e-2
+			check "$m (g) iteration 1: the weights' amaxes and the first forward's scales bit for bit the cpu's" \
+				$PY - "$W/$m-cuda-fp8.trace" "$W/$m-cpu-fp8.trace" <<'PY'
+import json, sys
+a, b = (json.loads(open(f).readline()) for f in sys.argv[1:])
+w = lambda o: o["amax"][1::3]
+print("# %d weight amaxes; scales %d" % (len(w(a)), len(a["scale"])))
+sys.exit(not (w(a) == w(b) and all(x > 0 for x in w(a)) and a["scale"][1::3] == b["scale"][1::3]))
+PY
+		}
+	else
+		echo "# (g) skipped: this GPU has no fp8 (compute capability below 8.9)"
 	fi
 
 	echo "# (d) --fp16 with loss scaling"
