@@ -1199,13 +1199,26 @@ void mgt_cpu_cast(mgt_backend *be, void *dst, mgt_elem_type dt, const float *src
 		h[i] = bf ? mgt_f32_to_bf16(src[i]) : mgt_f32_to_f16(src[i]);
 }
 
-/* lib/fp8's cast, on x widened into rounding buffer 4 when 16-bit. */
+/* lib/fp8's cast, on x widened into rounding buffer 4 when 16-bit, in chunks across the threads:
+ * each chunk's amax starts from 0 and the chunks' maxima fold into amax[0] with fmaxf (a maximum:
+ * the same value in any order). */
 void mgt_cpu_fp8_quantize(mgt_backend *be, uint8_t *q, const void *x, mgt_elem_type xt, size_t n, const float *scale,
 			  mgt_fp8_format fmt, float *amax)
 {
 	const float *v = widen(be, 4, x, xt, n);
-	if (v)
-		mgt_fp8_quantize(q, v, n, scale[0], fmt, amax);
+	if (!v)
+		return;
+	enum { CH = 65536 };
+	const size_t nch = (n + CH - 1) / CH;
+	float m = amax[0];
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) reduction(max : m) if (nch > 1)
+	for (size_t c = 0; c < nch; c++) {
+		const size_t o = c * CH, k = n - o < CH ? n - o : CH;
+		float a = 0.0f;
+		mgt_fp8_quantize(q ? q + o : NULL, v + o, k, scale[0], fmt, &a);
+		m = fmaxf(m, a);
+	}
+	amax[0] = m;
 }
 
 /* The k-th rounding buffer holding the n fp8 bytes q of format f as their fp32 values (exact; a

@@ -13,6 +13,7 @@
  * against the double reference).
  * Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on any failure. */
 #include "backend/backend.h"
+#include "fp8/fp8.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -402,6 +403,16 @@ static void test_fp8_gemm(void)
 		test_gemm_fp8_case(32, 16, 64, MGT_FP8_E5M2, MGT_FP8_E4M3, small ? MGT_DT_F16 : MGT_DT_BF16, false, true, small);
 		test_gemm_fp8_case(16, 16, 32, MGT_FP8_E4M3, MGT_FP8_E4M3, MGT_DT_F32, false, false, small);
 	}
+	/* the op's threaded chunks against one lib/fp8 call: the same bytes and amax */
+	const size_t N = 300007;
+	float *x = randf(N, 600.0), sc = 0.75f, a1 = 2.0f, a2 = 2.0f;
+	x[N - 3] = 1e30f;
+	uint8_t *q1 = xmalloc(N), *q2 = xmalloc(N);
+	O->fp8_quantize(be, q1, x, MGT_DT_F32, N, &sc, MGT_FP8_E4M3, &a1);
+	mgt_fp8_quantize(q2, x, N, sc, MGT_FP8_E4M3, &a2);
+	CHECK(!memcmp(q1, q2, N) && a1 == a2 && a1 == 1e30f, "fp8_quantize op over %zu elements in chunks = one lib/fp8 cast "
+	      "(bytes and amax %g)", N, (double)a1);
+	free(x); free(q1); free(q2);
 	const int R = 37, C = 70;
 	uint8_t *src = xmalloc((size_t)R * C), *dst = xmalloc((size_t)R * C);
 	for (int i = 0; i < R * C; i++) src[i] = (uint8_t)(rng_next() >> 11);
