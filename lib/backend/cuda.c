@@ -611,6 +611,12 @@ void mgt_cuda_fp8_quantize(mgt_backend *be, uint8_t *q, const void *x, mgt_elem_
 								   fmt == MGT_FP8_E5M2, amax, ws));
 }
 
+void mgt_cuda_fp8_transpose(mgt_backend *be, uint8_t *dst, const uint8_t *src, int rows, int cols)
+{
+	if (rows > 0 && cols > 0)
+		mgt_cuda_ok(be, "fp8_transpose", mgt_k_fp8_transpose(stream(be), dst, src, rows, cols));
+}
+
 void mgt_cuda_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
 {
 	if (n)
