@@ -3,7 +3,8 @@
  * in fp32 (fp8.md section 3: snap to the grid with ties to even, subnormals kept, then clamp; NaN
  * -> 0x7F): the quantum 2^(e - mbits) is a power of two, so a / quantum is exact and rintf rounds
  * it to even.  The amax: each block's fmaxf of |x| (NaN ignored) into ws, then one block folds
- * them into amax[0]; a maximum does not depend on the order, so no atomics are needed. */
+ * them into amax[0]; a maximum does not depend on the order, so no atomics are needed.  Also the
+ * transpose of fp8 bytes (mgt_k_fp8_transpose: the columnwise copies of the TN GEMMs). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -84,5 +85,42 @@ extern "C" int mgt_k_fp8_quantize(mgt_k_stream s, uint8_t *q, const void *x, mgt
 	else
 		MGT_LAUNCH(fp8_quant_k<float>, nb, FP8_T, 0, st, q, (const float *)x, n, scale, e5m2 != 0, part);
 	MGT_LAUNCH(fp8_amax_k, 1, FP8_T, 0, st, amax, part, nb);
+	return mgt_k_rc();
+}
+
+/* ---- the transpose (kernels.h mgt_k_fp8_transpose) ---- */
+
+enum { TR_TILE = 32, TR_ROWS = 8 };
+
+/* dst [cols, rows] = src [rows, cols]^T through a 32 x 32 byte tile in shared memory: a warp reads
+ * 32 consecutive bytes of a src row and writes 32 consecutive bytes of a dst row.  Block (x, y)
+ * takes the src tile rows [32 x, 32 x + 32) and the column tiles y, y + gridDim.y, ... */
+static __global__ void fp8_transpose_k(uint8_t *dst, const uint8_t *src, int rows, int cols)
+{
+	__shared__ uint8_t tile[TR_TILE][TR_TILE + 1];
+	const long r0 = (long)blockIdx.x * TR_TILE;
+	for (long c0 = (long)blockIdx.y * TR_TILE; c0 < cols; c0 += (long)gridDim.y * TR_TILE) {
+		for (int i = threadIdx.y; i < TR_TILE; i += TR_ROWS) {
+			const long r = r0 + i, c = c0 + threadIdx.x;
+			if (r < rows && c < cols)
+				tile[i][threadIdx.x] = src[r * cols + c];
+		}
+		__syncthreads();
+		for (int i = threadIdx.y; i < TR_TILE; i += TR_ROWS) {
+			const long c = c0 + i, r = r0 + threadIdx.x;
+			if (r < rows && c < cols)
+				dst[c * rows + r] = tile[threadIdx.x][i];
+		}
+		__syncthreads(); /* the tile is refilled for the next column tile */
+	}
+}
+
+extern "C" int mgt_k_fp8_transpose(mgt_k_stream s, uint8_t *dst, const uint8_t *src, int rows, int cols)
+{
+	if (rows <= 0 || cols <= 0)
+		return 0;
+	const size_t ct = mgt_cdiv((size_t)cols, TR_TILE);
+	const dim3 grid((unsigned)mgt_cdiv((size_t)rows, TR_TILE), (unsigned)(ct < 65535 ? ct : 65535));
+	MGT_LAUNCH(fp8_transpose_k, grid, dim3(TR_TILE, TR_ROWS), 0, mgt_st(s), dst, src, rows, cols);
 	return mgt_k_rc();
 }

@@ -50,6 +50,8 @@ int mgt_k_scale(mgt_k_stream s, float *x, size_t n, float alpha);
 size_t mgt_k_fp8_quantize_ws_bytes(void);
 int mgt_k_fp8_quantize(mgt_k_stream s, uint8_t *q, const void *x, mgt_k_dtype xt, size_t n, const float *scale,
 		       int e5m2, float *amax, void *ws);
+/* dst [cols, rows] = src [rows, cols] transposed, fp8 bytes (kernels/fp8.cu; backend.h fp8_transpose). */
+int mgt_k_fp8_transpose(mgt_k_stream s, uint8_t *dst, const uint8_t *src, int rows, int cols);
 /* y += x, n elements of type t (fp32 sum, rounded once when 16-bit). */
 int mgt_k_add(mgt_k_stream s, void *y, const void *x, mgt_k_dtype t, size_t n);
 /* out[0] = sum x[i]^2 in double, deterministic; NaN/Inf propagate. */

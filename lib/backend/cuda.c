@@ -611,6 +611,12 @@ void mgt_cuda_fp8_quantize(mgt_backend *be, uint8_t *q, const void *x, mgt_elem_
 								   fmt == MGT_FP8_E5M2, amax, ws));
 }
 
+void mgt_cuda_fp8_transpose(mgt_backend *be, uint8_t *dst, const uint8_t *src, int rows, int cols)
+{
+	if (rows > 0 && cols > 0)
+		mgt_cuda_ok(be, "fp8_transpose", mgt_k_fp8_transpose(stream(be), dst, src, rows, cols));
+}
+
 void mgt_cuda_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)
 {
 	if (n)
@@ -753,4 +759,31 @@ size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n)
 	}
 	snprintf(what, n, "cudaMemGetInfo on GPU %d", impl(be)->device);
 	return free_b;
+}
+
+/* The device's compute capability and name from cudaGetDeviceProperties (at each call: callers
+ * ask once, when they set up fp8), cuBLASLt's version from cublasLtGetVersion (lib/backend/cuda_lt.c
+ * opens the library; 0 when it cannot). */
+bool mgt_backend_cuda_fp8_supported(mgt_backend *be, char *why, size_t n)
+{
+	const int dev = impl(be)->device;
+	struct cudaDeviceProp p;
+	cudaError_t e = cudaGetDeviceProperties(&p, dev);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(why, n, "cannot read GPU %d's properties: %s", dev, cudaGetErrorString(e));
+		return false;
+	}
+	if (p.major * 10 + p.minor < 89) {
+		snprintf(why, n, "fp8 needs compute capability 8.9 or higher (Ada, Hopper); GPU %d is %s, compute capability %d.%d",
+			 dev, p.name, p.major, p.minor);
+		return false;
+	}
+	const size_t v = cublasLtGetVersion();
+	if (v < 120103) {
+		snprintf(why, n, "fp8 needs cuBLASLt 12.1.3 or later (CUDA 12.1); this one is %zu.%zu.%zu (GPU %d: %s)",
+			 v / 10000, v / 100 % 100, v % 100, dev, p.name);
+		return false;
+	}
+	return true;
 }

@@ -15,10 +15,17 @@
  * only for int8 IMMA and fp8), so it is fp32 in every mode.  Bias gradients are not taken from the
  * BGRAD epilogues (they overwrite; db accumulates) but from mgt_k_colsum.
  *
+ * fp8 (gemm_fp8, at the end): cuBLASLt's "TN" product on the fp8 bytes as they are, the operands'
+ * scale_inv as A_SCALE_POINTER / B_SCALE_POINTER (device floats, read by cuBLASLt), COMPUTE_32F,
+ * FAST_ACCUM as asked; D bf16/fp16 (C the same, beta 0) or fp32 (beta 1 to accumulate).  A bias
+ * goes through fp32 blocks and bda_fwd's kernel (t + bias, + D, rounded once), not the BIAS
+ * epilogue: with fp8 operands and a 16-bit D its vector has D's type (cublasLt.h,
+ * CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), which would round the fp32 bias.
+ *
  * Plans: descriptors, layouts and the heuristic's first algorithm are built once per
  * cuda_plan_key and kept in a small table (round-robin replacement), so repeated shapes skip the
- * heuristic.  The bias pointer is set on the descriptor at each call.  One algorithm per key, one
- * stream, a fixed workspace: the same inputs give the same bits.
+ * heuristic.  The bias and scale pointers are set on the descriptor at each call.  One algorithm
+ * per key, one stream, a fixed workspace: the same inputs give the same bits.
  */
 #include "backend/cuda_impl.h"
 
@@ -75,11 +82,14 @@ static bool desc_set(mgt_backend *be, const char *op, cublasLtMatmulDesc_t d,
 	return lt_ok(be, op, cublasLtMatmulDescSetAttribute(d, a, v, n));
 }
 
+static bool is_fp8(int64_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
 /* Descriptor and layouts for key k (A stored k x m or m x k as transposed, B likewise, C = D
- * m x n of type k->dt; leading dimension = stored rows). */
+ * m x n of type k->dt; leading dimension = stored rows; fp8: FAST_ACCUM). */
 static bool plan_describe(mgt_backend *be, const char *op, cuda_plan *pl, const cuda_plan_key *k)
 {
 	const cudaDataType ab = (cudaDataType)k->ab;
+	const int8_t fast = k->fast != 0;
 	const int32_t ta = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
 	const uint32_t epi = (uint32_t)k->epi;
 	const int32_t bias_t = CUDA_R_32F;
@@ -91,8 +101,9 @@ static bool plan_describe(mgt_backend *be, const char *op, cuda_plan *pl, const 
 	       desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) &&
 	       (epi != CUBLASLT_EPILOGUE_BIAS ||
 		desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t)) &&
+	       (!is_fp8(ab) || desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast)) &&
 	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->la, ab, ar, ac, (int64_t)ar)) &&
-	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->lb, ab, br, bc, (int64_t)br)) &&
+	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->lb, (cudaDataType)k->bt, br, bc, (int64_t)br)) &&
 	       lt_ok(be, op, cublasLtMatrixLayoutCreate(&pl->lc, (cudaDataType)k->dt, (uint64_t)k->m,
 							(uint64_t)k->n, k->m));
 }
@@ -131,8 +142,22 @@ static bool plan_choose(mgt_backend *be, const char *op, cuda_plan *pl, const cu
 	return ok;
 }
 
-/* The cached plan for k, built (and cached) on first sight; NULL after recording a failure. */
-static cuda_plan *plan_get(mgt_backend *be, const char *op, const cuda_plan_key *k, const float *bias)
+/* The pointers set on a plan's descriptor at each call (NULL: not set): the bias, and fp8's
+ * scale_inv of A and B. */
+typedef struct {
+	const float *bias, *a_inv, *b_inv;
+} lt_ptrs;
+
+static bool desc_ptrs(mgt_backend *be, const char *op, cublasLtMatmulDesc_t d, const lt_ptrs *p)
+{
+	return (!p->bias || desc_set(be, op, d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias)) &&
+	       (!p->a_inv || desc_set(be, op, d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p->a_inv, sizeof p->a_inv)) &&
+	       (!p->b_inv || desc_set(be, op, d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p->b_inv, sizeof p->b_inv));
+}
+
+/* The cached plan for k, built (and cached) on first sight with the pointers p set for the
+ * heuristic; NULL after recording a failure. */
+static cuda_plan *plan_get(mgt_backend *be, const char *op, const cuda_plan_key *k, const lt_ptrs *p)
 {
 	cuda_impl *im = be->impl;
 	for (int i = 0; i < CUDA_PLANS; i++)
@@ -141,9 +166,7 @@ static cuda_plan *plan_get(mgt_backend *be, const char *op, const cuda_plan_key 
 	cuda_plan *pl = &im->plans[im->plan_next];
 	im->plan_next = (im->plan_next + 1) % CUDA_PLANS;
 	plan_free(pl);
-	if (!plan_describe(be, op, pl, k) ||
-	    (bias && !desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) ||
-	    !plan_choose(be, op, pl, k)) {
+	if (!plan_describe(be, op, pl, k) || !desc_ptrs(be, op, pl->desc, p) || !plan_choose(be, op, pl, k)) {
 		plan_free(pl);
 		return NULL;
 	}
@@ -152,24 +175,33 @@ static cuda_plan *plan_get(mgt_backend *be, const char *op, const cuda_plan_key 
 	return pl;
 }
 
+/* One cublasLtMatmul with the cached plan for key and the pointers p: D = op(A) . op(B) (+ bias)
+ * + beta * D, C = D, alpha 1.  False when cuBLASLt refused (recorded as the backend's failure
+ * unless im->lt_quiet). */
+static bool lt_run(mgt_backend *be, const char *op, const cuda_plan_key *key, const lt_ptrs *p, const void *A,
+		   const void *B, void *D, float beta)
+{
+	cuda_impl *im = be->impl;
+	cuda_plan *pl = plan_get(be, op, key, p);
+	if (!pl || !desc_ptrs(be, op, pl->desc, p))
+		return false;
+	const float alpha = 1.0f;
+	return lt_ok(be, op, cublasLtMatmul(im->lt, pl->desc, &alpha, A, pl->la, B, pl->lb, &beta, D, pl->lc, D,
+					    pl->lc, &pl->algo, im->lt_ws, CUDA_LT_WS_BYTES, im->stream));
+}
+
 /* D[m,n] = op(A) . op(B) (+ bias[m]) + beta * D, column-major, D of type dt (CUDA_R_32F, or
  * ab's 16-bit type: the fp32 result rounded by cuBLASLt); A and B of type ab.  False when
  * cuBLASLt refused (recorded as the backend's failure unless im->lt_quiet). */
 static bool gemm_t(mgt_backend *be, const char *op, bool ta, bool tb, int m, int n, int k, cudaDataType ab,
 		   const void *A, const void *B, void *D, cudaDataType dt, float beta, const float *bias)
 {
-	cuda_impl *im = be->impl;
 	int64_t align = min64(min64(ptr_align(A), ptr_align(B)), min64(ptr_align(D), ptr_align(bias)));
 	const cuda_plan_key key = {ta, tb, m, n, k, ab, dt,
 				   bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, beta != 0.0f,
-				   align};
-	cuda_plan *pl = plan_get(be, op, &key, bias);
-	if (!pl ||
-	    (bias && !desc_set(be, op, pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)))
-		return false;
-	const float alpha = 1.0f;
-	return lt_ok(be, op, cublasLtMatmul(im->lt, pl->desc, &alpha, A, pl->la, B, pl->lb, &beta, D, pl->lc, D,
-					    pl->lc, &pl->algo, im->lt_ws, CUDA_LT_WS_BYTES, im->stream));
+				   align, ab, 0};
+	const lt_ptrs p = {bias, NULL, NULL};
+	return lt_run(be, op, &key, &p, A, B, D, beta);
 }
 
 /* gemm_t with an fp32 D. */
@@ -382,4 +414,70 @@ void mgt_cuda_linear_bwd_grouped(mgt_backend *be, void *dx, float *const *dw, co
 				 int out)
 {
 	mgt_backend_grouped_bwd(be, dx, dw, dy, x, t, w, wt, rows, G, in, out);
+}
+
+/* ---- fp8 (backend.h gemm_fp8) ---- */
+
+/* An fp8 operand: its bytes (row-major, k contiguous), format and scale_inv (one device float). */
+typedef struct {
+	const uint8_t *p;
+	mgt_fp8_format f;
+	const float *inv;
+} fp8_operand;
+
+static cudaDataType fp8_type(mgt_fp8_format f) { return f == MGT_FP8_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; }
+
+/* D [m, n] column-major of type dt = a.inv[0] b.inv[0] A^T B (+ beta D): cuBLASLt's fp8 "TN"
+ * product of A [m, k] and B [n, k] row-major (column-major k x m and k x n, lda = ldb = k).
+ * False when cuBLASLt refused (recorded). */
+static bool fp8_lt(mgt_backend *be, fp8_operand a, fp8_operand b, int m, int n, int k, void *D, cudaDataType dt,
+		   float beta, bool fast)
+{
+	const cuda_plan_key key = {true, false, m, n, k, fp8_type(a.f), dt, CUBLASLT_EPILOGUE_DEFAULT, beta != 0.0f,
+				   min64(min64(ptr_align(a.p), ptr_align(b.p)), ptr_align(D)), fp8_type(b.f), fast};
+	const lt_ptrs p = {NULL, a.inv, b.inv};
+	return lt_run(be, "gemm_fp8", &key, &p, a.p, b.p, D, beta);
+}
+
+/* With a bias (or k = 0): blocks of R columns of D (rows of B) scaled into fp32 scratch t, then
+ * D = t + bias (accumulate: D + (t + bias)) rounded to dt, by bda_fwd's kernel without dropout. */
+static void fp8_bias_blocks(mgt_backend *be, void *d, mgt_elem_type dt, bool accumulate, const float *bias,
+			    fp8_operand a, fp8_operand b, int m, int n, int k, bool fast)
+{
+	static const char op[] = "gemm_fp8";
+	cuda_impl *im = be->impl;
+	const int R = out_block_rows(n, m);
+	float *t = mgt_cuda_scratch(be, op, (size_t)R * m * sizeof(float));
+	for (int j0 = 0; t && j0 < n; j0 += R) {
+		const int r = n - j0 < R ? n - j0 : R;
+		const size_t o = (size_t)j0 * m;
+		fp8_operand bj = b;
+		bj.p += (size_t)j0 * k;
+		const bool ok = k > 0 ? fp8_lt(be, a, bj, m, r, k, t, CUDA_R_32F, 0.0f, fast)
+				      : mgt_cuda_ok(be, op, cudaMemsetAsync(t, 0, (size_t)r * m * sizeof(float), im->stream));
+		void *dj = (char *)d + o * mgt_elem_size(dt);
+		if (!ok || !mgt_cuda_ok(be, op, mgt_k_bda_fwd(im->stream, dj, accumulate ? dj : NULL, mgt_cuda_kt(dt), t,
+							      MGT_K_F32, bias, r, m, 0.0f, 0, 0)))
+			return;
+	}
+}
+
+void mgt_cuda_gemm_fp8(mgt_backend *be, void *d, mgt_elem_type dt, bool accumulate, const float *bias, const uint8_t *a,
+		       mgt_fp8_format af, const float *a_inv, const uint8_t *b, mgt_fp8_format bf, const float *b_inv,
+		       int m, int n, int k, bool fast_accum)
+{
+	if (m <= 0 || n <= 0)
+		return;
+	if (accumulate && dt != MGT_DT_F32) {
+		mgt_cuda_fail(be, MGT_ERR_USAGE, "cuda backend: gemm_fp8: accumulate needs an fp32 D");
+		return;
+	}
+	const fp8_operand A = {a, af, a_inv}, B = {b, bf, b_inv};
+	if (bias || k <= 0) {
+		fp8_bias_blocks(be, d, dt, accumulate, bias, A, B, m, n, k, fast_accum);
+		return;
+	}
+	/* cuBLASLt writes D (a 16-bit one rounded from its fp32 result) or accumulates into it */
+	const cudaDataType t = dt == MGT_DT_BF16 ? CUDA_R_16BF : dt == MGT_DT_F16 ? CUDA_R_16F : CUDA_R_32F;
+	fp8_lt(be, A, B, m, n, k, d, t, accumulate ? 1.0f : 0.0f, fast_accum);
 }

@@ -1,5 +1,6 @@
 /* lib/backend: internals shared by the CUDA backend's host files (cuda.c: memory, errors, the op
- * table; cuda_gemm.c: the linear layers through cuBLASLt).  Not public.  Built with CUDA=1 only.
+ * table; cuda_gemm.c: the linear layers and the fp8 GEMM through cuBLASLt).  Not public.  Built
+ * with CUDA=1 only.
  *
  * Errors: ops do not return errors (backend.h), so the first failure of an op (a CUDA or cuBLASLt
  * error, or scratch memory that could not be had) is recorded here and reported, again and again,
@@ -30,11 +31,14 @@ enum { CUDA_PLANS = 128 };
 typedef struct {
 	int64_t ta, tb;   /* A, B transposed (cuBLAS column-major view) */
 	int64_t m, n, k;
-	int64_t ab;       /* cudaDataType of A and B (the bias is CUDA_R_32F) */
-	int64_t dt;       /* cudaDataType of C and D: CUDA_R_32F, or ab's 16-bit type (MGT_GEMM_D16) */
+	int64_t ab;       /* cudaDataType of A, and of B unless bt says otherwise (the bias is CUDA_R_32F) */
+	int64_t dt;       /* cudaDataType of C and D: CUDA_R_32F, or a 16-bit type (ab's: MGT_GEMM_D16;
+			   * bf16 or fp16 with fp8 operands: gemm_fp8) */
 	int64_t epi;      /* cublasLtEpilogue_t: DEFAULT or BIAS */
 	int64_t acc;      /* beta != 0 (C = D is read) */
 	int64_t align;    /* least alignment in bytes of the pointers (<= 256), for the heuristic */
+	int64_t bt;       /* cudaDataType of B: ab, or fp8's other format (E4M3 x E5M2) */
+	int64_t fast;     /* fp8 operands (their scale pointers set at each call): FAST_ACCUM; else 0 */
 } cuda_plan_key;
 
 typedef struct {

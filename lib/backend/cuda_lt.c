@@ -9,8 +9,9 @@
  * them opens libcublasLt.so.CUBLAS_VER_MAJOR with dlopen, found as the linked library was (the
  * programs' rpath to $(CUDA_HOME)/lib64, then LD_LIBRARY_PATH), and resolves them all.  When the
  * library or one of the functions is missing, every function returns
- * CUBLAS_STATUS_NOT_INITIALIZED and cublasLtGetStatusString says what was missing and why (the
- * backend's error message then carries it: "cuda backend: device 0: cublasLtCreate: ...").
+ * CUBLAS_STATUS_NOT_INITIALIZED (cublasLtGetVersion: 0) and cublasLtGetStatusString says what was
+ * missing and why (the backend's error message then carries it: "cuda backend: device 0:
+ * cublasLtCreate: ...").
  * Thread-safe (pthread_once); the library stays open until exit.  The simulator (tests/sim/)
  * links its own stand-ins instead of this file. */
 #include <cublasLt.h>
@@ -55,6 +56,7 @@
 static struct {
 	LT_FUNCS(LT_PTR)
 	const char *(*cublasLtGetStatusString)(cublasStatus_t);
+	size_t (*cublasLtGetVersion)(void);
 } lt;
 static int lt_ok;
 static char lt_why[512];
@@ -80,7 +82,8 @@ static void lt_open(void)
 		return;
 	}
 #define LT_GET(name, params, args) &&lt_resolve(h, &lt.name, #name)
-	lt_ok = 1 LT_FUNCS(LT_GET) && lt_resolve(h, &lt.cublasLtGetStatusString, "cublasLtGetStatusString");
+	lt_ok = 1 LT_FUNCS(LT_GET) && lt_resolve(h, &lt.cublasLtGetStatusString, "cublasLtGetStatusString") &&
+		lt_resolve(h, &lt.cublasLtGetVersion, "cublasLtGetVersion");
 }
 
 static int lt_load(void)
@@ -99,4 +102,10 @@ LT_FUNCS(LT_DEF)
 const char *cublasLtGetStatusString(cublasStatus_t s)
 {
 	return lt_load() ? lt.cublasLtGetStatusString(s) : lt_why;
+}
+
+/* 0 when the library could not be opened (then no version is new enough) */
+size_t cublasLtGetVersion(void)
+{
+	return lt_load() ? lt.cublasLtGetVersion() : 0;
 }

@@ -2379,6 +2379,249 @@ static void t_fp8_quantize(size_t n, float scale, mgt_elem_type xt)
 	free(x), free(x16), dfree(dX), dfree(d16), dfree(dS);
 }
 
+/* ---- fp8 transpose and GEMM (backend.h fp8_transpose, gemm_fp8) ---- */
+
+/* n random fp8 bytes of format f, none a NaN or Inf code */
+static uint8_t *fp8_random(size_t n, mgt_fp8_format f)
+{
+	uint8_t *q = xmalloc(n);
+	for (size_t i = 0; i < n; i++)
+		do
+			q[i] = (uint8_t)((urand() + 1) * 128);
+		while (!isfinite(mgt_fp8_to_f32(q[i], f)));
+	return q;
+}
+
+/* The transpose: random bytes (NaN codes too: it copies bytes), bit for bit the CPU's.  rows stays
+ * even under the simulator, whose race check sees 2-byte units: dst rows of odd length would put
+ * two blocks' bytes into one unit, which a GPU's byte stores allow. */
+static void t_fp8_transpose(int rows, int cols)
+{
+	const char *id = nm("fp8_transpose rows=%d cols=%d", rows, cols);
+	const size_t n = (size_t)rows * cols;
+	uint8_t *src = xmalloc(n), *tc = xmalloc(n), *tg[2] = {xmalloc(n), xmalloc(n)};
+	for (size_t i = 0; i < n; i++)
+		src[i] = (uint8_t)((urand() + 1) * 128);
+	C->fp8_transpose(cpu, tc, src, rows, cols);
+	uint8_t *dS = dalloc(n), *dT = dalloc(n);
+	up(dS, src, n);
+	for (int r = 0; r < 2; r++) {
+		memset(tg[r], 0xFF, n);
+		up(dT, tg[r], n); /* 0xFF: a byte not written shows unless the source had 0xFF there */
+		G->fp8_transpose(gpu, dT, dS, rows, cols);
+		if (G->download(gpu, tg[r], dT, n) != MGT_OK)
+			bail("download (fp8_transpose failed?)");
+	}
+	CHECK(ndiff(tg[0], tc, n, 1) == 0, "%s%s: bytes the CPU's bit for bit (%zu of %zu differ)", tag, id,
+	      ndiff(tg[0], tc, n, 1), n);
+	det(id, ndiff(tg[0], tg[1], n, 1));
+	free(src), free(tc), free(tg[0]), free(tg[1]), dfree(dS), dfree(dT);
+}
+
+/* One kind of gemm_fp8 call: B's format, D's type, bias, accumulate, fast accumulation. */
+typedef struct {
+	const char *name;
+	mgt_fp8_format bf;
+	mgt_elem_type dt;
+	bool bias, acc, fast;
+} fp8_case;
+
+/* The three GEMMs of a linear (backend.h gemm_fp8, fp8.md section 4), and the other paths: a 16-bit
+ * D written by cuBLASLt from e4m3 x e4m3, an fp32 D written, an fp32 D with a bias accumulated. */
+static const fp8_case FP8_FWD = {"fwd e4m3 x e4m3 -> bf16 + bias (fast)", MGT_FP8_E4M3, MGT_DT_BF16, true, false, true};
+static const fp8_case FP8_DGRAD = {"dgrad e4m3 x e5m2 -> bf16", MGT_FP8_E5M2, MGT_DT_BF16, false, false, false};
+static const fp8_case FP8_WGRAD = {"wgrad e4m3 x e5m2 -> fp32 +=", MGT_FP8_E5M2, MGT_DT_F32, false, true, false};
+static const fp8_case FP8_F16 = {"e4m3 x e4m3 -> fp16 (fast)", MGT_FP8_E4M3, MGT_DT_F16, false, false, true};
+static const fp8_case FP8_F32 = {"e4m3 x e4m3 -> fp32", MGT_FP8_E4M3, MGT_DT_F32, false, false, false};
+static const fp8_case FP8_F32B = {"e4m3 x e5m2 -> fp32 + bias +=", MGT_FP8_E5M2, MGT_DT_F32, true, true, false};
+
+/* rows x k fp8 bytes of format f holding integers in [-lim, lim] (exact in both formats for lim <= 8),
+ * zero off every stride-th position of a row (shifted by the row), so that a row has at most
+ * ceil(k / stride) nonzeros. */
+static uint8_t *fp8_ints(int rows, int k, mgt_fp8_format f, int lim, int stride)
+{
+	uint8_t *q = xmalloc((size_t)rows * k);
+	for (int r = 0; r < rows; r++)
+		for (int c = 0; c < k; c++) {
+			const int v = (c + r) % stride ? 0 : (int)floor((urand() + 1) / 2 * (2 * lim + 1)) - lim;
+			q[(size_t)r * k + c] = mgt_f32_to_fp8((float)v, f);
+		}
+	return q;
+}
+
+/* S[j, i] = sum_k |A[i, k] B[j, k]| in double: the scale of each output's rounding errors */
+static double *fp8_abs_sums(const uint8_t *a, const uint8_t *b, mgt_fp8_format bf, int m, int n, int k)
+{
+	float ta[256], tb[256];
+	for (int v = 0; v < 256; v++)
+		ta[v] = fabsf(mgt_fp8_to_f32((uint8_t)v, MGT_FP8_E4M3)), tb[v] = fabsf(mgt_fp8_to_f32((uint8_t)v, bf));
+	double *S = xmalloc((size_t)m * n * sizeof *S);
+	for (int j = 0; j < n; j++)
+		for (int i = 0; i < m; i++) {
+			double s = 0;
+			for (int q = 0; q < k; q++)
+				s += (double)ta[a[(size_t)i * k + q]] * tb[b[(size_t)j * k + q]];
+			S[(size_t)j * m + i] = s;
+		}
+	return S;
+}
+
+static double elem_value(const void *p, mgt_elem_type t, size_t e)
+{
+	if (t == MGT_DT_F32)
+		return ((const float *)p)[e];
+	const uint16_t h = ((const uint16_t *)p)[e];
+	return t == MGT_DT_BF16 ? mgt_bf16_to_f32(h) : mgt_f16_to_f32(h);
+}
+
+/* One unit in the last place of D's type at |x| (fp32: 2^-23 relative) */
+static double ulp_of(mgt_elem_type t, double x)
+{
+	int e;
+	frexp(x, &e);
+	if (t == MGT_DT_F32)
+		return ldexp(fabs(x), -23);
+	return t == MGT_DT_BF16 ? ldexp(1, e - 8) : ldexp(1, (e > -13 ? e : -13) - 11);
+}
+
+/* |gpu - cpu| <= tol (s S[e] + |bias[i]|) + one ulp of D's type at the larger of the two (each
+ * side rounds its own sum: a 16-bit D by up to half an ulp, an accumulated fp32 D once more), for
+ * every element e = (j, i) of D [n, m]; prints the largest |gpu - cpu| / (s S). */
+static void fp8_cmp(const char *id, const void *g, const void *c, mgt_elem_type dt, const double *S, double s,
+		    const float *bias, int m, int n, tol2 t)
+{
+	const double tol = tol_of(t);
+	double worst = 0, rel = 0;
+	size_t bad = 0, we = 0;
+	for (size_t e = 0; e < (size_t)m * n; e++) {
+		const double gv = elem_value(g, dt, e), cv = elem_value(c, dt, e), d = fabs(gv - cv);
+		if (!isfinite(gv) || !isfinite(cv)) {
+			bad++;
+			continue;
+		}
+		const double base = s * S[e] + (bias ? fabs(bias[e % (size_t)m]) : 0.0);
+		const double lim = tol * base + ulp_of(dt, fmax(fabs(gv), fabs(cv)));
+		const double r = d == 0 ? 0 : lim > 0 ? d / lim : INFINITY;
+		if (r > worst)
+			worst = r, we = e;
+		if (s * S[e] > 0 && d / (s * S[e]) > rel)
+			rel = d / (s * S[e]);
+	}
+	CHECK(!bad && worst <= 1, "%s%s: |gpu - cpu| within tol * (s sum|a b| + |bias|) + 1 ulp of D (%s): worst %.2f of "
+	      "that at element %zu, %zu NaN/Inf", tag, id, tol_str(t), worst, we, bad);
+	printf("#   largest |gpu - cpu| / (s sum|a b|): %.3g\n", rel);
+}
+
+/* gemm_fp8 tolerance relative to s sum|a b|: under the simulator both sides sum exact products in
+ * fp32 in their own orders (each off by at most (k - 1) u sum|a b|, u = 2^-24), the stand-in scales
+ * in double, the CPU by fl32(a_inv b_inv), and a bias add rounds: (2k + 8) u.  A GPU's tensor cores
+ * accumulate fp8 products with about 14 bits between promotions to fp32 (fp8.md section 4; less with
+ * fast accumulation): 2^-8, while a wrong element or scale moves an output by about sum|a b| / sqrt(k). */
+static tol2 fp8_tol(int k) { return T2(1.0 / 256, (2.0 * k + 8) / 16777216.0); }
+
+/* A gemm_fp8 call of case c, A [m, k] e4m3, B [n, k]: exact (integer values whose partial sums
+ * stay below 2^11 in magnitude, power-of-two scale_invs, a bias and a start of D on a grid that
+ * sums exactly: the GPU's bits must be the CPU's whatever its summation order and accumulator,
+ * fp8.md section 4) or random (any finite bytes, scale_invs 0.0123 and 3.7: within fp8_tol).
+ * Twice on the GPU: the same bits. */
+static void t_gemm_fp8(const fp8_case *c, int m, int n, int k, bool exact)
+{
+	const char *id = nm("gemm_fp8 %s m=%d n=%d k=%d %s", c->name, m, n, k, exact ? "exact" : "random");
+	const size_t na = (size_t)m * k, nb = (size_t)n * k, nd = (size_t)m * n, es = mgt_elem_size(c->dt);
+	const int lim = (int)fmin(8, fmax(1, floor(sqrt(2040.0 / k))));
+	const int stride = (int)ceil((double)k * lim * lim / 2040.0);
+	uint8_t *a = exact ? fp8_ints(m, k, MGT_FP8_E4M3, lim, stride) : fp8_random(na, MGT_FP8_E4M3);
+	uint8_t *b = exact ? fp8_ints(n, k, c->bf, lim, 1) : fp8_random(nb, c->bf);
+	double *S = exact ? NULL : fp8_abs_sums(a, b, c->bf, m, n, k);
+	const float sc[2] = {exact ? 0.125f : 0.0123f, exact ? 4.0f : 3.7f}; /* a_inv, b_inv */
+	const double grid = exact ? 0.0625 : 0; /* exact: bias and start of D multiples of 2^-4, below 100 and 8 */
+	float *bias = c->bias ? hrand(m, 100) : NULL, *d0 = c->acc ? hrand(nd, 1000) : NULL;
+	for (int i = 0; grid > 0 && bias && i < m; i++)
+		bias[i] = (float)(round(bias[i] / grid) * grid);
+	for (size_t e = 0; grid > 0 && d0 && e < nd; e++)
+		d0[e] = (float)(round(d0[e] / 8) * grid);
+	double smax = 0; /* exact: sum |a b| <= (the largest sum |a| of a row of A) lim */
+	for (int i = 0; exact && i < m; i++) {
+		double r = 0;
+		for (int q = 0; q < k; q++)
+			r += fabs(mgt_fp8_to_f32(a[(size_t)i * k + q], MGT_FP8_E4M3));
+		smax = fmax(smax, r * lim);
+	}
+	if (exact)
+		CHECK(smax < 2048, "%s%s: test inputs: sum |a b| at most %.0f < 2^11", tag, id, smax);
+	void *dc = xmalloc(nd * es), *dg[2] = {xmalloc(nd * es), xmalloc(nd * es)};
+	if (d0)
+		memcpy(dc, d0, nd * 4);
+	C->gemm_fp8(cpu, dc, c->dt, c->acc, bias, a, MGT_FP8_E4M3, &sc[0], b, c->bf, &sc[1], m, n, k, c->fast);
+	uint8_t *dA = dalloc(na), *dB = dalloc(nb);
+	up(dA, a, na), up(dB, b, nb);
+	float *dS = dput(sc, 2), *dBias = bias ? dput(bias, m) : NULL;
+	void *dD = dalloc(nd * es);
+	for (int r = 0; r < 2; r++) {
+		if (d0)
+			up(dD, d0, nd * 4);
+		else
+			memset(dg[r], 0xFF, nd * es), up(dD, dg[r], nd * es); /* NaN: an element not written shows */
+		G->gemm_fp8(gpu, dD, c->dt, c->acc, dBias, dA, MGT_FP8_E4M3, dS, dB, c->bf, dS + 1, m, n, k, c->fast);
+		if (G->download(gpu, dg[r], dD, nd * es) != MGT_OK)
+			bail("download (gemm_fp8 failed?)");
+	}
+	if (exact)
+		CHECK(ndiff(dg[0], dc, nd, es) == 0, "%s%s: D the CPU's bit for bit (%zu of %zu differ)", tag, id,
+		      ndiff(dg[0], dc, nd, es), nd);
+	else
+		fp8_cmp(id, dg[0], dc, c->dt, S, (double)(sc[0] * sc[1]), bias, m, n, fp8_tol(k));
+	det(id, ndiff(dg[0], dg[1], nd, es));
+	free(a), free(b), free(S), free(bias), free(d0), free(dc), free(dg[0]), free(dg[1]);
+	dfree(dA), dfree(dB), dfree(dS), dfree(dBias), dfree(dD);
+}
+
+/* mgt_backend_fp8_supported: the CPU always; the GPU by its compute capability and cuBLASLt
+ * (under the simulator also the refusals, MGT_SIM_CC and MGT_SIM_LT_VERSION).  Returns the GPU's. */
+static bool t_fp8_supported(void)
+{
+	char why[256] = "";
+	CHECK(mgt_backend_fp8_supported(cpu, why, sizeof why), "fp8 supported on the CPU (the emulation)");
+	const bool ok = mgt_backend_fp8_supported(gpu, why, sizeof why);
+	printf("# fp8 GEMMs on this GPU: %s%s\n", ok ? "yes" : "no: ", ok ? "" : why);
+	if (SIM) {
+		setenv("MGT_SIM_CC", "8.0", 1);
+		bool r = mgt_backend_fp8_supported(gpu, why, sizeof why);
+		CHECK(!r && strstr(why, "8.9") && strstr(why, "compute capability 8.0"), "fp8 refused on sm_80: %s", why);
+		unsetenv("MGT_SIM_CC");
+		setenv("MGT_SIM_LT_VERSION", "120102", 1);
+		r = mgt_backend_fp8_supported(gpu, why, sizeof why);
+		CHECK(!r && strstr(why, "12.1.2"), "fp8 refused with cuBLASLt 12.1.2: %s", why);
+		setenv("MGT_SIM_CC", "8.9", 1);
+		setenv("MGT_SIM_LT_VERSION", "120103", 1);
+		CHECK(mgt_backend_fp8_supported(gpu, why, sizeof why), "fp8 supported on sm_89 with cuBLASLt 12.1.3");
+		unsetenv("MGT_SIM_CC"), unsetenv("MGT_SIM_LT_VERSION");
+		CHECK(ok, "fp8 supported on the simulated sm_90");
+	}
+	return ok;
+}
+
+/* The transposes, then each GEMM case exact and random on the shapes of a linear y[T, out] =
+ * x[T, in] w[out, in]^T (fwd m out, n T, k in; dgrad m in, n T, k out; wgrad m in, n out, k T);
+ * the GEMMs skipped (one line) on a GPU without fp8. */
+static void fp8_gemm_ops(const int *tr, int ntr, int T, int in, int out)
+{
+	for (int i = 0; i < ntr; i++)
+		t_fp8_transpose(tr[2 * i], tr[2 * i + 1]);
+	if (!t_fp8_supported()) {
+		CHECK(1, "gemm_fp8 # SKIP this GPU has no fp8 GEMMs");
+		return;
+	}
+	for (int ex = 1; ex >= 0; ex--) {
+		t_gemm_fp8(&FP8_FWD, out, T, in, ex);
+		t_gemm_fp8(&FP8_DGRAD, in, T, out, ex);
+		t_gemm_fp8(&FP8_WGRAD, in, out, T, ex);
+		t_gemm_fp8(&FP8_F32B, out, T, in, ex);
+		t_gemm_fp8(&FP8_F32, in, out, T, ex);
+	}
+	t_gemm_fp8(&FP8_F16, out, T, in, true); /* (random bytes overflow fp16) */
+}
+
 static void all_ops(void)
 {
 	if (section("tensor-core fragments and attention implementations (first)")) {
@@ -2510,6 +2753,15 @@ static void all_ops(void)
 		t_fp8_quantize(70001, 0.0625f, MGT_DT_F32);
 		t_fp8_quantize(70001, 112.345f, MGT_DT_F32);
 		t_fp8_quantize(30001, 4.0f, MGT_DT_BF16);
+	}
+	if (section("fp8 transpose and GEMM")) {
+		const int tr[] = {1024, 768, 2304, 768, 999, 333, 2, 3, 1, 4096};
+		fp8_gemm_ops(tr, 5, 1024, 768, 2304); /* GPT-2 small's QKV */
+		char why[256];
+		if (mgt_backend_fp8_supported(gpu, why, sizeof why)) { /* D over 16M floats: bias blocks of 4096 columns */
+			t_gemm_fp8(&FP8_FWD, 4096, 4608, 64, true);
+			t_gemm_fp8(&FP8_F32B, 4096, 4608, 64, false);
+		}
 	}
 }
 
@@ -2666,6 +2918,10 @@ static void small_ops(void)
 		t_fp8_quantize(3001, 112.345f, MGT_DT_F32);
 		t_fp8_quantize(1201, 4.0f, MGT_DT_BF16);
 
+	}
+	if (section("fp8 transpose and GEMM")) {
+		const int tr[] = {64, 48, 50, 37, 2, 3, 96, 1, 34, 100};
+		fp8_gemm_ops(tr, 5, 48, 64, 96);
 	}
 	if (section("sumsq, scale, add")) {
 		t_sumsq(1000003);

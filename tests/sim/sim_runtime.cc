@@ -2,7 +2,8 @@
  * cuda_gemm.c and the kernels call, simulated on the host for make check-sim (linked instead of
  * libcudart and libcublasLt; the toolkit's headers give the types and prototypes).
  *
- * Runtime: one device (properties of a plausible sm_80 part); device memory is sim_mem.cc's
+ * Runtime: one device (properties of a plausible sm_90 part; MGT_SIM_CC=8.0, say, makes it report
+ * that compute capability, for mgt_backend_cuda_fp8_supported's refusal); device memory is sim_mem.cc's
  * guarded arena (256-byte aligned, filled with 0xFF bytes, i.e. NaN floats, so that reading
  * memory nobody wrote shows): cudaMemcpy and cudaMemset check that their ranges lie inside live
  * allocations on the side(s) their kind says are the device's, and that host sides are not
@@ -20,12 +21,20 @@
  * nearest even; compute 32F; an fp32 bias) and the
  * pointers' alignment against the algorithm's, then computes column-major, as cuBLASLt defines
  * it: D = alpha op(A) op(B) + beta C (+ bias[i] per row with the BIAS epilogue), each dot
- * product a sequential fp32 FMA chain; C is not read when beta == 0.  Not simulated: other
- * epilogues, batched or strided layouts, row-major orders, scale modes, tensor-core rounding. */
+ * product a sequential fp32 FMA chain; C is not read when beta == 0.  fp8 operands (CUDA_R_8F_E4M3
+ * or E5M2, not both E5M2) as Hopper takes them: "TN" only (A transposed, B not), lda and ldb
+ * multiples of 16, no epilogue, C = D of type fp32, bf16 or fp16; bytes decoded here from their
+ * fields (not lib/util's tables), the exact products summed by the same fp32 chain, then
+ * D = alpha sa sb acc (+ beta C) with sa, sb the A_SCALE_POINTER / B_SCALE_POINTER floats (1
+ * when unset) multiplied in double, then rounded to fp32; FAST_ACCUM is accepted and changes
+ * nothing.  Not simulated: other epilogues, batched or strided layouts, row-major orders, scale
+ * modes, D and C scale pointers, fp8 D, tensor-core rounding.  cublasLtGetVersion: the header's
+ * CUBLAS_VERSION, or MGT_SIM_LT_VERSION. */
 #include "cuda_sim.h"
 
 #include <cublasLt.h>
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,8 +124,9 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d)
 	p->maxThreadsDim[2] = 64;
 	p->maxGridSize[0] = 2147483647;
 	p->maxGridSize[1] = p->maxGridSize[2] = 65535;
-	p->major = 8;
-	p->minor = 0;
+	const char *cc = getenv("MGT_SIM_CC");
+	if (!cc || sscanf(cc, "%d.%d", &p->major, &p->minor) != 2)
+		p->major = 9, p->minor = 0;
 	p->multiProcessorCount = 2;
 	p->maxThreadsPerMultiProcessor = 2048;
 	return cudaSuccess;
@@ -278,6 +288,8 @@ struct cublasLtMatmulDescOpaque_st_sim {
 	uint32_t epi;
 	const void *bias;
 	int32_t bias_t; /* -1: D's type */
+	const void *sptr[2];  /* A_SCALE_POINTER, B_SCALE_POINTER (device floats; NULL: 1) */
+	int8_t fast;          /* FAST_ACCUM */
 };
 struct cublasLtMatrixLayoutOpaque_st_sim {
 	cudaDataType_t t;
@@ -328,12 +340,29 @@ template <typename T> cublasStatus_t get_attr(const char *fn, T *dst, const void
 }
 
 bool ab_type(cudaDataType_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF || t == CUDA_R_16F; }
-size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+bool fp8_type(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : fp8_type(t) ? 1 : 2; }
+
+/* The value of fp8 byte v from its fields: E4M3 bias 7, 3 mantissa bits, no Inf, S.1111.111 NaN;
+ * E5M2 bias 15, 2 mantissa bits, exponent 31 Inf (mantissa 0) or NaN; exponent 0 subnormal. */
+float fp8_value(uint8_t v, bool e5m2)
+{
+	const int mb = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+	const int e = (v & 0x7f) >> mb, f = v & ((1 << mb) - 1);
+	const float sign = (v & 0x80) ? -1.0f : 1.0f;
+	if (e5m2 && e == 31)
+		return f ? NAN : sign * INFINITY;
+	if (!e5m2 && e == 15 && f == 7)
+		return NAN;
+	return sign * ldexpf((float)(e ? f + (1 << mb) : f), (e ? e : 1) - bias - mb);
+}
 
 float load(const void *p, cudaDataType_t t, size_t i)
 {
 	if (t == CUDA_R_32F)
 		return static_cast<const float *>(p)[i];
+	if (fp8_type(t))
+		return fp8_value(static_cast<const uint8_t *>(p)[i], t == CUDA_R_8F_E5M2);
 	const uint16_t h = static_cast<const uint16_t *>(p)[i];
 	return t == CUDA_R_16BF ? __uint_as_float((uint32_t)h << 16) : mgt_sim_h2f(h);
 }
@@ -347,6 +376,29 @@ void store(void *p, cudaDataType_t t, size_t i, float v)
 		static_cast<uint16_t *>(p)[i] = t == CUDA_R_16BF ? mgt_sim_f2bf(v) : mgt_sim_f2h(v);
 }
 
+/* The types of an fp8 product (A, B fp8 and not both E5M2, "TN", lda and ldb multiples of 16, no
+ * epilogue, C = D of type fp32, bf16 or fp16), or of one without fp8 (no scale pointers). */
+cublasStatus_t check_fp8(const char *fn, const desc_t *d, const layout_t *a, const layout_t *b,
+			 const layout_t *dd)
+{
+	if (!fp8_type(a->t) && !fp8_type(b->t))
+		return d->sptr[0] || d->sptr[1]
+			       ? lt_fail(fn, "A/B scale pointers without fp8 operands not simulated")
+			       : CUBLAS_STATUS_SUCCESS;
+	if (!fp8_type(a->t) || !fp8_type(b->t) || (a->t == CUDA_R_8F_E5M2 && b->t == CUDA_R_8F_E5M2))
+		return lt_fail(fn, "fp8 types A %d B %d not supported", (int)a->t, (int)b->t);
+	if (!d->ta || d->tb)
+		return lt_fail(fn, "fp8 needs A transposed and B not (\"TN\"); got ta %d tb %d", d->ta, d->tb);
+	if (a->ld % 16 || b->ld % 16)
+		return lt_fail(fn, "fp8 leading dimensions %lld, %lld not multiples of 16", (long long)a->ld,
+			       (long long)b->ld);
+	if (d->epi != CUBLASLT_EPILOGUE_DEFAULT)
+		return lt_fail(fn, "epilogue %u with fp8 operands not simulated", d->epi);
+	if (!ab_type(dd->t))
+		return lt_fail(fn, "D type %d with fp8 operands not simulated", (int)dd->t);
+	return CUBLAS_STATUS_SUCCESS;
+}
+
 /* Shapes and types of a product; m, n, k out. */
 cublasStatus_t check_shapes(const char *fn, const desc_t *d, const layout_t *a, const layout_t *b,
 			    const layout_t *c, const layout_t *dd, uint64_t *m, uint64_t *n,
@@ -355,7 +407,12 @@ cublasStatus_t check_shapes(const char *fn, const desc_t *d, const layout_t *a, 
 	if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F)
 		return lt_fail(fn, "compute type %d / scale type %d not simulated", (int)d->compute,
 			       (int)d->scale);
-	if (!ab_type(a->t) || a->t != b->t || c->t != dd->t || (dd->t != CUDA_R_32F && dd->t != a->t))
+	const bool f8 = fp8_type(a->t) || fp8_type(b->t);
+	cublasStatus_t s = check_fp8(fn, d, a, b, dd);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return s;
+	if ((!f8 && (!ab_type(a->t) || a->t != b->t)) || c->t != dd->t ||
+	    (!f8 && dd->t != CUDA_R_32F && dd->t != a->t))
 		return lt_fail(fn, "types A %d B %d C %d D %d not simulated", (int)a->t, (int)b->t,
 			       (int)c->t, (int)dd->t);
 	if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && d->epi != CUBLASLT_EPILOGUE_BIAS)
@@ -425,6 +482,8 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
 	x->epi = CUBLASLT_EPILOGUE_DEFAULT;
 	x->bias = NULL;
 	x->bias_t = -1;
+	x->sptr[0] = x->sptr[1] = NULL;
+	x->fast = 0;
 	*d = reinterpret_cast<cublasLtMatmulDesc_t>(x);
 	return CUBLAS_STATUS_SUCCESS;
 }
@@ -456,6 +515,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
 	case CUBLASLT_MATMUL_DESC_EPILOGUE: return get_attr(fn, &x->epi, v, n, a);
 	case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return get_attr(fn, &x->bias, v, n, a);
 	case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return get_attr(fn, &x->bias_t, v, n, a);
+	case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return get_attr(fn, &x->sptr[0], v, n, a);
+	case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return get_attr(fn, &x->sptr[1], v, n, a);
+	case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return get_attr(fn, &x->fast, v, n, a);
 	default: return lt_fail(fn, "attribute %d not simulated", (int)a);
 	}
 }
@@ -566,9 +628,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 	if (!inside(A, la) || !inside(B, lb) || !inside(D, ld) ||
 	    (epi_bias && !is_device(d->bias, m * sizeof(float))))
 		return lt_fail(fn, "an operand is not inside a device allocation");
-	const float al = *static_cast<const float *>(alpha), be = *static_cast<const float *>(beta);
+	const float be = *static_cast<const float *>(beta);
 	if (be != 0.0f && !inside(C, lc))
 		return lt_fail(fn, "C is not inside a device allocation");
+	double sab = 1.0;
+	for (int i = 0; i < 2; i++) {
+		if (d->sptr[i] && !is_device(d->sptr[i], sizeof(float)))
+			return lt_fail(fn, "the %c scale pointer is not inside a device allocation", "AB"[i]);
+		sab *= d->sptr[i] ? *static_cast<const float *>(d->sptr[i]) : 1.0;
+	}
+	const bool scaled = d->sptr[0] || d->sptr[1];
+	const float al = *static_cast<const float *>(alpha);
+	const double als = (double)al * sab;
 	const float *bias = static_cast<const float *>(d->bias);
 	for (uint64_t j = 0; j < n; j++)
 		for (uint64_t i = 0; i < m; i++) {
@@ -578,7 +649,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 				const size_t bi = d->tb ? q * lb->ld + j : j * lb->ld + q;
 				acc = fmaf(load(A, la->t, ai), load(B, lb->t, bi), acc);
 			}
-			float v = al * acc;
+			float v = scaled ? (float)(als * acc) : al * acc;
 			if (be != 0.0f)
 				v += be * load(C, lc->t, j * lc->ld + i);
 			if (epi_bias)
@@ -586,4 +657,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 			store(D, ld->t, j * ld->ld + i, v);
 		}
 	return mgt_sim_mem_check("cublasLtMatmul") ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
+}
+
+size_t cublasLtGetVersion(void)
+{
+	const char *v = getenv("MGT_SIM_LT_VERSION");
+	return v && *v ? (size_t)strtoull(v, NULL, 10) : (size_t)CUBLAS_VERSION;
 }
