@@ -10,6 +10,9 @@
 #   3. --qk-layernorm, --openai-gelu and Llama 3.1-scaled RoPE (fp32, 2 iterations) within 1e-5;
 #      the same with full activation recomputation: bit for bit as without;
 #   4. the memory line reports the device memory the backend allocated;
+#   6. fp8 (--bf16 --fp8-format hybrid, delayed scaling): 2 iterations within 1e-2 of the CPU's
+#      emulation; iteration 1's weight amaxes and scales (--fp8-trace) bit for bit, the updates'
+#      order the CPU's;
 #   5. context parallelism (under mpirun, two ranks on the one simulated GPU, so every group is
 #      staged through the host): CP2 with --cp-comm-type p2p, allgather and a2a, the settings of
 #      3, iteration 1 within 1e-5 of the CPU in one process (the attention block kernels, the
@@ -78,6 +81,19 @@ fi
 check "cpu --bf16, 2 iterations" run cpub "$CPU_TRAIN" --device cpu --train-iters 2 --bf16
 check "simulated cuda --bf16, 2 iterations" run simb "$SIM_TRAIN" --device cuda --train-iters 2 --bf16
 check "simulated cuda --bf16 = cpu --bf16 (1e-2)" close cpub simb 1e-2
+F8="--bf16 --fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max"
+check "cpu fp8 hybrid, 2 iterations" run cpu8 "$CPU_TRAIN" --device cpu --train-iters 2 $F8 --fp8-trace "$W/cpu8.trace"
+check "simulated cuda fp8 hybrid (the casts, transposes and cuBLASLt fp8 GEMMs), 2 iterations" run sim8 "$SIM_TRAIN" \
+	--device cuda --train-iters 2 $F8 --fp8-trace "$W/sim8.trace"
+check "simulated cuda fp8 = cpu fp8 (1e-2)" close cpu8 sim8 1e-2
+check "  iteration 1's weight amaxes and scales bit for bit, every update's timing the cpu's" $PY - "$W/sim8.trace" \
+	"$W/cpu8.trace" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+key = lambda o: (o["iteration"], o["microbatch"], o["pass"])
+w = lambda o: (o["amax"][1::3], o["scale"][1::3])
+sys.exit(not (list(map(key, a)) == list(map(key, b)) and len(a) == 8 and w(a[0]) == w(b[0]) and min(a[0]["amax"][1::3]) > 0))
+PY
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ] && rm -rf "$W"
 [ "$fail" = 0 ]
