@@ -6,6 +6,7 @@
  * them into amax[0]; a maximum does not depend on the order, so no atomics are needed.  Also the
  * transpose of fp8 bytes (mgt_k_fp8_transpose: the columnwise copies of the TN GEMMs). */
 #include <cuda_runtime.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -85,6 +86,29 @@ extern "C" int mgt_k_fp8_quantize(mgt_k_stream s, uint8_t *q, const void *x, mgt
 	else
 		MGT_LAUNCH(fp8_quant_k<float>, nb, FP8_T, 0, st, q, (const float *)x, n, scale, e5m2 != 0, part);
 	MGT_LAUNCH(fp8_amax_k, 1, FP8_T, 0, st, amax, part, nb);
+	return mgt_k_rc();
+}
+
+/* ---- current scaling (kernels.h mgt_k_fp8_scale) ---- */
+
+/* lib/fp8 mgt_fp8_current_scale (eps 0) and mgt_fp8_scale_inv: IEEE fp32 divisions (nvcc's
+ * default -prec-div=true), one thread. */
+static __global__ void fp8_scale_k(float *scale, float *scale_inv, const float *amax, float fp8_max)
+{
+	const float a = amax[0];
+	float s = 1.0f;
+	if (a > 0.0f && isfinite(a)) {
+		s = fp8_max / a;
+		if (isinf(s))
+			s = FLT_MAX;
+	}
+	scale[0] = s;
+	scale_inv[0] = 1.0f / s;
+}
+
+extern "C" int mgt_k_fp8_scale(mgt_k_stream s, float *scale, float *scale_inv, const float *amax, float fp8_max)
+{
+	MGT_LAUNCH(fp8_scale_k, 1, 1, 0, mgt_st(s), scale, scale_inv, amax, fp8_max);
 	return mgt_k_rc();
 }
 

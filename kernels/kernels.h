@@ -50,6 +50,9 @@ int mgt_k_scale(mgt_k_stream s, float *x, size_t n, float alpha);
 size_t mgt_k_fp8_quantize_ws_bytes(void);
 int mgt_k_fp8_quantize(mgt_k_stream s, uint8_t *q, const void *x, mgt_k_dtype xt, size_t n, const float *scale,
 		       int e5m2, float *amax, void *ws);
+/* Current scaling (kernels/fp8.cu; backend.h fp8_scale, lib/fp8 bit for bit): scale[0] and
+ * scale_inv[0] from amax[0] and the format's largest value, all in device memory. */
+int mgt_k_fp8_scale(mgt_k_stream s, float *scale, float *scale_inv, const float *amax, float fp8_max);
 /* dst [cols, rows] = src [rows, cols] transposed, fp8 bytes (kernels/fp8.cu; backend.h fp8_transpose). */
 int mgt_k_fp8_transpose(mgt_k_stream s, uint8_t *dst, const uint8_t *src, int rows, int cols);
 /* y += x, n elements of type t (fp32 sum, rounded once when 16-bit). */

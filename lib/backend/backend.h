@@ -402,6 +402,12 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 * NULL (the amax alone). */ \
 	X(void, fp8_quantize, (mgt_backend *be, uint8_t *q, const void *x, mgt_elem_type xt, size_t n, \
 		const float *scale, mgt_fp8_format fmt, float *amax)) \
+	/* Current (tensorwise) scaling from a tensor's amax (lib/fp8 mgt_fp8_current_scale with eps \
+	 * 0, then mgt_fp8_scale_inv; ../shared/docs/fp8.md section 2, Float8CurrentScaling): \
+	 * scale[0] = 1 when amax[0] is 0, Inf or NaN, else fl32(fp8_max / amax[0]) (+Inf becomes \
+	 * FLT_MAX), and scale_inv[0] = 1 / scale[0] rounded to nearest.  One float each in backend \
+	 * memory (no host sync on a GPU). */ \
+	X(void, fp8_scale, (mgt_backend *be, float *scale, float *scale_inv, const float *amax, float fp8_max)) \
 	/* dst[c, r] = src[r, c]: the transposed copy of a [rows, cols] matrix of fp8 bytes (the \
 	 * "columnwise" copy Transformer Engine keeps because Hopper runs only TN fp8 GEMMs; the same \
 	 * bytes, so the same scale_inv).  Writes dst [cols, rows]; no overlap. */ \

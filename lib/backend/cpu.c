@@ -1237,6 +1237,13 @@ static const float *fp8_values(mgt_backend *be, int k, const uint8_t *q, mgt_fp8
 	return r;
 }
 
+void mgt_cpu_fp8_scale(mgt_backend *be, float *scale, float *scale_inv, const float *amax, float fp8_max)
+{
+	(void)be;
+	scale[0] = mgt_fp8_current_scale(amax[0], fp8_max, 0.0f);
+	scale_inv[0] = mgt_fp8_scale_inv(scale[0]);
+}
+
 void mgt_cpu_fp8_transpose(mgt_backend *be, uint8_t *dst, const uint8_t *src, int rows, int cols)
 {
 	enum { B = 64 };

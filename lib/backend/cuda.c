@@ -611,6 +611,11 @@ void mgt_cuda_fp8_quantize(mgt_backend *be, uint8_t *q, const void *x, mgt_elem_
 								   fmt == MGT_FP8_E5M2, amax, ws));
 }
 
+void mgt_cuda_fp8_scale(mgt_backend *be, float *scale, float *scale_inv, const float *amax, float fp8_max)
+{
+	mgt_cuda_ok(be, "fp8_scale", mgt_k_fp8_scale(stream(be), scale, scale_inv, amax, fp8_max));
+}
+
 void mgt_cuda_fp8_transpose(mgt_backend *be, uint8_t *dst, const uint8_t *src, int rows, int cols)
 {
 	if (rows > 0 && cols > 0)

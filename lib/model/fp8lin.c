@@ -196,7 +196,8 @@ static float *si(struct fp8_state *f, int i) { return f->sinv + i; }
 static int bwd_slot(const struct fp8_state *f, int k) { return 3 * f->n + 2 * k; }
 
 /* Current scaling of slot i for n elements x of type xt: the tensor's amax into slot i (reduced
- * over TP when reduce), the scale from it, its reciprocal (host arithmetic, uploaded). */
+ * over TP when reduce), then its scale and reciprocal from it (the fp8_scale op), all on the
+ * backend. */
 static mgt_status current_scale(mgt_model *m, int i, const void *x, mgt_elem_type xt, size_t n, mgt_fp8_format fmt,
 				bool reduce)
 {
@@ -209,13 +210,8 @@ static mgt_status current_scale(mgt_model *m, int i, const void *x, mgt_elem_typ
 		mgt_status st = tp->ops->allreduce(tp, am(f, i), 1, MGT_DT_F32, MGT_RED_MAX);
 		if (st) return st;
 	}
-	float a, v[2];
-	mgt_status st = o->download(m->be, &a, am(f, i), sizeof a);
-	if (st) return st;
-	v[0] = mgt_fp8_current_scale(a, mgt_fp8_max(fmt), 0.0f);
-	v[1] = mgt_fp8_scale_inv(v[0]);
-	if (!(st = o->upload(m->be, sc(f, i), v, sizeof(float)))) st = o->upload(m->be, si(f, i), v + 1, sizeof(float));
-	return st;
+	o->fp8_scale(m->be, sc(f, i), si(f, i), am(f, i), mgt_fp8_max(fmt));
+	return MGT_OK;
 }
 
 /* q = the cast of x [n] with slot i's scale, amax recorded (tensorwise: the scale from x first). */

@@ -48,7 +48,7 @@ static size_t la_numel(const mgt_model *m, int li, int k)
 	case LA_CTX: return T * (size_t)(m->nq_l * m->d);
 	case LA_LSE: return (size_t)m->b * (size_t)m->nq_l * (size_t)m->s;
 	case LA_FC1: return T * (size_t)m->fc1_l;
-	case LA_ACT: return T * (size_t)m->ffn_l;
+	case LA_ACT: return li >= 0 && mgt_model_fp8_layer(m, li) ? 0 : T * (size_t)m->ffn_l; /* fp8: x8 kept */
 	case LA_QKV_PRE: return m->qkln ? T * (size_t)m->qkv_l : 0;
 	case LA_QMEAN: case LA_QRSTD: return m->qkln ? rows * (size_t)m->r : 0;
 	case LA_KMEAN: case LA_KRSTD: return m->qkln ? rows : 0;
@@ -727,9 +727,12 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, void *out)
 		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3), m->act_t);
 	}
 	if ((st = lin_fwd(m, li, 2, a->fc1, m->fc1_t, ln, lt, T_(m, l, MGT_T_FC1_W), NULL, h, (int)m->fc1_l))) return st;
-	o->bias_act_fwd(m->be, m->act, a->act, m->act_t, a->fc1, m->fc1_t, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
+	/* an fp8 layer keeps fc2's input as its cast bytes only: the activation goes through dact's
+	 * scratch (free in the forward) */
+	void *act = mgt_model_fp8_layer(m, li) ? (void *)m->dact : (void *)a->act;
+	o->bias_act_fwd(m->be, m->act, act, m->act_t, a->fc1, m->fc1_t, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
-	if ((st = lin_fwd(m, li, 3, m->dtmp_h, m->act_t, a->act, m->act_t, T_(m, l, MGT_T_FC2_W), NULL, (int)m->ffn_l, h)))
+	if ((st = lin_fwd(m, li, 3, m->dtmp_h, m->act_t, act, m->act_t, T_(m, l, MGT_T_FC2_W), NULL, (int)m->ffn_l, h)))
 		return st;
 	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3), m->act_t);
 }

@@ -136,9 +136,10 @@ ok "fp8: llama-3.1-8b on dgx-h100 between 1.2x and 2x faster than bf16 (the GEMM
 import json; b, f = (json.load(open(x))['plans'][0] for x in ('b8.json', 'f8.json'))
 r = b['time']['iteration'] / f['time']['iteration']; print('# bf16 / fp8 iteration time: %.3f' % r)
 assert 1.2 < r < 2 and f['model_flops'] == b['model_flops']"
-ok "... its memory holds the fp8 weight caches (2 bytes a linear weight: 13 GiB and more)" $PY -c "
+ok "... its memory holds the fp8 weight caches (2 bytes a linear weight: 13 GiB and more) and less activation" $PY -c "
 import json; b, f = (json.load(open(x))['plans'][0] for x in ('b8.json', 'f8.json'))
-d = f['memory']['total'] - b['memory']['total']; print('# %.2f GiB more' % (d / 2**30)); assert d > 13 * 2**30"
+w = f['memory']['workspace'] - b['memory']['workspace']; a = f['memory']['activations'] - b['memory']['activations']
+print('# workspace %+.2f GiB, activations %+.2f GiB' % (w / 2**30, a / 2**30)); assert w > 13 * 2**30 and a < 0"
 ok "... its args ask mgt-train for it" $PY -c "
 import json; a = json.load(open('f8.json'))['plans'][0]['args']; assert a[a.index('--fp8-format') + 1] == 'hybrid'"
 ok "fp8 on dgx-a100 (no fp8): exit 2" exits 2 "$P" $L8 --cluster dgx-a100 --fp8-format hybrid

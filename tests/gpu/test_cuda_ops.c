@@ -46,6 +46,7 @@
 #define MMA_PROBE 0
 #endif
 
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -2379,6 +2380,35 @@ static void t_fp8_quantize(size_t n, float scale, mgt_elem_type xt)
 	free(x), free(x16), dfree(dX), dfree(d16), dfree(dS);
 }
 
+/* Current scaling (backend.h fp8_scale): the scale and its reciprocal from amaxes of every kind
+ * (0, NaN, +Inf, subnormals whose quotient overflows to FLT_MAX, ordinary and huge values, the
+ * largest fp8 values themselves) for both formats, bit for bit the CPU's. */
+static void t_fp8_scale(void)
+{
+	const float amax[] = {0.0f, NAN, INFINITY, 1e-45f, 1e-38f, 3e-36f, 0.5f, 1.0f, 3.0f, 448.0f, 57344.0f,
+			      123.456f, 7e37f, FLT_MAX, 0.1f, 1e-7f};
+	const int n = (int)(sizeof amax / sizeof *amax);
+	float *dA = dput(amax, (size_t)n), *dS = dalloc((size_t)2 * 4);
+	int bad = 0;
+	for (int f = 0; f < 2; f++)
+		for (int i = 0; i < n; i++) {
+			const float mx = f ? 57344.0f : 448.0f;
+			float c[2], g[2];
+			C->fp8_scale(cpu, c, c + 1, amax + i, mx);
+			G->fp8_scale(gpu, dS, dS + 1, dA + i, mx);
+			if (G->download(gpu, g, dS, sizeof g) != MGT_OK)
+				bail("download (fp8_scale failed?)");
+			if (memcmp(c, g, sizeof c)) {
+				bad++;
+				printf("# fp8_scale amax %a max %g: cpu %a %a, gpu %a %a\n", (double)amax[i], (double)mx, (double)c[0],
+				       (double)c[1], (double)g[0], (double)g[1]);
+			}
+		}
+	CHECK(bad == 0, "%sfp8_scale: %d amaxes x 2 formats, scale and scale_inv the CPU's bit for bit (%d differ)", tag, n,
+	      bad);
+	dfree(dA), dfree(dS);
+}
+
 /* ---- fp8 transpose and GEMM (backend.h fp8_transpose, gemm_fp8) ---- */
 
 /* n random fp8 bytes of format f, none a NaN or Inf code */
@@ -2917,6 +2947,7 @@ static void small_ops(void)
 		t_fp8_quantize(3001, 1.0f, MGT_DT_F32);
 		t_fp8_quantize(3001, 112.345f, MGT_DT_F32);
 		t_fp8_quantize(1201, 4.0f, MGT_DT_BF16);
+		t_fp8_scale();
 
 	}
 	if (section("fp8 transpose and GEMM")) {
