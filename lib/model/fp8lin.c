@@ -28,6 +28,7 @@ struct fp8_state {
 	int n;                  /* linears: FP8_NLIN per local layer */
 	mgt_fp8_meta fwd, bwd;  /* host state (fwd 3n slots, bwd 2n) */
 	float *last_fwd, *last_bwd; /* the reduced amax rows the last updates used (host) */
+	float *stage;           /* host [6n]: a meta's scales and their reciprocals on their way up */
 	/* backend floats: scale [5n] (fwd 3n, then bwd 2n), sinv [5n], amax [5n], winv [n] */
 	float *scale, *sinv, *amax, *winv;
 	uint8_t *w8, *w8t;      /* cached weight bytes and their transposes, at woff[k] */
@@ -57,8 +58,7 @@ bool mgt_model_fp8_layer(const mgt_model *m, int li)
 	return l >= r->bf16_start && l < L - r->bf16_end;
 }
 
-mgt_status mgt_model_fp8_check(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
-			       int T, int64_t dims[4][2])
+mgt_status mgt_model_fp8_check(const mgt_model_config *c, const mgt_model_layout *L, int T, int64_t dims[4][2])
 {
 	const mgt_fp8_recipe *r = &L->fp8;
 	if (r->format == MGT_FP8_OFF) return MGT_OK;
@@ -80,8 +80,7 @@ mgt_status mgt_model_fp8_check(const mgt_model_config *c, const mgt_model_layout
 		if (dims[j][0] % 16 || dims[j][1] % 16)
 			return mgt_err(MGT_ERR_USAGE, "--fp8-format: the fp8 GEMMs need in and out features that are "
 				       "multiples of 16 on each tensor-parallel rank; %s has %lld x %lld: change %s",
-				       what[j] + 0, (long long)dims[j][0], (long long)dims[j][1], what[j]);
-	(void)ps;
+				       what[j], (long long)dims[j][0], (long long)dims[j][1], what[j]);
 	return MGT_OK;
 }
 
@@ -102,19 +101,20 @@ static void layout_bytes(mgt_model *m, struct fp8_state *f, size_t *wbytes, size
 	}
 }
 
-static mgt_status upload_scales(mgt_model *m)
+/* The scales of meta (backend slots from i0) and their reciprocals to the backend. */
+static mgt_status upload_meta(mgt_model *m, const mgt_fp8_meta *meta, int i0)
 {
 	struct fp8_state *f = m->fp8;
-	const int n = f->n, s5 = 5 * n;
-	float *h = mgt_malloc((size_t)s5 * 2 * sizeof *h);
-	if (!h) return MGT_ERR_NOMEM;
-	memcpy(h, f->fwd.scale, (size_t)3 * n * sizeof *h);
-	memcpy(h + 3 * n, f->bwd.scale, (size_t)2 * n * sizeof *h);
-	for (int i = 0; i < s5; i++) h[s5 + i] = mgt_fp8_scale_inv(h[i]);
-	mgt_status st = m->be->ops->upload(m->be, f->scale, h, (size_t)s5 * sizeof *h);
-	if (!st) st = m->be->ops->upload(m->be, f->sinv, h + s5, (size_t)s5 * sizeof *h);
-	free(h);
-	return st;
+	const size_t n = (size_t)meta->slots;
+	for (size_t j = 0; j < n; j++) f->stage[n + j] = mgt_fp8_scale_inv(meta->scale[j]);
+	mgt_status st = m->be->ops->upload(m->be, f->scale + i0, meta->scale, n * sizeof(float));
+	return st ? st : m->be->ops->upload(m->be, f->sinv + i0, f->stage + n, n * sizeof(float));
+}
+
+static mgt_status upload_scales(mgt_model *m)
+{
+	mgt_status st = upload_meta(m, &m->fp8->fwd, 0);
+	return st ? st : upload_meta(m, &m->fp8->bwd, 3 * m->fp8->n);
 }
 
 mgt_status mgt_model_fp8_alloc(mgt_model *m)
@@ -136,7 +136,8 @@ mgt_status mgt_model_fp8_alloc(mgt_model *m)
 	f->xinv = mgt_malloc((size_t)S * sizeof *f->xinv);
 	f->last_fwd = mgt_malloc((size_t)3 * n * sizeof(float));
 	f->last_bwd = mgt_malloc((size_t)2 * n * sizeof(float));
-	if (st || !f->woff || !f->xoff || !f->wgen || !f->x8 || !f->xinv || !f->last_fwd || !f->last_bwd)
+	f->stage = mgt_malloc((size_t)6 * n * sizeof(float));
+	if (st || !f->woff || !f->xoff || !f->wgen || !f->x8 || !f->xinv || !f->last_fwd || !f->last_bwd || !f->stage)
 		return st ? st : MGT_ERR_NOMEM;
 	memset(f->x8, 0, (size_t)S * sizeof *f->x8);
 	memset(f->xinv, 0, (size_t)S * sizeof *f->xinv);
@@ -178,6 +179,7 @@ void mgt_model_fp8_free(mgt_model *m)
 	mgt_fp8_meta_free(&f->fwd);
 	mgt_fp8_meta_free(&f->bwd);
 	free(f->woff); free(f->xoff); free(f->wgen); free(f->x8); free(f->xinv); free(f->last_fwd); free(f->last_bwd);
+	free(f->stage);
 	free(f);
 	m->fp8 = NULL;
 }
@@ -314,7 +316,7 @@ mgt_status mgt_model_fp8_update(mgt_model *m, bool backward)
 	memcpy(backward ? f->last_bwd : f->last_fwd, meta->history, (size_t)n * sizeof(float));
 	const float mx = mgt_fp8_max(backward ? mgt_fp8_grad_format(&f->rc) : MGT_FP8_E4M3);
 	mgt_fp8_meta_update(meta, NULL, mx, f->rc.margin, f->rc.algo);
-	return upload_scales(m);
+	return upload_meta(m, meta, i0);
 }
 
 mgt_status mgt_model_fp8_view(mgt_model *m, mgt_model_fp8_state *v)

@@ -295,7 +295,7 @@ static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout
 static mgt_status fp8_check(const mgt_model *m)
 {
 	int64_t dims[4][2] = { { m->h, m->qkv_l }, { m->nq_l * m->d, m->h }, { m->h, m->fc1_l }, { m->ffn_l, m->h } };
-	return mgt_model_fp8_check(&m->c, &m->L, m->ps, m->T, dims);
+	return mgt_model_fp8_check(&m->c, &m->L, m->T, dims);
 }
 
 /* The chunk without its buffers: dimensions, tensor table and flat-buffer layout. */

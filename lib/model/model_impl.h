@@ -202,8 +202,7 @@ int64_t mgt_cp_global_row(const mgt_model *m, int64_t t);
  * mgt_model_fp8_update: the delayed-scaling update of the forward (backward false) or backward
  * slots, after a training forward or a backward.  Errors: NOMEM, IO (communicators, copies). */
 bool mgt_model_fp8_layer(const mgt_model *m, int li);
-mgt_status mgt_model_fp8_check(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
-			       int T, int64_t dims[4][2]);
+mgt_status mgt_model_fp8_check(const mgt_model_config *c, const mgt_model_layout *L, int T, int64_t dims[4][2]);
 mgt_status mgt_model_fp8_alloc(mgt_model *m);
 void mgt_model_fp8_free(mgt_model *m);
 float *mgt_model_fp8_norm_out(mgt_model *m);
