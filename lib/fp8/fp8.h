@@ -62,7 +62,8 @@ float mgt_fp8_current_scale(float amax, float fp8_max, float eps);
  * (--fp8-recipe delayed: TE's DelayedScaling, the history of margin, history_len and algo) or
  * tensorwise (Float8CurrentScaling); bf16_start, bf16_end: decoder layers at the start and the end
  * of the model kept in the training's 16-bit precision (--first-last-layers-bf16, tensorwise
- * only), 0 when not asked. */
+ * only), 0 when not asked; param_gather: --fp8-param-gather (Megatron's fp8_param: the
+ * distributed optimizer casts its shards of the fp8 linears' weights and all-gathers the bytes). */
 typedef enum { MGT_FP8_OFF, MGT_FP8_FMT_E4M3, MGT_FP8_FMT_HYBRID } mgt_fp8_mode;
 typedef enum { MGT_FP8_DELAYED, MGT_FP8_TENSORWISE } mgt_fp8_recipe_kind;
 typedef struct {
@@ -71,6 +72,7 @@ typedef struct {
 	int margin, history_len;
 	mgt_fp8_amax_algo algo;
 	int bf16_start, bf16_end;
+	bool param_gather;
 } mgt_fp8_recipe;
 
 /* The format of the gradients (grad_output) under a recipe: E5M2 under HYBRID, else E4M3. */

@@ -39,6 +39,14 @@ struct fp8_state {
 	int gen;                /* the pass (mgt_model_fp8_first_microbatch increments it) */
 	float *ln32;            /* [T, h] fp32: a norm's output before its cast */
 	uint8_t *dy8, *dy8t, *x8t; /* scratch: [T, out], [out, T], [in, T] at the largest */
+	/* --fp8-param-gather: params (the weight bytes come from mgt_model_fp8_gather_params, never
+	 * from a cast in the forward), wk (per tensor of the table: its fp8 linear or -1), pk (per
+	 * bucket: the bytes of a rank's packed shard, padded to the largest and to 4), snd and rcv
+	 * (backend buffers of the largest bucket's pk and DP x pk bytes) */
+	bool params;
+	int *wk;
+	size_t *pk;
+	uint8_t *snd, *rcv;
 };
 
 /* in and out features of linear j. */
@@ -117,6 +125,62 @@ static mgt_status upload_scales(mgt_model *m)
 	return st ? st : upload_meta(m, &m->fp8->bwd, 3 * m->fp8->n);
 }
 
+/* ---- --fp8-param-gather: the packed form of a flat-buffer range ----
+ * The elements of [lo, hi) tensor by tensor in table order: an fp8 linear's weight as its E4M3
+ * bytes (one a element), any other tensor's as fp32 (four); the bucket padding between tensors
+ * is left out. */
+
+/* The fp8 linear whose weight t is, or -1. */
+static int weight_linear(const mgt_model *m, const mgt_tensor *t)
+{
+	static const mgt_tensor_role roles[FP8_NLIN] = { MGT_T_QKV_W, MGT_T_PROJ_W, MGT_T_FC1_W, MGT_T_FC2_W };
+	const int li = t->layer - m->first_layer;
+	if (t->layer < 0 || li < 0 || li >= m->n_layers || !mgt_model_fp8_layer(m, li)) return -1;
+	for (int j = 0; j < FP8_NLIN; j++)
+		if (t->role == roles[j]) return FP8_NLIN * li + j;
+	return -1;
+}
+
+static size_t packed_bytes(const mgt_model *m, const int *wk, size_t lo, size_t hi)
+{
+	size_t n = 0, a, b;
+	for (int i = 0; i < m->tt.n; i++)
+		if (mgt_tensor_overlap(&m->tt.t[i], lo, hi, &a, &b)) n += (b - a) * (wk[i] >= 0 ? 1 : 4);
+	return n;
+}
+
+/* Rank r's shard of bucket b (the distributed optimizer's: numel / DP elements each). */
+static void shard_range(const mgt_model *m, int b, int r, size_t *lo, size_t *hi)
+{
+	const mgt_bucket *bk = &m->tt.buckets[b];
+	size_t part = bk->numel / (size_t)m->L.dp;
+	*lo = bk->offset + (size_t)r * part;
+	*hi = *lo + part;
+}
+
+static mgt_status gather_alloc(mgt_model *m, struct fp8_state *f)
+{
+	f->wk = mgt_malloc(((size_t)m->tt.n + 1) * sizeof *f->wk);
+	f->pk = mgt_malloc(((size_t)m->tt.nbuckets + 1) * sizeof *f->pk);
+	if (!f->wk || !f->pk) return MGT_ERR_NOMEM;
+	for (int i = 0; i < m->tt.n; i++) f->wk[i] = weight_linear(m, &m->tt.t[i]);
+	size_t most = 0, lo, hi;
+	for (int b = 0; b < m->tt.nbuckets; b++) {
+		f->pk[b] = 0;
+		for (int r = 0; r < m->L.dp; r++) {
+			shard_range(m, b, r, &lo, &hi);
+			size_t n = packed_bytes(m, f->wk, lo, hi);
+			if (n > f->pk[b]) f->pk[b] = n;
+		}
+		f->pk[b] = (f->pk[b] + 3) / 4 * 4;
+		if (f->pk[b] > most) most = f->pk[b];
+	}
+	mgt_status st = MGT_OK;
+	f->snd = mgt_model_balloc(m, most, &m->work_bytes, &st);
+	f->rcv = mgt_model_balloc(m, most * (size_t)m->L.dp, &m->work_bytes, &st);
+	return st;
+}
+
 mgt_status mgt_model_fp8_alloc(mgt_model *m)
 {
 	if (m->L.fp8.format == MGT_FP8_OFF || !m->n_layers) return MGT_OK;
@@ -160,6 +224,7 @@ mgt_status mgt_model_fp8_alloc(mgt_model *m)
 	f->dy8 = mgt_model_balloc(m, big, &m->work_bytes, &st);
 	f->dy8t = mgt_model_balloc(m, big, &m->work_bytes, &st);
 	f->x8t = mgt_model_balloc(m, big, &m->work_bytes, &st);
+	if (!st && f->rc.param_gather) st = gather_alloc(m, f);
 	if (!st && !m->dry) st = upload_scales(m);
 	return st;
 }
@@ -169,7 +234,8 @@ void mgt_model_fp8_free(mgt_model *m)
 	struct fp8_state *f = m->fp8;
 	if (!f) return;
 	if (!m->dry) {
-		void *bufs[] = { f->scale, f->sinv, f->amax, f->winv, f->w8, f->w8t, f->ln32, f->dy8, f->dy8t, f->x8t };
+		void *bufs[] = { f->scale, f->sinv, f->amax, f->winv, f->w8, f->w8t, f->ln32, f->dy8, f->dy8t, f->x8t,
+				 f->snd, f->rcv };
 		for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) m->be->ops->free(m->be, bufs[i]);
 		for (int s = 0; f->x8 && s < m->L.slots; s++) {
 			m->be->ops->free(m->be, f->x8[s]);
@@ -179,7 +245,7 @@ void mgt_model_fp8_free(mgt_model *m)
 	mgt_fp8_meta_free(&f->fwd);
 	mgt_fp8_meta_free(&f->bwd);
 	free(f->woff); free(f->xoff); free(f->wgen); free(f->x8); free(f->xinv); free(f->last_fwd); free(f->last_bwd);
-	free(f->stage);
+	free(f->stage); free(f->wk); free(f->pk);
 	free(f);
 	m->fp8 = NULL;
 }
@@ -233,7 +299,7 @@ static mgt_status cast(mgt_model *m, int i, uint8_t *q, const void *x, mgt_elem_
 static mgt_status weight_bytes(mgt_model *m, int k, const void *w, mgt_elem_type wt, int in, int out)
 {
 	struct fp8_state *f = m->fp8;
-	if (f->wgen[k] == f->gen) return MGT_OK;
+	if (f->params || f->wgen[k] == f->gen) return MGT_OK;
 	const mgt_backend_ops *o = m->be->ops;
 	mgt_status st = cast(m, 3 * k + 1, f->w8 + f->woff[k], w, wt, (size_t)in * out, MGT_FP8_E4M3, false);
 	if (st) return st;
@@ -241,6 +307,111 @@ static mgt_status weight_bytes(mgt_model *m, int k, const void *w, mgt_elem_type
 	o->copy(m->be, f->winv + k, si(f, 3 * k + 1), sizeof(float));
 	f->wgen[k] = f->gen;
 	return MGT_OK;
+}
+
+/* The source of the weight's cast for n elements at flat offset a, as the forward's cast reads
+ * it: the 16-bit copy (rounded there now from the fp32 parameters: fp8.md's double rounding)
+ * while the linears read that copy, else the fp32 parameters. */
+static const void *weight_src(mgt_model *m, size_t a, size_t n, mgt_elem_type *xt)
+{
+	*xt = WT(m);
+	if (*xt == MGT_DT_F32) return m->params + a;
+	void *d = (uint16_t *)m->lp + a;
+	m->be->ops->cast(m->be, d, *xt, m->params + a, n);
+	return d;
+}
+
+/* Tensorwise scaling: each weight's amax over the shards of every rank of g (MAX), then its
+ * scale and reciprocal (the cast of the whole tensor would have taken the same). */
+static mgt_status gather_scales(mgt_model *m, mgt_comm *g)
+{
+	struct fp8_state *f = m->fp8;
+	const mgt_backend_ops *o = m->be->ops;
+	for (int k = 0; k < f->n; k++) o->zero(m->be, am(f, 3 * k + 1), sizeof(float));
+	size_t lo, hi, a, b;
+	for (int bk = 0; bk < m->tt.nbuckets; bk++) {
+		shard_range(m, bk, g->rank, &lo, &hi);
+		for (int i = 0; i < m->tt.n; i++) {
+			int k = f->wk[i];
+			if (k < 0 || !mgt_tensor_overlap(&m->tt.t[i], lo, hi, &a, &b)) continue;
+			mgt_elem_type xt;
+			const void *x = weight_src(m, a, b - a, &xt);
+			o->fp8_quantize(m->be, NULL, x, xt, b - a, sc(f, 3 * k + 1), MGT_FP8_E4M3, am(f, 3 * k + 1));
+		}
+	}
+	mgt_status st = g->size > 1 ? g->ops->allreduce(g, f->amax, (size_t)3 * f->n, MGT_DT_F32, MGT_RED_MAX) : MGT_OK;
+	for (int k = 0; !st && k < f->n; k++)
+		if (mgt_model_fp8_layer(m, k / FP8_NLIN))
+			o->fp8_scale(m->be, sc(f, 3 * k + 1), si(f, 3 * k + 1), am(f, 3 * k + 1), mgt_fp8_max(MGT_FP8_E4M3));
+	return st;
+}
+
+/* [lo, hi) packed into dst: the fp8 weights cast with their slots' scales (amaxes recorded),
+ * the rest copied. */
+static void pack(mgt_model *m, size_t lo, size_t hi, uint8_t *dst)
+{
+	struct fp8_state *f = m->fp8;
+	const mgt_backend_ops *o = m->be->ops;
+	size_t a, b;
+	for (int i = 0; i < m->tt.n; i++) {
+		int k = f->wk[i];
+		if (!mgt_tensor_overlap(&m->tt.t[i], lo, hi, &a, &b)) continue;
+		if (k < 0) {
+			o->copy(m->be, dst, m->params + a, (b - a) * sizeof(float));
+			dst += (b - a) * sizeof(float);
+			continue;
+		}
+		mgt_elem_type xt;
+		const void *x = weight_src(m, a, b - a, &xt);
+		o->fp8_quantize(m->be, dst, x, xt, b - a, sc(f, 3 * k + 1), MGT_FP8_E4M3, am(f, 3 * k + 1));
+		dst += b - a;
+	}
+}
+
+/* The packed [lo, hi) from src into the weight bytes and the fp32 parameters. */
+static void unpack(mgt_model *m, size_t lo, size_t hi, const uint8_t *src)
+{
+	struct fp8_state *f = m->fp8;
+	size_t a, b;
+	for (int i = 0; i < m->tt.n; i++) {
+		const mgt_tensor *t = &m->tt.t[i];
+		int k = f->wk[i];
+		if (!mgt_tensor_overlap(t, lo, hi, &a, &b)) continue;
+		size_t bytes = (b - a) * (k < 0 ? sizeof(float) : 1);
+		void *dst = k < 0 ? (void *)(m->params + a) : (void *)(f->w8 + f->woff[k] + (a - t->offset));
+		m->be->ops->copy(m->be, dst, src, bytes);
+		src += bytes;
+	}
+}
+
+mgt_status mgt_model_fp8_gather_params(mgt_model *m, bool *done)
+{
+	struct fp8_state *f = m->fp8;
+	*done = f && f->rc.param_gather;
+	if (!*done) return MGT_OK;
+	mgt_comm *g = m->ps->dpcp_comm;
+	const mgt_backend_ops *o = m->be->ops;
+	mgt_status st = f->rc.recipe == MGT_FP8_TENSORWISE ? gather_scales(m, g) : MGT_OK;
+	for (int b = 0; !st && b < m->tt.nbuckets; b++) {
+		size_t lo, hi, pk = f->pk[b];
+		shard_range(m, b, g->rank, &lo, &hi);
+		pack(m, lo, hi, f->snd);
+		st = g->ops->allgather(g, f->rcv, f->snd, pk / 4, MGT_DT_I32);
+		if (!st) st = mgt_comm_wait(g);
+		for (int r = 0; !st && r < g->size; r++) {
+			shard_range(m, b, r, &lo, &hi);
+			unpack(m, lo, hi, f->rcv + (size_t)r * pk);
+		}
+	}
+	for (int k = 0; !st && k < f->n; k++) {
+		if (!mgt_model_fp8_layer(m, k / FP8_NLIN)) continue;
+		int in, out;
+		lin_dims(m, k % FP8_NLIN, &in, &out);
+		o->fp8_transpose(m->be, f->w8t + f->woff[k], f->w8 + f->woff[k], out, in);
+		o->copy(m->be, f->winv + k, si(f, 3 * k + 1), sizeof(float));
+	}
+	if (!st) f->params = true;
+	return st;
 }
 
 mgt_status mgt_model_fp8_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,

@@ -389,6 +389,25 @@ mgt_status mgt_model_fp8_view(mgt_model *m, mgt_model_fp8_state *v);
 mgt_status mgt_model_fp8_pending(mgt_model *m);
 mgt_status mgt_model_fp8_restore(mgt_model *m);
 
+/* --fp8-param-gather (layout fp8.param_gather; fp8.md section 4 step 6, Transformer Engine's
+ * quantize_param_shard after Megatron's distributed-optimizer step): every rank of the data x
+ * context parallel group casts its shard of each bucket (the distributed optimizer's: numel / DP
+ * elements of the flat buffer at offset + rank x numel / DP) -- the fp8 linears' weights from
+ * fp32 through the 16-bit copy to E4M3 with the weight slot's scale (delayed: the current one,
+ * the amax recorded for the next update; tensorwise: from the weight's amax over all shards,
+ * MAX-reduced over the group first), every other tensor's elements as fp32 -- and the packed
+ * shards (1 byte an fp8 weight element, 4 for the rest, padded to the largest rank's) are
+ * all-gathered over the group: the fp8 weights arrive as bytes (their transposes rebuilt, their
+ * scale_inv kept), the rest into the fp32 parameters.  From the first call on, the forward no
+ * longer casts weights (mgt_model_fp8_first_microbatch has no effect on them) and the fp32
+ * parameters of the fp8 weights outside this rank's shards are stale: read them only through
+ * this rank's shards (the checkpoint saves them from there).  Call after every optimizer step
+ * that changed the parameters and once before the first forward (after initializing or
+ * loading them); a collective over the group.  *done: whether it gathered (false, doing
+ * nothing, without fp8 layers' state or param_gather: gather the fp32 buffer as without fp8).
+ * Errors: the collectives' (IO). */
+mgt_status mgt_model_fp8_gather_params(mgt_model *m, bool *done);
+
 /* Dropout keys: mix (seed, iteration, micro-batch index) so every micro-batch of every iteration
  * draws its own masks, identically on every layout. */
 void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, int64_t microbatch);

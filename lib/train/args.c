@@ -1000,6 +1000,7 @@ static mgt_status check_fp8(mgt_args *a)
 	if (a->fp8_param_gather && !a->use_distributed_optimizer)
 		return mgt_err(MGT_ERR_USAGE, "--fp8-param-gather needs --use-distributed-optimizer (as in Megatron: the "
 			       "fp8 parameters are all-gathered by it)");
+	r->param_gather = a->fp8_param_gather;
 	if (!a->first_last_layers_bf16) return MGT_OK;
 	if (r->recipe == MGT_FP8_DELAYED)
 		return mgt_err(MGT_ERR_USAGE, "--first-last-layers-bf16: delayed scaling does not support first / last "

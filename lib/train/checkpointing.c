@@ -400,9 +400,31 @@ static mgt_status host_view(trainer *t, mgt_train_pieces *pl, const float *buf, 
 
 static const char *const moment_prefix[2] = { "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq." };
 
-/* Parameters: one copy of each tensor (saved_rows), for all the rank's chunks. */
+/* What each optimizer shard of this rank holds of the parameters (k -1) or of Adam's moment k:
+ * with the distributed optimizer every rank saves its own shards; otherwise one copy of the
+ * replicated state, as the parameters (saved_rows). */
+static mgt_status collect_shards(trainer *t, mgt_train_pieces *pl, int k)
+{
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < t->nshard; i++) {
+		opt_shard *s = &t->shard[i];
+		mgt_model *m = t->chunk[s->chunk];
+		unsigned w = saved_rows(t, m);
+		if (t->a->use_distributed_optimizer) w |= MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT;
+		if (!(w & (MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT))) continue;
+		const float *src = k < 0 ? mgt_model_params(m) + s->lo : k ? s->opt.v : s->opt.m, *p;
+		st = host_view(t, pl, src, s->hi - s->lo, &p);
+		if (!st) st = mgt_train_pieces_add(pl, k < 0 ? "" : moment_prefix[k], mgt_model_tensors(m), s->lo, s->hi, p, w);
+	}
+	return st;
+}
+
+/* Parameters: one copy of each tensor (saved_rows), for all the rank's chunks; under
+ * --fp8-param-gather from the optimizer's shards (elsewhere the fp8 weights' fp32 copies are
+ * stale: mgt_model_fp8_gather_params). */
 static mgt_status collect_params(trainer *t, mgt_train_pieces *pl)
 {
+	if (t->a->fp8.param_gather) return collect_shards(t, pl, -1);
 	mgt_status st = MGT_OK;
 	for (int c = 0; !st && c < t->V; c++) {
 		mgt_model *m = t->chunk[c];
@@ -416,23 +438,11 @@ static mgt_status collect_params(trainer *t, mgt_train_pieces *pl)
 	return st;
 }
 
-/* Adam moments: with the distributed optimizer, every shard this rank steps (each data-parallel
- * rank has its own); otherwise one copy of the replicated state, as the parameters. */
+/* Adam moments, from the shards this rank steps. */
 static mgt_status collect_moments(trainer *t, mgt_train_pieces *pl)
 {
 	mgt_status st = MGT_OK;
-	for (int i = 0; !st && i < t->nshard; i++) {
-		opt_shard *s = &t->shard[i];
-		mgt_model *m = t->chunk[s->chunk];
-		unsigned w = saved_rows(t, m);
-		if (t->a->use_distributed_optimizer) w |= MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT;
-		if (!(w & (MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT))) continue;
-		for (int k = 0; !st && k < 2; k++) {
-			const float *mom;
-			st = host_view(t, pl, k ? s->opt.v : s->opt.m, s->hi - s->lo, &mom);
-			if (!st) st = mgt_train_pieces_add(pl, moment_prefix[k], mgt_model_tensors(m), s->lo, s->hi, mom, w);
-		}
-	}
+	for (int k = 0; !st && k < 2; k++) st = collect_shards(t, pl, k);
 	return st;
 }
 

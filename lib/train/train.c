@@ -605,6 +605,17 @@ mgt_status trainer_moe_step(trainer *t)
 
 /* ---- one iteration ---- */
 
+/* The distributed optimizer's parameter all-gather after a step (init: the fp8 weights' first
+ * cast only, before the first forward): --fp8-param-gather's packed fp8 weights, else the fp32
+ * buffer. */
+static mgt_status gather_params(trainer *t, mgt_model *m, bool init)
+{
+	bool done = false;
+	mgt_status st = t->a->fp8.param_gather ? mgt_model_fp8_gather_params(m, &done) : MGT_OK;
+	if (st || done || init || !t->a->use_distributed_optimizer || dpcp(t) == 1) return st;
+	return dp_buckets(t, m, DP_ALLGATHER_PARAMS, 0);
+}
+
 static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm, bool *skipped, bool *intr)
 {
 	for (int c = 0; c < t->V; c++) {
@@ -636,8 +647,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 	*skipped = !isfinite(*loss) || !optimizer_step(t, *lr, *gnorm);
 	/* an inf/NaN gradient anywhere makes the norm (summed over the job) inf/NaN on every rank */
 	mgt_loss_scaler_update(&t->scaler, !isfinite(*gnorm));
-	for (int c = 0; !st && !*skipped && t->a->use_distributed_optimizer && dpcp(t) > 1 && c < t->V; c++)
-		st = dp_buckets(t, t->chunk[c], DP_ALLGATHER_PARAMS, 0);
+	for (int c = 0; !st && !*skipped && c < t->V; c++) st = gather_params(t, t->chunk[c], false);
 	if (!st) st = wait_dp(t);
 	t->be->ops->sync(t->be);
 	t->t_opt = mgt_now() - t0;
@@ -1015,6 +1025,7 @@ static mgt_status setup(trainer *t)
 		st = mgt_err(MGT_ERR_FORMAT, "--load %s: no checkpoint to evaluate (no %s, no iteration)",
 			     a->load ? a->load : "(none)", MGT_CKPT_TRACKER);
 	if (!st && !loaded) st = init_params(t);
+	for (int c = 0; !st && !t->eval_only && c < t->V; c++) st = gather_params(t, t->chunk[c], true);
 	if (!st) st = open_data_ordered(t);
 	if (!st) st = alloc_batch(t);
 	if (!st && a->metrics_file && t->io->log && !(t->metrics = fopen(a->metrics_file, t->iteration ? "a" : "w")))

@@ -12,7 +12,8 @@
 #   4. the memory line reports the device memory the backend allocated;
 #   6. fp8 (--bf16 --fp8-format hybrid, delayed scaling): 2 iterations within 1e-2 of the CPU's
 #      emulation; iteration 1's weight amaxes and scales (--fp8-trace) bit for bit, the updates'
-#      order the CPU's;
+#      order the CPU's; --fp8-param-gather with the distributed optimizer (the weights cast
+#      after the step, packed, gathered as bytes and transposed) bit for bit as without;
 #   5. context parallelism (under mpirun, two ranks on the one simulated GPU, so every group is
 #      staged through the host): CP2 with --cp-comm-type p2p, allgather and a2a, the settings of
 #      3, iteration 1 within 1e-5 of the CPU in one process (the attention block kernels, the
@@ -94,6 +95,9 @@ key = lambda o: (o["iteration"], o["microbatch"], o["pass"])
 w = lambda o: (o["amax"][1::3], o["scale"][1::3])
 sys.exit(not (list(map(key, a)) == list(map(key, b)) and len(a) == 8 and w(a[0]) == w(b[0]) and min(a[0]["amax"][1::3]) > 0))
 PY
+check "simulated cuda fp8 --fp8-param-gather (weights cast after the step, packed and all-gathered as bytes)" run sim8p \
+	"$SIM_TRAIN" --device cuda --train-iters 2 $F8 --use-distributed-optimizer --fp8-param-gather
+check "  lm loss and grad norm bit for bit as without" close sim8 sim8p 0
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ] && rm -rf "$W"
 [ "$fail" = 0 ]
