@@ -75,10 +75,20 @@ typedef struct mgt_model_config {
 	bool moe_pad_expert_input_to_capacity;
 	int64_t moe_shared_expert_intermediate_size; /* 0: no shared expert */
 	bool moe_shared_expert_gate;
+	/* The model family: "gpt" (or "": Megatron-Core's GPTModel, a causal decoder) or "bert"
+	 * (BertModel, megatron-bert-t5.md section 3.2: the same pre-LN layers named encoder.layers.N
+	 * with bidirectional attention under the padding mask, token-type embeddings when
+	 * bert_binary_head, the pooler and binary head on [CLS], the LM head with the output layer's
+	 * bias).  bert_binary_head: Megatron's args.bert_binary_head (--bert-no-binary-head clears). */
+	char family[8];
+	bool bert_binary_head;
 	/* derived by mgt_model_config_finalize */
 	int64_t vocab_size;        /* tokenizer vocabulary (unpadded) */
 	int64_t padded_vocab_size; /* multiple of make_vocab_size_divisible_by * TP */
 } mgt_model_config;
+
+/* Whether c is a BERT (family "bert"). */
+bool mgt_model_is_bert(const mgt_model_config *c);
 
 /* Fill derived values (ffn_hidden_size: 4h or, with SwiGLU, int(4h*2/3/64)*64; kv_channels h/heads;
  * num_query_groups = heads without GQA; padded_vocab_size from vocab_size and tp) and check
@@ -138,6 +148,11 @@ typedef enum {
 	 * (one row per expert: mgt_tensor.expert); the shared expert's fc1, fc2 and gate [1, h] */
 	MGT_T_ROUTER_W, MGT_T_ROUTER_B, MGT_T_EXPERT_BIAS, MGT_T_EXP_FC1_W, MGT_T_EXP_FC2_W,
 	MGT_T_SH_FC1_W, MGT_T_SH_FC2_W, MGT_T_SH_GATE_W,
+	/* BERT (family "bert"): the token-type embedding [2, h]; the LM head's dense [h, h] + bias and
+	 * LayerNorm, the output layer's bias [V] (vocab-parallel); the pooler's dense [h, h] + bias;
+	 * the binary (sentence-order) head [2, h] + bias */
+	MGT_T_TOKTYPE_EMB, MGT_T_LMH_W, MGT_T_LMH_B, MGT_T_LMH_LN_W, MGT_T_LMH_LN_B, MGT_T_OUTPUT_B,
+	MGT_T_POOL_W, MGT_T_POOL_B, MGT_T_BIN_W, MGT_T_BIN_B,
 	MGT_T_NROLES
 } mgt_tensor_role;
 

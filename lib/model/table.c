@@ -79,6 +79,10 @@ static mgt_status config_check(const mgt_model_config *c, int tp)
 	if (strcmp(c->normalization, "LayerNorm") && strcmp(c->normalization, "RMSNorm"))
 		return mgt_err(MGT_ERR_USAGE, "--normalization %s: expected LayerNorm or RMSNorm",
 			       c->normalization);
+	if (c->family[0] && strcmp(c->family, "gpt") && strcmp(c->family, "bert"))
+		return mgt_err(MGT_ERR_USAGE, "model family '%s': expected gpt or bert", c->family);
+	if (mgt_model_is_bert(c) && c->num_experts > 0)
+		return mgt_err(MGT_ERR_USAGE, "--num-experts with a BERT model: MoE BERT layers are not implemented");
 	if (c->seq_length <= 0) return mgt_err(MGT_ERR_USAGE, "--seq-length must be given and positive");
 	if (c->seq_length > c->max_position_embeddings)
 		return cfg_err("--seq-length %lld is longer than --max-position-embeddings %lld",
@@ -129,6 +133,8 @@ mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
 
 /* ---- the table ---- */
 
+bool mgt_model_is_bert(const mgt_model_config *c) { return !strcmp(c->family, "bert"); }
+
 typedef struct {
 	mgt_tensor_table *tt;
 	const mgt_model_config *c;
@@ -149,7 +155,9 @@ static void add(builder *bd, int layer, mgt_tensor_role role, const char *suffix
 	}
 	mgt_tensor *t = &tt->t[tt->n];
 	memset(t, 0, sizeof *t);
-	if (layer >= 0) snprintf(t->name, sizeof t->name, "decoder.layers.%d.%s", layer, suffix);
+	if (layer >= 0)
+		snprintf(t->name, sizeof t->name, "%s.layers.%d.%s", mgt_model_is_bert(bd->c) ? "encoder" : "decoder", layer,
+			 suffix);
 	else snprintf(t->name, sizeof t->name, "%s", suffix);
 	t->role = role;
 	t->layer = layer;
@@ -220,7 +228,7 @@ static void add_norm(builder *bd, int layer, mgt_tensor_role w, const char *name
 bool mgt_tensor_is_norm_weight(const mgt_tensor *t)
 {
 	return t->role == MGT_T_LN1_W || t->role == MGT_T_LN2_W || t->role == MGT_T_FINAL_LN_W || t->role == MGT_T_QNORM_W ||
-	       t->role == MGT_T_KNORM_W;
+	       t->role == MGT_T_KNORM_W || t->role == MGT_T_LMH_LN_W;
 }
 
 /* The row just added is expert e of layer i: its checkpoint dataset and index. */
@@ -319,6 +327,30 @@ static void add_layer(builder *bd, int i)
 	if (bias) add(bd, i, MGT_T_FC2_B, "mlp.linear_fc2.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 }
 
+/* BertModel's last-stage tensors in its registration order (megatron/core/models/bert/
+ * bert_model.py, bert_lm_head.py, pooler.py): the encoder's final LayerNorm, BertLMHead (dense
+ * h x h with bias, then LayerNorm: get_linear_layer, replicated over TP), the output layer
+ * (ColumnParallelLinear over the padded vocabulary: its weight only when untied, its bias
+ * zero-initialized), then with the binary head binary_head (h -> 2) and the pooler's dense. */
+static void add_bert_heads(builder *bd)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, V = c->padded_vocab_size;
+	double std = c->init_method_std;
+	add_norm(bd, -1, MGT_T_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
+	add(bd, -1, MGT_T_LMH_W, "lm_head.dense.weight", h, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	add(bd, -1, MGT_T_LMH_B, "lm_head.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	add_norm(bd, -1, MGT_T_LMH_LN_W, "lm_head.layer_norm.weight", "lm_head.layer_norm.bias");
+	if (c->untie_embeddings_and_output_weights)
+		add(bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
+	add(bd, -1, MGT_T_OUTPUT_B, "output_layer.bias", V, 0, MGT_SHARD_VOCAB, MGT_INIT_ZERO, 0);
+	if (!c->bert_binary_head) return;
+	add(bd, -1, MGT_T_BIN_W, "binary_head.weight", 2, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	add(bd, -1, MGT_T_BIN_B, "binary_head.bias", 2, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	add(bd, -1, MGT_T_POOL_W, "pooler.dense.weight", h, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	add(bd, -1, MGT_T_POOL_B, "pooler.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+}
+
 mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *c, int tp,
 				  int tp_rank, int pp, int pp_rank)
 {
@@ -336,16 +368,20 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 			       (long long)c->num_experts);
 	int64_t h = c->hidden_size, V = c->padded_vocab_size;
 	double std = c->init_method_std;
-	bool first = pp_rank == 0, last = pp_rank == pp - 1;
+	bool first = pp_rank == 0, last = pp_rank == pp - 1, bert = mgt_model_is_bert(c);
 	if (first || (last && !c->untie_embeddings_and_output_weights))
 		add(&bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB,
 		    MGT_INIT_NORMAL, std);
 	if (first && !strcmp(c->position_embedding_type, "learned_absolute"))
 		add(&bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight",
 		    c->max_position_embeddings, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	if (first && bert && c->bert_binary_head)
+		add(&bd, -1, MGT_T_TOKTYPE_EMB, "embedding.tokentype_embeddings.weight", 2, h, MGT_SHARD_NONE,
+		    MGT_INIT_NORMAL, std);
 	for (int i = 0; i < c->num_layers; i++)
 		if (stage_of_layer(&bd, i) == pp_rank) add_layer(&bd, i);
-	if (last) {
+	if (last && bert) add_bert_heads(&bd);
+	else if (last) {
 		add_norm(&bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight",
 			 "decoder.final_layernorm.bias");
 		if (c->untie_embeddings_and_output_weights)

@@ -235,6 +235,64 @@ static void test_qk_rows(bool layernorm, bool wd, int tp)
 	mgt_tensor_table_free(&tt);
 }
 
+/* BERT's rows (megatron-bert-t5.md section 3.2, TE spec names): the set of names, with and
+ * without the binary head, their global shapes and TP shard rules. */
+static void test_bert_rows(bool binary, int tp)
+{
+	mgt_model_config c = config(false);
+	snprintf(c.family, sizeof c.family, "bert");
+	c.bert_binary_head = binary;
+	mgt_status st = mgt_model_config_finalize(&c, tp);
+	mgt_tensor_table tt;
+	if (!st) st = mgt_tensor_table_build(&tt, &c, tp, tp - 1, 1, 0);
+	if (st) {
+		CHECK(0, "bert rows: %s", mgt_err_msg());
+		return;
+	}
+	const int64_t h = 64, V = c.padded_vocab_size, f = 256, q = 192;
+	const struct { const char *name; int64_t r, k; mgt_shard_rule sh; bool binary_only; } want[] = {
+		{ "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB, false },
+		{ "embedding.position_embeddings.weight", 16, h, MGT_SHARD_NONE, false },
+		{ "embedding.tokentype_embeddings.weight", 2, h, MGT_SHARD_NONE, true },
+		{ "encoder.layers.1.self_attention.linear_qkv.layer_norm_weight", h, 0, MGT_SHARD_NONE, false },
+		{ "encoder.layers.1.self_attention.linear_qkv.layer_norm_bias", h, 0, MGT_SHARD_NONE, false },
+		{ "encoder.layers.1.self_attention.linear_qkv.weight", q, h, MGT_SHARD_ROW, false },
+		{ "encoder.layers.1.self_attention.linear_qkv.bias", q, 0, MGT_SHARD_ROW, false },
+		{ "encoder.layers.1.self_attention.linear_proj.weight", h, h, MGT_SHARD_COL, false },
+		{ "encoder.layers.1.self_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, false },
+		{ "encoder.layers.1.mlp.linear_fc1.layer_norm_weight", h, 0, MGT_SHARD_NONE, false },
+		{ "encoder.layers.1.mlp.linear_fc1.layer_norm_bias", h, 0, MGT_SHARD_NONE, false },
+		{ "encoder.layers.1.mlp.linear_fc1.weight", f, h, MGT_SHARD_ROW, false },
+		{ "encoder.layers.1.mlp.linear_fc1.bias", f, 0, MGT_SHARD_ROW, false },
+		{ "encoder.layers.1.mlp.linear_fc2.weight", h, f, MGT_SHARD_COL, false },
+		{ "encoder.layers.1.mlp.linear_fc2.bias", h, 0, MGT_SHARD_NONE, false },
+		{ "encoder.final_layernorm.weight", h, 0, MGT_SHARD_NONE, false },
+		{ "encoder.final_layernorm.bias", h, 0, MGT_SHARD_NONE, false },
+		{ "pooler.dense.weight", h, h, MGT_SHARD_NONE, true },
+		{ "pooler.dense.bias", h, 0, MGT_SHARD_NONE, true },
+		{ "binary_head.weight", 2, h, MGT_SHARD_NONE, true },
+		{ "binary_head.bias", 2, 0, MGT_SHARD_NONE, true },
+		{ "lm_head.dense.weight", h, h, MGT_SHARD_NONE, false },
+		{ "lm_head.dense.bias", h, 0, MGT_SHARD_NONE, false },
+		{ "lm_head.layer_norm.weight", h, 0, MGT_SHARD_NONE, false },
+		{ "lm_head.layer_norm.bias", h, 0, MGT_SHARD_NONE, false },
+		{ "output_layer.bias", V, 0, MGT_SHARD_VOCAB, false },
+	};
+	int n = 0, bad = 0;
+	for (size_t j = 0; j < sizeof want / sizeof *want; j++) {
+		if (want[j].binary_only && !binary) continue;
+		n += strstr(want[j].name, "layers.1.") ? 2 : 1; /* layer 0 has the same rows */
+		const mgt_tensor *t = mgt_tensor_table_find(&tt, want[j].name);
+		if (!t || t->shape[0] != want[j].r || (want[j].k && t->shape[1] != want[j].k) || t->ndim != (want[j].k ? 2 : 1) ||
+		    t->shard != want[j].sh)
+			bad++;
+	}
+	const mgt_tensor *ob = mgt_tensor_table_find(&tt, "output_layer.bias");
+	CHECK(!bad && tt.n == n && ob && ob->init == MGT_INIT_ZERO,
+	      "BERT rows (binary head %d, tp %d): %d of %d as section 3.2 names them", binary, tp, tt.n - bad, n);
+	mgt_tensor_table_free(&tt);
+}
+
 int main(void)
 {
 	test_inv_freq(false, 10000, 64, 8, 1, 4, 8192);
@@ -244,6 +302,8 @@ int main(void)
 	test_qk_rows(true, false, 1);
 	test_qk_rows(false, true, 2);
 	test_qk_rows(true, false, 4);
+	test_bert_rows(true, 1);
+	test_bert_rows(false, 2);
 	test_stages(8, 4, 0, 0, true);
 	test_stages(8, 2, 0, 1, true);
 	test_stages(8, 3, 2, 0, true);
