@@ -168,6 +168,10 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	}
 	sa->mask = AF(T);
 	sa->tokens = (int32_t *)AF(T); sa->labels = (int32_t *)AF(T); sa->pos = (int32_t *)AF(T);
+	if (mgt_model_is_bert(&m->c)) {
+		sa->kmask = (uint8_t *)mgt_model_balloc(m, T, &m->act_bytes, &st);
+		if (m->c.bert_binary_head) sa->types = (int32_t *)AF(T);
+	}
 	return st;
 }
 
@@ -190,6 +194,7 @@ static mgt_status alloc_activations(mgt_model *m)
 	if (m->rope && m->n_layers) m->inv_freq = WF(m->rot_dim / 2);
 	if (!st) st = mgt_cp_alloc(m);
 	if (!st) st = mgt_model_fp8_alloc(m);
+	if (!st) st = mgt_bert_alloc(m);
 	return st ? st : mgt_moe_alloc(m);
 }
 
@@ -243,7 +248,9 @@ static void set_dims(mgt_model *m)
 	m->rope = !strcmp(c->position_embedding_type, "rope");
 	m->rot_dim = m->rope ? (int)(m->d * c->rotary_percent) : 0;
 	m->qkln = c->qk_layernorm;
-	m->act = c->swiglu ? MGT_ACT_SWIGLU : c->openai_gelu ? MGT_ACT_GELU_TANH : MGT_ACT_GELU;
+	/* BERT: Megatron's bias-GELU fusion (on by default with biases) is the tanh approximation */
+	bool tanh = c->openai_gelu || (mgt_model_is_bert(c) && c->add_bias_linear && !c->no_bias_gelu_fusion);
+	m->act = c->swiglu ? MGT_ACT_SWIGLU : tanh ? MGT_ACT_GELU_TANH : MGT_ACT_GELU;
 }
 
 static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps)
@@ -439,7 +446,8 @@ static void free_slot(mgt_model *m, slot_act *sa)
 	for (int l = 0; sa->la && l < m->n_layers; l++) free_layer(m, &sa->la[l]);
 	free(sa->la);
 	float *bufs[] = { sa->res_out, sa->lnf, sa->meanf, sa->rstdf, sa->logits, sa->mx, sa->sumexp, sa->tgt,
-			  sa->loss, sa->mask, (float *)sa->tokens, (float *)sa->labels, (float *)sa->pos };
+			  sa->loss, sa->mask, (float *)sa->tokens, (float *)sa->labels, (float *)sa->pos,
+			  (float *)sa->types, (float *)sa->kmask };
 	for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 }
 
@@ -460,6 +468,7 @@ void mgt_model_free(mgt_model *m)
 	mgt_moe_free(m);
 	mgt_cp_free(m);
 	mgt_model_fp8_free(m);
+	mgt_bert_free(m);
 	free(m->by_role);
 	free(m->nw_off);
 	mgt_tensor_table_free(&m->tt);
@@ -611,6 +620,8 @@ static mgt_status embed_fwd(mgt_model *m, bool train)
 	mgt_status st = tp_reduce(m, m->emb, MGT_DT_F32, &x);
 	if (st) return st;
 	if (pe) o->embedding_fwd(m->be, x, sa->pos + m->r0, P(m, pe), 0, pe->shape[0], Th, h, true);
+	const mgt_tensor *te = m->glob[MGT_T_TOKTYPE_EMB];
+	if (te) o->embedding_fwd(m->be, x, sa->types + m->r0, P(m, te), 0, 2, Th, h, true);
 	void *x0 = m->n_layers ? (void *)sa->la[0].x_in : (void *)sa->res_out;
 	bda_fwd_rows(m, x0, NULL, x, MGT_DT_F32, NULL, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
 	return MGT_OK;
@@ -742,22 +753,37 @@ const mgt_tensor *mgt_model_output_weight(const mgt_model *m)
 	return m->glob[MGT_T_OUTPUT_W] ? m->glob[MGT_T_OUTPUT_W] : m->glob[MGT_T_WORD_EMB];
 }
 
-static mgt_status head_fwd(mgt_model *m, double *loss_sum)
+mgt_status mgt_model_tp_allreduce(mgt_model *m, void *x, size_t n, mgt_elem_type t)
+{
+	return tp_allreduce_t(m, x, n, t, MGT_RED_SUM);
+}
+
+mgt_status mgt_model_xent(mgt_model *m, double *sum)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
-	int T = m->T, h = (int)m->h, V = (int)m->V_l;
-	mgt_status st = norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
-				    m->glob[MGT_T_FINAL_LN_B]);
-	if (st) return st;
-	o->linear_fwd(m->be, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, mgt_model_output_weight(m)), WT(m), NULL, T, h, V);
+	int T = m->T, V = (int)m->V_l;
+	mgt_status st;
 	o->xent_max(m->be, sa->mx, sa->logits, m->act_t, T, V);
 	if ((st = tp_allreduce(m, sa->mx, (size_t)T, MGT_RED_MAX))) return st;
 	o->xent_stats(m->be, sa->sumexp, sa->tgt, sa->logits, m->act_t, sa->labels, sa->mx, m->v0, T, V);
 	if ((st = tp_allreduce(m, sa->sumexp, (size_t)T, MGT_RED_SUM))) return st;
 	if ((st = tp_allreduce(m, sa->tgt, (size_t)T, MGT_RED_SUM))) return st;
-	*loss_sum = o->xent_loss(m->be, sa->loss, sa->mx, sa->sumexp, sa->tgt, sa->mask, T);
+	*sum = o->xent_loss(m->be, sa->loss, sa->mx, sa->sumexp, sa->tgt, sa->mask, T);
 	return MGT_OK;
+}
+
+static mgt_status head_fwd(mgt_model *m, double *loss_sum)
+{
+	slot_act *sa = m->cur;
+	int T = m->T, h = (int)m->h, V = (int)m->V_l;
+	mgt_status st = norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
+				    m->glob[MGT_T_FINAL_LN_B]);
+	if (st) return st;
+	if (m->bert) return mgt_bert_head_fwd(m, sa->lnf, loss_sum);
+	m->be->ops->linear_fwd(m->be, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, mgt_model_output_weight(m)), WT(m),
+			       NULL, T, h, V);
+	return mgt_model_xent(m, loss_sum);
 }
 
 /* ---- backward ---- */
@@ -794,12 +820,29 @@ static mgt_status bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool trai
 	return tp_gather(m, m->dtmp_h, part, t);
 }
 
+/* BERT: the gradient of the final norm's output is whole on every TP rank (bert.c): this rank's
+ * rows of it go through the norm's backward without a reduction. */
+static mgt_status bert_head_bwd(mgt_model *m, float scale)
+{
+	slot_act *sa = m->cur;
+	mgt_status st = mgt_bert_head_bwd(m, sa->lnf, m->dtmp_h, scale);
+	if (st) return st;
+	size_t rows = (size_t)m->Th * (size_t)m->h;
+	const char *dy = (const char *)m->dtmp_h + (size_t)m->r0 * (size_t)m->h * mgt_elem_size(m->act_t);
+	m->be->ops->zero(m->be, m->dres, rows * mgt_elem_size(m->res_t));
+	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, m->glob[MGT_T_FINAL_LN_W]), G(m, m->glob[MGT_T_FINAL_LN_B]), dy,
+			     m->act_t, sa->res_out, m->res_t, NW(m, m->glob[MGT_T_FINAL_LN_W]), sa->meanf, sa->rstdf, m->Th,
+			     (int)m->h);
+	return MGT_OK;
+}
+
 static mgt_status head_bwd(mgt_model *m, float scale)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
 	const mgt_tensor *w = mgt_model_output_weight(m);
+	if (m->bert) return bert_head_bwd(m, scale);
 	o->xent_bwd(m->be, sa->logits, sa->logits, m->act_t, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
 	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, w), NULL, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, w), WT(m),
 		      T, h, V);
@@ -872,10 +915,23 @@ static mgt_status embed_bwd(mgt_model *m, bool train)
 	void *part = grad_part(m);
 	bda_bwd_rows(m, part, m->act_t, NULL, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
 	if (pe) o->embedding_bwd(m->be, G(m, pe), part, m->act_t, sa->pos + m->r0, 0, pe->shape[0], m->Th, h);
+	const mgt_tensor *te = m->glob[MGT_T_TOKTYPE_EMB];
+	if (te) o->embedding_bwd(m->be, G(m, te), part, m->act_t, sa->types + m->r0, 0, 2, m->Th, h);
 	mgt_status st = tp_gather(m, m->dtmp_h, part, m->act_t);
 	if (!st)
 		o->embedding_bwd(m->be, G(m, we), m->dtmp_h, m->act_t, sa->tokens, we->local_offset[0], we->local_shape[0],
 				 T, h);
+	return st;
+}
+
+/* BERT's key mask from the padding mask (attended where >= 0.5, as Megatron's mask < 0.5). */
+static mgt_status upload_kmask(mgt_model *m, const int64_t *padding_mask)
+{
+	uint8_t *k = mgt_malloc((size_t)m->T);
+	if (!k) return MGT_ERR_NOMEM;
+	for (int t = 0; t < m->T; t++) k[t] = padding_mask[t] >= 1;
+	mgt_status st = m->be->ops->upload(m->be, m->cur->kmask, k, (size_t)m->T);
+	free(k);
 	return st;
 }
 
@@ -888,6 +944,9 @@ static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 	if (!st) st = o->upload(m->be, sa->labels, mb->labels, n);
 	if (!st) st = o->upload(m->be, sa->pos, mb->position_ids, n);
 	if (!st) st = o->upload(m->be, sa->mask, mb->loss_mask, n);
+	if (!st && sa->types) st = o->upload(m->be, sa->types, mb->tokentype_ids, n);
+	if (!st && sa->kmask) st = upload_kmask(m, mb->padding_mask);
+	if (!st && m->bert) mgt_bert_set_batch(m, mb);
 	return st;
 }
 

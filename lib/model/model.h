@@ -82,6 +82,10 @@ typedef struct mgt_model_config {
 	 * bias).  bert_binary_head: Megatron's args.bert_binary_head (--bert-no-binary-head clears). */
 	char family[8];
 	bool bert_binary_head;
+	/* --no-bias-gelu-fusion: BERT's MLP uses erf GELU; by default (with biases) Megatron's fused
+	 * bias-GELU, the tanh approximation (megatron/core/fusions/fused_bias_gelu.py).  mgt's GPT
+	 * keeps erf GELU (--openai-gelu for tanh). */
+	bool no_bias_gelu_fusion;
 	/* derived by mgt_model_config_finalize */
 	int64_t vocab_size;        /* tokenizer vocabulary (unpadded) */
 	int64_t padded_vocab_size; /* multiple of make_vocab_size_divisible_by * TP */
@@ -255,10 +259,17 @@ void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t s
 typedef struct mgt_model mgt_model;
 
 /* One micro-batch, sequence-first host arrays of T = s*b elements (token t = i*b + j for
- * position i of sequence j): tokens, labels, position_ids int32; loss_mask fp32 0/1. */
+ * position i of sequence j): tokens, labels, position_ids int32; loss_mask fp32 0/1.  Under
+ * BERT the labels are -1 (or anything) where loss_mask is 0. */
 typedef struct mgt_microbatch {
 	const int32_t *tokens, *labels, *position_ids;
 	const float *loss_mask;
+	/* BERT (family "bert"): tokentype_ids [T] (0 or 1; read with the binary head), padding_mask
+	 * [T] (BertDataset's: a key is attended where it is >= 0.5, i.e. 1), is_random [b] (the
+	 * sentence-order label 0/1, -1 ignored; read with the binary head).  NULL for GPT. */
+	const int32_t *tokentype_ids;
+	const int64_t *padding_mask;
+	const int32_t *is_random;
 } mgt_microbatch;
 
 /* How one model chunk runs.  A chunk is virtual pipeline stage `stage` of `num_stages`

@@ -35,6 +35,8 @@ typedef struct {
 	layer_act *la;
 	float *res_out, *lnf, *meanf, *rstdf, *logits, *mx, *sumexp, *tgt, *loss, *mask;
 	int32_t *tokens, *labels, *pos;
+	int32_t *types;    /* BERT with the binary head: token types [T] (NULL otherwise) */
+	uint8_t *kmask;    /* BERT: the attention's key mask [T] (1 = attend; NULL otherwise) */
 	uint64_t drop_key;
 } slot_act;
 
@@ -115,6 +117,8 @@ struct mgt_model {
 	struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
 	/* fp8 linear layers (fp8lin.c): NULL without fp8 (mgt_model_layout.fp8) */
 	struct fp8_state *fp8;
+	/* BERT's heads (bert.c): NULL but on a BERT chunk's last stage */
+	struct bert_state *bert;
 };
 
 static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
@@ -211,6 +215,26 @@ mgt_status mgt_model_fp8_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_type
 mgt_status mgt_model_fp8_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_type dxt, float *dw, float *db,
 			     const void *dy, mgt_elem_type dyt);
 mgt_status mgt_model_fp8_update(mgt_model *m, bool backward);
+
+/* ---- BERT (bert.c; megatron-bert-t5.md section 3.2) ----
+ * mgt_bert_alloc / _free: the LM head's activations per slot and the pooler's host buffers
+ * (nothing but on a BERT chunk's last stage).  mgt_bert_set_batch: the current slot's loss
+ * normalizer (sum of loss_mask) and is_random.  mgt_bert_head_fwd: from the final norm's output
+ * lnf [T, h] (act_t, whole on every TP rank) the LM head, logits and cross entropy, the pooler,
+ * binary head and sentence-order loss; *loss = lm + sop of the micro-batch.  mgt_bert_head_bwd:
+ * their gradients (the losses' scaled by scale), the gradient of lnf written to dlnf [T, h]
+ * (act_t; whole, equal on every TP rank).  mgt_bert_losses: slot's last lm and sop.
+ * Errors: NOMEM, IO (copies, the TP all-reduce). */
+mgt_status mgt_bert_alloc(mgt_model *m);
+void mgt_bert_free(mgt_model *m);
+void mgt_bert_set_batch(mgt_model *m, const mgt_microbatch *mb);
+mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, double *loss);
+mgt_status mgt_bert_head_bwd(mgt_model *m, const void *lnf, void *dlnf, float scale);
+/* gpt.c for bert.c: the vocab-parallel cross entropy of the current slot's logits against its
+ * labels and mask (xent_max, the TP max, xent_stats, the TP sums, xent_loss: *sum = the masked
+ * sum); an in-place TP all-reduce (sum) of n elements of type t. */
+mgt_status mgt_model_xent(mgt_model *m, double *sum);
+mgt_status mgt_model_tp_allreduce(mgt_model *m, void *x, size_t n, mgt_elem_type t);
 
 /* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,

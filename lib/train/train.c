@@ -249,7 +249,7 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	/* keyed by the micro-batch's place in the global batch, so the data-parallel split does not matter */
 	if (ps->train) mgt_model_set_dropout_key(m, t->dropout_seed, t->iteration + 1, (int64_t)x->mb * t->ps.dp + t->ps.dp_rank);
 	double lsum = 0;
-	mgt_microbatch mb = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask };
+	mgt_microbatch mb = { .tokens = t->mb_tokens, .labels = t->mb_labels, .position_ids = t->mb_pos, .loss_mask = t->mb_mask };
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;
 	if (t->fp8_trace && ps->train && (st = trainer_fp8_trace(t, x->chunk, x->mb, false))) return st;
 	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, ht, (r + 1) % P, TAG_FWD);

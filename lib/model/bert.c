@@ -1,0 +1,276 @@
+/* lib/model/bert.c: the heads and losses of Megatron-Core's BertModel (megatron-bert-t5.md
+ * section 3.2; megatron/core/models/bert/{bert_model,bert_lm_head,pooler}.py,
+ * examples/bert/pretrain_bert.py loss_func) on the last pipeline stage of a "bert" chunk.
+ *
+ * From the encoder's final LayerNorm output lnf [T, h] (gathered over TP under sequence
+ * parallelism, as the GPT head's):
+ *   LM head   hd = lnf Wd^T, hg = gelu_erf(hd + bd), hl = LayerNorm(hg)  [T, h], on every TP
+ *             rank alike (get_linear_layer: replicated weights), then the vocab-parallel logits
+ *             hl E^T + output bias and Megatron's vocab-parallel cross entropy;
+ *             lm = sum_t ce_t mask_t / sum_t mask_t over the micro-batch (mask: loss_mask).
+ *   Pooler    pooled_j = tanh(Wp lnf[CLS of sequence j] + bp) (position 0: rows 0..b-1 of the
+ *             sequence-first layout), binary head logits_j = Wb pooled_j + bb [b, 2];
+ *             sop = the mean over the sequences with is_random >= 0 of CE(logits_j, is_random_j)
+ *             (ignore_index -1), 0 when there is none.
+ * The micro-batch's loss is lm + sop (a mean: Megatron divides each micro-batch's loss by the
+ * number of micro-batches, not by tokens).  The pooler and binary head (b x h, a few sequences)
+ * run on the host in fp32 from the downloaded [CLS] rows and parameters; their gradients are
+ * uploaded and added.  The gradient of lnf is whole on every TP rank (the output layer's partial
+ * input gradient is all-reduced first), so the final LayerNorm's backward takes this rank's rows
+ * of it without a further reduction.
+ */
+#include "model_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per slot: the LM head's activations (backend, act_t; statistics fp32) and the host side of the
+ * pooler for the micro-batch in flight. */
+struct bert_act {
+	void *hd, *hg, *hl;
+	float *meanh, *rstdh;
+	float *x, *pooled, *logits; /* host: [CLS] rows [b, h], pooled [b, h], binary logits [b, 2] */
+	int32_t *is_random;         /* host [b] */
+	double lm_den, lm, sop;
+	int n_sop;
+};
+
+struct bert_state {
+	struct bert_act *act;  /* [slots] */
+	void *dh;              /* backend [T, h] act_t: the LM head's gradient scratch */
+	void *up;              /* backend [max(b h, 2 h + 2 + h h + h)] floats: uploads */
+	float *w;              /* host copies of the pooler's and binary head's parameters */
+};
+
+static float elem(const void *x, mgt_elem_type t, size_t i)
+{
+	if (t == MGT_DT_BF16) return mgt_bf16_to_f32(((const uint16_t *)x)[i]);
+	if (t == MGT_DT_F16) return mgt_f16_to_f32(((const uint16_t *)x)[i]);
+	return ((const float *)x)[i];
+}
+
+static void put(void *x, mgt_elem_type t, size_t i, float v)
+{
+	if (t == MGT_DT_BF16) ((uint16_t *)x)[i] = mgt_f32_to_bf16(v);
+	else if (t == MGT_DT_F16) ((uint16_t *)x)[i] = mgt_f32_to_f16(v);
+	else ((float *)x)[i] = v;
+}
+
+mgt_status mgt_bert_alloc(mgt_model *m)
+{
+	if (!mgt_model_is_bert(&m->c) || !m->last) return MGT_OK;
+	struct bert_state *s = mgt_malloc(sizeof *s);
+	if (!s) return MGT_ERR_NOMEM;
+	memset(s, 0, sizeof *s);
+	m->bert = s;
+	const size_t T = (size_t)m->T, h = (size_t)m->h, b = (size_t)m->b, es = mgt_elem_size(m->act_t);
+	mgt_status st = MGT_OK;
+	if (!(s->act = mgt_malloc((size_t)m->L.slots * sizeof *s->act))) return MGT_ERR_NOMEM;
+	memset(s->act, 0, (size_t)m->L.slots * sizeof *s->act);
+	for (int k = 0; !st && k < m->L.slots; k++) {
+		struct bert_act *a = &s->act[k];
+		a->hd = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
+		a->hg = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
+		a->hl = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
+		a->meanh = mgt_model_balloc(m, T * 4, &m->act_bytes, &st);
+		a->rstdh = mgt_model_balloc(m, T * 4, &m->act_bytes, &st);
+		a->x = mgt_malloc(b * h * 4);
+		a->pooled = mgt_malloc(b * h * 4);
+		a->logits = mgt_malloc(b * 2 * 4);
+		a->is_random = mgt_malloc(b * 4);
+		if (!st && (!a->x || !a->pooled || !a->logits || !a->is_random)) st = MGT_ERR_NOMEM;
+	}
+	size_t up = h * h + 3 * h + 2;
+	if (up < b * h) up = b * h;
+	s->dh = mgt_model_balloc(m, T * h * es, &m->work_bytes, &st);
+	s->up = mgt_model_balloc(m, up * 4, &m->work_bytes, &st);
+	if (!st && !(s->w = mgt_malloc((h * h + 3 * h + 2) * 4))) st = MGT_ERR_NOMEM;
+	return st;
+}
+
+void mgt_bert_free(mgt_model *m)
+{
+	struct bert_state *s = m->bert;
+	if (!s) return;
+	for (int k = 0; s->act && k < m->L.slots; k++) {
+		struct bert_act *a = &s->act[k];
+		if (!m->dry) {
+			void *bufs[] = { a->hd, a->hg, a->hl, a->meanh, a->rstdh };
+			for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) m->be->ops->free(m->be, bufs[i]);
+		}
+		free(a->x); free(a->pooled); free(a->logits); free(a->is_random);
+	}
+	if (!m->dry) {
+		m->be->ops->free(m->be, s->dh);
+		m->be->ops->free(m->be, s->up);
+	}
+	free(s->act);
+	free(s->w);
+	free(s);
+	m->bert = NULL;
+}
+
+static struct bert_act *cur(mgt_model *m) { return &m->bert->act[m->cur - m->sa]; }
+
+void mgt_bert_set_batch(mgt_model *m, const mgt_microbatch *mb)
+{
+	struct bert_act *a = cur(m);
+	double den = 0;
+	for (int t = 0; t < m->T; t++) den += mb->loss_mask[t];
+	a->lm_den = den;
+	memcpy(a->is_random, mb->is_random, (size_t)m->b * sizeof *a->is_random);
+}
+
+/* The host parameters of the pooler (Wp [h, h], bp [h]) and binary head (Wb [2, h], bb [2]),
+ * back to back in s->w. */
+static mgt_status download_head(mgt_model *m)
+{
+	const mgt_tensor *t[4] = { m->glob[MGT_T_POOL_W], m->glob[MGT_T_POOL_B], m->glob[MGT_T_BIN_W],
+				   m->glob[MGT_T_BIN_B] };
+	float *w = m->bert->w;
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < 4; i++) {
+		st = m->be->ops->download(m->be, w, P(m, t[i]), t[i]->numel * sizeof(float));
+		w += t[i]->numel;
+	}
+	return st;
+}
+
+/* The pooler, binary head and sentence-order loss of the current slot, on the host. */
+static mgt_status sop_fwd(mgt_model *m, const void *lnf)
+{
+	struct bert_act *a = cur(m);
+	const int b = m->b, h = (int)m->h;
+	const size_t es = mgt_elem_size(m->act_t);
+	a->sop = 0;
+	a->n_sop = 0;
+	if (!m->c.bert_binary_head) return MGT_OK;
+	void *raw = a->pooled; /* the [CLS] rows as stored, widened into x below */
+	mgt_status st = m->be->ops->download(m->be, raw, lnf, (size_t)b * h * es);
+	if (!st) st = download_head(m);
+	if (st) return st;
+	for (size_t i = (size_t)b * h; i-- > 0;) a->x[i] = elem(raw, m->act_t, i);
+	const float *Wp = m->bert->w, *bp = Wp + (size_t)h * h, *Wb = bp + h, *bb = Wb + 2 * (size_t)h;
+	for (int j = 0; j < b; j++) {
+		const float *x = a->x + (size_t)j * h;
+		float *p = a->pooled + (size_t)j * h;
+		for (int o = 0; o < h; o++) {
+			float acc = bp[o];
+			for (int i = 0; i < h; i++) acc += Wp[(size_t)o * h + i] * x[i];
+			p[o] = tanhf(acc);
+		}
+		for (int c = 0; c < 2; c++) {
+			float acc = bb[c];
+			for (int i = 0; i < h; i++) acc += Wb[(size_t)c * h + i] * p[i];
+			a->logits[2 * j + c] = acc;
+		}
+		int y = a->is_random[j];
+		if (y < 0) continue;
+		double l0 = a->logits[2 * j], l1 = a->logits[2 * j + 1], mx = l0 > l1 ? l0 : l1;
+		a->sop += log(exp(l0 - mx) + exp(l1 - mx)) + mx - (y ? l1 : l0);
+		a->n_sop++;
+	}
+	if (a->n_sop) a->sop /= a->n_sop;
+	return MGT_OK;
+}
+
+mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, double *loss)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	slot_act *sa = m->cur;
+	struct bert_act *a = cur(m);
+	const int T = m->T, h = (int)m->h, V = (int)m->V_l;
+	o->linear_fwd(m->be, a->hd, m->act_t, lnf, m->act_t, W(m, m->glob[MGT_T_LMH_W]), WT(m), NULL, T, h, h);
+	o->bias_act_fwd(m->be, MGT_ACT_GELU, a->hg, m->act_t, a->hd, m->act_t, P(m, m->glob[MGT_T_LMH_B]), T, h);
+	o->norm_fwd(m->be, MGT_NORM_LAYERNORM, a->hl, m->act_t, a->meanh, a->rstdh, a->hg, m->act_t,
+		    NW(m, m->glob[MGT_T_LMH_LN_W]), P(m, m->glob[MGT_T_LMH_LN_B]), T, h, (float)m->c.norm_epsilon);
+	o->linear_fwd(m->be, sa->logits, m->act_t, a->hl, m->act_t, W(m, mgt_model_output_weight(m)), WT(m),
+		      P(m, m->glob[MGT_T_OUTPUT_B]), T, h, V);
+	double ce;
+	mgt_status st = mgt_model_xent(m, &ce);
+	if (!st) st = sop_fwd(m, lnf);
+	a->lm = a->lm_den > 0 ? ce / a->lm_den : 0;
+	*loss = a->lm + a->sop;
+	return st;
+}
+
+void mgt_bert_losses(mgt_model *m, int slot, double *lm, double *sop)
+{
+	const struct bert_act *a = &m->bert->act[slot];
+	*lm = a->lm;
+	*sop = a->sop;
+}
+
+/* Gradients of the pooler and binary head (added to G) and of the [CLS] rows of lnf (added into
+ * dlnf's first b rows, of act_t), the sentence-order loss scaled by scale / n. */
+static mgt_status sop_bwd(mgt_model *m, void *dlnf, float scale)
+{
+	struct bert_act *a = cur(m);
+	if (!m->c.bert_binary_head || !a->n_sop) return MGT_OK;
+	const int b = m->b, h = (int)m->h;
+	const size_t hh = (size_t)h * h, n = hh + 3 * (size_t)h + 2;
+	const float *Wp = m->bert->w, *Wb = Wp + hh + h;
+	float *g = mgt_malloc((n + (size_t)b * h + h) * sizeof *g);
+	if (!g) return MGT_ERR_NOMEM;
+	memset(g, 0, (n + (size_t)b * h + h) * sizeof *g);
+	float *gWp = g, *gbp = g + hh, *gWb = gbp + h, *gbb = gWb + 2 * (size_t)h, *dx = g + n, *dp = dx + (size_t)b * h;
+	const float s = scale / (float)a->n_sop;
+	for (int j = 0; j < b; j++) {
+		int y = a->is_random[j];
+		if (y < 0) continue;
+		const float *x = a->x + (size_t)j * h, *p = a->pooled + (size_t)j * h;
+		float l0 = a->logits[2 * j], l1 = a->logits[2 * j + 1], p1 = 1.0f / (1.0f + expf(l0 - l1));
+		float dl[2] = { (1.0f - p1 - (y == 0)) * s, (p1 - (y == 1)) * s };
+		for (int c = 0; c < 2; c++) gbb[c] += dl[c];
+		for (int i = 0; i < h; i++) {
+			gWb[i] += dl[0] * p[i];
+			gWb[h + i] += dl[1] * p[i];
+			dp[i] = (dl[0] * Wb[i] + dl[1] * Wb[h + i]) * (1.0f - p[i] * p[i]);
+		}
+		for (int o = 0; o < h; o++) {
+			gbp[o] += dp[o];
+			for (int i = 0; i < h; i++) {
+				gWp[(size_t)o * h + i] += dp[o] * x[i];
+				dx[(size_t)j * h + i] += dp[o] * Wp[(size_t)o * h + i];
+			}
+		}
+	}
+	const mgt_tensor *t[4] = { m->glob[MGT_T_POOL_W], m->glob[MGT_T_POOL_B], m->glob[MGT_T_BIN_W],
+				   m->glob[MGT_T_BIN_B] };
+	const mgt_backend_ops *o = m->be->ops;
+	mgt_status st = o->upload(m->be, m->bert->up, g, n * sizeof *g);
+	for (int i = 0, off = 0; !st && i < 4; off += (int)t[i]->numel, i++)
+		o->add(m->be, G(m, t[i]), (float *)m->bert->up + off, MGT_DT_F32, t[i]->numel);
+	for (size_t i = 0; i < (size_t)b * h; i++) put(g, m->act_t, i, dx[i]); /* rounded as the sum below */
+	if (!st) st = o->upload(m->be, m->bert->up, g, (size_t)b * h * mgt_elem_size(m->act_t));
+	if (!st) o->add(m->be, dlnf, m->bert->up, m->act_t, (size_t)b * h);
+	free(g);
+	return st;
+}
+
+mgt_status mgt_bert_head_bwd(mgt_model *m, const void *lnf, void *dlnf, float scale)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	slot_act *sa = m->cur;
+	struct bert_act *a = cur(m);
+	const int T = m->T, h = (int)m->h, V = (int)m->V_l;
+	const mgt_tensor *w = mgt_model_output_weight(m), *ln = m->glob[MGT_T_LMH_LN_W];
+	void *dh = m->bert->dh;
+	const float lm_scale = a->lm_den > 0 ? scale / (float)a->lm_den : 0.0f;
+	o->xent_bwd(m->be, sa->logits, sa->logits, m->act_t, sa->labels, sa->mx, sa->sumexp, sa->mask, lm_scale, m->v0, T,
+		    V);
+	o->linear_bwd(m->be, dlnf, m->act_t, G(m, w), G(m, m->glob[MGT_T_OUTPUT_B]), sa->logits, m->act_t, a->hl, m->act_t,
+		      W(m, w), WT(m), T, h, V);
+	mgt_status st = mgt_model_tp_allreduce(m, dlnf, (size_t)T * h, m->act_t); /* d hl, whole */
+	if (st) return st;
+	o->zero(m->be, dh, (size_t)T * h * mgt_elem_size(m->act_t));
+	o->norm_bwd(m->be, MGT_NORM_LAYERNORM, dh, G(m, ln), G(m, m->glob[MGT_T_LMH_LN_B]), dlnf, m->act_t, a->hg,
+		    m->act_t, NW(m, ln), a->meanh, a->rstdh, T, h);
+	o->bias_act_bwd(m->be, MGT_ACT_GELU, dlnf, G(m, m->glob[MGT_T_LMH_B]), dh, m->act_t, a->hd, m->act_t,
+			P(m, m->glob[MGT_T_LMH_B]), T, h);
+	o->linear_bwd(m->be, dh, m->act_t, G(m, m->glob[MGT_T_LMH_W]), NULL, dlnf, m->act_t, lnf, m->act_t,
+		      W(m, m->glob[MGT_T_LMH_W]), WT(m), T, h, h);
+	o->copy(m->be, dlnf, dh, (size_t)T * h * mgt_elem_size(m->act_t));
+	return sop_bwd(m, dlnf, scale);
+}
