@@ -3,6 +3,7 @@
  *   mgt-dataset info PREFIX [--json]
  *   mgt-dataset merge --output-prefix OUT [--overwrite] INPUT...   (INPUT: a prefix or a directory)
  *   mgt-dataset dump PREFIX [--ids] [--json-key KEY] [--documents A:B] [--strip-eod] [tokenizer flags]
+ *   mgt-dataset samples PREFIX --dataset-type bert|t5 --vocab-file VOCAB [--index] [--samples A:B] ...
  *
  * Manual: man/man1/mgt-dataset.1; formats: man/man5/mgt-dataset.5.
  */
@@ -30,6 +31,8 @@ static const char help_main[] =
 	"  merge --output-prefix OUT INPUT...\n"
 	"                                concatenate datasets (as Megatron's tools/merge_datasets.py)\n"
 	"  dump PREFIX [--ids]           print each document as JSONL text or as token ids\n"
+	"  samples PREFIX --dataset-type bert|t5 --vocab-file VOCAB\n"
+	"                                Megatron's BERT/T5 sample index and samples as JSON lines\n"
 	"\n"
 	"Run 'mgt-dataset COMMAND --help' for a command's options. See mgt-dataset(1), mgt-dataset(5).\n"
 	"Exit status: 0 ok, 1 runtime error (I/O, disk full, file size limit), 2 usage error, 3 bad\n"
@@ -68,6 +71,31 @@ static const char help_dump[] =
 	"  --strip-eod        drop a final end-of-document id from each document (needs a tokenizer)\n"
 	"  -h, --help         this help\n"
 	"\n";
+
+static const char help_samples[] =
+	"Usage: mgt-dataset samples PREFIX --dataset-type bert|t5 --vocab-file VOCAB [OPTION]...\n"
+	"Build (or load from the cache) the sample index of Megatron's BERTMaskedWordPieceDataset or\n"
+	"T5MaskedWordPieceDataset over the sentence-level dataset PREFIX for each present split, and\n"
+	"print, as JSON lines, one summary per split, its index rows (--index) and samples (--samples).\n"
+	"\n"
+	"  --dataset-type bert|t5        which dataset (required)\n"
+	"  --vocab-file VOCAB            WordPiece vocab.txt: one token per line, id = line number\n"
+	"                                (required); [CLS] [SEP] [MASK] [PAD] must be in it\n"
+	"  --vocab-extra-ids N           T5: sentinels <extra_id_0..N-1> appended at ids V.. (default 100)\n"
+	"  --seq-length N                BERT sequence length (default 512)\n"
+	"  --encoder-seq-length N        T5 encoder length (default 512)\n"
+	"  --decoder-seq-length N        T5 decoder length (default 128)\n"
+	"  --bert-no-binary-head         BERT without the sentence-order head (one segment)\n"
+	"  --mask-prob P                 masking probability (default 0.15)\n"
+	"  --short-seq-prob P            probability of a short target length (default 0.1)\n"
+	"  --seed N                      random seed, 1 to 2147483646 (default 1234)\n"
+	"  --split S                     train,valid,test weights over documents (default 969, 30, 1)\n"
+	"  --num-samples T[,V[,E]]       samples per split: numbers or none (one epoch; default none)\n"
+	"  --data-cache-path DIR         cache directory (default PREFIX/cache/CLASS_indices)\n"
+	"  --allow-ambiguous-pad-tokens  keep a pad id that collides with eos/eod\n"
+	"  --index                       print every index row\n"
+	"  --samples A:B                 print samples A to B-1 of each present split (K: one)\n"
+	"  -h, --help                    this help\n";
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
 
@@ -475,9 +503,18 @@ typedef struct {
 	mgt_tok *tok;
 } dump_opts;
 
+static void parse_range_arg(const char *cmd, const char *arg, uint64_t ndocs, uint64_t *a, uint64_t *b);
+
 /* "A:B", "A:", ":B" or "K"; B defaults to the number of documents. */
 static void parse_range(const char *arg, uint64_t ndocs, uint64_t *a, uint64_t *b)
 {
+	parse_range_arg("dump", arg, ndocs, a, b);
+}
+
+/* The same for the option of command cmd (--documents of dump, --samples of samples). */
+static void parse_range_arg(const char *cmd, const char *arg, uint64_t ndocs, uint64_t *a, uint64_t *b)
+{
+	const char *opt = strcmp(cmd, "dump") ? "--samples" : "--documents";
 	const char *colon = strchr(arg, ':');
 	char *end;
 	*a = 0;
@@ -486,7 +523,7 @@ static void parse_range(const char *arg, uint64_t ndocs, uint64_t *a, uint64_t *
 		errno = 0;
 		*a = strtoull(arg, &end, 10);
 		if (errno || end == arg || end != (colon ? colon : arg + strlen(arg)) || arg[0] == '-')
-			usage_error("dump", "--documents %s: expected A:B with non-negative integers", arg);
+			usage_error(cmd, "%s %s: expected A:B with non-negative integers", opt, arg);
 		if (!colon)
 			*b = *a + 1;
 	}
@@ -494,10 +531,10 @@ static void parse_range(const char *arg, uint64_t ndocs, uint64_t *a, uint64_t *
 		errno = 0;
 		*b = strtoull(colon + 1, &end, 10);
 		if (errno || *end || colon[1] == '-')
-			usage_error("dump", "--documents %s: expected A:B with non-negative integers", arg);
+			usage_error(cmd, "%s %s: expected A:B with non-negative integers", opt, arg);
 	}
 	if (*a > *b || *b > ndocs)
-		usage_error("dump", "--documents %s: out of range (the dataset has %llu documents)", arg,
+		usage_error(cmd, "%s %s: out of range (the dataset has %llu documents)", opt, arg,
 			(unsigned long long)ndocs);
 }
 
@@ -700,17 +737,275 @@ static int cmd_dump(int argc, char **argv)
 	return finish_stdout();
 }
 
+/* ---- samples ----------------------------------------------------------------------------------- */
+
+/* A minimal stand-in for the WordPiece tokenizer (until lib/tok has one): vocab.txt, one token
+ * per line (trailing "\r\n" removed), id = line number; "##" marks subword pieces; for T5
+ * <extra_id_0..N-1> appended at ids V.. as Megatron's BertWordPieceCase does, bos := [CLS],
+ * eos = eod := [SEP]. */
+typedef struct {
+	mgt_masked_vocab v;
+	uint8_t *subword;
+	int32_t *sentinels;
+} txt_vocab;
+
+static int32_t find_token(char **tok, int64_t n, const char *s)
+{
+	for (int64_t i = 0; i < n; i++)
+		if (!strcmp(tok[i], s))
+			return (int32_t)i;
+	return -1;
+}
+
+static mgt_status vocab_load(txt_vocab *tv, const char *path, int extra)
+{
+	char *text, **tok;
+	size_t len;
+	mgt_status st = mgt_file_read(path, &text, &len);
+	if (st)
+		return st;
+	int64_t n = 0, cap = 1;
+	for (size_t i = 0; i < len; i++)
+		cap += text[i] == '\n';
+	tok = calloc((size_t)cap, sizeof *tok);
+	for (char *p = text, *e; tok && p < text + len; p = e + 1) {
+		e = memchr(p, '\n', (size_t)(text + len - p));
+		e = e ? e : text + len;
+		*e = 0;
+		if (e > p && e[-1] == '\r')
+			e[-1] = 0;
+		tok[n++] = p;
+	}
+	tv->subword = calloc((size_t)(n + extra + 1), 1);
+	tv->sentinels = calloc((size_t)extra + 1, sizeof *tv->sentinels);
+	if (!tok || !tv->subword || !tv->sentinels) {
+		free(text);
+		free(tok);
+		return mgt_err(MGT_ERR_NOMEM, "out of memory");
+	}
+	for (int64_t i = 0; i < n; i++)
+		tv->subword[i] = !strncmp(tok[i], "##", 2);
+	for (int i = 0; i < extra; i++)
+		tv->sentinels[i] = (int32_t)(n + i);
+	mgt_masked_vocab *v = &tv->v;
+	*v = (mgt_masked_vocab){ .size = n + extra, .is_subword = tv->subword, .cls = find_token(tok, n, "[CLS]"),
+				 .sep = find_token(tok, n, "[SEP]"), .mask = find_token(tok, n, "[MASK]"),
+				 .pad = find_token(tok, n, "[PAD]"), .sentinels = tv->sentinels, .n_sentinels = extra };
+	v->bos = v->cls, v->eos = v->eod = v->sep;
+	const char *missing = v->cls < 0 ? "[CLS]" : v->sep < 0 ? "[SEP]" : v->mask < 0 ? "[MASK]" : v->pad < 0 ? "[PAD]" : NULL;
+	free(text);
+	free(tok);
+	if (missing)
+		return mgt_err(MGT_ERR_VOCAB, "%s: no %s token (expected a WordPiece vocab.txt)", path, missing);
+	return MGT_OK;
+}
+
+typedef struct {
+	int index;
+	uint64_t first, end;   /* --samples */
+	bool have_samples;
+} samples_opts;
+
+static void print_array(const char *key, const int64_t *a, int64_t n)
+{
+	printf(",\"%s\":[", key);
+	for (int64_t i = 0; i < n; i++)
+		printf(i ? ",%lld" : "%lld", (long long)a[i]);
+	putchar(']');
+}
+
+static mgt_status print_sample(const mgt_masked_data *d, const mgt_masked_config *c, mgt_split k, int64_t i,
+			       int64_t *buf)
+{
+	int64_t S = c->seq_length, D = c->decoder_seq_length;
+	mgt_status st;
+	printf("{\"split\":\"%s\",\"idx\":%lld", mgt_split_name(k), (long long)i);
+	if (c->kind == MGT_MASKED_BERT) {
+		mgt_bert_sample b = { buf, buf + S, buf + 2 * S, buf + 3 * S, buf + 4 * S, 0, 0, 0, 0 };
+		if ((st = mgt_masked_data_bert(d, k, i, &b)))
+			return st;
+		print_array("text", b.text, S);
+		print_array("types", b.types, S);
+		print_array("labels", b.labels, S);
+		printf(",\"is_random\":%d", b.is_random);
+		print_array("padding_mask", b.padding_mask, S);
+		print_array("loss_mask", b.loss_mask, S);
+		printf(",\"truncated\":%d}\n", b.truncated);
+		return MGT_OK;
+	}
+	mgt_t5_sample t = { buf, buf + S, buf + 2 * S, buf + 2 * S + D, buf + 2 * S + 2 * D, buf + 2 * S + 3 * D,
+			    0, 0, 0, 0 };
+	if ((st = mgt_masked_data_t5(d, k, i, &t)))
+		return st;
+	print_array("text_enc", t.text_enc, S);
+	print_array("text_dec", t.text_dec, D);
+	print_array("labels", t.labels, D);
+	print_array("loss_mask", t.loss_mask, D);
+	printf(",\"truncated\":%d", t.truncated);
+	print_array("enc_mask", t.enc_mask, S);
+	print_array("dec_mask", t.dec_mask, D);
+	printf("}\n");
+	return MGT_OK;
+}
+
+static mgt_status print_split(const mgt_masked_data *d, const mgt_masked_config *c, mgt_split k,
+			      const samples_opts *o)
+{
+	const mgt_masked_index *ix = mgt_masked_data_index(d, k);
+	uint64_t beg, end;
+	if (!ix)
+		return MGT_OK;
+	mgt_masked_data_docs(d, k, &beg, &end);
+	printf("{\"split\":\"%s\",\"documents\":[%llu,%llu],\"samples\":%lld,\"epochs\":%d,\"dtype\":\"%s\"}\n",
+	       mgt_split_name(k), (unsigned long long)beg, (unsigned long long)end, (long long)ix->n, ix->epochs,
+	       ix->u64 ? "uint64" : "uint32");
+	for (int64_t i = 0; o->index && i < ix->n; i++) {
+		uint64_t r[3];
+		mgt_masked_index_row(ix, i, r);
+		printf("{\"split\":\"%s\",\"row\":%lld,\"index\":[%llu,%llu,%llu]}\n", mgt_split_name(k), (long long)i,
+		       (unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2]);
+	}
+	int64_t *buf = malloc((size_t)(6 * (c->seq_length + c->decoder_seq_length) + 1) * sizeof *buf);
+	if (!buf)
+		return mgt_err(MGT_ERR_NOMEM, "out of memory");
+	mgt_status st = MGT_OK;
+	for (uint64_t i = o->first; !st && o->have_samples && i < o->end && (int64_t)i < ix->n; i++)
+		st = print_sample(d, c, k, (int64_t)i, buf);
+	free(buf);
+	return st;
+}
+
+/* --num-samples T[,V[,E]]: numbers or "none". */
+static void parse_num_samples(const char *arg, uint64_t out[3])
+{
+	char tmp[256];
+	snprintf(tmp, sizeof tmp, "%s", arg);
+	int k = 0;
+	for (char *save, *w = strtok_r(tmp, ",", &save); w; w = strtok_r(NULL, ",", &save), k++) {
+		char *e;
+		while (*w == ' ')
+			w++;
+		if (k == 3)
+			usage_error("samples", "--num-samples %s: at most three counts (train, valid, test)", arg);
+		if (!strcmp(w, "none")) {
+			out[k] = MGT_GPT_ALL;
+			continue;
+		}
+		errno = 0;
+		out[k] = strtoull(w, &e, 10);
+		if (errno || e == w || *e || w[0] == '-')
+			usage_error("samples", "--num-samples %s: expected numbers or none, separated by commas", arg);
+	}
+}
+
+static long num_arg(const char *opt, const char *arg, long lo, long hi)
+{
+	char *e;
+	errno = 0;
+	long v = strtol(arg, &e, 10);
+	if (errno || e == arg || *e || v < lo || v > hi)
+		usage_error("samples", "%s %s: expected an integer in [%ld, %ld]", opt, arg, lo, hi);
+	return v;
+}
+
+static double prob_arg(const char *opt, const char *arg)
+{
+	char *e;
+	double v = strtod(arg, &e);
+	if (e == arg || *e)
+		usage_error("samples", "%s %s: expected a number", opt, arg);
+	return v;
+}
+
+static int cmd_samples(int argc, char **argv)
+{
+	enum { OPT_TYPE = CLI_FIRST_FREE, OPT_VOCAB, OPT_EXTRA, OPT_SEQ, OPT_ENC, OPT_DEC, OPT_NOHEAD, OPT_MASK,
+	       OPT_SHORT, OPT_SEED, OPT_SPLIT, OPT_NUM, OPT_CACHE, OPT_AMBIG, OPT_INDEX, OPT_SAMPLES };
+	static const struct option opts[] = {
+		{"dataset-type", required_argument, 0, OPT_TYPE}, {"vocab-file", required_argument, 0, OPT_VOCAB},
+		{"vocab-extra-ids", required_argument, 0, OPT_EXTRA}, {"seq-length", required_argument, 0, OPT_SEQ},
+		{"encoder-seq-length", required_argument, 0, OPT_ENC},
+		{"decoder-seq-length", required_argument, 0, OPT_DEC},
+		{"bert-no-binary-head", no_argument, 0, OPT_NOHEAD}, {"mask-prob", required_argument, 0, OPT_MASK},
+		{"short-seq-prob", required_argument, 0, OPT_SHORT}, {"seed", required_argument, 0, OPT_SEED},
+		{"split", required_argument, 0, OPT_SPLIT}, {"num-samples", required_argument, 0, OPT_NUM},
+		{"data-cache-path", required_argument, 0, OPT_CACHE},
+		{"allow-ambiguous-pad-tokens", no_argument, 0, OPT_AMBIG}, {"index", no_argument, 0, OPT_INDEX},
+		{"samples", required_argument, 0, OPT_SAMPLES}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	mgt_masked_config c = { .seq_length = 512, .decoder_seq_length = 128, .binary_head = true,
+				.mask_prob = 0.15, .short_seq_prob = 0.1, .seed = 1234,
+				.num_samples = { MGT_GPT_ALL, MGT_GPT_ALL, MGT_GPT_ALL } };
+	samples_opts o = {0};
+	const char *type = NULL, *vocab = NULL, *range = NULL;
+	int c_, extra = 100, enc = 0;
+	while ((c_ = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c_) {
+		case OPT_TYPE: type = optarg; break;
+		case OPT_VOCAB: vocab = optarg; break;
+		case OPT_EXTRA: extra = (int)num_arg("--vocab-extra-ids", optarg, 0, 1 << 20); break;
+		case OPT_SEQ: c.seq_length = (int)num_arg("--seq-length", optarg, 1, INT32_MAX); break;
+		case OPT_ENC: enc = (int)num_arg("--encoder-seq-length", optarg, 1, INT32_MAX); break;
+		case OPT_DEC: c.decoder_seq_length = (int)num_arg("--decoder-seq-length", optarg, 1, INT32_MAX); break;
+		case OPT_NOHEAD: c.binary_head = false; break;
+		case OPT_MASK: c.mask_prob = prob_arg("--mask-prob", optarg); break;
+		case OPT_SHORT: c.short_seq_prob = prob_arg("--short-seq-prob", optarg); break;
+		case OPT_SEED: c.seed = (uint32_t)num_arg("--seed", optarg, 1, INT32_MAX - 1); break;
+		case OPT_SPLIT: c.split = optarg; break;
+		case OPT_NUM: parse_num_samples(optarg, c.num_samples); break;
+		case OPT_CACHE: c.cache_path = optarg; break;
+		case OPT_AMBIG: c.allow_ambiguous_pad = true; break;
+		case OPT_INDEX: o.index = 1; break;
+		case OPT_SAMPLES: range = optarg; break;
+		case 'h': help(help_samples, NULL); break;
+		default: bad_option("samples", c_, argv);
+		}
+	}
+	if (argc - optind != 1)
+		usage_error("samples", "samples: expected one PREFIX, got %d arguments", argc - optind);
+	if (!type || (strcmp(type, "bert") && strcmp(type, "t5")))
+		usage_error("samples", "samples: --dataset-type bert or t5 is required");
+	if (!vocab)
+		usage_error("samples", "samples: --vocab-file is required");
+	c.kind = !strcmp(type, "t5") ? MGT_MASKED_T5 : MGT_MASKED_BERT;
+	if (c.kind == MGT_MASKED_T5 && enc)
+		c.seq_length = enc;
+	if (range) {
+		o.have_samples = true;
+		parse_range_arg("samples", range, UINT64_MAX, &o.first, &o.end);
+	}
+	static txt_vocab tv;   /* static: reachable if a usage error exits */
+	static char *prefix;
+	prefix = prefix_of(argv[optind]);
+	c.path = prefix;
+	mgt_status st = vocab_load(&tv, vocab, c.kind == MGT_MASKED_T5 ? extra : 0);
+	c.vocab = &tv.v;
+	mgt_masked_data *d = NULL;
+	if (!st)
+		st = mgt_masked_data_open(&c, &d);
+	if (!st && mgt_masked_data_note(d)[0])
+		fprintf(stderr, "%s: note: %s\n", PROG, mgt_masked_data_note(d));
+	for (int k = 0; k < 3 && !st; k++)
+		st = print_split(d, &c, (mgt_split)k, &o);
+	mgt_masked_data_close(d);
+	free(tv.subword);
+	free(tv.sentinels);
+	free(prefix);
+	if (st)
+		mgt_cli_fail(PROG, st);
+	return finish_stdout();
+}
+
 /* ---- main -------------------------------------------------------------------------------------- */
 
 static const struct {
 	const char *name;
 	int (*run)(int argc, char **argv);
-} commands[] = {{"info", cmd_info}, {"merge", cmd_merge}, {"dump", cmd_dump}};
+} commands[] = {{"info", cmd_info}, {"merge", cmd_merge}, {"dump", cmd_dump}, {"samples", cmd_samples}};
 
 int main(int argc, char **argv)
 {
 	if (argc < 2)
-		mgt_cli_usage_error(PROG, "a command is required (info, merge, dump)");
+		mgt_cli_usage_error(PROG, "a command is required (info, merge, dump, samples)");
 	const char *cmd = argv[1];
 	opterr = 0;
 	mgt_signals_install();
@@ -719,5 +1014,5 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		if (!strcmp(cmd, commands[i].name))
 			return commands[i].run(argc - 1, argv + 1);
-	mgt_cli_usage_error(PROG, "unknown command '%s' (expected info, merge or dump)", cmd);
+	mgt_cli_usage_error(PROG, "unknown command '%s' (expected info, merge, dump or samples)", cmd);
 }

@@ -323,4 +323,186 @@ const mgt_gpt_index *mgt_gpt_data_index(const mgt_gpt_data *d, int k, mgt_split 
 const char *mgt_gpt_data_note(const mgt_gpt_data *d);
 void mgt_gpt_data_close(mgt_gpt_data *d);
 
+/* ==== Masked WordPiece datasets: BERT and T5 (lib/data/masked*.c) ============================
+ *
+ * Megatron's BERTMaskedWordPieceDataset and T5MaskedWordPieceDataset, megatron-bert-t5.md §1.2-1.7:
+ * the sample index of helpers.cpp build_mapping over a sentence-level dataset (sequences =
+ * sentences, documents = groups of sentences), cached as Megatron caches it, and the samples of
+ * bert_dataset.py / t5_dataset.py with masked_dataset.py's masking. Same arrays, bit for bit. */
+
+/* -- numpy legacy RandomState draws on mgt_mt19937 (masked_rng.c; numpy mtrand.pyx,
+ *    distributions.c, legacy-distributions.c) -- */
+/* random_sample(): two draws a, b; ((a >> 5) * 2^26 + (b >> 6)) / 2^53, in [0, 1). */
+double mgt_mt19937_random(mgt_mt19937 *rs);
+/* randint(lo, hi) (int64, hi > lo): lo + interval(hi - 1 - lo); no draw when hi - lo == 1. */
+int64_t mgt_mt19937_randint(mgt_mt19937 *rs, int64_t lo, int64_t hi);
+/* choice(a, p=p) for n <= MGT_CHOICE_MAX weights: cdf = cumsum(p), cdf /= cdf[-1], u = random();
+ * returns the first i with cdf[i] > u (the index into a). p is used as given (callers
+ * normalise as numpy code does). One draw. */
+#define MGT_CHOICE_MAX 64
+int mgt_mt19937_choice(mgt_mt19937 *rs, const double *p, int n);
+/* geometric(p), 0 < p < 1: for p < 1/3 ceil(log1p(-u) / log(1 - p)) (legacy inversion), else
+ * the legacy search (count terms of the pmf until their sum reaches u). One draw. */
+int64_t mgt_mt19937_geometric(mgt_mt19937 *rs, double p);
+/* ndarray.sum() of n float64 (numpy's pairwise summation: 8 accumulators, blocks of 128). */
+double mgt_numpy_sum(const double *a, int n);
+
+/* -- std::mt19937_64 (C++11; helpers.cpp build_mapping's shuffle) -- */
+typedef struct { uint64_t key[312]; int pos; } mgt_mt19937_64;
+void mgt_mt19937_64_seed(mgt_mt19937_64 *g, uint64_t seed);
+uint64_t mgt_mt19937_64_next(mgt_mt19937_64 *g);
+
+/* -- the sample index (masked_index.c; helpers.cpp build_mapping, masked_dataset.py) -- */
+#define MGT_MASKED_LONG_SENTENCE 512   /* LONG_SENTENCE_LEN */
+typedef struct {
+	int64_t n;        /* rows N = len(dataset) (all whole epochs; may exceed max_num_samples) */
+	int epochs;       /* whole epochs emitted */
+	bool u64;         /* rows are uint64 (the file has more than 2^32 - 1 sentences), else uint32 */
+	void *rows;       /* [n][3]: start sentence, end sentence (exclusive), target length */
+	void *map_;       /* private: the cache file's mmap (NULL: malloc'd) */
+	size_t map_size_;
+} mgt_masked_index;
+/* Parameters of build_mapping. docs[n_docs + 1]: document_indices[beg..end] of the split (absolute
+ * sentence ids, non-decreasing); sizes[n_sizes]: every sentence length of the file (int32);
+ * max_num_samples: the requested count (whole epochs until it is reached), or MGT_GPT_ALL for
+ * one epoch (Megatron's None, which its pybind call rejects); max_seq_length > 1: BERT
+ * seq_length - 3, T5 encoder_seq_length - 2; short_seq_prob in [0, 1]; seed in [1, 2^31 - 2]
+ * (std::mt19937(seed) for target lengths, std::mt19937_64(seed + 1) for the shuffle);
+ * min_num_sent: 2 for BERT with the binary head, else 1. */
+typedef struct {
+	const int64_t *docs;
+	int64_t n_docs;
+	const int32_t *sizes;
+	uint64_t n_sizes;
+	uint64_t max_num_samples;
+	int32_t max_seq_length;
+	double short_seq_prob;
+	int32_t seed;
+	int32_t min_num_sent;
+} mgt_masked_mapping;
+/* The counting pass alone: rows and epochs (out->rows NULL). Errors: MGT_ERR_USAGE (a parameter
+ * outside the ranges above), MGT_ERR_INPUT (samples requested but an epoch yields none: no
+ * document has min_num_sent sentences without a sentence over 512 tokens; Megatron loops for
+ * 2^31 epochs), MGT_ERR_FORMAT (a document index outside sizes). */
+mgt_status mgt_masked_index_count(const mgt_masked_mapping *m, mgt_masked_index *out);
+/* Count, fill and shuffle (rows swapped as j = rand64() % (i + 1) for i = N-1..1). Same errors
+ * and MGT_ERR_NOMEM. Free with mgt_masked_index_free (also on a zeroed struct). */
+mgt_status mgt_masked_index_build(const mgt_masked_mapping *m, mgt_masked_index *out);
+void mgt_masked_index_free(mgt_masked_index *ix);
+/* Row k: start, end (exclusive), target length. */
+static inline void mgt_masked_index_row(const mgt_masked_index *ix, int64_t k, uint64_t r[3])
+{
+	for (int j = 0; j < 3; j++)
+		r[j] = ix->u64 ? ((const uint64_t *)ix->rows)[3 * k + j] : ((const uint32_t *)ix->rows)[3 * k + j];
+}
+
+/* -- the vocabulary and the samples (masked.c; masked_dataset.py, bert_dataset.py, t5_dataset.py) -- */
+/* What the datasets need of a WordPiece tokenizer. Ids are 0..size-1 (inv_vocab's keys, so
+ * BERT's random replacement draws lookup[randint(0, size)] = that id). is_subword[id] = 1 where
+ * the token string starts with "##". pad < 0: the tokenizer has no pad. specials: the values of
+ * tokenizer.special_tokens_dict other than pad_token (n_specials 0: none, then eos and eod are
+ * checked, as megatron_dataset.py does); sentinels: additional_special_tokens_ids in order (T5).
+ * Borrowed: the dataset keeps the pointers. */
+typedef struct {
+	int64_t size;
+	const uint8_t *is_subword;   /* [size] */
+	int32_t cls, sep, mask, pad, bos, eos, eod;
+	const int32_t *specials;
+	int n_specials;
+	const int32_t *sentinels;
+	int n_sentinels;
+} mgt_masked_vocab;
+/* The pad id P the samples use (megatron_dataset.py): vocab->pad, or -1 (_PAD_TOKEN_ID) when
+ * there is none or it equals one of the specials (eos or eod when there are no specials) and
+ * !allow_ambiguous (--allow-ambiguous-pad-tokens). */
+int64_t mgt_masked_pad_id(const mgt_masked_vocab *v, bool allow_ambiguous);
+
+typedef enum { MGT_MASKED_BERT, MGT_MASKED_T5 } mgt_masked_kind;
+/* Megatron's class name: "BERTMaskedWordPieceDataset" or "T5MaskedWordPieceDataset". */
+const char *mgt_masked_class(mgt_masked_kind kind);
+/* What a sample depends on besides its sentences (megatron-bert-t5.md §1.7). */
+typedef struct {
+	mgt_masked_kind kind;
+	int seq_length;          /* BERT --seq-length; T5 --encoder-seq-length */
+	int decoder_seq_length;  /* T5 --decoder-seq-length */
+	bool binary_head;        /* BERT classification_head (no --bert-no-binary-head) */
+	double mask_prob;        /* --mask-prob, in (0, 1) */
+	uint32_t seed;           /* --seed: sample idx draws from RandomState((seed + idx) % 2^32) */
+	const mgt_masked_vocab *vocab;
+	int64_t pad;             /* mgt_masked_pad_id */
+} mgt_masked_params;
+/* One BERT sample: caller's arrays of seq_length int64 each. */
+typedef struct {
+	int64_t *text, *types, *labels, *padding_mask, *loss_mask;
+	int is_random, truncated;
+	double n_maskings;       /* the masking budget (§1.5b), for checks */
+	int64_t n_masked;        /* masked positions (= sum of loss_mask) */
+} mgt_bert_sample;
+/* One T5 sample: text_enc, enc_mask [seq_length]; text_dec, dec_mask, labels, loss_mask
+ * [decoder_seq_length]; caller's int64 arrays. */
+typedef struct {
+	int64_t *text_enc, *enc_mask, *text_dec, *dec_mask, *labels, *loss_mask;
+	int truncated;
+	double n_maskings;
+	int64_t n_masked, n_spans;
+} mgt_t5_sample;
+/* The sample of index idx made from the sentences of its row: ids[n_ids] (the sentences
+ * concatenated, int32), sent_len[n_sent] their lengths, target length tgt (<= the row's
+ * max_seq_length). BERT: SOP pair with the binary head (n_sent >= 2), truncation, [CLS]/[SEP],
+ * whole-word n-gram masking (max 3, 80/10/10), padding (§1.3, §1.5). T5: truncation to tgt,
+ * masking (max 10, geometric(0.2) n-grams), sentinels, decoder input and labels (§1.4).
+ * Errors: MGT_ERR_INPUT (a token id outside [0, vocab size), naming it; BERT binary head with
+ * one sentence; T5: more spans than sentinels, or a decoder input longer than
+ * decoder_seq_length: "raise --decoder-seq-length"), MGT_ERR_NOMEM. */
+mgt_status mgt_masked_bert_make(const mgt_masked_params *p, int64_t idx, const int32_t *ids, int64_t n_ids,
+				const int64_t *sent_len, int n_sent, int64_t tgt, mgt_bert_sample *out);
+mgt_status mgt_masked_t5_make(const mgt_masked_params *p, int64_t idx, const int32_t *ids, int64_t n_ids,
+			      int64_t tgt, mgt_t5_sample *out);
+
+/* -- the dataset (masked_data.c; masked_dataset.py, blended_megatron_dataset_builder.py) -- */
+typedef struct {
+	mgt_masked_kind kind;
+	const char *path;             /* one dataset prefix (P.bin, P.idx), sentence level */
+	const char *split;            /* --split; NULL = "1,0,0" */
+	int seq_length, decoder_seq_length;
+	bool binary_head;
+	double mask_prob, short_seq_prob;   /* --mask-prob 0.15, --short-seq-prob 0.1 */
+	uint32_t seed;                /* --seed, in [1, 2^31 - 2] */
+	const char *cache_path;       /* --data-cache-path or NULL */
+	uint64_t num_samples[3];      /* per split; MGT_GPT_ALL: one epoch */
+	const mgt_masked_vocab *vocab;
+	bool allow_ambiguous_pad;     /* --allow-ambiguous-pad-tokens */
+	/* The tokenizer's unique_identifiers for the cache description: n_tokenizer_ids key/value
+	 * string pairs (a NULL value is JSON null); 0 pairs: "tokenizer": null. */
+	const char *const *tokenizer_ids;
+	int n_tokenizer_ids;
+} mgt_masked_config;
+typedef struct mgt_masked_data mgt_masked_data;
+/* Open cfg->path, split its DOCUMENTS by --split, and build or load each present split's sample
+ * index. Cache: cache_path or P/cache/{Class}_indices, files {H}-{Class}-description.txt and
+ * {H}-{Class}-sample_index.npy ((N, 3) uint32 or uint64), H = md5 of the description, which is
+ * masked_dataset.py's unique_description (json.dumps(indent=4) of class, dataset_path,
+ * num_samples, index_split, random_seed, sequence_length, split, split_matrix, tokenizer, the
+ * masking_* fields, then classification_head or sequence_length_decoder): with the tokenizer's
+ * identifiers as Megatron's, the file names are Megatron's. A cache whose description or array
+ * does not match is rebuilt; one that cannot be written is skipped (mgt_masked_data_note).
+ * Errors: MGT_ERR_IO (missing prefix), MGT_ERR_FORMAT (bad .idx/.bin, float dtype),
+ * MGT_ERR_INPUT (a present split with no documents; a split whose documents give no sample:
+ * document-level data with the binary head, naming --split-sentences and --bert-no-binary-head),
+ * MGT_ERR_USAGE (bad split, lengths, probabilities, seed, T5 without sentinels),
+ * MGT_ERR_NOMEM. Caller owns *out. */
+mgt_status mgt_masked_data_open(const mgt_masked_config *cfg, mgt_masked_data **out);
+void mgt_masked_data_close(mgt_masked_data *d);
+/* Samples of split (0 when absent); its index (NULL when absent); the split's documents. */
+int64_t mgt_masked_data_len(const mgt_masked_data *d, mgt_split split);
+const mgt_masked_index *mgt_masked_data_index(const mgt_masked_data *d, mgt_split split);
+void mgt_masked_data_docs(const mgt_masked_data *d, mgt_split split, uint64_t *beg, uint64_t *end);
+/* The cache description of split (NULL when absent), and "" or a one-line remark for the log. */
+const char *mgt_masked_data_description(const mgt_masked_data *d, mgt_split split);
+const char *mgt_masked_data_note(const mgt_masked_data *d);
+/* Sample idx (0 <= idx < len) of split; thread-safe. Errors: mgt_masked_*_make's, MGT_ERR_INPUT
+ * (idx out of range, wrong kind). */
+mgt_status mgt_masked_data_bert(const mgt_masked_data *d, mgt_split split, int64_t idx, mgt_bert_sample *out);
+mgt_status mgt_masked_data_t5(const mgt_masked_data *d, mgt_split split, int64_t idx, mgt_t5_sample *out);
+
 #endif
