@@ -102,4 +102,98 @@ ok "vocab without [MASK]: exit 4, token named" bad_vocab '[PAD]\n[UNK]\n[CLS]\n[
 ok "missing vocab file: exit 4" exits 4 $TK --tokenizer-type BertWordPieceCase --vocab-file "$T/nonexistent.txt" x
 ok "no --vocab-file: exit 2" exits 2 $TK --tokenizer-type BertWordPieceCase x
 
+# --- mgt-preprocess --split-sentences --------------------------------------------------------
+# Pre-split input (Megatron's two-pass route): each list item is a sentence; the expected
+# dataset is built here from the ids of each sentence alone (the live oracle's when it runs,
+# else mgt-tokenize's) by Megatron's rules (empty results dropped, --append-eod onto the last
+# sentence, add_document: document_indices = running sentence counts) and compared sequence by
+# sequence and document by document with megatron_idx_reader.py's reading of the files.
+printf '%s\n' '{"text": ["Hello world.", "", "Second sentence here!", "  ", "Caf\u00e9 [MASK] \u4e2d\u6587"]}' \
+	'{"text": []}' '{"text": [""]}' '{"text": ["One sentence only."]}' \
+	'{"text": ["\u0000", "A fifth document, after an empty one.", "It ends here."]}' >"$T/lists.jsonl"
+split_check() { # NAME EOD(0/1) PLAIN(0/1) TOKENIZER-JSON MGT-TOKENIZER-FLAGS...
+	name=$1 eod=$2 plain=$3 tj=$4; shift 4
+	$PY -c 'import json, sys
+with open(sys.argv[2], "w") as f:
+    for line in open(sys.argv[1]):
+        for s in json.loads(line)["text"]:
+            f.write(json.dumps({"text": s}) + "\n")' "$T/lists.jsonl" "$T/flat.jsonl" || return 1
+	nos=; [ "$plain" = 1 ] && nos=--no-special
+	if [ -n "$oracle" ]; then $ORACLE --hf "$tj" $nos "$T/flat.jsonl" >"$T/flat.ids"
+	else $TK "$@" --jsonl -i "$T/flat.jsonl" >"$T/flat.ids"; fi || return 1
+	e=; [ "$eod" = 1 ] && e=--append-eod
+	$PP --input "$T/lists.jsonl" --output-prefix "$T/$name" "$@" $e --split-sentences --workers 2 --quiet || return 1
+	$PY - "$T/lists.jsonl" "$T/flat.ids" "$T/${name}_text_sentence" "$eod" "$ROOT/tests/cli" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[5])
+from megatron_idx_reader import Dataset
+docs = [json.loads(l)["text"] for l in open(sys.argv[1])]
+flat = [[int(x) for x in l.split()] for l in open(sys.argv[2]).read().split("\n")[:-1]]
+eod = sys.argv[4] == "1"
+want, k = [], 0
+for d in docs:
+    sents = [flat[k + i] for i in range(len(d)) if flat[k + i]]
+    k += len(d)
+    if eod and sents:
+        sents[-1] = sents[-1] + [102]
+    want.append(sents)
+ds = Dataset(sys.argv[3])
+di = [int(x) for x in ds.index.document_indices]
+got = [[[int(x) for x in ds.get(s)] for s in range(di[j], di[j + 1])] for j in range(ds.num_documents())]
+assert got == want, "differs:\n got  %s\n want %s" % (got, want)
+print("# %d documents, %d sentences, %d ids; document_indices %s" % (len(want), sum(map(len, want)),
+      sum(len(s) for d in want for s in d), di))
+PY
+}
+ok "--split-sentences, lists of sentences, [CLS] ... [SEP] per sentence (HEAD): exact sequences and documents" \
+	split_check lists 0 0 "$T/wp/bert-uncased.json" $LOWER
+ok "--split-sentences, lists, plain ids: empty sentences dropped, --append-eod on the last one" \
+	split_check lists_eod 1 1 "$T/wp/bert-uncased.json" $LOWER --tokenizer-hf-no-include-special-tokens
+printf '{"text": "a"}\n{"text": ["a", 5]}\n' >"$T/badlist.jsonl"
+badlist() {
+	exits 3 $PP --input "$T/badlist.jsonl" --output-prefix "$T/badlist" $LOWER --split-sentences &&
+		err_has "badlist.jsonl:2: key 'text': item 1: expected a string" && no_files "$T"/badlist_*
+}
+ok "--split-sentences, a list item that is not a string: exit 3, line and item named, no output" badlist
+ok "a list without --split-sentences is still refused (exit 3)" \
+	exits 3 $PP --input "$T/lists.jsonl" --output-prefix "$T/nolist" $LOWER
+
+# ICU on raw text: a document and the same sentences given as a list write identical files
+# (the splits pinned to what ICU 72's en@ss=standard rules give).
+raw_vs_list() { # NAME RAW-JSON LIST-JSON FLAGS...
+	name=$1; printf '%s\n' "$2" >"$T/$name.raw.jsonl"; printf '%s\n' "$3" >"$T/$name.list.jsonl"; shift 3
+	$PP --input "$T/$name.raw.jsonl" --output-prefix "$T/${name}_raw" --split-sentences --quiet "$@" &&
+	$PP --input "$T/$name.list.jsonl" --output-prefix "$T/${name}_list" --split-sentences --quiet "$@" &&
+	cmp "$T/${name}_raw_text_sentence.bin" "$T/${name}_list_text_sentence.bin" &&
+	cmp "$T/${name}_raw_text_sentence.idx" "$T/${name}_list_text_sentence.idx"
+}
+ok "ICU splits: Mr./Mrs./e.g. kept, after Dr. split, ! ? . end sentences, a line break alone does not" raw_vs_list en \
+	'{"text": "Mr. Smith met Mrs. Jones, e.g. at noon. Dr. Who came! Did he? Yes.\nLine one\nline two.  "}' \
+	'{"text": ["Mr. Smith met Mrs. Jones, e.g. at noon.", "Dr.", "Who came!", "Did he?", "Yes.", "Line one\nline two."]}' \
+	$GPT2
+ok "--keep-newlines: whitespace after a sentence stays with it (not after the last)" raw_vs_list nl \
+	'{"text": "  One.\nTwo.\n\nThree.  \n"}' '{"text": ["  One.\n", "Two.\n\n", "Three."]}' $GPT2 --keep-newlines
+ok "without --keep-newlines sentences are trimmed" raw_vs_list trim \
+	'{"text": "  One.\nTwo.\n\nThree.  \n"}' '{"text": ["One.", "Two.", "Three."]}' $GPT2
+ok "--lang german: German rules (z.B. is not a sentence end)" raw_vs_list de \
+	'{"text": "Das ist z.B. gut. Ja."}' '{"text": ["Das ist z.B. gut.", "Ja."]}' $GPT2 --lang german
+ok "unknown --lang: exit 2" exits 2 $PP --input "$T/en.raw.jsonl" --output-prefix "$T/x" $GPT2 --split-sentences --lang klingon
+empty_docs() {
+	printf '{"text": ""}\n{"text": "  "}\n{"text": "Hi."}\n' >"$T/empty.jsonl" &&
+	$PP --input "$T/empty.jsonl" --output-prefix "$T/empty" $LOWER --split-sentences --append-eod --quiet &&
+	$PY $READER "$T/empty_text_sentence" | tr '\n' '|' | grep -qx '||101 7632 1012 102 102|'
+}
+ok "--split-sentences, empty or blank text: a document of zero sentences, no eod" empty_docs
+
+# All of KJV: with plain ids (WordPiece does not cross a sentence break), each chapter's
+# sentences put back together are the chapter's ids, so no text is lost or doubled.
+kjv_split() {
+	$PP --input "$KJV" --output-prefix "$T/kjv" $LOWER --tokenizer-hf-no-include-special-tokens --split-sentences --quiet &&
+	$PP --input "$KJV" --output-prefix "$T/kjv" $LOWER --tokenizer-hf-no-include-special-tokens --quiet &&
+	$PY $READER "$T/kjv_text_sentence" >"$T/kjv.s" && $PY $READER "$T/kjv_text_document" >"$T/kjv.d" &&
+	cmp "$T/kjv.s" "$T/kjv.d" &&
+	echo "# $($PY $READER --info "$T/kjv_text_sentence" | $PY -c 'import json,sys; j=json.load(sys.stdin); print(j["documents"], "documents,", j["sequences"], "sentences,", j["tokens"], "ids")')"
+}
+ok "KJV --split-sentences: the sentences of each chapter are the chapter's ids" kjv_split
+
 done_testing
