@@ -9,8 +9,9 @@
 const char mgt_cli_tok_help[] =
 	"Tokenizer (Megatron flags):\n"
 	"  --tokenizer-type T        GPT2BPETokenizer | HuggingFaceTokenizer | SentencePieceTokenizer |\n"
-	"                            Llama2Tokenizer | TikTokenizer | NullTokenizer\n"
-	"  --vocab-file F            GPT-2 vocab.json (GPT2BPETokenizer)\n"
+	"                            Llama2Tokenizer | BertWordPieceLowerCase | BertWordPieceCase |\n"
+	"                            TikTokenizer | NullTokenizer\n"
+	"  --vocab-file F            GPT-2 vocab.json (GPT2BPETokenizer); BERT vocab.txt (BertWordPiece*)\n"
 	"  --merge-file F            GPT-2 merges.txt (GPT2BPETokenizer)\n"
 	"  --tokenizer-model P       tokenizer.json or its directory (HuggingFaceTokenizer);\n"
 	"                            SentencePiece tokenizer.model (SentencePieceTokenizer, Llama2Tokenizer);\n"
@@ -20,6 +21,7 @@ const char mgt_cli_tok_help[] =
 	"  --vocab-size N            NullTokenizer vocabulary size\n"
 	"  --null-tokenizer-eod-id N NullTokenizer eod (default vocab-size - 1)\n"
 	"  --tokenizer-hf-no-include-special-tokens   do not add the post-processor's BOS/EOS\n"
+	"                            (BertWordPiece*: no [CLS] ... [SEP]: plain ids)\n"
 	"  --vocab-extra-ids N       SentencePieceTokenizer: add <extra_id_0> .. <extra_id_N-1>\n";
 
 void mgt_cli_tok_defaults(mgt_tok_opts *o)

@@ -24,6 +24,8 @@ typedef struct {
 	size_t n_inputs;
 	const char *keys[MAX_KEYS];
 	int n_keys, append_eod, workers, overwrite, skip_bad, quiet;
+	int split, keep_newlines; /* --split-sentences, --keep-newlines */
+	const char *lang;         /* --lang (default english) */
 	long log_interval;
 	const char *output_prefix;
 	mgt_tok *tok;
@@ -42,9 +44,11 @@ typedef struct {
 	int eof;            /* the reader's last batch */
 	mgt_status st;      /* reader or worker error for this batch */
 	char msg[1024];
-	/* results, per key: ids of all documents and each document's length */
+	/* results, per key: ids of all documents and each document's length (with
+	 * --split-sentences: each document's number of sentences, and each sentence's length) */
 	mgt_ids ids[MAX_KEYS];
 	mgt_ids doc_len[MAX_KEYS];
+	mgt_ids sent_len[MAX_KEYS];
 	uint64_t skipped, blank;
 } batch;
 
@@ -93,7 +97,7 @@ static batch *batch_take_empty(pipeline *p, size_t file, uint64_t line)
 		b->st = MGT_OK;
 		b->skipped = b->blank = 0;
 		for (int k = 0; k < MAX_KEYS; k++)
-			b->ids[k].n = b->doc_len[k].n = 0;
+			b->ids[k].n = b->doc_len[k].n = b->sent_len[k].n = 0;
 	}
 	pthread_mutex_unlock(&p->mu);
 	return b;
@@ -185,8 +189,79 @@ static int blank(const char *s, size_t n)
 	return 1;
 }
 
+/* A worker's tokenizer state. */
+typedef struct {
+	mgt_tok_enc *enc;
+	mgt_tok_sent *splitter; /* --split-sentences */
+	mgt_spans spans;
+} worker_ctx;
+
+/* Encode s under key k, appending to the batch's ids; an error names the key. */
+static mgt_status encode(const config *cfg, worker_ctx *w, batch *b, int k, const char *s, size_t n)
+{
+	mgt_status st = mgt_tok_encode(w->enc, s, n, &b->ids[k]);
+	return st && st != MGT_ERR_NOMEM ? mgt_err_ctx(st, "key '%s'", cfg->keys[k]) : st;
+}
+
+/* One sentence: its ids, and its length when it has any (Megatron drops empty ones). */
+static mgt_status add_sentence(const config *cfg, worker_ctx *w, batch *b, int k, const char *s, size_t n,
+			       int32_t *count)
+{
+	size_t before = b->ids[k].n;
+	mgt_status st = encode(cfg, w, b, k, s, n);
+	if (st || b->ids[k].n == before)
+		return st;
+	++*count;
+	return mgt_ids_push(&b->sent_len[k], (int32_t)(b->ids[k].n - before));
+}
+
+/* --split-sentences: a list of strings is taken as the sentences (Megatron's two-pass route); a
+ * string is split by the ICU splitter. The document's sentence count goes to doc_len. */
+static mgt_status do_sentences(const config *cfg, worker_ctx *w, batch *b, int k, json_t *v)
+{
+	int32_t count = 0;
+	mgt_status st = MGT_OK;
+	if (json_is_array(v)) {
+		for (size_t i = 0; i < json_array_size(v) && !st; i++) {
+			json_t *e = json_array_get(v, i);
+			if (!json_is_string(e))
+				return mgt_err(MGT_ERR_INPUT, "key '%s': item %zu: expected a string, got %s", cfg->keys[k], i,
+					       json_type_name(e));
+			st = add_sentence(cfg, w, b, k, json_string_value(e), json_string_length(e), &count);
+		}
+	} else {
+		w->spans.n = 0;
+		const char *text = json_string_value(v);
+		st = mgt_tok_sent_split(w->splitter, text, json_string_length(v), &w->spans);
+		for (size_t i = 0; i < w->spans.n && !st; i++)
+			st = add_sentence(cfg, w, b, k, text + w->spans.v[i].off, w->spans.v[i].len, &count);
+	}
+	if (!st && cfg->append_eod && count > 0) {
+		st = mgt_ids_push(&b->ids[k], mgt_tok_eod(cfg->tok));
+		b->sent_len[k].v[b->sent_len[k].n - 1]++;
+	}
+	return st ? st : mgt_ids_push(&b->doc_len[k], count);
+}
+
+/* One key's value of one document. */
+static mgt_status do_value(const config *cfg, worker_ctx *w, batch *b, int k, json_t *v)
+{
+	if (!v)
+		return mgt_err(MGT_ERR_INPUT, "key '%s' is missing", cfg->keys[k]);
+	if (!json_is_string(v) && !(cfg->split && json_is_array(v)))
+		return mgt_err(MGT_ERR_INPUT, "key '%s': expected a string%s, got %s", cfg->keys[k],
+			       cfg->split ? " or a list of strings" : "", json_type_name(v));
+	if (cfg->split)
+		return do_sentences(cfg, w, b, k, v);
+	size_t before = b->ids[k].n;
+	mgt_status st = encode(cfg, w, b, k, json_string_value(v), json_string_length(v));
+	if (!st && cfg->append_eod && b->ids[k].n > before)
+		st = mgt_ids_push(&b->ids[k], mgt_tok_eod(cfg->tok));
+	return st ? st : mgt_ids_push(&b->doc_len[k], (int32_t)(b->ids[k].n - before));
+}
+
 /* Parse and tokenize one line into the batch's per-key results. */
-static mgt_status do_line(const config *cfg, mgt_tok_enc *enc, batch *b, const char *s, size_t n)
+static mgt_status do_line(const config *cfg, worker_ctx *w, batch *b, const char *s, size_t n)
 {
 	json_error_t je;
 	json_t *j = json_loadb(s, n, JSON_ALLOW_NUL, &je);
@@ -197,29 +272,16 @@ static mgt_status do_line(const config *cfg, mgt_tok_enc *enc, batch *b, const c
 	mgt_status st = MGT_OK;
 	if (!json_is_object(j))
 		st = mgt_err(MGT_ERR_INPUT, "expected a JSON object, got %s", json_type_name(j));
-	size_t before[MAX_KEYS];
-	for (int k = 0; k < cfg->n_keys && !st; k++) {
-		json_t *v = json_object_get(j, cfg->keys[k]);
-		before[k] = b->ids[k].n;
-		if (!v)
-			st = mgt_err(MGT_ERR_INPUT, "key '%s' is missing", cfg->keys[k]);
-		else if (!json_is_string(v))
-			st = mgt_err(MGT_ERR_INPUT, "key '%s': expected a string, got %s", cfg->keys[k], json_type_name(v));
-		else if ((st = mgt_tok_encode(enc, json_string_value(v), json_string_length(v), &b->ids[k])))
-			st = mgt_err_ctx(st, "key '%s'", cfg->keys[k]);
-		else if (cfg->append_eod && b->ids[k].n > before[k])
-			st = mgt_ids_push(&b->ids[k], mgt_tok_eod(cfg->tok));
-	}
 	for (int k = 0; k < cfg->n_keys && !st; k++)
-		st = mgt_ids_push(&b->doc_len[k], (int32_t)(b->ids[k].n - before[k]));
+		st = do_value(cfg, w, b, k, json_object_get(j, cfg->keys[k]));
 	json_decref(j);
 	return st;
 }
 
-static void work_batch(const config *cfg, mgt_tok_enc *enc, batch *b)
+static void work_batch(const config *cfg, worker_ctx *w, batch *b)
 {
 	for (int k = 0; k < cfg->n_keys; k++)
-		b->ids[k].n = b->doc_len[k].n = 0;
+		b->ids[k].n = b->doc_len[k].n = b->sent_len[k].n = 0;
 	b->skipped = b->blank = 0;
 	for (size_t i = 0; i < b->n_lines && !b->st; i++) {
 		size_t off = b->line_off[i], end = i + 1 < b->n_lines ? b->line_off[i + 1] : b->text.n;
@@ -229,13 +291,13 @@ static void work_batch(const config *cfg, mgt_tok_enc *enc, batch *b)
 			b->blank++;
 			continue;
 		}
-		size_t keep[MAX_KEYS], keep_len[MAX_KEYS];
+		size_t keep[MAX_KEYS], keep_len[MAX_KEYS], keep_sent[MAX_KEYS];
 		for (int k = 0; k < cfg->n_keys; k++)
-			keep[k] = b->ids[k].n, keep_len[k] = b->doc_len[k].n;
-		mgt_status st = do_line(cfg, enc, b, s, n);
+			keep[k] = b->ids[k].n, keep_len[k] = b->doc_len[k].n, keep_sent[k] = b->sent_len[k].n;
+		mgt_status st = do_line(cfg, w, b, s, n);
 		if (st && cfg->skip_bad && st == MGT_ERR_INPUT) {
 			for (int k = 0; k < cfg->n_keys; k++)
-				b->ids[k].n = keep[k], b->doc_len[k].n = keep_len[k];
+				b->ids[k].n = keep[k], b->doc_len[k].n = keep_len[k], b->sent_len[k].n = keep_sent[k];
 			if (b->skipped++ == 0 && !cfg->quiet)
 				fprintf(stderr, "%s: warning: %s:%llu: %s (skipped)\n", prog, cfg->inputs[b->file],
 					(unsigned long long)(b->first_line + i), mgt_err_msg());
@@ -250,8 +312,10 @@ static void work_batch(const config *cfg, mgt_tok_enc *enc, batch *b)
 static void *worker_main(void *arg)
 {
 	pipeline *p = arg;
-	mgt_tok_enc *enc = NULL;
-	mgt_status st = mgt_tok_enc_new(&enc, p->cfg->tok);
+	worker_ctx w = {0};
+	mgt_status st = mgt_tok_enc_new(&w.enc, p->cfg->tok);
+	if (!st && p->cfg->split)
+		st = mgt_tok_sent_new(&w.splitter, p->cfg->lang, p->cfg->keep_newlines);
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		batch *b = NULL;
@@ -268,15 +332,17 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&p->mu);
 		if (st && !b->eof) {
 			b->st = st;
-			snprintf(b->msg, sizeof b->msg, "%s", "out of memory for an encoder");
+			snprintf(b->msg, sizeof b->msg, "%s", mgt_err_msg());
 		} else if (!b->eof)
-			work_batch(p->cfg, enc, b);
+			work_batch(p->cfg, &w, b);
 		pthread_mutex_lock(&p->mu);
 		b->state = SLOT_DONE;
 		pthread_cond_broadcast(&p->cv);
 	}
 	pthread_mutex_unlock(&p->mu);
-	mgt_tok_enc_free(enc);
+	mgt_tok_enc_free(w.enc);
+	mgt_tok_sent_free(w.splitter);
+	free(w.spans.v);
 	return NULL;
 }
 
@@ -325,14 +391,19 @@ static void progress(pipeline *p, writer_state *ws, int final)
 static mgt_status write_batch(const config *cfg, writer_state *ws, batch *b)
 {
 	for (int k = 0; k < cfg->n_keys; k++) {
-		const int32_t *ids = b->ids[k].v;
+		const int32_t *ids = b->ids[k].v, *lens = b->sent_len[k].v;
 		for (size_t d = 0; d < b->doc_len[k].n; d++) {
-			size_t n = (size_t)b->doc_len[k].v[d];
-			mgt_status st = mgt_idx_writer_add_document(ws->w[k], ids, n);
+			size_t n = (size_t)b->doc_len[k].v[d], tokens = n;
+			if (cfg->split)
+				for (size_t i = tokens = 0; i < n; i++)
+					tokens += (size_t)lens[i];
+			mgt_status st = cfg->split ? mgt_idx_writer_add_sequences(ws->w[k], ids, lens, n)
+						   : mgt_idx_writer_add_document(ws->w[k], ids, n);
 			if (st)
 				return st;
-			ids += n;
-			ws->tokens += n;
+			ids += tokens;
+			lens += cfg->split ? n : 0;
+			ws->tokens += tokens;
 		}
 	}
 	ws->docs += cfg->n_keys ? b->doc_len[0].n : 0;
@@ -382,7 +453,7 @@ static char *output_name(const config *cfg, int k)
 	size_t n = strlen(cfg->output_prefix) + strlen(cfg->keys[k]) + 16;
 	char *s = mgt_malloc(n);
 	if (s)
-		snprintf(s, n, "%s_%s_document", cfg->output_prefix, cfg->keys[k]);
+		snprintf(s, n, "%s_%s_%s", cfg->output_prefix, cfg->keys[k], cfg->split ? "sentence" : "document");
 	return s;
 }
 
@@ -459,7 +530,7 @@ static mgt_status run(const config *cfg)
 		batch *b = &p.slots[i];
 		free(b->text.p), free(b->line_off);
 		for (int k = 0; k < MAX_KEYS; k++)
-			free(b->ids[k].v), free(b->doc_len[k].v);
+			free(b->ids[k].v), free(b->doc_len[k].v), free(b->sent_len[k].v);
 	}
 	free(p.slots);
 	return st;
@@ -468,17 +539,23 @@ static mgt_status run(const config *cfg)
 /* ---- options ------------------------------------------------------------------------------ */
 
 enum { OPT_INPUT = CLI_FIRST_FREE, OPT_OUTPUT, OPT_KEYS, OPT_EOD, OPT_WORKERS, OPT_LOG, OPT_OVERWRITE,
-       OPT_SKIP, OPT_QUIET, OPT_SPLIT, OPT_PARTITIONS, OPT_IGNORED_ARG, OPT_IGNORED, OPT_HELP };
+       OPT_SKIP, OPT_QUIET, OPT_SPLIT, OPT_KEEP_NL, OPT_LANG, OPT_PARTITIONS, OPT_IGNORED_ARG, OPT_IGNORED, OPT_HELP };
 
 static void usage(void)
 {
 	printf("Usage: mgt-preprocess --input FILE|GLOB|- --output-prefix PREFIX --tokenizer-type T [OPTIONS]\n"
 	       "Tokenize JSONL (plain or zstd-compressed, detected by content) into Megatron indexed datasets\n"
-	       "PREFIX_KEY_document.bin and .idx (MMIDIDX v1, see mgt-dataset(5)), documents in input order.\n\n"
+	       "PREFIX_KEY_document.bin and .idx (MMIDIDX v1, see mgt-dataset(5)), documents in input order;\n"
+	       "with --split-sentences PREFIX_KEY_sentence.bin and .idx, one sequence per sentence.\n\n"
 	       "  --input FILE|GLOB|-     input file, shell-style glob (sorted), or - for standard input\n"
 	       "  --output-prefix PREFIX  output path prefix\n"
 	       "  --json-keys KEY...      JSON keys to tokenize, one dataset each (default text)\n"
 	       "  --append-eod            append the tokenizer's eod id to each non-empty document\n"
+	       "  --split-sentences       one sequence per sentence: a list of strings under a key is the\n"
+	       "                          document's sentences; a string is split by ICU's sentence rules\n"
+	       "  --keep-newlines         with --split-sentences: whitespace after a sentence stays with it\n"
+	       "  --lang LANG             sentence rules: an NLTK punkt language (default english) or a\n"
+	       "                          locale code (en, de, pt_BR)\n"
 	       "  --workers N             tokenizing threads (default: online CPUs)\n"
 	       "  --log-interval N        progress line every N documents when stderr is not a terminal\n"
 	       "                          (default 1000, at most one a second)\n"
@@ -488,7 +565,7 @@ static void usage(void)
 	       "  --quiet                 no progress or summary\n"
 	       "  --help\n\n%s\n"
 	       "Accepted for compatibility and ignored: --partitions, --keep-sequential-samples, --dataset-impl,\n"
-	       "--tokenizer-hf-no-use-fast, --trust-remote-code. Not supported: --split-sentences.\n\n"
+	       "--tokenizer-hf-no-use-fast, --trust-remote-code.\n\n"
 	       "Exit status: 0 ok, 1 runtime error (I/O, disk full, file size limit), 2 usage, 3 bad input line,\n"
 	       "4 bad tokenizer files, 5 output exists, 128+N stopped by signal N (130 SIGINT, 129 SIGHUP,\n"
 	       "143 SIGTERM, 138 SIGUSR1, 140 SIGUSR2). On failure no file is left under the output names.\n",
@@ -517,6 +594,7 @@ static void parse(int argc, char **argv, config *cfg, mgt_tok_opts *to)
 		{"workers", required_argument, 0, OPT_WORKERS}, {"log-interval", required_argument, 0, OPT_LOG},
 		{"overwrite", no_argument, 0, OPT_OVERWRITE}, {"skip-invalid-lines", no_argument, 0, OPT_SKIP},
 		{"quiet", no_argument, 0, OPT_QUIET}, {"split-sentences", no_argument, 0, OPT_SPLIT},
+		{"keep-newlines", no_argument, 0, OPT_KEEP_NL}, {"lang", required_argument, 0, OPT_LANG},
 		{"partitions", required_argument, 0, OPT_IGNORED_ARG}, {"dataset-impl", required_argument, 0, OPT_IGNORED_ARG},
 		{"keep-sequential-samples", no_argument, 0, OPT_IGNORED}, {"tokenizer-hf-no-use-fast", no_argument, 0, OPT_IGNORED},
 		{"trust-remote-code", no_argument, 0, OPT_IGNORED}, {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
@@ -525,6 +603,7 @@ static void parse(int argc, char **argv, config *cfg, mgt_tok_opts *to)
 	long nproc = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg->workers = nproc > 0 ? (int)(nproc < 256 ? nproc : 256) : 1;
 	cfg->log_interval = 1000;
+	cfg->lang = "english";
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		if (mgt_cli_tok_option(prog, c, optarg, to))
 			continue;
@@ -551,7 +630,9 @@ static void parse(int argc, char **argv, config *cfg, mgt_tok_opts *to)
 		case OPT_OVERWRITE: cfg->overwrite = 1; break;
 		case OPT_SKIP: cfg->skip_bad = 1; break;
 		case OPT_QUIET: cfg->quiet = 1; break;
-		case OPT_SPLIT: mgt_cli_usage_error(prog, "--split-sentences is not supported (it needs NLTK punkt)");
+		case OPT_SPLIT: cfg->split = 1; break;
+		case OPT_KEEP_NL: cfg->keep_newlines = 1; break;
+		case OPT_LANG: cfg->lang = optarg; break;
 		case OPT_IGNORED_ARG: case OPT_IGNORED: break;
 		case OPT_HELP: usage(); exit(0);
 		default: mgt_cli_usage_error(prog, "unknown option");
@@ -585,7 +666,11 @@ int main(int argc, char **argv)
 	mgt_signals_install();
 	mgt_cli_tok_defaults(&to);
 	parse(argc, argv, &cfg, &to);
-	mgt_status st = mgt_tok_load(&cfg.tok, &to);
+	mgt_tok_sent *probe = NULL; /* an unknown --lang is a usage error before any reading */
+	mgt_status st = cfg.split ? mgt_tok_sent_new(&probe, cfg.lang, cfg.keep_newlines) : MGT_OK;
+	mgt_tok_sent_free(probe);
+	if (!st)
+		st = mgt_tok_load(&cfg.tok, &to);
 	if (!st && cfg.append_eod && mgt_tok_eod(cfg.tok) < 0)
 		st = mgt_err(MGT_ERR_USAGE, "--append-eod: the tokenizer has no end-of-document token");
 	if (st)

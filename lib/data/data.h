@@ -69,6 +69,11 @@ mgt_status mgt_idx_writer_open(mgt_idx_writer **out, const char *prefix, mgt_dty
 /* Append one document of n ids as one sequence (n == 0: an empty document, zero sequences, as
  * Megatron's add_document does). Errors: MGT_ERR_INPUT (id does not fit the dtype), MGT_ERR_IO. */
 mgt_status mgt_idx_writer_add_document(mgt_idx_writer *w, const int32_t *ids, size_t n);
+/* Append one document of k sequences (Megatron's add_document(tokens, lengths): sentences, for
+ * mgt-preprocess --split-sentences): lens[i] ids each, ids holding their sum back to back; k == 0
+ * is an empty document.  Errors: as mgt_idx_writer_add_document (a zero or negative length is
+ * MGT_ERR_INPUT). */
+mgt_status mgt_idx_writer_add_sequences(mgt_idx_writer *w, const int32_t *ids, const int32_t *lens, size_t k);
 /* Append a whole dataset (IndexedDatasetBuilder.add_index): its dtype must equal the writer's.
  * Errors: MGT_ERR_FORMAT (dtype mismatch, naming the prefix), MGT_ERR_IO. */
 struct mgt_idx;

@@ -621,11 +621,10 @@ static mgt_status end_document(mgt_idx_writer *w)
 	return spool_write(w, w->docs, b, 8);
 }
 
-mgt_status mgt_idx_writer_add_document(mgt_idx_writer *w, const int32_t *ids, size_t n)
+/* One sequence of n > 0 ids: its bytes and its length, without closing the document. */
+static mgt_status add_sequence(mgt_idx_writer *w, const int32_t *ids, size_t n)
 {
-	mgt_status st = check_ids(w, ids, n);
-	if (st || n == 0)
-		return st ? st : end_document(w);
+	mgt_status st;
 	size_t per = CONV_BYTES / w->itemsize;
 	for (size_t j = 0; j < n; j += per) {
 		size_t k = n - j < per ? n - j : per;
@@ -639,7 +638,29 @@ mgt_status mgt_idx_writer_add_document(mgt_idx_writer *w, const int32_t *ids, si
 		return st;
 	w->n++;
 	w->tokens += n;
-	return end_document(w);
+	return MGT_OK;
+}
+
+mgt_status mgt_idx_writer_add_document(mgt_idx_writer *w, const int32_t *ids, size_t n)
+{
+	mgt_status st = check_ids(w, ids, n);
+	if (!st && n)
+		st = add_sequence(w, ids, n);
+	return st ? st : end_document(w);
+}
+
+mgt_status mgt_idx_writer_add_sequences(mgt_idx_writer *w, const int32_t *ids, const int32_t *lens, size_t k)
+{
+	mgt_status st = MGT_OK;
+	for (size_t i = 0; i < k && !st; i++) {
+		if (lens[i] <= 0)
+			return mgt_err(MGT_ERR_INPUT, "%s: document %llu: sequence %zu has length %d", w->bin_path,
+				       (unsigned long long)w->ndocs, i, lens[i]);
+		if (!(st = check_ids(w, ids, (size_t)lens[i])))
+			st = add_sequence(w, ids, (size_t)lens[i]);
+		ids += lens[i];
+	}
+	return st ? st : end_document(w);
 }
 
 uint64_t mgt_idx_writer_num_tokens(const mgt_idx_writer *w) { return w->tokens; }

@@ -190,6 +190,13 @@ mgt_status tok_finish_bytes(mgt_tok *t, const char *file)
 		if (t->byte_id[b] < 0)
 			return mgt_err(MGT_ERR_VOCAB, "%s: byte 0x%02x has no token (not a byte-level BPE vocabulary)", file, b);
 	}
+	tok_added_index(t);
+	return MGT_OK;
+}
+
+void tok_added_index(mgt_tok *t)
+{
+	memset(t->added_first, 0, sizeof t->added_first);
 	t->added_first_only = t->n_added ? (uint8_t)t->pool.p[t->added[0].off] : -1;
 	for (size_t a = 0; a < t->n_added; a++) {
 		uint8_t c = (uint8_t)t->pool.p[t->added[a].off];
@@ -197,7 +204,6 @@ mgt_status tok_finish_bytes(mgt_tok *t, const char *file)
 		if (c != t->added_first_only)
 			t->added_first_only = -1;
 	}
-	return MGT_OK;
 }
 
 /* ---- per-thread encoder ----------------------------------------------------------------- */
@@ -220,6 +226,7 @@ struct mgt_tok_enc {
 	size_t cache_used;
 	mgt_buf cache_keys;
 	mgt_ids cache_ids;
+	tok_wp_scratch wp;
 };
 
 mgt_status mgt_ids_push(mgt_ids *a, int32_t id)
@@ -266,6 +273,7 @@ void mgt_tok_enc_free(mgt_tok_enc *e)
 	}
 	free(e->id), free(e->next), free(e->prev), free(e->heap);
 	free(e->cache), free(e->cache_keys.p), free(e->cache_ids.v);
+	tok_wp_scratch_free(&e->wp);
 	free(e);
 }
 
@@ -530,6 +538,8 @@ static mgt_status encode_segment(mgt_tok_enc *e, const char *s, size_t n, mgt_id
 {
 	if (n == 0)
 		return MGT_OK;
+	if (e->t->kind == TOK_WORDPIECE)
+		return tok_wp_encode(e->t, &e->wp, s, n, out);
 	return e->t->nfc && !normalized ? encode_normalized(e, s, n, out) : pre_apply(e, 0, s, n, out);
 }
 
@@ -707,6 +717,8 @@ mgt_status mgt_tok_decode(const mgt_tok *t, const int32_t *ids, size_t n, mgt_bu
 {
 	if (t->kind == TOK_SPM || t->kind == TOK_LLAMA2)
 		return tok_spm_decode_ids(t, ids, n, out);
+	if (t->kind == TOK_WORDPIECE)
+		return tok_wp_decode(t, ids, n, out);
 	for (size_t i = 0; i < n; i++) {
 		if (t->kind == TOK_NULL) {
 			char num[16];

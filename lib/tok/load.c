@@ -560,6 +560,23 @@ static mgt_status load_null(mgt_tok *t, const mgt_tok_opts *o)
 	return MGT_OK;
 }
 
+/* SentencePieceTokenizer: the <extra_id_N> of --vocab-extra-ids, in order. */
+static mgt_status spm_sentinels(mgt_tok *t)
+{
+	for (int i = 0;; i++) {
+		char s[24];
+		snprintf(s, sizeof s, "<extra_id_%d>", i);
+		int32_t id = tok_added_id(t, s);
+		if (id < 0)
+			return MGT_OK;
+		int32_t *v = mgt_realloc(t->sentinels, (size_t)(i + 1) * sizeof *v);
+		if (!v)
+			return MGT_ERR_NOMEM;
+		t->sentinels = v;
+		v[t->n_sentinels++] = id;
+	}
+}
+
 mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 {
 	static const struct { const char *name; mgt_status (*load)(mgt_tok *, const mgt_tok_opts *); int kind; } types[] = {
@@ -569,10 +586,13 @@ mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 		{"NullTokenizer", load_null, TOK_NULL},
 		{"SentencePieceTokenizer", tok_load_spm, TOK_SPM},
 		{"Llama2Tokenizer", tok_load_spm, TOK_LLAMA2},
+		{"BertWordPieceLowerCase", tok_load_wordpiece, TOK_WORDPIECE},
+		{"BertWordPieceCase", tok_load_wordpiece, TOK_WORDPIECE},
 	};
 	if (!o->type)
 		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type is required (GPT2BPETokenizer, HuggingFaceTokenizer, "
-			       "SentencePieceTokenizer, Llama2Tokenizer, TikTokenizer or NullTokenizer)");
+			       "SentencePieceTokenizer, Llama2Tokenizer, BertWordPieceLowerCase, BertWordPieceCase, "
+			       "TikTokenizer or NullTokenizer)");
 	for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
 		if (strcmp(types[i].name, o->type))
 			continue;
@@ -581,8 +601,10 @@ mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 			return mgt_err(MGT_ERR_NOMEM, "out of memory");
 		t->kind = types[i].kind;
 		t->type_name = types[i].name;
-		t->eod = t->bos = t->pad = -1;
+		t->eod = t->bos = t->pad = t->unk = t->cls = t->sep = t->mask = -1;
 		mgt_status st = types[i].load(t, o);
+		if (!st && t->kind == TOK_SPM)
+			st = spm_sentinels(t);
 		if (st == MGT_ERR_IO) /* a missing or unreadable tokenizer file is a tokenizer problem */
 			st = MGT_ERR_VOCAB;
 		if (st) {
@@ -596,7 +618,8 @@ mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type GPTSentencePieceTokenizer: not implemented (use "
 			       "SentencePieceTokenizer or Llama2Tokenizer)");
 	return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s: unknown (expected GPT2BPETokenizer, HuggingFaceTokenizer, "
-		       "SentencePieceTokenizer, Llama2Tokenizer, TikTokenizer or NullTokenizer)", o->type);
+		       "SentencePieceTokenizer, Llama2Tokenizer, BertWordPieceLowerCase, BertWordPieceCase, TikTokenizer "
+		       "or NullTokenizer)", o->type);
 }
 
 /* ---- registry ----------------------------------------------------------------------------- */
@@ -610,6 +633,7 @@ void mgt_tok_free(mgt_tok *t)
 	tok_spm_free(t);
 	free(t->pool.p), free(t->tok_off), free(t->tok_len), free(t->vmap.slots);
 	free(t->pairs.keys), free(t->pairs.rank), free(t->pairs.merged), free(t->added);
+	free(t->sentinels);
 	free(t);
 }
 
@@ -617,6 +641,29 @@ int64_t mgt_tok_vocab_size(const mgt_tok *t) { return t->vocab_size; }
 
 int32_t mgt_tok_eod(const mgt_tok *t) { return t->eod; }
 const char *mgt_tok_type_name(const mgt_tok *t) { return t->type_name; }
+
+size_t mgt_tok_sentinels(const mgt_tok *t, const int32_t **ids)
+{
+	*ids = t->n_sentinels ? t->sentinels : NULL;
+	return t->n_sentinels;
+}
+
+int32_t mgt_tok_special_id(const mgt_tok *t, const char *name)
+{
+	int spm = t->kind == TOK_SPM || t->kind == TOK_LLAMA2;
+	int32_t unk = t->kind == TOK_WORDPIECE ? t->unk : spm ? t->spm_unk : -1;
+	int32_t eos = t->kind == TOK_WORDPIECE ? t->sep : spm ? t->spm_eos : t->eod;
+	const struct { const char *name; int32_t id; } v[] = {
+		{"pad", t->pad}, {"unk", unk}, {"bos", t->bos}, {"eos", eos}, {"eod", t->eod},
+		{"cls", t->kind == TOK_SPM ? tok_added_id(t, "<CLS>") : t->cls},
+		{"sep", t->kind == TOK_SPM ? tok_added_id(t, "<SEP>") : t->sep},
+		{"mask", t->kind == TOK_SPM ? tok_added_id(t, "<MASK>") : t->mask},
+	};
+	for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+		if (!strcmp(v[i].name, name))
+			return v[i].id;
+	return -1;
+}
 
 void mgt_tok_opts_apply(mgt_tok_opts *t, const mgt_tok_opts *over)
 {

@@ -1,5 +1,6 @@
-/* lib/tok: the tokenizers Megatron-LM builds (--tokenizer-type): byte-level BPE, and SentencePiece
- * through Debian's libsentencepiece.
+/* lib/tok: the tokenizers Megatron-LM builds (--tokenizer-type): byte-level BPE, BERT WordPiece,
+ * and SentencePiece through Debian's libsentencepiece; and the sentence splitter of
+ * mgt-preprocess --split-sentences (ICU).
  *
  * Types (Megatron names):
  *   GPT2BPETokenizer      vocab.json + merges.txt (OpenAI GPT-2 files); eod = <|endoftext|>.  As in
@@ -30,6 +31,24 @@
  *                         eod = eos; decode = SentencePiece Decode (control pieces vanish).
  *                         SentencePiece decoding of byte-fallback pieces gives their bytes (a run of
  *                         them that is not valid UTF-8 decodes to U+FFFD, as SentencePiece does).
+ *   BertWordPieceLowerCase, BertWordPieceCase  a BERT vocab.txt (one token a line, id = line - 1)
+ *                         as Megatron HEAD uses it: Hugging Face's fast BertTokenizer (tokenizers'
+ *                         BertNormalizer, BertPreTokenizer, WordPiece, TemplateProcessing).  Text:
+ *                         [PAD] [UNK] [CLS] [SEP] [MASK] (and, Case only, <extra_id_0..99>) are
+ *                         split out of the raw text first (added tokens, not normalized); the rest
+ *                         is cleaned (code point 0, U+FFFD and Cc/Cf/Co characters other than
+ *                         \t\n\r dropped, White_Space -> ' '), CJK ideographs get spaces around
+ *                         them, LowerCase also strips accents (NFD, Mn dropped) then lower-cases;
+ *                         words split at spaces, every punctuation character (ASCII 33-47, 58-64,
+ *                         91-96, 123-126, or P*) a word of its own; each word WordPiece'd: greedy
+ *                         longest match from the left, later pieces as "##" + rest; a word of more
+ *                         than 100 characters, or with a position nothing matches, is [UNK].
+ *                         encode = [CLS] ids [SEP] unless hf_no_special_tokens (then plain ids).
+ *                         vocab_size = V (LowerCase) or V + 100: Case appends <extra_id_0..99> at
+ *                         V.. (HEAD build_tokenizer.py; those already in the vocab keep their id).
+ *                         eod = eos = [SEP], bos = [CLS].  Decode is the WordPiece decoder: tokens
+ *                         joined by spaces, "##" pieces glued on, " ." " ," " ?" " !" glued on.
+ *                         mgt_tok_token_bytes gives the vocab string ("##s").
  * Pre-tokenization regexes run through PCRE2 in UTF + UCP mode with JIT.
  *
  * Token ids are int32_t. Text is UTF-8 bytes (not NUL-terminated; embedded NULs allowed).
@@ -51,7 +70,7 @@ typedef struct mgt_tok_enc mgt_tok_enc;
 
 typedef struct {
 	const char *type;              /* Megatron --tokenizer-type */
-	const char *vocab_file;        /* --vocab-file (GPT2BPETokenizer) */
+	const char *vocab_file;        /* --vocab-file (GPT2BPETokenizer vocab.json, BertWordPiece* vocab.txt) */
 	const char *merge_file;        /* --merge-file (GPT2BPETokenizer) */
 	const char *model;             /* --tokenizer-model (HF file/dir, tiktoken file) */
 	const char *tiktoken_pattern;  /* --tiktoken-pattern: v1, v2, cl100k_base, o200k_base, llama3, or NULL = from sidecar */
@@ -96,6 +115,7 @@ void mgt_tok_enc_free(mgt_tok_enc *e);
 mgt_status mgt_tok_encode(mgt_tok_enc *e, const char *text, size_t len, mgt_ids *out);
 
 /* Decode ids to bytes, appending to out (no NUL added). Special tokens decode to their text.
+ * WordPiece: Hugging Face's WordPiece decoder with cleanup (see the types above).
  * Errors: MGT_ERR_INPUT (id outside the vocabulary), MGT_ERR_NOMEM. */
 mgt_status mgt_tok_decode(const mgt_tok *t, const int32_t *ids, size_t n, mgt_buf *out);
 
@@ -107,8 +127,48 @@ mgt_status mgt_tok_utf8_lossy(const char *s, size_t n, mgt_buf *out);
 
 /* The token's bytes (special tokens: their text); NULL if id is out of range. SentencePiece:
  * the piece with U+2581 as a space, a byte piece <0xNN> as that byte, control and unknown pieces
- * as their text. */
+ * as their text.  WordPiece: the vocab.txt line ("##s" for a continuation piece). */
 const char *mgt_tok_token_bytes(const mgt_tok *t, int32_t id, size_t *len);
+
+/* A named special id: "pad", "unk", "cls", "sep", "mask", "bos", "eos" or "eod"; -1 when the
+ * tokenizer has none (or the name is unknown).  BERT WordPiece: [PAD] [UNK] [CLS] [SEP] [MASK]
+ * as looked up in the vocab, bos = cls, eos = eod = sep (Megatron HEAD huggingface_tokenizer.py).
+ * SentencePieceTokenizer: <CLS> <SEP> <MASK> <PAD> <BOS> <EOS> as _SentencePieceTokenizer adds
+ * them, unk = the model's.  Others: bos, pad and eod where the tokenizer defines them, eos = eod. */
+int32_t mgt_tok_special_id(const mgt_tok *t, const char *name);
+
+/* The sentinel ids (Megatron's additional_special_tokens_ids: <extra_id_0>, <extra_id_1>, ... in
+ * that order, as many as the tokenizer has): *ids points into t (valid while t lives); returns
+ * the count (0 and *ids = NULL when none: BertWordPieceLowerCase, SentencePieceTokenizer
+ * without --vocab-extra-ids). */
+size_t mgt_tok_sentinels(const mgt_tok *t, const int32_t **ids);
+
+/* ---- sentence splitting (mgt-preprocess --split-sentences) ---------------------------------- */
+
+typedef struct mgt_tok_sent mgt_tok_sent;
+/* A byte span of a text. */
+typedef struct { size_t off, len; } mgt_span;
+typedef struct { mgt_span *v; size_t n, cap; } mgt_spans;
+
+/* The ICU locale for a Megatron/NLTK --lang name ("english" -> "en", "german" -> "de", the 18
+ * punkt languages); a name that already looks like a locale (2-3 letters, optionally _REGION) is
+ * returned as it is; NULL otherwise. */
+const char *mgt_tok_sent_locale(const char *lang);
+/* A sentence splitter: ICU's sentence break iterator (UAX #29 with the locale's CLDR
+ * abbreviation suppressions, "LOCALE@ss=standard") standing in for NLTK punkt.  keep_newlines:
+ * Megatron's --keep-newlines (whitespace after a sentence stays with it).  One per thread.
+ * Errors: MGT_ERR_USAGE (unknown lang, naming it), MGT_ERR_NOMEM, MGT_ERR_IO (ICU failed,
+ * with its error name).  The caller owns *out (mgt_tok_sent_free). */
+mgt_status mgt_tok_sent_new(mgt_tok_sent **out, const char *lang, int keep_newlines);
+void mgt_tok_sent_free(mgt_tok_sent *s);
+/* Split len bytes of valid UTF-8 into sentences, appending spans (into text) to out (zero it
+ * first; free out->v).  As Megatron's Encoder.split: the text is cut into pieces of 1,000,000
+ * code points, each split on its own.  Line breaks count as spaces (punkt does not end a
+ * sentence at a newline).  Without keep_newlines each span excludes the whitespace around the
+ * sentence; whitespace-only stretches give no span.  With it, a sentence keeps the whitespace
+ * after it (and the text's leading whitespace stays with the first).
+ * Errors: MGT_ERR_NOMEM, MGT_ERR_INPUT (ICU rejected the text, with its error name). */
+mgt_status mgt_tok_sent_split(mgt_tok_sent *s, const char *text, size_t len, mgt_spans *out);
 
 /* ---- GGUF vocabulary view (llama.cpp's tokenizer.ggml.* keys) ------------------------------- */
 

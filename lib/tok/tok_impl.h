@@ -36,7 +36,14 @@ typedef struct {
 	char *pattern;        /* the pattern as the tokenizer files spell it (GGUF pre name), or NULL */
 } tok_pre_step;
 
-enum { TOK_GPT2, TOK_HF, TOK_TIKTOKEN, TOK_MEGATRON_TIKTOKEN, TOK_NULL, TOK_SPM, TOK_LLAMA2 };
+enum { TOK_GPT2, TOK_HF, TOK_TIKTOKEN, TOK_MEGATRON_TIKTOKEN, TOK_NULL, TOK_SPM, TOK_LLAMA2, TOK_WORDPIECE };
+
+/* A WordPiece encoder's scratch (per thread): the normalized text, code points, a piece. */
+typedef struct {
+	mgt_buf norm, piece;
+	int32_t *cps;
+	size_t cps_cap;
+} tok_wp_scratch;
 
 struct tok_spm;
 
@@ -67,6 +74,12 @@ struct mgt_tok {
 	 * _SentencePieceTokenizer's insertion order), the model's pieces are ids 0..spm_size-1 */
 	struct tok_spm *spm;
 	int32_t spm_size, spm_eos, spm_unk;
+	/* BERT WordPiece (wordpiece.c): lower-case + strip accents; the special ids (-1 = none) */
+	int wp_lower;
+	int32_t unk, cls, sep, mask;
+	/* <extra_id_0..N-1> in order (mgt_tok_sentinels), owned */
+	int32_t *sentinels;
+	size_t n_sentinels;
 };
 
 /* bpe.c */
@@ -93,6 +106,14 @@ int32_t tok_added_id(const mgt_tok *t, const char *text);
 const char *tok_gpt2_pattern(void);
 /* gpt2, cl100k_base, o200k_base, llama3, v1, v2; NULL if unknown */
 const char *tok_builtin_pattern(const char *name);
+/* bpe.c: the first-byte index of the added tokens (split_added's fast path) */
+void tok_added_index(mgt_tok *t);
+/* wordpiece.c */
+mgt_status tok_load_wordpiece(mgt_tok *t, const mgt_tok_opts *o);
+/* Encode a stretch of raw text free of added tokens (normalize, pre-tokenize, WordPiece). */
+mgt_status tok_wp_encode(const mgt_tok *t, tok_wp_scratch *sc, const char *s, size_t n, mgt_ids *out);
+mgt_status tok_wp_decode(const mgt_tok *t, const int32_t *ids, size_t n, mgt_buf *out);
+void tok_wp_scratch_free(tok_wp_scratch *sc);
 /* hf.c */
 mgt_status tok_load_hf(mgt_tok *t, const mgt_tok_opts *o);
 /* spm.c */

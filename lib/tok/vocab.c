@@ -217,6 +217,9 @@ mgt_status mgt_tok_vocab_get(const mgt_tok *t, mgt_tok_vocab *out)
 		out->pad = t->kind == TOK_HF ? t->pad : -1;
 		out->add_bos = t->kind == TOK_HF && t->n_prefix > 0 && t->prefix_ids[0] == out->bos;
 		break;
+	case TOK_WORDPIECE:
+		return mgt_err(MGT_ERR_USAGE, "%s: BERT WordPiece vocabularies have no GGUF export here (GGUF export "
+			       "covers the GPT-style models)", t->type_name);
 	case TOK_NULL:
 		return mgt_err(MGT_ERR_USAGE, "NullTokenizer has no vocabulary to put in a GGUF file (ids are numbers); "
 			       "export a model trained with a text tokenizer");

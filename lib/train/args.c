@@ -51,7 +51,7 @@
 	X(F, attention_dropout, model.attention_dropout, "attention-dropout", "0.1", "[0,1)", "dropout on attention probabilities") \
 	X(F, init_method_std, model.init_method_std, "init-method-std", "0.02", "[0,)", "N(0, std) initialization") \
 	X(H, tokenizer, _, "", "", "", "tokenizer (as mgt-preprocess)") \
-	X(S, tokenizer_type, tokenizer_type, "tokenizer-type", "", "", "GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, TikTokenizer, NullTokenizer") \
+	X(S, tokenizer_type, tokenizer_type, "tokenizer-type", "", "", "GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, BertWordPieceLowerCase, BertWordPieceCase, TikTokenizer, NullTokenizer") \
 	X(S, vocab_file, vocab_file, "vocab-file", "", "", "vocabulary file") \
 	X(S, merge_file, merge_file, "merge-file", "", "", "BPE merges file") \
 	X(S, tokenizer_model, tokenizer_model, "tokenizer-model", "", "", "tokenizer.json (or its directory), SentencePiece or tiktoken model file") \

@@ -81,6 +81,16 @@ node "$here/encode.mjs" --ordinary --tiktoken-file "$DATA/tiktoken/cl100k_base.t
 rm -f "$tmp.pat"
 echo "$FIX/endoftext.megatron-v2.ids: $(wc -l <"$FIX/endoftext.megatron-v2.ids") lines" >&2
 
+# BERT WordPiece (t0240): HF tokenizer.json files built from share's uncased vocab and from the
+# cased test vocab derived from it (make_wordpiece.mjs), on the multilingual WordPiece corpus
+WPD=$(mktemp -d "${TMPDIR:-/tmp}/mgt-wp.XXXXXX")
+node "$here/make_wordpiece.mjs" "$root/share/mgt/tokenizers/bert/vocab.txt" "$WPD"
+W=$D/wordpiece/multilingual.jsonl
+enc wordpiece.bert-uncased    plain --hf "$WPD/bert-uncased.json" "$W"
+enc wordpiece.bert-uncased.nospecial plain --no-special --hf "$WPD/bert-uncased.json" "$W"
+enc wordpiece.bert-cased      plain --hf "$WPD/bert-cased.json" "$W"
+rm -rf "$WPD"
+
 enc kjv.gpt2                  zst --hf "$GPT2" "$KJV"
 enc kjv.cl100k_base           zst --tiktoken cl100k_base "$KJV"
 enc kjv.o200k_base            zst --tiktoken o200k_base "$KJV"

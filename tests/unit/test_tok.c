@@ -271,6 +271,155 @@ static void test_errors(const char *dir)
 	mgt_tok_free(t);
 }
 
+/* ---- BERT WordPiece on a hand-made vocab (ids worked out by hand from tok.h's rules) -------- */
+
+static const char wp_vocab[] =
+	"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"           /* 0-4 */
+	"hello\nworld\n,\n!\nun\n##aff\n##able\n"          /* 5-11 */
+	"cafe\n\xe4\xb8\xad\na\n##a\n[\n]\nmask\nx\ny\n"   /* 12-20: 13 = U+4E2D */
+	"\xc3\xa9\nHello\n##s\ncat\ni\n<\n>\n";            /* 21-27: 21 = e-acute */
+
+static int wp_ids(mgt_tok_enc *e, const char *text, size_t len, const int32_t *want, size_t n)
+{
+	mgt_ids ids = {0};
+	int ok = mgt_tok_encode(e, text, len, &ids) == MGT_OK && ids.n == n;
+	for (size_t i = 0; ok && i < n; i++)
+		ok = ids.v[i] == want[i];
+	if (!ok) {
+		printf("# '%.*s' ->", (int)len, text);
+		for (size_t i = 0; i < ids.n; i++)
+			printf(" %d", ids.v[i]);
+		printf("\n");
+	}
+	free(ids.v);
+	return ok;
+}
+#define WP(e, text, ...) wp_ids(e, text, sizeof text - 1, (const int32_t[]){__VA_ARGS__}, \
+				sizeof((const int32_t[]){__VA_ARGS__}) / sizeof(int32_t))
+
+static mgt_tok *wp_load(const char *type, const char *file, int plain)
+{
+	mgt_tok_opts o = {.type = type, .vocab_file = file, .hf_no_special_tokens = plain};
+	mgt_tok *t = NULL;
+	return mgt_tok_load(&t, &o) == MGT_OK ? t : NULL;
+}
+
+static void test_wordpiece_lower(mgt_tok *t, mgt_tok *tt)
+{
+	mgt_tok_enc *e, *ee;
+	if (mgt_tok_enc_new(&e, t) || mgt_tok_enc_new(&ee, tt))
+		return;
+	CHECK(WP(e, "Hello, World!", 5, 7, 6, 8), "lower: case folded, punctuation split");
+	CHECK(WP(ee, "Hello, World!", 2, 5, 7, 6, 8, 3), "lower: [CLS] ... [SEP] template");
+	CHECK(WP(ee, "", 2, 3) && WP(ee, " \t\n ", 2, 3), "lower: empty and blank text give [CLS] [SEP]");
+	CHECK(WP(e, "unaffable", 9, 10, 11), "greedy longest match with ## pieces");
+	CHECK(WP(e, "catz", 1) && WP(e, "cats", 24, 23), "an unmatched position makes the whole word [UNK]");
+	CHECK(WP(e, "Caf\xc3\xa9 CAFE\xcc\x81", 12, 12), "accents stripped (precomposed and NFD input)");
+	CHECK(WP(e, "\xc4\xb0", 25), "U+0130 -> i (strip accents, then lower-case)");
+	CHECK(WP(e, "x\xe4\xb8\xady", 19, 13, 20), "CJK ideograph gets spaces around it");
+	CHECK(WP(e, "cat\x07s ca\0t cat\xc2\xads cat\xee\x80\x80s c\xef\xbf\xbd" "at", 24, 23, 24, 24, 23, 24, 23, 24),
+	      "NUL, Cc, Cf (soft hyphen), Co (private use) and U+FFFD dropped, joining the word");
+	CHECK(WP(e, "x\ty\xe2\x80\xa8x\xc2\xa0y", 19, 20, 19, 20), "tab, U+2028, no-break space split words");
+	CHECK(WP(e, "x\xcd\xb8y", 1), "an unassigned code point (U+0378) is kept (-> [UNK])");
+	CHECK(WP(e, "x$y x\xe2\x80\x94y", 19, 1, 20, 19, 1, 20), "ASCII $ and Unicode Pd are punctuation");
+	CHECK(WP(e, "x\xc3\x97y", 1), "U+00D7 (Sm) is not punctuation: one word, [UNK]");
+	char a100[101], a101[102], u101[203];
+	memset(a100, 'a', 100), memset(a101, 'a', 101);
+	for (int i = 0; i < 101; i++)
+		memcpy(u101 + 2 * i, "\xc3\xa1", 2); /* a-acute: 101 characters, 101 'a' after stripping */
+	mgt_ids ids = {0};
+	CHECK(mgt_tok_encode(e, a100, 100, &ids) == MGT_OK && ids.n == 100 && ids.v[0] == 14 && ids.v[99] == 15,
+	      "a 100-character word is WordPiece'd (a ##a x99)");
+	ids.n = 0;
+	CHECK(mgt_tok_encode(e, a101, 101, &ids) == MGT_OK && ids.n == 1 && ids.v[0] == 1, "a 101-character word is [UNK]");
+	ids.n = 0;
+	CHECK(mgt_tok_encode(e, u101, 202, &ids) == MGT_OK && ids.n == 1 && ids.v[0] == 1 &&
+	      mgt_tok_encode(e, u101, 200, &ids) == MGT_OK && ids.n == 101, "the limit counts normalized characters");
+	free(ids.v);
+	CHECK(WP(e, "x[MASK]y [mask] [CLS][SEP]", 19, 4, 20, 16, 18, 17, 2, 3),
+	      "literal special tokens match the raw text only");
+	CHECK(WP(e, "<extra_id_0>", 26, 1, 1, 1, 1, 1, 27), "no sentinels in the lower-case tokenizer");
+	mgt_tok_enc_free(e), mgt_tok_enc_free(ee);
+}
+
+static void test_wordpiece_case(mgt_tok *t)
+{
+	mgt_tok_enc *e;
+	if (mgt_tok_enc_new(&e, t))
+		return;
+	CHECK(WP(e, "Hello hello, World!", 2, 22, 5, 7, 1, 8, 3), "cased: no lower-casing");
+	CHECK(WP(e, "\xc3\xa9 e\xcc\x81", 2, 21, 1, 3), "cased: accents kept, no NFC");
+	CHECK(WP(e, "x<extra_id_3>y<extra_id_100>", 2, 19, 31, 20, 26, 1, 1, 1, 1, 1, 27, 3), "cased: <extra_id_N> are special tokens");
+	const int32_t *s;
+	CHECK(mgt_tok_sentinels(t, &s) == 100 && s[0] == 28 && s[99] == 127 && mgt_tok_vocab_size(t) == 128,
+	      "cased: 100 sentinels at V.., vocab_size V + 100");
+	size_t len;
+	const char *p = mgt_tok_token_bytes(t, 28, &len);
+	CHECK(p && len == 12 && !memcmp(p, "<extra_id_0>", 12), "sentinel text");
+	mgt_tok_enc_free(e);
+}
+
+static void test_wordpiece_ids_decode(mgt_tok *t)
+{
+	const char *names[] = {"pad", "unk", "cls", "sep", "mask", "bos", "eos", "eod", "nope"};
+	int32_t want[] = {0, 1, 2, 3, 4, 2, 3, 3, -1};
+	int ok = mgt_tok_eod(t) == 3;
+	for (int i = 0; i < 9; i++)
+		ok = ok && mgt_tok_special_id(t, names[i]) == want[i];
+	CHECK(ok, "special ids by name (bos = cls, eos = eod = sep)");
+	const int32_t *s;
+	CHECK(mgt_tok_sentinels(t, &s) == 0 && !s && mgt_tok_vocab_size(t) == 28, "lower-case: no sentinels, vocab_size V");
+	size_t len;
+	const char *p = mgt_tok_token_bytes(t, 10, &len);
+	CHECK(p && len == 5 && !memcmp(p, "##aff", 5), "token bytes keep ##");
+	mgt_buf out = {0};
+	int32_t ids[] = {2, 5, 7, 6, 8, 9, 10, 11, 23, 3};
+	const char *want1 = "[CLS] hello, world! unaffables [SEP]", *want2 = "##affables [SEP]";
+	CHECK(mgt_tok_decode(t, ids, 10, &out) == MGT_OK && out.n == strlen(want1) && !memcmp(out.p, want1, out.n),
+	      "decode: spaces between words, ## pieces glued, ' ,' and ' !' cleaned up");
+	out.n = 0;
+	CHECK(mgt_tok_decode(t, ids + 6, 4, &out) == MGT_OK && out.n == strlen(want2) && !memcmp(out.p, want2, out.n),
+	      "decode: a leading ## piece keeps its ##");
+	int32_t bad = 28;
+	CHECK(mgt_tok_decode(t, &bad, 1, &out) == MGT_ERR_INPUT, "decode: id beyond the vocabulary");
+	free(out.p);
+}
+
+static void test_wordpiece_errors(const char *path)
+{
+	mgt_tok *t;
+	mgt_tok_opts o = {.type = "BertWordPieceLowerCase", .vocab_file = path};
+	write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nx\ny\nx\n");
+	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), ":8:") && strstr(mgt_err_msg(), "repeats line 6"),
+	      "vocab: a duplicate token names both lines");
+	write_file(path, "[PAD]\n[UNK]\n[CLS]\n\n[SEP]\n[MASK]\n");
+	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), ":4: empty line"), "vocab: an empty line is named");
+	write_file(path, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nx\n");
+	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), "no [MASK]"), "vocab: a missing special is named");
+	write_file(path, "");
+	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), "no tokens"), "vocab: empty file");
+	o.vocab_file = NULL;
+	CHECK(mgt_tok_load(&t, &o) == MGT_ERR_USAGE && strstr(mgt_err_msg(), "--vocab-file"), "vocab: --vocab-file required");
+	unlink(path);
+}
+
+static void test_wordpiece(void)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/tmp/mgt-test-wp-%d.txt", (int)getpid());
+	write_file(path, wp_vocab);
+	mgt_tok *plain = wp_load("BertWordPieceLowerCase", path, 1), *tmpl = wp_load("BertWordPieceLowerCase", path, 0),
+		*cased = wp_load("BertWordPieceCase", path, 0);
+	CHECK(plain && tmpl && cased, "WordPiece tokenizers load");
+	if (plain && tmpl && cased) {
+		test_wordpiece_lower(plain, tmpl);
+		test_wordpiece_case(cased);
+		test_wordpiece_ids_decode(tmpl);
+	}
+	mgt_tok_free(plain), mgt_tok_free(tmpl), mgt_tok_free(cased);
+	test_wordpiece_errors(path);
+}
+
 int main(void)
 {
 	const char *dir = "share/mgt/tokenizers";
@@ -297,6 +446,7 @@ int main(void)
 	test_utf8();
 	test_whitespace_rewrite();
 	test_errors(dir);
+	test_wordpiece();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
 }
