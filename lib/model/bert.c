@@ -195,7 +195,7 @@ mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, double *loss)
 	return st;
 }
 
-void mgt_bert_losses(mgt_model *m, int slot, double *lm, double *sop)
+void mgt_model_bert_losses(mgt_model *m, int slot, double *lm, double *sop)
 {
 	const struct bert_act *a = &m->bert->act[slot];
 	*lm = a->lm;

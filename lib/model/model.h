@@ -502,6 +502,11 @@ void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s);
  * MoEAuxLossAutoScaler main_loss_backward_scale, loss scale / number of micro-batches
  * (megatron/core/pipeline_parallel/schedules.py).  Default 1.  No-op without MoE layers. */
 void mgt_model_set_aux_scale(mgt_model *m, float scale);
+
+/* BERT (lib/model/bert.c), on the last stage: the masked-LM loss (sum of the masked tokens' cross
+ * entropy / their count) and the sentence-order loss (0 without the binary head) of the slot's
+ * last forward; their sum is what mgt_model_forward returned as the loss. */
+void mgt_model_bert_losses(mgt_model *m, int slot, double *lm, double *sop);
 /* The global indices of this chunk's MoE layers into layers (may be NULL); returns how many. */
 int mgt_model_moe_layers(const mgt_model *m, int *layers);
 /* Routing statistics of the training forwards since the last call, per MoE layer of the chunk

@@ -20,6 +20,7 @@
 #define MGT_ARGS(X) \
 	X(H, model_shape, _, "", "", "", "model shape") \
 	X(S, model, model_name, "model", "", "", "preset name (share/mgt/models) or JSON file") \
+	X(A, family, model.family, "model-family", "gpt", "", "gpt (Megatron's pretrain_gpt.py) or bert (pretrain_bert.py)") \
 	X(I, num_layers, model.num_layers, "num-layers", "0", "[0,)", "transformer layers") \
 	X(I, hidden_size, model.hidden_size, "hidden-size", "0", "[0,)", "hidden size h") \
 	X(I, ffn_hidden_size, model.ffn_hidden_size, "ffn-hidden-size", "0", "[0,)", "MLP size (default 4h; SwiGLU int(8h/3/64)*64)") \
@@ -43,6 +44,8 @@
 	X(B, apply_layernorm_1p, model.apply_layernorm_1p, "apply-layernorm-1p", "false", "", "zero-centred norm weights: stored w, applied 1 + w (initialized 0)") \
 	X(B, swiglu, model.swiglu, "swiglu", "false", "", "SwiGLU MLP") \
 	X(B, openai_gelu, model.openai_gelu, "openai-gelu", "false", "", "tanh-approximation GELU (GPT-2's gelu_new)") \
+	X(B, no_bias_gelu_fusion, model.no_bias_gelu_fusion, "no-bias-gelu-fusion", "false", "", "BERT: erf GELU in the MLP (default with biases: the fused bias-GELU's tanh approximation)") \
+	X(N, bert_binary_head, model.bert_binary_head, "bert-no-binary-head", "true", "", "BERT without the pooler, binary head and sentence-order loss") \
 	X(N, add_bias_linear, model.add_bias_linear, "disable-bias-linear", "true", "", "no biases in linear layers") \
 	X(B, add_qkv_bias, model.add_qkv_bias, "add-qkv-bias", "false", "", "QKV bias even without linear biases (Qwen2)") \
 	X(B, untie_embeddings_and_output_weights, model.untie_embeddings_and_output_weights, "untie-embeddings-and-output-weights", "false", "", "separate output layer") \
@@ -66,6 +69,8 @@
 	X(B, mock_data, mock_data, "mock-data", "false", "", "synthetic data (benchmarks)") \
 	X(B, eod_mask_loss, eod_mask_loss, "eod-mask-loss", "false", "", "no loss on end-of-document labels") \
 	X(B, reset_position_ids, reset_position_ids, "reset-position-ids", "false", "", "restart positions after each eod") \
+	X(F, mask_prob, mask_prob, "mask-prob", "0.15", "(0,1)", "BERT: probability of masking a token") \
+	X(F, short_seq_prob, short_seq_prob, "short-seq-prob", "0.1", "[0,1]", "BERT: probability of a shorter target length") \
 	X(H, batch, _, "", "", "", "batch and run length") \
 	X(I, micro_batch_size, micro_batch_size, "micro-batch-size", "0", "[0,)", "sequences per micro-batch") \
 	X(I, global_batch_size, global_batch_size, "global-batch-size", "0", "[0,)", "sequences per iteration (default micro x data-parallel)") \
@@ -962,6 +967,24 @@ static mgt_status check_precision(const mgt_args *a)
 	return MGT_OK;
 }
 
+/* --model-family bert: what Megatron's BERT does not allow, or mgt does not implement. */
+static mgt_status check_bert(const mgt_args *a)
+{
+	if (strcmp(a->model.family, "bert")) return MGT_OK;
+	if (a->context_parallel_size > 1)
+		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %lld with --model-family bert: BERT's bidirectional "
+			       "attention under a padding mask has no context-parallel form in Megatron (its ring splits "
+			       "causal attention); use --tensor-model-parallel-size with --sequence-parallel",
+			       (long long)a->context_parallel_size);
+	if (a->calculate_per_token_loss)
+		return mgt_err(MGT_ERR_USAGE, "--calculate-per-token-loss with --model-family bert: pretrain_bert.py's "
+			       "loss is the mean of each micro-batch's masked-LM and sentence-order losses");
+	if (a->mock_data)
+		return mgt_err(MGT_ERR_USAGE, "--mock-data with --model-family bert: give a sentence-level --data-path "
+			       "(mgt-preprocess --split-sentences)");
+	return MGT_OK;
+}
+
 /* The fp8 flags by Megatron's rules (megatron/core/transformer/transformer_config.py
  * __post_init__, megatron/training/arguments.py; fp8.md section 1) into a->fp8. */
 static mgt_status check_fp8(mgt_args *a)
@@ -1021,7 +1044,7 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	if (!st) st = derive_recompute(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
-	if ((st = check_precision(a)) || (st = check_fp8(a))) return st;
+	if ((st = check_precision(a)) || (st = check_fp8(a)) || (st = check_bert(a))) return st;
 	if (a->calculate_per_token_loss && a->model.num_experts > 0)
 		return mgt_err(MGT_ERR_USAGE, "--calculate-per-token-loss with --num-experts is not implemented (the "
 			       "auxiliary losses' scaling)");

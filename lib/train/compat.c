@@ -71,7 +71,6 @@ static const compat_row rows[] = {
 	{ "use-flash-attn", 'i', '0', NULL, "mgt's attention is a fused (flash-style) kernel already" },
 	{ "no-masked-softmax-fusion", 'i', '0', NULL, FUSED },
 	{ "masked-softmax-fusion", 'i', '0', NULL, FUSED },
-	{ "no-bias-gelu-fusion", 'i', '0', NULL, FUSED },
 	{ "no-bias-swiglu-fusion", 'i', '0', NULL, FUSED },
 	{ "no-bias-dropout-fusion", 'i', '0', NULL, FUSED },
 	{ "no-rope-fusion", 'i', '0', NULL, FUSED },

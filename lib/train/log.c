@@ -240,6 +240,7 @@ static void tb_iteration(trainer *t, double loss, double gnorm, bool skipped)
 	if (a->log_learning_rate_to_tensorboard) tb_pair(t, "learning-rate", mgt_lr_get(&t->sched));
 	tb_pair(t, "batch-size", (double)a->global_batch_size);
 	tb_pair(t, "lm loss", loss);
+	if (trainer_bert(t) && t->a->model.bert_binary_head) tb_pair(t, "sop loss", t->sop_loss);
 	if (a->log_loss_scale_to_tensorboard) tb_pair(t, "loss-scale", t->scaler.scale);
 	if (a->log_world_size_to_tensorboard) tb_pair(t, "world-size", (double)t->ps.world_size);
 	if (!skipped && a->clip_grad > 0) tb_pair(t, "grad-norm", gnorm);
@@ -288,6 +289,7 @@ static void write_metrics(trainer *t, double loss, double lr, double gnorm, bool
 	json_object_set_new(o, "loss_scale", json_real(t->scaler.scale));
 	if (a->peak_tflops > 0) json_object_set_new(o, "mfu", json_real(tflops / a->peak_tflops));
 	if (t->n_moe) metrics_moe(t, o);
+	if (trainer_bert(t)) json_object_set_new(o, "sop_loss", json_real(t->sop_loss));
 	char *s = json_dumps(o, JSON_COMPACT);
 	if (s) fprintf(t->metrics, "%s\n", s);
 	fflush(t->metrics);
@@ -307,6 +309,9 @@ static void print_line(trainer *t, double lr, double gnorm, bool skipped, double
 		fprintf(f, " throughput per GPU (TFLOP/s/GPU): %.1f |", tflops_gpu);
 	fprintf(f, " learning rate: %.6E | global batch size: %5lld |", lr, (long long)a->global_batch_size);
 	if (t->int_iters > 0) fprintf(f, " lm loss: %.6E |", t->int_loss / (double)t->int_iters);
+	/* pretrain_bert.py's loss dict: lm loss, then sop loss (with the binary head) */
+	if (t->int_iters > 0 && trainer_bert(t) && a->model.bert_binary_head)
+		fprintf(f, " sop loss: %.6E |", t->int_sop / (double)t->int_iters);
 	/* MoE losses: Megatron puts them in total_loss_dict beside the lm loss (moe_logging.py report) */
 	const char *lb = moe_lb_name(&a->model), *zn = moe_z_name(&a->model);
 	double n = (double)(t->int_iters > 0 ? t->int_iters : 1);
@@ -336,6 +341,7 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 		t->int_nan += !isfinite(loss);
 	} else {
 		t->int_loss += loss;
+		t->int_sop += t->sop_loss;
 		t->int_iters++;
 	}
 	t->int_moe_lb += t->moe_lb;
@@ -347,15 +353,23 @@ void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, boo
 	double tflops_gpu = mgt_model_flops(&t->a->model, t->a->global_batch_size) / elapsed / 1e12 / t->ps.world_size;
 	if (t->tb) tb_timers(t, elapsed, tflops_gpu);
 	if (t->io->log) print_line(t, mgt_lr_get(&t->sched), gnorm, skipped, elapsed, tflops_gpu);
-	t->int_loss = t->int_moe_lb = t->int_moe_zl = 0;
+	t->int_loss = t->int_moe_lb = t->int_moe_zl = t->int_sop = 0;
 	t->int_iters = t->int_skipped = t->int_nan = 0;
 	t->int_t0 = mgt_now();
 }
 
 void mgt_train_print_loss(FILE *f, const char *head, double loss)
 {
+	mgt_train_print_losses(f, head, loss, NAN);
+}
+
+void mgt_train_print_losses(FILE *f, const char *head, double loss, double sop)
+{
 	char body[512];
-	snprintf(body, sizeof body, "%slm loss value: %.6E | lm loss PPL: %.6E | ", head, loss, exp(fmin(20.0, loss)));
+	int k = snprintf(body, sizeof body, "%slm loss value: %.6E | lm loss PPL: %.6E | ", head, loss, exp(fmin(20.0, loss)));
+	if (!isnan(sop) && k > 0 && (size_t)k < sizeof body)
+		snprintf(body + k, sizeof body - (size_t)k, "sop loss value: %.6E | sop loss PPL: %.6E | ", sop,
+			 exp(fmin(20.0, sop)));
 	size_t n = strlen(body) + 1;
 	for (size_t i = 0; i < n; i++) fputc('-', f);
 	fprintf(f, "\n%s\n", body);
@@ -369,7 +383,8 @@ void trainer_log_validation(trainer *t, const char *what, bool test, double loss
 	char head[160];
 	if (what) snprintf(head, sizeof head, " iteration %lld %s | ", (long long)t->iteration, what);
 	else snprintf(head, sizeof head, " validation loss at iteration %lld | ", (long long)t->iteration);
-	if (t->io->log) mgt_train_print_loss(t->io->log, head, loss);
+	bool sop = trainer_bert(t) && t->a->model.bert_binary_head;
+	if (t->io->log) mgt_train_print_losses(t->io->log, head, loss, sop ? t->sop_loss : NAN);
 	if (t->tb) { /* Megatron's evaluate_and_print_results (Megatron's lands its test set under the
 		      * validation tags; mgt writes "lm loss test") */
 		char tag[64];
@@ -381,8 +396,10 @@ void trainer_log_validation(trainer *t, const char *what, bool test, double loss
 	}
 	if (t->metrics) {
 		const char *k = test ? "test" : "valid";
-		fprintf(t->metrics, "{\"iteration\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g%s}\n",
-			(long long)t->iteration, k, loss, k, exp(fmin(20.0, loss)), what ? ", \"end\": true" : "");
+		fprintf(t->metrics, "{\"iteration\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g", (long long)t->iteration, k,
+			loss, k, exp(fmin(20.0, loss)));
+		if (sop) fprintf(t->metrics, ", \"%s_sop_loss\": %.17g", k, t->sop_loss);
+		fprintf(t->metrics, "%s}\n", what ? ", \"end\": true" : "");
 		fflush(t->metrics);
 	}
 }

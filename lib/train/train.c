@@ -130,6 +130,7 @@ static mgt_status open_data(trainer *t)
 					    a->eval_interval ? a->eval_interval : 1, a->eval_iters, n);
 	if (st) return st;
 	if (!a->eval_interval) n[1] = n[2] = 0;
+	if (trainer_bert(t)) return trainer_masked_open(t, n);
 	mgt_gpt_data_config dc = {
 		.split = a->split, .seq_length = (int)a->model.seq_length, .seed = (uint64_t)a->seed,
 		.cache_path = a->data_cache_path, .eod_id = t->eod, .vocab_size = a->model.vocab_size,
@@ -150,8 +151,18 @@ static mgt_status open_data(trainer *t)
 	return st;
 }
 
+/* Samples of split sp (GPT's or BERT's dataset). */
+static int64_t data_len(const trainer *t, mgt_split sp)
+{
+	return trainer_bert(t) ? trainer_masked_len(t, sp) : mgt_gpt_data_len(t->data, sp);
+}
+
 static mgt_status alloc_batch(trainer *t)
 {
+	if (trainer_bert(t)) {
+		mgt_status st = trainer_masked_alloc(t);
+		if (st) return st;
+	}
 	size_t S = (size_t)t->a->model.seq_length, T = S * (size_t)t->a->micro_batch_size;
 	t->mb_tokens = mgt_malloc(T * 4); t->mb_labels = mgt_malloc(T * 4); t->mb_pos = mgt_malloc(T * 4);
 	t->mb_mask = mgt_malloc(T * 4);
@@ -190,6 +201,7 @@ static void cp_slice(trainer *t)
  * [r*mbs, (r+1)*mbs)).  Validation cycles through its split. */
 static mgt_status load_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k)
 {
+	if (trainer_bert(t)) return trainer_masked_microbatch(t, sp, base, k);
 	int b = (int)t->a->micro_batch_size, S = (int)t->a->model.seq_length;
 	int64_t first = base + (k * t->a->data_parallel_size + t->ps.dp_rank) * b;
 	int64_t n = mgt_gpt_data_len(t->data, sp);
@@ -229,7 +241,8 @@ typedef struct {
 	mgt_split split;
 	int64_t base;       /* first sample of the global batch */
 	bool train;
-	double num, den;    /* loss sum and tokens on the last stage */
+	double num, den;    /* loss sum and tokens on the last stage (BERT: lm loss sum and micro-batches) */
+	double sop;         /* BERT: the sentence-order loss sum */
 } pass;
 
 static bool first_vstage(const trainer *t, int c) { return c == 0 && t->ps.pp_rank == 0; }
@@ -249,10 +262,20 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	/* keyed by the micro-batch's place in the global batch, so the data-parallel split does not matter */
 	if (ps->train) mgt_model_set_dropout_key(m, t->dropout_seed, t->iteration + 1, (int64_t)x->mb * t->ps.dp + t->ps.dp_rank);
 	double lsum = 0;
-	mgt_microbatch mb = { .tokens = t->mb_tokens, .labels = t->mb_labels, .position_ids = t->mb_pos, .loss_mask = t->mb_mask };
+	mgt_microbatch mb = { .tokens = t->mb_tokens, .labels = t->mb_labels, .position_ids = t->mb_pos, .loss_mask = t->mb_mask,
+			      .tokentype_ids = t->mb_types, .padding_mask = t->mb_pad, .is_random = t->mb_isr };
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;
 	if (t->fp8_trace && ps->train && (st = trainer_fp8_trace(t, x->chunk, x->mb, false))) return st;
 	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, ht, (r + 1) % P, TAG_FWD);
+	if (trainer_bert(t)) { /* pretrain_bert.py: each micro-batch's mean loss, averaged over them */
+		double lm, sop;
+		mgt_model_bert_losses(m, slot, &lm, &sop);
+		ps->num += lm;
+		ps->sop += sop;
+		ps->den += 1;
+		t->mb_scale[x->mb] = (float)(1.0 / (double)t->a->num_microbatches);
+		return MGT_OK;
+	}
 	/* the loss of the micro-batch is the sum over all its tokens (every context-parallel rank's)
 	 * divided by their count: each rank scales its part by the whole count, and the gradients
 	 * are summed over the context-parallel ranks (Megatron's loss_func with CP) */
@@ -304,13 +327,14 @@ static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps
 	if (st) return st;
 	bool mine = t->ps.pp_rank == t->ps.pp - 1 && t->ps.tp_rank == 0;
 	double mins = (mgt_now() - t->io->start_time) / 60.0, limit = t->a->exit_duration_in_mins;
-	double v[5] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit,
-			trainer_async_running(t) };
+	double v[6] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit,
+			trainer_async_running(t), mine ? ps->sop : 0 };
 	mgt_comm *w = t->ps.world;
-	if (w->size > 1 && (st = w->ops->allreduce(w, v, 5, MGT_DT_F64, MGT_RED_SUM))) return st;
+	if (w->size > 1 && (st = w->ops->allreduce(w, v, 6, MGT_DT_F64, MGT_RED_SUM))) return st;
 	t->async_all_done = t->async && v[4] == 0;
 	ps->num = v[0];
 	ps->den = v[1];
+	ps->sop = v[5];
 	if (interrupted) *interrupted = v[2] > 0;
 	t->out_of_time = v[3] > 0;
 	return MGT_OK;
@@ -627,6 +651,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 	pass ps = { .split = MGT_SPLIT_TRAIN, .base = t->consumed_train, .train = true };
 	mgt_status st = run_pass(t, t->acts, t->n_acts, &ps, intr);
 	*loss = ps.num / (ps.den > 0 ? ps.den : 1);
+	t->sop_loss = ps.sop / (ps.den > 0 ? ps.den : 1);
 	t->t_fwd = t->t_bwd = 0;
 	for (int c = 0; c < t->V; c++) {
 		double f, b;
@@ -661,13 +686,14 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
  * evaluate: the token-weighted mean loss. */
 static mgt_status evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *loss, double *tokens)
 {
-	double num = 0, den = 0;
+	double num = 0, den = 0, sop = 0;
 	for (int64_t it = 0; it < t->a->eval_iters; it++) {
 		pass ps = { .split = sp, .base = *consumed, .train = false };
 		mgt_status st = run_pass(t, t->eval_acts, t->n_eval_acts, &ps, NULL);
 		if (st) return st;
 		num += ps.num;
 		den += ps.den;
+		sop += ps.sop;
 		*consumed += t->a->global_batch_size;
 	}
 	for (int c = 0; c < t->V; c++) {
@@ -675,6 +701,7 @@ static mgt_status evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *
 		mgt_model_take_times(t->chunk[c], &f, &b);
 	}
 	*loss = num / (den > 0 ? den : 1);
+	t->sop_loss = sop / (den > 0 ? den : 1);
 	if (tokens) *tokens = den;
 	return MGT_OK;
 }
@@ -683,7 +710,7 @@ static mgt_status evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *
  * first sample (Megatron's pretrain: "on validation set", then "on test set"). */
 static mgt_status validate(trainer *t, mgt_split sp, const char *what)
 {
-	if (!t->a->eval_iters || mgt_gpt_data_len(t->data, sp) <= 0) return MGT_OK;
+	if (!t->a->eval_iters || data_len(t, sp) <= 0) return MGT_OK;
 	double loss;
 	int64_t test_from = 0;
 	mgt_status st = evaluate(t, sp, sp == MGT_SPLIT_TEST ? &test_from : &t->consumed_valid, &loss, NULL);
@@ -1067,6 +1094,7 @@ static void teardown(trainer *t)
 	free(t->acts);
 	free(t->eval_acts);
 	mgt_gpt_data_close(t->data);
+	trainer_masked_free(t);
 	if (t->ps.world) mgt_parallel_free(&t->ps); /* device communicators need the backend */
 	if (t->be) mgt_backend_destroy(t->be);
 	mgt_tok_free(t->tok);
@@ -1133,7 +1161,7 @@ mgt_status mgt_train_evaluate(mgt_args *a, const mgt_train_io *io, const mgt_tra
 	mgt_split sp = o->test ? MGT_SPLIT_TEST : MGT_SPLIT_VALID;
 	int64_t one = a->eval_iters * a->global_batch_size, from = o->from_sample;
 	if (!st && from < 0) from = o->test ? 0 : t.consumed_valid >= one ? t.consumed_valid - one : 0;
-	if (!st && mgt_gpt_data_len(t.data, sp) <= 0)
+	if (!st && data_len(&t, sp) <= 0)
 		st = mgt_err(MGT_ERR_INPUT, "the %s split has no samples (--split %s, --eval-iters %lld, --eval-interval %lld): "
 			     "give it a share in --split (say --split 949,50,1)%s", o->test ? "test" : "validation",
 			     a->split ? a->split : "(none)", (long long)a->eval_iters, (long long)a->eval_interval,

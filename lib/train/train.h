@@ -24,6 +24,7 @@ typedef struct mgt_args {
 	/* data */
 	char *data_path, *split, *data_cache_path;
 	bool mock_data, eod_mask_loss, reset_position_ids;
+	double mask_prob, short_seq_prob;
 	/* batch and run length */
 	int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval;
 	/* optimizer and schedule */
@@ -294,6 +295,8 @@ mgt_status mgt_train_run(mgt_args *a, const mgt_train_io *io);
  * ending in "| ") then "lm loss value: X | lm loss PPL: exp(X) | ", between two lines of dashes
  * as long as it; flushed. */
 void mgt_train_print_loss(FILE *f, const char *head, double loss);
+/* The same with BERT's "sop loss value: S | sop loss PPL: exp(S) | " after it (sop NaN: none). */
+void mgt_train_print_losses(FILE *f, const char *head, double loss, double sop);
 
 /* What mgt_train_evaluate evaluates: the test split instead of the validation split, and the
  * first sample (-1: for validation the samples of the last validation before the checkpoint

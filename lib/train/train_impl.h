@@ -72,8 +72,18 @@ typedef struct trainer {
 	int32_t *mb_tokens, *mb_labels, *mb_pos, *s_tokens, *s_labels, *s_pos;
 	float *mb_mask, *s_mask;
 	double mb_tokens_full; /* loss-mask sum of the whole micro-batch (all context-parallel ranks) */
+	/* BERT (--model-family bert; masked.c): the masked dataset and the vocabulary it draws from
+	 * (its is_subword array owned here), the micro-batch's token types, padding mask [s * mbs]
+	 * and sentence-order labels [mbs], one sample's int64 arrays (5 x s), and the pass's
+	 * sentence-order loss sum */
+	struct mgt_masked_data *mdata;
+	mgt_masked_vocab mvocab;
+	uint8_t *mv_sub;
+	int32_t *mb_types, *mb_isr;
+	int64_t *mb_pad, *s_i64;
 	/* log interval accumulators */
 	double int_loss, int_t0;
+	double sop_loss, int_sop;                    /* BERT: the last iteration's sentence-order loss, its sum */
 	int64_t int_iters, int_skipped, int_nan;
 	double t_fwd, t_bwd, t_opt;                  /* last iteration, seconds */
 	/* MoE (trainer_moe_step): the model's MoE layers (global count), this iteration's per-layer
@@ -102,6 +112,21 @@ mgt_status sched_check(int P, int M, int V, int G);
 mgt_status sched_build(int P, int r, int M, int V, int G, bool forward_only, sched_action **out, int *n);
 /* Activation slots chunk needs: the most micro-batches forwarded and not yet backwarded. */
 int sched_slots(const sched_action *a, int n, int chunk);
+
+/* masked.c (BERT): trainer_bert: the family is bert.  trainer_masked_open: the vocabulary from the
+ * tokenizer and the sentence-level dataset of --data-path (one prefix) with Megatron's
+ * BERTMaskedWordPieceDataset for the splits' sample counts n.  trainer_masked_alloc: the
+ * micro-batch arrays.  trainer_masked_microbatch: micro-batch k of the global batch from sample
+ * base of split sp into the trainer's arrays (tokens, labels (-1 where not masked), loss mask,
+ * positions, types, padding mask, is_random), as load_microbatch does for GPT.
+ * trainer_masked_free.  Errors: the dataset's, USAGE (a tokenizer without WordPiece specials,
+ * mock data, a blend), NOMEM. */
+bool trainer_bert(const trainer *t);
+mgt_status trainer_masked_open(trainer *t, const uint64_t n[3]);
+mgt_status trainer_masked_alloc(trainer *t);
+mgt_status trainer_masked_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k);
+int64_t trainer_masked_len(const trainer *t, mgt_split sp);
+void trainer_masked_free(trainer *t);
 
 /* checkpointing.c */
 mgt_status trainer_load(trainer *t, bool *loaded);

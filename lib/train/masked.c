@@ -1,0 +1,117 @@
+/* lib/train/masked.c: BERT's data in mgt-train: Megatron's BERTMaskedWordPieceDataset
+ * (lib/data masked*.c) over the sentence-level dataset of --data-path, read by the same
+ * consumed-samples order as GPT's (megatron-reference.md section 3.7), into sequence-first
+ * micro-batches (examples/bert/pretrain_bert.py get_batch: tokens, types, labels, loss_mask,
+ * padding_mask, is_random). */
+#include "train_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool trainer_bert(const trainer *t) { return mgt_model_is_bert(&t->a->model); }
+
+/* What the dataset needs of the tokenizer (mgt_masked_vocab): every id, "##" pieces, specials. */
+static mgt_status make_vocab(trainer *t)
+{
+	const mgt_tok *tok = t->tok;
+	mgt_masked_vocab *v = &t->mvocab;
+	if (!tok)
+		return mgt_err(MGT_ERR_USAGE, "--model-family bert needs a WordPiece tokenizer (--tokenizer-type "
+			       "BertWordPieceLowerCase or BertWordPieceCase with --vocab-file)");
+	memset(v, 0, sizeof *v);
+	v->size = mgt_tok_vocab_size(tok);
+	if (!(t->mv_sub = mgt_malloc((size_t)v->size))) return MGT_ERR_NOMEM;
+	for (int64_t id = 0; id < v->size; id++) {
+		size_t n = 0;
+		const char *s = mgt_tok_token_bytes(tok, (int32_t)id, &n);
+		t->mv_sub[id] = s && n >= 2 && s[0] == '#' && s[1] == '#';
+	}
+	v->is_subword = t->mv_sub;
+	static const char *const names[] = { "cls", "sep", "mask", "pad", "bos", "eos", "eod" };
+	int32_t *ids[] = { &v->cls, &v->sep, &v->mask, &v->pad, &v->bos, &v->eos, &v->eod };
+	for (int i = 0; i < 7; i++) *ids[i] = mgt_tok_special_id(tok, names[i]);
+	if (v->cls < 0 || v->sep < 0 || v->mask < 0)
+		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s has no [CLS], [SEP] or [MASK]: BERT needs "
+			       "BertWordPieceLowerCase or BertWordPieceCase", mgt_tok_type_name(tok));
+	const int32_t *sent = NULL;
+	v->n_sentinels = (int)mgt_tok_sentinels(tok, &sent);
+	v->sentinels = sent;
+	return MGT_OK;
+}
+
+mgt_status trainer_masked_open(trainer *t, const uint64_t n[3])
+{
+	mgt_args *a = t->a;
+	if (a->mock_data)
+		return mgt_err(MGT_ERR_USAGE, "--mock-data with --model-family bert: give a sentence-level --data-path "
+			       "(mgt-preprocess --split-sentences)");
+	if (strchr(a->data_path, ' '))
+		return mgt_err(MGT_ERR_USAGE, "--data-path '%s': BERT takes one dataset prefix (blends are not "
+			       "implemented for BERT)", a->data_path);
+	mgt_status st = make_vocab(t);
+	if (st) return st;
+	mgt_masked_config c = {
+		.kind = MGT_MASKED_BERT, .path = a->data_path, .split = a->split,
+		.seq_length = (int)a->model.seq_length, .binary_head = a->model.bert_binary_head,
+		.mask_prob = a->mask_prob, .short_seq_prob = a->short_seq_prob, .seed = (uint32_t)a->seed,
+		.cache_path = a->data_cache_path, .vocab = &t->mvocab,
+	};
+	memcpy(c.num_samples, n, sizeof c.num_samples);
+	st = mgt_masked_data_open(&c, &t->mdata);
+	if (!st && *mgt_masked_data_note(t->mdata) && t->io->log) fprintf(t->io->log, "%s\n", mgt_masked_data_note(t->mdata));
+	return st;
+}
+
+mgt_status trainer_masked_alloc(trainer *t)
+{
+	size_t S = (size_t)t->a->model.seq_length, b = (size_t)t->a->micro_batch_size, T = S * b;
+	t->mb_types = mgt_malloc(T * 4);
+	t->mb_isr = mgt_malloc(b * 4);
+	t->mb_pad = mgt_malloc(T * 8);
+	t->s_i64 = mgt_malloc(5 * S * 8);
+	return t->mb_types && t->mb_isr && t->mb_pad && t->s_i64 ? MGT_OK : MGT_ERR_NOMEM;
+}
+
+int64_t trainer_masked_len(const trainer *t, mgt_split sp) { return t->mdata ? mgt_masked_data_len(t->mdata, sp) : 0; }
+
+/* Sample idx of split sp into column j of the micro-batch (row t = i b + j). */
+static mgt_status put_sample(trainer *t, mgt_split sp, int64_t idx, int j)
+{
+	const int b = (int)t->a->micro_batch_size, S = (int)t->a->model.seq_length;
+	int64_t *x = t->s_i64;
+	mgt_bert_sample s = { .text = x, .types = x + S, .labels = x + 2 * S, .padding_mask = x + 3 * S,
+			      .loss_mask = x + 4 * S };
+	mgt_status st = mgt_masked_data_bert(t->mdata, sp, idx, &s);
+	if (st) return st;
+	for (int i = 0; i < S; i++) {
+		size_t r = (size_t)i * (size_t)b + (size_t)j;
+		t->mb_tokens[r] = (int32_t)s.text[i];
+		t->mb_labels[r] = s.loss_mask[i] ? (int32_t)s.labels[i] : -1;
+		t->mb_mask[r] = (float)s.loss_mask[i];
+		t->mb_pos[r] = i;
+		t->mb_types[r] = (int32_t)s.types[i];
+		t->mb_pad[r] = s.padding_mask[i];
+		t->mb_tokens_full += (double)s.loss_mask[i];
+	}
+	t->mb_isr[j] = s.is_random;
+	return MGT_OK;
+}
+
+mgt_status trainer_masked_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k)
+{
+	int b = (int)t->a->micro_batch_size;
+	int64_t first = base + (k * t->a->data_parallel_size + t->ps.dp_rank) * b;
+	int64_t n = trainer_masked_len(t, sp);
+	if (n <= 0) return mgt_err(MGT_ERR_INPUT, "the %s split has no samples", mgt_split_name(sp));
+	t->mb_tokens_full = 0;
+	mgt_status st = MGT_OK;
+	for (int j = 0; !st && j < b; j++) st = put_sample(t, sp, (first + j) % n, j);
+	return st;
+}
+
+void trainer_masked_free(trainer *t)
+{
+	mgt_masked_data_close(t->mdata);
+	t->mdata = NULL;
+	free(t->mv_sub); free(t->mb_types); free(t->mb_isr); free(t->mb_pad); free(t->s_i64);
+}
