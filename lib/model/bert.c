@@ -30,7 +30,7 @@
 struct bert_act {
 	void *hd, *hg, *hl;
 	float *meanh, *rstdh;
-	float *x, *pooled, *logits; /* host: [CLS] rows [b, h], pooled [b, h], binary logits [b, 2] */
+	double *x, *pooled, *logits; /* host: [CLS] rows [b, h], pooled [b, h], binary logits [b, 2] */
 	int32_t *is_random;         /* host [b] */
 	double lm_den, lm, sop;
 	int n_sop;
@@ -75,9 +75,9 @@ mgt_status mgt_bert_alloc(mgt_model *m)
 		a->hl = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
 		a->meanh = mgt_model_balloc(m, T * 4, &m->act_bytes, &st);
 		a->rstdh = mgt_model_balloc(m, T * 4, &m->act_bytes, &st);
-		a->x = mgt_malloc(b * h * 4);
-		a->pooled = mgt_malloc(b * h * 4);
-		a->logits = mgt_malloc(b * 2 * 4);
+		a->x = mgt_malloc(b * h * 8);
+		a->pooled = mgt_malloc(b * h * 8);
+		a->logits = mgt_malloc(b * 2 * 8);
 		a->is_random = mgt_malloc(b * 4);
 		if (!st && (!a->x || !a->pooled || !a->logits || !a->is_random)) st = MGT_ERR_NOMEM;
 	}
@@ -150,19 +150,19 @@ static mgt_status sop_fwd(mgt_model *m, const void *lnf)
 	mgt_status st = m->be->ops->download(m->be, raw, lnf, (size_t)b * h * es);
 	if (!st) st = download_head(m);
 	if (st) return st;
-	for (size_t i = (size_t)b * h; i-- > 0;) a->x[i] = elem(raw, m->act_t, i);
+	for (size_t i = (size_t)b * h; i-- > 0;) a->x[i] = elem(raw, m->act_t, i); /* backwards: raw is a->pooled */
 	const float *Wp = m->bert->w, *bp = Wp + (size_t)h * h, *Wb = bp + h, *bb = Wb + 2 * (size_t)h;
 	for (int j = 0; j < b; j++) {
-		const float *x = a->x + (size_t)j * h;
-		float *p = a->pooled + (size_t)j * h;
+		const double *x = a->x + (size_t)j * h;
+		double *p = a->pooled + (size_t)j * h;
 		for (int o = 0; o < h; o++) {
-			float acc = bp[o];
-			for (int i = 0; i < h; i++) acc += Wp[(size_t)o * h + i] * x[i];
-			p[o] = tanhf(acc);
+			double acc = bp[o];
+			for (int i = 0; i < h; i++) acc += (double)Wp[(size_t)o * h + i] * x[i];
+			p[o] = tanh(acc);
 		}
 		for (int c = 0; c < 2; c++) {
-			float acc = bb[c];
-			for (int i = 0; i < h; i++) acc += Wb[(size_t)c * h + i] * p[i];
+			double acc = bb[c];
+			for (int i = 0; i < h; i++) acc += (double)Wb[(size_t)c * h + i] * p[i];
 			a->logits[2 * j + c] = acc;
 		}
 		int y = a->is_random[j];
@@ -209,24 +209,29 @@ static mgt_status sop_bwd(mgt_model *m, void *dlnf, float scale)
 	struct bert_act *a = cur(m);
 	if (!m->c.bert_binary_head || !a->n_sop) return MGT_OK;
 	const int b = m->b, h = (int)m->h;
-	const size_t hh = (size_t)h * h, n = hh + 3 * (size_t)h + 2;
+	const size_t hh = (size_t)h * h, n = hh + 3 * (size_t)h + 2, all = n + (size_t)b * h + h;
 	const float *Wp = m->bert->w, *Wb = Wp + hh + h;
-	float *g = mgt_malloc((n + (size_t)b * h + h) * sizeof *g);
-	if (!g) return MGT_ERR_NOMEM;
-	memset(g, 0, (n + (size_t)b * h + h) * sizeof *g);
-	float *gWp = g, *gbp = g + hh, *gWb = gbp + h, *gbb = gWb + 2 * (size_t)h, *dx = g + n, *dp = dx + (size_t)b * h;
-	const float s = scale / (float)a->n_sop;
+	double *g = mgt_malloc(all * sizeof *g);
+	float *up = mgt_malloc((n > (size_t)b * h ? n : (size_t)b * h) * sizeof *up);
+	if (!g || !up) {
+		free(g);
+		free(up);
+		return MGT_ERR_NOMEM;
+	}
+	memset(g, 0, all * sizeof *g);
+	double *gWp = g, *gbp = g + hh, *gWb = gbp + h, *gbb = gWb + 2 * (size_t)h, *dx = g + n, *dp = dx + (size_t)b * h;
+	const double s = (double)scale / a->n_sop;
 	for (int j = 0; j < b; j++) {
 		int y = a->is_random[j];
 		if (y < 0) continue;
-		const float *x = a->x + (size_t)j * h, *p = a->pooled + (size_t)j * h;
-		float l0 = a->logits[2 * j], l1 = a->logits[2 * j + 1], p1 = 1.0f / (1.0f + expf(l0 - l1));
-		float dl[2] = { (1.0f - p1 - (y == 0)) * s, (p1 - (y == 1)) * s };
+		const double *x = a->x + (size_t)j * h, *p = a->pooled + (size_t)j * h;
+		double p1 = 1.0 / (1.0 + exp(a->logits[2 * j] - a->logits[2 * j + 1]));
+		double dl[2] = { (1.0 - p1 - (y == 0)) * s, (p1 - (y == 1)) * s };
 		for (int c = 0; c < 2; c++) gbb[c] += dl[c];
 		for (int i = 0; i < h; i++) {
 			gWb[i] += dl[0] * p[i];
 			gWb[h + i] += dl[1] * p[i];
-			dp[i] = (dl[0] * Wb[i] + dl[1] * Wb[h + i]) * (1.0f - p[i] * p[i]);
+			dp[i] = (dl[0] * Wb[i] + dl[1] * Wb[h + i]) * (1.0 - p[i] * p[i]);
 		}
 		for (int o = 0; o < h; o++) {
 			gbp[o] += dp[o];
@@ -239,13 +244,15 @@ static mgt_status sop_bwd(mgt_model *m, void *dlnf, float scale)
 	const mgt_tensor *t[4] = { m->glob[MGT_T_POOL_W], m->glob[MGT_T_POOL_B], m->glob[MGT_T_BIN_W],
 				   m->glob[MGT_T_BIN_B] };
 	const mgt_backend_ops *o = m->be->ops;
-	mgt_status st = o->upload(m->be, m->bert->up, g, n * sizeof *g);
+	for (size_t i = 0; i < n; i++) up[i] = (float)g[i];
+	mgt_status st = o->upload(m->be, m->bert->up, up, n * sizeof *up);
 	for (int i = 0, off = 0; !st && i < 4; off += (int)t[i]->numel, i++)
 		o->add(m->be, G(m, t[i]), (float *)m->bert->up + off, MGT_DT_F32, t[i]->numel);
-	for (size_t i = 0; i < (size_t)b * h; i++) put(g, m->act_t, i, dx[i]); /* rounded as the sum below */
-	if (!st) st = o->upload(m->be, m->bert->up, g, (size_t)b * h * mgt_elem_size(m->act_t));
+	for (size_t i = 0; i < (size_t)b * h; i++) put(up, m->act_t, i, (float)dx[i]); /* rounded as the sum below */
+	if (!st) st = o->upload(m->be, m->bert->up, up, (size_t)b * h * mgt_elem_size(m->act_t));
 	if (!st) o->add(m->be, dlnf, m->bert->up, m->act_t, (size_t)b * h);
 	free(g);
+	free(up);
 	return st;
 }
 

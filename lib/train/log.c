@@ -488,14 +488,15 @@ static mgt_status dump_grow(trainer *t)
 	if (d->iters < d->cap) return MGT_OK;
 	int64_t cap = d->cap ? 2 * d->cap : 16;
 	size_t per = (size_t)(a->global_batch_size * a->model.seq_length) * 4;
-	void **arrs[] = { (void **)&d->tokens, (void **)&d->labels, (void **)&d->pos, (void **)&d->mask };
-	for (size_t i = 0; i < 4; i++) {
-		void *p = mgt_realloc(*arrs[i], (size_t)cap * per);
+	void **arrs[] = { (void **)&d->tokens, (void **)&d->labels, (void **)&d->pos, (void **)&d->mask, (void **)&d->types,
+			  (void **)&d->pad, (void **)&d->isr };
+	for (size_t i = 0; i < 7; i++) {
+		void *p = mgt_realloc(*arrs[i], (size_t)cap * (i < 6 ? per : (size_t)a->global_batch_size * 4));
 		if (!p) return MGT_ERR_NOMEM;
 		*arrs[i] = p;
 	}
-	double **scal[] = { &d->lm_loss, &d->lr, &d->grad_norm, &d->moe_lb, &d->moe_zl };
-	for (size_t i = 0; i < 5; i++) {
+	double **scal[] = { &d->lm_loss, &d->lr, &d->grad_norm, &d->moe_lb, &d->moe_zl, &d->sop_loss };
+	for (size_t i = 0; i < 6; i++) {
 		double *p = mgt_realloc(*scal[i], (size_t)cap * sizeof(double));
 		if (!p) return MGT_ERR_NOMEM;
 		*scal[i] = p;
@@ -535,7 +536,12 @@ mgt_status trainer_dump_batch(trainer *t, int64_t k)
 			d->labels[dst] = t->mb_labels[src];
 			d->pos[dst] = t->mb_pos[src];
 			d->mask[dst] = t->mb_mask[src];
+			if (!trainer_bert(t)) continue;
+			d->types[dst] = t->mb_types[src];
+			d->pad[dst] = (int32_t)t->mb_pad[src];
 		}
+	for (int j = 0; trainer_bert(t) && j < b; j++)
+		d->isr[(size_t)(d->iters - 1) * (size_t)t->a->global_batch_size + (size_t)(k * b) + (size_t)j] = t->mb_isr[j];
 	return st;
 }
 
@@ -596,7 +602,7 @@ mgt_status trainer_dump_write(trainer *t)
 	float *fin = mgt_malloc(tt->buf_numel * sizeof *fin);
 	if (!st && !fin) st = MGT_ERR_NOMEM;
 	if (!st) st = t->be->ops->download(t->be, fin, mgt_model_params(t->model), tt->buf_numel * sizeof *fin);
-	size_t n = (size_t)tt->n * 3 + 11 + (size_t)nm * 2;
+	size_t n = (size_t)tt->n * 3 + 15 + (size_t)nm * 2;
 	mgt_ckpt_piece *p = mgt_malloc(n * sizeof *p);
 	char (*names)[128] = mgt_malloc(((size_t)tt->n * 3 + (size_t)nm * 2) * sizeof *names);
 	if (!st && (!p || !names)) st = MGT_ERR_NOMEM;
@@ -618,6 +624,12 @@ mgt_status trainer_dump_write(trainer *t)
 		piece(&p[k++], "train/lm_loss", MGT_CKPT_F64, d->lm_loss, 1, it, 0, 0);
 		piece(&p[k++], "train/lr", MGT_CKPT_F64, d->lr, 1, it, 0, 0);
 		piece(&p[k++], "train/grad_norm", MGT_CKPT_F64, d->grad_norm, 1, it, 0, 0);
+	}
+	if (!st && trainer_bert(t)) {
+		piece(&p[k++], "batch/tokentype_ids", MGT_CKPT_I32, d->types, 3, it, gbs, S);
+		piece(&p[k++], "batch/padding_mask", MGT_CKPT_I32, d->pad, 3, it, gbs, S);
+		piece(&p[k++], "batch/is_random", MGT_CKPT_I32, d->isr, 2, it, gbs, 0);
+		piece(&p[k++], "train/sop_loss", MGT_CKPT_F64, d->sop_loss, 1, it, 0, 0);
 	}
 	if (!st && nm) {
 		piece(&p[k++], "train/load_balancing_loss", MGT_CKPT_F64, d->moe_lb, 1, it, 0, 0);
@@ -654,7 +666,8 @@ void trainer_dump_free(trainer *t)
 {
 	dump_state *d = &t->dump;
 	void *p[] = { d->params, d->grads, d->logits, d->loss, d->tokens, d->labels, d->pos, d->mask,
-		      d->lm_loss, d->lr, d->grad_norm, d->moe_lb, d->moe_zl, d->moe_exp, d->moe_prob };
+		      d->lm_loss, d->lr, d->grad_norm, d->moe_lb, d->moe_zl, d->moe_exp, d->moe_prob, d->types, d->pad,
+		      d->isr, d->sop_loss };
 	for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
 	memset(d, 0, sizeof *d);
 }

@@ -733,7 +733,7 @@ static void count_iteration(trainer *t, double loss, double lr, double gnorm, bo
 	}
 	if (t->dumping) {
 		int64_t i = t->dump.iters - 1;
-		t->dump.lm_loss[i] = loss; t->dump.lr[i] = lr; t->dump.grad_norm[i] = gnorm;
+		t->dump.lm_loss[i] = loss; t->dump.lr[i] = lr; t->dump.grad_norm[i] = gnorm; t->dump.sop_loss[i] = t->sop_loss;
 		t->dump.moe_lb[i] = t->moe_lb; t->dump.moe_zl[i] = t->moe_zl;
 	}
 }

@@ -16,6 +16,8 @@ typedef struct dump_state {
 	float *mask;
 	double *lm_loss, *lr, *grad_norm;            /* [iters] */
 	double *moe_lb, *moe_zl;                     /* [iters] (MoE) */
+	int32_t *types, *pad, *isr;                  /* BERT: [iters, gbs, s] token types, padding mask; [iters, gbs] is_random */
+	double *sop_loss;                            /* BERT: [iters] */
 	int32_t *moe_exp;                            /* [n_moe, T, k] iteration 1, micro-batch 0 (MoE) */
 	float *moe_prob;
 	int64_t iters, cap;
