@@ -1032,7 +1032,9 @@ mgt_status mgt_model_finish_grads(mgt_model *m)
 		const mgt_tensor *t = &m->tt.t[i];
 		bool qk = t->role == MGT_T_QNORM_W || t->role == MGT_T_QNORM_B || t->role == MGT_T_KNORM_W ||
 			  t->role == MGT_T_KNORM_B;
-		if (t->shard == MGT_SHARD_NONE && (m->sp || qk)) st = tp_allreduce(m, G(m, t), t->numel, MGT_RED_SUM);
+		/* BERT's heads run on the whole (gathered) sequence on every TP rank: their gradients are whole */
+		bool whole = t->role >= MGT_T_LMH_W && t->role <= MGT_T_BIN_B && t->role != MGT_T_OUTPUT_B;
+		if (t->shard == MGT_SHARD_NONE && (m->sp || qk) && !whole) st = tp_allreduce(m, G(m, t), t->numel, MGT_RED_SUM);
 	}
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB];
 	mgt_comm *e = m->ps->emb_comm;

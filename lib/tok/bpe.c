@@ -707,7 +707,7 @@ mgt_status mgt_tok_encode(mgt_tok_enc *e, const char *text, size_t len, mgt_ids 
 
 const char *mgt_tok_token_bytes(const mgt_tok *t, int32_t id, size_t *len)
 {
-	if (id < 0 || id >= t->vocab_size || t->tok_len[id] == UINT32_MAX)
+	if (id < 0 || id >= t->vocab_size || !t->tok_len || t->tok_len[id] == UINT32_MAX) /* NullTokenizer: no bytes */
 		return NULL;
 	*len = t->tok_len[id];
 	return t->pool.p + t->tok_off[id];

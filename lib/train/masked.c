@@ -19,6 +19,12 @@ static mgt_status make_vocab(trainer *t)
 		return mgt_err(MGT_ERR_USAGE, "--model-family bert needs a WordPiece tokenizer (--tokenizer-type "
 			       "BertWordPieceLowerCase or BertWordPieceCase with --vocab-file)");
 	memset(v, 0, sizeof *v);
+	static const char *const names[] = { "cls", "sep", "mask", "pad", "bos", "eos", "eod" };
+	int32_t *ids[] = { &v->cls, &v->sep, &v->mask, &v->pad, &v->bos, &v->eos, &v->eod };
+	for (int i = 0; i < 7; i++) *ids[i] = mgt_tok_special_id(tok, names[i]);
+	if (v->cls < 0 || v->sep < 0 || v->mask < 0)
+		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s has no [CLS], [SEP] or [MASK]: BERT needs a WordPiece "
+			       "tokenizer (BertWordPieceLowerCase or BertWordPieceCase)", mgt_tok_type_name(tok));
 	v->size = mgt_tok_vocab_size(tok);
 	if (!(t->mv_sub = mgt_malloc((size_t)v->size))) return MGT_ERR_NOMEM;
 	for (int64_t id = 0; id < v->size; id++) {
@@ -27,12 +33,6 @@ static mgt_status make_vocab(trainer *t)
 		t->mv_sub[id] = s && n >= 2 && s[0] == '#' && s[1] == '#';
 	}
 	v->is_subword = t->mv_sub;
-	static const char *const names[] = { "cls", "sep", "mask", "pad", "bos", "eos", "eod" };
-	int32_t *ids[] = { &v->cls, &v->sep, &v->mask, &v->pad, &v->bos, &v->eos, &v->eod };
-	for (int i = 0; i < 7; i++) *ids[i] = mgt_tok_special_id(tok, names[i]);
-	if (v->cls < 0 || v->sep < 0 || v->mask < 0)
-		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s has no [CLS], [SEP] or [MASK]: BERT needs "
-			       "BertWordPieceLowerCase or BertWordPieceCase", mgt_tok_type_name(tok));
 	const int32_t *sent = NULL;
 	v->n_sentinels = (int)mgt_tok_sentinels(tok, &sent);
 	v->sentinels = sent;
