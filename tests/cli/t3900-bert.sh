@@ -83,6 +83,18 @@ else
 	skip "mpirun not installed"
 fi
 
+# Megatron's examples/bert/train_bert_340m_distributed.sh (its pretrain_bert.py arguments, tests/data/
+# megatron/examples): sizes, paths and the impossible TP 8 x PP 16 shrunk, everything else as
+# written (--fp16, no --tokenizer-type: pretrain_bert.py's BertWordPieceLowerCase), with
+# --model-family bert where the script names pretrain_bert.py
+ok "train_bert_340m_distributed runs whole at a tiny size (fp16: its loss scale from 2^32 skips the first steps; saving, evaluating)" sh -c "
+	$PY '$ROOT/tests/cli/megatron_example_args.py' '$ROOT/tests/data/megatron/examples/train_bert_340m_distributed.args' \
+		--data '$T/kjv_text_sentence' --vocab '$VOCAB' --merges none --tokenizer-json none --dir '$T/bert340m' >bert340m.run &&
+	xargs -d '\n' -a bert340m.run $BIN/mgt-train --model-family bert --device cpu --threads 2 >bert340m.out 2>&1 &&
+	test \$(grep -c ' iteration  *[1-4]/  *4 | .* loss scale: ' bert340m.out) = 4 && grep -q 'on test set | lm loss value: .* sop loss value' bert340m.out &&
+	grep -q 'BertWordPieceLowerCase, pretrain_bert.py' bert340m.out && grep -q '^  fp16 \.* True' bert340m.out &&
+	test -d bert340m/ckpt/iter_0000004" || sed 's/^/# /' bert340m.out | grep -v '^#   [a-z]' | tail -5
+
 refuse() { # refuse WHAT FLAGS...
 	w=$1; shift
 	exits 2 $TRAIN --train-iters 1 "$@" && err_has "$w"
