@@ -35,7 +35,9 @@ static void usage(void)
 	       "e.g. --data-path, --split, --eval-iters, --micro-batch-size, --global-batch-size,\n"
 	       "--tensor-model-parallel-size, --pipeline-model-parallel-size, --device, --threads, --bf16.\n\n"
 	       "Output (stdout, one rank): Megatron's block, \" validation loss at iteration N on validation\n"
-	       "set | lm loss value: X | lm loss PPL: Y | \" (test set with --eval-split test).\n\n%s"
+	       "set | lm loss value: X | lm loss PPL: Y | \" (test set with --eval-split test); a BERT's\n"
+	       "also \"sop loss value: S | sop loss PPL: exp(S) | \" and a line \"masked-token accuracy: A (C of\n"
+	       "N masked tokens)\" (the masked tokens whose label has the largest logit).\n\n%s"
 	       "See mgt-eval(1), mgt-train(1).\n", eval_exit_help);
 }
 
@@ -172,6 +174,13 @@ static mgt_status write_json(const char *path, const mgt_train_eval_result *r, b
 			      (json_int_t)r->iteration, "split", test ? "test" : "valid", "first_sample",
 			      (json_int_t)r->first_sample, "samples", (json_int_t)r->samples, "tokens",
 			      (json_int_t)r->tokens, "lm_loss", r->loss, "ppl", exp(fmin(20.0, r->loss)));
+	if (j && r->bert) { /* the loss is the masked tokens' (lm loss); tokens counts micro-batches there */
+		json_object_del(j, "tokens");
+		json_object_set_new(j, "microbatches", json_integer((json_int_t)r->tokens));
+		if (r->binary_head) json_object_set_new(j, "sop_loss", json_real(r->sop_loss));
+		json_object_set_new(j, "masked_tokens", json_integer((json_int_t)r->masked));
+		json_object_set_new(j, "masked_token_accuracy", json_real(r->masked ? (double)r->correct / (double)r->masked : 0));
+	}
 	char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
 	json_decref(j);
 	if (!text) return MGT_ERR_NOMEM;
@@ -191,7 +200,10 @@ static void print_result(const mgt_train_eval_result *r, bool test)
 	char head[160];
 	snprintf(head, sizeof head, " validation loss at iteration %lld on %s set | ", (long long)r->iteration,
 		 test ? "test" : "validation");
-	mgt_train_print_loss(stdout, head, r->loss);
+	mgt_train_print_losses(stdout, head, r->loss, r->bert && r->binary_head ? r->sop_loss : NAN);
+	if (r->bert)
+		printf("masked-token accuracy: %.6f (%lld of %lld masked tokens)\n",
+		       r->masked ? (double)r->correct / (double)r->masked : 0.0, (long long)r->correct, (long long)r->masked);
 }
 
 int eval_cmd_loss(int argc, char **argv)

@@ -34,6 +34,7 @@ struct bert_act {
 	int32_t *is_random;         /* host [b] */
 	double lm_den, lm, sop;
 	int n_sop;
+	int64_t n_masked, n_correct; /* evaluation: masked tokens, those whose label has the top logit */
 };
 
 struct bert_state {
@@ -175,7 +176,29 @@ static mgt_status sop_fwd(mgt_model *m, const void *lnf)
 	return MGT_OK;
 }
 
-mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, double *loss)
+/* Masked tokens whose label's logit is the largest of the padded vocabulary (ties count): the
+ * target logit (summed over TP) against the row's maximum (max-reduced over TP). */
+static mgt_status accuracy(mgt_model *m)
+{
+	struct bert_act *a = cur(m);
+	slot_act *sa = m->cur;
+	const size_t T = (size_t)m->T;
+	float *h = mgt_malloc(3 * T * sizeof *h);
+	if (!h) return MGT_ERR_NOMEM;
+	mgt_status st = m->be->ops->download(m->be, h, sa->mx, T * sizeof *h);
+	if (!st) st = m->be->ops->download(m->be, h + T, sa->tgt, T * sizeof *h);
+	if (!st) st = m->be->ops->download(m->be, h + 2 * T, sa->mask, T * sizeof *h);
+	a->n_masked = a->n_correct = 0;
+	for (size_t t = 0; !st && t < T; t++) {
+		if (h[2 * T + t] == 0) continue;
+		a->n_masked++;
+		a->n_correct += h[T + t] >= h[t];
+	}
+	free(h);
+	return st;
+}
+
+mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, bool train, double *loss)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
@@ -189,6 +212,7 @@ mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, double *loss)
 		      P(m, m->glob[MGT_T_OUTPUT_B]), T, h, V);
 	double ce;
 	mgt_status st = mgt_model_xent(m, &ce);
+	if (!st && !train) st = accuracy(m);
 	if (!st) st = sop_fwd(m, lnf);
 	a->lm = a->lm_den > 0 ? ce / a->lm_den : 0;
 	*loss = a->lm + a->sop;
@@ -200,6 +224,13 @@ void mgt_model_bert_losses(mgt_model *m, int slot, double *lm, double *sop)
 	const struct bert_act *a = &m->bert->act[slot];
 	*lm = a->lm;
 	*sop = a->sop;
+}
+
+void mgt_model_bert_accuracy(mgt_model *m, int slot, int64_t *masked, int64_t *correct)
+{
+	const struct bert_act *a = &m->bert->act[slot];
+	*masked = a->n_masked;
+	*correct = a->n_correct;
 }
 
 /* Gradients of the pooler and binary head (added to G) and of the [CLS] rows of lnf (added into

@@ -773,14 +773,14 @@ mgt_status mgt_model_xent(mgt_model *m, double *sum)
 	return MGT_OK;
 }
 
-static mgt_status head_fwd(mgt_model *m, double *loss_sum)
+static mgt_status head_fwd(mgt_model *m, bool train, double *loss_sum)
 {
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
 	mgt_status st = norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
 				    m->glob[MGT_T_FINAL_LN_B]);
 	if (st) return st;
-	if (m->bert) return mgt_bert_head_fwd(m, sa->lnf, loss_sum);
+	if (m->bert) return mgt_bert_head_fwd(m, sa->lnf, train, loss_sum);
 	m->be->ops->linear_fwd(m->be, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, mgt_model_output_weight(m)), WT(m),
 			       NULL, T, h, V);
 	return mgt_model_xent(m, loss_sum);
@@ -975,7 +975,7 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 		if (!st) st = mlp_fwd(m, li, train, out);
 	}
 	if (!st && train) st = mgt_model_fp8_update(m, false); /* TE: at the exit of the block's fp8 autocast */
-	if (!st && m->last) st = head_fwd(m, loss_sum);
+	if (!st && m->last) st = head_fwd(m, train, loss_sum);
 	m->be->ops->sync(m->be);
 	m->t_fwd += mgt_now() - t0;
 	return st;

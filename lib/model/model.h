@@ -507,6 +507,9 @@ void mgt_model_set_aux_scale(mgt_model *m, float scale);
  * entropy / their count) and the sentence-order loss (0 without the binary head) of the slot's
  * last forward; their sum is what mgt_model_forward returned as the loss. */
 void mgt_model_bert_losses(mgt_model *m, int slot, double *lm, double *sop);
+/* After an evaluation forward (train false): the slot's masked tokens and those whose label has
+ * the largest logit over the padded vocabulary (mgt's masked-token accuracy; ties count). */
+void mgt_model_bert_accuracy(mgt_model *m, int slot, int64_t *masked, int64_t *correct);
 /* The global indices of this chunk's MoE layers into layers (may be NULL); returns how many. */
 int mgt_model_moe_layers(const mgt_model *m, int *layers);
 /* Routing statistics of the training forwards since the last call, per MoE layer of the chunk

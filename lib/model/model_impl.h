@@ -221,14 +221,15 @@ mgt_status mgt_model_fp8_update(mgt_model *m, bool backward);
  * (nothing but on a BERT chunk's last stage).  mgt_bert_set_batch: the current slot's loss
  * normalizer (sum of loss_mask) and is_random.  mgt_bert_head_fwd: from the final norm's output
  * lnf [T, h] (act_t, whole on every TP rank) the LM head, logits and cross entropy, the pooler,
- * binary head and sentence-order loss; *loss = lm + sop of the micro-batch.  mgt_bert_head_bwd:
+ * binary head and sentence-order loss; *loss = lm + sop of the micro-batch; not train: also the
+ * masked-token accuracy's counts.  mgt_bert_head_bwd:
  * their gradients (the losses' scaled by scale), the gradient of lnf written to dlnf [T, h]
  * (act_t; whole, equal on every TP rank).  mgt_bert_losses: slot's last lm and sop.
  * Errors: NOMEM, IO (copies, the TP all-reduce). */
 mgt_status mgt_bert_alloc(mgt_model *m);
 void mgt_bert_free(mgt_model *m);
 void mgt_bert_set_batch(mgt_model *m, const mgt_microbatch *mb);
-mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, double *loss);
+mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, bool train, double *loss);
 mgt_status mgt_bert_head_bwd(mgt_model *m, const void *lnf, void *dlnf, float scale);
 /* gpt.c for bert.c: the vocab-parallel cross entropy of the current slot's logits against its
  * labels and mask (xent_max, the TP max, xent_stats, the TP sums, xent_loss: *sum = the masked

@@ -248,6 +248,7 @@ typedef struct {
 	bool train;
 	double num, den;    /* loss sum and tokens on the last stage (BERT: lm loss sum and micro-batches) */
 	double sop;         /* BERT: the sentence-order loss sum */
+	double masked, correct; /* BERT evaluation: masked tokens, top-1 correct */
 } pass;
 
 static bool first_vstage(const trainer *t, int c) { return c == 0 && t->ps.pp_rank == 0; }
@@ -275,6 +276,12 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	if (trainer_bert(t)) { /* pretrain_bert.py: each micro-batch's mean loss, averaged over them */
 		double lm, sop;
 		mgt_model_bert_losses(m, slot, &lm, &sop);
+		if (!ps->train) {
+			int64_t n, c;
+			mgt_model_bert_accuracy(m, slot, &n, &c);
+			ps->masked += (double)n;
+			ps->correct += (double)c;
+		}
 		ps->num += lm;
 		ps->sop += sop;
 		ps->den += 1;
@@ -332,10 +339,12 @@ static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps
 	if (st) return st;
 	bool mine = t->ps.pp_rank == t->ps.pp - 1 && t->ps.tp_rank == 0;
 	double mins = (mgt_now() - t->io->start_time) / 60.0, limit = t->a->exit_duration_in_mins;
-	double v[6] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit,
-			trainer_async_running(t), mine ? ps->sop : 0 };
+	double v[8] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit,
+			trainer_async_running(t), mine ? ps->sop : 0, mine ? ps->masked : 0, mine ? ps->correct : 0 };
 	mgt_comm *w = t->ps.world;
-	if (w->size > 1 && (st = w->ops->allreduce(w, v, 6, MGT_DT_F64, MGT_RED_SUM))) return st;
+	if (w->size > 1 && (st = w->ops->allreduce(w, v, 8, MGT_DT_F64, MGT_RED_SUM))) return st;
+	ps->masked = v[6];
+	ps->correct = v[7];
 	t->async_all_done = t->async && v[4] == 0;
 	ps->num = v[0];
 	ps->den = v[1];
@@ -692,6 +701,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 static mgt_status evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *loss, double *tokens)
 {
 	double num = 0, den = 0, sop = 0;
+	t->eval_masked = t->eval_correct = 0;
 	for (int64_t it = 0; it < t->a->eval_iters; it++) {
 		pass ps = { .split = sp, .base = *consumed, .train = false };
 		mgt_status st = run_pass(t, t->eval_acts, t->n_eval_acts, &ps, NULL);
@@ -699,6 +709,8 @@ static mgt_status evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *
 		num += ps.num;
 		den += ps.den;
 		sop += ps.sop;
+		t->eval_masked += ps.masked;
+		t->eval_correct += ps.correct;
 		*consumed += t->a->global_batch_size;
 	}
 	for (int c = 0; c < t->V; c++) {
@@ -1179,6 +1191,11 @@ mgt_status mgt_train_evaluate(mgt_args *a, const mgt_train_io *io, const mgt_tra
 	r->samples = from - r->first_sample;
 	r->loss = loss;
 	r->tokens = (int64_t)tokens;
+	r->bert = trainer_bert(&t);
+	r->binary_head = a->model.bert_binary_head;
+	r->sop_loss = t.sop_loss;
+	r->masked = (int64_t)t.eval_masked;
+	r->correct = (int64_t)t.eval_correct;
 	if (!st) st = trainer_log_tb_open(&t);
 	if (!st) { /* TensorBoard and --metrics-file as mgt-train's validation; the caller prints the block */
 		mgt_train_io quiet = *io;

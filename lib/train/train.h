@@ -314,6 +314,11 @@ typedef struct mgt_train_eval_opts {
 typedef struct mgt_train_eval_result {
 	int64_t iteration, first_sample, samples, tokens;
 	double loss;
+	/* BERT: sop_loss (with binary_head), the masked tokens evaluated and those whose label has
+	 * the largest logit (mgt_model_bert_accuracy); tokens counts micro-batches there */
+	bool bert, binary_head;
+	double sop_loss;
+	int64_t masked, correct;
 } mgt_train_eval_result;
 
 /* Megatron's evaluate on the checkpoint a->load (a->ckpt_step, else the tracker's) with the

@@ -86,6 +86,7 @@ typedef struct trainer {
 	/* log interval accumulators */
 	double int_loss, int_t0;
 	double sop_loss, int_sop;                    /* BERT: the last iteration's sentence-order loss, its sum */
+	double eval_masked, eval_correct;            /* BERT: the last evaluation's masked tokens, top-1 correct */
 	int64_t int_iters, int_skipped, int_nan;
 	double t_fwd, t_bwd, t_opt;                  /* last iteration, seconds */
 	/* MoE (trainer_moe_step): the model's MoE layers (global count), this iteration's per-layer

@@ -8,6 +8,7 @@
 #     --bert-no-binary-head and --no-bias-gelu-fusion at iteration 1;
 #   - the resumed iteration 11 equals the uninterrupted run's (bit for bit);
 #   - the initial losses: lm loss near ln(padded vocabulary), sop loss near ln 2;
+#   - mgt-eval loss: lm and sop losses, masked tokens (against mgt-dataset samples), accuracy;
 #   - TP2 with sequence parallelism under mpirun against one process (full tier: PP2, DP2 with the
 #     distributed optimizer, TP2 x PP2 x DP2 on 8 ranks);
 #   - what Megatron's BERT cannot run, refused with the reason.
@@ -56,6 +57,21 @@ import json, math
 a = json.loads(open("all.jsonl").readline())
 assert abs(a["lm_loss"] - math.log(30592)) < 0.15 and abs(a["sop_loss"] - math.log(2)) < 0.1, a
 PY
+# mgt-eval loss: the lm and sop losses, the masked tokens (their count against the loss masks of
+# the same samples from mgt-dataset samples) and the masked-token accuracy
+ok "mgt-eval loss of the iteration-10 checkpoint" exits 0 $BIN/mgt-eval loss --load ck --eval-interval 1 --eval-iters 2 \
+	--output e.json
+ok "  lm loss, sop loss (block and JSON), masked tokens = the samples' loss masks, accuracy in [0, 1]" sh -c "
+	grep -q 'sop loss value' $T/out && grep -q '^masked-token accuracy: ' $T/out &&
+	$BIN/mgt-dataset samples kjv_text_sentence --dataset-type bert --vocab-file $VOCAB --seq-length 32 --split 949,50,1 \
+		--num-samples 40,88,8 --samples 0:8 >samples.jsonl && $PY - <<'PY'
+import json
+e = json.load(open('e.json'))
+n = sum(sum(o['loss_mask']) for o in map(json.loads, open('samples.jsonl')) if o.get('split') == 'valid' and 'idx' in o)
+assert e['samples'] == 8 and e['masked_tokens'] == n > 0, (e, n)
+assert 0 <= e['masked_token_accuracy'] <= 1 and e['sop_loss'] > 0 and e['lm_loss'] > 0, e
+PY"
+
 # layouts under mpirun (Megatron's rule, as GPT's: the same losses to rounding): TP2 with sequence
 # parallelism in the quick tier (the vocab-parallel head, the all-reduced LM head gradient, the
 # gathered [CLS] rows); TP2 x PP2 x DP2 with the distributed optimizer, 8 ranks, in the full tier
