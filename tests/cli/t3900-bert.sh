@@ -115,6 +115,8 @@ refuse() { # refuse WHAT FLAGS...
 	w=$1; shift
 	exits 2 $TRAIN --train-iters 1 "$@" && err_has "$w"
 }
+ok "a sequence longer than the position table refused naming the flags" refuse "longer than --max-position-embeddings" \
+	--seq-length 64
 ok "--calculate-per-token-loss refused" refuse "mean of each micro-batch" --calculate-per-token-loss
 ok "--mock-data refused" refuse "sentence-level --data-path" --mock-data
 ok "a blend refused" refuse "one dataset prefix" --data-path "1 kjv_text_sentence 1 kjv_text_sentence"

@@ -1,0 +1,45 @@
+#!/bin/sh
+# CPU training throughput of BERT, mgt-train --model bert-base (--model-family bert) against
+# PyTorch (tests/bench/torch_bert_bench.py: the same model in float32 with SDPA, fused AdamW),
+# same shape, micro-batch and thread count, run one after the other.  Not a test.  mgt-train
+# trains on KJV split into sentences (mgt-preprocess --split-sentences, BertWordPieceLowerCase);
+# torch on random ids with 15% masked and an eighth of padding (the work does not depend on the
+# values).  Prints tokens/s of each and the ratio; raw output to
+# tests/bench/results/bert_cpu-DATE.txt.
+#
+# Usage: tests/bench/bert_cpu.sh [THREADS]      (default 2)
+# Environment: SEQ (512), MBS (2), ITERS (3 timed after 1 warm-up), LAYERS (12)
+set -e
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+THREADS=${1:-2}
+SEQ=${SEQ:-512} MBS=${MBS:-2} ITERS=${ITERS:-3} LAYERS=${LAYERS:-12}
+PY=${PY:-/usr/bin/python3}
+B=$ROOT/build/bench/bert_cpu
+mkdir -p "$B" "$ROOT/tests/bench/results"
+OUT=$ROOT/tests/bench/results/bert_cpu-$(date +%Y%m%d-%H%M%S).txt
+VOCAB=$ROOT/share/mgt/tokenizers/bert/vocab.txt
+export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
+[ -s "$B/kjv_text_sentence.idx" ] || "$ROOT/bin/mgt-preprocess" --input "$ROOT/share/mgt/data/kjv.jsonl.zst" \
+	--output-prefix "$B/kjv" --tokenizer-type BertWordPieceLowerCase --vocab-file "$VOCAB" --split-sentences \
+	--workers "$THREADS" >/dev/null
+N=$((ITERS + 1))
+"$ROOT/bin/mgt-train" --model bert-base --num-layers "$LAYERS" --seq-length "$SEQ" --micro-batch-size "$MBS" \
+	--global-batch-size "$MBS" --train-iters "$N" --lr 1e-4 --weight-decay 0.01 --clip-grad 1.0 --log-interval 1 \
+	--eval-interval 0 --tokenizer-type BertWordPieceLowerCase --vocab-file "$VOCAB" --data-path "$B/kjv_text_sentence" \
+	--device cpu --threads "$THREADS" --metrics-file "$B/mgt.jsonl" >"$B/mgt.log" 2>&1
+$PY "$ROOT/tests/bench/torch_bert_bench.py" --layers "$LAYERS" --seq-length "$SEQ" --micro-batch-size "$MBS" \
+	--iters "$ITERS" --warmup 1 --threads "$THREADS" >"$B/torch.json"
+$PY - "$B/mgt.jsonl" "$B/torch.json" "$THREADS" "$SEQ" "$MBS" "$LAYERS" <<'PY' | tee "$OUT"
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])][1:]
+t = json.load(open(sys.argv[2]))
+ms = sum(o["elapsed_ms"] for o in m) / len(m) / 1e3
+mt = int(sys.argv[5]) * int(sys.argv[4]) / ms
+print("# bert-base (%s layers) seq %s, micro-batch %s, %s threads, CPU; means of %d timed iterations after 1" %
+      (sys.argv[6], sys.argv[4], sys.argv[5], sys.argv[3], len(m)))
+print("%-8s %12s %12s" % ("impl", "s/iter", "tokens/s"))
+print("%-8s %12.3f %12.1f" % ("mgt", ms, mt))
+print("%-8s %12.3f %12.1f" % ("torch", t["iter_s"], t["tokens_per_s"]))
+print("mgt/torch tokens/s: %.2f" % (mt / t["tokens_per_s"]))
+print("# torch %s" % json.dumps(t))
+PY
