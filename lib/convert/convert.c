@@ -828,6 +828,10 @@ static mgt_status read_args(hf_out *h)
 	h->a.model.vocab_size = v;
 	if (!st) st = mgt_model_config_finalize(&h->a.model, 1);
 	if (!st && padded) h->a.model.padded_vocab_size = padded; /* the padding it was saved with */
+	if (!st && v > h->a.model.padded_vocab_size)
+		st = mgt_err(MGT_ERR_INPUT, "%s: the vocabulary has %lld tokens (recorded, or the tokenizer's) but the "
+			     "checkpoint's embedding only %lld rows", mgt_ckpt_dir(h->ck), (long long)v,
+			     (long long)h->a.model.padded_vocab_size);
 	return st;
 }
 

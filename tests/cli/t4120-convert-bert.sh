@@ -19,7 +19,8 @@
 #     out refuses a BERT without --no-bias-gelu-fusion (exit 3) and --family llama (exit 2);
 #     mgt-export refuses GGUF of a BERT (exit 2);
 #   - a BERT checkpoint with no config.json recorded gets one made from its arguments and the same
-#     tensors.
+#     tensors; one trained by mgt (no SAVE/hf/) gets its WordPiece vocabulary as vocab.txt, and a
+#     tokenizer with more tokens than the embedding's rows is refused (exit 3).
 . "$(dirname "$0")/lib.sh"
 HF=$ROOT/tests/hf
 export HFT=$HF
@@ -214,5 +215,17 @@ d = [k for k in keys if a.get(k) != b.get(k)]; print('# differing: %s' % d)
 sys.exit(bool(d) or b.get('tie_word_embeddings') is not True)" "$T/pt/config.json" "$T/back-bare/config.json"
 ok "...which converts in" "$CONV" --quiet --load-dir "$T/back-bare" --save-dir "$T/ck-bare2"
 ok "...to the same checkpoint" same_h5 "$T/ck-bare2" "$T/ck-pt-1-1"
+# a BERT trained by mgt: no SAVE/hf/, the tokenizer named by the arguments
+cp -r "$T/ck-pt-1-1" "$T/ck-mgt"
+rm -rf "$T/ck-mgt/hf"
+meta_edit "$T/ck-mgt" "del m['hf']; del m['tokenizer']; m['args']['vocab_file'] = '$T/pt/vocab.txt'"
+ok "trained by mgt: mgt -> HF" "$CONV" --quiet --load-dir "$T/ck-mgt" --save-dir "$T/back-mgt"
+ok "...the WordPiece vocabulary as vocab.txt" cmp "$T/pt/vocab.txt" "$T/back-mgt/vocab.txt"
+ok "...tokenizer_config.json with do_lower_case true" $PY -c "
+import json,sys; sys.exit(json.load(open(sys.argv[1])).get('do_lower_case') is not True)" "$T/back-mgt/tokenizer_config.json"
+ok "...the same tensors bit for bit" $PY "$HF/st.py" compare "$T/pt" "$T/back-mgt"
+# BertWordPieceCase adds <extra_id_0..99> after the vocabulary: 1100 tokens, more than the 1024 rows
+meta_edit "$T/ck-mgt" "m['args']['tokenizer_type'] = 'BertWordPieceCase'"
+refused 3 "a tokenizer larger than the embedding" "the vocabulary has 1100 tokens" --load-dir "$T/ck-mgt"
 
 done_testing
