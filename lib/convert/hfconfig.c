@@ -349,17 +349,19 @@ static const char *moe_not_in(const mgt_model_config *c, mgt_hf_family f)
  * MLP and the LM head, which Megatron's LM head fixes to erf): mgt-train's flag, or NULL. */
 static const char *bert_unmappable(const mgt_model_config *c)
 {
-	if (!c->add_bias_linear) return "--disable-bias-linear (MegatronBert has a bias on every linear layer)";
-	if (c->openai_gelu) return "--openai-gelu (tanh GELU in the MLP; Megatron's LM head keeps erf)";
+	if (!c->add_bias_linear) return "mgt-train's --disable-bias-linear (MegatronBert has a bias on every linear layer)";
+	if (c->openai_gelu) return "mgt-train's --openai-gelu (tanh GELU in the MLP; Megatron's LM head keeps erf)";
 	if (!c->no_bias_gelu_fusion)
-		return "its default fused bias-GELU, the tanh approximation in the MLP while the LM head uses erf "
-		       "(MegatronBert's hidden_act is one GELU for both; a run with --no-bias-gelu-fusion converts exactly)";
-	if (strcmp(c->normalization, "LayerNorm")) return "--normalization RMSNorm";
-	if (strcmp(c->position_embedding_type, "learned_absolute")) return "--position-embedding-type other than learned_absolute";
-	if (c->swiglu) return "--swiglu";
-	if (c->num_query_groups != c->num_attention_heads) return "--group-query-attention";
-	if (c->kv_channels * c->num_attention_heads != c->hidden_size) return "--kv-channels other than hidden / heads";
-	if (c->qk_layernorm) return "--qk-layernorm";
+		return "the default fused bias-GELU, the tanh approximation in the MLP while the LM head uses erf "
+		       "(MegatronBert's hidden_act is one GELU for both; a run with mgt-train's --no-bias-gelu-fusion "
+		       "converts exactly)";
+	if (strcmp(c->normalization, "LayerNorm")) return "mgt-train's --normalization RMSNorm";
+	if (strcmp(c->position_embedding_type, "learned_absolute"))
+		return "mgt-train's --position-embedding-type other than learned_absolute";
+	if (c->swiglu) return "mgt-train's --swiglu";
+	if (c->num_query_groups != c->num_attention_heads) return "mgt-train's --group-query-attention";
+	if (c->kv_channels * c->num_attention_heads != c->hidden_size) return "mgt-train's --kv-channels other than hidden / heads";
+	if (c->qk_layernorm) return "mgt-train's --qk-layernorm";
 	return NULL;
 }
 
@@ -370,7 +372,7 @@ static mgt_status bert_check(const mgt_model_config *c, mgt_hf_family f)
 			       mgt_model_is_bert(c) ? "is" : "is not");
 	const char *why = bert_unmappable(c);
 	return why ? mgt_err(MGT_ERR_INPUT, "no Hugging Face class computes this BERT exactly: it was trained with "
-			     "mgt-train's %s (the checkpoint stays an mgt one: mgt-eval and mgt-train read it)", why) : MGT_OK;
+			     "%s (the checkpoint stays an mgt one: mgt-eval and mgt-train read it)", why) : MGT_OK;
 }
 
 /* Whether family f can hold this model exactly. */
