@@ -14,7 +14,7 @@
 /* Files of a Hugging Face directory that travel with the model (besides the weights). */
 static const char *const side_files[] = {
 	"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-	"special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", NULL,
+	"special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", "vocab.txt", NULL,
 };
 
 static char *join(const char *a, const char *b)
@@ -412,13 +412,44 @@ static int gpt2_buffer(const char *name)
 	return -1;
 }
 
+/* MegatronBert's tensors that are no parameters of their own: the position_ids buffer
+ * (arange, saved by older transformers) and, tied, cls.predictions.decoder.weight and .bias, the
+ * word embeddings' and cls.predictions.bias's bytes again (safetensors files keep one name of a
+ * shared tensor, older files both): accepted when they are the same bytes.  *skip: x is one. */
+static mgt_status bert_unused(hf_in *h, const mgt_st_tensor *x, bool *skip)
+{
+	const char *twin = NULL;
+	*skip = !strcmp(x->name, "bert.embeddings.position_ids");
+	if (!strcmp(x->name, "cls.predictions.decoder.bias")) twin = "cls.predictions.bias";
+	if (!strcmp(x->name, "cls.predictions.decoder.weight") && !h->a.model.untie_embeddings_and_output_weights)
+		twin = "bert.embeddings.word_embeddings.weight";
+	const mgt_st_tensor *y = twin ? mgt_st_find(h->st, twin) : NULL;
+	if (!y) return MGT_OK;
+	bool same = x->dtype == y->dtype && x->ndim == y->ndim && x->nbytes == y->nbytes &&
+		    !memcmp(x->shape, y->shape, sizeof x->shape);
+	char *a = same ? mgt_malloc(2 * x->nbytes + 1) : NULL;
+	mgt_status st = same && !a ? MGT_ERR_NOMEM : MGT_OK;
+	if (a && !(st = mgt_st_read_raw(h->st, x, a)) && !(st = mgt_st_read_raw(h->st, y, a + x->nbytes)))
+		same = !memcmp(a, a + x->nbytes, x->nbytes);
+	free(a);
+	if (!st && !same)
+		st = mgt_err(MGT_ERR_INPUT, "%s: tensor %s differs from %s, which it is tied to (config.json's "
+			     "tie_word_embeddings is not false)", x->file, x->name, twin);
+	*skip = !st;
+	return st;
+}
+
 /* HF tensors nobody asked for: GPT-2's buffers (noted in h->buffers), rotary inv_freq buffers, a
- * tied lm_head; anything else is an error naming it. */
+ * tied lm_head, MegatronBert's (bert_unused); anything else is an error naming it. */
 static mgt_status check_unused(hf_in *h)
 {
 	for (size_t i = 0; i < mgt_st_count(h->st); i++) {
 		if (h->used[i]) continue;
 		const mgt_st_tensor *x = mgt_st_at(h->st, i);
+		bool skip = false;
+		mgt_status st = h->f == MGT_HF_MEGATRON_BERT ? bert_unused(h, x, &skip) : MGT_OK;
+		if (st) return st;
+		if (skip) continue;
 		const char *dot = strrchr(x->name, '.');
 		int b = h->f == MGT_HF_GPT2 ? gpt2_buffer(x->name) : -1;
 		if (b >= 0) {
@@ -464,6 +495,34 @@ static mgt_status put_buffers(hf_out *h, bool declare, float *scratch_buf)
 	return st;
 }
 
+/* MegatronBertForMaskedLM's token-type embeddings [type_vocab_size, h]: Megatron's BERT without
+ * the binary head has none (num_tokentypes 0), which the class computes exactly when they are
+ * zero: checked, nothing converted. */
+#define BERT_TOKTYPE "bert.embeddings.token_type_embeddings.weight"
+
+static int64_t bert_type_vocab(json_t *cfg)
+{
+	json_t *v = json_object_get(cfg, "type_vocab_size");
+	return json_is_integer(v) ? json_integer_value(v) : 2; /* MegatronBertConfig's default */
+}
+
+static mgt_status bert_token_types_in(hf_in *h)
+{
+	const mgt_model_config *c = &h->a.model;
+	if (h->f != MGT_HF_MEGATRON_BERT || c->bert_binary_head) return MGT_OK;
+	mgt_hf_map m = {.op = MGT_HF_COPY, .n = 1, .ndim = {2}, .shape = {{bert_type_vocab(h->cfg), c->hidden_size}}};
+	snprintf(m.name[0], sizeof m.name[0], BERT_TOKTYPE);
+	float *x = mgt_malloc(cv_map_numel(&m, 0) * sizeof(float));
+	mgt_status st = x ? cv_hf_read(h, &m, 0, x) : MGT_ERR_NOMEM;
+	for (size_t i = 0; !st && i < cv_map_numel(&m, 0); i++)
+		if (x[i] != 0)
+			st = mgt_err(MGT_ERR_INPUT, "%s: tensor %s: element %zu is not zero: a %s with token types has no "
+				     "Megatron counterpart (Megatron's BERT has token-type embeddings only with the binary "
+				     "head: MegatronBertForPreTraining)", h->o->load_dir, BERT_TOKTYPE, i, MGT_HF_BERT_MLM_CLASS);
+	free(x);
+	return st;
+}
+
 static mgt_status gpt2_prefix(hf_in *h)
 {
 	h->prefix = "";
@@ -479,7 +538,13 @@ json_t *cv_hf_tokenizer(hf_in *h)
 {
 	const char *dir = h->o->load_dir, *type = NULL, *vocab = NULL, *merges = NULL, *model = NULL;
 	bool bpe_files = exists(dir, "vocab.json") && exists(dir, "merges.txt");
-	if (bpe_files && (h->f == MGT_HF_GPT2 || (!exists(dir, "tokenizer.json") && !exists(dir, "tokenizer.model")))) {
+	if (h->f == MGT_HF_MEGATRON_BERT && exists(dir, "vocab.txt")) { /* BertTokenizer: do_lower_case defaults to true */
+		mgt_status st = MGT_OK;
+		json_t *tc = read_json(dir, "tokenizer_config.json", false, &st);
+		type = json_is_false(json_object_get(tc, "do_lower_case")) ? "BertWordPieceCase" : "BertWordPieceLowerCase";
+		vocab = "hf/vocab.txt";
+		json_decref(tc);
+	} else if (bpe_files && (h->f == MGT_HF_GPT2 || (!exists(dir, "tokenizer.json") && !exists(dir, "tokenizer.model")))) {
 		type = "GPT2BPETokenizer"; /* Megatron's GPT-2 tokenizer: <|endoftext|> in text is text */
 		vocab = "hf/vocab.json";
 		merges = "hf/merges.txt";
@@ -495,6 +560,40 @@ json_t *cv_hf_tokenizer(hf_in *h)
 			 "padded_vocab_size", (json_int_t)h->a.model.padded_vocab_size);
 }
 
+/* BERT's model arguments under Megatron's dests in a checkpoint's "args" (the argument table may not
+ * list them): written here, read back by bert_args_take. */
+static void bert_args_put(json_t *args, const mgt_model_config *c)
+{
+	if (!mgt_model_is_bert(c)) return;
+	json_object_set_new(args, "family", json_string(c->family));
+	json_object_set_new(args, "bert_binary_head", json_boolean(c->bert_binary_head));
+	json_object_set_new(args, "no_bias_gelu_fusion", json_boolean(c->no_bias_gelu_fusion));
+}
+
+/* Take them out of args (before the table merges the rest) and into c once merged: bert_args_apply. */
+typedef struct {
+	bool bert, binary, erf;
+} bert_keys;
+
+static void bert_args_take(json_t *args, bert_keys *k)
+{
+	const char *fam = json_string_value(json_object_get(args, "family"));
+	k->bert = fam && !strcmp(fam, "bert");
+	k->binary = !json_is_false(json_object_get(args, "bert_binary_head"));
+	k->erf = json_is_true(json_object_get(args, "no_bias_gelu_fusion"));
+	json_object_del(args, "family");
+	json_object_del(args, "bert_binary_head");
+	json_object_del(args, "no_bias_gelu_fusion");
+}
+
+static void bert_args_apply(const bert_keys *k, mgt_model_config *c)
+{
+	if (!k->bert) return;
+	snprintf(c->family, sizeof c->family, "bert");
+	c->bert_binary_head = k->binary;
+	c->no_bias_gelu_fusion = k->erf;
+}
+
 static char *hf_metadata(hf_in *h)
 {
 	const mgt_convert_opts *o = h->o;
@@ -508,6 +607,7 @@ static char *hf_metadata(hf_in *h)
 		}
 	}
 	json_t *args = mgt_args_to_json(&h->a);
+	bert_args_put(args, &h->a.model);
 	json_t *meta = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:o, "
 				 "s:{s:i, s:i, s:i, s:b, s:i, s:i, s:b}, s:o, s:{s:O, s:O?, s:s, s:s}}",
 		"format", "mgt-ckpt", "format_version", 1, "iteration", 0, "consumed_train_samples", 0,
@@ -611,6 +711,7 @@ static mgt_status hf_convert(hf_in *h)
 		if (h->full.t[i].num_experts <= 0) st = convert_row(h, &h->full.t[i], &b);
 		else if (!dataset_seen(&h->full, i)) st = convert_dataset(h, i, &b);
 	cv_scratch_free(&b);
+	if (!st) st = bert_token_types_in(h);
 	if (!st) st = check_unused(h);
 	if (!st) st = close_shards(h);
 	char *meta = st ? NULL : hf_metadata(h);
@@ -714,8 +815,11 @@ static mgt_status read_args(hf_out *h)
 	static const char *const derived[] = {"padded_vocab_size", "num_microbatches", "data_parallel_size", "world_size"};
 	for (size_t i = 0; i < sizeof derived / sizeof derived[0]; i++) json_object_del(args, derived[i]);
 	h->hf = json_object_get(h->meta, "hf");
+	bert_keys bk;
+	bert_args_take(args, &bk);
 	mgt_status st = mgt_args_init(&h->a);
 	if (!st) st = mgt_args_merge_json(&h->a, args, "metadata.json args");
+	bert_args_apply(&bk, &h->a.model);
 	if (!st) st = mgt_train_tok_files_use(&h->a, h->meta, mgt_ckpt_dir(h->ck)); /* the checkpoint's own copies */
 	if (!st && h->o->tok) st = apply_tok_flags(&h->a, h->o->tok);
 	json_decref(args);
@@ -724,6 +828,10 @@ static mgt_status read_args(hf_out *h)
 	h->a.model.vocab_size = v;
 	if (!st) st = mgt_model_config_finalize(&h->a.model, 1);
 	if (!st && padded) h->a.model.padded_vocab_size = padded; /* the padding it was saved with */
+	if (!st && v > h->a.model.padded_vocab_size)
+		st = mgt_err(MGT_ERR_INPUT, "%s: the vocabulary has %lld tokens (recorded, or the tokenizer's) but the "
+			     "checkpoint's embedding only %lld rows", mgt_ckpt_dir(h->ck), (long long)v,
+			     (long long)h->a.model.padded_vocab_size);
 	return st;
 }
 
@@ -757,6 +865,20 @@ static mgt_status pick_dtype(hf_out *h)
 	return MGT_OK;
 }
 
+/* MegatronBertForMaskedLM's token-type embeddings for a BERT without the binary head: zeros
+ * (see bert_token_types_in), [the recorded config.json's type_vocab_size, else 2; h]. */
+static mgt_status bert_token_types_out(hf_out *h, bool declare)
+{
+	const mgt_model_config *c = &h->a.model;
+	if (h->f != MGT_HF_MEGATRON_BERT || c->bert_binary_head) return MGT_OK;
+	int64_t shape[2] = {bert_type_vocab(json_object_get(h->hf, "config")), c->hidden_size};
+	if (declare) return mgt_st_writer_add(h->w, BERT_TOKTYPE, h->dt, 2, shape);
+	float *z = calloc((size_t)(shape[0] * shape[1]), sizeof(float));
+	mgt_status st = z ? mgt_st_writer_put_f32(h->w, BERT_TOKTYPE, z) : mgt_err(MGT_ERR_NOMEM, "out of memory");
+	free(z);
+	return st;
+}
+
 static mgt_status declare(hf_out *h)
 {
 	mgt_status st = MGT_OK;
@@ -766,6 +888,7 @@ static mgt_status declare(hf_out *h)
 		for (int k = 0; !st && k < m.n; k++) st = mgt_st_writer_add(h->w, m.name[k], h->dt, m.ndim[k], m.shape[k]);
 	}
 	if (!st && h->f == MGT_HF_GPT2) st = put_buffers(h, true, NULL);
+	if (!st) st = bert_token_types_out(h, true);
 	return st ? st : mgt_st_writer_begin(h->w);
 }
 
@@ -789,6 +912,14 @@ static mgt_status copy_tokenizer_args(hf_out *h)
 {
 	const mgt_args *a = &h->a;
 	mgt_status st = MGT_OK;
+	bool wordpiece = a->tokenizer_type && !strncmp(a->tokenizer_type, "BertWordPiece", 13);
+	if (wordpiece && a->vocab_file && !access(a->vocab_file, R_OK)) { /* BertTokenizer's files */
+		st = copy_file_as(a->vocab_file, h->tmp, "vocab.txt");
+		if (!st) st = write_text(h->tmp, "tokenizer_config.json", strcmp(a->tokenizer_type, "BertWordPieceCase")
+			? "{\"tokenizer_class\": \"BertTokenizer\", \"do_lower_case\": true}"
+			: "{\"tokenizer_class\": \"BertTokenizer\", \"do_lower_case\": false}");
+		return st;
+	}
 	if (a->vocab_file && a->merge_file && !access(a->vocab_file, R_OK) && !access(a->merge_file, R_OK)) {
 		st = copy_file_as(a->vocab_file, h->tmp, "vocab.json");
 		if (!st) st = copy_file_as(a->merge_file, h->tmp, "merges.txt");
@@ -839,6 +970,7 @@ static mgt_status out_convert(hf_out *h)
 	if (mask) st = put_buffers(h, false, mask);
 	else if (!st && h->f == MGT_HF_GPT2) st = MGT_ERR_NOMEM;
 	free(mask);
+	if (!st) st = bert_token_types_out(h, false);
 	cv_scratch_free(&b);
 	if (!st) st = mgt_st_writer_finish(h->w);
 	if (!st) st = write_configs(h);

@@ -50,6 +50,9 @@ static mgt_status open_source(exporter *e)
 		st = cv_mgt_open(&e->out, false);
 		e->c = &e->out.a.model, e->f = e->out.f, e->prefix = e->out.prefix, e->full = &e->out.full;
 	}
+	if (!st && e->f == MGT_HF_MEGATRON_BERT)
+		st = mgt_err(MGT_ERR_USAGE, "%s: a BERT (%s), which is not exported to GGUF (only decoder models are; "
+			     "mgt-ckpt-convert writes it as a Hugging Face directory)", e->o->load_dir, mgt_hf_model_type(e->f));
 	return st;
 }
 

@@ -5,7 +5,9 @@
  * megatron-reference.md section 7.4 and 7.5, megatron-moe-cp.md section 1.6 (Mixtral: top-k of
  * the logits then softmax, as transformers' softmax, top-k, renormalize; Qwen-MoE:
  * --moe-router-pre-softmax = not norm_topk_prob, as Megatron-Bridge; the sigmoid-gated shared
- * expert of Qwen2-MoE = --moe-shared-expert-intermediate-size with --moe-shared-expert-gate). */
+ * expert of Qwen2-MoE = --moe-shared-expert-intermediate-size with --moe-shared-expert-gate);
+ * MegatronBertConfig (megatron-bert-t5.md section 5; transformers' configuration_megatron_bert.py
+ * and modeling_megatron_bert.py: hidden_act is applied in the MLP and in the LM head's transform). */
 #include "convert_impl.h"
 
 #include <limits.h>
@@ -18,6 +20,7 @@ enum {
 	G = 1 << MGT_HF_GPT2, MIX = 1 << MGT_HF_MIXTRAL, Q2M = 1 << MGT_HF_QWEN2_MOE, Q3M = 1 << MGT_HF_QWEN3_MOE,
 	QM = Q2M | Q3M, M = MIX | QM,
 	L = (1 << MGT_HF_LLAMA) | (1 << MGT_HF_MISTRAL) | (1 << MGT_HF_QWEN2) | (1 << MGT_HF_QWEN3) | M,
+	BB = 1 << MGT_HF_MEGATRON_BERT,
 };
 
 static bool is_moe(mgt_hf_family f) { return (1u << f) & M; }
@@ -36,17 +39,20 @@ static const struct cfg_row {
 	{G, "layer_norm_epsilon", "norm_epsilon", false},
 	{G, "resid_pdrop", "hidden_dropout", false},
 	{G, "attn_pdrop", "attention_dropout", false},
-	{L, "num_hidden_layers", "num_layers", true},
-	{L, "hidden_size", "hidden_size", true},
-	{L, "intermediate_size", "ffn_hidden_size", true},
-	{L, "num_attention_heads", "num_attention_heads", true},
+	{L | BB, "num_hidden_layers", "num_layers", true},
+	{L | BB, "hidden_size", "hidden_size", true},
+	{L | BB, "intermediate_size", "ffn_hidden_size", true},
+	{L | BB, "num_attention_heads", "num_attention_heads", true},
 	{L, "num_key_value_heads", "num_query_groups", false},
 	{L, "head_dim", "kv_channels", false},
-	{L, "max_position_embeddings", "max_position_embeddings", true},
+	{L | BB, "max_position_embeddings", "max_position_embeddings", true},
 	{L, "rms_norm_eps", "norm_epsilon", true},
 	{L, "rope_theta", "rotary_base", false},
 	{L, "attention_dropout", "attention_dropout", false},
-	{G | L, "initializer_range", "init_method_std", false},
+	{G | L | BB, "initializer_range", "init_method_std", false},
+	{BB, "layer_norm_eps", "norm_epsilon", false},
+	{BB, "hidden_dropout_prob", "hidden_dropout", false},
+	{BB, "attention_probs_dropout_prob", "attention_dropout", false},
 	{MIX, "num_local_experts", "num_experts", true},
 	{QM, "num_experts", "num_experts", true},
 	{M, "num_experts_per_tok", "moe_router_topk", true},
@@ -69,6 +75,8 @@ static const struct fixed_row {
 	{1 << MGT_HF_QWEN2, "add_qkv_bias", "true"}, {1 << MGT_HF_QWEN3, "qk_layernorm", "true"},
 	{M, "moe_router_load_balancing_type", "aux_loss"}, {Q2M, "moe_shared_expert_gate", "true"},
 	{Q3M, "qk_layernorm", "true"},
+	{BB, "position_embedding_type", "learned_absolute"}, {BB, "normalization", "LayerNorm"}, {BB, "swiglu", "false"},
+	{BB, "add_bias_linear", "true"}, {BB, "norm_epsilon", "1e-12"}, /* MegatronBertConfig's default */
 };
 
 static mgt_status set_num(mgt_args *a, const char *file, const char *key, const char *arg, json_t *v)
@@ -113,9 +121,53 @@ static mgt_status rope_scaling(mgt_args *a, json_t *cfg, const char *file)
 	return st;
 }
 
+/* Whether a megatron-bert config.json is MegatronBertForMaskedLM's (no pooler, no binary head). */
+static bool bert_mlm(json_t *cfg)
+{
+	const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
+	return arch && !strcmp(arch, MGT_HF_BERT_MLM_CLASS);
+}
+
+/* The tanh approximations of GELU among transformers' activations (ACT2FN). */
+static bool tanh_gelu(const char *act)
+{
+	return !strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast") ||
+	       !strcmp(act, "gelu_python_tanh");
+}
+
+/* What no Megatron-Core BERT computes, refused naming the key. */
+static mgt_status bert_refusals(json_t *cfg, const char *file)
+{
+	const char *arch = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
+	if (arch && strcmp(arch, "MegatronBertForPreTraining") && strcmp(arch, MGT_HF_BERT_MLM_CLASS))
+		return mgt_err(MGT_ERR_INPUT, "%s: architectures \"%s\" is not converted (MegatronBertForPreTraining, or "
+			       "%s for a BERT without the binary head)", file, arch, MGT_HF_BERT_MLM_CLASS);
+	const char *act = str(cfg, "hidden_act");
+	if (act && tanh_gelu(act))
+		return mgt_err(MGT_ERR_INPUT, "%s: hidden_act \"%s\" (the tanh approximation of GELU) has no exact Megatron "
+			       "counterpart: transformers applies it in the MLP and in the LM head (cls.predictions.transform), "
+			       "but Megatron's BERT LM head always uses erf GELU; hidden_act \"gelu\" (erf in both, Megatron's "
+			       "--no-bias-gelu-fusion) converts exactly", file, act);
+	if (act && strcmp(act, "gelu"))
+		return mgt_err(MGT_ERR_INPUT, "%s: hidden_act \"%s\" is not supported (gelu)", file, act);
+	json_t *tv = json_object_get(cfg, "type_vocab_size");
+	if (tv && !(json_is_integer(tv) && (json_integer_value(tv) == 2 || (bert_mlm(cfg) && json_integer_value(tv) >= 1))))
+		return mgt_err(MGT_ERR_INPUT, "%s: \"type_vocab_size\": expected 2 (Megatron's BERT has 2 token types, "
+			       "num_tokentypes, with the binary head)", file);
+	const char *pos = str(cfg, "position_embedding_type");
+	if (pos && strcmp(pos, "absolute"))
+		return mgt_err(MGT_ERR_INPUT, "%s: position_embedding_type \"%s\" is not supported (absolute: Megatron's "
+			       "learned positions)", file, pos);
+	if (truthy(cfg, "is_decoder") || truthy(cfg, "add_cross_attention"))
+		return mgt_err(MGT_ERR_INPUT, "%s: is_decoder / add_cross_attention true is not supported (Megatron's BERT "
+			       "is a bidirectional encoder)", file);
+	return MGT_OK;
+}
+
 /* What mgt does not implement, refused by name. */
 static mgt_status refusals(json_t *cfg, mgt_hf_family f, const char *file)
 {
+	if (f == MGT_HF_MEGATRON_BERT) return bert_refusals(cfg, file);
 	if (f == MGT_HF_GPT2) {
 		const char *act = str(cfg, "activation_function");
 		if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu"))
@@ -213,6 +265,11 @@ mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt
 	c->group_query_attention = c->num_query_groups != c->num_attention_heads;
 	if (f == MGT_HF_GPT2) {
 		c->openai_gelu = !str(cfg, "activation_function") || !strcmp(str(cfg, "activation_function"), "gelu_new");
+	} else if (f == MGT_HF_MEGATRON_BERT) { /* erf GELU in the MLP: --no-bias-gelu-fusion; tied by default */
+		snprintf(c->family, sizeof c->family, "bert");
+		c->bert_binary_head = !bert_mlm(cfg);
+		c->no_bias_gelu_fusion = true;
+		c->untie_embeddings_and_output_weights = json_is_false(json_object_get(cfg, "tie_word_embeddings"));
 	} else {
 		json_t *tie = json_object_get(cfg, "tie_word_embeddings");
 		c->untie_embeddings_and_output_weights = !json_is_true(tie); /* these configs default to false */
@@ -236,6 +293,10 @@ static void put_real(json_t *o, const char *k, double v) { json_object_set_new(o
 
 mgt_status cv_family_infer(const mgt_model_config *c, mgt_hf_family *f)
 {
+	if (mgt_model_is_bert(c)) {
+		*f = MGT_HF_MEGATRON_BERT;
+		return MGT_OK;
+	}
 	bool rope = !strcmp(c->position_embedding_type, "rope"), rms = !strcmp(c->normalization, "RMSNorm");
 	if (!rope && !rms && !c->swiglu && c->add_bias_linear && !c->untie_embeddings_and_output_weights &&
 	    !strcmp(c->position_embedding_type, "learned_absolute") && c->rotary_percent == 1.0 && !c->num_experts)
@@ -284,9 +345,40 @@ static const char *moe_not_in(const mgt_model_config *c, mgt_hf_family f)
 	return NULL;
 }
 
+/* What MegatronBert's layers lack (biases everywhere, LayerNorm, learned positions, one GELU for the
+ * MLP and the LM head, which Megatron's LM head fixes to erf): mgt-train's flag, or NULL. */
+static const char *bert_unmappable(const mgt_model_config *c)
+{
+	if (!c->add_bias_linear) return "mgt-train's --disable-bias-linear (MegatronBert has a bias on every linear layer)";
+	if (c->openai_gelu) return "mgt-train's --openai-gelu (tanh GELU in the MLP; Megatron's LM head keeps erf)";
+	if (!c->no_bias_gelu_fusion)
+		return "the default fused bias-GELU, the tanh approximation in the MLP while the LM head uses erf "
+		       "(MegatronBert's hidden_act is one GELU for both; a run with mgt-train's --no-bias-gelu-fusion "
+		       "converts exactly)";
+	if (strcmp(c->normalization, "LayerNorm")) return "mgt-train's --normalization RMSNorm";
+	if (strcmp(c->position_embedding_type, "learned_absolute"))
+		return "mgt-train's --position-embedding-type other than learned_absolute";
+	if (c->swiglu) return "mgt-train's --swiglu";
+	if (c->num_query_groups != c->num_attention_heads) return "mgt-train's --group-query-attention";
+	if (c->kv_channels * c->num_attention_heads != c->hidden_size) return "mgt-train's --kv-channels other than hidden / heads";
+	if (c->qk_layernorm) return "mgt-train's --qk-layernorm";
+	return NULL;
+}
+
+static mgt_status bert_check(const mgt_model_config *c, mgt_hf_family f)
+{
+	if (!mgt_model_is_bert(c) || f != MGT_HF_MEGATRON_BERT)
+		return mgt_err(MGT_ERR_USAGE, "--family %s cannot hold this model (it %s a BERT)", mgt_hf_model_type(f),
+			       mgt_model_is_bert(c) ? "is" : "is not");
+	const char *why = bert_unmappable(c);
+	return why ? mgt_err(MGT_ERR_INPUT, "no Hugging Face class computes this BERT exactly: it was trained with "
+			     "%s (the checkpoint stays an mgt one: mgt-eval and mgt-train read it)", why) : MGT_OK;
+}
+
 /* Whether family f can hold this model exactly. */
 mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
 {
+	if (mgt_model_is_bert(c) || f == MGT_HF_MEGATRON_BERT) return bert_check(c, f);
 	mgt_hf_family g;
 	mgt_status st = cv_family_infer(c, &g);
 	if (st) return st;
@@ -332,6 +424,28 @@ static void moe_config(json_t *o, const mgt_model_config *c, mgt_hf_family f)
 	}
 }
 
+/* MegatronBertConfig's keys for c (the inverse of cv_config_to_args): the class with or without the
+ * binary head, erf GELU, two token types. */
+static void bert_config_json(json_t *o, const mgt_model_config *c)
+{
+	json_object_set_new(o, "architectures", json_pack("[s]", c->bert_binary_head ? mgt_hf_architecture(MGT_HF_MEGATRON_BERT)
+										  : MGT_HF_BERT_MLM_CLASS));
+	put_int(o, "num_hidden_layers", c->num_layers);
+	put_int(o, "hidden_size", c->hidden_size);
+	put_int(o, "intermediate_size", c->ffn_hidden_size);
+	put_int(o, "num_attention_heads", c->num_attention_heads);
+	put_int(o, "max_position_embeddings", c->max_position_embeddings);
+	put_int(o, "type_vocab_size", 2);
+	put_real(o, "layer_norm_eps", c->norm_epsilon);
+	json_object_set_new(o, "hidden_act", json_string("gelu"));
+	put_real(o, "hidden_dropout_prob", c->hidden_dropout);
+	put_real(o, "attention_probs_dropout_prob", c->attention_dropout);
+	json_object_set_new(o, "position_embedding_type", json_string("absolute"));
+	json_object_set_new(o, "tie_word_embeddings", json_boolean(!c->untie_embeddings_and_output_weights));
+	put_int(o, "pad_token_id", 0);
+	json_object_set_new(o, "use_cache", json_true());
+}
+
 json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char *dtype)
 {
 	json_t *o = json_object();
@@ -340,6 +454,10 @@ json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char
 	put_int(o, "vocab_size", c->vocab_size);
 	put_real(o, "initializer_range", c->init_method_std);
 	json_object_set_new(o, "torch_dtype", json_string(dtype));
+	if (f == MGT_HF_MEGATRON_BERT) {
+		bert_config_json(o, c);
+		return o;
+	}
 	if (f == MGT_HF_GPT2) {
 		put_int(o, "n_layer", c->num_layers);
 		put_int(o, "n_embd", c->hidden_size);

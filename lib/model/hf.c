@@ -3,7 +3,9 @@
  * Each row of the table (lib/model/table.c) maps to one, two or three Hugging Face tensors by a
  * rule: its role, its layer and the family.  The layouts are Megatron's (megatron-reference.md
  * section 7, interop-reference.md section 4): linear_qkv interleaved per query group, SwiGLU fc1 as
- * [gate; up], vocabulary rows padded, GPT-2's Conv1D weights transposed. */
+ * [gate; up], vocabulary rows padded, GPT-2's Conv1D weights transposed.  Megatron-Core's BERT maps
+ * onto transformers' MegatronBert classes (megatron-bert-t5.md section 5: the pre-LN layout,
+ * modeling_megatron_bert.py's names). */
 #include "model.h"
 
 #include <stdio.h>
@@ -20,6 +22,7 @@ static const struct {
 	[MGT_HF_MIXTRAL] = {"mixtral", "MixtralForCausalLM"},
 	[MGT_HF_QWEN2_MOE] = {"qwen2_moe", "Qwen2MoeForCausalLM"},
 	[MGT_HF_QWEN3_MOE] = {"qwen3_moe", "Qwen3MoeForCausalLM"},
+	[MGT_HF_MEGATRON_BERT] = {"megatron-bert", "MegatronBertForPreTraining"},
 };
 
 const char *mgt_hf_model_type(mgt_hf_family f) { return families[f].model_type; }
@@ -32,8 +35,12 @@ mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f)
 			*f = (mgt_hf_family)i;
 			return MGT_OK;
 		}
+	if (model_type && !strcmp(model_type, "bert"))
+		return mgt_err(MGT_ERR_USAGE, "model_type \"bert\" (BertForPreTraining) is not supported: it is post-LN (a "
+			       "LayerNorm after the embeddings and after each residual sum), which no Megatron-Core BERT "
+			       "computes; megatron-bert (MegatronBertForPreTraining) is the pre-LN layout mgt converts");
 	return mgt_err(MGT_ERR_USAGE, "model_type \"%s\" is not supported (expected gpt2, llama, mistral, qwen2, qwen3, "
-		       "mixtral, qwen2_moe or qwen3_moe)",
+		       "mixtral, qwen2_moe, qwen3_moe or megatron-bert)",
 		       model_type ? model_type : "(none)");
 }
 
@@ -68,6 +75,8 @@ static void set_src(mgt_hf_map *m, int k, const char *prefix, int layer, const c
 {
 	if (layer >= 0 && prefix[0] == 'm')
 		snprintf(m->name[k], sizeof m->name[k], "%slayers.%d.%s", prefix, layer, suffix);
+	else if (layer >= 0 && prefix[0] == 'b') /* "bert.encoder." */
+		snprintf(m->name[k], sizeof m->name[k], "%slayer.%d.%s", prefix, layer, suffix);
 	else if (layer >= 0)
 		snprintf(m->name[k], sizeof m->name[k], "%sh.%d.%s", prefix, layer, suffix);
 	else
@@ -142,20 +151,63 @@ static mgt_status map_qkv(const mgt_model_config *c, mgt_hf_family f, const char
 			w ? 3 * h : 0);
 		return MGT_OK;
 	}
-	static const char *const proj[3] = {"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."};
-	m->op = MGT_HF_QKV;
+	static const char *const proj[2][3] = {{"self_attn.q_proj.", "self_attn.k_proj.", "self_attn.v_proj."},
+					       {"attention.self.query.", "attention.self.key.", "attention.self.value."}};
+	m->op = MGT_HF_QKV; /* BERT: one query group per head, [q_n; k_n; v_n] per head */
 	for (int k = 0; k < 3; k++) {
 		char suffix[64];
-		snprintf(suffix, sizeof suffix, "%s%s", proj[k], w ? "weight" : "bias");
+		snprintf(suffix, sizeof suffix, "%s%s", proj[f == MGT_HF_MEGATRON_BERT][k], w ? "weight" : "bias");
 		set_src(m, k, pre, t->layer, suffix, w ? 2 : 1, (k ? ng : nq) * d, w ? h : 0);
 	}
 	return MGT_OK;
+}
+
+/* MegatronBertForPreTraining (transformers' modeling_megatron_bert.py): per layer under
+ * bert.encoder.layer.N. (attention.ln is linear_qkv's fused LayerNorm, ln linear_fc1's), the rest
+ * global; the output layer's bias is cls.predictions.bias and its weight, when untied,
+ * cls.predictions.decoder.weight, both over the unpadded vocabulary. */
+static const struct {
+	mgt_tensor_role role;
+	const char *name;
+} bert_names[] = {
+	{MGT_T_WORD_EMB, "bert.embeddings.word_embeddings.weight"},
+	{MGT_T_POS_EMB, "bert.embeddings.position_embeddings.weight"},
+	{MGT_T_TOKTYPE_EMB, "bert.embeddings.token_type_embeddings.weight"},
+	{MGT_T_LN1_W, "attention.ln.weight"}, {MGT_T_LN1_B, "attention.ln.bias"},
+	{MGT_T_PROJ_W, "attention.output.dense.weight"}, {MGT_T_PROJ_B, "attention.output.dense.bias"},
+	{MGT_T_LN2_W, "ln.weight"}, {MGT_T_LN2_B, "ln.bias"},
+	{MGT_T_FC1_W, "intermediate.dense.weight"}, {MGT_T_FC1_B, "intermediate.dense.bias"},
+	{MGT_T_FC2_W, "output.dense.weight"}, {MGT_T_FC2_B, "output.dense.bias"},
+	{MGT_T_FINAL_LN_W, "bert.encoder.ln.weight"}, {MGT_T_FINAL_LN_B, "bert.encoder.ln.bias"},
+	{MGT_T_POOL_W, "bert.pooler.dense.weight"}, {MGT_T_POOL_B, "bert.pooler.dense.bias"},
+	{MGT_T_LMH_W, "cls.predictions.transform.dense.weight"},
+	{MGT_T_LMH_B, "cls.predictions.transform.dense.bias"},
+	{MGT_T_LMH_LN_W, "cls.predictions.transform.LayerNorm.weight"},
+	{MGT_T_LMH_LN_B, "cls.predictions.transform.LayerNorm.bias"},
+	{MGT_T_OUTPUT_W, "cls.predictions.decoder.weight"}, {MGT_T_OUTPUT_B, "cls.predictions.bias"},
+	{MGT_T_BIN_W, "cls.seq_relationship.weight"}, {MGT_T_BIN_B, "cls.seq_relationship.bias"},
+};
+
+static mgt_status map_bert(const mgt_model_config *c, const mgt_tensor *t, mgt_hf_map *m)
+{
+	const char *pre = t->layer >= 0 ? "bert.encoder." : "";
+	if (t->role == MGT_T_QKV_W || t->role == MGT_T_QKV_B) return map_qkv(c, MGT_HF_MEGATRON_BERT, pre, t, m);
+	for (size_t i = 0; i < sizeof bert_names / sizeof bert_names[0]; i++) {
+		if (bert_names[i].role != t->role) continue;
+		bool pad = t->role == MGT_T_WORD_EMB || t->role == MGT_T_OUTPUT_W || t->role == MGT_T_OUTPUT_B;
+		m->op = pad ? MGT_HF_PAD_ROWS : MGT_HF_COPY;
+		set_src(m, 0, pre, t->layer, bert_names[i].name, t->ndim, pad ? c->vocab_size : t->shape[0],
+			t->ndim == 2 ? t->shape[1] : 0);
+		return MGT_OK;
+	}
+	return unmapped(t, MGT_HF_MEGATRON_BERT);
 }
 
 mgt_status mgt_hf_map_tensor(const mgt_model_config *c, mgt_hf_family f, const char *gpt2_prefix,
 			     const mgt_tensor *t, mgt_hf_map *m)
 {
 	memset(m, 0, sizeof *m);
+	if (f == MGT_HF_MEGATRON_BERT) return map_bert(c, t, m);
 	bool gpt2 = f == MGT_HF_GPT2;
 	const char *pre = gpt2 ? gpt2_prefix : t->layer >= 0 ? "model." : "";
 	int64_t h = c->hidden_size, ffn = c->ffn_hidden_size;

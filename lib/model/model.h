@@ -101,8 +101,9 @@ bool mgt_model_is_bert(const mgt_model_config *c);
  * query groups and ffn.  Errors: MGT_ERR_USAGE with a message naming the flags. */
 mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp);
 /* Parameters that are vocabulary padding: (padded_vocab_size - vocab_size) rows of hidden_size
- * in the word embedding, and again in an untied output layer (Megatron counts them in its
- * parameter counts; Hugging Face and GGUF models have none).  c finalized. */
+ * in the word embedding, and again in an untied output layer, plus one element a row in a BERT's
+ * output_layer.bias (Megatron counts them in its parameter counts; Hugging Face and GGUF models
+ * have none).  c finalized. */
 int64_t mgt_model_padding_params(const mgt_model_config *c);
 
 /* The MoE part of it (lib/model/moe_config.c): nothing to check without experts; otherwise
@@ -591,14 +592,18 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 /* ---- Hugging Face names and layouts (lib/model/hf.c; mgt-hf(5)) ---- */
 
 /* The Hugging Face model families mgt-ckpt-convert reads and writes (config.json "model_type");
- * the last three are Mixture-of-Experts models (mixtral, qwen2_moe, qwen3_moe). */
+ * mixtral, qwen2_moe and qwen3_moe are Mixture-of-Experts models; megatron-bert is Megatron-Core's
+ * pre-LN BERT (family "bert"): MegatronBertForPreTraining with the binary head,
+ * MegatronBertForMaskedLM without it (megatron-bert-t5.md section 5). */
 typedef enum { MGT_HF_GPT2, MGT_HF_LLAMA, MGT_HF_MISTRAL, MGT_HF_QWEN2, MGT_HF_QWEN3, MGT_HF_MIXTRAL, MGT_HF_QWEN2_MOE,
-	       MGT_HF_QWEN3_MOE, MGT_HF_NFAMILIES } mgt_hf_family;
-/* "gpt2", "llama", ... and "GPT2LMHeadModel", "LlamaForCausalLM", ... */
+	       MGT_HF_QWEN3_MOE, MGT_HF_MEGATRON_BERT, MGT_HF_NFAMILIES } mgt_hf_family;
+/* "gpt2", "llama", ... and "GPT2LMHeadModel", "LlamaForCausalLM", ... (megatron-bert:
+ * "MegatronBertForPreTraining"; its class without the binary head is MGT_HF_BERT_MLM_CLASS) */
 const char *mgt_hf_model_type(mgt_hf_family f);
 const char *mgt_hf_architecture(mgt_hf_family f);
 /* The family of a config.json "model_type".  Errors: MGT_ERR_USAGE naming it. */
 mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f);
+#define MGT_HF_BERT_MLM_CLASS "MegatronBertForMaskedLM"
 
 /* How a table row is made from Hugging Face tensors (sources 0..n-1, row-major fp32):
  *   COPY       same shape (norms, biases, o_proj/down_proj, position embeddings);

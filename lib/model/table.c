@@ -121,7 +121,8 @@ static mgt_status config_check(const mgt_model_config *c, int tp)
 int64_t mgt_model_padding_params(const mgt_model_config *c)
 {
 	int64_t rows = c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size - c->vocab_size : 0;
-	return rows * c->hidden_size * (c->untie_embeddings_and_output_weights ? 2 : 1);
+	/* BERT's output_layer.bias has a padding row per padded vocabulary row too */
+	return rows * (c->hidden_size * (c->untie_embeddings_and_output_weights ? 2 : 1) + (mgt_model_is_bert(c) ? 1 : 0));
 }
 
 mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
