@@ -19,7 +19,8 @@ static const char *const shape_keys[] = {
 	"add_qkv_bias", "untie_embeddings_and_output_weights", "padded_vocab_size", "rotary_base",
 	"rotary_percent", "max_position_embeddings", "qk_layernorm", "use_rope_scaling", "rope_scaling_factor",
 	"rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
-	"rope_scaling_original_max_position_embeddings", "openai_gelu", "apply_layernorm_1p", NULL,
+	"rope_scaling_original_max_position_embeddings", "openai_gelu", "apply_layernorm_1p", "family", "bert_binary_head",
+	"no_bias_gelu_fusion", NULL,
 };
 /* Those of Mixture of Experts (newer than most checkpoints: absent means no experts), compared
  * when the checkpoint or the run has experts. */
@@ -754,7 +755,8 @@ static mgt_status check_args(json_t *ck_args, const mgt_args *a, const char *dir
 	mgt_status st = MGT_OK;
 	for (const char *const *k = shape_keys; !st && *k; k++) {
 		bool newer = !strcmp(*k, "qk_layernorm") || !strcmp(*k, "openai_gelu") || !strncmp(*k, "rope_scaling", 12) ||
-			     !strcmp(*k, "use_rope_scaling");
+			     !strcmp(*k, "use_rope_scaling") || !strcmp(*k, "family") || !strcmp(*k, "bert_binary_head") ||
+			     !strcmp(*k, "no_bias_gelu_fusion");
 		st = check_key(ck_args, mine, *k, newer, dir);
 	}
 	bool moe = json_integer_value(json_object_get(ck_args, "num_experts")) > 0 || a->model.num_experts > 0;

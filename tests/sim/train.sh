@@ -14,6 +14,8 @@
 #      emulation; iteration 1's weight amaxes and scales (--fp8-trace) bit for bit, the updates'
 #      order the CPU's; --fp8-param-gather with the distributed optimizer (the weights cast
 #      after the step, packed, gathered as bytes and transposed) bit for bit as without;
+#   7. BERT (--model-family bert on KJV split into sentences), fp32 within 1e-5 of the CPU and
+#      bf16 (the tensor-core attention kernels with the key mask) within 2e-2;
 #   5. context parallelism (under mpirun, two ranks on the one simulated GPU, so every group is
 #      staged through the host): CP2 with --cp-comm-type p2p, allgather and a2a, the settings of
 #      3, iteration 1 within 1e-5 of the CPU in one process (the attention block kernels, the
@@ -98,6 +100,27 @@ PY
 check "simulated cuda fp8 --fp8-param-gather (weights cast after the step, packed and all-gathered as bytes)" run sim8p \
 	"$SIM_TRAIN" --device cuda --train-iters 2 $F8 --use-distributed-optimizer --fp8-param-gather
 check "  lm loss and grad norm bit for bit as without" close sim8 sim8p 0
+# BERT: bidirectional attention under the padding mask, the token types, the LM head, pooler and
+# sentence-order head, on a sentence-level dataset (KJV, BertWordPieceLowerCase)
+BA="--model-family bert --num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 32
+ --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --lr-warmup-iters 0
+ --lr-decay-style constant --log-interval 1 --eval-interval 0 --threads 1 --hidden-dropout 0 --attention-dropout 0
+ --tokenizer-type BertWordPieceLowerCase --vocab-file $ROOT/share/mgt/tokenizers/bert/vocab.txt
+ --data-path $W/kjv_text_sentence --split 949,50,1 --train-iters 2"
+run_bert() { # run_bert NAME BINARY ARGS...
+	n=$1 b=$2; shift 2
+	"$b" $BA --metrics-file "$W/$n.jsonl" "$@" >"$W/$n.log" 2>&1 </dev/null || { echo "# $n: exit $?"; tail -3 "$W/$n.log"; return 1; }
+}
+check "KJV split into sentences (mgt-preprocess --split-sentences)" "$ROOT/bin/mgt-preprocess" \
+	--input "$ROOT/share/mgt/data/kjv.jsonl.zst" --output-prefix "$W/kjv" --tokenizer-type BertWordPieceLowerCase \
+	--vocab-file "$ROOT/share/mgt/tokenizers/bert/vocab.txt" --split-sentences --workers 1 --quiet
+check "cpu fp32 BERT, 2 iterations" run_bert cpubert "$CPU_TRAIN" --device cpu
+check "simulated cuda fp32 BERT (padding-mask attention, heads)" run_bert simbert "$SIM_TRAIN" --device cuda
+check "simulated cuda BERT = cpu BERT (1e-5)" close cpubert simbert 1e-5
+check "cpu bf16 BERT, 2 iterations" run_bert cpubert16 "$CPU_TRAIN" --device cpu --bf16
+check "simulated cuda bf16 BERT (the tensor-core attention with the key mask)" run_bert simbert16 "$SIM_TRAIN" \
+	--device cuda --bf16
+check "simulated cuda bf16 BERT = cpu bf16 BERT (2e-2)" close cpubert16 simbert16 2e-2
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ] && rm -rf "$W"
 [ "$fail" = 0 ]
