@@ -1096,6 +1096,18 @@ static size_t mask_zero_bad(const float *o, const float *dq, const uint8_t *km, 
 	return bad;
 }
 
+/* The backward's bound, 1.5x the causal one under the simulator with a key mask and 16-bit
+ * operands: a row that sees one key (attn_mask's sequence 1) has dS = P (dP - D) = 0 exactly, and
+ * the kernels' dP from rounded dO and V minus the fp32 D leaves their rounding there (measured over
+ * 5 seeds: bf16 2.7e-3..5.4e-3, fp16 3.5e-4..5.7e-4; causal: attn_tol). */
+static tol2 attn_bwd_tol(mgt_precision prec, bool masked)
+{
+	tol2 t = attn_tol(prec, TOL_ATTN_BWD, false);
+	if (masked && prec != MGT_PREC_FP32)
+		t.sim *= 1.5;
+	return t;
+}
+
 /* masked: under attn_mask's key padding mask (the device gets a copy), the lse rows without a
  * visible key -inf on both sides, and sequence 0's out and every gradient of it and of the masked
  * keys exactly 0 on the GPU. */
@@ -1136,7 +1148,7 @@ static void t_attn_prec(mgt_precision prec, int s, int b, int ng, int r, int d, 
 		cmp_lse(nm("%s: fwd lse", id), l[0], lc, nl, attn_tol(prec, TOL32, true));
 	else
 		cmp(nm("%s: fwd lse", id), l[0], lc, NULL, nl, attn_tol(prec, TOL32, true));
-	cmp(nm("%s: bwd dqkv", id), dq[0], dqc, NULL, nq, attn_tol(prec, TOL_ATTN_BWD, false));
+	cmp(nm("%s: bwd dqkv", id), dq[0], dqc, NULL, nq, attn_bwd_tol(prec, masked));
 	if (masked) {
 		const size_t zb = mask_zero_bad(o[0], dq[0], km, s, b, ng, r, d);
 		CHECK(zb == 0, "%s%s: out and gradients of sequence 0 (no key) and of the masked keys exactly 0, "
