@@ -1,4 +1,5 @@
-/* kernels/: launchers of causal GQA self-attention in fp32 (kernels.h mgt_k_attn_fwd / _bwd) and
+/* kernels/: launchers of GQA self-attention in fp32 (kernels.h mgt_k_attn_fwd / _bwd: causal, or
+ * under a key padding mask through the kernels' MASK instances) and
  * of its blocks for context parallelism (mgt_k_attn_blk_fwd / _bwd; the same kernels on a block
  * geometry); the algorithm, tiling, determinism and ws layout are described in kernels/attn.cuh.
  *
@@ -34,39 +35,45 @@ static bool empty_shape(int s, int b, int ng, int r, int d)
 	return s <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0;
 }
 
-template <int DM, int BQ, int BK>
+template <int DM, int BQ, int BK, bool MASK>
 static int fwd_launch(cudaStream_t st, float *out, float *lse, const float *q, const float *kv,
 		      const geom &G)
 {
 	const size_t sm = fwd_smem(DM, BQ, BK);
-	const cudaError_t e = allow_smem(fwd_kernel<DM, BQ, BK>, sm);
+	const cudaError_t e = allow_smem(fwd_kernel<DM, BQ, BK, MASK>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.sq + BQ - 1) / BQ));
-	MGT_LAUNCH((fwd_kernel<DM, BQ, BK>), grid, NT, sm, st, G, out, lse, q, kv);
+	MGT_LAUNCH((fwd_kernel<DM, BQ, BK, MASK>), grid, NT, sm, st, G, out, lse, q, kv);
 	return (int)cudaGetLastError();
+}
+
+template <bool MASK>
+static int fwd_dim(cudaStream_t st, float *out, float *lse, const float *q, const float *kv, const geom &G)
+{
+	switch (pad_dim(G.d)) {
+	case 16: return fwd_launch<16, 64, 64, MASK>(st, out, lse, q, kv, G);
+	case 32: return fwd_launch<32, 64, 64, MASK>(st, out, lse, q, kv, G);
+	case 64: return fwd_launch<64, 64, 64, MASK>(st, out, lse, q, kv, G);
+	case 128: return fwd_launch<128, 64, 64, MASK>(st, out, lse, q, kv, G);
+	default: return (int)cudaErrorInvalidValue;
+	}
 }
 
 /* The forward of geometry G (whole sequence or block), queries from q, keys and values from kv. */
 static int fwd_geom(cudaStream_t st, float *out, float *lse, const float *q, const float *kv,
 		    const geom &G)
 {
-	switch (pad_dim(G.d)) {
-	case 16: return fwd_launch<16, 64, 64>(st, out, lse, q, kv, G);
-	case 32: return fwd_launch<32, 64, 64>(st, out, lse, q, kv, G);
-	case 64: return fwd_launch<64, 64, 64>(st, out, lse, q, kv, G);
-	case 128: return fwd_launch<128, 64, 64>(st, out, lse, q, kv, G);
-	default: return (int)cudaErrorInvalidValue;
-	}
+	return G.km ? fwd_dim<true>(st, out, lse, q, kv, G) : fwd_dim<false>(st, out, lse, q, kv, G);
 }
 
 extern "C" int mgt_k_attn_fwd(mgt_k_stream s, float *out, float *lse, const float *qkv, int seq,
 			      int b, int ng, int r, int d, float p, uint64_t key, int head0,
-			      int heads_total)
+			      int heads_total, const uint8_t *key_mask)
 {
 	if (empty_shape(seq, b, ng, r, d))
 		return (int)cudaSuccess;
-	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
+	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
 	return fwd_geom((cudaStream_t)s, out, lse, qkv, qkv, G);
 }
 
@@ -90,14 +97,14 @@ extern "C" size_t mgt_k_attn_bwd_ws_bytes(int seq, int b, int ng, int r, int d)
 	return ws_bytes(seq, b, ng, r);
 }
 
-template <int DM, int BQ, int BK>
+template <int DM, int BQ, int BK, bool MASK>
 static int bwd_launch(cudaStream_t st, float *dq, float *dkv, const float *dout, const float *q,
 		      const float *kv, const float *lse, const float *D, const geom &G)
 {
 	const size_t sm = bwd_smem(DM, BQ, BK);
-	cudaError_t e = allow_smem(dkdv_kernel<DM, BQ, BK>, sm);
+	cudaError_t e = allow_smem(dkdv_kernel<DM, BQ, BK, MASK>, sm);
 	if (e == cudaSuccess)
-		e = allow_smem(dq_kernel<DM, BQ, BK>, sm);
+		e = allow_smem(dq_kernel<DM, BQ, BK, MASK>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	/* keys past the last query's last visible key get nothing (the whole sequence: none) */
@@ -105,9 +112,21 @@ static int bwd_launch(cudaStream_t st, float *dq, float *dkv, const float *dout,
 	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((kvis + BK - 1) / BK));
 	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.sq + BQ - 1) / BQ));
 	if (kvis > 0)
-		MGT_LAUNCH((dkdv_kernel<DM, BQ, BK>), gkv, NT, sm, st, G, dkv, dout, q, kv, lse, D);
-	MGT_LAUNCH((dq_kernel<DM, BQ, BK>), gq, NT, sm, st, G, dq, dout, q, kv, lse, D);
+		MGT_LAUNCH((dkdv_kernel<DM, BQ, BK, MASK>), gkv, NT, sm, st, G, dkv, dout, q, kv, lse, D);
+	MGT_LAUNCH((dq_kernel<DM, BQ, BK, MASK>), gq, NT, sm, st, G, dq, dout, q, kv, lse, D);
 	return (int)cudaGetLastError();
+}
+
+template <bool MASK>
+static int bwd_dim(cudaStream_t st, int dm, float *dq, float *dkv, const float *dout, const float *q,
+		   const float *kv, const float *lse, const float *D, const geom &G)
+{
+	switch (dm) {
+	case 16: return bwd_launch<16, 64, 64, MASK>(st, dq, dkv, dout, q, kv, lse, D, G);
+	case 32: return bwd_launch<32, 64, 64, MASK>(st, dq, dkv, dout, q, kv, lse, D, G);
+	case 64: return bwd_launch<64, 64, 64, MASK>(st, dq, dkv, dout, q, kv, lse, D, G);
+	default: return bwd_launch<128, 32, 32, MASK>(st, dq, dkv, dout, q, kv, lse, D, G);
+	}
 }
 
 /* The backward of geometry G: D into ws, then dK/dV into dkv and dQ into dq. */
@@ -121,21 +140,18 @@ static int bwd_geom(cudaStream_t st, float *dq, float *dkv, const float *dout, c
 	const long long rows = (long long)G.sq * G.b * G.H;
 	MGT_LAUNCH(rowdot_kernel<float>, (unsigned)((rows + NT / 32 - 1) / (NT / 32)), NT, 0, st, G, D, dout,
 		   out);
-	switch (dm) {
-	case 16: return bwd_launch<16, 64, 64>(st, dq, dkv, dout, q, kv, lse, D, G);
-	case 32: return bwd_launch<32, 64, 64>(st, dq, dkv, dout, q, kv, lse, D, G);
-	case 64: return bwd_launch<64, 64, 64>(st, dq, dkv, dout, q, kv, lse, D, G);
-	default: return bwd_launch<128, 32, 32>(st, dq, dkv, dout, q, kv, lse, D, G);
-	}
+	return G.km ? bwd_dim<true>(st, dm, dq, dkv, dout, q, kv, lse, D, G)
+		    : bwd_dim<false>(st, dm, dq, dkv, dout, q, kv, lse, D, G);
 }
 
 extern "C" int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *qkv,
 			      const float *out, const float *lse, int seq, int b, int ng, int r,
-			      int d, float p, uint64_t key, int head0, int heads_total, void *ws)
+			      int d, float p, uint64_t key, int head0, int heads_total,
+			      const uint8_t *key_mask, void *ws)
 {
 	if (empty_shape(seq, b, ng, r, d))
 		return (int)cudaSuccess;
-	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
+	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
 	return bwd_geom((cudaStream_t)s, dqkv, dqkv, dout, qkv, qkv, out, lse, G, ws);
 }
 

@@ -1,4 +1,5 @@
-/* kernels/: device code of causal GQA self-attention in fp32 on CUDA cores, flash-attention style
+/* kernels/: device code of GQA self-attention (causal, or bidirectional under a key padding mask)
+ * in fp32 on CUDA cores, flash-attention style
  * (Dao 2023, "FlashAttention-2", section 3.1 / Algorithm 1 forward, section 3.2 / Algorithm 2
  * backward); kernels/attn.cu launches it.  The function is the CPU backend's
  * (lib/backend/cpu_attn.c, lib/backend/backend.h attn_fwd / attn_bwd) up to fp32 rounding.
@@ -6,7 +7,9 @@
  * Layouts (backend.h): qkv [T, ng, r + 2, d] with T = s*b sequence-first (token t = i*b + j for
  * position i of sequence j); query head n (0 <= n < H = ng*r) is slot n % r of group g = n / r,
  * whose key and value are slots r and r + 1; out, dout [T, H, d]; lse and the backward's row terms
- * D [b, H, s].  Scores S = (q . k) / sqrt(d), causal (key i' <= query i).  Dropout element
+ * D [b, H, s].  Scores S = (q . k) / sqrt(d), causal (key i' <= query i), or under the key padding
+ * mask key_mask [T] (geom km: key i' of sequence j visible iff km[i'*b + j] != 0, for every query;
+ * the kernels' template argument MASK, false for the causal ones).  Dropout element
  * (j, n, i, i') is Philox index ((j*heads_total + head0 + n)*s + i)*s + i'; it applies to the
  * probabilities after the softmax sums (the normalizer l uses the undropped values).
  *
@@ -19,7 +22,9 @@
  * with the full length s.  A row with no visible key gets out 0 and lse -inf.  The backward
  * writes (acc = 0) or adds into (acc = 1) dQ and dK/dV.  The whole-sequence attention is the
  * block sq = sk = s, qoff = koff = 0, ld_lse = s, with the key/value slots read from (and their
- * gradients written into) the same fused qkv (kvw = r + 2, kslot = r), acc = 0 (make_geom).
+ * gradients written into) the same fused qkv (kvw = r + 2, kslot = r), acc = 0 (make_geom); under
+ * a key mask dlt = sk, so every causal bound below covers all keys, and each thread reads the mask
+ * bytes of its score columns (key_vis) once per key tile.
  *
  * Tiling.  A thread block has NT = 256 threads seen as a 16 x 16 grid (ty, tx).  Tiles of BQ query rows,
  * BK keys and DM >= d head columns (DM in 16, 32, 64, 128; columns d..DM-1 are zero in shared
@@ -73,6 +78,8 @@ struct geom {
 	long long ldq, ldk, ldo; /* floats between positions i and i + 1 of one sequence in q, kv, out */
 	float scale, p, ks; /* 1/sqrt(d), dropout probability, 1/(1 - p) */
 	uint64_t key;
+	const uint8_t *km;  /* key padding mask [sk*b] (key k of sequence j: km[k*b + j], 1 visible);
+			     * NULL: causal.  Read by the MASK kernels only. */
 };
 
 /* The block geometry with the common fields; the caller sets qoff, koff, kvw, kslot, ld_lse, acc
@@ -95,14 +102,21 @@ static inline geom base_geom(int sq, int sk, int s, int b, int ng, int r, int d,
 	G.p = p;
 	G.ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
 	G.key = key;
+	G.km = nullptr;
 	return G;
 }
 
-/* Whole-sequence causal attention of qkv (backend.h attn_fwd / attn_bwd). */
+/* Whole-sequence attention of qkv (backend.h attn_fwd / attn_bwd): causal, or under key mask km
+ * (dlt = s: no causal bound). */
 static inline geom make_geom(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0,
-			     int heads_total)
+			     int heads_total, const uint8_t *km)
 {
-	return base_geom(s, s, s, b, ng, r, d, p, key, head0, heads_total);
+	geom G = base_geom(s, s, s, b, ng, r, d, p, key, head0, heads_total);
+	if (km) {
+		G.km = km;
+		G.dlt = s;
+	}
+	return G;
 }
 
 /* One block of context-parallel attention (backend.h attn_blk_*): queries from a fused qkv,
@@ -180,6 +194,19 @@ static __device__ __forceinline__ int last_key(const geom &G, int i)
 {
 	const int e = i + G.dlt;
 	return i >= G.sq ? -1 : e < G.sk ? e : G.sk - 1;
+}
+
+/* vis[c]: key k0 + tx + 16c (this thread's score columns) of sequence j visible under the key mask
+ * (false past sk); all true without MASK (the causal kernels: folded away). */
+template <bool MASK, int CA>
+static __device__ __forceinline__ void key_vis(bool (&vis)[CA], const geom &G, int j, int k0)
+{
+	const int tx = threadIdx.x % TW;
+#pragma unroll
+	for (int c = 0; c < CA; c++) {
+		const int k = k0 + tx + TW * c;
+		vis[c] = !MASK || (k < G.sk && G.km[(size_t)k * G.b + j] != 0);
+	}
 }
 
 /* ---- shared-memory tiles ---- */
@@ -305,11 +332,12 @@ static __device__ __forceinline__ float row_sum(float v)
 
 /* ---- forward ---- */
 /* One key tile of the online softmax for score tile sc (raw dots in, dropped-out unnormalized
- * probabilities out): updates the running max m and sum l of each row and rescales o. */
+ * probabilities out; keys past the causal bound or with vis false left out): updates the running
+ * max m and sum l of each row and rescales o. */
 template <int RA, int CA, int DC>
 static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&o)[RA][DC],
-						   float (&m)[RA], float (&l)[RA], const geom &G,
-						   int q0, int k0, uint64_t rb)
+						   float (&m)[RA], float (&l)[RA], const bool (&vis)[CA],
+						   const geom &G, int q0, int k0, uint64_t rb)
 {
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
@@ -319,7 +347,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&
 #pragma unroll
 		for (int c = 0; c < CA; c++) {
 			const int k = k0 + tx + TW * c;
-			sc[a][c] = k <= kl ? sc[a][c] * G.scale : -INFINITY;
+			sc[a][c] = k <= kl && vis[c] ? sc[a][c] * G.scale : -INFINITY;
 			mx = fmaxf(mx, sc[a][c]);
 		}
 		mx = row_max(mx);
@@ -346,7 +374,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&
 #pragma unroll
 			for (int c = 0; c < CA; c++) {
 				const int k = k0 + tx + TW * c;
-				if (k <= kl)
+				if (k <= kl && vis[c])
 					sc[a][c] *= drop_mult(G, rb, i, k);
 			}
 		}
@@ -382,8 +410,8 @@ static __device__ __forceinline__ int key_end(const geom &G, int q0)
 
 /* grid (b*H, query tiles), last tile first; shared Q [BQ, DM+1], K or V [BK, DM+1] (one buffer),
  * P [BQ, BK+16].  Queries from q's query slots, keys and values from kv (q itself for the whole
- * sequence). */
-template <int DM, int BQ, int BK>
+ * sequence).  MASK: under G.km. */
+template <int DM, int BQ, int BK, bool MASK = false>
 __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse, const float *q,
 						 const float *kv)
 {
@@ -407,10 +435,12 @@ __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse,
 	load_rows<DM, BQ>(Qs, q + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.sq, G.d);
 	for (int k0 = 0; k0 < kend; k0 += BK) {
 		float sc[RA][CA];
+		bool vis[CA];
+		key_vis<MASK>(vis, G, j, k0);
 		load_rows<DM, BK>(KVs, K, G.ldk, k0, G.sk, G.d);
 		__syncthreads();
 		dot_tile<DM>(sc, Qs, KVs);
-		fwd_softmax(sc, o, m, l, G, q0, k0, rb);
+		fwd_softmax(sc, o, m, l, vis, G, q0, k0, rb);
 		__syncthreads(); /* K consumed */
 		load_rows<DM, BK>(KVs, V, G.ldk, k0, G.sk, G.d);
 		store_tile<BK>(Ps, sc);
@@ -445,11 +475,12 @@ static __global__ void __launch_bounds__(NT) rowdot_kernel(geom G, float *D, con
 }
 
 /* From raw dots sc = q.k and dp = dO.v of a tile: sc = Pd = P * mask/(1-p), dp = dS =
- * P * (dp * mask/(1-p) - D), with P = exp(sc * scale - lse); 0 where the key is not visible. */
+ * P * (dp * mask/(1-p) - D), with P = exp(sc * scale - lse); 0 where the key is not visible
+ * (past the causal bound, or vis false: a row without visible keys, lse -inf, is all 0). */
 template <int RA, int CA>
 static __device__ __forceinline__ void bwd_scores(float (&sc)[RA][CA], float (&dp)[RA][CA],
-						  const float *Ls, const float *Ds, const geom &G,
-						  int q0, int k0, uint64_t rb)
+						  const float *Ls, const float *Ds, const bool (&vis)[CA],
+						  const geom &G, int q0, int k0, uint64_t rb)
 {
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
@@ -459,7 +490,7 @@ static __device__ __forceinline__ void bwd_scores(float (&sc)[RA][CA], float (&d
 #pragma unroll
 		for (int c = 0; c < CA; c++) {
 			const int k = k0 + tx + TW * c;
-			if (k <= kl) {
+			if (k <= kl && vis[c]) {
 				const float P = expf(sc[a][c] * G.scale - li);
 				const float mu = G.p > 0.0f ? drop_mult(G, rb, i, k) : 1.0f;
 				sc[a][c] = P * mu;
@@ -506,8 +537,8 @@ static __device__ __forceinline__ void load_query_side(const bwd_tiles<DM, BQ, B
 /* grid (b*ng, key tiles).  dK, dV of key rows k0.. of group g, summed over the r heads and the
  * query tiles in a fixed order; writes (or adds into, acc) the key and value of dkv (laid out as
  * kv; dqkv's slots r and r + 1 for the whole sequence).  The grid may leave out the key tiles no
- * query sees when acc (nothing to add). */
-template <int DM, int BQ, int BK>
+ * query sees when acc (nothing to add).  MASK: under G.km. */
+template <int DM, int BQ, int BK, bool MASK = false>
 __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const float *dout,
 						  const float *q, const float *kv, const float *lse,
 						  const float *D)
@@ -517,6 +548,8 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 	const bwd_tiles<DM, BQ, BK> t(smem);
 	const int j = blockIdx.x / G.ng, g = blockIdx.x % G.ng, k0 = (int)blockIdx.y * BK;
 	float dk[KA][DC], dv[KA][DC];
+	bool vis[CA];
+	key_vis<MASK>(vis, G, j, k0);
 
 #pragma unroll
 	for (int a = 0; a < KA; a++)
@@ -535,7 +568,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 			__syncthreads();
 			dot_tile<DM>(sc, t.Qs, t.Ks);
 			dot_tile<DM>(dp, t.dOs, t.Vs);
-			bwd_scores(sc, dp, t.Ls, t.Ds, G, q0, k0, rb);
+			bwd_scores(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb);
 			store_tile<BK>(t.Ps, sc);
 			__syncthreads();
 			acc_tile<DM, KA, BQ>(dv, t.Ps, 1, BK + 16, t.dOs); /* dV += Pd^T dO */
@@ -550,8 +583,9 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 }
 
 /* grid (b*H, query tiles), last tile first.  dQ of query rows q0.. of head n over its key tiles
- * in order; writes (or adds into, acc) dq's slot n % r of group n / r (dq laid out as q). */
-template <int DM, int BQ, int BK>
+ * in order; writes (or adds into, acc) dq's slot n % r of group n / r (dq laid out as q).  MASK:
+ * under G.km. */
+template <int DM, int BQ, int BK, bool MASK = false>
 __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *dout,
 						const float *q, const float *kv, const float *lse,
 						const float *D)
@@ -573,13 +607,15 @@ __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *
 	load_query_side(t, G, q, dout, lse, D, j, n, q0);
 	for (int k0 = 0; k0 < kend; k0 += BK) {
 		float sc[RA][CA], dp[RA][CA];
+		bool vis[CA];
+		key_vis<MASK>(vis, G, j, k0);
 		__syncthreads(); /* previous tile's K, V, P consumed */
 		load_rows<DM, BK>(t.Ks, kv + kv_off(G, j, g, 0), G.ldk, k0, G.sk, G.d);
 		load_rows<DM, BK>(t.Vs, kv + kv_off(G, j, g, 1), G.ldk, k0, G.sk, G.d);
 		__syncthreads();
 		dot_tile<DM>(sc, t.Qs, t.Ks);
 		dot_tile<DM>(dp, t.dOs, t.Vs);
-		bwd_scores(sc, dp, t.Ls, t.Ds, G, q0, k0, rb);
+		bwd_scores(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb);
 		store_tile<BK>(t.Ps, dp);
 		__syncthreads();
 		acc_tile<DM, RA, BK>(acc, t.Ps, BK + 16, 1, t.Ks); /* dQ += dS K */

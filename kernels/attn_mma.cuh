@@ -1,4 +1,5 @@
-/* kernels/: device code of causal GQA self-attention on tensor cores through mma.sync (kernels/mma.cuh:
+/* kernels/: device code of GQA self-attention (causal, or bidirectional under a key padding mask:
+ * the kernels' template argument MASK) on tensor cores through mma.sync (kernels/mma.cuh:
  * m16n8k16, bf16 or fp16 operands, fp32 accumulators), with the scores, probabilities and
  * accumulators in registers (FlashAttention-2, Dao 2023, section 3: the softmax of a warp's rows
  * done on its own accumulator fragments); kernels/attn_tc.cu launches it (kernels.h
@@ -26,6 +27,12 @@
  * registers, 3, 2 and 2 blocks a multiprocessor; capped at 4 and 3 blocks (128 and 168 registers,
  * a few bytes spilled) an H200 ran them 1.07-1.11x (forward) and 1.27-1.30x (backward) faster
  * (tests/bench/results/gpu-nvidia-h200-20261127-154859.txt, then MGT_ATTN_KERNEL=mma-occ).
+ *
+ * Key padding mask (MASK, geom km: backend.h attn_fwd).  The query-side kernels (forward, dQ) run
+ * over all key tiles instead of up to the diagonal and test each score element's key against a
+ * bit mask of the lane's 2 NK columns, read from km once per key tile (key_bits) in place of the
+ * causal test; the dK/dV kernel runs over all query tiles and tests its two key rows' bytes, read
+ * once.  A row that sees no key keeps l = 0: out 0, lse -inf (and P = 0 in the backward).
  */
 #ifndef MGT_KERNELS_ATTN_MMA_CUH
 #define MGT_KERNELS_ATTN_MMA_CUH
@@ -204,6 +211,31 @@ static __device__ __forceinline__ void write_row(O *dst, const float (&acc)[ND][
 	}
 }
 
+/* Under the key mask: bit 2c + e set iff key k0 + 8c + c0 + e of sequence j (the lane's column e of
+ * accumulator tile c, c < NC) is visible (clear past s). */
+template <int NC>
+static __device__ __forceinline__ uint32_t key_bits(const geom &G, int j, int k0, int c0)
+{
+	static_assert(NC <= 16, "32 bits");
+	uint32_t v = 0;
+#pragma unroll
+	for (int c = 0; c < NC; c++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int k = k0 + 8 * c + c0 + e;
+			if (k < G.s && G.km[(size_t)k * G.b + j] != 0)
+				v |= 1u << (2 * c + e);
+		}
+	return v;
+}
+
+/* Query i sees key k: bit `bit` of the key mask bits vb under MASK, else the causal k <= i. */
+template <bool MASK>
+static __device__ __forceinline__ bool sees(uint32_t vb, int bit, int k, int i)
+{
+	return MASK ? ((vb >> bit) & 1u) != 0 : k <= i;
+}
+
 /* Sum (or max) of v over the 4 lanes of a quad (the lanes sharing a row). */
 static __device__ __forceinline__ float quad_sum(float v)
 {
@@ -217,7 +249,7 @@ static __device__ __forceinline__ float quad_max(float v)
 }
 
 /* ---- forward: grid (b*H, query tiles of 64), last tile first ---- */
-template <typename T, int DM, int MB = 1>
+template <typename T, int DM, int MB = 1, bool MASK = false>
 __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float *lse, const T *qkv,
 						      int vec, int async)
 {
@@ -227,7 +259,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 	T *Qs = reinterpret_cast<T *>(smem), *kv = Qs + BQ * LD; /* K/V: two buffers (kv_buf) */
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
+	const int kend = MASK ? G.s : (q0 + BQ < G.s ? q0 + BQ : G.s);
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
 	const uint64_t rb = drop_row0(G, j, n);
 	float o[ND][4], m[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
@@ -245,6 +277,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 		__syncthreads(); /* tile k0 in buffer b */
 		const T *Ks = kv_buf<T, DM, BK>(kv, b), *Vs = Ks + BK * LD;
 		float s[NK][4];
+		const uint32_t vb = MASK ? key_bits<NK>(G, j, k0, c0) : 0u;
 		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
 		/* online softmax of rows i[h] (elements 2h, 2h+1 of each tile), key k0 + 8c + c0 + e */
 #pragma unroll
@@ -256,7 +289,8 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 #pragma unroll
 				for (int e = 0; e < 2; e++) {
 					const int k = k0 + 8 * c + c0 + e;
-					mx = fmaxf(mx, rowok && k <= i[h] ? s[c][2 * h + e] * G.scale : -INFINITY);
+					const bool ok = rowok && sees<MASK>(vb, 2 * c + e, k, i[h]);
+					mx = fmaxf(mx, ok ? s[c][2 * h + e] * G.scale : -INFINITY);
 				}
 			mx = quad_max(mx);
 			const float mnew = k0 == 0 ? mx : fmaxf(m[h], mx);
@@ -268,7 +302,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 				for (int e = 0; e < 2; e++) {
 					const int k = k0 + 8 * c + c0 + e;
 					float v = 0.0f;
-					if (rowok && k <= i[h]) {
+					if (rowok && sees<MASK>(vb, 2 * c + e, k, i[h])) {
 						v = expf(s[c][2 * h + e] * G.scale - mb);
 						sum += v;
 						if (G.p > 0.0f)
@@ -297,7 +331,8 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 	for (int h = 0; h < 2; h++) {
 		if (i[h] >= G.s)
 			continue;
-		write_row<ND>(out + out_off(G, j, n) + (size_t)i[h] * G.ldo, o, h, 1.0f / l[h], G.d, vec != 0);
+		const float inv = MASK && !(l[h] > 0.0f) ? 0.0f : 1.0f / l[h]; /* no visible key: out 0 */
+		write_row<ND>(out + out_off(G, j, n) + (size_t)i[h] * G.ldo, o, h, inv, G.d, vec != 0);
 		if (c0 == 0)
 			lse[vec_off(G, j, n) + i[h]] = m[h] + logf(l[h]);
 	}
@@ -305,8 +340,8 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 
 /* ---- backward ---- */
 /* grid (b*ng, key tiles of 64): dK, dV of key rows k0.. of group g, over the group's heads and
- * the query tiles of BQ rows from the diagonal on. */
-template <typename T, int DM, int BQ, int MB = 1>
+ * the query tiles of BQ rows from the diagonal on (MASK: all of them). */
+template <typename T, int DM, int BQ, int MB = 1, bool MASK = false>
 __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, const float *dout,
 						       const T *qkv, const float *lse, const float *D,
 						       int vec)
@@ -318,6 +353,10 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, 
 	float *Ls = reinterpret_cast<float *>(dOs + BQ * LD), *Ds = Ls + BQ;
 	const int j = blockIdx.x / G.ng, g = blockIdx.x % G.ng, k0 = (int)blockIdx.y * BK;
 	const int kr[2] = {k0 + w * 16 + gid, k0 + w * 16 + gid + 8}; /* this lane's key rows */
+	bool kvis[2] = {false, false}; /* under MASK: the key rows' mask bytes */
+#pragma unroll
+	for (int h = 0; h < 2; h++)
+		kvis[h] = MASK && kr[h] < G.s && G.km[(size_t)kr[h] * G.b + j] != 0;
 	float dk[ND][4], dv[ND][4];
 #pragma unroll
 	for (int c = 0; c < ND; c++)
@@ -328,7 +367,7 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, 
 	load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
 	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
 		const uint64_t rb = drop_row0(G, j, n);
-		for (int q0 = k0 / BQ * BQ; q0 < G.s; q0 += BQ) {
+		for (int q0 = MASK ? 0 : k0 / BQ * BQ; q0 < G.s; q0 += BQ) {
 			__syncthreads(); /* previous tile's Q, dO, lse, D consumed */
 			load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, qkv, dout, lse, D, j, n, q0, vec);
 			__syncthreads();
@@ -346,7 +385,7 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, 
 #pragma unroll
 					for (int h = 0; h < 2; h++) {
 						float pd = 0.0f, ds = 0.0f;
-						if (i < G.s && kr[h] <= i) {
+						if (i < G.s && (MASK ? kvis[h] : kr[h] <= i)) {
 							const float P = expf(st[c][2 * h + e] * G.scale - li);
 							const float mu = G.p > 0.0f ? drop_mult(G, rb, i, kr[h]) : 1.0f;
 							pd = P * mu;
@@ -374,8 +413,8 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, 
 }
 
 /* grid (b*H, query tiles of 64), last first: dQ of query rows q0.. of head n over its key tiles of
- * BK in order. */
-template <typename T, int DM, int BK, int MB = 1>
+ * BK in order (up to the diagonal; MASK: all of them). */
+template <typename T, int DM, int BK, int MB = 1, bool MASK = false>
 __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, const float *dout,
 						     const T *qkv, const float *lse, const float *D, int vec,
 						     int async)
@@ -387,7 +426,7 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, co
 	float *Ls = reinterpret_cast<float *>(kv + 4 * BK * LD), *Ds = Ls + BQ;
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = q0 + BQ < G.s ? q0 + BQ : G.s;
+	const int kend = MASK ? G.s : (q0 + BQ < G.s ? q0 + BQ : G.s);
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
 	const uint64_t rb = drop_row0(G, j, n);
 	float dq[ND][4];
@@ -406,6 +445,7 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, co
 		const T *Ks = kv_buf<T, DM, BK>(kv, b), *Vs = Ks + BK * LD;
 		/* S = Q K^T, dP = dO V^T: the warp's 16 queries x BK keys */
 		float s[NK][4], dp[NK][4];
+		const uint32_t vb = MASK ? key_bits<NK>(G, j, k0, c0) : 0u;
 		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
 		warp_scores<T, NK, DF, LD>(dp, dOs, w * 16, Vs);
 		/* dS into s: query i[h], key k0 + 8c + c0 + e */
@@ -419,7 +459,7 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, co
 				for (int e = 0; e < 2; e++) {
 					const int k = k0 + 8 * c + c0 + e;
 					float ds = 0.0f;
-					if (rowok && k <= i[h]) {
+					if (rowok && sees<MASK>(vb, 2 * c + e, k, i[h])) {
 						const float P = expf(s[c][2 * h + e] * G.scale - li);
 						const float mu = G.p > 0.0f ? drop_mult(G, rb, i[h], k) : 1.0f;
 						ds = P * (dp[c][2 * h + e] * mu - di);

@@ -1,4 +1,5 @@
-/* kernels/: launchers of causal GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_*):
+/* kernels/: launchers of GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_*; causal, or
+ * under a key padding mask through the kernels' MASK instances):
  * the mma.sync kernels of kernels/attn_mma.cuh, with (impl MGT_K_ATTN_MMA) or without
  * (MGT_K_ATTN_MMA_NOCP) their cp.async prefetch of K and V; kernels/attn_tc.cuh has the function,
  * numerics and staging they share.
@@ -55,18 +56,26 @@ template <typename T> static int tc_async(const T *qkv, const geom &G, int DM)
 	return G.d == DM && DM % 8 == 0 && mgt_al16(qkv) && G.ldq % 8 == 0;
 }
 
-template <typename T, int DM>
-static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
+template <typename T, int DM, bool MASK>
+static int tc_fwd_run(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
 {
 	constexpr int MB = mgt_attn_mma::fwd_blocks(DM);
 	const size_t sm = mgt_attn_mma::fwd_smem(DM, (int)sizeof(T));
-	const cudaError_t e = tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM, MB>, sm);
+	const cudaError_t e = tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM, MB, MASK>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
-	MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM, MB>), grid, NTC, sm, st, G, out, lse, qkv, vec,
+	MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM, MB, MASK>), grid, NTC, sm, st, G, out, lse, qkv, vec,
 		   impl == MGT_K_ATTN_MMA && tc_async(qkv, G, DM));
 	return (int)cudaGetLastError();
+}
+
+/* The causal kernel, or the key-mask one when G has a mask. */
+template <typename T, int DM>
+static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *qkv, const geom &G, int vec)
+{
+	return G.km ? tc_fwd_run<T, DM, true>(st, impl, out, lse, qkv, G, vec)
+		    : tc_fwd_run<T, DM, false>(st, impl, out, lse, qkv, G, vec);
 }
 
 template <typename T>
@@ -85,14 +94,14 @@ static int tc_fwd_dim(cudaStream_t st, int impl, int dm, void *out_, float *lse,
 
 extern "C" int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *lse,
 				 const void *qkv, int seq, int b, int ng, int r, int d, float p,
-				 uint64_t key, int head0, int heads_total, int impl)
+				 uint64_t key, int head0, int heads_total, const uint8_t *key_mask, int impl)
 {
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
 	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_MMA_NOCP))
 		return (int)cudaErrorInvalidValue;
-	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
+	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
 	const cudaStream_t st = (cudaStream_t)s;
 	const int vec = d % 4 == 0 && mgt_al16(out) && mgt_al16(qkv);
 	if (dtype == MGT_K_BF16)
@@ -107,24 +116,34 @@ extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int 
 }
 
 /* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
-template <typename T, int DM, int TB>
-static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const T *qkv,
-			 const float *lse, const float *D, const geom &G, int vec)
+template <typename T, int DM, int TB, bool MASK>
+static int tc_bwd_run(cudaStream_t st, int impl, float *dqkv, const float *dout, const T *qkv,
+		      const float *lse, const float *D, const geom &G, int vec)
 {
 	constexpr int MB = mgt_attn_mma::bwd_blocks(DM);
 	const size_t sm = mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T));
 	const size_t sq = mgt_attn_mma::dq_smem(DM, TB, (int)sizeof(T));
-	cudaError_t e = tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB>, sm);
+	cudaError_t e = tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK>, sm);
 	if (e == cudaSuccess)
-		e = tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB>, sq);
+		e = tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB, MASK>, sq);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.s + 63) / 64));
 	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.s + 63) / 64));
-	MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB>), gkv, NTC, sm, st, G, dqkv, dout, qkv, lse, D, vec);
-	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D, vec,
-		   impl == MGT_K_ATTN_MMA && tc_async(qkv, G, DM));
+	MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK>), gkv, NTC, sm, st, G, dqkv, dout, qkv, lse, D,
+		   vec);
+	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB, MASK>), gq, NTC, sq, st, G, dqkv, dout, qkv, lse, D,
+		   vec, impl == MGT_K_ATTN_MMA && tc_async(qkv, G, DM));
 	return (int)cudaGetLastError();
+}
+
+/* The causal kernels, or the key-mask ones when G has a mask. */
+template <typename T, int DM, int TB>
+static int tc_bwd_launch(cudaStream_t st, int impl, float *dqkv, const float *dout, const T *qkv,
+			 const float *lse, const float *D, const geom &G, int vec)
+{
+	return G.km ? tc_bwd_run<T, DM, TB, true>(st, impl, dqkv, dout, qkv, lse, D, G, vec)
+		    : tc_bwd_run<T, DM, TB, false>(st, impl, dqkv, dout, qkv, lse, D, G, vec);
 }
 
 template <typename T>
@@ -143,14 +162,14 @@ static int tc_bwd_dim(cudaStream_t st, int impl, int dm, float *dqkv, const floa
 extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout,
 				 const void *qkv, const void *out, const float *lse, int seq,
 				 int b, int ng, int r, int d, float p, uint64_t key, int head0,
-				 int heads_total, void *ws, int impl)
+				 int heads_total, const uint8_t *key_mask, void *ws, int impl)
 {
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	const int dm = tc_pad_dim(d);
 	if (dm == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) || (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_MMA_NOCP))
 		return (int)cudaErrorInvalidValue;
-	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total);
+	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
 	const cudaStream_t st = (cudaStream_t)s;
 	const int vec = d % 4 == 0 && mgt_al16(dqkv) && mgt_al16(dout) && mgt_al16(qkv);
 	float *D = (float *)ws;

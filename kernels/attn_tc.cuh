@@ -4,7 +4,7 @@
  * dO (load_tile, load_kv, load_qdo) with their lse and D rows (load_vec).
  *
  * Function of those kernels.  The same as kernels/attn.cuh (FlashAttention-2 forward, Algorithm 1,
- * and backward, Algorithm 2; the layouts, causal mask, GQA grouping, dropout placement and Philox
+ * and backward, Algorithm 2; the layouts, causal or key padding mask, GQA grouping, dropout placement and Philox
  * indices of lib/backend/backend.h attn_fwd / attn_bwd), except that qkv and out are T in memory
  * (the model's 16-bit storage: out written rounded to nearest even; dO, dQKV, lse stay fp32) and
  * the six matrix products take operands of type T as FlashAttention does: Q K^T, P V in the

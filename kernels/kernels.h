@@ -99,13 +99,17 @@ int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, void *dx, float *dw, float *db
 int mgt_k_rope(mgt_k_stream s, void *qkv, mgt_k_dtype qt, const int32_t *pos, const float *inv_freq, int T, int ng,
 	       int r, int d, int rot_dim, int inverse);
 
-/* ---- causal attention with GQA (flash-style: lse saved, nothing O(s^2) stored) ---- */
+/* ---- attention with GQA (flash-style: lse saved, nothing O(s^2) stored), backend.h attn_fwd /
+ * attn_bwd: causal when key_mask is NULL, else bidirectional over the keys key_mask [seq*b]
+ * (device memory, uint8, element i*b + j for position i of sequence j; 1 visible, 0 masked)
+ * leaves visible; a query with no visible key gets out 0, lse -inf and 0 gradients ---- */
 int mgt_k_attn_fwd(mgt_k_stream s, float *out, float *lse, const float *qkv, int seq, int b,
-		   int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
+		   int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+		   const uint8_t *key_mask);
 size_t mgt_k_attn_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
 int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *qkv,
 		   const float *out, const float *lse, int seq, int b, int ng, int r, int d, float p,
-		   uint64_t key, int head0, int heads_total, void *ws);
+		   uint64_t key, int head0, int heads_total, const uint8_t *key_mask, void *ws);
 
 /* ---- attention blocks for context parallelism (backend.h attn_blk_*, attn_kv_copy; the block
  * forward and backward are kernels/attn.cu's kernels on a block geometry, fp32 on CUDA cores;
@@ -133,10 +137,11 @@ int mgt_k_attn_kv_copy(mgt_k_stream s, float *qkv, float *kv, int T, int ng, int
 int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
 		  const int32_t *pos, int T, int ng, int r, int d, int S);
 
-/* ---- causal attention on tensor cores (kernels/attn_tc.cu): impl MGT_K_ATTN_MMA, mma.sync with the
- * softmax in registers (kernels/attn_mma.cuh, the default), or MGT_K_ATTN_MMA_NOCP, the same without
- * the cp.async prefetch of K and V (an A/B variant); kernels/attn_tc.cuh documents the function and
- * staging they share; bf16 / fp16 operands, fp32 accumulation and softmax.  Same contracts as mgt_k_attn_* above (and the
+/* ---- attention on tensor cores (kernels/attn_tc.cu), causal or under a key padding mask: impl
+ * MGT_K_ATTN_MMA, mma.sync with the softmax in registers (kernels/attn_mma.cuh, the default), or
+ * MGT_K_ATTN_MMA_NOCP, the same without the cp.async prefetch of K and V (an A/B variant);
+ * kernels/attn_tc.cuh documents the function and staging they share; bf16 / fp16 operands, fp32
+ * accumulation and softmax.  Same contracts as mgt_k_attn_* above (key_mask included, and the
  * same workspace), returning cudaErrorInvalidValue for an unsupported dtype, head dimension or
  * impl, with two differences: qkv and out hold elements of dtype (MGT_K_BF16 or MGT_K_F16; out
  * written rounded to nearest even), dout, dqkv and lse stay fp32; and the operands of the matrix
@@ -147,11 +152,12 @@ enum { MGT_K_ATTN_MMA = 0, MGT_K_ATTN_MMA_NOCP = 1 };
 int mgt_k_attn_tc_supported(int d);
 int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *lse, const void *qkv, int seq,
 		      int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
-		      int impl);
+		      const uint8_t *key_mask, int impl);
 size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
 int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout, const void *qkv,
 		      const void *out, const float *lse, int seq, int b, int ng, int r, int d,
-		      float p, uint64_t key, int head0, int heads_total, void *ws, int impl);
+		      float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask, void *ws,
+		      int impl);
 /* The fragment-layout probe of the mma.sync kernels (kernels/attn_mma.cuh), for the op checks
  * (tests/gpu/test_cuda_ops.c): one warp runs the kernels' own helpers on 16 x 16 row-major fp32
  * tiles x and y (device pointers), rounded to dtype (MGT_K_BF16 or MGT_K_F16):

@@ -198,30 +198,43 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	X(void, rope, (mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, \
 		const float *inv_freq, int T, int ng, int r, int d, int rot_dim, bool inverse)) \
 	\
-	/* ---- causal self-attention (GQA) ---- */ \
+	/* ---- self-attention (GQA): causal, or bidirectional under a key padding mask ---- */ \
 	/* qkv [T, ng, r + 2, d] as above (after RoPE), T = s*b sequence-first.  Query head n \
-	 * (0 <= n < ng*r) of group g = n / r attends with key/value head g: \
-	 *   out[t=(i,j), n, :] = sum_{i' <= i} softmax_i'(scale * q_i.k_i') * v_i',   scale = 1/sqrt(d) \
-	 * written to out [T, ng*r, d].  lse [b, ng*r, s] (written) holds the log-sum-exp of each \
-	 * softmax row (flash-attention style: the backward recomputes probabilities, nothing \
-	 * O(s^2) is stored).  Attention dropout p applies to the probabilities; element (j, n, i, i') \
-	 * uses Philox index ((j*heads_total + head0 + n)*s + i)*s + i', where head0 is the global index \
-	 * of local head 0 (tensor parallelism) and heads_total the global head count. \
+	 * (0 <= n < ng*r) of group g = n / r attends with key/value head g over the keys V(i, j) \
+	 * that query i of sequence j sees: \
+	 *   out[t=(i,j), n, :] = sum_{i' in V(i,j)} softmax_i'(scale * q_i.k_i') * v_i',   scale = 1/sqrt(d) \
+	 * written to out [T, ng*r, d].  key_mask selects V: \
+	 *   NULL: causal, V(i, j) = {i' <= i} (Megatron's AttnMaskType.causal, GPT). \
+	 *   non-NULL: key padding, V(i, j) = {i' : key_mask[i'*b + j] != 0} for every query i, no \
+	 *     causal limit (Megatron-Core TEDotProductAttention with AttnMaskType.padding, BERT's \
+	 *     bidirectional attention: megatron-bert-t5.md section 3.2, where the mask [b, 1, 1, s] \
+	 *     masks keys only; FlashAttention's key padding).  key_mask [T] uint8 in backend memory, \
+	 *     laid out as qkv's rows (element i*b + j for position i of sequence j): 1 = the key is \
+	 *     visible, 0 = masked (Megatron's padding mask is the opposite: True = masked).  Padded \
+	 *     queries are computed like the others (they attend to the visible keys). \
+	 * A query that sees no key (every key of its sequence masked) gets out 0 and lse -inf, and \
+	 * attn_bwd gives it and through it 0 gradients (no NaN anywhere). \
+	 * lse [b, ng*r, s] (written) holds the log-sum-exp of each softmax row (flash-attention style: \
+	 * the backward recomputes probabilities, nothing O(s^2) is stored).  Attention dropout p \
+	 * applies to the probabilities; element (j, n, i, i') uses Philox index \
+	 * ((j*heads_total + head0 + n)*s + i)*s + i' (with or without the mask), where head0 is the \
+	 * global index of local head 0 (tensor parallelism) and heads_total the global head count. \
 	 * qkv and out hold elements of type t: fp32, or bf16/fp16 (the storage of a 16-bit training \
 	 * precision: qkv read as its fp32 values, out written rounded to nearest even); lse is fp32. \
 	 * Under a 16-bit precision the CUDA backend's tensor-core kernels read 16-bit qkv and write \
 	 * 16-bit out directly (an fp32 qkv is rounded, and its fp32 out holds the rounded values); the \
 	 * CPU widens a 16-bit qkv, computes in fp32 and rounds out. */ \
 	X(void, attn_fwd, (mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, \
-		int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)) \
+		int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, \
+		const uint8_t *key_mask)) \
 	/* Backward: writes dqkv [T, ng, r + 2, d] from dout [T, ng*r, d], both of type gt (fp32, or \
 	 * bf16/fp16: dout read as its fp32 values, dqkv computed in fp32 and rounded to nearest even), \
 	 * given the forward's qkv, out (of type t, as attn_fwd's) and lse and the same dropout \
-	 * parameters.  The CUDA backend's kernels read and write fp32 gradients: a 16-bit dout and \
-	 * dqkv go through scratch. */ \
+	 * parameters and key_mask.  The CUDA backend's kernels read and write fp32 gradients: a 16-bit \
+	 * dout and dqkv go through scratch. */ \
 	X(void, attn_bwd, (mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, \
 		const void *qkv, const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, \
-		int r, int d, float p, uint64_t key, int head0, int heads_total)) \
+		int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)) \
 	\
 	/* ---- attention blocks for context parallelism (megatron-moe-cp.md section 2.3) ---- \
 	 * Causal attention cut into blocks: one block is the queries of `sq` consecutive positions \

@@ -1,5 +1,6 @@
-/* lib/backend: causal GQA self-attention for the CPU backend, flash-attention style
- * (Dao et al. 2022, "FlashAttention", algorithms 1 and 2 with the backward's D = rowsum(dO * O)).
+/* lib/backend: GQA self-attention for the CPU backend, causal or under a key padding mask
+ * (backend.h attn_fwd), flash-attention style (Dao et al. 2022, "FlashAttention", algorithms 1
+ * and 2 with the backward's D = rowsum(dO * O)).
  *
  * Everything is one block code (backend.h attn_blk_*): the queries of sq positions against the
  * keys of sk positions, placed by their global positions qoff and koff, so that query i sees key
@@ -7,16 +8,18 @@
  * sq = sk = s, qoff = koff = 0 with the keys and values read from the fused qkv itself (head slots
  * r and r + 1 of r + 2); the context-parallel blocks read them from a packed kv (slots 0 and 1
  * of 2).  The backward writes dQ, dK, dV for the whole sequence and accumulates them for a block.
+ * Under a key padding mask (whole sequence only) every query may see every key: delta is s, so the
+ * causal limits cover all keys, and each tile's mask bytes (vis) zero the masked probabilities.
  *
  * Nothing O(s^2) is stored.  Queries go in blocks of CPU_AQ rows, keys in tiles of CPU_AK
- * columns up to the causal limit; scores and probabilities live in a per-thread CPU_AQ x CPU_AK
- * scratch tile.  All products are sgemm calls made inside the parallel region (single-threaded
+ * columns up to the causal limit (all of them under a mask); scores and probabilities live in a
+ * per-thread CPU_AQ x CPU_AK scratch tile.  All products are sgemm calls made inside the parallel region (single-threaded
  * OpenBLAS) that read q, k, v straight out of the strided activations: consecutive positions of
  * one sequence are b*ng*(r+2)*d floats apart in qkv, b*ng*2*d in kv.
  *
  * Forward: one task per (query block, sequence, head), heaviest blocks first; online softmax over
  * the key tiles, with the running output kept (unnormalized) in `out` itself.  A row that sees no
- * key gets out 0 and lse -inf.
+ * key gets out 0 and lse -inf (and in the backward P = 0, so its gradients are 0).
  * Backward: one task per (sequence, query group), so the group's r query heads accumulate into
  * their shared dK, dV without races; per tile it recomputes P = exp(S - lse) and does
  * dV += Pd^T dO, dPd = dO V^T, dS = P * (dPd * mask - D), dQ += dS K * scale,
@@ -39,24 +42,42 @@ typedef struct {
 	float p;
 	uint64_t key;
 	int head0, heads_total;
+	const uint8_t *km;          /* key padding mask [sk*b] (key i' of sequence j: km[i'*b + j]);
+				     * NULL: causal */
 } geom;
 
 static geom geom_blk(const mgt_attn_blk *g, int kslots, int kslot)
 {
 	geom G = {g->sq, g->sk, g->b, g->ng, g->r, g->d, g->ng * g->r, g->qoff, g->koff, g->s,
 		  g->qoff - g->koff, kslots, kslot, 0, 0, 0, (size_t)g->ld_lse, g->p, g->key, g->head0,
-		  g->heads_total};
+		  g->heads_total, NULL};
 	G.ldq = (size_t)g->b * g->ng * (g->r + 2) * g->d;
 	G.ldk = (size_t)g->b * g->ng * kslots * g->d;
 	G.ldo = (size_t)g->b * g->ng * g->r * g->d;
 	return G;
 }
 
-/* The whole sequence: keys and values in qkv's slots r and r + 1. */
-static geom geom_seq(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
+/* The whole sequence: keys and values in qkv's slots r and r + 1; causal, or with key mask km
+ * (no causal limit: delta = s). */
+static geom geom_seq(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+		     const uint8_t *km)
 {
 	const mgt_attn_blk g = {s, s, b, ng, r, d, 0, 0, s, s, p, key, head0, heads_total};
-	return geom_blk(&g, r + 2, r);
+	geom G = geom_blk(&g, r + 2, r);
+	if (km)
+		G.km = km, G.delta = s;
+	return G;
+}
+
+/* The mask bytes of keys k0..k0+kn-1 of sequence j into vis (1 visible, 0 masked); NULL when
+ * causal. */
+static const uint8_t *tile_vis(const geom *g, uint8_t *vis, int j, int k0, int kn)
+{
+	if (!g->km)
+		return NULL;
+	for (int c = 0; c < kn; c++)
+		vis[c] = g->km[(size_t)(k0 + c) * g->b + j] != 0;
+	return vis;
 }
 
 /* Query slot m of group grp, position 0 of sequence j, in q. */
@@ -112,28 +133,58 @@ static inline uint64_t drop_e0(const geom *g, uint64_t rowbase, int i, int k0)
 	return (rowbase + (uint64_t)(g->qoff + i)) * (uint64_t)g->s + (uint64_t)(g->koff + k0);
 }
 
-/* Forward, one score tile S [M, kn] of query rows i0.. against keys k0..: turns it into
- * (dropped-out) unnormalized probabilities under the running row max mrun, updates the running
- * sums lrun, and rescales the output rows accumulated so far.  Rows that saw no key yet keep
- * mrun -inf and lrun 0. */
-CPU_CLONES static void fwd_tile(const geom *G, float *S, int M, int kn, int i0, int k0, float *mrun,
-				float *lrun, float *O, float ks, uint64_t rowbase)
+/* The max of scores sr[0..lim) over the visible keys (vis NULL: all); -inf when none. */
+CPU_INLINE float row_max(const float *sr, const uint8_t *vis, int lim)
+{
+	float mx = -INFINITY;
+	if (vis) {
+#pragma omp simd reduction(max : mx)
+		for (int c = 0; c < lim; c++)
+			mx = vis[c] && sr[c] > mx ? sr[c] : mx;
+	} else {
+#pragma omp simd reduction(max : mx)
+		for (int c = 0; c < lim; c++)
+			mx = sr[c] > mx ? sr[c] : mx;
+	}
+	return mx;
+}
+
+/* sr[c] = exp(sr[c] - m) for c < lim, 0 for masked keys (vis[c] == 0, m may then be -inf);
+ * returns their sum. */
+CPU_INLINE float row_exp(float *sr, const uint8_t *vis, int lim, float m)
+{
+	float sum = 0;
+	if (vis) {
+#pragma omp simd reduction(+ : sum)
+		for (int c = 0; c < lim; c++) {
+			float e = vis[c] ? cpu_expf(sr[c] - m) : 0.0f;
+			sr[c] = e;
+			sum += e;
+		}
+	} else {
+#pragma omp simd reduction(+ : sum)
+		for (int c = 0; c < lim; c++) {
+			float e = cpu_expf(sr[c] - m);
+			sr[c] = e;
+			sum += e;
+		}
+	}
+	return sum;
+}
+
+/* Forward, one score tile S [M, kn] of query rows i0.. against keys k0.. (vis: their mask, NULL
+ * when causal): turns it into (dropped-out) unnormalized probabilities under the running row max
+ * mrun, updates the running sums lrun, and rescales the output rows accumulated so far.  Rows that
+ * saw no key yet keep mrun -inf and lrun 0. */
+CPU_CLONES static void fwd_tile(const geom *G, float *S, const uint8_t *vis, int M, int kn, int i0, int k0,
+				float *mrun, float *lrun, float *O, float ks, uint64_t rowbase)
 {
 	for (int rr = 0; rr < M; rr++) {
 		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
 		float *sr = S + (size_t)rr * CPU_AK;
-		float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-		for (int c = 0; c < lim; c++)
-			mx = sr[c] > mx ? sr[c] : mx;
+		const float mx = row_max(sr, vis, lim);
 		const float mnew = k0 == 0 || mx > mrun[rr] ? mx : mrun[rr];
-		float sum = 0;
-#pragma omp simd reduction(+ : sum)
-		for (int c = 0; c < lim; c++) {
-			float e = cpu_expf(sr[c] - mnew);
-			sr[c] = e;
-			sum += e;
-		}
+		const float sum = row_exp(sr, vis, lim, mnew);
 		for (int c = lim; c < kn; c++)
 			sr[c] = 0.0f;
 		if (k0 == 0) {
@@ -162,6 +213,7 @@ static void fwd_block(const geom *G, float *out, float *lse, const float *q, con
 	const float *K = kv + k_off(G, j, grp), *V = K + d;
 	float *O = out + out_off(G, j, n) + (size_t)i0 * G->ldo;
 	float mrun[CPU_AQ], lrun[CPU_AQ];
+	uint8_t vis[CPU_AK];
 	const uint64_t rowbase = ((uint64_t)j * G->heads_total + G->head0 + n) * (uint64_t)G->s;
 
 	for (int rr = 0; rr < M; rr++)
@@ -170,7 +222,7 @@ static void fwd_block(const geom *G, float *out, float *lse, const float *q, con
 		const int kn = kend - k0 < CPU_AK ? kend - k0 : CPU_AK;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, (int)G->ldq,
 			    K + (size_t)k0 * G->ldk, (int)G->ldk, 0.0f, S, CPU_AK);
-		fwd_tile(G, S, M, kn, i0, k0, mrun, lrun, O, ks, rowbase);
+		fwd_tile(G, S, tile_vis(G, vis, j, k0, kn), M, kn, i0, k0, mrun, lrun, O, ks, rowbase);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kn, 1.0f, S, CPU_AK,
 			    V + (size_t)k0 * G->ldk, (int)G->ldk, k0 == 0 ? 0.0f : 1.0f, O, (int)G->ldo);
 	}
@@ -208,9 +260,10 @@ static void blk_fwd(mgt_backend *be, const geom *G, float *out, float *lse, cons
 }
 
 void mgt_cpu_attn_fwd32(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
-		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
+		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+		      const uint8_t *key_mask)
 {
-	const geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total);
+	const geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total, key_mask);
 	blk_fwd(be, &G, out, lse, qkv, qkv);
 }
 
@@ -251,17 +304,24 @@ void mgt_cpu_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, 
 }
 
 /* Backward, one tile: A [M, kn] holds the scores; make it P = exp(S - lse) (0 past the causal
- * limit) and, with dropout, B = P * mask / (1 - p) and the mask in mk. */
-CPU_CLONES static void bwd_tile_p(const geom *G, float *A, float *B, uint8_t *mk, int M, int kn, int i0,
-				  int k0, const float *L, float ks, uint64_t rowbase)
+ * limit and for the keys vis masks: then lse may be -inf) and, with dropout, B = P * mask / (1 - p)
+ * and the mask in mk. */
+CPU_CLONES static void bwd_tile_p(const geom *G, float *A, float *B, uint8_t *mk, const uint8_t *vis, int M,
+				  int kn, int i0, int k0, const float *L, float ks, uint64_t rowbase)
 {
 	for (int rr = 0; rr < M; rr++) {
 		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
 		float *ar = A + (size_t)rr * CPU_AK;
 		const float l = L[rr];
+		if (vis) {
 #pragma omp simd
-		for (int c = 0; c < lim; c++)
-			ar[c] = cpu_expf(ar[c] - l);
+			for (int c = 0; c < lim; c++)
+				ar[c] = vis[c] ? cpu_expf(ar[c] - l) : 0.0f;
+		} else {
+#pragma omp simd
+			for (int c = 0; c < lim; c++)
+				ar[c] = cpu_expf(ar[c] - l);
+		}
 		for (int c = lim; c < kn; c++)
 			ar[c] = 0.0f;
 		if (G->p > 0) {
@@ -314,6 +374,7 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 	float *A = (float *)scratch, *B = A + CPU_AQ * CPU_AK;
 	uint8_t *mk = (uint8_t *)(B + CPU_AQ * CPU_AK);
 	float *D = (float *)(mk + CPU_AQ * CPU_AK);
+	uint8_t vis[CPU_AK];
 	const size_t qo = q_off(G, j, grp, m) + (size_t)i0 * G->ldq, ko = k_off(G, j, grp);
 	const float *Q = a->q + qo, *K = a->kv + ko, *V = K + d;
 	float *dQ = a->dq + qo, *dK = a->dkv + ko, *dV = dK + d;
@@ -336,7 +397,7 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 		const size_t kr = (size_t)k0 * G->ldk;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, ldq, K + kr, ldk,
 			    0.0f, A, CPU_AK);
-		bwd_tile_p(G, A, B, mk, M, kn, i0, k0, L, ks, rowbase);
+		bwd_tile_p(G, A, B, mk, tile_vis(G, vis, j, k0, kn), M, kn, i0, k0, L, ks, rowbase);
 		/* dV[tile] += Pd^T dO */
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, M, 1.0f, G->p > 0 ? B : A,
 			    CPU_AK, dO, ldo, 1.0f, dV + kr, ldk);
@@ -378,9 +439,9 @@ static void blk_bwd(mgt_backend *be, const geom *G, const bwd_args *a)
 
 void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
 		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
-		      uint64_t key, int head0, int heads_total)
+		      uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
 {
-	const geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total);
+	const geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total, key_mask);
 	const bwd_args a = {dqkv, dqkv, dout, qkv, qkv, out, lse, false};
 	blk_bwd(be, &G, &a);
 }

@@ -146,11 +146,13 @@ static inline __attribute__((always_inline)) float cpu_keep_w(uint32_t w, float 
 	return mgt_u32_to_unit(w) >= p ? 1.0f : 0.0f;
 }
 
+/* backend.h attn_fwd / attn_bwd on fp32 values (cpu_attn.c); key_mask NULL: causal. */
 void mgt_cpu_attn_fwd32(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
-		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total);
+		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+		      const uint8_t *key_mask);
 void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
 		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
-		      uint64_t key, int head0, int heads_total);
+		      uint64_t key, int head0, int heads_total, const uint8_t *key_mask);
 
 /* The ops of backend.h, mgt_cpu_<op> (cpu.c, cpu_attn.c, cpu_moe.c), declared from its list. */
 #define MGT_CPU_OP_DECL(ret, n, params) ret mgt_cpu_##n params;

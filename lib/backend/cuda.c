@@ -321,7 +321,8 @@ void mgt_cuda_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *
  * CUDA-core kernel (kernels/attn.cu, the reference) otherwise.  The tensor-core kernel shares
  * the fp32 one's workspace layout.  Its kernels are the mma.sync ones unless the environment has
  * MGT_ATTN_KERNEL=mma-nocp (the same without their cp.async prefetch of K and V, an A/B variant:
- * mgt-train(1), ENVIRONMENT), read at each call. */
+ * mgt-train(1), ENVIRONMENT), read at each call.  key_mask (device memory) goes to the kernels as
+ * it is: NULL causal, else the key padding mask of backend.h attn_fwd. */
 static int attn_tc_impl(void)
 {
 	const char *v = getenv("MGT_ATTN_KERNEL");
@@ -347,7 +348,7 @@ static mgt_k_dtype attn_types(int tc, mgt_elem_type t, size_t nq, size_t no, siz
 }
 
 void mgt_cuda_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
-			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total)
+			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
 {
 	if (s <= 0 || b <= 0) return;
 	const int tc = attn_tc_dtype(be, d);
@@ -363,8 +364,9 @@ void mgt_cuda_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, 
 		o = ws + conv - al256(no * (kt == MGT_K_F32 ? 4 : 2));
 	}
 	const int rc = tc >= 0 ? mgt_k_attn_tc_fwd(stream(be), tc, o, lse, q, s, b, ng, r, d, p, key, head0,
-						  heads_total, attn_tc_impl())
-			       : mgt_k_attn_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total);
+						  heads_total, key_mask, attn_tc_impl())
+			       : mgt_k_attn_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total,
+						key_mask);
 	if (mgt_cuda_ok(be, "attn_fwd", rc) && conv)
 		mgt_cuda_ok(be, "attn_fwd", mgt_k_cast(stream(be), out, it, o, kt, no));
 }
@@ -373,7 +375,7 @@ void mgt_cuda_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, 
  * written there and rounded into place (a step for when a GPU measures kernels that take them). */
 void mgt_cuda_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
 			const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
-			uint64_t key, int head0, int heads_total)
+			uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
 {
 	if (s <= 0 || b <= 0) return;
 	const int tc = attn_tc_dtype(be, d);
@@ -402,9 +404,9 @@ void mgt_cuda_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_t
 		o = o2;
 	}
 	const int rc = tc >= 0 ? mgt_k_attn_tc_bwd(stream(be), tc, dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0,
-						   heads_total, ws + conv, attn_tc_impl())
+						   heads_total, key_mask, ws + conv, attn_tc_impl())
 			       : mgt_k_attn_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total,
-						ws + conv);
+						key_mask, ws + conv);
 	if (mgt_cuda_ok(be, "attn_bwd", rc) && g32)
 		mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), dqkv, mgt_cuda_kt(gt), dq, MGT_K_F32, nq));
 }

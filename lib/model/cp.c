@@ -359,7 +359,7 @@ static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->act_t);
 	if (st) return st;
 	m->be->ops->attn_fwd(m->be, m->a2a.o, a->lse, m->a2a.q, m->act_t, S, m->b, ng, (int)m->r, (int)m->d, p, key,
-			     a2a_head0(m), (int)m->c.num_attention_heads);
+			     a2a_head0(m), (int)m->c.num_attention_heads, NULL);
 	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m), m->act_t);
 }
 
@@ -372,7 +372,7 @@ static mgt_status a2a_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dc
 	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m), gt);
 	if (st) return st;
 	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, gt, m->a2a.q, m->a2a.o, m->act_t, a->lse, S, m->b, ng,
-			     (int)m->r, (int)m->d, p, key, a2a_head0(m), (int)m->c.num_attention_heads);
+			     (int)m->r, (int)m->d, p, key, a2a_head0(m), (int)m->c.num_attention_heads, NULL);
 	return a2a_gather_heads(m, dqkv, m->a2a.dq, a2a_wq(m), gt);
 }
 

@@ -227,9 +227,9 @@ static double attn_time(bool bwd, void *dq, void *o, float *l, const void *qkv, 
 		be->ops->sync(be);
 		double t0 = now();
 		if (bwd)
-			be->ops->attn_bwd(be, dq, dout, gt, qkv, o, t, l, s, b, ng, r, d, p, 7, 0, ng * r);
+			be->ops->attn_bwd(be, dq, dout, gt, qkv, o, t, l, s, b, ng, r, d, p, 7, 0, ng * r, NULL);
 		else
-			be->ops->attn_fwd(be, o, l, qkv, t, s, b, ng, r, d, p, 7, 0, ng * r);
+			be->ops->attn_fwd(be, o, l, qkv, t, s, b, ng, r, d, p, 7, 0, ng * r, NULL);
 		be->ops->sync(be);
 		if (i >= WARM)
 			t_[i - WARM] = now() - t0;

@@ -1044,20 +1044,91 @@ static tol2 attn_tol(mgt_precision prec, double fp32_tol, bool lse)
 	return T2(fp32_tol, SIM_ATTN);
 }
 
+/* lse arrays with -inf rows (no visible key): the same rows -inf on both sides, the rest compared
+ * as cmp does. */
+static void cmp_lse(const char *what, const float *g, const float *c, size_t n, tol2 t)
+{
+	size_t k = 0, ninf = 0;
+	float *gz = hcopy(g, n), *cz = hcopy(c, n);
+	for (size_t i = 0; i < n; i++) {
+		const bool gi = g[i] == -INFINITY, ci = c[i] == -INFINITY;
+		k += gi != ci;
+		ninf += ci;
+		if (gi && ci)
+			gz[i] = cz[i] = 0.0f;
+	}
+	CHECK(k == 0, "%s%s: -inf (no visible key) where the reference has it (%zu of %zu, %zu differ)", tag, what,
+	      ninf, n, k);
+	cmp(what, gz, cz, NULL, n, t);
+	free(gz), free(cz);
+}
+
+/* A key padding mask (backend.h attn_fwd) for b sequences of s positions, element i*b + j, 1
+ * visible: sequence 0 all masked, 1 only position 0 visible, 2 its first s/2 + 1 positions (BERT's
+ * padding at the end), the others random (about 3 in 4 visible). */
+static uint8_t *attn_mask(int s, int b)
+{
+	uint8_t *km = xmalloc((size_t)s * b);
+	for (int i = 0; i < s; i++)
+		for (int j = 0; j < b; j++)
+			km[(size_t)i * b + j] =
+				(uint8_t)(j == 0 ? 0 : j == 1 ? i == 0 : j == 2 ? i <= s / 2 : urand() > -0.5);
+	return km;
+}
+
+/* Under key mask km: the elements that must be exactly 0 and are not, or are not finite: out
+ * [s*b, H, d] and dqkv [s*b, ng, r + 2, d] of sequence 0 (no visible key) and the key and value
+ * gradients of every masked key. */
+static size_t mask_zero_bad(const float *o, const float *dq, const uint8_t *km, int s, int b, int ng, int r, int d)
+{
+	size_t bad = 0;
+	const size_t ho = (size_t)ng * r * d, hq = (size_t)ng * (r + 2) * d;
+	for (int i = 0; i < s; i++)
+		for (int j = 0; j < b; j++) {
+			const size_t t = (size_t)i * b + j;
+			for (size_t e = 0; e < ho; e++)
+				bad += !isfinite(o[t * ho + e]) || (j == 0 && o[t * ho + e] != 0.0f);
+			for (size_t e = 0; e < hq; e++) {
+				const bool kv = (int)(e / d % (size_t)(r + 2)) >= r;
+				bad += !isfinite(dq[t * hq + e]) || ((j == 0 || (kv && !km[t])) && dq[t * hq + e] != 0.0f);
+			}
+		}
+	return bad;
+}
+
+/* The backward's bound, 1.5x the causal one under the simulator with a key mask and 16-bit
+ * operands: a row that sees one key (attn_mask's sequence 1) has dS = P (dP - D) = 0 exactly, and
+ * the kernels' dP from rounded dO and V minus the fp32 D leaves their rounding there (measured over
+ * 5 seeds: bf16 2.7e-3..5.4e-3, fp16 3.5e-4..5.7e-4; causal: attn_tol). */
+static tol2 attn_bwd_tol(mgt_precision prec, bool masked)
+{
+	tol2 t = attn_tol(prec, TOL_ATTN_BWD, false);
+	if (masked && prec != MGT_PREC_FP32)
+		t.sim *= 1.5;
+	return t;
+}
+
+/* masked: under attn_mask's key padding mask (the device gets a copy), the lse rows without a
+ * visible key -inf on both sides, and sequence 0's out and every gradient of it and of the masked
+ * keys exactly 0 on the GPU. */
 static void t_attn_prec(mgt_precision prec, int s, int b, int ng, int r, int d, float p, int head0, int htot,
-			double scale)
+			double scale, bool masked)
 {
 	const int H = ng * r, T = s * b;
 	const size_t nq = (size_t)T * ng * (r + 2) * d, no = (size_t)T * H * d, nl = (size_t)b * H * s;
-	const char *id = nm("attn %s s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d%s", precname(prec), s, b, ng, r, d,
-			    p, head0, htot, scale > 2 ? " peaked" : scale < 1e-3 ? " denormal-adjacent" : "");
+	const char *id = nm("attn %s s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d%s%s", precname(prec), s, b, ng, r, d,
+			    p, head0, htot, scale > 2 ? " peaked" : scale < 1e-3 ? " denormal-adjacent" : "",
+			    masked ? " key-mask" : "");
 	gpu->precision = prec;
 	uint64_t key = rng ^ 0x5DEECE66Dull;
+	uint8_t *km = masked ? attn_mask(s, b) : NULL, *dKM = masked ? dalloc((size_t)T) : NULL;
+	if (masked)
+		up(dKM, km, (size_t)T);
 	float *qkv = hrand(nq, scale), *dout = hrand(no, 1);
 	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
-	C->attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot);
+	C->attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, km);
 	/* the backward gets the CPU's out and lse on both sides: it is checked on its own */
-	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, s, b, ng, r, d, p, key, head0, htot);
+	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, s, b, ng, r, d, p, key, head0, htot, km);
 	float *dQ = dput(qkv, nq), *dO = dalloc(no * 4), *dL = dalloc(nl * 4), *dOc = dput(oc, no), *dLc = dput(lc, nl);
 	float *dDO = dput(dout, no), *dDQ = dalloc(nq * 4);
 	float *o[2], *l[2], *dq[2];
@@ -1065,26 +1136,40 @@ static void t_attn_prec(mgt_precision prec, int s, int b, int ng, int r, int d, 
 		poison(dO, no);
 		poison(dL, nl);
 		poison(dDQ, nq);
-		G->attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot);
-		G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, key, head0, htot);
+		G->attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, dKM);
+		G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, key, head0, htot, dKM);
 		o[k] = dget(dO, no);
 		l[k] = dget(dL, nl);
 		dq[k] = dget(dDQ, nq);
 	}
 	gpu->precision = MGT_PREC_FP32;
 	cmp(nm("%s: fwd out", id), o[0], oc, NULL, no, attn_tol(prec, lin_tol_gpu(MGT_PREC_FP32, s), false)); /* sums of s terms */
-	cmp(nm("%s: fwd lse", id), l[0], lc, NULL, nl, attn_tol(prec, TOL32, true));
-	cmp(nm("%s: bwd dqkv", id), dq[0], dqc, NULL, nq, attn_tol(prec, TOL_ATTN_BWD, false));
+	if (masked)
+		cmp_lse(nm("%s: fwd lse", id), l[0], lc, nl, attn_tol(prec, TOL32, true));
+	else
+		cmp(nm("%s: fwd lse", id), l[0], lc, NULL, nl, attn_tol(prec, TOL32, true));
+	cmp(nm("%s: bwd dqkv", id), dq[0], dqc, NULL, nq, attn_bwd_tol(prec, masked));
+	if (masked) {
+		const size_t zb = mask_zero_bad(o[0], dq[0], km, s, b, ng, r, d);
+		CHECK(zb == 0, "%s%s: out and gradients of sequence 0 (no key) and of the masked keys exactly 0, "
+		      "all finite (%zu not)", tag, id, zb);
+	}
 	det(id, ndiff(o[0], o[1], no, 4) + ndiff(l[0], l[1], nl, 4) + ndiff(dq[0], dq[1], nq, 4));
 	for (int k = 0; k < 2; k++)
 		free(o[k]), free(l[k]), free(dq[k]);
-	dfree(dQ), dfree(dO), dfree(dL), dfree(dOc), dfree(dLc), dfree(dDO), dfree(dDQ);
-	free(qkv), free(dout), free(oc), free(lc), free(dqc);
+	dfree(dQ), dfree(dO), dfree(dL), dfree(dOc), dfree(dLc), dfree(dDO), dfree(dDQ), dfree(dKM);
+	free(qkv), free(dout), free(oc), free(lc), free(dqc), free(km);
 }
 
 static void t_attn(int s, int b, int ng, int r, int d, float p, int head0, int htot, double scale)
 {
-	t_attn_prec(MGT_PREC_FP32, s, b, ng, r, d, p, head0, htot, scale);
+	t_attn_prec(MGT_PREC_FP32, s, b, ng, r, d, p, head0, htot, scale, false);
+}
+
+/* The fp32 kernels under a key padding mask (BERT's bidirectional attention). */
+static void t_attn_mask(int s, int b, int ng, int r, int d, float p, int head0, int htot)
+{
+	t_attn_prec(MGT_PREC_FP32, s, b, ng, r, d, p, head0, htot, 1.5, true);
 }
 
 /* attn_kv (kernels/attn_kv.cu): a cache of B sequences of S positions; a prefill call with
@@ -1143,31 +1228,31 @@ static void t_attn16(mgt_precision prec, int s, int b, int ng, int r, int d, flo
 	float *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
 	C->cast(cpu, q16, dt, qkv, nq);
 	for (size_t i = 0; i < nq; i++) qv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(q16[i]) : mgt_f16_to_f32(q16[i]);
-	C->attn_fwd(cpu, oc16, lc, q16, dt, s, b, ng, r, d, p, 5, 0, H);
-	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, q16, oc16, dt, lc, s, b, ng, r, d, p, 5, 0, H);
+	C->attn_fwd(cpu, oc16, lc, q16, dt, s, b, ng, r, d, p, 5, 0, H, NULL);
+	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, q16, oc16, dt, lc, s, b, ng, r, d, p, 5, 0, H, NULL);
 	gpu->precision = prec;
 	void *dQ16 = dalloc(nq * 2), *dO16 = dalloc(no * 2);
 	up(dQ16, q16, nq * 2);
 	float *dQv = dput(qv, nq), *dOv = dalloc(no * 4), *dL = dalloc(nl * 4), *dLv = dalloc(nl * 4);
 	float *dDO = dput(dout, no), *dDQ = dalloc(nq * 4), *dDQv = dalloc(nq * 4);
 	poison(dOv, no), poison(dL, nl), poison(dLv, nl), poison(dDQ, nq), poison(dDQv, nq);
-	G->attn_fwd(gpu, dO16, dL, dQ16, dt, s, b, ng, r, d, p, 5, 0, H);
-	G->attn_fwd(gpu, dOv, dLv, dQv, MGT_DT_F32, s, b, ng, r, d, p, 5, 0, H);
+	G->attn_fwd(gpu, dO16, dL, dQ16, dt, s, b, ng, r, d, p, 5, 0, H, NULL);
+	G->attn_fwd(gpu, dOv, dLv, dQv, MGT_DT_F32, s, b, ng, r, d, p, 5, 0, H, NULL);
 	float *l = dget(dL, nl), *lv = dget(dLv, nl), *o = dget(dOv, no);
 	t_out16(nm("%s: out", id), dO16, dt, o, no);
 	CHECK(ndiff(l, lv, nl, 4) == 0, "%s%s: lse the bits of the fp32 qkv's", tag, id);
 	if (G->download(gpu, o16, dO16, no * 2) != MGT_OK) bail("download");
 	for (size_t i = 0; i < no; i++) ov[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(o16[i]) : mgt_f16_to_f32(o16[i]);
 	up(dOv, ov, no * 4); /* the backward's fp32 out: the 16-bit out's values */
-	G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H);
-	G->attn_bwd(gpu, dDQv, dDO, MGT_DT_F32, dQv, dOv, MGT_DT_F32, dLv, s, b, ng, r, d, p, 5, 0, H);
+	G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H, NULL);
+	G->attn_bwd(gpu, dDQv, dDO, MGT_DT_F32, dQv, dOv, MGT_DT_F32, dLv, s, b, ng, r, d, p, 5, 0, H, NULL);
 	float *dq = dget(dDQ, nq), *dqv = dget(dDQv, nq);
 	CHECK(ndiff(dq, dqv, nq, 4) == 0, "%s%s: dqkv the bits of the fp32 qkv and out's", tag, id);
 	{ /* 16-bit dout and dqkv (through the backend's scratch): the rounding of the fp32 dqkv from dout's values */
 		void *dG16, *dDQ16 = dalloc(nq * 2);
 		float *dGv = dput16(dout, no, dt, &dG16);
-		G->attn_bwd(gpu, dDQv, dGv, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H);
-		G->attn_bwd(gpu, dDQ16, dG16, dt, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H);
+		G->attn_bwd(gpu, dDQv, dGv, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H, NULL);
+		G->attn_bwd(gpu, dDQ16, dG16, dt, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H, NULL);
 		float *d32 = dget(dDQv, nq);
 		t_out16(nm("%s: 16-bit dout and dqkv", id), dDQ16, dt, d32, nq);
 		free(d32), dfree(dGv), dfree(dG16), dfree(dDQ16);
@@ -1187,25 +1272,34 @@ static void t_attn16(mgt_precision prec, int s, int b, int ng, int r, int d, flo
 static void t_attn_tc_shapes(bool small)
 {
 	for (mgt_precision pr = MGT_PREC_BF16; pr <= MGT_PREC_FP16; pr++) {
-		t_attn_prec(pr, small ? 50 : 1000, 1, 1, 4, 48, 0.1f, 2, 8, 1.5); /* d 48: padded to 64 */
-		t_attn_prec(pr, small ? 70 : 257, 2, 2, 2, 64, 0.0f, 0, 4, 1.5);
-		t_attn_prec(pr, small ? 77 : 1000, 1, 1, 4, 32, 0.1f, 2, 8, 1.5);
-		t_attn_prec(pr, small ? 63 : 130, 2, 1, 3, 128, 0.1f, 3, 12, 1.5);
-		t_attn_prec(pr, small ? 33 : 128, 1, 2, 1, 16, 0.0f, 0, 2, 1.5);
-		t_attn_prec(pr, small ? 40 : 100, 1, 1, 2, 24, 0.1f, 0, 2, 1.5);
+		t_attn_prec(pr, small ? 50 : 1000, 1, 1, 4, 48, 0.1f, 2, 8, 1.5, false); /* d 48: padded to 64 */
+		t_attn_prec(pr, small ? 70 : 257, 2, 2, 2, 64, 0.0f, 0, 4, 1.5, false);
+		t_attn_prec(pr, small ? 77 : 1000, 1, 1, 4, 32, 0.1f, 2, 8, 1.5, false);
+		t_attn_prec(pr, small ? 63 : 130, 2, 1, 3, 128, 0.1f, 3, 12, 1.5, false);
+		t_attn_prec(pr, small ? 33 : 128, 1, 2, 1, 16, 0.0f, 0, 2, 1.5, false);
+		t_attn_prec(pr, small ? 40 : 100, 1, 1, 2, 24, 0.1f, 0, 2, 1.5, false);
 		t_attn16(pr, small ? 40 : 257, 2, 2, 2, 64, 0.1f);
 		t_attn16(pr, small ? 40 : 100, 1, 1, 2, 24, 0.0f); /* the fp32 kernel through conversions */
+		/* the key padding mask: several key tiles, DM 128 (32-row backward tiles), d padded */
+		t_attn_prec(pr, small ? 70 : 300, 4, 1, 2, 64, 0.1f, 0, 2, 1.5, true);
+		t_attn_prec(pr, small ? 45 : 257, 4, 2, 2, 128, 0.0f, 2, 8, 1.5, true);
+		t_attn_prec(pr, small ? 33 : 130, 5, 1, 1, 48, 0.1f, 0, 1, 1.5, true);
 	}
 }
 
 /* The mma.sync kernels with and without their cp.async prefetch of K and V (MGT_ATTN_KERNEL=mma,
  * mma-nocp) on the same inputs: the same products in the same order, only the staging differs, so
  * forward and backward are bitwise equal, on a GPU too.  (Until 2026-11-27 this compared the
- * mma.sync kernels with the WMMA ones, within 1e-6 under the simulator; an H200 passed it.) */
-static void t_attn_impls(int s, int b, int ng, int r, int d, float p)
+ * mma.sync kernels with the WMMA ones, within 1e-6 under the simulator; an H200 passed it.)
+ * masked: under attn_mask's key padding mask. */
+static void t_attn_impls(int s, int b, int ng, int r, int d, float p, bool masked)
 {
 	const size_t nq = (size_t)s * b * ng * (r + 2) * d, no = (size_t)s * b * ng * r * d, nl = (size_t)b * ng * r * s;
-	const char *id = nm("attn bf16 mma = mma-nocp s=%d b=%d ng=%d r=%d d=%d p=%g", s, b, ng, r, d, p);
+	const char *id = nm("attn bf16 mma = mma-nocp s=%d b=%d ng=%d r=%d d=%d p=%g%s", s, b, ng, r, d, p,
+			    masked ? " key-mask" : "");
+	uint8_t *km = masked ? attn_mask(s, b) : NULL, *dKM = masked ? dalloc((size_t)s * b) : NULL;
+	if (masked)
+		up(dKM, km, (size_t)s * b);
 	float *qkv = hrand(nq, 1.5), *dout = hrand(no, 1);
 	float *dQ = dput(qkv, nq), *dDO = dput(dout, no), *dO = dalloc(no * 4), *dL = dalloc(nl * 4), *dDQ = dalloc(nq * 4);
 	float *o[2], *l[2], *dq[2];
@@ -1214,25 +1308,28 @@ static void t_attn_impls(int s, int b, int ng, int r, int d, float p)
 	for (int k = 0; k < 2; k++) {
 		setenv("MGT_ATTN_KERNEL", impl[k], 1);
 		poison(dO, no), poison(dL, nl);
-		G->attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, 99, 0, ng * r);
+		G->attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, 99, 0, ng * r, dKM);
 		o[k] = dget(dO, no), l[k] = dget(dL, nl);
 	}
 	float *dOc = dput(o[0], no), *dLc = dput(l[0], nl); /* both backwards get the mma forward's */
 	for (int k = 0; k < 2; k++) {
 		setenv("MGT_ATTN_KERNEL", impl[k], 1);
 		poison(dDQ, nq);
-		G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, 99, 0, ng * r);
+		G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, 99, 0, ng * r, dKM);
 		dq[k] = dget(dDQ, nq);
 	}
 	unsetenv("MGT_ATTN_KERNEL");
 	gpu->precision = MGT_PREC_FP32;
 	cmp(nm("%s: fwd out", id), o[0], o[1], NULL, no, T2(TOL_EXACT, SIM_EXACT));
-	cmp(nm("%s: fwd lse", id), l[0], l[1], NULL, nl, T2(TOL_EXACT, SIM_EXACT));
+	if (masked)
+		cmp_lse(nm("%s: fwd lse", id), l[0], l[1], nl, T2(TOL_EXACT, SIM_EXACT));
+	else
+		cmp(nm("%s: fwd lse", id), l[0], l[1], NULL, nl, T2(TOL_EXACT, SIM_EXACT));
 	cmp(nm("%s: bwd dqkv", id), dq[0], dq[1], NULL, nq, T2(TOL_EXACT, SIM_EXACT));
 	for (int k = 0; k < 2; k++)
 		free(o[k]), free(l[k]), free(dq[k]);
-	dfree(dQ), dfree(dDO), dfree(dO), dfree(dL), dfree(dDQ), dfree(dOc), dfree(dLc);
-	free(qkv), free(dout);
+	dfree(dQ), dfree(dDO), dfree(dO), dfree(dL), dfree(dDQ), dfree(dOc), dfree(dLc), dfree(dKM);
+	free(qkv), free(dout), free(km);
 }
 
 /* The tensor-core kernels in both 16-bit types on a few shapes (head dims 16..128, ragged s, GQA,
@@ -1323,8 +1420,9 @@ static void t_mma_first(bool small)
 	t_mma_probe(MGT_K_BF16);
 	t_mma_probe(MGT_K_F16);
 #endif
-	t_attn_impls(small ? 70 : 300, 2, 2, 2, 64, 0.1f);
-	t_attn_impls(small ? 40 : 130, 1, 1, 3, 128, 0.0f);
+	t_attn_impls(small ? 70 : 300, 2, 2, 2, 64, 0.1f, false);
+	t_attn_impls(small ? 40 : 130, 1, 1, 3, 128, 0.0f, false);
+	t_attn_impls(small ? 70 : 300, 4, 1, 2, 64, 0.1f, true);
 }
 
 /* The tensor-core kernels (mma, mma-nocp) against the CPU at the attention shapes (first: the
@@ -1344,24 +1442,6 @@ static void t_attn_tc(bool small, bool first)
 
 /* ---- context-parallel attention blocks (backend.h attn_blk_*, attn_kv_copy) ---- */
 
-/* lse arrays with -inf rows (no visible key): the same rows -inf on both sides, the rest compared
- * as cmp does. */
-static void cmp_lse(const char *what, const float *g, const float *c, size_t n, tol2 t)
-{
-	size_t k = 0, ninf = 0;
-	float *gz = hcopy(g, n), *cz = hcopy(c, n);
-	for (size_t i = 0; i < n; i++) {
-		const bool gi = g[i] == -INFINITY, ci = c[i] == -INFINITY;
-		k += gi != ci;
-		ninf += ci;
-		if (gi && ci)
-			gz[i] = cz[i] = 0.0f;
-	}
-	CHECK(k == 0, "%s%s: -inf (no visible key) where the reference has it (%zu of %zu, %zu differ)", tag, what,
-	      ninf, n, k);
-	cmp(what, gz, cz, NULL, n, t);
-	free(gz), free(cz);
-}
 
 /* Global chunk of local chunk h (0, 1) of rank rk of c: rk and 2c-1-rk (the causal mask's load
  * balance of context parallelism). */
@@ -1394,8 +1474,8 @@ static void t_attn_cp(bool allgather, int c, int Cn, int b, int ng, int r, int d
 	uint64_t key = rng ^ 0x2545F4914F6CDD1Dull;
 	float *qkv = hrand(nq, 1.5), *dout = hrand(no, 1);
 	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
-	C->attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, S, b, ng, r, d, p, key, head0, htot);
-	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, S, b, ng, r, d, p, key, head0, htot);
+	C->attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, S, b, ng, r, d, p, key, head0, htot, NULL);
+	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, S, b, ng, r, d, p, key, head0, htot, NULL);
 	/* the local views (rank rk's rows at rk*RB), the CPU's results reordered the same way */
 	float *lq = xmalloc(nq * 4), *ldo = xmalloc(no * 4), *loc = xmalloc(no * 4), *ldq = xmalloc(nq * 4);
 	float *llc = xmalloc(nl * 4), *ninf = xmalloc(nl * 4);
@@ -2713,6 +2793,11 @@ static void all_ops(void)
 		t_attn(1, 3, 2, 2, 64, 0.1f, 0, 4, 1.5);
 		t_attn(2048, 1, 1, 2, 128, 0.0f, 0, 2, 1.5);
 		t_attn(300, 1, 1, 2, 64, 0.0f, 0, 2, 3e-19); /* products near FLT_MIN and below */
+		t_attn_mask(128, 4, 2, 2, 64, 0.0f, 0, 4);
+		t_attn_mask(257, 4, 2, 3, 128, 0.1f, 3, 12);
+		t_attn_mask(1000, 5, 1, 2, 32, 0.1f, 1, 4);
+		t_attn_mask(77, 4, 4, 1, 16, 0.1f, 0, 4);
+		t_attn_mask(200, 6, 1, 2, 24, 0.0f, 0, 2); /* d padded to 32 */
 		t_attn_kv(8, 300, 2, 2, 64, 1.5);
 		t_attn_kv(3, 1030, 1, 4, 128, 1.5);
 		t_attn_kv(2, 50, 3, 1, 256, 1.5);
@@ -2882,6 +2967,9 @@ static void small_ops(void)
 		t_attn_tc(true, true);
 		t_attn(1, 3, 2, 2, 64, 0.1f, 0, 4, 1.5);
 		t_attn(40, 1, 1, 2, 32, 0.0f, 0, 2, 3e-19); /* products near FLT_MIN and below */
+		t_attn_mask(70, 4, 2, 2, 64, 0.1f, 0, 4); /* several key tiles of 64 */
+		t_attn_mask(45, 4, 1, 3, 128, 0.0f, 3, 12); /* DM 128: 32 x 32 backward tiles */
+		t_attn_mask(40, 5, 1, 2, 24, 0.1f, 0, 2);
 		t_attn_kv(3, 20, 2, 2, 32, 1.5);
 		t_attn_kv(2, 70, 1, 4, 64, 1.5); /* more keys than one warp's stride */
 		t_attn_kv(1, 9, 3, 1, 24, 4.0);

@@ -738,8 +738,17 @@ typedef struct {
 	uint64_t key;
 	int head0, heads_total;
 	double *lse; /* written when not NULL */
+	const uint8_t *km; /* key padding mask [s*b] (1 visible); NULL: causal */
 } attn_ctx;
 
+/* Query i of sequence j sees key i2: causal (i2 <= i), or the key mask's byte of (i2, j). */
+static int attn_vis(const attn_ctx *c, int j, int i, int i2)
+{
+	return c->km ? c->km[(size_t)i2 * c->b + j] != 0 : i2 <= i;
+}
+
+/* backend.h attn_fwd in double: out (and lse when asked) of the softmax over the keys each query
+ * sees (attn_vis); a query that sees none gets out 0 and lse -inf. */
 static void attn_ref(void *c_, double *out)
 {
 	attn_ctx *c = c_;
@@ -754,21 +763,21 @@ static void attn_ref(void *c_, double *out)
 			const double *v = k + d;
 			for (int i = 0; i < s; i++) {
 				double mx = -INFINITY, sum = 0;
-				for (int i2 = 0; i2 <= i; i2++) {
+				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2)) {
 					double sc = 0;
 					for (int x = 0; x < d; x++)
 						sc += q[i * ldq + x] * k[i2 * ldq + x];
 					pr[i2] = sc / sqrt((double)d);
 					mx = fmax(mx, pr[i2]);
 				}
-				for (int i2 = 0; i2 <= i; i2++)
+				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2))
 					sum += pr[i2] = exp(pr[i2] - mx);
 				if (c->lse)
 					c->lse[((size_t)j * H + n) * s + i] = mx + log(sum);
 				double *o = out + (size_t)i * ldo + ((size_t)j * H + n) * d;
 				for (int x = 0; x < d; x++)
 					o[x] = 0;
-				for (int i2 = 0; i2 <= i; i2++) {
+				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2)) {
 					double w = pr[i2] / sum;
 					if (c->p > 0) {
 						uint64_t e = (((uint64_t)j * c->heads_total + c->head0 + n) * s + i) * s + i2;
@@ -803,16 +812,16 @@ static void attn_ref_bwd(const attn_ctx *c, const float *dout, double *dqkv)
 			for (int i = 0; i < s; i++) {
 				const float *go = dout + (size_t)i * ldo + ((size_t)j * H + n) * d;
 				double mx = -INFINITY, sum = 0, D = 0;
-				for (int i2 = 0; i2 <= i; i2++) {
+				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2)) {
 					double a = 0;
 					for (int x = 0; x < d; x++)
 						a += q[i * ldq + x] * k[i2 * ldq + x];
 					pr[i2] = a * sc;
 					mx = fmax(mx, pr[i2]);
 				}
-				for (int i2 = 0; i2 <= i; i2++)
+				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2))
 					sum += pr[i2] = exp(pr[i2] - mx);
-				for (int i2 = 0; i2 <= i; i2++) {
+				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2)) {
 					uint64_t e = (((uint64_t)j * c->heads_total + c->head0 + n) * s + i) * s + i2;
 					pr[i2] /= sum;
 					mk[i2] = c->p > 0 ? keep_ref(c->key, e, c->p) / (1 - (double)c->p) : 1;
@@ -824,7 +833,7 @@ static void attn_ref_bwd(const attn_ctx *c, const float *dout, double *dqkv)
 					dp[i2] = a * mk[i2];
 					D += pr[i2] * dp[i2];
 				}
-				for (int i2 = 0; i2 <= i; i2++) {
+				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2)) {
 					double ds = pr[i2] * (dp[i2] - D) * sc;
 					for (int x = 0; x < d; x++) {
 						dq[i * ldq + x] += ds * k[i2 * ldq + x];
@@ -846,16 +855,16 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 	const uint64_t key = 0x1234567890ABCDEFull ^ (uint64_t)s;
 	float *qkv = randf(nq, 1.5), *out = randf(no, 9), *lse = randf(nl, 9);
 	double *qd = tod(qkv, nq), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
-	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr};
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, NULL};
 	attn_ref(&c, outr);
 	c.lse = NULL;
-	O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, NULL);
 	double e = relerr(out, outr, no), el = relerr(lse, lr, nl);
 	CHECK(e < FWD_TOL && el < FWD_TOL, "attn_fwd s=%d b=%d ng=%d r=%d d=%d p=%g: out %.2e lse %.2e", s,
 	      b, ng, r, d, p, e, el);
 
 	float *R = randf(no, 1), *dq = randf(nq, 9);
-	O->attn_bwd(be, dq, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_bwd(be, dq, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total, NULL);
 	objective ob = {attn_ref, &c, R, no, outr};
 	double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
 	double *ga = xmalloc(nq * sizeof *ga);
@@ -875,12 +884,127 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 
 	/* determinism: the same call again gives the same bits */
 	float *out2 = randf(no, 9), *lse2 = randf(nl, 9), *dq2 = randf(nq, 9);
-	O->attn_fwd(be, out2, lse2, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total);
-	O->attn_bwd(be, dq2, R, MGT_DT_F32, qkv, out2, MGT_DT_F32, lse2, s, b, ng, r, d, p, key, head0, heads_total);
+	O->attn_fwd(be, out2, lse2, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, NULL);
+	O->attn_bwd(be, dq2, R, MGT_DT_F32, qkv, out2, MGT_DT_F32, lse2, s, b, ng, r, d, p, key, head0, heads_total, NULL);
 	CHECK(!memcmp(out, out2, no * 4) && !memcmp(lse, lse2, nl * 4) && !memcmp(dq, dq2, nq * 4),
 	      "attn s=%d: fwd and bwd deterministic", s);
 	free(qkv), free(out), free(lse), free(qd), free(outr), free(lr), free(R), free(dq);
 	free(out2), free(lse2), free(dq2);
+}
+
+/* A key padding mask for b >= 4 sequences of s positions (element i*b + j, 1 visible): sequence
+ * 0 all masked, 1 only position 0 visible, 2 its first s/2 + 1 positions (padding at the end, as
+ * BERT's batches), the others random (about 3 in 4 visible). */
+static uint8_t *attn_mask(int s, int b)
+{
+	uint8_t *km = xmalloc((size_t)s * b);
+	for (int i = 0; i < s; i++)
+		for (int j = 0; j < b; j++)
+			km[(size_t)i * b + j] =
+				(uint8_t)(j == 0 ? 0 : j == 1 ? i == 0 : j == 2 ? i <= s / 2 : urand() > -0.5);
+	return km;
+}
+
+/* lse against the reference: *ninf the rows where both are -inf (no visible key), *bad the
+ * rows where only one is; the relative error of the others. */
+static double lse_err(const float *got, const double *ref, size_t n, size_t *ninf, size_t *bad)
+{
+	double e = 0, r = 0;
+	*ninf = *bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		const int gi = isinf(got[i]) && got[i] < 0, ri = isinf(ref[i]) && ref[i] < 0;
+		if (gi || ri) {
+			*ninf += gi && ri;
+			*bad += gi != ri;
+			continue;
+		}
+		double dd = got[i] - ref[i];
+		e += dd * dd;
+		r += ref[i] * ref[i];
+	}
+	return isnan(e) ? INFINITY : r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+/* Elements of dqkv [s*b, ng, r + 2, d] that must be exactly 0 under key mask km and are not (or
+ * any element that is not finite): every slot of sequence 0 (no key visible: its queries get
+ * nothing, its keys feed no one) and the key and value slots of every masked key. */
+static size_t mask_grad_bad(const float *dq, const uint8_t *km, int s, int b, int ng, int r, int d)
+{
+	size_t bad = 0;
+	for (int i = 0; i < s; i++)
+		for (int j = 0; j < b; j++)
+			for (int g = 0; g < ng; g++)
+				for (int m = 0; m < r + 2; m++)
+					for (int x = 0; x < d; x++) {
+						const float v = dq[((((size_t)i * b + j) * ng + g) * (r + 2) + m) * d + x];
+						const int zero = j == 0 || (m >= r && !km[(size_t)i * b + j]);
+						bad += !isfinite(v) || (zero && v != 0.0f);
+					}
+	return bad;
+}
+
+/* attn_fwd and attn_bwd under a key padding mask (BERT's bidirectional attention), storage dt
+ * (fp32 or bf16), against attn_ref / attn_ref_bwd with the same mask in double and the backward
+ * against finite differences of attn_ref (element-wise when full, else directional); the rows
+ * without a visible key out 0, lse -inf, 0 gradients, nothing NaN.  bf16: the references take the
+ * rounded qkv; out is within bf16 rounding of them, and the op's lse, dqkv are the bits of the fp32
+ * op on the same values (out widened). */
+static void test_attn_mask_case(int s, int b, int ng, int r, int d, float p, int head0, int heads_total,
+				int full, mgt_elem_type dt)
+{
+	const int H = ng * r, T = s * b, lp = dt != MGT_DT_F32;
+	const size_t nq = (size_t)T * ng * (r + 2) * d, no = (size_t)T * H * d, nl = (size_t)b * H * s;
+	const uint64_t key = 0x0BE27ull ^ (uint64_t)s;
+	uint8_t *km = attn_mask(s, b);
+	float *qkv = randf(nq, 1.5), *out = randf(no, 9), *lse = randf(nl, 9), *R = randf(no, 1), *dq = randf(nq, 9);
+	uint16_t *q16 = xmalloc(nq * 2), *o16 = xmalloc(no * 2);
+	if (lp) { /* qkv: the bf16 values, for the references and the fp32 op alike */
+		O->cast(be, q16, dt, qkv, nq);
+		for (size_t i = 0; i < nq; i++)
+			qkv[i] = mgt_bf16_to_f32(q16[i]);
+	}
+	double *qd = tod(qkv, nq), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km};
+	attn_ref(&c, outr);
+	c.lse = NULL;
+	O->attn_fwd(be, lp ? (void *)o16 : out, lse, lp ? (void *)q16 : qkv, dt, s, b, ng, r, d, p, key, head0,
+		    heads_total, km);
+	if (lp)
+		for (size_t i = 0; i < no; i++)
+			out[i] = mgt_bf16_to_f32(o16[i]);
+	size_t ninf, nbad;
+	const double e = relerr(out, outr, no), el = lse_err(lse, lr, nl, &ninf, &nbad);
+	CHECK(e < (lp ? 4e-3 : FWD_TOL) && el < FWD_TOL && ninf == (size_t)H * s && nbad == 0,
+	      "attn_fwd key mask %s s=%d b=%d ng=%d r=%d d=%d p=%g: out %.2e lse %.2e, %zu rows -inf (want %d), %zu wrong",
+	      lp ? "bf16" : "fp32", s, b, ng, r, d, p, e, el, ninf, H * s, nbad);
+
+	O->attn_bwd(be, dq, R, MGT_DT_F32, lp ? (void *)q16 : qkv, lp ? (void *)o16 : out, dt, lse, s, b, ng, r, d, p,
+		    key, head0, heads_total, km);
+	objective ob = {attn_ref, &c, R, no, outr};
+	double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
+	double *ga = xmalloc(nq * sizeof *ga);
+	attn_ref_bwd(&c, R, ga);
+	const double ea = relerr(dq, ga, nq);
+	const size_t zbad = mask_grad_bad(dq, km, s, b, ng, r, d);
+	CHECK(eg < (lp ? 2e-2 : BWD_TOL) && ea < (lp ? 2e-2 : FWD_TOL) && zbad == 0,
+	      "attn_bwd key mask %s s=%d b=%d ng=%d r=%d d=%d p=%g vs %s FD: %.2e, vs reference backward: %.2e; "
+	      "%zu gradients of masked keys or of the empty sequence not 0 or not finite",
+	      lp ? "bf16" : "fp32", s, b, ng, r, d, p, full ? "element-wise" : "directional", eg, ea, zbad);
+	if (lp) { /* the fp32 op on the same values: the same lse and dqkv bits */
+		float *l32 = randf(nl, 9), *o32 = randf(no, 9), *d32 = randf(nq, 9);
+		O->attn_fwd(be, o32, l32, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, km);
+		O->attn_bwd(be, d32, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0,
+			    heads_total, km);
+		size_t nround = 0;
+		for (size_t i = 0; i < no; i++)
+			nround += o16[i] != mgt_f32_to_bf16(o32[i]);
+		CHECK(!memcmp(l32, lse, nl * 4) && !memcmp(d32, dq, nq * 4) && nround == 0,
+		      "attn key mask bf16 s=%d: lse and dqkv the bits of the fp32 op's, out its rounding (%zu differ)",
+		      s, nround);
+		free(l32), free(o32), free(d32);
+	}
+	free(km), free(qkv), free(out), free(lse), free(R), free(dq), free(q16), free(o16), free(qd), free(outr);
+	free(lr), free(ga);
 }
 
 static void test_attn(void)
@@ -893,6 +1017,14 @@ static void test_attn(void)
 	test_attn_case(200, 1, 1, 2, 64, 0.1f, 0, 2, 0);
 	test_attn_case(300, 2, 2, 2, 16, 0.1f, 1, 5, 0); /* several key tiles */
 	test_attn_case(70, 2, 1, 3, 16, 0.0f, 0, 3, 0);
+	/* the key padding mask: GQA, dropout, s past one key tile (256) and not a multiple of 64 */
+	test_attn_mask_case(7, 4, 2, 2, 8, 0.0f, 0, 4, 1, MGT_DT_F32);
+	test_attn_mask_case(7, 4, 2, 2, 8, 0.3f, 1, 6, 1, MGT_DT_F32);
+	test_attn_mask_case(5, 5, 1, 3, 4, 0.2f, 0, 3, 1, MGT_DT_F32);
+	test_attn_mask_case(300, 4, 1, 2, 16, 0.1f, 0, 2, 0, MGT_DT_F32);
+	test_attn_mask_case(70, 5, 2, 2, 16, 0.0f, 2, 8, 0, MGT_DT_F32);
+	test_attn_mask_case(70, 4, 2, 2, 16, 0.1f, 0, 4, 0, MGT_DT_BF16);
+	test_attn_mask_case(300, 4, 1, 3, 16, 0.0f, 0, 3, 0, MGT_DT_BF16);
 }
 
 /* ================= context-parallel attention blocks ================= */
@@ -947,8 +1079,8 @@ static void cp_case_init(cp_case *t, int S, int b, int ng, int r, int d, float p
 	t->wq = (size_t)b * ng * (r + 2) * d, t->wk = (size_t)b * ng * 2 * d, t->wo = (size_t)b * t->H * d;
 	t->qkv = randf(S * t->wq, 1.5), t->R = randf(S * t->wo, 1);
 	t->out = randf(S * t->wo, 9), t->lse = randf((size_t)b * t->H * S, 9), t->dq = randf(S * t->wq, 9);
-	O->attn_fwd(be, t->out, t->lse, t->qkv, MGT_DT_F32, S, b, ng, r, d, p, t->key, head0, heads_total);
-	O->attn_bwd(be, t->dq, t->R, MGT_DT_F32, t->qkv, t->out, MGT_DT_F32, t->lse, S, b, ng, r, d, p, t->key, head0, heads_total);
+	O->attn_fwd(be, t->out, t->lse, t->qkv, MGT_DT_F32, S, b, ng, r, d, p, t->key, head0, heads_total, NULL);
+	O->attn_bwd(be, t->dq, t->R, MGT_DT_F32, t->qkv, t->out, MGT_DT_F32, t->lse, S, b, ng, r, d, p, t->key, head0, heads_total, NULL);
 }
 
 static void cp_case_free(cp_case *t)
@@ -1179,7 +1311,7 @@ static void test_attn_blk_uneven(int S, int b, int ng, int r, int d, float p, in
 	CHECK(ninf > 0 && inf_ok, "attn_blk_merge: %d merges of -inf into -inf leave (0, -inf)", ninf);
 	double *qd = tod(t.qkv, S * t.wq), *outr = xmalloc(S * t.wo * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
 	double *ga = xmalloc(S * t.wq * sizeof *ga);
-	attn_ctx c = {qd, S, b, ng, r, d, p, t.key, head0, heads_total, lr};
+	attn_ctx c = {qd, S, b, ng, r, d, p, t.key, head0, heads_total, lr, NULL};
 	attn_ref(&c, outr);
 	attn_ref_bwd(&c, t.R, ga);
 	double mo, ml, eo = relerr_f(ctx, t.out, S * t.wo, &mo), el = relerr_f(lse, t.lse, nl, &ml);
