@@ -658,7 +658,7 @@ static mgt_status core_attn_fwd(mgt_model *m, int li, bool train)
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, site_key(m, l, 1));
 	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->act_t, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d, p,
-			     site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads, NULL);
+			     site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads, m->cur->kmask);
 	return MGT_OK;
 }
 
@@ -890,7 +890,7 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->act_t, p, site_key(m, l, 1));
 	else o->attn_bwd(m->be, m->dbig, m->dctx, m->act_t, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
 			 (int)m->r, (int)m->d, p, site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
-			 (int)m->c.num_attention_heads, NULL);
+			 (int)m->c.num_attention_heads, m->cur->kmask);
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
 	if (m->rope) o->rope(m->be, m->dbig, m->act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
