@@ -2,7 +2,8 @@
  *   - the initial losses: lm near ln(padded vocab), sop near ln 2 (megatron-bert-t5.md 6.5);
  *   - the backward against central finite differences of the forward's loss (lm + sop) for
  *     entries of every head tensor, the token-type embedding and a layer weight;
- *   - the loss does not depend on masked-out labels (loss_mask 0).
+ *   - the loss does not depend on masked-out labels (loss_mask 0), nor on the tokens at padded
+ *     positions (their keys are masked), but does on the real tokens'.
  * The forward's loss is a double from fp32 activations: differences of 2e-3 steps on O(0.1)
  * gradients leave about 1e-3 of noise, so entries are compared where |g| > 2e-3 to 5%. */
 #include <math.h>
@@ -140,6 +141,19 @@ static void test_grads(bool binary)
 	for (int t = 0; t < T; t++)
 		if (other.mask[t] == 0) other.labels[t] = (other.labels[t] + 37) % V;
 	CHECK(loss_of(m, &other) == loss_of(m, &bt), "labels outside loss_mask change nothing");
+	batch padded = bt, real = bt;
+	for (int t = 0; t < T; t++) {
+		if (!bt.pad[t]) padded.tokens[t] = (padded.tokens[t] + 11) % V; /* padding: keys masked, no loss */
+		if (bt.pad[t] && t >= B && !bt.mask[t]) real.tokens[t] = (real.tokens[t] + 11) % V;
+	}
+	CHECK(loss_of(m, &padded) == loss_of(m, &bt), "tokens at padded positions change nothing (keys masked)");
+	double lm0, sop0, lm1, sop1;
+	loss_of(m, &bt);
+	mgt_model_bert_losses(m, 0, &lm0, &sop0);
+	loss_of(m, &real);
+	mgt_model_bert_losses(m, 0, &lm1, &sop1);
+	CHECK(lm1 != lm0 && (!binary || sop1 != sop0), "the real tokens after [CLS] change the lm loss and the [CLS] "
+	      "row's sop loss (%.17g -> %.17g): attention is bidirectional", sop0, sop1);
 out:
 	mgt_model_free(m);
 	mgt_parallel_free(&ps);
