@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """CPU training throughput of a PyTorch BERT (Megatron-Core's BertModel as megatron-bert-t5.md
 section 3.2 describes it: pre-LN, padding-mask attention, LM head, pooler and binary head), in
-float32 with PyTorch's fused pieces (F.scaled_dot_product_attention with the key mask,
+float32 with PyTorch's fused pieces (F.scaled_dot_product_attention with the key mask where the
+torch has it, else the unfused softmax(QK^T) V of torch 1.13,
 F.layer_norm, F.gelu, F.cross_entropy) and torch.optim.AdamW (foreach), as the yardstick for
 mgt-train --model-family bert (tests/bench/bert_cpu.sh runs both).
 
@@ -38,6 +39,14 @@ def make_params(L, h, V, S, g):
     return P
 
 
+def attention(q, k, v, mask):
+    """SDPA where torch has it (2.0 on); torch 1.13 (Debian 12): the same math unfused."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    sc = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return torch.softmax(sc.masked_fill(~mask, float("-inf")), -1) @ v
+
+
 def loss_of(P, L, h, nh, tok, types, keep, labels, isr):
     b, s = tok.shape
     x = P["word"][tok] + P["pos"][:s] + P["type"][types]
@@ -46,7 +55,7 @@ def loss_of(P, L, h, nh, tok, types, keep, labels, isr):
         p = lambda k: P["%d.%s" % (l, k)]
         y = F.layer_norm(x, (h,), p("ln1_w"), p("ln1_b"), 1e-5)
         q, k, v = F.linear(y, p("qkv_w"), p("qkv_b")).view(b, s, 3, nh, h // nh).permute(2, 0, 3, 1, 4)
-        c = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(b, s, h)
+        c = attention(q, k, v, mask).transpose(1, 2).reshape(b, s, h)
         x = x + F.linear(c, p("proj_w"), p("proj_b"))
         y = F.layer_norm(x, (h,), p("ln2_w"), p("ln2_b"), 1e-5)
         x = x + F.linear(F.gelu(F.linear(y, p("fc1_w"), p("fc1_b")), approximate="tanh"), p("fc2_w"), p("fc2_b"))
