@@ -286,7 +286,8 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 		ps->sop += sop;
 		ps->den += 1;
 		t->mb_scale[x->mb] = (float)(1.0 / (double)t->a->num_microbatches);
-		return MGT_OK;
+		return t->dumping && t->dump.iters == 1 && x->mb == 0 ? mgt_model_outputs(m, slot, t->dump.logits, t->dump.loss)
+								      : MGT_OK;
 	}
 	/* the loss of the micro-batch is the sum over all its tokens (every context-parallel rank's)
 	 * divided by their count: each rank scales its part by the whole count, and the gradients

@@ -8,6 +8,8 @@
 #     --bert-no-binary-head and --no-bias-gelu-fusion at iteration 1;
 #   - the resumed iteration 11 equals the uninterrupted run's (bit for bit);
 #   - the initial losses: lm loss near ln(padded vocabulary), sop loss near ln 2;
+#   - a Hugging Face MegatronBert converted to mgt: its logits against the float64 model of the HF
+#     tensors;
 #   - mgt-eval loss: lm and sop losses, masked tokens (against mgt-dataset samples), accuracy;
 #   - TP2 with sequence parallelism under mpirun against one process (full tier: PP2, DP2 with the
 #     distributed optimizer, TP2 x PP2 x DP2 on 8 ranks);
@@ -57,6 +59,20 @@ import json, math
 a = json.loads(open("all.jsonl").readline())
 assert abs(a["lm_loss"] - math.log(30592)) < 0.15 and abs(a["sop_loss"] - math.log(2)) < 0.1, a
 PY
+# a Hugging Face MegatronBertForPreTraining (tests/hf/make_tiny_bert.py, erf GELU) converted to mgt:
+# the first micro-batch's logits against the float64 model of the HF tensors themselves
+ok "a tiny HF MegatronBert -> mgt, KJV tokenized with its vocab.txt" sh -c "
+	$PY '$ROOT/tests/hf/make_tiny_bert.py' hf --positions 32 >/dev/null &&
+	$BIN/mgt-ckpt-convert --quiet --load-dir hf --save-dir ckhf &&
+	$BIN/mgt-preprocess --input '$SHARE/data/kjv.jsonl.zst' --output-prefix kjvhf --tokenizer-type BertWordPieceLowerCase \
+		--vocab-file hf/vocab.txt --split-sentences --quiet"
+ok "  one iteration from it (--finetune), --debug-dump" exits 0 $BIN/mgt-train --load ckhf --use-checkpoint-args --finetune \
+	--data-path kjvhf_text_sentence --split 949,50,1 --seq-length 32 --micro-batch-size 2 --global-batch-size 4 \
+	--train-iters 1 --lr 1e-4 --device cpu --threads 2 --hidden-dropout 0 --attention-dropout 0 --eval-interval 0 \
+	--debug-dump dhf.h5
+ok "  its logits = the float64 model of the HF tensors (1e-5), the padded vocabulary's 0" sh -c "
+	$PY '$ROOT/tests/torch/bert_ref.py' dhf.h5 --hf hf >hf.out 2>&1; r=\$?; sed 's/^/# /' hf.out; exit \$r"
+
 # mgt-eval loss: the lm and sop losses, the masked tokens (their count against the loss masks of
 # the same samples from mgt-dataset samples) and the masked-token accuracy
 ok "mgt-eval loss of the iteration-10 checkpoint" exits 0 $BIN/mgt-eval loss --load ck --eval-interval 1 --eval-iters 2 \
