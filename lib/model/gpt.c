@@ -944,6 +944,10 @@ static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 	if (!st) st = o->upload(m->be, sa->labels, mb->labels, n);
 	if (!st) st = o->upload(m->be, sa->pos, mb->position_ids, n);
 	if (!st) st = o->upload(m->be, sa->mask, mb->loss_mask, n);
+	for (int t = 0; !st && sa->types && t < m->T; t++)
+		if (mb->tokentype_ids[t] < 0 || mb->tokentype_ids[t] > 1)
+			st = mgt_err(MGT_ERR_INPUT, "token %d of the micro-batch has token type %d: BERT's token-type "
+				     "embedding has types 0 and 1", t, (int)mb->tokentype_ids[t]);
 	if (!st && sa->types) st = o->upload(m->be, sa->types, mb->tokentype_ids, n);
 	if (!st && sa->kmask) st = upload_kmask(m, mb->padding_mask);
 	if (!st && m->bert) mgt_bert_set_batch(m, mb);

@@ -147,6 +147,13 @@ static void test_grads(bool binary)
 		if (bt.pad[t] && t >= B && !bt.mask[t]) real.tokens[t] = (real.tokens[t] + 11) % V;
 	}
 	CHECK(loss_of(m, &padded) == loss_of(m, &bt), "tokens at padded positions change nothing (keys masked)");
+	batch wrong = bt;
+	wrong.types[3] = 2;
+	mgt_microbatch wb = view(&wrong);
+	double lw;
+	mgt_status sw = mgt_model_forward(m, 0, &wb, false, &lw);
+	CHECK(!binary || (sw == MGT_ERR_INPUT && strstr(mgt_err_msg(), "token 3") && strstr(mgt_err_msg(), "type 2")),
+	      "an unknown token type refused naming the token (%s)", binary ? mgt_err_msg() : "no token types");
 	double lm0, sop0, lm1, sop1;
 	loss_of(m, &bt);
 	mgt_model_bert_losses(m, 0, &lm0, &sop0);
