@@ -343,7 +343,8 @@ static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps
 	double v[8] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit,
 			trainer_async_running(t), mine ? ps->sop : 0, mine ? ps->masked : 0, mine ? ps->correct : 0 };
 	mgt_comm *w = t->ps.world;
-	if (w->size > 1 && (st = w->ops->allreduce(w, v, 8, MGT_DT_F64, MGT_RED_SUM))) return st;
+	/* BERT's sop loss and accuracy counts ride along (GPT's 5 values as before) */
+	if (w->size > 1 && (st = w->ops->allreduce(w, v, trainer_bert(t) ? 8 : 5, MGT_DT_F64, MGT_RED_SUM))) return st;
 	ps->masked = v[6];
 	ps->correct = v[7];
 	t->async_all_done = t->async && v[4] == 0;
