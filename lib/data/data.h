@@ -351,6 +351,10 @@ int mgt_mt19937_choice(mgt_mt19937 *rs, const double *p, int n);
 int64_t mgt_mt19937_geometric(mgt_mt19937 *rs, double p);
 /* ndarray.sum() of n float64 (numpy's pairwise summation: 8 accumulators, blocks of 128). */
 double mgt_numpy_sum(const double *a, int n);
+/* The n-gram length probabilities of the masking (megatron-bert-t5.md §1.5c): p[n-1] ∝ 1/n for
+ * n = 1..max (max <= MGT_CHOICE_MAX) normalised with numpy's sum, then normalised again, as
+ * masked_dataset.py does before each draw. Writes p[max]. */
+void mgt_masked_ngram_probs(int max, double *p);
 
 /* -- std::mt19937_64 (C++11; helpers.cpp build_mapping's shuffle) -- */
 typedef struct { uint64_t key[312]; int pos; } mgt_mt19937_64;

@@ -81,8 +81,7 @@ static void find_candidates(masking *m, const mgt_masked_vocab *v, const int64_t
 	m->cstart[m->C] = nf;
 }
 
-/* §1.5c: p ∝ 1/n over 1..max normalised (numpy sum), then normalised again before the draw. */
-static void ngram_probs(int max, double *p)
+void mgt_masked_ngram_probs(int max, double *p)
 {
 	double w[MGT_CHOICE_MAX] = { 0 };
 	for (int i = 0; i < max; i++)
@@ -173,7 +172,7 @@ static mgt_status create_masked(masking *m, const mgt_masked_params *p, mgt_mt19
 	const mgt_masked_vocab *v = p->vocab;
 	int max = p->kind == MGT_MASKED_T5 ? T5_MAX_NGRAM : BERT_MAX_NGRAM;
 	double probs[MGT_CHOICE_MAX];
-	ngram_probs(max, probs);
+	mgt_masked_ngram_probs(max, probs);
 	find_candidates(m, v, t, n);
 	double by_len = rint((double)n * p->mask_prob);
 	m->n_maskings = fmin(p->mask_prob * (double)tgt, by_len > 1 ? by_len : 1);

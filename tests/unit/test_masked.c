@@ -40,19 +40,6 @@ static void crafted(mgt_mt19937 *rs, uint64_t k53)
 	rs->pos = 0;
 }
 
-static void ngram_p(int max, double *p)
-{
-	double w[MGT_CHOICE_MAX] = { 0 };
-	for (int i = 0; i < max; i++)
-		w[i] = 1.0 / (double)(i + 1);
-	double s = mgt_numpy_sum(w, max);
-	for (int i = 0; i < max; i++)
-		w[i] /= s;
-	s = mgt_numpy_sum(w, max);
-	for (int i = 0; i < max; i++)
-		p[i] = w[i] / s;
-}
-
 static void put_hex(char *out, size_t cap, double v)
 {
 	snprintf(out, cap, "%a", v);
@@ -105,7 +92,7 @@ static int compute(const char *name, const char *args, char *out, size_t cap)
 		double p[MGT_CHOICE_MAX];
 		int max = (int)pr;
 		if (!strcmp(name, "choice"))
-			ngram_p(max, p);
+			mgt_masked_ngram_probs(max, p);
 		for (int i = 0; i < 20; i++)
 			n += (size_t)snprintf(out + n, cap - n, "%s%" PRId64, i ? " " : "",
 					      !strcmp(name, "choice") ? 1 + mgt_mt19937_choice(&rs, p, max)
@@ -121,7 +108,7 @@ static int compute(const char *name, const char *args, char *out, size_t cap)
 			put_hex(out, cap, mgt_numpy_sum(w, (int)a));
 			return 1;
 		}
-		ngram_p((int)a, w);
+		mgt_masked_ngram_probs((int)a, w);
 		for (unsigned i = 0; i < a; i++) {
 			put_hex(buf, sizeof buf, w[i]);
 			n += (size_t)snprintf(out + n, cap - n, "%s%s", i ? " " : "", buf);
@@ -132,7 +119,7 @@ static int compute(const char *name, const char *args, char *out, size_t cap)
 		sscanf(args, "%llu", &a);
 		crafted(&rs, a);
 		double p[3];
-		ngram_p(3, p);
+		mgt_masked_ngram_probs(3, p);
 		snprintf(out, cap, "%" PRId64, !strcmp(name, "choice_at") ? 1 + mgt_mt19937_choice(&rs, p, 3)
 									 : mgt_mt19937_geometric(&rs, 0.2));
 		return 1;
