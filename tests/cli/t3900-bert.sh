@@ -11,8 +11,9 @@
 #   - a Hugging Face MegatronBert converted to mgt: its logits against the float64 model of the HF
 #     tensors;
 #   - mgt-eval loss: lm and sop losses, masked tokens (against mgt-dataset samples), accuracy;
-#   - TP2 with sequence parallelism under mpirun against one process (full tier: PP2, DP2 with the
-#     distributed optimizer, TP2 x PP2 x DP2 on 8 ranks);
+#   - TP2 with sequence parallelism under mpirun against one process (full tier: PP2, PP2 with
+#     interleaving (4 layers, virtual stages of 1), DP2 with the distributed optimizer, TP2 x PP2 x
+#     DP2 on 8 ranks);
 #   - what Megatron's BERT cannot run, refused with the reason.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
@@ -95,16 +96,18 @@ if command -v mpirun >/dev/null 2>&1; then
 	# the padded vocabulary depends on TP (its dummy rows are in the softmax): unpadded for all layouts
 	TRAIN="$TRAIN --make-vocab-size-divisible-by 1"
 	ok "4 iterations, one process" exits 0 $TRAIN --train-iters 4 --metrics-file one.jsonl
-	for lay in "tp2sp 2 --tensor-model-parallel-size 2 --sequence-parallel" \
-		"pp2 2 --pipeline-model-parallel-size 2" "dp2 2 --use-distributed-optimizer --global-batch-size 4" \
-		"tp2pp2dp2 8 --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 --use-distributed-optimizer"; do
-		set -- $lay; name=$1 np=$2; shift 2
+	full && ok "4 iterations, one process, 4 layers" exits 0 $TRAIN --train-iters 4 --num-layers 4 --metrics-file one4.jsonl
+	for lay in "tp2sp 2 one --tensor-model-parallel-size 2 --sequence-parallel" \
+		"pp2 2 one --pipeline-model-parallel-size 2" "dp2 2 one --use-distributed-optimizer --global-batch-size 4" \
+		"pp2vpp2 2 one4 --pipeline-model-parallel-size 2 --num-layers 4 --num-layers-per-virtual-pipeline-stage 1" \
+		"tp2pp2dp2 8 one --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 --use-distributed-optimizer"; do
+		set -- $lay; name=$1 np=$2 ref=$3; shift 3
 		[ $name != tp2sp ] && ! full_only "BERT $name under mpirun" && continue
 		ok "BERT $name under mpirun" exits 0 sh "$ROOT/tests/mpirun.sh" $np $TRAIN --train-iters 4 "$@" \
 			--metrics-file "$name.jsonl"
-		ok "  lm and sop losses, grad norms within 1e-5 of one process's" $PY - "$name.jsonl" <<'PY'
+		ok "  lm and sop losses, grad norms within 1e-5 of one process's" $PY - "$name.jsonl" "$ref.jsonl" <<'PY'
 import json, sys
-a = [json.loads(l) for l in open("one.jsonl")]
+a = [json.loads(l) for l in open(sys.argv[2])]
 b = [json.loads(l) for l in open(sys.argv[1])]
 d = max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(a, b) for k in ("lm_loss", "sop_loss", "grad_norm"))
 print("# %s: max relative difference to one process %.2e" % (sys.argv[1], d))
