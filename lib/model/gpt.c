@@ -255,6 +255,9 @@ static void set_dims(mgt_model *m)
 
 static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps)
 {
+	if (mgt_model_is_t5(c))
+		return mgt_err(MGT_ERR_USAGE, "a T5 model (the encoder-decoder) has a tensor table but no forward yet in this "
+			       "version of mgt");
 	if (ps->cp > 1 && c->seq_length % (2 * ps->cp))
 		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld is not divisible by 2 x --context-parallel-size %d "
 			       "(each sequence is cut into 2 x CP chunks)", (long long)c->seq_length, ps->cp);

@@ -82,6 +82,13 @@ typedef struct mgt_model_config {
 	 * bias).  bert_binary_head: Megatron's args.bert_binary_head (--bert-no-binary-head clears). */
 	char family[8];
 	bool bert_binary_head;
+	/* T5 (family "t5", Megatron-Core's T5Model, megatron-bert-t5.md section 3.3): num_layers
+	 * encoder layers and as many decoder layers (Megatron builds the decoder with args.num_layers,
+	 * which is --encoder-num-layers: --decoder-num-layers is ignored), the decoder's sequence
+	 * length, and with --position-embedding-type relative T5's bucketed relative position bias
+	 * (--relative-attention-num-buckets 32, --relative-attention-max-distance 128).  In the table
+	 * the decoder's layer N is layer num_layers + N (named decoder.layers.N). */
+	int64_t decoder_seq_length, relative_attention_num_buckets, relative_attention_max_distance;
 	/* --no-bias-gelu-fusion: BERT's MLP uses erf GELU; by default (with biases) Megatron's fused
 	 * bias-GELU, the tanh approximation (megatron/core/fusions/fused_bias_gelu.py).  mgt's GPT
 	 * keeps erf GELU (--openai-gelu for tanh). */
@@ -91,8 +98,9 @@ typedef struct mgt_model_config {
 	int64_t padded_vocab_size; /* multiple of make_vocab_size_divisible_by * TP */
 } mgt_model_config;
 
-/* Whether c is a BERT (family "bert"). */
+/* Whether c is a BERT (family "bert"), a T5 (family "t5"). */
 bool mgt_model_is_bert(const mgt_model_config *c);
+bool mgt_model_is_t5(const mgt_model_config *c);
 
 /* Fill derived values (ffn_hidden_size: 4h or, with SwiGLU, int(4h*2/3/64)*64; kv_channels h/heads;
  * num_query_groups = heads without GQA; padded_vocab_size from vocab_size and tp) and check
@@ -158,6 +166,12 @@ typedef enum {
 	 * the binary (sentence-order) head [2, h] + bias */
 	MGT_T_TOKTYPE_EMB, MGT_T_LMH_W, MGT_T_LMH_B, MGT_T_LMH_LN_W, MGT_T_LMH_LN_B, MGT_T_OUTPUT_B,
 	MGT_T_POOL_W, MGT_T_POOL_B, MGT_T_BIN_W, MGT_T_BIN_B,
+	/* T5 (family "t5"): a decoder layer's pre-cross-attention LayerNorm, its cross-attention's
+	 * linear_q [nq d, h], linear_kv [2 nq d, h] (rows per head [k_h; v_h]) and linear_proj
+	 * [h, nq d] with their biases; the relative position biases [buckets, heads] of the encoder
+	 * (bidirectional) and the decoder (--position-embedding-type relative) */
+	MGT_T_XLN_W, MGT_T_XLN_B, MGT_T_XQ_W, MGT_T_XQ_B, MGT_T_XKV_W, MGT_T_XKV_B, MGT_T_XPROJ_W, MGT_T_XPROJ_B,
+	MGT_T_REL_ENC, MGT_T_REL_DEC,
 	MGT_T_NROLES
 } mgt_tensor_role;
 

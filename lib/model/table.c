@@ -73,16 +73,18 @@ static mgt_status config_check(const mgt_model_config *c, int tp)
 {
 	bool learned = !strcmp(c->position_embedding_type, "learned_absolute");
 	bool rope = !strcmp(c->position_embedding_type, "rope");
-	if (!learned && !rope && strcmp(c->position_embedding_type, "none"))
-		return mgt_err(MGT_ERR_USAGE, "--position-embedding-type %s: expected learned_absolute, "
-			       "rope or none", c->position_embedding_type);
+	bool relative = mgt_model_is_t5(c) && !strcmp(c->position_embedding_type, "relative");
+	if (!learned && !rope && !relative && strcmp(c->position_embedding_type, "none"))
+		return mgt_err(MGT_ERR_USAGE, "--position-embedding-type %s: expected learned_absolute, rope or none%s",
+			       c->position_embedding_type, mgt_model_is_t5(c) ? " or relative" : " (relative: T5 only)");
 	if (strcmp(c->normalization, "LayerNorm") && strcmp(c->normalization, "RMSNorm"))
 		return mgt_err(MGT_ERR_USAGE, "--normalization %s: expected LayerNorm or RMSNorm",
 			       c->normalization);
-	if (c->family[0] && strcmp(c->family, "gpt") && strcmp(c->family, "bert"))
-		return mgt_err(MGT_ERR_USAGE, "model family '%s': expected gpt or bert", c->family);
-	if (mgt_model_is_bert(c) && c->num_experts > 0)
-		return mgt_err(MGT_ERR_USAGE, "--num-experts with a BERT model: MoE BERT layers are not implemented");
+	if (c->family[0] && strcmp(c->family, "gpt") && strcmp(c->family, "bert") && strcmp(c->family, "t5"))
+		return mgt_err(MGT_ERR_USAGE, "model family '%s': expected gpt, bert or t5", c->family);
+	if ((mgt_model_is_bert(c) || mgt_model_is_t5(c)) && c->num_experts > 0)
+		return mgt_err(MGT_ERR_USAGE, "--num-experts with a %s model: MoE layers are not implemented there",
+			       mgt_model_is_bert(c) ? "BERT" : "T5");
 	if (c->seq_length <= 0) return mgt_err(MGT_ERR_USAGE, "--seq-length must be given and positive");
 	if (c->seq_length > c->max_position_embeddings)
 		return cfg_err("--seq-length %lld is longer than --max-position-embeddings %lld",
@@ -135,6 +137,7 @@ mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
 /* ---- the table ---- */
 
 bool mgt_model_is_bert(const mgt_model_config *c) { return !strcmp(c->family, "bert"); }
+bool mgt_model_is_t5(const mgt_model_config *c) { return !strcmp(c->family, "t5"); }
 
 typedef struct {
 	mgt_tensor_table *tt;
@@ -156,9 +159,11 @@ static void add(builder *bd, int layer, mgt_tensor_role role, const char *suffix
 	}
 	mgt_tensor *t = &tt->t[tt->n];
 	memset(t, 0, sizeof *t);
+	const int L = (int)bd->c->num_layers;
+	bool enc = mgt_model_is_bert(bd->c) || (mgt_model_is_t5(bd->c) && layer < L);
 	if (layer >= 0)
-		snprintf(t->name, sizeof t->name, "%s.layers.%d.%s", mgt_model_is_bert(bd->c) ? "encoder" : "decoder", layer,
-			 suffix);
+		snprintf(t->name, sizeof t->name, "%s.layers.%d.%s", enc ? "encoder" : "decoder",
+			 mgt_model_is_t5(bd->c) && !enc ? layer - L : layer, suffix);
 	else snprintf(t->name, sizeof t->name, "%s", suffix);
 	t->role = role;
 	t->layer = layer;
@@ -292,11 +297,12 @@ static void add_moe(builder *bd, int i, double std, double out_std)
 	}
 }
 
-static void add_layer(builder *bd, int i)
+/* A layer's self-attention rows. */
+static void add_self_attention(builder *bd, int i)
 {
 	const mgt_model_config *c = bd->c;
 	int64_t h = c->hidden_size, d = c->kv_channels, nq = c->num_attention_heads;
-	int64_t qkv = (nq + 2 * c->num_query_groups) * d, ffn = c->ffn_hidden_size;
+	int64_t qkv = (nq + 2 * c->num_query_groups) * d;
 	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
 	bool bias = c->add_bias_linear;
 	/* Megatron-Core's parameter order (it decides the DDP buffer layout): Attention builds
@@ -315,6 +321,15 @@ static void add_layer(builder *bd, int i)
 		add_head_norm(bd, i, MGT_T_QNORM_W, "self_attention.q_layernorm.weight", "self_attention.q_layernorm.bias");
 		add_head_norm(bd, i, MGT_T_KNORM_W, "self_attention.k_layernorm.weight", "self_attention.k_layernorm.bias");
 	}
+}
+
+/* A layer's MLP rows (the MoE layer's router and experts on an MoE layer). */
+static void add_mlp(builder *bd, int i)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, ffn = c->ffn_hidden_size;
+	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
+	bool bias = c->add_bias_linear;
 	if (mgt_moe_is_layer(c, i)) {
 		add_moe(bd, i, std, out_std);
 		return;
@@ -326,6 +341,12 @@ static void add_layer(builder *bd, int i)
 	if (bias) add(bd, i, MGT_T_FC1_B, "mlp.linear_fc1.bias", fc1_rows, 0, fc1, MGT_INIT_ZERO, 0);
 	add(bd, i, MGT_T_FC2_W, "mlp.linear_fc2.weight", h, ffn, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
 	if (bias) add(bd, i, MGT_T_FC2_B, "mlp.linear_fc2.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+}
+
+static void add_layer(builder *bd, int i)
+{
+	add_self_attention(bd, i);
+	add_mlp(bd, i);
 }
 
 /* BertModel's last-stage tensors in its registration order (megatron/core/models/bert/
@@ -352,6 +373,54 @@ static void add_bert_heads(builder *bd)
 	add(bd, -1, MGT_T_POOL_B, "pooler.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 }
 
+/* A T5 decoder layer (megatron/core/models/T5/t5_spec.py, transformer_layer.py registration
+ * order): self-attention as an encoder layer's, pre_cross_attn_layernorm, cross_attention
+ * (linear_proj, then CrossAttention's linear_q and linear_kv), then the MLP. */
+static void add_t5_decoder_layer(builder *bd, int i)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, q = c->num_attention_heads * c->kv_channels;
+	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
+	add_self_attention(bd, i);
+	add_norm(bd, i, MGT_T_XLN_W, "pre_cross_attn_layernorm.weight", "pre_cross_attn_layernorm.bias");
+	add(bd, i, MGT_T_XPROJ_W, "cross_attention.linear_proj.weight", h, q, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
+	add(bd, i, MGT_T_XPROJ_B, "cross_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	add(bd, i, MGT_T_XQ_W, "cross_attention.linear_q.weight", q, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
+	add(bd, i, MGT_T_XQ_B, "cross_attention.linear_q.bias", q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
+	add(bd, i, MGT_T_XKV_W, "cross_attention.linear_kv.weight", 2 * q, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
+	add(bd, i, MGT_T_XKV_B, "cross_attention.linear_kv.bias", 2 * q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
+	add_mlp(bd, i);
+}
+
+/* Megatron-Core's T5Model on one stage (pipeline parallelism is refused, as pretrain_t5.py
+ * refuses it): the shared embedding (word, learned positions), the relative position biases,
+ * the encoder (L layers, final LayerNorm), the decoder (L layers, final LayerNorm), the LM head's
+ * output layer (the tied word embedding with a vocabulary bias, or its own weight untied). */
+static void build_t5(builder *bd)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, V = c->padded_vocab_size, L = c->num_layers;
+	double std = c->init_method_std;
+	add(bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
+	if (!strcmp(c->position_embedding_type, "learned_absolute"))
+		add(bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight", c->max_position_embeddings, h,
+		    MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	if (!strcmp(c->position_embedding_type, "relative")) {
+		int64_t nb = c->relative_attention_num_buckets, nh = c->num_attention_heads;
+		add(bd, -1, MGT_T_REL_ENC, "encoder_relative_pos_emb.relative_attention_bias.weight", nb, nh, MGT_SHARD_NONE,
+		    MGT_INIT_NORMAL, std);
+		add(bd, -1, MGT_T_REL_DEC, "decoder_relative_pos_emb.relative_attention_bias.weight", nb, nh, MGT_SHARD_NONE,
+		    MGT_INIT_NORMAL, std);
+	}
+	for (int i = 0; i < L; i++) add_layer(bd, i);
+	add_norm(bd, -1, MGT_T_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
+	for (int i = 0; i < L; i++) add_t5_decoder_layer(bd, (int)L + i);
+	add_norm(bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight", "decoder.final_layernorm.bias");
+	if (c->untie_embeddings_and_output_weights)
+		add(bd, -1, MGT_T_OUTPUT_W, "lm_head.output_layer.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
+	else add(bd, -1, MGT_T_OUTPUT_B, "lm_head.output_layer.bias", V, 0, MGT_SHARD_VOCAB, MGT_INIT_ZERO, 0);
+}
+
 mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *c, int tp,
 				  int tp_rank, int pp, int pp_rank)
 {
@@ -370,6 +439,15 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 	int64_t h = c->hidden_size, V = c->padded_vocab_size;
 	double std = c->init_method_std;
 	bool first = pp_rank == 0, last = pp_rank == pp - 1, bert = mgt_model_is_bert(c);
+	if (mgt_model_is_t5(c)) {
+		if (pp > 1)
+			return mgt_err(MGT_ERR_USAGE, "--pipeline-model-parallel-size %d with a T5 model: pipeline "
+				       "parallelism is not supported for T5 (as pretrain_t5.py refuses it)", pp);
+		build_t5(&bd);
+		if (!bd.st) bd.st = mgt_tensor_table_layout(tt, 1, false, 0, false);
+		if (bd.st) mgt_tensor_table_free(tt);
+		return bd.st;
+	}
 	if (first || (last && !c->untie_embeddings_and_output_weights))
 		add(&bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB,
 		    MGT_INIT_NORMAL, std);

@@ -970,6 +970,9 @@ static mgt_status check_precision(const mgt_args *a)
 /* --model-family bert: what Megatron's BERT does not allow, or mgt does not implement. */
 static mgt_status check_bert(const mgt_args *a)
 {
+	if (!strcmp(a->model.family, "t5"))
+		return mgt_err(MGT_ERR_USAGE, "--model-family t5: T5 training is not implemented in this version "
+			       "(expected gpt or bert)");
 	if (strcmp(a->model.family, "bert")) return MGT_OK;
 	if (a->context_parallel_size > 1)
 		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %lld with --model-family bert: BERT's bidirectional "

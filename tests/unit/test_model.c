@@ -293,6 +293,75 @@ static void test_bert_rows(bool binary, int tp)
 	mgt_tensor_table_free(&tt);
 }
 
+/* T5's rows (megatron-bert-t5.md section 3.3; t5_model.py, t5_spec.py): encoder and decoder
+ * stacks of num_layers each, the decoder's cross-attention, the shared embedding, the LM head's
+ * vocabulary bias (tied) and, with relative positions, the two bias tables; PP refused. */
+static void test_t5_rows(bool relative, int tp)
+{
+	mgt_model_config c = config(false);
+	snprintf(c.family, sizeof c.family, "t5");
+	c.kv_channels = 16;
+	c.relative_attention_num_buckets = 32;
+	c.relative_attention_max_distance = 128;
+	if (relative) snprintf(c.position_embedding_type, sizeof c.position_embedding_type, "relative");
+	mgt_status st = mgt_model_config_finalize(&c, tp);
+	mgt_tensor_table tt;
+	if (!st) st = mgt_tensor_table_build(&tt, &c, tp, 0, 1, 0);
+	if (st) {
+		CHECK(0, "t5 rows: %s", mgt_err_msg());
+		return;
+	}
+	const int64_t h = 64, V = c.padded_vocab_size, f = 256, q = 8 * 16;
+	const struct { const char *name; int64_t r, k; mgt_shard_rule sh; int per_layer; } want[] = {
+		{ "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB, 0 },
+		{ "embedding.position_embeddings.weight", 16, h, MGT_SHARD_NONE, 0 },
+		{ "encoder_relative_pos_emb.relative_attention_bias.weight", 32, 8, MGT_SHARD_NONE, 0 },
+		{ "decoder_relative_pos_emb.relative_attention_bias.weight", 32, 8, MGT_SHARD_NONE, 0 },
+		{ "encoder.layers.1.self_attention.linear_qkv.weight", 3 * q, h, MGT_SHARD_ROW, 1 },
+		{ "encoder.layers.1.self_attention.linear_qkv.layer_norm_weight", h, 0, MGT_SHARD_NONE, 1 },
+		{ "encoder.layers.1.self_attention.linear_proj.weight", h, q, MGT_SHARD_COL, 1 },
+		{ "encoder.layers.1.mlp.linear_fc1.weight", f, h, MGT_SHARD_ROW, 1 },
+		{ "encoder.layers.1.mlp.linear_fc2.bias", h, 0, MGT_SHARD_NONE, 1 },
+		{ "encoder.final_layernorm.weight", h, 0, MGT_SHARD_NONE, 0 },
+		{ "decoder.layers.1.self_attention.linear_qkv.bias", 3 * q, 0, MGT_SHARD_ROW, 1 },
+		{ "decoder.layers.1.pre_cross_attn_layernorm.weight", h, 0, MGT_SHARD_NONE, 1 },
+		{ "decoder.layers.1.pre_cross_attn_layernorm.bias", h, 0, MGT_SHARD_NONE, 1 },
+		{ "decoder.layers.1.cross_attention.linear_q.weight", q, h, MGT_SHARD_ROW, 1 },
+		{ "decoder.layers.1.cross_attention.linear_q.bias", q, 0, MGT_SHARD_ROW, 1 },
+		{ "decoder.layers.1.cross_attention.linear_kv.weight", 2 * q, h, MGT_SHARD_ROW, 1 },
+		{ "decoder.layers.1.cross_attention.linear_kv.bias", 2 * q, 0, MGT_SHARD_ROW, 1 },
+		{ "decoder.layers.1.cross_attention.linear_proj.weight", h, q, MGT_SHARD_COL, 1 },
+		{ "decoder.layers.1.cross_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, 1 },
+		{ "decoder.layers.1.mlp.linear_fc1.layer_norm_bias", h, 0, MGT_SHARD_NONE, 1 },
+		{ "decoder.final_layernorm.bias", h, 0, MGT_SHARD_NONE, 0 },
+		{ "lm_head.output_layer.bias", V, 0, MGT_SHARD_VOCAB, 0 },
+	};
+	int bad = 0, found = 0;
+	for (size_t j = 0; j < sizeof want / sizeof *want; j++) {
+		const mgt_tensor *t = mgt_tensor_table_find(&tt, want[j].name);
+		bool rel = strstr(want[j].name, "relative") != NULL;
+		if (rel && !relative) {
+			bad += t != NULL;
+			continue;
+		}
+		if (!strcmp(want[j].name, "embedding.position_embeddings.weight") && relative) {
+			bad += t != NULL;
+			continue;
+		}
+		found++;
+		if (!t || t->shape[0] != want[j].r || (want[j].k && t->shape[1] != want[j].k) || t->shard != want[j].sh)
+			bad++;
+	}
+	/* rows: 12 + 2 per encoder layer... counted from the parts: self-attention 6, MLP 6, cross 8 */
+	int64_t n = 2 * (6 + 6) + 2 * (6 + 8 + 6) + 2 + 2 + 1 + 1 + (relative ? 2 : 1);
+	CHECK(!bad && tt.n == n, "T5 rows (%s positions, tp %d): %d named rows as section 3.3 names them, %d rows "
+	      "(expected %lld)", relative ? "relative" : "learned", tp, found - bad, tt.n, (long long)n);
+	mgt_tensor_table_free(&tt);
+	mgt_tensor_table t2;
+	CHECK(mgt_tensor_table_build(&t2, &c, 1, 0, 2, 0) == MGT_ERR_USAGE && strstr(mgt_err_msg(), "not supported for T5"),
+	      "T5 with pipeline parallelism refused (%s)", mgt_err_msg());
+}
+
 int main(void)
 {
 	test_inv_freq(false, 10000, 64, 8, 1, 4, 8192);
@@ -304,6 +373,8 @@ int main(void)
 	test_qk_rows(true, false, 4);
 	test_bert_rows(true, 1);
 	test_bert_rows(false, 2);
+	test_t5_rows(false, 1);
+	test_t5_rows(true, 2);
 	test_stages(8, 4, 0, 0, true);
 	test_stages(8, 2, 0, 1, true);
 	test_stages(8, 3, 2, 0, true);
