@@ -49,6 +49,8 @@
 #        one process as (b) cuda fp32.
 # 3. KJV (optional, when KJV_PREFIX names a tokenized dataset, or demo/data/kjv_text_document
 #    exists, e.g. after make demo): tiny-gpt2, 20 iterations, cuda --bf16 vs cpu --bf16 as (b).
+# 4. BERT (--model-family bert, 2 x 256, seq 128) on KJV split into sentences: cuda fp32 vs cpu
+#    fp32 as (b)'s fp32 (1e-5 at iteration 1, 1e-3 over 20), cuda bf16 vs cpu bf16 as (b).
 #
 # Prints "ok - ..." / "not ok - ..." per check and a summary; exits 0 when all passed, 1 on any
 # failure, 77 without a CUDA device.  Logs and metrics of every run are kept in the work directory
@@ -498,6 +500,30 @@ if [ -f "$KJV.bin" ] && [ -f "$KJV.idx" ]; then
 		compare losses "$W/kjv-cuda-bf16.jsonl" "$W/kjv-cpu-bf16.jsonl" "kjv tiny-gpt2 cuda bf16 vs cpu bf16" 20 10 1e-2 2e-2
 else
 	echo "# ---- 3. KJV: skipped (no $KJV.bin; set KJV_PREFIX or run make demo)"
+fi
+
+# ---------------------------------------------------------------- 4. BERT
+# --model-family bert on KJV split into sentences (BertWordPieceLowerCase): the padding-mask
+# attention kernels, the heads (pooler and binary head on the host), cuda vs cpu
+PRE=$MGT_BIN/mgt-preprocess
+BV=$ROOT/share/mgt/tokenizers/bert/vocab.txt
+if [ -x "$PRE" ] && [ -f "$BV" ] && "$PRE" --input "$ROOT/share/mgt/data/kjv.jsonl.zst" --output-prefix "$W/kjvs" \
+	--tokenizer-type BertWordPieceLowerCase --vocab-file "$BV" --split-sentences --workers 4 --quiet; then
+	echo "# ---- 4. BERT (2 x 256, seq 128, micro-batch 4 of 8) on KJV sentences: cuda vs cpu, 20 iterations"
+	BRUN="--model-family bert --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128
+		--max-position-embeddings 128 --micro-batch-size 4 --global-batch-size 8 --train-iters 20 --lr 1e-3
+		--lr-warmup-iters 2 --eval-interval 0 --log-interval 1 --hidden-dropout 0 --attention-dropout 0
+		--tokenizer-type BertWordPieceLowerCase --vocab-file $BV --data-path $W/kjvs_text_sentence --split 949,50,1
+		--data-cache-path $W/cache"
+	mkdir -p "$W/cache"
+	# shellcheck disable=SC2086
+	train bert-cpu $BRUN --device cpu && train bert-cuda $BRUN --device cuda &&
+		compare losses "$W/bert-cuda.jsonl" "$W/bert-cpu.jsonl" "bert cuda fp32 vs cpu fp32" 20 10 1e-3 1e-3 1e-5
+	# shellcheck disable=SC2086
+	train bert-cpu-bf16 $BRUN --device cpu --bf16 && train bert-cuda-bf16 $BRUN --device cuda --bf16 &&
+		compare losses "$W/bert-cuda-bf16.jsonl" "$W/bert-cpu-bf16.jsonl" "bert cuda bf16 vs cpu bf16" 20 10 1e-2 2e-2
+else
+	echo "# ---- 4. BERT: skipped (no mgt-preprocess, vocab or KJV)"
 fi
 
 finish
