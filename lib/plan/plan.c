@@ -266,7 +266,9 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 	p->time.bubble = (double)(P - 1) / V * worst;
 	double pipe = (double)M * worst + p->time.bubble;
 	/* data parallelism: fp32 gradients (Megatron reduces bf16/fp16 runs' gradients in fp32;
-	 * bf16 ones with --grad-reduce-in-bf16), parameters gathered in the training precision */
+	 * bf16 ones with --grad-reduce-in-bf16); the distributed optimizer's parameter all-gather
+	 * moves mgt's fp32 parameters (lib/train/train.c dp_bucket: Megatron's moves them in the
+	 * training precision) */
 	double dp_t = 0, N = (double)numel, gb = r->grad_reduce_in_bf16 ? 2 : 4;
 	if (p->dp > 1) {
 		bool span = (int64_t)p->tp * p->dp > cl->gpus_per_node;
@@ -274,7 +276,7 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 		double bus = span ? fmin(cl->intra_bandwidth, k * cl->inter_bandwidth) : cl->intra_bandwidth;
 		double lat = (span ? cl->inter_latency : cl->intra_latency) * 1e-6;
 		double rs = ring(gb * N, p->dp, bus * 1e9, lat);
-		double ag = p->distopt ? ring(w.eb * N, p->dp, bus * 1e9, lat) : rs; /* all-reduce: RS + AG */
+		double ag = p->distopt ? ring(4 * N, p->dp, bus * 1e9, lat) : rs; /* all-reduce: RS + AG */
 		double last = p->bucket_size > 0 && (double)p->bucket_size < N ? (double)p->bucket_size / N : 1;
 		double grad = rs + (p->distopt ? 0 : ag), gather = p->distopt ? ag : 0;
 		double xg = r->overlap_grad_reduce ? fmax(grad - wb - wr, grad * last) : grad;

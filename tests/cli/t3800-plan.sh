@@ -92,7 +92,8 @@ import json; a=json.load(open('grb.json')); b=json.load(open('grb--grad-reduce-i
 p, q = a['plans'][0], b['plans'][0]
 r = q['time']['dp_comm'] / p['time']['dp_comm']; g = q['memory']['gradients'] / p['memory']['gradients']
 print('# dp_comm %.4f s -> %.4f s (%.3fx), gradients %.3fx' % (p['time']['dp_comm'], q['time']['dp_comm'], r, g))
-assert p['data_parallel_size'] == 8 and 0.5 < r < 0.75 and abs(g - 1.5) < 1e-9, (r, g)
+# the gradients' reduce-scatter halves; the distributed optimizer's fp32 parameter all-gather stays
+assert p['data_parallel_size'] == 8 and 0.5 < r < 0.8 and abs(g - 1.5) < 1e-9, (r, g)
 assert b['grad_reduce_in_bf16'] and not a['grad_reduce_in_bf16'] and '--grad-reduce-in-bf16' in q['args']"
 ok "--grad-reduce-in-bf16 without --bf16: exit 2" exits 2 "$P" --model gpt2-124m --vocab-size 50257 \
 	--global-batch-size 8 --grad-reduce-in-bf16
