@@ -1,7 +1,7 @@
 /* kernels/: launchers of GQA self-attention in fp32 (kernels.h mgt_k_attn_fwd / _bwd: causal, or
- * under a key padding mask through the kernels' MASK instances) and
- * of its blocks for context parallelism (mgt_k_attn_blk_fwd / _bwd; the same kernels on a block
- * geometry); the algorithm, tiling, determinism and ws layout are described in kernels/attn.cuh.
+ * under a key padding mask through the kernels' MASK instances), of its blocks for context
+ * parallelism (mgt_k_attn_blk_fwd / _bwd; the same kernels on a block geometry) and of
+ * cross-attention (mgt_k_xattn_fwd / _bwd: the same kernels on make_xgeom's geometry); the algorithm, tiling, determinism and ws layout are described in kernels/attn.cuh.
  *
  * Head dimensions: d <= 128, any value (tiles are padded to DM = 16, 32, 64 or 128 columns; the
  * presets use 16, 32, 64 and 128).  Tiles: forward 64 x 64 for every DM; backward 64 x 64 for
@@ -168,4 +168,30 @@ extern "C" int mgt_k_attn_blk_bwd(mgt_k_stream s, const mgt_k_attn_blk *g, float
 	if (empty_blk(g) || g->koff > g->qoff + g->sq - 1)
 		return (int)cudaSuccess;
 	return bwd_geom((cudaStream_t)s, dq, dkv, dout, q, kv, out, lse, make_blk_geom(g), ws);
+}
+
+extern "C" int mgt_k_xattn_fwd(mgt_k_stream s, float *out, float *lse, const float *q, const float *kv, int sq,
+			       int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0,
+			       int heads_total, const uint8_t *key_mask)
+{
+	if (sk <= 0 || empty_shape(sq, b, ng, r, d))
+		return (int)cudaSuccess;
+	const geom G = make_xgeom(sq, sk, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	return fwd_geom((cudaStream_t)s, out, lse, q, kv, G);
+}
+
+extern "C" size_t mgt_k_xattn_bwd_ws_bytes(int sq, int b, int ng, int r)
+{
+	return ws_bytes(sq, b, ng, r);
+}
+
+extern "C" int mgt_k_xattn_bwd(mgt_k_stream s, float *dq, float *dkv, const float *dout, const float *q,
+			       const float *kv, const float *out, const float *lse, int sq, int sk, int b,
+			       int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+			       const uint8_t *key_mask, void *ws)
+{
+	if (sk <= 0 || empty_shape(sq, b, ng, r, d))
+		return (int)cudaSuccess;
+	const geom G = make_xgeom(sq, sk, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	return bwd_geom((cudaStream_t)s, dq, dkv, dout, q, kv, out, lse, G, ws);
 }

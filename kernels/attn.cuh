@@ -24,7 +24,11 @@
  * block sq = sk = s, qoff = koff = 0, ld_lse = s, with the key/value slots read from (and their
  * gradients written into) the same fused qkv (kvw = r + 2, kslot = r), acc = 0 (make_geom); under
  * a key mask dlt = sk, so every causal bound below covers all keys, and each thread reads the mask
- * bytes of its score columns (key_vis) once per key tile.
+ * bytes of its score columns (key_vis) once per key tile.  Cross-attention (backend.h xattn_*,
+ * make_xgeom) is the block sq x sk with the queries read from a separate q [sq*b, ng*r, d] (qw = r
+ * slots a group instead of r + 2), keys and values from kv [sk*b, ng, 2, d], dlt = sk (no causal
+ * bound, with or without a key mask), and the dropout index of its two lengths (dsq = sq, dsk = sk
+ * in place of s, s); its backward writes dq and dkv.
  *
  * Tiling.  A thread block has NT = 256 threads seen as a 16 x 16 grid (ty, tx).  Tiles of BQ query rows,
  * BK keys and DM >= d head columns (DM in 16, 32, 64, 128; columns d..DM-1 are zero in shared
@@ -68,8 +72,11 @@ namespace mgt_attn {
 enum { NT = 256, TW = 16 }; /* threads per block; the block is a TW x TW grid */
 
 struct geom {
-	int s, b, ng, r, d, H, head0, heads_total; /* s: the full sequence length (dropout index) */
+	int b, ng, r, d, H, head0, heads_total;
+	int dsq, dsk;       /* the query and key lengths of the dropout index: the full sequence
+			     * length s twice (self-attention, blocks); sq and sk (cross-attention) */
 	int sq, sk;         /* query rows and key rows of the block */
+	int qw;             /* head slots per group of the query tensor: r + 2 (fused qkv), r (q) */
 	int qoff, koff;     /* global positions of query row 0 and key row 0 (dropout index) */
 	int dlt;            /* qoff - koff: key k is visible from query i iff k <= i + dlt */
 	int kvw, kslot;     /* slots per group of the key/value tensor; the key's slot (value: next) */
@@ -88,9 +95,9 @@ static inline geom base_geom(int sq, int sk, int s, int b, int ng, int r, int d,
 			     int head0, int heads_total)
 {
 	geom G;
-	G.s = s; G.b = b; G.ng = ng; G.r = r; G.d = d; G.H = ng * r;
+	G.dsq = G.dsk = s; G.b = b; G.ng = ng; G.r = r; G.d = d; G.H = ng * r;
 	G.head0 = head0; G.heads_total = heads_total;
-	G.sq = sq; G.sk = sk;
+	G.sq = sq; G.sk = sk; G.qw = r + 2;
 	G.qoff = G.koff = G.dlt = 0;
 	G.kvw = r + 2; G.kslot = r;
 	G.ld_lse = sq;
@@ -133,6 +140,24 @@ static inline geom make_blk_geom(const mgt_k_attn_blk *g)
 	return G;
 }
 
+/* Cross-attention (backend.h xattn_fwd / xattn_bwd): queries from q [sq*b, ng*r, d] (r slots a
+ * group), keys and values from kv [sk*b, ng, 2, d]; no causal bound (dlt = sk), key mask km or
+ * none (then every key is visible: the MASK = false kernels with dlt = sk); dropout index
+ * ((j*heads_total + head0 + n)*sq + i)*sk + k; the backward writes. */
+static inline geom make_xgeom(int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key,
+			      int head0, int heads_total, const uint8_t *km)
+{
+	geom G = base_geom(sq, sk, sq, b, ng, r, d, p, key, head0, heads_total);
+	G.dsk = sk;
+	G.dlt = sk;
+	G.qw = r;
+	G.kvw = 2; G.kslot = 0;
+	G.ldq = (long long)b * ng * r * d;
+	G.ldk = (long long)b * ng * 2 * d;
+	G.km = km;
+	return G;
+}
+
 static inline size_t ws_bytes(int s, int b, int ng, int r)
 {
 	if (s <= 0 || b <= 0 || ng <= 0 || r <= 0)
@@ -158,10 +183,10 @@ static constexpr size_t bwd_smem(int DM, int BQ, int BK)
 
 /* ---- addressing ---- */
 /* Slot `slot` (0..r-1 queries, r key, r + 1 value) of group g, position 0 of sequence j, in the
- * fused qkv (row stride ldq). */
+ * fused qkv, or query slot `slot` of q (cross-attention: qw = r); row stride ldq. */
 static __device__ __forceinline__ size_t qkv_off(const geom &G, int j, int g, int slot)
 {
-	return ((size_t)j * G.ng + g) * (size_t)(G.r + 2) * G.d + (size_t)slot * G.d;
+	return ((size_t)j * G.ng + g) * (size_t)G.qw * G.d + (size_t)slot * G.d;
 }
 /* Key (v = 0) or value (v = 1) of group g, position 0 of sequence j, in the key/value tensor
  * (row stride ldk). */
@@ -178,15 +203,16 @@ static __device__ __forceinline__ size_t vec_off(const geom &G, int j, int n)
 {
 	return ((size_t)j * G.H + n) * G.ld_lse;
 }
-/* Philox index of element (j, n, i, k) (block rows i and k) is (drop_row0 + i) * s + koff + k,
- * i.e. ((j*heads_total + head0 + n)*s + qoff + i)*s + koff + k. */
+/* Philox index of element (j, n, i, k) (block rows i and k) is (drop_row0 + i) * dsk + koff + k,
+ * i.e. ((j*heads_total + head0 + n)*dsq + qoff + i)*dsk + koff + k (dsq = dsk = s but for
+ * cross-attention). */
 static __device__ __forceinline__ uint64_t drop_row0(const geom &G, int j, int n)
 {
-	return ((uint64_t)j * G.heads_total + G.head0 + n) * (uint64_t)G.s + (uint64_t)G.qoff;
+	return ((uint64_t)j * G.heads_total + G.head0 + n) * (uint64_t)G.dsq + (uint64_t)G.qoff;
 }
 static __device__ __forceinline__ float drop_mult(const geom &G, uint64_t rb, int i, int k)
 {
-	return mgt_dropout_mult(G.key, (rb + i) * (uint64_t)G.s + (uint64_t)(G.koff + k), G.p, G.ks);
+	return mgt_dropout_mult(G.key, (rb + i) * (uint64_t)G.dsk + (uint64_t)(G.koff + k), G.p, G.ks);
 }
 /* The last key row visible from query row i (keys 0..last_key), -1 or less when none (also for
  * rows past sq). */

@@ -33,6 +33,11 @@
  * bit mask of the lane's 2 NK columns, read from km once per key tile (key_bits) in place of the
  * causal test; the dK/dV kernel runs over all query tiles and tests its two key rows' bytes, read
  * once.  A row that sees no key keeps l = 0: out 0, lse -inf (and P = 0 in the backward).
+ *
+ * Cross-attention (backend.h xattn_*, attn.cuh make_xgeom): the kernels take the queries (q) and
+ * the keys and values (kvg) as separate tensors, sq query rows and sk key rows (the fused qkv twice
+ * and s, s for self-attention); without a mask the bound k <= i + dlt with dlt = sk (0: causal)
+ * lets every key below sk through.
  */
 #ifndef MGT_KERNELS_ATTN_MMA_CUH
 #define MGT_KERNELS_ATTN_MMA_CUH
@@ -45,6 +50,7 @@ namespace mgt_attn_mma {
 using mgt_attn::drop_mult;
 using mgt_attn::drop_row0;
 using mgt_attn::geom;
+using mgt_attn::kv_off;
 using mgt_attn::out_off;
 using mgt_attn::qkv_off;
 using mgt_attn::vec_off;
@@ -72,25 +78,26 @@ static constexpr size_t dq_smem(int DM, int B, int ES)
 	return ((size_t)2 * 64 + 4 * B) * (DM + 8) * ES + (size_t)2 * 64 * 4;
 }
 
-/* The K and V rows k0..k0+ROWS-1 of group g of sequence j into Ks and Vs: async (the launcher's
- * choice: d == DM, qkv and its row stride 16-byte aligned), cp.async copies of 16 bytes (rows past
- * s zero-filled) that the caller commits and waits for; else load_kv's loads and stores. */
+/* The K and V rows k0..k0+ROWS-1 of group g of sequence j (from kv: the fused qkv for
+ * self-attention) into Ks and Vs: async (the launcher's choice: d == DM, kv and its row stride
+ * 16-byte aligned), cp.async copies of 16 bytes (rows past sk zero-filled) that the caller commits
+ * and waits for; else load_kv's loads and stores. */
 template <typename T, int DM, int ROWS>
-static __device__ __forceinline__ void stage_kv(T *Ks, T *Vs, const geom &G, const T *qkv, int j, int g, int k0,
+static __device__ __forceinline__ void stage_kv(T *Ks, T *Vs, const geom &G, const T *kv, int j, int g, int k0,
 						int vec, bool async)
 {
 	if (!async) {
-		load_kv<T, DM, ROWS>(Ks, Vs, G, qkv, j, g, k0, vec);
+		load_kv<T, DM, ROWS>(Ks, Vs, G, kv, j, g, k0, vec);
 		return;
 	}
 	constexpr int LD = DM + 8, C8 = DM / 8, N = ROWS * C8 / NTC;
 	static_assert(ROWS * C8 % NTC == 0, "tile shape");
-	const T *kp = qkv + qkv_off(G, j, g, G.r), *vp = qkv + qkv_off(G, j, g, G.r + 1);
+	const T *kp = kv + kv_off(G, j, g, 0), *vp = kv + kv_off(G, j, g, 1);
 #pragma unroll
 	for (int u = 0; u < N; u++) {
 		const int e = u * NTC + threadIdx.x, rr = e / C8, c = e % C8 * 8, i = k0 + rr;
-		const bool full = i < G.s;
-		const size_t off = (size_t)(full ? i : 0) * G.ldq + c;
+		const bool full = i < G.sk;
+		const size_t off = (size_t)(full ? i : 0) * G.ldk + c;
 		mgt_cp_async16(Ks + rr * LD + c, kp + off, full);
 		mgt_cp_async16(Vs + rr * LD + c, vp + off, full);
 	}
@@ -106,12 +113,12 @@ template <typename T, int DM, int BK> static __device__ __forceinline__ T *kv_bu
  * the next tile (k0 + BK < kend) staged into buffer b ^ 1, and the copies of tile k0 waited for.
  * The caller's barrier before this call frees buffer b ^ 1, the one after it publishes tile k0. */
 template <typename T, int DM, int BK>
-static __device__ __forceinline__ void next_kv(T *kv, int b, const geom &G, const T *qkv, int j, int g, int k0,
+static __device__ __forceinline__ void next_kv(T *kv, int b, const geom &G, const T *kvg, int j, int g, int k0,
 					       int kend, int vec, bool async)
 {
 	if (k0 + BK < kend) {
 		T *n = kv_buf<T, DM, BK>(kv, b ^ 1);
-		stage_kv<T, DM, BK>(n, n + BK * (DM + 8), G, qkv, j, g, k0 + BK, vec, async);
+		stage_kv<T, DM, BK>(n, n + BK * (DM + 8), G, kvg, j, g, k0 + BK, vec, async);
 		if (async) {
 			mgt_cp_async_commit();
 			mgt_cp_async_wait<1>();
@@ -212,7 +219,7 @@ static __device__ __forceinline__ void write_row(O *dst, const float (&acc)[ND][
 }
 
 /* Under the key mask: bit 2c + e set iff key k0 + 8c + c0 + e of sequence j (the lane's column e of
- * accumulator tile c, c < NC) is visible (clear past s). */
+ * accumulator tile c, c < NC) is visible (clear past sk). */
 template <int NC>
 static __device__ __forceinline__ uint32_t key_bits(const geom &G, int j, int k0, int c0)
 {
@@ -223,17 +230,27 @@ static __device__ __forceinline__ uint32_t key_bits(const geom &G, int j, int k0
 #pragma unroll
 		for (int e = 0; e < 2; e++) {
 			const int k = k0 + 8 * c + c0 + e;
-			if (k < G.s && G.km[(size_t)k * G.b + j] != 0)
+			if (k < G.sk && G.km[(size_t)k * G.b + j] != 0)
 				v |= 1u << (2 * c + e);
 		}
 	return v;
 }
 
-/* Query i sees key k: bit `bit` of the key mask bits vb under MASK, else the causal k <= i. */
+/* Query i sees key k: bit `bit` of the key mask bits vb under MASK (clear past sk), else
+ * k <= i + dlt and k < sk (causal for self-attention, dlt = 0; every key for cross-attention
+ * without a mask, dlt = sk). */
 template <bool MASK>
-static __device__ __forceinline__ bool sees(uint32_t vb, int bit, int k, int i)
+static __device__ __forceinline__ bool sees(const geom &G, uint32_t vb, int bit, int k, int i)
 {
-	return MASK ? ((vb >> bit) & 1u) != 0 : k <= i;
+	return MASK ? ((vb >> bit) & 1u) != 0 : k <= i + G.dlt && k < G.sk;
+}
+
+/* The end of the keys that query rows q0..q0+BQ-1 see: all sk under MASK, else up to the bound. */
+template <bool MASK, int BQ>
+static __device__ __forceinline__ int mma_kend(const geom &G, int q0)
+{
+	const int e = q0 + BQ + G.dlt;
+	return MASK || e > G.sk ? G.sk : e;
 }
 
 /* Sum (or max) of v over the 4 lanes of a quad (the lanes sharing a row). */
@@ -250,8 +267,8 @@ static __device__ __forceinline__ float quad_max(float v)
 
 /* ---- forward: grid (b*H, query tiles of 64), last tile first ---- */
 template <typename T, int DM, int MB = 1, bool MASK = false>
-__global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float *lse, const T *qkv,
-						      int vec, int async)
+__global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float *lse, const T *q,
+						      const T *kvg, int vec, int async)
 {
 	constexpr int BQ = 16 * NW, BK = 64, LD = DM + 8, DF = DM / 16, NK = BK / 8, ND = DM / 8;
 	MGT_DYN_SHARED(float, smem);
@@ -259,7 +276,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 	T *Qs = reinterpret_cast<T *>(smem), *kv = Qs + BQ * LD; /* K/V: two buffers (kv_buf) */
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = MASK ? G.s : (q0 + BQ < G.s ? q0 + BQ : G.s);
+	const int kend = mma_kend<MASK, BQ>(G, q0);
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
 	const uint64_t rb = drop_row0(G, j, n);
 	float o[ND][4], m[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
@@ -267,13 +284,13 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 	for (int c = 0; c < ND; c++)
 		o[c][0] = o[c][1] = o[c][2] = o[c][3] = 0.0f;
 
-	load_tile<T, DM, BQ>(Qs, qkv + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.s, G.d, vec);
-	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, qkv, j, g, 0, vec, async);
+	load_tile<T, DM, BQ>(Qs, q + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.sq, G.d, vec);
+	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, kvg, j, g, 0, vec, async);
 	if (async)
 		mgt_cp_async_commit();
 	for (int k0 = 0, b = 0; k0 < kend; k0 += BK, b ^= 1) {
 		__syncthreads(); /* Q loaded; the tile before consumed (its buffer b ^ 1 free) */
-		next_kv<T, DM, BK>(kv, b, G, qkv, j, g, k0, kend, vec, async);
+		next_kv<T, DM, BK>(kv, b, G, kvg, j, g, k0, kend, vec, async);
 		__syncthreads(); /* tile k0 in buffer b */
 		const T *Ks = kv_buf<T, DM, BK>(kv, b), *Vs = Ks + BK * LD;
 		float s[NK][4];
@@ -282,19 +299,19 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 		/* online softmax of rows i[h] (elements 2h, 2h+1 of each tile), key k0 + 8c + c0 + e */
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			const bool rowok = i[h] < G.s;
+			const bool rowok = i[h] < G.sq;
 			float mx = -INFINITY;
 #pragma unroll
 			for (int c = 0; c < NK; c++)
 #pragma unroll
 				for (int e = 0; e < 2; e++) {
 					const int k = k0 + 8 * c + c0 + e;
-					const bool ok = rowok && sees<MASK>(vb, 2 * c + e, k, i[h]);
+					const bool ok = rowok && sees<MASK>(G, vb, 2 * c + e, k, i[h]);
 					mx = fmaxf(mx, ok ? s[c][2 * h + e] * G.scale : -INFINITY);
 				}
 			mx = quad_max(mx);
 			const float mnew = k0 == 0 ? mx : fmaxf(m[h], mx);
-			const float mb = mnew == -INFINITY ? 0.0f : mnew; /* rows past s: nothing valid */
+			const float mb = mnew == -INFINITY ? 0.0f : mnew; /* rows past sq: nothing valid */
 			float sum = 0.0f;
 #pragma unroll
 			for (int c = 0; c < NK; c++)
@@ -302,7 +319,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 				for (int e = 0; e < 2; e++) {
 					const int k = k0 + 8 * c + c0 + e;
 					float v = 0.0f;
-					if (rowok && sees<MASK>(vb, 2 * c + e, k, i[h])) {
+					if (rowok && sees<MASK>(G, vb, 2 * c + e, k, i[h])) {
 						v = expf(s[c][2 * h + e] * G.scale - mb);
 						sum += v;
 						if (G.p > 0.0f)
@@ -329,7 +346,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 	}
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
-		if (i[h] >= G.s)
+		if (i[h] >= G.sq)
 			continue;
 		const float inv = MASK && !(l[h] > 0.0f) ? 0.0f : 1.0f / l[h]; /* no visible key: out 0 */
 		write_row<ND>(out + out_off(G, j, n) + (size_t)i[h] * G.ldo, o, h, inv, G.d, vec != 0);
@@ -340,10 +357,11 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 
 /* ---- backward ---- */
 /* grid (b*ng, key tiles of 64): dK, dV of key rows k0.. of group g, over the group's heads and
- * the query tiles of BQ rows from the diagonal on (MASK: all of them). */
+ * the query tiles of BQ rows from the diagonal on (MASK or cross-attention: all of them); written
+ * to dkv (laid out as kv: dqkv for self-attention). */
 template <typename T, int DM, int BQ, int MB = 1, bool MASK = false>
-__global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, const float *dout,
-						       const T *qkv, const float *lse, const float *D,
+__global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, const float *dout,
+						       const T *q, const T *kvg, const float *lse, const float *D,
 						       int vec)
 {
 	constexpr int BK = 16 * NW, LD = DM + 8, DF = DM / 16, ND = DM / 8, NQ = BQ / 8;
@@ -356,7 +374,7 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, 
 	bool kvis[2] = {false, false}; /* under MASK: the key rows' mask bytes */
 #pragma unroll
 	for (int h = 0; h < 2; h++)
-		kvis[h] = MASK && kr[h] < G.s && G.km[(size_t)kr[h] * G.b + j] != 0;
+		kvis[h] = MASK && kr[h] < G.sk && G.km[(size_t)kr[h] * G.b + j] != 0;
 	float dk[ND][4], dv[ND][4];
 #pragma unroll
 	for (int c = 0; c < ND; c++)
@@ -364,12 +382,13 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, 
 		for (int e = 0; e < 4; e++)
 			dk[c][e] = dv[c][e] = 0.0f;
 
-	load_kv<T, DM, BK>(Ks, Vs, G, qkv, j, g, k0, vec);
+	load_kv<T, DM, BK>(Ks, Vs, G, kvg, j, g, k0, vec);
+	const int qs = MASK || k0 <= G.dlt ? 0 : (k0 - G.dlt) / BQ * BQ; /* the first query tile seeing k0 */
 	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
 		const uint64_t rb = drop_row0(G, j, n);
-		for (int q0 = MASK ? 0 : k0 / BQ * BQ; q0 < G.s; q0 += BQ) {
+		for (int q0 = qs; q0 < G.sq; q0 += BQ) {
 			__syncthreads(); /* previous tile's Q, dO, lse, D consumed */
-			load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, qkv, dout, lse, D, j, n, q0, vec);
+			load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, q, dout, lse, D, j, n, q0, vec);
 			__syncthreads();
 			/* S^T = K Q^T, dP^T = V dO^T: the warp's 16 keys x BQ queries */
 			float st[NQ][4], dpt[NQ][4];
@@ -385,7 +404,7 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, 
 #pragma unroll
 					for (int h = 0; h < 2; h++) {
 						float pd = 0.0f, ds = 0.0f;
-						if (i < G.s && (MASK ? kvis[h] : kr[h] <= i)) {
+						if (i < G.sq && (MASK ? kvis[h] : kr[h] <= i + G.dlt)) {
 							const float P = expf(st[c][2 * h + e] * G.scale - li);
 							const float mu = G.p > 0.0f ? drop_mult(G, rb, i, kr[h]) : 1.0f;
 							pd = P * mu;
@@ -404,20 +423,21 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dqkv, 
 	}
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
-		if (kr[h] >= G.s)
+		if (kr[h] >= G.sk)
 			continue;
-		const size_t ro = (size_t)kr[h] * G.ldq;
-		write_row<ND>(dqkv + qkv_off(G, j, g, G.r) + ro, dk, h, G.scale, G.d, vec != 0);
-		write_row<ND>(dqkv + qkv_off(G, j, g, G.r + 1) + ro, dv, h, 1.0f, G.d, vec != 0);
+		const size_t ro = (size_t)kr[h] * G.ldk;
+		write_row<ND>(dkv + kv_off(G, j, g, 0) + ro, dk, h, G.scale, G.d, vec != 0);
+		write_row<ND>(dkv + kv_off(G, j, g, 1) + ro, dv, h, 1.0f, G.d, vec != 0);
 	}
 }
 
 /* grid (b*H, query tiles of 64), last first: dQ of query rows q0.. of head n over its key tiles of
- * BK in order (up to the diagonal; MASK: all of them). */
+ * BK in order (up to the diagonal; MASK or cross-attention: all of them); written to dq (laid out
+ * as q: dqkv for self-attention). */
 template <typename T, int DM, int BK, int MB = 1, bool MASK = false>
-__global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, const float *dout,
-						     const T *qkv, const float *lse, const float *D, int vec,
-						     int async)
+__global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, const float *dout,
+						     const T *q, const T *kvg, const float *lse, const float *D,
+						     int vec, int async)
 {
 	constexpr int BQ = 16 * NW, LD = DM + 8, DF = DM / 16, ND = DM / 8, NK = BK / 8;
 	MGT_DYN_SHARED(float, smem);
@@ -426,21 +446,21 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, co
 	float *Ls = reinterpret_cast<float *>(kv + 4 * BK * LD), *Ds = Ls + BQ;
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = MASK ? G.s : (q0 + BQ < G.s ? q0 + BQ : G.s);
+	const int kend = mma_kend<MASK, BQ>(G, q0);
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
 	const uint64_t rb = drop_row0(G, j, n);
-	float dq[ND][4];
+	float acc[ND][4];
 #pragma unroll
 	for (int c = 0; c < ND; c++)
-		dq[c][0] = dq[c][1] = dq[c][2] = dq[c][3] = 0.0f;
+		acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
 
-	load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, qkv, dout, lse, D, j, n, q0, vec);
-	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, qkv, j, g, 0, vec, async);
+	load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, q, dout, lse, D, j, n, q0, vec);
+	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, kvg, j, g, 0, vec, async);
 	if (async)
 		mgt_cp_async_commit();
 	for (int k0 = 0, b = 0; k0 < kend; k0 += BK, b ^= 1) {
 		__syncthreads(); /* Q, dO, lse, D loaded; the tile before consumed (buffer b ^ 1 free) */
-		next_kv<T, DM, BK>(kv, b, G, qkv, j, g, k0, kend, vec, async);
+		next_kv<T, DM, BK>(kv, b, G, kvg, j, g, k0, kend, vec, async);
 		__syncthreads(); /* tile k0 in buffer b */
 		const T *Ks = kv_buf<T, DM, BK>(kv, b), *Vs = Ks + BK * LD;
 		/* S = Q K^T, dP = dO V^T: the warp's 16 queries x BK keys */
@@ -451,7 +471,7 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, co
 		/* dS into s: query i[h], key k0 + 8c + c0 + e */
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
-			const bool rowok = i[h] < G.s;
+			const bool rowok = i[h] < G.sq;
 			const float li = Ls[w * 16 + gid + 8 * h], di = Ds[w * 16 + gid + 8 * h];
 #pragma unroll
 			for (int c = 0; c < NK; c++)
@@ -459,7 +479,7 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, co
 				for (int e = 0; e < 2; e++) {
 					const int k = k0 + 8 * c + c0 + e;
 					float ds = 0.0f;
-					if (rowok && sees<MASK>(vb, 2 * c + e, k, i[h])) {
+					if (rowok && sees<MASK>(G, vb, 2 * c + e, k, i[h])) {
 						const float P = expf(s[c][2 * h + e] * G.scale - li);
 						const float mu = G.p > 0.0f ? drop_mult(G, rb, i[h], k) : 1.0f;
 						ds = P * (dp[c][2 * h + e] * mu - di);
@@ -469,12 +489,12 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dqkv, co
 		}
 		uint32_t sa[BK / 16][4];
 		pack_a<T, NK>(sa, s);
-		warp_accum<T, BK / 16, ND, LD>(dq, sa, Ks); /* dQ += dS K */
+		warp_accum<T, BK / 16, ND, LD>(acc, sa, Ks); /* dQ += dS K */
 	}
 #pragma unroll
 	for (int h = 0; h < 2; h++)
-		if (i[h] < G.s)
-			write_row<ND>(dqkv + qkv_off(G, j, g, n % G.r) + (size_t)i[h] * G.ldq, dq, h, G.scale, G.d,
+		if (i[h] < G.sq)
+			write_row<ND>(dq + qkv_off(G, j, g, n % G.r) + (size_t)i[h] * G.ldq, acc, h, G.scale, G.d,
 				      vec != 0);
 }
 

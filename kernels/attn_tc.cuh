@@ -5,7 +5,8 @@
  *
  * Function of those kernels.  The same as kernels/attn.cuh (FlashAttention-2 forward, Algorithm 1,
  * and backward, Algorithm 2; the layouts, causal or key padding mask, GQA grouping, dropout placement and Philox
- * indices of lib/backend/backend.h attn_fwd / attn_bwd), except that qkv and out are T in memory
+ * indices of lib/backend/backend.h attn_fwd / attn_bwd, and of xattn_fwd / xattn_bwd: the query
+ * rows from q, sq of them, the key rows from kv, sk of them, on attn.cuh's geometry), except that qkv and out are T in memory
  * (the model's 16-bit storage: out written rounded to nearest even; dO, dQKV, lse stay fp32) and
  * the six matrix products take operands of type T as FlashAttention does: Q K^T, P V in the
  * forward; K Q^T, V dO^T, Pd^T dO, dS^T Q, Q K^T, dO V^T, dS K in the backward, with P (dropped
@@ -40,6 +41,7 @@ namespace mgt_attn_tc {
 using mgt_attn::drop_mult;
 using mgt_attn::drop_row0;
 using mgt_attn::geom;
+using mgt_attn::kv_off;
 using mgt_attn::out_off;
 using mgt_attn::qkv_off;
 using mgt_attn::vec_off;
@@ -134,26 +136,27 @@ static __device__ __forceinline__ void load_vec(float *dst, const float *src, in
 		dst[e] = i0 + e < s ? src[i0 + e] : 0.0f;
 }
 
-/* The K and V rows k0..k0+ROWS-1 of group g of sequence j, staged into Ks and Vs (load_tile). */
+/* The K and V rows k0..k0+ROWS-1 of group g of sequence j, staged into Ks and Vs (load_tile) from
+ * kv (the fused qkv for self-attention: kv_off's slots r and r + 1). */
 template <typename T, int DM, int ROWS>
-static __device__ __forceinline__ void load_kv(T *Ks, T *Vs, const geom &G, const T *qkv, int j, int g, int k0,
+static __device__ __forceinline__ void load_kv(T *Ks, T *Vs, const geom &G, const T *kv, int j, int g, int k0,
 					       int vec)
 {
-	load_tile<T, DM, ROWS>(Ks, qkv + qkv_off(G, j, g, G.r), G.ldq, k0, G.s, G.d, vec);
-	load_tile<T, DM, ROWS>(Vs, qkv + qkv_off(G, j, g, G.r + 1), G.ldq, k0, G.s, G.d, vec);
+	load_tile<T, DM, ROWS>(Ks, kv + kv_off(G, j, g, 0), G.ldk, k0, G.sk, G.d, vec);
+	load_tile<T, DM, ROWS>(Vs, kv + kv_off(G, j, g, 1), G.ldk, k0, G.sk, G.d, vec);
 }
 
 /* The backward's query-side rows q0..q0+ROWS-1 of head n of sequence j: Q and dO staged into Qs and
  * dOs, lse and D into Ls and Ds. */
 template <typename T, int DM, int ROWS>
 static __device__ __forceinline__ void load_qdo(T *Qs, T *dOs, float *Ls, float *Ds, const geom &G,
-						const T *qkv, const float *dout, const float *lse,
+						const T *q, const float *dout, const float *lse,
 						const float *D, int j, int n, int q0, int vec)
 {
-	load_tile<T, DM, ROWS>(Qs, qkv + qkv_off(G, j, n / G.r, n % G.r), G.ldq, q0, G.s, G.d, vec);
-	load_tile<T, DM, ROWS>(dOs, dout + out_off(G, j, n), G.ldo, q0, G.s, G.d, vec);
-	load_vec<ROWS>(Ls, lse + vec_off(G, j, n), q0, G.s);
-	load_vec<ROWS>(Ds, D + vec_off(G, j, n), q0, G.s);
+	load_tile<T, DM, ROWS>(Qs, q + qkv_off(G, j, n / G.r, n % G.r), G.ldq, q0, G.sq, G.d, vec);
+	load_tile<T, DM, ROWS>(dOs, dout + out_off(G, j, n), G.ldo, q0, G.sq, G.d, vec);
+	load_vec<ROWS>(Ls, lse + vec_off(G, j, n), q0, G.sq);
+	load_vec<ROWS>(Ds, D + vec_off(G, j, n), q0, G.sq);
 }
 
 } /* namespace mgt_attn_tc */

@@ -158,6 +158,24 @@ int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout,
 		      const void *out, const float *lse, int seq, int b, int ng, int r, int d,
 		      float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask, void *ws,
 		      int impl);
+/* ---- cross-attention (backend.h xattn_fwd / xattn_bwd): q [sq*b, ng*r, d], kv [sk*b, ng, 2, d],
+ * out and dout [sq*b, ng*r, d], lse [b, ng*r, sq], key_mask [sk*b] (device memory) or NULL (every
+ * key visible); no causal bound; the backward writes dq and dkv and needs ws of
+ * mgt_k_xattn_bwd_ws_bytes (D, laid out as lse).  mgt_k_xattn_*: fp32 on CUDA cores (kernels/attn.cu);
+ * mgt_k_xattn_tc_*: the tensor-core kernels (kernels/attn_tc.cu) with q, kv, out of dtype, the
+ * contracts of mgt_k_attn_tc_* above.  Counts of 0 do nothing. ---- */
+int mgt_k_xattn_fwd(mgt_k_stream s, float *out, float *lse, const float *q, const float *kv, int sq, int sk, int b,
+		    int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask);
+size_t mgt_k_xattn_bwd_ws_bytes(int sq, int b, int ng, int r);
+int mgt_k_xattn_bwd(mgt_k_stream s, float *dq, float *dkv, const float *dout, const float *q, const float *kv,
+		    const float *out, const float *lse, int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key,
+		    int head0, int heads_total, const uint8_t *key_mask, void *ws);
+int mgt_k_xattn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *lse, const void *q, const void *kv, int sq, int sk,
+		       int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+		       const uint8_t *key_mask, int impl);
+int mgt_k_xattn_tc_bwd(mgt_k_stream s, int dtype, float *dq, float *dkv, const float *dout, const void *q,
+		       const void *kv, const void *out, const float *lse, int sq, int sk, int b, int ng, int r, int d,
+		       float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask, void *ws, int impl);
 /* The fragment-layout probe of the mma.sync kernels (kernels/attn_mma.cuh), for the op checks
  * (tests/gpu/test_cuda_ops.c): one warp runs the kernels' own helpers on 16 x 16 row-major fp32
  * tiles x and y (device pointers), rounded to dtype (MGT_K_BF16 or MGT_K_F16):

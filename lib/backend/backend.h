@@ -236,6 +236,41 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 		const void *qkv, const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, \
 		int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)) \
 	\
+	/* ---- cross-attention (T5's decoder over the encoder's output) ---- \
+	 * Megatron-Core's CrossAttention (megatron/core/transformer/attention.py; megatron-bert-t5.md \
+	 * section 3.3): linear_q of the decoder's hidden states gives the queries, linear_kv of the \
+	 * encoder's output the keys and values, and core attention runs unmasked by position (no \
+	 * causal limit) under the padding mask of the encoder's keys.  Layouts, rows sequence-first: \
+	 *   q    [sq*b, ng*r, d]   row i*b + j: decoder position i of sequence j; query head n = g*r + m \
+	 *                          is head m of group g (Megatron-Core's CrossAttention has ng = heads, \
+	 *                          r = 1; r > 1 is GQA as attn_fwd's) \
+	 *   kv   [sk*b, ng, 2, d]  row i'*b + j: encoder position i' of sequence j; per group its key \
+	 *                          head then its value head (linear_kv's output, attn_blk_*'s kv) \
+	 *   out  [sq*b, ng*r, d],  lse [b, ng*r, sq] fp32 (element (j, n, i) at (j*ng*r + n)*sq + i) \
+	 *   out[i*b + j, n, :] = sum_{i' : key_mask[i'*b + j] != 0} softmax_i'(scale q.k_i') v_i', \
+	 *   scale = 1/sqrt(d), with q query head n of row i*b + j and k, v group n / r of row i'*b + j. \
+	 * key_mask [sk*b] uint8 in backend memory (1 = visible, as attn_fwd's), or NULL: every key \
+	 * visible.  A query with no visible key gets out 0 and lse -inf, and xattn_bwd gives it and \
+	 * through it 0 gradients (no NaN).  Dropout p on the probabilities: element (j, n, i, i') uses \
+	 * Philox index ((j*heads_total + head0 + n)*sq + i)*sk + i' (attn_fwd's scheme with the two \
+	 * lengths; head0, heads_total as there).  Types as attn_fwd's: q, kv and out of type t (fp32, \
+	 * or bf16/fp16 storage read as fp32, out written rounded to nearest even), fp32 softmax and \
+	 * accumulation; the CUDA backend runs its tensor-core kernels under a 16-bit precision where \
+	 * attn_fwd does.  Counts of 0 (sq, sk, b, ng, r, d) do nothing.  Writes out and lse. */ \
+	X(void, xattn_fwd, (mgt_backend *be, void *out, float *lse, const void *q, const void *kv, \
+		mgt_elem_type t, int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, \
+		int head0, int heads_total, const uint8_t *key_mask)) \
+	/* Backward: writes dq [sq*b, ng*r, d] and dkv [sk*b, ng, 2, d] (not accumulated) from dout \
+	 * [sq*b, ng*r, d], all three of type gt (fp32, or bf16/fp16: dout read as fp32, the gradients \
+	 * computed in fp32 and rounded to nearest even), given the forward's q, kv, out (of type t) \
+	 * and lse and the same dropout parameters and key_mask (Dao et al. 2022, algorithm 2: P = \
+	 * exp(S - lse), D = rowsum(dO * O), dS = P (dP - D)).  The CUDA kernels read and write fp32 \
+	 * gradients: 16-bit ones go through scratch. */ \
+	X(void, xattn_bwd, (mgt_backend *be, void *dq, void *dkv, const void *dout, mgt_elem_type gt, \
+		const void *q, const void *kv, const void *out, mgt_elem_type t, const float *lse, int sq, \
+		int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, \
+		const uint8_t *key_mask)) \
+	\
 	/* ---- attention blocks for context parallelism (megatron-moe-cp.md section 2.3) ---- \
 	 * Causal attention cut into blocks: one block is the queries of `sq` consecutive positions \
 	 * against the keys and values of `sk` consecutive positions, both placed by their *global* \

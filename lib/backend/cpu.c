@@ -716,6 +716,41 @@ void mgt_cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_ty
 	mgt_cpu_attn_bwd32(be, dq, g, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask);
 	narrow(be, dqkv, gt, dq, nq);
 }
+/* Cross-attention: q widened into rounding buffer 0, kv into 2, out computed in 1 and rounded. */
+void mgt_cpu_xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, const void *kv, mgt_elem_type t,
+		       int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+		       const uint8_t *key_mask)
+{
+	if (sq <= 0 || sk <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0)
+		return;
+	const size_t no = (size_t)sq * b * ng * r * d, nk = (size_t)sk * b * ng * 2 * d;
+	const float *q32 = widen(be, 0, q, t, no), *kv32 = widen(be, 2, kv, t, nk);
+	float *o = t == MGT_DT_F32 ? out : round_buf(be, 1, no);
+	if (!q32 || !kv32 || !o)
+		return;
+	mgt_cpu_xattn_fwd32(be, o, lse, q32, kv32, sq, sk, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	narrow(be, out, t, o, no);
+}
+
+/* 16-bit inputs widened (q 0, out 1, kv 2, dout 5), 16-bit gradients computed in 4 (dq) and 3 (dkv). */
+void mgt_cpu_xattn_bwd(mgt_backend *be, void *dq, void *dkv, const void *dout, mgt_elem_type gt, const void *q,
+		       const void *kv, const void *out, mgt_elem_type t, const float *lse, int sq, int sk, int b, int ng,
+		       int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+{
+	if (sq <= 0 || sk <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0)
+		return;
+	const size_t no = (size_t)sq * b * ng * r * d, nk = (size_t)sk * b * ng * 2 * d;
+	const float *q32 = widen(be, 0, q, t, no), *o32 = widen(be, 1, out, t, no), *kv32 = widen(be, 2, kv, t, nk);
+	const float *g = widen(be, 5, dout, gt, no);
+	float *dq32 = out32(be, dq, gt, no), *dkv32 = gt == MGT_DT_F32 ? dkv : round_buf(be, 3, nk);
+	if (!q32 || !o32 || !kv32 || !g || !dq32 || !dkv32)
+		return;
+	mgt_cpu_xattn_bwd32(be, dq32, dkv32, g, q32, kv32, o32, lse, sq, sk, b, ng, r, d, p, key, head0, heads_total,
+			    key_mask);
+	narrow(be, dq, gt, dq32, no);
+	narrow(be, dkv, gt, dkv32, nk);
+}
+
 /* ---- bias + activation ---- */
 
 CPU_INLINE float gelu_f(float z) { return 0.5f * z * (1.0f + cpu_erff(z * 0.70710678118654752f)); }

@@ -1,5 +1,5 @@
 /* lib/backend: GQA self-attention for the CPU backend, causal or under a key padding mask
- * (backend.h attn_fwd), flash-attention style (Dao et al. 2022, "FlashAttention", algorithms 1
+ * (backend.h attn_fwd), and cross-attention (xattn_fwd), flash-attention style (Dao et al. 2022, "FlashAttention", algorithms 1
  * and 2 with the backward's D = rowsum(dO * O)).
  *
  * Everything is one block code (backend.h attn_blk_*): the queries of sq positions against the
@@ -7,7 +7,10 @@
  * i' iff i' <= i + (qoff - koff).  The whole-sequence attn_fwd and attn_bwd are the block
  * sq = sk = s, qoff = koff = 0 with the keys and values read from the fused qkv itself (head slots
  * r and r + 1 of r + 2); the context-parallel blocks read them from a packed kv (slots 0 and 1
- * of 2).  The backward writes dQ, dK, dV for the whole sequence and accumulates them for a block.
+ * of 2).  Cross-attention is the block sq x sk with the queries read from q [sq*b, ng*r, d] (r
+ * slots a group, not r + 2), keys and values from kv, no causal limit (delta = sk) and the dropout
+ * index of its two lengths (dsq, dsk; s and s for the others).  The backward writes dQ, dK, dV for
+ * the whole sequence and cross-attention, and accumulates them for a block.
  * Under a key padding mask (whole sequence only) every query may see every key: delta is s, so the
  * causal limits cover all keys, and each tile's mask bytes (vis) zero the masked probabilities.
  *
@@ -35,7 +38,9 @@
 /* One block's geometry (backend.h mgt_attn_blk) with the strides of its tensors. */
 typedef struct {
 	int sq, sk, b, ng, r, d, H;
-	int qoff, koff, s, delta;   /* delta = qoff - koff: query i sees key i' iff i' <= i + delta */
+	int qoff, koff, delta;      /* delta = qoff - koff: query i sees key i' iff i' <= i + delta */
+	int dsq, dsk;               /* the query and key lengths of the dropout index (s, s; sq, sk) */
+	int qslots;                 /* head slots per group of the query tensor (r + 2, or r) */
 	int kslots, kslot;          /* head slots per group of the K/V tensor, and the key's slot */
 	size_t ldq, ldk, ldo, ldl;  /* floats between positions i and i+1 of one sequence in q, kv,
 				     * out; between (sequence, head) rows of lse */
@@ -48,9 +53,9 @@ typedef struct {
 
 static geom geom_blk(const mgt_attn_blk *g, int kslots, int kslot)
 {
-	geom G = {g->sq, g->sk, g->b, g->ng, g->r, g->d, g->ng * g->r, g->qoff, g->koff, g->s,
-		  g->qoff - g->koff, kslots, kslot, 0, 0, 0, (size_t)g->ld_lse, g->p, g->key, g->head0,
-		  g->heads_total, NULL};
+	geom G = {g->sq, g->sk, g->b, g->ng, g->r, g->d, g->ng * g->r, g->qoff, g->koff,
+		  g->qoff - g->koff, g->s, g->s, g->r + 2, kslots, kslot, 0, 0, 0, (size_t)g->ld_lse, g->p,
+		  g->key, g->head0, g->heads_total, NULL};
 	G.ldq = (size_t)g->b * g->ng * (g->r + 2) * g->d;
 	G.ldk = (size_t)g->b * g->ng * kslots * g->d;
 	G.ldo = (size_t)g->b * g->ng * g->r * g->d;
@@ -83,7 +88,7 @@ static const uint8_t *tile_vis(const geom *g, uint8_t *vis, int j, int k0, int k
 /* Query slot m of group grp, position 0 of sequence j, in q. */
 static size_t q_off(const geom *g, int j, int grp, int m)
 {
-	return ((size_t)j * g->ng + grp) * (size_t)(g->r + 2) * g->d + (size_t)m * g->d;
+	return ((size_t)j * g->ng + grp) * (size_t)g->qslots * g->d + (size_t)m * g->d;
 }
 
 /* The key head of group grp, position 0 of sequence j, in kv (the value head follows). */
@@ -130,7 +135,7 @@ static inline int causal_lim(const geom *g, int i, int k0, int kn)
 /* Philox index of element (row i, key k0) of the head whose rows start at rowbase. */
 static inline uint64_t drop_e0(const geom *g, uint64_t rowbase, int i, int k0)
 {
-	return (rowbase + (uint64_t)(g->qoff + i)) * (uint64_t)g->s + (uint64_t)(g->koff + k0);
+	return (rowbase + (uint64_t)(g->qoff + i)) * (uint64_t)g->dsk + (uint64_t)(g->koff + k0);
 }
 
 /* The max of scores sr[0..lim) over the visible keys (vis NULL: all); -inf when none. */
@@ -214,7 +219,7 @@ static void fwd_block(const geom *G, float *out, float *lse, const float *q, con
 	float *O = out + out_off(G, j, n) + (size_t)i0 * G->ldo;
 	float mrun[CPU_AQ], lrun[CPU_AQ];
 	uint8_t vis[CPU_AK];
-	const uint64_t rowbase = ((uint64_t)j * G->heads_total + G->head0 + n) * (uint64_t)G->s;
+	const uint64_t rowbase = ((uint64_t)j * G->heads_total + G->head0 + n) * (uint64_t)G->dsq;
 
 	for (int rr = 0; rr < M; rr++)
 		mrun[rr] = -INFINITY, lrun[rr] = 0.0f;
@@ -381,7 +386,7 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 	const size_t oo = out_off(G, j, n) + (size_t)i0 * G->ldo;
 	const float *dO = a->dout + oo, *O = a->out + oo;
 	const float *L = a->lse + ((size_t)j * G->H + n) * G->ldl + i0;
-	const uint64_t rowbase = ((uint64_t)j * G->heads_total + G->head0 + n) * (uint64_t)G->s;
+	const uint64_t rowbase = ((uint64_t)j * G->heads_total + G->head0 + n) * (uint64_t)G->dsq;
 	const int ldq = (int)G->ldq, ldk = (int)G->ldk, ldo = (int)G->ldo;
 
 	for (int rr = 0; rr < M; rr++) {
@@ -451,6 +456,38 @@ void mgt_cpu_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, flo
 {
 	const geom G = geom_blk(g, 2, 0);
 	const bwd_args a = {dq, dkv, dout, q, kv, out, lse, true};
+	blk_bwd(be, &G, &a);
+}
+
+/* Cross-attention (backend.h xattn_fwd / xattn_bwd): the block sq x sk with queries from q
+ * [sq*b, ng*r, d] (r slots a group), keys and values from kv [sk*b, ng, 2, d], no causal limit
+ * (delta = sk: every key is under it), key mask km or none, and the dropout index
+ * ((j*heads_total + head0 + n)*sq + i)*sk + i'. */
+static geom geom_x(int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0,
+		   int heads_total, const uint8_t *km)
+{
+	const mgt_attn_blk g = {sq, sk, b, ng, r, d, 0, 0, sq, sq, p, key, head0, heads_total};
+	geom G = geom_blk(&g, 2, 0);
+	G.delta = sk, G.dsq = sq, G.dsk = sk, G.qslots = r, G.km = km;
+	G.ldq = (size_t)b * ng * r * d;
+	return G;
+}
+
+void mgt_cpu_xattn_fwd32(mgt_backend *be, float *out, float *lse, const float *q, const float *kv, int sq,
+			 int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+			 const uint8_t *key_mask)
+{
+	const geom G = geom_x(sq, sk, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	blk_fwd(be, &G, out, lse, q, kv);
+}
+
+void mgt_cpu_xattn_bwd32(mgt_backend *be, float *dq, float *dkv, const float *dout, const float *q,
+			 const float *kv, const float *out, const float *lse, int sq, int sk, int b, int ng,
+			 int r, int d, float p, uint64_t key, int head0, int heads_total,
+			 const uint8_t *key_mask)
+{
+	const geom G = geom_x(sq, sk, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	const bwd_args a = {dq, dkv, dout, q, kv, out, lse, false};
 	blk_bwd(be, &G, &a);
 }
 

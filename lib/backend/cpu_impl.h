@@ -154,6 +154,15 @@ void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const f
 		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
 		      uint64_t key, int head0, int heads_total, const uint8_t *key_mask);
 
+/* backend.h xattn_fwd / xattn_bwd on fp32 values (cpu_attn.c). */
+void mgt_cpu_xattn_fwd32(mgt_backend *be, float *out, float *lse, const float *q, const float *kv, int sq,
+			 int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+			 const uint8_t *key_mask);
+void mgt_cpu_xattn_bwd32(mgt_backend *be, float *dq, float *dkv, const float *dout, const float *q,
+			 const float *kv, const float *out, const float *lse, int sq, int sk, int b, int ng,
+			 int r, int d, float p, uint64_t key, int head0, int heads_total,
+			 const uint8_t *key_mask);
+
 /* The ops of backend.h, mgt_cpu_<op> (cpu.c, cpu_attn.c, cpu_moe.c), declared from its list. */
 #define MGT_CPU_OP_DECL(ret, n, params) ret mgt_cpu_##n params;
 MGT_BACKEND_OPS(MGT_CPU_OP_DECL)

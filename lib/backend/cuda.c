@@ -411,6 +411,88 @@ void mgt_cuda_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_t
 		mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), dqkv, mgt_cuda_kt(gt), dq, MGT_K_F32, nq));
 }
 
+/* ---- cross-attention (backend.h xattn_fwd / xattn_bwd): attn_fwd's choice of kernels (the
+ * tensor-core ones under --bf16/--fp16 when d suits them, else the fp32 ones); q, kv and out of
+ * another type than the kernel's go through scratch [q | kv | out] in the kernel's type. ---- */
+
+/* Scratch bytes of q and out [no] and kv [nk] in the kernel's type kt; 0 when t is kt. */
+static size_t xattn_conv(mgt_k_dtype kt, mgt_elem_type t, size_t no, size_t nk)
+{
+	const size_t es = kt == MGT_K_F32 ? 4 : 2;
+	return kt == mgt_cuda_kt(t) ? 0 : 2 * al256(no * es) + al256(nk * es);
+}
+
+/* q (and out when out != NULL) and kv cast to kt into ws [q | kv | out]; their pointers in *qc,
+ * *kc, *oc.  false when a cast failed (recorded). */
+static bool xattn_stage(mgt_backend *be, const char *op, char *ws, mgt_k_dtype kt, mgt_elem_type t, const void *q,
+			const void *kv, const void *out, size_t no, size_t nk, const void **qc, const void **kc, void **oc)
+{
+	const size_t es = kt == MGT_K_F32 ? 4 : 2;
+	char *k = ws + al256(no * es), *o = k + al256(nk * es);
+	const mgt_k_dtype it = mgt_cuda_kt(t);
+	if (!mgt_cuda_ok(be, op, mgt_k_cast(stream(be), ws, kt, q, it, no)) ||
+	    !mgt_cuda_ok(be, op, mgt_k_cast(stream(be), k, kt, kv, it, nk)) ||
+	    (out && !mgt_cuda_ok(be, op, mgt_k_cast(stream(be), o, kt, out, it, no))))
+		return false;
+	*qc = ws, *kc = k, *oc = o;
+	return true;
+}
+
+void mgt_cuda_xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, const void *kv, mgt_elem_type t,
+			 int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+			 const uint8_t *key_mask)
+{
+	if (sq <= 0 || sk <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0) return;
+	const int tc = attn_tc_dtype(be, d);
+	const mgt_k_dtype kt = tc >= 0 ? (mgt_k_dtype)tc : MGT_K_F32;
+	const size_t no = (size_t)sq * b * ng * r * d, nk = (size_t)sk * b * ng * 2 * d, conv = xattn_conv(kt, t, no, nk);
+	const void *qc = q, *kc = kv;
+	void *o = out;
+	if (conv) {
+		char *ws = mgt_cuda_scratch(be, "xattn_fwd", conv);
+		if (!ws || !xattn_stage(be, "xattn_fwd", ws, kt, t, q, kv, NULL, no, nk, &qc, &kc, &o)) return;
+	}
+	const int rc = tc >= 0 ? mgt_k_xattn_tc_fwd(stream(be), tc, o, lse, qc, kc, sq, sk, b, ng, r, d, p, key, head0,
+						    heads_total, key_mask, attn_tc_impl())
+			       : mgt_k_xattn_fwd(stream(be), o, lse, qc, kc, sq, sk, b, ng, r, d, p, key, head0,
+						 heads_total, key_mask);
+	if (mgt_cuda_ok(be, "xattn_fwd", rc) && conv)
+		mgt_cuda_ok(be, "xattn_fwd", mgt_k_cast(stream(be), out, mgt_cuda_kt(t), o, kt, no));
+}
+
+/* The kernels read and write fp32 gradients: 16-bit ones go through scratch [dq | dkv | dout] fp32. */
+void mgt_cuda_xattn_bwd(mgt_backend *be, void *dq, void *dkv, const void *dout, mgt_elem_type gt, const void *q,
+			 const void *kv, const void *out, mgt_elem_type t, const float *lse, int sq, int sk, int b,
+			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+			 const uint8_t *key_mask)
+{
+	if (sq <= 0 || sk <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0) return;
+	const int tc = attn_tc_dtype(be, d);
+	const mgt_k_dtype kt = tc >= 0 ? (mgt_k_dtype)tc : MGT_K_F32, gk = mgt_cuda_kt(gt);
+	const size_t no = (size_t)sq * b * ng * r * d, nk = (size_t)sk * b * ng * 2 * d, conv = xattn_conv(kt, t, no, nk);
+	const size_t g32 = gt == MGT_DT_F32 ? 0 : 2 * al256(no * 4) + al256(nk * 4);
+	char *ws = mgt_cuda_scratch(be, "xattn_bwd", g32 + conv + mgt_k_xattn_bwd_ws_bytes(sq, b, ng, r));
+	if (!ws) return;
+	float *dq32 = dq, *dkv32 = dkv;
+	const float *dO = dout;
+	if (g32) {
+		dq32 = (float *)ws, dkv32 = (float *)(ws + al256(no * 4)), dO = (const float *)(ws + g32 - al256(no * 4));
+		if (!mgt_cuda_ok(be, "xattn_bwd", mgt_k_cast(stream(be), (float *)dO, MGT_K_F32, dout, gk, no))) return;
+		ws += g32;
+	}
+	const void *qc = q, *kc = kv, *oc = out;
+	void *o2 = NULL;
+	if (conv && !xattn_stage(be, "xattn_bwd", ws, kt, t, q, kv, out, no, nk, &qc, &kc, &o2)) return;
+	if (conv) oc = o2;
+	const int rc = tc >= 0 ? mgt_k_xattn_tc_bwd(stream(be), tc, dq32, dkv32, dO, qc, kc, oc, lse, sq, sk, b, ng, r, d,
+						    p, key, head0, heads_total, key_mask, ws + conv, attn_tc_impl())
+			       : mgt_k_xattn_bwd(stream(be), dq32, dkv32, dO, qc, kc, oc, lse, sq, sk, b, ng, r, d, p,
+						 key, head0, heads_total, key_mask, ws + conv);
+	if (mgt_cuda_ok(be, "xattn_bwd", rc) && g32 &&
+	    mgt_cuda_ok(be, "xattn_bwd", mgt_k_cast(stream(be), dq, gk, dq32, MGT_K_F32, no)))
+		mgt_cuda_ok(be, "xattn_bwd", mgt_k_cast(stream(be), dkv, gk, dkv32, MGT_K_F32, nk));
+}
+
 /* Context-parallel attention blocks: the fp32 CUDA-core kernels (kernels/attn.cu on a block
  * geometry, kernels/attn_cp.cu) in every precision. */
 void mgt_cuda_attn_blk_fwd(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,

@@ -28,7 +28,8 @@
  *
  * Output: "ok - ..." / "not ok - ..." per check with the error and tolerance, then
  * "N passed, M failed"; exit 1 on any failure (at the first one with MGT_TEST_FAILFAST=1), 77 with "skip: no CUDA device" when
- * mgt_backend_cuda_devices() is 0.  MGT_TEST_SEED=N repeats a run's inputs (the seed is printed).
+ * mgt_backend_cuda_devices() is 0.  MGT_TEST_SEED=N repeats a run's inputs (the seed is printed);
+ * MGT_TEST_ONLY=WORD runs only the sections whose name contains WORD.
  * A 900 s alarm (MGT_TEST_ALARM=N: N s) ends the program if the device hangs.
  *
  * MGT_TEST_SMALL=1 runs the same checks on small shapes (small_ops), for make check-sim, which runs
@@ -1440,6 +1441,192 @@ static void t_attn_tc(bool small, bool first)
 	unsetenv("MGT_ATTN_KERNEL");
 }
 
+/* ---- cross-attention (backend.h xattn_fwd / xattn_bwd) ---- */
+
+/* Under attn_mask's key mask km [sk*b]: the elements that must be exactly 0 and are not, or are not
+ * finite: out and dq [sq*b, H, d] of sequence 0 (every key masked) and the dkv [sk*b, ng, 2, d]
+ * rows of masked keys. */
+static size_t xattn_zero_bad(const float *o, const float *dq, const float *dkv, const uint8_t *km, int sq, int sk,
+			     int b, size_t ho, size_t hk)
+{
+	size_t bad = 0;
+	for (int i = 0; i < sq; i++)
+		for (int j = 0; j < b; j++)
+			for (size_t e = 0, t = (size_t)i * b + j; e < ho; e++) {
+				bad += !isfinite(o[t * ho + e]) || (km && j == 0 && o[t * ho + e] != 0.0f);
+				bad += !isfinite(dq[t * ho + e]) || (km && j == 0 && dq[t * ho + e] != 0.0f);
+			}
+	for (size_t t = 0; t < (size_t)sk * b; t++)
+		for (size_t e = 0; e < hk; e++)
+			bad += !isfinite(dkv[t * hk + e]) || (km && !km[t] && dkv[t * hk + e] != 0.0f);
+	return bad;
+}
+
+/* 16-bit elements [n] of type dt widened. */
+static float *widen16(const uint16_t *h, size_t n, mgt_elem_type dt)
+{
+	float *v = xmalloc(n * 4);
+	for (size_t i = 0; i < n; i++) v[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(h[i]) : mgt_f16_to_f32(h[i]);
+	return v;
+}
+
+/* The inputs and the CPU's results of one cross-attention check; q, kv, out of type st (host). */
+typedef struct {
+	int sq, sk, b, ng, r, d, head0, htot;
+	float p;
+	uint64_t key;
+	mgt_elem_type st;
+	size_t no, nk, nl, es;
+	void *q, *kv, *oc;  /* type st: q [no], kv [nk], the CPU's out [no] */
+	float *dout, *lc, *dqc, *dkvc;
+	uint8_t *km;
+} xcase;
+
+static void xcase_init(xcase *x, int sq, int sk, int b, int ng, int r, int d, float p, int head0, int htot,
+		       bool masked, mgt_elem_type st)
+{
+	*x = (xcase){sq, sk, b, ng, r, d, head0, htot, p, rng ^ 0xC2055ull, st, 0, 0, 0, st == MGT_DT_F32 ? 4 : 2,
+		     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+	x->no = (size_t)sq * b * ng * r * d, x->nk = (size_t)sk * b * ng * 2 * d, x->nl = (size_t)b * ng * r * sq;
+	x->km = masked ? attn_mask(sk, b) : NULL;
+	float *q = hrand(x->no, 1.5), *kv = hrand(x->nk, 1.5);
+	x->q = xmalloc(x->no * x->es), x->kv = xmalloc(x->nk * x->es), x->oc = xmalloc(x->no * x->es);
+	C->cast(cpu, x->q, st, q, x->no);
+	C->cast(cpu, x->kv, st, kv, x->nk);
+	x->dout = hrand(x->no, 1), x->lc = xmalloc(x->nl * 4), x->dqc = xmalloc(x->no * 4), x->dkvc = xmalloc(x->nk * 4);
+	C->xattn_fwd(cpu, x->oc, x->lc, x->q, x->kv, st, sq, sk, b, ng, r, d, p, x->key, head0, htot, x->km);
+	C->xattn_bwd(cpu, x->dqc, x->dkvc, x->dout, MGT_DT_F32, x->q, x->kv, x->oc, st, x->lc, sq, sk, b, ng, r, d, p,
+		     x->key, head0, htot, x->km);
+	free(q), free(kv);
+}
+
+static void xcase_free(xcase *x)
+{
+	free(x->q), free(x->kv), free(x->oc), free(x->dout), free(x->lc), free(x->dqc), free(x->dkvc), free(x->km);
+}
+
+/* The GPU's out (widened), lse, dq, dkv of case x at precision prec, the backward from the CPU's
+ * out and lse; outputs poisoned (NaN) first. */
+static void xattn_gpu(const xcase *x, mgt_precision prec, float **o, float **l, float **dq, float **dkv)
+{
+	void *dQ = dalloc(x->no * x->es), *dKV = dalloc(x->nk * x->es), *dO = dalloc(x->no * x->es);
+	void *dOc = dalloc(x->no * x->es);
+	uint8_t *dKM = x->km ? dalloc((size_t)x->sk * x->b) : NULL;
+	up(dQ, x->q, x->no * x->es), up(dKV, x->kv, x->nk * x->es), up(dOc, x->oc, x->no * x->es);
+	if (dKM) up(dKM, x->km, (size_t)x->sk * x->b);
+	uint8_t *ff = xmalloc(x->no * x->es);
+	memset(ff, 0xFF, x->no * x->es); /* NaN in fp32, bf16 and fp16 */
+	up(dO, ff, x->no * x->es);
+	float *dL = dalloc(x->nl * 4), *dLc = dput(x->lc, x->nl), *dG = dput(x->dout, x->no);
+	float *dDQ = dalloc(x->no * 4), *dDKV = dalloc(x->nk * 4);
+	poison(dL, x->nl), poison(dDQ, x->no), poison(dDKV, x->nk);
+	gpu->precision = prec;
+	G->xattn_fwd(gpu, dO, dL, dQ, dKV, x->st, x->sq, x->sk, x->b, x->ng, x->r, x->d, x->p, x->key, x->head0, x->htot,
+		     dKM);
+	G->xattn_bwd(gpu, dDQ, dDKV, dG, MGT_DT_F32, dQ, dKV, dOc, x->st, dLc, x->sq, x->sk, x->b, x->ng, x->r, x->d,
+		     x->p, x->key, x->head0, x->htot, dKM);
+	gpu->precision = MGT_PREC_FP32;
+	if (x->st == MGT_DT_F32) {
+		*o = dget(dO, x->no);
+	} else {
+		uint16_t *h = xmalloc(x->no * 2);
+		if (G->download(gpu, h, dO, x->no * 2) != MGT_OK) bail("download");
+		*o = widen16(h, x->no, x->st);
+		free(h);
+	}
+	*l = dget(dL, x->nl), *dq = dget(dDQ, x->no), *dkv = dget(dDKV, x->nk);
+	dfree(dQ), dfree(dKV), dfree(dO), dfree(dOc), dfree(dKM), dfree(dL), dfree(dLc), dfree(dG), dfree(dDQ), dfree(dDKV);
+	free(ff);
+}
+
+/* dq under the key mask with 16-bit operands.  attn_mask's sequence 1, whose queries see one key,
+ * has dS = P (dP - D) = 0 exactly on the CPU; the tensor cores' dP from rounded dO and V leaves
+ * their rounding in its dq rows, while the other rows' dS spread over sk keys (P ~ 1/sk each), so
+ * that noise weighs more in dq alone than in attn_bwd's dqkv (measured under the simulator, 5
+ * seeds, whole dq: bf16 0.9e-2..1.4e-2, fp16 1.4e-3..2.9e-3).  So: the other sequences' rows at
+ * attn_bwd_tol, and sequence 1's rows (their error relative to the whole dq's norm) at 8x
+ * attn_tol, where a wrong mask or a wrong key gives errors near 1. */
+static void cmp_dq_masked(const char *id, mgt_precision prec, const float *g, const float *c, int sq, int b, size_t ho)
+{
+	const size_t n = (size_t)sq * b * ho;
+	float *g0 = hcopy(g, n), *c0 = hcopy(c, n); /* sequence 1's rows zeroed */
+	double num = 0, den = 0;                     /* sequence 1's rows' error; the whole dq's norm */
+	for (size_t k = 0; k < n; k++) {
+		den += (double)c[k] * c[k];
+		if ((int)(k / ho % (size_t)b) == 1) {
+			num += ((double)g[k] - c[k]) * ((double)g[k] - c[k]);
+			g0[k] = c0[k] = 0.0f;
+		}
+	}
+	cmp(nm("%s: bwd dq (sequences with more than one key)", id), g0, c0, NULL, n, attn_bwd_tol(prec, true));
+	const double e = den > 0 ? sqrt(num / den) : sqrt(num);
+	const tol2 t = T2(8 * attn_tol(prec, 0, false).gpu, 8 * attn_tol(prec, 0, false).sim);
+	CHECK(isfinite(e) && e <= tol_of(t), "%s%s: bwd dq of the sequence with one key: err %.2e of the whole dq's norm "
+	      "(tol %.2g)", tag, id, e, tol_of(t));
+	free(g0), free(c0);
+}
+
+/* xattn_fwd / xattn_bwd on the GPU at precision prec (fp32: the CUDA-core kernels; bf16/fp16 with
+ * d % 16 == 0: the tensor-core kernels) against the CPU op, with sq queries against sk keys, under
+ * attn_mask's key mask over the keys (a sequence with no key, one with a single key, random ones)
+ * or none, q, kv and out stored as st (fp32 or the precision's 16-bit type); tolerances those of
+ * attn_fwd's masked checks (dq: cmp_dq_masked); the rows without a key exactly 0 (out, dq; the masked keys' dkv), the
+ * same bits from a second run. */
+static void t_xattn(mgt_precision prec, int sq, int sk, int b, int ng, int r, int d, float p, int head0, int htot,
+		    bool masked, mgt_elem_type st)
+{
+	const char *id = nm("xattn %s sq=%d sk=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d%s%s", precname(prec), sq, sk, b,
+			    ng, r, d, p, head0, htot, masked ? " key-mask" : "", st != MGT_DT_F32 ? " 16-bit q/kv/out" : "");
+	xcase x;
+	xcase_init(&x, sq, sk, b, ng, r, d, p, head0, htot, masked, st);
+	float *o[2], *l[2], *dq[2], *dkv[2];
+	for (int k = 0; k < 2; k++)
+		xattn_gpu(&x, prec, &o[k], &l[k], &dq[k], &dkv[k]);
+	float *oc = st == MGT_DT_F32 ? hcopy(x.oc, x.no) : widen16(x.oc, x.no, st);
+	cmp(nm("%s: fwd out", id), o[0], oc, NULL, x.no, attn_tol(prec, lin_tol_gpu(MGT_PREC_FP32, sk), false));
+	cmp_lse(nm("%s: fwd lse", id), l[0], x.lc, x.nl, attn_tol(prec, TOL32, true));
+	if (masked && prec != MGT_PREC_FP32)
+		cmp_dq_masked(id, prec, dq[0], x.dqc, sq, b, (size_t)ng * r * d);
+	else
+		cmp(nm("%s: bwd dq", id), dq[0], x.dqc, NULL, x.no, attn_bwd_tol(prec, masked));
+	cmp(nm("%s: bwd dkv", id), dkv[0], x.dkvc, NULL, x.nk, attn_bwd_tol(prec, masked));
+	const size_t zb = xattn_zero_bad(o[0], dq[0], dkv[0], x.km, sq, sk, b, (size_t)ng * r * d, (size_t)ng * 2 * d);
+	CHECK(zb == 0, "%s%s: all finite; out and dq of the sequence without keys and dkv of the masked keys exactly 0 "
+	      "(%zu not)", tag, id, zb);
+	det(id, ndiff(o[0], o[1], x.no, 4) + ndiff(l[0], l[1], x.nl, 4) + ndiff(dq[0], dq[1], x.no, 4) +
+			ndiff(dkv[0], dkv[1], x.nk, 4));
+	for (int k = 0; k < 2; k++)
+		free(o[k]), free(l[k]), free(dq[k]), free(dkv[k]);
+	free(oc);
+	xcase_free(&x);
+}
+
+/* Every kernel family: fp32 (CUDA cores), and the tensor-core kernels in bf16 and fp16 with and
+ * without their cp.async staging (MGT_ATTN_KERNEL=mma, mma-nocp); sq != sk both ways and neither a
+ * multiple of 64, several key tiles, GQA (r = 2) and Megatron's r = 1, dropout, DM 128 (32-row
+ * backward tiles), d padded, a masked and an unmasked case each. */
+static void t_xattn_all(bool small)
+{
+	t_xattn(MGT_PREC_FP32, 37, 70, 4, 2, 1, 64, 0.1f, 0, 2, true, MGT_DT_F32);
+	t_xattn(MGT_PREC_FP32, 70, small ? 37 : 300, 3, 1, 2, 32, 0.0f, 1, 4, false, MGT_DT_F32);
+	t_xattn(MGT_PREC_FP32, 29, 45, 5, 1, 2, 128, 0.1f, 0, 2, true, MGT_DT_F32);
+	t_xattn(MGT_PREC_FP32, 33, 40, 4, 2, 1, 24, 0.0f, 0, 2, true, MGT_DT_F32);
+	static const char *const impl[2] = {"mma", "mma-nocp"};
+	for (int k = 0; k < 2; k++) {
+		setenv("MGT_ATTN_KERNEL", impl[k], 1);
+		tag = k ? "[mma-nocp] " : "";
+		for (mgt_precision pr = MGT_PREC_BF16; pr <= MGT_PREC_FP16; pr++) {
+			const mgt_elem_type dt = mgt_precision_dtype(pr);
+			t_xattn(pr, 37, 70, 4, 2, 1, 64, 0.1f, 0, 2, true, MGT_DT_F32);
+			t_xattn(pr, 70, small ? 37 : 300, 3, 1, 2, 64, 0.0f, 1, 4, false, dt);
+			t_xattn(pr, 29, 45, 4, 1, 2, 128, 0.1f, 0, 2, true, dt);
+			t_xattn(pr, 45, 33, 5, 1, 1, 48, 0.0f, 0, 1, true, MGT_DT_F32);
+		}
+	}
+	tag = "";
+	unsetenv("MGT_ATTN_KERNEL");
+}
+
 /* ---- context-parallel attention blocks (backend.h attn_blk_*, attn_kv_copy) ---- */
 
 
@@ -2372,6 +2559,8 @@ static bool section(const char *name)
 	double now = mgt_now();
 	if (name && sec_no++ < resume_from)
 		return false;
+	if (name && getenv("MGT_TEST_ONLY") && !strstr(name, getenv("MGT_TEST_ONLY")))
+		return false;
 	if (t_section > 0)
 		printf("# (%.1f s)\n", now - t_section);
 	t_section = now;
@@ -2804,6 +2993,10 @@ static void all_ops(void)
 		t_attn_tc(false, false);
 
 	}
+	if (section("cross-attention")) {
+		t_xattn_all(false);
+
+	}
 	if (section("context-parallel attention blocks")) {
 		cp_ops(false);
 
@@ -2974,6 +3167,10 @@ static void small_ops(void)
 		t_attn_kv(2, 70, 1, 4, 64, 1.5); /* more keys than one warp's stride */
 		t_attn_kv(1, 9, 3, 1, 24, 4.0);
 		t_attn_kv(2, 12, 1, 2, 160, 1.5); /* d > 128: several channels a lane */
+
+	}
+	if (section("cross-attention")) {
+		t_xattn_all(true);
 
 	}
 	if (section("context-parallel attention blocks")) {

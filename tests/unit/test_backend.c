@@ -10,7 +10,7 @@
  * linears against double and, under bf16/fp16, bit for bit against per-group linear layers), and
  * the context-parallel attention blocks: all ranks of ring and allgather context parallelism
  * emulated in one process, against the whole-sequence attention (and blocks of uneven sizes also
- * against the double reference).
+ * against the double reference); and cross-attention (xattn_*) against its own double reference.
  * Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on any failure. */
 #include "backend/backend.h"
 #include "fp8/fp8.h"
@@ -1025,6 +1025,269 @@ static void test_attn(void)
 	test_attn_mask_case(70, 5, 2, 2, 16, 0.0f, 2, 8, 0, MGT_DT_F32);
 	test_attn_mask_case(70, 4, 2, 2, 16, 0.1f, 0, 4, 0, MGT_DT_BF16);
 	test_attn_mask_case(300, 4, 1, 3, 16, 0.0f, 0, 3, 0, MGT_DT_BF16);
+}
+
+/* ================= cross-attention ================= */
+
+typedef struct {
+	const double *q, *kv; /* q [sq*b, ng*r, d], kv [sk*b, ng, 2, d] */
+	int sq, sk, b, ng, r, d;
+	float p;
+	uint64_t key;
+	int head0, heads_total;
+	double *lse;       /* written when not NULL */
+	const uint8_t *km; /* [sk*b] (1 visible); NULL: all visible */
+} xattn_ctx;
+
+static int xattn_vis(const xattn_ctx *c, int j, int i2) { return !c->km || c->km[(size_t)i2 * c->b + j]; }
+
+/* Weight of probability (j, n, i, i2) after dropout: 1, or keep / (1 - p) by the header's index. */
+static double xattn_drop(const xattn_ctx *c, int j, int n, int i, int i2)
+{
+	if (!(c->p > 0))
+		return 1;
+	const uint64_t e = (((uint64_t)j * c->heads_total + c->head0 + n) * c->sq + i) * c->sk + i2;
+	return keep_ref(c->key, e, c->p) / (1 - (double)c->p);
+}
+
+/* The probabilities pr[sk] of query (j, n, i) in double (0 for masked keys); returns lse (-inf
+ * when no key is visible, then pr is all 0). */
+static double xattn_probs(const xattn_ctx *c, int j, int n, int i, double *pr)
+{
+	const int H = c->ng * c->r, d = c->d, g = n / c->r;
+	const double *q = c->q + (((size_t)i * c->b + j) * H + n) * d;
+	double mx = -INFINITY, sum = 0;
+	for (int i2 = 0; i2 < c->sk; i2++) {
+		pr[i2] = -INFINITY;
+		if (!xattn_vis(c, j, i2))
+			continue;
+		const double *k = c->kv + (((size_t)i2 * c->b + j) * c->ng + g) * 2 * d;
+		double a = 0;
+		for (int x = 0; x < d; x++)
+			a += q[x] * k[x];
+		pr[i2] = a / sqrt((double)d);
+		mx = fmax(mx, pr[i2]);
+	}
+	for (int i2 = 0; i2 < c->sk; i2++)
+		sum += pr[i2] = pr[i2] == -INFINITY ? 0 : exp(pr[i2] - mx);
+	for (int i2 = 0; i2 < c->sk && sum > 0; i2++)
+		pr[i2] /= sum;
+	return sum > 0 ? mx + log(sum) : -INFINITY;
+}
+
+/* backend.h xattn_fwd in double, the full softmax over the visible keys: out (and lse). */
+static void xattn_ref(void *c_, double *out)
+{
+	xattn_ctx *c = c_;
+	const int H = c->ng * c->r, d = c->d;
+	double *pr = xmalloc((size_t)c->sk * sizeof *pr);
+	for (int i = 0; i < c->sq; i++)
+		for (int j = 0; j < c->b; j++)
+			for (int n = 0; n < H; n++) {
+				const double l = xattn_probs(c, j, n, i, pr);
+				if (c->lse)
+					c->lse[((size_t)j * H + n) * c->sq + i] = l;
+				double *o = out + (((size_t)i * c->b + j) * H + n) * d;
+				for (int x = 0; x < d; x++)
+					o[x] = 0;
+				for (int i2 = 0; i2 < c->sk; i2++) {
+					const double w = pr[i2] * xattn_drop(c, j, n, i, i2);
+					const double *v = c->kv + (((size_t)i2 * c->b + j) * c->ng + n / c->r) * 2 * d + d;
+					for (int x = 0; x < d; x++)
+						o[x] += w * v[x];
+				}
+			}
+	free(pr);
+}
+
+/* The backward of xattn_ref written out in double: g = [dq | dkv] from dout. */
+static void xattn_ref_bwd(const xattn_ctx *c, const float *dout, double *g)
+{
+	const int H = c->ng * c->r, d = c->d;
+	const size_t nq = (size_t)c->sq * c->b * H * d, nk = (size_t)c->sk * c->b * c->ng * 2 * d;
+	const double sc = 1 / sqrt((double)d);
+	double *pr = xmalloc((size_t)c->sk * sizeof *pr), *dp = xmalloc((size_t)c->sk * sizeof *dp);
+	memset(g, 0, (nq + nk) * sizeof *g);
+	for (int i = 0; i < c->sq; i++)
+		for (int j = 0; j < c->b; j++)
+			for (int n = 0; n < H; n++) {
+				const size_t qo = (((size_t)i * c->b + j) * H + n) * d;
+				const float *go = dout + qo;
+				double D = 0;
+				xattn_probs(c, j, n, i, pr);
+				for (int i2 = 0; i2 < c->sk; i2++) {
+					const size_t ko = (((size_t)i2 * c->b + j) * c->ng + n / c->r) * 2 * d;
+					const double mu = xattn_drop(c, j, n, i, i2), *v = c->kv + ko + d;
+					double a = 0;
+					for (int x = 0; x < d; x++) {
+						a += go[x] * v[x];
+						g[nq + ko + d + x] += pr[i2] * mu * go[x];
+					}
+					dp[i2] = a * mu;
+					D += pr[i2] * dp[i2];
+				}
+				for (int i2 = 0; i2 < c->sk; i2++) {
+					const size_t ko = (((size_t)i2 * c->b + j) * c->ng + n / c->r) * 2 * d;
+					const double ds = pr[i2] * (dp[i2] - D) * sc;
+					for (int x = 0; x < d; x++) {
+						g[qo + x] += ds * c->kv[ko + x];
+						g[nq + ko + x] += ds * c->q[qo + x];
+					}
+				}
+			}
+	free(pr), free(dp);
+}
+
+/* Gradients [dq | dkv] that must be exactly 0 under key mask km and are not, or are not finite:
+ * everything of a sequence whose keys are all masked, and the key and value rows of masked keys. */
+static size_t xattn_zero_bad(const float *g, const uint8_t *km, int sq, int sk, int b, int ng, int r, int d)
+{
+	const size_t hq = (size_t)ng * r * d, hk = (size_t)ng * 2 * d;
+	size_t bad = 0;
+	for (int j = 0; j < b; j++) {
+		int any = 0;
+		for (int i2 = 0; km && i2 < sk; i2++)
+			any |= km[(size_t)i2 * b + j] != 0;
+		for (int i = 0; i < sq; i++)
+			for (size_t e = 0; e < hq; e++) {
+				const float v = g[((size_t)i * b + j) * hq + e];
+				bad += !isfinite(v) || (km && !any && v != 0.0f);
+			}
+		for (int i2 = 0; i2 < sk; i2++)
+			for (size_t e = 0; e < hk; e++) {
+				const float v = g[(size_t)sq * b * hq + ((size_t)i2 * b + j) * hk + e];
+				bad += !isfinite(v) || (km && !km[(size_t)i2 * b + j] && v != 0.0f);
+			}
+	}
+	return bad;
+}
+
+/* Elements of a and b [n] (16-bit) that differ. */
+static size_t ndiff16(const uint16_t *a, const uint16_t *b, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += a[i] != b[i];
+	return k;
+}
+
+/* Rounds x [n] to the 16-bit type dt in place (the values a 16-bit tensor holds); returns them as
+ * 16-bit elements too. */
+static uint16_t *round16(float *x, size_t n, mgt_elem_type dt)
+{
+	uint16_t *h = xmalloc(n * 2);
+	O->cast(be, h, dt, x, n);
+	for (size_t i = 0; i < n; i++)
+		x[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(h[i]) : mgt_f16_to_f32(h[i]);
+	return h;
+}
+
+/* xattn_fwd / xattn_bwd with sq queries against sk keys, storage dt (fp32, or bf16/fp16 with the
+ * references on the rounded values), masked (attn_mask's key mask over the sk keys: a sequence
+ * with every key masked, one with a single visible key, random ones) or not, against xattn_ref
+ * and xattn_ref_bwd in double and finite differences of xattn_ref (element-wise when full, else
+ * directional); then the same call again (the same bits), and for 16-bit storage the fp32 op on
+ * the same values (the same lse and gradient bits, out its rounding) and 16-bit gradients (the
+ * rounding of the fp32 ones). */
+static void test_xattn_case(int sq, int sk, int b, int ng, int r, int d, float p, int head0, int heads_total,
+			    bool masked, int full, mgt_elem_type dt)
+{
+	const int H = ng * r, lp = dt != MGT_DT_F32;
+	const size_t nq = (size_t)sq * b * H * d, nk = (size_t)sk * b * ng * 2 * d, nl = (size_t)b * H * sq;
+	const uint64_t key = 0xC205Full ^ (uint64_t)sq << 20 ^ (uint64_t)sk;
+	const char *tn = dt == MGT_DT_F32 ? "fp32" : dt == MGT_DT_BF16 ? "bf16" : "fp16";
+	uint8_t *km = masked ? attn_mask(sk, b) : NULL;
+	float *x = randf(nq + nk, 1.5), *out = randf(nq, 9), *lse = randf(nl, 9), *R = randf(nq, 1);
+	float *g = randf(nq + nk, 9); /* [dq | dkv] */
+	uint16_t *x16 = lp ? round16(x, nq + nk, dt) : NULL, *o16 = xmalloc(nq * 2);
+	double *xd = tod(x, nq + nk), *outr = xmalloc(nq * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
+	xattn_ctx c = {xd, xd + nq, sq, sk, b, ng, r, d, p, key, head0, heads_total, lr, km};
+	xattn_ref(&c, outr);
+	c.lse = NULL;
+	const void *q = lp ? (void *)x16 : x, *kv = lp ? (void *)(x16 + nq) : x + nq;
+	O->xattn_fwd(be, lp ? (void *)o16 : out, lse, q, kv, dt, sq, sk, b, ng, r, d, p, key, head0, heads_total, km);
+	for (size_t i = 0; lp && i < nq; i++)
+		out[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(o16[i]) : mgt_f16_to_f32(o16[i]);
+	size_t ninf, nbad, want = 0;
+	for (int j = 0; masked && j < b; j++) {
+		int any = 0;
+		for (int i2 = 0; i2 < sk; i2++)
+			any |= km[(size_t)i2 * b + j];
+		want += any ? 0 : (size_t)H * sq;
+	}
+	const double e = relerr(out, outr, nq), el = lse_err(lse, lr, nl, &ninf, &nbad);
+	CHECK(e < (lp ? 4e-3 : FWD_TOL) && el < FWD_TOL && ninf == want && nbad == 0,
+	      "xattn_fwd %s sq=%d sk=%d b=%d ng=%d r=%d d=%d p=%g%s: out %.2e lse %.2e, %zu rows -inf (want %zu), "
+	      "%zu wrong", tn, sq, sk, b, ng, r, d, p, masked ? " key-mask" : "", e, el, ninf, want, nbad);
+
+	O->xattn_bwd(be, g, g + nq, R, MGT_DT_F32, q, kv, lp ? (void *)o16 : out, dt, lse, sq, sk, b, ng, r, d, p, key,
+		     head0, heads_total, km);
+	objective ob = {xattn_ref, &c, R, nq, outr};
+	const double eg = full ? fd_check(&ob, xd, nq + nk, g) : dir_check(&ob, xd, nq + nk, g, 3);
+	double *ga = xmalloc((nq + nk) * sizeof *ga);
+	xattn_ref_bwd(&c, R, ga);
+	if (full) {
+		float *gaf = xmalloc((nq + nk) * sizeof *gaf);
+		for (size_t i = 0; i < nq + nk; i++)
+			gaf[i] = (float)ga[i];
+		CHECK(fd_check(&ob, xd, nq + nk, gaf) < BWD_TOL, "cross-attention reference backward vs FD");
+		free(gaf);
+	}
+	const double ea = relerr(g, ga, nq + nk), eq = relerr(g, ga, nq), ek = relerr(g + nq, ga + nq, nk);
+	const size_t zb = xattn_zero_bad(g, km, sq, sk, b, ng, r, d);
+	CHECK(eg < (lp ? 2e-2 : BWD_TOL) && ea < (lp ? 2e-2 : FWD_TOL) && zb == 0,
+	      "xattn_bwd %s sq=%d sk=%d b=%d ng=%d r=%d d=%d p=%g%s vs %s FD: %.2e, vs reference backward: %.2e "
+	      "(dq %.2e, dkv %.2e); %zu gradients of masked keys or empty sequences not 0 or not finite",
+	      tn, sq, sk, b, ng, r, d, p, masked ? " key-mask" : "", full ? "element-wise" : "directional", eg, ea, eq,
+	      ek, zb);
+
+	float *o2 = randf(nq, 9), *l2 = randf(nl, 9), *g2 = randf(nq + nk, 9);
+	if (!lp) { /* determinism */
+		O->xattn_fwd(be, o2, l2, q, kv, dt, sq, sk, b, ng, r, d, p, key, head0, heads_total, km);
+		O->xattn_bwd(be, g2, g2 + nq, R, MGT_DT_F32, q, kv, o2, dt, l2, sq, sk, b, ng, r, d, p, key, head0,
+			     heads_total, km);
+		CHECK(!memcmp(out, o2, nq * 4) && !memcmp(lse, l2, nl * 4) && !memcmp(g, g2, (nq + nk) * 4),
+		      "xattn sq=%d sk=%d: fwd and bwd deterministic", sq, sk);
+	} else { /* the fp32 op on the same values; 16-bit gradients */
+		O->xattn_fwd(be, o2, l2, x, x + nq, MGT_DT_F32, sq, sk, b, ng, r, d, p, key, head0, heads_total, km);
+		O->xattn_bwd(be, g2, g2 + nq, R, MGT_DT_F32, x, x + nq, out, MGT_DT_F32, lse, sq, sk, b, ng, r, d, p, key,
+			     head0, heads_total, km);
+		size_t nround = 0;
+		for (size_t i = 0; i < nq; i++)
+			nround += o16[i] != (dt == MGT_DT_BF16 ? mgt_f32_to_bf16(o2[i]) : mgt_f32_to_f16(o2[i]));
+		const bool same = !memcmp(l2, lse, nl * 4) && !memcmp(g2, g, (nq + nk) * 4);
+		/* 16-bit dout (R rounded) and gradients: the fp32 gradients of the rounded R, rounded */
+		float *Rr = copyf(R, nq), *g3 = randf(nq + nk, 9);
+		uint16_t *R16 = round16(Rr, nq, dt), *g16 = xmalloc((nq + nk) * 2), *r16 = xmalloc((nq + nk) * 2);
+		O->xattn_bwd(be, g3, g3 + nq, Rr, MGT_DT_F32, q, kv, o16, dt, lse, sq, sk, b, ng, r, d, p, key, head0,
+			     heads_total, km);
+		O->cast(be, r16, dt, g3, nq + nk);
+		O->xattn_bwd(be, g16, g16 + nq, R16, dt, q, kv, o16, dt, lse, sq, sk, b, ng, r, d, p, key, head0,
+			     heads_total, km);
+		const size_t n16 = ndiff16(g16, r16, nq + nk);
+		CHECK(same && nround == 0 && n16 == 0,
+		      "xattn %s sq=%d sk=%d: lse and gradients the bits of the fp32 op's, out its rounding (%zu differ), "
+		      "16-bit gradients the fp32 ones rounded (%zu differ)", tn, sq, sk, nround, n16);
+		free(Rr), free(g3), free(R16), free(g16), free(r16);
+	}
+	free(km), free(x), free(out), free(lse), free(R), free(g), free(x16), free(o16), free(xd), free(outr), free(lr);
+	free(ga), free(o2), free(l2), free(g2);
+}
+
+static void test_xattn(void)
+{
+	/* small: element-wise FD; sq != sk both ways, MHA (r = 1) and GQA (r = 2), dropout */
+	test_xattn_case(5, 7, 4, 2, 1, 8, 0.0f, 0, 2, true, 1, MGT_DT_F32);
+	test_xattn_case(7, 4, 4, 2, 2, 8, 0.3f, 1, 6, true, 1, MGT_DT_F32);
+	test_xattn_case(6, 9, 2, 1, 3, 4, 0.2f, 0, 3, false, 1, MGT_DT_F32);
+	/* 37 decoder positions against 70 encoder ones (neither a multiple of a tile), and past a
+	 * key tile (300 keys) */
+	test_xattn_case(37, 70, 4, 2, 1, 16, 0.1f, 2, 8, true, 0, MGT_DT_F32);
+	test_xattn_case(37, 70, 5, 1, 2, 16, 0.0f, 0, 2, true, 0, MGT_DT_F32);
+	test_xattn_case(70, 37, 3, 2, 2, 16, 0.1f, 0, 4, false, 0, MGT_DT_F32);
+	test_xattn_case(40, 300, 4, 1, 2, 16, 0.1f, 0, 2, true, 0, MGT_DT_F32);
+	test_xattn_case(37, 70, 4, 2, 1, 16, 0.1f, 0, 2, true, 0, MGT_DT_BF16);
+	test_xattn_case(45, 33, 4, 1, 2, 16, 0.0f, 1, 4, false, 0, MGT_DT_F16);
 }
 
 /* ================= context-parallel attention blocks ================= */
@@ -2067,6 +2330,7 @@ int main(void)
 	test_norm();
 	test_rope();
 	test_attn();
+	test_xattn();
 	test_attn_cp();
 	test_act();
 	test_bda();
