@@ -98,6 +98,14 @@ typedef struct mgt_model_config {
 	int64_t padded_vocab_size; /* multiple of make_vocab_size_divisible_by * TP */
 } mgt_model_config;
 
+/* T5's relative position bucket of rel = key position - query position (Megatron-Core
+ * relative_pos_embedding.py _relative_position_bucket, adapted from Hugging Face T5):
+ * bidirectional: half the buckets for rel > 0; of each half, max_exact = half / 2 buckets for
+ * |rel| < max_exact exactly, the rest logarithmic up to max_distance (the last bucket beyond);
+ * unidirectional (the decoder): rel > 0 counts as 0.  The logarithm as torch computes it in
+ * float32.  Returns a bucket in [0, num_buckets). */
+int mgt_t5_relative_bucket(int64_t rel, bool bidirectional, int num_buckets, int max_distance);
+
 /* Whether c is a BERT (family "bert"), a T5 (family "t5"). */
 bool mgt_model_is_bert(const mgt_model_config *c);
 bool mgt_model_is_t5(const mgt_model_config *c);

@@ -362,6 +362,25 @@ static void test_t5_rows(bool relative, int tp)
 	      "T5 with pipeline parallelism refused (%s)", mgt_err_msg());
 }
 
+/* T5's relative buckets: megatron-bert-t5.md section 6.4's facts (bidirectional, 32 buckets, max
+ * 128: rel 0 -> 0, +1 -> 17, -1 -> 1), the exact region, the last bucket beyond max_distance,
+ * the decoder's (unidirectional) future at 0, monotone in |rel| within each half. */
+static void test_t5_buckets(void)
+{
+	CHECK(mgt_t5_relative_bucket(0, true, 32, 128) == 0 && mgt_t5_relative_bucket(1, true, 32, 128) == 17 &&
+	      mgt_t5_relative_bucket(-1, true, 32, 128) == 1, "T5 buckets: 0 -> 0, +1 -> 17, -1 -> 1 (bidirectional)");
+	int bad = 0, prev = -1;
+	for (int r = 0; r < 400; r++) {
+		int b = mgt_t5_relative_bucket(-r, true, 32, 128), u = mgt_t5_relative_bucket(-r, false, 32, 128);
+		bad += b < prev || b > 15 || (r < 8 && b != r) || (r >= 128 && b != 15);
+		bad += u < 0 || u > 31 || (r < 16 && u != r) || (r >= 128 && u != 31);
+		bad += mgt_t5_relative_bucket(r, false, 32, 128) != 0 || (r > 0 && mgt_t5_relative_bucket(r, true, 32, 128) != 16 + b);
+		prev = b;
+	}
+	CHECK(!bad, "T5 buckets: exact below max_exact, monotone, last bucket from max_distance, decoder's future 0 "
+	      "(%d violations)", bad);
+}
+
 int main(void)
 {
 	test_inv_freq(false, 10000, 64, 8, 1, 4, 8192);
@@ -375,6 +394,7 @@ int main(void)
 	test_bert_rows(false, 2);
 	test_t5_rows(false, 1);
 	test_t5_rows(true, 2);
+	test_t5_buckets();
 	test_stages(8, 4, 0, 0, true);
 	test_stages(8, 2, 0, 1, true);
 	test_stages(8, 3, 2, 0, true);
