@@ -135,7 +135,13 @@ int main(int argc, char **argv)
 		if (logs) say_exiting(exit_sig);
 		st = MGT_OK;
 	}
-	if (st) fail(st);
+	if (st) {
+		/* under mpirun another rank's exit with the same error makes the launcher signal this
+		 * one while it reports: say nothing of that signal (the error is the message) */
+		g.quiet = true;
+		mgt_signals_install_graceful(&g);
+		fail(st);
+	}
 	mgt_parallel_finalize();
 	return 0;
 }
