@@ -42,6 +42,10 @@ struct bert_state {
 	void *dh;              /* backend [T, h] act_t: the LM head's gradient scratch */
 	void *up;              /* backend [max(b h, 2 h + 2 + h h + h)] floats: uploads */
 	float *w;              /* host copies of the pooler's and binary head's parameters */
+	/* host scratch made once: the heads' gradients in double [h h + 3 h + 2 + b h + h], their
+	 * upload in float [max(h h + 3 h + 2, b h)], the accuracy's mx, tgt, mask [3 T] */
+	double *g;
+	float *uph, *acc;
 };
 
 static float elem(const void *x, mgt_elem_type t, size_t i)
@@ -82,11 +86,14 @@ mgt_status mgt_bert_alloc(mgt_model *m)
 		a->is_random = mgt_malloc(b * 4);
 		if (!st && (!a->x || !a->pooled || !a->logits || !a->is_random)) st = MGT_ERR_NOMEM;
 	}
-	size_t up = h * h + 3 * h + 2;
-	if (up < b * h) up = b * h;
+	const size_t n = h * h + 3 * h + 2, up = n > b * h ? n : b * h;
 	s->dh = mgt_model_balloc(m, T * h * es, &m->work_bytes, &st);
 	s->up = mgt_model_balloc(m, up * 4, &m->work_bytes, &st);
-	if (!st && !(s->w = mgt_malloc((h * h + 3 * h + 2) * 4))) st = MGT_ERR_NOMEM;
+	s->w = mgt_malloc(n * sizeof *s->w);
+	s->g = mgt_malloc((n + b * h + h) * sizeof *s->g);
+	s->uph = mgt_malloc(up * sizeof *s->uph);
+	s->acc = mgt_malloc(3 * T * sizeof *s->acc);
+	if (!st && (!s->w || !s->g || !s->uph || !s->acc)) st = MGT_ERR_NOMEM;
 	return st;
 }
 
@@ -107,7 +114,7 @@ void mgt_bert_free(mgt_model *m)
 		m->be->ops->free(m->be, s->up);
 	}
 	free(s->act);
-	free(s->w);
+	free(s->w); free(s->g); free(s->uph); free(s->acc);
 	free(s);
 	m->bert = NULL;
 }
@@ -121,6 +128,12 @@ void mgt_bert_set_batch(mgt_model *m, const mgt_microbatch *mb)
 	for (int t = 0; t < m->T; t++) den += mb->loss_mask[t];
 	a->lm_den = den;
 	memcpy(a->is_random, mb->is_random, (size_t)m->b * sizeof *a->is_random);
+}
+
+bool mgt_bert_whole_grad(mgt_tensor_role r)
+{
+	return r == MGT_T_LMH_W || r == MGT_T_LMH_B || r == MGT_T_LMH_LN_W || r == MGT_T_LMH_LN_B || r == MGT_T_POOL_W ||
+	       r == MGT_T_POOL_B || r == MGT_T_BIN_W || r == MGT_T_BIN_B;
 }
 
 /* The host parameters of the pooler (Wp [h, h], bp [h]) and binary head (Wb [2, h], bb [2]),
@@ -183,8 +196,7 @@ static mgt_status accuracy(mgt_model *m)
 	struct bert_act *a = cur(m);
 	slot_act *sa = m->cur;
 	const size_t T = (size_t)m->T;
-	float *h = mgt_malloc(3 * T * sizeof *h);
-	if (!h) return MGT_ERR_NOMEM;
+	float *h = m->bert->acc;
 	mgt_status st = m->be->ops->download(m->be, h, sa->mx, T * sizeof *h);
 	if (!st) st = m->be->ops->download(m->be, h + T, sa->tgt, T * sizeof *h);
 	if (!st) st = m->be->ops->download(m->be, h + 2 * T, sa->mask, T * sizeof *h);
@@ -194,7 +206,6 @@ static mgt_status accuracy(mgt_model *m)
 		a->n_masked++;
 		a->n_correct += h[T + t] >= h[t];
 	}
-	free(h);
 	return st;
 }
 
@@ -242,13 +253,8 @@ static mgt_status sop_bwd(mgt_model *m, void *dlnf, float scale)
 	const int b = m->b, h = (int)m->h;
 	const size_t hh = (size_t)h * h, n = hh + 3 * (size_t)h + 2, all = n + (size_t)b * h + h;
 	const float *Wp = m->bert->w, *Wb = Wp + hh + h;
-	double *g = mgt_malloc(all * sizeof *g);
-	float *up = mgt_malloc((n > (size_t)b * h ? n : (size_t)b * h) * sizeof *up);
-	if (!g || !up) {
-		free(g);
-		free(up);
-		return MGT_ERR_NOMEM;
-	}
+	double *g = m->bert->g;
+	float *up = m->bert->uph;
 	memset(g, 0, all * sizeof *g);
 	double *gWp = g, *gbp = g + hh, *gWb = gbp + h, *gbb = gWb + 2 * (size_t)h, *dx = g + n, *dp = dx + (size_t)b * h;
 	const double s = (double)scale / a->n_sop;
@@ -282,8 +288,6 @@ static mgt_status sop_bwd(mgt_model *m, void *dlnf, float scale)
 	for (size_t i = 0; i < (size_t)b * h; i++) put(up, m->act_t, i, (float)dx[i]); /* rounded as the sum below */
 	if (!st) st = o->upload(m->be, m->bert->up, up, (size_t)b * h * mgt_elem_size(m->act_t));
 	if (!st) o->add(m->be, dlnf, m->bert->up, m->act_t, (size_t)b * h);
-	free(g);
-	free(up);
 	return st;
 }
 

@@ -195,6 +195,7 @@ static mgt_status alloc_activations(mgt_model *m)
 	if (!st) st = mgt_cp_alloc(m);
 	if (!st) st = mgt_model_fp8_alloc(m);
 	if (!st) st = mgt_bert_alloc(m);
+	if (!st && mgt_model_is_bert(&m->c) && !m->dry && !(m->kmask_h = mgt_malloc((size_t)m->T))) st = MGT_ERR_NOMEM;
 	return st ? st : mgt_moe_alloc(m);
 }
 
@@ -472,6 +473,7 @@ void mgt_model_free(mgt_model *m)
 	mgt_cp_free(m);
 	mgt_model_fp8_free(m);
 	mgt_bert_free(m);
+	free(m->kmask_h);
 	free(m->by_role);
 	free(m->nw_off);
 	mgt_tensor_table_free(&m->tt);
@@ -930,12 +932,8 @@ static mgt_status embed_bwd(mgt_model *m, bool train)
 /* BERT's key mask from the padding mask (attended where >= 0.5, as Megatron's mask < 0.5). */
 static mgt_status upload_kmask(mgt_model *m, const int64_t *padding_mask)
 {
-	uint8_t *k = mgt_malloc((size_t)m->T);
-	if (!k) return MGT_ERR_NOMEM;
-	for (int t = 0; t < m->T; t++) k[t] = padding_mask[t] >= 1;
-	mgt_status st = m->be->ops->upload(m->be, m->cur->kmask, k, (size_t)m->T);
-	free(k);
-	return st;
+	for (int t = 0; t < m->T; t++) m->kmask_h[t] = padding_mask[t] >= 1;
+	return m->be->ops->upload(m->be, m->cur->kmask, m->kmask_h, (size_t)m->T);
 }
 
 static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
@@ -1039,9 +1037,8 @@ mgt_status mgt_model_finish_grads(mgt_model *m)
 		const mgt_tensor *t = &m->tt.t[i];
 		bool qk = t->role == MGT_T_QNORM_W || t->role == MGT_T_QNORM_B || t->role == MGT_T_KNORM_W ||
 			  t->role == MGT_T_KNORM_B;
-		/* BERT's heads run on the whole (gathered) sequence on every TP rank: their gradients are whole */
-		bool whole = t->role >= MGT_T_LMH_W && t->role <= MGT_T_BIN_B && t->role != MGT_T_OUTPUT_B;
-		if (t->shard == MGT_SHARD_NONE && (m->sp || qk) && !whole) st = tp_allreduce(m, G(m, t), t->numel, MGT_RED_SUM);
+		if (t->shard == MGT_SHARD_NONE && (m->sp || qk) && !mgt_bert_whole_grad(t->role))
+			st = tp_allreduce(m, G(m, t), t->numel, MGT_RED_SUM);
 	}
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB];
 	mgt_comm *e = m->ps->emb_comm;

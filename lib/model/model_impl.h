@@ -117,8 +117,10 @@ struct mgt_model {
 	struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
 	/* fp8 linear layers (fp8lin.c): NULL without fp8 (mgt_model_layout.fp8) */
 	struct fp8_state *fp8;
-	/* BERT's heads (bert.c): NULL but on a BERT chunk's last stage */
+	/* BERT's heads (bert.c): NULL but on a BERT chunk's last stage; kmask_h: BERT's host
+	 * staging of a micro-batch's key mask [T] (NULL otherwise) */
 	struct bert_state *bert;
+	uint8_t *kmask_h;
 };
 
 static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
@@ -227,6 +229,9 @@ mgt_status mgt_model_fp8_update(mgt_model *m, bool backward);
  * (act_t; whole, equal on every TP rank).  mgt_bert_losses: slot's last lm and sop.
  * Errors: NOMEM, IO (copies, the TP all-reduce). */
 mgt_status mgt_bert_alloc(mgt_model *m);
+/* Whether tensor role r is one of BERT's heads, which every TP rank computes on the whole
+ * (gathered) sequence: their gradients are whole, with no sequence-parallel all-reduce. */
+bool mgt_bert_whole_grad(mgt_tensor_role r);
 void mgt_bert_free(mgt_model *m);
 void mgt_bert_set_batch(mgt_model *m, const mgt_microbatch *mb);
 mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, bool train, double *loss);

@@ -41,10 +41,7 @@ static mgt_status make_vocab(trainer *t)
 
 mgt_status trainer_masked_open(trainer *t, const uint64_t n[3])
 {
-	mgt_args *a = t->a;
-	if (a->mock_data)
-		return mgt_err(MGT_ERR_USAGE, "--mock-data with --model-family bert: give a sentence-level --data-path "
-			       "(mgt-preprocess --split-sentences)");
+	mgt_args *a = t->a; /* mock data is refused with the arguments (args.c check_bert) */
 	if (strchr(a->data_path, ' '))
 		return mgt_err(MGT_ERR_USAGE, "--data-path '%s': BERT takes one dataset prefix (blends are not "
 			       "implemented for BERT)", a->data_path);

@@ -254,6 +254,24 @@ typedef struct {
 static bool first_vstage(const trainer *t, int c) { return c == 0 && t->ps.pp_rank == 0; }
 static bool last_vstage(const trainer *t, int c) { return c == t->V - 1 && t->ps.pp_rank == t->ps.pp - 1; }
 
+/* BERT (pretrain_bert.py): each micro-batch's mean losses, averaged over the micro-batches; in
+ * evaluation also the masked-token accuracy's counts. */
+static void account_bert(trainer *t, mgt_model *m, int slot, int mb, pass *ps)
+{
+	double lm, sop;
+	mgt_model_bert_losses(m, slot, &lm, &sop);
+	if (!ps->train) {
+		int64_t n, c;
+		mgt_model_bert_accuracy(m, slot, &n, &c);
+		ps->masked += (double)n;
+		ps->correct += (double)c;
+	}
+	ps->num += lm;
+	ps->sop += sop;
+	ps->den += 1;
+	t->mb_scale[mb] = (float)(1.0 / (double)t->a->num_microbatches);
+}
+
 static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 {
 	mgt_model *m = t->chunk[x->chunk];
@@ -273,31 +291,18 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;
 	if (t->fp8_trace && ps->train && (st = trainer_fp8_trace(t, x->chunk, x->mb, false))) return st;
 	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, ht, (r + 1) % P, TAG_FWD);
-	if (trainer_bert(t)) { /* pretrain_bert.py: each micro-batch's mean loss, averaged over them */
-		double lm, sop;
-		mgt_model_bert_losses(m, slot, &lm, &sop);
-		if (!ps->train) {
-			int64_t n, c;
-			mgt_model_bert_accuracy(m, slot, &n, &c);
-			ps->masked += (double)n;
-			ps->correct += (double)c;
-		}
-		ps->num += lm;
-		ps->sop += sop;
-		ps->den += 1;
-		t->mb_scale[x->mb] = (float)(1.0 / (double)t->a->num_microbatches);
-		return t->dumping && t->dump.iters == 1 && x->mb == 0 ? mgt_model_outputs(m, slot, t->dump.logits, t->dump.loss)
-								      : MGT_OK;
+	if (trainer_bert(t)) account_bert(t, m, slot, x->mb, ps);
+	else {
+		/* the loss of the micro-batch is the sum over all its tokens (every context-parallel
+		 * rank's) divided by their count: each rank scales its part by the whole count, and the
+		 * gradients are summed over the context-parallel ranks (Megatron's loss_func with CP) */
+		double ntok = t->mb_tokens_full;
+		ps->num += lsum;
+		ps->den += mask_sum(t);
+		/* --calculate-per-token-loss: the loss sum, the gradients divided by the global batch's tokens later */
+		t->mb_scale[x->mb] = t->a->calculate_per_token_loss ? 1.0f
+					: (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)t->a->num_microbatches));
 	}
-	/* the loss of the micro-batch is the sum over all its tokens (every context-parallel rank's)
-	 * divided by their count: each rank scales its part by the whole count, and the gradients
-	 * are summed over the context-parallel ranks (Megatron's loss_func with CP) */
-	double ntok = t->mb_tokens_full;
-	ps->num += lsum;
-	ps->den += mask_sum(t);
-	/* --calculate-per-token-loss: the loss sum, the gradients divided by the global batch's tokens later */
-	t->mb_scale[x->mb] = t->a->calculate_per_token_loss ? 1.0f
-				: (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)t->a->num_microbatches));
 	if (t->dumping && t->dump.iters == 1 && x->mb == 0) st = mgt_model_outputs(m, slot, t->dump.logits, t->dump.loss);
 	if (!st && t->dumping && t->dump.iters == 1 && x->mb == 0 && t->n_moe) st = trainer_dump_moe(t, slot);
 	return st;
