@@ -10,7 +10,8 @@
  * D [b, H, s].  Scores S = (q . k) / sqrt(d), causal (key i' <= query i), or under the key padding
  * mask key_mask [T] (geom km: key i' of sequence j visible iff km[i'*b + j] != 0, for every query;
  * the kernels' template argument MASK, false for the causal ones).  Dropout element
- * (j, n, i, i') is Philox index ((j*heads_total + head0 + n)*s + i)*s + i'; it applies to the
+ * (j, n, i, i') is kept by mgt_attn_drop_word(key, j*heads_total + head0 + n, s, s, i, i') (lib/util;
+ * drop_mult, and drop_mult4 for the four elements one Philox call serves); it applies to the
  * probabilities after the softmax sums (the normalizer l uses the undropped values).
  *
  * Blocks (context parallelism, backend.h attn_blk_*).  The kernels compute one block of that
@@ -18,7 +19,7 @@
  * query slots of a fused qkv, against sk key rows at global positions koff.. read from a separate
  * key/value tensor with kvw slots per group (the key at slot kslot, the value after it); key k is
  * visible from query i iff koff + k <= qoff + i, i.e. k <= i + dlt with dlt = qoff - koff; lse and
- * D rows have stride ld_lse; the Philox index uses the global positions qoff + i and koff + k
+ * D rows have stride ld_lse; the dropout draw uses the global positions qoff + i and koff + k
  * with the full length s.  A row with no visible key gets out 0 and lse -inf.  The backward
  * writes (acc = 0) or adds into (acc = 1) dQ and dK/dV.  The whole-sequence attention is the
  * block sq = sk = s, qoff = koff = 0, ld_lse = s, with the key/value slots read from (and their
@@ -203,16 +204,45 @@ static __device__ __forceinline__ size_t vec_off(const geom &G, int j, int n)
 {
 	return ((size_t)j * G.H + n) * G.ld_lse;
 }
-/* Philox index of element (j, n, i, k) (block rows i and k) is (drop_row0 + i) * dsk + koff + k,
- * i.e. ((j*heads_total + head0 + n)*dsq + qoff + i)*dsk + koff + k (dsq = dsk = s but for
- * cross-attention). */
+/* Dropout of element (j, n, i, k) (block rows i and k): lib/util mgt_attn_drop_word's word for
+ * global positions (qoff + i, koff + k) of plane j*heads_total + head0 + n, whose rows start at
+ * drop_row0 = plane * dsq (dsq = dsk = s but for cross-attention). */
 static __device__ __forceinline__ uint64_t drop_row0(const geom &G, int j, int n)
 {
-	return ((uint64_t)j * G.heads_total + G.head0 + n) * (uint64_t)G.dsq + (uint64_t)G.qoff;
+	return ((uint64_t)j * G.heads_total + G.head0 + n) * (uint64_t)G.dsq;
+}
+/* The Philox counter of the four elements {q, q + 8} x {k, k + 8} (global positions, bit 3 of each clear). */
+static __device__ __forceinline__ uint64_t drop_ctr(const geom &G, uint64_t rb, unsigned q, unsigned k)
+{
+	return (rb + q) * (uint64_t)G.dsk + k;
 }
 static __device__ __forceinline__ float drop_mult(const geom &G, uint64_t rb, int i, int k)
 {
-	return mgt_dropout_mult(G.key, (rb + i) * (uint64_t)G.dsk + (uint64_t)(G.koff + k), G.p, G.ks);
+	const unsigned q = (unsigned)(G.qoff + i), kk = (unsigned)(G.koff + k);
+	uint32_t w[4];
+	mgt_philox4(G.key, drop_ctr(G, rb, q & ~8u, kk & ~8u), w);
+	const unsigned x = ((q >> 3) & 1u) * 2u + ((kk >> 3) & 1u);
+	return mgt_dropout_mult_w(x & 2u ? (x & 1u ? w[3] : w[2]) : (x & 1u ? w[1] : w[0]), G.p, G.ks);
+}
+/* The multipliers of the four elements (i, k), (i, k + 8), (i + 8, k), (i + 8, k + 8) (block rows
+ * and columns) into mu[0..3]: from one Philox call when the global positions of i and k have bit
+ * 3 clear (the tensor-core kernels' tiles start on multiples of 16 when qoff and koff do), else
+ * element by element. */
+static __device__ __forceinline__ void drop_mult4(const geom &G, uint64_t rb, int i, int k, float mu[4])
+{
+	const unsigned q = (unsigned)(G.qoff + i), kk = (unsigned)(G.koff + k);
+	if (((q | kk) & 8u) == 0) {
+		uint32_t w[4];
+		mgt_philox4(G.key, drop_ctr(G, rb, q, kk), w);
+#pragma unroll
+		for (int x = 0; x < 4; x++)
+			mu[x] = mgt_dropout_mult_w(w[x], G.p, G.ks);
+	} else {
+		mu[0] = drop_mult(G, rb, i, k);
+		mu[1] = drop_mult(G, rb, i, k + 8);
+		mu[2] = drop_mult(G, rb, i + 8, k);
+		mu[3] = drop_mult(G, rb, i + 8, k + 8);
+	}
 }
 /* The last key row visible from query row i (keys 0..last_key), -1 or less when none (also for
  * rows past sq). */

@@ -15,7 +15,11 @@
  * 2 (lane % 4) and the next (kernels/mma.cuh), so masking, the online softmax, dropout and dS
  * work on registers, a row's max and sum are two xor-shuffles within the 4 lanes of a quad, the
  * probabilities become the next product's A operand without leaving registers, and the output
- * rescaling by e^(m_old - m_new) is a multiply of the accumulators.
+ * rescaling by e^(m_old - m_new) is a multiply of the accumulators.  The exponentials are taken in
+ * base 2 with log2 e folded into the scale (exp2f: an FFMA and the ex2 unit an element, where expf
+ * spends about eight instructions); lse stays in natural-log units.  Dropout: a lane's four
+ * elements {i, i + 8} x {k, k + 8} (rows gid and gid + 8 of tiles 2m and 2m + 1) take their
+ * multipliers from one Philox call (attn.cuh drop_mult4), a quarter of the draws of one a element.
  *
  * Shared memory holds only the staged operand tiles, T [rows, DM + 8] (16-byte row pitch offset:
  * ldmatrix's eight row addresses fall in distinct banks), read with ldmatrix: A operands and
@@ -47,7 +51,7 @@
 
 namespace mgt_attn_mma {
 
-using mgt_attn::drop_mult;
+using mgt_attn::drop_mult4;
 using mgt_attn::drop_row0;
 using mgt_attn::geom;
 using mgt_attn::kv_off;
@@ -63,6 +67,10 @@ using mgt_attn_tc::to16;
 
 /* Blocks a multiprocessor, the kernels' __launch_bounds__ minimum (the register cap): head
  * dimensions up to 64 capped, 128 (twice the accumulators) not. */
+/* The softmax in base 2 (FlashAttention-2's exp2 with the scale folded): one FFMA and ex2 an
+ * element; lse is written and read in natural log units. */
+static constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+
 static constexpr int fwd_blocks(int DM) { return DM <= 64 ? 4 : 1; }
 static constexpr int bwd_blocks(int DM) { return DM <= 64 ? 3 : 1; }
 
@@ -266,6 +274,24 @@ static __device__ __forceinline__ float quad_max(float v)
 }
 
 /* ---- forward: grid (b*H, query tiles of 64), last tile first ---- */
+/* Dropout on a lane's score fragments s (rows i0, i0 + 8; columns kc + 8c, kc + 8c + 1): tiles 2m
+ * and 2m + 1 of column e take their four multipliers from one draw (drop_mult4). */
+template <int NK>
+static __device__ __forceinline__ void drop_frag(float (&s)[NK][4], const geom &G, uint64_t rb, int i0, int kc)
+{
+#pragma unroll
+	for (int m2 = 0; m2 < NK / 2; m2++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			float mu[4];
+			drop_mult4(G, rb, i0, kc + 16 * m2 + e, mu);
+			s[2 * m2][e] *= mu[0];
+			s[2 * m2 + 1][e] *= mu[1];
+			s[2 * m2][2 + e] *= mu[2];
+			s[2 * m2 + 1][2 + e] *= mu[3];
+		}
+}
+
 template <typename T, int DM, int MB = 1, bool MASK = false>
 __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float *lse, const T *q,
 						      const T *kvg, int vec, int async)
@@ -279,6 +305,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 	const int kend = mma_kend<MASK, BQ>(G, q0);
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
 	const uint64_t rb = drop_row0(G, j, n);
+	const float sl2 = G.scale * LOG2E; /* scores in log2 units: exp2 of them, m and mb too */
 	float o[ND][4], m[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
 #pragma unroll
 	for (int c = 0; c < ND; c++)
@@ -307,7 +334,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 				for (int e = 0; e < 2; e++) {
 					const int k = k0 + 8 * c + c0 + e;
 					const bool ok = rowok && sees<MASK>(G, vb, 2 * c + e, k, i[h]);
-					mx = fmaxf(mx, ok ? s[c][2 * h + e] * G.scale : -INFINITY);
+					mx = fmaxf(mx, ok ? s[c][2 * h + e] * sl2 : -INFINITY);
 				}
 			mx = quad_max(mx);
 			const float mnew = k0 == 0 ? mx : fmaxf(m[h], mx);
@@ -320,10 +347,8 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 					const int k = k0 + 8 * c + c0 + e;
 					float v = 0.0f;
 					if (rowok && sees<MASK>(G, vb, 2 * c + e, k, i[h])) {
-						v = expf(s[c][2 * h + e] * G.scale - mb);
+						v = exp2f(s[c][2 * h + e] * sl2 - mb);
 						sum += v;
-						if (G.p > 0.0f)
-							v *= drop_mult(G, rb, i[h], k);
 					}
 					s[c][2 * h + e] = v;
 				}
@@ -332,7 +357,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 			if (k0 == 0) {
 				l[h] = sum;
 			} else {
-				alpha = rowok ? expf(m[h] - mb) : 1.0f;
+				alpha = rowok ? exp2f(m[h] - mb) : 1.0f;
 				l[h] = l[h] * alpha + sum;
 			}
 			m[h] = mnew;
@@ -340,6 +365,8 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 			for (int c = 0; c < ND; c++)
 				o[c][2 * h] *= alpha, o[c][2 * h + 1] *= alpha;
 		}
+		if (G.p > 0.0f) /* dropout (l sums the undropped probabilities) */
+			drop_frag<NK>(s, G, rb, i[0], k0 + c0);
 		uint32_t pa[BK / 16][4];
 		pack_a<T, NK>(pa, s);
 		warp_accum<T, BK / 16, ND, LD>(o, pa, Vs); /* O += P V */
@@ -351,7 +378,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 		const float inv = MASK && !(l[h] > 0.0f) ? 0.0f : 1.0f / l[h]; /* no visible key: out 0 */
 		write_row<ND>(out + out_off(G, j, n) + (size_t)i[h] * G.ldo, o, h, inv, G.d, vec != 0);
 		if (c0 == 0)
-			lse[vec_off(G, j, n) + i[h]] = m[h] + logf(l[h]);
+			lse[vec_off(G, j, n) + i[h]] = (m[h] + log2f(l[h])) * LN2;
 	}
 }
 
@@ -372,6 +399,7 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, c
 	const int j = blockIdx.x / G.ng, g = blockIdx.x % G.ng, k0 = (int)blockIdx.y * BK;
 	const int kr[2] = {k0 + w * 16 + gid, k0 + w * 16 + gid + 8}; /* this lane's key rows */
 	bool kvis[2] = {false, false}; /* under MASK: the key rows' mask bytes */
+	const float sl2 = G.scale * LOG2E; /* P = 2^(s sl2 - lse log2 e) */
 #pragma unroll
 	for (int h = 0; h < 2; h++)
 		kvis[h] = MASK && kr[h] < G.sk && G.km[(size_t)kr[h] * G.b + j] != 0;
@@ -394,24 +422,30 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, c
 			float st[NQ][4], dpt[NQ][4];
 			warp_scores<T, NQ, DF, LD>(st, Ks, w * 16, Qs);
 			warp_scores<T, NQ, DF, LD>(dpt, Vs, w * 16, dOs);
-			/* Pd = P mu into st, dS = P (dP mu - D) into dpt; key kr[h], query q0 + 8c + c0 + e */
+			/* Pd = P mu into st, dS = P (dP mu - D) into dpt; key kr[h], query q0 + 8c + c0 + e;
+			 * the dropout multipliers of tiles 2m and 2m + 1 (queries i, i + 8) from one draw */
 #pragma unroll
-			for (int c = 0; c < NQ; c++)
+			for (int m2 = 0; m2 < NQ / 2; m2++)
 #pragma unroll
 				for (int e = 0; e < 2; e++) {
-					const int qc = 8 * c + c0 + e, i = q0 + qc;
-					const float li = Ls[qc], di = Ds[qc];
+					float mu[4] = {1.0f, 1.0f, 1.0f, 1.0f}; /* (i, kr0), (i, kr1), (i + 8, kr0), (i + 8, kr1) */
+					if (G.p > 0.0f)
+						drop_mult4(G, rb, q0 + 16 * m2 + c0 + e, kr[0], mu);
 #pragma unroll
-					for (int h = 0; h < 2; h++) {
-						float pd = 0.0f, ds = 0.0f;
-						if (i < G.sq && (MASK ? kvis[h] : kr[h] <= i + G.dlt)) {
-							const float P = expf(st[c][2 * h + e] * G.scale - li);
-							const float mu = G.p > 0.0f ? drop_mult(G, rb, i, kr[h]) : 1.0f;
-							pd = P * mu;
-							ds = P * (dpt[c][2 * h + e] * mu - di);
+					for (int x = 0; x < 2; x++) {
+						const int c = 2 * m2 + x, qc = 8 * c + c0 + e, i = q0 + qc;
+						const float li = Ls[qc] * LOG2E, di = Ds[qc];
+#pragma unroll
+						for (int h = 0; h < 2; h++) {
+							float pd = 0.0f, ds = 0.0f;
+							if (i < G.sq && (MASK ? kvis[h] : kr[h] <= i + G.dlt)) {
+								const float P = exp2f(st[c][2 * h + e] * sl2 - li);
+								pd = P * mu[2 * x + h];
+								ds = P * (dpt[c][2 * h + e] * mu[2 * x + h] - di);
+							}
+							st[c][2 * h + e] = pd;
+							dpt[c][2 * h + e] = ds;
 						}
-						st[c][2 * h + e] = pd;
-						dpt[c][2 * h + e] = ds;
 					}
 				}
 			uint32_t pa[BQ / 16][4], sa[BQ / 16][4];
@@ -449,6 +483,7 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, cons
 	const int kend = mma_kend<MASK, BQ>(G, q0);
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
 	const uint64_t rb = drop_row0(G, j, n);
+	const float sl2 = G.scale * LOG2E; /* P = 2^(s sl2 - lse log2 e) */
 	float acc[ND][4];
 #pragma unroll
 	for (int c = 0; c < ND; c++)
@@ -468,25 +503,30 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, cons
 		const uint32_t vb = MASK ? key_bits<NK>(G, j, k0, c0) : 0u;
 		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
 		warp_scores<T, NK, DF, LD>(dp, dOs, w * 16, Vs);
-		/* dS into s: query i[h], key k0 + 8c + c0 + e */
+		/* dS into s: query i[h], key k0 + 8c + c0 + e; the dropout multipliers of tiles 2m and
+		 * 2m + 1 (keys k, k + 8) from one draw */
+		const float li[2] = {Ls[w * 16 + gid] * LOG2E, Ls[w * 16 + gid + 8] * LOG2E};
+		const float di[2] = {Ds[w * 16 + gid], Ds[w * 16 + gid + 8]};
 #pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const bool rowok = i[h] < G.sq;
-			const float li = Ls[w * 16 + gid + 8 * h], di = Ds[w * 16 + gid + 8 * h];
+		for (int m2 = 0; m2 < NK / 2; m2++)
 #pragma unroll
-			for (int c = 0; c < NK; c++)
+			for (int e = 0; e < 2; e++) {
+				float mu[4] = {1.0f, 1.0f, 1.0f, 1.0f}; /* (i0, k), (i0, k + 8), (i1, k), (i1, k + 8) */
+				if (G.p > 0.0f)
+					drop_mult4(G, rb, i[0], k0 + 16 * m2 + c0 + e, mu);
 #pragma unroll
-				for (int e = 0; e < 2; e++) {
-					const int k = k0 + 8 * c + c0 + e;
-					float ds = 0.0f;
-					if (rowok && sees<MASK>(G, vb, 2 * c + e, k, i[h])) {
-						const float P = expf(s[c][2 * h + e] * G.scale - li);
-						const float mu = G.p > 0.0f ? drop_mult(G, rb, i[h], k) : 1.0f;
-						ds = P * (dp[c][2 * h + e] * mu - di);
+				for (int h = 0; h < 2; h++)
+#pragma unroll
+					for (int x = 0; x < 2; x++) {
+						const int c = 2 * m2 + x, k = k0 + 8 * c + c0 + e;
+						float ds = 0.0f;
+						if (i[h] < G.sq && sees<MASK>(G, vb, 2 * c + e, k, i[h])) {
+							const float P = exp2f(s[c][2 * h + e] * sl2 - li[h]);
+							ds = P * (dp[c][2 * h + e] * mu[2 * h + x] - di[h]);
+						}
+						s[c][2 * h + e] = ds;
 					}
-					s[c][2 * h + e] = ds;
-				}
-		}
+			}
 		uint32_t sa[BK / 16][4];
 		pack_a<T, NK>(sa, s);
 		warp_accum<T, BK / 16, ND, LD>(acc, sa, Ks); /* dQ += dS K */

@@ -21,8 +21,8 @@
  *  - Results are deterministic: the same inputs and thread count give the same bits (no atomics
  *    in reductions), which bitwise-exact resume relies on.
  *  - Dropout draws from Philox (mgt_philox in lib/util): element e of a dropout site keyed `key`
- *    is kept when mgt_u32_to_unit(philox(key, 0, e)[0]) >= p, and kept values are scaled by
- *    1/(1-p).  e is the element's index in the *global* (unsharded) tensor, so tensor or sequence
+ *    is kept when mgt_u32_to_unit(philox(key, 0, e)[0]) >= p (attention's probabilities: the word
+ *    mgt_attn_drop_word picks), and kept values are scaled by 1/(1-p).  e is the element's index in the *global* (unsharded) tensor, so tensor or sequence
  *    parallelism draws the same mask; ops take the offset of their local piece where it matters.
  *    p == 0 means no dropout and draws nothing.
  *
@@ -216,9 +216,11 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 * attn_bwd gives it and through it 0 gradients (no NaN anywhere). \
 	 * lse [b, ng*r, s] (written) holds the log-sum-exp of each softmax row (flash-attention style: \
 	 * the backward recomputes probabilities, nothing O(s^2) is stored).  Attention dropout p \
-	 * applies to the probabilities; element (j, n, i, i') uses Philox index \
-	 * ((j*heads_total + head0 + n)*s + i)*s + i' (with or without the mask), where head0 is the \
-	 * global index of local head 0 (tensor parallelism) and heads_total the global head count. \
+	 * applies to the probabilities; element (j, n, i, i') is kept by the Philox word \
+	 * mgt_attn_drop_word(key, j*heads_total + head0 + n, s, s, i, i') (lib/util: one counter serves \
+	 * the four elements {i, i + 8} x {i', i' + 8} of 16 x 16 squares; with or without the mask), \
+	 * where head0 is the global index of local head 0 (tensor parallelism) and heads_total the \
+	 * global head count. \
 	 * qkv and out hold elements of type t: fp32, or bf16/fp16 (the storage of a 16-bit training \
 	 * precision: qkv read as its fp32 values, out written rounded to nearest even); lse is fp32. \
 	 * Under a 16-bit precision the CUDA backend's tensor-core kernels read 16-bit qkv and write \
@@ -251,9 +253,9 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 *   scale = 1/sqrt(d), with q query head n of row i*b + j and k, v group n / r of row i'*b + j. \
 	 * key_mask [sk*b] uint8 in backend memory (1 = visible, as attn_fwd's), or NULL: every key \
 	 * visible.  A query with no visible key gets out 0 and lse -inf, and xattn_bwd gives it and \
-	 * through it 0 gradients (no NaN).  Dropout p on the probabilities: element (j, n, i, i') uses \
-	 * Philox index ((j*heads_total + head0 + n)*sq + i)*sk + i' (attn_fwd's scheme with the two \
-	 * lengths; head0, heads_total as there).  Types as attn_fwd's: q, kv and out of type t (fp32, \
+	 * through it 0 gradients (no NaN).  Dropout p on the probabilities: element (j, n, i, i') is \
+	 * kept by mgt_attn_drop_word(key, j*heads_total + head0 + n, sq, sk, i, i') (attn_fwd's scheme \
+	 * with the two lengths; head0, heads_total as there).  Types as attn_fwd's: q, kv and out of type t (fp32, \
 	 * or bf16/fp16 storage read as fp32, out written rounded to nearest even), fp32 softmax and \
 	 * accumulation; the CUDA backend runs its tensor-core kernels under a 16-bit precision where \
 	 * attn_fwd does.  Counts of 0 (sq, sk, b, ng, r, d) do nothing.  Writes out and lse. */ \
@@ -283,9 +285,9 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 *   kv   [sk*b, ng, 2, d]      per query group its key head then its value head \
 	 *   out  [sq*b, ng*r, d] \
 	 *   lse  element (j, n, i) at lse[(j*ng*r + n) * g->ld_lse + i]  (ld_lse >= sq) \
-	 * Dropout on the probabilities uses attn_fwd's Philox index with global positions: \
-	 * ((j*heads_total + head0 + n)*s + qoff + i)*s + koff + i', so that blocks covering a \
-	 * sequence draw exactly the mask the whole-sequence attn_fwd draws.  Ring attention \
+	 * Dropout on the probabilities uses attn_fwd's draw with global positions: \
+	 * mgt_attn_drop_word(key, j*heads_total + head0 + n, s, s, qoff + i, koff + i'), so that blocks \
+	 * covering a sequence draw exactly the mask the whole-sequence attn_fwd draws.  Ring attention \
 	 * (TransformerEngine's AttnFuncWithCPAndKVP2P) runs attn_blk_fwd on every visible block and \
 	 * merges the partial results with attn_blk_merge; the backward runs attn_blk_bwd on every \
 	 * visible block with the merged out and lse (Dao et al. 2022, algorithm 2: the probabilities \

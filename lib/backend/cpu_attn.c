@@ -105,23 +105,24 @@ static size_t out_off(const geom *g, int j, int n)
 /* Keys [0, kend) seen by some query of rows [i0, i1): kend <= 0 when none. */
 static int key_end(const geom *g, int i1) { return i1 + g->delta < g->sk ? i1 + g->delta : g->sk; }
 
-/* Dropout on a row of n <= CPU_AK probabilities: pr[c] *= keep(e0 + c) / (1 - p), and with mk
- * the 0/1 mask kept there. */
-CPU_INLINE void drop_row(float *pr, uint8_t *mk, int n, uint64_t key, uint64_t e0, float p, float ks)
+/* Dropout on a row of n <= CPU_AK probabilities of query row i against keys k0..k0+n-1 (block
+ * positions) of the score plane starting at rowbase: pr[c] *= keep / (1 - p) by the word
+ * mgt_attn_drop_word gives (global positions qoff + i, koff + k0 + c), and with mk the 0/1 mask
+ * kept there.  The row's 16-column blocks take 8 Philox counters each, two words of each used. */
+CPU_INLINE void drop_row(float *pr, uint8_t *mk, int n, const geom *G, uint64_t rowbase, int i, int k0, float ks)
 {
-	uint32_t w[CPU_AK];
-	mgt_cpu_philox_row(w, key, e0, n);
-	if (mk) {
-#pragma omp simd
-		for (int c = 0; c < n; c++) {
-			float keep = cpu_keep_w(w[c], p);
+	enum { NW2 = CPU_AK / 2 + 16 };
+	uint32_t wa[NW2], wb[NW2];
+	const uint64_t q = (uint64_t)(G->qoff + i);
+	const int kg = G->koff + k0, b0 = kg >> 4, nb = ((kg + n - 1) >> 4) - b0 + 1;
+	mgt_cpu_philox_pairs(wa, wb, G->key, (rowbase + (q & ~(uint64_t)8)) * (uint64_t)G->dsk + (uint64_t)b0 * 16,
+			     nb * 8, (int)(q >> 3) & 1);
+	for (int c = 0; c < n; c++) {
+		const int k = kg + c, t = ((k >> 4) - b0) * 8 + (k & 7);
+		const float keep = cpu_keep_w(k & 8 ? wb[t] : wa[t], G->p);
+		if (mk)
 			mk[c] = (uint8_t)keep;
-			pr[c] *= keep * ks;
-		}
-	} else {
-#pragma omp simd
-		for (int c = 0; c < n; c++)
-			pr[c] *= cpu_keep_w(w[c], p) * ks;
+		pr[c] *= keep * ks;
 	}
 }
 
@@ -132,11 +133,6 @@ static inline int causal_lim(const geom *g, int i, int k0, int kn)
 	return lim < 0 ? 0 : lim < kn ? lim : kn;
 }
 
-/* Philox index of element (row i, key k0) of the head whose rows start at rowbase. */
-static inline uint64_t drop_e0(const geom *g, uint64_t rowbase, int i, int k0)
-{
-	return (rowbase + (uint64_t)(g->qoff + i)) * (uint64_t)g->dsk + (uint64_t)(g->koff + k0);
-}
 
 /* The max of scores sr[0..lim) over the visible keys (vis NULL: all); -inf when none. */
 CPU_INLINE float row_max(const float *sr, const uint8_t *vis, int lim)
@@ -204,7 +200,7 @@ CPU_CLONES static void fwd_tile(const geom *G, float *S, const uint8_t *vis, int
 		}
 		mrun[rr] = mnew;
 		if (G->p > 0 && lim > 0)
-			drop_row(sr, NULL, lim, G->key, drop_e0(G, rowbase, i, k0), G->p, ks);
+			drop_row(sr, NULL, lim, G, rowbase, i, k0, ks);
 	}
 }
 
@@ -333,8 +329,7 @@ CPU_CLONES static void bwd_tile_p(const geom *G, float *A, float *B, uint8_t *mk
 			float *br = B + (size_t)rr * CPU_AK;
 			memcpy(br, ar, (size_t)kn * sizeof *br);
 			if (lim > 0)
-				drop_row(br, mk + (size_t)rr * CPU_AK, lim, G->key, drop_e0(G, rowbase, i, k0),
-					 G->p, ks);
+				drop_row(br, mk + (size_t)rr * CPU_AK, lim, G, rowbase, i, k0, ks);
 		}
 	}
 }

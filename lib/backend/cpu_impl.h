@@ -138,6 +138,10 @@ static inline __attribute__((always_inline)) float cpu_tanhf(float x)
 /* Word 0 of mgt_philox(key, 0, e0 + c) for c < n, into w (cpu_philox.c: AVX-512 or AVX2 when the
  * CPU has them).  Rows of dropout go through here in chunks of CPU_PH elements. */
 void mgt_cpu_philox_row(uint32_t *w, uint64_t key, uint64_t e0, int n);
+/* Words 2 hi and 2 hi + 1 of mgt_philox(key, 0, e0 + (t >> 3) * 16 + (t & 7)) into wa[t] and wb[t]
+ * for t < n: the attention dropout's counters (mgt_attn_drop_word) of the 16-column blocks from
+ * e0 on, for a query row with bit 3 equal to hi. */
+void mgt_cpu_philox_pairs(uint32_t *wa, uint32_t *wb, uint64_t key, uint64_t e0, int n, int hi);
 enum { CPU_PH = 256 };
 
 /* Dropout multiplier of a drawn word: 1 when kept (unit draw >= p), 0 when dropped. */

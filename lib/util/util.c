@@ -493,6 +493,13 @@ void mgt_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4])
 	out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
 
+uint32_t mgt_attn_drop_word(uint64_t key, uint64_t plane, uint64_t dsq, uint64_t dsk, uint64_t q, uint64_t k)
+{
+	uint32_t w[4];
+	mgt_philox(key, 0, (plane * dsq + (q & ~(uint64_t)8)) * dsk + (k & ~(uint64_t)8), w);
+	return w[((q >> 3) & 1) * 2 + ((k >> 3) & 1)];
+}
+
 float mgt_philox_normal(uint64_t key, uint64_t i)
 {
 	uint32_t w[4];

@@ -144,6 +144,15 @@ const char *mgt_fmt_count(char *buf, uint64_t v);
  * element's global index as the counter, which is what makes the parallel layout not change the
  * math (DESIGN.md section 3). */
 void mgt_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
+/* Attention dropout's Philox word for score element (q, k) of score plane `plane` (plane =
+ * sequence * heads_total + global head; q, k global query and key positions, q < dsq, k < dsk):
+ * one Philox call serves the four elements {q0, q0 + 8} x {k0, k0 + 8} with q0 = q & ~8 and
+ * k0 = k & ~8, word ((q >> 3) & 1) * 2 + ((k >> 3) & 1) of
+ * mgt_philox(key, 0, (plane * dsq + q0) * dsk + k0).  The GPU's tensor-core kernels hold exactly
+ * such four elements in one lane (rows gid, gid + 8 and columns c, c + 8 of two 8-column
+ * accumulator tiles, in S = Q K^T and in S^T alike), so each call's four words are all used where
+ * one word of four calls was. */
+uint32_t mgt_attn_drop_word(uint64_t key, uint64_t plane, uint64_t dsq, uint64_t dsk, uint64_t q, uint64_t k);
 /* Uniform float in [0, 1) with 24 random bits from one 32-bit Philox word: (w >> 8) * 2^-24. */
 static inline float mgt_u32_to_unit(uint32_t w) { return (float)(w >> 8) * (1.0f / 16777216.0f); }
 /* Standard normal for element index i of stream key: Box-Muller on the first two words of

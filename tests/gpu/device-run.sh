@@ -78,14 +78,28 @@ ops_step() {
 	step ops "$1" sh -c '"$1" >"$2/test_cuda_ops.txt" 2>&1; r=$?; grep "^not ok" "$2/test_cuda_ops.txt";
 		grep "^# total" "$2/test_cuda_ops.txt"; tail -1 "$2/test_cuda_ops.txt"; exit $r' sh "$TEST_CUDA_OPS" "$O"
 }
+# kjv_prep: KJV_PREFIX for check.sh's section 3 (tiny-gpt2 on KJV, cuda vs cpu): the bundled
+# KJV tokenized with GPT-2's BPE into /tmp when no dataset is named (a few seconds)
+kjv_prep() {
+	[ -z "${KJV_PREFIX:-}" ] || return 0
+	G=$ROOT/share/mgt/tokenizers/gpt2
+	mkdir -p /tmp/mgt-kjv
+	if [ "${DRY:-0}" != 1 ] && "$MGT_BIN/mgt-preprocess" --input "$ROOT/share/mgt/data/kjv.jsonl.zst" \
+		--output-prefix /tmp/mgt-kjv/kjv --tokenizer-type GPT2BPETokenizer --vocab-file "$G/vocab.json" \
+		--merge-file "$G/merges.txt" --append-eod --quiet; then
+		export KJV_PREFIX=/tmp/mgt-kjv/kjv_text_document
+	fi
+	echo "# KJV for check.sh: ${KJV_PREFIX:-none}"
+}
 all() {
 	begin all "${BUDGET:-520}"
 	info
-	ops_step 120
-	step bench 280 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=0}" \
+	ops_step 90
+	step bench 270 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=0}" \
 		sh tests/bench/gpu.sh
-	step profile 130 env PROFILE_TIMEOUT=65 sh tests/gpu/profile.sh "$O"
-	step train 150 env ITERS=30 SKIP_OPS=1 RUN_TIMEOUT=60 sh tests/gpu/check.sh
+	step profile 70 env PROFILE_TIMEOUT=35 sh tests/gpu/profile.sh "$O"
+	kjv_prep
+	step train 150 env ITERS="${ITERS:-30}" SKIP_OPS=1 RUN_TIMEOUT=60 sh tests/gpu/check.sh
 	echo "# device-run all done $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 }
 quick() {

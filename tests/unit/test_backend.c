@@ -212,6 +212,17 @@ static int keep_ref(uint64_t key, uint64_t e, float p)
 	return mgt_u32_to_unit(w[0]) >= p;
 }
 
+/* Attention dropout (backend.h attn_fwd): score element (q, k) of plane `plane` (global positions)
+ * is drawn from word 2 (q / 8 % 2) + k / 8 % 2 of the Philox counter of the element with q and k
+ * moved down 8 when q / 8 or k / 8 is odd. */
+static int keep_attn_ref(uint64_t key, uint64_t plane, uint64_t dsq, uint64_t dsk, uint64_t q, uint64_t k, float p)
+{
+	uint32_t w[4];
+	const uint64_t qb = q - 8 * (q / 8 % 2), kb = k - 8 * (k / 8 % 2);
+	mgt_philox(key, 0, (plane * dsq + qb) * dsk + kb, w);
+	return mgt_u32_to_unit(w[2 * (q / 8 % 2) + k / 8 % 2]) >= p;
+}
+
 /* ================= memory ================= */
 
 static void test_memory(void)
@@ -780,8 +791,8 @@ static void attn_ref(void *c_, double *out)
 				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2)) {
 					double w = pr[i2] / sum;
 					if (c->p > 0) {
-						uint64_t e = (((uint64_t)j * c->heads_total + c->head0 + n) * s + i) * s + i2;
-						w = keep_ref(c->key, e, c->p) ? w / (1 - (double)c->p) : 0;
+						const uint64_t pl = (uint64_t)j * c->heads_total + c->head0 + n;
+						w = keep_attn_ref(c->key, pl, s, s, i, i2, c->p) ? w / (1 - (double)c->p) : 0;
 					}
 					for (int x = 0; x < d; x++)
 						o[x] += w * v[i2 * ldq + x];
@@ -822,9 +833,9 @@ static void attn_ref_bwd(const attn_ctx *c, const float *dout, double *dqkv)
 				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2))
 					sum += pr[i2] = exp(pr[i2] - mx);
 				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2)) {
-					uint64_t e = (((uint64_t)j * c->heads_total + c->head0 + n) * s + i) * s + i2;
+					const uint64_t pl = (uint64_t)j * c->heads_total + c->head0 + n;
 					pr[i2] /= sum;
-					mk[i2] = c->p > 0 ? keep_ref(c->key, e, c->p) / (1 - (double)c->p) : 1;
+					mk[i2] = c->p > 0 ? keep_attn_ref(c->key, pl, s, s, i, i2, c->p) / (1 - (double)c->p) : 1;
 					double a = 0;
 					for (int x = 0; x < d; x++) {
 						a += go[x] * v[i2 * ldq + x];
@@ -1046,8 +1057,8 @@ static double xattn_drop(const xattn_ctx *c, int j, int n, int i, int i2)
 {
 	if (!(c->p > 0))
 		return 1;
-	const uint64_t e = (((uint64_t)j * c->heads_total + c->head0 + n) * c->sq + i) * c->sk + i2;
-	return keep_ref(c->key, e, c->p) / (1 - (double)c->p);
+	const uint64_t pl = (uint64_t)j * c->heads_total + c->head0 + n;
+	return keep_attn_ref(c->key, pl, c->sq, c->sk, i, i2, c->p) / (1 - (double)c->p);
 }
 
 /* The probabilities pr[sk] of query (j, n, i) in double (0 for masked keys); returns lse (-inf
