@@ -274,6 +274,121 @@ static __device__ __forceinline__ float quad_max(float v)
 }
 
 /* ---- forward: grid (b*H, query tiles of 64), last tile first ---- */
+/* One key tile of the forward's online softmax for the lane's rows i[h] (elements 2h, 2h + 1 of
+ * each tile), keys kc + 8c + e: the raw scores s become the unnormalized probabilities
+ * 2^(s sl2 - m) under the new running max m, l and the output accumulators o are rescaled.  CHK
+ * false: every score of the warp's tile is visible (no test an element). */
+template <bool CHK, bool MASK, int NK, int ND>
+static __device__ __forceinline__ void fwd_softmax(float (&s)[NK][4], float (&o)[ND][4], float (&m)[2], float (&l)[2],
+						   const geom &G, uint32_t vb, const int (&i)[2], int kc, bool first,
+						   float sl2)
+{
+#pragma unroll
+	for (int h = 0; h < 2; h++) {
+		const bool rowok = !CHK || i[h] < G.sq;
+		float mx = -INFINITY;
+#pragma unroll
+		for (int c = 0; c < NK; c++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				const bool ok = !CHK || (rowok && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h]));
+				mx = fmaxf(mx, ok ? s[c][2 * h + e] : -INFINITY);
+			}
+		mx = quad_max(mx) * sl2; /* sl2 > 0: the max of the scaled scores */
+		const float mnew = first ? mx : fmaxf(m[h], mx);
+		const float mb = mnew == -INFINITY ? 0.0f : mnew; /* rows past sq: nothing valid */
+		float sum = 0.0f;
+#pragma unroll
+		for (int c = 0; c < NK; c++)
+#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				float v = 0.0f;
+				if (!CHK || (rowok && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h]))) {
+					v = exp2f(s[c][2 * h + e] * sl2 - mb);
+					sum += v;
+				}
+				s[c][2 * h + e] = v;
+			}
+		sum = quad_sum(sum);
+		float alpha = 1.0f;
+		if (first) {
+			l[h] = sum;
+		} else {
+			alpha = rowok ? exp2f(m[h] - mb) : 1.0f;
+			l[h] = l[h] * alpha + sum;
+		}
+		m[h] = mnew;
+#pragma unroll
+		for (int c = 0; c < ND; c++)
+			o[c][2 * h] *= alpha, o[c][2 * h + 1] *= alpha;
+	}
+}
+
+/* dK/dV kernel, one query tile: Pd = P mu into st, dS = P (dP mu - D) into dpt for the lane's key
+ * rows kr[h] and queries qc + 8c + e (qc = q0 + c0; L, D the tile's lse and D rows from column c0
+ * on); the dropout multipliers of tiles 2m and 2m + 1 (queries i, i + 8) from one draw.  CHK false:
+ * every query of the tile sees every key row of the warp. */
+template <bool CHK, bool MASK, int NQ>
+static __device__ __forceinline__ void dkdv_scores(float (&st)[NQ][4], float (&dpt)[NQ][4], const geom &G,
+						   uint64_t rb, const bool (&kvis)[2], const int (&kr)[2], int qc,
+						   const float *L, const float *D, float sl2)
+{
+#pragma unroll
+	for (int m2 = 0; m2 < NQ / 2; m2++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			float mu[4] = {1.0f, 1.0f, 1.0f, 1.0f}; /* (i, kr0), (i, kr1), (i + 8, kr0), (i + 8, kr1) */
+			if (G.p > 0.0f)
+				drop_mult4(G, rb, qc + 16 * m2 + e, kr[0], mu);
+#pragma unroll
+			for (int x = 0; x < 2; x++) {
+				const int c = 2 * m2 + x, i = qc + 8 * c + e;
+				const float li = L[8 * c + e] * LOG2E, di = D[8 * c + e];
+#pragma unroll
+				for (int h = 0; h < 2; h++) {
+					float pd = 0.0f, ds = 0.0f;
+					if (!CHK || (i < G.sq && (MASK ? kvis[h] : kr[h] <= i + G.dlt))) {
+						const float P = exp2f(st[c][2 * h + e] * sl2 - li);
+						pd = P * mu[2 * x + h];
+						ds = P * (dpt[c][2 * h + e] * mu[2 * x + h] - di);
+					}
+					st[c][2 * h + e] = pd;
+					dpt[c][2 * h + e] = ds;
+				}
+			}
+		}
+}
+
+/* dQ kernel, one key tile: dS = P (dP mu - D) into s for the lane's query rows i[h] and keys
+ * kc + 8c + e (li in log2 units, di: the rows' lse and D); the dropout multipliers of tiles 2m and
+ * 2m + 1 (keys k, k + 8) from one draw.  CHK false: every score of the warp's tile is visible. */
+template <bool CHK, bool MASK, int NK>
+static __device__ __forceinline__ void dq_scores(float (&s)[NK][4], const float (&dp)[NK][4], const geom &G,
+						 uint64_t rb, uint32_t vb, const int (&i)[2], int kc, const float (&li)[2],
+						 const float (&di)[2], float sl2)
+{
+#pragma unroll
+	for (int m2 = 0; m2 < NK / 2; m2++)
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			float mu[4] = {1.0f, 1.0f, 1.0f, 1.0f}; /* (i0, k), (i0, k + 8), (i1, k), (i1, k + 8) */
+			if (G.p > 0.0f)
+				drop_mult4(G, rb, i[0], kc + 16 * m2 + e, mu);
+#pragma unroll
+			for (int h = 0; h < 2; h++)
+#pragma unroll
+				for (int x = 0; x < 2; x++) {
+					const int c = 2 * m2 + x;
+					float ds = 0.0f;
+					if (!CHK || (i[h] < G.sq && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h]))) {
+						const float P = exp2f(s[c][2 * h + e] * sl2 - li[h]);
+						ds = P * (dp[c][2 * h + e] * mu[2 * h + x] - di[h]);
+					}
+					s[c][2 * h + e] = ds;
+				}
+		}
+}
+
 /* Dropout on a lane's score fragments s (rows i0, i0 + 8; columns kc + 8c, kc + 8c + 1): tiles 2m
  * and 2m + 1 of column e take their four multipliers from one draw (drop_mult4). */
 template <int NK>
@@ -323,48 +438,12 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 		float s[NK][4];
 		const uint32_t vb = MASK ? key_bits<NK>(G, j, k0, c0) : 0u;
 		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
-		/* online softmax of rows i[h] (elements 2h, 2h+1 of each tile), key k0 + 8c + c0 + e */
-#pragma unroll
-		for (int h = 0; h < 2; h++) {
-			const bool rowok = i[h] < G.sq;
-			float mx = -INFINITY;
-#pragma unroll
-			for (int c = 0; c < NK; c++)
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					const int k = k0 + 8 * c + c0 + e;
-					const bool ok = rowok && sees<MASK>(G, vb, 2 * c + e, k, i[h]);
-					mx = fmaxf(mx, ok ? s[c][2 * h + e] * sl2 : -INFINITY);
-				}
-			mx = quad_max(mx);
-			const float mnew = k0 == 0 ? mx : fmaxf(m[h], mx);
-			const float mb = mnew == -INFINITY ? 0.0f : mnew; /* rows past sq: nothing valid */
-			float sum = 0.0f;
-#pragma unroll
-			for (int c = 0; c < NK; c++)
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					const int k = k0 + 8 * c + c0 + e;
-					float v = 0.0f;
-					if (rowok && sees<MASK>(G, vb, 2 * c + e, k, i[h])) {
-						v = exp2f(s[c][2 * h + e] * sl2 - mb);
-						sum += v;
-					}
-					s[c][2 * h + e] = v;
-				}
-			sum = quad_sum(sum);
-			float alpha = 1.0f;
-			if (k0 == 0) {
-				l[h] = sum;
-			} else {
-				alpha = rowok ? exp2f(m[h] - mb) : 1.0f;
-				l[h] = l[h] * alpha + sum;
-			}
-			m[h] = mnew;
-#pragma unroll
-			for (int c = 0; c < ND; c++)
-				o[c][2 * h] *= alpha, o[c][2 * h + 1] *= alpha;
-		}
+		/* the online softmax; the warp's tile is checked element by element only where some of
+		 * its scores are masked (the diagonal, past sq or sk, a key mask) */
+		if (!MASK && k0 + BK - 1 <= q0 + w * 16 + G.dlt && k0 + BK <= G.sk && q0 + w * 16 + 16 <= G.sq)
+			fwd_softmax<false, MASK>(s, o, m, l, G, vb, i, k0 + c0, k0 == 0, sl2);
+		else
+			fwd_softmax<true, MASK>(s, o, m, l, G, vb, i, k0 + c0, k0 == 0, sl2);
 		if (G.p > 0.0f) /* dropout (l sums the undropped probabilities) */
 			drop_frag<NK>(s, G, rb, i[0], k0 + c0);
 		uint32_t pa[BK / 16][4];
@@ -422,32 +501,10 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, c
 			float st[NQ][4], dpt[NQ][4];
 			warp_scores<T, NQ, DF, LD>(st, Ks, w * 16, Qs);
 			warp_scores<T, NQ, DF, LD>(dpt, Vs, w * 16, dOs);
-			/* Pd = P mu into st, dS = P (dP mu - D) into dpt; key kr[h], query q0 + 8c + c0 + e;
-			 * the dropout multipliers of tiles 2m and 2m + 1 (queries i, i + 8) from one draw */
-#pragma unroll
-			for (int m2 = 0; m2 < NQ / 2; m2++)
-#pragma unroll
-				for (int e = 0; e < 2; e++) {
-					float mu[4] = {1.0f, 1.0f, 1.0f, 1.0f}; /* (i, kr0), (i, kr1), (i + 8, kr0), (i + 8, kr1) */
-					if (G.p > 0.0f)
-						drop_mult4(G, rb, q0 + 16 * m2 + c0 + e, kr[0], mu);
-#pragma unroll
-					for (int x = 0; x < 2; x++) {
-						const int c = 2 * m2 + x, qc = 8 * c + c0 + e, i = q0 + qc;
-						const float li = Ls[qc] * LOG2E, di = Ds[qc];
-#pragma unroll
-						for (int h = 0; h < 2; h++) {
-							float pd = 0.0f, ds = 0.0f;
-							if (i < G.sq && (MASK ? kvis[h] : kr[h] <= i + G.dlt)) {
-								const float P = exp2f(st[c][2 * h + e] * sl2 - li);
-								pd = P * mu[2 * x + h];
-								ds = P * (dpt[c][2 * h + e] * mu[2 * x + h] - di);
-							}
-							st[c][2 * h + e] = pd;
-							dpt[c][2 * h + e] = ds;
-						}
-					}
-				}
+			if (!MASK && k0 + w * 16 + 15 <= q0 + G.dlt && q0 + BQ <= G.sq) /* every query sees every key */
+				dkdv_scores<false, MASK>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, sl2);
+			else
+				dkdv_scores<true, MASK>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, sl2);
 			uint32_t pa[BQ / 16][4], sa[BQ / 16][4];
 			pack_a<T, NQ>(pa, st);
 			pack_a<T, NQ>(sa, dpt);
@@ -503,30 +560,12 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, cons
 		const uint32_t vb = MASK ? key_bits<NK>(G, j, k0, c0) : 0u;
 		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
 		warp_scores<T, NK, DF, LD>(dp, dOs, w * 16, Vs);
-		/* dS into s: query i[h], key k0 + 8c + c0 + e; the dropout multipliers of tiles 2m and
-		 * 2m + 1 (keys k, k + 8) from one draw */
 		const float li[2] = {Ls[w * 16 + gid] * LOG2E, Ls[w * 16 + gid + 8] * LOG2E};
 		const float di[2] = {Ds[w * 16 + gid], Ds[w * 16 + gid + 8]};
-#pragma unroll
-		for (int m2 = 0; m2 < NK / 2; m2++)
-#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				float mu[4] = {1.0f, 1.0f, 1.0f, 1.0f}; /* (i0, k), (i0, k + 8), (i1, k), (i1, k + 8) */
-				if (G.p > 0.0f)
-					drop_mult4(G, rb, i[0], k0 + 16 * m2 + c0 + e, mu);
-#pragma unroll
-				for (int h = 0; h < 2; h++)
-#pragma unroll
-					for (int x = 0; x < 2; x++) {
-						const int c = 2 * m2 + x, k = k0 + 8 * c + c0 + e;
-						float ds = 0.0f;
-						if (i[h] < G.sq && sees<MASK>(G, vb, 2 * c + e, k, i[h])) {
-							const float P = exp2f(s[c][2 * h + e] * sl2 - li[h]);
-							ds = P * (dp[c][2 * h + e] * mu[2 * h + x] - di[h]);
-						}
-						s[c][2 * h + e] = ds;
-					}
-			}
+		if (!MASK && k0 + BK - 1 <= q0 + w * 16 + G.dlt && k0 + BK <= G.sk && q0 + w * 16 + 16 <= G.sq)
+			dq_scores<false, MASK>(s, dp, G, rb, vb, i, k0 + c0, li, di, sl2);
+		else
+			dq_scores<true, MASK>(s, dp, G, rb, vb, i, k0 + c0, li, di, sl2);
 		uint32_t sa[BK / 16][4];
 		pack_a<T, NK>(sa, s);
 		warp_accum<T, BK / 16, ND, LD>(acc, sa, Ks); /* dQ += dS K */

@@ -1275,6 +1275,8 @@ static void t_attn_tc_shapes(bool small)
 	for (mgt_precision pr = MGT_PREC_BF16; pr <= MGT_PREC_FP16; pr++) {
 		t_attn_prec(pr, small ? 50 : 1000, 1, 1, 4, 48, 0.1f, 2, 8, 1.5, false); /* d 48: padded to 64 */
 		t_attn_prec(pr, small ? 70 : 257, 2, 2, 2, 64, 0.0f, 0, 4, 1.5, false);
+		if (small) /* tiles wholly below the diagonal (the kernels' unchecked softmax), with dropout */
+			t_attn_prec(pr, 200, 1, 1, 2, 64, 0.1f, 0, 2, 1.5, false);
 		t_attn_prec(pr, small ? 77 : 1000, 1, 1, 4, 32, 0.1f, 2, 8, 1.5, false);
 		t_attn_prec(pr, small ? 63 : 130, 2, 1, 3, 128, 0.1f, 3, 12, 1.5, false);
 		t_attn_prec(pr, small ? 33 : 128, 1, 2, 1, 16, 0.0f, 0, 2, 1.5, false);
