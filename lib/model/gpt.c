@@ -152,6 +152,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	for (int l = 0; !st && l < m->n_layers; l++) {
 		layer_act *a = &sa->la[l];
 		unsigned own = la_own(m, l);
+		if (m->t5) mgt_t5_dims(m, l < m->n_layers / 2 ? T5_ENC : T5_DEC); /* the layer's stack */
 		st = alloc_layer(m, l, a, own);
 		if (own == LA_ALL) continue;
 		int g0 = l, g1;
@@ -160,6 +161,8 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 		for (int k = 0; k < LA_N; k++)
 			if (!(own & LA_BIT(k))) *la_buf(a, k) = *la_buf((layer_act *)s, k);
 	}
+	if (m->t5) mgt_t5_dims(m, T5_DEC); /* the head's and the labels' */
+	if (m->t5) T = (size_t)m->T, Th = (size_t)m->Th;
 	sa->res_out = AT(Th * h, m->res_t);
 	if (m->last) {
 		sa->lnf = AT(T * h, m->act_t); sa->meanf = AF(Th); sa->rstdf = AF(Th);
@@ -167,7 +170,8 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 		sa->mx = AF(T); sa->sumexp = AF(T); sa->tgt = AF(T); sa->loss = AF(T);
 	}
 	sa->mask = AF(T);
-	sa->tokens = (int32_t *)AF(T); sa->labels = (int32_t *)AF(T); sa->pos = (int32_t *)AF(T);
+	sa->labels = (int32_t *)AF(T);
+	if (!m->t5) sa->tokens = (int32_t *)AF(T), sa->pos = (int32_t *)AF(T); /* T5: the stacks' own (t5.c) */
 	if (mgt_model_is_bert(&m->c)) {
 		sa->kmask = (uint8_t *)mgt_model_balloc(m, T, &m->act_bytes, &st);
 		if (m->c.bert_binary_head) sa->types = (int32_t *)AF(T);
@@ -178,8 +182,9 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 static mgt_status alloc_activations(mgt_model *m)
 {
 	mgt_status st = alloc_recompute(m);
-	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h;
 	if (st) return st;
+	if (m->t5) mgt_t5_dims(m, T5_MAX); /* the shared scratch serves both stacks */
+	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h;
 	if (!(m->sa = mgt_malloc((size_t)m->L.slots * sizeof *m->sa))) return MGT_ERR_NOMEM;
 	memset(m->sa, 0, (size_t)m->L.slots * sizeof *m->sa);
 	for (int k = 0; !st && k < m->L.slots; k++) st = alloc_slot(m, &m->sa[k]);
@@ -196,6 +201,8 @@ static mgt_status alloc_activations(mgt_model *m)
 	if (!st) st = mgt_model_fp8_alloc(m);
 	if (!st) st = mgt_bert_alloc(m);
 	if (!st && mgt_model_is_bert(&m->c) && !m->dry && !(m->kmask_h = mgt_malloc((size_t)m->T))) st = MGT_ERR_NOMEM;
+	if (!st) st = mgt_t5_alloc(m);
+	if (m->t5) mgt_t5_dims(m, T5_DEC);
 	return st ? st : mgt_moe_alloc(m);
 }
 
@@ -249,16 +256,14 @@ static void set_dims(mgt_model *m)
 	m->rope = !strcmp(c->position_embedding_type, "rope");
 	m->rot_dim = m->rope ? (int)(m->d * c->rotary_percent) : 0;
 	m->qkln = c->qk_layernorm;
-	/* BERT: Megatron's bias-GELU fusion (on by default with biases) is the tanh approximation */
-	bool tanh = c->openai_gelu || (mgt_model_is_bert(c) && c->add_bias_linear && !c->no_bias_gelu_fusion);
+	/* BERT and T5: Megatron's bias-GELU fusion (on by default with biases) is the tanh approximation */
+	bool tanh = c->openai_gelu ||
+		    ((mgt_model_is_bert(c) || mgt_model_is_t5(c)) && c->add_bias_linear && !c->no_bias_gelu_fusion);
 	m->act = c->swiglu ? MGT_ACT_SWIGLU : tanh ? MGT_ACT_GELU_TANH : MGT_ACT_GELU;
 }
 
 static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps)
 {
-	if (mgt_model_is_t5(c))
-		return mgt_err(MGT_ERR_USAGE, "a T5 model (the encoder-decoder) has a tensor table but no forward yet in this "
-			       "version of mgt");
 	if (ps->cp > 1 && c->seq_length % (2 * ps->cp))
 		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld is not divisible by 2 x --context-parallel-size %d "
 			       "(each sequence is cut into 2 x CP chunks)", (long long)c->seq_length, ps->cp);
@@ -335,6 +340,7 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	if (!st) st = mgt_tensor_table_layout(&m->tt, L->dp, L->distributed_optimizer, L->bucket_size, shared);
 	if (!st) st = index_roles(m);
 	if (!st) st = mgt_moe_setup(m);
+	if (!st) st = mgt_t5_setup(m);
 	if (!st) st = fp8_check(m);
 	m->act_t = mgt_precision_dtype(L->precision);
 	m->fc1_t = m->act_t;
@@ -460,9 +466,11 @@ void mgt_model_free(mgt_model *m)
 	if (!m) return;
 	mgt_backend *be = m->be;
 	for (int k = 0; m->sa && k < m->L.slots; k++) {
+		if (m->t5) m->sa[k].tokens = NULL, m->sa[k].pos = NULL, m->sa[k].kmask = NULL; /* t5.c's */
 		if (m->dry) free(m->sa[k].la);
 		else free_slot(m, &m->sa[k]);
 	}
+	mgt_t5_free(m);
 	free(m->sa);
 	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
 	free(m->rc);
@@ -525,7 +533,7 @@ void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, i
 }
 
 /* Key of dropout site `site` of layer l (l = -1: embedding). */
-static uint64_t site_key(const mgt_model *m, int l, int site)
+uint64_t mgt_gpt_site_key(const mgt_model *m, int l, int site)
 {
 	return m->drop_key + (uint64_t)(l + 1) * 0x9E3779B97F4A7C15ull + (uint64_t)site * 0xC2B2AE3D27D4EB4Full;
 }
@@ -547,7 +555,7 @@ static mgt_status tp_allreduce(mgt_model *m, float *x, size_t n, mgt_redop op)
 /* Sum the partial [T, h] results in `full` (elements of type t; a 16-bit type sums in 16 bits, as
  * Megatron's bf16 all-reduce and reduce-scatter do) over TP: all-reduce in place (*out = full)
  * or, under sequence parallelism, reduce-scatter this rank's rows into dloc (*out = dloc). */
-static mgt_status tp_reduce(mgt_model *m, void *full, mgt_elem_type t, void **out)
+mgt_status mgt_gpt_tp_reduce(mgt_model *m, void *full, mgt_elem_type t, void **out)
 {
 	size_t n = (size_t)m->Th * (size_t)m->h;
 	mgt_comm *c = m->ps->tp_comm;
@@ -614,7 +622,7 @@ static void bda_bwd_rows(mgt_model *m, void *dy, mgt_elem_type dyt, float *db, f
 	}
 }
 
-static mgt_status embed_fwd(mgt_model *m, bool train)
+mgt_status mgt_gpt_embed_fwd(mgt_model *m, bool train, void *x0, uint64_t key)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB], *pe = m->glob[MGT_T_POS_EMB];
@@ -622,19 +630,18 @@ static mgt_status embed_fwd(mgt_model *m, bool train)
 	int T = m->T, Th = m->Th, h = (int)m->h;
 	void *x;
 	o->embedding_fwd(m->be, m->emb, sa->tokens, P(m, we), we->local_offset[0], we->local_shape[0], T, h, false);
-	mgt_status st = tp_reduce(m, m->emb, MGT_DT_F32, &x);
+	mgt_status st = mgt_gpt_tp_reduce(m, m->emb, MGT_DT_F32, &x);
 	if (st) return st;
 	if (pe) o->embedding_fwd(m->be, x, sa->pos + m->r0, P(m, pe), 0, pe->shape[0], Th, h, true);
 	const mgt_tensor *te = m->glob[MGT_T_TOKTYPE_EMB];
 	if (te) o->embedding_fwd(m->be, x, sa->types + m->r0, P(m, te), 0, 2, Th, h, true);
-	void *x0 = m->n_layers ? (void *)sa->la[0].x_in : (void *)sa->res_out;
-	bda_fwd_rows(m, x0, NULL, x, MGT_DT_F32, NULL, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
+	bda_fwd_rows(m, x0, NULL, x, MGT_DT_F32, NULL, drop(m, train, m->c.hidden_dropout), key);
 	return MGT_OK;
 }
 
 /* The norm of this rank's residual rows x (of res_t) into full [T, h] of type t (gathered over TP
  * under SP). */
-static mgt_status norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *mean, float *rstd, const void *x,
+mgt_status mgt_gpt_norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *mean, float *rstd, const void *x,
 			      const mgt_tensor *w, const mgt_tensor *b)
 {
 	void *out = norm_out(m, full);
@@ -644,11 +651,11 @@ static mgt_status norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *
 }
 
 /* out = resid + dropout(reduce_TP(dtmp_h) + bias): the row-parallel output (of type yt) and its bda. */
-static mgt_status reduce_bda(mgt_model *m, void *out, const void *resid, const mgt_tensor *bias, bool train,
+mgt_status mgt_gpt_reduce_bda(mgt_model *m, void *out, const void *resid, const mgt_tensor *bias, bool train,
 			     uint64_t key, mgt_elem_type yt)
 {
 	void *y;
-	mgt_status st = tp_reduce(m, m->dtmp_h, yt, &y);
+	mgt_status st = mgt_gpt_tp_reduce(m, m->dtmp_h, yt, &y);
 	if (st) return st;
 	bda_fwd_rows(m, out, resid, y, yt, P(m, bias), drop(m, train, m->c.hidden_dropout), key);
 	return MGT_OK;
@@ -661,9 +668,9 @@ static mgt_status core_attn_fwd(mgt_model *m, int li, bool train)
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer;
 	float p = drop(m, train, m->c.attention_dropout);
-	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, site_key(m, l, 1));
+	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, mgt_gpt_site_key(m, l, 1));
 	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->act_t, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d, p,
-			     site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads, m->cur->kmask);
+			     mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads, m->cur->kmask);
 	return MGT_OK;
 }
 
@@ -696,7 +703,7 @@ static void *norm_dst(mgt_model *m, int li, void *buf, mgt_elem_type *t)
 	return f8 ? mgt_model_fp8_norm_out(m) : buf;
 }
 
-static mgt_status attn_fwd(mgt_model *m, int li, bool train)
+mgt_status mgt_gpt_attn_fwd(mgt_model *m, int li, bool train, void *out)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
@@ -704,7 +711,7 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	mgt_elem_type lt;
 	void *ln = norm_dst(m, li, a->ln1, &lt);
-	mgt_status st = norm_gather(m, ln, lt, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
+	mgt_status st = mgt_gpt_norm_gather(m, ln, lt, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
 	if (!st)
 		st = lin_fwd(m, li, 0, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->act_t, ln, lt,
 			     T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), h, (int)m->qkv_l);
@@ -726,21 +733,21 @@ static mgt_status attn_fwd(mgt_model *m, int li, bool train)
 		st = lin_fwd(m, li, 1, m->dtmp_h, m->act_t, a->ctx, m->act_t, T_(m, l, MGT_T_PROJ_W), NULL,
 			     (int)(m->nq_l * m->d), h);
 	if (st) return st;
-	return reduce_bda(m, a->x_mid, a->x_in, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
+	return mgt_gpt_reduce_bda(m, out, a->x_in, T_(m, l, MGT_T_PROJ_B), train, mgt_gpt_site_key(m, l, 2), m->act_t);
 }
 
-static mgt_status mlp_fwd(mgt_model *m, int li, bool train, void *out)
+mgt_status mgt_gpt_mlp_fwd(mgt_model *m, int li, bool train, void *out)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	mgt_elem_type lt;
 	void *ln = norm_dst(m, li, a->ln2, &lt);
-	mgt_status st = norm_gather(m, ln, lt, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
+	mgt_status st = mgt_gpt_norm_gather(m, ln, lt, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B));
 	if (st) return st;
 	if (mgt_moe_layer(m, li)) {
 		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
-		return reduce_bda(m, out, a->x_mid, NULL, train, site_key(m, l, 3), m->act_t);
+		return mgt_gpt_reduce_bda(m, out, a->x_mid, NULL, train, mgt_gpt_site_key(m, l, 3), m->act_t);
 	}
 	if ((st = lin_fwd(m, li, 2, a->fc1, m->fc1_t, ln, lt, T_(m, l, MGT_T_FC1_W), NULL, h, (int)m->fc1_l))) return st;
 	/* an fp8 layer keeps fc2's input as its cast bytes only: the activation goes through dact's
@@ -750,7 +757,7 @@ static mgt_status mlp_fwd(mgt_model *m, int li, bool train, void *out)
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
 	if ((st = lin_fwd(m, li, 3, m->dtmp_h, m->act_t, act, m->act_t, T_(m, l, MGT_T_FC2_W), NULL, (int)m->ffn_l, h)))
 		return st;
-	return reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3), m->act_t);
+	return mgt_gpt_reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, mgt_gpt_site_key(m, l, 3), m->act_t);
 }
 
 const mgt_tensor *mgt_model_output_weight(const mgt_model *m)
@@ -778,16 +785,16 @@ mgt_status mgt_model_xent(mgt_model *m, double *sum)
 	return MGT_OK;
 }
 
-static mgt_status head_fwd(mgt_model *m, bool train, double *loss_sum)
+mgt_status mgt_gpt_head_fwd(mgt_model *m, bool train, double *loss_sum)
 {
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
-	mgt_status st = norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
+	mgt_status st = mgt_gpt_norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
 				    m->glob[MGT_T_FINAL_LN_B]);
 	if (st) return st;
 	if (m->bert) return mgt_bert_head_fwd(m, sa->lnf, train, loss_sum);
 	m->be->ops->linear_fwd(m->be, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, mgt_model_output_weight(m)), WT(m),
-			       NULL, T, h, V);
+			       P(m, m->glob[MGT_T_OUTPUT_B]), T, h, V); /* T5's vocabulary bias (NULL for GPT) */
 	return mgt_model_xent(m, loss_sum);
 }
 
@@ -800,8 +807,14 @@ static mgt_status head_fwd(mgt_model *m, bool train, double *loss_sum)
 static mgt_status reduce_norm_bwd_plus(mgt_model *m, const void *x, const mgt_tensor *w, const mgt_tensor *b,
 				       const float *mean, const float *rstd, const void *extra)
 {
+	return mgt_gpt_reduce_norm_bwd_src(m, m->dtmp_h, x, w, b, mean, rstd, extra);
+}
+
+mgt_status mgt_gpt_reduce_norm_bwd_src(mgt_model *m, void *src, const void *x, const mgt_tensor *w, const mgt_tensor *b,
+				       const float *mean, const float *rstd, const void *extra)
+{
 	void *dy;
-	mgt_status st = tp_reduce(m, m->dtmp_h, m->act_t, &dy);
+	mgt_status st = mgt_gpt_tp_reduce(m, src, m->act_t, &dy);
 	if (st) return st;
 	if (extra) m->be->ops->add(m->be, dy, extra, m->act_t, (size_t)m->Th * (size_t)m->h);
 	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, m->act_t, x, m->res_t, NW(m, w), mean, rstd,
@@ -818,7 +831,7 @@ static mgt_status reduce_norm_bwd(mgt_model *m, const void *x, const mgt_tensor 
 
 /* dtmp_h [T, h] (of type t) = the gradient of a row-parallel output (before its bda), gathered
  * under SP. */
-static mgt_status bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool train, uint64_t key, mgt_elem_type t)
+mgt_status mgt_gpt_bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool train, uint64_t key, mgt_elem_type t)
 {
 	void *part = grad_part(m);
 	bda_bwd_rows(m, part, t, G(m, bias), drop(m, train, m->c.hidden_dropout), key);
@@ -841,7 +854,7 @@ static mgt_status bert_head_bwd(mgt_model *m, float scale)
 	return MGT_OK;
 }
 
-static mgt_status head_bwd(mgt_model *m, float scale)
+mgt_status mgt_gpt_head_bwd(mgt_model *m, float scale)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
@@ -849,19 +862,19 @@ static mgt_status head_bwd(mgt_model *m, float scale)
 	const mgt_tensor *w = mgt_model_output_weight(m);
 	if (m->bert) return bert_head_bwd(m, scale);
 	o->xent_bwd(m->be, sa->logits, sa->logits, m->act_t, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
-	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, w), NULL, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, w), WT(m),
-		      T, h, V);
+	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, w), G(m, m->glob[MGT_T_OUTPUT_B]), sa->logits, m->act_t, sa->lnf,
+		      m->act_t, W(m, w), WT(m), T, h, V);
 	o->zero(m->be, m->dres, (size_t)m->Th * (size_t)h * mgt_elem_size(m->res_t));
 	return reduce_norm_bwd(m, sa->res_out, m->glob[MGT_T_FINAL_LN_W], m->glob[MGT_T_FINAL_LN_B], sa->meanf, sa->rstdf);
 }
 
-static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
+mgt_status mgt_gpt_mlp_bwd(mgt_model *m, int li, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	const bool moe = mgt_moe_layer(m, li);
-	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, site_key(m, l, 3), m->act_t);
+	mgt_status st = mgt_gpt_bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, mgt_gpt_site_key(m, l, 3), m->act_t);
 	if (st) return st;
 	if (moe) {
 		void *dxl;
@@ -880,21 +893,21 @@ static mgt_status mlp_bwd(mgt_model *m, int li, bool train)
 	return reduce_norm_bwd(m, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2);
 }
 
-static mgt_status attn_bwd(mgt_model *m, int li, bool train)
+mgt_status mgt_gpt_attn_bwd(mgt_model *m, int li, bool train)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
 	layer_act *a = &sa->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
-	mgt_status st = bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, site_key(m, l, 2), m->act_t);
+	mgt_status st = mgt_gpt_bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, mgt_gpt_site_key(m, l, 2), m->act_t);
 	if (st) return st;
 	if ((st = lin_bwd(m, li, 1, m->dctx, m->act_t, T_(m, l, MGT_T_PROJ_W), NULL, m->dtmp_h, m->act_t, a->ctx, m->act_t,
 			  nd, h)))
 		return st;
 	float p = drop(m, train, m->c.attention_dropout);
-	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->act_t, p, site_key(m, l, 1));
+	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->act_t, p, mgt_gpt_site_key(m, l, 1));
 	else o->attn_bwd(m->be, m->dbig, m->dctx, m->act_t, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
-			 (int)m->r, (int)m->d, p, site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
+			 (int)m->r, (int)m->d, p, mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
 			 (int)m->c.num_attention_heads, m->cur->kmask);
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
@@ -911,14 +924,14 @@ static mgt_status attn_bwd(mgt_model *m, int li, bool train)
 	return reduce_norm_bwd(m, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1);
 }
 
-static mgt_status embed_bwd(mgt_model *m, bool train)
+mgt_status mgt_gpt_embed_bwd(mgt_model *m, bool train, uint64_t key)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB], *pe = m->glob[MGT_T_POS_EMB];
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h;
 	void *part = grad_part(m);
-	bda_bwd_rows(m, part, m->act_t, NULL, drop(m, train, m->c.hidden_dropout), site_key(m, -1, 0));
+	bda_bwd_rows(m, part, m->act_t, NULL, drop(m, train, m->c.hidden_dropout), key);
 	if (pe) o->embedding_bwd(m->be, G(m, pe), part, m->act_t, sa->pos + m->r0, 0, pe->shape[0], m->Th, h);
 	const mgt_tensor *te = m->glob[MGT_T_TOKTYPE_EMB];
 	if (te) o->embedding_bwd(m->be, G(m, te), part, m->act_t, sa->types + m->r0, 0, 2, m->Th, h);
@@ -938,6 +951,7 @@ static mgt_status upload_kmask(mgt_model *m, const int64_t *padding_mask)
 
 static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 {
+	if (m->t5) return mgt_t5_upload(m, mb);
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
 	size_t n = (size_t)m->T * 4;
@@ -973,14 +987,17 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 	if (st) return st;
 	mgt_model_lp_refresh(m);
 	m->drop_key = m->cur->drop_key = m->next_key;
-	if (m->first) st = embed_fwd(m, train);
-	for (int li = 0; !st && li < m->n_layers; li++) {
+	if (m->t5) st = mgt_t5_forward(m, train); /* the encoder, then the decoder's layers */
+	else if (m->first)
+		st = mgt_gpt_embed_fwd(m, train, m->n_layers ? (void *)m->cur->la[0].x_in : (void *)m->cur->res_out,
+				       mgt_gpt_site_key(m, -1, 0));
+	for (int li = 0; !st && !m->t5 && li < m->n_layers; li++) {
 		void *out = li + 1 < m->n_layers ? (void *)m->cur->la[li + 1].x_in : (void *)m->cur->res_out;
-		st = attn_fwd(m, li, train);
-		if (!st) st = mlp_fwd(m, li, train, out);
+		st = mgt_gpt_attn_fwd(m, li, train, m->cur->la[li].x_mid);
+		if (!st) st = mgt_gpt_mlp_fwd(m, li, train, out);
 	}
 	if (!st && train) st = mgt_model_fp8_update(m, false); /* TE: at the exit of the block's fp8 autocast */
-	if (!st && m->last) st = head_fwd(m, train, loss_sum);
+	if (!st && m->last) st = mgt_gpt_head_fwd(m, train, loss_sum);
 	m->be->ops->sync(m->be);
 	m->t_fwd += mgt_now() - t0;
 	return st;
@@ -993,11 +1010,13 @@ static mgt_status recompute_group(mgt_model *m, int g0, int g1, bool train)
 {
 	mgt_status st = MGT_OK;
 	for (int li = g0; !st && li < g1; li++) {
-		st = attn_fwd(m, li, train);
-		if (!st) st = mlp_fwd(m, li, train, li + 1 < g1 ? m->cur->la[li + 1].x_in : NULL);
+		st = mgt_gpt_attn_fwd(m, li, train, m->cur->la[li].x_mid);
+		if (!st) st = mgt_gpt_mlp_fwd(m, li, train, li + 1 < g1 ? m->cur->la[li + 1].x_in : NULL);
 	}
 	return st;
 }
+
+static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale);
 
 mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_scale)
 {
@@ -1005,22 +1024,31 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
 	mgt_status st = use_slot(m, slot);
 	if (st) return st;
 	m->drop_key = m->cur->drop_key;
-	if (m->last) st = head_bwd(m, grad_scale);
+	if (m->t5) st = mgt_t5_backward(m, train, grad_scale); /* gradients complete at the hook's INT_MIN only */
+	else st = layers_bwd(m, train, grad_scale);
+	if (!st && m->hook) st = m->hook(m->hook_ctx, m, INT_MIN);
+	m->be->ops->sync(m->be);
+	m->t_bwd += mgt_now() - t0;
+	return st;
+}
+
+/* The backward of a GPT or BERT chunk: the head (last stage), the layers, the embedding (first stage). */
+static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
+{
+	mgt_status st = MGT_OK;
+	if (m->last) st = mgt_gpt_head_bwd(m, grad_scale);
 	if (!st && m->last && m->hook) st = m->hook(m->hook_ctx, m, INT_MAX);
 	bool selective = m->L.recompute.granularity == MGT_RECOMPUTE_SELECTIVE;
 	for (int li = m->n_layers - 1; !st && li >= 0; li--) {
 		int g0, g1;
 		if (rc_full(m, li) && (rc_group(m, li, &g0, &g1), li == g1 - 1)) st = recompute_group(m, g0, g1, train);
-		if (!st) st = mlp_bwd(m, li, train);
+		if (!st) st = mgt_gpt_mlp_bwd(m, li, train);
 		if (!st && selective) st = core_attn_fwd(m, li, train);
-		if (!st) st = attn_bwd(m, li, train);
+		if (!st) st = mgt_gpt_attn_bwd(m, li, train);
 		if (!st && m->hook) st = m->hook(m->hook_ctx, m, m->first_layer + li);
 	}
 	if (!st && train) st = mgt_model_fp8_update(m, true); /* TE: after the first fp8 module's backward */
-	if (!st && m->first) st = embed_bwd(m, train);
-	if (!st && m->hook) st = m->hook(m->hook_ctx, m, INT_MIN);
-	m->be->ops->sync(m->be);
-	m->t_bwd += mgt_now() - t0;
+	if (!st && m->first) st = mgt_gpt_embed_bwd(m, train, mgt_gpt_site_key(m, -1, 0));
 	return st;
 }
 

@@ -293,6 +293,10 @@ typedef struct mgt_microbatch {
 	const int32_t *tokentype_ids;
 	const int64_t *padding_mask;
 	const int32_t *is_random;
+	/* T5 (family "t5"): tokens, position_ids and padding_mask (the encoder's key mask, as BERT's)
+	 * are the encoder's [seq_length * b]; dec_tokens, dec_position_ids, labels and loss_mask the
+	 * decoder's [decoder_seq_length * b].  NULL otherwise. */
+	const int32_t *dec_tokens, *dec_position_ids;
 } mgt_microbatch;
 
 /* How one model chunk runs.  A chunk is virtual pipeline stage `stage` of `num_stages`

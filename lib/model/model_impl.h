@@ -121,6 +121,10 @@ struct mgt_model {
 	 * staging of a micro-batch's key mask [T] (NULL otherwise) */
 	struct bert_state *bert;
 	uint8_t *kmask_h;
+	/* T5's encoder-decoder (t5.c): NULL but for a T5 chunk.  Then layers [0, n_layers/2) are the
+	 * encoder's, the rest the decoder's; s, T, Th and r0 above (and the slot's tokens, pos and
+	 * kmask) are the current stack's, switched by mgt_t5_dims */
+	struct t5_state *t5;
 };
 
 static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
@@ -241,6 +245,49 @@ mgt_status mgt_bert_head_bwd(mgt_model *m, const void *lnf, void *dlnf, float sc
  * sum); an in-place TP all-reduce (sum) of n elements of type t. */
 mgt_status mgt_model_xent(mgt_model *m, double *sum);
 mgt_status mgt_model_tp_allreduce(mgt_model *m, void *x, size_t n, mgt_elem_type t);
+
+/* ---- T5 (t5.c; megatron-bert-t5.md section 3.3) ----
+ * mgt_t5_setup: the encoder-decoder's state (dimensions of both stacks, the encoder's final norm)
+ * on a T5 chunk, nothing otherwise; USAGE for a layout T5 does not run under (naming the flag).
+ * mgt_t5_dims: the chunk's s, T, Th, r0 (and the current slot's tokens, positions and key mask)
+ * set to the encoder's (T5_ENC), the decoder's (T5_DEC) or the larger of each (T5_MAX: what the
+ * shared scratch is sized by).  mgt_t5_alloc / _free: the per-slot buffers (both stacks' inputs,
+ * the encoder output and its gradient, the decoder layers' cross-attention activations) through
+ * mgt_model_balloc.  mgt_t5_upload: the micro-batch's encoder and decoder arrays into the current
+ * slot.  mgt_t5_forward: the encoder, its final norm, the decoder's layers (the caller runs the
+ * head on the decoder's dims); mgt_t5_backward: the head's backward and both stacks', with the
+ * encoder output's gradient summed over the decoder's cross-attentions.  Errors: NOMEM, IO. */
+enum { T5_ENC, T5_DEC, T5_MAX };
+mgt_status mgt_t5_setup(mgt_model *m);
+void mgt_t5_dims(mgt_model *m, int which);
+mgt_status mgt_t5_alloc(mgt_model *m);
+void mgt_t5_free(mgt_model *m);
+mgt_status mgt_t5_upload(mgt_model *m, const mgt_microbatch *mb);
+mgt_status mgt_t5_forward(mgt_model *m, bool train);
+mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale);
+
+/* gpt.c's pieces that t5.c runs (see gpt.c): a layer's self-attention block (output to out) and
+ * MLP block and their backwards, the embedding into x0 with dropout key `key`, the head, a norm
+ * gathered over TP, a row-parallel output's reduction and bias-dropout-add and its backward, the
+ * TP reduction of a [T, h] gradient, a norm's backward from the partial gradient src, the
+ * dropout key of a site. */
+mgt_status mgt_gpt_attn_fwd(mgt_model *m, int li, bool train, void *out);
+mgt_status mgt_gpt_mlp_fwd(mgt_model *m, int li, bool train, void *out);
+mgt_status mgt_gpt_attn_bwd(mgt_model *m, int li, bool train);
+mgt_status mgt_gpt_mlp_bwd(mgt_model *m, int li, bool train);
+mgt_status mgt_gpt_embed_fwd(mgt_model *m, bool train, void *x0, uint64_t key);
+mgt_status mgt_gpt_embed_bwd(mgt_model *m, bool train, uint64_t key);
+mgt_status mgt_gpt_head_fwd(mgt_model *m, bool train, double *loss_sum);
+mgt_status mgt_gpt_head_bwd(mgt_model *m, float scale);
+mgt_status mgt_gpt_norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *mean, float *rstd, const void *x,
+			       const mgt_tensor *w, const mgt_tensor *b);
+mgt_status mgt_gpt_reduce_bda(mgt_model *m, void *out, const void *resid, const mgt_tensor *bias, bool train,
+			      uint64_t key, mgt_elem_type yt);
+mgt_status mgt_gpt_bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool train, uint64_t key, mgt_elem_type t);
+mgt_status mgt_gpt_tp_reduce(mgt_model *m, void *full, mgt_elem_type t, void **out);
+mgt_status mgt_gpt_reduce_norm_bwd_src(mgt_model *m, void *src, const void *x, const mgt_tensor *w, const mgt_tensor *b,
+				       const float *mean, const float *rstd, const void *extra);
+uint64_t mgt_gpt_site_key(const mgt_model *m, int l, int site);
 
 /* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,

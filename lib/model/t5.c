@@ -1,7 +1,28 @@
-/* lib/model/t5.c: pieces of Megatron-Core's T5Model (megatron-bert-t5.md section 3.3). */
-#include "model.h"
+/* lib/model/t5.c: Megatron-Core's T5Model (megatron/core/models/T5/t5_model.py; megatron-bert-t5.md
+ * section 3.3) over gpt.c's layer blocks.
+ *
+ * One embedding (word + learned absolute positions) serves both stacks.  The encoder (layers
+ * [0, L) of the table) is a stack of pre-LN layers under the key padding mask, then
+ * encoder.final_layernorm: its output H [Te, h] (gathered over TP under sequence parallelism) feeds
+ * every decoder layer's cross-attention.  A decoder layer (layers [L, 2L)) runs causal
+ * self-attention, pre_cross_attn_layernorm, cross-attention (linear_q over the layer's stream,
+ * linear_kv over H, the encoder's key padding mask, linear_proj, bias-dropout-add) and the MLP;
+ * then decoder.final_layernorm and the LM head (the tied word embedding plus a vocabulary bias) as
+ * GPT's head.  The backward sums the gradient of H over the decoder's cross-attentions (in the
+ * activations' type, as autograd sums the uses of a bf16 tensor) before the TP reduction and the
+ * encoder's final norm.
+ *
+ * The chunk's s, T, Th, r0 are those of the stack being run (mgt_t5_dims), so that gpt.c's blocks
+ * run unchanged on either: Te = seq_length * b rows for the encoder, Td = decoder_seq_length * b
+ * for the decoder.  Dropout sites: gpt.c's per layer (1 attention, 2 after linear_proj, 3 after
+ * the MLP), 4 the cross-attention's probabilities, 5 after its linear_proj; the embedding's
+ * dropout is site (-1, 0) for the encoder's and (-1, 1) for the decoder's.
+ */
+#include "model_impl.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 int mgt_t5_relative_bucket(int64_t rel, bool bidirectional, int num_buckets, int max_distance)
 {
@@ -21,4 +42,279 @@ int mgt_t5_relative_bucket(int64_t rel, bool bidirectional, int num_buckets, int
 		  (float)(nb - max_exact);
 	int64_t large = max_exact + (int64_t)x;
 	return ret + (int)(large < nb - 1 ? large : nb - 1);
+}
+
+/* A decoder layer's cross-attention activations in one slot: ln3 [Td, h] (pre_cross_attn_layernorm's
+ * output, gathered), q [Td, nq_l d], kv [Te, ng_l, 2, d], ctx [Td, nq_l d] (act_t), lse
+ * [b, nq_l, sd], the norm's statistics [Tdh] and x_sa [Tdh, h] (res_t: the stream after
+ * self-attention, the cross-attention block's input). */
+typedef struct {
+	void *ln3, *q, *kv, *ctx, *x_sa;
+	float *mean3, *rstd3, *lse;
+} t5_xlayer;
+
+/* A slot's T5 buffers: the stacks' tokens and positions (backend int32), the encoder's key mask
+ * [Te], the encoder's last layer output eout [Teh, h] (res_t), its final norm's statistics and
+ * output H [Te, h] (act_t), the gradient of H dH [Te, h] (act_t), the decoder layers' x. */
+typedef struct {
+	t5_xlayer *x;
+	int32_t *etok, *epos, *dtok, *dpos;
+	uint8_t *ekm;
+	void *eout, *H, *dH;
+	float *meane, *rstde;
+} t5_slot;
+
+struct t5_state {
+	t5_slot *sl;
+	int L;                    /* layers of each stack */
+	int se, sd;               /* encoder and decoder sequence lengths */
+	const mgt_tensor *efw, *efb; /* encoder.final_layernorm */
+	void *dkv;                /* [Te, ng_l, 2, d] act_t: a cross-attention's key/value gradient */
+	uint8_t *kmh;             /* host staging of the encoder's key mask [Te] */
+};
+
+static const mgt_tensor *by_name(const mgt_model *m, const char *name)
+{
+	for (int i = 0; i < m->tt.n; i++)
+		if (!strcmp(m->tt.t[i].name, name)) return &m->tt.t[i];
+	return NULL;
+}
+
+mgt_status mgt_t5_setup(mgt_model *m)
+{
+	const mgt_model_config *c = &m->c;
+	if (!mgt_model_is_t5(c)) return MGT_OK;
+	if (m->cp > 1)
+		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d with a T5 model: context parallelism is not "
+			       "supported for T5 (as Megatron's T5 refuses it)", m->cp);
+	if (m->L.recompute.granularity != MGT_RECOMPUTE_NONE)
+		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity with a T5 model: activation recomputation is not "
+			       "implemented for T5 in this version");
+	if (m->L.fp8.format != MGT_FP8_OFF)
+		return mgt_err(MGT_ERR_USAGE, "--fp8-format with a T5 model: fp8 is not implemented for T5 in this version");
+	if (c->num_query_groups != c->num_attention_heads)
+		return mgt_err(MGT_ERR_USAGE, "--num-query-groups %lld with a T5 model: T5's attention has one key and "
+			       "value head per query head (--num-attention-heads %lld)", (long long)c->num_query_groups,
+			       (long long)c->num_attention_heads);
+	if (!strcmp(c->position_embedding_type, "relative"))
+		return mgt_err(MGT_ERR_USAGE, "--position-embedding-type relative: T5's relative position bias is not "
+			       "implemented in this version (learned_absolute, the default, and rope are)");
+	int tp = m->ps->tp;
+	if (m->L.sequence_parallel && tp > 1 && (c->decoder_seq_length * m->L.mbs) % tp)
+		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel: --decoder-seq-length %lld x --micro-batch-size %d is "
+			       "not divisible by --tensor-model-parallel-size %d", (long long)c->decoder_seq_length,
+			       m->L.mbs, tp);
+	struct t5_state *t = mgt_malloc(sizeof *t);
+	if (!t) return MGT_ERR_NOMEM;
+	memset(t, 0, sizeof *t);
+	m->t5 = t;
+	t->L = m->n_layers / 2;
+	t->se = (int)c->seq_length;
+	t->sd = (int)c->decoder_seq_length;
+	t->efw = by_name(m, "encoder.final_layernorm.weight");
+	t->efb = by_name(m, "encoder.final_layernorm.bias");
+	if (!t->efw) return mgt_err(MGT_ERR_USAGE, "a T5 chunk without encoder.final_layernorm.weight");
+	mgt_t5_dims(m, T5_DEC);
+	return MGT_OK;
+}
+
+void mgt_t5_dims(mgt_model *m, int which)
+{
+	const struct t5_state *t = m->t5;
+	const int s = which == T5_ENC ? t->se : which == T5_DEC ? t->sd : t->se > t->sd ? t->se : t->sd;
+	const int tp = m->ps->tp;
+	m->s = s;
+	m->T = s * m->b;
+	m->Th = m->sp ? m->T / tp : m->T;
+	m->r0 = m->sp ? (int64_t)m->Th * m->ps->tp_rank : 0;
+	if (!m->sa || !t->sl || which == T5_MAX) return;
+	t5_slot *ts = &t->sl[m->cur - m->sa];
+	m->cur->tokens = which == T5_ENC ? ts->etok : ts->dtok;
+	m->cur->pos = which == T5_ENC ? ts->epos : ts->dpos;
+	m->cur->kmask = which == T5_ENC ? ts->ekm : NULL;
+}
+
+#define A(n, t) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->act_bytes, &st)
+
+static mgt_status alloc_slot(mgt_model *m, t5_slot *ts)
+{
+	const struct t5_state *t = m->t5;
+	mgt_status st = MGT_OK;
+	const size_t b = (size_t)m->b, h = (size_t)m->h, Te = (size_t)t->se * b, Td = (size_t)t->sd * b;
+	const size_t tp = m->sp ? (size_t)m->ps->tp : 1, Teh = Te / tp, Tdh = Td / tp, nd = (size_t)(m->nq_l * m->d);
+	if (!(ts->x = mgt_malloc((size_t)t->L * sizeof *ts->x))) return MGT_ERR_NOMEM;
+	memset(ts->x, 0, (size_t)t->L * sizeof *ts->x);
+	ts->etok = A(Te, MGT_DT_I32); ts->epos = A(Te, MGT_DT_I32); ts->dtok = A(Td, MGT_DT_I32); ts->dpos = A(Td, MGT_DT_I32);
+	ts->ekm = A(Te, MGT_DT_I32); /* bytes: 4 per token is more than enough */
+	ts->eout = A(Teh * h, m->res_t); ts->H = A(Te * h, m->act_t); ts->dH = A(Te * h, m->act_t);
+	ts->meane = A(Teh, MGT_DT_F32); ts->rstde = A(Teh, MGT_DT_F32);
+	for (int i = 0; i < t->L; i++) {
+		t5_xlayer *x = &ts->x[i];
+		x->ln3 = A(Td * h, m->act_t); x->q = A(Td * nd, m->act_t); x->ctx = A(Td * nd, m->act_t);
+		x->kv = A(Te * 2 * (size_t)(m->ng_l * m->d), m->act_t); x->x_sa = A(Tdh * h, m->res_t);
+		x->mean3 = A(Tdh, MGT_DT_F32); x->rstd3 = A(Tdh, MGT_DT_F32); x->lse = A(b * (size_t)m->nq_l * (size_t)t->sd, MGT_DT_F32);
+	}
+	return st;
+}
+
+mgt_status mgt_t5_alloc(mgt_model *m)
+{
+	struct t5_state *t = m->t5;
+	if (!t) return MGT_OK;
+	if (!(t->sl = mgt_malloc((size_t)m->L.slots * sizeof *t->sl))) return MGT_ERR_NOMEM;
+	memset(t->sl, 0, (size_t)m->L.slots * sizeof *t->sl);
+	mgt_status st = MGT_OK;
+	for (int k = 0; !st && k < m->L.slots; k++) st = alloc_slot(m, &t->sl[k]);
+	const size_t Te = (size_t)t->se * (size_t)m->b;
+	if (!st) t->dkv = mgt_model_balloc(m, Te * 2 * (size_t)(m->ng_l * m->d) * mgt_elem_size(m->act_t), &m->work_bytes, &st);
+	if (!st && !m->dry && !(t->kmh = mgt_malloc(Te))) st = MGT_ERR_NOMEM;
+	return st;
+}
+
+static void bfree(mgt_model *m, void *p)
+{
+	if (p && !m->dry) m->be->ops->free(m->be, p);
+}
+
+void mgt_t5_free(mgt_model *m)
+{
+	struct t5_state *t = m->t5;
+	if (!t) return;
+	for (int k = 0; t->sl && k < m->L.slots; k++) {
+		t5_slot *ts = &t->sl[k];
+		void *p[] = { ts->etok, ts->epos, ts->dtok, ts->dpos, ts->ekm, ts->eout, ts->H, ts->dH, ts->meane, ts->rstde };
+		for (size_t i = 0; i < sizeof p / sizeof *p; i++) bfree(m, p[i]);
+		for (int i = 0; ts->x && i < t->L; i++) {
+			t5_xlayer *x = &ts->x[i];
+			void *q[] = { x->ln3, x->q, x->kv, x->ctx, x->x_sa, x->mean3, x->rstd3, x->lse };
+			for (size_t j = 0; j < sizeof q / sizeof *q; j++) bfree(m, q[j]);
+		}
+		free(ts->x);
+	}
+	bfree(m, t->dkv);
+	free(t->sl);
+	free(t->kmh);
+	free(t);
+	m->t5 = NULL;
+}
+
+mgt_status mgt_t5_upload(mgt_model *m, const mgt_microbatch *mb)
+{
+	struct t5_state *t = m->t5;
+	t5_slot *ts = &t->sl[m->cur - m->sa];
+	const mgt_backend_ops *o = m->be->ops;
+	const size_t Te = (size_t)t->se * (size_t)m->b, Td = (size_t)t->sd * (size_t)m->b;
+	if (!mb->dec_tokens || !mb->dec_position_ids || !mb->padding_mask)
+		return mgt_err(MGT_ERR_USAGE, "a T5 micro-batch needs the decoder's tokens and positions and the encoder's "
+			       "padding mask");
+	mgt_status st = o->upload(m->be, ts->etok, mb->tokens, Te * 4);
+	if (!st) st = o->upload(m->be, ts->epos, mb->position_ids, Te * 4);
+	if (!st) st = o->upload(m->be, ts->dtok, mb->dec_tokens, Td * 4);
+	if (!st) st = o->upload(m->be, ts->dpos, mb->dec_position_ids, Td * 4);
+	if (!st) st = o->upload(m->be, m->cur->labels, mb->labels, Td * 4);
+	if (!st) st = o->upload(m->be, m->cur->mask, mb->loss_mask, Td * 4);
+	for (size_t i = 0; i < Te; i++) t->kmh[i] = mb->padding_mask[i] >= 1;
+	if (!st) st = o->upload(m->be, ts->ekm, t->kmh, Te);
+	return st;
+}
+
+static float drop(bool train, double p) { return train ? (float)p : 0.0f; }
+
+/* Decoder layer li's cross-attention block: x_sa -> pre_cross_attn_layernorm -> linear_q; H ->
+ * linear_kv; attention under the encoder's key mask; linear_proj; bias-dropout-add into x_mid. */
+static mgt_status cross_fwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xlayer *x)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	const struct t5_state *t = m->t5;
+	const int l = li + m->first_layer, h = (int)m->h, nd = (int)(m->nq_l * m->d), kvn = (int)(2 * m->ng_l * m->d);
+	mgt_status st = mgt_gpt_norm_gather(m, x->ln3, m->act_t, x->mean3, x->rstd3, x->x_sa, T_(m, l, MGT_T_XLN_W),
+					    T_(m, l, MGT_T_XLN_B));
+	if (st) return st;
+	o->linear_fwd(m->be, x->q, m->act_t, x->ln3, m->act_t, W(m, T_(m, l, MGT_T_XQ_W)), WT(m), P(m, T_(m, l, MGT_T_XQ_B)),
+		      m->T, h, nd);
+	o->linear_fwd(m->be, x->kv, m->act_t, ts->H, m->act_t, W(m, T_(m, l, MGT_T_XKV_W)), WT(m),
+		      P(m, T_(m, l, MGT_T_XKV_B)), t->se * m->b, h, kvn);
+	o->xattn_fwd(m->be, x->ctx, x->lse, x->q, x->kv, m->act_t, t->sd, t->se, m->b, (int)m->ng_l, (int)m->r, (int)m->d,
+		     drop(train, m->c.attention_dropout), mgt_gpt_site_key(m, l, 4), (int)(m->nq_l * m->ps->tp_rank),
+		     (int)m->c.num_attention_heads, ts->ekm);
+	o->linear_fwd(m->be, m->dtmp_h, m->act_t, x->ctx, m->act_t, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, m->T, nd, h);
+	return mgt_gpt_reduce_bda(m, m->cur->la[li].x_mid, x->x_sa, T_(m, l, MGT_T_XPROJ_B), train,
+				  mgt_gpt_site_key(m, l, 5), m->act_t);
+}
+
+/* Its backward: dres (the gradient of x_mid) becomes x_sa's; H's gradient added into dH (written
+ * by the first call of a backward, first = true). */
+static mgt_status cross_bwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xlayer *x, bool first)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	const struct t5_state *t = m->t5;
+	const int l = li + m->first_layer, h = (int)m->h, nd = (int)(m->nq_l * m->d), kvn = (int)(2 * m->ng_l * m->d);
+	const int Te = t->se * m->b;
+	const mgt_elem_type at = m->act_t;
+	const float p = drop(train, m->c.attention_dropout);
+	mgt_status st = mgt_gpt_bda_bwd_gather(m, T_(m, l, MGT_T_XPROJ_B), train, mgt_gpt_site_key(m, l, 5), at);
+	if (st) return st;
+	const mgt_tensor *pw = T_(m, l, MGT_T_XPROJ_W), *qw = T_(m, l, MGT_T_XQ_W), *kw = T_(m, l, MGT_T_XKV_W);
+	o->linear_bwd(m->be, m->dctx, at, G(m, pw), NULL, m->dtmp_h, at, x->ctx, at, W(m, pw), WT(m), m->T, nd, h);
+	o->xattn_bwd(m->be, m->dbig, t->dkv, m->dctx, at, x->q, x->kv, x->ctx, at, x->lse, t->sd, t->se, m->b, (int)m->ng_l,
+		     (int)m->r, (int)m->d, p, mgt_gpt_site_key(m, l, 4), (int)(m->nq_l * m->ps->tp_rank),
+		     (int)m->c.num_attention_heads, ts->ekm);
+	o->linear_bwd(m->be, first ? ts->dH : m->dtmp_h, at, G(m, kw), G(m, T_(m, l, MGT_T_XKV_B)), t->dkv, at, ts->H, at,
+		      W(m, kw), WT(m), Te, h, kvn);
+	if (!first) o->add(m->be, ts->dH, m->dtmp_h, at, (size_t)Te * (size_t)h);
+	o->linear_bwd(m->be, m->dtmp_h, at, G(m, qw), G(m, T_(m, l, MGT_T_XQ_B)), m->dbig, at, x->ln3, at, W(m, qw), WT(m),
+		      m->T, h, nd);
+	return mgt_gpt_reduce_norm_bwd_src(m, m->dtmp_h, x->x_sa, T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B), x->mean3,
+					   x->rstd3, NULL);
+}
+
+mgt_status mgt_t5_forward(mgt_model *m, bool train)
+{
+	const struct t5_state *t = m->t5;
+	t5_slot *ts = &t->sl[m->cur - m->sa];
+	slot_act *sa = m->cur;
+	const int L = t->L;
+	mgt_t5_dims(m, T5_ENC);
+	mgt_status st = mgt_gpt_embed_fwd(m, train, sa->la[0].x_in, mgt_gpt_site_key(m, -1, 0));
+	for (int li = 0; !st && li < L; li++) {
+		st = mgt_gpt_attn_fwd(m, li, train, sa->la[li].x_mid);
+		if (!st) st = mgt_gpt_mlp_fwd(m, li, train, li + 1 < L ? sa->la[li + 1].x_in : ts->eout);
+	}
+	if (!st) st = mgt_gpt_norm_gather(m, ts->H, m->act_t, ts->meane, ts->rstde, ts->eout, t->efw, t->efb);
+	mgt_t5_dims(m, T5_DEC);
+	if (!st) st = mgt_gpt_embed_fwd(m, train, sa->la[L].x_in, mgt_gpt_site_key(m, -1, 1));
+	for (int li = L; !st && li < 2 * L; li++) {
+		t5_xlayer *x = &ts->x[li - L];
+		st = mgt_gpt_attn_fwd(m, li, train, x->x_sa);
+		if (!st) st = cross_fwd(m, li, train, ts, x);
+		if (!st) st = mgt_gpt_mlp_fwd(m, li, train, li + 1 < 2 * L ? sa->la[li + 1].x_in : sa->res_out);
+	}
+	return st;
+}
+
+mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
+{
+	const struct t5_state *t = m->t5;
+	t5_slot *ts = &t->sl[m->cur - m->sa];
+	const int L = t->L;
+	mgt_t5_dims(m, T5_DEC);
+	mgt_status st = mgt_gpt_head_bwd(m, scale);
+	for (int li = 2 * L - 1; !st && li >= L; li--) {
+		st = mgt_gpt_mlp_bwd(m, li, train);
+		if (!st) st = cross_bwd(m, li, train, ts, &ts->x[li - L], li == 2 * L - 1);
+		if (!st) st = mgt_gpt_attn_bwd(m, li, train);
+	}
+	if (!st) st = mgt_gpt_embed_bwd(m, train, mgt_gpt_site_key(m, -1, 1));
+	mgt_t5_dims(m, T5_ENC);
+	if (!st) {
+		m->be->ops->zero(m->be, m->dres, (size_t)m->Th * (size_t)m->h * mgt_elem_size(m->res_t));
+		st = mgt_gpt_reduce_norm_bwd_src(m, ts->dH, ts->eout, t->efw, t->efb, ts->meane, ts->rstde, NULL);
+	}
+	for (int li = L - 1; !st && li >= 0; li--) {
+		st = mgt_gpt_mlp_bwd(m, li, train);
+		if (!st) st = mgt_gpt_attn_bwd(m, li, train);
+	}
+	if (!st) st = mgt_gpt_embed_bwd(m, train, mgt_gpt_site_key(m, -1, 0));
+	mgt_t5_dims(m, T5_DEC);
+	return st;
 }

@@ -20,7 +20,7 @@
 #define MGT_ARGS(X) \
 	X(H, model_shape, _, "", "", "", "model shape") \
 	X(S, model, model_name, "model", "", "", "preset name (share/mgt/models) or JSON file") \
-	X(A, family, model.family, "model-family", "gpt", "", "gpt (Megatron's pretrain_gpt.py) or bert (pretrain_bert.py)") \
+	X(A, family, model.family, "model-family", "gpt", "", "gpt (Megatron's pretrain_gpt.py), bert (pretrain_bert.py) or t5 (pretrain_t5.py)") \
 	X(I, num_layers, model.num_layers, "num-layers", "0", "[0,)", "transformer layers") \
 	X(I, hidden_size, model.hidden_size, "hidden-size", "0", "[0,)", "hidden size h") \
 	X(I, ffn_hidden_size, model.ffn_hidden_size, "ffn-hidden-size", "0", "[0,)", "MLP size (default 4h; SwiGLU int(8h/3/64)*64)") \
@@ -29,8 +29,14 @@
 	X(B, group_query_attention, model.group_query_attention, "group-query-attention", "false", "", "use --num-query-groups") \
 	X(I, num_query_groups, model.num_query_groups, "num-query-groups", "1", "[1,)", "key/value heads with GQA") \
 	X(I, seq_length, model.seq_length, "seq-length", "0", "[0,)", "sequence length") \
+	X(I, encoder_num_layers, encoder_num_layers, "encoder-num-layers", "None", "[1,)", "num_layers when --num-layers is not given (T5: the encoder's and the decoder's layers)") \
+	X(I, decoder_num_layers, decoder_num_layers, "decoder-num-layers", "None", "[1,)", "accepted and ignored, as Megatron ignores it: T5's decoder is as deep as its encoder") \
+	X(I, encoder_seq_length, encoder_seq_length, "encoder-seq-length", "None", "[1,)", "seq_length when --seq-length is not given (T5: the encoder's length)") \
+	X(I, decoder_seq_length, model.decoder_seq_length, "decoder-seq-length", "None", "[1,)", "T5: the decoder's sequence length") \
 	X(I, max_position_embeddings, model.max_position_embeddings, "max-position-embeddings", "0", "[0,)", "position table size (>= seq length)") \
-	X(A, position_embedding_type, model.position_embedding_type, "position-embedding-type", "learned_absolute", "", "learned_absolute, rope or none") \
+	X(A, position_embedding_type, model.position_embedding_type, "position-embedding-type", "learned_absolute", "", "learned_absolute, rope or none (T5: relative too)") \
+	X(I, relative_attention_num_buckets, model.relative_attention_num_buckets, "relative-attention-num-buckets", "32", "[2,)", "T5 relative positions: buckets") \
+	X(I, relative_attention_max_distance, model.relative_attention_max_distance, "relative-attention-max-distance", "128", "[1,)", "T5 relative positions: largest distance told apart") \
 	X(F, rotary_base, model.rotary_base, "rotary-base", "10000", "(0,)", "RoPE base") \
 	X(F, rotary_percent, model.rotary_percent, "rotary-percent", "1.0", "(0,1]", "fraction of head channels rotated") \
 	X(B, use_rope_scaling, model.use_rope_scaling, "use-rope-scaling", "false", "", "Llama 3.1 RoPE frequency scaling") \
@@ -69,8 +75,9 @@
 	X(B, mock_data, mock_data, "mock-data", "false", "", "synthetic data (benchmarks)") \
 	X(B, eod_mask_loss, eod_mask_loss, "eod-mask-loss", "false", "", "no loss on end-of-document labels") \
 	X(B, reset_position_ids, reset_position_ids, "reset-position-ids", "false", "", "restart positions after each eod") \
-	X(F, mask_prob, mask_prob, "mask-prob", "0.15", "(0,1)", "BERT: probability of masking a token") \
-	X(F, short_seq_prob, short_seq_prob, "short-seq-prob", "0.1", "[0,1]", "BERT: probability of a shorter target length") \
+	X(F, mask_prob, mask_prob, "mask-prob", "0.15", "(0,1)", "BERT and T5: probability of masking a token") \
+	X(F, short_seq_prob, short_seq_prob, "short-seq-prob", "0.1", "[0,1]", "BERT and T5: probability of a shorter target length") \
+	X(I, vocab_extra_ids, vocab_extra_ids, "vocab-extra-ids", "0", "[0,)", "accepted without effect, as at Megatron HEAD (BertWordPieceCase brings T5's 100 sentinels)") \
 	X(H, batch, _, "", "", "", "batch and run length") \
 	X(I, micro_batch_size, micro_batch_size, "micro-batch-size", "0", "[0,)", "sequences per micro-batch") \
 	X(I, global_batch_size, global_batch_size, "global-batch-size", "0", "[0,)", "sequences per iteration (default micro x data-parallel)") \
@@ -968,11 +975,37 @@ static mgt_status check_precision(const mgt_args *a)
 }
 
 /* --model-family bert: what Megatron's BERT does not allow, or mgt does not implement. */
+/* Megatron's arguments.py: --encoder-num-layers and --encoder-seq-length stand in for
+ * --num-layers and --seq-length (each pair exclusive), the decoder's length within the position
+ * table; T5 needs a decoder length and a dataset. */
+static mgt_status check_encdec(mgt_args *a)
+{
+	mgt_model_config *c = &a->model;
+	if (a->encoder_num_layers && c->num_layers)
+		return mgt_err(MGT_ERR_USAGE, "--num-layers and --encoder-num-layers: give one (Megatron: cannot have both "
+			       "num-layers and encoder-num-layers specified)");
+	if (a->encoder_num_layers) c->num_layers = a->encoder_num_layers;
+	if (a->encoder_seq_length && c->seq_length)
+		return mgt_err(MGT_ERR_USAGE, "--seq-length and --encoder-seq-length: give one (T5's --seq-length is its "
+			       "encoder's length)");
+	if (a->encoder_seq_length) c->seq_length = a->encoder_seq_length;
+	if (c->decoder_seq_length && c->max_position_embeddings && c->max_position_embeddings < c->decoder_seq_length)
+		return mgt_err(MGT_ERR_USAGE, "--decoder-seq-length %lld is more than --max-position-embeddings %lld",
+			       (long long)c->decoder_seq_length, (long long)c->max_position_embeddings);
+	if (strcmp(c->family, "t5")) return MGT_OK;
+	if (!c->decoder_seq_length)
+		return mgt_err(MGT_ERR_USAGE, "--model-family t5 needs --decoder-seq-length (the decoder's input and labels)");
+	if (a->context_parallel_size > 1)
+		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %lld with --model-family t5: context parallelism is "
+			       "not supported for T5", (long long)a->context_parallel_size);
+	if (a->mock_data)
+		return mgt_err(MGT_ERR_USAGE, "--mock-data with --model-family t5: give a sentence-level --data-path "
+			       "(mgt-preprocess --split-sentences)");
+	return MGT_OK;
+}
+
 static mgt_status check_bert(const mgt_args *a)
 {
-	if (!strcmp(a->model.family, "t5"))
-		return mgt_err(MGT_ERR_USAGE, "--model-family t5: T5 training is not implemented in this version "
-			       "(expected gpt or bert)");
 	if (strcmp(a->model.family, "bert")) return MGT_OK;
 	if (a->context_parallel_size > 1)
 		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %lld with --model-family bert: BERT's bidirectional "
@@ -1047,7 +1080,7 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	if (!st) st = derive_recompute(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
-	if ((st = check_precision(a)) || (st = check_fp8(a)) || (st = check_bert(a))) return st;
+	if ((st = check_precision(a)) || (st = check_fp8(a)) || (st = check_encdec(a)) || (st = check_bert(a))) return st;
 	if (a->calculate_per_token_loss && a->model.num_experts > 0)
 		return mgt_err(MGT_ERR_USAGE, "--calculate-per-token-loss with --num-experts is not implemented (the "
 			       "auxiliary losses' scaling)");

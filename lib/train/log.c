@@ -487,7 +487,8 @@ static mgt_status dump_grow(trainer *t)
 	mgt_args *a = t->a;
 	if (d->iters < d->cap) return MGT_OK;
 	int64_t cap = d->cap ? 2 * d->cap : 16;
-	size_t per = (size_t)(a->global_batch_size * a->model.seq_length) * 4;
+	int64_t S = a->model.seq_length > a->model.decoder_seq_length ? a->model.seq_length : a->model.decoder_seq_length;
+	size_t per = (size_t)(a->global_batch_size * S) * 4; /* T5: the decoder's arrays too */
 	void **arrs[] = { (void **)&d->tokens, (void **)&d->labels, (void **)&d->pos, (void **)&d->mask, (void **)&d->types,
 			  (void **)&d->pad, (void **)&d->isr };
 	for (size_t i = 0; i < 7; i++) {
@@ -505,16 +506,44 @@ static mgt_status dump_grow(trainer *t)
 	return MGT_OK;
 }
 
+/* The length of the labels, loss mask and logits: the decoder's for T5. */
+static int dump_label_len(const trainer *t)
+{
+	return (int)(trainer_t5(t) ? t->a->model.decoder_seq_length : t->a->model.seq_length);
+}
+
 static mgt_status dump_start(trainer *t)
 {
 	dump_state *d = &t->dump;
-	size_t n = mgt_model_tensors(t->model)->buf_numel, T = (size_t)(t->a->micro_batch_size * t->a->model.seq_length);
+	size_t n = mgt_model_tensors(t->model)->buf_numel, T = (size_t)(t->a->micro_batch_size * dump_label_len(t));
 	d->params = mgt_malloc(n * 4);
 	d->grads = mgt_malloc(n * 4);
 	d->logits = mgt_malloc(T * (size_t)t->a->model.padded_vocab_size * 4);
 	d->loss = mgt_malloc(T * 4);
 	if (!d->params || !d->grads || !d->logits || !d->loss) return MGT_ERR_NOMEM;
 	return t->be->ops->download(t->be, d->params, mgt_model_params(t->model), n * 4);
+}
+
+/* T5: the encoder's tokens, positions and padding mask [gbs, s], the decoder's tokens (in types),
+ * labels and loss mask [gbs, decoder_seq_length], from sample `first` of the dump's batches. */
+static void dump_t5_batch(trainer *t, size_t first)
+{
+	dump_state *d = &t->dump;
+	const int b = (int)t->a->micro_batch_size, S = (int)t->a->model.seq_length, Sd = dump_label_len(t);
+	for (int j = 0; j < b; j++) {
+		for (int i = 0; i < S; i++) {
+			size_t src = (size_t)i * (size_t)b + (size_t)j, dst = (first + (size_t)j) * (size_t)S + (size_t)i;
+			d->tokens[dst] = t->mb_tokens[src];
+			d->pos[dst] = t->mb_pos[src];
+			d->pad[dst] = (int32_t)t->mb_pad[src];
+		}
+		for (int i = 0; i < Sd; i++) {
+			size_t src = (size_t)i * (size_t)b + (size_t)j, dst = (first + (size_t)j) * (size_t)Sd + (size_t)i;
+			d->types[dst] = t->mb_dtok[src];
+			d->labels[dst] = t->mb_labels[src];
+			d->mask[dst] = t->mb_mask[src];
+		}
+	}
 }
 
 /* Record micro-batch k (sample-major, [gbs, s]) of the current iteration. */
@@ -529,6 +558,10 @@ mgt_status trainer_dump_batch(trainer *t, int64_t k)
 	}
 	int b = (int)t->a->micro_batch_size, S = (int)t->a->model.seq_length;
 	size_t base = ((size_t)(d->iters - 1) * (size_t)t->a->global_batch_size + (size_t)(k * b)) * (size_t)S;
+	if (trainer_t5(t)) {
+		dump_t5_batch(t, base / (size_t)S);
+		return st;
+	}
 	for (int j = 0; j < b; j++)
 		for (int i = 0; i < S; i++) {
 			size_t src = (size_t)i * (size_t)b + (size_t)j, dst = base + (size_t)j * (size_t)S + (size_t)i;
@@ -588,10 +621,10 @@ mgt_status trainer_dump_write(trainer *t)
 	mgt_args *a = t->a;
 	if (!d->params) return MGT_OK;
 	const mgt_tensor_table *tt = mgt_model_tensors(t->model);
-	int b = (int)a->micro_batch_size, S = (int)a->model.seq_length;
+	int b = (int)a->micro_batch_size, S = (int)a->model.seq_length, Sl = dump_label_len(t);
 	int64_t V = a->model.padded_vocab_size, it = d->iters, gbs = a->global_batch_size;
-	mgt_status st = to_batch_first(d->logits, S, b, (size_t)V);
-	if (!st) st = to_batch_first(d->loss, S, b, 1);
+	mgt_status st = to_batch_first(d->logits, Sl, b, (size_t)V);
+	if (!st) st = to_batch_first(d->loss, Sl, b, 1);
 	int nm = t->n_moe, K = (int)a->model.moe_router_topk, *ml = mgt_malloc((size_t)(nm ? nm : 1) * sizeof *ml);
 	if (!ml) st = MGT_ERR_NOMEM;
 	else if (nm) mgt_model_moe_layers(t->model, ml);
@@ -616,14 +649,18 @@ mgt_status trainer_dump_write(trainer *t)
 	size_t k = (size_t)tt->n * 2;
 	if (!st) {
 		piece(&p[k++], "batch/tokens", MGT_CKPT_I32, d->tokens, 3, it, gbs, S);
-		piece(&p[k++], "batch/labels", MGT_CKPT_I32, d->labels, 3, it, gbs, S);
+		piece(&p[k++], "batch/labels", MGT_CKPT_I32, d->labels, 3, it, gbs, Sl);
 		piece(&p[k++], "batch/position_ids", MGT_CKPT_I32, d->pos, 3, it, gbs, S);
-		piece(&p[k++], "batch/loss_mask", MGT_CKPT_F32, d->mask, 3, it, gbs, S);
-		piece(&p[k++], "iter1/logits", MGT_CKPT_F32, d->logits, 3, b, S, V);
-		piece(&p[k++], "iter1/loss", MGT_CKPT_F32, d->loss, 2, b, S, 0);
+		piece(&p[k++], "batch/loss_mask", MGT_CKPT_F32, d->mask, 3, it, gbs, Sl);
+		piece(&p[k++], "iter1/logits", MGT_CKPT_F32, d->logits, 3, b, Sl, V);
+		piece(&p[k++], "iter1/loss", MGT_CKPT_F32, d->loss, 2, b, Sl, 0);
 		piece(&p[k++], "train/lm_loss", MGT_CKPT_F64, d->lm_loss, 1, it, 0, 0);
 		piece(&p[k++], "train/lr", MGT_CKPT_F64, d->lr, 1, it, 0, 0);
 		piece(&p[k++], "train/grad_norm", MGT_CKPT_F64, d->grad_norm, 1, it, 0, 0);
+	}
+	if (!st && trainer_t5(t)) {
+		piece(&p[k++], "batch/dec_tokens", MGT_CKPT_I32, d->types, 3, it, gbs, Sl);
+		piece(&p[k++], "batch/padding_mask", MGT_CKPT_I32, d->pad, 3, it, gbs, S);
 	}
 	if (!st && trainer_bert(t)) {
 		piece(&p[k++], "batch/tokentype_ids", MGT_CKPT_I32, d->types, 3, it, gbs, S);

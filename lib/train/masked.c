@@ -9,15 +9,18 @@
 #include <string.h>
 
 bool trainer_bert(const trainer *t) { return mgt_model_is_bert(&t->a->model); }
+bool trainer_t5(const trainer *t) { return mgt_model_is_t5(&t->a->model); }
+bool trainer_masked(const trainer *t) { return trainer_bert(t) || trainer_t5(t); }
 
 /* What the dataset needs of the tokenizer (mgt_masked_vocab): every id, "##" pieces, specials. */
 static mgt_status make_vocab(trainer *t)
 {
 	const mgt_tok *tok = t->tok;
 	mgt_masked_vocab *v = &t->mvocab;
+	const char *fam = trainer_t5(t) ? "t5" : "bert";
 	if (!tok)
-		return mgt_err(MGT_ERR_USAGE, "--model-family bert needs a WordPiece tokenizer (--tokenizer-type "
-			       "BertWordPieceLowerCase or BertWordPieceCase with --vocab-file)");
+		return mgt_err(MGT_ERR_USAGE, "--model-family %s needs a WordPiece tokenizer (--tokenizer-type "
+			       "BertWordPieceLowerCase or BertWordPieceCase with --vocab-file)", fam);
 	memset(v, 0, sizeof *v);
 	static const char *const names[] = { "cls", "sep", "mask", "pad", "bos", "eos", "eod" };
 	int32_t *ids[] = { &v->cls, &v->sep, &v->mask, &v->pad, &v->bos, &v->eos, &v->eod };
@@ -36,6 +39,10 @@ static mgt_status make_vocab(trainer *t)
 	const int32_t *sent = NULL;
 	v->n_sentinels = (int)mgt_tok_sentinels(tok, &sent);
 	v->sentinels = sent;
+	if (trainer_t5(t) && v->n_sentinels <= 0)
+		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s has no sentinel tokens (<extra_id_N>): T5's span "
+			       "corruption needs them; use BertWordPieceCase, which adds <extra_id_0..99> (Megatron asserts "
+			       "the same)", mgt_tok_type_name(tok));
 	return MGT_OK;
 }
 
@@ -43,13 +50,14 @@ mgt_status trainer_masked_open(trainer *t, const uint64_t n[3])
 {
 	mgt_args *a = t->a; /* mock data is refused with the arguments (args.c check_bert) */
 	if (strchr(a->data_path, ' '))
-		return mgt_err(MGT_ERR_USAGE, "--data-path '%s': BERT takes one dataset prefix (blends are not "
-			       "implemented for BERT)", a->data_path);
+		return mgt_err(MGT_ERR_USAGE, "--data-path '%s': %s takes one dataset prefix (blends are not "
+			       "implemented for it)", a->data_path, trainer_t5(t) ? "T5" : "BERT");
 	mgt_status st = make_vocab(t);
 	if (st) return st;
 	mgt_masked_config c = {
-		.kind = MGT_MASKED_BERT, .path = a->data_path, .split = a->split,
-		.seq_length = (int)a->model.seq_length, .binary_head = a->model.bert_binary_head,
+		.kind = trainer_t5(t) ? MGT_MASKED_T5 : MGT_MASKED_BERT, .path = a->data_path, .split = a->split,
+		.seq_length = (int)a->model.seq_length, .decoder_seq_length = (int)a->model.decoder_seq_length,
+		.binary_head = a->model.bert_binary_head && !trainer_t5(t),
 		.mask_prob = a->mask_prob, .short_seq_prob = a->short_seq_prob, .seed = (uint32_t)a->seed,
 		.cache_path = a->data_cache_path, .vocab = &t->mvocab,
 	};
@@ -62,11 +70,14 @@ mgt_status trainer_masked_open(trainer *t, const uint64_t n[3])
 mgt_status trainer_masked_alloc(trainer *t)
 {
 	size_t S = (size_t)t->a->model.seq_length, b = (size_t)t->a->micro_batch_size, T = S * b;
+	size_t Sd = (size_t)t->a->model.decoder_seq_length, Td = Sd * b;
 	t->mb_types = mgt_malloc(T * 4);
 	t->mb_isr = mgt_malloc(b * 4);
 	t->mb_pad = mgt_malloc(T * 8);
-	t->s_i64 = mgt_malloc(5 * S * 8);
-	return t->mb_types && t->mb_isr && t->mb_pad && t->s_i64 ? MGT_OK : MGT_ERR_NOMEM;
+	t->s_i64 = mgt_malloc((5 * S + 6 * Sd) * 8);
+	if (trainer_t5(t)) t->mb_dtok = mgt_malloc(Td * 4), t->mb_dpos = mgt_malloc(Td * 4);
+	bool t5ok = !trainer_t5(t) || (t->mb_dtok && t->mb_dpos);
+	return t->mb_types && t->mb_isr && t->mb_pad && t->s_i64 && t5ok ? MGT_OK : MGT_ERR_NOMEM;
 }
 
 int64_t trainer_masked_len(const trainer *t, mgt_split sp) { return t->mdata ? mgt_masked_data_len(t->mdata, sp) : 0; }
@@ -94,6 +105,35 @@ static mgt_status put_sample(trainer *t, mgt_split sp, int64_t idx, int j)
 	return MGT_OK;
 }
 
+/* T5: sample idx of split sp into column j: the encoder's tokens, positions and padding mask
+ * [S b], the decoder's tokens, positions, labels and loss mask [Sd b] (pretrain_t5.py get_batch;
+ * the labels -1 where the loss mask is 0). */
+static mgt_status put_t5_sample(trainer *t, mgt_split sp, int64_t idx, int j)
+{
+	const int b = (int)t->a->micro_batch_size, S = (int)t->a->model.seq_length;
+	const int Sd = (int)t->a->model.decoder_seq_length;
+	int64_t *x = t->s_i64;
+	mgt_t5_sample s = { .text_enc = x, .enc_mask = x + S, .text_dec = x + 2 * S, .dec_mask = x + 2 * S + Sd,
+			    .labels = x + 2 * S + 2 * Sd, .loss_mask = x + 2 * S + 3 * Sd };
+	mgt_status st = mgt_masked_data_t5(t->mdata, sp, idx, &s);
+	if (st) return st;
+	for (int i = 0; i < S; i++) {
+		size_t r = (size_t)i * (size_t)b + (size_t)j;
+		t->mb_tokens[r] = (int32_t)s.text_enc[i];
+		t->mb_pos[r] = i;
+		t->mb_pad[r] = s.enc_mask[i];
+	}
+	for (int i = 0; i < Sd; i++) {
+		size_t r = (size_t)i * (size_t)b + (size_t)j;
+		t->mb_dtok[r] = (int32_t)s.text_dec[i];
+		t->mb_dpos[r] = i;
+		t->mb_labels[r] = s.loss_mask[i] ? (int32_t)s.labels[i] : -1;
+		t->mb_mask[r] = (float)s.loss_mask[i];
+		t->mb_tokens_full += (double)s.loss_mask[i];
+	}
+	return MGT_OK;
+}
+
 mgt_status trainer_masked_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k)
 {
 	int b = (int)t->a->micro_batch_size;
@@ -102,7 +142,8 @@ mgt_status trainer_masked_microbatch(trainer *t, mgt_split sp, int64_t base, int
 	if (n <= 0) return mgt_err(MGT_ERR_INPUT, "the %s split has no samples", mgt_split_name(sp));
 	t->mb_tokens_full = 0;
 	mgt_status st = MGT_OK;
-	for (int j = 0; !st && j < b; j++) st = put_sample(t, sp, (first + j) % n, j);
+	for (int j = 0; !st && j < b; j++)
+		st = trainer_t5(t) ? put_t5_sample(t, sp, (first + j) % n, j) : put_sample(t, sp, (first + j) % n, j);
 	return st;
 }
 
@@ -111,4 +152,5 @@ void trainer_masked_free(trainer *t)
 	mgt_masked_data_close(t->mdata);
 	t->mdata = NULL;
 	free(t->mv_sub); free(t->mb_types); free(t->mb_isr); free(t->mb_pad); free(t->s_i64);
+	free(t->mb_dtok); free(t->mb_dpos);
 }

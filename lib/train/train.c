@@ -135,7 +135,7 @@ static mgt_status open_data(trainer *t)
 					    a->eval_interval ? a->eval_interval : 1, a->eval_iters, n);
 	if (st) return st;
 	if (!a->eval_interval) n[1] = n[2] = 0;
-	if (trainer_bert(t)) return trainer_masked_open(t, n);
+	if (trainer_masked(t)) return trainer_masked_open(t, n);
 	mgt_gpt_data_config dc = {
 		.split = a->split, .seq_length = (int)a->model.seq_length, .seed = (uint64_t)a->seed,
 		.cache_path = a->data_cache_path, .eod_id = t->eod, .vocab_size = a->model.vocab_size,
@@ -159,16 +159,18 @@ static mgt_status open_data(trainer *t)
 /* Samples of split sp (GPT's or BERT's dataset). */
 static int64_t data_len(const trainer *t, mgt_split sp)
 {
-	return trainer_bert(t) ? trainer_masked_len(t, sp) : mgt_gpt_data_len(t->data, sp);
+	return trainer_masked(t) ? trainer_masked_len(t, sp) : mgt_gpt_data_len(t->data, sp);
 }
 
 static mgt_status alloc_batch(trainer *t)
 {
-	if (trainer_bert(t)) {
+	if (trainer_masked(t)) {
 		mgt_status st = trainer_masked_alloc(t);
 		if (st) return st;
 	}
 	size_t S = (size_t)t->a->model.seq_length, T = S * (size_t)t->a->micro_batch_size;
+	if (trainer_t5(t) && t->a->model.decoder_seq_length > t->a->model.seq_length) /* labels and mask: the decoder's */
+		S = (size_t)t->a->model.decoder_seq_length, T = S * (size_t)t->a->micro_batch_size;
 	t->mb_tokens = mgt_malloc(T * 4); t->mb_labels = mgt_malloc(T * 4); t->mb_pos = mgt_malloc(T * 4);
 	t->mb_mask = mgt_malloc(T * 4);
 	t->s_tokens = mgt_malloc(S * 4); t->s_labels = mgt_malloc(S * 4); t->s_pos = mgt_malloc(S * 4);
@@ -206,7 +208,7 @@ static void cp_slice(trainer *t)
  * [r*mbs, (r+1)*mbs)).  Validation cycles through its split. */
 static mgt_status load_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k)
 {
-	if (trainer_bert(t)) return trainer_masked_microbatch(t, sp, base, k);
+	if (trainer_masked(t)) return trainer_masked_microbatch(t, sp, base, k);
 	int b = (int)t->a->micro_batch_size, S = (int)t->a->model.seq_length;
 	int64_t first = base + (k * t->a->data_parallel_size + t->ps.dp_rank) * b;
 	int64_t n = mgt_gpt_data_len(t->data, sp);
@@ -233,7 +235,8 @@ static mgt_status load_microbatch(trainer *t, mgt_split sp, int64_t base, int64_
 static double mask_sum(const trainer *t)
 {
 	double n = 0;
-	size_t T = (size_t)t->a->model.seq_length * (size_t)t->a->micro_batch_size / (size_t)t->ps.cp;
+	const int64_t S = trainer_t5(t) ? t->a->model.decoder_seq_length : t->a->model.seq_length; /* the labels' */
+	size_t T = (size_t)S * (size_t)t->a->micro_batch_size / (size_t)t->ps.cp;
 	for (size_t i = 0; i < T; i++) n += t->mb_mask[i];
 	return n;
 }
@@ -287,7 +290,8 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 	if (ps->train) mgt_model_set_dropout_key(m, t->dropout_seed, t->iteration + 1, (int64_t)x->mb * t->ps.dp + t->ps.dp_rank);
 	double lsum = 0;
 	mgt_microbatch mb = { .tokens = t->mb_tokens, .labels = t->mb_labels, .position_ids = t->mb_pos, .loss_mask = t->mb_mask,
-			      .tokentype_ids = t->mb_types, .padding_mask = t->mb_pad, .is_random = t->mb_isr };
+			      .tokentype_ids = t->mb_types, .padding_mask = t->mb_pad, .is_random = t->mb_isr,
+			      .dec_tokens = t->mb_dtok, .dec_position_ids = t->mb_dpos };
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;
 	if (t->fp8_trace && ps->train && (st = trainer_fp8_trace(t, x->chunk, x->mb, false))) return st;
 	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, ht, (r + 1) % P, TAG_FWD);

@@ -25,6 +25,10 @@ typedef struct mgt_args {
 	char *data_path, *split, *data_cache_path;
 	bool mock_data, eod_mask_loss, reset_position_ids;
 	double mask_prob, short_seq_prob;
+	int64_t vocab_extra_ids; /* accepted, no effect */
+	/* Megatron's encoder flags: num_layers and seq_length when those are not given;
+	 * decoder_num_layers accepted and ignored (the decoder is as deep as the encoder) */
+	int64_t encoder_num_layers, decoder_num_layers, encoder_seq_length;
 	/* batch and run length */
 	int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval;
 	/* optimizer and schedule */

@@ -82,6 +82,7 @@ typedef struct trainer {
 	mgt_masked_vocab mvocab;
 	uint8_t *mv_sub;
 	int32_t *mb_types, *mb_isr;
+	int32_t *mb_dtok, *mb_dpos; /* T5: the decoder's tokens and positions [decoder_seq_length * mbs] */
 	int64_t *mb_pad, *s_i64;
 	/* log interval accumulators */
 	double int_loss, int_t0;
@@ -125,6 +126,10 @@ int sched_slots(const sched_action *a, int n, int chunk);
  * trainer_masked_free.  Errors: the dataset's, USAGE (a tokenizer without WordPiece specials,
  * mock data, a blend), NOMEM. */
 bool trainer_bert(const trainer *t);
+/* trainer_t5: the family is t5 (T5MaskedWordPieceDataset through the same masked.c);
+ * trainer_masked: bert or t5. */
+bool trainer_t5(const trainer *t);
+bool trainer_masked(const trainer *t);
 mgt_status trainer_masked_open(trainer *t, const uint64_t n[3]);
 mgt_status trainer_masked_alloc(trainer *t);
 mgt_status trainer_masked_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k);
