@@ -20,6 +20,8 @@ SHRINK = {
     "--tensor-model-parallel-size": "1", "--pipeline-model-parallel-size": "1", "--context-parallel-size": "1",
     "--expert-model-parallel-size": "1", "--log-interval": "1", "--save-interval": "2", "--eval-interval": "2",
     "--eval-iters": "1", "--exit-duration-in-mins": "30", "--vocab-size": "50257",
+    "--encoder-num-layers": "2", "--decoder-num-layers": "2", "--encoder-seq-length": "64",
+    "--decoder-seq-length": "32",
 }
 
 
@@ -32,7 +34,7 @@ def main():
     o = ap.parse_args()
     paths = {"DATA_PATH": o.data, "DATA_ARG": o.data, "VOCAB_FILE": o.vocab, "MERGE_FILE": o.merges,
              "TOKENIZER_ARG": o.tokenizer_json, "TOKENIZER_MODEL": o.tokenizer_json,
-             "CHECKPOINT_PATH": o.dir + "/ckpt", "TENSORBOARD_LOGS_PATH": o.dir + "/tb",
+             "CHECKPOINT_PATH": o.dir + "/ckpt", "TENSORBOARD_LOGS_PATH": o.dir + "/tb", "TENSORBOARD_DIR": o.dir + "/tb",
              "DATA_CACHE_PATH": o.dir + "/cache", "WANDB_PROJECT": "mgt", "WANDB_NAME": "mgt"}
 
     def subst(v):
