@@ -13,6 +13,7 @@
 /* Scratch activations of one call, for up to cap tokens and rcap logits rows. */
 typedef struct {
 	float *x, *ln, *mean, *rstd, *qkv, *qkv_pre, *qmean, *qrstd, *kmean, *krstd, *ctx, *tmp, *fc1, *act, *xs;
+	float *lse;            /* T5: [T nq_l] the encoder's and the cross-attention's log-sum-exp */
 	int32_t *tok, *seq, *pos;
 } scratch;
 
@@ -25,6 +26,12 @@ struct mgt_kv_cache {
 	int32_t *len;          /* host: filled positions per sequence */
 	int32_t *last;         /* host: last position fed per sequence in the current call */
 	size_t bytes, wbytes;
+	/* T5 (mgt_model_encode): the encoded length Se (0: nothing encoded), the encoder's key mask
+	 * [Se B] (backend uint8) and per decoder layer its cross-attention keys and values
+	 * [Se B, ng, 2, d] (linear_kv of the encoder output), for up to secap positions */
+	int Se, secap;
+	uint8_t *ekm;
+	float **xk;
 };
 
 mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mgt_backend *be,
@@ -86,6 +93,7 @@ static mgt_status scratch_reserve(mgt_kv_cache *kv, int T)
 		w->kmean = SF(rows); w->krstd = SF(rows);
 	}
 	w->tok = (int32_t *)SF(t); w->seq = (int32_t *)SF(t); w->pos = (int32_t *)SF(t);
+	if (m->t5) w->lse = SF(t * (size_t)m->nq_l);
 #undef SF
 	kv->bytes += kv->wbytes;
 	if (!st) kv->cap = T;
@@ -133,10 +141,12 @@ mgt_status mgt_kv_cache_create(mgt_kv_cache **out, mgt_model *m, int B, int S)
 		memset(kv->len, 0, (size_t)B * sizeof *kv->len);
 	}
 	size_t per = (size_t)B * (size_t)m->ng_l * (size_t)S * (size_t)m->d * sizeof(float);
-	for (int l = 0; !st && l < m->n_layers; l++) {
+	for (int l = m->t5 ? m->n_layers / 2 : 0; !st && l < m->n_layers; l++) { /* T5: the decoder's */
 		kv->k[l] = kv_alloc(kv, per, &kv->bytes, &st);
 		kv->v[l] = kv_alloc(kv, per, &kv->bytes, &st);
 	}
+	if (!st && m->t5 && !(kv->xk = mgt_malloc(nl * sizeof *kv->xk))) st = MGT_ERR_NOMEM;
+	if (!st && m->t5) memset(kv->xk, 0, nl * sizeof *kv->xk);
 	if (st) {
 		mgt_kv_cache_free(kv);
 		return st;
@@ -152,7 +162,10 @@ void mgt_kv_cache_free(mgt_kv_cache *kv)
 	for (int l = 0; kv->k && l < kv->m->n_layers; l++) {
 		be->ops->free(be, kv->k[l]);
 		be->ops->free(be, kv->v[l]);
+		if (kv->xk) be->ops->free(be, kv->xk[l]);
 	}
+	be->ops->free(be, kv->ekm);
+	free(kv->xk);
 	scratch_free(kv);
 	be->ops->free(be, kv->logits);
 	free(kv->k);
@@ -243,7 +256,8 @@ static mgt_status infer_head(mgt_model *m, mgt_kv_cache *kv, int T, int nrows, c
 	}
 	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, x, MGT_DT_F32, NW(m, m->glob[MGT_T_FINAL_LN_W]),
 		    P(m, m->glob[MGT_T_FINAL_LN_B]), nrows, (int)m->h, (float)m->c.norm_epsilon);
-	o->linear_fwd(m->be, kv->logits, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, mgt_model_output_weight(m)), WT(m), NULL, nrows, (int)m->h, (int)m->V_l);
+	o->linear_fwd(m->be, kv->logits, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, mgt_model_output_weight(m)), WT(m),
+		      P(m, m->glob[MGT_T_OUTPUT_B]), nrows, (int)m->h, (int)m->V_l); /* T5's vocabulary bias */
 	return o->download(m->be, logits, kv->logits, (size_t)nrows * (size_t)m->V_l * sizeof(float));
 }
 
@@ -266,6 +280,114 @@ static void infer_embed(mgt_model *m, mgt_kv_cache *kv, int T)
 	if (pe) o->embedding_fwd(m->be, kv->w.x, kv->w.pos, P(m, pe), 0, pe->shape[0], T, (int)m->h, true);
 }
 
+/* ---- T5: the encoder once, then the decoder against its cross-attention keys and values ---- */
+
+/* Encoder layer li's self-attention on the T = Se B rows of w->x, bidirectional under kv->ekm. */
+static void enc_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	scratch *w = &kv->w;
+	int l = li + m->first_layer, h = (int)m->h, nd = (int)(m->nq_l * m->d);
+	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, MGT_DT_F32, NW(m, T_(m, l, MGT_T_LN1_W)),
+		    P(m, T_(m, l, MGT_T_LN1_B)), T, h, (float)m->c.norm_epsilon);
+	o->linear_fwd(m->be, w->qkv, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
+		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
+	if (m->rope) o->rope(m->be, w->qkv, MGT_DT_F32, w->pos, m->inv_freq, T, (int)m->ng_l, (int)m->r, (int)m->d, m->rot_dim, false);
+	o->attn_fwd(m->be, w->ctx, w->lse, w->qkv, MGT_DT_F32, kv->Se, kv->B, (int)m->ng_l, (int)m->r, (int)m->d, 0.0f, 0, 0,
+		    (int)m->nq_l, kv->ekm);
+	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, nd, h);
+	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
+}
+
+/* Decoder layer li's cross-attention block on T = sq B rows (position-major): queries from
+ * pre_cross_attn_layernorm's output, keys and values from the cache's encoding. */
+static void dec_cross(mgt_model *m, mgt_kv_cache *kv, int li, int T)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	scratch *w = &kv->w;
+	int l = li + m->first_layer, h = (int)m->h, nd = (int)(m->nq_l * m->d);
+	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, MGT_DT_F32, NW(m, T_(m, l, MGT_T_XLN_W)),
+		    P(m, T_(m, l, MGT_T_XLN_B)), T, h, (float)m->c.norm_epsilon);
+	o->linear_fwd(m->be, w->qkv, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_XQ_W)), WT(m),
+		      P(m, T_(m, l, MGT_T_XQ_B)), T, h, nd);
+	o->xattn_fwd(m->be, w->ctx, w->lse, w->qkv, kv->xk[li], MGT_DT_F32, T / kv->B, kv->Se, kv->B, (int)m->ng_l,
+		     (int)m->r, (int)m->d, 0.0f, 0, 0, (int)m->nq_l, kv->ekm);
+	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, T, nd, h);
+	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_XPROJ_B)), T, h, 0.0f, 0, 0);
+}
+
+/* Room for an encoding of Se positions: the key mask and the decoder layers' keys and values. */
+static mgt_status xk_reserve(mgt_model *m, mgt_kv_cache *kv, int Se)
+{
+	if (Se <= kv->secap) return MGT_OK;
+	mgt_backend *be = m->be;
+	const size_t rows = (size_t)Se * (size_t)kv->B, per = rows * 2 * (size_t)(m->ng_l * m->d) * sizeof(float);
+	mgt_status st = MGT_OK;
+	be->ops->free(be, kv->ekm);
+	kv->ekm = kv_alloc(kv, rows, &kv->bytes, &st);
+	for (int l = m->n_layers / 2; l < m->n_layers; l++) {
+		be->ops->free(be, kv->xk[l]);
+		kv->xk[l] = kv_alloc(kv, per, &kv->bytes, &st);
+	}
+	if (!st) kv->secap = Se;
+	return st;
+}
+
+mgt_status mgt_model_encode(mgt_model *m, mgt_kv_cache *kv, int Se, const int32_t *tokens, const uint8_t *mask)
+{
+	if (!m->t5 || kv->m != m) return mgt_err(MGT_ERR_USAGE, "mgt_model_encode: a T5 model and its own cache");
+	const mgt_tensor *pe = m->glob[MGT_T_POS_EMB];
+	if (Se < 1 || Se > mgt_t5_enc_len(m) || (pe && Se > pe->shape[0]))
+		return mgt_err(MGT_ERR_USAGE, "mgt_model_encode: %d positions: expected 1 to the encoder's %d", Se, mgt_t5_enc_len(m));
+	const int T = Se * kv->B, h = (int)m->h, L = m->n_layers / 2;
+	const int64_t V = m->c.padded_vocab_size;
+	for (int t = 0; t < T; t++)
+		if (tokens[t] < 0 || tokens[t] >= V)
+			return mgt_err(MGT_ERR_INPUT, "encoder token %d (index %d) is outside the vocabulary [0, %lld)", tokens[t], t,
+				       (long long)V);
+	int32_t *pos = mgt_malloc((size_t)T * sizeof *pos);
+	if (!pos) return MGT_ERR_NOMEM;
+	for (int t = 0; t < T; t++) pos[t] = t / kv->B;
+	mgt_status st = scratch_reserve(kv, T);
+	if (!st) st = xk_reserve(m, kv, Se);
+	if (!st) st = m->be->ops->upload(m->be, kv->w.tok, tokens, (size_t)T * 4);
+	if (!st) st = m->be->ops->upload(m->be, kv->w.pos, pos, (size_t)T * 4);
+	if (!st) st = m->be->ops->upload(m->be, kv->ekm, mask, (size_t)T);
+	free(pos);
+	if (st) return st;
+	kv->Se = Se;
+	memset(kv->len, 0, (size_t)kv->B * sizeof *kv->len);
+	mgt_model_lp_refresh(m);
+	infer_embed(m, kv, T);
+	for (int li = 0; !st && li < L; li++) {
+		enc_attn(m, kv, li, T);
+		st = infer_mlp(m, kv, li, T);
+	}
+	if (st) return st;
+	const mgt_backend_ops *o = m->be->ops;
+	o->norm_fwd(m->be, m->norm, kv->w.ln, MGT_DT_F32, kv->w.mean, kv->w.rstd, kv->w.x, MGT_DT_F32, NW(m, mgt_t5_enc_norm(m, false)),
+		    P(m, mgt_t5_enc_norm(m, true)), T, h, (float)m->c.norm_epsilon); /* the encoder output H */
+	for (int li = L; li < 2 * L; li++) {
+		int l = li + m->first_layer;
+		o->linear_fwd(m->be, kv->xk[li], MGT_DT_F32, kv->w.ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_XKV_W)), WT(m),
+			      P(m, T_(m, l, MGT_T_XKV_B)), T, h, (int)(2 * m->ng_l * m->d));
+	}
+	o->sync(m->be);
+	return MGT_OK;
+}
+
+/* A T5 decoder call: an encoding, and the tokens as [T / B, B] rows of every cache sequence. */
+static mgt_status check_t5_feed(const mgt_kv_cache *kv, int T, const int32_t *seq)
+{
+	if (!kv->Se) return mgt_err(MGT_ERR_USAGE, "T5: mgt_model_encode before feeding the decoder");
+	if (T % kv->B) return mgt_err(MGT_ERR_USAGE, "T5: %d decoder tokens are not rows of the cache's %d sequences", T, kv->B);
+	for (int t = 0; t < T; t++)
+		if (seq[t] != t % kv->B)
+			return mgt_err(MGT_ERR_USAGE, "T5: decoder token %d belongs to sequence %d: expected %d (tokens in rows of "
+				       "every sequence)", t, seq[t], t % kv->B);
+	return MGT_OK;
+}
+
 mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t *tokens, const int32_t *seq,
 			   const int32_t *pos, int nrows, const int32_t *rows, float *logits)
 {
@@ -276,7 +398,8 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 		if (rows[k] < 0 || rows[k] >= T)
 			return mgt_err(MGT_ERR_USAGE, "mgt_model_infer: logits row %d outside the %d tokens", rows[k], T);
 	double t0 = mgt_now();
-	mgt_status st = check_feed(kv, T, tokens, seq, pos);
+	mgt_status st = m->t5 ? check_t5_feed(kv, T, seq) : MGT_OK;
+	if (!st) st = check_feed(kv, T, tokens, seq, pos);
 	if (!st) st = scratch_reserve(kv, T);
 	if (!st) st = logits_reserve(kv, nrows);
 	if (!st) st = mgt_moe_reserve(m, T);
@@ -284,8 +407,9 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 	if (st) return st;
 	mgt_model_lp_refresh(m); /* --apply-layernorm-1p's 1 + w after a change of the parameters */
 	infer_embed(m, kv, T);
-	for (int li = 0; !st && li < m->n_layers; li++) {
+	for (int li = m->t5 ? m->n_layers / 2 : 0; !st && li < m->n_layers; li++) { /* T5: the decoder's */
 		infer_attn(m, kv, li, T);
+		if (m->t5) dec_cross(m, kv, li, T);
 		st = infer_mlp(m, kv, li, T);
 	}
 	if (nrows) st = infer_head(m, kv, T, nrows, rows, logits);

@@ -615,6 +615,17 @@ size_t mgt_kv_cache_bytes(const mgt_kv_cache *kv);
 mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t *tokens, const int32_t *seq,
 			   const int32_t *pos, int nrows, const int32_t *rows, float *logits);
 
+/* T5 (family "t5"): encode Se positions of the cache's B sequences, tokens and mask host arrays
+ * [Se B] position-major (token t = i B + j is position i of sequence j; mask 1 = a real token,
+ * 0 = padding, which no query attends to): the encoder's layers and final norm, then every
+ * decoder layer's cross-attention keys and values (linear_kv of the encoder output), kept in the
+ * cache until the next encoding; the decoder's positions restart at 0.  Then mgt_model_infer
+ * runs the decoder (causal self-attention against the cache, cross-attention against the
+ * encoding): its T tokens must be rows of all B sequences, token t of sequence t % B.
+ * Errors: MGT_ERR_USAGE (not T5, Se out of range, a feed not in rows, no encoding),
+ * MGT_ERR_INPUT (a token outside the padded vocabulary), MGT_ERR_NOMEM, MGT_ERR_IO. */
+mgt_status mgt_model_encode(mgt_model *m, mgt_kv_cache *kv, int Se, const int32_t *tokens, const uint8_t *mask);
+
 /* ---- Hugging Face names and layouts (lib/model/hf.c; mgt-hf(5)) ---- */
 
 /* The Hugging Face model families mgt-ckpt-convert reads and writes (config.json "model_type");

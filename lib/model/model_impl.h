@@ -265,6 +265,9 @@ void mgt_t5_free(mgt_model *m);
 mgt_status mgt_t5_upload(mgt_model *m, const mgt_microbatch *mb);
 mgt_status mgt_t5_forward(mgt_model *m, bool train);
 mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale);
+/* The encoder's sequence length; encoder.final_layernorm's weight (bias: its bias). */
+int mgt_t5_enc_len(const mgt_model *m);
+const mgt_tensor *mgt_t5_enc_norm(const mgt_model *m, bool bias);
 
 /* gpt.c's pieces that t5.c runs (see gpt.c): a layer's self-attention block (output to out) and
  * MLP block and their backwards, the embedding into x0 with dropout key `key`, the head, a norm

@@ -118,6 +118,9 @@ mgt_status mgt_t5_setup(mgt_model *m)
 	return MGT_OK;
 }
 
+int mgt_t5_enc_len(const mgt_model *m) { return m->t5->se; }
+const mgt_tensor *mgt_t5_enc_norm(const mgt_model *m, bool bias) { return bias ? m->t5->efb : m->t5->efw; }
+
 void mgt_t5_dims(mgt_model *m, int which)
 {
 	const struct t5_state *t = m->t5;
