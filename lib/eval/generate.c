@@ -228,7 +228,7 @@ static mgt_status run(gen *g)
 
 static mgt_status gen_alloc(gen *g)
 {
-	size_t B = (size_t)g->B, cap = B * (size_t)g->S, V = (size_t)g->V;
+	size_t B = (size_t)g->B, cap = B * (size_t)(g->S > g->ev->s ? g->S : g->ev->s), V = (size_t)g->V; /* T5: the encoder's */
 	g->sl = mgt_malloc(B * sizeof *g->sl);
 	g->tok = mgt_malloc(cap * sizeof *g->tok);
 	g->seq = mgt_malloc(cap * sizeof *g->seq);
@@ -263,6 +263,75 @@ static void gen_free(gen *g)
 	free(g->logits);
 }
 
+/* ---- T5: each group of B prompts encoded once, then decoded in step (a row of B tokens a call) ---- */
+
+/* The encoder input of prompts [p0, p0 + n) into g->tok as [Se, B] rows (padding 0, masked),
+ * unused sequences one masked token; *Se the longest prompt. */
+static void t5_group(gen *g, int64_t p0, int n, int *Se, uint8_t *mask)
+{
+	int64_t L = 1;
+	for (int j = 0; j < n; j++) L = g->lens[p0 + j] > L ? g->lens[p0 + j] : L;
+	*Se = (int)L;
+	for (int64_t i = 0; i < L; i++)
+		for (int j = 0; j < g->B; j++) {
+			size_t t = (size_t)i * (size_t)g->B + (size_t)j;
+			bool real = j < n && i < g->lens[p0 + j];
+			g->tok[t] = real ? g->prompts[p0 + j][i] : 0;
+			mask[t] = real || (j >= n && i == 0);
+		}
+}
+
+/* Decode the group in step from the decoder's start token until every prompt of it ends. */
+static mgt_status t5_decode(gen *g, int n, int32_t start)
+{
+	mgt_status st = MGT_OK;
+	for (int j = 0; j < g->B; j++) g->sl[j].next = start;
+	for (int k = 0; !st; k++) {
+		int live = 0;
+		for (int j = 0; j < g->B; j++) {
+			g->tok[j] = g->sl[j].next;
+			g->seq[j] = j;
+			g->pos[j] = k;
+			g->rows[j] = j;
+			live += j < n && g->sl[j].prompt >= 0;
+		}
+		if (!live) return MGT_OK;
+		st = mgt_model_infer(g->ev->m, g->kv, g->B, g->tok, g->seq, g->pos, g->B, g->rows, g->logits);
+		for (int j = 0; !st && j < n; j++) {
+			slot *s = &g->sl[j];
+			if (s->prompt < 0) continue;
+			s->fed = k + 1;
+			const float *lg = g->logits + (size_t)j * (size_t)g->Vp;
+			st = emit(g, s, sample(g, lg, s->prompt, s->step), lg);
+		}
+	}
+	return st;
+}
+
+static mgt_status gen_t5(gen *g)
+{
+	int32_t start = g->o->tok ? mgt_tok_special_id(g->o->tok, "bos") : -1;
+	if (start < 0)
+		return mgt_err(MGT_ERR_USAGE, "T5 generation starts the decoder with the tokenizer's bos token ([CLS] for the "
+			       "WordPiece tokenizers): give the tokenizer");
+	uint8_t *mask = mgt_malloc((size_t)g->B * (size_t)g->ev->s);
+	if (!mask) return MGT_ERR_NOMEM;
+	mgt_status st = MGT_OK;
+	for (int64_t p0 = 0; !st && p0 < g->nprompts; p0 += g->B) {
+		int n = g->nprompts - p0 < g->B ? (int)(g->nprompts - p0) : g->B, Se;
+		t5_group(g, p0, n, &Se, mask);
+		st = mgt_model_encode(g->ev->m, g->kv, Se, g->tok, mask);
+		for (int j = 0; j < g->B; j++) {
+			slot *s = &g->sl[j];
+			*s = (slot){ .prompt = j < n ? p0 + j : -1, .out = s->out, .text = s->text };
+			s->out.n = s->text.n = 0;
+		}
+		if (!st) st = t5_decode(g, n, start);
+	}
+	free(mask);
+	return st;
+}
+
 mgt_status mgt_eval_generate(mgt_eval *ev, const mgt_gen_opts *o, int64_t nprompts, const int32_t *const *prompts,
 			     const int64_t *lens, mgt_gen_cb cb, void *ctx)
 {
@@ -271,10 +340,12 @@ mgt_status mgt_eval_generate(mgt_eval *ev, const mgt_gen_opts *o, int64_t npromp
 	if (st) return st;
 	g.V = ev->vocab;
 	g.Vp = ev->padded_vocab;
+	const bool t5 = mgt_model_is_t5(&ev->a.model);
 	if (!(st = check_prompts(&g)) && nprompts > 0 && o->max_new_tokens > 0) {
 		g.B = o->batch_size < nprompts ? o->batch_size : (int)nprompts;
+		if (t5) g.S = ev->a.model.decoder_seq_length; /* prompts go to the encoder; the cache is the decoder's */
 		st = gen_alloc(&g);
-		if (!st) st = run(&g);
+		if (!st) st = t5 ? gen_t5(&g) : run(&g);
 		gen_free(&g);
 	}
 	return st;

@@ -6,6 +6,8 @@
 #     (a float64 PyTorch T5Model written from megatron-bert-t5.md): lm loss within 1e-6, the grad
 #     norm, the first micro-batch's logits and every gradient within 1e-5 (normwise relative);
 #   - the resumed iteration 11 equals the uninterrupted run's (bit for bit);
+#   - mgt-eval loss of the checkpoint equals mgt-train's validation; mgt-eval generate decodes two
+#     prompts together as it does one at a time;
 #   - the initial lm loss near ln(padded vocabulary);
 #   - TP2 with sequence parallelism x DP2 with the distributed optimizer under mpirun against one
 #     process;
@@ -29,7 +31,9 @@ TRAIN="$BIN/mgt-train --model-family t5 --num-layers 2 --hidden-size 32 --num-at
  --clip-grad 1.0 --log-interval 1 --eval-interval 0 $TOK --data-path kjv_text_sentence --split 949,50,1
  --device cpu --threads 2 --hidden-dropout 0 --attention-dropout 0"
 ok "11 iterations" exits 0 $TRAIN --train-iters 11 --metrics-file all.jsonl
-ok "10 iterations, saving" exits 0 $TRAIN --train-iters 10 --save ck --save-interval 10
+ok "10 iterations, saving, evaluating at 10" exits 0 $TRAIN --train-iters 10 --save ck --save-interval 10 --eval-interval 10 \
+	--eval-iters 2
+grep 'validation loss at iteration 10 |' "$T/err" | sed 's/^ *//' >val10.txt
 ok "iteration 11 from the checkpoint, --debug-dump" exits 0 $TRAIN --train-iters 11 --load ck --debug-dump d11.h5 \
 	--metrics-file r.jsonl
 ok "resumed iteration 11 = the uninterrupted run's" $PY - <<'PY'
@@ -52,6 +56,23 @@ a = json.loads(open("all.jsonl").readline())
 print("# iteration 1: lm loss %.4f, ln(29184) %.4f" % (a["lm_loss"], math.log(29184)))
 assert abs(a["lm_loss"] - math.log(29184)) < 0.3, a
 PY
+
+ok "mgt-eval loss of the checkpoint = mgt-train's validation at iteration 10 (bit for bit)" sh -c "
+	$BIN/mgt-eval loss --load ck --eval-iters 2 --threads 2 >el.out 2>&1 &&
+	grep 'validation loss at iteration 10 on validation set |' el.out | sed 's/^ *//; s/ on validation set//' >el.txt &&
+	test -s val10.txt && cmp val10.txt el.txt || { sed 's/^/# /' val10.txt el.txt; exit 1; }"
+ok "mgt-eval generate: two prompts greedy together = one at a time (encoder once, decoder caches)" sh -c "
+	$BIN/mgt-eval generate --load ck --threads 2 --greedy --max-new-tokens 6 --batch-size 2 --output jsonl \
+		--prompt 'In the beginning God created the heaven and the earth.' --prompt 'And God said' >g2.out &&
+	$BIN/mgt-eval generate --load ck --threads 2 --greedy --max-new-tokens 6 --batch-size 1 --output jsonl \
+		--prompt 'In the beginning God created the heaven and the earth.' --prompt 'And God said' >g1.out &&
+	$PY - <<'PY'
+import json
+a = sorted((json.loads(l) for l in open('g1.out')), key=lambda o: o['index'])
+b = sorted((json.loads(l) for l in open('g2.out')), key=lambda o: o['index'])
+print('# ids', [o['ids'] for o in a])
+assert len(a) == len(b) == 2 and [o['ids'] for o in a] == [o['ids'] for o in b] and all(o['ids'] for o in a), (a, b)
+PY"
 
 # TP2 with sequence parallelism x DP2 with the distributed optimizer, 4 ranks, against one process
 if command -v mpirun >/dev/null 2>&1; then
