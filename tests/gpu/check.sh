@@ -51,6 +51,8 @@
 #    exists, e.g. after make demo): tiny-gpt2, 20 iterations, cuda --bf16 vs cpu --bf16 as (b).
 # 4. BERT (--model-family bert, 2 x 256, seq 128) on KJV split into sentences: cuda fp32 vs cpu
 #    fp32 as (b)'s fp32 (1e-5 at iteration 1, 1e-3 over 20), cuda bf16 vs cpu bf16 as (b).
+# 5. T5 (--model-family t5, 2 + 2 x 256, encoder 128 / decoder 32) on KJV sentences
+#    (BertWordPieceCase): the same two comparisons as 4.
 #
 # Prints "ok - ..." / "not ok - ..." per check and a summary; exits 0 when all passed, 1 on any
 # failure, 77 without a CUDA device.  Logs and metrics of every run are kept in the work directory
@@ -524,6 +526,29 @@ if [ -x "$PRE" ] && [ -f "$BV" ] && "$PRE" --input "$ROOT/share/mgt/data/kjv.jso
 		compare losses "$W/bert-cuda-bf16.jsonl" "$W/bert-cpu-bf16.jsonl" "bert cuda bf16 vs cpu bf16" 20 10 1e-2 2e-2
 else
 	echo "# ---- 4. BERT: skipped (no mgt-preprocess, vocab or KJV)"
+fi
+
+# ---------------------------------------------------------------- 5. T5
+# --model-family t5 on KJV split into sentences (BertWordPieceCase: its sentinels): the encoder's
+# padding-mask attention, the decoder's causal self-attention and cross-attention kernels
+# (xattn_fwd/xattn_bwd), the encoder output's summed gradient, cuda vs cpu
+if [ -x "$PRE" ] && [ -f "$BV" ] && "$PRE" --input "$ROOT/share/mgt/data/kjv.jsonl.zst" --output-prefix "$W/kjvc" \
+	--tokenizer-type BertWordPieceCase --vocab-file "$BV" --split-sentences --workers 4 --quiet; then
+	echo "# ---- 5. T5 (2 + 2 x 256, encoder 128 / decoder 32, micro-batch 4 of 8) on KJV sentences: cuda vs cpu"
+	TRUN="--model-family t5 --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128
+		--decoder-seq-length 32 --max-position-embeddings 128 --micro-batch-size 4 --global-batch-size 8 --train-iters 20
+		--lr 1e-3 --lr-warmup-iters 2 --eval-interval 0 --log-interval 1 --hidden-dropout 0 --attention-dropout 0
+		--tokenizer-type BertWordPieceCase --vocab-file $BV --data-path $W/kjvc_text_sentence --split 949,50,1
+		--data-cache-path $W/cache"
+	mkdir -p "$W/cache"
+	# shellcheck disable=SC2086
+	train t5-cpu $TRUN --device cpu && train t5-cuda $TRUN --device cuda &&
+		compare losses "$W/t5-cuda.jsonl" "$W/t5-cpu.jsonl" "t5 cuda fp32 vs cpu fp32" 20 10 1e-3 1e-3 1e-5
+	# shellcheck disable=SC2086
+	train t5-cpu-bf16 $TRUN --device cpu --bf16 && train t5-cuda-bf16 $TRUN --device cuda --bf16 &&
+		compare losses "$W/t5-cuda-bf16.jsonl" "$W/t5-cpu-bf16.jsonl" "t5 cuda bf16 vs cpu bf16" 20 10 1e-2 2e-2
+else
+	echo "# ---- 5. T5: skipped (no mgt-preprocess, vocab or KJV)"
 fi
 
 finish

@@ -16,6 +16,7 @@
 #      after the step, packed, gathered as bytes and transposed) bit for bit as without;
 #   7. BERT (--model-family bert on KJV split into sentences), fp32 within 1e-5 of the CPU and
 #      bf16 (the tensor-core attention kernels with the key mask) within 2e-2;
+#   8. T5 (--model-family t5, BertWordPieceCase): the same two comparisons;
 #   5. context parallelism (under mpirun, two ranks on the one simulated GPU, so every group is
 #      staged through the host): CP2 with --cp-comm-type p2p, allgather and a2a, the settings of
 #      3, iteration 1 within 1e-5 of the CPU in one process (the attention block kernels, the
@@ -121,6 +122,27 @@ check "cpu bf16 BERT, 2 iterations" run_bert cpubert16 "$CPU_TRAIN" --device cpu
 check "simulated cuda bf16 BERT (the tensor-core attention with the key mask)" run_bert simbert16 "$SIM_TRAIN" \
 	--device cuda --bf16
 check "simulated cuda bf16 BERT = cpu bf16 BERT (2e-2)" close cpubert16 simbert16 2e-2
+# T5: the encoder-decoder (the encoder under the padding mask, the decoder's causal self-attention
+# and its cross-attention through xattn_fwd/xattn_bwd, the encoder output's summed gradient) on KJV
+# split into sentences with BertWordPieceCase (its sentinels)
+TA="--model-family t5 --num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 32 --decoder-seq-length 16
+ --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --lr-warmup-iters 0
+ --lr-decay-style constant --log-interval 1 --eval-interval 0 --threads 1 --hidden-dropout 0 --attention-dropout 0
+ --tokenizer-type BertWordPieceCase --vocab-file $ROOT/share/mgt/tokenizers/bert/vocab.txt
+ --data-path $W/kjvc_text_sentence --split 949,50,1 --train-iters 2"
+run_t5() { # run_t5 NAME BINARY ARGS...
+	n=$1 b=$2; shift 2
+	"$b" $TA --metrics-file "$W/$n.jsonl" "$@" >"$W/$n.log" 2>&1 </dev/null || { echo "# $n: exit $?"; tail -3 "$W/$n.log"; return 1; }
+}
+check "KJV split into sentences, cased (BertWordPieceCase)" "$ROOT/bin/mgt-preprocess" \
+	--input "$ROOT/share/mgt/data/kjv.jsonl.zst" --output-prefix "$W/kjvc" --tokenizer-type BertWordPieceCase \
+	--vocab-file "$ROOT/share/mgt/tokenizers/bert/vocab.txt" --split-sentences --workers 1 --quiet
+check "cpu fp32 T5, 2 iterations" run_t5 cput5 "$CPU_TRAIN" --device cpu
+check "simulated cuda fp32 T5 (cross-attention kernels)" run_t5 simt5 "$SIM_TRAIN" --device cuda
+check "simulated cuda T5 = cpu T5 (1e-5)" close cput5 simt5 1e-5
+check "cpu bf16 T5, 2 iterations" run_t5 cput516 "$CPU_TRAIN" --device cpu --bf16
+check "simulated cuda bf16 T5 (the tensor-core cross-attention)" run_t5 simt516 "$SIM_TRAIN" --device cuda --bf16
+check "simulated cuda bf16 T5 = cpu bf16 T5 (2e-2)" close cput516 simt516 2e-2
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ] && rm -rf "$W"
 [ "$fail" = 0 ]
