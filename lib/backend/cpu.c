@@ -685,11 +685,13 @@ void mgt_cpu_rope(mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *p
 
 /* ---- attention: cpu_attn.c on fp32 values (16-bit qkv and out widened, out rounded) ---- */
 
-void mgt_cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
-			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+/* attn_fwd with an optional position bias (attn_bias_fwd). */
+static void attn_fwd_b(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b, int ng,
+		       int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
+		       const float *bias)
 {
 	if (t == MGT_DT_F32) {
-		mgt_cpu_attn_fwd32(be, out, lse, qkv, s, b, ng, r, d, p, key, head0, heads_total, key_mask);
+		mgt_cpu_attn_fwd32(be, out, lse, qkv, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias);
 		return;
 	}
 	const size_t T = (size_t)s * b, no = T * ng * r * d;
@@ -697,14 +699,28 @@ void mgt_cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, m
 	float *o = round_buf(be, 1, no);
 	if (!q || !o)
 		return;
-	mgt_cpu_attn_fwd32(be, o, lse, q, s, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	mgt_cpu_attn_fwd32(be, o, lse, q, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias);
 	mgt_cpu_cast(be, out, t, o, no);
 }
 
-/* 16-bit gradients: dout widened into rounding buffer 5, dqkv computed in buffer 4 and rounded. */
-void mgt_cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
-			 const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
-			 uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+void mgt_cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+{
+	attn_fwd_b(be, out, lse, qkv, t, s, b, ng, r, d, p, key, head0, heads_total, key_mask, NULL);
+}
+
+void mgt_cpu_attn_bias_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+			   int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
+			   const float *bias)
+{
+	attn_fwd_b(be, out, lse, qkv, t, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias);
+}
+
+/* attn_bwd with an optional position bias (attn_bias_bwd).  16-bit gradients: dout widened into
+ * rounding buffer 5, dqkv computed in buffer 4 and rounded. */
+static void attn_bwd_b(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+		       const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
+		       uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const float *bias, float *dbias)
 {
 	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
 	if (!nq)
@@ -713,9 +729,26 @@ void mgt_cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_ty
 	float *dq = out32(be, dqkv, gt, nq);
 	if (!q || !o || !g || !dq)
 		return;
-	mgt_cpu_attn_bwd32(be, dq, g, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	mgt_cpu_attn_bwd32(be, dq, g, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias, dbias);
 	narrow(be, dqkv, gt, dq, nq);
 }
+
+void mgt_cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+			 const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
+			 uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+{
+	attn_bwd_b(be, dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask, NULL, NULL);
+}
+
+void mgt_cpu_attn_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+			   const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d,
+			   float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const float *bias,
+			   float *dbias)
+{
+	attn_bwd_b(be, dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias,
+		   dbias);
+}
+
 /* Cross-attention: q widened into rounding buffer 0, kv into 2, out computed in 1 and rounded. */
 void mgt_cpu_xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, const void *kv, mgt_elem_type t,
 		       int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,

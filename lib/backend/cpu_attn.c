@@ -34,6 +34,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 
 /* One block's geometry (backend.h mgt_attn_blk) with the strides of its tensors. */
 typedef struct {
@@ -49,13 +50,18 @@ typedef struct {
 	int head0, heads_total;
 	const uint8_t *km;          /* key padding mask [sk*b] (key i' of sequence j: km[i'*b + j]);
 				     * NULL: causal */
+	/* position bias (backend.h attn_bias_fwd; whole sequence only): bias [2 s - 1,
+	 * heads_total], score (i, i') of head n += bias[(i' - i + s - 1) heads_total + head0 + n];
+	 * the backward accumulates dS into dbias likewise.  NULL: none */
+	const float *bias;
+	float *dbias;
 } geom;
 
 static geom geom_blk(const mgt_attn_blk *g, int kslots, int kslot)
 {
 	geom G = {g->sq, g->sk, g->b, g->ng, g->r, g->d, g->ng * g->r, g->qoff, g->koff,
 		  g->qoff - g->koff, g->s, g->s, g->r + 2, kslots, kslot, 0, 0, 0, (size_t)g->ld_lse, g->p,
-		  g->key, g->head0, g->heads_total, NULL};
+		  g->key, g->head0, g->heads_total, NULL, NULL, NULL};
 	G.ldq = (size_t)g->b * g->ng * (g->r + 2) * g->d;
 	G.ldk = (size_t)g->b * g->ng * kslots * g->d;
 	G.ldo = (size_t)g->b * g->ng * g->r * g->d;
@@ -83,6 +89,22 @@ static const uint8_t *tile_vis(const geom *g, uint8_t *vis, int j, int k0, int k
 	for (int c = 0; c < kn; c++)
 		vis[c] = g->km[(size_t)(k0 + c) * g->b + j] != 0;
 	return vis;
+}
+
+/* The position bias of query row i of head n against keys k0.. (element c at [c * heads_total]),
+ * or NULL without one. */
+static const float *bias_row(const geom *g, const float *bias, int n, int i, int k0)
+{
+	if (!bias)
+		return NULL;
+	return bias + (size_t)(g->koff + k0 - g->qoff - i + g->dsq - 1) * (size_t)g->heads_total + (size_t)(g->head0 + n);
+}
+
+/* sr[c] += br[c * ht] for c < lim (br NULL: nothing). */
+CPU_INLINE void add_bias(float *sr, const float *br, int lim, int ht)
+{
+	for (int c = 0; br && c < lim; c++)
+		sr[c] += br[(size_t)c * (size_t)ht];
 }
 
 /* Query slot m of group grp, position 0 of sequence j, in q. */
@@ -178,11 +200,12 @@ CPU_INLINE float row_exp(float *sr, const uint8_t *vis, int lim, float m)
  * mrun, updates the running sums lrun, and rescales the output rows accumulated so far.  Rows that
  * saw no key yet keep mrun -inf and lrun 0. */
 CPU_CLONES static void fwd_tile(const geom *G, float *S, const uint8_t *vis, int M, int kn, int i0, int k0,
-				float *mrun, float *lrun, float *O, float ks, uint64_t rowbase)
+				float *mrun, float *lrun, float *O, float ks, uint64_t rowbase, int n)
 {
 	for (int rr = 0; rr < M; rr++) {
 		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
 		float *sr = S + (size_t)rr * CPU_AK;
+		add_bias(sr, bias_row(G, G->bias, n, i, k0), lim, G->heads_total);
 		const float mx = row_max(sr, vis, lim);
 		const float mnew = k0 == 0 || mx > mrun[rr] ? mx : mrun[rr];
 		const float sum = row_exp(sr, vis, lim, mnew);
@@ -223,7 +246,7 @@ static void fwd_block(const geom *G, float *out, float *lse, const float *q, con
 		const int kn = kend - k0 < CPU_AK ? kend - k0 : CPU_AK;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, (int)G->ldq,
 			    K + (size_t)k0 * G->ldk, (int)G->ldk, 0.0f, S, CPU_AK);
-		fwd_tile(G, S, tile_vis(G, vis, j, k0, kn), M, kn, i0, k0, mrun, lrun, O, ks, rowbase);
+		fwd_tile(G, S, tile_vis(G, vis, j, k0, kn), M, kn, i0, k0, mrun, lrun, O, ks, rowbase, n);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kn, 1.0f, S, CPU_AK,
 			    V + (size_t)k0 * G->ldk, (int)G->ldk, k0 == 0 ? 0.0f : 1.0f, O, (int)G->ldo);
 	}
@@ -262,9 +285,10 @@ static void blk_fwd(mgt_backend *be, const geom *G, float *out, float *lse, cons
 
 void mgt_cpu_attn_fwd32(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
 		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
-		      const uint8_t *key_mask)
+		      const uint8_t *key_mask, const float *bias)
 {
-	const geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	G.bias = bias;
 	blk_fwd(be, &G, out, lse, qkv, qkv);
 }
 
@@ -308,12 +332,13 @@ void mgt_cpu_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, 
  * limit and for the keys vis masks: then lse may be -inf) and, with dropout, B = P * mask / (1 - p)
  * and the mask in mk. */
 CPU_CLONES static void bwd_tile_p(const geom *G, float *A, float *B, uint8_t *mk, const uint8_t *vis, int M,
-				  int kn, int i0, int k0, const float *L, float ks, uint64_t rowbase)
+				  int kn, int i0, int k0, const float *L, float ks, uint64_t rowbase, int n)
 {
 	for (int rr = 0; rr < M; rr++) {
 		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
 		float *ar = A + (size_t)rr * CPU_AK;
 		const float l = L[rr];
+		add_bias(ar, bias_row(G, G->bias, n, i, k0), lim, G->heads_total);
 		if (vis) {
 #pragma omp simd
 			for (int c = 0; c < lim; c++)
@@ -363,8 +388,10 @@ typedef struct {
 	bool acc; /* dQ accumulates (else the first key tile writes it) */
 } bwd_args;
 
-/* One query block of head n (group grp, slot m) against all its key tiles. */
-static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, int i0, unsigned char *scratch)
+/* One query block of head n (group grp, slot m) against all its key tiles; with a position bias,
+ * dS summed by distance into dpart [2 s - 1] (the task's own row for this head). */
+static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, int i0, unsigned char *scratch,
+		      float *dpart)
 {
 	const int d = G->d, n = grp * G->r + m;
 	const int M = G->sq - i0 < CPU_AQ ? G->sq - i0 : CPU_AQ, kend = key_end(G, i0 + M);
@@ -397,7 +424,7 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 		const size_t kr = (size_t)k0 * G->ldk;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, ldq, K + kr, ldk,
 			    0.0f, A, CPU_AK);
-		bwd_tile_p(G, A, B, mk, tile_vis(G, vis, j, k0, kn), M, kn, i0, k0, L, ks, rowbase);
+		bwd_tile_p(G, A, B, mk, tile_vis(G, vis, j, k0, kn), M, kn, i0, k0, L, ks, rowbase, n);
 		/* dV[tile] += Pd^T dO */
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, M, 1.0f, G->p > 0 ? B : A,
 			    CPU_AK, dO, ldo, 1.0f, dV + kr, ldk);
@@ -405,6 +432,9 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, 1.0f, dO, ldo, V + kr,
 			    ldk, 0.0f, B, CPU_AK);
 		bwd_tile_ds(G, A, B, mk, M, kn, i0, k0, D, ks);
+		for (int rr = 0; dpart && rr < M; rr++) /* the position bias's gradient: dS by distance */
+			for (int c = 0, lim = causal_lim(G, i0 + rr, k0, kn); c < lim; c++)
+				dpart[k0 + c - (i0 + rr) + G->dsq - 1] += A[(size_t)rr * CPU_AK + c];
 		/* dQ (+)= dS K * scale;  dK[tile] += dS^T Q * scale */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kn, scale, A, CPU_AK, K + kr,
 			    ldk, k0 == 0 && !a->acc ? 0.0f : 1.0f, dQ, ldq);
@@ -419,7 +449,11 @@ static void blk_bwd(mgt_backend *be, const geom *G, const bwd_args *a)
 {
 	if (G->sq <= 0 || G->sk <= 0 || G->b <= 0 || G->ng <= 0 || G->r <= 0 || G->d <= 0)
 		return;
-	const int ntask = G->b * G->ng;
+	const int ntask = G->b * G->ng, nd = 2 * G->dsq - 1;
+	/* the position bias's gradient: each task's rows [r, nd], summed in task order after */
+	float *part = G->dbias ? calloc((size_t)ntask * (size_t)G->r * (size_t)nd, sizeof *part) : NULL;
+	if (G->dbias && !part)
+		return; /* ops do not fail: the caller sized the problem (backend.h) */
 #pragma omp parallel num_threads(cpu_threads(be)) \
 	if (ntask > 1 && (long)G->sq * G->sk * G->d * G->b * G->H > 200000)
 	{
@@ -432,16 +466,26 @@ static void blk_bwd(mgt_backend *be, const geom *G, const bwd_args *a)
 				       2 * (size_t)G->d * sizeof(float));
 			for (int m = 0; m < G->r; m++)
 				for (int i0 = 0; i0 < G->sq; i0 += CPU_AQ)
-					bwd_block(G, a, j, grp, m, i0, scratch);
+					bwd_block(G, a, j, grp, m, i0, scratch,
+						  part ? part + ((size_t)task * G->r + m) * (size_t)nd : NULL);
 		}
 	}
+	for (int task = 0; part && task < ntask; task++)
+		for (int m = 0; m < G->r; m++) {
+			const int n = (task % G->ng) * G->r + m;
+			const float *pr = part + ((size_t)task * G->r + m) * (size_t)nd;
+			for (int x = 0; x < nd; x++)
+				G->dbias[(size_t)x * G->heads_total + G->head0 + n] += pr[x];
+		}
+	free(part);
 }
 
 void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
 		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
-		      uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+		      uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const float *bias, float *dbias)
 {
-	const geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	G.bias = bias, G.dbias = dbias;
 	const bwd_args a = {dqkv, dqkv, dout, qkv, qkv, out, lse, false};
 	blk_bwd(be, &G, &a);
 }

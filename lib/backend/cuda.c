@@ -373,6 +373,26 @@ void mgt_cuda_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, 
 
 /* The kernels read and write fp32 gradients: a 16-bit dout is widened into scratch, a 16-bit dqkv
  * written there and rounded into place (a step for when a GPU measures kernels that take them). */
+/* No kernels for the position bias in this version: callers ask mgt_backend_has_attn_bias (false
+ * here) and refuse the model (lib/model/t5.c), so these entries are never reached. */
+void mgt_cuda_attn_bias_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+			    int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+			    const uint8_t *key_mask, const float *bias)
+{
+	(void)be, (void)out, (void)lse, (void)qkv, (void)t, (void)s, (void)b, (void)ng, (void)r, (void)d, (void)p;
+	(void)key, (void)head0, (void)heads_total, (void)key_mask, (void)bias;
+}
+
+void mgt_cuda_attn_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+			    const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d,
+			    float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
+			    const float *bias, float *dbias)
+{
+	(void)be, (void)dqkv, (void)dout, (void)gt, (void)qkv, (void)out, (void)t, (void)lse, (void)s, (void)b;
+	(void)ng, (void)r, (void)d, (void)p, (void)key, (void)head0, (void)heads_total, (void)key_mask, (void)bias;
+	(void)dbias;
+}
+
 void mgt_cuda_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
 			const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			uint64_t key, int head0, int heads_total, const uint8_t *key_mask)

@@ -669,8 +669,16 @@ static mgt_status core_attn_fwd(mgt_model *m, int li, bool train)
 	int l = li + m->first_layer;
 	float p = drop(m, train, m->c.attention_dropout);
 	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, mgt_gpt_site_key(m, l, 1));
-	m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->act_t, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d, p,
-			     mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank), (int)m->c.num_attention_heads, m->cur->kmask);
+	float *db = NULL;
+	const float *pb = m->t5 ? mgt_t5_attn_bias(m, &db) : NULL; /* T5's relative position bias */
+	if (pb)
+		m->be->ops->attn_bias_fwd(m->be, a->ctx, a->lse, a->qkv, m->act_t, m->s, m->b, (int)m->ng_l, (int)m->r,
+					  (int)m->d, p, mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
+					  (int)m->c.num_attention_heads, m->cur->kmask, pb);
+	else
+		m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->act_t, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d,
+				     p, mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
+				     (int)m->c.num_attention_heads, m->cur->kmask);
 	return MGT_OK;
 }
 
@@ -905,7 +913,13 @@ mgt_status mgt_gpt_attn_bwd(mgt_model *m, int li, bool train)
 			  nd, h)))
 		return st;
 	float p = drop(m, train, m->c.attention_dropout);
+	float *db = NULL;
+	const float *pb = m->t5 ? mgt_t5_attn_bias(m, &db) : NULL; /* T5's relative position bias */
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->act_t, p, mgt_gpt_site_key(m, l, 1));
+	else if (pb)
+		o->attn_bias_bwd(m->be, m->dbig, m->dctx, m->act_t, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
+				 (int)m->r, (int)m->d, p, mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
+				 (int)m->c.num_attention_heads, m->cur->kmask, pb, db);
 	else o->attn_bwd(m->be, m->dbig, m->dctx, m->act_t, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
 			 (int)m->r, (int)m->d, p, mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
 			 (int)m->c.num_attention_heads, m->cur->kmask);
@@ -1063,8 +1077,9 @@ mgt_status mgt_model_finish_grads(mgt_model *m)
 	mgt_status st = MGT_OK;
 	for (int i = 0; !st && i < m->tt.n; i++) {
 		const mgt_tensor *t = &m->tt.t[i];
+		/* the head norms, and T5's relative position tables (each TP rank's columns: its heads) */
 		bool qk = t->role == MGT_T_QNORM_W || t->role == MGT_T_QNORM_B || t->role == MGT_T_KNORM_W ||
-			  t->role == MGT_T_KNORM_B;
+			  t->role == MGT_T_KNORM_B || t->role == MGT_T_REL_ENC || t->role == MGT_T_REL_DEC;
 		if (t->shard == MGT_SHARD_NONE && (m->sp || qk) && !mgt_bert_whole_grad(t->role))
 			st = tp_allreduce(m, G(m, t), t->numel, MGT_RED_SUM);
 	}

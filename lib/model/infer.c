@@ -43,6 +43,11 @@ mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mg
 	mgt_model *m;
 	mgt_status st = mgt_model_new_chunk(&m, c, &L, be, ps, false);
 	if (st) return st;
+	if (m->t5 && !strcmp(c->position_embedding_type, "relative")) {
+		mgt_model_free(m);
+		return mgt_err(MGT_ERR_USAGE, "inference of a T5 model with --position-embedding-type relative is not "
+			       "implemented in this version (the key/value cache's attention has no position bias)");
+	}
 	m->infer = true;
 	st = mgt_model_alloc_params(m, false);
 	if (!st && m->rope && m->n_layers) st = mgt_model_upload_inv_freq(m);

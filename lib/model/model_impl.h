@@ -265,6 +265,9 @@ void mgt_t5_free(mgt_model *m);
 mgt_status mgt_t5_upload(mgt_model *m, const mgt_microbatch *mb);
 mgt_status mgt_t5_forward(mgt_model *m, bool train);
 mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale);
+/* The current stack's relative position bias [2 s - 1, heads] for attn_bias_fwd and (*dbias) its
+ * gradient's accumulator; NULL (and *dbias untouched) without relative positions. */
+const float *mgt_t5_attn_bias(const mgt_model *m, float **dbias);
 /* The encoder's sequence length; encoder.final_layernorm's weight (bias: its bias). */
 int mgt_t5_enc_len(const mgt_model *m);
 const mgt_tensor *mgt_t5_enc_norm(const mgt_model *m, bool bias);

@@ -71,6 +71,16 @@ struct t5_state {
 	const mgt_tensor *efw, *efb; /* encoder.final_layernorm */
 	void *dkv;                /* [Te, ng_l, 2, d] act_t: a cross-attention's key/value gradient */
 	uint8_t *kmh;             /* host staging of the encoder's key mask [Te] */
+	int cur;                  /* the stack the chunk's dims are set to (T5_ENC, T5_DEC, T5_MAX) */
+	/* --position-embedding-type relative, per stack k (0 encoder, bidirectional; 1 decoder,
+	 * causal): its table rtab [buckets, heads]; the bucket of each distance i' - i + s - 1 (bidx
+	 * [2 s - 1], backend int32); the bias gathered from the table (bias [2 s - 1, heads], once a
+	 * forward, every layer of the stack adds it) and its gradient's accumulator (dbias, likewise,
+	 * scattered into the table's gradient once a backward) */
+	bool rel;
+	const mgt_tensor *rtab[2];
+	int32_t *bidx[2];
+	float *bias[2], *dbias[2];
 };
 
 static const mgt_tensor *by_name(const mgt_model *m, const char *name)
@@ -96,9 +106,10 @@ mgt_status mgt_t5_setup(mgt_model *m)
 		return mgt_err(MGT_ERR_USAGE, "--num-query-groups %lld with a T5 model: T5's attention has one key and "
 			       "value head per query head (--num-attention-heads %lld)", (long long)c->num_query_groups,
 			       (long long)c->num_attention_heads);
-	if (!strcmp(c->position_embedding_type, "relative"))
-		return mgt_err(MGT_ERR_USAGE, "--position-embedding-type relative: T5's relative position bias is not "
-			       "implemented in this version (learned_absolute, the default, and rope are)");
+	if (!strcmp(c->position_embedding_type, "relative") && m->be && !mgt_backend_has_attn_bias(m->be))
+		return mgt_err(MGT_ERR_USAGE, "--position-embedding-type relative on the %s backend: its attention kernels "
+			       "have no position bias in this version (the CPU backend runs it: --device cpu)",
+			       m->be->ops->name);
 	int tp = m->ps->tp;
 	if (m->L.sequence_parallel && tp > 1 && (c->decoder_seq_length * m->L.mbs) % tp)
 		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel: --decoder-seq-length %lld x --micro-batch-size %d is "
@@ -111,6 +122,9 @@ mgt_status mgt_t5_setup(mgt_model *m)
 	t->L = m->n_layers / 2;
 	t->se = (int)c->seq_length;
 	t->sd = (int)c->decoder_seq_length;
+	t->rel = !strcmp(c->position_embedding_type, "relative");
+	t->rtab[0] = m->glob[MGT_T_REL_ENC];
+	t->rtab[1] = m->glob[MGT_T_REL_DEC];
 	t->efw = by_name(m, "encoder.final_layernorm.weight");
 	t->efb = by_name(m, "encoder.final_layernorm.bias");
 	if (!t->efw) return mgt_err(MGT_ERR_USAGE, "a T5 chunk without encoder.final_layernorm.weight");
@@ -126,6 +140,7 @@ void mgt_t5_dims(mgt_model *m, int which)
 	const struct t5_state *t = m->t5;
 	const int s = which == T5_ENC ? t->se : which == T5_DEC ? t->sd : t->se > t->sd ? t->se : t->sd;
 	const int tp = m->ps->tp;
+	m->t5->cur = which;
 	m->s = s;
 	m->T = s * m->b;
 	m->Th = m->sp ? m->T / tp : m->T;
@@ -160,6 +175,56 @@ static mgt_status alloc_slot(mgt_model *m, t5_slot *ts)
 	return st;
 }
 
+/* Stack k's relative-position buffers, its buckets computed (megatron/core/models/common/
+ * embeddings/relative_pos_embedding.py: bidirectional for the encoder, causal for the decoder). */
+static mgt_status alloc_rel(mgt_model *m, int k)
+{
+	struct t5_state *t = m->t5;
+	const int s = k ? t->sd : t->se, nd = 2 * s - 1;
+	const size_t nh = (size_t)m->c.num_attention_heads;
+	mgt_status st = MGT_OK;
+	t->bidx[k] = mgt_model_balloc(m, (size_t)nd * 4, &m->work_bytes, &st);
+	t->bias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->work_bytes, &st);
+	t->dbias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->work_bytes, &st);
+	if (st || m->dry) return st;
+	int32_t *b = mgt_malloc((size_t)nd * sizeof *b);
+	if (!b) return MGT_ERR_NOMEM;
+	for (int x = 0; x < nd; x++)
+		b[x] = mgt_t5_relative_bucket(x - (s - 1), k == 0, (int)m->c.relative_attention_num_buckets,
+					      (int)m->c.relative_attention_max_distance);
+	st = m->be->ops->upload(m->be, t->bidx[k], b, (size_t)nd * 4);
+	free(b);
+	return st;
+}
+
+const float *mgt_t5_attn_bias(const mgt_model *m, float **dbias)
+{
+	const struct t5_state *t = m->t5;
+	if (!t || !t->rel || t->cur == T5_MAX) return NULL;
+	*dbias = t->dbias[t->cur];
+	return t->bias[t->cur];
+}
+
+/* Stack k's bias from its table (forward), or its accumulated gradient into the table's (backward). */
+static void rel_table(mgt_model *m, int k, bool backward)
+{
+	const struct t5_state *t = m->t5;
+	const int s = k ? t->sd : t->se, nd = 2 * s - 1, nh = (int)m->c.num_attention_heads;
+	const int64_t nb = m->c.relative_attention_num_buckets;
+	if (!t->rel) return;
+	if (backward) m->be->ops->embedding_bwd(m->be, G(m, t->rtab[k]), t->dbias[k], MGT_DT_F32, t->bidx[k], 0, nb, nd, nh);
+	else m->be->ops->embedding_fwd(m->be, t->bias[k], t->bidx[k], P(m, t->rtab[k]), 0, nb, nd, nh, false);
+}
+
+/* Zero stack k's bias gradient before its layers' backward. */
+static void rel_zero(mgt_model *m, int k)
+{
+	const struct t5_state *t = m->t5;
+	if (t->rel)
+		m->be->ops->zero(m->be, t->dbias[k], (size_t)(2 * (k ? t->sd : t->se) - 1) *
+				 (size_t)m->c.num_attention_heads * sizeof(float));
+}
+
 mgt_status mgt_t5_alloc(mgt_model *m)
 {
 	struct t5_state *t = m->t5;
@@ -171,6 +236,7 @@ mgt_status mgt_t5_alloc(mgt_model *m)
 	const size_t Te = (size_t)t->se * (size_t)m->b;
 	if (!st) t->dkv = mgt_model_balloc(m, Te * 2 * (size_t)(m->ng_l * m->d) * mgt_elem_size(m->act_t), &m->work_bytes, &st);
 	if (!st && !m->dry && !(t->kmh = mgt_malloc(Te))) st = MGT_ERR_NOMEM;
+	for (int k = 0; !st && t->rel && k < 2; k++) st = alloc_rel(m, k);
 	return st;
 }
 
@@ -195,6 +261,7 @@ void mgt_t5_free(mgt_model *m)
 		free(ts->x);
 	}
 	bfree(m, t->dkv);
+	for (int k = 0; k < 2; k++) bfree(m, t->bidx[k]), bfree(m, t->bias[k]), bfree(m, t->dbias[k]);
 	free(t->sl);
 	free(t->kmh);
 	free(t);
@@ -278,6 +345,8 @@ mgt_status mgt_t5_forward(mgt_model *m, bool train)
 	slot_act *sa = m->cur;
 	const int L = t->L;
 	mgt_t5_dims(m, T5_ENC);
+	rel_table(m, 0, false);
+	rel_table(m, 1, false);
 	mgt_status st = mgt_gpt_embed_fwd(m, train, sa->la[0].x_in, mgt_gpt_site_key(m, -1, 0));
 	for (int li = 0; !st && li < L; li++) {
 		st = mgt_gpt_attn_fwd(m, li, train, sa->la[li].x_mid);
@@ -301,6 +370,7 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
 	t5_slot *ts = &t->sl[m->cur - m->sa];
 	const int L = t->L;
 	mgt_t5_dims(m, T5_DEC);
+	rel_zero(m, 1);
 	mgt_status st = mgt_gpt_head_bwd(m, scale);
 	for (int li = 2 * L - 1; !st && li >= L; li--) {
 		st = mgt_gpt_mlp_bwd(m, li, train);
@@ -308,7 +378,9 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
 		if (!st) st = mgt_gpt_attn_bwd(m, li, train);
 	}
 	if (!st) st = mgt_gpt_embed_bwd(m, train, mgt_gpt_site_key(m, -1, 1));
+	if (!st) rel_table(m, 1, true);
 	mgt_t5_dims(m, T5_ENC);
+	rel_zero(m, 0);
 	if (!st) {
 		m->be->ops->zero(m->be, m->dres, (size_t)m->Th * (size_t)m->h * mgt_elem_size(m->res_t));
 		st = mgt_gpt_reduce_norm_bwd_src(m, ts->dH, ts->eout, t->efw, t->efb, ts->meane, ts->rstde, NULL);
@@ -318,6 +390,7 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
 		if (!st) st = mgt_gpt_attn_bwd(m, li, train);
 	}
 	if (!st) st = mgt_gpt_embed_bwd(m, train, mgt_gpt_site_key(m, -1, 0));
+	if (!st) rel_table(m, 0, true);
 	mgt_t5_dims(m, T5_DEC);
 	return st;
 }

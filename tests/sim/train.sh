@@ -143,6 +143,12 @@ check "simulated cuda T5 = cpu T5 (1e-5)" close cput5 simt5 1e-5
 check "cpu bf16 T5, 2 iterations" run_t5 cput516 "$CPU_TRAIN" --device cpu --bf16
 check "simulated cuda bf16 T5 (the tensor-core cross-attention)" run_t5 simt516 "$SIM_TRAIN" --device cuda --bf16
 check "simulated cuda bf16 T5 = cpu bf16 T5 (2e-2)" close cput516 simt516 2e-2
+refused_rel() { # the CUDA backend has no position-bias kernels: refused naming --device cpu
+	"$SIM_TRAIN" $TA --device cuda --position-embedding-type relative >"$W/rel.log" 2>&1 </dev/null
+	r=$?
+	[ $r = 2 ] && grep -q -- '--device cpu' "$W/rel.log" || { echo "# exit $r"; tail -2 "$W/rel.log"; return 1; }
+}
+check "simulated cuda T5 with relative positions refused naming --device cpu (exit 2)" refused_rel
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ] && rm -rf "$W"
 [ "$fail" = 0 ]

@@ -14,7 +14,9 @@ final LN -> H.  Decoder: y = word[dec] + pos[0..sd-1]; per layer y += proj(attn(
 y += xproj(attn(q = linear_q(LN3(y)), k, v = linear_kv(H) rows per head [k_h; v_h])) with the
 encoder's key mask, y += MLP; final LN; logits = y E^T + output_layer.bias over the padded vocabulary.
 act: the tanh-approximated GELU (Megatron's default bias-GELU fusion), erf with --no-bias-gelu-fusion.
-Scale 1/sqrt(kv_channels).  Loss: per micro-batch sum(ce * loss_mask) / sum(loss_mask); the
+Scale 1/sqrt(kv_channels).  --position-embedding-type relative: no learned positions; the
+encoder's (bidirectional) and the decoder's (causal) bucketed bias tables [buckets, heads] add
+table[bucket(k - q)] to the scaled scores of their self-attention (not the cross-attention).  Loss: per micro-batch sum(ce * loss_mask) / sum(loss_mask); the
 iteration's objective their mean over micro-batches (mgt-train's GPT loss); the logged lm loss
 the global batch's masked sum over its masked tokens.
 
@@ -46,9 +48,35 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def attend(q, k, v, mask):
-    """q [b, n, sq, d], k, v [b, n, sk, d], mask [.., sq or 1, sk] True = masked."""
+def bucket(rel, bidirectional, nb, maxd):
+    """T5's relative position bucket (HF's _relative_position_bucket, which Megatron-Core's
+    RelativePositionEmbedding adapts): rel = key position - query position, the log in float32."""
+    ret = torch.zeros_like(rel)
+    if bidirectional:
+        nb //= 2
+        ret = ret + (rel > 0).long() * nb
+        n = rel.abs()
+    else:
+        n = -torch.min(rel, torch.zeros_like(rel))
+    exact = nb // 2
+    large = exact + (torch.log(n.float() / exact) / math.log(maxd / exact) * (nb - exact)).long()
+    large = torch.min(large, torch.full_like(large, nb - 1))
+    return ret + torch.where(n < exact, n, large)
+
+
+def rel_bias(table, sq, sk, bidirectional, args):
+    """[1, heads, sq, sk]: table[bucket(k - q)] per head."""
+    rel = torch.arange(sk)[None, :] - torch.arange(sq)[:, None]
+    b = bucket(rel, bidirectional, args["relative_attention_num_buckets"], args["relative_attention_max_distance"])
+    return table[b].permute(2, 0, 1)[None]
+
+
+def attend(q, k, v, mask, bias=None):
+    """q [b, n, sq, d], k, v [b, n, sk, d], mask [.., sq or 1, sk] True = masked; bias added to the
+    scaled scores (T5's relative position bias)."""
     sc = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        sc = sc + bias
     sc = sc.masked_fill(mask, float("-inf"))
     p = torch.softmax(sc, -1)
     p = torch.nan_to_num(p)  # a row with every key masked: 0
@@ -56,13 +84,13 @@ def attend(q, k, v, mask):
     return (p @ v).transpose(1, 2).reshape(b, sq, n * d)
 
 
-def self_attention(P, pre, x, mask, nq, d, eps):
+def self_attention(P, pre, x, mask, nq, d, eps, bias=None):
     L = lambda n: P[pre + n]
     y = layer_norm(x, L("self_attention.linear_qkv.layer_norm_weight"), L("self_attention.linear_qkv.layer_norm_bias"), eps)
     b, s, _ = y.shape
     qkv = (y @ L("self_attention.linear_qkv.weight").T + L("self_attention.linear_qkv.bias")).view(b, s, nq, 3, d)
     q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # one key and value head per query head
-    return x + attend(q, k, v, mask) @ L("self_attention.linear_proj.weight").T + L("self_attention.linear_proj.bias")
+    return x + attend(q, k, v, mask, bias) @ L("self_attention.linear_proj.weight").T + L("self_attention.linear_proj.bias")
 
 
 def mlp(P, pre, x, act, eps):
@@ -90,21 +118,24 @@ def forward(P, args, enc, enc_mask, dec, out=None):
     d = args["kv_channels"] or h // nq
     eps, nl = args["norm_epsilon"], args["num_layers"]
     act = gelu_erf if args.get("no_bias_gelu_fusion") or not args["add_bias_linear"] else gelu_tanh
-    W, Pe = P["embedding.word_embeddings.weight"], P["embedding.position_embeddings.weight"]
+    W, Pe = P["embedding.word_embeddings.weight"], P.get("embedding.position_embeddings.weight")
     b, s = enc.shape
     sd = dec.shape[1]
     kmask = (enc_mask < 0.5)[:, None, None, :]  # [b, 1, 1, s] keys masked
-    x = W[enc] + Pe[torch.arange(s)]
+    rel = args["position_embedding_type"] == "relative"  # no learned positions then
+    eb = rel_bias(P["encoder_relative_pos_emb.relative_attention_bias.weight"], s, s, True, args) if rel else None
+    db = rel_bias(P["decoder_relative_pos_emb.relative_attention_bias.weight"], sd, sd, False, args) if rel else None
+    x = W[enc] + (0 if rel else Pe[torch.arange(s)])
     for l in range(nl):
         pre = "encoder.layers.%d." % l
-        x = self_attention(P, pre, x, kmask, nq, d, eps)
+        x = self_attention(P, pre, x, kmask, nq, d, eps, eb)
         x = mlp(P, pre, x, act, eps)
     H = layer_norm(x, P["encoder.final_layernorm.weight"], P["encoder.final_layernorm.bias"], eps)
-    y = W[dec] + Pe[torch.arange(sd)]
+    y = W[dec] + (0 if rel else Pe[torch.arange(sd)])
     causal = torch.triu(torch.ones(sd, sd, dtype=torch.bool), 1)[None, None]
     for l in range(nl):
         pre = "decoder.layers.%d." % l
-        y = self_attention(P, pre, y, causal, nq, d, eps)
+        y = self_attention(P, pre, y, causal, nq, d, eps, db)
         y = cross_attention(P, pre, y, H, kmask, nq, d, eps)
         y = mlp(P, pre, y, act, eps)
     y = layer_norm(y, P["decoder.final_layernorm.weight"], P["decoder.final_layernorm.bias"], eps)
