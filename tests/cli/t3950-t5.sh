@@ -9,8 +9,8 @@
 #   - mgt-eval loss of the checkpoint equals mgt-train's validation; mgt-eval generate decodes two
 #     prompts together as it does one at a time;
 #   - the initial lm loss near ln(padded vocabulary);
-#   - --position-embedding-type relative (T5's bucketed bias tables) at iteration 1 against the
-#     same reference;
+#   - --position-embedding-type relative (T5's bucketed bias tables) at iteration 11 from its own
+#     checkpoint, and rope at iteration 1, against the same reference;
 #   - TP2 with sequence parallelism x DP2 with the distributed optimizer under mpirun against one
 #     process, with learned and with relative positions;
 #   - Megatron's examples/t5/train_t5_220m_distributed.sh runs whole at a tiny size;
@@ -52,11 +52,15 @@ parity() { # parity DUMP: the float64 reference's table as TAP comments
 	return $r
 }
 ok "iteration 11 = float64 reference: lm loss (1e-6), grad norm, logits, every gradient (1e-5)" parity d11.h5
-ok "--position-embedding-type relative (8 buckets, max distance 20): iteration 1, --debug-dump" exits 0 $TRAIN \
-	--train-iters 1 --position-embedding-type relative --relative-attention-num-buckets 8 \
-	--relative-attention-max-distance 20 --debug-dump rel.h5
+REL="--position-embedding-type relative --relative-attention-num-buckets 8 --relative-attention-max-distance 20"
+ok "--position-embedding-type relative (8 buckets, max distance 20): 10 iterations, saving" exits 0 $TRAIN $REL \
+	--train-iters 10 --save ckr --save-interval 10
+ok "  iteration 11 from the checkpoint, --debug-dump" exits 0 $TRAIN $REL --train-iters 11 --load ckr --debug-dump rel.h5
 ok "  = float64 reference (the encoder's bidirectional and the decoder's causal bias tables and their gradients)" \
 	parity rel.h5
+ok "--position-embedding-type rope: iteration 1, --debug-dump" exits 0 $TRAIN --position-embedding-type rope \
+	--train-iters 1 --debug-dump rope.h5
+ok "  = float64 reference (the self-attentions' queries and keys rotated, not the cross-attention's)" parity rope.h5
 ok "initial lm loss near ln(29184)" $PY - <<'PY'
 import json, math
 a = json.loads(open("all.jsonl").readline())

@@ -16,7 +16,9 @@ encoder's key mask, y += MLP; final LN; logits = y E^T + output_layer.bias over 
 act: the tanh-approximated GELU (Megatron's default bias-GELU fusion), erf with --no-bias-gelu-fusion.
 Scale 1/sqrt(kv_channels).  --position-embedding-type relative: no learned positions; the
 encoder's (bidirectional) and the decoder's (causal) bucketed bias tables [buckets, heads] add
-table[bucket(k - q)] to the scaled scores of their self-attention (not the cross-attention).  Loss: per micro-batch sum(ce * loss_mask) / sum(loss_mask); the
+table[bucket(k - q)] to the scaled scores of their self-attention (not the cross-attention).
+rope: no learned positions; the self-attentions' queries and keys rotated (the cross-attention's
+not, as transformer_layer.py passes no rotary embedding to it).  Loss: per micro-batch sum(ce * loss_mask) / sum(loss_mask); the
 iteration's objective their mean over micro-batches (mgt-train's GPT loss); the logged lm loss
 the global batch's masked sum over its masked tokens.
 
@@ -84,12 +86,28 @@ def attend(q, k, v, mask, bias=None):
     return (p @ v).transpose(1, 2).reshape(b, sq, n * d)
 
 
-def self_attention(P, pre, x, mask, nq, d, eps, bias=None):
+def rope(t, args):
+    """t [b, heads, s, d]: Megatron's RotaryEmbedding (inv_freq and the angles in float32, rotate_half
+    on the first rotary_percent of the channels) at positions 0..s-1 (self-attention only)."""
+    s, d = t.shape[2], t.shape[3]
+    rot = int(d * args["rotary_percent"])
+    inv = 1.0 / (args["rotary_base"] ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))
+    ang = torch.outer(torch.arange(s, dtype=torch.float32), inv)
+    ang = torch.cat([ang, ang], dim=-1).double()
+    c, sn = torch.cos(ang), torch.sin(ang)
+    x, rest = t[..., :rot], t[..., rot:]
+    x1, x2 = x[..., : rot // 2], x[..., rot // 2:]
+    return torch.cat([x * c + torch.cat([-x2, x1], dim=-1) * sn, rest], dim=-1)
+
+
+def self_attention(P, pre, x, mask, nq, d, eps, bias=None, args=None):
     L = lambda n: P[pre + n]
     y = layer_norm(x, L("self_attention.linear_qkv.layer_norm_weight"), L("self_attention.linear_qkv.layer_norm_bias"), eps)
     b, s, _ = y.shape
     qkv = (y @ L("self_attention.linear_qkv.weight").T + L("self_attention.linear_qkv.bias")).view(b, s, nq, 3, d)
     q, k, v = (qkv[:, :, :, i].transpose(1, 2) for i in range(3))  # one key and value head per query head
+    if args is not None and args["position_embedding_type"] == "rope":
+        q, k = rope(q, args), rope(k, args)
     return x + attend(q, k, v, mask, bias) @ L("self_attention.linear_proj.weight").T + L("self_attention.linear_proj.bias")
 
 
@@ -125,17 +143,17 @@ def forward(P, args, enc, enc_mask, dec, out=None):
     rel = args["position_embedding_type"] == "relative"  # no learned positions then
     eb = rel_bias(P["encoder_relative_pos_emb.relative_attention_bias.weight"], s, s, True, args) if rel else None
     db = rel_bias(P["decoder_relative_pos_emb.relative_attention_bias.weight"], sd, sd, False, args) if rel else None
-    x = W[enc] + (0 if rel else Pe[torch.arange(s)])
+    x = W[enc] + (0 if Pe is None else Pe[torch.arange(s)])
     for l in range(nl):
         pre = "encoder.layers.%d." % l
-        x = self_attention(P, pre, x, kmask, nq, d, eps, eb)
+        x = self_attention(P, pre, x, kmask, nq, d, eps, eb, args)
         x = mlp(P, pre, x, act, eps)
     H = layer_norm(x, P["encoder.final_layernorm.weight"], P["encoder.final_layernorm.bias"], eps)
-    y = W[dec] + (0 if rel else Pe[torch.arange(sd)])
+    y = W[dec] + (0 if Pe is None else Pe[torch.arange(sd)])
     causal = torch.triu(torch.ones(sd, sd, dtype=torch.bool), 1)[None, None]
     for l in range(nl):
         pre = "decoder.layers.%d." % l
-        y = self_attention(P, pre, y, causal, nq, d, eps, db)
+        y = self_attention(P, pre, y, causal, nq, d, eps, db, args)
         y = cross_attention(P, pre, y, H, kmask, nq, d, eps)
         y = mlp(P, pre, y, act, eps)
     y = layer_norm(y, P["decoder.final_layernorm.weight"], P["decoder.final_layernorm.bias"], eps)
