@@ -108,10 +108,12 @@ BA="--model-family bert --num-layers 2 --hidden-size 64 --num-attention-heads 2 
  --lr-decay-style constant --log-interval 1 --eval-interval 0 --threads 1 --hidden-dropout 0 --attention-dropout 0
  --tokenizer-type BertWordPieceLowerCase --vocab-file $ROOT/share/mgt/tokenizers/bert/vocab.txt
  --data-path $W/kjv_text_sentence --split 949,50,1 --train-iters 2"
-run_bert() { # run_bert NAME BINARY ARGS...
-	n=$1 b=$2; shift 2
-	"$b" $BA --metrics-file "$W/$n.jsonl" "$@" >"$W/$n.log" 2>&1 </dev/null || { echo "# $n: exit $?"; tail -3 "$W/$n.log"; return 1; }
+run_with() { # run_with FAMILY_ARGS NAME BINARY ARGS...: a run of the family's arguments
+	f=$1 n=$2 b=$3; shift 3
+	# shellcheck disable=SC2086
+	"$b" $f --metrics-file "$W/$n.jsonl" "$@" >"$W/$n.log" 2>&1 </dev/null || { echo "# $n: exit $?"; tail -3 "$W/$n.log"; return 1; }
 }
+run_bert() { run_with "$BA" "$@"; }
 check "KJV split into sentences (mgt-preprocess --split-sentences)" "$ROOT/bin/mgt-preprocess" \
 	--input "$ROOT/share/mgt/data/kjv.jsonl.zst" --output-prefix "$W/kjv" --tokenizer-type BertWordPieceLowerCase \
 	--vocab-file "$ROOT/share/mgt/tokenizers/bert/vocab.txt" --split-sentences --workers 1 --quiet
@@ -130,10 +132,7 @@ TA="--model-family t5 --num-layers 2 --hidden-size 64 --num-attention-heads 2 --
  --lr-decay-style constant --log-interval 1 --eval-interval 0 --threads 1 --hidden-dropout 0 --attention-dropout 0
  --tokenizer-type BertWordPieceCase --vocab-file $ROOT/share/mgt/tokenizers/bert/vocab.txt
  --data-path $W/kjvc_text_sentence --split 949,50,1 --train-iters 2"
-run_t5() { # run_t5 NAME BINARY ARGS...
-	n=$1 b=$2; shift 2
-	"$b" $TA --metrics-file "$W/$n.jsonl" "$@" >"$W/$n.log" 2>&1 </dev/null || { echo "# $n: exit $?"; tail -3 "$W/$n.log"; return 1; }
-}
+run_t5() { run_with "$TA" "$@"; }
 check "KJV split into sentences, cased (BertWordPieceCase)" "$ROOT/bin/mgt-preprocess" \
 	--input "$ROOT/share/mgt/data/kjv.jsonl.zst" --output-prefix "$W/kjvc" --tokenizer-type BertWordPieceCase \
 	--vocab-file "$ROOT/share/mgt/tokenizers/bert/vocab.txt" --split-sentences --workers 1 --quiet

@@ -156,6 +156,31 @@ def compare_hf(o, f, args, B, mbs):
     return 1 if e > o.tol_grad or pad else 0
 
 
+def report(f, P, G, got, gnorm_ref, rows, logits, o, w=58):
+    """Print the table: the scalar rows (name, mgt, reference, tolerance), the first micro-batch's
+    logits against the dump's (when it has them), every gradient together and each; returns the
+    number of figures over their tolerance."""
+    bad = 0
+    print("%-*s %-22s %-22s %s" % (w, "figure", "mgt", "float64 reference", "relative"))
+    for name, a, b, tol in rows:
+        e = abs(a - b) / (abs(b) if b else 1.0)
+        bad += e > tol
+        print("%-*s %-22.15g %-22.15g %.2e%s" % (w, name, a, b, e, "  FAIL" if e > tol else ""))
+    if "iter1/logits" in f and logits is not None:  # the first micro-batch's logits over the padded vocabulary
+        e = rel(f["iter1/logits"][()].astype(np.float64), logits.numpy())
+        bad += e > o.tol_grad
+        print("%-*s %-22s %-22s %.2e%s" % (w, "logits of micro-batch 1 (normwise)", "", "", e, "  FAIL" if e > o.tol_grad else ""))
+    num = sum(np.linalg.norm((got[n] - G[n]).ravel()) ** 2 for n in P)
+    e = math.sqrt(num) / gnorm_ref
+    bad += e > o.tol_grad
+    print("%-*s %-22s %-22s %.2e%s" % (w, "every gradient (normwise, all tensors)", "", "", e, "  FAIL" if e > o.tol_grad else ""))
+    for n in sorted(P):
+        en = rel(got[n], G[n]) if np.linalg.norm(G[n]) > 1e-9 * gnorm_ref else np.linalg.norm(got[n] - G[n]) / gnorm_ref
+        bad += en > o.tol_grad
+        print("%-*s %-22s %-22s %.2e%s" % (w, "  grad " + n, "", "", en, "  FAIL" if en > o.tol_grad else ""))
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dump")
@@ -191,25 +216,7 @@ def main():
     rows = [("lm loss", float(f["train/lm_loss"][0]), lms, o.tol_loss),
             ("sop loss", float(f["train/sop_loss"][0]), sops, o.tol_loss),
             ("grad norm", float(f["train/grad_norm"][0]), gnorm_ref, o.tol_grad)]
-    bad = 0
-    print("%-58s %-22s %-22s %s" % ("figure", "mgt", "float64 reference", "relative"))
-    for name, a, b, tol in rows:
-        e = abs(a - b) / (abs(b) if b else 1.0)
-        bad += e > tol
-        print("%-58s %-22.15g %-22.15g %.2e%s" % (name, a, b, e, "  FAIL" if e > tol else ""))
-    if "iter1/logits" in f:  # the first micro-batch's logits over the padded vocabulary
-        e = rel(f["iter1/logits"][()].astype(np.float64), first["logits"].numpy())
-        bad += e > o.tol_grad
-        print("%-58s %-22s %-22s %.2e%s" % ("logits of micro-batch 1 (normwise)", "", "", e, "  FAIL" if e > o.tol_grad else ""))
-    num = sum(np.linalg.norm((got[n] - G[n]).ravel()) ** 2 for n in P)
-    e = math.sqrt(num) / gnorm_ref
-    bad += e > o.tol_grad
-    print("%-58s %-22s %-22s %.2e%s" % ("every gradient (normwise, all tensors)", "", "", e, "  FAIL" if e > o.tol_grad else ""))
-    for n in sorted(P):
-        en = rel(got[n], G[n]) if np.linalg.norm(G[n]) > 1e-9 * gnorm_ref else np.linalg.norm(got[n] - G[n]) / gnorm_ref
-        bad += en > o.tol_grad
-        print("%-58s %-22s %-22s %.2e%s" % ("  grad " + n, "", "", en, "  FAIL" if en > o.tol_grad else ""))
-    sys.exit(1 if bad else 0)
+    sys.exit(report(f, P, G, got, gnorm_ref, rows, first.get("logits"), o))
 
 
 if __name__ == "__main__":

@@ -27,27 +27,17 @@ Prints a table; exits 1 when a figure is over its tolerance.
 import argparse
 import json
 import math
+import os
 import sys
 
 import h5py
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bert_ref import gelu_erf, gelu_tanh, layer_norm, report  # noqa: E402  (the shared float64 pieces)
+
 torch.set_default_dtype(torch.float64)
-
-
-def layer_norm(x, w, b, eps):
-    mu = x.mean(-1, keepdim=True)
-    var = ((x - mu) ** 2).mean(-1, keepdim=True)
-    return (x - mu) / torch.sqrt(var + eps) * w + b
-
-
-def gelu_erf(x):
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
-
-
-def gelu_tanh(x):
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
 def bucket(rel, bidirectional, nb, maxd):
@@ -166,11 +156,6 @@ def forward(P, args, enc, enc_mask, dec, out=None):
     return logits
 
 
-def rel(a, b):
-    nb = np.linalg.norm(b.ravel())
-    return float(np.linalg.norm((a - b).ravel()) / (nb if nb else 1.0))
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dump")
@@ -202,25 +187,7 @@ def main():
     gnorm_ref = math.sqrt(sum(float((g ** 2).sum()) for g in G.values()))
     rows = [("lm loss", float(f["train/lm_loss"][0]), num / den, o.tol_loss),
             ("grad norm", float(f["train/grad_norm"][0]), gnorm_ref, o.tol_grad)]
-    bad = 0
-    print("%-64s %-22s %-22s %s" % ("figure", "mgt", "float64 reference", "relative"))
-    for name, a, b, tol in rows:
-        e = abs(a - b) / (abs(b) if b else 1.0)
-        bad += e > tol
-        print("%-64s %-22.15g %-22.15g %.2e%s" % (name, a, b, e, "  FAIL" if e > tol else ""))
-    if "iter1/logits" in f:
-        e = rel(f["iter1/logits"][()].astype(np.float64), first["logits"].numpy())
-        bad += e > o.tol_grad
-        print("%-64s %-22s %-22s %.2e%s" % ("logits of micro-batch 1 (normwise)", "", "", e, "  FAIL" if e > o.tol_grad else ""))
-    num2 = sum(np.linalg.norm((got[n] - G[n]).ravel()) ** 2 for n in P)
-    e = math.sqrt(num2) / gnorm_ref
-    bad += e > o.tol_grad
-    print("%-64s %-22s %-22s %.2e%s" % ("every gradient (normwise, all tensors)", "", "", e, "  FAIL" if e > o.tol_grad else ""))
-    for n in sorted(P):
-        en = rel(got[n], G[n]) if np.linalg.norm(G[n]) > 1e-9 * gnorm_ref else np.linalg.norm(got[n] - G[n]) / gnorm_ref
-        bad += en > o.tol_grad
-        print("%-64s %-22s %-22s %.2e%s" % ("  grad " + n, "", "", en, "  FAIL" if en > o.tol_grad else ""))
-    sys.exit(1 if bad else 0)
+    sys.exit(report(f, P, G, got, gnorm_ref, rows, first.get("logits"), o, 64))
 
 
 if __name__ == "__main__":
