@@ -105,10 +105,10 @@ __attribute__((target("avx512f"))) static void philox_gen_avx512(uint32_t *wa, u
 #pragma GCC unroll 4
 		for (int u = 0; u < PH_U; u++) {
 			const int at = c + 16 * u;
-			const __m512i v[4] = {c0[u], c1[u], c2[u], c3[u]};
-			const __mmask16 m = n - at >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - at)) - 1);
 			if (n - at <= 0)
 				break;
+			const __m512i v[4] = {c0[u], c1[u], c2[u], c3[u]};
+			const __mmask16 m = n - at >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - at)) - 1);
 			_mm512_mask_storeu_epi32(wa + at, m, v[sa]);
 			if (wb)
 				_mm512_mask_storeu_epi32(wb + at, m, v[sb]);
