@@ -226,8 +226,8 @@ static __device__ __forceinline__ float drop_mult(const geom &G, uint64_t rb, in
 }
 /* The multipliers of the four elements (i, k), (i, k + 8), (i + 8, k), (i + 8, k + 8) (block rows
  * and columns) into mu[0..3]: from one Philox call when the global positions of i and k have bit
- * 3 clear (the tensor-core kernels' tiles start on multiples of 16 when qoff and koff do), else
- * element by element. */
+ * 3 clear (the tensor-core kernels' tiles start on multiples of 16 when qoff and koff do: always
+ * today, their callers have qoff = koff = 0), else element by element. */
 static __device__ __forceinline__ void drop_mult4(const geom &G, uint64_t rb, int i, int k, float mu[4])
 {
 	const unsigned q = (unsigned)(G.qoff + i), kk = (unsigned)(G.koff + k);
