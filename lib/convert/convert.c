@@ -572,13 +572,14 @@ static void bert_args_put(json_t *args, const mgt_model_config *c)
 
 /* Take them out of args (before the table merges the rest) and into c once merged: bert_args_apply. */
 typedef struct {
-	bool bert, binary, erf;
+	bool bert, binary, erf, t5;
 } bert_keys;
 
 static void bert_args_take(json_t *args, bert_keys *k)
 {
 	const char *fam = json_string_value(json_object_get(args, "family"));
 	k->bert = fam && !strcmp(fam, "bert");
+	k->t5 = fam && !strcmp(fam, "t5");
 	k->binary = !json_is_false(json_object_get(args, "bert_binary_head"));
 	k->erf = json_is_true(json_object_get(args, "no_bias_gelu_fusion"));
 	json_object_del(args, "family");
@@ -588,6 +589,7 @@ static void bert_args_take(json_t *args, bert_keys *k)
 
 static void bert_args_apply(const bert_keys *k, mgt_model_config *c)
 {
+	if (k->t5) snprintf(c->family, sizeof c->family, "t5"); /* refused by the family checks */
 	if (!k->bert) return;
 	snprintf(c->family, sizeof c->family, "bert");
 	c->bert_binary_head = k->binary;

@@ -291,8 +291,18 @@ mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt
 static void put_int(json_t *o, const char *k, int64_t v) { json_object_set_new(o, k, json_integer(v)); }
 static void put_real(json_t *o, const char *k, double v) { json_object_set_new(o, k, json_real(v)); }
 
+/* Megatron's T5 has no Hugging Face class (megatron-bert-t5.md section 5). */
+static mgt_status t5_refused(void)
+{
+	return mgt_err(MGT_ERR_INPUT, "a T5 checkpoint (--model-family t5): no Hugging Face class computes Megatron's T5 "
+		       "(learned positions shared by encoder and decoder, LayerNorm with biases, GELU, an output bias; "
+		       "T5ForConditionalGeneration has relative positions, RMSNorm, ReLU and no biases), so it is not "
+		       "converted (the checkpoint stays an mgt one: mgt-eval and mgt-train read it)");
+}
+
 mgt_status cv_family_infer(const mgt_model_config *c, mgt_hf_family *f)
 {
+	if (mgt_model_is_t5(c)) return t5_refused();
 	if (mgt_model_is_bert(c)) {
 		*f = MGT_HF_MEGATRON_BERT;
 		return MGT_OK;
@@ -378,6 +388,7 @@ static mgt_status bert_check(const mgt_model_config *c, mgt_hf_family f)
 /* Whether family f can hold this model exactly. */
 mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
 {
+	if (mgt_model_is_t5(c)) return t5_refused();
 	if (mgt_model_is_bert(c) || f == MGT_HF_MEGATRON_BERT) return bert_check(c, f);
 	mgt_hf_family g;
 	mgt_status st = cv_family_infer(c, &g);

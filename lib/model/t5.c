@@ -21,6 +21,7 @@
 #include "model_impl.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,6 +111,10 @@ mgt_status mgt_t5_setup(mgt_model *m)
 		return mgt_err(MGT_ERR_USAGE, "--position-embedding-type relative on the %s backend: its attention kernels "
 			       "have no position bias in this version (the CPU backend runs it: --device cpu)",
 			       m->be->ops->name);
+	const mgt_tensor *pe = m->glob[MGT_T_POS_EMB];
+	if (c->decoder_seq_length < 1 || (pe && c->decoder_seq_length > pe->shape[0]))
+		return mgt_err(MGT_ERR_USAGE, "--decoder-seq-length %lld: expected 1 to --max-position-embeddings %lld",
+			       (long long)c->decoder_seq_length, (long long)(pe ? pe->shape[0] : INT32_MAX));
 	int tp = m->ps->tp;
 	if (m->L.sequence_parallel && tp > 1 && (c->decoder_seq_length * m->L.mbs) % tp)
 		return mgt_err(MGT_ERR_USAGE, "--sequence-parallel: --decoder-seq-length %lld x --micro-batch-size %d is "
@@ -163,7 +168,7 @@ static mgt_status alloc_slot(mgt_model *m, t5_slot *ts)
 	if (!(ts->x = mgt_malloc((size_t)t->L * sizeof *ts->x))) return MGT_ERR_NOMEM;
 	memset(ts->x, 0, (size_t)t->L * sizeof *ts->x);
 	ts->etok = A(Te, MGT_DT_I32); ts->epos = A(Te, MGT_DT_I32); ts->dtok = A(Td, MGT_DT_I32); ts->dpos = A(Td, MGT_DT_I32);
-	ts->ekm = A(Te, MGT_DT_I32); /* bytes: 4 per token is more than enough */
+	ts->ekm = mgt_model_balloc(m, Te, &m->act_bytes, &st); /* a byte a token */
 	ts->eout = A(Teh * h, m->res_t); ts->H = A(Te * h, m->act_t); ts->dH = A(Te * h, m->act_t);
 	ts->meane = A(Teh, MGT_DT_F32); ts->rstde = A(Teh, MGT_DT_F32);
 	for (int i = 0; i < t->L; i++) {

@@ -145,4 +145,7 @@ ok "--encoder-num-layers and --encoder-seq-length stand in for --num-layers and 
 ok "grouped-query attention refused" refuse 2 "one key and value head per query head" --group-query-attention \
 	--num-query-groups 2
 ok "--mock-data refused" refuse 2 "sentence-level --data-path" --mock-data
+ok "mgt-ckpt-convert refuses a T5 checkpoint (no Hugging Face class computes it), exit 3, nothing written" sh -c "
+	$BIN/mgt-ckpt-convert --load-dir ck --save-dir hf5 >cv.out 2>&1; r=\$?; [ \$r = 3 ] && grep -q 'no Hugging Face class' cv.out &&
+	! test -e hf5" 
 done_testing
