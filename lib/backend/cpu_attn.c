@@ -34,7 +34,6 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
-#include <stdlib.h>
 
 /* One block's geometry (backend.h mgt_attn_blk) with the strides of its tensors. */
 typedef struct {
@@ -389,9 +388,8 @@ typedef struct {
 } bwd_args;
 
 /* One query block of head n (group grp, slot m) against all its key tiles; with a position bias,
- * dS summed by distance into dpart [2 s - 1] (the task's own row for this head). */
-static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, int i0, unsigned char *scratch,
-		      float *dpart)
+ * dS summed by distance into G->dbias's column of the head (owned by the caller's task). */
+static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, int i0, unsigned char *scratch)
 {
 	const int d = G->d, n = grp * G->r + m;
 	const int M = G->sq - i0 < CPU_AQ ? G->sq - i0 : CPU_AQ, kend = key_end(G, i0 + M);
@@ -432,9 +430,11 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, 1.0f, dO, ldo, V + kr,
 			    ldk, 0.0f, B, CPU_AK);
 		bwd_tile_ds(G, A, B, mk, M, kn, i0, k0, D, ks);
-		for (int rr = 0; dpart && rr < M; rr++) /* the position bias's gradient: dS by distance */
+		float *db = G->dbias ? G->dbias + G->head0 + n : NULL;
+		for (int rr = 0; db && rr < M; rr++) /* the position bias's gradient: dS by distance */
 			for (int c = 0, lim = causal_lim(G, i0 + rr, k0, kn); c < lim; c++)
-				dpart[k0 + c - (i0 + rr) + G->dsq - 1] += A[(size_t)rr * CPU_AK + c];
+				db[(size_t)(k0 + c - (i0 + rr) + G->dsq - 1) * (size_t)G->heads_total] +=
+					A[(size_t)rr * CPU_AK + c];
 		/* dQ (+)= dS K * scale;  dK[tile] += dS^T Q * scale */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kn, scale, A, CPU_AK, K + kr,
 			    ldk, k0 == 0 && !a->acc ? 0.0f : 1.0f, dQ, ldq);
@@ -449,35 +449,27 @@ static void blk_bwd(mgt_backend *be, const geom *G, const bwd_args *a)
 {
 	if (G->sq <= 0 || G->sk <= 0 || G->b <= 0 || G->ng <= 0 || G->r <= 0 || G->d <= 0)
 		return;
-	const int ntask = G->b * G->ng, nd = 2 * G->dsq - 1;
-	/* the position bias's gradient: each task's rows [r, nd], summed in task order after */
-	float *part = G->dbias ? calloc((size_t)ntask * (size_t)G->r * (size_t)nd, sizeof *part) : NULL;
-	if (G->dbias && !part)
-		return; /* ops do not fail: the caller sized the problem (backend.h) */
+	/* with a position bias, one task per query group over every sequence: the task owns its heads'
+	 * columns of dbias and adds into them in a fixed order (sequence, head, query block, key tile) */
+	const bool bygrp = G->dbias != NULL;
+	const int ntask = bygrp ? G->ng : G->b * G->ng;
 #pragma omp parallel num_threads(cpu_threads(be)) \
 	if (ntask > 1 && (long)G->sq * G->sk * G->d * G->b * G->H > 200000)
 	{
 		unsigned char *scratch = cpu_scratch(be, omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
 		for (int task = 0; task < ntask; task++) {
-			const int j = task / G->ng, grp = task % G->ng;
-			for (int i = 0; !a->acc && i < G->sk; i++) /* dK, dV rows from 0 */
-				memset(a->dkv + k_off(G, j, grp) + (size_t)i * G->ldk, 0,
-				       2 * (size_t)G->d * sizeof(float));
-			for (int m = 0; m < G->r; m++)
-				for (int i0 = 0; i0 < G->sq; i0 += CPU_AQ)
-					bwd_block(G, a, j, grp, m, i0, scratch,
-						  part ? part + ((size_t)task * G->r + m) * (size_t)nd : NULL);
+			const int grp = task % G->ng, j0 = bygrp ? 0 : task / G->ng, j1 = bygrp ? G->b : j0 + 1;
+			for (int j = j0; j < j1; j++) {
+				for (int i = 0; !a->acc && i < G->sk; i++) /* dK, dV rows from 0 */
+					memset(a->dkv + k_off(G, j, grp) + (size_t)i * G->ldk, 0,
+					       2 * (size_t)G->d * sizeof(float));
+				for (int m = 0; m < G->r; m++)
+					for (int i0 = 0; i0 < G->sq; i0 += CPU_AQ)
+						bwd_block(G, a, j, grp, m, i0, scratch);
+			}
 		}
 	}
-	for (int task = 0; part && task < ntask; task++)
-		for (int m = 0; m < G->r; m++) {
-			const int n = (task % G->ng) * G->r + m;
-			const float *pr = part + ((size_t)task * G->r + m) * (size_t)nd;
-			for (int x = 0; x < nd; x++)
-				G->dbias[(size_t)x * G->heads_total + G->head0 + n] += pr[x];
-		}
-	free(part);
 }
 
 void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,

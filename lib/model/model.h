@@ -180,6 +180,8 @@ typedef enum {
 	 * (bidirectional) and the decoder (--position-embedding-type relative) */
 	MGT_T_XLN_W, MGT_T_XLN_B, MGT_T_XQ_W, MGT_T_XQ_B, MGT_T_XKV_W, MGT_T_XKV_B, MGT_T_XPROJ_W, MGT_T_XPROJ_B,
 	MGT_T_REL_ENC, MGT_T_REL_DEC,
+	/* T5's encoder.final_layernorm (decoder.final_layernorm is MGT_T_FINAL_LN_W/B) */
+	MGT_T_ENC_FINAL_LN_W, MGT_T_ENC_FINAL_LN_B,
 	MGT_T_NROLES
 } mgt_tensor_role;
 

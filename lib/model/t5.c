@@ -84,13 +84,6 @@ struct t5_state {
 	float *bias[2], *dbias[2];
 };
 
-static const mgt_tensor *by_name(const mgt_model *m, const char *name)
-{
-	for (int i = 0; i < m->tt.n; i++)
-		if (!strcmp(m->tt.t[i].name, name)) return &m->tt.t[i];
-	return NULL;
-}
-
 mgt_status mgt_t5_setup(mgt_model *m)
 {
 	const mgt_model_config *c = &m->c;
@@ -130,8 +123,8 @@ mgt_status mgt_t5_setup(mgt_model *m)
 	t->rel = !strcmp(c->position_embedding_type, "relative");
 	t->rtab[0] = m->glob[MGT_T_REL_ENC];
 	t->rtab[1] = m->glob[MGT_T_REL_DEC];
-	t->efw = by_name(m, "encoder.final_layernorm.weight");
-	t->efb = by_name(m, "encoder.final_layernorm.bias");
+	t->efw = m->glob[MGT_T_ENC_FINAL_LN_W];
+	t->efb = m->glob[MGT_T_ENC_FINAL_LN_B];
 	if (!t->efw) return mgt_err(MGT_ERR_USAGE, "a T5 chunk without encoder.final_layernorm.weight");
 	mgt_t5_dims(m, T5_DEC);
 	return MGT_OK;

@@ -234,7 +234,8 @@ static void add_norm(builder *bd, int layer, mgt_tensor_role w, const char *name
 bool mgt_tensor_is_norm_weight(const mgt_tensor *t)
 {
 	return t->role == MGT_T_LN1_W || t->role == MGT_T_LN2_W || t->role == MGT_T_FINAL_LN_W || t->role == MGT_T_QNORM_W ||
-	       t->role == MGT_T_KNORM_W || t->role == MGT_T_LMH_LN_W;
+	       t->role == MGT_T_KNORM_W || t->role == MGT_T_LMH_LN_W || t->role == MGT_T_XLN_W ||
+	       t->role == MGT_T_ENC_FINAL_LN_W;
 }
 
 /* The row just added is expert e of layer i: its checkpoint dataset and index. */
@@ -413,7 +414,7 @@ static void build_t5(builder *bd)
 		    MGT_INIT_NORMAL, std);
 	}
 	for (int i = 0; i < L; i++) add_layer(bd, i);
-	add_norm(bd, -1, MGT_T_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
+	add_norm(bd, -1, MGT_T_ENC_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
 	for (int i = 0; i < L; i++) add_t5_decoder_layer(bd, (int)L + i);
 	add_norm(bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight", "decoder.final_layernorm.bias");
 	if (c->untie_embeddings_and_output_weights)
