@@ -12,7 +12,8 @@
  * index of its two lengths (dsq, dsk; s and s for the others).  The backward writes dQ, dK, dV for
  * the whole sequence and cross-attention, and accumulates them for a block.
  * Under a key padding mask (whole sequence only) every query may see every key: delta is s, so the
- * causal limits cover all keys, and each tile's mask bytes (vis) zero the masked probabilities.
+ * causal limits cover all keys, and each tile's additive mask (vf: 0 or -inf a key) zeroes the
+ * masked probabilities, so the masked loops are the unmasked ones plus one vector add.
  *
  * Nothing O(s^2) is stored.  Queries go in blocks of CPU_AQ rows, keys in tiles of CPU_AK
  * columns up to the causal limit (all of them under a mask); scores and probabilities live in a
@@ -79,15 +80,25 @@ static geom geom_seq(int s, int b, int ng, int r, int d, float p, uint64_t key, 
 	return G;
 }
 
-/* The mask bytes of keys k0..k0+kn-1 of sequence j into vis (1 visible, 0 masked); NULL when
- * causal. */
-static const uint8_t *tile_vis(const geom *g, uint8_t *vis, int j, int k0, int kn)
+/* The key mask of keys k0..k0+kn-1 of sequence j as scores to add into vf (0 visible, -inf
+ * masked: x + 0 is x, so visible scores keep their bits); NULL when causal. */
+static const float *tile_vis(const geom *g, float *vf, int j, int k0, int kn)
 {
 	if (!g->km)
 		return NULL;
 	for (int c = 0; c < kn; c++)
-		vis[c] = g->km[(size_t)(k0 + c) * g->b + j] != 0;
-	return vis;
+		vf[c] = g->km[(size_t)(k0 + c) * g->b + j] ? 0.0f : -INFINITY;
+	return vf;
+}
+
+/* sr[c] += vf[c] for c < lim (vf NULL: nothing). */
+CPU_INLINE void add_vis(float *sr, const float *vf, int lim)
+{
+	if (!vf)
+		return;
+#pragma omp simd
+	for (int c = 0; c < lim; c++)
+		sr[c] += vf[c];
 }
 
 /* The position bias of query row i of head n against keys k0.. (element c at [c * heads_total]),
@@ -133,17 +144,26 @@ static int key_end(const geom *g, int i1) { return i1 + g->delta < g->sk ? i1 + 
 CPU_INLINE void drop_row(float *pr, uint8_t *mk, int n, const geom *G, uint64_t rowbase, int i, int k0, float ks)
 {
 	enum { NW2 = CPU_AK / 2 + 16 };
-	uint32_t wa[NW2], wb[NW2];
+	uint32_t wa[NW2], wb[NW2], w[2 * NW2];
 	const uint64_t q = (uint64_t)(G->qoff + i);
 	const int kg = G->koff + k0, b0 = kg >> 4, nb = ((kg + n - 1) >> 4) - b0 + 1;
+	const float p = G->p;
 	mgt_cpu_philox_pairs(wa, wb, G->key, (rowbase + (q & ~(uint64_t)8)) * (uint64_t)G->dsk + (uint64_t)b0 * 16,
 			     nb * 8, (int)(q >> 3) & 1);
-	for (int c = 0; c < n; c++) {
-		const int k = kg + c, t = ((k >> 4) - b0) * 8 + (k & 7);
-		const float keep = cpu_keep_w(k & 8 ? wb[t] : wa[t], G->p);
-		if (mk)
+	for (int t = 0; t < nb; t++) /* key (b0 + t) * 16 + c takes w[16 t + c]: wa's 8 words, then wb's */
+		memcpy(w + 16 * t, wa + 8 * t, 8 * sizeof *w), memcpy(w + 16 * t + 8, wb + 8 * t, 8 * sizeof *w);
+	const uint32_t *wr = w + (kg & 15);
+	if (mk) {
+#pragma omp simd
+		for (int c = 0; c < n; c++) {
+			const float keep = cpu_keep_w(wr[c], p);
 			mk[c] = (uint8_t)keep;
-		pr[c] *= keep * ks;
+			pr[c] *= keep * ks;
+		}
+	} else {
+#pragma omp simd
+		for (int c = 0; c < n; c++)
+			pr[c] *= cpu_keep_w(wr[c], p) * ks;
 	}
 }
 
@@ -155,60 +175,46 @@ static inline int causal_lim(const geom *g, int i, int k0, int kn)
 }
 
 
-/* The max of scores sr[0..lim) over the visible keys (vis NULL: all); -inf when none. */
-CPU_INLINE float row_max(const float *sr, const uint8_t *vis, int lim)
+/* The max of scores sr[0..lim); -inf when none (or all -inf: masked). */
+CPU_INLINE float row_max(const float *sr, int lim)
 {
 	float mx = -INFINITY;
-	if (vis) {
 #pragma omp simd reduction(max : mx)
-		for (int c = 0; c < lim; c++)
-			mx = vis[c] && sr[c] > mx ? sr[c] : mx;
-	} else {
-#pragma omp simd reduction(max : mx)
-		for (int c = 0; c < lim; c++)
-			mx = sr[c] > mx ? sr[c] : mx;
-	}
+	for (int c = 0; c < lim; c++)
+		mx = sr[c] > mx ? sr[c] : mx;
 	return mx;
 }
 
-/* sr[c] = exp(sr[c] - m) for c < lim, 0 for masked keys (vis[c] == 0, m may then be -inf);
- * returns their sum. */
-CPU_INLINE float row_exp(float *sr, const uint8_t *vis, int lim, float m)
+/* sr[c] = exp(sr[c] - m) for c < lim (0 for the -inf of masked keys; m finite); returns their
+ * sum. */
+CPU_INLINE float row_exp(float *sr, int lim, float m)
 {
 	float sum = 0;
-	if (vis) {
 #pragma omp simd reduction(+ : sum)
-		for (int c = 0; c < lim; c++) {
-			float e = vis[c] ? cpu_expf(sr[c] - m) : 0.0f;
-			sr[c] = e;
-			sum += e;
-		}
-	} else {
-#pragma omp simd reduction(+ : sum)
-		for (int c = 0; c < lim; c++) {
-			float e = cpu_expf(sr[c] - m);
-			sr[c] = e;
-			sum += e;
-		}
+	for (int c = 0; c < lim; c++) {
+		float e = cpu_expf(sr[c] - m);
+		sr[c] = e;
+		sum += e;
 	}
 	return sum;
 }
 
-/* Forward, one score tile S [M, kn] of query rows i0.. against keys k0.. (vis: their mask, NULL
- * when causal): turns it into (dropped-out) unnormalized probabilities under the running row max
+/* Forward, one score tile S [M, kn] of query rows i0.. against keys k0.. (vf: their additive
+ * mask, tile_vis; NULL when causal): turns it into (dropped-out) unnormalized probabilities under the running row max
  * mrun, updates the running sums lrun, and rescales the output rows accumulated so far.  Rows that
  * saw no key yet keep mrun -inf and lrun 0. */
-CPU_CLONES static void fwd_tile(const geom *G, float *S, const uint8_t *vis, int M, int kn, int i0, int k0,
+CPU_CLONES static void fwd_tile(const geom *G, float *S, const float *vf, int M, int kn, int i0, int k0,
 				float *mrun, float *lrun, float *O, float ks, uint64_t rowbase, int n)
 {
 	for (int rr = 0; rr < M; rr++) {
 		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
 		float *sr = S + (size_t)rr * CPU_AK;
 		add_bias(sr, bias_row(G, G->bias, n, i, k0), lim, G->heads_total);
-		const float mx = row_max(sr, vis, lim);
+		add_vis(sr, vf, lim);
+		const float mx = row_max(sr, lim);
 		const float mnew = k0 == 0 || mx > mrun[rr] ? mx : mrun[rr];
-		const float sum = row_exp(sr, vis, lim, mnew);
-		for (int c = lim; c < kn; c++)
+		const float sum = mnew > -INFINITY ? row_exp(sr, lim, mnew) : 0.0f;
+		for (int c = mnew > -INFINITY ? lim : 0; c < kn; c++) /* past the limit; all when none seen */
 			sr[c] = 0.0f;
 		if (k0 == 0) {
 			lrun[rr] = sum;
@@ -236,7 +242,7 @@ static void fwd_block(const geom *G, float *out, float *lse, const float *q, con
 	const float *K = kv + k_off(G, j, grp), *V = K + d;
 	float *O = out + out_off(G, j, n) + (size_t)i0 * G->ldo;
 	float mrun[CPU_AQ], lrun[CPU_AQ];
-	uint8_t vis[CPU_AK];
+	float vf[CPU_AK];
 	const uint64_t rowbase = ((uint64_t)j * G->heads_total + G->head0 + n) * (uint64_t)G->dsq;
 
 	for (int rr = 0; rr < M; rr++)
@@ -245,7 +251,7 @@ static void fwd_block(const geom *G, float *out, float *lse, const float *q, con
 		const int kn = kend - k0 < CPU_AK ? kend - k0 : CPU_AK;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, (int)G->ldq,
 			    K + (size_t)k0 * G->ldk, (int)G->ldk, 0.0f, S, CPU_AK);
-		fwd_tile(G, S, tile_vis(G, vis, j, k0, kn), M, kn, i0, k0, mrun, lrun, O, ks, rowbase, n);
+		fwd_tile(G, S, tile_vis(G, vf, j, k0, kn), M, kn, i0, k0, mrun, lrun, O, ks, rowbase, n);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kn, 1.0f, S, CPU_AK,
 			    V + (size_t)k0 * G->ldk, (int)G->ldk, k0 == 0 ? 0.0f : 1.0f, O, (int)G->ldo);
 	}
@@ -328,26 +334,22 @@ void mgt_cpu_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, 
 }
 
 /* Backward, one tile: A [M, kn] holds the scores; make it P = exp(S - lse) (0 past the causal
- * limit and for the keys vis masks: then lse may be -inf) and, with dropout, B = P * mask / (1 - p)
+ * limit and for the keys vf masks; a row whose lse is -inf, which sees no key, all 0) and, with dropout, B = P * mask / (1 - p)
  * and the mask in mk. */
-CPU_CLONES static void bwd_tile_p(const geom *G, float *A, float *B, uint8_t *mk, const uint8_t *vis, int M,
+CPU_CLONES static void bwd_tile_p(const geom *G, float *A, float *B, uint8_t *mk, const float *vf, int M,
 				  int kn, int i0, int k0, const float *L, float ks, uint64_t rowbase, int n)
 {
 	for (int rr = 0; rr < M; rr++) {
 		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
 		float *ar = A + (size_t)rr * CPU_AK;
 		const float l = L[rr];
-		add_bias(ar, bias_row(G, G->bias, n, i, k0), lim, G->heads_total);
-		if (vis) {
+		const int live = l > -INFINITY ? lim : 0; /* lse -inf: no visible key in the row */
+		add_bias(ar, bias_row(G, G->bias, n, i, k0), live, G->heads_total);
+		add_vis(ar, vf, live);
 #pragma omp simd
-			for (int c = 0; c < lim; c++)
-				ar[c] = vis[c] ? cpu_expf(ar[c] - l) : 0.0f;
-		} else {
-#pragma omp simd
-			for (int c = 0; c < lim; c++)
-				ar[c] = cpu_expf(ar[c] - l);
-		}
-		for (int c = lim; c < kn; c++)
+		for (int c = 0; c < live; c++)
+			ar[c] = cpu_expf(ar[c] - l);
+		for (int c = live; c < kn; c++)
 			ar[c] = 0.0f;
 		if (G->p > 0) {
 			float *br = B + (size_t)rr * CPU_AK;
@@ -399,7 +401,7 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 	float *A = (float *)scratch, *B = A + CPU_AQ * CPU_AK;
 	uint8_t *mk = (uint8_t *)(B + CPU_AQ * CPU_AK);
 	float *D = (float *)(mk + CPU_AQ * CPU_AK);
-	uint8_t vis[CPU_AK];
+	float vf[CPU_AK];
 	const size_t qo = q_off(G, j, grp, m) + (size_t)i0 * G->ldq, ko = k_off(G, j, grp);
 	const float *Q = a->q + qo, *K = a->kv + ko, *V = K + d;
 	float *dQ = a->dq + qo, *dK = a->dkv + ko, *dV = dK + d;
@@ -422,7 +424,7 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 		const size_t kr = (size_t)k0 * G->ldk;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, ldq, K + kr, ldk,
 			    0.0f, A, CPU_AK);
-		bwd_tile_p(G, A, B, mk, tile_vis(G, vis, j, k0, kn), M, kn, i0, k0, L, ks, rowbase, n);
+		bwd_tile_p(G, A, B, mk, tile_vis(G, vf, j, k0, kn), M, kn, i0, k0, L, ks, rowbase, n);
 		/* dV[tile] += Pd^T dO */
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, M, 1.0f, G->p > 0 ? B : A,
 			    CPU_AK, dO, ldo, 1.0f, dV + kr, ldk);
