@@ -8,6 +8,7 @@
  * output; the dot product is a warp sum (xor butterfly: every lane gets the same bits), the
  * softmax is online per warp (running max and sum, the output rescaled when the max grows),
  * and at the end the warps' partial results are merged in warp order through shared memory.
+ * T5's relative position bias (bias non-NULL) is added to each scaled score, read by distance.
  * Fixed block shape and order: deterministic.  No atomics; blocks write disjoint output rows. */
 #include <cuda_runtime.h>
 
@@ -38,7 +39,8 @@ static __device__ __forceinline__ float kv_warp_allsum(float v)
 }
 
 static __global__ void attn_kv_kernel(float *out, const float *kc, const float *vc, const float *qkv,
-				      const int32_t *seq, const int32_t *pos, int ng, int r, int d, int S)
+				      const int32_t *seq, const int32_t *pos, int ng, int r, int d, int S,
+				      const float *bias, int bs)
 {
 	__shared__ float sm_m[KV_WARPS], sm_l[KV_WARPS];
 	MGT_DYN_SHARED(float, sm_o); /* [KV_WARPS, d] */
@@ -62,6 +64,8 @@ static __global__ void attn_kv_kernel(float *out, const float *kc, const float *
 			if (lane + 32 * j < d)
 				s += qv[j] * k[lane + 32 * j];
 		s = kv_warp_allsum(s) * scale;
+		if (bias)
+			s += bias[(size_t)(i - pos[t] + bs - 1) * H + n];
 		const float mn = mgt_max(m, s), corr = mgt_expf(m - mn), p = mgt_expf(s - mn);
 		l = l * corr + p;
 #pragma unroll
@@ -94,7 +98,8 @@ static __global__ void attn_kv_kernel(float *out, const float *kc, const float *
 }
 
 extern "C" int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float *qkv,
-			     const int32_t *seq, const int32_t *pos, int T, int ng, int r, int d, int S)
+			     const int32_t *seq, const int32_t *pos, int T, int ng, int r, int d, int S,
+			     const float *bias, int bs)
 {
 	if (T <= 0 || ng <= 0 || r <= 0 || d <= 0)
 		return (int)cudaSuccess;
@@ -108,6 +113,6 @@ extern "C" int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, c
 		return (int)e;
 	const dim3 grid((unsigned)T, (unsigned)(ng * r));
 	MGT_LAUNCH(attn_kv_kernel, grid, KV_THREADS, (size_t)KV_WARPS * d * sizeof(float), st, out, kc, vc, qkv,
-		   seq, pos, ng, r, d, S);
+		   seq, pos, ng, r, d, S, bias, bs);
 	return mgt_k_rc();
 }

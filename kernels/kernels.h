@@ -132,10 +132,11 @@ int mgt_k_attn_blk_bwd(mgt_k_stream s, const mgt_k_attn_blk *g, float *dq, float
 int mgt_k_attn_kv_copy(mgt_k_stream s, float *qkv, float *kv, int T, int ng, int r, int d, int to_kv);
 
 /* Attention of T new tokens against a key/value cache (kernels/attn_kv.cu), the CPU op attn_kv:
- * stores their keys and values in kc, vc [B, ng, S, d], then writes out [T, ng*r, d].  d <= 256
- * and ng*r <= 65535 (cudaErrorInvalidValue otherwise). */
+ * stores their keys and values in kc, vc [B, ng, S, d], then writes out [T, ng*r, d], with the
+ * position bias [2 bs - 1, ng*r] added to the scores when bias is not NULL.  d <= 256 and
+ * ng*r <= 65535 (cudaErrorInvalidValue otherwise). */
 int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
-		  const int32_t *pos, int T, int ng, int r, int d, int S);
+		  const int32_t *pos, int T, int ng, int r, int d, int S, const float *bias, int bs);
 
 /* ---- attention on tensor cores (kernels/attn_tc.cu), causal or under a key padding mask: impl
  * MGT_K_ATTN_MMA, mma.sync with the softmax in registers (kernels/attn_mma.cuh, the default), or

@@ -340,9 +340,13 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 * key/value memory of megatron/core/inference/ and megatron/core/transformer/attention.py \
 	 * _adjust_key_value_for_inference).  Positions 0..pos[t] of the sequence must hold keys: from \
 	 * this call or an earlier one.  No two tokens of one call may share (seq, pos).  Writes out \
-	 * [T, ng*r, d] and those cache rows; seq, pos [T] int32.  Softmax sums in fp32, max first. */ \
+	 * [T, ng*r, d] and those cache rows; seq, pos [T] int32.  Softmax sums in fp32, max first. \
+	 * bias (NULL: none): T5's relative position bias as attn_bias_fwd's, [2 bs - 1, ng*r] fp32 in \
+	 * backend memory laid out for bs positions (pos[t] < bs): the score of query head n of token \
+	 * t against cached position i gains bias[(i - pos[t] + bs - 1) ng*r + n]. */ \
 	X(void, attn_kv, (mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, \
-		const int32_t *seq, const int32_t *pos, int T, int ng, int r, int d, int S)) \
+		const int32_t *seq, const int32_t *pos, int T, int ng, int r, int d, int S, \
+		const float *bias, int bs)) \
 	\
 	/* ---- MLP activation with the fc1 bias (Megatron's bias-activation fusion) ---- */ \
 	/* GELU (erf form) or GELU_TANH: x [T, f], y = gelu(x + b), y [T, f]; the tanh form is \

@@ -557,8 +557,9 @@ static void kv_store(float *kc, float *vc, const float *qkv, const int32_t *seq,
 		}
 }
 
-/* o[d] = softmax(scale q.K[i], i < np) . V, K and V [np, d]. */
-static void kv_head(float *o, const float *q, const float *K, const float *V, int np, int d, float scale)
+/* o[d] = softmax(scale q.K[i] + br[i ht], i < np) . V, K and V [np, d] (br NULL: no bias). */
+static void kv_head(float *o, const float *q, const float *K, const float *V, int np, int d, float scale,
+		    const float *br, int ht)
 {
 	float sc[CPU_AK], mrun = -INFINITY, lrun = 0.0f;
 	for (int c = 0; c < d; c++) o[c] = 0.0f;
@@ -571,6 +572,8 @@ static void kv_head(float *o, const float *q, const float *K, const float *V, in
 #pragma omp simd reduction(+ : s)
 			for (int c = 0; c < d; c++) s += q[c] * k[c];
 			sc[i] = s * scale;
+			if (br)
+				sc[i] += br[(size_t)(k0 + i) * (size_t)ht];
 			mx = sc[i] > mx ? sc[i] : mx;
 		}
 		float corr = cpu_expf(mrun - mx);
@@ -588,7 +591,7 @@ static void kv_head(float *o, const float *q, const float *K, const float *V, in
 }
 
 void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
-		     const int32_t *pos, int T, int ng, int r, int d, int S)
+		     const int32_t *pos, int T, int ng, int r, int d, int S, const float *bias, int bs)
 {
 	if (T <= 0 || ng <= 0 || r <= 0 || d <= 0) return;
 	kv_store(kc, vc, qkv, seq, pos, T, ng, r, d, S);
@@ -603,6 +606,7 @@ void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const fl
 		const int t = (int)(task / H), n = (int)(task % H), g = n / r;
 		const size_t kv0 = ((size_t)seq[t] * ng + g) * (size_t)S * d;
 		kv_head(out + (size_t)task * d, qkv + ((size_t)t * ng + g) * hd + (size_t)(n % r) * d, kc + kv0,
-			vc + kv0, pos[t] + 1, d, scale);
+			vc + kv0, pos[t] + 1, d, scale,
+			bias ? bias + (size_t)(bs - 1 - pos[t]) * (size_t)H + (size_t)n : NULL, H);
 	}
 }

@@ -544,9 +544,9 @@ void mgt_cuda_attn_kv_copy(mgt_backend *be, float *qkv, float *kv, int T, int ng
 }
 
 void mgt_cuda_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
-		       const int32_t *pos, int T, int ng, int r, int d, int S)
+		       const int32_t *pos, int T, int ng, int r, int d, int S, const float *bias, int bs)
 {
-	mgt_cuda_ok(be, "attn_kv", mgt_k_attn_kv(stream(be), out, kc, vc, qkv, seq, pos, T, ng, r, d, S));
+	mgt_cuda_ok(be, "attn_kv", mgt_k_attn_kv(stream(be), out, kc, vc, qkv, seq, pos, T, ng, r, d, S, bias, bs));
 }
 
 void mgt_cuda_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_type yt, const void *x,

@@ -32,6 +32,11 @@ struct mgt_kv_cache {
 	int Se, secap;
 	uint8_t *ekm;
 	float **xk;
+	/* --position-embedding-type relative: the encoder's bias for Se positions [2 secap - 1, heads],
+	 * the decoder's for the cache's S [2 S - 1, heads] (attn_kv's bs = S), and their bucket
+	 * indices' scratch [2 max(secap, S) - 1] (backend int32); NULL otherwise */
+	float *ebias, *dbias;
+	int32_t *ridx;
 };
 
 mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mgt_backend *be,
@@ -43,11 +48,6 @@ mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mg
 	mgt_model *m;
 	mgt_status st = mgt_model_new_chunk(&m, c, &L, be, ps, false);
 	if (st) return st;
-	if (m->t5 && !strcmp(c->position_embedding_type, "relative")) {
-		mgt_model_free(m);
-		return mgt_err(MGT_ERR_USAGE, "inference of a T5 model with --position-embedding-type relative is not "
-			       "implemented in this version (the key/value cache's attention has no position bias)");
-	}
 	m->infer = true;
 	st = mgt_model_alloc_params(m, false);
 	if (!st && m->rope && m->n_layers) st = mgt_model_upload_inv_freq(m);
@@ -170,6 +170,7 @@ void mgt_kv_cache_free(mgt_kv_cache *kv)
 		if (kv->xk) be->ops->free(be, kv->xk[l]);
 	}
 	be->ops->free(be, kv->ekm);
+	be->ops->free(be, kv->ebias), be->ops->free(be, kv->dbias), be->ops->free(be, kv->ridx);
 	free(kv->xk);
 	scratch_free(kv);
 	be->ops->free(be, kv->logits);
@@ -222,7 +223,7 @@ static void infer_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
 	if (m->rope) o->rope(m->be, w->qkv, MGT_DT_F32, w->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
-	o->attn_kv(m->be, w->ctx, kv->k[li], kv->v[li], w->qkv, w->seq, w->pos, T, ng, r, d, kv->S);
+	o->attn_kv(m->be, w->ctx, kv->k[li], kv->v[li], w->qkv, w->seq, w->pos, T, ng, r, d, kv->S, kv->dbias, kv->S);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
 	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
 }
@@ -298,8 +299,12 @@ static void enc_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 	o->linear_fwd(m->be, w->qkv, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->rope) o->rope(m->be, w->qkv, MGT_DT_F32, w->pos, m->inv_freq, T, (int)m->ng_l, (int)m->r, (int)m->d, m->rot_dim, false);
-	o->attn_fwd(m->be, w->ctx, w->lse, w->qkv, MGT_DT_F32, kv->Se, kv->B, (int)m->ng_l, (int)m->r, (int)m->d, 0.0f, 0, 0,
-		    (int)m->nq_l, kv->ekm);
+	if (kv->ebias)
+		o->attn_bias_fwd(m->be, w->ctx, w->lse, w->qkv, MGT_DT_F32, kv->Se, kv->B, (int)m->ng_l, (int)m->r, (int)m->d,
+				 0.0f, 0, 0, (int)m->nq_l, kv->ekm, kv->ebias);
+	else
+		o->attn_fwd(m->be, w->ctx, w->lse, w->qkv, MGT_DT_F32, kv->Se, kv->B, (int)m->ng_l, (int)m->r, (int)m->d,
+			    0.0f, 0, 0, (int)m->nq_l, kv->ekm);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, nd, h);
 	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
 }
@@ -334,6 +339,13 @@ static mgt_status xk_reserve(mgt_model *m, mgt_kv_cache *kv, int Se)
 		be->ops->free(be, kv->xk[l]);
 		kv->xk[l] = kv_alloc(kv, per, &kv->bytes, &st);
 	}
+	if (mgt_t5_relative(m)) { /* the position biases (mgt_model_encode fills them) */
+		const size_t nh = (size_t)m->c.num_attention_heads, nd = (size_t)(2 * (Se > kv->S ? Se : kv->S) - 1);
+		be->ops->free(be, kv->ebias), be->ops->free(be, kv->ridx);
+		kv->ebias = kv_alloc(kv, (size_t)(2 * Se - 1) * nh * 4, &kv->bytes, &st);
+		kv->ridx = kv_alloc(kv, nd * 4, &kv->bytes, &st);
+		if (!kv->dbias) kv->dbias = kv_alloc(kv, (size_t)(2 * kv->S - 1) * nh * 4, &kv->bytes, &st);
+	}
 	if (!st) kv->secap = Se;
 	return st;
 }
@@ -359,6 +371,9 @@ mgt_status mgt_model_encode(mgt_model *m, mgt_kv_cache *kv, int Se, const int32_
 	if (!st) st = m->be->ops->upload(m->be, kv->w.pos, pos, (size_t)T * 4);
 	if (!st) st = m->be->ops->upload(m->be, kv->ekm, mask, (size_t)T);
 	free(pos);
+	if (st) return st;
+	if (kv->ebias) st = mgt_t5_rel_bias(m, 0, Se, kv->ebias, kv->ridx);
+	if (!st && kv->dbias) st = mgt_t5_rel_bias(m, 1, kv->S, kv->dbias, kv->ridx);
 	if (st) return st;
 	kv->Se = Se;
 	memset(kv->len, 0, (size_t)kv->B * sizeof *kv->len);

@@ -268,6 +268,13 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale);
 /* The current stack's relative position bias [2 s - 1, heads] for attn_bias_fwd and (*dbias) its
  * gradient's accumulator; NULL (and *dbias untouched) without relative positions. */
 const float *mgt_t5_attn_bias(const mgt_model *m, float **dbias);
+/* Whether m is a T5 chunk with --position-embedding-type relative. */
+bool mgt_t5_relative(const mgt_model *m);
+/* Stack k's (0 encoder, 1 decoder) relative position bias for attention over s positions (the
+ * inference's lengths): bias [2 s - 1, heads] fp32 (backend memory, written: element (x, n) is
+ * head n's table entry of the bucket of distance x - (s - 1)), gathered through idx [2 s - 1]
+ * (backend int32 scratch, overwritten).  MGT_ERR_NOMEM, or the upload's error. */
+mgt_status mgt_t5_rel_bias(mgt_model *m, int k, int s, float *bias, int32_t *idx);
 /* The encoder's sequence length; encoder.final_layernorm's weight (bias: its bias). */
 int mgt_t5_enc_len(const mgt_model *m);
 const mgt_tensor *mgt_t5_enc_norm(const mgt_model *m, bool bias);

@@ -173,8 +173,23 @@ static mgt_status alloc_slot(mgt_model *m, t5_slot *ts)
 	return st;
 }
 
-/* Stack k's relative-position buffers, its buckets computed (megatron/core/models/common/
- * embeddings/relative_pos_embedding.py: bidirectional for the encoder, causal for the decoder). */
+/* Stack k's bucket of each distance x - (s - 1), x < 2 s - 1, uploaded into idx (backend int32)
+ * (megatron/core/models/common/embeddings/relative_pos_embedding.py: bidirectional for the
+ * encoder, causal for the decoder). */
+static mgt_status rel_buckets(mgt_model *m, int k, int s, int32_t *idx)
+{
+	const int nd = 2 * s - 1;
+	int32_t *b = mgt_malloc((size_t)nd * sizeof *b);
+	if (!b) return MGT_ERR_NOMEM;
+	for (int x = 0; x < nd; x++)
+		b[x] = mgt_t5_relative_bucket(x - (s - 1), k == 0, (int)m->c.relative_attention_num_buckets,
+					      (int)m->c.relative_attention_max_distance);
+	mgt_status st = m->be->ops->upload(m->be, idx, b, (size_t)nd * 4);
+	free(b);
+	return st;
+}
+
+/* Stack k's relative-position buffers, its buckets computed. */
 static mgt_status alloc_rel(mgt_model *m, int k)
 {
 	struct t5_state *t = m->t5;
@@ -185,13 +200,17 @@ static mgt_status alloc_rel(mgt_model *m, int k)
 	t->bias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->work_bytes, &st);
 	t->dbias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->work_bytes, &st);
 	if (st || m->dry) return st;
-	int32_t *b = mgt_malloc((size_t)nd * sizeof *b);
-	if (!b) return MGT_ERR_NOMEM;
-	for (int x = 0; x < nd; x++)
-		b[x] = mgt_t5_relative_bucket(x - (s - 1), k == 0, (int)m->c.relative_attention_num_buckets,
-					      (int)m->c.relative_attention_max_distance);
-	st = m->be->ops->upload(m->be, t->bidx[k], b, (size_t)nd * 4);
-	free(b);
+	return rel_buckets(m, k, s, t->bidx[k]);
+}
+
+bool mgt_t5_relative(const mgt_model *m) { return m->t5 && m->t5->rel; }
+
+mgt_status mgt_t5_rel_bias(mgt_model *m, int k, int s, float *bias, int32_t *idx)
+{
+	mgt_status st = rel_buckets(m, k, s, idx);
+	if (!st)
+		m->be->ops->embedding_fwd(m->be, bias, idx, P(m, m->t5->rtab[k]), 0, m->c.relative_attention_num_buckets,
+					  2 * s - 1, (int)m->c.num_attention_heads, false);
 	return st;
 }
 

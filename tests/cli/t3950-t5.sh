@@ -6,7 +6,7 @@
 #     (a float64 PyTorch T5Model written from megatron-bert-t5.md): lm loss within 1e-6, the grad
 #     norm, the first micro-batch's logits and every gradient within 1e-5 (normwise relative);
 #   - the resumed iteration 11 equals the uninterrupted run's (bit for bit);
-#   - mgt-eval loss of the checkpoint equals mgt-train's validation; mgt-eval generate decodes two
+#   - mgt-eval loss of the checkpoint equals mgt-train's validation; mgt-eval generate (learned and relative positions) decodes two
 #     prompts together as it does one at a time;
 #   - the initial lm loss near ln(padded vocabulary);
 #   - --position-embedding-type relative (T5's bucketed bias tables) at iteration 11 from its own
@@ -72,10 +72,11 @@ ok "mgt-eval loss of the checkpoint = mgt-train's validation at iteration 10 (bi
 	$BIN/mgt-eval loss --load ck --eval-iters 2 --threads 2 >el.out 2>&1 &&
 	grep 'validation loss at iteration 10 on validation set |' el.out | sed 's/^ *//; s/ on validation set//' >el.txt &&
 	test -s val10.txt && cmp val10.txt el.txt || { sed 's/^/# /' val10.txt el.txt; exit 1; }"
-ok "mgt-eval generate: two prompts greedy together = one at a time (encoder once, decoder caches)" sh -c "
-	$BIN/mgt-eval generate --load ck --threads 2 --greedy --max-new-tokens 6 --batch-size 2 --output jsonl \
+gen_same() { # gen_same CHECKPOINT: two prompts greedy together = one at a time
+	sh -c "
+	$BIN/mgt-eval generate --load $1 --threads 2 --greedy --max-new-tokens 6 --batch-size 2 --output jsonl \
 		--prompt 'In the beginning God created the heaven and the earth.' --prompt 'And God said' >g2.out &&
-	$BIN/mgt-eval generate --load ck --threads 2 --greedy --max-new-tokens 6 --batch-size 1 --output jsonl \
+	$BIN/mgt-eval generate --load $1 --threads 2 --greedy --max-new-tokens 6 --batch-size 1 --output jsonl \
 		--prompt 'In the beginning God created the heaven and the earth.' --prompt 'And God said' >g1.out &&
 	$PY - <<'PY'
 import json
@@ -84,6 +85,9 @@ b = sorted((json.loads(l) for l in open('g2.out')), key=lambda o: o['index'])
 print('# ids', [o['ids'] for o in a])
 assert len(a) == len(b) == 2 and [o['ids'] for o in a] == [o['ids'] for o in b] and all(o['ids'] for o in a), (a, b)
 PY"
+}
+ok "mgt-eval generate: two prompts greedy together = one at a time (encoder once, decoder caches)" gen_same ck
+ok "  with relative positions (the encoder's bias, the decoder's in the cache's attention)" gen_same ckr
 
 # TP2 with sequence parallelism x DP2 with the distributed optimizer, 4 ranks, against one process
 if command -v mpirun >/dev/null 2>&1; then

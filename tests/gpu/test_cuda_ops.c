@@ -1176,11 +1176,12 @@ static void t_attn_mask(int s, int b, int ng, int r, int d, float p, int head0, 
 /* attn_kv (kernels/attn_kv.cu): a cache of B sequences of S positions; a prefill call with
  * sequence b's first len_b = 1 + (b * 7) % (S - 1) positions (tokens of the sequences
  * interleaved), then a decode call of one token per sequence at position len_b.  Outputs of both
- * calls and the caches against the CPU op; the caches are copies (exact). */
-static void t_attn_kv(int B, int S, int ng, int r, int d, double scale)
+ * calls and the caches against the CPU op; the caches are copies (exact).  bias: with T5's
+ * relative position bias [2 S - 1, ng*r] (random values). */
+static void t_attn_kv(int B, int S, int ng, int r, int d, double scale, bool bias)
 {
 	const int H = ng * r;
-	const char *id = nm("attn_kv B=%d S=%d ng=%d r=%d d=%d", B, S, ng, r, d);
+	const char *id = nm("attn_kv B=%d S=%d ng=%d r=%d d=%d%s", B, S, ng, r, d, bias ? " with a position bias" : "");
 	int32_t *seq = xmalloc((size_t)B * S * 4), *pos = xmalloc((size_t)B * S * 4);
 	int T = 0, maxlen = 0;
 	for (int i = 0; i < S - 1; i++)
@@ -1192,15 +1193,16 @@ static void t_attn_kv(int B, int S, int ng, int r, int d, double scale)
 	for (int b = 0; b < B; b++) seq2[b] = b, pos2[b] = 1 + (b * 7) % (S - 1);
 	float *kc = xmalloc(nc * 4), *vc = xmalloc(nc * 4), *oc = xmalloc((size_t)T * H * d * 4), *oc2 = xmalloc((size_t)B * H * d * 4);
 	memset(kc, 0, nc * 4), memset(vc, 0, nc * 4);
-	C->attn_kv(cpu, oc, kc, vc, qkv, seq, pos, T, ng, r, d, S);
-	C->attn_kv(cpu, oc2, kc, vc, qkv2, seq2, pos2, B, ng, r, d, S);
+	float *pb = bias ? hrand((size_t)(2 * S - 1) * H, 2.0) : NULL, *dPB = bias ? dput(pb, (size_t)(2 * S - 1) * H) : NULL;
+	C->attn_kv(cpu, oc, kc, vc, qkv, seq, pos, T, ng, r, d, S, pb, S);
+	C->attn_kv(cpu, oc2, kc, vc, qkv2, seq2, pos2, B, ng, r, d, S, pb, S);
 	float *dK = dalloc(nc * 4), *dV = dalloc(nc * 4), *dQ = dput(qkv, (size_t)T * hd), *dQ2 = dput(qkv2, (size_t)B * hd);
 	float *dO = dalloc((size_t)T * H * d * 4), *dO2 = dalloc((size_t)B * H * d * 4);
 	int32_t *dS = dputi(seq, (size_t)T), *dP = dputi(pos, (size_t)T), *dS2 = dputi(seq2, (size_t)B), *dP2 = dputi(pos2, (size_t)B);
 	G->zero(gpu, dK, nc * 4), G->zero(gpu, dV, nc * 4);
 	poison(dO, (size_t)T * H * d), poison(dO2, (size_t)B * H * d);
-	G->attn_kv(gpu, dO, dK, dV, dQ, dS, dP, T, ng, r, d, S);
-	G->attn_kv(gpu, dO2, dK, dV, dQ2, dS2, dP2, B, ng, r, d, S);
+	G->attn_kv(gpu, dO, dK, dV, dQ, dS, dP, T, ng, r, d, S, dPB, S);
+	G->attn_kv(gpu, dO2, dK, dV, dQ2, dS2, dP2, B, ng, r, d, S, dPB, S);
 	float *o = dget(dO, (size_t)T * H * d), *o2 = dget(dO2, (size_t)B * H * d), *k = dget(dK, nc), *v = dget(dV, nc);
 	tol2 t = T2(lin_tol_gpu(MGT_PREC_FP32, maxlen + 1), SIM_ATTN);
 	cmp(nm("%s: prefill out", id), o, oc, NULL, (size_t)T * H * d, t);
@@ -1209,8 +1211,8 @@ static void t_attn_kv(int B, int S, int ng, int r, int d, double scale)
 	cmp(nm("%s: value cache", id), v, vc, NULL, nc, T2(TOL_EXACT, SIM_EXACT));
 	free(o), free(o2), free(k), free(v);
 	dfree(dK), dfree(dV), dfree(dQ), dfree(dQ2), dfree(dO), dfree(dO2);
-	dfree(dS), dfree(dP), dfree(dS2), dfree(dP2);
-	free(seq), free(pos), free(qkv), free(qkv2), free(kc), free(vc), free(oc), free(oc2);
+	dfree(dS), dfree(dP), dfree(dS2), dfree(dP2), dfree(dPB);
+	free(seq), free(pos), free(qkv), free(qkv2), free(kc), free(vc), free(oc), free(oc2), free(pb);
 }
 
 /* The fused QKV activation and the attention output stored in 16 bits (the model under
@@ -2989,9 +2991,10 @@ static void all_ops(void)
 		t_attn_mask(1000, 5, 1, 2, 32, 0.1f, 1, 4);
 		t_attn_mask(77, 4, 4, 1, 16, 0.1f, 0, 4);
 		t_attn_mask(200, 6, 1, 2, 24, 0.0f, 0, 2); /* d padded to 32 */
-		t_attn_kv(8, 300, 2, 2, 64, 1.5);
-		t_attn_kv(3, 1030, 1, 4, 128, 1.5);
-		t_attn_kv(2, 50, 3, 1, 256, 1.5);
+		t_attn_kv(8, 300, 2, 2, 64, 1.5, false);
+		t_attn_kv(4, 200, 12, 1, 64, 1.5, true);
+		t_attn_kv(3, 1030, 1, 4, 128, 1.5, false);
+		t_attn_kv(2, 50, 3, 1, 256, 1.5, false);
 		t_attn_tc(false, false);
 
 	}
@@ -3165,10 +3168,11 @@ static void small_ops(void)
 		t_attn_mask(70, 4, 2, 2, 64, 0.1f, 0, 4); /* several key tiles of 64 */
 		t_attn_mask(45, 4, 1, 3, 128, 0.0f, 3, 12); /* DM 128: 32 x 32 backward tiles */
 		t_attn_mask(40, 5, 1, 2, 24, 0.1f, 0, 2);
-		t_attn_kv(3, 20, 2, 2, 32, 1.5);
-		t_attn_kv(2, 70, 1, 4, 64, 1.5); /* more keys than one warp's stride */
-		t_attn_kv(1, 9, 3, 1, 24, 4.0);
-		t_attn_kv(2, 12, 1, 2, 160, 1.5); /* d > 128: several channels a lane */
+		t_attn_kv(3, 20, 2, 2, 32, 1.5, false);
+		t_attn_kv(2, 20, 3, 1, 32, 1.5, true);
+		t_attn_kv(2, 70, 1, 4, 64, 1.5, false); /* more keys than one warp's stride */
+		t_attn_kv(1, 9, 3, 1, 24, 4.0, false);
+		t_attn_kv(2, 12, 1, 2, 160, 1.5, false); /* d > 128: several channels a lane */
 
 	}
 	if (section("cross-attention")) {

@@ -1,5 +1,6 @@
 /* tests/unit/test_t5.c: T5's encoder-decoder (lib/model family "t5", t5.c, infer.c) on the CPU in
- * fp32:
+ * fp32, with learned absolute positions and with relative ones (the encoder's bias in attn_bias_fwd,
+ * the decoder's in attn_kv):
  *   - the inference path (mgt_model_encode once, then the decoder against a key/value cache and the
  *     cross-attention keys and values) fed the batch's decoder input whole gives the training
  *     forward's logits (1e-5 of their largest);
@@ -19,7 +20,7 @@
 
 enum { S = 12, SD = 6, B = 2, TE = S * B, TD = SD * B, H = 32, V = 100 };
 
-static mgt_model_config config(void)
+static mgt_model_config config(const char *pe)
 {
 	mgt_model_config c;
 	memset(&c, 0, sizeof c);
@@ -31,15 +32,15 @@ static mgt_model_config config(void)
 	c.seq_length = S;
 	c.decoder_seq_length = SD;
 	c.max_position_embeddings = S;
-	snprintf(c.position_embedding_type, sizeof c.position_embedding_type, "learned_absolute");
+	snprintf(c.position_embedding_type, sizeof c.position_embedding_type, "%s", pe);
 	snprintf(c.normalization, sizeof c.normalization, "LayerNorm");
 	c.norm_epsilon = 1e-5;
 	c.add_bias_linear = true;
 	c.make_vocab_size_divisible_by = 8;
 	c.init_method_std = 0.2;
 	c.vocab_size = V;
-	c.relative_attention_num_buckets = 32;
-	c.relative_attention_max_distance = 128;
+	c.relative_attention_num_buckets = 8; /* small: distances up to 11 fall in several log buckets */
+	c.relative_attention_max_distance = 16;
 	return c;
 }
 
@@ -103,11 +104,12 @@ static mgt_status prefix_logits(mgt_model *m, mgt_kv_cache *kv, const batch *bt,
 	return st ? st : mgt_model_infer(m, kv, n * B, toks, seq, pos, B, rows, out);
 }
 
-static void test_t5(void)
+static void test_t5(const char *pe)
 {
 	mgt_backend *be = mgt_backend_cpu_create(1);
 	mgt_parallel ps;
-	mgt_model_config c = config();
+	mgt_model_config c = config(pe);
+	printf("# T5 with %s positions\n", pe);
 	mgt_model_layout L;
 	memset(&L, 0, sizeof L);
 	L.mbs = B;
@@ -199,6 +201,7 @@ out:
 
 int main(void)
 {
-	test_t5();
+	test_t5("learned_absolute");
+	test_t5("relative");
 	return check_finish();
 }
