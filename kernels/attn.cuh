@@ -443,14 +443,10 @@ static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&
 #pragma unroll
 		for (int c = 0; c < CA; c++) {
 			const int k = k0 + tx + TW * c;
-			float v = -INFINITY;
-			if (k <= kl && vis[c]) {
-				v = sc[a][c] * G.scale;
-				if (BIAS)
-					v += pos_bias(G, n, i, k);
-			}
-			sc[a][c] = v;
-			mx = fmaxf(mx, v);
+			sc[a][c] = k <= kl && vis[c] ? sc[a][c] * G.scale : -INFINITY;
+			if (BIAS && k <= kl && vis[c])
+				sc[a][c] += pos_bias(G, n, i, k);
+			mx = fmaxf(mx, sc[a][c]);
 		}
 		mx = row_max(mx);
 		const float mnew = k0 == 0 ? mx : fmaxf(m[a], mx);
