@@ -55,8 +55,20 @@
  * thread that sums in a fixed order: no atomics, so results are bitwise reproducible.  The cost
  * is computing S and dPd twice in the backward (seven tile products instead of five).
  *
+ * Position bias (backend.h attn_bias_fwd / attn_bias_bwd, T5's relative positions; the kernels'
+ * template argument BIAS, whole-sequence geometry only): the score of (i, k) of local head n
+ * gains G.bias[(k - i + s - 1) heads_total + head0 + n] after the scaling, in natural units (the
+ * kernels use expf, so lse stays the log-sum-exp of the biased scores), in the forward and in
+ * both backward kernels' recomputation of P.  The gradient of the bias is the sum of dS (the
+ * softmax input's gradient, dropout included) along each diagonal over sequences and queries:
+ * dq_kernel writes every dS it computes into ws (geom ds: [b, H, s, s] fp32, O(b H s^2) memory,
+ * as Transformer Engine's unfused attention that Megatron-Core runs for a bias with a gradient
+ * materializes the scores), and dbias_kernel, one thread per (head, distance), adds the diagonal
+ * into dbias in the CPU's order.
+ *
  * ws (backward): D as floats [b, H, s], i.e. b*H*s*4 bytes (ws_bytes); for a block
- * [b, H, ld_lse] (blk_ws_bytes).
+ * [b, H, ld_lse] (blk_ws_bytes); with a position bias D, then dS from the next multiple of 256
+ * bytes, b*H*s*s*4 bytes (bias_ws_bytes).
  */
 #ifndef MGT_KERNELS_ATTN_CUH
 #define MGT_KERNELS_ATTN_CUH
@@ -88,6 +100,10 @@ struct geom {
 	uint64_t key;
 	const uint8_t *km;  /* key padding mask [sk*b] (key k of sequence j: km[k*b + j], 1 visible);
 			     * NULL: causal.  Read by the MASK kernels only. */
+	const float *bias;  /* position bias [2 dsq - 1, heads_total] (backend.h attn_bias_fwd; the
+			     * whole sequence only); read by the BIAS kernels only, NULL otherwise */
+	float *ds;          /* BIAS backward: dq_kernel writes dS [b, H, sq, sk] here, dbias_kernel
+			     * sums it by distance; NULL otherwise */
 };
 
 /* The block geometry with the common fields; the caller sets qoff, koff, kvw, kslot, ld_lse, acc
@@ -111,6 +127,8 @@ static inline geom base_geom(int sq, int sk, int s, int b, int ng, int r, int d,
 	G.ks = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
 	G.key = key;
 	G.km = nullptr;
+	G.bias = nullptr;
+	G.ds = nullptr;
 	return G;
 }
 
@@ -164,6 +182,19 @@ static inline size_t ws_bytes(int s, int b, int ng, int r)
 	if (s <= 0 || b <= 0 || ng <= 0 || r <= 0)
 		return 0;
 	return (size_t)s * b * ng * r * sizeof(float);
+}
+
+/* The backward with a position bias (BIAS): D, then from the next multiple of 256 bytes dS
+ * [b, H, s, s] fp32 (geom ds). */
+static inline size_t bias_ds_offset(int s, int b, int ng, int r)
+{
+	return (ws_bytes(s, b, ng, r) + 255) / 256 * 256;
+}
+static inline size_t bias_ws_bytes(int s, int b, int ng, int r)
+{
+	if (s <= 0 || b <= 0 || ng <= 0 || r <= 0)
+		return 0;
+	return bias_ds_offset(s, b, ng, r) + (size_t)s * s * b * ng * r * sizeof(float);
 }
 
 /* A block's D [b, H, ld_lse] (laid out as its lse). */
@@ -250,6 +281,14 @@ static __device__ __forceinline__ int last_key(const geom &G, int i)
 {
 	const int e = i + G.dlt;
 	return i >= G.sq ? -1 : e < G.sk ? e : G.sk - 1;
+}
+
+/* The position bias of score (i, k) (block rows) of local head n: bias[(koff + k - qoff - i +
+ * dsq - 1) heads_total + head0 + n] (backend.h attn_bias_fwd).  Read for visible keys only. */
+static __device__ __forceinline__ float pos_bias(const geom &G, int n, int i, int k)
+{
+	return G.bias[(size_t)(G.koff + k - G.qoff - i + G.dsq - 1) * (size_t)G.heads_total +
+		      (size_t)(G.head0 + n)];
 }
 
 /* vis[c]: key k0 + tx + 16c (this thread's score columns) of sequence j visible under the key mask
@@ -387,13 +426,14 @@ static __device__ __forceinline__ float row_sum(float v)
 }
 
 /* ---- forward ---- */
-/* One key tile of the online softmax for score tile sc (raw dots in, dropped-out unnormalized
- * probabilities out; keys past the causal bound or with vis false left out): updates the running
- * max m and sum l of each row and rescales o. */
-template <int RA, int CA, int DC>
+/* One key tile of the online softmax for score tile sc of head n (raw dots in, dropped-out
+ * unnormalized probabilities out; keys past the causal bound or with vis false left out): the
+ * score is dot * scale, plus pos_bias under BIAS (natural units, as lse); updates the running max
+ * m and sum l of each row and rescales o. */
+template <bool BIAS, int RA, int CA, int DC>
 static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&o)[RA][DC],
 						   float (&m)[RA], float (&l)[RA], const bool (&vis)[CA],
-						   const geom &G, int q0, int k0, uint64_t rb)
+						   const geom &G, int q0, int k0, uint64_t rb, int n)
 {
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
@@ -404,6 +444,8 @@ static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&
 		for (int c = 0; c < CA; c++) {
 			const int k = k0 + tx + TW * c;
 			sc[a][c] = k <= kl && vis[c] ? sc[a][c] * G.scale : -INFINITY;
+			if (BIAS && k <= kl && vis[c])
+				sc[a][c] += pos_bias(G, n, i, k);
 			mx = fmaxf(mx, sc[a][c]);
 		}
 		mx = row_max(mx);
@@ -467,7 +509,7 @@ static __device__ __forceinline__ int key_end(const geom &G, int q0)
 /* grid (b*H, query tiles), last tile first; shared Q [BQ, DM+1], K or V [BK, DM+1] (one buffer),
  * P [BQ, BK+16].  Queries from q's query slots, keys and values from kv (q itself for the whole
  * sequence).  MASK: under G.km. */
-template <int DM, int BQ, int BK, bool MASK = false>
+template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false>
 __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse, const float *q,
 						 const float *kv)
 {
@@ -496,7 +538,7 @@ __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse,
 		load_rows<DM, BK>(KVs, K, G.ldk, k0, G.sk, G.d);
 		__syncthreads();
 		dot_tile<DM>(sc, Qs, KVs);
-		fwd_softmax(sc, o, m, l, vis, G, q0, k0, rb);
+		fwd_softmax<BIAS>(sc, o, m, l, vis, G, q0, k0, rb, n);
 		__syncthreads(); /* K consumed */
 		load_rows<DM, BK>(KVs, V, G.ldk, k0, G.sk, G.d);
 		store_tile<BK>(Ps, sc);
@@ -530,13 +572,14 @@ static __global__ void __launch_bounds__(NT) rowdot_kernel(geom G, float *D, con
 	}
 }
 
-/* From raw dots sc = q.k and dp = dO.v of a tile: sc = Pd = P * mask/(1-p), dp = dS =
- * P * (dp * mask/(1-p) - D), with P = exp(sc * scale - lse); 0 where the key is not visible
- * (past the causal bound, or vis false: a row without visible keys, lse -inf, is all 0). */
-template <int RA, int CA>
+/* From raw dots sc = q.k and dp = dO.v of a tile of head n: sc = Pd = P * mask/(1-p), dp = dS =
+ * P * (dp * mask/(1-p) - D), with P = exp(sc * scale (+ pos_bias under BIAS, as the forward) -
+ * lse); 0 where the key is not visible (past the causal bound, or vis false: a row without
+ * visible keys, lse -inf, is all 0). */
+template <bool BIAS, int RA, int CA>
 static __device__ __forceinline__ void bwd_scores(float (&sc)[RA][CA], float (&dp)[RA][CA],
 						  const float *Ls, const float *Ds, const bool (&vis)[CA],
-						  const geom &G, int q0, int k0, uint64_t rb)
+						  const geom &G, int q0, int k0, uint64_t rb, int n)
 {
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
@@ -547,7 +590,10 @@ static __device__ __forceinline__ void bwd_scores(float (&sc)[RA][CA], float (&d
 		for (int c = 0; c < CA; c++) {
 			const int k = k0 + tx + TW * c;
 			if (k <= kl && vis[c]) {
-				const float P = expf(sc[a][c] * G.scale - li);
+				float v = sc[a][c] * G.scale;
+				if (BIAS)
+					v += pos_bias(G, n, i, k);
+				const float P = expf(v - li);
 				const float mu = G.p > 0.0f ? drop_mult(G, rb, i, k) : 1.0f;
 				sc[a][c] = P * mu;
 				dp[a][c] = P * (dp[a][c] * mu - di);
@@ -555,6 +601,29 @@ static __device__ __forceinline__ void bwd_scores(float (&sc)[RA][CA], float (&d
 				sc[a][c] = 0.0f;
 				dp[a][c] = 0.0f;
 			}
+		}
+	}
+}
+
+/* The dS tile dp of head n, sequence j (rows q0 + ty + 16a, columns k0 + tx + 16c; 0 for the keys
+ * not visible) into G.ds [b, H, sq, sk], rows < sq and columns < sk (consecutive lanes: consecutive
+ * columns). */
+template <int RA, int CA>
+static __device__ __forceinline__ void store_ds(const geom &G, const float (&dp)[RA][CA], int j, int n, int q0,
+						int k0)
+{
+	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
+	float *row0 = G.ds + ((size_t)j * G.H + n) * (size_t)G.sq * (size_t)G.sk;
+#pragma unroll
+	for (int a = 0; a < RA; a++) {
+		const int i = q0 + ty + TW * a;
+		if (i >= G.sq)
+			continue;
+#pragma unroll
+		for (int c = 0; c < CA; c++) {
+			const int k = k0 + tx + TW * c;
+			if (k < G.sk)
+				row0[(size_t)i * G.sk + k] = dp[a][c];
 		}
 	}
 }
@@ -594,7 +663,7 @@ static __device__ __forceinline__ void load_query_side(const bwd_tiles<DM, BQ, B
  * query tiles in a fixed order; writes (or adds into, acc) the key and value of dkv (laid out as
  * kv; dqkv's slots r and r + 1 for the whole sequence).  The grid may leave out the key tiles no
  * query sees when acc (nothing to add).  MASK: under G.km. */
-template <int DM, int BQ, int BK, bool MASK = false>
+template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false>
 __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const float *dout,
 						  const float *q, const float *kv, const float *lse,
 						  const float *D)
@@ -624,7 +693,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 			__syncthreads();
 			dot_tile<DM>(sc, t.Qs, t.Ks);
 			dot_tile<DM>(dp, t.dOs, t.Vs);
-			bwd_scores(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb);
+			bwd_scores<BIAS>(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb, n);
 			store_tile<BK>(t.Ps, sc);
 			__syncthreads();
 			acc_tile<DM, KA, BQ>(dv, t.Ps, 1, BK + 16, t.dOs); /* dV += Pd^T dO */
@@ -641,7 +710,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 /* grid (b*H, query tiles), last tile first.  dQ of query rows q0.. of head n over its key tiles
  * in order; writes (or adds into, acc) dq's slot n % r of group n / r (dq laid out as q).  MASK:
  * under G.km. */
-template <int DM, int BQ, int BK, bool MASK = false>
+template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false>
 __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *dout,
 						const float *q, const float *kv, const float *lse,
 						const float *D)
@@ -671,12 +740,46 @@ __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *
 		__syncthreads();
 		dot_tile<DM>(sc, t.Qs, t.Ks);
 		dot_tile<DM>(dp, t.dOs, t.Vs);
-		bwd_scores(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb);
+		bwd_scores<BIAS>(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb, n);
+		if (BIAS)
+			store_ds(G, dp, j, n, q0, k0);
 		store_tile<BK>(t.Ps, dp);
 		__syncthreads();
 		acc_tile<DM, RA, BK>(acc, t.Ps, BK + 16, 1, t.Ks); /* dQ += dS K */
 	}
 	store_rows<DM, RA>(dq + qkv_off(G, j, g, n % G.r), G.ldq, acc, q0, G.sq, G.d, G.scale, G.acc);
+}
+
+/* The position bias's gradient (BIAS, the whole sequence: sq = sk = dsq = s), after dq_kernel has
+ * written dS into ds [b, H, s, s] (every tile it visits; causal: the tiles past the diagonal it
+ * skips are never read here).  grid ceil(H (2s - 1) / NT): thread t = n (2s - 1) + e, local head
+ * n and distance index e (key i' = i + e - (s - 1)), adds to dbias[e heads_total + head0 + n]
+ * the dS of its diagonal, sequence j = 0..b-1 outer, query i = 0..s-1 ascending inner, one fp32
+ * sum started from dbias's value (the CPU's order and formula: lib/backend/cpu_attn.c bwd_block).
+ * Causal (MASK false): keys after the query (e > s - 1) have no score; their dbias untouched.
+ * Each thread owns its one element of dbias: no atomics, deterministic.  Consecutive threads read
+ * consecutive columns of a row of ds. */
+template <bool MASK>
+__global__ void __launch_bounds__(NT) dbias_kernel(geom G, float *dbias, const float *ds)
+{
+	const int s = G.sq, nd = 2 * s - 1;
+	const long long t = (long long)blockIdx.x * NT + threadIdx.x;
+	if (t >= (long long)G.H * nd)
+		return;
+	const int n = (int)(t / nd), e = (int)(t % nd), off = e - (s - 1);
+	if (!MASK && off > 0)
+		return;
+	float *db = dbias + (size_t)e * (size_t)G.heads_total + (size_t)(G.head0 + n);
+	float acc = *db;
+	for (int j = 0; j < G.b; j++) {
+		const float *row0 = ds + ((size_t)j * G.H + n) * (size_t)s * (size_t)s;
+		for (int i = 0; i < s; i++) {
+			const int k = i + off;
+			if (k >= 0 && k < s)
+				acc += row0[(size_t)i * s + k];
+		}
+	}
+	*db = acc;
 }
 
 } /* namespace mgt_attn */

@@ -110,6 +110,20 @@ size_t mgt_k_attn_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
 int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *qkv,
 		   const float *out, const float *lse, int seq, int b, int ng, int r, int d, float p,
 		   uint64_t key, int head0, int heads_total, const uint8_t *key_mask, void *ws);
+/* The same with T5's position bias (backend.h attn_bias_fwd / attn_bias_bwd; kernels/attn.cuh,
+ * BIAS): bias [2 seq - 1, heads_total] fp32 device memory, score (i, i') of local head n gains
+ * bias[(i' - i + seq - 1) heads_total + head0 + n] after the scaling; the backward ADDS dS summed
+ * by distance into dbias (same layout, only columns head0..head0 + ng*r - 1; deterministic) and
+ * needs ws of mgt_k_attn_bias_bwd_ws_bytes: D and the scores' gradient dS [b, ng*r, seq, seq]
+ * fp32 (O(b h seq^2)). */
+int mgt_k_attn_bias_fwd(mgt_k_stream s, float *out, float *lse, const float *qkv, int seq, int b,
+			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+			const uint8_t *key_mask, const float *bias);
+size_t mgt_k_attn_bias_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
+int mgt_k_attn_bias_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *qkv,
+			const float *out, const float *lse, int seq, int b, int ng, int r, int d, float p,
+			uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
+			const float *bias, float *dbias, void *ws);
 
 /* ---- attention blocks for context parallelism (backend.h attn_blk_*, attn_kv_copy; the block
  * forward and backward are kernels/attn.cu's kernels on a block geometry, fp32 on CUDA cores;

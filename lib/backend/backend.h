@@ -242,9 +242,13 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 * bias [2 s - 1, heads_total] fp32 in backend memory, score (i, i') of global head \
 	 * head0 + n gains bias[(i' - i + s - 1) heads_total + head0 + n]; the backward ACCUMULATES \
 	 * the scores' gradient dS into dbias (same layout; only this rank's heads' columns), summed \
-	 * over sequences and query positions in a fixed order.  The rest as attn_fwd / attn_bwd. \
-	 * The CPU backend runs them; the CUDA backend has no kernels for them in this version (its \
-	 * entries do nothing: callers check mgt_backend_has_attn_bias first). */ \
+	 * over sequences and query positions in a fixed order (each element the same bits on every \
+	 * run).  The rest as attn_fwd / attn_bwd.  dS is the gradient of the softmax's input (the \
+	 * scaled and biased score; dropout included), 0 for the keys a query does not see.  The CUDA \
+	 * backend runs them on its fp32 CUDA-core kernels in every precision (no tensor cores: \
+	 * slower than attn_fwd / attn_bwd under --bf16/--fp16), and its backward holds dS \
+	 * [b, ng*r, s, s] fp32 in scratch (O(b h s^2) memory, as Transformer Engine's unfused \
+	 * attention, which Megatron-Core runs for a bias with a gradient). */ \
 	X(void, attn_bias_fwd, (mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, \
 		int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, \
 		const uint8_t *key_mask, const float *bias)) \
@@ -564,10 +568,6 @@ size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n);
 bool mgt_backend_fp8_supported(mgt_backend *be, char *why, size_t n);
 /* The CUDA part of it (false with the reason in a build without CUDA). */
 bool mgt_backend_cuda_fp8_supported(mgt_backend *be, char *why, size_t n);
-
-/* Whether this backend runs attn_bias_fwd / attn_bias_bwd (T5's relative position bias): the
- * CPU backend; not the CUDA backend in this version. */
-bool mgt_backend_has_attn_bias(const mgt_backend *be);
 
 /* Number of CUDA devices usable by this process (0 when built without CUDA, without a driver or
  * without a GPU).  Never fails. */

@@ -347,40 +347,98 @@ static mgt_k_dtype attn_types(int tc, mgt_elem_type t, size_t nq, size_t no, siz
 	return kt;
 }
 
-void mgt_cuda_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
-			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+/* attn_fwd on the kernels tc chooses (attn_tc_dtype: a 16-bit type the tensor-core ones, -1 the
+ * fp32 ones), with position bias `bias` (attn_bias_fwd; NULL none: then any tc). */
+static void attn_fwd_on(mgt_backend *be, const char *op, int tc, void *out, float *lse, const void *qkv,
+			mgt_elem_type t, int s, int b, int ng, int r, int d, float p, uint64_t key, int head0,
+			int heads_total, const uint8_t *key_mask, const float *bias)
 {
 	if (s <= 0 || b <= 0) return;
-	const int tc = attn_tc_dtype(be, d);
 	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
 	size_t conv;
 	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = mgt_cuda_kt(t);
 	const void *q = qkv;
 	void *o = out;
 	if (conv) { /* through scratch in the kernel's type */
-		char *ws = mgt_cuda_scratch(be, "attn_fwd", conv);
-		if (!ws || !mgt_cuda_ok(be, "attn_fwd", mgt_k_cast(stream(be), ws, kt, qkv, it, nq))) return;
+		char *ws = mgt_cuda_scratch(be, op, conv);
+		if (!ws || !mgt_cuda_ok(be, op, mgt_k_cast(stream(be), ws, kt, qkv, it, nq))) return;
 		q = ws;
 		o = ws + conv - al256(no * (kt == MGT_K_F32 ? 4 : 2));
 	}
 	const int rc = tc >= 0 ? mgt_k_attn_tc_fwd(stream(be), tc, o, lse, q, s, b, ng, r, d, p, key, head0,
 						  heads_total, key_mask, attn_tc_impl())
-			       : mgt_k_attn_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total,
-						key_mask);
-	if (mgt_cuda_ok(be, "attn_fwd", rc) && conv)
-		mgt_cuda_ok(be, "attn_fwd", mgt_k_cast(stream(be), out, it, o, kt, no));
+		       : bias ? mgt_k_attn_bias_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total,
+						    key_mask, bias)
+			      : mgt_k_attn_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total,
+					       key_mask);
+	if (mgt_cuda_ok(be, op, rc) && conv)
+		mgt_cuda_ok(be, op, mgt_k_cast(stream(be), out, it, o, kt, no));
 }
 
-/* The kernels read and write fp32 gradients: a 16-bit dout is widened into scratch, a 16-bit dqkv
- * written there and rounded into place (a step for when a GPU measures kernels that take them). */
-/* No kernels for the position bias in this version: callers ask mgt_backend_has_attn_bias (false
- * here) and refuse the model (lib/model/t5.c), so these entries are never reached. */
+void mgt_cuda_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+{
+	attn_fwd_on(be, "attn_fwd", attn_tc_dtype(be, d), out, lse, qkv, t, s, b, ng, r, d, p, key, head0,
+		    heads_total, key_mask, NULL);
+}
+
+/* The position bias (T5's relative positions) runs on the fp32 CUDA-core kernels in every
+ * precision (kernels/attn.cu's BIAS instances: no tensor cores, slower than attn_fwd under
+ * --bf16/--fp16; a 16-bit qkv, out, dout and dqkv go through scratch as fp32, as the CPU widens
+ * them).  The backward's scratch holds dS [b, ng*r, s, s] fp32 besides what attn_bwd's holds
+ * (kernels.h mgt_k_attn_bias_bwd_ws_bytes). */
 void mgt_cuda_attn_bias_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
 			    int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
 			    const uint8_t *key_mask, const float *bias)
 {
-	(void)be, (void)out, (void)lse, (void)qkv, (void)t, (void)s, (void)b, (void)ng, (void)r, (void)d, (void)p;
-	(void)key, (void)head0, (void)heads_total, (void)key_mask, (void)bias;
+	attn_fwd_on(be, "attn_bias_fwd", -1, out, lse, qkv, t, s, b, ng, r, d, p, key, head0, heads_total, key_mask,
+		    bias);
+}
+
+/* attn_bwd on the kernels tc chooses, with position bias `bias` and its gradient dbias (attn_bias_bwd;
+ * NULL none).  The kernels read and write fp32 gradients: a 16-bit dout is widened into scratch, a
+ * 16-bit dqkv written there and rounded into place (a step for when a GPU measures kernels that take
+ * them).  One scratch request holds [dqkv | dout fp32 | qkv, out converted | the kernels' ws]. */
+static void attn_bwd_on(mgt_backend *be, const char *op, int tc, void *dqkv, const void *dout, mgt_elem_type gt,
+			const void *qkv, const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng,
+			int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
+			const float *bias, float *dbias)
+{
+	if (s <= 0 || b <= 0) return;
+	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
+	size_t conv;
+	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = mgt_cuda_kt(t);
+	const size_t wsb = tc >= 0 ? mgt_k_attn_tc_bwd_ws_bytes(s, b, ng, r, d)
+			   : bias  ? mgt_k_attn_bias_bwd_ws_bytes(s, b, ng, r, d)
+				   : mgt_k_attn_bwd_ws_bytes(s, b, ng, r, d);
+	const size_t g32 = gt == MGT_DT_F32 ? 0 : al256(nq * 4) + al256(no * 4); /* [dqkv | dout] fp32 */
+	char *ws = mgt_cuda_scratch(be, op, g32 + conv + wsb);
+	if (!ws) return;
+	float *dq = dqkv;
+	const float *dO = dout;
+	if (g32) {
+		dq = (float *)ws, dO = (const float *)(ws + al256(nq * 4));
+		if (!mgt_cuda_ok(be, op, mgt_k_cast(stream(be), (float *)dO, MGT_K_F32, dout, mgt_cuda_kt(gt), no)))
+			return;
+		ws += g32;
+	}
+	const void *q = qkv, *o = out;
+	if (conv) { /* qkv and out converted into scratch, the kernel's workspace after them */
+		char *o2 = ws + conv - al256(no * (kt == MGT_K_F32 ? 4 : 2));
+		if (!mgt_cuda_ok(be, op, mgt_k_cast(stream(be), ws, kt, qkv, it, nq)) ||
+		    !mgt_cuda_ok(be, op, mgt_k_cast(stream(be), o2, kt, out, it, no)))
+			return;
+		q = ws;
+		o = o2;
+	}
+	const int rc = tc >= 0 ? mgt_k_attn_tc_bwd(stream(be), tc, dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0,
+						   heads_total, key_mask, ws + conv, attn_tc_impl())
+		       : bias ? mgt_k_attn_bias_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0,
+						    heads_total, key_mask, bias, dbias, ws + conv)
+			      : mgt_k_attn_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total,
+					       key_mask, ws + conv);
+	if (mgt_cuda_ok(be, op, rc) && g32)
+		mgt_cuda_ok(be, op, mgt_k_cast(stream(be), dqkv, mgt_cuda_kt(gt), dq, MGT_K_F32, nq));
 }
 
 void mgt_cuda_attn_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
@@ -388,47 +446,16 @@ void mgt_cuda_attn_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_e
 			    float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
 			    const float *bias, float *dbias)
 {
-	(void)be, (void)dqkv, (void)dout, (void)gt, (void)qkv, (void)out, (void)t, (void)lse, (void)s, (void)b;
-	(void)ng, (void)r, (void)d, (void)p, (void)key, (void)head0, (void)heads_total, (void)key_mask, (void)bias;
-	(void)dbias;
+	attn_bwd_on(be, "attn_bias_bwd", -1, dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key, head0,
+		    heads_total, key_mask, bias, dbias);
 }
 
 void mgt_cuda_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
 			const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
 {
-	if (s <= 0 || b <= 0) return;
-	const int tc = attn_tc_dtype(be, d);
-	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
-	size_t conv;
-	const mgt_k_dtype kt = attn_types(tc, t, nq, no, &conv), it = mgt_cuda_kt(t);
-	const size_t wsb = tc >= 0 ? mgt_k_attn_tc_bwd_ws_bytes(s, b, ng, r, d) : mgt_k_attn_bwd_ws_bytes(s, b, ng, r, d);
-	const size_t g32 = gt == MGT_DT_F32 ? 0 : al256(nq * 4) + al256(no * 4); /* [dqkv | dout] fp32 */
-	char *ws = mgt_cuda_scratch(be, "attn_bwd", g32 + conv + wsb);
-	if (!ws) return;
-	float *dq = dqkv;
-	const float *dO = dout;
-	if (g32) {
-		dq = (float *)ws, dO = (const float *)(ws + al256(nq * 4));
-		if (!mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), (float *)dO, MGT_K_F32, dout, mgt_cuda_kt(gt), no)))
-			return;
-		ws += g32;
-	}
-	const void *q = qkv, *o = out;
-	if (conv) { /* qkv and out converted into scratch, the kernel's workspace after them */
-		char *o2 = ws + conv - al256(no * (kt == MGT_K_F32 ? 4 : 2));
-		if (!mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), ws, kt, qkv, it, nq)) ||
-		    !mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), o2, kt, out, it, no)))
-			return;
-		q = ws;
-		o = o2;
-	}
-	const int rc = tc >= 0 ? mgt_k_attn_tc_bwd(stream(be), tc, dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0,
-						   heads_total, key_mask, ws + conv, attn_tc_impl())
-			       : mgt_k_attn_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total,
-						key_mask, ws + conv);
-	if (mgt_cuda_ok(be, "attn_bwd", rc) && g32)
-		mgt_cuda_ok(be, "attn_bwd", mgt_k_cast(stream(be), dqkv, mgt_cuda_kt(gt), dq, MGT_K_F32, nq));
+	attn_bwd_on(be, "attn_bwd", attn_tc_dtype(be, d), dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key,
+		    head0, heads_total, key_mask, NULL, NULL);
 }
 
 /* ---- cross-attention (backend.h xattn_fwd / xattn_bwd): attn_fwd's choice of kernels (the

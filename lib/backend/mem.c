@@ -55,8 +55,6 @@ size_t mgt_backend_mem_available(mgt_backend *be, char *what, size_t n)
 	return c < a ? c : a;
 }
 
-bool mgt_backend_has_attn_bias(const mgt_backend *be) { return be->host_memory; }
-
 bool mgt_backend_fp8_supported(mgt_backend *be, char *why, size_t n)
 {
 	if (be->host_memory) return true; /* the CPU's emulation */

@@ -100,10 +100,6 @@ mgt_status mgt_t5_setup(mgt_model *m)
 		return mgt_err(MGT_ERR_USAGE, "--num-query-groups %lld with a T5 model: T5's attention has one key and "
 			       "value head per query head (--num-attention-heads %lld)", (long long)c->num_query_groups,
 			       (long long)c->num_attention_heads);
-	if (!strcmp(c->position_embedding_type, "relative") && m->be && !mgt_backend_has_attn_bias(m->be))
-		return mgt_err(MGT_ERR_USAGE, "--position-embedding-type relative on the %s backend: its attention kernels "
-			       "have no position bias in this version (the CPU backend runs it: --device cpu)",
-			       m->be->ops->name);
 	const mgt_tensor *pe = m->glob[MGT_T_POS_EMB];
 	if (c->decoder_seq_length < 1 || (pe && c->decoder_seq_length > pe->shape[0]))
 		return mgt_err(MGT_ERR_USAGE, "--decoder-seq-length %lld: expected 1 to --max-position-embeddings %lld",

@@ -52,7 +52,8 @@
 # 4. BERT (--model-family bert, 2 x 256, seq 128) on KJV split into sentences: cuda fp32 vs cpu
 #    fp32 as (b)'s fp32 (1e-5 at iteration 1, 1e-3 over 20), cuda bf16 vs cpu bf16 as (b).
 # 5. T5 (--model-family t5, 2 + 2 x 256, encoder 128 / decoder 32) on KJV sentences
-#    (BertWordPieceCase): the same two comparisons as 4.
+#    (BertWordPieceCase): the same two comparisons as 4, with learned and with relative positions
+#    (--position-embedding-type relative: the attention kernels with T5's position bias).
 #
 # Prints "ok - ..." / "not ok - ..." per check and a summary; exits 0 when all passed, 1 on any
 # failure, 77 without a CUDA device.  Logs and metrics of every run are kept in the work directory
@@ -547,6 +548,17 @@ if [ -x "$PRE" ] && [ -f "$BV" ] && "$PRE" --input "$ROOT/share/mgt/data/kjv.jso
 	# shellcheck disable=SC2086
 	train t5-cpu-bf16 $TRUN --device cpu --bf16 && train t5-cuda-bf16 $TRUN --device cuda --bf16 &&
 		compare losses "$W/t5-cuda-bf16.jsonl" "$W/t5-cpu-bf16.jsonl" "t5 cuda bf16 vs cpu bf16" 20 10 1e-2 2e-2
+	# T5's relative position bias (attn_bias_fwd / attn_bias_bwd: the fp32 attention kernels with the
+	# bias, dS through scratch and its sums by distance into the tables' gradients), same bounds
+	REL="--position-embedding-type relative"
+	# shellcheck disable=SC2086
+	train t5r-cpu $TRUN $REL --device cpu && train t5r-cuda $TRUN $REL --device cuda &&
+		compare losses "$W/t5r-cuda.jsonl" "$W/t5r-cpu.jsonl" "t5 relative positions cuda fp32 vs cpu fp32" 20 10 \
+			1e-3 1e-3 1e-5
+	# shellcheck disable=SC2086
+	train t5r-cpu-bf16 $TRUN $REL --device cpu --bf16 && train t5r-cuda-bf16 $TRUN $REL --device cuda --bf16 &&
+		compare losses "$W/t5r-cuda-bf16.jsonl" "$W/t5r-cpu-bf16.jsonl" "t5 relative positions cuda bf16 vs cpu bf16" \
+			20 10 1e-2 2e-2
 else
 	echo "# ---- 5. T5: skipped (no mgt-preprocess, vocab or KJV)"
 fi

@@ -78,6 +78,11 @@
 /* fp32 attention (online softmax over 64-key tiles against the CPU's blocking): measured
  * 0.8e-7..3.6e-7 over the shapes here; 2e-6 is 5x that, and 25x below the GPU's bound. */
 #define SIM_ATTN 2e-6
+/* dbias of the position bias (attn_bias_bwd) against the CPU's: the same sums in the same order
+ * of dS values that differ by the fp32 attention's rounding (SIM_ATTN), amplified by the
+ * cancellation along each diagonal: measured 3.5e-8..1.03e-6 over 7 seeds of the small shapes
+ * (the largest with d = 128 under the key mask); 5e-6 is 5x that. */
+#define SIM_ATTN_BIAS 5e-6
 /* Context-parallel attention blocks merged (attn_blk_merge: one rescaling of out per block) or
  * against the whole-sequence attention: fp32 rounding of the merges on top of SIM_ATTN. */
 #define SIM_CP 4e-6
@@ -136,6 +141,13 @@ static tol2 colsum_tol(long T) { return T2(lin_tol_gpu(MGT_PREC_FP32, T), SIM_UL
  * Both are within 1e-5 of a double reference (the CPU's by tests/unit/test_backend.c); their
  * difference is bounded by the sum, and long rows (s = 1000..2048) add a little. */
 #define TOL_ATTN_BWD 5e-5
+/* dbias of the position bias (attn_bias_bwd): each element sums dS along one diagonal, b*s terms
+ * that partly cancel (each row of dS sums to 0 without dropout), so the fp32 rounding of both
+ * sides' dS, which dqkv's bound covers, weighs more on it: TOL_ATTN_BWD with a factor 2 for that
+ * cancellation (not yet measured on a GPU; under the simulator the errors are 5x below dqkv's
+ * bound there, SIM_ATTN_BIAS).  Both sides add the same terms in the same order (sequence, then
+ * query ascending, one fp32 sum from the start value); only dS's own rounding differs. */
+#define TOL_ATTN_BIAS 1e-4
 /* AdamW: the parameters move by ~lr = 3e-4 of their size per step, so a 1e-5 bound on p would
  * let a 3% error in the update through.  p, m, v are each checked at 1e-6 (1 ulp is 6e-8), and the
  * update p - p0 on its own at 1e-3: a 1-ulp difference in p is up to ~1e-4 of a small update. */
@@ -1171,6 +1183,104 @@ static void t_attn(int s, int b, int ng, int r, int d, float p, int head0, int h
 static void t_attn_mask(int s, int b, int ng, int r, int d, float p, int head0, int htot)
 {
 	t_attn_prec(MGT_PREC_FP32, s, b, ng, r, d, p, head0, htot, 1.5, true);
+}
+
+/* T5's relative position bias (backend.h attn_bias_fwd / attn_bias_bwd; kernels/attn.cuh BIAS)
+ * against the CPU op, causal or under attn_mask's key padding mask: bias [2 s - 1, htot] random,
+ * dbias starting from random values (its increments compared), out, lse, dqkv and dbias within
+ * the fp32 attention's bounds (the CUDA backend runs the fp32 kernels in every precision: a
+ * tensor-core kernel would miss SIM_ATTN by 1000x); the columns of dbias outside this rank's heads
+ * head0..head0 + H - 1, and when causal the distances after the diagonal (no score has them), keep
+ * the start's bits; every output the same bits on a second run.  Under prec bf16/fp16 the inputs
+ * are 16-bit values and the op also runs on 16-bit qkv, out, dout and dqkv (the model's storage,
+ * converted through scratch): its out and dqkv are the fp32 run's rounded and its lse and dbias
+ * the fp32 run's bits.  The backward gets the CPU's out (rounded to the 16-bit type under
+ * bf16/fp16) and lse on every side. */
+static void t_attn_bias(mgt_precision prec, int s, int b, int ng, int r, int d, float p, int head0, int htot,
+			bool masked)
+{
+	const int H = ng * r, T = s * b;
+	const size_t nq = (size_t)T * ng * (r + 2) * d, no = (size_t)T * H * d, nl = (size_t)b * H * s;
+	const size_t nb = (size_t)(2 * s - 1) * htot;
+	const bool lp = prec != MGT_PREC_FP32;
+	const mgt_elem_type dt = lp ? mgt_precision_dtype(prec) : MGT_DT_F32;
+	const char *id = nm("attn_bias %s s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d%s", precname(prec), s, b, ng, r,
+			    d, p, head0, htot, masked ? " key-mask" : " causal");
+	uint64_t key = rng ^ 0x2545F4914F6CDD1Dull;
+	uint8_t *km = masked ? attn_mask(s, b) : NULL, *dKM = masked ? dalloc((size_t)T) : NULL;
+	if (masked)
+		up(dKM, km, (size_t)T);
+	float *qkv = hrand(nq, 1.5), *dout = hrand(no, 1), *bias = hrand(nb, 2), *db0 = hrand(nb, 0.1);
+	void *dQ16 = NULL, *dDO16 = NULL, *dOb16 = NULL;
+	float *dQ = lp ? dput16(qkv, nq, dt, &dQ16) : dput(qkv, nq), *dDO = lp ? dput16(dout, no, dt, &dDO16) : dput(dout, no);
+	if (lp) { /* the CPU gets the 16-bit values too */
+		free(qkv), free(dout);
+		qkv = dget(dQ, nq), dout = dget(dDO, no);
+	}
+	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4), *dbc = hcopy(db0, nb);
+	C->attn_bias_fwd(cpu, oc, lc, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, km, bias);
+	float *dOb = lp ? dput16(oc, no, dt, &dOb16) : dput(oc, no), *ob = lp ? dget(dOb, no) : hcopy(oc, no);
+	C->attn_bias_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, ob, MGT_DT_F32, lc, s, b, ng, r, d, p, key, head0, htot, km,
+			 bias, dbc);
+	gpu->precision = prec;
+	float *dB = dput(bias, nb), *dDB = dalloc(nb * 4), *dO = dalloc(no * 4), *dL = dalloc(nl * 4);
+	float *dLc = dput(lc, nl), *dDQ = dalloc(nq * 4);
+	float *o[2], *l[2], *dq[2], *db[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dO, no);
+		poison(dL, nl);
+		poison(dDQ, nq);
+		up(dDB, db0, nb * 4);
+		G->attn_bias_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, dKM, dB);
+		G->attn_bias_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOb, MGT_DT_F32, dLc, s, b, ng, r, d, p, key, head0, htot,
+				 dKM, dB, dDB);
+		o[k] = dget(dO, no);
+		l[k] = dget(dL, nl);
+		dq[k] = dget(dDQ, nq);
+		db[k] = dget(dDB, nb);
+	}
+	cmp(nm("%s: fwd out", id), o[0], oc, NULL, no, T2(lin_tol_gpu(MGT_PREC_FP32, s), SIM_ATTN));
+	if (masked)
+		cmp_lse(nm("%s: fwd lse", id), l[0], lc, nl, T2(TOL32, SIM_ATTN));
+	else
+		cmp(nm("%s: fwd lse", id), l[0], lc, NULL, nl, T2(TOL32, SIM_ATTN));
+	cmp(nm("%s: bwd dqkv", id), dq[0], dqc, NULL, nq, T2(TOL_ATTN_BWD, SIM_ATTN));
+	cmp(nm("%s: bwd dbias (increments)", id), db[0], dbc, db0, nb, T2(TOL_ATTN_BIAS, SIM_ATTN_BIAS));
+	size_t touched = 0;
+	for (int x = 0; x < 2 * s - 1; x++)
+		for (int h = 0; h < htot; h++) {
+			const size_t i = (size_t)x * htot + h;
+			touched += (h < head0 || h >= head0 + H || (!masked && x > s - 1)) && memcmp(&db[0][i], &db0[i], 4);
+		}
+	CHECK(touched == 0, "%s%s: dbias of other ranks' heads%s keeps its bits (%zu changed)", tag, id,
+	      masked ? "" : " and of distances after the diagonal", touched);
+	if (masked) {
+		const size_t zb = mask_zero_bad(o[0], dq[0], km, s, b, ng, r, d);
+		CHECK(zb == 0, "%s%s: out and gradients of sequence 0 (no key) and of the masked keys exactly 0, "
+		      "all finite (%zu not)", tag, id, zb);
+	}
+	det(id, ndiff(o[0], o[1], no, 4) + ndiff(l[0], l[1], nl, 4) + ndiff(dq[0], dq[1], nq, 4) +
+		ndiff(db[0], db[1], nb, 4));
+	if (lp) { /* 16-bit storage: the fp32 run's results, rounded */
+		void *dO16 = dalloc(no * 2), *dDQ16 = dalloc(nq * 2);
+		poison(dL, nl);
+		up(dDB, db0, nb * 4);
+		G->attn_bias_fwd(gpu, dO16, dL, dQ16, dt, s, b, ng, r, d, p, key, head0, htot, dKM, dB);
+		G->attn_bias_bwd(gpu, dDQ16, dDO16, dt, dQ16, dOb16, dt, dLc, s, b, ng, r, d, p, key, head0, htot, dKM, dB,
+				 dDB);
+		float *l16 = dget(dL, nl), *db16 = dget(dDB, nb);
+		t_out16(nm("%s: 16-bit out", id), dO16, dt, o[0], no);
+		t_out16(nm("%s: 16-bit dqkv", id), dDQ16, dt, dq[0], nq);
+		CHECK(ndiff(l16, l[0], nl, 4) == 0 && ndiff(db16, db[0], nb, 4) == 0,
+		      "%s%s: 16-bit qkv, out and dout: lse and dbias the bits of the fp32 run's", tag, id);
+		free(l16), free(db16), dfree(dO16), dfree(dDQ16);
+	}
+	gpu->precision = MGT_PREC_FP32;
+	for (int k = 0; k < 2; k++)
+		free(o[k]), free(l[k]), free(dq[k]), free(db[k]);
+	dfree(dQ), dfree(dDO), dfree(dOb), dfree(dB), dfree(dDB), dfree(dO), dfree(dL), dfree(dLc), dfree(dDQ), dfree(dKM);
+	dfree(dQ16), dfree(dDO16), dfree(dOb16);
+	free(km), free(qkv), free(dout), free(bias), free(db0), free(oc), free(lc), free(dqc), free(dbc), free(ob);
 }
 
 /* attn_kv (kernels/attn_kv.cu): a cache of B sequences of S positions; a prefill call with
@@ -2998,6 +3108,18 @@ static void all_ops(void)
 		t_attn_tc(false, false);
 
 	}
+	if (section("attention with a position bias")) { /* T5's relative positions */
+		t_attn_bias(MGT_PREC_FP32, 512, 4, 4, 1, 64, 0.1f, 4, 8, false);
+		t_attn_bias(MGT_PREC_FP32, 512, 4, 4, 1, 64, 0.1f, 0, 4, true);
+		t_attn_bias(MGT_PREC_FP32, 257, 2, 2, 3, 128, 0.0f, 6, 12, false);
+		t_attn_bias(MGT_PREC_FP32, 257, 5, 1, 3, 128, 0.1f, 0, 3, true);
+		t_attn_bias(MGT_PREC_FP32, 1000, 2, 1, 2, 32, 0.1f, 1, 4, true);
+		t_attn_bias(MGT_PREC_FP32, 1, 3, 2, 2, 64, 0.1f, 0, 4, false);
+		t_attn_bias(MGT_PREC_BF16, 300, 4, 2, 2, 64, 0.1f, 0, 4, true);
+		t_attn_bias(MGT_PREC_BF16, 128, 2, 4, 1, 64, 0.0f, 4, 8, false);
+		t_attn_bias(MGT_PREC_FP16, 200, 4, 2, 1, 24, 0.1f, 2, 4, true); /* d padded to 32 */
+		t_attn_bias(MGT_PREC_FP16, 130, 2, 1, 2, 16, 0.1f, 0, 2, false);
+	}
 	if (section("cross-attention")) {
 		t_xattn_all(false);
 
@@ -3174,6 +3296,13 @@ static void small_ops(void)
 		t_attn_kv(1, 9, 3, 1, 24, 4.0, false);
 		t_attn_kv(2, 12, 1, 2, 160, 1.5, false); /* d > 128: several channels a lane */
 
+	}
+	if (section("attention with a position bias")) { /* T5's relative positions */
+		t_attn_bias(MGT_PREC_FP32, 70, 2, 2, 2, 32, 0.1f, 2, 8, false); /* GQA, a rank's heads, 2 key tiles */
+		t_attn_bias(MGT_PREC_FP32, 70, 4, 1, 2, 64, 0.1f, 0, 2, true);
+		t_attn_bias(MGT_PREC_FP32, 33, 4, 1, 1, 128, 0.0f, 1, 3, true); /* DM 128: 32 x 32 backward tiles */
+		t_attn_bias(MGT_PREC_BF16, 40, 2, 1, 2, 24, 0.0f, 1, 4, false); /* d padded to 32 */
+		t_attn_bias(MGT_PREC_FP16, 33, 4, 2, 1, 16, 0.1f, 0, 2, true);
 	}
 	if (section("cross-attention")) {
 		t_xattn_all(true);

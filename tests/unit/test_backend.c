@@ -750,7 +750,14 @@ typedef struct {
 	int head0, heads_total;
 	double *lse; /* written when not NULL */
 	const uint8_t *km; /* key padding mask [s*b] (1 visible); NULL: causal */
+	const double *bias; /* position bias [2 s - 1, heads_total] (attn_bias_fwd); NULL: none */
 } attn_ctx;
+
+/* The position bias of score (i, i2) of local head n (backend.h attn_bias_fwd), 0 without one. */
+static double attn_bias_at(const attn_ctx *c, int n, int i, int i2)
+{
+	return c->bias ? c->bias[(size_t)(i2 - i + c->s - 1) * c->heads_total + c->head0 + n] : 0;
+}
 
 /* Query i of sequence j sees key i2: causal (i2 <= i), or the key mask's byte of (i2, j). */
 static int attn_vis(const attn_ctx *c, int j, int i, int i2)
@@ -759,7 +766,8 @@ static int attn_vis(const attn_ctx *c, int j, int i, int i2)
 }
 
 /* backend.h attn_fwd in double: out (and lse when asked) of the softmax over the keys each query
- * sees (attn_vis); a query that sees none gets out 0 and lse -inf. */
+ * sees (attn_vis), of the scaled scores plus the position bias when there is one; a query that
+ * sees none gets out 0 and lse -inf. */
 static void attn_ref(void *c_, double *out)
 {
 	attn_ctx *c = c_;
@@ -778,7 +786,7 @@ static void attn_ref(void *c_, double *out)
 					double sc = 0;
 					for (int x = 0; x < d; x++)
 						sc += q[i * ldq + x] * k[i2 * ldq + x];
-					pr[i2] = sc / sqrt((double)d);
+					pr[i2] = sc / sqrt((double)d) + attn_bias_at(c, n, i, i2);
 					mx = fmax(mx, pr[i2]);
 				}
 				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2))
@@ -803,8 +811,10 @@ static void attn_ref(void *c_, double *out)
 }
 
 /* The backward of attn_ref written out (softmax backward with D = sum_i' P dP), in double:
- * dqkv from dout.  Checked against FD on small shapes, used on the bigger ones. */
-static void attn_ref_bwd(const attn_ctx *c, const float *dout, double *dqkv)
+ * dqkv from dout; with a position bias and dbias not NULL, the scores' gradient dS added into
+ * dbias [2 s - 1, heads_total] by distance.  Checked against FD on small shapes, used on the
+ * bigger ones. */
+static void attn_ref_bwd(const attn_ctx *c, const float *dout, double *dqkv, double *dbias)
 {
 	const int H = c->ng * c->r, s = c->s, d = c->d;
 	const size_t ldq = (size_t)c->b * c->ng * (c->r + 2) * d, ldo = (size_t)c->b * H * d;
@@ -827,7 +837,7 @@ static void attn_ref_bwd(const attn_ctx *c, const float *dout, double *dqkv)
 					double a = 0;
 					for (int x = 0; x < d; x++)
 						a += q[i * ldq + x] * k[i2 * ldq + x];
-					pr[i2] = a * sc;
+					pr[i2] = a * sc + attn_bias_at(c, n, i, i2);
 					mx = fmax(mx, pr[i2]);
 				}
 				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2))
@@ -846,6 +856,9 @@ static void attn_ref_bwd(const attn_ctx *c, const float *dout, double *dqkv)
 				}
 				for (int i2 = 0; i2 < s; i2++) if (attn_vis(c, j, i, i2)) {
 					double ds = pr[i2] * (dp[i2] - D) * sc;
+					if (c->bias && dbias)
+						dbias[(size_t)(i2 - i + s - 1) * c->heads_total + c->head0 + n] +=
+							pr[i2] * (dp[i2] - D);
 					for (int x = 0; x < d; x++) {
 						dq[i * ldq + x] += ds * k[i2 * ldq + x];
 						dk[i2 * ldq + x] += ds * q[i * ldq + x];
@@ -866,7 +879,7 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 	const uint64_t key = 0x1234567890ABCDEFull ^ (uint64_t)s;
 	float *qkv = randf(nq, 1.5), *out = randf(no, 9), *lse = randf(nl, 9);
 	double *qd = tod(qkv, nq), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
-	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, NULL};
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, NULL, NULL};
 	attn_ref(&c, outr);
 	c.lse = NULL;
 	O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, NULL);
@@ -879,7 +892,7 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 	objective ob = {attn_ref, &c, R, no, outr};
 	double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
 	double *ga = xmalloc(nq * sizeof *ga);
-	attn_ref_bwd(&c, R, ga);
+	attn_ref_bwd(&c, R, ga, NULL);
 	double ea = relerr(dq, ga, nq);
 	if (full) {
 		float *gaf = xmalloc(nq * sizeof *gaf);
@@ -975,7 +988,7 @@ static void test_attn_mask_case(int s, int b, int ng, int r, int d, float p, int
 			qkv[i] = mgt_bf16_to_f32(q16[i]);
 	}
 	double *qd = tod(qkv, nq), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
-	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km};
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km, NULL};
 	attn_ref(&c, outr);
 	c.lse = NULL;
 	O->attn_fwd(be, lp ? (void *)o16 : out, lse, lp ? (void *)q16 : qkv, dt, s, b, ng, r, d, p, key, head0,
@@ -994,7 +1007,7 @@ static void test_attn_mask_case(int s, int b, int ng, int r, int d, float p, int
 	objective ob = {attn_ref, &c, R, no, outr};
 	double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
 	double *ga = xmalloc(nq * sizeof *ga);
-	attn_ref_bwd(&c, R, ga);
+	attn_ref_bwd(&c, R, ga, NULL);
 	const double ea = relerr(dq, ga, nq);
 	const size_t zbad = mask_grad_bad(dq, km, s, b, ng, r, d);
 	CHECK(eg < (lp ? 2e-2 : BWD_TOL) && ea < (lp ? 2e-2 : FWD_TOL) && zbad == 0,
@@ -1018,6 +1031,67 @@ static void test_attn_mask_case(int s, int b, int ng, int r, int d, float p, int
 	free(lr), free(ga);
 }
 
+/* attn_bias_fwd and attn_bias_bwd (T5's relative position bias, bias [2 s - 1, heads_total]
+ * random), causal or under attn_mask's key padding mask, against attn_ref / attn_ref_bwd with the
+ * bias in double: out and lse; dqkv against the reference backward and directional finite
+ * differences of attn_ref in qkv; the increments of dbias (started from random values) against the
+ * reference's sums of dS by distance and against finite differences of attn_ref in the bias
+ * (element-wise when full, else at 20 random elements; the columns of other ranks' heads have
+ * derivative 0); those columns keep the start's bits, and so do the distances after the diagonal
+ * when causal (no score has them); the backward twice gives the same bits. */
+static void test_attn_bias_case(int s, int b, int ng, int r, int d, float p, int head0, int heads_total,
+				bool masked, int full)
+{
+	const int H = ng * r, T = s * b;
+	const size_t nq = (size_t)T * ng * (r + 2) * d, no = (size_t)T * H * d, nl = (size_t)b * H * s;
+	const size_t nb = (size_t)(2 * s - 1) * heads_total;
+	const uint64_t key = 0x0F1E2D3C4B5A6978ull ^ (uint64_t)(s * 131 + b);
+	uint8_t *km = masked ? attn_mask(s, b) : NULL;
+	float *qkv = randf(nq, 1.5), *bias = randf(nb, 2), *out = randf(no, 9), *lse = randf(nl, 9);
+	double *qd = tod(qkv, nq), *bd = tod(bias, nb), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km, bd};
+	attn_ref(&c, outr);
+	c.lse = NULL;
+	O->attn_bias_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, km, bias);
+	size_t ninf, bad;
+	const double e = relerr(out, outr, no), el = lse_err(lse, lr, nl, &ninf, &bad);
+	CHECK(e < FWD_TOL && el < FWD_TOL && bad == 0,
+	      "attn_bias_fwd %s s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d: out %.2e lse %.2e (%zu rows -inf, %zu wrong)",
+	      masked ? "key mask" : "causal", s, b, ng, r, d, p, head0, heads_total, e, el, ninf, bad);
+
+	float *R = randf(no, 1), *dq = randf(nq, 9), *db0 = randf(nb, 0.1), *db = xmalloc(nb * 4);
+	memcpy(db, db0, nb * 4);
+	O->attn_bias_bwd(be, dq, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total,
+			 km, bias, db);
+	objective ob = {attn_ref, &c, R, no, outr};
+	double *ga = xmalloc(nq * sizeof *ga), *gb = xmalloc(nb * sizeof *gb);
+	attn_ref_bwd(&c, R, ga, gb);
+	const double eq = dir_check(&ob, qd, nq, dq, 3), ea = relerr(dq, ga, nq), eb = relerr_delta(db, db0, gb, nb);
+	float *inc = xmalloc(nb * 4);
+	for (size_t i = 0; i < nb; i++)
+		inc[i] = (float)((double)db[i] - db0[i]);
+	const double ebf = full ? fd_check(&ob, bd, nb, inc) : fd_check_some(&ob, bd, nb, inc, 20);
+	size_t touched = 0;
+	for (int x = 0; x < 2 * s - 1; x++)
+		for (int h = 0; h < heads_total; h++) {
+			const size_t i = (size_t)x * heads_total + h;
+			touched += (h < head0 || h >= head0 + H || (!masked && x > s - 1)) && memcmp(&db[i], &db0[i], 4);
+		}
+	CHECK(eq < BWD_TOL && ea < FWD_TOL && eb < FWD_TOL && ebf < BWD_TOL && touched == 0,
+	      "attn_bias_bwd %s s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d: dqkv vs directional FD %.2e, vs reference "
+	      "%.2e; dbias increments vs reference %.2e, vs %s FD %.2e; %zu dbias elements of other heads or "
+	      "unseen distances changed", masked ? "key mask" : "causal", s, b, ng, r, d, p, head0, heads_total, eq, ea,
+	      eb, full ? "element-wise" : "sampled", ebf, touched);
+
+	float *dq2 = randf(nq, 9), *db2 = xmalloc(nb * 4);
+	memcpy(db2, db0, nb * 4);
+	O->attn_bias_bwd(be, dq2, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total,
+			 km, bias, db2);
+	CHECK(!memcmp(dq, dq2, nq * 4) && !memcmp(db, db2, nb * 4), "attn_bias_bwd s=%d: dqkv and dbias deterministic", s);
+	free(km), free(qkv), free(bias), free(out), free(lse), free(qd), free(bd), free(outr), free(lr), free(R);
+	free(dq), free(db0), free(db), free(ga), free(gb), free(inc), free(dq2), free(db2);
+}
+
 static void test_attn(void)
 {
 	test_attn_case(7, 2, 2, 2, 8, 0.0f, 0, 4, 1);
@@ -1036,6 +1110,13 @@ static void test_attn(void)
 	test_attn_mask_case(70, 5, 2, 2, 16, 0.0f, 2, 8, 0, MGT_DT_F32);
 	test_attn_mask_case(70, 4, 2, 2, 16, 0.1f, 0, 4, 0, MGT_DT_BF16);
 	test_attn_mask_case(300, 4, 1, 3, 16, 0.0f, 0, 3, 0, MGT_DT_BF16);
+	/* the position bias (T5): causal and key mask, GQA, a rank's heads of more, dropout, key tiles */
+	test_attn_bias_case(6, 2, 2, 2, 8, 0.0f, 1, 6, false, 1);
+	test_attn_bias_case(7, 4, 1, 2, 8, 0.0f, 0, 2, true, 1);
+	test_attn_bias_case(7, 4, 2, 1, 8, 0.3f, 2, 5, true, 1);
+	test_attn_bias_case(5, 2, 1, 3, 4, 0.2f, 0, 3, false, 1);
+	test_attn_bias_case(300, 1, 1, 2, 16, 0.1f, 2, 4, false, 0); /* several key tiles */
+	test_attn_bias_case(70, 4, 2, 1, 16, 0.0f, 0, 2, true, 0);
 }
 
 /* ================= cross-attention ================= */
@@ -1585,9 +1666,9 @@ static void test_attn_blk_uneven(int S, int b, int ng, int r, int d, float p, in
 	CHECK(ninf > 0 && inf_ok, "attn_blk_merge: %d merges of -inf into -inf leave (0, -inf)", ninf);
 	double *qd = tod(t.qkv, S * t.wq), *outr = xmalloc(S * t.wo * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
 	double *ga = xmalloc(S * t.wq * sizeof *ga);
-	attn_ctx c = {qd, S, b, ng, r, d, p, t.key, head0, heads_total, lr, NULL};
+	attn_ctx c = {qd, S, b, ng, r, d, p, t.key, head0, heads_total, lr, NULL, NULL};
 	attn_ref(&c, outr);
-	attn_ref_bwd(&c, t.R, ga);
+	attn_ref_bwd(&c, t.R, ga, NULL);
 	double mo, ml, eo = relerr_f(ctx, t.out, S * t.wo, &mo), el = relerr_f(lse, t.lse, nl, &ml);
 	double ro = relerr(ctx, outr, S * t.wo), rl = relerr(lse, lr, nl);
 	CHECK(eo < FWD_TOL && el < FWD_TOL && ro < FWD_TOL && rl < FWD_TOL,
