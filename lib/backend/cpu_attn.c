@@ -113,7 +113,10 @@ static const float *bias_row(const geom *g, const float *bias, int n, int i, int
 /* sr[c] += br[c * ht] for c < lim (br NULL: nothing). */
 CPU_INLINE void add_bias(float *sr, const float *br, int lim, int ht)
 {
-	for (int c = 0; br && c < lim; c++)
+	if (!br)
+		return;
+#pragma omp simd
+	for (int c = 0; c < lim; c++)
 		sr[c] += br[(size_t)c * (size_t)ht];
 }
 

@@ -201,12 +201,17 @@ static mgt_status alloc_rel(mgt_model *m, int k)
 
 bool mgt_t5_relative(const mgt_model *m) { return m->t5 && m->t5->rel; }
 
+/* bias [nd, heads] = stack k's table rows at the buckets idx [nd]. */
+static void rel_gather(mgt_model *m, int k, int nd, float *bias, const int32_t *idx)
+{
+	m->be->ops->embedding_fwd(m->be, bias, idx, P(m, m->t5->rtab[k]), 0, m->c.relative_attention_num_buckets, nd,
+				  (int)m->c.num_attention_heads, false);
+}
+
 mgt_status mgt_t5_rel_bias(mgt_model *m, int k, int s, float *bias, int32_t *idx)
 {
 	mgt_status st = rel_buckets(m, k, s, idx);
-	if (!st)
-		m->be->ops->embedding_fwd(m->be, bias, idx, P(m, m->t5->rtab[k]), 0, m->c.relative_attention_num_buckets,
-					  2 * s - 1, (int)m->c.num_attention_heads, false);
+	if (!st) rel_gather(m, k, 2 * s - 1, bias, idx);
 	return st;
 }
 
@@ -226,7 +231,7 @@ static void rel_table(mgt_model *m, int k, bool backward)
 	const int64_t nb = m->c.relative_attention_num_buckets;
 	if (!t->rel) return;
 	if (backward) m->be->ops->embedding_bwd(m->be, G(m, t->rtab[k]), t->dbias[k], MGT_DT_F32, t->bidx[k], 0, nb, nd, nh);
-	else m->be->ops->embedding_fwd(m->be, t->bias[k], t->bidx[k], P(m, t->rtab[k]), 0, nb, nd, nh, false);
+	else rel_gather(m, k, nd, t->bias[k], t->bidx[k]);
 }
 
 /* Zero stack k's bias gradient before its layers' backward. */
