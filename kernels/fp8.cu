@@ -1,6 +1,6 @@
 /* kernels/: fp8's quantizing cast (kernels.h mgt_k_fp8_quantize; lib/fp8 mgt_fp8_quantize is the
  * reference, bit for bit).  The conversion is lib/util mgt_f32_to_fp8's rule written for the device
- * in fp32 (fp8.md section 3: snap to the grid with ties to even, subnormals kept, then clamp; NaN
+ * in fp32 (CUDA's cuda_fp8.hpp __nv_cvt_float_to_fp8: snap to the grid with ties to even, subnormals kept, then clamp; NaN
  * -> 0x7F): the quantum 2^(e - mbits) is a power of two, so a / quantum is exact and rintf rounds
  * it to even.  The amax: each block's fmaxf of |x| (NaN ignored) into ws, then one block folds
  * them into amax[0]; a maximum does not depend on the order, so no atomics are needed.  Also the

@@ -1,7 +1,7 @@
 /* lib/data: JSONL input streams and Megatron indexed datasets (.bin/.idx, MMIDIDX v1).
  *
  * Format: megatron/core/datasets/indexed_dataset.py; spec in man/man5/mgt-dataset.5 and
- * megatron-reference.md §1. A dataset is a path prefix P with files P.bin and P.idx.
+ * megatron/core/datasets/indexed_dataset.py.  A dataset is a path prefix P with files P.bin and P.idx.
  * All functions return mgt_status and record a message naming the file (util.h).
  */
 #ifndef MGT_DATA_H
@@ -41,7 +41,7 @@ mgt_status mgt_input_expand(const char *pattern, char ***paths, size_t *n);
 
 /* ---- indexed dataset ------------------------------------------------------------------- */
 
-/* DType codes (megatron-reference.md §1.3). */
+/* DType codes (megatron/core/datasets/indexed_dataset.py). */
 typedef enum {
 	MGT_DT_UINT8 = 1, MGT_DT_INT8 = 2, MGT_DT_INT16 = 3, MGT_DT_INT32 = 4,
 	MGT_DT_INT64 = 5, MGT_DT_FLOAT64 = 6, MGT_DT_FLOAT32 = 7, MGT_DT_UINT16 = 8,
@@ -118,7 +118,7 @@ mgt_status mgt_idx_get(const mgt_idx *d, uint64_t i, int32_t **out, size_t *n, s
 
 /* ==== GPTDataset sample order (lib/data/gpt*.c) =============================================
  *
- * Megatron's GPTDataset and BlendedDataset, megatron-reference.md §3: the split of a dataset's
+ * Megatron's GPTDataset and BlendedDataset, megatron/core/datasets/gpt_dataset.py: the split of a dataset's
  * sequences, the document/sample/shuffle indices (numpy RandomState MT19937 shuffles), blending by
  * weights, the .npy index cache and the sample fetch. Sources: megatron/core/datasets/
  * {gpt_dataset.py, helpers.cpp, blended_dataset.py, blended_megatron_dataset_builder.py, utils.py,
@@ -330,7 +330,7 @@ void mgt_gpt_data_close(mgt_gpt_data *d);
 
 /* ==== Masked WordPiece datasets: BERT and T5 (lib/data/masked*.c) ============================
  *
- * Megatron's BERTMaskedWordPieceDataset and T5MaskedWordPieceDataset, megatron-bert-t5.md §1.2-1.7:
+ * Megatron's BERTMaskedWordPieceDataset and T5MaskedWordPieceDataset, megatron/core/datasets/masked_dataset.py:
  * the sample index of helpers.cpp build_mapping over a sentence-level dataset (sequences =
  * sentences, documents = groups of sentences), cached as Megatron caches it, and the samples of
  * bert_dataset.py / t5_dataset.py with masked_dataset.py's masking. Same arrays, bit for bit. */
@@ -351,7 +351,7 @@ int mgt_mt19937_choice(mgt_mt19937 *rs, const double *p, int n);
 int64_t mgt_mt19937_geometric(mgt_mt19937 *rs, double p);
 /* ndarray.sum() of n float64 (numpy's pairwise summation: 8 accumulators, blocks of 128). */
 double mgt_numpy_sum(const double *a, int n);
-/* The n-gram length probabilities of the masking (megatron-bert-t5.md §1.5c): p[n-1] ∝ 1/n for
+/* The n-gram length probabilities of the masking (megatron/core/datasets/masked_dataset.py): p[n-1] ∝ 1/n for
  * n = 1..max (max <= MGT_CHOICE_MAX) normalised with numpy's sum, then normalised again, as
  * masked_dataset.py does before each draw. Writes p[max]. */
 void mgt_masked_ngram_probs(int max, double *p);
@@ -429,7 +429,7 @@ int64_t mgt_masked_pad_id(const mgt_masked_vocab *v, bool allow_ambiguous);
 typedef enum { MGT_MASKED_BERT, MGT_MASKED_T5 } mgt_masked_kind;
 /* Megatron's class name: "BERTMaskedWordPieceDataset" or "T5MaskedWordPieceDataset". */
 const char *mgt_masked_class(mgt_masked_kind kind);
-/* What a sample depends on besides its sentences (megatron-bert-t5.md §1.7). */
+/* What a sample depends on besides its sentences (megatron/core/datasets/masked_dataset.py). */
 typedef struct {
 	mgt_masked_kind kind;
 	int seq_length;          /* BERT --seq-length; T5 --encoder-seq-length */

@@ -1,4 +1,4 @@
-/* GPTDataset / BlendedDataset as the training loop sees them (megatron-reference.md §3):
+/* GPTDataset / BlendedDataset as the training loop sees them (megatron/core/datasets/gpt_dataset.py):
  * open the low-level datasets (indexed or mock), check token ids, build or load the per-split
  * indices and the blend, and fetch samples.
  * Sources: megatron/core/datasets/{gpt_dataset.py, blended_dataset.py,

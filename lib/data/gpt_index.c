@@ -1,4 +1,4 @@
-/* GPTDataset and BlendedDataset index arithmetic (megatron-reference.md §3.1-§3.6):
+/* GPTDataset and BlendedDataset index arithmetic (megatron/core/datasets/gpt_dataset.py):
  * --split (utils.py, blended_megatron_dataset_config.py), the document/sample/shuffle indices
  * (gpt_dataset.py _build_document_sample_shuffle_indices, helpers.cpp build_sample_idx), blending
  * (helpers.cpp build_blending_indices, build_exhaustive_blending_indices), --data-path

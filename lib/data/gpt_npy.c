@@ -1,5 +1,5 @@
 /* The GPTDataset index cache: .npy v1.0 files (numpy/lib/format.py) and md5 (RFC 1321) of the
- * description that names them (megatron-reference.md §3.8). */
+ * description that names them (megatron/core/datasets/gpt_dataset.py). */
 #include "data.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* The two numpy generators Megatron's GPT data path draws from, reproduced bit for bit.
  *
- * MT19937 as numpy.random.RandomState (megatron-reference.md §3.5): init_genrand seeding,
+ * MT19937 as numpy.random.RandomState (megatron/core/datasets/gpt_dataset.py's shuffles): init_genrand seeding,
  * random_interval by mask and rejection, shuffle from n-1 down to 1. gpt_dataset.py shuffles the
  * document and shuffle indices with it.
  *

@@ -1,6 +1,6 @@
 /* lib/data: Megatron indexed dataset (MMIDIDX v1): dtype table, reader and writer.
  *
- * Layout (megatron-reference.md §1, man/man5/mgt-dataset.5): .idx = magic[9] "MMIDIDX\0\0",
+ * Layout (megatron/core/datasets/indexed_dataset.py, man/man5/mgt-dataset.5): .idx = magic[9] "MMIDIDX\0\0",
  * u64 version (1), u8 dtype code, u64 N (sequences), u64 D1 (document indices), int32 lengths[N],
  * int64 pointers[N], int64 document_indices[D1]; all little-endian, no padding, so the int64
  * arrays are usually unaligned (read with memcpy). .bin = every sequence's ids, packed, in order.

@@ -1,4 +1,4 @@
-/* The samples of Megatron's masked datasets (megatron-bert-t5.md §1.3-1.5):
+/* The samples of Megatron's masked datasets (megatron/core/datasets/masked_dataset.py):
  * masked_dataset.py::_create_masked_lm_predictions (whole-word n-gram masking),
  * bert_dataset.py::__getitem__ (sentence-order pairs, truncation, [CLS]/[SEP], 80/10/10, padding)
  * and t5_dataset.py::__getitem__ (spans replaced by sentinels, decoder input and labels).

@@ -1,5 +1,5 @@
 /* BERTMaskedWordPieceDataset / T5MaskedWordPieceDataset over one sentence-level indexed dataset
- * (megatron-bert-t5.md §1.2-1.4): the document split, the per-split sample index with
+ * (megatron/core/datasets/masked_dataset.py): the document split, the per-split sample index with
  * Megatron's cache (masked_dataset.py::_build_sample_index, megatron_dataset.py's
  * unique_description and its md5) and the sample fetch.
  * Sources: megatron/core/datasets/{masked_dataset.py, bert_dataset.py, t5_dataset.py,

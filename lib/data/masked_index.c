@@ -1,5 +1,5 @@
 /* The sample index of Megatron's masked datasets: helpers.cpp build_mapping as
- * masked_dataset.py::_build_sample_index calls it (megatron-bert-t5.md §1.2).
+ * masked_dataset.py::_build_sample_index calls it (megatron/core/datasets/helpers.cpp build_mapping).
  *
  * Samples are runs of whole sentences inside one document. A document is used when it has at
  * least min_num_sent sentences and, if it has more than one, none longer than 512 tokens. Each

@@ -1,4 +1,4 @@
-/* The random draws of Megatron's masked datasets (megatron-bert-t5.md §1.6), bit for bit:
+/* The random draws of Megatron's masked datasets (numpy's legacy RandomState, numpy/random/mtrand.pyx), bit for bit:
  *
  * numpy's legacy RandomState distributions on the MT19937 of gpt_rng.c: random_sample (53-bit
  * double), randint (masked rejection), choice with p (cumsum, divided by its last item, first cdf

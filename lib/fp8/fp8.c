@@ -1,4 +1,4 @@
-/* lib/fp8: fp8 scaling (fp8.h; ../shared/docs/fp8.md section 2). */
+/* lib/fp8: fp8 scaling (fp8.h; Transformer Engine's transformer_engine/common/recipe/delayed_scaling.cu). */
 #include "fp8/fp8.h"
 
 #include <float.h>

@@ -1,5 +1,5 @@
 /* lib/fp8: the scaling of fp8 training as Megatron-LM runs it through Transformer Engine
- * (../shared/docs/fp8.md section 2; TE common/recipe/delayed_scaling.cu kernel_bulk,
+ * (Transformer Engine's transformer_engine/common/recipe/delayed_scaling.cu kernel_bulk,
  * common/util/vectorized_pointwise.h, common/recipe/recipe_common.cuh): the quantizing cast of a
  * tensor with its amax, the delayed-scaling state of a group of tensors (amax history and scale per
  * slot) and its update, and current (tensorwise) scaling.  The fp8 byte formats are lib/util's
@@ -13,7 +13,7 @@
 
 #include "util/util.h"
 
-/* The cast of n values x (fp32; host memory) with a delayed or current scale (fp8.md section 2,
+/* The cast of n values x (fp32; host memory) with a delayed or current scale (Transformer Engine's
  * "Cast of one tensor"): q[i] = mgt_f32_to_fp8(fl32(x[i] * scale), f), and *amax =
  * fmaxf(*amax, |x[i]|) over the pre-scale values (fmaxf: a NaN is ignored, +Inf is kept).  q may
  * be NULL (the amax alone).  No errors. */
@@ -41,7 +41,7 @@ typedef struct {
 mgt_status mgt_fp8_meta_init(mgt_fp8_meta *m, int len, int slots);
 void mgt_fp8_meta_free(mgt_fp8_meta *m);
 
-/* The update of every slot after a pass (kernel_bulk; fp8.md section 2, "Scale and history
+/* The update of every slot after a pass (kernel_bulk, "Scale and history
  * update"): reduced, when not NULL, is row 0 all-reduced with MAX over the amax group (TP x DP x
  * CP), else row 0 is used as it is.  Per slot j: last = reduced[j] if that is not 0, else
  * history[0][j]; if last != 0 the history rolls (row 0 <- 0, rows 1..len-2 <- rows 2..len-1,
@@ -51,13 +51,13 @@ void mgt_fp8_meta_free(mgt_fp8_meta *m);
  * finite and > 0 (+Inf becomes FLT_MAX), else the scale stays.  No errors. */
 void mgt_fp8_meta_update(mgt_fp8_meta *m, const float *reduced, float fp8_max, int margin, mgt_fp8_amax_algo algo);
 
-/* Current (tensorwise) scaling of a tensor of amax `amax` (fp8.md section 2, "Current scaling";
+/* Current (tensorwise) scaling of a tensor of amax `amax` (Transformer Engine's Float8CurrentScaling, "Current scaling";
  * recipe_common.cuh): amax below eps becomes eps; amax 0, Inf or NaN give 1; else
  * fl32(fp8_max / amax), +Inf becoming FLT_MAX. */
 float mgt_fp8_current_scale(float amax, float fp8_max, float eps);
 
 /* fp8 training as configured by Megatron's flags (megatron/core/transformer/transformer_config.py
- * fp8*; fp8.md section 1): format MGT_FP8_OFF (no fp8), E4M3 (--fp8-format e4m3: every tensor
+ * fp8*; megatron/core/fp8_utils.py): format MGT_FP8_OFF (no fp8), E4M3 (--fp8-format e4m3: every tensor
  * e4m3) or HYBRID (--fp8-format hybrid: e4m3 forward, e5m2 gradients); recipe delayed
  * (--fp8-recipe delayed: TE's DelayedScaling, the history of margin, history_len and algo) or
  * tensorwise (Float8CurrentScaling); bf16_start, bf16_end: decoder layers at the start and the end

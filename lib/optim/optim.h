@@ -28,7 +28,7 @@ typedef struct mgt_lr_sched {
 
 /* Check style names and step counts.  Errors: MGT_ERR_USAGE naming the flag. */
 mgt_status mgt_lr_sched_check(const mgt_lr_sched *s);
-/* The learning rate at s->num_steps (megatron-reference.md section 5.4). */
+/* The learning rate at s->num_steps (megatron/core/optimizer_param_scheduler.py). */
 double mgt_lr_get(const mgt_lr_sched *s);
 
 /* AdamW state: first and second moments (backend memory, fp32, [n]) and the step count. */
@@ -65,8 +65,7 @@ double mgt_grad_sumsq(mgt_backend *be, const mgt_tensor_table *tt, const float *
 bool mgt_adamw_step(mgt_adamw *a, const mgt_tensor_table *tt, float *params, float *grads, size_t lo,
 		    size_t hi, double lr, double lr_emb, double norm);
 
-/* Megatron's fp16 loss scaler (megatron/core/optimizer/grad_scaler.py, megatron-reference.md
- * section 5.5).  The backward runs on loss * scale; the trainer unscales the gradients by 1/scale
+/* Megatron's fp16 loss scaler (megatron/core/optimizer/grad_scaler.py).  The backward runs on loss * scale; the trainer unscales the gradients by 1/scale
  * before the norm and the step, skips the step when any gradient is inf or NaN, and then calls
  * mgt_loss_scaler_update.  Dynamic (--loss-scale unset): on an inf/NaN iteration the growth
  * counter restarts, the hysteresis counter drops, and once it reaches 0 the scale halves (not

@@ -1,6 +1,6 @@
 /* lib/parallel: the communicator interface and the parallel state.
  *
- * A communicator is one process group with a table of collectives (DESIGN.md section 3,
+ * A communicator is one process group with a table of collectives (doc/design.md section 3,
  * "communication is a separate interface").  Implementations: single-rank (identity, this file),
  * MPI (host buffers, the CPU backend), and on backend memory the staged and NCCL ones (below).  The model calls these at
  * Megatron-Core's points (megatron/core/tensor_parallel/mappings.py, layers.py,
@@ -115,7 +115,7 @@ mgt_status mgt_comm_alltoallv(mgt_comm *c, void *dst, const int64_t *rcount, con
 mgt_status mgt_comm_wait(mgt_comm *c);
 
 /* Parallel state: sizes and ranks in Megatron's order tp-cp-ep-dp-pp (tp fastest),
- * rank = tp + TP*(cp + CP*(dp + DP*pp)) (megatron-reference.md section 5.2), and one
+ * rank = tp + TP*(cp + CP*(dp + DP*pp)) (megatron/core/parallel_state.py), and one
  * communicator per group (megatron/core/parallel_state.py):
  *   tp_comm   ranks with the same (cp, dp, pp), ordered by tp_rank
  *   dp_comm   same (tp, cp, pp), ordered by dp_rank
@@ -130,7 +130,7 @@ mgt_status mgt_comm_wait(mgt_comm *c);
  *   emb_comm  embedding group: pipeline ranks 0 and PP-1 of this rank's pipeline (same tp, cp,
  *             dp), size 2 when PP > 1; on a rank that is neither it is a one-process group
  *   world     all ranks
- * Expert layers use a second grid over the same ranks (megatron-moe-cp.md section 1.4,
+ * Expert layers use a second grid over the same ranks (megatron/core/transformer/moe/moe_layer.py,
  * parallel_state.py's expert RankGenerator(tp=ETP, ep=EP, dp=EDP, pp=PP, cp=1), order
  * tp-cp-ep-dp-pp): rank = tp + TP*(ep + EP*(edp + EDP*pp)) with the expert tensor-parallel size
  * ETP = TP (Megatron's default) and EDP = world / (TP*EP*PP) = CP*DP/EP; context parallelism is

@@ -582,7 +582,7 @@ static int fp8_mbits(mgt_fp8_format f) { return f == MGT_FP8_E4M3 ? 3 : 2; }
 static int fp8_bias(mgt_fp8_format f) { return f == MGT_FP8_E4M3 ? 7 : 15; }
 float mgt_fp8_max(mgt_fp8_format f) { return f == MGT_FP8_E4M3 ? 448.0f : 57344.0f; }
 
-/* Clamp, then snap onto the grid (fp8.md section 3: equivalent to cuda_fp8.hpp's host path; the
+/* Clamp, then snap onto the grid (equivalent to CUDA's cuda_fp8.hpp host path, __nv_cvt_float_to_fp8; the
  * largest value is a grid point, so a clamped magnitude never rounds past it): the
  * quantum is 2^(e - mbits) for |x| in [2^e, 2^(e+1)), at least the subnormal quantum
  * 2^(1 - bias - mbits); x / quantum is exact in double and nearbyint rounds ties to even. */

@@ -142,7 +142,7 @@ const char *mgt_fmt_count(char *buf, uint64_t v);
  * 128-bit counter (ctr_hi, ctr_lo), so any element of any tensor can be drawn in any order, on any
  * rank.  mgt keys initialization by (seed, tensor name) and dropout by (seed, site), and uses the
  * element's global index as the counter, which is what makes the parallel layout not change the
- * math (DESIGN.md section 3). */
+ * math (doc/design.md section 3). */
 void mgt_philox(uint64_t key, uint64_t ctr_hi, uint64_t ctr_lo, uint32_t out[4]);
 /* Attention dropout's Philox word for score element (q, k) of score plane `plane` (plane =
  * sequence * heads_total + global head; q, k global query and key positions, q < dsq, k < dsk):
@@ -188,7 +188,7 @@ uint16_t mgt_f32_to_f16(float x);
 float mgt_f16_to_f32(uint16_t h);
 
 /* The two 8-bit float formats of fp8 training (OCP 8-bit Floating Point Specification v1.0 and
- * arXiv:2209.05433; ../shared/docs/fp8.md section 3):
+ * arXiv:2209.05433; CUDA's cuda_fp8.hpp __nv_cvt_float_to_fp8):
  *   MGT_FP8_E4M3: NVIDIA's E4M3 = OCP E4M3FN: 4 exponent bits (bias 7), 3 mantissa bits, no
  *     infinities, NaN 0x7F and 0xFF, largest 0x7E = 448, smallest normal 2^-6, subnormals
  *     m 2^-9 (m = 1..7);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bf16 GEMM rates through PyTorch (cuBLAS) on the GPU, operands already bf16 (no casts): the
 square 8192^3 product and the linear layers of the Megatron-Core weak-scaling models
-(../shared/docs/megatron-benchmarks.md; tokens = micro-batch 1 x sequence 4096 over TP), forward
+(Megatron-LM's README, its performance table; tokens = micro-batch 1 x sequence 4096 over TP), forward
 shapes y = x w^T.  Each shape: the median of 20 after 3 warm-ups, timed with CUDA events.
 Calibration data for mgt-plan's GEMM efficiency (mgt-plan(5)).  Not a test."""
 import statistics

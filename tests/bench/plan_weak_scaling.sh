@@ -1,6 +1,6 @@
 #!/bin/sh
 # mgt-plan against Megatron-Core's published weak-scaling table (GPT, H100, sequence 4096,
-# vocabulary 131072; /work/shared/docs/megatron-benchmarks.md, copied below): for every row at
+# vocabulary 131072; Megatron-LM's README, its performance table, copied below): for every row at
 # both scales, the per-GPU TFLOP/s mgt-plan predicts for NVIDIA's layout (TP, PP, DP as
 # published; micro-batch 1, no recomputation, bf16, the distributed optimizer, sequence
 # parallelism with TP > 1, gradient/parameter/TP overlap as Megatron-LM's README states; the

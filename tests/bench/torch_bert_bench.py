@@ -1,6 +1,5 @@
 #!/usr/bin/python3
-"""CPU training throughput of a PyTorch BERT (Megatron-Core's BertModel as megatron-bert-t5.md
-section 3.2 describes it: pre-LN, padding-mask attention, LM head, pooler and binary head), in
+"""CPU training throughput of a PyTorch BERT (Megatron-Core's BertModel as megatron/core/models/bert/bert_model.py describes it: pre-LN, padding-mask attention, LM head, pooler and binary head), in
 float32 with PyTorch's fused pieces (F.scaled_dot_product_attention with the key mask where the
 torch has it, else the unfused softmax(QK^T) V of torch 1.13,
 F.layer_norm, F.gelu, F.cross_entropy) and torch.optim.AdamW (foreach), as the yardstick for

@@ -1,6 +1,5 @@
 #!/usr/bin/python3
-"""CPU training throughput of a PyTorch T5 (Megatron-Core's T5Model as megatron-bert-t5.md section
-3.3 describes it: pre-LN encoder under the padding mask and final LN, decoder with causal
+"""CPU training throughput of a PyTorch T5 (Megatron-Core's T5Model as megatron/core/models/T5/t5_model.py describes it: pre-LN encoder under the padding mask and final LN, decoder with causal
 self-attention, pre_cross_attn_layernorm, cross-attention over the encoder output, MLP, final LN,
 the tied output layer with a vocabulary bias), in float32 with PyTorch's fused pieces
 (F.scaled_dot_product_attention where the torch has it, else the unfused softmax(QK^T) V of torch

@@ -5,7 +5,7 @@ vocab (padded) divisible cp cpcomm (p2p, allgather or a2a) groups (query groups,
 preset's) prec (fp32, bf16 or fp16: the training precision; dense models) fp32res (1: with
 --fp32-residual-connection) gradbf16 (1: with --grad-reduce-in-bf16))
 
-Independent of mgt's C code: the tensor list is written here from megatron-reference.md section 8
+Independent of mgt's C code: the tensor list is written here from megatron/core/transformer/transformer_layer.py
 (TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
 from lib/parallel/parallel.h's ring convention (allreduce 2(p-1)/p*B, reduce-scatter and all-gather
 (p-1)*B per rank's part, send B).  What mgt communicates per micro-batch (section 8's table):
@@ -128,7 +128,7 @@ def tensors(stage, nstages):
 
 
 def buckets(ts, shared):
-    """Bucket sizes of the flat gradient buffer (megatron-reference.md section 10): one bucket
+    """Bucket sizes of the flat gradient buffer (megatron/core/distributed/param_and_grad_buffer.py): one bucket
     unless --ddp-bucket-size or the shared embedding splits it."""
     pad = G * 128 // math.gcd(G, 128) if distopt else 1
     up = lambda x, m: (x + m - 1) // m * m

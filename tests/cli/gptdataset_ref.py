@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent reference of Megatron's GPTDataset sample order, for tests.
 
-Written from megatron-reference.md section 3 with numpy (numpy.random.RandomState for the
+Written from megatron/core/datasets/gpt_dataset.py with numpy (numpy.random.RandomState for the
 shuffles, numpy.random.default_rng for the mock lengths), sharing no code with mgt. It reads
 datasets with megatron_idx_reader.py.
 
@@ -133,7 +133,7 @@ def build_sample_index(lengths, doc, S, ne, T, drop_last):
 
 
 class GPT:
-    """One GPTDataset: indices per megatron-reference.md 3.4, fetch per 3.4 'Sample fetch'."""
+    """One GPTDataset: indices and sample fetch as megatron/core/datasets/gpt_dataset.py builds them."""
 
     def __init__(self, low, indices, ns, S, seed, drop_last):
         self.low, self.S, self.ns = low, S, ns

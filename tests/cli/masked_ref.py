@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent reference of Megatron's BERT and T5 masked datasets, for tests.
 
-Written from megatron-bert-t5.md sections 1.2-1.6 only (sample index of helpers.cpp
+Written from megatron/core/datasets/masked_dataset.py only (sample index of helpers.cpp
 build_mapping, the BERT and T5 samples, the masking), with numpy's own RandomState for the
 per-sample draws and the raw MT19937 stream, and a pure-Python std::mt19937_64. Shares no code
 with mgt. Prints what `mgt-dataset samples` prints, line for line.

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Independent reader of Megatron indexed datasets (MMIDIDX v1), for tests.
 
-Written from megatron-reference.md section 1 (megatron/core/datasets/indexed_dataset.py), with
+Written from Megatron's megatron/core/datasets/indexed_dataset.py, with
 numpy, sharing no code with mgt. It reads the header with struct and the arrays with
 numpy.frombuffer at byte offsets, and asserts what Megatron's _IndexReader / IndexedDataset assert
 (magic, version == 1, known dtype code, len(lengths) == sequence_count == document_indices[-1]).
@@ -24,7 +24,7 @@ import numpy
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
 
-# DType codes, megatron-reference.md section 1.3
+# DType codes, megatron/core/datasets/indexed_dataset.py
 DTYPES = {
     1: numpy.uint8,
     2: numpy.int8,

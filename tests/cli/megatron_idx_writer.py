@@ -2,7 +2,7 @@
 """Tiny Megatron indexed-dataset writer and merger, for tests.
 
 Follows megatron/core/datasets/indexed_dataset.py (IndexedDatasetBuilder, _IndexWriter) as
-megatron-reference.md section 1 and 2.4 describe it, writing the same bytes numpy does. Shares no
+megatron/core/datasets/indexed_dataset.py, tools/merge_datasets.py describe it, writing the same bytes numpy does. Shares no
 code with mgt.
 
 Usage:

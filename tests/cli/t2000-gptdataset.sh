@@ -1,7 +1,7 @@
 #!/bin/sh
 # GPTDataset sample order (lib/data/gpt*.c): the document/sample/shuffle indices the C code caches
 # as .npy files and the samples it fetches equal an independent numpy implementation of
-# megatron-reference.md section 3 (gptdataset_ref.py) for several seeds, splits, sequence lengths,
+# megatron/core/datasets/gpt_dataset.py (gptdataset_ref.py) for several seeds, splits, sequence lengths,
 # multi-epoch requests with and without a separate final epoch, weighted and unweighted blends and
 # mock data; cache reuse, corruption and unwritable directories; clear errors on bad input.
 . "$(dirname "$0")/dataset-lib.sh"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Megatron's BERT and T5 masked datasets (lib/data/masked*.c, mgt-dataset samples): the sample
 # index rows, the cache files (Megatron's names, description and .npy) and every array of the
-# samples equal an independent numpy reference written from megatron-bert-t5.md sections 1.2-1.6
+# samples equal an independent numpy reference written from megatron/core/datasets/masked_dataset.py
 # (masked_ref.py), for BERT with and without the binary head and T5, at two seeds; property
 # checks (loss mask within the masking budget, one sentinel per span, labels ending in eos);
 # clear errors where Megatron crashes or loops.

@@ -3,7 +3,7 @@
 # values accumulated in fp32) is the reference of the GPU path (TAP, run by prove):
 #   - the delayed-scaling state of every GEMM operand (amax history and scale) after every update
 #     of 10 iterations of 2 micro-batches, from --fp8-trace, against tests/unit/fp8_te_ref.py (a
-#     float64 re-implementation of Transformer Engine's rules from ../shared/docs/fp8.md) replaying
+#     float64 re-implementation of Transformer Engine's rules, transformer_engine/pytorch/fp8.py) replaying
 #     the amax rows; the update timing (a forward update after each micro-batch's forward, a
 #     backward one after its backward); weights cast on the first micro-batch of a step only; the
 #     unused output and grad_input slots never recorded; iteration 1's weight amaxes equal to the
@@ -175,7 +175,7 @@ assert len(a) == len(b) == 8 and d < 2e-3, (a, b)
 PY
 	done
 	# --fp8-param-gather: the distributed optimizer's all-gather moves the fp8 weights as bytes
-	# (fp8.md section 4 step 6) and computes what the cast on the first micro-batch computed
+	# (Transformer Engine's transformer_engine/pytorch/module/linear.py, the fp8 weight cast) and computes what the cast on the first micro-batch computed
 	DP2="--train-iters 6 --fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max
 	 --use-distributed-optimizer --save-interval 3"
 	ok "fp8 DP2 distopt, fp32 parameter all-gather" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $TRAIN $DP2 --save c32 \

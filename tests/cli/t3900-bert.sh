@@ -3,7 +3,7 @@
 #   - KJV split into sentences and tokenized with BertWordPieceLowerCase (mgt-preprocess
 #     --split-sentences); a tiny BERT trains 10 iterations, saving;
 #   - iteration 11, resumed from that checkpoint with --debug-dump, against tests/torch/bert_ref.py
-#     (a float64 PyTorch BertModel written from megatron-bert-t5.md): lm loss and sop loss within
+#     (a float64 PyTorch BertModel written from megatron/core/models/bert/bert_model.py): lm loss and sop loss within
 #     1e-6, the grad norm and every gradient within 1e-5 (normwise relative); the same for
 #     --bert-no-binary-head and --no-bias-gelu-fusion at iteration 1;
 #   - the resumed iteration 11 equals the uninterrupted run's (bit for bit);

@@ -3,7 +3,7 @@
 #   - KJV split into sentences and tokenized with BertWordPieceCase (its <extra_id_0..99>
 #     sentinels); a tiny T5 (2 + 2 layers) trains 10 iterations, saving;
 #   - iteration 11, resumed from that checkpoint with --debug-dump, against tests/torch/t5_ref.py
-#     (a float64 PyTorch T5Model written from megatron-bert-t5.md): lm loss within 1e-6, the grad
+#     (a float64 PyTorch T5Model written from megatron/core/models/T5/t5_model.py): lm loss within 1e-6, the grad
 #     norm, the first micro-batch's logits and every gradient within 1e-5 (normwise relative);
 #   - the resumed iteration 11 equals the uninterrupted run's (bit for bit);
 #   - mgt-eval loss of the checkpoint equals mgt-train's validation; mgt-eval generate (learned and relative positions) decodes two

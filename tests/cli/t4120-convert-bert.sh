@@ -2,7 +2,7 @@
 # mgt-ckpt-convert with Megatron-Core BERT and transformers' MegatronBert classes: tiny random
 # MegatronBertForPreTraining / MegatronBertForMaskedLM directories (tests/hf/make_tiny_bert.py: 2
 # layers, h 64, 4 heads, vocabulary 1000 so that padding rows exist, eps 1e-5, hidden_act gelu),
-# checked against references written here from megatron-bert-t5.md sections 3.2 and 5:
+# checked against references written here from megatron/core/models/bert/bert_model.py, transformers' models/megatron_bert/modeling_megatron_bert.py:
 #   - HF -> mgt (TP 1, TP 2 x PP 2) -> HF reproduces every tensor bit for bit (tests/hf/st.py
 #     compare: names, dtypes, shapes, bytes) and config.json;
 #   - every dataset of the mgt checkpoint (model.h5, read with h5py) equals an independent numpy

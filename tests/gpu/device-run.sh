@@ -3,7 +3,7 @@
 # machine that has the CUDA libraries but none of mgt's Debian libraries and cannot build mgt (the
 # lent GPU machine), from the bundle packed here by `make device-pack` into .device/ (an ignored
 # folder the device tool carries: carry [".device"]).  Each mode fits one 10-minute call:
-#   all      the lease's one call (../shared/docs/DEVICE-NOTES.md): every question at once, each
+#   all      the lease's one call (tests/bench/README.md): every question at once, each
 #            step under its own time limit and all of them under BUDGET seconds (520), most
 #            wanted first, so that a hang or an overrun costs only the steps after it:
 #              1. test_cuda_ops: every op against the CPU (the mma probe and the two attention

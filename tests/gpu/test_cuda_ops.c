@@ -2839,7 +2839,7 @@ typedef struct {
 	bool bias, acc, fast;
 } fp8_case;
 
-/* The three GEMMs of a linear (backend.h gemm_fp8, fp8.md section 4), and the other paths: a 16-bit
+/* The three GEMMs of a linear (backend.h gemm_fp8; Transformer Engine's pytorch/module/linear.py), and the other paths: a 16-bit
  * D written by cuBLASLt from e4m3 x e4m3, an fp32 D written, an fp32 D with a bias accumulated. */
 static const fp8_case FP8_FWD = {"fwd e4m3 x e4m3 -> bf16 + bias (fast)", MGT_FP8_E4M3, MGT_DT_BF16, true, false, true};
 static const fp8_case FP8_DGRAD = {"dgrad e4m3 x e5m2 -> bf16", MGT_FP8_E5M2, MGT_DT_BF16, false, false, false};
@@ -2928,14 +2928,14 @@ static void fp8_cmp(const char *id, const void *g, const void *c, mgt_elem_type 
 /* gemm_fp8 tolerance relative to s sum|a b|: under the simulator both sides sum exact products in
  * fp32 in their own orders (each off by at most (k - 1) u sum|a b|, u = 2^-24), the stand-in scales
  * in double, the CPU by fl32(a_inv b_inv), and a bias add rounds: (2k + 8) u.  A GPU's tensor cores
- * accumulate fp8 products with about 14 bits between promotions to fp32 (fp8.md section 4; less with
+ * accumulate fp8 products with about 14 bits between promotions to fp32 (Transformer Engine's pytorch/module/linear.py; less with
  * fast accumulation): 2^-8, while a wrong element or scale moves an output by about sum|a b| / sqrt(k). */
 static tol2 fp8_tol(int k) { return T2(1.0 / 256, (2.0 * k + 8) / 16777216.0); }
 
 /* A gemm_fp8 call of case c, A [m, k] e4m3, B [n, k]: exact (integer values whose partial sums
  * stay below 2^11 in magnitude, power-of-two scale_invs, a bias and a start of D on a grid that
  * sums exactly: the GPU's bits must be the CPU's whatever its summation order and accumulator,
- * fp8.md section 4) or random (any finite bytes, scale_invs 0.0123 and 3.7: within fp8_tol).
+ * TE's pytorch/module/linear.py) or random (any finite bytes, scale_invs 0.0123 and 3.7: within fp8_tol).
  * Twice on the GPU: the same bits. */
 static void t_gemm_fp8(const fp8_case *c, int m, int n, int k, bool exact)
 {

@@ -8,7 +8,7 @@ our understanding of llama.cpp's conventions.  Supported: GPT-2 (arch "gpt2") an
 without biases (arch "llama", including llama3 rope scaling as rope_freqs.weight).
 
 Format facts (ggml docs/gguf.md, llama.cpp gguf-py/gguf/constants.py and convert_hf_to_gguf.py, as
-summarized in /work/shared/docs/interop-reference.md section 5): little-endian; "GGUF", u32 version 3,
+summarized in ggml's docs/gguf.md): little-endian; "GGUF", u32 version 3,
 u64 tensor count, u64 kv count; kv = gguf string key (u64 length + bytes), u32 type, value; tensor info
 = name, u32 n_dims, u64 ne[n_dims] (reversed: ne[0] is the innermost, PyTorch [out, in] -> ne [in, out]),
 u32 ggml type, u64 offset into the data section; data section aligned to general.alignment (32 when

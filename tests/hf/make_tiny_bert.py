@@ -7,7 +7,7 @@ usage: make_tiny_bert.py OUTDIR [--class pretraining|mlm] [--dtype bf16|fp16|fp3
                          [--seed N] [--model-type NAME]
 
 Facts (transformers' models/megatron_bert/{configuration,modeling}_megatron_bert.py; mgt's
-megatron-bert-t5.md section 5):
+transformers' models/megatron_bert/modeling_megatron_bert.py):
 - MegatronBertForPreTraining: bert.embeddings.{word,position,token_type}_embeddings.weight (no
   embedding LayerNorm); per layer bert.encoder.layer.N.attention.ln (pre-attention LayerNorm),
   attention.self.{query,key,value}, attention.output.dense, ln (pre-MLP LayerNorm),

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Float64 PyTorch reference of Megatron-Core's BertModel as mgt-train --model-family bert runs it,
-written from ../shared/docs/megatron-bert-t5.md section 3 (not from mgt's code), checked against
+written from megatron/core/models/bert/bert_model.py, megatron/core/models/T5/t5_model.py (not from mgt's code), checked against
 a --debug-dump of mgt-train (one process, TP 1, dropout off):
 
   the iteration's lm loss and sop loss (means over micro-batches), its grad norm, the first
@@ -95,7 +95,7 @@ def forward(P, args, tok, pos, types, pad, labels, lmask, isr, out=None):
     return lm, sop
 
 
-# Hugging Face MegatronBertForPreTraining / ForMaskedLM names (megatron-bert-t5.md section 5) ->
+# Hugging Face MegatronBertForPreTraining / ForMaskedLM names (transformers' models/megatron_bert/modeling_megatron_bert.py) ->
 # this file's (Megatron-Core's, with the layer's query/key/value kept apart as hf.*)
 HF_GLOBAL = {"bert.embeddings.word_embeddings.weight": "embedding.word_embeddings.weight",
              "bert.embeddings.position_embeddings.weight": "embedding.position_embeddings.weight",

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """PyTorch reference of Megatron-Core's GPTModel and training step, for mgt parity tests.
 
-Written from /work/shared/docs/megatron-reference.md (section 8: the GPT layer; 7.2 and 7.3: the
-fused QKV and SwiGLU fc1 layouts; 5.4: AdamW, clipping and the LR schedule; 4.2: the iteration
-loss) with plain torch ops, sharing no code with mgt or Megatron.  Test-time only: runs on Debian's
+Written from Megatron-Core's code (megatron/core/transformer/transformer_layer.py: the GPT layer;
+attention.py and mlp.py: the fused QKV and SwiGLU fc1 layouts; megatron/core/optimizer/ and
+optimizer_param_scheduler.py: AdamW, clipping and the LR schedule; megatron/training/training.py:
+the iteration loss) with plain torch ops, sharing no code with mgt or Megatron.  Test-time only: runs on Debian's
 /usr/bin/python3 (torch 1.13 CPU, numpy, h5py).
 
 A model is built from
@@ -48,7 +49,7 @@ import moe_ref  # noqa: E402
 # ---------------------------------------------------------------------------------------------
 # arguments
 
-# Megatron's defaults (megatron-reference.md section 5) for every argument this file reads.
+# Megatron's defaults (megatron/training/arguments.py) for every argument this file reads.
 DEFAULTS = {
     "num_layers": None, "hidden_size": None, "num_attention_heads": None,
     "ffn_hidden_size": None, "kv_channels": None,
@@ -142,7 +143,7 @@ def normalize_args(args):
 
 
 def llama31_scaling(inv, a):
-    """Llama 3.1 RoPE frequency scaling (interop-reference.md section 4, Megatron
+    """Llama 3.1 RoPE frequency scaling (transformers' modeling_rope_utils.py, tools/checkpoint/, Megatron
     RotaryEmbedding._apply_scaling), on the fp32 tensor inv as torch evaluates the expression."""
     factor, lo, hi = a["rope_scaling_factor"], a["rope_scaling_low_freq_factor"], a["rope_scaling_high_freq_factor"]
     orig = a["rope_scaling_original_max_position_embeddings"]
@@ -233,7 +234,7 @@ def init_params(args, seed=1234, perturb=0.0):
 # the model
 
 class GPTRef:
-    """Megatron-Core GPTModel (megatron-reference.md section 8) over named tensors.
+    """Megatron-Core GPTModel (megatron/core/transformer/transformer_layer.py) over named tensors.
 
     tensors: {name: numpy array or torch tensor} (copied, except torch tensors already of dtype).
     params: {name: leaf tensor (dtype, requires_grad)}.  forward() gives logits [b, s, Vpad].
@@ -427,7 +428,7 @@ def schedule_steps(args):
 
 
 def lr_at(args, n):
-    """Learning rate after n samples (megatron-reference.md section 5.4)."""
+    """Learning rate after n samples (megatron/core/optimizer_param_scheduler.py)."""
     a = normalize_args(args)
     warm, decay, wsd = schedule_steps(a)
     mx, mn, init = float(a["lr"]), float(a["min_lr"]), float(a["lr_warmup_init"])

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Megatron-Core's Mixture-of-Experts layer for the float64 PyTorch reference (mgt_ref.py).
 
-Written from /work/shared/docs/megatron-moe-cp.md section 1 (1.3 router math, 1.4 MoELayer order,
+Written from Megatron-Core's megatron/core/transformer/moe/ (moe_utils.py router math, moe_layer.py order,
 1.5 logging), with the details that section leaves open read in Megatron-LM's
 megatron/core/transformer/moe/{router.py,moe_utils.py} (facts only; no code shared):
   - group-limited routing selects groups on the sum of the top (k / group_topk) selection scores

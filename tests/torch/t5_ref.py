@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Float64 PyTorch reference of Megatron-Core's T5Model as mgt-train --model-family t5 runs it,
-written from ../shared/docs/megatron-bert-t5.md sections 1.4 and 3 (not from mgt's code), checked
+written from megatron/core/models/T5/t5_model.py, megatron/core/datasets/t5_dataset.py (not from mgt's code), checked
 against a --debug-dump of mgt-train (one process, TP 1, dropout off):
 
   the iteration's lm loss (tokens' mean over the global batch), its grad norm, the first

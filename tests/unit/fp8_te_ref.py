@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/unit/fp8_te_ref.py: Transformer Engine's delayed-scaling update written again from
-../shared/docs/fp8.md section 2 in Python (float64, rounded to float32 where TE computes in fp32),
+Transformer Engine's transformer_engine/common/recipe/delayed_scaling.cu in Python (float64, rounded to float32 where TE computes in fp32),
 the reference of tests/unit/test_fp8.c for lib/fp8's mgt_fp8_meta_update.
 
 Reads a trace on stdin, one line per update:

@@ -4,7 +4,7 @@
 Prints one line per value, "NAME ARGS... = VALUE", floats as float.hex(). The C test computes
 the same draws with lib/data/masked_rng.c and compares every line. Crafted states: a state
 whose next two outputs give a chosen uniform u = k / 2^53 (key[0..1] = untempered outputs,
-pos 0), to hit the boundaries of megatron-bert-t5.md section 1.6.
+pos 0), to hit the boundaries of numpy's legacy RandomState (numpy/random/mtrand.pyx).
 """
 import numpy as np
 

@@ -1,5 +1,5 @@
 /* tests/unit/test_bert.c: the BERT model (lib/model family "bert", bert.c) on the CPU in fp32:
- *   - the initial losses: lm near ln(padded vocab), sop near ln 2 (megatron-bert-t5.md 6.5);
+ *   - the initial losses: lm near ln(padded vocab), sop near ln 2 (megatron/core/models/bert/bert_model.py);
  *   - the backward against central finite differences of the forward's loss (lm + sop) for
  *     entries of every head tensor, the token-type embedding and a layer weight;
  *   - the loss does not depend on masked-out labels (loss_mask 0), nor on the tokens at padded

@@ -1,5 +1,5 @@
 /* lib/fp8: the quantizing cast with its amax and the delayed-scaling update (fp8.h).  Checks are
- * hand-derived from ../shared/docs/fp8.md section 2 (Transformer Engine's rules), and a random
+ * hand-derived from Transformer Engine's rules (transformer_engine/common/recipe/delayed_scaling.cu), and a random
  * trace of updates (zeros, NaN, infinities, tiny and huge amaxes, reductions, window lengths 1, 2,
  * 5 and 16, both algorithms, margins 0 and 1) against tests/unit/fp8_te_ref.py, the same rules
  * written again in Python (skipped when /usr/bin/python3 is missing). */

@@ -1,4 +1,4 @@
-/* Unit tests for the GPTDataset sample order (lib/data/gpt*.c, megatron-reference.md §3).
+/* Unit tests for the GPTDataset sample order (lib/data/gpt*.c, megatron/core/datasets/gpt_dataset.py).
  * Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on any failure.
  *
  * With arguments it is the C side of tests/cli/t2000-gptdataset.sh instead:

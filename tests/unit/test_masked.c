@@ -1,4 +1,4 @@
-/* Unit tests for the masked datasets' primitives (lib/data/masked*.c, megatron-bert-t5.md §1.2,
+/* Unit tests for the masked datasets' primitives (lib/data/masked*.c, megatron/core/datasets/helpers.cpp build_mapping,
  * §1.5, §1.6): numpy's legacy RandomState draws against golden values that
  * tests/unit/masked_rng_ref.py prints with /usr/bin/python3's numpy at test time (crafted MT
  * states for the boundary uniforms included); std::mt19937 and std::mt19937_64 against a small

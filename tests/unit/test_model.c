@@ -1,5 +1,5 @@
 /* tests/unit/test_model.c: the tensor table's flat-buffer layout (Megatron's DDP buffer,
- * megatron-reference.md section 10) and the boxes that map local element ranges to the global
+ * megatron/core/distributed/param_and_grad_buffer.py) and the boxes that map local element ranges to the global
  * tensor (checkpoint pieces of any TP rank and any distributed-optimizer shard). */
 #include <math.h>
 #include <string.h>
@@ -162,7 +162,7 @@ static void test_stages(int64_t L, int P, int64_t F, int64_t E, bool valid)
 		   (long long)F, (long long)E, mgt_err_msg());
 }
 
-/* RoPE frequencies against the Llama 3.1 formula (interop-reference.md section 4) in double:
+/* RoPE frequencies against the Llama 3.1 formula (transformers' modeling_rope_utils.py, tools/checkpoint/) in double:
  * every frequency within 2e-6 relative (fp32 evaluation), each of the three bands present. */
 static void test_inv_freq(bool scaling, double base, int d, double factor, double lo, double hi, int64_t orig)
 {
@@ -235,7 +235,7 @@ static void test_qk_rows(bool layernorm, bool wd, int tp)
 	mgt_tensor_table_free(&tt);
 }
 
-/* BERT's rows (megatron-bert-t5.md section 3.2, TE spec names): the set of names, with and
+/* BERT's rows (megatron/core/models/bert/bert_model.py, TE spec names): the set of names, with and
  * without the binary head, their global shapes and TP shard rules. */
 static void test_bert_rows(bool binary, int tp)
 {
@@ -293,7 +293,7 @@ static void test_bert_rows(bool binary, int tp)
 	mgt_tensor_table_free(&tt);
 }
 
-/* T5's rows (megatron-bert-t5.md section 3.3; t5_model.py, t5_spec.py): encoder and decoder
+/* T5's rows (megatron/core/models/T5/t5_model.py, t5_spec.py): encoder and decoder
  * stacks of num_layers each, the decoder's cross-attention, the shared embedding, the LM head's
  * vocabulary bias (tied) and, with relative positions, the two bias tables; PP refused. */
 static void test_t5_rows(bool relative, int tp)
@@ -362,7 +362,7 @@ static void test_t5_rows(bool relative, int tp)
 	      "T5 with pipeline parallelism refused (%s)", mgt_err_msg());
 }
 
-/* T5's relative buckets: megatron-bert-t5.md section 6.4's facts (bidirectional, 32 buckets, max
+/* T5's relative buckets: megatron/core/models/common/embeddings/relative_pos_embedding.py (bidirectional, 32 buckets, max
  * 128: rel 0 -> 0, +1 -> 17, -1 -> 1), the exact region, the last bucket beyond max_distance,
  * the decoder's (unidirectional) future at 0, monotone in |rel| within each half. */
 static void test_t5_buckets(void)

@@ -613,7 +613,7 @@ static void test_scaler(void)
  * The reference is the OCP 8-bit Floating Point Specification v1.0 read directly: a byte is sign,
  * E exponent bits, M mantissa bits; E4M3 (bias 7) has no infinities and NaN only at S.1111.111,
  * E5M2 (bias 15) is IEEE-like (E all ones: Inf with M = 0, else NaN); E = 0 is subnormal,
- * M 2^(1 - bias - mbits).  Conversion to fp8 (fp8.md section 3, cuda_fp8.hpp with __NV_SATFINITE):
+ * M 2^(1 - bias - mbits).  Conversion to fp8 (CUDA's cuda_fp8.hpp __nv_cvt_float_to_fp8 with __NV_SATFINITE):
  * the nearest value of the table, ties to the even code, saturating at the largest finite value,
  * NaN -> 0x7F; the reference finds it by searching all 256 decoded values (no arithmetic shared
  * with the code under test, which snaps onto the grid with frexp/nearbyint). */
