@@ -1,5 +1,5 @@
-/* kernels/: CUDA C kernels behind a C ABI (DESIGN.md section 2: "CUDA C kernels (.cu) behind a C
- * ABI header; host-side launch code stays in lib/").  lib/backend/cuda.c calls these launchers;
+/* kernels/: CUDA C kernels behind a C ABI (doc/design.md section 2: CUDA C kernels (.cu) behind a C
+ * ABI header; host-side launch code stays in lib/).  lib/backend/cuda.c calls these launchers;
  * nothing else does.
  *
  * Every launcher below is the device twin of the CPU backend op of the same name in

@@ -1,5 +1,5 @@
-/* lib/model/bert.c: the heads and losses of Megatron-Core's BertModel (megatron-bert-t5.md
- * section 3.2; megatron/core/models/bert/{bert_model,bert_lm_head,pooler}.py,
+/* lib/model/bert.c: the heads and losses of Megatron-Core's BertModel
+ * (megatron/core/models/bert/{bert_model,bert_lm_head,pooler}.py,
  * examples/bert/pretrain_bert.py loss_func) on the last pipeline stage of a "bert" chunk.
  *
  * From the encoder's final LayerNorm output lnf [T, h] (gathered over TP under sequence

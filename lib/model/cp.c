@@ -1,4 +1,6 @@
-/* lib/model/cp.c: core attention under context parallelism (megatron-moe-cp.md section 2).
+/* lib/model/cp.c: core attention under context parallelism (Transformer Engine's
+ * transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py, which
+ * Megatron-Core's --context-parallel-size runs).
  *
  * With context-parallel size c each sequence of S positions is cut into 2c chunks of C = S/(2c)
  * and rank r of the context-parallel group keeps chunks r and 2c-1-r (Megatron-Core's

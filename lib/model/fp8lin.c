@@ -1,5 +1,6 @@
 /* lib/model/fp8lin.c: the fp8 linear layers of a model chunk, as Megatron runs them through
- * Transformer Engine (../shared/docs/fp8.md sections 2, 4 and 7).
+ * Transformer Engine (transformer_engine/pytorch/fp8.py's DelayedScaling
+ * recipe, module/linear.py's GEMMs; megatron/core/fp8_utils.py).
  *
  * Linear j (FP8_QKV, FP8_PROJ, FP8_FC1, FP8_FC2) of local layer li is linear k = 4 li + j.  Its
  * delayed-scaling state is TE's: forward slots 3k (input x), 3k + 1 (weight), 3k + 2 (output,
@@ -310,7 +311,8 @@ static mgt_status weight_bytes(mgt_model *m, int k, const void *w, mgt_elem_type
 }
 
 /* The source of the weight's cast for n elements at flat offset a, as the forward's cast reads
- * it: the 16-bit copy (rounded there now from the fp32 parameters: fp8.md's double rounding)
+ * it: the 16-bit copy (rounded there now from the fp32 parameters: Megatron's double rounding of
+ * an fp8 GEMM's bf16 weight)
  * while the linears read that copy, else the fp32 parameters. */
 static const void *weight_src(mgt_model *m, size_t a, size_t n, mgt_elem_type *xt)
 {

@@ -1,4 +1,5 @@
-/* lib/model/gpt.c: GPT forward and backward over backend ops (megatron-reference.md section 8).
+/* lib/model/gpt.c: GPT forward and backward over backend ops (megatron/core/transformer/
+ * transformer_layer.py, attention.py, mlp.py; megatron/core/models/gpt/gpt_model.py).
  *
  * Activations are sequence-first [T, .] with T = s*b.  Per layer the forward keeps what the
  * backward needs: the layer input (residual stream), both norm outputs and statistics, the fused

@@ -1,11 +1,11 @@
 /* lib/model/hf.c: the Hugging Face names and layouts of the tensor table's rows (mgt-hf(5)).
  *
  * Each row of the table (lib/model/table.c) maps to one, two or three Hugging Face tensors by a
- * rule: its role, its layer and the family.  The layouts are Megatron's (megatron-reference.md
- * section 7, interop-reference.md section 4): linear_qkv interleaved per query group, SwiGLU fc1 as
- * [gate; up], vocabulary rows padded, GPT-2's Conv1D weights transposed.  Megatron-Core's BERT maps
- * onto transformers' MegatronBert classes (megatron-bert-t5.md section 5: the pre-LN layout,
- * modeling_megatron_bert.py's names). */
+ * rule: its role, its layer and the family.  The layouts are Megatron's
+ * (tools/checkpoint/loader_llama_mistral.py, saver_mcore.py): linear_qkv interleaved per query
+ * group, SwiGLU fc1 as [gate; up], vocabulary rows padded, GPT-2's Conv1D weights transposed.
+ * Megatron-Core's BERT maps onto transformers' MegatronBert classes (transformers'
+ * models/megatron_bert/modeling_megatron_bert.py: the pre-LN layout and its names). */
 #include "model.h"
 
 #include <stdio.h>
@@ -361,7 +361,7 @@ void mgt_hf_from_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_t
 	}
 }
 
-/* ---- GGUF names (llama.cpp gguf-py TENSOR_NAMES; interop-reference.md section 5) ---- */
+/* ---- GGUF names (llama.cpp gguf-py TENSOR_NAMES; ggml's docs/gguf.md) ---- */
 
 static const struct {
 	const char *hf, *gguf; /* per-layer parts after "h.N." / "model.layers.N.", or global names */

@@ -1,11 +1,11 @@
 /* lib/model: the model configuration, the tensor table and the GPT forward/backward.
  *
- * A model is data (DESIGN.md section 3): mgt_model_config plus the tensor table generated from it.
- * Each row names a parameter with its Megatron-Core name, global shape, tensor-parallel shard rule,
- * pipeline stage, initializer and weight-decay flag; allocation, initialization, weight decay and
- * checkpoint I/O all iterate over the table.  Linear weights are [out, in] as in Megatron.
+ * A model is data (doc/design.md section 3): mgt_model_config plus the tensor table generated from
+ * it.  Each row names a parameter with its Megatron-Core name, global shape, tensor-parallel shard
+ * rule, pipeline stage, initializer and weight-decay flag; allocation, initialization, weight decay
+ * and checkpoint I/O all iterate over the table.  Linear weights are [out, in] as in Megatron.
  *
- * The forward/backward follows megatron-reference.md section 8 (megatron/core/transformer/
+ * The forward/backward follows Megatron-Core's (megatron/core/transformer/
  * transformer_layer.py, attention.py, mlp.py; models/gpt/gpt_model.py): pre-LN blocks, fused
  * query-group-interleaved QKV, bias-dropout-add, tied or untied output layer, vocab-parallel
  * cross-entropy over the padded vocabulary.  All math runs through backend ops (lib/backend) and
@@ -23,7 +23,8 @@
 #include "parallel/parallel.h"
 #include "util/util.h"
 
-/* Model shape, under Megatron's argument names (megatron-reference.md section 5.1). */
+/* Model shape, under Megatron's argument names (megatron/training/arguments.py
+ * _add_network_size_args; megatron/core/transformer/transformer_config.py). */
 typedef struct mgt_model_config {
 	int64_t num_layers, hidden_size, ffn_hidden_size, num_attention_heads, kv_channels;
 	bool group_query_attention;
@@ -54,8 +55,8 @@ typedef struct mgt_model_config {
 	bool openai_gelu;
 	/* uneven pipeline stages: layers of the first / last stage (0: even split) */
 	int64_t decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
-	/* Mixture of Experts (Megatron-Core megatron/core/transformer/moe/; megatron-moe-cp.md
-	 * section 1; lib/model/moe.c).  num_experts 0: every layer dense.  Layer l is an MoE layer
+	/* Mixture of Experts (Megatron-Core megatron/core/transformer/moe/, its README.md;
+	 * lib/model/moe.c).  num_experts 0: every layer dense.  Layer l is an MoE layer
 	 * when moe_layer_pattern[l] == '1' (a list --moe-layer-freq, expanded; "" otherwise) or,
 	 * without a pattern, when l % moe_layer_freq == 0.  Experts are SwiGLU or GELU MLPs of
 	 * moe_ffn_hidden_size (default ffn_hidden_size) like the dense MLP. */
@@ -76,13 +77,14 @@ typedef struct mgt_model_config {
 	int64_t moe_shared_expert_intermediate_size; /* 0: no shared expert */
 	bool moe_shared_expert_gate;
 	/* The model family: "gpt" (or "": Megatron-Core's GPTModel, a causal decoder) or "bert"
-	 * (BertModel, megatron-bert-t5.md section 3.2: the same pre-LN layers named encoder.layers.N
-	 * with bidirectional attention under the padding mask, token-type embeddings when
-	 * bert_binary_head, the pooler and binary head on [CLS], the LM head with the output layer's
-	 * bias).  bert_binary_head: Megatron's args.bert_binary_head (--bert-no-binary-head clears). */
+	 * (BertModel, megatron/core/models/bert/bert_model.py: the same pre-LN layers named
+	 * encoder.layers.N with bidirectional attention under the padding mask, token-type
+	 * embeddings when bert_binary_head, the pooler and binary head on [CLS], the LM head with
+	 * the output layer's bias).  bert_binary_head: Megatron's args.bert_binary_head
+	 * (--bert-no-binary-head clears). */
 	char family[8];
 	bool bert_binary_head;
-	/* T5 (family "t5", Megatron-Core's T5Model, megatron-bert-t5.md section 3.3): num_layers
+	/* T5 (family "t5", Megatron-Core's T5Model, megatron/core/models/T5/t5_model.py): num_layers
 	 * encoder layers and as many decoder layers (Megatron builds the decoder with args.num_layers,
 	 * which is --encoder-num-layers: --decoder-num-layers is ignored), the decoder's sequence
 	 * length, and with --position-embedding-type relative T5's bucketed relative position bias
@@ -131,8 +133,8 @@ mgt_status mgt_moe_config_check(const mgt_model_config *c, int tp);
 /* RoPE frequencies inv_freq[k], k < rot_dim/2 (rot_dim = kv_channels * rotary_percent), fp32 as
  * Megatron's RotaryEmbedding computes them (megatron/core/models/common/embeddings/
  * rotary_pos_embedding.py): 1 / base^(2k / rot_dim) in fp32; with use_rope_scaling then
- * _apply_scaling (Llama 3.1; /work/shared/docs/interop-reference.md section 4): wavelen = 2 pi /
- * inv; wavelen > orig/low: inv / factor; wavelen < orig/high: inv; between:
+ * _apply_scaling (Llama 3.1; transformers' modeling_rope_utils.py _compute_llama3_parameters):
+ * wavelen = 2 pi / inv; wavelen > orig/low: inv / factor; wavelen < orig/high: inv; between:
  * (1 - s) inv / factor + s inv with s = (orig / wavelen - low) / (high - low), in fp32 in the
  * order torch evaluates Megatron's expression.  out: host array of rot_dim/2 floats. */
 void mgt_model_rope_inv_freq(const mgt_model_config *c, float *out);
@@ -250,7 +252,7 @@ void mgt_tensor_table_free(mgt_tensor_table *tt);
 bool mgt_moe_is_layer(const mgt_model_config *c, int64_t l);
 
 /* Lay the tensors out in one flat buffer as Megatron's DDP param/grad buffer
- * (megatron/core/distributed/param_and_grad_buffer.py; megatron-reference.md section 10):
+ * (megatron/core/distributed/param_and_grad_buffer.py, distributed/distributed_data_parallel.py):
  * tensors in reverse table order (backprop order); with the distributed optimizer each start is
  * rounded up to 64 elements and each bucket's end up to lcm(dp, 128) so that it splits into dp
  * equal shards; a bucket closes once it holds >= bucket_size elements (0: one bucket) and
@@ -276,7 +278,7 @@ const mgt_tensor *mgt_tensor_table_find(const mgt_tensor_table *tt, const char *
 
 /* Initialize host buffer params [tt->numel] layout-independently: element e of the GLOBAL
  * tensor is mgt_philox_normal(mgt_hash64(name) ^ seed-derived key, e) * std, so any TP/PP split
- * draws the same values (DESIGN.md section 3).  Megatron's init: N(0, init_method_std), with
+ * draws the same values (doc/design.md section 3).  Megatron's init: N(0, init_method_std), with
  * linear_proj and linear_fc2 weights N(0, std / sqrt(2 * num_layers)); biases 0; norm weights 1. */
 void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t seed);
 
@@ -303,12 +305,12 @@ typedef struct mgt_microbatch {
 
 /* How one model chunk runs.  A chunk is virtual pipeline stage `stage` of `num_stages`
  * (num_stages = PP x V; chunk c of pipeline rank r is stage c*PP + r, holding layers
- * [stage*L/num_stages, (stage+1)*L/num_stages), megatron-reference.md section 9); stage 0 has
- * the embedding, the last stage the final norm, output layer and loss.  slots: micro-batches
- * whose activations can be alive at once (pipeline schedules keep several).  With
- * sequence_parallel (TP > 1) activations outside attention and MLP are split along the
- * sequence across the tensor-parallel group (Korthikanti et al. 2022, section 4.2.2).  dp,
- * distributed_optimizer and bucket_size lay the flat gradient buffer out
+ * [stage*L/num_stages, (stage+1)*L/num_stages), megatron/core/transformer/transformer_block.py
+ * get_num_layers_to_build); stage 0 has the embedding, the last stage the final norm, output
+ * layer and loss.  slots: micro-batches whose activations can be alive at once (pipeline schedules
+ * keep several).  With sequence_parallel (TP > 1) activations outside attention and MLP are split
+ * along the sequence across the tensor-parallel group (Korthikanti et al. 2022, section 4.2.2).
+ * dp, distributed_optimizer and bucket_size lay the flat gradient buffer out
  * (mgt_tensor_table_layout). */
 typedef enum { MGT_RECOMPUTE_NONE, MGT_RECOMPUTE_SELECTIVE, MGT_RECOMPUTE_FULL } mgt_recompute_granularity;
 typedef enum { MGT_RECOMPUTE_UNIFORM, MGT_RECOMPUTE_BLOCK } mgt_recompute_method;
@@ -413,7 +415,7 @@ mgt_model_mem mgt_model_memory(const mgt_model *m);
 mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
 			     mgt_model_mem *mem, size_t *buf_numel);
 
-/* ---- fp8 (lib/model/fp8lin.c; ../shared/docs/fp8.md) ----
+/* ---- fp8 (lib/model/fp8lin.c; Transformer Engine's fp8.py and module/linear.py) ----
  * With mgt_model_layout.fp8 set, the linear layers of the dense decoder layers (linear_qkv,
  * linear_proj, linear_fc1, linear_fc2) run as Transformer Engine's fp8 linears: inputs and
  * weights cast to E4M3, gradients to E5M2 (hybrid) or E4M3, GEMMs of the fp8 values accumulated
@@ -444,7 +446,7 @@ mgt_status mgt_model_fp8_view(mgt_model *m, mgt_model_fp8_state *v);
 mgt_status mgt_model_fp8_pending(mgt_model *m);
 mgt_status mgt_model_fp8_restore(mgt_model *m);
 
-/* --fp8-param-gather (layout fp8.param_gather; fp8.md section 4 step 6, Transformer Engine's
+/* --fp8-param-gather (layout fp8.param_gather; Transformer Engine's
  * quantize_param_shard after Megatron's distributed-optimizer step): every rank of the data x
  * context parallel group casts its shard of each bucket (the distributed optimizer's: numel / DP
  * elements of the flat buffer at offset + rank x numel / DP) -- the fp8 linears' weights from
@@ -568,13 +570,13 @@ mgt_status mgt_model_moe_routing(mgt_model *m, int slot, int layer, int32_t *exp
 void mgt_model_moe_dispatch_counts(const mgt_model *m, double out[3]);
 
 /* Model FLOPs of one global batch of gbs sequences, Megatron's formula
- * (megatron/training/training.py num_floating_point_operations; megatron-reference.md 4.1):
+ * (megatron/training/training.py num_floating_point_operations):
  * causal-halved attention, fwd + bwd = 3x forward, GEMMs only. */
 double mgt_model_flops(const mgt_model_config *c, int64_t gbs);
 
 
 /* ---- inference with a key/value cache (lib/model/infer.c) ----
- * The forward of megatron-reference.md section 8 without dropout, for generation: new tokens
+ * The training forward (gpt.c) without dropout, for generation: new tokens
  * are fed a few at a time (a prompt at once, then one token per step), each layer's keys and
  * values of earlier positions are kept in a cache instead of being recomputed (Megatron-Core's
  * inference key/value memory, megatron/core/transformer/attention.py
@@ -633,7 +635,8 @@ mgt_status mgt_model_encode(mgt_model *m, mgt_kv_cache *kv, int Se, const int32_
 /* The Hugging Face model families mgt-ckpt-convert reads and writes (config.json "model_type");
  * mixtral, qwen2_moe and qwen3_moe are Mixture-of-Experts models; megatron-bert is Megatron-Core's
  * pre-LN BERT (family "bert"): MegatronBertForPreTraining with the binary head,
- * MegatronBertForMaskedLM without it (megatron-bert-t5.md section 5). */
+ * MegatronBertForMaskedLM without it (transformers'
+ * models/megatron_bert/modeling_megatron_bert.py). */
 typedef enum { MGT_HF_GPT2, MGT_HF_LLAMA, MGT_HF_MISTRAL, MGT_HF_QWEN2, MGT_HF_QWEN3, MGT_HF_MIXTRAL, MGT_HF_QWEN2_MOE,
 	       MGT_HF_QWEN3_MOE, MGT_HF_MEGATRON_BERT, MGT_HF_NFAMILIES } mgt_hf_family;
 /* "gpt2", "llama", ... and "GPT2LMHeadModel", "LlamaForCausalLM", ... (megatron-bert:
@@ -650,7 +653,8 @@ mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f);
  *              padding; the way out keeps rows [0, vocab_size));
  *   TRANSPOSE  GPT-2 Conv1D [in, out] -> [out, in];
  *   QKV        q [nq d, .], k [ng d, .], v [ng d, .] -> linear_qkv rows interleaved per query
- *              group: for g: q heads g nq/ng .. (g+1) nq/ng - 1, k_g, v_g (megatron-reference.md 7.2);
+ *              group: for g: q heads g nq/ng .. (g+1) nq/ng - 1, k_g, v_g
+ *              (tools/checkpoint/loader_llama_mistral.py);
  *   QKV_GPT2   GPT-2 c_attn [h, 3h] (bias [3h]), columns [Q | K | V] -> per head [q_n; k_n; v_n];
  *   GLU        gate_proj, up_proj [ffn, h] -> linear_fc1 [gate; up] (7.3). */
 typedef enum { MGT_HF_COPY, MGT_HF_PAD_ROWS, MGT_HF_TRANSPOSE, MGT_HF_QKV, MGT_HF_QKV_GPT2, MGT_HF_GLU } mgt_hf_op;

@@ -197,7 +197,7 @@ mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *d
 			   uint64_t key);
 int64_t mgt_cp_global_row(const mgt_model *m, int64_t t);
 
-/* ---- fp8 linear layers (fp8lin.c; ../shared/docs/fp8.md) ----
+/* ---- fp8 linear layers (fp8lin.c; Transformer Engine's module/linear.py) ----
  * mgt_model_fp8_layer: whether local layer li's four linears run in fp8 (the layout asks for fp8
  * and the layer is not one of --num-layers-at-start/end-in-bf16).  mgt_model_fp8_check: the
  * layout's fp8 against the model (no MoE, no full recomputation, T tokens and dims[j] = {in, out}
@@ -222,7 +222,7 @@ mgt_status mgt_model_fp8_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_typ
 			     const void *dy, mgt_elem_type dyt);
 mgt_status mgt_model_fp8_update(mgt_model *m, bool backward);
 
-/* ---- BERT (bert.c; megatron-bert-t5.md section 3.2) ----
+/* ---- BERT (bert.c; megatron/core/models/bert/bert_model.py) ----
  * mgt_bert_alloc / _free: the LM head's activations per slot and the pooler's host buffers
  * (nothing but on a BERT chunk's last stage).  mgt_bert_set_batch: the current slot's loss
  * normalizer (sum of loss_mask) and is_random.  mgt_bert_head_fwd: from the final norm's output
@@ -246,7 +246,7 @@ mgt_status mgt_bert_head_bwd(mgt_model *m, const void *lnf, void *dlnf, float sc
 mgt_status mgt_model_xent(mgt_model *m, double *sum);
 mgt_status mgt_model_tp_allreduce(mgt_model *m, void *x, size_t n, mgt_elem_type t);
 
-/* ---- T5 (t5.c; megatron-bert-t5.md section 3.3) ----
+/* ---- T5 (t5.c; megatron/core/models/T5/t5_model.py) ----
  * mgt_t5_setup: the encoder-decoder's state (dimensions of both stacks, the encoder's final norm)
  * on a T5 chunk, nothing otherwise; USAGE for a layout T5 does not run under (naming the flag).
  * mgt_t5_dims: the chunk's s, T, Th, r0 (and the current slot's tokens, positions and key mask)

@@ -1,6 +1,6 @@
 /* lib/model/moe.c: the MoE layer's MLP (Megatron-Core megatron/core/transformer/moe/moe_layer.py
- * MoELayer.forward, router.py, token_dispatcher.py, experts.py, shared_experts.py;
- * megatron-moe-cp.md section 1.4) over backend ops.
+ * MoELayer.forward, router.py, token_dispatcher.py, experts.py, shared_experts.py) over backend
+ * ops.
  *
  * Order of operations (forward), on the [T, h] output of pre_mlp_layernorm (gathered over TP
  * under sequence parallelism):

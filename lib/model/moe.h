@@ -36,10 +36,11 @@ typedef struct mgt_moe_route {
 mgt_status mgt_moe_route_alloc(mgt_moe_route *r, int T, int E, int k, int B);
 void mgt_moe_route_free(mgt_moe_route *r);
 
-/* From r->L: route every token (score function, pre-softmax, expert bias (sigmoid only; NULL
- * for none), groups, scaling factor; megatron-moe-cp.md 1.3), drop tokens over capacity in each
- * of `blocks` equal blocks of tokens (the TP ranks' rows under SP), count tokens per expert,
- * and compute the unscaled aux (aux_loss or seq_aux_loss) and z losses.  Returns MGT_OK. */
+/* From r->L: route every token (score function, pre-softmax, expert bias (sigmoid only; NULL for
+ * none), groups, scaling factor; moe_utils.py topk_routing_with_score_function), drop tokens over
+ * capacity in each of `blocks` equal blocks of tokens (the TP ranks' rows under SP), count tokens
+ * per expert, and compute the unscaled aux (aux_loss or seq_aux_loss) and z losses.  Returns
+ * MGT_OK. */
 mgt_status mgt_moe_route_forward(const mgt_model_config *c, mgt_moe_route *r, const float *bias, int blocks);
 /* Context parallelism: part (allocated for part->T tokens in the same B sequences, E, k) gets
  * rows rows[i] (0 <= i < part->T) of the routed whole (L, ps, sel, keep, prob), the whole's

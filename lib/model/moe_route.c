@@ -1,10 +1,10 @@
-/* lib/model/moe_route.c: the MoE router's math on the host, in double precision
- * (Megatron-Core megatron/core/transformer/moe/router.py TopKRouter.routing, moe_utils.py
+/* lib/model/moe_route.c: the MoE router's math on the host, in double precision (Megatron-Core
+ * megatron/core/transformer/moe/router.py TopKRouter.routing, moe_utils.py
  * topk_routing_with_score_function, group_limited_topk, compute_routing_scores_for_aux_loss,
- * switch_load_balancing_loss_func, z_loss_func, apply_router_token_dropping; megatron-moe-cp.md
- * section 1.3).  Forward: probabilities, chosen experts, token dropping, the auxiliary and z
- * losses and tokens per expert.  Backward: the gradient of the router logits from the
- * gradient of the routed probabilities plus the auxiliary and z losses. */
+ * switch_load_balancing_loss_func, z_loss_func, apply_router_token_dropping).  Forward:
+ * probabilities, chosen experts, token dropping, the auxiliary and z losses and tokens per expert.
+ * Backward: the gradient of the router logits from the gradient of the routed probabilities plus
+ * the auxiliary and z losses. */
 #include "moe.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
-/* lib/model/t5.c: Megatron-Core's T5Model (megatron/core/models/T5/t5_model.py; megatron-bert-t5.md
- * section 3.3) over gpt.c's layer blocks.
+/* lib/model/t5.c: Megatron-Core's T5Model (megatron/core/models/T5/t5_model.py,
+ * t5_spec.py) over gpt.c's layer blocks.
  *
  * One embedding (word + learned absolute positions) serves both stacks.  The encoder (layers
  * [0, L) of the table) is a stack of pre-LN layers under the key padding mask, then

@@ -1,6 +1,6 @@
-/* lib/train/log.c: Megatron's iteration log line (megatron-reference.md 4.2), the JSONL metrics
- * file, the TensorBoard scalars (Megatron's training_log and evaluate_and_print_results: the
- * same tags), the memory report and the --debug-dump file. */
+/* lib/train/log.c: Megatron's iteration log line (megatron/training/training.py training_log), the
+ * JSONL metrics file, the TensorBoard scalars (Megatron's training_log and
+ * evaluate_and_print_results: the same tags), the memory report and the --debug-dump file. */
 #include "train_impl.h"
 
 #include <jansson.h>

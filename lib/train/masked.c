@@ -1,6 +1,7 @@
 /* lib/train/masked.c: BERT's data in mgt-train: Megatron's BERTMaskedWordPieceDataset
  * (lib/data masked*.c) over the sentence-level dataset of --data-path, read by the same
- * consumed-samples order as GPT's (megatron-reference.md section 3.7), into sequence-first
+ * consumed-samples order as GPT's (megatron/training/datasets/data_samplers.py
+ * MegatronPretrainingSampler), into sequence-first
  * micro-batches (examples/bert/pretrain_bert.py get_batch: tokens, types, labels, loss_mask,
  * padding_mask, is_random). */
 #include "train_impl.h"

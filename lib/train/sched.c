@@ -1,5 +1,5 @@
 /* lib/train/sched.c: pipeline schedules as action lists (megatron/core/pipeline_parallel/
- * schedules.py; megatron-reference.md section 9). */
+ * schedules.py: forward_backward_pipelining_without_interleaving and _with_interleaving). */
 #include "train_impl.h"
 
 #include <stdlib.h>
