@@ -27,11 +27,6 @@ typedef struct {
 	bool have_voc;
 } exporter;
 
-static const char *arch_of(mgt_hf_family f)
-{
-	return f == MGT_HF_GPT2 ? "gpt2" : f == MGT_HF_QWEN2 ? "qwen2" : f == MGT_HF_QWEN3 ? "qwen3" : "llama";
-}
-
 static mgt_status open_source(exporter *e)
 {
 	e->co = (mgt_convert_opts){.load_dir = e->o->load_dir, .tp = 1, .pp = 1, .ckpt_step = e->o->ckpt_step,
@@ -50,7 +45,7 @@ static mgt_status open_source(exporter *e)
 		st = cv_mgt_open(&e->out, false);
 		e->c = &e->out.a.model, e->f = e->out.f, e->prefix = e->out.prefix, e->full = &e->out.full;
 	}
-	if (!st && e->f == MGT_HF_MEGATRON_BERT)
+	if (!st && !mgt_hf_spec_of(e->f)->gguf_arch)
 		st = mgt_err(MGT_ERR_USAGE, "%s: a BERT (%s), which is not exported to GGUF (only decoder models are; "
 			     "mgt-ckpt-convert writes it as a Hugging Face directory)", e->o->load_dir, mgt_hf_model_type(e->f));
 	return st;
@@ -109,14 +104,14 @@ static mgt_status load_vocab(exporter *e)
 static mgt_status kv_u32(exporter *e, const char *key, int64_t v)
 {
 	char k[96];
-	snprintf(k, sizeof k, "%s.%s", arch_of(e->f), key);
+	snprintf(k, sizeof k, "%s.%s", mgt_hf_spec_of(e->f)->gguf_arch, key);
 	return mgt_gguf_set_u32(e->w, k, (uint32_t)v);
 }
 
 static mgt_status kv_f32(exporter *e, const char *key, double v)
 {
 	char k[96];
-	snprintf(k, sizeof k, "%s.%s", arch_of(e->f), key);
+	snprintf(k, sizeof k, "%s.%s", mgt_hf_spec_of(e->f)->gguf_arch, key);
 	return mgt_gguf_set_f32(e->w, k, (float)v);
 }
 
@@ -129,7 +124,7 @@ static uint32_t file_type(mgt_ggml_type t)
 static mgt_status model_kv(exporter *e, mgt_ggml_type type, const char *name)
 {
 	const mgt_model_config *c = e->c;
-	mgt_status st = mgt_gguf_set_str(e->w, "general.architecture", arch_of(e->f));
+	mgt_status st = mgt_gguf_set_str(e->w, "general.architecture", mgt_hf_spec_of(e->f)->gguf_arch);
 	TRY(mgt_gguf_set_str(e->w, "general.name", name));
 	TRY(mgt_gguf_set_u32(e->w, "general.file_type", file_type(type)));
 	if (type == MGT_GGML_Q8_0) TRY(mgt_gguf_set_u32(e->w, "general.quantization_version", 2));
@@ -138,7 +133,7 @@ static mgt_status model_kv(exporter *e, mgt_ggml_type type, const char *name)
 	TRY(kv_u32(e, "feed_forward_length", c->ffn_hidden_size));
 	TRY(kv_u32(e, "block_count", c->num_layers));
 	TRY(kv_u32(e, "attention.head_count", c->num_attention_heads));
-	if (e->f == MGT_HF_GPT2) {
+	if (mgt_hf_spec_of(e->f)->names == MGT_HF_NAMES_GPT2) {
 		TRY(kv_f32(e, "attention.layer_norm_epsilon", c->norm_epsilon));
 		return st;
 	}
@@ -371,7 +366,7 @@ static mgt_status run_export(exporter *e)
 	TRY(mgt_gguf_writer_finish(e->w));
 	if (!st && o->log)
 		fprintf(o->log, "exported %s (%s) to %s: GGUF v3, architecture %s, %s, %lld parameters, %.1f s\n", o->load_dir,
-			mgt_hf_model_type(e->f), o->output, arch_of(e->f), o->outtype ? o->outtype : "f16",
+			mgt_hf_model_type(e->f), o->output, mgt_hf_spec_of(e->f)->gguf_arch, o->outtype ? o->outtype : "f16",
 			(long long)(e->full->global_numel - mgt_model_padding_params(e->c)), mgt_now() - t0);
 	return st;
 }

@@ -2,12 +2,13 @@
  *
  * Key names: transformers' GPT2Config, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
  * MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig; Megatron's flags for those models:
- * megatron-reference.md section 7.4 and 7.5, megatron-moe-cp.md section 1.6 (Mixtral: top-k of
- * the logits then softmax, as transformers' softmax, top-k, renormalize; Qwen-MoE:
- * --moe-router-pre-softmax = not norm_topk_prob, as Megatron-Bridge; the sigmoid-gated shared
- * expert of Qwen2-MoE = --moe-shared-expert-intermediate-size with --moe-shared-expert-gate);
- * MegatronBertConfig (megatron-bert-t5.md section 5; transformers' configuration_megatron_bert.py
- * and modeling_megatron_bert.py: hidden_act is applied in the MLP and in the LM head's transform). */
+ * tools/checkpoint/loader_llama_mistral.py, loader_mixtral_hf.py, Megatron-Bridge's model bridges
+ * (src/megatron/bridge/models/{qwen,mixtral}) (Mixtral: top-k of the logits then softmax, as
+ * transformers' softmax, top-k, renormalize; Qwen-MoE: --moe-router-pre-softmax = not
+ * norm_topk_prob, as Megatron-Bridge; the sigmoid-gated shared expert of Qwen2-MoE =
+ * --moe-shared-expert-intermediate-size with --moe-shared-expert-gate); MegatronBertConfig
+ * (transformers' configuration_megatron_bert.py and modeling_megatron_bert.py: hidden_act is
+ * applied in the MLP and in the LM head's transform). */
 #include "convert_impl.h"
 
 #include <limits.h>
@@ -23,7 +24,13 @@ enum {
 	BB = 1 << MGT_HF_MEGATRON_BERT,
 };
 
-static bool is_moe(mgt_hf_family f) { return (1u << f) & M; }
+/* config.json's key for the number of experts (Mixtral's num_local_experts, Qwen-MoE's num_experts). */
+static const char *experts_key(const mgt_hf_spec *s)
+{
+	return s->moe == MGT_HF_MOE_MIXTRAL ? "num_local_experts" : "num_experts";
+}
+
+static bool is_moe(mgt_hf_family f) { return mgt_hf_spec_of(f)->moe != MGT_HF_MOE_NONE; }
 
 /* config.json key -> argument (JSON dest).  required: the key must be present and not null. */
 static const struct cfg_row {
@@ -167,8 +174,9 @@ static mgt_status bert_refusals(json_t *cfg, const char *file)
 /* What mgt does not implement, refused by name. */
 static mgt_status refusals(json_t *cfg, mgt_hf_family f, const char *file)
 {
-	if (f == MGT_HF_MEGATRON_BERT) return bert_refusals(cfg, file);
-	if (f == MGT_HF_GPT2) {
+	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	if (s->names == MGT_HF_NAMES_BERT) return bert_refusals(cfg, file);
+	if (s->names == MGT_HF_NAMES_GPT2) {
 		const char *act = str(cfg, "activation_function");
 		if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu"))
 			return mgt_err(MGT_ERR_INPUT, "%s: activation_function \"%s\" is not supported (gelu_new or gelu)", file, act);
@@ -179,7 +187,7 @@ static mgt_status refusals(json_t *cfg, mgt_hf_family f, const char *file)
 	const char *act = str(cfg, "hidden_act");
 	if (act && strcmp(act, "silu"))
 		return mgt_err(MGT_ERR_INPUT, "%s: hidden_act \"%s\" is not supported (silu)", file, act);
-	if (f != MGT_HF_QWEN2 && f != MGT_HF_QWEN2_MOE && truthy(cfg, "attention_bias"))
+	if (s->qkv_bias == MGT_HF_QKV_BIAS_NONE && truthy(cfg, "attention_bias"))
 		return mgt_err(MGT_ERR_INPUT, "%s: attention_bias true is not supported for %s (q/k/v/o biases)", file,
 			       mgt_hf_model_type(f));
 	if (truthy(cfg, "mlp_bias")) return mgt_err(MGT_ERR_INPUT, "%s: mlp_bias true is not supported", file);
@@ -233,11 +241,12 @@ static mgt_status qwen_moe(json_t *cfg, mgt_hf_family f, const char *file, mgt_a
 	if (!st && norm && !json_is_null(norm) && !json_is_boolean(norm)) st = bad_key(file, "norm_topk_prob", "true or false");
 	if (!st) c->moe_router_pre_softmax = !json_is_true(norm);
 	json_t *qb = json_object_get(cfg, "qkv_bias");
-	if (!st && f == MGT_HF_QWEN2_MOE) {
+	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	if (!st && s->qkv_bias == MGT_HF_QKV_BIAS_KEY) {
 		if (qb && !json_is_null(qb) && !json_is_boolean(qb)) st = bad_key(file, "qkv_bias", "true or false");
 		c->add_qkv_bias = !json_is_false(qb);
 	}
-	if (!st && f == MGT_HF_QWEN2_MOE && c->moe_shared_expert_intermediate_size < 1)
+	if (!st && s->shared_expert && c->moe_shared_expert_intermediate_size < 1)
 		st = bad_key(file, "shared_expert_intermediate_size", "a positive size");
 	return st ? mgt_err_ctx(st, "%s", file) : MGT_OK;
 }
@@ -263,9 +272,10 @@ mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt
 	json_t *kv = json_object_get(cfg, "num_key_value_heads");
 	if (!kv || json_is_null(kv)) c->num_query_groups = c->num_attention_heads;
 	c->group_query_attention = c->num_query_groups != c->num_attention_heads;
-	if (f == MGT_HF_GPT2) {
+	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	if (s->names == MGT_HF_NAMES_GPT2) {
 		c->openai_gelu = !str(cfg, "activation_function") || !strcmp(str(cfg, "activation_function"), "gelu_new");
-	} else if (f == MGT_HF_MEGATRON_BERT) { /* erf GELU in the MLP: --no-bias-gelu-fusion; tied by default */
+	} else if (s->names == MGT_HF_NAMES_BERT) { /* erf GELU in the MLP: --no-bias-gelu-fusion; tied by default */
 		snprintf(c->family, sizeof c->family, "bert");
 		c->bert_binary_head = !bert_mlm(cfg);
 		c->no_bias_gelu_fusion = true;
@@ -275,9 +285,8 @@ mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt
 		c->untie_embeddings_and_output_weights = !json_is_true(tie); /* these configs default to false */
 		st = rope_scaling(a, cfg, file);
 	}
-	if (!st && is_moe(f) && c->num_experts < 1) st = bad_key(file, f == MGT_HF_MIXTRAL ? "num_local_experts" : "num_experts",
-								   "a positive number of experts");
-	if (!st && (f == MGT_HF_QWEN2_MOE || f == MGT_HF_QWEN3_MOE)) st = qwen_moe(cfg, f, file, a);
+	if (!st && is_moe(f) && c->num_experts < 1) st = bad_key(file, experts_key(s), "a positive number of experts");
+	if (!st && s->moe == MGT_HF_MOE_QWEN) st = qwen_moe(cfg, f, file, a);
 	/* the sequence length mgt-train and mgt-eval default to; mgt-train's --seq-length overrides it */
 	c->seq_length = c->max_position_embeddings < 4096 ? c->max_position_embeddings : 4096;
 	json_t *vs = json_object_get(cfg, "vocab_size");
@@ -291,7 +300,8 @@ mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt
 static void put_int(json_t *o, const char *k, int64_t v) { json_object_set_new(o, k, json_integer(v)); }
 static void put_real(json_t *o, const char *k, double v) { json_object_set_new(o, k, json_real(v)); }
 
-/* Megatron's T5 has no Hugging Face class (megatron-bert-t5.md section 5). */
+/* Megatron's T5 has no Hugging Face class (transformers' T5 is the original T5: relative
+ * positions, RMSNorm without biases, ReLU). */
 static mgt_status t5_refused(void)
 {
 	return mgt_err(MGT_ERR_INPUT, "a T5 checkpoint (--model-family t5): no Hugging Face class computes Megatron's T5 "
@@ -308,18 +318,30 @@ mgt_status cv_family_infer(const mgt_model_config *c, mgt_hf_family *f)
 		return MGT_OK;
 	}
 	bool rope = !strcmp(c->position_embedding_type, "rope"), rms = !strcmp(c->normalization, "RMSNorm");
+	mgt_hf_names names;
 	if (!rope && !rms && !c->swiglu && c->add_bias_linear && !c->untie_embeddings_and_output_weights &&
 	    !strcmp(c->position_embedding_type, "learned_absolute") && c->rotary_percent == 1.0 && !c->num_experts)
-		*f = MGT_HF_GPT2;
-	else if (rope && rms && c->swiglu && !c->add_bias_linear && c->rotary_percent == 1.0 && !c->num_experts)
-		*f = c->qk_layernorm ? MGT_HF_QWEN3 : c->add_qkv_bias ? MGT_HF_QWEN2 : MGT_HF_LLAMA;
+		names = MGT_HF_NAMES_GPT2;
 	else if (rope && rms && c->swiglu && !c->add_bias_linear && c->rotary_percent == 1.0)
-		*f = c->qk_layernorm ? MGT_HF_QWEN3_MOE
-		   : c->add_qkv_bias || c->moe_shared_expert_intermediate_size ? MGT_HF_QWEN2_MOE : MGT_HF_MIXTRAL;
+		names = MGT_HF_NAMES_LLAMA;
 	else
 		return mgt_err(MGT_ERR_USAGE, "the checkpoint's model is neither GPT-2-like (learned positions, LayerNorm, "
 			       "GELU, biases, tied) nor Llama-like (RoPE, RMSNorm, SwiGLU, no linear biases): no Hugging Face family fits");
-	return MGT_OK;
+	/* the first row of the naming scheme, with or without experts, whose attention extras fit
+	 * exactly; else the first whose q/k norm fits (cv_family_check then names what differs) */
+	for (int exact = 1; exact >= 0; exact--)
+		for (int i = 0; i < MGT_HF_NFAMILIES; i++) {
+			const mgt_hf_spec *s = mgt_hf_spec_of((mgt_hf_family)i);
+			if (s->names != names || is_moe((mgt_hf_family)i) != (c->num_experts > 0)) continue;
+			if (names == MGT_HF_NAMES_LLAMA && s->qk_norm != c->qk_layernorm) continue;
+			if (exact && names == MGT_HF_NAMES_LLAMA &&
+			    (c->add_qkv_bias ? s->qkv_bias == MGT_HF_QKV_BIAS_NONE : s->qkv_bias == MGT_HF_QKV_BIAS_ALWAYS))
+				continue;
+			if (exact && c->moe_shared_expert_intermediate_size && !s->shared_expert) continue;
+			*f = (mgt_hf_family)i;
+			return MGT_OK;
+		}
+	return mgt_err(MGT_ERR_USAGE, "no Hugging Face family fits the checkpoint's model");
 }
 
 /* Whether every layer of c is an MoE layer. */
@@ -345,13 +367,15 @@ static const char *moe_unmappable(const mgt_model_config *c)
 /* What family f's MoE block lacks: the flag, or NULL. */
 static const char *moe_not_in(const mgt_model_config *c, mgt_hf_family f)
 {
-	if (f == MGT_HF_MIXTRAL && c->moe_router_pre_softmax) return "--moe-router-pre-softmax (Mixtral renormalizes)";
-	if (f == MGT_HF_MIXTRAL && !all_moe(c)) return "--moe-layer-freq with dense layers (Mixtral has experts in every layer)";
-	if (f == MGT_HF_MIXTRAL && c->moe_ffn_hidden_size != c->ffn_hidden_size)
+	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	bool mix = s->moe == MGT_HF_MOE_MIXTRAL;
+	if (mix && c->moe_router_pre_softmax) return "--moe-router-pre-softmax (Mixtral renormalizes)";
+	if (mix && !all_moe(c)) return "--moe-layer-freq with dense layers (Mixtral has experts in every layer)";
+	if (mix && c->moe_ffn_hidden_size != c->ffn_hidden_size)
 		return "--moe-ffn-hidden-size other than --ffn-hidden-size (Mixtral's intermediate_size is both)";
-	if (f == MGT_HF_QWEN2_MOE && (!c->moe_shared_expert_intermediate_size || !c->moe_shared_expert_gate))
+	if (s->shared_expert && (!c->moe_shared_expert_intermediate_size || !c->moe_shared_expert_gate))
 		return "no gated shared expert (Qwen2-MoE has one: --moe-shared-expert-intermediate-size, --moe-shared-expert-gate)";
-	if (f != MGT_HF_QWEN2_MOE && c->moe_shared_expert_intermediate_size) return "--moe-shared-expert-intermediate-size";
+	if (!s->shared_expert && c->moe_shared_expert_intermediate_size) return "--moe-shared-expert-intermediate-size";
 	return NULL;
 }
 
@@ -377,7 +401,7 @@ static const char *bert_unmappable(const mgt_model_config *c)
 
 static mgt_status bert_check(const mgt_model_config *c, mgt_hf_family f)
 {
-	if (!mgt_model_is_bert(c) || f != MGT_HF_MEGATRON_BERT)
+	if (!mgt_model_is_bert(c) || mgt_hf_spec_of(f)->names != MGT_HF_NAMES_BERT)
 		return mgt_err(MGT_ERR_USAGE, "--family %s cannot hold this model (it %s a BERT)", mgt_hf_model_type(f),
 			       mgt_model_is_bert(c) ? "is" : "is not");
 	const char *why = bert_unmappable(c);
@@ -389,15 +413,16 @@ static mgt_status bert_check(const mgt_model_config *c, mgt_hf_family f)
 mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
 {
 	if (mgt_model_is_t5(c)) return t5_refused();
-	if (mgt_model_is_bert(c) || f == MGT_HF_MEGATRON_BERT) return bert_check(c, f);
+	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	if (mgt_model_is_bert(c) || s->names == MGT_HF_NAMES_BERT) return bert_check(c, f);
 	mgt_hf_family g;
 	mgt_status st = cv_family_infer(c, &g);
 	if (st) return st;
-	bool gpt2 = f == MGT_HF_GPT2, ok = gpt2 == (g == MGT_HF_GPT2) && is_moe(f) == is_moe(g);
-	bool qk = f == MGT_HF_QWEN3 || f == MGT_HF_QWEN3_MOE, qkv = f == MGT_HF_QWEN2 || f == MGT_HF_QWEN2_MOE;
-	if (ok && !gpt2 && c->qk_layernorm != qk) ok = false;
-	if (ok && !gpt2 && c->add_qkv_bias && !qkv) ok = false;
-	if (ok && f == MGT_HF_QWEN2 && !c->add_qkv_bias) ok = false;
+	bool gpt2 = s->names == MGT_HF_NAMES_GPT2;
+	bool ok = gpt2 == (mgt_hf_spec_of(g)->names == MGT_HF_NAMES_GPT2) && is_moe(f) == is_moe(g);
+	if (ok && !gpt2 && c->qk_layernorm != s->qk_norm) ok = false;
+	if (ok && !gpt2 && c->add_qkv_bias && s->qkv_bias == MGT_HF_QKV_BIAS_NONE) ok = false;
+	if (ok && s->qkv_bias == MGT_HF_QKV_BIAS_ALWAYS && !c->add_qkv_bias) ok = false;
 	if (!ok) return mgt_err(MGT_ERR_USAGE, "--family %s cannot hold this model (it looks like %s)", mgt_hf_model_type(f),
 				mgt_hf_model_type(g));
 	const char *why = is_moe(f) ? moe_unmappable(c) : NULL;
@@ -414,11 +439,12 @@ mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
  * mlp_only_layers with decoder_sparse_step 1). */
 static void moe_config(json_t *o, const mgt_model_config *c, mgt_hf_family f)
 {
-	put_int(o, f == MGT_HF_MIXTRAL ? "num_local_experts" : "num_experts", c->num_experts);
+	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	put_int(o, experts_key(s), c->num_experts);
 	put_int(o, "num_experts_per_tok", c->moe_router_topk);
 	put_real(o, "router_aux_loss_coef", c->moe_aux_loss_coeff);
 	json_object_set_new(o, "output_router_logits", json_false());
-	if (f == MGT_HF_MIXTRAL) {
+	if (s->moe == MGT_HF_MOE_MIXTRAL) {
 		put_real(o, "router_jitter_noise", 0.0);
 		return;
 	}
@@ -429,7 +455,7 @@ static void moe_config(json_t *o, const mgt_model_config *c, mgt_hf_family f)
 	for (int64_t l = 0; l < c->num_layers; l++)
 		if (!mgt_moe_is_layer(c, l)) json_array_append_new(only, json_integer(l));
 	json_object_set_new(o, "mlp_only_layers", only);
-	if (f == MGT_HF_QWEN2_MOE) {
+	if (s->shared_expert) {
 		put_int(o, "shared_expert_intermediate_size", c->moe_shared_expert_intermediate_size);
 		json_object_set_new(o, "qkv_bias", json_boolean(c->add_qkv_bias));
 	}
@@ -465,11 +491,12 @@ json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char
 	put_int(o, "vocab_size", c->vocab_size);
 	put_real(o, "initializer_range", c->init_method_std);
 	json_object_set_new(o, "torch_dtype", json_string(dtype));
-	if (f == MGT_HF_MEGATRON_BERT) {
+	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	if (s->names == MGT_HF_NAMES_BERT) {
 		bert_config_json(o, c);
 		return o;
 	}
-	if (f == MGT_HF_GPT2) {
+	if (s->names == MGT_HF_NAMES_GPT2) {
 		put_int(o, "n_layer", c->num_layers);
 		put_int(o, "n_embd", c->hidden_size);
 		put_int(o, "n_head", c->num_attention_heads);
@@ -495,7 +522,7 @@ json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char
 	put_real(o, "rope_theta", c->rotary_base);
 	json_object_set_new(o, "hidden_act", json_string("silu"));
 	json_object_set_new(o, "tie_word_embeddings", json_boolean(!c->untie_embeddings_and_output_weights));
-	if (f != MGT_HF_QWEN2_MOE) json_object_set_new(o, "attention_bias", json_boolean(c->add_qkv_bias));
+	if (s->qkv_bias != MGT_HF_QKV_BIAS_KEY) json_object_set_new(o, "attention_bias", json_boolean(c->add_qkv_bias));
 	put_real(o, "attention_dropout", c->attention_dropout);
 	if (is_moe(f)) moe_config(o, c, f);
 	if (c->use_rope_scaling)

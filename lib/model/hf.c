@@ -11,39 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static const struct {
-	const char *model_type, *architecture;
-} families[MGT_HF_NFAMILIES] = {
-	[MGT_HF_GPT2] = {"gpt2", "GPT2LMHeadModel"},
-	[MGT_HF_LLAMA] = {"llama", "LlamaForCausalLM"},
-	[MGT_HF_MISTRAL] = {"mistral", "MistralForCausalLM"},
-	[MGT_HF_QWEN2] = {"qwen2", "Qwen2ForCausalLM"},
-	[MGT_HF_QWEN3] = {"qwen3", "Qwen3ForCausalLM"},
-	[MGT_HF_MIXTRAL] = {"mixtral", "MixtralForCausalLM"},
-	[MGT_HF_QWEN2_MOE] = {"qwen2_moe", "Qwen2MoeForCausalLM"},
-	[MGT_HF_QWEN3_MOE] = {"qwen3_moe", "Qwen3MoeForCausalLM"},
-	[MGT_HF_MEGATRON_BERT] = {"megatron-bert", "MegatronBertForPreTraining"},
-};
-
-const char *mgt_hf_model_type(mgt_hf_family f) { return families[f].model_type; }
-const char *mgt_hf_architecture(mgt_hf_family f) { return families[f].architecture; }
-
-mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f)
-{
-	for (int i = 0; i < MGT_HF_NFAMILIES; i++)
-		if (model_type && !strcmp(model_type, families[i].model_type)) {
-			*f = (mgt_hf_family)i;
-			return MGT_OK;
-		}
-	if (model_type && !strcmp(model_type, "bert"))
-		return mgt_err(MGT_ERR_USAGE, "model_type \"bert\" (BertForPreTraining) is not supported: it is post-LN (a "
-			       "LayerNorm after the embeddings and after each residual sum), which no Megatron-Core BERT "
-			       "computes; megatron-bert (MegatronBertForPreTraining) is the pre-LN layout mgt converts");
-	return mgt_err(MGT_ERR_USAGE, "model_type \"%s\" is not supported (expected gpt2, llama, mistral, qwen2, qwen3, "
-		       "mixtral, qwen2_moe, qwen3_moe or megatron-bert)",
-		       model_type ? model_type : "(none)");
-}
-
 /* ---- names ---- */
 
 typedef struct {
@@ -89,7 +56,7 @@ static void set_src(mgt_hf_map *m, int k, const char *prefix, int layer, const c
 
 static mgt_status unmapped(const mgt_tensor *t, mgt_hf_family f)
 {
-	return mgt_err(MGT_ERR_USAGE, "tensor %s has no Hugging Face %s counterpart", t->name, families[f].model_type);
+	return mgt_err(MGT_ERR_USAGE, "tensor %s has no Hugging Face %s counterpart", t->name, mgt_hf_model_type(f));
 }
 
 /* The Mixture-of-Experts rows (transformers' modeling_mixtral.py MixtralSparseMoeBlock:
@@ -99,7 +66,8 @@ static mgt_status unmapped(const mgt_tensor *t, mgt_hf_family f)
  * [gate; up] as the dense one (loader_mixtral_hf.py). */
 static mgt_status map_moe(mgt_hf_family f, const char *pre, const mgt_tensor *t, mgt_hf_map *m)
 {
-	bool mix = f == MGT_HF_MIXTRAL, moe = mix || f == MGT_HF_QWEN2_MOE || f == MGT_HF_QWEN3_MOE;
+	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	bool mix = s->moe == MGT_HF_MOE_MIXTRAL, moe = s->moe != MGT_HF_MOE_NONE;
 	int64_t r = t->shape[0], cl = t->ndim == 2 ? t->shape[1] : 0;
 	char a[96], b[96];
 	if (!moe) return unmapped(t, f);
@@ -122,14 +90,14 @@ static mgt_status map_moe(mgt_hf_family f, const char *pre, const mgt_tensor *t,
 		set_src(m, 0, pre, t->layer, a, 2, r, cl);
 		return MGT_OK;
 	case MGT_T_SH_FC1_W:
-		if (f != MGT_HF_QWEN2_MOE || r % 2) return unmapped(t, f);
+		if (!s->shared_expert || r % 2) return unmapped(t, f);
 		m->op = MGT_HF_GLU;
 		set_src(m, 0, pre, t->layer, "mlp.shared_expert.gate_proj.weight", 2, r / 2, cl);
 		set_src(m, 1, pre, t->layer, "mlp.shared_expert.up_proj.weight", 2, r / 2, cl);
 		return MGT_OK;
 	case MGT_T_SH_FC2_W:
 	case MGT_T_SH_GATE_W:
-		if (f != MGT_HF_QWEN2_MOE) return unmapped(t, f);
+		if (!s->shared_expert) return unmapped(t, f);
 		m->op = MGT_HF_COPY;
 		set_src(m, 0, pre, t->layer, t->role == MGT_T_SH_GATE_W ? "mlp.shared_expert_gate.weight"
 					     : "mlp.shared_expert.down_proj.weight", 2, r, cl);
@@ -145,7 +113,8 @@ static mgt_status map_qkv(const mgt_model_config *c, mgt_hf_family f, const char
 {
 	bool w = t->role == MGT_T_QKV_W;
 	int64_t h = c->hidden_size, d = c->kv_channels, nq = c->num_attention_heads, ng = c->num_query_groups;
-	if (f == MGT_HF_GPT2) {
+	mgt_hf_names scheme = mgt_hf_spec_of(f)->names;
+	if (scheme == MGT_HF_NAMES_GPT2) {
 		m->op = MGT_HF_QKV_GPT2;
 		set_src(m, 0, pre, t->layer, w ? "attn.c_attn.weight" : "attn.c_attn.bias", w ? 2 : 1, w ? h : 3 * h,
 			w ? 3 * h : 0);
@@ -156,7 +125,7 @@ static mgt_status map_qkv(const mgt_model_config *c, mgt_hf_family f, const char
 	m->op = MGT_HF_QKV; /* BERT: one query group per head, [q_n; k_n; v_n] per head */
 	for (int k = 0; k < 3; k++) {
 		char suffix[64];
-		snprintf(suffix, sizeof suffix, "%s%s", proj[f == MGT_HF_MEGATRON_BERT][k], w ? "weight" : "bias");
+		snprintf(suffix, sizeof suffix, "%s%s", proj[scheme == MGT_HF_NAMES_BERT][k], w ? "weight" : "bias");
 		set_src(m, k, pre, t->layer, suffix, w ? 2 : 1, (k ? ng : nq) * d, w ? h : 0);
 	}
 	return MGT_OK;
@@ -188,10 +157,10 @@ static const struct {
 	{MGT_T_BIN_W, "cls.seq_relationship.weight"}, {MGT_T_BIN_B, "cls.seq_relationship.bias"},
 };
 
-static mgt_status map_bert(const mgt_model_config *c, const mgt_tensor *t, mgt_hf_map *m)
+static mgt_status map_bert(const mgt_model_config *c, mgt_hf_family f, const mgt_tensor *t, mgt_hf_map *m)
 {
 	const char *pre = t->layer >= 0 ? "bert.encoder." : "";
-	if (t->role == MGT_T_QKV_W || t->role == MGT_T_QKV_B) return map_qkv(c, MGT_HF_MEGATRON_BERT, pre, t, m);
+	if (t->role == MGT_T_QKV_W || t->role == MGT_T_QKV_B) return map_qkv(c, f, pre, t, m);
 	for (size_t i = 0; i < sizeof bert_names / sizeof bert_names[0]; i++) {
 		if (bert_names[i].role != t->role) continue;
 		bool pad = t->role == MGT_T_WORD_EMB || t->role == MGT_T_OUTPUT_W || t->role == MGT_T_OUTPUT_B;
@@ -200,15 +169,16 @@ static mgt_status map_bert(const mgt_model_config *c, const mgt_tensor *t, mgt_h
 			t->ndim == 2 ? t->shape[1] : 0);
 		return MGT_OK;
 	}
-	return unmapped(t, MGT_HF_MEGATRON_BERT);
+	return unmapped(t, f);
 }
 
 mgt_status mgt_hf_map_tensor(const mgt_model_config *c, mgt_hf_family f, const char *gpt2_prefix,
 			     const mgt_tensor *t, mgt_hf_map *m)
 {
 	memset(m, 0, sizeof *m);
-	if (f == MGT_HF_MEGATRON_BERT) return map_bert(c, t, m);
-	bool gpt2 = f == MGT_HF_GPT2;
+	mgt_hf_names scheme = mgt_hf_spec_of(f)->names;
+	if (scheme == MGT_HF_NAMES_BERT) return map_bert(c, f, t, m);
+	bool gpt2 = scheme == MGT_HF_NAMES_GPT2;
 	const char *pre = gpt2 ? gpt2_prefix : t->layer >= 0 ? "model." : "";
 	int64_t h = c->hidden_size, ffn = c->ffn_hidden_size;
 	switch (t->role) {
@@ -382,20 +352,22 @@ mgt_status mgt_hf_gguf_name(mgt_hf_family f, const char *gpt2_prefix, const char
 			    mgt_gguf_fix *fix)
 {
 	*fix = MGT_GGUF_AS_IS;
+	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	bool gpt2 = s->names == MGT_HF_NAMES_GPT2;
 	size_t pl = strlen(gpt2_prefix);
-	if (f == MGT_HF_GPT2 && pl && !strncmp(hf, gpt2_prefix, pl)) hf += pl;
+	if (gpt2 && pl && !strncmp(hf, gpt2_prefix, pl)) hf += pl;
 	int layer, used = 0;
 	const char *rest = NULL;
-	if (sscanf(hf, f == MGT_HF_GPT2 ? "h.%d.%n" : "model.layers.%d.%n", &layer, &used) == 1 && used > 0)
+	if (sscanf(hf, gpt2 ? "h.%d.%n" : "model.layers.%d.%n", &layer, &used) == 1 && used > 0)
 		rest = hf + used;
 	for (size_t i = 0; rest && i < sizeof gguf_layer / sizeof gguf_layer[0]; i++) {
 		size_t k = strlen(gguf_layer[i].hf);
 		if (strncmp(rest, gguf_layer[i].hf, k)) continue;
 		snprintf(out, n, "blk.%d.%s%s", layer, gguf_layer[i].gguf, rest + k);
 		bool weight2d = !strcmp(rest + k, "weight");
-		if (f == MGT_HF_GPT2 && weight2d && strncmp(rest, "ln_", 3)) *fix = MGT_GGUF_TRANSPOSE;
+		if (gpt2 && weight2d && strncmp(rest, "ln_", 3)) *fix = MGT_GGUF_TRANSPOSE;
 		/* llama.cpp's "llama" architecture rotates adjacent pairs: q and k rows permuted */
-		if (f == MGT_HF_LLAMA || f == MGT_HF_MISTRAL) {
+		if (s->gguf_rope_permute) {
 			if (!strncmp(rest, "self_attn.q_proj.", 17)) *fix = MGT_GGUF_PERMUTE_Q;
 			if (!strncmp(rest, "self_attn.k_proj.", 17)) *fix = MGT_GGUF_PERMUTE_K;
 		}

@@ -639,8 +639,38 @@ mgt_status mgt_model_encode(mgt_model *m, mgt_kv_cache *kv, int Se, const int32_
  * models/megatron_bert/modeling_megatron_bert.py). */
 typedef enum { MGT_HF_GPT2, MGT_HF_LLAMA, MGT_HF_MISTRAL, MGT_HF_QWEN2, MGT_HF_QWEN3, MGT_HF_MIXTRAL, MGT_HF_QWEN2_MOE,
 	       MGT_HF_QWEN3_MOE, MGT_HF_MEGATRON_BERT, MGT_HF_NFAMILIES } mgt_hf_family;
-/* "gpt2", "llama", ... and "GPT2LMHeadModel", "LlamaForCausalLM", ... (megatron-bert:
- * "MegatronBertForPreTraining"; its class without the binary head is MGT_HF_BERT_MLM_CLASS) */
+/* What a Hugging Face family is, as data (lib/model/families.c: one row per family; a family
+ * that differs from an existing one only in these fields is one new row):
+ *   model_type, architecture  config.json's "model_type" and "architectures"[0] (megatron-bert:
+ *                "MegatronBertForPreTraining"; without the binary head MGT_HF_BERT_MLM_CLASS)
+ *   names        the naming scheme of tensors and config keys: transformers' GPT2 (h.N.*,
+ *                Conv1D weights [in, out]), Llama (model.layers.N.*) or MegatronBert
+ *                (bert.encoder.layer.N.*)
+ *   moe          no experts; Mixtral's block_sparse_moe (every layer, num_local_experts,
+ *                softmax over the top-k logits); Qwen-MoE's mlp.experts (num_experts,
+ *                moe_intermediate_size, decoder_sparse_step / mlp_only_layers, norm_topk_prob)
+ *   shared_expert  Qwen2-MoE's sigmoid-gated shared expert (mlp.shared_expert*)
+ *   qk_norm      Qwen3's q_norm / k_norm
+ *   qkv_bias     q/k/v biases: none (attention_bias true refused), always (Qwen2), or as
+ *                config.json's qkv_bias says (Qwen2-MoE, default true)
+ *   gguf_arch    llama.cpp's general.architecture; gguf_rope_permute: that architecture rotates
+ *                adjacent pairs, so q_proj and k_proj rows are permuted (llama.cpp's "llama")
+ * Sources: transformers' configuration_*.py and modeling_*.py of each family; llama.cpp's
+ * convert_hf_to_gguf.py. */
+typedef enum { MGT_HF_NAMES_GPT2, MGT_HF_NAMES_LLAMA, MGT_HF_NAMES_BERT } mgt_hf_names;
+typedef enum { MGT_HF_MOE_NONE, MGT_HF_MOE_MIXTRAL, MGT_HF_MOE_QWEN } mgt_hf_moe;
+typedef enum { MGT_HF_QKV_BIAS_NONE, MGT_HF_QKV_BIAS_ALWAYS, MGT_HF_QKV_BIAS_KEY } mgt_hf_qkv_bias;
+typedef struct mgt_hf_spec {
+	const char *model_type, *architecture;
+	mgt_hf_names names;
+	mgt_hf_moe moe;
+	bool shared_expert, qk_norm;
+	mgt_hf_qkv_bias qkv_bias;
+	const char *gguf_arch;
+	bool gguf_rope_permute;
+} mgt_hf_spec;
+/* Family f's row (static storage; f < MGT_HF_NFAMILIES). */
+const mgt_hf_spec *mgt_hf_spec_of(mgt_hf_family f);
 const char *mgt_hf_model_type(mgt_hf_family f);
 const char *mgt_hf_architecture(mgt_hf_family f);
 /* The family of a config.json "model_type".  Errors: MGT_ERR_USAGE naming it. */

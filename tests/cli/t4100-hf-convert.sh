@@ -98,4 +98,20 @@ ok "llama3.1: the fine-tuned checkpoint converts back to Hugging Face" "$BIN/mgt
 ok "llama3.1: its config.json is the original's" $PY -c "import json,sys; sys.exit(json.load(open(sys.argv[1])) != json.load(open(sys.argv[2])))" \
 	"$T/llama3.1-bf16/config.json" "$T/ft-hf/config.json"
 
+# models trained by mgt (no config.json recorded): the family inferred from the arguments
+# (lib/model/families.c's rows, first fit): GPT-2 and Llama layouts, q/k biases (Qwen2), q/k
+# norms (Qwen3, which wins over biases: the check then names the difference)
+TR="--mock-data --vocab-size 500 --tokenizer-type NullTokenizer --seq-length 16 --micro-batch-size 1
+	--global-batch-size 1 --train-iters 1 --lr 1e-3 --log-interval 1 --eval-interval 0 --threads 2"
+for spec in "gpt2:--model tiny-gpt2" "llama:--model tiny-llama" "qwen2:--model tiny-llama --add-qkv-bias" \
+	"qwen3:--model tiny-llama --qk-layernorm"; do
+	fam=${spec%%:*}; fl=${spec#*:}
+	"$BIN/mgt-train" $TR $fl --save "$T/tr-$fam" >"$T/tr.log" 2>&1 || sed 's/^/# /' "$T/tr.log" | tail -5
+	ok "trained with $fl: mgt -> HF as $fam (inferred)" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/tr-$fam' \
+		--save-dir '$T/trhf-$fam' && grep -q '\"model_type\": \"$fam\"' '$T/trhf-$fam/config.json'"
+done
+"$BIN/mgt-train" $TR --model tiny-llama --qk-layernorm --add-qkv-bias --save "$T/tr-qkb" >"$T/tr.log" 2>&1
+ok "q/k norms and q/k biases together: no family holds them (exit 2)" sh -c "
+	'$BIN/mgt-ckpt-convert' --load-dir '$T/tr-qkb' --save-dir '$T/bad' 2>'$T/err'; test \$? = 2 && grep -q 'cannot hold this model' '$T/err'"
+
 done_testing

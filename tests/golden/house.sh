@@ -1,16 +1,20 @@
 #!/bin/sh
 # tests/golden/house.sh: the structure figures issue 45 asks for, read from the tree (run from the
-# repository root after make): family branches outside the family table, the largest files,
+# repository root after make): family branches outside the family table (tests of a family's
+# name or enum value; MGT_HF_* op and field constants are not families), the largest files,
 # the include graph's cycles (files and folders), libs outside lib/train that include
 # train/train.h, and the files one model forward visits (gdb, 200 steps from mgt_model_forward
 # into a tiny GPT-2 training step: how often it returns to a file it left).
 set -u
 PY=/usr/bin/python3
 echo "== family branches outside the family table (lib/model/famil*.c)"
-grep -rnE 'mgt_model_is_(bert|t5)\(|strcmp\([^)]*family|family[^;]*strcmp|MGT_HF_[A-Z0-9_]+ *[!=]=|[!=]= *MGT_HF_[A-Z0-9_]+|m->(t5|bert) *(\)|&&|\|\||==|!=)|!m->(t5|bert)\b' \
+FAM='MGT_HF_(GPT2|LLAMA|MISTRAL|QWEN2|QWEN3|MIXTRAL|QWEN2_MOE|QWEN3_MOE|MEGATRON_BERT)\b'
+grep -rnE "mgt_model_is_(bert|t5)\\(|strcmp\\([^)]*family|family[^;]*strcmp|$FAM *[!=]=|[!=]= *$FAM|m->(t5|bert) *(\\)|&&|\\|\\||==|!=)|!m->(t5|bert)\\b" \
 	lib cmd --include='*.c' | grep -v '^lib/model/famil' >/tmp/house-branches.$$
 awk -F: '{print $1}' /tmp/house-branches.$$ | sort | uniq -c | sort -rn
 echo "total $(wc -l </tmp/house-branches.$$)"
+echo "tests of a family row's fields instead (mgt_hf_spec: naming scheme, MoE block, q/k bias): $(grep -rnE \
+	'MGT_HF_(NAMES|MOE|QKV_BIAS)_[A-Z]+ *[!=]=|[!=]= *MGT_HF_(NAMES|MOE|QKV_BIAS)_' lib cmd --include='*.c' | wc -l)"
 rm -f /tmp/house-branches.$$
 echo "== the largest files (lines)"
 find lib cmd kernels -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cc' | xargs wc -l | grep -v ' total$' |

@@ -1,0 +1,52 @@
+/* lib/model/families.c: the Hugging Face families as data (mgt_hf_spec in model.h; mgt-hf(5)).
+ *
+ * One row per family: its config.json names, its naming scheme, its Mixture-of-Experts block,
+ * its attention extras and its GGUF architecture.  hf.c (tensor names and layouts),
+ * lib/convert/hfconfig.c (config.json both ways) and lib/convert/export.c (GGUF) read the row's
+ * fields; none of them names a family.  Sources: transformers' models/<family>/
+ * configuration_<family>.py and modeling_<family>.py; llama.cpp's convert_hf_to_gguf.py
+ * (model classes' model_arch, LlamaModel.permute). */
+#include "model.h"
+
+#include <string.h>
+
+static const mgt_hf_spec specs[MGT_HF_NFAMILIES] = {
+	[MGT_HF_GPT2] = {"gpt2", "GPT2LMHeadModel", MGT_HF_NAMES_GPT2, MGT_HF_MOE_NONE, false, false,
+			 MGT_HF_QKV_BIAS_NONE, "gpt2", false},
+	[MGT_HF_LLAMA] = {"llama", "LlamaForCausalLM", MGT_HF_NAMES_LLAMA, MGT_HF_MOE_NONE, false, false,
+			  MGT_HF_QKV_BIAS_NONE, "llama", true},
+	[MGT_HF_MISTRAL] = {"mistral", "MistralForCausalLM", MGT_HF_NAMES_LLAMA, MGT_HF_MOE_NONE, false, false,
+			    MGT_HF_QKV_BIAS_NONE, "llama", true},
+	[MGT_HF_QWEN2] = {"qwen2", "Qwen2ForCausalLM", MGT_HF_NAMES_LLAMA, MGT_HF_MOE_NONE, false, false,
+			  MGT_HF_QKV_BIAS_ALWAYS, "qwen2", false},
+	[MGT_HF_QWEN3] = {"qwen3", "Qwen3ForCausalLM", MGT_HF_NAMES_LLAMA, MGT_HF_MOE_NONE, false, true,
+			  MGT_HF_QKV_BIAS_NONE, "qwen3", false},
+	[MGT_HF_MIXTRAL] = {"mixtral", "MixtralForCausalLM", MGT_HF_NAMES_LLAMA, MGT_HF_MOE_MIXTRAL, false, false,
+			    MGT_HF_QKV_BIAS_NONE, "llama", false},
+	[MGT_HF_QWEN2_MOE] = {"qwen2_moe", "Qwen2MoeForCausalLM", MGT_HF_NAMES_LLAMA, MGT_HF_MOE_QWEN, true, false,
+			      MGT_HF_QKV_BIAS_KEY, "qwen2moe", false},
+	[MGT_HF_QWEN3_MOE] = {"qwen3_moe", "Qwen3MoeForCausalLM", MGT_HF_NAMES_LLAMA, MGT_HF_MOE_QWEN, false, true,
+			      MGT_HF_QKV_BIAS_NONE, "qwen3moe", false},
+	[MGT_HF_MEGATRON_BERT] = {"megatron-bert", "MegatronBertForPreTraining", MGT_HF_NAMES_BERT, MGT_HF_MOE_NONE,
+				  false, false, MGT_HF_QKV_BIAS_ALWAYS, NULL, false},
+};
+
+const mgt_hf_spec *mgt_hf_spec_of(mgt_hf_family f) { return &specs[f]; }
+const char *mgt_hf_model_type(mgt_hf_family f) { return specs[f].model_type; }
+const char *mgt_hf_architecture(mgt_hf_family f) { return specs[f].architecture; }
+
+mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f)
+{
+	for (int i = 0; i < MGT_HF_NFAMILIES; i++)
+		if (model_type && !strcmp(model_type, specs[i].model_type)) {
+			*f = (mgt_hf_family)i;
+			return MGT_OK;
+		}
+	if (model_type && !strcmp(model_type, "bert"))
+		return mgt_err(MGT_ERR_USAGE, "model_type \"bert\" (BertForPreTraining) is not supported: it is post-LN (a "
+			       "LayerNorm after the embeddings and after each residual sum), which no Megatron-Core BERT "
+			       "computes; megatron-bert (MegatronBertForPreTraining) is the pre-LN layout mgt converts");
+	return mgt_err(MGT_ERR_USAGE, "model_type \"%s\" is not supported (expected gpt2, llama, mistral, qwen2, qwen3, "
+		       "mixtral, qwen2_moe, qwen3_moe or megatron-bert)",
+		       model_type ? model_type : "(none)");
+}
