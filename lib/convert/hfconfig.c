@@ -312,9 +312,10 @@ static mgt_status t5_refused(void)
 
 mgt_status cv_family_infer(const mgt_model_config *c, mgt_hf_family *f)
 {
-	if (mgt_model_is_t5(c)) return t5_refused();
-	if (mgt_model_is_bert(c)) {
-		*f = MGT_HF_MEGATRON_BERT;
+	int hf = mgt_model_family(c)->hf;
+	if (hf == MGT_HF_NONE) return t5_refused();
+	if (hf != MGT_HF_FROM_LAYERS) {
+		*f = (mgt_hf_family)hf;
 		return MGT_OK;
 	}
 	bool rope = !strcmp(c->position_embedding_type, "rope"), rms = !strcmp(c->normalization, "RMSNorm");
@@ -401,9 +402,10 @@ static const char *bert_unmappable(const mgt_model_config *c)
 
 static mgt_status bert_check(const mgt_model_config *c, mgt_hf_family f)
 {
-	if (!mgt_model_is_bert(c) || mgt_hf_spec_of(f)->names != MGT_HF_NAMES_BERT)
+	bool bert = mgt_model_family(c)->lm_head;
+	if (!bert || mgt_hf_spec_of(f)->names != MGT_HF_NAMES_BERT)
 		return mgt_err(MGT_ERR_USAGE, "--family %s cannot hold this model (it %s a BERT)", mgt_hf_model_type(f),
-			       mgt_model_is_bert(c) ? "is" : "is not");
+			       bert ? "is" : "is not");
 	const char *why = bert_unmappable(c);
 	return why ? mgt_err(MGT_ERR_INPUT, "no Hugging Face class computes this BERT exactly: it was trained with "
 			     "%s (the checkpoint stays an mgt one: mgt-eval and mgt-train read it)", why) : MGT_OK;
@@ -412,9 +414,10 @@ static mgt_status bert_check(const mgt_model_config *c, mgt_hf_family f)
 /* Whether family f can hold this model exactly. */
 mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
 {
-	if (mgt_model_is_t5(c)) return t5_refused();
+	int hf = mgt_model_family(c)->hf;
+	if (hf == MGT_HF_NONE) return t5_refused();
 	const mgt_hf_spec *s = mgt_hf_spec_of(f);
-	if (mgt_model_is_bert(c) || s->names == MGT_HF_NAMES_BERT) return bert_check(c, f);
+	if (hf != MGT_HF_FROM_LAYERS || s->names == MGT_HF_NAMES_BERT) return bert_check(c, f);
 	mgt_hf_family g;
 	mgt_status st = cv_family_infer(c, &g);
 	if (st) return st;

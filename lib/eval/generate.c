@@ -340,7 +340,7 @@ mgt_status mgt_eval_generate(mgt_eval *ev, const mgt_gen_opts *o, int64_t npromp
 	if (st) return st;
 	g.V = ev->vocab;
 	g.Vp = ev->padded_vocab;
-	const bool t5 = mgt_model_is_t5(&ev->a.model);
+	const bool t5 = mgt_model_family(&ev->a.model)->recipe == MGT_STACK_ENCODER_DECODER;
 	if (!(st = check_prompts(&g)) && nprompts > 0 && o->max_new_tokens > 0) {
 		g.B = o->batch_size < nprompts ? o->batch_size : (int)nprompts;
 		if (t5) g.S = ev->a.model.decoder_seq_length; /* prompts go to the encoder; the cache is the decoder's */

@@ -64,7 +64,7 @@ static void put(void *x, mgt_elem_type t, size_t i, float v)
 
 mgt_status mgt_bert_alloc(mgt_model *m)
 {
-	if (!mgt_model_is_bert(&m->c) || !m->last) return MGT_OK;
+	if (!mgt_model_family(&m->c)->lm_head || !m->last) return MGT_OK;
 	struct bert_state *s = mgt_malloc(sizeof *s);
 	if (!s) return MGT_ERR_NOMEM;
 	memset(s, 0, sizeof *s);

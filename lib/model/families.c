@@ -1,6 +1,7 @@
-/* lib/model/families.c: the Hugging Face families as data (mgt_hf_spec in model.h; mgt-hf(5)).
+/* lib/model/families.c: the families as data: mgt's model families (mgt_family in model.h:
+ * recipe, heads, what their layers allow) and the Hugging Face families (mgt_hf_spec; mgt-hf(5)).
  *
- * One row per family: its config.json names, its naming scheme, its Mixture-of-Experts block,
+ * One Hugging Face row per family: its config.json names, its naming scheme, its Mixture-of-Experts block,
  * its attention extras and its GGUF architecture.  hf.c (tensor names and layouts),
  * lib/convert/hfconfig.c (config.json both ways) and lib/convert/export.c (GGUF) read the row's
  * fields; none of them names a family.  Sources: transformers' models/<family>/
@@ -50,3 +51,30 @@ mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f)
 		       "mixtral, qwen2_moe, qwen3_moe or megatron-bert)",
 		       model_type ? model_type : "(none)");
 }
+
+/* ---- mgt's model families ---- */
+
+static const mgt_family families[] = {
+	{"gpt", "GPT", MGT_STACK_DECODER, true, false, false, MGT_HF_FROM_LAYERS},
+	{"bert", "BERT", MGT_STACK_ENCODER, false, false, true, MGT_HF_MEGATRON_BERT},
+	{"t5", "T5", MGT_STACK_ENCODER_DECODER, false, true, false, MGT_HF_NONE},
+};
+
+const mgt_family *mgt_family_find(const char *name)
+{
+	if (!name[0]) return &families[0];
+	for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+		if (!strcmp(name, families[i].name)) return &families[i];
+	return NULL;
+}
+
+const mgt_family *mgt_model_family(const mgt_model_config *c)
+{
+	const mgt_family *f = mgt_family_find(c->family);
+	return f ? f : &families[0];
+}
+
+const char *mgt_model_family_names(void) { return "gpt, bert or t5"; }
+
+bool mgt_model_is_bert(const mgt_model_config *c) { return !strcmp(c->family, "bert"); }
+bool mgt_model_is_t5(const mgt_model_config *c) { return !strcmp(c->family, "t5"); }

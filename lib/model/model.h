@@ -108,6 +108,35 @@ typedef struct mgt_model_config {
  * float32.  Returns a bucket in [0, num_buckets). */
 int mgt_t5_relative_bucket(int64_t rel, bool bidirectional, int num_buckets, int max_distance);
 
+/* The model families, as data (lib/model/families.c: one row each; mgt-train's --model-family):
+ *   name, title   "gpt" (also ""), "bert", "t5"; "GPT", "BERT", "T5" in messages
+ *   recipe        how the layers stack: one causal decoder stack (Megatron-Core's GPTModel,
+ *                 megatron/core/models/gpt/gpt_model.py); one bidirectional encoder stack under
+ *                 the padding mask (BertModel, megatron/core/models/bert/bert_model.py); an
+ *                 encoder stack and a decoder stack with cross-attention (T5Model,
+ *                 megatron/core/models/T5/t5_model.py)
+ *   moe           MoE layers may replace the MLPs (--num-experts)
+ *   relative_positions  --position-embedding-type relative (T5's bucketed relative bias)
+ *   lm_head       BERT's heads: the LM head's dense + GELU + LayerNorm transform and output
+ *                 bias (bert_lm_head.py), the pooler and binary head with bert_binary_head
+ *   hf            the Hugging Face family (mgt_hf_family) that holds it: MGT_HF_MEGATRON_BERT
+ *                 for BERT; MGT_HF_FROM_LAYERS: chosen from the layers' options (GPT: gpt2,
+ *                 llama, ...); MGT_HF_NONE: no transformers class computes it (Megatron's T5) */
+typedef enum { MGT_STACK_DECODER, MGT_STACK_ENCODER, MGT_STACK_ENCODER_DECODER } mgt_stack_recipe;
+typedef struct mgt_family {
+	const char *name, *title;
+	mgt_stack_recipe recipe;
+	bool moe, relative_positions, lm_head;
+	int hf;
+} mgt_family;
+enum { MGT_HF_NONE = -1, MGT_HF_FROM_LAYERS = -2 };
+/* The row named name ("" is "gpt"; static storage), or NULL when it names no family. */
+const mgt_family *mgt_family_find(const char *name);
+/* c->family's row; a config that mgt_model_config_finalize has not checked and that names no
+ * family gets GPT's row. */
+const mgt_family *mgt_model_family(const mgt_model_config *c);
+/* The family names, for messages: "gpt, bert or t5". */
+const char *mgt_model_family_names(void);
 /* Whether c is a BERT (family "bert"), a T5 (family "t5"). */
 bool mgt_model_is_bert(const mgt_model_config *c);
 bool mgt_model_is_t5(const mgt_model_config *c);

@@ -87,7 +87,7 @@ struct t5_state {
 mgt_status mgt_t5_setup(mgt_model *m)
 {
 	const mgt_model_config *c = &m->c;
-	if (!mgt_model_is_t5(c)) return MGT_OK;
+	if (mgt_model_family(c)->recipe != MGT_STACK_ENCODER_DECODER) return MGT_OK;
 	if (m->cp > 1)
 		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d with a T5 model: context parallelism is not "
 			       "supported for T5 (as Megatron's T5 refuses it)", m->cp);

@@ -73,18 +73,18 @@ static mgt_status config_check(const mgt_model_config *c, int tp)
 {
 	bool learned = !strcmp(c->position_embedding_type, "learned_absolute");
 	bool rope = !strcmp(c->position_embedding_type, "rope");
-	bool relative = mgt_model_is_t5(c) && !strcmp(c->position_embedding_type, "relative");
+	const mgt_family *fam = mgt_family_find(c->family);
+	bool rel_ok = fam && fam->relative_positions, relative = rel_ok && !strcmp(c->position_embedding_type, "relative");
 	if (!learned && !rope && !relative && strcmp(c->position_embedding_type, "none"))
 		return mgt_err(MGT_ERR_USAGE, "--position-embedding-type %s: expected learned_absolute, rope or none%s",
-			       c->position_embedding_type, mgt_model_is_t5(c) ? " or relative" : " (relative: T5 only)");
+			       c->position_embedding_type, rel_ok ? " or relative" : " (relative: T5 only)");
 	if (strcmp(c->normalization, "LayerNorm") && strcmp(c->normalization, "RMSNorm"))
 		return mgt_err(MGT_ERR_USAGE, "--normalization %s: expected LayerNorm or RMSNorm",
 			       c->normalization);
-	if (c->family[0] && strcmp(c->family, "gpt") && strcmp(c->family, "bert") && strcmp(c->family, "t5"))
-		return mgt_err(MGT_ERR_USAGE, "model family '%s': expected gpt, bert or t5", c->family);
-	if ((mgt_model_is_bert(c) || mgt_model_is_t5(c)) && c->num_experts > 0)
+	if (!fam) return mgt_err(MGT_ERR_USAGE, "model family '%s': expected %s", c->family, mgt_model_family_names());
+	if (!fam->moe && c->num_experts > 0)
 		return mgt_err(MGT_ERR_USAGE, "--num-experts with a %s model: MoE layers are not implemented there",
-			       mgt_model_is_bert(c) ? "BERT" : "T5");
+			       fam->title);
 	if (c->seq_length <= 0) return mgt_err(MGT_ERR_USAGE, "--seq-length must be given and positive");
 	if (c->seq_length > c->max_position_embeddings)
 		return cfg_err("--seq-length %lld is longer than --max-position-embeddings %lld",
@@ -124,7 +124,7 @@ int64_t mgt_model_padding_params(const mgt_model_config *c)
 {
 	int64_t rows = c->padded_vocab_size > c->vocab_size ? c->padded_vocab_size - c->vocab_size : 0;
 	/* BERT's output_layer.bias has a padding row per padded vocabulary row too */
-	return rows * (c->hidden_size * (c->untie_embeddings_and_output_weights ? 2 : 1) + (mgt_model_is_bert(c) ? 1 : 0));
+	return rows * (c->hidden_size * (c->untie_embeddings_and_output_weights ? 2 : 1) + (mgt_model_family(c)->lm_head ? 1 : 0));
 }
 
 mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
@@ -136,12 +136,10 @@ mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
 
 /* ---- the table ---- */
 
-bool mgt_model_is_bert(const mgt_model_config *c) { return !strcmp(c->family, "bert"); }
-bool mgt_model_is_t5(const mgt_model_config *c) { return !strcmp(c->family, "t5"); }
-
 typedef struct {
 	mgt_tensor_table *tt;
 	const mgt_model_config *c;
+	const mgt_family *fam;
 	int tp, tp_rank, pp, pp_rank, ep, ep_rank, cap;
 	mgt_status st;
 } builder;
@@ -160,10 +158,12 @@ static void add(builder *bd, int layer, mgt_tensor_role role, const char *suffix
 	mgt_tensor *t = &tt->t[tt->n];
 	memset(t, 0, sizeof *t);
 	const int L = (int)bd->c->num_layers;
-	bool enc = mgt_model_is_bert(bd->c) || (mgt_model_is_t5(bd->c) && layer < L);
+	/* an encoder-decoder's layers: the encoder's [0, L), the decoder's [L, 2L) */
+	mgt_stack_recipe recipe = bd->fam->recipe;
+	bool enc = recipe == MGT_STACK_ENCODER || (recipe == MGT_STACK_ENCODER_DECODER && layer < L);
 	if (layer >= 0)
 		snprintf(t->name, sizeof t->name, "%s.layers.%d.%s", enc ? "encoder" : "decoder",
-			 mgt_model_is_t5(bd->c) && !enc ? layer - L : layer, suffix);
+			 recipe == MGT_STACK_ENCODER_DECODER && !enc ? layer - L : layer, suffix);
 	else snprintf(t->name, sizeof t->name, "%s", suffix);
 	t->role = role;
 	t->layer = layer;
@@ -432,15 +432,15 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 				     int pp_rank, int ep, int ep_rank)
 {
 	memset(tt, 0, sizeof *tt);
-	builder bd = { .tt = tt, .c = c, .tp = tp, .tp_rank = tp_rank, .pp = pp, .pp_rank = pp_rank, .ep = ep,
-		       .ep_rank = ep_rank };
+	builder bd = { .tt = tt, .c = c, .fam = mgt_model_family(c), .tp = tp, .tp_rank = tp_rank, .pp = pp,
+		       .pp_rank = pp_rank, .ep = ep, .ep_rank = ep_rank };
 	if (c->num_experts && (ep < 1 || c->num_experts % ep))
 		return mgt_err(MGT_ERR_USAGE, "--expert-model-parallel-size %d does not divide --num-experts %lld", ep,
 			       (long long)c->num_experts);
 	int64_t h = c->hidden_size, V = c->padded_vocab_size;
 	double std = c->init_method_std;
-	bool first = pp_rank == 0, last = pp_rank == pp - 1, bert = mgt_model_is_bert(c);
-	if (mgt_model_is_t5(c)) {
+	bool first = pp_rank == 0, last = pp_rank == pp - 1, bert = bd.fam->lm_head;
+	if (bd.fam->recipe == MGT_STACK_ENCODER_DECODER) {
 		if (pp > 1)
 			return mgt_err(MGT_ERR_USAGE, "--pipeline-model-parallel-size %d with a T5 model: pipeline "
 				       "parallelism is not supported for T5 (as pretrain_t5.py refuses it)", pp);

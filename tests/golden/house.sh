@@ -13,8 +13,8 @@ grep -rnE "mgt_model_is_(bert|t5)\\(|strcmp\\([^)]*family|family[^;]*strcmp|$FAM
 	lib cmd --include='*.c' | grep -v '^lib/model/famil' >/tmp/house-branches.$$
 awk -F: '{print $1}' /tmp/house-branches.$$ | sort | uniq -c | sort -rn
 echo "total $(wc -l </tmp/house-branches.$$)"
-echo "tests of a family row's fields instead (mgt_hf_spec: naming scheme, MoE block, q/k bias): $(grep -rnE \
-	'MGT_HF_(NAMES|MOE|QKV_BIAS)_[A-Z]+ *[!=]=|[!=]= *MGT_HF_(NAMES|MOE|QKV_BIAS)_' lib cmd --include='*.c' | wc -l)"
+echo "tests of a family row's fields instead (naming scheme, MoE block, q/k bias, stack recipe): $(grep -rnE \
+	'MGT_(HF_(NAMES|MOE|QKV_BIAS)|STACK)_[A-Z_]+ *[!=]=|[!=]= *MGT_(HF_(NAMES|MOE|QKV_BIAS)|STACK)_' lib cmd --include='*.c' | wc -l)"
 rm -f /tmp/house-branches.$$
 echo "== the largest files (lines)"
 find lib cmd kernels -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cc' | xargs wc -l | grep -v ' total$' |
