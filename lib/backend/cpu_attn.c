@@ -613,3 +613,104 @@ void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const fl
 			bias ? bias + (size_t)(bs - 1 - pos[t]) * (size_t)H + (size_t)n : NULL, H);
 	}
 }
+
+/* ---- the ops: the code above on fp32 values (16-bit qkv and out widened, out rounded) ---- */
+
+/* attn_fwd with an optional position bias (attn_bias_fwd). */
+static void attn_fwd_b(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b, int ng,
+		       int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
+		       const float *bias)
+{
+	if (t == MGT_DT_F32) {
+		mgt_cpu_attn_fwd32(be, out, lse, qkv, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias);
+		return;
+	}
+	const size_t T = (size_t)s * b, no = T * ng * r * d;
+	const float *q = cpu_widen(be, 0, qkv, t, T * ng * (r + 2) * d);
+	float *o = mgt_cpu_round_buf(be, 1, no);
+	if (!q || !o)
+		return;
+	mgt_cpu_attn_fwd32(be, o, lse, q, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias);
+	mgt_cpu_cast(be, out, t, o, no);
+}
+
+void mgt_cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+{
+	attn_fwd_b(be, out, lse, qkv, t, s, b, ng, r, d, p, key, head0, heads_total, key_mask, NULL);
+}
+
+void mgt_cpu_attn_bias_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+			   int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
+			   const float *bias)
+{
+	attn_fwd_b(be, out, lse, qkv, t, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias);
+}
+
+/* attn_bwd with an optional position bias (attn_bias_bwd).  16-bit gradients: dout widened into
+ * rounding buffer 5, dqkv computed in buffer 4 and rounded. */
+static void attn_bwd_b(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+		       const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
+		       uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const float *bias, float *dbias)
+{
+	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
+	if (!nq)
+		return;
+	const float *q = cpu_widen(be, 0, qkv, t, nq), *o = cpu_widen(be, 1, out, t, no), *g = cpu_widen(be, 5, dout, gt, no);
+	float *dq = cpu_out32(be, dqkv, gt, nq);
+	if (!q || !o || !g || !dq)
+		return;
+	mgt_cpu_attn_bwd32(be, dq, g, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias, dbias);
+	cpu_narrow(be, dqkv, gt, dq, nq);
+}
+
+void mgt_cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+			 const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
+			 uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+{
+	attn_bwd_b(be, dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask, NULL, NULL);
+}
+
+void mgt_cpu_attn_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+			   const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d,
+			   float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const float *bias,
+			   float *dbias)
+{
+	attn_bwd_b(be, dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias,
+		   dbias);
+}
+
+/* Cross-attention: q widened into rounding buffer 0, kv into 2, out computed in 1 and rounded. */
+void mgt_cpu_xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, const void *kv, mgt_elem_type t,
+		       int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
+		       const uint8_t *key_mask)
+{
+	if (sq <= 0 || sk <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0)
+		return;
+	const size_t no = (size_t)sq * b * ng * r * d, nk = (size_t)sk * b * ng * 2 * d;
+	const float *q32 = cpu_widen(be, 0, q, t, no), *kv32 = cpu_widen(be, 2, kv, t, nk);
+	float *o = t == MGT_DT_F32 ? out : mgt_cpu_round_buf(be, 1, no);
+	if (!q32 || !kv32 || !o)
+		return;
+	mgt_cpu_xattn_fwd32(be, o, lse, q32, kv32, sq, sk, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	cpu_narrow(be, out, t, o, no);
+}
+
+/* 16-bit inputs widened (q 0, out 1, kv 2, dout 5), 16-bit gradients computed in 4 (dq) and 3 (dkv). */
+void mgt_cpu_xattn_bwd(mgt_backend *be, void *dq, void *dkv, const void *dout, mgt_elem_type gt, const void *q,
+		       const void *kv, const void *out, mgt_elem_type t, const float *lse, int sq, int sk, int b, int ng,
+		       int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+{
+	if (sq <= 0 || sk <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0)
+		return;
+	const size_t no = (size_t)sq * b * ng * r * d, nk = (size_t)sk * b * ng * 2 * d;
+	const float *q32 = cpu_widen(be, 0, q, t, no), *o32 = cpu_widen(be, 1, out, t, no), *kv32 = cpu_widen(be, 2, kv, t, nk);
+	const float *g = cpu_widen(be, 5, dout, gt, no);
+	float *dq32 = cpu_out32(be, dq, gt, no), *dkv32 = gt == MGT_DT_F32 ? dkv : mgt_cpu_round_buf(be, 3, nk);
+	if (!q32 || !o32 || !kv32 || !g || !dq32 || !dkv32)
+		return;
+	mgt_cpu_xattn_bwd32(be, dq32, dkv32, g, q32, kv32, o32, lse, sq, sk, b, ng, r, d, p, key, head0, heads_total,
+			    key_mask);
+	cpu_narrow(be, dq, gt, dq32, no);
+	cpu_narrow(be, dkv, gt, dkv32, nk);
+}

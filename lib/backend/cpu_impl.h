@@ -1,5 +1,6 @@
-/* lib/backend: internals shared by the CPU backend's files (cpu.c, cpu_attn.c, cpu_moe.c,
- * cpu_philox.c).
+/* lib/backend: internals shared by the CPU backend's files (cpu.c: the table, setup and shared
+ * helpers; cpu_linear.c, cpu_embedding.c, cpu_norm.c, cpu_elementwise.c, cpu_reduce.c, cpu_fp8.c,
+ * cpu_attn.c, cpu_moe.c, cpu_philox.c).
  * Not public.
  *
  * The inline math below is branch-free so that loops over it vectorize under `omp simd` at the
@@ -63,7 +64,7 @@ static inline unsigned char *cpu_scratch(mgt_backend *be, int tid)
 }
 
 /* Element i of x, of type t, as fp32 (exact), and v stored into element i of y of type t
- * (rounded to nearest even when 16-bit, as store_row in cpu.c): for ops whose rows are short or
+ * (rounded to nearest even when 16-bit, as cpu_store_row below): for ops whose rows are short or
  * gathered, where a per-element type test costs nothing next to the memory traffic. */
 static inline float cpu_ld(const void *x, mgt_elem_type t, size_t i)
 {
@@ -168,8 +169,96 @@ void mgt_cpu_xattn_bwd32(mgt_backend *be, float *dq, float *dkv, const float *do
 			 int r, int d, float p, uint64_t key, int head0, int heads_total,
 			 const uint8_t *key_mask);
 
-/* The ops of backend.h, mgt_cpu_<op> (cpu.c, cpu_attn.c, cpu_moe.c), declared from its list. */
+/* The ops of backend.h, mgt_cpu_<op> (the cpu*.c files), declared from its list. */
 #define MGT_CPU_OP_DECL(ret, n, params) ret mgt_cpu_##n params;
 MGT_BACKEND_OPS(MGT_CPU_OP_DECL)
+
+/* ---- helpers shared by the CPU backend's files (cpu.c defines the functions) ---- */
+
+/* Columns per task in column-split reductions. */
+enum { CPU_COLCH = 128 };
+
+static inline size_t cpu_zmax(size_t a, size_t b) { return a > b ? a : b; }
+
+/* db[c] += sum_t x[t, c] over x [T, n], summed in double in row order (column-split tasks). */
+void mgt_cpu_colsum_acc(mgt_backend *be, float *db, const float *x, int T, int n);
+
+/* The k-th rounding buffer (cpu_impl.round_buf) grown to n floats; NULL after recording the
+ * failure (ops cannot fail).  Buffers: 0 and 1 the converted GEMM operands (cpu_linear.c
+ * operand_block: products of two rounded values are exact in fp32, so sgemm on the copies is the
+ * mixed-precision GEMM up to summation order) and widened 16-bit inputs (cpu_widen), 2 the row
+ * buffers of 16-bit outputs, 3 the backward's x. */
+float *mgt_cpu_round_buf(mgt_backend *be, int k, size_t n);
+
+/* OpenBLAS's thread count is process-wide: set it to this backend's before top-level sgemm calls
+ * (only when it changes, so one backend pays nothing).  cpu_linear.c. */
+void mgt_cpu_blas_threads(mgt_backend *be);
+
+/* Row buffers for ops that write 16-bit outputs: `per` floats for each thread, in rounding buffer
+ * 2; NULL (failure recorded) when it cannot grow.  Call outside parallel regions. */
+static inline float *cpu_row_bufs(mgt_backend *be, size_t per)
+{
+	return mgt_cpu_round_buf(be, 2, per * (size_t)cpu_threads(be));
+}
+
+/* Store row v [n] fp32 at element off of y, of type yt: copied (fp32) or rounded to nearest even
+ * (bf16, fp16: mgt_f32_to_bf16 / mgt_f32_to_f16, the GPU's __float2bfloat16_rn / __float2half_rn). */
+static inline void cpu_store_row(void *y, mgt_elem_type yt, size_t off, const float *v, int n)
+{
+	if (yt == MGT_DT_F32) {
+		memcpy((float *)y + off, v, (size_t)n * sizeof *v);
+		return;
+	}
+	uint16_t *h = (uint16_t *)y + off;
+	if (yt == MGT_DT_BF16)
+		for (int c = 0; c < n; c++)
+			h[c] = mgt_f32_to_bf16(v[c]);
+	else
+		for (int c = 0; c < n; c++)
+			h[c] = mgt_f32_to_f16(v[c]);
+}
+
+/* r[0..n) = the 16-bit elements h[0..n) of type t as fp32 (exact). */
+static inline void cpu_load_row(float *r, const uint16_t *h, mgt_elem_type t, size_t n)
+{
+	if (t == MGT_DT_BF16)
+		for (size_t c = 0; c < n; c++)
+			r[c] = mgt_bf16_to_f32(h[c]);
+	else
+		for (size_t c = 0; c < n; c++)
+			r[c] = mgt_f16_to_f32(h[c]);
+}
+
+/* x [n] of type t as fp32: x itself when fp32, else widened exactly into the k-th rounding buffer
+ * (NULL, the failure recorded, when it cannot grow). */
+static inline const float *cpu_widen(mgt_backend *be, int k, const void *x, mgt_elem_type t, size_t n)
+{
+	if (t == MGT_DT_F32)
+		return x;
+	float *r = mgt_cpu_round_buf(be, k, n);
+	if (r)
+		mgt_cpu_widen(be, r, x, t, n);
+	return r;
+}
+
+/* Where an op computes its fp32 result [n] bound for dst of type t: dst itself when fp32, else
+ * rounding buffer 4 (NULL, the failure recorded, when it cannot grow); cpu_narrow() then stores it. */
+static inline float *cpu_out32(mgt_backend *be, void *dst, mgt_elem_type t, size_t n)
+{
+	return t == MGT_DT_F32 ? dst : mgt_cpu_round_buf(be, 4, n);
+}
+
+/* dst [n] of type t = r [n] (rounded to nearest even when 16-bit; nothing to do when dst is r). */
+static inline void cpu_narrow(mgt_backend *be, void *dst, mgt_elem_type t, const float *r, size_t n)
+{
+	if (t != MGT_DT_F32)
+		mgt_cpu_cast(be, dst, t, r, n);
+	else if (dst != r)
+		memcpy(dst, r, n * sizeof *r);
+}
+
+/* cpu_narrow() dst [T, w] from r, then (db not NULL) db[w] += the column sums of the values stored
+ * (a 16-bit dst widened back into rounding buffer 4): the bias gradient of a 16-bit gradient. */
+void mgt_cpu_narrow_colsum(mgt_backend *be, void *dst, mgt_elem_type t, const float *r, float *db, int T, int w);
 
 #endif

@@ -1,5 +1,6 @@
 /* lib/backend: internals shared by the CUDA backend's host files (cuda.c: memory, errors, the op
- * table; cuda_gemm.c: the linear layers and the fp8 GEMM through cuBLASLt).  Not public.  Built
+ * table and the ops' glue to kernels/; cuda_attn.c: attention's; cuda_gemm.c: the linear layers and
+ * the fp8 GEMM through cuBLASLt).  Not public.  Built
  * with CUDA=1 only.
  *
  * Errors: ops do not return errors (backend.h), so the first failure of an op (a CUDA or cuBLASLt
@@ -88,10 +89,18 @@ bool mgt_cuda_ok(mgt_backend *be, const char *op, int rc);
 /* The scratch buffer, grown to at least bytes (synchronizing); NULL after recording a failure. */
 void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes);
 
+/* In an op of backend be: call the launcher `call` (which uses `ws`) when the scratch for `bytes` could be had. */
+#define WITH_WS(op, bytes, call)                                          \
+	do {                                                              \
+		void *ws = mgt_cuda_scratch(be, op, bytes);               \
+		if (ws)                                                   \
+			mgt_cuda_ok(be, op, call);                        \
+	} while (0)
+
 /* cuda_gemm.c: freeing the cached GEMM plans (the linear ops are there too). */
 void mgt_cuda_plans_free(cuda_impl *im);
 
-/* The ops of backend.h, mgt_cuda_<op> (cuda.c, cuda_gemm.c), declared from its list. */
+/* The ops of backend.h, mgt_cuda_<op> (cuda.c, cuda_attn.c, cuda_gemm.c), declared from its list. */
 #define MGT_CUDA_OP_DECL(ret, n, params) ret mgt_cuda_##n params;
 MGT_BACKEND_OPS(MGT_CUDA_OP_DECL)
 
