@@ -14,7 +14,7 @@
 #include "common.cuh"
 #include "kernels.h"
 
-using namespace mgt_attn;
+using namespace mgt_attn_k;
 
 /* Opts a kernel into `bytes` of dynamic shared memory when that is over the default 48 KB. */
 template <typename F> static cudaError_t allow_smem(F *kern, size_t bytes)

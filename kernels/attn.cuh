@@ -2,7 +2,7 @@
  * in fp32 on CUDA cores, flash-attention style
  * (Dao 2023, "FlashAttention-2", section 3.1 / Algorithm 1 forward, section 3.2 / Algorithm 2
  * backward); kernels/attn.cu launches it.  The function is the CPU backend's
- * (lib/backend/cpu_attn.c, lib/backend/backend.h attn_fwd / attn_bwd) up to fp32 rounding.
+ * (lib/backend/cpu_attn.c, lib/backend/backend.h attn_forward / attn_backward) up to fp32 rounding.
  *
  * Layouts (backend.h): qkv [T, ng, r + 2, d] with T = s*b sequence-first (token t = i*b + j for
  * position i of sequence j); query head n (0 <= n < H = ng*r) is slot n % r of group g = n / r,
@@ -14,7 +14,7 @@
  * drop_mult, and drop_mult4 for the four elements one Philox call serves); it applies to the
  * probabilities after the softmax sums (the normalizer l uses the undropped values).
  *
- * Blocks (context parallelism, backend.h attn_blk_*).  The kernels compute one block of that
+ * Blocks (context parallelism, backend.h MGT_ATTN_BLOCK).  The kernels compute one block of that
  * attention in general (struct geom): sq query rows at global positions qoff.. read from the
  * query slots of a fused qkv, against sk key rows at global positions koff.. read from a separate
  * key/value tensor with kvw slots per group (the key at slot kslot, the value after it); key k is
@@ -25,7 +25,7 @@
  * block sq = sk = s, qoff = koff = 0, ld_lse = s, with the key/value slots read from (and their
  * gradients written into) the same fused qkv (kvw = r + 2, kslot = r), acc = 0 (make_geom); under
  * a key mask dlt = sk, so every causal bound below covers all keys, and each thread reads the mask
- * bytes of its score columns (key_vis) once per key tile.  Cross-attention (backend.h xattn_*,
+ * bytes of its score columns (key_vis) once per key tile.  Cross-attention (backend.h MGT_ATTN_CROSS,
  * make_xgeom) is the block sq x sk with the queries read from a separate q [sq*b, ng*r, d] (qw = r
  * slots a group instead of r + 2), keys and values from kv [sk*b, ng, 2, d], dlt = sk (no causal
  * bound, with or without a key mask), and the dropout index of its two lengths (dsq = sq, dsk = sk
@@ -55,7 +55,7 @@
  * thread that sums in a fixed order: no atomics, so results are bitwise reproducible.  The cost
  * is computing S and dPd twice in the backward (seven tile products instead of five).
  *
- * Position bias (backend.h attn_bias_fwd / attn_bias_bwd, T5's relative positions; the kernels'
+ * Position bias (backend.h mgt_attn.bias, T5's relative positions; the kernels'
  * template argument BIAS, whole-sequence geometry only): the score of (i, k) of local head n
  * gains G.bias[(k - i + s - 1) heads_total + head0 + n] after the scaling, in natural units (the
  * kernels use expf, so lse stays the log-sum-exp of the biased scores), in the forward and in
@@ -80,7 +80,7 @@
 #include "common.cuh"
 #include "philox.cuh"
 
-namespace mgt_attn {
+namespace mgt_attn_k {
 
 enum { NT = 256, TW = 16 }; /* threads per block; the block is a TW x TW grid */
 
@@ -100,7 +100,7 @@ struct geom {
 	uint64_t key;
 	const uint8_t *km;  /* key padding mask [sk*b] (key k of sequence j: km[k*b + j], 1 visible);
 			     * NULL: causal.  Read by the MASK kernels only. */
-	const float *bias;  /* position bias [2 dsq - 1, heads_total] (backend.h attn_bias_fwd; the
+	const float *bias;  /* position bias [2 dsq - 1, heads_total] (backend.h mgt_attn.bias; the
 			     * whole sequence only); read by the BIAS kernels only, NULL otherwise */
 	float *ds;          /* BIAS backward: dq_kernel writes dS [b, H, sq, sk] here, dbias_kernel
 			     * sums it by distance; NULL otherwise */
@@ -132,7 +132,7 @@ static inline geom base_geom(int sq, int sk, int s, int b, int ng, int r, int d,
 	return G;
 }
 
-/* Whole-sequence attention of qkv (backend.h attn_fwd / attn_bwd): causal, or under key mask km
+/* Whole-sequence attention of qkv (backend.h MGT_ATTN_SELF): causal, or under key mask km
  * (dlt = s: no causal bound). */
 static inline geom make_geom(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0,
 			     int heads_total, const uint8_t *km)
@@ -145,7 +145,7 @@ static inline geom make_geom(int s, int b, int ng, int r, int d, float p, uint64
 	return G;
 }
 
-/* One block of context-parallel attention (backend.h attn_blk_*): queries from a fused qkv,
+/* One block of context-parallel attention (backend.h MGT_ATTN_BLOCK): queries from a fused qkv,
  * keys and values from kv [sk*b, ng, 2, d]; the backward accumulates. */
 static inline geom make_blk_geom(const mgt_k_attn_blk *g)
 {
@@ -159,7 +159,7 @@ static inline geom make_blk_geom(const mgt_k_attn_blk *g)
 	return G;
 }
 
-/* Cross-attention (backend.h xattn_fwd / xattn_bwd): queries from q [sq*b, ng*r, d] (r slots a
+/* Cross-attention (backend.h MGT_ATTN_CROSS): queries from q [sq*b, ng*r, d] (r slots a
  * group), keys and values from kv [sk*b, ng, 2, d]; no causal bound (dlt = sk), key mask km or
  * none (then every key is visible: the MASK = false kernels with dlt = sk); dropout index
  * ((j*heads_total + head0 + n)*sq + i)*sk + k; the backward writes. */
@@ -284,7 +284,7 @@ static __device__ __forceinline__ int last_key(const geom &G, int i)
 }
 
 /* The position bias of score (i, k) (block rows) of local head n: bias[(koff + k - qoff - i +
- * dsq - 1) heads_total + head0 + n] (backend.h attn_bias_fwd).  Read for visible keys only. */
+ * dsq - 1) heads_total + head0 + n] (backend.h mgt_attn.bias).  Read for visible keys only. */
 static __device__ __forceinline__ float pos_bias(const geom &G, int n, int i, int k)
 {
 	return G.bias[(size_t)(G.koff + k - G.qoff - i + G.dsq - 1) * (size_t)G.heads_total +
@@ -782,6 +782,6 @@ __global__ void __launch_bounds__(NT) dbias_kernel(geom G, float *dbias, const f
 	*db = acc;
 }
 
-} /* namespace mgt_attn */
+} /* namespace mgt_attn_k */
 
 #endif

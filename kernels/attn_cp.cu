@@ -1,5 +1,5 @@
 /* kernels/: the elementwise parts of context-parallel attention (kernels.h mgt_k_attn_blk_merge,
- * mgt_k_attn_kv_copy; the device twins of backend.h attn_blk_merge and attn_kv_copy).  The block
+ * mgt_k_attn_kv_copy; the device twins of backend.h attn_merge and attn_kv_copy).  The block
  * forward and backward are kernels/attn.cu's.
  *
  * Merge: one warp per (token, head) row of out [sq*b, H, d]; every lane reads the row's two

@@ -1,5 +1,5 @@
 /* kernels/: attention of new tokens against a key/value cache (inference; kernels.h
- * mgt_k_attn_kv, the device twin of the CPU op attn_kv in lib/backend/backend.h).
+ * mgt_k_attn_kv, the device twin of the CPU op attn_decode in lib/backend/backend.h).
  *
  * Two launches on the stream: kv_store copies every new token's key and value heads into the
  * caches; then one block of KV_THREADS threads per (token, query head) attends over the

@@ -32,13 +32,13 @@
  * a few bytes spilled) an H200 ran them 1.07-1.11x (forward) and 1.27-1.30x (backward) faster
  * (tests/bench/results/gpu-nvidia-h200-20261127-154859.txt, then MGT_ATTN_KERNEL=mma-occ).
  *
- * Key padding mask (MASK, geom km: backend.h attn_fwd).  The query-side kernels (forward, dQ) run
+ * Key padding mask (MASK, geom km: backend.h attn_forward).  The query-side kernels (forward, dQ) run
  * over all key tiles instead of up to the diagonal and test each score element's key against a
  * bit mask of the lane's 2 NK columns, read from km once per key tile (key_bits) in place of the
  * causal test; the dK/dV kernel runs over all query tiles and tests its two key rows' bytes, read
  * once.  A row that sees no key keeps l = 0: out 0, lse -inf (and P = 0 in the backward).
  *
- * Cross-attention (backend.h xattn_*, attn.cuh make_xgeom): the kernels take the queries (q) and
+ * Cross-attention (backend.h MGT_ATTN_CROSS, attn.cuh make_xgeom): the kernels take the queries (q) and
  * the keys and values (kvg) as separate tensors, sq query rows and sk key rows (the fused qkv twice
  * and s, s for self-attention); without a mask the bound k <= i + dlt with dlt = sk (0: causal)
  * lets every key below sk through.
@@ -51,13 +51,13 @@
 
 namespace mgt_attn_mma {
 
-using mgt_attn::drop_mult4;
-using mgt_attn::drop_row0;
-using mgt_attn::geom;
-using mgt_attn::kv_off;
-using mgt_attn::out_off;
-using mgt_attn::qkv_off;
-using mgt_attn::vec_off;
+using mgt_attn_k::drop_mult4;
+using mgt_attn_k::drop_row0;
+using mgt_attn_k::geom;
+using mgt_attn_k::kv_off;
+using mgt_attn_k::out_off;
+using mgt_attn_k::qkv_off;
+using mgt_attn_k::vec_off;
 using mgt_attn_tc::load_kv;
 using mgt_attn_tc::load_qdo;
 using mgt_attn_tc::load_tile;

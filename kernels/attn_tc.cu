@@ -23,9 +23,9 @@
 	kern<<<grid, block, smem, stream>>>(__VA_ARGS__)
 #endif
 
-using mgt_attn::geom;
-using mgt_attn::make_geom;
-using mgt_attn::make_xgeom;
+using mgt_attn_k::geom;
+using mgt_attn_k::make_geom;
+using mgt_attn_k::make_xgeom;
 using namespace mgt_attn_tc;
 
 /* Opts a kernel into `bytes` of dynamic shared memory when that is over the default 48 KB. */
@@ -144,7 +144,7 @@ extern "C" int mgt_k_xattn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *l
 extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d)
 {
 	(void)d;
-	return mgt_attn::ws_bytes(seq, b, ng, r);
+	return mgt_attn_k::ws_bytes(seq, b, ng, r);
 }
 
 /* The backward's tensors: dq, dkv written (both dqkv for self-attention), q and kv read (qkv). */
@@ -190,8 +190,8 @@ static int tc_bwd_dim(cudaStream_t st, int impl, float *dq, float *dkv, const fl
 {
 	const tc_bwd_args<T> a = {dq, dkv, dout, (const T *)q, (const T *)kv, lse, (const float *)ws};
 	const long long rows = (long long)G.sq * G.b * G.H;
-	const unsigned nb = (unsigned)((rows + mgt_attn::NT / 32 - 1) / (mgt_attn::NT / 32));
-	MGT_LAUNCH(mgt_attn::rowdot_kernel<T>, nb, mgt_attn::NT, 0, st, G, (float *)ws, dout, (const T *)out);
+	const unsigned nb = (unsigned)((rows + mgt_attn_k::NT / 32 - 1) / (mgt_attn_k::NT / 32));
+	MGT_LAUNCH(mgt_attn_k::rowdot_kernel<T>, nb, mgt_attn_k::NT, 0, st, G, (float *)ws, dout, (const T *)out);
 	switch (tc_pad_dim(G.d)) {
 	case 16: return tc_bwd_launch<T, 16, 64>(st, impl, a, G, vec);
 	case 32: return tc_bwd_launch<T, 32, 64>(st, impl, a, G, vec);

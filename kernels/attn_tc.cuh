@@ -5,7 +5,7 @@
  *
  * Function of those kernels.  The same as kernels/attn.cuh (FlashAttention-2 forward, Algorithm 1,
  * and backward, Algorithm 2; the layouts, causal or key padding mask, GQA grouping, dropout placement and Philox
- * indices of lib/backend/backend.h attn_fwd / attn_bwd, and of xattn_fwd / xattn_bwd: the query
+ * indices of lib/backend/backend.h attn_forward / attn_backward, self and cross: the query
  * rows from q, sq of them, the key rows from kv, sk of them, on attn.cuh's geometry), except that qkv and out are T in memory
  * (the model's 16-bit storage: out written rounded to nearest even; dO, dQKV, lse stay fp32) and
  * the six matrix products take operands of type T as FlashAttention does: Q K^T, P V in the
@@ -38,13 +38,13 @@
 
 namespace mgt_attn_tc {
 
-using mgt_attn::drop_mult;
-using mgt_attn::drop_row0;
-using mgt_attn::geom;
-using mgt_attn::kv_off;
-using mgt_attn::out_off;
-using mgt_attn::qkv_off;
-using mgt_attn::vec_off;
+using mgt_attn_k::drop_mult;
+using mgt_attn_k::drop_row0;
+using mgt_attn_k::geom;
+using mgt_attn_k::kv_off;
+using mgt_attn_k::out_off;
+using mgt_attn_k::qkv_off;
+using mgt_attn_k::vec_off;
 
 enum { NW = 4, NTC = 32 * NW }; /* warps, threads per block */
 

@@ -99,8 +99,8 @@ int mgt_k_head_norm_bwd(mgt_k_stream s, int kind, void *dx, float *dw, float *db
 int mgt_k_rope(mgt_k_stream s, void *qkv, mgt_k_dtype qt, const int32_t *pos, const float *inv_freq, int T, int ng,
 	       int r, int d, int rot_dim, int inverse);
 
-/* ---- attention with GQA (flash-style: lse saved, nothing O(s^2) stored), backend.h attn_fwd /
- * attn_bwd: causal when key_mask is NULL, else bidirectional over the keys key_mask [seq*b]
+/* ---- attention with GQA (flash-style: lse saved, nothing O(s^2) stored), backend.h attn_forward /
+ * attn_backward, MGT_ATTN_SELF: causal when key_mask is NULL, else bidirectional over the keys key_mask [seq*b]
  * (device memory, uint8, element i*b + j for position i of sequence j; 1 visible, 0 masked)
  * leaves visible; a query with no visible key gets out 0, lse -inf and 0 gradients ---- */
 int mgt_k_attn_fwd(mgt_k_stream s, float *out, float *lse, const float *qkv, int seq, int b,
@@ -110,7 +110,7 @@ size_t mgt_k_attn_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
 int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *qkv,
 		   const float *out, const float *lse, int seq, int b, int ng, int r, int d, float p,
 		   uint64_t key, int head0, int heads_total, const uint8_t *key_mask, void *ws);
-/* The same with T5's position bias (backend.h attn_bias_fwd / attn_bias_bwd; kernels/attn.cuh,
+/* The same with T5's position bias (backend.h attn_forward / attn_backward with mgt_attn.bias; kernels/attn.cuh,
  * BIAS): bias [2 seq - 1, heads_total] fp32 device memory, score (i, i') of local head n gains
  * bias[(i' - i + seq - 1) heads_total + head0 + n] after the scaling; the backward ADDS dS summed
  * by distance into dbias (same layout, only columns head0..head0 + ng*r - 1; deterministic) and
@@ -125,14 +125,14 @@ int mgt_k_attn_bias_bwd(mgt_k_stream s, float *dqkv, const float *dout, const fl
 			uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
 			const float *bias, float *dbias, void *ws);
 
-/* ---- attention blocks for context parallelism (backend.h attn_blk_*, attn_kv_copy; the block
+/* ---- attention blocks for context parallelism (backend.h attn_forward / attn_backward of kind MGT_ATTN_BLOCK, attn_merge, attn_kv_copy; the block
  * forward and backward are kernels/attn.cu's kernels on a block geometry, fp32 on CUDA cores;
- * merge and copy in kernels/attn_cp.cu).  mgt_k_attn_blk is backend.h's mgt_attn_blk (from
- * lib/backend/attn_blk.h, the one lib/ header included here); the launchers read it on the host.  The
+ * merge and copy in kernels/attn_cp.cu).  mgt_k_attn_blk is backend.h's descriptor mgt_attn (from
+ * lib/backend/attn.h, which brings util/util.h's types; the one lib/ header included here); the launchers read it on the host.  The
  * backward accumulates into dq's query slots and into dkv with fixed summation orders (no
  * atomics), and needs ws for D = rowsum(dout * out), laid out as lse. ---- */
-#include "backend/attn_blk.h" /* mgt_attn_blk: the struct of backend.h, and of its C ABI here */
-typedef mgt_attn_blk mgt_k_attn_blk;
+#include "backend/attn.h" /* mgt_attn: the descriptor of backend.h, and of its C ABI here */
+typedef mgt_attn mgt_k_attn_blk;
 int mgt_k_attn_blk_fwd(mgt_k_stream s, const mgt_k_attn_blk *g, float *out, float *lse,
 		       const float *q, const float *kv);
 int mgt_k_attn_blk_merge(mgt_k_stream s, const mgt_k_attn_blk *g, float *out, float *lse,
@@ -145,7 +145,7 @@ int mgt_k_attn_blk_bwd(mgt_k_stream s, const mgt_k_attn_blk *g, float *dq, float
  * other way (qkv's query slots untouched).  Exact copies. */
 int mgt_k_attn_kv_copy(mgt_k_stream s, float *qkv, float *kv, int T, int ng, int r, int d, int to_kv);
 
-/* Attention of T new tokens against a key/value cache (kernels/attn_kv.cu), the CPU op attn_kv:
+/* Attention of T new tokens against a key/value cache (kernels/attn_kv.cu), the CPU op attn_decode:
  * stores their keys and values in kc, vc [B, ng, S, d], then writes out [T, ng*r, d], with the
  * position bias [2 bs - 1, ng*r] added to the scores when bias is not NULL.  d <= 256 and
  * ng*r <= 65535 (cudaErrorInvalidValue otherwise). */
@@ -173,7 +173,7 @@ int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout,
 		      const void *out, const float *lse, int seq, int b, int ng, int r, int d,
 		      float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask, void *ws,
 		      int impl);
-/* ---- cross-attention (backend.h xattn_fwd / xattn_bwd): q [sq*b, ng*r, d], kv [sk*b, ng, 2, d],
+/* ---- cross-attention (backend.h attn_forward / attn_backward, MGT_ATTN_CROSS): q [sq*b, ng*r, d], kv [sk*b, ng, 2, d],
  * out and dout [sq*b, ng*r, d], lse [b, ng*r, sq], key_mask [sk*b] (device memory) or NULL (every
  * key visible); no causal bound; the backward writes dq and dkv and needs ws of
  * mgt_k_xattn_bwd_ws_bytes (D, laid out as lse).  mgt_k_xattn_*: fp32 on CUDA cores (kernels/attn.cu);

@@ -66,7 +66,7 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * layer's logits are 16-bit too (linear_fwd writes them rounded, the
  * cross-entropy ops read them and xent_bwd writes their gradient in place in that type), as
  * Megatron's bf16 output layer does: that changes the loss by the logits' rounding.  So are
- * the fused QKV activation and the attention output (rope and attn_fwd / attn_bwd take them with
+ * the fused QKV activation and the attention output (rope and attn_forward / attn_backward take them with
  * their type): linear_fwd writes qkv rounded, rope rounds its rotated values, attention reads
  * them and writes its output rounded (Megatron's bf16 core attention).  So are the row-parallel
  * outputs (linear_proj, linear_fc2: linear_fwd writes them rounded, the TP reduction sums them
@@ -76,7 +76,7 @@ typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
  * (linear_bwd writes dx rounded; norm_bwd and embedding_bwd read it): what Megatron's bf16
  * autograd stores and its TP and PP communication moves.  So are the gradients inside attention
  * and the MLP (of the attention output, the fused QKV, the MLP activation and fc1's output:
- * attn_bwd and bias_act_bwd take them with their type).  So are the MoE layers' tokens,
+ * attn_backward and bias_act_bwd take them with their type).  So are the MoE layers' tokens,
  * expert activations and their gradients (the row ops and grouped linears take their type; the
  * expert-parallel all-to-all moves them in 16 bits), as Megatron's bf16 experts; the router's
  * logits, the probabilities and their gradients stay fp32.  So are the gradients through
@@ -96,8 +96,9 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	return p == MGT_PREC_BF16 ? MGT_DT_BF16 : p == MGT_PREC_FP16 ? MGT_DT_F16 : MGT_DT_F32;
 }
 
-/* The shape of one block of context-parallel attention (attn_blk_* below): mgt_attn_blk. */
-#include "backend/attn_blk.h"
+/* The descriptor of an attention call (attn_forward, attn_backward, attn_decode, attn_merge
+ * below): mgt_attn. */
+#include "backend/attn.h"
 
 /* The op table as data: X(return type, name, (parameters)) for each op, in table order, each
  * entry after the comment that gives its contract.  mgt_backend_ops has one function pointer per
@@ -198,159 +199,96 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	X(void, rope, (mgt_backend *be, void *qkv, mgt_elem_type qt, const int32_t *pos, \
 		const float *inv_freq, int T, int ng, int r, int d, int rot_dim, bool inverse)) \
 	\
-	/* ---- self-attention (GQA): causal, or bidirectional under a key padding mask ---- */ \
-	/* qkv [T, ng, r + 2, d] as above (after RoPE), T = s*b sequence-first.  Query head n \
-	 * (0 <= n < ng*r) of group g = n / r attends with key/value head g over the keys V(i, j) \
-	 * that query i of sequence j sees: \
-	 *   out[t=(i,j), n, :] = sum_{i' in V(i,j)} softmax_i'(scale * q_i.k_i') * v_i',   scale = 1/sqrt(d) \
-	 * written to out [T, ng*r, d].  key_mask selects V: \
-	 *   NULL: causal, V(i, j) = {i' <= i} (Megatron's AttnMaskType.causal, GPT). \
-	 *   non-NULL: key padding, V(i, j) = {i' : key_mask[i'*b + j] != 0} for every query i, no \
-	 *     causal limit (Megatron-Core TEDotProductAttention with AttnMaskType.padding, BERT's \
-	 *     bidirectional attention: megatron-bert-t5.md section 3.2, where the mask [b, 1, 1, s] \
-	 *     masks keys only; FlashAttention's key padding).  key_mask [T] uint8 in backend memory, \
-	 *     laid out as qkv's rows (element i*b + j for position i of sequence j): 1 = the key is \
-	 *     visible, 0 = masked (Megatron's padding mask is the opposite: True = masked).  Padded \
-	 *     queries are computed like the others (they attend to the visible keys). \
-	 * A query that sees no key (every key of its sequence masked) gets out 0 and lse -inf, and \
-	 * attn_bwd gives it and through it 0 gradients (no NaN anywhere). \
-	 * lse [b, ng*r, s] (written) holds the log-sum-exp of each softmax row (flash-attention style: \
-	 * the backward recomputes probabilities, nothing O(s^2) is stored).  Attention dropout p \
-	 * applies to the probabilities; element (j, n, i, i') is kept by the Philox word \
-	 * mgt_attn_drop_word(key, j*heads_total + head0 + n, s, s, i, i') (lib/util: one counter serves \
-	 * the four elements {i, i + 8} x {i', i' + 8} of 16 x 16 squares; with or without the mask), \
-	 * where head0 is the global index of local head 0 (tensor parallelism) and heads_total the \
-	 * global head count. \
-	 * qkv and out hold elements of type t: fp32, or bf16/fp16 (the storage of a 16-bit training \
-	 * precision: qkv read as its fp32 values, out written rounded to nearest even); lse is fp32. \
-	 * Under a 16-bit precision the CUDA backend's tensor-core kernels read 16-bit qkv and write \
-	 * 16-bit out directly (an fp32 qkv is rounded, and its fp32 out holds the rounded values); the \
-	 * CPU widens a 16-bit qkv, computes in fp32 and rounds out. */ \
-	X(void, attn_fwd, (mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, \
-		int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, \
-		const uint8_t *key_mask)) \
-	/* Backward: writes dqkv [T, ng, r + 2, d] from dout [T, ng*r, d], both of type gt (fp32, or \
-	 * bf16/fp16: dout read as its fp32 values, dqkv computed in fp32 and rounded to nearest even), \
-	 * given the forward's qkv, out (of type t, as attn_fwd's) and lse and the same dropout \
-	 * parameters and key_mask.  The CUDA backend's kernels read and write fp32 gradients: a 16-bit \
-	 * dout and dqkv go through scratch. */ \
-	X(void, attn_bwd, (mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, \
-		const void *qkv, const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, \
-		int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)) \
-	/* attn_fwd and attn_bwd with a position bias added to the scaled scores (T5's relative \
-	 * position bias, megatron-bert-t5.md section 3.3: Transformer Engine's post_scale_bias): \
-	 * bias [2 s - 1, heads_total] fp32 in backend memory, score (i, i') of global head \
-	 * head0 + n gains bias[(i' - i + s - 1) heads_total + head0 + n]; the backward ACCUMULATES \
-	 * the scores' gradient dS into dbias (same layout; only this rank's heads' columns), summed \
-	 * over sequences and query positions in a fixed order (each element the same bits on every \
-	 * run).  The rest as attn_fwd / attn_bwd.  dS is the gradient of the softmax's input (the \
-	 * scaled and biased score; dropout included), 0 for the keys a query does not see.  The CUDA \
-	 * backend runs them on its fp32 CUDA-core kernels in every precision (no tensor cores: \
-	 * slower than attn_fwd / attn_bwd under --bf16/--fp16), and its backward holds dS \
-	 * [b, ng*r, s, s] fp32 in scratch (O(b h s^2) memory, as Transformer Engine's unfused \
-	 * attention, which Megatron-Core runs for a bias with a gradient). */ \
-	X(void, attn_bias_fwd, (mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, \
-		int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, \
-		const uint8_t *key_mask, const float *bias)) \
-	X(void, attn_bias_bwd, (mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, \
-		const void *qkv, const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, \
-		int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask, \
-		const float *bias, float *dbias)) \
-	\
-	/* ---- cross-attention (T5's decoder over the encoder's output) ---- \
-	 * Megatron-Core's CrossAttention (megatron/core/transformer/attention.py; megatron-bert-t5.md \
-	 * section 3.3): linear_q of the decoder's hidden states gives the queries, linear_kv of the \
-	 * encoder's output the keys and values, and core attention runs unmasked by position (no \
-	 * causal limit) under the padding mask of the encoder's keys.  Layouts, rows sequence-first: \
-	 *   q    [sq*b, ng*r, d]   row i*b + j: decoder position i of sequence j; query head n = g*r + m \
-	 *                          is head m of group g (Megatron-Core's CrossAttention has ng = heads, \
-	 *                          r = 1; r > 1 is GQA as attn_fwd's) \
-	 *   kv   [sk*b, ng, 2, d]  row i'*b + j: encoder position i' of sequence j; per group its key \
-	 *                          head then its value head (linear_kv's output, attn_blk_*'s kv) \
-	 *   out  [sq*b, ng*r, d],  lse [b, ng*r, sq] fp32 (element (j, n, i) at (j*ng*r + n)*sq + i) \
-	 *   out[i*b + j, n, :] = sum_{i' : key_mask[i'*b + j] != 0} softmax_i'(scale q.k_i') v_i', \
-	 *   scale = 1/sqrt(d), with q query head n of row i*b + j and k, v group n / r of row i'*b + j. \
-	 * key_mask [sk*b] uint8 in backend memory (1 = visible, as attn_fwd's), or NULL: every key \
-	 * visible.  A query with no visible key gets out 0 and lse -inf, and xattn_bwd gives it and \
-	 * through it 0 gradients (no NaN).  Dropout p on the probabilities: element (j, n, i, i') is \
-	 * kept by mgt_attn_drop_word(key, j*heads_total + head0 + n, sq, sk, i, i') (attn_fwd's scheme \
-	 * with the two lengths; head0, heads_total as there).  Types as attn_fwd's: q, kv and out of type t (fp32, \
-	 * or bf16/fp16 storage read as fp32, out written rounded to nearest even), fp32 softmax and \
-	 * accumulation; the CUDA backend runs its tensor-core kernels under a 16-bit precision where \
-	 * attn_fwd does.  Counts of 0 (sq, sk, b, ng, r, d) do nothing.  Writes out and lse. */ \
-	X(void, xattn_fwd, (mgt_backend *be, void *out, float *lse, const void *q, const void *kv, \
-		mgt_elem_type t, int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, \
-		int head0, int heads_total, const uint8_t *key_mask)) \
-	/* Backward: writes dq [sq*b, ng*r, d] and dkv [sk*b, ng, 2, d] (not accumulated) from dout \
-	 * [sq*b, ng*r, d], all three of type gt (fp32, or bf16/fp16: dout read as fp32, the gradients \
-	 * computed in fp32 and rounded to nearest even), given the forward's q, kv, out (of type t) \
-	 * and lse and the same dropout parameters and key_mask (Dao et al. 2022, algorithm 2: P = \
-	 * exp(S - lse), D = rowsum(dO * O), dS = P (dP - D)).  The CUDA kernels read and write fp32 \
-	 * gradients: 16-bit ones go through scratch. */ \
-	X(void, xattn_bwd, (mgt_backend *be, void *dq, void *dkv, const void *dout, mgt_elem_type gt, \
-		const void *q, const void *kv, const void *out, mgt_elem_type t, const float *lse, int sq, \
-		int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, \
-		const uint8_t *key_mask)) \
-	\
-	/* ---- attention blocks for context parallelism (megatron-moe-cp.md section 2.3) ---- \
-	 * Causal attention cut into blocks: one block is the queries of `sq` consecutive positions \
-	 * against the keys and values of `sk` consecutive positions, both placed by their *global* \
-	 * positions in the full sequence of length g->s: query i (0 <= i < sq) sits at qoff + i, \
-	 * key i' (0 <= i' < sk) at koff + i', and the key is visible iff koff + i' <= qoff + i (so a \
-	 * block is the causal diagonal when qoff == koff, unmasked when koff + sk <= qoff + 1, empty \
-	 * when koff > qoff + sq - 1).  Layouts, rows sequence-first (row t = i*b + j): \
-	 *   q    [sq*b, ng, r + 2, d]  the fused QKV activation (as attn_fwd's qkv) at the block's \
-	 *                              first row; only the r query slots are read (dq: written to) \
-	 *   kv   [sk*b, ng, 2, d]      per query group its key head then its value head \
-	 *   out  [sq*b, ng*r, d] \
-	 *   lse  element (j, n, i) at lse[(j*ng*r + n) * g->ld_lse + i]  (ld_lse >= sq) \
-	 * Dropout on the probabilities uses attn_fwd's draw with global positions: \
-	 * mgt_attn_drop_word(key, j*heads_total + head0 + n, s, s, qoff + i, koff + i'), so that blocks \
-	 * covering a sequence draw exactly the mask the whole-sequence attn_fwd draws.  Ring attention \
-	 * (TransformerEngine's AttnFuncWithCPAndKVP2P) runs attn_blk_fwd on every visible block and \
-	 * merges the partial results with attn_blk_merge; the backward runs attn_blk_bwd on every \
-	 * visible block with the merged out and lse (Dao et al. 2022, algorithm 2: the probabilities \
-	 * of a block are exp(S - lse) with the row's final lse, D = rowsum(dO * O) with its final O). \
-	 * Counts of 0 (sq, sk, b) do nothing. */ \
-	/* out and lse of one block: out normalized over this block's visible keys, lse their \
-	 * log-sum-exp; a row with no visible key gets out 0 and lse -inf.  Writes out (all sq*b rows) \
-	 * and lse (its sq entries of every (j, n) row). */ \
-	X(void, attn_blk_fwd, (mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, \
-		const float *q, const float *kv)) \
-	/* Merge a block's (ob, lb) into the running (out, lse), both laid out as above with g->sq \
-	 * rows and g->ld_lse: lse' = log(exp(lse) + exp(lb)), out' = out exp(lse - lse') + \
-	 * ob exp(lb - lse'); rows where both are -inf stay (0, -inf).  Updates out and lse. */ \
-	X(void, attn_blk_merge, (mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, \
-		const float *ob, const float *lb)) \
-	/* Backward of one block given the rows' final (merged) out and lse and dout [sq*b, ng*r, d]: \
-	 * dq's query slots ACCUMULATE dS K scale (its key and value slots untouched), dkv \
-	 * accumulates the block's dK and dV. */ \
-	X(void, attn_blk_bwd, (mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, \
-		const float *dout, const float *q, const float *kv, const float *out, const float *lse)) \
-	/* Copy between the key/value slots of qkv [T, ng, r + 2, d] and kv [T, ng, 2, d]: \
-	 * to_kv true writes kv from qkv, false writes qkv's key and value slots from kv (its query \
-	 * slots untouched). */ \
-	X(void, attn_kv_copy, (mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, \
-		bool to_kv)) \
-	\
-	/* ---- attention against a key/value cache (inference; no dropout, no backward) ---- \
-	 * qkv [T, ng, r + 2, d] holds T new tokens laid out as above (after RoPE and the head \
-	 * norms); token t belongs to cache sequence seq[t] (0 <= seq[t] < B) at position pos[t] \
-	 * (0 <= pos[t] < S).  The caches kc, vc [B, ng, S, d] (one layer's keys and values) first \
-	 * receive every new token's key and value head: kc[seq[t], g, pos[t], :] = k_g(t), likewise \
-	 * vc; then query head n of group g = n / r of token t attends causally over its sequence: \
+	/* ---- attention: four ops behind one descriptor, mgt_attn (attn.h) ---- \
+	 * Megatron-Core's core attention (megatron/core/transformer/dot_product_attention.py): for \
+	 * query head n (0 <= n < ng*r) of group g = n / r (GQA: key/value head g) and sequence j, \
+	 *   out[i, n, :] = sum_{i' in V(i, j)} softmax_i'(scale * q_i.k_i' + bias) * v_i',  scale = 1/sqrt(d) \
+	 * over the keys V(i, j) that query i sees; rows are sequence-first (row i*b + j: position i of \
+	 * sequence j).  a->kind gives the layouts (attn.h mgt_attn_kind) and V: \
+	 *   SELF, key_mask NULL: causal, V = {i' <= i} (Megatron's AttnMaskType.causal, GPT). \
+	 *   SELF or CROSS, key_mask set: key padding, V = {i' : key_mask[i'*b + j] != 0}, no causal \
+	 *     limit (Megatron-Core TEDotProductAttention with AttnMaskType.padding, BERT's \
+	 *     bidirectional attention and T5's encoder; the mask [b, 1, 1, s] masks keys only; \
+	 *     Megatron's padding mask is the opposite: True = masked).  Padded queries are computed \
+	 *     like the others. \
+	 *   CROSS, key_mask NULL: every key (Megatron-Core's CrossAttention, T5's decoder over the \
+	 *     encoder's output; ng = heads, r = 1 there, r > 1 is GQA). \
+	 *   BLOCK: the queries of sq consecutive positions against the keys of sk, placed by their \
+	 *     global positions in the sequence of length s: query i at qoff + i, key i' at koff + i', \
+	 *     visible iff koff + i' <= qoff + i (the causal diagonal when qoff == koff, unmasked when \
+	 *     koff + sk <= qoff + 1, empty when koff > qoff + sq - 1): context parallelism. \
+	 * A query that sees no key gets out 0 and lse -inf, and the backward gives it and through it \
+	 * 0 gradients (no NaN anywhere).  lse [b, ng*r, sq] fp32 (element (j, n, i) at \
+	 * (j*ng*r + n)*ld + i, ld = sq, or a->ld_lse for BLOCK): the log-sum-exp of each softmax row \
+	 * (the backward recomputes the probabilities: nothing O(s^2) is stored). \
+	 * Position bias (a->bias, SELF only; T5's relative position bias, Transformer Engine's \
+	 * post_scale_bias): [2 s - 1, heads_total] fp32, score (i, i') of global head head0 + n gains \
+	 * bias[(i' - i + s - 1) heads_total + head0 + n]; the backward ACCUMULATES the scores' \
+	 * gradient dS (of the softmax's input, dropout included; 0 for keys not seen) into a->dbias, \
+	 * same layout, only this rank's heads' columns, summed over sequences and query positions in \
+	 * a fixed order.  The CUDA backend runs biased attention on its fp32 CUDA-core kernels in \
+	 * every precision, and its backward holds dS [b, ng*r, s, s] fp32 in scratch (O(b h s^2), as \
+	 * Transformer Engine's unfused attention, which Megatron-Core runs for a bias with a gradient). \
+	 * Dropout p on the probabilities: element (j, n, i, i') is kept by the Philox word \
+	 * mgt_attn_drop_word(key, j*heads_total + head0 + n, S_q, S_k, i, i') (lib/util: one counter \
+	 * serves the four elements {i, i + 8} x {i', i' + 8} of 16 x 16 squares), with S_q = S_k = s \
+	 * (SELF), S_q = sq, S_k = sk (CROSS), and for BLOCK s, s and the global positions qoff + i, \
+	 * koff + i', so that blocks covering a sequence draw exactly the mask SELF draws.  head0 is \
+	 * the global index of local head 0 (tensor parallelism), heads_total the global head count. \
+	 * Types: q, kv and out of type a->t (SELF, CROSS: fp32, or bf16/fp16 storage of a 16-bit \
+	 * training precision, read as fp32, out written rounded to nearest even; BLOCK: fp32); \
+	 * softmax and accumulation fp32.  Under a 16-bit precision the CUDA backend's tensor-core \
+	 * kernels (kernels/attn_tc.cu) read 16-bit q and kv and write 16-bit out directly for SELF \
+	 * without bias and CROSS (an fp32 input is rounded, and its fp32 out holds the rounded \
+	 * values); the CPU widens 16-bit inputs, computes in fp32 and rounds out.  Counts of 0 (sq, \
+	 * sk, b) do nothing.  Ring attention (TransformerEngine's AttnFuncWithCPAndKVP2P) runs \
+	 * attn_forward on every visible BLOCK and merges the partial results with attn_merge; its \
+	 * backward runs attn_backward on every visible block with the merged out and lse. */ \
+	/* Forward: writes out [sq*b, ng*r, d] and lse.  q and kv as a->kind says (SELF: q the fused \
+	 * qkv, kv NULL).  BLOCK: out normalized over this block's visible keys, lse their \
+	 * log-sum-exp (all sq*b rows, its sq entries of every (j, n) row). */ \
+	X(void, attn_forward, (mgt_backend *be, const mgt_attn *a, void *out, float *lse, const void *q, \
+		const void *kv)) \
+	/* Backward (Dao et al. 2022, algorithm 2: P = exp(S - lse), D = rowsum(dO * O), dS = P (dP - D)) \
+	 * from dout [sq*b, ng*r, d] given the forward's q, kv, out and lse (BLOCK: the rows' final, \
+	 * merged out and lse) and the same descriptor.  SELF: WRITES dq [s*b, ng, r + 2, d] (all three \
+	 * slots; dkv NULL).  CROSS: WRITES dq [sq*b, ng*r, d] and dkv [sk*b, ng, 2, d].  BLOCK: dq's \
+	 * query slots ACCUMULATE dS K scale (its key and value slots untouched), dkv accumulates the \
+	 * block's dK and dV.  dout, dq and dkv of type a->gt (fp32, or bf16/fp16: dout read as fp32, \
+	 * the gradients computed in fp32 and rounded to nearest even; BLOCK fp32); the CUDA kernels \
+	 * read and write fp32 gradients, 16-bit ones go through scratch. */ \
+	X(void, attn_backward, (mgt_backend *be, const mgt_attn *a, void *dq, void *dkv, const void *dout, \
+		const void *q, const void *kv, const void *out, const float *lse)) \
+	/* The context-parallel merge (TransformerEngine's context_parallel, AttnFuncWithCPAndKVP2P's \
+	 * flash_attn_fwd_out_correction): a block's (ob, lb) into the running (out, lse), both laid \
+	 * out as BLOCK's with a->sq rows and a->ld_lse: lse' = log(exp(lse) + exp(lb)), \
+	 * out' = out exp(lse - lse') + ob exp(lb - lse'); rows where both are -inf stay (0, -inf). \
+	 * Uses a's b, ng, r, d, sq, ld_lse.  Updates out and lse (fp32). */ \
+	X(void, attn_merge, (mgt_backend *be, const mgt_attn *a, float *out, float *lse, const float *ob, \
+		const float *lb)) \
+	/* Attention against a key/value cache (inference; no dropout, no backward): qkv [T, ng, r + 2, d] \
+	 * holds T = a->sq new tokens laid out as SELF's q (after RoPE and the head norms); token t \
+	 * belongs to cache sequence seq[t] at position pos[t] (0 <= pos[t] < a->sk = S).  The caches \
+	 * kc, vc [B, ng, S, d] (one layer's keys and values) first receive every new token's key and \
+	 * value head: kc[seq[t], g, pos[t], :] = k_g(t), likewise vc; then query head n of group \
+	 * g = n / r of token t attends causally over its sequence: \
 	 *   out[t, n, :] = sum_{i <= pos[t]} softmax_i(scale * q_n(t).kc[seq[t], g, i]) vc[seq[t], g, i] \
-	 * with scale = 1/sqrt(d) (megatron/core/transformer/dot_product_attention.py; the inference \
-	 * key/value memory of megatron/core/inference/ and megatron/core/transformer/attention.py \
+	 * (megatron/core/transformer/dot_product_attention.py; the inference key/value memory of \
+	 * megatron/core/inference/ and megatron/core/transformer/attention.py \
 	 * _adjust_key_value_for_inference).  Positions 0..pos[t] of the sequence must hold keys: from \
 	 * this call or an earlier one.  No two tokens of one call may share (seq, pos).  Writes out \
-	 * [T, ng*r, d] and those cache rows; seq, pos [T] int32.  Softmax sums in fp32, max first. \
-	 * bias (NULL: none): T5's relative position bias as attn_bias_fwd's, [2 bs - 1, ng*r] fp32 in \
-	 * backend memory laid out for bs positions (pos[t] < bs): the score of query head n of token \
-	 * t against cached position i gains bias[(i - pos[t] + bs - 1) ng*r + n]. */ \
-	X(void, attn_kv, (mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, \
-		const int32_t *seq, const int32_t *pos, int T, int ng, int r, int d, int S, \
-		const float *bias, int bs)) \
+	 * [T, ng*r, d] and those cache rows; seq, pos [T] int32; all fp32.  Softmax sums in fp32, max \
+	 * first.  a->bias (NULL: none): SELF's position bias laid out for a->s = bs positions (pos[t] \
+	 * < bs) over heads_total = ng*r, head0 = 0: the score of query head n of token t against \
+	 * cached position i gains bias[(i - pos[t] + bs - 1) ng*r + n].  Uses a's sq, sk, ng, r, d, s \
+	 * and bias. */ \
+	X(void, attn_decode, (mgt_backend *be, const mgt_attn *a, float *out, float *kc, float *vc, \
+		const float *qkv, const int32_t *seq, const int32_t *pos)) \
+	/* Not attention math: copy between the key/value slots of qkv [T, ng, r + 2, d] and kv \
+	 * [T, ng, 2, d] (context parallelism's exchanged blocks): to_kv true writes kv from qkv, false \
+	 * writes qkv's key and value slots from kv (its query slots untouched). */ \
+	X(void, attn_kv_copy, (mgt_backend *be, float *qkv, float *kv, int T, int ng, int r, int d, \
+		bool to_kv)) \
 	\
 	/* ---- MLP activation with the fc1 bias (Megatron's bias-activation fusion) ---- */ \
 	/* GELU (erf form) or GELU_TANH: x [T, f], y = gelu(x + b), y [T, f]; the tanh form is \
@@ -511,6 +449,11 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	X(void, add, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n))
 
 #define MGT_BACKEND_OP_FIELD(ret, name, params) ret(*name) params;
+#define MGT_BACKEND_OP_ID(ret, name, params) MGT_OP_##name,
+#define MGT_BACKEND_OP_NAME(ret, name, params) #name,
+
+/* The ops' identifiers, MGT_OP_<name> in table order (mgt_backend_supports), and their count. */
+typedef enum { MGT_BACKEND_OPS(MGT_BACKEND_OP_ID) MGT_OP_COUNT } mgt_backend_op;
 
 typedef struct mgt_backend_ops {
 	const char *name; /* "cpu", "cuda" */
@@ -561,13 +504,16 @@ size_t mgt_backend_mem_available(mgt_backend *be, char *what, size_t n);
 /* The GPU part of mgt_backend_mem_available (SIZE_MAX in a build without CUDA). */
 size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n);
 
-/* Whether this backend runs fp8 GEMMs (gemm_fp8): the CPU always (the emulation); CUDA on
- * compute capability 8.9 or higher (Ada, Hopper and later: Transformer Engine's rule, fp8.md
- * section 4) with a cuBLASLt that has fp8 (CUDA 12.1 or later).  When not, writes the reason
- * naming the GPU (its name and compute capability) into why[n]. */
-bool mgt_backend_fp8_supported(mgt_backend *be, char *why, size_t n);
-/* The CUDA part of it (false with the reason in a build without CUDA). */
-bool mgt_backend_cuda_fp8_supported(mgt_backend *be, char *why, size_t n);
+/* Whether backend be runs op (MGT_OP_<name>, an entry of MGT_BACKEND_OPS) on elements of type t
+ * (the op's storage type: fp32, bf16 or fp16; for gemm_fp8 its output D's).  False, with the
+ * reason in why[n], when be has no such op, t is not one of those three, or the device cannot:
+ * gemm_fp8 on CUDA needs compute capability 8.9 or higher (Ada, Hopper and later: Transformer
+ * Engine's rule, transformer_engine/pytorch/utils.py check_fp8_support) and a cuBLASLt with fp8
+ * (CUDA 12.1 or later); the reason names the GPU (its name and compute capability).  The CPU runs
+ * every op it has (fp8 by emulation). */
+bool mgt_backend_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);
+/* The CUDA part of it, for a CUDA backend (false with the reason in a build without CUDA). */
+bool mgt_backend_cuda_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);
 
 /* Number of CUDA devices usable by this process (0 when built without CUDA, without a driver or
  * without a GPU).  Never fails. */

@@ -1,8 +1,8 @@
 /* lib/backend: GQA self-attention for the CPU backend, causal or under a key padding mask
- * (backend.h attn_fwd), and cross-attention (xattn_fwd), flash-attention style (Dao et al. 2022, "FlashAttention", algorithms 1
+ * (backend.h attn_forward, MGT_ATTN_SELF), and cross-attention (MGT_ATTN_CROSS), flash-attention style (Dao et al. 2022, "FlashAttention", algorithms 1
  * and 2 with the backward's D = rowsum(dO * O)).
  *
- * Everything is one block code (backend.h attn_blk_*): the queries of sq positions against the
+ * Everything is one block code (backend.h MGT_ATTN_BLOCK): the queries of sq positions against the
  * keys of sk positions, placed by their global positions qoff and koff, so that query i sees key
  * i' iff i' <= i + (qoff - koff).  The whole-sequence attn_fwd and attn_bwd are the block
  * sq = sk = s, qoff = koff = 0 with the keys and values read from the fused qkv itself (head slots
@@ -28,7 +28,7 @@
  * their shared dK, dV without races; per tile it recomputes P = exp(S - lse) and does
  * dV += Pd^T dO, dPd = dO V^T, dS = P * (dPd * mask - D), dQ += dS K * scale,
  * dK += dS^T Q * scale, where Pd is P with dropout applied.
- * Merging blocks (attn_blk_merge) rescales by the log-sum-exps; attn_kv_copy packs and unpacks kv.
+ * Merging blocks (attn_merge) rescales by the log-sum-exps; attn_kv_copy packs and unpacks kv.
  */
 #include "backend/cpu_impl.h"
 
@@ -36,7 +36,7 @@
 #include <math.h>
 #include <omp.h>
 
-/* One block's geometry (backend.h mgt_attn_blk) with the strides of its tensors. */
+/* One block's geometry (attn.h mgt_attn) with the strides of its tensors. */
 typedef struct {
 	int sq, sk, b, ng, r, d, H;
 	int qoff, koff, delta;      /* delta = qoff - koff: query i sees key i' iff i' <= i + delta */
@@ -50,14 +50,14 @@ typedef struct {
 	int head0, heads_total;
 	const uint8_t *km;          /* key padding mask [sk*b] (key i' of sequence j: km[i'*b + j]);
 				     * NULL: causal */
-	/* position bias (backend.h attn_bias_fwd; whole sequence only): bias [2 s - 1,
+	/* position bias (backend.h mgt_attn.bias; whole sequence only): bias [2 s - 1,
 	 * heads_total], score (i, i') of head n += bias[(i' - i + s - 1) heads_total + head0 + n];
 	 * the backward accumulates dS into dbias likewise.  NULL: none */
 	const float *bias;
 	float *dbias;
 } geom;
 
-static geom geom_blk(const mgt_attn_blk *g, int kslots, int kslot)
+static geom geom_blk(const mgt_attn *g, int kslots, int kslot)
 {
 	geom G = {g->sq, g->sk, g->b, g->ng, g->r, g->d, g->ng * g->r, g->qoff, g->koff,
 		  g->qoff - g->koff, g->s, g->s, g->r + 2, kslots, kslot, 0, 0, 0, (size_t)g->ld_lse, g->p,
@@ -73,7 +73,8 @@ static geom geom_blk(const mgt_attn_blk *g, int kslots, int kslot)
 static geom geom_seq(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
 		     const uint8_t *km)
 {
-	const mgt_attn_blk g = {s, s, b, ng, r, d, 0, 0, s, s, p, key, head0, heads_total};
+	const mgt_attn g = { .sq = s, .sk = s, .b = b, .ng = ng, .r = r, .d = d, .s = s, .ld_lse = s, .p = p,
+			     .key = key, .head0 = head0, .heads_total = heads_total };
 	geom G = geom_blk(&g, r + 2, r);
 	if (km)
 		G.km = km, G.delta = s;
@@ -300,14 +301,14 @@ void mgt_cpu_attn_fwd32(mgt_backend *be, float *out, float *lse, const float *qk
 	blk_fwd(be, &G, out, lse, qkv, qkv);
 }
 
-void mgt_cpu_attn_blk_fwd(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
+static void blk_fwd_op(mgt_backend *be, const mgt_attn *g, float *out, float *lse, const float *q,
 			  const float *kv)
 {
 	const geom G = geom_blk(g, 2, 0);
 	blk_fwd(be, &G, out, lse, q, kv);
 }
 
-void mgt_cpu_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
+void mgt_cpu_attn_merge(mgt_backend *be, const mgt_attn *g, float *out, float *lse, const float *ob,
 			    const float *lb)
 {
 	if (g->sq <= 0 || g->b <= 0 || g->ng <= 0 || g->r <= 0 || g->d <= 0)
@@ -487,7 +488,7 @@ void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const f
 	blk_bwd(be, &G, &a);
 }
 
-void mgt_cpu_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
+static void blk_bwd_op(mgt_backend *be, const mgt_attn *g, float *dq, float *dkv, const float *dout,
 			  const float *q, const float *kv, const float *out, const float *lse)
 {
 	const geom G = geom_blk(g, 2, 0);
@@ -495,14 +496,15 @@ void mgt_cpu_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, flo
 	blk_bwd(be, &G, &a);
 }
 
-/* Cross-attention (backend.h xattn_fwd / xattn_bwd): the block sq x sk with queries from q
- * [sq*b, ng*r, d] (r slots a group), keys and values from kv [sk*b, ng, 2, d], no causal limit
+/* Cross-attention (backend.h attn_forward / attn_backward, MGT_ATTN_CROSS): the block sq x sk with
+ * queries from q [sq*b, ng*r, d] (r slots a group), keys and values from kv [sk*b, ng, 2, d], no causal limit
  * (delta = sk: every key is under it), key mask km or none, and the dropout index
  * ((j*heads_total + head0 + n)*sq + i)*sk + i'. */
 static geom geom_x(int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0,
 		   int heads_total, const uint8_t *km)
 {
-	const mgt_attn_blk g = {sq, sk, b, ng, r, d, 0, 0, sq, sq, p, key, head0, heads_total};
+	const mgt_attn g = { .sq = sq, .sk = sk, .b = b, .ng = ng, .r = r, .d = d, .s = sq, .ld_lse = sq, .p = p,
+			     .key = key, .head0 = head0, .heads_total = heads_total };
 	geom G = geom_blk(&g, 2, 0);
 	G.delta = sk, G.dsq = sq, G.dsk = sk, G.qslots = r, G.km = km;
 	G.ldq = (size_t)b * ng * r * d;
@@ -543,7 +545,7 @@ void mgt_cpu_attn_kv_copy(mgt_backend *be, float *qkv, float *kv, int T, int ng,
 	}
 }
 
-/* ---- attention against a key/value cache (backend.h attn_kv) ----
+/* ---- attention against a key/value cache (backend.h attn_decode) ----
  * One task per (token, query head): online softmax over the sequence's cached keys in chunks of
  * CPU_AK, the output accumulated unnormalized and divided by the sum at the end. */
 
@@ -593,7 +595,7 @@ static void kv_head(float *o, const float *q, const float *K, const float *V, in
 	for (int c = 0; c < d; c++) o[c] /= lrun;
 }
 
-void mgt_cpu_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
+static void kv_decode(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
 		     const int32_t *pos, int T, int ng, int r, int d, int S, const float *bias, int bs)
 {
 	if (T <= 0 || ng <= 0 || r <= 0 || d <= 0) return;
@@ -634,19 +636,6 @@ static void attn_fwd_b(mgt_backend *be, void *out, float *lse, const void *qkv, 
 	mgt_cpu_cast(be, out, t, o, no);
 }
 
-void mgt_cpu_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
-			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
-{
-	attn_fwd_b(be, out, lse, qkv, t, s, b, ng, r, d, p, key, head0, heads_total, key_mask, NULL);
-}
-
-void mgt_cpu_attn_bias_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
-			   int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
-			   const float *bias)
-{
-	attn_fwd_b(be, out, lse, qkv, t, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias);
-}
-
 /* attn_bwd with an optional position bias (attn_bias_bwd).  16-bit gradients: dout widened into
  * rounding buffer 5, dqkv computed in buffer 4 and rounded. */
 static void attn_bwd_b(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
@@ -664,24 +653,8 @@ static void attn_bwd_b(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_t
 	cpu_narrow(be, dqkv, gt, dq, nq);
 }
 
-void mgt_cpu_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
-			 const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
-			 uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
-{
-	attn_bwd_b(be, dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask, NULL, NULL);
-}
-
-void mgt_cpu_attn_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
-			   const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d,
-			   float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const float *bias,
-			   float *dbias)
-{
-	attn_bwd_b(be, dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias,
-		   dbias);
-}
-
 /* Cross-attention: q widened into rounding buffer 0, kv into 2, out computed in 1 and rounded. */
-void mgt_cpu_xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, const void *kv, mgt_elem_type t,
+static void xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, const void *kv, mgt_elem_type t,
 		       int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
 		       const uint8_t *key_mask)
 {
@@ -697,7 +670,7 @@ void mgt_cpu_xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, co
 }
 
 /* 16-bit inputs widened (q 0, out 1, kv 2, dout 5), 16-bit gradients computed in 4 (dq) and 3 (dkv). */
-void mgt_cpu_xattn_bwd(mgt_backend *be, void *dq, void *dkv, const void *dout, mgt_elem_type gt, const void *q,
+static void xattn_bwd(mgt_backend *be, void *dq, void *dkv, const void *dout, mgt_elem_type gt, const void *q,
 		       const void *kv, const void *out, mgt_elem_type t, const float *lse, int sq, int sk, int b, int ng,
 		       int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
 {
@@ -713,4 +686,47 @@ void mgt_cpu_xattn_bwd(mgt_backend *be, void *dq, void *dkv, const void *dout, m
 			    key_mask);
 	cpu_narrow(be, dq, gt, dq32, no);
 	cpu_narrow(be, dkv, gt, dkv32, nk);
+}
+
+/* ---- the ops of backend.h on the descriptor (attn.h mgt_attn) ---- */
+
+void mgt_cpu_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float *lse, const void *q, const void *kv)
+{
+	switch (a->kind) {
+	case MGT_ATTN_SELF:
+		attn_fwd_b(be, out, lse, q, a->t, a->s, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0, a->heads_total,
+			   a->key_mask, a->bias);
+		break;
+	case MGT_ATTN_CROSS:
+		xattn_fwd(be, out, lse, q, kv, a->t, a->sq, a->sk, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0,
+			  a->heads_total, a->key_mask);
+		break;
+	case MGT_ATTN_BLOCK:
+		blk_fwd_op(be, a, out, lse, q, kv);
+		break;
+	}
+}
+
+void mgt_cpu_attn_backward(mgt_backend *be, const mgt_attn *a, void *dq, void *dkv, const void *dout, const void *q,
+			   const void *kv, const void *out, const float *lse)
+{
+	switch (a->kind) {
+	case MGT_ATTN_SELF:
+		attn_bwd_b(be, dq, dout, a->gt, q, out, a->t, lse, a->s, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0,
+			   a->heads_total, a->key_mask, a->bias, a->bias ? a->dbias : NULL);
+		break;
+	case MGT_ATTN_CROSS:
+		xattn_bwd(be, dq, dkv, dout, a->gt, q, kv, out, a->t, lse, a->sq, a->sk, a->b, a->ng, a->r, a->d, a->p,
+			  a->key, a->head0, a->heads_total, a->key_mask);
+		break;
+	case MGT_ATTN_BLOCK:
+		blk_bwd_op(be, a, dq, dkv, dout, q, kv, out, lse);
+		break;
+	}
+}
+
+void mgt_cpu_attn_decode(mgt_backend *be, const mgt_attn *a, float *out, float *kc, float *vc, const float *qkv,
+			 const int32_t *seq, const int32_t *pos)
+{
+	kv_decode(be, out, kc, vc, qkv, seq, pos, a->sq, a->ng, a->r, a->d, a->sk, a->bias, a->s);
 }

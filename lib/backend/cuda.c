@@ -631,11 +631,15 @@ size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n)
 	return free_b;
 }
 
-/* The device's compute capability and name from cudaGetDeviceProperties (at each call: callers
- * ask once, when they set up fp8), cuBLASLt's version from cublasLtGetVersion (lib/backend/cuda_lt.c
- * opens the library; 0 when it cannot). */
-bool mgt_backend_cuda_fp8_supported(mgt_backend *be, char *why, size_t n)
+/* gemm_fp8: the device's compute capability and name from cudaGetDeviceProperties (at each call:
+ * callers ask once, when they set up fp8), cuBLASLt's version from cublasLtGetVersion
+ * (lib/backend/cuda_lt.c opens the library; 0 when it cannot).  Every other op runs on any device
+ * this backend starts on (mgt_backend_supports has checked the op and the type). */
+bool mgt_backend_cuda_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n)
 {
+	(void)t;
+	if (op != MGT_OP_gemm_fp8)
+		return true;
 	const int dev = impl(be)->device;
 	struct cudaDeviceProp p;
 	cudaError_t e = cudaGetDeviceProperties(&p, dev);

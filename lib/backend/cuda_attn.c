@@ -1,4 +1,5 @@
-/* lib/backend: the CUDA backend's attention ops (backend.h attn_*, xattn_*), glue to the kernels of
+/* lib/backend: the CUDA backend's attention ops (backend.h attn_forward, attn_backward, attn_merge,
+ * attn_decode on the descriptor mgt_attn, and attn_kv_copy), glue to the kernels of
  * kernels/attn.cu (fp32 CUDA cores), kernels/attn_tc.cu (tensor cores), kernels/attn_cp.cu (the
  * context-parallel merge and kv copies) and kernels/attn_kv.cu (the cached decode).  Built with
  * CUDA=1 only.
@@ -16,7 +17,7 @@ static mgt_k_stream stream(mgt_backend *be) { return ((cuda_impl *)be->impl)->st
  * the fp32 one's workspace layout.  Its kernels are the mma.sync ones unless the environment has
  * MGT_ATTN_KERNEL=mma-nocp (the same without their cp.async prefetch of K and V, an A/B variant:
  * mgt-train(1), ENVIRONMENT), read at each call.  key_mask (device memory) goes to the kernels as
- * it is: NULL causal, else the key padding mask of backend.h attn_fwd. */
+ * it is: NULL causal, else the key padding mask of backend.h attn_forward. */
 static int attn_tc_impl(void)
 {
 	const char *v = getenv("MGT_ATTN_KERNEL");
@@ -41,8 +42,8 @@ static mgt_k_dtype attn_types(int tc, mgt_elem_type t, size_t nq, size_t no, siz
 	return kt;
 }
 
-/* attn_fwd on the kernels tc chooses (attn_tc_dtype: a 16-bit type the tensor-core ones, -1 the
- * fp32 ones), with position bias `bias` (attn_bias_fwd; NULL none: then any tc). */
+/* Self-attention's forward (MGT_ATTN_SELF) on the kernels tc chooses (attn_tc_dtype: a 16-bit type the tensor-core ones, -1 the
+ * fp32 ones), with position bias `bias` (mgt_attn.bias; NULL none: then any tc). */
 static void attn_fwd_on(mgt_backend *be, const char *op, int tc, void *out, float *lse, const void *qkv,
 			mgt_elem_type t, int s, int b, int ng, int r, int d, float p, uint64_t key, int head0,
 			int heads_total, const uint8_t *key_mask, const float *bias)
@@ -69,7 +70,7 @@ static void attn_fwd_on(mgt_backend *be, const char *op, int tc, void *out, floa
 		mgt_cuda_ok(be, op, mgt_k_cast(stream(be), out, it, o, kt, no));
 }
 
-void mgt_cuda_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+static void self_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
 			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
 {
 	attn_fwd_on(be, "attn_fwd", attn_tc_dtype(be, d), out, lse, qkv, t, s, b, ng, r, d, p, key, head0,
@@ -81,7 +82,7 @@ void mgt_cuda_attn_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, 
  * --bf16/--fp16; a 16-bit qkv, out, dout and dqkv go through scratch as fp32, as the CPU widens
  * them).  The backward's scratch holds dS [b, ng*r, s, s] fp32 besides what attn_bwd's holds
  * (kernels.h mgt_k_attn_bias_bwd_ws_bytes). */
-void mgt_cuda_attn_bias_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
+static void self_bias_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
 			    int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
 			    const uint8_t *key_mask, const float *bias)
 {
@@ -135,7 +136,7 @@ static void attn_bwd_on(mgt_backend *be, const char *op, int tc, void *dqkv, con
 		mgt_cuda_ok(be, op, mgt_k_cast(stream(be), dqkv, mgt_cuda_kt(gt), dq, MGT_K_F32, nq));
 }
 
-void mgt_cuda_attn_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+static void self_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
 			    const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d,
 			    float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
 			    const float *bias, float *dbias)
@@ -144,7 +145,7 @@ void mgt_cuda_attn_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_e
 		    heads_total, key_mask, bias, dbias);
 }
 
-void mgt_cuda_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
+static void self_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
 			const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
 {
@@ -152,7 +153,7 @@ void mgt_cuda_attn_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_t
 		    head0, heads_total, key_mask, NULL, NULL);
 }
 
-/* ---- cross-attention (backend.h xattn_fwd / xattn_bwd): attn_fwd's choice of kernels (the
+/* ---- cross-attention (backend.h MGT_ATTN_CROSS): self-attention's choice of kernels (the
  * tensor-core ones under --bf16/--fp16 when d suits them, else the fp32 ones); q, kv and out of
  * another type than the kernel's go through scratch [q | kv | out] in the kernel's type. ---- */
 
@@ -179,7 +180,7 @@ static bool xattn_stage(mgt_backend *be, const char *op, char *ws, mgt_k_dtype k
 	return true;
 }
 
-void mgt_cuda_xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, const void *kv, mgt_elem_type t,
+static void xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, const void *kv, mgt_elem_type t,
 			 int sq, int sk, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
 			 const uint8_t *key_mask)
 {
@@ -202,7 +203,7 @@ void mgt_cuda_xattn_fwd(mgt_backend *be, void *out, float *lse, const void *q, c
 }
 
 /* The kernels read and write fp32 gradients: 16-bit ones go through scratch [dq | dkv | dout] fp32. */
-void mgt_cuda_xattn_bwd(mgt_backend *be, void *dq, void *dkv, const void *dout, mgt_elem_type gt, const void *q,
+static void xattn_bwd(mgt_backend *be, void *dq, void *dkv, const void *dout, mgt_elem_type gt, const void *q,
 			 const void *kv, const void *out, mgt_elem_type t, const float *lse, int sq, int sk, int b,
 			 int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
 			 const uint8_t *key_mask)
@@ -236,21 +237,21 @@ void mgt_cuda_xattn_bwd(mgt_backend *be, void *dq, void *dkv, const void *dout, 
 
 /* Context-parallel attention blocks: the fp32 CUDA-core kernels (kernels/attn.cu on a block
  * geometry, kernels/attn_cp.cu) in every precision. */
-void mgt_cuda_attn_blk_fwd(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *q,
+static void blk_fwd(mgt_backend *be, const mgt_attn *g, float *out, float *lse, const float *q,
 			    const float *kv)
 {
 	if (g->sq > 0 && g->sk > 0 && g->b > 0)
 		mgt_cuda_ok(be, "attn_blk_fwd", mgt_k_attn_blk_fwd(stream(be), g, out, lse, q, kv));
 }
 
-void mgt_cuda_attn_blk_merge(mgt_backend *be, const mgt_attn_blk *g, float *out, float *lse, const float *ob,
+void mgt_cuda_attn_merge(mgt_backend *be, const mgt_attn *g, float *out, float *lse, const float *ob,
 			      const float *lb)
 {
 	if (g->sq > 0 && g->b > 0)
 		mgt_cuda_ok(be, "attn_blk_merge", mgt_k_attn_blk_merge(stream(be), g, out, lse, ob, lb));
 }
 
-void mgt_cuda_attn_blk_bwd(mgt_backend *be, const mgt_attn_blk *g, float *dq, float *dkv, const float *dout,
+static void blk_bwd(mgt_backend *be, const mgt_attn *g, float *dq, float *dkv, const float *dout,
 			    const float *q, const float *kv, const float *out, const float *lse)
 {
 	if (g->sq > 0 && g->sk > 0 && g->b > 0 && g->koff <= g->qoff + g->sq - 1)
@@ -264,8 +265,60 @@ void mgt_cuda_attn_kv_copy(mgt_backend *be, float *qkv, float *kv, int T, int ng
 		mgt_cuda_ok(be, "attn_kv_copy", mgt_k_attn_kv_copy(stream(be), qkv, kv, T, ng, r, d, to_kv));
 }
 
-void mgt_cuda_attn_kv(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
+static void kv_decode(mgt_backend *be, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
 		       const int32_t *pos, int T, int ng, int r, int d, int S, const float *bias, int bs)
 {
 	mgt_cuda_ok(be, "attn_kv", mgt_k_attn_kv(stream(be), out, kc, vc, qkv, seq, pos, T, ng, r, d, S, bias, bs));
+}
+
+/* ---- the ops of backend.h on the descriptor (attn.h mgt_attn): the same launchers with the same
+ * arguments as the kinds' functions above ---- */
+
+void mgt_cuda_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float *lse, const void *q, const void *kv)
+{
+	switch (a->kind) {
+	case MGT_ATTN_SELF:
+		if (a->bias)
+			self_bias_fwd(be, out, lse, q, a->t, a->s, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0,
+				      a->heads_total, a->key_mask, a->bias);
+		else
+			self_fwd(be, out, lse, q, a->t, a->s, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0,
+				 a->heads_total, a->key_mask);
+		break;
+	case MGT_ATTN_CROSS:
+		xattn_fwd(be, out, lse, q, kv, a->t, a->sq, a->sk, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0,
+			  a->heads_total, a->key_mask);
+		break;
+	case MGT_ATTN_BLOCK:
+		blk_fwd(be, a, out, lse, q, kv);
+		break;
+	}
+}
+
+void mgt_cuda_attn_backward(mgt_backend *be, const mgt_attn *a, void *dq, void *dkv, const void *dout,
+			    const void *q, const void *kv, const void *out, const float *lse)
+{
+	switch (a->kind) {
+	case MGT_ATTN_SELF:
+		if (a->bias)
+			self_bias_bwd(be, dq, dout, a->gt, q, out, a->t, lse, a->s, a->b, a->ng, a->r, a->d, a->p, a->key,
+				      a->head0, a->heads_total, a->key_mask, a->bias, a->dbias);
+		else
+			self_bwd(be, dq, dout, a->gt, q, out, a->t, lse, a->s, a->b, a->ng, a->r, a->d, a->p, a->key,
+				 a->head0, a->heads_total, a->key_mask);
+		break;
+	case MGT_ATTN_CROSS:
+		xattn_bwd(be, dq, dkv, dout, a->gt, q, kv, out, a->t, lse, a->sq, a->sk, a->b, a->ng, a->r, a->d, a->p,
+			  a->key, a->head0, a->heads_total, a->key_mask);
+		break;
+	case MGT_ATTN_BLOCK:
+		blk_bwd(be, a, dq, dkv, dout, q, kv, out, lse);
+		break;
+	}
+}
+
+void mgt_cuda_attn_decode(mgt_backend *be, const mgt_attn *a, float *out, float *kc, float *vc, const float *qkv,
+			  const int32_t *seq, const int32_t *pos)
+{
+	kv_decode(be, out, kc, vc, qkv, seq, pos, a->sq, a->ng, a->r, a->d, a->sk, a->bias, a->s);
 }

@@ -55,8 +55,32 @@ size_t mgt_backend_mem_available(mgt_backend *be, char *what, size_t n)
 	return c < a ? c : a;
 }
 
-bool mgt_backend_fp8_supported(mgt_backend *be, char *why, size_t n)
+static const char *const op_names[MGT_OP_COUNT] = { MGT_BACKEND_OPS(MGT_BACKEND_OP_NAME) };
+
+#define OP_PRESENT(ret, name, params) case MGT_OP_##name: return be->ops->name != NULL;
+
+static bool has_op(const mgt_backend *be, mgt_backend_op op)
 {
-	if (be->host_memory) return true; /* the CPU's emulation */
-	return mgt_backend_cuda_fp8_supported(be, why, n);
+	switch (op) {
+	MGT_BACKEND_OPS(OP_PRESENT)
+	default: return false;
+	}
+}
+
+bool mgt_backend_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n)
+{
+	if ((int)op < 0 || op >= MGT_OP_COUNT) {
+		snprintf(why, n, "no backend op number %d", (int)op);
+		return false;
+	}
+	if (!has_op(be, op)) {
+		snprintf(why, n, "the %s backend has no op %s", be->ops->name, op_names[op]);
+		return false;
+	}
+	if (t != MGT_DT_F32 && t != MGT_DT_BF16 && t != MGT_DT_F16) {
+		snprintf(why, n, "backend op %s takes fp32, bf16 or fp16 elements", op_names[op]);
+		return false;
+	}
+	if (be->host_memory) return true; /* the CPU runs every op it has (fp8 by emulation) */
+	return mgt_backend_cuda_supports(be, op, t, why, n);
 }

@@ -24,7 +24,7 @@ size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n)
 	return SIZE_MAX;
 }
 
-bool mgt_backend_cuda_fp8_supported(mgt_backend *be, char *why, size_t n)
+bool mgt_backend_cuda_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n)
 {
 	snprintf(why, n, "this mgt was built without CUDA");
 	return false;

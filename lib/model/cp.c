@@ -22,7 +22,7 @@
  *
  *   a2a (Ulysses; DeepSpeed-Ulysses, Jacobs et al. 2023): an all-to-all gives each rank the whole
  *     sequence of ng/c of its query groups (every head of a group stays together, so grouped-query
- *     attention works as is), core attention runs there as in one process (attn_fwd over the
+ *     attention works as is), core attention runs there as in one process (attn_forward over the
  *     whole sequence: the same kernel, positions and dropout indices), and a second all-to-all
  *     returns the output to the ranks that hold the tokens.  The backward does the same with the
  *     gradients, redoing the forward's exchanges of qkv and ctx (nothing of the whole sequence is
@@ -33,7 +33,7 @@
  * widened, the merged output rounded into ctx once, dqkv rounded once) and move the keys and
  * values in 16 bits: exactly their values, since they come from the 16-bit qkv.  The gradient
  * dK, dV, summed along the ring or by the reduce-scatter, stays fp32.  a2a moves 16-bit rows and
- * runs attn_fwd / attn_bwd on them as one process does.
+ * runs attn_forward / attn_backward on them as one process does.
  *
  * Bytes each rank sends per layer and micro-batch, with B = s*b*ng*2*d*e (its local keys and
  * values, e = 4 in fp32, 2 in 16 bits) and B4 the same at 4 bytes: p2p forward (c-1) B,
@@ -146,12 +146,13 @@ void mgt_cp_free(mgt_model *m)
 }
 
 /* A block of local query chunk hq against sk key positions from global position koff. */
-static mgt_attn_blk block(const mgt_model *m, int hq, int sk, int koff, float p, uint64_t key)
+static mgt_attn block(const mgt_model *m, int hq, int sk, int koff, float p, uint64_t key)
 {
-	return (mgt_attn_blk){ .sq = m->cp_C, .sk = sk, .b = m->b, .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d,
+	return (mgt_attn){ .kind = MGT_ATTN_BLOCK, .sq = m->cp_C, .sk = sk, .b = m->b, .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d,
 			       .qoff = gchunk(m, hq) * m->cp_C, .koff = koff, .s = m->cp_C * 2 * m->cp, .ld_lse = m->s,
 			       .p = p, .key = key, .head0 = (int)(m->nq_l * m->ps->tp_rank),
-			       .heads_total = (int)m->c.num_attention_heads };
+			       .heads_total = (int)m->c.num_attention_heads, .t = MGT_DT_F32,
+			   .gt = MGT_DT_F32 };
 }
 
 /* Pointers to local chunk h of the qkv-shaped, ctx-shaped and lse buffers. */
@@ -187,18 +188,18 @@ static void p2p_fwd_step(mgt_model *m, layer_act *a, int src, float p, uint64_t 
 	const mgt_backend_ops *o = m->be->ops;
 	int c2 = 2 * m->cp - 1;
 	for (int h = 0; src == m->cp_rank && h < 2; h++) {
-		mgt_attn_blk g = block(m, h, m->cp_C, gchunk(m, h) * m->cp_C, p, key);
-		o->attn_blk_fwd(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp_C, q_at(m, a->qkv, h),
+		mgt_attn g = block(m, h, m->cp_C, gchunk(m, h) * m->cp_C, p, key);
+		o->attn_forward(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp_C, q_at(m, a->qkv, h),
 				kv_at(m, m->cpb.kv, h));
 	}
 	for (int hq = 0; hq < 2; hq++)
 		for (int hk = 0; hk < 2; hk++) {
 			int gk = hk ? c2 - src : src;
 			if (gk >= gchunk(m, hq)) continue;
-			mgt_attn_blk g = block(m, hq, m->cp_C, gk * m->cp_C, p, key);
+			mgt_attn g = block(m, hq, m->cp_C, gk * m->cp_C, p, key);
 			float *lb = m->cpb.lb + hq * m->cp_C;
-			o->attn_blk_fwd(m->be, &g, m->cpb.ob, lb, q_at(m, a->qkv, hq), kv_at(m, m->cpb.kv, hk));
-			o->attn_blk_merge(m->be, &g, o_at(m, a->ctx, hq), a->lse + hq * m->cp_C, m->cpb.ob, lb);
+			o->attn_forward(m->be, &g, m->cpb.ob, lb, q_at(m, a->qkv, hq), kv_at(m, m->cpb.kv, hk));
+			o->attn_merge(m->be, &g, o_at(m, a->ctx, hq), a->lse + hq * m->cp_C, m->cpb.ob, lb);
 		}
 }
 
@@ -224,8 +225,8 @@ static void p2p_bwd_step(mgt_model *m, layer_act *a, float *dqkv, const float *d
 		for (int hk = 0; hk < 2; hk++) {
 			int gk = hk ? c2 - src : src;
 			if (gk > gchunk(m, hq)) continue;
-			mgt_attn_blk g = block(m, hq, m->cp_C, gk * m->cp_C, p, key);
-			m->be->ops->attn_blk_bwd(m->be, &g, q_at(m, dqkv, hq), kv_at(m, m->cpb.dkv, hk),
+			mgt_attn g = block(m, hq, m->cp_C, gk * m->cp_C, p, key);
+			m->be->ops->attn_backward(m->be, &g, q_at(m, dqkv, hq), kv_at(m, m->cpb.dkv, hk),
 						 o_at(m, (float *)dctx, hq), q_at(m, a->qkv, hq), kv_at(m, m->cpb.kv, hk),
 						 o_at(m, a->ctx, hq), a->lse + hq * m->cp_C);
 		}
@@ -284,8 +285,8 @@ static mgt_status ag_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
 	mgt_status st = gather_kv(m, a);
 	for (int h = 0; !st && h < 2; h++) {
-		mgt_attn_blk g = block(m, h, (gchunk(m, h) + 1) * m->cp_C, 0, p, key);
-		m->be->ops->attn_blk_fwd(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp_C, q_at(m, a->qkv, h),
+		mgt_attn g = block(m, h, (gchunk(m, h) + 1) * m->cp_C, 0, p, key);
+		m->be->ops->attn_forward(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp_C, q_at(m, a->qkv, h),
 					 m->cpb.glob);
 	}
 	return st;
@@ -299,8 +300,8 @@ static mgt_status ag_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *d
 	if (st) return st;
 	o->zero(m->be, m->cpb.dglob, (size_t)m->cp * kv_numel(m) * sizeof(float));
 	for (int h = 0; h < 2; h++) {
-		mgt_attn_blk g = block(m, h, (gchunk(m, h) + 1) * m->cp_C, 0, p, key);
-		o->attn_blk_bwd(m->be, &g, q_at(m, dqkv, h), m->cpb.dglob, o_at(m, (float *)dctx, h), q_at(m, a->qkv, h),
+		mgt_attn g = block(m, h, (gchunk(m, h) + 1) * m->cp_C, 0, p, key);
+		o->attn_backward(m->be, &g, q_at(m, dqkv, h), m->cpb.dglob, o_at(m, (float *)dctx, h), q_at(m, a->qkv, h),
 				m->cpb.glob, o_at(m, a->ctx, h), a->lse + h * m->cp_C);
 	}
 	reorder(m, m->cpb.all, m->cpb.dglob, false);
@@ -349,32 +350,40 @@ static mgt_status a2a_gather_heads(mgt_model *m, void *loc, const void *glob, si
 	return a2a_exchange(m, loc, glob, w, t, FROM_GLOB, UNPACK);
 }
 
-/* Widths of one group block in the qkv and ctx rows, and attn_fwd's arguments for it. */
+/* Widths of one group block in the qkv and ctx rows, and attn_forward's head0 for it. */
 static size_t a2a_wq(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * (m->r + 2) * m->d); }
 static size_t a2a_wo(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * m->r * m->d); }
 static int a2a_head0(const mgt_model *m) { return (int)(m->nq_l * m->ps->tp_rank + m->ng_l / m->cp * m->r * m->cp_rank); }
 
+/* The whole sequence S = s*cp of this rank's ng_l/cp query groups, causal (attn_forward's SELF);
+ * qkv and ctx of type act_t, the gradients of type gt. */
+static mgt_attn a2a_attn(const mgt_model *m, float p, uint64_t key, mgt_elem_type gt)
+{
+	const int S = m->s * m->cp;
+	return (mgt_attn){ .kind = MGT_ATTN_SELF, .sq = S, .sk = S, .s = S, .ld_lse = S, .b = m->b,
+			   .ng = (int)(m->ng_l / m->cp), .r = (int)m->r, .d = (int)m->d, .p = p, .key = key,
+			   .head0 = a2a_head0(m), .heads_total = (int)m->c.num_attention_heads, .t = m->act_t, .gt = gt };
+}
+
 /* qkv and ctx of type act_t; the gradients dctx and dqkv of type gt. */
 static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
-	int S = m->s * m->cp, ng = (int)(m->ng_l / m->cp);
 	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->act_t);
 	if (st) return st;
-	m->be->ops->attn_fwd(m->be, m->a2a.o, a->lse, m->a2a.q, m->act_t, S, m->b, ng, (int)m->r, (int)m->d, p, key,
-			     a2a_head0(m), (int)m->c.num_attention_heads, NULL);
+	const mgt_attn at = a2a_attn(m, p, key, m->act_t);
+	m->be->ops->attn_forward(m->be, &at, m->a2a.o, a->lse, m->a2a.q, NULL);
 	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m), m->act_t);
 }
 
 static mgt_status a2a_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
 			  uint64_t key)
 {
-	int S = m->s * m->cp, ng = (int)(m->ng_l / m->cp);
 	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->act_t);
 	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m), m->act_t);
 	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m), gt);
 	if (st) return st;
-	m->be->ops->attn_bwd(m->be, m->a2a.dq, m->a2a.dout, gt, m->a2a.q, m->a2a.o, m->act_t, a->lse, S, m->b, ng,
-			     (int)m->r, (int)m->d, p, key, a2a_head0(m), (int)m->c.num_attention_heads, NULL);
+	const mgt_attn at = a2a_attn(m, p, key, gt);
+	m->be->ops->attn_backward(m->be, &at, m->a2a.dq, NULL, m->a2a.dout, m->a2a.q, NULL, m->a2a.o, a->lse);
 	return a2a_gather_heads(m, dqkv, m->a2a.dq, a2a_wq(m), gt);
 }
 

@@ -321,7 +321,7 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 {
 	*out = NULL;
 	mgt_status st = check_layout(c, L, ps);
-	if (!st && !dry && ps->cp > 1 && !be->ops->attn_blk_fwd)
+	if (!st && !dry && ps->cp > 1 && !be->ops->attn_merge)
 		st = mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d: the %s backend has no context-parallel attention "
 			     "in this build", ps->cp, be->ops->name);
 	if (st) return st;
@@ -664,6 +664,18 @@ mgt_status mgt_gpt_reduce_bda(mgt_model *m, void *out, const void *resid, const 
 
 /* Core attention of layer li: ctx and lse from qkv (the part --recompute-granularity selective
  * reruns in the backward; its dropout mask comes from the same key). */
+/* The descriptor of layer attention over the whole local sequence (backend.h attn_forward,
+ * MGT_ATTN_SELF): causal, or under the micro-batch's key mask (BERT, T5's encoder), with T5's
+ * position bias pb and its gradient db when given. */
+static mgt_attn self_attn(const mgt_model *m, float p, uint64_t key, const float *pb, float *db)
+{
+	const int s = m->s;
+	return (mgt_attn){ .sq = s, .sk = s, .b = m->b, .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d, .s = s,
+			   .ld_lse = s, .p = p, .key = key, .head0 = (int)(m->nq_l * m->ps->tp_rank),
+			   .heads_total = (int)m->c.num_attention_heads, .kind = MGT_ATTN_SELF, .t = m->act_t,
+			   .gt = m->act_t, .key_mask = m->cur->kmask, .bias = pb, .dbias = db };
+}
+
 static mgt_status core_attn_fwd(mgt_model *m, int li, bool train)
 {
 	layer_act *a = &m->cur->la[li];
@@ -672,14 +684,8 @@ static mgt_status core_attn_fwd(mgt_model *m, int li, bool train)
 	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, mgt_gpt_site_key(m, l, 1));
 	float *db = NULL;
 	const float *pb = m->t5 ? mgt_t5_attn_bias(m, &db) : NULL; /* T5's relative position bias */
-	if (pb)
-		m->be->ops->attn_bias_fwd(m->be, a->ctx, a->lse, a->qkv, m->act_t, m->s, m->b, (int)m->ng_l, (int)m->r,
-					  (int)m->d, p, mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
-					  (int)m->c.num_attention_heads, m->cur->kmask, pb);
-	else
-		m->be->ops->attn_fwd(m->be, a->ctx, a->lse, a->qkv, m->act_t, m->s, m->b, (int)m->ng_l, (int)m->r, (int)m->d,
-				     p, mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
-				     (int)m->c.num_attention_heads, m->cur->kmask);
+	const mgt_attn at = self_attn(m, p, mgt_gpt_site_key(m, l, 1), pb, NULL);
+	m->be->ops->attn_forward(m->be, &at, a->ctx, a->lse, a->qkv, NULL);
 	return MGT_OK;
 }
 
@@ -917,13 +923,10 @@ mgt_status mgt_gpt_attn_bwd(mgt_model *m, int li, bool train)
 	float *db = NULL;
 	const float *pb = m->t5 ? mgt_t5_attn_bias(m, &db) : NULL; /* T5's relative position bias */
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->act_t, p, mgt_gpt_site_key(m, l, 1));
-	else if (pb)
-		o->attn_bias_bwd(m->be, m->dbig, m->dctx, m->act_t, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
-				 (int)m->r, (int)m->d, p, mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
-				 (int)m->c.num_attention_heads, m->cur->kmask, pb, db);
-	else o->attn_bwd(m->be, m->dbig, m->dctx, m->act_t, a->qkv, a->ctx, m->act_t, a->lse, m->s, m->b, (int)m->ng_l,
-			 (int)m->r, (int)m->d, p, mgt_gpt_site_key(m, l, 1), (int)(m->nq_l * m->ps->tp_rank),
-			 (int)m->c.num_attention_heads, m->cur->kmask);
+	else {
+		const mgt_attn at = self_attn(m, p, mgt_gpt_site_key(m, l, 1), pb, db);
+		o->attn_backward(m->be, &at, m->dbig, NULL, m->dctx, a->qkv, NULL, a->ctx, a->lse);
+	}
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
 	if (m->rope) o->rope(m->be, m->dbig, m->act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);

@@ -2,7 +2,7 @@
  *
  * The same backend ops as the training forward of gpt.c (embedding, norms, fused QKV, head
  * norms, RoPE, bias-activation, bias-add residual), in place on one residual buffer, with
- * attention through the attn_kv op against the cache.  No dropout.  Activations are [T, .]
+ * attention through the attn_decode op against the cache.  No dropout.  Activations are [T, .]
  * rows of the tokens fed by one call; nothing of a call survives it but the cache.
  */
 #include "model_impl.h"
@@ -33,7 +33,7 @@ struct mgt_kv_cache {
 	uint8_t *ekm;
 	float **xk;
 	/* --position-embedding-type relative: the encoder's bias for Se positions [2 secap - 1, heads],
-	 * the decoder's for the cache's S [2 S - 1, heads] (attn_kv's bs = S), and their bucket
+	 * the decoder's for the cache's S [2 S - 1, heads] (attn_decode's s = S), and their bucket
 	 * indices' scratch [2 max(secap, S) - 1] (backend int32); NULL otherwise */
 	float *ebias, *dbias;
 	int32_t *ridx;
@@ -223,7 +223,10 @@ static void infer_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
 	if (m->rope) o->rope(m->be, w->qkv, MGT_DT_F32, w->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
-	o->attn_kv(m->be, w->ctx, kv->k[li], kv->v[li], w->qkv, w->seq, w->pos, T, ng, r, d, kv->S, kv->dbias, kv->S);
+	const mgt_attn at = { .sq = T, .sk = kv->S, .ng = ng, .r = r, .d = d, .s = kv->S, .head0 = 0,
+			      .heads_total = ng * r, .kind = MGT_ATTN_SELF, .t = MGT_DT_F32, .gt = MGT_DT_F32,
+			      .bias = kv->dbias };
+	o->attn_decode(m->be, &at, w->ctx, kv->k[li], kv->v[li], w->qkv, w->seq, w->pos);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, (int)(m->nq_l * m->d), h);
 	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
 }
@@ -299,12 +302,11 @@ static void enc_attn(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 	o->linear_fwd(m->be, w->qkv, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_QKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_QKV_B)), T, h, (int)m->qkv_l);
 	if (m->rope) o->rope(m->be, w->qkv, MGT_DT_F32, w->pos, m->inv_freq, T, (int)m->ng_l, (int)m->r, (int)m->d, m->rot_dim, false);
-	if (kv->ebias)
-		o->attn_bias_fwd(m->be, w->ctx, w->lse, w->qkv, MGT_DT_F32, kv->Se, kv->B, (int)m->ng_l, (int)m->r, (int)m->d,
-				 0.0f, 0, 0, (int)m->nq_l, kv->ekm, kv->ebias);
-	else
-		o->attn_fwd(m->be, w->ctx, w->lse, w->qkv, MGT_DT_F32, kv->Se, kv->B, (int)m->ng_l, (int)m->r, (int)m->d,
-			    0.0f, 0, 0, (int)m->nq_l, kv->ekm);
+	const mgt_attn at = { .sq = kv->Se, .sk = kv->Se, .s = kv->Se, .ld_lse = kv->Se, .b = kv->B, .ng = (int)m->ng_l,
+			      .r = (int)m->r, .d = (int)m->d, .head0 = 0, .heads_total = (int)m->nq_l,
+			      .kind = MGT_ATTN_SELF, .t = MGT_DT_F32, .gt = MGT_DT_F32, .key_mask = kv->ekm,
+			      .bias = kv->ebias };
+	o->attn_forward(m->be, &at, w->ctx, w->lse, w->qkv, NULL);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_PROJ_W)), WT(m), NULL, T, nd, h);
 	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_PROJ_B)), T, h, 0.0f, 0, 0);
 }
@@ -320,8 +322,10 @@ static void dec_cross(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 		    P(m, T_(m, l, MGT_T_XLN_B)), T, h, (float)m->c.norm_epsilon);
 	o->linear_fwd(m->be, w->qkv, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_XQ_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_XQ_B)), T, h, nd);
-	o->xattn_fwd(m->be, w->ctx, w->lse, w->qkv, kv->xk[li], MGT_DT_F32, T / kv->B, kv->Se, kv->B, (int)m->ng_l,
-		     (int)m->r, (int)m->d, 0.0f, 0, 0, (int)m->nq_l, kv->ekm);
+	const mgt_attn at = { .sq = T / kv->B, .sk = kv->Se, .s = T / kv->B, .ld_lse = T / kv->B, .b = kv->B,
+			      .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d, .head0 = 0, .heads_total = (int)m->nq_l,
+			      .kind = MGT_ATTN_CROSS, .t = MGT_DT_F32, .gt = MGT_DT_F32, .key_mask = kv->ekm };
+	o->attn_forward(m->be, &at, w->ctx, w->lse, w->qkv, kv->xk[li]);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->ctx, MGT_DT_F32, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, T, nd, h);
 	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_XPROJ_B)), T, h, 0.0f, 0, 0);
 }

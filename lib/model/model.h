@@ -349,7 +349,7 @@ typedef enum { MGT_RECOMPUTE_UNIFORM, MGT_RECOMPUTE_BLOCK } mgt_recompute_method
  * checkpointed_forward, attention.py _checkpointed_attention_forward).  All-zero is NONE: every
  * activation a layer's backward reads is kept per slot (model_impl.h layer_act).
  * SELECTIVE: each layer drops core attention's outputs, the attention output ctx [T, nq/tp * d]
- * and its log-sum-exp lse [b, nq/tp, s], and the backward reruns core attention (attn_fwd from the
+ * and its log-sum-exp lse [b, nq/tp, s], and the backward reruns core attention (attn_forward from the
  * kept post-RoPE qkv, same dropout key) into one shared [T, nq/tp * d] + [b nq/tp s] scratch
  * just before the layer's attention backward, which reads ctx (linear_proj's weight gradient,
  * the attention backward's rowsum(dO * O)) and lse.  Saves (slots x layers - 1) x

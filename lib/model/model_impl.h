@@ -265,7 +265,7 @@ void mgt_t5_free(mgt_model *m);
 mgt_status mgt_t5_upload(mgt_model *m, const mgt_microbatch *mb);
 mgt_status mgt_t5_forward(mgt_model *m, bool train);
 mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale);
-/* The current stack's relative position bias [2 s - 1, heads] for attn_bias_fwd and (*dbias) its
+/* The current stack's relative position bias [2 s - 1, heads] for attn_forward (mgt_attn.bias) and (*dbias) its
  * gradient's accumulator; NULL (and *dbias untouched) without relative positions. */
 const float *mgt_t5_attn_bias(const mgt_model *m, float **dbias);
 /* Whether m is a T5 chunk with --position-embedding-type relative. */

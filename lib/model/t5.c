@@ -308,6 +308,17 @@ mgt_status mgt_t5_upload(mgt_model *m, const mgt_microbatch *mb)
 
 static float drop(bool train, double p) { return train ? (float)p : 0.0f; }
 
+/* The decoder's cross-attention over the encoder's output (backend.h attn_forward, MGT_ATTN_CROSS):
+ * sd decoder positions against se encoder positions under the encoder's key mask, types act_t. */
+static mgt_attn cross_attn(const mgt_model *m, const t5_slot *ts, float p, uint64_t key)
+{
+	const struct t5_state *t = m->t5;
+	return (mgt_attn){ .kind = MGT_ATTN_CROSS, .sq = t->sd, .sk = t->se, .s = t->sd, .ld_lse = t->sd, .b = m->b,
+			   .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d, .p = p, .key = key,
+			   .head0 = (int)(m->nq_l * m->ps->tp_rank), .heads_total = (int)m->c.num_attention_heads,
+			   .t = m->act_t, .gt = m->act_t, .key_mask = ts->ekm };
+}
+
 /* Decoder layer li's cross-attention block: x_sa -> pre_cross_attn_layernorm -> linear_q; H ->
  * linear_kv; attention under the encoder's key mask; linear_proj; bias-dropout-add into x_mid. */
 static mgt_status cross_fwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xlayer *x)
@@ -322,9 +333,8 @@ static mgt_status cross_fwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 		      m->T, h, nd);
 	o->linear_fwd(m->be, x->kv, m->act_t, ts->H, m->act_t, W(m, T_(m, l, MGT_T_XKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_XKV_B)), t->se * m->b, h, kvn);
-	o->xattn_fwd(m->be, x->ctx, x->lse, x->q, x->kv, m->act_t, t->sd, t->se, m->b, (int)m->ng_l, (int)m->r, (int)m->d,
-		     drop(train, m->c.attention_dropout), mgt_gpt_site_key(m, l, 4), (int)(m->nq_l * m->ps->tp_rank),
-		     (int)m->c.num_attention_heads, ts->ekm);
+	const mgt_attn xa = cross_attn(m, ts, drop(train, m->c.attention_dropout), mgt_gpt_site_key(m, l, 4));
+	o->attn_forward(m->be, &xa, x->ctx, x->lse, x->q, x->kv);
 	o->linear_fwd(m->be, m->dtmp_h, m->act_t, x->ctx, m->act_t, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, m->T, nd, h);
 	return mgt_gpt_reduce_bda(m, m->cur->la[li].x_mid, x->x_sa, T_(m, l, MGT_T_XPROJ_B), train,
 				  mgt_gpt_site_key(m, l, 5), m->act_t);
@@ -344,9 +354,8 @@ static mgt_status cross_bwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 	if (st) return st;
 	const mgt_tensor *pw = T_(m, l, MGT_T_XPROJ_W), *qw = T_(m, l, MGT_T_XQ_W), *kw = T_(m, l, MGT_T_XKV_W);
 	o->linear_bwd(m->be, m->dctx, at, G(m, pw), NULL, m->dtmp_h, at, x->ctx, at, W(m, pw), WT(m), m->T, nd, h);
-	o->xattn_bwd(m->be, m->dbig, t->dkv, m->dctx, at, x->q, x->kv, x->ctx, at, x->lse, t->sd, t->se, m->b, (int)m->ng_l,
-		     (int)m->r, (int)m->d, p, mgt_gpt_site_key(m, l, 4), (int)(m->nq_l * m->ps->tp_rank),
-		     (int)m->c.num_attention_heads, ts->ekm);
+	const mgt_attn xa = cross_attn(m, ts, p, mgt_gpt_site_key(m, l, 4));
+	o->attn_backward(m->be, &xa, m->dbig, t->dkv, m->dctx, x->q, x->kv, x->ctx, x->lse);
 	o->linear_bwd(m->be, first ? ts->dH : m->dtmp_h, at, G(m, kw), G(m, T_(m, l, MGT_T_XKV_B)), t->dkv, at, ts->H, at,
 		      W(m, kw), WT(m), Te, h, kvn);
 	if (!first) o->add(m->be, ts->dH, m->dtmp_h, at, (size_t)Te * (size_t)h);

@@ -1000,7 +1000,7 @@ static mgt_status setup_backend(trainer *t)
 	if (st || !t->be) return st ? st : MGT_ERR_NOMEM;
 	t->be->precision = a->bf16 ? MGT_PREC_BF16 : a->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32;
 	char why[256];
-	if (a->fp8.format != MGT_FP8_OFF && !mgt_backend_fp8_supported(t->be, why, sizeof why))
+	if (a->fp8.format != MGT_FP8_OFF && !mgt_backend_supports(t->be, MGT_OP_gemm_fp8, mgt_precision_dtype(t->be->precision), why, sizeof why))
 		return mgt_err(MGT_ERR_USAGE, "--fp8-format %s: %s (or run on the CPU with --device cpu)", a->fp8_format, why);
 	if (!a->fp16) return mgt_loss_scaler_init(&t->scaler, 1.0, 1.0, 1.0, 1, 1);
 	return mgt_loss_scaler_init(&t->scaler, a->loss_scale, a->initial_loss_scale, a->min_loss_scale,

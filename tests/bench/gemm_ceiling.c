@@ -26,6 +26,7 @@
  * checked to be finite.  Prints "gemm bf16 8192^3: X TFLOP/s ..." lines; exit 77 without a CUDA
  * device, 1 on an error.  A 300 s alarm ends it if the device hangs. */
 #include "backend/backend.h"
+#include "../unit/attn_calls.h"
 
 #include <math.h>
 #include <signal.h>
@@ -227,9 +228,9 @@ static double attn_time(bool bwd, void *dq, void *o, float *l, const void *qkv, 
 		be->ops->sync(be);
 		double t0 = now();
 		if (bwd)
-			be->ops->attn_bwd(be, dq, dout, gt, qkv, o, t, l, s, b, ng, r, d, p, 7, 0, ng * r, NULL);
+			at_attn_bwd(be, dq, dout, gt, qkv, o, t, l, s, b, ng, r, d, p, 7, 0, ng * r, NULL);
 		else
-			be->ops->attn_fwd(be, o, l, qkv, t, s, b, ng, r, d, p, 7, 0, ng * r, NULL);
+			at_attn_fwd(be, o, l, qkv, t, s, b, ng, r, d, p, 7, 0, ng * r, NULL);
 		be->ops->sync(be);
 		if (i >= WARM)
 			t_[i - WARM] = now() - t0;
@@ -311,7 +312,7 @@ int main(void)
 	gemm(MGT_PREC_BF16, 8192, 2048, 8192, "8192x2048x8192 (llama-3.2-1b fc1 half)", true);
 	unsetenv("MGT_GEMM_D16");
 	char why[256];
-	if (mgt_backend_fp8_supported(be, why, sizeof why)) {
+	if (mgt_backend_supports(be, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why)) {
 		gemm_fp8(8192, 8192, 8192, false, "8192^3");
 		gemm_fp8(8192, 8192, 8192, true, "8192^3");
 		gemm_fp8(8192, 8192, 2048, false, "8192x2048x8192 (llama-3.2-1b fc1 half)");

@@ -8,6 +8,7 @@
  * something (GEMM FLOPs; attention counts the causal half: 4*s*s*d/2 forward, twice that plus the
  * recomputed scores backward, i.e. 10*s*s*d/2). */
 #include "backend/backend.h"
+#include "../unit/attn_calls.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -87,15 +88,15 @@ int main(int argc, char **argv)
 	float *qkv = buf(be, (size_t)T * 3 * h, 1), *out = buf(be, (size_t)T * h, 1);
 	float *lse = buf(be, (size_t)b * H * s, 1), *dqkv = buf(be, (size_t)T * 3 * h, 1);
 	double af = 4.0 * s * s * d / 2 * H * b;
-	TIME("attn_fwd", af, 3, O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0, 1, 0, H, NULL));
+	TIME("attn_fwd", af, 3, at_attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0, 1, 0, H, NULL));
 	TIME("attn_bwd", 2.5 * af, 3,
-	     O->attn_bwd(be, dqkv, out, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H, NULL));
+	     at_attn_bwd(be, dqkv, out, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H, NULL));
 	TIME("attn_fwd+bwd", 3.5 * af, 3,
-	     (O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0, 1, 0, H, NULL),
-	      O->attn_bwd(be, dqkv, out, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H, NULL)));
+	     (at_attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0, 1, 0, H, NULL),
+	      at_attn_bwd(be, dqkv, out, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0, 1, 0, H, NULL)));
 	TIME("attn_fwd+bwd dropout 0.1", 3.5 * af, 3,
-	     (O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0.1f, 1, 0, H, NULL),
-	      O->attn_bwd(be, dqkv, out, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0.1f, 1, 0, H, NULL)));
+	     (at_attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, H, 1, d, 0.1f, 1, 0, H, NULL),
+	      at_attn_bwd(be, dqkv, out, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, H, 1, d, 0.1f, 1, 0, H, NULL)));
 	float *inv = buf(be, (size_t)d / 2, 1e-2);
 	TIME("rope (q,k; rot 64) fwd", 0, 5, O->rope(be, qkv, MGT_DT_F32, (const int32_t *)lse, inv, T, H, 1, d, d, false));
 

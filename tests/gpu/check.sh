@@ -532,7 +532,7 @@ fi
 # ---------------------------------------------------------------- 5. T5
 # --model-family t5 on KJV split into sentences (BertWordPieceCase: its sentinels): the encoder's
 # padding-mask attention, the decoder's causal self-attention and cross-attention kernels
-# (xattn_fwd/xattn_bwd), the encoder output's summed gradient, cuda vs cpu
+# (attn_forward/attn_backward, MGT_ATTN_CROSS), the encoder output's summed gradient, cuda vs cpu
 if [ -x "$PRE" ] && [ -f "$BV" ] && "$PRE" --input "$ROOT/share/mgt/data/kjv.jsonl.zst" --output-prefix "$W/kjvc" \
 	--tokenizer-type BertWordPieceCase --vocab-file "$BV" --split-sentences --workers 4 --quiet; then
 	echo "# ---- 5. T5 (2 + 2 x 256, encoder 128 / decoder 32, micro-batch 4 of 8) on KJV sentences: cuda vs cpu"
@@ -548,7 +548,7 @@ if [ -x "$PRE" ] && [ -f "$BV" ] && "$PRE" --input "$ROOT/share/mgt/data/kjv.jso
 	# shellcheck disable=SC2086
 	train t5-cpu-bf16 $TRUN --device cpu --bf16 && train t5-cuda-bf16 $TRUN --device cuda --bf16 &&
 		compare losses "$W/t5-cuda-bf16.jsonl" "$W/t5-cpu-bf16.jsonl" "t5 cuda bf16 vs cpu bf16" 20 10 1e-2 2e-2
-	# T5's relative position bias (attn_bias_fwd / attn_bias_bwd: the fp32 attention kernels with the
+	# T5's relative position bias (attn_forward / attn_backward with mgt_attn.bias: the fp32 attention kernels with the
 	# bias, dS through scratch and its sums by distance into the tables' gradients), same bounds
 	REL="--position-embedding-type relative"
 	# shellcheck disable=SC2086

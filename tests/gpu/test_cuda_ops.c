@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "util/util.h"
+#include "../unit/attn_calls.h"
 #include "../unit/check.h"
 
 /* ---- tolerances under the simulator (tests/sim: host math, exact rounding, no tensor cores) ---- */
@@ -1139,9 +1140,9 @@ static void t_attn_prec(mgt_precision prec, int s, int b, int ng, int r, int d, 
 		up(dKM, km, (size_t)T);
 	float *qkv = hrand(nq, scale), *dout = hrand(no, 1);
 	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
-	C->attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, km);
+	at_attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, km);
 	/* the backward gets the CPU's out and lse on both sides: it is checked on its own */
-	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, s, b, ng, r, d, p, key, head0, htot, km);
+	at_attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, s, b, ng, r, d, p, key, head0, htot, km);
 	float *dQ = dput(qkv, nq), *dO = dalloc(no * 4), *dL = dalloc(nl * 4), *dOc = dput(oc, no), *dLc = dput(lc, nl);
 	float *dDO = dput(dout, no), *dDQ = dalloc(nq * 4);
 	float *o[2], *l[2], *dq[2];
@@ -1149,8 +1150,8 @@ static void t_attn_prec(mgt_precision prec, int s, int b, int ng, int r, int d, 
 		poison(dO, no);
 		poison(dL, nl);
 		poison(dDQ, nq);
-		G->attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, dKM);
-		G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, key, head0, htot, dKM);
+		at_attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, dKM);
+		at_attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, key, head0, htot, dKM);
 		o[k] = dget(dO, no);
 		l[k] = dget(dL, nl);
 		dq[k] = dget(dDQ, nq);
@@ -1218,9 +1219,9 @@ static void t_attn_bias(mgt_precision prec, int s, int b, int ng, int r, int d, 
 		qkv = dget(dQ, nq), dout = dget(dDO, no);
 	}
 	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4), *dbc = hcopy(db0, nb);
-	C->attn_bias_fwd(cpu, oc, lc, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, km, bias);
+	at_attn_bias_fwd(cpu, oc, lc, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, km, bias);
 	float *dOb = lp ? dput16(oc, no, dt, &dOb16) : dput(oc, no), *ob = lp ? dget(dOb, no) : hcopy(oc, no);
-	C->attn_bias_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, ob, MGT_DT_F32, lc, s, b, ng, r, d, p, key, head0, htot, km,
+	at_attn_bias_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, ob, MGT_DT_F32, lc, s, b, ng, r, d, p, key, head0, htot, km,
 			 bias, dbc);
 	gpu->precision = prec;
 	float *dB = dput(bias, nb), *dDB = dalloc(nb * 4), *dO = dalloc(no * 4), *dL = dalloc(nl * 4);
@@ -1231,8 +1232,8 @@ static void t_attn_bias(mgt_precision prec, int s, int b, int ng, int r, int d, 
 		poison(dL, nl);
 		poison(dDQ, nq);
 		up(dDB, db0, nb * 4);
-		G->attn_bias_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, dKM, dB);
-		G->attn_bias_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOb, MGT_DT_F32, dLc, s, b, ng, r, d, p, key, head0, htot,
+		at_attn_bias_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, key, head0, htot, dKM, dB);
+		at_attn_bias_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOb, MGT_DT_F32, dLc, s, b, ng, r, d, p, key, head0, htot,
 				 dKM, dB, dDB);
 		o[k] = dget(dO, no);
 		l[k] = dget(dL, nl);
@@ -1265,8 +1266,8 @@ static void t_attn_bias(mgt_precision prec, int s, int b, int ng, int r, int d, 
 		void *dO16 = dalloc(no * 2), *dDQ16 = dalloc(nq * 2);
 		poison(dL, nl);
 		up(dDB, db0, nb * 4);
-		G->attn_bias_fwd(gpu, dO16, dL, dQ16, dt, s, b, ng, r, d, p, key, head0, htot, dKM, dB);
-		G->attn_bias_bwd(gpu, dDQ16, dDO16, dt, dQ16, dOb16, dt, dLc, s, b, ng, r, d, p, key, head0, htot, dKM, dB,
+		at_attn_bias_fwd(gpu, dO16, dL, dQ16, dt, s, b, ng, r, d, p, key, head0, htot, dKM, dB);
+		at_attn_bias_bwd(gpu, dDQ16, dDO16, dt, dQ16, dOb16, dt, dLc, s, b, ng, r, d, p, key, head0, htot, dKM, dB,
 				 dDB);
 		float *l16 = dget(dL, nl), *db16 = dget(dDB, nb);
 		t_out16(nm("%s: 16-bit out", id), dO16, dt, o[0], no);
@@ -1304,15 +1305,15 @@ static void t_attn_kv(int B, int S, int ng, int r, int d, double scale, bool bia
 	float *kc = xmalloc(nc * 4), *vc = xmalloc(nc * 4), *oc = xmalloc((size_t)T * H * d * 4), *oc2 = xmalloc((size_t)B * H * d * 4);
 	memset(kc, 0, nc * 4), memset(vc, 0, nc * 4);
 	float *pb = bias ? hrand((size_t)(2 * S - 1) * H, 2.0) : NULL, *dPB = bias ? dput(pb, (size_t)(2 * S - 1) * H) : NULL;
-	C->attn_kv(cpu, oc, kc, vc, qkv, seq, pos, T, ng, r, d, S, pb, S);
-	C->attn_kv(cpu, oc2, kc, vc, qkv2, seq2, pos2, B, ng, r, d, S, pb, S);
+	at_attn_kv(cpu, oc, kc, vc, qkv, seq, pos, T, ng, r, d, S, pb, S);
+	at_attn_kv(cpu, oc2, kc, vc, qkv2, seq2, pos2, B, ng, r, d, S, pb, S);
 	float *dK = dalloc(nc * 4), *dV = dalloc(nc * 4), *dQ = dput(qkv, (size_t)T * hd), *dQ2 = dput(qkv2, (size_t)B * hd);
 	float *dO = dalloc((size_t)T * H * d * 4), *dO2 = dalloc((size_t)B * H * d * 4);
 	int32_t *dS = dputi(seq, (size_t)T), *dP = dputi(pos, (size_t)T), *dS2 = dputi(seq2, (size_t)B), *dP2 = dputi(pos2, (size_t)B);
 	G->zero(gpu, dK, nc * 4), G->zero(gpu, dV, nc * 4);
 	poison(dO, (size_t)T * H * d), poison(dO2, (size_t)B * H * d);
-	G->attn_kv(gpu, dO, dK, dV, dQ, dS, dP, T, ng, r, d, S, dPB, S);
-	G->attn_kv(gpu, dO2, dK, dV, dQ2, dS2, dP2, B, ng, r, d, S, dPB, S);
+	at_attn_kv(gpu, dO, dK, dV, dQ, dS, dP, T, ng, r, d, S, dPB, S);
+	at_attn_kv(gpu, dO2, dK, dV, dQ2, dS2, dP2, B, ng, r, d, S, dPB, S);
 	float *o = dget(dO, (size_t)T * H * d), *o2 = dget(dO2, (size_t)B * H * d), *k = dget(dK, nc), *v = dget(dV, nc);
 	tol2 t = T2(lin_tol_gpu(MGT_PREC_FP32, maxlen + 1), SIM_ATTN);
 	cmp(nm("%s: prefill out", id), o, oc, NULL, (size_t)T * H * d, t);
@@ -1341,31 +1342,31 @@ static void t_attn16(mgt_precision prec, int s, int b, int ng, int r, int d, flo
 	float *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
 	C->cast(cpu, q16, dt, qkv, nq);
 	for (size_t i = 0; i < nq; i++) qv[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(q16[i]) : mgt_f16_to_f32(q16[i]);
-	C->attn_fwd(cpu, oc16, lc, q16, dt, s, b, ng, r, d, p, 5, 0, H, NULL);
-	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, q16, oc16, dt, lc, s, b, ng, r, d, p, 5, 0, H, NULL);
+	at_attn_fwd(cpu, oc16, lc, q16, dt, s, b, ng, r, d, p, 5, 0, H, NULL);
+	at_attn_bwd(cpu, dqc, dout, MGT_DT_F32, q16, oc16, dt, lc, s, b, ng, r, d, p, 5, 0, H, NULL);
 	gpu->precision = prec;
 	void *dQ16 = dalloc(nq * 2), *dO16 = dalloc(no * 2);
 	up(dQ16, q16, nq * 2);
 	float *dQv = dput(qv, nq), *dOv = dalloc(no * 4), *dL = dalloc(nl * 4), *dLv = dalloc(nl * 4);
 	float *dDO = dput(dout, no), *dDQ = dalloc(nq * 4), *dDQv = dalloc(nq * 4);
 	poison(dOv, no), poison(dL, nl), poison(dLv, nl), poison(dDQ, nq), poison(dDQv, nq);
-	G->attn_fwd(gpu, dO16, dL, dQ16, dt, s, b, ng, r, d, p, 5, 0, H, NULL);
-	G->attn_fwd(gpu, dOv, dLv, dQv, MGT_DT_F32, s, b, ng, r, d, p, 5, 0, H, NULL);
+	at_attn_fwd(gpu, dO16, dL, dQ16, dt, s, b, ng, r, d, p, 5, 0, H, NULL);
+	at_attn_fwd(gpu, dOv, dLv, dQv, MGT_DT_F32, s, b, ng, r, d, p, 5, 0, H, NULL);
 	float *l = dget(dL, nl), *lv = dget(dLv, nl), *o = dget(dOv, no);
 	t_out16(nm("%s: out", id), dO16, dt, o, no);
 	CHECK(ndiff(l, lv, nl, 4) == 0, "%s%s: lse the bits of the fp32 qkv's", tag, id);
 	if (G->download(gpu, o16, dO16, no * 2) != MGT_OK) bail("download");
 	for (size_t i = 0; i < no; i++) ov[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(o16[i]) : mgt_f16_to_f32(o16[i]);
 	up(dOv, ov, no * 4); /* the backward's fp32 out: the 16-bit out's values */
-	G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H, NULL);
-	G->attn_bwd(gpu, dDQv, dDO, MGT_DT_F32, dQv, dOv, MGT_DT_F32, dLv, s, b, ng, r, d, p, 5, 0, H, NULL);
+	at_attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H, NULL);
+	at_attn_bwd(gpu, dDQv, dDO, MGT_DT_F32, dQv, dOv, MGT_DT_F32, dLv, s, b, ng, r, d, p, 5, 0, H, NULL);
 	float *dq = dget(dDQ, nq), *dqv = dget(dDQv, nq);
 	CHECK(ndiff(dq, dqv, nq, 4) == 0, "%s%s: dqkv the bits of the fp32 qkv and out's", tag, id);
 	{ /* 16-bit dout and dqkv (through the backend's scratch): the rounding of the fp32 dqkv from dout's values */
 		void *dG16, *dDQ16 = dalloc(nq * 2);
 		float *dGv = dput16(dout, no, dt, &dG16);
-		G->attn_bwd(gpu, dDQv, dGv, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H, NULL);
-		G->attn_bwd(gpu, dDQ16, dG16, dt, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H, NULL);
+		at_attn_bwd(gpu, dDQv, dGv, MGT_DT_F32, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H, NULL);
+		at_attn_bwd(gpu, dDQ16, dG16, dt, dQ16, dO16, dt, dL, s, b, ng, r, d, p, 5, 0, H, NULL);
 		float *d32 = dget(dDQv, nq);
 		t_out16(nm("%s: 16-bit dout and dqkv", id), dDQ16, dt, d32, nq);
 		free(d32), dfree(dGv), dfree(dG16), dfree(dDQ16);
@@ -1423,14 +1424,14 @@ static void t_attn_impls(int s, int b, int ng, int r, int d, float p, bool maske
 	for (int k = 0; k < 2; k++) {
 		setenv("MGT_ATTN_KERNEL", impl[k], 1);
 		poison(dO, no), poison(dL, nl);
-		G->attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, 99, 0, ng * r, dKM);
+		at_attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, 99, 0, ng * r, dKM);
 		o[k] = dget(dO, no), l[k] = dget(dL, nl);
 	}
 	float *dOc = dput(o[0], no), *dLc = dput(l[0], nl); /* both backwards get the mma forward's */
 	for (int k = 0; k < 2; k++) {
 		setenv("MGT_ATTN_KERNEL", impl[k], 1);
 		poison(dDQ, nq);
-		G->attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, 99, 0, ng * r, dKM);
+		at_attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, 99, 0, ng * r, dKM);
 		dq[k] = dget(dDQ, nq);
 	}
 	unsetenv("MGT_ATTN_KERNEL");
@@ -1608,8 +1609,8 @@ static void xcase_init(xcase *x, int sq, int sk, int b, int ng, int r, int d, fl
 	C->cast(cpu, x->q, st, q, x->no);
 	C->cast(cpu, x->kv, st, kv, x->nk);
 	x->dout = hrand(x->no, 1), x->lc = xmalloc(x->nl * 4), x->dqc = xmalloc(x->no * 4), x->dkvc = xmalloc(x->nk * 4);
-	C->xattn_fwd(cpu, x->oc, x->lc, x->q, x->kv, st, sq, sk, b, ng, r, d, p, x->key, head0, htot, x->km);
-	C->xattn_bwd(cpu, x->dqc, x->dkvc, x->dout, MGT_DT_F32, x->q, x->kv, x->oc, st, x->lc, sq, sk, b, ng, r, d, p,
+	at_xattn_fwd(cpu, x->oc, x->lc, x->q, x->kv, st, sq, sk, b, ng, r, d, p, x->key, head0, htot, x->km);
+	at_xattn_bwd(cpu, x->dqc, x->dkvc, x->dout, MGT_DT_F32, x->q, x->kv, x->oc, st, x->lc, sq, sk, b, ng, r, d, p,
 		     x->key, head0, htot, x->km);
 	free(q), free(kv);
 }
@@ -1635,9 +1636,9 @@ static void xattn_gpu(const xcase *x, mgt_precision prec, float **o, float **l, 
 	float *dDQ = dalloc(x->no * 4), *dDKV = dalloc(x->nk * 4);
 	poison(dL, x->nl), poison(dDQ, x->no), poison(dDKV, x->nk);
 	gpu->precision = prec;
-	G->xattn_fwd(gpu, dO, dL, dQ, dKV, x->st, x->sq, x->sk, x->b, x->ng, x->r, x->d, x->p, x->key, x->head0, x->htot,
+	at_xattn_fwd(gpu, dO, dL, dQ, dKV, x->st, x->sq, x->sk, x->b, x->ng, x->r, x->d, x->p, x->key, x->head0, x->htot,
 		     dKM);
-	G->xattn_bwd(gpu, dDQ, dDKV, dG, MGT_DT_F32, dQ, dKV, dOc, x->st, dLc, x->sq, x->sk, x->b, x->ng, x->r, x->d,
+	at_xattn_bwd(gpu, dDQ, dDKV, dG, MGT_DT_F32, dQ, dKV, dOc, x->st, dLc, x->sq, x->sk, x->b, x->ng, x->r, x->d,
 		     x->p, x->key, x->head0, x->htot, dKM);
 	gpu->precision = MGT_PREC_FP32;
 	if (x->st == MGT_DT_F32) {
@@ -1775,8 +1776,8 @@ static void t_attn_cp(bool allgather, int c, int Cn, int b, int ng, int r, int d
 	uint64_t key = rng ^ 0x2545F4914F6CDD1Dull;
 	float *qkv = hrand(nq, 1.5), *dout = hrand(no, 1);
 	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
-	C->attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, S, b, ng, r, d, p, key, head0, htot, NULL);
-	C->attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, S, b, ng, r, d, p, key, head0, htot, NULL);
+	at_attn_fwd(cpu, oc, lc, qkv, MGT_DT_F32, S, b, ng, r, d, p, key, head0, htot, NULL);
+	at_attn_bwd(cpu, dqc, dout, MGT_DT_F32, qkv, oc, MGT_DT_F32, lc, S, b, ng, r, d, p, key, head0, htot, NULL);
 	/* the local views (rank rk's rows at rk*RB), the CPU's results reordered the same way */
 	float *lq = xmalloc(nq * 4), *ldo = xmalloc(no * 4), *loc = xmalloc(no * 4), *ldq = xmalloc(nq * 4);
 	float *llc = xmalloc(nl * 4), *ninf = xmalloc(nl * 4);
@@ -1817,16 +1818,16 @@ static void t_attn_cp(bool allgather, int c, int Cn, int b, int ng, int r, int d
 				for (int hq = 0; hq < 2; hq++) {
 					const int gq = cp_chunk(c, rk, hq);
 					const size_t qr = rk * RB + hq * CB, lo = rk * nlr + hq * Cn; /* q row, lse offset */
-					mgt_attn_blk g = { .sq = Cn, .sk = Cn, .b = b, .ng = ng, .r = r, .d = d,
+					mgt_attn g = { .sq = Cn, .sk = Cn, .b = b, .ng = ng, .r = r, .d = d,
 							   .qoff = gq * Cn, .s = S, .ld_lse = L, .p = p, .key = key,
 							   .head0 = head0, .heads_total = htot };
 					if (allgather) {
 						g.sk = (gq + 1) * Cn;
 						g.koff = 0;
 						if (!bwd)
-							G->attn_blk_fwd(gpu, &g, dCtx + qr * OW, dLse + lo, dQ + qr * W, dKV);
+							at_attn_blk_fwd(gpu, &g, dCtx + qr * OW, dLse + lo, dQ + qr * W, dKV);
 						else
-							G->attn_blk_bwd(gpu, &g, dDQ + qr * W, dDKV, dDO + qr * OW, dQ + qr * W,
+							at_attn_blk_bwd(gpu, &g, dDQ + qr * W, dDKV, dDO + qr * OW, dQ + qr * W,
 									dKV, dOc + qr * OW, dLc + lo);
 						continue;
 					}
@@ -1836,12 +1837,12 @@ static void t_attn_cp(bool allgather, int c, int Cn, int b, int ng, int r, int d
 							const size_t kr = src * RB + hk * CB;
 							g.koff = gk * Cn;
 							if (!bwd) {
-								G->attn_blk_fwd(gpu, &g, dOb, dLb + hq * Cn, dQ + qr * W,
+								at_attn_blk_fwd(gpu, &g, dOb, dLb + hq * Cn, dQ + qr * W,
 										dKV + kr * KW);
-								G->attn_blk_merge(gpu, &g, dCtx + qr * OW, dLse + lo, dOb,
+								at_attn_blk_merge(gpu, &g, dCtx + qr * OW, dLse + lo, dOb,
 										  dLb + hq * Cn);
 							} else {
-								G->attn_blk_bwd(gpu, &g, dDQ + qr * W, dDKV + kr * KW,
+								at_attn_blk_bwd(gpu, &g, dDQ + qr * W, dDKV + kr * KW,
 										dDO + qr * OW, dQ + qr * W, dKV + kr * KW,
 										dOc + qr * OW, dLc + lo);
 							}
@@ -1887,14 +1888,14 @@ static void t_attn_blk(int sq, int sk, int qoff, int koff, int s, int b, int ng,
 	char id[160]; /* its own buffer: more than nm's 8 names follow */
 	snprintf(id, sizeof id, "attn_blk sq=%d sk=%d qoff=%d koff=%d s=%d b=%d ng=%d r=%d d=%d p=%g head0=%d/%d", sq,
 		 sk, qoff, koff, s, b, ng, r, d, p, head0, htot);
-	const mgt_attn_blk g = { .sq = sq, .sk = sk, .b = b, .ng = ng, .r = r, .d = d, .qoff = qoff, .koff = koff,
+	const mgt_attn g = { .sq = sq, .sk = sk, .b = b, .ng = ng, .r = r, .d = d, .qoff = qoff, .koff = koff,
 				 .s = s, .ld_lse = ld, .p = p, .key = rng ^ 0x9E3779B97F4A7C15ull, .head0 = head0,
 				 .heads_total = htot };
 	float *q = hrand(nq, 1.5), *kv = hrand(nkv, 1.5), *dout = hrand(no, 1);
 	/* CPU: the block, then the rest from its results */
 	float *oc = hrand(no, 1), *lc = hrand(nl, 1); /* lse padding (ld > sq) must stay */
 	float *l0 = hcopy(lc, nl);
-	C->attn_blk_fwd(cpu, &g, oc, lc, q, kv);
+	at_attn_blk_fwd(cpu, &g, oc, lc, q, kv);
 	/* running (out, lse): random, -inf (out 0) on every 5th row; for every 7th the block's too */
 	float *ro = hrand(no, 1), *rl = hrand(nl, 2), *bo = hcopy(oc, no), *bl = hcopy(lc, nl);
 	for (int j = 0; j < b; j++)
@@ -1911,13 +1912,13 @@ static void t_attn_blk(int sq, int sk, int qoff, int koff, int s, int b, int ng,
 				}
 			}
 	float *mo = hcopy(ro, no), *ml = hcopy(rl, nl);
-	C->attn_blk_merge(cpu, &g, mo, ml, bo, bl);
+	at_attn_blk_merge(cpu, &g, mo, ml, bo, bl);
 	float *fo = hrand(no, 1), *fl = hcopy(lc, nl); /* "final" out and lse */
 	for (size_t i = 0; i < nl; i++)
 		fl[i] += fl[i] == -INFINITY ? 0.0f : 0.5f;
 	float *dq0 = hrand(nq, 1), *dkv0 = hrand(nkv, 1);
 	float *dqc = hcopy(dq0, nq), *dkvc = hcopy(dkv0, nkv);
-	C->attn_blk_bwd(cpu, &g, dqc, dkvc, dout, q, kv, fo, fl);
+	at_attn_blk_bwd(cpu, &g, dqc, dkvc, dout, q, kv, fo, fl);
 	const size_t nk2 = (size_t)sq * b * ng * 2 * d; /* kv of the block's query rows */
 	float *kvc = xmalloc(nk2 * 4), *qr = hrand(nq, 1), *qrc = hcopy(qr, nq);
 	C->attn_kv_copy(cpu, q, kvc, sq * b, ng, r, d, true);
@@ -1935,9 +1936,9 @@ static void t_attn_blk(int sq, int sk, int qoff, int koff, int s, int b, int ng,
 		up(dDQ, dq0, nq * 4), up(dDKV, dkv0, nkv * 4);
 		poison(dK2, nk2);
 		up(dQ2, qr, nq * 4);
-		G->attn_blk_fwd(gpu, &g, dO, dL, dQ, dKV);
-		G->attn_blk_merge(gpu, &g, dRO, dRL, dBO, dBL);
-		G->attn_blk_bwd(gpu, &g, dDQ, dDKV, dDO, dQ, dKV, dFO, dFL);
+		at_attn_blk_fwd(gpu, &g, dO, dL, dQ, dKV);
+		at_attn_blk_merge(gpu, &g, dRO, dRL, dBO, dBL);
+		at_attn_blk_bwd(gpu, &g, dDQ, dDKV, dDO, dQ, dKV, dFO, dFL);
 		G->attn_kv_copy(gpu, dQ, dK2, sq * b, ng, r, d, true);
 		G->attn_kv_copy(gpu, dQ2, dK2, sq * b, ng, r, d, false);
 		o[k] = dget(dO, no), l[k] = dget(dL, nl), mo_[k] = dget(dRO, no), ml_[k] = dget(dRL, nl);
@@ -2989,25 +2990,25 @@ static void t_gemm_fp8(const fp8_case *c, int m, int n, int k, bool exact)
 	dfree(dA), dfree(dB), dfree(dS), dfree(dBias), dfree(dD);
 }
 
-/* mgt_backend_fp8_supported: the CPU always; the GPU by its compute capability and cuBLASLt
+/* mgt_backend_supports(be, MGT_OP_gemm_fp8, ...): the CPU always; the GPU by its compute capability and cuBLASLt
  * (under the simulator also the refusals, MGT_SIM_CC and MGT_SIM_LT_VERSION).  Returns the GPU's. */
 static bool t_fp8_supported(void)
 {
 	char why[256] = "";
-	CHECK(mgt_backend_fp8_supported(cpu, why, sizeof why), "fp8 supported on the CPU (the emulation)");
-	const bool ok = mgt_backend_fp8_supported(gpu, why, sizeof why);
+	CHECK(mgt_backend_supports(cpu, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why), "fp8 supported on the CPU (the emulation)");
+	const bool ok = mgt_backend_supports(gpu, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why);
 	printf("# fp8 GEMMs on this GPU: %s%s\n", ok ? "yes" : "no: ", ok ? "" : why);
 	if (SIM) {
 		setenv("MGT_SIM_CC", "8.0", 1);
-		bool r = mgt_backend_fp8_supported(gpu, why, sizeof why);
+		bool r = mgt_backend_supports(gpu, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why);
 		CHECK(!r && strstr(why, "8.9") && strstr(why, "compute capability 8.0"), "fp8 refused on sm_80: %s", why);
 		unsetenv("MGT_SIM_CC");
 		setenv("MGT_SIM_LT_VERSION", "120102", 1);
-		r = mgt_backend_fp8_supported(gpu, why, sizeof why);
+		r = mgt_backend_supports(gpu, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why);
 		CHECK(!r && strstr(why, "12.1.2"), "fp8 refused with cuBLASLt 12.1.2: %s", why);
 		setenv("MGT_SIM_CC", "8.9", 1);
 		setenv("MGT_SIM_LT_VERSION", "120103", 1);
-		CHECK(mgt_backend_fp8_supported(gpu, why, sizeof why), "fp8 supported on sm_89 with cuBLASLt 12.1.3");
+		CHECK(mgt_backend_supports(gpu, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why), "fp8 supported on sm_89 with cuBLASLt 12.1.3");
 		unsetenv("MGT_SIM_CC"), unsetenv("MGT_SIM_LT_VERSION");
 		CHECK(ok, "fp8 supported on the simulated sm_90");
 	}
@@ -3193,7 +3194,7 @@ static void all_ops(void)
 		const int tr[] = {1024, 768, 2304, 768, 999, 333, 2, 3, 1, 4096};
 		fp8_gemm_ops(tr, 5, 1024, 768, 2304); /* GPT-2 small's QKV */
 		char why[256];
-		if (mgt_backend_fp8_supported(gpu, why, sizeof why)) { /* D over 16M floats: bias blocks of 4096 columns */
+		if (mgt_backend_supports(gpu, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why)) { /* D over 16M floats: bias blocks of 4096 columns */
 			t_gemm_fp8(&FP8_FWD, 4096, 4608, 64, true);
 			t_gemm_fp8(&FP8_F32B, 4096, 4608, 64, false);
 		}

@@ -17,7 +17,7 @@
 #   7. BERT (--model-family bert on KJV split into sentences), fp32 within 1e-5 of the CPU and
 #      bf16 (the tensor-core attention kernels with the key mask) within 2e-2;
 #   8. T5 (--model-family t5, BertWordPieceCase): the same two comparisons, with learned
-#      absolute and with relative positions (T5's position bias: attn_bias_fwd / attn_bias_bwd);
+#      absolute and with relative positions (T5's position bias: attn_forward / attn_backward with mgt_attn.bias);
 #   5. context parallelism (under mpirun, two ranks on the one simulated GPU, so every group is
 #      staged through the host): CP2 with --cp-comm-type p2p, allgather and a2a, the settings of
 #      3, iteration 1 within 1e-5 of the CPU in one process (the attention block kernels, the
@@ -126,7 +126,7 @@ check "simulated cuda bf16 BERT (the tensor-core attention with the key mask)" r
 	--device cuda --bf16
 check "simulated cuda bf16 BERT = cpu bf16 BERT (2e-2)" close cpubert16 simbert16 2e-2
 # T5: the encoder-decoder (the encoder under the padding mask, the decoder's causal self-attention
-# and its cross-attention through xattn_fwd/xattn_bwd, the encoder output's summed gradient) on KJV
+# and its cross-attention through attn_forward/attn_backward (MGT_ATTN_CROSS), the encoder output's summed gradient) on KJV
 # split into sentences with BertWordPieceCase (its sentinels)
 TA="--model-family t5 --num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 32 --decoder-seq-length 16
  --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --lr-warmup-iters 0
@@ -143,7 +143,7 @@ check "simulated cuda T5 = cpu T5 (1e-5)" close cput5 simt5 1e-5
 check "cpu bf16 T5, 2 iterations" run_t5 cput516 "$CPU_TRAIN" --device cpu --bf16
 check "simulated cuda bf16 T5 (the tensor-core cross-attention)" run_t5 simt516 "$SIM_TRAIN" --device cuda --bf16
 check "simulated cuda bf16 T5 = cpu bf16 T5 (2e-2)" close cput516 simt516 2e-2
-# --position-embedding-type relative: both stacks' self-attention through attn_bias_fwd/_bwd (the
+# --position-embedding-type relative: both stacks' self-attention through the biased attn_forward/_backward (the
 # fp32 kernels with the bias in every precision; the encoder's under the key mask, the decoder's
 # causal), the bias tables' gradients from dbias.  fp32 measured 5.0e-6 (iteration 2; 8e-8 at 1): the
 # tables' gradients sum dS terms that largely cancel (elements within 1e-4 of the CPU's),

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_calls.h"
 #include "check.h"
 
 /* Forward tolerance (normwise relative, fp32 vs double) and backward tolerance (fp32 gradient vs
@@ -882,13 +883,13 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, NULL, NULL};
 	attn_ref(&c, outr);
 	c.lse = NULL;
-	O->attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, NULL);
+	at_attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, NULL);
 	double e = relerr(out, outr, no), el = relerr(lse, lr, nl);
 	CHECK(e < FWD_TOL && el < FWD_TOL, "attn_fwd s=%d b=%d ng=%d r=%d d=%d p=%g: out %.2e lse %.2e", s,
 	      b, ng, r, d, p, e, el);
 
 	float *R = randf(no, 1), *dq = randf(nq, 9);
-	O->attn_bwd(be, dq, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total, NULL);
+	at_attn_bwd(be, dq, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total, NULL);
 	objective ob = {attn_ref, &c, R, no, outr};
 	double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
 	double *ga = xmalloc(nq * sizeof *ga);
@@ -908,8 +909,8 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 
 	/* determinism: the same call again gives the same bits */
 	float *out2 = randf(no, 9), *lse2 = randf(nl, 9), *dq2 = randf(nq, 9);
-	O->attn_fwd(be, out2, lse2, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, NULL);
-	O->attn_bwd(be, dq2, R, MGT_DT_F32, qkv, out2, MGT_DT_F32, lse2, s, b, ng, r, d, p, key, head0, heads_total, NULL);
+	at_attn_fwd(be, out2, lse2, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, NULL);
+	at_attn_bwd(be, dq2, R, MGT_DT_F32, qkv, out2, MGT_DT_F32, lse2, s, b, ng, r, d, p, key, head0, heads_total, NULL);
 	CHECK(!memcmp(out, out2, no * 4) && !memcmp(lse, lse2, nl * 4) && !memcmp(dq, dq2, nq * 4),
 	      "attn s=%d: fwd and bwd deterministic", s);
 	free(qkv), free(out), free(lse), free(qd), free(outr), free(lr), free(R), free(dq);
@@ -991,7 +992,7 @@ static void test_attn_mask_case(int s, int b, int ng, int r, int d, float p, int
 	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km, NULL};
 	attn_ref(&c, outr);
 	c.lse = NULL;
-	O->attn_fwd(be, lp ? (void *)o16 : out, lse, lp ? (void *)q16 : qkv, dt, s, b, ng, r, d, p, key, head0,
+	at_attn_fwd(be, lp ? (void *)o16 : out, lse, lp ? (void *)q16 : qkv, dt, s, b, ng, r, d, p, key, head0,
 		    heads_total, km);
 	if (lp)
 		for (size_t i = 0; i < no; i++)
@@ -1002,7 +1003,7 @@ static void test_attn_mask_case(int s, int b, int ng, int r, int d, float p, int
 	      "attn_fwd key mask %s s=%d b=%d ng=%d r=%d d=%d p=%g: out %.2e lse %.2e, %zu rows -inf (want %d), %zu wrong",
 	      lp ? "bf16" : "fp32", s, b, ng, r, d, p, e, el, ninf, H * s, nbad);
 
-	O->attn_bwd(be, dq, R, MGT_DT_F32, lp ? (void *)q16 : qkv, lp ? (void *)o16 : out, dt, lse, s, b, ng, r, d, p,
+	at_attn_bwd(be, dq, R, MGT_DT_F32, lp ? (void *)q16 : qkv, lp ? (void *)o16 : out, dt, lse, s, b, ng, r, d, p,
 		    key, head0, heads_total, km);
 	objective ob = {attn_ref, &c, R, no, outr};
 	double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
@@ -1016,8 +1017,8 @@ static void test_attn_mask_case(int s, int b, int ng, int r, int d, float p, int
 	      lp ? "bf16" : "fp32", s, b, ng, r, d, p, full ? "element-wise" : "directional", eg, ea, zbad);
 	if (lp) { /* the fp32 op on the same values: the same lse and dqkv bits */
 		float *l32 = randf(nl, 9), *o32 = randf(no, 9), *d32 = randf(nq, 9);
-		O->attn_fwd(be, o32, l32, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, km);
-		O->attn_bwd(be, d32, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0,
+		at_attn_fwd(be, o32, l32, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, km);
+		at_attn_bwd(be, d32, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0,
 			    heads_total, km);
 		size_t nround = 0;
 		for (size_t i = 0; i < no; i++)
@@ -1052,7 +1053,7 @@ static void test_attn_bias_case(int s, int b, int ng, int r, int d, float p, int
 	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km, bd};
 	attn_ref(&c, outr);
 	c.lse = NULL;
-	O->attn_bias_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, km, bias);
+	at_attn_bias_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, km, bias);
 	size_t ninf, bad;
 	const double e = relerr(out, outr, no), el = lse_err(lse, lr, nl, &ninf, &bad);
 	CHECK(e < FWD_TOL && el < FWD_TOL && bad == 0,
@@ -1061,7 +1062,7 @@ static void test_attn_bias_case(int s, int b, int ng, int r, int d, float p, int
 
 	float *R = randf(no, 1), *dq = randf(nq, 9), *db0 = randf(nb, 0.1), *db = xmalloc(nb * 4);
 	memcpy(db, db0, nb * 4);
-	O->attn_bias_bwd(be, dq, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total,
+	at_attn_bias_bwd(be, dq, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total,
 			 km, bias, db);
 	objective ob = {attn_ref, &c, R, no, outr};
 	double *ga = xmalloc(nq * sizeof *ga), *gb = xmalloc(nb * sizeof *gb);
@@ -1085,7 +1086,7 @@ static void test_attn_bias_case(int s, int b, int ng, int r, int d, float p, int
 
 	float *dq2 = randf(nq, 9), *db2 = xmalloc(nb * 4);
 	memcpy(db2, db0, nb * 4);
-	O->attn_bias_bwd(be, dq2, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total,
+	at_attn_bias_bwd(be, dq2, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, head0, heads_total,
 			 km, bias, db2);
 	CHECK(!memcmp(dq, dq2, nq * 4) && !memcmp(db, db2, nb * 4), "attn_bias_bwd s=%d: dqkv and dbias deterministic", s);
 	free(km), free(qkv), free(bias), free(out), free(lse), free(qd), free(bd), free(outr), free(lr), free(R);
@@ -1297,7 +1298,7 @@ static void test_xattn_case(int sq, int sk, int b, int ng, int r, int d, float p
 	xattn_ref(&c, outr);
 	c.lse = NULL;
 	const void *q = lp ? (void *)x16 : x, *kv = lp ? (void *)(x16 + nq) : x + nq;
-	O->xattn_fwd(be, lp ? (void *)o16 : out, lse, q, kv, dt, sq, sk, b, ng, r, d, p, key, head0, heads_total, km);
+	at_xattn_fwd(be, lp ? (void *)o16 : out, lse, q, kv, dt, sq, sk, b, ng, r, d, p, key, head0, heads_total, km);
 	for (size_t i = 0; lp && i < nq; i++)
 		out[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(o16[i]) : mgt_f16_to_f32(o16[i]);
 	size_t ninf, nbad, want = 0;
@@ -1312,7 +1313,7 @@ static void test_xattn_case(int sq, int sk, int b, int ng, int r, int d, float p
 	      "xattn_fwd %s sq=%d sk=%d b=%d ng=%d r=%d d=%d p=%g%s: out %.2e lse %.2e, %zu rows -inf (want %zu), "
 	      "%zu wrong", tn, sq, sk, b, ng, r, d, p, masked ? " key-mask" : "", e, el, ninf, want, nbad);
 
-	O->xattn_bwd(be, g, g + nq, R, MGT_DT_F32, q, kv, lp ? (void *)o16 : out, dt, lse, sq, sk, b, ng, r, d, p, key,
+	at_xattn_bwd(be, g, g + nq, R, MGT_DT_F32, q, kv, lp ? (void *)o16 : out, dt, lse, sq, sk, b, ng, r, d, p, key,
 		     head0, heads_total, km);
 	objective ob = {xattn_ref, &c, R, nq, outr};
 	const double eg = full ? fd_check(&ob, xd, nq + nk, g) : dir_check(&ob, xd, nq + nk, g, 3);
@@ -1335,14 +1336,14 @@ static void test_xattn_case(int sq, int sk, int b, int ng, int r, int d, float p
 
 	float *o2 = randf(nq, 9), *l2 = randf(nl, 9), *g2 = randf(nq + nk, 9);
 	if (!lp) { /* determinism */
-		O->xattn_fwd(be, o2, l2, q, kv, dt, sq, sk, b, ng, r, d, p, key, head0, heads_total, km);
-		O->xattn_bwd(be, g2, g2 + nq, R, MGT_DT_F32, q, kv, o2, dt, l2, sq, sk, b, ng, r, d, p, key, head0,
+		at_xattn_fwd(be, o2, l2, q, kv, dt, sq, sk, b, ng, r, d, p, key, head0, heads_total, km);
+		at_xattn_bwd(be, g2, g2 + nq, R, MGT_DT_F32, q, kv, o2, dt, l2, sq, sk, b, ng, r, d, p, key, head0,
 			     heads_total, km);
 		CHECK(!memcmp(out, o2, nq * 4) && !memcmp(lse, l2, nl * 4) && !memcmp(g, g2, (nq + nk) * 4),
 		      "xattn sq=%d sk=%d: fwd and bwd deterministic", sq, sk);
 	} else { /* the fp32 op on the same values; 16-bit gradients */
-		O->xattn_fwd(be, o2, l2, x, x + nq, MGT_DT_F32, sq, sk, b, ng, r, d, p, key, head0, heads_total, km);
-		O->xattn_bwd(be, g2, g2 + nq, R, MGT_DT_F32, x, x + nq, out, MGT_DT_F32, lse, sq, sk, b, ng, r, d, p, key,
+		at_xattn_fwd(be, o2, l2, x, x + nq, MGT_DT_F32, sq, sk, b, ng, r, d, p, key, head0, heads_total, km);
+		at_xattn_bwd(be, g2, g2 + nq, R, MGT_DT_F32, x, x + nq, out, MGT_DT_F32, lse, sq, sk, b, ng, r, d, p, key,
 			     head0, heads_total, km);
 		size_t nround = 0;
 		for (size_t i = 0; i < nq; i++)
@@ -1351,10 +1352,10 @@ static void test_xattn_case(int sq, int sk, int b, int ng, int r, int d, float p
 		/* 16-bit dout (R rounded) and gradients: the fp32 gradients of the rounded R, rounded */
 		float *Rr = copyf(R, nq), *g3 = randf(nq + nk, 9);
 		uint16_t *R16 = round16(Rr, nq, dt), *g16 = xmalloc((nq + nk) * 2), *r16 = xmalloc((nq + nk) * 2);
-		O->xattn_bwd(be, g3, g3 + nq, Rr, MGT_DT_F32, q, kv, o16, dt, lse, sq, sk, b, ng, r, d, p, key, head0,
+		at_xattn_bwd(be, g3, g3 + nq, Rr, MGT_DT_F32, q, kv, o16, dt, lse, sq, sk, b, ng, r, d, p, key, head0,
 			     heads_total, km);
 		O->cast(be, r16, dt, g3, nq + nk);
-		O->xattn_bwd(be, g16, g16 + nq, R16, dt, q, kv, o16, dt, lse, sq, sk, b, ng, r, d, p, key, head0,
+		at_xattn_bwd(be, g16, g16 + nq, R16, dt, q, kv, o16, dt, lse, sq, sk, b, ng, r, d, p, key, head0,
 			     heads_total, km);
 		const size_t n16 = ndiff16(g16, r16, nq + nk);
 		CHECK(same && nround == 0 && n16 == 0,
@@ -1434,8 +1435,8 @@ static void cp_case_init(cp_case *t, int S, int b, int ng, int r, int d, float p
 	t->wq = (size_t)b * ng * (r + 2) * d, t->wk = (size_t)b * ng * 2 * d, t->wo = (size_t)b * t->H * d;
 	t->qkv = randf(S * t->wq, 1.5), t->R = randf(S * t->wo, 1);
 	t->out = randf(S * t->wo, 9), t->lse = randf((size_t)b * t->H * S, 9), t->dq = randf(S * t->wq, 9);
-	O->attn_fwd(be, t->out, t->lse, t->qkv, MGT_DT_F32, S, b, ng, r, d, p, t->key, head0, heads_total, NULL);
-	O->attn_bwd(be, t->dq, t->R, MGT_DT_F32, t->qkv, t->out, MGT_DT_F32, t->lse, S, b, ng, r, d, p, t->key, head0, heads_total, NULL);
+	at_attn_fwd(be, t->out, t->lse, t->qkv, MGT_DT_F32, S, b, ng, r, d, p, t->key, head0, heads_total, NULL);
+	at_attn_bwd(be, t->dq, t->R, MGT_DT_F32, t->qkv, t->out, MGT_DT_F32, t->lse, S, b, ng, r, d, p, t->key, head0, heads_total, NULL);
 }
 
 static void cp_case_free(cp_case *t)
@@ -1443,10 +1444,11 @@ static void cp_case_free(cp_case *t)
 	free(t->qkv), free(t->R), free(t->out), free(t->lse), free(t->dq);
 }
 
-static mgt_attn_blk cp_blk(const cp_case *t, int sq, int sk, int qoff, int koff, int ld_lse)
+static mgt_attn cp_blk(const cp_case *t, int sq, int sk, int qoff, int koff, int ld_lse)
 {
-	return (mgt_attn_blk){sq, sk, t->b, t->ng, t->r, t->d, qoff, koff, t->S, ld_lse, t->p, t->key,
-			      t->head0, t->heads_total};
+	return (mgt_attn){ .sq = sq, .sk = sk, .b = t->b, .ng = t->ng, .r = t->r, .d = t->d, .qoff = qoff,
+			   .koff = koff, .s = t->S, .ld_lse = ld_lse, .p = t->p, .key = t->key, .head0 = t->head0,
+			   .heads_total = t->heads_total, .kind = MGT_ATTN_BLOCK, .t = MGT_DT_F32, .gt = MGT_DT_F32 };
 }
 
 /* Global chunk of local half h (0, 1) of CP rank rk of c: the rank keeps chunks rk and 2c-1-rk. */
@@ -1524,17 +1526,17 @@ static void cp_ring(const cp_case *t, const cp_ranks *k, int ord, bool bwd)
 				const int gq = cp_chunk(c, rk, hq), gk = cp_chunk(c, src, hk);
 				if (gk > gq)
 					continue;
-				const mgt_attn_blk g = cp_blk(t, C, C, gq * C, gk * C, 2 * C);
+				const mgt_attn g = cp_blk(t, C, C, gq * C, gk * C, 2 * C);
 				const size_t qo = (size_t)hq * C, ko = (size_t)hk * C;
 				float *q = cp_at(k->q, k, rk, t->wq) + qo * t->wq, *kv = cp_at(k->kv, k, src, t->wk) + ko * t->wk;
 				float *ctx = cp_at(k->ctx, k, rk, t->wo) + qo * t->wo, *lse = cp_at(k->lse, k, rk, rows) + qo;
 				if (bwd)
-					O->attn_blk_bwd(be, &g, cp_at(k->dq, k, rk, t->wq) + qo * t->wq,
+					at_attn_blk_bwd(be, &g, cp_at(k->dq, k, rk, t->wq) + qo * t->wq,
 							cp_at(k->dkv, k, src, t->wk) + ko * t->wk,
 							cp_at(k->R, k, rk, t->wo) + qo * t->wo, q, kv, ctx, lse);
 				else {
-					O->attn_blk_fwd(be, &g, k->ob, k->lb, q, kv);
-					O->attn_blk_merge(be, &g, ctx, lse, k->ob, k->lb);
+					at_attn_blk_fwd(be, &g, k->ob, k->lb, q, kv);
+					at_attn_blk_merge(be, &g, ctx, lse, k->ob, k->lb);
 				}
 			}
 		}
@@ -1548,15 +1550,15 @@ static void cp_allgather(const cp_case *t, const cp_ranks *k, const float *kvall
 	for (int rk = 0; rk < k->c; rk++)
 		for (int hq = 0; hq < 2; hq++) {
 			const int gq = cp_chunk(k->c, rk, hq);
-			const mgt_attn_blk g = cp_blk(t, C, (gq + 1) * C, gq * C, 0, 2 * C);
+			const mgt_attn g = cp_blk(t, C, (gq + 1) * C, gq * C, 0, 2 * C);
 			const size_t qo = (size_t)hq * C;
 			float *q = cp_at(k->q, k, rk, t->wq) + qo * t->wq;
 			float *ctx = cp_at(k->ctx, k, rk, t->wo) + qo * t->wo, *lse = cp_at(k->lse, k, rk, rows) + qo;
 			if (bwd)
-				O->attn_blk_bwd(be, &g, cp_at(k->dq, k, rk, t->wq) + qo * t->wq, dkvall,
+				at_attn_blk_bwd(be, &g, cp_at(k->dq, k, rk, t->wq) + qo * t->wq, dkvall,
 						cp_at(k->R, k, rk, t->wo) + qo * t->wo, q, kvall, ctx, lse);
 			else
-				O->attn_blk_fwd(be, &g, ctx, lse, q, kvall);
+				at_attn_blk_fwd(be, &g, ctx, lse, q, kvall);
 		}
 }
 
@@ -1635,13 +1637,13 @@ static void test_attn_blk_uneven(int S, int b, int ng, int r, int d, float p, in
 		bool fresh = true; /* the piece's rows still (0, -inf) */
 		for (int x = nk - 1; x >= 0; x--) {
 			const int k0 = kcut[x], sk = kcut[x + 1] - k0;
-			const mgt_attn_blk g = cp_blk(&t, sq, sk, q0, k0, S);
+			const mgt_attn g = cp_blk(&t, sq, sk, q0, k0, S);
 			const bool empty = k0 > q0 + sq - 1;
 			for (size_t i = 0; i < sq * t.wo; i++)
 				ob[i] = 7.0f;
 			for (size_t i = 0; i < nl; i++)
 				lb[i] = 7.0f;
-			O->attn_blk_fwd(be, &g, ob, lb, t.qkv + q0 * t.wq, kv + k0 * t.wk);
+			at_attn_blk_fwd(be, &g, ob, lb, t.qkv + q0 * t.wq, kv + k0 * t.wk);
 			if (empty) {
 				nempty++;
 				for (size_t i = 0; i < sq * t.wo; i++)
@@ -1650,7 +1652,7 @@ static void test_attn_blk_uneven(int S, int b, int ng, int r, int d, float p, in
 					for (int i = 0; i < sq; i++)
 						empty_ok &= lb[(size_t)y * S + i] == -INFINITY;
 			}
-			O->attn_blk_merge(be, &g, ctx + q0 * t.wo, lse + q0, ob, lb);
+			at_attn_blk_merge(be, &g, ctx + q0 * t.wo, lse + q0, ob, lb);
 			if (empty && fresh) { /* both sides -inf: stays (0, -inf) */
 				ninf++;
 				for (size_t i = 0; i < sq * t.wo; i++)
@@ -1681,8 +1683,8 @@ static void test_attn_blk_uneven(int S, int b, int ng, int r, int d, float p, in
 	for (int a = 0; a < nq; a++)
 		for (int x = 0; x < nk; x++) {
 			const int q0 = qcut[a], k0 = kcut[x];
-			const mgt_attn_blk g = cp_blk(&t, qcut[a + 1] - q0, kcut[x + 1] - k0, q0, k0, S);
-			O->attn_blk_bwd(be, &g, dq + q0 * t.wq, dkv + k0 * t.wk, t.R + q0 * t.wo, t.qkv + q0 * t.wq,
+			const mgt_attn g = cp_blk(&t, qcut[a + 1] - q0, kcut[x + 1] - k0, q0, k0, S);
+			at_attn_blk_bwd(be, &g, dq + q0 * t.wq, dkv + k0 * t.wk, t.R + q0 * t.wo, t.qkv + q0 * t.wq,
 					kv + k0 * t.wk, ctx + q0 * t.wo, lse + q0);
 		}
 	const bool kept = kv_slots_equal(dq, sentinel, T, ng, r, d);
@@ -1694,10 +1696,10 @@ static void test_attn_blk_uneven(int S, int b, int ng, int r, int d, float p, in
 
 	/* counts of 0 do nothing */
 	memcpy(ob, ctx, S * t.wo * 4);
-	mgt_attn_blk g0 = cp_blk(&t, S, 0, 0, 0, S);
-	O->attn_blk_fwd(be, &g0, ctx, lse, t.qkv, kv);
+	mgt_attn g0 = cp_blk(&t, S, 0, 0, 0, S);
+	at_attn_blk_fwd(be, &g0, ctx, lse, t.qkv, kv);
 	g0.sk = S, g0.sq = 0;
-	O->attn_blk_fwd(be, &g0, ctx, lse, t.qkv, kv);
+	at_attn_blk_fwd(be, &g0, ctx, lse, t.qkv, kv);
 	CHECK(!memcmp(ob, ctx, S * t.wo * 4), "attn_blk_fwd with sq or sk 0 writes nothing");
 	free(kv), free(ctx), free(lse), free(ob), free(lb), free(qd), free(outr), free(lr), free(ga);
 	free(sentinel), free(dq), free(dkv);
@@ -2397,6 +2399,28 @@ static void test_cublaslt_lazy(void)
 }
 #endif
 
+/* mgt_backend_supports: the CPU runs every op of its table on fp32, bf16 and fp16 (fp8's GEMM by
+ * emulation); an op missing from a table, another element type or an unknown op is refused with
+ * a reason naming it. */
+static void test_supports(void)
+{
+	char why[256] = "";
+	CHECK(MGT_OP_COUNT == 46, "the op table has 46 ops (%d)", (int)MGT_OP_COUNT);
+	CHECK(mgt_backend_supports(be, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why), "cpu supports gemm_fp8 (the emulation)");
+	CHECK(mgt_backend_supports(be, MGT_OP_attn_forward, MGT_DT_BF16, why, sizeof why) &&
+	      mgt_backend_supports(be, MGT_OP_attn_decode, MGT_DT_F16, why, sizeof why), "cpu supports attention ops");
+	CHECK(!mgt_backend_supports(be, MGT_OP_attn_forward, MGT_DT_I32, why, sizeof why) &&
+	      strstr(why, "attn_forward") && strstr(why, "fp32, bf16 or fp16"), "int32 elements refused: %s", why);
+	CHECK(!mgt_backend_supports(be, MGT_OP_COUNT, MGT_DT_F32, why, sizeof why), "an unknown op refused: %s", why);
+	mgt_backend_ops ops = *be->ops;
+	ops.attn_decode = NULL;
+	mgt_backend fake = *be;
+	fake.ops = &ops;
+	CHECK(!mgt_backend_supports(&fake, MGT_OP_attn_decode, MGT_DT_F32, why, sizeof why) && strstr(why, "attn_decode"),
+	      "a table without attn_decode refuses it: %s", why);
+	CHECK(mgt_backend_supports(&fake, MGT_OP_attn_merge, MGT_DT_F32, why, sizeof why), "... and keeps attn_merge");
+}
+
 int main(void)
 {
 #ifdef MGT_HAVE_CUDA
@@ -2431,6 +2455,7 @@ int main(void)
 	test_reductions();
 	test_moe();
 	test_determinism();
+	test_supports();
 	mgt_backend_destroy(be);
 	mgt_backend_destroy(NULL);
 	printf("%d passed, %d failed\n", passed, failed);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "attn_calls.h"
 #include "check.h"
 #include "optim/optim.h"
 
@@ -325,16 +326,16 @@ static void test_attn16(mgt_precision prec, const char *name, float (*round)(flo
 	      bad, kept, moved);
 	for (int p = 0; p < 2; p++) {
 		const float drop = p ? 0.1f : 0.0f;
-		be->ops->attn_fwd(be, o32, l1, qv, MGT_DT_F32, S, B, NG, R, D, drop, 77, 1, 6, NULL);
-		be->ops->attn_fwd(be, o16, l2, q16, dt, S, B, NG, R, D, drop, 77, 1, 6, NULL);
+		at_attn_fwd(be, o32, l1, qv, MGT_DT_F32, S, B, NG, R, D, drop, 77, 1, 6, NULL);
+		at_attn_fwd(be, o16, l2, q16, dt, S, B, NG, R, D, drop, 77, 1, 6, NULL);
 		bad = 0;
 		for (int i = 0; i < NO; i++) bad += !same(ref_decode(o16[i], bf), round(o32[i]));
 		CHECK(bad == 0 && !memcmp(l1, l2, sizeof l1),
 		      "%s attn_fwd (p %g) on 16-bit qkv: lse bitwise, out the rounding of the fp32 op's (%d differ)", name,
 		      drop, bad);
 		for (int i = 0; i < NO; i++) ov[i] = ref_decode(o16[i], bf);
-		be->ops->attn_bwd(be, d1, dout, MGT_DT_F32, qv, ov, MGT_DT_F32, l1, S, B, NG, R, D, drop, 77, 1, 6, NULL);
-		be->ops->attn_bwd(be, d2, dout, MGT_DT_F32, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6, NULL);
+		at_attn_bwd(be, d1, dout, MGT_DT_F32, qv, ov, MGT_DT_F32, l1, S, B, NG, R, D, drop, 77, 1, 6, NULL);
+		at_attn_bwd(be, d2, dout, MGT_DT_F32, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6, NULL);
 		CHECK(!memcmp(d1, d2, sizeof d1), "%s attn_bwd (p %g) from 16-bit qkv and out: the bits of their fp32 values",
 		      name, drop);
 		/* 16-bit dout and dqkv: the rounding of the fp32 dqkv from dout's values */
@@ -342,8 +343,8 @@ static void test_attn16(mgt_precision prec, const char *name, float (*round)(flo
 		static float gv[NO];
 		be->ops->cast(be, g16, dt, dout, NO);
 		for (int i = 0; i < NO; i++) gv[i] = ref_decode(g16[i], bf);
-		be->ops->attn_bwd(be, d1, gv, MGT_DT_F32, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6, NULL);
-		be->ops->attn_bwd(be, dq16, g16, dt, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6, NULL);
+		at_attn_bwd(be, d1, gv, MGT_DT_F32, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6, NULL);
+		at_attn_bwd(be, dq16, g16, dt, q16, o16, dt, l2, S, B, NG, R, D, drop, 77, 1, 6, NULL);
 		bad = 0;
 		for (int i = 0; i < NQ; i++) bad += !same(ref_decode(dq16[i], bf), round(d1[i]));
 		CHECK(bad == 0, "%s attn_bwd (p %g) with 16-bit dout and dqkv: the rounding of the fp32 dqkv (%d differ)", name,

@@ -1,6 +1,6 @@
 /* tests/unit/test_t5.c: T5's encoder-decoder (lib/model family "t5", t5.c, infer.c) on the CPU in
- * fp32, with learned absolute positions and with relative ones (the encoder's bias in attn_bias_fwd,
- * the decoder's in attn_kv):
+ * fp32, with learned absolute positions and with relative ones (the encoder's bias in attn_forward,
+ * the decoder's in attn_decode):
  *   - the inference path (mgt_model_encode once, then the decoder against a key/value cache and the
  *     cross-attention keys and values) fed the batch's decoder input whole gives the training
  *     forward's logits (1e-5 of their largest);
