@@ -1,4 +1,4 @@
-/* lib/convert internals: config.json <-> arguments (hfconfig.c). */
+/* lib/convert internals shared by its files (not a public header). */
 #ifndef MGT_CONVERT_IMPL_H
 #define MGT_CONVERT_IMPL_H
 
@@ -66,6 +66,27 @@ json_t *cv_hf_tokenizer(hf_in *h);
 mgt_status cv_mgt_open(hf_out *h, bool experts);
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole);
 void cv_mgt_close(hf_out *h);
+
+/* convert.c: file helpers of both ways.  cv_join: malloc'd "a/b" (NULL: out of memory, recorded);
+ * cv_exists: whether dir/name exists; cv_out_begin / cv_out_end: build the output under
+ * OUT.tmp.PID and rename it to OUT when st is MGT_OK (else remove it; returns st or the rename's
+ * error); cv_copy_side_files: the tokenizer and config files of a Hugging Face directory
+ * (skip_configs: not config.json and generation_config.json); cv_read_json: dir/name parsed (NULL
+ * when absent and not required; *st set on an error). */
+char *cv_join(const char *a, const char *b);
+bool cv_exists(const char *dir, const char *name);
+mgt_status cv_out_begin(const char *out, char **tmp);
+mgt_status cv_out_end(char *tmp, const char *out, mgt_status st);
+mgt_status cv_copy_side_files(const char *from_dir, const char *to_dir, bool skip_configs);
+json_t *cv_read_json(const char *dir, const char *name, bool required, mgt_status *st);
+
+/* hf_in.c: config.json's torch_dtype as a safetensors dtype (F32 when absent or other); GPT-2's
+ * causal-mask buffer names (h.N.attn.bias, h.N.attn.masked_bias); MegatronBert's token-type
+ * embeddings (name, and type_vocab_size: config.json's, else 2). */
+mgt_dt cv_torch_dtype_dt(const char *s);
+extern const char *const cv_gpt2_buffers[2];
+#define BERT_TOKTYPE "bert.embeddings.token_type_embeddings.weight"
+int64_t cv_bert_type_vocab(json_t *cfg);
 
 /* src and whole hold the largest row; with datasets, whole holds the largest expert dataset too. */
 mgt_status cv_scratch_alloc(scratch *b, const mgt_tensor_table *full, bool datasets);
