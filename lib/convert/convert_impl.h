@@ -25,6 +25,7 @@ typedef struct {
 	mgt_ckpt_shard **shards;   /* [rank * 2 + box] */
 	char *tmp;                 /* OUT.tmp.PID */
 	unsigned buffers;          /* GPT-2 mask buffers seen: bit 0 attn.bias, bit 1 attn.masked_bias */
+	bool in_place;             /* read in place (mgt_source): tokenizer files as the directory's own */
 } hf_in;
 
 typedef struct {
@@ -54,6 +55,11 @@ typedef struct {
 mgt_status cv_hf_open(hf_in *h);
 mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf);
 void cv_hf_close(hf_in *h);
+/* Row g of the whole-model table made from its Hugging Face sources into dst ([g->shape] fp32;
+ * b->src the sources' room).  cv_hf_metadata: the metadata.json text an mgt checkpoint of the
+ * directory records (malloc'd; NULL: out of memory). */
+mgt_status cv_hf_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst);
+char *cv_hf_metadata(hf_in *h);
 /* The tokenizer of the directory as metadata.json records it: Megatron's type and the files as
  * "hf/NAME" (new reference). */
 json_t *cv_hf_tokenizer(hf_in *h);

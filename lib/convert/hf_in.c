@@ -119,7 +119,7 @@ static mgt_status scatter(hf_in *h, const mgt_tensor *g, scratch *b)
 }
 
 /* Row g of the table from its Hugging Face sources into dst ([g->shape]). */
-static mgt_status make_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst)
+mgt_status cv_hf_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst)
 {
 	mgt_hf_map m;
 	mgt_status st = mgt_hf_map_tensor(&h->a.model, h->f, h->prefix, g, &m);
@@ -136,7 +136,7 @@ static mgt_status make_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst
 
 static mgt_status convert_row(hf_in *h, const mgt_tensor *g, scratch *b)
 {
-	mgt_status st = make_row(h, g, b, b->whole);
+	mgt_status st = cv_hf_row(h, g, b, b->whole);
 	return st ? st : scatter(h, g, b);
 }
 
@@ -161,7 +161,7 @@ static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
 	for (int j = i0; !st && j < h->full.n && h->full.t[j].layer == g0->layer; j++) {
 		const mgt_tensor *g = &h->full.t[j];
 		if (g->num_experts > 0 && !strcmp(g->dataset, g0->dataset))
-			st = make_row(h, g, b, b->whole + (size_t)g->expert * n);
+			st = cv_hf_row(h, g, b, b->whole + (size_t)g->expert * n);
 	}
 	int64_t cols = g0->ndim == 2 ? g0->shape[1] : 1;
 	for (int r = 0; !st && r < h->nranks; r++) {
@@ -341,6 +341,11 @@ json_t *cv_hf_tokenizer(hf_in *h)
 		type = "Llama2Tokenizer";
 		model = "hf/tokenizer.model";
 	}
+	if (h->in_place) { /* the directory's own files, not SAVE/hf/'s copies */
+		vocab = vocab ? vocab + 3 : NULL;
+		merges = merges ? merges + 3 : NULL;
+		model = model ? model + 3 : NULL;
+	}
 	return json_pack("{s:s?, s:s?, s:s?, s:s?, s:I, s:I}", "tokenizer_type", type, "vocab_file", vocab,
 			 "merge_file", merges, "tokenizer_model", model, "vocab_size", (json_int_t)h->a.model.vocab_size,
 			 "padded_vocab_size", (json_int_t)h->a.model.padded_vocab_size);
@@ -356,7 +361,7 @@ static void bert_args_put(json_t *args, const mgt_model_config *c)
 	json_object_set_new(args, "no_bias_gelu_fusion", json_boolean(c->no_bias_gelu_fusion));
 }
 
-static char *hf_metadata(hf_in *h)
+char *cv_hf_metadata(hf_in *h)
 {
 	const mgt_convert_opts *o = h->o;
 	json_t *tk = cv_hf_tokenizer(h);
@@ -476,7 +481,7 @@ static mgt_status hf_convert(hf_in *h)
 	if (!st) st = bert_token_types_in(h);
 	if (!st) st = check_unused(h);
 	if (!st) st = close_shards(h);
-	char *meta = st ? NULL : hf_metadata(h);
+	char *meta = st ? NULL : cv_hf_metadata(h);
 	if (!st && !meta) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	if (!st) st = mgt_ckpt_commit(h->tmp, 0, meta);
 	free(meta);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "ckpt/ckpt.h"
+#include "convert/convert.h"
 
 /* Arguments that fix the tensors' meaning: a checkpoint must agree on all of them. */
 static const char *const shape_keys[] = {
@@ -28,14 +29,28 @@ static const char *const moe_keys[] = {
 	"moe_shared_expert_gate", "moe_router_enable_expert_bias", NULL,
 };
 
-/* Whether the checkpoint holds dataset name with global shape gs[nd]. */
-static bool ckpt_has(const mgt_ckpt *c, const char *name, int nd, const int64_t *gs)
+/* Table row x's elements [lo, hi) from source c, as mgt_train_ckpt_read reads them from a checkpoint. */
+static mgt_status src_read(mgt_source *c, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi, float *dst)
 {
-	for (size_t i = 0; i < mgt_ckpt_count(c); i++) {
+	int64_t off[6][3], shape[6][3], gs[3];
+	size_t first[6];
+	char name[160];
+	int nd = mgt_train_ckpt_dataset(x, prefix, name, sizeof name, gs);
+	int nb = mgt_train_ckpt_boxes(x, lo, hi, off, shape, first);
+	mgt_status st = MGT_OK;
+	for (int k = 0; !st && k < nb; k++)
+		st = mgt_source_read(c, name, nd, gs, off[k], shape[k], MGT_CKPT_F32, dst + (first[k] - lo));
+	return st;
+}
+
+/* Whether the checkpoint holds dataset name with global shape gs[nd]. */
+static bool ckpt_has(const mgt_source *c, const char *name, int nd, const int64_t *gs)
+{
+	for (size_t i = 0; i < mgt_source_count(c); i++) {
 		int n;
 		int64_t g[8];
 		mgt_ckpt_dtype dt;
-		if (strcmp(mgt_ckpt_tensor(c, i, &n, g, &dt), name)) continue;
+		if (strcmp(mgt_source_tensor(c, i, &n, g, &dt), name)) continue;
 		bool same = n == nd;
 		for (int d = 0; same && d < nd; d++) same = g[d] == gs[d];
 		return same;
@@ -45,7 +60,7 @@ static bool ckpt_has(const mgt_ckpt *c, const char *name, int nd, const int64_t 
 
 /* The fp8 state of every chunk from the checkpoint; one that has none of this shape (saved
  * without fp8, or with another --fp8-amax-history-len) leaves the state fresh, saying so. */
-static mgt_status read_fp8(trainer *t, mgt_ckpt *c)
+static mgt_status read_fp8(trainer *t, mgt_source *c)
 {
 	mgt_status st = MGT_OK;
 	for (int ch = 0; !st && ch < t->V; ch++) {
@@ -61,14 +76,14 @@ static mgt_status read_fp8(trainer *t, mgt_ckpt *c)
 		if (!all) {
 			if (t->io->log && ch == 0)
 				fprintf(t->io->log, "  %s: no fp8 scaling state for --fp8-amax-history-len %lld: the scales "
-					"start at 1\n", mgt_ckpt_dir(c), (long long)t->a->fp8_amax_history_len);
+					"start at 1\n", mgt_source_dir(c), (long long)t->a->fp8_amax_history_len);
 			continue;
 		}
 		for (int k = 0; !st && k < 4; k++) {
 			int64_t gs[2], off[2], shape[2];
 			float *dst;
 			int nd = trainer_fp8_box(t, &v, k, gs, off, shape, &dst);
-			st = mgt_ckpt_read(c, trainer_fp8_names[k], nd, gs, off, shape, MGT_CKPT_F32, dst);
+			st = mgt_source_read(c, trainer_fp8_names[k], nd, gs, off, shape, MGT_CKPT_F32, dst);
 		}
 		if (!st) st = mgt_model_fp8_restore(t->chunk[ch]);
 	}
@@ -155,7 +170,7 @@ static mgt_status unstage(trainer *t, float *dst, float *host, size_t n, mgt_sta
 	return st;
 }
 
-static mgt_status read_params(trainer *t, mgt_ckpt *c)
+static mgt_status read_params(trainer *t, mgt_source *c)
 {
 	mgt_status st = MGT_OK;
 	for (int ch = 0; !st && ch < t->V; ch++) {
@@ -164,13 +179,13 @@ static mgt_status read_params(trainer *t, mgt_ckpt *c)
 		float *h = staging(t, mgt_model_params(m), tt->buf_numel);
 		if (!h) return MGT_ERR_NOMEM;
 		for (int i = 0; !st && i < tt->n; i++)
-			st = mgt_train_ckpt_read(c, "", &tt->t[i], 0, tt->t[i].numel, h + tt->t[i].offset);
+			st = src_read(c, "", &tt->t[i], 0, tt->t[i].numel, h + tt->t[i].offset);
 		st = unstage(t, mgt_model_params(m), h, tt->buf_numel, st);
 	}
 	return st;
 }
 
-static mgt_status read_moments(trainer *t, mgt_ckpt *c)
+static mgt_status read_moments(trainer *t, mgt_source *c)
 {
 	mgt_status st = MGT_OK;
 	for (int i = 0; !st && i < t->nshard; i++) {
@@ -183,7 +198,7 @@ static mgt_status read_moments(trainer *t, mgt_ckpt *c)
 				const mgt_tensor *x = &tt->t[j];
 				size_t a, b;
 				if (mgt_tensor_overlap(x, s->lo, s->hi, &a, &b))
-					st = mgt_train_ckpt_read(c, trainer_moment_prefix[k], x, a - x->offset, b - x->offset, h + (a - s->lo));
+					st = src_read(c, trainer_moment_prefix[k], x, a - x->offset, b - x->offset, h + (a - s->lo));
 			}
 			st = unstage(t, dst, h, s->hi - s->lo, st);
 		}
@@ -192,17 +207,17 @@ static mgt_status read_moments(trainer *t, mgt_ckpt *c)
 }
 
 /* Every parameter in the checkpoint must be one of the model's. */
-static mgt_status check_extra(trainer *t, mgt_ckpt *c)
+static mgt_status check_extra(trainer *t, mgt_source *c)
 {
 	mgt_tensor_table full;
 	mgt_status st = trainer_ckpt_full_table(t, &full);
-	for (size_t i = 0; !st && i < mgt_ckpt_count(c); i++) {
+	for (size_t i = 0; !st && i < mgt_source_count(c); i++) {
 		int nd;
 		int64_t gs[8];
 		mgt_ckpt_dtype dt;
-		const char *name = mgt_ckpt_tensor(c, i, &nd, gs, &dt);
+		const char *name = mgt_source_tensor(c, i, &nd, gs, &dt);
 		if (strncmp(name, "optimizer.", 10) && strncmp(name, "fp8.", 4) && !mgt_train_ckpt_known(&full, name))
-			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of this model", mgt_ckpt_dir(c), name);
+			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of this model", mgt_source_dir(c), name);
 	}
 	mgt_tensor_table_free(&full);
 	return st;
@@ -245,16 +260,16 @@ static void restore_rng(trainer *t, json_t *meta)
 }
 
 /* *damaged: the failure is the checkpoint's (unreadable data), not a mismatch with the run. */
-static mgt_status load_from(trainer *t, mgt_ckpt *c, bool *damaged)
+static mgt_status load_from(trainer *t, mgt_source *c, bool *damaged)
 {
 	json_error_t e;
-	json_t *meta = json_loads(mgt_ckpt_metadata(c), 0, &e);
+	json_t *meta = json_loads(mgt_source_metadata(c), 0, &e);
 	*damaged = false;
 	if (!meta || !json_is_object(json_object_get(meta, "args"))) {
 		json_decref(meta);
-		return mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not an mgt checkpoint (no \"args\")", mgt_ckpt_dir(c));
+		return mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not an mgt checkpoint (no \"args\")", mgt_source_dir(c));
 	}
-	mgt_status st = check_args(json_object_get(meta, "args"), t->a, mgt_ckpt_dir(c));
+	mgt_status st = check_args(json_object_get(meta, "args"), t->a, mgt_source_dir(c));
 	if (!st) st = check_extra(t, c);
 	if (!st) *damaged = (st = read_params(t, c)) == MGT_ERR_FORMAT;
 	if (!st) *damaged = (st = read_fp8(t, c)) == MGT_ERR_FORMAT;
@@ -316,25 +331,56 @@ static mgt_status pick_iteration(trainer *t, const char *dir, int64_t *it)
 	return mgt_ckpt_suggest(dir, -1, MGT_ERR_FORMAT);
 }
 
+/* --pretrained-checkpoint DIR when --load holds no checkpoint (megatron/training/checkpointing.py
+ * load_checkpoint: "attempting to finetune with checkpoint in", then args.finetune = True): the
+ * weights of an mgt checkpoint (its tracker's iteration) or of a Hugging Face directory read in
+ * place (mgt_source), resharded to this run's layout; no optimizer state, iteration, consumed
+ * samples or dropout seed. */
+static mgt_status load_pretrained(trainer *t, bool *loaded)
+{
+	const char *dir = t->a->pretrained_checkpoint;
+	if (t->io->log && t->a->load)
+		fprintf(t->io->log, "Checkpoint file not found in load directory %s attempting to finetune with checkpoint in "
+			"%s\n", t->a->load, dir);
+	t->a->finetune = true;
+	mgt_source *c = NULL;
+	bool damaged = false;
+	double t0 = mgt_now();
+	mgt_status st = mgt_source_open(dir, 0, &c);
+	if (st == MGT_ERR_IO || st == MGT_ERR_INPUT) st = MGT_ERR_FORMAT;
+	if (!st) st = load_from(t, c, &damaged);
+	if (!st && t->io->log) {
+		double ms = 1000 * (mgt_now() - t0);
+		fprintf(t->io->log, "  successfully loaded checkpoint from %s [ iteration %lld ]\n", dir,
+			(long long)mgt_source_iteration(c));
+		fprintf(t->io->log, "(min, max) time across ranks (ms):\n    load-checkpoint ................................: "
+			"(%.2f, %.2f)\n", ms, ms);
+	}
+	mgt_source_close(c);
+	*loaded = !st;
+	return st ? mgt_err_ctx(st, "--pretrained-checkpoint %s", dir) : MGT_OK;
+}
+
 mgt_status trainer_load(trainer *t, bool *loaded)
 {
 	*loaded = false;
 	t->dropout_seed = (uint64_t)t->a->seed;
 	const char *dir = t->a->load;
-	if (!dir) return MGT_OK; /* --ckpt-step without --load: refused by mgt_args_finalize */
-	int64_t it;
-	mgt_status st = pick_iteration(t, dir, &it);
+	int64_t it = -1;
+	mgt_status st = dir ? pick_iteration(t, dir, &it) : MGT_OK; /* no --load: --ckpt-step is refused */
+	if (!st && it < 0 && t->a->pretrained_checkpoint) /* Megatron's load_checkpoint: fine-tune from it */
+		return load_pretrained(t, loaded);
+	if (!dir) return MGT_OK;
 	if (!st && it < 0 && t->a->exit_on_missing_checkpoint) { /* Megatron's load_checkpoint, which exits 0 */
 		if (t->io->log) fprintf(t->io->log, ">> '--exit-on-missing-checkpoint' set ... exiting. <<\n");
 		return mgt_err(MGT_ERR_FORMAT, "--load %s: no checkpoint there (no %s) and --exit-on-missing-checkpoint", dir,
 			       MGT_CKPT_TRACKER);
 	}
 	if (st || it < 0) return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
-	mgt_ckpt *c = NULL;
+	mgt_source *c = NULL;
 	bool damaged = false;
 	double t0 = mgt_now();
-	st = mgt_ckpt_open(dir, it, &c);
-	if (!st) st = mgt_ckpt_check(c);
+	st = mgt_source_open(dir, it, &c);
 	if (st) {
 		/* a missing iteration directory is MGT_ERR_IO from mgt_ckpt_open: the same refusal */
 		damaged = st == MGT_ERR_FORMAT || st == MGT_ERR_IO;
@@ -346,11 +392,11 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 	if (!st && t->io->log) { /* Megatron's line, then its load-checkpoint timer (this rank's time in both) */
 		double ms = 1000 * (mgt_now() - t0);
 		fprintf(t->io->log, "  successfully loaded checkpoint from %s [ iteration %lld ]\n", dir,
-			(long long)mgt_ckpt_iteration(c));
+			(long long)mgt_source_iteration(c));
 		fprintf(t->io->log, "(min, max) time across ranks (ms):\n    load-checkpoint ................................: "
 			"(%.2f, %.2f)\n", ms, ms);
 	}
-	mgt_ckpt_close(c);
+	mgt_source_close(c);
 	if (st && damaged) st = mgt_ckpt_suggest(dir, it, st);
 	*loaded = !st;
 	return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
