@@ -114,12 +114,16 @@ mgt_status mgt_export_gguf(const mgt_export_opts *o);
 typedef struct mgt_source mgt_source;
 
 /* Open dir: a Hugging Face directory (config.json) or an mgt checkpoint directory (its
- * iteration step, or with step <= 0 the tracker's; mgt_ckpt_open and mgt_ckpt_check).  *out is
+ * iteration step, which needs no tracker, or with step <= 0 the tracker's; mgt_ckpt_open and
+ * mgt_ckpt_check).  *out is
  * the caller's (mgt_source_close).  Errors: MGT_ERR_USAGE (neither kind, naming what was looked
  * for; a step for a Hugging Face directory), those of mgt_ckpt_open / mgt_ckpt_check, and for a
  * Hugging Face directory those of mgt_convert_hf_to_mgt's reading (MGT_ERR_INPUT for config.json
  * and a missing tensor, MGT_ERR_FORMAT for malformed safetensors), MGT_ERR_NOMEM. */
 mgt_status mgt_source_open(const char *dir, int64_t step, mgt_source **out);
+/* An mgt checkpoint already opened (mgt_ckpt_open, checked by the caller) as a source: s owns c
+ * from the call on (closed on an error too).  Errors: MGT_ERR_NOMEM. */
+mgt_status mgt_source_from_ckpt(mgt_ckpt *c, mgt_source **out);
 /* 1 a Hugging Face directory, 2 an mgt checkpoint (mgt_convert_detect's numbers). */
 int mgt_source_kind(const mgt_source *s);
 /* The directory read (the iteration directory of a checkpoint), its metadata.json text

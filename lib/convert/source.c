@@ -51,6 +51,10 @@ mgt_status mgt_source_open(const char *dir, int64_t step, mgt_source **out)
 	memset(s, 0, sizeof *s);
 	s->cached = -1;
 	mgt_status st = mgt_convert_detect(dir, &s->kind);
+	if (st == MGT_ERR_USAGE && step > 0) { /* iter_N of a directory without a tracker */
+		s->kind = 2;
+		st = MGT_OK;
+	}
 	if (!st && s->kind == 1 && step > 0)
 		st = mgt_err(MGT_ERR_USAGE, "%s: a Hugging Face directory has no iterations (step %lld)", dir, (long long)step);
 	if (!st && s->kind == 1) st = hf_source(s, dir);
@@ -63,6 +67,22 @@ mgt_status mgt_source_open(const char *dir, int64_t step, mgt_source **out)
 		mgt_source_close(s);
 		return st;
 	}
+	*out = s;
+	return MGT_OK;
+}
+
+mgt_status mgt_source_from_ckpt(mgt_ckpt *c, mgt_source **out)
+{
+	*out = NULL;
+	mgt_source *s = mgt_malloc(sizeof *s);
+	char *dir = mgt_strdup(mgt_ckpt_dir(c));
+	if (!s || !dir) {
+		free(s);
+		free(dir);
+		mgt_ckpt_close(c);
+		return MGT_ERR_NOMEM;
+	}
+	*s = (mgt_source){ .kind = 2, .ck = c, .dir = dir, .cached = -1 };
 	*out = s;
 	return MGT_OK;
 }

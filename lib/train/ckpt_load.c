@@ -378,9 +378,13 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 	}
 	if (st || it < 0) return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
 	mgt_source *c = NULL;
+	mgt_ckpt *ck = NULL;
 	bool damaged = false;
 	double t0 = mgt_now();
-	st = mgt_source_open(dir, it, &c);
+	st = mgt_ckpt_open(dir, it, &ck);
+	if (!st) st = mgt_ckpt_check(ck);
+	if (st) mgt_ckpt_close(ck);
+	else st = mgt_source_from_ckpt(ck, &c);
 	if (st) {
 		/* a missing iteration directory is MGT_ERR_IO from mgt_ckpt_open: the same refusal */
 		damaged = st == MGT_ERR_FORMAT || st == MGT_ERR_IO;
