@@ -13,7 +13,7 @@
 /* The model options every command takes. */
 typedef struct eval_model_opts {
 	const char *load;      /* --load DIR: an mgt checkpoint directory */
-	const char *hf;        /* --hf DIR: a Hugging Face directory, converted on the fly */
+	const char *hf;        /* --hf DIR: a Hugging Face directory, read in place */
 	const char *device;    /* --device cpu|cuda|auto */
 	long long step;        /* --ckpt-step N (0: the tracker's) */
 	long long threads;     /* --threads N (0: all) */
@@ -43,20 +43,19 @@ int eval_model_option(int c, const char *arg, eval_model_opts *o);
 /* Exit 2 unless exactly one of --load and --hf is given and the tokenizer flags agree. */
 void eval_model_check(const eval_model_opts *o);
 
-/* The opened model: the checkpoint (for --hf the converted one, in a temporary directory
- * removed by eval_model_close and on an error exit) and its tokenizer (NULL when the checkpoint
+/* The opened model: the checkpoint (for --hf the Hugging Face directory read in place,
+ * mgt_eval_open_hf) and its tokenizer (NULL when the checkpoint
  * records none and none was given). */
 typedef struct eval_model {
 	mgt_eval *ev;
 	mgt_tok *tok;
-	char *tmp;             /* --hf: the temporary checkpoint directory */
 } eval_model;
 
-/* Open --load (or convert --hf into a temporary checkpoint and open that) and load the
+/* Open --load (or --hf in place) and load the
  * tokenizer: the checkpoint's, with the command line's flags applied (a --tokenizer-type
  * replaces it; file flags alone replace its files' paths).  need_tok: a checkpoint without a
  * tokenizer is an error (MGT_ERR_VOCAB).  The model is not built (mgt_eval_build).
- * Errors: those of mgt_eval_open, mgt_convert_hf_to_mgt and mgt_tok_load. */
+ * Errors: those of mgt_eval_open, mgt_eval_open_hf and mgt_tok_load. */
 mgt_status eval_model_open(const eval_model_opts *o, bool need_tok, eval_model *m);
 /* Build it for sequences of up to seq_length tokens with the tokenizer's vocabulary. */
 mgt_status eval_model_build(const eval_model_opts *o, eval_model *m, int64_t seq_length);

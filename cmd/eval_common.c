@@ -14,7 +14,7 @@ const char eval_model_help[] =
 	"                        the iteration its tracker names\n"
 	"  --ckpt-step N         load iteration N instead\n"
 	"  --hf DIR              a Hugging Face directory (config.json, *.safetensors) instead of --load,\n"
-	"                        converted as mgt-ckpt-convert(1) does into a temporary checkpoint\n"
+	"                        read in place as mgt-ckpt-convert(1) would convert it\n"
 	"  --device D            cpu, cuda, or auto (cuda when built with CUDA and a GPU is present) [auto]\n"
 	"  --threads N           CPU threads (0: all) [0]\n"
 	"Tokenizer: the checkpoint's (metadata.json).  Given --tokenizer-type, these flags replace it;\n"
@@ -106,30 +106,18 @@ static mgt_status load_tokenizer(const eval_model_opts *o, const mgt_eval *ev, m
 	return st;
 }
 
-/* --hf: convert into a fresh temporary directory (TP = PP = 1). */
-static mgt_status convert_hf(const char *hf, char **tmp)
+/* --hf: the Hugging Face directory read in place (mgt_eval_open_hf: no temporary checkpoint). */
+static mgt_status open_hf(const char *hf, mgt_eval **ev)
 {
-	const char *base = getenv("TMPDIR");
-	char path[4096];
-	snprintf(path, sizeof path, "%s/mgt-eval.hf.%ld", base && *base ? base : "/tmp", (long)getpid());
-	if (access(path, F_OK) == 0 && mgt_ckpt_remove_tree(path)) return mgt_err(MGT_ERR_IO, "%s: cannot remove", path);
-	if (!(*tmp = mgt_strdup(path))) return MGT_ERR_NOMEM;
-	mgt_convert_opts co = { .load_dir = hf, .save_dir = path, .tp = 1, .pp = 1, .ckpt_step = -1 };
-	int kind = 0;
-	mgt_status st = mgt_convert_detect(hf, &kind);
-	if (!st && kind != 1)
-		st = mgt_err(MGT_ERR_USAGE, "--hf %s: not a Hugging Face directory (no config.json); an mgt checkpoint "
-			     "is opened with --load", hf);
-	if (!st) st = mgt_convert_hf_to_mgt(&co);
-	if (st == MGT_ERR_INPUT || st == MGT_ERR_EXISTS) st = MGT_ERR_FORMAT;
+	mgt_status st = mgt_eval_open_hf(ev, hf);
+	if (st == MGT_ERR_INPUT) st = MGT_ERR_FORMAT;
 	return st ? mgt_err_ctx(st, "--hf %s", hf) : MGT_OK;
 }
 
 mgt_status eval_model_open(const eval_model_opts *o, bool need_tok, eval_model *m)
 {
 	memset(m, 0, sizeof *m);
-	mgt_status st = o->hf ? convert_hf(o->hf, &m->tmp) : MGT_OK;
-	if (!st) st = mgt_eval_open(&m->ev, m->tmp ? m->tmp : o->load, o->step);
+	mgt_status st = o->hf ? open_hf(o->hf, &m->ev) : mgt_eval_open(&m->ev, o->load, o->step);
 	if (!st) st = load_tokenizer(o, m->ev, &m->tok);
 	if (!st && need_tok && !m->tok)
 		st = mgt_err(MGT_ERR_VOCAB, "the checkpoint %s records no tokenizer (--mock-data without "
@@ -152,7 +140,5 @@ void eval_model_close(eval_model *m)
 {
 	mgt_tok_free(m->tok);
 	mgt_eval_free(m->ev);
-	if (m->tmp) mgt_ckpt_remove_tree(m->tmp);
-	free(m->tmp);
 	memset(m, 0, sizeof *m);
 }

@@ -24,7 +24,7 @@ static void usage(void)
 	       "unless --tensor-model-parallel-size / --pipeline-model-parallel-size say otherwise).\n\n"
 	       "  --load DIR             checkpoint directory (the iteration its tracker names)\n"
 	       "  --ckpt-step N          load iteration N instead\n"
-	       "  --hf DIR               a Hugging Face directory, converted into a temporary checkpoint\n"
+	       "  --hf DIR               a Hugging Face directory, read in place (no temporary checkpoint)\n"
 	       "                         (give --data-path or --mock-data and the batch flags)\n"
 	       "  --eval-split S         valid or test [valid]\n"
 	       "  --eval-from-sample N   first sample of the split to evaluate [valid: the samples of the\n"
@@ -159,7 +159,7 @@ static mgt_status make_args(const lopts *o, eval_model *em, mgt_args *a)
 	if (!st) st = reset_run_keys(a);
 	char step[32];
 	snprintf(step, sizeof step, "%lld", o->step);
-	if (!st) st = mgt_args_set(a, "load", em->tmp ? em->tmp : o->load);
+	if (!st) st = mgt_args_set(a, o->hf ? "pretrained_checkpoint" : "load", o->hf ? o->hf : o->load); /* --hf in place */
 	if (!st) st = mgt_args_set(a, "ckpt_step", step);
 	int64_t tp = a->tensor_model_parallel_size, div = a->model.make_vocab_size_divisible_by;
 	if (!st) st = mgt_args_parse_argv(a, o->argc, o->argv);

@@ -1,4 +1,4 @@
-/* lib/ckpt internals shared by fs.c, h5.c, write.c and read.c (not a public header). */
+/* lib/ckpt internals shared by its files (not a public header). */
 #ifndef MGT_CKPT_IMPL_H
 #define MGT_CKPT_IMPL_H
 
@@ -21,6 +21,9 @@ mgt_status ck_fsync_path(const char *path);
 mgt_status ck_write_file(const char *path, const void *data, size_t n);
 bool ck_exists(const char *path);
 bool ck_is_dir(const char *path);
+/* *out = the element count of shape[0..ndim) (safetensors.c); false when a dim is negative or the
+ * count passes 2^62. */
+bool ck_shape_numel(int ndim, const int64_t *shape, uint64_t *out);
 
 /* ---- dir.c ---------------------------------------------------------------------------------- */
 

@@ -1,4 +1,5 @@
-/* lib/convert/convert.c: Hugging Face directories <-> mgt checkpoints, tensor by tensor. */
+/* lib/convert/convert.c: Hugging Face directories <-> mgt checkpoints, tensor by tensor: the file
+ * helpers of both ways and mgt -> Hugging Face (Hugging Face -> mgt is hf_in.c). */
 #include "convert_impl.h"
 
 #include <errno.h>
@@ -17,7 +18,7 @@ static const char *const side_files[] = {
 	"special_tokens_map.json", "vocab.json", "merges.txt", "added_tokens.json", "vocab.txt", NULL,
 };
 
-static char *join(const char *a, const char *b)
+char *cv_join(const char *a, const char *b)
 {
 	size_t n = strlen(a) + strlen(b) + 2;
 	char *p = mgt_malloc(n);
@@ -25,9 +26,9 @@ static char *join(const char *a, const char *b)
 	return p;
 }
 
-static bool exists(const char *dir, const char *name)
+bool cv_exists(const char *dir, const char *name)
 {
-	char *p = join(dir, name);
+	char *p = cv_join(dir, name);
 	struct stat sb;
 	bool ok = p && stat(p, &sb) == 0;
 	free(p);
@@ -39,8 +40,8 @@ mgt_status mgt_convert_detect(const char *dir, int *kind)
 	struct stat sb;
 	if (stat(dir, &sb)) return mgt_err(MGT_ERR_IO, "%s: %s", dir, strerror(errno));
 	if (!S_ISDIR(sb.st_mode)) return mgt_err(MGT_ERR_USAGE, "%s: not a directory", dir);
-	if (exists(dir, "config.json")) *kind = 1;
-	else if (exists(dir, MGT_CKPT_TRACKER)) *kind = 2;
+	if (cv_exists(dir, "config.json")) *kind = 1;
+	else if (cv_exists(dir, MGT_CKPT_TRACKER)) *kind = 2;
 	else return mgt_err(MGT_ERR_USAGE, "%s: neither a Hugging Face model directory (config.json) nor an mgt "
 			    "checkpoint directory (%s)", dir, MGT_CKPT_TRACKER);
 	return MGT_OK;
@@ -48,7 +49,7 @@ mgt_status mgt_convert_detect(const char *dir, int *kind)
 
 /* ---- the output directory: built under OUT.tmp.PID, renamed when whole ---- */
 
-static mgt_status out_begin(const char *out, char **tmp)
+mgt_status cv_out_begin(const char *out, char **tmp)
 {
 	struct stat sb;
 	*tmp = NULL;
@@ -65,7 +66,7 @@ static mgt_status out_begin(const char *out, char **tmp)
 	return MGT_OK;
 }
 
-static mgt_status out_end(char *tmp, const char *out, mgt_status st)
+mgt_status cv_out_end(char *tmp, const char *out, mgt_status st)
 {
 	if (!tmp) return st;
 	if (!st && rename(tmp, out)) st = mgt_err(MGT_ERR_IO, "rename %s to %s: %s", tmp, out, strerror(errno));
@@ -76,7 +77,7 @@ static mgt_status out_end(char *tmp, const char *out, mgt_status st)
 
 static mgt_status write_text(const char *dir, const char *name, const char *text)
 {
-	char *p = join(dir, name);
+	char *p = cv_join(dir, name);
 	if (!p) return MGT_ERR_NOMEM;
 	mgt_afile af;
 	mgt_status st = mgt_afile_open(&af, p, 0);
@@ -104,7 +105,7 @@ static mgt_status copy_file_as(const char *src, const char *dir, const char *nam
 	size_t n = 0;
 	mgt_status st = mgt_file_read(src, &data, &n);
 	mgt_afile af;
-	if (!st && !(dst = join(dir, name))) st = MGT_ERR_NOMEM;
+	if (!st && !(dst = cv_join(dir, name))) st = MGT_ERR_NOMEM;
 	if (!st) st = mgt_afile_open(&af, dst, 0);
 	if (!st) {
 		st = mgt_afile_write(&af, data, n);
@@ -118,7 +119,7 @@ static mgt_status copy_file_as(const char *src, const char *dir, const char *nam
 
 static mgt_status copy_file(const char *from_dir, const char *to_dir, const char *name)
 {
-	char *src = join(from_dir, name);
+	char *src = cv_join(from_dir, name);
 	mgt_status st = src ? copy_file_as(src, to_dir, name) : MGT_ERR_NOMEM;
 	free(src);
 	return st;
@@ -126,23 +127,23 @@ static mgt_status copy_file(const char *from_dir, const char *to_dir, const char
 
 /* Copy the side files of from_dir present there into to_dir, but config.json and
  * generation_config.json when skip_configs. */
-static mgt_status copy_side_files(const char *from_dir, const char *to_dir, bool skip_configs)
+mgt_status cv_copy_side_files(const char *from_dir, const char *to_dir, bool skip_configs)
 {
 	mgt_status st = MGT_OK;
 	for (const char *const *f = side_files; !st && *f; f++) {
 		if (skip_configs && (!strcmp(*f, "config.json") || !strcmp(*f, "generation_config.json"))) continue;
-		if (exists(from_dir, *f)) st = copy_file(from_dir, to_dir, *f);
+		if (cv_exists(from_dir, *f)) st = copy_file(from_dir, to_dir, *f);
 	}
 	return st;
 }
 
-static json_t *read_json(const char *dir, const char *name, bool required, mgt_status *st)
+json_t *cv_read_json(const char *dir, const char *name, bool required, mgt_status *st)
 {
-	char *p = join(dir, name);
+	char *p = cv_join(dir, name);
 	json_error_t e;
 	json_t *o = NULL;
 	if (!p) *st = MGT_ERR_NOMEM;
-	else if (!exists(dir, name)) {
+	else if (!cv_exists(dir, name)) {
 		if (required) *st = mgt_err(MGT_ERR_INPUT, "%s: missing", p);
 	} else if (!(o = json_load_file(p, 0, &e)) || !json_is_object(o)) {
 		*st = mgt_err(MGT_ERR_INPUT, "%s:%d: %s", p, e.line, o ? "expected a JSON object" : e.text);
@@ -194,279 +195,9 @@ void cv_scratch_free(scratch *b)
 	free(b->piece);
 }
 
-/* ---- Hugging Face -> mgt ---- */
-
-
-static mgt_dt torch_dtype_dt(const char *s)
-{
-	if (!s) return MGT_ST_F32;
-	return !strcmp(s, "bfloat16") ? MGT_ST_BF16 : !strcmp(s, "float16") ? MGT_ST_F16 : MGT_ST_F32;
-}
-
-/* Read HF source k of map m into buf after checking it against config.json. */
-mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf)
-{
-	const mgt_st_tensor *x = mgt_st_find(h->st, m->name[k]);
-	if (!x) return mgt_err(MGT_ERR_INPUT, "%s: tensor %s is missing (config.json describes a %s model that has it)",
-			       h->o->load_dir, m->name[k], mgt_hf_model_type(h->f));
-	for (size_t i = 0; i < mgt_st_count(h->st); i++)
-		if (mgt_st_at(h->st, i) == x) h->used[i] = true;
-	bool shape_ok = x->ndim == m->ndim[k] && x->shape[0] == m->shape[k][0] && (x->ndim < 2 || x->shape[1] == m->shape[k][1]);
-	if (!shape_ok) {
-		char want[64], got[64] = "";
-		snprintf(want, sizeof want, m->ndim[k] == 2 ? "[%lld, %lld]" : "[%lld]", (long long)m->shape[k][0],
-			 (long long)m->shape[k][1]);
-		for (int d = 0; d < x->ndim && strlen(got) < 48; d++)
-			snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "[", (long long)x->shape[d]);
-		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s has shape %s]; config.json implies %s", x->file, x->name,
-			       got[0] ? got : "[", want);
-	}
-	if (x->dtype != MGT_ST_F32 && x->dtype != MGT_ST_F16 && x->dtype != MGT_ST_BF16)
-		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s has dtype %s (expected F32, F16 or BF16)", x->file, x->name,
-			       mgt_dt_name(x->dtype));
-	if (h->torch_dtype && x->dtype != torch_dtype_dt(h->torch_dtype))
-		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s is %s but config.json's torch_dtype is %s", x->file, x->name,
-			       mgt_dt_name(x->dtype), h->torch_dtype);
-	mgt_status st = mgt_st_read_f32(h->st, x, buf);
-	return st ? st : cv_check_finite(buf, cv_map_numel(m, k), x->file, x->name);
-}
-
-/* Rank r of the tp x pp x ep layout: its tensor, pipeline and expert parallel ranks. */
-static int rank_tp(const hf_in *h, int r) { return r % h->o->tp; }
-static int rank_pp(const hf_in *h, int r) { return r / h->o->tp % h->o->pp; }
-static int rank_ep(const hf_in *h, int r) { return r / (h->o->tp * h->o->pp); }
-
-/* The shard file of box `box` of rank r: model_tpTT_ppPPP_dpDDD[_box].h5, DDD the expert-parallel
- * rank (its data-parallel rank in a run whose data parallelism holds expert parallelism). */
-static mgt_status shard_for(hf_in *h, int rank, int box, mgt_ckpt_shard **out)
-{
-	mgt_ckpt_shard **sh = &h->shards[rank * 2 + box];
-	if (!*sh) {
-		char name[64];
-		int len = snprintf(name, sizeof name, "model_tp%02d_pp%03d_dp%03d", rank_tp(h, rank), rank_pp(h, rank),
-				   rank_ep(h, rank));
-		snprintf(name + len, sizeof name - (size_t)len, box ? "_%d.h5" : ".h5", box);
-		mgt_status st = mgt_ckpt_shard_open(h->tmp, 0, name, sh);
-		if (st) return st;
-	}
-	*out = *sh;
-	return MGT_OK;
-}
-
-/* The box [off, off + shape) of the whole tensor g as a contiguous buffer: whole itself when the
- * box is the whole tensor. */
-static const float *box_data(const mgt_tensor *g, const float *whole, const int64_t off[2], const int64_t shape[2],
-			     scratch *b)
-{
-	int64_t cols = g->ndim == 2 ? g->shape[1] : 1, bc = g->ndim == 2 ? shape[1] : 1;
-	size_t n = (size_t)(shape[0] * bc);
-	if (n == cv_row_numel(g)) return whole;
-	if (n > b->piece_n) {
-		float *p = mgt_realloc(b->piece, n * sizeof(float));
-		if (!p) return NULL;
-		b->piece = p;
-		b->piece_n = n;
-	}
-	for (int64_t i = 0; i < shape[0]; i++)
-		memcpy(b->piece + i * bc, whole + (off[0] + i) * cols + (g->ndim == 2 ? off[1] : 0), (size_t)bc * sizeof(float));
-	return b->piece;
-}
-
-/* Write each rank's pieces of the global tensor g (row of the full table; b->whole holds it):
- * the dense rows on expert-parallel rank 0 only; never the last stage's tied word embeddings. */
-static mgt_status scatter(hf_in *h, const mgt_tensor *g, scratch *b)
-{
-	for (int r = 0; r < h->nranks; r++) {
-		const mgt_tensor *x = mgt_tensor_table_find(&h->ranks[r], g->name);
-		if (!x || rank_ep(h, r) || (x->role == MGT_T_WORD_EMB && rank_pp(h, r))) continue;
-		int64_t off[6][2], shape[6][2];
-		size_t first[6];
-		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
-		for (int k = 0; k < nb; k++) {
-			mgt_ckpt_piece p = {.name = g->name, .ndim = g->ndim, .dtype = MGT_CKPT_F32,
-					    .data = box_data(g, b->whole, off[k], shape[k], b)};
-			if (!p.data) return MGT_ERR_NOMEM;
-			for (int d = 0; d < g->ndim; d++) {
-				p.global_shape[d] = g->shape[d];
-				p.offset[d] = off[k][d];
-				p.shape[d] = shape[k][d];
-			}
-			mgt_ckpt_shard *sh;
-			mgt_status st = shard_for(h, r, k, &sh);
-			if (!st) st = mgt_ckpt_shard_put(sh, &p);
-			if (st) return st;
-		}
-	}
-	return MGT_OK;
-}
-
-/* Row g of the table from its Hugging Face sources into dst ([g->shape]). */
-static mgt_status make_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst)
-{
-	mgt_hf_map m;
-	mgt_status st = mgt_hf_map_tensor(&h->a.model, h->f, h->prefix, g, &m);
-	const float *src[3] = {0};
-	size_t at = 0;
-	for (int k = 0; !st && k < m.n; k++) {
-		src[k] = b->src + at;
-		st = cv_hf_read(h, &m, k, b->src + at);
-		at += cv_map_numel(&m, k);
-	}
-	if (!st) mgt_hf_to_mgt(&h->a.model, &m, g, src, dst);
-	return st;
-}
-
-static mgt_status convert_row(hf_in *h, const mgt_tensor *g, scratch *b)
-{
-	mgt_status st = make_row(h, g, b, b->whole);
-	return st ? st : scatter(h, g, b);
-}
-
-/* Whether row i of tt is an expert row whose dataset an earlier row of its layer has. */
-static bool dataset_seen(const mgt_tensor_table *tt, int i)
-{
-	const mgt_tensor *x = &tt->t[i];
-	for (int j = i - 1; x->num_experts > 0 && j >= 0 && tt->t[j].layer == x->layer; j--)
-		if (tt->t[j].num_experts > 0 && !strcmp(tt->t[j].dataset, x->dataset)) return true;
-	return false;
-}
-
-/* The expert dataset of expert row i0 of the full table (its first row): every expert's row made
- * into b->whole ([E, rows, cols], expert e at e * rows * cols), then each rank's experts
- * e0 .. e0 + k - 1 written as one piece [k, box] per box of its tensor-parallel part
- * (mgt-ckpt(5) EXPERT DATASETS: the pieces mgt-train's saver writes). */
-static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
-{
-	const mgt_tensor *g0 = &h->full.t[i0];
-	size_t n = cv_row_numel(g0);
-	mgt_status st = MGT_OK;
-	for (int j = i0; !st && j < h->full.n && h->full.t[j].layer == g0->layer; j++) {
-		const mgt_tensor *g = &h->full.t[j];
-		if (g->num_experts > 0 && !strcmp(g->dataset, g0->dataset))
-			st = make_row(h, g, b, b->whole + (size_t)g->expert * n);
-	}
-	int64_t cols = g0->ndim == 2 ? g0->shape[1] : 1;
-	for (int r = 0; !st && r < h->nranks; r++) {
-		const mgt_tensor_table *tt = &h->ranks[r];
-		const mgt_tensor *x = NULL;
-		int k = 0;
-		for (int j = 0; j < tt->n; j++)
-			if (tt->t[j].num_experts > 0 && !strcmp(tt->t[j].dataset, g0->dataset)) {
-				if (!x) x = &tt->t[j];
-				k++;
-			}
-		if (!x) continue; /* another pipeline stage's layer */
-		int64_t off[6][2], shape[6][2];
-		size_t first[6];
-		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
-		for (int q = 0; !st && q < nb; q++) {
-			int64_t bc = g0->ndim == 2 ? shape[q][1] : 1;
-			size_t per = (size_t)(shape[q][0] * bc), need = per * (size_t)k;
-			const float *data = b->whole; /* the whole dataset (one rank holds it all) as it is */
-			if (per != n || k != g0->num_experts) {
-				if (need > b->piece_n) {
-					float *p = mgt_realloc(b->piece, need * sizeof(float));
-					if (!p) return MGT_ERR_NOMEM;
-					b->piece = p;
-					b->piece_n = need;
-				}
-				for (int e = 0; e < k; e++) {
-					const float *w = b->whole + (size_t)(x->expert + e) * n;
-					for (int64_t i = 0; i < shape[q][0]; i++)
-						memcpy(b->piece + (size_t)e * per + (size_t)(i * bc),
-						       w + (off[q][0] + i) * cols + (g0->ndim == 2 ? off[q][1] : 0),
-						       (size_t)bc * sizeof(float));
-				}
-				data = b->piece;
-			}
-			mgt_ckpt_piece p = {.name = g0->dataset, .ndim = g0->ndim + 1, .dtype = MGT_CKPT_F32, .data = data};
-			p.global_shape[0] = g0->num_experts;
-			p.offset[0] = x->expert;
-			p.shape[0] = k;
-			for (int d = 0; d < g0->ndim; d++) {
-				p.global_shape[d + 1] = g0->shape[d];
-				p.offset[d + 1] = off[q][d];
-				p.shape[d + 1] = shape[q][d];
-			}
-			mgt_ckpt_shard *sh;
-			st = shard_for(h, r, q, &sh);
-			if (!st) st = mgt_ckpt_shard_put(sh, &p);
-		}
-	}
-	return st;
-}
-
-/* GPT-2's causal-mask buffers (h.N.attn.bias [1, 1, P, P] lower-triangular ones, and the older
- * h.N.attn.masked_bias, a scalar -1e4): not parameters, skipped on the way in, recorded, and made
- * again on the way out so that the files round-trip. */
-static const char *const gpt2_buffers[2] = {"attn.bias", "attn.masked_bias"};
-
-static int gpt2_buffer(const char *name)
-{
-	const char *p = name;
-	int layer, used = 0;
-	if (!strncmp(p, "transformer.", 12)) p += 12;
-	if (sscanf(p, "h.%d.%n", &layer, &used) != 1 || !used) return -1;
-	for (int i = 0; i < 2; i++)
-		if (!strcmp(p + used, gpt2_buffers[i])) return i;
-	return -1;
-}
-
-/* MegatronBert's tensors that are no parameters of their own: the position_ids buffer
- * (arange, saved by older transformers) and, tied, cls.predictions.decoder.weight and .bias, the
- * word embeddings' and cls.predictions.bias's bytes again (safetensors files keep one name of a
- * shared tensor, older files both): accepted when they are the same bytes.  *skip: x is one. */
-static mgt_status bert_unused(hf_in *h, const mgt_st_tensor *x, bool *skip)
-{
-	const char *twin = NULL;
-	*skip = !strcmp(x->name, "bert.embeddings.position_ids");
-	if (!strcmp(x->name, "cls.predictions.decoder.bias")) twin = "cls.predictions.bias";
-	if (!strcmp(x->name, "cls.predictions.decoder.weight") && !h->a.model.untie_embeddings_and_output_weights)
-		twin = "bert.embeddings.word_embeddings.weight";
-	const mgt_st_tensor *y = twin ? mgt_st_find(h->st, twin) : NULL;
-	if (!y) return MGT_OK;
-	bool same = x->dtype == y->dtype && x->ndim == y->ndim && x->nbytes == y->nbytes &&
-		    !memcmp(x->shape, y->shape, sizeof x->shape);
-	char *a = same ? mgt_malloc(2 * x->nbytes + 1) : NULL;
-	mgt_status st = same && !a ? MGT_ERR_NOMEM : MGT_OK;
-	if (a && !(st = mgt_st_read_raw(h->st, x, a)) && !(st = mgt_st_read_raw(h->st, y, a + x->nbytes)))
-		same = !memcmp(a, a + x->nbytes, x->nbytes);
-	free(a);
-	if (!st && !same)
-		st = mgt_err(MGT_ERR_INPUT, "%s: tensor %s differs from %s, which it is tied to (config.json's "
-			     "tie_word_embeddings is not false)", x->file, x->name, twin);
-	*skip = !st;
-	return st;
-}
-
-/* HF tensors nobody asked for: GPT-2's buffers (noted in h->buffers), rotary inv_freq buffers, a
- * tied lm_head, MegatronBert's (bert_unused); anything else is an error naming it. */
-static mgt_status check_unused(hf_in *h)
-{
-	for (size_t i = 0; i < mgt_st_count(h->st); i++) {
-		if (h->used[i]) continue;
-		const mgt_st_tensor *x = mgt_st_at(h->st, i);
-		bool skip = false;
-		mgt_status st = h->f == MGT_HF_MEGATRON_BERT ? bert_unused(h, x, &skip) : MGT_OK;
-		if (st) return st;
-		if (skip) continue;
-		const char *dot = strrchr(x->name, '.');
-		int b = h->f == MGT_HF_GPT2 ? gpt2_buffer(x->name) : -1;
-		if (b >= 0) {
-			h->buffers |= 1u << b;
-			continue;
-		}
-		if (dot && !strcmp(dot, ".inv_freq")) continue;
-		if (!strcmp(x->name, "lm_head.weight") && !h->a.model.untie_embeddings_and_output_weights) continue;
-		return mgt_err(MGT_ERR_INPUT, "%s: unexpected tensor %s (not part of a %s model as config.json describes it)",
-			       x->file, x->name, mgt_hf_model_type(h->f));
-	}
-	return MGT_OK;
-}
-
 static void buffer_name(const hf_out *h, int layer, int b, char *out, size_t n)
 {
-	snprintf(out, n, "%sh.%d.%s", h->prefix, layer, gpt2_buffers[b]);
+	snprintf(out, n, "%sh.%d.%s", h->prefix, layer, cv_gpt2_buffers[b]);
 }
 
 /* The recorded GPT-2 buffers: declared (data NULL) or written. */
@@ -479,7 +210,7 @@ static mgt_status put_buffers(hf_out *h, bool declare, float *scratch_buf)
 		bool want = false;
 		for (size_t i = 0; i < json_array_size(arr); i++)
 			want |= !strcmp(json_string_value(json_array_get(arr, i)) ? json_string_value(json_array_get(arr, i)) : "",
-					gpt2_buffers[b]);
+					cv_gpt2_buffers[b]);
 		if (!want) continue;
 		if (!declare && b == 0)
 			for (int64_t r = 0; r < P; r++)
@@ -493,81 +224,6 @@ static mgt_status put_buffers(hf_out *h, bool declare, float *scratch_buf)
 		}
 	}
 	return st;
-}
-
-/* MegatronBertForMaskedLM's token-type embeddings [type_vocab_size, h]: Megatron's BERT without
- * the binary head has none (num_tokentypes 0), which the class computes exactly when they are
- * zero: checked, nothing converted. */
-#define BERT_TOKTYPE "bert.embeddings.token_type_embeddings.weight"
-
-static int64_t bert_type_vocab(json_t *cfg)
-{
-	json_t *v = json_object_get(cfg, "type_vocab_size");
-	return json_is_integer(v) ? json_integer_value(v) : 2; /* MegatronBertConfig's default */
-}
-
-static mgt_status bert_token_types_in(hf_in *h)
-{
-	const mgt_model_config *c = &h->a.model;
-	if (h->f != MGT_HF_MEGATRON_BERT || c->bert_binary_head) return MGT_OK;
-	mgt_hf_map m = {.op = MGT_HF_COPY, .n = 1, .ndim = {2}, .shape = {{bert_type_vocab(h->cfg), c->hidden_size}}};
-	snprintf(m.name[0], sizeof m.name[0], BERT_TOKTYPE);
-	float *x = mgt_malloc(cv_map_numel(&m, 0) * sizeof(float));
-	mgt_status st = x ? cv_hf_read(h, &m, 0, x) : MGT_ERR_NOMEM;
-	for (size_t i = 0; !st && i < cv_map_numel(&m, 0); i++)
-		if (x[i] != 0)
-			st = mgt_err(MGT_ERR_INPUT, "%s: tensor %s: element %zu is not zero: a %s with token types has no "
-				     "Megatron counterpart (Megatron's BERT has token-type embeddings only with the binary "
-				     "head: MegatronBertForPreTraining)", h->o->load_dir, BERT_TOKTYPE, i, MGT_HF_BERT_MLM_CLASS);
-	free(x);
-	return st;
-}
-
-static mgt_status gpt2_prefix(hf_in *h)
-{
-	h->prefix = "";
-	if (h->f != MGT_HF_GPT2) return MGT_OK;
-	if (mgt_st_find(h->st, "transformer.wte.weight")) h->prefix = "transformer.";
-	else if (!mgt_st_find(h->st, "wte.weight"))
-		return mgt_err(MGT_ERR_INPUT, "%s: no wte.weight or transformer.wte.weight (a GPT-2 model has one)", h->o->load_dir);
-	return MGT_OK;
-}
-
-/* The tokenizer the copied files describe, Megatron's type names (paths relative to SAVE). */
-json_t *cv_hf_tokenizer(hf_in *h)
-{
-	const char *dir = h->o->load_dir, *type = NULL, *vocab = NULL, *merges = NULL, *model = NULL;
-	bool bpe_files = exists(dir, "vocab.json") && exists(dir, "merges.txt");
-	if (h->f == MGT_HF_MEGATRON_BERT && exists(dir, "vocab.txt")) { /* BertTokenizer: do_lower_case defaults to true */
-		mgt_status st = MGT_OK;
-		json_t *tc = read_json(dir, "tokenizer_config.json", false, &st);
-		type = json_is_false(json_object_get(tc, "do_lower_case")) ? "BertWordPieceCase" : "BertWordPieceLowerCase";
-		vocab = "hf/vocab.txt";
-		json_decref(tc);
-	} else if (bpe_files && (h->f == MGT_HF_GPT2 || (!exists(dir, "tokenizer.json") && !exists(dir, "tokenizer.model")))) {
-		type = "GPT2BPETokenizer"; /* Megatron's GPT-2 tokenizer: <|endoftext|> in text is text */
-		vocab = "hf/vocab.json";
-		merges = "hf/merges.txt";
-	} else if (exists(dir, "tokenizer.json")) {
-		type = "HuggingFaceTokenizer";
-		model = "hf/tokenizer.json";
-	} else if (exists(dir, "tokenizer.model")) {
-		type = "Llama2Tokenizer";
-		model = "hf/tokenizer.model";
-	}
-	return json_pack("{s:s?, s:s?, s:s?, s:s?, s:I, s:I}", "tokenizer_type", type, "vocab_file", vocab,
-			 "merge_file", merges, "tokenizer_model", model, "vocab_size", (json_int_t)h->a.model.vocab_size,
-			 "padded_vocab_size", (json_int_t)h->a.model.padded_vocab_size);
-}
-
-/* BERT's model arguments under Megatron's dests in a checkpoint's "args" (the argument table may not
- * list them): written here, read back by bert_args_take. */
-static void bert_args_put(json_t *args, const mgt_model_config *c)
-{
-	if (!mgt_model_is_bert(c)) return;
-	json_object_set_new(args, "family", json_string(c->family));
-	json_object_set_new(args, "bert_binary_head", json_boolean(c->bert_binary_head));
-	json_object_set_new(args, "no_bias_gelu_fusion", json_boolean(c->no_bias_gelu_fusion));
 }
 
 /* Take them out of args (before the table merges the rest) and into c once merged: bert_args_apply. */
@@ -596,158 +252,6 @@ static void bert_args_apply(const bert_keys *k, mgt_model_config *c)
 	c->no_bias_gelu_fusion = k->erf;
 }
 
-static char *hf_metadata(hf_in *h)
-{
-	const mgt_convert_opts *o = h->o;
-	json_t *tk = cv_hf_tokenizer(h);
-	static const char *const keys[4] = {"tokenizer_type", "vocab_file", "merge_file", "tokenizer_model"};
-	for (int i = 0; i < 4; i++) { /* the run's tokenizer arguments, relative to SAVE as recorded */
-		const char *v = json_string_value(json_object_get(tk, keys[i]));
-		if (v && mgt_args_set(&h->a, keys[i], v)) {
-			json_decref(tk);
-			return NULL;
-		}
-	}
-	json_t *args = mgt_args_to_json(&h->a);
-	bert_args_put(args, &h->a.model);
-	json_t *meta = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:o, "
-				 "s:{s:i, s:i, s:i, s:b, s:i, s:i, s:b}, s:o, s:{s:O, s:O?, s:s, s:s}}",
-		"format", "mgt-ckpt", "format_version", 1, "iteration", 0, "consumed_train_samples", 0,
-		"consumed_valid_samples", 0, "skipped_iterations", 0, "nan_iterations", 0,
-		"num_floating_point_operations_so_far", 0.0, "args", args, "tokenizer", tk,
-		"layout", "tensor_model_parallel_size", o->tp, "pipeline_model_parallel_size", o->pp,
-		"data_parallel_size", h->ep, "use_distributed_optimizer", 0, "world_size", h->nranks,
-		"virtual_pipeline_model_parallel_size", 1, "sequence_parallel", 0,
-		"tensors", mgt_train_tensor_list(&h->full),
-		"hf", "config", h->cfg, "generation_config", h->gen, "gpt2_prefix", h->prefix, "converted_from", o->load_dir);
-	json_t *bufs = json_array();
-	for (int b = 0; b < 2; b++)
-		if (h->buffers & (1u << b)) json_array_append_new(bufs, json_string(gpt2_buffers[b]));
-	json_object_set_new(json_object_get(meta, "hf"), "gpt2_buffers", bufs);
-	if (h->a.model.num_experts > 0)
-		json_object_set_new(json_object_get(meta, "layout"), "expert_model_parallel_size", json_integer(h->ep));
-	char *txt = meta ? json_dumps(meta, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
-	json_decref(meta);
-	return txt;
-}
-
-mgt_status cv_hf_open(hf_in *h)
-{
-	const mgt_convert_opts *o = h->o;
-	mgt_status st = MGT_OK;
-	h->cfg = read_json(o->load_dir, "config.json", true, &st);
-	if (!st) h->gen = read_json(o->load_dir, "generation_config.json", false, &st);
-	if (!st && mgt_hf_family_parse(json_string_value(json_object_get(h->cfg, "model_type")), &h->f))
-		st = mgt_err_ctx(MGT_ERR_INPUT, "%s/config.json", o->load_dir);
-	if (st) return st;
-	h->torch_dtype = json_string_value(json_object_get(h->cfg, "torch_dtype"));
-	if (!st) st = mgt_args_init(&h->a);
-	if (!st) st = cv_config_to_args(h->cfg, h->f, "config.json", &h->a);
-	if (st == MGT_ERR_INPUT) mgt_err_ctx(st, "%s", o->load_dir);
-	h->a.tensor_model_parallel_size = o->tp;
-	h->a.pipeline_model_parallel_size = o->pp;
-	h->ep = o->ep > 1 ? o->ep : 1;
-	h->nranks = o->tp * o->pp * h->ep;
-	if (!st && h->ep > 1 && h->a.model.num_experts < 1)
-		st = mgt_err(MGT_ERR_USAGE, "--target-expert-parallel-size %d: %s is a dense model (no experts)", h->ep,
-			     mgt_hf_model_type(h->f));
-	if (!st && h->a.model.num_experts % h->ep)
-		st = mgt_err(MGT_ERR_USAGE, "--target-expert-parallel-size %d does not divide the %lld experts", h->ep,
-			     (long long)h->a.model.num_experts);
-	if (!st && h->a.model.num_experts > 0) h->a.expert_model_parallel_size = h->ep;
-	if (o->make_vocab_size_divisible_by > 0) h->a.model.make_vocab_size_divisible_by = o->make_vocab_size_divisible_by;
-	if (!st) st = mgt_model_config_finalize(&h->a.model, o->tp);
-	for (int s = 0; !st && s < o->pp; s++) {
-		int64_t first, n;
-		st = mgt_stage_layers(&h->a.model, o->pp, s, &first, &n);
-	}
-	if (!st) st = mgt_st_open(o->load_dir, &h->st);
-	if (!st) st = gpt2_prefix(h);
-	if (!st && !(h->used = calloc(mgt_st_count(h->st) + 1, 1))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
-	if (!st) st = mgt_tensor_table_build(&h->full, &h->a.model, 1, 0, 1, 0);
-	int nr = h->nranks;
-	if (!st && (!(h->ranks = calloc((size_t)nr, sizeof *h->ranks)) || !(h->shards = calloc((size_t)nr * 2, sizeof *h->shards))))
-		st = mgt_err(MGT_ERR_NOMEM, "out of memory");
-	for (int r = 0; !st && r < nr; r++)
-		st = mgt_tensor_table_build_ep(&h->ranks[r], &h->a.model, o->tp, rank_tp(h, r), o->pp, rank_pp(h, r), h->ep,
-					       rank_ep(h, r));
-	return st;
-}
-
-void cv_hf_close(hf_in *h)
-{
-	int nr = h->nranks;
-	for (int r = 0; h->ranks && r < nr; r++) mgt_tensor_table_free(&h->ranks[r]);
-	for (int i = 0; h->shards && i < 2 * nr; i++) mgt_ckpt_shard_discard(h->shards[i]);
-	free(h->ranks);
-	free(h->shards);
-	mgt_tensor_table_free(&h->full);
-	free(h->used);
-	mgt_st_close(h->st);
-	json_decref(h->cfg);
-	json_decref(h->gen);
-	mgt_args_free(&h->a);
-}
-
-static mgt_status close_shards(hf_in *h)
-{
-	mgt_status st = MGT_OK;
-	for (int i = 0; i < 2 * h->nranks; i++) {
-		if (!h->shards[i]) continue;
-		mgt_status s2 = mgt_ckpt_shard_close(h->shards[i]);
-		h->shards[i] = NULL;
-		if (!st) st = s2;
-	}
-	return st;
-}
-
-static mgt_status hf_convert(hf_in *h)
-{
-	scratch b = {0};
-	double t0 = mgt_now();
-	mgt_status st = cv_hf_open(h);
-	if (!st) st = out_begin(h->o->save_dir, &h->tmp);
-	if (!st) st = mgt_ckpt_begin(h->tmp, 0);
-	if (!st) st = cv_scratch_alloc(&b, &h->full, true);
-	for (int i = 0; !st && i < h->full.n; i++)
-		if (h->full.t[i].num_experts <= 0) st = convert_row(h, &h->full.t[i], &b);
-		else if (!dataset_seen(&h->full, i)) st = convert_dataset(h, i, &b);
-	cv_scratch_free(&b);
-	if (!st) st = bert_token_types_in(h);
-	if (!st) st = check_unused(h);
-	if (!st) st = close_shards(h);
-	char *meta = st ? NULL : hf_metadata(h);
-	if (!st && !meta) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
-	if (!st) st = mgt_ckpt_commit(h->tmp, 0, meta);
-	free(meta);
-	char *side = st ? NULL : join(h->tmp, "hf");
-	if (!st && (!side || mkdir(side, 0777))) st = mgt_err(MGT_ERR_IO, "%s/hf: %s", h->tmp, strerror(errno));
-	if (!st) st = copy_side_files(h->o->load_dir, side, false);
-	free(side);
-	if (h->tmp) {
-		if (st) mgt_ckpt_abort(h->tmp, 0);
-		st = out_end(h->tmp, h->o->save_dir, st);
-		h->tmp = NULL;
-	}
-	if (!st && h->o->log)
-		fprintf(h->o->log, "converted %s (%s, %d tensors, %lld parameters) to %s: TP %d, PP %d%s%.0d, "
-			"%lld parameters with %lld of vocabulary padding (to %lld rows: --make-vocab-size-divisible-by), "
-			"%.1f s\n", h->o->load_dir, mgt_hf_model_type(h->f), h->full.n,
-			(long long)(h->full.global_numel - mgt_model_padding_params(&h->a.model)), h->o->save_dir, h->o->tp,
-			h->o->pp, h->a.model.num_experts > 0 ? ", EP " : "", h->a.model.num_experts > 0 ? h->ep : 0,
-			(long long)h->full.global_numel, (long long)mgt_model_padding_params(&h->a.model),
-			(long long)h->a.model.padded_vocab_size, mgt_now() - t0);
-	return st;
-}
-
-mgt_status mgt_convert_hf_to_mgt(const mgt_convert_opts *o)
-{
-	if (o->tp < 1 || o->pp < 1) return mgt_err(MGT_ERR_USAGE, "tensor and pipeline parallel sizes must be >= 1");
-	hf_in h = {.o = o};
-	mgt_status st = hf_convert(&h);
-	cv_hf_close(&h);
-	return st;
-}
 
 /* ---- mgt -> Hugging Face ---- */
 
@@ -857,7 +361,7 @@ static mgt_status pick_dtype(hf_out *h)
 	const char *d = h->o->dtype;
 	if (!d) {
 		const char *td = json_string_value(json_object_get(json_object_get(h->hf, "config"), "torch_dtype"));
-		h->dt = torch_dtype_dt(td);
+		h->dt = cv_torch_dtype_dt(td);
 		return MGT_OK;
 	}
 	if (!strcmp(d, "bf16")) h->dt = MGT_ST_BF16;
@@ -873,7 +377,7 @@ static mgt_status bert_token_types_out(hf_out *h, bool declare)
 {
 	const mgt_model_config *c = &h->a.model;
 	if (h->f != MGT_HF_MEGATRON_BERT || c->bert_binary_head) return MGT_OK;
-	int64_t shape[2] = {bert_type_vocab(json_object_get(h->hf, "config")), c->hidden_size};
+	int64_t shape[2] = {cv_bert_type_vocab(json_object_get(h->hf, "config")), c->hidden_size};
 	if (declare) return mgt_st_writer_add(h->w, BERT_TOKTYPE, h->dt, 2, shape);
 	float *z = calloc((size_t)(shape[0] * shape[1]), sizeof(float));
 	mgt_status st = z ? mgt_st_writer_put_f32(h->w, BERT_TOKTYPE, z) : mgt_err(MGT_ERR_NOMEM, "out of memory");
@@ -934,7 +438,7 @@ static mgt_status copy_tokenizer_args(hf_out *h)
 	if (dir && slash) dir[slash - m] = 0;
 	static const char *const extra[] = {"tokenizer_config.json", "special_tokens_map.json"};
 	for (int i = 0; dir && !st && i < 2; i++)
-		if (exists(dir, extra[i])) st = copy_file(dir, h->tmp, extra[i]);
+		if (cv_exists(dir, extra[i])) st = copy_file(dir, h->tmp, extra[i]);
 	free(dir);
 	return st;
 }
@@ -948,8 +452,8 @@ static mgt_status write_configs(hf_out *h)
 	json_decref(cfg);
 	json_t *gen = json_object_get(h->hf, "generation_config");
 	if (!st && json_is_object(gen)) st = write_json(h->tmp, "generation_config.json", gen);
-	char *side = join(h->o->load_dir, "hf");
-	if (!st && side && exists(h->o->load_dir, "hf")) st = copy_side_files(side, h->tmp, true);
+	char *side = cv_join(h->o->load_dir, "hf");
+	if (!st && side && cv_exists(h->o->load_dir, "hf")) st = cv_copy_side_files(side, h->tmp, true);
 	else if (!st) st = copy_tokenizer_args(h);
 	free(side);
 	return st;
@@ -962,7 +466,7 @@ static mgt_status out_convert(hf_out *h)
 	double t0 = mgt_now();
 	mgt_status st = cv_mgt_open(h, true);
 	if (!st) st = pick_dtype(h);
-	if (!st) st = out_begin(o->save_dir, &h->tmp);
+	if (!st) st = cv_out_begin(o->save_dir, &h->tmp);
 	if (!st) st = mgt_st_writer_new(&h->w, h->tmp, o->max_shard_bytes ? o->max_shard_bytes : 5000000000ull);
 	if (!st) st = declare(h);
 	if (!st) st = cv_scratch_alloc(&b, &h->full, false);
@@ -976,7 +480,7 @@ static mgt_status out_convert(hf_out *h)
 	cv_scratch_free(&b);
 	if (!st) st = mgt_st_writer_finish(h->w);
 	if (!st) st = write_configs(h);
-	st = out_end(h->tmp, o->save_dir, st);
+	st = cv_out_end(h->tmp, o->save_dir, st);
 	h->tmp = NULL;
 	if (!st && o->log)
 		fprintf(o->log, "converted %s (iteration %lld) to %s: %s, %s, %d tensors, %lld parameters (the "

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ckpt/ckpt.h"
 #include "tok/tok.h"
 #include "util/util.h"
 
@@ -93,5 +94,59 @@ typedef struct {
 	FILE *log;
 } mgt_export_opts;
 mgt_status mgt_export_gguf(const mgt_export_opts *o);
+
+/* ---- model sources (lib/convert/source.c) ----------------------------------------------------
+ *
+ * One way to read a model's tensors, whatever holds them: an mgt checkpoint directory
+ * (mgt-ckpt(5): lib/ckpt's mgt_ckpt, which reshards any box from the saved pieces) or a Hugging
+ * Face directory (config.json, model.safetensors or its shards with
+ * model.safetensors.index.json), read in place: nothing is written anywhere.  A Hugging Face
+ * directory looks like the mgt checkpoint mgt-ckpt-convert would make of it at TP = PP = 1: the
+ * same tensor names (Megatron-Core's, an expert dataset [E, rows, cols] per expert tensor), the
+ * same float32 values (bf16/fp16 widened exactly; Megatron's layouts: query-group-interleaved
+ * linear_qkv, SwiGLU fc1 as [gate; up], vocabulary padding; lib/model/hf.c) and the same
+ * metadata.json text, but with the tokenizer files as the directory's own (NAME, not hf/NAME).
+ * Each tensor is made whole when first read and kept until another is read (memory: about two
+ * copies of the largest tensor, the embedding, or of the largest expert dataset).
+ *
+ * Use: mgt_source_open, then mgt_source_metadata / mgt_source_count / mgt_source_tensor (the
+ * list) / mgt_source_read (boxes, any order), then mgt_source_close.  Not thread-safe. */
+typedef struct mgt_source mgt_source;
+
+/* Open dir: a Hugging Face directory (config.json) or an mgt checkpoint directory (its
+ * iteration step, which needs no tracker, or with step <= 0 the tracker's; mgt_ckpt_open and
+ * mgt_ckpt_check).  *out is
+ * the caller's (mgt_source_close).  Errors: MGT_ERR_USAGE (neither kind, naming what was looked
+ * for; a step for a Hugging Face directory), those of mgt_ckpt_open / mgt_ckpt_check, and for a
+ * Hugging Face directory those of mgt_convert_hf_to_mgt's reading (MGT_ERR_INPUT for config.json
+ * and a missing tensor, MGT_ERR_FORMAT for malformed safetensors), MGT_ERR_NOMEM. */
+mgt_status mgt_source_open(const char *dir, int64_t step, mgt_source **out);
+/* An mgt checkpoint already opened (mgt_ckpt_open, checked by the caller) as a source: s owns c
+ * from the call on (closed on an error too).  Errors: MGT_ERR_NOMEM. */
+mgt_status mgt_source_from_ckpt(mgt_ckpt *c, mgt_source **out);
+/* 1 a Hugging Face directory, 2 an mgt checkpoint (mgt_convert_detect's numbers). */
+int mgt_source_kind(const mgt_source *s);
+/* The directory read (the iteration directory of a checkpoint), its metadata.json text
+ * (NUL-terminated JSON object; for a Hugging Face directory the one mgt-ckpt-convert would
+ * write, iteration 0), and the iteration (0 for Hugging Face).  Owned by s. */
+const char *mgt_source_dir(const mgt_source *s);
+const char *mgt_source_metadata(const mgt_source *s);
+int64_t mgt_source_iteration(const mgt_source *s);
+/* The tensors: count, and tensor i's name (owned by s; NULL past the end), ndim (1..4),
+ * global shape (room for MGT_CKPT_MAX_DIM) and dtype (MGT_CKPT_F32 for Hugging Face). */
+size_t mgt_source_count(const mgt_source *s);
+const char *mgt_source_tensor(const mgt_source *s, size_t i, int *ndim, int64_t *global_shape,
+			      mgt_ckpt_dtype *dtype);
+/* Read the box [offset, offset + shape) of tensor name into dst (row-major [shape[0], ...],
+ * dtype dt, caller-owned), as mgt_ckpt_read: global_shape and dt must be the listed ones (the
+ * Hugging Face files' F32/F16/BF16 values come as float32).  For Hugging Face the sources are
+ * checked as mgt-ckpt-convert checks them (shape against config.json, dtype, finite values).
+ * Errors: those of mgt_ckpt_read; for Hugging Face MGT_ERR_FORMAT (no such tensor, another
+ * shape or dtype asked), MGT_ERR_USAGE (box outside), MGT_ERR_INPUT (a source tensor missing, of
+ * another shape or dtype, not finite: naming the file and tensor), MGT_ERR_IO. */
+mgt_status mgt_source_read(mgt_source *s, const char *name, int ndim, const int64_t *global_shape,
+			   const int64_t *offset, const int64_t *shape, mgt_ckpt_dtype dt, void *dst);
+/* Close the files and free s; NULL is fine. */
+void mgt_source_close(mgt_source *s);
 
 #endif

@@ -1,4 +1,4 @@
-/* lib/convert internals: config.json <-> arguments (hfconfig.c). */
+/* lib/convert internals shared by its files (not a public header). */
 #ifndef MGT_CONVERT_IMPL_H
 #define MGT_CONVERT_IMPL_H
 
@@ -25,6 +25,7 @@ typedef struct {
 	mgt_ckpt_shard **shards;   /* [rank * 2 + box] */
 	char *tmp;                 /* OUT.tmp.PID */
 	unsigned buffers;          /* GPT-2 mask buffers seen: bit 0 attn.bias, bit 1 attn.masked_bias */
+	bool in_place;             /* read in place (mgt_source): tokenizer files as the directory's own */
 } hf_in;
 
 typedef struct {
@@ -54,6 +55,11 @@ typedef struct {
 mgt_status cv_hf_open(hf_in *h);
 mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf);
 void cv_hf_close(hf_in *h);
+/* Row g of the whole-model table made from its Hugging Face sources into dst ([g->shape] fp32;
+ * b->src the sources' room).  cv_hf_metadata: the metadata.json text an mgt checkpoint of the
+ * directory records (malloc'd; NULL: out of memory). */
+mgt_status cv_hf_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst);
+char *cv_hf_metadata(hf_in *h);
 /* The tokenizer of the directory as metadata.json records it: Megatron's type and the files as
  * "hf/NAME" (new reference). */
 json_t *cv_hf_tokenizer(hf_in *h);
@@ -66,6 +72,27 @@ json_t *cv_hf_tokenizer(hf_in *h);
 mgt_status cv_mgt_open(hf_out *h, bool experts);
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole);
 void cv_mgt_close(hf_out *h);
+
+/* convert.c: file helpers of both ways.  cv_join: malloc'd "a/b" (NULL: out of memory, recorded);
+ * cv_exists: whether dir/name exists; cv_out_begin / cv_out_end: build the output under
+ * OUT.tmp.PID and rename it to OUT when st is MGT_OK (else remove it; returns st or the rename's
+ * error); cv_copy_side_files: the tokenizer and config files of a Hugging Face directory
+ * (skip_configs: not config.json and generation_config.json); cv_read_json: dir/name parsed (NULL
+ * when absent and not required; *st set on an error). */
+char *cv_join(const char *a, const char *b);
+bool cv_exists(const char *dir, const char *name);
+mgt_status cv_out_begin(const char *out, char **tmp);
+mgt_status cv_out_end(char *tmp, const char *out, mgt_status st);
+mgt_status cv_copy_side_files(const char *from_dir, const char *to_dir, bool skip_configs);
+json_t *cv_read_json(const char *dir, const char *name, bool required, mgt_status *st);
+
+/* hf_in.c: config.json's torch_dtype as a safetensors dtype (F32 when absent or other); GPT-2's
+ * causal-mask buffer names (h.N.attn.bias, h.N.attn.masked_bias); MegatronBert's token-type
+ * embeddings (name, and type_vocab_size: config.json's, else 2). */
+mgt_dt cv_torch_dtype_dt(const char *s);
+extern const char *const cv_gpt2_buffers[2];
+#define BERT_TOKTYPE "bert.embeddings.token_type_embeddings.weight"
+int64_t cv_bert_type_vocab(json_t *cfg);
 
 /* src and whole hold the largest row; with datasets, whole holds the largest expert dataset too. */
 mgt_status cv_scratch_alloc(scratch *b, const mgt_tensor_table *full, bool datasets);

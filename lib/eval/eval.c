@@ -41,7 +41,7 @@ static mgt_status pick(const char *dir, int64_t step, int64_t *it)
 static mgt_status read_meta(mgt_eval *ev)
 {
 	json_error_t e;
-	json_t *meta = json_loads(mgt_ckpt_metadata(ev->ck), 0, &e);
+	json_t *meta = json_loads(ev->src ? mgt_source_metadata(ev->src) : mgt_ckpt_metadata(ev->ck), 0, &e);
 	json_t *args = meta ? json_object_get(meta, "args") : NULL;
 	mgt_status st = MGT_OK;
 	char what[4200];
@@ -108,6 +108,30 @@ mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step
 		st = read_meta(ev);
 	}
 	if (!st) st = resolve_tok_paths(ev, load_dir);
+	if (!st) ev->vocab = recorded_vocab(ev);
+	if (st) {
+		mgt_eval_free(ev);
+		return st;
+	}
+	*out = ev;
+	return MGT_OK;
+}
+
+mgt_status mgt_eval_open_hf(mgt_eval **out, const char *dir)
+{
+	*out = NULL;
+	mgt_eval *ev = mgt_malloc(sizeof *ev);
+	if (!ev) return MGT_ERR_NOMEM;
+	memset(ev, 0, sizeof *ev);
+	mgt_status st = mgt_args_init(&ev->a);
+	ev->args_ok = !st;
+	if (!st) st = mgt_source_open(dir, 0, &ev->src);
+	if (!st && mgt_source_kind(ev->src) != 1)
+		st = mgt_err(MGT_ERR_USAGE, "--hf %s: not a Hugging Face directory (no config.json); an mgt checkpoint "
+			     "is opened with --load", dir);
+	if (!st && (!(ev->load_dir = mgt_strdup(dir)) || !(ev->dir = mgt_strdup(dir)))) st = MGT_ERR_NOMEM;
+	if (!st) st = read_meta(ev);
+	if (!st) st = resolve_tok_paths(ev, dir);
 	if (!st) ev->vocab = recorded_vocab(ev);
 	if (st) {
 		mgt_eval_free(ev);
@@ -199,6 +223,20 @@ static mgt_status make_backend(mgt_eval *ev, const char *dev, int threads)
 	return MGT_OK;
 }
 
+/* Row x of the model's table whole from source src (the boxes mgt_train_ckpt_read reads). */
+static mgt_status source_read(mgt_source *src, const mgt_tensor *x, float *dst)
+{
+	int64_t off[6][3], shape[6][3], gs[3];
+	size_t first[6];
+	char name[160];
+	int nd = mgt_train_ckpt_dataset(x, "", name, sizeof name, gs);
+	int nb = mgt_train_ckpt_boxes(x, 0, x->numel, off, shape, first);
+	mgt_status st = MGT_OK;
+	for (int k = 0; !st && k < nb; k++)
+		st = mgt_source_read(src, name, nd, gs, off[k], shape[k], MGT_CKPT_F32, dst + first[k]);
+	return st;
+}
+
 /* Every parameter of the model, read whole from the checkpoint; no other parameter there. */
 static mgt_status read_params(mgt_eval *ev)
 {
@@ -210,13 +248,15 @@ static mgt_status read_params(mgt_eval *ev)
 	mgt_status st = MGT_OK;
 	for (int i = 0; !st && i < tt->n; i++) {
 		const mgt_tensor *x = &tt->t[i];
-		st = mgt_train_ckpt_read(ev->ck, "", x, 0, x->numel, h + x->offset); /* expert rows too */
+		if (ev->src) st = source_read(ev->src, x, h + x->offset);
+		else st = mgt_train_ckpt_read(ev->ck, "", x, 0, x->numel, h + x->offset); /* expert rows too */
 	}
-	for (size_t i = 0; !st && i < mgt_ckpt_count(ev->ck); i++) {
+	size_t n = ev->src ? mgt_source_count(ev->src) : mgt_ckpt_count(ev->ck);
+	for (size_t i = 0; !st && i < n; i++) {
 		int nd;
 		int64_t gs[MGT_CKPT_MAX_DIM];
 		mgt_ckpt_dtype dt;
-		const char *name = mgt_ckpt_tensor(ev->ck, i, &nd, gs, &dt);
+		const char *name = ev->src ? mgt_source_tensor(ev->src, i, &nd, gs, &dt) : mgt_ckpt_tensor(ev->ck, i, &nd, gs, &dt);
 		if (strncmp(name, "optimizer.", 10) && !mgt_train_ckpt_known(tt, name))
 			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of the model its arguments describe",
 				     ev->dir, name);
@@ -230,7 +270,7 @@ static mgt_status read_params(mgt_eval *ev)
 
 mgt_status mgt_eval_build(mgt_eval *ev, const mgt_eval_build_opts *o)
 {
-	if (ev->m || !ev->ck) return mgt_err(MGT_ERR_USAGE, "mgt_eval_build: called twice");
+	if (ev->m || (!ev->ck && !ev->src)) return mgt_err(MGT_ERR_USAGE, "mgt_eval_build: called twice");
 	mgt_status st = pick_vocab(ev, o->vocab_size);
 	if (!st) st = make_config(ev, o->seq_length);
 	if (!st) st = mgt_parallel_init_single(&ev->ps);
@@ -242,10 +282,12 @@ mgt_status mgt_eval_build(mgt_eval *ev, const mgt_eval_build_opts *o)
 	st = mgt_model_create_infer(&ev->m, &ev->a.model, ev->be, &ev->ps);
 	if (!st) st = read_params(ev);
 	if (st) mgt_err_ctx(st, "loading %s", ev->dir);
-	if (st == MGT_ERR_FORMAT) st = mgt_ckpt_suggest(ev->load_dir, ev->iteration, st);
+	if (st == MGT_ERR_FORMAT && !ev->src) st = mgt_ckpt_suggest(ev->load_dir, ev->iteration, st);
 	if (st) return st;
 	mgt_ckpt_close(ev->ck);
 	ev->ck = NULL;
+	mgt_source_close(ev->src);
+	ev->src = NULL;
 	if (ev->s > INT32_MAX / 4) return mgt_err(MGT_ERR_USAGE, "sequence length %lld: too long", (long long)ev->s);
 	size_t s = (size_t)ev->s;
 	ev->seq = mgt_malloc(s * sizeof *ev->seq);
@@ -328,6 +370,7 @@ void mgt_eval_free(mgt_eval *ev)
 {
 	if (!ev) return;
 	mgt_ckpt_close(ev->ck);
+	mgt_source_close(ev->src);
 	mgt_kv_cache_free(ev->kv);
 	mgt_model_free(ev->m);
 	if (ev->ps_ok) mgt_parallel_free(&ev->ps); /* device communicators before the backend */

@@ -47,6 +47,14 @@ typedef struct mgt_eval mgt_eval;
  * (mgt_eval_free). */
 mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step);
 
+/* The same for a Hugging Face directory dir (config.json, safetensors), read in place through
+ * mgt_source (lib/convert; no checkpoint is written anywhere): its arguments, tokenizer and
+ * tensors are those mgt-ckpt-convert would give the checkpoint made of it (TP = PP = 1), so the
+ * model, its logits and all that follows are the same bit for bit; iteration 0, mgt_eval_dir
+ * is dir.  Errors: MGT_ERR_USAGE (dir not a Hugging Face directory), those of mgt_source_open,
+ * MGT_ERR_NOMEM.  *out is the caller's (mgt_eval_free). */
+mgt_status mgt_eval_open_hf(mgt_eval **out, const char *dir);
+
 /* The checkpoint's arguments (owned by ev; model fields as saved until mgt_eval_build, which
  * sets the sequence length and vocabulary it runs with). */
 const mgt_args *mgt_eval_args(const mgt_eval *ev);

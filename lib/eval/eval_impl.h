@@ -6,13 +6,15 @@
 
 #include "backend/backend.h"
 #include "ckpt/ckpt.h"
+#include "convert/convert.h"
 #include "parallel/parallel.h"
 #include "model/model.h"
 
 struct mgt_eval {
 	mgt_args a;
 	bool args_ok;               /* a initialized (mgt_args_free) */
-	mgt_ckpt *ck;               /* open until built */
+	mgt_ckpt *ck;               /* open until built (--load) */
+	mgt_source *src;            /* or this (mgt_eval_open_hf), open until built */
 	char *dir;                  /* the iteration directory */
 	char *load_dir;             /* the directory of iterations it is in (--load) */
 	int64_t iteration;

@@ -123,6 +123,7 @@
 	X(I, seed, seed, "seed", "1234", "[0,)", "random seed (data order, init, dropout)") \
 	X(S, save, save, "save", "", "", "checkpoint directory to write") \
 	X(S, load, load, "load", "", "", "checkpoint directory to resume from") \
+	X(S, pretrained_checkpoint, pretrained_checkpoint, "pretrained-checkpoint", "", "", "model to fine-tune from when --load has no checkpoint: mgt checkpoint or Hugging Face directory (weights only)") \
 	X(I, save_interval, save_interval, "save-interval", "0", "[0,)", "save every N iterations") \
 	X(B, no_save_optim, no_save_optim, "no-save-optim", "false", "", "save weights only") \
 	X(B, no_load_optim, no_load_optim, "no-load-optim", "false", "", "do not load optimizer state") \

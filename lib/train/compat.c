@@ -466,7 +466,6 @@ static const compat_row rows[] = {
 	{ "auto-detect-ckpt-format", 'i', '0', NULL, "mgt reads its own format only" },
 	{ "ckpt-convert-", 'r', '1', NULL, DISTCKPT },
 	{ "save-tokenizer-assets", 'i', '0', NULL, NOTUSED },
-	{ "pretrained-checkpoint", 'r', '1', NULL, "loading a pretrained model to fine-tune: use --load with --finetune" },
 	{ "verify-integrity", 'i', '0', NULL, "mgt always writes checksums and checks them on load (mgt-ckpt(5), CHECKSUMS)" },
 	{ "async-ckpt-cpu-priority", 'i', '1', NULL, ASYNCCKPT },
 	{ "async-ckpt-io-priority", 'i', '1', NULL, ASYNCCKPT },

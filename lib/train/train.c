@@ -1184,7 +1184,7 @@ mgt_status mgt_train_evaluate(mgt_args *a, const mgt_train_io *io, const mgt_tra
 	memset(r, 0, sizeof *r);
 	a->no_load_optim = true;
 	a->save = NULL;
-	mgt_status st = a->load ? MGT_OK : mgt_err(MGT_ERR_USAGE, "--load DIR is required (the checkpoint to evaluate)");
+	mgt_status st = a->load || a->pretrained_checkpoint ? MGT_OK : mgt_err(MGT_ERR_USAGE, "--load DIR is required (the checkpoint to evaluate)");
 	if (!st) st = setup(&t);
 	mgt_split sp = o->test ? MGT_SPLIT_TEST : MGT_SPLIT_VALID;
 	int64_t one = a->eval_iters * a->global_batch_size, from = o->from_sample;

@@ -52,6 +52,7 @@ typedef struct mgt_args {
 	bool log_validation_ppl_to_tensorboard, log_memory_to_tensorboard, log_world_size_to_tensorboard;
 	/* checkpoints */
 	char *save, *load;
+	char *pretrained_checkpoint; /* Megatron's: fine-tune from it (weights only) when --load holds none */
 	int64_t save_interval;
 	bool no_save_optim, no_load_optim, finetune, no_load_rng, no_save_rng, async_save, use_checkpoint_args;
 	bool exit_on_missing_checkpoint, overwrite_save;

@@ -136,7 +136,17 @@ mgt_status trainer_masked_microbatch(trainer *t, mgt_split sp, int64_t base, int
 int64_t trainer_masked_len(const trainer *t, mgt_split sp);
 void trainer_masked_free(trainer *t);
 
-/* checkpointing.c */
+/* checkpointing.c: the whole model's table (all layers, TP 1; names and global shapes for the
+ * metadata and checks); the name prefixes of Adam's two moments; the fp8 state datasets and the
+ * box of chunk state v in dataset k (its global shape gs, offset and shape; *data the host
+ * buffer it comes from; returns the number of dims). */
+mgt_status trainer_ckpt_full_table(trainer *t, mgt_tensor_table *full);
+extern const char *const trainer_moment_prefix[2];
+extern const char *const trainer_fp8_names[4];
+int trainer_fp8_box(const trainer *t, const mgt_model_fp8_state *v, int k, int64_t gs[2], int64_t off[2],
+		    int64_t shape[2], float **data);
+
+/* ckpt_load.c (trainer_save and the --async-save functions below: checkpointing.c) */
 mgt_status trainer_load(trainer *t, bool *loaded);
 /* Before anything is computed (rank 0): --save must not hold iterations or a tracker of another
  * run, one this run does not resume (--load naming the same directory), unless
