@@ -16,7 +16,7 @@
 /* mgt-train's --ddp-bucket-size: its default under --overlap-grad-reduce, else one bucket. */
 static int64_t bucket_size(const mgt_plan_request *r, int dp)
 {
-	return r->overlap_grad_reduce ? mgt_train_ddp_bucket_size(dp) : 0;
+	return r->overlap_grad_reduce ? mgt_args_ddp_bucket_size(dp) : 0;
 }
 
 static mgt_recompute recompute_of(int g)

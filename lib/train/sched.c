@@ -76,11 +76,6 @@ mgt_status sched_check(int P, int M, int V, int G)
 	return MGT_OK;
 }
 
-int64_t mgt_train_ddp_bucket_size(int64_t dp)
-{
-	return dp * 1000000 > 40000000 ? dp * 1000000 : 40000000;
-}
-
 mgt_status mgt_train_sched_slots(int P, int r, int M, int V, int G, int *slots)
 {
 	mgt_status st = sched_check(P, M, V, G);
