@@ -83,16 +83,6 @@ mgt_status mgt_train_pieces_write(const mgt_train_pieces *pl, const char *save_d
 				  int pp, int dp);
 void mgt_train_pieces_free(mgt_train_pieces *pl);
 
-/* Activation slots of pipeline rank r of P under mgt-train's schedule for M micro-batches, V
- * virtual stages (chunks) per rank, groups of G micro-batches (Megatron's
- * --microbatch-group-size-per-vp-stage; G = P by default): slots[c] (c < V) gets the most
- * micro-batches chunk c holds forwarded and not yet backwarded -- min(P - r, M) under 1F1B
- * (V = 1), Megatron's interleaved warm-up count otherwise (schedules.py
- * forward_backward_pipelining_with_interleaving).  The same schedule and count mgt-train uses
- * (lib/train/sched.c), for planners.  Errors: MGT_ERR_USAGE (the interleaving constraints on
- * P, M, G, naming the flags), MGT_ERR_NOMEM. */
-mgt_status mgt_train_sched_slots(int P, int r, int M, int V, int G, int *slots);
-
 /* ---- the training loop ---- */
 
 /* mgt-train --plan FILE[:N]: plan N (its "rank"; 1 when absent) of a file written by mgt-plan
