@@ -16,7 +16,7 @@
 #include "cli.h"
 #include "convert/convert.h"
 #include "plan/plan.h"
-#include "train/train.h"
+#include "args/args.h"
 
 static const char PROG[] = "mgt-plan";
 

@@ -11,6 +11,7 @@
 
 #include "ckpt/ckpt.h"
 #include "tok/tok.h"
+#include "train/train.h"
 
 /* Files of a Hugging Face directory that travel with the model (besides the weights). */
 static const char *const side_files[] = {

@@ -6,7 +6,7 @@
 
 #include "convert.h"
 #include "model/model.h"
-#include "train/train.h"
+#include "args/args.h"
 
 #include "ckpt/ckpt.h"
 

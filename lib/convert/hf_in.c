@@ -11,6 +11,7 @@
 
 #include "ckpt/ckpt.h"
 #include "tok/tok.h"
+#include "train/train.h" /* mgt_train_tensor_list */
 
 /* ---- Hugging Face -> mgt ---- */
 

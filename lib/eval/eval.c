@@ -8,6 +8,8 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "train/train.h"
+
 
 static int64_t recorded_vocab(const mgt_eval *ev);
 

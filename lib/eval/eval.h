@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "tok/tok.h"
-#include "train/train.h"
+#include "args/args.h"
 #include "util/util.h"
 
 typedef struct mgt_eval mgt_eval;

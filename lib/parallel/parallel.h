@@ -326,4 +326,32 @@ int mgt_parallel_have_nccl(void);
  * for the groups not yet moved, and mgt_parallel_free still frees everything. */
 mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be, bool overlap_dp);
 
+/* ---- pipeline schedules (lib/parallel/sched.c; megatron/core/pipeline_parallel/schedules.py) ----
+ * One step of a pipeline schedule: the forward or backward of micro-batch mb on model chunk. */
+typedef struct mgt_parallel_sched_action {
+	bool fwd;
+	int mb, chunk;
+} mgt_parallel_sched_action;
+
+/* Pipeline rank r of P, M micro-batches, V chunks (virtual stages) per rank, groups of G
+ * (--microbatch-group-size-per-vp-stage).  check: the interleaving constraints (MGT_ERR_USAGE
+ * naming the flags).  build: this rank's actions for one global batch (1F1B for V = 1,
+ * Megatron's interleaved schedule otherwise; forward_only: the forwards only), a new array
+ * *out [*n] (free()); MGT_ERR_NOMEM.  chunk_slots: the activation slots chunk needs in a, the
+ * most micro-batches forwarded and not yet backwarded. */
+mgt_status mgt_parallel_sched_check(int P, int M, int V, int G);
+mgt_status mgt_parallel_sched_build(int P, int r, int M, int V, int G, bool forward_only,
+				    mgt_parallel_sched_action **out, int *n);
+int mgt_parallel_sched_chunk_slots(const mgt_parallel_sched_action *a, int n, int chunk);
+
+/* Activation slots of pipeline rank r of P under mgt-train's schedule for M micro-batches, V
+ * virtual stages (chunks) per rank, groups of G micro-batches (Megatron's
+ * --microbatch-group-size-per-vp-stage; G = P by default): slots[c] (c < V) gets the most
+ * micro-batches chunk c holds forwarded and not yet backwarded -- min(P - r, M) under 1F1B
+ * (V = 1), Megatron's interleaved warm-up count otherwise (schedules.py
+ * forward_backward_pipelining_with_interleaving).  The same schedule and count mgt-train uses
+ * (lib/parallel/sched.c), for planners.  Errors: MGT_ERR_USAGE (the interleaving constraints on
+ * P, M, G, naming the flags), MGT_ERR_NOMEM. */
+mgt_status mgt_parallel_sched_slots(int P, int r, int M, int V, int G, int *slots);
+
 #endif

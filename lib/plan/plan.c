@@ -9,14 +9,14 @@
 
 #include "parallel/parallel.h"
 #include "optim/optim.h"
-#include "train/train.h"
+#include "args/args.h"
 
 /* ---- memory: mgt_model_measure per chunk, mgt-train's schedule, lib/train's optimizer ---- */
 
 /* mgt-train's --ddp-bucket-size: its default under --overlap-grad-reduce, else one bucket. */
 static int64_t bucket_size(const mgt_plan_request *r, int dp)
 {
-	return r->overlap_grad_reduce ? mgt_train_ddp_bucket_size(dp) : 0;
+	return r->overlap_grad_reduce ? mgt_args_ddp_bucket_size(dp) : 0;
 }
 
 static mgt_recompute recompute_of(int g)
@@ -32,7 +32,7 @@ static mgt_recompute recompute_of(int g)
 static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, int rank,
 			      int *slots, mgt_model_mem *mem, double *opt, size_t *numel)
 {
-	mgt_status st = mgt_train_sched_slots(p->pp, rank, p->num_microbatches, p->vp, p->pp, slots);
+	mgt_status st = mgt_parallel_sched_slots(p->pp, rank, p->num_microbatches, p->vp, p->pp, slots);
 	if (st) return st;
 	mgt_parallel ps = { .world_size = p->gpus, .tp = p->tp, .pp = p->pp, .dp = p->dp, .cp = 1, .pp_rank = rank };
 	memset(mem, 0, sizeof *mem);

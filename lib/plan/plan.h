@@ -6,7 +6,7 @@
  * code -- mgt_model_measure (lib/model: parameters, gradients, activations of every slot,
  * workspaces, with layout.recompute) for each model chunk of the most loaded pipeline ranks
  * (the first and the last), the activation slots from mgt-train's schedule
- * (mgt_train_sched_slots), and the Adam moments as lib/train sizes them (2 fp32 values per
+ * (mgt_parallel_sched_slots), and the Adam moments as lib/train sizes them (2 fp32 values per
  * element of the flat buffer, or of its 1/DP shard with the distributed optimizer; mgt keeps
  * its parameters in fp32, so there is no separate main copy).  To that a measured per-process
  * constant is added (the cluster's overhead_bytes: CUDA context and allocator slack on a GPU,

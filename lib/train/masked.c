@@ -49,7 +49,7 @@ static mgt_status make_vocab(trainer *t)
 
 mgt_status trainer_masked_open(trainer *t, const uint64_t n[3])
 {
-	mgt_args *a = t->a; /* mock data is refused with the arguments (args.c check_bert) */
+	mgt_args *a = t->a; /* mock data is refused with the arguments (lib/args/finalize.c check_bert) */
 	if (strchr(a->data_path, ' '))
 		return mgt_err(MGT_ERR_USAGE, "--data-path '%s': %s takes one dataset prefix (blends are not "
 			       "implemented for it)", a->data_path, trainer_t5(t) ? "T5" : "BERT");

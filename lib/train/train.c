@@ -275,7 +275,7 @@ static void account_bert(trainer *t, mgt_model *m, int slot, int mb, pass *ps)
 	t->mb_scale[mb] = (float)(1.0 / (double)t->a->num_microbatches);
 }
 
-static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
+static mgt_status run_forward(trainer *t, const mgt_parallel_sched_action *x, pass *ps)
 {
 	mgt_model *m = t->chunk[x->chunk];
 	mgt_comm *pp = t->ps.pp_comm;
@@ -315,7 +315,7 @@ static mgt_status run_forward(trainer *t, const sched_action *x, pass *ps)
 static mgt_status grad_ready(void *ctx, mgt_model *m, int done_from_layer);
 static void round_grads(trainer *t, int c);
 
-static mgt_status run_backward(trainer *t, const sched_action *x)
+static mgt_status run_backward(trainer *t, const mgt_parallel_sched_action *x)
 {
 	mgt_model *m = t->chunk[x->chunk];
 	mgt_comm *pp = t->ps.pp_comm;
@@ -341,7 +341,7 @@ static mgt_status run_backward(trainer *t, const sched_action *x)
 /* Run a schedule; then sum the loss and token counts of the last stage over the job (one TP
  * rank of each last stage contributes) together with the interrupt flags, so every rank sees
  * the same loss and the same decision to stop. */
-static mgt_status run_pass(trainer *t, const sched_action *acts, int n, pass *ps, bool *interrupted)
+static mgt_status run_pass(trainer *t, const mgt_parallel_sched_action *acts, int n, pass *ps, bool *interrupted)
 {
 	mgt_status st = MGT_OK;
 	for (int c = 0; c < t->V; c++) mgt_model_fp8_first_microbatch(t->chunk[c]); /* weights cast again */
@@ -928,9 +928,9 @@ static mgt_status setup_pipeline(trainer *t)
 	int P = t->ps.pp, r = t->ps.pp_rank, M = (int)a->num_microbatches;
 	int G = (int)a->microbatch_group_size_per_vp_stage;
 	t->V = a->virtual_pipeline_model_parallel_size > 0 ? (int)a->virtual_pipeline_model_parallel_size : 1;
-	mgt_status st = sched_check(P, M, t->V, G);
-	if (!st) st = sched_build(P, r, M, t->V, G, false, &t->acts, &t->n_acts);
-	if (!st) st = sched_build(P, r, M, t->V, G, true, &t->eval_acts, &t->n_eval_acts);
+	mgt_status st = mgt_parallel_sched_check(P, M, t->V, G);
+	if (!st) st = mgt_parallel_sched_build(P, r, M, t->V, G, false, &t->acts, &t->n_acts);
+	if (!st) st = mgt_parallel_sched_build(P, r, M, t->V, G, true, &t->eval_acts, &t->n_eval_acts);
 	if (st) return st;
 	t->chunk = mgt_malloc((size_t)t->V * sizeof *t->chunk);
 	t->slots = mgt_malloc((size_t)t->V * sizeof *t->slots);
@@ -944,7 +944,7 @@ static mgt_status setup_pipeline(trainer *t)
 		t->moe_z = t->moe_aux + n; /* one buffer: the statistics are reduced in one call */
 		t->moe_tok = t->moe_z + n;
 	}
-	for (int c = 0; c < t->V; c++) t->slots[c] = sched_slots(t->acts, t->n_acts, c);
+	for (int c = 0; c < t->V; c++) t->slots[c] = mgt_parallel_sched_chunk_slots(t->acts, t->n_acts, c);
 	st = check_memory(t);
 	for (int c = 0; !st && c < t->V; c++) {
 		mgt_model_layout L = chunk_layout(t, c);

@@ -23,12 +23,6 @@ typedef struct dump_state {
 	int64_t iters, cap;
 } dump_state;
 
-/* One step of a pipeline schedule: the forward or backward of micro-batch mb on model chunk. */
-typedef struct sched_action {
-	bool fwd;
-	int mb, chunk;
-} sched_action;
-
 /* Optimizer state for the flat-buffer range [lo, hi) of one chunk: the whole buffer, or with the
  * distributed optimizer this data-parallel rank's shard of one bucket. */
 typedef struct opt_shard {
@@ -52,7 +46,7 @@ typedef struct trainer {
 	int V, *slots;
 	opt_shard *shard;
 	int nshard;
-	sched_action *acts, *eval_acts;                /* this rank's actions for one global batch */
+	mgt_parallel_sched_action *acts, *eval_acts;                /* this rank's actions for one global batch */
 	int n_acts, n_eval_acts;
 	float *mb_scale;                             /* [num_microbatches] loss scale per micro-batch */
 	/* --overlap-grad-reduce: per chunk, the index in acts of its last backward, the buckets
@@ -110,12 +104,6 @@ typedef struct trainer {
 	size_t dev_free0;                            /* device backends: cudaMemGetInfo's free bytes then */
 	double plan_t1;                              /* --plan: mgt_now() after iteration 1 */
 } trainer;
-
-/* sched.c: rank r of P pipeline ranks, M micro-batches, V chunks, groups of G (section 9). */
-mgt_status sched_check(int P, int M, int V, int G);
-mgt_status sched_build(int P, int r, int M, int V, int G, bool forward_only, sched_action **out, int *n);
-/* Activation slots chunk needs: the most micro-batches forwarded and not yet backwarded. */
-int sched_slots(const sched_action *a, int n, int chunk);
 
 /* masked.c (BERT): trainer_bert: the family is bert.  trainer_masked_open: the vocabulary from the
  * tokenizer and the sentence-level dataset of --data-path (one prefix) with Megatron's

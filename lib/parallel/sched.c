@@ -1,6 +1,6 @@
-/* lib/train/sched.c: pipeline schedules as action lists (megatron/core/pipeline_parallel/
+/* lib/parallel/sched.c: pipeline schedules as action lists (megatron/core/pipeline_parallel/
  * schedules.py: forward_backward_pipelining_without_interleaving and _with_interleaving). */
-#include "train_impl.h"
+#include "parallel.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +15,13 @@ static void table_entry(int k, int M, int V, int G, int *mb, int *chunk)
 	*mb = g * G + in % gsize;
 }
 
-static void push(sched_action *a, int *n, bool fwd, int mb, int chunk)
+static void push(mgt_parallel_sched_action *a, int *n, bool fwd, int mb, int chunk)
 {
-	a[*n] = (sched_action){ .fwd = fwd, .mb = mb, .chunk = chunk };
+	a[*n] = (mgt_parallel_sched_action){ .fwd = fwd, .mb = mb, .chunk = chunk };
 	(*n)++;
 }
 
-static void entry(int k, bool fwd, int M, int V, int G, sched_action *a, int *n)
+static void entry(int k, bool fwd, int M, int V, int G, mgt_parallel_sched_action *a, int *n)
 {
 	int mb, c;
 	if (V == 1) {
@@ -32,10 +32,10 @@ static void entry(int k, bool fwd, int M, int V, int G, sched_action *a, int *n)
 	push(a, n, fwd, mb, fwd ? c : V - 1 - c);
 }
 
-mgt_status sched_build(int P, int r, int M, int V, int G, bool forward_only, sched_action **out, int *n_out)
+mgt_status mgt_parallel_sched_build(int P, int r, int M, int V, int G, bool forward_only, mgt_parallel_sched_action **out, int *n_out)
 {
 	int total = M * V, n = 0;
-	sched_action *a = mgt_malloc((size_t)(2 * total) * sizeof *a);
+	mgt_parallel_sched_action *a = mgt_malloc((size_t)(2 * total) * sizeof *a);
 	if (!a) return MGT_ERR_NOMEM;
 	int W = V == 1 ? (P - r - 1 < M ? P - r - 1 : M) : (P - r - 1) * 2 + (V - 1) * G;
 	if (forward_only || W > total) W = total;
@@ -51,7 +51,7 @@ mgt_status sched_build(int P, int r, int M, int V, int G, bool forward_only, sch
 	return MGT_OK;
 }
 
-int sched_slots(const sched_action *a, int n, int chunk)
+int mgt_parallel_sched_chunk_slots(const mgt_parallel_sched_action *a, int n, int chunk)
 {
 	int live = 0, most = 1;
 	for (int i = 0; i < n; i++) {
@@ -62,7 +62,7 @@ int sched_slots(const sched_action *a, int n, int chunk)
 	return most;
 }
 
-mgt_status sched_check(int P, int M, int V, int G)
+mgt_status mgt_parallel_sched_check(int P, int M, int V, int G)
 {
 	if (V == 1) return MGT_OK;
 	if (P < 2) return mgt_err(MGT_ERR_USAGE, "virtual pipeline stages need --pipeline-model-parallel-size > 1");
@@ -76,18 +76,13 @@ mgt_status sched_check(int P, int M, int V, int G)
 	return MGT_OK;
 }
 
-int64_t mgt_train_ddp_bucket_size(int64_t dp)
+mgt_status mgt_parallel_sched_slots(int P, int r, int M, int V, int G, int *slots)
 {
-	return dp * 1000000 > 40000000 ? dp * 1000000 : 40000000;
-}
-
-mgt_status mgt_train_sched_slots(int P, int r, int M, int V, int G, int *slots)
-{
-	mgt_status st = sched_check(P, M, V, G);
-	sched_action *a = NULL;
+	mgt_status st = mgt_parallel_sched_check(P, M, V, G);
+	mgt_parallel_sched_action *a = NULL;
 	int n = 0;
-	if (!st) st = sched_build(P, r, M, V, G, false, &a, &n);
-	for (int c = 0; !st && c < V; c++) slots[c] = sched_slots(a, n, c);
+	if (!st) st = mgt_parallel_sched_build(P, r, M, V, G, false, &a, &n);
+	for (int c = 0; !st && c < V; c++) slots[c] = mgt_parallel_sched_chunk_slots(a, n, c);
 	free(a);
 	return st;
 }

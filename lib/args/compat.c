@@ -1,4 +1,4 @@
-/* lib/train/compat.c: Megatron-LM flags that mgt-train knows but does not implement.
+/* lib/args/compat.c: Megatron-LM flags that mgt-train knows but does not implement.
  *
  * Every flag of megatron/training/arguments.py and of the config dataclasses it turns into flags,
  * in Megatron-LM's releases from core_r0.8.0 on (tests/data/megatron/all-flags.txt), is one of:
@@ -9,7 +9,7 @@
  * reason.  An accepted row's nargs is Megatron's (a flag without a value must not take the next
  * word); a flag renamed across releases has a row for each name.
  */
-#include "train.h"
+#include "args.h"
 
 #include <string.h>
 

@@ -1,0 +1,333 @@
+/* lib/args/finalize.c: mgt_args_finalize, the derived values and Megatron's cross-checks of the
+ * arguments (megatron/training/arguments.py validate_args). */
+#include "args_impl.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t mgt_args_ddp_bucket_size(int64_t dp)
+{
+	return dp * 1000000 > 40000000 ? dp * 1000000 : 40000000;
+}
+
+static mgt_status derive_run_length(mgt_args *a)
+{
+	int64_t gbs = a->global_batch_size;
+	if ((a->train_iters > 0) == (a->train_samples > 0))
+		return mgt_err(MGT_ERR_USAGE, "give exactly one of --train-iters and --train-samples");
+	if (a->train_samples > 0) a->train_iters = (a->train_samples + gbs - 1) / gbs;
+	if (a->lr < 0) return mgt_err(MGT_ERR_USAGE, "--lr %g: expected >= 0", a->lr);
+	if (a->eval_interval < 0 || a->eval_iters < 0 || a->log_interval <= 0 || a->save_interval < 0)
+		return mgt_err(MGT_ERR_USAGE, "--eval-interval, --eval-iters, --save-interval must be >= 0 "
+			       "and --log-interval > 0");
+	return MGT_OK;
+}
+
+/* --cp-comm-type: one word, or Megatron's per-layer list (nargs='+') of one kind repeated;
+ * all_gather is the config's spelling of allgather (transformer_config.py). */
+static mgt_status derive_cp_comm(mgt_args *a)
+{
+	const char *w = a->cp_comm_type ? a->cp_comm_type : "p2p";
+	size_t n = strcspn(w, " ");
+	for (const char *p = w; *p; p += strspn(p, " ")) {
+		size_t k = strcspn(p, " ");
+		if (k != n || strncmp(p, w, n))
+			return mgt_err(MGT_ERR_USAGE, "--cp-comm-type %s: a different kind per layer is not implemented in this "
+				       "version (give one of p2p, allgather, a2a)", w);
+		p += k;
+	}
+	if ((n == 3 && !strncmp(w, "p2p", 3))) a->cp_comm = MGT_CP_P2P;
+	else if ((n == 9 && !strncmp(w, "allgather", 9)) || (n == 10 && !strncmp(w, "all_gather", 10))) a->cp_comm = MGT_CP_ALLGATHER;
+	else if (n == 3 && !strncmp(w, "a2a", 3)) a->cp_comm = MGT_CP_A2A;
+	else if (n == 7 && !strncmp(w, "a2a+p2p", 7))
+		return mgt_err(MGT_ERR_USAGE, "--cp-comm-type a2a+p2p: the hierarchical form (all-to-all within, ring "
+			       "across --hierarchical-context-parallel-sizes) is not implemented in this version (use p2p, "
+			       "allgather or a2a)");
+	else return mgt_err(MGT_ERR_USAGE, "--cp-comm-type %.*s: expected p2p, allgather (all_gather), a2a or a2a+p2p",
+			    (int)n, w);
+	return MGT_OK;
+}
+
+/* Parallel sizes: data-parallel size from the world, virtual stages, divisibility. */
+static mgt_status derive_parallel(mgt_args *a)
+{
+	int64_t tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size, W = a->world_size ? a->world_size : 1;
+	int64_t cp = a->context_parallel_size, L = a->model.num_layers;
+	if (tp < 1 || pp < 1 || cp < 1)
+		return mgt_err(MGT_ERR_USAGE, "--tensor-model-parallel-size, --pipeline-model-parallel-size and "
+			       "--context-parallel-size must be positive");
+	if (cp > 1 && a->model.seq_length % (2 * cp))
+		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld is not divisible by 2 x --context-parallel-size %lld "
+			       "(each sequence is cut into 2 x CP chunks)", (long long)a->model.seq_length, (long long)cp);
+	if (W % (tp * pp * cp))
+		return mgt_err(MGT_ERR_USAGE, "world size %lld is not divisible by --tensor-model-parallel-size %lld x "
+			       "--pipeline-model-parallel-size %lld x --context-parallel-size %lld = %lld: run a multiple "
+			       "of %lld processes (mpirun -np), or give sizes whose product divides %lld", (long long)W,
+			       (long long)tp, (long long)pp, (long long)cp, (long long)(tp * pp * cp), (long long)(tp * pp * cp),
+			       (long long)W);
+	a->data_parallel_size = W / (tp * pp * cp);
+	mgt_status st = derive_cp_comm(a);
+	if (st) return st;
+	if (tp == 1) a->sequence_parallel = false; /* Megatron turns it off silently */
+	if (a->num_layers_per_virtual_pipeline_stage > 0) {
+		int64_t n = a->num_layers_per_virtual_pipeline_stage;
+		if (L % (pp * n))
+			return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by --pipeline-model-parallel-size "
+				       "%lld x --num-layers-per-virtual-pipeline-stage %lld", (long long)L, (long long)pp,
+				       (long long)n);
+		a->virtual_pipeline_model_parallel_size = L / (pp * n);
+	}
+	if (a->num_virtual_stages_per_pipeline_rank > 0) a->virtual_pipeline_model_parallel_size = a->num_virtual_stages_per_pipeline_rank;
+	int64_t V = a->virtual_pipeline_model_parallel_size > 0 ? a->virtual_pipeline_model_parallel_size : 1;
+	bool uneven = a->model.decoder_first_pipeline_num_layers > 0 || a->model.decoder_last_pipeline_num_layers > 0;
+	if (uneven && V > 1)
+		return mgt_err(MGT_ERR_USAGE, "--decoder-first/last-pipeline-num-layers with virtual pipeline stages is "
+			       "not implemented");
+	if (uneven && pp < 2)
+		return mgt_err(MGT_ERR_USAGE, "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+	int64_t f, n;
+	st = uneven ? mgt_stage_layers(&a->model, (int)pp, 0, &f, &n) : MGT_OK;
+	if (st) return st;
+	if (!uneven && L % (pp * V))
+		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld "
+			       "x %lld virtual stages", (long long)L, (long long)pp, (long long)V);
+	if (V == 1) a->virtual_pipeline_model_parallel_size = 0;
+	if (!a->microbatch_group_size_per_vp_stage) a->microbatch_group_size_per_vp_stage = pp;
+	return MGT_OK;
+}
+
+/* Megatron's rules (megatron/training/arguments.py validate_args; TransformerConfig
+ * __post_init__ in megatron/core/transformer/transformer_config.py) and a->recompute. */
+static mgt_status derive_recompute(mgt_args *a)
+{
+	if (a->recompute_activations) { /* arguments.py: it wins over --recompute-granularity */
+		char *s = mgt_strdup("selective");
+		if (!s) return MGT_ERR_NOMEM;
+		free(a->recompute_granularity);
+		a->recompute_granularity = s;
+	}
+	const char *g = a->recompute_granularity, *m = a->recompute_method;
+	int64_t n = a->recompute_num_layers;
+	if (g && strcmp(g, "full") && strcmp(g, "selective"))
+		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity %s: expected full or selective", g);
+	if (m && strcmp(m, "uniform") && strcmp(m, "block"))
+		return mgt_err(MGT_ERR_USAGE, "--recompute-method %s: expected uniform or block", m);
+	a->recompute = (mgt_recompute){ 0 };
+	if (!g) { /* Megatron checks nothing then, and recomputes nothing */
+		mgt_status st = m ? args_note_ignored(a, "recompute-method", "no --recompute-granularity: nothing is recomputed") : MGT_OK;
+		if (!st && n) st = args_note_ignored(a, "recompute-num-layers", "no --recompute-granularity: nothing is recomputed");
+		return st;
+	}
+	if (!strcmp(g, "selective")) {
+		if (m) return mgt_err(MGT_ERR_USAGE, "--recompute-method %s: recompute method is not yet supported for "
+				      "selective recomputing granularity", m);
+		if (n) return mgt_err(MGT_ERR_USAGE, "--recompute-num-layers %lld: when using recompute_granularity: "
+				      "selective recompute_num_layers must be None", (long long)n);
+		a->recompute.granularity = MGT_RECOMPUTE_SELECTIVE;
+		return MGT_OK;
+	}
+	if (!m) return mgt_err(MGT_ERR_USAGE, "--recompute-granularity full: using recompute_granularity: full so "
+			       "recompute_method must be \"block\" or \"uniform\" (--recompute-method)");
+	if (n < 1 || n > INT_MAX)
+		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity full: when using recompute_granularity: full "
+			       "recompute_num_layers must be between 1 and num_layers_per_pipeline_rank: %lld "
+			       "(--recompute-num-layers)", (long long)(a->model.num_layers / a->pipeline_model_parallel_size));
+	a->recompute = (mgt_recompute){ .granularity = MGT_RECOMPUTE_FULL, .num_layers = (int)n,
+					.method = strcmp(m, "block") ? MGT_RECOMPUTE_UNIFORM : MGT_RECOMPUTE_BLOCK };
+	return MGT_OK;
+}
+
+/* The run-level MoE rules (arguments.py validate_args; parallel_state.py's expert grid;
+ * moe_layer.py, which raises without sequence parallelism under TP) and
+ * a->expert_data_parallel_size.  After the model's, so that --num-experts is checked. */
+static mgt_status derive_moe(mgt_args *a)
+{
+	int64_t E = a->model.num_experts, ep = a->expert_model_parallel_size, tp = a->tensor_model_parallel_size;
+	int64_t etp = a->expert_tensor_parallel_size, pp = a->pipeline_model_parallel_size, W = a->world_size ? a->world_size : 1;
+	const char *disp = a->moe_token_dispatcher_type;
+	if (!strcmp(disp, "flex"))
+		return mgt_err(MGT_ERR_USAGE, "--moe-token-dispatcher-type flex (DeepEP, HybridEP, NCCL-EP) is not implemented: "
+			       "use alltoall or allgather");
+	if (strcmp(disp, "allgather") && strcmp(disp, "alltoall"))
+		return mgt_err(MGT_ERR_USAGE, "--moe-token-dispatcher-type %s: expected allgather or alltoall", disp);
+	if (etp && etp != tp)
+		return mgt_err(MGT_ERR_USAGE, "--expert-tensor-parallel-size %lld: expert tensor parallelism other than "
+			       "--tensor-model-parallel-size %lld is not implemented in this version (leave it unset: it "
+			       "defaults to the tensor-parallel size)", (long long)etp, (long long)tp);
+	etp = tp;
+	if (ep > 1 && E <= 0)
+		return mgt_err(MGT_ERR_USAGE, "--expert-model-parallel-size %lld needs --num-experts (a model with experts)",
+			       (long long)ep);
+	if (E > 0 && E % ep)
+		return mgt_err(MGT_ERR_USAGE, "--num-experts %lld is not divisible by --expert-model-parallel-size %lld",
+			       (long long)E, (long long)ep);
+	if (W % (ep * etp * pp))
+		return mgt_err(MGT_ERR_USAGE, "world size %lld is not divisible by --expert-model-parallel-size %lld x "
+			       "--expert-tensor-parallel-size %lld (= --tensor-model-parallel-size) x "
+			       "--pipeline-model-parallel-size %lld", (long long)W, (long long)ep, (long long)etp, (long long)pp);
+	a->expert_data_parallel_size = W / (ep * etp * pp);
+	if (E > 0 && tp > 1 && !a->sequence_parallel)
+		return mgt_err(MGT_ERR_USAGE, "--num-experts with --tensor-model-parallel-size %lld needs --sequence-parallel "
+			       "(as Megatron's MoE layer)", (long long)tp);
+	return MGT_OK;
+}
+
+/* Whether Megatron flag `name`, accepted without effect (compat.c), was given. */
+static bool ignored_given(const mgt_args *a, const char *name)
+{
+	char key[80];
+	snprintf(key, sizeof key, "--%s:", name);
+	for (const char *p = a->ignored_flags; p && (p = strstr(p, key)); p++)
+		if (p == a->ignored_flags || p[-1] == '\n') return true;
+	return false;
+}
+
+/* The precision flags Megatron refuses together (megatron/training/arguments.py validate_args:
+ * "assert not args.bf16" under --fp16, "lm cross entropy in fp16 only support in fp16 mode"),
+ * and --grad-reduce-in-bf16, which sets the bf16 main_grad buffer of --bf16 runs only. */
+static mgt_status check_precision(const mgt_args *a)
+{
+	if (a->bf16 && a->fp16) return mgt_err(MGT_ERR_USAGE, "--bf16 and --fp16 exclude each other");
+	if (a->grad_reduce_in_bf16 && !a->bf16)
+		return mgt_err(MGT_ERR_USAGE, "--grad-reduce-in-bf16 needs --bf16 (it chooses how a bf16 run reduces its "
+			       "gradients)%s", a->fp16 ? ", not --fp16" : "");
+	if (ignored_given(a, "fp16-lm-cross-entropy") && !a->fp16)
+		return mgt_err(MGT_ERR_USAGE, "--fp16-lm-cross-entropy needs --fp16 (as in Megatron)%s",
+			       a->bf16 ? ", not --bf16" : "");
+	return MGT_OK;
+}
+
+/* --model-family bert: what Megatron's BERT does not allow, or mgt does not implement. */
+/* Megatron's arguments.py: --encoder-num-layers and --encoder-seq-length stand in for
+ * --num-layers and --seq-length (each pair exclusive), the decoder's length within the position
+ * table; T5 needs a decoder length and a dataset. */
+static mgt_status check_encdec(mgt_args *a)
+{
+	mgt_model_config *c = &a->model;
+	if (a->encoder_num_layers && c->num_layers)
+		return mgt_err(MGT_ERR_USAGE, "--num-layers and --encoder-num-layers: give one (Megatron: cannot have both "
+			       "num-layers and encoder-num-layers specified)");
+	if (a->encoder_num_layers) c->num_layers = a->encoder_num_layers;
+	if (a->encoder_seq_length && c->seq_length)
+		return mgt_err(MGT_ERR_USAGE, "--seq-length and --encoder-seq-length: give one (T5's --seq-length is its "
+			       "encoder's length)");
+	if (a->encoder_seq_length) c->seq_length = a->encoder_seq_length;
+	if (c->decoder_seq_length && c->max_position_embeddings && c->max_position_embeddings < c->decoder_seq_length)
+		return mgt_err(MGT_ERR_USAGE, "--decoder-seq-length %lld is more than --max-position-embeddings %lld",
+			       (long long)c->decoder_seq_length, (long long)c->max_position_embeddings);
+	if (strcmp(c->family, "t5")) return MGT_OK;
+	if (!c->decoder_seq_length)
+		return mgt_err(MGT_ERR_USAGE, "--model-family t5 needs --decoder-seq-length (the decoder's input and labels)");
+	if (a->context_parallel_size > 1)
+		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %lld with --model-family t5: context parallelism is "
+			       "not supported for T5", (long long)a->context_parallel_size);
+	if (a->mock_data)
+		return mgt_err(MGT_ERR_USAGE, "--mock-data with --model-family t5: give a sentence-level --data-path "
+			       "(mgt-preprocess --split-sentences)");
+	return MGT_OK;
+}
+
+static mgt_status check_bert(const mgt_args *a)
+{
+	if (strcmp(a->model.family, "bert")) return MGT_OK;
+	if (a->context_parallel_size > 1)
+		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %lld with --model-family bert: BERT's bidirectional "
+			       "attention under a padding mask has no context-parallel form in Megatron (its ring splits "
+			       "causal attention); use --tensor-model-parallel-size with --sequence-parallel",
+			       (long long)a->context_parallel_size);
+	if (a->calculate_per_token_loss)
+		return mgt_err(MGT_ERR_USAGE, "--calculate-per-token-loss with --model-family bert: pretrain_bert.py's "
+			       "loss is the mean of each micro-batch's masked-LM and sentence-order losses");
+	if (a->mock_data)
+		return mgt_err(MGT_ERR_USAGE, "--mock-data with --model-family bert: give a sentence-level --data-path "
+			       "(mgt-preprocess --split-sentences)");
+	return MGT_OK;
+}
+
+/* The fp8 flags by Megatron's rules (megatron/core/transformer/transformer_config.py
+ * __post_init__, megatron/training/arguments.py; fp8.md section 1) into a->fp8. */
+static mgt_status check_fp8(mgt_args *a)
+{
+	mgt_fp8_recipe *r = &a->fp8;
+	memset(r, 0, sizeof *r);
+	const char *f = a->fp8_format, *rc = a->fp8_recipe, *al = a->fp8_amax_compute_algo;
+	if (!f) {
+		if (a->fp8_param_gather)
+			return mgt_err(MGT_ERR_USAGE, "--fp8-param-gather needs --fp8-format (fp8 parameters are kept only "
+				       "for fp8 training)");
+		return MGT_OK;
+	}
+	if (strcmp(f, "e4m3") && strcmp(f, "hybrid"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-format: expected e4m3 or hybrid, got '%s'", f);
+	r->format = !strcmp(f, "e4m3") ? MGT_FP8_FMT_E4M3 : MGT_FP8_FMT_HYBRID;
+	if (!strcmp(rc, "mxfp8"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-recipe mxfp8: MXFP8 runs on Blackwell GPUs only (Transformer Engine "
+			       "enables it for compute capability 10.x and 11.x); use delayed or tensorwise");
+	if (!strcmp(rc, "blockwise"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-recipe blockwise is not implemented (128x128 block scales, "
+			       "software-emulated GEMMs on Hopper); use delayed or tensorwise");
+	if (!strcmp(rc, "custom"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-recipe custom needs --fp8-quantizer-factory, a Python class: "
+			       "not available in mgt; use delayed or tensorwise");
+	if (strcmp(rc, "delayed") && strcmp(rc, "tensorwise"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-recipe: expected delayed or tensorwise, got '%s'", rc);
+	r->recipe = !strcmp(rc, "delayed") ? MGT_FP8_DELAYED : MGT_FP8_TENSORWISE;
+	if (strcmp(al, "most_recent") && strcmp(al, "max"))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-amax-compute-algo: expected most_recent or max, got '%s'", al);
+	r->algo = !strcmp(al, "max") ? MGT_FP8_AMAX_MAX : MGT_FP8_AMAX_MOST_RECENT;
+	if (a->fp8_margin < -64 || a->fp8_margin > 64)
+		return mgt_err(MGT_ERR_USAGE, "--fp8-margin %lld: expected -64 to 64", (long long)a->fp8_margin);
+	r->margin = (int)a->fp8_margin;
+	r->history_len = (int)(a->fp8_amax_history_len > 1 << 20 ? 1 << 20 : a->fp8_amax_history_len);
+	if (a->fp8_param_gather && !a->use_distributed_optimizer)
+		return mgt_err(MGT_ERR_USAGE, "--fp8-param-gather needs --use-distributed-optimizer (as in Megatron: the "
+			       "fp8 parameters are all-gathered by it)");
+	r->param_gather = a->fp8_param_gather;
+	if (!a->first_last_layers_bf16) return MGT_OK;
+	if (r->recipe == MGT_FP8_DELAYED)
+		return mgt_err(MGT_ERR_USAGE, "--first-last-layers-bf16: delayed scaling does not support first / last "
+			       "layers in bf16 (as in Megatron); use --fp8-recipe tensorwise");
+	int64_t per = a->model.num_layers / (a->pipeline_model_parallel_size > 0 ? a->pipeline_model_parallel_size : 1);
+	if (a->num_layers_at_start_in_bf16 > per || a->num_layers_at_end_in_bf16 > per)
+		return mgt_err(MGT_ERR_USAGE, "--num-layers-at-start-in-bf16 %lld / --num-layers-at-end-in-bf16 %lld: "
+			       "expected 0 to num_layers / pipeline size (%lld)", (long long)a->num_layers_at_start_in_bf16,
+			       (long long)a->num_layers_at_end_in_bf16, (long long)per);
+	r->bf16_start = (int)a->num_layers_at_start_in_bf16;
+	r->bf16_end = (int)a->num_layers_at_end_in_bf16;
+	return MGT_OK;
+}
+
+mgt_status mgt_args_finalize(mgt_args *a)
+{
+	mgt_status st = derive_parallel(a);
+	if (!st) st = derive_recompute(a);
+	if (st) return st;
+	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
+	if ((st = check_precision(a)) || (st = check_fp8(a)) || (st = check_encdec(a)) || (st = check_bert(a))) return st;
+	if (a->calculate_per_token_loss && a->model.num_experts > 0)
+		return mgt_err(MGT_ERR_USAGE, "--calculate-per-token-loss with --num-experts is not implemented (the "
+			       "auxiliary losses' scaling)");
+	if (a->ckpt_step && !a->load)
+		return mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load (the checkpoint directory to load it from)",
+			       (long long)a->ckpt_step);
+	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5"))
+		return mgt_err(MGT_ERR_USAGE, "--ckpt-format %s: mgt-train writes and reads hdf5 checkpoints only "
+			       "(mgt-ckpt(5)); Megatron's torch_dist and torch checkpoints are not read: convert the model "
+			       "through Hugging Face with mgt-ckpt-convert", a->ckpt_format);
+	if (a->overlap_grad_reduce && a->ddp_bucket_size <= 0)
+		a->ddp_bucket_size = mgt_args_ddp_bucket_size(a->data_parallel_size);
+	const char *dev = a->device ? a->device : "auto";
+	if (strcmp(dev, "auto") && strcmp(dev, "cpu") && strcmp(dev, "cuda"))
+		return mgt_err(MGT_ERR_USAGE, "--device: expected auto, cpu or cuda, got '%s'", dev);
+	if (!a->global_batch_size) a->global_batch_size = a->micro_batch_size * a->data_parallel_size;
+	int64_t per = a->micro_batch_size * a->data_parallel_size;
+	if (a->global_batch_size <= 0 || a->global_batch_size % per)
+		return mgt_err(MGT_ERR_USAGE, "--global-batch-size %lld is not a multiple of micro-batch size x "
+			       "data-parallel size (%lld)", (long long)a->global_batch_size, (long long)per);
+	a->num_microbatches = a->global_batch_size / per;
+	st = derive_run_length(a);
+	if (!st) st = mgt_model_config_finalize(&a->model, (int)a->tensor_model_parallel_size);
+	return st ? st : derive_moe(a);
+}
