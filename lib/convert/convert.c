@@ -278,7 +278,7 @@ static mgt_status vocab_size(hf_out *h, int64_t *v)
 	mgt_tok *t;
 	mgt_status st = mgt_tok_load(&t, &to);
 	if (st) return mgt_err_ctx(st, "%s: the vocabulary size is not recorded and the checkpoint's tokenizer "
-				   "does not load", mgt_ckpt_dir(h->ck));
+				   "does not load", mgt_source_dir(h->src));
 	*v = mgt_tok_vocab_size(t);
 	mgt_tok_free(t);
 	return MGT_OK;
@@ -311,11 +311,11 @@ static mgt_status apply_tok_flags(mgt_args *a, const mgt_tok_opts *over)
 static mgt_status read_args(hf_out *h)
 {
 	json_error_t e;
-	h->meta = json_loads(mgt_ckpt_metadata(h->ck), 0, &e);
+	h->meta = json_loads(mgt_source_metadata(h->src), 0, &e);
 	json_t *args = json_deep_copy(json_object_get(h->meta, "args"));
 	if (!json_is_object(args)) {
 		json_decref(args);
-		return mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not an mgt checkpoint (no \"args\")", mgt_ckpt_dir(h->ck));
+		return mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not an mgt checkpoint (no \"args\")", mgt_source_dir(h->src));
 	}
 	json_t *pv = json_object_get(args, "padded_vocab_size");
 	int64_t padded = json_integer_value(pv);
@@ -327,7 +327,7 @@ static mgt_status read_args(hf_out *h)
 	mgt_status st = mgt_args_init(&h->a);
 	if (!st) st = mgt_args_merge_json(&h->a, args, "metadata.json args");
 	bert_args_apply(&bk, &h->a.model);
-	if (!st) st = mgt_train_tok_files_use(&h->a, h->meta, mgt_ckpt_dir(h->ck)); /* the checkpoint's own copies */
+	if (!st) st = mgt_train_tok_files_use(&h->a, h->meta, mgt_source_dir(h->src)); /* the checkpoint's own copies */
 	if (!st && h->o->tok) st = apply_tok_flags(&h->a, h->o->tok);
 	json_decref(args);
 	int64_t v = 0;
@@ -337,7 +337,7 @@ static mgt_status read_args(hf_out *h)
 	if (!st && padded) h->a.model.padded_vocab_size = padded; /* the padding it was saved with */
 	if (!st && v > h->a.model.padded_vocab_size)
 		st = mgt_err(MGT_ERR_INPUT, "%s: the vocabulary has %lld tokens (recorded, or the tokenizer's) but the "
-			     "checkpoint's embedding only %lld rows", mgt_ckpt_dir(h->ck), (long long)v,
+			     "checkpoint's embedding only %lld rows", mgt_source_dir(h->src), (long long)v,
 			     (long long)h->a.model.padded_vocab_size);
 	return st;
 }
@@ -486,47 +486,74 @@ static mgt_status out_convert(hf_out *h)
 	if (!st && o->log)
 		fprintf(o->log, "converted %s (iteration %lld) to %s: %s, %s, %d tensors, %lld parameters (the "
 			"checkpoint's %lld less %lld of vocabulary padding), %.1f s\n", o->load_dir,
-			(long long)mgt_ckpt_iteration(h->ck), o->save_dir, mgt_hf_model_type(h->f), mgt_dt_name(h->dt), h->full.n,
+			(long long)mgt_source_iteration(h->src), o->save_dir, mgt_hf_model_type(h->f), mgt_dt_name(h->dt), h->full.n,
 			(long long)(h->full.global_numel - mgt_model_padding_params(&h->a.model)),
 			(long long)h->full.global_numel, (long long)mgt_model_padding_params(&h->a.model), mgt_now() - t0);
 	return st;
 }
 
-/* Refusing Mixture-of-Experts checkpoints (expert datasets [E, rows, cols], routers, shared
- * experts; mgt-ckpt(5)) where they are not converted (GGUF): naming the first such dataset. */
-static mgt_status no_experts(const mgt_ckpt *c)
+/* Refusing Mixture-of-Experts models (expert datasets [E, rows, cols], routers, shared
+ * experts; mgt-ckpt(5)) where they are not converted (GGUF): naming the first such dataset of a
+ * checkpoint, or the Hugging Face family. */
+static mgt_status no_experts(const hf_out *h)
 {
-	for (size_t i = 0; i < mgt_ckpt_count(c); i++) {
+	if (mgt_source_kind(h->src) == 1)
+		return h->a.model.num_experts <= 0 ? MGT_OK
+			: mgt_err(MGT_ERR_USAGE, "%s: a Mixture-of-Experts model (%s), which is not exported to GGUF "
+				  "(only dense models are)", h->o->load_dir, mgt_hf_model_type(h->f));
+	for (size_t i = 0; i < mgt_source_count(h->src); i++) {
 		int nd;
 		int64_t gs[MGT_CKPT_MAX_DIM];
 		mgt_ckpt_dtype dt;
-		const char *name = mgt_ckpt_tensor(c, i, &nd, gs, &dt);
+		const char *name = mgt_source_tensor(h->src, i, &nd, gs, &dt);
 		if (strstr(name, ".mlp.experts.") || strstr(name, ".mlp.router.") || strstr(name, ".mlp.shared_experts."))
 			return mgt_err(MGT_ERR_USAGE, "%s: %s: a Mixture-of-Experts checkpoint, which is not exported to "
-				       "GGUF (only dense models are)", mgt_ckpt_dir(c), name);
+				       "GGUF (only dense models are)", mgt_source_dir(h->src), name);
 	}
 	return MGT_OK;
 }
 
+/* The source: a Hugging Face directory in place, or the checkpoint opened and checked as before
+ * (mgt_ckpt_suggest naming the newest whole iteration on damage). */
+static mgt_status open_src(hf_out *h)
+{
+	int kind;
+	mgt_status st = mgt_convert_detect(h->o->load_dir, &kind);
+	if (!st && kind == 1) return mgt_source_open(h->o->load_dir, 0, &h->src);
+	mgt_ckpt *ck = NULL;
+	st = mgt_ckpt_open(h->o->load_dir, h->o->ckpt_step, &ck);
+	if (!st) st = mgt_ckpt_check(ck);
+	if (st == MGT_ERR_FORMAT) st = mgt_ckpt_suggest(h->o->load_dir, h->o->ckpt_step, st);
+	if (st) {
+		mgt_ckpt_close(ck);
+		return st;
+	}
+	return mgt_source_from_ckpt(ck, &h->src);
+}
+
 mgt_status cv_mgt_open(hf_out *h, bool experts)
 {
-	mgt_status st = mgt_ckpt_open(h->o->load_dir, h->o->ckpt_step, &h->ck);
-	if (!st) st = mgt_ckpt_check(h->ck);
-	if (st == MGT_ERR_FORMAT) st = mgt_ckpt_suggest(h->o->load_dir, h->o->ckpt_step, st);
-	if (!st && !experts) st = no_experts(h->ck);
+	mgt_status st = open_src(h);
+	if (!st && !experts && mgt_source_kind(h->src) == 2) st = no_experts(h);
 	if (!st) st = read_args(h);
 	if (!st) st = pick_family(h);
+	if (!st && !experts && mgt_source_kind(h->src) == 1) st = no_experts(h);
 	if (!st) st = mgt_tensor_table_build(&h->full, &h->a.model, 1, 0, 1, 0);
 	return st;
 }
 
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole)
 {
-	int64_t zero[2] = {0, 0};
-	mgt_status st = g->num_experts > 0 ? mgt_train_ckpt_read(h->ck, "", g, 0, g->numel, whole) /* [1, rows, cols] at e */
-		: mgt_ckpt_read(h->ck, g->name, g->ndim, g->shape, zero, g->shape, MGT_CKPT_F32, whole);
-	if (st == MGT_ERR_FORMAT) return mgt_ckpt_suggest(h->o->load_dir, mgt_ckpt_iteration(h->ck), st);
-	if (!st) st = cv_check_finite(whole, cv_row_numel(g), mgt_ckpt_dir(h->ck), g->name);
+	int64_t zero[3] = {0, 0, 0};
+	mgt_status st;
+	if (g->num_experts > 0) { /* [1, rows, cols] at e of the expert dataset [E, rows, cols] */
+		int64_t gs[3] = {g->num_experts, g->shape[0], g->ndim == 2 ? g->shape[1] : 1};
+		int64_t off[3] = {g->expert, 0, 0}, box[3] = {1, gs[1], gs[2]};
+		st = mgt_source_read(h->src, g->dataset, g->ndim + 1, gs, off, box, MGT_CKPT_F32, whole);
+	} else st = mgt_source_read(h->src, g->name, g->ndim, g->shape, zero, g->shape, MGT_CKPT_F32, whole);
+	if (st == MGT_ERR_FORMAT && mgt_source_kind(h->src) == 2)
+		return mgt_ckpt_suggest(h->o->load_dir, mgt_source_iteration(h->src), st);
+	if (!st) st = cv_check_finite(whole, cv_row_numel(g), mgt_source_dir(h->src), g->name);
 	/* --apply-layernorm-1p: the weight the model applies, 1 + w (Hugging Face and GGUF store that) */
 	for (size_t i = 0; !st && h->a.model.apply_layernorm_1p && mgt_tensor_is_norm_weight(g) && i < cv_row_numel(g); i++)
 		whole[i] += 1.0f;
@@ -537,7 +564,7 @@ void cv_mgt_close(hf_out *h)
 {
 	mgt_st_writer_free(h->w);
 	mgt_tensor_table_free(&h->full);
-	mgt_ckpt_close(h->ck);
+	mgt_source_close(h->src);
 	json_decref(h->meta);
 	mgt_args_free(&h->a);
 }

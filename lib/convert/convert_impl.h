@@ -30,7 +30,7 @@ typedef struct {
 
 typedef struct {
 	const mgt_convert_opts *o;
-	mgt_ckpt *ck;
+	mgt_source *src;           /* an mgt checkpoint, or a Hugging Face directory read in place */
 	json_t *meta, *hf;         /* metadata.json, its "hf" (or NULL) */
 	mgt_args a;
 	mgt_hf_family f;
@@ -49,26 +49,22 @@ typedef struct {
 
 
 /* Reading a Hugging Face directory: config.json to arguments (h->o->tp, pp: the layout to shard
- * for), the safetensors, the whole-model table and the per-rank tables.  cv_hf_read reads source
- * k of map m (checked against config.json: shape, dtype, finite) into buf.  Errors: as
+ * for), the safetensors, the whole-model table and the per-rank tables.  Errors: as
  * mgt_convert_hf_to_mgt.  cv_hf_close frees (after a failed open too). */
 mgt_status cv_hf_open(hf_in *h);
-mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf);
 void cv_hf_close(hf_in *h);
 /* Row g of the whole-model table made from its Hugging Face sources into dst ([g->shape] fp32;
  * b->src the sources' room).  cv_hf_metadata: the metadata.json text an mgt checkpoint of the
  * directory records (malloc'd; NULL: out of memory). */
 mgt_status cv_hf_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst);
 char *cv_hf_metadata(hf_in *h);
-/* The tokenizer of the directory as metadata.json records it: Megatron's type and the files as
- * "hf/NAME" (new reference). */
-json_t *cv_hf_tokenizer(hf_in *h);
 
-/* Reading an mgt checkpoint (h->o->load_dir, ckpt_step): metadata, arguments, family, whole-model
- * table; experts false refuses a Mixture-of-Experts checkpoint first (MGT_ERR_USAGE naming its
- * first expert, router or shared-expert dataset).  cv_mgt_read reads row g whole ([g->shape]
- * fp32; an expert row from its expert dataset) and checks it is finite; a norm weight of a
- * checkpoint with apply_layernorm_1p comes as the model applies it, 1 + w. */
+/* Reading a model source (h->o->load_dir: an mgt checkpoint at ckpt_step, or a Hugging Face
+ * directory read in place, mgt_source): metadata, arguments, family, whole-model table; experts
+ * false refuses a Mixture-of-Experts model first (MGT_ERR_USAGE naming the checkpoint's first
+ * expert, router or shared-expert dataset, or the Hugging Face family).  cv_mgt_read reads row g
+ * whole ([g->shape] fp32; an expert row from its expert dataset) and checks it is finite; a norm
+ * weight of a checkpoint with apply_layernorm_1p comes as the model applies it, 1 + w. */
 mgt_status cv_mgt_open(hf_out *h, bool experts);
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole);
 void cv_mgt_close(hf_out *h);

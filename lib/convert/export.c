@@ -14,10 +14,9 @@
 /* The model being exported, from either source. */
 typedef struct {
 	const mgt_export_opts *o;
-	int kind;                 /* 1 Hugging Face, 2 mgt */
 	mgt_convert_opts co;
-	hf_in in;
-	hf_out out;
+	hf_out out;               /* the model source (mgt checkpoint or Hugging Face directory) */
+	bool opened;
 	const mgt_model_config *c;
 	mgt_hf_family f;
 	const char *prefix;
@@ -31,20 +30,10 @@ static mgt_status open_source(exporter *e)
 {
 	e->co = (mgt_convert_opts){.load_dir = e->o->load_dir, .tp = 1, .pp = 1, .ckpt_step = e->o->ckpt_step,
 				   .family = e->o->family};
-	mgt_status st = mgt_convert_detect(e->o->load_dir, &e->kind);
-	if (st) return st;
-	if (e->kind == 1) {
-		e->in.o = &e->co;
-		st = cv_hf_open(&e->in);
-		e->c = &e->in.a.model, e->f = e->in.f, e->prefix = e->in.prefix, e->full = &e->in.full;
-		if (!st && e->c->num_experts > 0)
-			st = mgt_err(MGT_ERR_USAGE, "%s: a Mixture-of-Experts model (%s), which is not exported to GGUF (only "
-				     "dense models are)", e->o->load_dir, mgt_hf_model_type(e->f));
-	} else {
-		e->out.o = &e->co;
-		st = cv_mgt_open(&e->out, false);
-		e->c = &e->out.a.model, e->f = e->out.f, e->prefix = e->out.prefix, e->full = &e->out.full;
-	}
+	e->out.o = &e->co;
+	e->opened = true;
+	mgt_status st = cv_mgt_open(&e->out, false);
+	e->c = &e->out.a.model, e->f = e->out.f, e->prefix = e->out.prefix, e->full = &e->out.full;
 	if (!st && !mgt_hf_spec_of(e->f)->gguf_arch)
 		st = mgt_err(MGT_ERR_USAGE, "%s: a BERT (%s), which is not exported to GGUF (only decoder models are; "
 			     "mgt-ckpt-convert writes it as a Hugging Face directory)", e->o->load_dir, mgt_hf_model_type(e->f));
@@ -66,20 +55,18 @@ static char *resolve(const char *dir, const char *p)
 	return q;
 }
 
-/* The tokenizer: the checkpoint's (its arguments, or the converter's record), or the Hugging Face
- * directory's files (cv_hf_tokenizer records them as "hf/NAME"). */
+/* The tokenizer: the source's arguments (a checkpoint's own copies, a Hugging Face directory's
+ * files), else the converter's record. */
 static mgt_status load_vocab(exporter *e)
 {
 	const char *dir = e->o->load_dir;
-	json_t *tk = e->kind == 2 ? json_incref(json_object_get(e->out.meta, "tokenizer")) : cv_hf_tokenizer(&e->in);
-	const mgt_args *a = e->kind == 2 ? &e->out.a : NULL;
+	json_t *tk = json_incref(json_object_get(e->out.meta, "tokenizer"));
+	const mgt_args *a = &e->out.a;
 	static const char *const keys[4] = {"tokenizer_type", "vocab_file", "merge_file", "tokenizer_model"};
-	const char *from_args[4] = {a ? a->tokenizer_type : NULL, a ? a->vocab_file : NULL, a ? a->merge_file : NULL,
-				    a ? a->tokenizer_model : NULL};
+	const char *from_args[4] = {a->tokenizer_type, a->vocab_file, a->merge_file, a->tokenizer_model};
 	char *v[4] = {0};
 	for (int i = 0; i < 4; i++) {
 		const char *x = from_args[i] ? from_args[i] : json_string_value(json_object_get(tk, keys[i]));
-		if (x && e->kind == 1 && i) x += 3; /* "hf/NAME": NAME in the Hugging Face directory */
 		v[i] = !x ? NULL : i ? resolve(dir, x) : mgt_strdup(x);
 	}
 	json_decref(tk);
@@ -294,10 +281,8 @@ static mgt_status row_sources(exporter *e, const mgt_tensor *g, row_data *r)
 	for (int k = 0; !st && k < m.n; k++) {
 		r->src[k] = r->s->src + at;
 		at += cv_map_numel(&m, k);
-		if (e->kind == 1) st = cv_hf_read(&e->in, &m, k, r->src[k]);
 	}
-	if (st || e->kind == 1) return st;
-	st = cv_mgt_read(&e->out, g, r->s->whole);
+	if (!st) st = cv_mgt_read(&e->out, g, r->s->whole);
 	if (!st) mgt_hf_from_mgt(e->c, &m, g, r->s->whole, r->src);
 	return st;
 }
@@ -377,7 +362,6 @@ mgt_status mgt_export_gguf(const mgt_export_opts *o)
 	mgt_status st = run_export(&e);
 	mgt_gguf_writer_free(e.w);
 	if (e.have_voc) mgt_tok_vocab_free(&e.voc);
-	if (e.kind == 1) cv_hf_close(&e.in);
-	else if (e.kind == 2) cv_mgt_close(&e.out);
+	if (e.opened) cv_mgt_close(&e.out);
 	return st;
 }

@@ -23,7 +23,7 @@ mgt_dt cv_torch_dtype_dt(const char *s)
 }
 
 /* Read HF source k of map m into buf after checking it against config.json. */
-mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf)
+static mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf)
 {
 	const mgt_st_tensor *x = mgt_st_find(h->st, m->name[k]);
 	if (!x) return mgt_err(MGT_ERR_INPUT, "%s: tensor %s is missing (config.json describes a %s model that has it)",
@@ -321,7 +321,7 @@ static mgt_status gpt2_prefix(hf_in *h)
 }
 
 /* The tokenizer the copied files describe, Megatron's type names (paths relative to SAVE). */
-json_t *cv_hf_tokenizer(hf_in *h)
+static json_t *cv_hf_tokenizer(hf_in *h)
 {
 	const char *dir = h->o->load_dir, *type = NULL, *vocab = NULL, *merges = NULL, *model = NULL;
 	bool bpe_files = cv_exists(dir, "vocab.json") && cv_exists(dir, "merges.txt");
