@@ -217,7 +217,7 @@ static mgt_status check_encdec(mgt_args *a)
 	if (c->decoder_seq_length && c->max_position_embeddings && c->max_position_embeddings < c->decoder_seq_length)
 		return mgt_err(MGT_ERR_USAGE, "--decoder-seq-length %lld is more than --max-position-embeddings %lld",
 			       (long long)c->decoder_seq_length, (long long)c->max_position_embeddings);
-	if (strcmp(c->family, "t5")) return MGT_OK;
+	if (mgt_model_family(c)->recipe != MGT_STACK_ENCODER_DECODER) return MGT_OK;
 	if (!c->decoder_seq_length)
 		return mgt_err(MGT_ERR_USAGE, "--model-family t5 needs --decoder-seq-length (the decoder's input and labels)");
 	if (a->context_parallel_size > 1)
@@ -231,7 +231,7 @@ static mgt_status check_encdec(mgt_args *a)
 
 static mgt_status check_bert(const mgt_args *a)
 {
-	if (strcmp(a->model.family, "bert")) return MGT_OK;
+	if (mgt_model_family(&a->model)->recipe != MGT_STACK_ENCODER) return MGT_OK;
 	if (a->context_parallel_size > 1)
 		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %lld with --model-family bert: BERT's bidirectional "
 			       "attention under a padding mask has no context-parallel form in Megatron (its ring splits "

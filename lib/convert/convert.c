@@ -377,7 +377,7 @@ static mgt_status pick_dtype(hf_out *h)
 static mgt_status bert_token_types_out(hf_out *h, bool declare)
 {
 	const mgt_model_config *c = &h->a.model;
-	if (h->f != MGT_HF_MEGATRON_BERT || c->bert_binary_head) return MGT_OK;
+	if (mgt_hf_spec_of(h->f)->names != MGT_HF_NAMES_BERT || c->bert_binary_head) return MGT_OK;
 	int64_t shape[2] = {cv_bert_type_vocab(json_object_get(h->hf, "config")), c->hidden_size};
 	if (declare) return mgt_st_writer_add(h->w, BERT_TOKTYPE, h->dt, 2, shape);
 	float *z = calloc((size_t)(shape[0] * shape[1]), sizeof(float));
@@ -394,7 +394,7 @@ static mgt_status declare(hf_out *h)
 		st = mgt_hf_map_tensor(&h->a.model, h->f, h->prefix, &h->full.t[i], &m);
 		for (int k = 0; !st && k < m.n; k++) st = mgt_st_writer_add(h->w, m.name[k], h->dt, m.ndim[k], m.shape[k]);
 	}
-	if (!st && h->f == MGT_HF_GPT2) st = put_buffers(h, true, NULL);
+	if (!st && gpt2_names(h->f)) st = put_buffers(h, true, NULL);
 	if (!st) st = bert_token_types_out(h, true);
 	return st ? st : mgt_st_writer_begin(h->w);
 }
@@ -473,9 +473,9 @@ static mgt_status out_convert(hf_out *h)
 	if (!st) st = cv_scratch_alloc(&b, &h->full, false);
 	for (int i = 0; !st && i < h->full.n; i++) st = export_row(h, &h->full.t[i], &b);
 	int64_t P = h->a.model.max_position_embeddings;
-	float *mask = !st && h->f == MGT_HF_GPT2 ? mgt_malloc((size_t)(P * P) * sizeof(float)) : NULL;
+	float *mask = !st && gpt2_names(h->f) ? mgt_malloc((size_t)(P * P) * sizeof(float)) : NULL;
 	if (mask) st = put_buffers(h, false, mask);
-	else if (!st && h->f == MGT_HF_GPT2) st = MGT_ERR_NOMEM;
+	else if (!st && gpt2_names(h->f)) st = MGT_ERR_NOMEM;
 	free(mask);
 	if (!st) st = bert_token_types_out(h, false);
 	cv_scratch_free(&b);

@@ -86,6 +86,8 @@ json_t *cv_read_json(const char *dir, const char *name, bool required, mgt_statu
  * causal-mask buffer names (h.N.attn.bias, h.N.attn.masked_bias); MegatronBert's token-type
  * embeddings (name, and type_vocab_size: config.json's, else 2). */
 mgt_dt cv_torch_dtype_dt(const char *s);
+/* Whether family f names its tensors as GPT-2 does (transformer.h.N...; the causal-mask buffers). */
+static inline bool gpt2_names(mgt_hf_family f) { return mgt_hf_spec_of(f)->names == MGT_HF_NAMES_GPT2; }
 extern const char *const cv_gpt2_buffers[2];
 #define BERT_TOKTYPE "bert.embeddings.token_type_embeddings.weight"
 int64_t cv_bert_type_vocab(json_t *cfg);

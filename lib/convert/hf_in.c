@@ -266,11 +266,11 @@ static mgt_status check_unused(hf_in *h)
 		if (h->used[i]) continue;
 		const mgt_st_tensor *x = mgt_st_at(h->st, i);
 		bool skip = false;
-		mgt_status st = h->f == MGT_HF_MEGATRON_BERT ? bert_unused(h, x, &skip) : MGT_OK;
+		mgt_status st = mgt_hf_spec_of(h->f)->names == MGT_HF_NAMES_BERT ? bert_unused(h, x, &skip) : MGT_OK;
 		if (st) return st;
 		if (skip) continue;
 		const char *dot = strrchr(x->name, '.');
-		int b = h->f == MGT_HF_GPT2 ? gpt2_buffer(x->name) : -1;
+		int b = gpt2_names(h->f) ? gpt2_buffer(x->name) : -1;
 		if (b >= 0) {
 			h->buffers |= 1u << b;
 			continue;
@@ -296,7 +296,7 @@ int64_t cv_bert_type_vocab(json_t *cfg)
 static mgt_status bert_token_types_in(hf_in *h)
 {
 	const mgt_model_config *c = &h->a.model;
-	if (h->f != MGT_HF_MEGATRON_BERT || c->bert_binary_head) return MGT_OK;
+	if (mgt_hf_spec_of(h->f)->names != MGT_HF_NAMES_BERT || c->bert_binary_head) return MGT_OK;
 	mgt_hf_map m = {.op = MGT_HF_COPY, .n = 1, .ndim = {2}, .shape = {{cv_bert_type_vocab(h->cfg), c->hidden_size}}};
 	snprintf(m.name[0], sizeof m.name[0], BERT_TOKTYPE);
 	float *x = mgt_malloc(cv_map_numel(&m, 0) * sizeof(float));
@@ -313,7 +313,7 @@ static mgt_status bert_token_types_in(hf_in *h)
 static mgt_status gpt2_prefix(hf_in *h)
 {
 	h->prefix = "";
-	if (h->f != MGT_HF_GPT2) return MGT_OK;
+	if (!gpt2_names(h->f)) return MGT_OK;
 	if (mgt_st_find(h->st, "transformer.wte.weight")) h->prefix = "transformer.";
 	else if (!mgt_st_find(h->st, "wte.weight"))
 		return mgt_err(MGT_ERR_INPUT, "%s: no wte.weight or transformer.wte.weight (a GPT-2 model has one)", h->o->load_dir);
@@ -325,13 +325,13 @@ static json_t *cv_hf_tokenizer(hf_in *h)
 {
 	const char *dir = h->o->load_dir, *type = NULL, *vocab = NULL, *merges = NULL, *model = NULL;
 	bool bpe_files = cv_exists(dir, "vocab.json") && cv_exists(dir, "merges.txt");
-	if (h->f == MGT_HF_MEGATRON_BERT && cv_exists(dir, "vocab.txt")) { /* BertTokenizer: do_lower_case defaults to true */
+	if (mgt_hf_spec_of(h->f)->names == MGT_HF_NAMES_BERT && cv_exists(dir, "vocab.txt")) { /* BertTokenizer: do_lower_case defaults to true */
 		mgt_status st = MGT_OK;
 		json_t *tc = cv_read_json(dir, "tokenizer_config.json", false, &st);
 		type = json_is_false(json_object_get(tc, "do_lower_case")) ? "BertWordPieceCase" : "BertWordPieceLowerCase";
 		vocab = "hf/vocab.txt";
 		json_decref(tc);
-	} else if (bpe_files && (h->f == MGT_HF_GPT2 || (!cv_exists(dir, "tokenizer.json") && !cv_exists(dir, "tokenizer.model")))) {
+	} else if (bpe_files && (gpt2_names(h->f) || (!cv_exists(dir, "tokenizer.json") && !cv_exists(dir, "tokenizer.model")))) {
 		type = "GPT2BPETokenizer"; /* Megatron's GPT-2 tokenizer: <|endoftext|> in text is text */
 		vocab = "hf/vocab.json";
 		merges = "hf/merges.txt";
@@ -356,7 +356,7 @@ static json_t *cv_hf_tokenizer(hf_in *h)
  * list them): written here, read back by bert_args_take. */
 static void bert_args_put(json_t *args, const mgt_model_config *c)
 {
-	if (!mgt_model_is_bert(c)) return;
+	if (mgt_model_family(c)->recipe != MGT_STACK_ENCODER) return;
 	json_object_set_new(args, "family", json_string(c->family));
 	json_object_set_new(args, "bert_binary_head", json_boolean(c->bert_binary_head));
 	json_object_set_new(args, "no_bias_gelu_fusion", json_boolean(c->no_bias_gelu_fusion));
