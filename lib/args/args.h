@@ -90,7 +90,8 @@ typedef struct mgt_args {
 	bool grad_reduce_in_bf16; /* bf16 main_grad: gradients rounded to bf16 and reduced in bf16 (--bf16 only) */
 	double loss_scale, initial_loss_scale, min_loss_scale;
 	int64_t loss_scale_window, hysteresis;
-	/* fp8 (Megatron's flags, ../shared/docs/fp8.md section 1): --fp8-format as given (NULL: None,
+	/* fp8 (Megatron's flags, megatron/training/arguments.py
+	 * _add_transformer_engine_args): --fp8-format as given (NULL: None,
 	 * no fp8), --fp8-recipe, --fp8-amax-compute-algo, the other values; fp8 derived from them by
 	 * mgt_args_finalize.  fp8_trace: mgt's JSONL log of the delayed-scaling state (NULL: none) */
 	char *fp8_format, *fp8_trace;

@@ -247,7 +247,7 @@ static mgt_status check_bert(const mgt_args *a)
 }
 
 /* The fp8 flags by Megatron's rules (megatron/core/transformer/transformer_config.py
- * __post_init__, megatron/training/arguments.py; fp8.md section 1) into a->fp8. */
+ * __post_init__, megatron/training/arguments.py _add_transformer_engine_args) into a->fp8. */
 static mgt_status check_fp8(mgt_args *a)
 {
 	mgt_fp8_recipe *r = &a->fp8;

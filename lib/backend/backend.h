@@ -1,6 +1,6 @@
 /* lib/backend: the op interface every backend implements, and the CPU reference backend.
  *
- * All training math goes through this table of ops (DESIGN.md section 3, "one backend interface,
+ * All training math goes through this table of ops (doc/design.md section 3, "one backend interface,
  * two implementations").  The model code never calls BLAS or CUDA directly.  A backend is a struct
  * of function pointers behind an opaque handle, in the manner of ggml's backends; the ops are one
  * list (MGT_BACKEND_OPS, an X-macro) from which the struct, each backend's declarations and its
@@ -405,8 +405,8 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	X(void, widen, (mgt_backend *be, float *dst, const void *src, mgt_elem_type st, size_t n)) \
 	/* x *= alpha over n elements. */ \
 	X(void, scale, (mgt_backend *be, float *x, size_t n, float alpha)) \
-	/* fp8's quantizing cast (lib/fp8 mgt_fp8_quantize, bit for bit; ../shared/docs/fp8.md \
-	 * section 2): q[i] = the byte of format fmt (lib/util mgt_f32_to_fp8) of fl32(x[i] * \
+	/* fp8's quantizing cast (lib/fp8 mgt_fp8_quantize, bit for bit; Transformer Engine's \
+	 * cast_to_fp8): q[i] = the byte of format fmt (lib/util mgt_f32_to_fp8) of fl32(x[i] * \
 	 * scale[0]) for n elements x of type xt (fp32, or bf16/fp16 widened exactly), and amax[0] = \
 	 * fmaxf(amax[0], |x[i]|) over them (NaN ignored, +Inf kept).  scale and amax are one float \
 	 * each in the backend's memory, read and written there (no host sync on a GPU); q may be \
@@ -414,7 +414,8 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	X(void, fp8_quantize, (mgt_backend *be, uint8_t *q, const void *x, mgt_elem_type xt, size_t n, \
 		const float *scale, mgt_fp8_format fmt, float *amax)) \
 	/* Current (tensorwise) scaling from a tensor's amax (lib/fp8 mgt_fp8_current_scale with eps \
-	 * 0, then mgt_fp8_scale_inv; ../shared/docs/fp8.md section 2, Float8CurrentScaling): \
+	 * 0, then mgt_fp8_scale_inv; Transformer Engine's Float8CurrentScaling recipe, \
+	 * transformer_engine/common/recipe/__init__.py): \
 	 * scale[0] = 1 when amax[0] is 0, Inf or NaN, else fl32(fp8_max / amax[0]) (+Inf becomes \
 	 * FLT_MAX), and scale_inv[0] = 1 / scale[0] rounded to nearest.  One float each in backend \
 	 * memory (no host sync on a GPU). */ \
@@ -423,8 +424,9 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 * "columnwise" copy Transformer Engine keeps because Hopper runs only TN fp8 GEMMs; the same \
 	 * bytes, so the same scale_inv).  Writes dst [cols, rows]; no overlap. */ \
 	X(void, fp8_transpose, (mgt_backend *be, uint8_t *dst, const uint8_t *src, int rows, int cols)) \
-	/* The fp8 GEMM of a Transformer Engine linear on Hopper (../shared/docs/fp8.md section 4: \
-	 * cuBLASLt "TN", A_SCALE_POINTER / B_SCALE_POINTER the operands' scale_inv, COMPUTE_32F): \
+	/* The fp8 GEMM of a Transformer Engine linear on Hopper \
+	 * (transformer_engine/common/gemm/cublaslt_gemm.cu: cuBLASLt "TN", A_SCALE_POINTER / \
+	 * B_SCALE_POINTER the operands' scale_inv, COMPUTE_32F): \
 	 *   acc[j, i] = sum_{k' < k} A[i, k'] * B[j, k']      (fp8 values, each product exact in fp32, \
 	 *                                                     summed in fp32 in some order) \
 	 *   v[j, i]   = acc[j, i] * fl32(a_inv[0] * b_inv[0]) (+ bias[i] when bias != NULL) \

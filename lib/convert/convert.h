@@ -16,8 +16,9 @@
  * written with the expert layout of expert-parallel size ep: the data-parallel ranks 0..ep-1
  * each hold their E/ep experts (files model_tpTT_ppPPP_dpDDD with DDD the expert-parallel rank),
  * the dense rows are on rank 0, as mgt-train saves them; any run reshards them.  The tensor names and layouts come from the tensor table
- * and its Hugging Face rules (lib/model/hf.c), Megatron's conventions (megatron-reference.md
- * section 7): query-group-interleaved linear_qkv, SwiGLU fc1 as [gate; up], vocabulary padding.
+ * and its Hugging Face rules (lib/model/hf.c), Megatron's conventions: query-group-interleaved linear_qkv
+ * (megatron/core/transformer/attention.py), SwiGLU fc1 as [gate; up] (megatron/core/transformer/
+ * mlp.py), vocabulary padding (megatron/training/tokenizer/tokenizer.py _vocab_size_with_padding).
  * Values are copied bit for bit: bf16/fp16 widen exactly to fp32 on the way in and round back
  * exactly on the way out.
  *

@@ -1,7 +1,6 @@
 /* lib/convert/export.c: an mgt checkpoint or a Hugging Face directory to GGUF v3 as llama.cpp
  * reads it (mgt-export(1)).  Names and metadata keys: llama.cpp's gguf-py (constants.py
- * TENSOR_NAMES, Keys) and convert_hf_to_gguf.py; layout: ggml docs/gguf.md
- * (interop-reference.md section 5). */
+ * TENSOR_NAMES, Keys) and convert_hf_to_gguf.py; layout: ggml docs/gguf.md. */
 #include "convert_impl.h"
 
 #include <math.h>
