@@ -31,9 +31,9 @@
 	X(I, num_query_groups, model.num_query_groups, "num-query-groups", "1", "[1,)", "key/value heads with GQA") \
 	X(I, seq_length, model.seq_length, "seq-length", "0", "[0,)", "sequence length") \
 	X(I, encoder_num_layers, encoder_num_layers, "encoder-num-layers", "None", "[1,)", "num_layers when --num-layers is not given (T5: the encoder's and the decoder's layers)") \
-	X(I, decoder_num_layers, decoder_num_layers, "decoder-num-layers", "None", "[1,)", "accepted and ignored, as Megatron ignores it: T5's decoder is as deep as its encoder") \
+	X(I, decoder_num_layers, decoder_num_layers, "decoder-num-layers", "None", "[1,)", "T5 only: accepted and ignored, as Megatron ignores it (T5's decoder is as deep as its encoder)") \
 	X(I, encoder_seq_length, encoder_seq_length, "encoder-seq-length", "None", "[1,)", "seq_length when --seq-length is not given (T5: the encoder's length)") \
-	X(I, decoder_seq_length, model.decoder_seq_length, "decoder-seq-length", "None", "[1,)", "T5: the decoder's sequence length") \
+	X(I, decoder_seq_length, model.decoder_seq_length, "decoder-seq-length", "None", "[1,)", "T5 only: the decoder's sequence length") \
 	X(I, max_position_embeddings, model.max_position_embeddings, "max-position-embeddings", "0", "[0,)", "position table size (>= seq length)") \
 	X(A, position_embedding_type, model.position_embedding_type, "position-embedding-type", "learned_absolute", "", "learned_absolute, rope or none (T5: relative too)") \
 	X(I, relative_attention_num_buckets, model.relative_attention_num_buckets, "relative-attention-num-buckets", "32", "[2,)", "T5 relative positions: buckets") \
@@ -52,7 +52,7 @@
 	X(B, swiglu, model.swiglu, "swiglu", "false", "", "SwiGLU MLP") \
 	X(B, openai_gelu, model.openai_gelu, "openai-gelu", "false", "", "tanh-approximation GELU (GPT-2's gelu_new)") \
 	X(B, no_bias_gelu_fusion, model.no_bias_gelu_fusion, "no-bias-gelu-fusion", "false", "", "BERT: erf GELU in the MLP (default with biases: the fused bias-GELU's tanh approximation)") \
-	X(N, bert_binary_head, model.bert_binary_head, "bert-no-binary-head", "true", "", "BERT without the pooler, binary head and sentence-order loss") \
+	X(N, bert_binary_head, model.bert_binary_head, "bert-no-binary-head", "true", "", "BERT only: no pooler, binary head and sentence-order loss") \
 	X(N, add_bias_linear, model.add_bias_linear, "disable-bias-linear", "true", "", "no biases in linear layers") \
 	X(B, add_qkv_bias, model.add_qkv_bias, "add-qkv-bias", "false", "", "QKV bias even without linear biases (Qwen2)") \
 	X(B, untie_embeddings_and_output_weights, model.untie_embeddings_and_output_weights, "untie-embeddings-and-output-weights", "false", "", "separate output layer") \
@@ -78,7 +78,7 @@
 	X(B, reset_position_ids, reset_position_ids, "reset-position-ids", "false", "", "restart positions after each eod") \
 	X(F, mask_prob, mask_prob, "mask-prob", "0.15", "(0,1)", "BERT and T5: probability of masking a token") \
 	X(F, short_seq_prob, short_seq_prob, "short-seq-prob", "0.1", "[0,1]", "BERT and T5: probability of a shorter target length") \
-	X(I, vocab_extra_ids, vocab_extra_ids, "vocab-extra-ids", "0", "[0,)", "accepted without effect, as at Megatron HEAD (BertWordPieceCase brings T5's 100 sentinels)") \
+	X(I, vocab_extra_ids, vocab_extra_ids, "vocab-extra-ids", "0", "[0,)", "T5 only: accepted without effect, as at Megatron HEAD (BertWordPieceCase brings T5's 100 sentinels)") \
 	X(H, batch, _, "", "", "", "batch and run length") \
 	X(I, micro_batch_size, micro_batch_size, "micro-batch-size", "0", "[0,)", "sequences per micro-batch") \
 	X(I, global_batch_size, global_batch_size, "global-batch-size", "0", "[0,)", "sequences per iteration (default micro x data-parallel)") \

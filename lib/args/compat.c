@@ -36,7 +36,7 @@ typedef struct {
 #define FSDP "FSDP is not implemented; --use-distributed-optimizer shards the optimizer state"
 #define INFER "inference and text generation are not part of mgt-train"
 #define RL "reinforcement learning is not part of mgt-train"
-#define NOTGPT "mgt-train pretrains GPT models (pretrain_gpt.py) only"
+#define NOTGPT "a flag of Megatron's other models (ICT and biencoder retrieval, RETRO, vision); mgt-train trains GPT, BERT and T5 (pretrain_gpt.py, pretrain_bert.py, pretrain_t5.py)"
 #define OFFLOAD "optimizer offloading is not implemented"
 #define DISTCKPT "mgt writes HDF5 checkpoints (mgt-ckpt(5)); torch_dist and torch checkpoints are Megatron's own, and a converter to them (mgt-ckpt-convert) is planned"
 #define TELEMETRY "NVIDIA's telemetry and fault-tolerance packages are not used"
@@ -422,7 +422,6 @@ static const compat_row rows[] = {
 	{ "reset-attention-mask", 'r', '0', NULL, "document-level attention masks are not implemented" },
 	{ "dataloader-inter-document-masking", 'r', '0', NULL, "document-level attention masks are not implemented" },
 	{ "sample-rate", 'r', '1', NULL, NOTIMPL },
-	{ "mask-prob", 'r', '1', NULL, NOTGPT }, { "short-seq-prob", 'r', '1', NULL, NOTGPT },
 	{ "fim-", 'r', '1', NULL, "fill-in-the-middle datasets are not implemented" },
 	{ "sft", 'r', '0', NULL, "supervised fine-tuning datasets are not implemented" },
 	{ "sft-", 'r', '1', NULL, "supervised fine-tuning datasets are not implemented" },
@@ -578,6 +577,8 @@ static const compat_row rows[] = {
 	{ "no-langrl-external-server", 'r', '0', NULL, RL },
 	{ "logits-", 'r', '1', NULL, "logit distillation is not implemented" },
 	{ "output-bert-embeddings", 'r', '0', NULL, NOTGPT }, { "bert-", 'r', '1', NULL, NOTGPT },
+	{ "bert-binary-head", 'r', '0', NULL, "not a Megatron flag: BERT's binary head is on by default (--model-family "
+	  "bert); --bert-no-binary-head turns it off" },
 	{ "ict-", 'r', '1', NULL, NOTGPT }, { "biencoder-", 'r', '1', NULL, NOTGPT },
 	{ "titles-data-path", 'r', '1', NULL, NOTGPT }, { "query-in-block-prob", 'r', '1', NULL, NOTGPT },
 	{ "use-one-sent-docs", 'r', '0', NULL, NOTGPT }, { "evidence-data-path", 'r', '1', NULL, NOTGPT },

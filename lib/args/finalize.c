@@ -199,7 +199,33 @@ static mgt_status check_precision(const mgt_args *a)
 	return MGT_OK;
 }
 
-/* --model-family bert: what Megatron's BERT does not allow, or mgt does not implement. */
+/* Flags that only one family reads (Megatron's pretrain_t5.py, pretrain_bert.py), given to
+ * another: refused, naming the flag, its family and the run's (mgt_family rows).  Checked by
+ * value: each is None, 0 or true unless given. */
+static mgt_status check_family_flags(const mgt_args *a)
+{
+	const mgt_model_config *c = &a->model;
+	const struct {
+		const char *flag;
+		bool given;
+		mgt_stack_recipe recipe;
+	} own[] = {
+		{"--decoder-seq-length", c->decoder_seq_length != 0, MGT_STACK_ENCODER_DECODER},
+		{"--decoder-num-layers", a->decoder_num_layers != 0, MGT_STACK_ENCODER_DECODER},
+		{"--vocab-extra-ids", a->vocab_extra_ids != 0, MGT_STACK_ENCODER_DECODER},
+		{"--bert-no-binary-head", !c->bert_binary_head, MGT_STACK_ENCODER},
+	};
+	const mgt_family *f = mgt_model_family(c);
+	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+		if (!own[i].given || f->recipe == own[i].recipe) continue;
+		const char *of = own[i].recipe == MGT_STACK_ENCODER ? "bert" : "t5";
+		return mgt_err(MGT_ERR_USAGE, "%s is a flag of %s models (--model-family %s, Megatron's pretrain_%s.py), "
+			       "but this run's family is %s: give --model-family %s, or drop %s", own[i].flag,
+			       mgt_family_find(of)->title, of, of, f->name, of, own[i].flag);
+	}
+	return MGT_OK;
+}
+
 /* Megatron's arguments.py: --encoder-num-layers and --encoder-seq-length stand in for
  * --num-layers and --seq-length (each pair exclusive), the decoder's length within the position
  * table; T5 needs a decoder length and a dataset. */
@@ -305,7 +331,9 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	if (!st) st = derive_recompute(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
-	if ((st = check_precision(a)) || (st = check_fp8(a)) || (st = check_encdec(a)) || (st = check_bert(a))) return st;
+	if ((st = check_precision(a)) || (st = check_fp8(a)) || (st = check_family_flags(a)) || (st = check_encdec(a)) ||
+	    (st = check_bert(a)))
+		return st;
 	if (a->calculate_per_token_loss && a->model.num_experts > 0)
 		return mgt_err(MGT_ERR_USAGE, "--calculate-per-token-loss with --num-experts is not implemented (the "
 			       "auxiliary losses' scaling)");

@@ -130,6 +130,10 @@ ok "train_t5_220m_distributed runs whole at a tiny size (bf16, saving, evaluatin
 	test \$(grep -c ' iteration  *[1-4]/  *4 | .* lm loss: ' t5220m.out) = 4 && grep -q 'on test set | lm loss value' t5220m.out &&
 	grep -q '^  bf16 \.* True' t5220m.out && grep -q '^  num_layers \.* 2' t5220m.out &&
 	test -d t5220m/ckpt/iter_0000004" || sed 's/^/# /' t5220m.out | grep -v '^#   [a-z]' | tail -5
+ok "...the same script without --model-family t5 refused (exit 2), naming a T5 flag and the run's family, saving nothing" \
+	sh -c "xargs -d '\n' -a t5220m.run sh -c '\"\$@\" --device cpu --threads 2 --split 949,50,1 --save $T/t5gpt; echo \$? >rc' \
+		sh $BIN/mgt-train >t5gpt.out 2>&1; [ \$(cat rc) = 2 ] && grep -q 'is a flag of T5 models (--model-family t5.*family is gpt' t5gpt.out &&
+		test ! -e '$T/t5gpt'" || sed 's/^/# /' t5gpt.out | tail -3
 
 refuse() { # refuse STATUS WHAT FLAGS...
 	s=$1 w=$2; shift 2
