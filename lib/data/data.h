@@ -1,4 +1,5 @@
-/* lib/data: JSONL input streams and Megatron indexed datasets (.bin/.idx, MMIDIDX v1).
+/* lib/data: JSONL input streams, Megatron indexed datasets (.bin/.idx, MMIDIDX v1) and the
+ * preprocessing pipeline that writes them from JSONL.
  *
  * Format: megatron/core/datasets/indexed_dataset.py; spec in man/man5/mgt-dataset.5 and
  * megatron/core/datasets/indexed_dataset.py.  A dataset is a path prefix P with files P.bin and P.idx.
@@ -9,7 +10,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "../tok/tok.h"
 #include "../util/util.h"
 
 /* ---- JSONL input ---------------------------------------------------------------------- */
@@ -115,6 +118,53 @@ const void *mgt_idx_bin(const mgt_idx *d, size_t *size);
 /* Copy the ids of sequence i into out (resized), converted to int32. Errors: MGT_ERR_FORMAT
  * (an id that does not fit int32), MGT_ERR_NOMEM. */
 mgt_status mgt_idx_get(const mgt_idx *d, uint64_t i, int32_t **out, size_t *n, size_t *cap);
+
+/* ---- preprocessing: JSONL to indexed datasets (preprocess.c) ------------------------------
+ *
+ * Megatron's tools/preprocess_data.py: each JSON line's string under each key is tokenized into
+ * one document of dataset PREFIX_KEY_document (or, with split, PREFIX_KEY_sentence: one sequence
+ * per sentence), documents in input order.  A reader thread, `workers` tokenizing threads and the
+ * calling thread (the writer); memory is bounded by the batches in flight (2 * workers + 2 of
+ * at most 256 KiB or 4096 lines), not by the input. */
+#define MGT_PREPROCESS_MAX_KEYS 16
+typedef struct {
+	char **inputs;              /* paths, "-" for stdin (mgt_input_expand); read in this order */
+	size_t n_inputs;
+	const char *keys[MGT_PREPROCESS_MAX_KEYS];  /* JSON keys, one dataset each */
+	int n_keys;
+	const char *output_prefix;
+	const mgt_tok *tok;         /* shared by the workers (each encodes through its own mgt_tok_enc) */
+	int append_eod;             /* the tokenizer's eod after each non-empty document (caller checks it has one) */
+	int split, keep_newlines;   /* --split-sentences: a list of strings is the sentences, a string
+	                             * is split by mgt_tok_sent (lang); --keep-newlines */
+	const char *lang;           /* mgt_tok_sent_new's lang */
+	int workers;                /* tokenizing threads, 1 to 256 */
+	int overwrite;              /* replace existing outputs (else MGT_ERR_EXISTS) */
+	int skip_bad;               /* a line with MGT_ERR_INPUT (bad JSON, missing key, non-string
+	                             * value, invalid UTF-8) is skipped and counted, and the first of
+	                             * each batch is warned about on log */
+	int quiet;                  /* no progress lines, no warnings */
+	long log_interval;          /* >= 1: a progress line every N documents when log is not a
+	                             * terminal (at most one a second); on a terminal one line redrawn
+	                             * every 0.25 s, ended when the run succeeds */
+	FILE *log;                  /* progress and warnings ("PROG: warning: FILE:LINE: MSG (skipped)") */
+	const char *prog;           /* the warnings' prefix */
+} mgt_preprocess_config;
+/* Totals of a run, for the caller's summary. */
+typedef struct {
+	uint64_t documents, tokens, skipped, blank, lines;
+	uint64_t bytes_out;         /* JSONL text bytes (decompressed) */
+	double seconds;             /* wall time of the run */
+} mgt_preprocess_stats;
+/* Run the pipeline; the outputs' dtype is mgt_dtype_optimal(vocab size).  On failure every
+ * output is aborted (no file under the final names).  Errors: MGT_ERR_EXISTS (an output exists,
+ * !overwrite), MGT_ERR_INPUT ("FILE:LINE: MSG": bad JSON, missing key, wrong type, invalid
+ * UTF-8, an id the dtype cannot hold), mgt_jsonl's and mgt_idx_writer's MGT_ERR_IO, the
+ * tokenizer's and sentence splitter's errors, MGT_ERR_INTR (stopped), MGT_ERR_NOMEM.  *out is
+ * filled on success. */
+mgt_status mgt_preprocess_run(const mgt_preprocess_config *cfg, mgt_preprocess_stats *out);
+/* PREFIX_KEY_document or PREFIX_KEY_sentence of key k (malloc'd; NULL when out of memory). */
+char *mgt_preprocess_output_name(const mgt_preprocess_config *cfg, int k);
 
 /* ==== GPTDataset sample order (lib/data/gpt*.c) =============================================
  *
