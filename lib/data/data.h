@@ -166,6 +166,54 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_config *cfg, mgt_preprocess_s
 /* PREFIX_KEY_document or PREFIX_KEY_sentence of key k (malloc'd; NULL when out of memory). */
 char *mgt_preprocess_output_name(const mgt_preprocess_config *cfg, int k);
 
+/* ---- inspecting and merging datasets (inspect.c, merge.c; mgt-dataset) -------------------- */
+
+/* "data/x", or "data/x.idx" / "data/x.bin" when that file exists, as the prefix "data/x"
+ * (malloc'd; NULL when out of memory, recorded). */
+char *mgt_idx_prefix_of(const char *arg);
+
+/* The counts and sequence length statistics of mgt-dataset info.  median and p99 as
+ * numpy.median and numpy.percentile (method "linear") compute them, exactly, in O(1) memory
+ * (two histogram passes per order statistic); all 0 without sequences. */
+typedef struct {
+	uint64_t empty_docs;         /* documents with no sequence */
+	int32_t min, max;
+	double mean, median, p99;
+} mgt_idx_info;
+void mgt_idx_info_get(const mgt_idx *d, mgt_idx_info *out);
+/* Write them as text lines, or as one compact JSON object and a newline (keys prefix, dtype,
+ * dtype_code, sequences, documents, empty_documents, tokens, bin_bytes, sequence_length {min,
+ * mean, median, p99, max} or null).  Write errors are left in out's error flag. */
+void mgt_idx_info_write(FILE *out, const mgt_idx *d, const mgt_idx_info *s, bool json);
+
+/* mgt-dataset dump: documents [first, end) of d, each as one line: its ids separated by spaces
+ * (ids), or the decoded text as the JSON object {key: TEXT} (invalid UTF-8 replaced by U+FFFD
+ * as Python's errors="replace" does: one per maximal invalid subpart).  strip_eod drops a final
+ * eod id (tok's) from each document.  Errors: MGT_ERR_FORMAT (a bad id in the .bin),
+ * mgt_tok_decode's naming "PREFIX: document K", MGT_ERR_NOMEM. */
+typedef struct {
+	int ids, strip_eod;
+	const char *key;
+	uint64_t first, end;
+	const mgt_tok *tok;          /* needed unless ids && !strip_eod */
+} mgt_idx_dump_opts;
+mgt_status mgt_idx_dump(FILE *out, const mgt_idx *d, const mgt_idx_dump_opts *o);
+
+/* The prefixes of a merge, in order; free with mgt_idx_inputs_free. */
+typedef struct { char **v; size_t n, cap; } mgt_idx_inputs;
+/* Append arg: a directory (with no arg.idx beside it) as every PREFIX in it with both PREFIX.bin
+ * and PREFIX.idx, sorted by name (*empty_dir true when it holds none), else mgt_idx_prefix_of(arg).
+ * Errors: MGT_ERR_IO (cannot open the directory), MGT_ERR_FORMAT (a .bin or .idx without its
+ * partner, as merge_datasets.py asserts), MGT_ERR_NOMEM. */
+mgt_status mgt_idx_inputs_add(mgt_idx_inputs *l, const char *arg, bool *empty_dir);
+void mgt_idx_inputs_free(mgt_idx_inputs *l);
+/* Concatenate in->v[0..n) (n >= 1) into the dataset out, each input's .bin checked against its
+ * checksum first; *documents and *tokens: the totals written.  On failure out is not created.
+ * Errors: mgt_idx_open's, mgt_idx_verify_bin's, mgt_idx_writer_*'s (MGT_ERR_FORMAT for a dtype
+ * that differs from the first input's, MGT_ERR_EXISTS). */
+mgt_status mgt_idx_merge(const char *out, int overwrite, const mgt_idx_inputs *in, uint64_t *documents,
+			 uint64_t *tokens);
+
 /* ==== GPTDataset sample order (lib/data/gpt*.c) =============================================
  *
  * Megatron's GPTDataset and BlendedDataset, megatron/core/datasets/gpt_dataset.py: the split of a dataset's
@@ -563,5 +611,18 @@ const char *mgt_masked_data_note(const mgt_masked_data *d);
  * (idx out of range, wrong kind). */
 mgt_status mgt_masked_data_bert(const mgt_masked_data *d, mgt_split split, int64_t idx, mgt_bert_sample *out);
 mgt_status mgt_masked_data_t5(const mgt_masked_data *d, mgt_split split, int64_t idx, mgt_t5_sample *out);
+/* mgt-dataset samples: split's summary as one JSON line {"split", "documents": [beg, end],
+ * "samples", "epochs", "dtype"}, then with index every index row {"split", "row", "index": [start,
+ * end, target]}, then with have_samples samples [first, end) (clipped to the split) as JSON lines
+ * of their arrays (BERT: text, types, labels, is_random, padding_mask, loss_mask, truncated; T5:
+ * text_enc, text_dec, labels, loss_mask, truncated, enc_mask, dec_mask).  Nothing for an absent
+ * split.  c: the config d was opened with.  Errors: the samples' (mgt_masked_data_bert/t5),
+ * MGT_ERR_NOMEM. */
+typedef struct {
+	bool index, have_samples;
+	uint64_t first, end;
+} mgt_masked_write_opts;
+mgt_status mgt_masked_data_write(FILE *out, const mgt_masked_data *d, const mgt_masked_config *c, mgt_split k,
+				 const mgt_masked_write_opts *o);
 
 #endif
