@@ -318,68 +318,6 @@ static int cmd_dump(int argc, char **argv)
 
 /* ---- samples ----------------------------------------------------------------------------------- */
 
-/* A minimal stand-in for the WordPiece tokenizer (until lib/tok has one): vocab.txt, one token
- * per line (trailing "\r\n" removed), id = line number; "##" marks subword pieces; for T5
- * <extra_id_0..N-1> appended at ids V.. as Megatron's BertWordPieceCase does, bos := [CLS],
- * eos = eod := [SEP]. */
-typedef struct {
-	mgt_masked_vocab v;
-	uint8_t *subword;
-	int32_t *sentinels;
-} txt_vocab;
-
-static int32_t find_token(char **tok, int64_t n, const char *s)
-{
-	for (int64_t i = 0; i < n; i++)
-		if (!strcmp(tok[i], s))
-			return (int32_t)i;
-	return -1;
-}
-
-static mgt_status vocab_load(txt_vocab *tv, const char *path, int extra)
-{
-	char *text, **tok;
-	size_t len;
-	mgt_status st = mgt_file_read(path, &text, &len);
-	if (st)
-		return st;
-	int64_t n = 0, cap = 1;
-	for (size_t i = 0; i < len; i++)
-		cap += text[i] == '\n';
-	tok = calloc((size_t)cap, sizeof *tok);
-	for (char *p = text, *e; tok && p < text + len; p = e + 1) {
-		e = memchr(p, '\n', (size_t)(text + len - p));
-		e = e ? e : text + len;
-		*e = 0;
-		if (e > p && e[-1] == '\r')
-			e[-1] = 0;
-		tok[n++] = p;
-	}
-	tv->subword = calloc((size_t)(n + extra + 1), 1);
-	tv->sentinels = calloc((size_t)extra + 1, sizeof *tv->sentinels);
-	if (!tok || !tv->subword || !tv->sentinels) {
-		free(text);
-		free(tok);
-		return mgt_err(MGT_ERR_NOMEM, "out of memory");
-	}
-	for (int64_t i = 0; i < n; i++)
-		tv->subword[i] = !strncmp(tok[i], "##", 2);
-	for (int i = 0; i < extra; i++)
-		tv->sentinels[i] = (int32_t)(n + i);
-	mgt_masked_vocab *v = &tv->v;
-	*v = (mgt_masked_vocab){ .size = n + extra, .is_subword = tv->subword, .cls = find_token(tok, n, "[CLS]"),
-				 .sep = find_token(tok, n, "[SEP]"), .mask = find_token(tok, n, "[MASK]"),
-				 .pad = find_token(tok, n, "[PAD]"), .sentinels = tv->sentinels, .n_sentinels = extra };
-	v->bos = v->cls, v->eos = v->eod = v->sep;
-	const char *missing = v->cls < 0 ? "[CLS]" : v->sep < 0 ? "[SEP]" : v->mask < 0 ? "[MASK]" : v->pad < 0 ? "[PAD]" : NULL;
-	free(text);
-	free(tok);
-	if (missing)
-		return mgt_err(MGT_ERR_VOCAB, "%s: no %s token (expected a WordPiece vocab.txt)", path, missing);
-	return MGT_OK;
-}
-
-
 /* --num-samples T[,V[,E]]: numbers or "none". */
 static void parse_num_samples(const char *arg, uint64_t out[3])
 {
@@ -478,13 +416,17 @@ static int cmd_samples(int argc, char **argv)
 		o.have_samples = true;
 		parse_range_arg("samples", range, UINT64_MAX, &o.first, &o.end);
 	}
-	static txt_vocab tv;   /* static: reachable if a usage error exits */
+	static mgt_tok *vt;   /* static: reachable if a usage error exits */
+	static uint8_t *subword;
 	static char *prefix;
 	if (!(prefix = mgt_idx_prefix_of(argv[optind])))
 		mgt_cli_fail(PROG, MGT_ERR_NOMEM);
 	c.path = prefix;
-	mgt_status st = vocab_load(&tv, vocab, c.kind == MGT_MASKED_T5 ? extra : 0);
-	c.vocab = &tv.v;
+	mgt_masked_vocab mv;
+	mgt_status st = mgt_tok_load_wordpiece_vocab(&vt, vocab, c.kind == MGT_MASKED_T5 ? extra : 0);
+	if (!st)
+		st = mgt_masked_vocab_from_tok(vt, &mv, &subword);
+	c.vocab = &mv;
 	mgt_masked_data *d = NULL;
 	if (!st)
 		st = mgt_masked_data_open(&c, &d);
@@ -493,8 +435,8 @@ static int cmd_samples(int argc, char **argv)
 	for (int k = 0; k < 3 && !st; k++)
 		st = mgt_masked_data_write(stdout, d, &c, (mgt_split)k, &o);
 	mgt_masked_data_close(d);
-	free(tv.subword);
-	free(tv.sentinels);
+	mgt_tok_free(vt);
+	free(subword);
 	free(prefix);
 	if (st)
 		mgt_cli_fail(PROG, st);

@@ -519,6 +519,13 @@ typedef struct {
 	const int32_t *sentinels;
 	int n_sentinels;
 } mgt_masked_vocab;
+/* The view of a loaded tokenizer (mgt-train's --tokenizer-type, or mgt-dataset samples'
+ * mgt_tok_load_wordpiece_vocab): size = mgt_tok_vocab_size, is_subword from the token bytes,
+ * cls sep mask pad bos eos eod = mgt_tok_special_id, sentinels = mgt_tok_sentinels (borrowed from
+ * tok: keep it alive), no specials list.  *subword: the is_subword array, the caller's to free
+ * (also on error).  Errors: MGT_ERR_VOCAB "TYPE: no [CLS], [SEP] or [MASK]" (callers word their
+ * own message), MGT_ERR_NOMEM. */
+mgt_status mgt_masked_vocab_from_tok(const mgt_tok *tok, mgt_masked_vocab *v, uint8_t **subword);
 /* The pad id P the samples use (megatron_dataset.py): vocab->pad, or -1 (_PAD_TOKEN_ID) when
  * there is none or it equals one of the specials (eos or eod when there are no specials) and
  * !allow_ambiguous (--allow-ambiguous-pad-tokens). */
