@@ -1,4 +1,5 @@
-/* lib/data: JSONL input streams and Megatron indexed datasets (.bin/.idx, MMIDIDX v1).
+/* lib/data: JSONL input streams, Megatron indexed datasets (.bin/.idx, MMIDIDX v1) and the
+ * preprocessing pipeline that writes them from JSONL.
  *
  * Format: megatron/core/datasets/indexed_dataset.py; spec in man/man5/mgt-dataset.5 and
  * megatron/core/datasets/indexed_dataset.py.  A dataset is a path prefix P with files P.bin and P.idx.
@@ -9,7 +10,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "../tok/tok.h"
 #include "../util/util.h"
 
 /* ---- JSONL input ---------------------------------------------------------------------- */
@@ -115,6 +118,101 @@ const void *mgt_idx_bin(const mgt_idx *d, size_t *size);
 /* Copy the ids of sequence i into out (resized), converted to int32. Errors: MGT_ERR_FORMAT
  * (an id that does not fit int32), MGT_ERR_NOMEM. */
 mgt_status mgt_idx_get(const mgt_idx *d, uint64_t i, int32_t **out, size_t *n, size_t *cap);
+
+/* ---- preprocessing: JSONL to indexed datasets (preprocess.c) ------------------------------
+ *
+ * Megatron's tools/preprocess_data.py: each JSON line's string under each key is tokenized into
+ * one document of dataset PREFIX_KEY_document (or, with split, PREFIX_KEY_sentence: one sequence
+ * per sentence), documents in input order.  A reader thread, `workers` tokenizing threads and the
+ * calling thread (the writer); memory is bounded by the batches in flight (2 * workers + 2 of
+ * at most 256 KiB or 4096 lines), not by the input. */
+#define MGT_PREPROCESS_MAX_KEYS 16
+typedef struct {
+	char **inputs;              /* paths, "-" for stdin (mgt_input_expand); read in this order */
+	size_t n_inputs;
+	const char *keys[MGT_PREPROCESS_MAX_KEYS];  /* JSON keys, one dataset each */
+	int n_keys;
+	const char *output_prefix;
+	const mgt_tok *tok;         /* shared by the workers (each encodes through its own mgt_tok_enc) */
+	int append_eod;             /* the tokenizer's eod after each non-empty document (caller checks it has one) */
+	int split, keep_newlines;   /* --split-sentences: a list of strings is the sentences, a string
+	                             * is split by mgt_tok_sent (lang); --keep-newlines */
+	const char *lang;           /* mgt_tok_sent_new's lang */
+	int workers;                /* tokenizing threads, 1 to 256 */
+	int overwrite;              /* replace existing outputs (else MGT_ERR_EXISTS) */
+	int skip_bad;               /* a line with MGT_ERR_INPUT (bad JSON, missing key, non-string
+	                             * value, invalid UTF-8) is skipped and counted, and the first of
+	                             * each batch is warned about on log */
+	int quiet;                  /* no progress lines, no warnings */
+	long log_interval;          /* >= 1: a progress line every N documents when log is not a
+	                             * terminal (at most one a second); on a terminal one line redrawn
+	                             * every 0.25 s, ended when the run succeeds */
+	FILE *log;                  /* progress and warnings ("PROG: warning: FILE:LINE: MSG (skipped)") */
+	const char *prog;           /* the warnings' prefix */
+} mgt_preprocess_config;
+/* Totals of a run, for the caller's summary. */
+typedef struct {
+	uint64_t documents, tokens, skipped, blank, lines;
+	uint64_t bytes_out;         /* JSONL text bytes (decompressed) */
+	double seconds;             /* wall time of the run */
+} mgt_preprocess_stats;
+/* Run the pipeline; the outputs' dtype is mgt_dtype_optimal(vocab size).  On failure every
+ * output is aborted (no file under the final names).  Errors: MGT_ERR_EXISTS (an output exists,
+ * !overwrite), MGT_ERR_INPUT ("FILE:LINE: MSG": bad JSON, missing key, wrong type, invalid
+ * UTF-8, an id the dtype cannot hold), mgt_jsonl's and mgt_idx_writer's MGT_ERR_IO, the
+ * tokenizer's and sentence splitter's errors, MGT_ERR_INTR (stopped), MGT_ERR_NOMEM.  *out is
+ * filled on success. */
+mgt_status mgt_preprocess_run(const mgt_preprocess_config *cfg, mgt_preprocess_stats *out);
+/* PREFIX_KEY_document or PREFIX_KEY_sentence of key k (malloc'd; NULL when out of memory). */
+char *mgt_preprocess_output_name(const mgt_preprocess_config *cfg, int k);
+
+/* ---- inspecting and merging datasets (inspect.c, merge.c; mgt-dataset) -------------------- */
+
+/* "data/x", or "data/x.idx" / "data/x.bin" when that file exists, as the prefix "data/x"
+ * (malloc'd; NULL when out of memory, recorded). */
+char *mgt_idx_prefix_of(const char *arg);
+
+/* The counts and sequence length statistics of mgt-dataset info.  median and p99 as
+ * numpy.median and numpy.percentile (method "linear") compute them, exactly, in O(1) memory
+ * (two histogram passes per order statistic); all 0 without sequences. */
+typedef struct {
+	uint64_t empty_docs;         /* documents with no sequence */
+	int32_t min, max;
+	double mean, median, p99;
+} mgt_idx_info;
+void mgt_idx_info_get(const mgt_idx *d, mgt_idx_info *out);
+/* Write them as text lines, or as one compact JSON object and a newline (keys prefix, dtype,
+ * dtype_code, sequences, documents, empty_documents, tokens, bin_bytes, sequence_length {min,
+ * mean, median, p99, max} or null).  Write errors are left in out's error flag. */
+void mgt_idx_info_write(FILE *out, const mgt_idx *d, const mgt_idx_info *s, bool json);
+
+/* mgt-dataset dump: documents [first, end) of d, each as one line: its ids separated by spaces
+ * (ids), or the decoded text as the JSON object {key: TEXT} (invalid UTF-8 replaced by U+FFFD
+ * as Python's errors="replace" does: one per maximal invalid subpart).  strip_eod drops a final
+ * eod id (tok's) from each document.  Errors: MGT_ERR_FORMAT (a bad id in the .bin),
+ * mgt_tok_decode's naming "PREFIX: document K", MGT_ERR_NOMEM. */
+typedef struct {
+	int ids, strip_eod;
+	const char *key;
+	uint64_t first, end;
+	const mgt_tok *tok;          /* needed unless ids && !strip_eod */
+} mgt_idx_dump_opts;
+mgt_status mgt_idx_dump(FILE *out, const mgt_idx *d, const mgt_idx_dump_opts *o);
+
+/* The prefixes of a merge, in order; free with mgt_idx_inputs_free. */
+typedef struct { char **v; size_t n, cap; } mgt_idx_inputs;
+/* Append arg: a directory (with no arg.idx beside it) as every PREFIX in it with both PREFIX.bin
+ * and PREFIX.idx, sorted by name (*empty_dir true when it holds none), else mgt_idx_prefix_of(arg).
+ * Errors: MGT_ERR_IO (cannot open the directory), MGT_ERR_FORMAT (a .bin or .idx without its
+ * partner, as merge_datasets.py asserts), MGT_ERR_NOMEM. */
+mgt_status mgt_idx_inputs_add(mgt_idx_inputs *l, const char *arg, bool *empty_dir);
+void mgt_idx_inputs_free(mgt_idx_inputs *l);
+/* Concatenate in->v[0..n) (n >= 1) into the dataset out, each input's .bin checked against its
+ * checksum first; *documents and *tokens: the totals written.  On failure out is not created.
+ * Errors: mgt_idx_open's, mgt_idx_verify_bin's, mgt_idx_writer_*'s (MGT_ERR_FORMAT for a dtype
+ * that differs from the first input's, MGT_ERR_EXISTS). */
+mgt_status mgt_idx_merge(const char *out, int overwrite, const mgt_idx_inputs *in, uint64_t *documents,
+			 uint64_t *tokens);
 
 /* ==== GPTDataset sample order (lib/data/gpt*.c) =============================================
  *
@@ -421,6 +519,13 @@ typedef struct {
 	const int32_t *sentinels;
 	int n_sentinels;
 } mgt_masked_vocab;
+/* The view of a loaded tokenizer (mgt-train's --tokenizer-type, or mgt-dataset samples'
+ * mgt_tok_load_wordpiece_vocab): size = mgt_tok_vocab_size, is_subword from the token bytes,
+ * cls sep mask pad bos eos eod = mgt_tok_special_id, sentinels = mgt_tok_sentinels (borrowed from
+ * tok: keep it alive), no specials list.  *subword: the is_subword array, the caller's to free
+ * (also on error).  Errors: MGT_ERR_VOCAB "TYPE: no [CLS], [SEP] or [MASK]" (callers word their
+ * own message), MGT_ERR_NOMEM. */
+mgt_status mgt_masked_vocab_from_tok(const mgt_tok *tok, mgt_masked_vocab *v, uint8_t **subword);
 /* The pad id P the samples use (megatron_dataset.py): vocab->pad, or -1 (_PAD_TOKEN_ID) when
  * there is none or it equals one of the specials (eos or eod when there are no specials) and
  * !allow_ambiguous (--allow-ambiguous-pad-tokens). */
@@ -513,5 +618,18 @@ const char *mgt_masked_data_note(const mgt_masked_data *d);
  * (idx out of range, wrong kind). */
 mgt_status mgt_masked_data_bert(const mgt_masked_data *d, mgt_split split, int64_t idx, mgt_bert_sample *out);
 mgt_status mgt_masked_data_t5(const mgt_masked_data *d, mgt_split split, int64_t idx, mgt_t5_sample *out);
+/* mgt-dataset samples: split's summary as one JSON line {"split", "documents": [beg, end],
+ * "samples", "epochs", "dtype"}, then with index every index row {"split", "row", "index": [start,
+ * end, target]}, then with have_samples samples [first, end) (clipped to the split) as JSON lines
+ * of their arrays (BERT: text, types, labels, is_random, padding_mask, loss_mask, truncated; T5:
+ * text_enc, text_dec, labels, loss_mask, truncated, enc_mask, dec_mask).  Nothing for an absent
+ * split.  c: the config d was opened with.  Errors: the samples' (mgt_masked_data_bert/t5),
+ * MGT_ERR_NOMEM. */
+typedef struct {
+	bool index, have_samples;
+	uint64_t first, end;
+} mgt_masked_write_opts;
+mgt_status mgt_masked_data_write(FILE *out, const mgt_masked_data *d, const mgt_masked_config *c, mgt_split k,
+				 const mgt_masked_write_opts *o);
 
 #endif

@@ -35,6 +35,31 @@ int64_t mgt_masked_pad_id(const mgt_masked_vocab *v, bool allow_ambiguous)
 	return collides && !allow_ambiguous ? -1 : v->pad;
 }
 
+mgt_status mgt_masked_vocab_from_tok(const mgt_tok *tok, mgt_masked_vocab *v, uint8_t **subword)
+{
+	*subword = NULL;
+	memset(v, 0, sizeof *v);
+	static const char *const names[] = { "cls", "sep", "mask", "pad", "bos", "eos", "eod" };
+	int32_t *ids[] = { &v->cls, &v->sep, &v->mask, &v->pad, &v->bos, &v->eos, &v->eod };
+	for (int i = 0; i < 7; i++)
+		*ids[i] = mgt_tok_special_id(tok, names[i]);
+	if (v->cls < 0 || v->sep < 0 || v->mask < 0)
+		return mgt_err(MGT_ERR_VOCAB, "%s: no [CLS], [SEP] or [MASK]", mgt_tok_type_name(tok));
+	v->size = mgt_tok_vocab_size(tok);
+	if (!(*subword = mgt_malloc((size_t)v->size)))
+		return MGT_ERR_NOMEM;
+	for (int64_t id = 0; id < v->size; id++) {
+		size_t n = 0;
+		const char *s = mgt_tok_token_bytes(tok, (int32_t)id, &n);
+		(*subword)[id] = s && n >= 2 && s[0] == '#' && s[1] == '#';
+	}
+	v->is_subword = *subword;
+	const int32_t *sent = NULL;
+	v->n_sentinels = (int)mgt_tok_sentinels(tok, &sent);
+	v->sentinels = sent;
+	return MGT_OK;
+}
+
 /* ---- masking ----------------------------------------------------------------------------------- */
 
 /* Workspace and result of one masking over n tokens (every array has room for n items). */

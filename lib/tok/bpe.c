@@ -691,6 +691,8 @@ mgt_status mgt_tok_encode(mgt_tok_enc *e, const char *text, size_t len, mgt_ids 
 {
 	const mgt_tok *t = e->t;
 	size_t ok = tok_utf8_valid_prefix(text, len);
+	if (t->kind == TOK_VOCAB)
+		return mgt_err(MGT_ERR_USAGE, "%s: a vocabulary without an encoder", t->type_name);
 	if (ok != len)
 		return mgt_err(MGT_ERR_INPUT, "invalid UTF-8 at byte %zu", ok);
 	if (t->kind == TOK_NULL)

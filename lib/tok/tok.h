@@ -92,6 +92,17 @@ void mgt_tok_opts_apply(mgt_tok_opts *t, const mgt_tok_opts *over);
 typedef struct { int32_t *v; size_t n, cap; } mgt_ids;
 mgt_status mgt_ids_push(mgt_ids *a, int32_t id);
 
+/* A WordPiece vocabulary without an encoder, for what needs only the ids (mgt-dataset samples'
+ * masked datasets): vocab.txt read leniently, every line a token (an empty one too, a trailing
+ * '\r' removed), id = line - 1, V lines; [CLS] [SEP] [MASK] [PAD] looked up by their first
+ * line; then extra_ids >= 0 sentinels <extra_id_0..extra_ids-1> at ids V.., vocab size
+ * V + extra_ids (as BertWordPieceCase appends them, but with no bytes, and never found in the
+ * vocabulary).  bos = [CLS], eos = eod = [SEP], no unk (mgt_tok_special_id); token bytes the
+ * lines; mgt_tok_encode refuses (MGT_ERR_USAGE); decode gives the tokens' bytes back to back.
+ * Errors: mgt_file_read's MGT_ERR_IO, MGT_ERR_VOCAB "PATH: no [MASK] token (expected a WordPiece
+ * vocab.txt)" for the first of the four missing, MGT_ERR_NOMEM.  Caller owns *out (mgt_tok_free). */
+mgt_status mgt_tok_load_wordpiece_vocab(mgt_tok **out, const char *path, int extra_ids);
+
 /* Load a tokenizer. Errors: MGT_ERR_USAGE (unknown type, missing file flag), MGT_ERR_VOCAB
  * (missing, unreadable, malformed, inconsistent or unsupported tokenizer files, naming the file
  * and line or field), MGT_ERR_NOMEM. On success the caller owns *out (mgt_tok_free). */

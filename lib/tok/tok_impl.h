@@ -36,7 +36,8 @@ typedef struct {
 	char *pattern;        /* the pattern as the tokenizer files spell it (GGUF pre name), or NULL */
 } tok_pre_step;
 
-enum { TOK_GPT2, TOK_HF, TOK_TIKTOKEN, TOK_MEGATRON_TIKTOKEN, TOK_NULL, TOK_SPM, TOK_LLAMA2, TOK_WORDPIECE };
+/* TOK_VOCAB: a vocabulary without an encoder (mgt_tok_load_wordpiece_vocab). */
+enum { TOK_GPT2, TOK_HF, TOK_TIKTOKEN, TOK_MEGATRON_TIKTOKEN, TOK_NULL, TOK_SPM, TOK_LLAMA2, TOK_WORDPIECE, TOK_VOCAB };
 
 /* A WordPiece encoder's scratch (per thread): the normalized text, code points, a piece. */
 typedef struct {

@@ -218,6 +218,7 @@ mgt_status mgt_tok_vocab_get(const mgt_tok *t, mgt_tok_vocab *out)
 		out->add_bos = t->kind == TOK_HF && t->n_prefix > 0 && t->prefix_ids[0] == out->bos;
 		break;
 	case TOK_WORDPIECE:
+	case TOK_VOCAB:
 		return mgt_err(MGT_ERR_USAGE, "%s: BERT WordPiece vocabularies have no GGUF export here (GGUF export "
 			       "covers the GPT-style models)", t->type_name);
 	case TOK_NULL:

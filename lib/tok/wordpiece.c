@@ -244,8 +244,10 @@ mgt_status tok_wp_decode(const mgt_tok *t, const int32_t *ids, size_t n, mgt_buf
 /* ---- loading ---------------------------------------------------------------------------- */
 
 /* Lines of vocab.txt into the pool, id = line - 1; *count = the number of lines. With t == NULL
- * only counts. */
-static mgt_status wp_read_lines(mgt_tok *t, const char *file, const char *text, size_t len, int32_t *count)
+ * only counts.  strict (a tokenizer's vocabulary): an empty line, invalid UTF-8 or no line at all
+ * is an error; otherwise (mgt_tok_load_wordpiece_vocab) any line is a token, the empty one too. */
+static mgt_status wp_read_lines(mgt_tok *t, const char *file, const char *text, size_t len, int32_t *count,
+				int strict)
 {
 	int32_t id = 0;
 	for (const char *p = text, *end; p < text + len; p = end + 1, id++) {
@@ -255,17 +257,17 @@ static mgt_status wp_read_lines(mgt_tok *t, const char *file, const char *text, 
 		size_t n = (size_t)(end - p);
 		if (n && p[n - 1] == '\r')
 			n--;
-		if (n == 0)
+		if (strict && n == 0)
 			return mgt_err(MGT_ERR_VOCAB, "%s:%d: empty line (a BERT vocab.txt has one token on each line)", file, id + 1);
 		if (id == INT32_MAX / 4)
 			return mgt_err(MGT_ERR_VOCAB, "%s: too many lines", file);
-		if (tok_utf8_valid_prefix(p, n) != n)
+		if (strict && tok_utf8_valid_prefix(p, n) != n)
 			return mgt_err(MGT_ERR_VOCAB, "%s:%d: invalid UTF-8", file, id + 1);
 		if (t && tok_pool_add(t, id, p, n))
 			return MGT_ERR_NOMEM;
 	}
 	*count = id;
-	return id ? MGT_OK : mgt_err(MGT_ERR_VOCAB, "%s: no tokens", file);
+	return id || !strict ? MGT_OK : mgt_err(MGT_ERR_VOCAB, "%s: no tokens", file);
 }
 
 /* A token on two lines: an error naming both (Hugging Face would silently map it to the later
@@ -342,11 +344,11 @@ mgt_status tok_load_wordpiece(mgt_tok *t, const mgt_tok_opts *o)
 	if (st)
 		return st;
 	int32_t v = 0;
-	st = wp_read_lines(NULL, o->vocab_file, text, len, &v);
+	st = wp_read_lines(NULL, o->vocab_file, text, len, &v, 1);
 	if (!st)
 		st = tok_alloc_ids(t, (int64_t)v + (cased ? 100 : 0));
 	if (!st)
-		st = wp_read_lines(t, o->vocab_file, text, len, &v);
+		st = wp_read_lines(t, o->vocab_file, text, len, &v, 1);
 	free(text);
 	t->vocab_size = v; /* the extra ids come later */
 	if (!st)
@@ -367,5 +369,56 @@ mgt_status tok_load_wordpiece(mgt_tok *t, const mgt_tok_opts *o)
 		t->suffix_ids[t->n_suffix++] = t->sep;
 	}
 	tok_added_index(t);
+	return MGT_OK;
+}
+
+/* The first id whose line is s, or -1 (a vocabulary read without the duplicate check). */
+static int32_t wp_first(const mgt_tok *t, int32_t v, const char *s)
+{
+	size_t n = strlen(s);
+	for (int32_t id = 0; id < v; id++)
+		if (t->tok_len[id] == n && !memcmp(t->pool.p + t->tok_off[id], s, n))
+			return id;
+	return -1;
+}
+
+mgt_status mgt_tok_load_wordpiece_vocab(mgt_tok **out, const char *path, int extra_ids)
+{
+	char *text;
+	size_t len;
+	int32_t v = 0;
+	mgt_status st = mgt_file_read(path, &text, &len);
+	if (st)
+		return st;
+	mgt_tok *t = calloc(1, sizeof *t);
+	if (!t) {
+		free(text);
+		return mgt_err(MGT_ERR_NOMEM, "out of memory");
+	}
+	t->kind = TOK_VOCAB;
+	t->type_name = "vocab.txt";
+	t->eod = t->bos = t->pad = t->unk = t->cls = t->sep = t->mask = -1;
+	st = wp_read_lines(NULL, path, text, len, &v, 0);
+	if (!st && v > 0)
+		st = tok_alloc_ids(t, (int64_t)v + extra_ids);
+	if (!st && v > 0)
+		st = wp_read_lines(t, path, text, len, &v, 0);
+	free(text);
+	if (!st && extra_ids > 0 && !(t->sentinels = malloc((size_t)extra_ids * sizeof *t->sentinels)))
+		st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+	for (int i = 0; !st && i < extra_ids; i++)
+		t->sentinels[t->n_sentinels++] = v + i;
+	static const char *name[] = {"[CLS]", "[SEP]", "[MASK]", "[PAD]"};
+	int32_t *dst[] = {&t->cls, &t->sep, &t->mask, &t->pad};
+	for (int k = 0; k < 4 && !st; k++)
+		if ((*dst[k] = v > 0 ? wp_first(t, v, name[k]) : -1) < 0)
+			st = mgt_err(MGT_ERR_VOCAB, "%s: no %s token (expected a WordPiece vocab.txt)", path, name[k]);
+	if (st) {
+		mgt_tok_free(t);
+		return st;
+	}
+	t->bos = t->cls;
+	t->eod = t->sep;
+	*out = t;
 	return MGT_OK;
 }

@@ -13,7 +13,7 @@ bool trainer_bert(const trainer *t) { return mgt_model_is_bert(&t->a->model); }
 bool trainer_t5(const trainer *t) { return mgt_model_is_t5(&t->a->model); }
 bool trainer_masked(const trainer *t) { return trainer_bert(t) || trainer_t5(t); }
 
-/* What the dataset needs of the tokenizer (mgt_masked_vocab): every id, "##" pieces, specials. */
+/* What the dataset needs of the tokenizer (mgt_masked_vocab_from_tok): every id, "##" pieces, specials. */
 static mgt_status make_vocab(trainer *t)
 {
 	const mgt_tok *tok = t->tok;
@@ -22,24 +22,11 @@ static mgt_status make_vocab(trainer *t)
 	if (!tok)
 		return mgt_err(MGT_ERR_USAGE, "--model-family %s needs a WordPiece tokenizer (--tokenizer-type "
 			       "BertWordPieceLowerCase or BertWordPieceCase with --vocab-file)", fam);
-	memset(v, 0, sizeof *v);
-	static const char *const names[] = { "cls", "sep", "mask", "pad", "bos", "eos", "eod" };
-	int32_t *ids[] = { &v->cls, &v->sep, &v->mask, &v->pad, &v->bos, &v->eos, &v->eod };
-	for (int i = 0; i < 7; i++) *ids[i] = mgt_tok_special_id(tok, names[i]);
-	if (v->cls < 0 || v->sep < 0 || v->mask < 0)
+	mgt_status st = mgt_masked_vocab_from_tok(tok, v, &t->mv_sub);
+	if (st == MGT_ERR_VOCAB)
 		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s has no [CLS], [SEP] or [MASK]: BERT needs a WordPiece "
 			       "tokenizer (BertWordPieceLowerCase or BertWordPieceCase)", mgt_tok_type_name(tok));
-	v->size = mgt_tok_vocab_size(tok);
-	if (!(t->mv_sub = mgt_malloc((size_t)v->size))) return MGT_ERR_NOMEM;
-	for (int64_t id = 0; id < v->size; id++) {
-		size_t n = 0;
-		const char *s = mgt_tok_token_bytes(tok, (int32_t)id, &n);
-		t->mv_sub[id] = s && n >= 2 && s[0] == '#' && s[1] == '#';
-	}
-	v->is_subword = t->mv_sub;
-	const int32_t *sent = NULL;
-	v->n_sentinels = (int)mgt_tok_sentinels(tok, &sent);
-	v->sentinels = sent;
+	if (st) return st;
 	if (trainer_t5(t) && v->n_sentinels <= 0)
 		return mgt_err(MGT_ERR_USAGE, "--tokenizer-type %s has no sentinel tokens (<extra_id_N>): T5's span "
 			       "corruption needs them; use BertWordPieceCase, which adds <extra_id_0..99> (Megatron asserts "

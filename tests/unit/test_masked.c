@@ -389,6 +389,32 @@ static void test_samples(void)
 	      "in eos (%d spans)", spans);
 }
 
+/* mgt_masked_vocab_from_tok over a vocabulary-only WordPiece tokenizer: size with the sentinels,
+ * "##" pieces, the specials (bos = [CLS], eos = eod = [SEP]), no specials list. */
+static void test_vocab_from_tok(void)
+{
+	FILE *f = fopen(path_in("vocab.txt"), "w");
+	if (f) {
+		fputs("[PAD]\n[CLS]\n[SEP]\n[MASK]\na\n##b\n#c\n", f);
+		fclose(f);
+	}
+	mgt_tok *tok = NULL;
+	mgt_masked_vocab v;
+	uint8_t *sub = NULL;
+	mgt_status st = mgt_tok_load_wordpiece_vocab(&tok, path_in("vocab.txt"), 2);
+	CHECK(!st && mgt_masked_vocab_from_tok(tok, &v, &sub) == MGT_OK, "vocab view: built");
+	if (!st && sub) {
+		CHECK(v.size == 9 && v.is_subword == sub && !sub[4] && sub[5] && !sub[6] && !sub[7] && !sub[8],
+		      "vocab view: size 7 + 2 sentinels, only ## pieces are subwords");
+		CHECK(v.cls == 1 && v.sep == 2 && v.mask == 3 && v.pad == 0 && v.bos == 1 && v.eos == 2 && v.eod == 2 &&
+		      v.n_specials == 0 && v.n_sentinels == 2 && v.sentinels[0] == 7 && v.sentinels[1] == 8,
+		      "vocab view: specials and sentinels");
+		CHECK(mgt_masked_pad_id(&v, false) == 0, "vocab view: [PAD] is the pad");
+	}
+	free(sub);
+	mgt_tok_free(tok);
+}
+
 int main(void)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -402,5 +428,6 @@ int main(void)
 	test_cpp_random();
 	test_index();
 	test_samples();
+	test_vocab_from_tok();
 	return check_finish();
 }

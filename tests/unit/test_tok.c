@@ -403,6 +403,39 @@ static void test_wordpiece_errors(const char *path)
 	unlink(path);
 }
 
+/* mgt_tok_load_wordpiece_vocab: lenient lines (empty, duplicate, "\r\n", no [UNK]), specials by
+ * their first line, sentinels at V.., no encoder. */
+static void test_wordpiece_vocab(const char *path)
+{
+	mgt_tok *t = NULL;
+	write_file(path, "[PAD]\n[CLS]\n\n[SEP]\r\n[MASK]\n##a\n[CLS]\nb");
+	CHECK(mgt_tok_load_wordpiece_vocab(&t, path, 3) == MGT_OK, "vocab only: loads without [UNK], with an empty and a repeated line");
+	if (t) {
+		const int32_t *sent;
+		size_t n, k = mgt_tok_sentinels(t, &sent);
+		const char *s5 = mgt_tok_token_bytes(t, 5, &n);
+		CHECK(mgt_tok_vocab_size(t) == 11 && k == 3 && sent[0] == 8 && sent[2] == 10, "vocab only: 8 lines, sentinels at 8..10");
+		CHECK(mgt_tok_special_id(t, "cls") == 1 && mgt_tok_special_id(t, "sep") == 3 && mgt_tok_special_id(t, "mask") == 4 &&
+		      mgt_tok_special_id(t, "pad") == 0 && mgt_tok_special_id(t, "bos") == 1 && mgt_tok_special_id(t, "eos") == 3 &&
+		      mgt_tok_eod(t) == 3 && mgt_tok_special_id(t, "unk") == -1, "vocab only: specials by their first line, bos/eos/eod");
+		CHECK(s5 && n == 3 && !memcmp(s5, "##a", 3) && mgt_tok_token_bytes(t, 2, &n) && n == 0 &&
+		      !mgt_tok_token_bytes(t, 8, &n), "vocab only: token bytes are the lines (\\r dropped), sentinels have none");
+		mgt_tok_enc *e = NULL;
+		mgt_ids ids = {0};
+		CHECK(mgt_tok_enc_new(&e, t) == MGT_OK && mgt_tok_encode(e, "b", 1, &ids) == MGT_ERR_USAGE, "vocab only: no encoder");
+		mgt_tok_enc_free(e);
+		free(ids.v);
+	}
+	mgt_tok_free(t);
+	write_file(path, "[PAD]\n[CLS]\n[SEP]\n");
+	CHECK(mgt_tok_load_wordpiece_vocab(&t, path, 0) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), "no [MASK] token"),
+	      "vocab only: a missing special is named");
+	write_file(path, "");
+	CHECK(mgt_tok_load_wordpiece_vocab(&t, path, 0) == MGT_ERR_VOCAB && strstr(mgt_err_msg(), "no [CLS] token"),
+	      "vocab only: an empty file has no [CLS]");
+	unlink(path);
+}
+
 static void test_wordpiece(void)
 {
 	char path[128];
@@ -418,6 +451,7 @@ static void test_wordpiece(void)
 	}
 	mgt_tok_free(plain), mgt_tok_free(tmpl), mgt_tok_free(cased);
 	test_wordpiece_errors(path);
+	test_wordpiece_vocab(path);
 }
 
 int main(void)
