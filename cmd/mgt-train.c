@@ -1,4 +1,5 @@
-/* mgt-train: pretrain a GPT-2- or Llama-style model (Megatron-LM's pretrain_gpt.py, on CPU).
+/* mgt-train: pretrain a GPT, BERT or T5 model (Megatron-LM's pretrain_gpt.py, pretrain_bert.py,
+ * pretrain_t5.py; --model-family), on CPU or CUDA.
  *
  *   mgt-train [--model PRESET|FILE.json] [Megatron flags]...
  *
@@ -18,8 +19,9 @@ static const char PROG[] = "mgt-train";
 static void usage(void)
 {
 	printf("Usage: mgt-train [--model PRESET|FILE.json] [OPTION]...\n"
-	       "Pretrain a GPT model the way Megatron-LM's pretrain_gpt.py does, with Megatron's flags\n"
-	       "and defaults. A preset (share/mgt/models/NAME.json) sets the model shape; flags override it.\n"
+	       "Pretrain a GPT, BERT or T5 model (--model-family) the way Megatron-LM's pretrain_gpt.py,\n"
+	       "pretrain_bert.py and pretrain_t5.py do, with Megatron's flags and defaults.\n"
+	       "A preset (share/mgt/models/NAME.json) sets the model shape; flags override it.\n"
 	       "Logs go to stderr: Megatron's iteration line every --log-interval iterations.\n");
 	mgt_args_help(stdout);
 	printf("\nPlans (mgt-plan(1)):\n"

@@ -30,10 +30,10 @@ static const struct { const char *name, *what; } known[] = {
 	{"tokenize", "encode text to token ids, or decode ids to text"},
 	{"dataset", "inspect, merge and dump indexed datasets (.bin/.idx)"},
 	{"plan", "parallel layout, memory and speed for a model on a cluster"},
-	{"train", "train a model (tensor, sequence, pipeline and data parallel)"},
-	{"eval", "logits and greedy continuations of a checkpoint's model (any TP/PP)"},
+	{"train", "pretrain GPT, BERT and T5 models (tensor, sequence, pipeline, data, expert parallel)"},
+	{"eval", "evaluate a checkpoint or Hugging Face model: loss, perplexity, generation, tasks, logits"},
 	{"ckpt-convert", "convert checkpoints to and from Hugging Face, any TP/PP"},
-	{"export", "export a checkpoint to GGUF or safetensors"},
+	{"export", "export a checkpoint or Hugging Face directory to GGUF (llama.cpp)"},
 };
 
 static const char *describe(const char *tool)

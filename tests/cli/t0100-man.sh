@@ -439,5 +439,17 @@ check "mgt runs the tool next to itself before one on PATH" test "$(cat "$tmp/ou
 PATH="$root/bin:$PATH" "$tmp/link/mgt" tokenize >"$tmp/out" 2>&1
 check "mgt reached through a symbolic link looks next to its target" test "$(cat "$tmp/out")" = self-tokenize
 
+# Every family --model-family names (its pretrain_*.py) is in mgt-train --help's opening lines,
+# mgt-train(1)'s NAME line and the README's mgt-train row (issue 46: docs that said GPT only).
+fams=$(bin/mgt-train --help | grep -- '^  --model-family' | grep -oE 'pretrain_[a-z0-9]+\.py' | sed 's/pretrain_//; s/\.py//' | tr '\n' ' ')
+named=1
+for f in $fams; do
+	F=$(echo "$f" | tr a-z A-Z)
+	bin/mgt-train --help | sed -n 2,3p | grep -q "pretrain_$f.py" || { echo "# mgt-train --help's opening lacks pretrain_$f.py"; named=0; }
+	grep -A1 '^\.SH NAME' man/man1/mgt-train.1 | grep -q "$F" || { echo "# mgt-train(1) NAME lacks $F"; named=0; }
+	grep '^| `mgt-train`' README.md | grep -q "$F" || { echo "# README's mgt-train row lacks $F"; named=0; }
+done
+check "mgt-train's --help, NAME and README row name every family (${fams:-none})" test "$named" = 1 -a -n "$fams"
+
 echo "1..$n"
 [ "$fails" = 0 ]
