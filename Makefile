@@ -36,6 +36,12 @@
 #   V=1                  print whole compiler command lines
 -include config.mak
 
+# Build on every core unless a -j was given (make -j1 for a serial build): a fresh clone's first
+# `make demo` or `make check` builds in parallel (issue 46).
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 CC       ?= cc
