@@ -26,6 +26,15 @@ static void summary(const config *cfg, const mgt_preprocess_stats *s)
 		prog, mgt_fmt_count(a, s->documents), mgt_fmt_count(b, s->tokens),
 		mgt_dtype_name(mgt_dtype_optimal(mgt_tok_vocab_size(cfg->tok))), s->bytes_out / 1e6, dt,
 		dt > 0 ? s->bytes_out / dt / 1e6 : 0, dt > 0 ? s->tokens / dt / 1e6 : 0, cfg->workers);
+	if (s->unk * 100 > s->tokens) { /* more than 1%: the vocabulary does not fit the text */
+		size_t n;
+		const char *u = mgt_tok_token_bytes(cfg->tok, mgt_tok_special_id(cfg->tok, "unk"), &n);
+		fprintf(stderr, "%s: warning: %.1f%% of the tokens (%s of %s) are the unknown token %.*s: the vocabulary "
+			"does not cover the text (cased text needs a cased vocabulary with BertWordPieceCase, such as "
+			"bert-large-cased's vocab.txt; see TOKENIZERS in mgt-preprocess(1))\n", prog,
+			100.0 * (double)s->unk / (double)s->tokens, mgt_fmt_count(a, s->unk), mgt_fmt_count(b, s->tokens),
+			u ? (int)n : 5, u ? u : "(unk)");
+	}
 	if (s->skipped || s->blank)
 		fprintf(stderr, "%s: skipped %s invalid lines and %s blank lines\n", prog, mgt_fmt_count(c, s->skipped),
 			mgt_fmt_count(a, s->blank));

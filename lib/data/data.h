@@ -153,6 +153,8 @@ typedef struct {
 /* Totals of a run, for the caller's summary. */
 typedef struct {
 	uint64_t documents, tokens, skipped, blank, lines;
+	uint64_t unk;               /* tokens that are the tokenizer's unknown token (mgt_tok_special_id
+	                             * "unk"; 0 for one without, such as byte-level BPE) */
 	uint64_t bytes_out;         /* JSONL text bytes (decompressed) */
 	double seconds;             /* wall time of the run */
 } mgt_preprocess_stats;

@@ -339,7 +339,8 @@ static void *worker_main(void *arg)
 
 typedef struct {
 	mgt_idx_writer *w[MAX_KEYS];
-	uint64_t docs, tokens, skipped, blank, lines;
+	uint64_t docs, tokens, skipped, blank, lines, unk;
+	int32_t unk_id;             /* the tokenizer's unknown token, or -1 */
 	double t0, last_log;
 	uint64_t last_logged_docs;
 	int tty;
@@ -390,6 +391,8 @@ static mgt_status write_batch(const config *cfg, writer_state *ws, batch *b)
 						   : mgt_idx_writer_add_document(ws->w[k], ids, n);
 			if (st)
 				return st;
+			for (size_t i = 0; ws->unk_id >= 0 && i < tokens; i++)
+				ws->unk += ids[i] == ws->unk_id;
 			ids += tokens;
 			lens += cfg->split ? n : 0;
 			ws->tokens += tokens;
@@ -460,7 +463,7 @@ static mgt_status open_outputs(const config *cfg, writer_state *ws)
 
 mgt_status mgt_preprocess_run(const mgt_preprocess_config *cfg, mgt_preprocess_stats *out)
 {
-	writer_state ws = {.t0 = mgt_now(), .tty = isatty(fileno(cfg->log))};
+	writer_state ws = {.t0 = mgt_now(), .tty = isatty(fileno(cfg->log)), .unk_id = mgt_tok_special_id(cfg->tok, "unk")};
 	pipeline p = {.cfg = cfg, .n_slots = 2 * (size_t)cfg->workers + 2, .total_size = 0};
 	mgt_status st = open_outputs(cfg, &ws);
 	for (size_t i = 0; i < cfg->n_inputs; i++) { /* for the ETA; stdin and pipes have no size */
@@ -494,7 +497,7 @@ mgt_status mgt_preprocess_run(const mgt_preprocess_config *cfg, mgt_preprocess_s
 	if (!st && !cfg->quiet && ws.tty)
 		progress(&p, &ws, 1); /* the last progress line, ended */
 	*out = (mgt_preprocess_stats){.documents = ws.docs, .tokens = ws.tokens, .skipped = ws.skipped,
-				      .blank = ws.blank, .lines = ws.lines, .bytes_out = p.bytes_out,
+				      .blank = ws.blank, .lines = ws.lines, .unk = ws.unk, .bytes_out = p.bytes_out,
 				      .seconds = mgt_now() - ws.t0};
 	for (size_t i = 0; p.slots && i < p.n_slots; i++) {
 		batch *b = &p.slots[i];

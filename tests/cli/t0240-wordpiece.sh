@@ -102,6 +102,28 @@ ok "vocab without [MASK]: exit 4, token named" bad_vocab '[PAD]\n[UNK]\n[CLS]\n[
 ok "missing vocab file: exit 4" exits 4 $TK --tokenizer-type BertWordPieceCase --vocab-file "$T/nonexistent.txt" x
 ok "no --vocab-file: exit 2" exits 2 $TK --tokenizer-type BertWordPieceCase x
 
+# --- mgt-preprocess's [UNK] warning (issue 46) -------------------------------------------------
+# KJV (cased) under BertWordPieceCase with the bundled uncased vocab: the warning's share and
+# count are those of id [UNK] in the written dataset as megatron_idx_reader.py reads it; under
+# BertWordPieceLowerCase (well under 1% [UNK]) there is none.
+unk_share() { # unk_share TYPE: the dataset's [UNK] count and total, "N M"
+	$PY "$ROOT/tests/cli/megatron_idx_reader.py" "$T/unk-$1_text_document" |
+		awk -v u="$(grep -nx '\[UNK\]' "$VU" | cut -d: -f1)" '{ for (i = 1; i <= NF; i++) { n++; if ($i == u - 1) k++ } } END { print k + 0, n }'
+}
+unk_run() { # unk_run TYPE: preprocess KJV, log in $T/unk-TYPE.err
+	$PP --input "$KJV" --output-prefix "$T/unk-$1" --tokenizer-type "$1" --vocab-file "$VU" --workers 2 2>"$T/unk-$1.err"
+}
+unk_warns() {
+	unk_run BertWordPieceCase || return 1
+	set -- $(unk_share BertWordPieceCase)
+	want=$(awk -v k="$1" -v n="$2" 'BEGIN { printf "%.1f%% of the tokens", 100 * k / n }')
+	echo "# [UNK] $1 of $2; $(grep warning "$T/unk-BertWordPieceCase.err" | cut -c1-90)"
+	[ "$1" -gt 0 ] && grep -q "warning: $want (.*) are the unknown token \[UNK\]" "$T/unk-BertWordPieceCase.err"
+}
+ok "mgt-preprocess warns with the [UNK] share of cased text under an uncased vocab" unk_warns
+unk_quiet() { unk_run BertWordPieceLowerCase && ! grep -q warning "$T/unk-BertWordPieceLowerCase.err"; }
+ok "...and not under BertWordPieceLowerCase" unk_quiet
+
 # --- mgt-preprocess --split-sentences --------------------------------------------------------
 # Pre-split input (Megatron's two-pass route): each list item is a sentence; the expected
 # dataset is built here from the ids of each sentence alone (the live oracle's when it runs,
