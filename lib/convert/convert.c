@@ -412,6 +412,56 @@ static mgt_status export_row(hf_out *h, const mgt_tensor *g, scratch *b)
 	return st;
 }
 
+/* BertTokenizer's tokenizer_config.json for the WordPiece tokenizer of a: do_lower_case, and the
+ * tokens the tokenizer adds after vocab.txt's lines (BertWordPieceCase's <extra_id_0..99>, ids
+ * V..V+99) as transformers reads added tokens: added_tokens_decoder (id -> special token) and
+ * additional_special_tokens in tokenizer_config.json, and added_tokens.json (token -> id; the
+ * older files' form), so that the directory's tokenizer has config.json's vocab_size. */
+static mgt_status write_wordpiece_config(hf_out *h)
+{
+	const mgt_args *a = &h->a;
+	mgt_tok_opts to = {.type = a->tokenizer_type, .vocab_file = a->vocab_file, .null_eod_id = -1};
+	mgt_tok *t = NULL;
+	mgt_status st = mgt_tok_load(&t, &to);
+	char *text = NULL;
+	size_t n = 0, lines = 0;
+	if (!st) st = mgt_file_read(a->vocab_file, &text, &n);
+	for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
+	if (n && text[n - 1] != '\n') lines++;
+	free(text);
+	json_t *cfg = json_pack("{s:s, s:b}", "tokenizer_class", "BertTokenizer", "do_lower_case",
+				strcmp(a->tokenizer_type, "BertWordPieceCase") != 0);
+	json_t *dec = json_object(), *names = json_array(), *ids = json_object();
+	for (int32_t id = (int32_t)lines; !st && id < mgt_tok_vocab_size(t); id++) {
+		size_t len;
+		const char *b = mgt_tok_token_bytes(t, id, &len);
+		char key[16], *tok = b ? mgt_malloc(len + 1) : NULL;
+		if (tok) memcpy(tok, b, len), tok[len] = 0;
+		if (!tok) {
+			st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+			break;
+		}
+		snprintf(key, sizeof key, "%d", id);
+		json_object_set_new(dec, key, json_pack("{s:s, s:b, s:b, s:b, s:b, s:b}", "content", tok, "lstrip", 0,
+							"normalized", 0, "rstrip", 0, "single_word", 0, "special", 1));
+		json_array_append_new(names, json_string(tok));
+		json_object_set_new(ids, tok, json_integer(id));
+		free(tok);
+	}
+	if (!st && json_array_size(names)) {
+		json_object_set(cfg, "added_tokens_decoder", dec);
+		json_object_set(cfg, "additional_special_tokens", names);
+		st = write_json(h->tmp, "added_tokens.json", ids);
+	}
+	if (!st) st = write_json(h->tmp, "tokenizer_config.json", cfg);
+	json_decref(cfg);
+	json_decref(dec);
+	json_decref(names);
+	json_decref(ids);
+	mgt_tok_free(t);
+	return st;
+}
+
 /* A checkpoint without SAVE/hf/ (trained by mgt, or saved by a run that loaded a converted one):
  * the tokenizer files its arguments name, as vocab.json, merges.txt and the tokenizer model's
  * own name, with tokenizer_config.json and special_tokens_map.json from beside it. */
@@ -422,10 +472,7 @@ static mgt_status copy_tokenizer_args(hf_out *h)
 	bool wordpiece = a->tokenizer_type && !strncmp(a->tokenizer_type, "BertWordPiece", 13);
 	if (wordpiece && a->vocab_file && !access(a->vocab_file, R_OK)) { /* BertTokenizer's files */
 		st = copy_file_as(a->vocab_file, h->tmp, "vocab.txt");
-		if (!st) st = write_text(h->tmp, "tokenizer_config.json", strcmp(a->tokenizer_type, "BertWordPieceCase")
-			? "{\"tokenizer_class\": \"BertTokenizer\", \"do_lower_case\": true}"
-			: "{\"tokenizer_class\": \"BertTokenizer\", \"do_lower_case\": false}");
-		return st;
+		return st ? st : write_wordpiece_config(h);
 	}
 	if (a->vocab_file && a->merge_file && !access(a->vocab_file, R_OK) && !access(a->merge_file, R_OK)) {
 		st = copy_file_as(a->vocab_file, h->tmp, "vocab.json");

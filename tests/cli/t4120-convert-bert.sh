@@ -227,5 +227,32 @@ ok "...the same tensors bit for bit" $PY "$HF/st.py" compare "$T/pt" "$T/back-mg
 # BertWordPieceCase adds <extra_id_0..99> after the vocabulary: 1100 tokens, more than the 1024 rows
 meta_edit "$T/ck-mgt" "m['args']['tokenizer_type'] = 'BertWordPieceCase'"
 refused 3 "a tokenizer larger than the embedding" "the vocabulary has 1100 tokens" --load-dir "$T/ck-mgt"
+# ...with a 900-line vocab.txt it fits (1000 tokens): the sentinels <extra_id_0..99> at 900..999 are
+# written as transformers reads added tokens (issue 46 item 10: config.json said 1000 and vocab.txt
+# had 900 lines): tokenizer_config.json's added_tokens_decoder and additional_special_tokens, and
+# added_tokens.json; checked against mgt-tokenize's ids of the same strings under BertWordPieceCase
+head -900 "$T/pt/vocab.txt" >"$T/vocab-900.txt"
+meta_edit "$T/ck-mgt" "m['args']['vocab_file'] = '$T/vocab-900.txt'"
+ok "BertWordPieceCase: mgt -> HF" "$CONV" --quiet --load-dir "$T/ck-mgt" --save-dir "$T/back-case"
+"$BIN/mgt-tokenize" --tokenizer-type BertWordPieceCase --vocab-file "$T/vocab-900.txt" \
+	"<extra_id_0> <extra_id_57> <extra_id_99>" >"$T/sentinel-ids" 2>&1
+ok "...its sentinels as added tokens after vocab.txt, config.json's vocab_size the tokenizer's" $PY - \
+	"$T/back-case" "$T/sentinel-ids" <<'EOF2'
+import json, sys
+d = sys.argv[1]
+lines = sum(1 for _ in open(d + "/vocab.txt"))
+tc = json.load(open(d + "/tokenizer_config.json")); at = json.load(open(d + "/added_tokens.json"))
+cfg = json.load(open(d + "/config.json"))
+dec = {int(k): v for k, v in tc.get("added_tokens_decoder", {}).items()}
+want = {lines + i: "<extra_id_%d>" % i for i in range(100)}
+ok = {k: v["content"] for k, v in dec.items()} == want and all(v["special"] for v in dec.values())
+ok = ok and tc.get("additional_special_tokens") == [want[k] for k in sorted(want)]
+ok = ok and at == {v: k for k, v in want.items()} and cfg["vocab_size"] == lines + 100
+ok = ok and tc.get("do_lower_case") is False
+ids = [int(x) for x in open(sys.argv[2]).read().split() if x.isdigit()]
+print("# vocab.txt %d lines, %d added, config vocab_size %d, mgt-tokenize ids %s" % (lines, len(dec), cfg["vocab_size"], ids))
+ok = ok and [at["<extra_id_0>"], at["<extra_id_57>"], at["<extra_id_99>"]] == [i for i in ids if i >= lines]
+sys.exit(not ok)
+EOF2
 
 done_testing
