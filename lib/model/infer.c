@@ -1,7 +1,7 @@
 /* lib/model/infer.c: the inference forward with a key/value cache (model.h, "inference").
  *
- * The same backend ops as the training forward of gpt.c (embedding, norms, fused QKV, head
- * norms, RoPE, bias-activation, bias-add residual), in place on one residual buffer, with
+ * The same backend ops as the training forward (embed_head.c, layer_attn.c, layer_mlp.c:
+ * embedding, norms, fused QKV, head norms, RoPE, bias-activation, bias-add residual), in place on one residual buffer, with
  * attention through the attn_decode op against the cache.  No dropout.  Activations are [T, .]
  * rows of the tokens fed by one call; nothing of a call survives it but the cache.
  */

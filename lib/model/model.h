@@ -605,7 +605,7 @@ double mgt_model_flops(const mgt_model_config *c, int64_t gbs);
 
 
 /* ---- inference with a key/value cache (lib/model/infer.c) ----
- * The training forward (gpt.c) without dropout, for generation: new tokens
+ * The training forward (lib/model/stack.c) without dropout, for generation: new tokens
  * are fed a few at a time (a prompt at once, then one token per step), each layer's keys and
  * values of earlier positions are kept in a cache instead of being recomputed (Megatron-Core's
  * inference key/value memory, megatron/core/transformer/attention.py
