@@ -143,7 +143,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	for (int l = 0; !st && l < m->n_layers; l++) {
 		layer_act *a = &sa->la[l];
 		unsigned own = la_own(m, l);
-		if (m->t5) mgt_t5_dims(m, l < m->n_layers / 2 ? T5_ENC : T5_DEC); /* the layer's stack */
+		mgt_t5_dims(m, l < m->n_layers / 2 ? T5_ENC : T5_DEC); /* T5: the layer's stack */
 		st = alloc_layer(m, l, a, own);
 		if (own == LA_ALL) continue;
 		int g0 = l, g1;
@@ -152,8 +152,8 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 		for (int k = 0; k < LA_N; k++)
 			if (!(own & LA_BIT(k))) *la_buf(a, k) = *la_buf((layer_act *)s, k);
 	}
-	if (m->t5) mgt_t5_dims(m, T5_DEC); /* the head's and the labels' */
-	if (m->t5) T = (size_t)m->T, Th = (size_t)m->Th;
+	mgt_t5_dims(m, T5_DEC); /* T5: the head's and the labels' */
+	T = (size_t)m->T, Th = (size_t)m->Th;
 	sa->res_out = AT(Th * h, m->res_t);
 	if (m->last) {
 		sa->lnf = AT(T * h, m->act_t); sa->meanf = AF(Th); sa->rstdf = AF(Th);
@@ -162,8 +162,9 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	}
 	sa->mask = AF(T);
 	sa->labels = (int32_t *)AF(T);
-	if (!m->t5) sa->tokens = (int32_t *)AF(T), sa->pos = (int32_t *)AF(T); /* T5: the stacks' own (t5.c) */
-	if (mgt_model_is_bert(&m->c)) {
+	if (m->fam->recipe != MGT_STACK_ENCODER_DECODER) /* T5: the stacks' own (t5.c) */
+		sa->tokens = (int32_t *)AF(T), sa->pos = (int32_t *)AF(T);
+	if (m->fam->recipe == MGT_STACK_ENCODER) { /* BERT: the padding mask's keys */
 		sa->kmask = (uint8_t *)mgt_model_balloc(m, T, &m->act_bytes, &st);
 		if (m->c.bert_binary_head) sa->types = (int32_t *)AF(T);
 	}
@@ -174,7 +175,7 @@ static mgt_status alloc_activations(mgt_model *m)
 {
 	mgt_status st = alloc_recompute(m);
 	if (st) return st;
-	if (m->t5) mgt_t5_dims(m, T5_MAX); /* the shared scratch serves both stacks */
+	mgt_t5_dims(m, T5_MAX); /* T5: the shared scratch serves both stacks */
 	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h;
 	if (!(m->sa = mgt_malloc((size_t)m->L.slots * sizeof *m->sa))) return MGT_ERR_NOMEM;
 	memset(m->sa, 0, (size_t)m->L.slots * sizeof *m->sa);
@@ -191,9 +192,9 @@ static mgt_status alloc_activations(mgt_model *m)
 	if (!st) st = mgt_cp_alloc(m);
 	if (!st) st = mgt_model_fp8_alloc(m);
 	if (!st) st = mgt_bert_alloc(m);
-	if (!st && mgt_model_is_bert(&m->c) && !m->dry && !(m->kmask_h = mgt_malloc((size_t)m->T))) st = MGT_ERR_NOMEM;
+	if (!st && m->fam->recipe == MGT_STACK_ENCODER && !m->dry && !(m->kmask_h = mgt_malloc((size_t)m->T))) st = MGT_ERR_NOMEM;
 	if (!st) st = mgt_t5_alloc(m);
-	if (m->t5) mgt_t5_dims(m, T5_DEC);
+	mgt_t5_dims(m, T5_DEC);
 	return st ? st : mgt_moe_alloc(m);
 }
 
@@ -248,8 +249,7 @@ static void set_dims(mgt_model *m)
 	m->rot_dim = m->rope ? (int)(m->d * c->rotary_percent) : 0;
 	m->qkln = c->qk_layernorm;
 	/* BERT and T5: Megatron's bias-GELU fusion (on by default with biases) is the tanh approximation */
-	bool tanh = c->openai_gelu ||
-		    ((mgt_model_is_bert(c) || mgt_model_is_t5(c)) && c->add_bias_linear && !c->no_bias_gelu_fusion);
+	bool tanh = c->openai_gelu || (m->fam->bias_gelu_tanh && c->add_bias_linear && !c->no_bias_gelu_fusion);
 	m->act = c->swiglu ? MGT_ACT_SWIGLU : tanh ? MGT_ACT_GELU_TANH : MGT_ACT_GELU;
 }
 
@@ -319,6 +319,7 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	if (!m) return MGT_ERR_NOMEM;
 	memset(m, 0, sizeof *m);
 	m->c = *c;
+	m->fam = mgt_model_family(c);
 	m->L = *L;
 	m->be = be;
 	m->ps = ps;
@@ -456,12 +457,11 @@ void mgt_model_free(mgt_model *m)
 {
 	if (!m) return;
 	mgt_backend *be = m->be;
+	mgt_t5_free(m); /* first: it takes back the slots' pointers into its buffers */
 	for (int k = 0; m->sa && k < m->L.slots; k++) {
-		if (m->t5) m->sa[k].tokens = NULL, m->sa[k].pos = NULL, m->sa[k].kmask = NULL; /* t5.c's */
 		if (m->dry) free(m->sa[k].la);
 		else free_slot(m, &m->sa[k]);
 	}
-	mgt_t5_free(m);
 	free(m->sa);
 	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
 	free(m->rc);

@@ -28,7 +28,7 @@ mgt_status mgt_model_head_fwd(mgt_model *m, bool train, double *loss_sum)
 	mgt_status st = mgt_sublayer_norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
 				    m->glob[MGT_T_FINAL_LN_B]);
 	if (st) return st;
-	if (m->bert) return mgt_bert_head_fwd(m, sa->lnf, train, loss_sum);
+	if (m->fam->lm_head) return mgt_bert_head_fwd(m, sa->lnf, train, loss_sum);
 	m->be->ops->linear_fwd(m->be, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, mgt_model_output_weight(m)), WT(m),
 			       P(m, m->glob[MGT_T_OUTPUT_B]), T, h, V); /* T5's vocabulary bias (NULL for GPT) */
 	return mgt_model_xent(m, loss_sum);
@@ -56,7 +56,7 @@ mgt_status mgt_model_head_bwd(mgt_model *m, float scale)
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
 	const mgt_tensor *w = mgt_model_output_weight(m);
-	if (m->bert) return bert_head_bwd(m, scale);
+	if (m->fam->lm_head) return bert_head_bwd(m, scale);
 	o->xent_bwd(m->be, sa->logits, sa->logits, m->act_t, sa->labels, sa->mx, sa->sumexp, sa->mask, scale, m->v0, T, V);
 	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, w), G(m, m->glob[MGT_T_OUTPUT_B]), sa->logits, m->act_t, sa->lnf,
 		      m->act_t, W(m, w), WT(m), T, h, V);

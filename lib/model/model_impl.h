@@ -48,6 +48,7 @@ typedef struct {
 
 struct mgt_model {
 	mgt_model_config c;
+	const mgt_family *fam;     /* c.family's row (families.c): recipe, heads; the chunk tests its fields */
 	mgt_model_layout L;
 	mgt_tensor_table tt;
 	mgt_backend *be;
@@ -264,7 +265,7 @@ mgt_status mgt_model_tp_allreduce(mgt_model *m, void *x, size_t n, mgt_elem_type
  * on a T5 chunk, nothing otherwise; USAGE for a layout T5 does not run under (naming the flag).
  * mgt_t5_dims: the chunk's s, T, Th, r0 (and the current slot's tokens, positions and key mask)
  * set to the encoder's (T5_ENC), the decoder's (T5_DEC) or the larger of each (T5_MAX: what the
- * shared scratch is sized by).  mgt_t5_alloc / _free: the per-slot buffers (both stacks' inputs,
+ * shared scratch is sized by; nothing on a chunk that is not T5).  mgt_t5_alloc / _free: the per-slot buffers (both stacks' inputs,
  * the encoder output and its gradient, the decoder layers' cross-attention activations) through
  * mgt_model_balloc.  mgt_t5_upload: the micro-batch's encoder and decoder arrays into the current
  * slot.  mgt_t5_forward: the encoder, its final norm, the decoder's layers (the caller runs the

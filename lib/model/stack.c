@@ -15,9 +15,9 @@ static mgt_status upload_kmask(mgt_model *m, const int64_t *padding_mask)
 	return m->be->ops->upload(m->be, m->cur->kmask, m->kmask_h, (size_t)m->T);
 }
 
+/* The micro-batch of a one-stack chunk (GPT, BERT) into the current slot. */
 static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 {
-	if (m->t5) return mgt_t5_upload(m, mb);
 	const mgt_backend_ops *o = m->be->ops;
 	slot_act *sa = m->cur;
 	size_t n = (size_t)m->T * 4;
@@ -31,7 +31,7 @@ static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 				     "embedding has types 0 and 1", t, (int)mb->tokentype_ids[t]);
 	if (!st && sa->types) st = o->upload(m->be, sa->types, mb->tokentype_ids, n);
 	if (!st && sa->kmask) st = upload_kmask(m, mb->padding_mask);
-	if (!st && m->bert) mgt_bert_set_batch(m, mb);
+	if (!st && m->fam->lm_head && m->last) mgt_bert_set_batch(m, mb); /* BERT's heads (bert.c) */
 	return st;
 }
 
@@ -44,24 +44,51 @@ static mgt_status use_slot(mgt_model *m, int slot)
 	return MGT_OK;
 }
 
+/* The forward of a one-stack chunk: the embedding (first stage), the layers (the caller runs the head). */
+static mgt_status layers_fwd(mgt_model *m, bool train)
+{
+	mgt_status st = MGT_OK;
+	if (m->first)
+		st = mgt_model_embed_fwd(m, train, m->n_layers ? (void *)m->cur->la[0].x_in : (void *)m->cur->res_out,
+					 mgt_sublayer_site_key(m, -1, 0));
+	for (int li = 0; !st && li < m->n_layers; li++) {
+		void *out = li + 1 < m->n_layers ? (void *)m->cur->la[li + 1].x_in : (void *)m->cur->res_out;
+		st = mgt_layer_attn_fwd(m, li, train, m->cur->la[li].x_mid);
+		if (!st) st = mgt_layer_mlp_fwd(m, li, train, out);
+	}
+	return st;
+}
+
+static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale);
+
+/* How each stack recipe (mgt_family.recipe, families.c) runs a micro-batch: its upload into the
+ * current slot, its forward up to the head (run by mgt_model_forward on the last stage) and its
+ * backward, the head's included.  GPT's decoder and BERT's encoder are one stack of layers (the
+ * key mask and the heads set them apart); T5's two stacks and cross-attention are t5.c's. */
+typedef struct {
+	mgt_status (*upload)(mgt_model *m, const mgt_microbatch *mb);
+	mgt_status (*forward)(mgt_model *m, bool train);
+	mgt_status (*backward)(mgt_model *m, bool train, float grad_scale);
+} stack_recipe;
+
+static const stack_recipe recipes[] = {
+	[MGT_STACK_DECODER] = { upload_batch, layers_fwd, layers_bwd },
+	[MGT_STACK_ENCODER] = { upload_batch, layers_fwd, layers_bwd },
+	[MGT_STACK_ENCODER_DECODER] = { mgt_t5_upload, mgt_t5_forward, mgt_t5_backward },
+};
+
+static const stack_recipe *recipe_of(const mgt_model *m) { return &recipes[m->fam->recipe]; }
+
 mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, bool train, double *loss_sum)
 {
 	double t0 = mgt_now();
 	*loss_sum = 0;
 	mgt_status st = use_slot(m, slot);
-	if (!st) st = upload_batch(m, mb);
+	if (!st) st = recipe_of(m)->upload(m, mb);
 	if (st) return st;
 	mgt_model_lp_refresh(m);
 	m->drop_key = m->cur->drop_key = m->next_key;
-	if (m->t5) st = mgt_t5_forward(m, train); /* the encoder, then the decoder's layers */
-	else if (m->first)
-		st = mgt_model_embed_fwd(m, train, m->n_layers ? (void *)m->cur->la[0].x_in : (void *)m->cur->res_out,
-				       mgt_sublayer_site_key(m, -1, 0));
-	for (int li = 0; !st && !m->t5 && li < m->n_layers; li++) {
-		void *out = li + 1 < m->n_layers ? (void *)m->cur->la[li + 1].x_in : (void *)m->cur->res_out;
-		st = mgt_layer_attn_fwd(m, li, train, m->cur->la[li].x_mid);
-		if (!st) st = mgt_layer_mlp_fwd(m, li, train, out);
-	}
+	st = recipe_of(m)->forward(m, train);
 	if (!st && train) st = mgt_model_fp8_update(m, false); /* TE: at the exit of the block's fp8 autocast */
 	if (!st && m->last) st = mgt_model_head_fwd(m, train, loss_sum);
 	m->be->ops->sync(m->be);
@@ -82,16 +109,13 @@ static mgt_status recompute_group(mgt_model *m, int g0, int g1, bool train)
 	return st;
 }
 
-static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale);
-
 mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_scale)
 {
 	double t0 = mgt_now();
 	mgt_status st = use_slot(m, slot);
 	if (st) return st;
 	m->drop_key = m->cur->drop_key;
-	if (m->t5) st = mgt_t5_backward(m, train, grad_scale); /* gradients complete at the hook's INT_MIN only */
-	else st = layers_bwd(m, train, grad_scale);
+	st = recipe_of(m)->backward(m, train, grad_scale); /* T5: gradients complete at the hook's INT_MIN only */
 	if (!st && m->hook) st = m->hook(m->hook_ctx, m, INT_MIN);
 	m->be->ops->sync(m->be);
 	m->t_bwd += mgt_now() - t0;

@@ -131,10 +131,11 @@ const mgt_tensor *mgt_t5_enc_norm(const mgt_model *m, bool bias) { return bias ?
 
 void mgt_t5_dims(mgt_model *m, int which)
 {
-	const struct t5_state *t = m->t5;
+	struct t5_state *t = m->t5;
+	if (!t) return; /* not a T5 chunk */
 	const int s = which == T5_ENC ? t->se : which == T5_DEC ? t->sd : t->se > t->sd ? t->se : t->sd;
 	const int tp = m->ps->tp;
-	m->t5->cur = which;
+	t->cur = which;
 	/* the stack's relative position bias for self-attention (layer_attn.c) */
 	m->attn_bias = t->rel && which != T5_MAX ? t->bias[which] : NULL;
 	m->attn_dbias = t->rel && which != T5_MAX ? t->dbias[which] : NULL;
@@ -202,7 +203,11 @@ static mgt_status alloc_rel(mgt_model *m, int k)
 	return rel_buckets(m, k, s, t->bidx[k]);
 }
 
-bool mgt_t5_relative(const mgt_model *m) { return m->t5 && m->t5->rel; }
+bool mgt_t5_relative(const mgt_model *m)
+{
+	const struct t5_state *t = m->t5;
+	return t && t->rel;
+}
 
 /* bias [nd, heads] = stack k's table rows at the buckets idx [nd]. */
 static void rel_gather(mgt_model *m, int k, int nd, float *bias, const int32_t *idx)
@@ -264,6 +269,7 @@ void mgt_t5_free(mgt_model *m)
 	if (!t) return;
 	for (int k = 0; t->sl && k < m->L.slots; k++) {
 		t5_slot *ts = &t->sl[k];
+		if (m->sa) m->sa[k].tokens = NULL, m->sa[k].pos = NULL, m->sa[k].kmask = NULL; /* ours (mgt_t5_dims) */
 		void *p[] = { ts->etok, ts->epos, ts->dtok, ts->dpos, ts->ekm, ts->eout, ts->H, ts->dH, ts->meane, ts->rstde };
 		for (size_t i = 0; i < sizeof p / sizeof *p; i++) bfree(m, p[i]);
 		for (int i = 0; ts->x && i < t->L; i++) {
