@@ -26,25 +26,11 @@
 #define WK(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->work_bytes, &st)
 
 /* Elements of layer buffer k (LA_*) of local layer li (-1: a dense layer's), 0 for one the model
- * does not have (an MoE layer's expert activations are moe.c's). */
+ * does not have: the residual stream's here, the rest by the layer kinds that use them. */
 static size_t la_numel(const mgt_model *m, int li, int k)
 {
-	if ((k == LA_FC1 || k == LA_ACT) && li >= 0 && mgt_moe_is_layer(&m->c, m->first_layer + li)) return 0;
-	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h, rows = T * (size_t)m->ng_l;
-	switch (k) {
-	case LA_X_IN: case LA_X_MID: return Th * h;
-	case LA_LN1: case LA_LN2: return li >= 0 && mgt_model_fp8_layer(m, li) ? 0 : T * h; /* fp8: the cast keeps x */
-	case LA_MEAN1: case LA_RSTD1: case LA_MEAN2: case LA_RSTD2: return Th;
-	case LA_QKV: return T * (size_t)m->qkv_l;
-	case LA_CTX: return T * (size_t)(m->nq_l * m->d);
-	case LA_LSE: return (size_t)m->b * (size_t)m->nq_l * (size_t)m->s;
-	case LA_FC1: return T * (size_t)m->fc1_l;
-	case LA_ACT: return li >= 0 && mgt_model_fp8_layer(m, li) ? 0 : T * (size_t)m->ffn_l; /* fp8: x8 kept */
-	case LA_QKV_PRE: return m->qkln ? T * (size_t)m->qkv_l : 0;
-	case LA_QMEAN: case LA_QRSTD: return m->qkln ? rows * (size_t)m->r : 0;
-	case LA_KMEAN: case LA_KRSTD: return m->qkln ? rows : 0;
-	default: return 0;
-	}
+	if (k == LA_X_IN || k == LA_X_MID) return (size_t)m->Th * (size_t)m->h;
+	return mgt_layer_attn_numel(m, li, k) + mgt_layer_mlp_numel(m, li, k);
 }
 
 /* The element type of layer buffer k (mgt_model.act_t, fc1_t, res_t). */
@@ -192,7 +178,8 @@ static mgt_status alloc_activations(mgt_model *m)
 	if (!st) st = mgt_cp_alloc(m);
 	if (!st) st = mgt_model_fp8_alloc(m);
 	if (!st) st = mgt_bert_alloc(m);
-	if (!st && m->fam->recipe == MGT_STACK_ENCODER && !m->dry && !(m->kmask_h = mgt_malloc((size_t)m->T))) st = MGT_ERR_NOMEM;
+	if (!st && m->fam->recipe == MGT_STACK_ENCODER && !m->dry && !(m->kmask_h = mgt_malloc((size_t)m->T)))
+		st = MGT_ERR_NOMEM;
 	if (!st) st = mgt_t5_alloc(m);
 	mgt_t5_dims(m, T5_DEC);
 	return st ? st : mgt_moe_alloc(m);
@@ -465,8 +452,8 @@ void mgt_model_free(mgt_model *m)
 	free(m->sa);
 	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
 	free(m->rc);
-	void *bufs[] = { m->params, m->grads, m->lp, m->nw1, m->ones, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc, m->dbig, m->dctx,
-			 m->dact, m->inv_freq };
+	void *bufs[] = { m->params, m->grads, m->lp, m->nw1, m->ones, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc,
+			 m->dbig, m->dctx, m->dact, m->inv_freq };
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
 	mgt_cp_free(m);

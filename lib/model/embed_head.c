@@ -25,8 +25,8 @@ mgt_status mgt_model_head_fwd(mgt_model *m, bool train, double *loss_sum)
 {
 	slot_act *sa = m->cur;
 	int T = m->T, h = (int)m->h, V = (int)m->V_l;
-	mgt_status st = mgt_sublayer_norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
-				    m->glob[MGT_T_FINAL_LN_B]);
+	mgt_status st = mgt_sublayer_norm_gather(m, sa->lnf, m->act_t, sa->meanf, sa->rstdf, sa->res_out,
+						 m->glob[MGT_T_FINAL_LN_W], m->glob[MGT_T_FINAL_LN_B]);
 	if (st) return st;
 	if (m->fam->lm_head) return mgt_bert_head_fwd(m, sa->lnf, train, loss_sum);
 	m->be->ops->linear_fwd(m->be, sa->logits, m->act_t, sa->lnf, m->act_t, W(m, mgt_model_output_weight(m)), WT(m),
@@ -61,7 +61,8 @@ mgt_status mgt_model_head_bwd(mgt_model *m, float scale)
 	o->linear_bwd(m->be, m->dtmp_h, m->act_t, G(m, w), G(m, m->glob[MGT_T_OUTPUT_B]), sa->logits, m->act_t, sa->lnf,
 		      m->act_t, W(m, w), WT(m), T, h, V);
 	o->zero(m->be, m->dres, (size_t)m->Th * (size_t)h * mgt_elem_size(m->res_t));
-	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, sa->res_out, m->glob[MGT_T_FINAL_LN_W], m->glob[MGT_T_FINAL_LN_B], sa->meanf, sa->rstdf, NULL);
+	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, sa->res_out, m->glob[MGT_T_FINAL_LN_W],
+					    m->glob[MGT_T_FINAL_LN_B], sa->meanf, sa->rstdf, NULL);
 }
 
 mgt_status mgt_model_embed_bwd(mgt_model *m, bool train, uint64_t key)

@@ -5,6 +5,22 @@
  * (model_impl.h), sized in chunk.c. */
 #include "model_impl.h"
 
+size_t mgt_layer_attn_numel(const mgt_model *m, int li, int k)
+{
+	size_t T = (size_t)m->T, rows = T * (size_t)m->ng_l;
+	switch (k) {
+	case LA_LN1: return li >= 0 && mgt_model_fp8_layer(m, li) ? 0 : T * (size_t)m->h; /* fp8: the cast keeps x */
+	case LA_MEAN1: case LA_RSTD1: return (size_t)m->Th;
+	case LA_QKV: return T * (size_t)m->qkv_l;
+	case LA_CTX: return T * (size_t)(m->nq_l * m->d);
+	case LA_LSE: return (size_t)m->b * (size_t)m->nq_l * (size_t)m->s;
+	case LA_QKV_PRE: return m->qkln ? T * (size_t)m->qkv_l : 0;
+	case LA_QMEAN: case LA_QRSTD: return m->qkln ? rows * (size_t)m->r : 0;
+	case LA_KMEAN: case LA_KRSTD: return m->qkln ? rows : 0;
+	default: return 0;
+	}
+}
+
 /* The descriptor of layer attention over the whole local sequence (backend.h attn_forward,
  * MGT_ATTN_SELF): causal, or under the micro-batch's key mask (BERT, T5's encoder), with T5's
  * position bias pb and its gradient db when given. */
@@ -38,10 +54,11 @@ mgt_status mgt_layer_attn_fwd(mgt_model *m, int li, bool train, void *out)
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	mgt_elem_type lt;
 	void *ln = mgt_sublayer_norm_dst(m, li, a->ln1, &lt);
-	mgt_status st = mgt_sublayer_norm_gather(m, ln, lt, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B));
+	mgt_status st = mgt_sublayer_norm_gather(m, ln, lt, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W),
+						 T_(m, l, MGT_T_LN1_B));
 	if (!st)
-		st = mgt_sublayer_lin_fwd(m, li, 0, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->act_t, ln, lt,
-			     T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), h, (int)m->qkv_l);
+		st = mgt_sublayer_lin_fwd(m, li, 0, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->act_t, ln,
+					  lt, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), h, (int)m->qkv_l);
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
 	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
@@ -58,9 +75,10 @@ mgt_status mgt_layer_attn_fwd(mgt_model *m, int li, bool train, void *out)
 	st = mgt_layer_attn_core_fwd(m, li, train);
 	if (!st)
 		st = mgt_sublayer_lin_fwd(m, li, 1, m->dtmp_h, m->act_t, a->ctx, m->act_t, T_(m, l, MGT_T_PROJ_W), NULL,
-			     (int)(m->nq_l * m->d), h);
+					  (int)(m->nq_l * m->d), h);
 	if (st) return st;
-	return mgt_sublayer_reduce_bda(m, out, a->x_in, T_(m, l, MGT_T_PROJ_B), train, mgt_sublayer_site_key(m, l, 2), m->act_t);
+	return mgt_sublayer_reduce_bda(m, out, a->x_in, T_(m, l, MGT_T_PROJ_B), train, mgt_sublayer_site_key(m, l, 2),
+				       m->act_t);
 }
 
 mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train)
@@ -69,10 +87,11 @@ mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train)
 	slot_act *sa = m->cur;
 	layer_act *a = &sa->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
-	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, mgt_sublayer_site_key(m, l, 2), m->act_t);
+	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, mgt_sublayer_site_key(m, l, 2),
+						    m->act_t);
 	if (st) return st;
-	if ((st = mgt_sublayer_lin_bwd(m, li, 1, m->dctx, m->act_t, T_(m, l, MGT_T_PROJ_W), NULL, m->dtmp_h, m->act_t, a->ctx, m->act_t,
-			  nd, h)))
+	if ((st = mgt_sublayer_lin_bwd(m, li, 1, m->dctx, m->act_t, T_(m, l, MGT_T_PROJ_W), NULL, m->dtmp_h, m->act_t,
+				       a->ctx, m->act_t, nd, h)))
 		return st;
 	float p = drop_p(train, m->c.attention_dropout);
 	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->act_t, p, mgt_sublayer_site_key(m, l, 1));
@@ -89,9 +108,10 @@ mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train)
 		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
 				 m->dbig, m->act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
-	st = mgt_sublayer_lin_bwd(m, li, 0, m->dtmp_h, m->act_t, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), m->dbig, m->act_t, a->ln1,
-		     m->act_t, h, (int)m->qkv_l);
+	st = mgt_sublayer_lin_bwd(m, li, 0, m->dtmp_h, m->act_t, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), m->dbig,
+				  m->act_t, a->ln1, m->act_t, h, (int)m->qkv_l);
 	if (st) return st;
-	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B), a->mean1, a->rstd1, NULL);
+	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B),
+					    a->mean1, a->rstd1, NULL);
 }
 

@@ -336,7 +336,13 @@ void *mgt_sublayer_norm_dst(mgt_model *m, int li, void *buf, mgt_elem_type *t);
  * alone (ctx and lse from the kept qkv: what selective recomputation reruns).  mgt_layer_mlp_fwd:
  * the MLP (or MoE) block from x_mid, its output to out (NULL: stop after the activation, for
  * recomputation).  The backwards take dres (the gradient of the block's output) to the gradient
- * of its input, accumulating the parameters' gradients. */
+ * of its input, accumulating the parameters' gradients.  mgt_layer_attn_numel / _mlp_numel: the
+ * elements of the layer buffer k (LA_*) the kind keeps for local layer li (-1: a dense layer's
+ * in the recomputation scratch), 0 for a buffer it does not use or does not have here (under fp8
+ * the cast keeps the norm output and the activation; an MoE layer's expert activations are
+ * moe.c's); chunk.c sizes the slots with them. */
+size_t mgt_layer_attn_numel(const mgt_model *m, int li, int k);
+size_t mgt_layer_mlp_numel(const mgt_model *m, int li, int k);
 mgt_status mgt_layer_attn_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_attn_core_fwd(mgt_model *m, int li, bool train);
 mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train);

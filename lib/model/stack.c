@@ -131,7 +131,8 @@ static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 	bool selective = m->L.recompute.granularity == MGT_RECOMPUTE_SELECTIVE;
 	for (int li = m->n_layers - 1; !st && li >= 0; li--) {
 		int g0, g1;
-		if (mgt_model_rc_full(m, li) && (mgt_model_rc_group(m, li, &g0, &g1), li == g1 - 1)) st = recompute_group(m, g0, g1, train);
+		if (mgt_model_rc_full(m, li) && (mgt_model_rc_group(m, li, &g0, &g1), li == g1 - 1))
+			st = recompute_group(m, g0, g1, train);
 		if (!st) st = mgt_layer_mlp_bwd(m, li, train);
 		if (!st && selective) st = mgt_layer_attn_core_fwd(m, li, train);
 		if (!st) st = mgt_layer_attn_bwd(m, li, train);

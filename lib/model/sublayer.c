@@ -73,7 +73,7 @@ static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
 /* bda_fwd on this rank's residual rows (out, resid of mgt_model.res_t; y of type yt), each
  * dropout element indexed by its global row. */
 void mgt_sublayer_bda_fwd(mgt_model *m, void *out, const void *resid, const void *y, mgt_elem_type yt, const float *b,
-			 float p, uint64_t key)
+			  float p, uint64_t key)
 {
 	int64_t t0[2], n[2], h = m->h;
 	const size_t es = mgt_elem_size(m->res_t), ys = mgt_elem_size(yt);
@@ -100,7 +100,7 @@ void mgt_sublayer_bda_bwd(mgt_model *m, void *dy, mgt_elem_type dyt, float *db, 
 /* The norm of this rank's residual rows x (of res_t) into full [T, h] of type t (gathered over TP
  * under SP). */
 mgt_status mgt_sublayer_norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *mean, float *rstd, const void *x,
-			      const mgt_tensor *w, const mgt_tensor *b)
+				    const mgt_tensor *w, const mgt_tensor *b)
 {
 	void *out = norm_out(m, full);
 	m->be->ops->norm_fwd(m->be, m->norm, out, t, mean, rstd, x, m->res_t, NW(m, w), P(m, b), m->Th, (int)m->h,
@@ -110,7 +110,7 @@ mgt_status mgt_sublayer_norm_gather(mgt_model *m, void *full, mgt_elem_type t, f
 
 /* out = resid + dropout(reduce_TP(dtmp_h) + bias): the row-parallel output (of type yt) and its bda. */
 mgt_status mgt_sublayer_reduce_bda(mgt_model *m, void *out, const void *resid, const mgt_tensor *bias, bool train,
-			     uint64_t key, mgt_elem_type yt)
+				   uint64_t key, mgt_elem_type yt)
 {
 	void *y;
 	mgt_status st = mgt_sublayer_tp_reduce(m, m->dtmp_h, yt, &y);
@@ -122,7 +122,7 @@ mgt_status mgt_sublayer_reduce_bda(mgt_model *m, void *out, const void *resid, c
 /* Linear j (0 qkv, 1 proj, 2 fc1, 3 fc2) of local layer li: y[T, out] = x[T, in] . w^T (+ b), in
  * fp8 (fp8lin.c) or by the backend's linear_fwd. */
 mgt_status mgt_sublayer_lin_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,
-			  const mgt_tensor *w, const mgt_tensor *b, int in, int out)
+				const mgt_tensor *w, const mgt_tensor *b, int in, int out)
 {
 	if (mgt_model_fp8_layer(m, li)) return mgt_model_fp8_fwd(m, li, j, y, yt, x, xt, W(m, w), WT(m), P(m, b));
 	m->be->ops->linear_fwd(m->be, y, yt, x, xt, W(m, w), WT(m), P(m, b), m->T, in, out);
@@ -131,8 +131,8 @@ mgt_status mgt_sublayer_lin_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_t
 
 /* Its backward: dx (type dxt) written, the gradients of w and b accumulated. */
 mgt_status mgt_sublayer_lin_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_type dxt, const mgt_tensor *w,
-			  const mgt_tensor *b, const void *dy, mgt_elem_type dyt, const void *x, mgt_elem_type xt, int in,
-			  int out)
+				const mgt_tensor *b, const void *dy, mgt_elem_type dyt, const void *x, mgt_elem_type xt,
+				int in, int out)
 {
 	if (mgt_model_fp8_layer(m, li)) return mgt_model_fp8_bwd(m, li, j, dx, dxt, G(m, w), G(m, b), dy, dyt);
 	m->be->ops->linear_bwd(m->be, dx, dxt, G(m, w), G(m, b), dy, dyt, x, xt, W(m, w), WT(m), m->T, in, out);
@@ -179,8 +179,8 @@ mgt_status mgt_model_xent(mgt_model *m, double *sum)
  * output (plus, when extra is not NULL, this rank's [Th, h] rows of a gradient of the same type
  * computed on them alone: the MoE router's, added after the reduction, rounded as Megatron's
  * bf16 autograd sums the two). */
-mgt_status mgt_sublayer_reduce_norm_bwd(mgt_model *m, void *src, const void *x, const mgt_tensor *w, const mgt_tensor *b,
-				       const float *mean, const float *rstd, const void *extra)
+mgt_status mgt_sublayer_reduce_norm_bwd(mgt_model *m, void *src, const void *x, const mgt_tensor *w,
+					const mgt_tensor *b, const float *mean, const float *rstd, const void *extra)
 {
 	void *dy;
 	mgt_status st = mgt_sublayer_tp_reduce(m, src, m->act_t, &dy);

@@ -325,8 +325,8 @@ static mgt_status cross_fwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 	const mgt_backend_ops *o = m->be->ops;
 	const struct t5_state *t = m->t5;
 	const int l = li + m->first_layer, h = (int)m->h, nd = (int)(m->nq_l * m->d), kvn = (int)(2 * m->ng_l * m->d);
-	mgt_status st = mgt_sublayer_norm_gather(m, x->ln3, m->act_t, x->mean3, x->rstd3, x->x_sa, T_(m, l, MGT_T_XLN_W),
-					    T_(m, l, MGT_T_XLN_B));
+	mgt_status st = mgt_sublayer_norm_gather(m, x->ln3, m->act_t, x->mean3, x->rstd3, x->x_sa,
+						 T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B));
 	if (st) return st;
 	o->linear_fwd(m->be, x->q, m->act_t, x->ln3, m->act_t, W(m, T_(m, l, MGT_T_XQ_W)), WT(m), P(m, T_(m, l, MGT_T_XQ_B)),
 		      m->T, h, nd);
@@ -336,7 +336,7 @@ static mgt_status cross_fwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 	o->attn_forward(m->be, &xa, x->ctx, x->lse, x->q, x->kv);
 	o->linear_fwd(m->be, m->dtmp_h, m->act_t, x->ctx, m->act_t, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, m->T, nd, h);
 	return mgt_sublayer_reduce_bda(m, m->cur->la[li].x_mid, x->x_sa, T_(m, l, MGT_T_XPROJ_B), train,
-				  mgt_sublayer_site_key(m, l, 5), m->act_t);
+				       mgt_sublayer_site_key(m, l, 5), m->act_t);
 }
 
 /* Its backward: dres (the gradient of x_mid) becomes x_sa's; H's gradient added into dH (written
@@ -360,8 +360,8 @@ static mgt_status cross_bwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 	if (!first) o->add(m->be, ts->dH, m->dtmp_h, at, (size_t)Te * (size_t)h);
 	o->linear_bwd(m->be, m->dtmp_h, at, G(m, qw), G(m, T_(m, l, MGT_T_XQ_B)), m->dbig, at, x->ln3, at, W(m, qw), WT(m),
 		      m->T, h, nd);
-	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, x->x_sa, T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B), x->mean3,
-					   x->rstd3, NULL);
+	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, x->x_sa, T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B),
+					    x->mean3, x->rstd3, NULL);
 }
 
 mgt_status mgt_t5_forward(mgt_model *m, bool train)
