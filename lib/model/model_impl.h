@@ -1,11 +1,13 @@
 /* lib/model/model_impl.h: the model chunk's internals, shared by lib/model's files.  Not a public
- * header.  The files call each other downwards only:
- *   stack.c (dispatch: upload, forward, backward, recomputation, outputs), infer.c (inference)
- *   -> chunk.c (dimensions, buffers, accessors), t5.c (the encoder-decoder recipe)
- *   -> embed_head.c (embedding, heads) -> bert.c (BERT's heads)
- *   -> layer_attn.c, layer_mlp.c (the layer kinds) -> moe.c (MoE layers)
- *   -> sublayer.c (TP reductions, norms, bias-dropout-add, linears) -> cp.c, fp8lin.c
- *   -> arena.c (backend memory counted in the dry pass), table.c, families.c. */
+ * header.  A file calls only files of the levels below its own:
+ *   stack.c (dispatch: upload, forward and backward by recipe, recomputation, outputs), infer.c
+ *   chunk.c (dimensions, layout checks, buffers sized in the dry pass, accessors, free)
+ *   t5.c (the encoder-decoder recipe: two stacks and cross-attention)
+ *   embed_head.c (embedding, heads), layer_attn.c, layer_mlp.c (the layer kinds)
+ *   bert.c (BERT's heads), moe.c, moe_route.c (MoE layers)
+ *   sublayer.c (TP reductions and gathers, norms, bias-dropout-add, linears, cross entropy)
+ *   cp.c (context-parallel attention), fp8lin.c (fp8 linears)
+ *   arena.c (backend memory, counted in the dry pass), table.c, families.c, moe_config.c */
 #ifndef MGT_MODEL_IMPL_H
 #define MGT_MODEL_IMPL_H
 
