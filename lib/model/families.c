@@ -55,9 +55,9 @@ mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f)
 /* ---- mgt's model families ---- */
 
 static const mgt_family families[] = {
-	{"gpt", "GPT", MGT_STACK_DECODER, true, false, false, MGT_HF_FROM_LAYERS},
-	{"bert", "BERT", MGT_STACK_ENCODER, false, false, true, MGT_HF_MEGATRON_BERT},
-	{"t5", "T5", MGT_STACK_ENCODER_DECODER, false, true, false, MGT_HF_NONE},
+	{"gpt", "GPT", MGT_STACK_DECODER, true, false, false, MGT_HF_FROM_LAYERS, false},
+	{"bert", "BERT", MGT_STACK_ENCODER, false, false, true, MGT_HF_MEGATRON_BERT, true},
+	{"t5", "T5", MGT_STACK_ENCODER_DECODER, false, true, false, MGT_HF_NONE, true},
 };
 
 const mgt_family *mgt_family_find(const char *name)

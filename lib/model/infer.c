@@ -1,14 +1,19 @@
 /* lib/model/infer.c: the inference forward with a key/value cache (model.h, "inference").
  *
- * The same backend ops as the training forward of gpt.c (embedding, norms, fused QKV, head
- * norms, RoPE, bias-activation, bias-add residual), in place on one residual buffer, with
- * attention through the attn_decode op against the cache.  No dropout.  Activations are [T, .]
- * rows of the tokens fed by one call; nothing of a call survives it but the cache.
+ * The same backend ops as the training forward (embed_head.c, layer_attn.c, layer_mlp.c:
+ * embedding, norms, fused QKV, head norms, RoPE, bias-activation, bias-add residual), in place
+ * on one residual buffer, with attention through the attn_decode op against the cache.  No
+ * dropout.  Activations are [T, .] rows of the tokens fed by one call; nothing of a call
+ * survives it but the cache.
  */
 #include "model_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Whether m is an encoder-decoder (T5: the cache serves the decoder's layers, which also attend
+ * to the encoder's output). */
+static bool enc_dec(const mgt_model *m) { return m->fam->recipe == MGT_STACK_ENCODER_DECODER; }
 
 /* Scratch activations of one call, for up to cap tokens and rcap logits rows. */
 typedef struct {
@@ -98,7 +103,7 @@ static mgt_status scratch_reserve(mgt_kv_cache *kv, int T)
 		w->kmean = SF(rows); w->krstd = SF(rows);
 	}
 	w->tok = (int32_t *)SF(t); w->seq = (int32_t *)SF(t); w->pos = (int32_t *)SF(t);
-	if (m->t5) w->lse = SF(t * (size_t)m->nq_l);
+	if (enc_dec(m)) w->lse = SF(t * (size_t)m->nq_l);
 #undef SF
 	kv->bytes += kv->wbytes;
 	if (!st) kv->cap = T;
@@ -146,12 +151,12 @@ mgt_status mgt_kv_cache_create(mgt_kv_cache **out, mgt_model *m, int B, int S)
 		memset(kv->len, 0, (size_t)B * sizeof *kv->len);
 	}
 	size_t per = (size_t)B * (size_t)m->ng_l * (size_t)S * (size_t)m->d * sizeof(float);
-	for (int l = m->t5 ? m->n_layers / 2 : 0; !st && l < m->n_layers; l++) { /* T5: the decoder's */
+	for (int l = enc_dec(m) ? m->n_layers / 2 : 0; !st && l < m->n_layers; l++) { /* T5: the decoder's */
 		kv->k[l] = kv_alloc(kv, per, &kv->bytes, &st);
 		kv->v[l] = kv_alloc(kv, per, &kv->bytes, &st);
 	}
-	if (!st && m->t5 && !(kv->xk = mgt_malloc(nl * sizeof *kv->xk))) st = MGT_ERR_NOMEM;
-	if (!st && m->t5) memset(kv->xk, 0, nl * sizeof *kv->xk);
+	if (!st && enc_dec(m) && !(kv->xk = mgt_malloc(nl * sizeof *kv->xk))) st = MGT_ERR_NOMEM;
+	if (!st && enc_dec(m)) memset(kv->xk, 0, nl * sizeof *kv->xk);
 	if (st) {
 		mgt_kv_cache_free(kv);
 		return st;
@@ -356,7 +361,7 @@ static mgt_status xk_reserve(mgt_model *m, mgt_kv_cache *kv, int Se)
 
 mgt_status mgt_model_encode(mgt_model *m, mgt_kv_cache *kv, int Se, const int32_t *tokens, const uint8_t *mask)
 {
-	if (!m->t5 || kv->m != m) return mgt_err(MGT_ERR_USAGE, "mgt_model_encode: a T5 model and its own cache");
+	if (!enc_dec(m) || kv->m != m) return mgt_err(MGT_ERR_USAGE, "mgt_model_encode: a T5 model and its own cache");
 	const mgt_tensor *pe = m->glob[MGT_T_POS_EMB];
 	if (Se < 1 || Se > mgt_t5_enc_len(m) || (pe && Se > pe->shape[0]))
 		return mgt_err(MGT_ERR_USAGE, "mgt_model_encode: %d positions: expected 1 to the encoder's %d", Se, mgt_t5_enc_len(m));
@@ -422,7 +427,7 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 		if (rows[k] < 0 || rows[k] >= T)
 			return mgt_err(MGT_ERR_USAGE, "mgt_model_infer: logits row %d outside the %d tokens", rows[k], T);
 	double t0 = mgt_now();
-	mgt_status st = m->t5 ? check_t5_feed(kv, T, seq) : MGT_OK;
+	mgt_status st = enc_dec(m) ? check_t5_feed(kv, T, seq) : MGT_OK;
 	if (!st) st = check_feed(kv, T, tokens, seq, pos);
 	if (!st) st = scratch_reserve(kv, T);
 	if (!st) st = logits_reserve(kv, nrows);
@@ -431,9 +436,9 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 	if (st) return st;
 	mgt_model_lp_refresh(m); /* --apply-layernorm-1p's 1 + w after a change of the parameters */
 	infer_embed(m, kv, T);
-	for (int li = m->t5 ? m->n_layers / 2 : 0; !st && li < m->n_layers; li++) { /* T5: the decoder's */
+	for (int li = enc_dec(m) ? m->n_layers / 2 : 0; !st && li < m->n_layers; li++) { /* T5: the decoder's */
 		infer_attn(m, kv, li, T);
-		if (m->t5) dec_cross(m, kv, li, T);
+		if (enc_dec(m)) dec_cross(m, kv, li, T);
 		st = infer_mlp(m, kv, li, T);
 	}
 	if (nrows) st = infer_head(m, kv, T, nrows, rows, logits);

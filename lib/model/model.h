@@ -121,13 +121,17 @@ int mgt_t5_relative_bucket(int64_t rel, bool bidirectional, int num_buckets, int
  *                 bias (bert_lm_head.py), the pooler and binary head with bert_binary_head
  *   hf            the Hugging Face family (mgt_hf_family) that holds it: MGT_HF_MEGATRON_BERT
  *                 for BERT; MGT_HF_FROM_LAYERS: chosen from the layers' options (GPT: gpt2,
- *                 llama, ...); MGT_HF_NONE: no transformers class computes it (Megatron's T5) */
+ *                 llama, ...); MGT_HF_NONE: no transformers class computes it (Megatron's T5)
+ *   bias_gelu_tanh  with linear biases (and without --no-bias-gelu-fusion) the MLP's GELU is the
+ *                 tanh approximation, as Megatron's bias-GELU fusion computes it for BERT and T5
+ *                 (megatron/core/fusions/fused_bias_gelu.py); GPT's is exact unless --openai-gelu */
 typedef enum { MGT_STACK_DECODER, MGT_STACK_ENCODER, MGT_STACK_ENCODER_DECODER } mgt_stack_recipe;
 typedef struct mgt_family {
 	const char *name, *title;
 	mgt_stack_recipe recipe;
 	bool moe, relative_positions, lm_head;
 	int hf;
+	bool bias_gelu_tanh;
 } mgt_family;
 enum { MGT_HF_NONE = -1, MGT_HF_FROM_LAYERS = -2 };
 /* The row named name ("" is "gpt"; static storage), or NULL when it names no family. */
@@ -605,7 +609,7 @@ double mgt_model_flops(const mgt_model_config *c, int64_t gbs);
 
 
 /* ---- inference with a key/value cache (lib/model/infer.c) ----
- * The training forward (gpt.c) without dropout, for generation: new tokens
+ * The training forward (lib/model/stack.c) without dropout, for generation: new tokens
  * are fed a few at a time (a prompt at once, then one token per step), each layer's keys and
  * values of earlier positions are kept in a cache instead of being recomputed (Megatron-Core's
  * inference key/value memory, megatron/core/transformer/attention.py

@@ -1,5 +1,13 @@
-/* lib/model/model_impl.h: the model chunk's internals, shared by gpt.c (training forward and
- * backward) and infer.c (inference with a key/value cache).  Not a public header. */
+/* lib/model/model_impl.h: the model chunk's internals, shared by lib/model's files.  Not a public
+ * header.  A file calls only files of the levels below its own:
+ *   stack.c (dispatch: upload, forward and backward by recipe, recomputation, outputs), infer.c
+ *   chunk.c (dimensions, layout checks, buffers sized in the dry pass, accessors, free)
+ *   t5.c (the encoder-decoder recipe: two stacks and cross-attention)
+ *   embed_head.c (embedding, heads), layer_attn.c, layer_mlp.c (the layer kinds)
+ *   bert.c (BERT's heads), moe.c, moe_route.c (MoE layers)
+ *   sublayer.c (TP reductions and gathers, norms, bias-dropout-add, linears, cross entropy)
+ *   cp.c (context-parallel attention), fp8lin.c (fp8 linears)
+ *   arena.c (backend memory, counted in the dry pass), table.c, families.c, moe_config.c */
 #ifndef MGT_MODEL_IMPL_H
 #define MGT_MODEL_IMPL_H
 
@@ -42,6 +50,7 @@ typedef struct {
 
 struct mgt_model {
 	mgt_model_config c;
+	const mgt_family *fam;     /* c.family's row (families.c): recipe, heads; the chunk tests its fields */
 	mgt_model_layout L;
 	mgt_tensor_table tt;
 	mgt_backend *be;
@@ -77,7 +86,7 @@ struct mgt_model {
 	const mgt_tensor *glob[MGT_T_NROLES];
 	int first_layer, n_layers;
 	slot_act *sa, *cur;
-	/* activation recomputation scratch, shared by the slots (gpt.c alloc_recompute): FULL
+	/* activation recomputation scratch, shared by the slots (chunk.c alloc_recompute): FULL
 	 * rc_n layers' buffers (the largest recompute group; x_in of its first layer is the slot's);
 	 * SELECTIVE one layer's ctx and lse; NULL and 0 without recomputation */
 	layer_act *rc;
@@ -125,6 +134,10 @@ struct mgt_model {
 	 * encoder's, the rest the decoder's; s, T, Th and r0 above (and the slot's tokens, pos and
 	 * kmask) are the current stack's, switched by mgt_t5_dims */
 	struct t5_state *t5;
+	/* the self-attention's relative position bias [2 s - 1, heads] (mgt_attn.bias) of the current
+	 * stack and its gradient's accumulator, set by t5.c's mgt_t5_dims; NULL without */
+	const float *attn_bias;
+	float *attn_dbias;
 };
 
 static inline float *P(mgt_model *m, const mgt_tensor *t) { return t ? m->params + t->offset : NULL; }
@@ -149,6 +162,9 @@ static inline const float *NW(mgt_model *m, const mgt_tensor *t)
 	if (!t || !m->nw1) return P(m, t);
 	return m->nw1 + m->nw_off[t - m->tt.t];
 }
+
+/* A dropout probability as applied: p in training, 0 otherwise. */
+static inline float drop_p(bool train, double p) { return train ? (float)p : 0.0f; }
 
 static inline const mgt_tensor *T_(const mgt_model *m, int l, mgt_tensor_role role)
 {
@@ -240,7 +256,7 @@ void mgt_bert_free(mgt_model *m);
 void mgt_bert_set_batch(mgt_model *m, const mgt_microbatch *mb);
 mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, bool train, double *loss);
 mgt_status mgt_bert_head_bwd(mgt_model *m, const void *lnf, void *dlnf, float scale);
-/* gpt.c for bert.c: the vocab-parallel cross entropy of the current slot's logits against its
+/* sublayer.c for bert.c and the head: the vocab-parallel cross entropy of the current slot's logits against its
  * labels and mask (xent_max, the TP max, xent_stats, the TP sums, xent_loss: *sum = the masked
  * sum); an in-place TP all-reduce (sum) of n elements of type t. */
 mgt_status mgt_model_xent(mgt_model *m, double *sum);
@@ -251,7 +267,7 @@ mgt_status mgt_model_tp_allreduce(mgt_model *m, void *x, size_t n, mgt_elem_type
  * on a T5 chunk, nothing otherwise; USAGE for a layout T5 does not run under (naming the flag).
  * mgt_t5_dims: the chunk's s, T, Th, r0 (and the current slot's tokens, positions and key mask)
  * set to the encoder's (T5_ENC), the decoder's (T5_DEC) or the larger of each (T5_MAX: what the
- * shared scratch is sized by).  mgt_t5_alloc / _free: the per-slot buffers (both stacks' inputs,
+ * shared scratch is sized by; nothing on a chunk that is not T5).  mgt_t5_alloc / _free: the per-slot buffers (both stacks' inputs,
  * the encoder output and its gradient, the decoder layers' cross-attention activations) through
  * mgt_model_balloc.  mgt_t5_upload: the micro-batch's encoder and decoder arrays into the current
  * slot.  mgt_t5_forward: the encoder, its final norm, the decoder's layers (the caller runs the
@@ -265,9 +281,6 @@ void mgt_t5_free(mgt_model *m);
 mgt_status mgt_t5_upload(mgt_model *m, const mgt_microbatch *mb);
 mgt_status mgt_t5_forward(mgt_model *m, bool train);
 mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale);
-/* The current stack's relative position bias [2 s - 1, heads] for attn_forward (mgt_attn.bias) and (*dbias) its
- * gradient's accumulator; NULL (and *dbias untouched) without relative positions. */
-const float *mgt_t5_attn_bias(const mgt_model *m, float **dbias);
 /* Whether m is a T5 chunk with --position-embedding-type relative. */
 bool mgt_t5_relative(const mgt_model *m);
 /* Stack k's (0 encoder, 1 decoder) relative position bias for attention over s positions (the
@@ -279,30 +292,83 @@ mgt_status mgt_t5_rel_bias(mgt_model *m, int k, int s, float *bias, int32_t *idx
 int mgt_t5_enc_len(const mgt_model *m);
 const mgt_tensor *mgt_t5_enc_norm(const mgt_model *m, bool bias);
 
-/* gpt.c's pieces that t5.c runs (see gpt.c): a layer's self-attention block (output to out) and
- * MLP block and their backwards, the embedding into x0 with dropout key `key`, the head, a norm
- * gathered over TP, a row-parallel output's reduction and bias-dropout-add and its backward, the
- * TP reduction of a [T, h] gradient, a norm's backward from the partial gradient src, the
- * dropout key of a site. */
-mgt_status mgt_gpt_attn_fwd(mgt_model *m, int li, bool train, void *out);
-mgt_status mgt_gpt_mlp_fwd(mgt_model *m, int li, bool train, void *out);
-mgt_status mgt_gpt_attn_bwd(mgt_model *m, int li, bool train);
-mgt_status mgt_gpt_mlp_bwd(mgt_model *m, int li, bool train);
-mgt_status mgt_gpt_embed_fwd(mgt_model *m, bool train, void *x0, uint64_t key);
-mgt_status mgt_gpt_embed_bwd(mgt_model *m, bool train, uint64_t key);
-mgt_status mgt_gpt_head_fwd(mgt_model *m, bool train, double *loss_sum);
-mgt_status mgt_gpt_head_bwd(mgt_model *m, float scale);
-mgt_status mgt_gpt_norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *mean, float *rstd, const void *x,
-			       const mgt_tensor *w, const mgt_tensor *b);
-mgt_status mgt_gpt_reduce_bda(mgt_model *m, void *out, const void *resid, const mgt_tensor *bias, bool train,
-			      uint64_t key, mgt_elem_type yt);
-mgt_status mgt_gpt_bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool train, uint64_t key, mgt_elem_type t);
-mgt_status mgt_gpt_tp_reduce(mgt_model *m, void *full, mgt_elem_type t, void **out);
-mgt_status mgt_gpt_reduce_norm_bwd_src(mgt_model *m, void *src, const void *x, const mgt_tensor *w, const mgt_tensor *b,
-				       const float *mean, const float *rstd, const void *extra);
-uint64_t mgt_gpt_site_key(const mgt_model *m, int l, int site);
+/* ---- sublayer.c: the pieces the layer kinds, heads and recipes share ----
+ * mgt_sublayer_site_key: the dropout key of site `site` of layer l (l = -1: the embedding).
+ * mgt_sublayer_tp_reduce: sum the partial [T, h] results in full (of type t) over TP: all-reduce
+ * in place (*out = full) or, under SP, reduce-scatter this rank's rows into dloc (*out = dloc).
+ * mgt_sublayer_tp_gather: under SP, gather every TP rank's rows [Th, h] (of type t) into full
+ * [T, h].  mgt_sublayer_grad_part: where a [Th, h] gradient goes before that gather into dtmp_h.
+ * mgt_sublayer_bda_fwd / _bda_bwd: bias-dropout-add on this rank's residual rows (out, resid and
+ * dres of res_t; y and dy of type yt / dyt), each dropout element indexed by its global row.
+ * mgt_sublayer_norm_gather: the norm of this rank's rows x (res_t) into full [T, h] of type t,
+ * gathered under SP.  mgt_sublayer_reduce_bda: out = resid + dropout(reduce_TP(dtmp_h) + bias), the
+ * row-parallel output (type yt) and its bda.  mgt_sublayer_bda_bwd_gather: dtmp_h [T, h] (type t)
+ * = the gradient of a row-parallel output before its bda, gathered under SP.
+ * mgt_sublayer_reduce_norm_bwd: dres += d(norm input) from the partial [T, h] gradient in src (act_t)
+ * of the norm's output, reduced over TP (plus, when not NULL, extra: this rank's [Th, h] rows of a
+ * gradient computed on them alone, the MoE router's).  mgt_sublayer_lin_fwd: linear j (0 qkv,
+ * 1 proj, 2 fc1, 3 fc2) of local layer li, y [T, out] = x [T, in] . w^T (+ b), in fp8 (fp8lin.c)
+ * or by the backend; mgt_sublayer_lin_bwd: its backward (dx written, dw and db accumulated).
+ * mgt_sublayer_norm_dst: where a norm feeding linear_qkv or linear_fc1 writes (buf, or under fp8
+ * fp8lin.c's fp32 scratch) and its type *t.  Errors: the communicators' (MGT_ERR_IO). */
+uint64_t mgt_sublayer_site_key(const mgt_model *m, int l, int site);
+mgt_status mgt_sublayer_tp_reduce(mgt_model *m, void *full, mgt_elem_type t, void **out);
+mgt_status mgt_sublayer_tp_gather(mgt_model *m, void *full, const void *part, mgt_elem_type t);
+void *mgt_sublayer_grad_part(mgt_model *m);
+void mgt_sublayer_bda_fwd(mgt_model *m, void *out, const void *resid, const void *y, mgt_elem_type yt, const float *b,
+			  float p, uint64_t key);
+void mgt_sublayer_bda_bwd(mgt_model *m, void *dy, mgt_elem_type dyt, float *db, float p, uint64_t key);
+mgt_status mgt_sublayer_norm_gather(mgt_model *m, void *full, mgt_elem_type t, float *mean, float *rstd, const void *x,
+				    const mgt_tensor *w, const mgt_tensor *b);
+mgt_status mgt_sublayer_reduce_bda(mgt_model *m, void *out, const void *resid, const mgt_tensor *bias, bool train,
+				   uint64_t key, mgt_elem_type yt);
+mgt_status mgt_sublayer_bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, bool train, uint64_t key, mgt_elem_type t);
+mgt_status mgt_sublayer_reduce_norm_bwd(mgt_model *m, void *src, const void *x, const mgt_tensor *w, const mgt_tensor *b,
+					const float *mean, const float *rstd, const void *extra);
+mgt_status mgt_sublayer_lin_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,
+				const mgt_tensor *w, const mgt_tensor *b, int in, int out);
+mgt_status mgt_sublayer_lin_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_type dxt, const mgt_tensor *w,
+				const mgt_tensor *b, const void *dy, mgt_elem_type dyt, const void *x, mgt_elem_type xt,
+				int in, int out);
+void *mgt_sublayer_norm_dst(mgt_model *m, int li, void *buf, mgt_elem_type *t);
 
-/* A chunk with its tensor table, roles and dimensions but no buffers (gpt.c model_new). */
+/* ---- the layer kinds (layer_attn.c, layer_mlp.c) ----
+ * Local layer li of the current slot.  mgt_layer_attn_fwd: the self-attention block from x_in,
+ * its output (the residual after attention) to out; mgt_layer_attn_core_fwd: its core attention
+ * alone (ctx and lse from the kept qkv: what selective recomputation reruns).  mgt_layer_mlp_fwd:
+ * the MLP (or MoE) block from x_mid, its output to out (NULL: stop after the activation, for
+ * recomputation).  The backwards take dres (the gradient of the block's output) to the gradient
+ * of its input, accumulating the parameters' gradients.  mgt_layer_attn_numel / _mlp_numel: the
+ * elements of the layer buffer k (LA_*) the kind keeps for local layer li (-1: a dense layer's
+ * in the recomputation scratch), 0 for a buffer it does not use or does not have here (under fp8
+ * the cast keeps the norm output and the activation; an MoE layer's expert activations are
+ * moe.c's); chunk.c sizes the slots with them. */
+size_t mgt_layer_attn_numel(const mgt_model *m, int li, int k);
+size_t mgt_layer_mlp_numel(const mgt_model *m, int li, int k);
+mgt_status mgt_layer_attn_fwd(mgt_model *m, int li, bool train, void *out);
+mgt_status mgt_layer_attn_core_fwd(mgt_model *m, int li, bool train);
+mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train);
+mgt_status mgt_layer_mlp_fwd(mgt_model *m, int li, bool train, void *out);
+mgt_status mgt_layer_mlp_bwd(mgt_model *m, int li, bool train);
+
+/* ---- embedding and head (embed_head.c) ----
+ * mgt_model_embed_fwd: the embedding of the current slot's tokens (positions, token types) into
+ * x0 (this rank's rows, res_t) with its dropout under key; mgt_model_embed_bwd: its backward from
+ * dres.  mgt_model_head_fwd: the final norm and the head (the LM head and cross entropy, or
+ * BERT's heads), *loss_sum the micro-batch's; mgt_model_head_bwd: their backward (losses scaled by
+ * scale) into dres. */
+mgt_status mgt_model_embed_fwd(mgt_model *m, bool train, void *x0, uint64_t key);
+mgt_status mgt_model_embed_bwd(mgt_model *m, bool train, uint64_t key);
+mgt_status mgt_model_head_fwd(mgt_model *m, bool train, double *loss_sum);
+mgt_status mgt_model_head_bwd(mgt_model *m, float scale);
+
+/* ---- activation recomputation groups (chunk.c) ----
+ * mgt_model_rc_full: whether local layer li is recomputed whole (--recompute-granularity full);
+ * mgt_model_rc_group: its group [*g0, *g1). */
+bool mgt_model_rc_full(const mgt_model *m, int li);
+void mgt_model_rc_group(const mgt_model *m, int li, int *g0, int *g1);
+
+/* A chunk with its tensor table, roles and dimensions but no buffers (chunk.c). */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
 			       mgt_backend *be, const mgt_parallel *ps, bool dry);
 /* Allocate the zeroed parameter buffer (and with grads the gradient buffer, and under a 16-bit

@@ -1,5 +1,5 @@
 /* lib/model/t5.c: Megatron-Core's T5Model (megatron/core/models/T5/t5_model.py,
- * t5_spec.py) over gpt.c's layer blocks.
+ * t5_spec.py) over the layer kinds (layer_attn.c, layer_mlp.c) and sublayer.c's pieces.
  *
  * One embedding (word + learned absolute positions) serves both stacks.  The encoder (layers
  * [0, L) of the table) is a stack of pre-LN layers under the key padding mask, then
@@ -12,9 +12,9 @@
  * activations' type, as autograd sums the uses of a bf16 tensor) before the TP reduction and the
  * encoder's final norm.
  *
- * The chunk's s, T, Th, r0 are those of the stack being run (mgt_t5_dims), so that gpt.c's blocks
+ * The chunk's s, T, Th, r0 are those of the stack being run (mgt_t5_dims), so that the layer kinds
  * run unchanged on either: Te = seq_length * b rows for the encoder, Td = decoder_seq_length * b
- * for the decoder.  Dropout sites: gpt.c's per layer (1 attention, 2 after linear_proj, 3 after
+ * for the decoder.  Dropout sites: the layer kinds' per layer (1 attention, 2 after linear_proj, 3 after
  * the MLP), 4 the cross-attention's probabilities, 5 after its linear_proj; the embedding's
  * dropout is site (-1, 0) for the encoder's and (-1, 1) for the decoder's.
  */
@@ -131,10 +131,14 @@ const mgt_tensor *mgt_t5_enc_norm(const mgt_model *m, bool bias) { return bias ?
 
 void mgt_t5_dims(mgt_model *m, int which)
 {
-	const struct t5_state *t = m->t5;
+	struct t5_state *t = m->t5;
+	if (!t) return; /* not a T5 chunk */
 	const int s = which == T5_ENC ? t->se : which == T5_DEC ? t->sd : t->se > t->sd ? t->se : t->sd;
 	const int tp = m->ps->tp;
-	m->t5->cur = which;
+	t->cur = which;
+	/* the stack's relative position bias for self-attention (layer_attn.c) */
+	m->attn_bias = t->rel && which != T5_MAX ? t->bias[which] : NULL;
+	m->attn_dbias = t->rel && which != T5_MAX ? t->dbias[which] : NULL;
 	m->s = s;
 	m->T = s * m->b;
 	m->Th = m->sp ? m->T / tp : m->T;
@@ -199,7 +203,11 @@ static mgt_status alloc_rel(mgt_model *m, int k)
 	return rel_buckets(m, k, s, t->bidx[k]);
 }
 
-bool mgt_t5_relative(const mgt_model *m) { return m->t5 && m->t5->rel; }
+bool mgt_t5_relative(const mgt_model *m)
+{
+	const struct t5_state *t = m->t5;
+	return t && t->rel;
+}
 
 /* bias [nd, heads] = stack k's table rows at the buckets idx [nd]. */
 static void rel_gather(mgt_model *m, int k, int nd, float *bias, const int32_t *idx)
@@ -213,14 +221,6 @@ mgt_status mgt_t5_rel_bias(mgt_model *m, int k, int s, float *bias, int32_t *idx
 	mgt_status st = rel_buckets(m, k, s, idx);
 	if (!st) rel_gather(m, k, 2 * s - 1, bias, idx);
 	return st;
-}
-
-const float *mgt_t5_attn_bias(const mgt_model *m, float **dbias)
-{
-	const struct t5_state *t = m->t5;
-	if (!t || !t->rel || t->cur == T5_MAX) return NULL;
-	*dbias = t->dbias[t->cur];
-	return t->bias[t->cur];
 }
 
 /* Stack k's bias from its table (forward), or its accumulated gradient into the table's (backward). */
@@ -269,6 +269,7 @@ void mgt_t5_free(mgt_model *m)
 	if (!t) return;
 	for (int k = 0; t->sl && k < m->L.slots; k++) {
 		t5_slot *ts = &t->sl[k];
+		if (m->sa) m->sa[k].tokens = NULL, m->sa[k].pos = NULL, m->sa[k].kmask = NULL; /* ours (mgt_t5_dims) */
 		void *p[] = { ts->etok, ts->epos, ts->dtok, ts->dpos, ts->ekm, ts->eout, ts->H, ts->dH, ts->meane, ts->rstde };
 		for (size_t i = 0; i < sizeof p / sizeof *p; i++) bfree(m, p[i]);
 		for (int i = 0; ts->x && i < t->L; i++) {
@@ -306,8 +307,6 @@ mgt_status mgt_t5_upload(mgt_model *m, const mgt_microbatch *mb)
 	return st;
 }
 
-static float drop(bool train, double p) { return train ? (float)p : 0.0f; }
-
 /* The decoder's cross-attention over the encoder's output (backend.h attn_forward, MGT_ATTN_CROSS):
  * sd decoder positions against se encoder positions under the encoder's key mask, types act_t. */
 static mgt_attn cross_attn(const mgt_model *m, const t5_slot *ts, float p, uint64_t key)
@@ -326,18 +325,18 @@ static mgt_status cross_fwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 	const mgt_backend_ops *o = m->be->ops;
 	const struct t5_state *t = m->t5;
 	const int l = li + m->first_layer, h = (int)m->h, nd = (int)(m->nq_l * m->d), kvn = (int)(2 * m->ng_l * m->d);
-	mgt_status st = mgt_gpt_norm_gather(m, x->ln3, m->act_t, x->mean3, x->rstd3, x->x_sa, T_(m, l, MGT_T_XLN_W),
-					    T_(m, l, MGT_T_XLN_B));
+	mgt_status st = mgt_sublayer_norm_gather(m, x->ln3, m->act_t, x->mean3, x->rstd3, x->x_sa,
+						 T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B));
 	if (st) return st;
 	o->linear_fwd(m->be, x->q, m->act_t, x->ln3, m->act_t, W(m, T_(m, l, MGT_T_XQ_W)), WT(m), P(m, T_(m, l, MGT_T_XQ_B)),
 		      m->T, h, nd);
 	o->linear_fwd(m->be, x->kv, m->act_t, ts->H, m->act_t, W(m, T_(m, l, MGT_T_XKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_XKV_B)), t->se * m->b, h, kvn);
-	const mgt_attn xa = cross_attn(m, ts, drop(train, m->c.attention_dropout), mgt_gpt_site_key(m, l, 4));
+	const mgt_attn xa = cross_attn(m, ts, drop_p(train, m->c.attention_dropout), mgt_sublayer_site_key(m, l, 4));
 	o->attn_forward(m->be, &xa, x->ctx, x->lse, x->q, x->kv);
 	o->linear_fwd(m->be, m->dtmp_h, m->act_t, x->ctx, m->act_t, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, m->T, nd, h);
-	return mgt_gpt_reduce_bda(m, m->cur->la[li].x_mid, x->x_sa, T_(m, l, MGT_T_XPROJ_B), train,
-				  mgt_gpt_site_key(m, l, 5), m->act_t);
+	return mgt_sublayer_reduce_bda(m, m->cur->la[li].x_mid, x->x_sa, T_(m, l, MGT_T_XPROJ_B), train,
+				       mgt_sublayer_site_key(m, l, 5), m->act_t);
 }
 
 /* Its backward: dres (the gradient of x_mid) becomes x_sa's; H's gradient added into dH (written
@@ -349,20 +348,20 @@ static mgt_status cross_bwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 	const int l = li + m->first_layer, h = (int)m->h, nd = (int)(m->nq_l * m->d), kvn = (int)(2 * m->ng_l * m->d);
 	const int Te = t->se * m->b;
 	const mgt_elem_type at = m->act_t;
-	const float p = drop(train, m->c.attention_dropout);
-	mgt_status st = mgt_gpt_bda_bwd_gather(m, T_(m, l, MGT_T_XPROJ_B), train, mgt_gpt_site_key(m, l, 5), at);
+	const float p = drop_p(train, m->c.attention_dropout);
+	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_XPROJ_B), train, mgt_sublayer_site_key(m, l, 5), at);
 	if (st) return st;
 	const mgt_tensor *pw = T_(m, l, MGT_T_XPROJ_W), *qw = T_(m, l, MGT_T_XQ_W), *kw = T_(m, l, MGT_T_XKV_W);
 	o->linear_bwd(m->be, m->dctx, at, G(m, pw), NULL, m->dtmp_h, at, x->ctx, at, W(m, pw), WT(m), m->T, nd, h);
-	const mgt_attn xa = cross_attn(m, ts, p, mgt_gpt_site_key(m, l, 4));
+	const mgt_attn xa = cross_attn(m, ts, p, mgt_sublayer_site_key(m, l, 4));
 	o->attn_backward(m->be, &xa, m->dbig, t->dkv, m->dctx, x->q, x->kv, x->ctx, x->lse);
 	o->linear_bwd(m->be, first ? ts->dH : m->dtmp_h, at, G(m, kw), G(m, T_(m, l, MGT_T_XKV_B)), t->dkv, at, ts->H, at,
 		      W(m, kw), WT(m), Te, h, kvn);
 	if (!first) o->add(m->be, ts->dH, m->dtmp_h, at, (size_t)Te * (size_t)h);
 	o->linear_bwd(m->be, m->dtmp_h, at, G(m, qw), G(m, T_(m, l, MGT_T_XQ_B)), m->dbig, at, x->ln3, at, W(m, qw), WT(m),
 		      m->T, h, nd);
-	return mgt_gpt_reduce_norm_bwd_src(m, m->dtmp_h, x->x_sa, T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B), x->mean3,
-					   x->rstd3, NULL);
+	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, x->x_sa, T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B),
+					    x->mean3, x->rstd3, NULL);
 }
 
 mgt_status mgt_t5_forward(mgt_model *m, bool train)
@@ -374,19 +373,19 @@ mgt_status mgt_t5_forward(mgt_model *m, bool train)
 	mgt_t5_dims(m, T5_ENC);
 	rel_table(m, 0, false);
 	rel_table(m, 1, false);
-	mgt_status st = mgt_gpt_embed_fwd(m, train, sa->la[0].x_in, mgt_gpt_site_key(m, -1, 0));
+	mgt_status st = mgt_model_embed_fwd(m, train, sa->la[0].x_in, mgt_sublayer_site_key(m, -1, 0));
 	for (int li = 0; !st && li < L; li++) {
-		st = mgt_gpt_attn_fwd(m, li, train, sa->la[li].x_mid);
-		if (!st) st = mgt_gpt_mlp_fwd(m, li, train, li + 1 < L ? sa->la[li + 1].x_in : ts->eout);
+		st = mgt_layer_attn_fwd(m, li, train, sa->la[li].x_mid);
+		if (!st) st = mgt_layer_mlp_fwd(m, li, train, li + 1 < L ? sa->la[li + 1].x_in : ts->eout);
 	}
-	if (!st) st = mgt_gpt_norm_gather(m, ts->H, m->act_t, ts->meane, ts->rstde, ts->eout, t->efw, t->efb);
+	if (!st) st = mgt_sublayer_norm_gather(m, ts->H, m->act_t, ts->meane, ts->rstde, ts->eout, t->efw, t->efb);
 	mgt_t5_dims(m, T5_DEC);
-	if (!st) st = mgt_gpt_embed_fwd(m, train, sa->la[L].x_in, mgt_gpt_site_key(m, -1, 1));
+	if (!st) st = mgt_model_embed_fwd(m, train, sa->la[L].x_in, mgt_sublayer_site_key(m, -1, 1));
 	for (int li = L; !st && li < 2 * L; li++) {
 		t5_xlayer *x = &ts->x[li - L];
-		st = mgt_gpt_attn_fwd(m, li, train, x->x_sa);
+		st = mgt_layer_attn_fwd(m, li, train, x->x_sa);
 		if (!st) st = cross_fwd(m, li, train, ts, x);
-		if (!st) st = mgt_gpt_mlp_fwd(m, li, train, li + 1 < 2 * L ? sa->la[li + 1].x_in : sa->res_out);
+		if (!st) st = mgt_layer_mlp_fwd(m, li, train, li + 1 < 2 * L ? sa->la[li + 1].x_in : sa->res_out);
 	}
 	return st;
 }
@@ -398,25 +397,25 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
 	const int L = t->L;
 	mgt_t5_dims(m, T5_DEC);
 	rel_zero(m, 1);
-	mgt_status st = mgt_gpt_head_bwd(m, scale);
+	mgt_status st = mgt_model_head_bwd(m, scale);
 	for (int li = 2 * L - 1; !st && li >= L; li--) {
-		st = mgt_gpt_mlp_bwd(m, li, train);
+		st = mgt_layer_mlp_bwd(m, li, train);
 		if (!st) st = cross_bwd(m, li, train, ts, &ts->x[li - L], li == 2 * L - 1);
-		if (!st) st = mgt_gpt_attn_bwd(m, li, train);
+		if (!st) st = mgt_layer_attn_bwd(m, li, train);
 	}
-	if (!st) st = mgt_gpt_embed_bwd(m, train, mgt_gpt_site_key(m, -1, 1));
+	if (!st) st = mgt_model_embed_bwd(m, train, mgt_sublayer_site_key(m, -1, 1));
 	if (!st) rel_table(m, 1, true);
 	mgt_t5_dims(m, T5_ENC);
 	rel_zero(m, 0);
 	if (!st) {
 		m->be->ops->zero(m->be, m->dres, (size_t)m->Th * (size_t)m->h * mgt_elem_size(m->res_t));
-		st = mgt_gpt_reduce_norm_bwd_src(m, ts->dH, ts->eout, t->efw, t->efb, ts->meane, ts->rstde, NULL);
+		st = mgt_sublayer_reduce_norm_bwd(m, ts->dH, ts->eout, t->efw, t->efb, ts->meane, ts->rstde, NULL);
 	}
 	for (int li = L - 1; !st && li >= 0; li--) {
-		st = mgt_gpt_mlp_bwd(m, li, train);
-		if (!st) st = mgt_gpt_attn_bwd(m, li, train);
+		st = mgt_layer_mlp_bwd(m, li, train);
+		if (!st) st = mgt_layer_attn_bwd(m, li, train);
 	}
-	if (!st) st = mgt_gpt_embed_bwd(m, train, mgt_gpt_site_key(m, -1, 0));
+	if (!st) st = mgt_model_embed_bwd(m, train, mgt_sublayer_site_key(m, -1, 0));
 	if (!st) rel_table(m, 0, true);
 	mgt_t5_dims(m, T5_DEC);
 	return st;
