@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool trainer_bert(const trainer *t) { return mgt_model_is_bert(&t->a->model); }
-bool trainer_t5(const trainer *t) { return mgt_model_is_t5(&t->a->model); }
+/* The family's recipe picks the dataset: BERT's (encoder) or T5's (encoder-decoder). */
+bool trainer_bert(const trainer *t) { return mgt_model_family(&t->a->model)->recipe == MGT_STACK_ENCODER; }
+bool trainer_t5(const trainer *t) { return mgt_model_family(&t->a->model)->recipe == MGT_STACK_ENCODER_DECODER; }
 bool trainer_masked(const trainer *t) { return trainer_bert(t) || trainer_t5(t); }
 
 /* What the dataset needs of the tokenizer (mgt_masked_vocab_from_tok): every id, "##" pieces, specials. */
