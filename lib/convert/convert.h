@@ -111,7 +111,10 @@ mgt_status mgt_export_gguf(const mgt_export_opts *o);
  * copies of the largest tensor, the embedding, or of the largest expert dataset).
  *
  * Use: mgt_source_open, then mgt_source_metadata / mgt_source_count / mgt_source_tensor (the
- * list) / mgt_source_read (boxes, any order), then mgt_source_close.  Not thread-safe. */
+ * list) / mgt_source_read (boxes, any order), then mgt_source_close.  Not thread-safe.
+ * Readers: mgt-eval (--load, --hf), mgt-train (--load, --pretrained-checkpoint), mgt-export, and
+ * mgt-ckpt-convert both ways (Hugging Face -> mgt reads each tensor whole through a source over
+ * its open directory, then shards it; mgt -> Hugging Face reads the checkpoint's rows). */
 typedef struct mgt_source mgt_source;
 
 /* Open dir: a Hugging Face directory (config.json) or an mgt checkpoint directory (its

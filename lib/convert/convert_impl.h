@@ -26,6 +26,7 @@ typedef struct {
 	char *tmp;                 /* OUT.tmp.PID */
 	unsigned buffers;          /* GPT-2 mask buffers seen: bit 0 attn.bias, bit 1 attn.masked_bias */
 	bool in_place;             /* read in place (mgt_source): tokenizer files as the directory's own */
+	mgt_source *src;           /* Hugging Face -> mgt: the tensors, read through cv_source_over_hf */
 } hf_in;
 
 typedef struct {
@@ -58,6 +59,13 @@ void cv_hf_close(hf_in *h);
  * directory records (malloc'd; NULL: out of memory). */
 mgt_status cv_hf_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst);
 char *cv_hf_metadata(hf_in *h);
+
+/* source.c: a model source over the open directory h (kind 1; h stays the caller's and must
+ * outlive s; no metadata text), and the whole tensor name (a row [g->shape], or an expert
+ * dataset [E, rows, cols]) made from its sources: float32, owned by s, valid until the next read
+ * of another tensor.  Errors: those of mgt_source_open and mgt_source_read. */
+mgt_status cv_source_over_hf(hf_in *h, mgt_source **out);
+mgt_status cv_source_whole(mgt_source *s, const char *name, const float **out);
 
 /* Reading a model source (h->o->load_dir: an mgt checkpoint at ckpt_step, or a Hugging Face
  * directory read in place, mgt_source): metadata, arguments, family, whole-model table; experts

@@ -91,9 +91,9 @@ static const float *box_data(const mgt_tensor *g, const float *whole, const int6
 	return b->piece;
 }
 
-/* Write each rank's pieces of the global tensor g (row of the full table; b->whole holds it):
+/* Write each rank's pieces of the global tensor g (row of the full table, whole [g->shape]):
  * the dense rows on expert-parallel rank 0 only; never the last stage's tied word embeddings. */
-static mgt_status scatter(hf_in *h, const mgt_tensor *g, scratch *b)
+static mgt_status scatter(hf_in *h, const mgt_tensor *g, const float *whole, scratch *b)
 {
 	for (int r = 0; r < h->nranks; r++) {
 		const mgt_tensor *x = mgt_tensor_table_find(&h->ranks[r], g->name);
@@ -103,7 +103,7 @@ static mgt_status scatter(hf_in *h, const mgt_tensor *g, scratch *b)
 		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
 		for (int k = 0; k < nb; k++) {
 			mgt_ckpt_piece p = {.name = g->name, .ndim = g->ndim, .dtype = MGT_CKPT_F32,
-					    .data = box_data(g, b->whole, off[k], shape[k], b)};
+					    .data = box_data(g, whole, off[k], shape[k], b)};
 			if (!p.data) return MGT_ERR_NOMEM;
 			for (int d = 0; d < g->ndim; d++) {
 				p.global_shape[d] = g->shape[d];
@@ -135,10 +135,12 @@ mgt_status cv_hf_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst)
 	return st;
 }
 
+/* Row g made whole from its Hugging Face sources (the source, cv_source_whole), then scattered. */
 static mgt_status convert_row(hf_in *h, const mgt_tensor *g, scratch *b)
 {
-	mgt_status st = cv_hf_row(h, g, b, b->whole);
-	return st ? st : scatter(h, g, b);
+	const float *whole;
+	mgt_status st = cv_source_whole(h->src, g->name, &whole);
+	return st ? st : scatter(h, g, whole, b);
 }
 
 /* Whether row i of tt is an expert row whose dataset an earlier row of its layer has. */
@@ -150,20 +152,16 @@ static bool dataset_seen(const mgt_tensor_table *tt, int i)
 	return false;
 }
 
-/* The expert dataset of expert row i0 of the full table (its first row): every expert's row made
- * into b->whole ([E, rows, cols], expert e at e * rows * cols), then each rank's experts
+/* The expert dataset of expert row i0 of the full table (its first row), made whole by the source
+ * ([E, rows, cols], expert e at e * rows * cols; cv_source_whole), then each rank's experts
  * e0 .. e0 + k - 1 written as one piece [k, box] per box of its tensor-parallel part
  * (mgt-ckpt(5) EXPERT DATASETS: the pieces mgt-train's saver writes). */
 static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
 {
 	const mgt_tensor *g0 = &h->full.t[i0];
 	size_t n = cv_row_numel(g0);
-	mgt_status st = MGT_OK;
-	for (int j = i0; !st && j < h->full.n && h->full.t[j].layer == g0->layer; j++) {
-		const mgt_tensor *g = &h->full.t[j];
-		if (g->num_experts > 0 && !strcmp(g->dataset, g0->dataset))
-			st = cv_hf_row(h, g, b, b->whole + (size_t)g->expert * n);
-	}
+	const float *whole;
+	mgt_status st = cv_source_whole(h->src, g0->dataset, &whole);
 	int64_t cols = g0->ndim == 2 ? g0->shape[1] : 1;
 	for (int r = 0; !st && r < h->nranks; r++) {
 		const mgt_tensor_table *tt = &h->ranks[r];
@@ -181,7 +179,7 @@ static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
 		for (int q = 0; !st && q < nb; q++) {
 			int64_t bc = g0->ndim == 2 ? shape[q][1] : 1;
 			size_t per = (size_t)(shape[q][0] * bc), need = per * (size_t)k;
-			const float *data = b->whole; /* the whole dataset (one rank holds it all) as it is */
+			const float *data = whole; /* the whole dataset (one rank holds it all) as it is */
 			if (per != n || k != g0->num_experts) {
 				if (need > b->piece_n) {
 					float *p = mgt_realloc(b->piece, need * sizeof(float));
@@ -190,7 +188,7 @@ static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
 					b->piece_n = need;
 				}
 				for (int e = 0; e < k; e++) {
-					const float *w = b->whole + (size_t)(x->expert + e) * n;
+					const float *w = whole + (size_t)(x->expert + e) * n;
 					for (int64_t i = 0; i < shape[q][0]; i++)
 						memcpy(b->piece + (size_t)e * per + (size_t)(i * bc),
 						       w + (off[q][0] + i) * cols + (g0->ndim == 2 ? off[q][1] : 0),
@@ -447,6 +445,7 @@ void cv_hf_close(hf_in *h)
 	for (int i = 0; h->shards && i < 2 * nr; i++) mgt_ckpt_shard_discard(h->shards[i]);
 	free(h->ranks);
 	free(h->shards);
+	mgt_source_close(h->src);
 	mgt_tensor_table_free(&h->full);
 	free(h->used);
 	mgt_st_close(h->st);
@@ -474,7 +473,7 @@ static mgt_status hf_convert(hf_in *h)
 	mgt_status st = cv_hf_open(h);
 	if (!st) st = cv_out_begin(h->o->save_dir, &h->tmp);
 	if (!st) st = mgt_ckpt_begin(h->tmp, 0);
-	if (!st) st = cv_scratch_alloc(&b, &h->full, true);
+	if (!st) st = cv_source_over_hf(h, &h->src); /* b holds the pieces alone */
 	for (int i = 0; !st && i < h->full.n; i++)
 		if (h->full.t[i].num_experts <= 0) st = convert_row(h, &h->full.t[i], &b);
 		else if (!dataset_seen(&h->full, i)) st = convert_dataset(h, i, &b);

@@ -10,9 +10,9 @@
 struct mgt_source {
 	int kind;                  /* 1 Hugging Face, 2 mgt (mgt_convert_detect) */
 	mgt_ckpt *ck;              /* kind 2 */
-	mgt_convert_opts o;        /* kind 1: h.o */
-	hf_in h;
-	bool h_open;
+	mgt_convert_opts o;        /* kind 1, opened here: own.o */
+	hf_in own, *h;             /* kind 1: the directory being read (&own, or the converter's) */
+	bool h_open;               /* own is open (closed with s) */
 	scratch b;
 	char *meta, *dir;
 	int cached;                /* the row of h.full whose tensor b.whole holds, or -1 */
@@ -29,18 +29,44 @@ static bool seen(const mgt_tensor_table *tt, int i)
 	return false;
 }
 
+/* The tensors of s->h's whole-model table (a dataset at its first expert row) and room to make
+ * each whole. */
+static mgt_status hf_list(mgt_source *s)
+{
+	mgt_status st = cv_scratch_alloc(&s->b, &s->h->full, true);
+	if (!st && !(s->list = mgt_malloc(((size_t)s->h->full.n + 1) * sizeof *s->list))) st = MGT_ERR_NOMEM;
+	for (int i = 0; !st && i < s->h->full.n; i++)
+		if (!seen(&s->h->full, i)) s->list[s->n++] = i;
+	return st;
+}
+
 static mgt_status hf_source(mgt_source *s, const char *dir)
 {
 	s->o = (mgt_convert_opts){ .load_dir = dir, .tp = 1, .pp = 1, .ckpt_step = -1 };
-	s->h = (hf_in){ .o = &s->o, .in_place = true };
+	s->own = (hf_in){ .o = &s->o, .in_place = true };
+	s->h = &s->own;
 	s->h_open = true;
-	mgt_status st = cv_hf_open(&s->h);
-	if (!st) st = cv_scratch_alloc(&s->b, &s->h.full, true);
-	if (!st && !(s->list = mgt_malloc(((size_t)s->h.full.n + 1) * sizeof *s->list))) st = MGT_ERR_NOMEM;
-	for (int i = 0; !st && i < s->h.full.n; i++)
-		if (!seen(&s->h.full, i)) s->list[s->n++] = i;
-	if (!st && !(s->meta = cv_hf_metadata(&s->h))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+	mgt_status st = cv_hf_open(s->h);
+	if (!st) st = hf_list(s);
+	if (!st && !(s->meta = cv_hf_metadata(s->h))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	return st;
+}
+
+mgt_status cv_source_over_hf(hf_in *h, mgt_source **out)
+{
+	*out = NULL;
+	mgt_source *s = mgt_malloc(sizeof *s);
+	char *dir = mgt_strdup(h->o->load_dir);
+	mgt_status st = s && dir ? MGT_OK : MGT_ERR_NOMEM;
+	if (s) *s = (mgt_source){ .kind = 1, .h = h, .dir = dir, .cached = -1 };
+	else free(dir);
+	if (!st) st = hf_list(s);
+	if (st) {
+		mgt_source_close(s);
+		return st;
+	}
+	*out = s;
+	return MGT_OK;
 }
 
 mgt_status mgt_source_open(const char *dir, int64_t step, mgt_source **out)
@@ -97,7 +123,7 @@ const char *mgt_source_tensor(const mgt_source *s, size_t i, int *ndim, int64_t 
 {
 	if (s->kind == 2) return mgt_ckpt_tensor(s->ck, i, ndim, global_shape, dtype);
 	if (i >= s->n) return NULL;
-	const mgt_tensor *g = &s->h.full.t[s->list[i]];
+	const mgt_tensor *g = &s->h->full.t[s->list[i]];
 	int e = g->num_experts > 0;
 	*ndim = g->ndim + e;
 	if (e) global_shape[0] = g->num_experts;
@@ -110,7 +136,7 @@ const char *mgt_source_tensor(const mgt_source *s, size_t i, int *ndim, int64_t 
 static int find_row(const mgt_source *s, const char *name)
 {
 	for (size_t i = 0; i < s->n; i++) {
-		const mgt_tensor *g = &s->h.full.t[s->list[i]];
+		const mgt_tensor *g = &s->h->full.t[s->list[i]];
 		if (!strcmp(g->num_experts > 0 ? g->dataset : g->name, name)) return s->list[i];
 	}
 	return -1;
@@ -121,20 +147,29 @@ static mgt_status make_whole(mgt_source *s, int i)
 {
 	if (s->cached == i) return MGT_OK;
 	s->cached = -1;
-	const mgt_tensor *g0 = &s->h.full.t[i];
+	const mgt_tensor *g0 = &s->h->full.t[i];
 	if (g0->num_experts <= 0) {
-		mgt_status st = cv_hf_row(&s->h, g0, &s->b, s->b.whole);
+		mgt_status st = cv_hf_row(s->h, g0, &s->b, s->b.whole);
 		if (!st) s->cached = i;
 		return st;
 	}
 	size_t n = cv_row_numel(g0);
 	mgt_status st = MGT_OK;
-	for (int j = i; !st && j < s->h.full.n && s->h.full.t[j].layer == g0->layer; j++) {
-		const mgt_tensor *g = &s->h.full.t[j];
+	for (int j = i; !st && j < s->h->full.n && s->h->full.t[j].layer == g0->layer; j++) {
+		const mgt_tensor *g = &s->h->full.t[j];
 		if (g->num_experts > 0 && !strcmp(g->dataset, g0->dataset))
-			st = cv_hf_row(&s->h, g, &s->b, s->b.whole + (size_t)g->expert * n);
+			st = cv_hf_row(s->h, g, &s->b, s->b.whole + (size_t)g->expert * n);
 	}
 	if (!st) s->cached = i;
+	return st;
+}
+
+mgt_status cv_source_whole(mgt_source *s, const char *name, const float **out)
+{
+	int row = find_row(s, name);
+	if (row < 0) return mgt_err(MGT_ERR_FORMAT, "%s: no tensor %s in the model config.json describes", s->dir, name);
+	mgt_status st = make_whole(s, row);
+	*out = st ? NULL : s->b.whole;
 	return st;
 }
 
@@ -174,7 +209,7 @@ void mgt_source_close(mgt_source *s)
 {
 	if (!s) return;
 	mgt_ckpt_close(s->ck);
-	if (s->h_open) cv_hf_close(&s->h);
+	if (s->h_open) cv_hf_close(&s->own);
 	cv_scratch_free(&s->b);
 	free(s->list);
 	free(s->meta);
