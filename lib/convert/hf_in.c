@@ -11,7 +11,6 @@
 
 #include "ckpt/ckpt.h"
 #include "tok/tok.h"
-#include "train/train.h" /* mgt_train_tensor_list */
 
 /* ---- Hugging Face -> mgt ---- */
 
@@ -384,7 +383,7 @@ char *cv_hf_metadata(hf_in *h)
 		"layout", "tensor_model_parallel_size", o->tp, "pipeline_model_parallel_size", o->pp,
 		"data_parallel_size", h->ep, "use_distributed_optimizer", 0, "world_size", h->nranks,
 		"virtual_pipeline_model_parallel_size", 1, "sequence_parallel", 0,
-		"tensors", mgt_train_tensor_list(&h->full),
+		"tensors", mgt_ckpt_tensors_json(&h->full),
 		"hf", "config", h->cfg, "generation_config", h->gen, "gpt2_prefix", h->prefix, "converted_from", o->load_dir);
 	json_t *bufs = json_array();
 	for (int b = 0; b < 2; b++)

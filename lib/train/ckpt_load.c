@@ -29,18 +29,17 @@ static const char *const moe_keys[] = {
 	"moe_shared_expert_gate", "moe_router_enable_expert_bias", NULL,
 };
 
-/* Table row x's elements [lo, hi) from source c, as mgt_train_ckpt_read reads them from a checkpoint. */
+/* mgt_source_read as an mgt_ckpt_box_reader. */
+static mgt_status source_box(void *c, const char *name, int ndim, const int64_t *global_shape, const int64_t *offset,
+			     const int64_t *shape, mgt_ckpt_dtype dt, void *dst)
+{
+	return mgt_source_read(c, name, ndim, global_shape, offset, shape, dt, dst);
+}
+
+/* Table row x's elements [lo, hi) from source c, as mgt_ckpt_row_read reads them from a checkpoint. */
 static mgt_status src_read(mgt_source *c, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi, float *dst)
 {
-	int64_t off[6][3], shape[6][3], gs[3];
-	size_t first[6];
-	char name[160];
-	int nd = mgt_train_ckpt_dataset(x, prefix, name, sizeof name, gs);
-	int nb = mgt_train_ckpt_boxes(x, lo, hi, off, shape, first);
-	mgt_status st = MGT_OK;
-	for (int k = 0; !st && k < nb; k++)
-		st = mgt_source_read(c, name, nd, gs, off[k], shape[k], MGT_CKPT_F32, dst + (first[k] - lo));
-	return st;
+	return mgt_ckpt_row_read_from(source_box, c, prefix, x, lo, hi, dst);
 }
 
 /* Whether the checkpoint holds dataset name with global shape gs[nd]. */
@@ -216,7 +215,7 @@ static mgt_status check_extra(trainer *t, mgt_source *c)
 		int64_t gs[8];
 		mgt_ckpt_dtype dt;
 		const char *name = mgt_source_tensor(c, i, &nd, gs, &dt);
-		if (strncmp(name, "optimizer.", 10) && strncmp(name, "fp8.", 4) && !mgt_train_ckpt_known(&full, name))
+		if (strncmp(name, "optimizer.", 10) && strncmp(name, "fp8.", 4) && !mgt_ckpt_row_known(&full, name))
 			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of this model", mgt_source_dir(c), name);
 	}
 	mgt_tensor_table_free(&full);
@@ -513,7 +512,7 @@ mgt_status trainer_checkpoint_args(mgt_args *a)
 					  "tiktoken_pattern", "vocab_size", NULL};
 	bool want_tok = !a->tokenizer_type;
 	for (const char *const *k = tok; !st && want_tok && *k; k++) st = copy_arg(a, ck, *k, a->load);
-	if (!st && want_tok) st = mgt_train_tok_files_use(a, meta, mgt_ckpt_dir(c)); /* the checkpoint's own copies */
+	if (!st && want_tok) st = mgt_args_tok_files_use(a, meta, mgt_ckpt_dir(c)); /* the checkpoint's own copies */
 	json_decref(meta);
 	mgt_ckpt_close(c);
 	return st ? mgt_err_ctx(st, "--use-checkpoint-args") : MGT_OK;
