@@ -9,7 +9,7 @@
  * global_offset.  model.h5 holds one HDF5 virtual dataset per tensor that maps the pieces, so
  * h5py/h5dump see whole tensors.
  *
- * Saving (DESIGN.md section 3, "formats are promises"): rank 0 calls mgt_ckpt_begin, then every
+ * Saving (doc/design.md section 3, "Formats are promises"): rank 0 calls mgt_ckpt_begin, then every
  * rank writes its shard(s) with mgt_ckpt_write_shard into SAVE/iter_NNNNNNN.tmp/, then (after the
  * caller's barrier) rank 0 calls mgt_ckpt_commit, which writes metadata.json, model.h5 and
  * checksums.json, fsyncs, renames the directory into place and updates the tracker last.  A crash at any point
@@ -17,8 +17,8 @@
  *
  * Loading reshards: mgt_ckpt_read fills any box of a tensor's global index space from the
  * overlapping parts of whatever pieces were saved, so a run with another tensor/pipeline/data
- * parallel layout can load the checkpoint (Megatron's torch_dist rule, megatron-reference.md
- * section 6.3).
+ * parallel layout can load the checkpoint (Megatron's torch_dist rule,
+ * megatron/core/dist_checkpointing/strategies/torch.py).
  *
  * Dtypes: float32, float64 and int32, stored little-endian (H5T_IEEE_F32LE, H5T_IEEE_F64LE,
  * H5T_STD_I32LE); memory buffers are in the host's native layout.  Tensors have 1 to 4 dims.
@@ -379,7 +379,7 @@ void mgt_st_writer_free(mgt_st_writer *w);
 
 /* ---- GGUF v3 (lib/ckpt/gguf.c) ------------------------------------------------------------- */
 
-/* Format: ggml docs/gguf.md (interop-reference.md section 5).  Little-endian: "GGUF", u32
+/* Format: ggml's docs/gguf.md.  Little-endian: "GGUF", u32
  * version 3, u64 tensor count, u64 kv count; kv pairs (gguf string key: u64 length + bytes; u32
  * value type; value; arrays: u32 element type, u64 count, elements); tensor infos (name string,
  * u32 n_dims, u64 ne[n_dims] innermost first, i.e. the reverse of PyTorch's shape, u32 ggml

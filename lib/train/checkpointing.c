@@ -357,7 +357,7 @@ static mgt_status collect_moments(trainer *t, mgt_train_pieces *pl)
 	return st;
 }
 
-/* ---- fp8 scaling state (Transformer Engine's _extra_state of each linear; fp8.md section 2) ----
+/* ---- fp8 scaling state (Transformer Engine's _extra_state of each linear; mgt-ckpt(5)) ----
  * Datasets fp8.forward.amax_history [len, 12 L], fp8.forward.scale [12 L],
  * fp8.backward.amax_history [len, 8 L] and fp8.backward.scale [8 L] for L decoder layers: linear
  * j (0 qkv, 1 proj, 2 fc1, 3 fc2) of global layer l has forward slots 12 l + 3 j + {0 input,
