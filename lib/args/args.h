@@ -179,4 +179,11 @@ int64_t mgt_args_ddp_bucket_size(int64_t dp);
 /* Help text: every flag with its default, grouped. */
 void mgt_args_help(FILE *f);
 
+/* A checkpoint's own tokenizer files (lib/args/tokfiles.c; mgt-ckpt(5) TOKENIZER FILES; written
+ * by lib/train's mgt_train_tok_files_save): each of the flags vocab_file, merge_file and
+ * tokenizer_model that metadata's (a jansson json_t *) "tokenizer"."files" names, whose copy is
+ * under iter_dir (a relative path, no ".."), is set in a to that copy's path; others stay as they
+ * are.  Errors: MGT_ERR_NOMEM. */
+mgt_status mgt_args_tok_files_use(mgt_args *a, const void *meta, const char *iter_dir);
+
 #endif

@@ -9,7 +9,7 @@
  * global_offset.  model.h5 holds one HDF5 virtual dataset per tensor that maps the pieces, so
  * h5py/h5dump see whole tensors.
  *
- * Saving (DESIGN.md section 3, "formats are promises"): rank 0 calls mgt_ckpt_begin, then every
+ * Saving (doc/design.md section 3, "Formats are promises"): rank 0 calls mgt_ckpt_begin, then every
  * rank writes its shard(s) with mgt_ckpt_write_shard into SAVE/iter_NNNNNNN.tmp/, then (after the
  * caller's barrier) rank 0 calls mgt_ckpt_commit, which writes metadata.json, model.h5 and
  * checksums.json, fsyncs, renames the directory into place and updates the tracker last.  A crash at any point
@@ -17,8 +17,8 @@
  *
  * Loading reshards: mgt_ckpt_read fills any box of a tensor's global index space from the
  * overlapping parts of whatever pieces were saved, so a run with another tensor/pipeline/data
- * parallel layout can load the checkpoint (Megatron's torch_dist rule, megatron-reference.md
- * section 6.3).
+ * parallel layout can load the checkpoint (Megatron's torch_dist rule,
+ * megatron/core/dist_checkpointing/strategies/torch.py).
  *
  * Dtypes: float32, float64 and int32, stored little-endian (H5T_IEEE_F32LE, H5T_IEEE_F64LE,
  * H5T_STD_I32LE); memory buffers are in the host's native layout.  Tensors have 1 to 4 dims.
@@ -217,6 +217,49 @@ mgt_status mgt_ckpt_read(mgt_ckpt *c, const char *name, int ndim, const int64_t 
 /* Close the checkpoint and free it; NULL is fine. */
 void mgt_ckpt_close(mgt_ckpt *c);
 
+/* ---- the rows of a model's tensor table (lib/ckpt/rows.c; model/model.h; mgt-ckpt(5)) ---------
+ * Row x with prefix ("" for the parameters, "optimizer.state.exp_avg." or
+ * "optimizer.state.exp_avg_sq." for Adam's moments) is stored in one dataset: prefix + x->name
+ * of x's global shape, or, for an expert row (num_experts > 0), prefix + x->dataset of global
+ * shape [num_experts, shape...] holding x at index x->expert of its first dimension (all
+ * experts of one tensor in one dataset, so that checkpoints reshard across expert-parallel
+ * sizes).  Inside it x's tensor-parallel piece lies as for a dense row (mgt_tensor_boxes). */
+struct mgt_tensor;
+struct mgt_tensor_table;
+
+/* The dataset of x under prefix into name[n] (truncated to fit) and its global shape into
+ * gshape; returns its ndim (x->ndim, plus one for an expert row). */
+int mgt_ckpt_row_dataset(const struct mgt_tensor *x, const char *prefix, char *name, size_t n, int64_t gshape[3]);
+/* mgt_tensor_boxes of the local elements [lo, hi) of x in its dataset's index space: for an
+ * expert row each box gets the expert index as its first dimension (offset x->expert, size
+ * 1).  Returns the number of boxes (at most 6). */
+int mgt_ckpt_row_boxes(const struct mgt_tensor *x, size_t lo, size_t hi, int64_t off[6][3], int64_t shape[6][3],
+		       size_t first[6]);
+/* Whether an earlier row of row i's layer in tt (rows of a layer are consecutive, as
+ * mgt_tensor_table_build makes them) is an expert row of the same dataset: the dataset is
+ * handled at its first row. */
+bool mgt_ckpt_row_seen(const struct mgt_tensor_table *tt, int i);
+/* A reader of boxes with mgt_ckpt_read's arguments and errors (src: an mgt_ckpt *, or another
+ * source of the same datasets, e.g. lib/convert's mgt_source). */
+typedef mgt_status (*mgt_ckpt_box_reader)(void *src, const char *name, int ndim, const int64_t *global_shape,
+					  const int64_t *offset, const int64_t *shape, mgt_ckpt_dtype dt, void *dst);
+/* Read the local elements [lo, hi) of x under prefix into dst (float32; element lo at dst[0])
+ * box by box (mgt_ckpt_row_boxes) through rd from src.  Errors: rd's. */
+mgt_status mgt_ckpt_row_read_from(mgt_ckpt_box_reader rd, void *src, const char *prefix, const struct mgt_tensor *x,
+				  size_t lo, size_t hi, float *dst);
+/* The same from checkpoint c, from whatever pieces were saved.  Errors: those of mgt_ckpt_read,
+ * naming the dataset (MGT_ERR_FORMAT: missing, or of another global shape, e.g. another number
+ * of experts). */
+mgt_status mgt_ckpt_row_read(mgt_ckpt *c, const char *prefix, const struct mgt_tensor *x, size_t lo, size_t hi,
+			     float *dst);
+/* Whether checkpoint dataset name (without an optimizer prefix) holds rows of table tt: a dense
+ * row's name or an expert row's dataset. */
+bool mgt_ckpt_row_known(const struct mgt_tensor_table *tt, const char *name);
+/* The "tensors" list of a checkpoint's metadata.json (mgt-ckpt(5)): [{"name", "shape", "dtype"}]
+ * of table tt (build it for TP 1 and PP 1: the whole model).  A new jansson json_t *; NULL when out
+ * of memory. */
+void *mgt_ckpt_tensors_json(const struct mgt_tensor_table *tt);
+
 /* ---- debugging dumps ------------------------------------------------------------------------ */
 
 /* Write pieces p[0..n) as whole datasets of shape p[i].shape (global_shape and offset are
@@ -336,7 +379,7 @@ void mgt_st_writer_free(mgt_st_writer *w);
 
 /* ---- GGUF v3 (lib/ckpt/gguf.c) ------------------------------------------------------------- */
 
-/* Format: ggml docs/gguf.md (interop-reference.md section 5).  Little-endian: "GGUF", u32
+/* Format: ggml's docs/gguf.md.  Little-endian: "GGUF", u32
  * version 3, u64 tensor count, u64 kv count; kv pairs (gguf string key: u64 length + bytes; u32
  * value type; value; arrays: u32 element type, u64 count, elements); tensor infos (name string,
  * u32 n_dims, u64 ne[n_dims] innermost first, i.e. the reverse of PyTorch's shape, u32 ggml

@@ -11,7 +11,6 @@
 
 #include "ckpt/ckpt.h"
 #include "tok/tok.h"
-#include "train/train.h"
 
 /* Files of a Hugging Face directory that travel with the model (besides the weights). */
 static const char *const side_files[] = {
@@ -327,7 +326,7 @@ static mgt_status read_args(hf_out *h)
 	mgt_status st = mgt_args_init(&h->a);
 	if (!st) st = mgt_args_merge_json(&h->a, args, "metadata.json args");
 	bert_args_apply(&bk, &h->a.model);
-	if (!st) st = mgt_train_tok_files_use(&h->a, h->meta, mgt_source_dir(h->src)); /* the checkpoint's own copies */
+	if (!st) st = mgt_args_tok_files_use(&h->a, h->meta, mgt_source_dir(h->src)); /* the checkpoint's own copies */
 	if (!st && h->o->tok) st = apply_tok_flags(&h->a, h->o->tok);
 	json_decref(args);
 	int64_t v = 0;
@@ -591,13 +590,9 @@ mgt_status cv_mgt_open(hf_out *h, bool experts)
 
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole)
 {
-	int64_t zero[3] = {0, 0, 0};
-	mgt_status st;
-	if (g->num_experts > 0) { /* [1, rows, cols] at e of the expert dataset [E, rows, cols] */
-		int64_t gs[3] = {g->num_experts, g->shape[0], g->ndim == 2 ? g->shape[1] : 1};
-		int64_t off[3] = {g->expert, 0, 0}, box[3] = {1, gs[1], gs[2]};
-		st = mgt_source_read(h->src, g->dataset, g->ndim + 1, gs, off, box, MGT_CKPT_F32, whole);
-	} else st = mgt_source_read(h->src, g->name, g->ndim, g->shape, zero, g->shape, MGT_CKPT_F32, whole);
+	int64_t zero[2] = {0, 0};
+	mgt_status st = g->num_experts > 0 ? mgt_source_row_read(h->src, "", g, 0, g->numel, whole) /* [1, rows, cols] at e */
+		: mgt_source_read(h->src, g->name, g->ndim, g->shape, zero, g->shape, MGT_CKPT_F32, whole);
 	if (st == MGT_ERR_FORMAT && mgt_source_kind(h->src) == 2)
 		return mgt_ckpt_suggest(h->o->load_dir, mgt_source_iteration(h->src), st);
 	if (!st) st = cv_check_finite(whole, cv_row_numel(g), mgt_source_dir(h->src), g->name);

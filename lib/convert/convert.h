@@ -150,6 +150,13 @@ const char *mgt_source_tensor(const mgt_source *s, size_t i, int *ndim, int64_t 
  * another shape or dtype, not finite: naming the file and tensor), MGT_ERR_IO. */
 mgt_status mgt_source_read(mgt_source *s, const char *name, int ndim, const int64_t *global_shape,
 			   const int64_t *offset, const int64_t *shape, mgt_ckpt_dtype dt, void *dst);
+/* Table row x's local elements [lo, hi) under prefix (an optimizer moment's, or "") into dst
+ * (float32, element lo at dst[0]), box by box from x's dataset as mgt_ckpt_row_read reads a
+ * checkpoint (an expert row at its expert index of the expert dataset).  Errors: those of
+ * mgt_source_read. */
+struct mgt_tensor;
+mgt_status mgt_source_row_read(mgt_source *s, const char *prefix, const struct mgt_tensor *x, size_t lo, size_t hi,
+			       float *dst);
 /* Close the files and free s; NULL is fine. */
 void mgt_source_close(mgt_source *s);
 

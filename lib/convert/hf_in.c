@@ -11,7 +11,6 @@
 
 #include "ckpt/ckpt.h"
 #include "tok/tok.h"
-#include "train/train.h" /* mgt_train_tensor_list */
 
 /* ---- Hugging Face -> mgt ---- */
 
@@ -141,15 +140,6 @@ static mgt_status convert_row(hf_in *h, const mgt_tensor *g, scratch *b)
 	const float *whole;
 	mgt_status st = cv_source_whole(h->src, g->name, &whole);
 	return st ? st : scatter(h, g, whole, b);
-}
-
-/* Whether row i of tt is an expert row whose dataset an earlier row of its layer has. */
-static bool dataset_seen(const mgt_tensor_table *tt, int i)
-{
-	const mgt_tensor *x = &tt->t[i];
-	for (int j = i - 1; x->num_experts > 0 && j >= 0 && tt->t[j].layer == x->layer; j--)
-		if (tt->t[j].num_experts > 0 && !strcmp(tt->t[j].dataset, x->dataset)) return true;
-	return false;
 }
 
 /* The expert dataset of expert row i0 of the full table (its first row), made whole by the source
@@ -382,7 +372,7 @@ char *cv_hf_metadata(hf_in *h)
 		"layout", "tensor_model_parallel_size", o->tp, "pipeline_model_parallel_size", o->pp,
 		"data_parallel_size", h->ep, "use_distributed_optimizer", 0, "world_size", h->nranks,
 		"virtual_pipeline_model_parallel_size", 1, "sequence_parallel", 0,
-		"tensors", mgt_train_tensor_list(&h->full),
+		"tensors", mgt_ckpt_tensors_json(&h->full),
 		"hf", "config", h->cfg, "generation_config", h->gen, "gpt2_prefix", h->prefix, "converted_from", o->load_dir);
 	json_t *bufs = json_array();
 	for (int b = 0; b < 2; b++)
@@ -476,7 +466,7 @@ static mgt_status hf_convert(hf_in *h)
 	if (!st) st = cv_source_over_hf(h, &h->src); /* b holds the pieces alone */
 	for (int i = 0; !st && i < h->full.n; i++)
 		if (h->full.t[i].num_experts <= 0) st = convert_row(h, &h->full.t[i], &b);
-		else if (!dataset_seen(&h->full, i)) st = convert_dataset(h, i, &b);
+		else if (!mgt_ckpt_row_seen(&h->full, i)) st = convert_dataset(h, i, &b);
 	cv_scratch_free(&b);
 	if (!st) st = bert_token_types_in(h);
 	if (!st) st = check_unused(h);

@@ -20,15 +20,6 @@ struct mgt_source {
 	size_t n;
 };
 
-/* Whether row i is an expert row whose dataset an earlier row of its layer lists. */
-static bool seen(const mgt_tensor_table *tt, int i)
-{
-	const mgt_tensor *x = &tt->t[i];
-	for (int j = i - 1; x->num_experts > 0 && j >= 0 && tt->t[j].layer == x->layer; j--)
-		if (tt->t[j].num_experts > 0 && !strcmp(tt->t[j].dataset, x->dataset)) return true;
-	return false;
-}
-
 /* The tensors of s->h's whole-model table (a dataset at its first expert row) and room to make
  * each whole. */
 static mgt_status hf_list(mgt_source *s)
@@ -36,7 +27,7 @@ static mgt_status hf_list(mgt_source *s)
 	mgt_status st = cv_scratch_alloc(&s->b, &s->h->full, true);
 	if (!st && !(s->list = mgt_malloc(((size_t)s->h->full.n + 1) * sizeof *s->list))) st = MGT_ERR_NOMEM;
 	for (int i = 0; !st && i < s->h->full.n; i++)
-		if (!seen(&s->h->full, i)) s->list[s->n++] = i;
+		if (s->h->full.t[i].num_experts <= 0 || !mgt_ckpt_row_seen(&s->h->full, i)) s->list[s->n++] = i;
 	return st;
 }
 
@@ -203,6 +194,18 @@ mgt_status mgt_source_read(mgt_source *s, const char *name, int ndim, const int6
 		for (int64_t r = 0; r < n1; r++)
 			memcpy(out + (a * n1 + r) * n2, s->b.whole + ((o0 + a) * g2 + o1 + r) * g1 + o2, (size_t)n2 * sizeof(float));
 	return MGT_OK;
+}
+
+/* mgt_source_read as an mgt_ckpt_box_reader. */
+static mgt_status source_box(void *s, const char *name, int ndim, const int64_t *global_shape, const int64_t *offset,
+			     const int64_t *shape, mgt_ckpt_dtype dt, void *dst)
+{
+	return mgt_source_read(s, name, ndim, global_shape, offset, shape, dt, dst);
+}
+
+mgt_status mgt_source_row_read(mgt_source *s, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi, float *dst)
+{
+	return mgt_ckpt_row_read_from(source_box, s, prefix, x, lo, hi, dst);
 }
 
 void mgt_source_close(mgt_source *s)

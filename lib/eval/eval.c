@@ -8,7 +8,6 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include "train/train.h"
 
 
 static int64_t recorded_vocab(const mgt_eval *ev);
@@ -52,7 +51,7 @@ static mgt_status read_meta(mgt_eval *ev)
 		st = mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: not an mgt checkpoint (no \"args\" object)", ev->dir);
 	if (!st) st = mgt_args_merge_json(&ev->a, args, what);
 	if (st == MGT_ERR_INPUT || st == MGT_ERR_USAGE) st = MGT_ERR_FORMAT;
-	if (!st) st = mgt_train_tok_files_use(&ev->a, meta, ev->dir); /* the checkpoint's own copies */
+	if (!st) st = mgt_args_tok_files_use(&ev->a, meta, ev->dir); /* the checkpoint's own copies */
 	json_t *tok = meta ? json_object_get(meta, "tokenizer") : NULL;
 	if (!st) {
 		ev->padded_vocab = jint(args, "padded_vocab_size");
@@ -225,14 +224,14 @@ static mgt_status make_backend(mgt_eval *ev, const char *dev, int threads)
 	return MGT_OK;
 }
 
-/* Row x of the model's table whole from source src (the boxes mgt_train_ckpt_read reads). */
+/* Row x of the model's table whole from source src (the boxes mgt_ckpt_row_read reads). */
 static mgt_status source_read(mgt_source *src, const mgt_tensor *x, float *dst)
 {
 	int64_t off[6][3], shape[6][3], gs[3];
 	size_t first[6];
 	char name[160];
-	int nd = mgt_train_ckpt_dataset(x, "", name, sizeof name, gs);
-	int nb = mgt_train_ckpt_boxes(x, 0, x->numel, off, shape, first);
+	int nd = mgt_ckpt_row_dataset(x, "", name, sizeof name, gs);
+	int nb = mgt_ckpt_row_boxes(x, 0, x->numel, off, shape, first);
 	mgt_status st = MGT_OK;
 	for (int k = 0; !st && k < nb; k++)
 		st = mgt_source_read(src, name, nd, gs, off[k], shape[k], MGT_CKPT_F32, dst + first[k]);
@@ -251,7 +250,7 @@ static mgt_status read_params(mgt_eval *ev)
 	for (int i = 0; !st && i < tt->n; i++) {
 		const mgt_tensor *x = &tt->t[i];
 		if (ev->src) st = source_read(ev->src, x, h + x->offset);
-		else st = mgt_train_ckpt_read(ev->ck, "", x, 0, x->numel, h + x->offset); /* expert rows too */
+		else st = mgt_ckpt_row_read(ev->ck, "", x, 0, x->numel, h + x->offset); /* expert rows too */
 	}
 	size_t n = ev->src ? mgt_source_count(ev->src) : mgt_ckpt_count(ev->ck);
 	for (size_t i = 0; !st && i < n; i++) {
@@ -259,7 +258,7 @@ static mgt_status read_params(mgt_eval *ev)
 		int64_t gs[MGT_CKPT_MAX_DIM];
 		mgt_ckpt_dtype dt;
 		const char *name = ev->src ? mgt_source_tensor(ev->src, i, &nd, gs, &dt) : mgt_ckpt_tensor(ev->ck, i, &nd, gs, &dt);
-		if (strncmp(name, "optimizer.", 10) && !mgt_train_ckpt_known(tt, name))
+		if (strncmp(name, "optimizer.", 10) && !mgt_ckpt_row_known(tt, name))
 			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of the model its arguments describe",
 				     ev->dir, name);
 	}

@@ -1,5 +1,5 @@
 /* lib/train/checkpointing.c: saving the trainer through lib/ckpt (format: mgt-ckpt(5)); the table
- * rows' checkpoint I/O; resuming is ckpt_load.c. */
+ * pieces each rank saves; resuming is ckpt_load.c. */
 #include "train_impl.h"
 
 #include <errno.h>
@@ -12,16 +12,6 @@
 #include <sys/stat.h>
 
 #include "ckpt/ckpt.h"
-
-/* Whether an earlier row of x's layer (rows of a layer are consecutive) is an expert row of the
- * same dataset: the dataset is handled at its first row. */
-static bool dataset_seen(const mgt_tensor_table *tt, int i)
-{
-	const mgt_tensor *x = &tt->t[i];
-	for (int j = i - 1; j >= 0 && tt->t[j].layer == x->layer; j--)
-		if (tt->t[j].num_experts > 0 && !strcmp(tt->t[j].dataset, x->dataset)) return true;
-	return false;
-}
 
 /* The expert-parallel size tt was built for: num_experts over the experts it lists of one
  * dataset (1 without experts). */
@@ -36,57 +26,6 @@ static int table_ep(const mgt_tensor_table *tt)
 		return x->num_experts / local;
 	}
 	return 1;
-}
-
-int mgt_train_ckpt_dataset(const mgt_tensor *x, const char *prefix, char *name, size_t n, int64_t gshape[3])
-{
-	bool ex = x->num_experts > 0;
-	snprintf(name, n, "%s%s", prefix, ex ? x->dataset : x->name);
-	int nd = 0;
-	if (ex) gshape[nd++] = x->num_experts;
-	for (int d = 0; d < x->ndim; d++) gshape[nd++] = x->shape[d];
-	return nd;
-}
-
-int mgt_train_ckpt_boxes(const mgt_tensor *x, size_t lo, size_t hi, int64_t off[6][3], int64_t shape[6][3],
-			 size_t first[6])
-{
-	int64_t o2[6][2], s2[6][2];
-	int nb = mgt_tensor_boxes(x, lo, hi, o2, s2, first), e = x->num_experts > 0;
-	for (int k = 0; k < nb; k++) {
-		if (e) {
-			off[k][0] = x->expert;
-			shape[k][0] = 1;
-		}
-		for (int d = 0; d < x->ndim; d++) {
-			off[k][e + d] = o2[k][d];
-			shape[k][e + d] = s2[k][d];
-		}
-	}
-	return nb;
-}
-
-bool mgt_train_ckpt_known(const mgt_tensor_table *tt, const char *name)
-{
-	for (int i = 0; i < tt->n; i++)
-		if (!strcmp(tt->t[i].num_experts > 0 ? tt->t[i].dataset : tt->t[i].name, name)) return true;
-	return false;
-}
-
-void *mgt_train_tensor_list(const mgt_tensor_table *tt)
-{
-	json_t *arr = json_array();
-	for (int i = 0; i < tt->n; i++) {
-		const mgt_tensor *x = &tt->t[i];
-		if (x->num_experts > 0 && dataset_seen(tt, i)) continue;
-		char name[160];
-		int64_t gs[3];
-		int nd = mgt_train_ckpt_dataset(x, "", name, sizeof name, gs);
-		json_t *shape = json_array();
-		for (int d = 0; d < nd; d++) json_array_append_new(shape, json_integer(gs[d]));
-		json_array_append_new(arr, json_pack("{s:s, s:o, s:s}", "name", name, "shape", shape, "dtype", "float32"));
-	}
-	return arr;
 }
 
 static char *metadata_json(trainer *t, const mgt_tensor_table *full)
@@ -109,7 +48,7 @@ static char *metadata_json(trainer *t, const mgt_tensor_table *full)
 		"data_parallel_size", (json_int_t)a->data_parallel_size, "use_distributed_optimizer",
 		a->use_distributed_optimizer, "world_size", t->ps.world_size, "virtual_pipeline_model_parallel_size",
 		(json_int_t)t->V, "sequence_parallel", a->sequence_parallel,
-		"tensors", (json_t *)mgt_train_tensor_list(full),
+		"tensors", (json_t *)mgt_ckpt_tensors_json(full),
 		"opt_param_scheduler", "max_lr", s->max_lr, "min_lr", s->min_lr, "lr_warmup_init", s->init_lr,
 		"lr_warmup_steps", (json_int_t)s->warmup_steps, "lr_decay_steps", (json_int_t)s->decay_steps,
 		"wsd_decay_steps", (json_int_t)s->wsd_decay_steps, "lr_decay_style", s->style,
@@ -230,14 +169,14 @@ static mgt_status add_experts(mgt_train_pieces *pl, const char *prefix, const mg
 	memset(b, 0, (size_t)rows * 6 * sizeof *b); /* dims past the dataset's compare equal */
 	char name[160];
 	int64_t gs[3];
-	int nd = mgt_train_ckpt_dataset(x0, prefix, name, sizeof name, gs), n = 0;
+	int nd = mgt_ckpt_row_dataset(x0, prefix, name, sizeof name, gs), n = 0;
 	for (int j = i0; j < i0 + rows; j++) {
 		const mgt_tensor *x = &tt->t[j];
 		size_t a, e;
 		if (x->num_experts <= 0 || strcmp(x->dataset, x0->dataset) || !mgt_tensor_overlap(x, lo, hi, &a, &e)) continue;
 		int64_t off[6][3], shape[6][3];
 		size_t first[6];
-		int nb = mgt_train_ckpt_boxes(x, a - x->offset, e - x->offset, off, shape, first);
+		int nb = mgt_ckpt_row_boxes(x, a - x->offset, e - x->offset, off, shape, first);
 		for (int k = 0; k < nb; k++, n++) {
 			memcpy(b[n].off, off[k], (size_t)nd * sizeof(int64_t));
 			memcpy(b[n].shape, shape[k], (size_t)nd * sizeof(int64_t));
@@ -287,7 +226,7 @@ mgt_status mgt_train_pieces_add(mgt_train_pieces *pl, const char *prefix, const 
 	for (int i = 0; !st && i < tt->n; i++) {
 		const mgt_tensor *x = &tt->t[i];
 		if (x->num_experts > 0) {
-			if ((which & MGT_TRAIN_PIECES_EXPERT) && !dataset_seen(tt, i))
+			if ((which & MGT_TRAIN_PIECES_EXPERT) && !mgt_ckpt_row_seen(tt, i))
 				st = add_experts(pl, prefix, tt, i, lo, hi, data);
 			continue;
 		}
@@ -298,8 +237,8 @@ mgt_status mgt_train_pieces_add(mgt_train_pieces *pl, const char *prefix, const 
 		char name[160];
 		int64_t gs[3], off[6][3], shape[6][3];
 		size_t first[6];
-		int nd = mgt_train_ckpt_dataset(x, prefix, name, sizeof name, gs);
-		int nb = mgt_train_ckpt_boxes(x, a - x->offset, b - x->offset, off, shape, first);
+		int nd = mgt_ckpt_row_dataset(x, prefix, name, sizeof name, gs);
+		int nb = mgt_ckpt_row_boxes(x, a - x->offset, b - x->offset, off, shape, first);
 		for (int k = 0; !st && k < nb; k++)
 			st = pl_add(pl, name, nd, gs, off[k], shape[k], data + (x->offset + first[k] - lo));
 	}
@@ -337,19 +276,6 @@ mgt_status mgt_train_pieces_write(const mgt_train_pieces *pl, const char *dir, i
 		st = mgt_ckpt_write_shard(dir, it, shard, sel, n);
 	}
 	free(sel);
-	return st;
-}
-
-mgt_status mgt_train_ckpt_read(mgt_ckpt *c, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi, float *dst)
-{
-	int64_t off[6][3], shape[6][3], gs[3];
-	size_t first[6];
-	char name[160];
-	int nd = mgt_train_ckpt_dataset(x, prefix, name, sizeof name, gs);
-	int nb = mgt_train_ckpt_boxes(x, lo, hi, off, shape, first);
-	mgt_status st = MGT_OK;
-	for (int k = 0; !st && k < nb; k++)
-		st = mgt_ckpt_read(c, name, nd, gs, off[k], shape[k], MGT_CKPT_F32, dst + (first[k] - lo));
 	return st;
 }
 
@@ -431,7 +357,7 @@ static mgt_status collect_moments(trainer *t, mgt_train_pieces *pl)
 	return st;
 }
 
-/* ---- fp8 scaling state (Transformer Engine's _extra_state of each linear; fp8.md section 2) ----
+/* ---- fp8 scaling state (Transformer Engine's _extra_state of each linear; mgt-ckpt(5)) ----
  * Datasets fp8.forward.amax_history [len, 12 L], fp8.forward.scale [12 L],
  * fp8.backward.amax_history [len, 8 L] and fp8.backward.scale [8 L] for L decoder layers: linear
  * j (0 qkv, 1 proj, 2 fc1, 3 fc2) of global layer l has forward slots 12 l + 3 j + {0 input,

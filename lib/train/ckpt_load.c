@@ -29,20 +29,6 @@ static const char *const moe_keys[] = {
 	"moe_shared_expert_gate", "moe_router_enable_expert_bias", NULL,
 };
 
-/* Table row x's elements [lo, hi) from source c, as mgt_train_ckpt_read reads them from a checkpoint. */
-static mgt_status src_read(mgt_source *c, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi, float *dst)
-{
-	int64_t off[6][3], shape[6][3], gs[3];
-	size_t first[6];
-	char name[160];
-	int nd = mgt_train_ckpt_dataset(x, prefix, name, sizeof name, gs);
-	int nb = mgt_train_ckpt_boxes(x, lo, hi, off, shape, first);
-	mgt_status st = MGT_OK;
-	for (int k = 0; !st && k < nb; k++)
-		st = mgt_source_read(c, name, nd, gs, off[k], shape[k], MGT_CKPT_F32, dst + (first[k] - lo));
-	return st;
-}
-
 /* Whether the checkpoint holds dataset name with global shape gs[nd]. */
 static bool ckpt_has(const mgt_source *c, const char *name, int nd, const int64_t *gs)
 {
@@ -179,7 +165,7 @@ static mgt_status read_params(trainer *t, mgt_source *c)
 		float *h = staging(t, mgt_model_params(m), tt->buf_numel);
 		if (!h) return MGT_ERR_NOMEM;
 		for (int i = 0; !st && i < tt->n; i++)
-			st = src_read(c, "", &tt->t[i], 0, tt->t[i].numel, h + tt->t[i].offset);
+			st = mgt_source_row_read(c, "", &tt->t[i], 0, tt->t[i].numel, h + tt->t[i].offset);
 		st = unstage(t, mgt_model_params(m), h, tt->buf_numel, st);
 	}
 	return st;
@@ -198,7 +184,7 @@ static mgt_status read_moments(trainer *t, mgt_source *c)
 				const mgt_tensor *x = &tt->t[j];
 				size_t a, b;
 				if (mgt_tensor_overlap(x, s->lo, s->hi, &a, &b))
-					st = src_read(c, trainer_moment_prefix[k], x, a - x->offset, b - x->offset, h + (a - s->lo));
+					st = mgt_source_row_read(c, trainer_moment_prefix[k], x, a - x->offset, b - x->offset, h + (a - s->lo));
 			}
 			st = unstage(t, dst, h, s->hi - s->lo, st);
 		}
@@ -216,7 +202,7 @@ static mgt_status check_extra(trainer *t, mgt_source *c)
 		int64_t gs[8];
 		mgt_ckpt_dtype dt;
 		const char *name = mgt_source_tensor(c, i, &nd, gs, &dt);
-		if (strncmp(name, "optimizer.", 10) && strncmp(name, "fp8.", 4) && !mgt_train_ckpt_known(&full, name))
+		if (strncmp(name, "optimizer.", 10) && strncmp(name, "fp8.", 4) && !mgt_ckpt_row_known(&full, name))
 			st = mgt_err(MGT_ERR_FORMAT, "%s: tensor %s is not part of this model", mgt_source_dir(c), name);
 	}
 	mgt_tensor_table_free(&full);
@@ -513,7 +499,7 @@ mgt_status trainer_checkpoint_args(mgt_args *a)
 					  "tiktoken_pattern", "vocab_size", NULL};
 	bool want_tok = !a->tokenizer_type;
 	for (const char *const *k = tok; !st && want_tok && *k; k++) st = copy_arg(a, ck, *k, a->load);
-	if (!st && want_tok) st = mgt_train_tok_files_use(a, meta, mgt_ckpt_dir(c)); /* the checkpoint's own copies */
+	if (!st && want_tok) st = mgt_args_tok_files_use(a, meta, mgt_ckpt_dir(c)); /* the checkpoint's own copies */
 	json_decref(meta);
 	mgt_ckpt_close(c);
 	return st ? mgt_err_ctx(st, "--use-checkpoint-args") : MGT_OK;

@@ -1,6 +1,6 @@
 /* lib/train/tokfiles.c: the tokenizer files carried inside checkpoints (train.h; mgt-ckpt(5)
  * TOKENIZER FILES), so that a checkpoint is evaluated, converted and exported from any
- * directory, as Hugging Face directories carry theirs. */
+ * directory, as Hugging Face directories carry theirs; reading them back is lib/args/tokfiles.c. */
 #include "train/train.h"
 
 #include <jansson.h>
@@ -93,22 +93,4 @@ mgt_status mgt_train_tok_files_save(const mgt_args *a, const char *save_dir, int
 	mgt_status st = MGT_OK;
 	for (int i = 0; !st && i < n; i++) st = mgt_ckpt_add_file(save_dir, iteration, f[i].rel, f[i].src);
 	return st ? mgt_err_ctx(st, "copying the tokenizer files into the checkpoint") : MGT_OK;
-}
-
-mgt_status mgt_train_tok_files_use(mgt_args *a, const void *meta, const char *iter_dir)
-{
-	json_t *files = json_object_get(json_object_get((const json_t *)meta, "tokenizer"), "files"), *v;
-	const char *role;
-	json_object_foreach(files, role, v) {
-		const char *rel = json_string_value(v);
-		char p[4096];
-		if (!rel || rel[0] == '/' || strstr(rel, "..") ||
-		    (strcmp(role, "vocab_file") && strcmp(role, "merge_file") && strcmp(role, "tokenizer_model")))
-			continue;
-		snprintf(p, sizeof p, "%s/%s", iter_dir, rel);
-		if (access(p, R_OK)) continue;
-		mgt_status st = mgt_args_set(a, role, p);
-		if (st) return st;
-	}
-	return MGT_OK;
 }

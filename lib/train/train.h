@@ -13,11 +13,6 @@
 
 #include "args/args.h"
 
-/* The "tensors" list of a checkpoint's metadata.json (mgt-ckpt(5)): [{"name", "shape", "dtype"}]
- * of table tt (build it for TP 1 and PP 1: the whole model).  A new jansson json_t *; NULL when out
- * of memory. */
-void *mgt_train_tensor_list(const mgt_tensor_table *tt);
-
 /* ---- tokenizer files inside checkpoints (lib/train/tokfiles.c; mgt-ckpt(5) TOKENIZER FILES) ----
  * The files of a's tokenizer that are readable: --vocab-file, --merge-file and
  * --tokenizer-model (a file, or a Hugging Face directory: its tokenizer.json), each with the
@@ -31,37 +26,7 @@ void *mgt_train_tok_files_json(const mgt_args *a);
 /* Rank 0, between mgt_ckpt_begin and mgt_ckpt_commit: copy the files into the iteration.
  * Errors: mgt_ckpt_add_file's. */
 mgt_status mgt_train_tok_files_save(const mgt_args *a, const char *save_dir, int64_t iteration);
-/* Loading: each flag that metadata's (a jansson json_t *) "tokenizer"."files" names, whose copy
- * is under iter_dir, is set in a to that copy's path; others stay as they are.
- * Errors: MGT_ERR_NOMEM. */
-mgt_status mgt_train_tok_files_use(mgt_args *a, const void *meta, const char *iter_dir);
-
-/* ---- checkpoint I/O of table rows (lib/train/checkpointing.c; mgt-ckpt(5)) ----
- * Row x with prefix ("" for the parameters, "optimizer.state.exp_avg." or
- * "optimizer.state.exp_avg_sq." for Adam's moments) is stored in one dataset: prefix + x->name
- * of x's global shape, or, for an expert row (num_experts > 0), prefix + x->dataset of global
- * shape [num_experts, shape...] holding x at index x->expert of its first dimension (all
- * experts of one tensor in one dataset, so that checkpoints reshard across expert-parallel
- * sizes).  Inside it x's tensor-parallel piece lies as for a dense row (mgt_tensor_boxes). */
-
-/* The dataset of x under prefix into name[n] (truncated to fit) and its global shape into
- * gshape; returns its ndim (x->ndim, plus one for an expert row). */
-int mgt_train_ckpt_dataset(const mgt_tensor *x, const char *prefix, char *name, size_t n, int64_t gshape[3]);
-/* mgt_tensor_boxes of the local elements [lo, hi) of x in its dataset's index space: for an
- * expert row each box gets the expert index as its first dimension (offset x->expert, size
- * 1).  Returns the number of boxes (at most 6). */
-int mgt_train_ckpt_boxes(const mgt_tensor *x, size_t lo, size_t hi, int64_t off[6][3], int64_t shape[6][3],
-			 size_t first[6]);
-/* Read the local elements [lo, hi) of x under prefix from checkpoint c into dst (element lo at
- * dst[0]), from whatever pieces were saved.  Errors: those of mgt_ckpt_read, naming the
- * dataset (MGT_ERR_FORMAT: missing, or of another global shape, e.g. another number of
- * experts). */
-struct mgt_ckpt;
-mgt_status mgt_train_ckpt_read(struct mgt_ckpt *c, const char *prefix, const mgt_tensor *x, size_t lo, size_t hi,
-			       float *dst);
-/* Whether checkpoint dataset name (without an optimizer prefix) holds rows of table tt: a dense
- * row's name or an expert row's dataset. */
-bool mgt_train_ckpt_known(const mgt_tensor_table *tt, const char *name);
+/* Loading them back: mgt_args_tok_files_use (args/args.h). */
 
 /* The pieces one rank saves (mgt-ckpt(5) WHO WRITES WHAT).  mgt_train_pieces_add adds the rows
  * of tt (a rank's table; the rows of one layer consecutive, as mgt_tensor_table_build makes

@@ -1,4 +1,6 @@
-/* lib/train internal: the trainer state shared by train.c, checkpointing.c and log.c. */
+/* lib/train internal: the trainer state and the functions its files share (setup.c, batch.c,
+ * preflight.c, pipeline.c, grads.c, moe.c, evaluate.c, train.c, checkpointing.c, ckpt_load.c,
+ * log.c, masked.c, plan_apply.c). */
 #ifndef MGT_TRAIN_IMPL_H
 #define MGT_TRAIN_IMPL_H
 
@@ -105,6 +107,84 @@ typedef struct trainer {
 	double plan_t1;                              /* --plan: mgt_now() after iteration 1 */
 } trainer;
 
+/* ---- the files of the training loop (pure C over the trainer; see each definition's comment) ---- */
+
+/* The host communicator of a group (the device one wraps it after mgt_parallel_to_device). */
+static inline mgt_comm *trainer_host_comm(mgt_comm *c, mgt_comm *host) { return host ? host : c; }
+/* The data-parallel group of a bucket: the expert-data-parallel one for expert rows. */
+static inline mgt_comm *trainer_bucket_comm(const trainer *t, const mgt_bucket *b)
+{
+	return b->expert ? t->ps.edp_comm : t->ps.dpcp_comm;
+}
+/* The size of the group dense gradients are reduced over: data x context parallel. */
+static inline int trainer_dpcp(const trainer *t) { return t->ps.dpcp_comm->size; }
+
+/* setup.c: trainer_setup builds everything mgt_train_run and mgt_train_evaluate need (tokenizer,
+ * backend, chunks and schedules, optimizer, parameters loaded or initialized, data, output files);
+ * trainer_teardown frees it all (also after a failed setup).  trainer_chunk_layout: chunk c's
+ * mgt_model_layout. */
+mgt_status trainer_setup(trainer *t);
+void trainer_teardown(trainer *t);
+mgt_model_layout trainer_chunk_layout(const trainer *t, int c);
+
+/* batch.c: trainer_open_data opens --data-path's datasets (rank 0 first: it builds the index
+ * caches); trainer_data_len: the samples of split sp; trainer_alloc_batch / trainer_free_batch:
+ * the micro-batch arrays; trainer_load_microbatch fills micro-batch k of the global batch from
+ * sample base of split sp (sequence-first, this rank's context-parallel rows first);
+ * trainer_mask_sum: the loss-mask sum of this rank's rows of it. */
+mgt_status trainer_open_data(trainer *t);
+int64_t trainer_data_len(const trainer *t, mgt_split sp);
+mgt_status trainer_alloc_batch(trainer *t);
+void trainer_free_batch(trainer *t);
+mgt_status trainer_load_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k);
+double trainer_mask_sum(const trainer *t);
+
+/* preflight.c: trainer_check_memory (MGT_ERR_NOMEM with the breakdown when the chunks and the
+ * Adam moments do not fit), trainer_default_split (--data-path without --split), trainer_preflight
+ * (rank 0: --save and the output directories), trainer_log_recompute (the recomputation line). */
+mgt_status trainer_check_memory(trainer *t);
+mgt_status trainer_default_split(trainer *t);
+mgt_status trainer_preflight(const mgt_args *a);
+mgt_status trainer_log_recompute(trainer *t);
+
+/* pipeline.c: one pass of a schedule over a global batch (training or evaluation): its split
+ * and first sample, and what the last stage sums. */
+typedef struct {
+	mgt_split split;
+	int64_t base;       /* first sample of the global batch */
+	bool train;
+	double num, den;    /* loss sum and tokens on the last stage (BERT: lm loss sum and micro-batches) */
+	double sop;         /* BERT: the sentence-order loss sum */
+	double masked, correct; /* BERT evaluation: masked tokens, top-1 correct */
+} trainer_pass;
+/* Run the n actions acts, then sum the losses and the stop flags over the job (every rank sees
+ * the same); interrupted may be NULL.  Errors: the model's, communication. */
+mgt_status trainer_run_pass(trainer *t, const mgt_parallel_sched_action *acts, int n, trainer_pass *ps,
+			    bool *interrupted);
+
+/* grads.c: --grad-reduce-in-bf16's rounding of chunk c's gradients; the mgt_grad_hook of
+ * --overlap-grad-reduce (ctx: the trainer) and its plan; the bf16 gradient copies; the
+ * reduction of every bucket (finalize_model_grads), the wait for it, the fp16 unscaling, the
+ * global norm of gradients (params false) or parameters; the AdamW step of every shard (false:
+ * a non-finite gradient, step skipped); the parameter all-gather after it (init: fp8's first
+ * cast only).  Errors: communication, backend, NOMEM. */
+void trainer_round_grads(trainer *t, int c);
+mgt_status trainer_grad_ready(void *ctx, mgt_model *m, int done_from_layer);
+mgt_status trainer_plan_overlap(trainer *t);
+mgt_status trainer_alloc_grad16(trainer *t);
+mgt_status trainer_reduce_grads(trainer *t);
+mgt_status trainer_wait_dp(trainer *t);
+void trainer_unscale_grads(trainer *t, double tokens);
+mgt_status trainer_global_norm(trainer *t, bool params, double *norm);
+bool trainer_optimizer_step(trainer *t, double lr, double gnorm);
+mgt_status trainer_gather_params(trainer *t, mgt_model *m, bool init);
+
+/* evaluate.c: --eval-iters global batches of split sp from sample *consumed on (advanced): the
+ * token-weighted mean loss (tokens may be NULL); trainer_validate: the same, logged (what NULL
+ * during training, else "on validation set" / "on test set"). */
+mgt_status trainer_evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *loss, double *tokens);
+mgt_status trainer_validate(trainer *t, mgt_split sp, const char *what);
+
 /* masked.c (BERT): trainer_bert: the family is bert.  trainer_masked_open: the vocabulary from the
  * tokenizer and the sentence-level dataset of --data-path (one prefix) with Megatron's
  * BERTMaskedWordPieceDataset for the splits' sample counts n.  trainer_masked_alloc: the
@@ -160,7 +240,7 @@ bool trainer_async_running(const trainer *t);
 mgt_status trainer_save_wait(trainer *t);
 void trainer_save_abandon(trainer *t);
 
-/* train.c: after an iteration's backwards, the MoE statistics of every chunk gathered over
+/* moe.c: after an iteration's backwards, the MoE statistics of every chunk gathered over
  * pipeline and data-parallel ranks into t->moe_*, and the expert biases updated (once per
  * global batch).  Errors: IO (communicators, backend). */
 mgt_status trainer_moe_step(trainer *t);

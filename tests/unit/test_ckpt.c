@@ -1059,7 +1059,7 @@ static mgt_status moe_save(const char *save, int64_t it, const mgt_model_config 
 	if (st)
 		return st;
 	json_t *m = json_pack("{s:s, s:i, s:I, s:o}", "format", "mgt-ckpt", "format_version", 1, "iteration",
-			      (json_int_t)it, "tensors", (json_t *)mgt_train_tensor_list(&full));
+			      (json_int_t)it, "tensors", (json_t *)mgt_ckpt_tensors_json(&full));
 	char *meta = json_dumps(m, 0);
 	st = mgt_ckpt_commit(save, it, meta);
 	free(meta);
@@ -1082,12 +1082,12 @@ static int moe_load_ok(const char *save, const mgt_model_config *c, int tp, int 
 			size_t end = want.tt.buf_numel, cut[3] = {0, end / 3, end};
 			for (int i = 0; ok && i < want.tt.n; i++) {
 				const mgt_tensor *x = &want.tt.t[i];
-				ok = mgt_train_ckpt_read(ck, "", x, 0, x->numel, got.w[0] + x->offset) == MGT_OK;
+				ok = mgt_ckpt_row_read(ck, "", x, 0, x->numel, got.w[0] + x->offset) == MGT_OK;
 				for (int k = 1; ok && k < 3; k++)
 					for (int s = 0; ok && s < 2; s++) {
 						size_t a, b;
 						if (mgt_tensor_overlap(x, cut[s], cut[s + 1], &a, &b))
-							ok = mgt_train_ckpt_read(ck, moe_prefix[k], x, a - x->offset, b - x->offset,
+							ok = mgt_ckpt_row_read(ck, moe_prefix[k], x, a - x->offset, b - x->offset,
 										 got.w[k] + a) == MGT_OK;
 					}
 				for (int k = 0; ok && k < 3; k++)
@@ -1207,7 +1207,7 @@ static void test_experts(void)
 	mgt_status st = mgt_ckpt_open(save, -1, &ck);
 	if (!st && moe_rank_make(&r, &c8, 1, 0, 2, 0, 0)) {
 		const mgt_tensor *x = mgt_tensor_table_find(&r.tt, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight");
-		st = x ? mgt_train_ckpt_read(ck, "", x, 0, x->numel, r.w[0] + x->offset) : MGT_ERR_USAGE;
+		st = x ? mgt_ckpt_row_read(ck, "", x, 0, x->numel, r.w[0] + x->offset) : MGT_ERR_USAGE;
 		moe_rank_free(&r);
 	}
 	mgt_ckpt_close(ck);
@@ -1223,7 +1223,7 @@ static void test_experts(void)
 	if (!st && moe_rank_make(&r, &c, 1, 0, 1, 0, 0)) {
 		st = MGT_OK;
 		for (int i = 0; !st && i < r.tt.n; i++)
-			st = mgt_train_ckpt_read(ck, "", &r.tt.t[i], 0, r.tt.t[i].numel, r.w[0] + r.tt.t[i].offset);
+			st = mgt_ckpt_row_read(ck, "", &r.tt.t[i], 0, r.tt.t[i].numel, r.w[0] + r.tt.t[i].offset);
 		moe_rank_free(&r);
 	}
 	mgt_ckpt_close(ck);
@@ -1247,11 +1247,11 @@ static void test_experts(void)
 	/* the table side: names known by dataset, not by per-expert name */
 	mgt_tensor_table full;
 	if (mgt_tensor_table_build_ep(&full, &c, 1, 0, 1, 0, 1, 0) == MGT_OK) {
-		CHECK(mgt_train_ckpt_known(&full, fc1) &&
-		      !mgt_train_ckpt_known(&full, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight") &&
-		      mgt_train_ckpt_known(&full, "decoder.layers.0.mlp.router.weight"),
+		CHECK(mgt_ckpt_row_known(&full, fc1) &&
+		      !mgt_ckpt_row_known(&full, "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight") &&
+		      mgt_ckpt_row_known(&full, "decoder.layers.0.mlp.router.weight"),
 		      "experts: a checkpoint's datasets belong to the model by dataset name");
-		json_t *list = mgt_train_tensor_list(&full), *x;
+		json_t *list = mgt_ckpt_tensors_json(&full), *x;
 		size_t i, n_fc1 = 0, n_expert = 0;
 		json_array_foreach(list, i, x) {
 			const char *nm = json_string_value(json_object_get(x, "name"));
@@ -1287,7 +1287,7 @@ static int write_moe(const char *save)
 		for (int k = 0; k < 3 && n < 64; k++, n++) { /* the dataset whole, from experts 0..E-1 */
 			char name[192], *nm = malloc(256);
 			int64_t gs[3];
-			int nd = mgt_train_ckpt_dataset(x, moe_prefix[k], name, sizeof name, gs);
+			int nd = mgt_ckpt_row_dataset(x, moe_prefix[k], name, sizeof name, gs);
 			snprintf(nm, 256, "expected/%s", name);
 			float *w = malloc((size_t)x->num_experts * x->numel * sizeof *w);
 			for (int j = 0; j < r.tt.n; j++)
