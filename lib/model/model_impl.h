@@ -85,6 +85,9 @@ struct mgt_model {
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
 	const mgt_tensor *glob[MGT_T_NROLES];
 	int first_layer, n_layers;
+	/* the layer kinds (mgt_model_layer_pattern): symbols 2 li and 2 li + 1 are local layer li's
+	 * attention and MLP ('-') or MoE ('E'); [2 n_layers + 1], set by chunk.c's index_roles */
+	char *pattern;
 	slot_act *sa, *cur;
 	/* activation recomputation scratch, shared by the slots (chunk.c alloc_recompute): FULL
 	 * rc_n layers' buffers (the largest recompute group; x_in of its first layer is the slot's);
@@ -178,7 +181,7 @@ void *mgt_model_balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 /* ---- Mixture of Experts (moe.c) ----
  * mgt_moe_setup (after the table is indexed) makes m->moe when the chunk has MoE layers;
  * mgt_moe_alloc allocates its activations (per slot) and scratch through mgt_model_balloc;
- * mgt_moe_free frees both.  mgt_moe_layer: whether local layer li is an MoE layer.
+ * mgt_moe_free frees both.  mgt_moe_layer: whether local layer li is an MoE layer ('E' in m->pattern).
  * mgt_moe_forward: from the pre_mlp_layernorm output x [T, h] (gathered over TP), out [T, h]
  * (both of act_t, as every MoE activation and gradient; router logits and probabilities fp32)
  * the partial MoE output (before the TP reduction and bias-dropout-add), routing statistics
