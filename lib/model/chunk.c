@@ -30,7 +30,8 @@
 static size_t la_numel(const mgt_model *m, int li, int k)
 {
 	if (k == LA_X_IN || k == LA_X_MID) return (size_t)m->Th * (size_t)m->h;
-	return mgt_layer_attn_numel(m, li, k) + mgt_layer_mlp_numel(m, li, k);
+	bool moe = li >= 0 && m->pattern[2 * li + 1] == MGT_LAYER_MOE;
+	return mgt_layer_attn_numel(m, li, k) + (moe ? mgt_layer_moe_numel(m, li, k) : mgt_layer_mlp_numel(m, li, k));
 }
 
 /* The element type of layer buffer k (mgt_model.act_t, fc1_t, res_t). */
