@@ -30,7 +30,8 @@
 static size_t la_numel(const mgt_model *m, int li, int k)
 {
 	if (k == LA_X_IN || k == LA_X_MID) return (size_t)m->Th * (size_t)m->h;
-	return mgt_layer_attn_numel(m, li, k) + mgt_layer_mlp_numel(m, li, k);
+	bool moe = li >= 0 && m->pattern[2 * li + 1] == MGT_LAYER_MOE;
+	return mgt_layer_attn_numel(m, li, k) + (moe ? mgt_layer_moe_numel(m, li, k) : mgt_layer_mlp_numel(m, li, k));
 }
 
 /* The element type of layer buffer k (mgt_model.act_t, fc1_t, res_t). */
@@ -194,6 +195,12 @@ static mgt_status index_roles(mgt_model *m)
 		if (l >= 0) m->n_layers = l - m->first_layer + 1;
 	}
 	if (m->first_layer < 0) m->first_layer = 0;
+	if (!(m->pattern = mgt_malloc(2 * (size_t)m->n_layers + 1))) return MGT_ERR_NOMEM;
+	for (int li = 0; li < m->n_layers; li++) {
+		m->pattern[2 * li] = MGT_LAYER_ATTENTION;
+		m->pattern[2 * li + 1] = mgt_moe_is_layer(&m->c, m->first_layer + li) ? MGT_LAYER_MOE : MGT_LAYER_MLP;
+	}
+	m->pattern[2 * m->n_layers] = '\0';
 	m->by_role = mgt_malloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->by_role);
 	if (!m->by_role) return MGT_ERR_NOMEM;
 	memset(m->by_role, 0, (size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->by_role);
@@ -461,12 +468,14 @@ void mgt_model_free(mgt_model *m)
 	mgt_bert_free(m);
 	free(m->kmask_h);
 	free(m->by_role);
+	free(m->pattern);
 	free(m->nw_off);
 	mgt_tensor_table_free(&m->tt);
 	free(m);
 }
 
 const mgt_tensor_table *mgt_model_tensors(const mgt_model *m) { return &m->tt; }
+const char *mgt_model_layer_pattern(const mgt_model *m) { return m->pattern; }
 float *mgt_model_params(mgt_model *m)
 {
 	m->lp_stale = true;

@@ -1,11 +1,11 @@
-/* lib/model/layer_mlp.c: the MLP layer kind (megatron/core/transformer/mlp.py,
- * transformer_layer.py): pre_mlp_layernorm, linear_fc1, the activation, linear_fc2 and the
- * bias-dropout-add, or (an MoE layer) moe.c's experts in their place, and their backward. */
+/* lib/model/layer_mlp.c: the dense MLP layer kind ('-' in the chunk's pattern;
+ * megatron/core/transformer/mlp.py, transformer_layer.py): pre_mlp_layernorm, linear_fc1, the
+ * activation, linear_fc2 and the bias-dropout-add, and their backward.  The MoE kind ('E') is
+ * layer_moe.c's. */
 #include "model_impl.h"
 
 size_t mgt_layer_mlp_numel(const mgt_model *m, int li, int k)
 {
-	if ((k == LA_FC1 || k == LA_ACT) && li >= 0 && mgt_moe_is_layer(&m->c, m->first_layer + li)) return 0;
 	size_t T = (size_t)m->T;
 	switch (k) {
 	case LA_LN2: return li >= 0 && mgt_model_fp8_layer(m, li) ? 0 : T * (size_t)m->h; /* fp8: the cast keeps x */
@@ -25,13 +25,8 @@ mgt_status mgt_layer_mlp_fwd(mgt_model *m, int li, bool train, void *out)
 	void *ln = mgt_sublayer_norm_dst(m, li, a->ln2, &lt);
 	mgt_status st = mgt_sublayer_norm_gather(m, ln, lt, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W),
 						 T_(m, l, MGT_T_LN2_B));
-	if (st) return st;
-	if (mgt_moe_layer(m, li)) {
-		if ((st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
-		return mgt_sublayer_reduce_bda(m, out, a->x_mid, NULL, train, mgt_sublayer_site_key(m, l, 3), m->act_t);
-	}
-	if ((st = mgt_sublayer_lin_fwd(m, li, 2, a->fc1, m->fc1_t, ln, lt, T_(m, l, MGT_T_FC1_W), NULL, h,
-				       (int)m->fc1_l)))
+	if (st || (st = mgt_sublayer_lin_fwd(m, li, 2, a->fc1, m->fc1_t, ln, lt, T_(m, l, MGT_T_FC1_W), NULL, h,
+					     (int)m->fc1_l)))
 		return st;
 	/* an fp8 layer keeps fc2's input as its cast bytes only: the activation goes through dact's
 	 * scratch (free in the forward) */
@@ -50,15 +45,8 @@ mgt_status mgt_layer_mlp_bwd(mgt_model *m, int li, bool train)
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	const bool moe = mgt_moe_layer(m, li);
 	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, mgt_sublayer_site_key(m, l, 3), m->act_t);
 	if (st) return st;
-	if (moe) {
-		void *dxl;
-		if ((st = mgt_moe_backward(m, li, train, a->ln2, m->dtmp_h, &dxl))) return st;
-		return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, a->x_mid, T_(m, l, MGT_T_LN2_W),
-						    T_(m, l, MGT_T_LN2_B), a->mean2, a->rstd2, dxl);
-	}
 	st = mgt_sublayer_lin_bwd(m, li, 3, m->dact, m->act_t, T_(m, l, MGT_T_FC2_W), NULL, m->dtmp_h, m->act_t, a->act,
 				  m->act_t, (int)m->ffn_l, h);
 	if (st) return st;

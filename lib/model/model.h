@@ -425,6 +425,18 @@ mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mg
 void mgt_model_free(mgt_model *m);
 
 const mgt_tensor_table *mgt_model_tensors(const mgt_model *m);
+/* The chunk's layers as data, in the symbols of Megatron's hybrid layer pattern
+ * (megatron/core/ssm/mamba_hybrid_layer_allocation.py, Symbols): two symbols per transformer
+ * layer of the chunk (its pipeline stage's layers, first to last; a T5 chunk's encoder layers,
+ * then its decoder's), the self-attention '*' (MGT_LAYER_ATTENTION) then the MLP, '-'
+ * (MGT_LAYER_MLP, dense) or 'E' (MGT_LAYER_MOE, an MoE layer by mgt_moe_is_layer: --moe-layer-freq
+ * or --moe-layer-pattern).  A dense GPT or Llama of 4 layers is "*-*-*-*-", tiny-moe "*E*E*E*E",
+ * --moe-layer-freq 2 "*E*-*E*-".  Derived from the config once, when the chunk is made; the
+ * forward and backward run the layer kinds in this order (lib/model/stack.c).  T5's decoder
+ * cross-attention (lib/model/t5.c) has no symbol.  NUL-terminated; owned by m, valid until
+ * mgt_model_free. */
+typedef enum { MGT_LAYER_ATTENTION = '*', MGT_LAYER_MLP = '-', MGT_LAYER_MOE = 'E' } mgt_layer_kind;
+const char *mgt_model_layer_pattern(const mgt_model *m);
 /* Whether t is the weight of a norm (input_layernorm, pre_mlp_layernorm, final_layernorm,
  * q_layernorm, k_layernorm): the tensors --apply-layernorm-1p stores zero-centred. */
 bool mgt_tensor_is_norm_weight(const mgt_tensor *t);

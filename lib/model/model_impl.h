@@ -3,7 +3,7 @@
  *   stack.c (dispatch: upload, forward and backward by recipe, recomputation, outputs), infer.c
  *   chunk.c (dimensions, layout checks, buffers sized in the dry pass, accessors, free)
  *   t5.c (the encoder-decoder recipe: two stacks and cross-attention)
- *   embed_head.c (embedding, heads), layer_attn.c, layer_mlp.c (the layer kinds)
+ *   embed_head.c (embedding, heads), layer_attn.c, layer_mlp.c, layer_moe.c (the layer kinds)
  *   bert.c (BERT's heads), moe.c, moe_route.c (MoE layers)
  *   sublayer.c (TP reductions and gathers, norms, bias-dropout-add, linears, cross entropy)
  *   cp.c (context-parallel attention), fp8lin.c (fp8 linears)
@@ -85,6 +85,9 @@ struct mgt_model {
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
 	const mgt_tensor *glob[MGT_T_NROLES];
 	int first_layer, n_layers;
+	/* the layer kinds (mgt_model_layer_pattern): symbols 2 li and 2 li + 1 are local layer li's
+	 * attention and MLP ('-') or MoE ('E'); [2 n_layers + 1], set by chunk.c's index_roles */
+	char *pattern;
 	slot_act *sa, *cur;
 	/* activation recomputation scratch, shared by the slots (chunk.c alloc_recompute): FULL
 	 * rc_n layers' buffers (the largest recompute group; x_in of its first layer is the slot's);
@@ -178,7 +181,7 @@ void *mgt_model_balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 /* ---- Mixture of Experts (moe.c) ----
  * mgt_moe_setup (after the table is indexed) makes m->moe when the chunk has MoE layers;
  * mgt_moe_alloc allocates its activations (per slot) and scratch through mgt_model_balloc;
- * mgt_moe_free frees both.  mgt_moe_layer: whether local layer li is an MoE layer.
+ * mgt_moe_free frees both.  mgt_moe_layer: whether local layer li is an MoE layer ('E' in m->pattern).
  * mgt_moe_forward: from the pre_mlp_layernorm output x [T, h] (gathered over TP), out [T, h]
  * (both of act_t, as every MoE activation and gradient; router logits and probabilities fp32)
  * the partial MoE output (before the TP reduction and bias-dropout-add), routing statistics
@@ -332,24 +335,29 @@ mgt_status mgt_sublayer_lin_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_
 				int in, int out);
 void *mgt_sublayer_norm_dst(mgt_model *m, int li, void *buf, mgt_elem_type *t);
 
-/* ---- the layer kinds (layer_attn.c, layer_mlp.c) ----
+/* ---- the layer kinds (layer_attn.c '*', layer_mlp.c '-', layer_moe.c 'E': the symbols of
+ * mgt_model.pattern, which stack.c dispatches on) ----
  * Local layer li of the current slot.  mgt_layer_attn_fwd: the self-attention block from x_in,
  * its output (the residual after attention) to out; mgt_layer_attn_core_fwd: its core attention
  * alone (ctx and lse from the kept qkv: what selective recomputation reruns).  mgt_layer_mlp_fwd:
- * the MLP (or MoE) block from x_mid, its output to out (NULL: stop after the activation, for
- * recomputation).  The backwards take dres (the gradient of the block's output) to the gradient
- * of its input, accumulating the parameters' gradients.  mgt_layer_attn_numel / _mlp_numel: the
- * elements of the layer buffer k (LA_*) the kind keeps for local layer li (-1: a dense layer's
- * in the recomputation scratch), 0 for a buffer it does not use or does not have here (under fp8
- * the cast keeps the norm output and the activation; an MoE layer's expert activations are
- * moe.c's); chunk.c sizes the slots with them. */
+ * the dense MLP block from x_mid, its output to out (NULL: stop after the activation, for
+ * recomputation); mgt_layer_moe_fwd: the MoE block (moe.c) in its place (NULL: stop after the
+ * experts).  The backwards take dres (the gradient of the block's output) to the gradient
+ * of its input, accumulating the parameters' gradients.  mgt_layer_attn_numel / _mlp_numel /
+ * _moe_numel: the elements of the layer buffer k (LA_*) the kind keeps for local layer li (-1: a
+ * dense layer's in the recomputation scratch), 0 for a buffer it does not use or does not have
+ * here (under fp8 the cast keeps the norm output and the activation; an MoE layer's expert
+ * activations are moe.c's); chunk.c sizes the slots with them. */
 size_t mgt_layer_attn_numel(const mgt_model *m, int li, int k);
 size_t mgt_layer_mlp_numel(const mgt_model *m, int li, int k);
+size_t mgt_layer_moe_numel(const mgt_model *m, int li, int k);
 mgt_status mgt_layer_attn_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_attn_core_fwd(mgt_model *m, int li, bool train);
 mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train);
 mgt_status mgt_layer_mlp_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_mlp_bwd(mgt_model *m, int li, bool train);
+mgt_status mgt_layer_moe_fwd(mgt_model *m, int li, bool train, void *out);
+mgt_status mgt_layer_moe_bwd(mgt_model *m, int li, bool train);
 
 /* ---- embedding and head (embed_head.c) ----
  * mgt_model_embed_fwd: the embedding of the current slot's tokens (positions, token types) into

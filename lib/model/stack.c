@@ -44,18 +44,45 @@ static mgt_status use_slot(mgt_model *m, int slot)
 	return MGT_OK;
 }
 
-/* The forward of a one-stack chunk: the embedding (first stage), the layers (the caller runs the head). */
+/* The layer kinds by their symbol in the chunk's pattern (mgt_model.pattern; Megatron's
+ * megatron/core/ssm/mamba_hybrid_layer_allocation.py symbols): the forward from the kind's input
+ * to out, the backward from dres, and (rerun) what selective recomputation reruns before the
+ * backward.  Symbols 2 li and 2 li + 1 are local layer li's and share its layer_act: the
+ * attention reads x_in and writes x_mid, the MLP or MoE reads x_mid and writes the next
+ * layer's x_in (the last, the slot's res_out).  A Mamba kind ('M', megatron/core/ssm/
+ * mamba_layer.py) would come here with its own file and its buffers in layer_act. */
+typedef struct {
+	mgt_status (*fwd)(mgt_model *m, int li, bool train, void *out);
+	mgt_status (*bwd)(mgt_model *m, int li, bool train);
+	mgt_status (*rerun)(mgt_model *m, int li, bool train);
+} layer_kind;
+
+static const layer_kind kinds[128] = {
+	[MGT_LAYER_ATTENTION] = { mgt_layer_attn_fwd, mgt_layer_attn_bwd, mgt_layer_attn_core_fwd },
+	[MGT_LAYER_MLP] = { mgt_layer_mlp_fwd, mgt_layer_mlp_bwd, NULL },
+	[MGT_LAYER_MOE] = { mgt_layer_moe_fwd, mgt_layer_moe_bwd, NULL },
+};
+
+static const layer_kind *kind_of(const mgt_model *m, int k) { return &kinds[m->pattern[k] & 127]; }
+
+/* The input of symbol k of the current slot (its layer's x_in or x_mid). */
+static void *kind_in(mgt_model *m, int k)
+{
+	layer_act *a = &m->cur->la[k / 2];
+	return k % 2 ? (void *)a->x_mid : (void *)a->x_in;
+}
+
+/* The forward of a one-stack chunk: the embedding (first stage), the layers' kinds in the
+ * pattern's order (the caller runs the head). */
 static mgt_status layers_fwd(mgt_model *m, bool train)
 {
 	mgt_status st = MGT_OK;
 	if (m->first)
 		st = mgt_model_embed_fwd(m, train, m->n_layers ? (void *)m->cur->la[0].x_in : (void *)m->cur->res_out,
 					 mgt_sublayer_site_key(m, -1, 0));
-	for (int li = 0; !st && li < m->n_layers; li++) {
-		void *out = li + 1 < m->n_layers ? (void *)m->cur->la[li + 1].x_in : (void *)m->cur->res_out;
-		st = mgt_layer_attn_fwd(m, li, train, m->cur->la[li].x_mid);
-		if (!st) st = mgt_layer_mlp_fwd(m, li, train, out);
-	}
+	const int n = 2 * m->n_layers;
+	for (int k = 0; !st && k < n; k++)
+		st = kind_of(m, k)->fwd(m, k / 2, train, k + 1 < n ? kind_in(m, k + 1) : (void *)m->cur->res_out);
 	return st;
 }
 
@@ -102,10 +129,8 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 static mgt_status recompute_group(mgt_model *m, int g0, int g1, bool train)
 {
 	mgt_status st = MGT_OK;
-	for (int li = g0; !st && li < g1; li++) {
-		st = mgt_layer_attn_fwd(m, li, train, m->cur->la[li].x_mid);
-		if (!st) st = mgt_layer_mlp_fwd(m, li, train, li + 1 < g1 ? m->cur->la[li + 1].x_in : NULL);
-	}
+	for (int k = 2 * g0; !st && k < 2 * g1; k++)
+		st = kind_of(m, k)->fwd(m, k / 2, train, k + 1 < 2 * g1 ? kind_in(m, k + 1) : NULL);
 	return st;
 }
 
@@ -122,7 +147,9 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
 	return st;
 }
 
-/* The backward of a GPT or BERT chunk: the head (last stage), the layers, the embedding (first stage). */
+/* The backward of a GPT or BERT chunk: the head (last stage), the layers' kinds in the pattern's
+ * reverse order (a recomputed group rerun first; under selective recomputation a kind's rerun
+ * before its backward; the gradient hook after each layer), the embedding (first stage). */
 static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 {
 	mgt_status st = MGT_OK;
@@ -133,9 +160,11 @@ static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 		int g0, g1;
 		if (mgt_model_rc_full(m, li) && (mgt_model_rc_group(m, li, &g0, &g1), li == g1 - 1))
 			st = recompute_group(m, g0, g1, train);
-		if (!st) st = mgt_layer_mlp_bwd(m, li, train);
-		if (!st && selective) st = mgt_layer_attn_core_fwd(m, li, train);
-		if (!st) st = mgt_layer_attn_bwd(m, li, train);
+		for (int k = 2 * li + 1; !st && k >= 2 * li; k--) {
+			const layer_kind *K = kind_of(m, k);
+			if (selective && K->rerun) st = K->rerun(m, li, train);
+			if (!st) st = K->bwd(m, li, train);
+		}
 		if (!st && m->hook) st = m->hook(m->hook_ctx, m, m->first_layer + li);
 	}
 	if (!st && train) st = mgt_model_fp8_update(m, true); /* TE: after the first fp8 module's backward */

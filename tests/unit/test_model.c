@@ -381,8 +381,58 @@ static void test_t5_buckets(void)
 	      "(%d violations)", bad);
 }
 
+/* The chunk's layer pattern (mgt_model_layer_pattern, Megatron's hybrid symbols of
+ * megatron/core/ssm/mamba_hybrid_layer_allocation.py: '*' attention, '-' MLP, 'E' MoE) of a
+ * 6-layer model on stage `stage` of `stages`, against want, written out by hand from the MoE
+ * rule (megatron/training/arguments.py moe_layer_freq: an integer N makes every N-th layer from 0
+ * an MoE layer; a list gives one 0/1 per layer): E experts (0: dense), --moe-layer-freq freq or
+ * the expanded list lst. */
+static void test_pattern(int64_t E, int64_t freq, const char *lst, int stages, int stage, const char *want)
+{
+	mgt_model_config c = config(true);
+	c.num_layers = 6;
+	if (E) {
+		c.add_bias_linear = false; /* no linear biases with experts */
+		c.num_experts = E;
+		c.moe_router_topk = 2;
+		c.moe_layer_freq = freq;
+		c.moe_ffn_hidden_size = 32;
+		snprintf(c.moe_layer_pattern, sizeof c.moe_layer_pattern, "%s", lst ? lst : "");
+		snprintf(c.moe_router_score_function, sizeof c.moe_router_score_function, "softmax");
+		snprintf(c.moe_router_load_balancing_type, sizeof c.moe_router_load_balancing_type, "aux_loss");
+		snprintf(c.moe_token_drop_policy, sizeof c.moe_token_drop_policy, "probs");
+	}
+	mgt_model_layout L;
+	memset(&L, 0, sizeof L);
+	L.mbs = 1;
+	L.num_stages = stages;
+	L.stage = stage;
+	L.slots = 1;
+	L.dp = 1;
+	mgt_parallel ps;
+	mgt_backend *be = mgt_backend_cpu_create(1);
+	mgt_model *m = NULL;
+	mgt_status st = mgt_parallel_init_single(&ps);
+	if (!st) st = mgt_model_config_finalize(&c, 1);
+	if (!st) st = mgt_model_create(&m, &c, &L, be, &ps);
+	const char *got = m ? mgt_model_layer_pattern(m) : NULL;
+	CHECK(!st && got && !strcmp(got, want), "layer pattern, %lld experts, --moe-layer-freq %lld, list '%s', "
+	      "stage %d of %d: %s (expected %s)", (long long)E, (long long)freq, lst ? lst : "", stage, stages,
+	      got ? got : "none", want);
+	mgt_model_free(m);
+	mgt_backend_destroy(be);
+}
+
 int main(void)
 {
+	test_pattern(0, 0, NULL, 1, 0, "*-*-*-*-*-*-");      /* dense GPT / Llama */
+	test_pattern(4, 1, NULL, 1, 0, "*E*E*E*E*E*E");      /* every layer MoE (tiny-moe) */
+	test_pattern(4, 2, NULL, 1, 0, "*E*-*E*-*E*-");
+	test_pattern(4, 3, NULL, 1, 0, "*E*-*-*E*-*-");
+	test_pattern(4, 3, NULL, 2, 1, "*E*-*-");            /* layers 3..5 of 6 */
+	test_pattern(0, 0, NULL, 3, 2, "*-*-");
+	test_pattern(4, 0, "011001", 1, 0, "*-*E*E*-*-*E");  /* --moe-layer-freq [0,1,1,0,0,1] */
+	test_pattern(4, 0, "011001", 2, 0, "*-*E*E");
 	test_inv_freq(false, 10000, 64, 8, 1, 4, 8192);
 	test_inv_freq(true, 500000, 128, 8, 1, 4, 8192);
 	test_inv_freq(true, 500000, 64, 32, 1, 4, 8192);
