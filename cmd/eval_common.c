@@ -23,7 +23,8 @@ const char eval_model_help[] =
 const char eval_exit_help[] =
 	"Exit status: 0 ok, 1 runtime error, 2 usage error, 3 bad input (token id outside the vocabulary,\n"
 	"text that is not UTF-8, a malformed input line), 4 bad or missing tokenizer files, 6 checkpoint\n"
-	"missing, damaged or not a model mgt knows, 130 interrupted.\n";
+	"missing, damaged or not a model mgt knows, or of a family the command cannot run (a BERT for\n"
+	"perplexity, generate, tasks and logits), 130 interrupted.\n";
 
 void eval_model_defaults(eval_model_opts *o)
 {
@@ -118,6 +119,7 @@ mgt_status eval_model_open(const eval_model_opts *o, bool need_tok, eval_model *
 {
 	memset(m, 0, sizeof *m);
 	mgt_status st = o->hf ? open_hf(o->hf, &m->ev) : mgt_eval_open(&m->ev, o->load, o->step);
+	if (!st && o->command) st = mgt_eval_supports(m->ev, o->use, o->command);
 	if (!st) st = load_tokenizer(o, m->ev, &m->tok);
 	if (!st && need_tok && !m->tok)
 		st = mgt_err(MGT_ERR_VOCAB, "the checkpoint %s records no tokenizer (--mock-data without "

@@ -355,6 +355,8 @@ int eval_cmd_generate(int argc, char **argv)
 {
 	gopts o = { .max_new = 32, .temperature = 1.0, .seed = 1234, .batch = 1 };
 	eval_model_defaults(&o.m);
+	o.m.command = EVAL_PROG " generate";
+	o.m.use = MGT_EVAL_USE_GENERATE;
 	parse(&o, argc, argv);
 	check_opts(&o);
 	mgt_status st = run(&o);

@@ -167,6 +167,8 @@ int eval_cmd_logits(int argc, char **argv)
 		{0, 0, 0, 0}};
 	lopts o = { 0 };
 	eval_model_defaults(&o.m);
+	o.m.command = EVAL_PROG " logits";
+	o.m.use = MGT_EVAL_USE_NEXT_TOKEN;
 	eval_parse(argc, argv, longopts, &o.m, own_option, &o, usage);
 	eval_model_check(&o.m);
 	if (!o.tokens == !o.prompt) mgt_cli_usage_error(PROG, "give one of --tokens and --prompt");

@@ -162,6 +162,19 @@ void mgt_eval_tok_opts(const mgt_eval *ev, mgt_tok_opts *o)
 	if (!o->type && a->vocab_file && a->merge_file) o->type = "GPT2BPETokenizer"; /* as mgt-train */
 }
 
+mgt_status mgt_eval_supports(const mgt_eval *ev, mgt_eval_use use, const char *what)
+{
+	const mgt_family *f = mgt_model_family(&ev->a.model);
+	if (f->recipe == MGT_STACK_ENCODER)
+		return mgt_err(MGT_ERR_FORMAT, "%s: %s is a %s checkpoint (--model-family %s), a bidirectional encoder "
+			       "that fills masked tokens: it has no next-token distribution to %s (%s); evaluate a %s "
+			       "with 'mgt-eval loss' (masked-token loss and accuracy)", what, ev->dir, f->title, f->name,
+			       use == MGT_EVAL_USE_GENERATE ? "generate from" : "score text with",
+			       use == MGT_EVAL_USE_GENERATE ? "generation runs GPT and T5 checkpoints"
+							    : "scoring runs causal decoders: GPT", f->title);
+	return MGT_OK;
+}
+
 /* The unpadded vocabulary the checkpoint records (see mgt_eval_build), 0 when unknown. */
 static int64_t recorded_vocab(const mgt_eval *ev)
 {
@@ -321,7 +334,8 @@ static mgt_status forward_full(mgt_eval *ev, const int32_t *tokens, int64_t n)
 	if (n < 1 || n > ev->s)
 		return mgt_err(MGT_ERR_USAGE, "%lld tokens: expected 1 to %lld (the sequence length the model was "
 			       "built for)", (long long)n, (long long)ev->s);
-	mgt_status st = mgt_eval_check_ids(ev, tokens, n);
+	mgt_status st = mgt_eval_supports(ev, MGT_EVAL_USE_NEXT_TOKEN, "mgt_eval_forward");
+	if (!st) st = mgt_eval_check_ids(ev, tokens, n);
 	if (!st && !ev->kv) st = mgt_kv_cache_create(&ev->kv, ev->m, 1, (int)ev->s); /* first use */
 	if (st) return st;
 	return mgt_model_infer(ev->m, ev->kv, (int)n, tokens, ev->seq, ev->pos, (int)n, ev->pos, ev->full);

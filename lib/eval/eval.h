@@ -69,6 +69,23 @@ const char *mgt_eval_dir(const mgt_eval *ev);
  * without a type mean GPT2BPETokenizer.  File paths are as the training run was given them. */
 void mgt_eval_tok_opts(const mgt_eval *ev, mgt_tok_opts *o);
 
+/* What a command asks of the model (mgt_eval_supports). */
+typedef enum {
+	MGT_EVAL_USE_NEXT_TOKEN, /* next-token logits of one sequence: mgt_eval_forward, mgt_eval_greedy,
+				  * mgt_ll_score, mgt_ll_rolling (logits, perplexity, tasks) */
+	MGT_EVAL_USE_GENERATE,   /* mgt_eval_generate */
+} mgt_eval_use;
+
+/* Whether the checkpoint's family (its row, mgt_model_family: the recipe) computes what use
+ * needs.  A causal decoder (MGT_STACK_DECODER, GPT) does everything.  A bidirectional encoder
+ * (MGT_STACK_ENCODER, BERT: masked-token prediction, every position sees every other) has no
+ * next-token distribution: nothing here but mgt-eval loss.  An encoder-decoder
+ * (MGT_STACK_ENCODER_DECODER, T5) generates (the prompt to the encoder, the decoder from its
+ * start token); the next-token logits of one sequence it does not have.  what names the
+ * command in the message ("mgt-eval logits").  Works before mgt_eval_build.
+ * Errors: MGT_ERR_FORMAT naming the family, its kind, what and what evaluates it instead. */
+mgt_status mgt_eval_supports(const mgt_eval *ev, mgt_eval_use use, const char *what);
+
 /* How to build the model. */
 typedef struct mgt_eval_build_opts {
 	int64_t seq_length;   /* the longest sequence mgt_eval_forward will take (> 0) */
@@ -104,8 +121,9 @@ int64_t mgt_eval_seq_length(const mgt_eval *ev);
  * 0..n-1, no dropout: logits[i * vocab_size + v] (row-major [n, vocab_size], float32, host,
  * caller-owned; NULL when not wanted) is the score of id v following tokens[0..i].  Source:
  * Megatron-Core GPTModel forward (models/gpt/gpt_model.py) as lib/model runs it.
- * Errors: MGT_ERR_USAGE (n out of range, before mgt_eval_build), MGT_ERR_INPUT (an id outside
- * the vocabulary, naming its position), MGT_ERR_NOMEM, MGT_ERR_IO (backend). */
+ * Errors: MGT_ERR_USAGE (n out of range, before mgt_eval_build), MGT_ERR_FORMAT (a family without
+ * next-token logits, mgt_eval_supports), MGT_ERR_INPUT (an id outside the vocabulary, naming its
+ * position), MGT_ERR_NOMEM, MGT_ERR_IO (backend). */
 mgt_status mgt_eval_forward(mgt_eval *ev, const int32_t *tokens, int64_t n, float *logits);
 
 /* Greedy decoding: starting from prompt[0..n) (n >= 1), max_new times forward the sequence so
@@ -184,7 +202,8 @@ typedef mgt_status (*mgt_gen_cb)(void *ctx, const mgt_gen_token *t);
  * ends at the eod id, a stop string, max_new_tokens, or when max_length positions are used (a
  * prompt of n tokens can get max_length + 1 - n new ones).  Greedy generation gives the ids of
  * mgt_eval_greedy (which recomputes every prefix) up to rounding.  Errors: MGT_ERR_USAGE (options
- * out of range, before mgt_eval_build), MGT_ERR_INPUT (an empty prompt, a prompt longer than
+ * out of range, before mgt_eval_build), MGT_ERR_FORMAT (a family that does not generate,
+ * mgt_eval_supports), MGT_ERR_INPUT (an empty prompt, a prompt longer than
  * max_length, an id outside the vocabulary: naming the prompt's index), MGT_ERR_NOMEM,
  * MGT_ERR_IO (backend), or the callback's status. */
 mgt_status mgt_eval_generate(mgt_eval *ev, const mgt_gen_opts *o, int64_t nprompts, const int32_t *const *prompts,

@@ -1,0 +1,34 @@
+#!/bin/sh
+# mgt-eval on BERT and T5 checkpoints (TAP, run by prove; issue 46): tiny BERT and T5 trained
+# two iterations without --eval-interval on KJV split into sentences (BertWordPieceCase):
+#   - what a family cannot do is refused naming the family and the command (exit 6): BERT in
+#     generate, perplexity, tasks and logits;
+. "$(dirname "$0")/lib.sh"
+cd "$T" || exit 1
+VOCAB=$SHARE/tokenizers/bert/vocab.txt
+"$BIN/mgt-preprocess" --input "$SHARE/data/kjv.jsonl.zst" --output-prefix wp --tokenizer-type BertWordPieceCase \
+	--vocab-file "$VOCAB" --split-sentences --workers 2 --quiet >/dev/null 2>&1 ||
+	{ echo "1..0 # SKIP mgt-preprocess failed"; exit 0; }
+TRAIN="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
+ --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --train-iters 2 --log-interval 1
+ --tokenizer-type BertWordPieceCase --vocab-file $VOCAB --data-path wp_text_sentence --split 949,50,1
+ --device cpu --threads 2 --save-interval 2"
+ok "a tiny BERT, 2 iterations, no --eval-interval" exits 0 "$BIN/mgt-train" --model-family bert $TRAIN --save bert
+ok "a tiny T5, 2 iterations, no --eval-interval" exits 0 "$BIN/mgt-train" --model-family t5 $TRAIN \
+	--decoder-seq-length 16 --save t5
+printf '{"text": "In the beginning God created"}\n' >texts.jsonl
+E="$BIN/mgt-eval"
+
+# refused CMD ARGS...: exit 6, the message names the family and the command
+refused() {
+	fam=$1 cmd=$2; shift 2
+	exits 6 "$E" "$cmd" --threads 2 "$@" && err_has "mgt-eval $cmd: .* is a $fam checkpoint (--model-family" &&
+		! grep -q "Try 'mgt-eval --help'" "$T/err"
+}
+ok "BERT: generate refused (no next-token distribution), exit 6" refused BERT generate --load bert --prompt "In the"
+ok "BERT: perplexity refused" refused BERT perplexity --load bert --texts texts.jsonl
+ok "BERT: tasks refused" refused BERT tasks --load bert --task "$SHARE/tasks/kjv-choice.jsonl"
+ok "BERT: logits refused" refused BERT logits --load bert --prompt "In the beginning"
+ok "BERT: logits without a command refused" exits 6 "$E" --load bert --tokens "101 1130 102" --threads 2
+ok "  the message says what evaluates it" err_has "mgt-eval loss"
+done_testing
