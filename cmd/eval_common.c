@@ -24,7 +24,7 @@ const char eval_exit_help[] =
 	"Exit status: 0 ok, 1 runtime error, 2 usage error, 3 bad input (token id outside the vocabulary,\n"
 	"text that is not UTF-8, a malformed input line), 4 bad or missing tokenizer files, 6 checkpoint\n"
 	"missing, damaged or not a model mgt knows, or of a family the command cannot run (a BERT for\n"
-	"perplexity, generate, tasks and logits), 130 interrupted.\n";
+	"perplexity, generate, tasks and logits; a T5 for perplexity, tasks and logits), 130 interrupted.\n";
 
 void eval_model_defaults(eval_model_opts *o)
 {

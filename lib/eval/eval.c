@@ -172,6 +172,12 @@ mgt_status mgt_eval_supports(const mgt_eval *ev, mgt_eval_use use, const char *w
 			       use == MGT_EVAL_USE_GENERATE ? "generate from" : "score text with",
 			       use == MGT_EVAL_USE_GENERATE ? "generation runs GPT and T5 checkpoints"
 							    : "scoring runs causal decoders: GPT", f->title);
+	if (f->recipe == MGT_STACK_ENCODER_DECODER && use == MGT_EVAL_USE_NEXT_TOKEN)
+		return mgt_err(MGT_ERR_FORMAT, "%s: %s is a %s checkpoint (--model-family %s), an encoder-decoder: "
+			       "%s scores one sequence with a causal decoder's next-token logits, which mgt-eval does "
+			       "not compute for an encoder-decoder (the decoder's given the encoder's input is not "
+			       "implemented); evaluate a %s with 'mgt-eval loss' (span-corruption loss) or "
+			       "'mgt-eval generate'", what, ev->dir, f->title, f->name, what, f->title);
 	return MGT_OK;
 }
 

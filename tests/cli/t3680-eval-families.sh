@@ -2,7 +2,8 @@
 # mgt-eval on BERT and T5 checkpoints (TAP, run by prove; issue 46): tiny BERT and T5 trained
 # two iterations without --eval-interval on KJV split into sentences (BertWordPieceCase):
 #   - what a family cannot do is refused naming the family and the command (exit 6): BERT in
-#     generate, perplexity, tasks and logits;
+#     generate, perplexity, tasks and logits; T5 in perplexity, tasks and logits (no internal
+#     message, no usage hint), while T5's generate runs;
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 VOCAB=$SHARE/tokenizers/bert/vocab.txt
@@ -31,4 +32,10 @@ ok "BERT: tasks refused" refused BERT tasks --load bert --task "$SHARE/tasks/kjv
 ok "BERT: logits refused" refused BERT logits --load bert --prompt "In the beginning"
 ok "BERT: logits without a command refused" exits 6 "$E" --load bert --tokens "101 1130 102" --threads 2
 ok "  the message says what evaluates it" err_has "mgt-eval loss"
+ok "T5: perplexity refused (an encoder-decoder), exit 6" refused T5 perplexity --load t5 --texts texts.jsonl
+ok "T5: tasks refused" refused T5 tasks --load t5 --task "$SHARE/tasks/kjv-choice.jsonl"
+ok "T5: logits refused" refused T5 logits --load t5 --prompt "In the beginning"
+ok "  the message says what evaluates it" err_has "'mgt-eval generate'"
+ok "T5: generate runs" exits 0 "$E" generate --load t5 --prompt "In the beginning" --greedy --max-new-tokens 3 \
+	--threads 2
 done_testing
