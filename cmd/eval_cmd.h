@@ -74,6 +74,12 @@ void eval_getopt_reset(void);
 void eval_parse(int argc, char **argv, const struct option *longopts, eval_model_opts *m,
 		int (*own)(int c, const char *arg, void *ctx), void *ctx, void (*help)(void));
 
+/* What the tokenizer makes of the empty text (a WordPiece tokenizer's [CLS] [SEP]; nothing for
+ * most): *out (caller frees out->v).  A prompt that encodes to the same has no tokens of its own
+ * (eval_ids_same).  Errors: those of mgt_tok_encode. */
+mgt_status eval_encode_empty(mgt_tok_enc *enc, mgt_ids *out);
+bool eval_ids_same(const mgt_ids *a, const mgt_ids *b);
+
 /* Finish a command: flush stdout, print the error and exit with its status, or return 0. */
 int eval_finish(mgt_status st);
 

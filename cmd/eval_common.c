@@ -89,6 +89,16 @@ int eval_finish(mgt_status st)
 	return 0;
 }
 
+mgt_status eval_encode_empty(mgt_tok_enc *enc, mgt_ids *out)
+{
+	return mgt_tok_encode(enc, "", 0, out);
+}
+
+bool eval_ids_same(const mgt_ids *a, const mgt_ids *b)
+{
+	return a->n == b->n && (!a->n || !memcmp(a->v, b->v, a->n * sizeof *a->v));
+}
+
 /* The checkpoint's tokenizer flags with the command line's applied. */
 static mgt_status load_tokenizer(const eval_model_opts *o, const mgt_eval *ev, mgt_tok **tok)
 {

@@ -1,9 +1,11 @@
 #!/bin/sh
-# mgt-eval on BERT and T5 checkpoints (TAP, run by prove; issue 46): tiny BERT and T5 trained
+# mgt-eval on BERT and T5 checkpoints (TAP, run by prove; issue 46): tiny BERT, T5 and GPT trained
 # two iterations without --eval-interval on KJV split into sentences (BertWordPieceCase):
 #   - what a family cannot do is refused naming the family and the command (exit 6): BERT in
 #     generate, perplexity, tasks and logits; T5 in perplexity, tasks and logits (no internal
 #     message, no usage hint), while T5's generate runs;
+#   - an empty prompt (WordPiece encodes it to [CLS] [SEP]) is bad input (exit 3), in generate
+#     (--prompt and stdin) and logits;
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 VOCAB=$SHARE/tokenizers/bert/vocab.txt
@@ -17,6 +19,7 @@ TRAIN="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 -
 ok "a tiny BERT, 2 iterations, no --eval-interval" exits 0 "$BIN/mgt-train" --model-family bert $TRAIN --save bert
 ok "a tiny T5, 2 iterations, no --eval-interval" exits 0 "$BIN/mgt-train" --model-family t5 $TRAIN \
 	--decoder-seq-length 16 --save t5
+ok "a tiny GPT with the same WordPiece tokenizer" exits 0 "$BIN/mgt-train" $TRAIN --save gpt
 printf '{"text": "In the beginning God created"}\n' >texts.jsonl
 E="$BIN/mgt-eval"
 
@@ -38,4 +41,12 @@ ok "T5: logits refused" refused T5 logits --load t5 --prompt "In the beginning"
 ok "  the message says what evaluates it" err_has "'mgt-eval generate'"
 ok "T5: generate runs" exits 0 "$E" generate --load t5 --prompt "In the beginning" --greedy --max-new-tokens 3 \
 	--threads 2
+ok "generate --prompt '' (WordPiece: [CLS] [SEP]): empty prompt, exit 3" exits 3 "$E" generate --load t5 --prompt "" \
+	--max-new-tokens 2 --threads 2
+ok "  named as --prompt 1" err_has "prompt 1: empty prompt"
+ok "generate --prompt ' ': the same" exits 3 "$E" generate --load t5 --prompt " " --max-new-tokens 2 --threads 2
+ok "generate, an empty stdin line: the same" sh -c "echo | '$E' generate --load t5 --max-new-tokens 2 --threads 2 \
+	>/dev/null 2>'$T/err'; [ \$? = 3 ] && grep -q 'stdin line 1: empty prompt' '$T/err'"
+ok "logits --prompt '' (a GPT with WordPiece): exit 3" exits 3 "$E" logits --load gpt --prompt "" --threads 2
+ok "  the message says why" err_has "encodes to no tokens but the ones the tokenizer adds"
 done_testing
