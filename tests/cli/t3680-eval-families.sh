@@ -1,6 +1,8 @@
 #!/bin/sh
 # mgt-eval on BERT and T5 checkpoints (TAP, run by prove; issue 46): tiny BERT, T5 and GPT trained
 # two iterations without --eval-interval on KJV split into sentences (BertWordPieceCase):
+#   - mgt-eval loss evaluates them (validation and test splits: eval_iters x global batch samples,
+#     as Megatron sizes them), and --hf needs no --train-iters;
 #   - what a family cannot do is refused naming the family and the command (exit 6): BERT in
 #     generate, perplexity, tasks and logits; T5 in perplexity, tasks and logits (no internal
 #     message, no usage hint), while T5's generate runs;
@@ -22,6 +24,20 @@ ok "a tiny T5, 2 iterations, no --eval-interval" exits 0 "$BIN/mgt-train" --mode
 ok "a tiny GPT with the same WordPiece tokenizer" exits 0 "$BIN/mgt-train" $TRAIN --save gpt
 printf '{"text": "In the beginning God created"}\n' >texts.jsonl
 E="$BIN/mgt-eval"
+
+# loss: the samples of one evaluation (Megatron's eval_iters x global batch), not "no samples"
+json_key() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+ok "BERT: loss, validation split, exit 0" exits 0 "$E" loss --load bert --eval-iters 2 --threads 2 --output bv.json
+ok "  Megatron's block with the sop loss" grep -q "validation loss at iteration 2 on validation set | lm loss value: .* sop loss value" "$T/out"
+ok "  2 x 4 samples from sample 0" test "$(json_key bv.json samples) $(json_key bv.json first_sample)" = "8 0"
+ok "BERT: loss --eval-split test" exits 0 "$E" loss --load bert --eval-iters 2 --eval-split test --threads 2
+ok "T5: loss, validation split, exit 0" exits 0 "$E" loss --load t5 --eval-iters 2 --threads 2 --output tv.json
+ok "  2 x 4 samples" test "$(json_key tv.json samples)" = 8
+ok "T5: loss --eval-split test" exits 0 "$E" loss --load t5 --eval-iters 1 --eval-split test --threads 2
+ok "  on test set" grep -q "validation loss at iteration 2 on test set | lm loss value" "$T/out"
+ok "GPT exported to Hugging Face" exits 0 "$BIN/mgt-ckpt-convert" --load-dir gpt --save-dir gpt-hf
+ok "loss --hf without --train-iters" exits 0 "$E" loss --hf gpt-hf --tokenizer-type BertWordPieceCase --vocab-file "$VOCAB" \
+	--data-path wp_text_sentence --split 949,50,1 --micro-batch-size 2 --global-batch-size 4 --eval-iters 1 --threads 2
 
 # refused CMD ARGS...: exit 6, the message names the family and the command
 refused() {
