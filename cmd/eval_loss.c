@@ -159,6 +159,27 @@ static mgt_status size_eval_splits(mgt_args *a)
 	return mgt_args_set(a, "eval_interval", v);
 }
 
+static bool str_same(const char *x, const char *y) { return x == y || (x && y && !strcmp(x, y)); }
+
+/* A tokenizer the command line names instead of the checkpoint's must have its vocabulary
+ * (mgt_eval_check_tok), which otherwise mgt-train's loader reports as a padded_vocab_size
+ * mismatch with advice on the padding.  A tokenizer that does not load is left to it (it says
+ * why). */
+static mgt_status check_tokenizer(const mgt_args *a, const eval_model *em)
+{
+	mgt_tok_opts t, c;
+	mgt_eval_args_tok_opts(a, &t);
+	mgt_eval_tok_opts(em->ev, &c);
+	if (!t.type || (str_same(t.type, c.type) && str_same(t.vocab_file, c.vocab_file) &&
+			str_same(t.merge_file, c.merge_file) && str_same(t.model, c.model)))
+		return MGT_OK;
+	mgt_tok *tok = NULL;
+	if (mgt_tok_load(&tok, &t)) return MGT_OK;
+	mgt_status st = mgt_eval_check_tok(em->ev, tok, &t);
+	mgt_tok_free(tok);
+	return st;
+}
+
 /* The layout (the checkpoint's, unless the command line changed it) must divide the processes
  * this runs as: say how to run it, or how to evaluate in fewer processes. */
 static mgt_status check_world(const mgt_args *a)
@@ -199,6 +220,7 @@ static mgt_status make_args(const lopts *o, eval_model *em, mgt_args *a)
 	if (!st) st = default_train_iters(o, a);
 	if (!st) st = mgt_args_parse_argv(a, o->argc, o->argv);
 	if (!st) st = size_eval_splits(a);
+	if (!st) st = check_tokenizer(a, em);
 	if (!st) st = keep_padded_vocab(o, a, tp, div);
 	if (!st) st = check_world(a);
 	return st;

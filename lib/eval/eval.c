@@ -127,6 +127,7 @@ mgt_status mgt_eval_open_hf(mgt_eval **out, const char *dir)
 	memset(ev, 0, sizeof *ev);
 	mgt_status st = mgt_args_init(&ev->a);
 	ev->args_ok = !st;
+	ev->hf = true;
 	if (!st) st = mgt_source_open(dir, 0, &ev->src);
 	if (!st && mgt_source_kind(ev->src) != 1)
 		st = mgt_err(MGT_ERR_USAGE, "--hf %s: not a Hugging Face directory (no config.json); an mgt checkpoint "
@@ -152,7 +153,11 @@ int64_t mgt_eval_seq_length(const mgt_eval *ev) { return ev->s; }
 
 void mgt_eval_tok_opts(const mgt_eval *ev, mgt_tok_opts *o)
 {
-	const mgt_args *a = &ev->a;
+	mgt_eval_args_tok_opts(&ev->a, o);
+}
+
+void mgt_eval_args_tok_opts(const mgt_args *a, mgt_tok_opts *o)
+{
 	*o = (mgt_tok_opts){
 		.type = a->tokenizer_type, .vocab_file = a->vocab_file, .merge_file = a->merge_file,
 		.model = a->tokenizer_model, .tiktoken_pattern = a->tiktoken_pattern,
@@ -189,6 +194,27 @@ static int64_t recorded_vocab(const mgt_eval *ev)
 	mgt_eval_tok_opts(ev, &o);
 	return ev->meta_vocab > 0 ? ev->meta_vocab : a->vocab_size > 0 ? a->vocab_size
 	       : a->mock_data && !o.type ? 50257 : 0;
+}
+
+/* "TYPE (FILE)" of tokenizer flags o, into buf. */
+static const char *tok_name(const mgt_tok_opts *o, char *buf, size_t n)
+{
+	const char *f = o->vocab_file ? o->vocab_file : o->model ? o->model : NULL;
+	snprintf(buf, n, "%s%s%s%s", o->type ? o->type : "(none)", f ? " (" : "", f ? f : "", f ? ")" : "");
+	return buf;
+}
+
+mgt_status mgt_eval_check_tok(const mgt_eval *ev, const mgt_tok *tok, const mgt_tok_opts *given)
+{
+	int64_t rec = recorded_vocab(ev), n = mgt_tok_vocab_size(tok);
+	if (!rec || n == rec || (ev->hf && n < rec)) return MGT_OK; /* HF: rows, maybe padded */
+	mgt_tok_opts mine;
+	mgt_eval_tok_opts(ev, &mine);
+	char a[1200], b[1200];
+	return mgt_err(MGT_ERR_VOCAB, "the tokenizer given, %s, has %lld tokens but the checkpoint's, %s, has %lld "
+		       "(%s): the model was trained with another tokenizer (without the tokenizer flags the "
+		       "checkpoint's own is used)", tok_name(given, a, sizeof a), (long long)n, tok_name(&mine, b, sizeof b),
+		       (long long)rec, ev->meta_vocab > 0 ? "metadata.json \"tokenizer\": \"vocab_size\"" : "its vocab_size");
 }
 
 static mgt_status pick_vocab(mgt_eval *ev, int64_t given)

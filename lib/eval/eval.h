@@ -68,6 +68,18 @@ const char *mgt_eval_dir(const mgt_eval *ev);
  * no tokenizer (--mock-data without --tokenizer-type); like mgt-train, vocab_file and merge_file
  * without a type mean GPT2BPETokenizer.  File paths are as the training run was given them. */
 void mgt_eval_tok_opts(const mgt_eval *ev, mgt_tok_opts *o);
+/* The same of any arguments a (mgt_eval_tok_opts is this of the checkpoint's); strings a's. */
+void mgt_eval_args_tok_opts(const mgt_args *a, mgt_tok_opts *o);
+
+/* Check that the vocabulary of tok (given, the tokenizer flags it was loaded with: another
+ * tokenizer than the checkpoint's, or its files elsewhere) is the one the checkpoint records
+ * (metadata.json "tokenizer" "vocab_size", else the args' vocab_size, as mgt_eval_build; nothing
+ * to check when none is recorded).  A model's vocabulary is fixed by its embedding rows, so a
+ * tokenizer of another size is another tokenizer than the model was trained with, whatever the
+ * padding.  A Hugging Face directory (mgt_eval_open_hf) records config.json's vocab_size, the
+ * embedding rows, which may be padded: there only a larger tokenizer is refused.
+ * Errors: MGT_ERR_VOCAB naming both tokenizers (type and file) and their sizes. */
+mgt_status mgt_eval_check_tok(const mgt_eval *ev, const mgt_tok *tok, const mgt_tok_opts *given);
 
 /* What a command asks of the model (mgt_eval_supports). */
 typedef enum {

@@ -3,6 +3,8 @@
 # two iterations without --eval-interval on KJV split into sentences (BertWordPieceCase):
 #   - mgt-eval loss evaluates them (validation and test splits: eval_iters x global batch samples,
 #     as Megatron sizes them), and --hf needs no --train-iters;
+#   - a tokenizer given at evaluation whose vocabulary differs from the checkpoint's is refused
+#     naming both (exit 4: logits, generate, loss), not run over the wrong ids;
 #   - what a family cannot do is refused naming the family and the command (exit 6): BERT in
 #     generate, perplexity, tasks and logits; T5 in perplexity, tasks and logits (no internal
 #     message, no usage hint), while T5's generate runs;
@@ -65,4 +67,22 @@ ok "generate, an empty stdin line: the same" sh -c "echo | '$E' generate --load 
 	>/dev/null 2>'$T/err'; [ \$? = 3 ] && grep -q 'stdin line 1: empty prompt' '$T/err'"
 ok "logits --prompt '' (a GPT with WordPiece): exit 3" exits 3 "$E" logits --load gpt --prompt "" --threads 2
 ok "  the message says why" err_has "encodes to no tokens but the ones the tokenizer adds"
+
+# another tokenizer than the checkpoint's: a 1,000-token vocabulary, GPT-2's BPE
+head -1000 "$VOCAB" >v1000.txt
+ok "logits --vocab-file (1,000 tokens) on a 30,522-token model: exit 4" exits 4 "$E" logits --load gpt \
+	--prompt "In the beginning" --vocab-file v1000.txt --logits l.npy --threads 2
+ok "  names both tokenizers and sizes" err_has "the tokenizer given, BertWordPieceCase (v1000.txt), has 1100 tokens but the checkpoint's, BertWordPieceCase (.*), has 30622"
+ok "  no logits written" no_files l.npy
+ok "logits --tokens with it: a note, ids only, over the checkpoint's vocabulary" sh -c "
+	'$E' logits --load gpt --tokens '101 1130 102' --vocab-file v1000.txt --logits l.npy --threads 2 2>'$T/err' &&
+	grep -q 'note: the tokenizer given' '$T/err' && $PY -c 'import sys; sys.exit(b\"(3, 30622)\" not in open(\"l.npy\", \"rb\").read(128))'"
+ok "generate --tokenizer-type BertWordPieceLowerCase --vocab-file (1,000): exit 4" exits 4 "$E" generate --load t5 \
+	--prompt "In" --tokenizer-type BertWordPieceLowerCase --vocab-file v1000.txt --threads 2
+ok "generate --vocab-file (the same vocabulary elsewhere): runs" exits 0 "$E" generate --load t5 --prompt "In" \
+	--vocab-file "$VOCAB" --max-new-tokens 2 --threads 2
+ok "loss with GPT-2's BPE on a BERT: exit 4, not advice on the padding" exits 4 "$E" loss --load bert --eval-iters 1 \
+	--threads 2 $GPT2
+ok "  names both" err_has "the tokenizer given, GPT2BPETokenizer (.*), has 50257 tokens but the checkpoint's, BertWordPieceCase"
+ok "  no --make-vocab-size-divisible-by advice" sh -c "! grep -q make-vocab-size-divisible-by '$T/err'"
 done_testing
