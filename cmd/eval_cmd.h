@@ -18,6 +18,9 @@ typedef struct eval_model_opts {
 	long long step;        /* --ckpt-step N (0: the tracker's) */
 	long long threads;     /* --threads N (0: all) */
 	mgt_tok_opts tok;      /* tokenizer flags given */
+	const char *command;   /* the command, "mgt-eval logits": eval_model_open refuses a family that
+				* cannot do use (mgt_eval_supports); NULL: no check (loss) */
+	mgt_eval_use use;
 } eval_model_opts;
 
 /* getopt_long values of the model options (commands number theirs from EVAL_OPT_FIRST_FREE). */
@@ -51,11 +54,11 @@ typedef struct eval_model {
 	mgt_tok *tok;
 } eval_model;
 
-/* Open --load (or --hf in place) and load the
+/* Open --load (or --hf in place), check that its family can do o->use (o->command), and load the
  * tokenizer: the checkpoint's, with the command line's flags applied (a --tokenizer-type
  * replaces it; file flags alone replace its files' paths).  need_tok: a checkpoint without a
  * tokenizer is an error (MGT_ERR_VOCAB).  The model is not built (mgt_eval_build).
- * Errors: those of mgt_eval_open, mgt_eval_open_hf and mgt_tok_load. */
+ * Errors: those of mgt_eval_open, mgt_eval_open_hf, mgt_eval_supports and mgt_tok_load. */
 mgt_status eval_model_open(const eval_model_opts *o, bool need_tok, eval_model *m);
 /* Build it for sequences of up to seq_length tokens with the tokenizer's vocabulary. */
 mgt_status eval_model_build(const eval_model_opts *o, eval_model *m, int64_t seq_length);
@@ -70,6 +73,12 @@ void eval_getopt_reset(void);
  * an argument that is not an option exit 2. */
 void eval_parse(int argc, char **argv, const struct option *longopts, eval_model_opts *m,
 		int (*own)(int c, const char *arg, void *ctx), void *ctx, void (*help)(void));
+
+/* What the tokenizer makes of the empty text (a WordPiece tokenizer's [CLS] [SEP]; nothing for
+ * most): *out (caller frees out->v).  A prompt that encodes to the same has no tokens of its own
+ * (eval_ids_same).  Errors: those of mgt_tok_encode. */
+mgt_status eval_encode_empty(mgt_tok_enc *enc, mgt_ids *out);
+bool eval_ids_same(const mgt_ids *a, const mgt_ids *b);
 
 /* Finish a command: flush stdout, print the error and exit with its status, or return 0. */
 int eval_finish(mgt_status st);

@@ -22,8 +22,10 @@ const char eval_model_help[] =
 
 const char eval_exit_help[] =
 	"Exit status: 0 ok, 1 runtime error, 2 usage error, 3 bad input (token id outside the vocabulary,\n"
-	"text that is not UTF-8, a malformed input line), 4 bad or missing tokenizer files, 6 checkpoint\n"
-	"missing, damaged or not a model mgt knows, 130 interrupted.\n";
+	"text that is not UTF-8, a malformed input line), 4 bad or missing tokenizer files, or a tokenizer\n"
+	"given whose vocabulary is not the checkpoint's, 6 checkpoint\n"
+	"missing, damaged or not a model mgt knows, or of a family the command cannot run (a BERT for\n"
+	"perplexity, generate, tasks and logits; a T5 for perplexity, tasks and logits), 130 interrupted.\n";
 
 void eval_model_defaults(eval_model_opts *o)
 {
@@ -88,7 +90,19 @@ int eval_finish(mgt_status st)
 	return 0;
 }
 
-/* The checkpoint's tokenizer flags with the command line's applied. */
+mgt_status eval_encode_empty(mgt_tok_enc *enc, mgt_ids *out)
+{
+	return mgt_tok_encode(enc, "", 0, out);
+}
+
+bool eval_ids_same(const mgt_ids *a, const mgt_ids *b)
+{
+	return a->n == b->n && (!a->n || !memcmp(a->v, b->v, a->n * sizeof *a->v));
+}
+
+/* The checkpoint's tokenizer flags with the command line's applied; a tokenizer the command line
+ * names (or moves) must have the vocabulary the checkpoint records (mgt_eval_check_tok): else
+ * none is kept. */
 static mgt_status load_tokenizer(const eval_model_opts *o, const mgt_eval *ev, mgt_tok **tok)
 {
 	mgt_tok_opts t;
@@ -97,6 +111,12 @@ static mgt_status load_tokenizer(const eval_model_opts *o, const mgt_eval *ev, m
 	mgt_tok_opts_apply(&t, &o->tok);
 	if (!t.type) return MGT_OK;
 	mgt_status st = mgt_tok_load(tok, &t);
+	bool given = o->tok.type || o->tok.vocab_file || o->tok.merge_file || o->tok.model;
+	if (!st && given && (st = mgt_eval_check_tok(ev, *tok, &t))) {
+		mgt_tok_free(*tok);
+		*tok = NULL;
+		return st;
+	}
 	if (st == MGT_ERR_VOCAB) {
 		char msg[1024];
 		snprintf(msg, sizeof msg, "%s", mgt_err_msg());
@@ -118,6 +138,7 @@ mgt_status eval_model_open(const eval_model_opts *o, bool need_tok, eval_model *
 {
 	memset(m, 0, sizeof *m);
 	mgt_status st = o->hf ? open_hf(o->hf, &m->ev) : mgt_eval_open(&m->ev, o->load, o->step);
+	if (!st && o->command) st = mgt_eval_supports(m->ev, o->use, o->command);
 	if (!st) st = load_tokenizer(o, m->ev, &m->tok);
 	if (!st && need_tok && !m->tok)
 		st = mgt_err(MGT_ERR_VOCAB, "the checkpoint %s records no tokenizer (--mock-data without "

@@ -40,8 +40,9 @@ static void usage(void)
 	       "Output (stdout), as tokens are produced: text: each prompt's new text, its UTF-8 characters\n"
 	       "written once complete, then a newline; jsonl: when a prompt ends, one line {\"index\": I,\n"
 	       "\"prompt\": TEXT, \"ids\": [new ids], \"text\": new text, \"finish\": \"eod\"|\"stop\"|\"length\"} (I\n"
-	       "from 0 in input order; lines in the order prompts end).  An empty prompt or one longer than\n"
-	       "--max-length is bad input (exit 3), named by its --prompt number or stdin line.\n\n%s"
+	       "from 0 in input order; lines in the order prompts end).  An empty prompt (also one that encodes\n"
+	       "to a WordPiece tokenizer's [CLS] [SEP] alone) or one longer than --max-length is bad input\n"
+	       "(exit 3), named by its --prompt number or stdin line.\n\n%s"
 	       "See mgt-eval(1), mgt-ckpt(5).\n", eval_model_help, mgt_cli_tok_help, eval_exit_help);
 }
 
@@ -128,12 +129,16 @@ static mgt_status read_stdin(prompts *p, bool jsonl)
 	return st;
 }
 
-/* Encode every prompt; empty ones and ones longer than max_len are refused, naming them. */
+/* Encode every prompt; empty ones and ones longer than max_len are refused, naming them.  A
+ * prompt is empty when its text is, or when it encodes to what the empty text does (a WordPiece
+ * tokenizer's [CLS] [SEP] alone). */
 static mgt_status encode_all(prompts *p, const mgt_tok *tok, int64_t max_len)
 {
 	mgt_tok_enc *enc;
+	mgt_ids none = { 0 };
 	mgt_status st = mgt_tok_enc_new(&enc, tok);
 	if (st) return st;
+	st = eval_encode_empty(enc, &none);
 	p->ids = calloc((size_t)(p->n ? p->n : 1), sizeof *p->ids);
 	p->len = calloc((size_t)(p->n ? p->n : 1), sizeof *p->len);
 	if (!p->ids || !p->len) st = MGT_ERR_NOMEM;
@@ -143,11 +148,14 @@ static mgt_status encode_all(prompts *p, const mgt_tok *tok, int64_t max_len)
 		p->ids[i] = ids.v;
 		p->len[i] = (int64_t)ids.n;
 		if (st) st = mgt_err_ctx(st, "%s", p->where[i]);
-		else if (!ids.n) st = mgt_err(MGT_ERR_INPUT, "%s: empty prompt (no tokens)", p->where[i]);
+		else if (!ids.n || !p->text[i][0] || eval_ids_same(&ids, &none))
+			st = mgt_err(MGT_ERR_INPUT, "%s: empty prompt (no tokens%s)", p->where[i],
+				     ids.n ? " but the ones the tokenizer adds to any text" : "");
 		else if ((int64_t)ids.n > max_len)
 			st = mgt_err(MGT_ERR_INPUT, "%s: the prompt is %zu tokens, longer than the context of %lld "
 				     "positions (--max-length)", p->where[i], ids.n, (long long)max_len);
 	}
+	free(none.v);
 	mgt_tok_enc_free(enc);
 	return st;
 }
@@ -355,6 +363,8 @@ int eval_cmd_generate(int argc, char **argv)
 {
 	gopts o = { .max_new = 32, .temperature = 1.0, .seed = 1234, .batch = 1 };
 	eval_model_defaults(&o.m);
+	o.m.command = EVAL_PROG " generate";
+	o.m.use = MGT_EVAL_USE_GENERATE;
 	parse(&o, argc, argv);
 	check_opts(&o);
 	mgt_status st = run(&o);

@@ -59,10 +59,15 @@ static mgt_status input_ids(const lopts *o, const mgt_tok *tok, mgt_ids *ids)
 {
 	if (o->tokens) return parse_ids(o->tokens, ids);
 	mgt_tok_enc *enc;
+	mgt_ids none = { 0 };
 	mgt_status st = mgt_tok_enc_new(&enc, tok);
+	if (!st) st = eval_encode_empty(enc, &none);
 	if (!st) st = mgt_tok_encode(enc, o->prompt, strlen(o->prompt), ids);
 	mgt_tok_enc_free(enc);
-	if (!st && !ids->n) st = mgt_err(MGT_ERR_INPUT, "--prompt: the text encodes to no tokens");
+	if (!st && (!ids->n || !o->prompt[0] || eval_ids_same(ids, &none)))
+		st = mgt_err(MGT_ERR_INPUT, "the text encodes to no tokens%s",
+			     ids->n ? " but the ones the tokenizer adds to any text" : "");
+	free(none.v);
 	return st ? mgt_err_ctx(st, "--prompt") : MGT_OK;
 }
 
@@ -167,6 +172,8 @@ int eval_cmd_logits(int argc, char **argv)
 		{0, 0, 0, 0}};
 	lopts o = { 0 };
 	eval_model_defaults(&o.m);
+	o.m.command = EVAL_PROG " logits";
+	o.m.use = MGT_EVAL_USE_NEXT_TOKEN;
 	eval_parse(argc, argv, longopts, &o.m, own_option, &o, usage);
 	eval_model_check(&o.m);
 	if (!o.tokens == !o.prompt) mgt_cli_usage_error(PROG, "give one of --tokens and --prompt");

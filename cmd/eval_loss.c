@@ -125,6 +125,61 @@ static mgt_status keep_padded_vocab(const lopts *o, mgt_args *a, int64_t ck_tp, 
 	return mgt_args_set(a, "make_vocab_size_divisible_by", v);
 }
 
+/* Whether the command line gives one of flags (NULL-terminated), as --flag or --flag=VALUE. */
+static bool given(const lopts *o, const char *const *flags)
+{
+	for (int i = 1; i < o->argc; i++)
+		for (const char *const *f = flags; *f; f++) {
+			size_t n = strlen(*f);
+			if (!strncmp(o->argv[i], *f, n) && (!o->argv[i][n] || o->argv[i][n] == '=')) return true;
+		}
+	return false;
+}
+
+/* A Hugging Face directory records no training run: without --train-iters or --train-samples,
+ * one iteration (what mgt-train's arguments need; the evaluation does not train). */
+static mgt_status default_train_iters(const lopts *o, mgt_args *a)
+{
+	static const char *const flags[] = {"--train-iters", "--train-samples", NULL};
+	if (a->train_iters > 0 || a->train_samples > 0 || given(o, flags)) return MGT_OK;
+	return mgt_args_set(a, "train_iters", "1");
+}
+
+/* A checkpoint trained without --eval-interval: mgt-train sizes no validation or test samples
+ * then (lib/train/train.c open_data), which GPT's dataset reads as one epoch but the masked
+ * datasets of BERT and T5 (lib/data/masked_data.c: num_samples rows) as none.  Their splits are
+ * sized as Megatron sizes them for one evaluation (megatron/training/training.py
+ * get_train_valid_test_num_samples: eval_iters x global batch, the interval past the last
+ * iteration): --eval-interval train_iters + 1.  GPT's are left as they are. */
+static mgt_status size_eval_splits(mgt_args *a)
+{
+	if (a->eval_interval > 0 || mgt_model_family(&a->model)->recipe == MGT_STACK_DECODER) return MGT_OK;
+	char v[32];
+	snprintf(v, sizeof v, "%lld", (long long)(a->train_iters > 0 ? a->train_iters + 1 : 1));
+	return mgt_args_set(a, "eval_interval", v);
+}
+
+static bool str_same(const char *x, const char *y) { return x == y || (x && y && !strcmp(x, y)); }
+
+/* A tokenizer the command line names instead of the checkpoint's must have its vocabulary
+ * (mgt_eval_check_tok), which otherwise mgt-train's loader reports as a padded_vocab_size
+ * mismatch with advice on the padding.  A tokenizer that does not load is left to it (it says
+ * why). */
+static mgt_status check_tokenizer(const mgt_args *a, const eval_model *em)
+{
+	mgt_tok_opts t, c;
+	mgt_eval_args_tok_opts(a, &t);
+	mgt_eval_tok_opts(em->ev, &c);
+	if (!t.type || (str_same(t.type, c.type) && str_same(t.vocab_file, c.vocab_file) &&
+			str_same(t.merge_file, c.merge_file) && str_same(t.model, c.model)))
+		return MGT_OK;
+	mgt_tok *tok = NULL;
+	if (mgt_tok_load(&tok, &t)) return MGT_OK;
+	mgt_status st = mgt_eval_check_tok(em->ev, tok, &t);
+	mgt_tok_free(tok);
+	return st;
+}
+
 /* The layout (the checkpoint's, unless the command line changed it) must divide the processes
  * this runs as: say how to run it, or how to evaluate in fewer processes. */
 static mgt_status check_world(const mgt_args *a)
@@ -162,7 +217,10 @@ static mgt_status make_args(const lopts *o, eval_model *em, mgt_args *a)
 	if (!st) st = mgt_args_set(a, o->hf ? "pretrained_checkpoint" : "load", o->hf ? o->hf : o->load); /* --hf in place */
 	if (!st) st = mgt_args_set(a, "ckpt_step", step);
 	int64_t tp = a->tensor_model_parallel_size, div = a->model.make_vocab_size_divisible_by;
+	if (!st) st = default_train_iters(o, a);
 	if (!st) st = mgt_args_parse_argv(a, o->argc, o->argv);
+	if (!st) st = size_eval_splits(a);
+	if (!st) st = check_tokenizer(a, em);
 	if (!st) st = keep_padded_vocab(o, a, tp, div);
 	if (!st) st = check_world(a);
 	return st;

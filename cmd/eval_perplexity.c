@@ -236,6 +236,8 @@ int eval_cmd_perplexity(int argc, char **argv)
 		{0, 0, 0, 0}};
 	popts o = { .key = "text", .limit = -1 };
 	eval_model_defaults(&o.m);
+	o.m.command = EVAL_PROG " perplexity";
+	o.m.use = MGT_EVAL_USE_NEXT_TOKEN;
 	eval_parse(argc, argv, longopts, &o.m, own_option, &o, usage);
 	eval_model_check(&o.m);
 	if (!o.texts) mgt_cli_usage_error(PROG, "perplexity: give --texts FILE.jsonl");

@@ -380,6 +380,8 @@ int eval_cmd_tasks(int argc, char **argv)
 		{0, 0, 0, 0}};
 	topts o = { .limit = -1, .boot = 100000 };
 	eval_model_defaults(&o.m);
+	o.m.command = EVAL_PROG " tasks";
+	o.m.use = MGT_EVAL_USE_NEXT_TOKEN;
 	eval_parse(argc, argv, longopts, &o.m, own_option, &o, usage);
 	eval_model_check(&o.m);
 	if (!o.n_tasks) mgt_cli_usage_error(PROG, "tasks: give --task FILE.jsonl (mgt-tasks(5))");

@@ -126,6 +126,7 @@ mgt_status mgt_eval_open_hf(mgt_eval **out, const char *dir)
 	memset(ev, 0, sizeof *ev);
 	mgt_status st = mgt_args_init(&ev->a);
 	ev->args_ok = !st;
+	ev->hf = true;
 	if (!st) st = mgt_source_open(dir, 0, &ev->src);
 	if (!st && mgt_source_kind(ev->src) != 1)
 		st = mgt_err(MGT_ERR_USAGE, "--hf %s: not a Hugging Face directory (no config.json); an mgt checkpoint "
@@ -151,7 +152,11 @@ int64_t mgt_eval_seq_length(const mgt_eval *ev) { return ev->s; }
 
 void mgt_eval_tok_opts(const mgt_eval *ev, mgt_tok_opts *o)
 {
-	const mgt_args *a = &ev->a;
+	mgt_eval_args_tok_opts(&ev->a, o);
+}
+
+void mgt_eval_args_tok_opts(const mgt_args *a, mgt_tok_opts *o)
+{
 	*o = (mgt_tok_opts){
 		.type = a->tokenizer_type, .vocab_file = a->vocab_file, .merge_file = a->merge_file,
 		.model = a->tokenizer_model, .tiktoken_pattern = a->tiktoken_pattern,
@@ -159,6 +164,25 @@ void mgt_eval_tok_opts(const mgt_eval *ev, mgt_tok_opts *o)
 		.null_eod_id = a->null_tokenizer_eod_id,
 	};
 	if (!o->type && a->vocab_file && a->merge_file) o->type = "GPT2BPETokenizer"; /* as mgt-train */
+}
+
+mgt_status mgt_eval_supports(const mgt_eval *ev, mgt_eval_use use, const char *what)
+{
+	const mgt_family *f = mgt_model_family(&ev->a.model);
+	if (f->recipe == MGT_STACK_ENCODER)
+		return mgt_err(MGT_ERR_FORMAT, "%s: %s is a %s checkpoint (--model-family %s), a bidirectional encoder "
+			       "that fills masked tokens: it has no next-token distribution to %s (%s); evaluate a %s "
+			       "with 'mgt-eval loss' (masked-token loss and accuracy)", what, ev->dir, f->title, f->name,
+			       use == MGT_EVAL_USE_GENERATE ? "generate from" : "score text with",
+			       use == MGT_EVAL_USE_GENERATE ? "generation runs GPT and T5 checkpoints"
+							    : "scoring runs causal decoders: GPT", f->title);
+	if (f->recipe == MGT_STACK_ENCODER_DECODER && use == MGT_EVAL_USE_NEXT_TOKEN)
+		return mgt_err(MGT_ERR_FORMAT, "%s: %s is a %s checkpoint (--model-family %s), an encoder-decoder: "
+			       "%s scores one sequence with a causal decoder's next-token logits, which mgt-eval does "
+			       "not compute for an encoder-decoder (the decoder's given the encoder's input is not "
+			       "implemented); evaluate a %s with 'mgt-eval loss' (span-corruption loss) or "
+			       "'mgt-eval generate'", what, ev->dir, f->title, f->name, what, f->title);
+	return MGT_OK;
 }
 
 /* The unpadded vocabulary the checkpoint records (see mgt_eval_build), 0 when unknown. */
@@ -169,6 +193,27 @@ static int64_t recorded_vocab(const mgt_eval *ev)
 	mgt_eval_tok_opts(ev, &o);
 	return ev->meta_vocab > 0 ? ev->meta_vocab : a->vocab_size > 0 ? a->vocab_size
 	       : a->mock_data && !o.type ? 50257 : 0;
+}
+
+/* "TYPE (FILE)" of tokenizer flags o, into buf. */
+static const char *tok_name(const mgt_tok_opts *o, char *buf, size_t n)
+{
+	const char *f = o->vocab_file ? o->vocab_file : o->model ? o->model : NULL;
+	snprintf(buf, n, "%s%s%s%s", o->type ? o->type : "(none)", f ? " (" : "", f ? f : "", f ? ")" : "");
+	return buf;
+}
+
+mgt_status mgt_eval_check_tok(const mgt_eval *ev, const mgt_tok *tok, const mgt_tok_opts *given)
+{
+	int64_t rec = recorded_vocab(ev), n = mgt_tok_vocab_size(tok);
+	if (!rec || n == rec || (ev->hf && n < rec)) return MGT_OK; /* HF: rows, maybe padded */
+	mgt_tok_opts mine;
+	mgt_eval_tok_opts(ev, &mine);
+	char a[1200], b[1200];
+	return mgt_err(MGT_ERR_VOCAB, "the tokenizer given, %s, has %lld tokens but the checkpoint's, %s, has %lld "
+		       "(%s): the model was trained with another tokenizer (without the tokenizer flags the "
+		       "checkpoint's own is used)", tok_name(given, a, sizeof a), (long long)n, tok_name(&mine, b, sizeof b),
+		       (long long)rec, ev->meta_vocab > 0 ? "metadata.json \"tokenizer\": \"vocab_size\"" : "its vocab_size");
 }
 
 static mgt_status pick_vocab(mgt_eval *ev, int64_t given)
@@ -320,7 +365,8 @@ static mgt_status forward_full(mgt_eval *ev, const int32_t *tokens, int64_t n)
 	if (n < 1 || n > ev->s)
 		return mgt_err(MGT_ERR_USAGE, "%lld tokens: expected 1 to %lld (the sequence length the model was "
 			       "built for)", (long long)n, (long long)ev->s);
-	mgt_status st = mgt_eval_check_ids(ev, tokens, n);
+	mgt_status st = mgt_eval_supports(ev, MGT_EVAL_USE_NEXT_TOKEN, "mgt_eval_forward");
+	if (!st) st = mgt_eval_check_ids(ev, tokens, n);
 	if (!st && !ev->kv) st = mgt_kv_cache_create(&ev->kv, ev->m, 1, (int)ev->s); /* first use */
 	if (st) return st;
 	return mgt_model_infer(ev->m, ev->kv, (int)n, tokens, ev->seq, ev->pos, (int)n, ev->pos, ev->full);

@@ -68,6 +68,35 @@ const char *mgt_eval_dir(const mgt_eval *ev);
  * no tokenizer (--mock-data without --tokenizer-type); like mgt-train, vocab_file and merge_file
  * without a type mean GPT2BPETokenizer.  File paths are as the training run was given them. */
 void mgt_eval_tok_opts(const mgt_eval *ev, mgt_tok_opts *o);
+/* The same of any arguments a (mgt_eval_tok_opts is this of the checkpoint's); strings a's. */
+void mgt_eval_args_tok_opts(const mgt_args *a, mgt_tok_opts *o);
+
+/* Check that the vocabulary of tok (given, the tokenizer flags it was loaded with: another
+ * tokenizer than the checkpoint's, or its files elsewhere) is the one the checkpoint records
+ * (metadata.json "tokenizer" "vocab_size", else the args' vocab_size, as mgt_eval_build; nothing
+ * to check when none is recorded).  A model's vocabulary is fixed by its embedding rows, so a
+ * tokenizer of another size is another tokenizer than the model was trained with, whatever the
+ * padding.  A Hugging Face directory (mgt_eval_open_hf) records config.json's vocab_size, the
+ * embedding rows, which may be padded: there only a larger tokenizer is refused.
+ * Errors: MGT_ERR_VOCAB naming both tokenizers (type and file) and their sizes. */
+mgt_status mgt_eval_check_tok(const mgt_eval *ev, const mgt_tok *tok, const mgt_tok_opts *given);
+
+/* What a command asks of the model (mgt_eval_supports). */
+typedef enum {
+	MGT_EVAL_USE_NEXT_TOKEN, /* next-token logits of one sequence: mgt_eval_forward, mgt_eval_greedy,
+				  * mgt_ll_score, mgt_ll_rolling (logits, perplexity, tasks) */
+	MGT_EVAL_USE_GENERATE,   /* mgt_eval_generate */
+} mgt_eval_use;
+
+/* Whether the checkpoint's family (its row, mgt_model_family: the recipe) computes what use
+ * needs.  A causal decoder (MGT_STACK_DECODER, GPT) does everything.  A bidirectional encoder
+ * (MGT_STACK_ENCODER, BERT: masked-token prediction, every position sees every other) has no
+ * next-token distribution: nothing here but mgt-eval loss.  An encoder-decoder
+ * (MGT_STACK_ENCODER_DECODER, T5) generates (the prompt to the encoder, the decoder from its
+ * start token); the next-token logits of one sequence it does not have.  what names the
+ * command in the message ("mgt-eval logits").  Works before mgt_eval_build.
+ * Errors: MGT_ERR_FORMAT naming the family, its kind, what and what evaluates it instead. */
+mgt_status mgt_eval_supports(const mgt_eval *ev, mgt_eval_use use, const char *what);
 
 /* How to build the model. */
 typedef struct mgt_eval_build_opts {
@@ -104,8 +133,9 @@ int64_t mgt_eval_seq_length(const mgt_eval *ev);
  * 0..n-1, no dropout: logits[i * vocab_size + v] (row-major [n, vocab_size], float32, host,
  * caller-owned; NULL when not wanted) is the score of id v following tokens[0..i].  Source:
  * Megatron-Core GPTModel forward (models/gpt/gpt_model.py) as lib/model runs it.
- * Errors: MGT_ERR_USAGE (n out of range, before mgt_eval_build), MGT_ERR_INPUT (an id outside
- * the vocabulary, naming its position), MGT_ERR_NOMEM, MGT_ERR_IO (backend). */
+ * Errors: MGT_ERR_USAGE (n out of range, before mgt_eval_build), MGT_ERR_FORMAT (a family without
+ * next-token logits, mgt_eval_supports), MGT_ERR_INPUT (an id outside the vocabulary, naming its
+ * position), MGT_ERR_NOMEM, MGT_ERR_IO (backend). */
 mgt_status mgt_eval_forward(mgt_eval *ev, const int32_t *tokens, int64_t n, float *logits);
 
 /* Greedy decoding: starting from prompt[0..n) (n >= 1), max_new times forward the sequence so
@@ -184,7 +214,8 @@ typedef mgt_status (*mgt_gen_cb)(void *ctx, const mgt_gen_token *t);
  * ends at the eod id, a stop string, max_new_tokens, or when max_length positions are used (a
  * prompt of n tokens can get max_length + 1 - n new ones).  Greedy generation gives the ids of
  * mgt_eval_greedy (which recomputes every prefix) up to rounding.  Errors: MGT_ERR_USAGE (options
- * out of range, before mgt_eval_build), MGT_ERR_INPUT (an empty prompt, a prompt longer than
+ * out of range, before mgt_eval_build), MGT_ERR_FORMAT (a family that does not generate,
+ * mgt_eval_supports), MGT_ERR_INPUT (an empty prompt, a prompt longer than
  * max_length, an id outside the vocabulary: naming the prompt's index), MGT_ERR_NOMEM,
  * MGT_ERR_IO (backend), or the callback's status. */
 mgt_status mgt_eval_generate(mgt_eval *ev, const mgt_gen_opts *o, int64_t nprompts, const int32_t *const *prompts,

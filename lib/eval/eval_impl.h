@@ -17,6 +17,7 @@ struct mgt_eval {
 	mgt_source *src;            /* or this (mgt_eval_open_hf), open until built */
 	char *dir;                  /* the iteration directory */
 	char *load_dir;             /* the directory of iterations it is in (--load) */
+	bool hf;                    /* mgt_eval_open_hf: the vocabulary recorded is config.json's rows */
 	int64_t iteration;
 	int64_t padded_vocab;       /* saved */
 	int64_t meta_vocab;         /* metadata tokenizer.vocab_size, 0 when absent */

@@ -336,7 +336,8 @@ mgt_status mgt_eval_generate(mgt_eval *ev, const mgt_gen_opts *o, int64_t npromp
 			     const int64_t *lens, mgt_gen_cb cb, void *ctx)
 {
 	gen g = { .ev = ev, .o = o, .nprompts = nprompts, .prompts = prompts, .lens = lens, .cb = cb, .ctx = ctx };
-	mgt_status st = check_opts(ev, o, &g.S);
+	mgt_status st = mgt_eval_supports(ev, MGT_EVAL_USE_GENERATE, "mgt_eval_generate");
+	if (!st) st = check_opts(ev, o, &g.S);
 	if (st) return st;
 	g.V = ev->vocab;
 	g.Vp = ev->padded_vocab;
