@@ -18,7 +18,7 @@ static mgt_status setup_tokenizer(trainer *t)
 		if (!(a->tokenizer_type = mgt_strdup("GPT2BPETokenizer"))) return MGT_ERR_NOMEM;
 		if (t->io->log) fprintf(t->io->log, "WARNING: no --tokenizer-type: GPT2BPETokenizer, from --vocab-file and --merge-file\n");
 	}
-	if (!a->tokenizer_type && a->vocab_file && mgt_model_is_bert(&a->model)) {
+	if (!a->tokenizer_type && a->vocab_file && mgt_model_family(&a->model)->recipe == MGT_STACK_ENCODER) {
 		/* pretrain_bert.py's default --tokenizer-type */
 		if (!(a->tokenizer_type = mgt_strdup("BertWordPieceLowerCase"))) return MGT_ERR_NOMEM;
 		if (t->io->log) fprintf(t->io->log, "WARNING: no --tokenizer-type: BertWordPieceLowerCase, pretrain_bert.py's default\n");

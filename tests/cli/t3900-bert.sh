@@ -145,7 +145,7 @@ ok "document-level data with the binary head refused naming the flags" sh -c \
 	grep -q -- '--split-sentences' $T/err && grep -q -- '--bert-no-binary-head' $T/err"
 ok "--bert-binary-head (not a Megatron flag) refused naming --bert-no-binary-head" refuse "bert-no-binary-head turns it off" \
 	--bert-binary-head
-GPTRUN=$(echo "$TRAIN" | sed 's/--model-family bert //')
+GPTRUN=$(echo $TRAIN | sed 's/--model-family bert //')
 ok "--bert-no-binary-head in a GPT run refused naming both families (issue 46)" sh -c \
 	"$GPTRUN --train-iters 1 --tokenizer-type NullTokenizer --vocab-size 512 --bert-no-binary-head >/dev/null 2>$T/err; \
 	[ \$? = 2 ] && grep -q 'is a flag of BERT models (--model-family bert.*family is gpt' $T/err"
