@@ -123,7 +123,7 @@
 	X(B, log_world_size_to_tensorboard, log_world_size_to_tensorboard, "log-world-size-to-tensorboard", "false", "", "world size to TensorBoard") \
 	X(I, seed, seed, "seed", "1234", "[0,)", "random seed (data order, init, dropout)") \
 	X(S, save, save, "save", "", "", "checkpoint directory to write") \
-	X(S, load, load, "load", "", "", "checkpoint directory to resume from") \
+	X(S, load, load, "load", "", "", "checkpoint directory to resume from (the one holding the tracker; an iter_N directory is refused)") \
 	X(S, pretrained_checkpoint, pretrained_checkpoint, "pretrained-checkpoint", "", "", "model to fine-tune from when --load has no checkpoint: mgt checkpoint or Hugging Face directory (weights only)") \
 	X(I, save_interval, save_interval, "save-interval", "0", "[0,)", "save every N iterations") \
 	X(B, no_save_optim, no_save_optim, "no-save-optim", "false", "", "save weights only") \

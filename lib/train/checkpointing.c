@@ -545,6 +545,7 @@ mgt_status trainer_save(trainer *t)
 	bool root = t->ps.world_rank == 0;
 	mgt_status st = trainer_save_wait(t); /* the previous async save first */
 	if (!st && root) st = mgt_ckpt_begin(t->a->save, t->iteration);
+	bool began = !st && root;
 	if (!st && root) st = mgt_train_tok_files_save(t->a, t->a->save, t->iteration);
 	if (!st) st = world_barrier(t);
 	if (!st && t->a->async_save) {
@@ -562,6 +563,7 @@ mgt_status trainer_save(trainer *t)
 	free(meta);
 	if (!st) st = world_barrier(t);
 	if (!st) log_saved(t, t->iteration, t0);
+	if (st && began) mgt_ckpt_abort(t->a->save, t->iteration); /* iter_N.tmp whole: shards, tokenizer copies */
 	return st ? mgt_err_ctx(st, "saving checkpoint") : MGT_OK;
 }
 

@@ -268,6 +268,18 @@ static mgt_status load_from(trainer *t, mgt_source *c, bool *damaged)
 	return st;
 }
 
+/* Whether dir is one iteration of a checkpoint (mgt-ckpt(5): iter_NNNNNNN/ holding metadata.json),
+ * which --load does not take: starting from random there would save beside the saved run. */
+static bool iteration_dir(const char *dir)
+{
+	size_t len = strlen(dir) + sizeof "/metadata.json";
+	char *p = mgt_malloc(len);
+	struct stat sb;
+	bool yes = p && (snprintf(p, len, "%s/metadata.json", dir), stat(p, &sb) == 0);
+	free(p);
+	return yes;
+}
+
 /* Which iteration of dir to load (--ckpt-step, else the tracker's), or -1 to start from random:
  * dir missing, or holding neither a tracker nor any iteration (Megatron's behaviour).
  * Iterations without a tracker are refused: starting afresh would save over them and move the
@@ -307,6 +319,10 @@ static mgt_status pick_iteration(trainer *t, const char *dir, int64_t *it)
 	mgt_status st = mgt_ckpt_iterations(dir, &its, &n);
 	free(its);
 	if (st) return st;
+	if (n == 0 && iteration_dir(dir))
+		return mgt_err(MGT_ERR_FORMAT, "--load %s: an iteration directory, not a checkpoint directory: pass --load "
+			       "with the directory that holds it (and --ckpt-step N for iteration N), as mgt-eval and "
+			       "mgt-ckpt-convert take it", dir);
 	if (n == 0) {
 		if (t->io->log) fprintf(t->io->log, "WARNING: could not find the metadata file %s/%s; "
 					"will not load any checkpoints and will start from random\n", dir, MGT_CKPT_TRACKER);

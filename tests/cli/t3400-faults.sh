@@ -93,6 +93,19 @@ ok "... one line, nothing from HDF5" one_line
 ok "... no temporaries" no_tmp big
 ok "... the tracker and iteration 2 unchanged" diff -r big big.orig
 ok "... iteration 2 still loads" exits 0 $TR --train-iters 3 --load big
+# with tokenizer files copied into the checkpoint (iter_N/tokenizer/): a failed save leaves no
+# iter_N.tmp/tokenizer/ behind either (issue 46 item 11)
+TRT=$(echo $TR | sed "s|--tokenizer-type NullTokenizer --vocab-size 512|--tokenizer-type BertWordPieceLowerCase --vocab-file $SHARE/tokenizers/bert/vocab.txt|")
+ok "a checkpoint with tokenizer copies at iteration 2" exits 0 $TRT --train-iters 2 --save bigt
+cp -r bigt bigt.orig
+ok "a save with tokenizer copies past ulimit -f: exit 1" exits 1 bash -c "ulimit -f 2048; exec $TRT --train-iters 4 --load bigt --save bigt"
+ok "... no temporaries, not even the tokenizer copies" no_tmp bigt
+ok "... the tracker and iteration 2 unchanged" diff -r bigt bigt.orig
+# --load of an iteration directory is refused as mgt-eval refuses it, not a start from random
+# that would save beside the run (issue 46 item 6)
+ok "--load ITER_DIR: exit 6" exits 6 $TR --train-iters 3 --load big/iter_0000002 --save big/iter_0000002
+ok "... naming it and what to pass" err_has "big/iter_0000002: an iteration directory, not a checkpoint directory"
+ok "... nothing saved there" sh -c "! ls big/iter_0000002 | grep -q iter_"
 
 awk 'BEGIN { srand(1); for (i = 0; i < 600; i++) { printf "{\"text\": \""; for (j = 0; j < 60; j++) printf "%s%d", j ? " " : "", int(rand() * 65000); print "\"}" } }' >ids.jsonl
 ok "a dataset" exits 0 "$BIN/mgt-preprocess" --input ids.jsonl --output-prefix d $NT --quiet
