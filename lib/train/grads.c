@@ -25,8 +25,8 @@ void trainer_round_grads(trainer *t, int c)
 {
 	mgt_model *m = t->chunk[c];
 	size_t n = mgt_model_tensors(m)->buf_numel;
-	t->be->ops->cast(t->be, t->g16[c], MGT_DT_BF16, mgt_model_grads(m), n);
-	t->be->ops->widen(t->be, mgt_model_grads(m), t->g16[c], MGT_DT_BF16, n);
+	t->be->ops->cast(t->be, t->ddp.g16[c], MGT_DT_BF16, mgt_model_grads(m), n);
+	t->be->ops->widen(t->be, mgt_model_grads(m), t->ddp.g16[c], MGT_DT_BF16, n);
 }
 
 /* The 16-bit part of a gradient bucket's reduction: back into the fp32 buffer (the whole bucket
@@ -38,7 +38,7 @@ static void widen_bucket(trainer *t, int c, int b)
 	mgt_comm *dp = trainer_bucket_comm(t, &tt->buckets[b]);
 	size_t n = tt->buckets[b].numel, lo = tt->buckets[b].offset;
 	if (t->a->use_distributed_optimizer) lo += (size_t)dp->rank * (n / (size_t)dp->size), n /= (size_t)dp->size;
-	t->be->ops->widen(t->be, mgt_model_grads(m) + lo, (const uint16_t *)t->g16[c] + lo, MGT_DT_BF16, n);
+	t->be->ops->widen(t->be, mgt_model_grads(m) + lo, (const uint16_t *)t->ddp.g16[c] + lo, MGT_DT_BF16, n);
 }
 
 /* One data-parallel collective over every bucket of a chunk's flat buffer (in place: this
@@ -59,8 +59,8 @@ static mgt_status dp_bucket(trainer *t, mgt_model *m, int b, dp_op op)
 	if (!t->a->calculate_per_token_loss) t->be->ops->scale(t->be, x, n, 1.0f / (float)t->ps.dp);
 	void *g = x;
 	mgt_elem_type gt = MGT_DT_F32;
-	if (t->g16) {
-		g = (uint16_t *)t->g16[chunk_of(t, m)] + tt->buckets[b].offset, gt = MGT_DT_BF16;
+	if (t->ddp.g16) {
+		g = (uint16_t *)t->ddp.g16[chunk_of(t, m)] + tt->buckets[b].offset, gt = MGT_DT_BF16;
 		t->be->ops->cast(t->be, g, gt, x, n);
 	}
 	if (op == DP_ALLREDUCE_GRADS) return dp->ops->allreduce(dp, g, n, gt, MGT_RED_SUM);
@@ -96,17 +96,17 @@ static dp_op grad_op(const trainer *t)
 mgt_status trainer_plan_overlap(trainer *t)
 {
 	if (!t->a->overlap_grad_reduce || trainer_dpcp(t) == 1) return MGT_OK;
-	t->last_bwd = mgt_malloc((size_t)t->V * sizeof *t->last_bwd);
-	t->buckets_done = mgt_malloc((size_t)t->V * sizeof *t->buckets_done);
-	t->bucket_ready = mgt_malloc((size_t)t->V * sizeof *t->bucket_ready);
-	if (!t->last_bwd || !t->buckets_done || !t->bucket_ready) return MGT_ERR_NOMEM;
-	memset(t->bucket_ready, 0, (size_t)t->V * sizeof *t->bucket_ready);
-	for (int i = 0; i < t->n_acts; i++) if (!t->acts[i].fwd) t->last_bwd[t->acts[i].chunk] = i;
+	t->ddp.last_bwd = mgt_malloc((size_t)t->V * sizeof *t->ddp.last_bwd);
+	t->ddp.buckets_done = mgt_malloc((size_t)t->V * sizeof *t->ddp.buckets_done);
+	t->ddp.bucket_ready = mgt_malloc((size_t)t->V * sizeof *t->ddp.bucket_ready);
+	if (!t->ddp.last_bwd || !t->ddp.buckets_done || !t->ddp.bucket_ready) return MGT_ERR_NOMEM;
+	memset(t->ddp.bucket_ready, 0, (size_t)t->V * sizeof *t->ddp.bucket_ready);
+	for (int i = 0; i < t->n_acts; i++) if (!t->acts[i].fwd) t->ddp.last_bwd[t->acts[i].chunk] = i;
 	for (int c = 0; c < t->V; c++) {
 		const mgt_tensor_table *tt = mgt_model_tensors(t->chunk[c]);
-		int *ready = t->bucket_ready[c] = mgt_malloc((size_t)tt->nbuckets * sizeof *ready);
+		int *ready = t->ddp.bucket_ready[c] = mgt_malloc((size_t)tt->nbuckets * sizeof *ready);
 		if (!ready) return MGT_ERR_NOMEM;
-		t->buckets_done[c] = 0;
+		t->ddp.buckets_done[c] = 0;
 		for (int b = 0; b < tt->nbuckets; b++) {
 			ready[b] = INT_MAX;
 			for (int i = 0; i < tt->n; i++) {
@@ -126,9 +126,9 @@ mgt_status trainer_grad_ready(void *ctx, mgt_model *m, int done_from_layer)
 {
 	trainer *t = ctx;
 	int c = chunk_of(t, m);
-	int nb = mgt_model_tensors(m)->nbuckets, *done = &t->buckets_done[c];
+	int nb = mgt_model_tensors(m)->nbuckets, *done = &t->ddp.buckets_done[c];
 	mgt_status st = MGT_OK;
-	while (!st && *done < nb && done_from_layer <= t->bucket_ready[c][*done]) st = dp_bucket(t, m, (*done)++, grad_op(t));
+	while (!st && *done < nb && done_from_layer <= t->ddp.bucket_ready[c][*done]) st = dp_bucket(t, m, (*done)++, grad_op(t));
 	return st;
 }
 
@@ -197,11 +197,11 @@ mgt_status trainer_reduce_grads(trainer *t)
 {
 	mgt_status st = MGT_OK;
 	for (int c = 0; !st && trainer_dpcp(t) > 1 && c < t->V; c++) {
-		st = dp_buckets(t, t->chunk[c], grad_op(t), t->buckets_done ? t->buckets_done[c] : 0);
-		if (t->buckets_done) t->buckets_done[c] = 0;
+		st = dp_buckets(t, t->chunk[c], grad_op(t), t->ddp.buckets_done ? t->ddp.buckets_done[c] : 0);
+		if (t->ddp.buckets_done) t->ddp.buckets_done[c] = 0;
 	}
 	if (!st) st = trainer_wait_dp(t);
-	for (int c = 0; !st && t->g16 && trainer_dpcp(t) > 1 && c < t->V; c++)
+	for (int c = 0; !st && t->ddp.g16 && trainer_dpcp(t) > 1 && c < t->V; c++)
 		for (int b = 0; b < mgt_model_tensors(t->chunk[c])->nbuckets; b++) widen_bucket(t, c, b);
 	for (int c = 0; !st && c < t->V; c++) st = mgt_model_finish_grads(t->chunk[c]);
 	return st;
@@ -214,11 +214,11 @@ mgt_status trainer_reduce_grads(trainer *t)
 mgt_status trainer_alloc_grad16(trainer *t)
 {
 	if (!t->a->grad_reduce_in_bf16 || t->eval_only) return MGT_OK;
-	if (!(t->g16 = mgt_malloc((size_t)t->V * sizeof *t->g16))) return MGT_ERR_NOMEM;
-	memset(t->g16, 0, (size_t)t->V * sizeof *t->g16);
+	if (!(t->ddp.g16 = mgt_malloc((size_t)t->V * sizeof *t->ddp.g16))) return MGT_ERR_NOMEM;
+	memset(t->ddp.g16, 0, (size_t)t->V * sizeof *t->ddp.g16);
 	for (int c = 0; c < t->V; c++) {
 		size_t n = mgt_model_tensors(t->chunk[c])->buf_numel;
-		if (!(t->g16[c] = t->be->ops->alloc(t->be, (n ? n : 1) * 2))) return MGT_ERR_NOMEM;
+		if (!(t->ddp.g16[c] = t->be->ops->alloc(t->be, (n ? n : 1) * 2))) return MGT_ERR_NOMEM;
 	}
 	return MGT_OK;
 }

@@ -124,8 +124,8 @@ mgt_status trainer_log_tb_open(trainer *t)
 {
 	/* Megatron's _set_tensorboard_writer: the last rank writes */
 	if (!t->a->tensorboard_dir || t->ps.world_rank != t->ps.world_size - 1) return MGT_OK;
-	mgt_status st = mgt_tb_open(&t->tb, t->a->tensorboard_dir, t->io->prog ? t->io->prog : "mgt-train");
-	if (!st) mgt_tb_set_queue(t->tb, t->a->tensorboard_queue_size);
+	mgt_status st = mgt_tb_open(&t->tb.w, t->a->tensorboard_dir, t->io->prog ? t->io->prog : "mgt-train");
+	if (!st) mgt_tb_set_queue(t->tb.w, t->a->tensorboard_queue_size);
 	return st ? mgt_err_ctx(st, "--tensorboard-dir") : MGT_OK;
 }
 
@@ -135,14 +135,14 @@ mgt_status trainer_log_tb_open(trainer *t)
  * returns the error. */
 static void tb_check(trainer *t, mgt_status st)
 {
-	if (!st || t->tb_warned) return;
-	t->tb_warned = true;
+	if (!st || t->tb.warned) return;
+	t->tb.warned = true;
 	if (t->io->log) fprintf(t->io->log, "WARNING: TensorBoard: %s; no more events are written\n", mgt_err_msg());
 }
 
 static void tb_put(trainer *t, const char *tag, double v, int64_t step)
 {
-	tb_check(t, mgt_tb_scalar(t->tb, tag, v, step));
+	tb_check(t, mgt_tb_scalar(t->tb.w, tag, v, step));
 }
 
 /* TAG at the iteration and "TAG vs samples" at the consumed training samples (Megatron's pair). */
@@ -162,10 +162,10 @@ static void tb_args(trainer *t, int64_t step)
 	char val[4096];
 	json_object_foreach(o, key, v) {
 		py_str(v, val, sizeof val);
-		tb_check(t, mgt_tb_text(t->tb, key, val, step));
+		tb_check(t, mgt_tb_text(t->tb.w, key, val, step));
 	}
 	json_decref(o);
-	t->tb_args_written = true;
+	t->tb.args_written = true;
 }
 
 /* Megatron's memory tags: on CUDA the backend's device memory now and at most, on the CPU the
@@ -197,15 +197,15 @@ static void metrics_moe(trainer *t, json_t *o)
 	const char *lb = moe_lb_name(c), *z = moe_z_name(c);
 	int E = (int)c->num_experts;
 	json_t *m = json_object(), *la = json_array(), *lz = json_array(), *tk = json_array();
-	for (int i = 0; i < t->n_moe; i++) {
-		json_array_append_new(la, json_real(t->moe_aux[i]));
-		json_array_append_new(lz, json_real(t->moe_z[i]));
+	for (int i = 0; i < t->moe.n; i++) {
+		json_array_append_new(la, json_real(t->moe.aux[i]));
+		json_array_append_new(lz, json_real(t->moe.z[i]));
 		json_t *row = json_array();
-		for (int e = 0; e < E; e++) json_array_append_new(row, json_integer((json_int_t)t->moe_tok[(size_t)i * E + e]));
+		for (int e = 0; e < E; e++) json_array_append_new(row, json_integer((json_int_t)t->moe.tok[(size_t)i * E + e]));
 		json_array_append_new(tk, row);
 	}
-	if (lb) json_object_set_new(o, lb, json_real(t->moe_lb));
-	if (z) json_object_set_new(o, z, json_real(t->moe_zl));
+	if (lb) json_object_set_new(o, lb, json_real(t->moe.lb));
+	if (z) json_object_set_new(o, z, json_real(t->moe.zl));
 	json_object_set_new(m, "load_balancing_loss", la);
 	json_object_set_new(m, "z_loss", lz);
 	json_object_set_new(m, "tokens_per_expert", tk);
@@ -218,14 +218,14 @@ static void tb_moe(trainer *t)
 {
 	const mgt_model_config *c = &t->a->model;
 	const char *lb = moe_lb_name(c), *z = moe_z_name(c);
-	if (lb) tb_put(t, lb, t->moe_lb, t->iteration);
-	if (z) tb_put(t, z, t->moe_zl, t->iteration);
+	if (lb) tb_put(t, lb, t->moe.lb, t->iteration);
+	if (z) tb_put(t, z, t->moe.zl, t->iteration);
 	if (!t->a->moe_per_layer_logging) return;
 	char tag[96];
 	for (int l = 0, i = 0; l < c->num_layers; l++) {
 		if (!mgt_moe_is_layer(c, l)) continue;
-		if (lb) snprintf(tag, sizeof tag, "moe/%s_layer_%d", lb, l), tb_put(t, tag, t->moe_aux[i], t->iteration);
-		if (z) snprintf(tag, sizeof tag, "moe/%s_layer_%d", z, l), tb_put(t, tag, t->moe_z[i], t->iteration);
+		if (lb) snprintf(tag, sizeof tag, "moe/%s_layer_%d", lb, l), tb_put(t, tag, t->moe.aux[i], t->iteration);
+		if (z) snprintf(tag, sizeof tag, "moe/%s_layer_%d", z, l), tb_put(t, tag, t->moe.z[i], t->iteration);
 		i++;
 	}
 }
@@ -235,7 +235,7 @@ static void tb_moe(trainer *t)
 static void tb_iteration(trainer *t, double loss, double gnorm, bool skipped)
 {
 	mgt_args *a = t->a;
-	if (!t->tb_args_written) tb_args(t, t->iteration - 1);
+	if (!t->tb.args_written) tb_args(t, t->iteration - 1);
 	if (t->iteration % a->tensorboard_log_interval) return;
 	if (a->log_learning_rate_to_tensorboard) tb_pair(t, "learning-rate", mgt_lr_get(&t->sched));
 	tb_pair(t, "batch-size", (double)a->global_batch_size);
@@ -246,7 +246,7 @@ static void tb_iteration(trainer *t, double loss, double gnorm, bool skipped)
 	if (!skipped && a->clip_grad > 0) tb_pair(t, "grad-norm", gnorm);
 	if (a->log_params_norm && trainer_log_due(t)) tb_pair(t, "params-norm", t->params_norm);
 	if (a->log_memory_to_tensorboard) tb_memory(t);
-	if (t->n_moe) tb_moe(t);
+	if (t->moe.n) tb_moe(t);
 }
 
 /* Megatron's timers at a log line: the interval's time per iteration (not at the first
@@ -260,8 +260,8 @@ static void tb_timers(trainer *t, double elapsed, double tflops_gpu)
 
 mgt_status trainer_log_end(trainer *t)
 {
-	mgt_status st = mgt_tb_close(t->tb);
-	t->tb = NULL;
+	mgt_status st = mgt_tb_close(t->tb.w);
+	t->tb.w = NULL;
 	return st ? mgt_err_ctx(st, "TensorBoard") : MGT_OK;
 }
 
@@ -288,11 +288,11 @@ static void write_metrics(trainer *t, double loss, double lr, double gnorm, bool
 			      "time_opt_ms", t->t_opt * 1e3, "peak_rss_bytes", (json_int_t)trainer_peak_rss());
 	json_object_set_new(o, "loss_scale", json_real(t->scaler.scale));
 	if (a->peak_tflops > 0) json_object_set_new(o, "mfu", json_real(tflops / a->peak_tflops));
-	if (t->n_moe) metrics_moe(t, o);
+	if (t->moe.n) metrics_moe(t, o);
 	if (trainer_bert(t)) json_object_set_new(o, "sop_loss", json_real(t->sop_loss));
 	char *s = json_dumps(o, JSON_COMPACT);
-	if (s) fprintf(t->metrics, "%s\n", s);
-	fflush(t->metrics);
+	if (s) fprintf(t->out.metrics, "%s\n", s);
+	fflush(t->out.metrics);
 	free(s);
 	json_decref(o);
 }
@@ -308,21 +308,21 @@ static void print_line(trainer *t, double lr, double gnorm, bool skipped, double
 	if (a->log_throughput)
 		fprintf(f, " throughput per GPU (TFLOP/s/GPU): %.1f |", tflops_gpu);
 	fprintf(f, " learning rate: %.6E | global batch size: %5lld |", lr, (long long)a->global_batch_size);
-	if (t->int_iters > 0) fprintf(f, " lm loss: %.6E |", t->int_loss / (double)t->int_iters);
+	if (t->interval.iters > 0) fprintf(f, " lm loss: %.6E |", t->interval.loss / (double)t->interval.iters);
 	/* pretrain_bert.py's loss dict: lm loss, then sop loss (with the binary head) */
-	if (t->int_iters > 0 && trainer_bert(t) && a->model.bert_binary_head)
-		fprintf(f, " sop loss: %.6E |", t->int_sop / (double)t->int_iters);
+	if (t->interval.iters > 0 && trainer_bert(t) && a->model.bert_binary_head)
+		fprintf(f, " sop loss: %.6E |", t->interval.sop / (double)t->interval.iters);
 	/* MoE losses: Megatron puts them in total_loss_dict beside the lm loss (moe_logging.py report) */
 	const char *lb = moe_lb_name(&a->model), *zn = moe_z_name(&a->model);
-	double n = (double)(t->int_iters > 0 ? t->int_iters : 1);
-	if (lb && t->int_moe_lb / n >= 0) fprintf(f, " %s: %.6E |", lb, t->int_moe_lb / n);
-	if (zn && t->int_moe_zl / n >= 0) fprintf(f, " %s: %.6E |", zn, t->int_moe_zl / n);
+	double n = (double)(t->interval.iters > 0 ? t->interval.iters : 1);
+	if (lb && t->moe.int_lb / n >= 0) fprintf(f, " %s: %.6E |", lb, t->moe.int_lb / n);
+	if (zn && t->moe.int_zl / n >= 0) fprintf(f, " %s: %.6E |", zn, t->moe.int_zl / n);
 	fprintf(f, " loss scale: %.1f |", t->scaler.scale);
 	/* a skipped step has no norm (Megatron's optimizer.step returns None for it) */
 	if (!skipped) fprintf(f, " grad norm: %.3f |", a->clip_grad > 0 ? gnorm : 0.0);
 	if (a->log_params_norm) fprintf(f, " params norm: %.3f |", t->params_norm);
 	fprintf(f, " number of skipped iterations: %3lld | number of nan iterations: %3lld |\n",
-		(long long)t->int_skipped, (long long)t->int_nan);
+		(long long)t->interval.skipped, (long long)t->interval.nan);
 	fflush(f);
 }
 
@@ -333,29 +333,29 @@ bool trainer_log_due(const trainer *t)
 
 void trainer_log_iteration(trainer *t, double loss, double lr, double gnorm, bool skipped, double iter_s)
 {
-	if (t->metrics) write_metrics(t, loss, lr, gnorm, skipped, iter_s);
+	if (t->out.metrics) write_metrics(t, loss, lr, gnorm, skipped, iter_s);
 	/* Megatron's training_log: the loss averages non-skipped iterations; a skipped one counts as
 	 * a nan iteration when its loss is inf or NaN (not when only gradients overflowed) */
 	if (skipped) {
-		t->int_skipped++;
-		t->int_nan += !isfinite(loss);
+		t->interval.skipped++;
+		t->interval.nan += !isfinite(loss);
 	} else {
-		t->int_loss += loss;
-		t->int_sop += t->sop_loss;
-		t->int_iters++;
+		t->interval.loss += loss;
+		t->interval.sop += t->sop_loss;
+		t->interval.iters++;
 	}
-	t->int_moe_lb += t->moe_lb;
-	t->int_moe_zl += t->moe_zl;
-	if (t->tb) tb_iteration(t, loss, gnorm, skipped);
+	t->moe.int_lb += t->moe.lb;
+	t->moe.int_zl += t->moe.zl;
+	if (t->tb.w) tb_iteration(t, loss, gnorm, skipped);
 	if (!trainer_log_due(t)) return;
-	int64_t n = t->int_iters + t->int_skipped;
-	double elapsed = (mgt_now() - t->int_t0) / (double)(n > 0 ? n : 1);
+	int64_t n = t->interval.iters + t->interval.skipped;
+	double elapsed = (mgt_now() - t->interval.t0) / (double)(n > 0 ? n : 1);
 	double tflops_gpu = mgt_model_flops(&t->a->model, t->a->global_batch_size) / elapsed / 1e12 / t->ps.world_size;
-	if (t->tb) tb_timers(t, elapsed, tflops_gpu);
+	if (t->tb.w) tb_timers(t, elapsed, tflops_gpu);
 	if (t->io->log) print_line(t, mgt_lr_get(&t->sched), gnorm, skipped, elapsed, tflops_gpu);
-	t->int_loss = t->int_moe_lb = t->int_moe_zl = t->int_sop = 0;
-	t->int_iters = t->int_skipped = t->int_nan = 0;
-	t->int_t0 = mgt_now();
+	t->interval.loss = t->moe.int_lb = t->moe.int_zl = t->interval.sop = 0;
+	t->interval.iters = t->interval.skipped = t->interval.nan = 0;
+	t->interval.t0 = mgt_now();
 }
 
 void mgt_train_print_loss(FILE *f, const char *head, double loss)
@@ -385,7 +385,7 @@ void trainer_log_validation(trainer *t, const char *what, bool test, double loss
 	else snprintf(head, sizeof head, " validation loss at iteration %lld | ", (long long)t->iteration);
 	bool sop = trainer_bert(t) && t->a->model.bert_binary_head;
 	if (t->io->log) mgt_train_print_losses(t->io->log, head, loss, sop ? t->sop_loss : NAN);
-	if (t->tb) { /* Megatron's evaluate_and_print_results (Megatron's lands its test set under the
+	if (t->tb.w) { /* Megatron's evaluate_and_print_results (Megatron's lands its test set under the
 		      * validation tags; mgt writes "lm loss test") */
 		char tag[64];
 		double ppl = exp(fmin(20.0, loss));
@@ -394,13 +394,13 @@ void trainer_log_validation(trainer *t, const char *what, bool test, double loss
 		strcat(tag, " ppl");
 		if (t->a->log_validation_ppl_to_tensorboard) tb_pair(t, tag, ppl);
 	}
-	if (t->metrics) {
+	if (t->out.metrics) {
 		const char *k = test ? "test" : "valid";
-		fprintf(t->metrics, "{\"iteration\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g", (long long)t->iteration, k,
+		fprintf(t->out.metrics, "{\"iteration\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g", (long long)t->iteration, k,
 			loss, k, exp(fmin(20.0, loss)));
-		if (sop) fprintf(t->metrics, ", \"%s_sop_loss\": %.17g", k, t->sop_loss);
-		fprintf(t->metrics, "%s}\n", what ? ", \"end\": true" : "");
-		fflush(t->metrics);
+		if (sop) fprintf(t->out.metrics, ", \"%s_sop_loss\": %.17g", k, t->sop_loss);
+		fprintf(t->out.metrics, "%s}\n", what ? ", \"end\": true" : "");
+		fflush(t->out.metrics);
 	}
 }
 
@@ -411,7 +411,7 @@ static size_t computed_memory(const trainer *t, mgt_model_mem *m, size_t *opt)
 	for (int c = 0; c < t->V; c++) {
 		mgt_model_mem x = mgt_model_memory(t->chunk[c]);
 		m->params += x.params; m->grads += x.grads; m->activations += x.activations; m->workspace += x.workspace;
-		if (t->g16) m->grads += x.grads / 2; /* --grad-reduce-in-bf16: the bf16 copy */
+		if (t->ddp.g16) m->grads += x.grads / 2; /* --grad-reduce-in-bf16: the bf16 copy */
 	}
 	for (int i = 0; i < t->nshard; i++) *opt += mgt_adamw_bytes(t->shard[i].hi - t->shard[i].lo);
 	return m->params + m->grads + *opt + m->activations + m->workspace + trainer_comm_memory(t);
@@ -582,9 +582,9 @@ mgt_status trainer_dump_moe(trainer *t, int slot)
 {
 	dump_state *d = &t->dump;
 	size_t Tk = (size_t)(t->a->micro_batch_size * t->a->model.seq_length * t->a->model.moe_router_topk);
-	int *layers = mgt_malloc((size_t)t->n_moe * sizeof *layers);
-	d->moe_exp = mgt_malloc((size_t)t->n_moe * Tk * sizeof *d->moe_exp);
-	d->moe_prob = mgt_malloc((size_t)t->n_moe * Tk * sizeof *d->moe_prob);
+	int *layers = mgt_malloc((size_t)t->moe.n * sizeof *layers);
+	d->moe_exp = mgt_malloc((size_t)t->moe.n * Tk * sizeof *d->moe_exp);
+	d->moe_prob = mgt_malloc((size_t)t->moe.n * Tk * sizeof *d->moe_prob);
 	mgt_status st = layers && d->moe_exp && d->moe_prob ? MGT_OK : MGT_ERR_NOMEM;
 	int n = st ? 0 : mgt_model_moe_layers(t->model, layers);
 	for (int i = 0; !st && i < n; i++)
@@ -625,7 +625,7 @@ mgt_status trainer_dump_write(trainer *t)
 	int64_t V = a->model.padded_vocab_size, it = d->iters, gbs = a->global_batch_size;
 	mgt_status st = to_batch_first(d->logits, Sl, b, (size_t)V);
 	if (!st) st = to_batch_first(d->loss, Sl, b, 1);
-	int nm = t->n_moe, K = (int)a->model.moe_router_topk, *ml = mgt_malloc((size_t)(nm ? nm : 1) * sizeof *ml);
+	int nm = t->moe.n, K = (int)a->model.moe_router_topk, *ml = mgt_malloc((size_t)(nm ? nm : 1) * sizeof *ml);
 	if (!ml) st = MGT_ERR_NOMEM;
 	else if (nm) mgt_model_moe_layers(t->model, ml);
 	for (int i = 0; !st && nm && d->moe_exp && i < nm; i++) { /* to batch-first (int32 moved as float bits) */
@@ -723,7 +723,7 @@ mgt_status trainer_fp8_trace(trainer *t, int c, int mb, bool backward)
 	mgt_status st = mgt_model_fp8_view(t->chunk[c], &v);
 	if (st || !v.fwd) return st;
 	const mgt_fp8_meta *meta = backward ? v.bwd : v.fwd;
-	FILE *f = t->fp8_trace;
+	FILE *f = t->out.fp8_trace;
 	fprintf(f, "{\"iteration\":%lld,\"microbatch\":%d,\"chunk\":%d,\"pass\":\"%s\",\"first_layer\":%d,\"linears\":%d,"
 		   "\"amax\":", (long long)t->iteration + 1, mb, c, backward ? "backward" : "forward", v.first_layer, v.linears);
 	json_floats(f, backward ? v.last_bwd : v.last_fwd, meta->slots);

@@ -36,7 +36,7 @@ static mgt_status run_forward(trainer *t, const mgt_parallel_sched_action *x, tr
 	size_t n = mgt_model_hidden_numel(m);
 	const mgt_elem_type ht = mgt_model_hidden_type(m); /* the residual stream's storage */
 	mgt_status st = trainer_load_microbatch(t, ps->split, ps->base, x->mb);
-	if (!st && t->dumping && x->chunk == 0) st = trainer_dump_batch(t, x->mb);
+	if (!st && t->dump.on && x->chunk == 0) st = trainer_dump_batch(t, x->mb);
 	if (!st && !first_vstage(t, x->chunk)) st = pp->ops->recv(pp, mgt_model_hidden_in(m, slot), n, ht, (r + P - 1) % P, TAG_FWD);
 	if (st) return st;
 	/* keyed by the micro-batch's place in the global batch, so the data-parallel split does not matter */
@@ -46,7 +46,7 @@ static mgt_status run_forward(trainer *t, const mgt_parallel_sched_action *x, tr
 			      .tokentype_ids = t->mb_types, .padding_mask = t->mb_pad, .is_random = t->mb_isr,
 			      .dec_tokens = t->mb_dtok, .dec_position_ids = t->mb_dpos };
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;
-	if (t->fp8_trace && ps->train && (st = trainer_fp8_trace(t, x->chunk, x->mb, false))) return st;
+	if (t->out.fp8_trace && ps->train && (st = trainer_fp8_trace(t, x->chunk, x->mb, false))) return st;
 	if (!last_vstage(t, x->chunk)) return pp->ops->send(pp, mgt_model_hidden_out(m, slot), n, ht, (r + 1) % P, TAG_FWD);
 	if (trainer_bert(t)) account_bert(t, m, slot, x->mb, ps);
 	else {
@@ -60,8 +60,8 @@ static mgt_status run_forward(trainer *t, const mgt_parallel_sched_action *x, tr
 		t->mb_scale[x->mb] = t->a->calculate_per_token_loss ? 1.0f
 					: (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)t->a->num_microbatches));
 	}
-	if (t->dumping && t->dump.iters == 1 && x->mb == 0) st = mgt_model_outputs(m, slot, t->dump.logits, t->dump.loss);
-	if (!st && t->dumping && t->dump.iters == 1 && x->mb == 0 && t->n_moe) st = trainer_dump_moe(t, slot);
+	if (t->dump.on && t->dump.iters == 1 && x->mb == 0) st = mgt_model_outputs(m, slot, t->dump.logits, t->dump.loss);
+	if (!st && t->dump.on && t->dump.iters == 1 && x->mb == 0 && t->moe.n) st = trainer_dump_moe(t, slot);
 	return st;
 }
 
@@ -73,16 +73,16 @@ static mgt_status run_backward(trainer *t, const mgt_parallel_sched_action *x)
 	size_t n = mgt_model_hidden_numel(m);
 	bool last = last_vstage(t, x->chunk);
 	/* --overlap-grad-reduce: the chunk's last backward of the iteration reduces buckets as they complete */
-	bool hook = t->last_bwd && x == &t->acts[t->last_bwd[x->chunk]];
+	bool hook = t->ddp.last_bwd && x == &t->acts[t->ddp.last_bwd[x->chunk]];
 	mgt_status st = last ? MGT_OK : pp->ops->recv(pp, mgt_model_hidden_grad(m), n, mgt_model_hidden_type(m), (r + 1) % P,
 							   TAG_BWD);
 	float scale = last ? (float)(t->mb_scale[x->mb] * t->scaler.scale) : 0.0f;
 	if (hook) mgt_model_set_grad_hook(m, trainer_grad_ready, t);
 	if (!st) st = mgt_model_backward(m, x->mb % t->slots[x->chunk], true, scale);
-	if (!st && t->fp8_trace) st = trainer_fp8_trace(t, x->chunk, x->mb, true);
+	if (!st && t->out.fp8_trace) st = trainer_fp8_trace(t, x->chunk, x->mb, true);
 	if (hook) mgt_model_set_grad_hook(m, NULL, NULL);
 	/* a bf16 main_grad: rounded now, unless the reduction that follows the last micro-batch rounds it */
-	if (!st && t->g16 && (x->mb + 1 < t->a->num_microbatches || trainer_dpcp(t) == 1)) trainer_round_grads(t, x->chunk);
+	if (!st && t->ddp.g16 && (x->mb + 1 < t->a->num_microbatches || trainer_dpcp(t) == 1)) trainer_round_grads(t, x->chunk);
 	if (!st && !first_vstage(t, x->chunk))
 		st = pp->ops->send(pp, mgt_model_hidden_grad(m), n, mgt_model_hidden_type(m), (r + P - 1) % P, TAG_BWD);
 	return st;

@@ -186,7 +186,7 @@ void trainer_plan_iteration(trainer *t)
 	if (t->iteration == 1) t->plan_t1 = mgt_now();
 	if (t->iteration != report_iteration(t)) return;
 	double iter_s = t->iteration > 1 ? (mgt_now() - t->plan_t1) / (double)(t->iteration - 1)
-					 : mgt_now() - t->int_t0;
+					 : mgt_now() - t->interval.t0;
 	/* the plan predicts the most loaded rank: the one with the most computed memory (the
 	 * lowest such rank), measured there */
 	bool cpu = t->be->host_memory;

@@ -122,12 +122,12 @@ static mgt_status setup_pipeline(trainer *t)
 	t->mb_scale = mgt_malloc((size_t)M * sizeof *t->mb_scale);
 	if (!t->chunk || !t->slots || !t->mb_scale) return MGT_ERR_NOMEM;
 	memset(t->chunk, 0, (size_t)t->V * sizeof *t->chunk);
-	for (int64_t l = 0; l < a->model.num_layers; l++) t->n_moe += mgt_moe_is_layer(&a->model, l);
-	if (t->n_moe) {
-		size_t n = (size_t)t->n_moe;
-		if (!(t->moe_aux = mgt_malloc(n * (size_t)(2 + a->model.num_experts) * sizeof(double)))) return MGT_ERR_NOMEM;
-		t->moe_z = t->moe_aux + n; /* one buffer: the statistics are reduced in one call */
-		t->moe_tok = t->moe_z + n;
+	for (int64_t l = 0; l < a->model.num_layers; l++) t->moe.n += mgt_moe_is_layer(&a->model, l);
+	if (t->moe.n) {
+		size_t n = (size_t)t->moe.n;
+		if (!(t->moe.aux = mgt_malloc(n * (size_t)(2 + a->model.num_experts) * sizeof(double)))) return MGT_ERR_NOMEM;
+		t->moe.z = t->moe.aux + n; /* one buffer: the statistics are reduced in one call */
+		t->moe.tok = t->moe.z + n;
 	}
 	for (int c = 0; c < t->V; c++) t->slots[c] = mgt_parallel_sched_chunk_slots(t->acts, t->n_acts, c);
 	st = trainer_check_memory(t);
@@ -220,14 +220,14 @@ mgt_status trainer_setup(trainer *t)
 	for (int c = 0; !st && !t->eval_only && c < t->V; c++) st = trainer_gather_params(t, t->chunk[c], true);
 	if (!st) st = trainer_open_data(t);
 	if (!st) st = trainer_alloc_batch(t);
-	if (!st && a->metrics_file && t->io->log && !(t->metrics = fopen(a->metrics_file, t->iteration ? "a" : "w")))
+	if (!st && a->metrics_file && t->io->log && !(t->out.metrics = fopen(a->metrics_file, t->iteration ? "a" : "w")))
 		st = mgt_err(MGT_ERR_IO, "%s: cannot open for writing", a->metrics_file);
-	if (!st && a->fp8_trace && t->ps.world_rank == 0 && !(t->fp8_trace = fopen(a->fp8_trace, t->iteration ? "a" : "w")))
+	if (!st && a->fp8_trace && t->ps.world_rank == 0 && !(t->out.fp8_trace = fopen(a->fp8_trace, t->iteration ? "a" : "w")))
 		st = mgt_err(MGT_ERR_IO, "--fp8-trace %s: cannot open for writing", a->fp8_trace);
 	if (!st && a->comm_log) {
 		char path[4096];
 		snprintf(path, sizeof path, "%s.rank%d.jsonl", a->comm_log, t->ps.world_rank);
-		if (!(t->comm_log = fopen(path, t->iteration ? "a" : "w")))
+		if (!(t->out.comm_log = fopen(path, t->iteration ? "a" : "w")))
 			st = mgt_err(MGT_ERR_IO, "%s: cannot open for writing", path);
 	}
 	return st;
@@ -236,9 +236,9 @@ mgt_status trainer_setup(trainer *t)
 void trainer_teardown(trainer *t)
 {
 	trainer_save_abandon(t);
-	if (t->metrics) fclose(t->metrics);
-	if (t->comm_log) fclose(t->comm_log);
-	if (t->fp8_trace) fclose(t->fp8_trace);
+	if (t->out.metrics) fclose(t->out.metrics);
+	if (t->out.comm_log) fclose(t->out.comm_log);
+	if (t->out.fp8_trace) fclose(t->out.fp8_trace);
 	trainer_dump_free(t);
 	trainer_free_batch(t);
 	for (int i = 0; i < t->nshard; i++) mgt_adamw_free(&t->shard[i].opt);
@@ -248,14 +248,14 @@ void trainer_teardown(trainer *t)
 	free(t->chunk);
 	free(t->slots);
 	free(t->mb_scale);
-	free(t->moe_aux); /* moe_z and moe_tok point into it */
-	free(t->moe_first);
-	for (int c = 0; t->bucket_ready && c < t->V; c++) free(t->bucket_ready[c]);
-	free(t->bucket_ready);
-	free(t->last_bwd);
-	free(t->buckets_done);
-	for (int c = 0; t->g16 && c < t->V; c++) t->be->ops->free(t->be, t->g16[c]);
-	free(t->g16);
+	free(t->moe.aux); /* moe.z and moe.tok point into it */
+	free(t->moe.first);
+	for (int c = 0; t->ddp.bucket_ready && c < t->V; c++) free(t->ddp.bucket_ready[c]);
+	free(t->ddp.bucket_ready);
+	free(t->ddp.last_bwd);
+	free(t->ddp.buckets_done);
+	for (int c = 0; t->ddp.g16 && c < t->V; c++) t->be->ops->free(t->be, t->ddp.g16[c]);
+	free(t->ddp.g16);
 	free(t->acts);
 	free(t->eval_acts);
 	mgt_gpt_data_close(t->data);

@@ -18,10 +18,10 @@ static void count_iteration(trainer *t, double loss, double lr, double gnorm, bo
 		t->skipped_iters++;
 		if (!isfinite(loss)) t->nan_iters++;
 	}
-	if (t->dumping) {
+	if (t->dump.on) {
 		int64_t i = t->dump.iters - 1;
 		t->dump.lm_loss[i] = loss; t->dump.lr[i] = lr; t->dump.grad_norm[i] = gnorm; t->dump.sop_loss[i] = t->sop_loss;
-		t->dump.moe_lb[i] = t->moe_lb; t->dump.moe_zl[i] = t->moe_zl;
+		t->dump.moe_lb[i] = t->moe.lb; t->dump.moe_zl[i] = t->moe.zl;
 	}
 }
 
@@ -50,15 +50,15 @@ static void log_comm(trainer *t, const double *before, const uint64_t *calls_bef
 	mgt_comm *c[10];
 	const char *nm[10];
 	int n = comm_list(t, c, nm);
-	if (!t->comm_log) return;
-	fprintf(t->comm_log, "{\"iteration\": %lld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
+	if (!t->out.comm_log) return;
+	fprintf(t->out.comm_log, "{\"iteration\": %lld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
 		"\"cp_rank\": %d, \"bytes\": {", (long long)t->iteration, t->ps.world_rank, t->ps.tp_rank, t->ps.pp_rank,
 		t->ps.dp_rank, t->ps.cp_rank);
-	for (int i = 0; i < n; i++) fprintf(t->comm_log, "%s\"%s\": %.17g", i ? ", " : "", nm[i], c[i]->bytes_sent - before[i]);
-	fprintf(t->comm_log, "}, \"calls\": {");
+	for (int i = 0; i < n; i++) fprintf(t->out.comm_log, "%s\"%s\": %.17g", i ? ", " : "", nm[i], c[i]->bytes_sent - before[i]);
+	fprintf(t->out.comm_log, "}, \"calls\": {");
 	for (int i = 0; i < n; i++)
-		fprintf(t->comm_log, "%s\"%s\": %llu", i ? ", " : "", nm[i], (unsigned long long)(c[i]->calls - calls_before[i]));
-	fprintf(t->comm_log, "}");
+		fprintf(t->out.comm_log, "%s\"%s\": %llu", i ? ", " : "", nm[i], (unsigned long long)(c[i]->calls - calls_before[i]));
+	fprintf(t->out.comm_log, "}");
 	if (t->ps.ep > 1) { /* the routed rows behind the expert group's bytes (mgt_model_moe_dispatch_counts) */
 		double d[3] = { 0, 0, 0 };
 		for (int k = 0; k < t->V; k++) {
@@ -66,12 +66,12 @@ static void log_comm(trainer *t, const double *before, const uint64_t *calls_bef
 			mgt_model_moe_dispatch_counts(t->chunk[k], x);
 			for (int i = 0; i < 3; i++) d[i] += x[i];
 		}
-		fprintf(t->comm_log, ", \"moe_rows\": {\"sent\": %.17g, \"received\": %.17g, \"dispatches\": %.17g}",
-			d[0] - t->moe_disp[0], d[1] - t->moe_disp[1], d[2] - t->moe_disp[2]);
-		memcpy(t->moe_disp, d, sizeof d);
+		fprintf(t->out.comm_log, ", \"moe_rows\": {\"sent\": %.17g, \"received\": %.17g, \"dispatches\": %.17g}",
+			d[0] - t->moe.disp[0], d[1] - t->moe.disp[1], d[2] - t->moe.disp[2]);
+		memcpy(t->moe.disp, d, sizeof d);
 	}
-	fprintf(t->comm_log, "}\n");
-	fflush(t->comm_log);
+	fprintf(t->out.comm_log, "}\n");
+	fflush(t->out.comm_log);
 }
 
 static void comm_snapshot(trainer *t, double *bytes, uint64_t *calls)
@@ -105,10 +105,10 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 		t->t_bwd += b;
 	}
 	if (!st) st = trainer_reduce_grads(t);
-	if (!st && t->n_moe) st = trainer_moe_step(t);
+	if (!st && t->moe.n) st = trainer_moe_step(t);
 	if (!st) trainer_unscale_grads(t, ps.den);
 	if (!st) st = trainer_global_norm(t, false, gnorm);
-	if (!st && t->dumping && t->dump.iters == 1)
+	if (!st && t->dump.on && t->dump.iters == 1)
 		st = t->be->ops->download(t->be, t->dump.grads, mgt_model_grads(t->model),
 					  mgt_model_tensors(t->model)->buf_numel * sizeof(float));
 	if (st) return st;
@@ -128,7 +128,7 @@ static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm
 static mgt_status train_loop(trainer *t)
 {
 	mgt_args *a = t->a;
-	t->int_t0 = mgt_now();
+	t->interval.t0 = mgt_now();
 	while (t->iteration < a->train_iters) {
 		double loss = 0, lr = 0, gnorm = 0, t0 = mgt_now();
 		bool skipped = false, intr = false;
@@ -171,9 +171,9 @@ mgt_status mgt_train_run(mgt_args *a, const mgt_train_io *io)
 	if (!st) st = trainer_log_recompute(&t);
 	if (!st) {
 		trainer_log_memory(&t, "before training");
-		t.dumping = a->debug_dump != NULL;
+		t.dump.on = a->debug_dump != NULL;
 		st = train_loop(&t);
-		mgt_status st2 = t.dumping ? trainer_dump_write(&t) : MGT_OK;
+		mgt_status st2 = t.dump.on ? trainer_dump_write(&t) : MGT_OK;
 		if (!st) st = st2;
 		trainer_log_memory(&t, "after training");
 	}

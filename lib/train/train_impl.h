@@ -23,6 +23,7 @@ typedef struct dump_state {
 	int32_t *moe_exp;                            /* [n_moe, T, k] iteration 1, micro-batch 0 (MoE) */
 	float *moe_prob;
 	int64_t iters, cap;
+	bool on;                                     /* --debug-dump: dumping during this run */
 } dump_state;
 
 /* Optimizer state for the flat-buffer range [lo, hi) of one chunk: the whole buffer, or with the
@@ -51,13 +52,16 @@ typedef struct trainer {
 	mgt_parallel_sched_action *acts, *eval_acts;                /* this rank's actions for one global batch */
 	int n_acts, n_eval_acts;
 	float *mb_scale;                             /* [num_microbatches] loss scale per micro-batch */
-	/* --overlap-grad-reduce: per chunk, the index in acts of its last backward, the buckets
-	 * reduced so far this iteration and, per bucket, the layer from which it is complete */
-	int *last_bwd, *buckets_done, **bucket_ready;
-	/* --grad-reduce-in-bf16: per chunk, the bf16 copy of its gradient buffer (Megatron's bf16
-	 * main_grad; backend memory, buf_numel elements) that rounds it and that the data-parallel
-	 * reduction moves */
-	void **g16;
+	/* the data-parallel gradient buckets (grads.c; megatron/core/distributed/) */
+	struct {
+		/* --overlap-grad-reduce: per chunk, the index in acts of its last backward, the buckets
+		 * reduced so far this iteration and, per bucket, the layer from which it is complete */
+		int *last_bwd, *buckets_done, **bucket_ready;
+		/* --grad-reduce-in-bf16: per chunk, the bf16 copy of its gradient buffer (Megatron's bf16
+		 * main_grad; backend memory, buf_numel elements) that rounds it and that the
+		 * data-parallel reduction moves */
+		void **g16;
+	} ddp;
 	mgt_lr_sched sched;
 	mgt_loss_scaler scaler;                      /* scale 1 and static unless --fp16 */
 	int32_t eod;
@@ -80,28 +84,36 @@ typedef struct trainer {
 	int32_t *mb_types, *mb_isr;
 	int32_t *mb_dtok, *mb_dpos; /* T5: the decoder's tokens and positions [decoder_seq_length * mbs] */
 	int64_t *mb_pad, *s_i64;
-	/* log interval accumulators */
-	double int_loss, int_t0;
-	double sop_loss, int_sop;                    /* BERT: the last iteration's sentence-order loss, its sum */
+	/* log interval accumulators: loss sum, start time, BERT's sentence-order loss sum, iterations,
+	 * skipped and NaN iterations */
+	struct {
+		double loss, t0, sop;
+		int64_t iters, skipped, nan;
+	} interval;
+	double sop_loss;                             /* BERT: the last iteration's sentence-order loss */
 	double eval_masked, eval_correct;            /* BERT: the last evaluation's masked tokens, top-1 correct */
-	int64_t int_iters, int_skipped, int_nan;
 	double t_fwd, t_bwd, t_opt;                  /* last iteration, seconds */
-	/* MoE (trainer_moe_step): the model's MoE layers (global count), this iteration's per-layer
-	 * unscaled aux and z losses ([n_moe], averaged over micro-batches and data-parallel ranks)
-	 * and tokens per expert ([n_moe * E], the global batch's), their layer averages, and the
+	/* MoE (moe.c, trainer_moe_step): the model's MoE layers (global count), this iteration's
+	 * per-layer unscaled aux and z losses ([n], averaged over micro-batches and data-parallel
+	 * ranks) and tokens per expert ([n * E], the global batch's), their layer averages, and the
 	 * log interval's sums of those */
-	int n_moe, *moe_first;                       /* moe_first [V]: each chunk's first MoE layer's ordinal */
-	double *moe_aux, *moe_z, *moe_tok, moe_lb, moe_zl, int_moe_lb, int_moe_zl; /* one buffer, in this order */
-	double moe_disp[3];                          /* --comm-log: dispatch counts at the last line */
-	double params_norm;
-	bool out_of_time;
+	struct {
+		int n, *first;                       /* first [V]: each chunk's first MoE layer's ordinal */
+		double *aux, *z, *tok, lb, zl, int_lb, int_zl; /* aux, z, tok: one buffer, in this order */
+		double disp[3];                      /* --comm-log: dispatch counts at the last line */
+	} moe;
+	double params_norm;                          /* --log-params-norm: after the last step */
+	bool out_of_time;                            /* --exit-duration-in-mins passed (on every rank) */
 	struct async_save *async;                    /* --async-save: the save being written, or NULL */
-	bool async_all_done;                         /* every rank has written its shards */                            /* --exit-duration-in-mins passed (on every rank) */                          /* --log-params-norm: after the last step */
-	FILE *metrics, *comm_log, *fp8_trace;
-	struct mgt_tb *tb;                           /* --tensorboard-dir (the last rank), or NULL */
-	bool tb_args_written, tb_warned;             /* the arguments' texts; a write error reported */
+	bool async_all_done;                         /* every rank has written its shards */
+	struct {
+		FILE *metrics, *comm_log, *fp8_trace;  /* --metrics-file, --comm-log, --fp8-trace; or NULL */
+	} out;
+	struct {
+		struct mgt_tb *w;                     /* --tensorboard-dir (the last rank), or NULL */
+		bool args_written, warned;            /* the arguments' texts; a write error reported */
+	} tb;
 	dump_state dump;
-	bool dumping;
 	size_t rss_baseline;                         /* peak RSS before the model allocates */
 	size_t dev_free0;                            /* device backends: cudaMemGetInfo's free bytes then */
 	double plan_t1;                              /* --plan: mgt_now() after iteration 1 */
@@ -241,7 +253,7 @@ mgt_status trainer_save_wait(trainer *t);
 void trainer_save_abandon(trainer *t);
 
 /* moe.c: after an iteration's backwards, the MoE statistics of every chunk gathered over
- * pipeline and data-parallel ranks into t->moe_*, and the expert biases updated (once per
+ * pipeline and data-parallel ranks into t->moe, and the expert biases updated (once per
  * global batch).  Errors: IO (communicators, backend). */
 mgt_status trainer_moe_step(trainer *t);
 /* log.c: --debug-dump's copy of iteration 1's first micro-batch's routing (every MoE layer of
@@ -285,7 +297,7 @@ mgt_status trainer_log_tb_open(trainer *t);
  * communication, NOMEM, MGT_ERR_IO (the TensorBoard directory or file, named). */
 mgt_status trainer_log_start(trainer *t);
 mgt_status trainer_dump_batch(trainer *t, int64_t k);
-/* --fp8-trace (world rank 0, which opened t->fp8_trace): one JSON line with chunk c's
+/* --fp8-trace (world rank 0, which opened t->out.fp8_trace): one JSON line with chunk c's
  * delayed-scaling state after the update that followed the forward (backward true: backward) of
  * micro-batch mb: iteration, micro-batch, chunk, pass, first_layer, linears, the reduced amax row
  * the update used ("amax"), the scales and the history rows (row 0 first).  Errors: IO. */
