@@ -269,20 +269,6 @@ static mgt_status make_backend(mgt_eval *ev, const char *dev, int threads)
 	return MGT_OK;
 }
 
-/* Row x of the model's table whole from source src (the boxes mgt_ckpt_row_read reads). */
-static mgt_status source_read(mgt_source *src, const mgt_tensor *x, float *dst)
-{
-	int64_t off[6][3], shape[6][3], gs[3];
-	size_t first[6];
-	char name[160];
-	int nd = mgt_ckpt_row_dataset(x, "", name, sizeof name, gs);
-	int nb = mgt_ckpt_row_boxes(x, 0, x->numel, off, shape, first);
-	mgt_status st = MGT_OK;
-	for (int k = 0; !st && k < nb; k++)
-		st = mgt_source_read(src, name, nd, gs, off[k], shape[k], MGT_CKPT_F32, dst + first[k]);
-	return st;
-}
-
 /* Every parameter of the model, read whole from the checkpoint; no other parameter there. */
 static mgt_status read_params(mgt_eval *ev)
 {
@@ -294,7 +280,7 @@ static mgt_status read_params(mgt_eval *ev)
 	mgt_status st = MGT_OK;
 	for (int i = 0; !st && i < tt->n; i++) {
 		const mgt_tensor *x = &tt->t[i];
-		if (ev->src) st = source_read(ev->src, x, h + x->offset);
+		if (ev->src) st = mgt_source_row_read(ev->src, "", x, 0, x->numel, h + x->offset);
 		else st = mgt_ckpt_row_read(ev->ck, "", x, 0, x->numel, h + x->offset); /* expert rows too */
 	}
 	size_t n = ev->src ? mgt_source_count(ev->src) : mgt_ckpt_count(ev->ck);
