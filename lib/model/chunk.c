@@ -38,9 +38,9 @@ static size_t la_numel(const mgt_model *m, int li, int k)
 static mgt_elem_type la_type(const mgt_model *m, int k)
 {
 	switch (k) {
-	case LA_LN1: case LA_LN2: case LA_ACT: case LA_QKV: case LA_CTX: return m->act_t;
-	case LA_FC1: return m->fc1_t;
-	case LA_X_IN: case LA_X_MID: return m->res_t;
+	case LA_LN1: case LA_LN2: case LA_ACT: case LA_QKV: case LA_CTX: return m->prec.act_t;
+	case LA_FC1: return m->prec.fc1_t;
+	case LA_X_IN: case LA_X_MID: return m->prec.res_t;
 	default: return MGT_DT_F32;
 	}
 }
@@ -141,10 +141,10 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	}
 	mgt_t5_dims(m, T5_DEC); /* T5: the head's and the labels' */
 	T = (size_t)m->T, Th = (size_t)m->Th;
-	sa->res_out = AT(Th * h, m->res_t);
+	sa->res_out = AT(Th * h, m->prec.res_t);
 	if (m->last) {
-		sa->lnf = AT(T * h, m->act_t); sa->meanf = AF(Th); sa->rstdf = AF(Th);
-		sa->logits = AT(T * (size_t)m->V_l, m->act_t);
+		sa->lnf = AT(T * h, m->prec.act_t); sa->meanf = AF(Th); sa->rstdf = AF(Th);
+		sa->logits = AT(T * (size_t)m->V_l, m->prec.act_t);
 		sa->mx = AF(T); sa->sumexp = AF(T); sa->tgt = AF(T); sa->loss = AF(T);
 	}
 	sa->mask = AF(T);
@@ -173,8 +173,8 @@ static mgt_status alloc_activations(mgt_model *m)
 	size_t big = (size_t)(m->qkv_l > m->fc1_l ? m->qkv_l : m->fc1_l);
 	/* the gradient scratch in the gradients' types (dloc above stays fp32: it also takes the
 	 * embedding's fp32 output under SP) */
-	m->dres = WK(Th * h, m->res_t); m->dtmp_h = WK(T * h, m->act_t); m->dbig = WK(T * big, m->act_t);
-	m->dctx = WK(T * (size_t)(m->nq_l * m->d), m->act_t); m->dact = WK(T * (size_t)m->ffn_l, m->act_t);
+	m->dres = WK(Th * h, m->prec.res_t); m->dtmp_h = WK(T * h, m->prec.act_t); m->dbig = WK(T * big, m->prec.act_t);
+	m->dctx = WK(T * (size_t)(m->nq_l * m->d), m->prec.act_t); m->dact = WK(T * (size_t)m->ffn_l, m->prec.act_t);
 	if (m->rope && m->n_layers) m->inv_freq = WF(m->rot_dim / 2);
 	if (!st) st = mgt_cp_alloc(m);
 	if (!st) st = mgt_model_fp8_alloc(m);
@@ -328,9 +328,9 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	if (!st) st = mgt_moe_setup(m);
 	if (!st) st = mgt_t5_setup(m);
 	if (!st) st = fp8_check(m);
-	m->act_t = mgt_precision_dtype(L->precision);
-	m->fc1_t = m->act_t;
-	m->res_t = L->fp32_residual_connection ? MGT_DT_F32 : m->act_t;
+	m->prec.act_t = mgt_precision_dtype(L->precision);
+	m->prec.fc1_t = m->prec.act_t;
+	m->prec.res_t = L->fp32_residual_connection ? MGT_DT_F32 : m->prec.act_t;
 	if (st) mgt_model_free(m);
 	else *out = m;
 	return st;
@@ -341,25 +341,25 @@ size_t mgt_model_lp_bytes(const mgt_model *m)
 	return m->infer || m->L.precision == MGT_PREC_FP32 ? 0 : m->tt.buf_numel * 2;
 }
 
-/* --apply-layernorm-1p: the offsets of the norm weights in m->nw1, the buffer and its ones. */
+/* --apply-layernorm-1p: the offsets of the norm weights in m->prec.nw1, the buffer and its ones. */
 static mgt_status alloc_nw1(mgt_model *m)
 {
 	if (!m->c.apply_layernorm_1p) return MGT_OK;
 	size_t n = 0, most = 1;
-	if (!(m->nw_off = mgt_malloc((size_t)(m->tt.n ? m->tt.n : 1) * sizeof *m->nw_off))) return MGT_ERR_NOMEM;
+	if (!(m->prec.nw_off = mgt_malloc((size_t)(m->tt.n ? m->tt.n : 1) * sizeof *m->prec.nw_off))) return MGT_ERR_NOMEM;
 	for (int i = 0; i < m->tt.n; i++) {
 		const mgt_tensor *t = &m->tt.t[i];
 		if (!mgt_tensor_is_norm_weight(t)) continue;
-		m->nw_off[i] = n;
+		m->prec.nw_off[i] = n;
 		n += t->numel;
 		if (t->numel > most) most = t->numel;
 	}
 	float *one = mgt_malloc(most * sizeof *one);
-	m->nw1 = m->be->ops->alloc(m->be, (n ? n : 1) * sizeof(float));
-	m->ones = m->be->ops->alloc(m->be, most * sizeof(float));
-	mgt_status st = one && m->nw1 && m->ones ? MGT_OK : MGT_ERR_NOMEM;
+	m->prec.nw1 = m->be->ops->alloc(m->be, (n ? n : 1) * sizeof(float));
+	m->prec.ones = m->be->ops->alloc(m->be, most * sizeof(float));
+	mgt_status st = one && m->prec.nw1 && m->prec.ones ? MGT_OK : MGT_ERR_NOMEM;
 	for (size_t i = 0; !st && i < most; i++) one[i] = 1.0f;
-	if (!st) st = m->be->ops->upload(m->be, m->ones, one, most * sizeof(float));
+	if (!st) st = m->be->ops->upload(m->be, m->prec.ones, one, most * sizeof(float));
 	free(one);
 	return st;
 }
@@ -370,26 +370,26 @@ mgt_status mgt_model_alloc_params(mgt_model *m, bool grads)
 	size_t bytes = m->tt.buf_numel * sizeof(float), lpb = grads ? mgt_model_lp_bytes(m) : 0;
 	m->params = be->ops->alloc(be, bytes);
 	if (grads) m->grads = be->ops->alloc(be, bytes);
-	if (lpb) m->lp = be->ops->alloc(be, lpb);
-	if (!m->params || (grads && !m->grads) || (lpb && !m->lp) || alloc_nw1(m)) return MGT_ERR_NOMEM;
+	if (lpb) m->prec.lp = be->ops->alloc(be, lpb);
+	if (!m->params || (grads && !m->grads) || (lpb && !m->prec.lp) || alloc_nw1(m)) return MGT_ERR_NOMEM;
 	be->ops->zero(be, m->params, bytes);
 	if (grads) be->ops->zero(be, m->grads, bytes);
-	m->lp_t = mgt_precision_dtype(m->L.precision);
-	m->lp_stale = true;
+	m->prec.lp_t = mgt_precision_dtype(m->L.precision);
+	m->prec.lp_stale = true;
 	return MGT_OK;
 }
 
 void mgt_model_lp_refresh(mgt_model *m)
 {
-	if (!m->lp_stale) return;
-	if (m->lp) m->be->ops->cast(m->be, m->lp, m->lp_t, m->params, m->tt.buf_numel);
-	for (int i = 0; m->nw1 && i < m->tt.n; i++) { /* 1 + w, in fp32 */
+	if (!m->prec.lp_stale) return;
+	if (m->prec.lp) m->be->ops->cast(m->be, m->prec.lp, m->prec.lp_t, m->params, m->tt.buf_numel);
+	for (int i = 0; m->prec.nw1 && i < m->tt.n; i++) { /* 1 + w, in fp32 */
 		const mgt_tensor *t = &m->tt.t[i];
 		if (!mgt_tensor_is_norm_weight(t)) continue;
-		m->be->ops->copy(m->be, m->nw1 + m->nw_off[i], P(m, t), t->numel * sizeof(float));
-		m->be->ops->add(m->be, m->nw1 + m->nw_off[i], m->ones, MGT_DT_F32, t->numel);
+		m->be->ops->copy(m->be, m->prec.nw1 + m->prec.nw_off[i], P(m, t), t->numel * sizeof(float));
+		m->be->ops->add(m->be, m->prec.nw1 + m->prec.nw_off[i], m->prec.ones, MGT_DT_F32, t->numel);
 	}
-	m->lp_stale = false;
+	m->prec.lp_stale = false;
 }
 
 mgt_status mgt_model_upload_inv_freq(mgt_model *m)
@@ -459,7 +459,7 @@ void mgt_model_free(mgt_model *m)
 	free(m->sa);
 	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
 	free(m->rc);
-	void *bufs[] = { m->params, m->grads, m->lp, m->nw1, m->ones, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc,
+	void *bufs[] = { m->params, m->grads, m->prec.lp, m->prec.nw1, m->prec.ones, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc,
 			 m->dbig, m->dctx, m->dact, m->inv_freq };
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
@@ -469,7 +469,7 @@ void mgt_model_free(mgt_model *m)
 	free(m->kmask_h);
 	free(m->by_role);
 	free(m->pattern);
-	free(m->nw_off);
+	free(m->prec.nw_off);
 	mgt_tensor_table_free(&m->tt);
 	free(m);
 }
@@ -478,13 +478,13 @@ const mgt_tensor_table *mgt_model_tensors(const mgt_model *m) { return &m->tt; }
 const char *mgt_model_layer_pattern(const mgt_model *m) { return m->pattern; }
 float *mgt_model_params(mgt_model *m)
 {
-	m->lp_stale = true;
+	m->prec.lp_stale = true;
 	return m->params;
 }
 float *mgt_model_grads(mgt_model *m) { return m->grads; }
 void *mgt_model_hidden_in(mgt_model *m, int slot) { return m->n_layers ? m->sa[slot].la[0].x_in : m->sa[slot].res_out; }
 void *mgt_model_hidden_out(mgt_model *m, int slot) { return m->sa[slot].res_out; }
-mgt_elem_type mgt_model_hidden_type(const mgt_model *m) { return m->res_t; }
+mgt_elem_type mgt_model_hidden_type(const mgt_model *m) { return m->prec.res_t; }
 void *mgt_model_hidden_grad(mgt_model *m) { return m->dres; }
 size_t mgt_model_hidden_numel(const mgt_model *m) { return (size_t)m->Th * (size_t)m->h; }
 bool mgt_model_is_first_stage(const mgt_model *m) { return m->first; }
@@ -505,7 +505,7 @@ mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed)
 	if (!host) return MGT_ERR_NOMEM;
 	memset(host, 0, bytes);
 	mgt_tensor_table_init(&m->tt, host, seed);
-	m->lp_stale = true;
+	m->prec.lp_stale = true;
 	if (m->be->host_memory) return MGT_OK;
 	mgt_status st = m->be->ops->upload(m->be, m->params, host, bytes);
 	free(host);

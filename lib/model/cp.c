@@ -103,7 +103,7 @@ static mgt_status a2a_alloc(mgt_model *m)
 }
 
 /* qkv and ctx in 16 bits (act_t): the p2p and allgather blocks then run on fp32 copies. */
-static bool lp(const mgt_model *m) { return m->act_t != MGT_DT_F32; }
+static bool lp(const mgt_model *m) { return m->prec.act_t != MGT_DT_F32; }
 
 mgt_status mgt_cp_alloc(mgt_model *m)
 {
@@ -170,7 +170,7 @@ static mgt_status ring(const mgt_model *m, float *buf, int tag, bool send)
 	const mgt_backend_ops *o = m->be->ops;
 	const bool h = tag == TAG_KV && lp(m);
 	void *x = h ? m->cpb.kv16 : (void *)buf;
-	const mgt_elem_type t = h ? m->act_t : MGT_DT_F32;
+	const mgt_elem_type t = h ? m->prec.act_t : MGT_DT_F32;
 	if (send) {
 		if (h) o->cast(m->be, x, t, buf, kv_numel(m));
 		return c->ops->send(c, x, kv_numel(m), t, (r + 1) % n, tag);
@@ -271,9 +271,9 @@ static mgt_status gather_kv(mgt_model *m, layer_act *a)
 	o->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
 	mgt_status st;
 	if (lp(m)) {
-		o->cast(m->be, m->cpb.kv16, m->act_t, m->cpb.kv, kv_numel(m));
-		st = c->ops->allgather(c, m->cpb.all16, m->cpb.kv16, kv_numel(m), m->act_t);
-		if (!st) o->widen(m->be, m->cpb.all, m->cpb.all16, m->act_t, (size_t)m->cp * kv_numel(m));
+		o->cast(m->be, m->cpb.kv16, m->prec.act_t, m->cpb.kv, kv_numel(m));
+		st = c->ops->allgather(c, m->cpb.all16, m->cpb.kv16, kv_numel(m), m->prec.act_t);
+		if (!st) o->widen(m->be, m->cpb.all, m->cpb.all16, m->prec.act_t, (size_t)m->cp * kv_numel(m));
 	} else {
 		st = c->ops->allgather(c, m->cpb.all, m->cpb.kv, kv_numel(m), MGT_DT_F32);
 	}
@@ -362,24 +362,24 @@ static mgt_attn a2a_attn(const mgt_model *m, float p, uint64_t key, mgt_elem_typ
 	const int S = m->s * m->cp;
 	return (mgt_attn){ .kind = MGT_ATTN_SELF, .sq = S, .sk = S, .s = S, .ld_lse = S, .b = m->b,
 			   .ng = (int)(m->ng_l / m->cp), .r = (int)m->r, .d = (int)m->d, .p = p, .key = key,
-			   .head0 = a2a_head0(m), .heads_total = (int)m->c.num_attention_heads, .t = m->act_t, .gt = gt };
+			   .head0 = a2a_head0(m), .heads_total = (int)m->c.num_attention_heads, .t = m->prec.act_t, .gt = gt };
 }
 
 /* qkv and ctx of type act_t; the gradients dctx and dqkv of type gt. */
 static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
-	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->act_t);
+	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
 	if (st) return st;
-	const mgt_attn at = a2a_attn(m, p, key, m->act_t);
+	const mgt_attn at = a2a_attn(m, p, key, m->prec.act_t);
 	m->be->ops->attn_forward(m->be, &at, m->a2a.o, a->lse, m->a2a.q, NULL);
-	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m), m->act_t);
+	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m), m->prec.act_t);
 }
 
 static mgt_status a2a_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
 			  uint64_t key)
 {
-	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->act_t);
-	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m), m->act_t);
+	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
+	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m), m->prec.act_t);
 	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m), gt);
 	if (st) return st;
 	const mgt_attn at = a2a_attn(m, p, key, gt);
@@ -394,8 +394,8 @@ static layer_act fp32_layer(mgt_model *m, const layer_act *a, bool with_ctx)
 	layer_act w = *a;
 	if (!lp(m)) return w;
 	w.qkv = m->cpb.q32, w.ctx = m->cpb.o32;
-	m->be->ops->widen(m->be, w.qkv, a->qkv, m->act_t, (size_t)m->T * (size_t)m->qkv_l);
-	if (with_ctx) m->be->ops->widen(m->be, w.ctx, a->ctx, m->act_t, (size_t)m->T * (size_t)(m->nq_l * m->d));
+	m->be->ops->widen(m->be, w.qkv, a->qkv, m->prec.act_t, (size_t)m->T * (size_t)m->qkv_l);
+	if (with_ctx) m->be->ops->widen(m->be, w.ctx, a->ctx, m->prec.act_t, (size_t)m->T * (size_t)(m->nq_l * m->d));
 	return w;
 }
 
@@ -404,7 +404,7 @@ mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 	if (m->L.cp_comm == MGT_CP_A2A) return a2a_fwd(m, a, p, key);
 	layer_act w = fp32_layer(m, a, false);
 	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_fwd(m, &w, p, key) : ag_fwd(m, &w, p, key);
-	if (!st && lp(m)) m->be->ops->cast(m->be, a->ctx, m->act_t, w.ctx, (size_t)m->T * (size_t)(m->nq_l * m->d));
+	if (!st && lp(m)) m->be->ops->cast(m->be, a->ctx, m->prec.act_t, w.ctx, (size_t)m->T * (size_t)(m->nq_l * m->d));
 	return st;
 }
 

@@ -318,7 +318,7 @@ static const void *weight_src(mgt_model *m, size_t a, size_t n, mgt_elem_type *x
 {
 	*xt = WT(m);
 	if (*xt == MGT_DT_F32) return m->params + a;
-	void *d = (uint16_t *)m->lp + a;
+	void *d = (uint16_t *)m->prec.lp + a;
 	m->be->ops->cast(m->be, d, *xt, m->params + a, n);
 	return d;
 }

@@ -63,24 +63,27 @@ struct mgt_model {
 	int rot_dim;
 	float *inv_freq;           /* RoPE frequencies [rot_dim/2] (backend memory) */
 	float *params, *grads;
-	/* the 16-bit copy of params (mgt_model_layout.precision; NULL under fp32) of type lp_t,
-	 * refreshed by the next forward when lp_stale */
-	void *lp;
-	mgt_elem_type lp_t;
-	bool lp_stale;
-	/* --apply-layernorm-1p: the norm weights as applied, 1 + w (backend fp32, refreshed with lp),
-	 * at nw_off[i] for tensor i (a norm weight), and a row of ones to add; NULL without */
-	float *nw1, *ones;
-	size_t *nw_off;
-	/* Storage of the activations only GEMMs read (backend.h, "Storage"): act_t for ln1, the MLP
-	 * activation, the final norm's output and the logits, ln2 (which the MoE router and experts
-	 * read too), fc1_t for the dense MLP's fc1 output; the 16-bit
-	 * type of a 16-bit layout precision, else fp32.  Those layer_act and slot_act pointers then
-	 * point at 2-byte elements. */
-	mgt_elem_type act_t, fc1_t;
-	/* the residual stream (layer_act x_in, x_mid; slot_act res_out; the hidden states between
-	 * stages): act_t unless mgt_model_layout.fp32_residual_connection */
-	mgt_elem_type res_t;
+	/* Precision: how parameters and activations are stored */
+	struct {
+		/* the 16-bit copy of params (mgt_model_layout.precision; NULL under fp32) of type lp_t,
+		 * refreshed by the next forward when lp_stale */
+		void *lp;
+		mgt_elem_type lp_t;
+		bool lp_stale;
+		/* --apply-layernorm-1p: the norm weights as applied, 1 + w (backend fp32, refreshed with
+		 * lp), at nw_off[i] for tensor i (a norm weight), and a row of ones to add; NULL without */
+		float *nw1, *ones;
+		size_t *nw_off;
+		/* Storage of the activations only GEMMs read (backend.h, "Storage"): act_t for ln1, the
+		 * MLP activation, the final norm's output and the logits, ln2 (which the MoE router and
+		 * experts read too), fc1_t for the dense MLP's fc1 output; the 16-bit type of a 16-bit
+		 * layout precision, else fp32.  Those layer_act and slot_act pointers then point at 2-byte
+		 * elements. */
+		mgt_elem_type act_t, fc1_t;
+		/* the residual stream (layer_act x_in, x_mid; slot_act res_out; the hidden states between
+		 * stages): act_t unless mgt_model_layout.fp32_residual_connection */
+		mgt_elem_type res_t;
+	} prec;
 	/* tensors by role and local layer; NULL when absent */
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
 	const mgt_tensor *glob[MGT_T_NROLES];
@@ -150,20 +153,20 @@ static inline float *G(mgt_model *m, const mgt_tensor *t) { return t ? m->grads 
  * in it, else fp32 (the op rounds); W is the weight of t in that type (NULL for no tensor). */
 static inline mgt_elem_type WT(const mgt_model *m)
 {
-	return m->lp && mgt_precision_dtype(m->be->precision) == m->lp_t ? m->lp_t : MGT_DT_F32;
+	return m->prec.lp && mgt_precision_dtype(m->be->precision) == m->prec.lp_t ? m->prec.lp_t : MGT_DT_F32;
 }
 static inline const void *W(mgt_model *m, const mgt_tensor *t)
 {
 	if (!t) return NULL;
-	return WT(m) == MGT_DT_F32 ? (const void *)P(m, t) : (const void *)((const uint16_t *)m->lp + t->offset);
+	return WT(m) == MGT_DT_F32 ? (const void *)P(m, t) : (const void *)((const uint16_t *)m->prec.lp + t->offset);
 }
 
 /* The weight a norm applies: its parameter, or under --apply-layernorm-1p 1 + it (NULL for no
  * tensor). */
 static inline const float *NW(mgt_model *m, const mgt_tensor *t)
 {
-	if (!t || !m->nw1) return P(m, t);
-	return m->nw1 + m->nw_off[t - m->tt.t];
+	if (!t || !m->prec.nw1) return P(m, t);
+	return m->prec.nw1 + m->prec.nw_off[t - m->tt.t];
 }
 
 /* A dropout probability as applied: p in training, 0 otherwise. */

@@ -127,8 +127,8 @@ mgt_status mgt_moe_setup(mgt_model *m)
 #define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
 #define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
 /* the same in elements of the model's act_t */
-#define AX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->act_t), &m->act_bytes, &st)
-#define WX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->act_t), &m->work_bytes, &st)
+#define AX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->prec.act_t), &m->act_bytes, &st)
+#define WX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->prec.act_t), &m->work_bytes, &st)
 
 static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 {
@@ -304,7 +304,7 @@ static void router_linear(mgt_model *m, float *y, const void *x, const mgt_tenso
 {
 	mgt_precision p = m->be->precision;
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
-	m->be->ops->linear_fwd(m->be, y, MGT_DT_F32, x, m->act_t, W(m, w), WT(m), P(m, b), T, (int)m->h, out);
+	m->be->ops->linear_fwd(m->be, y, MGT_DT_F32, x, m->prec.act_t, W(m, w), WT(m), P(m, b), T, (int)m->h, out);
 	m->be->precision = p;
 }
 
@@ -348,7 +348,7 @@ static mgt_status jitter(mgt_model *m, int li, const void *x_loc, bool train, co
 	mgt_status st = m->be->ops->upload(m->be, jitter_noise(m, li), u, n * sizeof *u);
 	if (st) return st;
 	/* the elementwise product: rows_scale over n rows of one element */
-	m->be->ops->rows_scale(m->be, S->xj, x_loc, m->act_t, jitter_noise(m, li), (int)n, 1);
+	m->be->ops->rows_scale(m->be, S->xj, x_loc, m->prec.act_t, jitter_noise(m, li), (int)n, 1);
 	*xr = S->xj;
 	return MGT_OK;
 }
@@ -507,10 +507,10 @@ static mgt_status ep_dispatch(mgt_model *m, struct moe_act *a)
 	const mgt_backend_ops *o = m->be->ops;
 	int h = (int)m->h;
 	mgt_status st = ep_plan(m, a);
-	if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, m->act_t, false);
+	if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, m->prec.act_t, false);
 	if (!st) st = ep_exchange(m, a, S->wrecv, S->wsend, 1, MGT_DT_F32, false);
 	if (st) return st;
-	o->rows_gather(m->be, a->xe, S->ye, m->act_t, a->re, a->N, h);
+	o->rows_gather(m->be, a->xe, S->ye, m->prec.act_t, a->re, a->N, h);
 	o->rows_gather(m->be, a->w, S->wrecv, MGT_DT_F32, a->re, a->N, 1);
 	return MGT_OK;
 }
@@ -537,7 +537,7 @@ static void expert_ptrs(mgt_model *m, int li)
 /* Element offset i of a buffer of the model's act_t. */
 static const void *at_off(const mgt_model *m, const void *p, size_t i)
 {
-	return (const char *)p + i * mgt_elem_size(m->act_t);
+	return (const char *)p + i * mgt_elem_size(m->prec.act_t);
 }
 
 /* The shared expert's output into out [T, h] (partial over TP); with the gate, its unscaled
@@ -546,7 +546,7 @@ static mgt_status shared_fwd(mgt_model *m, int li, struct moe_act *a, const void
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	o->linear_fwd(m->be, a->sfc1, t, x, t, W(m, T_(m, l, MGT_T_SH_FC1_W)), WT(m), NULL, T, h, S->shfc1);
 	o->bias_act_fwd(m->be, m->act, a->sact, t, a->sfc1, t, NULL, T, S->sh);
@@ -569,7 +569,7 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const void *x, void
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	struct moe_act *a = act_of(m, li);
 	int T = m->T, h = (int)m->h;
 	const void *x_loc = at_off(m, x, (size_t)m->r0 * (size_t)h);
@@ -602,7 +602,7 @@ static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const void
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	const mgt_tensor *g = T_(m, l, MGT_T_SH_GATE_W), *w1 = T_(m, l, MGT_T_SH_FC1_W), *w2 = T_(m, l, MGT_T_SH_FC2_W);
 	const void *dout = dY;
@@ -635,7 +635,7 @@ static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const void
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	int l = li + m->first_layer, T = m->T, E = S->E, k = S->k, Th = m->Th, h = (int)m->h;
 	mgt_status st = o->download(m->be, S->hf, dprob, (size_t)a->Nsend * 4);
 	if (st) return st;
@@ -664,7 +664,7 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, voi
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	struct moe_act *a = act_of(m, li);
 	int T = m->T, h = (int)m->h, N = a->N;
 	const void *x_loc = at_off(m, x, (size_t)m->r0 * (size_t)h);

@@ -208,12 +208,12 @@ void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s)
 static mgt_status download_logits(mgt_model *m, float *out)
 {
 	const size_t n = (size_t)m->T * (size_t)m->V_l;
-	mgt_status st = m->be->ops->download(m->be, out, m->cur->logits, n * mgt_elem_size(m->act_t));
-	if (st || m->act_t == MGT_DT_F32) return st;
+	mgt_status st = m->be->ops->download(m->be, out, m->cur->logits, n * mgt_elem_size(m->prec.act_t));
+	if (st || m->prec.act_t == MGT_DT_F32) return st;
 	const uint16_t *h = (const uint16_t *)out;
 	for (size_t i = n; i-- > 0;) {
 		uint16_t v = h[i];
-		out[i] = m->act_t == MGT_DT_BF16 ? mgt_bf16_to_f32(v) : mgt_f16_to_f32(v);
+		out[i] = m->prec.act_t == MGT_DT_BF16 ? mgt_bf16_to_f32(v) : mgt_f16_to_f32(v);
 	}
 	return MGT_OK;
 }
