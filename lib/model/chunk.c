@@ -168,13 +168,13 @@ static mgt_status alloc_activations(mgt_model *m)
 	memset(m->sa, 0, (size_t)m->L.slots * sizeof *m->sa);
 	for (int k = 0; !st && k < m->L.slots; k++) st = alloc_slot(m, &m->sa[k]);
 	m->cur = &m->sa[0];
-	if (m->first) m->emb = AF(T * h);
-	if (m->sp) { m->lnl = AF(Th * h); m->dloc = WF(Th * h); }
+	if (m->first) m->scratch.emb = AF(T * h);
+	if (m->sp) { m->scratch.lnl = AF(Th * h); m->scratch.dloc = WF(Th * h); }
 	size_t big = (size_t)(m->qkv_l > m->fc1_l ? m->qkv_l : m->fc1_l);
 	/* the gradient scratch in the gradients' types (dloc above stays fp32: it also takes the
 	 * embedding's fp32 output under SP) */
-	m->dres = WK(Th * h, m->prec.res_t); m->dtmp_h = WK(T * h, m->prec.act_t); m->dbig = WK(T * big, m->prec.act_t);
-	m->dctx = WK(T * (size_t)(m->nq_l * m->d), m->prec.act_t); m->dact = WK(T * (size_t)m->ffn_l, m->prec.act_t);
+	m->scratch.dres = WK(Th * h, m->prec.res_t); m->scratch.dtmp_h = WK(T * h, m->prec.act_t); m->scratch.dbig = WK(T * big, m->prec.act_t);
+	m->scratch.dctx = WK(T * (size_t)(m->nq_l * m->d), m->prec.act_t); m->scratch.dact = WK(T * (size_t)m->ffn_l, m->prec.act_t);
 	if (m->rope && m->n_layers) m->inv_freq = WF(m->rot_dim / 2);
 	if (!st) st = mgt_cp_alloc(m);
 	if (!st) st = mgt_model_fp8_alloc(m);
@@ -459,8 +459,8 @@ void mgt_model_free(mgt_model *m)
 	free(m->sa);
 	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
 	free(m->rc);
-	void *bufs[] = { m->params, m->grads, m->prec.lp, m->prec.nw1, m->prec.ones, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc,
-			 m->dbig, m->dctx, m->dact, m->inv_freq };
+	void *bufs[] = { m->params, m->grads, m->prec.lp, m->prec.nw1, m->prec.ones, m->scratch.emb, m->scratch.lnl, m->scratch.dres, m->scratch.dtmp_h, m->scratch.dloc,
+			 m->scratch.dbig, m->scratch.dctx, m->scratch.dact, m->inv_freq };
 	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
 	mgt_cp_free(m);
@@ -485,7 +485,7 @@ float *mgt_model_grads(mgt_model *m) { return m->grads; }
 void *mgt_model_hidden_in(mgt_model *m, int slot) { return m->n_layers ? m->sa[slot].la[0].x_in : m->sa[slot].res_out; }
 void *mgt_model_hidden_out(mgt_model *m, int slot) { return m->sa[slot].res_out; }
 mgt_elem_type mgt_model_hidden_type(const mgt_model *m) { return m->prec.res_t; }
-void *mgt_model_hidden_grad(mgt_model *m) { return m->dres; }
+void *mgt_model_hidden_grad(mgt_model *m) { return m->scratch.dres; }
 size_t mgt_model_hidden_numel(const mgt_model *m) { return (size_t)m->Th * (size_t)m->h; }
 bool mgt_model_is_first_stage(const mgt_model *m) { return m->first; }
 bool mgt_model_is_last_stage(const mgt_model *m) { return m->last; }

@@ -74,7 +74,7 @@ mgt_status mgt_layer_attn_fwd(mgt_model *m, int li, bool train, void *out)
 	if (m->rope) o->rope(m->be, a->qkv, m->prec.act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = mgt_layer_attn_core_fwd(m, li, train);
 	if (!st)
-		st = mgt_sublayer_lin_fwd(m, li, 1, m->dtmp_h, m->prec.act_t, a->ctx, m->prec.act_t, T_(m, l, MGT_T_PROJ_W), NULL,
+		st = mgt_sublayer_lin_fwd(m, li, 1, m->scratch.dtmp_h, m->prec.act_t, a->ctx, m->prec.act_t, T_(m, l, MGT_T_PROJ_W), NULL,
 					  (int)(m->nq_l * m->d), h);
 	if (st) return st;
 	return mgt_sublayer_reduce_bda(m, out, a->x_in, T_(m, l, MGT_T_PROJ_B), train, mgt_sublayer_site_key(m, l, 2),
@@ -90,28 +90,28 @@ mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train)
 	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, mgt_sublayer_site_key(m, l, 2),
 						    m->prec.act_t);
 	if (st) return st;
-	if ((st = mgt_sublayer_lin_bwd(m, li, 1, m->dctx, m->prec.act_t, T_(m, l, MGT_T_PROJ_W), NULL, m->dtmp_h, m->prec.act_t,
+	if ((st = mgt_sublayer_lin_bwd(m, li, 1, m->scratch.dctx, m->prec.act_t, T_(m, l, MGT_T_PROJ_W), NULL, m->scratch.dtmp_h, m->prec.act_t,
 				       a->ctx, m->prec.act_t, nd, h)))
 		return st;
 	float p = drop_p(train, m->c.attention_dropout);
-	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->prec.act_t, p, mgt_sublayer_site_key(m, l, 1));
+	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->scratch.dbig, m->scratch.dctx, m->prec.act_t, p, mgt_sublayer_site_key(m, l, 1));
 	else {
 		const mgt_attn at = self_attn(m, p, mgt_sublayer_site_key(m, l, 1), m->attn_bias, m->attn_dbias);
-		o->attn_backward(m->be, &at, m->dbig, NULL, m->dctx, a->qkv, NULL, a->ctx, a->lse);
+		o->attn_backward(m->be, &at, m->scratch.dbig, NULL, m->scratch.dctx, a->qkv, NULL, a->ctx, a->lse);
 	}
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	if (m->rope) o->rope(m->be, m->dbig, m->prec.act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
+	if (m->rope) o->rope(m->be, m->scratch.dbig, m->prec.act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
 	if (m->qkln) { /* in place: the head rows of dbig become d(linear_qkv output) */
-		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_QNORM_W)), G(m, T_(m, l, MGT_T_QNORM_B)),
-				 m->dbig, m->prec.act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
-		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
-				 m->dbig, m->prec.act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
+		o->head_norm_bwd(m->be, m->norm, m->scratch.dbig, G(m, T_(m, l, MGT_T_QNORM_W)), G(m, T_(m, l, MGT_T_QNORM_B)),
+				 m->scratch.dbig, m->prec.act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
+		o->head_norm_bwd(m->be, m->norm, m->scratch.dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
+				 m->scratch.dbig, m->prec.act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
-	st = mgt_sublayer_lin_bwd(m, li, 0, m->dtmp_h, m->prec.act_t, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), m->dbig,
+	st = mgt_sublayer_lin_bwd(m, li, 0, m->scratch.dtmp_h, m->prec.act_t, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), m->scratch.dbig,
 				  m->prec.act_t, a->ln1, m->prec.act_t, h, (int)m->qkv_l);
 	if (st) return st;
-	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B),
+	return mgt_sublayer_reduce_norm_bwd(m, m->scratch.dtmp_h, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B),
 					    a->mean1, a->rstd1, NULL);
 }
 

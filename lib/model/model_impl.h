@@ -97,13 +97,15 @@ struct mgt_model {
 	 * SELECTIVE one layer's ctx and lse; NULL and 0 without recomputation */
 	layer_act *rc;
 	int rc_n;
-	/* scratch shared by the slots, each of the type it holds (under a 16-bit precision the
-	 * float pointer of a 16-bit buffer is only a handle): dres of res_t (the residual's
-	 * gradient); dtmp_h, dctx, dbig and dact of act_t (row-parallel and MoE outputs, the
-	 * gradients of row-parallel and norm outputs, of the attention output and fused QKV, of the
-	 * MLP activation and fc1's output); dloc (this rank's rows under SP: gradients of act_t, and
-	 * the embedding's fp32 output), emb and lnl sized in fp32 */
-	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
+	/* Scratch shared by the slots, each of the type it holds (under a 16-bit precision the float
+	 * pointer of a 16-bit buffer is only a handle): dres of res_t (the residual's gradient);
+	 * dtmp_h, dctx, dbig and dact of act_t (row-parallel and MoE outputs, the gradients of
+	 * row-parallel and norm outputs, of the attention output and fused QKV, of the MLP activation
+	 * and fc1's output); dloc (this rank's rows under SP: gradients of act_t, and the embedding's
+	 * fp32 output), emb and lnl sized in fp32 */
+	struct {
+		float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
+	} scratch;
 	size_t act_bytes, work_bytes;
 	bool dry;                  /* mgt_model_measure: count the bytes, allocate nothing */
 	bool infer;                /* mgt_model_create_infer: parameters only, no gradients or slots */

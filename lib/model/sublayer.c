@@ -36,9 +36,9 @@ mgt_status mgt_sublayer_tp_reduce(mgt_model *m, void *full, mgt_elem_type t, voi
 {
 	size_t n = (size_t)m->Th * (size_t)m->h;
 	mgt_comm *c = m->ps->tp_comm;
-	*out = m->sp ? m->dloc : full;
+	*out = m->sp ? m->scratch.dloc : full;
 	if (!m->sp) return tp_allreduce_t(m, full, n, t, MGT_RED_SUM);
-	return c->ops->reduce_scatter(c, m->dloc, full, n, t);
+	return c->ops->reduce_scatter(c, m->scratch.dloc, full, n, t);
 }
 
 /* Under sequence parallelism gather the rows [Th, h] (of type t) of every TP rank into full [T, h]. */
@@ -50,9 +50,9 @@ mgt_status mgt_sublayer_tp_gather(mgt_model *m, void *full, const void *part, mg
 }
 
 /* The buffer a norm writes its [Th, h] output to before mgt_sublayer_tp_gather into full. */
-static void *norm_out(mgt_model *m, void *full) { return m->sp ? (void *)m->lnl : full; }
+static void *norm_out(mgt_model *m, void *full) { return m->sp ? (void *)m->scratch.lnl : full; }
 /* The buffer a [Th, h] gradient goes to before mgt_sublayer_tp_gather into dtmp_h. */
-void *mgt_sublayer_grad_part(mgt_model *m) { return m->sp ? m->dloc : m->dtmp_h; }
+void *mgt_sublayer_grad_part(mgt_model *m) { return m->sp ? m->scratch.dloc : m->scratch.dtmp_h; }
 
 /* ---- forward ---- */
 
@@ -92,7 +92,7 @@ void mgt_sublayer_bda_bwd(mgt_model *m, void *dy, mgt_elem_type dyt, float *db, 
 	const size_t es = mgt_elem_size(m->prec.res_t), ys = mgt_elem_size(dyt);
 	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
 		size_t o = (size_t)((t0[k] - m->r0) * h);
-		m->be->ops->bda_bwd(m->be, (char *)dy + o * ys, dyt, db, (const char *)m->dres + o * es, m->prec.res_t, (int)n[k],
+		m->be->ops->bda_bwd(m->be, (char *)dy + o * ys, dyt, db, (const char *)m->scratch.dres + o * es, m->prec.res_t, (int)n[k],
 				    (int)h, p, key, (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
 	}
 }
@@ -113,7 +113,7 @@ mgt_status mgt_sublayer_reduce_bda(mgt_model *m, void *out, const void *resid, c
 				   uint64_t key, mgt_elem_type yt)
 {
 	void *y;
-	mgt_status st = mgt_sublayer_tp_reduce(m, m->dtmp_h, yt, &y);
+	mgt_status st = mgt_sublayer_tp_reduce(m, m->scratch.dtmp_h, yt, &y);
 	if (st) return st;
 	mgt_sublayer_bda_fwd(m, out, resid, y, yt, P(m, bias), drop_p(train, m->c.hidden_dropout), key);
 	return MGT_OK;
@@ -186,7 +186,7 @@ mgt_status mgt_sublayer_reduce_norm_bwd(mgt_model *m, void *src, const void *x, 
 	mgt_status st = mgt_sublayer_tp_reduce(m, src, m->prec.act_t, &dy);
 	if (st) return st;
 	if (extra) m->be->ops->add(m->be, dy, extra, m->prec.act_t, (size_t)m->Th * (size_t)m->h);
-	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, m->prec.act_t, x, m->prec.res_t, NW(m, w), mean, rstd,
+	m->be->ops->norm_bwd(m->be, m->norm, m->scratch.dres, G(m, w), G(m, b), dy, m->prec.act_t, x, m->prec.res_t, NW(m, w), mean, rstd,
 			     m->Th, (int)m->h);
 	return MGT_OK;
 }
@@ -197,6 +197,6 @@ mgt_status mgt_sublayer_bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, boo
 {
 	void *part = mgt_sublayer_grad_part(m);
 	mgt_sublayer_bda_bwd(m, part, t, G(m, bias), drop_p(train, m->c.hidden_dropout), key);
-	return mgt_sublayer_tp_gather(m, m->dtmp_h, part, t);
+	return mgt_sublayer_tp_gather(m, m->scratch.dtmp_h, part, t);
 }
 

@@ -334,7 +334,7 @@ static mgt_status cross_fwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 		      P(m, T_(m, l, MGT_T_XKV_B)), t->se * m->b, h, kvn);
 	const mgt_attn xa = cross_attn(m, ts, drop_p(train, m->c.attention_dropout), mgt_sublayer_site_key(m, l, 4));
 	o->attn_forward(m->be, &xa, x->ctx, x->lse, x->q, x->kv);
-	o->linear_fwd(m->be, m->dtmp_h, m->prec.act_t, x->ctx, m->prec.act_t, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, m->T, nd, h);
+	o->linear_fwd(m->be, m->scratch.dtmp_h, m->prec.act_t, x->ctx, m->prec.act_t, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, m->T, nd, h);
 	return mgt_sublayer_reduce_bda(m, m->cur->la[li].x_mid, x->x_sa, T_(m, l, MGT_T_XPROJ_B), train,
 				       mgt_sublayer_site_key(m, l, 5), m->prec.act_t);
 }
@@ -352,15 +352,15 @@ static mgt_status cross_bwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_XPROJ_B), train, mgt_sublayer_site_key(m, l, 5), at);
 	if (st) return st;
 	const mgt_tensor *pw = T_(m, l, MGT_T_XPROJ_W), *qw = T_(m, l, MGT_T_XQ_W), *kw = T_(m, l, MGT_T_XKV_W);
-	o->linear_bwd(m->be, m->dctx, at, G(m, pw), NULL, m->dtmp_h, at, x->ctx, at, W(m, pw), WT(m), m->T, nd, h);
+	o->linear_bwd(m->be, m->scratch.dctx, at, G(m, pw), NULL, m->scratch.dtmp_h, at, x->ctx, at, W(m, pw), WT(m), m->T, nd, h);
 	const mgt_attn xa = cross_attn(m, ts, p, mgt_sublayer_site_key(m, l, 4));
-	o->attn_backward(m->be, &xa, m->dbig, t->dkv, m->dctx, x->q, x->kv, x->ctx, x->lse);
-	o->linear_bwd(m->be, first ? ts->dH : m->dtmp_h, at, G(m, kw), G(m, T_(m, l, MGT_T_XKV_B)), t->dkv, at, ts->H, at,
+	o->attn_backward(m->be, &xa, m->scratch.dbig, t->dkv, m->scratch.dctx, x->q, x->kv, x->ctx, x->lse);
+	o->linear_bwd(m->be, first ? ts->dH : m->scratch.dtmp_h, at, G(m, kw), G(m, T_(m, l, MGT_T_XKV_B)), t->dkv, at, ts->H, at,
 		      W(m, kw), WT(m), Te, h, kvn);
-	if (!first) o->add(m->be, ts->dH, m->dtmp_h, at, (size_t)Te * (size_t)h);
-	o->linear_bwd(m->be, m->dtmp_h, at, G(m, qw), G(m, T_(m, l, MGT_T_XQ_B)), m->dbig, at, x->ln3, at, W(m, qw), WT(m),
+	if (!first) o->add(m->be, ts->dH, m->scratch.dtmp_h, at, (size_t)Te * (size_t)h);
+	o->linear_bwd(m->be, m->scratch.dtmp_h, at, G(m, qw), G(m, T_(m, l, MGT_T_XQ_B)), m->scratch.dbig, at, x->ln3, at, W(m, qw), WT(m),
 		      m->T, h, nd);
-	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, x->x_sa, T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B),
+	return mgt_sublayer_reduce_norm_bwd(m, m->scratch.dtmp_h, x->x_sa, T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B),
 					    x->mean3, x->rstd3, NULL);
 }
 
@@ -408,7 +408,7 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
 	mgt_t5_dims(m, T5_ENC);
 	rel_zero(m, 0);
 	if (!st) {
-		m->be->ops->zero(m->be, m->dres, (size_t)m->Th * (size_t)m->h * mgt_elem_size(m->prec.res_t));
+		m->be->ops->zero(m->be, m->scratch.dres, (size_t)m->Th * (size_t)m->h * mgt_elem_size(m->prec.res_t));
 		st = mgt_sublayer_reduce_norm_bwd(m, ts->dH, ts->eout, t->efw, t->efb, ts->meane, ts->rstde, NULL);
 	}
 	for (int li = L - 1; !st && li >= 0; li--) {
