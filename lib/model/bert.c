@@ -75,11 +75,11 @@ mgt_status mgt_bert_alloc(mgt_model *m)
 	memset(s->act, 0, (size_t)m->L.slots * sizeof *s->act);
 	for (int k = 0; !st && k < m->L.slots; k++) {
 		struct bert_act *a = &s->act[k];
-		a->hd = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
-		a->hg = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
-		a->hl = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
-		a->meanh = mgt_model_balloc(m, T * 4, &m->act_bytes, &st);
-		a->rstdh = mgt_model_balloc(m, T * 4, &m->act_bytes, &st);
+		a->hd = mgt_model_balloc(m, T * h * es, &m->mem.act_bytes, &st);
+		a->hg = mgt_model_balloc(m, T * h * es, &m->mem.act_bytes, &st);
+		a->hl = mgt_model_balloc(m, T * h * es, &m->mem.act_bytes, &st);
+		a->meanh = mgt_model_balloc(m, T * 4, &m->mem.act_bytes, &st);
+		a->rstdh = mgt_model_balloc(m, T * 4, &m->mem.act_bytes, &st);
 		a->x = mgt_malloc(b * h * 8);
 		a->pooled = mgt_malloc(b * h * 8);
 		a->logits = mgt_malloc(b * 2 * 8);
@@ -87,8 +87,8 @@ mgt_status mgt_bert_alloc(mgt_model *m)
 		if (!st && (!a->x || !a->pooled || !a->logits || !a->is_random)) st = MGT_ERR_NOMEM;
 	}
 	const size_t n = h * h + 3 * h + 2, up = n > b * h ? n : b * h;
-	s->dh = mgt_model_balloc(m, T * h * es, &m->work_bytes, &st);
-	s->up = mgt_model_balloc(m, up * 4, &m->work_bytes, &st);
+	s->dh = mgt_model_balloc(m, T * h * es, &m->mem.work_bytes, &st);
+	s->up = mgt_model_balloc(m, up * 4, &m->mem.work_bytes, &st);
 	s->w = mgt_malloc(n * sizeof *s->w);
 	s->g = mgt_malloc((n + b * h + h) * sizeof *s->g);
 	s->uph = mgt_malloc(up * sizeof *s->uph);
@@ -103,13 +103,13 @@ void mgt_bert_free(mgt_model *m)
 	if (!s) return;
 	for (int k = 0; s->act && k < m->L.slots; k++) {
 		struct bert_act *a = &s->act[k];
-		if (!m->dry) {
+		if (!m->mem.dry) {
 			void *bufs[] = { a->hd, a->hg, a->hl, a->meanh, a->rstdh };
 			for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) m->be->ops->free(m->be, bufs[i]);
 		}
 		free(a->x); free(a->pooled); free(a->logits); free(a->is_random);
 	}
-	if (!m->dry) {
+	if (!m->mem.dry) {
 		m->be->ops->free(m->be, s->dh);
 		m->be->ops->free(m->be, s->up);
 	}

@@ -19,11 +19,11 @@
 
 /* ---- allocation ---- */
 
-#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
+#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.act_bytes, &st)
 /* n elements of type t */
-#define AT(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->act_bytes, &st)
-#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
-#define WK(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->work_bytes, &st)
+#define AT(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->mem.act_bytes, &st)
+#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
+#define WK(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->mem.work_bytes, &st)
 
 /* Elements of layer buffer k (LA_*) of local layer li (-1: a dense layer's), 0 for one the model
  * does not have: the residual stream's here, the rest by the layer kinds that use them. */
@@ -152,7 +152,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	if (m->fam->recipe != MGT_STACK_ENCODER_DECODER) /* T5: the stacks' own (t5.c) */
 		sa->tokens = (int32_t *)AF(T), sa->pos = (int32_t *)AF(T);
 	if (m->fam->recipe == MGT_STACK_ENCODER) { /* BERT: the padding mask's keys */
-		sa->kmask = (uint8_t *)mgt_model_balloc(m, T, &m->act_bytes, &st);
+		sa->kmask = (uint8_t *)mgt_model_balloc(m, T, &m->mem.act_bytes, &st);
 		if (m->c.bert_binary_head) sa->types = (int32_t *)AF(T);
 	}
 	return st;
@@ -179,7 +179,7 @@ static mgt_status alloc_activations(mgt_model *m)
 	if (!st) st = mgt_cp_alloc(m);
 	if (!st) st = mgt_model_fp8_alloc(m);
 	if (!st) st = mgt_bert_alloc(m);
-	if (!st && m->fam->recipe == MGT_STACK_ENCODER && !m->dry && !(m->kmask_h = mgt_malloc((size_t)m->T)))
+	if (!st && m->fam->recipe == MGT_STACK_ENCODER && !m->mem.dry && !(m->kmask_h = mgt_malloc((size_t)m->T)))
 		st = MGT_ERR_NOMEM;
 	if (!st) st = mgt_t5_alloc(m);
 	mgt_t5_dims(m, T5_DEC);
@@ -317,7 +317,7 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	m->L = *L;
 	m->be = be;
 	m->ps = ps;
-	m->dry = dry;
+	m->mem.dry = dry;
 	set_dims(m);
 	m->ep = ps->ep > 0 ? ps->ep : 1;
 	m->ep_rank = ps->ep > 0 ? ps->ep_rank : 0;
@@ -453,15 +453,15 @@ void mgt_model_free(mgt_model *m)
 	mgt_backend *be = m->be;
 	mgt_t5_free(m); /* first: it takes back the slots' pointers into its buffers */
 	for (int k = 0; m->sa && k < m->L.slots; k++) {
-		if (m->dry) free(m->sa[k].la);
+		if (m->mem.dry) free(m->sa[k].la);
 		else free_slot(m, &m->sa[k]);
 	}
 	free(m->sa);
-	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
+	for (int k = 0; m->rc && !m->mem.dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
 	free(m->rc);
 	void *bufs[] = { m->params, m->grads, m->prec.lp, m->prec.nw1, m->prec.ones, m->scratch.emb, m->scratch.lnl, m->scratch.dres, m->scratch.dtmp_h, m->scratch.dloc,
 			 m->scratch.dbig, m->scratch.dctx, m->scratch.dact, m->inv_freq };
-	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
+	for (size_t k = 0; !m->mem.dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
 	mgt_cp_free(m);
 	mgt_model_fp8_free(m);
@@ -494,8 +494,8 @@ mgt_model_mem mgt_model_memory(const mgt_model *m)
 {
 	size_t pb = m->tt.buf_numel * sizeof(float);
 	return (mgt_model_mem){ .params = pb + mgt_model_lp_bytes(m), .grads = m->infer ? 0 : pb,
-				.activations = m->act_bytes,
-				.workspace = m->work_bytes };
+				.activations = m->mem.act_bytes,
+				.workspace = m->mem.work_bytes };
 }
 
 mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed)

@@ -76,12 +76,12 @@ static mgt_status a2a_alloc(mgt_model *m)
 {
 	mgt_status st = MGT_OK;
 	size_t T = (size_t)m->T, c = (size_t)m->cp, nq = T * (size_t)m->qkv_l, no = T * (size_t)(m->nq_l * m->d);
-#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
 	m->a2a.snd = W(nq); m->a2a.rcv = W(nq); m->a2a.q = W(nq); m->a2a.dq = W(nq);
 	m->a2a.o = W(no); m->a2a.dout = W(no);
 	for (int k = 0; k < 4; k++) m->a2a.idx[k] = (int32_t *)W(c * T);
 #undef W
-	if (st || m->dry) return st;
+	if (st || m->mem.dry) return st;
 	int32_t *h = mgt_malloc(4 * c * T * sizeof *h);
 	m->a2a.cnt = mgt_malloc(4 * c * sizeof *m->a2a.cnt);
 	if (!h || !m->a2a.cnt) {
@@ -112,7 +112,7 @@ mgt_status mgt_cp_alloc(mgt_model *m)
 	mgt_status st = MGT_OK;
 	size_t kv = kv_numel(m), c = (size_t)m->cp, nq = (size_t)m->T * (size_t)m->qkv_l;
 	size_t no = (size_t)m->T * (size_t)(m->nq_l * m->d);
-#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
 	m->cpb.kv = W(kv);
 	m->cpb.dkv = W(kv);
 	if (m->L.cp_comm == MGT_CP_P2P) {
@@ -138,7 +138,7 @@ void mgt_cp_free(mgt_model *m)
 		      m->cpb.dq32, m->cpb.o32, m->cpb.g32, m->cpb.kv16, m->cpb.all16, m->a2a.snd,
 		      m->a2a.rcv, m->a2a.q, m->a2a.o, m->a2a.dq, m->a2a.dout, m->a2a.idx[0], m->a2a.idx[1],
 		      m->a2a.idx[2], m->a2a.idx[3] };
-	for (size_t i = 0; !m->dry && i < sizeof b / sizeof *b; i++)
+	for (size_t i = 0; !m->mem.dry && i < sizeof b / sizeof *b; i++)
 		if (b[i]) m->be->ops->free(m->be, b[i]);
 	free(m->a2a.cnt);
 	memset(&m->cpb, 0, sizeof m->cpb);

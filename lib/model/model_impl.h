@@ -106,8 +106,14 @@ struct mgt_model {
 	struct {
 		float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
 	} scratch;
-	size_t act_bytes, work_bytes;
-	bool dry;                  /* mgt_model_measure: count the bytes, allocate nothing */
+	/* Backend memory as mgt_model_balloc (arena.c) counts it (mgt_model_memory's activations and
+	 * workspace): act_bytes of the activation buffers (the slots', the recomputation scratch, emb,
+	 * lnl), work_bytes of the workspace (the other scratch, the modules' buffers); dry for
+	 * mgt_model_measure: count the bytes, allocate nothing */
+	struct {
+		size_t act_bytes, work_bytes;
+		bool dry;
+	} mem;
 	bool infer;                /* mgt_model_create_infer: parameters only, no gradients or slots */
 	uint64_t next_key, drop_key;
 	double t_fwd, t_bwd;

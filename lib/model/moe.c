@@ -124,11 +124,11 @@ mgt_status mgt_moe_setup(mgt_model *m)
 	return moe_index(m, S);
 }
 
-#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
-#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.act_bytes, &st)
+#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
 /* the same in elements of the model's act_t */
-#define AX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->prec.act_t), &m->act_bytes, &st)
-#define WX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->prec.act_t), &m->work_bytes, &st)
+#define AX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->prec.act_t), &m->mem.act_bytes, &st)
+#define WX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->prec.act_t), &m->mem.work_bytes, &st)
 
 static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 {
@@ -150,7 +150,7 @@ static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 		a->re = (int32_t *)AF(N);
 		a->inv = (int32_t *)AF(N);
 	}
-	if (st || m->dry) return st;
+	if (st || m->mem.dry) return st;
 	a->rows = mgt_malloc((size_t)S->El * sizeof *a->rows);
 	a->gate = mgt_malloc(T * sizeof *a->gate);
 	a->sc = mgt_malloc((size_t)S->ep * sizeof *a->sc);
@@ -187,7 +187,7 @@ static mgt_status alloc_scratch(mgt_model *m)
 	S->gw = WF(T); S->gl_l = WF(Th); S->gl = WF(T);
 	if (S->ep > 1) { S->wsend = WF(T * (size_t)S->k); S->wrecv = WF(N); }
 	if (m->c.moe_input_jitter_eps > 0) { S->xj = WX(Th * h); S->noise = AF(Th * h * (size_t)m->L.slots * (size_t)m->n_layers); }
-	if (st || m->dry) return st;
+	if (st || m->mem.dry) return st;
 	size_t ne = (size_t)S->ep * E;
 	S->allc = mgt_malloc(ne * sizeof *S->allc);
 	S->cnt_d = mgt_malloc(E * sizeof *S->cnt_d);
@@ -240,7 +240,7 @@ static void moe_release(mgt_model *m)
 	for (size_t i = 0; S->acts && i < (size_t)m->L.slots * (size_t)m->n_layers; i++) {
 		struct moe_act *a = &S->acts[i];
 		void *b[] = { a->perm, a->slot, a->w, a->fc1, a->act, a->sfc1, a->sact, a->sout, a->xe, a->re, a->inv };
-		for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
+		for (size_t q = 0; !m->mem.dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 		free(a->rows);
 		free(a->gate);
 		free(a->sc);
@@ -250,7 +250,7 @@ static void moe_release(mgt_model *m)
 	}
 	void *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
 		      S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise };
-	for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
+	for (size_t q = 0; !m->mem.dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 	void *h[] = { S->acts, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->hdgl, S->hnoise, S->pw1, S->pw2, S->pg1, S->pg2,
 		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd, S->hall, S->rows };
 	mgt_moe_route_free(&S->rf);

@@ -150,7 +150,7 @@ void mgt_t5_dims(mgt_model *m, int which)
 	m->cur->kmask = which == T5_ENC ? ts->ekm : NULL;
 }
 
-#define A(n, t) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->act_bytes, &st)
+#define A(n, t) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->mem.act_bytes, &st)
 
 static mgt_status alloc_slot(mgt_model *m, t5_slot *ts)
 {
@@ -161,7 +161,7 @@ static mgt_status alloc_slot(mgt_model *m, t5_slot *ts)
 	if (!(ts->x = mgt_malloc((size_t)t->L * sizeof *ts->x))) return MGT_ERR_NOMEM;
 	memset(ts->x, 0, (size_t)t->L * sizeof *ts->x);
 	ts->etok = A(Te, MGT_DT_I32); ts->epos = A(Te, MGT_DT_I32); ts->dtok = A(Td, MGT_DT_I32); ts->dpos = A(Td, MGT_DT_I32);
-	ts->ekm = mgt_model_balloc(m, Te, &m->act_bytes, &st); /* a byte a token */
+	ts->ekm = mgt_model_balloc(m, Te, &m->mem.act_bytes, &st); /* a byte a token */
 	ts->eout = A(Teh * h, m->prec.res_t); ts->H = A(Te * h, m->prec.act_t); ts->dH = A(Te * h, m->prec.act_t);
 	ts->meane = A(Teh, MGT_DT_F32); ts->rstde = A(Teh, MGT_DT_F32);
 	for (int i = 0; i < t->L; i++) {
@@ -196,10 +196,10 @@ static mgt_status alloc_rel(mgt_model *m, int k)
 	const int s = k ? t->sd : t->se, nd = 2 * s - 1;
 	const size_t nh = (size_t)m->c.num_attention_heads;
 	mgt_status st = MGT_OK;
-	t->bidx[k] = mgt_model_balloc(m, (size_t)nd * 4, &m->work_bytes, &st);
-	t->bias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->work_bytes, &st);
-	t->dbias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->work_bytes, &st);
-	if (st || m->dry) return st;
+	t->bidx[k] = mgt_model_balloc(m, (size_t)nd * 4, &m->mem.work_bytes, &st);
+	t->bias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->mem.work_bytes, &st);
+	t->dbias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->mem.work_bytes, &st);
+	if (st || m->mem.dry) return st;
 	return rel_buckets(m, k, s, t->bidx[k]);
 }
 
@@ -252,15 +252,15 @@ mgt_status mgt_t5_alloc(mgt_model *m)
 	mgt_status st = MGT_OK;
 	for (int k = 0; !st && k < m->L.slots; k++) st = alloc_slot(m, &t->sl[k]);
 	const size_t Te = (size_t)t->se * (size_t)m->b;
-	if (!st) t->dkv = mgt_model_balloc(m, Te * 2 * (size_t)(m->ng_l * m->d) * mgt_elem_size(m->prec.act_t), &m->work_bytes, &st);
-	if (!st && !m->dry && !(t->kmh = mgt_malloc(Te))) st = MGT_ERR_NOMEM;
+	if (!st) t->dkv = mgt_model_balloc(m, Te * 2 * (size_t)(m->ng_l * m->d) * mgt_elem_size(m->prec.act_t), &m->mem.work_bytes, &st);
+	if (!st && !m->mem.dry && !(t->kmh = mgt_malloc(Te))) st = MGT_ERR_NOMEM;
 	for (int k = 0; !st && t->rel && k < 2; k++) st = alloc_rel(m, k);
 	return st;
 }
 
 static void bfree(mgt_model *m, void *p)
 {
-	if (p && !m->dry) m->be->ops->free(m->be, p);
+	if (p && !m->mem.dry) m->be->ops->free(m->be, p);
 }
 
 void mgt_t5_free(mgt_model *m)
