@@ -216,10 +216,10 @@ static void set_dims(mgt_model *m)
 {
 	const mgt_model_config *c = &m->c;
 	int tp = m->ps->tp;
-	m->cp = m->ps->cp > 1 ? m->ps->cp : 1;
-	m->cp_rank = m->cp > 1 ? m->ps->cp_rank : 0;
-	m->s = (int)(c->seq_length / m->cp);
-	m->cp_C = m->s / 2;
+	m->cp.size = m->ps->cp > 1 ? m->ps->cp : 1;
+	m->cp.rank = m->cp.size > 1 ? m->ps->cp_rank : 0;
+	m->s = (int)(c->seq_length / m->cp.size);
+	m->cp.C = m->s / 2;
 	m->b = m->L.mbs;
 	m->T = m->s * m->b;
 	m->sp = m->L.sequence_parallel && tp > 1;

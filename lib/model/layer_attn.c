@@ -40,7 +40,7 @@ mgt_status mgt_layer_attn_core_fwd(mgt_model *m, int li, bool train)
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer;
 	float p = drop_p(train, m->c.attention_dropout);
-	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, mgt_sublayer_site_key(m, l, 1));
+	if (m->cp.size > 1) return mgt_cp_attn_fwd(m, a, p, mgt_sublayer_site_key(m, l, 1));
 	const mgt_attn at = self_attn(m, p, mgt_sublayer_site_key(m, l, 1), m->attn_bias, NULL);
 	m->be->ops->attn_forward(m->be, &at, a->ctx, a->lse, a->qkv, NULL);
 	return MGT_OK;
@@ -94,7 +94,7 @@ mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train)
 				       a->ctx, m->prec.act_t, nd, h)))
 		return st;
 	float p = drop_p(train, m->c.attention_dropout);
-	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->scratch.dbig, m->scratch.dctx, m->prec.act_t, p, mgt_sublayer_site_key(m, l, 1));
+	if (m->cp.size > 1) st = mgt_cp_attn_bwd(m, a, m->scratch.dbig, m->scratch.dctx, m->prec.act_t, p, mgt_sublayer_site_key(m, l, 1));
 	else {
 		const mgt_attn at = self_attn(m, p, mgt_sublayer_site_key(m, l, 1), m->attn_bias, m->attn_dbias);
 		o->attn_backward(m->be, &at, m->scratch.dbig, NULL, m->scratch.dctx, a->qkv, NULL, a->ctx, a->lse);

@@ -123,21 +123,24 @@ struct mgt_model {
 	 * expert-parallel rank of ep (its experts: [ep_rank E/ep, (ep_rank + 1) E/ep)) */
 	struct moe_state *moe;
 	int ep, ep_rank;
-	/* context parallelism (cp.c): size and rank of the context-parallel group, chunk length
-	 * cp_C = s/2 (s = seq_length/cp local positions: global chunks cp_rank and 2cp-1-cp_rank);
-	 * cp = 1 without.  Scratch shared by the slots and layers: the local keys and values and
-	 * their gradient kv, dkv [T, ng_l, 2, d]; p2p: one block's output ob [cp_C*b, nq_l*d] and
-	 * log-sum-exp lb (laid out as a layer's lse); allgather: all, glob, dglob [cp * T, ng_l, 2, d]
-	 * (rank order, position order, and the gradient in position order).  Under a 16-bit act_t:
-	 * the fp32 copies the blocks run on, q32 [T, qkv_l], o32 and g32 [T, nq_l*d] (ctx, dctx) and
-	 * dq32 [T, qkv_l], and the 16-bit keys and values that move, kv16 [T, ng_l, 2, d] and
-	 * (allgather) all16 [cp * T, ng_l, 2, d] */
-	int cp, cp_rank, cp_C;
-	struct { float *kv, *dkv, *ob, *lb, *all, *glob, *dglob, *q32, *o32, *g32, *dq32; void *kv16, *all16; } cpb;
-	/* a2a: send and receive buffers, the layer's qkv, ctx, dctx and dqkv of the whole sequence
-	 * for this rank's ng_l/cp query groups (rows in position order), and the row maps
-	 * (backend int32 [T cp]: pack, unpack, to_glob, from_glob; cp.c) */
-	struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
+	/* Context parallelism (cp.c): size and rank of the context-parallel group, chunk length
+	 * C = s/2 (s = seq_length/size local positions: global chunks rank and 2 size-1-rank); size = 1
+	 * without. */
+	struct {
+		int size, rank, C;
+		/* scratch shared by the slots and layers: the local keys and values and their gradient
+		 * kv, dkv [T, ng_l, 2, d]; p2p: one block's output ob [C*b, nq_l*d] and log-sum-exp lb
+		 * (laid out as a layer's lse); allgather: all, glob, dglob [size * T, ng_l, 2, d] (rank
+		 * order, position order, and the gradient in position order).  Under a 16-bit act_t: the
+		 * fp32 copies the blocks run on, q32 [T, qkv_l], o32 and g32 [T, nq_l*d] (ctx, dctx) and
+		 * dq32 [T, qkv_l], and the 16-bit keys and values that move, kv16 [T, ng_l, 2, d] and
+		 * (allgather) all16 [size * T, ng_l, 2, d] */
+		struct { float *kv, *dkv, *ob, *lb, *all, *glob, *dglob, *q32, *o32, *g32, *dq32; void *kv16, *all16; } buf;
+		/* a2a: send and receive buffers, the layer's qkv, ctx, dctx and dqkv of the whole sequence
+		 * for this rank's ng_l/size query groups (rows in position order), and the row maps
+		 * (backend int32 [T size]: pack, unpack, to_glob, from_glob) */
+		struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
+	} cp;
 	/* fp8 linear layers (fp8lin.c): NULL without fp8 (mgt_model_layout.fp8) */
 	struct fp8_state *fp8;
 	/* BERT's heads (bert.c): NULL but on a BERT chunk's last stage; kmask_h: BERT's host
@@ -212,14 +215,14 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const void *x, void
 mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, void *dY, void **dx_loc);
 
 /* ---- context parallelism (cp.c) ----
- * mgt_cp_alloc: the scratch above through mgt_model_balloc (nothing when cp = 1); mgt_cp_free.
+ * mgt_cp_alloc: the scratch above through mgt_model_balloc (nothing when cp.size = 1); mgt_cp_free.
  * mgt_cp_attn_fwd: a->ctx and a->lse from a->qkv (after RoPE) over the whole sequence, by the
  * layout's --cp-comm-type, with attention dropout p under key (global positions: the masks of
  * the single-process run); qkv and ctx of type act_t.  mgt_cp_attn_bwd: dqkv [T, qkv_l] written
  * from dctx [T, nq_l*d] (both of type gt) and the layer's qkv, ctx, lse.  Both communicate over ps->cp_comm; every rank of the group calls
  * them in the same order.  Errors: the communicator's (MGT_ERR_IO).
  * mgt_cp_global_row: the row of the whole sequence's [S*b, .] activation that local row t
- * (t = i*b + j) is (t itself when cp = 1): dropout elements are indexed by it. */
+ * (t = i*b + j) is (t itself when cp.size = 1): dropout elements are indexed by it. */
 mgt_status mgt_cp_alloc(mgt_model *m);
 void mgt_cp_free(mgt_model *m);
 mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key);

@@ -164,7 +164,7 @@ static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 static mgt_status alloc_cp(mgt_model *m)
 {
 	struct moe_state *S = m->moe;
-	size_t T = (size_t)m->T, all = T * (size_t)m->cp;
+	size_t T = (size_t)m->T, all = T * (size_t)m->cp.size;
 	mgt_status st = mgt_moe_route_alloc(&S->rf, (int)all, S->E, S->k, m->b);
 	S->hall = mgt_malloc(all * (size_t)S->E * sizeof *S->hall);
 	S->rows = mgt_malloc(T * sizeof *S->rows);
@@ -215,7 +215,7 @@ static mgt_status alloc_scratch(mgt_model *m)
 	memset(S->aux_sum, 0, nl * sizeof(double));
 	memset(S->z_sum, 0, nl * sizeof(double));
 	memset(S->tok, 0, nl * E * sizeof(double));
-	return m->cp > 1 ? alloc_cp(m) : MGT_OK;
+	return m->cp.size > 1 ? alloc_cp(m) : MGT_OK;
 }
 
 mgt_status mgt_moe_alloc(mgt_model *m)
@@ -363,10 +363,10 @@ static mgt_status route_whole(mgt_model *m, struct moe_act *a, const float *bias
 	mgt_comm *c = m->ps->host_cp ? m->ps->host_cp : m->ps->cp_comm;
 	size_t n = (size_t)m->T * (size_t)S->E, half = n / 2;
 	mgt_status st = c->ops->allgather(c, S->hall, S->hf, n, MGT_DT_F32);
-	for (int q = 0; !st && q < m->cp; q++)
+	for (int q = 0; !st && q < m->cp.size; q++)
 		for (int h = 0; h < 2; h++) {
 			const float *src = S->hall + (size_t)q * n + (size_t)h * half;
-			double *dst = S->rf.L + (size_t)(h ? 2 * m->cp - 1 - q : q) * half;
+			double *dst = S->rf.L + (size_t)(h ? 2 * m->cp.size - 1 - q : q) * half;
 			for (size_t i = 0; i < half; i++) dst[i] = src[i];
 		}
 	if (!st) st = mgt_moe_route_forward(&m->c, &S->rf, bias, 1);
@@ -386,11 +386,11 @@ static mgt_status route(mgt_model *m, int li, struct moe_act *a, const void *x_l
 	router_linear(m, S->logits_l, xr, T_(m, l, MGT_T_ROUTER_W), T_(m, l, MGT_T_ROUTER_B), m->Th, E);
 	mgt_status st = gather_rows_host(m, S->logits, S->logits_l, E, S->hf);
 	if (st) return st;
-	for (size_t i = 0; m->cp <= 1 && i < (size_t)T * E; i++) a->r.L[i] = S->hf[i]; /* route_whole's otherwise */
+	for (size_t i = 0; m->cp.size <= 1 && i < (size_t)T * E; i++) a->r.L[i] = S->hf[i]; /* route_whole's otherwise */
 	const mgt_tensor *eb = T_(m, l, MGT_T_EXPERT_BIAS);
 	float bias[MGT_MOE_MAX_EXPERTS];
 	if (eb && (st = m->be->ops->download(m->be, bias, P(m, eb), (size_t)E * sizeof(float)))) return st;
-	if (m->cp > 1) st = route_whole(m, a, eb ? bias : NULL);
+	if (m->cp.size > 1) st = route_whole(m, a, eb ? bias : NULL);
 	else st = mgt_moe_route_forward(&m->c, &a->r, eb ? bias : NULL, m->sp ? m->ps->tp : 1);
 	if (st) return st;
 	if (train) {

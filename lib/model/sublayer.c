@@ -61,8 +61,8 @@ void *mgt_sublayer_grad_part(mgt_model *m) { return m->sp ? m->scratch.dloc : m-
  * pieces' first local rows and lengths; returns their number. */
 static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
 {
-	int64_t a = m->r0, e = m->r0 + m->Th, cb = (int64_t)m->cp_C * m->b;
-	if (m->cp <= 1 || a >= cb || e <= cb) {
+	int64_t a = m->r0, e = m->r0 + m->Th, cb = (int64_t)m->cp.C * m->b;
+	if (m->cp.size <= 1 || a >= cb || e <= cb) {
 		t0[0] = a, n[0] = m->Th;
 		return 1;
 	}

@@ -88,9 +88,9 @@ mgt_status mgt_t5_setup(mgt_model *m)
 {
 	const mgt_model_config *c = &m->c;
 	if (mgt_model_family(c)->recipe != MGT_STACK_ENCODER_DECODER) return MGT_OK;
-	if (m->cp > 1)
+	if (m->cp.size > 1)
 		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d with a T5 model: context parallelism is not "
-			       "supported for T5 (as Megatron's T5 refuses it)", m->cp);
+			       "supported for T5 (as Megatron's T5 refuses it)", m->cp.size);
 	if (m->L.recompute.granularity != MGT_RECOMPUTE_NONE)
 		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity with a T5 model: activation recomputation is not "
 			       "implemented for T5 in this version");
