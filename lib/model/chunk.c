@@ -50,7 +50,7 @@ static mgt_elem_type la_type(const mgt_model *m, int k)
 
 /* ---- activation recomputation (Korthikanti et al. 2022; megatron/core/recompute.py) ----
  * FULL: a recomputed layer keeps only the input of its group (the slot's x_in of the group's
- * first layer); everything else it needs lives in the scratch m->rc and is recomputed by
+ * first layer); everything else it needs lives in the scratch m->rc.layers and is recomputed by
  * rerunning the group's forward before its backward.  Groups: uniform, layers [g, g + n) for g a
  * multiple of n = recompute num_layers (the last group shorter); block, each of the chunk's first
  * n layers alone; the other layers of the chunk keep everything.  SELECTIVE: every layer keeps
@@ -71,7 +71,7 @@ void mgt_model_rc_group(const mgt_model *m, int li, int *g0, int *g1)
 	*g1 = *g0 + n < m->n_layers ? *g0 + n : m->n_layers;
 }
 
-/* Buffers that layer li of a slot allocates for itself (the rest alias m->rc). */
+/* Buffers that layer li of a slot allocates for itself (the rest alias m->rc.layers). */
 static unsigned la_own(const mgt_model *m, int li)
 {
 	if (mgt_model_rc_full(m, li)) {
@@ -111,12 +111,12 @@ static mgt_status alloc_recompute(mgt_model *m)
 	int n = 1;
 	if (r->granularity == MGT_RECOMPUTE_FULL && r->method == MGT_RECOMPUTE_UNIFORM)
 		n = r->num_layers < m->n_layers ? r->num_layers : m->n_layers;
-	if (!(m->rc = mgt_malloc((size_t)n * sizeof *m->rc))) return MGT_ERR_NOMEM;
-	memset(m->rc, 0, (size_t)n * sizeof *m->rc);
-	m->rc_n = n;
+	if (!(m->rc.layers = mgt_malloc((size_t)n * sizeof *m->rc.layers))) return MGT_ERR_NOMEM;
+	memset(m->rc.layers, 0, (size_t)n * sizeof *m->rc.layers);
+	m->rc.n = n;
 	mgt_status st = MGT_OK;
 	for (int k = 0; !st && k < n; k++)
-		st = alloc_layer(m, -1, &m->rc[k], r->granularity == MGT_RECOMPUTE_SELECTIVE ? LA_BIT(LA_CTX) | LA_BIT(LA_LSE) :
+		st = alloc_layer(m, -1, &m->rc.layers[k], r->granularity == MGT_RECOMPUTE_SELECTIVE ? LA_BIT(LA_CTX) | LA_BIT(LA_LSE) :
 					       k == 0 ? LA_ALL & ~LA_BIT(LA_X_IN) : LA_ALL);
 	return st;
 }
@@ -135,7 +135,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 		if (own == LA_ALL) continue;
 		int g0 = l, g1;
 		if (mgt_model_rc_full(m, l)) mgt_model_rc_group(m, l, &g0, &g1);
-		const layer_act *s = &m->rc[l - g0];
+		const layer_act *s = &m->rc.layers[l - g0];
 		for (int k = 0; k < LA_N; k++)
 			if (!(own & LA_BIT(k))) *la_buf(a, k) = *la_buf((layer_act *)s, k);
 	}
@@ -457,8 +457,8 @@ void mgt_model_free(mgt_model *m)
 		else free_slot(m, &m->sa[k]);
 	}
 	free(m->sa);
-	for (int k = 0; m->rc && !m->mem.dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
-	free(m->rc);
+	for (int k = 0; m->rc.layers && !m->mem.dry && k < m->rc.n; k++) free_layer(m, &m->rc.layers[k]);
+	free(m->rc.layers);
 	void *bufs[] = { m->params, m->grads, m->prec.lp, m->prec.nw1, m->prec.ones, m->scratch.emb, m->scratch.lnl, m->scratch.dres, m->scratch.dtmp_h, m->scratch.dloc,
 			 m->scratch.dbig, m->scratch.dctx, m->scratch.dact, m->inv_freq };
 	for (size_t k = 0; !m->mem.dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);

@@ -92,11 +92,13 @@ struct mgt_model {
 	 * attention and MLP ('-') or MoE ('E'); [2 n_layers + 1], set by chunk.c's index_roles */
 	char *pattern;
 	slot_act *sa, *cur;
-	/* activation recomputation scratch, shared by the slots (chunk.c alloc_recompute): FULL
-	 * rc_n layers' buffers (the largest recompute group; x_in of its first layer is the slot's);
+	/* Activation recomputation scratch, shared by the slots (chunk.c alloc_recompute): FULL n
+	 * layers' buffers (the largest recompute group; x_in of its first layer is the slot's);
 	 * SELECTIVE one layer's ctx and lse; NULL and 0 without recomputation */
-	layer_act *rc;
-	int rc_n;
+	struct {
+		layer_act *layers;
+		int n;
+	} rc;
 	/* Scratch shared by the slots, each of the type it holds (under a 16-bit precision the float
 	 * pointer of a 16-bit buffer is only a handle): dres of res_t (the residual's gradient);
 	 * dtmp_h, dctx, dbig and dact of act_t (row-parallel and MoE outputs, the gradients of
