@@ -516,5 +516,5 @@ void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, i
 {
 	uint32_t w[4];
 	mgt_philox(seed ^ 0xD1B54A32D192ED03ull, (uint64_t)iteration, (uint64_t)microbatch, w);
-	m->next_key = ((uint64_t)w[1] << 32) | w[0];
+	m->run.next_key = ((uint64_t)w[1] << 32) | w[0];
 }

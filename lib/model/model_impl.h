@@ -117,10 +117,17 @@ struct mgt_model {
 		bool dry;
 	} mem;
 	bool infer;                /* mgt_model_create_infer: parameters only, no gradients or slots */
-	uint64_t next_key, drop_key;
-	double t_fwd, t_bwd;
-	mgt_grad_hook hook;
-	void *hook_ctx;
+	/* The running passes (stack.c): next_key, the dropout key of the next forward
+	 * (mgt_model_set_dropout_key), and drop_key, the current slot's (its forward's, kept in
+	 * slot_act for the backward; mgt_sublayer_site_key derives each site's from it); t_fwd and t_bwd,
+	 * the seconds of the forwards and backwards since mgt_model_take_times; the gradient hook and
+	 * its ctx (mgt_model_set_grad_hook; NULL without) */
+	struct {
+		uint64_t next_key, drop_key;
+		double t_fwd, t_bwd;
+		mgt_grad_hook hook;
+		void *hook_ctx;
+	} run;
 	/* Mixture of Experts (moe.c): NULL when no layer of the chunk is an MoE layer; this rank's
 	 * expert-parallel rank of ep (its experts: [ep_rank E/ep, (ep_rank + 1) E/ep)) */
 	struct moe_state *moe;

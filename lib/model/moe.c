@@ -336,7 +336,7 @@ static mgt_status jitter(mgt_model *m, int li, const void *x_loc, bool train, co
 	if (!(eps > 0) || !train) return MGT_OK;
 	size_t h = (size_t)m->h, n = (size_t)m->Th * h;
 	float *u = S->hnoise;
-	uint64_t key = m->drop_key ^ (0x6A09E667F3BCC909ull * (uint64_t)(li + m->first_layer + 1));
+	uint64_t key = m->run.drop_key ^ (0x6A09E667F3BCC909ull * (uint64_t)(li + m->first_layer + 1));
 	for (int64_t t = 0; t < m->Th; t++) { /* elements by their global row */
 		size_t e0 = (size_t)mgt_cp_global_row(m, m->r0 + t) * h;
 		for (size_t c = 0; c < h; c++) {

@@ -12,7 +12,7 @@
 /* Key of dropout site `site` of layer l (l = -1: embedding). */
 uint64_t mgt_sublayer_site_key(const mgt_model *m, int l, int site)
 {
-	return m->drop_key + (uint64_t)(l + 1) * 0x9E3779B97F4A7C15ull + (uint64_t)site * 0xC2B2AE3D27D4EB4Full;
+	return m->run.drop_key + (uint64_t)(l + 1) * 0x9E3779B97F4A7C15ull + (uint64_t)site * 0xC2B2AE3D27D4EB4Full;
 }
 
 /* ---- tensor-parallel communication (megatron/core/tensor_parallel/mappings.py) ---- */
