@@ -34,7 +34,7 @@ static size_t la_numel(const mgt_model *m, int li, int k)
 	return mgt_layer_attn_numel(m, li, k) + (moe ? mgt_layer_moe_numel(m, li, k) : mgt_layer_mlp_numel(m, li, k));
 }
 
-/* The element type of layer buffer k (mgt_model.act_t, fc1_t, res_t). */
+/* The element type of layer buffer k (mgt_model.prec.act_t, fc1_t, res_t). */
 static mgt_elem_type la_type(const mgt_model *m, int k)
 {
 	switch (k) {

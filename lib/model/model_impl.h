@@ -17,9 +17,9 @@
 
 /* Per layer and slot.  x_in, x_mid, mean*, rstd*: [Th] rows (this rank's part of the sequence
  * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .].
- * ln1, ln2 and act hold elements of mgt_model.act_t, fc1 of mgt_model.fc1_t,
- * qkv and ctx of mgt_model.act_t (with --qk-layernorm linear_qkv's output qkv_pre stays fp32:
- * the head norms' backward reads it), x_in and x_mid of mgt_model.res_t (16-bit under a 16-bit layout precision: the float pointer is then only a handle, never indexed
+ * ln1, ln2 and act hold elements of mgt_model.prec.act_t, fc1 of mgt_model.prec.fc1_t,
+ * qkv and ctx of mgt_model.prec.act_t (with --qk-layernorm linear_qkv's output qkv_pre stays fp32:
+ * the head norms' backward reads it), x_in and x_mid of mgt_model.prec.res_t (16-bit under a 16-bit layout precision: the float pointer is then only a handle, never indexed
  * as floats).
  * Under activation recomputation (mgt_model_layout.recompute) some pointers are aliases of the
  * chunk's shared recomputation scratch (mgt_model.rc): bit k of `own` says whether buffer k (in
@@ -48,6 +48,12 @@ typedef struct {
 	uint64_t drop_key;
 } slot_act;
 
+/* A model chunk.  Fields of one concern are grouped in a named member (m->prec, m->scratch,
+ * m->mem, m->rc, m->run, m->cp) or behind a module's state pointer (moe, fp8, bert, t5).  What
+ * stays at the top level is what nearly every file reads on nearly every line: the
+ * configuration, layout, table, backend and parallel state, the chunk's dimensions (s, b, T,
+ * Th, h, nq_l, ...; T5 switches some per stack: mgt_t5_dims), the tensors by role, the layer
+ * pattern, the parameters and the slots; a group for them would only lengthen every expression. */
 struct mgt_model {
 	mgt_model_config c;
 	const mgt_family *fam;     /* c.family's row (families.c): recipe, heads; the chunk tests its fields */

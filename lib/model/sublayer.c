@@ -70,7 +70,7 @@ static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
 	return 2;
 }
 
-/* bda_fwd on this rank's residual rows (out, resid of mgt_model.res_t; y of type yt), each
+/* bda_fwd on this rank's residual rows (out, resid of mgt_model.prec.res_t; y of type yt), each
  * dropout element indexed by its global row. */
 void mgt_sublayer_bda_fwd(mgt_model *m, void *out, const void *resid, const void *y, mgt_elem_type yt, const float *b,
 			  float p, uint64_t key)
