@@ -319,9 +319,9 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	m->ps = ps;
 	m->mem.dry = dry;
 	set_dims(m);
-	m->ep = ps->ep > 0 ? ps->ep : 1;
-	m->ep_rank = ps->ep > 0 ? ps->ep_rank : 0;
-	st = mgt_tensor_table_build_ep(&m->tt, c, ps->tp, ps->tp_rank, L->num_stages, L->stage, m->ep, m->ep_rank);
+	m->ep.size = ps->ep > 0 ? ps->ep : 1;
+	m->ep.rank = ps->ep > 0 ? ps->ep_rank : 0;
+	st = mgt_tensor_table_build_ep(&m->tt, c, ps->tp, ps->tp_rank, L->num_stages, L->stage, m->ep.size, m->ep.rank);
 	bool shared = !c->untie_embeddings_and_output_weights && ps->pp > 1;
 	if (!st) st = mgt_tensor_table_layout(&m->tt, L->dp, L->distributed_optimizer, L->bucket_size, shared);
 	if (!st) st = index_roles(m);

@@ -49,7 +49,7 @@ typedef struct {
 } slot_act;
 
 /* A model chunk.  Fields of one concern are grouped in a named member (m->prec, m->scratch,
- * m->mem, m->rc, m->run, m->cp) or behind a module's state pointer (moe, fp8, bert, t5).  What
+ * m->mem, m->rc, m->run, m->ep, m->cp) or behind a module's state pointer (moe, fp8, bert, t5).  What
  * stays at the top level is what nearly every file reads on nearly every line: the
  * configuration, layout, table, backend and parallel state, the chunk's dimensions (s, b, T,
  * Th, h, nq_l, ...; T5 switches some per stack: mgt_t5_dims), the tensors by role, the layer
@@ -134,10 +134,13 @@ struct mgt_model {
 		mgt_grad_hook hook;
 		void *hook_ctx;
 	} run;
-	/* Mixture of Experts (moe.c): NULL when no layer of the chunk is an MoE layer; this rank's
-	 * expert-parallel rank of ep (its experts: [ep_rank E/ep, (ep_rank + 1) E/ep)) */
+	/* Mixture of Experts (moe.c): NULL when no layer of the chunk is an MoE layer */
 	struct moe_state *moe;
-	int ep, ep_rank;
+	/* expert parallelism: size and this rank's rank of the expert-parallel group (its experts:
+	 * [rank E/size, (rank + 1) E/size)); size = 1 without */
+	struct {
+		int size, rank;
+	} ep;
 	/* Context parallelism (cp.c): size and rank of the context-parallel group, chunk length
 	 * C = s/2 (s = seq_length/size local positions: global chunks rank and 2 size-1-rank); size = 1
 	 * without. */

@@ -108,10 +108,10 @@ mgt_status mgt_moe_setup(mgt_model *m)
 	if (!S) return MGT_ERR_NOMEM;
 	memset(S, 0, sizeof *S);
 	m->moe = S;
-	int tp = m->ps->tp, ep = m->ep;
+	int tp = m->ps->tp, ep = m->ep.size;
 	S->E = (int)c->num_experts;
 	S->El = S->E / ep;
-	S->e0 = S->El * m->ep_rank;
+	S->e0 = S->El * m->ep.rank;
 	S->k = (int)c->moe_router_topk;
 	S->ffe = (int)(c->moe_ffn_hidden_size / tp);
 	S->fc1e = c->swiglu ? 2 * S->ffe : S->ffe;
@@ -423,7 +423,7 @@ static mgt_status permute(mgt_model *m, struct moe_act *a)
 			}
 		if (S->ep > 1) S->cnt_d[e] = N - n0;
 		else a->rows[e] = N - n0;
-		if (S->ep > 1 && e / S->El != m->ep_rank) S->disp[0] += N - n0; /* counted from the routing */
+		if (S->ep > 1 && e / S->El != m->ep.rank) S->disp[0] += N - n0; /* counted from the routing */
 	}
 	a->N = a->Nsend = N;
 	const mgt_backend_ops *o = m->be->ops;
@@ -456,7 +456,7 @@ static mgt_status ep_plan(mgt_model *m, struct moe_act *a)
 			a->rc[r] += S->allc[(size_t)r * E + S->e0 + e];
 		}
 		N += a->rc[r];
-		if (r != m->ep_rank) S->disp[1] += (double)a->rc[r];
+		if (r != m->ep.rank) S->disp[1] += (double)a->rc[r];
 	}
 	S->disp[2] += 1;
 	if (N > S->Nmax) return mgt_err(MGT_ERR_IO, "expert parallelism: %lld rows received, more than %d", (long long)N, S->Nmax);
