@@ -49,11 +49,13 @@ typedef struct {
 } slot_act;
 
 /* A model chunk.  Fields of one concern are grouped in a named member (m->prec, m->scratch,
- * m->mem, m->rc, m->run, m->ep, m->cp) or behind a module's state pointer (moe, fp8, bert, t5).  What
- * stays at the top level is what nearly every file reads on nearly every line: the
+ * m->mem, m->rc, m->run, m->ep, m->cp) or behind a module's state pointer (moe, fp8, bert,
+ * t5).  What stays at the top level is what nearly every file reads on nearly every line: the
  * configuration, layout, table, backend and parallel state, the chunk's dimensions (s, b, T,
  * Th, h, nq_l, ...; T5 switches some per stack: mgt_t5_dims), the tensors by role, the layer
- * pattern, the parameters and the slots; a group for them would only lengthen every expression. */
+ * pattern, the parameters and the slots; a group for them would only lengthen every expression.
+ * The few fields left beside a module's pointer (kmask_h by bert, attn_bias by t5) are read
+ * outside that module, where its state may be NULL. */
 struct mgt_model {
 	mgt_model_config c;
 	const mgt_family *fam;     /* c.family's row (families.c): recipe, heads; the chunk tests its fields */
