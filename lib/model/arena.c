@@ -7,8 +7,8 @@ void *mgt_model_balloc(mgt_model *m, size_t bytes, size_t *acct, mgt_status *st)
 {
 	static float dry_dummy;
 	if (*st) return NULL;
-	*acct += m->dry ? bytes : 0;
-	if (m->dry) return &dry_dummy;
+	*acct += m->mem.dry ? bytes : 0;
+	if (m->mem.dry) return &dry_dummy;
 	void *p = m->be->ops->alloc(m->be, bytes ? bytes : 4);
 	if (!p) *st = MGT_ERR_NOMEM;
 	*acct += bytes;

@@ -69,17 +69,17 @@ mgt_status mgt_bert_alloc(mgt_model *m)
 	if (!s) return MGT_ERR_NOMEM;
 	memset(s, 0, sizeof *s);
 	m->bert = s;
-	const size_t T = (size_t)m->T, h = (size_t)m->h, b = (size_t)m->b, es = mgt_elem_size(m->act_t);
+	const size_t T = (size_t)m->T, h = (size_t)m->h, b = (size_t)m->b, es = mgt_elem_size(m->prec.act_t);
 	mgt_status st = MGT_OK;
 	if (!(s->act = mgt_malloc((size_t)m->L.slots * sizeof *s->act))) return MGT_ERR_NOMEM;
 	memset(s->act, 0, (size_t)m->L.slots * sizeof *s->act);
 	for (int k = 0; !st && k < m->L.slots; k++) {
 		struct bert_act *a = &s->act[k];
-		a->hd = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
-		a->hg = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
-		a->hl = mgt_model_balloc(m, T * h * es, &m->act_bytes, &st);
-		a->meanh = mgt_model_balloc(m, T * 4, &m->act_bytes, &st);
-		a->rstdh = mgt_model_balloc(m, T * 4, &m->act_bytes, &st);
+		a->hd = mgt_model_balloc(m, T * h * es, &m->mem.act_bytes, &st);
+		a->hg = mgt_model_balloc(m, T * h * es, &m->mem.act_bytes, &st);
+		a->hl = mgt_model_balloc(m, T * h * es, &m->mem.act_bytes, &st);
+		a->meanh = mgt_model_balloc(m, T * 4, &m->mem.act_bytes, &st);
+		a->rstdh = mgt_model_balloc(m, T * 4, &m->mem.act_bytes, &st);
 		a->x = mgt_malloc(b * h * 8);
 		a->pooled = mgt_malloc(b * h * 8);
 		a->logits = mgt_malloc(b * 2 * 8);
@@ -87,8 +87,8 @@ mgt_status mgt_bert_alloc(mgt_model *m)
 		if (!st && (!a->x || !a->pooled || !a->logits || !a->is_random)) st = MGT_ERR_NOMEM;
 	}
 	const size_t n = h * h + 3 * h + 2, up = n > b * h ? n : b * h;
-	s->dh = mgt_model_balloc(m, T * h * es, &m->work_bytes, &st);
-	s->up = mgt_model_balloc(m, up * 4, &m->work_bytes, &st);
+	s->dh = mgt_model_balloc(m, T * h * es, &m->mem.work_bytes, &st);
+	s->up = mgt_model_balloc(m, up * 4, &m->mem.work_bytes, &st);
 	s->w = mgt_malloc(n * sizeof *s->w);
 	s->g = mgt_malloc((n + b * h + h) * sizeof *s->g);
 	s->uph = mgt_malloc(up * sizeof *s->uph);
@@ -103,13 +103,13 @@ void mgt_bert_free(mgt_model *m)
 	if (!s) return;
 	for (int k = 0; s->act && k < m->L.slots; k++) {
 		struct bert_act *a = &s->act[k];
-		if (!m->dry) {
+		if (!m->mem.dry) {
 			void *bufs[] = { a->hd, a->hg, a->hl, a->meanh, a->rstdh };
 			for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) m->be->ops->free(m->be, bufs[i]);
 		}
 		free(a->x); free(a->pooled); free(a->logits); free(a->is_random);
 	}
-	if (!m->dry) {
+	if (!m->mem.dry) {
 		m->be->ops->free(m->be, s->dh);
 		m->be->ops->free(m->be, s->up);
 	}
@@ -156,7 +156,7 @@ static mgt_status sop_fwd(mgt_model *m, const void *lnf)
 {
 	struct bert_act *a = cur(m);
 	const int b = m->b, h = (int)m->h;
-	const size_t es = mgt_elem_size(m->act_t);
+	const size_t es = mgt_elem_size(m->prec.act_t);
 	a->sop = 0;
 	a->n_sop = 0;
 	if (!m->c.bert_binary_head) return MGT_OK;
@@ -164,7 +164,7 @@ static mgt_status sop_fwd(mgt_model *m, const void *lnf)
 	mgt_status st = m->be->ops->download(m->be, raw, lnf, (size_t)b * h * es);
 	if (!st) st = download_head(m);
 	if (st) return st;
-	for (size_t i = (size_t)b * h; i-- > 0;) a->x[i] = elem(raw, m->act_t, i); /* backwards: raw is a->pooled */
+	for (size_t i = (size_t)b * h; i-- > 0;) a->x[i] = elem(raw, m->prec.act_t, i); /* backwards: raw is a->pooled */
 	const float *Wp = m->bert->w, *bp = Wp + (size_t)h * h, *Wb = bp + h, *bb = Wb + 2 * (size_t)h;
 	for (int j = 0; j < b; j++) {
 		const double *x = a->x + (size_t)j * h;
@@ -215,11 +215,11 @@ mgt_status mgt_bert_head_fwd(mgt_model *m, const void *lnf, bool train, double *
 	slot_act *sa = m->cur;
 	struct bert_act *a = cur(m);
 	const int T = m->T, h = (int)m->h, V = (int)m->V_l;
-	o->linear_fwd(m->be, a->hd, m->act_t, lnf, m->act_t, W(m, m->glob[MGT_T_LMH_W]), WT(m), NULL, T, h, h);
-	o->bias_act_fwd(m->be, MGT_ACT_GELU, a->hg, m->act_t, a->hd, m->act_t, P(m, m->glob[MGT_T_LMH_B]), T, h);
-	o->norm_fwd(m->be, MGT_NORM_LAYERNORM, a->hl, m->act_t, a->meanh, a->rstdh, a->hg, m->act_t,
+	o->linear_fwd(m->be, a->hd, m->prec.act_t, lnf, m->prec.act_t, W(m, m->glob[MGT_T_LMH_W]), WT(m), NULL, T, h, h);
+	o->bias_act_fwd(m->be, MGT_ACT_GELU, a->hg, m->prec.act_t, a->hd, m->prec.act_t, P(m, m->glob[MGT_T_LMH_B]), T, h);
+	o->norm_fwd(m->be, MGT_NORM_LAYERNORM, a->hl, m->prec.act_t, a->meanh, a->rstdh, a->hg, m->prec.act_t,
 		    NW(m, m->glob[MGT_T_LMH_LN_W]), P(m, m->glob[MGT_T_LMH_LN_B]), T, h, (float)m->c.norm_epsilon);
-	o->linear_fwd(m->be, sa->logits, m->act_t, a->hl, m->act_t, W(m, mgt_model_output_weight(m)), WT(m),
+	o->linear_fwd(m->be, sa->logits, m->prec.act_t, a->hl, m->prec.act_t, W(m, mgt_model_output_weight(m)), WT(m),
 		      P(m, m->glob[MGT_T_OUTPUT_B]), T, h, V);
 	double ce;
 	mgt_status st = mgt_model_xent(m, &ce);
@@ -285,9 +285,9 @@ static mgt_status sop_bwd(mgt_model *m, void *dlnf, float scale)
 	mgt_status st = o->upload(m->be, m->bert->up, up, n * sizeof *up);
 	for (int i = 0, off = 0; !st && i < 4; off += (int)t[i]->numel, i++)
 		o->add(m->be, G(m, t[i]), (float *)m->bert->up + off, MGT_DT_F32, t[i]->numel);
-	for (size_t i = 0; i < (size_t)b * h; i++) put(up, m->act_t, i, (float)dx[i]); /* rounded as the sum below */
-	if (!st) st = o->upload(m->be, m->bert->up, up, (size_t)b * h * mgt_elem_size(m->act_t));
-	if (!st) o->add(m->be, dlnf, m->bert->up, m->act_t, (size_t)b * h);
+	for (size_t i = 0; i < (size_t)b * h; i++) put(up, m->prec.act_t, i, (float)dx[i]); /* rounded as the sum below */
+	if (!st) st = o->upload(m->be, m->bert->up, up, (size_t)b * h * mgt_elem_size(m->prec.act_t));
+	if (!st) o->add(m->be, dlnf, m->bert->up, m->prec.act_t, (size_t)b * h);
 	return st;
 }
 
@@ -300,19 +300,19 @@ mgt_status mgt_bert_head_bwd(mgt_model *m, const void *lnf, void *dlnf, float sc
 	const mgt_tensor *w = mgt_model_output_weight(m), *ln = m->glob[MGT_T_LMH_LN_W];
 	void *dh = m->bert->dh;
 	const float lm_scale = a->lm_den > 0 ? scale / (float)a->lm_den : 0.0f;
-	o->xent_bwd(m->be, sa->logits, sa->logits, m->act_t, sa->labels, sa->mx, sa->sumexp, sa->mask, lm_scale, m->v0, T,
+	o->xent_bwd(m->be, sa->logits, sa->logits, m->prec.act_t, sa->labels, sa->mx, sa->sumexp, sa->mask, lm_scale, m->v0, T,
 		    V);
-	o->linear_bwd(m->be, dlnf, m->act_t, G(m, w), G(m, m->glob[MGT_T_OUTPUT_B]), sa->logits, m->act_t, a->hl, m->act_t,
+	o->linear_bwd(m->be, dlnf, m->prec.act_t, G(m, w), G(m, m->glob[MGT_T_OUTPUT_B]), sa->logits, m->prec.act_t, a->hl, m->prec.act_t,
 		      W(m, w), WT(m), T, h, V);
-	mgt_status st = mgt_model_tp_allreduce(m, dlnf, (size_t)T * h, m->act_t); /* d hl, whole */
+	mgt_status st = mgt_model_tp_allreduce(m, dlnf, (size_t)T * h, m->prec.act_t); /* d hl, whole */
 	if (st) return st;
-	o->zero(m->be, dh, (size_t)T * h * mgt_elem_size(m->act_t));
-	o->norm_bwd(m->be, MGT_NORM_LAYERNORM, dh, G(m, ln), G(m, m->glob[MGT_T_LMH_LN_B]), dlnf, m->act_t, a->hg,
-		    m->act_t, NW(m, ln), a->meanh, a->rstdh, T, h);
-	o->bias_act_bwd(m->be, MGT_ACT_GELU, dlnf, G(m, m->glob[MGT_T_LMH_B]), dh, m->act_t, a->hd, m->act_t,
+	o->zero(m->be, dh, (size_t)T * h * mgt_elem_size(m->prec.act_t));
+	o->norm_bwd(m->be, MGT_NORM_LAYERNORM, dh, G(m, ln), G(m, m->glob[MGT_T_LMH_LN_B]), dlnf, m->prec.act_t, a->hg,
+		    m->prec.act_t, NW(m, ln), a->meanh, a->rstdh, T, h);
+	o->bias_act_bwd(m->be, MGT_ACT_GELU, dlnf, G(m, m->glob[MGT_T_LMH_B]), dh, m->prec.act_t, a->hd, m->prec.act_t,
 			P(m, m->glob[MGT_T_LMH_B]), T, h);
-	o->linear_bwd(m->be, dh, m->act_t, G(m, m->glob[MGT_T_LMH_W]), NULL, dlnf, m->act_t, lnf, m->act_t,
+	o->linear_bwd(m->be, dh, m->prec.act_t, G(m, m->glob[MGT_T_LMH_W]), NULL, dlnf, m->prec.act_t, lnf, m->prec.act_t,
 		      W(m, m->glob[MGT_T_LMH_W]), WT(m), T, h, h);
-	o->copy(m->be, dlnf, dh, (size_t)T * h * mgt_elem_size(m->act_t));
+	o->copy(m->be, dlnf, dh, (size_t)T * h * mgt_elem_size(m->prec.act_t));
 	return sop_bwd(m, dlnf, scale);
 }

@@ -19,11 +19,11 @@
 
 /* ---- allocation ---- */
 
-#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
+#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.act_bytes, &st)
 /* n elements of type t */
-#define AT(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->act_bytes, &st)
-#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
-#define WK(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->work_bytes, &st)
+#define AT(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->mem.act_bytes, &st)
+#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
+#define WK(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->mem.work_bytes, &st)
 
 /* Elements of layer buffer k (LA_*) of local layer li (-1: a dense layer's), 0 for one the model
  * does not have: the residual stream's here, the rest by the layer kinds that use them. */
@@ -34,13 +34,13 @@ static size_t la_numel(const mgt_model *m, int li, int k)
 	return mgt_layer_attn_numel(m, li, k) + (moe ? mgt_layer_moe_numel(m, li, k) : mgt_layer_mlp_numel(m, li, k));
 }
 
-/* The element type of layer buffer k (mgt_model.act_t, fc1_t, res_t). */
+/* The element type of layer buffer k (mgt_model.prec.act_t, fc1_t, res_t). */
 static mgt_elem_type la_type(const mgt_model *m, int k)
 {
 	switch (k) {
-	case LA_LN1: case LA_LN2: case LA_ACT: case LA_QKV: case LA_CTX: return m->act_t;
-	case LA_FC1: return m->fc1_t;
-	case LA_X_IN: case LA_X_MID: return m->res_t;
+	case LA_LN1: case LA_LN2: case LA_ACT: case LA_QKV: case LA_CTX: return m->prec.act_t;
+	case LA_FC1: return m->prec.fc1_t;
+	case LA_X_IN: case LA_X_MID: return m->prec.res_t;
 	default: return MGT_DT_F32;
 	}
 }
@@ -50,7 +50,7 @@ static mgt_elem_type la_type(const mgt_model *m, int k)
 
 /* ---- activation recomputation (Korthikanti et al. 2022; megatron/core/recompute.py) ----
  * FULL: a recomputed layer keeps only the input of its group (the slot's x_in of the group's
- * first layer); everything else it needs lives in the scratch m->rc and is recomputed by
+ * first layer); everything else it needs lives in the scratch m->rc.layers and is recomputed by
  * rerunning the group's forward before its backward.  Groups: uniform, layers [g, g + n) for g a
  * multiple of n = recompute num_layers (the last group shorter); block, each of the chunk's first
  * n layers alone; the other layers of the chunk keep everything.  SELECTIVE: every layer keeps
@@ -71,7 +71,7 @@ void mgt_model_rc_group(const mgt_model *m, int li, int *g0, int *g1)
 	*g1 = *g0 + n < m->n_layers ? *g0 + n : m->n_layers;
 }
 
-/* Buffers that layer li of a slot allocates for itself (the rest alias m->rc). */
+/* Buffers that layer li of a slot allocates for itself (the rest alias m->rc.layers). */
 static unsigned la_own(const mgt_model *m, int li)
 {
 	if (mgt_model_rc_full(m, li)) {
@@ -111,12 +111,12 @@ static mgt_status alloc_recompute(mgt_model *m)
 	int n = 1;
 	if (r->granularity == MGT_RECOMPUTE_FULL && r->method == MGT_RECOMPUTE_UNIFORM)
 		n = r->num_layers < m->n_layers ? r->num_layers : m->n_layers;
-	if (!(m->rc = mgt_malloc((size_t)n * sizeof *m->rc))) return MGT_ERR_NOMEM;
-	memset(m->rc, 0, (size_t)n * sizeof *m->rc);
-	m->rc_n = n;
+	if (!(m->rc.layers = mgt_malloc((size_t)n * sizeof *m->rc.layers))) return MGT_ERR_NOMEM;
+	memset(m->rc.layers, 0, (size_t)n * sizeof *m->rc.layers);
+	m->rc.n = n;
 	mgt_status st = MGT_OK;
 	for (int k = 0; !st && k < n; k++)
-		st = alloc_layer(m, -1, &m->rc[k], r->granularity == MGT_RECOMPUTE_SELECTIVE ? LA_BIT(LA_CTX) | LA_BIT(LA_LSE) :
+		st = alloc_layer(m, -1, &m->rc.layers[k], r->granularity == MGT_RECOMPUTE_SELECTIVE ? LA_BIT(LA_CTX) | LA_BIT(LA_LSE) :
 					       k == 0 ? LA_ALL & ~LA_BIT(LA_X_IN) : LA_ALL);
 	return st;
 }
@@ -135,16 +135,16 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 		if (own == LA_ALL) continue;
 		int g0 = l, g1;
 		if (mgt_model_rc_full(m, l)) mgt_model_rc_group(m, l, &g0, &g1);
-		const layer_act *s = &m->rc[l - g0];
+		const layer_act *s = &m->rc.layers[l - g0];
 		for (int k = 0; k < LA_N; k++)
 			if (!(own & LA_BIT(k))) *la_buf(a, k) = *la_buf((layer_act *)s, k);
 	}
 	mgt_t5_dims(m, T5_DEC); /* T5: the head's and the labels' */
 	T = (size_t)m->T, Th = (size_t)m->Th;
-	sa->res_out = AT(Th * h, m->res_t);
+	sa->res_out = AT(Th * h, m->prec.res_t);
 	if (m->last) {
-		sa->lnf = AT(T * h, m->act_t); sa->meanf = AF(Th); sa->rstdf = AF(Th);
-		sa->logits = AT(T * (size_t)m->V_l, m->act_t);
+		sa->lnf = AT(T * h, m->prec.act_t); sa->meanf = AF(Th); sa->rstdf = AF(Th);
+		sa->logits = AT(T * (size_t)m->V_l, m->prec.act_t);
 		sa->mx = AF(T); sa->sumexp = AF(T); sa->tgt = AF(T); sa->loss = AF(T);
 	}
 	sa->mask = AF(T);
@@ -152,7 +152,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	if (m->fam->recipe != MGT_STACK_ENCODER_DECODER) /* T5: the stacks' own (t5.c) */
 		sa->tokens = (int32_t *)AF(T), sa->pos = (int32_t *)AF(T);
 	if (m->fam->recipe == MGT_STACK_ENCODER) { /* BERT: the padding mask's keys */
-		sa->kmask = (uint8_t *)mgt_model_balloc(m, T, &m->act_bytes, &st);
+		sa->kmask = (uint8_t *)mgt_model_balloc(m, T, &m->mem.act_bytes, &st);
 		if (m->c.bert_binary_head) sa->types = (int32_t *)AF(T);
 	}
 	return st;
@@ -168,18 +168,18 @@ static mgt_status alloc_activations(mgt_model *m)
 	memset(m->sa, 0, (size_t)m->L.slots * sizeof *m->sa);
 	for (int k = 0; !st && k < m->L.slots; k++) st = alloc_slot(m, &m->sa[k]);
 	m->cur = &m->sa[0];
-	if (m->first) m->emb = AF(T * h);
-	if (m->sp) { m->lnl = AF(Th * h); m->dloc = WF(Th * h); }
+	if (m->first) m->scratch.emb = AF(T * h);
+	if (m->sp) { m->scratch.lnl = AF(Th * h); m->scratch.dloc = WF(Th * h); }
 	size_t big = (size_t)(m->qkv_l > m->fc1_l ? m->qkv_l : m->fc1_l);
 	/* the gradient scratch in the gradients' types (dloc above stays fp32: it also takes the
 	 * embedding's fp32 output under SP) */
-	m->dres = WK(Th * h, m->res_t); m->dtmp_h = WK(T * h, m->act_t); m->dbig = WK(T * big, m->act_t);
-	m->dctx = WK(T * (size_t)(m->nq_l * m->d), m->act_t); m->dact = WK(T * (size_t)m->ffn_l, m->act_t);
+	m->scratch.dres = WK(Th * h, m->prec.res_t); m->scratch.dtmp_h = WK(T * h, m->prec.act_t); m->scratch.dbig = WK(T * big, m->prec.act_t);
+	m->scratch.dctx = WK(T * (size_t)(m->nq_l * m->d), m->prec.act_t); m->scratch.dact = WK(T * (size_t)m->ffn_l, m->prec.act_t);
 	if (m->rope && m->n_layers) m->inv_freq = WF(m->rot_dim / 2);
 	if (!st) st = mgt_cp_alloc(m);
 	if (!st) st = mgt_model_fp8_alloc(m);
 	if (!st) st = mgt_bert_alloc(m);
-	if (!st && m->fam->recipe == MGT_STACK_ENCODER && !m->dry && !(m->kmask_h = mgt_malloc((size_t)m->T)))
+	if (!st && m->fam->recipe == MGT_STACK_ENCODER && !m->mem.dry && !(m->kmask_h = mgt_malloc((size_t)m->T)))
 		st = MGT_ERR_NOMEM;
 	if (!st) st = mgt_t5_alloc(m);
 	mgt_t5_dims(m, T5_DEC);
@@ -216,10 +216,10 @@ static void set_dims(mgt_model *m)
 {
 	const mgt_model_config *c = &m->c;
 	int tp = m->ps->tp;
-	m->cp = m->ps->cp > 1 ? m->ps->cp : 1;
-	m->cp_rank = m->cp > 1 ? m->ps->cp_rank : 0;
-	m->s = (int)(c->seq_length / m->cp);
-	m->cp_C = m->s / 2;
+	m->cp.size = m->ps->cp > 1 ? m->ps->cp : 1;
+	m->cp.rank = m->cp.size > 1 ? m->ps->cp_rank : 0;
+	m->s = (int)(c->seq_length / m->cp.size);
+	m->cp.C = m->s / 2;
 	m->b = m->L.mbs;
 	m->T = m->s * m->b;
 	m->sp = m->L.sequence_parallel && tp > 1;
@@ -317,20 +317,20 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	m->L = *L;
 	m->be = be;
 	m->ps = ps;
-	m->dry = dry;
+	m->mem.dry = dry;
 	set_dims(m);
-	m->ep = ps->ep > 0 ? ps->ep : 1;
-	m->ep_rank = ps->ep > 0 ? ps->ep_rank : 0;
-	st = mgt_tensor_table_build_ep(&m->tt, c, ps->tp, ps->tp_rank, L->num_stages, L->stage, m->ep, m->ep_rank);
+	m->ep.size = ps->ep > 0 ? ps->ep : 1;
+	m->ep.rank = ps->ep > 0 ? ps->ep_rank : 0;
+	st = mgt_tensor_table_build_ep(&m->tt, c, ps->tp, ps->tp_rank, L->num_stages, L->stage, m->ep.size, m->ep.rank);
 	bool shared = !c->untie_embeddings_and_output_weights && ps->pp > 1;
 	if (!st) st = mgt_tensor_table_layout(&m->tt, L->dp, L->distributed_optimizer, L->bucket_size, shared);
 	if (!st) st = index_roles(m);
 	if (!st) st = mgt_moe_setup(m);
 	if (!st) st = mgt_t5_setup(m);
 	if (!st) st = fp8_check(m);
-	m->act_t = mgt_precision_dtype(L->precision);
-	m->fc1_t = m->act_t;
-	m->res_t = L->fp32_residual_connection ? MGT_DT_F32 : m->act_t;
+	m->prec.act_t = mgt_precision_dtype(L->precision);
+	m->prec.fc1_t = m->prec.act_t;
+	m->prec.res_t = L->fp32_residual_connection ? MGT_DT_F32 : m->prec.act_t;
 	if (st) mgt_model_free(m);
 	else *out = m;
 	return st;
@@ -341,25 +341,25 @@ size_t mgt_model_lp_bytes(const mgt_model *m)
 	return m->infer || m->L.precision == MGT_PREC_FP32 ? 0 : m->tt.buf_numel * 2;
 }
 
-/* --apply-layernorm-1p: the offsets of the norm weights in m->nw1, the buffer and its ones. */
+/* --apply-layernorm-1p: the offsets of the norm weights in m->prec.nw1, the buffer and its ones. */
 static mgt_status alloc_nw1(mgt_model *m)
 {
 	if (!m->c.apply_layernorm_1p) return MGT_OK;
 	size_t n = 0, most = 1;
-	if (!(m->nw_off = mgt_malloc((size_t)(m->tt.n ? m->tt.n : 1) * sizeof *m->nw_off))) return MGT_ERR_NOMEM;
+	if (!(m->prec.nw_off = mgt_malloc((size_t)(m->tt.n ? m->tt.n : 1) * sizeof *m->prec.nw_off))) return MGT_ERR_NOMEM;
 	for (int i = 0; i < m->tt.n; i++) {
 		const mgt_tensor *t = &m->tt.t[i];
 		if (!mgt_tensor_is_norm_weight(t)) continue;
-		m->nw_off[i] = n;
+		m->prec.nw_off[i] = n;
 		n += t->numel;
 		if (t->numel > most) most = t->numel;
 	}
 	float *one = mgt_malloc(most * sizeof *one);
-	m->nw1 = m->be->ops->alloc(m->be, (n ? n : 1) * sizeof(float));
-	m->ones = m->be->ops->alloc(m->be, most * sizeof(float));
-	mgt_status st = one && m->nw1 && m->ones ? MGT_OK : MGT_ERR_NOMEM;
+	m->prec.nw1 = m->be->ops->alloc(m->be, (n ? n : 1) * sizeof(float));
+	m->prec.ones = m->be->ops->alloc(m->be, most * sizeof(float));
+	mgt_status st = one && m->prec.nw1 && m->prec.ones ? MGT_OK : MGT_ERR_NOMEM;
 	for (size_t i = 0; !st && i < most; i++) one[i] = 1.0f;
-	if (!st) st = m->be->ops->upload(m->be, m->ones, one, most * sizeof(float));
+	if (!st) st = m->be->ops->upload(m->be, m->prec.ones, one, most * sizeof(float));
 	free(one);
 	return st;
 }
@@ -370,26 +370,26 @@ mgt_status mgt_model_alloc_params(mgt_model *m, bool grads)
 	size_t bytes = m->tt.buf_numel * sizeof(float), lpb = grads ? mgt_model_lp_bytes(m) : 0;
 	m->params = be->ops->alloc(be, bytes);
 	if (grads) m->grads = be->ops->alloc(be, bytes);
-	if (lpb) m->lp = be->ops->alloc(be, lpb);
-	if (!m->params || (grads && !m->grads) || (lpb && !m->lp) || alloc_nw1(m)) return MGT_ERR_NOMEM;
+	if (lpb) m->prec.lp = be->ops->alloc(be, lpb);
+	if (!m->params || (grads && !m->grads) || (lpb && !m->prec.lp) || alloc_nw1(m)) return MGT_ERR_NOMEM;
 	be->ops->zero(be, m->params, bytes);
 	if (grads) be->ops->zero(be, m->grads, bytes);
-	m->lp_t = mgt_precision_dtype(m->L.precision);
-	m->lp_stale = true;
+	m->prec.lp_t = mgt_precision_dtype(m->L.precision);
+	m->prec.lp_stale = true;
 	return MGT_OK;
 }
 
 void mgt_model_lp_refresh(mgt_model *m)
 {
-	if (!m->lp_stale) return;
-	if (m->lp) m->be->ops->cast(m->be, m->lp, m->lp_t, m->params, m->tt.buf_numel);
-	for (int i = 0; m->nw1 && i < m->tt.n; i++) { /* 1 + w, in fp32 */
+	if (!m->prec.lp_stale) return;
+	if (m->prec.lp) m->be->ops->cast(m->be, m->prec.lp, m->prec.lp_t, m->params, m->tt.buf_numel);
+	for (int i = 0; m->prec.nw1 && i < m->tt.n; i++) { /* 1 + w, in fp32 */
 		const mgt_tensor *t = &m->tt.t[i];
 		if (!mgt_tensor_is_norm_weight(t)) continue;
-		m->be->ops->copy(m->be, m->nw1 + m->nw_off[i], P(m, t), t->numel * sizeof(float));
-		m->be->ops->add(m->be, m->nw1 + m->nw_off[i], m->ones, MGT_DT_F32, t->numel);
+		m->be->ops->copy(m->be, m->prec.nw1 + m->prec.nw_off[i], P(m, t), t->numel * sizeof(float));
+		m->be->ops->add(m->be, m->prec.nw1 + m->prec.nw_off[i], m->prec.ones, MGT_DT_F32, t->numel);
 	}
-	m->lp_stale = false;
+	m->prec.lp_stale = false;
 }
 
 mgt_status mgt_model_upload_inv_freq(mgt_model *m)
@@ -453,15 +453,15 @@ void mgt_model_free(mgt_model *m)
 	mgt_backend *be = m->be;
 	mgt_t5_free(m); /* first: it takes back the slots' pointers into its buffers */
 	for (int k = 0; m->sa && k < m->L.slots; k++) {
-		if (m->dry) free(m->sa[k].la);
+		if (m->mem.dry) free(m->sa[k].la);
 		else free_slot(m, &m->sa[k]);
 	}
 	free(m->sa);
-	for (int k = 0; m->rc && !m->dry && k < m->rc_n; k++) free_layer(m, &m->rc[k]);
-	free(m->rc);
-	void *bufs[] = { m->params, m->grads, m->lp, m->nw1, m->ones, m->emb, m->lnl, m->dres, m->dtmp_h, m->dloc,
-			 m->dbig, m->dctx, m->dact, m->inv_freq };
-	for (size_t k = 0; !m->dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
+	for (int k = 0; m->rc.layers && !m->mem.dry && k < m->rc.n; k++) free_layer(m, &m->rc.layers[k]);
+	free(m->rc.layers);
+	void *bufs[] = { m->params, m->grads, m->prec.lp, m->prec.nw1, m->prec.ones, m->scratch.emb, m->scratch.lnl, m->scratch.dres, m->scratch.dtmp_h, m->scratch.dloc,
+			 m->scratch.dbig, m->scratch.dctx, m->scratch.dact, m->inv_freq };
+	for (size_t k = 0; !m->mem.dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
 	mgt_cp_free(m);
 	mgt_model_fp8_free(m);
@@ -469,7 +469,7 @@ void mgt_model_free(mgt_model *m)
 	free(m->kmask_h);
 	free(m->by_role);
 	free(m->pattern);
-	free(m->nw_off);
+	free(m->prec.nw_off);
 	mgt_tensor_table_free(&m->tt);
 	free(m);
 }
@@ -478,14 +478,14 @@ const mgt_tensor_table *mgt_model_tensors(const mgt_model *m) { return &m->tt; }
 const char *mgt_model_layer_pattern(const mgt_model *m) { return m->pattern; }
 float *mgt_model_params(mgt_model *m)
 {
-	m->lp_stale = true;
+	m->prec.lp_stale = true;
 	return m->params;
 }
 float *mgt_model_grads(mgt_model *m) { return m->grads; }
 void *mgt_model_hidden_in(mgt_model *m, int slot) { return m->n_layers ? m->sa[slot].la[0].x_in : m->sa[slot].res_out; }
 void *mgt_model_hidden_out(mgt_model *m, int slot) { return m->sa[slot].res_out; }
-mgt_elem_type mgt_model_hidden_type(const mgt_model *m) { return m->res_t; }
-void *mgt_model_hidden_grad(mgt_model *m) { return m->dres; }
+mgt_elem_type mgt_model_hidden_type(const mgt_model *m) { return m->prec.res_t; }
+void *mgt_model_hidden_grad(mgt_model *m) { return m->scratch.dres; }
 size_t mgt_model_hidden_numel(const mgt_model *m) { return (size_t)m->Th * (size_t)m->h; }
 bool mgt_model_is_first_stage(const mgt_model *m) { return m->first; }
 bool mgt_model_is_last_stage(const mgt_model *m) { return m->last; }
@@ -494,8 +494,8 @@ mgt_model_mem mgt_model_memory(const mgt_model *m)
 {
 	size_t pb = m->tt.buf_numel * sizeof(float);
 	return (mgt_model_mem){ .params = pb + mgt_model_lp_bytes(m), .grads = m->infer ? 0 : pb,
-				.activations = m->act_bytes,
-				.workspace = m->work_bytes };
+				.activations = m->mem.act_bytes,
+				.workspace = m->mem.work_bytes };
 }
 
 mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed)
@@ -505,7 +505,7 @@ mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed)
 	if (!host) return MGT_ERR_NOMEM;
 	memset(host, 0, bytes);
 	mgt_tensor_table_init(&m->tt, host, seed);
-	m->lp_stale = true;
+	m->prec.lp_stale = true;
 	if (m->be->host_memory) return MGT_OK;
 	mgt_status st = m->be->ops->upload(m->be, m->params, host, bytes);
 	free(host);
@@ -516,5 +516,5 @@ void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, i
 {
 	uint32_t w[4];
 	mgt_philox(seed ^ 0xD1B54A32D192ED03ull, (uint64_t)iteration, (uint64_t)microbatch, w);
-	m->next_key = ((uint64_t)w[1] << 32) | w[0];
+	m->run.next_key = ((uint64_t)w[1] << 32) | w[0];
 }

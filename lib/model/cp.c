@@ -50,12 +50,12 @@
 enum { TAG_KV = 21, TAG_DKV = 22 };
 
 /* Global chunk of local chunk h (0: the first half of the local positions). */
-static int gchunk(const mgt_model *m, int h) { return h ? 2 * m->cp - 1 - m->cp_rank : m->cp_rank; }
+static int gchunk(const mgt_model *m, int h) { return h ? 2 * m->cp.size - 1 - m->cp.rank : m->cp.rank; }
 
 static size_t kv_numel(const mgt_model *m) { return (size_t)m->T * (size_t)m->ng_l * 2 * (size_t)m->d; }
 
 /* Elements of one chunk of C positions in a [rows, width] activation. */
-static size_t chunk_numel(const mgt_model *m, int64_t width) { return (size_t)m->cp_C * (size_t)m->b * (size_t)width; }
+static size_t chunk_numel(const mgt_model *m, int64_t width) { return (size_t)m->cp.C * (size_t)m->b * (size_t)width; }
 
 int64_t mgt_cp_row(int64_t chunk_rows, int cp, int q, int64_t t)
 {
@@ -65,7 +65,7 @@ int64_t mgt_cp_row(int64_t chunk_rows, int cp, int q, int64_t t)
 /* The global row of local row t of context rank q. */
 static int64_t grow(const mgt_model *m, int q, int64_t t)
 {
-	return mgt_cp_row((int64_t)m->cp_C * m->b, m->cp, q, t);
+	return mgt_cp_row((int64_t)m->cp.C * m->b, m->cp.size, q, t);
 }
 
 /* a2a: the buffers, and the row maps, over n = cp T rows of one block of ng/cp query groups:
@@ -75,16 +75,16 @@ static int64_t grow(const mgt_model *m, int q, int64_t t)
 static mgt_status a2a_alloc(mgt_model *m)
 {
 	mgt_status st = MGT_OK;
-	size_t T = (size_t)m->T, c = (size_t)m->cp, nq = T * (size_t)m->qkv_l, no = T * (size_t)(m->nq_l * m->d);
-#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
-	m->a2a.snd = W(nq); m->a2a.rcv = W(nq); m->a2a.q = W(nq); m->a2a.dq = W(nq);
-	m->a2a.o = W(no); m->a2a.dout = W(no);
-	for (int k = 0; k < 4; k++) m->a2a.idx[k] = (int32_t *)W(c * T);
+	size_t T = (size_t)m->T, c = (size_t)m->cp.size, nq = T * (size_t)m->qkv_l, no = T * (size_t)(m->nq_l * m->d);
+#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
+	m->cp.a2a.snd = W(nq); m->cp.a2a.rcv = W(nq); m->cp.a2a.q = W(nq); m->cp.a2a.dq = W(nq);
+	m->cp.a2a.o = W(no); m->cp.a2a.dout = W(no);
+	for (int k = 0; k < 4; k++) m->cp.a2a.idx[k] = (int32_t *)W(c * T);
 #undef W
-	if (st || m->dry) return st;
+	if (st || m->mem.dry) return st;
 	int32_t *h = mgt_malloc(4 * c * T * sizeof *h);
-	m->a2a.cnt = mgt_malloc(4 * c * sizeof *m->a2a.cnt);
-	if (!h || !m->a2a.cnt) {
+	m->cp.a2a.cnt = mgt_malloc(4 * c * sizeof *m->cp.a2a.cnt);
+	if (!h || !m->cp.a2a.cnt) {
 		free(h);
 		return MGT_ERR_NOMEM;
 	}
@@ -97,36 +97,36 @@ static mgt_status a2a_alloc(mgt_model *m)
 			to[g] = (int32_t)i;
 			from[i] = (int32_t)g;
 		}
-	for (int k = 0; !st && k < 4; k++) st = m->be->ops->upload(m->be, m->a2a.idx[k], h + (size_t)k * c * T, c * T * 4);
+	for (int k = 0; !st && k < 4; k++) st = m->be->ops->upload(m->be, m->cp.a2a.idx[k], h + (size_t)k * c * T, c * T * 4);
 	free(h);
 	return st;
 }
 
 /* qkv and ctx in 16 bits (act_t): the p2p and allgather blocks then run on fp32 copies. */
-static bool lp(const mgt_model *m) { return m->act_t != MGT_DT_F32; }
+static bool lp(const mgt_model *m) { return m->prec.act_t != MGT_DT_F32; }
 
 mgt_status mgt_cp_alloc(mgt_model *m)
 {
-	if (m->cp <= 1 || !m->n_layers) return MGT_OK;
+	if (m->cp.size <= 1 || !m->n_layers) return MGT_OK;
 	if (m->L.cp_comm == MGT_CP_A2A) return a2a_alloc(m);
 	mgt_status st = MGT_OK;
-	size_t kv = kv_numel(m), c = (size_t)m->cp, nq = (size_t)m->T * (size_t)m->qkv_l;
+	size_t kv = kv_numel(m), c = (size_t)m->cp.size, nq = (size_t)m->T * (size_t)m->qkv_l;
 	size_t no = (size_t)m->T * (size_t)(m->nq_l * m->d);
-#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
-	m->cpb.kv = W(kv);
-	m->cpb.dkv = W(kv);
+#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
+	m->cp.buf.kv = W(kv);
+	m->cp.buf.dkv = W(kv);
 	if (m->L.cp_comm == MGT_CP_P2P) {
-		m->cpb.ob = W(chunk_numel(m, m->nq_l * m->d));
-		m->cpb.lb = W((size_t)m->b * (size_t)m->nq_l * (size_t)m->s);
+		m->cp.buf.ob = W(chunk_numel(m, m->nq_l * m->d));
+		m->cp.buf.lb = W((size_t)m->b * (size_t)m->nq_l * (size_t)m->s);
 	} else {
-		m->cpb.all = W(c * kv);
-		m->cpb.glob = W(c * kv);
-		m->cpb.dglob = W(c * kv);
+		m->cp.buf.all = W(c * kv);
+		m->cp.buf.glob = W(c * kv);
+		m->cp.buf.dglob = W(c * kv);
 	}
 	if (lp(m)) {
-		m->cpb.q32 = W(nq); m->cpb.dq32 = W(nq); m->cpb.o32 = W(no); m->cpb.g32 = W(no);
-		m->cpb.kv16 = W(kv / 2 + 1);
-		if (m->L.cp_comm != MGT_CP_P2P) m->cpb.all16 = W(c * kv / 2 + 1);
+		m->cp.buf.q32 = W(nq); m->cp.buf.dq32 = W(nq); m->cp.buf.o32 = W(no); m->cp.buf.g32 = W(no);
+		m->cp.buf.kv16 = W(kv / 2 + 1);
+		if (m->L.cp_comm != MGT_CP_P2P) m->cp.buf.all16 = W(c * kv / 2 + 1);
 	}
 #undef W
 	return st;
@@ -134,22 +134,22 @@ mgt_status mgt_cp_alloc(mgt_model *m)
 
 void mgt_cp_free(mgt_model *m)
 {
-	void *b[] = { m->cpb.kv, m->cpb.dkv, m->cpb.ob, m->cpb.lb, m->cpb.all, m->cpb.glob, m->cpb.dglob, m->cpb.q32,
-		      m->cpb.dq32, m->cpb.o32, m->cpb.g32, m->cpb.kv16, m->cpb.all16, m->a2a.snd,
-		      m->a2a.rcv, m->a2a.q, m->a2a.o, m->a2a.dq, m->a2a.dout, m->a2a.idx[0], m->a2a.idx[1],
-		      m->a2a.idx[2], m->a2a.idx[3] };
-	for (size_t i = 0; !m->dry && i < sizeof b / sizeof *b; i++)
+	void *b[] = { m->cp.buf.kv, m->cp.buf.dkv, m->cp.buf.ob, m->cp.buf.lb, m->cp.buf.all, m->cp.buf.glob, m->cp.buf.dglob, m->cp.buf.q32,
+		      m->cp.buf.dq32, m->cp.buf.o32, m->cp.buf.g32, m->cp.buf.kv16, m->cp.buf.all16, m->cp.a2a.snd,
+		      m->cp.a2a.rcv, m->cp.a2a.q, m->cp.a2a.o, m->cp.a2a.dq, m->cp.a2a.dout, m->cp.a2a.idx[0], m->cp.a2a.idx[1],
+		      m->cp.a2a.idx[2], m->cp.a2a.idx[3] };
+	for (size_t i = 0; !m->mem.dry && i < sizeof b / sizeof *b; i++)
 		if (b[i]) m->be->ops->free(m->be, b[i]);
-	free(m->a2a.cnt);
-	memset(&m->cpb, 0, sizeof m->cpb);
-	memset(&m->a2a, 0, sizeof m->a2a);
+	free(m->cp.a2a.cnt);
+	memset(&m->cp.buf, 0, sizeof m->cp.buf);
+	memset(&m->cp.a2a, 0, sizeof m->cp.a2a);
 }
 
 /* A block of local query chunk hq against sk key positions from global position koff. */
 static mgt_attn block(const mgt_model *m, int hq, int sk, int koff, float p, uint64_t key)
 {
-	return (mgt_attn){ .kind = MGT_ATTN_BLOCK, .sq = m->cp_C, .sk = sk, .b = m->b, .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d,
-			       .qoff = gchunk(m, hq) * m->cp_C, .koff = koff, .s = m->cp_C * 2 * m->cp, .ld_lse = m->s,
+	return (mgt_attn){ .kind = MGT_ATTN_BLOCK, .sq = m->cp.C, .sk = sk, .b = m->b, .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d,
+			       .qoff = gchunk(m, hq) * m->cp.C, .koff = koff, .s = m->cp.C * 2 * m->cp.size, .ld_lse = m->s,
 			       .p = p, .key = key, .head0 = (int)(m->nq_l * m->ps->tp_rank),
 			       .heads_total = (int)m->c.num_attention_heads, .t = MGT_DT_F32,
 			   .gt = MGT_DT_F32 };
@@ -169,8 +169,8 @@ static mgt_status ring(const mgt_model *m, float *buf, int tag, bool send)
 	int n = c->size, r = c->rank;
 	const mgt_backend_ops *o = m->be->ops;
 	const bool h = tag == TAG_KV && lp(m);
-	void *x = h ? m->cpb.kv16 : (void *)buf;
-	const mgt_elem_type t = h ? m->act_t : MGT_DT_F32;
+	void *x = h ? m->cp.buf.kv16 : (void *)buf;
+	const mgt_elem_type t = h ? m->prec.act_t : MGT_DT_F32;
 	if (send) {
 		if (h) o->cast(m->be, x, t, buf, kv_numel(m));
 		return c->ops->send(c, x, kv_numel(m), t, (r + 1) % n, tag);
@@ -180,39 +180,39 @@ static mgt_status ring(const mgt_model *m, float *buf, int tag, bool send)
 	return st;
 }
 
-/* The p2p forward's blocks against the chunks of rank src held in cpb.kv.  At step 0 (src is
+/* The p2p forward's blocks against the chunks of rank src held in cp.buf.kv.  At step 0 (src is
  * this rank) the diagonal blocks come first: they initialize ctx and lse; every other visible
  * block is unmasked and merged in. */
 static void p2p_fwd_step(mgt_model *m, layer_act *a, int src, float p, uint64_t key)
 {
 	const mgt_backend_ops *o = m->be->ops;
-	int c2 = 2 * m->cp - 1;
-	for (int h = 0; src == m->cp_rank && h < 2; h++) {
-		mgt_attn g = block(m, h, m->cp_C, gchunk(m, h) * m->cp_C, p, key);
-		o->attn_forward(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp_C, q_at(m, a->qkv, h),
-				kv_at(m, m->cpb.kv, h));
+	int c2 = 2 * m->cp.size - 1;
+	for (int h = 0; src == m->cp.rank && h < 2; h++) {
+		mgt_attn g = block(m, h, m->cp.C, gchunk(m, h) * m->cp.C, p, key);
+		o->attn_forward(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp.C, q_at(m, a->qkv, h),
+				kv_at(m, m->cp.buf.kv, h));
 	}
 	for (int hq = 0; hq < 2; hq++)
 		for (int hk = 0; hk < 2; hk++) {
 			int gk = hk ? c2 - src : src;
 			if (gk >= gchunk(m, hq)) continue;
-			mgt_attn g = block(m, hq, m->cp_C, gk * m->cp_C, p, key);
-			float *lb = m->cpb.lb + hq * m->cp_C;
-			o->attn_forward(m->be, &g, m->cpb.ob, lb, q_at(m, a->qkv, hq), kv_at(m, m->cpb.kv, hk));
-			o->attn_merge(m->be, &g, o_at(m, a->ctx, hq), a->lse + hq * m->cp_C, m->cpb.ob, lb);
+			mgt_attn g = block(m, hq, m->cp.C, gk * m->cp.C, p, key);
+			float *lb = m->cp.buf.lb + hq * m->cp.C;
+			o->attn_forward(m->be, &g, m->cp.buf.ob, lb, q_at(m, a->qkv, hq), kv_at(m, m->cp.buf.kv, hk));
+			o->attn_merge(m->be, &g, o_at(m, a->ctx, hq), a->lse + hq * m->cp.C, m->cp.buf.ob, lb);
 		}
 }
 
 static mgt_status p2p_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
-	int c = m->cp;
+	int c = m->cp.size;
 	mgt_status st = MGT_OK;
-	m->be->ops->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
+	m->be->ops->attn_kv_copy(m->be, a->qkv, m->cp.buf.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
 	for (int i = 0; !st && i < c; i++) {
-		if (i + 1 < c) st = ring(m, m->cpb.kv, TAG_KV, true);
+		if (i + 1 < c) st = ring(m, m->cp.buf.kv, TAG_KV, true);
 		if (st) break;
-		p2p_fwd_step(m, a, (m->cp_rank + c - i) % c, p, key);
-		if (i + 1 < c) st = ring(m, m->cpb.kv, TAG_KV, false);
+		p2p_fwd_step(m, a, (m->cp.rank + c - i) % c, p, key);
+		if (i + 1 < c) st = ring(m, m->cp.buf.kv, TAG_KV, false);
 	}
 	return st;
 }
@@ -220,31 +220,31 @@ static mgt_status p2p_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 /* The backward's blocks against the chunks of rank src in kv, their dK, dV into dkv. */
 static void p2p_bwd_step(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, int src, float p, uint64_t key)
 {
-	int c2 = 2 * m->cp - 1;
+	int c2 = 2 * m->cp.size - 1;
 	for (int hq = 0; hq < 2; hq++)
 		for (int hk = 0; hk < 2; hk++) {
 			int gk = hk ? c2 - src : src;
 			if (gk > gchunk(m, hq)) continue;
-			mgt_attn g = block(m, hq, m->cp_C, gk * m->cp_C, p, key);
-			m->be->ops->attn_backward(m->be, &g, q_at(m, dqkv, hq), kv_at(m, m->cpb.dkv, hk),
-						 o_at(m, (float *)dctx, hq), q_at(m, a->qkv, hq), kv_at(m, m->cpb.kv, hk),
-						 o_at(m, a->ctx, hq), a->lse + hq * m->cp_C);
+			mgt_attn g = block(m, hq, m->cp.C, gk * m->cp.C, p, key);
+			m->be->ops->attn_backward(m->be, &g, q_at(m, dqkv, hq), kv_at(m, m->cp.buf.dkv, hk),
+						 o_at(m, (float *)dctx, hq), q_at(m, a->qkv, hq), kv_at(m, m->cp.buf.kv, hk),
+						 o_at(m, a->ctx, hq), a->lse + hq * m->cp.C);
 		}
 }
 
 static mgt_status p2p_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *dctx, float p, uint64_t key)
 {
 	const mgt_backend_ops *o = m->be->ops;
-	int c = m->cp;
+	int c = m->cp.size;
 	mgt_status st = MGT_OK;
-	o->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
-	o->zero(m->be, m->cpb.dkv, kv_numel(m) * sizeof(float));
+	o->attn_kv_copy(m->be, a->qkv, m->cp.buf.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
+	o->zero(m->be, m->cp.buf.dkv, kv_numel(m) * sizeof(float));
 	for (int i = 0; !st && i < c; i++) {
-		p2p_bwd_step(m, a, dqkv, dctx, (m->cp_rank + c - i) % c, p, key);
-		if (i + 1 < c) st = ring(m, m->cpb.kv, TAG_KV, true);
-		if (!st) st = ring(m, m->cpb.dkv, TAG_DKV, true);
-		if (!st && i + 1 < c) st = ring(m, m->cpb.kv, TAG_KV, false);
-		if (!st) st = ring(m, m->cpb.dkv, TAG_DKV, false);
+		p2p_bwd_step(m, a, dqkv, dctx, (m->cp.rank + c - i) % c, p, key);
+		if (i + 1 < c) st = ring(m, m->cp.buf.kv, TAG_KV, true);
+		if (!st) st = ring(m, m->cp.buf.dkv, TAG_DKV, true);
+		if (!st && i + 1 < c) st = ring(m, m->cp.buf.kv, TAG_KV, false);
+		if (!st) st = ring(m, m->cp.buf.dkv, TAG_DKV, false);
 	}
 	return st;
 }
@@ -254,30 +254,30 @@ static mgt_status p2p_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *
 static void reorder(mgt_model *m, float *all, float *glob, bool to_glob)
 {
 	size_t cn = chunk_numel(m, m->ng_l * 2 * m->d), bytes = cn * sizeof(float);
-	for (int q = 0; q < m->cp; q++)
+	for (int q = 0; q < m->cp.size; q++)
 		for (int h = 0; h < 2; h++) {
 			float *x = all + (2 * (size_t)q + (size_t)h) * cn;
-			float *y = glob + (size_t)(h ? 2 * m->cp - 1 - q : q) * cn;
+			float *y = glob + (size_t)(h ? 2 * m->cp.size - 1 - q : q) * cn;
 			m->be->ops->copy(m->be, to_glob ? y : x, to_glob ? x : y, bytes);
 		}
 }
 
-/* All-gather the keys and values of the sequence into cpb.glob, in position order (in 16 bits
+/* All-gather the keys and values of the sequence into cp.buf.glob, in position order (in 16 bits
  * under a 16-bit act_t, through kv16 and all16: exact). */
 static mgt_status gather_kv(mgt_model *m, layer_act *a)
 {
 	mgt_comm *c = m->ps->cp_comm;
 	const mgt_backend_ops *o = m->be->ops;
-	o->attn_kv_copy(m->be, a->qkv, m->cpb.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
+	o->attn_kv_copy(m->be, a->qkv, m->cp.buf.kv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, true);
 	mgt_status st;
 	if (lp(m)) {
-		o->cast(m->be, m->cpb.kv16, m->act_t, m->cpb.kv, kv_numel(m));
-		st = c->ops->allgather(c, m->cpb.all16, m->cpb.kv16, kv_numel(m), m->act_t);
-		if (!st) o->widen(m->be, m->cpb.all, m->cpb.all16, m->act_t, (size_t)m->cp * kv_numel(m));
+		o->cast(m->be, m->cp.buf.kv16, m->prec.act_t, m->cp.buf.kv, kv_numel(m));
+		st = c->ops->allgather(c, m->cp.buf.all16, m->cp.buf.kv16, kv_numel(m), m->prec.act_t);
+		if (!st) o->widen(m->be, m->cp.buf.all, m->cp.buf.all16, m->prec.act_t, (size_t)m->cp.size * kv_numel(m));
 	} else {
-		st = c->ops->allgather(c, m->cpb.all, m->cpb.kv, kv_numel(m), MGT_DT_F32);
+		st = c->ops->allgather(c, m->cp.buf.all, m->cp.buf.kv, kv_numel(m), MGT_DT_F32);
 	}
-	if (!st) reorder(m, m->cpb.all, m->cpb.glob, true);
+	if (!st) reorder(m, m->cp.buf.all, m->cp.buf.glob, true);
 	return st;
 }
 
@@ -285,9 +285,9 @@ static mgt_status ag_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
 	mgt_status st = gather_kv(m, a);
 	for (int h = 0; !st && h < 2; h++) {
-		mgt_attn g = block(m, h, (gchunk(m, h) + 1) * m->cp_C, 0, p, key);
-		m->be->ops->attn_forward(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp_C, q_at(m, a->qkv, h),
-					 m->cpb.glob);
+		mgt_attn g = block(m, h, (gchunk(m, h) + 1) * m->cp.C, 0, p, key);
+		m->be->ops->attn_forward(m->be, &g, o_at(m, a->ctx, h), a->lse + h * m->cp.C, q_at(m, a->qkv, h),
+					 m->cp.buf.glob);
 	}
 	return st;
 }
@@ -298,14 +298,14 @@ static mgt_status ag_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *d
 	mgt_comm *c = m->ps->cp_comm;
 	mgt_status st = gather_kv(m, a);
 	if (st) return st;
-	o->zero(m->be, m->cpb.dglob, (size_t)m->cp * kv_numel(m) * sizeof(float));
+	o->zero(m->be, m->cp.buf.dglob, (size_t)m->cp.size * kv_numel(m) * sizeof(float));
 	for (int h = 0; h < 2; h++) {
-		mgt_attn g = block(m, h, (gchunk(m, h) + 1) * m->cp_C, 0, p, key);
-		o->attn_backward(m->be, &g, q_at(m, dqkv, h), m->cpb.dglob, o_at(m, (float *)dctx, h), q_at(m, a->qkv, h),
-				m->cpb.glob, o_at(m, a->ctx, h), a->lse + h * m->cp_C);
+		mgt_attn g = block(m, h, (gchunk(m, h) + 1) * m->cp.C, 0, p, key);
+		o->attn_backward(m->be, &g, q_at(m, dqkv, h), m->cp.buf.dglob, o_at(m, (float *)dctx, h), q_at(m, a->qkv, h),
+				m->cp.buf.glob, o_at(m, a->ctx, h), a->lse + h * m->cp.C);
 	}
-	reorder(m, m->cpb.all, m->cpb.dglob, false);
-	return c->ops->reduce_scatter(c, m->cpb.dkv, m->cpb.all, kv_numel(m), MGT_DT_F32);
+	reorder(m, m->cp.buf.all, m->cp.buf.dglob, false);
+	return c->ops->reduce_scatter(c, m->cp.buf.dkv, m->cp.buf.all, kv_numel(m), MGT_DT_F32);
 }
 
 /* a2a: one all-to-all over the context group of T rows of w elements of type t per rank pair,
@@ -313,7 +313,7 @@ static mgt_status ag_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *d
  * rank q). */
 static mgt_status a2a_move(mgt_model *m, float *dst, const float *src, size_t w, mgt_elem_type t)
 {
-	int64_t c = m->cp, *sc = m->a2a.cnt, *sd = sc + c, *rc = sc + 2 * c, *rd = sc + 3 * c;
+	int64_t c = m->cp.size, *sc = m->cp.a2a.cnt, *sd = sc + c, *rc = sc + 2 * c, *rd = sc + 3 * c;
 	for (int64_t q = 0; q < c; q++) {
 		sc[q] = rc[q] = (int64_t)m->T * (int64_t)w;
 		sd[q] = rd[q] = q * sc[q];
@@ -329,10 +329,10 @@ static mgt_status a2a_exchange(mgt_model *m, void *dst, const void *src, size_t 
 			       int after)
 {
 	const mgt_backend_ops *o = m->be->ops;
-	int n = m->T * m->cp;
-	o->rows_gather(m->be, m->a2a.snd, src, t, m->a2a.idx[before], n, (int)w);
-	mgt_status st = a2a_move(m, m->a2a.rcv, m->a2a.snd, w, t);
-	if (!st) o->rows_gather(m->be, dst, m->a2a.rcv, t, m->a2a.idx[after], n, (int)w);
+	int n = m->T * m->cp.size;
+	o->rows_gather(m->be, m->cp.a2a.snd, src, t, m->cp.a2a.idx[before], n, (int)w);
+	mgt_status st = a2a_move(m, m->cp.a2a.rcv, m->cp.a2a.snd, w, t);
+	if (!st) o->rows_gather(m->be, dst, m->cp.a2a.rcv, t, m->cp.a2a.idx[after], n, (int)w);
 	return st;
 }
 
@@ -351,51 +351,51 @@ static mgt_status a2a_gather_heads(mgt_model *m, void *loc, const void *glob, si
 }
 
 /* Widths of one group block in the qkv and ctx rows, and attn_forward's head0 for it. */
-static size_t a2a_wq(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * (m->r + 2) * m->d); }
-static size_t a2a_wo(const mgt_model *m) { return (size_t)(m->ng_l / m->cp * m->r * m->d); }
-static int a2a_head0(const mgt_model *m) { return (int)(m->nq_l * m->ps->tp_rank + m->ng_l / m->cp * m->r * m->cp_rank); }
+static size_t a2a_wq(const mgt_model *m) { return (size_t)(m->ng_l / m->cp.size * (m->r + 2) * m->d); }
+static size_t a2a_wo(const mgt_model *m) { return (size_t)(m->ng_l / m->cp.size * m->r * m->d); }
+static int a2a_head0(const mgt_model *m) { return (int)(m->nq_l * m->ps->tp_rank + m->ng_l / m->cp.size * m->r * m->cp.rank); }
 
 /* The whole sequence S = s*cp of this rank's ng_l/cp query groups, causal (attn_forward's SELF);
  * qkv and ctx of type act_t, the gradients of type gt. */
 static mgt_attn a2a_attn(const mgt_model *m, float p, uint64_t key, mgt_elem_type gt)
 {
-	const int S = m->s * m->cp;
+	const int S = m->s * m->cp.size;
 	return (mgt_attn){ .kind = MGT_ATTN_SELF, .sq = S, .sk = S, .s = S, .ld_lse = S, .b = m->b,
-			   .ng = (int)(m->ng_l / m->cp), .r = (int)m->r, .d = (int)m->d, .p = p, .key = key,
-			   .head0 = a2a_head0(m), .heads_total = (int)m->c.num_attention_heads, .t = m->act_t, .gt = gt };
+			   .ng = (int)(m->ng_l / m->cp.size), .r = (int)m->r, .d = (int)m->d, .p = p, .key = key,
+			   .head0 = a2a_head0(m), .heads_total = (int)m->c.num_attention_heads, .t = m->prec.act_t, .gt = gt };
 }
 
 /* qkv and ctx of type act_t; the gradients dctx and dqkv of type gt. */
 static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
-	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->act_t);
+	mgt_status st = a2a_scatter_heads(m, m->cp.a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
 	if (st) return st;
-	const mgt_attn at = a2a_attn(m, p, key, m->act_t);
-	m->be->ops->attn_forward(m->be, &at, m->a2a.o, a->lse, m->a2a.q, NULL);
-	return a2a_gather_heads(m, a->ctx, m->a2a.o, a2a_wo(m), m->act_t);
+	const mgt_attn at = a2a_attn(m, p, key, m->prec.act_t);
+	m->be->ops->attn_forward(m->be, &at, m->cp.a2a.o, a->lse, m->cp.a2a.q, NULL);
+	return a2a_gather_heads(m, a->ctx, m->cp.a2a.o, a2a_wo(m), m->prec.act_t);
 }
 
 static mgt_status a2a_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
 			  uint64_t key)
 {
-	mgt_status st = a2a_scatter_heads(m, m->a2a.q, a->qkv, a2a_wq(m), m->act_t);
-	if (!st) st = a2a_scatter_heads(m, m->a2a.o, a->ctx, a2a_wo(m), m->act_t);
-	if (!st) st = a2a_scatter_heads(m, m->a2a.dout, dctx, a2a_wo(m), gt);
+	mgt_status st = a2a_scatter_heads(m, m->cp.a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
+	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.o, a->ctx, a2a_wo(m), m->prec.act_t);
+	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.dout, dctx, a2a_wo(m), gt);
 	if (st) return st;
 	const mgt_attn at = a2a_attn(m, p, key, gt);
-	m->be->ops->attn_backward(m->be, &at, m->a2a.dq, NULL, m->a2a.dout, m->a2a.q, NULL, m->a2a.o, a->lse);
-	return a2a_gather_heads(m, dqkv, m->a2a.dq, a2a_wq(m), gt);
+	m->be->ops->attn_backward(m->be, &at, m->cp.a2a.dq, NULL, m->cp.a2a.dout, m->cp.a2a.q, NULL, m->cp.a2a.o, a->lse);
+	return a2a_gather_heads(m, dqkv, m->cp.a2a.dq, a2a_wq(m), gt);
 }
 
 /* The layer as the fp32 blocks see it: a itself, or (16-bit act_t) with qkv and ctx widened
- * into cpb.q32 and cpb.o32 (ctx only for the backward, where it holds the forward's output). */
+ * into cp.buf.q32 and cp.buf.o32 (ctx only for the backward, where it holds the forward's output). */
 static layer_act fp32_layer(mgt_model *m, const layer_act *a, bool with_ctx)
 {
 	layer_act w = *a;
 	if (!lp(m)) return w;
-	w.qkv = m->cpb.q32, w.ctx = m->cpb.o32;
-	m->be->ops->widen(m->be, w.qkv, a->qkv, m->act_t, (size_t)m->T * (size_t)m->qkv_l);
-	if (with_ctx) m->be->ops->widen(m->be, w.ctx, a->ctx, m->act_t, (size_t)m->T * (size_t)(m->nq_l * m->d));
+	w.qkv = m->cp.buf.q32, w.ctx = m->cp.buf.o32;
+	m->be->ops->widen(m->be, w.qkv, a->qkv, m->prec.act_t, (size_t)m->T * (size_t)m->qkv_l);
+	if (with_ctx) m->be->ops->widen(m->be, w.ctx, a->ctx, m->prec.act_t, (size_t)m->T * (size_t)(m->nq_l * m->d));
 	return w;
 }
 
@@ -404,7 +404,7 @@ mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 	if (m->L.cp_comm == MGT_CP_A2A) return a2a_fwd(m, a, p, key);
 	layer_act w = fp32_layer(m, a, false);
 	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_fwd(m, &w, p, key) : ag_fwd(m, &w, p, key);
-	if (!st && lp(m)) m->be->ops->cast(m->be, a->ctx, m->act_t, w.ctx, (size_t)m->T * (size_t)(m->nq_l * m->d));
+	if (!st && lp(m)) m->be->ops->cast(m->be, a->ctx, m->prec.act_t, w.ctx, (size_t)m->T * (size_t)(m->nq_l * m->d));
 	return st;
 }
 
@@ -418,12 +418,12 @@ mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *d
 	float *dq = dqkv;
 	const float *dc = dctx;
 	if (gt != MGT_DT_F32) { /* the gradients through fp32 copies, dqkv rounded once */
-		dq = m->cpb.dq32, dc = m->cpb.g32;
-		o->widen(m->be, m->cpb.g32, dctx, gt, no);
+		dq = m->cp.buf.dq32, dc = m->cp.buf.g32;
+		o->widen(m->be, m->cp.buf.g32, dctx, gt, no);
 	}
 	o->zero(m->be, dq, nq * sizeof(float));
 	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_bwd(m, &w, dq, dc, p, key) : ag_bwd(m, &w, dq, dc, p, key);
-	if (!st) o->attn_kv_copy(m->be, dq, m->cpb.dkv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, false);
+	if (!st) o->attn_kv_copy(m->be, dq, m->cp.buf.dkv, m->T, (int)m->ng_l, (int)m->r, (int)m->d, false);
 	if (!st && gt != MGT_DT_F32) o->cast(m->be, dqkv, gt, dq, nq);
 	return st;
 }
@@ -432,5 +432,5 @@ mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *d
  * local row t is t plus the offset of its chunk. */
 int64_t mgt_cp_global_row(const mgt_model *m, int64_t t)
 {
-	return m->cp <= 1 ? t : grow(m, m->cp_rank, t);
+	return m->cp.size <= 1 ? t : grow(m, m->cp.rank, t);
 }

@@ -177,8 +177,8 @@ static mgt_status gather_alloc(mgt_model *m, struct fp8_state *f)
 		if (f->pk[b] > most) most = f->pk[b];
 	}
 	mgt_status st = MGT_OK;
-	f->snd = mgt_model_balloc(m, most, &m->work_bytes, &st);
-	f->rcv = mgt_model_balloc(m, most * (size_t)m->L.dp, &m->work_bytes, &st);
+	f->snd = mgt_model_balloc(m, most, &m->mem.work_bytes, &st);
+	f->rcv = mgt_model_balloc(m, most * (size_t)m->L.dp, &m->mem.work_bytes, &st);
 	return st;
 }
 
@@ -211,22 +211,22 @@ mgt_status mgt_model_fp8_alloc(mgt_model *m)
 	for (int k = 0; k < n; k++) f->wgen[k] = -1;
 	size_t wb, xb, big;
 	layout_bytes(m, f, &wb, &xb, &big);
-	f->scale = (float *)mgt_model_balloc(m, (size_t)5 * n * 4, &m->work_bytes, &st);
-	f->sinv = (float *)mgt_model_balloc(m, (size_t)5 * n * 4, &m->work_bytes, &st);
-	f->amax = (float *)mgt_model_balloc(m, (size_t)5 * n * 4, &m->work_bytes, &st);
-	f->winv = (float *)mgt_model_balloc(m, (size_t)n * 4, &m->work_bytes, &st);
-	f->w8 = mgt_model_balloc(m, wb, &m->work_bytes, &st);
-	f->w8t = mgt_model_balloc(m, wb, &m->work_bytes, &st);
+	f->scale = (float *)mgt_model_balloc(m, (size_t)5 * n * 4, &m->mem.work_bytes, &st);
+	f->sinv = (float *)mgt_model_balloc(m, (size_t)5 * n * 4, &m->mem.work_bytes, &st);
+	f->amax = (float *)mgt_model_balloc(m, (size_t)5 * n * 4, &m->mem.work_bytes, &st);
+	f->winv = (float *)mgt_model_balloc(m, (size_t)n * 4, &m->mem.work_bytes, &st);
+	f->w8 = mgt_model_balloc(m, wb, &m->mem.work_bytes, &st);
+	f->w8t = mgt_model_balloc(m, wb, &m->mem.work_bytes, &st);
 	for (int s = 0; s < S; s++) {
-		f->x8[s] = mgt_model_balloc(m, xb, &m->act_bytes, &st);
-		f->xinv[s] = (float *)mgt_model_balloc(m, (size_t)n * 4, &m->act_bytes, &st);
+		f->x8[s] = mgt_model_balloc(m, xb, &m->mem.act_bytes, &st);
+		f->xinv[s] = (float *)mgt_model_balloc(m, (size_t)n * 4, &m->mem.act_bytes, &st);
 	}
-	f->ln32 = (float *)mgt_model_balloc(m, (size_t)m->T * (size_t)m->h * 4, &m->work_bytes, &st);
-	f->dy8 = mgt_model_balloc(m, big, &m->work_bytes, &st);
-	f->dy8t = mgt_model_balloc(m, big, &m->work_bytes, &st);
-	f->x8t = mgt_model_balloc(m, big, &m->work_bytes, &st);
+	f->ln32 = (float *)mgt_model_balloc(m, (size_t)m->T * (size_t)m->h * 4, &m->mem.work_bytes, &st);
+	f->dy8 = mgt_model_balloc(m, big, &m->mem.work_bytes, &st);
+	f->dy8t = mgt_model_balloc(m, big, &m->mem.work_bytes, &st);
+	f->x8t = mgt_model_balloc(m, big, &m->mem.work_bytes, &st);
 	if (!st && f->rc.param_gather) st = gather_alloc(m, f);
-	if (!st && !m->dry) st = upload_scales(m);
+	if (!st && !m->mem.dry) st = upload_scales(m);
 	return st;
 }
 
@@ -234,7 +234,7 @@ void mgt_model_fp8_free(mgt_model *m)
 {
 	struct fp8_state *f = m->fp8;
 	if (!f) return;
-	if (!m->dry) {
+	if (!m->mem.dry) {
 		void *bufs[] = { f->scale, f->sinv, f->amax, f->winv, f->w8, f->w8t, f->ln32, f->dy8, f->dy8t, f->x8t,
 				 f->snd, f->rcv };
 		for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) m->be->ops->free(m->be, bufs[i]);
@@ -318,7 +318,7 @@ static const void *weight_src(mgt_model *m, size_t a, size_t n, mgt_elem_type *x
 {
 	*xt = WT(m);
 	if (*xt == MGT_DT_F32) return m->params + a;
-	void *d = (uint16_t *)m->lp + a;
+	void *d = (uint16_t *)m->prec.lp + a;
 	m->be->ops->cast(m->be, d, *xt, m->params + a, n);
 	return d;
 }

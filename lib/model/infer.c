@@ -443,6 +443,6 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 	}
 	if (nrows) st = infer_head(m, kv, T, nrows, rows, logits);
 	m->be->ops->sync(m->be);
-	m->t_fwd += mgt_now() - t0;
+	m->run.t_fwd += mgt_now() - t0;
 	return st;
 }

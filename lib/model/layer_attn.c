@@ -29,8 +29,8 @@ static mgt_attn self_attn(const mgt_model *m, float p, uint64_t key, const float
 	const int s = m->s;
 	return (mgt_attn){ .sq = s, .sk = s, .b = m->b, .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d, .s = s,
 			   .ld_lse = s, .p = p, .key = key, .head0 = (int)(m->nq_l * m->ps->tp_rank),
-			   .heads_total = (int)m->c.num_attention_heads, .kind = MGT_ATTN_SELF, .t = m->act_t,
-			   .gt = m->act_t, .key_mask = m->cur->kmask, .bias = pb, .dbias = db };
+			   .heads_total = (int)m->c.num_attention_heads, .kind = MGT_ATTN_SELF, .t = m->prec.act_t,
+			   .gt = m->prec.act_t, .key_mask = m->cur->kmask, .bias = pb, .dbias = db };
 }
 
 /* Core attention of layer li: ctx and lse from qkv (the part --recompute-granularity selective
@@ -40,7 +40,7 @@ mgt_status mgt_layer_attn_core_fwd(mgt_model *m, int li, bool train)
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer;
 	float p = drop_p(train, m->c.attention_dropout);
-	if (m->cp > 1) return mgt_cp_attn_fwd(m, a, p, mgt_sublayer_site_key(m, l, 1));
+	if (m->cp.size > 1) return mgt_cp_attn_fwd(m, a, p, mgt_sublayer_site_key(m, l, 1));
 	const mgt_attn at = self_attn(m, p, mgt_sublayer_site_key(m, l, 1), m->attn_bias, NULL);
 	m->be->ops->attn_forward(m->be, &at, a->ctx, a->lse, a->qkv, NULL);
 	return MGT_OK;
@@ -57,28 +57,28 @@ mgt_status mgt_layer_attn_fwd(mgt_model *m, int li, bool train, void *out)
 	mgt_status st = mgt_sublayer_norm_gather(m, ln, lt, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W),
 						 T_(m, l, MGT_T_LN1_B));
 	if (!st)
-		st = mgt_sublayer_lin_fwd(m, li, 0, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->act_t, ln,
+		st = mgt_sublayer_lin_fwd(m, li, 0, m->qkln ? a->qkv_pre : a->qkv, m->qkln ? MGT_DT_F32 : m->prec.act_t, ln,
 					  lt, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), h, (int)m->qkv_l);
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
 	if (m->qkln) { /* q_layernorm / k_layernorm on the heads; values copied through */
 		float eps = (float)m->c.norm_epsilon;
 		const size_t n = (size_t)T * (size_t)m->qkv_l;
-		if (m->act_t == MGT_DT_F32) o->copy(m->be, a->qkv, a->qkv_pre, n * sizeof(float));
-		else o->cast(m->be, a->qkv, m->act_t, a->qkv_pre, n); /* the value heads as linear_qkv's rounded output */
-		o->head_norm_fwd(m->be, m->norm, a->qkv, m->act_t, a->qmean, a->qrstd, a->qkv_pre, NW(m, T_(m, l, MGT_T_QNORM_W)),
+		if (m->prec.act_t == MGT_DT_F32) o->copy(m->be, a->qkv, a->qkv_pre, n * sizeof(float));
+		else o->cast(m->be, a->qkv, m->prec.act_t, a->qkv_pre, n); /* the value heads as linear_qkv's rounded output */
+		o->head_norm_fwd(m->be, m->norm, a->qkv, m->prec.act_t, a->qmean, a->qrstd, a->qkv_pre, NW(m, T_(m, l, MGT_T_QNORM_W)),
 				 P(m, T_(m, l, MGT_T_QNORM_B)), T, ng, r, d, false, eps);
-		o->head_norm_fwd(m->be, m->norm, a->qkv, m->act_t, a->kmean, a->krstd, a->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)),
+		o->head_norm_fwd(m->be, m->norm, a->qkv, m->prec.act_t, a->kmean, a->krstd, a->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)),
 				 P(m, T_(m, l, MGT_T_KNORM_B)), T, ng, r, d, true, eps);
 	}
-	if (m->rope) o->rope(m->be, a->qkv, m->act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
+	if (m->rope) o->rope(m->be, a->qkv, m->prec.act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = mgt_layer_attn_core_fwd(m, li, train);
 	if (!st)
-		st = mgt_sublayer_lin_fwd(m, li, 1, m->dtmp_h, m->act_t, a->ctx, m->act_t, T_(m, l, MGT_T_PROJ_W), NULL,
+		st = mgt_sublayer_lin_fwd(m, li, 1, m->scratch.dtmp_h, m->prec.act_t, a->ctx, m->prec.act_t, T_(m, l, MGT_T_PROJ_W), NULL,
 					  (int)(m->nq_l * m->d), h);
 	if (st) return st;
 	return mgt_sublayer_reduce_bda(m, out, a->x_in, T_(m, l, MGT_T_PROJ_B), train, mgt_sublayer_site_key(m, l, 2),
-				       m->act_t);
+				       m->prec.act_t);
 }
 
 mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train)
@@ -88,30 +88,30 @@ mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train)
 	layer_act *a = &sa->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h, nd = (int)(m->nq_l * m->d);
 	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_PROJ_B), train, mgt_sublayer_site_key(m, l, 2),
-						    m->act_t);
+						    m->prec.act_t);
 	if (st) return st;
-	if ((st = mgt_sublayer_lin_bwd(m, li, 1, m->dctx, m->act_t, T_(m, l, MGT_T_PROJ_W), NULL, m->dtmp_h, m->act_t,
-				       a->ctx, m->act_t, nd, h)))
+	if ((st = mgt_sublayer_lin_bwd(m, li, 1, m->scratch.dctx, m->prec.act_t, T_(m, l, MGT_T_PROJ_W), NULL, m->scratch.dtmp_h, m->prec.act_t,
+				       a->ctx, m->prec.act_t, nd, h)))
 		return st;
 	float p = drop_p(train, m->c.attention_dropout);
-	if (m->cp > 1) st = mgt_cp_attn_bwd(m, a, m->dbig, m->dctx, m->act_t, p, mgt_sublayer_site_key(m, l, 1));
+	if (m->cp.size > 1) st = mgt_cp_attn_bwd(m, a, m->scratch.dbig, m->scratch.dctx, m->prec.act_t, p, mgt_sublayer_site_key(m, l, 1));
 	else {
 		const mgt_attn at = self_attn(m, p, mgt_sublayer_site_key(m, l, 1), m->attn_bias, m->attn_dbias);
-		o->attn_backward(m->be, &at, m->dbig, NULL, m->dctx, a->qkv, NULL, a->ctx, a->lse);
+		o->attn_backward(m->be, &at, m->scratch.dbig, NULL, m->scratch.dctx, a->qkv, NULL, a->ctx, a->lse);
 	}
 	if (st) return st;
 	int ng = (int)m->ng_l, r = (int)m->r, d = (int)m->d;
-	if (m->rope) o->rope(m->be, m->dbig, m->act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
+	if (m->rope) o->rope(m->be, m->scratch.dbig, m->prec.act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, true);
 	if (m->qkln) { /* in place: the head rows of dbig become d(linear_qkv output) */
-		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_QNORM_W)), G(m, T_(m, l, MGT_T_QNORM_B)),
-				 m->dbig, m->act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
-		o->head_norm_bwd(m->be, m->norm, m->dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
-				 m->dbig, m->act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
+		o->head_norm_bwd(m->be, m->norm, m->scratch.dbig, G(m, T_(m, l, MGT_T_QNORM_W)), G(m, T_(m, l, MGT_T_QNORM_B)),
+				 m->scratch.dbig, m->prec.act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_QNORM_W)), a->qmean, a->qrstd, T, ng, r, d, false);
+		o->head_norm_bwd(m->be, m->norm, m->scratch.dbig, G(m, T_(m, l, MGT_T_KNORM_W)), G(m, T_(m, l, MGT_T_KNORM_B)),
+				 m->scratch.dbig, m->prec.act_t, a->qkv_pre, NW(m, T_(m, l, MGT_T_KNORM_W)), a->kmean, a->krstd, T, ng, r, d, true);
 	}
-	st = mgt_sublayer_lin_bwd(m, li, 0, m->dtmp_h, m->act_t, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), m->dbig,
-				  m->act_t, a->ln1, m->act_t, h, (int)m->qkv_l);
+	st = mgt_sublayer_lin_bwd(m, li, 0, m->scratch.dtmp_h, m->prec.act_t, T_(m, l, MGT_T_QKV_W), T_(m, l, MGT_T_QKV_B), m->scratch.dbig,
+				  m->prec.act_t, a->ln1, m->prec.act_t, h, (int)m->qkv_l);
 	if (st) return st;
-	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B),
+	return mgt_sublayer_reduce_norm_bwd(m, m->scratch.dtmp_h, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B),
 					    a->mean1, a->rstd1, NULL);
 }
 

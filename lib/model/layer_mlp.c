@@ -25,19 +25,19 @@ mgt_status mgt_layer_mlp_fwd(mgt_model *m, int li, bool train, void *out)
 	void *ln = mgt_sublayer_norm_dst(m, li, a->ln2, &lt);
 	mgt_status st = mgt_sublayer_norm_gather(m, ln, lt, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W),
 						 T_(m, l, MGT_T_LN2_B));
-	if (st || (st = mgt_sublayer_lin_fwd(m, li, 2, a->fc1, m->fc1_t, ln, lt, T_(m, l, MGT_T_FC1_W), NULL, h,
+	if (st || (st = mgt_sublayer_lin_fwd(m, li, 2, a->fc1, m->prec.fc1_t, ln, lt, T_(m, l, MGT_T_FC1_W), NULL, h,
 					     (int)m->fc1_l)))
 		return st;
 	/* an fp8 layer keeps fc2's input as its cast bytes only: the activation goes through dact's
 	 * scratch (free in the forward) */
-	void *act = mgt_model_fp8_layer(m, li) ? (void *)m->dact : (void *)a->act;
-	o->bias_act_fwd(m->be, m->act, act, m->act_t, a->fc1, m->fc1_t, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
+	void *act = mgt_model_fp8_layer(m, li) ? (void *)m->scratch.dact : (void *)a->act;
+	o->bias_act_fwd(m->be, m->act, act, m->prec.act_t, a->fc1, m->prec.fc1_t, P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the activation */
-	if ((st = mgt_sublayer_lin_fwd(m, li, 3, m->dtmp_h, m->act_t, act, m->act_t, T_(m, l, MGT_T_FC2_W), NULL,
+	if ((st = mgt_sublayer_lin_fwd(m, li, 3, m->scratch.dtmp_h, m->prec.act_t, act, m->prec.act_t, T_(m, l, MGT_T_FC2_W), NULL,
 				       (int)m->ffn_l, h)))
 		return st;
 	return mgt_sublayer_reduce_bda(m, out, a->x_mid, T_(m, l, MGT_T_FC2_B), train, mgt_sublayer_site_key(m, l, 3),
-				       m->act_t);
+				       m->prec.act_t);
 }
 
 mgt_status mgt_layer_mlp_bwd(mgt_model *m, int li, bool train)
@@ -45,17 +45,17 @@ mgt_status mgt_layer_mlp_bwd(mgt_model *m, int li, bool train)
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
-	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, mgt_sublayer_site_key(m, l, 3), m->act_t);
+	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, mgt_sublayer_site_key(m, l, 3), m->prec.act_t);
 	if (st) return st;
-	st = mgt_sublayer_lin_bwd(m, li, 3, m->dact, m->act_t, T_(m, l, MGT_T_FC2_W), NULL, m->dtmp_h, m->act_t, a->act,
-				  m->act_t, (int)m->ffn_l, h);
+	st = mgt_sublayer_lin_bwd(m, li, 3, m->scratch.dact, m->prec.act_t, T_(m, l, MGT_T_FC2_W), NULL, m->scratch.dtmp_h, m->prec.act_t, a->act,
+				  m->prec.act_t, (int)m->ffn_l, h);
 	if (st) return st;
-	o->bias_act_bwd(m->be, m->act, m->dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->dact, m->act_t, a->fc1, m->fc1_t,
+	o->bias_act_bwd(m->be, m->act, m->scratch.dbig, G(m, T_(m, l, MGT_T_FC1_B)), m->scratch.dact, m->prec.act_t, a->fc1, m->prec.fc1_t,
 			P(m, T_(m, l, MGT_T_FC1_B)), T, (int)m->ffn_l);
-	st = mgt_sublayer_lin_bwd(m, li, 2, m->dtmp_h, m->act_t, T_(m, l, MGT_T_FC1_W), NULL, m->dbig, m->act_t, a->ln2,
-				  m->act_t, h, (int)m->fc1_l);
+	st = mgt_sublayer_lin_bwd(m, li, 2, m->scratch.dtmp_h, m->prec.act_t, T_(m, l, MGT_T_FC1_W), NULL, m->scratch.dbig, m->prec.act_t, a->ln2,
+				  m->prec.act_t, h, (int)m->fc1_l);
 	if (st) return st;
-	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B),
+	return mgt_sublayer_reduce_norm_bwd(m, m->scratch.dtmp_h, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B),
 					    a->mean2, a->rstd2, NULL);
 }
 

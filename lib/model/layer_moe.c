@@ -18,8 +18,8 @@ mgt_status mgt_layer_moe_fwd(mgt_model *m, int li, bool train, void *out)
 	void *ln = mgt_sublayer_norm_dst(m, li, a->ln2, &lt);
 	mgt_status st = mgt_sublayer_norm_gather(m, ln, lt, a->mean2, a->rstd2, a->x_mid, T_(m, l, MGT_T_LN2_W),
 						 T_(m, l, MGT_T_LN2_B));
-	if (st || (st = mgt_moe_forward(m, li, train, a->ln2, m->dtmp_h)) || !out) return st;
-	return mgt_sublayer_reduce_bda(m, out, a->x_mid, NULL, train, mgt_sublayer_site_key(m, l, 3), m->act_t);
+	if (st || (st = mgt_moe_forward(m, li, train, a->ln2, m->scratch.dtmp_h)) || !out) return st;
+	return mgt_sublayer_reduce_bda(m, out, a->x_mid, NULL, train, mgt_sublayer_site_key(m, l, 3), m->prec.act_t);
 }
 
 mgt_status mgt_layer_moe_bwd(mgt_model *m, int li, bool train)
@@ -27,8 +27,8 @@ mgt_status mgt_layer_moe_bwd(mgt_model *m, int li, bool train)
 	layer_act *a = &m->cur->la[li];
 	int l = li + m->first_layer;
 	void *dxl;
-	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, mgt_sublayer_site_key(m, l, 3), m->act_t);
-	if (st || (st = mgt_moe_backward(m, li, train, a->ln2, m->dtmp_h, &dxl))) return st;
-	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B),
+	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_FC2_B), train, mgt_sublayer_site_key(m, l, 3), m->prec.act_t);
+	if (st || (st = mgt_moe_backward(m, li, train, a->ln2, m->scratch.dtmp_h, &dxl))) return st;
+	return mgt_sublayer_reduce_norm_bwd(m, m->scratch.dtmp_h, a->x_mid, T_(m, l, MGT_T_LN2_W), T_(m, l, MGT_T_LN2_B),
 					    a->mean2, a->rstd2, dxl);
 }

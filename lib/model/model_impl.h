@@ -17,9 +17,9 @@
 
 /* Per layer and slot.  x_in, x_mid, mean*, rstd*: [Th] rows (this rank's part of the sequence
  * under sequence parallelism); ln1, ln2: [T, h] (gathered over TP under SP); the rest [T, .].
- * ln1, ln2 and act hold elements of mgt_model.act_t, fc1 of mgt_model.fc1_t,
- * qkv and ctx of mgt_model.act_t (with --qk-layernorm linear_qkv's output qkv_pre stays fp32:
- * the head norms' backward reads it), x_in and x_mid of mgt_model.res_t (16-bit under a 16-bit layout precision: the float pointer is then only a handle, never indexed
+ * ln1, ln2 and act hold elements of mgt_model.prec.act_t, fc1 of mgt_model.prec.fc1_t,
+ * qkv and ctx of mgt_model.prec.act_t (with --qk-layernorm linear_qkv's output qkv_pre stays fp32:
+ * the head norms' backward reads it), x_in and x_mid of mgt_model.prec.res_t (16-bit under a 16-bit layout precision: the float pointer is then only a handle, never indexed
  * as floats).
  * Under activation recomputation (mgt_model_layout.recompute) some pointers are aliases of the
  * chunk's shared recomputation scratch (mgt_model.rc): bit k of `own` says whether buffer k (in
@@ -48,6 +48,14 @@ typedef struct {
 	uint64_t drop_key;
 } slot_act;
 
+/* A model chunk.  Fields of one concern are grouped in a named member (m->prec, m->scratch,
+ * m->mem, m->rc, m->run, m->ep, m->cp) or behind a module's state pointer (moe, fp8, bert,
+ * t5).  What stays at the top level is what nearly every file reads on nearly every line: the
+ * configuration, layout, table, backend and parallel state, the chunk's dimensions (s, b, T,
+ * Th, h, nq_l, ...; T5 switches some per stack: mgt_t5_dims), the tensors by role, the layer
+ * pattern, the parameters and the slots; a group for them would only lengthen every expression.
+ * The few fields left beside a module's pointer (kmask_h by bert, attn_bias by t5) are read
+ * outside that module, where its state may be NULL. */
 struct mgt_model {
 	mgt_model_config c;
 	const mgt_family *fam;     /* c.family's row (families.c): recipe, heads; the chunk tests its fields */
@@ -63,24 +71,27 @@ struct mgt_model {
 	int rot_dim;
 	float *inv_freq;           /* RoPE frequencies [rot_dim/2] (backend memory) */
 	float *params, *grads;
-	/* the 16-bit copy of params (mgt_model_layout.precision; NULL under fp32) of type lp_t,
-	 * refreshed by the next forward when lp_stale */
-	void *lp;
-	mgt_elem_type lp_t;
-	bool lp_stale;
-	/* --apply-layernorm-1p: the norm weights as applied, 1 + w (backend fp32, refreshed with lp),
-	 * at nw_off[i] for tensor i (a norm weight), and a row of ones to add; NULL without */
-	float *nw1, *ones;
-	size_t *nw_off;
-	/* Storage of the activations only GEMMs read (backend.h, "Storage"): act_t for ln1, the MLP
-	 * activation, the final norm's output and the logits, ln2 (which the MoE router and experts
-	 * read too), fc1_t for the dense MLP's fc1 output; the 16-bit
-	 * type of a 16-bit layout precision, else fp32.  Those layer_act and slot_act pointers then
-	 * point at 2-byte elements. */
-	mgt_elem_type act_t, fc1_t;
-	/* the residual stream (layer_act x_in, x_mid; slot_act res_out; the hidden states between
-	 * stages): act_t unless mgt_model_layout.fp32_residual_connection */
-	mgt_elem_type res_t;
+	/* Precision: how parameters and activations are stored */
+	struct {
+		/* the 16-bit copy of params (mgt_model_layout.precision; NULL under fp32) of type lp_t,
+		 * refreshed by the next forward when lp_stale */
+		void *lp;
+		mgt_elem_type lp_t;
+		bool lp_stale;
+		/* --apply-layernorm-1p: the norm weights as applied, 1 + w (backend fp32, refreshed with
+		 * lp), at nw_off[i] for tensor i (a norm weight), and a row of ones to add; NULL without */
+		float *nw1, *ones;
+		size_t *nw_off;
+		/* Storage of the activations only GEMMs read (backend.h, "Storage"): act_t for ln1, the
+		 * MLP activation, the final norm's output and the logits, ln2 (which the MoE router and
+		 * experts read too), fc1_t for the dense MLP's fc1 output; the 16-bit type of a 16-bit
+		 * layout precision, else fp32.  Those layer_act and slot_act pointers then point at 2-byte
+		 * elements. */
+		mgt_elem_type act_t, fc1_t;
+		/* the residual stream (layer_act x_in, x_mid; slot_act res_out; the hidden states between
+		 * stages): act_t unless mgt_model_layout.fp32_residual_connection */
+		mgt_elem_type res_t;
+	} prec;
 	/* tensors by role and local layer; NULL when absent */
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
 	const mgt_tensor *glob[MGT_T_NROLES];
@@ -89,44 +100,67 @@ struct mgt_model {
 	 * attention and MLP ('-') or MoE ('E'); [2 n_layers + 1], set by chunk.c's index_roles */
 	char *pattern;
 	slot_act *sa, *cur;
-	/* activation recomputation scratch, shared by the slots (chunk.c alloc_recompute): FULL
-	 * rc_n layers' buffers (the largest recompute group; x_in of its first layer is the slot's);
+	/* Activation recomputation scratch, shared by the slots (chunk.c alloc_recompute): FULL n
+	 * layers' buffers (the largest recompute group; x_in of its first layer is the slot's);
 	 * SELECTIVE one layer's ctx and lse; NULL and 0 without recomputation */
-	layer_act *rc;
-	int rc_n;
-	/* scratch shared by the slots, each of the type it holds (under a 16-bit precision the
-	 * float pointer of a 16-bit buffer is only a handle): dres of res_t (the residual's
-	 * gradient); dtmp_h, dctx, dbig and dact of act_t (row-parallel and MoE outputs, the
-	 * gradients of row-parallel and norm outputs, of the attention output and fused QKV, of the
-	 * MLP activation and fc1's output); dloc (this rank's rows under SP: gradients of act_t, and
-	 * the embedding's fp32 output), emb and lnl sized in fp32 */
-	float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
-	size_t act_bytes, work_bytes;
-	bool dry;                  /* mgt_model_measure: count the bytes, allocate nothing */
+	struct {
+		layer_act *layers;
+		int n;
+	} rc;
+	/* Scratch shared by the slots, each of the type it holds (under a 16-bit precision the float
+	 * pointer of a 16-bit buffer is only a handle): dres of res_t (the residual's gradient);
+	 * dtmp_h, dctx, dbig and dact of act_t (row-parallel and MoE outputs, the gradients of
+	 * row-parallel and norm outputs, of the attention output and fused QKV, of the MLP activation
+	 * and fc1's output); dloc (this rank's rows under SP: gradients of act_t, and the embedding's
+	 * fp32 output), emb and lnl sized in fp32 */
+	struct {
+		float *emb, *lnl, *dres, *dtmp_h, *dloc, *dbig, *dctx, *dact;
+	} scratch;
+	/* Backend memory as mgt_model_balloc (arena.c) counts it (mgt_model_memory's activations and
+	 * workspace): act_bytes of the activation buffers (the slots', the recomputation scratch, emb,
+	 * lnl), work_bytes of the workspace (the other scratch, the modules' buffers); dry for
+	 * mgt_model_measure: count the bytes, allocate nothing */
+	struct {
+		size_t act_bytes, work_bytes;
+		bool dry;
+	} mem;
 	bool infer;                /* mgt_model_create_infer: parameters only, no gradients or slots */
-	uint64_t next_key, drop_key;
-	double t_fwd, t_bwd;
-	mgt_grad_hook hook;
-	void *hook_ctx;
-	/* Mixture of Experts (moe.c): NULL when no layer of the chunk is an MoE layer; this rank's
-	 * expert-parallel rank of ep (its experts: [ep_rank E/ep, (ep_rank + 1) E/ep)) */
+	/* The running passes (stack.c): next_key, the dropout key of the next forward
+	 * (mgt_model_set_dropout_key), and drop_key, the current slot's (its forward's, kept in
+	 * slot_act for the backward; mgt_sublayer_site_key derives each site's from it); t_fwd and t_bwd,
+	 * the seconds of the forwards and backwards since mgt_model_take_times; the gradient hook and
+	 * its ctx (mgt_model_set_grad_hook; NULL without) */
+	struct {
+		uint64_t next_key, drop_key;
+		double t_fwd, t_bwd;
+		mgt_grad_hook hook;
+		void *hook_ctx;
+	} run;
+	/* Mixture of Experts (moe.c): NULL when no layer of the chunk is an MoE layer */
 	struct moe_state *moe;
-	int ep, ep_rank;
-	/* context parallelism (cp.c): size and rank of the context-parallel group, chunk length
-	 * cp_C = s/2 (s = seq_length/cp local positions: global chunks cp_rank and 2cp-1-cp_rank);
-	 * cp = 1 without.  Scratch shared by the slots and layers: the local keys and values and
-	 * their gradient kv, dkv [T, ng_l, 2, d]; p2p: one block's output ob [cp_C*b, nq_l*d] and
-	 * log-sum-exp lb (laid out as a layer's lse); allgather: all, glob, dglob [cp * T, ng_l, 2, d]
-	 * (rank order, position order, and the gradient in position order).  Under a 16-bit act_t:
-	 * the fp32 copies the blocks run on, q32 [T, qkv_l], o32 and g32 [T, nq_l*d] (ctx, dctx) and
-	 * dq32 [T, qkv_l], and the 16-bit keys and values that move, kv16 [T, ng_l, 2, d] and
-	 * (allgather) all16 [cp * T, ng_l, 2, d] */
-	int cp, cp_rank, cp_C;
-	struct { float *kv, *dkv, *ob, *lb, *all, *glob, *dglob, *q32, *o32, *g32, *dq32; void *kv16, *all16; } cpb;
-	/* a2a: send and receive buffers, the layer's qkv, ctx, dctx and dqkv of the whole sequence
-	 * for this rank's ng_l/cp query groups (rows in position order), and the row maps
-	 * (backend int32 [T cp]: pack, unpack, to_glob, from_glob; cp.c) */
-	struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
+	/* expert parallelism: size and this rank's rank of the expert-parallel group (its experts:
+	 * [rank E/size, (rank + 1) E/size)); size = 1 without */
+	struct {
+		int size, rank;
+	} ep;
+	/* Context parallelism (cp.c): size and rank of the context-parallel group, chunk length
+	 * C = s/2 (s = seq_length/size local positions: global chunks rank and 2 size-1-rank); size = 1
+	 * without. */
+	struct {
+		int size, rank, C;
+		/* scratch shared by the slots and layers: the local keys and values and their gradient
+		 * kv, dkv [T, ng_l, 2, d]; p2p: one block's output ob [C*b, nq_l*d] and log-sum-exp lb
+		 * (laid out as a layer's lse); allgather: all, glob, dglob [size * T, ng_l, 2, d] (rank
+		 * order, position order, and the gradient in position order).  Under a 16-bit act_t: the
+		 * fp32 copies the blocks run on, q32 [T, qkv_l], o32 and g32 [T, nq_l*d] (ctx, dctx) and
+		 * dq32 [T, qkv_l], and the 16-bit keys and values that move, kv16 [T, ng_l, 2, d] and
+		 * (allgather) all16 [size * T, ng_l, 2, d] */
+		struct { float *kv, *dkv, *ob, *lb, *all, *glob, *dglob, *q32, *o32, *g32, *dq32; void *kv16, *all16; } buf;
+		/* a2a: send and receive buffers, the layer's qkv, ctx, dctx and dqkv of the whole sequence
+		 * for this rank's ng_l/size query groups (rows in position order), and the row maps
+		 * (backend int32 [T size]: pack, unpack, to_glob, from_glob) */
+		struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
+	} cp;
 	/* fp8 linear layers (fp8lin.c): NULL without fp8 (mgt_model_layout.fp8) */
 	struct fp8_state *fp8;
 	/* BERT's heads (bert.c): NULL but on a BERT chunk's last stage; kmask_h: BERT's host
@@ -150,20 +184,20 @@ static inline float *G(mgt_model *m, const mgt_tensor *t) { return t ? m->grads 
  * in it, else fp32 (the op rounds); W is the weight of t in that type (NULL for no tensor). */
 static inline mgt_elem_type WT(const mgt_model *m)
 {
-	return m->lp && mgt_precision_dtype(m->be->precision) == m->lp_t ? m->lp_t : MGT_DT_F32;
+	return m->prec.lp && mgt_precision_dtype(m->be->precision) == m->prec.lp_t ? m->prec.lp_t : MGT_DT_F32;
 }
 static inline const void *W(mgt_model *m, const mgt_tensor *t)
 {
 	if (!t) return NULL;
-	return WT(m) == MGT_DT_F32 ? (const void *)P(m, t) : (const void *)((const uint16_t *)m->lp + t->offset);
+	return WT(m) == MGT_DT_F32 ? (const void *)P(m, t) : (const void *)((const uint16_t *)m->prec.lp + t->offset);
 }
 
 /* The weight a norm applies: its parameter, or under --apply-layernorm-1p 1 + it (NULL for no
  * tensor). */
 static inline const float *NW(mgt_model *m, const mgt_tensor *t)
 {
-	if (!t || !m->nw1) return P(m, t);
-	return m->nw1 + m->nw_off[t - m->tt.t];
+	if (!t || !m->prec.nw1) return P(m, t);
+	return m->prec.nw1 + m->prec.nw_off[t - m->tt.t];
 }
 
 /* A dropout probability as applied: p in training, 0 otherwise. */
@@ -201,14 +235,14 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const void *x, void
 mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, void *dY, void **dx_loc);
 
 /* ---- context parallelism (cp.c) ----
- * mgt_cp_alloc: the scratch above through mgt_model_balloc (nothing when cp = 1); mgt_cp_free.
+ * mgt_cp_alloc: the scratch above through mgt_model_balloc (nothing when cp.size = 1); mgt_cp_free.
  * mgt_cp_attn_fwd: a->ctx and a->lse from a->qkv (after RoPE) over the whole sequence, by the
  * layout's --cp-comm-type, with attention dropout p under key (global positions: the masks of
  * the single-process run); qkv and ctx of type act_t.  mgt_cp_attn_bwd: dqkv [T, qkv_l] written
  * from dctx [T, nq_l*d] (both of type gt) and the layer's qkv, ctx, lse.  Both communicate over ps->cp_comm; every rank of the group calls
  * them in the same order.  Errors: the communicator's (MGT_ERR_IO).
  * mgt_cp_global_row: the row of the whole sequence's [S*b, .] activation that local row t
- * (t = i*b + j) is (t itself when cp = 1): dropout elements are indexed by it. */
+ * (t = i*b + j) is (t itself when cp.size = 1): dropout elements are indexed by it. */
 mgt_status mgt_cp_alloc(mgt_model *m);
 void mgt_cp_free(mgt_model *m);
 mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key);

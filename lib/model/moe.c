@@ -108,10 +108,10 @@ mgt_status mgt_moe_setup(mgt_model *m)
 	if (!S) return MGT_ERR_NOMEM;
 	memset(S, 0, sizeof *S);
 	m->moe = S;
-	int tp = m->ps->tp, ep = m->ep;
+	int tp = m->ps->tp, ep = m->ep.size;
 	S->E = (int)c->num_experts;
 	S->El = S->E / ep;
-	S->e0 = S->El * m->ep_rank;
+	S->e0 = S->El * m->ep.rank;
 	S->k = (int)c->moe_router_topk;
 	S->ffe = (int)(c->moe_ffn_hidden_size / tp);
 	S->fc1e = c->swiglu ? 2 * S->ffe : S->ffe;
@@ -124,11 +124,11 @@ mgt_status mgt_moe_setup(mgt_model *m)
 	return moe_index(m, S);
 }
 
-#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->act_bytes, &st)
-#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->work_bytes, &st)
+#define AF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.act_bytes, &st)
+#define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
 /* the same in elements of the model's act_t */
-#define AX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->act_t), &m->act_bytes, &st)
-#define WX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->act_t), &m->work_bytes, &st)
+#define AX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->prec.act_t), &m->mem.act_bytes, &st)
+#define WX(n) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(m->prec.act_t), &m->mem.work_bytes, &st)
 
 static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 {
@@ -150,7 +150,7 @@ static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 		a->re = (int32_t *)AF(N);
 		a->inv = (int32_t *)AF(N);
 	}
-	if (st || m->dry) return st;
+	if (st || m->mem.dry) return st;
 	a->rows = mgt_malloc((size_t)S->El * sizeof *a->rows);
 	a->gate = mgt_malloc(T * sizeof *a->gate);
 	a->sc = mgt_malloc((size_t)S->ep * sizeof *a->sc);
@@ -164,7 +164,7 @@ static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 static mgt_status alloc_cp(mgt_model *m)
 {
 	struct moe_state *S = m->moe;
-	size_t T = (size_t)m->T, all = T * (size_t)m->cp;
+	size_t T = (size_t)m->T, all = T * (size_t)m->cp.size;
 	mgt_status st = mgt_moe_route_alloc(&S->rf, (int)all, S->E, S->k, m->b);
 	S->hall = mgt_malloc(all * (size_t)S->E * sizeof *S->hall);
 	S->rows = mgt_malloc(T * sizeof *S->rows);
@@ -187,7 +187,7 @@ static mgt_status alloc_scratch(mgt_model *m)
 	S->gw = WF(T); S->gl_l = WF(Th); S->gl = WF(T);
 	if (S->ep > 1) { S->wsend = WF(T * (size_t)S->k); S->wrecv = WF(N); }
 	if (m->c.moe_input_jitter_eps > 0) { S->xj = WX(Th * h); S->noise = AF(Th * h * (size_t)m->L.slots * (size_t)m->n_layers); }
-	if (st || m->dry) return st;
+	if (st || m->mem.dry) return st;
 	size_t ne = (size_t)S->ep * E;
 	S->allc = mgt_malloc(ne * sizeof *S->allc);
 	S->cnt_d = mgt_malloc(E * sizeof *S->cnt_d);
@@ -215,7 +215,7 @@ static mgt_status alloc_scratch(mgt_model *m)
 	memset(S->aux_sum, 0, nl * sizeof(double));
 	memset(S->z_sum, 0, nl * sizeof(double));
 	memset(S->tok, 0, nl * E * sizeof(double));
-	return m->cp > 1 ? alloc_cp(m) : MGT_OK;
+	return m->cp.size > 1 ? alloc_cp(m) : MGT_OK;
 }
 
 mgt_status mgt_moe_alloc(mgt_model *m)
@@ -240,7 +240,7 @@ static void moe_release(mgt_model *m)
 	for (size_t i = 0; S->acts && i < (size_t)m->L.slots * (size_t)m->n_layers; i++) {
 		struct moe_act *a = &S->acts[i];
 		void *b[] = { a->perm, a->slot, a->w, a->fc1, a->act, a->sfc1, a->sact, a->sout, a->xe, a->re, a->inv };
-		for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
+		for (size_t q = 0; !m->mem.dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 		free(a->rows);
 		free(a->gate);
 		free(a->sc);
@@ -250,7 +250,7 @@ static void moe_release(mgt_model *m)
 	}
 	void *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
 		      S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise };
-	for (size_t q = 0; !m->dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
+	for (size_t q = 0; !m->mem.dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 	void *h[] = { S->acts, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->hdgl, S->hnoise, S->pw1, S->pw2, S->pg1, S->pg2,
 		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd, S->hall, S->rows };
 	mgt_moe_route_free(&S->rf);
@@ -304,7 +304,7 @@ static void router_linear(mgt_model *m, float *y, const void *x, const mgt_tenso
 {
 	mgt_precision p = m->be->precision;
 	if (m->c.moe_router_dtype_fp32) m->be->precision = MGT_PREC_FP32;
-	m->be->ops->linear_fwd(m->be, y, MGT_DT_F32, x, m->act_t, W(m, w), WT(m), P(m, b), T, (int)m->h, out);
+	m->be->ops->linear_fwd(m->be, y, MGT_DT_F32, x, m->prec.act_t, W(m, w), WT(m), P(m, b), T, (int)m->h, out);
 	m->be->precision = p;
 }
 
@@ -336,7 +336,7 @@ static mgt_status jitter(mgt_model *m, int li, const void *x_loc, bool train, co
 	if (!(eps > 0) || !train) return MGT_OK;
 	size_t h = (size_t)m->h, n = (size_t)m->Th * h;
 	float *u = S->hnoise;
-	uint64_t key = m->drop_key ^ (0x6A09E667F3BCC909ull * (uint64_t)(li + m->first_layer + 1));
+	uint64_t key = m->run.drop_key ^ (0x6A09E667F3BCC909ull * (uint64_t)(li + m->first_layer + 1));
 	for (int64_t t = 0; t < m->Th; t++) { /* elements by their global row */
 		size_t e0 = (size_t)mgt_cp_global_row(m, m->r0 + t) * h;
 		for (size_t c = 0; c < h; c++) {
@@ -348,7 +348,7 @@ static mgt_status jitter(mgt_model *m, int li, const void *x_loc, bool train, co
 	mgt_status st = m->be->ops->upload(m->be, jitter_noise(m, li), u, n * sizeof *u);
 	if (st) return st;
 	/* the elementwise product: rows_scale over n rows of one element */
-	m->be->ops->rows_scale(m->be, S->xj, x_loc, m->act_t, jitter_noise(m, li), (int)n, 1);
+	m->be->ops->rows_scale(m->be, S->xj, x_loc, m->prec.act_t, jitter_noise(m, li), (int)n, 1);
 	*xr = S->xj;
 	return MGT_OK;
 }
@@ -363,10 +363,10 @@ static mgt_status route_whole(mgt_model *m, struct moe_act *a, const float *bias
 	mgt_comm *c = m->ps->host_cp ? m->ps->host_cp : m->ps->cp_comm;
 	size_t n = (size_t)m->T * (size_t)S->E, half = n / 2;
 	mgt_status st = c->ops->allgather(c, S->hall, S->hf, n, MGT_DT_F32);
-	for (int q = 0; !st && q < m->cp; q++)
+	for (int q = 0; !st && q < m->cp.size; q++)
 		for (int h = 0; h < 2; h++) {
 			const float *src = S->hall + (size_t)q * n + (size_t)h * half;
-			double *dst = S->rf.L + (size_t)(h ? 2 * m->cp - 1 - q : q) * half;
+			double *dst = S->rf.L + (size_t)(h ? 2 * m->cp.size - 1 - q : q) * half;
 			for (size_t i = 0; i < half; i++) dst[i] = src[i];
 		}
 	if (!st) st = mgt_moe_route_forward(&m->c, &S->rf, bias, 1);
@@ -386,11 +386,11 @@ static mgt_status route(mgt_model *m, int li, struct moe_act *a, const void *x_l
 	router_linear(m, S->logits_l, xr, T_(m, l, MGT_T_ROUTER_W), T_(m, l, MGT_T_ROUTER_B), m->Th, E);
 	mgt_status st = gather_rows_host(m, S->logits, S->logits_l, E, S->hf);
 	if (st) return st;
-	for (size_t i = 0; m->cp <= 1 && i < (size_t)T * E; i++) a->r.L[i] = S->hf[i]; /* route_whole's otherwise */
+	for (size_t i = 0; m->cp.size <= 1 && i < (size_t)T * E; i++) a->r.L[i] = S->hf[i]; /* route_whole's otherwise */
 	const mgt_tensor *eb = T_(m, l, MGT_T_EXPERT_BIAS);
 	float bias[MGT_MOE_MAX_EXPERTS];
 	if (eb && (st = m->be->ops->download(m->be, bias, P(m, eb), (size_t)E * sizeof(float)))) return st;
-	if (m->cp > 1) st = route_whole(m, a, eb ? bias : NULL);
+	if (m->cp.size > 1) st = route_whole(m, a, eb ? bias : NULL);
 	else st = mgt_moe_route_forward(&m->c, &a->r, eb ? bias : NULL, m->sp ? m->ps->tp : 1);
 	if (st) return st;
 	if (train) {
@@ -423,7 +423,7 @@ static mgt_status permute(mgt_model *m, struct moe_act *a)
 			}
 		if (S->ep > 1) S->cnt_d[e] = N - n0;
 		else a->rows[e] = N - n0;
-		if (S->ep > 1 && e / S->El != m->ep_rank) S->disp[0] += N - n0; /* counted from the routing */
+		if (S->ep > 1 && e / S->El != m->ep.rank) S->disp[0] += N - n0; /* counted from the routing */
 	}
 	a->N = a->Nsend = N;
 	const mgt_backend_ops *o = m->be->ops;
@@ -456,7 +456,7 @@ static mgt_status ep_plan(mgt_model *m, struct moe_act *a)
 			a->rc[r] += S->allc[(size_t)r * E + S->e0 + e];
 		}
 		N += a->rc[r];
-		if (r != m->ep_rank) S->disp[1] += (double)a->rc[r];
+		if (r != m->ep.rank) S->disp[1] += (double)a->rc[r];
 	}
 	S->disp[2] += 1;
 	if (N > S->Nmax) return mgt_err(MGT_ERR_IO, "expert parallelism: %lld rows received, more than %d", (long long)N, S->Nmax);
@@ -507,10 +507,10 @@ static mgt_status ep_dispatch(mgt_model *m, struct moe_act *a)
 	const mgt_backend_ops *o = m->be->ops;
 	int h = (int)m->h;
 	mgt_status st = ep_plan(m, a);
-	if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, m->act_t, false);
+	if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, m->prec.act_t, false);
 	if (!st) st = ep_exchange(m, a, S->wrecv, S->wsend, 1, MGT_DT_F32, false);
 	if (st) return st;
-	o->rows_gather(m->be, a->xe, S->ye, m->act_t, a->re, a->N, h);
+	o->rows_gather(m->be, a->xe, S->ye, m->prec.act_t, a->re, a->N, h);
 	o->rows_gather(m->be, a->w, S->wrecv, MGT_DT_F32, a->re, a->N, 1);
 	return MGT_OK;
 }
@@ -537,7 +537,7 @@ static void expert_ptrs(mgt_model *m, int li)
 /* Element offset i of a buffer of the model's act_t. */
 static const void *at_off(const mgt_model *m, const void *p, size_t i)
 {
-	return (const char *)p + i * mgt_elem_size(m->act_t);
+	return (const char *)p + i * mgt_elem_size(m->prec.act_t);
 }
 
 /* The shared expert's output into out [T, h] (partial over TP); with the gate, its unscaled
@@ -546,7 +546,7 @@ static mgt_status shared_fwd(mgt_model *m, int li, struct moe_act *a, const void
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	o->linear_fwd(m->be, a->sfc1, t, x, t, W(m, T_(m, l, MGT_T_SH_FC1_W)), WT(m), NULL, T, h, S->shfc1);
 	o->bias_act_fwd(m->be, m->act, a->sact, t, a->sfc1, t, NULL, T, S->sh);
@@ -569,7 +569,7 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const void *x, void
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	struct moe_act *a = act_of(m, li);
 	int T = m->T, h = (int)m->h;
 	const void *x_loc = at_off(m, x, (size_t)m->r0 * (size_t)h);
@@ -602,7 +602,7 @@ static mgt_status shared_bwd(mgt_model *m, int li, struct moe_act *a, const void
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	int l = li + m->first_layer, T = m->T, h = (int)m->h;
 	const mgt_tensor *g = T_(m, l, MGT_T_SH_GATE_W), *w1 = T_(m, l, MGT_T_SH_FC1_W), *w2 = T_(m, l, MGT_T_SH_FC2_W);
 	const void *dout = dY;
@@ -635,7 +635,7 @@ static mgt_status router_bwd(mgt_model *m, int li, struct moe_act *a, const void
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	int l = li + m->first_layer, T = m->T, E = S->E, k = S->k, Th = m->Th, h = (int)m->h;
 	mgt_status st = o->download(m->be, S->hf, dprob, (size_t)a->Nsend * 4);
 	if (st) return st;
@@ -664,7 +664,7 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, voi
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	const mgt_elem_type t = m->act_t;
+	const mgt_elem_type t = m->prec.act_t;
 	struct moe_act *a = act_of(m, li);
 	int T = m->T, h = (int)m->h, N = a->N;
 	const void *x_loc = at_off(m, x, (size_t)m->r0 * (size_t)h);

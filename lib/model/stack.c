@@ -114,12 +114,12 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 	if (!st) st = recipe_of(m)->upload(m, mb);
 	if (st) return st;
 	mgt_model_lp_refresh(m);
-	m->drop_key = m->cur->drop_key = m->next_key;
+	m->run.drop_key = m->cur->drop_key = m->run.next_key;
 	st = recipe_of(m)->forward(m, train);
 	if (!st && train) st = mgt_model_fp8_update(m, false); /* TE: at the exit of the block's fp8 autocast */
 	if (!st && m->last) st = mgt_model_head_fwd(m, train, loss_sum);
 	m->be->ops->sync(m->be);
-	m->t_fwd += mgt_now() - t0;
+	m->run.t_fwd += mgt_now() - t0;
 	return st;
 }
 
@@ -139,11 +139,11 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
 	double t0 = mgt_now();
 	mgt_status st = use_slot(m, slot);
 	if (st) return st;
-	m->drop_key = m->cur->drop_key;
+	m->run.drop_key = m->cur->drop_key;
 	st = recipe_of(m)->backward(m, train, grad_scale); /* T5: gradients complete at the hook's INT_MIN only */
-	if (!st && m->hook) st = m->hook(m->hook_ctx, m, INT_MIN);
+	if (!st && m->run.hook) st = m->run.hook(m->run.hook_ctx, m, INT_MIN);
 	m->be->ops->sync(m->be);
-	m->t_bwd += mgt_now() - t0;
+	m->run.t_bwd += mgt_now() - t0;
 	return st;
 }
 
@@ -154,7 +154,7 @@ static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 {
 	mgt_status st = MGT_OK;
 	if (m->last) st = mgt_model_head_bwd(m, grad_scale);
-	if (!st && m->last && m->hook) st = m->hook(m->hook_ctx, m, INT_MAX);
+	if (!st && m->last && m->run.hook) st = m->run.hook(m->run.hook_ctx, m, INT_MAX);
 	bool selective = m->L.recompute.granularity == MGT_RECOMPUTE_SELECTIVE;
 	for (int li = m->n_layers - 1; !st && li >= 0; li--) {
 		int g0, g1;
@@ -165,7 +165,7 @@ static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 			if (selective && K->rerun) st = K->rerun(m, li, train);
 			if (!st) st = K->bwd(m, li, train);
 		}
-		if (!st && m->hook) st = m->hook(m->hook_ctx, m, m->first_layer + li);
+		if (!st && m->run.hook) st = m->run.hook(m->run.hook_ctx, m, m->first_layer + li);
 	}
 	if (!st && train) st = mgt_model_fp8_update(m, true); /* TE: after the first fp8 module's backward */
 	if (!st && m->first) st = mgt_model_embed_bwd(m, train, mgt_sublayer_site_key(m, -1, 0));
@@ -174,8 +174,8 @@ static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 
 void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx)
 {
-	m->hook = hook;
-	m->hook_ctx = ctx;
+	m->run.hook = hook;
+	m->run.hook_ctx = ctx;
 }
 
 mgt_status mgt_model_finish_grads(mgt_model *m)
@@ -198,9 +198,9 @@ mgt_status mgt_model_finish_grads(mgt_model *m)
 
 void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s)
 {
-	*fwd_s = m->t_fwd;
-	*bwd_s = m->t_bwd;
-	m->t_fwd = m->t_bwd = 0;
+	*fwd_s = m->run.t_fwd;
+	*bwd_s = m->run.t_bwd;
+	m->run.t_fwd = m->run.t_bwd = 0;
 }
 
 /* The current slot's logits as fp32 (16-bit ones widened exactly, in place from the back: the
@@ -208,12 +208,12 @@ void mgt_model_take_times(mgt_model *m, double *fwd_s, double *bwd_s)
 static mgt_status download_logits(mgt_model *m, float *out)
 {
 	const size_t n = (size_t)m->T * (size_t)m->V_l;
-	mgt_status st = m->be->ops->download(m->be, out, m->cur->logits, n * mgt_elem_size(m->act_t));
-	if (st || m->act_t == MGT_DT_F32) return st;
+	mgt_status st = m->be->ops->download(m->be, out, m->cur->logits, n * mgt_elem_size(m->prec.act_t));
+	if (st || m->prec.act_t == MGT_DT_F32) return st;
 	const uint16_t *h = (const uint16_t *)out;
 	for (size_t i = n; i-- > 0;) {
 		uint16_t v = h[i];
-		out[i] = m->act_t == MGT_DT_BF16 ? mgt_bf16_to_f32(v) : mgt_f16_to_f32(v);
+		out[i] = m->prec.act_t == MGT_DT_BF16 ? mgt_bf16_to_f32(v) : mgt_f16_to_f32(v);
 	}
 	return MGT_OK;
 }

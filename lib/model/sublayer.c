@@ -12,7 +12,7 @@
 /* Key of dropout site `site` of layer l (l = -1: embedding). */
 uint64_t mgt_sublayer_site_key(const mgt_model *m, int l, int site)
 {
-	return m->drop_key + (uint64_t)(l + 1) * 0x9E3779B97F4A7C15ull + (uint64_t)site * 0xC2B2AE3D27D4EB4Full;
+	return m->run.drop_key + (uint64_t)(l + 1) * 0x9E3779B97F4A7C15ull + (uint64_t)site * 0xC2B2AE3D27D4EB4Full;
 }
 
 /* ---- tensor-parallel communication (megatron/core/tensor_parallel/mappings.py) ---- */
@@ -36,9 +36,9 @@ mgt_status mgt_sublayer_tp_reduce(mgt_model *m, void *full, mgt_elem_type t, voi
 {
 	size_t n = (size_t)m->Th * (size_t)m->h;
 	mgt_comm *c = m->ps->tp_comm;
-	*out = m->sp ? m->dloc : full;
+	*out = m->sp ? m->scratch.dloc : full;
 	if (!m->sp) return tp_allreduce_t(m, full, n, t, MGT_RED_SUM);
-	return c->ops->reduce_scatter(c, m->dloc, full, n, t);
+	return c->ops->reduce_scatter(c, m->scratch.dloc, full, n, t);
 }
 
 /* Under sequence parallelism gather the rows [Th, h] (of type t) of every TP rank into full [T, h]. */
@@ -50,9 +50,9 @@ mgt_status mgt_sublayer_tp_gather(mgt_model *m, void *full, const void *part, mg
 }
 
 /* The buffer a norm writes its [Th, h] output to before mgt_sublayer_tp_gather into full. */
-static void *norm_out(mgt_model *m, void *full) { return m->sp ? (void *)m->lnl : full; }
+static void *norm_out(mgt_model *m, void *full) { return m->sp ? (void *)m->scratch.lnl : full; }
 /* The buffer a [Th, h] gradient goes to before mgt_sublayer_tp_gather into dtmp_h. */
-void *mgt_sublayer_grad_part(mgt_model *m) { return m->sp ? m->dloc : m->dtmp_h; }
+void *mgt_sublayer_grad_part(mgt_model *m) { return m->sp ? m->scratch.dloc : m->scratch.dtmp_h; }
 
 /* ---- forward ---- */
 
@@ -61,8 +61,8 @@ void *mgt_sublayer_grad_part(mgt_model *m) { return m->sp ? m->dloc : m->dtmp_h;
  * pieces' first local rows and lengths; returns their number. */
 static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
 {
-	int64_t a = m->r0, e = m->r0 + m->Th, cb = (int64_t)m->cp_C * m->b;
-	if (m->cp <= 1 || a >= cb || e <= cb) {
+	int64_t a = m->r0, e = m->r0 + m->Th, cb = (int64_t)m->cp.C * m->b;
+	if (m->cp.size <= 1 || a >= cb || e <= cb) {
 		t0[0] = a, n[0] = m->Th;
 		return 1;
 	}
@@ -70,16 +70,16 @@ static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
 	return 2;
 }
 
-/* bda_fwd on this rank's residual rows (out, resid of mgt_model.res_t; y of type yt), each
+/* bda_fwd on this rank's residual rows (out, resid of mgt_model.prec.res_t; y of type yt), each
  * dropout element indexed by its global row. */
 void mgt_sublayer_bda_fwd(mgt_model *m, void *out, const void *resid, const void *y, mgt_elem_type yt, const float *b,
 			  float p, uint64_t key)
 {
 	int64_t t0[2], n[2], h = m->h;
-	const size_t es = mgt_elem_size(m->res_t), ys = mgt_elem_size(yt);
+	const size_t es = mgt_elem_size(m->prec.res_t), ys = mgt_elem_size(yt);
 	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
 		size_t o = (size_t)((t0[k] - m->r0) * h);
-		m->be->ops->bda_fwd(m->be, (char *)out + o * es, resid ? (const char *)resid + o * es : NULL, m->res_t,
+		m->be->ops->bda_fwd(m->be, (char *)out + o * es, resid ? (const char *)resid + o * es : NULL, m->prec.res_t,
 				    (const char *)y + o * ys, yt, b, (int)n[k], (int)h, p, key,
 				    (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
 	}
@@ -89,10 +89,10 @@ void mgt_sublayer_bda_fwd(mgt_model *m, void *out, const void *resid, const void
 void mgt_sublayer_bda_bwd(mgt_model *m, void *dy, mgt_elem_type dyt, float *db, float p, uint64_t key)
 {
 	int64_t t0[2], n[2], h = m->h;
-	const size_t es = mgt_elem_size(m->res_t), ys = mgt_elem_size(dyt);
+	const size_t es = mgt_elem_size(m->prec.res_t), ys = mgt_elem_size(dyt);
 	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
 		size_t o = (size_t)((t0[k] - m->r0) * h);
-		m->be->ops->bda_bwd(m->be, (char *)dy + o * ys, dyt, db, (const char *)m->dres + o * es, m->res_t, (int)n[k],
+		m->be->ops->bda_bwd(m->be, (char *)dy + o * ys, dyt, db, (const char *)m->scratch.dres + o * es, m->prec.res_t, (int)n[k],
 				    (int)h, p, key, (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
 	}
 }
@@ -103,7 +103,7 @@ mgt_status mgt_sublayer_norm_gather(mgt_model *m, void *full, mgt_elem_type t, f
 				    const mgt_tensor *w, const mgt_tensor *b)
 {
 	void *out = norm_out(m, full);
-	m->be->ops->norm_fwd(m->be, m->norm, out, t, mean, rstd, x, m->res_t, NW(m, w), P(m, b), m->Th, (int)m->h,
+	m->be->ops->norm_fwd(m->be, m->norm, out, t, mean, rstd, x, m->prec.res_t, NW(m, w), P(m, b), m->Th, (int)m->h,
 			     (float)m->c.norm_epsilon);
 	return mgt_sublayer_tp_gather(m, full, out, t);
 }
@@ -113,7 +113,7 @@ mgt_status mgt_sublayer_reduce_bda(mgt_model *m, void *out, const void *resid, c
 				   uint64_t key, mgt_elem_type yt)
 {
 	void *y;
-	mgt_status st = mgt_sublayer_tp_reduce(m, m->dtmp_h, yt, &y);
+	mgt_status st = mgt_sublayer_tp_reduce(m, m->scratch.dtmp_h, yt, &y);
 	if (st) return st;
 	mgt_sublayer_bda_fwd(m, out, resid, y, yt, P(m, bias), drop_p(train, m->c.hidden_dropout), key);
 	return MGT_OK;
@@ -144,7 +144,7 @@ mgt_status mgt_sublayer_lin_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_
 void *mgt_sublayer_norm_dst(mgt_model *m, int li, void *buf, mgt_elem_type *t)
 {
 	bool f8 = mgt_model_fp8_layer(m, li);
-	*t = f8 ? MGT_DT_F32 : m->act_t;
+	*t = f8 ? MGT_DT_F32 : m->prec.act_t;
 	return f8 ? mgt_model_fp8_norm_out(m) : buf;
 }
 
@@ -164,9 +164,9 @@ mgt_status mgt_model_xent(mgt_model *m, double *sum)
 	slot_act *sa = m->cur;
 	int T = m->T, V = (int)m->V_l;
 	mgt_status st;
-	o->xent_max(m->be, sa->mx, sa->logits, m->act_t, T, V);
+	o->xent_max(m->be, sa->mx, sa->logits, m->prec.act_t, T, V);
 	if ((st = tp_allreduce(m, sa->mx, (size_t)T, MGT_RED_MAX))) return st;
-	o->xent_stats(m->be, sa->sumexp, sa->tgt, sa->logits, m->act_t, sa->labels, sa->mx, m->v0, T, V);
+	o->xent_stats(m->be, sa->sumexp, sa->tgt, sa->logits, m->prec.act_t, sa->labels, sa->mx, m->v0, T, V);
 	if ((st = tp_allreduce(m, sa->sumexp, (size_t)T, MGT_RED_SUM))) return st;
 	if ((st = tp_allreduce(m, sa->tgt, (size_t)T, MGT_RED_SUM))) return st;
 	*sum = o->xent_loss(m->be, sa->loss, sa->mx, sa->sumexp, sa->tgt, sa->mask, T);
@@ -183,10 +183,10 @@ mgt_status mgt_sublayer_reduce_norm_bwd(mgt_model *m, void *src, const void *x, 
 					const mgt_tensor *b, const float *mean, const float *rstd, const void *extra)
 {
 	void *dy;
-	mgt_status st = mgt_sublayer_tp_reduce(m, src, m->act_t, &dy);
+	mgt_status st = mgt_sublayer_tp_reduce(m, src, m->prec.act_t, &dy);
 	if (st) return st;
-	if (extra) m->be->ops->add(m->be, dy, extra, m->act_t, (size_t)m->Th * (size_t)m->h);
-	m->be->ops->norm_bwd(m->be, m->norm, m->dres, G(m, w), G(m, b), dy, m->act_t, x, m->res_t, NW(m, w), mean, rstd,
+	if (extra) m->be->ops->add(m->be, dy, extra, m->prec.act_t, (size_t)m->Th * (size_t)m->h);
+	m->be->ops->norm_bwd(m->be, m->norm, m->scratch.dres, G(m, w), G(m, b), dy, m->prec.act_t, x, m->prec.res_t, NW(m, w), mean, rstd,
 			     m->Th, (int)m->h);
 	return MGT_OK;
 }
@@ -197,6 +197,6 @@ mgt_status mgt_sublayer_bda_bwd_gather(mgt_model *m, const mgt_tensor *bias, boo
 {
 	void *part = mgt_sublayer_grad_part(m);
 	mgt_sublayer_bda_bwd(m, part, t, G(m, bias), drop_p(train, m->c.hidden_dropout), key);
-	return mgt_sublayer_tp_gather(m, m->dtmp_h, part, t);
+	return mgt_sublayer_tp_gather(m, m->scratch.dtmp_h, part, t);
 }
 

@@ -88,9 +88,9 @@ mgt_status mgt_t5_setup(mgt_model *m)
 {
 	const mgt_model_config *c = &m->c;
 	if (mgt_model_family(c)->recipe != MGT_STACK_ENCODER_DECODER) return MGT_OK;
-	if (m->cp > 1)
+	if (m->cp.size > 1)
 		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d with a T5 model: context parallelism is not "
-			       "supported for T5 (as Megatron's T5 refuses it)", m->cp);
+			       "supported for T5 (as Megatron's T5 refuses it)", m->cp.size);
 	if (m->L.recompute.granularity != MGT_RECOMPUTE_NONE)
 		return mgt_err(MGT_ERR_USAGE, "--recompute-granularity with a T5 model: activation recomputation is not "
 			       "implemented for T5 in this version");
@@ -150,7 +150,7 @@ void mgt_t5_dims(mgt_model *m, int which)
 	m->cur->kmask = which == T5_ENC ? ts->ekm : NULL;
 }
 
-#define A(n, t) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->act_bytes, &st)
+#define A(n, t) mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->mem.act_bytes, &st)
 
 static mgt_status alloc_slot(mgt_model *m, t5_slot *ts)
 {
@@ -161,13 +161,13 @@ static mgt_status alloc_slot(mgt_model *m, t5_slot *ts)
 	if (!(ts->x = mgt_malloc((size_t)t->L * sizeof *ts->x))) return MGT_ERR_NOMEM;
 	memset(ts->x, 0, (size_t)t->L * sizeof *ts->x);
 	ts->etok = A(Te, MGT_DT_I32); ts->epos = A(Te, MGT_DT_I32); ts->dtok = A(Td, MGT_DT_I32); ts->dpos = A(Td, MGT_DT_I32);
-	ts->ekm = mgt_model_balloc(m, Te, &m->act_bytes, &st); /* a byte a token */
-	ts->eout = A(Teh * h, m->res_t); ts->H = A(Te * h, m->act_t); ts->dH = A(Te * h, m->act_t);
+	ts->ekm = mgt_model_balloc(m, Te, &m->mem.act_bytes, &st); /* a byte a token */
+	ts->eout = A(Teh * h, m->prec.res_t); ts->H = A(Te * h, m->prec.act_t); ts->dH = A(Te * h, m->prec.act_t);
 	ts->meane = A(Teh, MGT_DT_F32); ts->rstde = A(Teh, MGT_DT_F32);
 	for (int i = 0; i < t->L; i++) {
 		t5_xlayer *x = &ts->x[i];
-		x->ln3 = A(Td * h, m->act_t); x->q = A(Td * nd, m->act_t); x->ctx = A(Td * nd, m->act_t);
-		x->kv = A(Te * 2 * (size_t)(m->ng_l * m->d), m->act_t); x->x_sa = A(Tdh * h, m->res_t);
+		x->ln3 = A(Td * h, m->prec.act_t); x->q = A(Td * nd, m->prec.act_t); x->ctx = A(Td * nd, m->prec.act_t);
+		x->kv = A(Te * 2 * (size_t)(m->ng_l * m->d), m->prec.act_t); x->x_sa = A(Tdh * h, m->prec.res_t);
 		x->mean3 = A(Tdh, MGT_DT_F32); x->rstd3 = A(Tdh, MGT_DT_F32); x->lse = A(b * (size_t)m->nq_l * (size_t)t->sd, MGT_DT_F32);
 	}
 	return st;
@@ -196,10 +196,10 @@ static mgt_status alloc_rel(mgt_model *m, int k)
 	const int s = k ? t->sd : t->se, nd = 2 * s - 1;
 	const size_t nh = (size_t)m->c.num_attention_heads;
 	mgt_status st = MGT_OK;
-	t->bidx[k] = mgt_model_balloc(m, (size_t)nd * 4, &m->work_bytes, &st);
-	t->bias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->work_bytes, &st);
-	t->dbias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->work_bytes, &st);
-	if (st || m->dry) return st;
+	t->bidx[k] = mgt_model_balloc(m, (size_t)nd * 4, &m->mem.work_bytes, &st);
+	t->bias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->mem.work_bytes, &st);
+	t->dbias[k] = mgt_model_balloc(m, (size_t)nd * nh * 4, &m->mem.work_bytes, &st);
+	if (st || m->mem.dry) return st;
 	return rel_buckets(m, k, s, t->bidx[k]);
 }
 
@@ -252,15 +252,15 @@ mgt_status mgt_t5_alloc(mgt_model *m)
 	mgt_status st = MGT_OK;
 	for (int k = 0; !st && k < m->L.slots; k++) st = alloc_slot(m, &t->sl[k]);
 	const size_t Te = (size_t)t->se * (size_t)m->b;
-	if (!st) t->dkv = mgt_model_balloc(m, Te * 2 * (size_t)(m->ng_l * m->d) * mgt_elem_size(m->act_t), &m->work_bytes, &st);
-	if (!st && !m->dry && !(t->kmh = mgt_malloc(Te))) st = MGT_ERR_NOMEM;
+	if (!st) t->dkv = mgt_model_balloc(m, Te * 2 * (size_t)(m->ng_l * m->d) * mgt_elem_size(m->prec.act_t), &m->mem.work_bytes, &st);
+	if (!st && !m->mem.dry && !(t->kmh = mgt_malloc(Te))) st = MGT_ERR_NOMEM;
 	for (int k = 0; !st && t->rel && k < 2; k++) st = alloc_rel(m, k);
 	return st;
 }
 
 static void bfree(mgt_model *m, void *p)
 {
-	if (p && !m->dry) m->be->ops->free(m->be, p);
+	if (p && !m->mem.dry) m->be->ops->free(m->be, p);
 }
 
 void mgt_t5_free(mgt_model *m)
@@ -315,7 +315,7 @@ static mgt_attn cross_attn(const mgt_model *m, const t5_slot *ts, float p, uint6
 	return (mgt_attn){ .kind = MGT_ATTN_CROSS, .sq = t->sd, .sk = t->se, .s = t->sd, .ld_lse = t->sd, .b = m->b,
 			   .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d, .p = p, .key = key,
 			   .head0 = (int)(m->nq_l * m->ps->tp_rank), .heads_total = (int)m->c.num_attention_heads,
-			   .t = m->act_t, .gt = m->act_t, .key_mask = ts->ekm };
+			   .t = m->prec.act_t, .gt = m->prec.act_t, .key_mask = ts->ekm };
 }
 
 /* Decoder layer li's cross-attention block: x_sa -> pre_cross_attn_layernorm -> linear_q; H ->
@@ -325,18 +325,18 @@ static mgt_status cross_fwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 	const mgt_backend_ops *o = m->be->ops;
 	const struct t5_state *t = m->t5;
 	const int l = li + m->first_layer, h = (int)m->h, nd = (int)(m->nq_l * m->d), kvn = (int)(2 * m->ng_l * m->d);
-	mgt_status st = mgt_sublayer_norm_gather(m, x->ln3, m->act_t, x->mean3, x->rstd3, x->x_sa,
+	mgt_status st = mgt_sublayer_norm_gather(m, x->ln3, m->prec.act_t, x->mean3, x->rstd3, x->x_sa,
 						 T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B));
 	if (st) return st;
-	o->linear_fwd(m->be, x->q, m->act_t, x->ln3, m->act_t, W(m, T_(m, l, MGT_T_XQ_W)), WT(m), P(m, T_(m, l, MGT_T_XQ_B)),
+	o->linear_fwd(m->be, x->q, m->prec.act_t, x->ln3, m->prec.act_t, W(m, T_(m, l, MGT_T_XQ_W)), WT(m), P(m, T_(m, l, MGT_T_XQ_B)),
 		      m->T, h, nd);
-	o->linear_fwd(m->be, x->kv, m->act_t, ts->H, m->act_t, W(m, T_(m, l, MGT_T_XKV_W)), WT(m),
+	o->linear_fwd(m->be, x->kv, m->prec.act_t, ts->H, m->prec.act_t, W(m, T_(m, l, MGT_T_XKV_W)), WT(m),
 		      P(m, T_(m, l, MGT_T_XKV_B)), t->se * m->b, h, kvn);
 	const mgt_attn xa = cross_attn(m, ts, drop_p(train, m->c.attention_dropout), mgt_sublayer_site_key(m, l, 4));
 	o->attn_forward(m->be, &xa, x->ctx, x->lse, x->q, x->kv);
-	o->linear_fwd(m->be, m->dtmp_h, m->act_t, x->ctx, m->act_t, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, m->T, nd, h);
+	o->linear_fwd(m->be, m->scratch.dtmp_h, m->prec.act_t, x->ctx, m->prec.act_t, W(m, T_(m, l, MGT_T_XPROJ_W)), WT(m), NULL, m->T, nd, h);
 	return mgt_sublayer_reduce_bda(m, m->cur->la[li].x_mid, x->x_sa, T_(m, l, MGT_T_XPROJ_B), train,
-				       mgt_sublayer_site_key(m, l, 5), m->act_t);
+				       mgt_sublayer_site_key(m, l, 5), m->prec.act_t);
 }
 
 /* Its backward: dres (the gradient of x_mid) becomes x_sa's; H's gradient added into dH (written
@@ -347,20 +347,20 @@ static mgt_status cross_bwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 	const struct t5_state *t = m->t5;
 	const int l = li + m->first_layer, h = (int)m->h, nd = (int)(m->nq_l * m->d), kvn = (int)(2 * m->ng_l * m->d);
 	const int Te = t->se * m->b;
-	const mgt_elem_type at = m->act_t;
+	const mgt_elem_type at = m->prec.act_t;
 	const float p = drop_p(train, m->c.attention_dropout);
 	mgt_status st = mgt_sublayer_bda_bwd_gather(m, T_(m, l, MGT_T_XPROJ_B), train, mgt_sublayer_site_key(m, l, 5), at);
 	if (st) return st;
 	const mgt_tensor *pw = T_(m, l, MGT_T_XPROJ_W), *qw = T_(m, l, MGT_T_XQ_W), *kw = T_(m, l, MGT_T_XKV_W);
-	o->linear_bwd(m->be, m->dctx, at, G(m, pw), NULL, m->dtmp_h, at, x->ctx, at, W(m, pw), WT(m), m->T, nd, h);
+	o->linear_bwd(m->be, m->scratch.dctx, at, G(m, pw), NULL, m->scratch.dtmp_h, at, x->ctx, at, W(m, pw), WT(m), m->T, nd, h);
 	const mgt_attn xa = cross_attn(m, ts, p, mgt_sublayer_site_key(m, l, 4));
-	o->attn_backward(m->be, &xa, m->dbig, t->dkv, m->dctx, x->q, x->kv, x->ctx, x->lse);
-	o->linear_bwd(m->be, first ? ts->dH : m->dtmp_h, at, G(m, kw), G(m, T_(m, l, MGT_T_XKV_B)), t->dkv, at, ts->H, at,
+	o->attn_backward(m->be, &xa, m->scratch.dbig, t->dkv, m->scratch.dctx, x->q, x->kv, x->ctx, x->lse);
+	o->linear_bwd(m->be, first ? ts->dH : m->scratch.dtmp_h, at, G(m, kw), G(m, T_(m, l, MGT_T_XKV_B)), t->dkv, at, ts->H, at,
 		      W(m, kw), WT(m), Te, h, kvn);
-	if (!first) o->add(m->be, ts->dH, m->dtmp_h, at, (size_t)Te * (size_t)h);
-	o->linear_bwd(m->be, m->dtmp_h, at, G(m, qw), G(m, T_(m, l, MGT_T_XQ_B)), m->dbig, at, x->ln3, at, W(m, qw), WT(m),
+	if (!first) o->add(m->be, ts->dH, m->scratch.dtmp_h, at, (size_t)Te * (size_t)h);
+	o->linear_bwd(m->be, m->scratch.dtmp_h, at, G(m, qw), G(m, T_(m, l, MGT_T_XQ_B)), m->scratch.dbig, at, x->ln3, at, W(m, qw), WT(m),
 		      m->T, h, nd);
-	return mgt_sublayer_reduce_norm_bwd(m, m->dtmp_h, x->x_sa, T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B),
+	return mgt_sublayer_reduce_norm_bwd(m, m->scratch.dtmp_h, x->x_sa, T_(m, l, MGT_T_XLN_W), T_(m, l, MGT_T_XLN_B),
 					    x->mean3, x->rstd3, NULL);
 }
 
@@ -378,7 +378,7 @@ mgt_status mgt_t5_forward(mgt_model *m, bool train)
 		st = mgt_layer_attn_fwd(m, li, train, sa->la[li].x_mid);
 		if (!st) st = mgt_layer_mlp_fwd(m, li, train, li + 1 < L ? sa->la[li + 1].x_in : ts->eout);
 	}
-	if (!st) st = mgt_sublayer_norm_gather(m, ts->H, m->act_t, ts->meane, ts->rstde, ts->eout, t->efw, t->efb);
+	if (!st) st = mgt_sublayer_norm_gather(m, ts->H, m->prec.act_t, ts->meane, ts->rstde, ts->eout, t->efw, t->efb);
 	mgt_t5_dims(m, T5_DEC);
 	if (!st) st = mgt_model_embed_fwd(m, train, sa->la[L].x_in, mgt_sublayer_site_key(m, -1, 1));
 	for (int li = L; !st && li < 2 * L; li++) {
@@ -408,7 +408,7 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
 	mgt_t5_dims(m, T5_ENC);
 	rel_zero(m, 0);
 	if (!st) {
-		m->be->ops->zero(m->be, m->dres, (size_t)m->Th * (size_t)m->h * mgt_elem_size(m->res_t));
+		m->be->ops->zero(m->be, m->scratch.dres, (size_t)m->Th * (size_t)m->h * mgt_elem_size(m->prec.res_t));
 		st = mgt_sublayer_reduce_norm_bwd(m, ts->dH, ts->eout, t->efw, t->efb, ts->meane, ts->rstde, NULL);
 	}
 	for (int li = L - 1; !st && li >= 0; li--) {
