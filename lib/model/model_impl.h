@@ -413,5 +413,15 @@ typedef struct mgt_rows {
 void mgt_rows_add(mgt_rows *bd, int layer, mgt_tensor_role role, const char *suffix, int64_t rows, int64_t cols,
 		  mgt_shard_rule shard, mgt_init_kind init, double std);
 void mgt_rows_norm(mgt_rows *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b);
+/* mgt_layer_symbols: global layer l's symbols in the layer pattern (mgt_model_layer_pattern),
+ * "*-" (self-attention, dense MLP) or "*E" (an MoE layer by mgt_moe_is_layer); a static string.
+ * mgt_rows_layer: layer l's rows, each symbol's kind in turn.  mgt_layer_attn_rows (layer_attn.c),
+ * mgt_layer_mlp_rows (layer_mlp.c), mgt_layer_moe_rows (layer_moe.c): one kind's rows of global
+ * layer l, in Megatron-Core's registration order. */
+const char *mgt_layer_symbols(const mgt_model_config *c, int64_t l);
+void mgt_rows_layer(mgt_rows *bd, int l);
+void mgt_layer_attn_rows(mgt_rows *bd, int l);
+void mgt_layer_mlp_rows(mgt_rows *bd, int l);
+void mgt_layer_moe_rows(mgt_rows *bd, int l);
 
 #endif

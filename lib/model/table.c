@@ -230,116 +230,18 @@ bool mgt_tensor_is_norm_weight(const mgt_tensor *t)
 	       t->role == MGT_T_ENC_FINAL_LN_W;
 }
 
-/* The row just added is expert e of layer i: its checkpoint dataset and index. */
-static void set_expert(mgt_rows *bd, int i, int e, const char *what)
-{
-	if (bd->st) return;
-	mgt_tensor *t = &bd->tt->t[bd->tt->n - 1];
-	t->expert = e;
-	t->num_experts = (int)bd->c->num_experts;
-	snprintf(t->dataset, sizeof t->dataset, "decoder.layers.%d.mlp.experts.%s", i, what);
-}
+/* Each layer kind's rows by its symbol in the layer pattern (mgt_layer_symbols; stack.c's kinds
+ * table runs the same symbols' forward and backward).  A Mamba kind ('M', megatron/core/ssm/
+ * mamba_layer.py) would add its rows function here. */
+static void (*const kind_rows[128])(mgt_rows *bd, int layer) = {
+	[MGT_LAYER_ATTENTION] = mgt_layer_attn_rows,
+	[MGT_LAYER_MLP] = mgt_layer_mlp_rows,
+	[MGT_LAYER_MOE] = mgt_layer_moe_rows,
+};
 
-/* q_layernorm / k_layernorm: [kv_channels], replicated over TP; weight decay only with
- * apply_wd_to_qk_layernorm (Megatron's optimizer param groups exempt 1-D tensors otherwise). */
-static void add_head_norm(mgt_rows *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
+void mgt_rows_layer(mgt_rows *bd, int i)
 {
-	const mgt_model_config *c = bd->c;
-	int n0 = bd->tt->n;
-	mgt_rows_add(bd, layer, w, name_w, c->kv_channels, 0, MGT_SHARD_NONE, c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
-	if (!strcmp(c->normalization, "LayerNorm"))
-		mgt_rows_add(bd, layer, w + 1, name_b, c->kv_channels, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	for (int k = n0; !bd->st && k < bd->tt->n; k++) bd->tt->t[k].weight_decay = c->apply_wd_to_qk_layernorm;
-}
-
-/* An MoE layer's MLP part, in Megatron-Core's registration order (TransformerLayer
- * pre_mlp_layernorm, then MoELayer: router, experts, shared_experts).  Experts are split over
- * the expert-parallel group (this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep)) and
- * each over TP as the dense MLP (expert tensor parallelism = TP). */
-static void add_moe(mgt_rows *bd, int i, double std, double out_std)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, E = c->num_experts, F = c->moe_ffn_hidden_size;
-	int64_t S = c->moe_shared_expert_intermediate_size;
-	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
-	int64_t gl = c->swiglu ? 2 : 1;
-	mgt_rows_norm(bd, i, MGT_T_LN2_W, "pre_mlp_layernorm.weight", "pre_mlp_layernorm.bias");
-	mgt_rows_add(bd, i, MGT_T_ROUTER_W, "mlp.router.weight", E, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	if (c->add_bias_linear) mgt_rows_add(bd, i, MGT_T_ROUTER_B, "mlp.router.bias", E, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	if (c->moe_router_enable_expert_bias) {
-		mgt_rows_add(bd, i, MGT_T_EXPERT_BIAS, "mlp.router.expert_bias", E, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-		if (!bd->st) bd->tt->t[bd->tt->n - 1].frozen = true;
-	}
-	int64_t per = E / bd->ep, e0 = per * bd->ep_rank;
-	for (int64_t e = e0; e < e0 + per; e++) {
-		char n1[96], n2[96];
-		snprintf(n1, sizeof n1, "mlp.experts.local_experts.%lld.linear_fc1.weight", (long long)e);
-		snprintf(n2, sizeof n2, "mlp.experts.local_experts.%lld.linear_fc2.weight", (long long)e);
-		mgt_rows_add(bd, i, MGT_T_EXP_FC1_W, n1, gl * F, h, fc1, MGT_INIT_NORMAL, std);
-		set_expert(bd, i, (int)e, "linear_fc1.weight");
-		mgt_rows_add(bd, i, MGT_T_EXP_FC2_W, n2, h, F, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
-		set_expert(bd, i, (int)e, "linear_fc2.weight");
-	}
-	if (S) {
-		mgt_rows_add(bd, i, MGT_T_SH_FC1_W, "mlp.shared_experts.linear_fc1.weight", gl * S, h, fc1, MGT_INIT_NORMAL, std);
-		mgt_rows_add(bd, i, MGT_T_SH_FC2_W, "mlp.shared_experts.linear_fc2.weight", h, S, MGT_SHARD_COL, MGT_INIT_NORMAL,
-		    out_std);
-		if (c->moe_shared_expert_gate)
-			mgt_rows_add(bd, i, MGT_T_SH_GATE_W, "mlp.shared_experts.gate_weight", 1, h, MGT_SHARD_NONE,
-			    MGT_INIT_NORMAL, std);
-	}
-}
-
-/* A layer's self-attention rows. */
-static void add_self_attention(mgt_rows *bd, int i)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, d = c->kv_channels, nq = c->num_attention_heads;
-	int64_t qkv = (nq + 2 * c->num_query_groups) * d;
-	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
-	bool bias = c->add_bias_linear;
-	/* Megatron-Core's parameter order (it decides the DDP buffer layout): Attention builds
-	 * linear_proj before SelfAttention builds linear_qkv; TE's LayerNormLinear registers the
-	 * norm's parameters before its own. */
-	mgt_rows_add(bd, i, MGT_T_PROJ_W, "self_attention.linear_proj.weight", h, nq * d, MGT_SHARD_COL,
-	    MGT_INIT_NORMAL, out_std);
-	if (bias) mgt_rows_add(bd, i, MGT_T_PROJ_B, "self_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	mgt_rows_norm(bd, i, MGT_T_LN1_W, "self_attention.linear_qkv.layer_norm_weight",
-		 "self_attention.linear_qkv.layer_norm_bias");
-	mgt_rows_add(bd, i, MGT_T_QKV_W, "self_attention.linear_qkv.weight", qkv, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
-	if (bias || c->add_qkv_bias)
-		mgt_rows_add(bd, i, MGT_T_QKV_B, "self_attention.linear_qkv.bias", qkv, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
-	/* SelfAttention registers q_layernorm and k_layernorm after linear_qkv (attention.py) */
-	if (c->qk_layernorm) {
-		add_head_norm(bd, i, MGT_T_QNORM_W, "self_attention.q_layernorm.weight", "self_attention.q_layernorm.bias");
-		add_head_norm(bd, i, MGT_T_KNORM_W, "self_attention.k_layernorm.weight", "self_attention.k_layernorm.bias");
-	}
-}
-
-/* A layer's MLP rows (the MoE layer's router and experts on an MoE layer). */
-static void add_mlp(mgt_rows *bd, int i)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, ffn = c->ffn_hidden_size;
-	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
-	bool bias = c->add_bias_linear;
-	if (mgt_moe_is_layer(c, i)) {
-		add_moe(bd, i, std, out_std);
-		return;
-	}
-	mgt_rows_norm(bd, i, MGT_T_LN2_W, "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias");
-	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
-	int64_t fc1_rows = c->swiglu ? 2 * ffn : ffn;
-	mgt_rows_add(bd, i, MGT_T_FC1_W, "mlp.linear_fc1.weight", fc1_rows, h, fc1, MGT_INIT_NORMAL, std);
-	if (bias) mgt_rows_add(bd, i, MGT_T_FC1_B, "mlp.linear_fc1.bias", fc1_rows, 0, fc1, MGT_INIT_ZERO, 0);
-	mgt_rows_add(bd, i, MGT_T_FC2_W, "mlp.linear_fc2.weight", h, ffn, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
-	if (bias) mgt_rows_add(bd, i, MGT_T_FC2_B, "mlp.linear_fc2.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-}
-
-static void add_layer(mgt_rows *bd, int i)
-{
-	add_self_attention(bd, i);
-	add_mlp(bd, i);
+	for (const char *k = mgt_layer_symbols(bd->c, i); *k; k++) kind_rows[*k & 127](bd, i);
 }
 
 /* BertModel's last-stage tensors in its registration order (megatron/core/models/bert/
@@ -374,7 +276,7 @@ static void add_t5_decoder_layer(mgt_rows *bd, int i)
 	const mgt_model_config *c = bd->c;
 	int64_t h = c->hidden_size, q = c->num_attention_heads * c->kv_channels;
 	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
-	add_self_attention(bd, i);
+	mgt_layer_attn_rows(bd, i);
 	mgt_rows_norm(bd, i, MGT_T_XLN_W, "pre_cross_attn_layernorm.weight", "pre_cross_attn_layernorm.bias");
 	mgt_rows_add(bd, i, MGT_T_XPROJ_W, "cross_attention.linear_proj.weight", h, q, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
 	mgt_rows_add(bd, i, MGT_T_XPROJ_B, "cross_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
@@ -382,7 +284,8 @@ static void add_t5_decoder_layer(mgt_rows *bd, int i)
 	mgt_rows_add(bd, i, MGT_T_XQ_B, "cross_attention.linear_q.bias", q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
 	mgt_rows_add(bd, i, MGT_T_XKV_W, "cross_attention.linear_kv.weight", 2 * q, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
 	mgt_rows_add(bd, i, MGT_T_XKV_B, "cross_attention.linear_kv.bias", 2 * q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
-	add_mlp(bd, i);
+	/* T5 has no MoE layers (config_check: a family without moe refuses --num-experts) */
+	mgt_layer_mlp_rows(bd, i);
 }
 
 /* Megatron-Core's T5Model on one stage (pipeline parallelism is refused, as pretrain_t5.py
@@ -405,7 +308,7 @@ static void build_t5(mgt_rows *bd)
 		mgt_rows_add(bd, -1, MGT_T_REL_DEC, "decoder_relative_pos_emb.relative_attention_bias.weight", nb, nh, MGT_SHARD_NONE,
 		    MGT_INIT_NORMAL, std);
 	}
-	for (int i = 0; i < L; i++) add_layer(bd, i);
+	for (int i = 0; i < L; i++) mgt_rows_layer(bd, i);
 	mgt_rows_norm(bd, -1, MGT_T_ENC_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
 	for (int i = 0; i < L; i++) add_t5_decoder_layer(bd, (int)L + i);
 	mgt_rows_norm(bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight", "decoder.final_layernorm.bias");
@@ -451,7 +354,7 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 		mgt_rows_add(&bd, -1, MGT_T_TOKTYPE_EMB, "embedding.tokentype_embeddings.weight", 2, h, MGT_SHARD_NONE,
 		    MGT_INIT_NORMAL, std);
 	for (int i = 0; i < c->num_layers; i++)
-		if (stage_of_layer(&bd, i) == pp_rank) add_layer(&bd, i);
+		if (stage_of_layer(&bd, i) == pp_rank) mgt_rows_layer(&bd, i);
 	if (last && bert) add_bert_heads(&bd);
 	else if (last) {
 		mgt_rows_norm(&bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight",
@@ -683,4 +586,10 @@ bool mgt_moe_is_layer(const mgt_model_config *c, int64_t l)
 	if (c->num_experts <= 0 || l < 0) return false;
 	if (c->moe_layer_pattern[0]) return l < (int64_t)strlen(c->moe_layer_pattern) && c->moe_layer_pattern[l] == '1';
 	return c->moe_layer_freq <= 1 || l % c->moe_layer_freq == 0;
+}
+
+const char *mgt_layer_symbols(const mgt_model_config *c, int64_t l)
+{
+	static const char dense[] = { MGT_LAYER_ATTENTION, MGT_LAYER_MLP, 0 }, moe[] = { MGT_LAYER_ATTENTION, MGT_LAYER_MOE, 0 };
+	return mgt_moe_is_layer(c, l) ? moe : dense;
 }
