@@ -423,5 +423,13 @@ void mgt_rows_layer(mgt_rows *bd, int l);
 void mgt_layer_attn_rows(mgt_rows *bd, int l);
 void mgt_layer_mlp_rows(mgt_rows *bd, int l);
 void mgt_layer_moe_rows(mgt_rows *bd, int l);
+/* The recipes' own rows.  mgt_bert_rows_embedding (bert.c): the first stage's token-type
+ * embedding (with the binary head); mgt_bert_rows_heads: the last stage's final norm, LM head,
+ * output layer, binary head and pooler.  mgt_t5_rows (t5.c): a whole T5 table (one stage): the
+ * shared embedding, relative position biases, the encoder, its final norm, the decoder with
+ * cross-attention, its final norm and the LM head's output rows. */
+void mgt_bert_rows_embedding(mgt_rows *bd);
+void mgt_bert_rows_heads(mgt_rows *bd);
+void mgt_t5_rows(mgt_rows *bd);
 
 #endif

@@ -244,79 +244,6 @@ void mgt_rows_layer(mgt_rows *bd, int i)
 	for (const char *k = mgt_layer_symbols(bd->c, i); *k; k++) kind_rows[*k & 127](bd, i);
 }
 
-/* BertModel's last-stage tensors in its registration order (megatron/core/models/bert/
- * bert_model.py, bert_lm_head.py, pooler.py): the encoder's final LayerNorm, BertLMHead (dense
- * h x h with bias, then LayerNorm: get_linear_layer, replicated over TP), the output layer
- * (ColumnParallelLinear over the padded vocabulary: its weight only when untied, its bias
- * zero-initialized), then with the binary head binary_head (h -> 2) and the pooler's dense. */
-static void add_bert_heads(mgt_rows *bd)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, V = c->padded_vocab_size;
-	double std = c->init_method_std;
-	mgt_rows_norm(bd, -1, MGT_T_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
-	mgt_rows_add(bd, -1, MGT_T_LMH_W, "lm_head.dense.weight", h, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	mgt_rows_add(bd, -1, MGT_T_LMH_B, "lm_head.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	mgt_rows_norm(bd, -1, MGT_T_LMH_LN_W, "lm_head.layer_norm.weight", "lm_head.layer_norm.bias");
-	if (c->untie_embeddings_and_output_weights)
-		mgt_rows_add(bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
-	mgt_rows_add(bd, -1, MGT_T_OUTPUT_B, "output_layer.bias", V, 0, MGT_SHARD_VOCAB, MGT_INIT_ZERO, 0);
-	if (!c->bert_binary_head) return;
-	mgt_rows_add(bd, -1, MGT_T_BIN_W, "binary_head.weight", 2, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	mgt_rows_add(bd, -1, MGT_T_BIN_B, "binary_head.bias", 2, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	mgt_rows_add(bd, -1, MGT_T_POOL_W, "pooler.dense.weight", h, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	mgt_rows_add(bd, -1, MGT_T_POOL_B, "pooler.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-}
-
-/* A T5 decoder layer (megatron/core/models/T5/t5_spec.py, transformer_layer.py registration
- * order): self-attention as an encoder layer's, pre_cross_attn_layernorm, cross_attention
- * (linear_proj, then CrossAttention's linear_q and linear_kv), then the MLP. */
-static void add_t5_decoder_layer(mgt_rows *bd, int i)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, q = c->num_attention_heads * c->kv_channels;
-	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
-	mgt_layer_attn_rows(bd, i);
-	mgt_rows_norm(bd, i, MGT_T_XLN_W, "pre_cross_attn_layernorm.weight", "pre_cross_attn_layernorm.bias");
-	mgt_rows_add(bd, i, MGT_T_XPROJ_W, "cross_attention.linear_proj.weight", h, q, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
-	mgt_rows_add(bd, i, MGT_T_XPROJ_B, "cross_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	mgt_rows_add(bd, i, MGT_T_XQ_W, "cross_attention.linear_q.weight", q, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
-	mgt_rows_add(bd, i, MGT_T_XQ_B, "cross_attention.linear_q.bias", q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
-	mgt_rows_add(bd, i, MGT_T_XKV_W, "cross_attention.linear_kv.weight", 2 * q, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
-	mgt_rows_add(bd, i, MGT_T_XKV_B, "cross_attention.linear_kv.bias", 2 * q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
-	/* T5 has no MoE layers (config_check: a family without moe refuses --num-experts) */
-	mgt_layer_mlp_rows(bd, i);
-}
-
-/* Megatron-Core's T5Model on one stage (pipeline parallelism is refused, as pretrain_t5.py
- * refuses it): the shared embedding (word, learned positions), the relative position biases,
- * the encoder (L layers, final LayerNorm), the decoder (L layers, final LayerNorm), the LM head's
- * output layer (the tied word embedding with a vocabulary bias, or its own weight untied). */
-static void build_t5(mgt_rows *bd)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, V = c->padded_vocab_size, L = c->num_layers;
-	double std = c->init_method_std;
-	mgt_rows_add(bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
-	if (!strcmp(c->position_embedding_type, "learned_absolute"))
-		mgt_rows_add(bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight", c->max_position_embeddings, h,
-		    MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	if (!strcmp(c->position_embedding_type, "relative")) {
-		int64_t nb = c->relative_attention_num_buckets, nh = c->num_attention_heads;
-		mgt_rows_add(bd, -1, MGT_T_REL_ENC, "encoder_relative_pos_emb.relative_attention_bias.weight", nb, nh, MGT_SHARD_NONE,
-		    MGT_INIT_NORMAL, std);
-		mgt_rows_add(bd, -1, MGT_T_REL_DEC, "decoder_relative_pos_emb.relative_attention_bias.weight", nb, nh, MGT_SHARD_NONE,
-		    MGT_INIT_NORMAL, std);
-	}
-	for (int i = 0; i < L; i++) mgt_rows_layer(bd, i);
-	mgt_rows_norm(bd, -1, MGT_T_ENC_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
-	for (int i = 0; i < L; i++) add_t5_decoder_layer(bd, (int)L + i);
-	mgt_rows_norm(bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight", "decoder.final_layernorm.bias");
-	if (c->untie_embeddings_and_output_weights)
-		mgt_rows_add(bd, -1, MGT_T_OUTPUT_W, "lm_head.output_layer.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
-	else mgt_rows_add(bd, -1, MGT_T_OUTPUT_B, "lm_head.output_layer.bias", V, 0, MGT_SHARD_VOCAB, MGT_INIT_ZERO, 0);
-}
-
 mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *c, int tp,
 				  int tp_rank, int pp, int pp_rank)
 {
@@ -339,7 +266,7 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 		if (pp > 1)
 			return mgt_err(MGT_ERR_USAGE, "--pipeline-model-parallel-size %d with a T5 model: pipeline "
 				       "parallelism is not supported for T5 (as pretrain_t5.py refuses it)", pp);
-		build_t5(&bd);
+		mgt_t5_rows(&bd);
 		if (!bd.st) bd.st = mgt_tensor_table_layout(tt, 1, false, 0, false);
 		if (bd.st) mgt_tensor_table_free(tt);
 		return bd.st;
@@ -350,12 +277,10 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 	if (first && !strcmp(c->position_embedding_type, "learned_absolute"))
 		mgt_rows_add(&bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight",
 		    c->max_position_embeddings, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	if (first && bert && c->bert_binary_head)
-		mgt_rows_add(&bd, -1, MGT_T_TOKTYPE_EMB, "embedding.tokentype_embeddings.weight", 2, h, MGT_SHARD_NONE,
-		    MGT_INIT_NORMAL, std);
+	if (first && bert) mgt_bert_rows_embedding(&bd);
 	for (int i = 0; i < c->num_layers; i++)
 		if (stage_of_layer(&bd, i) == pp_rank) mgt_rows_layer(&bd, i);
-	if (last && bert) add_bert_heads(&bd);
+	if (last && bert) mgt_bert_rows_heads(&bd);
 	else if (last) {
 		mgt_rows_norm(&bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight",
 			 "decoder.final_layernorm.bias");
