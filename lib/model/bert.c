@@ -1,6 +1,7 @@
 /* lib/model/bert.c: the heads and losses of Megatron-Core's BertModel
  * (megatron/core/models/bert/{bert_model,bert_lm_head,pooler}.py,
- * examples/bert/pretrain_bert.py loss_func) on the last pipeline stage of a "bert" chunk.
+ * examples/bert/pretrain_bert.py loss_func) on the last pipeline stage of a "bert" chunk, and
+ * BERT's own tensor table rows (mgt_bert_rows_embedding, mgt_bert_rows_heads).
  *
  * From the encoder's final LayerNorm output lnf [T, h] (gathered over TP under sequence
  * parallelism, as the GPT head's):
@@ -344,7 +345,8 @@ void mgt_bert_rows_heads(mgt_rows *bd)
 	mgt_rows_add(bd, -1, MGT_T_LMH_B, "lm_head.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 	mgt_rows_norm(bd, -1, MGT_T_LMH_LN_W, "lm_head.layer_norm.weight", "lm_head.layer_norm.bias");
 	if (c->untie_embeddings_and_output_weights)
-		mgt_rows_add(bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
+		mgt_rows_add(bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB,
+			     MGT_INIT_NORMAL, std);
 	mgt_rows_add(bd, -1, MGT_T_OUTPUT_B, "output_layer.bias", V, 0, MGT_SHARD_VOCAB, MGT_INIT_ZERO, 0);
 	if (!c->bert_binary_head) return;
 	mgt_rows_add(bd, -1, MGT_T_BIN_W, "binary_head.weight", 2, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);

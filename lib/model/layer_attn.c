@@ -1,8 +1,8 @@
 /* lib/model/layer_attn.c: the self-attention layer kind (megatron/core/transformer/
  * attention.py, transformer_layer.py): input_layernorm, linear_qkv, the head norms
  * (--qk-layernorm), RoPE, core attention (or cp.c's context-parallel attention), linear_proj and
- * the bias-dropout-add into the residual stream, and their backward.  Buffers: layer_act
- * (model_impl.h), sized in chunk.c. */
+ * the bias-dropout-add into the residual stream, and their backward; its table rows
+ * (mgt_layer_attn_rows, the '*' symbol's).  Buffers: layer_act (model_impl.h), sized in chunk.c. */
 #include "model_impl.h"
 
 #include <math.h>
@@ -126,7 +126,8 @@ static void head_norm_rows(mgt_rows *bd, int layer, mgt_tensor_role w, const cha
 {
 	const mgt_model_config *c = bd->c;
 	int n0 = bd->tt->n;
-	mgt_rows_add(bd, layer, w, name_w, c->kv_channels, 0, MGT_SHARD_NONE, c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
+	mgt_rows_add(bd, layer, w, name_w, c->kv_channels, 0, MGT_SHARD_NONE,
+		     c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
 	if (!strcmp(c->normalization, "LayerNorm"))
 		mgt_rows_add(bd, layer, w + 1, name_b, c->kv_channels, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 	for (int k = n0; !bd->st && k < bd->tt->n; k++) bd->tt->t[k].weight_decay = c->apply_wd_to_qk_layernorm;
@@ -143,13 +144,16 @@ void mgt_layer_attn_rows(mgt_rows *bd, int i)
 	 * linear_proj before SelfAttention builds linear_qkv; TE's LayerNormLinear registers the
 	 * norm's parameters before its own. */
 	mgt_rows_add(bd, i, MGT_T_PROJ_W, "self_attention.linear_proj.weight", h, nq * d, MGT_SHARD_COL,
-	    MGT_INIT_NORMAL, out_std);
-	if (bias) mgt_rows_add(bd, i, MGT_T_PROJ_B, "self_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+		     MGT_INIT_NORMAL, out_std);
+	if (bias) mgt_rows_add(bd, i, MGT_T_PROJ_B, "self_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE,
+			       MGT_INIT_ZERO, 0);
 	mgt_rows_norm(bd, i, MGT_T_LN1_W, "self_attention.linear_qkv.layer_norm_weight",
-		 "self_attention.linear_qkv.layer_norm_bias");
-	mgt_rows_add(bd, i, MGT_T_QKV_W, "self_attention.linear_qkv.weight", qkv, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
+		      "self_attention.linear_qkv.layer_norm_bias");
+	mgt_rows_add(bd, i, MGT_T_QKV_W, "self_attention.linear_qkv.weight", qkv, h, MGT_SHARD_ROW,
+		     MGT_INIT_NORMAL, std);
 	if (bias || c->add_qkv_bias)
-		mgt_rows_add(bd, i, MGT_T_QKV_B, "self_attention.linear_qkv.bias", qkv, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
+		mgt_rows_add(bd, i, MGT_T_QKV_B, "self_attention.linear_qkv.bias", qkv, 0, MGT_SHARD_ROW,
+			     MGT_INIT_ZERO, 0);
 	/* SelfAttention registers q_layernorm and k_layernorm after linear_qkv (attention.py) */
 	if (c->qk_layernorm) {
 		head_norm_rows(bd, i, MGT_T_QNORM_W, "self_attention.q_layernorm.weight", "self_attention.q_layernorm.bias");

@@ -1,7 +1,7 @@
 /* lib/model/layer_mlp.c: the dense MLP layer kind ('-' in the chunk's pattern;
  * megatron/core/transformer/mlp.py, transformer_layer.py): pre_mlp_layernorm, linear_fc1, the
- * activation, linear_fc2 and the bias-dropout-add, and their backward.  The MoE kind ('E') is
- * layer_moe.c's. */
+ * activation, linear_fc2 and the bias-dropout-add, their backward, and their table rows
+ * (mgt_layer_mlp_rows).  The MoE kind ('E') is layer_moe.c's. */
 #include "model_impl.h"
 
 #include <math.h>

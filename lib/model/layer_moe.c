@@ -1,7 +1,8 @@
 /* lib/model/layer_moe.c: the MoE layer kind ('E' in the chunk's pattern; Megatron's MoELayer,
  * megatron/core/transformer/moe/moe_layer.py, in transformer_layer.py's MLP place):
  * pre_mlp_layernorm, moe.c's router and experts, the TP reduction and bias-dropout-add, and
- * their backward.  The dense MLP kind ('-') is layer_mlp.c's. */
+ * their backward, and the table rows of the router, experts and shared expert (mgt_layer_moe_rows).
+ * The dense MLP kind ('-') is layer_mlp.c's. */
 #include "model_impl.h"
 
 #include <math.h>
@@ -62,9 +63,11 @@ void mgt_layer_moe_rows(mgt_rows *bd, int i)
 	int64_t gl = c->swiglu ? 2 : 1;
 	mgt_rows_norm(bd, i, MGT_T_LN2_W, "pre_mlp_layernorm.weight", "pre_mlp_layernorm.bias");
 	mgt_rows_add(bd, i, MGT_T_ROUTER_W, "mlp.router.weight", E, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	if (c->add_bias_linear) mgt_rows_add(bd, i, MGT_T_ROUTER_B, "mlp.router.bias", E, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	if (c->add_bias_linear) mgt_rows_add(bd, i, MGT_T_ROUTER_B, "mlp.router.bias", E, 0, MGT_SHARD_NONE,
+					     MGT_INIT_ZERO, 0);
 	if (c->moe_router_enable_expert_bias) {
-		mgt_rows_add(bd, i, MGT_T_EXPERT_BIAS, "mlp.router.expert_bias", E, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+		mgt_rows_add(bd, i, MGT_T_EXPERT_BIAS, "mlp.router.expert_bias", E, 0, MGT_SHARD_NONE,
+			     MGT_INIT_ZERO, 0);
 		if (!bd->st) bd->tt->t[bd->tt->n - 1].frozen = true;
 	}
 	int64_t per = E / bd->ep, e0 = per * bd->ep_rank;
@@ -78,11 +81,12 @@ void mgt_layer_moe_rows(mgt_rows *bd, int i)
 		expert_row(bd, i, (int)e, "linear_fc2.weight");
 	}
 	if (S) {
-		mgt_rows_add(bd, i, MGT_T_SH_FC1_W, "mlp.shared_experts.linear_fc1.weight", gl * S, h, fc1, MGT_INIT_NORMAL, std);
-		mgt_rows_add(bd, i, MGT_T_SH_FC2_W, "mlp.shared_experts.linear_fc2.weight", h, S, MGT_SHARD_COL, MGT_INIT_NORMAL,
-		    out_std);
+		mgt_rows_add(bd, i, MGT_T_SH_FC1_W, "mlp.shared_experts.linear_fc1.weight", gl * S, h, fc1,
+			     MGT_INIT_NORMAL, std);
+		mgt_rows_add(bd, i, MGT_T_SH_FC2_W, "mlp.shared_experts.linear_fc2.weight", h, S, MGT_SHARD_COL,
+			     MGT_INIT_NORMAL, out_std);
 		if (c->moe_shared_expert_gate)
 			mgt_rows_add(bd, i, MGT_T_SH_GATE_W, "mlp.shared_experts.gate_weight", 1, h, MGT_SHARD_NONE,
-			    MGT_INIT_NORMAL, std);
+				     MGT_INIT_NORMAL, std);
 	}
 }

@@ -402,7 +402,10 @@ const mgt_tensor *mgt_model_output_weight(const mgt_model *m);
  * [L, 2L) are its decoder's 0..L-1), its local piece cut over TP by the shard rule, initialized
  * by init (std: MGT_INIT_NORMAL's), weight decay on 2-D rows only (Megatron's param groups).
  * mgt_rows_norm: a norm over hidden_size, its weight (role w: ones, zeros under
- * --apply-layernorm-1p) then with LayerNorm its bias (role w + 1: zeros), replicated. */
+ * --apply-layernorm-1p) then with LayerNorm its bias (role w + 1: zeros), replicated.
+ * Levels: table.c's assembly (mgt_tensor_table_build_ep, mgt_rows_layer) calls the kinds' and
+ * recipes' rows functions below, which call back into table.c's builder alone (mgt_rows_add,
+ * mgt_rows_norm): the one call up the list at the top of this header. */
 typedef struct mgt_rows {
 	mgt_tensor_table *tt;
 	const mgt_model_config *c;

@@ -1,4 +1,7 @@
-/* lib/model/table.c: model configuration checks and the tensor table. */
+/* lib/model/table.c: model configuration checks and the tensor table: its row builder (mgt_rows_add,
+ * mgt_rows_norm), the GPT and BERT stacks' assembly over the layer kinds' rows (mgt_rows_layer; the
+ * kinds' rows are in their files, BERT's and T5's in bert.c and t5.c), the flat buffer layout, its
+ * boxes and initialization. */
 #include "model_impl.h"
 
 #include <limits.h>
@@ -218,7 +221,8 @@ static int stage_of_layer(const mgt_rows *bd, int layer)
 void mgt_rows_norm(mgt_rows *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
 {
 	const mgt_model_config *c = bd->c;
-	mgt_rows_add(bd, layer, w, name_w, c->hidden_size, 0, MGT_SHARD_NONE, c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
+	mgt_rows_add(bd, layer, w, name_w, c->hidden_size, 0, MGT_SHARD_NONE,
+		     c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
 	if (!strcmp(c->normalization, "LayerNorm"))
 		mgt_rows_add(bd, layer, w + 1, name_b, c->hidden_size, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 }
@@ -273,20 +277,20 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 	}
 	if (first || (last && !c->untie_embeddings_and_output_weights))
 		mgt_rows_add(&bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB,
-		    MGT_INIT_NORMAL, std);
+			     MGT_INIT_NORMAL, std);
 	if (first && !strcmp(c->position_embedding_type, "learned_absolute"))
-		mgt_rows_add(&bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight",
-		    c->max_position_embeddings, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+		mgt_rows_add(&bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight", c->max_position_embeddings,
+			     h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
 	if (first && bert) mgt_bert_rows_embedding(&bd);
 	for (int i = 0; i < c->num_layers; i++)
 		if (stage_of_layer(&bd, i) == pp_rank) mgt_rows_layer(&bd, i);
 	if (last && bert) mgt_bert_rows_heads(&bd);
 	else if (last) {
 		mgt_rows_norm(&bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight",
-			 "decoder.final_layernorm.bias");
+			      "decoder.final_layernorm.bias");
 		if (c->untie_embeddings_and_output_weights)
 			mgt_rows_add(&bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB,
-			    MGT_INIT_NORMAL, std);
+				     MGT_INIT_NORMAL, std);
 	}
 	for (int i = 0; i < tt->n; i++)
 		tt->t[i].pp_stage = tt->t[i].layer >= 0 ? stage_of_layer(&bd, tt->t[i].layer) : pp_rank;
