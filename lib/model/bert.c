@@ -1,6 +1,7 @@
 /* lib/model/bert.c: the heads and losses of Megatron-Core's BertModel
  * (megatron/core/models/bert/{bert_model,bert_lm_head,pooler}.py,
- * examples/bert/pretrain_bert.py loss_func) on the last pipeline stage of a "bert" chunk.
+ * examples/bert/pretrain_bert.py loss_func) on the last pipeline stage of a "bert" chunk, and
+ * BERT's own tensor table rows (mgt_bert_rows_embedding, mgt_bert_rows_heads).
  *
  * From the encoder's final LayerNorm output lnf [T, h] (gathered over TP under sequence
  * parallelism, as the GPT head's):
@@ -315,4 +316,41 @@ mgt_status mgt_bert_head_bwd(mgt_model *m, const void *lnf, void *dlnf, float sc
 		      W(m, m->glob[MGT_T_LMH_W]), WT(m), T, h, h);
 	o->copy(m->be, dlnf, dh, (size_t)T * h * mgt_elem_size(m->prec.act_t));
 	return sop_bwd(m, dlnf, scale);
+}
+
+/* ---- the table rows ---- */
+
+/* The embedding's token-type row (BERT with the binary head: two sentence types; bert_model.py
+ * num_tokentypes = 2), after the word and position embeddings on the first stage. */
+void mgt_bert_rows_embedding(mgt_rows *bd)
+{
+	const mgt_model_config *c = bd->c;
+	if (c->bert_binary_head)
+		mgt_rows_add(bd, -1, MGT_T_TOKTYPE_EMB, "embedding.tokentype_embeddings.weight", 2, c->hidden_size,
+			     MGT_SHARD_NONE, MGT_INIT_NORMAL, c->init_method_std);
+}
+
+/* BertModel's last-stage tensors in its registration order (megatron/core/models/bert/
+ * bert_model.py, bert_lm_head.py, pooler.py): the encoder's final LayerNorm, BertLMHead (dense
+ * h x h with bias, then LayerNorm: get_linear_layer, replicated over TP), the output layer
+ * (ColumnParallelLinear over the padded vocabulary: its weight only when untied, its bias
+ * zero-initialized), then with the binary head binary_head (h -> 2) and the pooler's dense. */
+void mgt_bert_rows_heads(mgt_rows *bd)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, V = c->padded_vocab_size;
+	double std = c->init_method_std;
+	mgt_rows_norm(bd, -1, MGT_T_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
+	mgt_rows_add(bd, -1, MGT_T_LMH_W, "lm_head.dense.weight", h, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	mgt_rows_add(bd, -1, MGT_T_LMH_B, "lm_head.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	mgt_rows_norm(bd, -1, MGT_T_LMH_LN_W, "lm_head.layer_norm.weight", "lm_head.layer_norm.bias");
+	if (c->untie_embeddings_and_output_weights)
+		mgt_rows_add(bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB,
+			     MGT_INIT_NORMAL, std);
+	mgt_rows_add(bd, -1, MGT_T_OUTPUT_B, "output_layer.bias", V, 0, MGT_SHARD_VOCAB, MGT_INIT_ZERO, 0);
+	if (!c->bert_binary_head) return;
+	mgt_rows_add(bd, -1, MGT_T_BIN_W, "binary_head.weight", 2, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	mgt_rows_add(bd, -1, MGT_T_BIN_B, "binary_head.bias", 2, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	mgt_rows_add(bd, -1, MGT_T_POOL_W, "pooler.dense.weight", h, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	mgt_rows_add(bd, -1, MGT_T_POOL_B, "pooler.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 }

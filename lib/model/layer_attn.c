@@ -1,9 +1,12 @@
 /* lib/model/layer_attn.c: the self-attention layer kind (megatron/core/transformer/
  * attention.py, transformer_layer.py): input_layernorm, linear_qkv, the head norms
  * (--qk-layernorm), RoPE, core attention (or cp.c's context-parallel attention), linear_proj and
- * the bias-dropout-add into the residual stream, and their backward.  Buffers: layer_act
- * (model_impl.h), sized in chunk.c. */
+ * the bias-dropout-add into the residual stream, and their backward; its table rows
+ * (mgt_layer_attn_rows, the '*' symbol's).  Buffers: layer_act (model_impl.h), sized in chunk.c. */
 #include "model_impl.h"
+
+#include <math.h>
+#include <string.h>
 
 size_t mgt_layer_attn_numel(const mgt_model *m, int li, int k)
 {
@@ -115,3 +118,45 @@ mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train)
 					    a->mean1, a->rstd1, NULL);
 }
 
+/* ---- the table rows ---- */
+
+/* q_layernorm / k_layernorm: [kv_channels], replicated over TP; weight decay only with
+ * apply_wd_to_qk_layernorm (Megatron's optimizer param groups exempt 1-D tensors otherwise). */
+static void head_norm_rows(mgt_rows *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
+{
+	const mgt_model_config *c = bd->c;
+	int n0 = bd->tt->n;
+	mgt_rows_add(bd, layer, w, name_w, c->kv_channels, 0, MGT_SHARD_NONE,
+		     c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
+	if (!strcmp(c->normalization, "LayerNorm"))
+		mgt_rows_add(bd, layer, w + 1, name_b, c->kv_channels, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	for (int k = n0; !bd->st && k < bd->tt->n; k++) bd->tt->t[k].weight_decay = c->apply_wd_to_qk_layernorm;
+}
+
+void mgt_layer_attn_rows(mgt_rows *bd, int i)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, d = c->kv_channels, nq = c->num_attention_heads;
+	int64_t qkv = (nq + 2 * c->num_query_groups) * d;
+	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
+	bool bias = c->add_bias_linear;
+	/* Megatron-Core's parameter order (it decides the DDP buffer layout): Attention builds
+	 * linear_proj before SelfAttention builds linear_qkv; TE's LayerNormLinear registers the
+	 * norm's parameters before its own. */
+	mgt_rows_add(bd, i, MGT_T_PROJ_W, "self_attention.linear_proj.weight", h, nq * d, MGT_SHARD_COL,
+		     MGT_INIT_NORMAL, out_std);
+	if (bias) mgt_rows_add(bd, i, MGT_T_PROJ_B, "self_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE,
+			       MGT_INIT_ZERO, 0);
+	mgt_rows_norm(bd, i, MGT_T_LN1_W, "self_attention.linear_qkv.layer_norm_weight",
+		      "self_attention.linear_qkv.layer_norm_bias");
+	mgt_rows_add(bd, i, MGT_T_QKV_W, "self_attention.linear_qkv.weight", qkv, h, MGT_SHARD_ROW,
+		     MGT_INIT_NORMAL, std);
+	if (bias || c->add_qkv_bias)
+		mgt_rows_add(bd, i, MGT_T_QKV_B, "self_attention.linear_qkv.bias", qkv, 0, MGT_SHARD_ROW,
+			     MGT_INIT_ZERO, 0);
+	/* SelfAttention registers q_layernorm and k_layernorm after linear_qkv (attention.py) */
+	if (c->qk_layernorm) {
+		head_norm_rows(bd, i, MGT_T_QNORM_W, "self_attention.q_layernorm.weight", "self_attention.q_layernorm.bias");
+		head_norm_rows(bd, i, MGT_T_KNORM_W, "self_attention.k_layernorm.weight", "self_attention.k_layernorm.bias");
+	}
+}

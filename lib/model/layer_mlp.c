@@ -1,8 +1,10 @@
 /* lib/model/layer_mlp.c: the dense MLP layer kind ('-' in the chunk's pattern;
  * megatron/core/transformer/mlp.py, transformer_layer.py): pre_mlp_layernorm, linear_fc1, the
- * activation, linear_fc2 and the bias-dropout-add, and their backward.  The MoE kind ('E') is
- * layer_moe.c's. */
+ * activation, linear_fc2 and the bias-dropout-add, their backward, and their table rows
+ * (mgt_layer_mlp_rows).  The MoE kind ('E') is layer_moe.c's. */
 #include "model_impl.h"
+
+#include <math.h>
 
 size_t mgt_layer_mlp_numel(const mgt_model *m, int li, int k)
 {
@@ -59,3 +61,19 @@ mgt_status mgt_layer_mlp_bwd(mgt_model *m, int li, bool train)
 					    a->mean2, a->rstd2, NULL);
 }
 
+/* ---- the table rows ---- */
+
+void mgt_layer_mlp_rows(mgt_rows *bd, int i)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, ffn = c->ffn_hidden_size;
+	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
+	bool bias = c->add_bias_linear;
+	mgt_rows_norm(bd, i, MGT_T_LN2_W, "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias");
+	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
+	int64_t fc1_rows = c->swiglu ? 2 * ffn : ffn;
+	mgt_rows_add(bd, i, MGT_T_FC1_W, "mlp.linear_fc1.weight", fc1_rows, h, fc1, MGT_INIT_NORMAL, std);
+	if (bias) mgt_rows_add(bd, i, MGT_T_FC1_B, "mlp.linear_fc1.bias", fc1_rows, 0, fc1, MGT_INIT_ZERO, 0);
+	mgt_rows_add(bd, i, MGT_T_FC2_W, "mlp.linear_fc2.weight", h, ffn, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
+	if (bias) mgt_rows_add(bd, i, MGT_T_FC2_B, "mlp.linear_fc2.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+}

@@ -425,4 +425,48 @@ mgt_status mgt_model_upload_inv_freq(mgt_model *m);
 /* The output layer's weight: output_layer.weight, or the word embedding when tied. */
 const mgt_tensor *mgt_model_output_weight(const mgt_model *m);
 
+/* ---- table rows: the builder the layer kinds and recipes add their rows through (table.c) ----
+ * mgt_tensor_table_build_ep builds this rank's table (tp_rank of tp, pp_rank of pp, ep_rank of ep)
+ * in Megatron-Core's parameter registration order, which decides the flat buffer's layout: table.c
+ * adds the GPT and BERT stacks' embedding, layers (by pipeline stage) and final rows; each layer
+ * kind adds its own rows (layer_attn.c, layer_mlp.c, layer_moe.c), each recipe its own (bert.c,
+ * t5.c).  The first failure (MGT_ERR_NOMEM) stays in st and makes every later call do nothing.
+ * mgt_rows_add: a row of global shape [rows, cols] (cols 0: 1-D [rows]) named suffix (layer -1)
+ * or "encoder|decoder.layers.N.suffix" for global layer `layer` (an encoder-decoder's layers
+ * [L, 2L) are its decoder's 0..L-1), its local piece cut over TP by the shard rule, initialized
+ * by init (std: MGT_INIT_NORMAL's), weight decay on 2-D rows only (Megatron's param groups).
+ * mgt_rows_norm: a norm over hidden_size, its weight (role w: ones, zeros under
+ * --apply-layernorm-1p) then with LayerNorm its bias (role w + 1: zeros), replicated.
+ * Levels: table.c's assembly (mgt_tensor_table_build_ep, mgt_rows_layer) calls the kinds' and
+ * recipes' rows functions below, which call back into table.c's builder alone (mgt_rows_add,
+ * mgt_rows_norm): the one call up the list at the top of this header. */
+typedef struct mgt_rows {
+	mgt_tensor_table *tt;
+	const mgt_model_config *c;
+	const mgt_family *fam;
+	int tp, tp_rank, pp, pp_rank, ep, ep_rank, cap;
+	mgt_status st;
+} mgt_rows;
+void mgt_rows_add(mgt_rows *bd, int layer, mgt_tensor_role role, const char *suffix, int64_t rows, int64_t cols,
+		  mgt_shard_rule shard, mgt_init_kind init, double std);
+void mgt_rows_norm(mgt_rows *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b);
+/* mgt_layer_symbols: global layer l's symbols in the layer pattern (mgt_model_layer_pattern),
+ * "*-" (self-attention, dense MLP) or "*E" (an MoE layer by mgt_moe_is_layer); a static string.
+ * mgt_rows_layer: layer l's rows, each symbol's kind in turn.  mgt_layer_attn_rows (layer_attn.c),
+ * mgt_layer_mlp_rows (layer_mlp.c), mgt_layer_moe_rows (layer_moe.c): one kind's rows of global
+ * layer l, in Megatron-Core's registration order. */
+const char *mgt_layer_symbols(const mgt_model_config *c, int64_t l);
+void mgt_rows_layer(mgt_rows *bd, int l);
+void mgt_layer_attn_rows(mgt_rows *bd, int l);
+void mgt_layer_mlp_rows(mgt_rows *bd, int l);
+void mgt_layer_moe_rows(mgt_rows *bd, int l);
+/* The recipes' own rows.  mgt_bert_rows_embedding (bert.c): the first stage's token-type
+ * embedding (with the binary head); mgt_bert_rows_heads: the last stage's final norm, LM head,
+ * output layer, binary head and pooler.  mgt_t5_rows (t5.c): a whole T5 table (one stage): the
+ * shared embedding, relative position biases, the encoder, its final norm, the decoder with
+ * cross-attention, its final norm and the LM head's output rows. */
+void mgt_bert_rows_embedding(mgt_rows *bd);
+void mgt_bert_rows_heads(mgt_rows *bd);
+void mgt_t5_rows(mgt_rows *bd);
+
 #endif

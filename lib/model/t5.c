@@ -1,5 +1,6 @@
 /* lib/model/t5.c: Megatron-Core's T5Model (megatron/core/models/T5/t5_model.py,
- * t5_spec.py) over the layer kinds (layer_attn.c, layer_mlp.c) and sublayer.c's pieces.
+ * t5_spec.py) over the layer kinds (layer_attn.c, layer_mlp.c) and sublayer.c's pieces, and its
+ * tensor table rows (mgt_t5_rows).
  *
  * One embedding (word + learned absolute positions) serves both stacks.  The encoder (layers
  * [0, L) of the table) is a stack of pre-LN layers under the key padding mask, then
@@ -419,4 +420,59 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
 	if (!st) rel_table(m, 0, true);
 	mgt_t5_dims(m, T5_DEC);
 	return st;
+}
+
+/* ---- the table rows ---- */
+
+/* A T5 decoder layer (megatron/core/models/T5/t5_spec.py, transformer_layer.py registration
+ * order): self-attention as an encoder layer's, pre_cross_attn_layernorm, cross_attention
+ * (linear_proj, then CrossAttention's linear_q and linear_kv), then the MLP. */
+static void decoder_layer_rows(mgt_rows *bd, int i)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, q = c->num_attention_heads * c->kv_channels;
+	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
+	mgt_layer_attn_rows(bd, i);
+	mgt_rows_norm(bd, i, MGT_T_XLN_W, "pre_cross_attn_layernorm.weight", "pre_cross_attn_layernorm.bias");
+	mgt_rows_add(bd, i, MGT_T_XPROJ_W, "cross_attention.linear_proj.weight", h, q, MGT_SHARD_COL,
+		     MGT_INIT_NORMAL, out_std);
+	mgt_rows_add(bd, i, MGT_T_XPROJ_B, "cross_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+	mgt_rows_add(bd, i, MGT_T_XQ_W, "cross_attention.linear_q.weight", q, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
+	mgt_rows_add(bd, i, MGT_T_XQ_B, "cross_attention.linear_q.bias", q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
+	mgt_rows_add(bd, i, MGT_T_XKV_W, "cross_attention.linear_kv.weight", 2 * q, h, MGT_SHARD_ROW,
+		     MGT_INIT_NORMAL, std);
+	mgt_rows_add(bd, i, MGT_T_XKV_B, "cross_attention.linear_kv.bias", 2 * q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
+	/* T5 has no MoE layers (config_check: a family without moe refuses --num-experts) */
+	mgt_layer_mlp_rows(bd, i);
+}
+
+/* Megatron-Core's T5Model on one stage (pipeline parallelism is refused, as pretrain_t5.py
+ * refuses it): the shared embedding (word, learned positions), the relative position biases,
+ * the encoder (L layers, final LayerNorm), the decoder (L layers, final LayerNorm), the LM head's
+ * output layer (the tied word embedding with a vocabulary bias, or its own weight untied). */
+void mgt_t5_rows(mgt_rows *bd)
+{
+	const mgt_model_config *c = bd->c;
+	int64_t h = c->hidden_size, V = c->padded_vocab_size, L = c->num_layers;
+	double std = c->init_method_std;
+	mgt_rows_add(bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB,
+		     MGT_INIT_NORMAL, std);
+	if (!strcmp(c->position_embedding_type, "learned_absolute"))
+		mgt_rows_add(bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight", c->max_position_embeddings,
+			     h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	if (!strcmp(c->position_embedding_type, "relative")) {
+		int64_t nb = c->relative_attention_num_buckets, nh = c->num_attention_heads;
+		mgt_rows_add(bd, -1, MGT_T_REL_ENC, "encoder_relative_pos_emb.relative_attention_bias.weight", nb, nh,
+			     MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+		mgt_rows_add(bd, -1, MGT_T_REL_DEC, "decoder_relative_pos_emb.relative_attention_bias.weight", nb, nh,
+			     MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	}
+	for (int i = 0; i < L; i++) mgt_rows_layer(bd, i);
+	mgt_rows_norm(bd, -1, MGT_T_ENC_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
+	for (int i = 0; i < L; i++) decoder_layer_rows(bd, (int)L + i);
+	mgt_rows_norm(bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight", "decoder.final_layernorm.bias");
+	if (c->untie_embeddings_and_output_weights)
+		mgt_rows_add(bd, -1, MGT_T_OUTPUT_W, "lm_head.output_layer.weight", V, h, MGT_SHARD_VOCAB,
+			     MGT_INIT_NORMAL, std);
+	else mgt_rows_add(bd, -1, MGT_T_OUTPUT_B, "lm_head.output_layer.bias", V, 0, MGT_SHARD_VOCAB, MGT_INIT_ZERO, 0);
 }

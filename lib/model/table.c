@@ -1,5 +1,8 @@
-/* lib/model/table.c: model configuration checks and the tensor table. */
-#include "model.h"
+/* lib/model/table.c: model configuration checks and the tensor table: its row builder (mgt_rows_add,
+ * mgt_rows_norm), the GPT and BERT stacks' assembly over the layer kinds' rows (mgt_rows_layer; the
+ * kinds' rows are in their files, BERT's and T5's in bert.c and t5.c), the flat buffer layout, its
+ * boxes and initialization. */
+#include "model_impl.h"
 
 #include <limits.h>
 #include <math.h>
@@ -136,16 +139,8 @@ mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
 
 /* ---- the table ---- */
 
-typedef struct {
-	mgt_tensor_table *tt;
-	const mgt_model_config *c;
-	const mgt_family *fam;
-	int tp, tp_rank, pp, pp_rank, ep, ep_rank, cap;
-	mgt_status st;
-} builder;
-
-static void add(builder *bd, int layer, mgt_tensor_role role, const char *suffix, int64_t rows,
-		int64_t cols, mgt_shard_rule shard, mgt_init_kind init, double std)
+void mgt_rows_add(mgt_rows *bd, int layer, mgt_tensor_role role, const char *suffix, int64_t rows, int64_t cols,
+		  mgt_shard_rule shard, mgt_init_kind init, double std)
 {
 	mgt_tensor_table *tt = bd->tt;
 	if (bd->st) return;
@@ -213,7 +208,7 @@ mgt_status mgt_stage_layers(const mgt_model_config *c, int nstages, int stage, i
 	return MGT_OK;
 }
 
-static int stage_of_layer(const builder *bd, int layer)
+static int stage_of_layer(const mgt_rows *bd, int layer)
 {
 	for (int s = 0; s < bd->pp; s++) {
 		int64_t f, n;
@@ -223,12 +218,13 @@ static int stage_of_layer(const builder *bd, int layer)
 	return bd->pp - 1;
 }
 
-static void add_norm(builder *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
+void mgt_rows_norm(mgt_rows *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
 {
 	const mgt_model_config *c = bd->c;
-	add(bd, layer, w, name_w, c->hidden_size, 0, MGT_SHARD_NONE, c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
+	mgt_rows_add(bd, layer, w, name_w, c->hidden_size, 0, MGT_SHARD_NONE,
+		     c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
 	if (!strcmp(c->normalization, "LayerNorm"))
-		add(bd, layer, w + 1, name_b, c->hidden_size, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
+		mgt_rows_add(bd, layer, w + 1, name_b, c->hidden_size, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
 }
 
 bool mgt_tensor_is_norm_weight(const mgt_tensor *t)
@@ -238,188 +234,18 @@ bool mgt_tensor_is_norm_weight(const mgt_tensor *t)
 	       t->role == MGT_T_ENC_FINAL_LN_W;
 }
 
-/* The row just added is expert e of layer i: its checkpoint dataset and index. */
-static void set_expert(builder *bd, int i, int e, const char *what)
-{
-	if (bd->st) return;
-	mgt_tensor *t = &bd->tt->t[bd->tt->n - 1];
-	t->expert = e;
-	t->num_experts = (int)bd->c->num_experts;
-	snprintf(t->dataset, sizeof t->dataset, "decoder.layers.%d.mlp.experts.%s", i, what);
-}
+/* Each layer kind's rows by its symbol in the layer pattern (mgt_layer_symbols; stack.c's kinds
+ * table runs the same symbols' forward and backward).  A Mamba kind ('M', megatron/core/ssm/
+ * mamba_layer.py) would add its rows function here. */
+static void (*const kind_rows[128])(mgt_rows *bd, int layer) = {
+	[MGT_LAYER_ATTENTION] = mgt_layer_attn_rows,
+	[MGT_LAYER_MLP] = mgt_layer_mlp_rows,
+	[MGT_LAYER_MOE] = mgt_layer_moe_rows,
+};
 
-/* q_layernorm / k_layernorm: [kv_channels], replicated over TP; weight decay only with
- * apply_wd_to_qk_layernorm (Megatron's optimizer param groups exempt 1-D tensors otherwise). */
-static void add_head_norm(builder *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)
+void mgt_rows_layer(mgt_rows *bd, int i)
 {
-	const mgt_model_config *c = bd->c;
-	int n0 = bd->tt->n;
-	add(bd, layer, w, name_w, c->kv_channels, 0, MGT_SHARD_NONE, c->apply_layernorm_1p ? MGT_INIT_ZERO : MGT_INIT_ONE, 0);
-	if (!strcmp(c->normalization, "LayerNorm"))
-		add(bd, layer, w + 1, name_b, c->kv_channels, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	for (int k = n0; !bd->st && k < bd->tt->n; k++) bd->tt->t[k].weight_decay = c->apply_wd_to_qk_layernorm;
-}
-
-/* An MoE layer's MLP part, in Megatron-Core's registration order (TransformerLayer
- * pre_mlp_layernorm, then MoELayer: router, experts, shared_experts).  Experts are split over
- * the expert-parallel group (this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep)) and
- * each over TP as the dense MLP (expert tensor parallelism = TP). */
-static void add_moe(builder *bd, int i, double std, double out_std)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, E = c->num_experts, F = c->moe_ffn_hidden_size;
-	int64_t S = c->moe_shared_expert_intermediate_size;
-	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
-	int64_t gl = c->swiglu ? 2 : 1;
-	add_norm(bd, i, MGT_T_LN2_W, "pre_mlp_layernorm.weight", "pre_mlp_layernorm.bias");
-	add(bd, i, MGT_T_ROUTER_W, "mlp.router.weight", E, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	if (c->add_bias_linear) add(bd, i, MGT_T_ROUTER_B, "mlp.router.bias", E, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	if (c->moe_router_enable_expert_bias) {
-		add(bd, i, MGT_T_EXPERT_BIAS, "mlp.router.expert_bias", E, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-		if (!bd->st) bd->tt->t[bd->tt->n - 1].frozen = true;
-	}
-	int64_t per = E / bd->ep, e0 = per * bd->ep_rank;
-	for (int64_t e = e0; e < e0 + per; e++) {
-		char n1[96], n2[96];
-		snprintf(n1, sizeof n1, "mlp.experts.local_experts.%lld.linear_fc1.weight", (long long)e);
-		snprintf(n2, sizeof n2, "mlp.experts.local_experts.%lld.linear_fc2.weight", (long long)e);
-		add(bd, i, MGT_T_EXP_FC1_W, n1, gl * F, h, fc1, MGT_INIT_NORMAL, std);
-		set_expert(bd, i, (int)e, "linear_fc1.weight");
-		add(bd, i, MGT_T_EXP_FC2_W, n2, h, F, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
-		set_expert(bd, i, (int)e, "linear_fc2.weight");
-	}
-	if (S) {
-		add(bd, i, MGT_T_SH_FC1_W, "mlp.shared_experts.linear_fc1.weight", gl * S, h, fc1, MGT_INIT_NORMAL, std);
-		add(bd, i, MGT_T_SH_FC2_W, "mlp.shared_experts.linear_fc2.weight", h, S, MGT_SHARD_COL, MGT_INIT_NORMAL,
-		    out_std);
-		if (c->moe_shared_expert_gate)
-			add(bd, i, MGT_T_SH_GATE_W, "mlp.shared_experts.gate_weight", 1, h, MGT_SHARD_NONE,
-			    MGT_INIT_NORMAL, std);
-	}
-}
-
-/* A layer's self-attention rows. */
-static void add_self_attention(builder *bd, int i)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, d = c->kv_channels, nq = c->num_attention_heads;
-	int64_t qkv = (nq + 2 * c->num_query_groups) * d;
-	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
-	bool bias = c->add_bias_linear;
-	/* Megatron-Core's parameter order (it decides the DDP buffer layout): Attention builds
-	 * linear_proj before SelfAttention builds linear_qkv; TE's LayerNormLinear registers the
-	 * norm's parameters before its own. */
-	add(bd, i, MGT_T_PROJ_W, "self_attention.linear_proj.weight", h, nq * d, MGT_SHARD_COL,
-	    MGT_INIT_NORMAL, out_std);
-	if (bias) add(bd, i, MGT_T_PROJ_B, "self_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	add_norm(bd, i, MGT_T_LN1_W, "self_attention.linear_qkv.layer_norm_weight",
-		 "self_attention.linear_qkv.layer_norm_bias");
-	add(bd, i, MGT_T_QKV_W, "self_attention.linear_qkv.weight", qkv, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
-	if (bias || c->add_qkv_bias)
-		add(bd, i, MGT_T_QKV_B, "self_attention.linear_qkv.bias", qkv, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
-	/* SelfAttention registers q_layernorm and k_layernorm after linear_qkv (attention.py) */
-	if (c->qk_layernorm) {
-		add_head_norm(bd, i, MGT_T_QNORM_W, "self_attention.q_layernorm.weight", "self_attention.q_layernorm.bias");
-		add_head_norm(bd, i, MGT_T_KNORM_W, "self_attention.k_layernorm.weight", "self_attention.k_layernorm.bias");
-	}
-}
-
-/* A layer's MLP rows (the MoE layer's router and experts on an MoE layer). */
-static void add_mlp(builder *bd, int i)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, ffn = c->ffn_hidden_size;
-	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
-	bool bias = c->add_bias_linear;
-	if (mgt_moe_is_layer(c, i)) {
-		add_moe(bd, i, std, out_std);
-		return;
-	}
-	add_norm(bd, i, MGT_T_LN2_W, "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias");
-	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
-	int64_t fc1_rows = c->swiglu ? 2 * ffn : ffn;
-	add(bd, i, MGT_T_FC1_W, "mlp.linear_fc1.weight", fc1_rows, h, fc1, MGT_INIT_NORMAL, std);
-	if (bias) add(bd, i, MGT_T_FC1_B, "mlp.linear_fc1.bias", fc1_rows, 0, fc1, MGT_INIT_ZERO, 0);
-	add(bd, i, MGT_T_FC2_W, "mlp.linear_fc2.weight", h, ffn, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
-	if (bias) add(bd, i, MGT_T_FC2_B, "mlp.linear_fc2.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-}
-
-static void add_layer(builder *bd, int i)
-{
-	add_self_attention(bd, i);
-	add_mlp(bd, i);
-}
-
-/* BertModel's last-stage tensors in its registration order (megatron/core/models/bert/
- * bert_model.py, bert_lm_head.py, pooler.py): the encoder's final LayerNorm, BertLMHead (dense
- * h x h with bias, then LayerNorm: get_linear_layer, replicated over TP), the output layer
- * (ColumnParallelLinear over the padded vocabulary: its weight only when untied, its bias
- * zero-initialized), then with the binary head binary_head (h -> 2) and the pooler's dense. */
-static void add_bert_heads(builder *bd)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, V = c->padded_vocab_size;
-	double std = c->init_method_std;
-	add_norm(bd, -1, MGT_T_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
-	add(bd, -1, MGT_T_LMH_W, "lm_head.dense.weight", h, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	add(bd, -1, MGT_T_LMH_B, "lm_head.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	add_norm(bd, -1, MGT_T_LMH_LN_W, "lm_head.layer_norm.weight", "lm_head.layer_norm.bias");
-	if (c->untie_embeddings_and_output_weights)
-		add(bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
-	add(bd, -1, MGT_T_OUTPUT_B, "output_layer.bias", V, 0, MGT_SHARD_VOCAB, MGT_INIT_ZERO, 0);
-	if (!c->bert_binary_head) return;
-	add(bd, -1, MGT_T_BIN_W, "binary_head.weight", 2, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	add(bd, -1, MGT_T_BIN_B, "binary_head.bias", 2, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	add(bd, -1, MGT_T_POOL_W, "pooler.dense.weight", h, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	add(bd, -1, MGT_T_POOL_B, "pooler.dense.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-}
-
-/* A T5 decoder layer (megatron/core/models/T5/t5_spec.py, transformer_layer.py registration
- * order): self-attention as an encoder layer's, pre_cross_attn_layernorm, cross_attention
- * (linear_proj, then CrossAttention's linear_q and linear_kv), then the MLP. */
-static void add_t5_decoder_layer(builder *bd, int i)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, q = c->num_attention_heads * c->kv_channels;
-	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
-	add_self_attention(bd, i);
-	add_norm(bd, i, MGT_T_XLN_W, "pre_cross_attn_layernorm.weight", "pre_cross_attn_layernorm.bias");
-	add(bd, i, MGT_T_XPROJ_W, "cross_attention.linear_proj.weight", h, q, MGT_SHARD_COL, MGT_INIT_NORMAL, out_std);
-	add(bd, i, MGT_T_XPROJ_B, "cross_attention.linear_proj.bias", h, 0, MGT_SHARD_NONE, MGT_INIT_ZERO, 0);
-	add(bd, i, MGT_T_XQ_W, "cross_attention.linear_q.weight", q, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
-	add(bd, i, MGT_T_XQ_B, "cross_attention.linear_q.bias", q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
-	add(bd, i, MGT_T_XKV_W, "cross_attention.linear_kv.weight", 2 * q, h, MGT_SHARD_ROW, MGT_INIT_NORMAL, std);
-	add(bd, i, MGT_T_XKV_B, "cross_attention.linear_kv.bias", 2 * q, 0, MGT_SHARD_ROW, MGT_INIT_ZERO, 0);
-	add_mlp(bd, i);
-}
-
-/* Megatron-Core's T5Model on one stage (pipeline parallelism is refused, as pretrain_t5.py
- * refuses it): the shared embedding (word, learned positions), the relative position biases,
- * the encoder (L layers, final LayerNorm), the decoder (L layers, final LayerNorm), the LM head's
- * output layer (the tied word embedding with a vocabulary bias, or its own weight untied). */
-static void build_t5(builder *bd)
-{
-	const mgt_model_config *c = bd->c;
-	int64_t h = c->hidden_size, V = c->padded_vocab_size, L = c->num_layers;
-	double std = c->init_method_std;
-	add(bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
-	if (!strcmp(c->position_embedding_type, "learned_absolute"))
-		add(bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight", c->max_position_embeddings, h,
-		    MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	if (!strcmp(c->position_embedding_type, "relative")) {
-		int64_t nb = c->relative_attention_num_buckets, nh = c->num_attention_heads;
-		add(bd, -1, MGT_T_REL_ENC, "encoder_relative_pos_emb.relative_attention_bias.weight", nb, nh, MGT_SHARD_NONE,
-		    MGT_INIT_NORMAL, std);
-		add(bd, -1, MGT_T_REL_DEC, "decoder_relative_pos_emb.relative_attention_bias.weight", nb, nh, MGT_SHARD_NONE,
-		    MGT_INIT_NORMAL, std);
-	}
-	for (int i = 0; i < L; i++) add_layer(bd, i);
-	add_norm(bd, -1, MGT_T_ENC_FINAL_LN_W, "encoder.final_layernorm.weight", "encoder.final_layernorm.bias");
-	for (int i = 0; i < L; i++) add_t5_decoder_layer(bd, (int)L + i);
-	add_norm(bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight", "decoder.final_layernorm.bias");
-	if (c->untie_embeddings_and_output_weights)
-		add(bd, -1, MGT_T_OUTPUT_W, "lm_head.output_layer.weight", V, h, MGT_SHARD_VOCAB, MGT_INIT_NORMAL, std);
-	else add(bd, -1, MGT_T_OUTPUT_B, "lm_head.output_layer.bias", V, 0, MGT_SHARD_VOCAB, MGT_INIT_ZERO, 0);
+	for (const char *k = mgt_layer_symbols(bd->c, i); *k; k++) kind_rows[*k & 127](bd, i);
 }
 
 mgt_status mgt_tensor_table_build(mgt_tensor_table *tt, const mgt_model_config *c, int tp,
@@ -432,7 +258,7 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 				     int pp_rank, int ep, int ep_rank)
 {
 	memset(tt, 0, sizeof *tt);
-	builder bd = { .tt = tt, .c = c, .fam = mgt_model_family(c), .tp = tp, .tp_rank = tp_rank, .pp = pp,
+	mgt_rows bd = { .tt = tt, .c = c, .fam = mgt_model_family(c), .tp = tp, .tp_rank = tp_rank, .pp = pp,
 		       .pp_rank = pp_rank, .ep = ep, .ep_rank = ep_rank };
 	if (c->num_experts && (ep < 1 || c->num_experts % ep))
 		return mgt_err(MGT_ERR_USAGE, "--expert-model-parallel-size %d does not divide --num-experts %lld", ep,
@@ -444,29 +270,27 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 		if (pp > 1)
 			return mgt_err(MGT_ERR_USAGE, "--pipeline-model-parallel-size %d with a T5 model: pipeline "
 				       "parallelism is not supported for T5 (as pretrain_t5.py refuses it)", pp);
-		build_t5(&bd);
+		mgt_t5_rows(&bd);
 		if (!bd.st) bd.st = mgt_tensor_table_layout(tt, 1, false, 0, false);
 		if (bd.st) mgt_tensor_table_free(tt);
 		return bd.st;
 	}
 	if (first || (last && !c->untie_embeddings_and_output_weights))
-		add(&bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB,
-		    MGT_INIT_NORMAL, std);
+		mgt_rows_add(&bd, -1, MGT_T_WORD_EMB, "embedding.word_embeddings.weight", V, h, MGT_SHARD_VOCAB,
+			     MGT_INIT_NORMAL, std);
 	if (first && !strcmp(c->position_embedding_type, "learned_absolute"))
-		add(&bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight",
-		    c->max_position_embeddings, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
-	if (first && bert && c->bert_binary_head)
-		add(&bd, -1, MGT_T_TOKTYPE_EMB, "embedding.tokentype_embeddings.weight", 2, h, MGT_SHARD_NONE,
-		    MGT_INIT_NORMAL, std);
+		mgt_rows_add(&bd, -1, MGT_T_POS_EMB, "embedding.position_embeddings.weight", c->max_position_embeddings,
+			     h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	if (first && bert) mgt_bert_rows_embedding(&bd);
 	for (int i = 0; i < c->num_layers; i++)
-		if (stage_of_layer(&bd, i) == pp_rank) add_layer(&bd, i);
-	if (last && bert) add_bert_heads(&bd);
+		if (stage_of_layer(&bd, i) == pp_rank) mgt_rows_layer(&bd, i);
+	if (last && bert) mgt_bert_rows_heads(&bd);
 	else if (last) {
-		add_norm(&bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight",
-			 "decoder.final_layernorm.bias");
+		mgt_rows_norm(&bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight",
+			      "decoder.final_layernorm.bias");
 		if (c->untie_embeddings_and_output_weights)
-			add(&bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB,
-			    MGT_INIT_NORMAL, std);
+			mgt_rows_add(&bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB,
+				     MGT_INIT_NORMAL, std);
 	}
 	for (int i = 0; i < tt->n; i++)
 		tt->t[i].pp_stage = tt->t[i].layer >= 0 ? stage_of_layer(&bd, tt->t[i].layer) : pp_rank;
@@ -691,4 +515,10 @@ bool mgt_moe_is_layer(const mgt_model_config *c, int64_t l)
 	if (c->num_experts <= 0 || l < 0) return false;
 	if (c->moe_layer_pattern[0]) return l < (int64_t)strlen(c->moe_layer_pattern) && c->moe_layer_pattern[l] == '1';
 	return c->moe_layer_freq <= 1 || l % c->moe_layer_freq == 0;
+}
+
+const char *mgt_layer_symbols(const mgt_model_config *c, int64_t l)
+{
+	static const char dense[] = { MGT_LAYER_ATTENTION, MGT_LAYER_MLP, 0 }, moe[] = { MGT_LAYER_ATTENTION, MGT_LAYER_MOE, 0 };
+	return mgt_moe_is_layer(c, l) ? moe : dense;
 }
