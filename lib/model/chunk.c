@@ -197,8 +197,7 @@ static mgt_status index_roles(mgt_model *m)
 	if (m->first_layer < 0) m->first_layer = 0;
 	if (!(m->pattern = mgt_malloc(2 * (size_t)m->n_layers + 1))) return MGT_ERR_NOMEM;
 	for (int li = 0; li < m->n_layers; li++) {
-		m->pattern[2 * li] = MGT_LAYER_ATTENTION;
-		m->pattern[2 * li + 1] = mgt_moe_is_layer(&m->c, m->first_layer + li) ? MGT_LAYER_MOE : MGT_LAYER_MLP;
+		memcpy(m->pattern + 2 * li, mgt_layer_symbols(&m->c, m->first_layer + li), 2); /* the table's rule */
 	}
 	m->pattern[2 * m->n_layers] = '\0';
 	m->by_role = mgt_malloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->by_role);

@@ -1,13 +1,17 @@
 /* lib/model/model_impl.h: the model chunk's internals, shared by lib/model's files.  Not a public
- * header.  A file calls only files of the levels below its own:
+ * header.  A file calls only files of the levels below its own (tests/golden/house.sh: no call
+ * circle):
  *   stack.c (dispatch: upload, forward and backward by recipe, recomputation, outputs), infer.c
  *   chunk.c (dimensions, layout checks, buffers sized in the dry pass, accessors, free)
- *   t5.c (the encoder-decoder recipe: two stacks and cross-attention)
+ *   table.c (the tensor table: config checks, the GPT and BERT stacks' assembly, layout, boxes)
+ *   t5.c (the encoder-decoder recipe: two stacks and cross-attention; its rows)
+ *   kinds.c (the layer kinds by symbol: rows, forward, backward, rerun)
  *   embed_head.c (embedding, heads), layer_attn.c, layer_mlp.c, layer_moe.c (the layer kinds)
- *   bert.c (BERT's heads), moe.c, moe_route.c (MoE layers)
+ *   bert.c (BERT's heads and rows), moe.c, moe_route.c (MoE layers)
  *   sublayer.c (TP reductions and gathers, norms, bias-dropout-add, linears, cross entropy)
  *   cp.c (context-parallel attention), fp8lin.c (fp8 linears)
- *   arena.c (backend memory, counted in the dry pass), table.c, families.c, moe_config.c */
+ *   arena.c (backend memory, counted in the dry pass), rows.c (the row builder, the layer
+ *   symbols, row overlaps), families.c, moe_config.c */
 #ifndef MGT_MODEL_IMPL_H
 #define MGT_MODEL_IMPL_H
 
@@ -425,7 +429,7 @@ mgt_status mgt_model_upload_inv_freq(mgt_model *m);
 /* The output layer's weight: output_layer.weight, or the word embedding when tied. */
 const mgt_tensor *mgt_model_output_weight(const mgt_model *m);
 
-/* ---- table rows: the builder the layer kinds and recipes add their rows through (table.c) ----
+/* ---- table rows: the builder the layer kinds and recipes add their rows through (rows.c) -----
  * mgt_tensor_table_build_ep builds this rank's table (tp_rank of tp, pp_rank of pp, ep_rank of ep)
  * in Megatron-Core's parameter registration order, which decides the flat buffer's layout: table.c
  * adds the GPT and BERT stacks' embedding, layers (by pipeline stage) and final rows; each layer
@@ -437,9 +441,9 @@ const mgt_tensor *mgt_model_output_weight(const mgt_model *m);
  * by init (std: MGT_INIT_NORMAL's), weight decay on 2-D rows only (Megatron's param groups).
  * mgt_rows_norm: a norm over hidden_size, its weight (role w: ones, zeros under
  * --apply-layernorm-1p) then with LayerNorm its bias (role w + 1: zeros), replicated.
- * Levels: table.c's assembly (mgt_tensor_table_build_ep, mgt_rows_layer) calls the kinds' and
- * recipes' rows functions below, which call back into table.c's builder alone (mgt_rows_add,
- * mgt_rows_norm): the one call up the list at the top of this header. */
+ * Levels: table.c's assembly (mgt_tensor_table_build_ep) and t5.c call kinds.c's mgt_rows_layer
+ * and the recipes' rows functions, which add rows through rows.c's builder (mgt_rows_add,
+ * mgt_rows_norm) at the bottom. */
 typedef struct mgt_rows {
 	mgt_tensor_table *tt;
 	const mgt_model_config *c;
@@ -468,5 +472,17 @@ void mgt_layer_moe_rows(mgt_rows *bd, int l);
 void mgt_bert_rows_embedding(mgt_rows *bd);
 void mgt_bert_rows_heads(mgt_rows *bd);
 void mgt_t5_rows(mgt_rows *bd);
+
+/* kinds.c: the layer kinds by symbol, one table: rows (the kind's tensor-table rows of global
+ * layer l), fwd (from the kind's input to out), bwd (from dres), rerun (what selective
+ * recomputation reruns before bwd; NULL: nothing).  mgt_layer_kind_of: the symbol's row (zeros
+ * for a symbol no kind has).  mgt_rows_layer (above) walks mgt_layer_symbols through it. */
+typedef struct {
+	void (*rows)(mgt_rows *bd, int l);
+	mgt_status (*fwd)(mgt_model *m, int li, bool train, void *out);
+	mgt_status (*bwd)(mgt_model *m, int li, bool train);
+	mgt_status (*rerun)(mgt_model *m, int li, bool train);
+} mgt_layer_kind_ops;
+const mgt_layer_kind_ops *mgt_layer_kind_of(char symbol);
 
 #endif

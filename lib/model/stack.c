@@ -44,26 +44,7 @@ static mgt_status use_slot(mgt_model *m, int slot)
 	return MGT_OK;
 }
 
-/* The layer kinds by their symbol in the chunk's pattern (mgt_model.pattern; Megatron's
- * megatron/core/ssm/mamba_hybrid_layer_allocation.py symbols): the forward from the kind's input
- * to out, the backward from dres, and (rerun) what selective recomputation reruns before the
- * backward.  Symbols 2 li and 2 li + 1 are local layer li's and share its layer_act: the
- * attention reads x_in and writes x_mid, the MLP or MoE reads x_mid and writes the next
- * layer's x_in (the last, the slot's res_out).  A Mamba kind ('M', megatron/core/ssm/
- * mamba_layer.py) would come here with its own file and its buffers in layer_act. */
-typedef struct {
-	mgt_status (*fwd)(mgt_model *m, int li, bool train, void *out);
-	mgt_status (*bwd)(mgt_model *m, int li, bool train);
-	mgt_status (*rerun)(mgt_model *m, int li, bool train);
-} layer_kind;
-
-static const layer_kind kinds[128] = {
-	[MGT_LAYER_ATTENTION] = { mgt_layer_attn_fwd, mgt_layer_attn_bwd, mgt_layer_attn_core_fwd },
-	[MGT_LAYER_MLP] = { mgt_layer_mlp_fwd, mgt_layer_mlp_bwd, NULL },
-	[MGT_LAYER_MOE] = { mgt_layer_moe_fwd, mgt_layer_moe_bwd, NULL },
-};
-
-static const layer_kind *kind_of(const mgt_model *m, int k) { return &kinds[m->pattern[k] & 127]; }
+static const mgt_layer_kind_ops *kind_of(const mgt_model *m, int k) { return mgt_layer_kind_of(m->pattern[k]); }
 
 /* The input of symbol k of the current slot (its layer's x_in or x_mid). */
 static void *kind_in(mgt_model *m, int k)
@@ -161,7 +142,7 @@ static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 		if (mgt_model_rc_full(m, li) && (mgt_model_rc_group(m, li, &g0, &g1), li == g1 - 1))
 			st = recompute_group(m, g0, g1, train);
 		for (int k = 2 * li + 1; !st && k >= 2 * li; k--) {
-			const layer_kind *K = kind_of(m, k);
+			const mgt_layer_kind_ops *K = kind_of(m, k);
 			if (selective && K->rerun) st = K->rerun(m, li, train);
 			if (!st) st = K->bwd(m, li, train);
 		}
