@@ -421,6 +421,7 @@ static void test_pattern(int64_t E, int64_t freq, const char *lst, int stages, i
 	      got ? got : "none", want);
 	mgt_model_free(m);
 	mgt_backend_destroy(be);
+	mgt_parallel_free(&ps);
 }
 
 int main(void)
