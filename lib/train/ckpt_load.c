@@ -333,6 +333,18 @@ static mgt_status pick_iteration(trainer *t, const char *dir, int64_t *it)
 	return mgt_ckpt_suggest(dir, -1, MGT_ERR_FORMAT);
 }
 
+/* Megatron's line after a load, then its load-checkpoint timer (this rank's time in both; t0 when
+ * the load began). */
+static void log_loaded(const trainer *t, const char *dir, const mgt_source *c, double t0)
+{
+	if (!t->io->log) return;
+	double ms = 1000 * (mgt_now() - t0);
+	fprintf(t->io->log, "  successfully loaded checkpoint from %s [ iteration %lld ]\n", dir,
+		(long long)mgt_source_iteration(c));
+	fprintf(t->io->log, "(min, max) time across ranks (ms):\n    load-checkpoint ................................: "
+		"(%.2f, %.2f)\n", ms, ms);
+}
+
 /* --pretrained-checkpoint DIR when --load holds no checkpoint (megatron/training/checkpointing.py
  * load_checkpoint: "attempting to finetune with checkpoint in", then args.finetune = True): the
  * weights of an mgt checkpoint (its tracker's iteration) or of a Hugging Face directory read in
@@ -351,13 +363,7 @@ static mgt_status load_pretrained(trainer *t, bool *loaded)
 	mgt_status st = mgt_source_open(dir, 0, &c);
 	if (st == MGT_ERR_IO || st == MGT_ERR_INPUT) st = MGT_ERR_FORMAT;
 	if (!st) st = load_from(t, c, &damaged);
-	if (!st && t->io->log) {
-		double ms = 1000 * (mgt_now() - t0);
-		fprintf(t->io->log, "  successfully loaded checkpoint from %s [ iteration %lld ]\n", dir,
-			(long long)mgt_source_iteration(c));
-		fprintf(t->io->log, "(min, max) time across ranks (ms):\n    load-checkpoint ................................: "
-			"(%.2f, %.2f)\n", ms, ms);
-	}
+	if (!st) log_loaded(t, dir, c, t0);
 	mgt_source_close(c);
 	*loaded = !st;
 	return st ? mgt_err_ctx(st, "--pretrained-checkpoint %s", dir) : MGT_OK;
@@ -395,13 +401,7 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 		else mgt_err_ctx(st, "%s/%s names iteration %lld", dir, MGT_CKPT_TRACKER, (long long)it);
 	}
 	if (!st) st = load_from(t, c, &damaged);
-	if (!st && t->io->log) { /* Megatron's line, then its load-checkpoint timer (this rank's time in both) */
-		double ms = 1000 * (mgt_now() - t0);
-		fprintf(t->io->log, "  successfully loaded checkpoint from %s [ iteration %lld ]\n", dir,
-			(long long)mgt_source_iteration(c));
-		fprintf(t->io->log, "(min, max) time across ranks (ms):\n    load-checkpoint ................................: "
-			"(%.2f, %.2f)\n", ms, ms);
-	}
+	if (!st) log_loaded(t, dir, c, t0);
 	mgt_source_close(c);
 	if (st && damaged) st = mgt_ckpt_suggest(dir, it, st);
 	*loaded = !st;
