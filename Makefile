@@ -84,7 +84,8 @@ ifeq ($(CUDA),1)
 CUDA_CFLAGS = -DMGT_HAVE_CUDA -DMGT_HAVE_NCCL -isystem $(CUDA_HOME)/include -Ikernels
 CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart_static -lstdc++ -ldl -lrt
 NVCCFLAGS   = -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra,-Werror -Ikernels -Ilib
-KERN_SRC    = $(wildcard kernels/*.cu)
+KERN_LONG   = kernels/attn_tc_bwd.cu kernels/attn.cu kernels/attn_tc.cu
+KERN_SRC    = $(KERN_LONG) $(filter-out $(KERN_LONG),$(wildcard kernels/*.cu))
 endif
 ifeq ($(MPI),auto)
 MPI := $(if $(shell command -v mpicc 2>/dev/null),1,$(if $(filter 1,$(DEPS)),1,0))
@@ -105,7 +106,9 @@ say = @printf '  %-6s %s\n'
 endif
 # lib/backend/cuda*.c with CUDA, lib/backend/nocuda.c (the stubs) without
 LIB_SRC  = $(filter-out $(if $(filter 1,$(CUDA)),lib/backend/nocuda.c,lib/backend/cuda%.c),$(wildcard lib/*/*.c))
-LIB_OBJ  = $(LIB_SRC:%.c=$(B)/%.o) $(patsubst %.cc,$(B)/%.o,$(wildcard lib/*/*.cc)) $(KERN_SRC:%.cu=build/%.o)
+# the kernels first, the longest (KERN_LONG) leading: on few cores the long nvcc runs then start
+# at once and the C files fill the other cores around them (issue 46: 3.5 minutes on 2 cores before)
+LIB_OBJ  = $(KERN_SRC:%.cu=build/%.o) $(LIB_SRC:%.c=$(B)/%.o) $(patsubst %.cc,$(B)/%.o,$(wildcard lib/*/*.cc))
 CMD_SRC  = $(wildcard cmd/mgt*.c)
 BIN     ?= bin
 PROGS    = $(CMD_SRC:cmd/%.c=$(BIN)/%)

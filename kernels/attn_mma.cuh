@@ -2,7 +2,7 @@
  * the kernels' template argument MASK) on tensor cores through mma.sync (kernels/mma.cuh:
  * m16n8k16, bf16 or fp16 operands, fp32 accumulators), with the scores, probabilities and
  * accumulators in registers (FlashAttention-2, Dao 2023, section 3: the softmax of a warp's rows
- * done on its own accumulator fragments); kernels/attn_tc.cu launches it (kernels.h
+ * done on its own accumulator fragments); kernels/attn_tc.cu and attn_tc_bwd.cu launch it (kernels.h
  * mgt_k_attn_tc_*).
  *
  * Function, numerics and grids: those of kernels/attn_tc.cuh (same rounding points: Q, K, V, dO

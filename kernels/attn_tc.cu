@@ -1,4 +1,4 @@
-/* kernels/: launchers of GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_*; causal, or
+/* kernels/: launchers of GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_fwd, mgt_k_xattn_tc_fwd; the backward is kernels/attn_tc_bwd.cu; causal, or
  * under a key padding mask through the kernels' MASK instances):
  * the mma.sync kernels of kernels/attn_mma.cuh, with (impl MGT_K_ATTN_MMA) or without
  * (MGT_K_ATTN_MMA_NOCP) their cp.async prefetch of K and V; kernels/attn_tc.cuh has the function,
@@ -11,52 +11,9 @@
  * forward and dQ kernels; above 48 KB it is opted into with cudaFuncSetAttribute.  Registers:
  * attn_mma.cuh fwd_blocks, bwd_blocks.
  * ws: D = rowsum(dO * O) as floats [b, H, s] (attn.cuh rowdot_kernel, as mgt_k_attn_bwd). */
-#include <cuda_runtime.h>
-
-#include "attn_mma.cuh"
-#include "attn_tc.cuh"
-#include "common.cuh"
-#include "kernels.h"
-
-#ifndef MGT_LAUNCH
-#define MGT_LAUNCH(kern, grid, block, smem, stream, ...) \
-	kern<<<grid, block, smem, stream>>>(__VA_ARGS__)
-#endif
-
-using mgt_attn_k::geom;
-using mgt_attn_k::make_geom;
-using mgt_attn_k::make_xgeom;
-using namespace mgt_attn_tc;
-
-/* Opts a kernel into `bytes` of dynamic shared memory when that is over the default 48 KB. */
-template <typename F> static cudaError_t tc_allow_smem(F *kern, size_t bytes)
-{
-	if (bytes <= 48 * 1024)
-		return cudaSuccess;
-	return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-}
-
-static int tc_pad_dim(int d)
-{
-	if (d <= 0 || d > 128 || d % 16 != 0)
-		return 0;
-	return d <= 16 ? 16 : d <= 32 ? 32 : d <= 64 ? 64 : 128;
-}
-
-static bool tc_empty(int s, int b, int ng, int r, int d)
-{
-	return s <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0;
-}
+#include "attn_tc_host.cuh"
 
 extern "C" int mgt_k_attn_tc_supported(int d) { return tc_pad_dim(d) != 0; }
-
-/* The mma.sync kernels prefetch K and V with cp.async (kernels/attn_mma.cuh stage_kv) when the
- * rows are whole 16-byte pieces: d == DM, kv (qkv for self-attention) and its row stride 16-byte
- * aligned. */
-template <typename T> static int tc_async(const T *kv, const geom &G, int DM)
-{
-	return G.d == DM && DM % 8 == 0 && mgt_al16(kv) && G.ldk % 8 == 0;
-}
 
 /* Queries from q, keys and values from kv (both qkv for self-attention), on geometry G. */
 template <typename T, int DM, bool MASK>
@@ -97,15 +54,6 @@ static int tc_fwd_dim(cudaStream_t st, int impl, int dm, void *out_, float *lse,
 	}
 }
 
-/* cudaErrorInvalidValue for an unsupported dtype, head dimension or impl (0: supported). */
-static int tc_refuse(int dtype, int d, int impl)
-{
-	if (tc_pad_dim(d) == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) ||
-	    (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_MMA_NOCP))
-		return (int)cudaErrorInvalidValue;
-	return 0;
-}
-
 /* The forward of geometry G (self- or cross-attention). */
 static int tc_fwd_geom(cudaStream_t st, int dtype, int impl, void *out, float *lse, const void *q, const void *kv,
 		       const geom &G)
@@ -139,101 +87,6 @@ extern "C" int mgt_k_xattn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *l
 		return tc_refuse(dtype, d, impl);
 	const geom G = make_xgeom(sq, sk, b, ng, r, d, p, key, head0, heads_total, key_mask);
 	return tc_fwd_geom((cudaStream_t)s, dtype, impl, out, lse, q, kv, G);
-}
-
-extern "C" size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d)
-{
-	(void)d;
-	return mgt_attn_k::ws_bytes(seq, b, ng, r);
-}
-
-/* The backward's tensors: dq, dkv written (both dqkv for self-attention), q and kv read (qkv). */
-template <typename T> struct tc_bwd_args {
-	float *dq, *dkv;
-	const float *dout;
-	const T *q, *kv;
-	const float *lse, *D;
-};
-
-/* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
-template <typename T, int DM, int TB, bool MASK>
-static int tc_bwd_run(cudaStream_t st, int impl, const tc_bwd_args<T> &a, const geom &G, int vec)
-{
-	constexpr int MB = mgt_attn_mma::bwd_blocks(DM);
-	const size_t sm = mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T));
-	const size_t sq = mgt_attn_mma::dq_smem(DM, TB, (int)sizeof(T));
-	cudaError_t e = tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK>, sm);
-	if (e == cudaSuccess)
-		e = tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB, MASK>, sq);
-	if (e != cudaSuccess)
-		return (int)e;
-	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.sk + 63) / 64));
-	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.sq + 63) / 64));
-	MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK>), gkv, NTC, sm, st, G, a.dkv, a.dout, a.q, a.kv,
-		   a.lse, a.D, vec);
-	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB, MASK>), gq, NTC, sq, st, G, a.dq, a.dout, a.q, a.kv,
-		   a.lse, a.D, vec, impl == MGT_K_ATTN_MMA && tc_async(a.kv, G, DM));
-	return (int)cudaGetLastError();
-}
-
-/* The causal (or unmasked cross-attention) kernels, or the key-mask ones when G has a mask. */
-template <typename T, int DM, int TB>
-static int tc_bwd_launch(cudaStream_t st, int impl, const tc_bwd_args<T> &a, const geom &G, int vec)
-{
-	return G.km ? tc_bwd_run<T, DM, TB, true>(st, impl, a, G, vec) : tc_bwd_run<T, DM, TB, false>(st, impl, a, G, vec);
-}
-
-/* D = rowsum(dO * O) into ws, then the kernels of head dimension d. */
-template <typename T>
-static int tc_bwd_dim(cudaStream_t st, int impl, float *dq, float *dkv, const float *dout, const void *q,
-		      const void *kv, const void *out, const float *lse, void *ws, const geom &G, int vec)
-{
-	const tc_bwd_args<T> a = {dq, dkv, dout, (const T *)q, (const T *)kv, lse, (const float *)ws};
-	const long long rows = (long long)G.sq * G.b * G.H;
-	const unsigned nb = (unsigned)((rows + mgt_attn_k::NT / 32 - 1) / (mgt_attn_k::NT / 32));
-	MGT_LAUNCH(mgt_attn_k::rowdot_kernel<T>, nb, mgt_attn_k::NT, 0, st, G, (float *)ws, dout, (const T *)out);
-	switch (tc_pad_dim(G.d)) {
-	case 16: return tc_bwd_launch<T, 16, 64>(st, impl, a, G, vec);
-	case 32: return tc_bwd_launch<T, 32, 64>(st, impl, a, G, vec);
-	case 64: return tc_bwd_launch<T, 64, 64>(st, impl, a, G, vec);
-	default: return tc_bwd_launch<T, 128, 32>(st, impl, a, G, vec);
-	}
-}
-
-/* The backward of geometry G (self- or cross-attention). */
-static int tc_bwd_geom(cudaStream_t st, int dtype, int impl, float *dq, float *dkv, const float *dout,
-		       const void *q, const void *kv, const void *out, const float *lse, void *ws, const geom &G)
-{
-	const int vec = G.d % 4 == 0 && mgt_al16(dq) && mgt_al16(dkv) && mgt_al16(dout) && mgt_al16(q) && mgt_al16(kv);
-	if (dtype == MGT_K_BF16)
-		return tc_bwd_dim<__nv_bfloat16>(st, impl, dq, dkv, dout, q, kv, out, lse, ws, G, vec);
-	return tc_bwd_dim<__half>(st, impl, dq, dkv, dout, q, kv, out, lse, ws, G, vec);
-}
-
-extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout,
-				 const void *qkv, const void *out, const float *lse, int seq,
-				 int b, int ng, int r, int d, float p, uint64_t key, int head0,
-				 int heads_total, const uint8_t *key_mask, void *ws, int impl)
-{
-	if (tc_empty(seq, b, ng, r, d))
-		return (int)cudaSuccess;
-	if (tc_refuse(dtype, d, impl))
-		return tc_refuse(dtype, d, impl);
-	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
-	return tc_bwd_geom((cudaStream_t)s, dtype, impl, dqkv, dqkv, dout, qkv, qkv, out, lse, ws, G);
-}
-
-extern "C" int mgt_k_xattn_tc_bwd(mgt_k_stream s, int dtype, float *dq, float *dkv, const float *dout, const void *q,
-				  const void *kv, const void *out, const float *lse, int sq, int sk, int b, int ng,
-				  int r, int d, float p, uint64_t key, int head0, int heads_total,
-				  const uint8_t *key_mask, void *ws, int impl)
-{
-	if (sk <= 0 || tc_empty(sq, b, ng, r, d))
-		return (int)cudaSuccess;
-	if (tc_refuse(dtype, d, impl))
-		return tc_refuse(dtype, d, impl);
-	const geom G = make_xgeom(sq, sk, b, ng, r, d, p, key, head0, heads_total, key_mask);
-	return tc_bwd_geom((cudaStream_t)s, dtype, impl, dq, dkv, dout, q, kv, out, lse, ws, G);
 }
 
 extern "C" int mgt_k_mma_probe(mgt_k_stream s, int dtype, const float *x, const float *y, float *c1, float *c2,

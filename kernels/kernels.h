@@ -152,7 +152,8 @@ int mgt_k_attn_kv_copy(mgt_k_stream s, float *qkv, float *kv, int T, int ng, int
 int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float *qkv, const int32_t *seq,
 		  const int32_t *pos, int T, int ng, int r, int d, int S, const float *bias, int bs);
 
-/* ---- attention on tensor cores (kernels/attn_tc.cu), causal or under a key padding mask: impl
+/* ---- attention on tensor cores (kernels/attn_tc.cu forward, kernels/attn_tc_bwd.cu backward),
+ * causal or under a key padding mask: impl
  * MGT_K_ATTN_MMA, mma.sync with the softmax in registers (kernels/attn_mma.cuh, the default), or
  * MGT_K_ATTN_MMA_NOCP, the same without the cp.async prefetch of K and V (an A/B variant);
  * kernels/attn_tc.cuh documents the function and staging they share; bf16 / fp16 operands, fp32
