@@ -1,6 +1,6 @@
 #!/bin/sh
 # Training quality of --bf16, --fp16 and fp8 against fp32 (issue "mixed precision as Megatron does
-# it"): the demo's run (contrib/demo.sh: tiny-gpt2 on the King James Bible, GPT-2 tokenizer,
+# it"): the demo's run as it was before issue 46 (contrib/demo.sh then: tiny-gpt2 on the King James Bible, GPT-2 tokenizer,
 # Megatron's 969,30,1 split, 300 iterations, the same schedule) three times on the CPU backend,
 # where the 16-bit storage and GEMM operands are emulated bit for bit, and the validation loss at
 # each evaluation of each run against fp32's.  fp16 uses Megatron's dynamic loss scaler

@@ -32,6 +32,14 @@ PY
 }
 ok "KJV, GPT2BPETokenizer = HF tokenizers" same $F/kjv.gpt2.ids.zst "$KJV" $GPT2
 ok "KJV, HuggingFaceTokenizer gpt2 tokenizer.json = HF tokenizers" same $F/kjv.gpt2.ids.zst "$KJV" $(HF $SHARE/tokenizers/gpt2)
+ok "KJV, the demo's kjv-4k tokenizer.json = HF tokenizers" same $F/kjv.kjv-4k.ids.zst "$KJV" $(HF $SHARE/tokenizers/kjv-4k)
+ok "Unicode corpus, the demo's kjv-4k tokenizer.json (bytes outside KJV) = HF tokenizers" \
+	same $F/unicode.kjv-4k.ids.zst $D/unicode.jsonl $(HF $SHARE/tokenizers/kjv-4k)
+# the shipped kjv-4k is what its script writes (contrib/kjv-tokenizer.py: deterministic ties)
+kjv4k_again() {
+	$PY "$ROOT/contrib/kjv-tokenizer.py" "$KJV" "$T/kjv-4k.json" >/dev/null && cmp "$T/kjv-4k.json" "$SHARE/tokenizers/kjv-4k/tokenizer.json"
+}
+ok "contrib/kjv-tokenizer.py writes the shipped kjv-4k tokenizer.json byte for byte" kjv4k_again
 ok "KJV, cl100k_base = tiktoken" same $F/kjv.cl100k_base.ids.zst "$KJV" $(TT cl100k_base)
 ok "KJV, o200k_base = tiktoken" same $F/kjv.o200k_base.ids.zst "$KJV" $(TT o200k_base)
 ok "Unicode corpus, GPT2BPETokenizer = gpt-3-encoder (special-token strings are text)" \

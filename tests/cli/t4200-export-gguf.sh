@@ -1,7 +1,7 @@
 #!/bin/sh
 # mgt-export: GGUF files that a real llama.cpp (npm node-llama-cpp, prebuilt linux-x64 CPU binary;
 # tests/hf/llamacpp) loads and runs, compared with mgt's own forward (mgt-eval):
-#   - a GPT-2 model trained by mgt-train on the King James Bible (as contrib/demo.sh, fewer
+#   - a GPT-2 model trained by mgt-train on the King James Bible (as contrib/demo.sh with DEMO_TOKENIZER=gpt2, fewer
 #     iterations) and tiny random Llama 3, Llama 3.1 (rope scaling: rope_freqs), Llama 2 (MHA),
 #     Qwen2 and Qwen3 models with the GPT-2 tokenizer embedded;
 #   - f32: llama.cpp's greedy continuation equals mgt's token for token, and its logits are
@@ -48,7 +48,7 @@ sys.exit(0 if ok else 1)
 EOF
 }
 
-# 1. the KJV model: the demo's recipe, with --openai-gelu (Megatron's GELU form, llama.cpp's gpt2's)
+# 1. the KJV model: the demo's recipe with GPT-2's tokenizer (DEMO_TOKENIZER=gpt2), with --openai-gelu (Megatron's GELU form, llama.cpp's gpt2's)
 TOKS="818 262 3726 373 1793 262 8701 290 262 4534 13"   # "In the beginning was God the heaven and the earth."
 "$BIN/mgt-preprocess" --input "$SHARE/data/kjv.jsonl.zst" --output-prefix "$T/kjv" --tokenizer-type GPT2BPETokenizer \
 	--vocab-file "$G/vocab.json" --merge-file "$G/merges.txt" --append-eod --workers 2 >/dev/null 2>&1

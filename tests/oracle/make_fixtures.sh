@@ -94,4 +94,8 @@ rm -rf "$WPD"
 enc kjv.gpt2                  zst --hf "$GPT2" "$KJV"
 enc kjv.cl100k_base           zst --tiktoken cl100k_base "$KJV"
 enc kjv.o200k_base            zst --tiktoken o200k_base "$KJV"
+# the demo's tokenizer (share/mgt/tokenizers/kjv-4k, contrib/kjv-tokenizer.py)
+K4=$root/share/mgt/tokenizers/kjv-4k/tokenizer.json
+enc kjv.kjv-4k                zst --hf "$K4" "$KJV"
+enc unicode.kjv-4k            zst --hf "$K4" "$D/unicode.jsonl"
 echo "fixtures total: $(du -cb "$FIX"/* | tail -1 | cut -f1) bytes" >&2
