@@ -49,6 +49,12 @@ typedef struct mgt_attn {
 	const uint8_t *key_mask; /* key padding mask [sk*b] uint8 in backend memory, element i'*b + j:
 				  * 1 visible, 0 masked (SELF, CROSS); NULL: SELF causal, CROSS every
 				  * key visible.  BLOCK and decode: NULL (causal) */
+	const int32_t *seg_start; /* packed sequences (SELF without key_mask): [s*b] int32 in backend
+				   * memory, element i*b + j = the first position of the document that
+				   * position i of sequence j belongs to; query i sees keys
+				   * seg_start[i*b + j] <= i' <= i (Megatron's THD cu_seqlens and
+				   * --reset-attention-mask).  Starts never decrease along a sequence
+				   * and seg_start[i*b + j] <= i.  NULL: plain causal */
 	const float *bias;       /* position bias added to the scaled scores, [2 s - 1, heads_total]
 				  * fp32 in backend memory (T5's relative position bias: SELF and
 				  * decode; NULL none) */

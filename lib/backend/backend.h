@@ -205,7 +205,11 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 *   out[i, n, :] = sum_{i' in V(i, j)} softmax_i'(scale * q_i.k_i' + bias) * v_i',  scale = 1/sqrt(d) \
 	 * over the keys V(i, j) that query i sees; rows are sequence-first (row i*b + j: position i of \
 	 * sequence j).  a->kind gives the layouts (attn.h mgt_attn_kind) and V: \
-	 *   SELF, key_mask NULL: causal, V = {i' <= i} (Megatron's AttnMaskType.causal, GPT). \
+	 *   SELF, key_mask NULL: causal, V = {i' <= i} (Megatron's AttnMaskType.causal, GPT); with \
+	 *     a->seg_start (packed sequences) V = {seg_start[i*b + j] <= i' <= i}: block-diagonal \
+	 *     causal over the row's documents (Megatron's THD cu_seqlens, TransformerEngine's \
+	 *     padding_causal; --reset-attention-mask).  The CPU backend only, for now: the CUDA \
+	 *     backend records cudaErrorNotSupported. \
 	 *   SELF or CROSS, key_mask set: key padding, V = {i' : key_mask[i'*b + j] != 0}, no causal \
 	 *     limit (Megatron-Core TEDotProductAttention with AttnMaskType.padding, BERT's \
 	 *     bidirectional attention and T5's encoder; the mask [b, 1, 1, s] masks keys only; \

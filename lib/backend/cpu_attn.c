@@ -50,6 +50,8 @@ typedef struct {
 	int head0, heads_total;
 	const uint8_t *km;          /* key padding mask [sk*b] (key i' of sequence j: km[i'*b + j]);
 				     * NULL: causal */
+	const int32_t *seg;         /* packed sequences (whole sequence, causal): query i of sequence j
+				     * sees keys seg[i*b + j] <= i' <= i only; NULL: all i' <= i */
 	/* position bias (backend.h mgt_attn.bias; whole sequence only): bias [2 s - 1,
 	 * heads_total], score (i, i') of head n += bias[(i' - i + s - 1) heads_total + head0 + n];
 	 * the backward accumulates dS into dbias likewise.  NULL: none */
@@ -61,24 +63,45 @@ static geom geom_blk(const mgt_attn *g, int kslots, int kslot)
 {
 	geom G = {g->sq, g->sk, g->b, g->ng, g->r, g->d, g->ng * g->r, g->qoff, g->koff,
 		  g->qoff - g->koff, g->s, g->s, g->r + 2, kslots, kslot, 0, 0, 0, (size_t)g->ld_lse, g->p,
-		  g->key, g->head0, g->heads_total, NULL, NULL, NULL};
+		  g->key, g->head0, g->heads_total, NULL, NULL, NULL, NULL};
 	G.ldq = (size_t)g->b * g->ng * (g->r + 2) * g->d;
 	G.ldk = (size_t)g->b * g->ng * kslots * g->d;
 	G.ldo = (size_t)g->b * g->ng * g->r * g->d;
 	return G;
 }
 
-/* The whole sequence: keys and values in qkv's slots r and r + 1; causal, or with key mask km
- * (no causal limit: delta = s). */
-static geom geom_seq(int s, int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
-		     const uint8_t *km)
+/* The whole sequence of a (MGT_ATTN_SELF): keys and values in qkv's slots r and r + 1; causal
+ * (within a->seg_start's documents when set), or with key mask km (no causal limit: delta = s);
+ * with its position bias and the bias's gradient. */
+static geom geom_seq(const mgt_attn *a)
 {
-	const mgt_attn g = { .sq = s, .sk = s, .b = b, .ng = ng, .r = r, .d = d, .s = s, .ld_lse = s, .p = p,
-			     .key = key, .head0 = head0, .heads_total = heads_total };
-	geom G = geom_blk(&g, r + 2, r);
-	if (km)
-		G.km = km, G.delta = s;
+	const mgt_attn g = { .sq = a->s, .sk = a->s, .b = a->b, .ng = a->ng, .r = a->r, .d = a->d, .s = a->s,
+			     .ld_lse = a->s, .p = a->p, .key = a->key, .head0 = a->head0,
+			     .heads_total = a->heads_total };
+	geom G = geom_blk(&g, a->r + 2, a->r);
+	if (a->key_mask)
+		G.km = a->key_mask, G.delta = a->s;
+	G.seg = a->key_mask ? NULL : a->seg_start;
+	G.bias = a->bias, G.dbias = a->bias ? a->dbias : NULL;
 	return G;
+}
+
+/* Keys before column lo(i) of a packed row's tile k0..: sr[c] = -inf for c < lo, lo = the start
+ * of query i's document minus k0, at most lim (G->seg NULL: nothing). */
+CPU_INLINE void cut_seg(const geom *g, float *sr, int j, int i, int k0, int lim)
+{
+	if (!g->seg)
+		return;
+	const int lo = g->seg[(size_t)i * g->b + j] - k0;
+	for (int c = 0; c < lo && c < lim; c++)
+		sr[c] = -INFINITY;
+}
+
+/* The first key tile that rows i0.. of sequence j may see: 0, or for packed rows the tile holding
+ * the start of row i0's document (starts do not decrease along a row). */
+static int key_begin(const geom *g, int j, int i0)
+{
+	return g->seg ? g->seg[(size_t)i0 * g->b + j] / CPU_AK * CPU_AK : 0;
 }
 
 /* The key mask of keys k0..k0+kn-1 of sequence j as scores to add into vf (0 visible, -inf
@@ -208,19 +231,20 @@ CPU_INLINE float row_exp(float *sr, int lim, float m)
  * mrun, updates the running sums lrun, and rescales the output rows accumulated so far.  Rows that
  * saw no key yet keep mrun -inf and lrun 0. */
 CPU_CLONES static void fwd_tile(const geom *G, float *S, const float *vf, int M, int kn, int i0, int k0,
-				float *mrun, float *lrun, float *O, float ks, uint64_t rowbase, int n)
+				bool first, float *mrun, float *lrun, float *O, float ks, uint64_t rowbase, int n, int j)
 {
 	for (int rr = 0; rr < M; rr++) {
 		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
 		float *sr = S + (size_t)rr * CPU_AK;
 		add_bias(sr, bias_row(G, G->bias, n, i, k0), lim, G->heads_total);
 		add_vis(sr, vf, lim);
+		cut_seg(G, sr, j, i, k0, lim);
 		const float mx = row_max(sr, lim);
-		const float mnew = k0 == 0 || mx > mrun[rr] ? mx : mrun[rr];
+		const float mnew = first || mx > mrun[rr] ? mx : mrun[rr];
 		const float sum = mnew > -INFINITY ? row_exp(sr, lim, mnew) : 0.0f;
 		for (int c = mnew > -INFINITY ? lim : 0; c < kn; c++) /* past the limit; all when none seen */
 			sr[c] = 0.0f;
-		if (k0 == 0) {
+		if (first) {
 			lrun[rr] = sum;
 		} else if (mnew > -INFINITY) {
 			const float alpha = cpu_expf(mrun[rr] - mnew);
@@ -249,15 +273,17 @@ static void fwd_block(const geom *G, float *out, float *lse, const float *q, con
 	float vf[CPU_AK];
 	const uint64_t rowbase = ((uint64_t)j * G->heads_total + G->head0 + n) * (uint64_t)G->dsq;
 
+	const int kbeg = key_begin(G, j, i0);
 	for (int rr = 0; rr < M; rr++)
 		mrun[rr] = -INFINITY, lrun[rr] = 0.0f;
-	for (int k0 = 0; k0 < kend; k0 += CPU_AK) {
+	for (int k0 = kbeg; k0 < kend; k0 += CPU_AK) {
 		const int kn = kend - k0 < CPU_AK ? kend - k0 : CPU_AK;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, (int)G->ldq,
 			    K + (size_t)k0 * G->ldk, (int)G->ldk, 0.0f, S, CPU_AK);
-		fwd_tile(G, S, tile_vis(G, vf, j, k0, kn), M, kn, i0, k0, mrun, lrun, O, ks, rowbase, n);
+		fwd_tile(G, S, tile_vis(G, vf, j, k0, kn), M, kn, i0, k0, k0 == kbeg, mrun, lrun, O, ks, rowbase, n,
+			 j);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kn, 1.0f, S, CPU_AK,
-			    V + (size_t)k0 * G->ldk, (int)G->ldk, k0 == 0 ? 0.0f : 1.0f, O, (int)G->ldo);
+			    V + (size_t)k0 * G->ldk, (int)G->ldk, k0 == kbeg ? 0.0f : 1.0f, O, (int)G->ldo);
 	}
 	float *L = lse + ((size_t)j * G->H + n) * G->ldl + i0;
 	for (int rr = 0; rr < M; rr++) {
@@ -292,12 +318,9 @@ static void blk_fwd(mgt_backend *be, const geom *G, float *out, float *lse, cons
 	}
 }
 
-void mgt_cpu_attn_fwd32(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
-		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
-		      const uint8_t *key_mask, const float *bias)
+void mgt_cpu_attn_fwd32(mgt_backend *be, const mgt_attn *a, float *out, float *lse, const float *qkv)
 {
-	geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total, key_mask);
-	G.bias = bias;
+	const geom G = geom_seq(a);
 	blk_fwd(be, &G, out, lse, qkv, qkv);
 }
 
@@ -341,7 +364,7 @@ void mgt_cpu_attn_merge(mgt_backend *be, const mgt_attn *g, float *out, float *l
  * limit and for the keys vf masks; a row whose lse is -inf, which sees no key, all 0) and, with dropout, B = P * mask / (1 - p)
  * and the mask in mk. */
 CPU_CLONES static void bwd_tile_p(const geom *G, float *A, float *B, uint8_t *mk, const float *vf, int M,
-				  int kn, int i0, int k0, const float *L, float ks, uint64_t rowbase, int n)
+				  int kn, int i0, int k0, const float *L, float ks, uint64_t rowbase, int n, int j)
 {
 	for (int rr = 0; rr < M; rr++) {
 		const int i = i0 + rr, lim = causal_lim(G, i, k0, kn);
@@ -350,6 +373,7 @@ CPU_CLONES static void bwd_tile_p(const geom *G, float *A, float *B, uint8_t *mk
 		const int live = l > -INFINITY ? lim : 0; /* lse -inf: no visible key in the row */
 		add_bias(ar, bias_row(G, G->bias, n, i, k0), live, G->heads_total);
 		add_vis(ar, vf, live);
+		cut_seg(G, ar, j, i, k0, live);
 #pragma omp simd
 		for (int c = 0; c < live; c++)
 			ar[c] = cpu_expf(ar[c] - l);
@@ -423,12 +447,13 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 			acc += (double)x[c] * o[c];
 		D[rr] = (float)acc;
 	}
-	for (int k0 = 0; k0 < kend; k0 += CPU_AK) {
+	const int kbeg = key_begin(G, j, i0);
+	for (int k0 = kbeg; k0 < kend; k0 += CPU_AK) {
 		const int kn = kend - k0 < CPU_AK ? kend - k0 : CPU_AK;
 		const size_t kr = (size_t)k0 * G->ldk;
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, kn, d, scale, Q, ldq, K + kr, ldk,
 			    0.0f, A, CPU_AK);
-		bwd_tile_p(G, A, B, mk, tile_vis(G, vf, j, k0, kn), M, kn, i0, k0, L, ks, rowbase, n);
+		bwd_tile_p(G, A, B, mk, tile_vis(G, vf, j, k0, kn), M, kn, i0, k0, L, ks, rowbase, n, j);
 		/* dV[tile] += Pd^T dO */
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, M, 1.0f, G->p > 0 ? B : A,
 			    CPU_AK, dO, ldo, 1.0f, dV + kr, ldk);
@@ -443,7 +468,7 @@ static void bwd_block(const geom *G, const bwd_args *a, int j, int grp, int m, i
 					A[(size_t)rr * CPU_AK + c];
 		/* dQ (+)= dS K * scale;  dK[tile] += dS^T Q * scale */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, d, kn, scale, A, CPU_AK, K + kr,
-			    ldk, k0 == 0 && !a->acc ? 0.0f : 1.0f, dQ, ldq);
+			    ldk, k0 == kbeg && !a->acc ? 0.0f : 1.0f, dQ, ldq);
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kn, d, M, scale, A, CPU_AK, Q, ldq,
 			    1.0f, dK + kr, ldk);
 	}
@@ -478,14 +503,12 @@ static void blk_bwd(mgt_backend *be, const geom *G, const bwd_args *a)
 	}
 }
 
-void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
-		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
-		      uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const float *bias, float *dbias)
+void mgt_cpu_attn_bwd32(mgt_backend *be, const mgt_attn *a, float *dqkv, const float *dout, const float *qkv,
+			const float *out, const float *lse)
 {
-	geom G = geom_seq(s, b, ng, r, d, p, key, head0, heads_total, key_mask);
-	G.bias = bias, G.dbias = dbias;
-	const bwd_args a = {dqkv, dqkv, dout, qkv, qkv, out, lse, false};
-	blk_bwd(be, &G, &a);
+	const geom G = geom_seq(a);
+	const bwd_args ar = {dqkv, dqkv, dout, qkv, qkv, out, lse, false};
+	blk_bwd(be, &G, &ar);
 }
 
 static void blk_bwd_op(mgt_backend *be, const mgt_attn *g, float *dq, float *dkv, const float *dout,
@@ -618,38 +641,37 @@ static void kv_decode(mgt_backend *be, float *out, float *kc, float *vc, const f
 
 /* ---- the ops: the code above on fp32 values (16-bit qkv and out widened, out rounded) ---- */
 
-/* attn_fwd with an optional position bias (attn_bias_fwd). */
-static void attn_fwd_b(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b, int ng,
-		       int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
-		       const float *bias)
+/* Self-attention (key mask, position bias, packed documents as a says). */
+static void attn_fwd_b(mgt_backend *be, const mgt_attn *a, void *out, float *lse, const void *qkv)
 {
+	const mgt_elem_type t = a->t;
 	if (t == MGT_DT_F32) {
-		mgt_cpu_attn_fwd32(be, out, lse, qkv, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias);
+		mgt_cpu_attn_fwd32(be, a, out, lse, qkv);
 		return;
 	}
-	const size_t T = (size_t)s * b, no = T * ng * r * d;
-	const float *q = cpu_widen(be, 0, qkv, t, T * ng * (r + 2) * d);
+	const size_t T = (size_t)a->s * a->b, no = T * a->ng * a->r * a->d;
+	const float *q = cpu_widen(be, 0, qkv, t, T * a->ng * (a->r + 2) * a->d);
 	float *o = mgt_cpu_round_buf(be, 1, no);
 	if (!q || !o)
 		return;
-	mgt_cpu_attn_fwd32(be, o, lse, q, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias);
+	mgt_cpu_attn_fwd32(be, a, o, lse, q);
 	mgt_cpu_cast(be, out, t, o, no);
 }
 
-/* attn_bwd with an optional position bias (attn_bias_bwd).  16-bit gradients: dout widened into
- * rounding buffer 5, dqkv computed in buffer 4 and rounded. */
-static void attn_bwd_b(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
-		       const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
-		       uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const float *bias, float *dbias)
+/* Self-attention's backward.  16-bit gradients: dout widened into rounding buffer 5, dqkv
+ * computed in buffer 4 and rounded. */
+static void attn_bwd_b(mgt_backend *be, const mgt_attn *a, void *dqkv, const void *dout, const void *qkv,
+		       const void *out, const float *lse)
 {
-	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
+	const mgt_elem_type t = a->t, gt = a->gt;
+	const size_t T = (size_t)a->s * a->b, nq = T * a->ng * (a->r + 2) * a->d, no = T * a->ng * a->r * a->d;
 	if (!nq)
 		return;
 	const float *q = cpu_widen(be, 0, qkv, t, nq), *o = cpu_widen(be, 1, out, t, no), *g = cpu_widen(be, 5, dout, gt, no);
 	float *dq = cpu_out32(be, dqkv, gt, nq);
 	if (!q || !o || !g || !dq)
 		return;
-	mgt_cpu_attn_bwd32(be, dq, g, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total, key_mask, bias, dbias);
+	mgt_cpu_attn_bwd32(be, a, dq, g, q, o, lse);
 	cpu_narrow(be, dqkv, gt, dq, nq);
 }
 
@@ -694,8 +716,7 @@ void mgt_cpu_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float *
 {
 	switch (a->kind) {
 	case MGT_ATTN_SELF:
-		attn_fwd_b(be, out, lse, q, a->t, a->s, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0, a->heads_total,
-			   a->key_mask, a->bias);
+		attn_fwd_b(be, a, out, lse, q);
 		break;
 	case MGT_ATTN_CROSS:
 		xattn_fwd(be, out, lse, q, kv, a->t, a->sq, a->sk, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0,
@@ -712,8 +733,7 @@ void mgt_cpu_attn_backward(mgt_backend *be, const mgt_attn *a, void *dq, void *d
 {
 	switch (a->kind) {
 	case MGT_ATTN_SELF:
-		attn_bwd_b(be, dq, dout, a->gt, q, out, a->t, lse, a->s, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0,
-			   a->heads_total, a->key_mask, a->bias, a->bias ? a->dbias : NULL);
+		attn_bwd_b(be, a, dq, dout, q, out, lse);
 		break;
 	case MGT_ATTN_CROSS:
 		xattn_bwd(be, dq, dkv, dout, a->gt, q, kv, out, a->t, lse, a->sq, a->sk, a->b, a->ng, a->r, a->d, a->p,

@@ -151,14 +151,11 @@ static inline __attribute__((always_inline)) float cpu_keep_w(uint32_t w, float 
 	return mgt_u32_to_unit(w) >= p ? 1.0f : 0.0f;
 }
 
-/* backend.h attn_forward / attn_backward of kind MGT_ATTN_SELF (bias, dbias NULL: none) on fp32
- * values (cpu_attn.c); key_mask NULL: causal. */
-void mgt_cpu_attn_fwd32(mgt_backend *be, float *out, float *lse, const float *qkv, int s, int b,
-		      int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
-		      const uint8_t *key_mask, const float *bias);
-void mgt_cpu_attn_bwd32(mgt_backend *be, float *dqkv, const float *dout, const float *qkv,
-		      const float *out, const float *lse, int s, int b, int ng, int r, int d, float p,
-		      uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const float *bias, float *dbias);
+/* backend.h attn_forward / attn_backward of a MGT_ATTN_SELF descriptor (its key_mask, seg_start,
+ * bias and dbias) on fp32 values (cpu_attn.c); a->t and a->gt are not read. */
+void mgt_cpu_attn_fwd32(mgt_backend *be, const mgt_attn *a, float *out, float *lse, const float *qkv);
+void mgt_cpu_attn_bwd32(mgt_backend *be, const mgt_attn *a, float *dqkv, const float *dout, const float *qkv,
+			const float *out, const float *lse);
 
 /* backend.h attn_forward / attn_backward of kind MGT_ATTN_CROSS on fp32 values (cpu_attn.c). */
 void mgt_cpu_xattn_fwd32(mgt_backend *be, float *out, float *lse, const float *q, const float *kv, int sq,

@@ -276,6 +276,10 @@ static void kv_decode(mgt_backend *be, float *out, float *kc, float *vc, const f
 
 void mgt_cuda_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float *lse, const void *q, const void *kv)
 {
+	if (a->seg_start) { /* packed sequences: the CPU backend's only, for now (issue 47) */
+		mgt_cuda_ok(be, "attn_forward (packed sequences)", (int)cudaErrorNotSupported);
+		return;
+	}
 	switch (a->kind) {
 	case MGT_ATTN_SELF:
 		if (a->bias)
@@ -298,6 +302,10 @@ void mgt_cuda_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float 
 void mgt_cuda_attn_backward(mgt_backend *be, const mgt_attn *a, void *dq, void *dkv, const void *dout,
 			    const void *q, const void *kv, const void *out, const float *lse)
 {
+	if (a->seg_start) {
+		mgt_cuda_ok(be, "attn_backward (packed sequences)", (int)cudaErrorNotSupported);
+		return;
+	}
 	switch (a->kind) {
 	case MGT_ATTN_SELF:
 		if (a->bias)

@@ -752,6 +752,7 @@ typedef struct {
 	double *lse; /* written when not NULL */
 	const uint8_t *km; /* key padding mask [s*b] (1 visible); NULL: causal */
 	const double *bias; /* position bias [2 s - 1, heads_total] (attn_bias_fwd); NULL: none */
+	const int32_t *seg; /* packed documents (mgt_attn.seg_start [s*b]); NULL: none */
 } attn_ctx;
 
 /* The position bias of score (i, i2) of local head n (backend.h attn_bias_fwd), 0 without one. */
@@ -760,10 +761,13 @@ static double attn_bias_at(const attn_ctx *c, int n, int i, int i2)
 	return c->bias ? c->bias[(size_t)(i2 - i + c->s - 1) * c->heads_total + c->head0 + n] : 0;
 }
 
-/* Query i of sequence j sees key i2: causal (i2 <= i), or the key mask's byte of (i2, j). */
+/* Query i of sequence j sees key i2: causal (i2 <= i; with packed documents also i2 at or after
+ * the start of i's document), or the key mask's byte of (i2, j). */
 static int attn_vis(const attn_ctx *c, int j, int i, int i2)
 {
-	return c->km ? c->km[(size_t)i2 * c->b + j] != 0 : i2 <= i;
+	if (c->km)
+		return c->km[(size_t)i2 * c->b + j] != 0;
+	return i2 <= i && (!c->seg || c->seg[(size_t)i * c->b + j] <= i2);
 }
 
 /* backend.h attn_fwd in double: out (and lse when asked) of the softmax over the keys each query
@@ -880,7 +884,7 @@ static void test_attn_case(int s, int b, int ng, int r, int d, float p, int head
 	const uint64_t key = 0x1234567890ABCDEFull ^ (uint64_t)s;
 	float *qkv = randf(nq, 1.5), *out = randf(no, 9), *lse = randf(nl, 9);
 	double *qd = tod(qkv, nq), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
-	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, NULL, NULL};
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, NULL, NULL, NULL};
 	attn_ref(&c, outr);
 	c.lse = NULL;
 	at_attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, NULL);
@@ -968,6 +972,114 @@ static size_t mask_grad_bad(const float *dq, const uint8_t *km, int s, int b, in
 	return bad;
 }
 
+/* Document starts of packed rows (mgt_attn.seg_start [s*b], element i*b + j) for b >= 3
+ * sequences: sequence 0 one document, 1 documents of one token, the others of random lengths
+ * 1..maxlen (crossing the CPU's 64-row blocks and 256-key tiles when s is past them). */
+static int32_t *attn_segs(int s, int b, int maxlen)
+{
+	int32_t *seg = xmalloc((size_t)s * b * sizeof *seg);
+	for (int j = 0; j < b; j++)
+		for (int i = 0, start = 0, left = 0; i < s; i++) {
+			if (j > 0 && left == 0) /* a new document at i */
+				start = i, left = j == 1 ? 1 : 1 + (int)((urand() + 1) * 0.5 * maxlen) % maxlen;
+			seg[(size_t)i * b + j] = start;
+			left -= j > 0;
+		}
+	return seg;
+}
+
+static void at_packed(mgt_backend *b_, int fwd, const int32_t *seg, void *o, float *l, void *dq, const void *R,
+		      const float *qkv, int s, int b, int ng, int r, int d, float p, uint64_t key)
+{
+	mgt_attn a = at_self(MGT_DT_F32, MGT_DT_F32, s, b, ng, r, d, p, key, 0, ng * r, NULL, NULL, NULL);
+	a.seg_start = seg;
+	if (fwd)
+		b_->ops->attn_forward(b_, &a, o, l, qkv, NULL);
+	else
+		b_->ops->attn_backward(b_, &a, dq, NULL, R, qkv, NULL, o, l);
+}
+
+/* Elements of a [s*b, w] activation outside document [d0, d1) of sequence j that differ
+ * between x and y (the document's own rows excluded). */
+static size_t outside_diff(const float *x, const float *y, int s, int b, size_t w, int j, int d0, int d1)
+{
+	size_t bad = 0;
+	for (int i = 0; i < s; i++)
+		for (int jj = 0; jj < b; jj++)
+			if (!(jj == j && i >= d0 && i < d1))
+				bad += memcmp(x + ((size_t)i * b + jj) * w, y + ((size_t)i * b + jj) * w, w * 4) != 0;
+	return bad;
+}
+
+/* Packed sequences (mgt_attn.seg_start: Megatron's THD cu_seqlens, --reset-attention-mask):
+ * attn_fwd / attn_bwd against attn_ref / attn_ref_bwd with the block-diagonal causal mask in
+ * double and against finite differences; one document's q, k, v changed leaves every other
+ * row's out, lse and gradients bit for bit (no attention across a boundary); and every row one
+ * document (all starts 0) gives the plain causal op's bits. */
+static void test_attn_packed_case(int s, int b, int ng, int r, int d, float p, int maxlen, int full)
+{
+	const int H = ng * r, T = s * b;
+	const size_t nq = (size_t)T * ng * (r + 2) * d, no = (size_t)T * H * d, nl = (size_t)b * H * s;
+	const uint64_t key = 0x5E6ull ^ (uint64_t)s;
+	int32_t *seg = attn_segs(s, b, maxlen);
+	float *qkv = randf(nq, 1.5), *out = randf(no, 9), *lse = randf(nl, 9), *R = randf(no, 1), *dq = randf(nq, 9);
+	double *qd = tod(qkv, nq), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, 0, H, lr, NULL, NULL, seg};
+	attn_ref(&c, outr);
+	c.lse = NULL;
+	at_packed(be, 1, seg, out, lse, NULL, NULL, qkv, s, b, ng, r, d, p, key);
+	size_t ninf, bad;
+	const double e = relerr(out, outr, no), el = lse_err(lse, lr, nl, &ninf, &bad);
+	CHECK(e < FWD_TOL && el < FWD_TOL && ninf == 0 && bad == 0,
+	      "packed attn_fwd s=%d b=%d ng=%d r=%d d=%d p=%g docs <= %d: out %.2e lse %.2e", s, b, ng, r, d, p,
+	      maxlen, e, el);
+	at_packed(be, 0, seg, out, lse, dq, R, qkv, s, b, ng, r, d, p, key);
+	objective ob = {attn_ref, &c, R, no, outr};
+	const double eg = full ? fd_check(&ob, qd, nq, dq) : dir_check(&ob, qd, nq, dq, 3);
+	double *ga = xmalloc(nq * sizeof *ga);
+	attn_ref_bwd(&c, R, ga, NULL);
+	const double ea = relerr(dq, ga, nq);
+	CHECK(eg < BWD_TOL && ea < FWD_TOL, "packed attn_bwd s=%d b=%d p=%g vs %s FD: %.2e, vs reference: %.2e", s,
+	      b, p, full ? "element-wise" : "directional", eg, ea);
+
+	/* the document of sequence b - 1 holding position s / 2 changed: nothing else moves */
+	const int j = b - 1, d0 = seg[(size_t)(s / 2) * b + j];
+	int d1 = s / 2;
+	while (d1 < s && seg[(size_t)d1 * b + j] == d0)
+		d1++;
+	float *q2 = xmalloc(nq * 4), *out2 = randf(no, 9), *lse2 = randf(nl, 9), *dq2 = randf(nq, 9);
+	memcpy(q2, qkv, nq * 4);
+	const size_t w = (size_t)ng * (r + 2) * d;
+	for (int i = d0; i < d1; i++)
+		for (size_t x = 0; x < w; x++)
+			q2[((size_t)i * b + j) * w + x] += 0.5f;
+	at_packed(be, 1, seg, out2, lse2, NULL, NULL, q2, s, b, ng, r, d, p, key);
+	at_packed(be, 0, seg, out2, lse2, dq2, R, q2, s, b, ng, r, d, p, key);
+	size_t lbad = 0;
+	for (int jj = 0; jj < b; jj++)
+		for (int n = 0; n < H; n++)
+			for (int i = 0; i < s; i++) {
+				const size_t k = ((size_t)jj * H + n) * s + i;
+				lbad += !(jj == j && i >= d0 && i < d1) && memcmp(lse + k, lse2 + k, 4);
+			}
+	const size_t ob_ = outside_diff(out, out2, s, b, (size_t)H * d, j, d0, d1);
+	const size_t gb = outside_diff(dq, dq2, s, b, w, j, d0, d1);
+	CHECK(ob_ == 0 && lbad == 0 && gb == 0 && memcmp(out, out2, no * 4),
+	      "packed attn s=%d: document [%d, %d) of sequence %d changed, other rows' out, lse, dqkv bit for bit "
+	      "(%zu, %zu, %zu rows differ)", s, d0, d1, j, ob_, lbad, gb);
+
+	/* one document a row (all starts 0) = the causal op, bit for bit */
+	memset(seg, 0, (size_t)T * sizeof *seg);
+	at_packed(be, 1, seg, out2, lse2, NULL, NULL, qkv, s, b, ng, r, d, p, key);
+	at_packed(be, 0, seg, out2, lse2, dq2, R, qkv, s, b, ng, r, d, p, key);
+	at_attn_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, 0, H, NULL);
+	at_attn_bwd(be, dq, R, MGT_DT_F32, qkv, out, MGT_DT_F32, lse, s, b, ng, r, d, p, key, 0, H, NULL);
+	CHECK(!memcmp(out, out2, no * 4) && !memcmp(lse, lse2, nl * 4) && !memcmp(dq, dq2, nq * 4),
+	      "packed attn s=%d with one document a row = causal attn, bit for bit", s);
+	free(seg), free(qkv), free(out), free(lse), free(R), free(dq), free(qd), free(outr), free(lr), free(ga);
+	free(q2), free(out2), free(lse2), free(dq2);
+}
+
 /* attn_fwd and attn_bwd under a key padding mask (BERT's bidirectional attention), storage dt
  * (fp32 or bf16), against attn_ref / attn_ref_bwd with the same mask in double and the backward
  * against finite differences of attn_ref (element-wise when full, else directional); the rows
@@ -989,7 +1101,7 @@ static void test_attn_mask_case(int s, int b, int ng, int r, int d, float p, int
 			qkv[i] = mgt_bf16_to_f32(q16[i]);
 	}
 	double *qd = tod(qkv, nq), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
-	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km, NULL};
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km, NULL, NULL};
 	attn_ref(&c, outr);
 	c.lse = NULL;
 	at_attn_fwd(be, lp ? (void *)o16 : out, lse, lp ? (void *)q16 : qkv, dt, s, b, ng, r, d, p, key, head0,
@@ -1050,7 +1162,7 @@ static void test_attn_bias_case(int s, int b, int ng, int r, int d, float p, int
 	uint8_t *km = masked ? attn_mask(s, b) : NULL;
 	float *qkv = randf(nq, 1.5), *bias = randf(nb, 2), *out = randf(no, 9), *lse = randf(nl, 9);
 	double *qd = tod(qkv, nq), *bd = tod(bias, nb), *outr = xmalloc(no * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
-	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km, bd};
+	attn_ctx c = {qd, s, b, ng, r, d, p, key, head0, heads_total, lr, km, bd, NULL};
 	attn_ref(&c, outr);
 	c.lse = NULL;
 	at_attn_bias_fwd(be, out, lse, qkv, MGT_DT_F32, s, b, ng, r, d, p, key, head0, heads_total, km, bias);
@@ -1103,6 +1215,11 @@ static void test_attn(void)
 	test_attn_case(200, 1, 1, 2, 64, 0.1f, 0, 2, 0);
 	test_attn_case(300, 2, 2, 2, 16, 0.1f, 1, 5, 0); /* several key tiles */
 	test_attn_case(70, 2, 1, 3, 16, 0.0f, 0, 3, 0);
+	/* packed sequences: GQA, dropout, one-token documents, documents across key tiles */
+	test_attn_packed_case(9, 3, 2, 2, 8, 0.0f, 4, 1);
+	test_attn_packed_case(9, 3, 1, 2, 4, 0.3f, 3, 1);
+	test_attn_packed_case(300, 3, 1, 2, 16, 0.1f, 90, 0);
+	test_attn_packed_case(600, 3, 2, 1, 16, 0.0f, 300, 0);
 	/* the key padding mask: GQA, dropout, s past one key tile (256) and not a multiple of 64 */
 	test_attn_mask_case(7, 4, 2, 2, 8, 0.0f, 0, 4, 1, MGT_DT_F32);
 	test_attn_mask_case(7, 4, 2, 2, 8, 0.3f, 1, 6, 1, MGT_DT_F32);
@@ -1668,7 +1785,7 @@ static void test_attn_blk_uneven(int S, int b, int ng, int r, int d, float p, in
 	CHECK(ninf > 0 && inf_ok, "attn_blk_merge: %d merges of -inf into -inf leave (0, -inf)", ninf);
 	double *qd = tod(t.qkv, S * t.wq), *outr = xmalloc(S * t.wo * sizeof *outr), *lr = xmalloc(nl * sizeof *lr);
 	double *ga = xmalloc(S * t.wq * sizeof *ga);
-	attn_ctx c = {qd, S, b, ng, r, d, p, t.key, head0, heads_total, lr, NULL, NULL};
+	attn_ctx c = {qd, S, b, ng, r, d, p, t.key, head0, heads_total, lr, NULL, NULL, NULL};
 	attn_ref(&c, outr);
 	attn_ref_bwd(&c, t.R, ga, NULL);
 	double mo, ml, eo = relerr_f(ctx, t.out, S * t.wo, &mo), el = relerr_f(lse, t.lse, nl, &ml);
