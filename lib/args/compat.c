@@ -419,7 +419,6 @@ static const compat_row rows[] = {
 	{ "data-args-path", 'r', '1', NULL, "give --data-path on the command line" },
 	{ "per-split-data-args-path", 'r', '1', NULL, "per-split data paths are not implemented: use --data-path with --split" },
 	{ "per-dataset-sequences-path", 'r', '1', NULL, NOTIMPL },
-	{ "reset-attention-mask", 'r', '0', NULL, "document-level attention masks are not implemented" },
 	{ "dataloader-inter-document-masking", 'r', '0', NULL, "document-level attention masks are not implemented" },
 	{ "sample-rate", 'r', '1', NULL, NOTIMPL },
 	{ "fim-", 'r', '1', NULL, "fill-in-the-middle datasets are not implemented" },

@@ -255,6 +255,23 @@ static mgt_status check_encdec(mgt_args *a)
 	return MGT_OK;
 }
 
+/* --reset-attention-mask: GPT's documents packed in a row (gpt_dataset.py
+ * _get_ltor_masks_and_position_ids), without context parallelism (Megatron's inter-document
+ * masking has no CP form either: its issue #6156). */
+static mgt_status check_packed(const mgt_args *a)
+{
+	if (!a->reset_attention_mask) return MGT_OK;
+	const mgt_family *f = mgt_model_family(&a->model);
+	if (f->recipe != MGT_STACK_DECODER)
+		return mgt_err(MGT_ERR_USAGE, "--reset-attention-mask with --model-family %s: it masks attention across "
+			       "the eod tokens of GPT's packed documents (Megatron's GPTDataset)", f->name);
+	if (a->context_parallel_size > 1)
+		return mgt_err(MGT_ERR_USAGE, "--reset-attention-mask with --context-parallel-size %lld: document "
+			       "masking under context parallelism is not implemented (nor in Megatron's GPTDataset: "
+			       "its issue 6156)", (long long)a->context_parallel_size);
+	return MGT_OK;
+}
+
 static mgt_status check_bert(const mgt_args *a)
 {
 	if (mgt_model_family(&a->model)->recipe != MGT_STACK_ENCODER) return MGT_OK;
@@ -332,7 +349,7 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
 	if ((st = check_precision(a)) || (st = check_fp8(a)) || (st = check_family_flags(a)) || (st = check_encdec(a)) ||
-	    (st = check_bert(a)))
+	    (st = check_bert(a)) || (st = check_packed(a)))
 		return st;
 	if (a->calculate_per_token_loss && a->model.num_experts > 0)
 		return mgt_err(MGT_ERR_USAGE, "--calculate-per-token-loss with --num-experts is not implemented (the "

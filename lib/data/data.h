@@ -419,6 +419,13 @@ int64_t mgt_gpt_data_len(const mgt_gpt_data *d, mgt_split split);
  * that points outside the data). */
 mgt_status mgt_gpt_data_sample(const mgt_gpt_data *d, mgt_split split, int64_t idx, int32_t *tokens,
 			       int32_t *labels, float *loss_mask, int32_t *position_ids);
+/* The document starts of a sample for --reset-attention-mask (gpt_dataset.py
+ * _get_ltor_masks_and_position_ids: for an eod token at index i, attention_mask[i+1:, :i+1] = 0):
+ * start[q] = 1 + the index of the last eod among tokens[0..q-1] (0 when none), so token q
+ * attends to tokens start[q] <= k <= q and an eod belongs to the document it ends; the layout of
+ * mgt_attn.seg_start.  tokens[S] as mgt_gpt_data_sample writes them (padding 0: the same as
+ * Megatron's, which reads the pad id -1, unless eod is 0), start[S]. */
+void mgt_gpt_doc_starts(const int32_t *tokens, int S, int32_t eod, int32_t *start);
 /* Which GPTDataset a sample comes from (0 unless blended) and its index there. */
 mgt_status mgt_gpt_data_locate(const mgt_gpt_data *d, mgt_split split, int64_t idx, int *dataset,
 			       int64_t *dataset_idx);
@@ -427,6 +434,68 @@ const mgt_gpt_index *mgt_gpt_data_index(const mgt_gpt_data *d, int k, mgt_split 
 /* "" or a one-line remark for the log (e.g. the cache directory could not be written). */
 const char *mgt_gpt_data_note(const mgt_gpt_data *d);
 void mgt_gpt_data_close(mgt_gpt_data *d);
+
+/* ==== Supervised fine-tuning: Megatron's SFTDataset (lib/data/sft.c) ==========================
+ *
+ * --sft (megatron/training/datasets/sft_dataset.py, main): a JSONL file, one sample a line, read
+ * whole into memory (as datasets.load_dataset holds it), lines kept in file order.  A line is
+ *   {"messages": [{"role", "content"}...]}                  as is (SFTLowLevelDataset), or
+ *   {"conversations": [{"from", "value"}...]}               ShareGPT (from: human|user -> user,
+ *       gpt|assistant|model|chatgpt|bing|bard -> assistant, system, tool|function|observation ->
+ *       tool, other -> user; an empty system turn first unless the first speaker is system), or
+ *   Alpaca/Dolly: the first non-empty of instruction|prompt|query|question and of
+ *       output|response|completion|answer (optional input|context joined by "\n\n") as
+ *       [system "", user, assistant]
+ * (the converters of megatron/training/datasets/varlen_dataset.py).  The messages split into
+ * conversations at every role "system"; each is rendered by the prompt format
+ * (sft_tokenizer.py's templates: nemotron-h-aligned, nemotron-nano-v2, identity) and encoded
+ * without special tokens added; targets are the tokens with every system, user and tool turn
+ * (re-rendered and encoded alone, which must give the same tokens: Megatron's assertion) and
+ * nemotron-nano-v2's 3-token assistant prefix replaced by -100.  Packing as SFTDataset.__getitem__:
+ * conversations appended (positions restarting at 0), each padded with pad to a multiple of 2 cp
+ * when cp > 1 (positions continuing), its end pushed to cu_seqlens; once the pack holds S + 1
+ * tokens it is cut there, its last token and target set to pad, cu_seqlens' last entry S, and the
+ * line's later conversations dropped; else padded to S + 1 (positions continuing, the padding in
+ * the last segment).  pad: the id of <SPECIAL_233> (nemotron-h-aligned) or <unk> (the others). */
+typedef enum { MGT_SFT_NEMOTRON_H_ALIGNED, MGT_SFT_NEMOTRON_NANO_V2, MGT_SFT_IDENTITY } mgt_sft_format;
+/* --sft-tokenizer-prompt-format's name.  Errors: MGT_ERR_USAGE (unknown; "default", the
+ * tokenizer's chat_template, not implemented yet). */
+mgt_status mgt_sft_format_parse(const char *name, mgt_sft_format *out);
+
+typedef struct mgt_sft_data mgt_sft_data;
+typedef struct {
+	const char *path;       /* the JSONL file (plain or zstd) */
+	const mgt_tok *tok;     /* the tokenizer (borrowed; keep it open): HuggingFaceTokenizer as Megatron's
+				 * SFTTokenizer; loaded with hf_no_special_tokens (apply_chat_template encodes
+				 * with add_special_tokens=False) */
+	mgt_sft_format format;
+	int seq_length, cp;     /* S; the context-parallel size (S % (2 cp) == 0 when cp > 1) */
+} mgt_sft_config;
+/* One packed sample: caller's arrays tokens, labels, position_ids [S] int32 (labels -100 where
+ * the target is masked, as Megatron's), loss_mask [S] fp32 (0 where the label is pad or -100),
+ * cu_seqlens [S + 1] int32 (n_cu real entries, then S repeated, as Megatron's fixed-length
+ * padding), max_seqlen the longest segment (padding included). */
+typedef struct {
+	int32_t *tokens, *labels, *position_ids, *cu_seqlens;
+	float *loss_mask;
+	int n_cu, max_seqlen;
+} mgt_sft_sample;
+/* Errors: MGT_ERR_IO (the file), MGT_ERR_INPUT (no lines), MGT_ERR_USAGE (seq_length, cp; a
+ * tokenizer without the format's pad token), MGT_ERR_NOMEM.  Caller owns *out (mgt_sft_close). */
+mgt_status mgt_sft_open(const mgt_sft_config *c, mgt_sft_data **out);
+int64_t mgt_sft_lines(const mgt_sft_data *d);
+int32_t mgt_sft_pad(const mgt_sft_data *d);
+/* Line `line` (0-based) as a packed sample.  Not thread-safe (one encoder and scratch a dataset).
+ * Errors: MGT_ERR_INPUT naming the file, line and message: bad JSON, no known layout, a
+ * non-string role or content, no messages, an empty assistant turn, an assistant turn not after
+ * a user or tool turn, an unknown role, a turn whose tokens alone differ from its tokens in the
+ * conversation; MGT_ERR_NOMEM. */
+mgt_status mgt_sft_get(mgt_sft_data *d, int64_t line, mgt_sft_sample *s);
+void mgt_sft_close(mgt_sft_data *d);
+/* Lines [first, end) as JSON lines {"line", "tokens", "labels", "position_ids", "loss_mask" (0/1),
+ * "cu_seqlens" (the n_cu real entries, without Megatron's padding to S + 1), "max_seqlen"}
+ * (mgt-dataset samples --dataset-type sft).  Errors: mgt_sft_get's, MGT_ERR_NOMEM. */
+mgt_status mgt_sft_write(FILE *f, mgt_sft_data *d, int64_t first, int64_t end);
 
 /* ==== Masked WordPiece datasets: BERT and T5 (lib/data/masked*.c) ============================
  *

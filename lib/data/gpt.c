@@ -747,6 +747,14 @@ static void finish_sample(const mgt_gpt_data *d, int32_t *restrict tokens, int32
 	}
 }
 
+void mgt_gpt_doc_starts(const int32_t *tokens, int S, int32_t eod, int32_t *start)
+{
+	for (int q = 0, st = 0; q < S; q++) {
+		start[q] = st;
+		st = tokens[q] == eod ? q + 1 : st;
+	}
+}
+
 mgt_status mgt_gpt_data_sample(const mgt_gpt_data *d, mgt_split split, int64_t idx, int32_t *tokens,
 			       int32_t *labels, float *loss_mask, int32_t *position_ids)
 {

@@ -151,6 +151,7 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	sa->labels = (int32_t *)AF(T);
 	if (m->fam->recipe != MGT_STACK_ENCODER_DECODER) /* T5: the stacks' own (t5.c) */
 		sa->tokens = (int32_t *)AF(T), sa->pos = (int32_t *)AF(T);
+	if (m->L.packed_sequences) sa->seg = (int32_t *)AF(T);
 	if (m->fam->recipe == MGT_STACK_ENCODER) { /* BERT: the padding mask's keys */
 		sa->kmask = (uint8_t *)mgt_model_balloc(m, T, &m->mem.act_bytes, &st);
 		if (m->c.bert_binary_head) sa->types = (int32_t *)AF(T);

@@ -33,7 +33,8 @@ static mgt_attn self_attn(const mgt_model *m, float p, uint64_t key, const float
 	return (mgt_attn){ .sq = s, .sk = s, .b = m->b, .ng = (int)m->ng_l, .r = (int)m->r, .d = (int)m->d, .s = s,
 			   .ld_lse = s, .p = p, .key = key, .head0 = (int)(m->nq_l * m->ps->tp_rank),
 			   .heads_total = (int)m->c.num_attention_heads, .kind = MGT_ATTN_SELF, .t = m->prec.act_t,
-			   .gt = m->prec.act_t, .key_mask = m->cur->kmask, .bias = pb, .dbias = db };
+			   .gt = m->prec.act_t, .key_mask = m->cur->kmask, .seg_start = m->cur->seg, .bias = pb,
+			   .dbias = db };
 }
 
 /* Core attention of layer li: ctx and lse from qkv (the part --recompute-granularity selective

@@ -334,6 +334,15 @@ typedef struct mgt_microbatch {
 	 * are the encoder's [seq_length * b]; dec_tokens, dec_position_ids, labels and loss_mask the
 	 * decoder's [decoder_seq_length * b].  NULL otherwise. */
 	const int32_t *dec_tokens, *dec_position_ids;
+	/* packed documents (layout packed_sequences): seg_start [T], element i*b + j the position
+	 * where the document holding position i of sequence j starts (mgt_gpt_doc_starts); NULL
+	 * otherwise */
+	const int32_t *seg_start;
+	/* RoPE's positions [T] where they are not position_ids: with --reset-position-ids Megatron's
+	 * rotary embedding still takes each token's position in its row (GPTModel.forward builds it
+	 * from the sequence length; position_ids feed only a learned position embedding).  NULL:
+	 * position_ids */
+	const int32_t *rope_position_ids;
 } mgt_microbatch;
 
 /* How one model chunk runs.  A chunk is virtual pipeline stage `stage` of `num_stages`
@@ -412,6 +421,9 @@ typedef struct mgt_model_layout {
 	mgt_precision precision;
 	bool fp32_residual_connection;
 	mgt_fp8_recipe fp8; /* fp8 linear layers (lib/model/fp8lin.c); format MGT_FP8_OFF: none */
+	/* packed documents (GPT, --reset-attention-mask): every micro-batch gives seg_start and
+	 * attention stays within each document (backend.h attn_forward, mgt_attn.seg_start) */
+	bool packed_sequences;
 } mgt_model_layout;
 
 /* Create a model chunk for config c (finalized for ps->tp) on backend be with parallel state ps

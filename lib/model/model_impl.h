@@ -49,6 +49,7 @@ typedef struct {
 	int32_t *tokens, *labels, *pos;
 	int32_t *types;    /* BERT with the binary head: token types [T] (NULL otherwise) */
 	uint8_t *kmask;    /* BERT: the attention's key mask [T] (1 = attend; NULL otherwise) */
+	int32_t *seg;      /* packed documents: their starts [T] (mgt_attn.seg_start; NULL otherwise) */
 	uint64_t drop_key;
 } slot_act;
 

@@ -23,7 +23,8 @@ static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 	size_t n = (size_t)m->T * 4;
 	mgt_status st = o->upload(m->be, sa->tokens, mb->tokens, n);
 	if (!st) st = o->upload(m->be, sa->labels, mb->labels, n);
-	if (!st) st = o->upload(m->be, sa->pos, mb->position_ids, n);
+	const int32_t *pos = m->rope && mb->rope_position_ids ? mb->rope_position_ids : mb->position_ids;
+	if (!st) st = o->upload(m->be, sa->pos, pos, n);
 	if (!st) st = o->upload(m->be, sa->mask, mb->loss_mask, n);
 	for (int t = 0; !st && sa->types && t < m->T; t++)
 		if (mb->tokentype_ids[t] < 0 || mb->tokentype_ids[t] > 1)
@@ -31,6 +32,9 @@ static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 				     "embedding has types 0 and 1", t, (int)mb->tokentype_ids[t]);
 	if (!st && sa->types) st = o->upload(m->be, sa->types, mb->tokentype_ids, n);
 	if (!st && sa->kmask) st = upload_kmask(m, mb->padding_mask);
+	if (!st && sa->seg && !mb->seg_start)
+		st = mgt_err(MGT_ERR_USAGE, "a packed-sequence model's micro-batch needs seg_start");
+	if (!st && sa->seg) st = o->upload(m->be, sa->seg, mb->seg_start, n);
 	if (!st && m->fam->lm_head && m->last) mgt_bert_set_batch(m, mb); /* BERT's heads (bert.c) */
 	return st;
 }

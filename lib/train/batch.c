@@ -87,12 +87,18 @@ mgt_status trainer_alloc_batch(trainer *t)
 	t->s_mask = mgt_malloc(S * 4);
 	bool ok = t->mb_tokens && t->mb_labels && t->mb_pos && t->mb_mask && t->s_tokens && t->s_labels &&
 		  t->s_pos && t->s_mask;
+	if (ok && t->a->reset_attention_mask) {
+		t->mb_seg = mgt_malloc(T * 4), t->s_seg = mgt_malloc(S * 4);
+		ok = t->mb_seg && t->s_seg;
+	}
+	if (ok && t->a->reset_position_ids && !trainer_masked(t)) ok = (t->mb_rpos = mgt_malloc(T * 4)) != NULL;
 	return ok ? MGT_OK : MGT_ERR_NOMEM;
 }
 
 void trainer_free_batch(trainer *t)
 {
-	void *p[] = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask, t->s_tokens, t->s_labels, t->s_pos, t->s_mask };
+	void *p[] = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask, t->s_tokens, t->s_labels, t->s_pos, t->s_mask,
+		      t->mb_seg, t->s_seg, t->mb_rpos };
 	for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
 }
 
@@ -110,6 +116,7 @@ static void cp_slice(trainer *t)
 		t->mb_labels[i] = t->mb_labels[g];
 		t->mb_mask[i] = t->mb_mask[g];
 		t->mb_pos[i] = t->mb_pos[g];
+		if (t->mb_rpos) t->mb_rpos[i] = t->mb_rpos[g];
 	}
 }
 
@@ -128,8 +135,11 @@ mgt_status trainer_load_microbatch(trainer *t, mgt_split sp, int64_t base, int64
 		int64_t idx = first + j;
 		mgt_status st = mgt_gpt_data_sample(t->data, sp, idx % n, t->s_tokens, t->s_labels, t->s_mask, t->s_pos);
 		if (st) return st;
+		if (t->mb_seg) mgt_gpt_doc_starts(t->s_tokens, S, t->eod, t->s_seg);
 		for (int i = 0; i < S; i++) {
 			size_t tt = (size_t)i * (size_t)b + (size_t)j;
+			if (t->mb_seg) t->mb_seg[tt] = t->s_seg[i];
+			if (t->mb_rpos) t->mb_rpos[tt] = i;
 			t->mb_tokens[tt] = t->s_tokens[i];
 			t->mb_labels[tt] = t->s_labels[i];
 			t->mb_mask[tt] = t->s_mask[i];

@@ -73,6 +73,8 @@ typedef struct trainer {
 	/* one micro-batch, sequence-first host arrays [s * mbs], and one sample [s] */
 	int32_t *mb_tokens, *mb_labels, *mb_pos, *s_tokens, *s_labels, *s_pos;
 	float *mb_mask, *s_mask;
+	int32_t *mb_seg, *s_seg; /* --reset-attention-mask: document starts (mgt_gpt_doc_starts); else NULL */
+	int32_t *mb_rpos;        /* --reset-position-ids: RoPE's positions, the row's (mgt_microbatch); else NULL */
 	double mb_tokens_full; /* loss-mask sum of the whole micro-batch (all context-parallel ranks) */
 	/* BERT (--model-family bert; masked.c): the masked dataset and the vocabulary it draws from
 	 * (its is_subword array owned here), the micro-batch's token types, padding mask [s * mbs]
