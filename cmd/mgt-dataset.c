@@ -29,6 +29,8 @@ static const char help_main[] =
 	"  dump PREFIX [--ids]           print each document as JSONL text or as token ids\n"
 	"  samples PREFIX --dataset-type bert|t5 --vocab-file VOCAB\n"
 	"                                Megatron's BERT/T5 sample index and samples as JSON lines\n"
+	"  samples FILE.jsonl --dataset-type sft --tokenizer-model TOK --seq-length N\n"
+	"                                Megatron's SFT samples (packed conversations) as JSON lines\n"
 	"\n"
 	"Run 'mgt-dataset COMMAND --help' for a command's options. See mgt-dataset(1), mgt-dataset(5).\n"
 	"Exit status: 0 ok, 1 runtime error (I/O, disk full, file size limit), 2 usage error, 3 bad\n"
@@ -91,7 +93,18 @@ static const char help_samples[] =
 	"  --allow-ambiguous-pad-tokens  keep a pad id that collides with eos/eod\n"
 	"  --index                       print every index row\n"
 	"  --samples A:B                 print samples A to B-1 of each present split (K: one)\n"
-	"  -h, --help                    this help\n";
+	"  -h, --help                    this help\n"
+	"\n"
+	"Usage: mgt-dataset samples FILE.jsonl --dataset-type sft --tokenizer-model TOK --seq-length N [OPTION]...\n"
+	"Print lines of an SFT dataset (Megatron's --sft: one packed sample a line) as JSON lines: tokens,\n"
+	"labels (-100 where masked), position_ids, loss_mask, cu_seqlens (its real entries), max_seqlen.\n"
+	"\n"
+	"  --tokenizer-model TOK                  Hugging Face tokenizer.json or its directory (required)\n"
+	"  --tokenizer-type T                     SFTTokenizer or HuggingFaceTokenizer (the default)\n"
+	"  --sft-tokenizer-prompt-format F        nemotron-h-aligned (default), nemotron-nano-v2, identity\n"
+	"  --seq-length N                         the packed length S (required)\n"
+	"  --context-parallel-size N              pad each conversation to a multiple of 2N (default 1)\n"
+	"  --samples A:B                          lines A to B-1, 0-based (default all)\n";
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
 
@@ -360,8 +373,60 @@ static double prob_arg(const char *opt, const char *arg)
 	return v;
 }
 
+/* samples --dataset-type sft: Megatron's SFTDataset over a JSONL file (lib/data/sft.c). */
+static int samples_sft(int argc, char **argv)
+{
+	enum { OPT_TYPE = CLI_FIRST_FREE, OPT_TT, OPT_TM, OPT_FMT, OPT_SEQ, OPT_CP, OPT_SAMPLES };
+	static const struct option opts[] = {
+		{"dataset-type", required_argument, 0, OPT_TYPE}, {"tokenizer-type", required_argument, 0, OPT_TT},
+		{"tokenizer-model", required_argument, 0, OPT_TM},
+		{"sft-tokenizer-prompt-format", required_argument, 0, OPT_FMT},
+		{"seq-length", required_argument, 0, OPT_SEQ}, {"context-parallel-size", required_argument, 0, OPT_CP},
+		{"samples", required_argument, 0, OPT_SAMPLES}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	mgt_sft_config c = { .format = MGT_SFT_NEMOTRON_H_ALIGNED, .seq_length = 0, .cp = 1 };
+	mgt_tok_opts to = { .type = "HuggingFaceTokenizer", .hf_no_special_tokens = 1 };
+	const char *range = NULL, *fmt = "nemotron-h-aligned";
+	int c_;
+	while ((c_ = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c_) {
+		case OPT_TYPE: break;
+		case OPT_TT:
+			if (strcmp(optarg, "HuggingFaceTokenizer") && strcmp(optarg, "SFTTokenizer"))
+				usage_error("samples", "--tokenizer-type %s: SFT reads a Hugging Face tokenizer "
+					    "(SFTTokenizer or HuggingFaceTokenizer)", optarg);
+			break;
+		case OPT_TM: to.model = optarg; break;
+		case OPT_FMT: fmt = optarg; break;
+		case OPT_SEQ: c.seq_length = (int)num_arg("--seq-length", optarg, 1, INT32_MAX / 4); break;
+		case OPT_CP: c.cp = (int)num_arg("--context-parallel-size", optarg, 1, 1 << 16); break;
+		case OPT_SAMPLES: range = optarg; break;
+		case 'h': help(help_samples, NULL); break;
+		default: bad_option("samples", c_, argv);
+		}
+	}
+	if (argc - optind != 1)
+		usage_error("samples", "samples: expected one JSONL file, got %d arguments", argc - optind);
+	if (!to.model || !c.seq_length)
+		usage_error("samples", "samples --dataset-type sft: --tokenizer-model and --seq-length are required");
+	uint64_t first = 0, end = UINT64_MAX;
+	if (range) parse_range_arg("samples", range, UINT64_MAX, &first, &end);
+	static mgt_tok *tok; /* static: reachable if a usage error exits */
+	mgt_sft_data *d = NULL;
+	mgt_status st = mgt_sft_format_parse(fmt, &c.format);
+	if (!st) st = mgt_tok_load(&tok, &to);
+	c.path = argv[optind], c.tok = tok;
+	if (!st) st = mgt_sft_open(&c, &d);
+	if (!st) st = mgt_sft_write(stdout, d, (int64_t)first, end > INT64_MAX ? INT64_MAX : (int64_t)end);
+	mgt_sft_close(d);
+	mgt_tok_free(tok);
+	if (st) mgt_cli_fail(PROG, st);
+	return finish_stdout();
+}
+
 static int cmd_samples(int argc, char **argv)
 {
+	for (int k = 1; k + 1 < argc; k++)
+		if (!strcmp(argv[k], "--dataset-type") && !strcmp(argv[k + 1], "sft")) return samples_sft(argc, argv);
 	enum { OPT_TYPE = CLI_FIRST_FREE, OPT_VOCAB, OPT_EXTRA, OPT_SEQ, OPT_ENC, OPT_DEC, OPT_NOHEAD, OPT_MASK,
 	       OPT_SHORT, OPT_SEED, OPT_SPLIT, OPT_NUM, OPT_CACHE, OPT_AMBIG, OPT_INDEX, OPT_SAMPLES };
 	static const struct option opts[] = {
@@ -406,7 +471,7 @@ static int cmd_samples(int argc, char **argv)
 	if (argc - optind != 1)
 		usage_error("samples", "samples: expected one PREFIX, got %d arguments", argc - optind);
 	if (!type || (strcmp(type, "bert") && strcmp(type, "t5")))
-		usage_error("samples", "samples: --dataset-type bert or t5 is required");
+		usage_error("samples", "samples: --dataset-type bert, t5 or sft is required");
 	if (!vocab)
 		usage_error("samples", "samples: --vocab-file is required");
 	c.kind = !strcmp(type, "t5") ? MGT_MASKED_T5 : MGT_MASKED_BERT;
