@@ -61,7 +61,7 @@
 	X(F, attention_dropout, model.attention_dropout, "attention-dropout", "0.1", "[0,1)", "dropout on attention probabilities") \
 	X(F, init_method_std, model.init_method_std, "init-method-std", "0.02", "[0,)", "N(0, std) initialization") \
 	X(H, tokenizer, _, "", "", "", "tokenizer (as mgt-preprocess)") \
-	X(S, tokenizer_type, tokenizer_type, "tokenizer-type", "", "", "GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, BertWordPieceLowerCase, BertWordPieceCase, TikTokenizer, NullTokenizer") \
+	X(S, tokenizer_type, tokenizer_type, "tokenizer-type", "", "", "GPT2BPETokenizer, HuggingFaceTokenizer, SFTTokenizer, SentencePieceTokenizer, Llama2Tokenizer, BertWordPieceLowerCase, BertWordPieceCase, TikTokenizer, NullTokenizer") \
 	X(S, vocab_file, vocab_file, "vocab-file", "", "", "vocabulary file") \
 	X(S, merge_file, merge_file, "merge-file", "", "", "BPE merges file") \
 	X(S, tokenizer_model, tokenizer_model, "tokenizer-model", "", "", "tokenizer.json (or its directory), SentencePiece or tiktoken model file") \
@@ -76,6 +76,8 @@
 	X(B, mock_data, mock_data, "mock-data", "false", "", "synthetic data (benchmarks)") \
 	X(B, eod_mask_loss, eod_mask_loss, "eod-mask-loss", "false", "", "no loss where the input token is eod (its label: the next document's first token)") \
 	X(B, reset_position_ids, reset_position_ids, "reset-position-ids", "false", "", "restart positions after each eod") \
+	X(B, sft, sft, "sft", "false", "", "supervised fine-tuning: Megatron's SFTDataset over the JSONL --data-path (packed conversations, loss on the answers; GPT, CPU backend)") \
+	X(S, sft_tokenizer_prompt_format, sft_tokenizer_prompt_format, "sft-tokenizer-prompt-format", "nemotron-h-aligned", "", "--sft: nemotron-h-aligned, nemotron-nano-v2 or identity") \
 	X(B, reset_attention_mask, reset_attention_mask, "reset-attention-mask", "false", "", "GPT: no attention across an eod (each document attends within itself; CPU backend)") \
 	X(F, mask_prob, mask_prob, "mask-prob", "0.15", "(0,1)", "BERT and T5: probability of masking a token") \
 	X(F, short_seq_prob, short_seq_prob, "short-seq-prob", "0.1", "[0,1]", "BERT and T5: probability of a shorter target length") \

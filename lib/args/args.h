@@ -25,7 +25,8 @@ typedef struct mgt_args {
 	int64_t tiktoken_num_special_tokens, vocab_size, null_tokenizer_eod_id;
 	/* data */
 	char *data_path, *split, *data_cache_path;
-	bool mock_data, eod_mask_loss, reset_position_ids, reset_attention_mask;
+	bool mock_data, eod_mask_loss, reset_position_ids, reset_attention_mask, sft;
+	char *sft_tokenizer_prompt_format;
 	double mask_prob, short_seq_prob;
 	int64_t vocab_extra_ids; /* accepted, no effect */
 	/* Megatron's encoder flags: num_layers and seq_length when those are not given;

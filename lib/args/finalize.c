@@ -1,6 +1,7 @@
 /* lib/args/finalize.c: mgt_args_finalize, the derived values and Megatron's cross-checks of the
  * arguments (megatron/training/arguments.py validate_args). */
 #include "args_impl.h"
+#include "data/data.h"
 
 #include <limits.h>
 #include <math.h>
@@ -260,6 +261,23 @@ static mgt_status check_encdec(mgt_args *a)
  * masking has no CP form either: its issue #6156). */
 static mgt_status check_packed(const mgt_args *a)
 {
+	if (a->sft) {
+		if (mgt_model_family(&a->model)->recipe != MGT_STACK_DECODER)
+			return mgt_err(MGT_ERR_USAGE, "--sft with --model-family %s: Megatron fine-tunes GPT models "
+				       "(pretrain_gpt.py --sft)", mgt_model_family(&a->model)->name);
+		if (a->context_parallel_size > 1)
+			return mgt_err(MGT_ERR_USAGE, "--sft with --context-parallel-size %lld: the per-document split of "
+				       "packed conversations under context parallelism is not implemented yet",
+				       (long long)a->context_parallel_size);
+		if (a->mock_data || !a->data_path || strchr(a->data_path, ' '))
+			return mgt_err(MGT_ERR_USAGE, "--sft reads one JSONL --data-path (no blend, no --mock-data)");
+		if (a->reset_attention_mask || a->reset_position_ids)
+			return mgt_err(MGT_ERR_USAGE, "--sft with --reset-attention-mask or --reset-position-ids: the SFT "
+				       "dataset packs conversations itself (Megatron asserts the same)");
+		mgt_sft_format f;
+		mgt_status st = mgt_sft_format_parse(a->sft_tokenizer_prompt_format, &f);
+		if (st) return st;
+	}
 	if (!a->reset_attention_mask) return MGT_OK;
 	const mgt_family *f = mgt_model_family(&a->model);
 	if (f->recipe != MGT_STACK_DECODER)

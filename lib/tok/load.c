@@ -577,11 +577,21 @@ static mgt_status spm_sentinels(mgt_tok *t)
 	}
 }
 
+/* Megatron's SFTTokenizer (megatron/core/tokenizers/text/libraries/sft_tokenizer.py): a Hugging
+ * Face tokenizer whose chat renderings are encoded with add_special_tokens=False. */
+static mgt_status load_sft(mgt_tok *t, const mgt_tok_opts *o)
+{
+	mgt_tok_opts h = *o;
+	h.hf_no_special_tokens = 1;
+	return tok_load_hf(t, &h);
+}
+
 mgt_status mgt_tok_load(mgt_tok **out, const mgt_tok_opts *o)
 {
 	static const struct { const char *name; mgt_status (*load)(mgt_tok *, const mgt_tok_opts *); int kind; } types[] = {
 		{"GPT2BPETokenizer", load_gpt2, TOK_GPT2},
 		{"HuggingFaceTokenizer", tok_load_hf, TOK_HF},
+		{"SFTTokenizer", load_sft, TOK_HF},
 		{"TikTokenizer", load_tiktoken, TOK_TIKTOKEN},
 		{"NullTokenizer", load_null, TOK_NULL},
 		{"SentencePieceTokenizer", tok_load_spm, TOK_SPM},

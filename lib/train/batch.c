@@ -35,6 +35,7 @@ static mgt_status open_data(trainer *t)
 	if (st) return st;
 	if (!a->eval_interval) n[1] = n[2] = 0;
 	if (trainer_masked(t)) return trainer_masked_open(t, n);
+	if (trainer_sft(t)) return trainer_sft_open(t);
 	mgt_gpt_data_config dc = {
 		.split = a->split, .seq_length = (int)a->model.seq_length, .seed = (uint64_t)a->seed,
 		.cache_path = a->data_cache_path, .eod_id = t->eod, .vocab_size = a->model.vocab_size,
@@ -69,6 +70,7 @@ mgt_status trainer_open_data(trainer *t)
 /* Samples of split sp (GPT's or BERT's dataset). */
 int64_t trainer_data_len(const trainer *t, mgt_split sp)
 {
+	if (trainer_sft(t)) return trainer_sft_len(t, sp);
 	return trainer_masked(t) ? trainer_masked_len(t, sp) : mgt_gpt_data_len(t->data, sp);
 }
 
@@ -87,7 +89,7 @@ mgt_status trainer_alloc_batch(trainer *t)
 	t->s_mask = mgt_malloc(S * 4);
 	bool ok = t->mb_tokens && t->mb_labels && t->mb_pos && t->mb_mask && t->s_tokens && t->s_labels &&
 		  t->s_pos && t->s_mask;
-	if (ok && t->a->reset_attention_mask) {
+	if (ok && (t->a->reset_attention_mask || t->a->sft)) {
 		t->mb_seg = mgt_malloc(T * 4), t->s_seg = mgt_malloc(S * 4);
 		ok = t->mb_seg && t->s_seg;
 	}
@@ -126,6 +128,7 @@ static void cp_slice(trainer *t)
 mgt_status trainer_load_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k)
 {
 	if (trainer_masked(t)) return trainer_masked_microbatch(t, sp, base, k);
+	if (trainer_sft(t)) return trainer_sft_microbatch(t, sp, base, k);
 	int b = (int)t->a->micro_batch_size, S = (int)t->a->model.seq_length;
 	int64_t first = base + (k * t->a->data_parallel_size + t->ps.dp_rank) * b;
 	int64_t n = mgt_gpt_data_len(t->data, sp);

@@ -6,10 +6,11 @@
 #include <string.h>
 
 /* --eval-iters global batches of split sp from sample *consumed on (advanced), as Megatron's
- * evaluate: the token-weighted mean loss. */
+ * evaluate: the token-weighted mean loss; with --sft the mean of the micro-batches' mean losses
+ * ("normalize over micro batch instead of global", training.py evaluate). */
 mgt_status trainer_evaluate(trainer *t, mgt_split sp, int64_t *consumed, double *loss, double *tokens)
 {
-	double num = 0, den = 0, sop = 0;
+	double num = 0, den = 0, sop = 0, mbm = 0, nmb = 0;
 	t->eval_masked = t->eval_correct = 0;
 	for (int64_t it = 0; it < t->a->eval_iters; it++) {
 		trainer_pass ps = { .split = sp, .base = *consumed, .train = false };
@@ -17,6 +18,8 @@ mgt_status trainer_evaluate(trainer *t, mgt_split sp, int64_t *consumed, double 
 		if (st) return st;
 		num += ps.num;
 		den += ps.den;
+		mbm += ps.mbm;
+		nmb += ps.nmb;
 		sop += ps.sop;
 		t->eval_masked += ps.masked;
 		t->eval_correct += ps.correct;
@@ -26,7 +29,7 @@ mgt_status trainer_evaluate(trainer *t, mgt_split sp, int64_t *consumed, double 
 		double f, b;
 		mgt_model_take_times(t->chunk[c], &f, &b);
 	}
-	*loss = num / (den > 0 ? den : 1);
+	*loss = trainer_sft(t) ? mbm / (nmb > 0 ? nmb : 1) : num / (den > 0 ? den : 1);
 	t->sop_loss = sop / (den > 0 ? den : 1);
 	if (tokens) *tokens = den;
 	return MGT_OK;

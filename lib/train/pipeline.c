@@ -54,9 +54,11 @@ static mgt_status run_forward(trainer *t, const mgt_parallel_sched_action *x, tr
 		/* the loss of the micro-batch is the sum over all its tokens (every context-parallel
 		 * rank's) divided by their count: each rank scales its part by the whole count, and the
 		 * gradients are summed over the context-parallel ranks (Megatron's loss_func with CP) */
-		double ntok = t->mb_tokens_full;
+		double ntok = t->mb_tokens_full, mine = trainer_mask_sum(t);
 		ps->num += lsum;
-		ps->den += trainer_mask_sum(t);
+		ps->den += mine;
+		ps->mbm += lsum / (mine > 1 ? mine : 1); /* --sft's evaluation: the micro-batch's mean */
+		ps->nmb += 1;
 		/* --calculate-per-token-loss: the loss sum, the gradients divided by the global batch's tokens later */
 		t->mb_scale[x->mb] = t->a->calculate_per_token_loss ? 1.0f
 					: (float)(1.0 / ((ntok > 1 ? ntok : 1) * (double)t->a->num_microbatches));
@@ -100,11 +102,15 @@ mgt_status trainer_run_pass(trainer *t, const mgt_parallel_sched_action *acts, i
 	if (st) return st;
 	bool mine = t->ps.pp_rank == t->ps.pp - 1 && t->ps.tp_rank == 0;
 	double mins = (mgt_now() - t->io->start_time) / 60.0, limit = t->a->exit_duration_in_mins;
-	double v[8] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit,
-			trainer_async_running(t), mine ? ps->sop : 0, mine ? ps->masked : 0, mine ? ps->correct : 0 };
+	double v[10] = { mine ? ps->num : 0, mine ? ps->den : 0, mgt_interrupted ? 1 : 0, limit > 0 && mins > limit,
+			 trainer_async_running(t), mine ? ps->sop : 0, mine ? ps->masked : 0, mine ? ps->correct : 0,
+			 mine ? ps->mbm : 0, mine ? ps->nmb : 0 };
 	mgt_comm *w = t->ps.world;
-	/* BERT's sop loss and accuracy counts ride along (GPT's 5 values as before) */
-	if (w->size > 1 && (st = w->ops->allreduce(w, v, trainer_bert(t) ? 8 : 5, MGT_DT_F64, MGT_RED_SUM))) return st;
+	/* BERT's sop loss and accuracy counts, --sft's micro-batch means ride along (GPT's 5 values as before) */
+	const int nv = trainer_sft(t) ? 10 : trainer_bert(t) ? 8 : 5;
+	if (w->size > 1 && (st = w->ops->allreduce(w, v, nv, MGT_DT_F64, MGT_RED_SUM))) return st;
+	ps->mbm = v[8];
+	ps->nmb = v[9];
 	ps->masked = v[6];
 	ps->correct = v[7];
 	t->async_all_done = t->async && v[4] == 0;

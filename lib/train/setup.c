@@ -36,6 +36,10 @@ static mgt_status setup_tokenizer(trainer *t)
 		.tiktoken_num_special = (int)a->tiktoken_num_special_tokens, .vocab_size = a->vocab_size,
 		.null_eod_id = a->null_tokenizer_eod_id,
 	};
+	if (a->sft && strcmp(a->tokenizer_type, "SFTTokenizer") && strcmp(a->tokenizer_type, "HuggingFaceTokenizer"))
+		return mgt_err(MGT_ERR_USAGE, "--sft with --tokenizer-type %s: Megatron's SFT reads a Hugging Face "
+			       "tokenizer (--tokenizer-type SFTTokenizer --tokenizer-model DIR)", a->tokenizer_type);
+	o.hf_no_special_tokens = a->sft; /* SFTTokenizer: add_special_tokens=False */
 	mgt_status st = mgt_tok_load(&t->tok, &o);
 	if (st) return st;
 	a->model.vocab_size = mgt_tok_vocab_size(t->tok);
@@ -103,7 +107,7 @@ mgt_model_layout trainer_chunk_layout(const trainer *t, int c)
 		.recompute = a->recompute, .cp_comm = a->cp_comm,
 		.precision = a->bf16 ? MGT_PREC_BF16 : a->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
 		.fp32_residual_connection = a->fp32_residual_connection, .fp8 = a->fp8,
-		.packed_sequences = a->reset_attention_mask,
+		.packed_sequences = a->reset_attention_mask || a->sft,
 	};
 }
 
@@ -177,9 +181,10 @@ static mgt_status setup_backend(trainer *t)
 	char why[256];
 	if (a->fp8.format != MGT_FP8_OFF && !mgt_backend_supports(t->be, MGT_OP_gemm_fp8, mgt_precision_dtype(t->be->precision), why, sizeof why))
 		return mgt_err(MGT_ERR_USAGE, "--fp8-format %s: %s (or run on the CPU with --device cpu)", a->fp8_format, why);
-	if (a->reset_attention_mask && !t->be->host_memory)
-		return mgt_err(MGT_ERR_USAGE, "--reset-attention-mask: attention within packed documents runs on the CPU "
-			       "backend only for now (--device cpu); the CUDA kernels do not take document starts yet");
+	if ((a->reset_attention_mask || a->sft) && !t->be->host_memory)
+		return mgt_err(MGT_ERR_USAGE, "%s: attention within packed documents runs on the CPU backend only for now "
+			       "(--device cpu); the CUDA kernels do not take document starts yet",
+			       a->sft ? "--sft" : "--reset-attention-mask");
 	if (!a->fp16) return mgt_loss_scaler_init(&t->scaler, 1.0, 1.0, 1.0, 1, 1);
 	return mgt_loss_scaler_init(&t->scaler, a->loss_scale, a->initial_loss_scale, a->min_loss_scale,
 				    a->loss_scale_window, a->hysteresis);
@@ -264,6 +269,7 @@ void trainer_teardown(trainer *t)
 	free(t->eval_acts);
 	mgt_gpt_data_close(t->data);
 	trainer_masked_free(t);
+	trainer_sft_free(t);
 	if (t->ps.world) mgt_parallel_free(&t->ps); /* device communicators need the backend */
 	if (t->be) mgt_backend_destroy(t->be);
 	mgt_tok_free(t->tok);

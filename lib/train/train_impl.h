@@ -81,6 +81,7 @@ typedef struct trainer {
 	 * and sentence-order labels [mbs], one sample's int64 arrays (5 x s), and the pass's
 	 * sentence-order loss sum */
 	struct mgt_masked_data *mdata;
+	struct trainer_sft *sft; /* --sft: the SFT dataset and its splits (sft.c); NULL otherwise */
 	mgt_masked_vocab mvocab;
 	uint8_t *mv_sub;
 	int32_t *mb_types, *mb_isr;
@@ -170,6 +171,7 @@ typedef struct {
 	double num, den;    /* loss sum and tokens on the last stage (BERT: lm loss sum and micro-batches) */
 	double sop;         /* BERT: the sentence-order loss sum */
 	double masked, correct; /* BERT evaluation: masked tokens, top-1 correct */
+	double mbm, nmb;    /* --sft: the sum of the micro-batches' mean losses, and their count */
 } trainer_pass;
 /* Run the n actions acts, then sum the losses and the stop flags over the job (every rank sees
  * the same); interrupted may be NULL.  Errors: the model's, communication. */
@@ -217,6 +219,18 @@ mgt_status trainer_masked_alloc(trainer *t);
 mgt_status trainer_masked_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k);
 int64_t trainer_masked_len(const trainer *t, mgt_split sp);
 void trainer_masked_free(trainer *t);
+
+/* sft.c (--sft): trainer_sft_open: the JSONL --data-path as Megatron's SFTDataset with the
+ * tokenizer and --sft-tokenizer-prompt-format, the --split ranges of its lines;
+ * trainer_sft_microbatch: micro-batch k of the global batch from sample base of split sp into
+ * the trainer's arrays (mb_seg the conversations' starts); trainer_sft_len: the split's lines;
+ * trainer_sft_free.  Errors: the dataset's, USAGE, NOMEM. */
+typedef struct trainer_sft trainer_sft_data;
+bool trainer_sft(const trainer *t);
+mgt_status trainer_sft_open(trainer *t);
+mgt_status trainer_sft_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k);
+int64_t trainer_sft_len(const trainer *t, mgt_split sp);
+void trainer_sft_free(trainer *t);
 
 /* checkpointing.c: the whole model's table (all layers, TP 1; names and global shapes for the
  * metadata and checks); the name prefixes of Adam's two moments; the fp8 state datasets and the
