@@ -70,6 +70,15 @@ if command -v mpirun >/dev/null 2>&1; then
 else
 	skip "mpirun not found: the layouts"
 fi
+# mgt-eval reads the checkpoint's --sft: its loss is the validation the run printed at that iteration
+eval_same() {
+	train 1 ck $V1 --save ck --save-interval 8 &&
+	"$BIN/mgt-eval" loss --load ck --threads 1 >ev.out 2>ev.err &&
+	a=$(grep -o 'validation loss at iteration 8 | lm loss value: [^ ]*' ck.err | head -1 | sed 's/.*value: //') &&
+	b=$(grep -o 'lm loss value: [^ ]*' ev.out | head -1 | sed 's/.*value: //') &&
+	{ [ -n "$a" ] && [ "$a" = "$b" ] || { echo "# run $a, mgt-eval $b"; false; }; }
+}
+ok "mgt-eval loss of the SFT checkpoint = the run's validation at that iteration (the SFT estimator)" eval_same
 # at --lr 0 without dropout the weights and masks stay put: micro-batch size 1 against 4 (same global batch)
 ok "lr 0, micro-batch 1" train 1 m1 $V1 --lr 0 --hidden-dropout 0 --attention-dropout 0 --micro-batch-size 1
 ok "lr 0, micro-batch 4" train 1 m4 $V1 --lr 0 --hidden-dropout 0 --attention-dropout 0 --micro-batch-size 4
