@@ -18,15 +18,7 @@ S=256 MBS=4
 mkdir -p "$B" "$ROOT/tests/bench/results"
 OUT=$ROOT/tests/bench/results/sft_packing-$(hostname)-$(date +%Y%m%d-%H%M%S).txt
 cd "$B"
-$PY - "$ROOT/share/mgt/tokenizers/kjv-4k/tokenizer.json" <<'PY'
-import json, sys
-t = json.load(open(sys.argv[1], encoding="utf-8"))
-n = len(t["model"]["vocab"]) + len(t["added_tokens"])
-for k, name in enumerate(["<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>", "<SPECIAL_233>", "<unk>"]):
-    t["added_tokens"].append({"id": n + k, "content": name, "single_word": False, "lstrip": False,
-                              "rstrip": False, "normalized": False, "special": True})
-json.dump(t, open("tok.json", "w", encoding="utf-8"), ensure_ascii=False)
-PY
+$PY "$ROOT/tests/cli/sft_tok.py" "$ROOT/share/mgt/tokenizers/kjv-4k/tokenizer.json" tok.json
 zstd -dcq "$ROOT/share/mgt/data/kjv.jsonl.zst" | head -300 | $PY -c '
 import json, sys
 packed, padded = open("packed.jsonl", "w"), open("padded.jsonl", "w")

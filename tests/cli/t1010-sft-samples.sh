@@ -10,15 +10,8 @@
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 # the demo's tokenizer with Nemotron's special tokens added (ids 4096..4100)
-$PY - "$SHARE/tokenizers/kjv-4k/tokenizer.json" <<'PY' || { echo "1..0 # SKIP tokenizer"; exit 0; }
-import json, sys
-t = json.load(open(sys.argv[1], encoding="utf-8"))
-n = len(t["model"]["vocab"]) + len(t["added_tokens"])
-for k, name in enumerate(["<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>", "<SPECIAL_233>", "<unk>"]):
-    t["added_tokens"].append({"id": n + k, "content": name, "single_word": False, "lstrip": False,
-                              "rstrip": False, "normalized": False, "special": True})
-json.dump(t, open("tok.json", "w", encoding="utf-8"), ensure_ascii=False)
-PY
+$PY "$ROOT/tests/cli/sft_tok.py" "$SHARE/tokenizers/kjv-4k/tokenizer.json" tok.json ||
+	{ echo "1..0 # SKIP tokenizer"; exit 0; }
 cat >conv.jsonl <<'EOF'
 {"messages": [{"role": "system", "content": "You are a scribe."}, {"role": "user", "content": "Who made the heaven?"}, {"role": "assistant", "content": "God created the heaven and the earth."}, {"role": "user", "content": "And then? /think"}, {"role": "assistant", "content": "  Light.  "}]}
 {"messages": [{"role": "user", "content": "First, with no system turn."}, {"role": "assistant", "content": "Yea."}, {"role": "system", "content": ""}, {"role": "user", "content": "Second /no_think"}, {"role": "assistant", "content": "Amen."}, {"role": "system", "content": "Third. "}, {"role": "user", "content": "Count the tribes."}, {"role": "assistant", "content": "Twelve."}]}
