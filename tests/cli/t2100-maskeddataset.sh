@@ -217,7 +217,7 @@ grep -v MASK small.txt >nomask.txt
 expect_fail "a vocabulary without [MASK] (exit 4)" 4 "no [MASK] token" \
 	"$D" samples small --dataset-type bert --vocab-file nomask.txt --seq-length 20 --split 1
 expect_fail "seed 0 (exit 2)" 2 "--seed 0" "$D" samples tiny --dataset-type bert --vocab-file "$VOCAB" --seed 0
-expect_fail "no --dataset-type (exit 2)" 2 "--dataset-type bert or t5" "$D" samples tiny --vocab-file "$VOCAB"
+expect_fail "no --dataset-type (exit 2)" 2 "--dataset-type bert, t5 or sft" "$D" samples tiny --vocab-file "$VOCAB"
 expect_fail "--mask-prob 1 (exit 2)" 2 "--mask-prob 1" \
 	"$D" samples tiny --dataset-type bert --vocab-file "$VOCAB" --mask-prob 1
 echo "1..$n"
