@@ -569,6 +569,7 @@ mgt_status trainer_dump_batch(trainer *t, int64_t k)
 			d->labels[dst] = t->mb_labels[src];
 			d->pos[dst] = t->mb_pos[src];
 			d->mask[dst] = t->mb_mask[src];
+			if (t->mb_seg) d->types[dst] = t->mb_seg[src]; /* packed documents' starts (GPT: types unused) */
 			if (!trainer_bert(t)) continue;
 			d->types[dst] = t->mb_types[src];
 			d->pad[dst] = (int32_t)t->mb_pad[src];
@@ -658,6 +659,7 @@ mgt_status trainer_dump_write(trainer *t)
 		piece(&p[k++], "train/lr", MGT_CKPT_F64, d->lr, 1, it, 0, 0);
 		piece(&p[k++], "train/grad_norm", MGT_CKPT_F64, d->grad_norm, 1, it, 0, 0);
 	}
+	if (!st && t->mb_seg) piece(&p[k++], "batch/seg_start", MGT_CKPT_I32, d->types, 3, it, gbs, S);
 	if (!st && trainer_t5(t)) {
 		piece(&p[k++], "batch/dec_tokens", MGT_CKPT_I32, d->types, 3, it, gbs, Sl);
 		piece(&p[k++], "batch/padding_mask", MGT_CKPT_I32, d->pad, 3, it, gbs, S);

@@ -265,6 +265,7 @@ class GPTRef:
                 raise ValueError("%s: shape %s, expected %s" % (n, tuple(t.shape), tuple(shape)))
             self.params[n] = t.requires_grad_(not moe_ref.is_frozen(n))
         self._rope_cache = {}
+        self._seg, self._rope_pos = None, None  # packed documents of the current forward
         self.moe_layers = moe_ref.moe_layer_flags(a)
         self.expert_bias32 = {i: np.asarray(tensors[n], dtype=np.float32).copy()
                               for i in range(a["num_layers"])
@@ -312,7 +313,10 @@ class GPTRef:
         rot = cos.shape[-1]
         x, rest = t[..., :rot], t[..., rot:]
         x1, x2 = x[..., : rot // 2], x[..., rot // 2:]
-        c, sn = cos[None, :, None, :], sin[None, :, None, :]
+        if cos.dim() == 3:  # per token [b, s, rot] (packed sequences' own positions)
+            c, sn = cos[:, :, None, :], sin[:, :, None, :]
+        else:
+            c, sn = cos[None, :, None, :], sin[None, :, None, :]
         y = x * c + torch.cat([-x2, x1], dim=-1) * sn
         return torch.cat([y, rest], dim=-1)
 
@@ -337,12 +341,17 @@ class GPTRef:
             q, k = self._norm(q, pre + "q_layernorm."), self._norm(k, pre + "k_layernorm.")
         if a["position_embedding_type"] == "rope":
             cos, sin = self._rope(s)
+            if self._rope_pos is not None:  # THD: each token at its offset in its conversation
+                cos, sin = self._rope(int(self._rope_pos.max()) + 1)
+                cos, sin = cos[self._rope_pos], sin[self._rope_pos]
             q, k = self._apply_rope(q, cos, sin), self._apply_rope(k, cos, sin)
         q = q.permute(0, 2, 1, 3)                          # [b, nq, s, d]
         k = k.permute(0, 2, 1, 3).repeat_interleave(r, dim=1)  # head n uses kv head n // r
         v = v.permute(0, 2, 1, 3).repeat_interleave(r, dim=1)
         sc = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
         mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        if self._seg is not None:  # packed documents: key k of query i only from i's document start
+            mask = (mask[None] | (torch.arange(s)[None, None, :] < self._seg[:, :, None]))[:, None]
         sc = sc.masked_fill(mask, float("-inf"))
         ctx = torch.softmax(sc, dim=-1) @ v               # [b, nq, s, d]
         ctx = ctx.permute(0, 2, 1, 3).reshape(b, s, nq * d)
@@ -362,10 +371,18 @@ class GPTRef:
         return self._linear(y, pre + "linear_fc2.")
 
     # -- the model --
-    def forward(self, tokens, position_ids=None):
-        """tokens, position_ids [b, s] (int) -> logits [b, s, Vpad]."""
+    def forward(self, tokens, position_ids=None, seg_start=None):
+        """tokens, position_ids [b, s] (int) -> logits [b, s, Vpad].  seg_start [b, s]: packed
+        documents (each token's document start: attention stays inside the document, Megatron's
+        THD cu_seqlens or --reset-attention-mask's mask); under --sft RoPE then takes
+        position_ids (the offsets in the conversation, as the THD path), else the row's
+        positions (Megatron's rotary embedding ignores position_ids)."""
         a, p = self.a, self.params
         tokens = torch.as_tensor(np.asarray(tokens)).long()
+        self._seg = None if seg_start is None else torch.as_tensor(np.asarray(seg_start)).long()
+        self._rope_pos = None
+        if seg_start is not None and a.get("sft") and position_ids is not None:
+            self._rope_pos = torch.as_tensor(np.asarray(position_ids)).long()
         x = p["embedding.word_embeddings.weight"][tokens]
         if a["position_embedding_type"] == "learned_absolute":
             if position_ids is None:
@@ -388,9 +405,9 @@ class GPTRef:
         w = p["output_layer.weight"] if a["untie_embeddings_and_output_weights"] else p["embedding.word_embeddings.weight"]
         return x @ w.t()
 
-    def losses(self, tokens, labels, position_ids=None):
+    def losses(self, tokens, labels, position_ids=None, seg_start=None):
         """-> logits [b, s, Vpad], per-token cross-entropy [b, s]."""
-        logits = self.forward(tokens, position_ids)
+        logits = self.forward(tokens, position_ids, seg_start)
         lab = torch.as_tensor(np.asarray(labels)).long()
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), lab.reshape(-1), reduction="none")
         return logits, loss.view(lab.shape)
@@ -484,7 +501,7 @@ class Trainer:
                                      eps=a["adam_eps"])
         self.iteration = 0
 
-    def grads_for(self, tokens, labels, loss_mask, position_ids=None, keep_first=False):
+    def grads_for(self, tokens, labels, loss_mask, position_ids=None, keep_first=False, seg_start=None):
         """Forward/backward of one global batch ([GBS, s] arrays, sample-major), accumulating
         grads.  Returns (num, den, first micro-batch (logits, loss) detached or None); the MoE
         records of all micro-batches are left in self.moe_records ([micro-batch][MoE layer])."""
@@ -500,8 +517,9 @@ class Trainer:
         for j in range(M):
             sl = slice(j * mbs, (j + 1) * mbs)
             pos = None if position_ids is None else np.asarray(position_ids)[sl]
+            seg = None if seg_start is None else np.asarray(seg_start)[sl]
             m.moe_records, m.moe_losses = [], []
-            logits, loss = m.losses(tokens[sl], labels[sl], pos)
+            logits, loss = m.losses(tokens[sl], labels[sl], pos, seg)
             mask = mask_all[sl]
             lsum, ntok = (loss * mask).sum(), mask.sum()
             obj = lsum / torch.clamp(ntok, min=1.0) / M
@@ -550,11 +568,11 @@ class Trainer:
         sq = sum(float(t.grad.double().pow(2).sum()) for t in self.m.params.values() if t.grad is not None)
         return math.sqrt(sq)
 
-    def step(self, tokens, labels, loss_mask, position_ids=None, keep=False):
+    def step(self, tokens, labels, loss_mask, position_ids=None, keep=False, seg_start=None):
         """One iteration; returns dict(lm_loss, grad_norm, lr[, grads, logits, loss])."""
         a = self.a
         self.iteration += 1
-        num, den, first = self.grads_for(tokens, labels, loss_mask, position_ids, keep_first=keep)
+        num, den, first = self.grads_for(tokens, labels, loss_mask, position_ids, keep_first=keep, seg_start=seg_start)
         out = {"lm_loss": num / den if den > 0 else float("nan")}
         out["moe"], counts = self.moe_report()
         if keep and self.moe_records:

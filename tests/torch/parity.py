@@ -76,7 +76,8 @@ def replay(args, params, batch, iters, dtype):
     first = None
     for k in range(iters):
         o = tr.step(batch["tokens"][k], batch["labels"][k], batch["loss_mask"][k],
-                    batch["position_ids"][k] if "position_ids" in batch else None, keep=(k == 0))
+                    batch["position_ids"][k] if "position_ids" in batch else None, keep=(k == 0),
+                    seg_start=batch["seg_start"][k] if "seg_start" in batch else None)
         if k == 0:
             first = {"grads": {n: g.numpy() for n, g in o["grads"].items()},
                      "logits": o["logits"].numpy(), "loss": o["loss"].numpy(),
