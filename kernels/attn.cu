@@ -74,11 +74,12 @@ static int fwd_geom(cudaStream_t st, float *out, float *lse, const float *q, con
 
 extern "C" int mgt_k_attn_fwd(mgt_k_stream s, float *out, float *lse, const float *qkv, int seq,
 			      int b, int ng, int r, int d, float p, uint64_t key, int head0,
-			      int heads_total, const uint8_t *key_mask)
+			      int heads_total, const uint8_t *key_mask, const int32_t *seg)
 {
 	if (empty_shape(seq, b, ng, r, d))
 		return (int)cudaSuccess;
-	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	G.seg = key_mask ? nullptr : seg;
 	return fwd_geom((cudaStream_t)s, out, lse, qkv, qkv, G);
 }
 
@@ -181,11 +182,12 @@ static int bwd_geom(cudaStream_t st, float *dq, float *dkv, const float *dout, c
 extern "C" int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *qkv,
 			      const float *out, const float *lse, int seq, int b, int ng, int r,
 			      int d, float p, uint64_t key, int head0, int heads_total,
-			      const uint8_t *key_mask, void *ws)
+			      const uint8_t *key_mask, const int32_t *seg, void *ws)
 {
 	if (empty_shape(seq, b, ng, r, d))
 		return (int)cudaSuccess;
-	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	G.seg = key_mask ? nullptr : seg;
 	return bwd_geom((cudaStream_t)s, dqkv, dqkv, dout, qkv, qkv, out, lse, G, ws);
 }
 

@@ -104,6 +104,8 @@ struct geom {
 			     * whole sequence only); read by the BIAS kernels only, NULL otherwise */
 	float *ds;          /* BIAS backward: dq_kernel writes dS [b, H, sq, sk] here, dbias_kernel
 			     * sums it by distance; NULL otherwise */
+	const int32_t *seg; /* packed documents (whole sequence, causal; backend.h mgt_attn.seg_start):
+			     * query i of sequence j sees keys seg[i*b + j] <= k <= i; NULL: none */
 };
 
 /* The block geometry with the common fields; the caller sets qoff, koff, kvw, kslot, ld_lse, acc
@@ -129,6 +131,7 @@ static inline geom base_geom(int sq, int sk, int s, int b, int ng, int r, int d,
 	G.km = nullptr;
 	G.bias = nullptr;
 	G.ds = nullptr;
+	G.seg = nullptr;
 	return G;
 }
 
@@ -283,6 +286,13 @@ static __device__ __forceinline__ int last_key(const geom &G, int i)
 	return i >= G.sq ? -1 : e < G.sk ? e : G.sk - 1;
 }
 
+/* The first key row visible from query row i of sequence j: the start of its document with
+ * packed sequences (G.seg), else 0. */
+static __device__ __forceinline__ int first_key(const geom &G, int j, int i)
+{
+	return G.seg && i < G.sq ? G.seg[(size_t)i * G.b + j] : 0;
+}
+
 /* The position bias of score (i, k) (block rows) of local head n: bias[(koff + k - qoff - i +
  * dsq - 1) heads_total + head0 + n] (backend.h mgt_attn.bias).  Read for visible keys only. */
 static __device__ __forceinline__ float pos_bias(const geom &G, int n, int i, int k)
@@ -433,18 +443,19 @@ static __device__ __forceinline__ float row_sum(float v)
 template <bool BIAS, int RA, int CA, int DC>
 static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&o)[RA][DC],
 						   float (&m)[RA], float (&l)[RA], const bool (&vis)[CA],
-						   const geom &G, int q0, int k0, uint64_t rb, int n)
+						   const geom &G, int q0, int k0, uint64_t rb, int n, int j)
 {
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
 	for (int a = 0; a < RA; a++) {
-		const int i = q0 + ty + TW * a, kl = last_key(G, i);
+		const int i = q0 + ty + TW * a, kl = last_key(G, i), kf = first_key(G, j, i);
 		float mx = -INFINITY;
 #pragma unroll
 		for (int c = 0; c < CA; c++) {
 			const int k = k0 + tx + TW * c;
-			sc[a][c] = k <= kl && vis[c] ? sc[a][c] * G.scale : -INFINITY;
-			if (BIAS && k <= kl && vis[c])
+			const bool see = k <= kl && k >= kf && vis[c];
+			sc[a][c] = see ? sc[a][c] * G.scale : -INFINITY;
+			if (BIAS && see)
 				sc[a][c] += pos_bias(G, n, i, k);
 			mx = fmaxf(mx, sc[a][c]);
 		}
@@ -472,7 +483,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&
 #pragma unroll
 			for (int c = 0; c < CA; c++) {
 				const int k = k0 + tx + TW * c;
-				if (k <= kl && vis[c])
+				if (k <= kl && k >= kf && vis[c])
 					sc[a][c] *= drop_mult(G, rb, i, k);
 			}
 		}
@@ -538,7 +549,7 @@ __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse,
 		load_rows<DM, BK>(KVs, K, G.ldk, k0, G.sk, G.d);
 		__syncthreads();
 		dot_tile<DM>(sc, Qs, KVs);
-		fwd_softmax<BIAS>(sc, o, m, l, vis, G, q0, k0, rb, n);
+		fwd_softmax<BIAS>(sc, o, m, l, vis, G, q0, k0, rb, n, j);
 		__syncthreads(); /* K consumed */
 		load_rows<DM, BK>(KVs, V, G.ldk, k0, G.sk, G.d);
 		store_tile<BK>(Ps, sc);
@@ -579,17 +590,17 @@ static __global__ void __launch_bounds__(NT) rowdot_kernel(geom G, float *D, con
 template <bool BIAS, int RA, int CA>
 static __device__ __forceinline__ void bwd_scores(float (&sc)[RA][CA], float (&dp)[RA][CA],
 						  const float *Ls, const float *Ds, const bool (&vis)[CA],
-						  const geom &G, int q0, int k0, uint64_t rb, int n)
+						  const geom &G, int q0, int k0, uint64_t rb, int n, int j)
 {
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
 	for (int a = 0; a < RA; a++) {
-		const int i = q0 + ty + TW * a, kl = last_key(G, i);
+		const int i = q0 + ty + TW * a, kl = last_key(G, i), kf = first_key(G, j, i);
 		const float li = Ls[ty + TW * a], di = Ds[ty + TW * a];
 #pragma unroll
 		for (int c = 0; c < CA; c++) {
 			const int k = k0 + tx + TW * c;
-			if (k <= kl && vis[c]) {
+			if (k <= kl && k >= kf && vis[c]) {
 				float v = sc[a][c] * G.scale;
 				if (BIAS)
 					v += pos_bias(G, n, i, k);
@@ -693,7 +704,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 			__syncthreads();
 			dot_tile<DM>(sc, t.Qs, t.Ks);
 			dot_tile<DM>(dp, t.dOs, t.Vs);
-			bwd_scores<BIAS>(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb, n);
+			bwd_scores<BIAS>(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb, n, j);
 			store_tile<BK>(t.Ps, sc);
 			__syncthreads();
 			acc_tile<DM, KA, BQ>(dv, t.Ps, 1, BK + 16, t.dOs); /* dV += Pd^T dO */
@@ -740,7 +751,7 @@ __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *
 		__syncthreads();
 		dot_tile<DM>(sc, t.Qs, t.Ks);
 		dot_tile<DM>(dp, t.dOs, t.Vs);
-		bwd_scores<BIAS>(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb, n);
+		bwd_scores<BIAS>(sc, dp, t.Ls, t.Ds, vis, G, q0, k0, rb, n, j);
 		if (BIAS)
 			store_ds(G, dp, j, n, q0, k0);
 		store_tile<BK>(t.Ps, dp);

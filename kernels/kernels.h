@@ -102,14 +102,17 @@ int mgt_k_rope(mgt_k_stream s, void *qkv, mgt_k_dtype qt, const int32_t *pos, co
 /* ---- attention with GQA (flash-style: lse saved, nothing O(s^2) stored), backend.h attn_forward /
  * attn_backward, MGT_ATTN_SELF: causal when key_mask is NULL, else bidirectional over the keys key_mask [seq*b]
  * (device memory, uint8, element i*b + j for position i of sequence j; 1 visible, 0 masked)
- * leaves visible; a query with no visible key gets out 0, lse -inf and 0 gradients ---- */
+ * leaves visible; a query with no visible key gets out 0, lse -inf and 0 gradients.  seg (without
+ * key_mask; NULL none): packed sequences, backend.h mgt_attn.seg_start [seq*b] int32 device memory,
+ * query i of sequence j sees keys seg[i*b + j] <= k <= i only (block-diagonal causal) ---- */
 int mgt_k_attn_fwd(mgt_k_stream s, float *out, float *lse, const float *qkv, int seq, int b,
 		   int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
-		   const uint8_t *key_mask);
+		   const uint8_t *key_mask, const int32_t *seg);
 size_t mgt_k_attn_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
 int mgt_k_attn_bwd(mgt_k_stream s, float *dqkv, const float *dout, const float *qkv,
 		   const float *out, const float *lse, int seq, int b, int ng, int r, int d, float p,
-		   uint64_t key, int head0, int heads_total, const uint8_t *key_mask, void *ws);
+		   uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const int32_t *seg,
+		   void *ws);
 /* The same with T5's position bias (backend.h attn_forward / attn_backward with mgt_attn.bias; kernels/attn.cuh,
  * BIAS): bias [2 seq - 1, heads_total] fp32 device memory, score (i, i') of local head n gains
  * bias[(i' - i + seq - 1) heads_total + head0 + n] after the scaling; the backward ADDS dS summed

@@ -208,8 +208,8 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 	 *   SELF, key_mask NULL: causal, V = {i' <= i} (Megatron's AttnMaskType.causal, GPT); with \
 	 *     a->seg_start (packed sequences) V = {seg_start[i*b + j] <= i' <= i}: block-diagonal \
 	 *     causal over the row's documents (Megatron's THD cu_seqlens, TransformerEngine's \
-	 *     padding_causal; --reset-attention-mask).  The CPU backend only, for now: the CUDA \
-	 *     backend records cudaErrorNotSupported. \
+	 *     padding_causal; --reset-attention-mask, --sft).  The CUDA backend runs it on its fp32 \
+	 *     CUDA-core kernels in every precision (as the position bias). \
 	 *   SELF or CROSS, key_mask set: key padding, V = {i' : key_mask[i'*b + j] != 0}, no causal \
 	 *     limit (Megatron-Core TEDotProductAttention with AttnMaskType.padding, BERT's \
 	 *     bidirectional attention and T5's encoder; the mask [b, 1, 1, s] masks keys only; \

@@ -46,7 +46,7 @@ static mgt_k_dtype attn_types(int tc, mgt_elem_type t, size_t nq, size_t no, siz
  * fp32 ones), with position bias `bias` (mgt_attn.bias; NULL none: then any tc). */
 static void attn_fwd_on(mgt_backend *be, const char *op, int tc, void *out, float *lse, const void *qkv,
 			mgt_elem_type t, int s, int b, int ng, int r, int d, float p, uint64_t key, int head0,
-			int heads_total, const uint8_t *key_mask, const float *bias)
+			int heads_total, const uint8_t *key_mask, const float *bias, const int32_t *seg)
 {
 	if (s <= 0 || b <= 0) return;
 	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
@@ -65,16 +65,19 @@ static void attn_fwd_on(mgt_backend *be, const char *op, int tc, void *out, floa
 		       : bias ? mgt_k_attn_bias_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total,
 						    key_mask, bias)
 			      : mgt_k_attn_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total,
-					       key_mask);
+					       key_mask, seg);
 	if (mgt_cuda_ok(be, op, rc) && conv)
 		mgt_cuda_ok(be, op, mgt_k_cast(stream(be), out, it, o, kt, no));
 }
 
+/* Packed sequences (seg, mgt_attn.seg_start) run on the fp32 CUDA-core kernels in every precision,
+ * as the position bias does below (the tensor-core kernels do not take document starts yet). */
 static void self_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
-			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
+			const int32_t *seg)
 {
-	attn_fwd_on(be, "attn_fwd", attn_tc_dtype(be, d), out, lse, qkv, t, s, b, ng, r, d, p, key, head0,
-		    heads_total, key_mask, NULL);
+	attn_fwd_on(be, "attn_fwd", seg ? -1 : attn_tc_dtype(be, d), out, lse, qkv, t, s, b, ng, r, d, p, key, head0,
+		    heads_total, key_mask, NULL, seg);
 }
 
 /* The position bias (T5's relative positions) runs on the fp32 CUDA-core kernels in every
@@ -87,7 +90,7 @@ static void self_bias_fwd(mgt_backend *be, void *out, float *lse, const void *qk
 			    const uint8_t *key_mask, const float *bias)
 {
 	attn_fwd_on(be, "attn_bias_fwd", -1, out, lse, qkv, t, s, b, ng, r, d, p, key, head0, heads_total, key_mask,
-		    bias);
+		    bias, NULL);
 }
 
 /* attn_bwd on the kernels tc chooses, with position bias `bias` and its gradient dbias (attn_bias_bwd;
@@ -97,7 +100,7 @@ static void self_bias_fwd(mgt_backend *be, void *out, float *lse, const void *qk
 static void attn_bwd_on(mgt_backend *be, const char *op, int tc, void *dqkv, const void *dout, mgt_elem_type gt,
 			const void *qkv, const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng,
 			int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
-			const float *bias, float *dbias)
+			const float *bias, float *dbias, const int32_t *seg)
 {
 	if (s <= 0 || b <= 0) return;
 	const size_t T = (size_t)s * b, nq = T * ng * (r + 2) * d, no = T * ng * r * d;
@@ -131,7 +134,7 @@ static void attn_bwd_on(mgt_backend *be, const char *op, int tc, void *dqkv, con
 		       : bias ? mgt_k_attn_bias_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0,
 						    heads_total, key_mask, bias, dbias, ws + conv)
 			      : mgt_k_attn_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total,
-					       key_mask, ws + conv);
+					       key_mask, seg, ws + conv);
 	if (mgt_cuda_ok(be, op, rc) && g32)
 		mgt_cuda_ok(be, op, mgt_k_cast(stream(be), dqkv, mgt_cuda_kt(gt), dq, MGT_K_F32, nq));
 }
@@ -142,15 +145,15 @@ static void self_bias_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_ele
 			    const float *bias, float *dbias)
 {
 	attn_bwd_on(be, "attn_bias_bwd", -1, dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key, head0,
-		    heads_total, key_mask, bias, dbias);
+		    heads_total, key_mask, bias, dbias, NULL);
 }
 
 static void self_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_type gt, const void *qkv,
 			const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
-			uint64_t key, int head0, int heads_total, const uint8_t *key_mask)
+			uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const int32_t *seg)
 {
-	attn_bwd_on(be, "attn_bwd", attn_tc_dtype(be, d), dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d, p, key,
-		    head0, heads_total, key_mask, NULL, NULL);
+	attn_bwd_on(be, "attn_bwd", seg ? -1 : attn_tc_dtype(be, d), dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d,
+		    p, key, head0, heads_total, key_mask, NULL, NULL, seg);
 }
 
 /* ---- cross-attention (backend.h MGT_ATTN_CROSS): self-attention's choice of kernels (the
@@ -276,7 +279,7 @@ static void kv_decode(mgt_backend *be, float *out, float *kc, float *vc, const f
 
 void mgt_cuda_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float *lse, const void *q, const void *kv)
 {
-	if (a->seg_start) { /* packed sequences: the CPU backend's only, for now (issue 47) */
+	if (a->seg_start && (a->kind != MGT_ATTN_SELF || a->bias || a->key_mask)) { /* backend.h: SELF, causal */
 		mgt_cuda_ok(be, "attn_forward (packed sequences)", (int)cudaErrorNotSupported);
 		return;
 	}
@@ -287,7 +290,7 @@ void mgt_cuda_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float 
 				      a->heads_total, a->key_mask, a->bias);
 		else
 			self_fwd(be, out, lse, q, a->t, a->s, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0,
-				 a->heads_total, a->key_mask);
+				 a->heads_total, a->key_mask, a->seg_start);
 		break;
 	case MGT_ATTN_CROSS:
 		xattn_fwd(be, out, lse, q, kv, a->t, a->sq, a->sk, a->b, a->ng, a->r, a->d, a->p, a->key, a->head0,
@@ -302,7 +305,7 @@ void mgt_cuda_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float 
 void mgt_cuda_attn_backward(mgt_backend *be, const mgt_attn *a, void *dq, void *dkv, const void *dout,
 			    const void *q, const void *kv, const void *out, const float *lse)
 {
-	if (a->seg_start) {
+	if (a->seg_start && (a->kind != MGT_ATTN_SELF || a->bias || a->key_mask)) {
 		mgt_cuda_ok(be, "attn_backward (packed sequences)", (int)cudaErrorNotSupported);
 		return;
 	}
@@ -313,7 +316,7 @@ void mgt_cuda_attn_backward(mgt_backend *be, const mgt_attn *a, void *dq, void *
 				      a->head0, a->heads_total, a->key_mask, a->bias, a->dbias);
 		else
 			self_bwd(be, dq, dout, a->gt, q, out, a->t, lse, a->s, a->b, a->ng, a->r, a->d, a->p, a->key,
-				 a->head0, a->heads_total, a->key_mask);
+				 a->head0, a->heads_total, a->key_mask, a->seg_start);
 		break;
 	case MGT_ATTN_CROSS:
 		xattn_bwd(be, dq, dkv, dout, a->gt, q, kv, out, a->t, lse, a->sq, a->sk, a->b, a->ng, a->r, a->d, a->p,

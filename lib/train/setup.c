@@ -181,10 +181,6 @@ static mgt_status setup_backend(trainer *t)
 	char why[256];
 	if (a->fp8.format != MGT_FP8_OFF && !mgt_backend_supports(t->be, MGT_OP_gemm_fp8, mgt_precision_dtype(t->be->precision), why, sizeof why))
 		return mgt_err(MGT_ERR_USAGE, "--fp8-format %s: %s (or run on the CPU with --device cpu)", a->fp8_format, why);
-	if ((a->reset_attention_mask || a->sft) && !t->be->host_memory)
-		return mgt_err(MGT_ERR_USAGE, "%s: attention within packed documents runs on the CPU backend only for now "
-			       "(--device cpu); the CUDA kernels do not take document starts yet",
-			       a->sft ? "--sft" : "--reset-attention-mask");
 	if (!a->fp16) return mgt_loss_scaler_init(&t->scaler, 1.0, 1.0, 1.0, 1, 1);
 	return mgt_loss_scaler_init(&t->scaler, a->loss_scale, a->initial_loss_scale, a->min_loss_scale,
 				    a->loss_scale_window, a->hysteresis);

@@ -1284,6 +1284,61 @@ static void t_attn_bias(mgt_precision prec, int s, int b, int ng, int r, int d, 
 	free(km), free(qkv), free(dout), free(bias), free(db0), free(oc), free(lc), free(dqc), free(dbc), free(ob);
 }
 
+/* Packed sequences (backend.h mgt_attn.seg_start: Megatron's THD cu_seqlens, --sft and
+ * --reset-attention-mask) on the fp32 CUDA-core kernels against the CPU op: document starts for
+ * b sequences (sequence 0 one document, 1 one-token documents, the others random lengths up to
+ * maxlen, across the kernels' 64-row tiles); out, lse and dqkv within the fp32 attention's bounds,
+ * the same bits on a second run.  Under bf16 the backend still runs these on the fp32 kernels
+ * (the tensor-core ones take no document starts): a tensor-core run would miss the fp32 bound. */
+static void t_attn_packed(mgt_precision prec, int s, int b, int ng, int r, int d, float p, int maxlen)
+{
+	const int H = ng * r, T = s * b;
+	const size_t nq = (size_t)T * ng * (r + 2) * d, no = (size_t)T * H * d, nl = (size_t)b * H * s;
+	const char *id = nm("attn packed %s s=%d b=%d ng=%d r=%d d=%d p=%g docs<=%d", precname(prec), s, b, ng, r, d, p,
+			    maxlen);
+	uint64_t key = rng ^ 0x9E3779B97F4A7C15ull;
+	int32_t *seg = xmalloc((size_t)T * sizeof *seg);
+	for (int j = 0; j < b; j++)
+		for (int i = 0, start = 0, left = 0; i < s; i++) {
+			if (j > 0 && left == 0)
+				start = i, left = j == 1 ? 1 : 1 + (int)((urand() + 1) * 0.5 * maxlen) % maxlen;
+			seg[(size_t)i * b + j] = start;
+			left -= j > 0;
+		}
+	float *qkv = hrand(nq, 1.5), *dout = hrand(no, 1);
+	float *oc = xmalloc(no * 4), *lc = xmalloc(nl * 4), *dqc = xmalloc(nq * 4);
+	mgt_attn a = at_self(MGT_DT_F32, MGT_DT_F32, s, b, ng, r, d, p, key, 0, H, NULL, NULL, NULL);
+	a.seg_start = seg;
+	cpu->ops->attn_forward(cpu, &a, oc, lc, qkv, NULL);
+	cpu->ops->attn_backward(cpu, &a, dqc, NULL, dout, qkv, NULL, oc, lc);
+	int32_t *dSeg = dalloc((size_t)T * sizeof *dSeg);
+	up(dSeg, seg, (size_t)T * sizeof *seg);
+	a.seg_start = dSeg;
+	float *dQ = dput(qkv, nq), *dO = dalloc(no * 4), *dL = dalloc(nl * 4), *dOc = dput(oc, no), *dLc = dput(lc, nl);
+	float *dDO = dput(dout, no), *dDQ = dalloc(nq * 4);
+	float *o[2], *l[2], *dq[2];
+	gpu->precision = prec;
+	for (int k = 0; k < 2; k++) {
+		poison(dO, no);
+		poison(dL, nl);
+		poison(dDQ, nq);
+		gpu->ops->attn_forward(gpu, &a, dO, dL, dQ, NULL);
+		gpu->ops->attn_backward(gpu, &a, dDQ, NULL, dDO, dQ, NULL, dOc, dLc);
+		o[k] = dget(dO, no);
+		l[k] = dget(dL, nl);
+		dq[k] = dget(dDQ, nq);
+	}
+	gpu->precision = MGT_PREC_FP32;
+	cmp(nm("%s: fwd out", id), o[0], oc, NULL, no, T2(lin_tol_gpu(MGT_PREC_FP32, s), SIM_ATTN));
+	cmp(nm("%s: fwd lse", id), l[0], lc, NULL, nl, T2(TOL32, SIM_ATTN));
+	cmp(nm("%s: bwd dqkv", id), dq[0], dqc, NULL, nq, T2(TOL_ATTN_BWD, SIM_ATTN));
+	det(id, ndiff(o[0], o[1], no, 4) + ndiff(l[0], l[1], nl, 4) + ndiff(dq[0], dq[1], nq, 4));
+	for (int k = 0; k < 2; k++)
+		free(o[k]), free(l[k]), free(dq[k]);
+	dfree(dQ), dfree(dO), dfree(dL), dfree(dOc), dfree(dLc), dfree(dDO), dfree(dDQ), dfree(dSeg);
+	free(seg), free(qkv), free(dout), free(oc), free(lc), free(dqc);
+}
+
 /* attn_kv (kernels/attn_kv.cu): a cache of B sequences of S positions; a prefill call with
  * sequence b's first len_b = 1 + (b * 7) % (S - 1) positions (tokens of the sequences
  * interleaved), then a decode call of one token per sequence at position len_b.  Outputs of both
@@ -3300,6 +3355,9 @@ static void small_ops(void)
 	}
 	if (section("attention with a position bias")) { /* T5's relative positions */
 		t_attn_bias(MGT_PREC_FP32, 70, 2, 2, 2, 32, 0.1f, 2, 8, false); /* GQA, a rank's heads, 2 key tiles */
+		t_attn_packed(MGT_PREC_FP32, 70, 3, 1, 2, 64, 0.1f, 20); /* documents across the 64-row tiles */
+		t_attn_packed(MGT_PREC_FP32, 40, 3, 2, 1, 32, 0.0f, 7);
+		t_attn_packed(MGT_PREC_BF16, 33, 4, 1, 2, 128, 0.0f, 9); /* DM 128: 32 x 32 backward tiles */
 		t_attn_bias(MGT_PREC_FP32, 70, 4, 1, 2, 64, 0.1f, 0, 2, true);
 		t_attn_bias(MGT_PREC_FP32, 33, 4, 1, 1, 128, 0.0f, 1, 3, true); /* DM 128: 32 x 32 backward tiles */
 		t_attn_bias(MGT_PREC_BF16, 40, 2, 1, 2, 24, 0.0f, 1, 4, false); /* d padded to 32 */

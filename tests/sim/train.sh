@@ -72,6 +72,11 @@ check "simulated cuda = cpu with q/k norms, tanh GELU, scaled RoPE (1e-5)" close
 check "simulated cuda, the same with full recomputation (uniform, groups of 2 layers)" run simr "$SIM_TRAIN" \
 	--device cuda --train-iters 2 $Q --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 check "  lm loss and grad norm bit for bit as without" close simq simr 0
+D="--reset-attention-mask --reset-position-ids"
+check "cpu fp32 with packed documents ($D), 2 iterations" run cpud "$CPU_TRAIN" --device cpu --train-iters 2 $Q $D
+check "simulated cuda fp32, the same (the fp32 kernels' document starts)" run simd "$SIM_TRAIN" --device cuda \
+	--train-iters 2 $Q $D
+check "simulated cuda = cpu with packed documents (1e-5)" close cpud simd 1e-5
 if command -v mpirun >/dev/null 2>&1; then
 	LAUNCH="sh $ROOT/tests/mpirun.sh 2"
 	for k in p2p allgather a2a; do
