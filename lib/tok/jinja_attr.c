@@ -385,7 +385,7 @@ static mgt_status dict_method(jctx *c, const jnode *n, const char *m, const json
 			else if (m[0] == 'v')
 				json_array_append(r, x);
 			else
-				json_array_append_new(r, json_pack("[sO]", k, x));
+				json_array_append_new(r, jinja_tuple_mark(json_pack("[sO]", k, x)));
 		}
 		*out = jv_json(r);
 		return MGT_OK;

@@ -453,6 +453,8 @@ static mgt_status eval_seq(jctx *c, jscope *s, const jnode *n, jv *out)
 		json_object_set(r, json_string_value(k.j), v.j);
 		jv_free(&k), jv_free(&v);
 	}
+	if (n->kind == N_TUPLE)
+		jinja_tuple_mark(r);
 	*out = jv_json(r);
 	return MGT_OK;
 }

@@ -122,13 +122,18 @@ static mgt_status exec_for(jctx *c, jscope *s, const jnode *n, mgt_buf *out)
 	else
 		items = json_incref(all);
 	json_decref(all);
-	jscope *ls = st ? NULL : jscope_new(s);
-	if (!ls) {
+	if (st) {
 		json_decref(items);
-		return st ? st : MGT_ERR_NOMEM;
+		return st;
 	}
+	/* each iteration runs in a fresh scope (a set inside does not outlive the iteration) */
 	size_t len = json_array_size(items);
 	for (size_t i = 0; !st && i < len; i++) {
+		jscope *ls = jscope_new(s);
+		if (!ls) {
+			st = MGT_ERR_NOMEM;
+			break;
+		}
 		jv it = jv_json(json_array_get(items, i)), lp = jv_json(loop_obj(items, i));
 		st = bind_targets(c, ls, n, &it);
 		if (!st)
@@ -136,15 +141,18 @@ static mgt_status exec_for(jctx *c, jscope *s, const jnode *n, mgt_buf *out)
 		jv_free(&lp);
 		if (!st)
 			st = jinja_exec(c, ls, n->c, out);
+		jscope_free(ls);
 		if (c->flow == FLOW_BREAK) {
 			c->flow = 0;
 			break;
 		}
 		c->flow = 0;
 	}
-	if (!st && !len && n->d)
-		st = jinja_exec(c, ls, n->d, out);
-	jscope_free(ls);
+	if (!st && !len && n->d) {
+		jscope *es = jscope_new(s);
+		st = es ? jinja_exec(c, es, n->d, out) : MGT_ERR_NOMEM;
+		jscope_free(es);
+	}
 	json_decref(items);
 	return st;
 }
@@ -432,8 +440,10 @@ mgt_status mgt_chat_template_render(const mgt_chat_template *t, const json_t *va
 			break;
 	}
 	size_t n0 = out->n;
+	jinja_tuples_reset(1);
 	if (!st)
 		st = jinja_exec(&c, root, t->root, out);
+	jinja_tuples_reset(0);
 	if (st)
 		out->n = n0;
 	jscope_free(root);

@@ -151,7 +151,7 @@ static mgt_status f_sort(jctx *c, const jnode *n, const jv *v, const fargs *f, i
 		const char *k;
 		json_t *x;
 		json_object_foreach(v->j, k, x)
-			json_array_append_new(items, json_pack("[sO]", k, x));
+			json_array_append_new(items, jinja_tuple_mark(json_pack("[sO]", k, x)));
 	} else if ((st = jinja_iter_items(c, n, v, &items))) {
 		return json_decref(keys), st;
 	} else {
@@ -483,7 +483,7 @@ static mgt_status f_items(jctx *c, const jnode *n, const jv *v, jv *out)
 	const char *k;
 	json_t *x;
 	json_object_foreach(v->j, k, x)
-		json_array_append_new(r, json_pack("[sO]", k, x));
+		json_array_append_new(r, jinja_tuple_mark(json_pack("[sO]", k, x)));
 	*out = jv_json(r);
 	return MGT_OK;
 }

@@ -121,6 +121,9 @@ mgt_status jv_str(const jv *v, mgt_buf *out);
 mgt_status json_py_str(const json_t *j, mgt_buf *out);
 /* json.dumps(j, ensure_ascii=False[, indent=indent]) appended to out; indent < 0: none. */
 mgt_status json_py_dumps(const json_t *j, int indent, mgt_buf *out);
+/* Tuple marks for str(): reset(1) at the start of a render, reset(0) at its end; mark returns a. */
+void jinja_tuples_reset(int on);
+json_t *jinja_tuple_mark(json_t *a);
 /* Python's repr(float). */
 void py_float_repr(double d, char *buf, size_t n);
 /* Python's < (numbers, strings by code point, lists lexicographically); sets *lt.  Returns 0,

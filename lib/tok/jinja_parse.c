@@ -731,7 +731,10 @@ static mgt_status parse_body(parser *P, jnode **out, const char *const *ends, co
 		if (t->kind == JT_EOF) {
 			if (!ends)
 				return MGT_OK;
-			return perr(P, "unexpected end of template: missing '{%% %s %%}'", ends[0]);
+			size_t k = 0;
+			while (ends[k + 1])
+				k++;
+			return perr(P, "unexpected end of template: missing '{%% %s %%}'", ends[k]);
 		}
 		if (t->kind == JT_DATA) {
 			next(P);

@@ -9,6 +9,32 @@
 
 #include "jinja_impl.h"
 
+/* Tuples: JSON arrays marked while a render runs (pointer identity; the set holds a reference so
+ * an address is not reused), so that str() prints them as Python does: ('a', 1). */
+static _Thread_local json_t *tuples;
+
+void jinja_tuples_reset(int on)
+{
+	if (tuples)
+		json_decref(tuples);
+	tuples = on ? json_array() : NULL;
+}
+
+json_t *jinja_tuple_mark(json_t *a)
+{
+	if (tuples && a)
+		json_array_append(tuples, a);
+	return a;
+}
+
+static int is_tuple(const json_t *a)
+{
+	for (size_t i = 0; tuples && i < json_array_size(tuples); i++)
+		if (json_array_get(tuples, i) == a)
+			return 1;
+	return 0;
+}
+
 jv jv_json(json_t *j)
 {
 	jv v = { 0 };
@@ -266,14 +292,17 @@ static mgt_status py_repr(const json_t *j, mgt_buf *o)
 	if (json_is_string(j))
 		return py_repr_str(json_string_value(j), json_string_length(j), o);
 	if (json_is_array(j)) {
-		mgt_status st = adds(o, "[");
+		int tup = is_tuple(j);
+		mgt_status st = adds(o, tup ? "(" : "[");
 		for (size_t i = 0; i < json_array_size(j) && !st; i++) {
 			if (i)
 				st = adds(o, ", ");
 			if (!st)
 				st = py_repr(json_array_get(j, i), o);
 		}
-		return st ? st : adds(o, "]");
+		if (!st && tup && json_array_size(j) == 1)
+			st = adds(o, ",");
+		return st ? st : adds(o, tup ? ")" : "]");
 	}
 	if (json_is_object(j)) {
 		mgt_status st = adds(o, "{");
