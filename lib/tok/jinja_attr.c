@@ -189,25 +189,50 @@ static int is_cased(int32_t cp)
 	return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
 }
 
-/* mode: 'u' upper, 'l' lower, 't' title, 'c' capitalize */
+/* Code points whose Python case mapping is not utf8proc's one-to-one mapping (Unicode
+ * SpecialCasing.txt's unconditional entries, and capital sigma's Final_Sigma rule). */
+static int special_casing(int32_t cp)
+{
+	return cp == 0x0130 || cp == 0x0149 || cp == 0x01F0 || cp == 0x0390 || cp == 0x03A3 || cp == 0x03B0 ||
+	       cp == 0x0587 || (cp >= 0x1E96 && cp <= 0x1E9A) || (cp >= 0x1F50 && cp <= 0x1F56) ||
+	       (cp >= 0x1F80 && cp <= 0x1FFC && cp != 0x1FB8 && cp != 0x1FB9 && cp != 0x1FBA && cp != 0x1FBB) ||
+	       (cp >= 0xFB00 && cp <= 0xFB06) || (cp >= 0xFB13 && cp <= 0xFB17);
+}
+
+/* mode: 'u' upper, 'l' lower, 't' title (str.title), 'f' the title filter (Jinja2 do_title:
+ * words begin after - ( { [ < or whitespace), 'c' capitalize */
 mgt_status jinja_case(const char *s, size_t n, int mode, jv *out)
 {
-	char *o = malloc(4 * n + 1);
+	char *o = malloc(4 * n + 8);
 	if (!o)
 		return MGT_ERR_NOMEM;
 	size_t k = 0, l;
 	int prev_cased = 0, first = 1;
 	for (size_t i = 0; i < n; i += l) {
 		int32_t cp = cp_at(s, n, i, &l), r;
+		int up;
 		if (mode == 'u')
-			r = utf8proc_toupper(cp);
+			up = 1;
 		else if (mode == 'l')
-			r = utf8proc_tolower(cp);
+			up = 0;
 		else if (mode == 't')
-			r = prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp);
+			up = !prev_cased;
+		else if (mode == 'f')
+			up = first;
 		else
-			r = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp);
-		prev_cased = is_cased(cp), first = 0;
+			up = i == 0;
+		if (mode == 'f')
+			first = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jinja_py_space(cp);
+		prev_cased = is_cased(cp);
+		if (cp == 0xDF && up && mode == 'u') {
+			o[k++] = 'S', o[k++] = 'S';
+			continue;
+		}
+		if (special_casing(cp) || (cp == 0xDF && up)) {
+			free(o);
+			return mgt_err(MGT_ERR_INPUT, "case mapping of U+%04X (Unicode SpecialCasing) is not supported by this engine", (unsigned)cp);
+		}
+		r = !up ? utf8proc_tolower(cp) : (mode == 'u' || mode == 'f') ? utf8proc_toupper(cp) : utf8proc_totitle(cp);
 		k += (size_t)utf8proc_encode_char(r, (utf8proc_uint8_t *)o + k);
 	}
 	*out = jv_json(json_stringn_nocheck(o, k));
@@ -332,7 +357,10 @@ static mgt_status str_method(jctx *c, const jnode *n, const char *m, const json_
 		return jinja_strip(s, len, chars, m[0] != 'r', m[0] != 'l', out);
 	}
 	if (!na && (!strcmp(m, "upper") || !strcmp(m, "lower") || !strcmp(m, "title") || !strcmp(m, "capitalize")))
-		return jinja_case(s, len, m[0] == 'u' ? 'u' : m[0] == 'l' ? 'l' : m[0] == 't' ? 't' : 'c', out);
+	{
+		mgt_status st = jinja_case(s, len, m[0] == 'u' ? 'u' : m[0] == 'l' ? 'l' : m[0] == 't' ? 't' : 'c', out);
+		return st == MGT_ERR_INPUT ? jerr(c, n, "%s", mgt_err_msg()) : st;
+	}
 	if (!strcmp(m, "startswith") || !strcmp(m, "endswith"))
 		return m_affix(c, n, self, a, na, m[0] == 'e', out);
 	if (!strcmp(m, "split") && na <= 2)

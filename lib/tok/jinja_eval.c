@@ -4,6 +4,7 @@
  * scope, a macro's scope sees the template's top level; `loop` has index, index0, revindex,
  * revindex0, first, last, length, previtem, nextitem; break/continue (loopcontrols).  Operators
  * follow Python (int/float, str and list +, str * int, //, % on numbers, ** , ~ joins str()). */
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -179,27 +180,28 @@ static mgt_status arith(jctx *c, const jnode *n, int op, const jv *a, const jv *
 	if ((op == OP_DIV || op == OP_FDIV || op == OP_MOD) && dy == 0)
 		return jerr(c, n, "ZeroDivisionError: division by zero");
 	json_t *r = NULL;
+	long long v = 0;
+	int ovf = 0;
 	switch (op) {
-	case OP_ADD: r = ints ? json_integer(ix + iy) : json_real(dx + dy); break;
-	case OP_SUB: r = ints ? json_integer(ix - iy) : json_real(dx - dy); break;
-	case OP_MUL: r = ints ? json_integer(ix * iy) : json_real(dx * dy); break;
+	case OP_ADD: if (ints) ovf = __builtin_add_overflow(ix, iy, &v); else r = json_real(dx + dy); break;
+	case OP_SUB: if (ints) ovf = __builtin_sub_overflow(ix, iy, &v); else r = json_real(dx - dy); break;
+	case OP_MUL: if (ints) ovf = __builtin_mul_overflow(ix, iy, &v); else r = json_real(dx * dy); break;
 	case OP_DIV: r = json_real(dx / dy); break;
 	case OP_FDIV:
 		if (ints) {
-			long long q = ix / iy;
-			if ((ix % iy) && ((ix < 0) != (iy < 0)))
-				q--;
-			r = json_integer(q);
+			if (ix == LLONG_MIN && iy == -1)
+				ovf = 1;
+			else if ((v = ix / iy), (ix % iy) && ((ix < 0) != (iy < 0)))
+				v--;
 		} else {
 			r = json_real(floor(dx / dy));
 		}
 		break;
 	case OP_MOD:
 		if (ints) {
-			long long m = ix % iy;
-			if (m && ((m < 0) != (iy < 0)))
-				m += iy;
-			r = json_integer(m);
+			v = iy == -1 ? 0 : ix % iy;
+			if (v && ((v < 0) != (iy < 0)))
+				v += iy;
 		} else {
 			double m = fmod(dx, dy);
 			if (m != 0 && ((m < 0) != (dy < 0)))
@@ -208,16 +210,21 @@ static mgt_status arith(jctx *c, const jnode *n, int op, const jv *a, const jv *
 		}
 		break;
 	case OP_POW:
-		if (ints && iy >= 0) {
-			long long p = 1;
-			for (long long i = 0; i < iy; i++)
-				p *= ix;
-			r = json_integer(p);
+		if (ints && iy >= 0 && (ix == 0 || ix == 1 || ix == -1)) {
+			v = iy == 0 ? 1 : ix == -1 ? (iy % 2 ? -1 : 1) : ix;
+		} else if (ints && iy >= 0) {
+			v = 1;
+			for (long long i = 0; i < iy && !ovf; i++)
+				ovf = __builtin_mul_overflow(v, ix, &v);
 		} else {
 			r = json_real(pow(dx, dy));
 		}
 		break;
 	}
+	if (ovf)
+		return jerr(c, n, "integer overflow: Python's big integers are not supported by this engine");
+	if (ints && !r && op != OP_DIV)
+		r = json_integer(v);
 	*out = jv_json(r);
 	return r ? MGT_OK : MGT_ERR_NOMEM;
 }

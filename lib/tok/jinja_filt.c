@@ -514,7 +514,9 @@ static mgt_status f_text(jctx *c, const jnode *n, const char *name, const jv *v,
 		if (ws)
 			json_decref(ws);
 	} else {
-		st = jinja_case(p, len, name[0] == 'u' ? 'u' : name[0] == 'l' ? 'l' : name[0] == 't' ? 't' : 'c', out);
+		st = jinja_case(p, len, name[0] == 'u' ? 'u' : name[0] == 'l' ? 'l' : name[0] == 't' ? 'f' : 'c', out);
+		if (st == MGT_ERR_INPUT)
+			st = jerr(c, n, "%s", mgt_err_msg());
 	}
 	json_decref(s);
 	return st;

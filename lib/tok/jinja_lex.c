@@ -5,6 +5,7 @@
  * whitespace before / after the tag dropped).  Newlines (\r\n, \r) become \n.  Inside tags,
  * }} and %} close the tag only outside brackets, as in Jinja2. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,8 +169,12 @@ static mgt_status lex_number(lexer *L)
 	jtok *t = &L->out->v[L->out->n - 1];
 	if (isf)
 		t->f = strtod(num, NULL);
-	else
+	else {
+		errno = 0;
 		t->i = strtoll(num, NULL, 10);
+		if (errno == ERANGE)
+			return mgt_err(MGT_ERR_VOCAB, "%s:%d: integer literal %s: Python's big integers are not supported by this engine", L->name, L->line, num);
+	}
 	L->p = i;
 	return MGT_OK;
 }

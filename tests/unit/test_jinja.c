@@ -203,6 +203,11 @@ static void test_renders(void)
 	char *got = render("{% generation %}x{{ 1 }}{% endgeneration %}y", "{}", &st);
 	CHECK(got && !strcmp(got, "x1y"), "{%% generation %%} renders its body (transformers' AssistantTracker)");
 	free(got);
+	/* jinja2 3.1.6: the title filter splits words at - ( { [ < and whitespace only; str.title at
+	 * every non-letter; Python's upper() maps sharp s to SS */
+	got = render("{{ \"they're x-y\"|title }}|{{ \"they're\".title() }}|{{ 'stra\303\237e'|upper }}", "{}", &st);
+	CHECK(got && !strcmp(got, "They're X-Y|They'Re|STRASSE"), "title filter vs str.title, upper of U+00DF");
+	free(got);
 }
 
 /* the render (or parse) fails with status want and a message holding each of the texts */
@@ -249,6 +254,9 @@ static void test_refusals(void)
 	fails("a filtered block set is refused", "{% set x | upper %}a{% endset %}", MGT_ERR_VOCAB, "filtered block set", NULL);
 	fails("an unclosed block is a syntax error", "{% if x %}a", MGT_ERR_VOCAB, "endif", NULL);
 	fails("an unclosed tag is a syntax error", "{{ x ", MGT_ERR_VOCAB, "unclosed", NULL);
+	fails("integer overflow is refused (Python integers are unbounded)", "{{ 10 ** 20 }}", MGT_ERR_INPUT, "big integers", NULL);
+	fails("a big integer literal is refused", "{{ 99999999999999999999 }}", MGT_ERR_VOCAB, "big integers", NULL);
+	fails("Final_Sigma lower-casing is refused", "{{ '\316\243'|lower }}", MGT_ERR_INPUT, "U+03A3", NULL);
 	fails("cycler is refused", "{{ cycler('a') }}", MGT_ERR_INPUT, "'cycler' is not supported", NULL);
 }
 
