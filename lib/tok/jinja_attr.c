@@ -434,7 +434,22 @@ mgt_status jinja_call_method(jctx *c, const jnode *n, const jv *fn, jv *a, size_
 		return str_method(c, n, fn->f_name, self, a, na, out);
 	if (json_is_object(self))
 		return dict_method(c, n, fn->f_name, self, a, na, out);
+	if ((!strcmp(fn->f_name, "index") || !strcmp(fn->f_name, "count")) && na == 1) {
+		long long k = 0, at = -1;
+		for (size_t i = 0; i < json_array_size(self); i++) {
+			jv e = jv_json(json_array_get(self, i));
+			if (jv_eq(&a[0], &e)) {
+				k++;
+				if (at < 0)
+					at = (long long)i;
+			}
+		}
+		if (fn->f_name[0] == 'i' && at < 0)
+			return jerr(c, n, "ValueError: list.index(x): x not in list");
+		*out = jv_json(json_integer(fn->f_name[0] == 'i' ? at : k));
+		return MGT_OK;
+	}
 	if (!strcmp(fn->f_name, "index") || !strcmp(fn->f_name, "count") || !strcmp(fn->f_name, "copy"))
-		return jerr(c, n, "list.%s() is not supported by this engine", fn->f_name);
+		return jerr(c, n, "list.%s() with %zu argument(s) is not supported by this engine", fn->f_name, na);
 	return jerr(c, n, "SecurityError: access to attribute '%s' of 'list' object is unsafe.", fn->f_name);
 }

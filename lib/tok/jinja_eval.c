@@ -537,7 +537,10 @@ static mgt_status eval_two(jctx *c, jscope *s, const jnode *n, jv *out)
 	mgt_status st;
 	if ((st = jinja_eval(c, s, n->a, &a)))
 		return st;
-	if (n->kind == N_ATTR) {
+	if (n->kind == N_ATTR && n->a->kind == N_NAME && !strcmp(n->a->s, "loop") &&
+	    (!strcmp(n->s, "cycle") || !strcmp(n->s, "changed"))) {
+		st = jerr(c, n, "loop.%s is not supported by this engine", n->s);
+	} else if (n->kind == N_ATTR) {
 		st = a.k == JV_UNDEF ? undef_err(c, n, &a) : jinja_getattr(c, n, &a, n->s, out);
 	} else if ((st = jinja_eval(c, s, n->b, &b)) == MGT_OK) {
 		st = a.k == JV_UNDEF ? undef_err(c, n, &a) : jinja_getitem(c, n, &a, &b, out);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "jinja_impl.h"
 
@@ -262,27 +263,41 @@ void py_float_repr(double d, char *buf, size_t n)
 
 static mgt_status adds(mgt_buf *o, const char *s) { return mgt_buf_add(o, s, strlen(s)); }
 
-/* repr(str): quotes ' unless the text holds ' and no ", escapes \\ \n \r \t, other controls and
- * U+007F-U+00A0, U+00AD as \xNN. */
+/* str.isprintable() for one code point: not a control, format, surrogate, private-use,
+ * unassigned, line/paragraph separator or space other than U+0020 */
+static int py_printable(int32_t cp)
+{
+	if (cp == ' ')
+		return 1;
+	utf8proc_category_t k = utf8proc_category(cp);
+	return !(k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
+		 k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN || k == UTF8PROC_CATEGORY_ZL ||
+		 k == UTF8PROC_CATEGORY_ZP || k == UTF8PROC_CATEGORY_ZS);
+}
+
+/* repr(str): quotes ' unless the text holds ' and no ", escapes \\ \n \r \t and the quote, and
+ * writes what is not printable as \xNN, \uNNNN or \UNNNNNNNN. */
 static mgt_status py_repr_str(const char *s, size_t n, mgt_buf *o)
 {
 	int sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
 	char q = sq && !dq ? '"' : '\'';
 	mgt_status st = mgt_buf_add(o, &q, 1);
-	for (size_t i = 0; i < n && !st; i++) {
-		unsigned char c = (unsigned char)s[i];
-		char e[8];
-		if (c == '\\') st = adds(o, "\\\\");
-		else if (c == (unsigned char)q) { e[0] = '\\', e[1] = q, e[2] = 0; st = adds(o, e); }
-		else if (c == '\n') st = adds(o, "\\n");
-		else if (c == '\r') st = adds(o, "\\r");
-		else if (c == '\t') st = adds(o, "\\t");
-		else if (c < 0x20 || c == 0x7f) { snprintf(e, sizeof e, "\\x%02x", c); st = adds(o, e); }
-		else if (c == 0xC2 && i + 1 < n && (((unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0xA0) ||
-						   (unsigned char)s[i + 1] == 0xAD)) {
-			snprintf(e, sizeof e, "\\x%02x", (unsigned char)s[++i]);
+	for (size_t i = 0; i < n && !st;) {
+		utf8proc_int32_t cp;
+		utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+		if (l <= 0)
+			l = 1, cp = (unsigned char)s[i];
+		char e[16];
+		if (cp == '\\') st = adds(o, "\\\\");
+		else if (cp == q) { e[0] = '\\', e[1] = q, e[2] = 0; st = adds(o, e); }
+		else if (cp == '\n') st = adds(o, "\\n");
+		else if (cp == '\r') st = adds(o, "\\r");
+		else if (cp == '\t') st = adds(o, "\\t");
+		else if (!py_printable(cp)) {
+			snprintf(e, sizeof e, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x", (unsigned)cp);
 			st = adds(o, e);
-		} else st = mgt_buf_add(o, s + i, 1);
+		} else st = mgt_buf_add(o, s + i, (size_t)l);
+		i += (size_t)l;
 	}
 	return st ? st : mgt_buf_add(o, &q, 1);
 }
