@@ -237,8 +237,14 @@ static mgt_status chat_line(const chat *ch, const char *line, size_t n)
 	/* transformers: template_kwargs = {**special_tokens_map, **kwargs} */
 	json_t *vars = json_copy(ch->specials);
 	json_object_update(vars, j);
+	/* apply_chat_template renders with tools=None, documents=None, add_generation_prompt=False
+	 * when they are not given: defined, and none */
 	if (!json_object_get(vars, "add_generation_prompt"))
 		json_object_set_new(vars, "add_generation_prompt", json_false());
+	if (!json_object_get(vars, "tools"))
+		json_object_set_new(vars, "tools", json_null());
+	if (!json_object_get(vars, "documents"))
+		json_object_set_new(vars, "documents", json_null());
 	mgt_buf out = {0};
 	mgt_status st = mgt_chat_template_render(ch->t, vars, ch->date, &out);
 	if (!st) {

@@ -49,7 +49,10 @@ t = env.from_string(open(sys.argv[1], encoding="utf-8").read())
 special = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
 for line in open(sys.argv[2], encoding="utf-8"):
     kw = json.loads(line)
-    kw.setdefault("add_generation_prompt", False)
+    # apply_chat_template: render(messages=, tools=tool_schemas, documents=documents,
+    # add_generation_prompt=, **{**special_tokens_map, **kwargs}); None when not given
+    for k, v in (("add_generation_prompt", False), ("tools", None), ("documents", None)):
+        kw.setdefault(k, v)
     try:
         print(json.dumps({"text": t.render(**{**special, **kw})}, ensure_ascii=False))
     except TemplateError as e:
@@ -123,7 +126,7 @@ echo "# $n_tmpl templates x $n_conv conversations"
 
 # the template and the special tokens from the tokenizer_config.json beside --tokenizer-model
 cfg_template() {
-	$PY - "$D/templates/phi-4-mini-instruct.jinja" "$T/cfg" <<'PY' || return 1
+	$PY - "$D/templates/mistral-tools.jinja" "$T/cfg" <<'PY' || return 1
 import json, os, sys
 os.makedirs(sys.argv[2], exist_ok=True)
 json.dump({"chat_template": open(sys.argv[1], encoding="utf-8").read(), "bos_token": "<s>",
@@ -131,10 +134,10 @@ json.dump({"chat_template": open(sys.argv[1], encoding="utf-8").read(), "bos_tok
 PY
 	printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]}' >"$T/c1.jsonl"
 	$TK --chat --tokenizer-model "$T/cfg" -i "$T/c1.jsonl" >"$T/out" || return 1
-	want='{"text":"<|user|>Hi<|end|><|assistant|>Yo<|end|></s>"}'
+	want='{"text":"<s>[INST]Hi[/INST] Yo </s>"}'
 	[ "$(cat "$T/out")" = "$want" ] || { echo "# got $(cat "$T/out")"; return 1; }
 }
-ok "template and eos_token from tokenizer_config.json beside --tokenizer-model" cfg_template
+ok "template, bos_token and eos_token (an AddedToken) from tokenizer_config.json beside --tokenizer-model" cfg_template
 
 # errors: exit status and what the message names
 printf '%s\n' '{"messages": [{"role": "user", "content": "x"}]}' >"$T/u.jsonl"
