@@ -153,7 +153,8 @@ static mgt_status run_input(const opts *o, const char *path)
 
 /* ---- --chat ------------------------------------------------------------------------------ */
 
-typedef struct { mgt_chat_template *t; json_t *specials; const char *date; } chat;
+/* t: the template; tool_use: the "tool_use" one of a named-template list, for lines with tools */
+typedef struct { mgt_chat_template *t, *tool_use; json_t *specials; const char *date; } chat;
 
 /* tokenizer_config.json beside (or in, for a directory) the --tokenizer-model path; NULL if none */
 static json_t *load_tok_config(const char *model, char *path, size_t cap)
@@ -197,6 +198,35 @@ static json_t *config_specials(const json_t *cfg)
 	return o;
 }
 
+/* tokenizer_config.json's chat_template: a string, or a list of {"name", "template"} from which
+ * transformers (get_chat_template) takes "tool_use" when tools are given and "default" otherwise */
+static mgt_status config_templates(chat *ch, const json_t *t, const char *cfgpath)
+{
+	if (json_is_string(t))
+		return mgt_chat_template_parse(json_string_value(t), json_string_length(t), cfgpath, &ch->t);
+	if (!json_is_array(t))
+		return mgt_err(MGT_ERR_VOCAB, "%s: \"chat_template\" %s", cfgpath, t ? "is neither a string nor a list" : "is missing");
+	size_t i;
+	json_t *x;
+	mgt_status st = MGT_OK;
+	json_array_foreach(t, i, x) {
+		const char *name = json_string_value(json_object_get(x, "name"));
+		json_t *src = json_object_get(x, "template");
+		if (!name || !json_is_string(src))
+			return mgt_err(MGT_ERR_VOCAB, "%s: chat_template[%zu]: expected {\"name\": ..., \"template\": ...}", cfgpath, i);
+		mgt_chat_template **slot = !strcmp(name, "default") ? &ch->t : !strcmp(name, "tool_use") ? &ch->tool_use : NULL;
+		if (!slot || *slot)
+			continue;
+		char label[4200];
+		snprintf(label, sizeof label, "%s[%s]", cfgpath, name);
+		if ((st = mgt_chat_template_parse(json_string_value(src), json_string_length(src), label, slot)))
+			return st;
+	}
+	if (!ch->t)
+		return mgt_err(MGT_ERR_VOCAB, "%s: the chat_template list has no \"default\" template (use --chat-template)", cfgpath);
+	return MGT_OK;
+}
+
 static mgt_status chat_open(chat *ch, const char *tmpl_file, const char *model)
 {
 	char cfgpath[4096];
@@ -213,12 +243,7 @@ static mgt_status chat_open(chat *ch, const char *tmpl_file, const char *model)
 	} else if (!cfg) {
 		st = mgt_err(MGT_ERR_USAGE, "--chat needs --chat-template FILE or a --tokenizer-model with a tokenizer_config.json beside it");
 	} else {
-		json_t *t = json_object_get(cfg, "chat_template");
-		if (!json_is_string(t))
-			st = mgt_err(MGT_ERR_VOCAB, "%s: \"chat_template\" %s", cfgpath,
-				     t ? "is not a string (named template lists are not supported; use --chat-template)" : "is missing");
-		else
-			st = mgt_chat_template_parse(json_string_value(t), json_string_length(t), cfgpath, &ch->t);
+		st = config_templates(ch, json_object_get(cfg, "chat_template"), cfgpath);
 	}
 	json_decref(cfg);
 	return st;
@@ -246,7 +271,8 @@ static mgt_status chat_line(const chat *ch, const char *line, size_t n)
 	if (!json_object_get(vars, "documents"))
 		json_object_set_new(vars, "documents", json_null());
 	mgt_buf out = {0};
-	mgt_status st = mgt_chat_template_render(ch->t, vars, ch->date, &out);
+	const mgt_chat_template *t = ch->tool_use && !json_is_null(json_object_get(vars, "tools")) ? ch->tool_use : ch->t;
+	mgt_status st = mgt_chat_template_render(t, vars, ch->date, &out);
 	if (!st) {
 		json_t *o = json_object();
 		json_object_set_new(o, "text", json_stringn(out.p ? out.p : "", out.n));
@@ -374,6 +400,7 @@ int main(int argc, char **argv)
 		if (!st)
 			st = run_chat(&ch, input ? input : "-");
 		mgt_chat_template_free(ch.t);
+		mgt_chat_template_free(ch.tool_use);
 		json_decref(ch.specials);
 		if (fflush(stdout) != 0 && !st)
 			st = mgt_err(MGT_ERR_IO, "standard output: write failed");

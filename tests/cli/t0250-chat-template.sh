@@ -139,6 +139,23 @@ PY
 }
 ok "template, bos_token and eos_token (an AddedToken) from tokenizer_config.json beside --tokenizer-model" cfg_template
 
+# a list of named templates: "tool_use" for lines with tools, "default" for the others
+named_templates() {
+	$PY - "$D/templates/mistral-tools.jinja" "$D/templates/qwen2.5-instruct.jinja" "$T/named" <<'PY' || return 1
+import json, os, sys
+os.makedirs(sys.argv[3], exist_ok=True)
+json.dump({"chat_template": [{"name": "default", "template": open(sys.argv[1], encoding="utf-8").read()},
+                             {"name": "tool_use", "template": open(sys.argv[2], encoding="utf-8").read()}],
+           "bos_token": "<s>", "eos_token": "</s>"}, open(sys.argv[3] + "/tokenizer_config.json", "w"))
+PY
+	printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}]}' \
+		'{"messages": [{"role": "user", "content": "Hi"}], "tools": [{"name": "f"}]}' >"$T/c2.jsonl"
+	$TK --chat --tokenizer-model "$T/named/tokenizer.json" -i "$T/c2.jsonl" >"$T/out" || return 1
+	head -1 "$T/out" | grep -qF '{"text":"<s>[INST]Hi[/INST]"}' && sed -n 2p "$T/out" | grep -qF '# Tools' ||
+		{ echo "# got $(cat "$T/out")"; return 1; }
+}
+ok "named chat templates: tool_use with tools, default without (transformers' get_chat_template)" named_templates
+
 # errors: exit status and what the message names
 printf '%s\n' '{"messages": [{"role": "user", "content": "x"}]}' >"$T/u.jsonl"
 printf 'a\n{%% if x %%}\n{{ x|wordcount }}\n{%% endif %%}\n' >"$T/bad-filter.jinja"
