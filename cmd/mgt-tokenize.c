@@ -11,7 +11,7 @@
 static const char *prog = "mgt-tokenize";
 
 enum { OPT_DECODE = CLI_FIRST_FREE, OPT_JSONL, OPT_KEY, OPT_COUNT, OPT_INFO, OPT_GGUF_VOCAB, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_CHAT_DATE,
-       OPT_HELP };
+       OPT_IDS, OPT_HELP };
 
 static void usage(void)
 {
@@ -31,6 +31,7 @@ static void usage(void)
 	       "  --chat-template FILE  the Jinja2 chat template (default: \"chat_template\" of the\n"
 	       "                    tokenizer_config.json beside --tokenizer-model)\n"
 	       "  --chat-date DATE  pin strftime_now to DATE (YYYY-MM-DD[THH:MM:SS], UTC)\n"
+	       "  --ids             with --chat: also encode the text (no special tokens added), as \"ids\"\n"
 	       "  -i FILE           read FILE instead of standard input ('-' = stdin; zstd detected)\n"
 	       "  --help\n\n%s\nExit status: 0 ok, 1 runtime error, 2 usage, 3 bad input (also an error the chat\n"
 	       "template raises while rendering), 4 bad tokenizer files (also a chat template that does not\n"
@@ -154,7 +155,7 @@ static mgt_status run_input(const opts *o, const char *path)
 /* ---- --chat ------------------------------------------------------------------------------ */
 
 /* t: the template; tool_use: the "tool_use" one of a named-template list, for lines with tools */
-typedef struct { mgt_chat_template *t, *tool_use; json_t *specials; const char *date; } chat;
+typedef struct { mgt_chat_template *t, *tool_use; json_t *specials; const char *date; mgt_tok_enc *enc; } chat;
 
 /* tokenizer_config.json beside (or in, for a directory) the --tokenizer-model path; NULL if none */
 static json_t *load_tok_config(const char *model, char *path, size_t cap)
@@ -273,9 +274,18 @@ static mgt_status chat_line(const chat *ch, const char *line, size_t n)
 	mgt_buf out = {0};
 	const mgt_chat_template *t = ch->tool_use && !json_is_null(json_object_get(vars, "tools")) ? ch->tool_use : ch->t;
 	mgt_status st = mgt_chat_template_render(t, vars, ch->date, &out);
+	mgt_ids ids = {0};
+	if (!st && ch->enc)
+		st = mgt_tok_encode(ch->enc, out.p ? out.p : "", out.n, &ids);
 	if (!st) {
 		json_t *o = json_object();
 		json_object_set_new(o, "text", json_stringn(out.p ? out.p : "", out.n));
+		if (ch->enc) {
+			json_t *a = json_array();
+			for (size_t i = 0; i < ids.n; i++)
+				json_array_append_new(a, json_integer(ids.v[i]));
+			json_object_set_new(o, "ids", a);
+		}
 		char *s = json_dumps(o, JSON_COMPACT);
 		if (!s)
 			st = mgt_err(MGT_ERR_NOMEM, "out of memory");
@@ -284,7 +294,7 @@ static mgt_status chat_line(const chat *ch, const char *line, size_t n)
 		free(s);
 		json_decref(o);
 	}
-	free(out.p);
+	free(out.p), free(ids.v);
 	json_decref(vars), json_decref(j);
 	return st;
 }
@@ -363,14 +373,14 @@ int main(int argc, char **argv)
 		{"json-key", required_argument, 0, OPT_KEY}, {"count", no_argument, 0, OPT_COUNT},
 		{"info", no_argument, 0, OPT_INFO}, {"gguf-vocab", no_argument, 0, OPT_GGUF_VOCAB},
 		{"chat", no_argument, 0, OPT_CHAT}, {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
-		{"chat-date", required_argument, 0, OPT_CHAT_DATE},
+		{"chat-date", required_argument, 0, OPT_CHAT_DATE}, {"ids", no_argument, 0, OPT_IDS},
 		{"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 	mgt_tok_opts to;
 	mgt_cli_tok_defaults(&to);
 	mgt_signals_install();
 	opts o = {.key = "text"};
 	const char *input = NULL;
-	int c, info = 0, gguf_vocab = 0, chat_mode = 0;
+	int c, info = 0, gguf_vocab = 0, chat_mode = 0, chat_ids = 0;
 	const char *chat_template = NULL, *chat_date = NULL;
 	while ((c = getopt_long(argc, argv, "i:", longopts, NULL)) != -1) {
 		if (mgt_cli_tok_option(prog, c, optarg, &to))
@@ -385,6 +395,7 @@ int main(int argc, char **argv)
 		case OPT_CHAT: chat_mode = 1; break;
 		case OPT_CHAT_TEMPLATE: chat_template = optarg; break;
 		case OPT_CHAT_DATE: chat_date = optarg; break;
+		case OPT_IDS: chat_ids = 1; break;
 		case 'i': input = optarg; break;
 		case OPT_HELP: usage(); return 0;
 		default: mgt_cli_usage_error(prog, "unknown option");
@@ -396,11 +407,19 @@ int main(int argc, char **argv)
 		if (optind < argc)
 			mgt_cli_usage_error(prog, "--chat reads JSONL from -i FILE or standard input, not arguments");
 		chat ch = {.date = chat_date};
-		st = chat_open(&ch, chat_template, to.model);
+		/* --ids: transformers encodes the text with add_special_tokens=False */
+		to.hf_no_special_tokens = 1;
+		st = chat_ids ? mgt_tok_load(&o.tok, &to) : MGT_OK;
+		if (!st && chat_ids)
+			st = mgt_tok_enc_new(&ch.enc, o.tok);
+		if (!st)
+			st = chat_open(&ch, chat_template, to.model);
 		if (!st)
 			st = run_chat(&ch, input ? input : "-");
 		mgt_chat_template_free(ch.t);
 		mgt_chat_template_free(ch.tool_use);
+		mgt_tok_enc_free(ch.enc);
+		mgt_tok_free(o.tok);
 		json_decref(ch.specials);
 		if (fflush(stdout) != 0 && !st)
 			st = mgt_err(MGT_ERR_IO, "standard output: write failed");
@@ -408,8 +427,8 @@ int main(int argc, char **argv)
 			mgt_cli_fail(prog, st);
 		return 0;
 	}
-	if (chat_template || chat_date)
-		mgt_cli_usage_error(prog, "--chat-template and --chat-date need --chat");
+	if (chat_template || chat_date || chat_ids)
+		mgt_cli_usage_error(prog, "--chat-template, --chat-date and --ids need --chat");
 	st = mgt_tok_load(&o.tok, &to);
 	if (st)
 		mgt_cli_fail(prog, st);

@@ -156,6 +156,28 @@ PY
 }
 ok "named chat templates: tool_use with tools, default without (transformers' get_chat_template)" named_templates
 
+# --ids: the rendered text encoded without added special tokens (apply_chat_template(tokenize=True)
+# encodes with add_special_tokens=False), the same ids mgt-tokenize gives the text itself with
+# --tokenizer-hf-no-include-special-tokens; added tokens in the text (<|endoftext|>) are matched
+chat_ids() {
+	K="--tokenizer-type HuggingFaceTokenizer --tokenizer-model $SHARE/tokenizers/kjv-4k"
+	printf '{%%- for m in messages %%}{{ m.role }}: {{ m.content }}<|endoftext|>{%% endfor %%}' >"$T/eot.jinja"
+	$TK --chat --ids $K --chat-template "$T/eot.jinja" -i "$CONV" >"$T/ids.jsonl" || return 1
+	$PY - "$T/ids.jsonl" "$T/texts.jsonl" "$T/want.ids" <<'PY' || return 1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+with open(sys.argv[2], "w", encoding="utf-8") as t, open(sys.argv[3], "w") as w:
+    for r in rows:
+        t.write(json.dumps({"text": r["text"]}, ensure_ascii=False) + "\n")
+        w.write(" ".join(map(str, r["ids"])) + "\n")
+PY
+	$TK $K --tokenizer-hf-no-include-special-tokens --jsonl -i "$T/texts.jsonl" >"$T/got.ids" || return 1
+	cmp -s "$T/want.ids" "$T/got.ids" || { echo "# --chat --ids differs from encoding the text"; return 1; }
+	eot=$($TK $K --tokenizer-hf-no-include-special-tokens '<|endoftext|>')
+	[ "$(sed -n 2p "$T/want.ids" | tr " " "\n" | grep -cx "$eot")" = 3 ] || { echo "# <|endoftext|> ($eot) not matched 3 times in line 2"; return 1; }
+}
+ok "--chat --ids: the text's ids without added special tokens, <|endoftext|> matched" chat_ids
+
 # errors: exit status and what the message names
 printf '%s\n' '{"messages": [{"role": "user", "content": "x"}]}' >"$T/u.jsonl"
 printf 'a\n{%% if x %%}\n{{ x|wordcount }}\n{%% endif %%}\n' >"$T/bad-filter.jinja"
@@ -176,6 +198,7 @@ ok "a JSONL line without a messages list: exit 3, input line named" \
 	eval 'exits 3 $TK --chat --chat-template $D/templates/gemma-7b-it.jinja -i $T/bad.jsonl && has "bad.jsonl:1"'
 ok "--chat without a template: exit 2" exits 2 $TK --chat -i "$T/u.jsonl"
 ok "--chat-template without --chat: exit 2" exits 2 $TK --chat-template "$T/bad-syntax.jinja" x
+ok "--ids without --chat: exit 2" exits 2 $TK --ids x
 ok "strftime_now without --chat-date renders today's date" \
 	eval '$TK --chat --chat-template $D/templates/llama-3.1-json-tools.jinja -i $T/u.jsonl | grep -qF "Today Date: $(date +"%d %b %Y")"'
 echo "1..$tap_n"
