@@ -102,6 +102,9 @@ mgt_status jinja_getitem(jctx *c, const jnode *n, const jv *obj, const jv *key, 
 		return MGT_OK;
 	}
 	const json_t *j = obj->j, *k = key->j;
+	int kind = jinja_kind(j);
+	if (json_is_array(j) && kind >= SEQ_GEN && kind != SEQ_RANGE)
+		return jerr(c, n, "TypeError: '%s' object is not subscriptable", jinja_kind_name(kind));
 	if (json_is_string(k)) {
 		json_t *v = json_is_object(j) ? json_object_get(j, json_string_value(k)) : NULL;
 		if (v) {
@@ -413,9 +416,9 @@ static mgt_status dict_method(jctx *c, const jnode *n, const char *m, const json
 			else if (m[0] == 'v')
 				json_array_append(r, x);
 			else
-				json_array_append_new(r, jinja_tuple_mark(json_pack("[sO]", k, x)));
+				json_array_append_new(r, jinja_mark(json_pack("[sO]", k, x), SEQ_TUPLE));
 		}
-		*out = jv_json(r);
+		*out = jv_json(jinja_mark(r, m[0] == 'k' ? SEQ_KEYS : m[0] == 'v' ? SEQ_VALUES : SEQ_ITEMS));
 		return MGT_OK;
 	}
 	if (!strcmp(m, "get") || !strcmp(m, "items") || !strcmp(m, "keys") || !strcmp(m, "values"))

@@ -135,7 +135,7 @@ static mgt_status repeat(jctx *c, const jnode *n, const json_t *seq, long long k
 	json_t *r = json_array();
 	for (long long i = 0; i < k; i++)
 		json_array_extend(r, (json_t *)seq);
-	*out = jv_json(r);
+	*out = jv_json(jinja_kind(seq) == SEQ_TUPLE ? jinja_mark(r, SEQ_TUPLE) : r);
 	return MGT_OK;
 }
 
@@ -162,10 +162,16 @@ static mgt_status arith(jctx *c, const jnode *n, int op, const jv *a, const jv *
 		free(s);
 		return MGT_OK;
 	}
+	if ((op == OP_ADD || op == OP_MUL) && ((json_is_array(x) && jinja_kind(x) >= SEQ_GEN) || (json_is_array(y) && jinja_kind(y) >= SEQ_GEN)))
+		return jerr(c, n, "TypeError: unsupported operand type(s) for %s: '%s' and '%s'", OPN[op],
+			    json_is_array(x) ? jinja_kind_name(jinja_kind(x)) : json_py_type(x), json_is_array(y) ? jinja_kind_name(jinja_kind(y)) : json_py_type(y));
 	if (op == OP_ADD && json_is_array(x) && json_is_array(y)) {
+		if (jinja_kind(x) != jinja_kind(y))
+			return jerr(c, n, "TypeError: can only concatenate %s (not \"%s\") to %s", jinja_kind_name(jinja_kind(x)),
+				    jinja_kind_name(jinja_kind(y)), jinja_kind_name(jinja_kind(x)));
 		json_t *r = json_array();
 		json_array_extend(r, (json_t *)x), json_array_extend(r, (json_t *)y);
-		*out = jv_json(r);
+		*out = jv_json(jinja_kind(x) == SEQ_TUPLE ? jinja_mark(r, SEQ_TUPLE) : r);
 		return MGT_OK;
 	}
 	if (op == OP_MUL && (json_is_string(x) || json_is_array(x)) && json_py_num(y, &dy, &iy, &ny) && ny)
@@ -260,6 +266,10 @@ static mgt_status contains(jctx *c, const jnode *n, const jv *a, const jv *b, in
 		return MGT_OK;
 	}
 	if (json_is_array(h)) {
+		if (jinja_kind(h) == SEQ_GEN_DONE)
+			return jerr(c, n, "iterating a consumed generator again is not supported by this engine");
+		if (jinja_kind(h) == SEQ_GEN)
+			jinja_mark((json_t *)h, SEQ_GEN_DONE);
 		for (size_t i = 0; i < json_array_size(h) && !*res; i++) {
 			jv e = jv_json(json_array_get(h, i));
 			*res = jv_eq(a, &e);
@@ -267,6 +277,8 @@ static mgt_status contains(jctx *c, const jnode *n, const jv *a, const jv *b, in
 		return MGT_OK;
 	}
 	if (json_is_object(h)) {
+		if (a->k == JV_JSON && (json_is_object(a->j) || (json_is_array(a->j) && jinja_kind(a->j) != SEQ_TUPLE)))
+			return jerr(c, n, "TypeError: unhashable type: '%s'", json_is_object(a->j) ? "dict" : jinja_kind_name(jinja_kind(a->j)));
 		if (a->k == JV_JSON && json_is_string(a->j))
 			*res = json_object_get(h, json_string_value(a->j)) != NULL;
 		return MGT_OK;
@@ -387,6 +399,11 @@ static mgt_status eval_slice(jctx *c, jscope *s, const jnode *n, jv *out)
 		jv_free(&obj);
 		return jerr(c, n, "ValueError: slice step cannot be zero");
 	}
+	int kind = jinja_kind(obj.j);
+	if (kind >= SEQ_GEN && kind != SEQ_RANGE) {
+		jv_free(&obj);
+		return jerr(c, n, "TypeError: '%s' object is not subscriptable", jinja_kind_name(kind));
+	}
 	size_t len, *off = NULL;
 	if (json_is_string(obj.j)) {
 		if (!(off = cp_offsets(json_string_value(obj.j), json_string_length(obj.j), &len))) {
@@ -416,6 +433,8 @@ static mgt_status eval_slice(jctx *c, jscope *s, const jnode *n, jv *out)
 	}
 	if (off)
 		r = json_stringn_nocheck(buf.p ? buf.p : "", buf.n);
+	else if (kind != SEQ_LIST)
+		jinja_mark(r, kind); /* a tuple's slice is a tuple, a range's a range */
 	free(buf.p), free(off);
 	jv_free(&obj);
 	*out = jv_json(r);
@@ -461,7 +480,7 @@ static mgt_status eval_seq(jctx *c, jscope *s, const jnode *n, jv *out)
 		jv_free(&k), jv_free(&v);
 	}
 	if (n->kind == N_TUPLE)
-		jinja_tuple_mark(r);
+		jinja_mark(r, SEQ_TUPLE);
 	*out = jv_json(r);
 	return MGT_OK;
 }

@@ -20,6 +20,11 @@ static mgt_status items_of(jctx *c, const jnode *n, const jv *v, json_t **out)
 		return jerr(c, n, "TypeError: object is not iterable");
 	const json_t *j = v->j;
 	if (json_is_array(j)) {
+		/* a generator runs once: after that Python's iterates nothing; refused here */
+		if (jinja_kind(j) == SEQ_GEN_DONE)
+			return jerr(c, n, "iterating a consumed generator (map, select, ...) again is not supported by this engine");
+		if (jinja_kind(j) == SEQ_GEN)
+			jinja_mark((json_t *)j, SEQ_GEN_DONE);
 		*out = json_incref((json_t *)j);
 	} else if (json_is_object(j)) {
 		*out = json_array();
@@ -313,7 +318,7 @@ static mgt_status g_range(jctx *c, const jnode *n, jv *a, size_t na, jv *out)
 		}
 		json_array_append_new(r, json_integer(i));
 	}
-	*out = jv_json(r);
+	*out = jv_json(jinja_mark(r, SEQ_RANGE));
 	return MGT_OK;
 }
 
@@ -440,10 +445,9 @@ mgt_status mgt_chat_template_render(const mgt_chat_template *t, const json_t *va
 			break;
 	}
 	size_t n0 = out->n;
-	jinja_tuples_reset(1);
 	if (!st)
 		st = jinja_exec(&c, root, t->root, out);
-	jinja_tuples_reset(0);
+	jinja_marks_reset();
 	if (st)
 		out->n = n0;
 	jscope_free(root);

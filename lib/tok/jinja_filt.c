@@ -66,6 +66,15 @@ static mgt_status str_of(const jv *v, json_t **out)
 	return st;
 }
 
+/* an engine-level error (no template line yet) given the node's line */
+static mgt_status at_line(jctx *c, const jnode *n, mgt_status st)
+{
+	const char *m = mgt_err_msg();
+	if (st != MGT_ERR_INPUT || !strncmp(m, c->t->name, strlen(c->t->name)))
+		return st;
+	return jerr(c, n, "%s", m);
+}
+
 /* Jinja2's make_attrgetter: dotted parts, integer parts as indexes */
 static mgt_status attr_get(jctx *c, const jnode *n, const jv *item, const char *attr, jv *out)
 {
@@ -151,7 +160,7 @@ static mgt_status f_sort(jctx *c, const jnode *n, const jv *v, const fargs *f, i
 		const char *k;
 		json_t *x;
 		json_object_foreach(v->j, k, x)
-			json_array_append_new(items, jinja_tuple_mark(json_pack("[sO]", k, x)));
+			json_array_append_new(items, jinja_mark(json_pack("[sO]", k, x), SEQ_TUPLE));
 	} else if ((st = jinja_iter_items(c, n, v, &items))) {
 		return json_decref(keys), st;
 	} else {
@@ -214,7 +223,7 @@ static mgt_status f_unique(jctx *c, const jnode *n, const jv *v, const fargs *f,
 	if (st)
 		json_decref(r);
 	else
-		*out = jv_json(r);
+		*out = jv_json(jinja_mark(r, SEQ_GEN)); /* a generator in Jinja2 */
 	return st;
 }
 
@@ -253,7 +262,7 @@ static mgt_status f_select(jctx *c, const jnode *n, const char *name, const jv *
 	if (st)
 		json_decref(r);
 	else
-		*out = jv_json(r);
+		*out = jv_json(jinja_mark(r, SEQ_GEN)); /* a generator in Jinja2 */
 	return st;
 }
 
@@ -289,7 +298,7 @@ static mgt_status f_map(jctx *c, const jnode *n, const jv *v, const fargs *f, jv
 	if (st)
 		json_decref(r);
 	else
-		*out = jv_json(r);
+		*out = jv_json(jinja_mark(r, SEQ_GEN)); /* a generator in Jinja2 */
 	return st;
 }
 
@@ -405,6 +414,8 @@ static mgt_status f_len(jctx *c, const jnode *n, const jv *v, jv *out)
 	if (json_is_string(j)) {
 		for (size_t i = 0; i < json_string_length(j); i++)
 			k += ((unsigned char)json_string_value(j)[i] & 0xC0) != 0x80;
+	} else if (json_is_array(j) && (jinja_kind(j) == SEQ_GEN || jinja_kind(j) == SEQ_GEN_DONE)) {
+		return jerr(c, n, "TypeError: object of type 'generator' has no len()");
 	} else if (json_is_array(j)) {
 		k = json_array_size(j);
 	} else if (json_is_object(j)) {
@@ -418,6 +429,8 @@ static mgt_status f_len(jctx *c, const jnode *n, const jv *v, jv *out)
 
 static mgt_status f_firstlast(jctx *c, const jnode *n, const jv *v, int last, jv *out)
 {
+	if (last && v->k == JV_JSON && json_is_array(v->j) && jinja_kind(v->j) >= SEQ_GEN && jinja_kind(v->j) <= SEQ_GEN_DONE)
+		return jerr(c, n, "TypeError: 'generator' object is not reversible");
 	json_t *items;
 	mgt_status st = jinja_iter_items(c, n, v, &items);
 	if (st)
@@ -431,6 +444,9 @@ static mgt_status f_firstlast(jctx *c, const jnode *n, const jv *v, int last, jv
 
 static mgt_status f_reverse(jctx *c, const jnode *n, const jv *v, jv *out)
 {
+	/* Jinja2 do_reverse: a string reversed; else reversed(value), an iterator, or for what is not
+	 * reversible (a generator) a reversed list */
+	int gen_in = v->k == JV_JSON && json_is_array(v->j) && jinja_kind(v->j) == SEQ_GEN;
 	json_t *items;
 	mgt_status st = jinja_iter_items(c, n, v, &items);
 	if (st)
@@ -446,6 +462,8 @@ static mgt_status f_reverse(jctx *c, const jnode *n, const jv *v, jv *out)
 		json_decref(r);
 		r = json_stringn_nocheck(b.p ? b.p : "", b.n);
 		free(b.p);
+	} else if (!gen_in) {
+		jinja_mark(r, SEQ_GEN);
 	}
 	*out = jv_json(r);
 	return st;
@@ -474,7 +492,7 @@ static mgt_status f_tojson(jctx *c, const jnode *n, const jv *v, const fargs *f,
 static mgt_status f_items(jctx *c, const jnode *n, const jv *v, jv *out)
 {
 	if (v->k == JV_UNDEF) {
-		*out = jv_json(json_array());
+		*out = jv_json(jinja_mark(json_array(), SEQ_GEN));
 		return MGT_OK;
 	}
 	if (v->k != JV_JSON || !json_is_object(v->j))
@@ -483,8 +501,8 @@ static mgt_status f_items(jctx *c, const jnode *n, const jv *v, jv *out)
 	const char *k;
 	json_t *x;
 	json_object_foreach(v->j, k, x)
-		json_array_append_new(r, jinja_tuple_mark(json_pack("[sO]", k, x)));
-	*out = jv_json(r);
+		json_array_append_new(r, jinja_mark(json_pack("[sO]", k, x), SEQ_TUPLE));
+	*out = jv_json(jinja_mark(r, SEQ_GEN)); /* do_items is a generator */
 	return MGT_OK;
 }
 
@@ -493,7 +511,7 @@ static mgt_status f_text(jctx *c, const jnode *n, const char *name, const jv *v,
 	json_t *s;
 	mgt_status st = str_of(v, &s);
 	if (st)
-		return st;
+		return at_line(c, n, st);
 	const char *p = json_string_value(s);
 	size_t len = json_string_length(s);
 	if (!strcmp(name, "trim")) {
@@ -603,7 +621,7 @@ mgt_status jinja_filter(jctx *c, jscope *s, const jnode *n, jv *val, jv *out)
 	for (; !st && nk < n->nw; nk++)
 		st = jinja_eval(c, s, n->w[nk], &k[nk]);
 	if (!st)
-		st = jinja_filter_named(c, n, n->s, val, a, na, n->names, k, nk, out);
+		st = at_line(c, n, jinja_filter_named(c, n, n->s, val, a, na, n->names, k, nk, out));
 	for (size_t i = 0; a && i < n->nv; i++)
 		jv_free(&a[i]);
 	for (size_t i = 0; k && i < n->nw; i++)
@@ -614,15 +632,22 @@ mgt_status jinja_filter(jctx *c, jscope *s, const jnode *n, jv *val, jv *out)
 
 /* ---- tests ---------------------------------------------------------------------------------- */
 
+/* str(value).isupper() / islower(): at least one cased character, and none of the other case */
 static int cased_all(const jv *v, int upper)
 {
-	if (!is_str(v))
+	json_t *s;
+	if (str_of(v, &s))
 		return 0;
-	jv o;
-	if (jinja_case(json_string_value(v->j), json_string_length(v->j), upper ? 'u' : 'l', &o))
-		return 0;
-	int r = json_py_eq(o.j, v->j);
-	jv_free(&o);
+	jv o, other;
+	int r = 0;
+	if (!jinja_case(json_string_value(s), json_string_length(s), upper ? 'u' : 'l', &o)) {
+		if (!jinja_case(json_string_value(s), json_string_length(s), upper ? 'l' : 'u', &other)) {
+			r = json_py_eq(o.j, s) && !json_py_eq(other.j, s);
+			jv_free(&other);
+		}
+		jv_free(&o);
+	}
+	json_decref(s);
 	return r;
 }
 
@@ -645,7 +670,8 @@ mgt_status jinja_test_named(jctx *c, const jnode *n, const char *t, const jv *v,
 	else if (!strcmp(t, "false")) *res = j && json_is_false(j);
 	else if (!strcmp(t, "mapping")) *res = j && json_is_object(j);
 	else if (!strcmp(t, "iterable")) *res = v->k == JV_UNDEF || (j && (json_is_string(j) || json_is_array(j) || json_is_object(j)));
-	else if (!strcmp(t, "sequence")) *res = v->k == JV_UNDEF || (j && (json_is_string(j) || json_is_array(j) || json_is_object(j)));
+	else if (!strcmp(t, "sequence")) *res = v->k == JV_UNDEF || (j && (json_is_string(j) || json_is_object(j) ||
+							     (json_is_array(j) && (jinja_kind(j) <= SEQ_TUPLE || jinja_kind(j) == SEQ_RANGE))));
 	else if (!strcmp(t, "callable")) *res = v->k == JV_FUNC || v->k == JV_MACRO;
 	else if (!strcmp(t, "lower") || !strcmp(t, "upper")) *res = cased_all(v, t[0] == 'u');
 	else if (!strcmp(t, "odd") || !strcmp(t, "even") || !strcmp(t, "divisibleby")) {

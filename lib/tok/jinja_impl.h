@@ -121,9 +121,16 @@ mgt_status jv_str(const jv *v, mgt_buf *out);
 mgt_status json_py_str(const json_t *j, mgt_buf *out);
 /* json.dumps(j, ensure_ascii=False[, indent=indent]) appended to out; indent < 0: none. */
 mgt_status json_py_dumps(const json_t *j, int indent, mgt_buf *out);
-/* Tuple marks for str(): reset(1) at the start of a render, reset(0) at its end; mark returns a. */
-void jinja_tuples_reset(int on);
-json_t *jinja_tuple_mark(json_t *a);
+/* What a JSON array stands for in Python: a list (unmarked), a tuple, an iterator (the
+ * generators of map/select/reject/selectattr/rejectattr/unique/items, reversed()): always true,
+ * no len(), not subscriptable, iterable once (SEQ_GEN_DONE after), not printable; dict views
+ * (.items() .keys() .values()); a range.  Marks live for one render: jinja_marks_reset() after it;
+ * jinja_mark returns a. */
+enum { SEQ_LIST, SEQ_TUPLE, SEQ_GEN, SEQ_GEN_DONE, SEQ_ITEMS, SEQ_KEYS, SEQ_VALUES, SEQ_RANGE };
+void jinja_marks_reset(void);
+json_t *jinja_mark(json_t *a, int kind);
+int jinja_kind(const json_t *a);
+const char *jinja_kind_name(int kind);
 /* Python's repr(float). */
 void py_float_repr(double d, char *buf, size_t n);
 /* Python's < (numbers, strings by code point, lists lexicographically); sets *lt.  Returns 0,

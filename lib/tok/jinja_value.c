@@ -10,30 +10,57 @@
 
 #include "jinja_impl.h"
 
-/* Tuples: JSON arrays marked while a render runs (pointer identity; the set holds a reference so
- * an address is not reused), so that str() prints them as Python does: ('a', 1). */
-static _Thread_local json_t *tuples;
+/* Kinds of JSON arrays: marked while a render runs (pointer identity; the table holds a reference
+ * so an address is not reused).  Unmarked arrays are Python lists. */
+static _Thread_local struct { json_t **a; int *k; size_t n, cap; } marks;
 
-void jinja_tuples_reset(int on)
+void jinja_marks_reset(void)
 {
-	if (tuples)
-		json_decref(tuples);
-	tuples = on ? json_array() : NULL;
+	for (size_t i = 0; i < marks.n; i++)
+		json_decref(marks.a[i]);
+	free(marks.a), free(marks.k);
+	memset(&marks, 0, sizeof marks);
 }
 
-json_t *jinja_tuple_mark(json_t *a)
+json_t *jinja_mark(json_t *a, int kind)
 {
-	if (tuples && a)
-		json_array_append(tuples, a);
+	if (!a)
+		return NULL;
+	for (size_t i = 0; i < marks.n; i++)
+		if (marks.a[i] == a) {
+			marks.k[i] = kind;
+			return a;
+		}
+	if (marks.n == marks.cap) {
+		size_t cap = marks.cap ? 2 * marks.cap : 64;
+		json_t **na = realloc(marks.a, cap * sizeof *na);
+		if (!na)
+			return a;
+		marks.a = na;
+		int *nk = realloc(marks.k, cap * sizeof *nk);
+		if (!nk)
+			return a;
+		marks.k = nk, marks.cap = cap;
+	}
+	marks.a[marks.n] = json_incref(a), marks.k[marks.n++] = kind;
 	return a;
 }
 
-static int is_tuple(const json_t *a)
+int jinja_kind(const json_t *a)
 {
-	for (size_t i = 0; tuples && i < json_array_size(tuples); i++)
-		if (json_array_get(tuples, i) == a)
-			return 1;
-	return 0;
+	if (!json_is_array(a))
+		return SEQ_LIST;
+	for (size_t i = marks.n; i > 0; i--)
+		if (marks.a[i - 1] == a)
+			return marks.k[i - 1];
+	return SEQ_LIST;
+}
+
+const char *jinja_kind_name(int kind)
+{
+	static const char *const N[] = { "list", "tuple", "generator", "generator", "dict_items", "dict_keys",
+					 "dict_values", "range" };
+	return N[kind];
 }
 
 jv jv_json(json_t *j)
@@ -85,7 +112,7 @@ int jv_truthy(const jv *v)
 	case JSON_INTEGER: return json_integer_value(j) != 0;
 	case JSON_REAL: return json_real_value(j) != 0;
 	case JSON_STRING: return json_string_length(j) != 0;
-	case JSON_ARRAY: return json_array_size(j) != 0;
+	case JSON_ARRAY: return json_array_size(j) != 0 || jinja_kind(j) == SEQ_GEN || jinja_kind(j) == SEQ_GEN_DONE;
 	case JSON_OBJECT: return json_object_size(j) != 0;
 	}
 	return 1;
@@ -119,6 +146,8 @@ int json_py_eq(const json_t *a, const json_t *b)
 		return json_string_length(a) == json_string_length(b) &&
 		       !memcmp(json_string_value(a), json_string_value(b), json_string_length(a));
 	case JSON_ARRAY:
+		if (jinja_kind(a) != jinja_kind(b) || jinja_kind(a) >= SEQ_GEN)
+			return a == b; /* a list is not a tuple; iterators and views equal only themselves */
 		if (json_array_size(a) != json_array_size(b))
 			return 0;
 		for (size_t i = 0; i < json_array_size(a); i++)
@@ -307,8 +336,15 @@ static mgt_status py_repr(const json_t *j, mgt_buf *o)
 	if (json_is_string(j))
 		return py_repr_str(json_string_value(j), json_string_length(j), o);
 	if (json_is_array(j)) {
-		int tup = is_tuple(j);
-		mgt_status st = adds(o, tup ? "(" : "[");
+		int kind = jinja_kind(j), tup = kind == SEQ_TUPLE;
+		if (kind == SEQ_GEN || kind == SEQ_GEN_DONE || kind == SEQ_RANGE)
+			return mgt_err(MGT_ERR_INPUT, "rendering a %s object as text is not supported by this engine "
+				       "(Python prints its address; apply |list first)", jinja_kind_name(kind));
+		mgt_status st = adds(o, kind >= SEQ_ITEMS ? jinja_kind_name(kind) : "");
+		if (!st && kind >= SEQ_ITEMS)
+			st = adds(o, "([");
+		else if (!st)
+			st = adds(o, tup ? "(" : "[");
 		for (size_t i = 0; i < json_array_size(j) && !st; i++) {
 			if (i)
 				st = adds(o, ", ");
@@ -317,7 +353,7 @@ static mgt_status py_repr(const json_t *j, mgt_buf *o)
 		}
 		if (!st && tup && json_array_size(j) == 1)
 			st = adds(o, ",");
-		return st ? st : adds(o, tup ? ")" : "]");
+		return st ? st : adds(o, kind >= SEQ_ITEMS ? "])" : tup ? ")" : "]");
 	}
 	if (json_is_object(j)) {
 		mgt_status st = adds(o, "{");
@@ -429,6 +465,8 @@ static mgt_status dumps(const json_t *j, int indent, int level, mgt_buf *o)
 	}
 	case JSON_STRING: return dump_str(json_string_value(j), json_string_length(j), o);
 	case JSON_ARRAY:
+		if (jinja_kind(j) >= SEQ_GEN)
+			return mgt_err(MGT_ERR_INPUT, "TypeError: Object of type %s is not JSON serializable", jinja_kind_name(jinja_kind(j)));
 		if (!json_array_size(j))
 			return adds(o, "[]");
 		st = adds(o, "[");

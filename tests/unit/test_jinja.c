@@ -203,6 +203,17 @@ static void test_renders(void)
 	char *got = render("{% generation %}x{{ 1 }}{% endgeneration %}y", "{}", &st);
 	CHECK(got && !strcmp(got, "x1y"), "{%% generation %%} renders its body (transformers' AssistantTracker)");
 	free(got);
+	/* jinja2 3.1.6: map/select/selectattr/... give generators (true even when empty), dict
+	 * methods give views, tuples stay tuples */
+	got = render("{{ 'y' if ms|selectattr('role', 'equalto', 'none') else 'n' }} {{ {'a': 1}.items() }} "
+		     "{{ {'a': 1}.keys() }} {{ {'a': 1}.values()|list }} {{ [1] == (1,) }} {{ (1, 2) + (3,) }} "
+		     "{{ [1, 2]|reverse|list }} {{ ms|map(attribute='role')|list|length }}",
+		     "{\"ms\": [{\"role\": \"user\"}]}", &st);
+	CHECK(got && !strcmp(got, "y dict_items([('a', 1)]) dict_keys(['a']) [1] False (1, 2, 3) [2, 1] 1"),
+	      "generators are true, dict views and tuples print as Python's");
+	if (got && strcmp(got, "y dict_items([('a', 1)]) dict_keys(['a']) [1] False (1, 2, 3) [2, 1] 1"))
+		printf("#   got  [%s]\n", got);
+	free(got);
 	/* jinja2 3.1.6: the title filter splits words at - ( { [ < and whitespace only; str.title at
 	 * every non-letter; Python's upper() maps sharp s to SS */
 	got = render("{{ \"they're x-y\"|title }}|{{ \"they're\".title() }}|{{ 'stra\303\237e'|upper }}", "{}", &st);
@@ -257,6 +268,11 @@ static void test_refusals(void)
 	fails("integer overflow is refused (Python integers are unbounded)", "{{ 10 ** 20 }}", MGT_ERR_INPUT, "big integers", NULL);
 	fails("a big integer literal is refused", "{{ 99999999999999999999 }}", MGT_ERR_VOCAB, "big integers", NULL);
 	fails("Final_Sigma lower-casing is refused", "{{ '\316\243'|lower }}", MGT_ERR_INPUT, "U+03A3", NULL);
+	fails("len() of a generator is a TypeError", "{{ [1, 2]|select|length }}", MGT_ERR_INPUT, "has no len()", NULL);
+	fails("printing a generator is refused", "{{ [1]|map('string') }}", MGT_ERR_INPUT, "generator", "not supported");
+	fails("a consumed generator is refused", "{% set g = [1]|select %}{{ g|list }}{{ g|list }}", MGT_ERR_INPUT,
+	      "consumed generator", NULL);
+	fails("a list as a dict key is unhashable", "{{ [] in {} }}", MGT_ERR_INPUT, "unhashable type: 'list'", NULL);
 	fails("cycler is refused", "{{ cycler('a') }}", MGT_ERR_INPUT, "'cycler' is not supported", NULL);
 }
 
