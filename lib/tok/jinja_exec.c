@@ -131,8 +131,11 @@ static mgt_status exec_for(jctx *c, jscope *s, const jnode *n, mgt_buf *out)
 		json_decref(items);
 		return st;
 	}
-	/* each iteration runs in a fresh scope (a set inside does not outlive the iteration) */
+	/* each iteration runs in a fresh scope (a set inside does not outlive the iteration); the
+	 * else block runs when no iteration reached the end of the body (Jinja2 resets its
+	 * iteration indicator there, so a break or continue before it counts as no iteration) */
 	size_t len = json_array_size(items);
+	int completed = 0;
 	for (size_t i = 0; !st && i < len; i++) {
 		jscope *ls = jscope_new(s);
 		if (!ls) {
@@ -146,6 +149,8 @@ static mgt_status exec_for(jctx *c, jscope *s, const jnode *n, mgt_buf *out)
 		jv_free(&lp);
 		if (!st)
 			st = jinja_exec(c, ls, n->c, out);
+		if (!st && !c->flow)
+			completed = 1;
 		jscope_free(ls);
 		if (c->flow == FLOW_BREAK) {
 			c->flow = 0;
@@ -153,7 +158,7 @@ static mgt_status exec_for(jctx *c, jscope *s, const jnode *n, mgt_buf *out)
 		}
 		c->flow = 0;
 	}
-	if (!st && !len && n->d) {
+	if (!st && !completed && n->d) {
 		jscope *es = jscope_new(s);
 		st = es ? jinja_exec(c, es, n->d, out) : MGT_ERR_NOMEM;
 		jscope_free(es);

@@ -16,6 +16,7 @@ typedef struct {
 	mgt_chat_template *t;
 	jtoks *tk;
 	size_t p;
+	int loops; /* for bodies open around the statement (0 in a macro body) */
 } parser;
 
 static jtok *cur(parser *P) { return &P->tk->v[P->p]; }
@@ -612,7 +613,10 @@ static mgt_status parse_for(parser *P, jnode *n)
 	if (jtok_name(cur(P), "recursive"))
 		return perr(P, "recursive for loops are not supported by this engine");
 	TRY(end_block(P));
-	TRY(parse_body(P, &n->c, ends, &w));
+	P->loops++;
+	mgt_status st = parse_body(P, &n->c, ends, &w);
+	P->loops--;
+	TRY(st);
 	if (!strcmp(w, "else")) {
 		TRY(end_block(P));
 		TRY(parse_body(P, &n->d, e2, &w));
@@ -683,7 +687,11 @@ static mgt_status parse_macro(parser *P, jnode *n)
 	}
 	next(P);
 	TRY(end_block(P));
-	TRY(parse_body(P, &n->a, ends, &w));
+	int loops = P->loops;
+	P->loops = 0;
+	mgt_status st = parse_body(P, &n->a, ends, &w);
+	P->loops = loops;
+	TRY(st);
 	return end_block(P);
 }
 
@@ -705,6 +713,10 @@ static mgt_status parse_stmt(parser *P, jnode **out)
 		return n->kind = N_MACRO, parse_macro(P, n);
 	if (jtok_name(t, "break") || jtok_name(t, "continue")) {
 		n->kind = jtok_name(t, "break") ? N_BREAK : N_CONTINUE;
+		if (!P->loops) {
+			P->p--;
+			return perr(P, "'%.*s' outside a loop", (int)t->n, t->s);
+		}
 		return end_block(P);
 	}
 	if (jtok_name(t, "generation")) {
@@ -775,7 +787,7 @@ static mgt_status parse_body(parser *P, jnode **out, const char *const *ends, co
 
 mgt_status jinja_parse(mgt_chat_template *t, jtoks *tk)
 {
-	parser P = { t, tk, 0 };
+	parser P = { t, tk, 0, 0 };
 	const char *w;
 	return parse_body(&P, &t->root, NULL, &w);
 }

@@ -214,6 +214,12 @@ static void test_renders(void)
 	if (got && strcmp(got, "y dict_items([('a', 1)]) dict_keys(['a']) [1] False (1, 2, 3) [2, 1] 1"))
 		printf("#   got  [%s]\n", got);
 	free(got);
+	/* jinja2 3.1.6: a for loop's else runs when no iteration reached the end of its body */
+	got = render("{% for x in [1, 2] %}{% break %}{% else %}E{% endfor %}|{% for x in [1, 2] %}{% if x == 1 %}"
+		     "{% continue %}{% endif %}{{ x }}{% else %}E{% endfor %}|{% for x in [1] %}{% continue %}{% else %}E{% endfor %}",
+		     "{}", &st);
+	CHECK(got && !strcmp(got, "E|2|E"), "for ... else after break and continue");
+	free(got);
 	/* jinja2 3.1.6: the title filter splits words at - ( { [ < and whitespace only; str.title at
 	 * every non-letter; Python's upper() maps sharp s to SS */
 	got = render("{{ \"they're x-y\"|title }}|{{ \"they're\".title() }}|{{ 'stra\303\237e'|upper }}", "{}", &st);
@@ -273,6 +279,9 @@ static void test_refusals(void)
 	fails("a consumed generator is refused", "{% set g = [1]|select %}{{ g|list }}{{ g|list }}", MGT_ERR_INPUT,
 	      "consumed generator", NULL);
 	fails("a list as a dict key is unhashable", "{{ [] in {} }}", MGT_ERR_INPUT, "unhashable type: 'list'", NULL);
+	fails("break outside a loop is a syntax error", "{% if 1 %}{% break %}{% endif %}", MGT_ERR_VOCAB, "'break' outside a loop", NULL);
+	fails("continue in a macro body is outside a loop", "{% for x in [1] %}{% macro m() %}{% continue %}{% endmacro %}{% endfor %}",
+	      MGT_ERR_VOCAB, "'continue' outside a loop", NULL);
 	fails("cycler is refused", "{{ cycler('a') }}", MGT_ERR_INPUT, "'cycler' is not supported", NULL);
 }
 
