@@ -306,7 +306,8 @@ static mgt_status compare(jctx *c, const jnode *n, int op, const jv *a, const jv
 	int lt, gt;
 	if (a->k != JV_JSON || b->k != JV_JSON || json_py_lt(a->j, b->j, &lt) || json_py_lt(b->j, a->j, &gt))
 		return jerr(c, n, "TypeError: '%s' not supported between instances of '%s' and '%s'", OPN[op - OP_LT],
-			    a->k == JV_JSON ? json_py_type(a->j) : "object", b->k == JV_JSON ? json_py_type(b->j) : "object");
+			    a->k != JV_JSON ? "object" : json_is_array(a->j) ? jinja_kind_name(jinja_kind(a->j)) : json_py_type(a->j),
+			    b->k != JV_JSON ? "object" : json_is_array(b->j) ? jinja_kind_name(jinja_kind(b->j)) : json_py_type(b->j));
 	switch (op) {
 	case OP_LT: *res = lt; break;
 	case OP_LE: *res = !gt; break;

@@ -329,6 +329,10 @@ static mgt_status f_join(jctx *c, const jnode *n, const jv *v, const fargs *f, j
 
 static mgt_status f_indent(jctx *c, const jnode *n, const jv *v, const fargs *f, jv *out)
 {
+	if (v->k != JV_JSON || !json_is_string(v->j)) /* do_indent: s += "\n" */
+		return v->k == JV_UNDEF ? need_json(c, n, "indent", v)
+					: jerr(c, n, "TypeError: unsupported operand type(s) for +=: '%s' and 'str'",
+					       v->k == JV_JSON ? json_py_type(v->j) : "object");
 	const jv *w = arg(f, 0, "width");
 	mgt_buf ind = { 0 }, b = { 0 };
 	long long k = 4, dummy;

@@ -204,6 +204,9 @@ int json_py_lt(const json_t *a, const json_t *b, int *lt)
 		return 0;
 	}
 	if (json_is_array(a) && json_is_array(b)) {
+		/* list < list, tuple < tuple; a list and a tuple, iterators, views: TypeError */
+		if (jinja_kind(a) != jinja_kind(b) || jinja_kind(a) > SEQ_TUPLE)
+			return -1;
 		size_t n = json_array_size(a), m = json_array_size(b);
 		for (size_t i = 0; i < n && i < m; i++) {
 			json_t *x = json_array_get(a, i), *y = json_array_get(b, i);

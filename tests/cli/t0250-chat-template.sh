@@ -6,6 +6,8 @@
 #  - every template of tests/data/chat/templates (real models' templates, sources in the README
 #    there) x every conversation of tests/data/chat/conversations.jsonl, byte for byte; where
 #    Jinja2 raises, mgt-tokenize must fail too, and with raise_exception's own message;
+#  - random templates (chat_fuzz.py): the same text, or a failure (full tier: more seeds; the
+#    quick tier runs seed 1);
 #  - the template and special tokens read from the tokenizer_config.json beside
 #    --tokenizer-model;
 #  - exit statuses and messages: 4 for a template that does not parse or uses what the engine
@@ -123,6 +125,19 @@ for tmpl in "$D"/templates/*.jinja; do
 done
 n_conv=$(wc -l <"$CONV")
 echo "# $n_tmpl templates x $n_conv conversations"
+
+# random templates (tests/cli/chat_fuzz.py: expressions, statements, whitespace control) render
+# as jinja2 renders them, or are refused; never differently.  Quick tier: 200 of each kind; full
+# tier: 3 x 1,000 more
+fuzz() { $PY "$ROOT/tests/cli/chat_fuzz.py" "$TK" "$@" >"$T/fuzz" 2>&1; r=$?; grep -v '^# DIFFERS\|^#   ' "$T/fuzz"; [ $r = 0 ] || head -12 "$T/fuzz"; return $r; }
+if [ -n "$have_jinja" ]; then
+	ok "200 random templates of each kind = python3-jinja2 (seed 1)" fuzz 1 200
+	for seed in 2 3 4; do
+		full_only "1,000 random templates of each kind, seed $seed" && ok "1,000 random templates of each kind = python3-jinja2 (seed $seed)" fuzz $seed 1000
+	done
+else
+	skip "random templates: python3-jinja2 is not installed"
+fi
 
 # the template and the special tokens from the tokenizer_config.json beside --tokenizer-model
 cfg_template() {
