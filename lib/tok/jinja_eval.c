@@ -502,7 +502,7 @@ static mgt_status eval_call(jctx *c, jscope *s, const jnode *n, jv *out)
 		st = jinja_eval(c, s, n->w[nk], &kw[nk]);
 	if (!st) {
 		if (fn.k == JV_MACRO)
-			st = jinja_call_macro(c, n, fn.mac, args, na, n->names, kw, nk, out);
+			st = jinja_call_macro(c, n, &fn, args, na, n->names, kw, nk, out);
 		else if (fn.k == JV_FUNC)
 			st = jinja_call_func(c, n, &fn, args, na, n->names, kw, nk, out);
 		else if (fn.k == JV_UNDEF)

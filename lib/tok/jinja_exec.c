@@ -229,7 +229,7 @@ static mgt_status exec_stmt(jctx *c, jscope *s, const jnode *n, mgt_buf *out)
 	case N_SET: case N_SETATTR: case N_SETBLOCK: return exec_set(c, s, n, out);
 	case N_MACRO:
 		memset(&v, 0, sizeof v);
-		v.k = JV_MACRO, v.mac = n;
+		v.k = JV_MACRO, v.mac = n, v.mscope = s;
 		return jscope_set(s, n->s, &v);
 	case N_BREAK: c->flow = FLOW_BREAK; return MGT_OK;
 	case N_CONTINUE: c->flow = FLOW_CONTINUE; return MGT_OK;
@@ -249,14 +249,15 @@ mgt_status jinja_exec(jctx *c, jscope *s, const jnode *body, mgt_buf *out)
 	return MGT_OK;
 }
 
-mgt_status jinja_call_macro(jctx *c, const jnode *call, const jnode *mac, jv *args, size_t na,
+mgt_status jinja_call_macro(jctx *c, const jnode *call, const jv *fn, jv *args, size_t na,
 			    char **kwn, jv *kwv, size_t nk, jv *out)
 {
+	const jnode *mac = fn->mac;
 	if (na > mac->nnames)
 		return jerr(c, call, "TypeError: macro '%s' takes not more than %zu argument(s)", mac->s, mac->nnames);
 	if (c->depth > 200)
 		return jerr(c, call, "macro '%s': recursion deeper than 200 calls", mac->s);
-	jscope *s = jscope_new(c->root);
+	jscope *s = jscope_new(fn->mscope ? fn->mscope : c->root);
 	if (!s)
 		return MGT_ERR_NOMEM;
 	mgt_status st = MGT_OK;

@@ -89,6 +89,7 @@ int jinja_has_test(const char *f);
 
 /* ---- values --------------------------------------------------------------------------------- */
 typedef enum { JV_UNDEF, JV_JSON, JV_NS, JV_FUNC, JV_MACRO } jv_kind;
+typedef struct jscope jscope;
 /* A runtime value: JSON data (strings, numbers, bools, null, lists, dicts; tuples are lists),
  * Jinja2's Undefined (u_obj/u_name say what was missing, for its error message), a namespace()
  * (a JSON object), a global function or a bound method (f_name, j = self), or a macro. */
@@ -97,6 +98,8 @@ typedef struct {
 	json_t *j;          /* JV_JSON, JV_NS: the value; JV_FUNC: bound self or NULL (one reference) */
 	const char *f_name; /* JV_FUNC: static name */
 	const jnode *mac;   /* JV_MACRO */
+	jscope *mscope;     /* JV_MACRO: the scope it was defined in (its body sees it; that scope
+			     * outlives the macro value, which cannot leave it) */
 	json_t *u_obj;      /* JV_UNDEF: the object whose attribute/element was missing, or NULL */
 	char u_name[64];    /* JV_UNDEF: the missing name (or the element's repr when u_elem) */
 	int u_elem;
@@ -140,7 +143,6 @@ int json_py_lt(const json_t *a, const json_t *b, int *lt);
 int json_py_num(const json_t *j, double *d, long long *i, int *is_int);
 
 /* ---- evaluation ----------------------------------------------------------------------------- */
-typedef struct jscope jscope;
 typedef struct {
 	const mgt_chat_template *t;
 	const char *date;      /* strftime_now's pinned date (NULL: now) */
@@ -154,7 +156,7 @@ enum { FLOW_BREAK = 1, FLOW_CONTINUE = 2 };
 mgt_status jerr(jctx *c, const jnode *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 mgt_status jinja_eval(jctx *c, jscope *s, const jnode *n, jv *out);
 /* Render a macro / call a global or method: args already evaluated. */
-mgt_status jinja_call_macro(jctx *c, const jnode *call, const jnode *mac, jv *args, size_t na,
+mgt_status jinja_call_macro(jctx *c, const jnode *call, const jv *mac, jv *args, size_t na,
 			    char **kwn, jv *kwv, size_t nk, jv *out);
 mgt_status jinja_call_func(jctx *c, const jnode *call, const jv *fn, jv *args, size_t na,
 			   char **kwn, jv *kwv, size_t nk, jv *out);

@@ -220,6 +220,13 @@ static void test_renders(void)
 		     "{}", &st);
 	CHECK(got && !strcmp(got, "E|2|E"), "for ... else after break and continue");
 	free(got);
+	/* jinja2 3.1.6: a macro sees the scope it is defined in (a loop variable, an outer macro's
+	 * parameter), not the caller's */
+	got = render("{% for m in ['a', 'b'] %}{% macro f() %}{{ m }}{% endmacro %}{{ f() }}{% endfor %}|"
+		     "{% macro outer(a) %}{% macro inner() %}[{{ a }}]{% endmacro %}{{ inner() }}{% endmacro %}{{ outer(5) }}|"
+		     "{% macro g() %}{{ y }}{% endmacro %}{% for y in [1] %}{{ g() }}{% endfor %}", "{}", &st);
+	CHECK(got && !strcmp(got, "ab|[5]|"), "macros see their defining scope");
+	free(got);
 	/* jinja2 3.1.6: the title filter splits words at - ( { [ < and whitespace only; str.title at
 	 * every non-letter; Python's upper() maps sharp s to SS */
 	got = render("{{ \"they're x-y\"|title }}|{{ \"they're\".title() }}|{{ 'stra\303\237e'|upper }}", "{}", &st);
