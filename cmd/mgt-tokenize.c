@@ -3,13 +3,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "data/data.h"
 
 static const char *prog = "mgt-tokenize";
 
-enum { OPT_DECODE = CLI_FIRST_FREE, OPT_JSONL, OPT_KEY, OPT_COUNT, OPT_INFO, OPT_GGUF_VOCAB, OPT_HELP };
+enum { OPT_DECODE = CLI_FIRST_FREE, OPT_JSONL, OPT_KEY, OPT_COUNT, OPT_INFO, OPT_GGUF_VOCAB, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_CHAT_DATE,
+       OPT_IDS, OPT_HELP };
 
 static void usage(void)
 {
@@ -23,8 +25,17 @@ static void usage(void)
 	       "  --info            print the tokenizer's type, vocabulary size and eod id\n"
 	       "  --gguf-vocab      print the vocabulary as mgt-export puts it in GGUF (tokenizer.ggml.*)\n"
 	       "                    as one JSON object\n"
+	       "  --chat            render chat conversations: each JSONL input line is an object\n"
+	       "                    {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": bool, ...}\n"
+	       "                    (every key a template variable); prints {\"text\": RENDERED} per line\n"
+	       "  --chat-template FILE  the Jinja2 chat template (default: \"chat_template\" of the\n"
+	       "                    tokenizer_config.json beside --tokenizer-model)\n"
+	       "  --chat-date DATE  pin strftime_now to DATE (YYYY-MM-DD[THH:MM:SS], UTC)\n"
+	       "  --ids             with --chat: also encode the text (no special tokens added), as \"ids\"\n"
 	       "  -i FILE           read FILE instead of standard input ('-' = stdin; zstd detected)\n"
-	       "  --help\n\n%s\nExit status: 0 ok, 1 runtime error, 2 usage, 3 bad input, 4 bad tokenizer files.\n",
+	       "  --help\n\n%s\nExit status: 0 ok, 1 runtime error, 2 usage, 3 bad input (also an error the chat\n"
+	       "template raises while rendering), 4 bad tokenizer files (also a chat template that does not\n"
+	       "parse or uses what the engine does not support).\n",
 	       mgt_cli_tok_help);
 }
 
@@ -141,6 +152,171 @@ static mgt_status run_input(const opts *o, const char *path)
 	return st;
 }
 
+/* ---- --chat ------------------------------------------------------------------------------ */
+
+/* t: the template; tool_use: the "tool_use" one of a named-template list, for lines with tools */
+typedef struct { mgt_chat_template *t, *tool_use; json_t *specials; const char *date; mgt_tok_enc *enc; } chat;
+
+/* tokenizer_config.json beside (or in, for a directory) the --tokenizer-model path; NULL if none */
+static json_t *load_tok_config(const char *model, char *path, size_t cap)
+{
+	struct stat sb;
+	if (!model)
+		return NULL;
+	if (!stat(model, &sb) && S_ISDIR(sb.st_mode)) {
+		snprintf(path, cap, "%s/tokenizer_config.json", model);
+	} else {
+		const char *slash = strrchr(model, '/');
+		snprintf(path, cap, "%.*stokenizer_config.json", slash ? (int)(slash - model) + 1 : 0, model);
+	}
+	return json_load_file(path, 0, NULL);
+}
+
+/* the special tokens' strings (bos_token, eos_token, ...: a string or an AddedToken object) */
+static json_t *config_specials(const json_t *cfg)
+{
+	static const char *const keys[] = { "bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+					    "cls_token", "mask_token", NULL };
+	json_t *o = json_object();
+	for (int i = 0; keys[i]; i++) {
+		json_t *v = json_object_get(cfg, keys[i]);
+		if (json_is_object(v))
+			v = json_object_get(v, "content");
+		if (json_is_string(v))
+			json_object_set(o, keys[i], v);
+	}
+	json_t *extra = json_object_get(cfg, "additional_special_tokens");
+	if (json_is_array(extra)) {
+		json_t *a = json_array(), *x;
+		size_t i;
+		json_array_foreach(extra, i, x) {
+			json_t *c = json_is_object(x) ? json_object_get(x, "content") : x;
+			if (json_is_string(c))
+				json_array_append(a, c);
+		}
+		json_object_set_new(o, "additional_special_tokens", a);
+	}
+	return o;
+}
+
+/* tokenizer_config.json's chat_template: a string, or a list of {"name", "template"} from which
+ * transformers (get_chat_template) takes "tool_use" when tools are given and "default" otherwise */
+static mgt_status config_templates(chat *ch, const json_t *t, const char *cfgpath)
+{
+	if (json_is_string(t))
+		return mgt_chat_template_parse(json_string_value(t), json_string_length(t), cfgpath, &ch->t);
+	if (!json_is_array(t))
+		return mgt_err(MGT_ERR_VOCAB, "%s: \"chat_template\" %s", cfgpath, t ? "is neither a string nor a list" : "is missing");
+	size_t i;
+	json_t *x;
+	mgt_status st = MGT_OK;
+	json_array_foreach(t, i, x) {
+		const char *name = json_string_value(json_object_get(x, "name"));
+		json_t *src = json_object_get(x, "template");
+		if (!name || !json_is_string(src))
+			return mgt_err(MGT_ERR_VOCAB, "%s: chat_template[%zu]: expected {\"name\": ..., \"template\": ...}", cfgpath, i);
+		mgt_chat_template **slot = !strcmp(name, "default") ? &ch->t : !strcmp(name, "tool_use") ? &ch->tool_use : NULL;
+		if (!slot || *slot)
+			continue;
+		char label[4200];
+		snprintf(label, sizeof label, "%s[%s]", cfgpath, name);
+		if ((st = mgt_chat_template_parse(json_string_value(src), json_string_length(src), label, slot)))
+			return st;
+	}
+	if (!ch->t)
+		return mgt_err(MGT_ERR_VOCAB, "%s: the chat_template list has no \"default\" template (use --chat-template)", cfgpath);
+	return MGT_OK;
+}
+
+static mgt_status chat_open(chat *ch, const char *tmpl_file, const char *model)
+{
+	char cfgpath[4096];
+	json_t *cfg = load_tok_config(model, cfgpath, sizeof cfgpath);
+	ch->specials = cfg ? config_specials(cfg) : json_object();
+	mgt_status st = MGT_OK;
+	if (tmpl_file) {
+		char *src;
+		size_t n;
+		if (!(st = mgt_file_read(tmpl_file, &src, &n))) {
+			st = mgt_chat_template_parse(src, n, tmpl_file, &ch->t);
+			free(src);
+		}
+	} else if (!cfg) {
+		st = mgt_err(MGT_ERR_USAGE, "--chat needs --chat-template FILE or a --tokenizer-model with a tokenizer_config.json beside it");
+	} else {
+		st = config_templates(ch, json_object_get(cfg, "chat_template"), cfgpath);
+	}
+	json_decref(cfg);
+	return st;
+}
+
+static mgt_status chat_line(const chat *ch, const char *line, size_t n)
+{
+	json_error_t je;
+	json_t *j = json_loadb(line, n, JSON_ALLOW_NUL, &je);
+	if (!j)
+		return mgt_err(MGT_ERR_INPUT, "invalid JSON at column %d: %s", je.column, je.text);
+	if (!json_is_object(j) || !json_is_array(json_object_get(j, "messages"))) {
+		json_decref(j);
+		return mgt_err(MGT_ERR_INPUT, "expected an object with a \"messages\" list");
+	}
+	/* transformers: template_kwargs = {**special_tokens_map, **kwargs} */
+	json_t *vars = json_copy(ch->specials);
+	json_object_update(vars, j);
+	/* apply_chat_template renders with tools=None, documents=None, add_generation_prompt=False
+	 * when they are not given: defined, and none */
+	if (!json_object_get(vars, "add_generation_prompt"))
+		json_object_set_new(vars, "add_generation_prompt", json_false());
+	if (!json_object_get(vars, "tools"))
+		json_object_set_new(vars, "tools", json_null());
+	if (!json_object_get(vars, "documents"))
+		json_object_set_new(vars, "documents", json_null());
+	mgt_buf out = {0};
+	const mgt_chat_template *t = ch->tool_use && !json_is_null(json_object_get(vars, "tools")) ? ch->tool_use : ch->t;
+	mgt_status st = mgt_chat_template_render(t, vars, ch->date, &out);
+	mgt_ids ids = {0};
+	if (!st && ch->enc)
+		st = mgt_tok_encode(ch->enc, out.p ? out.p : "", out.n, &ids);
+	if (!st) {
+		json_t *o = json_object();
+		json_object_set_new(o, "text", json_stringn(out.p ? out.p : "", out.n));
+		if (ch->enc) {
+			json_t *a = json_array();
+			for (size_t i = 0; i < ids.n; i++)
+				json_array_append_new(a, json_integer(ids.v[i]));
+			json_object_set_new(o, "ids", a);
+		}
+		char *s = json_dumps(o, JSON_COMPACT);
+		if (!s)
+			st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+		else
+			printf("%s\n", s);
+		free(s);
+		json_decref(o);
+	}
+	free(out.p), free(ids.v);
+	json_decref(vars), json_decref(j);
+	return st;
+}
+
+static mgt_status run_chat(const chat *ch, const char *path)
+{
+	mgt_jsonl *r;
+	mgt_status st = mgt_jsonl_open(&r, path);
+	if (st)
+		return st;
+	const char *line;
+	size_t n;
+	while (!(st = mgt_jsonl_next(r, &line, &n)) && line) {
+		if ((st = chat_line(ch, line, n))) {
+			st = mgt_err_ctx(st, "%s:%llu", path, (unsigned long long)mgt_jsonl_lineno(r));
+			break;
+		}
+	}
+	mgt_jsonl_close(r);
+	return st;
+}
+
 static json_t *str_array(char *const *s, const size_t *len, size_t n)
 {
 	json_t *a = json_array();
@@ -196,13 +372,16 @@ int main(int argc, char **argv)
 		{"decode", no_argument, 0, OPT_DECODE}, {"jsonl", no_argument, 0, OPT_JSONL},
 		{"json-key", required_argument, 0, OPT_KEY}, {"count", no_argument, 0, OPT_COUNT},
 		{"info", no_argument, 0, OPT_INFO}, {"gguf-vocab", no_argument, 0, OPT_GGUF_VOCAB},
+		{"chat", no_argument, 0, OPT_CHAT}, {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+		{"chat-date", required_argument, 0, OPT_CHAT_DATE}, {"ids", no_argument, 0, OPT_IDS},
 		{"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
 	mgt_tok_opts to;
 	mgt_cli_tok_defaults(&to);
 	mgt_signals_install();
 	opts o = {.key = "text"};
 	const char *input = NULL;
-	int c, info = 0, gguf_vocab = 0;
+	int c, info = 0, gguf_vocab = 0, chat_mode = 0, chat_ids = 0;
+	const char *chat_template = NULL, *chat_date = NULL;
 	while ((c = getopt_long(argc, argv, "i:", longopts, NULL)) != -1) {
 		if (mgt_cli_tok_option(prog, c, optarg, &to))
 			continue;
@@ -213,12 +392,44 @@ int main(int argc, char **argv)
 		case OPT_COUNT: o.count = 1; break;
 		case OPT_INFO: info = 1; break;
 		case OPT_GGUF_VOCAB: gguf_vocab = 1; break;
+		case OPT_CHAT: chat_mode = 1; break;
+		case OPT_CHAT_TEMPLATE: chat_template = optarg; break;
+		case OPT_CHAT_DATE: chat_date = optarg; break;
+		case OPT_IDS: chat_ids = 1; break;
 		case 'i': input = optarg; break;
 		case OPT_HELP: usage(); return 0;
 		default: mgt_cli_usage_error(prog, "unknown option");
 		}
 	}
-	mgt_status st = mgt_tok_load(&o.tok, &to);
+	mgt_status st;
+	if (chat_mode) {
+		/* the template alone: no tokenizer is loaded (--tokenizer-model only locates the config) */
+		if (optind < argc)
+			mgt_cli_usage_error(prog, "--chat reads JSONL from -i FILE or standard input, not arguments");
+		chat ch = {.date = chat_date};
+		/* --ids: transformers encodes the text with add_special_tokens=False */
+		to.hf_no_special_tokens = 1;
+		st = chat_ids ? mgt_tok_load(&o.tok, &to) : MGT_OK;
+		if (!st && chat_ids)
+			st = mgt_tok_enc_new(&ch.enc, o.tok);
+		if (!st)
+			st = chat_open(&ch, chat_template, to.model);
+		if (!st)
+			st = run_chat(&ch, input ? input : "-");
+		mgt_chat_template_free(ch.t);
+		mgt_chat_template_free(ch.tool_use);
+		mgt_tok_enc_free(ch.enc);
+		mgt_tok_free(o.tok);
+		json_decref(ch.specials);
+		if (fflush(stdout) != 0 && !st)
+			st = mgt_err(MGT_ERR_IO, "standard output: write failed");
+		if (st)
+			mgt_cli_fail(prog, st);
+		return 0;
+	}
+	if (chat_template || chat_date || chat_ids)
+		mgt_cli_usage_error(prog, "--chat-template, --chat-date and --ids need --chat");
+	st = mgt_tok_load(&o.tok, &to);
 	if (st)
 		mgt_cli_fail(prog, st);
 	if (info) {

@@ -220,4 +220,44 @@ typedef struct {
 mgt_status mgt_tok_vocab_get(const mgt_tok *t, mgt_tok_vocab *out);
 void mgt_tok_vocab_free(mgt_tok_vocab *v);
 
+/* ---- chat templates (Hugging Face tokenizer_config.json "chat_template", Jinja2) ------------- */
+
+/* A parsed chat template.  Semantics are Jinja2 3.1's as transformers runs chat templates
+ * (src/transformers/utils/chat_template_utils.py::_cached_compile_jinja_template:
+ * ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols,
+ * AssistantTracker]), keep_trailing_newline off, filter tojson = json.dumps(x, ensure_ascii=False),
+ * globals raise_exception(msg) and strftime_now(fmt)).  Supported: text with {{ }} {% %} {# #}
+ * and their -/+ whitespace controls; statements if/elif/else, for (else, tuple targets, inline
+ * if, loop.index/index0/revindex/revindex0/first/last/length/previtem/nextitem), set (name,
+ * tuple, ns.attr on namespace(), block set), macro and macro calls, break, continue,
+ * generation/endgeneration (body rendered as is); Python operators, comparisons, and/or/not,
+ * in/not in, a if c else b, subscripts and slices, attribute access on dicts, list/dict/tuple
+ * literals, keyword arguments; str methods strip lstrip rstrip upper lower title capitalize
+ * startswith endswith split replace join, dict methods get items keys values; globals range,
+ * namespace, dict, raise_exception, strftime_now; the filters and tests that jinja_filt.c lists.
+ * Anything else (include, extends, import, call blocks, filter blocks, recursive loops, other
+ * filters, tests, methods or globals) is refused with an error naming it and its line, never
+ * rendered differently.  Immutable after parsing; may be shared by threads. */
+typedef struct mgt_chat_template mgt_chat_template;
+struct json_t;
+
+/* Parse n bytes of template source; name (copied) labels errors ("NAME:LINE: ...").
+ * Errors: MGT_ERR_VOCAB (syntax error or an unsupported construct; the message names it and
+ * the template line), MGT_ERR_NOMEM.  The caller frees *out with mgt_chat_template_free. */
+mgt_status mgt_chat_template_parse(const char *src, size_t n, const char *name, mgt_chat_template **out);
+
+/* Render with the variables of the JSON object vars (messages, tools, documents,
+ * add_generation_prompt, bos_token, eos_token, ..., as transformers' apply_chat_template passes
+ * them: {**special_tokens_map, **kwargs}); vars may be NULL.  date pins strftime_now's clock
+ * ("YYYY-MM-DD" or "YYYY-MM-DDTHH:MM:SS", read as UTC) or is NULL for the local time now.
+ * Appends the text to out (the caller owns and frees out->p); on error out is left as it was.
+ * Errors: MGT_ERR_INPUT "NAME:LINE: MESSAGE" for what Jinja2 raises while rendering:
+ * "raise_exception: MSG" for the template's own raise_exception(MSG) (MSG is transformers'
+ * TemplateError message), "UndefinedError: 'x' is undefined", TypeError, ...; and for a value or
+ * operation this engine does not support ("... is not supported by this engine");
+ * MGT_ERR_USAGE when vars is not an object; MGT_ERR_NOMEM. */
+mgt_status mgt_chat_template_render(const mgt_chat_template *t, const struct json_t *vars, const char *date,
+				    mgt_buf *out);
+void mgt_chat_template_free(mgt_chat_template *t);
+
 #endif
