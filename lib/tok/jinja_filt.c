@@ -228,6 +228,18 @@ static mgt_status f_unique(jctx *c, const jnode *n, const jv *v, const fargs *f,
 }
 
 /* selectattr / rejectattr / select / reject */
+/* The end of a filter that yields a generator: items released, r the result (a generator in
+ * Jinja2) or released on error. */
+static mgt_status gen_out(mgt_status st, json_t *items, json_t *r, jv *out)
+{
+	json_decref(items);
+	if (st)
+		json_decref(r);
+	else
+		*out = jv_json(jinja_mark(r, SEQ_GEN));
+	return st;
+}
+
 static mgt_status f_select(jctx *c, const jnode *n, const char *name, const jv *v, const fargs *f, jv *out)
 {
 	int byattr = name[1] == 'e' && name[6] == 'a', rej = name[0] == 'r';
@@ -258,12 +270,7 @@ static mgt_status f_select(jctx *c, const jnode *n, const char *name, const jv *
 			json_array_append(r, it.j);
 		jv_free(&x), jv_free(&it);
 	}
-	json_decref(items);
-	if (st)
-		json_decref(r);
-	else
-		*out = jv_json(jinja_mark(r, SEQ_GEN)); /* a generator in Jinja2 */
-	return st;
+	return gen_out(st, items, r, out);
 }
 
 static mgt_status f_map(jctx *c, const jnode *n, const jv *v, const fargs *f, jv *out)
@@ -294,12 +301,7 @@ static mgt_status f_map(jctx *c, const jnode *n, const jv *v, const fargs *f, jv
 			json_array_append(r, x.j);
 		jv_free(&x), jv_free(&it);
 	}
-	json_decref(items);
-	if (st)
-		json_decref(r);
-	else
-		*out = jv_json(jinja_mark(r, SEQ_GEN)); /* a generator in Jinja2 */
-	return st;
+	return gen_out(st, items, r, out);
 }
 
 static mgt_status f_join(jctx *c, const jnode *n, const jv *v, const fargs *f, jv *out)
