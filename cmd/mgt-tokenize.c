@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 #include "data/data.h"
@@ -154,101 +153,8 @@ static mgt_status run_input(const opts *o, const char *path)
 
 /* ---- --chat ------------------------------------------------------------------------------ */
 
-/* t: the template; tool_use: the "tool_use" one of a named-template list, for lines with tools */
-typedef struct { mgt_chat_template *t, *tool_use; json_t *specials; const char *date; mgt_tok_enc *enc; } chat;
-
-/* tokenizer_config.json beside (or in, for a directory) the --tokenizer-model path; NULL if none */
-static json_t *load_tok_config(const char *model, char *path, size_t cap)
-{
-	struct stat sb;
-	if (!model)
-		return NULL;
-	if (!stat(model, &sb) && S_ISDIR(sb.st_mode)) {
-		snprintf(path, cap, "%s/tokenizer_config.json", model);
-	} else {
-		const char *slash = strrchr(model, '/');
-		snprintf(path, cap, "%.*stokenizer_config.json", slash ? (int)(slash - model) + 1 : 0, model);
-	}
-	return json_load_file(path, 0, NULL);
-}
-
-/* the special tokens' strings (bos_token, eos_token, ...: a string or an AddedToken object) */
-static json_t *config_specials(const json_t *cfg)
-{
-	static const char *const keys[] = { "bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
-					    "cls_token", "mask_token", NULL };
-	json_t *o = json_object();
-	for (int i = 0; keys[i]; i++) {
-		json_t *v = json_object_get(cfg, keys[i]);
-		if (json_is_object(v))
-			v = json_object_get(v, "content");
-		if (json_is_string(v))
-			json_object_set(o, keys[i], v);
-	}
-	json_t *extra = json_object_get(cfg, "additional_special_tokens");
-	if (json_is_array(extra)) {
-		json_t *a = json_array(), *x;
-		size_t i;
-		json_array_foreach(extra, i, x) {
-			json_t *c = json_is_object(x) ? json_object_get(x, "content") : x;
-			if (json_is_string(c))
-				json_array_append(a, c);
-		}
-		json_object_set_new(o, "additional_special_tokens", a);
-	}
-	return o;
-}
-
-/* tokenizer_config.json's chat_template: a string, or a list of {"name", "template"} from which
- * transformers (get_chat_template) takes "tool_use" when tools are given and "default" otherwise */
-static mgt_status config_templates(chat *ch, const json_t *t, const char *cfgpath)
-{
-	if (json_is_string(t))
-		return mgt_chat_template_parse(json_string_value(t), json_string_length(t), cfgpath, &ch->t);
-	if (!json_is_array(t))
-		return mgt_err(MGT_ERR_VOCAB, "%s: \"chat_template\" %s", cfgpath, t ? "is neither a string nor a list" : "is missing");
-	size_t i;
-	json_t *x;
-	mgt_status st = MGT_OK;
-	json_array_foreach(t, i, x) {
-		const char *name = json_string_value(json_object_get(x, "name"));
-		json_t *src = json_object_get(x, "template");
-		if (!name || !json_is_string(src))
-			return mgt_err(MGT_ERR_VOCAB, "%s: chat_template[%zu]: expected {\"name\": ..., \"template\": ...}", cfgpath, i);
-		mgt_chat_template **slot = !strcmp(name, "default") ? &ch->t : !strcmp(name, "tool_use") ? &ch->tool_use : NULL;
-		if (!slot || *slot)
-			continue;
-		char label[4200];
-		snprintf(label, sizeof label, "%s[%s]", cfgpath, name);
-		if ((st = mgt_chat_template_parse(json_string_value(src), json_string_length(src), label, slot)))
-			return st;
-	}
-	if (!ch->t)
-		return mgt_err(MGT_ERR_VOCAB, "%s: the chat_template list has no \"default\" template (use --chat-template)", cfgpath);
-	return MGT_OK;
-}
-
-static mgt_status chat_open(chat *ch, const char *tmpl_file, const char *model)
-{
-	char cfgpath[4096];
-	json_t *cfg = load_tok_config(model, cfgpath, sizeof cfgpath);
-	ch->specials = cfg ? config_specials(cfg) : json_object();
-	mgt_status st = MGT_OK;
-	if (tmpl_file) {
-		char *src;
-		size_t n;
-		if (!(st = mgt_file_read(tmpl_file, &src, &n))) {
-			st = mgt_chat_template_parse(src, n, tmpl_file, &ch->t);
-			free(src);
-		}
-	} else if (!cfg) {
-		st = mgt_err(MGT_ERR_USAGE, "--chat needs --chat-template FILE or a --tokenizer-model with a tokenizer_config.json beside it");
-	} else {
-		st = config_templates(ch, json_object_get(cfg, "chat_template"), cfgpath);
-	}
-	json_decref(cfg);
-	return st;
-}
+/* the template and special tokens (tok.h mgt_chat_config), strftime_now's date, the encoder of --ids */
+typedef struct { mgt_chat_config cfg; const char *date; mgt_tok_enc *enc; } chat;
 
 static mgt_status chat_line(const chat *ch, const char *line, size_t n)
 {
@@ -260,20 +166,8 @@ static mgt_status chat_line(const chat *ch, const char *line, size_t n)
 		json_decref(j);
 		return mgt_err(MGT_ERR_INPUT, "expected an object with a \"messages\" list");
 	}
-	/* transformers: template_kwargs = {**special_tokens_map, **kwargs} */
-	json_t *vars = json_copy(ch->specials);
-	json_object_update(vars, j);
-	/* apply_chat_template renders with tools=None, documents=None, add_generation_prompt=False
-	 * when they are not given: defined, and none */
-	if (!json_object_get(vars, "add_generation_prompt"))
-		json_object_set_new(vars, "add_generation_prompt", json_false());
-	if (!json_object_get(vars, "tools"))
-		json_object_set_new(vars, "tools", json_null());
-	if (!json_object_get(vars, "documents"))
-		json_object_set_new(vars, "documents", json_null());
 	mgt_buf out = {0};
-	const mgt_chat_template *t = ch->tool_use && !json_is_null(json_object_get(vars, "tools")) ? ch->tool_use : ch->t;
-	mgt_status st = mgt_chat_template_render(t, vars, ch->date, &out);
+	mgt_status st = mgt_chat_render(&ch->cfg, j, ch->date, &out);
 	mgt_ids ids = {0};
 	if (!st && ch->enc)
 		st = mgt_tok_encode(ch->enc, out.p ? out.p : "", out.n, &ids);
@@ -295,7 +189,7 @@ static mgt_status chat_line(const chat *ch, const char *line, size_t n)
 		json_decref(o);
 	}
 	free(out.p), free(ids.v);
-	json_decref(vars), json_decref(j);
+	json_decref(j);
 	return st;
 }
 
@@ -413,14 +307,12 @@ int main(int argc, char **argv)
 		if (!st && chat_ids)
 			st = mgt_tok_enc_new(&ch.enc, o.tok);
 		if (!st)
-			st = chat_open(&ch, chat_template, to.model);
+			st = mgt_chat_config_open(&ch.cfg, chat_template, to.model);
 		if (!st)
 			st = run_chat(&ch, input ? input : "-");
-		mgt_chat_template_free(ch.t);
-		mgt_chat_template_free(ch.tool_use);
+		mgt_chat_config_close(&ch.cfg);
 		mgt_tok_enc_free(ch.enc);
 		mgt_tok_free(o.tok);
-		json_decref(ch.specials);
 		if (fflush(stdout) != 0 && !st)
 			st = mgt_err(MGT_ERR_IO, "standard output: write failed");
 		if (st)

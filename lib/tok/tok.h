@@ -260,4 +260,26 @@ mgt_status mgt_chat_template_render(const mgt_chat_template *t, const struct jso
 				    mgt_buf *out);
 void mgt_chat_template_free(mgt_chat_template *t);
 
+/* A Hugging Face tokenizer's chat setup: t its chat template (the "default" one of a named list),
+ * tool_use the list's "tool_use" template (NULL if none), specials the special tokens' strings
+ * from tokenizer_config.json (bos_token, eos_token, unk_token, sep_token, pad_token, cls_token,
+ * mask_token: a string or an AddedToken's "content"; additional_special_tokens), an object. */
+typedef struct {
+	mgt_chat_template *t, *tool_use;
+	struct json_t *specials;
+} mgt_chat_config;
+/* From template_file (a Jinja2 file; NULL: the "chat_template" of the tokenizer_config.json
+ * beside, or for a directory in, model) and that config's special tokens (none without one).
+ * Errors: MGT_ERR_USAGE (no template file and no tokenizer_config.json), MGT_ERR_VOCAB (a
+ * chat_template that is missing, of another type, a list without "default", or that does not
+ * parse), MGT_ERR_IO (the template file), MGT_ERR_NOMEM.  Close with mgt_chat_config_close. */
+mgt_status mgt_chat_config_open(mgt_chat_config *c, const char *template_file, const char *model);
+void mgt_chat_config_close(mgt_chat_config *c);
+/* transformers' apply_chat_template(tokenize=False): the template rendered with the special
+ * tokens and the keys of the JSON object kwargs (messages, tools, documents,
+ * add_generation_prompt, ...; add_generation_prompt false, tools and documents none when
+ * absent), the tool_use template when tools is given and there is one; date as
+ * mgt_chat_template_render's.  Appends to out.  Errors: mgt_chat_template_render's, NOMEM. */
+mgt_status mgt_chat_render(const mgt_chat_config *c, const struct json_t *kwargs, const char *date, mgt_buf *out);
+
 #endif
