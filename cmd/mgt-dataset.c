@@ -101,7 +101,8 @@ static const char help_samples[] =
 	"\n"
 	"  --tokenizer-model TOK                  Hugging Face tokenizer.json or its directory (required)\n"
 	"  --tokenizer-type T                     SFTTokenizer or HuggingFaceTokenizer (the default)\n"
-	"  --sft-tokenizer-prompt-format F        nemotron-h-aligned (default), nemotron-nano-v2, identity\n"
+	"  --sft-tokenizer-prompt-format F        nemotron-h-aligned (default), nemotron-nano-v2, identity,\n"
+	"                                         or default (the chat_template of tokenizer_config.json)\n"
 	"  --seq-length N                         the packed length S (required)\n"
 	"  --context-parallel-size N              pad each conversation to a multiple of 2N (default 1)\n"
 	"  --samples A:B                          lines A to B-1, 0-based (default all)\n";
@@ -411,13 +412,16 @@ static int samples_sft(int argc, char **argv)
 	uint64_t first = 0, end = UINT64_MAX;
 	if (range) parse_range_arg("samples", range, UINT64_MAX, &first, &end);
 	static mgt_tok *tok; /* static: reachable if a usage error exits */
+	static mgt_chat_config chat;
 	mgt_sft_data *d = NULL;
 	mgt_status st = mgt_sft_format_parse(fmt, &c.format);
 	if (!st) st = mgt_tok_load(&tok, &to);
-	c.path = argv[optind], c.tok = tok;
+	if (!st && c.format == MGT_SFT_DEFAULT) st = mgt_chat_config_open(&chat, NULL, to.model);
+	c.path = argv[optind], c.tok = tok, c.chat = &chat;
 	if (!st) st = mgt_sft_open(&c, &d);
 	if (!st) st = mgt_sft_write(stdout, d, (int64_t)first, end > INT64_MAX ? INT64_MAX : (int64_t)end);
 	mgt_sft_close(d);
+	mgt_chat_config_close(&chat);
 	mgt_tok_free(tok);
 	if (st) mgt_cli_fail(PROG, st);
 	return finish_stdout();

@@ -77,7 +77,7 @@
 	X(B, eod_mask_loss, eod_mask_loss, "eod-mask-loss", "false", "", "no loss where the input token is eod (its label: the next document's first token)") \
 	X(B, reset_position_ids, reset_position_ids, "reset-position-ids", "false", "", "restart positions after each eod") \
 	X(B, sft, sft, "sft", "false", "", "supervised fine-tuning: Megatron's SFTDataset over the JSONL --data-path (packed conversations, loss on the answers; GPT)") \
-	X(S, sft_tokenizer_prompt_format, sft_tokenizer_prompt_format, "sft-tokenizer-prompt-format", "nemotron-h-aligned", "", "--sft: nemotron-h-aligned, nemotron-nano-v2 or identity") \
+	X(S, sft_tokenizer_prompt_format, sft_tokenizer_prompt_format, "sft-tokenizer-prompt-format", "nemotron-h-aligned", "", "--sft: nemotron-h-aligned, nemotron-nano-v2, identity or default (the tokenizer's chat_template)") \
 	X(B, reset_attention_mask, reset_attention_mask, "reset-attention-mask", "false", "", "GPT: no attention across an eod (each document attends within itself)") \
 	X(F, mask_prob, mask_prob, "mask-prob", "0.15", "(0,1)", "BERT and T5: probability of masking a token") \
 	X(F, short_seq_prob, short_seq_prob, "short-seq-prob", "0.1", "[0,1]", "BERT and T5: probability of a shorter target length") \

@@ -457,9 +457,11 @@ void mgt_gpt_data_close(mgt_gpt_data *d);
  * tokens it is cut there, its last token and target set to pad, cu_seqlens' last entry S, and the
  * line's later conversations dropped; else padded to S + 1 (positions continuing, the padding in
  * the last segment).  pad: the id of <SPECIAL_233> (nemotron-h-aligned) or <unk> (the others). */
-typedef enum { MGT_SFT_NEMOTRON_H_ALIGNED, MGT_SFT_NEMOTRON_NANO_V2, MGT_SFT_IDENTITY } mgt_sft_format;
-/* --sft-tokenizer-prompt-format's name.  Errors: MGT_ERR_USAGE (unknown; "default", the
- * tokenizer's chat_template, not implemented yet). */
+typedef enum { MGT_SFT_NEMOTRON_H_ALIGNED, MGT_SFT_NEMOTRON_NANO_V2, MGT_SFT_IDENTITY, MGT_SFT_DEFAULT } mgt_sft_format;
+/* --sft-tokenizer-prompt-format's name.  default: the tokenizer's own chat_template renders each
+ * conversation (mgt_chat_render, the line's message objects as they are), every token is a
+ * target (no turn masked or checked), pad = pad_token, else eos_token, of tokenizer_config.json.
+ * Errors: MGT_ERR_USAGE (unknown). */
 mgt_status mgt_sft_format_parse(const char *name, mgt_sft_format *out);
 
 typedef struct mgt_sft_data mgt_sft_data;
@@ -470,6 +472,8 @@ typedef struct {
 				 * with add_special_tokens=False) */
 	mgt_sft_format format;
 	int seq_length, cp;     /* S; the context-parallel size (S % (2 cp) == 0 when cp > 1) */
+	const mgt_chat_config *chat; /* default format: the template and special tokens (borrowed) */
+	const char *date;       /* default format: strftime_now's date (NULL: now) */
 } mgt_sft_config;
 /* One packed sample: caller's arrays tokens, labels, position_ids [S] int32 (labels -100 where
  * the target is masked, as Megatron's), loss_mask [S] fp32 (0 where the label is pad or -100),

@@ -15,6 +15,7 @@
 typedef struct {
 	const char *role, *content;
 	size_t len;
+	json_t *obj;        /* the line's message object as it is (NULL when a converter made it) */
 } msg;
 
 struct mgt_sft_data {
@@ -24,6 +25,8 @@ struct mgt_sft_data {
 	const mgt_tok *tok;
 	mgt_tok_enc *enc;
 	mgt_sft_format fmt;
+	const mgt_chat_config *chat; /* the default format's template and special tokens */
+	const char *date;
 	int S, cp;
 	int32_t pad;
 	char *path;
@@ -34,15 +37,12 @@ struct mgt_sft_data {
 
 enum { IGNORE = -100 };
 
-static const char *const FMT_NAME[] = { "nemotron-h-aligned", "nemotron-nano-v2", "identity" };
+static const char *const FMT_NAME[] = { "nemotron-h-aligned", "nemotron-nano-v2", "identity", "default" };
 
 mgt_status mgt_sft_format_parse(const char *name, mgt_sft_format *out)
 {
-	for (int k = 0; k < 3; k++)
+	for (int k = 0; k < 4; k++)
 		if (!strcmp(name, FMT_NAME[k])) return *out = (mgt_sft_format)k, MGT_OK;
-	if (!strcmp(name, "default"))
-		return mgt_err(MGT_ERR_USAGE, "--sft-tokenizer-prompt-format default (the tokenizer's own chat_template) is "
-			       "not implemented yet: use nemotron-h-aligned, nemotron-nano-v2 or identity");
 	return mgt_err(MGT_ERR_USAGE, "--sft-tokenizer-prompt-format %s: expected nemotron-h-aligned, nemotron-nano-v2, "
 		       "identity or default", name);
 }
@@ -119,13 +119,27 @@ static mgt_status render_msg(mgt_buf *b, mgt_sft_format f, const msg *m)
 	return st;
 }
 
+/* The default format: messages m[0..n) as the line gives them (a converter's as {role, content})
+ * through the tokenizer's chat template (mgt_chat_render: add_generation_prompt false). */
+static mgt_status render_chat(mgt_sft_data *d, const msg *m, int n)
+{
+	json_t *a = json_array(), *kw = json_object();
+	for (int k = 0; k < n; k++)
+		json_array_append_new(a, m[k].obj ? json_incref(m[k].obj)
+						  : json_pack("{s:s,s:s%}", "role", m[k].role, "content", m[k].content, m[k].len));
+	json_object_set_new(kw, "messages", a);
+	mgt_status st = mgt_chat_render(d->chat, kw, d->date, &d->r);
+	json_decref(kw);
+	return st;
+}
+
 /* The tokens of messages m[0..n) rendered (apply_chat_template(tokenize=True): encoded without
  * special tokens added) into ids (cleared first). */
 static mgt_status tokenize(mgt_sft_data *d, const msg *m, int n, mgt_ids *ids)
 {
 	d->r.n = 0, ids->n = 0;
-	mgt_status st = MGT_OK;
-	for (int k = 0; !st && k < n; k++) st = render_msg(&d->r, d->fmt, &m[k]);
+	mgt_status st = d->fmt == MGT_SFT_DEFAULT ? render_chat(d, m, n) : MGT_OK;
+	for (int k = 0; !st && d->fmt != MGT_SFT_DEFAULT && k < n; k++) st = render_msg(&d->r, d->fmt, &m[k]);
 	return st ? st : mgt_tok_encode(d->enc, d->r.p ? d->r.p : "", d->r.n, ids);
 }
 
@@ -138,7 +152,7 @@ static mgt_status conversation(mgt_sft_data *d, const msg *m, int n, int64_t lin
 	mgt_status st = tokenize(d, m, n, &d->ids);
 	d->tgt.n = 0;
 	for (size_t i = 0; !st && i < d->ids.n; i++) st = mgt_ids_push(&d->tgt, d->ids.v[i]);
-	if (st) return st;
+	if (st || d->fmt == MGT_SFT_DEFAULT) return st; /* default: every token trained, no turn checked */
 	int32_t *y = d->tgt.v;
 	size_t idx = 0;
 	for (int k = 0; k < n; k++) {
@@ -177,7 +191,7 @@ typedef struct {
 	int n, cap;
 } msgs;
 
-static mgt_status push_msg(msgs *v, const char *role, const char *c, size_t len)
+static mgt_status push_msg(msgs *v, const char *role, const char *c, size_t len, json_t *obj)
 {
 	if (v->n == v->cap) {
 		int cap = v->cap ? 2 * v->cap : 8;
@@ -185,7 +199,7 @@ static mgt_status push_msg(msgs *v, const char *role, const char *c, size_t len)
 		if (!m) return MGT_ERR_NOMEM;
 		v->m = m, v->cap = cap;
 	}
-	v->m[v->n++] = (msg){ role, c, len };
+	v->m[v->n++] = (msg){ role, c, len, obj };
 	return MGT_OK;
 }
 
@@ -200,7 +214,7 @@ static mgt_status from_messages(const mgt_sft_data *d, json_t *a, int64_t line, 
 		if (!json_is_string(r) || !json_is_string(c))
 			return mgt_err(MGT_ERR_INPUT, "%s:%lld: message %zu: expected string \"role\" and \"content\"", d->path,
 				       (long long)line + 1, i + 1);
-		mgt_status st = push_msg(v, json_string_value(r), json_string_value(c), json_string_length(c));
+		mgt_status st = push_msg(v, json_string_value(r), json_string_value(c), json_string_length(c), x);
 		if (st) return st;
 	}
 	return MGT_OK;
@@ -222,7 +236,7 @@ static mgt_status from_sharegpt(const mgt_sft_data *d, json_t *a, int64_t line, 
 	if (!json_is_array(a)) return mgt_err(MGT_ERR_INPUT, "%s:%lld: \"conversations\" is not a list", d->path, (long long)line + 1);
 	json_t *f0 = json_object_get(json_array_get(a, 0), "from");
 	mgt_status st = json_is_string(f0) && !strcmp(sharegpt_role(json_string_value(f0)), "system")
-			? MGT_OK : push_msg(v, "system", "", 0);
+			? MGT_OK : push_msg(v, "system", "", 0, NULL);
 	size_t i;
 	json_t *x;
 	json_array_foreach(a, i, x) {
@@ -231,7 +245,7 @@ static mgt_status from_sharegpt(const mgt_sft_data *d, json_t *a, int64_t line, 
 		if (!json_is_string(f) || !json_is_string(c))
 			return mgt_err(MGT_ERR_INPUT, "%s:%lld: turn %zu: expected string \"from\" and \"value\"", d->path,
 				       (long long)line + 1, i + 1);
-		st = push_msg(v, sharegpt_role(json_string_value(f)), json_string_value(c), json_string_length(c));
+		st = push_msg(v, sharegpt_role(json_string_value(f)), json_string_value(c), json_string_length(c), NULL);
 	}
 	return st;
 }
@@ -261,9 +275,9 @@ static mgt_status from_alpaca(const mgt_sft_data *d, json_t *o, int64_t line, ms
 	mgt_status st = mgt_buf_add(u, json_string_value(in), json_string_length(in));
 	if (!st && ctx) st = mgt_buf_add(u, "\n\n", 2);
 	if (!st && ctx) st = mgt_buf_add(u, json_string_value(ctx), json_string_length(ctx));
-	if (!st) st = push_msg(v, "system", "", 0);
-	if (!st) st = push_msg(v, "user", u->p, u->n);
-	if (!st) st = push_msg(v, "assistant", json_string_value(out), json_string_length(out));
+	if (!st) st = push_msg(v, "system", "", 0, NULL);
+	if (!st) st = push_msg(v, "user", u->p, u->n, NULL);
+	if (!st) st = push_msg(v, "assistant", json_string_value(out), json_string_length(out), NULL);
 	return st;
 }
 
@@ -399,10 +413,18 @@ mgt_status mgt_sft_open(const mgt_sft_config *c, mgt_sft_data **out)
 			       c->seq_length, c->cp);
 	mgt_sft_data *d = calloc(1, sizeof *d);
 	if (!d) return MGT_ERR_NOMEM;
-	d->tok = c->tok, d->fmt = c->format, d->S = c->seq_length, d->cp = c->cp;
+	d->tok = c->tok, d->fmt = c->format, d->S = c->seq_length, d->cp = c->cp, d->chat = c->chat, d->date = c->date;
 	mgt_status st = (d->path = strdup(c->path)) ? MGT_OK : MGT_ERR_NOMEM;
 	if (!st) st = mgt_tok_enc_new(&d->enc, c->tok);
+	if (!st && d->fmt == MGT_SFT_DEFAULT && (!c->chat || !c->chat->t))
+		st = mgt_err(MGT_ERR_USAGE, "--sft-tokenizer-prompt-format default needs the tokenizer's chat_template "
+			     "(tokenizer_config.json beside --tokenizer-model)");
 	const char *pad = d->fmt == MGT_SFT_NEMOTRON_H_ALIGNED ? "<SPECIAL_233>" : "<unk>";
+	if (!st && d->fmt == MGT_SFT_DEFAULT) { /* SFTTokenizer: pad_token_id, else eos_token_id */
+		pad = json_string_value(json_object_get(c->chat->specials, "pad_token"));
+		if (!pad) pad = json_string_value(json_object_get(c->chat->specials, "eos_token"));
+		if (!pad) pad = "(no pad_token or eos_token in tokenizer_config.json)";
+	}
 	if (!st && (d->pad = token_id(d->enc, c->tok, pad)) < 0)
 		st = mgt_err(MGT_ERR_USAGE, "--sft-tokenizer-prompt-format %s pads with %s, which the tokenizer (%s) has "
 			     "no token for", FMT_NAME[d->fmt], pad, mgt_tok_type_name(c->tok));

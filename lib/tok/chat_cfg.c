@@ -96,7 +96,8 @@ mgt_status mgt_chat_config_open(mgt_chat_config *ch, const char *tmpl_file, cons
 			free(src);
 		}
 	} else if (!cfg) {
-		st = mgt_err(MGT_ERR_USAGE, "--chat needs --chat-template FILE or a --tokenizer-model with a tokenizer_config.json beside it");
+		st = mgt_err(MGT_ERR_USAGE, "no chat template: %s has no tokenizer_config.json beside it (with a "
+			     "chat_template); give a template file (mgt-tokenize --chat-template FILE)", model ? model : "no --tokenizer-model");
 	} else {
 		st = config_templates(ch, json_object_get(cfg, "chat_template"), cfgpath);
 	}

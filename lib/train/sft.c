@@ -11,6 +11,7 @@
 
 struct trainer_sft {
 	mgt_sft_data *d;
+	mgt_chat_config chat; /* --sft-tokenizer-prompt-format default: the tokenizer's chat template */
 	uint64_t beg[3], end[3];
 	int32_t *a;     /* one sample: tokens, labels, positions [S] each, cu_seqlens [S + 1] */
 	float *mask;    /* [S] */
@@ -29,6 +30,8 @@ mgt_status trainer_sft_open(trainer *t)
 	mgt_gpt_split sp;
 	mgt_status st = mgt_sft_format_parse(a->sft_tokenizer_prompt_format, &c.format);
 	if (!st) st = mgt_gpt_split_parse(a->split, &sp);
+	if (!st && c.format == MGT_SFT_DEFAULT) st = mgt_chat_config_open(&s->chat, NULL, a->tokenizer_model);
+	c.chat = &s->chat;
 	if (!st) st = mgt_sft_open(&c, &s->d);
 	for (int k = 0; !st && k < 3; k++) mgt_gpt_split_range(&sp, (mgt_split)k, (uint64_t)mgt_sft_lines(s->d), &s->beg[k], &s->end[k]);
 	if (!st && !(s->a = malloc((4 * (size_t)S + 1) * sizeof *s->a))) st = MGT_ERR_NOMEM;
@@ -77,6 +80,7 @@ void trainer_sft_free(trainer *t)
 {
 	if (!t->sft) return;
 	mgt_sft_close(t->sft->d);
+	mgt_chat_config_close(&t->sft->chat);
 	free(t->sft->a), free(t->sft->mask), free(t->sft);
 	t->sft = NULL;
 }

@@ -22,6 +22,15 @@ cat >conv.jsonl <<'EOF'
 {"prompt": "", "question": "Who slew Goliath?", "answer": "David, the son of Jesse, with a sling and a stone out of the brook."}
 {"messages": [{"role": "system", "content": "Long."}, {"role": "user", "content": "Recite the beginning."}, {"role": "assistant", "content": "In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters."}, {"role": "system", "content": "Dropped when the first is cut."}, {"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}
 EOF
+# the default format: the tokenizer's own chat_template (ChatML-like), beside tok.json
+$PY - <<'PY'
+import json
+tmpl = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] | trim + '<|im_end|>\\n' }}"
+        "{% if message.name is defined %}{{ message.name }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+json.dump({"chat_template": tmpl, "eos_token": "<|endoftext|>", "bos_token": {"content": "<|endoftext|>"}},
+          open("tokenizer_config.json", "w"))
+PY
 # identity joins contents as they are: these split at spaces, so each turn tokenizes alone as in the whole
 cat >ident.jsonl <<'EOF'
 {"messages": [{"role": "system", "content": "Scribe:"}, {"role": "user", "content": " who begat Isaac?"}, {"role": "assistant", "content": " Abraham."}]}
@@ -30,6 +39,12 @@ EOF
 cat >ref.py <<'PY'
 import json, subprocess, sys
 bin_, tok, path, fmt, S, CP = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+if fmt == "default":  # the template as transformers renders it (jinja2, trim_blocks, lstrip_blocks)
+    import jinja2
+    cfg = json.load(open("tokenizer_config.json"))
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    chat = env.from_string(cfg["chat_template"])
+    specials = {k: (v["content"] if isinstance(v, dict) else v) for k, v in cfg.items() if k.endswith("_token")}
 SHARE = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "model": "assistant",
          "chatgpt": "assistant", "bing": "assistant", "bard": "assistant", "system": "system", "tool": "tool",
          "function": "tool", "observation": "tool"}
@@ -43,6 +58,10 @@ def messages(o):
     ins, out, ctx = first(["instruction", "prompt", "query", "question"]), first(["output", "response", "completion", "answer"]), first(["input", "context"])
     return [{"role": "system", "content": ""}, {"role": "user", "content": ins + "\n\n" + ctx if ctx else ins},
             {"role": "assistant", "content": out}]
+def render_all(c):
+    if fmt == "default":
+        return chat.render(messages=c, add_generation_prompt=False, tools=None, documents=None, **specials)
+    return "".join(render(m) for m in c)
 def render(m):
     r, c = m["role"], m["content"]
     if fmt == "identity": return c
@@ -62,17 +81,20 @@ for o in lines:
         cur.append(m)
     if cur: cs.append(cur)
     convs.append(cs)
-texts = sorted({"".join(render(m) for m in c) for cs in convs for c in cs} |
-               {render(m) for cs in convs for c in cs for m in c} | {"<SPECIAL_233>", "<unk>"})
+texts = sorted({render_all(c) for cs in convs for c in cs} |
+               ({render(m) for cs in convs for c in cs for m in c} if fmt != "default" else set()) |
+               {"<SPECIAL_233>", "<unk>", "<|endoftext|>"})
 enc = subprocess.run([bin_ + "/mgt-tokenize", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", tok,
                       "--tokenizer-hf-no-include-special-tokens", "--jsonl"],
                      input="".join(json.dumps({"text": t}) + "\n" for t in texts), capture_output=True, text=True, check=True)
 ids = {t: [int(x) for x in l.split()] for t, l in zip(texts, enc.stdout.split("\n"))}
 def special(name): return ids[name][0]
-pad = special("<SPECIAL_233>" if fmt == "nemotron-h-aligned" else "<unk>")
+pad = special({"nemotron-h-aligned": "<SPECIAL_233>", "default": "<|endoftext|>"}.get(fmt, "<unk>"))
 def conversation(c):
-    tokens = ids["".join(render(m) for m in c)]
+    tokens = ids[render_all(c)]
     target, idx = list(tokens), 0
+    if fmt == "default":  # every token trained, nothing checked
+        return tokens, target
     for k, m in enumerate(c):
         r = m["role"].lower()
         if r == "assistant":
@@ -124,6 +146,12 @@ for f in nemotron-h-aligned nemotron-nano-v2; do
 done
 for s in 8 12 16 64; do ok "identity, S $s = the reference" check ident.jsonl identity $s 1; done
 ok "identity, S 16, CP 2 = the reference" check ident.jsonl identity 16 2
+if $PY -c 'import jinja2' 2>/dev/null; then
+	for s in 16 64 128; do ok "default (the tokenizer's chat_template), S $s = the reference (jinja2)" check conv.jsonl default $s 1; done
+	ok "default, S 64, CP 2 = the reference" check conv.jsonl default 64 2
+else
+	skip "python3-jinja2 missing: the default format's reference"
+fi
 # a line with loss: its tokens' labels are the assistant's
 ok "the loss falls on assistant content only" sh -c "$BIN/mgt-dataset samples conv.jsonl --dataset-type sft \
 	--tokenizer-model tok.json --seq-length 128 --samples 5 | $PY -c '
@@ -157,8 +185,9 @@ ok "an empty file" sh -c ": >empty.jsonl; $BIN/mgt-dataset samples empty.jsonl -
 	--seq-length 8 2>err; test \$? = 3 && grep -q 'no lines' err"
 ok "a tokenizer without <SPECIAL_233>: exit 2 naming it" sh -c "$BIN/mgt-dataset samples conv.jsonl --dataset-type sft \
 	--tokenizer-model $SHARE/tokenizers/kjv-4k --seq-length 8 2>err; test \$? = 2 && grep -q 'SPECIAL_233' err"
-ok "--sft-tokenizer-prompt-format default: exit 2, not yet" sh -c "$BIN/mgt-dataset samples conv.jsonl --dataset-type sft \
-	--tokenizer-model tok.json --seq-length 8 --sft-tokenizer-prompt-format default 2>err; test \$? = 2 && grep -q 'chat_template' err"
+ok "--sft-tokenizer-prompt-format default without a tokenizer_config.json: exit 2 naming chat_template" sh -c \
+	"$BIN/mgt-dataset samples conv.jsonl --dataset-type sft --tokenizer-model $SHARE/tokenizers/kjv-4k/tokenizer.json \
+	--seq-length 8 --sft-tokenizer-prompt-format default 2>err; test \$? = 2 && grep -q 'chat_template' err"
 ok "CP 2 with a length not a multiple of 4: exit 2" sh -c "$BIN/mgt-dataset samples conv.jsonl --dataset-type sft \
 	--tokenizer-model tok.json --seq-length 30 --context-parallel-size 2 2>err; test \$? = 2"
 done_testing

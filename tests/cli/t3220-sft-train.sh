@@ -77,6 +77,15 @@ ok "lr 0, micro-batch 1" train 1 m1 $V1 --lr 0 --hidden-dropout 0 --attention-dr
 ok "lr 0, micro-batch 4" train 1 m4 $V1 --lr 0 --hidden-dropout 0 --attention-dropout 0 --micro-batch-size 4
 ok "the training loss is the global token mean: the same at micro-batch 1 and 4" cmp_losses m1 m4 lm_loss 1e-6
 ok "validation is the mean of micro-batch means: it moves with the micro-batch size" cmp_losses m1 m4 valid_loss 1 1e-5
+# Megatron's default prompt format: the tokenizer's chat template (tokenizer_config.json beside tok.json)
+$PY -c 'import json; json.dump({"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}", "eos_token": "<|endoftext|>"}, open("tokenizer_config.json", "w"))'
+dflt() {
+	train 1 dflt $V1 --sft-tokenizer-prompt-format default && $PY -c "
+import json, sys
+l = [o['lm_loss'] for o in map(json.loads, open('dflt.jsonl')) if 'lm_loss' in o]
+sys.exit(not l[-1] < l[0] - 0.5)"
+}
+ok "--sft-tokenizer-prompt-format default trains (every token a target) and its loss falls" dflt
 refused() { # PATTERN FLAGS...: exit 2 with PATTERN on stderr
 	_p=$1; shift
 	"$BIN/mgt-train" --model tiny-gpt2 --data-path chat.jsonl --train-iters 2 --micro-batch-size 2 --device cpu "$@" \
@@ -89,7 +98,6 @@ ok "--sft with a GPT-2 BPE tokenizer: refused naming SFTTokenizer" refused "SFTT
 	--tokenizer-type GPT2BPETokenizer --vocab-file "$SHARE/tokenizers/gpt2/vocab.json" \
 	--merge-file "$SHARE/tokenizers/gpt2/merges.txt"
 ok "--sft with --reset-attention-mask: refused" refused "reset-attention-mask" $TOK --sft --reset-attention-mask
-ok "--sft-tokenizer-prompt-format default: not yet" refused "chat_template" $TOK --sft --sft-tokenizer-prompt-format default
 ok "--sft-mock-dataset-config-json: refused by name" refused "sft-mock-dataset-config-json" $TOK --sft \
 	--sft-mock-dataset-config-json x.json
 done_testing
