@@ -443,7 +443,7 @@ static void free_slot(mgt_model *m, slot_act *sa)
 	free(sa->la);
 	float *bufs[] = { sa->res_out, sa->lnf, sa->meanf, sa->rstdf, sa->logits, sa->mx, sa->sumexp, sa->tgt,
 			  sa->loss, sa->mask, (float *)sa->tokens, (float *)sa->labels, (float *)sa->pos,
-			  (float *)sa->types, (float *)sa->kmask };
+			  (float *)sa->types, (float *)sa->kmask, (float *)sa->seg };
 	for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 }
 
