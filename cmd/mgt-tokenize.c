@@ -122,32 +122,48 @@ static mgt_status process_json_line(const opts *o, const char *line, size_t n)
 	return st;
 }
 
-static mgt_status run_input(const opts *o, const char *path)
+/* fn(ctx, line, n) for every line of path, an error naming the file and line (mgt_jsonl: plain
+ * or zstd, "-" for stdin) */
+static mgt_status each_line(const char *path, mgt_status (*fn)(void *, const char *, size_t), void *ctx)
 {
 	mgt_jsonl *r;
 	mgt_status st = mgt_jsonl_open(&r, path);
 	if (st)
 		return st;
-	mgt_buf all = {0};
 	const char *line;
 	size_t n;
 	while (!(st = mgt_jsonl_next(r, &line, &n)) && line) {
-		if (o->jsonl) {
-			st = o->decode ? process(o, line, n) : process_json_line(o, line, n);
-			if (st) {
-				st = mgt_err_ctx(st, "%s:%llu", path, (unsigned long long)mgt_jsonl_lineno(r));
-				break;
-			}
-		} else if (mgt_buf_add(&all, line, n) || mgt_buf_add(&all, "\n", 1)) {
-			st = MGT_ERR_NOMEM;
+		if ((st = fn(ctx, line, n))) {
+			st = mgt_err_ctx(st, "%s:%llu", path, (unsigned long long)mgt_jsonl_lineno(r));
 			break;
 		}
 	}
+	mgt_jsonl_close(r);
+	return st;
+}
+
+static mgt_status jsonl_line(void *ctx, const char *line, size_t n)
+{
+	const opts *o = ctx;
+	return o->decode ? process(o, line, n) : process_json_line(o, line, n);
+}
+
+static mgt_status append_line(void *ctx, const char *line, size_t n)
+{
+	mgt_buf *all = ctx;
+	return mgt_buf_add(all, line, n) || mgt_buf_add(all, "\n", 1) ? MGT_ERR_NOMEM : MGT_OK;
+}
+
+static mgt_status run_input(const opts *o, const char *path)
+{
+	if (o->jsonl)
+		return each_line(path, jsonl_line, (void *)o);
 	/* whole-input mode: lines joined by newlines; a final newline is dropped */
-	if (!st && !o->jsonl)
+	mgt_buf all = {0};
+	mgt_status st = each_line(path, append_line, &all);
+	if (!st)
 		st = process(o, all.p ? all.p : "", all.n ? all.n - 1 : 0);
 	free(all.p);
-	mgt_jsonl_close(r);
 	return st;
 }
 
@@ -156,8 +172,9 @@ static mgt_status run_input(const opts *o, const char *path)
 /* the template and special tokens (tok.h mgt_chat_config), strftime_now's date, the encoder of --ids */
 typedef struct { mgt_chat_config cfg; const char *date; mgt_tok_enc *enc; } chat;
 
-static mgt_status chat_line(const chat *ch, const char *line, size_t n)
+static mgt_status chat_line(void *ctx, const char *line, size_t n)
 {
+	const chat *ch = ctx;
 	json_error_t je;
 	json_t *j = json_loadb(line, n, JSON_ALLOW_NUL, &je);
 	if (!j)
@@ -190,24 +207,6 @@ static mgt_status chat_line(const chat *ch, const char *line, size_t n)
 	}
 	free(out.p), free(ids.v);
 	json_decref(j);
-	return st;
-}
-
-static mgt_status run_chat(const chat *ch, const char *path)
-{
-	mgt_jsonl *r;
-	mgt_status st = mgt_jsonl_open(&r, path);
-	if (st)
-		return st;
-	const char *line;
-	size_t n;
-	while (!(st = mgt_jsonl_next(r, &line, &n)) && line) {
-		if ((st = chat_line(ch, line, n))) {
-			st = mgt_err_ctx(st, "%s:%llu", path, (unsigned long long)mgt_jsonl_lineno(r));
-			break;
-		}
-	}
-	mgt_jsonl_close(r);
 	return st;
 }
 
@@ -309,7 +308,7 @@ int main(int argc, char **argv)
 		if (!st)
 			st = mgt_chat_config_open(&ch.cfg, chat_template, to.model);
 		if (!st)
-			st = run_chat(&ch, input ? input : "-");
+			st = each_line(input ? input : "-", chat_line, &ch);
 		mgt_chat_config_close(&ch.cfg);
 		mgt_tok_enc_free(ch.enc);
 		mgt_tok_free(o.tok);
