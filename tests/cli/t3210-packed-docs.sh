@@ -2,8 +2,8 @@
 # mgt-train --reset-attention-mask (Megatron's GPTDataset: no attention across an eod, with
 # --reset-position-ids positions restarting after it): on KJV verses as documents (many eods a
 # row) every layout gives the single-process losses step by step (TP2 with SP, PP2, DP2 with the
-# distributed optimizer; TP2 x PP2 x DP2 in the full tier, its paths are the quick cases'; fp32,
-# relative difference <= 1e-5); the flag changes
+# distributed optimizer, TP2 x PP2 x DP2: the full tier; the quick tier runs those layouts with
+# packed documents under --sft, t3220; fp32, relative difference <= 1e-5); the flag changes
 # the losses (it is not ignored); what it cannot run with is refused, naming the flags. The
 # attention itself is checked against references in tests/unit (test_backend: the op against
 # double and FD; test_packed: a packed row against its documents alone, bit-for-bit isolation).
@@ -56,9 +56,12 @@ ok "one process without them" train 1 plain $V1
 ok "the flags change the losses (rows hold several verses)" cmp_losses plain one 1 1e-4
 ok "--reset-attention-mask alone differs from it with --reset-position-ids" mask_only
 if command -v mpirun >/dev/null 2>&1; then
-	ok "TP2 with SP = one process with $DOC" layout tp2sp 2 $V2 --tensor-model-parallel-size 2 --sequence-parallel
-	ok "PP2 = one process" layout pp2 2 $V1 --pipeline-model-parallel-size 2
-	ok "DP2 with the distributed optimizer = one process" layout dp2 2 $V1 --use-distributed-optimizer
+	# the quick tier runs the same layouts with packed documents under --sft (t3220)
+	full_only "TP2 with SP with $DOC" && ok "TP2 with SP = one process with $DOC" layout tp2sp 2 $V2 \
+		--tensor-model-parallel-size 2 --sequence-parallel
+	full_only "PP2 with $DOC" && ok "PP2 = one process" layout pp2 2 $V1 --pipeline-model-parallel-size 2
+	full_only "DP2 with $DOC" && ok "DP2 with the distributed optimizer = one process" layout dp2 2 $V1 \
+		--use-distributed-optimizer
 	full_only "TP2 x PP2 x DP2 with $DOC" && ok "TP2 x PP2 x DP2 = one process" layout tp2pp2dp2 8 $V2 \
 		--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
 else
