@@ -277,12 +277,20 @@ static void kv_decode(mgt_backend *be, float *out, float *kc, float *vc, const f
 /* ---- the ops of backend.h on the descriptor (attn.h mgt_attn): the same launchers with the same
  * arguments as the kinds' functions above ---- */
 
+/* Packed sequences (seg_start) other than backend.h's: causal SELF without bias or key mask;
+ * recorded as cudaErrorNotSupported. */
+static bool packed_refused(mgt_backend *be, const mgt_attn *a, const char *op)
+{
+	if (!a->seg_start || (a->kind == MGT_ATTN_SELF && !a->bias && !a->key_mask))
+		return false;
+	mgt_cuda_ok(be, op, (int)cudaErrorNotSupported);
+	return true;
+}
+
 void mgt_cuda_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float *lse, const void *q, const void *kv)
 {
-	if (a->seg_start && (a->kind != MGT_ATTN_SELF || a->bias || a->key_mask)) { /* backend.h: SELF, causal */
-		mgt_cuda_ok(be, "attn_forward (packed sequences)", (int)cudaErrorNotSupported);
+	if (packed_refused(be, a, "attn_forward (packed sequences)"))
 		return;
-	}
 	switch (a->kind) {
 	case MGT_ATTN_SELF:
 		if (a->bias)
@@ -305,10 +313,8 @@ void mgt_cuda_attn_forward(mgt_backend *be, const mgt_attn *a, void *out, float 
 void mgt_cuda_attn_backward(mgt_backend *be, const mgt_attn *a, void *dq, void *dkv, const void *dout,
 			    const void *q, const void *kv, const void *out, const float *lse)
 {
-	if (a->seg_start && (a->kind != MGT_ATTN_SELF || a->bias || a->key_mask)) {
-		mgt_cuda_ok(be, "attn_backward (packed sequences)", (int)cudaErrorNotSupported);
+	if (packed_refused(be, a, "attn_backward (packed sequences)"))
 		return;
-	}
 	switch (a->kind) {
 	case MGT_ATTN_SELF:
 		if (a->bias)
