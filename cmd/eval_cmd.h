@@ -52,6 +52,8 @@ void eval_model_check(const eval_model_opts *o);
 typedef struct eval_model {
 	mgt_eval *ev;
 	mgt_tok *tok;
+	const char *tok_model; /* the tokenizer's --tokenizer-model path (NULL: none), owned by ev or the
+				* options: where its tokenizer_config.json is looked for */
 } eval_model;
 
 /* Open --load (or --hf in place), check that its family can do o->use (o->command), and load the

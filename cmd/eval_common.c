@@ -103,12 +103,13 @@ bool eval_ids_same(const mgt_ids *a, const mgt_ids *b)
 /* The checkpoint's tokenizer flags with the command line's applied; a tokenizer the command line
  * names (or moves) must have the vocabulary the checkpoint records (mgt_eval_check_tok): else
  * none is kept. */
-static mgt_status load_tokenizer(const eval_model_opts *o, const mgt_eval *ev, mgt_tok **tok)
+static mgt_status load_tokenizer(const eval_model_opts *o, const mgt_eval *ev, mgt_tok **tok, const char **model)
 {
 	mgt_tok_opts t;
 	*tok = NULL;
 	mgt_eval_tok_opts(ev, &t);
 	mgt_tok_opts_apply(&t, &o->tok);
+	*model = t.model;
 	if (!t.type) return MGT_OK;
 	mgt_status st = mgt_tok_load(tok, &t);
 	bool given = o->tok.type || o->tok.vocab_file || o->tok.merge_file || o->tok.model;
@@ -139,7 +140,7 @@ mgt_status eval_model_open(const eval_model_opts *o, bool need_tok, eval_model *
 	memset(m, 0, sizeof *m);
 	mgt_status st = o->hf ? open_hf(o->hf, &m->ev) : mgt_eval_open(&m->ev, o->load, o->step);
 	if (!st && o->command) st = mgt_eval_supports(m->ev, o->use, o->command);
-	if (!st) st = load_tokenizer(o, m->ev, &m->tok);
+	if (!st) st = load_tokenizer(o, m->ev, &m->tok, &m->tok_model);
 	if (!st && need_tok && !m->tok)
 		st = mgt_err(MGT_ERR_VOCAB, "the checkpoint %s records no tokenizer (--mock-data without "
 			     "--tokenizer-type): give --tokenizer-type and its files", mgt_eval_dir(m->ev));

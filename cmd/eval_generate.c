@@ -1,5 +1,6 @@
 /* cmd/eval_generate.c: mgt-eval generate: continuations of prompts with a key/value cache,
- * greedy or sampled (mgt_eval_generate).  See mgt-eval(1). */
+ * greedy or sampled (mgt_eval_generate); with --chat, replies to conversations rendered by the
+ * tokenizer's chat template (mgt_chat_render).  See mgt-eval(1). */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -13,7 +14,8 @@
 #define PROG EVAL_PROG
 
 enum { OPT_PROMPT = EVAL_OPT_FIRST_FREE, OPT_JSONL, OPT_MAX_NEW, OPT_GREEDY, OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_SEED,
-       OPT_STOP, OPT_IGNORE_EOS, OPT_BATCH, OPT_MAX_LEN, OPT_OUTPUT, OPT_LOGITS };
+       OPT_STOP, OPT_IGNORE_EOS, OPT_BATCH, OPT_MAX_LEN, OPT_OUTPUT, OPT_LOGITS, OPT_CHAT, OPT_CHAT_TEMPLATE,
+       OPT_CHAT_DATE, OPT_SYSTEM };
 
 static void usage(void)
 {
@@ -36,10 +38,19 @@ static void usage(void)
 	       "  --output text|jsonl   output format [text with --batch-size 1, else jsonl]\n"
 	       "  --logits FILE.npy     (one prompt) the logits each new token was chosen from, float32\n"
 	       "                        [new tokens, vocabulary]\n"
+	       "  --chat                prompts are a chat model's turns: each --prompt or stdin line is a user\n"
+	       "                        message, each --jsonl line {\"messages\": [...], ...} a conversation (or\n"
+	       "                        {\"prompt\": TEXT}), rendered by the tokenizer's chat_template with\n"
+	       "                        add_generation_prompt and encoded without added special tokens, as\n"
+	       "                        transformers' apply_chat_template; ends also at the end-of-turn ids\n"
+	       "                        (generation_config.json's eos_token_id, tokenizer_config.json's eos_token)\n"
+	       "  --system TEXT         (--chat) a system message before each user message\n"
+	       "  --chat-template FILE  (--chat) a Jinja2 template instead of tokenizer_config.json's\n"
+	       "  --chat-date DATE      (--chat) pin strftime_now to DATE (YYYY-MM-DD[THH:MM:SS], UTC) [today]\n"
 	       "  --help\n%s%s\n"
 	       "Output (stdout), as tokens are produced: text: each prompt's new text, its UTF-8 characters\n"
 	       "written once complete, then a newline; jsonl: when a prompt ends, one line {\"index\": I,\n"
-	       "\"prompt\": TEXT, \"ids\": [new ids], \"text\": new text, \"finish\": \"eod\"|\"stop\"|\"length\"} (I\n"
+	       "\"prompt\": TEXT, \"ids\": [new ids, an end id included], \"text\": new text, \"finish\": \"eod\"|\"stop\"|\"length\"} (I\n"
 	       "from 0 in input order; lines in the order prompts end).  An empty prompt (also one that encodes\n"
 	       "to a WordPiece tokenizer's [CLS] [SEP] alone) or one longer than --max-length is bad input\n"
 	       "(exit 3), named by its --prompt number or stdin line.\n\n%s"
@@ -56,7 +67,16 @@ typedef struct {
 	const char **stop;
 	int nstop;
 	const char *output, *logits;
+	bool chat;
+	const char *chat_template, *chat_date, *system;
 } gopts;
+
+/* --chat: the template and special tokens, and the end-of-turn ids. */
+typedef struct {
+	const gopts *o;
+	mgt_chat_config cfg;
+	mgt_ids end;
+} chat_ctx;
 
 /* The prompts: their text and where each came from. */
 typedef struct {
@@ -65,6 +85,7 @@ typedef struct {
 	int32_t **ids;
 	int64_t *len;
 	int64_t n, cap;
+	const chat_ctx *chat; /* --chat: prompts are rendered conversations; NULL: text as it is */
 } prompts;
 
 static mgt_status prompts_add(prompts *p, const char *text, size_t n, const char *where)
@@ -98,15 +119,46 @@ static void prompts_free(prompts *p)
 	free(p->len);
 }
 
-/* A JSONL line's "prompt" string into p. */
+/* --chat: conversation kw (apply_chat_template's keyword arguments: messages, tools, ...)
+ * rendered with add_generation_prompt (true unless kw sets it), as p's next prompt. */
+static mgt_status add_rendered(prompts *p, json_t *kw, const char *where)
+{
+	mgt_buf out = { 0 };
+	if (!json_object_get(kw, "add_generation_prompt")) json_object_set_new(kw, "add_generation_prompt", json_true());
+	mgt_status st = mgt_chat_render(&p->chat->cfg, kw, p->chat->o->chat_date, &out);
+	if (st) st = mgt_err_ctx(st, "%s: the chat template", where);
+	else st = prompts_add(p, out.p ? out.p : "", out.n, where);
+	free(out.p);
+	return st;
+}
+
+/* A user message text[0..n) (after --system's message) into p: as it is without --chat. */
+static mgt_status add_text(prompts *p, const char *text, size_t n, const char *where)
+{
+	if (!p->chat) return prompts_add(p, text, n, where);
+	const char *sys = p->chat->o->system;
+	json_t *msgs = sys ? json_pack("[{s:s,s:s}]", "role", "system", "content", sys) : json_array();
+	json_array_append_new(msgs, json_pack("{s:s,s:s%}", "role", "user", "content", text, n));
+	json_t *kw = json_pack("{s:o}", "messages", msgs);
+	mgt_status st = kw ? add_rendered(p, kw, where) : MGT_ERR_NOMEM;
+	json_decref(kw);
+	return st;
+}
+
+/* A JSONL line into p: its "prompt" string, or with --chat its "messages" list (the line's keys
+ * the template's variables). */
 static mgt_status add_json(prompts *p, const char *line, const char *where)
 {
 	json_error_t e;
 	json_t *o = json_loads(line, JSON_DECODE_ANY, &e);
 	json_t *s = json_is_object(o) ? json_object_get(o, "prompt") : NULL;
-	mgt_status st = json_is_string(s) ? prompts_add(p, json_string_value(s), json_string_length(s), where)
-		: mgt_err(MGT_ERR_INPUT, "%s: expected a JSON object with a \"prompt\" string%s%s", where,
-			  o ? "" : ": ", o ? "" : e.text);
+	bool conv = p->chat && json_is_object(o) && json_object_get(o, "messages");
+	mgt_status st = conv && !json_is_array(json_object_get(o, "messages"))
+		? mgt_err(MGT_ERR_INPUT, "%s: \"messages\": expected a list of messages", where)
+		: conv ? add_rendered(p, o, where)
+		: json_is_string(s) ? add_text(p, json_string_value(s), json_string_length(s), where)
+		: mgt_err(MGT_ERR_INPUT, "%s: expected a JSON object with a \"prompt\" string%s%s%s", where,
+			  p->chat ? " or a \"messages\" list" : "", o ? "" : ": ", o ? "" : e.text);
 	json_decref(o);
 	return st;
 }
@@ -122,7 +174,7 @@ static mgt_status read_stdin(prompts *p, bool jsonl)
 		snprintf(where, sizeof where, "stdin line %lld", ln);
 		if ((size_t)n != strlen(line)) st = mgt_err(MGT_ERR_INPUT, "%s: a NUL byte in the prompt", where);
 		else if (jsonl) st = add_json(p, line, where);
-		else st = prompts_add(p, line, (size_t)n, where);
+		else st = add_text(p, line, (size_t)n, where);
 	}
 	if (!st && ferror(stdin)) st = mgt_err(MGT_ERR_IO, "reading stdin: %s", strerror(errno));
 	free(line);
@@ -248,6 +300,7 @@ static mgt_status generate(const gopts *o, eval_model *em, prompts *p, int64_t c
 		.max_new_tokens = o->max_new, .greedy = o->greedy, .temperature = o->temperature, .top_k = o->top_k,
 		.top_p = o->top_p, .seed = (uint64_t)o->seed, .eod = o->ignore_eos ? -1 : mgt_tok_eod(em->tok),
 		.stop = o->stop, .nstop = o->nstop, .tok = em->tok, .batch_size = (int)o->batch, .max_length = ctx_len,
+		.end_ids = p->chat ? p->chat->end.v : NULL, .nend = p->chat ? (int)p->chat->end.n : 0,
 	};
 	out_ctx c = { .o = o, .p = p, .cap = o->max_new, .vocab = mgt_eval_vocab_size(em->ev) };
 	c.jsonl = o->output ? !strcmp(o->output, "jsonl") : o->batch > 1;
@@ -267,15 +320,26 @@ static mgt_status generate(const gopts *o, eval_model *em, prompts *p, int64_t c
 	return st;
 }
 
+/* --chat: the template (--chat-template, else the tokenizer's tokenizer_config.json) and the
+ * end-of-turn ids. */
+static mgt_status chat_open(chat_ctx *c, const gopts *o, const eval_model *em)
+{
+	mgt_status st = mgt_chat_config_open(&c->cfg, o->chat_template, em->tok_model);
+	if (st && !o->chat_template) st = mgt_err_ctx(st, "--chat");
+	return st ? st : mgt_chat_end_ids(&c->cfg, em->tok, em->tok_model, &c->end);
+}
+
 static mgt_status run(const gopts *o)
 {
 	eval_model em;
-	prompts p = { 0 };
+	chat_ctx chat = { .o = o };
+	prompts p = { .chat = o->chat ? &chat : NULL };
 	char where[64];
 	mgt_status st = eval_model_open(&o->m, true, &em);
+	if (!st && o->chat) st = chat_open(&chat, o, &em);
 	for (int i = 0; !st && i < o->nprompt; i++) {
 		snprintf(where, sizeof where, "--prompt %d", i + 1);
-		st = prompts_add(&p, o->prompt[i], strlen(o->prompt[i]), where);
+		st = add_text(&p, o->prompt[i], strlen(o->prompt[i]), where);
 	}
 	if (!st && !o->nprompt) st = read_stdin(&p, o->jsonl);
 	if (!st && o->logits && p.n != 1) st = mgt_err(MGT_ERR_USAGE, "--logits: needs exactly one prompt, got %lld", (long long)p.n);
@@ -284,6 +348,8 @@ static mgt_status run(const gopts *o)
 	if (!st) st = eval_model_build(&o->m, &em, ctx_len);
 	if (!st) st = generate(o, &em, &p, ctx_len);
 	prompts_free(&p);
+	mgt_chat_config_close(&chat.cfg);
+	free(chat.end.v);
 	eval_model_close(&em);
 	return st;
 }
@@ -320,6 +386,9 @@ static void check_opts(gopts *o)
 	if (o->nprompt && o->jsonl) mgt_cli_usage_error(PROG, "--jsonl reads stdin: give no --prompt");
 	for (int i = 0; i < o->nstop; i++)
 		if (!o->stop[i][0]) mgt_cli_usage_error(PROG, "--stop: an empty string");
+	if (!o->chat && (o->chat_template || o->chat_date || o->system))
+		mgt_cli_usage_error(PROG, "--chat-template, --chat-date and --system need --chat");
+	if (o->chat) o->m.tok.hf_no_special_tokens = 1; /* apply_chat_template: add_special_tokens=False */
 }
 
 static int own_option(int c, const char *arg, void *ctx)
@@ -340,6 +409,10 @@ static int own_option(int c, const char *arg, void *ctx)
 	case OPT_MAX_LEN: o->max_len = mgt_cli_int(PROG, "--max-length", arg); return 1;
 	case OPT_OUTPUT: o->output = arg; return 1;
 	case OPT_LOGITS: o->logits = arg; return 1;
+	case OPT_CHAT: o->chat = true; return 1;
+	case OPT_CHAT_TEMPLATE: o->chat_template = arg; return 1;
+	case OPT_CHAT_DATE: o->chat_date = arg; return 1;
+	case OPT_SYSTEM: o->system = arg; return 1;
 	default: return 0;
 	}
 }
@@ -355,6 +428,8 @@ static void parse(gopts *o, int argc, char **argv)
 		{"stop", required_argument, 0, OPT_STOP}, {"ignore-eos", no_argument, 0, OPT_IGNORE_EOS},
 		{"batch-size", required_argument, 0, OPT_BATCH}, {"max-length", required_argument, 0, OPT_MAX_LEN},
 		{"output", required_argument, 0, OPT_OUTPUT}, {"logits", required_argument, 0, OPT_LOGITS},
+		{"chat", no_argument, 0, OPT_CHAT}, {"chat-template", required_argument, 0, OPT_CHAT_TEMPLATE},
+		{"chat-date", required_argument, 0, OPT_CHAT_DATE}, {"system", required_argument, 0, OPT_SYSTEM},
 		{0, 0, 0, 0}};
 	eval_parse(argc, argv, longopts, &o->m, own_option, o, usage);
 }

@@ -157,9 +157,9 @@ void mgt_eval_free(mgt_eval *ev);
  * Errors: MGT_ERR_INPUT naming the first id outside it and its position. */
 mgt_status mgt_eval_check_ids(const mgt_eval *ev, const int32_t *tokens, int64_t n);
 
-/* Why a prompt's generation ended: MGT_GEN_MORE while it goes on; the end-of-document id was
- * drawn; a stop string appeared in the new text; max_new_tokens were produced or the context
- * (max_length positions) is full. */
+/* Why a prompt's generation ended: MGT_GEN_MORE while it goes on; the end-of-document id (or
+ * an end id, mgt_gen_opts.end_ids) was drawn; a stop string appeared in the new text;
+ * max_new_tokens were produced or the context (max_length positions) is full. */
 typedef enum { MGT_GEN_MORE, MGT_GEN_EOD, MGT_GEN_STOP, MGT_GEN_LENGTH } mgt_gen_end;
 
 /* How to generate (mgt_eval_generate).  Sampling follows Megatron's text generation
@@ -180,6 +180,9 @@ typedef struct mgt_gen_opts {
 	double top_p;            /* 0: no top-p filtering; else in (0, 1]; not with top_k > 1 */
 	uint64_t seed;
 	int32_t eod;             /* end at this id (reported, not part of the text); < 0: never */
+	const int32_t *end_ids;  /* nend more ids that end a prompt as eod does (a chat model's end of
+				  * turn, mgt_chat_end_ids); ignored when eod < 0 */
+	int nend;
 	const char *const *stop; /* nstop stop strings: end once the new text contains one */
 	int nstop;
 	const mgt_tok *tok;      /* decodes the new text (stop strings, mgt_gen_token.text); NULL: none */

@@ -155,13 +155,22 @@ static size_t stop_end(const mgt_gen_opts *o, const char *text, size_t n)
 	return best;
 }
 
+/* Whether id ends a prompt: the eod id or one of the end ids (not with eod < 0). */
+static bool is_end(const mgt_gen_opts *o, int32_t id)
+{
+	if (o->eod < 0) return false;
+	bool end = id == o->eod;
+	for (int k = 0; !end && k < o->nend; k++) end = id == o->end_ids[k];
+	return end;
+}
+
 /* Record id as slot s's new token, decide whether the prompt ends, call back. */
 static mgt_status emit(gen *g, slot *s, int32_t id, const float *lg)
 {
 	const mgt_gen_opts *o = g->o;
 	mgt_gen_token t = { .prompt = s->prompt, .step = s->step, .id = id, .end = MGT_GEN_MORE, .logits = lg };
 	mgt_status st = MGT_OK;
-	if (o->eod >= 0 && id == o->eod) t.end = MGT_GEN_EOD;
+	if (is_end(o, id)) t.end = MGT_GEN_EOD;
 	else if (mgt_ids_push(&s->out, id)) return MGT_ERR_NOMEM;
 	if (o->tok && t.end == MGT_GEN_MORE) {
 		s->text.n = 0;

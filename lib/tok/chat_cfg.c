@@ -10,18 +10,24 @@
 
 #include "tok.h"
 
+/* path: the file name beside (or in, for a directory) the --tokenizer-model path model */
+static void beside(const char *model, const char *name, char *path, size_t cap)
+{
+	struct stat sb;
+	if (!stat(model, &sb) && S_ISDIR(sb.st_mode)) {
+		snprintf(path, cap, "%s/%s", model, name);
+	} else {
+		const char *slash = strrchr(model, '/');
+		snprintf(path, cap, "%.*s%s", slash ? (int)(slash - model) + 1 : 0, model, name);
+	}
+}
+
 /* tokenizer_config.json beside (or in, for a directory) the --tokenizer-model path; NULL if none */
 static json_t *load_tok_config(const char *model, char *path, size_t cap)
 {
-	struct stat sb;
 	if (!model)
 		return NULL;
-	if (!stat(model, &sb) && S_ISDIR(sb.st_mode)) {
-		snprintf(path, cap, "%s/tokenizer_config.json", model);
-	} else {
-		const char *slash = strrchr(model, '/');
-		snprintf(path, cap, "%.*stokenizer_config.json", slash ? (int)(slash - model) + 1 : 0, model);
-	}
+	beside(model, "tokenizer_config.json", path, cap);
 	return json_load_file(path, 0, NULL);
 }
 
@@ -97,7 +103,7 @@ mgt_status mgt_chat_config_open(mgt_chat_config *ch, const char *tmpl_file, cons
 		}
 	} else if (!cfg) {
 		st = mgt_err(MGT_ERR_USAGE, "no chat template: %s has no tokenizer_config.json beside it (with a "
-			     "chat_template); give a template file (mgt-tokenize --chat-template FILE)", model ? model : "no --tokenizer-model");
+			     "chat_template); give a template file (--chat-template FILE)", model ? model : "no --tokenizer-model");
 	} else {
 		st = config_templates(ch, json_object_get(cfg, "chat_template"), cfgpath);
 	}
@@ -130,5 +136,62 @@ mgt_status mgt_chat_render(const mgt_chat_config *c, const json_t *kwargs, const
 	const mgt_chat_template *t = c->tool_use && !json_is_null(json_object_get(vars, "tools")) ? c->tool_use : c->t;
 	mgt_status st = mgt_chat_template_render(t, vars, date, out);
 	json_decref(vars);
+	return st;
+}
+
+/* id into out unless there already */
+static mgt_status push_once(mgt_ids *out, int32_t id)
+{
+	for (size_t i = 0; i < out->n; i++)
+		if (out->v[i] == id)
+			return MGT_OK;
+	return mgt_ids_push(out, id);
+}
+
+/* generation_config.json's eos_token_id (transformers' GenerationConfig: an int or a list) */
+static mgt_status generation_eos(const mgt_tok *tok, const char *model, mgt_ids *out)
+{
+	char path[4096];
+	beside(model, "generation_config.json", path, sizeof path);
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return MGT_OK;
+	json_error_t e;
+	json_t *g = json_loadf(f, 0, &e), *ids = json_object_get(g, "eos_token_id"), *x;
+	fclose(f);
+	if (json_is_null(ids))
+		ids = NULL; /* none */
+	mgt_status st = g ? MGT_OK : mgt_err(MGT_ERR_VOCAB, "%s: line %d: %s", path, e.line, e.text);
+	json_t *one = json_is_integer(ids) ? json_pack("[O]", ids) : json_incref(ids);
+	size_t i;
+	json_array_foreach(one, i, x) {
+		json_int_t v = json_integer_value(x);
+		if (st)
+			break;
+		if (!json_is_integer(x) || v < 0 || v >= mgt_tok_vocab_size(tok))
+			st = mgt_err(MGT_ERR_VOCAB, "%s: eos_token_id: expected ids in [0, %lld), the tokenizer's vocabulary",
+				     path, (long long)mgt_tok_vocab_size(tok));
+		else
+			st = push_once(out, (int32_t)v);
+	}
+	if (!st && ids && !json_is_array(one))
+		st = mgt_err(MGT_ERR_VOCAB, "%s: eos_token_id: expected an id or a list of ids", path);
+	json_decref(one);
+	json_decref(g);
+	return st;
+}
+
+mgt_status mgt_chat_end_ids(const mgt_chat_config *c, const mgt_tok *tok, const char *model, mgt_ids *out)
+{
+	mgt_status st = model ? generation_eos(tok, model, out) : MGT_OK;
+	json_t *eos = json_object_get(c->specials, "eos_token");
+	mgt_tok_enc *enc = NULL;
+	mgt_ids ids = { 0 };
+	if (!st && json_is_string(eos) && !(st = mgt_tok_enc_new(&enc, tok)))
+		st = mgt_tok_encode(enc, json_string_value(eos), json_string_length(eos), &ids);
+	if (!st && ids.n == 1)
+		st = push_once(out, ids.v[0]);
+	free(ids.v);
+	mgt_tok_enc_free(enc);
 	return st;
 }

@@ -281,5 +281,12 @@ void mgt_chat_config_close(mgt_chat_config *c);
  * absent), the tool_use template when tools is given and there is one; date as
  * mgt_chat_template_render's.  Appends to out.  Errors: mgt_chat_template_render's, NOMEM. */
 mgt_status mgt_chat_render(const mgt_chat_config *c, const struct json_t *kwargs, const char *date, mgt_buf *out);
+/* The ids that end an assistant turn in generation, as transformers' generate stops a chat
+ * model: generation_config.json's eos_token_id (an id or a list) beside (or in, for a directory)
+ * model, and c's eos_token (tokenizer_config.json) when tok encodes it to one id; each id once,
+ * in that order, appended to out (maybe none).  Errors: MGT_ERR_VOCAB (a generation_config.json
+ * that is not JSON, or whose eos_token_id is not an id or a list of ids in [0, tok's vocabulary
+ * size): naming the file), MGT_ERR_NOMEM. */
+mgt_status mgt_chat_end_ids(const mgt_chat_config *c, const mgt_tok *tok, const char *model, mgt_ids *out);
 
 #endif

@@ -41,12 +41,13 @@ static void add(tok_file *f, int *n, const char *role, const char *src)
 }
 
 /* tokenizer_config.json and special_tokens_map.json from dir (the Hugging Face tokenizer's own
- * options, which lib/tok reads beside tokenizer.json). */
+ * options, which lib/tok reads beside tokenizer.json), and generation_config.json (its
+ * eos_token_id list: where mgt-eval generate --chat stops, mgt_chat_end_ids). */
 static void add_beside(tok_file *f, int *n, const char *dir)
 {
-	static const char *const extra[] = {"tokenizer_config.json", "special_tokens_map.json"};
+	static const char *const extra[] = {"tokenizer_config.json", "special_tokens_map.json", "generation_config.json"};
 	char p[4300];
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		snprintf(p, sizeof p, "%s/%s", dir, extra[i]);
 		add(f, n, NULL, p);
 	}

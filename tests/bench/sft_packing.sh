@@ -18,7 +18,7 @@ S=256 MBS=4
 mkdir -p "$B" "$ROOT/tests/bench/results"
 OUT=$ROOT/tests/bench/results/sft_packing-$(hostname)-$(date +%Y%m%d-%H%M%S).txt
 cd "$B"
-$PY "$ROOT/tests/cli/sft_tok.py" "$ROOT/share/mgt/tokenizers/kjv-4k/tokenizer.json" tok.json
+cp "$ROOT/share/mgt/tokenizers/kjv-4k-chat/tokenizer.json" tok.json # kjv-4k with Nemotron's prompt tokens (contrib/kjv-chat.py)
 zstd -dcq "$ROOT/share/mgt/data/kjv.jsonl.zst" | head -300 | $PY -c '
 import json, sys
 packed, padded = open("packed.jsonl", "w"), open("padded.jsonl", "w")

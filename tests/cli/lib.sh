@@ -4,8 +4,8 @@ BIN=$ROOT/bin
 SHARE=$ROOT/share/mgt
 PY=/usr/bin/python3
 READER=$ROOT/tests/cli/megatron_idx_reader.py
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
+# MGT_TEST_KEEP=DIR: the scratch dir is DIR (made if needed) and is kept, to look at a failure
+if [ -n "${MGT_TEST_KEEP:-}" ]; then T=$MGT_TEST_KEEP; mkdir -p "$T"; else T=$(mktemp -d); trap 'rm -rf "$T"' EXIT; fi
 tap_n=0
 tap_fail=0
 # OpenMP threads (mgt's, OpenBLAS's and PyTorch's libgomp) sleep instead of spinning while they

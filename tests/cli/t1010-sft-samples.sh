@@ -10,8 +10,7 @@
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 # the demo's tokenizer with Nemotron's special tokens added (ids 4096..4100)
-$PY "$ROOT/tests/cli/sft_tok.py" "$SHARE/tokenizers/kjv-4k/tokenizer.json" tok.json ||
-	{ echo "1..0 # SKIP tokenizer"; exit 0; }
+cp "$SHARE/tokenizers/kjv-4k-chat/tokenizer.json" tok.json # kjv-4k with Nemotron's prompt tokens (contrib/kjv-chat.py)
 cat >conv.jsonl <<'EOF'
 {"messages": [{"role": "system", "content": "You are a scribe."}, {"role": "user", "content": "Who made the heaven?"}, {"role": "assistant", "content": "God created the heaven and the earth."}, {"role": "user", "content": "And then? /think"}, {"role": "assistant", "content": "  Light.  "}]}
 {"messages": [{"role": "user", "content": "First, with no system turn."}, {"role": "assistant", "content": "Yea."}, {"role": "system", "content": ""}, {"role": "user", "content": "Second /no_think"}, {"role": "assistant", "content": "Amen."}, {"role": "system", "content": "Third. "}, {"role": "user", "content": "Count the tribes."}, {"role": "assistant", "content": "Twelve."}]}
