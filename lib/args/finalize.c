@@ -265,9 +265,14 @@ static mgt_status check_packed(const mgt_args *a)
 		if (mgt_model_family(&a->model)->recipe != MGT_STACK_DECODER)
 			return mgt_err(MGT_ERR_USAGE, "--sft with --model-family %s: Megatron fine-tunes GPT models "
 				       "(pretrain_gpt.py --sft)", mgt_model_family(&a->model)->name);
-		if (a->context_parallel_size > 1)
-			return mgt_err(MGT_ERR_USAGE, "--sft with --context-parallel-size %lld: the per-document split of "
-				       "packed conversations under context parallelism is not implemented yet",
+		if (a->context_parallel_size > 1 && a->cp_comm != MGT_CP_A2A)
+			return mgt_err(MGT_ERR_USAGE, "--sft with --context-parallel-size %lld: packed conversations under "
+				       "context parallelism (Megatron's per-document split) run with --cp-comm-type a2a; the "
+				       "p2p ring and allgather, whose blocks take whole chunks of the row, do not take them "
+				       "yet", (long long)a->context_parallel_size);
+		if (a->context_parallel_size > 1 && a->model.num_experts > 0)
+			return mgt_err(MGT_ERR_USAGE, "--sft with --context-parallel-size %lld and --num-experts: MoE routing "
+				       "under context parallelism keeps the fixed split's rows, not the per-document split's",
 				       (long long)a->context_parallel_size);
 		if (a->mock_data || !a->data_path || strchr(a->data_path, ' '))
 			return mgt_err(MGT_ERR_USAGE, "--sft reads one JSONL --data-path (no blend, no --mock-data)");

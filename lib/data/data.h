@@ -496,8 +496,18 @@ int32_t mgt_sft_pad(const mgt_sft_data *d);
  * conversation; MGT_ERR_NOMEM. */
 mgt_status mgt_sft_get(mgt_sft_data *d, int64_t line, mgt_sft_sample *s);
 void mgt_sft_close(mgt_sft_data *d);
+/* Context parallelism's per-document split of a packed row (Megatron's
+ * _get_batch_on_this_cp_rank_per_document_balancing through Transformer Engine's
+ * thd_get_partitioned_indices, transformer_engine/common/fused_attn/thd_utils.cu
+ * thd_partition_indices_kernel): each segment [cu[k], cu[k+1]) of the n_cu entries of cu_seqlens
+ * (the last S) is cut into 2 cp chunks, of which context rank `rank` keeps chunks rank and
+ * 2 cp - 1 - rank, in segment order.  Writes the S / cp positions of the row it keeps into idx
+ * (ascending).  Errors: MGT_ERR_INPUT when a segment's length is not a multiple of 2 cp (the
+ * dataset pads every conversation to one) or the segments do not end at S. */
+mgt_status mgt_sft_cp_indices(const int32_t *cu_seqlens, int n_cu, int S, int cp, int rank, int32_t *idx);
 /* Lines [first, end) as JSON lines {"line", "tokens", "labels", "position_ids", "loss_mask" (0/1),
- * "cu_seqlens" (the n_cu real entries, without Megatron's padding to S + 1), "max_seqlen"}
+ * "cu_seqlens" (the n_cu real entries, without Megatron's padding to S + 1), "max_seqlen"}, and
+ * with cp > 1 "cp_indices": [[rank 0's positions], ...] (mgt_sft_cp_indices)
  * (mgt-dataset samples --dataset-type sft).  Errors: mgt_sft_get's, MGT_ERR_NOMEM. */
 mgt_status mgt_sft_write(FILE *f, mgt_sft_data *d, int64_t first, int64_t end);
 

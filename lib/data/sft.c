@@ -449,11 +449,33 @@ void mgt_sft_close(mgt_sft_data *d)
 
 /* ---- mgt-dataset samples --dataset-type sft ---- */
 
-static void put_arr(FILE *f, const char *key, const int32_t *v, int n)
+mgt_status mgt_sft_cp_indices(const int32_t *cu, int n_cu, int S, int cp, int rank, int32_t *idx)
 {
-	fprintf(f, ", \"%s\": [", key);
+	int n = 0;
+	for (int k = 0; k + 1 < n_cu; k++) {
+		const int L = cu[k + 1] - cu[k], c = L / (2 * cp);
+		if (L % (2 * cp))
+			return mgt_err(MGT_ERR_INPUT, "segment %d of the packed row is %d tokens, not a multiple of 2 x CP = %d",
+				       k, L, 2 * cp);
+		for (int h = 0; h < 2; h++)
+			for (int i = 0, g = cu[k] + (h ? 2 * cp - 1 - rank : rank) * c; i < c; i++) idx[n++] = g + i;
+	}
+	if (n_cu < 2 || cu[0] || cu[n_cu - 1] != S)
+		return mgt_err(MGT_ERR_INPUT, "the packed row's cu_seqlens do not cover its %d positions", S);
+	return MGT_OK;
+}
+
+static void put_list(FILE *f, const int32_t *v, int n)
+{
+	fputc('[', f);
 	for (int k = 0; k < n; k++) fprintf(f, k ? ", %d" : "%d", (int)v[k]);
 	fputc(']', f);
+}
+
+static void put_arr(FILE *f, const char *key, const int32_t *v, int n)
+{
+	fprintf(f, ", \"%s\": ", key);
+	put_list(f, v, n);
 }
 
 mgt_status mgt_sft_write(FILE *f, mgt_sft_data *d, int64_t first, int64_t end)
@@ -474,7 +496,14 @@ mgt_status mgt_sft_write(FILE *f, mgt_sft_data *d, int64_t first, int64_t end)
 		for (size_t q = 0; q < S; q++) m[q] = mask[q] > 0;
 		put_arr(f, "loss_mask", m, d->S);
 		put_arr(f, "cu_seqlens", s.cu_seqlens, s.n_cu);
-		fprintf(f, ", \"max_seqlen\": %d}\n", s.max_seqlen);
+		fprintf(f, ", \"max_seqlen\": %d", s.max_seqlen);
+		if (d->cp > 1) fprintf(f, ", \"cp_indices\": [");
+		for (int q = 0; !st && d->cp > 1 && q < d->cp; q++) { /* the split, in position_ids' storage */
+			st = mgt_sft_cp_indices(s.cu_seqlens, s.n_cu, d->S, d->cp, q, m);
+			if (q) fprintf(f, ", ");
+			if (!st) put_list(f, m, d->S / d->cp);
+		}
+		fprintf(f, "%s}\n", d->cp > 1 ? "]" : "");
 	}
 	free(a), free(mask);
 	return st;

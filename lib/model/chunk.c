@@ -151,7 +151,9 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 	sa->labels = (int32_t *)AF(T);
 	if (m->fam->recipe != MGT_STACK_ENCODER_DECODER) /* T5: the stacks' own (t5.c) */
 		sa->tokens = (int32_t *)AF(T), sa->pos = (int32_t *)AF(T);
-	if (m->L.packed_sequences) sa->seg = (int32_t *)AF(T);
+	if (m->L.packed_sequences) sa->seg = (int32_t *)AF(T * (size_t)m->cp.size);
+	if (m->L.packed_sequences && m->cp.size > 1 && !m->mem.dry && !(sa->cp_rows = mgt_malloc(T * (size_t)m->cp.size * 4)))
+		st = MGT_ERR_NOMEM;
 	if (m->fam->recipe == MGT_STACK_ENCODER) { /* BERT: the padding mask's keys */
 		sa->kmask = (uint8_t *)mgt_model_balloc(m, T, &m->mem.act_bytes, &st);
 		if (m->c.bert_binary_head) sa->types = (int32_t *)AF(T);
@@ -445,6 +447,7 @@ static void free_slot(mgt_model *m, slot_act *sa)
 			  sa->loss, sa->mask, (float *)sa->tokens, (float *)sa->labels, (float *)sa->pos,
 			  (float *)sa->types, (float *)sa->kmask, (float *)sa->seg };
 	for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
+	free(sa->cp_rows);
 }
 
 void mgt_model_free(mgt_model *m)

@@ -28,6 +28,15 @@
  *     gradients, redoing the forward's exchanges of qkv and ctx (nothing of the whole sequence is
  *     kept between the forward and the backward).
  *
+ * Packed documents (--sft: Megatron's THD batches) are split per document instead
+ * (_get_batch_on_this_cp_rank_per_document_balancing, Transformer Engine's
+ * thd_get_partitioned_indices): every conversation, padded to a multiple of 2c, is cut into 2c
+ * chunks and rank r keeps chunks r and 2c-1-r of each.  The trainer gives each micro-batch's rows
+ * of every rank (mgt_microbatch.cp_rows) and the whole micro-batch's document starts; a2a runs
+ * them as one process does (its row maps rebuilt for the micro-batch, the attention over the
+ * whole sequence within the documents).  p2p and allgather, whose blocks take whole chunks of
+ * the row, refuse packed documents.
+ *
  * Under --bf16/--fp16 qkv and ctx (and the gradients of ctx and qkv) are 16-bit as without
  * context parallelism.  p2p and allgather run their fp32 blocks on fp32 copies (qkv and ctx
  * widened, the merged output rounded into ctx once, dqkv rounded once) and move the keys and
@@ -62,16 +71,38 @@ int64_t mgt_cp_row(int64_t chunk_rows, int cp, int q, int64_t t)
 	return t < chunk_rows ? t + q * chunk_rows : t - chunk_rows + (int64_t)(2 * cp - 1 - q) * chunk_rows;
 }
 
-/* The global row of local row t of context rank q. */
-static int64_t grow(const mgt_model *m, int q, int64_t t)
+/* The global row of local row t of context rank q: rows[q T + t] (packed documents: the
+ * micro-batch's per-document split), else the fixed zigzag. */
+static int64_t grow_of(const mgt_model *m, const int32_t *rows, int q, int64_t t)
 {
-	return mgt_cp_row((int64_t)m->cp.C * m->b, m->cp.size, q, t);
+	return rows ? rows[(int64_t)q * m->T + t] : mgt_cp_row((int64_t)m->cp.C * m->b, m->cp.size, q, t);
 }
 
-/* a2a: the buffers, and the row maps, over n = cp T rows of one block of ng/cp query groups:
- * pack[q T + t] = t cp + q (the rank's qkv or ctx, group block q of row t, to the send order),
- * unpack its inverse, to_glob[G(q, t)] = q T + t (received rows to position order),
- * from_glob[q T + t] = G(q, t) (position order to the send order). */
+/* a2a: the row maps over n = cp T rows of one block of ng/cp query groups, of the global rows
+ * `rows` (grow_of): pack[q T + t] = t cp + q (the rank's qkv or ctx, group block q of row t, to
+ * the send order), unpack its inverse, to_glob[G(q, t)] = q T + t (received rows to position
+ * order), from_glob[q T + t] = G(q, t) (position order to the send order). */
+static mgt_status a2a_maps(mgt_model *m, const int32_t *rows)
+{
+	size_t T = (size_t)m->T, c = (size_t)m->cp.size;
+	int32_t *h = mgt_malloc(4 * c * T * sizeof *h);
+	if (!h) return MGT_ERR_NOMEM;
+	int32_t *pack = h, *unpack = h + c * T, *to = h + 2 * c * T, *from = h + 3 * c * T;
+	for (size_t q = 0; q < c; q++)
+		for (size_t t = 0; t < T; t++) {
+			size_t i = q * T + t, g = (size_t)grow_of(m, rows, (int)q, (int64_t)t);
+			pack[i] = (int32_t)(t * c + q);
+			unpack[t * c + q] = (int32_t)i;
+			to[g] = (int32_t)i;
+			from[i] = (int32_t)g;
+		}
+	mgt_status st = MGT_OK;
+	for (int k = 0; !st && k < 4; k++) st = m->be->ops->upload(m->be, m->cp.a2a.idx[k], h + (size_t)k * c * T, c * T * 4);
+	free(h);
+	return st;
+}
+
+/* a2a: the buffers and the fixed zigzag's row maps. */
 static mgt_status a2a_alloc(mgt_model *m)
 {
 	mgt_status st = MGT_OK;
@@ -82,24 +113,28 @@ static mgt_status a2a_alloc(mgt_model *m)
 	for (int k = 0; k < 4; k++) m->cp.a2a.idx[k] = (int32_t *)W(c * T);
 #undef W
 	if (st || m->mem.dry) return st;
-	int32_t *h = mgt_malloc(4 * c * T * sizeof *h);
-	m->cp.a2a.cnt = mgt_malloc(4 * c * sizeof *m->cp.a2a.cnt);
-	if (!h || !m->cp.a2a.cnt) {
-		free(h);
-		return MGT_ERR_NOMEM;
-	}
-	int32_t *pack = h, *unpack = h + c * T, *to = h + 2 * c * T, *from = h + 3 * c * T;
-	for (size_t q = 0; q < c; q++)
-		for (size_t t = 0; t < T; t++) {
-			size_t i = q * T + t, g = (size_t)grow(m, (int)q, (int64_t)t);
-			pack[i] = (int32_t)(t * c + q);
-			unpack[t * c + q] = (int32_t)i;
-			to[g] = (int32_t)i;
-			from[i] = (int32_t)g;
-		}
-	for (int k = 0; !st && k < 4; k++) st = m->be->ops->upload(m->be, m->cp.a2a.idx[k], h + (size_t)k * c * T, c * T * 4);
-	free(h);
+	if (!(m->cp.a2a.cnt = mgt_malloc(4 * c * sizeof *m->cp.a2a.cnt))) return MGT_ERR_NOMEM;
+	return a2a_maps(m, NULL);
+}
+
+/* a2a with packed documents: the row maps of the current slot's micro-batch (rebuilt when
+ * another micro-batch's are in place). */
+static mgt_status a2a_use_maps(mgt_model *m)
+{
+	const slot_act *sa = m->cur;
+	if (!sa->cp_rows || (m->cp.maps_slot == sa && m->cp.maps_ver == sa->cp_ver)) return MGT_OK;
+	mgt_status st = a2a_maps(m, sa->cp_rows);
+	m->cp.maps_slot = st ? NULL : sa;
+	m->cp.maps_ver = sa->cp_ver;
 	return st;
+}
+
+mgt_status mgt_cp_set_rows(mgt_model *m, const int32_t *rows)
+{
+	if (!rows) return mgt_err(MGT_ERR_USAGE, "a packed-sequence micro-batch under context parallelism needs cp_rows");
+	memcpy(m->cur->cp_rows, rows, (size_t)m->cp.size * (size_t)m->T * sizeof *rows);
+	m->cur->cp_ver = ++m->cp.ver;
+	return MGT_OK;
 }
 
 /* qkv and ctx in 16 bits (act_t): the p2p and allgather blocks then run on fp32 copies. */
@@ -362,13 +397,15 @@ static mgt_attn a2a_attn(const mgt_model *m, float p, uint64_t key, mgt_elem_typ
 	const int S = m->s * m->cp.size;
 	return (mgt_attn){ .kind = MGT_ATTN_SELF, .sq = S, .sk = S, .s = S, .ld_lse = S, .b = m->b,
 			   .ng = (int)(m->ng_l / m->cp.size), .r = (int)m->r, .d = (int)m->d, .p = p, .key = key,
-			   .head0 = a2a_head0(m), .heads_total = (int)m->c.num_attention_heads, .t = m->prec.act_t, .gt = gt };
+			   .head0 = a2a_head0(m), .heads_total = (int)m->c.num_attention_heads, .t = m->prec.act_t, .gt = gt,
+			   .seg_start = m->cur->seg };
 }
 
 /* qkv and ctx of type act_t; the gradients dctx and dqkv of type gt. */
 static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
-	mgt_status st = a2a_scatter_heads(m, m->cp.a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
+	mgt_status st = a2a_use_maps(m);
+	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
 	if (st) return st;
 	const mgt_attn at = a2a_attn(m, p, key, m->prec.act_t);
 	m->be->ops->attn_forward(m->be, &at, m->cp.a2a.o, a->lse, m->cp.a2a.q, NULL);
@@ -378,7 +415,8 @@ static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 static mgt_status a2a_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
 			  uint64_t key)
 {
-	mgt_status st = a2a_scatter_heads(m, m->cp.a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
+	mgt_status st = a2a_use_maps(m);
+	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
 	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.o, a->ctx, a2a_wo(m), m->prec.act_t);
 	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.dout, dctx, a2a_wo(m), gt);
 	if (st) return st;
@@ -399,9 +437,17 @@ static layer_act fp32_layer(mgt_model *m, const layer_act *a, bool with_ctx)
 	return w;
 }
 
+/* Packed documents run on a2a only (the p2p and allgather blocks take whole chunks of the row). */
+static mgt_status packed_only_a2a(const mgt_model *m)
+{
+	return m->cur->seg ? mgt_err(MGT_ERR_USAGE, "packed sequences under context parallelism need --cp-comm-type a2a")
+			   : MGT_OK;
+}
+
 mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
 	if (m->L.cp_comm == MGT_CP_A2A) return a2a_fwd(m, a, p, key);
+	if (packed_only_a2a(m)) return MGT_ERR_USAGE;
 	layer_act w = fp32_layer(m, a, false);
 	mgt_status st = m->L.cp_comm == MGT_CP_P2P ? p2p_fwd(m, &w, p, key) : ag_fwd(m, &w, p, key);
 	if (!st && lp(m)) m->be->ops->cast(m->be, a->ctx, m->prec.act_t, w.ctx, (size_t)m->T * (size_t)(m->nq_l * m->d));
@@ -412,6 +458,7 @@ mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *d
 			   uint64_t key)
 {
 	if (m->L.cp_comm == MGT_CP_A2A) return a2a_bwd(m, a, dqkv, dctx, gt, p, key);
+	if (packed_only_a2a(m)) return MGT_ERR_USAGE;
 	const mgt_backend_ops *o = m->be->ops;
 	const size_t nq = (size_t)m->T * (size_t)m->qkv_l, no = (size_t)m->T * (size_t)(m->nq_l * m->d);
 	layer_act w = fp32_layer(m, a, true);
@@ -432,5 +479,5 @@ mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *d
  * local row t is t plus the offset of its chunk. */
 int64_t mgt_cp_global_row(const mgt_model *m, int64_t t)
 {
-	return m->cp.size <= 1 ? t : grow(m, m->cp.rank, t);
+	return m->cp.size <= 1 ? t : grow_of(m, m->cur ? m->cur->cp_rows : NULL, m->cp.rank, t);
 }

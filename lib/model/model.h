@@ -343,6 +343,12 @@ typedef struct mgt_microbatch {
 	 * from the sequence length; position_ids feed only a learned position embedding).  NULL:
 	 * position_ids */
 	const int32_t *rope_position_ids;
+	/* packed documents under context parallelism (layout packed_sequences, cp > 1): the global
+	 * row (i*b + j of the whole micro-batch's [seq_length * b] rows) of local row t of context
+	 * rank q at cp_rows[q*T + t], every rank's (Megatron's per-document split,
+	 * mgt_sft_cp_indices); seg_start is then the whole micro-batch's [seq_length * b] in global
+	 * rows, and the local arrays hold the rows cp_rows names.  NULL otherwise */
+	const int32_t *cp_rows;
 } mgt_microbatch;
 
 /* How one model chunk runs.  A chunk is virtual pipeline stage `stage` of `num_stages`

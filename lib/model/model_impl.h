@@ -49,7 +49,11 @@ typedef struct {
 	int32_t *tokens, *labels, *pos;
 	int32_t *types;    /* BERT with the binary head: token types [T] (NULL otherwise) */
 	uint8_t *kmask;    /* BERT: the attention's key mask [T] (1 = attend; NULL otherwise) */
-	int32_t *seg;      /* packed documents: their starts [T] (mgt_attn.seg_start; NULL otherwise) */
+	int32_t *seg;      /* packed documents: their starts [T * cp.size] (mgt_attn.seg_start: under
+			    * context parallelism the whole micro-batch's); NULL otherwise */
+	int32_t *cp_rows;  /* packed documents under context parallelism: the micro-batch's
+			    * mgt_microbatch.cp_rows [cp.size * T] (host memory); NULL otherwise */
+	uint64_t cp_ver;   /* which micro-batch cp_rows holds (cp.ver when it came) */
 	uint64_t drop_key;
 } slot_act;
 
@@ -165,6 +169,10 @@ struct mgt_model {
 		 * for this rank's ng_l/size query groups (rows in position order), and the row maps
 		 * (backend int32 [T size]: pack, unpack, to_glob, from_glob) */
 		struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
+		/* packed documents: the row maps of a2a.idx are those of slot maps_slot's micro-batch
+		 * maps_ver (NULL: the fixed zigzag); ver counts the micro-batches uploaded */
+		const slot_act *maps_slot;
+		uint64_t maps_ver, ver;
 	} cp;
 	/* fp8 linear layers (fp8lin.c): NULL without fp8 (mgt_model_layout.fp8) */
 	struct fp8_state *fp8;
@@ -247,13 +255,17 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, voi
  * from dctx [T, nq_l*d] (both of type gt) and the layer's qkv, ctx, lse.  Both communicate over ps->cp_comm; every rank of the group calls
  * them in the same order.  Errors: the communicator's (MGT_ERR_IO).
  * mgt_cp_global_row: the row of the whole sequence's [S*b, .] activation that local row t
- * (t = i*b + j) is (t itself when cp.size = 1): dropout elements are indexed by it. */
+ * (t = i*b + j) is (t itself when cp.size = 1; with packed documents the current slot's
+ * cp_rows): dropout elements are indexed by it.
+ * mgt_cp_set_rows: the current slot's micro-batch's cp_rows [cp.size * T] (copied; NULL is
+ * MGT_ERR_USAGE: a packed chunk under context parallelism needs them). */
 mgt_status mgt_cp_alloc(mgt_model *m);
 void mgt_cp_free(mgt_model *m);
 mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key);
 mgt_status mgt_cp_attn_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
 			   uint64_t key);
 int64_t mgt_cp_global_row(const mgt_model *m, int64_t t);
+mgt_status mgt_cp_set_rows(mgt_model *m, const int32_t *cp_rows);
 
 /* ---- fp8 linear layers (fp8lin.c; Transformer Engine's module/linear.py) ----
  * mgt_model_fp8_layer: whether local layer li's four linears run in fp8 (the layout asks for fp8

@@ -34,7 +34,8 @@ static mgt_status upload_batch(mgt_model *m, const mgt_microbatch *mb)
 	if (!st && sa->kmask) st = upload_kmask(m, mb->padding_mask);
 	if (!st && sa->seg && !mb->seg_start)
 		st = mgt_err(MGT_ERR_USAGE, "a packed-sequence model's micro-batch needs seg_start");
-	if (!st && sa->seg) st = o->upload(m->be, sa->seg, mb->seg_start, n);
+	if (!st && sa->seg) st = o->upload(m->be, sa->seg, mb->seg_start, n * (size_t)m->cp.size);
+	if (!st && sa->cp_rows) st = mgt_cp_set_rows(m, mb->cp_rows);
 	if (!st && m->fam->lm_head && m->last) mgt_bert_set_batch(m, mb); /* BERT's heads (bert.c) */
 	return st;
 }

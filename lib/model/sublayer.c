@@ -56,18 +56,16 @@ void *mgt_sublayer_grad_part(mgt_model *m) { return m->sp ? m->scratch.dloc : m-
 
 /* ---- forward ---- */
 
-/* The pieces of this rank's residual rows [r0, r0 + Th) whose global rows are consecutive: one,
- * or two under context parallelism when the rows straddle the local chunks.  Writes the
- * pieces' first local rows and lengths; returns their number. */
-static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
+/* The piece of this rank's residual rows from local row t on (r0 <= t < r0 + Th) whose global
+ * rows are consecutive: all of them without context parallelism; under it up to the end of a
+ * chunk (or, packed documents, of a document's piece in a row: mgt_cp_global_row).  Returns
+ * its length. */
+static int64_t piece_len(const mgt_model *m, int64_t t)
 {
-	int64_t a = m->r0, e = m->r0 + m->Th, cb = (int64_t)m->cp.C * m->b;
-	if (m->cp.size <= 1 || a >= cb || e <= cb) {
-		t0[0] = a, n[0] = m->Th;
-		return 1;
-	}
-	t0[0] = a, n[0] = cb - a, t0[1] = cb, n[1] = e - cb;
-	return 2;
+	int64_t e = m->r0 + m->Th, g = mgt_cp_global_row(m, t), n = 1;
+	if (m->cp.size <= 1) return e - t;
+	while (t + n < e && mgt_cp_global_row(m, t + n) == g + n) n++;
+	return n;
 }
 
 /* bda_fwd on this rank's residual rows (out, resid of mgt_model.prec.res_t; y of type yt), each
@@ -75,25 +73,27 @@ static int row_pieces(const mgt_model *m, int64_t t0[2], int64_t n[2])
 void mgt_sublayer_bda_fwd(mgt_model *m, void *out, const void *resid, const void *y, mgt_elem_type yt, const float *b,
 			  float p, uint64_t key)
 {
-	int64_t t0[2], n[2], h = m->h;
+	int64_t h = m->h;
 	const size_t es = mgt_elem_size(m->prec.res_t), ys = mgt_elem_size(yt);
-	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
-		size_t o = (size_t)((t0[k] - m->r0) * h);
+	for (int64_t t = m->r0, n; t < m->r0 + m->Th; t += n) {
+		size_t o = (size_t)((t - m->r0) * h);
+		n = piece_len(m, t);
 		m->be->ops->bda_fwd(m->be, (char *)out + o * es, resid ? (const char *)resid + o * es : NULL, m->prec.res_t,
-				    (const char *)y + o * ys, yt, b, (int)n[k], (int)h, p, key,
-				    (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
+				    (const char *)y + o * ys, yt, b, (int)n, (int)h, p, key,
+				    (uint64_t)(mgt_cp_global_row(m, t) * h));
 	}
 }
 
 /* bda_bwd likewise: dy (of type dyt) from the residual's gradient dres. */
 void mgt_sublayer_bda_bwd(mgt_model *m, void *dy, mgt_elem_type dyt, float *db, float p, uint64_t key)
 {
-	int64_t t0[2], n[2], h = m->h;
+	int64_t h = m->h;
 	const size_t es = mgt_elem_size(m->prec.res_t), ys = mgt_elem_size(dyt);
-	for (int k = 0, np = row_pieces(m, t0, n); k < np; k++) {
-		size_t o = (size_t)((t0[k] - m->r0) * h);
-		m->be->ops->bda_bwd(m->be, (char *)dy + o * ys, dyt, db, (const char *)m->scratch.dres + o * es, m->prec.res_t, (int)n[k],
-				    (int)h, p, key, (uint64_t)(mgt_cp_global_row(m, t0[k]) * h));
+	for (int64_t t = m->r0, n; t < m->r0 + m->Th; t += n) {
+		size_t o = (size_t)((t - m->r0) * h);
+		n = piece_len(m, t);
+		m->be->ops->bda_bwd(m->be, (char *)dy + o * ys, dyt, db, (const char *)m->scratch.dres + o * es, m->prec.res_t, (int)n,
+				    (int)h, p, key, (uint64_t)(mgt_cp_global_row(m, t) * h));
 	}
 }
 

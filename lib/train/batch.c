@@ -94,13 +94,14 @@ mgt_status trainer_alloc_batch(trainer *t)
 		ok = t->mb_seg && t->s_seg;
 	}
 	if (ok && t->a->reset_position_ids && !trainer_masked(t)) ok = (t->mb_rpos = mgt_malloc(T * 4)) != NULL;
+	if (ok && t->a->sft && t->ps.cp > 1) ok = (t->mb_cprows = mgt_malloc(T * 4)) != NULL; /* cp x T/cp */
 	return ok ? MGT_OK : MGT_ERR_NOMEM;
 }
 
 void trainer_free_batch(trainer *t)
 {
 	void *p[] = { t->mb_tokens, t->mb_labels, t->mb_pos, t->mb_mask, t->s_tokens, t->s_labels, t->s_pos, t->s_mask,
-		      t->mb_seg, t->s_seg, t->mb_rpos };
+		      t->mb_seg, t->s_seg, t->mb_rpos, t->mb_cprows };
 	for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
 }
 

@@ -43,7 +43,7 @@ static mgt_status run_forward(trainer *t, const mgt_parallel_sched_action *x, tr
 	if (ps->train) mgt_model_set_dropout_key(m, t->dropout_seed, t->iteration + 1, (int64_t)x->mb * t->ps.dp + t->ps.dp_rank);
 	double lsum = 0;
 	mgt_microbatch mb = { .tokens = t->mb_tokens, .labels = t->mb_labels, .position_ids = t->mb_pos, .loss_mask = t->mb_mask,
-			      .seg_start = t->mb_seg, .rope_position_ids = t->mb_rpos,
+			      .seg_start = t->mb_seg, .rope_position_ids = t->mb_rpos, .cp_rows = t->mb_cprows,
 			      .tokentype_ids = t->mb_types, .padding_mask = t->mb_pad, .is_random = t->mb_isr,
 			      .dec_tokens = t->mb_dtok, .dec_position_ids = t->mb_dpos };
 	if ((st = mgt_model_forward(m, slot, &mb, ps->train, &lsum))) return st;

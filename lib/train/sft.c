@@ -3,7 +3,10 @@
  * arange(round(lo N), round(hi N)) over lines, unshuffled), sample k of a split its line
  * k % length (SFTDataset.__getitem__ wraps), and the micro-batch's arrays: tokens, labels (-100
  * read as 0: no loss there), loss mask, positions restarting at every conversation (RoPE too, as
- * the THD path takes them), and document starts from cu_seqlens for the attention. */
+ * the THD path takes them), and document starts from cu_seqlens for the attention.  Under
+ * context parallelism each rank keeps its rows of every conversation (Megatron's per-document
+ * split, mgt_sft_cp_indices), the document starts stay the whole micro-batch's, and every rank's
+ * rows go to the model (mgt_microbatch.cp_rows). */
 #include "train_impl.h"
 
 #include <stdlib.h>
@@ -13,7 +16,8 @@ struct trainer_sft {
 	mgt_sft_data *d;
 	mgt_chat_config chat; /* --sft-tokenizer-prompt-format default: the tokenizer's chat template */
 	uint64_t beg[3], end[3];
-	int32_t *a;     /* one sample: tokens, labels, positions [S] each, cu_seqlens [S + 1] */
+	int32_t *a;     /* one sample: tokens, labels, positions [S] each, cu_seqlens [S + 1], and under
+			 * context parallelism a rank's positions [S / cp] */
 	float *mask;    /* [S] */
 };
 
@@ -34,7 +38,7 @@ mgt_status trainer_sft_open(trainer *t)
 	c.chat = &s->chat;
 	if (!st) st = mgt_sft_open(&c, &s->d);
 	for (int k = 0; !st && k < 3; k++) mgt_gpt_split_range(&sp, (mgt_split)k, (uint64_t)mgt_sft_lines(s->d), &s->beg[k], &s->end[k]);
-	if (!st && !(s->a = malloc((4 * (size_t)S + 1) * sizeof *s->a))) st = MGT_ERR_NOMEM;
+	if (!st && !(s->a = malloc((5 * (size_t)S + 1) * sizeof *s->a))) st = MGT_ERR_NOMEM;
 	if (!st && !(s->mask = malloc((size_t)S * sizeof *s->mask))) st = MGT_ERR_NOMEM;
 	return st;
 }
@@ -42,6 +46,35 @@ mgt_status trainer_sft_open(trainer *t)
 int64_t trainer_sft_len(const trainer *t, mgt_split sp)
 {
 	return t->sft ? (int64_t)(t->sft->end[sp] - t->sft->beg[sp]) : 0;
+}
+
+/* Context parallelism: every rank's rows of sample x, row j of the micro-batch, into mb_cprows
+ * (rank q's local row i*b + j is global row idx[i]*b + j). */
+static mgt_status cp_rows(trainer *t, const mgt_sft_sample *x, int j)
+{
+	const int S = (int)t->a->model.seq_length, b = (int)t->a->micro_batch_size, cp = t->ps.cp;
+	const size_t Tl = (size_t)(S / cp) * (size_t)b;
+	int32_t *idx = t->sft->a + 4 * S + 1;
+	mgt_status st = MGT_OK;
+	for (int q = 0; !st && cp > 1 && q < cp; q++) {
+		st = mgt_sft_cp_indices(x->cu_seqlens, x->n_cu, S, cp, q, idx);
+		for (int i = 0; !st && i < S / cp; i++) t->mb_cprows[q * Tl + (size_t)i * b + j] = idx[i] * b + j;
+	}
+	return st;
+}
+
+/* Context parallelism: this rank's rows to the front of the micro-batch's arrays (in place: a
+ * rank's i-th position of a row is at least i); the document starts stay whole. */
+static void cp_keep(trainer *t)
+{
+	const size_t Tl = (size_t)t->a->model.seq_length / (size_t)t->ps.cp * (size_t)t->a->micro_batch_size;
+	const int32_t *g = t->mb_cprows + (size_t)t->ps.cp_rank * Tl;
+	for (size_t i = 0; i < Tl; i++) {
+		t->mb_tokens[i] = t->mb_tokens[g[i]];
+		t->mb_labels[i] = t->mb_labels[g[i]];
+		t->mb_mask[i] = t->mb_mask[g[i]];
+		t->mb_pos[i] = t->mb_pos[g[i]];
+	}
 }
 
 /* Row j of the micro-batch from line `line`. */
@@ -62,7 +95,7 @@ static mgt_status sft_row(trainer *t, int64_t line, int j)
 		t->mb_seg[tt] = x.cu_seqlens[k];
 		t->mb_tokens_full += x.loss_mask[i];
 	}
-	return MGT_OK;
+	return cp_rows(t, &x, j);
 }
 
 mgt_status trainer_sft_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k)
@@ -73,6 +106,7 @@ mgt_status trainer_sft_microbatch(trainer *t, mgt_split sp, int64_t base, int64_
 	t->mb_tokens_full = 0;
 	mgt_status st = MGT_OK;
 	for (int j = 0; !st && j < b; j++) st = sft_row(t, (int64_t)t->sft->beg[sp] + (first + j) % n, j);
+	if (!st && t->mb_cprows) cp_keep(t);
 	return st;
 }
 

@@ -75,6 +75,8 @@ typedef struct trainer {
 	float *mb_mask, *s_mask;
 	int32_t *mb_seg, *s_seg; /* --reset-attention-mask: document starts (mgt_gpt_doc_starts); else NULL */
 	int32_t *mb_rpos;        /* --reset-position-ids: RoPE's positions, the row's (mgt_microbatch); else NULL */
+	int32_t *mb_cprows;      /* --sft under context parallelism: every context rank's rows of the
+				  * micro-batch [cp][seq_length/cp * mbs] (mgt_microbatch.cp_rows); else NULL */
 	double mb_tokens_full; /* loss-mask sum of the whole micro-batch (all context-parallel ranks) */
 	/* BERT (--model-family bert; masked.c): the masked dataset and the vocabulary it draws from
 	 * (its is_subword array owned here), the micro-batch's token types, padding mask [s * mbs]

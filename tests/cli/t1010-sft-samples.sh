@@ -4,8 +4,9 @@
 # sft_tokenizer.py written from their code (templates rendered with Python's own str.strip and
 # str.replace; the conversation split, the per-turn target rule and its assertion, packing with
 # context-parallel padding, truncation and final padding): every line, every field, for the
-# three prompt formats, several sequence lengths around the packs' sizes and CP 1 and 2; the
-# message layouts (messages, ShareGPT, Alpaca); and the bad lines, each refused with exit 3
+# three prompt formats, several sequence lengths around the packs' sizes and CP 1, 2 and 4 (with
+# the per-document split of every row over the context ranks, Transformer Engine's
+# thd_get_partitioned_indices, and its per-shard RoPE positions); the message layouts (messages, ShareGPT, Alpaca); and the bad lines, each refused with exit 3
 # naming the line.  Token ids come from mgt-tokenize (equal to Hugging Face tokenizers': t0200).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
@@ -121,9 +122,29 @@ for n, cs in enumerate(convs):
         k = S + 1 - len(pt)
         pt += [pad] * k; py += [pad] * k; pp += list(range(pp[-1] + 1, pp[-1] + 1 + k)); cu[-1] = S
     labels = py[1:]
-    print(json.dumps({"line": n, "tokens": pt[:-1], "labels": labels, "position_ids": pp[:-1],
-                      "loss_mask": [0 if l == pad or l == -100 else 1 for l in labels], "cu_seqlens": cu,
-                      "max_seqlen": max(b - a for a, b in zip(cu, cu[1:]))}))
+    o = {"line": n, "tokens": pt[:-1], "labels": labels, "position_ids": pp[:-1],
+         "loss_mask": [0 if l == pad or l == -100 else 1 for l in labels], "cu_seqlens": cu,
+         "max_seqlen": max(b - a for a, b in zip(cu, cu[1:]))}
+    if CP > 1:
+        # TE thd_partition_indices_kernel, as membership: position p of a segment at offset o
+        # lies in chunk o // (L / 2CP), which rank chunk (< CP) or 2CP-1-chunk keeps
+        def owner(p):
+            k = max(i for i in range(len(cu) - 1) if cu[i] <= p)
+            c = (cu[k + 1] - cu[k]) // (2 * CP)
+            ch = (p - cu[k]) // c
+            return ch if ch < CP else 2 * CP - 1 - ch
+        o["cp_indices"] = [[p for p in range(S) if owner(p) == r] for r in range(CP)]
+        # Megatron's per-shard RoPE positions (rope_utils.py _apply_rotary_pos_emb_thd under CP):
+        # local index q of a segment's part with h = (L/CP)/2 is at rank*h + q (q < h), else
+        # L - (rank+1)*h + (q - h); the dataset's position ids there must say the same
+        for r in range(CP):
+            got = [pp[p] for p in o["cp_indices"][r]]
+            want = []
+            for a, b in zip(cu, cu[1:]):
+                L = b - a; h = L // CP // 2
+                want += [r * h + q if q < h else L - (r + 1) * h + (q - h) for q in range(L // CP)]
+            assert got == want, ("per-shard RoPE positions", r, got, want)
+    print(json.dumps(o))
 PY
 check() { # FILE FORMAT S CP: mgt-dataset's samples = the reference's, line by line
 	$PY ref.py "$BIN" tok.json "$1" "$2" "$3" "$4" >want.jsonl 2>ref.err || { sed 's/^/#   /' ref.err | tail -3; return 1; }
@@ -141,8 +162,9 @@ PY
 }
 for f in nemotron-h-aligned nemotron-nano-v2; do
 	for s in 16 24 31 32 33 64 128; do ok "$f, S $s: every field of every line = the reference" check conv.jsonl $f $s 1; done
-	for s in 16 32 128; do ok "$f, S $s, CP 2: conversations padded to 4 = the reference" check conv.jsonl $f $s 2; done
+	for s in 16 32 128; do ok "$f, S $s, CP 2: conversations padded to 4, per-document split = the reference" check conv.jsonl $f $s 2; done
 done
+for s in 32 128; do ok "nemotron-h-aligned, S $s, CP 4: padded to 8, per-document split = the reference" check conv.jsonl nemotron-h-aligned $s 4; done
 for s in 8 12 16 64; do ok "identity, S $s = the reference" check ident.jsonl identity $s 1; done
 ok "identity, S 16, CP 2 = the reference" check ident.jsonl identity 16 2
 if $PY -c 'import jinja2' 2>/dev/null; then

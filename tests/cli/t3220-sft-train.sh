@@ -59,6 +59,35 @@ if command -v mpirun >/dev/null 2>&1; then
 	ok "TP2 with SP = one process" layout tp2sp 2 $V2 --tensor-model-parallel-size 2 --sequence-parallel
 	ok "PP2 = one process" layout pp2 2 $V1 --pipeline-model-parallel-size 2
 	ok "DP2 with the distributed optimizer = one process" layout dp2 2 $V1 --use-distributed-optimizer
+	# CP: every conversation padded to 2 CP and split per document over the context ranks.  On
+	# the lines whose conversations need no padding (the samples at CP 1 and 2 equal, positions
+	# and dropout elements included) the training loss must be one process's
+	L256="--seq-length 256 --max-position-embeddings 256"
+	sft_samples() { "$BIN/mgt-dataset" samples chat.jsonl --dataset-type sft --tokenizer-model tok.json --seq-length 256 "$@"; }
+	sft_samples >s1.jsonl && sft_samples --context-parallel-size 2 >s2.jsonl && $PY - <<'PY'
+import json
+a = [json.loads(l) for l in open("s1.jsonl")]; b = [json.loads(l) for l in open("s2.jsonl")]
+keep = [k for k in range(len(a)) if all(a[k][f] == b[k][f] for f in ("tokens", "labels", "position_ids", "cu_seqlens"))]
+lines = open("chat.jsonl").read().splitlines()
+open("chat4.jsonl", "w").write("".join(lines[k] + "\n" for k in keep))
+print(f"# {len(keep)} of {len(a)} lines need no CP padding")
+PY
+	cp_same() { _ref=$1; shift; train "$@" $L256 --data-path chat4.jsonl && cmp_losses "$_ref" "$2" lm_loss 1e-5; } # REF NP NAME FLAGS...
+	ok "one process, S 256" train 1 one256 $V1 $L256 --data-path chat4.jsonl
+	ok "CP2 (a2a, per-document split) = one process" cp_same one256 2 cp2 $V1 --context-parallel-size 2 --cp-comm-type a2a
+	ok "one process, S 256, --calculate-per-token-loss" train 1 one256t $V1 $L256 --data-path chat4.jsonl \
+		--calculate-per-token-loss
+	ok "CP2 with --calculate-per-token-loss = one process" cp_same one256t 2 cp2t $V1 --context-parallel-size 2 \
+		--cp-comm-type a2a --calculate-per-token-loss
+	cp_p2p() {
+		$RUN 2 "$BIN/mgt-train" --model tiny-gpt2 $TOK --sft --data-path chat.jsonl --seq-length 64 --micro-batch-size 2 \
+			--train-iters 2 --device cpu --context-parallel-size 2 >/dev/null 2>err </dev/null
+		r=$?
+		[ $r = 2 ] && grep -q "cp-comm-type a2a" err || { echo "# exit $r: $(head -c 300 err)"; return 1; }
+	}
+	ok "--sft with CP 2 over the p2p ring: refused naming --cp-comm-type a2a" cp_p2p
+	full_only "TP2xCP2" && ok "TP2 with SP x CP2 (a2a) = one process" cp_same one256 4 tp2cp2 $V2 \
+		--tensor-model-parallel-size 2 --sequence-parallel --context-parallel-size 2 --cp-comm-type a2a
 else
 	skip "mpirun not found: the layouts"
 fi
