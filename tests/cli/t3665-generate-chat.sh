@@ -144,6 +144,13 @@ t_regen() { # contrib/kjv-chat.py over copies of its inputs writes the shipped f
 }
 full_only "contrib/kjv-chat.py regenerates" && ok "contrib/kjv-chat.py writes the shipped tokenizer and chat set again" t_regen
 
+t_example() { # contrib/sft-example.sh, shortened: every step runs, the replies are there
+	SFT_DIR="$T/ex" SFT_PRETRAIN_ITERS=20 SFT_ITERS=10 SFT_THREADS=2 sh "$ROOT/contrib/sft-example.sh" >ex.out 2>&1 ||
+		{ tail -5 ex.out | sed 's/^/#   /'; return 1; }
+	[ "$(wc -l <ex/before.jsonl)" = 3 ] && [ "$(wc -l <ex/after.jsonl)" = 3 ] && [ -f ex/ckpt/latest_checkpointed_iteration.txt ]
+}
+full_only "the SFT example" && ok "contrib/sft-example.sh runs end to end (20 + 10 iterations)" t_example
+
 # bad input
 ok "--system without --chat: exit 2" exits 2 "$EV" generate $G --system x --prompt y
 mkdir -p nt && cp "$CT/tokenizer.json" nt/
