@@ -150,6 +150,7 @@ static int lower_is(const char *r, const char *want) { return !strcasecmp(r, wan
 static mgt_status conversation(mgt_sft_data *d, const msg *m, int n, int64_t line, int first)
 {
 	mgt_status st = tokenize(d, m, n, &d->ids);
+	if (st) return mgt_err_ctx(st, "%s:%lld: the conversation from message %d", d->path, (long long)line + 1, first + 1);
 	d->tgt.n = 0;
 	for (size_t i = 0; !st && i < d->ids.n; i++) st = mgt_ids_push(&d->tgt, d->ids.v[i]);
 	if (st || d->fmt == MGT_SFT_DEFAULT) return st; /* default: every token trained, no turn checked */
@@ -164,7 +165,8 @@ static mgt_status conversation(mgt_sft_data *d, const msg *m, int n, int64_t lin
 		if (lower_is(r, "assistant") && !lower_is(prev, "user") && !lower_is(prev, "tool"))
 			return mgt_err(MGT_ERR_INPUT, "%s:%lld: message %d: an assistant turn must follow a user or tool turn",
 				       d->path, (long long)line + 1, first + k + 1);
-		if ((st = tokenize(d, &m[k], 1, &d->turn))) return st;
+		if ((st = tokenize(d, &m[k], 1, &d->turn)))
+			return mgt_err_ctx(st, "%s:%lld: message %d", d->path, (long long)line + 1, first + k + 1);
 		const size_t tl = d->turn.n;
 		const int masked = lower_is(r, "system") || lower_is(r, "user") || lower_is(r, "tool");
 		if (!masked && !lower_is(r, "assistant"))

@@ -182,9 +182,9 @@ ids = [l for l, m in zip(s[\"labels\"], s[\"loss_mask\"]) if m]
 out = subprocess.run([\"$BIN/mgt-tokenize\", \"--tokenizer-type\", \"HuggingFaceTokenizer\", \"--tokenizer-model\", \"tok.json\",
     \"--decode\"], input=\" \".join(map(str, ids)), capture_output=True, text=True).stdout
 sys.exit(out != \"David\n\")'"
-bad() { # DESCRIPTION PATTERN LINE-JSON [FORMAT]: exit 3, stderr names the line and PATTERN
+bad() { # DESCRIPTION PATTERN LINE-JSON [FORMAT [TOKENIZER]]: exit 3, stderr names the line and PATTERN
 	printf '%s\n' '{"messages": [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "fine"}]}' "$3" >bad.jsonl
-	"$BIN/mgt-dataset" samples bad.jsonl --dataset-type sft --tokenizer-model tok.json --seq-length 32 \
+	"$BIN/mgt-dataset" samples bad.jsonl --dataset-type sft --tokenizer-model "${5:-tok.json}" --seq-length 32 \
 		--sft-tokenizer-prompt-format "${4:-nemotron-h-aligned}" >/dev/null 2>err
 	r=$?
 	[ $r = 3 ] && grep -q "bad.jsonl:2:" err && grep -q -- "$2" err || { echo "# exit $r: $(cat err)"; return 1; }
@@ -202,6 +202,18 @@ ok "a pretraining text line" bad x "pretraining data" '{"text": "In the beginnin
 ok "not JSON" bad x "bad.jsonl:2" '{"messages": '
 ok "identity: turns the tokenizer merges across (Megatron's assertion)" bad x "alone differ" \
 	'{"messages": [{"role": "user", "content": "t"}, {"role": "assistant", "content": "he end"}]}' identity
+noans() { # a conversation without an assistant turn: Megatron trains nothing on it (every label -100)
+	printf '%s\n' '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "a question"}]}' >noans.jsonl
+	"$BIN/mgt-dataset" samples noans.jsonl --dataset-type sft --tokenizer-model tok.json --seq-length 32 >noans.out 2>err &&
+		$PY -c 'import json,sys; s=json.load(open("noans.out")); sys.exit(sum(s["loss_mask"]) != 0 or bool(set(s["labels"]) - {-100, 4099}))'
+}
+ok "a conversation without an assistant turn: no loss (every label -100 or the pad)" noans
+raises() { # the default format's template refuses a role: exit 3 with its raise_exception message and the line
+	mkdir -p rt && cp tok.json rt/tokenizer.json &&
+		$PY -c 'import json; json.dump({"chat_template": "{% for m in messages %}{% if m.role == \"system\" %}{{ raise_exception(\"System role not supported\") }}{% endif %}{{ m.content }}{% endfor %}", "pad_token": "<unk>"}, open("rt/tokenizer_config.json", "w"))' &&
+		bad x "System role not supported" '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]}' default rt
+}
+ok "a role the chat template rejects: exit 3 with its raise_exception message" raises
 ok "an empty file" sh -c ": >empty.jsonl; $BIN/mgt-dataset samples empty.jsonl --dataset-type sft --tokenizer-model tok.json \
 	--seq-length 8 2>err; test \$? = 3 && grep -q 'no lines' err"
 ok "a tokenizer without <SPECIAL_233>: exit 2 naming it" sh -c "$BIN/mgt-dataset samples conv.jsonl --dataset-type sft \
