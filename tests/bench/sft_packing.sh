@@ -1,12 +1,13 @@
 #!/bin/sh
-# Packed against padded SFT on the CPU (issue 47 item 8): the same conversations (made from KJV
-# verses: each user turn half a verse, the assistant the rest) trained with mgt-train --sft as
+# Packed against padded SFT on the CPU (issue 47 item 8): the same conversations (the shipped chat
+# set share/mgt/data/kjv-chat.jsonl.zst: each user turn half a verse, the assistant the rest) trained with mgt-train --sft as
 # Megatron packs them (several conversations a line: one row holds them, block-diagonal
 # attention) and one conversation a line (each row one conversation and padding, what an
 # unpacked fine-tuning set gives), tiny-llama, --seq-length 256, micro-batch 4, 2 threads.
 # Reported per layout: the median time per iteration over iterations 3..N (the log's), the real
 # (non-pad) and the loss (answer) tokens per row from mgt-dataset samples over the same lines,
-# and from them real and answer tokens per second.  Not a test.  Raw results to
+# and from them real and answer tokens per second; and mgt-train's memory line (the computed bytes
+# against the process's peak RSS).  Not a test.  Raw results to
 # tests/bench/results/sft_packing-HOST-DATE.txt.
 #   sh tests/bench/sft_packing.sh [ITERS]      (default 30)
 set -e
@@ -19,20 +20,15 @@ mkdir -p "$B" "$ROOT/tests/bench/results"
 OUT=$ROOT/tests/bench/results/sft_packing-$(hostname)-$(date +%Y%m%d-%H%M%S).txt
 cd "$B"
 cp "$ROOT/share/mgt/tokenizers/kjv-4k-chat/tokenizer.json" tok.json # kjv-4k with Nemotron's prompt tokens (contrib/kjv-chat.py)
-zstd -dcq "$ROOT/share/mgt/data/kjv.jsonl.zst" | head -300 | $PY -c '
-import json, sys
-packed, padded = open("packed.jsonl", "w"), open("padded.jsonl", "w")
-for line in sys.stdin:
-    verses = [v for v in json.loads(line)["text"].split("\n")[2:] if v.strip()]
-    convs = []
-    for v in verses:
-        w = v.partition(" ")[2].split(" "); h = len(w) // 2
-        convs.append([{"role": "system", "content": "Continue the verse."}, {"role": "user", "content": " ".join(w[:h])},
-                      {"role": "assistant", "content": " ".join(w[h:])}])
-    for i in range(0, len(convs), 6):  # six conversations a packed line (about 200 tokens)
-        packed.write(json.dumps({"messages": sum(convs[i:i + 6], [])}) + "\n")
-    for c in convs:
-        padded.write(json.dumps({"messages": c}) + "\n")'
+# the shipped chat set (contrib/kjv-chat.py: six conversations a line) and its conversations one a line
+zstd -dcq "$ROOT/share/mgt/data/kjv-chat.jsonl.zst" | head -300 >packed.jsonl
+$PY -c '
+import json
+with open("padded.jsonl", "w") as out:
+    for line in open("packed.jsonl"):
+        m = json.loads(line)["messages"]
+        for i in range(0, len(m), 3):  # system, user, assistant
+            out.write(json.dumps({"messages": m[i:i + 3]}) + "\n")'
 TOK="--tokenizer-type SFTTokenizer --tokenizer-model tok.json"
 run() { # NAME: train, then the median iteration time and the rows' token counts
 	"$ROOT/bin/mgt-train" --model tiny-llama $TOK --sft --data-path "$1.jsonl" --split 100,0,0 --seq-length $S \
@@ -53,6 +49,8 @@ t = statistics.median(ms) / 1000
 rows_s = 4 / t
 print(f"{name}: {len(rows)} rows, median {t * 1000:.1f} ms/iteration (min {min(ms):.1f}, max {max(ms):.1f}); per row "
       f"{real:.1f} real and {loss:.1f} answer tokens of 256; {real * rows_s:.0f} real and {loss * rows_s:.0f} answer tokens/s")
+mem = re.findall(r"memory after training: .*", open(name + ".log").read())
+print(f"{name}: {mem[-1] if mem else 'no memory line'}")
 PY
 }
 {
