@@ -5,7 +5,9 @@
 #   check          the quick tier (what CI runs): unit tests (C), check-sim (the CUDA backend's
 #                  op checks on a CPU simulation of CUDA, tests/sim/) and the program tests (TAP
 #                  shell scripts, run by prove) in their quick tier (tests/cli/lib.sh); each part's
-#                  wall time printed at the end.  Under SANITIZE: units, fuzz corpora, sim op
+#                  wall time printed at the end; with the CUDA backend also check-kernels (every
+#                  sm_90a kernel's spills, register-limited occupancy and tensor-core instructions
+#                  against tests/kernels/bounds.txt).  Under SANITIZE: units, fuzz corpora, sim op
 #                  checks and check-smoke (one quick run of each program)
 #   check-full     everything: check with the program tests' full tier (MGT_TEST_FULL=1: every
 #                  layout, model family and export type, the long numeric comparisons); run it
@@ -14,6 +16,9 @@
 #   demo           the main job on the bundled data: preprocess KJV, train the tiny GPT on it
 #   bench          benchmarks in tests/bench/ (throughput, peak memory); raw results in build/bench/
 #   mutate-sim     tests/sim/mutate.py: planted kernel bugs against check-sim's op checks (not in CI)
+#   kernel-report  every kernel's registers, spills, stack, static shared memory, occupancy and
+#                  tensor-core instructions, from ptxas -v and the PTX of the build (no GPU needed);
+#                  kernel-bounds rewrites tests/kernels/bounds.txt from the build
 #   check-gpu      every CUDA op against the CPU op, whole-model and training checks (needs a GPU)
 #   bench-gpu      GPU benchmarks: GEMM ceiling, gpt2-124m and llama-3.2-1b tokens/s and MFU
 #   bundle         dist/mgt-bundle/: programs with mgt's Debian libraries linked in statically
@@ -141,10 +146,14 @@ $(B)/%.o: %.cc $(wildcard lib/*/*.h) | $(B)/.deps-ok
 	$(say) CXX $<
 	$(Q)$(CXX) $(ALL_CXXFLAGS) -c $< -o $@
 
+# ptxas's resource report of every kernel (-Xptxas -v) goes to build/kernels/NAME.ptxas and the
+# PTX stays in build/kernels/keep/ (-keep): what make kernel-report reads; other messages are shown
 build/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) | $(B)/.deps-ok
-	@mkdir -p $(dir $@)
+	@mkdir -p $(dir $@) build/kernels/keep
 	$(say) NVCC $<
-	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(Q)$(NVCC) $(NVCCFLAGS) -Xptxas -v -keep -keep-dir build/kernels/keep -c $< -o $@ 2>$@.log || { cat $@.log >&2; exit 1; }
+	$(Q)grep -v -e '^ptxas info' -e 'bytes stack frame' $@.log >&2 || true
+	$(Q)grep -e '^ptxas info' -e 'bytes stack frame' $@.log >build/kernels/$*.ptxas; rm -f $@.log
 
 $(B)/libmgt.a: $(LIB_OBJ)
 	$(say) AR $@
@@ -174,9 +183,23 @@ $(B)/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(B)/libmgt.a
 # pass: the unit tests, the fuzz corpora, the simulator's op checks and one quick run of each
 # program (check-smoke: tests/cli/t0050-smoke.sh), not the long numeric comparisons, which the
 # sanitizers cannot make more exact.
-CHECK_PARTS = unit sim $(if $(SANITIZE),smoke,cli)
+CHECK_PARTS = unit sim $(if $(filter 1,$(CUDA)),kernels) $(if $(SANITIZE),smoke,cli)
 check: $(PROGS) $(UNITS)
 	@sh tests/parts.sh "$(MAKE)" $(CHECK_PARTS)
+
+# make kernel-report: every kernel built for sm_90a (and sm_80) from ptxas's report and the PTX:
+# registers, spills, stack, static shared memory, register-limited occupancy, tensor-core
+# instructions (tests/kernels/report.py); check-kernels (part of check with CUDA) compares it with
+# tests/kernels/bounds.txt: a new spill, an occupancy drop or a lost tensor-core instruction fails.
+# make kernel-bounds writes the bounds from the current build (after a deliberate change).
+.PHONY: kernel-report check-kernels kernel-bounds
+kernel-report: $(if $(filter 1,$(CUDA)),$(KERN_SRC:%.cu=build/%.o))
+	@/usr/bin/python3 tests/kernels/report.py build/kernels
+check-kernels: $(if $(filter 1,$(CUDA)),$(KERN_SRC:%.cu=build/%.o))
+	@sh tests/kernels/test_report.sh
+	@/usr/bin/python3 tests/kernels/report.py build/kernels --check tests/kernels/bounds.txt
+kernel-bounds: $(if $(filter 1,$(CUDA)),$(KERN_SRC:%.cu=build/%.o))
+	@/usr/bin/python3 tests/kernels/report.py build/kernels --write-bounds tests/kernels/bounds.txt
 
 # make check-full: the same parts with the program tests' full tier (tests/cli/lib.sh)
 .PHONY: check-full
