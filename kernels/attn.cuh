@@ -1,5 +1,5 @@
-/* kernels/: device code of GQA self-attention (causal, or bidirectional under a key padding mask)
- * in fp32 on CUDA cores, flash-attention style
+/* kernels/: device code of GQA self-attention (causal, block-diagonal causal over packed
+ * documents, or bidirectional under a key padding mask) in fp32 on CUDA cores, flash-attention style
  * (Dao 2023, "FlashAttention-2", section 3.1 / Algorithm 1 forward, section 3.2 / Algorithm 2
  * backward); kernels/attn.cu launches it.  The function is the CPU backend's
  * (lib/backend/cpu_attn.c, lib/backend/backend.h attn_forward / attn_backward) up to fp32 rounding.
@@ -9,7 +9,9 @@
  * whose key and value are slots r and r + 1; out, dout [T, H, d]; lse and the backward's row terms
  * D [b, H, s].  Scores S = (q . k) / sqrt(d), causal (key i' <= query i), or under the key padding
  * mask key_mask [T] (geom km: key i' of sequence j visible iff km[i'*b + j] != 0, for every query;
- * the kernels' template argument MASK, false for the causal ones).  Dropout element
+ * the kernels' template argument MASK, false for the causal ones), or over packed documents
+ * (geom seg, backend.h mgt_attn.seg_start, causal without a mask: query i of sequence j sees keys
+ * seg[i*b + j] <= i' <= i, first_key).  Dropout element
  * (j, n, i, i') is kept by mgt_attn_drop_word(key, j*heads_total + head0 + n, s, s, i, i') (lib/util;
  * drop_mult, and drop_mult4 for the four elements one Philox call serves); it applies to the
  * probabilities after the softmax sums (the normalizer l uses the undropped values).
@@ -39,7 +41,11 @@
  * are xor-shuffles within a half warp.  Probabilities go through a shared tile with row stride
  * BK + 16 for the products with V, dO, Q or K.  Head-dimension accumulators (O, dQ, dK, dV) are
  * held the same way: rows ty + 16a, columns tx + 16c.  Tiles strictly above the causal diagonal
- * are skipped.  Rows past sq (sk) and columns past d are zero-filled and masked.
+ * are skipped, and with packed documents the tiles wholly before them: the forward and dQ start
+ * at the key tile of the query tile's earliest document start (first_ktile), the dK/dV kernel
+ * stops at the query tile whose first row starts its document after the key tile (doc_after);
+ * inside the tiles visited, keys before a row's document start are masked element by element
+ * (first_key).  Rows past sq (sk) and columns past d are zero-filled and masked.
  *
  * Forward (fwd_kernel): one block per (query tile, sequence, head), the last query tiles (most
  * keys) first.  For each key tile: S = Q K^T scale, online softmax (running max m and sum l per
@@ -293,6 +299,23 @@ static __device__ __forceinline__ int first_key(const geom &G, int j, int i)
 	return G.seg && i < G.sq ? G.seg[(size_t)i * G.b + j] : 0;
 }
 
+/* The first key tile (of BK rows) that any query of the tile from row q0 (< sq) of sequence j
+ * sees: the tile holding row q0's document start (starts never decrease along a sequence,
+ * backend.h mgt_attn.seg_start, so row q0 has the tile's earliest); 0 without packed documents. */
+template <int BK>
+static __device__ __forceinline__ int first_ktile(const geom &G, int j, int q0)
+{
+	return first_key(G, j, q0) / BK * BK;
+}
+
+/* Packed documents: query row i (< sq) of sequence j starts its document after key kmax, and so
+ * does every later row (starts never decrease): none of them sees a key up to kmax.  False
+ * without packed documents and past sq. */
+static __device__ __forceinline__ bool doc_after(const geom &G, int j, int i, int kmax)
+{
+	return G.seg && i < G.sq && G.seg[(size_t)i * G.b + j] > kmax;
+}
+
 /* The position bias of score (i, k) (block rows) of local head n: bias[(koff + k - qoff - i +
  * dsq - 1) heads_total + head0 + n] (backend.h mgt_attn.bias).  Read for visible keys only. */
 static __device__ __forceinline__ float pos_bias(const geom &G, int n, int i, int k)
@@ -437,13 +460,15 @@ static __device__ __forceinline__ float row_sum(float v)
 
 /* ---- forward ---- */
 /* One key tile of the online softmax for score tile sc of head n (raw dots in, dropped-out
- * unnormalized probabilities out; keys past the causal bound or with vis false left out): the
- * score is dot * scale, plus pos_bias under BIAS (natural units, as lse); updates the running max
- * m and sum l of each row and rescales o. */
+ * unnormalized probabilities out; keys past the causal bound, before the row's document start or
+ * with vis false left out): the score is dot * scale, plus pos_bias under BIAS (natural units, as
+ * lse); updates the running max m and sum l of each row and rescales o (first: the row's first
+ * key tile, which sets m and l). */
 template <bool BIAS, int RA, int CA, int DC>
 static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&o)[RA][DC],
 						   float (&m)[RA], float (&l)[RA], const bool (&vis)[CA],
-						   const geom &G, int q0, int k0, uint64_t rb, int n, int j)
+						   const geom &G, int q0, int k0, bool first, uint64_t rb, int n,
+						   int j)
 {
 	const int tx = threadIdx.x % TW, ty = threadIdx.x / TW;
 #pragma unroll
@@ -460,7 +485,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&
 			mx = fmaxf(mx, sc[a][c]);
 		}
 		mx = row_max(mx);
-		const float mnew = k0 == 0 ? mx : fmaxf(m[a], mx);
+		const float mnew = first ? mx : fmaxf(m[a], mx);
 		const float mb = mnew == -INFINITY ? 0.0f : mnew; /* no visible key (yet) */
 		float sum = 0.0f;
 #pragma unroll
@@ -469,7 +494,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&sc)[RA][CA], float (&
 			sum += sc[a][c];
 		}
 		sum = row_sum(sum);
-		if (k0 == 0) {
+		if (first) {
 			l[a] = sum;
 		} else {
 			const float alpha = expf(m[a] - mb);
@@ -519,7 +544,9 @@ static __device__ __forceinline__ int key_end(const geom &G, int q0)
 
 /* grid (b*H, query tiles), last tile first; shared Q [BQ, DM+1], K or V [BK, DM+1] (one buffer),
  * P [BQ, BK+16].  Queries from q's query slots, keys and values from kv (q itself for the whole
- * sequence).  MASK: under G.km. */
+ * sequence).  MASK: under G.km.  Packed documents (G.seg): from the first key tile a query of
+ * the tile sees (first_ktile; the tiles before it are wholly masked and would leave m, l and o as
+ * they are). */
 template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false>
 __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse, const float *q,
 						 const float *kv)
@@ -529,7 +556,7 @@ __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse,
 	float *Qs = smem, *KVs = Qs + BQ * (DM + 1), *Ps = KVs + BK * (DM + 1);
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = key_end<BQ>(G, q0);
+	const int kend = key_end<BQ>(G, q0), k1 = first_ktile<BK>(G, j, q0);
 	const float *K = kv + kv_off(G, j, g, 0), *V = kv + kv_off(G, j, g, 1);
 	const uint64_t rb = drop_row0(G, j, n);
 	float o[RA][DC], m[RA], l[RA];
@@ -542,14 +569,14 @@ __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse,
 			o[a][c] = 0.0f;
 	}
 	load_rows<DM, BQ>(Qs, q + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.sq, G.d);
-	for (int k0 = 0; k0 < kend; k0 += BK) {
+	for (int k0 = k1; k0 < kend; k0 += BK) {
 		float sc[RA][CA];
 		bool vis[CA];
 		key_vis<MASK>(vis, G, j, k0);
 		load_rows<DM, BK>(KVs, K, G.ldk, k0, G.sk, G.d);
 		__syncthreads();
 		dot_tile<DM>(sc, Qs, KVs);
-		fwd_softmax<BIAS>(sc, o, m, l, vis, G, q0, k0, rb, n, j);
+		fwd_softmax<BIAS>(sc, o, m, l, vis, G, q0, k0, k0 == k1, rb, n, j);
 		__syncthreads(); /* K consumed */
 		load_rows<DM, BK>(KVs, V, G.ldk, k0, G.sk, G.d);
 		store_tile<BK>(Ps, sc);
@@ -673,7 +700,9 @@ static __device__ __forceinline__ void load_query_side(const bwd_tiles<DM, BQ, B
 /* grid (b*ng, key tiles).  dK, dV of key rows k0.. of group g, summed over the r heads and the
  * query tiles in a fixed order; writes (or adds into, acc) the key and value of dkv (laid out as
  * kv; dqkv's slots r and r + 1 for the whole sequence).  The grid may leave out the key tiles no
- * query sees when acc (nothing to add).  MASK: under G.km. */
+ * query sees when acc (nothing to add).  MASK: under G.km.  Packed documents (G.seg): the query
+ * tiles stop at the first whose row 0 starts its document after the key tile (doc_after: no
+ * later query sees it). */
 template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false>
 __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const float *dout,
 						  const float *q, const float *kv, const float *lse,
@@ -697,7 +726,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 	const int qs = k0 - G.dlt > 0 ? (k0 - G.dlt) / BQ * BQ : 0; /* first query tile seeing k0 */
 	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
 		const uint64_t rb = drop_row0(G, j, n);
-		for (int q0 = qs; q0 < G.sq; q0 += BQ) {
+		for (int q0 = qs; q0 < G.sq && !doc_after(G, j, q0, k0 + BK - 1); q0 += BQ) {
 			float sc[RA][CA], dp[RA][CA];
 			__syncthreads(); /* previous tile's Q, dO, P consumed */
 			load_query_side(t, G, q, dout, lse, D, j, n, q0);
@@ -719,8 +748,8 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 }
 
 /* grid (b*H, query tiles), last tile first.  dQ of query rows q0.. of head n over its key tiles
- * in order; writes (or adds into, acc) dq's slot n % r of group n / r (dq laid out as q).  MASK:
- * under G.km. */
+ * in order (packed documents: from first_ktile, as the forward); writes (or adds into, acc) dq's
+ * slot n % r of group n / r (dq laid out as q).  MASK: under G.km. */
 template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false>
 __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *dout,
 						const float *q, const float *kv, const float *lse,
@@ -731,7 +760,7 @@ __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *
 	const bwd_tiles<DM, BQ, BK> t(smem);
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = key_end<BQ>(G, q0);
+	const int kend = key_end<BQ>(G, q0), k1 = first_ktile<BK>(G, j, q0);
 	const uint64_t rb = drop_row0(G, j, n);
 	float acc[RA][DC];
 
@@ -741,7 +770,7 @@ __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *
 		for (int c = 0; c < DC; c++)
 			acc[a][c] = 0.0f;
 	load_query_side(t, G, q, dout, lse, D, j, n, q0);
-	for (int k0 = 0; k0 < kend; k0 += BK) {
+	for (int k0 = k1; k0 < kend; k0 += BK) {
 		float sc[RA][CA], dp[RA][CA];
 		bool vis[CA];
 		key_vis<MASK>(vis, G, j, k0);

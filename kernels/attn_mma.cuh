@@ -1,5 +1,6 @@
-/* kernels/: device code of GQA self-attention (causal, or bidirectional under a key padding mask:
- * the kernels' template argument MASK) on tensor cores through mma.sync (kernels/mma.cuh:
+/* kernels/: device code of GQA self-attention (causal, block-diagonal causal over packed
+ * documents, or bidirectional under a key padding mask: the kernels' template argument MASK) on
+ * tensor cores through mma.sync (kernels/mma.cuh:
  * m16n8k16, bf16 or fp16 operands, fp32 accumulators), with the scores, probabilities and
  * accumulators in registers (FlashAttention-2, Dao 2023, section 3: the softmax of a warp's rows
  * done on its own accumulator fragments); kernels/attn_tc.cu and attn_tc_bwd.cu launch it (kernels.h
@@ -38,6 +39,19 @@
  * causal test; the dK/dV kernel runs over all query tiles and tests its two key rows' bytes, read
  * once.  A row that sees no key keeps l = 0: out 0, lse -inf (and P = 0 in the backward).
  *
+ * Packed documents (geom seg, backend.h mgt_attn.seg_start; causal self-attention without a key
+ * mask, the MASK = false kernels): query i of sequence j sees keys seg[i*b + j] <= k <= i.  Each
+ * element's test adds k >= its query's document start (sees' kf: the lane's two rows' starts, read
+ * once; the dK/dV kernel stages the query tile's starts in shared memory next to lse and D), and
+ * a warp's tile takes the unchecked path only when its first key is at or after the warp's (dK/dV:
+ * the query tile's) last document start.  Whole tiles before the documents are skipped, exactly at
+ * tile level since starts never decrease along a sequence: the forward and dQ kernels start their
+ * key loop at the tile holding the query tile's first row's start (attn.cuh first_ktile; the
+ * tiles before it are masked for every row, and the online softmax of a row that sees nothing
+ * yet keeps m = -inf, l = 0), and the dK/dV kernel ends its query loop before the first query tile
+ * whose row 0 starts its document after the key tile (attn.cuh doc_after: so do all later rows).
+ * Without seg the loops and the products are those of the causal kernels, bit for bit.
+ *
  * Cross-attention (backend.h MGT_ATTN_CROSS, attn.cuh make_xgeom): the kernels take the queries (q) and
  * the keys and values (kvg) as separate tensors, sq query rows and sk key rows (the fused qkv twice
  * and s, s for self-attention); without a mask the bound k <= i + dlt with dlt = sk (0: causal)
@@ -51,8 +65,11 @@
 
 namespace mgt_attn_mma {
 
+using mgt_attn_k::doc_after;
 using mgt_attn_k::drop_mult4;
 using mgt_attn_k::drop_row0;
+using mgt_attn_k::first_key;
+using mgt_attn_k::first_ktile;
 using mgt_attn_k::geom;
 using mgt_attn_k::kv_off;
 using mgt_attn_k::out_off;
@@ -60,6 +77,7 @@ using mgt_attn_k::qkv_off;
 using mgt_attn_k::vec_off;
 using mgt_attn_tc::load_kv;
 using mgt_attn_tc::load_qdo;
+using mgt_attn_tc::load_seg;
 using mgt_attn_tc::load_tile;
 using mgt_attn_tc::NTC;
 using mgt_attn_tc::NW;
@@ -75,11 +93,12 @@ static constexpr int fwd_blocks(int DM) { return DM <= 64 ? 4 : 1; }
 static constexpr int bwd_blocks(int DM) { return DM <= 64 ? 3 : 1; }
 
 /* Shared-memory bytes (T elements of ES bytes): the operand tiles (K and V twice in the forward
- * and dQ kernels: the tile in use and the next one, prefetched) and the lse, D rows. */
+ * and dQ kernels: the tile in use and the next one, prefetched) and the lse, D rows (and in the
+ * dK/dV kernel the query rows' document starts, int32, with packed documents). */
 static constexpr size_t fwd_smem(int DM, int ES) { return (size_t)5 * 64 * (DM + 8) * ES; }
 static constexpr size_t bwd_smem(int DM, int B, int ES)
 {
-	return ((size_t)2 * 64 + 2 * B) * (DM + 8) * ES + (size_t)2 * 64 * 4;
+	return ((size_t)2 * 64 + 2 * B) * (DM + 8) * ES + (size_t)3 * 64 * 4;
 }
 static constexpr size_t dq_smem(int DM, int B, int ES)
 {
@@ -245,12 +264,12 @@ static __device__ __forceinline__ uint32_t key_bits(const geom &G, int j, int k0
 }
 
 /* Query i sees key k: bit `bit` of the key mask bits vb under MASK (clear past sk), else
- * k <= i + dlt and k < sk (causal for self-attention, dlt = 0; every key for cross-attention
- * without a mask, dlt = sk). */
+ * kf <= k <= i + dlt and k < sk (causal for self-attention, dlt = 0, kf the start of query i's
+ * packed document or 0; every key for cross-attention without a mask, dlt = sk, kf = 0). */
 template <bool MASK>
-static __device__ __forceinline__ bool sees(const geom &G, uint32_t vb, int bit, int k, int i)
+static __device__ __forceinline__ bool sees(const geom &G, uint32_t vb, int bit, int k, int i, int kf)
 {
-	return MASK ? ((vb >> bit) & 1u) != 0 : k <= i + G.dlt && k < G.sk;
+	return MASK ? ((vb >> bit) & 1u) != 0 : k <= i + G.dlt && k < G.sk && k >= kf;
 }
 
 /* The end of the keys that query rows q0..q0+BQ-1 see: all sk under MASK, else up to the bound. */
@@ -275,13 +294,14 @@ static __device__ __forceinline__ float quad_max(float v)
 
 /* ---- forward: grid (b*H, query tiles of 64), last tile first ---- */
 /* One key tile of the forward's online softmax for the lane's rows i[h] (elements 2h, 2h + 1 of
- * each tile), keys kc + 8c + e: the raw scores s become the unnormalized probabilities
- * 2^(s sl2 - m) under the new running max m, l and the output accumulators o are rescaled.  CHK
- * false: every score of the warp's tile is visible (no test an element). */
+ * each tile; kf[h] their document starts, 0 unpacked), keys kc + 8c + e: the raw scores s become
+ * the unnormalized probabilities 2^(s sl2 - m) under the new running max m, l and the output
+ * accumulators o are rescaled (first: the rows' first key tile).  CHK false: every score of the
+ * warp's tile is visible (no test an element). */
 template <bool CHK, bool MASK, int NK, int ND>
 static __device__ __forceinline__ void fwd_softmax(float (&s)[NK][4], float (&o)[ND][4], float (&m)[2], float (&l)[2],
-						   const geom &G, uint32_t vb, const int (&i)[2], int kc, bool first,
-						   float sl2)
+						   const geom &G, uint32_t vb, const int (&i)[2], const int (&kf)[2],
+						   int kc, bool first, float sl2)
 {
 #pragma unroll
 	for (int h = 0; h < 2; h++) {
@@ -291,7 +311,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&s)[NK][4], float (&o)
 		for (int c = 0; c < NK; c++)
 #pragma unroll
 			for (int e = 0; e < 2; e++) {
-				const bool ok = !CHK || (rowok && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h]));
+				const bool ok = !CHK || (rowok && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h], kf[h]));
 				mx = fmaxf(mx, ok ? s[c][2 * h + e] : -INFINITY);
 			}
 		mx = quad_max(mx) * sl2; /* sl2 > 0: the max of the scaled scores */
@@ -303,7 +323,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&s)[NK][4], float (&o)
 #pragma unroll
 			for (int e = 0; e < 2; e++) {
 				float v = 0.0f;
-				if (!CHK || (rowok && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h]))) {
+				if (!CHK || (rowok && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h], kf[h]))) {
 					v = exp2f(s[c][2 * h + e] * sl2 - mb);
 					sum += v;
 				}
@@ -326,12 +346,13 @@ static __device__ __forceinline__ void fwd_softmax(float (&s)[NK][4], float (&o)
 
 /* dK/dV kernel, one query tile: Pd = P mu into st, dS = P (dP mu - D) into dpt for the lane's key
  * rows kr[h] and queries qc + 8c + e (qc = q0 + c0; L, D the tile's lse and D rows from column c0
- * on); the dropout multipliers of tiles 2m and 2m + 1 (queries i, i + 8) from one draw.  CHK false:
- * every query of the tile sees every key row of the warp. */
+ * on, S its document starts from column c0 on: NULL unpacked); the dropout multipliers of tiles 2m
+ * and 2m + 1 (queries i, i + 8) from one draw.  CHK false: every query of the tile sees every key
+ * row of the warp. */
 template <bool CHK, bool MASK, int NQ>
 static __device__ __forceinline__ void dkdv_scores(float (&st)[NQ][4], float (&dpt)[NQ][4], const geom &G,
 						   uint64_t rb, const bool (&kvis)[2], const int (&kr)[2], int qc,
-						   const float *L, const float *D, float sl2)
+						   const float *L, const float *D, const int *S, float sl2)
 {
 #pragma unroll
 	for (int m2 = 0; m2 < NQ / 2; m2++)
@@ -344,10 +365,11 @@ static __device__ __forceinline__ void dkdv_scores(float (&st)[NQ][4], float (&d
 			for (int x = 0; x < 2; x++) {
 				const int c = 2 * m2 + x, i = qc + 8 * c + e;
 				const float li = L[8 * c + e] * LOG2E, di = D[8 * c + e];
+				const int si = CHK && S ? S[8 * c + e] : 0; /* query i's document start */
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
 					float pd = 0.0f, ds = 0.0f;
-					if (!CHK || (i < G.sq && (MASK ? kvis[h] : kr[h] <= i + G.dlt))) {
+					if (!CHK || (i < G.sq && (MASK ? kvis[h] : kr[h] <= i + G.dlt && kr[h] >= si))) {
 						const float P = exp2f(st[c][2 * h + e] * sl2 - li);
 						pd = P * mu[2 * x + h];
 						ds = P * (dpt[c][2 * h + e] * mu[2 * x + h] - di);
@@ -359,13 +381,14 @@ static __device__ __forceinline__ void dkdv_scores(float (&st)[NQ][4], float (&d
 		}
 }
 
-/* dQ kernel, one key tile: dS = P (dP mu - D) into s for the lane's query rows i[h] and keys
- * kc + 8c + e (li in log2 units, di: the rows' lse and D); the dropout multipliers of tiles 2m and
- * 2m + 1 (keys k, k + 8) from one draw.  CHK false: every score of the warp's tile is visible. */
+/* dQ kernel, one key tile: dS = P (dP mu - D) into s for the lane's query rows i[h] (document
+ * starts kf[h], 0 unpacked) and keys kc + 8c + e (li in log2 units, di: the rows' lse and D); the
+ * dropout multipliers of tiles 2m and 2m + 1 (keys k, k + 8) from one draw.  CHK false: every score
+ * of the warp's tile is visible. */
 template <bool CHK, bool MASK, int NK>
 static __device__ __forceinline__ void dq_scores(float (&s)[NK][4], const float (&dp)[NK][4], const geom &G,
-						 uint64_t rb, uint32_t vb, const int (&i)[2], int kc, const float (&li)[2],
-						 const float (&di)[2], float sl2)
+						 uint64_t rb, uint32_t vb, const int (&i)[2], const int (&kf)[2], int kc,
+						 const float (&li)[2], const float (&di)[2], float sl2)
 {
 #pragma unroll
 	for (int m2 = 0; m2 < NK / 2; m2++)
@@ -380,7 +403,7 @@ static __device__ __forceinline__ void dq_scores(float (&s)[NK][4], const float 
 				for (int x = 0; x < 2; x++) {
 					const int c = 2 * m2 + x;
 					float ds = 0.0f;
-					if (!CHK || (i[h] < G.sq && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h]))) {
+					if (!CHK || (i[h] < G.sq && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h], kf[h]))) {
 						const float P = exp2f(s[c][2 * h + e] * sl2 - li[h]);
 						ds = P * (dp[c][2 * h + e] * mu[2 * h + x] - di[h]);
 					}
@@ -418,7 +441,10 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
 	const int kend = mma_kend<MASK, BQ>(G, q0);
+	const int k1 = first_ktile<BK>(G, j, q0); /* packed documents: the first key tile seen */
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
+	const int kf[2] = {first_key(G, j, i[0]), first_key(G, j, i[1])}; /* their document starts */
+	const int wf = first_key(G, j, q0 + w * 16 + 15); /* the warp's last row's document start */
 	const uint64_t rb = drop_row0(G, j, n);
 	const float sl2 = G.scale * LOG2E; /* scores in log2 units: exp2 of them, m and mb too */
 	float o[ND][4], m[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
@@ -427,10 +453,10 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 		o[c][0] = o[c][1] = o[c][2] = o[c][3] = 0.0f;
 
 	load_tile<T, DM, BQ>(Qs, q + qkv_off(G, j, g, n % G.r), G.ldq, q0, G.sq, G.d, vec);
-	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, kvg, j, g, 0, vec, async);
+	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, kvg, j, g, k1, vec, async);
 	if (async)
 		mgt_cp_async_commit();
-	for (int k0 = 0, b = 0; k0 < kend; k0 += BK, b ^= 1) {
+	for (int k0 = k1, b = 0; k0 < kend; k0 += BK, b ^= 1) {
 		__syncthreads(); /* Q loaded; the tile before consumed (its buffer b ^ 1 free) */
 		next_kv<T, DM, BK>(kv, b, G, kvg, j, g, k0, kend, vec, async);
 		__syncthreads(); /* tile k0 in buffer b */
@@ -439,11 +465,12 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 		const uint32_t vb = MASK ? key_bits<NK>(G, j, k0, c0) : 0u;
 		warp_scores<T, NK, DF, LD>(s, Qs, w * 16, Ks);
 		/* the online softmax; the warp's tile is checked element by element only where some of
-		 * its scores are masked (the diagonal, past sq or sk, a key mask) */
-		if (!MASK && k0 + BK - 1 <= q0 + w * 16 + G.dlt && k0 + BK <= G.sk && q0 + w * 16 + 16 <= G.sq)
-			fwd_softmax<false, MASK>(s, o, m, l, G, vb, i, k0 + c0, k0 == 0, sl2);
+		 * its scores are masked (the diagonal, past sq or sk, a key mask, a document start) */
+		if (!MASK && k0 + BK - 1 <= q0 + w * 16 + G.dlt && k0 + BK <= G.sk && q0 + w * 16 + 16 <= G.sq &&
+		    k0 >= wf)
+			fwd_softmax<false, MASK>(s, o, m, l, G, vb, i, kf, k0 + c0, k0 == k1, sl2);
 		else
-			fwd_softmax<true, MASK>(s, o, m, l, G, vb, i, k0 + c0, k0 == 0, sl2);
+			fwd_softmax<true, MASK>(s, o, m, l, G, vb, i, kf, k0 + c0, k0 == k1, sl2);
 		if (G.p > 0.0f) /* dropout (l sums the undropped probabilities) */
 			drop_frag<NK>(s, G, rb, i[0], k0 + c0);
 		uint32_t pa[BK / 16][4];
@@ -463,8 +490,9 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 
 /* ---- backward ---- */
 /* grid (b*ng, key tiles of 64): dK, dV of key rows k0.. of group g, over the group's heads and
- * the query tiles of BQ rows from the diagonal on (MASK or cross-attention: all of them); written
- * to dkv (laid out as kv: dqkv for self-attention). */
+ * the query tiles of BQ rows from the diagonal on (MASK or cross-attention: all of them; packed
+ * documents: up to the last tile with a row whose document starts in or before the key tile,
+ * doc_after); written to dkv (laid out as kv: dqkv for self-attention). */
 template <typename T, int DM, int BQ, int MB = 1, bool MASK = false>
 __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, const float *dout,
 						       const T *q, const T *kvg, const float *lse, const float *D,
@@ -475,6 +503,7 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, c
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gid = lane >> 2, c0 = 2 * (lane & 3);
 	T *Ks = reinterpret_cast<T *>(smem), *Vs = Ks + BK * LD, *Qs = Vs + BK * LD, *dOs = Qs + BQ * LD;
 	float *Ls = reinterpret_cast<float *>(dOs + BQ * LD), *Ds = Ls + BQ;
+	int *Ss = reinterpret_cast<int *>(Ds + BQ); /* packed documents: the query rows' starts */
 	const int j = blockIdx.x / G.ng, g = blockIdx.x % G.ng, k0 = (int)blockIdx.y * BK;
 	const int kr[2] = {k0 + w * 16 + gid, k0 + w * 16 + gid + 8}; /* this lane's key rows */
 	bool kvis[2] = {false, false}; /* under MASK: the key rows' mask bytes */
@@ -493,18 +522,23 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, c
 	const int qs = MASK || k0 <= G.dlt ? 0 : (k0 - G.dlt) / BQ * BQ; /* the first query tile seeing k0 */
 	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
 		const uint64_t rb = drop_row0(G, j, n);
-		for (int q0 = qs; q0 < G.sq; q0 += BQ) {
+		for (int q0 = qs; q0 < G.sq && !doc_after(G, j, q0, k0 + BK - 1); q0 += BQ) {
 			__syncthreads(); /* previous tile's Q, dO, lse, D consumed */
 			load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, q, dout, lse, D, j, n, q0, vec);
+			if (G.seg)
+				load_seg<BQ>(Ss, G, j, q0);
 			__syncthreads();
 			/* S^T = K Q^T, dP^T = V dO^T: the warp's 16 keys x BQ queries */
 			float st[NQ][4], dpt[NQ][4];
 			warp_scores<T, NQ, DF, LD>(st, Ks, w * 16, Qs);
 			warp_scores<T, NQ, DF, LD>(dpt, Vs, w * 16, dOs);
-			if (!MASK && k0 + w * 16 + 15 <= q0 + G.dlt && q0 + BQ <= G.sq) /* every query sees every key */
-				dkdv_scores<false, MASK>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, sl2);
+			const int *S = G.seg ? Ss + c0 : nullptr;
+			/* every query sees every key (the last query's document starts at or before them) */
+			if (!MASK && k0 + w * 16 + 15 <= q0 + G.dlt && q0 + BQ <= G.sq &&
+			    k0 + w * 16 >= first_key(G, j, q0 + BQ - 1))
+				dkdv_scores<false, MASK>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, S, sl2);
 			else
-				dkdv_scores<true, MASK>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, sl2);
+				dkdv_scores<true, MASK>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, S, sl2);
 			uint32_t pa[BQ / 16][4], sa[BQ / 16][4];
 			pack_a<T, NQ>(pa, st);
 			pack_a<T, NQ>(sa, dpt);
@@ -523,8 +557,8 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, c
 }
 
 /* grid (b*H, query tiles of 64), last first: dQ of query rows q0.. of head n over its key tiles of
- * BK in order (up to the diagonal; MASK or cross-attention: all of them); written to dq (laid out
- * as q: dqkv for self-attention). */
+ * BK in order (up to the diagonal; MASK or cross-attention: all of them; packed documents: from the
+ * first tile a row sees, first_ktile); written to dq (laid out as q: dqkv for self-attention). */
 template <typename T, int DM, int BK, int MB = 1, bool MASK = false>
 __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, const float *dout,
 						     const T *q, const T *kvg, const float *lse, const float *D,
@@ -538,7 +572,10 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, cons
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
 	const int kend = mma_kend<MASK, BQ>(G, q0);
+	const int k1 = first_ktile<BK>(G, j, q0); /* packed documents: the first key tile seen */
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
+	const int kf[2] = {first_key(G, j, i[0]), first_key(G, j, i[1])}; /* their document starts */
+	const int wf = first_key(G, j, q0 + w * 16 + 15); /* the warp's last row's document start */
 	const uint64_t rb = drop_row0(G, j, n);
 	const float sl2 = G.scale * LOG2E; /* P = 2^(s sl2 - lse log2 e) */
 	float acc[ND][4];
@@ -547,10 +584,10 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, cons
 		acc[c][0] = acc[c][1] = acc[c][2] = acc[c][3] = 0.0f;
 
 	load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, q, dout, lse, D, j, n, q0, vec);
-	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, kvg, j, g, 0, vec, async);
+	stage_kv<T, DM, BK>(kv, kv + BK * LD, G, kvg, j, g, k1, vec, async);
 	if (async)
 		mgt_cp_async_commit();
-	for (int k0 = 0, b = 0; k0 < kend; k0 += BK, b ^= 1) {
+	for (int k0 = k1, b = 0; k0 < kend; k0 += BK, b ^= 1) {
 		__syncthreads(); /* Q, dO, lse, D loaded; the tile before consumed (buffer b ^ 1 free) */
 		next_kv<T, DM, BK>(kv, b, G, kvg, j, g, k0, kend, vec, async);
 		__syncthreads(); /* tile k0 in buffer b */
@@ -562,10 +599,11 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, cons
 		warp_scores<T, NK, DF, LD>(dp, dOs, w * 16, Vs);
 		const float li[2] = {Ls[w * 16 + gid] * LOG2E, Ls[w * 16 + gid + 8] * LOG2E};
 		const float di[2] = {Ds[w * 16 + gid], Ds[w * 16 + gid + 8]};
-		if (!MASK && k0 + BK - 1 <= q0 + w * 16 + G.dlt && k0 + BK <= G.sk && q0 + w * 16 + 16 <= G.sq)
-			dq_scores<false, MASK>(s, dp, G, rb, vb, i, k0 + c0, li, di, sl2);
+		if (!MASK && k0 + BK - 1 <= q0 + w * 16 + G.dlt && k0 + BK <= G.sk && q0 + w * 16 + 16 <= G.sq &&
+		    k0 >= wf)
+			dq_scores<false, MASK>(s, dp, G, rb, vb, i, kf, k0 + c0, li, di, sl2);
 		else
-			dq_scores<true, MASK>(s, dp, G, rb, vb, i, k0 + c0, li, di, sl2);
+			dq_scores<true, MASK>(s, dp, G, rb, vb, i, kf, k0 + c0, li, di, sl2);
 		uint32_t sa[BK / 16][4];
 		pack_a<T, NK>(sa, s);
 		warp_accum<T, BK / 16, ND, LD>(acc, sa, Ks); /* dQ += dS K */

@@ -1,4 +1,5 @@
-/* kernels/: launchers of GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_fwd, mgt_k_xattn_tc_fwd; the backward is kernels/attn_tc_bwd.cu; causal, or
+/* kernels/: launchers of GQA self-attention on tensor cores (kernels.h mgt_k_attn_tc_fwd, mgt_k_xattn_tc_fwd; the backward is kernels/attn_tc_bwd.cu; causal,
+ * block-diagonal causal over packed documents (seg, the causal kernels with geom seg set), or
  * under a key padding mask through the kernels' MASK instances):
  * the mma.sync kernels of kernels/attn_mma.cuh, with (impl MGT_K_ATTN_MMA) or without
  * (MGT_K_ATTN_MMA_NOCP) their cp.async prefetch of K and V; kernels/attn_tc.cuh has the function,
@@ -67,13 +68,15 @@ static int tc_fwd_geom(cudaStream_t st, int dtype, int impl, void *out, float *l
 
 extern "C" int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *lse,
 				 const void *qkv, int seq, int b, int ng, int r, int d, float p,
-				 uint64_t key, int head0, int heads_total, const uint8_t *key_mask, int impl)
+				 uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const int32_t *seg,
+				 int impl)
 {
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	if (tc_refuse(dtype, d, impl))
 		return tc_refuse(dtype, d, impl);
-	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	G.seg = key_mask ? nullptr : seg;
 	return tc_fwd_geom((cudaStream_t)s, dtype, impl, out, lse, qkv, qkv, G);
 }
 

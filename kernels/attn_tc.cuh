@@ -1,10 +1,12 @@
 /* kernels/: what the tensor-core attention kernels (kernels/attn_mma.cuh, launched by
  * kernels/attn_tc.cu: kernels.h mgt_k_attn_tc_*) stage through shared memory: the rounding to the
  * 16-bit operand type T (to16), 4-element global loads (ld4_as), and the row tiles of Q, K, V and
- * dO (load_tile, load_kv, load_qdo) with their lse and D rows (load_vec).
+ * dO (load_tile, load_kv, load_qdo) with their lse and D rows (load_vec) and, for packed
+ * documents, the query rows' document starts (load_seg).
  *
  * Function of those kernels.  The same as kernels/attn.cuh (FlashAttention-2 forward, Algorithm 1,
- * and backward, Algorithm 2; the layouts, causal or key padding mask, GQA grouping, dropout placement and Philox
+ * and backward, Algorithm 2; the layouts, causal, block-diagonal causal over packed documents
+ * (geom seg) or key padding mask, GQA grouping, dropout placement and Philox
  * indices of lib/backend/backend.h attn_forward / attn_backward, self and cross: the query
  * rows from q, sq of them, the key rows from kv, sk of them, on attn.cuh's geometry), except that qkv and out are T in memory
  * (the model's 16-bit storage: out written rounded to nearest even; dO, dQKV, lse stay fp32) and
@@ -134,6 +136,15 @@ static __device__ __forceinline__ void load_vec(float *dst, const float *src, in
 {
 	for (int e = threadIdx.x; e < ROWS; e += NTC)
 		dst[e] = i0 + e < s ? src[i0 + e] : 0.0f;
+}
+
+/* Packed documents (G.seg): the document starts of query rows q0..q0+ROWS-1 of sequence j into
+ * dst (0 past sq). */
+template <int ROWS>
+static __device__ __forceinline__ void load_seg(int *dst, const geom &G, int j, int q0)
+{
+	for (int e = threadIdx.x; e < ROWS; e += NTC)
+		dst[e] = q0 + e < G.sq ? G.seg[(size_t)(q0 + e) * G.b + j] : 0;
 }
 
 /* The K and V rows k0..k0+ROWS-1 of group g of sequence j, staged into Ks and Vs (load_tile) from

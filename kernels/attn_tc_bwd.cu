@@ -1,5 +1,6 @@
 /* kernels/: launchers of the backward of GQA self- and cross-attention on tensor cores (kernels.h
- * mgt_k_attn_tc_bwd, mgt_k_xattn_tc_bwd): D = rowsum(dO * O) into ws (attn.cuh rowdot_kernel), then
+ * mgt_k_attn_tc_bwd, mgt_k_xattn_tc_bwd; self-attention causal, over packed documents or under a
+ * key padding mask): D = rowsum(dO * O) into ws (attn.cuh rowdot_kernel), then
  * the mma.sync dK/dV and dQ kernels of kernels/attn_mma.cuh.  Tiles, shared memory and the head
  * dimensions they take: kernels/attn_tc.cu, whose forward this is the backward of. */
 #include "attn_tc_host.cuh"
@@ -76,13 +77,14 @@ static int tc_bwd_geom(cudaStream_t st, int dtype, int impl, float *dq, float *d
 extern "C" int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout,
 				 const void *qkv, const void *out, const float *lse, int seq,
 				 int b, int ng, int r, int d, float p, uint64_t key, int head0,
-				 int heads_total, const uint8_t *key_mask, void *ws, int impl)
+				 int heads_total, const uint8_t *key_mask, const int32_t *seg, void *ws, int impl)
 {
 	if (tc_empty(seq, b, ng, r, d))
 		return (int)cudaSuccess;
 	if (tc_refuse(dtype, d, impl))
 		return tc_refuse(dtype, d, impl);
-	const geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	geom G = make_geom(seq, b, ng, r, d, p, key, head0, heads_total, key_mask);
+	G.seg = key_mask ? nullptr : seg;
 	return tc_bwd_geom((cudaStream_t)s, dtype, impl, dqkv, dqkv, dout, qkv, qkv, out, lse, ws, G);
 }
 

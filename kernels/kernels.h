@@ -156,12 +156,12 @@ int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float 
 		  const int32_t *pos, int T, int ng, int r, int d, int S, const float *bias, int bs);
 
 /* ---- attention on tensor cores (kernels/attn_tc.cu forward, kernels/attn_tc_bwd.cu backward),
- * causal or under a key padding mask: impl
+ * causal, over packed documents (seg) or under a key padding mask: impl
  * MGT_K_ATTN_MMA, mma.sync with the softmax in registers (kernels/attn_mma.cuh, the default), or
  * MGT_K_ATTN_MMA_NOCP, the same without the cp.async prefetch of K and V (an A/B variant);
  * kernels/attn_tc.cuh documents the function and staging they share; bf16 / fp16 operands, fp32
- * accumulation and softmax.  Same contracts as mgt_k_attn_* above (key_mask included, and the
- * same workspace), returning cudaErrorInvalidValue for an unsupported dtype, head dimension or
+ * accumulation and softmax.  Same contracts as mgt_k_attn_* above (key_mask and seg included,
+ * and the same workspace), returning cudaErrorInvalidValue for an unsupported dtype, head dimension or
  * impl, with two differences: qkv and out hold elements of dtype (MGT_K_BF16 or MGT_K_F16; out
  * written rounded to nearest even), dout, dqkv and lse stay fp32; and the operands of the matrix
  * products (Q K^T, P V, dO V^T, dS K, dS^T Q, P^T dO) are of dtype, P and dS rounded to it;
@@ -171,12 +171,12 @@ enum { MGT_K_ATTN_MMA = 0, MGT_K_ATTN_MMA_NOCP = 1 };
 int mgt_k_attn_tc_supported(int d);
 int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *lse, const void *qkv, int seq,
 		      int b, int ng, int r, int d, float p, uint64_t key, int head0, int heads_total,
-		      const uint8_t *key_mask, int impl);
+		      const uint8_t *key_mask, const int32_t *seg, int impl);
 size_t mgt_k_attn_tc_bwd_ws_bytes(int seq, int b, int ng, int r, int d);
 int mgt_k_attn_tc_bwd(mgt_k_stream s, int dtype, float *dqkv, const float *dout, const void *qkv,
 		      const void *out, const float *lse, int seq, int b, int ng, int r, int d,
-		      float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask, void *ws,
-		      int impl);
+		      float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
+		      const int32_t *seg, void *ws, int impl);
 /* ---- cross-attention (backend.h attn_forward / attn_backward, MGT_ATTN_CROSS): q [sq*b, ng*r, d], kv [sk*b, ng, 2, d],
  * out and dout [sq*b, ng*r, d], lse [b, ng*r, sq], key_mask [sk*b] (device memory) or NULL (every
  * key visible); no causal bound; the backward writes dq and dkv and needs ws of

@@ -16,8 +16,9 @@ static mgt_k_stream stream(mgt_backend *be) { return ((cuda_impl *)be->impl)->st
  * CUDA-core kernel (kernels/attn.cu, the reference) otherwise.  The tensor-core kernel shares
  * the fp32 one's workspace layout.  Its kernels are the mma.sync ones unless the environment has
  * MGT_ATTN_KERNEL=mma-nocp (the same without their cp.async prefetch of K and V, an A/B variant:
- * mgt-train(1), ENVIRONMENT), read at each call.  key_mask (device memory) goes to the kernels as
- * it is: NULL causal, else the key padding mask of backend.h attn_forward. */
+ * mgt-train(1), ENVIRONMENT), read at each call.  key_mask and seg (device memory) go to the
+ * kernels as they are: NULL causal, else the key padding mask of backend.h attn_forward or the
+ * packed documents' starts (mgt_attn.seg_start), on the same kernels as the unpacked call. */
 static int attn_tc_impl(void)
 {
 	const char *v = getenv("MGT_ATTN_KERNEL");
@@ -61,7 +62,7 @@ static void attn_fwd_on(mgt_backend *be, const char *op, int tc, void *out, floa
 		o = ws + conv - al256(no * (kt == MGT_K_F32 ? 4 : 2));
 	}
 	const int rc = tc >= 0 ? mgt_k_attn_tc_fwd(stream(be), tc, o, lse, q, s, b, ng, r, d, p, key, head0,
-						  heads_total, key_mask, attn_tc_impl())
+						  heads_total, key_mask, seg, attn_tc_impl())
 		       : bias ? mgt_k_attn_bias_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total,
 						    key_mask, bias)
 			      : mgt_k_attn_fwd(stream(be), o, lse, q, s, b, ng, r, d, p, key, head0, heads_total,
@@ -70,13 +71,14 @@ static void attn_fwd_on(mgt_backend *be, const char *op, int tc, void *out, floa
 		mgt_cuda_ok(be, op, mgt_k_cast(stream(be), out, it, o, kt, no));
 }
 
-/* Packed sequences (seg, mgt_attn.seg_start) run on the fp32 CUDA-core kernels in every precision,
- * as the position bias does below (the tensor-core kernels do not take document starts yet). */
+/* Packed sequences (seg, mgt_attn.seg_start) run where unpacked ones do: the tensor-core kernels
+ * under --bf16/--fp16 when d suits them, else the fp32 ones (both skip the key tiles before the
+ * documents and mask per element inside the tiles). */
 static void self_fwd(mgt_backend *be, void *out, float *lse, const void *qkv, mgt_elem_type t, int s, int b,
 			int ng, int r, int d, float p, uint64_t key, int head0, int heads_total, const uint8_t *key_mask,
 			const int32_t *seg)
 {
-	attn_fwd_on(be, "attn_fwd", seg ? -1 : attn_tc_dtype(be, d), out, lse, qkv, t, s, b, ng, r, d, p, key, head0,
+	attn_fwd_on(be, "attn_fwd", attn_tc_dtype(be, d), out, lse, qkv, t, s, b, ng, r, d, p, key, head0,
 		    heads_total, key_mask, NULL, seg);
 }
 
@@ -130,7 +132,7 @@ static void attn_bwd_on(mgt_backend *be, const char *op, int tc, void *dqkv, con
 		o = o2;
 	}
 	const int rc = tc >= 0 ? mgt_k_attn_tc_bwd(stream(be), tc, dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0,
-						   heads_total, key_mask, ws + conv, attn_tc_impl())
+						   heads_total, key_mask, seg, ws + conv, attn_tc_impl())
 		       : bias ? mgt_k_attn_bias_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0,
 						    heads_total, key_mask, bias, dbias, ws + conv)
 			      : mgt_k_attn_bwd(stream(be), dq, dO, q, o, lse, s, b, ng, r, d, p, key, head0, heads_total,
@@ -152,7 +154,7 @@ static void self_bwd(mgt_backend *be, void *dqkv, const void *dout, mgt_elem_typ
 			const void *out, mgt_elem_type t, const float *lse, int s, int b, int ng, int r, int d, float p,
 			uint64_t key, int head0, int heads_total, const uint8_t *key_mask, const int32_t *seg)
 {
-	attn_bwd_on(be, "attn_bwd", seg ? -1 : attn_tc_dtype(be, d), dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d,
+	attn_bwd_on(be, "attn_bwd", attn_tc_dtype(be, d), dqkv, dout, gt, qkv, out, t, lse, s, b, ng, r, d,
 		    p, key, head0, heads_total, key_mask, NULL, NULL, seg);
 }
 
