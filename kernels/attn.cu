@@ -36,27 +36,27 @@ static bool empty_shape(int s, int b, int ng, int r, int d)
 	return s <= 0 || b <= 0 || ng <= 0 || r <= 0 || d <= 0;
 }
 
-template <int DM, int BQ, int BK, bool MASK, bool BIAS>
+template <int DM, int BQ, int BK, bool MASK, bool BIAS, bool SEG>
 static int fwd_launch(cudaStream_t st, float *out, float *lse, const float *q, const float *kv,
 		      const geom &G)
 {
 	const size_t sm = fwd_smem(DM, BQ, BK);
-	const cudaError_t e = allow_smem(fwd_kernel<DM, BQ, BK, MASK, BIAS>, sm);
+	const cudaError_t e = allow_smem(fwd_kernel<DM, BQ, BK, MASK, BIAS, SEG>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.sq + BQ - 1) / BQ));
-	MGT_LAUNCH((fwd_kernel<DM, BQ, BK, MASK, BIAS>), grid, NT, sm, st, G, out, lse, q, kv);
+	MGT_LAUNCH((fwd_kernel<DM, BQ, BK, MASK, BIAS, SEG>), grid, NT, sm, st, G, out, lse, q, kv);
 	return (int)cudaGetLastError();
 }
 
-template <bool MASK, bool BIAS>
+template <bool MASK, bool BIAS, bool SEG = false>
 static int fwd_dim(cudaStream_t st, float *out, float *lse, const float *q, const float *kv, const geom &G)
 {
 	switch (pad_dim(G.d)) {
-	case 16: return fwd_launch<16, 64, 64, MASK, BIAS>(st, out, lse, q, kv, G);
-	case 32: return fwd_launch<32, 64, 64, MASK, BIAS>(st, out, lse, q, kv, G);
-	case 64: return fwd_launch<64, 64, 64, MASK, BIAS>(st, out, lse, q, kv, G);
-	case 128: return fwd_launch<128, 64, 64, MASK, BIAS>(st, out, lse, q, kv, G);
+	case 16: return fwd_launch<16, 64, 64, MASK, BIAS, SEG>(st, out, lse, q, kv, G);
+	case 32: return fwd_launch<32, 64, 64, MASK, BIAS, SEG>(st, out, lse, q, kv, G);
+	case 64: return fwd_launch<64, 64, 64, MASK, BIAS, SEG>(st, out, lse, q, kv, G);
+	case 128: return fwd_launch<128, 64, 64, MASK, BIAS, SEG>(st, out, lse, q, kv, G);
 	default: return (int)cudaErrorInvalidValue;
 	}
 }
@@ -69,6 +69,8 @@ static int fwd_geom(cudaStream_t st, float *out, float *lse, const float *q, con
 	if (G.bias)
 		return G.km ? fwd_dim<true, true>(st, out, lse, q, kv, G)
 			    : fwd_dim<false, true>(st, out, lse, q, kv, G);
+	if (G.seg) /* packed documents: causal, no mask (cuda_attn.c refuses the others) */
+		return fwd_dim<false, false, true>(st, out, lse, q, kv, G);
 	return G.km ? fwd_dim<true, false>(st, out, lse, q, kv, G) : fwd_dim<false, false>(st, out, lse, q, kv, G);
 }
 
@@ -114,14 +116,14 @@ extern "C" size_t mgt_k_attn_bwd_ws_bytes(int seq, int b, int ng, int r, int d)
 	return ws_bytes(seq, b, ng, r);
 }
 
-template <int DM, int BQ, int BK, bool MASK, bool BIAS>
+template <int DM, int BQ, int BK, bool MASK, bool BIAS, bool SEG>
 static int bwd_launch(cudaStream_t st, float *dq, float *dkv, const float *dout, const float *q,
 		      const float *kv, const float *lse, const float *D, const geom &G)
 {
 	const size_t sm = bwd_smem(DM, BQ, BK);
-	cudaError_t e = allow_smem(dkdv_kernel<DM, BQ, BK, MASK, BIAS>, sm);
+	cudaError_t e = allow_smem(dkdv_kernel<DM, BQ, BK, MASK, BIAS, SEG>, sm);
 	if (e == cudaSuccess)
-		e = allow_smem(dq_kernel<DM, BQ, BK, MASK, BIAS>, sm);
+		e = allow_smem(dq_kernel<DM, BQ, BK, MASK, BIAS, SEG>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	/* keys past the last query's last visible key get nothing (the whole sequence: none) */
@@ -129,20 +131,20 @@ static int bwd_launch(cudaStream_t st, float *dq, float *dkv, const float *dout,
 	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((kvis + BK - 1) / BK));
 	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.sq + BQ - 1) / BQ));
 	if (kvis > 0)
-		MGT_LAUNCH((dkdv_kernel<DM, BQ, BK, MASK, BIAS>), gkv, NT, sm, st, G, dkv, dout, q, kv, lse, D);
-	MGT_LAUNCH((dq_kernel<DM, BQ, BK, MASK, BIAS>), gq, NT, sm, st, G, dq, dout, q, kv, lse, D);
+		MGT_LAUNCH((dkdv_kernel<DM, BQ, BK, MASK, BIAS, SEG>), gkv, NT, sm, st, G, dkv, dout, q, kv, lse, D);
+	MGT_LAUNCH((dq_kernel<DM, BQ, BK, MASK, BIAS, SEG>), gq, NT, sm, st, G, dq, dout, q, kv, lse, D);
 	return (int)cudaGetLastError();
 }
 
-template <bool MASK, bool BIAS>
+template <bool MASK, bool BIAS, bool SEG = false>
 static int bwd_dim(cudaStream_t st, int dm, float *dq, float *dkv, const float *dout, const float *q,
 		   const float *kv, const float *lse, const float *D, const geom &G)
 {
 	switch (dm) {
-	case 16: return bwd_launch<16, 64, 64, MASK, BIAS>(st, dq, dkv, dout, q, kv, lse, D, G);
-	case 32: return bwd_launch<32, 64, 64, MASK, BIAS>(st, dq, dkv, dout, q, kv, lse, D, G);
-	case 64: return bwd_launch<64, 64, 64, MASK, BIAS>(st, dq, dkv, dout, q, kv, lse, D, G);
-	default: return bwd_launch<128, 32, 32, MASK, BIAS>(st, dq, dkv, dout, q, kv, lse, D, G);
+	case 16: return bwd_launch<16, 64, 64, MASK, BIAS, SEG>(st, dq, dkv, dout, q, kv, lse, D, G);
+	case 32: return bwd_launch<32, 64, 64, MASK, BIAS, SEG>(st, dq, dkv, dout, q, kv, lse, D, G);
+	case 64: return bwd_launch<64, 64, 64, MASK, BIAS, SEG>(st, dq, dkv, dout, q, kv, lse, D, G);
+	default: return bwd_launch<128, 32, 32, MASK, BIAS, SEG>(st, dq, dkv, dout, q, kv, lse, D, G);
 	}
 }
 
@@ -171,6 +173,8 @@ static int bwd_geom(cudaStream_t st, float *dq, float *dkv, const float *dout, c
 	const long long rows = (long long)G.sq * G.b * G.H;
 	MGT_LAUNCH(rowdot_kernel<float>, (unsigned)((rows + NT / 32 - 1) / (NT / 32)), NT, 0, st, G, D, dout,
 		   out);
+	if (G.seg) /* packed documents: causal, no mask, no bias */
+		return bwd_dim<false, false, true>(st, dm, dq, dkv, dout, q, kv, lse, D, G);
 	if (!G.bias)
 		return G.km ? bwd_dim<true, false>(st, dm, dq, dkv, dout, q, kv, lse, D, G)
 			    : bwd_dim<false, false>(st, dm, dq, dkv, dout, q, kv, lse, D, G);

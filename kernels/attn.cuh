@@ -547,7 +547,7 @@ static __device__ __forceinline__ int key_end(const geom &G, int q0)
  * sequence).  MASK: under G.km.  Packed documents (G.seg): from the first key tile a query of
  * the tile sees (first_ktile; the tiles before it are wholly masked and would leave m, l and o as
  * they are). */
-template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false>
+template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false, bool SEG = false>
 __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse, const float *q,
 						 const float *kv)
 {
@@ -556,7 +556,7 @@ __global__ void __launch_bounds__(NT) fwd_kernel(geom G, float *out, float *lse,
 	float *Qs = smem, *KVs = Qs + BQ * (DM + 1), *Ps = KVs + BK * (DM + 1);
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = key_end<BQ>(G, q0), k1 = first_ktile<BK>(G, j, q0);
+	const int kend = key_end<BQ>(G, q0), k1 = SEG ? first_ktile<BK>(G, j, q0) : 0;
 	const float *K = kv + kv_off(G, j, g, 0), *V = kv + kv_off(G, j, g, 1);
 	const uint64_t rb = drop_row0(G, j, n);
 	float o[RA][DC], m[RA], l[RA];
@@ -703,7 +703,7 @@ static __device__ __forceinline__ void load_query_side(const bwd_tiles<DM, BQ, B
  * query sees when acc (nothing to add).  MASK: under G.km.  Packed documents (G.seg): the query
  * tiles stop at the first whose row 0 starts its document after the key tile (doc_after: no
  * later query sees it). */
-template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false>
+template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false, bool SEG = false>
 __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const float *dout,
 						  const float *q, const float *kv, const float *lse,
 						  const float *D)
@@ -726,7 +726,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 	const int qs = k0 - G.dlt > 0 ? (k0 - G.dlt) / BQ * BQ : 0; /* first query tile seeing k0 */
 	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
 		const uint64_t rb = drop_row0(G, j, n);
-		for (int q0 = qs; q0 < G.sq && !doc_after(G, j, q0, k0 + BK - 1); q0 += BQ) {
+		for (int q0 = qs; q0 < G.sq && !(SEG && doc_after(G, j, q0, k0 + BK - 1)); q0 += BQ) {
 			float sc[RA][CA], dp[RA][CA];
 			__syncthreads(); /* previous tile's Q, dO, P consumed */
 			load_query_side(t, G, q, dout, lse, D, j, n, q0);
@@ -750,7 +750,7 @@ __global__ void __launch_bounds__(NT) dkdv_kernel(geom G, float *dkv, const floa
 /* grid (b*H, query tiles), last tile first.  dQ of query rows q0.. of head n over its key tiles
  * in order (packed documents: from first_ktile, as the forward); writes (or adds into, acc) dq's
  * slot n % r of group n / r (dq laid out as q).  MASK: under G.km. */
-template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false>
+template <int DM, int BQ, int BK, bool MASK = false, bool BIAS = false, bool SEG = false>
 __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *dout,
 						const float *q, const float *kv, const float *lse,
 						const float *D)
@@ -760,7 +760,7 @@ __global__ void __launch_bounds__(NT) dq_kernel(geom G, float *dq, const float *
 	const bwd_tiles<DM, BQ, BK> t(smem);
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
-	const int kend = key_end<BQ>(G, q0), k1 = first_ktile<BK>(G, j, q0);
+	const int kend = key_end<BQ>(G, q0), k1 = SEG ? first_ktile<BK>(G, j, q0) : 0;
 	const uint64_t rb = drop_row0(G, j, n);
 	float acc[RA][DC];
 

@@ -50,7 +50,9 @@
  * tiles before it are masked for every row, and the online softmax of a row that sees nothing
  * yet keeps m = -inf, l = 0), and the dK/dV kernel ends its query loop before the first query tile
  * whose row 0 starts its document after the key tile (attn.cuh doc_after: so do all later rows).
- * Without seg the loops and the products are those of the causal kernels, bit for bit.
+ * The packed instances are the kernels' SEG template argument (the launchers pick them when geom
+ * seg is set), so the causal instances carry none of it: their loops, products and registers
+ * are those of the causal kernels before packing, bit for bit.
  *
  * Cross-attention (backend.h MGT_ATTN_CROSS, attn.cuh make_xgeom): the kernels take the queries (q) and
  * the keys and values (kvg) as separate tensors, sq query rows and sk key rows (the fused qkv twice
@@ -96,9 +98,9 @@ static constexpr int bwd_blocks(int DM) { return DM <= 64 ? 3 : 1; }
  * and dQ kernels: the tile in use and the next one, prefetched) and the lse, D rows (and in the
  * dK/dV kernel the query rows' document starts, int32, with packed documents). */
 static constexpr size_t fwd_smem(int DM, int ES) { return (size_t)5 * 64 * (DM + 8) * ES; }
-static constexpr size_t bwd_smem(int DM, int B, int ES)
+static constexpr size_t bwd_smem(int DM, int B, int ES, bool SEG)
 {
-	return ((size_t)2 * 64 + 2 * B) * (DM + 8) * ES + (size_t)3 * 64 * 4;
+	return ((size_t)2 * 64 + 2 * B) * (DM + 8) * ES + (size_t)(SEG ? 3 : 2) * 64 * 4;
 }
 static constexpr size_t dq_smem(int DM, int B, int ES)
 {
@@ -266,10 +268,10 @@ static __device__ __forceinline__ uint32_t key_bits(const geom &G, int j, int k0
 /* Query i sees key k: bit `bit` of the key mask bits vb under MASK (clear past sk), else
  * kf <= k <= i + dlt and k < sk (causal for self-attention, dlt = 0, kf the start of query i's
  * packed document or 0; every key for cross-attention without a mask, dlt = sk, kf = 0). */
-template <bool MASK>
+template <bool MASK, bool SEG>
 static __device__ __forceinline__ bool sees(const geom &G, uint32_t vb, int bit, int k, int i, int kf)
 {
-	return MASK ? ((vb >> bit) & 1u) != 0 : k <= i + G.dlt && k < G.sk && k >= kf;
+	return MASK ? ((vb >> bit) & 1u) != 0 : k <= i + G.dlt && k < G.sk && (!SEG || k >= kf);
 }
 
 /* The end of the keys that query rows q0..q0+BQ-1 see: all sk under MASK, else up to the bound. */
@@ -298,7 +300,7 @@ static __device__ __forceinline__ float quad_max(float v)
  * the unnormalized probabilities 2^(s sl2 - m) under the new running max m, l and the output
  * accumulators o are rescaled (first: the rows' first key tile).  CHK false: every score of the
  * warp's tile is visible (no test an element). */
-template <bool CHK, bool MASK, int NK, int ND>
+template <bool CHK, bool MASK, bool SEG, int NK, int ND>
 static __device__ __forceinline__ void fwd_softmax(float (&s)[NK][4], float (&o)[ND][4], float (&m)[2], float (&l)[2],
 						   const geom &G, uint32_t vb, const int (&i)[2], const int (&kf)[2],
 						   int kc, bool first, float sl2)
@@ -311,7 +313,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&s)[NK][4], float (&o)
 		for (int c = 0; c < NK; c++)
 #pragma unroll
 			for (int e = 0; e < 2; e++) {
-				const bool ok = !CHK || (rowok && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h], kf[h]));
+				const bool ok = !CHK || (rowok && sees<MASK, SEG>(G, vb, 2 * c + e, kc + 8 * c + e, i[h], kf[h]));
 				mx = fmaxf(mx, ok ? s[c][2 * h + e] : -INFINITY);
 			}
 		mx = quad_max(mx) * sl2; /* sl2 > 0: the max of the scaled scores */
@@ -323,7 +325,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&s)[NK][4], float (&o)
 #pragma unroll
 			for (int e = 0; e < 2; e++) {
 				float v = 0.0f;
-				if (!CHK || (rowok && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h], kf[h]))) {
+				if (!CHK || (rowok && sees<MASK, SEG>(G, vb, 2 * c + e, kc + 8 * c + e, i[h], kf[h]))) {
 					v = exp2f(s[c][2 * h + e] * sl2 - mb);
 					sum += v;
 				}
@@ -349,7 +351,7 @@ static __device__ __forceinline__ void fwd_softmax(float (&s)[NK][4], float (&o)
  * on, S its document starts from column c0 on: NULL unpacked); the dropout multipliers of tiles 2m
  * and 2m + 1 (queries i, i + 8) from one draw.  CHK false: every query of the tile sees every key
  * row of the warp. */
-template <bool CHK, bool MASK, int NQ>
+template <bool CHK, bool MASK, bool SEG, int NQ>
 static __device__ __forceinline__ void dkdv_scores(float (&st)[NQ][4], float (&dpt)[NQ][4], const geom &G,
 						   uint64_t rb, const bool (&kvis)[2], const int (&kr)[2], int qc,
 						   const float *L, const float *D, const int *S, float sl2)
@@ -365,11 +367,11 @@ static __device__ __forceinline__ void dkdv_scores(float (&st)[NQ][4], float (&d
 			for (int x = 0; x < 2; x++) {
 				const int c = 2 * m2 + x, i = qc + 8 * c + e;
 				const float li = L[8 * c + e] * LOG2E, di = D[8 * c + e];
-				const int si = CHK && S ? S[8 * c + e] : 0; /* query i's document start */
+				const int si = CHK && SEG ? S[8 * c + e] : 0; /* query i's document start */
 #pragma unroll
 				for (int h = 0; h < 2; h++) {
 					float pd = 0.0f, ds = 0.0f;
-					if (!CHK || (i < G.sq && (MASK ? kvis[h] : kr[h] <= i + G.dlt && kr[h] >= si))) {
+					if (!CHK || (i < G.sq && (MASK ? kvis[h] : kr[h] <= i + G.dlt && (!SEG || kr[h] >= si)))) {
 						const float P = exp2f(st[c][2 * h + e] * sl2 - li);
 						pd = P * mu[2 * x + h];
 						ds = P * (dpt[c][2 * h + e] * mu[2 * x + h] - di);
@@ -385,7 +387,7 @@ static __device__ __forceinline__ void dkdv_scores(float (&st)[NQ][4], float (&d
  * starts kf[h], 0 unpacked) and keys kc + 8c + e (li in log2 units, di: the rows' lse and D); the
  * dropout multipliers of tiles 2m and 2m + 1 (keys k, k + 8) from one draw.  CHK false: every score
  * of the warp's tile is visible. */
-template <bool CHK, bool MASK, int NK>
+template <bool CHK, bool MASK, bool SEG, int NK>
 static __device__ __forceinline__ void dq_scores(float (&s)[NK][4], const float (&dp)[NK][4], const geom &G,
 						 uint64_t rb, uint32_t vb, const int (&i)[2], const int (&kf)[2], int kc,
 						 const float (&li)[2], const float (&di)[2], float sl2)
@@ -403,7 +405,7 @@ static __device__ __forceinline__ void dq_scores(float (&s)[NK][4], const float 
 				for (int x = 0; x < 2; x++) {
 					const int c = 2 * m2 + x;
 					float ds = 0.0f;
-					if (!CHK || (i[h] < G.sq && sees<MASK>(G, vb, 2 * c + e, kc + 8 * c + e, i[h], kf[h]))) {
+					if (!CHK || (i[h] < G.sq && sees<MASK, SEG>(G, vb, 2 * c + e, kc + 8 * c + e, i[h], kf[h]))) {
 						const float P = exp2f(s[c][2 * h + e] * sl2 - li[h]);
 						ds = P * (dp[c][2 * h + e] * mu[2 * h + x] - di[h]);
 					}
@@ -430,7 +432,7 @@ static __device__ __forceinline__ void drop_frag(float (&s)[NK][4], const geom &
 		}
 }
 
-template <typename T, int DM, int MB = 1, bool MASK = false>
+template <typename T, int DM, int MB = 1, bool MASK = false, bool SEG = false>
 __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float *lse, const T *q,
 						      const T *kvg, int vec, int async)
 {
@@ -441,10 +443,10 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
 	const int kend = mma_kend<MASK, BQ>(G, q0);
-	const int k1 = first_ktile<BK>(G, j, q0); /* packed documents: the first key tile seen */
+	const int k1 = SEG ? first_ktile<BK>(G, j, q0) : 0; /* packed documents: the first key tile seen */
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
-	const int kf[2] = {first_key(G, j, i[0]), first_key(G, j, i[1])}; /* their document starts */
-	const int wf = first_key(G, j, q0 + w * 16 + 15); /* the warp's last row's document start */
+	const int kf[2] = {SEG ? first_key(G, j, i[0]) : 0, SEG ? first_key(G, j, i[1]) : 0}; /* their document starts */
+	const int wf = SEG ? first_key(G, j, q0 + w * 16 + 15) : 0; /* the warp's last row's document start */
 	const uint64_t rb = drop_row0(G, j, n);
 	const float sl2 = G.scale * LOG2E; /* scores in log2 units: exp2 of them, m and mb too */
 	float o[ND][4], m[2] = {0.0f, 0.0f}, l[2] = {0.0f, 0.0f};
@@ -467,10 +469,10 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
 		/* the online softmax; the warp's tile is checked element by element only where some of
 		 * its scores are masked (the diagonal, past sq or sk, a key mask, a document start) */
 		if (!MASK && k0 + BK - 1 <= q0 + w * 16 + G.dlt && k0 + BK <= G.sk && q0 + w * 16 + 16 <= G.sq &&
-		    k0 >= wf)
-			fwd_softmax<false, MASK>(s, o, m, l, G, vb, i, kf, k0 + c0, k0 == k1, sl2);
+		    (!SEG || k0 >= wf))
+			fwd_softmax<false, MASK, SEG>(s, o, m, l, G, vb, i, kf, k0 + c0, k0 == k1, sl2);
 		else
-			fwd_softmax<true, MASK>(s, o, m, l, G, vb, i, kf, k0 + c0, k0 == k1, sl2);
+			fwd_softmax<true, MASK, SEG>(s, o, m, l, G, vb, i, kf, k0 + c0, k0 == k1, sl2);
 		if (G.p > 0.0f) /* dropout (l sums the undropped probabilities) */
 			drop_frag<NK>(s, G, rb, i[0], k0 + c0);
 		uint32_t pa[BK / 16][4];
@@ -493,7 +495,7 @@ __global__ void __launch_bounds__(NTC, MB) fwd_mma_kernel(geom G, T *out, float 
  * the query tiles of BQ rows from the diagonal on (MASK or cross-attention: all of them; packed
  * documents: up to the last tile with a row whose document starts in or before the key tile,
  * doc_after); written to dkv (laid out as kv: dqkv for self-attention). */
-template <typename T, int DM, int BQ, int MB = 1, bool MASK = false>
+template <typename T, int DM, int BQ, int MB = 1, bool MASK = false, bool SEG = false>
 __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, const float *dout,
 						       const T *q, const T *kvg, const float *lse, const float *D,
 						       int vec)
@@ -522,23 +524,23 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, c
 	const int qs = MASK || k0 <= G.dlt ? 0 : (k0 - G.dlt) / BQ * BQ; /* the first query tile seeing k0 */
 	for (int n = g * G.r; n < (g + 1) * G.r; n++) {
 		const uint64_t rb = drop_row0(G, j, n);
-		for (int q0 = qs; q0 < G.sq && !doc_after(G, j, q0, k0 + BK - 1); q0 += BQ) {
+		for (int q0 = qs; q0 < G.sq && !(SEG && doc_after(G, j, q0, k0 + BK - 1)); q0 += BQ) {
 			__syncthreads(); /* previous tile's Q, dO, lse, D consumed */
 			load_qdo<T, DM, BQ>(Qs, dOs, Ls, Ds, G, q, dout, lse, D, j, n, q0, vec);
-			if (G.seg)
+			if (SEG)
 				load_seg<BQ>(Ss, G, j, q0);
 			__syncthreads();
 			/* S^T = K Q^T, dP^T = V dO^T: the warp's 16 keys x BQ queries */
 			float st[NQ][4], dpt[NQ][4];
 			warp_scores<T, NQ, DF, LD>(st, Ks, w * 16, Qs);
 			warp_scores<T, NQ, DF, LD>(dpt, Vs, w * 16, dOs);
-			const int *S = G.seg ? Ss + c0 : nullptr;
+			const int *S = SEG ? Ss + c0 : nullptr;
 			/* every query sees every key (the last query's document starts at or before them) */
 			if (!MASK && k0 + w * 16 + 15 <= q0 + G.dlt && q0 + BQ <= G.sq &&
-			    k0 + w * 16 >= first_key(G, j, q0 + BQ - 1))
-				dkdv_scores<false, MASK>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, S, sl2);
+			    (!SEG || k0 + w * 16 >= first_key(G, j, q0 + BQ - 1)))
+				dkdv_scores<false, MASK, SEG>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, S, sl2);
 			else
-				dkdv_scores<true, MASK>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, S, sl2);
+				dkdv_scores<true, MASK, SEG>(st, dpt, G, rb, kvis, kr, q0 + c0, Ls + c0, Ds + c0, S, sl2);
 			uint32_t pa[BQ / 16][4], sa[BQ / 16][4];
 			pack_a<T, NQ>(pa, st);
 			pack_a<T, NQ>(sa, dpt);
@@ -559,7 +561,7 @@ __global__ void __launch_bounds__(NTC, MB) dkdv_mma_kernel(geom G, float *dkv, c
 /* grid (b*H, query tiles of 64), last first: dQ of query rows q0.. of head n over its key tiles of
  * BK in order (up to the diagonal; MASK or cross-attention: all of them; packed documents: from the
  * first tile a row sees, first_ktile); written to dq (laid out as q: dqkv for self-attention). */
-template <typename T, int DM, int BK, int MB = 1, bool MASK = false>
+template <typename T, int DM, int BK, int MB = 1, bool MASK = false, bool SEG = false>
 __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, const float *dout,
 						     const T *q, const T *kvg, const float *lse, const float *D,
 						     int vec, int async)
@@ -572,10 +574,10 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, cons
 	const int j = blockIdx.x / G.H, n = blockIdx.x % G.H, g = n / G.r;
 	const int q0 = (int)(gridDim.y - 1 - blockIdx.y) * BQ;
 	const int kend = mma_kend<MASK, BQ>(G, q0);
-	const int k1 = first_ktile<BK>(G, j, q0); /* packed documents: the first key tile seen */
+	const int k1 = SEG ? first_ktile<BK>(G, j, q0) : 0; /* packed documents: the first key tile seen */
 	const int i[2] = {q0 + w * 16 + gid, q0 + w * 16 + gid + 8}; /* this lane's query rows */
-	const int kf[2] = {first_key(G, j, i[0]), first_key(G, j, i[1])}; /* their document starts */
-	const int wf = first_key(G, j, q0 + w * 16 + 15); /* the warp's last row's document start */
+	const int kf[2] = {SEG ? first_key(G, j, i[0]) : 0, SEG ? first_key(G, j, i[1]) : 0}; /* their document starts */
+	const int wf = SEG ? first_key(G, j, q0 + w * 16 + 15) : 0; /* the warp's last row's document start */
 	const uint64_t rb = drop_row0(G, j, n);
 	const float sl2 = G.scale * LOG2E; /* P = 2^(s sl2 - lse log2 e) */
 	float acc[ND][4];
@@ -600,10 +602,10 @@ __global__ void __launch_bounds__(NTC, MB) dq_mma_kernel(geom G, float *dq, cons
 		const float li[2] = {Ls[w * 16 + gid] * LOG2E, Ls[w * 16 + gid + 8] * LOG2E};
 		const float di[2] = {Ds[w * 16 + gid], Ds[w * 16 + gid + 8]};
 		if (!MASK && k0 + BK - 1 <= q0 + w * 16 + G.dlt && k0 + BK <= G.sk && q0 + w * 16 + 16 <= G.sq &&
-		    k0 >= wf)
-			dq_scores<false, MASK>(s, dp, G, rb, vb, i, kf, k0 + c0, li, di, sl2);
+		    (!SEG || k0 >= wf))
+			dq_scores<false, MASK, SEG>(s, dp, G, rb, vb, i, kf, k0 + c0, li, di, sl2);
 		else
-			dq_scores<true, MASK>(s, dp, G, rb, vb, i, kf, k0 + c0, li, di, sl2);
+			dq_scores<true, MASK, SEG>(s, dp, G, rb, vb, i, kf, k0 + c0, li, di, sl2);
 		uint32_t sa[BK / 16][4];
 		pack_a<T, NK>(sa, s);
 		warp_accum<T, BK / 16, ND, LD>(acc, sa, Ks); /* dQ += dS K */

@@ -17,28 +17,30 @@
 extern "C" int mgt_k_attn_tc_supported(int d) { return tc_pad_dim(d) != 0; }
 
 /* Queries from q, keys and values from kv (both qkv for self-attention), on geometry G. */
-template <typename T, int DM, bool MASK>
+template <typename T, int DM, bool MASK, bool SEG>
 static int tc_fwd_run(cudaStream_t st, int impl, T *out, float *lse, const T *q, const T *kv, const geom &G,
 		      int vec)
 {
 	constexpr int MB = mgt_attn_mma::fwd_blocks(DM);
 	const size_t sm = mgt_attn_mma::fwd_smem(DM, (int)sizeof(T));
-	const cudaError_t e = tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM, MB, MASK>, sm);
+	const cudaError_t e = tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM, MB, MASK, SEG>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.sq + 63) / 64));
-	MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM, MB, MASK>), grid, NTC, sm, st, G, out, lse, q, kv, vec,
+	MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM, MB, MASK, SEG>), grid, NTC, sm, st, G, out, lse, q, kv, vec,
 		   impl == MGT_K_ATTN_MMA && tc_async(kv, G, DM));
 	return (int)cudaGetLastError();
 }
 
-/* The causal (or unmasked cross-attention) kernel, or the key-mask one when G has a mask. */
+/* The causal (or unmasked cross-attention) kernel, the key-mask one when G has a mask, the
+ * packed-documents one when G has document starts. */
 template <typename T, int DM>
 static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *q, const T *kv, const geom &G,
 			 int vec)
 {
-	return G.km ? tc_fwd_run<T, DM, true>(st, impl, out, lse, q, kv, G, vec)
-		    : tc_fwd_run<T, DM, false>(st, impl, out, lse, q, kv, G, vec);
+	return G.km ? tc_fwd_run<T, DM, true, false>(st, impl, out, lse, q, kv, G, vec)
+	       : G.seg ? tc_fwd_run<T, DM, false, true>(st, impl, out, lse, q, kv, G, vec)
+		       : tc_fwd_run<T, DM, false, false>(st, impl, out, lse, q, kv, G, vec);
 }
 
 template <typename T>

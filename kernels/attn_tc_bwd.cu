@@ -20,31 +20,34 @@ template <typename T> struct tc_bwd_args {
 };
 
 /* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
-template <typename T, int DM, int TB, bool MASK>
+template <typename T, int DM, int TB, bool MASK, bool SEG>
 static int tc_bwd_run(cudaStream_t st, int impl, const tc_bwd_args<T> &a, const geom &G, int vec)
 {
 	constexpr int MB = mgt_attn_mma::bwd_blocks(DM);
-	const size_t sm = mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T));
+	const size_t sm = mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T), SEG);
 	const size_t sq = mgt_attn_mma::dq_smem(DM, TB, (int)sizeof(T));
-	cudaError_t e = tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK>, sm);
+	cudaError_t e = tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK, SEG>, sm);
 	if (e == cudaSuccess)
-		e = tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB, MASK>, sq);
+		e = tc_allow_smem(mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB, MASK, SEG>, sq);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 gkv((unsigned)(G.b * G.ng), (unsigned)((G.sk + 63) / 64));
 	const dim3 gq((unsigned)(G.b * G.H), (unsigned)((G.sq + 63) / 64));
-	MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK>), gkv, NTC, sm, st, G, a.dkv, a.dout, a.q, a.kv,
+	MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK, SEG>), gkv, NTC, sm, st, G, a.dkv, a.dout, a.q, a.kv,
 		   a.lse, a.D, vec);
-	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB, MASK>), gq, NTC, sq, st, G, a.dq, a.dout, a.q, a.kv,
+	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB, MASK, SEG>), gq, NTC, sq, st, G, a.dq, a.dout, a.q, a.kv,
 		   a.lse, a.D, vec, impl == MGT_K_ATTN_MMA && tc_async(a.kv, G, DM));
 	return (int)cudaGetLastError();
 }
 
-/* The causal (or unmasked cross-attention) kernels, or the key-mask ones when G has a mask. */
+/* The causal (or unmasked cross-attention) kernels, the key-mask ones when G has a mask, the
+ * packed-documents ones when G has document starts. */
 template <typename T, int DM, int TB>
 static int tc_bwd_launch(cudaStream_t st, int impl, const tc_bwd_args<T> &a, const geom &G, int vec)
 {
-	return G.km ? tc_bwd_run<T, DM, TB, true>(st, impl, a, G, vec) : tc_bwd_run<T, DM, TB, false>(st, impl, a, G, vec);
+	return G.km ? tc_bwd_run<T, DM, TB, true, false>(st, impl, a, G, vec)
+	       : G.seg ? tc_bwd_run<T, DM, TB, false, true>(st, impl, a, G, vec)
+		       : tc_bwd_run<T, DM, TB, false, false>(st, impl, a, G, vec);
 }
 
 /* D = rowsum(dO * O) into ws, then the kernels of head dimension d. */
