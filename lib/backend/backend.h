@@ -612,7 +612,7 @@ size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n);
  * gemm_fp8 on CUDA needs compute capability 8.9 or higher (Ada, Hopper and later: Transformer
  * Engine's rule, transformer_engine/pytorch/utils.py check_fp8_support) and a cuBLASLt with fp8
  * (CUDA 12.1 or later); the reason names the GPU (its name and compute capability).  The CPU runs
- * every op it has (fp8 by emulation). */
+ * every op it has (fp8 by emulation), the Mamba-2 ops (MGT_BACKEND_CPU_ONLY_OPS) on fp32 only. */
 bool mgt_backend_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);
 /* The CUDA part of it, for a CUDA backend (false with the reason in a build without CUDA). */
 bool mgt_backend_cuda_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);

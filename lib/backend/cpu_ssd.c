@@ -232,7 +232,7 @@ static void bwd_step(const ssd_view *v, bwd_state *st, const bwd_out *o, int i0,
 	for (int p = 0; p < P; p++) {
 		float *Rp = st->R + (size_t)p * N;
 		const float g = gy[p], xv = xr[p], *sip = Si + (size_t)p * N, *spp = Sp + (size_t)p * N;
-		double qp = 0, dap = 0;
+		float qp = 0, dap = 0; /* n-term sums in fp32 (lane-split by simd), gathered in double */
 #pragma omp simd reduction(+ : qp, dap)
 		for (int n = 0; n < N; n++) {
 			const float ds = rs * Rp[n] + g * cr[n];
@@ -244,8 +244,8 @@ static void bwd_step(const ssd_view *v, bwd_state *st, const bwd_out *o, int i0,
 		}
 		if (!reset)
 			da += dap;
-		dxr[p] = Dh * g + dt * (float)qp;
-		ddx += xv * qp;
+		dxr[p] = Dh * g + dt * qp;
+		ddx += (double)xv * qp;
 		dD += (double)g * xv;
 	}
 	float *pb = o->pb + (size_t)i * N, *pc = o->pc + (size_t)i * N;

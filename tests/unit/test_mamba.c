@@ -856,7 +856,7 @@ static void test_threads(void)
 	mgt_backend_destroy(b3);
 }
 
-/* The CPU has the six ops; a table without them (as the CUDA backend's) is refused by name. */
+/* The CPU has the six ops, for fp32; a table without them (as the CUDA backend's) is refused by name. */
 static void test_supports(void)
 {
 	char why[256] = "";
@@ -866,6 +866,8 @@ static void test_supports(void)
 	for (size_t k = 0; k < sizeof ops / sizeof *ops; k++)
 		all &= mgt_backend_supports(be, ops[k], MGT_DT_F32, why, sizeof why);
 	CHECK(all, "the CPU backend supports the six Mamba ops");
+	CHECK(!mgt_backend_supports(be, MGT_OP_ssd_scan_fwd, MGT_DT_BF16, why, sizeof why) && strstr(why, "fp32"),
+	      "... on fp32 only: %s", why);
 	mgt_backend_ops t = *be->ops;
 	t.ssd_scan_bwd = NULL;
 	mgt_backend fake = *be;
