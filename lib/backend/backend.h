@@ -528,11 +528,13 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 		const float *D)) \
 	/* Its backward from dy [L*b, nh*p] given the forward's inputs and saved states: dx, dB, dC, \
 	 * ddt_raw WRITTEN, laid out as x, B, C, dt_raw (same row strides d->ld_x, ld_bc, ld_dt; only \
-	 * their columns are touched); ddt_bias, dA_log, dD [nh] ACCUMULATED.  The sequential adjoint \
-	 * of the recurrence (megatron-hybrid-mamba.md section 3, derived), chunk by chunk from the \
-	 * last, each chunk's states recomputed from the saved one; per-head scalar sums in double, \
-	 * dB and dC summed over a group's heads in head order (deterministic).  Scratch: 2 L b nh n \
-	 * floats plus (MGT_SSD_CHUNK + 2) p n floats per thread, held by the backend. */ \
+	 * their columns are touched); ddt_bias, dA_log, dD [nh] ACCUMULATED.  The chunked form of \
+	 * the forward's gradient (the chunks in reverse from the saved states, the state's gradient \
+	 * carried between them; equal to the recurrence's sequential adjoint, megatron-hybrid-mamba.md \
+	 * section 3, up to fp32 rounding), per-head scalar sums in double, dB and dC summed over a \
+	 * group's heads in head order (deterministic).  Scratch held by the backend: 2 L b nh n \
+	 * floats (per-head dB, dC) plus about 4 Q^2 + 2 Q n + Q p + 2 p n floats per thread \
+	 * (Q = MGT_SSD_CHUNK). */ \
 	X(void, ssd_scan_bwd, (mgt_backend *be, const mgt_ssd *d, float *dx, float *dB, float *dC, \
 		float *ddt_raw, float *ddt_bias, float *dA_log, float *dD, const float *dy, \
 		const float *states, const float *x, const float *B, const float *C, const float *dt_raw, \

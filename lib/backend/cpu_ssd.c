@@ -12,12 +12,14 @@
  * The cumulative sums are kept in double, so the decays e^{cum[r] - cum[s]} carry no cancellation
  * error; the state and every product are fp32.
  *
- * Backward: the sequential adjoint of the recurrence (megatron-hybrid-mamba.md section 3, derived),
- * chunks from the last, each chunk's states S_i recomputed by the recurrence from the state saved
- * at its start.  With R the adjoint carried from position i + 1 (already times a_{i+1}):
- *   dS = R + gy_i (x) C_i;  dC_i += S_i^T gy_i;  dx_i = D gy_i + dt_i dS B_i;
- *   dB_i += dt_i dS^T x_i;  da = <dS, S_{i-1}>;  d dt_i = x_i . (dS B_i) + da a_i A;
- *   dA += da a_i dt_i;  dD += gy_i . x_i;  R = a_i dS (0 at a document start).
+ * (cum restarts at each document start: only differences within a document and sums from the
+ * chunk's start are used.)
+ *
+ * Backward: the same chunks in reverse, each from the forward's saved state entering it and the
+ * gradient dSo of the state leaving it (carried from the chunk after), the chunk's products again
+ * through sgemm (bwd_intra, bwd_inter, bwd_state_out, bwd_dt below give the formulas; the
+ * sequential adjoint of megatron-hybrid-mamba.md section 3 is the float64 reference of
+ * tests/unit/test_mamba.c, which this equals to fp32 rounding).
  * A group's heads run in different tasks, so dB and dC go per head into scratch and are summed in
  * head order afterwards; the per-head scalars are summed in double over sequences in order.
  */
@@ -61,7 +63,9 @@ static ssd_view view_of(const mgt_ssd *d, int j, int h, const float *x, const fl
 }
 
 /* Positions i0 .. i0+q-1 of the view: dt, the document starts lo (0 without seg_start) and, when
- * cum != NULL, the inclusive cumulative sums of dt A in double. */
+ * cum != NULL, the inclusive cumulative sums of dt A in double, restarted at each document start
+ * (only differences within a document and sums from the chunk's start are used, so each
+ * document's values depend on its own dt alone). */
 static void chunk_dt(const ssd_view *v, int i0, int q, float *dt, int *lo, double *cum)
 {
 	const mgt_ssd *d = v->d;
@@ -70,9 +74,23 @@ static void chunk_dt(const ssd_view *v, int i0, int q, float *dt, int *lo, doubl
 		const int i = i0 + r;
 		dt[r] = softplusf_(v->dtr[(size_t)i * v->sdt] + v->dtb);
 		lo[r] = d->seg_start ? d->seg_start[(size_t)i * d->b + v->j] : 0;
+		if (lo[r] == i)
+			acc = 0;
 		acc += (double)dt[r] * v->A;
 		if (cum)
 			cum[r] = acc;
+	}
+}
+
+/* e[s] = e^{cum[r] - cum[s]} for s0 <= s <= r (row r's own document), 0 for the other s < q: the
+ * exponential of the double difference, rounded once (cpu_expf on the rounded difference measured
+ * no faster here: the chunk's GEMMs dominate). */
+static void decay_row(float *e, const double *cum, int r, int s0, int q)
+{
+	const double cr = cum[r];
+	for (int s = 0; s < q; s++) {
+		const bool in = s >= s0 && s <= r;
+		e[s] = in ? (float)exp(cr - cum[s]) : 0.0f;
 	}
 }
 
@@ -106,8 +124,9 @@ static void fwd_chunk(const ssd_view *v, float *y, float *S, int c, float *scr, 
 		    CB, Q);
 	for (int r = 0; r < q; r++) {
 		float *row = CB + (size_t)r * Q;
+		decay_row(Yo, cum, r, lo[r] > i0 ? lo[r] - i0 : 0, q);
 		for (int s = 0; s < q; s++)
-			row[s] = s <= r && i0 + s >= lo[r] ? row[s] * (float)(exp(cum[r] - cum[s]) * dt[s]) : 0.0f;
+			row[s] = Yo[s] != 0.0f ? row[s] * (Yo[s] * dt[s]) : 0.0f;
 	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q, P, q, 1.0f, CB, Q, X, (int)v->sx, 0.0f, Y, P);
 	/* inter-chunk: rows whose document began before the chunk read the carried state */
@@ -173,38 +192,144 @@ void mgt_cpu_ssd_scan_fwd(mgt_backend *be, const mgt_ssd *d, float *y, float *st
 
 /* ---- backward ---- */
 
-/* Backward scratch per thread, in floats: states S_{i0-1} .. S_{i0+q-1} [(Q+1), p, n], the adjoint
- * R [p, n], dB and dC accumulators [n] each, dt, a, lo [Q] each. */
-static size_t bwd_scratch(const mgt_ssd *d)
-{
-	return ((size_t)Q + 2) * d->p * d->n + 2 * (size_t)d->n + 3 * (size_t)Q + 16;
-}
-
+/* The backward of one chunk, given gy and dSo = dL/dS_out (the state leaving the chunk; 0 for the
+ * last chunk).  With E[r][s] = e^{cum[r] - cum[s]} on the document mask, M = (C B^T) E dt:
+ *   intra:  dx = M^T gy;  dM = gy X^T;  dCB = dM E dt: dC = dCB B, dB = dCB^T C;
+ *           dt_s (explicit) += sum_r dM CB E;  dcum[r] += dM M, dcum[s] -= dM M
+ *   inter (rows reading S_in, ex_r = e^{cum[r]}):  dC_r += ex_r S_in^T gy_r;
+ *           dS_in = sum_r ex_r gy_r (x) C_r;  dcum[r] += ex_r gy_r . S_in C_r
+ *   state (F_s = e^{cum[last] - cum[s]} dt_s on the last document):  dx_s += F_s dSo B_s;
+ *           dB_s += F_s dSo^T x_s;  dt_s (explicit) += e^{..} k_s, k_s = <dSo, x_s (x) B_s>;
+ *           dcum[last] += F_s k_s, dcum[s] -= F_s k_s;  when S_in reaches S_out:
+ *           dS_in += e^{cum[last]} dSo, dcum[last] += e^{cum[last]} <dSo, S_in>
+ *   dt:     g_s = sum_{r >= s} dcum[r] (cum is the inclusive sum of dt A):  d dt_s = explicit + A g_s,
+ *           dA += dt_s g_s;  d dt_raw = d dt softplus'(dt_raw + dt_bias). */
 typedef struct {
-	float *R, *Sall, *bacc, *cacc, *dt, *a;
-	int *lo;
-	float rs;            /* the factor of R at the next position handled: a_{i+1}, or 0 */
-	double dA, dbias, dD; /* this task's sums */
+	double *cum, *dcum, *dde;     /* [Q] each: cumulative dt A, dL/dcum, explicit dL/d dt */
+	float *dt, *ex, *F;           /* [Q] */
+	int *lo;                      /* [Q] */
+	float *CB, *E, *M, *dM;       /* [Q, Q] */
+	float *Z, *U, *V;             /* [Q, n], [Q, n], [Q, p] */
+	float *dSi, *dSo;             /* [p, n] */
+	double dA, dbias, dD;         /* this task's sums */
 } bwd_state;
 
-/* The chunk's states by the recurrence from the saved one: Sall[r + 1] = S at position i0 + r. */
-static void bwd_recompute(const ssd_view *v, bwd_state *st, const float *S0, int i0, int q)
+/* Scratch per thread, in floats (the doubles first), rounded up to 16 floats. */
+static size_t bwd_scratch(const mgt_ssd *d)
 {
-	const int P = v->d->p, N = v->d->n;
-	const size_t PN = (size_t)P * N;
-	memcpy(st->Sall, S0, PN * sizeof *S0);
+	const size_t f = 6 * (size_t)Q + 4 * (size_t)Q + 4 * (size_t)Q * Q + 2 * (size_t)Q * d->n + (size_t)Q * d->p +
+			 2 * (size_t)d->p * d->n;
+	return (f + 15) / 16 * 16;
+}
+
+static void bwd_bind(bwd_state *st, float *my, const mgt_ssd *d)
+{
+	memset(st, 0, sizeof *st);
+	st->cum = (double *)my, st->dcum = st->cum + Q, st->dde = st->dcum + Q;
+	float *f = my + 6 * Q;
+	st->dt = f, st->ex = f + Q, st->F = f + 2 * Q, st->lo = (int *)(f + 3 * Q);
+	st->CB = f + 4 * Q, st->E = st->CB + (size_t)Q * Q, st->M = st->E + (size_t)Q * Q, st->dM = st->M + (size_t)Q * Q;
+	st->Z = st->dM + (size_t)Q * Q, st->U = st->Z + (size_t)Q * d->n, st->V = st->U + (size_t)Q * d->n;
+	st->dSi = st->V + (size_t)Q * d->p, st->dSo = st->dSi + (size_t)d->p * d->n;
+}
+
+/* One task's chunk: its rows of every input and output. */
+typedef struct {
+	int c, i0, q;
+	const float *X, *Bc, *Cc, *G, *Sin; /* row strides v->sx, v->sbc, v->sbc, sg; S_in [p, n] */
+	float *DX, *PB, *PC;                /* strides v->sx, n, n */
+	size_t sg;
+} bwd_chunk;
+
+static void bwd_intra(const ssd_view *v, bwd_state *st, const bwd_chunk *k)
+{
+	const int N = v->d->n, P = v->d->p, q = k->q;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, q, N, 1.0f, k->Cc, (int)v->sbc, k->Bc, (int)v->sbc, 0.0f,
+		    st->CB, Q);
 	for (int r = 0; r < q; r++) {
-		const int i = i0 + r;
-		const float a = st->lo[r] == i ? 0.0f : st->a[r], dt = st->dt[r];
-		const float *xr = v->x + (size_t)i * v->sx, *br = v->B + (size_t)i * v->sbc;
-		const float *sp = st->Sall + (size_t)r * PN;
-		float *sn = st->Sall + (size_t)(r + 1) * PN;
-		for (int p = 0; p < P; p++) {
-			const float u = dt * xr[p];
-#pragma omp simd
-			for (int n = 0; n < N; n++)
-				sn[(size_t)p * N + n] = a * sp[(size_t)p * N + n] + u * br[n];
+		const size_t o = (size_t)r * Q;
+		decay_row(st->E + o, st->cum, r, st->lo[r] > k->i0 ? st->lo[r] - k->i0 : 0, q);
+		for (int s = 0; s < q; s++)
+			st->M[o + s] = st->CB[o + s] * (st->E[o + s] * st->dt[s]);
+	}
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, q, P, q, 1.0f, st->M, Q, k->G, (int)k->sg, 0.0f, k->DX,
+		    (int)v->sx);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, q, P, 1.0f, k->G, (int)k->sg, k->X, (int)v->sx, 0.0f,
+		    st->dM, Q);
+	for (int r = 0; r < q; r++)
+		for (int s = 0; s < q; s++) { /* E is 0 off the mask: so is dCB there */
+			const size_t o = (size_t)r * Q + s;
+			const float e = st->dM[o] * st->E[o], t = e * st->CB[o];
+			st->dde[s] += t;
+			st->dcum[r] += (double)t * st->dt[s];
+			st->dcum[s] -= (double)t * st->dt[s];
+			st->dM[o] = e * st->dt[s];
 		}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q, N, q, 1.0f, st->dM, Q, k->Bc, (int)v->sbc, 0.0f, k->PC,
+		    N);
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, q, N, q, 1.0f, st->dM, Q, k->Cc, (int)v->sbc, 0.0f, k->PB, N);
+}
+
+/* Rows whose document began before the chunk read S_in: their dC, dcum and dS_in. */
+static void bwd_inter(const ssd_view *v, bwd_state *st, const bwd_chunk *k)
+{
+	const int N = v->d->n, P = v->d->p;
+	int nr = 0;
+	while (k->c > 0 && nr < k->q && st->lo[nr] < k->i0)
+		nr++;
+	if (nr == 0) {
+		memset(st->dSi, 0, (size_t)P * N * sizeof *st->dSi);
+		return;
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, N, P, 1.0f, k->G, (int)k->sg, k->Sin, N, 0.0f, st->Z, N);
+	for (int r = 0; r < nr; r++) {
+		const float ex = (float)exp(st->cum[r]), *z = st->Z + (size_t)r * N, *cr = k->Cc + (size_t)r * v->sbc;
+		float *pc = k->PC + (size_t)r * N, *gs = st->V + (size_t)r * P;
+		const float *g = k->G + (size_t)r * k->sg;
+		double zc = 0;
+		for (int n = 0; n < N; n++) {
+			pc[n] += ex * z[n];
+			zc += (double)z[n] * cr[n];
+		}
+		st->dcum[r] += ex * zc;
+		for (int p = 0; p < P; p++)
+			gs[p] = ex * g[p];
+	}
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, P, N, nr, 1.0f, st->V, P, k->Cc, (int)v->sbc, 0.0f, st->dSi, N);
+}
+
+/* The chunk's end state's gradient dSo into dx, dB, dt, dcum and dS_in. */
+static void bwd_state_out(const ssd_view *v, bwd_state *st, const bwd_chunk *k)
+{
+	const int N = v->d->n, P = v->d->p, q = k->q, last = q - 1;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, q, P, N, 1.0f, k->Bc, (int)v->sbc, st->dSo, N, 0.0f, st->V, P);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, q, N, P, 1.0f, k->X, (int)v->sx, st->dSo, N, 0.0f, st->U, N);
+	for (int s = 0; s < q; s++) {
+		if (k->i0 + s < st->lo[last])
+			continue;
+		const double e = exp(st->cum[last] - st->cum[s]);
+		const float F = (float)(e * st->dt[s]), *x = k->X + (size_t)s * v->sx, *vs = st->V + (size_t)s * P;
+		const float *us = st->U + (size_t)s * N;
+		float *dx = k->DX + (size_t)s * v->sx, *pb = k->PB + (size_t)s * N;
+		double ks = 0;
+		for (int p = 0; p < P; p++) {
+			ks += (double)x[p] * vs[p];
+			dx[p] += F * vs[p];
+		}
+		for (int n = 0; n < N; n++)
+			pb[n] += F * us[n];
+		st->dde[s] += e * ks;
+		st->dcum[last] += F * ks;
+		st->dcum[s] -= F * ks;
+	}
+	if (st->lo[last] < k->i0) {
+		const float el = (float)exp(st->cum[last]);
+		double dot = 0;
+		for (size_t o = 0; o < (size_t)P * N; o++) {
+			dot += (double)st->dSo[o] * k->Sin[o];
+			st->dSi[o] += el * st->dSo[o];
+		}
+		st->dcum[last] += el * dot;
 	}
 }
 
@@ -214,69 +339,52 @@ typedef struct {
 	const float *dy, *D;
 } bwd_out;
 
-/* The adjoint step at position i = i0 + r. */
-static void bwd_step(const ssd_view *v, bwd_state *st, const bwd_out *o, int i0, int r)
+/* D's terms, then dt from the explicit terms and the reverse cumulative sum of dcum. */
+static void bwd_dt(const ssd_view *v, bwd_state *st, const bwd_chunk *k, const bwd_out *o, float Dh)
 {
-	const mgt_ssd *d = v->d;
-	const int P = d->p, N = d->n, i = i0 + r;
-	const size_t PN = (size_t)P * N, t = (size_t)i * d->b + v->j;
-	const float *gy = o->dy + t * ((size_t)d->nh * P) + (size_t)v->h * P, *xr = v->x + (size_t)i * v->sx;
-	const float *br = v->B + (size_t)i * v->sbc, *cr = v->C + (size_t)i * v->sbc;
-	const bool reset = st->lo[r] == i;
-	const float *Si = st->Sall + (size_t)(r + 1) * PN, *Sp = st->Sall + (size_t)r * PN;
-	const float rs = st->rs, dt = st->dt[r], a = st->a[r], Dh = o->D[v->h];
-	float *bacc = st->bacc, *cacc = st->cacc, *dxr = o->dx + (size_t)i * v->sx;
-	for (int n = 0; n < N; n++)
-		bacc[n] = cacc[n] = 0.0f;
-	double da = 0, ddx = 0, dD = 0;
-	for (int p = 0; p < P; p++) {
-		float *Rp = st->R + (size_t)p * N;
-		const float g = gy[p], xv = xr[p], *sip = Si + (size_t)p * N, *spp = Sp + (size_t)p * N;
-		float qp = 0, dap = 0; /* n-term sums in fp32 (lane-split by simd), gathered in double */
-#pragma omp simd reduction(+ : qp, dap)
-		for (int n = 0; n < N; n++) {
-			const float ds = rs * Rp[n] + g * cr[n];
-			qp += ds * br[n];
-			bacc[n] += ds * xv;
-			dap += ds * spp[n];
-			cacc[n] += sip[n] * g;
-			Rp[n] = ds;
+	const int P = v->d->p;
+	double g = 0;
+	for (int r = k->q - 1; r >= 0; r--) {
+		const float *gy = k->G + (size_t)r * k->sg, *x = k->X + (size_t)r * v->sx;
+		float *dx = k->DX + (size_t)r * v->sx;
+		for (int p = 0; p < P; p++) {
+			dx[p] += Dh * gy[p];
+			st->dD += (double)gy[p] * x[p];
 		}
-		if (!reset)
-			da += dap;
-		dxr[p] = Dh * g + dt * qp;
-		ddx += (double)xv * qp;
-		dD += (double)g * xv;
+		g += st->dcum[r];
+		const int i = k->i0 + r;
+		const double ddt = st->dde[r] + (double)v->A * g;
+		st->dA += st->dt[r] * g;
+		const float gdt = (float)ddt * dsoftplusf_(v->dtr[(size_t)i * v->sdt] + v->dtb);
+		o->ddt[(size_t)i * v->sdt] = gdt;
+		st->dbias += gdt;
+		if (st->lo[r] == i) /* the cumulative sums restart here */
+			g = 0;
 	}
-	float *pb = o->pb + (size_t)i * N, *pc = o->pc + (size_t)i * N;
-	for (int n = 0; n < N; n++) {
-		pb[n] = dt * bacc[n];
-		pc[n] = cacc[n];
-	}
-	const double ddt = ddx + da * a * v->A;
-	const float gdt = (float)ddt * dsoftplusf_(v->dtr[(size_t)i * v->sdt] + v->dtb);
-	o->ddt[(size_t)i * v->sdt] = gdt;
-	st->dbias += gdt;
-	st->dA += da * a * dt;
-	st->dD += dD;
-	st->rs = reset ? 0.0f : a;
 }
 
-/* One (sequence, head): chunks from the last, positions from the last. */
+/* One (sequence, head): chunks from the last, carrying dSo. */
 static void bwd_task(const ssd_view *v, bwd_state *st, const bwd_out *o, const float *states)
 {
 	const mgt_ssd *d = v->d;
 	const size_t PN = (size_t)d->p * d->n;
-	memset(st->R, 0, PN * sizeof *st->R);
-	st->rs = 0.0f;
+	memset(st->dSo, 0, PN * sizeof *st->dSo);
 	for (int c = v->nc - 1; c >= 0; c--) {
-		const int i0 = c * Q, q = d->L - i0 < Q ? d->L - i0 : Q;
-		chunk_dt(v, i0, q, st->dt, st->lo, NULL);
-		for (int r = 0; r < q; r++)
-			st->a[r] = expf(st->dt[r] * v->A);
-		bwd_recompute(v, st, states + (((size_t)v->j * v->nc + c) * d->nh + v->h) * PN, i0, q);
-		for (int r = q - 1; r >= 0; r--)
-			bwd_step(v, st, o, i0, r);
+		bwd_chunk k = { .c = c, .i0 = c * Q, .sg = (size_t)d->b * d->nh * d->p };
+		k.q = d->L - k.i0 < Q ? d->L - k.i0 : Q;
+		chunk_dt(v, k.i0, k.q, st->dt, st->lo, st->cum);
+		memset(st->dcum, 0, Q * sizeof *st->dcum);
+		memset(st->dde, 0, Q * sizeof *st->dde);
+		k.X = v->x + (size_t)k.i0 * v->sx, k.Bc = v->B + (size_t)k.i0 * v->sbc, k.Cc = v->C + (size_t)k.i0 * v->sbc;
+		k.G = o->dy + ((size_t)k.i0 * d->b + v->j) * ((size_t)d->nh * d->p) + (size_t)v->h * d->p;
+		k.Sin = states + (((size_t)v->j * v->nc + c) * d->nh + v->h) * PN;
+		k.DX = o->dx + (size_t)k.i0 * v->sx, k.PB = o->pb + (size_t)k.i0 * d->n, k.PC = o->pc + (size_t)k.i0 * d->n;
+		bwd_intra(v, st, &k);
+		bwd_inter(v, st, &k);
+		if (c < v->nc - 1)
+			bwd_state_out(v, st, &k);
+		bwd_dt(v, st, &k, o, o->D[v->h]);
+		memcpy(st->dSo, st->dSi, PN * sizeof *st->dSo);
 	}
 }
 
@@ -325,13 +433,8 @@ void mgt_cpu_ssd_scan_bwd(mgt_backend *be, const mgt_ssd *d, float *dx, float *d
 		const int j = k / d->nh, h = k % d->nh;
 		ssd_view v = view_of(d, j, h, x, B, C, dt_raw, dt_bias, A_log);
 		float *my = scr + (size_t)omp_get_thread_num() * per;
-		const size_t PN = (size_t)d->p * d->n;
-		bwd_state st = { .Sall = my, .R = my + ((size_t)Q + 1) * PN };
-		st.bacc = st.R + PN;
-		st.cacc = st.bacc + d->n;
-		st.dt = st.cacc + d->n;
-		st.a = st.dt + Q;
-		st.lo = (int *)(st.a + Q);
+		bwd_state st;
+		bwd_bind(&st, my, d);
 		bwd_out o = { .dx = dx + (size_t)j * d->ld_x + (size_t)h * d->p, .ddt = ddt_raw + (size_t)j * d->ld_dt + h,
 			      .pb = pbc + (size_t)k * d->L * d->n, .dy = dy, .D = D };
 		o.pc = o.pb + half;

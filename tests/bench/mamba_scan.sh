@@ -1,8 +1,8 @@
 #!/bin/sh
 # CPU time of the Mamba-2 selective scan, forward and backward, at one layer of a 130M-Mamba-2-like
 # shape (hidden 768, d_inner 1536 = 24 heads of 64, 1 group of state 128, sequence 1024, micro-batch
-# 1), mgt's CPU backend (ssd_scan_fwd / ssd_scan_bwd: the chunked SSD forward, the sequential
-# adjoint backward) against a pure-PyTorch chunked SSD of the same algorithm (tests/bench/
+# 1), mgt's CPU backend (ssd_scan_fwd / ssd_scan_bwd: the chunked SSD forward and its chunked
+# gradient) against a pure-PyTorch chunked SSD of the same algorithm (tests/bench/
 # torch_ssd.py, autograd for its backward) run by Debian's /usr/bin/python3 with python3-torch.
 # Not a test.  Both on THREADS threads, best of REPS after a warm-up; the PyTorch side then checks
 # mgt's outputs and gradients against its own float64 run on the same inputs.  Results go to

@@ -683,10 +683,11 @@ static void scan_cmp_grads(scan_gcmp *c, scan_in *s, const scan_out *o, const sc
 /* One scan case.  Forward: c_f = nc (Q + n + 8) + n + 16 -- within a chunk the longest fp32
  * chain is C.B (n terms), its decay and dt factors, the Q-term intra-chunk sum and the inter-chunk
  * C.S (n terms), and the carried state gathers one chunk sum (Q terms) and a scaling per chunk
- * crossed (nc chunks); decays enter as exp of float64 sums, rounded once.  Backward:
- * c_b = 3 L + c_f + p + n + 16 -- the recomputed states carry the forward's saved-state
- * error plus 3 roundings per step, the adjoint R 3 roundings per step over all L positions, and
- * the per-position sums over p and n. */
+ * crossed (nc chunks); decays enter as exp of float64 sums, rounded once.  Backward (the op's
+ * chunked gradient): c_b = 3 L + c_f + p + n + 16 -- each chunk's gradients are fp32 sums of q
+ * (the chunk), n (C.B, dSo.B) and p (gy.x) terms, the state's gradient is carried over the nc
+ * chunks gathering one chunk sum each (together below 3 L for these shapes), on top of the
+ * forward's saved-state error c_f. */
 static void test_scan(int L, int b, int nh, int g, int p, int n, bool docs, bool bigdt, bool fd)
 {
 	scan_in s;
