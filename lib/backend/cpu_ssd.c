@@ -206,7 +206,7 @@ void mgt_cpu_ssd_scan_fwd(mgt_backend *be, const mgt_ssd *d, float *y, float *st
  *           dA += dt_s g_s;  d dt_raw = d dt softplus'(dt_raw + dt_bias). */
 typedef struct {
 	double *cum, *dcum, *dde;     /* [Q] each: cumulative dt A, dL/dcum, explicit dL/d dt */
-	float *dt, *ex, *F;           /* [Q] */
+	float *dt;                    /* [Q] */
 	int *lo;                      /* [Q] */
 	float *CB, *E, *M, *dM;       /* [Q, Q] */
 	float *Z, *U, *V;             /* [Q, n], [Q, n], [Q, p] */
@@ -217,7 +217,7 @@ typedef struct {
 /* Scratch per thread, in floats (the doubles first), rounded up to 16 floats. */
 static size_t bwd_scratch(const mgt_ssd *d)
 {
-	const size_t f = 6 * (size_t)Q + 4 * (size_t)Q + 4 * (size_t)Q * Q + 2 * (size_t)Q * d->n + (size_t)Q * d->p +
+	const size_t f = 6 * (size_t)Q + 2 * (size_t)Q + 4 * (size_t)Q * Q + 2 * (size_t)Q * d->n + (size_t)Q * d->p +
 			 2 * (size_t)d->p * d->n;
 	return (f + 15) / 16 * 16;
 }
@@ -227,8 +227,8 @@ static void bwd_bind(bwd_state *st, float *my, const mgt_ssd *d)
 	memset(st, 0, sizeof *st);
 	st->cum = (double *)my, st->dcum = st->cum + Q, st->dde = st->dcum + Q;
 	float *f = my + 6 * Q;
-	st->dt = f, st->ex = f + Q, st->F = f + 2 * Q, st->lo = (int *)(f + 3 * Q);
-	st->CB = f + 4 * Q, st->E = st->CB + (size_t)Q * Q, st->M = st->E + (size_t)Q * Q, st->dM = st->M + (size_t)Q * Q;
+	st->dt = f, st->lo = (int *)(f + Q);
+	st->CB = f + 2 * Q, st->E = st->CB + (size_t)Q * Q, st->M = st->E + (size_t)Q * Q, st->dM = st->M + (size_t)Q * Q;
 	st->Z = st->dM + (size_t)Q * Q, st->U = st->Z + (size_t)Q * d->n, st->V = st->U + (size_t)Q * d->n;
 	st->dSi = st->V + (size_t)Q * d->p, st->dSo = st->dSi + (size_t)d->p * d->n;
 }
