@@ -100,11 +100,43 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
  * below): mgt_attn. */
 #include "backend/attn.h"
 
+/* The geometry of a Mamba-2 selective state-space scan (ssd_scan_fwd, ssd_scan_bwd below): T = L*b
+ * rows, sequence-first (row i*b + j: position i of sequence j); nh heads of p channels, g groups of
+ * n state channels, head h reading group h / (nh/g) (nh % g == 0).  x, B, C and dt_raw are column
+ * blocks of wider activations (the conv's output [T, CD], in_proj's output), so each comes with its
+ * row stride in elements: x [T, ld_x] (columns h*p .. h*p+p-1 of row t), B and C [T, ld_bc]
+ * (columns gi*n .. gi*n+n-1 for group gi), dt_raw [T, ld_dt] (column h).  seg_start [T] int32
+ * (NULL: one document per sequence): as mgt_attn.seg_start, the first position of the document
+ * that row i*b + j belongs to; the state restarts from zero at each document start (Megatron's
+ * seq_idx, packed_seq_params.py; mamba_ssm's chunk kernels reset the carried state when seq_idx
+ * changes). */
+typedef struct mgt_ssd {
+	int L, b;              /* positions, sequences */
+	int nh, p, g, n;       /* heads, head dim, groups, state dim */
+	int ld_x, ld_bc, ld_dt; /* row strides of x, of B and C, of dt_raw (elements) */
+	const int32_t *seg_start;
+} mgt_ssd;
+
+/* The chunk length of ssd_scan_fwd's chunked algorithm (Megatron's MambaMixer chunk_size). */
+enum { MGT_SSD_CHUNK = 128 };
+
+/* Floats of ssd_scan_fwd's saved states (its `states` argument, read by ssd_scan_bwd): the state
+ * [p, n] of every head of every sequence at the start of every chunk,
+ * b * ceil(L / MGT_SSD_CHUNK) * nh * p * n. */
+static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
+{
+	const size_t nc = ((size_t)s->L + MGT_SSD_CHUNK - 1) / MGT_SSD_CHUNK;
+	return (size_t)s->b * nc * (size_t)s->nh * (size_t)s->p * (size_t)s->n;
+}
+
 /* The op table as data: X(return type, name, (parameters)) for each op, in table order, each
  * entry after the comment that gives its contract.  mgt_backend_ops has one function pointer per
  * entry; each backend implements op n as mgt_<backend>_n (cpu_impl.h and cuda_impl.h declare
- * them from this list and build their tables from it). */
-#define MGT_BACKEND_OPS(X) \
+ * them from this list and build their tables from it).  MGT_BACKEND_OPS_BY(X, XC) applies XC
+ * instead of X to the ops only the CPU backend has so far (MGT_BACKEND_CPU_ONLY_OPS: the Mamba-2
+ * mixer's): the CUDA backend leaves them NULL, so mgt_backend_supports refuses them there. */
+#define MGT_BACKEND_OPS(X) MGT_BACKEND_OPS_BY(X, X)
+#define MGT_BACKEND_OPS_BY(X, XC) \
 	/* ---- memory ---- */ \
 	/* Zero-filled allocation of bytes; NULL and MGT_ERR_NOMEM on failure.  free(NULL) is a no-op. */ \
 	X(void *, alloc, (mgt_backend *be, size_t bytes)) \
@@ -452,7 +484,73 @@ static inline mgt_elem_type mgt_precision_dtype(mgt_precision p)
 		const float *b_inv, int m, int n, int k, bool fast_accum)) \
 	/* y += x over n elements of type t (fp32, or bf16/fp16: the fp32 sum rounded to nearest even, \
 	 * as a 16-bit tensor addition rounds). */ \
-	X(void, add, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n))
+	X(void, add, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n)) \
+	MGT_BACKEND_CPU_ONLY_OPS(XC)
+
+/* The Mamba-2 mixer's ops between its two GEMMs (Megatron-Core megatron/core/ssm/mamba_mixer.py
+ * MambaMixer; mamba_ssm's mamba_split_conv1d_scan_combined and RMSNormGated; the SSD algorithm of
+ * Dao & Gu 2024, "Transformers are SSMs", section 6 and listing 1).  fp32 throughout; rows
+ * sequence-first as everywhere.  The CPU backend only (CUDA: NULL). */
+#define MGT_BACKEND_CPU_ONLY_OPS(X) \
+	/* Causal depthwise conv1d + SiLU over xBC (MambaMixer's conv1d_weight [CD, 1, K], conv1d_bias; \
+	 * causal_conv1d_fn with activation "silu"): \
+	 *   y[i*b + j, c] = silu(bias[c] + sum_{k<K} w[c*K + k] * x[(i - (K-1) + k)*b + j, c]) \
+	 * with x taken as 0 at positions before 0 and, when seg_start != NULL (packed sequences, \
+	 * layout as mgt_attn.seg_start: [L*b] int32, each row's document start), before \
+	 * seg_start[i*b + j]: the history restarts at every document (Megatron's seq_idx).  w[c*K + K-1] \
+	 * multiplies the current token.  x [L*b, ld_x] (columns 0..CD-1 read: in_proj's xBC block), \
+	 * w [CD, K], bias [CD], y [L*b, CD] written. */ \
+	X(void, mamba_conv_fwd, (mgt_backend *be, float *y, const float *x, int ld_x, const float *w, \
+		const float *bias, const int32_t *seg_start, int L, int b, int CD, int K)) \
+	/* Its backward from dy [L*b, CD]: dx [L*b, ld_x] (columns 0..CD-1) WRITTEN; dw [CD, K] and \
+	 * db [CD] ACCUMULATED (+=, summed in double over rows in row order: deterministic).  The \
+	 * pre-activation is recomputed from x, w, bias. */ \
+	X(void, mamba_conv_bwd, (mgt_backend *be, float *dx, float *dw, float *db, const float *dy, \
+		const float *x, int ld_x, const float *w, const float *bias, const int32_t *seg_start, \
+		int L, int b, int CD, int K)) \
+	/* The selective scan of Mamba-2 (mamba_ssm ops/triton/ssd_combined.py \
+	 * _mamba_chunk_scan_combined_fwd with dt_softplus, no z, no dt_limit; Megatron's decode \
+	 * fallback MambaMixer.ssm_decode is its one-step form), for head h of group gi = h/(nh/g): \
+	 *   dt_t = softplus(dt_raw[t, h] + dt_bias[h])   (softplus(v) = v if v > 20 else log1p(e^v)) \
+	 *   A = -exp(A_log[h]),  a_t = exp(dt_t A) \
+	 *   S_t[p', n'] = a_t S_{t-1}[p', n'] + dt_t x_t[h, p'] B_t[gi, n']   (S_{-1} = 0; also 0 before \
+	 *                                        each document start when d->seg_start is set) \
+	 *   y[t, h*p + p'] = sum_n' S_t[p', n'] C_t[gi, n'] + D[h] x_t[h, p'] \
+	 * along each sequence (t = i*b + j, i = 0..L-1).  Computed by the chunked SSD algorithm \
+	 * (chunks of MGT_SSD_CHUNK positions: intra-chunk C B^T masked by the decays, chunk states, \
+	 * state passing, inter-chunk output), fp32 states, decays' cumulative sums in double: equal \
+	 * to the recurrence up to fp32 rounding.  Geometry and strides in *d (mgt_ssd above). \
+	 * Writes y [L*b, nh*p] (contiguous) and states [mgt_ssd_states_floats(d)] (the state \
+	 * entering every chunk, layout [b][chunk][nh][p][n], for the backward); dt_bias, A_log, D \
+	 * [nh] fp32. */ \
+	X(void, ssd_scan_fwd, (mgt_backend *be, const mgt_ssd *d, float *y, float *states, const float *x, \
+		const float *B, const float *C, const float *dt_raw, const float *dt_bias, const float *A_log, \
+		const float *D)) \
+	/* Its backward from dy [L*b, nh*p] given the forward's inputs and saved states: dx, dB, dC, \
+	 * ddt_raw WRITTEN, laid out as x, B, C, dt_raw (same row strides d->ld_x, ld_bc, ld_dt; only \
+	 * their columns are touched); ddt_bias, dA_log, dD [nh] ACCUMULATED.  The chunked form of \
+	 * the forward's gradient (the chunks in reverse from the saved states, the state's gradient \
+	 * carried between them; equal to the recurrence's sequential adjoint, megatron-hybrid-mamba.md \
+	 * section 3, up to fp32 rounding), per-head scalar sums in double, dB and dC summed over a \
+	 * group's heads in head order (deterministic).  Scratch held by the backend: 2 L b nh n \
+	 * floats (per-head dB, dC) plus about 4 Q^2 + 2 Q n + Q p + 2 p n floats per thread \
+	 * (Q = MGT_SSD_CHUNK). */ \
+	X(void, ssd_scan_bwd, (mgt_backend *be, const mgt_ssd *d, float *dx, float *dB, float *dC, \
+		float *ddt_raw, float *ddt_bias, float *dA_log, float *dD, const float *dy, \
+		const float *states, const float *x, const float *B, const float *C, const float *dt_raw, \
+		const float *dt_bias, const float *A_log, const float *D)) \
+	/* Gated RMSNorm over groups (mamba_ssm ops/triton/layernorm_gated.py RMSNormGated with \
+	 * norm_before_gate=False, group_size = di/g; Megatron's MambaMixer.norm): \
+	 *   v = y * silu(z);  r[t, gi] = 1/sqrt(mean over group gi's di/g channels of v^2 + eps); \
+	 *   out[t, c] = v[t, c] * r[t, c / (di/g)] * w[c] \
+	 * y, z, out [T, di]; w [di]; writes out and rstd [T, g] (r, for the backward).  Sums of \
+	 * squares in double. */ \
+	X(void, mamba_gated_norm_fwd, (mgt_backend *be, float *out, float *rstd, const float *y, \
+		const float *z, const float *w, int T, int di, int g, float eps)) \
+	/* Its backward from dout [T, di]: dy, dz [T, di] WRITTEN, dw [di] ACCUMULATED (summed in \
+	 * double over rows in row order). */ \
+	X(void, mamba_gated_norm_bwd, (mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, \
+		const float *y, const float *z, const float *w, const float *rstd, int T, int di, int g))
 
 #define MGT_BACKEND_OP_FIELD(ret, name, params) ret(*name) params;
 #define MGT_BACKEND_OP_ID(ret, name, params) MGT_OP_##name,
@@ -516,7 +614,7 @@ size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n);
  * gemm_fp8 on CUDA needs compute capability 8.9 or higher (Ada, Hopper and later: Transformer
  * Engine's rule, transformer_engine/pytorch/utils.py check_fp8_support) and a cuBLASLt with fp8
  * (CUDA 12.1 or later); the reason names the GPU (its name and compute capability).  The CPU runs
- * every op it has (fp8 by emulation). */
+ * every op it has (fp8 by emulation), the Mamba-2 ops (MGT_BACKEND_CPU_ONLY_OPS) on fp32 only. */
 bool mgt_backend_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);
 /* The CUDA part of it, for a CUDA backend (false with the reason in a build without CUDA). */
 bool mgt_backend_cuda_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);

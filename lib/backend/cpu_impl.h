@@ -1,6 +1,6 @@
 /* lib/backend: internals shared by the CPU backend's files (cpu.c: the table, setup and shared
  * helpers; cpu_linear.c, cpu_embedding.c, cpu_norm.c, cpu_elementwise.c, cpu_reduce.c, cpu_fp8.c,
- * cpu_attn.c, cpu_moe.c, cpu_philox.c).
+ * cpu_attn.c, cpu_moe.c, cpu_philox.c, cpu_mamba.c, cpu_ssd.c).
  * Not public.
  *
  * The inline math below is branch-free so that loops over it vectorize under `omp simd` at the

@@ -67,6 +67,17 @@ static bool has_op(const mgt_backend *be, mgt_backend_op op)
 	}
 }
 
+#define OP_FP32_ONLY(ret, name, params) case MGT_OP_##name: return true;
+
+/* The ops that take fp32 elements only (backend.h MGT_BACKEND_CPU_ONLY_OPS: the Mamba-2 mixer's). */
+static bool fp32_only(mgt_backend_op op)
+{
+	switch (op) {
+	MGT_BACKEND_CPU_ONLY_OPS(OP_FP32_ONLY)
+	default: return false;
+	}
+}
+
 bool mgt_backend_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n)
 {
 	if ((int)op < 0 || op >= MGT_OP_COUNT) {
@@ -79,6 +90,10 @@ bool mgt_backend_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, c
 	}
 	if (t != MGT_DT_F32 && t != MGT_DT_BF16 && t != MGT_DT_F16) {
 		snprintf(why, n, "backend op %s takes fp32, bf16 or fp16 elements", op_names[op]);
+		return false;
+	}
+	if (t != MGT_DT_F32 && fp32_only(op)) {
+		snprintf(why, n, "backend op %s takes fp32 elements only", op_names[op]);
 		return false;
 	}
 	if (be->host_memory) return true; /* the CPU runs every op it has (fp8 by emulation) */

@@ -2522,7 +2522,7 @@ static void test_cublaslt_lazy(void)
 static void test_supports(void)
 {
 	char why[256] = "";
-	CHECK(MGT_OP_COUNT == 46, "the op table has 46 ops (%d)", (int)MGT_OP_COUNT);
+	CHECK(MGT_OP_COUNT == 52, "the op table has 52 ops (%d)", (int)MGT_OP_COUNT);
 	CHECK(mgt_backend_supports(be, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why), "cpu supports gemm_fp8 (the emulation)");
 	CHECK(mgt_backend_supports(be, MGT_OP_attn_forward, MGT_DT_BF16, why, sizeof why) &&
 	      mgt_backend_supports(be, MGT_OP_attn_decode, MGT_DT_F16, why, sizeof why), "cpu supports attention ops");

@@ -1,0 +1,206 @@
+/* lib/backend: the CPU backend's Mamba-2 mixer ops around the scan (backend.h mamba_conv_fwd,
+ * mamba_conv_bwd, mamba_gated_norm_fwd, mamba_gated_norm_bwd): the causal depthwise conv1d + SiLU
+ * over xBC (Megatron-Core megatron/core/ssm/mamba_mixer.py, causal_conv1d_fn with activation
+ * "silu") and the gated RMSNorm over groups (mamba_ssm ops/triton/layernorm_gated.py RMSNormGated,
+ * norm_before_gate=False).  The scan itself is cpu_ssd.c.
+ *
+ * Determinism: weight gradients are column-split sums over rows in row order (as cpu_norm.c), so
+ * their bits do not depend on the thread count.
+ */
+#include "backend/cpu_impl.h"
+
+#include <math.h>
+#include <omp.h>
+
+#define PAR_MIN CPU_PAR_MIN
+#define COLCH CPU_COLCH
+
+CPU_INLINE float sigmoidf_(float v) { return 1.0f / (1.0f + expf(-v)); }
+/* silu(v) = v sigmoid(v), one rounding fewer than v * sigmoidf_(v); -0 for v below about -88. */
+CPU_INLINE float siluf_(float v) { return v / (1.0f + expf(-v)); }
+
+/* The first position row (i, j) may read: its document's start (0 without seg_start). */
+CPU_INLINE int doc_lo(const int32_t *seg, int i, int b, int j) { return seg ? seg[(size_t)i * b + j] : 0; }
+
+/* u[c] = bias[c] + sum_k w[c][k] x[i - (K-1) + k, c] for c < CD, positions before lo read as 0. */
+static void conv_pre(float *u, const float *x, int ld, const float *w, const float *bias, int i, int j, int b,
+		     int CD, int K, int lo)
+{
+	for (int c = 0; c < CD; c++)
+		u[c] = bias[c];
+	for (int k = 0; k < K; k++) {
+		const int ip = i - (K - 1) + k;
+		if (ip < lo)
+			continue;
+		const float *xr = x + ((size_t)ip * b + j) * (size_t)ld;
+		for (int c = 0; c < CD; c++)
+			u[c] += w[(size_t)c * K + k] * xr[c];
+	}
+}
+
+void mgt_cpu_mamba_conv_fwd(mgt_backend *be, float *y, const float *x, int ld_x, const float *w, const float *bias,
+			    const int32_t *seg_start, int L, int b, int CD, int K)
+{
+	const int T = L * b;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * CD * K > PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		const int i = t / b, j = t % b;
+		float *yr = y + (size_t)t * CD;
+		conv_pre(yr, x, ld_x, w, bias, i, j, b, CD, K, doc_lo(seg_start, i, b, j));
+		for (int c = 0; c < CD; c++)
+			yr[c] = siluf_(yr[c]);
+	}
+}
+
+/* dx[i', c] = sum_k w[c][k] g[i' + (K-1) - k, c] over the outputs i = i' + (K-1) - k < L whose
+ * window reaches i' (i' >= their document start). */
+static void conv_dx(mgt_backend *be, float *dx, int ld_x, const float *g, const float *w, const int32_t *seg,
+		    int L, int b, int CD, int K)
+{
+	const int T = L * b;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * CD * K > PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		const int ip = t / b, j = t % b;
+		float *dr = dx + (size_t)t * ld_x;
+		for (int c = 0; c < CD; c++)
+			dr[c] = 0.0f;
+		for (int k = K - 1; k >= 0; k--) {
+			const int i = ip + (K - 1) - k;
+			if (i >= L || doc_lo(seg, i, b, j) > ip)
+				continue;
+			const float *gr = g + ((size_t)i * b + j) * CD;
+			for (int c = 0; c < CD; c++)
+				dr[c] += w[(size_t)c * K + k] * gr[c];
+		}
+	}
+}
+
+/* dw[c][k] += sum_t g[t, c] x[i - (K-1) + k, c], db[c] += sum_t g[t, c]: column chunks, rows in order. */
+static void conv_dwdb(mgt_backend *be, float *dw, float *db, const float *g, const float *x, int ld_x,
+		      const int32_t *seg, int L, int b, int CD, int K)
+{
+	const int T = L * b, nch = (CD + COLCH - 1) / COLCH;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(dynamic, 1) if ((size_t)T * CD * K > PAR_MIN && nch > 1)
+	for (int ch = 0; ch < nch; ch++) {
+		const int c0 = ch * COLCH, cn = CD - c0 < COLCH ? CD - c0 : COLCH;
+		double acc[COLCH];
+		for (int k = -1; k < K; k++) { /* k = -1: the bias */
+			for (int c = 0; c < cn; c++)
+				acc[c] = 0;
+			for (int t = 0; t < T; t++) {
+				const int i = t / b, j = t % b, ip = i - (K - 1) + k;
+				const float *gr = g + (size_t)t * CD + c0;
+				if (k < 0) {
+					for (int c = 0; c < cn; c++)
+						acc[c] += gr[c];
+					continue;
+				}
+				if (ip < doc_lo(seg, i, b, j))
+					continue;
+				const float *xr = x + ((size_t)ip * b + j) * (size_t)ld_x + c0;
+				for (int c = 0; c < cn; c++)
+					acc[c] += (double)gr[c] * xr[c];
+			}
+			for (int c = 0; c < cn; c++) {
+				if (k < 0)
+					db[c0 + c] += (float)acc[c];
+				else
+					dw[(size_t)(c0 + c) * K + k] += (float)acc[c];
+			}
+		}
+	}
+}
+
+/* g = dy * silu'(u) (u recomputed) in rounding buffer 4, then dx, dw and db from it. */
+void mgt_cpu_mamba_conv_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy, const float *x,
+			    int ld_x, const float *w, const float *bias, const int32_t *seg_start, int L, int b, int CD,
+			    int K)
+{
+	const int T = L * b;
+	if (T <= 0 || CD <= 0)
+		return;
+	float *g = mgt_cpu_round_buf(be, 4, (size_t)T * CD);
+	if (!g)
+		return;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * CD * K > PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		const int i = t / b, j = t % b;
+		float *gr = g + (size_t)t * CD;
+		const float *dyr = dy + (size_t)t * CD;
+		conv_pre(gr, x, ld_x, w, bias, i, j, b, CD, K, doc_lo(seg_start, i, b, j));
+		for (int c = 0; c < CD; c++) {
+			const float u = gr[c], s = sigmoidf_(u);
+			gr[c] = dyr[c] * (s * (1.0f + u * (1.0f - s)));
+		}
+	}
+	conv_dx(be, dx, ld_x, g, w, seg_start, L, b, CD, K);
+	conv_dwdb(be, dw, db, g, x, ld_x, seg_start, L, b, CD, K);
+}
+
+/* ---- gated RMSNorm over groups ---- */
+
+void mgt_cpu_mamba_gated_norm_fwd(mgt_backend *be, float *out, float *rstd, const float *y, const float *z,
+				  const float *w, int T, int di, int g, float eps)
+{
+	const int gs = di / g;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * di > PAR_MIN)
+	for (int t = 0; t < T; t++) {
+		for (int gi = 0; gi < g; gi++) {
+			const size_t o = (size_t)t * di + (size_t)gi * gs;
+			float *orow = out + o;
+			double ss = 0;
+			for (int c = 0; c < gs; c++) {
+				const float v = y[o + c] * siluf_(z[o + c]);
+				orow[c] = v;
+				ss += (double)v * v;
+			}
+			const float r = (float)(1.0 / sqrt(ss / gs + eps));
+			rstd[(size_t)t * g + gi] = r;
+			for (int c = 0; c < gs; c++)
+				orow[c] = orow[c] * r * w[gi * gs + c];
+		}
+	}
+}
+
+/* dw first (column chunks, rows in order), then dy and dz row by row:
+ *   v = y silu(z), vh = v r, gg = dout w, dv = r (gg - vh mean_group(gg vh)),
+ *   dy = dv silu(z), dz = dv y silu'(z),  silu'(z) = s (1 + z (1 - s)), s = sigmoid(z). */
+void mgt_cpu_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, const float *y,
+				  const float *z, const float *w, const float *rstd, int T, int di, int g)
+{
+	const int gs = di / g, nch = (di + COLCH - 1) / COLCH;
+	const bool par = (size_t)T * di > PAR_MIN;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(dynamic, 1) if (par && nch > 1)
+	for (int ch = 0; ch < nch; ch++) {
+		const int c0 = ch * COLCH, cn = di - c0 < COLCH ? di - c0 : COLCH;
+		double acc[COLCH] = { 0 };
+		for (int t = 0; t < T; t++) {
+			const size_t o = (size_t)t * di + c0;
+			for (int c = 0; c < cn; c++) {
+				const float v = y[o + c] * siluf_(z[o + c]);
+				acc[c] += (double)dout[o + c] * (v * rstd[(size_t)t * g + (c0 + c) / gs]);
+			}
+		}
+		for (int c = 0; c < cn; c++)
+			dw[c0 + c] += (float)acc[c];
+	}
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (par)
+	for (int t = 0; t < T; t++) {
+		for (int gi = 0; gi < g; gi++) {
+			const size_t o = (size_t)t * di + (size_t)gi * gs;
+			const float r = rstd[(size_t)t * g + gi];
+			double sgv = 0;
+			for (int c = 0; c < gs; c++) {
+				const float v = y[o + c] * siluf_(z[o + c]);
+				sgv += (double)(dout[o + c] * w[gi * gs + c]) * (v * r);
+			}
+			const float m = (float)(sgv / gs);
+			for (int c = 0; c < gs; c++) {
+				const float zc = z[o + c], s = sigmoidf_(zc), sz = siluf_(zc), v = y[o + c] * sz;
+				const float dv = r * (dout[o + c] * w[gi * gs + c] - v * r * m);
+				dy[o + c] = dv * sz;
+				dz[o + c] = dv * y[o + c] * (s * (1.0f + zc * (1.0f - s)));
+			}
+		}
+	}
+}
