@@ -17,18 +17,19 @@
 extern "C" int mgt_k_attn_tc_supported(int d) { return tc_pad_dim(d) != 0; }
 
 /* Queries from q, keys and values from kv (both qkv for self-attention), on geometry G. */
-template <typename T, int DM, bool MASK, bool SEG>
+/* MBX: the kernel's minimum blocks per SM (launch bounds), 0: fwd_blocks(DM). */
+template <typename T, int DM, bool MASK, bool SEG, int MBX = 0>
 static int tc_fwd_run(cudaStream_t st, int impl, T *out, float *lse, const T *q, const T *kv, const geom &G,
 		      int vec)
 {
-	constexpr int MB = mgt_attn_mma::fwd_blocks(DM);
+	constexpr int MB = MBX ? MBX : mgt_attn_mma::fwd_blocks(DM);
 	const size_t sm = mgt_attn_mma::fwd_smem(DM, (int)sizeof(T));
 	const cudaError_t e = tc_allow_smem(mgt_attn_mma::fwd_mma_kernel<T, DM, MB, MASK, SEG>, sm);
 	if (e != cudaSuccess)
 		return (int)e;
 	const dim3 grid((unsigned)(G.b * G.H), (unsigned)((G.sq + 63) / 64));
 	MGT_LAUNCH((mgt_attn_mma::fwd_mma_kernel<T, DM, MB, MASK, SEG>), grid, NTC, sm, st, G, out, lse, q, kv, vec,
-		   impl == MGT_K_ATTN_MMA && tc_async(kv, G, DM));
+		   impl != MGT_K_ATTN_MMA_NOCP && tc_async(kv, G, DM));
 	return (int)cudaGetLastError();
 }
 
@@ -38,6 +39,9 @@ template <typename T, int DM>
 static int tc_fwd_launch(cudaStream_t st, int impl, T *out, float *lse, const T *q, const T *kv, const geom &G,
 			 int vec)
 {
+	if constexpr (DM == 64) /* the A/B variant MGT_K_ATTN_MMA_MB2: the causal kernel at 2 blocks per SM */
+		if (impl == MGT_K_ATTN_MMA_MB2 && !G.km && !G.seg)
+			return tc_fwd_run<T, DM, false, false, 2>(st, impl, out, lse, q, kv, G, vec);
 	return G.km ? tc_fwd_run<T, DM, true, false>(st, impl, out, lse, q, kv, G, vec)
 	       : G.seg ? tc_fwd_run<T, DM, false, true>(st, impl, out, lse, q, kv, G, vec)
 		       : tc_fwd_run<T, DM, false, false>(st, impl, out, lse, q, kv, G, vec);

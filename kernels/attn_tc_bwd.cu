@@ -19,11 +19,12 @@ template <typename T> struct tc_bwd_args {
 	const float *lse, *D;
 };
 
-/* TB: the backward's inner tile (BQ of dK/dV, BK of dQ). */
-template <typename T, int DM, int TB, bool MASK, bool SEG>
+/* TB: the backward's inner tile (BQ of dK/dV, BK of dQ); MBX: the kernels' minimum blocks per SM
+ * (launch bounds), 0: bwd_blocks(DM). */
+template <typename T, int DM, int TB, bool MASK, bool SEG, int MBX = 0>
 static int tc_bwd_run(cudaStream_t st, int impl, const tc_bwd_args<T> &a, const geom &G, int vec)
 {
-	constexpr int MB = mgt_attn_mma::bwd_blocks(DM);
+	constexpr int MB = MBX ? MBX : mgt_attn_mma::bwd_blocks(DM);
 	const size_t sm = mgt_attn_mma::bwd_smem(DM, TB, (int)sizeof(T), SEG);
 	const size_t sq = mgt_attn_mma::dq_smem(DM, TB, (int)sizeof(T));
 	cudaError_t e = tc_allow_smem(mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK, SEG>, sm);
@@ -36,7 +37,7 @@ static int tc_bwd_run(cudaStream_t st, int impl, const tc_bwd_args<T> &a, const 
 	MGT_LAUNCH((mgt_attn_mma::dkdv_mma_kernel<T, DM, TB, MB, MASK, SEG>), gkv, NTC, sm, st, G, a.dkv, a.dout, a.q, a.kv,
 		   a.lse, a.D, vec);
 	MGT_LAUNCH((mgt_attn_mma::dq_mma_kernel<T, DM, TB, MB, MASK, SEG>), gq, NTC, sq, st, G, a.dq, a.dout, a.q, a.kv,
-		   a.lse, a.D, vec, impl == MGT_K_ATTN_MMA && tc_async(a.kv, G, DM));
+		   a.lse, a.D, vec, impl != MGT_K_ATTN_MMA_NOCP && tc_async(a.kv, G, DM));
 	return (int)cudaGetLastError();
 }
 
@@ -45,6 +46,9 @@ static int tc_bwd_run(cudaStream_t st, int impl, const tc_bwd_args<T> &a, const 
 template <typename T, int DM, int TB>
 static int tc_bwd_launch(cudaStream_t st, int impl, const tc_bwd_args<T> &a, const geom &G, int vec)
 {
+	if constexpr (DM == 64) /* the A/B variant MGT_K_ATTN_MMA_MB2: the causal kernels at 2 blocks per SM */
+		if (impl == MGT_K_ATTN_MMA_MB2 && !G.km && !G.seg)
+			return tc_bwd_run<T, DM, TB, false, false, 2>(st, impl, a, G, vec);
 	return G.km ? tc_bwd_run<T, DM, TB, true, false>(st, impl, a, G, vec)
 	       : G.seg ? tc_bwd_run<T, DM, TB, false, true>(st, impl, a, G, vec)
 		       : tc_bwd_run<T, DM, TB, false, false>(st, impl, a, G, vec);

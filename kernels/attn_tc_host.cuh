@@ -54,7 +54,7 @@ template <typename T> static int tc_async(const T *kv, const geom &G, int DM)
 static int tc_refuse(int dtype, int d, int impl)
 {
 	if (tc_pad_dim(d) == 0 || (dtype != MGT_K_BF16 && dtype != MGT_K_F16) ||
-	    (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_MMA_NOCP))
+	    (impl != MGT_K_ATTN_MMA && impl != MGT_K_ATTN_MMA_NOCP && impl != MGT_K_ATTN_MMA_MB2))
 		return (int)cudaErrorInvalidValue;
 	return 0;
 }

@@ -158,7 +158,10 @@ int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float 
 /* ---- attention on tensor cores (kernels/attn_tc.cu forward, kernels/attn_tc_bwd.cu backward),
  * causal, over packed documents (seg) or under a key padding mask: impl
  * MGT_K_ATTN_MMA, mma.sync with the softmax in registers (kernels/attn_mma.cuh, the default), or
- * MGT_K_ATTN_MMA_NOCP, the same without the cp.async prefetch of K and V (an A/B variant);
+ * MGT_K_ATTN_MMA_NOCP, the same without the cp.async prefetch of K and V (an A/B variant), or
+ * MGT_K_ATTN_MMA_MB2, the default with the causal head-dimension-64 kernels bounded to 2 blocks
+ * per SM instead of 4 (forward) and 3 (backward): up to 255 registers, where the default bounds
+ * spill (make kernel-report), at half the warps (an A/B variant; other shapes as the default);
  * kernels/attn_tc.cuh documents the function and staging they share; bf16 / fp16 operands, fp32
  * accumulation and softmax.  Same contracts as mgt_k_attn_* above (key_mask and seg included,
  * and the same workspace), returning cudaErrorInvalidValue for an unsupported dtype, head dimension or
@@ -166,7 +169,7 @@ int mgt_k_attn_kv(mgt_k_stream s, float *out, float *kc, float *vc, const float 
  * written rounded to nearest even), dout, dqkv and lse stay fp32; and the operands of the matrix
  * products (Q K^T, P V, dO V^T, dS K, dS^T Q, P^T dO) are of dtype, P and dS rounded to it;
  * statistics, exponentials, dropout and accumulation are fp32. ---- */
-enum { MGT_K_ATTN_MMA = 0, MGT_K_ATTN_MMA_NOCP = 1 };
+enum { MGT_K_ATTN_MMA = 0, MGT_K_ATTN_MMA_NOCP = 1, MGT_K_ATTN_MMA_MB2 = 2 };
 /* 1 when these kernels handle head dimension d (d % 16 == 0, 16 <= d <= 128), else 0. */
 int mgt_k_attn_tc_supported(int d);
 int mgt_k_attn_tc_fwd(mgt_k_stream s, int dtype, void *out, float *lse, const void *qkv, int seq,

@@ -15,14 +15,16 @@ static mgt_k_stream stream(mgt_backend *be) { return ((cuda_impl *)be->impl)->st
  * fp32 softmax and accumulation) under --bf16/--fp16 when the head dimension suits it; the fp32
  * CUDA-core kernel (kernels/attn.cu, the reference) otherwise.  The tensor-core kernel shares
  * the fp32 one's workspace layout.  Its kernels are the mma.sync ones unless the environment has
- * MGT_ATTN_KERNEL=mma-nocp (the same without their cp.async prefetch of K and V, an A/B variant:
- * mgt-train(1), ENVIRONMENT), read at each call.  key_mask and seg (device memory) go to the
+ * MGT_ATTN_KERNEL=mma-nocp (the same without their cp.async prefetch of K and V) or mma-mb2 (the
+ * causal head-dimension-64 kernels at 2 blocks per SM, no register spills): A/B variants,
+ * mgt-train(1), ENVIRONMENT; read at each call.  key_mask and seg (device memory) go to the
  * kernels as they are: NULL causal, else the key padding mask of backend.h attn_forward or the
  * packed documents' starts (mgt_attn.seg_start), on the same kernels as the unpacked call. */
 static int attn_tc_impl(void)
 {
 	const char *v = getenv("MGT_ATTN_KERNEL");
-	return v && strcmp(v, "mma-nocp") == 0 ? MGT_K_ATTN_MMA_NOCP : MGT_K_ATTN_MMA;
+	return !v ? MGT_K_ATTN_MMA : !strcmp(v, "mma-nocp") ? MGT_K_ATTN_MMA_NOCP
+		  : !strcmp(v, "mma-mb2") ? MGT_K_ATTN_MMA_MB2 : MGT_K_ATTN_MMA;
 }
 
 static int attn_tc_dtype(const mgt_backend *be, int d)

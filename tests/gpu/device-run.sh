@@ -11,7 +11,7 @@
 #              2. tests/bench/gpu.sh: the GEMM ceilings and attention microbenchmarks (both
 #                 implementations, bf16 and fp32 io), gpt2-124m at micro-batch 8 and at the
 #                 largest of 64/32/16, llama-3.2-1b at 4, the A/B variants of AB
-#                 (MGT_ATTN_KERNEL=mma-nocp; MGT_GEMM_D16=0), PyTorch (torch.compile) at the same shapes
+#                 (MGT_ATTN_KERNEL=mma-nocp, mma-mb2; MGT_GEMM_D16=0), PyTorch (torch.compile) at the same shapes
 #                 -> $OUT/gpu-<device>-<date>.txt
 #              3. tests/gpu/profile.sh: ncu's kernel times of two steps of each model
 #                 -> $OUT/profile-<model>.csv.gz
@@ -95,7 +95,7 @@ all() {
 	begin all "${BUDGET:-520}"
 	info
 	ops_step 90
-	step bench 270 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=0}" \
+	step bench 270 env RUN_TIMEOUT=110 MOE=0 GPT2_BIG_MBS="64 32 16" AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_ATTN_KERNEL=mma-mb2 MGT_GEMM_D16=0}" \
 		sh tests/bench/gpu.sh
 	step profile 70 env PROFILE_TIMEOUT=35 sh tests/gpu/profile.sh "$O"
 	kjv_prep
@@ -106,8 +106,8 @@ quick() {
 	begin quick "${BUDGET:-250}"
 	nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv 2>&1
 	ops_step 100
-	step bench 150 env RUN_TIMEOUT=60 MOE=0 TORCH=0 AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_GEMM_D16=0}" \
-		AB_LLAMA="${AB_LLAMA-MGT_GEMM_D16=0}" sh tests/bench/gpu.sh
+	step bench 150 env RUN_TIMEOUT=60 MOE=0 TORCH=0 AB="${AB-MGT_ATTN_KERNEL=mma-nocp MGT_ATTN_KERNEL=mma-mb2 MGT_GEMM_D16=0}" \
+		AB_LLAMA="${AB_LLAMA-MGT_ATTN_KERNEL=mma-mb2 MGT_GEMM_D16=0}" sh tests/bench/gpu.sh
 	step profile 60 env PROFILE_TIMEOUT=30 sh tests/gpu/profile.sh "$O"
 	step train 60 env ITERS=20 MODELS=tiny-gpt2 SKIP_OPS=1 RUN_TIMEOUT=30 sh tests/gpu/check.sh
 	echo "# device-run quick done $(date -u '+%Y-%m-%d %H:%M:%S UTC')"

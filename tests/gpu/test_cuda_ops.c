@@ -1499,31 +1499,32 @@ static void t_attn_tc_shapes(bool small)
 }
 
 /* The mma.sync kernels with and without their cp.async prefetch of K and V (MGT_ATTN_KERNEL=mma,
- * mma-nocp) on the same inputs: the same products in the same order, only the staging differs, so
- * forward and backward are bitwise equal, on a GPU too.  (Until 2026-11-27 this compared the
+ * mma-nocp), and (mma-mb2) with the d 64 causal kernels bounded to 2 blocks per SM, on the same
+ * inputs: the same products in the same order, only the staging or the register budget differs,
+ * so forward and backward are bitwise equal, on a GPU too.  (Until 2026-11-27 this compared the
  * mma.sync kernels with the WMMA ones, within 1e-6 under the simulator; an H200 passed it.)
  * masked: under attn_mask's key padding mask. */
 static void t_attn_impls(int s, int b, int ng, int r, int d, float p, bool masked)
 {
 	const size_t nq = (size_t)s * b * ng * (r + 2) * d, no = (size_t)s * b * ng * r * d, nl = (size_t)b * ng * r * s;
-	const char *id = nm("attn bf16 mma = mma-nocp s=%d b=%d ng=%d r=%d d=%d p=%g%s", s, b, ng, r, d, p,
+	const char *id = nm("attn bf16 mma = mma-nocp = mma-mb2 s=%d b=%d ng=%d r=%d d=%d p=%g%s", s, b, ng, r, d, p,
 			    masked ? " key-mask" : "");
 	uint8_t *km = masked ? attn_mask(s, b) : NULL, *dKM = masked ? dalloc((size_t)s * b) : NULL;
 	if (masked)
 		up(dKM, km, (size_t)s * b);
 	float *qkv = hrand(nq, 1.5), *dout = hrand(no, 1);
 	float *dQ = dput(qkv, nq), *dDO = dput(dout, no), *dO = dalloc(no * 4), *dL = dalloc(nl * 4), *dDQ = dalloc(nq * 4);
-	float *o[2], *l[2], *dq[2];
-	static const char *const impl[2] = {"mma", "mma-nocp"};
+	float *o[3], *l[3], *dq[3];
+	static const char *const impl[3] = {"mma", "mma-nocp", "mma-mb2"};
 	gpu->precision = MGT_PREC_BF16;
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		setenv("MGT_ATTN_KERNEL", impl[k], 1);
 		poison(dO, no), poison(dL, nl);
 		at_attn_fwd(gpu, dO, dL, dQ, MGT_DT_F32, s, b, ng, r, d, p, 99, 0, ng * r, dKM);
 		o[k] = dget(dO, no), l[k] = dget(dL, nl);
 	}
 	float *dOc = dput(o[0], no), *dLc = dput(l[0], nl); /* both backwards get the mma forward's */
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		setenv("MGT_ATTN_KERNEL", impl[k], 1);
 		poison(dDQ, nq);
 		at_attn_bwd(gpu, dDQ, dDO, MGT_DT_F32, dQ, dOc, MGT_DT_F32, dLc, s, b, ng, r, d, p, 99, 0, ng * r, dKM);
@@ -1531,13 +1532,15 @@ static void t_attn_impls(int s, int b, int ng, int r, int d, float p, bool maske
 	}
 	unsetenv("MGT_ATTN_KERNEL");
 	gpu->precision = MGT_PREC_FP32;
-	cmp(nm("%s: fwd out", id), o[0], o[1], NULL, no, T2(TOL_EXACT, SIM_EXACT));
-	if (masked)
-		cmp_lse(nm("%s: fwd lse", id), l[0], l[1], nl, T2(TOL_EXACT, SIM_EXACT));
-	else
-		cmp(nm("%s: fwd lse", id), l[0], l[1], NULL, nl, T2(TOL_EXACT, SIM_EXACT));
-	cmp(nm("%s: bwd dqkv", id), dq[0], dq[1], NULL, nq, T2(TOL_EXACT, SIM_EXACT));
-	for (int k = 0; k < 2; k++)
+	for (int k = 1; k < 3; k++) {
+		cmp(nm("%s: %s fwd out", id, impl[k]), o[0], o[k], NULL, no, T2(TOL_EXACT, SIM_EXACT));
+		if (masked)
+			cmp_lse(nm("%s: %s fwd lse", id, impl[k]), l[0], l[k], nl, T2(TOL_EXACT, SIM_EXACT));
+		else
+			cmp(nm("%s: %s fwd lse", id, impl[k]), l[0], l[k], NULL, nl, T2(TOL_EXACT, SIM_EXACT));
+		cmp(nm("%s: %s bwd dqkv", id, impl[k]), dq[0], dq[k], NULL, nq, T2(TOL_EXACT, SIM_EXACT));
+	}
+	for (int k = 0; k < 3; k++)
 		free(o[k]), free(l[k]), free(dq[k]);
 	dfree(dQ), dfree(dDO), dfree(dO), dfree(dL), dfree(dDQ), dfree(dOc), dfree(dLc), dfree(dKM);
 	free(qkv), free(dout), free(km);
