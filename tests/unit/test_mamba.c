@@ -158,17 +158,36 @@ static double conv_loss(const conv_geom *g, const double *x, const double *w, co
 }
 
 /* Central difference of conv_loss in v[k]. */
-static double conv_fd(const conv_geom *g, double *v, size_t k, double *x, double *w, double *bias, const double *wy,
-		      double *u, double *um)
+/* The fourth-order central difference of loss(ctx) in v[k]: steps -2h, -h, h, 2h with
+ * h = 1e-4 max(1, |v[k]|); v[k] restored.  The three ops' FD checks below share it. */
+static double fd5(double *v, size_t k, double (*loss)(const void *ctx), const void *ctx)
 {
 	const double keep = v[k], h = 1e-4 * fmax(1.0, fabs(keep));
 	double f[4];
 	for (int q = 0; q < 4; q++) {
 		v[k] = keep + (q < 2 ? q - 2 : q - 1) * h; /* -2h, -h, h, 2h */
-		f[q] = conv_loss(g, x, w, bias, wy, u, um);
+		f[q] = loss(ctx);
 	}
 	v[k] = keep;
 	return (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h);
+}
+
+typedef struct {
+	const conv_geom *g;
+	const double *x, *w, *bias, *wy;
+	double *u, *um;
+} conv_args;
+static double conv_call(const void *c)
+{
+	const conv_args *a = c;
+	return conv_loss(a->g, a->x, a->w, a->bias, a->wy, a->u, a->um);
+}
+
+static double conv_fd(const conv_geom *g, double *v, size_t k, double *x, double *w, double *bias, const double *wy,
+		      double *u, double *um)
+{
+	const conv_args a = { g, x, w, bias, wy, u, um };
+	return fd5(v, k, conv_call, &a);
 }
 
 /* One conv case: forward elementwise (c = K + 8: K + 1 terms, the SiLU's exp, division and
@@ -314,17 +333,22 @@ static double norm_loss(const norm_geom *n, const double *y, const double *z, co
 	return f;
 }
 
+typedef struct {
+	const norm_geom *n;
+	const double *y, *z, *w, *wo;
+	double *out, *r;
+} norm_args;
+static double norm_call(const void *c)
+{
+	const norm_args *a = c;
+	return norm_loss(a->n, a->y, a->z, a->w, a->wo, a->out, a->r);
+}
+
 static double norm_fd(const norm_geom *n, double *v, size_t k, const double *y, const double *z, const double *w,
 		      const double *wo, double *out, double *r)
 {
-	const double keep = v[k], h = 1e-4 * fmax(1.0, fabs(keep));
-	double f[4];
-	for (int q = 0; q < 4; q++) {
-		v[k] = keep + (q < 2 ? q - 2 : q - 1) * h; /* -2h, -h, h, 2h */
-		f[q] = norm_loss(n, y, z, w, wo, out, r);
-	}
-	v[k] = keep;
-	return (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h);
+	const norm_args a = { n, y, z, w, wo, out, r };
+	return fd5(v, k, norm_call, &a);
 }
 
 /* One norm case: forward (c = 12: v's two roundings and the SiLU's, r's sqrt and division, two
@@ -600,16 +624,21 @@ static double scan_loss(const scan_in *s, const double *gy, double *y)
 	return f;
 }
 
+typedef struct {
+	const scan_in *s;
+	const double *gy;
+	double *y;
+} scan_args;
+static double scan_call(const void *c)
+{
+	const scan_args *a = c;
+	return scan_loss(a->s, a->gy, a->y);
+}
+
 static double scan_fd(const scan_in *s, double *v, size_t k, const double *gy, double *y)
 {
-	const double keep = v[k], h = 1e-4 * fmax(1.0, fabs(keep));
-	double f[4];
-	for (int q = 0; q < 4; q++) {
-		v[k] = keep + (q < 2 ? q - 2 : q - 1) * h; /* -2h, -h, h, 2h */
-		f[q] = scan_loss(s, gy, y);
-	}
-	v[k] = keep;
-	return (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * h);
+	const scan_args a = { s, gy, y };
+	return fd5(v, k, scan_call, &a);
 }
 
 /* The float64 gradients and their magnitudes. */
