@@ -15,10 +15,10 @@ so the instructions are read from the PTX that ptxas lowers, not from the SASS.
 
 --check BOUNDS: for every sm_90a kernel in BOUNDS (lines "KERNEL regs spills warps mma wgmma";
 the header names the nvcc the bounds were written with), fail naming the kernel when it now
-spills more, its register-limited occupancy dropped (checked only under the same nvcc: another
-compiler allocates registers differently), or it lost its tensor-core instructions; a kernel
-missing from the build or from BOUNDS fails too (make kernel-bounds rewrites BOUNDS after a
-deliberate change).  Exit 0 when the build has no kernels (CUDA=0): nothing to check.
+spills more or its register-limited occupancy dropped (under the same nvcc; under another, which
+allocates registers its own way, these are printed as notes), or it lost its tensor-core
+instructions; a kernel missing from the build or from BOUNDS fails too (make kernel-bounds
+rewrites BOUNDS after a deliberate change).  Exit 0 when the build has no kernels (CUDA=0): nothing to check.
 """
 import glob
 import os
@@ -99,8 +99,10 @@ def collect(d):
             arch = "sm_" + f.rsplit(".compute_", 1)[1][:-4]
             ptx[arch] = ptx_entries(f)
         for (k, arch), r in res.items():
-            e = ptx.get(arch, {}).get(k, {"maxntid": 0, "mma": 0, "wgmma": 0, "fp8": 0})
-            rows[(k, arch)] = dict(r, src=src, **e, warps=warps(r["regs"], e["maxntid"]))
+            e = ptx.get(arch, {}).get(k)
+            seen = e is not None  # no PTX (another nvcc's -keep names): instructions unknown
+            e = e or {"maxntid": 0, "mma": 0, "wgmma": 0, "fp8": 0}
+            rows[(k, arch)] = dict(r, src=src, **e, ptx=seen, warps=warps(r["regs"], e["maxntid"]))
     return rows
 
 
@@ -156,23 +158,31 @@ def check(rows, path):
             bounds[k] = (int(regs), int(spill), int(w), int(mma), int(wgmma))
     have = {k: r for (k, a), r in rows.items() if a == "sm_90a"}
     names = demangle(sorted(set(bounds) | set(have)))
-    bad = []
+    bad, notes = [], []
     for k, (regs, spill, w, mma, wgmma) in sorted(bounds.items()):
         r = have.get(k)
         if r is None:
             bad.append(f"{names[k]}: in {path} but not built (make kernel-bounds after removing a kernel)")
             continue
+        # registers and spills are the compiler's: compared under the nvcc the bounds were written
+        # with, only noted under another (CI's toolkit may differ from the one here)
+        fail = bad if same else notes
         if r["spill"] > spill:
-            bad.append(f"{names[k]}: spills {r['spill']} bytes (bound {spill})")
-        if same and r["warps"] < w:
-            bad.append(f"{names[k]}: {r['regs']} registers allow {r['warps']} warps per SM, fewer than {w} ({regs} registers)")
-        if (mma and not r["mma"]) or (wgmma and not r["wgmma"]):
+            fail.append(f"{names[k]}: spills {r['spill']} bytes (bound {spill}){'' if same else ', another nvcc'}")
+        if r["warps"] < w:
+            fail.append(f"{names[k]}: {r['regs']} registers allow {r['warps']} warps per SM, fewer than {w} ({regs} registers)")
+        if (mma or wgmma) and not r["ptx"]:
+            notes.append(f"{names[k]}: its PTX was not found in keep/: tensor-core instructions not checked")
+        elif (mma and not r["mma"]) or (wgmma and not r["wgmma"]):
             bad.append(f"{names[k]}: lost its tensor-core instructions (mma {r['mma']} of {mma}, wgmma {r['wgmma']} of {wgmma})")
     for k in sorted(set(have) - set(bounds)):
         bad.append(f"{names[k]}: a new kernel without bounds (make kernel-bounds, then review the diff)")
     for b in bad:
         print(f"check-kernels: {b}", file=sys.stderr)
-    print(f"check-kernels: {len(have)} sm_90a kernels against {path}{'' if same else ' (another nvcc: occupancy not compared)'}: "
+    for b in notes:
+        print(f"check-kernels: note: {b}", file=sys.stderr)
+    print(f"check-kernels: {len(have)} sm_90a kernels against {path}"
+          f"{'' if same else f' (nvcc {nvcc_version()}, the bounds {m.group(1) if m else None}: spills and occupancy noted, not failed)'}: "
           f"{'ok' if not bad else str(len(bad)) + ' failed'}")
     return 1 if bad else 0
 
