@@ -153,7 +153,7 @@ build/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) | $(B)/.de
 	$(say) NVCC $<
 	$(Q)$(NVCC) $(NVCCFLAGS) -Xptxas -v -keep -keep-dir build/kernels/keep -c $< -o $@ 2>$@.log || { cat $@.log >&2; exit 1; }
 	$(Q)grep -v -e '^ptxas info' -e 'bytes stack frame' $@.log >&2 || true
-	$(Q)grep -e '^ptxas info' -e 'bytes stack frame' $@.log >build/kernels/$*.ptxas; rm -f $@.log
+	$(Q)grep -e '^ptxas info' -e 'bytes stack frame' $@.log >build/kernels/$*.ptxas || true; rm -f $@.log
 
 $(B)/libmgt.a: $(LIB_OBJ)
 	$(say) AR $@
