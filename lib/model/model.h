@@ -453,8 +453,23 @@ const mgt_tensor_table *mgt_model_tensors(const mgt_model *m);
  * forward and backward run the layer kinds in this order (lib/model/stack.c).  T5's decoder
  * cross-attention (lib/model/t5.c) has no symbol.  NUL-terminated; owned by m, valid until
  * mgt_model_free. */
-typedef enum { MGT_LAYER_ATTENTION = '*', MGT_LAYER_MLP = '-', MGT_LAYER_MOE = 'E' } mgt_layer_kind;
+typedef enum { MGT_LAYER_ATTENTION = '*', MGT_LAYER_MLP = '-', MGT_LAYER_MOE = 'E', MGT_LAYER_MAMBA = 'M' } mgt_layer_kind;
 const char *mgt_model_layer_pattern(const mgt_model *m);
+
+/* Hybrid models' layer patterns (lib/model/hybrid.c; issue 48: no model takes 'M' layers yet).
+ * mgt_hybrid_pattern_from_ratios: Megatron's allocation of n layers from an attention and an
+ * MLP ratio (megatron/core/models/hybrid/hybrid_layer_allocation.py pattern_from_ratios):
+ * round(n ratio) attention layers ('*', Python's round: ties to even) spread evenly among the
+ * Mamba layers ('M'), then round(n mlp_ratio) of the Mamba layers turned into MLP layers ('-')
+ * the same way; (10, 0.2, 0) is "MMM*MM*MMM".  Writes n symbols and a NUL to out [n + 1].
+ * Errors: MGT_ERR_USAGE (n < 1, ratios outside [0, 1] or summing past 1).
+ * mgt_hybrid_pattern_check: --hybrid-layer-pattern p (symbols M * - E, '|' between pipeline
+ * segments, their count a multiple of pp when there are any) into its layer count (*layers, the
+ * symbols; Megatron overrides --num-layers with it) and segments (*segments, 1 without '|').
+ * Errors: MGT_ERR_USAGE naming the character (another symbol; Megatron's G, D, + and the '/' of
+ * multi-token prediction are not implemented), no layer, segments that do not divide into pp. */
+mgt_status mgt_hybrid_pattern_from_ratios(int64_t n, double attention_ratio, double mlp_ratio, char *out);
+mgt_status mgt_hybrid_pattern_check(const char *p, int pp, int64_t *layers, int *segments);
 /* Whether t is the weight of a norm (input_layernorm, pre_mlp_layernorm, final_layernorm,
  * q_layernorm, k_layernorm): the tensors --apply-layernorm-1p stores zero-centred. */
 bool mgt_tensor_is_norm_weight(const mgt_tensor *t);
