@@ -85,9 +85,7 @@ static int64_t grow_of(const mgt_model *m, const int32_t *rows, int q, int64_t t
 static mgt_status a2a_maps(mgt_model *m, const int32_t *rows)
 {
 	size_t T = (size_t)m->T, c = (size_t)m->cp.size;
-	int32_t *h = mgt_malloc(4 * c * T * sizeof *h);
-	if (!h) return MGT_ERR_NOMEM;
-	int32_t *pack = h, *unpack = h + c * T, *to = h + 2 * c * T, *from = h + 3 * c * T;
+	int32_t *h = m->cp.a2a.host, *pack = h, *unpack = h + c * T, *to = h + 2 * c * T, *from = h + 3 * c * T;
 	for (size_t q = 0; q < c; q++)
 		for (size_t t = 0; t < T; t++) {
 			size_t i = q * T + t, g = (size_t)grow_of(m, rows, (int)q, (int64_t)t);
@@ -98,11 +96,11 @@ static mgt_status a2a_maps(mgt_model *m, const int32_t *rows)
 		}
 	mgt_status st = MGT_OK;
 	for (int k = 0; !st && k < 4; k++) st = m->be->ops->upload(m->be, m->cp.a2a.idx[k], h + (size_t)k * c * T, c * T * 4);
-	free(h);
 	return st;
 }
 
-/* a2a: the buffers and the fixed zigzag's row maps. */
+/* a2a: the buffers (the row maps' host copy too: packed documents rebuild them per micro-batch)
+ * and the fixed zigzag's row maps. */
 static mgt_status a2a_alloc(mgt_model *m)
 {
 	mgt_status st = MGT_OK;
@@ -113,7 +111,9 @@ static mgt_status a2a_alloc(mgt_model *m)
 	for (int k = 0; k < 4; k++) m->cp.a2a.idx[k] = (int32_t *)W(c * T);
 #undef W
 	if (st || m->mem.dry) return st;
-	if (!(m->cp.a2a.cnt = mgt_malloc(4 * c * sizeof *m->cp.a2a.cnt))) return MGT_ERR_NOMEM;
+	m->cp.a2a.cnt = mgt_malloc(4 * c * sizeof *m->cp.a2a.cnt);
+	m->cp.a2a.host = mgt_malloc(4 * c * T * sizeof *m->cp.a2a.host);
+	if (!m->cp.a2a.cnt || !m->cp.a2a.host) return MGT_ERR_NOMEM;
 	return a2a_maps(m, NULL);
 }
 
@@ -176,6 +176,7 @@ void mgt_cp_free(mgt_model *m)
 	for (size_t i = 0; !m->mem.dry && i < sizeof b / sizeof *b; i++)
 		if (b[i]) m->be->ops->free(m->be, b[i]);
 	free(m->cp.a2a.cnt);
+	free(m->cp.a2a.host);
 	memset(&m->cp.buf, 0, sizeof m->cp.buf);
 	memset(&m->cp.a2a, 0, sizeof m->cp.a2a);
 }

@@ -167,8 +167,8 @@ struct mgt_model {
 		struct { float *kv, *dkv, *ob, *lb, *all, *glob, *dglob, *q32, *o32, *g32, *dq32; void *kv16, *all16; } buf;
 		/* a2a: send and receive buffers, the layer's qkv, ctx, dctx and dqkv of the whole sequence
 		 * for this rank's ng_l/size query groups (rows in position order), and the row maps
-		 * (backend int32 [T size]: pack, unpack, to_glob, from_glob) */
-		struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4]; int64_t *cnt; } a2a;
+		 * (backend int32 [T size]: pack, unpack, to_glob, from_glob; host: their host copy) */
+		struct { float *snd, *rcv, *q, *o, *dq, *dout; int32_t *idx[4], *host; int64_t *cnt; } a2a;
 		/* packed documents: the row maps of a2a.idx are those of slot maps_slot's micro-batch
 		 * maps_ver (NULL: the fixed zigzag); ver counts the micro-batches uploaded */
 		const slot_act *maps_slot;

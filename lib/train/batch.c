@@ -105,16 +105,13 @@ void trainer_free_batch(trainer *t)
 	for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
 }
 
-/* Context parallelism: keep the rows of this rank's chunks cp_rank and 2CP-1-cp_rank of the
- * sequence (of 2CP chunks), in that order, at the front of the micro-batch arrays
- * (Megatron-Core's get_batch_on_this_cp_rank; in place: a row never moves down). */
-static void cp_slice(trainer *t)
+void trainer_cp_slice(trainer *t, const int32_t *rows)
 {
 	int CP = t->ps.cp, r = t->ps.cp_rank, b = (int)t->a->micro_batch_size;
 	if (CP <= 1) return;
 	int64_t cb = t->a->model.seq_length / (2 * CP) * b;
 	for (int64_t i = 0; i < 2 * cb; i++) {
-		int64_t g = mgt_cp_row(cb, CP, r, i);
+		int64_t g = rows ? rows[i] : mgt_cp_row(cb, CP, r, i);
 		t->mb_tokens[i] = t->mb_tokens[g];
 		t->mb_labels[i] = t->mb_labels[g];
 		t->mb_mask[i] = t->mb_mask[g];
@@ -151,7 +148,7 @@ mgt_status trainer_load_microbatch(trainer *t, mgt_split sp, int64_t base, int64
 			t->mb_tokens_full += t->s_mask[i];
 		}
 	}
-	cp_slice(t);
+	trainer_cp_slice(t, NULL);
 	return MGT_OK;
 }
 

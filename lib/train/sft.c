@@ -63,20 +63,6 @@ static mgt_status cp_rows(trainer *t, const mgt_sft_sample *x, int j)
 	return st;
 }
 
-/* Context parallelism: this rank's rows to the front of the micro-batch's arrays (in place: a
- * rank's i-th position of a row is at least i); the document starts stay whole. */
-static void cp_keep(trainer *t)
-{
-	const size_t Tl = (size_t)t->a->model.seq_length / (size_t)t->ps.cp * (size_t)t->a->micro_batch_size;
-	const int32_t *g = t->mb_cprows + (size_t)t->ps.cp_rank * Tl;
-	for (size_t i = 0; i < Tl; i++) {
-		t->mb_tokens[i] = t->mb_tokens[g[i]];
-		t->mb_labels[i] = t->mb_labels[g[i]];
-		t->mb_mask[i] = t->mb_mask[g[i]];
-		t->mb_pos[i] = t->mb_pos[g[i]];
-	}
-}
-
 /* Row j of the micro-batch from line `line`. */
 static mgt_status sft_row(trainer *t, int64_t line, int j)
 {
@@ -106,7 +92,8 @@ mgt_status trainer_sft_microbatch(trainer *t, mgt_split sp, int64_t base, int64_
 	t->mb_tokens_full = 0;
 	mgt_status st = MGT_OK;
 	for (int j = 0; !st && j < b; j++) st = sft_row(t, (int64_t)t->sft->beg[sp] + (first + j) % n, j);
-	if (!st && t->mb_cprows) cp_keep(t);
+	const size_t Tl = (size_t)t->a->model.seq_length / (size_t)t->ps.cp * (size_t)b;
+	if (!st && t->mb_cprows) trainer_cp_slice(t, t->mb_cprows + (size_t)t->ps.cp_rank * Tl);
 	return st;
 }
 

@@ -155,6 +155,13 @@ mgt_status trainer_alloc_batch(trainer *t);
 void trainer_free_batch(trainer *t);
 mgt_status trainer_load_microbatch(trainer *t, mgt_split sp, int64_t base, int64_t k);
 double trainer_mask_sum(const trainer *t);
+/* Context parallelism: this rank's rows of the micro-batch's tokens, labels, loss mask and
+ * positions (and RoPE positions) moved to the front of those arrays, in place.  rows [S/CP * mbs]:
+ * the global row of each local row (--sft's per-document split, mgt_sft_cp_indices); NULL: the
+ * fixed zigzag, chunks cp_rank and 2CP-1-cp_rank (Megatron-Core's get_batch_on_this_cp_rank).
+ * Either way a rank's i-th row is global row i or later, so a row never moves down.  The
+ * document starts (mb_seg) stay whole.  Nothing without context parallelism. */
+void trainer_cp_slice(trainer *t, const int32_t *rows);
 
 /* preflight.c: trainer_check_memory (MGT_ERR_NOMEM with the breakdown when the chunks and the
  * Adam moments do not fit), trainer_default_split (--data-path without --split), trainer_preflight
