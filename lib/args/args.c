@@ -21,7 +21,14 @@
 #define MGT_ARGS(X) \
 	X(H, model_shape, _, "", "", "", "model shape") \
 	X(S, model, model_name, "model", "", "", "preset name (share/mgt/models) or JSON file") \
-	X(A, family, model.family, "model-family", "gpt", "", "gpt (Megatron's pretrain_gpt.py), bert (pretrain_bert.py) or t5 (pretrain_t5.py)") \
+	X(A, family, model.family, "model-family", "gpt", "", "gpt (Megatron's pretrain_gpt.py), bert (pretrain_bert.py), t5 (pretrain_t5.py) or hybrid (pretrain_hybrid.py)") \
+	X(A, hybrid_layer_pattern, model.hybrid_layer_pattern, "hybrid-layer-pattern", "", "", "hybrid models: one symbol per layer, M Mamba-2, * attention, - MLP, E MoE; | ends a pipeline stage (sets --num-layers)") \
+	X(F, hybrid_attention_ratio, hybrid_attention_ratio, "hybrid-attention-ratio", "0.0", "[0,1]", "hybrid models without a pattern: the share of --num-layers that are attention layers") \
+	X(F, hybrid_mlp_ratio, hybrid_mlp_ratio, "hybrid-mlp-ratio", "0.0", "[0,1]", "hybrid models without a pattern: the share of --num-layers that are MLP layers") \
+	X(I, mamba_state_dim, model.mamba_state_dim, "mamba-state-dim", "128", "[1,)", "Mamba-2 state size N") \
+	X(I, mamba_head_dim, model.mamba_head_dim, "mamba-head-dim", "64", "[1,)", "Mamba-2 head dimension P") \
+	X(I, mamba_num_groups, model.mamba_num_groups, "mamba-num-groups", "8", "[1,)", "Mamba-2 groups G of B and C") \
+	X(I, mamba_num_heads, model.mamba_num_heads, "mamba-num-heads", "None", "[1,)", "Mamba-2 heads (default 2h / --mamba-head-dim)") \
 	X(I, num_layers, model.num_layers, "num-layers", "0", "[0,)", "transformer layers") \
 	X(I, hidden_size, model.hidden_size, "hidden-size", "0", "[0,)", "hidden size h") \
 	X(I, ffn_hidden_size, model.ffn_hidden_size, "ffn-hidden-size", "0", "[0,)", "MLP size (default 4h; SwiGLU int(8h/3/64)*64)") \

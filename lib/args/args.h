@@ -32,6 +32,9 @@ typedef struct mgt_args {
 	/* Megatron's encoder flags: num_layers and seq_length when those are not given;
 	 * decoder_num_layers accepted and ignored (the decoder is as deep as the encoder) */
 	int64_t encoder_num_layers, decoder_num_layers, encoder_seq_length;
+	/* hybrid models without --hybrid-layer-pattern: the attention and MLP shares of --num-layers
+	 * (Megatron's older allocation; the rest are Mamba layers) */
+	double hybrid_attention_ratio, hybrid_mlp_ratio;
 	/* batch and run length */
 	int64_t micro_batch_size, global_batch_size, train_iters, train_samples, exit_interval;
 	/* optimizer and schedule */

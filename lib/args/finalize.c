@@ -91,7 +91,7 @@ static mgt_status derive_parallel(mgt_args *a)
 	int64_t f, n;
 	st = uneven ? mgt_stage_layers(&a->model, (int)pp, 0, &f, &n) : MGT_OK;
 	if (st) return st;
-	if (!uneven && L % (pp * V))
+	if (!uneven && !strchr(a->model.hybrid_layer_pattern, '|') && L % (pp * V))
 		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld is not divisible by --pipeline-model-parallel-size %lld "
 			       "x %lld virtual stages", (long long)L, (long long)pp, (long long)V);
 	if (V == 1) a->virtual_pipeline_model_parallel_size = 0;
@@ -365,9 +365,53 @@ static mgt_status check_fp8(mgt_args *a)
 	return MGT_OK;
 }
 
+/* Hybrid models (megatron/training/arguments.py, argument_utils.py; hybrid_layer_allocation.py):
+ * --hybrid-layer-pattern (or the ratios' pattern over --num-layers) makes the run hybrid and sets
+ * --num-layers to its symbols (a different --num-layers given is said in one line); its '|'
+ * segments, pp x virtual stages of them, set the virtual pipeline size. */
+static mgt_status derive_hybrid(mgt_args *a)
+{
+	mgt_model_config *c = &a->model;
+	bool ratios = a->hybrid_attention_ratio > 0 || a->hybrid_mlp_ratio > 0, hybrid = !strcmp(c->family, "hybrid");
+	if (!c->hybrid_layer_pattern[0] && !ratios && !hybrid) return MGT_OK;
+	if (!hybrid && c->family[0] && strcmp(c->family, "gpt"))
+		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern or the hybrid ratios with --model-family %s: hybrid "
+			       "layers are decoder layers (--model-family hybrid, Megatron's pretrain_hybrid.py)", c->family);
+	snprintf(c->family, sizeof c->family, "hybrid");
+	if (c->hybrid_layer_pattern[0] && ratios)
+		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern with --hybrid-attention-ratio or --hybrid-mlp-ratio: "
+			       "give the pattern or the ratios, not both (as Megatron's HybridModel)");
+	if (!c->hybrid_layer_pattern[0]) {
+		if (c->num_layers < 1 || c->num_layers >= (int64_t)sizeof c->hybrid_layer_pattern)
+			return mgt_err(MGT_ERR_USAGE, "--model-family hybrid without --hybrid-layer-pattern: --num-layers %lld "
+				       "(expected 1 to %d) for the ratios' pattern", (long long)c->num_layers,
+				       (int)sizeof c->hybrid_layer_pattern - 1);
+		mgt_status st = mgt_hybrid_pattern_from_ratios(c->num_layers, a->hybrid_attention_ratio, a->hybrid_mlp_ratio,
+							       c->hybrid_layer_pattern);
+		if (st) return st;
+	}
+	int64_t n, pp = a->pipeline_model_parallel_size;
+	int segs;
+	mgt_status st = mgt_hybrid_pattern_check(c->hybrid_layer_pattern, pp > 0 ? (int)pp : 1, &n, &segs);
+	if (st) return st;
+	if (c->num_layers && c->num_layers != n) {
+		char why[96];
+		snprintf(why, sizeof why, "%lld given; --hybrid-layer-pattern has %lld layers, which win (as in Megatron)",
+			 (long long)c->num_layers, (long long)n);
+		if ((st = args_note_ignored(a, "num-layers", why))) return st;
+	}
+	c->num_layers = n;
+	if (segs > 1 && (a->num_layers_per_virtual_pipeline_stage > 0 || a->num_virtual_stages_per_pipeline_rank > 0))
+		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern with '|' and virtual pipeline flags: the %d segments "
+			       "already give %lld virtual stages per pipeline rank", segs, (long long)(segs / pp));
+	if (segs > pp) a->virtual_pipeline_model_parallel_size = segs / pp;
+	return MGT_OK;
+}
+
 mgt_status mgt_args_finalize(mgt_args *a)
 {
-	mgt_status st = derive_parallel(a);
+	mgt_status st = derive_hybrid(a);
+	if (!st) st = derive_parallel(a);
 	if (!st) st = derive_recompute(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");

@@ -25,13 +25,26 @@
 #define WF(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
 #define WK(n, t) (float *)mgt_model_balloc(m, (size_t)(n) * mgt_elem_size(t), &m->mem.work_bytes, &st)
 
-/* Elements of layer buffer k (LA_*) of local layer li (-1: a dense layer's), 0 for one the model
- * does not have: the residual stream's here, the rest by the layer kinds that use them. */
+/* Elements of layer buffer k (LA_*) of local layer li (-1: the recomputation scratch's, a dense
+ * layer's, or in a hybrid model the most any of the chunk's layers needs), 0 for one the model
+ * does not have: the residual stream's here (x_mid only between two symbols of a layer), the
+ * rest by the layer kinds that use them. */
 static size_t la_numel(const mgt_model *m, int li, int k)
 {
-	if (k == LA_X_IN || k == LA_X_MID) return (size_t)m->Th * (size_t)m->h;
-	bool moe = li >= 0 && m->pattern[2 * li + 1] == MGT_LAYER_MOE;
-	return mgt_layer_attn_numel(m, li, k) + (moe ? mgt_layer_moe_numel(m, li, k) : mgt_layer_mlp_numel(m, li, k));
+	if (li < 0 && m->c.hybrid_layer_pattern[0]) {
+		size_t most = 0;
+		for (int j = 0; j < m->n_layers; j++) {
+			size_t n = la_numel(m, j, k);
+			most = n > most ? n : most;
+		}
+		return most;
+	}
+	int nk = li < 0 ? 2 : m->k0[li + 1] - m->k0[li];
+	if (k == LA_X_IN || (k == LA_X_MID && nk > 1)) return (size_t)m->Th * (size_t)m->h;
+	if (li < 0) return mgt_layer_attn_numel(m, li, k) + mgt_layer_mlp_numel(m, li, k);
+	size_t n = 0;
+	for (int j = m->k0[li]; j < m->k0[li + 1]; j++) n += mgt_layer_kind_of(m->pattern[j])->numel(m, li, k);
+	return n;
 }
 
 /* The element type of layer buffer k (mgt_model.prec.act_t, fc1_t, res_t). */
@@ -132,12 +145,14 @@ static mgt_status alloc_slot(mgt_model *m, slot_act *sa)
 		unsigned own = la_own(m, l);
 		mgt_t5_dims(m, l < m->n_layers / 2 ? T5_ENC : T5_DEC); /* T5: the layer's stack */
 		st = alloc_layer(m, l, a, own);
-		if (own == LA_ALL) continue;
-		int g0 = l, g1;
-		if (mgt_model_rc_full(m, l)) mgt_model_rc_group(m, l, &g0, &g1);
-		const layer_act *s = &m->rc.layers[l - g0];
-		for (int k = 0; k < LA_N; k++)
-			if (!(own & LA_BIT(k))) *la_buf(a, k) = *la_buf((layer_act *)s, k);
+		if (own != LA_ALL) {
+			int g0 = l, g1;
+			if (mgt_model_rc_full(m, l)) mgt_model_rc_group(m, l, &g0, &g1);
+			const layer_act *s = &m->rc.layers[l - g0];
+			for (int k = 0; k < LA_N; k++)
+				if (!(own & LA_BIT(k))) *la_buf(a, k) = *la_buf((layer_act *)s, k);
+		}
+		if (m->k0[l + 1] - m->k0[l] == 1) a->x_mid = a->x_in; /* one symbol: its kind reads x_mid as x_in */
 	}
 	mgt_t5_dims(m, T5_DEC); /* T5: the head's and the labels' */
 	T = (size_t)m->T, Th = (size_t)m->Th;
@@ -198,11 +213,15 @@ static mgt_status index_roles(mgt_model *m)
 		if (l >= 0) m->n_layers = l - m->first_layer + 1;
 	}
 	if (m->first_layer < 0) m->first_layer = 0;
-	if (!(m->pattern = mgt_malloc(2 * (size_t)m->n_layers + 1))) return MGT_ERR_NOMEM;
-	for (int li = 0; li < m->n_layers; li++) {
-		memcpy(m->pattern + 2 * li, mgt_layer_symbols(&m->c, m->first_layer + li), 2); /* the table's rule */
+	if (!(m->pattern = mgt_malloc(2 * (size_t)m->n_layers + 1)) || !(m->k0 = mgt_malloc(((size_t)m->n_layers + 1) * sizeof *m->k0)))
+		return MGT_ERR_NOMEM;
+	m->k0[0] = 0;
+	for (int li = 0; li < m->n_layers; li++) { /* the table's rule */
+		const char *k = mgt_layer_symbols(&m->c, m->first_layer + li);
+		m->k0[li + 1] = m->k0[li] + (int)strlen(k);
+		memcpy(m->pattern + m->k0[li], k, strlen(k));
 	}
-	m->pattern[2 * m->n_layers] = '\0';
+	m->pattern[m->k0[m->n_layers]] = '\0';
 	m->by_role = mgt_malloc((size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->by_role);
 	if (!m->by_role) return MGT_ERR_NOMEM;
 	memset(m->by_role, 0, (size_t)(m->n_layers ? m->n_layers : 1) * sizeof *m->by_role);
@@ -472,6 +491,7 @@ void mgt_model_free(mgt_model *m)
 	free(m->kmask_h);
 	free(m->by_role);
 	free(m->pattern);
+	free(m->k0);
 	free(m->prec.nw_off);
 	mgt_tensor_table_free(&m->tt);
 	free(m);

@@ -58,6 +58,7 @@ static const mgt_family families[] = {
 	{"gpt", "GPT", MGT_STACK_DECODER, true, false, false, MGT_HF_FROM_LAYERS, false},
 	{"bert", "BERT", MGT_STACK_ENCODER, false, false, true, MGT_HF_MEGATRON_BERT, true},
 	{"t5", "T5", MGT_STACK_ENCODER_DECODER, false, true, false, MGT_HF_NONE, true},
+	{"hybrid", "hybrid", MGT_STACK_DECODER, true, false, false, MGT_HF_NONE, false},
 };
 
 const mgt_family *mgt_family_find(const char *name)
@@ -74,7 +75,7 @@ const mgt_family *mgt_model_family(const mgt_model_config *c)
 	return f ? f : &families[0];
 }
 
-const char *mgt_model_family_names(void) { return "gpt, bert or t5"; }
+const char *mgt_model_family_names(void) { return "gpt, bert, t5 or hybrid"; }
 
 bool mgt_model_is_bert(const mgt_model_config *c) { return !strcmp(c->family, "bert"); }
 bool mgt_model_is_t5(const mgt_model_config *c) { return !strcmp(c->family, "t5"); }

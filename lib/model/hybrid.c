@@ -70,3 +70,20 @@ mgt_status mgt_hybrid_pattern_check(const char *p, int pp, int64_t *layers, int 
 	*segments = seg;
 	return MGT_OK;
 }
+
+char mgt_hybrid_symbol(const mgt_model_config *c, int64_t l)
+{
+	for (const char *p = c->hybrid_layer_pattern; *p && l >= 0; p++)
+		if (*p != '|' && l-- == 0) return *p;
+	return 0;
+}
+
+int mgt_hybrid_segment_layers(const mgt_model_config *c, int segment)
+{
+	int n = 0;
+	for (const char *p = c->hybrid_layer_pattern; *p; p++) {
+		if (*p == '|') segment--;
+		else if (segment == 0) n++;
+	}
+	return n;
+}

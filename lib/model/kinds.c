@@ -11,9 +11,10 @@
 #include "model_impl.h"
 
 static const mgt_layer_kind_ops kinds[128] = {
-	[MGT_LAYER_ATTENTION] = { mgt_layer_attn_rows, mgt_layer_attn_fwd, mgt_layer_attn_bwd, mgt_layer_attn_core_fwd },
-	[MGT_LAYER_MLP] = { mgt_layer_mlp_rows, mgt_layer_mlp_fwd, mgt_layer_mlp_bwd, NULL },
-	[MGT_LAYER_MOE] = { mgt_layer_moe_rows, mgt_layer_moe_fwd, mgt_layer_moe_bwd, NULL },
+	[MGT_LAYER_ATTENTION] = { mgt_layer_attn_rows, mgt_layer_attn_numel, mgt_layer_attn_fwd, mgt_layer_attn_bwd,
+				  mgt_layer_attn_core_fwd },
+	[MGT_LAYER_MLP] = { mgt_layer_mlp_rows, mgt_layer_mlp_numel, mgt_layer_mlp_fwd, mgt_layer_mlp_bwd, NULL },
+	[MGT_LAYER_MOE] = { mgt_layer_moe_rows, mgt_layer_moe_numel, mgt_layer_moe_fwd, mgt_layer_moe_bwd, NULL },
 };
 
 const mgt_layer_kind_ops *mgt_layer_kind_of(char symbol) { return &kinds[symbol & 127]; }

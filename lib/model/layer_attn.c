@@ -77,8 +77,8 @@ mgt_status mgt_layer_attn_fwd(mgt_model *m, int li, bool train, void *out)
 	}
 	if (m->rope) o->rope(m->be, a->qkv, m->prec.act_t, sa->pos, m->inv_freq, T, ng, r, d, m->rot_dim, false);
 	st = mgt_layer_attn_core_fwd(m, li, train);
-	if (!st)
-		st = mgt_sublayer_lin_fwd(m, li, 1, m->scratch.dtmp_h, m->prec.act_t, a->ctx, m->prec.act_t, T_(m, l, MGT_T_PROJ_W), NULL,
+	if (st || !out) return st; /* recomputation: the backward reads nothing past ctx and lse */
+	st = mgt_sublayer_lin_fwd(m, li, 1, m->scratch.dtmp_h, m->prec.act_t, a->ctx, m->prec.act_t, T_(m, l, MGT_T_PROJ_W), NULL,
 					  (int)(m->nq_l * m->d), h);
 	if (st) return st;
 	return mgt_sublayer_reduce_bda(m, out, a->x_in, T_(m, l, MGT_T_PROJ_B), train, mgt_sublayer_site_key(m, l, 2),

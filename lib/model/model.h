@@ -95,6 +95,15 @@ typedef struct mgt_model_config {
 	 * bias-GELU, the tanh approximation (megatron/core/fusions/fused_bias_gelu.py).  mgt's GPT
 	 * keeps erf GELU (--openai-gelu for tanh). */
 	bool no_bias_gelu_fusion;
+	/* Hybrid models (family "hybrid": Megatron-Core's HybridModel, megatron/core/models/hybrid/
+	 * hybrid_model.py, pretrain_hybrid.py): --hybrid-layer-pattern, one symbol per decoder layer
+	 * (decoder.layers.N is the N-th symbol, '|' between pipeline stages not counted): 'M' a
+	 * Mamba-2 layer, '*' self-attention alone, '-' a dense MLP alone, 'E' an MoE layer alone;
+	 * num_layers is the symbols' count ("" without: every layer attention and MLP).  The Mamba-2
+	 * mixer's sizes (megatron/core/ssm/mamba_mixer.py): --mamba-state-dim N, --mamba-head-dim P,
+	 * --mamba-num-groups G, --mamba-num-heads NH (0: d_inner 2 hidden_size / P heads). */
+	char hybrid_layer_pattern[1025];
+	int64_t mamba_state_dim, mamba_head_dim, mamba_num_groups, mamba_num_heads;
 	/* derived by mgt_model_config_finalize */
 	int64_t vocab_size;        /* tokenizer vocabulary (unpadded) */
 	int64_t padded_vocab_size; /* multiple of make_vocab_size_divisible_by * TP */
@@ -176,8 +185,10 @@ void mgt_model_rope_inv_freq(const mgt_model_config *c, float *out);
  * included): an even split, or with decoder_first/last_pipeline_num_layers those counts on the
  * first / last stage and the rest split evenly over the stages between
  * (megatron/core/transformer/transformer_block.py get_num_layers_to_build,
- * transformer_layer.py get_transformer_layer_offset).  Errors: MGT_ERR_USAGE naming the flags
- * when the layers do not divide (the same answer for every stage). */
+ * transformer_layer.py get_transformer_layer_offset); a --hybrid-layer-pattern with '|' gives
+ * stage k its k-th segment (megatron/core/models/hybrid/hybrid_layer_allocation.py
+ * select_pipeline_segment).  Errors: MGT_ERR_USAGE naming the flags when the layers do not
+ * divide or the segments are not one per stage (the same answer for every stage). */
 mgt_status mgt_stage_layers(const mgt_model_config *c, int nstages, int stage, int64_t *first, int64_t *n);
 
 /* ---- the tensor table ---- */
@@ -470,6 +481,11 @@ const char *mgt_model_layer_pattern(const mgt_model *m);
  * multi-token prediction are not implemented), no layer, segments that do not divide into pp. */
 mgt_status mgt_hybrid_pattern_from_ratios(int64_t n, double attention_ratio, double mlp_ratio, char *out);
 mgt_status mgt_hybrid_pattern_check(const char *p, int pp, int64_t *layers, int *segments);
+/* mgt_hybrid_symbol: the symbol of global layer l of c's --hybrid-layer-pattern ('|' skipped), 0
+ * past its end or without one.  mgt_hybrid_segment_layers: the layers (symbols) of pipeline
+ * segment `segment` (0-based, between the pattern's '|'), 0 past the last. */
+char mgt_hybrid_symbol(const mgt_model_config *c, int64_t l);
+int mgt_hybrid_segment_layers(const mgt_model_config *c, int segment);
 /* Whether t is the weight of a norm (input_layernorm, pre_mlp_layernorm, final_layernorm,
  * q_layernorm, k_layernorm): the tensors --apply-layernorm-1p stores zero-centred. */
 bool mgt_tensor_is_norm_weight(const mgt_tensor *t);

@@ -105,9 +105,11 @@ struct mgt_model {
 	const mgt_tensor *(*by_role)[MGT_T_NROLES];
 	const mgt_tensor *glob[MGT_T_NROLES];
 	int first_layer, n_layers;
-	/* the layer kinds (mgt_model_layer_pattern): symbols 2 li and 2 li + 1 are local layer li's
-	 * attention and MLP ('-') or MoE ('E'); [2 n_layers + 1], set by chunk.c's index_roles */
+	/* the layer kinds (mgt_model_layer_pattern): local layer li's symbols are pattern[k0[li],
+	 * k0[li + 1]) ("*-" or "*E": its attention then its MLP or MoE; one symbol in a hybrid
+	 * model); pattern NUL-terminated, k0 [n_layers + 1]; set by chunk.c's index_roles */
 	char *pattern;
+	int *k0;
 	slot_act *sa, *cur;
 	/* Activation recomputation scratch, shared by the slots (chunk.c alloc_recompute): FULL n
 	 * layers' buffers (the largest recompute group; x_in of its first layer is the slot's);
@@ -487,11 +489,13 @@ void mgt_bert_rows_heads(mgt_rows *bd);
 void mgt_t5_rows(mgt_rows *bd);
 
 /* kinds.c: the layer kinds by symbol, one table: rows (the kind's tensor-table rows of global
- * layer l), fwd (from the kind's input to out), bwd (from dres), rerun (what selective
+ * layer l), numel (the elements of layer buffer k it keeps for local layer li, as
+ * mgt_layer_attn_numel), fwd (from the kind's input to out), bwd (from dres), rerun (what selective
  * recomputation reruns before bwd; NULL: nothing).  mgt_layer_kind_of: the symbol's row (zeros
  * for a symbol no kind has).  mgt_rows_layer (above) walks mgt_layer_symbols through it. */
 typedef struct {
 	void (*rows)(mgt_rows *bd, int l);
+	size_t (*numel)(const mgt_model *m, int li, int k);
 	mgt_status (*fwd)(mgt_model *m, int li, bool train, void *out);
 	mgt_status (*bwd)(mgt_model *m, int li, bool train);
 	mgt_status (*rerun)(mgt_model *m, int li, bool train);

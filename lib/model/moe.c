@@ -76,7 +76,7 @@ struct moe_state {
 	int64_t *rows;
 };
 
-bool mgt_moe_layer(const mgt_model *m, int li) { return m->moe && m->pattern[2 * li + 1] == MGT_LAYER_MOE; }
+bool mgt_moe_layer(const mgt_model *m, int li) { return m->moe && m->pattern[m->k0[li + 1] - 1] == MGT_LAYER_MOE; }
 
 /* ---- setup ---- */
 

@@ -67,6 +67,7 @@ void mgt_rows_norm(mgt_rows *bd, int layer, mgt_tensor_role w, const char *name_
 bool mgt_moe_is_layer(const mgt_model_config *c, int64_t l)
 {
 	if (c->num_experts <= 0 || l < 0) return false;
+	if (c->hybrid_layer_pattern[0]) return mgt_hybrid_symbol(c, l) == MGT_LAYER_MOE;
 	if (c->moe_layer_pattern[0]) return l < (int64_t)strlen(c->moe_layer_pattern) && c->moe_layer_pattern[l] == '1';
 	return c->moe_layer_freq <= 1 || l % c->moe_layer_freq == 0;
 }
@@ -74,6 +75,11 @@ bool mgt_moe_is_layer(const mgt_model_config *c, int64_t l)
 const char *mgt_layer_symbols(const mgt_model_config *c, int64_t l)
 {
 	static const char dense[] = { MGT_LAYER_ATTENTION, MGT_LAYER_MLP, 0 }, moe[] = { MGT_LAYER_ATTENTION, MGT_LAYER_MOE, 0 };
+	static const char one[][2] = { "M", "*", "-", "E" }; /* a hybrid model's layer: its one symbol */
+	if (c->hybrid_layer_pattern[0]) {
+		const char *k = strchr("M*-E", mgt_hybrid_symbol(c, l));
+		return k && *k ? one[k - "M*-E"] : "";
+	}
 	return mgt_moe_is_layer(c, l) ? moe : dense;
 }
 

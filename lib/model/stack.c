@@ -51,11 +51,12 @@ static mgt_status use_slot(mgt_model *m, int slot)
 
 static const mgt_layer_kind_ops *kind_of(const mgt_model *m, int k) { return mgt_layer_kind_of(m->pattern[k]); }
 
-/* The input of symbol k of the current slot (its layer's x_in or x_mid). */
-static void *kind_in(mgt_model *m, int k)
+/* Where symbol k of local layer li writes in the current slot: the input of the next symbol (its
+ * layer's x_mid, or layer li + 1's x_in) or, after the last symbol of layer g1 - 1, last. */
+static void *kind_out(mgt_model *m, int li, int k, int g1, void *last)
 {
-	layer_act *a = &m->cur->la[k / 2];
-	return k % 2 ? (void *)a->x_mid : (void *)a->x_in;
+	if (k + 1 < m->k0[li + 1]) return m->cur->la[li].x_mid;
+	return li + 1 < g1 ? (void *)m->cur->la[li + 1].x_in : last;
 }
 
 /* The forward of a one-stack chunk: the embedding (first stage), the layers' kinds in the
@@ -66,9 +67,9 @@ static mgt_status layers_fwd(mgt_model *m, bool train)
 	if (m->first)
 		st = mgt_model_embed_fwd(m, train, m->n_layers ? (void *)m->cur->la[0].x_in : (void *)m->cur->res_out,
 					 mgt_sublayer_site_key(m, -1, 0));
-	const int n = 2 * m->n_layers;
-	for (int k = 0; !st && k < n; k++)
-		st = kind_of(m, k)->fwd(m, k / 2, train, k + 1 < n ? kind_in(m, k + 1) : (void *)m->cur->res_out);
+	for (int li = 0; !st && li < m->n_layers; li++)
+		for (int k = m->k0[li]; !st && k < m->k0[li + 1]; k++)
+			st = kind_of(m, k)->fwd(m, li, train, kind_out(m, li, k, m->n_layers, m->cur->res_out));
 	return st;
 }
 
@@ -110,13 +111,14 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 }
 
 /* Rerun the forward of layers [g0, g1) from the input the slot kept, into the recomputation
- * scratch, with the slot's dropout key: the same values bit for bit.  The last layer stops at
- * its MLP activation (its output is not needed by the backward). */
+ * scratch, with the slot's dropout key: the same values bit for bit.  The last symbol stops
+ * before its output (out NULL: the backward does not need it; the MLP stops at its activation). */
 static mgt_status recompute_group(mgt_model *m, int g0, int g1, bool train)
 {
 	mgt_status st = MGT_OK;
-	for (int k = 2 * g0; !st && k < 2 * g1; k++)
-		st = kind_of(m, k)->fwd(m, k / 2, train, k + 1 < 2 * g1 ? kind_in(m, k + 1) : NULL);
+	for (int li = g0; !st && li < g1; li++)
+		for (int k = m->k0[li]; !st && k < m->k0[li + 1]; k++)
+			st = kind_of(m, k)->fwd(m, li, train, kind_out(m, li, k, g1, NULL));
 	return st;
 }
 
@@ -146,7 +148,7 @@ static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 		int g0, g1;
 		if (mgt_model_rc_full(m, li) && (mgt_model_rc_group(m, li, &g0, &g1), li == g1 - 1))
 			st = recompute_group(m, g0, g1, train);
-		for (int k = 2 * li + 1; !st && k >= 2 * li; k--) {
+		for (int k = m->k0[li + 1] - 1; !st && k >= m->k0[li]; k--) {
 			const mgt_layer_kind_ops *K = kind_of(m, k);
 			if (selective && K->rerun) st = K->rerun(m, li, train);
 			if (!st) st = K->bwd(m, li, train);

@@ -40,8 +40,45 @@ static mgt_status config_bounds(const mgt_model_config *c)
 	return MGT_OK;
 }
 
+/* A hybrid model's layers from its pattern, and the Mamba-2 mixer's sizes (mamba_mixer.py
+ * MambaMixer.__init__: d_inner 2 h / head dim heads unless --mamba-num-heads; its asserts). */
+static mgt_status hybrid_derive(mgt_model_config *c, int tp)
+{
+	bool hybrid = !strcmp(c->family, "hybrid");
+	if (!hybrid && c->hybrid_layer_pattern[0])
+		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern with model family '%s': hybrid layers need "
+			       "--model-family hybrid", c->family[0] ? c->family : "gpt");
+	if (!hybrid) return MGT_OK;
+	if (!c->hybrid_layer_pattern[0])
+		return mgt_err(MGT_ERR_USAGE, "--model-family hybrid needs --hybrid-layer-pattern (or --hybrid-attention-ratio "
+			       "and --hybrid-mlp-ratio over --num-layers)");
+	int segs;
+	mgt_status st = mgt_hybrid_pattern_check(c->hybrid_layer_pattern, 1, &c->num_layers, &segs);
+	if (st || !strchr(c->hybrid_layer_pattern, MGT_LAYER_MAMBA)) return st;
+	int64_t P = c->mamba_head_dim, G = c->mamba_num_groups, N = c->mamba_state_dim;
+	if (P < 1 || G < 1 || N < 1)
+		return mgt_err(MGT_ERR_USAGE, "--mamba-head-dim %lld, --mamba-num-groups %lld, --mamba-state-dim %lld: expected "
+			       "positive sizes", (long long)P, (long long)G, (long long)N);
+	if (!c->mamba_num_heads && (2 * c->hidden_size) % P)
+		return cfg_err("--mamba-head-dim %lld does not divide the Mamba layers' d_inner 2 x --hidden-size = %lld "
+			       "(or give --mamba-num-heads)", P, 2 * c->hidden_size);
+	if (!c->mamba_num_heads) c->mamba_num_heads = 2 * c->hidden_size / P;
+	int64_t NH = c->mamba_num_heads;
+	if (NH % G)
+		return cfg_err("--mamba-num-groups %lld does not divide the %lld Mamba heads", G, NH);
+	if (NH % tp || G % tp)
+		return mgt_err(MGT_ERR_USAGE, "--tensor-model-parallel-size %d must divide the %lld Mamba heads and "
+			       "--mamba-num-groups %lld", tp, (long long)NH, (long long)G);
+	if (NH > 1 << 20 || P > 1 << 16 || N > 1 << 16 || NH * P > 1 << 24)
+		return mgt_err(MGT_ERR_USAGE, "Mamba sizes %lld heads x --mamba-head-dim %lld, --mamba-state-dim %lld: more "
+			       "than mgt supports", (long long)NH, (long long)P, (long long)N);
+	return MGT_OK;
+}
+
 static mgt_status config_derive(mgt_model_config *c, int tp)
 {
+	mgt_status hs = hybrid_derive(c, tp);
+	if (hs) return hs;
 	if (c->num_layers <= 0 || c->hidden_size <= 0 || c->num_attention_heads <= 0)
 		return mgt_err(MGT_ERR_USAGE, "--num-layers, --hidden-size and --num-attention-heads "
 			       "must be given (a --model preset or flags) and positive");
@@ -139,8 +176,26 @@ mgt_status mgt_model_config_finalize(mgt_model_config *c, int tp)
 
 /* ---- the table ---- */
 
+/* A hybrid pattern with '|': pipeline stage `stage` is its segment of that index. */
+static mgt_status segment_layers(const mgt_model_config *c, int nstages, int stage, int64_t *first, int64_t *n)
+{
+	int segs = 1;
+	for (const char *p = c->hybrid_layer_pattern; *p; p++) segs += *p == '|';
+	if (segs != nstages)
+		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern '%s': %d pipeline segments ('|'), not one per pipeline "
+			       "stage (%d: --pipeline-model-parallel-size x virtual stages)", c->hybrid_layer_pattern, segs, nstages);
+	if (c->decoder_first_pipeline_num_layers > 0 || c->decoder_last_pipeline_num_layers > 0)
+		return mgt_err(MGT_ERR_USAGE, "--decoder-first/last-pipeline-num-layers with a --hybrid-layer-pattern that has "
+			       "'|': the segments already split the pipeline");
+	*first = 0;
+	for (int s = 0; s < stage; s++) *first += mgt_hybrid_segment_layers(c, s);
+	*n = mgt_hybrid_segment_layers(c, stage);
+	return MGT_OK;
+}
+
 mgt_status mgt_stage_layers(const mgt_model_config *c, int nstages, int stage, int64_t *first, int64_t *n)
 {
+	if (strchr(c->hybrid_layer_pattern, '|')) return segment_layers(c, nstages, stage, first, n);
 	int64_t L = c->num_layers, F = c->decoder_first_pipeline_num_layers, E = c->decoder_last_pipeline_num_layers;
 	bool uneven = F > 0 || E > 0;
 	int mid = nstages - (F > 0) - (E > 0);
