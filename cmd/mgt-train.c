@@ -19,8 +19,9 @@ static const char PROG[] = "mgt-train";
 static void usage(void)
 {
 	printf("Usage: mgt-train [--model PRESET|FILE.json] [OPTION]...\n"
-	       "Pretrain a GPT, BERT or T5 model (--model-family) the way Megatron-LM's pretrain_gpt.py,\n"
-	       "pretrain_bert.py and pretrain_t5.py do, with Megatron's flags and defaults.\n"
+	       "Pretrain a GPT, BERT, T5 or hybrid (Mamba) model (--model-family) the way Megatron-LM's\n"
+	       "pretrain_gpt.py, pretrain_bert.py, pretrain_t5.py and pretrain_hybrid.py do, with Megatron's\n"
+	       "flags and defaults.\n"
 	       "A preset (share/mgt/models/NAME.json) sets the model shape; flags override it.\n"
 	       "Logs go to stderr: Megatron's iteration line every --log-interval iterations.\n");
 	mgt_args_help(stdout);

@@ -543,14 +543,14 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	 * norm_before_gate=False, group_size = di/g; Megatron's MambaMixer.norm): \
 	 *   v = y * silu(z);  r[t, gi] = 1/sqrt(mean over group gi's di/g channels of v^2 + eps); \
 	 *   out[t, c] = v[t, c] * r[t, c / (di/g)] * w[c] \
-	 * y, z, out [T, di]; w [di]; writes out and rstd [T, g] (r, for the backward).  Sums of \
-	 * squares in double. */ \
+	 * y, out [T, di]; z [T, ld_z] (columns 0..di-1 read: in_proj's z block); w [di]; writes out \
+	 * and rstd [T, g] (r, for the backward).  Sums of squares in double. */ \
 	X(void, mamba_gated_norm_fwd, (mgt_backend *be, float *out, float *rstd, const float *y, \
-		const float *z, const float *w, int T, int di, int g, float eps)) \
-	/* Its backward from dout [T, di]: dy, dz [T, di] WRITTEN, dw [di] ACCUMULATED (summed in \
-	 * double over rows in row order). */ \
+		const float *z, int ld_z, const float *w, int T, int di, int g, float eps)) \
+	/* Its backward from dout [T, di]: dy [T, di] and dz [T, ld_z] (columns 0..di-1) WRITTEN, dw \
+	 * [di] ACCUMULATED (summed in double over rows in row order). */ \
 	X(void, mamba_gated_norm_bwd, (mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, \
-		const float *y, const float *z, const float *w, const float *rstd, int T, int di, int g))
+		const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g))
 
 #define MGT_BACKEND_OP_FIELD(ret, name, params) ret(*name) params;
 #define MGT_BACKEND_OP_ID(ret, name, params) MGT_OP_##name,

@@ -139,18 +139,18 @@ void mgt_cpu_mamba_conv_bwd(mgt_backend *be, float *dx, float *dw, float *db, co
 
 /* ---- gated RMSNorm over groups ---- */
 
-void mgt_cpu_mamba_gated_norm_fwd(mgt_backend *be, float *out, float *rstd, const float *y, const float *z,
+void mgt_cpu_mamba_gated_norm_fwd(mgt_backend *be, float *out, float *rstd, const float *y, const float *z, int ld_z,
 				  const float *w, int T, int di, int g, float eps)
 {
 	const int gs = di / g;
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if ((size_t)T * di > PAR_MIN)
 	for (int t = 0; t < T; t++) {
 		for (int gi = 0; gi < g; gi++) {
-			const size_t o = (size_t)t * di + (size_t)gi * gs;
+			const size_t o = (size_t)t * di + (size_t)gi * gs, oz = (size_t)t * ld_z + (size_t)gi * gs;
 			float *orow = out + o;
 			double ss = 0;
 			for (int c = 0; c < gs; c++) {
-				const float v = y[o + c] * siluf_(z[o + c]);
+				const float v = y[o + c] * siluf_(z[oz + c]);
 				orow[c] = v;
 				ss += (double)v * v;
 			}
@@ -166,7 +166,7 @@ void mgt_cpu_mamba_gated_norm_fwd(mgt_backend *be, float *out, float *rstd, cons
  *   v = y silu(z), vh = v r, gg = dout w, dv = r (gg - vh mean_group(gg vh)),
  *   dy = dv silu(z), dz = dv y silu'(z),  silu'(z) = s (1 + z (1 - s)), s = sigmoid(z). */
 void mgt_cpu_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, const float *y,
-				  const float *z, const float *w, const float *rstd, int T, int di, int g)
+				  const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g)
 {
 	const int gs = di / g, nch = (di + COLCH - 1) / COLCH;
 	const bool par = (size_t)T * di > PAR_MIN;
@@ -175,9 +175,9 @@ void mgt_cpu_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float *
 		const int c0 = ch * COLCH, cn = di - c0 < COLCH ? di - c0 : COLCH;
 		double acc[COLCH] = { 0 };
 		for (int t = 0; t < T; t++) {
-			const size_t o = (size_t)t * di + c0;
+			const size_t o = (size_t)t * di + c0, oz = (size_t)t * ld_z + c0;
 			for (int c = 0; c < cn; c++) {
-				const float v = y[o + c] * siluf_(z[o + c]);
+				const float v = y[o + c] * siluf_(z[oz + c]);
 				acc[c] += (double)dout[o + c] * (v * rstd[(size_t)t * g + (c0 + c) / gs]);
 			}
 		}
@@ -187,19 +187,19 @@ void mgt_cpu_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float *
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (par)
 	for (int t = 0; t < T; t++) {
 		for (int gi = 0; gi < g; gi++) {
-			const size_t o = (size_t)t * di + (size_t)gi * gs;
+			const size_t o = (size_t)t * di + (size_t)gi * gs, oz = (size_t)t * ld_z + (size_t)gi * gs;
 			const float r = rstd[(size_t)t * g + gi];
 			double sgv = 0;
 			for (int c = 0; c < gs; c++) {
-				const float v = y[o + c] * siluf_(z[o + c]);
+				const float v = y[o + c] * siluf_(z[oz + c]);
 				sgv += (double)(dout[o + c] * w[gi * gs + c]) * (v * r);
 			}
 			const float m = (float)(sgv / gs);
 			for (int c = 0; c < gs; c++) {
-				const float zc = z[o + c], s = sigmoidf_(zc), sz = siluf_(zc), v = y[o + c] * sz;
+				const float zc = z[oz + c], s = sigmoidf_(zc), sz = siluf_(zc), v = y[o + c] * sz;
 				const float dv = r * (dout[o + c] * w[gi * gs + c] - v * r * m);
 				dy[o + c] = dv * sz;
-				dz[o + c] = dv * y[o + c] * (s * (1.0f + zc * (1.0f - s)));
+				dz[oz + c] = dv * y[o + c] * (s * (1.0f + zc * (1.0f - s)));
 			}
 		}
 	}

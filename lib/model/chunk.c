@@ -201,6 +201,7 @@ static mgt_status alloc_activations(mgt_model *m)
 		st = MGT_ERR_NOMEM;
 	if (!st) st = mgt_t5_alloc(m);
 	mgt_t5_dims(m, T5_DEC);
+	if (!st) st = mgt_layer_mamba_alloc(m);
 	return st ? st : mgt_moe_alloc(m);
 }
 
@@ -266,6 +267,22 @@ static void set_dims(mgt_model *m)
 	/* BERT and T5: Megatron's bias-GELU fusion (on by default with biases) is the tanh approximation */
 	bool tanh = c->openai_gelu || (m->fam->bias_gelu_tanh && c->add_bias_linear && !c->no_bias_gelu_fusion);
 	m->act = c->swiglu ? MGT_ACT_SWIGLU : tanh ? MGT_ACT_GELU_TANH : MGT_ACT_GELU;
+	mgt_layer_mamba_dims(m);
+}
+
+/* What a chunk with Mamba-2 layers does not run yet (issue 48): named, before any allocation. */
+static mgt_status mamba_check(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
+			      const mgt_backend *be)
+{
+	if (!strchr(c->hybrid_layer_pattern, MGT_LAYER_MAMBA)) return MGT_OK;
+	const char *no = ps->tp > 1 ? "--tensor-model-parallel-size > 1" : ps->cp > 1 ? "--context-parallel-size > 1"
+		       : L->precision != MGT_PREC_FP32 ? "--bf16 and --fp16" : L->fp8.format ? "--fp8-format"
+		       : be && strcmp(be->ops->name, "cpu") ? "the CUDA backend" : NULL;
+	if (no)
+		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern '%s' has Mamba layers ('M'): %s with Mamba layers is "
+			       "not implemented in this version (fp32 on the CPU backend, DP and PP are)", c->hybrid_layer_pattern,
+			       no);
+	return MGT_OK;
 }
 
 static mgt_status check_layout(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps)
@@ -326,6 +343,7 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 {
 	*out = NULL;
 	mgt_status st = check_layout(c, L, ps);
+	if (!st) st = mamba_check(c, L, ps, dry ? NULL : be);
 	if (!st && !dry && ps->cp > 1 && !be->ops->attn_merge)
 		st = mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d: the %s backend has no context-parallel attention "
 			     "in this build", ps->cp, be->ops->name);
@@ -482,7 +500,8 @@ void mgt_model_free(mgt_model *m)
 	for (int k = 0; m->rc.layers && !m->mem.dry && k < m->rc.n; k++) free_layer(m, &m->rc.layers[k]);
 	free(m->rc.layers);
 	void *bufs[] = { m->params, m->grads, m->prec.lp, m->prec.nw1, m->prec.ones, m->scratch.emb, m->scratch.lnl, m->scratch.dres, m->scratch.dtmp_h, m->scratch.dloc,
-			 m->scratch.dbig, m->scratch.dctx, m->scratch.dact, m->inv_freq };
+			 m->scratch.dbig, m->scratch.dctx, m->scratch.dact, m->inv_freq, m->mamba.dzx, m->mamba.dconv, m->mamba.dy,
+			 m->mamba.dnorm };
 	for (size_t k = 0; !m->mem.dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
 	mgt_cp_free(m);

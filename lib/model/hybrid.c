@@ -87,3 +87,8 @@ int mgt_hybrid_segment_layers(const mgt_model_config *c, int segment)
 	}
 	return n;
 }
+
+double mgt_model_out_std(const mgt_model_config *c)
+{
+	return c->init_method_std / sqrt((strcmp(c->family, "hybrid") ? 2.0 : 1.0) * (double)c->num_layers);
+}

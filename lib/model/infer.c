@@ -49,6 +49,9 @@ mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mg
 {
 	*out = NULL;
 	if (ps->tp != 1) return mgt_err(MGT_ERR_USAGE, "inference model: tensor parallelism %d (must be 1)", ps->tp);
+	if (c->hybrid_layer_pattern[0])
+		return mgt_err(MGT_ERR_USAGE, "inference of hybrid models (--hybrid-layer-pattern '%s': the Mamba layers' "
+			       "conv and state caches) is not implemented in this version", c->hybrid_layer_pattern);
 	mgt_model_layout L = { .mbs = 1, .stage = 0, .num_stages = 1, .slots = 1, .dp = 1 };
 	mgt_model *m;
 	mgt_status st = mgt_model_new_chunk(&m, c, &L, be, ps, false);

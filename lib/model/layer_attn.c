@@ -139,7 +139,7 @@ void mgt_layer_attn_rows(mgt_rows *bd, int i)
 	const mgt_model_config *c = bd->c;
 	int64_t h = c->hidden_size, d = c->kv_channels, nq = c->num_attention_heads;
 	int64_t qkv = (nq + 2 * c->num_query_groups) * d;
-	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
+	double std = c->init_method_std, out_std = mgt_model_out_std(c);
 	bool bias = c->add_bias_linear;
 	/* Megatron-Core's parameter order (it decides the DDP buffer layout): Attention builds
 	 * linear_proj before SelfAttention builds linear_qkv; TE's LayerNormLinear registers the

@@ -67,7 +67,7 @@ void mgt_layer_mlp_rows(mgt_rows *bd, int i)
 {
 	const mgt_model_config *c = bd->c;
 	int64_t h = c->hidden_size, ffn = c->ffn_hidden_size;
-	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
+	double std = c->init_method_std, out_std = mgt_model_out_std(c);
 	bool bias = c->add_bias_linear;
 	mgt_rows_norm(bd, i, MGT_T_LN2_W, "mlp.linear_fc1.layer_norm_weight", "mlp.linear_fc1.layer_norm_bias");
 	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;

@@ -56,7 +56,7 @@ static void expert_row(mgt_rows *bd, int i, int e, const char *what)
 void mgt_layer_moe_rows(mgt_rows *bd, int i)
 {
 	const mgt_model_config *c = bd->c;
-	double std = c->init_method_std, out_std = std / sqrt(2.0 * (double)c->num_layers);
+	double std = c->init_method_std, out_std = mgt_model_out_std(c);
 	int64_t h = c->hidden_size, E = c->num_experts, F = c->moe_ffn_hidden_size;
 	int64_t S = c->moe_shared_expert_intermediate_size;
 	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;

@@ -200,7 +200,11 @@ typedef enum {
 	MGT_SHARD_ROW_GLU, /* SwiGLU fc1: global cat(gate, up), each half split along dim 0 (section 6.3) */
 } mgt_shard_rule;
 
-typedef enum { MGT_INIT_NORMAL, MGT_INIT_ZERO, MGT_INIT_ONE } mgt_init_kind;
+/* Initializers: N(0, init_std), zeros, ones; and the Mamba-2 mixer's (megatron/core/ssm/
+ * mamba_mixer.py MambaMixer.__init__): U(-init_std, init_std) (the conv's kaiming_uniform with
+ * a = sqrt(5), bound 1/sqrt(K)); dt_bias, the inverse softplus of dt = exp(u (ln 0.1 - ln 0.001) +
+ * ln 0.001) clamped to >= 1e-4, u ~ U(0, 1); A_log, log of U(1, 16). */
+typedef enum { MGT_INIT_NORMAL, MGT_INIT_ZERO, MGT_INIT_ONE, MGT_INIT_UNIFORM, MGT_INIT_DT_BIAS, MGT_INIT_A_LOG } mgt_init_kind;
 
 /* Per-layer roles, used by the forward pass to find its tensors without index lists. */
 typedef enum {
@@ -228,6 +232,12 @@ typedef enum {
 	MGT_T_REL_ENC, MGT_T_REL_DEC,
 	/* T5's encoder.final_layernorm (decoder.final_layernorm is MGT_T_FINAL_LN_W/B) */
 	MGT_T_ENC_FINAL_LN_W, MGT_T_ENC_FINAL_LN_B,
+	/* A hybrid model's Mamba-2 layer (its fused pre-norm mixer.in_proj.layer_norm_weight/bias is
+	 * MGT_T_LN1_W/B): mixer.in_proj.weight [2 DI + 2 G N + NH, h] (rows z, x, B, C, dt),
+	 * conv1d_weight [CD, 4] (Megatron's [CD, 1, 4]) and conv1d_bias [CD] (CD = DI + 2 G N channels
+	 * x, B, C), dt_bias, A_log and D [NH], norm.weight [DI], out_proj.weight [h, DI] */
+	MGT_T_M_IN_W, MGT_T_M_CONV_W, MGT_T_M_CONV_B, MGT_T_M_DT_B, MGT_T_M_A_LOG, MGT_T_M_D, MGT_T_M_NORM_W,
+	MGT_T_M_OUT_W,
 	MGT_T_NROLES
 } mgt_tensor_role;
 
@@ -486,6 +496,10 @@ mgt_status mgt_hybrid_pattern_check(const char *p, int pp, int64_t *layers, int 
  * segment `segment` (0-based, between the pattern's '|'), 0 past the last. */
 char mgt_hybrid_symbol(const mgt_model_config *c, int64_t l);
 int mgt_hybrid_segment_layers(const mgt_model_config *c, int segment);
+/* The std of the output linears' init (linear_proj, linear_fc2, the experts' fc2, out_proj):
+ * Megatron's output_layer_init_method, init_method_std / sqrt(m num_layers) with m = 2, or 1 in a
+ * hybrid model (megatron/core/transformer/transformer_config.py __post_init__). */
+double mgt_model_out_std(const mgt_model_config *c);
 /* Whether t is the weight of a norm (input_layernorm, pre_mlp_layernorm, final_layernorm,
  * q_layernorm, k_layernorm): the tensors --apply-layernorm-1p stores zero-centred. */
 bool mgt_tensor_is_norm_weight(const mgt_tensor *t);

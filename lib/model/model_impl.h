@@ -33,12 +33,18 @@ typedef struct {
 	/* --qk-layernorm: linear_qkv's output before the head norms [T, qkv_l], and the norms'
 	 * statistics [T*ng*r] (queries) and [T*ng] (keys); NULL without */
 	float *qkv_pre, *qmean, *qrstd, *kmean, *krstd;
+	/* A Mamba-2 layer (layer_mamba.c; its pre-norm is ln1, mean1, rstd1), fp32: in_proj's output
+	 * zx [T, W] (W = 2 DI + 2 G N + NH per rank: z, x, B, C, dt), the conv's output conv [T, CD],
+	 * the scan's output y [T, DI] and its chunk states (mgt_ssd_states_floats), the gated norm's
+	 * output norm [T, DI] and its statistics nrstd [T, G]; NULL in other layers */
+	float *mzx, *mconv, *my, *mstates, *mnorm, *mrstd;
 	unsigned own;
 } layer_act;
 
 /* The buffers of layer_act by index (the order of its fields). */
 enum { LA_X_IN, LA_LN1, LA_MEAN1, LA_RSTD1, LA_QKV, LA_CTX, LA_LSE, LA_X_MID, LA_LN2, LA_MEAN2, LA_RSTD2,
-       LA_FC1, LA_ACT, LA_QKV_PRE, LA_QMEAN, LA_QRSTD, LA_KMEAN, LA_KRSTD, LA_N };
+       LA_FC1, LA_ACT, LA_QKV_PRE, LA_QMEAN, LA_QRSTD, LA_KMEAN, LA_KRSTD, LA_M_ZX, LA_M_CONV, LA_M_Y,
+       LA_M_STATES, LA_M_NORM, LA_M_RSTD, LA_N };
 _Static_assert(offsetof(layer_act, own) == LA_N * sizeof(float *), "layer_act: LA_* names every buffer");
 static inline float **la_buf(layer_act *a, int k) { return (float **)a + k; }
 
@@ -147,6 +153,14 @@ struct mgt_model {
 		mgt_grad_hook hook;
 		void *hook_ctx;
 	} run;
+	/* Mamba-2 layers (layer_mamba.c): the mixer's sizes per TP rank (head dim p, state n, heads
+	 * nh_l, groups g_l, d_inner di_l = nh_l p, conv channels cd_l = di_l + 2 g_l n, in_proj rows
+	 * w_l = di_l + cd_l + nh_l) and the backward's fp32 scratch shared by the layers: dzx [T, w_l],
+	 * dconv [T, cd_l], dy and dnorm [T, di_l] (NULL without 'M' layers) */
+	struct {
+		int64_t p, n, nh_l, g_l, di_l, cd_l, w_l;
+		float *dzx, *dconv, *dy, *dnorm;
+	} mamba;
 	/* Mixture of Experts (moe.c): NULL when no layer of the chunk is an MoE layer */
 	struct moe_state *moe;
 	/* expert parallelism: size and this rank's rank of the expert-parallel group (its experts:
@@ -404,6 +418,7 @@ void *mgt_sublayer_norm_dst(mgt_model *m, int li, void *buf, mgt_elem_type *t);
 size_t mgt_layer_attn_numel(const mgt_model *m, int li, int k);
 size_t mgt_layer_mlp_numel(const mgt_model *m, int li, int k);
 size_t mgt_layer_moe_numel(const mgt_model *m, int li, int k);
+size_t mgt_layer_mamba_numel(const mgt_model *m, int li, int k);
 mgt_status mgt_layer_attn_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_attn_core_fwd(mgt_model *m, int li, bool train);
 mgt_status mgt_layer_attn_bwd(mgt_model *m, int li, bool train);
@@ -411,6 +426,14 @@ mgt_status mgt_layer_mlp_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_mlp_bwd(mgt_model *m, int li, bool train);
 mgt_status mgt_layer_moe_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_moe_bwd(mgt_model *m, int li, bool train);
+/* The Mamba-2 kind (layer_mamba.c; 'M'): mgt_layer_mamba_fwd from x_in (out NULL: stop after the
+ * gated norm, for recomputation), mgt_layer_mamba_bwd.  mgt_layer_mamba_dims sets m->mamba's
+ * sizes from the config and TP; mgt_layer_mamba_alloc allocates its backward's scratch when the
+ * chunk has 'M' layers (through mgt_model_balloc: NOMEM; chunk.c frees it). */
+mgt_status mgt_layer_mamba_fwd(mgt_model *m, int li, bool train, void *out);
+mgt_status mgt_layer_mamba_bwd(mgt_model *m, int li, bool train);
+void mgt_layer_mamba_dims(mgt_model *m);
+mgt_status mgt_layer_mamba_alloc(mgt_model *m);
 
 /* ---- embedding and head (embed_head.c) ----
  * mgt_model_embed_fwd: the embedding of the current slot's tokens (positions, token types) into
@@ -479,6 +502,7 @@ void mgt_rows_layer(mgt_rows *bd, int l);
 void mgt_layer_attn_rows(mgt_rows *bd, int l);
 void mgt_layer_mlp_rows(mgt_rows *bd, int l);
 void mgt_layer_moe_rows(mgt_rows *bd, int l);
+void mgt_layer_mamba_rows(mgt_rows *bd, int l);
 /* The recipes' own rows.  mgt_bert_rows_embedding (bert.c): the first stage's token-type
  * embedding (with the binary head); mgt_bert_rows_heads: the last stage's final norm, LM head,
  * output layer, binary head and pooler.  mgt_t5_rows (t5.c): a whole T5 table (one stage): the

@@ -419,6 +419,27 @@ static int64_t global_row(const mgt_tensor *t, int64_t r)
 	return r < half ? off + r : ghalf + off + (r - half);
 }
 
+/* Element e of global tensor t under its initializer (model.h mgt_init_kind), drawn from
+ * Philox(key, e): the normal deviate, or a uniform u in (0, 1). */
+static float init_value(const mgt_tensor *t, uint64_t key, uint64_t e)
+{
+	uint32_t w[4];
+	double u = 0;
+	switch (t->init) {
+	case MGT_INIT_ZERO: return 0.0f;
+	case MGT_INIT_ONE: return 1.0f;
+	case MGT_INIT_NORMAL: return (float)(mgt_philox_normal(key, e) * t->init_std);
+	default: break;
+	}
+	mgt_philox(key, 0, e, w);
+	u = ((double)w[0] + 0.5) * 0x1p-32;
+	if (t->init == MGT_INIT_UNIFORM) return (float)((2.0 * u - 1.0) * t->init_std);
+	if (t->init == MGT_INIT_A_LOG) return (float)log(1.0 + 15.0 * u);
+	double dt = exp(u * (log(0.1) - log(0.001)) + log(0.001)); /* MGT_INIT_DT_BIAS */
+	dt = dt < 1e-4 ? 1e-4 : dt;
+	return (float)(dt + log(-expm1(-dt)));
+}
+
 void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t seed)
 {
 	uint64_t skey = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
@@ -431,14 +452,8 @@ void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t s
 #pragma omp parallel for schedule(static) if (t->numel > 65536)
 		for (int64_t r = 0; r < t->local_shape[0]; r++) {
 			int64_t gr = global_row(t, r);
-			for (int64_t k = 0; k < cols; k++) {
-				float v = t->init == MGT_INIT_ONE ? 1.0f : 0.0f;
-				if (t->init == MGT_INIT_NORMAL) {
-					uint64_t e = (uint64_t)(gr * gcols + t->local_offset[1] + k);
-					v = (float)(mgt_philox_normal(key, e) * t->init_std);
-				}
-				p[r * cols + k] = v;
-			}
+			for (int64_t k = 0; k < cols; k++)
+				p[r * cols + k] = init_value(t, key, (uint64_t)(gr * gcols + t->local_offset[1] + k));
 		}
 	}
 }

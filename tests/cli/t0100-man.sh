@@ -446,8 +446,8 @@ named=1
 for f in $fams; do
 	F=$(echo "$f" | tr a-z A-Z)
 	bin/mgt-train --help | sed -n 2,3p | grep -q "pretrain_$f.py" || { echo "# mgt-train --help's opening lacks pretrain_$f.py"; named=0; }
-	grep -A1 '^\.SH NAME' man/man1/mgt-train.1 | grep -q "$F" || { echo "# mgt-train(1) NAME lacks $F"; named=0; }
-	grep '^| `mgt-train`' README.md | grep -q "$F" || { echo "# README's mgt-train row lacks $F"; named=0; }
+	grep -A1 '^\.SH NAME' man/man1/mgt-train.1 | grep -qi "$F" || { echo "# mgt-train(1) NAME lacks $F"; named=0; }
+	grep '^| `mgt-train`' README.md | grep -qi "$F" || { echo "# README's mgt-train row lacks $F"; named=0; }
 done
 check "mgt-train's --help, NAME and README row name every family (${fams:-none})" test "$named" = 1 -a -n "$fams"
 

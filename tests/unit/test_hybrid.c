@@ -1,9 +1,13 @@
 /* Unit tests for lib/model/hybrid.c: Megatron's hybrid layer allocation from ratios against the
  * patterns its code gives (the facts sheet's derived examples: (10, 0.2, 0) and the 56-layer
  * 8B pattern of Megatron's examples/mamba/train.sh from (56, 0.08, 0.5)), Python's round-half-
- * even counts, and --hybrid-layer-pattern's checks.
+ * even counts, and --hybrid-layer-pattern's checks.  And the hybrid model (one symbol per layer;
+ * lib/model/layer_mamba.c): a "*-" hybrid equals a 1-layer GPT with the same weights bit for bit
+ * (loss and every gradient); the Mamba layer's gradients against central differences of the
+ * loss; the pipeline segments; the parameter count; the refusals.
  * Prints "ok"/"not ok" per check and "N passed, M failed"; exits 1 on failure. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -48,10 +52,220 @@ static void t_check(void)
 	CHECK(mgt_hybrid_pattern_check("||", 1, &n, &seg) == MGT_ERR_USAGE, "no layer refused: %s", mgt_err_msg());
 }
 
+/* A tiny decoder: h 32, 4 heads (2 query groups), RMSNorm, no positions, no biases, untied;
+ * hybrid with pattern p (NULL: GPT of `layers` layers), Mamba head dim 8, state 8, 2 groups. */
+static mgt_model_config tiny(const char *p, int64_t layers)
+{
+	mgt_model_config c;
+	memset(&c, 0, sizeof c);
+	c.num_layers = layers;
+	c.hidden_size = 32;
+	c.ffn_hidden_size = 64;
+	c.num_attention_heads = 4;
+	c.group_query_attention = true;
+	c.num_query_groups = 2;
+	c.seq_length = c.max_position_embeddings = 24;
+	snprintf(c.position_embedding_type, sizeof c.position_embedding_type, "none");
+	snprintf(c.normalization, sizeof c.normalization, "RMSNorm");
+	c.rotary_percent = 1.0;
+	c.norm_epsilon = 1e-5;
+	c.untie_embeddings_and_output_weights = true;
+	c.make_vocab_size_divisible_by = 8;
+	c.init_method_std = 0.02;
+	c.vocab_size = 61;
+	c.mamba_head_dim = c.mamba_state_dim = 8;
+	c.mamba_num_groups = 2;
+	if (p) {
+		snprintf(c.family, sizeof c.family, "hybrid");
+		snprintf(c.hybrid_layer_pattern, sizeof c.hybrid_layer_pattern, "%s", p);
+	}
+	return c;
+}
+
+enum { MB = 2, S = 24, TT = MB * S };
+typedef struct { int32_t tok[TT], lab[TT], pos[TT]; float mask[TT]; } batch;
+
+static mgt_microbatch make_batch(batch *bt)
+{
+	for (int t = 0; t < TT; t++) {
+		bt->tok[t] = (int32_t)((t * 7 + 3) % 61);
+		bt->lab[t] = (int32_t)((t * 11 + 5) % 61);
+		bt->pos[t] = t / MB;
+		bt->mask[t] = t % 5 ? 1.0f : 0.0f;
+	}
+	return (mgt_microbatch){ .tokens = bt->tok, .labels = bt->lab, .position_ids = bt->pos, .loss_mask = bt->mask };
+}
+
+static mgt_status make_model(mgt_model **m, mgt_model_config *c, mgt_backend *be, mgt_parallel *ps)
+{
+	mgt_model_layout L;
+	memset(&L, 0, sizeof L);
+	L.mbs = MB;
+	L.num_stages = 1;
+	L.slots = 1;
+	L.dp = 1;
+	mgt_status st = mgt_model_config_finalize(c, 1);
+	if (!st) st = mgt_model_create(m, c, &L, be, ps);
+	return st ? st : mgt_model_init_params(*m, 1234);
+}
+
+/* GPT's name of hybrid tensor name: layer 0's attention and layer 1's MLP are GPT layer 0's. */
+static void gpt_name(const char *name, char *out, size_t n)
+{
+	snprintf(out, n, "%s", name);
+	if (!strncmp(name, "decoder.layers.1.", 17)) snprintf(out, n, "decoder.layers.0.%s", name + 17);
+}
+
+static void t_gpt_equal(void)
+{
+	mgt_backend *be = mgt_backend_cpu_create(1);
+	mgt_parallel ps;
+	mgt_model *g = NULL, *hy = NULL;
+	mgt_model_config cg = tiny(NULL, 1), ch = tiny("*-", 0);
+	mgt_status st = mgt_parallel_init_single(&ps);
+	if (!st) st = make_model(&g, &cg, be, &ps);
+	if (!st) st = make_model(&hy, &ch, be, &ps);
+	CHECK(!st, "a 1-layer GPT and a \"*-\" hybrid: %s", st ? mgt_err_msg() : "made");
+	if (st) goto out;
+	CHECK(!strcmp(mgt_model_layer_pattern(hy), "*-") && mgt_model_tensors(hy)->n == mgt_model_tensors(g)->n,
+	      "the hybrid's layers: %s, %d tensors (GPT's %d)", mgt_model_layer_pattern(hy), mgt_model_tensors(hy)->n,
+	      mgt_model_tensors(g)->n);
+	const mgt_tensor_table *th = mgt_model_tensors(hy), *tg = mgt_model_tensors(g);
+	int moved = 0;
+	for (int i = 0; i < th->n; i++) {
+		char nm[128];
+		gpt_name(th->t[i].name, nm, sizeof nm);
+		const mgt_tensor *x = mgt_tensor_table_find(tg, nm);
+		if (!x || x->numel != th->t[i].numel) continue;
+		memcpy(mgt_model_params(hy) + th->t[i].offset, mgt_model_params(g) + x->offset, x->numel * sizeof(float));
+		moved++;
+	}
+	CHECK(moved == th->n, "every hybrid tensor has its GPT tensor by name: %d of %d", moved, th->n);
+	batch bt;
+	mgt_microbatch mb = make_batch(&bt);
+	double lg = 0, lh = 0;
+	st = mgt_model_step(g, &mb, true, 1.0f, &lg, NULL, NULL);
+	if (!st) st = mgt_model_step(hy, &mb, true, 1.0f, &lh, NULL, NULL);
+	CHECK(!st && lg == lh, "the same loss bit for bit: %.17g and %.17g", lg, lh);
+	int same = 0;
+	for (int i = 0; !st && i < th->n; i++) {
+		char nm[128];
+		gpt_name(th->t[i].name, nm, sizeof nm);
+		const mgt_tensor *x = mgt_tensor_table_find(tg, nm);
+		same += x && !memcmp(mgt_model_grads(hy) + th->t[i].offset, mgt_model_grads(g) + x->offset, x->numel * sizeof(float));
+	}
+	CHECK(same == th->n, "every gradient bit for bit: %d of %d tensors", same, th->n);
+out:
+	mgt_model_free(g);
+	mgt_model_free(hy);
+	mgt_backend_destroy(be);
+	mgt_parallel_free(&ps);
+}
+
+/* Tensor name's gradient g against the central difference of the loss sum along it: moving the
+ * whole tensor by eps g/|g| changes the loss by eps |g| to first order.  One direction per tensor
+ * gathers every element's signal, far above the fp32 loss's rounding (about 1e-5 of the sum). */
+static void fd_check(mgt_model *m, const mgt_microbatch *mb, const char *name, double eps)
+{
+	const mgt_tensor *t = mgt_tensor_table_find(mgt_model_tensors(m), name);
+	if (!t) {
+		CHECK(0, "%s: no such tensor", name);
+		return;
+	}
+	float *p = mgt_model_params(m) + t->offset, *g = mgt_model_grads(m) + t->offset, *p0 = malloc(t->numel * sizeof *p0);
+	double norm = 0, lp = 0, lm = 0;
+	for (size_t i = 0; i < t->numel; i++) norm += (double)g[i] * g[i];
+	norm = sqrt(norm);
+	memcpy(p0, p, t->numel * sizeof *p0);
+	for (size_t i = 0; i < t->numel; i++) p[i] = (float)(p0[i] + eps * g[i] / norm);
+	mgt_status st = mgt_model_step(m, mb, false, 0.0f, &lp, NULL, NULL);
+	for (size_t i = 0; !st && i < t->numel; i++) p[i] = (float)(p0[i] - eps * g[i] / norm);
+	if (!st) st = mgt_model_step(m, mb, false, 0.0f, &lm, NULL, NULL);
+	memcpy(p, p0, t->numel * sizeof *p0);
+	free(p0);
+	double fd = (lp - lm) / (2.0 * eps);
+	CHECK(!st && fabs(fd - norm) <= 1e-2 * norm, "%s: |gradient| %.6g, central difference along it %.6g (%.1e)", name, norm,
+	      fd, fabs(fd - norm) / norm);
+}
+
+static void t_mamba_grads(void)
+{
+	mgt_backend *be = mgt_backend_cpu_create(1);
+	mgt_parallel ps;
+	mgt_model *m = NULL;
+	mgt_model_config c = tiny("M*M-", 0);
+	mgt_status st = mgt_parallel_init_single(&ps);
+	if (!st) st = make_model(&m, &c, be, &ps);
+	CHECK(!st && !strcmp(mgt_model_layer_pattern(m), "M*M-") && c.num_layers == 4 && c.mamba_num_heads == 8,
+	      "hybrid M*M-: 4 layers, 8 Mamba heads of 8 (d_inner 2h): %s", st ? mgt_err_msg() : "made");
+	if (st) goto out;
+	/* the parameter count: per M layer norm h + in_proj (2 DI + 2 G N + NH) h + conv CD 4 + CD
+	 * + 3 NH + norm DI + out_proj h DI (megatron-hybrid-mamba.md's M*- split, without biases) */
+	int64_t h = 32, DI = 64, GN = 16, NH = 8, CD = DI + 2 * GN;
+	int64_t mlayer = h + (2 * DI + 2 * GN + NH) * h + CD * 4 + CD + 3 * NH + DI + h * DI;
+	int64_t want = 2 * mlayer + (h + 64 * h + h * 32) + (h + 64 * h + h * 64) + 2 * 64 * h + h;
+	CHECK(mgt_model_tensors(m)->global_numel == want, "parameters %lld (expected %lld)",
+	      (long long)mgt_model_tensors(m)->global_numel, (long long)want);
+	batch bt;
+	mgt_microbatch mb = make_batch(&bt);
+	double loss = 0;
+	st = mgt_model_step(m, &mb, true, 1.0f, &loss, NULL, NULL);
+	CHECK(!st && isfinite(loss), "forward and backward: loss sum %.4f", loss);
+	if (st) goto out;
+	static const char *const names[] = { "A_log", "D", "dt_bias", "conv1d_weight", "conv1d_bias", "norm.weight",
+					     "in_proj.weight", "in_proj.layer_norm_weight", "out_proj.weight" };
+	for (int l = 0; l <= 2; l += 2)
+		for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+			char nm[96];
+			snprintf(nm, sizeof nm, "decoder.layers.%d.mixer.%s", l, names[i]);
+			/* A_log and dt_bias move the loss little: a longer step lifts the difference
+			 * above the loss's rounding (their curvature stays small at it) */
+			fd_check(m, &mb, nm, i < 3 && i != 1 ? 0.2 : 1e-2);
+		}
+	fd_check(m, &mb, "decoder.layers.1.self_attention.linear_qkv.weight", 1e-2);
+	fd_check(m, &mb, "decoder.layers.3.mlp.linear_fc1.weight", 1e-2);
+	fd_check(m, &mb, "embedding.word_embeddings.weight", 1e-2);
+out:
+	mgt_model_free(m);
+	mgt_backend_destroy(be);
+	mgt_parallel_free(&ps);
+}
+
+static void t_stages(void)
+{
+	mgt_model_config c = tiny("M*|M-|ME|M*", 0);
+	int64_t f = -1, n = -1;
+	mgt_status st = mgt_stage_layers(&c, 4, 2, &f, &n);
+	CHECK(!st && f == 4 && n == 2, "segment 2 of 4: layers [%lld, +%lld)", (long long)f,
+	      (long long)n);
+	CHECK(mgt_stage_layers(&c, 2, 0, &f, &n) == MGT_ERR_USAGE && strstr(mgt_err_msg(), "4 pipeline segments"),
+	      "4 segments on 2 stages refused: %s", mgt_err_msg());
+	CHECK(mgt_hybrid_symbol(&c, 5) == 'E' && mgt_hybrid_symbol(&c, 8) == 0, "symbol of layer 5 ('|' skipped): %c",
+	      mgt_hybrid_symbol(&c, 5));
+	mgt_model_config d = tiny("M*M-", 0);
+	d.mamba_num_groups = 3;
+	CHECK(mgt_model_config_finalize(&d, 1) == MGT_ERR_USAGE && strstr(mgt_err_msg(), "--mamba-num-groups 3"),
+	      "groups not dividing the heads refused: %s", mgt_err_msg());
+	d = tiny("M*M-", 0);
+	CHECK(mgt_model_config_finalize(&d, 16) == MGT_ERR_USAGE && strstr(mgt_err_msg(), "Mamba heads"),
+	      "TP 16 over 8 Mamba heads refused: %s", mgt_err_msg());
+	d = tiny("M*M-", 0);
+	d.mamba_head_dim = 10;
+	CHECK(mgt_model_config_finalize(&d, 1) == MGT_ERR_USAGE && strstr(mgt_err_msg(), "--mamba-head-dim 10"),
+	      "a head dim not dividing 2h refused: %s", mgt_err_msg());
+	d = tiny(NULL, 2);
+	snprintf(d.hybrid_layer_pattern, sizeof d.hybrid_layer_pattern, "M*");
+	CHECK(mgt_model_config_finalize(&d, 1) == MGT_ERR_USAGE && strstr(mgt_err_msg(), "--model-family hybrid"),
+	      "a pattern on a GPT refused: %s", mgt_err_msg());
+}
+
 int main(void)
 {
 	t_ratios();
 	t_check();
+	t_stages();
+	t_gpt_equal();
+	t_mamba_grads();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
 }

@@ -369,8 +369,8 @@ static void test_norm(int T, int di, int g, bool fd)
 	fill(dof, dout, m, -1, 1);
 	for (int c = 0; c < di; c++)
 		dwf[c] = 1.0f;
-	be->ops->mamba_gated_norm_fwd(be, of, rf, yf, zf, wf, T, di, g, 1e-5f);
-	be->ops->mamba_gated_norm_bwd(be, dyf, dzf, dwf, dof, yf, zf, wf, rf, T, di, g);
+	be->ops->mamba_gated_norm_fwd(be, of, rf, yf, zf, di, wf, T, di, g, 1e-5f);
+	be->ops->mamba_gated_norm_bwd(be, dyf, dzf, dwf, dof, yf, zf, di, wf, rf, T, di, g);
 	double *out = zalloc(m * 8), *r = zalloc((size_t)T * g * 8);
 	ref_norm_fwd(&n, out, r, y, z, w);
 	errstat eo = { 0 }, er = { 0 }, ey = { 0 }, ez = { 0 }, ew = { 0 };
@@ -867,8 +867,8 @@ static void test_threads(void)
 		bk[k]->ops->mamba_conv_bwd(bk[k], dx[k], dw[k], db[k], dy, s.xbc, s.ldc, w, bias, d->seg_start, d->L, d->b, CD, K);
 		no[k] = zalloc(ny * 4), nr[k] = zalloc(s.T * 2 * 4), ndy[k] = zalloc(ny * 4), ndz[k] = zalloc(ny * 4);
 		ndw[k] = zalloc((size_t)di * 4);
-		bk[k]->ops->mamba_gated_norm_fwd(bk[k], no[k], nr[k], o1.y, gy, w, T, di, 2, 1e-5f);
-		bk[k]->ops->mamba_gated_norm_bwd(bk[k], ndy[k], ndz[k], ndw[k], gy, o1.y, gy, w, nr[k], T, di, 2);
+		bk[k]->ops->mamba_gated_norm_fwd(bk[k], no[k], nr[k], o1.y, gy, di, w, T, di, 2, 1e-5f);
+		bk[k]->ops->mamba_gated_norm_bwd(bk[k], ndy[k], ndz[k], ndw[k], gy, o1.y, gy, di, w, nr[k], T, di, 2);
 	}
 	CHECK(same(y[0], y[1], s.T * CD * 4) && same(dx[0], dx[1], nx * 4) && same(dw[0], dw[1], (size_t)CD * K * 4) &&
 		      same(db[0], db[1], (size_t)CD * 4),

@@ -1,0 +1,156 @@
+/* lib/model/layer_mamba.c: the Mamba-2 layer kind ('M' in a hybrid model's pattern; Megatron-Core's
+ * MambaLayer and MambaMixer, megatron/core/ssm/mamba_layer.py, mamba_mixer.py): the pre-norm fused
+ * into in_proj (TELayerNormColumnParallelLinear), in_proj's [z | x | B | C | dt], the causal
+ * depthwise conv1d + SiLU over xBC, the selective scan (dt softplus, A = -exp(A_log), the D skip),
+ * the gated RMSNorm over groups, out_proj and the bias-dropout-add into the residual stream; their
+ * backward; its table rows (mgt_layer_mamba_rows) with Megatron's initialisation.  The ops between
+ * the two GEMMs are the backend's (backend.h mamba_conv_*, ssd_scan_*, mamba_gated_norm_*), fp32.
+ * Buffers: layer_act's ln1, mean1, rstd1 and mzx .. mrstd (model_impl.h), sized here, allocated in
+ * chunk.c; the backward's scratch is mgt_model.mamba's. */
+#include "model_impl.h"
+
+#include <math.h>
+#include <string.h>
+
+/* The mixer's conv kernel width (MambaMixer d_conv) and its gated norm's epsilon (RMSNormGated's
+ * eps: 1e-5 whatever --norm-epsilon says). */
+enum { CONV_K = 4 };
+static const float GATED_EPS = 1e-5f;
+
+/* The scan's geometry over the current slot's rows: x, B, C in the conv's output, dt in zx. */
+static mgt_ssd ssd_of(const mgt_model *m)
+{
+	const int cd = (int)m->mamba.cd_l;
+	return (mgt_ssd){ .L = m->s, .b = m->b, .nh = (int)m->mamba.nh_l, .p = (int)m->mamba.p, .g = (int)m->mamba.g_l,
+			  .n = (int)m->mamba.n, .ld_x = cd, .ld_bc = cd, .ld_dt = (int)m->mamba.w_l,
+			  .seg_start = m->cur ? m->cur->seg : NULL };
+}
+
+size_t mgt_layer_mamba_numel(const mgt_model *m, int li, int k)
+{
+	const size_t T = (size_t)m->T;
+	const mgt_ssd d = ssd_of(m);
+	(void)li;
+	switch (k) {
+	case LA_LN1: return T * (size_t)m->h;
+	case LA_MEAN1: case LA_RSTD1: return (size_t)m->Th;
+	case LA_M_ZX: return T * (size_t)m->mamba.w_l;
+	case LA_M_CONV: return T * (size_t)m->mamba.cd_l;
+	case LA_M_Y: case LA_M_NORM: return T * (size_t)m->mamba.di_l;
+	case LA_M_STATES: return mgt_ssd_states_floats(&d);
+	case LA_M_RSTD: return T * (size_t)m->mamba.g_l;
+	default: return 0;
+	}
+}
+
+/* Column offsets in in_proj's output row: z, x (xBC), B, C, dt. */
+static int64_t off_x(const mgt_model *m) { return m->mamba.di_l; }
+static int64_t off_dt(const mgt_model *m) { return 2 * m->mamba.di_l + 2 * m->mamba.g_l * m->mamba.n; }
+/* B and C in the conv's output row. */
+static int64_t off_b(const mgt_model *m) { return m->mamba.di_l; }
+static int64_t off_c(const mgt_model *m) { return m->mamba.di_l + m->mamba.g_l * m->mamba.n; }
+
+mgt_status mgt_layer_mamba_fwd(mgt_model *m, int li, bool train, void *out)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	layer_act *a = &m->cur->la[li];
+	const int l = li + m->first_layer, T = m->T, h = (int)m->h, W = (int)m->mamba.w_l, cd = (int)m->mamba.cd_l;
+	const int di = (int)m->mamba.di_l;
+	mgt_elem_type lt;
+	void *ln = mgt_sublayer_norm_dst(m, li, a->ln1, &lt);
+	mgt_status st = mgt_sublayer_norm_gather(m, ln, lt, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W),
+						 T_(m, l, MGT_T_LN1_B));
+	if (!st) st = mgt_sublayer_lin_fwd(m, li, 0, a->mzx, MGT_DT_F32, ln, lt, T_(m, l, MGT_T_M_IN_W), NULL, h, W);
+	if (st) return st;
+	o->mamba_conv_fwd(m->be, a->mconv, a->mzx + off_x(m), W, P(m, T_(m, l, MGT_T_M_CONV_W)),
+			  P(m, T_(m, l, MGT_T_M_CONV_B)), m->cur->seg, m->s, m->b, cd, CONV_K);
+	const mgt_ssd d = ssd_of(m);
+	o->ssd_scan_fwd(m->be, &d, a->my, a->mstates, a->mconv, a->mconv + off_b(m), a->mconv + off_c(m), a->mzx + off_dt(m),
+			P(m, T_(m, l, MGT_T_M_DT_B)), P(m, T_(m, l, MGT_T_M_A_LOG)), P(m, T_(m, l, MGT_T_M_D)));
+	o->mamba_gated_norm_fwd(m->be, a->mnorm, a->mrstd, a->my, a->mzx, W, P(m, T_(m, l, MGT_T_M_NORM_W)), T, di,
+				(int)m->mamba.g_l, GATED_EPS);
+	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the gated norm */
+	st = mgt_sublayer_lin_fwd(m, li, 1, m->scratch.dtmp_h, m->prec.act_t, a->mnorm, MGT_DT_F32, T_(m, l, MGT_T_M_OUT_W),
+				  NULL, di, h);
+	if (st) return st;
+	return mgt_sublayer_reduce_bda(m, out, a->x_in, NULL, train, mgt_sublayer_site_key(m, l, 2), m->prec.act_t);
+}
+
+mgt_status mgt_layer_mamba_bwd(mgt_model *m, int li, bool train)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	layer_act *a = &m->cur->la[li];
+	const int l = li + m->first_layer, T = m->T, h = (int)m->h, W = (int)m->mamba.w_l, cd = (int)m->mamba.cd_l;
+	const int di = (int)m->mamba.di_l;
+	float *dzx = m->mamba.dzx, *dconv = m->mamba.dconv, *dy = m->mamba.dy, *dnorm = m->mamba.dnorm;
+	mgt_status st = mgt_sublayer_bda_bwd_gather(m, NULL, train, mgt_sublayer_site_key(m, l, 2), m->prec.act_t);
+	if (!st)
+		st = mgt_sublayer_lin_bwd(m, li, 1, dnorm, MGT_DT_F32, T_(m, l, MGT_T_M_OUT_W), NULL, m->scratch.dtmp_h,
+					  m->prec.act_t, a->mnorm, MGT_DT_F32, di, h);
+	if (st) return st;
+	const mgt_tensor *nw = T_(m, l, MGT_T_M_NORM_W), *dtb = T_(m, l, MGT_T_M_DT_B), *al = T_(m, l, MGT_T_M_A_LOG);
+	const mgt_tensor *D = T_(m, l, MGT_T_M_D), *cw = T_(m, l, MGT_T_M_CONV_W), *cb = T_(m, l, MGT_T_M_CONV_B);
+	o->mamba_gated_norm_bwd(m->be, dy, dzx, G(m, nw), dnorm, a->my, a->mzx, W, P(m, nw), a->mrstd, T, di,
+				(int)m->mamba.g_l);
+	const mgt_ssd d = ssd_of(m);
+	o->ssd_scan_bwd(m->be, &d, dconv, dconv + off_b(m), dconv + off_c(m), dzx + off_dt(m), G(m, dtb), G(m, al), G(m, D),
+			dy, a->mstates, a->mconv, a->mconv + off_b(m), a->mconv + off_c(m), a->mzx + off_dt(m), P(m, dtb),
+			P(m, al), P(m, D));
+	o->mamba_conv_bwd(m->be, dzx + off_x(m), G(m, cw), G(m, cb), dconv, a->mzx + off_x(m), W, P(m, cw), P(m, cb),
+			  m->cur->seg, m->s, m->b, cd, CONV_K);
+	st = mgt_sublayer_lin_bwd(m, li, 0, m->scratch.dtmp_h, m->prec.act_t, T_(m, l, MGT_T_M_IN_W), NULL, dzx, MGT_DT_F32,
+				  a->ln1, m->prec.act_t, h, W);
+	if (st) return st;
+	return mgt_sublayer_reduce_norm_bwd(m, m->scratch.dtmp_h, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B),
+					    a->mean1, a->rstd1, NULL);
+}
+
+/* ---- the chunk's dimensions and scratch ---- */
+
+void mgt_layer_mamba_dims(mgt_model *m)
+{
+	const mgt_model_config *c = &m->c;
+	const int tp = m->ps->tp;
+	m->mamba.p = c->mamba_head_dim;
+	m->mamba.n = c->mamba_state_dim;
+	m->mamba.nh_l = c->mamba_num_heads / tp;
+	m->mamba.g_l = c->mamba_num_groups / tp;
+	m->mamba.di_l = m->mamba.nh_l * m->mamba.p;
+	m->mamba.cd_l = m->mamba.di_l + 2 * m->mamba.g_l * m->mamba.n;
+	m->mamba.w_l = m->mamba.di_l + m->mamba.cd_l + m->mamba.nh_l;
+}
+
+mgt_status mgt_layer_mamba_alloc(mgt_model *m)
+{
+	if (!strchr(m->pattern, MGT_LAYER_MAMBA)) return MGT_OK;
+	mgt_status st = MGT_OK;
+	const size_t T = (size_t)m->T;
+	m->mamba.dzx = mgt_model_balloc(m, T * (size_t)m->mamba.w_l * sizeof(float), &m->mem.work_bytes, &st);
+	m->mamba.dconv = mgt_model_balloc(m, T * (size_t)m->mamba.cd_l * sizeof(float), &m->mem.work_bytes, &st);
+	m->mamba.dy = mgt_model_balloc(m, T * (size_t)m->mamba.di_l * sizeof(float), &m->mem.work_bytes, &st);
+	m->mamba.dnorm = mgt_model_balloc(m, T * (size_t)m->mamba.di_l * sizeof(float), &m->mem.work_bytes, &st);
+	return st;
+}
+
+/* ---- the table rows ---- */
+
+void mgt_layer_mamba_rows(mgt_rows *bd, int i)
+{
+	const mgt_model_config *c = bd->c;
+	const int64_t h = c->hidden_size, P = c->mamba_head_dim, N = c->mamba_state_dim, G = c->mamba_num_groups;
+	const int64_t NH = c->mamba_num_heads, DI = NH * P, CD = DI + 2 * G * N;
+	/* MambaMixer.__init__'s order: in_proj (its fused norm first, as TE registers it), conv1d,
+	 * dt_bias, A_log, D, norm, out_proj.  The conv's kaiming_uniform(a = sqrt(5)) over fan-in K
+	 * is U(-1/sqrt(K), 1/sqrt(K)), its bias the same bound. */
+	mgt_rows_norm(bd, i, MGT_T_LN1_W, "mixer.in_proj.layer_norm_weight", "mixer.in_proj.layer_norm_bias");
+	mgt_rows_add(bd, i, MGT_T_M_IN_W, "mixer.in_proj.weight", 2 * DI + 2 * G * N + NH, h, MGT_SHARD_ROW, MGT_INIT_NORMAL,
+		     c->init_method_std);
+	const double bound = 1.0 / sqrt((double)CONV_K);
+	mgt_rows_add(bd, i, MGT_T_M_CONV_W, "mixer.conv1d_weight", CD, CONV_K, MGT_SHARD_ROW, MGT_INIT_UNIFORM, bound);
+	mgt_rows_add(bd, i, MGT_T_M_CONV_B, "mixer.conv1d_bias", CD, 0, MGT_SHARD_ROW, MGT_INIT_UNIFORM, bound);
+	mgt_rows_add(bd, i, MGT_T_M_DT_B, "mixer.dt_bias", NH, 0, MGT_SHARD_ROW, MGT_INIT_DT_BIAS, 0);
+	mgt_rows_add(bd, i, MGT_T_M_A_LOG, "mixer.A_log", NH, 0, MGT_SHARD_ROW, MGT_INIT_A_LOG, 0);
+	mgt_rows_add(bd, i, MGT_T_M_D, "mixer.D", NH, 0, MGT_SHARD_ROW, MGT_INIT_ONE, 0);
+	mgt_rows_add(bd, i, MGT_T_M_NORM_W, "mixer.norm.weight", DI, 0, MGT_SHARD_ROW, MGT_INIT_ONE, 0);
+	mgt_rows_add(bd, i, MGT_T_M_OUT_W, "mixer.out_proj.weight", h, DI, MGT_SHARD_COL, MGT_INIT_NORMAL, mgt_model_out_std(c));
+}
