@@ -679,7 +679,8 @@ void mgt_model_moe_dispatch_counts(const mgt_model *m, double out[3]);
 
 /* Model FLOPs of one global batch of gbs sequences, Megatron's formula
  * (megatron/training/training.py num_floating_point_operations):
- * causal-halved attention, fwd + bwd = 3x forward, GEMMs only. */
+ * causal-halved attention, fwd + bwd = 3x forward, GEMMs only; a hybrid model's by its
+ * hybrid_flops, symbol by symbol (a Mamba layer's scan counted as 7 B s d_in N). */
 double mgt_model_flops(const mgt_model_config *c, int64_t gbs);
 
 

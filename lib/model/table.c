@@ -483,8 +483,31 @@ void mgt_model_rope_inv_freq(const mgt_model_config *c, float *out)
 	}
 }
 
+/* A hybrid model's FLOPs (megatron/training/training.py num_floating_point_operations,
+ * hybrid_flops): per symbol, attention 4 B s h p (h + h g / nh + s / 2) with p = kv nh / h, MLP
+ * 4 (ffn / h) (3/2 with SwiGLU) B s h^2, MoE the top-k experts' and the shared expert's 4 B s h
+ * F (x 3/2 with SwiGLU), Mamba 2 B s h (2 d_in + 2 G N + NH) + 7 B s d_in N + 2 B s d_in h with
+ * Megatron's d_in = 2 h; the logits 2 B s h V; all x 3 (forward and backward). */
+static double hybrid_flops(const mgt_model_config *c, int64_t gbs)
+{
+	double B = (double)gbs, s = (double)c->seq_length, h = (double)c->hidden_size, nh = (double)c->num_attention_heads;
+	double p = (double)c->kv_channels * nh / h, glu = c->swiglu ? 1.5 : 1.0, din = 2 * h, N = (double)c->mamba_state_dim;
+	double attn = 4 * B * s * h * p * (h + h * (double)c->num_query_groups / nh + s / 2);
+	double mlp = 4 * ((double)c->ffn_hidden_size / h) * glu * B * s * h * h;
+	double moe = 4 * B * s * h * glu * ((double)c->moe_ffn_hidden_size * (double)c->moe_router_topk +
+					    (double)c->moe_shared_expert_intermediate_size);
+	double mamba = 2 * B * s * h * (2 * din + 2 * (double)c->mamba_num_groups * N + (double)c->mamba_num_heads) +
+		       7 * B * s * din * N + 2 * B * s * din * h;
+	double f = 2 * B * s * h * (double)c->padded_vocab_size;
+	for (const char *k = c->hybrid_layer_pattern; *k; k++)
+		f += *k == MGT_LAYER_ATTENTION ? attn : *k == MGT_LAYER_MLP ? mlp : *k == MGT_LAYER_MOE ? moe
+		   : *k == MGT_LAYER_MAMBA ? mamba : 0;
+	return 3 * f;
+}
+
 double mgt_model_flops(const mgt_model_config *c, int64_t gbs)
 {
+	if (c->hybrid_layer_pattern[0]) return hybrid_flops(c, gbs);
 	double h = (double)c->hidden_size, s = (double)c->seq_length, L = (double)c->num_layers;
 	double kv = (double)c->kv_channels, nq = (double)c->num_attention_heads;
 	double ng = (double)c->num_query_groups, E = c->swiglu ? 3 : 2, ffn = (double)c->ffn_hidden_size;

@@ -231,6 +231,43 @@ out:
 	mgt_parallel_free(&ps);
 }
 
+/* Megatron's tests/unit_tests/models/test_hybrid_model.py test_constructor: H 256, 4 heads,
+ * vocabulary 100, pattern M*-, every other setting the config's default (LayerNorm, linear
+ * biases, ffn 4H, untied, no position embedding; Mamba state 128, head dim 64, 8 groups) has
+ * 1,774,872 parameters.  And Megatron's FLOPs: a "*-" hybrid's equal a 1-layer GPT's (two
+ * formulas of training.py), a Mamba layer's the facts' in_proj + scan + out_proj. */
+static void t_megatron_counts(void)
+{
+	mgt_model_config c = tiny("M*-", 0);
+	c.hidden_size = 256;
+	c.ffn_hidden_size = 0;
+	c.num_attention_heads = 4;
+	c.group_query_attention = false;
+	c.vocab_size = 100;
+	c.make_vocab_size_divisible_by = 4;
+	c.add_bias_linear = true;
+	c.mamba_head_dim = 64;
+	c.mamba_state_dim = 128;
+	c.mamba_num_groups = 8;
+	snprintf(c.normalization, sizeof c.normalization, "LayerNorm");
+	mgt_tensor_table tt;
+	mgt_status st = mgt_model_config_finalize(&c, 1);
+	if (!st) st = mgt_tensor_table_build(&tt, &c, 1, 0, 1, 0);
+	CHECK(!st && tt.global_numel == 1774872, "Megatron's test_hybrid_model M*- constructor: %lld parameters (1,774,872)",
+	      st ? -1LL : (long long)tt.global_numel);
+	if (!st) mgt_tensor_table_free(&tt);
+	mgt_model_config g = tiny(NULL, 1), hy = tiny("*-", 0), m = tiny("M", 0);
+	st = mgt_model_config_finalize(&g, 1);
+	if (!st) st = mgt_model_config_finalize(&hy, 1);
+	if (!st) st = mgt_model_config_finalize(&m, 1);
+	double fg = mgt_model_flops(&g, 8), fh = mgt_model_flops(&hy, 8);
+	CHECK(!st && fabs(fg - fh) <= 1e-12 * fg, "FLOPs of a \"*-\" hybrid %.6g = a 1-layer GPT's %.6g", fh, fg);
+	double B = 8, s = 24, h = 32, din = 64, V = (double)m.padded_vocab_size;
+	double want = 3 * (2 * B * s * h * (2 * din + 2 * 2 * 8 + 8) + 7 * B * s * din * 8 + 2 * B * s * din * h + 2 * B * s * h * V);
+	CHECK(!st && fabs(mgt_model_flops(&m, 8) - want) <= 1e-12 * want, "FLOPs of one Mamba layer and the head: %.6g (%.6g)",
+	      mgt_model_flops(&m, 8), want);
+}
+
 static void t_stages(void)
 {
 	mgt_model_config c = tiny("M*|M-|ME|M*", 0);
@@ -264,6 +301,7 @@ int main(void)
 	t_ratios();
 	t_check();
 	t_stages();
+	t_megatron_counts();
 	t_gpt_equal();
 	t_mamba_grads();
 	printf("%d passed, %d failed\n", passed, failed);
