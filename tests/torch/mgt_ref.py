@@ -19,6 +19,14 @@ Megatron-Core's MoE layer, in moe_ref.py (router, capacity, aux / z losses, expe
 expert, expert-bias update); the Trainer adds the aux / z loss gradients, reports
 load_balancing_loss / z_loss and updates the expert bias once per global batch.
 
+Hybrid models (hybrid_layer_pattern, e.g. "M*M-"; '|' ignored; num_layers = its length): each
+symbol is one pre-norm residual block decoder.layers.N.: 'M' Megatron-Core's MambaLayer
+(mamba_ref.py: mixer.in_proj / conv1d_weight / dt_bias / A_log / D / norm / out_proj), '*' the
+GPT layer's self-attention block alone, '-' its dense MLP block alone, 'E' its MoE block alone
+(pre_mlp_layernorm + moe_ref; the MoE layers are exactly the 'E' symbols).  Embedding, final norm
+(decoder.final_layernorm.*, Megatron's HybridModel names it decoder.final_norm.*) and output layer
+as GPT; output-layer inits use std / sqrt(1.0 L) instead of GPT's sqrt(2.0 L).
+
 Also here:
   lr_at(args, n)            Megatron's OptimizerParamScheduler lr after n samples
   Trainer                   one Megatron iteration: micro-batches, loss scaling, clipping, AdamW
@@ -26,11 +34,14 @@ Also here:
   read_dump / write_dump    the `mgt-train --debug-dump` HDF5 file (see write_dump)
 Command line:
   mgt_ref.py selfcheck   GPTRef against an independent loop-by-loop numpy forward, lr_at by hand,
-                         the MoE layer against moe_ref.naive_moe (values and finite-difference grads)
+                         the MoE layer against moe_ref.naive_moe (values and finite-difference grads),
+                         the Mamba layer against mamba_ref.naive_layer (values and finite-difference
+                         grads), a '*-' hybrid against the 1-layer GPT of the same weights
 Synthetic dumps for testing the parity harness without mgt-train:
-  mgt_ref.py fake-dump OUT.h5 [--preset tiny-gpt2|tiny-llama|...] [--set key=value ...]
+  mgt_ref.py fake-dump OUT.h5 [--preset tiny-gpt2|tiny-llama|tiny-hybrid|...] [--set key=value ...]
              [--iters N] [--dtype float32|float64] [--perturb WHAT] [--lr-convention used|logged]
   e.g. --preset tiny-llama --set num_experts=4 --set moe_router_topk=2 --set moe_aux_loss_coeff=0.01
+       --preset tiny-hybrid --set hybrid_layer_pattern='M*-E' --set num_experts=4 --set moe_router_topk=2
 """
 import argparse
 import json
@@ -845,6 +856,8 @@ def naive_logits(args, P, tokens):
     7.3 text, sharing no code with GPTRef (used by `mgt_ref.py selfcheck`).  MoE layers use
     moe_ref.naive_moe token by token, so only dropless routing (no capacity factor)."""
     a = normalize_args(args)
+    if mamba_ref.symbols(a):
+        raise ValueError("naive_logits: GPT layers only (hybrid layers: mamba_ref.naive_layer)")
     moe = moe_ref.moe_layer_flags(a)
     if any(moe) and a["moe_expert_capacity_factor"] is not None:
         raise ValueError("naive_logits: token dropping couples the tokens; check it with moe_ref.selfcheck")
