@@ -19,6 +19,14 @@ Megatron-Core's MoE layer, in moe_ref.py (router, capacity, aux / z losses, expe
 expert, expert-bias update); the Trainer adds the aux / z loss gradients, reports
 load_balancing_loss / z_loss and updates the expert bias once per global batch.
 
+Hybrid models (hybrid_layer_pattern, e.g. "M*M-"; '|' ignored; num_layers = its length): each
+symbol is one pre-norm residual block decoder.layers.N.: 'M' Megatron-Core's MambaLayer
+(mamba_ref.py: mixer.in_proj / conv1d_weight / dt_bias / A_log / D / norm / out_proj), '*' the
+GPT layer's self-attention block alone, '-' its dense MLP block alone, 'E' its MoE block alone
+(pre_mlp_layernorm + moe_ref; the MoE layers are exactly the 'E' symbols).  Embedding, final norm
+(decoder.final_layernorm.*, Megatron's HybridModel names it decoder.final_norm.*) and output layer
+as GPT; output-layer inits use std / sqrt(1.0 L) instead of GPT's sqrt(2.0 L).
+
 Also here:
   lr_at(args, n)            Megatron's OptimizerParamScheduler lr after n samples
   Trainer                   one Megatron iteration: micro-batches, loss scaling, clipping, AdamW
@@ -26,11 +34,14 @@ Also here:
   read_dump / write_dump    the `mgt-train --debug-dump` HDF5 file (see write_dump)
 Command line:
   mgt_ref.py selfcheck   GPTRef against an independent loop-by-loop numpy forward, lr_at by hand,
-                         the MoE layer against moe_ref.naive_moe (values and finite-difference grads)
+                         the MoE layer against moe_ref.naive_moe (values and finite-difference grads),
+                         the Mamba layer against mamba_ref.naive_layer (values and finite-difference
+                         grads), a '*-' hybrid against the 1-layer GPT of the same weights
 Synthetic dumps for testing the parity harness without mgt-train:
-  mgt_ref.py fake-dump OUT.h5 [--preset tiny-gpt2|tiny-llama|...] [--set key=value ...]
+  mgt_ref.py fake-dump OUT.h5 [--preset tiny-gpt2|tiny-llama|tiny-hybrid|...] [--set key=value ...]
              [--iters N] [--dtype float32|float64] [--perturb WHAT] [--lr-convention used|logged]
   e.g. --preset tiny-llama --set num_experts=4 --set moe_router_topk=2 --set moe_aux_loss_coeff=0.01
+       --preset tiny-hybrid --set hybrid_layer_pattern='M*-E' --set num_experts=4 --set moe_router_topk=2
 """
 import argparse
 import json
@@ -45,6 +56,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import moe_ref  # noqa: E402
+import mamba_ref  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # arguments
@@ -76,6 +88,7 @@ DEFAULTS = {
     "clip_grad": 1.0, "optimizer": "adam", "seed": 1234,
 }
 DEFAULTS.update(moe_ref.MOE_DEFAULTS)  # Mixture of Experts (moe_ref.py)
+DEFAULTS.update(mamba_ref.HYBRID_DEFAULTS)  # hybrid models: Mamba-2 layers (mamba_ref.py)
 
 # Small shapes used when no preset file is given (the lead's share/mgt/models/*.json win).
 PRESETS = {
@@ -87,6 +100,13 @@ PRESETS = {
                        swiglu=True, position_embedding_type="rope", add_bias_linear=False,
                        untie_embeddings_and_output_weights=True, vocab_size=50257,
                        padded_vocab_size=50304),
+    # share/mgt/models/tiny-hybrid.json, for trees without that file
+    "tiny-hybrid": dict(family="hybrid", hybrid_layer_pattern="M*M-", num_layers=4, hidden_size=64,
+                        ffn_hidden_size=128, num_attention_heads=4, group_query_attention=True,
+                        num_query_groups=2, seq_length=128, max_position_embeddings=128,
+                        position_embedding_type="none", normalization="RMSNorm", norm_epsilon=1e-5,
+                        add_bias_linear=False, untie_embeddings_and_output_weights=True,
+                        init_method_std=0.02, mamba_state_dim=16, mamba_head_dim=16, mamba_num_groups=2),
     "gpt2-124m": dict(num_layers=12, hidden_size=768, num_attention_heads=12, seq_length=1024,
                       max_position_embeddings=1024, vocab_size=50257, padded_vocab_size=50304),
 }
@@ -139,6 +159,7 @@ def normalize_args(args):
         raise ValueError("position_embedding_type %r not supported" % a["position_embedding_type"])
     if a["rotary_interleaved"]:
         raise ValueError("rotary_interleaved is not in the reference model")
+    mamba_ref.normalize_hybrid(a)  # before the MoE: a hybrid model's MoE layers are its 'E' symbols
     return moe_ref.normalize_moe(a)
 
 
@@ -160,47 +181,72 @@ def has_qkv_bias(a):
     return a["add_bias_linear"] or a["add_qkv_bias"]
 
 
+def _attention_specs(a, p, ln_b):
+    """The self-attention block of layer prefix p (its fused pre-norm first)."""
+    h, nq, ng, d = a["hidden_size"], a["num_attention_heads"], a["num_query_groups"], a["kv_channels"]
+    s = [(p + "self_attention.linear_qkv.layer_norm_weight", (h,), "one", False)]
+    if ln_b:
+        s.append((p + "self_attention.linear_qkv.layer_norm_bias", (h,), "zero", False))
+    s.append((p + "self_attention.linear_qkv.weight", ((nq + 2 * ng) * d, h), "normal", True))
+    if has_qkv_bias(a):
+        s.append((p + "self_attention.linear_qkv.bias", ((nq + 2 * ng) * d,), "zero", False))
+    if a["qk_layernorm"]:  # Megatron: 1-D, so no weight decay unless apply_wd_to_qk_layernorm
+        wd = a["apply_wd_to_qk_layernorm"]
+        for qk in ("q_layernorm.", "k_layernorm."):
+            s.append((p + "self_attention." + qk + "weight", (d,), "one", wd))
+            if ln_b:
+                s.append((p + "self_attention." + qk + "bias", (d,), "zero", wd))
+    s.append((p + "self_attention.linear_proj.weight", (h, nq * d), "proj", True))
+    if a["add_bias_linear"]:
+        s.append((p + "self_attention.linear_proj.bias", (h,), "zero", False))
+    return s
+
+
+def _mlp_specs(a, p, ln_b):
+    """The dense MLP block of layer prefix p (its fused pre-norm first)."""
+    h, f, bias = a["hidden_size"], a["ffn_hidden_size"], a["add_bias_linear"]
+    s = [(p + "mlp.linear_fc1.layer_norm_weight", (h,), "one", False)]
+    if ln_b:
+        s.append((p + "mlp.linear_fc1.layer_norm_bias", (h,), "zero", False))
+    fo = 2 * f if a["swiglu"] else f
+    s.append((p + "mlp.linear_fc1.weight", (fo, h), "normal", True))
+    if bias:
+        s.append((p + "mlp.linear_fc1.bias", (fo,), "zero", False))
+    s.append((p + "mlp.linear_fc2.weight", (h, f), "proj", True))
+    if bias:
+        s.append((p + "mlp.linear_fc2.bias", (h,), "zero", False))
+    return s
+
+
 def tensor_specs(args):
-    """[(name, shape, init, weight_decay)] of the GPT model, init in normal|proj|zero|one."""
+    """[(name, shape, init, weight_decay)] of the GPT (or hybrid) model, init in
+    normal|proj|zero|one, and for Mamba layers conv|dt_bias|A_log (mamba_ref.init_value)."""
     a = normalize_args(args)
     h, L, V = a["hidden_size"], a["num_layers"], a["padded_vocab_size"]
-    nq, ng, d, f = a["num_attention_heads"], a["num_query_groups"], a["kv_channels"], a["ffn_hidden_size"]
     ln_b = a["normalization"] == "LayerNorm"
-    bias = a["add_bias_linear"]
     moe = moe_ref.moe_layer_flags(a)
+    pat = mamba_ref.symbols(a)
     s = [("embedding.word_embeddings.weight", (V, h), "normal", True)]
     if a["position_embedding_type"] == "learned_absolute":
         s.append(("embedding.position_embeddings.weight", (a["max_position_embeddings"], h), "normal", True))
     for i in range(L):
         p = "decoder.layers.%d." % i
-        s.append((p + "self_attention.linear_qkv.layer_norm_weight", (h,), "one", False))
-        if ln_b:
-            s.append((p + "self_attention.linear_qkv.layer_norm_bias", (h,), "zero", False))
-        s.append((p + "self_attention.linear_qkv.weight", ((nq + 2 * ng) * d, h), "normal", True))
-        if has_qkv_bias(a):
-            s.append((p + "self_attention.linear_qkv.bias", ((nq + 2 * ng) * d,), "zero", False))
-        if a["qk_layernorm"]:  # Megatron: 1-D, so no weight decay unless apply_wd_to_qk_layernorm
-            wd = a["apply_wd_to_qk_layernorm"]
-            for qk in ("q_layernorm.", "k_layernorm."):
-                s.append((p + "self_attention." + qk + "weight", (d,), "one", wd))
-                if ln_b:
-                    s.append((p + "self_attention." + qk + "bias", (d,), "zero", wd))
-        s.append((p + "self_attention.linear_proj.weight", (h, nq * d), "proj", True))
-        if bias:
-            s.append((p + "self_attention.linear_proj.bias", (h,), "zero", False))
+        if pat:  # hybrid: one block per symbol
+            c = pat[i]
+            if c == "M":
+                s += mamba_ref.mamba_specs(a, p, ln_b)
+            elif c == "*":
+                s += _attention_specs(a, p, ln_b)
+            elif c == "-":
+                s += _mlp_specs(a, p, ln_b)
+            else:  # 'E'
+                s += moe_ref.moe_specs(a, p, ln_b)
+            continue
+        s += _attention_specs(a, p, ln_b)
         if moe[i]:  # pre_mlp_layernorm, router, experts, shared experts (lib/model/table.c add_moe)
             s += moe_ref.moe_specs(a, p, ln_b)
             continue
-        s.append((p + "mlp.linear_fc1.layer_norm_weight", (h,), "one", False))
-        if ln_b:
-            s.append((p + "mlp.linear_fc1.layer_norm_bias", (h,), "zero", False))
-        fo = 2 * f if a["swiglu"] else f
-        s.append((p + "mlp.linear_fc1.weight", (fo, h), "normal", True))
-        if bias:
-            s.append((p + "mlp.linear_fc1.bias", (fo,), "zero", False))
-        s.append((p + "mlp.linear_fc2.weight", (h, f), "proj", True))
-        if bias:
-            s.append((p + "mlp.linear_fc2.bias", (h,), "zero", False))
+        s += _mlp_specs(a, p, ln_b)
     s.append(("decoder.final_layernorm.weight", (h,), "one", False))
     if ln_b:
         s.append(("decoder.final_layernorm.bias", (h,), "zero", False))
@@ -212,20 +258,30 @@ def tensor_specs(args):
 def init_params(args, seed=1234, perturb=0.0):
     """Megatron-style random parameters {name: float32 array}: N(0, std), linear_proj and
     linear_fc2 N(0, std/sqrt(2L)), biases 0 and norm weights 1 -- plus, with perturb > 0,
-    N(0, perturb) noise on biases and norm weights so that tests see them."""
+    N(0, perturb) noise on biases and norm weights (and the Mamba D) so that tests see them.
+    Hybrid models: every output-layer init (linear_proj, linear_fc2, experts' fc2, out_proj) is
+    N(0, std/sqrt(1.0 L)), L = the number of pattern symbols; the Mamba conv, dt_bias and A_log
+    draws are mamba_ref.init_value's; the pre-norm weights are 0 under apply_layernorm_1p."""
     a = normalize_args(args)
     g = np.random.default_rng(seed)
     std = a["init_method_std"]
+    hybrid = mamba_ref.symbols(a) is not None
+    mult = 1.0 if hybrid else 2.0
     out = {}
     for name, shape, init, _ in tensor_specs(a):
         if init == "normal":
             x = g.normal(0.0, std, shape)
         elif init == "proj":
-            x = g.normal(0.0, std / math.sqrt(2.0 * a["num_layers"]), shape)
-        else:
-            x = np.full(shape, 1.0 if init == "one" else 0.0)
+            x = g.normal(0.0, std / math.sqrt(mult * a["num_layers"]), shape)
+        elif init in ("one", "zero"):
+            one = init == "one"
+            if hybrid and one and a["apply_layernorm_1p"] and "mixer.norm." not in name and not name.endswith(".D"):
+                one = False  # zero-centred norm weight (applied as 1 + w)
+            x = np.full(shape, 1.0 if one else 0.0)
             if perturb > 0:
                 x = x + g.normal(0.0, perturb, shape)
+        else:
+            x = mamba_ref.init_value(init, shape, g)
         out[name] = x.astype(np.float32)
     return out
 
@@ -261,12 +317,15 @@ class GPTRef:
                 t = x.detach()  # used in place (benchmarks: no second copy of the weights)
             else:
                 t = torch.as_tensor(np.asarray(x)).to(dtype).clone()
+            if n.endswith("mixer.conv1d_weight") and tuple(t.shape) != tuple(shape) and t.numel() == math.prod(shape):
+                t = t.detach().reshape(shape).clone()  # Megatron's [CD, 1, 4]; the table has [CD, 4]
             if tuple(t.shape) != tuple(shape):
                 raise ValueError("%s: shape %s, expected %s" % (n, tuple(t.shape), tuple(shape)))
             self.params[n] = t.requires_grad_(not moe_ref.is_frozen(n))
         self._rope_cache = {}
         self._seg, self._rope_pos = None, None  # packed documents of the current forward
         self.moe_layers = moe_ref.moe_layer_flags(a)
+        self.pattern = mamba_ref.symbols(a)  # hybrid: one symbol per layer, else None
         self.expert_bias32 = {i: np.asarray(tensors[n], dtype=np.float32).copy()
                               for i in range(a["num_layers"])
                               for n in ["decoder.layers.%d.mlp.router.expert_bias" % i] if n in tensors}
@@ -390,20 +449,42 @@ class GPTRef:
             pos = torch.as_tensor(np.array(position_ids)).long()
             x = x + p["embedding.position_embeddings.weight"][pos]
         for i in range(a["num_layers"]):
+            if self.pattern:
+                x = self.layer(x, i)
+                continue
             x = x + self._attention(self._norm(x, "decoder.layers.%d.self_attention.linear_qkv." % i), i)
             if self.moe_layers[i]:
-                y, rec, loss = moe_ref.moe_forward(a, p, i, self._norm(x, "decoder.layers.%d.pre_mlp_layernorm." % i),
-                                                   self.expert_bias32.get(i), self.aux_grad_scale)
-                rec["layer"] = i
-                self.moe_records.append(rec)
-                if loss is not None:
-                    self.moe_losses.append(loss)
-                x = x + y
+                x = x + self._moe(x, i)
                 continue
             x = x + self._mlp(self._norm(x, "decoder.layers.%d.mlp.linear_fc1." % i), i)
         x = self._norm(x, "decoder.final_layernorm.")
         w = p["output_layer.weight"] if a["untie_embeddings_and_output_weights"] else p["embedding.word_embeddings.weight"]
         return x @ w.t()
+
+    def _moe(self, x, i):
+        """The MoE block of layer i on the residual stream x (pre_mlp_layernorm, then the MoE)."""
+        y, rec, loss = moe_ref.moe_forward(self.a, self.params, i,
+                                           self._norm(x, "decoder.layers.%d.pre_mlp_layernorm." % i),
+                                           self.expert_bias32.get(i), self.aux_grad_scale)
+        rec["layer"] = i
+        self.moe_records.append(rec)
+        if loss is not None:
+            self.moe_losses.append(loss)
+        return y
+
+    def layer(self, x, i):
+        """Hybrid models: layer i (its pattern symbol) on the residual stream x [b, s, h]; each
+        is its own pre-norm residual block: 'M' Mamba (mamba_ref.mixer), '*' self-attention only,
+        '-' dense MLP only, 'E' MoE only (hidden dropout 0)."""
+        c = self.pattern[i]
+        p = "decoder.layers.%d." % i
+        if c == "M":
+            return x + mamba_ref.mixer(self.a, self.params, p + "mixer.", self._norm(x, p + "mixer.in_proj."))
+        if c == "*":
+            return x + self._attention(self._norm(x, p + "self_attention.linear_qkv."), i)
+        if c == "-":
+            return x + self._mlp(self._norm(x, p + "mlp.linear_fc1."), i)
+        return x + self._moe(x, i)
 
     def losses(self, tokens, labels, position_ids=None, seg_start=None):
         """-> logits [b, s, Vpad], per-token cross-entropy [b, s]."""
@@ -697,7 +778,9 @@ def fake_dump(path, args, iters=10, dtype=torch.float32, seed=1234, perturb=None
     'moe-prob-order' (iter1 probs written in top-k order beside experts in ascending order),
     'moe-aux-scale' (aux and z losses back-propagated with scale 1 instead of 1/M),
     'moe-lb-report' (the reported load-balancing loss not divided by M),
-    'moe-bias-sign' (the expert bias moved towards the loaded experts)."""
+    'moe-bias-sign' (the expert bias moved towards the loaded experts); hybrid models with Mamba
+    layers: 'mamba-conv-direction' (the causal conv's taps reversed: w[c, 0] on the current token),
+    'mamba-zx-order' (in_proj's z and x blocks swapped: the gate reads x's rows)."""
     a = normalize_args(args)
     params = init_params(a, seed, perturb=0.02)
     batch = random_batches(a, iters, seed + 1)
@@ -714,6 +797,16 @@ def fake_dump(path, args, iters=10, dtype=torch.float32, seed=1234, perturb=None
                 for g_ in range(ng):
                     il += [qs[g_ * r:(g_ + 1) * r], ks[g_:g_ + 1], vs[g_:g_ + 1]]
                 params[n] = np.concatenate(il).reshape(x.shape)
+    if perturb == "mamba-conv-direction":  # a model whose conv tap k=0 multiplies the current token
+        for n in list(params):
+            if n.endswith("mixer.conv1d_weight"):
+                params[n] = np.ascontiguousarray(params[n][..., ::-1])
+    elif perturb == "mamba-zx-order":  # a model that reads in_proj's first two blocks as [x | z]
+        DI = mamba_ref.sizes(a)[1] if mamba_ref.symbols(a) and "M" in mamba_ref.symbols(a) else 0
+        for n in list(params):
+            if n.endswith("mixer.in_proj.weight"):
+                w = params[n]
+                params[n] = np.concatenate([w[DI:2 * DI], w[:DI], w[2 * DI:]])
     model = GPTRef(a, params, dtype)
     tr = Trainer(model, aux_grad_scale=1.0 if perturb == "moe-aux-scale" else None)
     if perturb == "moe-bias-sign":
@@ -763,6 +856,8 @@ def naive_logits(args, P, tokens):
     7.3 text, sharing no code with GPTRef (used by `mgt_ref.py selfcheck`).  MoE layers use
     moe_ref.naive_moe token by token, so only dropless routing (no capacity factor)."""
     a = normalize_args(args)
+    if mamba_ref.symbols(a):
+        raise ValueError("naive_logits: GPT layers only (hybrid layers: mamba_ref.naive_layer)")
     moe = moe_ref.moe_layer_flags(a)
     if any(moe) and a["moe_expert_capacity_factor"] is not None:
         raise ValueError("naive_logits: token dropping couples the tokens; check it with moe_ref.selfcheck")
@@ -954,6 +1049,7 @@ def selfcheck():
             print("selfcheck lr %s n=%d: got %r, want %r  FAIL" % (extra, n, got, want))
     print("selfcheck lr schedule: %d cases %s" % (len(cases), "ok" if not bad else "(see above)"))
     bad += moe_ref.selfcheck(sys.modules[__name__])
+    bad += mamba_ref.selfcheck(sys.modules[__name__])
     return 1 if bad else 0
 
 
@@ -996,7 +1092,8 @@ def main(argv):
     fd.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     fd.add_argument("--seed", type=int, default=1234)
     fd.add_argument("--perturb", choices=["grads", "logits", "loss-iter", "lr", "qkv-layout", "moe-prob-order",
-                                          "moe-aux-scale", "moe-lb-report", "moe-bias-sign"])
+                                          "moe-aux-scale", "moe-lb-report", "moe-bias-sign",
+                                          "mamba-conv-direction", "mamba-zx-order"])
     fd.add_argument("--lr-convention", choices=["used", "logged"], default="used")
     sub.add_parser("selfcheck", help="check GPTRef against a loop-by-loop forward and lr_at by hand")
     o = ap.parse_args(argv)

@@ -15,6 +15,8 @@ Checks, mgt vs the float64 reference (normwise relative error ||a-b|| / ||b||):
   The dump's train/lr may follow either of Megatron's conventions: the lr the iteration used
   (n = (k-1)*GBS samples) or the lr Megatron's log line prints (after the scheduler step,
   n = k*GBS); --lr-convention picks one, default either (the table says which matched).
+Hybrid models (args hybrid_layer_pattern; mamba_ref.py) are checked the same way; a Mamba
+conv1d_weight may be dumped as [CD, 4] (mgt's table) or Megatron's [CD, 1, 4].
 With MoE (args num_experts > 0; moe_ref.py), also, for every MoE layer N:
   iter1/moe/layer_N/experts int32 [mbs, s, k]: per token (iteration 1, first micro-batch) the k
     chosen experts in ascending order, a copy dropped by the capacity as -1; must equal the
@@ -123,6 +125,11 @@ def describe(a):
     bits = ["L%d h%d heads %d/%d d%d ffn%d Vpad %d s%d" % (
         a["num_layers"], a["hidden_size"], nq, ng, a["kv_channels"], a["ffn_hidden_size"],
         a["padded_vocab_size"], a["seq_length"])]
+    pat = mgt_ref.mamba_ref.symbols(a)
+    if pat:
+        bits.append("hybrid %s" % pat + (" (mamba heads %d x %d, state %d, groups %d)" % (
+            a["mamba_num_heads"], a["mamba_head_dim"], a["mamba_state_dim"], a["mamba_num_groups"])
+            if "M" in pat else ""))
     bits.append(a["normalization"])
     bits.append("swiglu" if a["swiglu"] else ("gelu-tanh" if a["openai_gelu"] else "gelu"))
     bits.append(a["position_embedding_type"] + (" llama3.1-scaled (x%g, %g..%g, %d)" % (
@@ -182,6 +189,10 @@ def main(argv):
     try:
         d = mgt_ref.read_dump(o.dump)
         a = mgt_ref.normalize_args(d["args"])
+        for grp in ("params", "grads"):  # Mamba conv1d_weight as Megatron's [CD, 1, 4]: the table's [CD, 4]
+            for n, x in d[grp].items():
+                if n.endswith("mixer.conv1d_weight") and x.ndim == 3 and x.shape[1] == 1:
+                    d[grp][n] = x.reshape(x.shape[0], x.shape[2])
         for k in ("tokens", "labels", "loss_mask"):
             if k not in d["batch"]:
                 raise ValueError("batch/%s missing" % k)
