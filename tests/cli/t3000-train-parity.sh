@@ -12,7 +12,9 @@
 # warmup init; llama-combo: QKV biases, q/k RMSNorm with weight decay on it, RoPE scaling, the
 # WSD schedule), and the flips on them; the full tier also runs each variant alone, and checks
 # that parity.py fails dumps with a wrong loss iteration or learning rate (the quick tier: a
-# wrong QKV layout, and the flips), and the reference itself against an independent loop-by-loop
+# wrong QKV layout, and the flips); hybrid models (mamba_ref.py): the four layer kinds in one
+# pattern for 11 iterations (quick; tiny-hybrid's M*M- in the full tier), and parity.py failing a
+# hybrid dump whose Mamba layer reads in_proj's z and x swapped (quick) or its conv reversed (full), and the reference itself against an independent loop-by-loop
 # forward (tests/torch/mgt_ref.py selfcheck: it checks the harness, which mgt's changes leave).
 . "$(dirname "$0")/lib.sh"
 REF=$ROOT/tests/torch
@@ -37,6 +39,12 @@ for p in qkv-layout loss-iter lr; do
 	ok "parity.py fails a dump with a wrong $p" sh -c "
 		$PY '$REF/mgt_ref.py' fake-dump '$T/bad.h5' --preset tiny-gpt2 $SMALL --perturb $p &&
 		$PY '$REF/parity.py' --no-fp32 --threads $THREADS '$T/bad.h5' > '$T/bad.out'; test \$? = 1"
+done
+for p in mamba-conv-direction mamba-zx-order; do
+	[ $p = mamba-zx-order ] || full_only "parity.py fails a hybrid dump with a wrong $p" || continue
+	ok "parity.py fails a hybrid dump with a wrong $p" sh -c "
+		$PY '$REF/mgt_ref.py' fake-dump '$T/badm.h5' --preset tiny-hybrid --set seq_length=32 --iters 2 --perturb $p &&
+		$PY '$REF/parity.py' --no-fp32 --threads $THREADS '$T/badm.h5' > '$T/badm.out'; test \$? = 1"
 done
 
 # --- mgt-train --------------------------------------------------------------------------------
@@ -71,6 +79,13 @@ ok "tiny-gpt2 (LayerNorm, GELU, learned positions, tied, biases) = reference" \
 	parity tiny-gpt2 10 "" -- --model tiny-gpt2
 ok "tiny-llama (GQA, SwiGLU, RMSNorm, RoPE, untied, no biases) = reference" \
 	parity tiny-llama 10 "" -- --model tiny-llama
+# hybrid models (issue 48): the four layer kinds (Mamba-2, attention, MLP, MoE) in one pattern, 11
+# iterations (quick tier); tiny-hybrid's own M*M- (full tier)
+ok "hybrid M*-EM* (Mamba-2, attention, MLP, MoE of 4 experts top-2), 11 iterations = reference" \
+	parity hybrid-4kinds 11 "" -- --model tiny-hybrid --hybrid-layer-pattern 'M*-EM*' --num-experts 4 \
+	--moe-router-topk 2 --moe-aux-loss-coeff 1e-2
+full_only "tiny-hybrid (M*M-) = reference" && ok "tiny-hybrid (M*M-) = reference" \
+	parity tiny-hybrid 10 "" -- --model tiny-hybrid
 # the variants combined (quick tier), then alone (full tier)
 ok "tiny-gpt2 combined: no linear biases but the QKV's, q/k LayerNorm, tanh GELU, clipping, weight decay, inverse-sqrt = reference" \
 	parity gpt2-combo 6 --no-fp32 -- --model tiny-gpt2 --disable-bias-linear --add-qkv-bias --qk-layernorm --openai-gelu \
