@@ -230,11 +230,13 @@ struct mgt_tensor_table;
 /* The dataset of x under prefix into name[n] (truncated to fit) and its global shape into
  * gshape; returns its ndim (x->ndim, plus one for an expert row). */
 int mgt_ckpt_row_dataset(const struct mgt_tensor *x, const char *prefix, char *name, size_t n, int64_t gshape[3]);
+/* The most boxes of one row piece (model.h MGT_TENSOR_MAX_BOXES). */
+enum { MGT_CKPT_MAX_BOXES = 15 };
 /* mgt_tensor_boxes of the local elements [lo, hi) of x in its dataset's index space: for an
  * expert row each box gets the expert index as its first dimension (offset x->expert, size
- * 1).  Returns the number of boxes (at most 6). */
-int mgt_ckpt_row_boxes(const struct mgt_tensor *x, size_t lo, size_t hi, int64_t off[6][3], int64_t shape[6][3],
-		       size_t first[6]);
+ * 1).  Returns the number of boxes (at most MGT_CKPT_MAX_BOXES). */
+int mgt_ckpt_row_boxes(const struct mgt_tensor *x, size_t lo, size_t hi, int64_t off[MGT_CKPT_MAX_BOXES][3],
+		       int64_t shape[MGT_CKPT_MAX_BOXES][3], size_t first[MGT_CKPT_MAX_BOXES]);
 /* Whether an earlier row of row i's layer in tt (rows of a layer are consecutive, as
  * mgt_tensor_table_build makes them) is an expert row of the same dataset: the dataset is
  * handled at its first row. */

@@ -27,10 +27,12 @@ int mgt_ckpt_row_dataset(const mgt_tensor *x, const char *prefix, char *name, si
 	return nd;
 }
 
-int mgt_ckpt_row_boxes(const mgt_tensor *x, size_t lo, size_t hi, int64_t off[6][3], int64_t shape[6][3],
-		       size_t first[6])
+_Static_assert((int)MGT_CKPT_MAX_BOXES == (int)MGT_TENSOR_MAX_BOXES, "ckpt.h's box count is model.h's");
+
+int mgt_ckpt_row_boxes(const mgt_tensor *x, size_t lo, size_t hi, int64_t off[MGT_CKPT_MAX_BOXES][3], int64_t shape[MGT_CKPT_MAX_BOXES][3],
+		       size_t first[MGT_CKPT_MAX_BOXES])
 {
-	int64_t o2[6][2], s2[6][2];
+	int64_t o2[MGT_TENSOR_MAX_BOXES][2], s2[MGT_TENSOR_MAX_BOXES][2];
 	int nb = mgt_tensor_boxes(x, lo, hi, o2, s2, first), e = x->num_experts > 0;
 	for (int k = 0; k < nb; k++) {
 		if (e) {
@@ -48,8 +50,8 @@ int mgt_ckpt_row_boxes(const mgt_tensor *x, size_t lo, size_t hi, int64_t off[6]
 mgt_status mgt_ckpt_row_read_from(mgt_ckpt_box_reader rd, void *src, const char *prefix, const mgt_tensor *x,
 				  size_t lo, size_t hi, float *dst)
 {
-	int64_t off[6][3], shape[6][3], gs[3];
-	size_t first[6];
+	int64_t off[MGT_CKPT_MAX_BOXES][3], shape[MGT_CKPT_MAX_BOXES][3], gs[3];
+	size_t first[MGT_CKPT_MAX_BOXES];
 	char name[160];
 	int nd = mgt_ckpt_row_dataset(x, prefix, name, sizeof name, gs);
 	int nb = mgt_ckpt_row_boxes(x, lo, hi, off, shape, first);

@@ -97,8 +97,8 @@ static mgt_status scatter(hf_in *h, const mgt_tensor *g, const float *whole, scr
 	for (int r = 0; r < h->nranks; r++) {
 		const mgt_tensor *x = mgt_tensor_table_find(&h->ranks[r], g->name);
 		if (!x || rank_ep(h, r) || (x->role == MGT_T_WORD_EMB && rank_pp(h, r))) continue;
-		int64_t off[6][2], shape[6][2];
-		size_t first[6];
+		int64_t off[MGT_TENSOR_MAX_BOXES][2], shape[MGT_TENSOR_MAX_BOXES][2];
+		size_t first[MGT_TENSOR_MAX_BOXES];
 		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
 		for (int k = 0; k < nb; k++) {
 			mgt_ckpt_piece p = {.name = g->name, .ndim = g->ndim, .dtype = MGT_CKPT_F32,
@@ -163,8 +163,8 @@ static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
 				k++;
 			}
 		if (!x) continue; /* another pipeline stage's layer */
-		int64_t off[6][2], shape[6][2];
-		size_t first[6];
+		int64_t off[MGT_TENSOR_MAX_BOXES][2], shape[MGT_TENSOR_MAX_BOXES][2];
+		size_t first[MGT_TENSOR_MAX_BOXES];
 		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
 		for (int q = 0; !st && q < nb; q++) {
 			int64_t bc = g0->ndim == 2 ? shape[q][1] : 1;

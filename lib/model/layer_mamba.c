@@ -138,16 +138,18 @@ void mgt_layer_mamba_rows(mgt_rows *bd, int i)
 {
 	const mgt_model_config *c = bd->c;
 	const int64_t h = c->hidden_size, P = c->mamba_head_dim, N = c->mamba_state_dim, G = c->mamba_num_groups;
-	const int64_t NH = c->mamba_num_heads, DI = NH * P, CD = DI + 2 * G * N;
+	const int64_t NH = c->mamba_num_heads, DI = NH * P;
 	/* MambaMixer.__init__'s order: in_proj (its fused norm first, as TE registers it), conv1d,
 	 * dt_bias, A_log, D, norm, out_proj.  The conv's kaiming_uniform(a = sqrt(5)) over fan-in K
 	 * is U(-1/sqrt(K), 1/sqrt(K)), its bias the same bound. */
 	mgt_rows_norm(bd, i, MGT_T_LN1_W, "mixer.in_proj.layer_norm_weight", "mixer.in_proj.layer_norm_bias");
-	mgt_rows_add(bd, i, MGT_T_M_IN_W, "mixer.in_proj.weight", 2 * DI + 2 * G * N + NH, h, MGT_SHARD_ROW, MGT_INIT_NORMAL,
-		     c->init_method_std);
+	/* under TP each rank holds its heads' and groups' piece of every block (section 4 of the
+	 * facts: [z_r|x_r|B_r|C_r|dt_r] and [x_r|B_r|C_r]) */
+	const int64_t zx[] = { DI, DI, G * N, G * N, NH }, xbc[] = { DI, G * N, G * N };
+	mgt_rows_add_blocks(bd, i, MGT_T_M_IN_W, "mixer.in_proj.weight", zx, 5, h, MGT_INIT_NORMAL, c->init_method_std);
 	const double bound = 1.0 / sqrt((double)CONV_K);
-	mgt_rows_add(bd, i, MGT_T_M_CONV_W, "mixer.conv1d_weight", CD, CONV_K, MGT_SHARD_ROW, MGT_INIT_UNIFORM, bound);
-	mgt_rows_add(bd, i, MGT_T_M_CONV_B, "mixer.conv1d_bias", CD, 0, MGT_SHARD_ROW, MGT_INIT_UNIFORM, bound);
+	mgt_rows_add_blocks(bd, i, MGT_T_M_CONV_W, "mixer.conv1d_weight", xbc, 3, CONV_K, MGT_INIT_UNIFORM, bound);
+	mgt_rows_add_blocks(bd, i, MGT_T_M_CONV_B, "mixer.conv1d_bias", xbc, 3, 0, MGT_INIT_UNIFORM, bound);
 	mgt_rows_add(bd, i, MGT_T_M_DT_B, "mixer.dt_bias", NH, 0, MGT_SHARD_ROW, MGT_INIT_DT_BIAS, 0);
 	mgt_rows_add(bd, i, MGT_T_M_A_LOG, "mixer.A_log", NH, 0, MGT_SHARD_ROW, MGT_INIT_A_LOG, 0);
 	mgt_rows_add(bd, i, MGT_T_M_D, "mixer.D", NH, 0, MGT_SHARD_ROW, MGT_INIT_ONE, 0);

@@ -198,7 +198,14 @@ typedef enum {
 	MGT_SHARD_COL,    /* split along dim 1 across TP (row-parallel weights) */
 	MGT_SHARD_VOCAB,  /* vocab-parallel embedding / output layer: dim 0 */
 	MGT_SHARD_ROW_GLU, /* SwiGLU fc1: global cat(gate, up), each half split along dim 0 (section 6.3) */
+	/* row blocks (mgt_tensor.blocks): global cat(block 0, block 1, ...), each block split along
+	 * dim 0 and a rank's pieces kept in block order: the Mamba mixer's in_proj [z|x|B|C|dt] and
+	 * conv1d [x|B|C] (megatron/core/ssm/mamba_mixer.py; ROW_GLU is the two-block case) */
+	MGT_SHARD_ROW_BLOCKS,
 } mgt_shard_rule;
+
+/* The most boxes mgt_tensor_boxes returns (up to 3 per row block). */
+enum { MGT_TENSOR_MAX_BLOCKS = 5, MGT_TENSOR_MAX_BOXES = 3 * MGT_TENSOR_MAX_BLOCKS };
 
 /* Initializers: N(0, init_std), zeros, ones; and the Mamba-2 mixer's (megatron/core/ssm/
  * mamba_mixer.py MambaMixer.__init__): U(-init_std, init_std) (the conv's kaiming_uniform with
@@ -267,6 +274,10 @@ typedef struct mgt_tensor {
 	 * first dimension, so that checkpoints reshard across expert-parallel sizes. */
 	int expert, num_experts;
 	char dataset[96];
+	/* MGT_SHARD_ROW_BLOCKS: the global rows of each block (nblocks of them, each divisible by
+	 * the TP size); 0 otherwise */
+	int64_t blocks[MGT_TENSOR_MAX_BLOCKS];
+	int nblocks;
 	size_t offset;             /* element offset in the flat local parameter buffer */
 	size_t numel;              /* local elements */
 } mgt_tensor;
@@ -321,12 +332,13 @@ mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, i
 bool mgt_tensor_overlap(const mgt_tensor *t, size_t lo, size_t hi, size_t *a, size_t *b);
 
 /* The boxes of the global tensor that hold the local elements [lo, hi) of t (0 <= lo < hi <=
- * t->numel, flat row-major over t->local_shape): at most 6 (a partial row, whole rows, a
- * partial row; twice for MGT_SHARD_ROW_GLU's two halves).  box[k] gets the global offset and
- * shape (ndim entries) and first[k] the local flat index of its first element; boxes come in
- * local order, each contiguous locally.  Returns the number of boxes. */
-int mgt_tensor_boxes(const mgt_tensor *t, size_t lo, size_t hi, int64_t off[6][2], int64_t shape[6][2],
-		     size_t first[6]);
+ * t->numel, flat row-major over t->local_shape): at most MGT_TENSOR_MAX_BOXES (a partial row,
+ * whole rows, a partial row; twice for MGT_SHARD_ROW_GLU's two halves, once per block of
+ * MGT_SHARD_ROW_BLOCKS).  box[k] gets the global offset and shape (ndim entries) and first[k]
+ * the local flat index of its first element; boxes come in local order, each contiguous
+ * locally.  Returns the number of boxes. */
+int mgt_tensor_boxes(const mgt_tensor *t, size_t lo, size_t hi, int64_t off[MGT_TENSOR_MAX_BOXES][2],
+		     int64_t shape[MGT_TENSOR_MAX_BOXES][2], size_t first[MGT_TENSOR_MAX_BOXES]);
 /* The row with this name, or NULL. */
 const mgt_tensor *mgt_tensor_table_find(const mgt_tensor_table *tt, const char *name);
 

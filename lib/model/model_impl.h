@@ -492,6 +492,10 @@ typedef struct mgt_rows {
 void mgt_rows_add(mgt_rows *bd, int layer, mgt_tensor_role role, const char *suffix, int64_t rows, int64_t cols,
 		  mgt_shard_rule shard, mgt_init_kind init, double std);
 void mgt_rows_norm(mgt_rows *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b);
+/* mgt_rows_add_blocks: a MGT_SHARD_ROW_BLOCKS row of nblocks (<= MGT_TENSOR_MAX_BLOCKS) row
+ * blocks of global rows blocks[k], each divisible by TP, and cols columns (0: 1-D). */
+void mgt_rows_add_blocks(mgt_rows *bd, int layer, mgt_tensor_role role, const char *suffix, const int64_t *blocks,
+			 int nblocks, int64_t cols, mgt_init_kind init, double std);
 /* mgt_layer_symbols: global layer l's symbols in the layer pattern (mgt_model_layer_pattern),
  * "*-" (self-attention, dense MLP) or "*E" (an MoE layer by mgt_moe_is_layer); a static string.
  * mgt_rows_layer: layer l's rows, each symbol's kind in turn.  mgt_layer_attn_rows (layer_attn.c),

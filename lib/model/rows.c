@@ -40,9 +40,9 @@ void mgt_rows_add(mgt_rows *bd, int layer, mgt_tensor_role role, const char *suf
 	t->init_std = std;
 	t->weight_decay = t->ndim == 2; /* Megatron: no decay for biases and 1-D params */
 	int64_t lr = rows, lc = cols;
-	if (shard == MGT_SHARD_ROW || shard == MGT_SHARD_VOCAB || shard == MGT_SHARD_ROW_GLU) {
+	if (shard == MGT_SHARD_ROW || shard == MGT_SHARD_VOCAB || shard == MGT_SHARD_ROW_GLU || shard == MGT_SHARD_ROW_BLOCKS) {
 		lr = rows / bd->tp;
-		t->local_offset[0] = lr * bd->tp_rank; /* ROW_GLU: offset of the gate half's piece */
+		t->local_offset[0] = lr * bd->tp_rank; /* ROW_GLU, ROW_BLOCKS: local rows x rank (table.c segments) */
 	} else if (shard == MGT_SHARD_COL) {
 		lc = cols / bd->tp;
 		t->local_offset[1] = lc * bd->tp_rank;
@@ -53,6 +53,19 @@ void mgt_rows_add(mgt_rows *bd, int layer, mgt_tensor_role role, const char *suf
 	tt->numel += t->numel;
 	tt->global_numel += rows * (cols ? cols : 1);
 	tt->n++;
+}
+
+void mgt_rows_add_blocks(mgt_rows *bd, int layer, mgt_tensor_role role, const char *suffix, const int64_t *blocks,
+			 int nblocks, int64_t cols, mgt_init_kind init, double std)
+{
+	int64_t rows = 0;
+	for (int k = 0; k < nblocks; k++) rows += blocks[k];
+	int n0 = bd->tt->n;
+	mgt_rows_add(bd, layer, role, suffix, rows, cols, MGT_SHARD_ROW_BLOCKS, init, std);
+	if (bd->st || bd->tt->n == n0) return;
+	mgt_tensor *t = &bd->tt->t[bd->tt->n - 1];
+	memcpy(t->blocks, blocks, (size_t)nblocks * sizeof *blocks);
+	t->nblocks = nblocks;
 }
 
 void mgt_rows_norm(mgt_rows *bd, int layer, mgt_tensor_role w, const char *name_w, const char *name_b)

@@ -344,18 +344,27 @@ mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, i
 	return ls.st;
 }
 
-/* Local rows [a, b) of t that map to consecutive global rows starting at *g0 (segment k). */
-static int segments(const mgt_tensor *t, int64_t a[2], int64_t b[2], int64_t g0[2])
+/* Local rows [a[k], b[k]) of t that map to consecutive global rows starting at g0[k] (segment
+ * k; returns their count): one, ROW_GLU's two halves or ROW_BLOCKS's blocks, each piece rank
+ * local_offset[0] / local rows of its block. */
+static int segments(const mgt_tensor *t, int64_t a[MGT_TENSOR_MAX_BLOCKS], int64_t b[MGT_TENSOR_MAX_BLOCKS],
+		    int64_t g0[MGT_TENSOR_MAX_BLOCKS])
 {
-	int64_t R = t->local_shape[0];
-	if (t->shard != MGT_SHARD_ROW_GLU) {
+	int64_t R = t->local_shape[0], two[2] = { t->shape[0] / 2, t->shape[0] / 2 };
+	if (t->shard != MGT_SHARD_ROW_GLU && t->shard != MGT_SHARD_ROW_BLOCKS) {
 		a[0] = 0; b[0] = R; g0[0] = t->local_offset[0];
 		return 1;
 	}
-	int64_t half = R / 2, off = t->local_offset[0] / 2;
-	a[0] = 0; b[0] = half; g0[0] = off;
-	a[1] = half; b[1] = R; g0[1] = t->shape[0] / 2 + off;
-	return 2;
+	const int64_t *blk = t->shard == MGT_SHARD_ROW_GLU ? two : t->blocks;
+	int n = t->shard == MGT_SHARD_ROW_GLU ? 2 : t->nblocks;
+	int64_t tp = R ? t->shape[0] / R : 1, rank = R ? t->local_offset[0] / R : 0, la = 0, ga = 0;
+	for (int k = 0; k < n; k++) {
+		int64_t lr = blk[k] / tp;
+		a[k] = la; b[k] = la + lr; g0[k] = ga + lr * rank;
+		la += lr;
+		ga += blk[k];
+	}
+	return n;
 }
 
 static void put_box(const mgt_tensor *t, int64_t grow, int64_t col, int64_t rows, int64_t cols, size_t first,
@@ -370,10 +379,11 @@ static void put_box(const mgt_tensor *t, int64_t grow, int64_t col, int64_t rows
 	*f = first;
 }
 
-int mgt_tensor_boxes(const mgt_tensor *t, size_t lo, size_t hi, int64_t off[6][2], int64_t shape[6][2],
-		     size_t first[6])
+int mgt_tensor_boxes(const mgt_tensor *t, size_t lo, size_t hi, int64_t off[MGT_TENSOR_MAX_BOXES][2],
+		     int64_t shape[MGT_TENSOR_MAX_BOXES][2], size_t first[MGT_TENSOR_MAX_BOXES])
 {
-	int64_t a[2], b[2], g0[2], C = t->ndim == 2 ? t->local_shape[1] : 1;
+	int64_t a[MGT_TENSOR_MAX_BLOCKS], b[MGT_TENSOR_MAX_BLOCKS], g0[MGT_TENSOR_MAX_BLOCKS];
+	int64_t C = t->ndim == 2 ? t->local_shape[1] : 1;
 	int ns = segments(t, a, b, g0), n = 0;
 	for (int k = 0; k < ns; k++) {
 		int64_t x = (int64_t)lo > a[k] * C ? (int64_t)lo : a[k] * C;
@@ -410,13 +420,15 @@ const mgt_tensor *mgt_tensor_table_find(const mgt_tensor_table *tt, const char *
 	return NULL;
 }
 
-/* Global row of local row r: ROW_GLU keeps [gate_r; up_r] locally (section 6.3). */
+/* Global row of local row r: ROW_GLU keeps [gate_r; up_r] locally (section 6.3), ROW_BLOCKS
+ * its blocks' pieces in order. */
 static int64_t global_row(const mgt_tensor *t, int64_t r)
 {
-	if (t->shard != MGT_SHARD_ROW_GLU) return t->local_offset[0] + r;
-	int64_t half = t->local_shape[0] / 2, ghalf = t->shape[0] / 2;
-	int64_t off = t->local_offset[0] / 2; /* per-half offset */
-	return r < half ? off + r : ghalf + off + (r - half);
+	int64_t a[MGT_TENSOR_MAX_BLOCKS], b[MGT_TENSOR_MAX_BLOCKS], g0[MGT_TENSOR_MAX_BLOCKS];
+	int n = segments(t, a, b, g0);
+	for (int k = 0; k < n; k++)
+		if (r < b[k]) return g0[k] + r - a[k];
+	return g0[n - 1] + r - a[n - 1];
 }
 
 /* Element e of global tensor t under its initializer (model.h mgt_init_kind), drawn from

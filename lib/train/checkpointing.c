@@ -174,8 +174,8 @@ static mgt_status add_experts(mgt_train_pieces *pl, const char *prefix, const mg
 		const mgt_tensor *x = &tt->t[j];
 		size_t a, e;
 		if (x->num_experts <= 0 || strcmp(x->dataset, x0->dataset) || !mgt_tensor_overlap(x, lo, hi, &a, &e)) continue;
-		int64_t off[6][3], shape[6][3];
-		size_t first[6];
+		int64_t off[MGT_CKPT_MAX_BOXES][3], shape[MGT_CKPT_MAX_BOXES][3];
+		size_t first[MGT_CKPT_MAX_BOXES];
 		int nb = mgt_ckpt_row_boxes(x, a - x->offset, e - x->offset, off, shape, first);
 		for (int k = 0; k < nb; k++, n++) {
 			memcpy(b[n].off, off[k], (size_t)nd * sizeof(int64_t));
@@ -235,8 +235,8 @@ mgt_status mgt_train_pieces_add(mgt_train_pieces *pl, const char *prefix, const 
 		    !mgt_tensor_overlap(x, lo, hi, &a, &b))
 			continue;
 		char name[160];
-		int64_t gs[3], off[6][3], shape[6][3];
-		size_t first[6];
+		int64_t gs[3], off[MGT_CKPT_MAX_BOXES][3], shape[MGT_CKPT_MAX_BOXES][3];
+		size_t first[MGT_CKPT_MAX_BOXES];
 		int nd = mgt_ckpt_row_dataset(x, prefix, name, sizeof name, gs);
 		int nb = mgt_ckpt_row_boxes(x, a - x->offset, b - x->offset, off, shape, first);
 		for (int k = 0; !st && k < nb; k++)

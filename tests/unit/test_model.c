@@ -40,6 +40,16 @@ static int64_t global_index(const mgt_tensor *x, int tp, int tp_rank, int64_t r,
 	case MGT_SHARD_ROW:
 	case MGT_SHARD_VOCAB: return (tp_rank * R / tp + r) * C + k;
 	case MGT_SHARD_COL: return r * C + tp_rank * (C / tp) + k;
+	case MGT_SHARD_ROW_BLOCKS: { /* block by block: this rank's rows of each block in turn */
+		int64_t lo = 0, go = 0;
+		for (int b = 0; b < x->nblocks; b++) {
+			int64_t lr = x->blocks[b] / tp;
+			if (r < lo + lr) return (go + tp_rank * lr + r - lo) * C + k;
+			lo += lr;
+			go += x->blocks[b];
+		}
+		return -1;
+	}
 	case MGT_SHARD_ROW_GLU: {
 		int64_t half = R / 2 / tp; /* local rows per half */
 		int64_t g = r < half ? tp_rank * half + r : R / 2 + tp_rank * half + (r - half);
@@ -52,8 +62,8 @@ static int64_t global_index(const mgt_tensor *x, int tp, int tp_rank, int64_t r,
 /* Boxes of [lo, hi) of x: every local element once, at the global index the rules give. */
 static int boxes_ok(const mgt_tensor *x, int tp, int tp_rank, size_t lo, size_t hi)
 {
-	int64_t off[6][2], shape[6][2];
-	size_t first[6], seen = 0;
+	int64_t off[MGT_TENSOR_MAX_BOXES][2], shape[MGT_TENSOR_MAX_BOXES][2];
+	size_t first[MGT_TENSOR_MAX_BOXES], seen = 0;
 	int nb = mgt_tensor_boxes(x, lo, hi, off, shape, first);
 	int64_t Cl = x->ndim == 2 ? x->local_shape[1] : 1, Cg = x->ndim == 2 ? x->shape[1] : 1;
 	size_t expect_next = lo;
@@ -71,13 +81,12 @@ static int boxes_ok(const mgt_tensor *x, int tp, int tp_rank, size_t lo, size_t 
 			}
 		expect_next = first[b] + (size_t)(rows * cols);
 	}
-	return seen == hi - lo && nb <= 6;
+	return seen == hi - lo && nb <= MGT_TENSOR_MAX_BOXES;
 }
 
-static void test_boxes(bool swiglu, int tp)
+static void test_boxes_of(mgt_model_config c, int tp, const char *what)
 {
-	mgt_model_config c = config(swiglu);
-	CHECK(mgt_model_config_finalize(&c, tp) == MGT_OK, "config finalizes for TP %d", tp);
+	CHECK(mgt_model_config_finalize(&c, tp) == MGT_OK, "%s config finalizes for TP %d", what, tp);
 	uint64_t rng = 12345;
 	for (int r = 0; r < tp; r++) {
 		mgt_tensor_table tt;
@@ -93,9 +102,24 @@ static void test_boxes(bool swiglu, int tp)
 			}
 		}
 		CHECK(bad == 0, "%s TP rank %d/%d: boxes of %d random ranges map every element to its global index",
-		      swiglu ? "SwiGLU/GQA" : "GELU", r, tp, n);
+		      what, r, tp, n);
 		mgt_tensor_table_free(&tt);
 	}
+}
+
+/* The GPT configs, and a hybrid one whose Mamba in_proj and conv are row blocks (8 heads of 16,
+ * 4 groups of state 8: every block divides over TP 4). */
+static void test_boxes(bool swiglu, int tp)
+{
+	test_boxes_of(config(swiglu), tp, swiglu ? "SwiGLU/GQA" : "GELU");
+	if (swiglu) return;
+	mgt_model_config c = config(true);
+	snprintf(c.family, sizeof c.family, "hybrid");
+	snprintf(c.hybrid_layer_pattern, sizeof c.hybrid_layer_pattern, "M*-M");
+	c.mamba_head_dim = 16;
+	c.mamba_state_dim = 8;
+	c.mamba_num_groups = 4;
+	test_boxes_of(c, tp, "hybrid M*-M");
 }
 
 static size_t lcm128(size_t dp)
