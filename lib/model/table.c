@@ -271,8 +271,10 @@ mgt_status mgt_tensor_table_build_ep(mgt_tensor_table *tt, const mgt_model_confi
 		if (stage_of_layer(&bd, i) == pp_rank) mgt_rows_layer(&bd, i);
 	if (last && bert) mgt_bert_rows_heads(&bd);
 	else if (last) {
-		mgt_rows_norm(&bd, -1, MGT_T_FINAL_LN_W, "decoder.final_layernorm.weight",
-			      "decoder.final_layernorm.bias");
+		/* HybridStack names it final_norm (megatron/core/models/hybrid/hybrid_block.py) */
+		bool hy = c->hybrid_layer_pattern[0];
+		mgt_rows_norm(&bd, -1, MGT_T_FINAL_LN_W, hy ? "decoder.final_norm.weight" : "decoder.final_layernorm.weight",
+			      hy ? "decoder.final_norm.bias" : "decoder.final_layernorm.bias");
 		if (c->untie_embeddings_and_output_weights)
 			mgt_rows_add(&bd, -1, MGT_T_OUTPUT_W, "output_layer.weight", V, h, MGT_SHARD_VOCAB,
 				     MGT_INIT_NORMAL, std);

@@ -24,7 +24,7 @@ symbol is one pre-norm residual block decoder.layers.N.: 'M' Megatron-Core's Mam
 (mamba_ref.py: mixer.in_proj / conv1d_weight / dt_bias / A_log / D / norm / out_proj), '*' the
 GPT layer's self-attention block alone, '-' its dense MLP block alone, 'E' its MoE block alone
 (pre_mlp_layernorm + moe_ref; the MoE layers are exactly the 'E' symbols).  Embedding, final norm
-(decoder.final_layernorm.*, Megatron's HybridModel names it decoder.final_norm.*) and output layer
+(decoder.final_layernorm.*; a hybrid model's HybridStack names it decoder.final_norm.*) and output layer
 as GPT; output-layer inits use std / sqrt(1.0 L) instead of GPT's sqrt(2.0 L).
 
 Also here:
@@ -218,6 +218,12 @@ def _mlp_specs(a, p, ln_b):
     return s
 
 
+def final_norm_prefix(a):
+    """The final norm's name prefix: GPT's TransformerBlock final_layernorm, a hybrid model's
+    HybridStack final_norm (megatron/core/models/hybrid/hybrid_block.py)."""
+    return "decoder.final_norm." if a.get("hybrid_layer_pattern") else "decoder.final_layernorm."
+
+
 def tensor_specs(args):
     """[(name, shape, init, weight_decay)] of the GPT (or hybrid) model, init in
     normal|proj|zero|one, and for Mamba layers conv|dt_bias|A_log (mamba_ref.init_value)."""
@@ -247,9 +253,10 @@ def tensor_specs(args):
             s += moe_ref.moe_specs(a, p, ln_b)
             continue
         s += _mlp_specs(a, p, ln_b)
-    s.append(("decoder.final_layernorm.weight", (h,), "one", False))
+    fn = final_norm_prefix(a)
+    s.append((fn + "weight", (h,), "one", False))
     if ln_b:
-        s.append(("decoder.final_layernorm.bias", (h,), "zero", False))
+        s.append((fn + "bias", (h,), "zero", False))
     if a["untie_embeddings_and_output_weights"]:
         s.append(("output_layer.weight", (V, h), "normal", True))
     return s
@@ -457,7 +464,7 @@ class GPTRef:
                 x = x + self._moe(x, i)
                 continue
             x = x + self._mlp(self._norm(x, "decoder.layers.%d.mlp.linear_fc1." % i), i)
-        x = self._norm(x, "decoder.final_layernorm.")
+        x = self._norm(x, final_norm_prefix(a))
         w = p["output_layer.weight"] if a["untie_embeddings_and_output_weights"] else p["embedding.word_embeddings.weight"]
         return x @ w.t()
 

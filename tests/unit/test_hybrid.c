@@ -109,11 +109,13 @@ static mgt_status make_model(mgt_model **m, mgt_model_config *c, mgt_backend *be
 	return st ? st : mgt_model_init_params(*m, 1234);
 }
 
-/* GPT's name of hybrid tensor name: layer 0's attention and layer 1's MLP are GPT layer 0's. */
+/* GPT's name of hybrid tensor name: layer 0's attention and layer 1's MLP are GPT layer 0's;
+ * HybridStack's final_norm is TransformerBlock's final_layernorm. */
 static void gpt_name(const char *name, char *out, size_t n)
 {
 	snprintf(out, n, "%s", name);
 	if (!strncmp(name, "decoder.layers.1.", 17)) snprintf(out, n, "decoder.layers.0.%s", name + 17);
+	if (!strncmp(name, "decoder.final_norm.", 19)) snprintf(out, n, "decoder.final_layernorm.%s", name + 19);
 }
 
 static void t_gpt_equal(void)
