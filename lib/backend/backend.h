@@ -550,7 +550,22 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	/* Its backward from dout [T, di]: dy [T, di] and dz [T, ld_z] (columns 0..di-1) WRITTEN, dw \
 	 * [di] ACCUMULATED (summed in double over rows in row order). */ \
 	X(void, mamba_gated_norm_bwd, (mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, \
-		const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g))
+		const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g)) \
+	/* T tokens one at a time, for inference with state caches (Megatron's MambaMixer.ssm_decode, \
+	 * mamba_ssm's selective_state_update; the recurrence of ssd_scan_fwd above with the conv \
+	 * of mamba_conv_fwd): rows t = 0..T-1 in order, row t a token of cache sequence seq[t] at \
+	 * position pos[t] (int32 [T], backend memory).  A token at position 0 first zeroes its \
+	 * sequence's states.  conv_state [B, K-1, CD]: the sequence's last K-1 pre-conv xBC rows \
+	 * (oldest first); ssm_state [B, nh, p, n]: S.  For row t: u[t] = silu(conv_b + the conv of \
+	 * conv_w [CD, K] over the K-1 kept rows and xBC_t, in_proj's columns 0..CD-1 of xbc [T, ld]); \
+	 * the kept rows shift by one; then with x, B, C the blocks of u[t] (d's geometry: nh heads \
+	 * of p, g groups of n) and dt_raw [T, d->ld_dt]: S = exp(dt A) S + dt x B^T and \
+	 * y[t, h*p + p'] = S C + D x.  Writes u [T, CD] and y [T, nh*p]; updates the states in \
+	 * place.  fp32; of d only nh, p, g, n and ld_dt are read. */ \
+	X(void, mamba_step, (mgt_backend *be, const mgt_ssd *d, int T, float *y, float *u, float *conv_state, \
+		float *ssm_state, const float *xbc, int ld, const float *dt_raw, const int32_t *seq, \
+		const int32_t *pos, const float *conv_w, const float *conv_b, int K, const float *dt_bias, \
+		const float *A_log, const float *D))
 
 #define MGT_BACKEND_OP_FIELD(ret, name, params) ret(*name) params;
 #define MGT_BACKEND_OP_ID(ret, name, params) MGT_OP_##name,

@@ -1,5 +1,6 @@
 /* lib/backend: the CPU backend's Mamba-2 mixer ops around the scan (backend.h mamba_conv_fwd,
- * mamba_conv_bwd, mamba_gated_norm_fwd, mamba_gated_norm_bwd): the causal depthwise conv1d + SiLU
+ * mamba_conv_bwd, mamba_gated_norm_fwd, mamba_gated_norm_bwd) and the one-token step of
+ * inference (mamba_step): the causal depthwise conv1d + SiLU
  * over xBC (Megatron-Core megatron/core/ssm/mamba_mixer.py, causal_conv1d_fn with activation
  * "silu") and the gated RMSNorm over groups (mamba_ssm ops/triton/layernorm_gated.py RMSNormGated,
  * norm_before_gate=False).  The scan itself is cpu_ssd.c.
@@ -201,6 +202,67 @@ void mgt_cpu_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float *
 				dy[o + c] = dv * sz;
 				dz[oz + c] = dv * y[o + c] * (s * (1.0f + zc * (1.0f - s)));
 			}
+		}
+	}
+}
+
+/* softplus as the scan kernels compute it: v above 20 is v itself. */
+CPU_INLINE float softplusf_(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+
+/* Row t of mamba_step: the conv over the kept rows hist [K-1, CD] and xbc, into u [CD], then
+ * the kept rows shifted. */
+static void step_conv(float *u, float *hist, const float *xbc, const float *w, const float *bias, int CD, int K)
+{
+	for (int c = 0; c < CD; c++) {
+		float a = bias[c];
+		for (int k = 0; k < K - 1; k++)
+			a += w[(size_t)c * K + k] * hist[(size_t)k * CD + c];
+		a += w[(size_t)c * K + K - 1] * xbc[c];
+		u[c] = siluf_(a);
+	}
+	for (int k = 0; k + 1 < K - 1; k++)
+		for (int c = 0; c < CD; c++)
+			hist[(size_t)k * CD + c] = hist[(size_t)(k + 1) * CD + c];
+	for (int c = 0; K > 1 && c < CD; c++)
+		hist[(size_t)(K - 2) * CD + c] = xbc[c];
+}
+
+/* One head of mamba_step: S [p, n] advanced by the token, y [p] written. */
+static void step_head(float *y, float *S, const float *x, const float *B, const float *C, float dt, float A, float D,
+		      int p, int n)
+{
+	const float a = expf(dt * A);
+	for (int i = 0; i < p; i++) {
+		float acc = 0;
+		for (int j = 0; j < n; j++) {
+			float *s = S + (size_t)i * n + j;
+			*s = a * *s + dt * x[i] * B[j];
+			acc += *s * C[j];
+		}
+		y[i] = acc + D * x[i];
+	}
+}
+
+void mgt_cpu_mamba_step(mgt_backend *be, const mgt_ssd *d, int T, float *y, float *u, float *conv_state, float *ssm_state,
+			const float *xbc, int ld, const float *dt_raw, const int32_t *seq, const int32_t *pos,
+			const float *conv_w, const float *conv_b, int K, const float *dt_bias, const float *A_log, const float *D)
+{
+	(void)be;
+	const int nh = d->nh, p = d->p, g = d->g, n = d->n, di = nh * p, CD = di + 2 * g * n, hpg = nh / g;
+	for (int t = 0; t < T; t++) {
+		const int b = seq[t];
+		float *hist = conv_state + (size_t)b * (size_t)(K - 1) * CD, *S = ssm_state + (size_t)b * (size_t)nh * p * n;
+		float *ut = u + (size_t)t * CD;
+		if (pos[t] == 0) {
+			memset(hist, 0, (size_t)(K - 1) * CD * sizeof *hist);
+			memset(S, 0, (size_t)nh * p * n * sizeof *S);
+		}
+		step_conv(ut, hist, xbc + (size_t)t * ld, conv_w, conv_b, CD, K);
+		for (int h = 0; h < nh; h++) {
+			const int gi = h / hpg;
+			const float dt = softplusf_(dt_raw[(size_t)t * d->ld_dt + h] + dt_bias[h]), A = -expf(A_log[h]);
+			step_head(y + (size_t)t * di + (size_t)h * p, S + (size_t)h * p * n, ut + (size_t)h * p, ut + di + (size_t)gi * n,
+				  ut + di + (size_t)g * n + (size_t)gi * n, dt, A, D[h], p, n);
 		}
 	}
 }

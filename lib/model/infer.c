@@ -19,13 +19,19 @@ static bool enc_dec(const mgt_model *m) { return m->fam->recipe == MGT_STACK_ENC
 typedef struct {
 	float *x, *ln, *mean, *rstd, *qkv, *qkv_pre, *qmean, *qrstd, *kmean, *krstd, *ctx, *tmp, *fc1, *act, *xs;
 	float *lse;            /* T5: [T nq_l] the encoder's and the cross-attention's log-sum-exp */
+	/* Mamba layers: in_proj's output [T, w_l], the conv's [T, cd_l], the scan's and the gated
+	 * norm's [T, di_l], its statistics [T, g_l] (NULL without 'M' layers) */
+	float *mzx, *mu, *my, *mnorm, *mrstd;
 	int32_t *tok, *seq, *pos;
 } scratch;
 
 struct mgt_kv_cache {
 	mgt_model *m;
 	int B, S, cap, rcap;
-	float **k, **v;        /* per layer [B, ng, S, d] */
+	float **k, **v;        /* per attention layer [B, ng, S, d] (NULL for the others) */
+	/* per Mamba layer its conv state [B, K-1, cd_l] and SSM state [B, nh_l, p, n] (backend.h
+	 * mamba_step; NULL for the others) */
+	float **cs, **ss;
 	scratch w;
 	float *logits;         /* [rcap, V] */
 	int32_t *len;          /* host: filled positions per sequence */
@@ -49,9 +55,6 @@ mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mg
 {
 	*out = NULL;
 	if (ps->tp != 1) return mgt_err(MGT_ERR_USAGE, "inference model: tensor parallelism %d (must be 1)", ps->tp);
-	if (c->hybrid_layer_pattern[0])
-		return mgt_err(MGT_ERR_USAGE, "inference of hybrid models (--hybrid-layer-pattern '%s': the Mamba layers' "
-			       "conv and state caches) is not implemented in this version", c->hybrid_layer_pattern);
 	mgt_model_layout L = { .mbs = 1, .stage = 0, .num_stages = 1, .slots = 1, .dp = 1 };
 	mgt_model *m;
 	mgt_status st = mgt_model_new_chunk(&m, c, &L, be, ps, false);
@@ -107,6 +110,11 @@ static mgt_status scratch_reserve(mgt_kv_cache *kv, int T)
 	}
 	w->tok = (int32_t *)SF(t); w->seq = (int32_t *)SF(t); w->pos = (int32_t *)SF(t);
 	if (enc_dec(m)) w->lse = SF(t * (size_t)m->nq_l);
+	if (strchr(m->pattern, MGT_LAYER_MAMBA)) {
+		w->mzx = SF(t * (size_t)m->mamba.w_l); w->mu = SF(t * (size_t)m->mamba.cd_l);
+		w->my = SF(t * (size_t)m->mamba.di_l); w->mnorm = SF(t * (size_t)m->mamba.di_l);
+		w->mrstd = SF(t * (size_t)m->mamba.g_l);
+	}
 #undef SF
 	kv->bytes += kv->wbytes;
 	if (!st) kv->cap = T;
@@ -124,6 +132,27 @@ static mgt_status logits_reserve(mgt_kv_cache *kv, int R)
 	mgt_status st = MGT_OK;
 	kv->logits = kv_alloc(kv, bytes, &kv->bytes, &st);
 	if (!st) kv->rcap = R;
+	return st;
+}
+
+/* Layer l's cache: keys and values of its attention, or a Mamba layer's states. */
+static mgt_status layer_cache_alloc(mgt_kv_cache *kv, int l)
+{
+	const mgt_model *m = kv->m;
+	mgt_status st = MGT_OK;
+	const size_t B = (size_t)kv->B;
+	for (int k = m->k0[l]; k < m->k0[l + 1]; k++) {
+		if (m->pattern[k] == MGT_LAYER_ATTENTION) {
+			size_t per = B * (size_t)m->ng_l * (size_t)kv->S * (size_t)m->d * sizeof(float);
+			kv->k[l] = kv_alloc(kv, per, &kv->bytes, &st);
+			kv->v[l] = kv_alloc(kv, per, &kv->bytes, &st);
+		} else if (m->pattern[k] == MGT_LAYER_MAMBA) {
+			size_t c = B * (MGT_MAMBA_CONV_K - 1) * (size_t)m->mamba.cd_l * sizeof(float);
+			size_t s = B * (size_t)(m->mamba.nh_l * m->mamba.p * m->mamba.n) * sizeof(float);
+			kv->cs[l] = kv_alloc(kv, c, &kv->bytes, &st);
+			kv->ss[l] = kv_alloc(kv, s, &kv->bytes, &st);
+		}
+	}
 	return st;
 }
 
@@ -145,19 +174,20 @@ mgt_status mgt_kv_cache_create(mgt_kv_cache **out, mgt_model *m, int B, int S)
 	size_t nl = (size_t)(m->n_layers ? m->n_layers : 1);
 	kv->k = mgt_malloc(nl * sizeof *kv->k);
 	kv->v = mgt_malloc(nl * sizeof *kv->v);
+	kv->cs = mgt_malloc(nl * sizeof *kv->cs);
+	kv->ss = mgt_malloc(nl * sizeof *kv->ss);
 	kv->len = mgt_malloc((size_t)B * sizeof *kv->len);
 	kv->last = mgt_malloc((size_t)B * sizeof *kv->last);
-	mgt_status st = kv->k && kv->v && kv->len && kv->last ? MGT_OK : MGT_ERR_NOMEM;
+	mgt_status st = kv->k && kv->v && kv->cs && kv->ss && kv->len && kv->last ? MGT_OK : MGT_ERR_NOMEM;
 	if (!st) {
 		memset(kv->k, 0, nl * sizeof *kv->k);
 		memset(kv->v, 0, nl * sizeof *kv->v);
+		memset(kv->cs, 0, nl * sizeof *kv->cs);
+		memset(kv->ss, 0, nl * sizeof *kv->ss);
 		memset(kv->len, 0, (size_t)B * sizeof *kv->len);
 	}
-	size_t per = (size_t)B * (size_t)m->ng_l * (size_t)S * (size_t)m->d * sizeof(float);
-	for (int l = enc_dec(m) ? m->n_layers / 2 : 0; !st && l < m->n_layers; l++) { /* T5: the decoder's */
-		kv->k[l] = kv_alloc(kv, per, &kv->bytes, &st);
-		kv->v[l] = kv_alloc(kv, per, &kv->bytes, &st);
-	}
+	for (int l = enc_dec(m) ? m->n_layers / 2 : 0; !st && l < m->n_layers; l++) /* T5: the decoder's */
+		st = layer_cache_alloc(kv, l);
 	if (!st && enc_dec(m) && !(kv->xk = mgt_malloc(nl * sizeof *kv->xk))) st = MGT_ERR_NOMEM;
 	if (!st && enc_dec(m)) memset(kv->xk, 0, nl * sizeof *kv->xk);
 	if (st) {
@@ -175,8 +205,11 @@ void mgt_kv_cache_free(mgt_kv_cache *kv)
 	for (int l = 0; kv->k && l < kv->m->n_layers; l++) {
 		be->ops->free(be, kv->k[l]);
 		be->ops->free(be, kv->v[l]);
+		if (kv->cs) be->ops->free(be, kv->cs[l]), be->ops->free(be, kv->ss[l]);
 		if (kv->xk) be->ops->free(be, kv->xk[l]);
 	}
+	free(kv->cs);
+	free(kv->ss);
 	be->ops->free(be, kv->ekm);
 	be->ops->free(be, kv->ebias), be->ops->free(be, kv->dbias), be->ops->free(be, kv->ridx);
 	free(kv->xk);
@@ -207,6 +240,10 @@ static mgt_status check_feed(mgt_kv_cache *kv, int T, const int32_t *tokens, con
 			return mgt_err(MGT_ERR_INPUT, "token index %d: position %d of sequence %d: expected %d to %d (after "
 				       "%d filled positions, of the cache's %d)", t, pos[t], b, kv->last[b] + 1,
 				       kv->len[b] < kv->S - 1 ? kv->len[b] : kv->S - 1, kv->len[b], kv->S);
+		if (kv->cs && strchr(kv->m->pattern, MGT_LAYER_MAMBA) && pos[t] && pos[t] != kv->len[b])
+			return mgt_err(MGT_ERR_INPUT, "token index %d: position %d of sequence %d: a Mamba layer's state cannot go "
+				       "back to an earlier position (expected %d, or 0 to restart the sequence)", t, pos[t], b,
+				       kv->len[b]);
 		kv->last[b] = kv->len[b] = pos[t];
 		kv->len[b]++;
 	}
@@ -256,6 +293,40 @@ static mgt_status infer_mlp(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->act, MGT_DT_F32, W(m, T_(m, l, MGT_T_FC2_W)), WT(m), NULL, T, (int)m->ffn_l, h);
 	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, P(m, T_(m, l, MGT_T_FC2_B)), T, h, 0.0f, 0, 0);
 	return MGT_OK;
+}
+
+/* Mamba layer li on the call's rows: its norm, in_proj, the conv and scan one token at a time
+ * from the cache's states (backend.h mamba_step), the gated norm, out_proj, the residual. */
+static void infer_mamba(mgt_model *m, mgt_kv_cache *kv, int li, int T)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	scratch *w = &kv->w;
+	const int l = li + m->first_layer, h = (int)m->h, wl = (int)m->mamba.w_l, di = (int)m->mamba.di_l;
+	const int cd = (int)m->mamba.cd_l;
+	o->norm_fwd(m->be, m->norm, w->ln, MGT_DT_F32, w->mean, w->rstd, w->x, MGT_DT_F32, NW(m, T_(m, l, MGT_T_LN1_W)),
+		    P(m, T_(m, l, MGT_T_LN1_B)), T, h, (float)m->c.norm_epsilon);
+	o->linear_fwd(m->be, w->mzx, MGT_DT_F32, w->ln, MGT_DT_F32, W(m, T_(m, l, MGT_T_M_IN_W)), WT(m), NULL, T, h, wl);
+	const mgt_ssd d = { .nh = (int)m->mamba.nh_l, .p = (int)m->mamba.p, .g = (int)m->mamba.g_l, .n = (int)m->mamba.n,
+			    .ld_x = cd, .ld_bc = cd, .ld_dt = wl };
+	o->mamba_step(m->be, &d, T, w->my, w->mu, kv->cs[li], kv->ss[li], w->mzx + di, wl, w->mzx + di + cd, w->seq, w->pos,
+		      P(m, T_(m, l, MGT_T_M_CONV_W)), P(m, T_(m, l, MGT_T_M_CONV_B)), MGT_MAMBA_CONV_K,
+		      P(m, T_(m, l, MGT_T_M_DT_B)), P(m, T_(m, l, MGT_T_M_A_LOG)), P(m, T_(m, l, MGT_T_M_D)));
+	o->mamba_gated_norm_fwd(m->be, w->mnorm, w->mrstd, w->my, w->mzx, wl, P(m, T_(m, l, MGT_T_M_NORM_W)), T, di,
+				(int)m->mamba.g_l, MGT_MAMBA_GATED_EPS);
+	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->mnorm, MGT_DT_F32, W(m, T_(m, l, MGT_T_M_OUT_W)), WT(m), NULL, T, di, h);
+	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, NULL, T, h, 0.0f, 0, 0);
+}
+
+/* Layer li of a one-stack model: its symbols' kinds in turn. */
+static mgt_status infer_layer(mgt_model *m, mgt_kv_cache *kv, int li, int T)
+{
+	mgt_status st = MGT_OK;
+	for (int k = m->k0[li]; !st && k < m->k0[li + 1]; k++) {
+		if (m->pattern[k] == MGT_LAYER_ATTENTION) infer_attn(m, kv, li, T);
+		else if (m->pattern[k] == MGT_LAYER_MAMBA) infer_mamba(m, kv, li, T);
+		else st = infer_mlp(m, kv, li, T);
+	}
+	return st;
 }
 
 /* Final norm and output layer on the rows asked for; logits downloaded. */
@@ -440,8 +511,12 @@ mgt_status mgt_model_infer(mgt_model *m, mgt_kv_cache *kv, int T, const int32_t 
 	mgt_model_lp_refresh(m); /* --apply-layernorm-1p's 1 + w after a change of the parameters */
 	infer_embed(m, kv, T);
 	for (int li = enc_dec(m) ? m->n_layers / 2 : 0; !st && li < m->n_layers; li++) { /* T5: the decoder's */
+		if (!enc_dec(m)) {
+			st = infer_layer(m, kv, li, T);
+			continue;
+		}
 		infer_attn(m, kv, li, T);
-		if (enc_dec(m)) dec_cross(m, kv, li, T);
+		dec_cross(m, kv, li, T);
 		st = infer_mlp(m, kv, li, T);
 	}
 	if (nrows) st = infer_head(m, kv, T, nrows, rows, logits);

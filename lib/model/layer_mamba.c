@@ -12,10 +12,8 @@
 #include <math.h>
 #include <string.h>
 
-/* The mixer's conv kernel width (MambaMixer d_conv) and its gated norm's epsilon (RMSNormGated's
- * eps: 1e-5 whatever --norm-epsilon says). */
-enum { CONV_K = 4 };
-static const float GATED_EPS = 1e-5f;
+enum { CONV_K = MGT_MAMBA_CONV_K };
+static const float GATED_EPS = MGT_MAMBA_GATED_EPS;
 
 /* The scan's geometry over the current slot's rows: x, B, C in the conv's output, dt in zx. */
 static mgt_ssd ssd_of(const mgt_model *m)

@@ -430,6 +430,10 @@ mgt_status mgt_layer_moe_bwd(mgt_model *m, int li, bool train);
  * gated norm, for recomputation), mgt_layer_mamba_bwd.  mgt_layer_mamba_dims sets m->mamba's
  * sizes from the config and TP; mgt_layer_mamba_alloc allocates its backward's scratch when the
  * chunk has 'M' layers (through mgt_model_balloc: NOMEM; chunk.c frees it). */
+/* The mixer's conv kernel width (MambaMixer d_conv) and its gated norm's epsilon (RMSNormGated's
+ * eps: 1e-5 whatever --norm-epsilon says); layer_mamba.c and infer.c use them. */
+enum { MGT_MAMBA_CONV_K = 4 };
+#define MGT_MAMBA_GATED_EPS 1e-5f
 mgt_status mgt_layer_mamba_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_mamba_bwd(mgt_model *m, int li, bool train);
 void mgt_layer_mamba_dims(mgt_model *m);

@@ -6,8 +6,10 @@
 # and groups split, in_proj and the conv by blocks), TP2 x PP2 x DP2, PP2 x DP2, TP2 without SP
 # and an MoE layer's pattern (M*-E) under PP2; a TP2 x PP2 x DP2 checkpoint resumes on one
 # process; full recomputation gives the same bits; a resumed run gives the uninterrupted run's
-# bits; the ratios give Megatron's pattern; bad input is refused naming the flag or the
-# character (exit 2) before anything is written.
+# bits; mgt-eval generates with the Mamba layers' state caches what logits recomputing the
+# prefix gives (token for token, logits within 1e-5), and runs loss, perplexity and tasks; the
+# ratios give Megatron's pattern; bad input is refused naming the flag or the character (exit 2)
+# before anything is written.
 # Tiers (lib.sh): the quick tier runs everything but PP2 x DP2, TP2 without SP and the MoE layout
 # (full tier; TP2 x PP2 x DP2 and PP2 run their paths).
 . "$(dirname "$0")/lib.sh"
@@ -112,6 +114,31 @@ ok "a --num-layers the pattern overrides is said in one line" sh -c \
 	"$BIN/mgt-train --model tiny-hybrid --num-layers 6 --mock-data --vocab-size 64 --tokenizer-type NullTokenizer \
 		--seq-length 16 --micro-batch-size 1 --train-iters 1 --threads 1 >nl.out 2>&1 &&
 	test \$(grep -c 'num-layers.*6 given; --hybrid-layer-pattern has 4 layers' nl.out) = 1"
+
+# mgt-eval on the hybrid checkpoint (the Mamba layers' conv and state caches): greedy generation
+# with the caches = logits recomputing the whole prefix, token for token and within 1e-5; loss,
+# perplexity and tasks run
+EV="$BIN/mgt-eval"
+if $PY -c 'import numpy' 2>/dev/null; then
+	ok "generate --greedy 24 tokens with the caches" sh -c "'$EV' generate --load ck --prompt 'In the beginning God' --greedy \
+		--ignore-eos --max-new-tokens 24 --logits gen.npy --threads 1 >gen.out 2>gen.err"
+	ok "logits --max-new-tokens 24 (the prefix recomputed)" sh -c "'$EV' logits --load ck --prompt 'In the beginning God' \
+		--max-new-tokens 24 --logits full.npy --threads 1 >full.out 2>full.err"
+	ok "  the same logits within 1e-5" $PY -c "
+import sys, numpy as np
+g, f = np.load('gen.npy').astype(np.float64), np.load('full.npy').astype(np.float64)
+e = np.abs(g - f[f.shape[0] - g.shape[0]:]).max() / np.abs(f).max()
+print('# %d steps: %.2e' % (g.shape[0], e)); sys.exit(not (g.shape[0] == 24 and e <= 1e-5))"
+else
+	skip "/usr/bin/python3 lacks numpy: generate against logits"
+fi
+ok "mgt-eval loss on the validation split" sh -c "'$EV' loss --load ck --eval-iters 2 --threads 1 >el.out 2>&1 &&
+	grep -q 'validation loss at iteration 4 on validation set | lm loss value' el.out"
+printf '{"text": "And God said, Let there be light"}\n' >texts.jsonl
+ok "mgt-eval perplexity" sh -c "'$EV' perplexity --load ck --texts texts.jsonl --threads 1 >pp.out 2>&1"
+printf '{"id": "g1", "context": "In the beginning", "choices": [" God created", " the earth"], "gold": 0}\n' >short.jsonl
+ok "mgt-eval tasks (a two-choice task within the 32-token context)" sh -c \
+	"'$EV' tasks --load ck --task short.jsonl --threads 1 >tk.out 2>&1"
 
 # bad input: exit 2, the message naming the flag or character, no checkpoint written
 bad() {

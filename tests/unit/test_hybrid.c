@@ -233,6 +233,65 @@ out:
 	mgt_parallel_free(&ps);
 }
 
+static double maxdiff(const float *a, const float *b, size_t n, double *mag)
+{
+	double e = 0;
+	*mag = 0;
+	for (size_t i = 0; i < n; i++) e = fmax(e, fabs((double)a[i] - b[i])), *mag = fmax(*mag, fabs(b[i]));
+	return e;
+}
+
+/* Inference with the Mamba layers' state caches (lib/model/infer.c, backend.h mamba_step): a
+ * whole-prompt call gives the training forward's logits (the chunked scan against the token by
+ * token recurrence: fp32 rounding apart), one token per sequence per call gives the same, a
+ * restart at position 0 repeats them, and going back to an earlier position is refused. */
+static void t_infer(const char *pattern)
+{
+	mgt_backend *be = mgt_backend_cpu_create(1);
+	mgt_parallel ps;
+	mgt_model *m = NULL, *mi = NULL;
+	mgt_kv_cache *kv = NULL;
+	mgt_model_config c = tiny(pattern, 0);
+	mgt_status st = mgt_parallel_init_single(&ps);
+	if (!st) st = make_model(&m, &c, be, &ps);
+	if (!st) st = mgt_model_create_infer(&mi, &c, be, &ps);
+	CHECK(!st, "%s: training and inference models: %s", pattern, st ? mgt_err_msg() : "made");
+	if (st) goto out;
+	memcpy(mgt_model_params(mi), mgt_model_params(m), mgt_model_tensors(m)->buf_numel * sizeof(float));
+	const size_t V = (size_t)c.padded_vocab_size;
+	float *lt = malloc(TT * V * 4), *l1 = malloc(TT * V * 4), *l2 = malloc(TT * V * 4);
+	batch bt;
+	mgt_microbatch mb = make_batch(&bt);
+	double loss, mag = 0, e1, e2;
+	st = mgt_model_step(m, &mb, false, 0.0f, &loss, lt, NULL);
+	int32_t seq[TT], rows[TT];
+	for (int t = 0; t < TT; t++) seq[t] = t % MB, rows[t] = t;
+	if (!st) st = mgt_kv_cache_create(&kv, mi, MB, S);
+	if (!st) st = mgt_model_infer(mi, kv, TT, bt.tok, seq, bt.pos, TT, rows, l1);
+	e1 = st ? INFINITY : maxdiff(l1, lt, TT * V, &mag);
+	CHECK(!st && e1 <= 1e-5 * mag, "%s: the prompt in one call = the training forward's logits: %.2e of %.3g (%s)", pattern,
+	      e1, mag, st ? mgt_err_msg() : "ok");
+	for (int i = 0; !st && i < S; i++) /* every sequence restarted at 0, then a token a call */
+		st = mgt_model_infer(mi, kv, MB, bt.tok + i * MB, seq, bt.pos + i * MB, MB, rows, l2 + (size_t)i * MB * V);
+	e2 = st ? INFINITY : maxdiff(l2, l1, TT * V, &mag);
+	CHECK(!st && e2 <= 1e-5 * mag, "%s: restarted, one token a sequence a call: the same logits (%.2e; %s)", pattern, e2,
+	      st ? mgt_err_msg() : "ok");
+	int32_t back = 3;
+	st = mgt_model_infer(mi, kv, 1, bt.tok, seq, &back, 0, NULL, NULL);
+	if (strchr(pattern, 'M'))
+		CHECK(st == MGT_ERR_INPUT && strstr(mgt_err_msg(), "cannot go back"), "%s: going back to position 3 refused: %s",
+		      pattern, mgt_err_msg());
+	else
+		CHECK(!st, "%s: without Mamba layers the cache goes back to position 3 (%s)", pattern, st ? mgt_err_msg() : "ok");
+	free(lt), free(l1), free(l2);
+out:
+	mgt_kv_cache_free(kv);
+	mgt_model_free(m);
+	mgt_model_free(mi);
+	mgt_backend_destroy(be);
+	mgt_parallel_free(&ps);
+}
+
 /* Megatron's tests/unit_tests/models/test_hybrid_model.py test_constructor: H 256, 4 heads,
  * vocabulary 100, pattern M*-, every other setting the config's default (LayerNorm, linear
  * biases, ffn 4H, untied, no position embedding; Mamba state 128, head dim 64, 8 groups) has
@@ -306,6 +365,8 @@ int main(void)
 	t_megatron_counts();
 	t_gpt_equal();
 	t_mamba_grads();
+	t_infer("M*-M");
+	t_infer("*-");
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed != 0;
 }

@@ -906,6 +906,50 @@ static void test_supports(void)
 	      "a table without ssd_scan_bwd refuses it: %s", why);
 }
 
+/* mamba_step (inference: one token at a time with conv and state caches) against the training
+ * path's mamba_conv_fwd + ssd_scan_fwd on the same in_proj output: all rows in one call, then in
+ * calls of `split` rows carrying the states, then sequence 0 restarted at position 0 (its states
+ * zeroed: the same outputs again).  Rows i*b + j: position i of sequence j. */
+static void test_step(int L, int b, int nh, int g, int p, int n, int split)
+{
+	scan_in s;
+	scan_setup(&s, L, b, nh, g, p, n, false, true);
+	const int CD = s.CD, K = 4, di = nh * p;
+	const size_t T = s.T;
+	float *w = zalloc((size_t)CD * K * 4), *bias = zalloc((size_t)CD * 4), *u0 = zalloc(T * CD * 4), *y0 = zalloc(T * di * 4);
+	float *u1 = zalloc(T * CD * 4), *y1 = zalloc(T * di * 4), *st = zalloc(mgt_ssd_states_floats(&s.d) * 4);
+	float *cs = zalloc((size_t)b * (K - 1) * CD * 4), *ss = zalloc((size_t)b * nh * p * n * 4);
+	int32_t *seq = zalloc(T * 4), *pos = zalloc(T * 4);
+	for (size_t i = 0; i < (size_t)CD * K; i++) w[i] = (float)unif(-0.5, 0.5);
+	for (int c = 0; c < CD; c++) bias[c] = (float)unif(-0.5, 0.5);
+	for (size_t t = 0; t < T; t++) seq[t] = (int32_t)(t % b), pos[t] = (int32_t)(t / b);
+	be->ops->mamba_conv_fwd(be, u0, s.xbc, s.ldc, w, bias, NULL, L, b, CD, K);
+	mgt_ssd d = s.d;
+	d.ld_x = d.ld_bc = CD;
+	d.seg_start = NULL;
+	be->ops->ssd_scan_fwd(be, &d, y0, st, u0, u0 + di, u0 + di + g * n, s.dtr + s.off, s.dtb, s.alog, s.D);
+	double eu = 0, ey = 0, my = 0, er = 0;
+	for (size_t t0 = 0; t0 < T; t0 += (size_t)split) {
+		const int nt = (int)(T - t0 < (size_t)split ? T - t0 : (size_t)split);
+		be->ops->mamba_step(be, &d, nt, y1 + t0 * di, u1 + t0 * CD, cs, ss, s.xbc + t0 * s.ldc, s.ldc,
+				    s.dtr + s.off + t0 * d.ld_dt, seq + t0, pos + t0, w, bias, K, s.dtb, s.alog, s.D);
+	}
+	for (size_t i = 0; i < T * CD; i++) eu = fmax(eu, fabs((double)u1[i] - u0[i]));
+	for (size_t i = 0; i < T * di; i++) ey = fmax(ey, fabs((double)y1[i] - y0[i])), my = fmax(my, fabs(y0[i]));
+	/* sequence 0 again from position 0: rows t % b == 0 */
+	for (size_t t = 0; t < T; t += (size_t)b) {
+		float yr[256];
+		be->ops->mamba_step(be, &d, 1, yr, u1, cs, ss, s.xbc + t * s.ldc, s.ldc, s.dtr + s.off + t * d.ld_dt, seq + t,
+				    pos + t, w, bias, K, s.dtb, s.alog, s.D);
+		for (int c = 0; c < di && c < 256; c++) er = fmax(er, fabs((double)yr[c] - y1[t * di + c]));
+	}
+	CHECK(eu == 0 && ey <= 2e-5 * my && er == 0, "mamba_step L %d b %d nh %d g %d p %d n %d in calls of %d: conv %.1e (bit "
+	      "for bit), y %.2e of max %.3g against the chunked scan; a restart at 0 repeats the outputs (%.1e)", L, b, nh, g, p,
+	      n, split, eu, ey / my, my, er);
+	free(w), free(bias), free(u0), free(y0), free(u1), free(y1), free(st), free(cs), free(ss), free(seq), free(pos);
+	scan_free(&s);
+}
+
 int main(void)
 {
 	be = mgt_backend_cpu_create(2);
@@ -942,6 +986,9 @@ int main(void)
 	test_scan(300, 3, 4, 1, 8, 4, true, false, false);
 	test_docs_isolated();
 	test_threads();
+	test_step(5, 2, 4, 2, 4, 4, 10);
+	test_step(200, 3, 4, 2, 8, 16, 7);
+	test_step(150, 1, 8, 8, 4, 8, 1);
 	mgt_backend_destroy(be);
 	return check_finish();
 }
