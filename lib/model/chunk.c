@@ -275,8 +275,7 @@ static mgt_status mamba_check(const mgt_model_config *c, const mgt_model_layout 
 			      const mgt_backend *be)
 {
 	if (!strchr(c->hybrid_layer_pattern, MGT_LAYER_MAMBA)) return MGT_OK;
-	const char *no = ps->cp > 1 ? "--context-parallel-size > 1"
-		       : L->precision != MGT_PREC_FP32 ? "--bf16 and --fp16" : L->fp8.format ? "--fp8-format"
+	const char *no = ps->cp > 1 ? "--context-parallel-size > 1" : L->fp8.format ? "--fp8-format"
 		       : be && strcmp(be->ops->name, "cpu") ? "the CUDA backend" : NULL;
 	if (no)
 		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern '%s' has Mamba layers ('M'): %s with Mamba layers is "
