@@ -196,8 +196,12 @@ static __device__ __forceinline__ void ld4_biased(const X *x, const float *b, si
 		v[k] += bb[k];
 }
 
-/* Row t: GELU y = gelu(x + b) over f columns (act 0 erf, 2 tanh); SwiGLU (act 1)
- * y = silu(gate + b) * (up + b), x = [gate | up]. */
+/* Squared ReLU (act 3; cpu_elementwise.c's relu2_f / relu2_grad). */
+static __device__ __forceinline__ float relu2_f(float z) { return z > 0.0f ? z * z : 0.0f; }
+static __device__ __forceinline__ float relu2_grad(float z) { return z > 0.0f ? 2.0f * z : 0.0f; }
+
+/* Row t: GELU y = gelu(x + b) over f columns (act 0 erf, 2 tanh), squared ReLU (act 3); SwiGLU
+ * (act 1) y = silu(gate + b) * (up + b), x = [gate | up]. */
 template <typename Y, typename X>
 static __global__ void bias_act_fwd_k(int act, Y *y, const X *x, const float *b, int f, bool vec)
 {
@@ -215,6 +219,10 @@ static __global__ void bias_act_fwd_k(int act, Y *y, const X *x, const float *b,
 #pragma unroll
 			for (int k = 0; k < 4; k++)
 				o[k] = gelu_tanh_f(a[k]);
+		} else if (act == 3) {
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				o[k] = relu2_f(a[k]);
 		} else {
 			float u[4];
 			ld4_biased(xt + nf, b ? b + nf : NULL, g, nf, vec, u);
@@ -281,6 +289,10 @@ static __global__ void bias_act_bwd_k(int act, G *dx, const G *dy, const X *x, c
 #pragma unroll
 			for (int k = 0; k < 4; k++)
 				o[k] = gg[k] * gelu_tanh_grad(a[k]);
+		} else if (act == 3) {
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				o[k] = gg[k] * relu2_grad(a[k]);
 		} else {
 			float u[4], o2[4];
 			ld4_biased(xt + nf, b ? b + nf : NULL, g, nf, vec, u);

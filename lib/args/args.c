@@ -58,6 +58,7 @@
 	X(B, apply_layernorm_1p, model.apply_layernorm_1p, "apply-layernorm-1p", "false", "", "zero-centred norm weights: stored w, applied 1 + w (initialized 0)") \
 	X(B, swiglu, model.swiglu, "swiglu", "false", "", "SwiGLU MLP") \
 	X(B, openai_gelu, model.openai_gelu, "openai-gelu", "false", "", "tanh-approximation GELU (GPT-2's gelu_new)") \
+	X(B, squared_relu, model.squared_relu, "squared-relu", "false", "", "the MLP's activation relu(x)^2 (Nemotron-H's relu2)") \
 	X(B, no_bias_gelu_fusion, model.no_bias_gelu_fusion, "no-bias-gelu-fusion", "false", "", "BERT: erf GELU in the MLP (default with biases: the fused bias-GELU's tanh approximation)") \
 	X(N, bert_binary_head, model.bert_binary_head, "bert-no-binary-head", "true", "", "BERT only: no pooler, binary head and sentence-order loss") \
 	X(N, add_bias_linear, model.add_bias_linear, "disable-bias-linear", "true", "", "no biases in linear layers") \

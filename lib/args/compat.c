@@ -98,7 +98,6 @@ static const compat_row rows[] = {
 	{ "cuda-graph-scope", 'i', '+', NULL, "CUDA graphs are not used (same results)" },
 	{ "cuda-graph-modules", 'i', '+', NULL, "CUDA graphs are not used (same results)" },
 	{ "enable-cuda-graph", 'i', '0', NULL, "CUDA graphs are not used (same results)" },
-	{ "squared-relu", 'r', '0', NULL, "only GELU and SwiGLU MLPs are implemented" },
 	{ "quick-geglu", 'r', '0', NULL, "only GELU and SwiGLU MLPs are implemented" },
 	{ "init-method-xavier-uniform", 'r', '0', NULL, "only N(0, --init-method-std) initialization is implemented" },
 	{ "rotary-interleaved", 'r', '0', NULL, "interleaved RoPE is not implemented (the rotate-half form is)" },

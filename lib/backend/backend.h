@@ -45,8 +45,10 @@ typedef struct mgt_backend mgt_backend;
 
 typedef enum { MGT_NORM_LAYERNORM, MGT_NORM_RMSNORM } mgt_norm_kind;
 /* MGT_ACT_GELU: erf form; MGT_ACT_GELU_TANH: the tanh approximation (Megatron --openai-gelu,
- * megatron/legacy/model/utils.py openai_gelu; HF gelu_new); MGT_ACT_SWIGLU: silu(gate) * up. */
-typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH } mgt_act_kind;
+ * megatron/legacy/model/utils.py openai_gelu; HF gelu_new); MGT_ACT_SWIGLU: silu(gate) * up;
+ * MGT_ACT_SQUARED_RELU: relu(z)^2 (Megatron --squared-relu, megatron/core/activations.py
+ * squared_relu; Nemotron-H's relu2), gradient 2 relu(z). */
+typedef enum { MGT_ACT_GELU, MGT_ACT_SWIGLU, MGT_ACT_GELU_TANH, MGT_ACT_SQUARED_RELU } mgt_act_kind;
 /* Precision of the linear layers' GEMM operands (--bf16, --fp16; fp32 is the reference).  With
  * MGT_PREC_BF16 or MGT_PREC_FP16, linear_fwd and linear_bwd round their two operands (x and w,
  * dy and w, dy and x) to that type, round to nearest even (fp16: overflow to +-inf, as a real

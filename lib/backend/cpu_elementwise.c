@@ -90,10 +90,17 @@ CPU_INLINE float gelu_tanh_grad(float z)
 	return 0.5f * (1.0f + t) + 0.5f * z * (1.0f - t * t) * (0.79788456080286536f * (1.0f + 0.134145f * z * z));
 }
 
-/* act: 0 GELU (erf), 1 SwiGLU, 2 GELU (tanh) -- mgt_act_kind's values. */
+CPU_INLINE float relu2_f(float z) { return z > 0.0f ? z * z : 0.0f; }
+CPU_INLINE float relu2_grad(float z) { return z > 0.0f ? 2.0f * z : 0.0f; }
+
+/* act: 0 GELU (erf), 1 SwiGLU, 2 GELU (tanh), 3 squared ReLU -- mgt_act_kind's values. */
 CPU_INLINE void act_fwd_row_(float *yt, const float *xt, const float *b, int f, int act, bool hb)
 {
-	if (act == MGT_ACT_GELU) {
+	if (act == MGT_ACT_SQUARED_RELU) {
+#pragma omp simd
+		for (int c = 0; c < f; c++)
+			yt[c] = relu2_f(hb ? xt[c] + b[c] : xt[c]);
+	} else if (act == MGT_ACT_GELU) {
 #pragma omp simd
 		for (int c = 0; c < f; c++)
 			yt[c] = gelu_f(hb ? xt[c] + b[c] : xt[c]);
@@ -118,6 +125,8 @@ CPU_CLONES static void act_fwd_row(float *yt, const float *xt, const float *b, i
 		b ? act_fwd_row_(yt, xt, b, f, MGT_ACT_SWIGLU, true) : act_fwd_row_(yt, xt, b, f, MGT_ACT_SWIGLU, false);
 	else if (act == MGT_ACT_GELU_TANH)
 		b ? act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU_TANH, true) : act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU_TANH, false);
+	else if (act == MGT_ACT_SQUARED_RELU)
+		b ? act_fwd_row_(yt, xt, b, f, MGT_ACT_SQUARED_RELU, true) : act_fwd_row_(yt, xt, b, f, MGT_ACT_SQUARED_RELU, false);
 	else
 		b ? act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU, true) : act_fwd_row_(yt, xt, b, f, MGT_ACT_GELU, false);
 }
@@ -166,7 +175,11 @@ void mgt_cpu_bias_act_fwd(mgt_backend *be, mgt_act_kind act, void *y, mgt_elem_t
 CPU_INLINE void act_bwd_row_(float *dxt, const float *gt, const float *xt, const float *b, int f,
 			    int act, bool hb)
 {
-	if (act == MGT_ACT_GELU) {
+	if (act == MGT_ACT_SQUARED_RELU) {
+#pragma omp simd
+		for (int c = 0; c < f; c++)
+			dxt[c] = gt[c] * relu2_grad(hb ? xt[c] + b[c] : xt[c]);
+	} else if (act == MGT_ACT_GELU) {
 #pragma omp simd
 		for (int c = 0; c < f; c++)
 			dxt[c] = gt[c] * gelu_grad(hb ? xt[c] + b[c] : xt[c]);
@@ -192,6 +205,8 @@ CPU_CLONES static void act_bwd_row(float *dxt, const float *gt, const float *xt,
 		b ? act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_SWIGLU, true) : act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_SWIGLU, false);
 	else if (act == MGT_ACT_GELU_TANH)
 		b ? act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU_TANH, true) : act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU_TANH, false);
+	else if (act == MGT_ACT_SQUARED_RELU)
+		b ? act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_SQUARED_RELU, true) : act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_SQUARED_RELU, false);
 	else
 		b ? act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU, true) : act_bwd_row_(dxt, gt, xt, b, f, MGT_ACT_GELU, false);
 }

@@ -266,7 +266,7 @@ static void set_dims(mgt_model *m)
 	m->qkln = c->qk_layernorm;
 	/* BERT and T5: Megatron's bias-GELU fusion (on by default with biases) is the tanh approximation */
 	bool tanh = c->openai_gelu || (m->fam->bias_gelu_tanh && c->add_bias_linear && !c->no_bias_gelu_fusion);
-	m->act = c->swiglu ? MGT_ACT_SWIGLU : tanh ? MGT_ACT_GELU_TANH : MGT_ACT_GELU;
+	m->act = c->swiglu ? MGT_ACT_SWIGLU : c->squared_relu ? MGT_ACT_SQUARED_RELU : tanh ? MGT_ACT_GELU_TANH : MGT_ACT_GELU;
 	mgt_layer_mamba_dims(m);
 }
 

@@ -51,8 +51,10 @@ typedef struct mgt_model_config {
 	bool use_rope_scaling;
 	double rope_scaling_factor, rope_scaling_low_freq_factor, rope_scaling_high_freq_factor;
 	int64_t rope_scaling_original_max_position_embeddings;
-	/* --openai-gelu: the tanh approximation of GELU (HF gelu_new) instead of erf's */
-	bool openai_gelu;
+	/* --openai-gelu: the tanh approximation of GELU (HF gelu_new) instead of erf's;
+	 * --squared-relu: the MLP's activation relu(z)^2 (megatron/core/activations.py squared_relu;
+	 * Nemotron-H's relu2), not with --swiglu */
+	bool openai_gelu, squared_relu;
 	/* uneven pipeline stages: layers of the first / last stage (0: even split) */
 	int64_t decoder_first_pipeline_num_layers, decoder_last_pipeline_num_layers;
 	/* Mixture of Experts (Megatron-Core megatron/core/transformer/moe/, its README.md;

@@ -154,6 +154,9 @@ static mgt_status config_check(const mgt_model_config *c, int tp)
 	if (c->ffn_hidden_size % tp)
 		return cfg_err("--tensor-model-parallel-size %lld must divide --ffn-hidden-size %lld", tp,
 			       c->ffn_hidden_size);
+	if (c->squared_relu && (c->swiglu || c->openai_gelu))
+		return mgt_err(MGT_ERR_USAGE, "--squared-relu with --%s: the MLP has one activation",
+			       c->swiglu ? "swiglu" : "openai-gelu");
 	if (c->hidden_dropout < 0 || c->hidden_dropout >= 1 || c->attention_dropout < 0 ||
 	    c->attention_dropout >= 1)
 		return mgt_err(MGT_ERR_USAGE, "--hidden-dropout and --attention-dropout must be in [0, 1)");

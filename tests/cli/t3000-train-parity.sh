@@ -81,9 +81,9 @@ ok "tiny-llama (GQA, SwiGLU, RMSNorm, RoPE, untied, no biases) = reference" \
 	parity tiny-llama 10 "" -- --model tiny-llama
 # hybrid models (issue 48): the four layer kinds (Mamba-2, attention, MLP, MoE) in one pattern, 11
 # iterations (quick tier); tiny-hybrid's own M*M- (full tier)
-ok "hybrid M*-EM* (Mamba-2, attention, MLP, MoE of 4 experts top-2), 11 iterations = reference" \
+ok "hybrid M*-EM* (Mamba-2, attention, MLP, MoE of 4 experts top-2; squared ReLU), 11 iterations = reference" \
 	parity hybrid-4kinds 11 "" -- --model tiny-hybrid --hybrid-layer-pattern 'M*-EM*' --num-experts 4 \
-	--moe-router-topk 2 --moe-aux-loss-coeff 1e-2
+	--moe-router-topk 2 --moe-aux-loss-coeff 1e-2 --squared-relu
 full_only "tiny-hybrid (M*M-) = reference" && ok "tiny-hybrid (M*M-) = reference" \
 	parity tiny-hybrid 10 "" -- --model tiny-hybrid
 # the variants combined (quick tier), then alone (full tier)

@@ -2101,7 +2101,7 @@ static void t_act(mgt_act_kind act, bool bias, int T, int f)
 {
 	const int xw = act == MGT_ACT_SWIGLU ? 2 * f : f;
 	const size_t nx = (size_t)T * xw, ny = (size_t)T * f;
-	const char *id = nm("bias_act %s%s T=%d f=%d", act == MGT_ACT_GELU ? "gelu" : act == MGT_ACT_GELU_TANH ? "gelu-tanh" : "swiglu",
+	const char *id = nm("bias_act %s%s T=%d f=%d", act == MGT_ACT_GELU ? "gelu" : act == MGT_ACT_GELU_TANH ? "gelu-tanh" : act == MGT_ACT_SQUARED_RELU ? "squared-relu" : "swiglu",
 			    bias ? " bias" : "", T, f);
 	float *x = hrand(nx, 3), *b = bias ? hrand(xw, 1) : NULL, *dy = hrand(ny, 1), *db0 = hrand(xw, 1);
 	float *yc = xmalloc(ny * 4), *dxc = xmalloc(nx * 4), *dbc = hcopy(db0, xw);
@@ -3239,6 +3239,7 @@ static void all_ops(void)
 		t_act(MGT_ACT_SWIGLU, false, 3, 5);
 		t_act(MGT_ACT_GELU_TANH, true, 2048, 3072);
 		t_act(MGT_ACT_GELU_TANH, false, 5, 7);
+		t_act(MGT_ACT_SQUARED_RELU, true, 64, 300);
 
 	}
 	if (section("bias-dropout-add")) {
@@ -3428,6 +3429,7 @@ static void small_ops(void)
 		t_act(MGT_ACT_SWIGLU, false, 3, 5);
 		t_act(MGT_ACT_GELU_TANH, true, 64, 300);
 		t_act(MGT_ACT_GELU_TANH, false, 5, 7);
+		t_act(MGT_ACT_SQUARED_RELU, true, 64, 300);
 
 	}
 	if (section("bias-dropout-add")) {

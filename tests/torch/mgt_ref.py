@@ -72,7 +72,7 @@ DEFAULTS = {
     "normalization": "LayerNorm", "norm_epsilon": 1e-5, "apply_layernorm_1p": False,
     "swiglu": False, "add_bias_linear": True, "add_qkv_bias": False,
     "untie_embeddings_and_output_weights": False, "qk_layernorm": False,
-    "apply_wd_to_qk_layernorm": False, "openai_gelu": False,
+    "apply_wd_to_qk_layernorm": False, "openai_gelu": False, "squared_relu": False,
     "use_rope_scaling": False, "rope_scaling_factor": 8.0, "rope_scaling_low_freq_factor": 1.0,
     "rope_scaling_high_freq_factor": 4.0, "rope_scaling_original_max_position_embeddings": 8192,
     "padded_vocab_size": None, "vocab_size": None, "make_vocab_size_divisible_by": 128,
@@ -134,7 +134,7 @@ def normalize_args(args):
         a["add_bias_linear"] = not _bool(args["disable_bias_linear"])
     for k in ("group_query_attention", "swiglu", "add_bias_linear", "add_qkv_bias",
               "untie_embeddings_and_output_weights", "apply_layernorm_1p", "rotary_interleaved",
-              "qk_layernorm", "apply_wd_to_qk_layernorm", "openai_gelu", "use_rope_scaling"):
+              "qk_layernorm", "apply_wd_to_qk_layernorm", "openai_gelu", "squared_relu", "use_rope_scaling"):
         a[k] = _bool(a[k])
     h, nq = a["hidden_size"], a["num_attention_heads"]
     if a["kv_channels"] is None:
@@ -432,6 +432,8 @@ class GPTRef:
             y = F.silu(gate) * up
         elif a["openai_gelu"]:  # tanh approximation (Hendrycks & Gimpel 2016, eq. for GPT)
             y = 0.5 * y * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y.pow(3))))
+        elif a["squared_relu"]:  # megatron/core/activations.py squared_relu
+            y = torch.pow(F.relu(y), 2)
         else:
             y = F.gelu(y)
         return self._linear(y, pre + "linear_fc2.")
@@ -975,6 +977,8 @@ def naive_logits(args, P, tokens):
                     y = [y[c] / (1 + math.exp(-y[c])) * y[f + c] for c in range(f)]
                 elif a["openai_gelu"]:
                     y = [0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))) for x in y]
+                elif a["squared_relu"]:
+                    y = [max(x, 0.0) ** 2 for x in y]
                 else:
                     y = [0.5 * x * (1 + math.erf(x / math.sqrt(2))) for x in y]
                 z2 = lin(pm + "linear_fc2.", y)

@@ -173,6 +173,8 @@ def _act(a, y):
         return F.silu(g) * u
     if a["openai_gelu"]:
         return 0.5 * y * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y.pow(3))))
+    if a.get("squared_relu"):
+        return torch.pow(F.relu(y), 2)
     return F.gelu(y)
 
 
@@ -437,6 +439,8 @@ def naive_moe(a, P, i, xs, bias=None):
             return [y[c] / (1 + math.exp(-y[c])) * y[half + c] for c in range(half)]
         if a["openai_gelu"]:
             return [0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))) for v in y]
+        if a.get("squared_relu"):
+            return [max(v, 0.0) ** 2 for v in y]
         return [0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in y]
 
     def mlp(w1, w2, x, scale):

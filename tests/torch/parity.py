@@ -131,7 +131,7 @@ def describe(a):
             a["mamba_num_heads"], a["mamba_head_dim"], a["mamba_state_dim"], a["mamba_num_groups"])
             if "M" in pat else ""))
     bits.append(a["normalization"])
-    bits.append("swiglu" if a["swiglu"] else ("gelu-tanh" if a["openai_gelu"] else "gelu"))
+    bits.append("swiglu" if a["swiglu"] else "relu2" if a.get("squared_relu") else ("gelu-tanh" if a["openai_gelu"] else "gelu"))
     bits.append(a["position_embedding_type"] + (" llama3.1-scaled (x%g, %g..%g, %d)" % (
         a["rope_scaling_factor"], a["rope_scaling_low_freq_factor"], a["rope_scaling_high_freq_factor"],
         a["rope_scaling_original_max_position_embeddings"]) if a["use_rope_scaling"] else ""))

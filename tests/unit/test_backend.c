@@ -1856,6 +1856,9 @@ static void act_ref(void *c_, double *y)
 			} else if (c->act == MGT_ACT_GELU_TANH) {
 				double z = c->x[t * c->f + i] + (c->b ? c->b[i] : 0);
 				y[t * c->f + i] = 0.5 * z * (1 + tanh(sqrt(2 / M_PI) * (z + 0.044715 * z * z * z)));
+			} else if (c->act == MGT_ACT_SQUARED_RELU) {
+				double z = c->x[t * c->f + i] + (c->b ? c->b[i] : 0);
+				y[t * c->f + i] = z > 0 ? z * z : 0;
 			} else {
 				double a = c->x[t * 2 * c->f + i] + (c->b ? c->b[i] : 0);
 				double u = c->x[t * 2 * c->f + c->f + i] + (c->b ? c->b[c->f + i] : 0);
@@ -1866,7 +1869,8 @@ static void act_ref(void *c_, double *y)
 
 static void test_act_case(mgt_act_kind act, int with_bias, int T, int f)
 {
-	const char *an = act == MGT_ACT_GELU ? "gelu" : act == MGT_ACT_GELU_TANH ? "gelu-tanh" : "swiglu";
+	const char *an = act == MGT_ACT_GELU ? "gelu" : act == MGT_ACT_GELU_TANH ? "gelu-tanh"
+			 : act == MGT_ACT_SQUARED_RELU ? "squared-relu" : "swiglu";
 	const int xw = act == MGT_ACT_SWIGLU ? 2 * f : f;
 	float *x = randf((size_t)T * xw, 3), *b = with_bias ? randf(xw, 1) : NULL;
 	float *y = randf((size_t)T * f, 9);
@@ -1904,6 +1908,8 @@ static void test_act(void)
 	test_act_case(MGT_ACT_GELU_TANH, 1, 5, 7);
 	test_act_case(MGT_ACT_GELU_TANH, 0, 4, 6);
 	test_act_case(MGT_ACT_GELU_TANH, 1, 64, 300);
+	test_act_case(MGT_ACT_SQUARED_RELU, 1, 5, 7);
+	test_act_case(MGT_ACT_SQUARED_RELU, 0, 64, 300);
 }
 
 /* ================= bias-dropout-add ================= */
@@ -2522,7 +2528,7 @@ static void test_cublaslt_lazy(void)
 static void test_supports(void)
 {
 	char why[256] = "";
-	CHECK(MGT_OP_COUNT == 52, "the op table has 52 ops (%d)", (int)MGT_OP_COUNT);
+	CHECK(MGT_OP_COUNT == 53, "the op table has 53 ops (%d)", (int)MGT_OP_COUNT);
 	CHECK(mgt_backend_supports(be, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why), "cpu supports gemm_fp8 (the emulation)");
 	CHECK(mgt_backend_supports(be, MGT_OP_attn_forward, MGT_DT_BF16, why, sizeof why) &&
 	      mgt_backend_supports(be, MGT_OP_attn_decode, MGT_DT_F16, why, sizeof why), "cpu supports attention ops");
