@@ -211,6 +211,17 @@ static json_t *doc_json(const mgt_plan_request *r, const char *model, const mgt_
 			 "plans", arr);
 }
 
+/* doc_json with a hybrid model's --hybrid-layer-pattern in its model object. */
+static json_t *doc_json_model(const mgt_plan_request *r, const char *model, const mgt_plan *plans, int n,
+			      const mgt_plan_stats *s)
+{
+	json_t *doc = doc_json(r, model, plans, n, s);
+	if (doc && r->model.hybrid_layer_pattern[0])
+		json_object_set_new(json_object_get(doc, "model"), "hybrid_layer_pattern",
+				    json_string(r->model.hybrid_layer_pattern));
+	return doc;
+}
+
 static void explain(FILE *f, const mgt_plan_request *r, const char *model, const mgt_plan *plans, int n,
 		    const mgt_plan_stats *s)
 {
@@ -386,7 +397,7 @@ int main(int argc, char **argv)
 			r.cluster.gpus_per_node, why, more);
 		return 1;
 	}
-	json_t *doc = doc_json(&r, model, plans, n, &stats);
+	json_t *doc = doc_json_model(&r, model, plans, n, &stats);
 	char *txt = doc ? json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10)) : NULL;
 	json_decref(doc);
 	if (!txt) mgt_cli_fail(PROG, mgt_err(MGT_ERR_NOMEM, "out of memory"));

@@ -156,62 +156,139 @@ typedef struct {
 	double fwd, bwd, recomp, tp_exposed, attn_fwd;
 } layer_time;
 
-/* One decoder layer for one micro-batch on one GPU. */
-static layer_time layer(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w)
+/* Tensor parallelism's exposed time and the launches of nb blocks (a dense layer's attention and
+ * MLP are 2; a hybrid model's symbol 1): per block, with SP 1 all-gather + 1 reduce-scatter
+ * forward and 1 + 1 backward plus the all-gather Megatron repeats for the weight gradients;
+ * without SP an all-reduce each way (2 ring passes each); under --tp-comm-overlap (with SP)
+ * the collectives run under the GEMMs they feed (gf, gb).  Kernels a block launches: 6 forward
+ * (Megatron-Core with Transformer Engine: a layer's norm, QKV GEMM, RoPE, attention, projection
+ * GEMM, bias-dropout-add, norm, fc1 GEMM, activation, fc2 GEMM, bias-dropout-add and one for
+ * casts and bookkeeping = 12), the backward twice that; fp8 adds casts and transposes. */
+static void block_overheads(const mgt_plan_request *r, const mgt_plan *p, const hw *w, double T, double h, int nb,
+			    double gf, double gb, layer_time *lt)
+{
+	const mgt_cluster *cl = &r->cluster;
+	int t = p->tp;
+	double S = T * h * w->eb, lat = (t <= cl->gpus_per_node ? cl->intra_latency : cl->inter_latency) * 1e-6;
+	double bwl = (t <= cl->gpus_per_node ? cl->intra_bandwidth : cl->inter_bandwidth) * 1e9;
+	double one = ring(S, t, bwl, lat);
+	double cf = t > 1 ? 2 * nb * one : 0, cb = t > 1 ? (p->sp ? 3 : 2) * nb * one : 0;
+	bool ov = r->tp_comm_overlap && p->sp;
+	double xf = ov ? fmax(0, cf - gf) : cf, xb = ov ? fmax(0, cb - gb) : cb;
+	double kf = 6 * nb * cl->kernel_overhead * 1e-6, kb = 12 * nb * cl->kernel_overhead * 1e-6;
+	if (w->rate8 > 0) kf += 2 * nb * cl->kernel_overhead * 1e-6, kb += 6 * nb * cl->kernel_overhead * 1e-6;
+	lt->fwd += xf; /* in the order the sums always took */
+	lt->fwd += kf;
+	lt->bwd += xb;
+	lt->bwd += kb;
+	lt->tp_exposed = xf + xb;
+}
+
+/* A decoder layer's attention block and (or) MLP block for one micro-batch on one GPU (both: a
+ * GPT layer; one: a hybrid model's '*' or '-' symbol); ffn: the MLP's size over TP. */
+static layer_time blocks(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w, bool attn,
+			 bool mlp, double ffn)
 {
 	const mgt_cluster *cl = &r->cluster;
 	int t = p->tp;
 	double s = (double)c->seq_length, T = s * p->mbs, h = (double)c->hidden_size, d = (double)c->kv_channels;
 	double nq = (double)c->num_attention_heads / t, ng = (double)c->num_query_groups / t;
-	double ffn = (double)c->ffn_hidden_size / t, fc1 = c->swiglu ? 2 * ffn : ffn;
+	double fc1 = c->swiglu ? 2 * ffn : ffn;
 	double gf = 0, gb = 0;
-	dlinear(w, T, h, (nq + 2 * ng) * d, &gf, &gb);  /* linear_qkv */
-	dlinear(w, T, nq * d, h, &gf, &gb);             /* linear_proj */
-	dlinear(w, T, h, fc1, &gf, &gb);                /* linear_fc1 */
-	dlinear(w, T, ffn, h, &gf, &gb);                /* linear_fc2 */
+	if (attn) {
+		dlinear(w, T, h, (nq + 2 * ng) * d, &gf, &gb);  /* linear_qkv */
+		dlinear(w, T, nq * d, h, &gf, &gb);             /* linear_proj */
+	}
+	if (mlp) {
+		dlinear(w, T, h, fc1, &gf, &gb);                /* linear_fc1 */
+		dlinear(w, T, ffn, h, &gf, &gb);                /* linear_fc2 */
+	}
 	/* causal flash attention: Megatron's FLOPs (mgt_model_flops), forward 2 s^2 nq d per sequence */
-	double af = 2 * p->mbs * s * s * nq * d, at_f = af / (w->peak * cl->attention_fwd_efficiency);
+	double af = attn ? 2 * p->mbs * s * s * nq * d : 0, at_f = af / (w->peak * cl->attention_fwd_efficiency);
 	double at_b = 2 * af / (w->peak * cl->attention_bwd_efficiency);
-	/* element-wise traffic a token, forward (elements): two norms (read, write h) and two
-	 * bias-dropout-adds (read x and the residual, write the sum, a 1-byte mask: 3.5 h) = 11 h,
-	 * split over TP by sequence parallelism only; the activation (read fc1, write ffn); RoPE
-	 * (read and write q and k).  The backward moves twice as much. */
-	double seq = 11 * h / (p->sp ? t : 1), act = fc1 + ffn;
-	double rope = strcmp(c->position_embedding_type, "rope") ? 0 : 2 * (nq + ng) * d * c->rotary_percent;
+	/* element-wise traffic a token, forward (elements): a norm (read, write h) and a
+	 * bias-dropout-add (read x and the residual, write the sum, a 1-byte mask: 3.5 h) a block =
+	 * 5.5 h, split over TP by sequence parallelism only; the activation (read fc1, write ffn);
+	 * RoPE (read and write q and k).  The backward moves twice as much. */
+	double seq = 5.5 * (attn + mlp) * h / (p->sp ? t : 1), act = mlp ? fc1 + ffn : 0;
+	double rope = !attn || strcmp(c->position_embedding_type, "rope") ? 0 : 2 * (nq + ng) * d * c->rotary_percent;
 	double ef = T * (seq + act + rope) * w->eb / w->bw, eb = 2 * ef;
-	/* tensor parallelism: per layer, with SP 2 all-gathers + 2 reduce-scatters forward and 2 + 2
-	 * backward plus the 2 all-gathers Megatron repeats for the weight gradients; without SP 2
-	 * all-reduces each way (2 ring passes each) */
-	double S = T * h * w->eb, lat = (t <= cl->gpus_per_node ? cl->intra_latency : cl->inter_latency) * 1e-6;
-	double bwl = (t <= cl->gpus_per_node ? cl->intra_bandwidth : cl->inter_bandwidth) * 1e9;
-	double one = ring(S, t, bwl, lat);
-	double cf = t > 1 ? 4 * one : 0, cb = t > 1 ? (p->sp ? 6 : 4) * one : 0;
-	/* --tp-comm-overlap (with SP): the collectives run under the GEMMs they feed */
-	bool ov = r->tp_comm_overlap && p->sp;
-	double xf = ov ? fmax(0, cf - gf) : cf, xb = ov ? fmax(0, cb - gb) : cb;
-	/* kernels a layer launches (Megatron-Core with Transformer Engine): forward norm, QKV GEMM,
-	 * RoPE, attention, projection GEMM, bias-dropout-add, norm, fc1 GEMM, activation, fc2 GEMM,
-	 * bias-dropout-add and one more for casts and bookkeeping = 12; the backward twice that
-	 * (data- and weight-gradient GEMMs, the element-wise backwards) */
-	double kf = 12 * cl->kernel_overhead * 1e-6, kb = 24 * cl->kernel_overhead * 1e-6;
-	if (w->rate8 > 0) kf += 4 * cl->kernel_overhead * 1e-6, kb += 12 * cl->kernel_overhead * 1e-6; /* casts, transposes */
-	layer_time lt = { .fwd = gf + at_f + ef + xf + kf, .bwd = gb + at_b + eb + xb + kb, .tp_exposed = xf + xb,
-			  .attn_fwd = at_f };
+	layer_time lt = { .fwd = gf + at_f + ef, .bwd = gb + at_b + eb, .attn_fwd = at_f };
+	block_overheads(r, p, w, T, h, attn + mlp, gf, gb, &lt);
 	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) lt.recomp = at_f;
 	return lt;
 }
 
+/* One decoder layer (attention and MLP) for one micro-batch on one GPU. */
+static layer_time layer(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w)
+{
+	return blocks(r, c, p, w, true, true, (double)c->ffn_hidden_size / p->tp);
+}
+
+/* A Mamba-2 layer (lib/model/layer_mamba.c) for one micro-batch on one GPU: in_proj and out_proj;
+ * the chunked scan's FLOPs (Megatron's 7 T d_in N, d_in this rank's) at the GEMM rate, its
+ * backward twice; the mixer's fp32 traffic a token (in_proj's output read by the conv, the
+ * scan, the gated norm: w + 3 cd + 4 di elements) plus the norm and bias-dropout-add's 5.5 h;
+ * the backward twice that; one block's tensor parallelism and launches. */
+static layer_time mamba_layer(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w)
+{
+	int t = p->tp;
+	double T = (double)c->seq_length * p->mbs, h = (double)c->hidden_size, N = (double)c->mamba_state_dim;
+	double nh = (double)c->mamba_num_heads / t, G = (double)c->mamba_num_groups / t, di = nh * (double)c->mamba_head_dim;
+	double cd = di + 2 * G * N, wl = di + cd + nh;
+	double gf = 0, gb = 0;
+	dlinear(w, T, h, wl, &gf, &gb);   /* in_proj */
+	dlinear(w, T, di, h, &gf, &gb);   /* out_proj */
+	double sf = 7 * T * di * N / w->rate;
+	double ef = T * ((wl + 3 * cd + 4 * di) * 4 + 5.5 * h / (p->sp ? t : 1) * w->eb) / w->bw;
+	layer_time lt = { .fwd = gf + sf + ef, .bwd = gb + 2 * sf + 2 * ef };
+	block_overheads(r, p, w, T, h, 1, gf, gb, &lt);
+	return lt;
+}
+
+/* The times of a hybrid model's symbols: by MGT_LAYER_* (an MoE layer as an MLP of its top-k
+ * experts' and shared expert's width). */
+typedef struct {
+	layer_time attn, mlp, moe, mamba;
+} symbol_times;
+
+static symbol_times symbols(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w)
+{
+	double moe = (double)(c->moe_ffn_hidden_size * c->moe_router_topk + c->moe_shared_expert_intermediate_size) / p->tp;
+	return (symbol_times){ blocks(r, c, p, w, true, false, 0), blocks(r, c, p, w, false, true, (double)c->ffn_hidden_size / p->tp),
+			       blocks(r, c, p, w, false, true, moe), mamba_layer(r, c, p, w) };
+}
+
+/* Layer l's time: a GPT layer's, or the hybrid symbol's. */
+static const layer_time *layer_of(const mgt_model_config *c, const layer_time *lt, const symbol_times *sy, int64_t l)
+{
+	switch (mgt_hybrid_symbol(c, l)) {
+	case MGT_LAYER_ATTENTION: return &sy->attn;
+	case MGT_LAYER_MLP: return &sy->mlp;
+	case MGT_LAYER_MOE: return &sy->moe;
+	case MGT_LAYER_MAMBA: return &sy->mamba;
+	default: return lt;
+	}
+}
+
 /* The forward + backward (+ recompute) of one micro-batch through virtual stage `stage`. */
 static double stage_time(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w,
-			 int stage, const layer_time *lt, double *fwd, double *bwd, double *rec, double *tpx)
+			 int stage, const layer_time *lt, const symbol_times *sy, double *fwd, double *bwd, double *rec,
+			 double *tpx)
 {
 	int64_t first, n;
 	if (mgt_stage_layers(c, p->pp * p->vp, stage, &first, &n)) n = 0;
 	double f = (double)n * lt->fwd, b = (double)n * lt->bwd, rc = (double)n * lt->recomp;
 	double x = (double)n * lt->tp_exposed;
-	if (p->recompute.granularity == MGT_RECOMPUTE_FULL) {
-		int64_t k = p->recompute.method == MGT_RECOMPUTE_BLOCK ? (p->recompute.num_layers < n ? p->recompute.num_layers : n) : n;
-		rc = (double)k * lt->fwd;
+	int64_t k = p->recompute.method == MGT_RECOMPUTE_BLOCK ? (p->recompute.num_layers < n ? p->recompute.num_layers : n) : n;
+	if (p->recompute.granularity == MGT_RECOMPUTE_FULL) rc = (double)k * lt->fwd;
+	if (c->hybrid_layer_pattern[0]) { /* symbol by symbol */
+		f = b = rc = x = 0;
+		for (int64_t l = first; l < first + n; l++) {
+			const layer_time *y = layer_of(c, lt, sy, l);
+			f += y->fwd, b += y->bwd, x += y->tp_exposed;
+			rc += p->recompute.granularity == MGT_RECOMPUTE_FULL ? (l < first + k ? y->fwd : 0) : y->recomp;
+		}
 	}
 	double T = (double)c->seq_length * p->mbs, h = (double)c->hidden_size, t = p->tp;
 	double V = (double)c->padded_vocab_size / t;
@@ -242,6 +319,7 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 		 .rate8 = r->fp8 != MGT_FP8_OFF ? mgt_plan_fp8_tflops(cl) * 1e12 * e : 0,
 		 .peak = (fp32 ? cl->fp32_tflops : cl->peak_tflops) * 1e12 * e, .bw = cl->memory_bandwidth * 1e9 * e };
 	layer_time lt = layer(r, c, p, &w);
+	symbol_times sy = symbols(r, c, p, &w);
 	int P = p->pp, V = p->vp, M = p->num_microbatches;
 	double T = (double)c->seq_length * p->mbs, h = (double)c->hidden_size;
 	/* point-to-point: [s b h] (/TP under SP) each way per micro-batch; the next stage is TP x DP
@@ -253,7 +331,7 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 	int cand[3] = { 0, P - 1, P > 2 ? 1 : 0 };
 	for (int i = 0; i < 3; i++) {
 		double f = 0, b = 0, rc = 0, x = 0, tot = 0;
-		for (int k = 0; k < V; k++) tot += stage_time(r, c, p, &w, k * P + cand[i], &lt, &f, &b, &rc, &x);
+		for (int k = 0; k < V; k++) tot += stage_time(r, c, p, &w, k * P + cand[i], &lt, &sy, &f, &b, &rc, &x);
 		/* the 1F1B schedule waits for each send; the interleaved one overlaps them (Megatron's
 		 * overlap_p2p_comm, on with virtual stages) */
 		if (V == 1) tot += 2 * p2p;

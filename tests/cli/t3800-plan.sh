@@ -1,7 +1,7 @@
 #!/bin/sh
 # mgt-plan: its memory figure equals what mgt-train computes and allocates for the same layout
-# (the "memory before training: computed" line, CPU backend); the bubble and the FLOPs against
-# hand-computed values; fixed layouts, config.json input, the plan's mgt-train flags; bad input
+# (the "memory before training: computed" line, CPU backend; GPT and hybrid models); the bubble
+# and the FLOPs (GPT's and Megatron's hybrid_flops) against hand-computed values; fixed layouts, config.json input, the plan's mgt-train flags; bad input
 # and its exit statuses (TAP, run by prove).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
@@ -24,6 +24,39 @@ for mbs in 2 4; do
 done
 ok "... and the overhead is the cpu cluster file's" same "$(get plan2.json "int(p['memory']['overhead'])")" \
 	"$($PY -c "import json, sys; print(json.load(open(sys.argv[1]))['overhead_bytes'])" "$SHARE/clusters/cpu.json")"
+
+# --- hybrid models (issue 48): memory against mgt-train's for two layouts of tiny-hybrid (full
+# recomputation is mgt-plan's uniform 1 layer), the
+# FLOPs of Megatron's hybrid_flops by hand for the 8B Mamba-2-Hybrid, and a plan that fits it
+for lay in "2 none" "4 full"; do
+	set -- $lay
+	rc=""
+	[ "$2" = full ] && rc="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+	"$BIN/mgt-train" --model tiny-hybrid --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 \
+		--seq-length 64 --micro-batch-size $1 --global-batch-size 8 --train-iters 1 --device cpu --threads 2 \
+		--eval-interval 0 $rc >trainh$1.log 2>&1
+	want=$(sed -n 's/^memory before training: computed \([0-9.]*\) MiB.*/\1/p' trainh$1.log)
+	"$P" --model tiny-hybrid --vocab-size 50257 --seq-length 64 --cluster cpu --global-batch-size 8 \
+		--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size $1 \
+		--recompute-granularity $2 --output planh$1.json 2>errh$1
+	got=$(get planh$1.json "'%.1f' % ((p['memory']['total'] - p['memory']['overhead']) / 1048576)")
+	ok "hybrid M*M-, micro-batch $1, recompute $2: mgt-plan's memory equals mgt-train's computed $want MiB" same "$got" "$want"
+done
+"$P" --model mamba2-hybrid-8b --vocab-size 256000 --global-batch-size 256 --bf16 --cluster dgx-h100 --nodes 2 \
+	--output h8b.json 2>h8b.err
+ok "the 8B Mamba-2-Hybrid: a plan that fits on 2 DGX H100 nodes, its pattern in the model object" $PY -c "
+import json; d = json.load(open('h8b.json')); p = d['plans'][0]
+print('# TP %d PP %d DP %d mbs %d: %.1f GiB, %.2f s, MFU %.3f' % (p['tensor_model_parallel_size'],
+      p['pipeline_model_parallel_size'], p['data_parallel_size'], p['micro_batch_size'], p['memory']['total'] / 2**30,
+      p['time']['iteration'], p['mfu']))
+assert p['fits'] and d['model']['hybrid_layer_pattern'].count('M') == 24"
+want=$($PY -c "
+B, s, h, V, N, G, NH, din, nh, g, kv = 256, 4096, 4096, 256000, 128, 8, 128, 8192, 32, 8, 128
+attn = 4 * B * s * h * (kv * nh / h) * (h + h * g / nh + s / 2)
+mlp = 4 * 4.0 * B * s * h * h
+mamba = 2 * B * s * h * (2 * din + 2 * G * N + NH) + 7 * B * s * din * N + 2 * B * s * din * h
+print('%.6e' % (3 * (4 * attn + 28 * mlp + 24 * mamba + 2 * B * s * h * V)))")
+ok "its FLOPs equal Megatron's hybrid_flops by hand ($want)" same "$(get h8b.json "'%.6e' % p['model_flops']")" "$want"
 
 # --- FLOPs: Megatron's formula by hand for gpt2-124m (h 768, 12 layers, padded vocab 50304,
 # seq 1024): per token 72 h^2 L + 6 s h L (causal attention) + 6 h V, times the batch's tokens
