@@ -6,7 +6,9 @@
 #     on a KJV chat set, several conversations a row;
 #   - --reset-attention-mask with --reset-position-ids on KJV verses as documents, tiny-gpt2
 #     (learned positions restarting) and tiny-llama (RoPE at the row's positions, as Megatron's
-#     rotary embedding).
+#     rotary embedding);
+#   - hybrid models (tests/torch/mamba_ref.py): the Mamba layers' conv and SSM state restart at
+#     each document start (Megatron's seq_idx), under --reset-attention-mask and --sft.
 # Needs Debian's python3 with torch and h5py; skipped without them.
 . "$(dirname "$0")/lib.sh"
 REF=$ROOT/tests/torch
@@ -56,4 +58,9 @@ ok "--reset-attention-mask, tiny-gpt2 (learned positions restarting) = float64 r
 	--model tiny-gpt2 $DOCS
 ok "--reset-attention-mask, tiny-llama (RoPE at the row's positions) = float64 reference" parity docs-llama 4 -- \
 	--model tiny-llama $DOCS
+ok "--reset-attention-mask, tiny-hybrid (the Mamba layers' conv and state restart at each document) = float64 reference" \
+	parity docs-hybrid 4 -- --model tiny-hybrid $DOCS
+ok "--sft, a hybrid M*-M (conversations packed, the states restarting) = float64 reference" parity sft-hybrid 4 -- \
+	--model tiny-hybrid --hybrid-layer-pattern 'M*-M' --sft --data-path chat.jsonl --split 100,0,0 \
+	--tokenizer-type SFTTokenizer --tokenizer-model tok.json
 done_testing

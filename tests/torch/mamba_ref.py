@@ -135,16 +135,23 @@ def conv_weight(w, CD):
     return w.reshape(CD, D_CONV)
 
 
-def mixer(a, p, prefix, u):
+def mixer(a, p, prefix, u, seg=None):
     """MambaMixer of prefix (decoder.layers.N.mixer.) on u [b, s, H] (already normalised by the
-    fused in_proj norm) -> [b, s, H] (before the residual add).  p: {name: tensor}."""
+    fused in_proj norm) -> [b, s, H] (before the residual add).  p: {name: tensor}.  seg [b, s]
+    (long; None: one document a row): packed documents, each token's document start: the conv
+    reads nothing before it and the state restarts from zero there (Megatron's seq_idx)."""
     H, DI, NH, P, G, N, CD = sizes(a)
     b, s, _ = u.shape
     zxbcdt = u @ p[prefix + "in_proj.weight"].t()
     z, xbc, dt = torch.split(zxbcdt, [DI, CD, NH], dim=-1)
     w = conv_weight(p[prefix + "conv1d_weight"], CD)                  # [CD, K]
     pad = torch.cat([xbc.new_zeros(b, D_CONV - 1, CD), xbc], dim=1)   # causal: zeros before t = 0
-    conv = p[prefix + "conv1d_bias"] + sum(w[:, k] * pad[:, k:k + s, :] for k in range(D_CONV))
+    if seg is None:
+        conv = p[prefix + "conv1d_bias"] + sum(w[:, k] * pad[:, k:k + s, :] for k in range(D_CONV))
+    else:  # tap k of position t reads position t - (K-1) + k, kept only inside t's document
+        t = torch.arange(s)
+        keep = [((t - (D_CONV - 1) + k)[None, :] >= seg).to(u.dtype)[:, :, None] for k in range(D_CONV)]
+        conv = p[prefix + "conv1d_bias"] + sum(w[:, k] * pad[:, k:k + s, :] * keep[k] for k in range(D_CONV))
     xbc = F.silu(conv)
     x, B, C = torch.split(xbc, [DI, G * N, G * N], dim=-1)
     x = x.reshape(b, s, NH, P)
@@ -158,6 +165,8 @@ def mixer(a, p, prefix, u):
     S = u.new_zeros(b, NH, P, N)
     ys = []
     for t in range(s):
+        if seg is not None:  # a document starting at t: the state restarts
+            S = S * (seg[:, t] != t).to(u.dtype)[:, None, None, None]
         S = decay[:, t, :, None, None] * S + (dt[:, t, :, None, None] * x[:, t, :, :, None]) * B[:, t, :, None, :]
         ys.append((S * C[:, t, :, None, :]).sum(-1) + Dh[:, None] * x[:, t])
     y = torch.stack(ys, dim=1).reshape(b, s, DI)

@@ -488,7 +488,7 @@ class GPTRef:
         c = self.pattern[i]
         p = "decoder.layers.%d." % i
         if c == "M":
-            return x + mamba_ref.mixer(self.a, self.params, p + "mixer.", self._norm(x, p + "mixer.in_proj."))
+            return x + mamba_ref.mixer(self.a, self.params, p + "mixer.", self._norm(x, p + "mixer.in_proj."), self._seg)
         if c == "*":
             return x + self._attention(self._norm(x, p + "self_attention.linear_qkv."), i)
         if c == "-":
