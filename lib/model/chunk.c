@@ -275,12 +275,19 @@ static mgt_status mamba_check(const mgt_model_config *c, const mgt_model_layout 
 			      const mgt_backend *be)
 {
 	if (!strchr(c->hybrid_layer_pattern, MGT_LAYER_MAMBA)) return MGT_OK;
-	const char *no = ps->cp > 1 ? "--context-parallel-size > 1" : L->fp8.format ? "--fp8-format"
-		       : be && strcmp(be->ops->name, "cpu") ? "the CUDA backend" : NULL;
+	const char *no = ps->cp > 1 ? "--context-parallel-size > 1" : be && strcmp(be->ops->name, "cpu") ? "the CUDA backend"
+		       : NULL;
 	if (no)
 		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern '%s' has Mamba layers ('M'): %s with Mamba layers is "
-			       "not implemented in this version (fp32 on the CPU backend, TP, DP and PP are)", c->hybrid_layer_pattern,
+			       "not implemented in this version (the CPU backend, TP, DP and PP are)", c->hybrid_layer_pattern,
 			       no);
+	/* fp8 in_proj and out_proj (Transformer Engine's, as Megatron asserts: features multiples of 16) */
+	const int64_t tp = ps->tp, di = c->mamba_num_heads * c->mamba_head_dim;
+	const int64_t w = 2 * di + 2 * c->mamba_num_groups * c->mamba_state_dim + c->mamba_num_heads;
+	if (L->fp8.format && ((w / tp) % 16 || (di / tp) % 16))
+		return mgt_err(MGT_ERR_USAGE, "--fp8-format with Mamba layers: in_proj's %lld outputs (2 d_inner + 2 groups x "
+			       "state + heads) and d_inner %lld per tensor-parallel rank must be multiples of 16",
+			       (long long)(w / tp), (long long)(di / tp));
 	return MGT_OK;
 }
 

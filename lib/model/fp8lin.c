@@ -50,13 +50,24 @@ struct fp8_state {
 	uint8_t *snd, *rcv;
 };
 
-/* in and out features of linear j. */
-static void lin_dims(const mgt_model *m, int j, int *in, int *out)
+/* in and out features of linear k (j = k % FP8_NLIN of local layer k / FP8_NLIN): a GPT layer's
+ * four; in a hybrid model a layer's own symbol's (a Mamba layer's in_proj and out_proj are its
+ * linears 0 and 1), 0 x 0 for the slots its kind does not use. */
+static void lin_dims(const mgt_model *m, int k, int *in, int *out)
 {
-	const int h = (int)m->h, nd = (int)(m->nq_l * m->d);
+	const int h = (int)m->h, nd = (int)(m->nq_l * m->d), j = k % FP8_NLIN;
 	const int ins[FP8_NLIN] = { h, nd, h, (int)m->ffn_l }, outs[FP8_NLIN] = { (int)m->qkv_l, h, (int)m->fc1_l, h };
 	*in = ins[j];
 	*out = outs[j];
+	if (!m->c.hybrid_layer_pattern[0]) return;
+	const char kind = m->pattern[m->k0[k / FP8_NLIN]];
+	const bool mamba = kind == MGT_LAYER_MAMBA, used = mamba ? j < 2 : kind == MGT_LAYER_ATTENTION ? j < 2 : j >= 2;
+	if (mamba) {
+		const int mi[2] = { h, (int)m->mamba.di_l }, mo[2] = { (int)m->mamba.w_l, h };
+		*in = j < 2 ? mi[j] : 0;
+		*out = j < 2 ? mo[j] : 0;
+	}
+	if (!used) *in = *out = 0;
 }
 
 bool mgt_model_fp8_layer(const mgt_model *m, int li)
@@ -99,7 +110,7 @@ static void layout_bytes(mgt_model *m, struct fp8_state *f, size_t *wbytes, size
 	*wbytes = *xbytes = *big = 0;
 	for (int k = 0; k < f->n; k++) {
 		int in, out;
-		lin_dims(m, k % FP8_NLIN, &in, &out);
+		lin_dims(m, k, &in, &out);
 		f->woff[k] = *wbytes;
 		f->xoff[k] = *xbytes;
 		if (!mgt_model_fp8_layer(m, k / FP8_NLIN)) continue;
@@ -135,10 +146,11 @@ static mgt_status upload_scales(mgt_model *m)
 static int weight_linear(const mgt_model *m, const mgt_tensor *t)
 {
 	static const mgt_tensor_role roles[FP8_NLIN] = { MGT_T_QKV_W, MGT_T_PROJ_W, MGT_T_FC1_W, MGT_T_FC2_W };
+	static const mgt_tensor_role mamba[2] = { MGT_T_M_IN_W, MGT_T_M_OUT_W }; /* a Mamba layer's linears 0, 1 */
 	const int li = t->layer - m->first_layer;
 	if (t->layer < 0 || li < 0 || li >= m->n_layers || !mgt_model_fp8_layer(m, li)) return -1;
 	for (int j = 0; j < FP8_NLIN; j++)
-		if (t->role == roles[j]) return FP8_NLIN * li + j;
+		if (t->role == roles[j] || (j < 2 && t->role == mamba[j])) return FP8_NLIN * li + j;
 	return -1;
 }
 
@@ -408,7 +420,7 @@ mgt_status mgt_model_fp8_gather_params(mgt_model *m, bool *done)
 	for (int k = 0; !st && k < f->n; k++) {
 		if (!mgt_model_fp8_layer(m, k / FP8_NLIN)) continue;
 		int in, out;
-		lin_dims(m, k % FP8_NLIN, &in, &out);
+		lin_dims(m, k, &in, &out);
 		o->fp8_transpose(m->be, f->w8t + f->woff[k], f->w8 + f->woff[k], out, in);
 		o->copy(m->be, f->winv + k, si(f, 3 * k + 1), sizeof(float));
 	}
@@ -422,7 +434,7 @@ mgt_status mgt_model_fp8_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_type
 	struct fp8_state *f = m->fp8;
 	const int k = FP8_NLIN * li + j, slot = (int)(m->cur - m->sa), T = m->T;
 	int in, out;
-	lin_dims(m, j, &in, &out);
+	lin_dims(m, k, &in, &out);
 	uint8_t *q = f->x8[slot] + f->xoff[k];
 	float *xinv = f->xinv[slot] + k;
 	/* the inputs gathered under sequence parallelism (the norm outputs) reduce a tensorwise amax over TP */
@@ -443,7 +455,7 @@ mgt_status mgt_model_fp8_bwd(mgt_model *m, int li, int j, void *dx, mgt_elem_typ
 	const mgt_backend_ops *o = m->be->ops;
 	const int k = FP8_NLIN * li + j, slot = (int)(m->cur - m->sa), T = m->T, i = bwd_slot(f, k);
 	int in, out;
-	lin_dims(m, j, &in, &out);
+	lin_dims(m, k, &in, &out);
 	const mgt_fp8_format gf = mgt_fp8_grad_format(&f->rc);
 	if (db) o->bda_bwd(m->be, (void *)dy, dyt, db, dy, dyt, T, out, 0.0f, 0, 0); /* db += column sums of dy */
 	mgt_status st = cast(m, i, f->dy8, dy, dyt, (size_t)T * out, gf, false);

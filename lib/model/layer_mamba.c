@@ -28,9 +28,8 @@ size_t mgt_layer_mamba_numel(const mgt_model *m, int li, int k)
 {
 	const size_t T = (size_t)m->T;
 	const mgt_ssd d = ssd_of(m);
-	(void)li;
 	switch (k) {
-	case LA_LN1: return T * (size_t)m->h;
+	case LA_LN1: return li >= 0 && mgt_model_fp8_layer(m, li) ? 0 : T * (size_t)m->h; /* fp8: the cast keeps x */
 	case LA_MEAN1: case LA_RSTD1: return (size_t)m->Th;
 	case LA_M_ZX: return T * (size_t)m->mamba.w_l;
 	case LA_M_CONV: return T * (size_t)m->mamba.cd_l;

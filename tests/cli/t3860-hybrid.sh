@@ -108,6 +108,16 @@ L = lambda f: [o['lm_loss'] for o in map(json.loads, open(f)) if 'lm_loss' in o]
 a, b = L('one.jsonl'), L('bf16.jsonl')
 e = max(abs(x - y) / x for x, y in zip(a, b)); print('# bf16 against fp32: %.2e' % e)
 sys.exit(not (len(a) == len(b) == 8 and e <= 2e-3))"
+# fp8: head dim 8 (16 heads: in_proj's 336 outputs, d_inner 128), Mamba layers alone (MM)
+F8="--hybrid-layer-pattern MM --mamba-head-dim 8 --bf16"
+ok "--fp8-format hybrid on Mamba layers (in_proj and out_proj in fp8)" train 1 mm-fp8 $F8 --fp8-format hybrid
+ok "  and the bf16 run" train 1 mm-bf16 $F8
+ok "  within 1e-3 of bf16 and not equal to it (the fp8 GEMMs ran)" $PY -c "
+import json, sys
+L = lambda f: [o['lm_loss'] for o in map(json.loads, open(f)) if 'lm_loss' in o]
+a, b = L('mm-bf16.jsonl'), L('mm-fp8.jsonl')
+e = max(abs(x - y) / x for x, y in zip(a, b)); print('# fp8 against bf16: %.2e' % e)
+sys.exit(not (len(a) == len(b) == 8 and 0 < e <= 1e-3))"
 ok "full recomputation (uniform, 2 layers)" train 1 rc --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
 ok "  gives the same bits" exact one rc
 ok "a run saved at iteration 4" train 1 first --save ck --save-interval 4 --exit-interval 4
@@ -163,6 +173,6 @@ ok "a pattern with the ratios refused" bad "not both" --hybrid-attention-ratio 0
 ok "groups not dividing the heads refused" bad "--mamba-num-groups 3" --mamba-num-groups 3
 ok "a head dim not dividing d_inner refused" bad "--mamba-head-dim 24" --mamba-head-dim 24
 ok "a pattern with --model-family bert refused" bad "--model-family bert" --model-family bert
-ok "fp8 with Mamba layers refused (not yet)" bad "--fp8-format with Mamba layers" --fp8-format hybrid
+ok "fp8 with in_proj's outputs not a multiple of 16 refused naming them" bad "in_proj's 328 outputs" --bf16 --fp8-format hybrid
 ok "--mamba-training-ssm-states-dtype refused with the reason" bad "states in fp32" --mamba-training-ssm-states-dtype bf16
 done_testing
