@@ -275,12 +275,17 @@ static mgt_status mamba_check(const mgt_model_config *c, const mgt_model_layout 
 			      const mgt_backend *be)
 {
 	if (!strchr(c->hybrid_layer_pattern, MGT_LAYER_MAMBA)) return MGT_OK;
-	const char *no = ps->cp > 1 ? "--context-parallel-size > 1" : be && strcmp(be->ops->name, "cpu") ? "the CUDA backend"
-		       : NULL;
-	if (no)
-		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern '%s' has Mamba layers ('M'): %s with Mamba layers is "
-			       "not implemented in this version (the CPU backend, TP, DP and PP are)", c->hybrid_layer_pattern,
-			       no);
+	if (be && strcmp(be->ops->name, "cpu"))
+		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern '%s' has Mamba layers ('M'): the CUDA backend with Mamba "
+			       "layers is not implemented in this version (the CPU backend is)", c->hybrid_layer_pattern);
+	/* context parallelism splits each TP rank's heads and groups over the context ranks
+	 * (mamba_context_parallel.py; Megatron replicates B and C when the groups are fewer, which is
+	 * not implemented here) */
+	const int64_t nh_r = c->mamba_num_heads / ps->tp, g_r = c->mamba_num_groups / ps->tp;
+	if (ps->cp > 1 && (nh_r % ps->cp || g_r % ps->cp))
+		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d with Mamba layers: the %lld Mamba heads and %lld groups "
+			       "per tensor-parallel rank must be divisible by it (groups fewer than the context ranks, which "
+			       "Megatron replicates, are not implemented)", ps->cp, (long long)nh_r, (long long)g_r);
 	/* fp8 in_proj and out_proj (Transformer Engine's, as Megatron asserts: features multiples of 16) */
 	const int64_t tp = ps->tp, di = c->mamba_num_heads * c->mamba_head_dim;
 	const int64_t w = 2 * di + 2 * c->mamba_num_groups * c->mamba_state_dim + c->mamba_num_heads;
@@ -507,7 +512,8 @@ void mgt_model_free(mgt_model *m)
 	free(m->rc.layers);
 	void *bufs[] = { m->params, m->grads, m->prec.lp, m->prec.nw1, m->prec.ones, m->scratch.emb, m->scratch.lnl, m->scratch.dres, m->scratch.dtmp_h, m->scratch.dloc,
 			 m->scratch.dbig, m->scratch.dctx, m->scratch.dact, m->inv_freq, m->mamba.dzx, m->mamba.dconv, m->mamba.dy,
-			 m->mamba.dnorm };
+			 m->mamba.dnorm, m->mamba.send_map, m->mamba.asm_map, m->mamba.snd, m->mamba.rcv, m->mamba.yg,
+			 m->mamba.dzxg, m->mamba.dconvg };
 	for (size_t k = 0; !m->mem.dry && k < sizeof bufs / sizeof *bufs; k++) be->ops->free(be, bufs[k]);
 	mgt_moe_free(m);
 	mgt_cp_free(m);

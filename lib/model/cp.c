@@ -99,17 +99,15 @@ static mgt_status a2a_maps(mgt_model *m, const int32_t *rows)
 	return st;
 }
 
-/* a2a: the buffers (the row maps' host copy too: packed documents rebuild them per micro-batch)
- * and the fixed zigzag's row maps. */
-static mgt_status a2a_alloc(mgt_model *m)
+/* The row maps (the host copy too: packed documents rebuild them per micro-batch) with the fixed
+ * zigzag's, once: a2a's attention and the Mamba layers' exchanges use them. */
+mgt_status mgt_cp_maps_alloc(mgt_model *m)
 {
+	if (m->cp.a2a.idx[0]) return MGT_OK;
 	mgt_status st = MGT_OK;
-	size_t T = (size_t)m->T, c = (size_t)m->cp.size, nq = T * (size_t)m->qkv_l, no = T * (size_t)(m->nq_l * m->d);
-#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
-	m->cp.a2a.snd = W(nq); m->cp.a2a.rcv = W(nq); m->cp.a2a.q = W(nq); m->cp.a2a.dq = W(nq);
-	m->cp.a2a.o = W(no); m->cp.a2a.dout = W(no);
-	for (int k = 0; k < 4; k++) m->cp.a2a.idx[k] = (int32_t *)W(c * T);
-#undef W
+	size_t T = (size_t)m->T, c = (size_t)m->cp.size;
+	for (int k = 0; k < 4; k++)
+		m->cp.a2a.idx[k] = (int32_t *)mgt_model_balloc(m, c * T * sizeof(int32_t), &m->mem.work_bytes, &st);
 	if (st || m->mem.dry) return st;
 	m->cp.a2a.cnt = mgt_malloc(4 * c * sizeof *m->cp.a2a.cnt);
 	m->cp.a2a.host = mgt_malloc(4 * c * T * sizeof *m->cp.a2a.host);
@@ -117,9 +115,21 @@ static mgt_status a2a_alloc(mgt_model *m)
 	return a2a_maps(m, NULL);
 }
 
+/* a2a: the buffers and the row maps. */
+static mgt_status a2a_alloc(mgt_model *m)
+{
+	mgt_status st = MGT_OK;
+	size_t T = (size_t)m->T, nq = T * (size_t)m->qkv_l, no = T * (size_t)(m->nq_l * m->d);
+#define W(n) (float *)mgt_model_balloc(m, (size_t)(n) * sizeof(float), &m->mem.work_bytes, &st)
+	m->cp.a2a.snd = W(nq); m->cp.a2a.rcv = W(nq); m->cp.a2a.q = W(nq); m->cp.a2a.dq = W(nq);
+	m->cp.a2a.o = W(no); m->cp.a2a.dout = W(no);
+#undef W
+	return st ? st : mgt_cp_maps_alloc(m);
+}
+
 /* a2a with packed documents: the row maps of the current slot's micro-batch (rebuilt when
  * another micro-batch's are in place). */
-static mgt_status a2a_use_maps(mgt_model *m)
+mgt_status mgt_cp_use_maps(mgt_model *m)
 {
 	const slot_act *sa = m->cur;
 	if (!sa->cp_rows || (m->cp.maps_slot == sa && m->cp.maps_ver == sa->cp_ver)) return MGT_OK;
@@ -347,7 +357,7 @@ static mgt_status ag_bwd(mgt_model *m, layer_act *a, float *dqkv, const float *d
 /* a2a: one all-to-all over the context group of T rows of w elements of type t per rank pair,
  * from rows in the send order (block q to rank q) to rows in the receive order (block q from
  * rank q). */
-static mgt_status a2a_move(mgt_model *m, float *dst, const float *src, size_t w, mgt_elem_type t)
+mgt_status mgt_cp_a2a_move(mgt_model *m, void *dst, const void *src, size_t w, mgt_elem_type t)
 {
 	int64_t c = m->cp.size, *sc = m->cp.a2a.cnt, *sd = sc + c, *rc = sc + 2 * c, *rd = sc + 3 * c;
 	for (int64_t q = 0; q < c; q++) {
@@ -357,7 +367,6 @@ static mgt_status a2a_move(mgt_model *m, float *dst, const float *src, size_t w,
 	return mgt_comm_alltoallv(m->ps->cp_comm, dst, rc, rd, src, sc, sd, t);
 }
 
-enum { PACK, UNPACK, TO_GLOB, FROM_GLOB };
 
 /* Rows of w elements of type t through the all-to-all: gathered by map `before` into the send
  * order, moved, and gathered by map `after` into dst (rows_gather copies them bit for bit). */
@@ -367,7 +376,7 @@ static mgt_status a2a_exchange(mgt_model *m, void *dst, const void *src, size_t 
 	const mgt_backend_ops *o = m->be->ops;
 	int n = m->T * m->cp.size;
 	o->rows_gather(m->be, m->cp.a2a.snd, src, t, m->cp.a2a.idx[before], n, (int)w);
-	mgt_status st = a2a_move(m, m->cp.a2a.rcv, m->cp.a2a.snd, w, t);
+	mgt_status st = mgt_cp_a2a_move(m, m->cp.a2a.rcv, m->cp.a2a.snd, w, t);
 	if (!st) o->rows_gather(m->be, dst, m->cp.a2a.rcv, t, m->cp.a2a.idx[after], n, (int)w);
 	return st;
 }
@@ -405,7 +414,7 @@ static mgt_attn a2a_attn(const mgt_model *m, float p, uint64_t key, mgt_elem_typ
 /* qkv and ctx of type act_t; the gradients dctx and dqkv of type gt. */
 static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 {
-	mgt_status st = a2a_use_maps(m);
+	mgt_status st = mgt_cp_use_maps(m);
 	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
 	if (st) return st;
 	const mgt_attn at = a2a_attn(m, p, key, m->prec.act_t);
@@ -416,7 +425,7 @@ static mgt_status a2a_fwd(mgt_model *m, layer_act *a, float p, uint64_t key)
 static mgt_status a2a_bwd(mgt_model *m, layer_act *a, void *dqkv, const void *dctx, mgt_elem_type gt, float p,
 			  uint64_t key)
 {
-	mgt_status st = a2a_use_maps(m);
+	mgt_status st = mgt_cp_use_maps(m);
 	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.q, a->qkv, a2a_wq(m), m->prec.act_t);
 	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.o, a->ctx, a2a_wo(m), m->prec.act_t);
 	if (!st) st = a2a_scatter_heads(m, m->cp.a2a.dout, dctx, a2a_wo(m), gt);

@@ -34,8 +34,9 @@ size_t mgt_layer_mamba_numel(const mgt_model *m, int li, int k)
 	case LA_M_ZX: return T * (size_t)m->mamba.w_l;
 	case LA_M_CONV: return T * (size_t)m->mamba.cd_l;
 	case LA_M_Y: case LA_M_NORM: return T * (size_t)m->mamba.di_l;
-	case LA_M_STATES: return mgt_ssd_states_floats(&d);
+	case LA_M_STATES: return m->cp.size > 1 ? mgt_mamba_cp_states(m) : mgt_ssd_states_floats(&d);
 	case LA_M_RSTD: return T * (size_t)m->mamba.g_l;
+	case LA_M_ZXG: return m->cp.size > 1 ? T * (size_t)(m->mamba.cd_l + m->mamba.nh_l) : 0;
 	default: return 0;
 	}
 }
@@ -58,12 +59,16 @@ mgt_status mgt_layer_mamba_fwd(mgt_model *m, int li, bool train, void *out)
 	mgt_status st = mgt_sublayer_norm_gather(m, ln, lt, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W),
 						 T_(m, l, MGT_T_LN1_B));
 	if (!st) st = mgt_sublayer_lin_fwd(m, li, 0, a->mzx, MGT_DT_F32, ln, lt, T_(m, l, MGT_T_M_IN_W), NULL, h, W);
+	if (!st && m->cp.size > 1) st = mgt_mamba_cp_fwd(m, a, l);
 	if (st) return st;
-	o->mamba_conv_fwd(m->be, a->mconv, a->mzx + off_x(m), W, P(m, T_(m, l, MGT_T_M_CONV_W)),
-			  P(m, T_(m, l, MGT_T_M_CONV_B)), m->cur->seg, m->s, m->b, cd, CONV_K);
-	const mgt_ssd d = ssd_of(m);
-	o->ssd_scan_fwd(m->be, &d, a->my, a->mstates, a->mconv, a->mconv + off_b(m), a->mconv + off_c(m), a->mzx + off_dt(m),
-			P(m, T_(m, l, MGT_T_M_DT_B)), P(m, T_(m, l, MGT_T_M_A_LOG)), P(m, T_(m, l, MGT_T_M_D)));
+	if (m->cp.size == 1) {
+		o->mamba_conv_fwd(m->be, a->mconv, a->mzx + off_x(m), W, P(m, T_(m, l, MGT_T_M_CONV_W)),
+				  P(m, T_(m, l, MGT_T_M_CONV_B)), m->cur->seg, m->s, m->b, cd, CONV_K);
+		const mgt_ssd d = ssd_of(m);
+		o->ssd_scan_fwd(m->be, &d, a->my, a->mstates, a->mconv, a->mconv + off_b(m), a->mconv + off_c(m),
+				a->mzx + off_dt(m), P(m, T_(m, l, MGT_T_M_DT_B)), P(m, T_(m, l, MGT_T_M_A_LOG)),
+				P(m, T_(m, l, MGT_T_M_D)));
+	}
 	o->mamba_gated_norm_fwd(m->be, a->mnorm, a->mrstd, a->my, a->mzx, W, P(m, T_(m, l, MGT_T_M_NORM_W)), T, di,
 				(int)m->mamba.g_l, GATED_EPS);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the gated norm */
@@ -87,14 +92,18 @@ mgt_status mgt_layer_mamba_bwd(mgt_model *m, int li, bool train)
 	if (st) return st;
 	const mgt_tensor *nw = T_(m, l, MGT_T_M_NORM_W), *dtb = T_(m, l, MGT_T_M_DT_B), *al = T_(m, l, MGT_T_M_A_LOG);
 	const mgt_tensor *D = T_(m, l, MGT_T_M_D), *cw = T_(m, l, MGT_T_M_CONV_W), *cb = T_(m, l, MGT_T_M_CONV_B);
-	o->mamba_gated_norm_bwd(m->be, dy, dzx, G(m, nw), dnorm, a->my, a->mzx, W, P(m, nw), a->mrstd, T, di,
-				(int)m->mamba.g_l);
-	const mgt_ssd d = ssd_of(m);
-	o->ssd_scan_bwd(m->be, &d, dconv, dconv + off_b(m), dconv + off_c(m), dzx + off_dt(m), G(m, dtb), G(m, al), G(m, D),
-			dy, a->mstates, a->mconv, a->mconv + off_b(m), a->mconv + off_c(m), a->mzx + off_dt(m), P(m, dtb),
-			P(m, al), P(m, D));
-	o->mamba_conv_bwd(m->be, dzx + off_x(m), G(m, cw), G(m, cb), dconv, a->mzx + off_x(m), W, P(m, cw), P(m, cb),
-			  m->cur->seg, m->s, m->b, cd, CONV_K);
+	const bool cp = m->cp.size > 1; /* dz then waits beside the received blocks (mamba_cp.c) */
+	o->mamba_gated_norm_bwd(m->be, dy, cp ? mgt_mamba_cp_dz(m) : dzx, G(m, nw), dnorm, a->my, a->mzx, W, P(m, nw),
+				a->mrstd, T, di, (int)m->mamba.g_l);
+	if (cp && (st = mgt_mamba_cp_bwd(m, a, l))) return st;
+	if (!cp) {
+		const mgt_ssd d = ssd_of(m);
+		o->ssd_scan_bwd(m->be, &d, dconv, dconv + off_b(m), dconv + off_c(m), dzx + off_dt(m), G(m, dtb), G(m, al),
+				G(m, D), dy, a->mstates, a->mconv, a->mconv + off_b(m), a->mconv + off_c(m), a->mzx + off_dt(m),
+				P(m, dtb), P(m, al), P(m, D));
+		o->mamba_conv_bwd(m->be, dzx + off_x(m), G(m, cw), G(m, cb), dconv, a->mzx + off_x(m), W, P(m, cw), P(m, cb),
+				  m->cur->seg, m->s, m->b, cd, CONV_K);
+	}
 	st = mgt_sublayer_lin_bwd(m, li, 0, m->scratch.dtmp_h, m->prec.act_t, T_(m, l, MGT_T_M_IN_W), NULL, dzx, MGT_DT_F32,
 				  a->ln1, m->prec.act_t, h, W);
 	if (st) return st;
@@ -120,7 +129,7 @@ void mgt_layer_mamba_dims(mgt_model *m)
 mgt_status mgt_layer_mamba_alloc(mgt_model *m)
 {
 	if (!strchr(m->pattern, MGT_LAYER_MAMBA)) return MGT_OK;
-	mgt_status st = MGT_OK;
+	mgt_status st = m->cp.size > 1 ? mgt_mamba_cp_alloc(m) : MGT_OK;
 	const size_t T = (size_t)m->T;
 	m->mamba.dzx = mgt_model_balloc(m, T * (size_t)m->mamba.w_l * sizeof(float), &m->mem.work_bytes, &st);
 	m->mamba.dconv = mgt_model_balloc(m, T * (size_t)m->mamba.cd_l * sizeof(float), &m->mem.work_bytes, &st);

@@ -38,13 +38,16 @@ typedef struct {
 	 * the scan's output y [T, DI] and its chunk states (mgt_ssd_states_floats), the gated norm's
 	 * output norm [T, DI] and its statistics nrstd [T, G]; NULL in other layers */
 	float *mzx, *mconv, *my, *mstates, *mnorm, *mrstd;
+	/* under context parallelism: x, B, C and dt of the rank's head block over the whole
+	 * sequence [cp T, wx / cp] (mamba_cp.c; mconv then holds its conv's three regions) */
+	float *mzxg;
 	unsigned own;
 } layer_act;
 
 /* The buffers of layer_act by index (the order of its fields). */
 enum { LA_X_IN, LA_LN1, LA_MEAN1, LA_RSTD1, LA_QKV, LA_CTX, LA_LSE, LA_X_MID, LA_LN2, LA_MEAN2, LA_RSTD2,
        LA_FC1, LA_ACT, LA_QKV_PRE, LA_QMEAN, LA_QRSTD, LA_KMEAN, LA_KRSTD, LA_M_ZX, LA_M_CONV, LA_M_Y,
-       LA_M_STATES, LA_M_NORM, LA_M_RSTD, LA_N };
+       LA_M_STATES, LA_M_NORM, LA_M_RSTD, LA_M_ZXG, LA_N };
 _Static_assert(offsetof(layer_act, own) == LA_N * sizeof(float *), "layer_act: LA_* names every buffer");
 static inline float **la_buf(layer_act *a, int k) { return (float **)a + k; }
 
@@ -160,6 +163,12 @@ struct mgt_model {
 	struct {
 		int64_t p, n, nh_l, g_l, di_l, cd_l, w_l;
 		float *dzx, *dconv, *dy, *dnorm;
+		/* context parallelism (mamba_cp.c): the unit of the column maps, the maps (backend int32:
+		 * send_map [T wx / cpu], asm_map [T w_l / cpu]) and the exchanges' fp32 scratch: snd, rcv
+		 * (then dz: [T, w_l] rows, z's columns), yg (y or dy of the whole sequence), dzxg, dconvg */
+		int64_t cpu;
+		int32_t *send_map, *asm_map;
+		float *snd, *rcv, *yg, *dzxg, *dconvg;
 	} mamba;
 	/* Mixture of Experts (moe.c): NULL when no layer of the chunk is an MoE layer */
 	struct moe_state *moe;
@@ -274,7 +283,18 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, voi
  * (t = i*b + j) is (t itself when cp.size = 1; with packed documents the current slot's
  * cp_rows): dropout elements are indexed by it.
  * mgt_cp_set_rows: the current slot's micro-batch's cp_rows [cp.size * T] (copied; NULL is
- * MGT_ERR_USAGE: a packed chunk under context parallelism needs them). */
+ * MGT_ERR_USAGE: a packed chunk under context parallelism needs them).
+ * The all-to-all's pieces, for the Mamba layers' exchanges too (mamba_cp.c): mgt_cp_maps_alloc
+ * the row maps m->cp.a2a.idx (indexed by the enum below: PACK[q T + t] = t cp + q, the rank's row
+ * t block q to the send order; UNPACK its inverse; TO_GLOB received rows to position order;
+ * FROM_GLOB position order to the send order) for the fixed zigzag, once; mgt_cp_use_maps those
+ * of the current slot's packed micro-batch; mgt_cp_a2a_move one all-to-all over the context group
+ * of T rows of w elements of type t per rank pair (block q to and from rank q).  Errors: NOMEM,
+ * the communicator's (MGT_ERR_IO). */
+enum { PACK, UNPACK, TO_GLOB, FROM_GLOB };
+mgt_status mgt_cp_maps_alloc(mgt_model *m);
+mgt_status mgt_cp_use_maps(mgt_model *m);
+mgt_status mgt_cp_a2a_move(mgt_model *m, void *dst, const void *src, size_t w, mgt_elem_type t);
 mgt_status mgt_cp_alloc(mgt_model *m);
 void mgt_cp_free(mgt_model *m);
 mgt_status mgt_cp_attn_fwd(mgt_model *m, layer_act *a, float p, uint64_t key);
@@ -438,6 +458,18 @@ mgt_status mgt_layer_mamba_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_mamba_bwd(mgt_model *m, int li, bool train);
 void mgt_layer_mamba_dims(mgt_model *m);
 mgt_status mgt_layer_mamba_alloc(mgt_model *m);
+/* Context parallelism of the Mamba layers (mamba_cp.c): mgt_mamba_cp_alloc its maps and scratch
+ * (NOMEM; upload errors); mgt_mamba_cp_states the floats of a layer's chunk states over the whole
+ * sequence of the rank's head block; mgt_mamba_cp_fwd from a->mzx (in_proj's output, local
+ * tokens) a->mzxg, a->mconv, a->mstates and a->my (local tokens, every head of the rank);
+ * mgt_mamba_cp_bwd from m->mamba.dy and the local dz (at mgt_mamba_cp_dz: [T, w_l] rows, written
+ * by the gated norm's backward in their first di_l columns) m->mamba.dzx, accumulating the conv's, dt_bias', A_log's and D's
+ * gradients of the rank's block.  Both exchange over ps->cp_comm (MGT_ERR_IO). */
+mgt_status mgt_mamba_cp_alloc(mgt_model *m);
+size_t mgt_mamba_cp_states(const mgt_model *m);
+mgt_status mgt_mamba_cp_fwd(mgt_model *m, layer_act *a, int l);
+mgt_status mgt_mamba_cp_bwd(mgt_model *m, layer_act *a, int l);
+float *mgt_mamba_cp_dz(const mgt_model *m);
 
 /* ---- embedding and head (embed_head.c) ----
  * mgt_model_embed_fwd: the embedding of the current slot's tokens (positions, token types) into

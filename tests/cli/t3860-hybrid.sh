@@ -3,15 +3,16 @@
 # tiny-hybrid (M*M-: Mamba-2, attention, Mamba-2, MLP) on KJV, fp32 on the CPU.  Every layout
 # gives the single-process losses step by step (relative difference <= 1e-5, dropout on): PP2
 # split by the pattern's '|', DP2 with the distributed optimizer, TP2 with SP (the Mamba heads
-# and groups split, in_proj and the conv by blocks), TP2 x PP2 x DP2, PP2 x DP2, TP2 without SP
-# and an MoE layer's pattern (M*-E) under PP2; a TP2 x PP2 x DP2 checkpoint resumes on one
+# and groups split, in_proj and the conv by blocks), TP2 x PP2 x DP2, CP2 with attention's p2p
+# and a2a (the Mamba layers' all-to-all of heads), PP2 x DP2, TP2 without SP, CP4, TP2 x CP2 and
+# an MoE layer's pattern (M*-E) under PP2; a TP2 x PP2 x DP2 checkpoint resumes on one
 # process; full recomputation gives the same bits; a resumed run gives the uninterrupted run's
 # bits; mgt-eval generates with the Mamba layers' state caches what logits recomputing the
 # prefix gives (token for token, logits within 1e-5), and runs loss, perplexity and tasks; the
 # ratios give Megatron's pattern; bad input is refused naming the flag or the character (exit 2)
 # before anything is written.
-# Tiers (lib.sh): the quick tier runs everything but PP2 x DP2, TP2 without SP and the MoE layout
-# (full tier; TP2 x PP2 x DP2 and PP2 run their paths).
+# Tiers (lib.sh): the quick tier runs everything but PP2 x DP2, TP2 without SP, CP4, TP2 x CP2 and
+# the MoE layout (full tier; TP2 x PP2 x DP2, CP2 and PP2 run their paths).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 RUN="sh $ROOT/tests/mpirun.sh"
@@ -93,6 +94,22 @@ if command -v mpirun >/dev/null 2>&1; then
 	ok "TP2 x PP2 x DP2 (SP, the distributed optimizer)" train 8 tp2pp2dp2 --tensor-model-parallel-size 2 \
 		--sequence-parallel --pipeline-model-parallel-size 2 --hybrid-layer-pattern 'M*|M-' --use-distributed-optimizer $V2
 	ok "  = one process" same one tp2pp2dp2
+	# context parallelism: the conv and the scan of 1/CP of the heads over the whole sequence
+	ok "CP2 (attention's p2p ring; the Mamba layers' all-to-all)" train 2 cp2 --context-parallel-size 2
+	ok "  = one process" same one cp2
+	ok "CP2 with --cp-comm-type a2a" train 2 cp2a --context-parallel-size 2 --cp-comm-type a2a
+	ok "  = one process" same one cp2a
+	if full_only "CP4 and TP2 x CP2 (4 Mamba groups) = one process"; then
+		G4="--mamba-num-groups 4"
+		ok "4 Mamba groups on one process" train 1 g4 $G4
+		ok "CP4" train 4 cp4 $G4 --context-parallel-size 4
+		ok "  = one process" same g4 cp4
+		ok "TP2 x CP2 with SP" train 4 tp2cp2 $G4 --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel $V2
+		ok "  = one process" same g4 tp2cp2
+	fi
+	ok "CP2 with 1 Mamba group refused naming the flag" sh -c "$RUN 2 '$BIN/mgt-train' --model tiny-hybrid --mock-data \
+		--vocab-size 64 --tokenizer-type NullTokenizer --seq-length 16 --micro-batch-size 1 --train-iters 1 --threads 1 \
+		--mamba-num-groups 1 --context-parallel-size 2 >cpg.out 2>&1; grep -q 'context-parallel-size 2 with Mamba layers' cpg.out"
 	ok "  its checkpoint, saved at iteration 4," train 8 tp2save --tensor-model-parallel-size 2 --sequence-parallel \
 		--pipeline-model-parallel-size 2 --hybrid-layer-pattern 'M*|M-' --use-distributed-optimizer $V2 --save tpck \
 		--save-interval 4 --exit-interval 4

@@ -1,0 +1,226 @@
+/* lib/model/mamba_cp.c: a Mamba-2 layer's conv and scan under context parallelism (Megatron-Core's
+ * megatron/core/ssm/mamba_context_parallel.py MambaContextParallel).
+ *
+ * A rank holds its tokens of the zigzag (cp.c) but the conv and the scan run along the whole
+ * sequence.  Before them an all-to-all over the context group gives each rank the whole sequence
+ * of 1/cp of its heads (and of its groups: B and C of those heads), in position order; after the
+ * scan a second all-to-all returns the output y to the ranks that hold the tokens, where the
+ * gated norm and out_proj run as without context parallelism.  in_proj's z stays local (the
+ * gated norm reads it there); x, B, C and dt move: wx = cd_l + nh_l columns a token, wx / cp of
+ * them to each rank (block q: x, B, C and dt of heads [q nh', (q + 1) nh') and groups
+ * [q g', (q + 1) g'), nh' = nh_l / cp, g' = g_l / cp).  The conv's weights and the scan's dt_bias,
+ * A_log and D are the block's rows of the rank's tensors; their gradients go to those rows only
+ * and the data-parallel x context reduction sums the blocks.  The backward moves dy to the
+ * whole sequence and the gradients of x, B, C and dt back.
+ *
+ * The columns of a block are not contiguous in in_proj's row [z | x | B | C | dt], so the send
+ * buffer is gathered by rows_gather over units of u columns (u divides every block width):
+ * send_map puts unit k of block q of token t at unit (q T + t) wx' / u + k.  The gradient of
+ * in_proj's output is assembled the same way from the received blocks and the local dz
+ * (asm_map over [rcv | dz], dz in rows of w_l as the gated norm's backward writes it).  Bytes a rank sends a layer and micro-batch, fp32: forward
+ * (cp - 1)/cp T (wx + di_l) x 4, backward the same.
+ */
+#include "model_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+	while (b) {
+		int64_t r = a % b;
+		a = b;
+		b = r;
+	}
+	return a;
+}
+
+/* The per-rank block of one context rank: heads, groups, and its columns. */
+typedef struct {
+	int64_t nh, g, di, gn, cd, wx;
+} cp_block;
+
+static cp_block block_of(const mgt_model *m)
+{
+	const int64_t c = m->cp.size, nh = m->mamba.nh_l / c, g = m->mamba.g_l / c;
+	const cp_block k = { nh, g, nh * m->mamba.p, g * m->mamba.n, nh * m->mamba.p + 2 * g * m->mamba.n,
+			     nh * m->mamba.p + 2 * g * m->mamba.n + nh };
+	return k;
+}
+
+/* The column in in_proj's row of column j of block q's [x | B | C | dt]. */
+static int64_t zx_col(const mgt_model *m, const cp_block *k, int64_t q, int64_t j)
+{
+	const int64_t di = m->mamba.di_l, gn = m->mamba.g_l * m->mamba.n;
+	if (j < k->di) return di + q * k->di + j;
+	j -= k->di;
+	if (j < k->gn) return 2 * di + q * k->gn + j;
+	j -= k->gn;
+	if (j < k->gn) return 2 * di + gn + q * k->gn + j;
+	return 2 * di + 2 * gn + q * k->nh + j - k->gn;
+}
+
+/* The unit maps (host, then uploaded): send_map [T wx / u] and asm_map [T w_l / u]. */
+static mgt_status build_maps(mgt_model *m)
+{
+	const cp_block k = block_of(m);
+	const int64_t c = m->cp.size, T = m->T, u = m->mamba.cpu, W = m->mamba.w_l, ku = k.wx / u;
+	const size_t ns = (size_t)(T * c * ku), na = (size_t)(T * W / u);
+	int32_t *h = mgt_malloc((ns + na) * sizeof *h);
+	if (!h) return MGT_ERR_NOMEM;
+	int32_t *send = h, *asmb = h + ns;
+	for (int64_t q = 0; q < c; q++)
+		for (int64_t t = 0; t < T; t++)
+			for (int64_t j = 0; j < ku; j++) {
+				const int64_t col = zx_col(m, &k, q, j * u), here = (q * T + t) * ku + j;
+				send[here] = (int32_t)((t * W + col) / u);
+				asmb[(t * W + col) / u] = (int32_t)here; /* the gradient of that unit comes back there */
+			}
+	const int64_t dzu = T * c * ku; /* the dz rows ([T, w_l], z's columns) follow the received blocks */
+	for (int64_t t = 0; t < T; t++)
+		for (int64_t j = 0; j < m->mamba.di_l / u; j++) asmb[(t * W) / u + j] = (int32_t)(dzu + (t * W) / u + j);
+	mgt_status st = m->be->ops->upload(m->be, m->mamba.send_map, send, ns * sizeof *h);
+	if (!st) st = m->be->ops->upload(m->be, m->mamba.asm_map, asmb, na * sizeof *h);
+	free(h);
+	return st;
+}
+
+mgt_status mgt_mamba_cp_alloc(mgt_model *m)
+{
+	const cp_block k = block_of(m);
+	const size_t T = (size_t)m->T, c = (size_t)m->cp.size, W = (size_t)m->mamba.w_l, di = (size_t)m->mamba.di_l;
+	m->mamba.cpu = gcd64(gcd64(k.di, k.gn ? k.gn : k.di), gcd64(k.nh, m->mamba.di_l));
+	const size_t u = (size_t)m->mamba.cpu, wx = (size_t)k.wx * c;
+	mgt_status st = mgt_cp_maps_alloc(m);
+#define WB(n) mgt_model_balloc(m, (size_t)(n), &m->mem.work_bytes, &st)
+	m->mamba.send_map = WB(T * wx / u * 4);
+	m->mamba.asm_map = WB(T * W / u * 4);
+	m->mamba.snd = WB(T * (wx > di ? wx : di) * 4);
+	m->mamba.rcv = WB(T * ((wx > di ? wx : di) + W) * 4); /* then dz, [T, w_l] rows of which z's columns */
+	m->mamba.yg = WB(T * di * 4);
+	m->mamba.dzxg = WB(T * wx * 4);
+	m->mamba.dconvg = WB(T * (size_t)m->mamba.cd_l * 4);
+#undef WB
+	return st || m->mem.dry ? st : build_maps(m);
+}
+
+size_t mgt_mamba_cp_states(const mgt_model *m)
+{
+	const cp_block k = block_of(m);
+	const mgt_ssd d = { .L = m->s * m->cp.size, .b = m->b, .nh = (int)k.nh, .p = (int)m->mamba.p, .g = (int)k.g,
+			    .n = (int)m->mamba.n };
+	return mgt_ssd_states_floats(&d);
+}
+
+/* The scan over the whole sequence of block k: x, B, C in the conv's three regions, dt in the
+ * exchanged rows. */
+static mgt_ssd glob_ssd(const mgt_model *m, const cp_block *k)
+{
+	return (mgt_ssd){ .L = m->s * m->cp.size, .b = m->b, .nh = (int)k->nh, .p = (int)m->mamba.p, .g = (int)k->g,
+			  .n = (int)m->mamba.n, .ld_x = (int)k->di, .ld_bc = (int)k->gn, .ld_dt = (int)k->wx,
+			  .seg_start = m->cur->seg };
+}
+
+/* Rows of w floats from rank-ordered local blocks to the whole sequence (position order), or back. */
+static mgt_status to_glob(mgt_model *m, float *glob, const float *blocks, size_t w)
+{
+	const int n = m->T * m->cp.size;
+	mgt_status st = mgt_cp_a2a_move(m, m->mamba.rcv, blocks, w, MGT_DT_F32);
+	if (!st) m->be->ops->rows_gather(m->be, glob, m->mamba.rcv, MGT_DT_F32, m->cp.a2a.idx[TO_GLOB], n, (int)w);
+	return st;
+}
+
+static mgt_status from_glob(mgt_model *m, const float *glob, size_t w)
+{
+	const int n = m->T * m->cp.size;
+	m->be->ops->rows_gather(m->be, m->mamba.snd, glob, MGT_DT_F32, m->cp.a2a.idx[FROM_GLOB], n, (int)w);
+	return mgt_cp_a2a_move(m, m->mamba.rcv, m->mamba.snd, w, MGT_DT_F32);
+}
+
+/* The block's conv weights (rows of x, B, C: region r of 3) and the parameters' rows. */
+typedef struct {
+	const mgt_tensor *cw, *cb, *dtb, *al, *D;
+} mixer_params;
+
+static int64_t conv_row(const mgt_model *m, const cp_block *k, int r)
+{
+	const int64_t q = m->cp.rank, di = m->mamba.di_l, gn = m->mamba.g_l * m->mamba.n;
+	return r == 0 ? q * k->di : r == 1 ? di + q * k->gn : di + gn + q * k->gn;
+}
+
+static void region(const cp_block *k, int r, int64_t *col, int64_t *width)
+{
+	*col = r == 0 ? 0 : r == 1 ? k->di : k->di + k->gn;
+	*width = r == 0 ? k->di : k->gn;
+}
+
+mgt_status mgt_mamba_cp_fwd(mgt_model *m, layer_act *a, int l)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	const cp_block k = block_of(m);
+	const int64_t c = m->cp.size, T = m->T, u = m->mamba.cpu, Lb = T * c, q = m->cp.rank;
+	const mixer_params p = { T_(m, l, MGT_T_M_CONV_W), T_(m, l, MGT_T_M_CONV_B), T_(m, l, MGT_T_M_DT_B),
+				 T_(m, l, MGT_T_M_A_LOG), T_(m, l, MGT_T_M_D) };
+	mgt_status st = mgt_cp_use_maps(m);
+	if (st) return st;
+	o->rows_gather(m->be, m->mamba.snd, a->mzx, MGT_DT_F32, m->mamba.send_map, (int)(T * c * k.wx / u), (int)u);
+	if ((st = to_glob(m, a->mzxg, m->mamba.snd, (size_t)k.wx))) return st;
+	float *cv[3];
+	for (int r = 0; r < 3; r++) {
+		int64_t col, w;
+		region(&k, r, &col, &w);
+		cv[r] = a->mconv + Lb * col;
+		const int64_t row = conv_row(m, &k, r);
+		o->mamba_conv_fwd(m->be, cv[r], a->mzxg + col, (int)k.wx, P(m, p.cw) + row * MGT_MAMBA_CONV_K, P(m, p.cb) + row,
+				  m->cur->seg, m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K);
+	}
+	const mgt_ssd d = glob_ssd(m, &k);
+	o->ssd_scan_fwd(m->be, &d, m->mamba.yg, a->mstates, cv[0], cv[1], cv[2], a->mzxg + k.cd, P(m, p.dtb) + q * k.nh,
+			P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh);
+	if ((st = from_glob(m, m->mamba.yg, (size_t)k.di))) return st;
+	o->rows_gather(m->be, a->my, m->mamba.rcv, MGT_DT_F32, m->cp.a2a.idx[UNPACK], (int)(T * c), (int)k.di);
+	return MGT_OK;
+}
+
+mgt_status mgt_mamba_cp_bwd(mgt_model *m, layer_act *a, int l)
+{
+	const mgt_backend_ops *o = m->be->ops;
+	const cp_block k = block_of(m);
+	const int64_t c = m->cp.size, T = m->T, u = m->mamba.cpu, Lb = T * c, q = m->cp.rank;
+	const mixer_params p = { T_(m, l, MGT_T_M_CONV_W), T_(m, l, MGT_T_M_CONV_B), T_(m, l, MGT_T_M_DT_B),
+				 T_(m, l, MGT_T_M_A_LOG), T_(m, l, MGT_T_M_D) };
+	/* dy (local, m->mamba.dy) to the whole sequence of the block */
+	o->rows_gather(m->be, m->mamba.snd, m->mamba.dy, MGT_DT_F32, m->cp.a2a.idx[PACK], (int)(T * c), (int)k.di);
+	mgt_status st = to_glob(m, m->mamba.yg, m->mamba.snd, (size_t)k.di);
+	if (st) return st;
+	const float *cv[3];
+	float *dcv[3];
+	for (int r = 0; r < 3; r++) {
+		int64_t col, w;
+		region(&k, r, &col, &w);
+		cv[r] = a->mconv + Lb * col;
+		dcv[r] = m->mamba.dconvg + Lb * col;
+	}
+	const mgt_ssd d = glob_ssd(m, &k);
+	o->ssd_scan_bwd(m->be, &d, dcv[0], dcv[1], dcv[2], m->mamba.dzxg + k.cd, G(m, p.dtb) + q * k.nh, G(m, p.al) + q * k.nh,
+			G(m, p.D) + q * k.nh, m->mamba.yg, a->mstates, cv[0], cv[1], cv[2], a->mzxg + k.cd,
+			P(m, p.dtb) + q * k.nh, P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh);
+	for (int r = 0; r < 3; r++) {
+		int64_t col, w;
+		region(&k, r, &col, &w);
+		const int64_t row = conv_row(m, &k, r);
+		o->mamba_conv_bwd(m->be, m->mamba.dzxg + col, G(m, p.cw) + row * MGT_MAMBA_CONV_K, G(m, p.cb) + row, dcv[r],
+				  a->mzxg + col, (int)k.wx, P(m, p.cw) + row * MGT_MAMBA_CONV_K, P(m, p.cb) + row, m->cur->seg,
+				  m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K);
+	}
+	/* the blocks' gradients back to the token ranks; with the local dz after them */
+	if ((st = from_glob(m, m->mamba.dzxg, (size_t)k.wx))) return st;
+	o->rows_gather(m->be, m->mamba.dzx, m->mamba.rcv, MGT_DT_F32, m->mamba.asm_map, (int)(T * m->mamba.w_l / u), (int)u);
+	return MGT_OK;
+}
+
+float *mgt_mamba_cp_dz(const mgt_model *m)
+{
+	const cp_block k = block_of(m);
+	return m->mamba.rcv + (size_t)m->T * (size_t)k.wx * (size_t)m->cp.size;
+}
