@@ -142,6 +142,12 @@ typedef struct {
 	const mgt_tensor *cw, *cb, *dtb, *al, *D;
 } mixer_params;
 
+static mixer_params params_of(const mgt_model *m, int l)
+{
+	return (mixer_params){ T_(m, l, MGT_T_M_CONV_W), T_(m, l, MGT_T_M_CONV_B), T_(m, l, MGT_T_M_DT_B),
+			       T_(m, l, MGT_T_M_A_LOG), T_(m, l, MGT_T_M_D) };
+}
+
 static int64_t conv_row(const mgt_model *m, const cp_block *k, int r)
 {
 	const int64_t q = m->cp.rank, di = m->mamba.di_l, gn = m->mamba.g_l * m->mamba.n;
@@ -159,8 +165,7 @@ mgt_status mgt_mamba_cp_fwd(mgt_model *m, layer_act *a, int l)
 	const mgt_backend_ops *o = m->be->ops;
 	const cp_block k = block_of(m);
 	const int64_t c = m->cp.size, T = m->T, u = m->mamba.cpu, Lb = T * c, q = m->cp.rank;
-	const mixer_params p = { T_(m, l, MGT_T_M_CONV_W), T_(m, l, MGT_T_M_CONV_B), T_(m, l, MGT_T_M_DT_B),
-				 T_(m, l, MGT_T_M_A_LOG), T_(m, l, MGT_T_M_D) };
+	const mixer_params p = params_of(m, l);
 	mgt_status st = mgt_cp_use_maps(m);
 	if (st) return st;
 	o->rows_gather(m->be, m->mamba.snd, a->mzx, MGT_DT_F32, m->mamba.send_map, (int)(T * c * k.wx / u), (int)u);
@@ -187,8 +192,7 @@ mgt_status mgt_mamba_cp_bwd(mgt_model *m, layer_act *a, int l)
 	const mgt_backend_ops *o = m->be->ops;
 	const cp_block k = block_of(m);
 	const int64_t c = m->cp.size, T = m->T, u = m->mamba.cpu, Lb = T * c, q = m->cp.rank;
-	const mixer_params p = { T_(m, l, MGT_T_M_CONV_W), T_(m, l, MGT_T_M_CONV_B), T_(m, l, MGT_T_M_DT_B),
-				 T_(m, l, MGT_T_M_A_LOG), T_(m, l, MGT_T_M_D) };
+	const mixer_params p = params_of(m, l);
 	/* dy (local, m->mamba.dy) to the whole sequence of the block */
 	o->rows_gather(m->be, m->mamba.snd, m->mamba.dy, MGT_DT_F32, m->cp.a2a.idx[PACK], (int)(T * c), (int)k.di);
 	mgt_status st = to_glob(m, m->mamba.yg, m->mamba.snd, (size_t)k.di);

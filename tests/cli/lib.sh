@@ -60,3 +60,31 @@ exits() { c=$1; shift; "$@" >"$T/out" 2>"$T/err"; r=$?; [ "$r" = "$c" ] || { ech
 no_files() { for f in "$@"; do [ -e "$f" ] && { echo "# unexpected file $f"; return 1; }; done; return 0; }
 err_has() { grep -q -- "$1" "$T/err" || { echo "# stderr lacks '$1': $(head -c 300 "$T/err")"; return 1; }; }
 done_testing() { echo "1..$tap_n"; exit $tap_fail; }
+# losses_same REF RUN [FROM] (metrics files REF.jsonl, RUN.jsonl): the lm loss of every iteration
+# >= FROM of RUN and the validation losses (the iterations REF has from FROM on) within 1e-5 of
+# REF's (the parallel layouts' tests against one process)
+losses_same() {
+	$PY - "$@" <<'PY'
+import json, sys
+def L(f, key):
+    return {(o["iteration"], o.get("end", False)): o[key] for o in map(json.loads, open(f)) if key in o}
+lo = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+worst = 0.0
+for key in ("lm_loss", "valid_loss"):
+    a, b = L(sys.argv[1] + ".jsonl", key), L(sys.argv[2] + ".jsonl", key)
+    want = sorted(i for i in a if i[0] >= lo)
+    if sorted(b) != want: sys.exit(f"# {key} at {sorted(b)}, expected {want}")
+    worst = max([worst] + [abs(a[i] - b[i]) / abs(a[i]) for i in want])
+print(f"# {sys.argv[2]}: max relative difference of training and validation losses {worst:.2e}")
+sys.exit(worst > 1e-5)
+PY
+}
+# losses_exact A B (A.jsonl, B.jsonl): lm loss and grad norm text-identical on the iterations B logged
+losses_exact() {
+	$PY - "$@" <<'PY'
+import json, sys
+def L(f): return {o["iteration"]: (repr(o["lm_loss"]), repr(o["grad_norm"])) for o in map(json.loads, open(f)) if "lm_loss" in o}
+a, b = L(sys.argv[1] + ".jsonl"), L(sys.argv[2] + ".jsonl")
+sys.exit(not b or any(a.get(i) != v for i, v in b.items()))
+PY
+}

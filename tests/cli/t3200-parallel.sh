@@ -31,33 +31,8 @@ train() {
 	[ $r = 0 ] || { echo "# $_name: exit $r"; tail -5 "$_name.err" | sed 's/^/#   /'; }
 	return $r
 }
-# same REF RUN [FROM]: lm loss of every iteration >= FROM of RUN, and the validation losses
-# (iterations 5 and 10 and the final one), within 1e-5 of REF's
-same() {
-	$PY - "$@" <<'PY'
-import json, sys
-def L(f, key):
-    return {(o["iteration"], o.get("end", False)): o[key] for o in map(json.loads, open(f)) if key in o}
-lo = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-worst = 0.0
-for key in ("lm_loss", "valid_loss"):
-    a, b = L(sys.argv[1] + ".jsonl", key), L(sys.argv[2] + ".jsonl", key)
-    want = sorted(i for i in a if i[0] >= lo)
-    if sorted(b) != want: sys.exit(f"# {key} at {sorted(b)}, expected {want}")
-    worst = max([worst] + [abs(a[i] - b[i]) / abs(a[i]) for i in want])
-print(f"# {sys.argv[2]}: max relative difference of training and validation losses {worst:.2e}")
-sys.exit(worst > 1e-5)
-PY
-}
-# exact A B: lm loss and grad norm text-identical on the iterations B logged
-exact() {
-	$PY - "$@" <<'PY'
-import json, sys
-def L(f): return {o["iteration"]: (repr(o["lm_loss"]), repr(o["grad_norm"])) for o in map(json.loads, open(f)) if "lm_loss" in o}
-a, b = L(sys.argv[1] + ".jsonl"), L(sys.argv[2] + ".jsonl")
-sys.exit(not b or any(a.get(i) != v for i, v in b.items()))
-PY
-}
+same() { losses_same "$@"; }
+exact() { losses_exact "$@"; }
 # volume NP MODEL NAME key=value...: comm log NAME.rankN.jsonl against the analytic volume
 volume() { _np=$1 _model=$2 _name=$3; shift 3
 	$PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/$_model.json" "$_name" "$_np" mbs=$MBS gbs=$GBS seq=$SEQ "$@"; }

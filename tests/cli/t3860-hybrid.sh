@@ -33,32 +33,8 @@ train() {
 	[ $r = 0 ] || { echo "# $_name: exit $r"; tail -5 "$_name.err" | sed 's/^/#   /'; }
 	return $r
 }
-# same REF RUN [FROM]: every training and validation loss of RUN (from iteration FROM) within
-# 1e-5 of REF's
-same() {
-	$PY - "$@" <<'PY'
-import json, sys
-lo = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-def L(f, key):
-    return {(o["iteration"], o.get("end", False)): o[key] for o in map(json.loads, open(f)) if key in o and o["iteration"] >= lo}
-worst = 0.0
-for key in ("lm_loss", "valid_loss"):
-    a, b = L(sys.argv[1] + ".jsonl", key), L(sys.argv[2] + ".jsonl", key)
-    if sorted(a) != sorted(b) or (key == "lm_loss" and not a): sys.exit(f"# {key} at {sorted(b)}, expected {sorted(a)}")
-    worst = max([worst] + [abs(a[i] - b[i]) / abs(a[i]) for i in a])
-print(f"# {sys.argv[2]}: max relative difference of the losses {worst:.2e}")
-sys.exit(worst > 1e-5)
-PY
-}
-# exact A B: lm loss and grad norm text-identical on the iterations B logged
-exact() {
-	$PY - "$@" <<'PY'
-import json, sys
-def L(f): return {o["iteration"]: (repr(o["lm_loss"]), repr(o["grad_norm"])) for o in map(json.loads, open(f)) if "lm_loss" in o}
-a, b = L(sys.argv[1] + ".jsonl"), L(sys.argv[2] + ".jsonl")
-sys.exit(not b or any(a.get(i) != v for i, v in b.items()))
-PY
-}
+same() { losses_same "$@"; }
+exact() { losses_exact "$@"; }
 
 ok "tiny-hybrid (M*M-) trains on one process" train 1 one
 ok "its loss falls (iteration 8 below iteration 1)" $PY -c "
