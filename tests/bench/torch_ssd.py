@@ -97,4 +97,5 @@ def main():
         print(f"  {k:6} {err:.2e}")
 
 
-main()
+if __name__ == "__main__":
+    main()
