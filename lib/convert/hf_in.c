@@ -58,7 +58,7 @@ static int rank_ep(const hf_in *h, int r) { return r / (h->o->tp * h->o->pp); }
  * rank (its data-parallel rank in a run whose data parallelism holds expert parallelism). */
 static mgt_status shard_for(hf_in *h, int rank, int box, mgt_ckpt_shard **out)
 {
-	mgt_ckpt_shard **sh = &h->shards[rank * 2 + box];
+	mgt_ckpt_shard **sh = &h->shards[rank * MGT_TENSOR_MAX_BOXES + box];
 	if (!*sh) {
 		char name[64];
 		int len = snprintf(name, sizeof name, "model_tp%02d_pp%03d_dp%03d", rank_tp(h, rank), rank_pp(h, rank),
@@ -420,7 +420,7 @@ mgt_status cv_hf_open(hf_in *h)
 	if (!st && !(h->used = calloc(mgt_st_count(h->st) + 1, 1))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	if (!st) st = mgt_tensor_table_build(&h->full, &h->a.model, 1, 0, 1, 0);
 	int nr = h->nranks;
-	if (!st && (!(h->ranks = calloc((size_t)nr, sizeof *h->ranks)) || !(h->shards = calloc((size_t)nr * 2, sizeof *h->shards))))
+	if (!st && (!(h->ranks = calloc((size_t)nr, sizeof *h->ranks)) || !(h->shards = calloc((size_t)nr * MGT_TENSOR_MAX_BOXES, sizeof *h->shards))))
 		st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	for (int r = 0; !st && r < nr; r++)
 		st = mgt_tensor_table_build_ep(&h->ranks[r], &h->a.model, o->tp, rank_tp(h, r), o->pp, rank_pp(h, r), h->ep,
@@ -432,7 +432,7 @@ void cv_hf_close(hf_in *h)
 {
 	int nr = h->nranks;
 	for (int r = 0; h->ranks && r < nr; r++) mgt_tensor_table_free(&h->ranks[r]);
-	for (int i = 0; h->shards && i < 2 * nr; i++) mgt_ckpt_shard_discard(h->shards[i]);
+	for (int i = 0; h->shards && i < MGT_TENSOR_MAX_BOXES * nr; i++) mgt_ckpt_shard_discard(h->shards[i]);
 	free(h->ranks);
 	free(h->shards);
 	mgt_source_close(h->src);
@@ -447,7 +447,7 @@ void cv_hf_close(hf_in *h)
 static mgt_status close_shards(hf_in *h)
 {
 	mgt_status st = MGT_OK;
-	for (int i = 0; i < 2 * h->nranks; i++) {
+	for (int i = 0; i < MGT_TENSOR_MAX_BOXES * h->nranks; i++) {
 		if (!h->shards[i]) continue;
 		mgt_status s2 = mgt_ckpt_shard_close(h->shards[i]);
 		h->shards[i] = NULL;
