@@ -29,14 +29,15 @@ static mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf)
 			       h->o->load_dir, m->name[k], mgt_hf_model_type(h->f));
 	for (size_t i = 0; i < mgt_st_count(h->st); i++)
 		if (mgt_st_at(h->st, i) == x) h->used[i] = true;
-	bool shape_ok = x->ndim == m->ndim[k] && x->shape[0] == m->shape[k][0] && (x->ndim < 2 || x->shape[1] == m->shape[k][1]);
+	bool shape_ok = x->ndim == m->ndim[k];
+	for (int d = 0; shape_ok && d < x->ndim; d++) shape_ok = x->shape[d] == m->shape[k][d];
 	if (!shape_ok) {
-		char want[64], got[64] = "";
-		snprintf(want, sizeof want, m->ndim[k] == 2 ? "[%lld, %lld]" : "[%lld]", (long long)m->shape[k][0],
-			 (long long)m->shape[k][1]);
+		char want[80] = "", got[80] = "";
+		for (int d = 0; d < m->ndim[k]; d++)
+			snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "[", (long long)m->shape[k][d]);
 		for (int d = 0; d < x->ndim && strlen(got) < 48; d++)
 			snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "[", (long long)x->shape[d]);
-		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s has shape %s]; config.json implies %s", x->file, x->name,
+		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s has shape %s]; config.json implies %s]", x->file, x->name,
 			       got[0] ? got : "[", want);
 	}
 	if (x->dtype != MGT_ST_F32 && x->dtype != MGT_ST_F16 && x->dtype != MGT_ST_BF16)
