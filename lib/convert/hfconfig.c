@@ -325,18 +325,59 @@ static mgt_status hybrid_pattern(json_t *cfg, mgt_hf_family f, const char *file,
 			       "config names its layers", file);
 	}
 	p[n] = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (p[i] == 'E')
-			return mgt_err(MGT_ERR_INPUT, "%s: \"%s\": layer %zu is an MoE layer (E): NemotronH's MoE (sigmoid router "
-				       "with score correction bias, squared-ReLU experts and a shared expert) is not converted", file, key, i);
-		if (p[i] != 'M' && p[i] != '*' && p[i] != '-')
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != 'M' && p[i] != '*' && p[i] != '-' && (p[i] != 'E' || f != MGT_HF_NEMOTRON_H))
 			return mgt_err(MGT_ERR_INPUT, "%s: \"%s\": symbol '%c' (layer %zu) is not a layer kind (M Mamba-2, * "
 				       "attention, - MLP, E MoE)", file, key, p[i], i);
-	}
 	if (!n) return mgt_err(MGT_ERR_INPUT, "%s: \"%s\": no layers", file, key);
 	if ((int64_t)n != c->num_layers)
 		return mgt_err(MGT_ERR_INPUT, "%s: \"%s\" has %zu layers but \"num_hidden_layers\" is %lld", file, key, n,
 			       (long long)c->num_layers);
+	return MGT_OK;
+}
+
+/* NemotronH's MoE layers (NemotronHMoE; its router is DeepSeek-V3's, transformers'
+ * DeepseekV3TopkRouter): sigmoid scores, the top-k of scores + e_score_correction_bias, weights the
+ * scores of the chosen (normalized when norm_topk_prob) times routed_scaling_factor, plus shared
+ * experts; experts and shared experts up_proj, act, down_proj.  Megatron: --moe-router-score-function
+ * sigmoid, --moe-router-enable-expert-bias, --moe-router-topk-scaling-factor, a shared expert without
+ * gate; Megatron normalizes the chosen sigmoid scores exactly when top-k > 1, so norm_topk_prob must
+ * say the same.  Refused: router groups (n_group > 1: transformers ranks a group by its top 2 scores,
+ * Megatron by its top k / topk_group, and masks the others with 0 where Megatron uses -inf), a
+ * latent projection (moe_latent_size), no shared experts. */
+static mgt_status nemotron_moe_in(json_t *cfg, const char *file, mgt_args *a)
+{
+	static const char *const keys[][2] = {
+		{"n_routed_experts", "num_experts"}, {"num_experts_per_tok", "moe_router_topk"},
+		{"moe_intermediate_size", "moe_ffn_hidden_size"},
+		{"moe_shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"},
+	};
+	mgt_status st = MGT_OK;
+	for (size_t i = 0; !st && i < sizeof keys / sizeof keys[0]; i++) {
+		json_t *v = json_object_get(cfg, keys[i][0]);
+		if (!v || json_is_null(v))
+			return mgt_err(MGT_ERR_INPUT, "%s: no \"%s\" (the pattern has MoE layers)", file, keys[i][0]);
+		st = set_num(a, file, keys[i][0], keys[i][1], v);
+	}
+	json_t *sf = json_object_get(cfg, "routed_scaling_factor");
+	if (!st && sf && !json_is_null(sf)) st = set_num(a, file, "routed_scaling_factor", "moe_router_topk_scaling_factor", sf);
+	if (!st) st = mgt_args_set(a, "moe_router_score_function", "sigmoid");
+	if (!st) st = mgt_args_set(a, "moe_router_enable_expert_bias", "true");
+	if (!st) st = mgt_args_set(a, "moe_router_load_balancing_type", "none");
+	if (st) return st;
+	mgt_model_config *c = &a->model;
+	json_t *ng = json_object_get(cfg, "n_group"), *lat = json_object_get(cfg, "moe_latent_size");
+	if (json_is_integer(ng) && json_integer_value(ng) > 1)
+		return mgt_err(MGT_ERR_INPUT, "%s: \"n_group\" %lld: grouped routing is not converted (transformers ranks a group "
+			       "by its top 2 scores, Megatron's --moe-router-num-groups by its top k / group top-k)", file,
+			       (long long)json_integer_value(ng));
+	if (lat && !json_is_null(lat))
+		return mgt_err(MGT_ERR_INPUT, "%s: \"moe_latent_size\": a latent projection around the experts is not converted", file);
+	bool norm = json_is_true(json_object_get(cfg, "norm_topk_prob"));
+	if (norm != (c->moe_router_topk > 1))
+		return mgt_err(MGT_ERR_INPUT, "%s: \"norm_topk_prob\" %s with top-%lld: Megatron's sigmoid router normalizes the "
+			       "chosen scores exactly when top-k > 1", file, norm ? "true" : "false", (long long)c->moe_router_topk);
+	if (c->moe_shared_expert_intermediate_size < 1) return bad_key(file, "moe_shared_expert_intermediate_size", "a positive size");
 	return MGT_OK;
 }
 
@@ -377,17 +418,19 @@ static mgt_status hybrid_in(json_t *cfg, mgt_hf_family f, const char *file, mgt_
 		return mgt_err(MGT_ERR_INPUT, "%s: \"layer_norm_epsilon\" %g: transformers' gated Mamba norm uses it, "
 			       "Megatron's (RMSNormGated) always 1e-5, so only 1e-5 converts exactly", file, c->norm_epsilon);
 	const char *act = nh ? str(cfg, "mlp_hidden_act") : NULL;
-	if (!st && nh && strchr(c->hybrid_layer_pattern, '-')) {
+	if (!st && nh && (strchr(c->hybrid_layer_pattern, '-') || strchr(c->hybrid_layer_pattern, 'E'))) {
 		if (!act) act = "relu2"; /* NemotronHConfig's default */
 		if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh")) c->openai_gelu = true;
 		else if (strcmp(act, "gelu"))
 			return mgt_err(MGT_ERR_INPUT, "%s: \"mlp_hidden_act\": \"%s\" is not supported: mgt's hybrid MLP layers "
-				       "compute GELU (gelu, or gelu_new / gelu_pytorch_tanh: --openai-gelu), not squared ReLU", file, act);
+				       "and experts compute GELU (gelu, or gelu_new / gelu_pytorch_tanh: --openai-gelu), not squared ReLU",
+				       file, act);
 	}
 	c->untie_embeddings_and_output_weights = !json_is_true(json_object_get(cfg, "tie_word_embeddings"));
 	if (!st && !nh) c->ffn_hidden_size = 4 * c->hidden_size; /* no MLP layers: any valid size */
 	if (!st && nh && !json_is_integer(json_object_get(cfg, "intermediate_size")) && strchr(c->hybrid_layer_pattern, '-'))
 		return mgt_err(MGT_ERR_INPUT, "%s: no \"intermediate_size\" (the MLP layers' size)", file);
+	if (!st && strchr(c->hybrid_layer_pattern, 'E')) st = nemotron_moe_in(cfg, file, a);
 	return st;
 }
 
@@ -465,7 +508,15 @@ static bool all_mamba(const char *p)
 static const char *hybrid_unmappable(const mgt_model_config *c, mgt_hf_family f)
 {
 	const char *p = c->hybrid_layer_pattern;
-	if (strchr(p, 'E')) return "an MoE layer (E) in --hybrid-layer-pattern (NemotronH's MoE is not converted)";
+	if (strchr(p, 'E')) { /* NemotronH's MoE: see nemotron_moe_in */
+		if (strcmp(c->moe_router_score_function, "sigmoid")) return "a softmax router (NemotronH's is sigmoid)";
+		if (!c->moe_router_enable_expert_bias)
+			return "no --moe-router-enable-expert-bias (NemotronH's router adds e_score_correction_bias)";
+		if (c->moe_router_num_groups > 1) return "--moe-router-num-groups (grouped routing is not converted)";
+		if (!c->moe_shared_expert_intermediate_size || c->moe_shared_expert_gate)
+			return "no shared expert or a gated one (NemotronH's MoE adds ungated shared experts)";
+		if (c->swiglu) return "--swiglu (NemotronH's experts have no gate)";
+	}
 	if (strcmp(c->normalization, "RMSNorm")) return "--normalization LayerNorm (NemotronH's norms are RMSNorm)";
 	if (strcmp(c->position_embedding_type, "none"))
 		return "--position-embedding-type other than none (NemotronH's attention has no positions)";
@@ -720,6 +771,16 @@ static void hybrid_config_json(json_t *o, const mgt_model_config *c, mgt_hf_fami
 	put_int(o, "num_key_value_heads", c->num_query_groups);
 	put_int(o, "head_dim", c->kv_channels);
 	put_int(o, "intermediate_size", c->ffn_hidden_size);
+	if (c->num_experts > 0) {
+		put_int(o, "n_routed_experts", c->num_experts);
+		put_int(o, "num_experts_per_tok", c->moe_router_topk);
+		put_int(o, "moe_intermediate_size", c->moe_ffn_hidden_size);
+		put_int(o, "moe_shared_expert_intermediate_size", c->moe_shared_expert_intermediate_size);
+		put_real(o, "routed_scaling_factor", c->moe_router_topk_scaling_factor > 0 ? c->moe_router_topk_scaling_factor : 1.0);
+		json_object_set_new(o, "norm_topk_prob", json_boolean(c->moe_router_topk > 1));
+		put_int(o, "n_group", 1);
+		put_int(o, "topk_group", 1);
+	}
 	put_int(o, "max_position_embeddings", c->max_position_embeddings);
 	json_object_set_new(o, "attention_bias", json_false());
 	json_object_set_new(o, "mlp_bias", json_false());

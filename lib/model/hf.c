@@ -175,9 +175,10 @@ static mgt_status map_bert(const mgt_model_config *c, mgt_hf_family f, const mgt
 	return unmapped(t, f);
 }
 
-/* NemotronH / Mamba2: each layer's one norm (the fused pre-norm of in_proj, linear_qkv or linear_fc1)
- * is backbone.layers.N.norm, its mixer backbone.layers.N.mixer (Mamba-2's in_proj, conv1d [CD, 1, 4],
- * dt_bias, A_log, D, norm, out_proj; attention's q/k/v/o_proj; the MLP's up_proj and down_proj). */
+/* NemotronH / Mamba2: each layer's one norm (the fused pre-norm of in_proj, linear_qkv or linear_fc1,
+ * an MoE layer's pre_mlp_layernorm) is backbone.layers.N.norm, its mixer backbone.layers.N.mixer
+ * (Mamba-2's in_proj, conv1d [CD, 1, 4], dt_bias, A_log, D, norm, out_proj; attention's
+ * q/k/v/o_proj; the MLP's up_proj and down_proj; the MoE's gate, experts.E and shared_experts). */
 static const struct {
 	mgt_tensor_role role;
 	const char *name;
@@ -189,6 +190,10 @@ static const struct {
 	{MGT_T_M_CONV_W, "mixer.conv1d.weight"}, {MGT_T_M_CONV_B, "mixer.conv1d.bias"},
 	{MGT_T_M_DT_B, "mixer.dt_bias"}, {MGT_T_M_A_LOG, "mixer.A_log"}, {MGT_T_M_D, "mixer.D"},
 	{MGT_T_M_NORM_W, "mixer.norm.weight"}, {MGT_T_M_OUT_W, "mixer.out_proj.weight"},
+	/* NemotronH's MoE (NemotronHMoE: the DeepSeek-V3 router gate with e_score_correction_bias,
+	 * experts and shared_experts of up_proj and down_proj; Megatron-Bridge's mapping) */
+	{MGT_T_ROUTER_W, "mixer.gate.weight"}, {MGT_T_EXPERT_BIAS, "mixer.gate.e_score_correction_bias"},
+	{MGT_T_SH_FC1_W, "mixer.shared_experts.up_proj.weight"}, {MGT_T_SH_FC2_W, "mixer.shared_experts.down_proj.weight"},
 };
 
 static mgt_status map_backbone(const mgt_model_config *c, mgt_hf_family f, const mgt_tensor *t, mgt_hf_map *m)
@@ -202,7 +207,16 @@ static mgt_status map_backbone(const mgt_model_config *c, mgt_hf_family f, const
 				c->hidden_size);
 		return MGT_OK;
 	}
-	if (t->role == MGT_T_FC1_W && c->swiglu) return unmapped(t, f); /* NemotronH's MLP has no gate */
+	if ((t->role == MGT_T_FC1_W || t->role == MGT_T_EXP_FC1_W || t->role == MGT_T_SH_FC1_W) && c->swiglu)
+		return unmapped(t, f); /* NemotronH's MLPs have no gate */
+	char ex[96];
+	if (t->role == MGT_T_EXP_FC1_W || t->role == MGT_T_EXP_FC2_W) { /* NemotronH's MoE: mixer.experts.E.* */
+		bool fc1 = t->role == MGT_T_EXP_FC1_W;
+		snprintf(ex, sizeof ex, fc1 ? "mixer.experts.%d.up_proj.weight" : "mixer.experts.%d.down_proj.weight", t->expert);
+		m->op = MGT_HF_COPY;
+		set_src(m, 0, pre, t->layer, ex, 2, t->shape[0], t->shape[1]);
+		return MGT_OK;
+	}
 	for (size_t i = 0; i < sizeof backbone_names / sizeof backbone_names[0]; i++) {
 		if (backbone_names[i].role != t->role) continue;
 		bool pad = t->role == MGT_T_WORD_EMB || t->role == MGT_T_OUTPUT_W;

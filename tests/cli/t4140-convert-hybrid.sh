@@ -1,32 +1,40 @@
 #!/bin/sh
-# mgt-ckpt-convert and mgt-export with hybrid models (Mamba-2 + attention + MLP, --model-family
-# hybrid): NemotronHForCausalLM and Mamba2ForCausalLM directories (tests/hf/make_tiny.py) and
-# models trained by mgt-train, checked against independent references:
-#   - HF -> mgt (TP 2 x PP 2; mamba2, one group: PP 2) -> HF reproduces every tensor bit for bit
-#     (tests/hf/st.py compare) and config.json; layers_block_type instead of hybrid_override_pattern;
+# mgt-ckpt-convert and mgt-export with hybrid models (Mamba-2, attention, MLP and MoE layers,
+# --model-family hybrid): NemotronHForCausalLM and Mamba2ForCausalLM directories
+# (tests/hf/make_tiny.py) and models trained by mgt-train, checked against independent references:
+#   - HF -> mgt (TP 2 x PP 2; mamba2, one group, 4 layers: PP 2) -> HF reproduces every tensor bit for
+#     bit (tests/hf/st.py compare) and config.json: nemotron_h M*M- (fp32; bf16 with
+#     layers_block_type), ME*- (MoE: 4 experts top-2, shared expert, correction bias), mamba2 MMMM;
 #   - Megatron's names and layouts in the mgt checkpoint, read with h5py from model.h5: in_proj's
 #     [z, x, B, C, dt] rows and conv1d_weight [CD, 4] as HF's [CD, 1, 4], linear_qkv interleaved per
-#     query group from q/k/v_proj, each layer's backbone.layers.N.norm as its fused pre-norm;
+#     query group from q/k/v_proj, each layer's backbone.layers.N.norm as its fused pre-norm, the MoE
+#     router, expert bias, expert datasets [E, rows, cols] and shared experts;
 #   - mgt's logits of the converted models (mgt-train --debug-dump, iteration 1, learning rate 0,
 #     the TP 2 x PP 2 checkpoint read by a TP 1 run) equal the float64 forward of
 #     tests/hf/ref_forward.py (transformers' conventions, written from the facts) on the original
-#     safetensors within 1e-5 relative; the same reference with the full-width gated norm of HF's
-#     Mamba2 (--gated-norm full) differs from mgt's 2-group model (the test can fail);
-#   - a model trained by mgt-train (tiny-hybrid, M*M-): config.json written from its arguments
-#     (nemotron_h: pattern, Mamba sizes, mlp_hidden_act gelu, time_step_min 0, untied), back to mgt
-#     at TP 1 and at TP 2 x PP 2 (the TP de-interleave of in_proj and conv1d) bit for bit;
+#     safetensors within 1e-5 relative; the test can fail: the same reference with HF Mamba2's
+#     full-width gated norm (--gated-norm full) differs from mgt's 2-group model, and the MoE model
+#     with routed_scaling_factor 1 instead of 2.5 differs;
+#   - models trained by mgt-train: tiny-hybrid (M*M-) gets config.json from its arguments
+#     (nemotron_h: pattern, Mamba sizes, mlp_hidden_act gelu, time_step_min 0, untied) and comes back
+#     to mgt at TP 1 and at TP 2 x PP 2 (the TP de-interleave of in_proj and conv1d) bit for bit; an
+#     M*E- model with NemotronH's router (sigmoid, expert bias moved by 3 iterations, shared expert,
+#     scale 2.5) gets the MoE keys, comes back bit for bit, and the HF reference on the written
+#     directory equals mgt's logits;
 #   - refusals (exit 3 unless noted, nothing written): an unknown pattern symbol, a pattern longer
-#     than num_hidden_layers, an MoE layer, NemotronH's squared-ReLU MLP, a Mamba2 directory with
-#     n_groups 2, a missing tensor, --family mamba2 for a model with 2 groups (naming n_groups and
-#     pointing to nemotron_h) or with attention layers, a GGUF of a model with GELU MLP layers (exit 2);
+#     than num_hidden_layers, MoE layers without the MoE keys, router groups (n_group 2),
+#     norm_topk_prob false with top-2, NemotronH's squared-ReLU MLP, a Mamba2 directory with
+#     n_groups 2, a missing tensor, a softmax-routed MoE hybrid to HF, --family mamba2 for a model
+#     with 2 groups (naming n_groups and pointing to nemotron_h) or with attention layers, a GGUF of
+#     an MoE hybrid or of a model with GELU MLP layers (exit 2);
 #   - mgt-export to GGUF, loaded by a real llama.cpp (node-llama-cpp 3.22.1, tests/hf/llamacpp,
 #     whose llama.cpp knows mamba2 and nemotron_h): an all-Mamba model as architecture mamba2, an
 #     M*MM*M model as nemotron_h (per-layer head_count_kv and feed_forward_length arrays, ssm_a =
 #     -exp(A_log) [1, NH] in ggml order, ssm_conv1d {4, CD}, ssm_norm {DI/G, G}); llama.cpp's logits
 #     within 1e-4 relative of ref_forward.py's and its greedy tokens equal (and not within 1e-2 of
-#     the reference with a full-width gated norm: the file's groups are used).  The models are made with
-#     time_step_min 0: NemotronH's torch_forward clamps dt below at time_step_min, which Megatron
-#     and llama.cpp do not (facts, pitfall 3).  Skipped with a message when npm is unreachable.
+#     the reference with a full-width gated norm: the file's groups are used).  The models are made
+#     with time_step_min 0: NemotronH's torch_forward clamps dt below at time_step_min, which
+#     Megatron and llama.cpp do not (facts, pitfall 3).  Skipped with a message when npm is unreachable.
 # Tiers (lib.sh): the quick tier runs everything above with f32 GGUF files; the full tier adds the
 # f16 and q8_0 GGUF files of both (the same writer as f32 with other types) and a bf16 nemotron_h
 # directory's round trip at TP 1 x PP 4 (one layer a stage).
@@ -52,7 +60,7 @@ from same_ckpt import hf_and_ckpt
 cfg, t, f = hf_and_ckpt(sys.argv[1], sys.argv[2])
 pat = cfg.get("hybrid_override_pattern") or "M" * cfg["num_hidden_layers"]
 if "layers_block_type" in cfg:
-    pat = "".join({"mamba": "M", "attention": "*", "mlp": "-"}[k] for k in cfg["layers_block_type"])
+    pat = "".join({"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}[k] for k in cfg["layers_block_type"])
 for n, sym in enumerate(pat):
     L, D = "backbone.layers.%d." % n, "decoder.layers.%d." % n
     if sym == "M":
@@ -74,6 +82,17 @@ for n, sym in enumerate(pat):
         assert (qkv == want).all(), "linear_qkv of %d" % n
         assert (f[D + "self_attention.linear_qkv.layer_norm_weight"][...] == t[L + "norm.weight"]).all()
         assert (f[D + "self_attention.linear_proj.weight"][...] == t[L + "mixer.o_proj.weight"]).all()
+    elif sym == "E":
+        M = L + "mixer."
+        assert (f[D + "pre_mlp_layernorm.weight"][...] == t[L + "norm.weight"]).all()
+        assert (f[D + "mlp.router.weight"][...] == t[M + "gate.weight"]).all(), "router of %d" % n
+        assert (f[D + "mlp.router.expert_bias"][...] == t[M + "gate.e_score_correction_bias"]).all()
+        fc1, fc2 = f[D + "mlp.experts.linear_fc1.weight"], f[D + "mlp.experts.linear_fc2.weight"]
+        for e in range(cfg["n_routed_experts"]):
+            assert (fc1[e] == t[M + "experts.%d.up_proj.weight" % e]).all(), "expert %d fc1" % e
+            assert (fc2[e] == t[M + "experts.%d.down_proj.weight" % e]).all(), "expert %d fc2" % e
+        assert (f[D + "mlp.shared_experts.linear_fc1.weight"][...] == t[M + "shared_experts.up_proj.weight"]).all()
+        assert (f[D + "mlp.shared_experts.linear_fc2.weight"][...] == t[M + "shared_experts.down_proj.weight"]).all()
     else:
         assert (f[D + "mlp.linear_fc1.layer_norm_weight"][...] == t[L + "norm.weight"]).all()
         assert (f[D + "mlp.linear_fc1.weight"][...] == t[L + "mixer.up_proj.weight"]).all()
@@ -116,6 +135,11 @@ EOF
 # their hybrid arguments (tests/hf/same_ckpt.py)
 same_ckpt() { $PY "$HF/same_ckpt.py" "$1" "$2" "$3" hybrid; }
 
+variant() { # variant SRC NAME PYTHON-ON-c: a copy of SRC with config.json edited
+	rm -rf "$T/$2"; cp -r "$1" "$T/$2"
+	$PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); $3; json.dump(c, open(p, 'w'))" "$T/$2/config.json"
+	echo "$T/$2"
+}
 dump() { # dump CKPT OUT.h5: iteration 1 of a TP 1 run from CKPT (its arguments), learning rate 0
 	rm -f "$2"
 	"$BIN/mgt-train" --load "$1" --use-checkpoint-args $DUMP --debug-dump "$2" >"$T/tr.log" 2>&1 ||
@@ -123,7 +147,8 @@ dump() { # dump CKPT OUT.h5: iteration 1 of a TP 1 run from CKPT (its arguments)
 }
 
 # 1. Hugging Face directories: round trips, layouts, mgt's logits
-for spec in nemotron_h:fp32:2:2: nemotron_h:bf16:2:2:--pattern-key=list mamba2:fp32:1:2:--layers=4; do
+for spec in nemotron_h:fp32:2:2: nemotron_h:bf16:2:2:--pattern-key=list nemotron_h:fp32:2:2:--pattern=ME*- \
+	mamba2:fp32:1:2:--layers=4; do
 	IFS=: read -r fam dt tp pp extra <<EOF
 $spec
 EOF
@@ -142,9 +167,13 @@ EOF
 	[ "$dt" = fp32 ] || continue
 	dump "$ck" "$T/d.h5"
 	ok "$name: mgt's logits (TP $tp x PP $pp checkpoint, TP 1 run) equal the float64 HF reference" compare "$src" "$T/d.h5" 1e-5
-	if [ "$fam" = nemotron_h ]; then
+	if [ "$name" = nemotron_h-fp32 ]; then
 		ok "$name: ...and not the reference with HF Mamba2's full-width gated norm (2 groups)" \
 			compare "$src" "$T/d.h5" -1e-2 --gated-norm full
+	fi
+	if [ "$name" = nemotron_h-fp32-x ]; then # MoE: the routing's scale matters
+		d=$(variant "$src" moe-scale1 "c['routed_scaling_factor'] = 1.0")
+		ok "$name: ...and not the reference with routed_scaling_factor 1 instead of 2.5" compare "$d" "$T/d.h5" -1e-2
 	fi
 done
 full_only "nemotron_h bf16 at TP 1 x PP 4" && {
@@ -182,6 +211,30 @@ done
 ok "trained: the TP 2 x PP 2 checkpoint back to HF bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/tr-back2' \
 	--save-dir '$T/tr-hf2' && $PY '$HF/st.py' compare '$T/tr-hf' '$T/tr-hf2'"
 
+# a hybrid MoE model trained by mgt-train (NemotronH's router: sigmoid, expert bias, shared expert, scaling)
+MOE="--hybrid-layer-pattern M*E- --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48
+	--moe-shared-expert-intermediate-size 64 --moe-router-topk-scaling-factor 2.5 --moe-router-load-balancing-type none"
+ok "train tiny-hybrid as M*E- with NemotronH's router (3 iterations: the expert bias moves)" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid $MOE --moe-router-score-function sigmoid --moe-router-enable-expert-bias --mock-data --vocab-size 512 \
+	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 3 --threads 2 --save "$T/trm" \
+	--save-interval 3 --log-interval 3
+ok "trained MoE: mgt -> HF" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/trm" --save-dir "$T/trm-hf"
+ok "trained MoE: config.json's MoE keys" $PY -c "
+import json, sys
+c = json.load(open(sys.argv[1]))
+want = dict(hybrid_override_pattern='M*E-', n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+            moe_shared_expert_intermediate_size=64, routed_scaling_factor=2.5, norm_topk_prob=True, n_group=1, topk_group=1)
+bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
+print('# differing (got, want): %s' % bad); sys.exit(1 if bad else 0)" "$T/trm-hf/config.json"
+ok "trained MoE: HF -> mgt holds the trained parameters (expert bias included) bit for bit" sh -c "
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/trm-hf' --save-dir '$T/trm-back' --target-tensor-parallel-size 2 &&
+	$PY '$HF/same_ckpt.py' '$T/trm' '$T/trm-back' 512 hybrid && $PY '$HF/same_ckpt.py' '$T/trm' '$T/trm-back' 512 moe"
+dump "$T/trm" "$T/d.h5"
+ok "trained MoE: the HF reference on the written directory equals mgt's logits" compare "$T/trm-hf" "$T/d.h5" 1e-5
+ok "train the same with a softmax router" quiet "$BIN/mgt-train" --model tiny-hybrid $MOE --mock-data --vocab-size 512 \
+	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trs" \
+	--save-interval 1 --log-interval 1
+
 # 3. refusals
 refused() { # refused CODE WHAT TEXT CMD...: exit CODE, the message has TEXT, no output
 	code=$1 what=$2 text=$3; shift 3
@@ -189,18 +242,19 @@ refused() { # refused CODE WHAT TEXT CMD...: exit CODE, the message has TEXT, no
 	ok "$what: message names it" err_has "$text"
 	ok "$what: no output" no_files "$T/no" "$T"/no.tmp.*
 }
-variant() { # variant SRC NAME PYTHON-ON-c: a copy of SRC with config.json edited
-	rm -rf "$T/$2"; cp -r "$1" "$T/$2"
-	$PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); $3; json.dump(c, open(p, 'w'))" "$T/$2/config.json"
-	echo "$T/$2"
-}
+refused 3 "a softmax-routed MoE hybrid to HF" "a softmax router (NemotronH's is sigmoid)" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$T/trs"
 NH=$T/nemotron_h-fp32
 d=$(variant "$NH" badsym "c['hybrid_override_pattern'] = 'M*X-'")
 refused 3 "pattern symbol X" "hybrid_override_pattern\": symbol 'X'" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$NH" longpat "c['hybrid_override_pattern'] = 'M*M-M'")
 refused 3 "pattern longer than num_hidden_layers" "has 5 layers but \"num_hidden_layers\" is 4" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$NH" moe "c['hybrid_override_pattern'] = 'M*ME'")
-refused 3 "an MoE layer" "layer 3 is an MoE layer" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+refused 3 "an MoE layer without the MoE keys" "no \"n_routed_experts\" (the pattern has MoE layers)" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$T/nemotron_h-fp32-x" moe-groups "c['n_group'] = 2; c['topk_group'] = 1")
+refused 3 "MoE with router groups" "\"n_group\" 2: grouped routing is not converted" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$T/nemotron_h-fp32-x" moe-nonorm "c['norm_topk_prob'] = False")
+refused 3 "MoE without norm_topk_prob (top-2)" "\"norm_topk_prob\" false with top-2" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$NH" relu2 "del c['mlp_hidden_act']")
 refused 3 "NemotronH's default relu2 MLP" "\"mlp_hidden_act\": \"relu2\" is not supported" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$T/mamba2-fp32-x" m2groups "c['n_groups'] = 2")
@@ -226,6 +280,8 @@ $PY "$HF/make_tiny.py" nemotron_h "$T/nh-mmm" --dtype fp32 --pattern MMM --group
 	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nh-mmm" --save-dir "$T/ck-g2" || echo "# the 2-group all-Mamba model failed"
 refused 3 "--family mamba2 with 2 groups" "n_groups would be 2 (--mamba-num-groups).*--family nemotron_h" \
 	"$BIN/mgt-ckpt-convert" --load-dir "$T/ck-g2" --family mamba2
+refused 2 "GGUF of an MoE hybrid" "a Mixture-of-Experts" \
+	sh -c "'$BIN/mgt-export' --load-dir '$T/trm' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
 refused 2 "GGUF of a model with GELU MLP layers" "llama.cpp's nemotron_h computes with squared ReLU" \
 	sh -c "'$BIN/mgt-export' --load-dir '$T/tr' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
 

@@ -396,11 +396,15 @@ def make_hybrid(a):
     Megatron-Bridge's NemotronH names): backbone.embeddings, backbone.layers.N.norm (the layer's
     pre-norm) and .mixer: Mamba-2 in_proj [2 DI + 2 G N + NH, h] (rows z, x, B, C, dt), conv1d.weight
     [CD, 1, 4] and .bias [CD] (CD = DI + 2 G N), dt_bias, A_log, D [NH], norm.weight [DI],
-    out_proj [h, DI]; attention q/k/v/o_proj (no RoPE); MLP up_proj, down_proj; backbone.norm_f,
+    out_proj [h, DI]; attention q/k/v/o_proj (no RoPE); MLP up_proj, down_proj; MoE (E) gate.weight
+    [E, h] and gate.e_score_correction_bias [E], experts.E.up_proj / down_proj (--moe-ffn, default 48),
+    shared_experts.up_proj / down_proj (--shared-ffn, default 96), --experts 4, --topk 2,
+    routed_scaling_factor 2.5, one group; backbone.norm_f,
     lm_head (untied by default, as both configs default tie_word_embeddings false)."""
     fam = a.family
     if a.dtype is None:
         a.dtype = "fp32"
+    a.experts, a.topk = a.experts or 4, a.topk or 2
     pat = a.pattern if fam == "nemotron_h" else "M" * a.layers
     G = a.groups or (2 if fam == "nemotron_h" else 1)
     H, V, NH, P, N = a.hidden, a.vocab, a.mamba_heads, a.mamba_head_dim, a.state
@@ -436,6 +440,16 @@ def make_hybrid(a):
         elif sym == "-":
             put(L + "mixer.up_proj.weight", (I, H), 0.12)
             put(L + "mixer.down_proj.weight", (H, I), 0.08)
+        elif sym == "E":
+            # the router's weights std 0.5 and a small correction bias: choices far from ties
+            put(L + "mixer.gate.weight", (a.experts, H), 0.5)
+            put(L + "mixer.gate.e_score_correction_bias", (a.experts,),
+                value=0.05 * np.abs(rng.standard_normal(a.experts, dtype=np.float32)))
+            for e in range(a.experts):
+                put(L + "mixer.experts.%d.up_proj.weight" % e, (a.moe_ffn, H), 0.12)
+                put(L + "mixer.experts.%d.down_proj.weight" % e, (H, a.moe_ffn), 0.08)
+            put(L + "mixer.shared_experts.up_proj.weight", (a.shared_ffn, H), 0.12)
+            put(L + "mixer.shared_experts.down_proj.weight", (H, a.shared_ffn), 0.08)
         else:
             raise SystemExit("make_tiny.py: pattern symbol %r not made" % sym)
     put("backbone.norm_f.weight", (H,), 0.1, 1.0)
@@ -457,6 +471,10 @@ def make_hybrid(a):
                    mlp_hidden_act=a.mlp_act, num_attention_heads=nq, num_key_value_heads=nkv, head_dim=d,
                    intermediate_size=I, max_position_embeddings=a.positions or 256, attention_bias=False,
                    mlp_bias=False, attention_dropout=0.0, hidden_dropout=0.0)
+        if "E" in pat:
+            cfg.update(n_routed_experts=a.experts, num_experts_per_tok=a.topk, moe_intermediate_size=a.moe_ffn,
+                       moe_shared_expert_intermediate_size=a.shared_ffn, routed_scaling_factor=2.5, n_group=1,
+                       topk_group=1, norm_topk_prob=a.topk > 1, moe_latent_size=None)
         if a.pattern_key == "list":
             kinds = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
             cfg["layers_block_type"] = [kinds[c] for c in pat]

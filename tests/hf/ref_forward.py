@@ -59,7 +59,9 @@ modeling_rope_utils.py, activations.py, pytorch_utils.py (Conv1D)):
   backbone.embeddings[ids]; per layer h += mixer(RMSNorm(h) with backbone.layers.N.norm), the mixer
   chosen by hybrid_override_pattern (or layers_block_type; Mamba2: every layer Mamba): M Mamba-2,
   * attention (no RoPE, GQA, 1/sqrt(head_dim)), - MLP down(act(up(x))) with act = mlp_hidden_act
-  (relu2 = relu(x)^2, gelu erf, gelu_new / gelu_pytorch_tanh tanh); backbone.norm_f; lm_head.
+  (relu2 = relu(x)^2, gelu erf, gelu_new / gelu_pytorch_tanh tanh), E MoE (nemotron_moe: DeepSeek-V3's
+  sigmoid router with e_score_correction_bias, experts and shared experts as the MLP); backbone.norm_f;
+  lm_head.
   Mamba-2: in_proj rows [z (DI), xBC (DI + 2 G N), dt (NH)]; xBC = silu(causal depthwise conv of width
   4 (conv1d.weight [CD, 1, 4], the last tap on the current token) + conv1d.bias); x, B, C split;
   dt = softplus(dt + dt_bias), NemotronH clamping it below at time_step_min (Mamba2 at
@@ -528,6 +530,36 @@ def act_fn(name, x):
     raise RefError("mlp_hidden_act %r not supported" % name)
 
 
+def nemotron_moe(cfg, W, M, x):
+    """NemotronHMoE on x [n, H]: DeepSeek-V3's router (sigmoid scores s; choice by s + correction bias,
+    with n_group > 1 the topk_group groups of the largest sums of their top 2 choice scores, the
+    others' choice scores set to 0; weights s of the chosen, normalized (+1e-20) when norm_topk_prob,
+    times routed_scaling_factor), sum_j w_j expert_j(x) + shared_experts(x), each an MLP up, act, down."""
+    E, k, H = cfg["n_routed_experts"], cfg["num_experts_per_tok"], x.shape[1]
+    act = cfg.get("mlp_hidden_act", "relu2")
+    s = torch.sigmoid(x @ need(W, M + "gate.weight", (E, H)).t())
+    choice = s + need(W, M + "gate.e_score_correction_bias", (E,))
+    G = cfg.get("n_group") or 1
+    if G > 1:
+        gs = choice.reshape(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
+        keep = torch.zeros_like(gs).scatter_(1, gs.topk(cfg["topk_group"], dim=-1)[1], 1.0)
+        choice = choice.masked_fill(keep.repeat_interleave(E // G, 1) == 0, 0.0)
+    idx = choice.topk(k, dim=-1)[1]
+    w = s.gather(1, idx)
+    if cfg.get("norm_topk_prob"):
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    w = w * cfg.get("routed_scaling_factor", 1.0)
+    Fe, S = cfg["moe_intermediate_size"], cfg["moe_shared_expert_intermediate_size"]
+
+    def mlp(p, v, F_):
+        return act_fn(act, v @ need(W, p + "up_proj.weight", (F_, H)).t()) @ need(W, p + "down_proj.weight", (H, F_)).t()
+    out = mlp(M + "shared_experts.", x, S)
+    for t in range(x.shape[0]):
+        for j in range(k):
+            out[t] = out[t] + w[t, j] * mlp(M + "experts.%d." % int(idx[t, j]), x[t:t + 1], Fe)[0]
+    return out
+
+
 def hybrid_forward(cfg, W, ids, variant="a"):
     pat = hybrid_pattern(cfg)
     eps = cfg.get("layer_norm_epsilon", 1e-5)
@@ -554,8 +586,10 @@ def hybrid_forward(cfg, W, ids, variant="a"):
             I = cfg["intermediate_size"]
             u = x @ need(W, M + "up_proj.weight", (I, H)).t()
             h = h + act_fn(cfg.get("mlp_hidden_act", "relu2"), u) @ need(W, M + "down_proj.weight", (H, I)).t()
+        elif sym == "E":
+            h = h + nemotron_moe(cfg, W, M, x)
         else:
-            raise RefError("layer kind %r (MoE) not supported" % sym)
+            raise RefError("layer kind %r not supported" % sym)
     h = rmsnorm(h, need(W, "backbone.norm_f.weight", (H,)), eps, variant)
     out = W["backbone.embeddings.weight"] if cfg.get("tie_word_embeddings") else need(W, "lm_head.weight", (V, H))
     return h @ out.t()
