@@ -28,7 +28,8 @@
 #     with 2 groups (naming n_groups and pointing to nemotron_h) or with attention layers, a GGUF of
 #     an MoE hybrid or of a model with GELU MLP layers (exit 2);
 #   - mgt-export to GGUF, loaded by a real llama.cpp (node-llama-cpp 3.22.1, tests/hf/llamacpp,
-#     whose llama.cpp knows mamba2 and nemotron_h): an all-Mamba model as architecture mamba2, an
+#     whose llama.cpp knows mamba2 and nemotron_h): an all-Mamba model (6 heads: d_inner 96, not
+#     2 h as llama.cpp's converter assumes) as architecture mamba2, an
 #     M*MM*M model as nemotron_h (per-layer head_count_kv and feed_forward_length arrays, ssm_a =
 #     -exp(A_log) [1, NH] in ggml order, ssm_conv1d {4, CD}, ssm_norm {DI/G, G}); llama.cpp's logits
 #     within 1e-4 relative of ref_forward.py's and its greedy tokens equal (and not within 1e-2 of
@@ -330,13 +331,13 @@ print("# differing (got, want): %s" % bad)
 sys.exit(1 if bad else 0)
 EOF
 }
-for spec in nemotron_h:M*MM*M:2 mamba2:MMM:1; do
-	IFS=: read -r fam pat grp <<EOF
+for spec in nemotron_h:M*MM*M:2:8 mamba2:MMM:1:6; do # mamba2 with 6 heads: d_inner 96, not 2h
+	IFS=: read -r fam pat grp nh <<EOF
 $spec
 EOF
 	src=$T/g-$fam
 	$PY "$HF/make_tiny.py" "$fam" "$src" --dtype fp32 --vocab 50257 --pattern "$pat" --layers 3 --groups "$grp" \
-		--time-step-min 0 >/dev/null 2>&1 && cp "$G/vocab.json" "$G/merges.txt" "$src/" &&
+		--mamba-heads "$nh" --time-step-min 0 >/dev/null 2>&1 && cp "$G/vocab.json" "$G/merges.txt" "$src/" &&
 		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$src" --save-dir "$T/gck-$fam" || echo "# making $fam failed"
 	arch=$fam
 	for type in f32 f16 q8_0; do
@@ -350,7 +351,7 @@ EOF
 	[ $have_lc = 1 ] && [ "$grp" -gt 1 ] && ok "$fam: ...and not the reference with a full-width gated norm ($grp groups)" \
 		gguf_cmp "$T/$fam-f32.gguf" "$src" -1e-2 --gated-norm full
 	[ $have_lc = 1 ] && ok "$fam: GGUF header (ssm keys, per-layer arrays, tensor shapes)" \
-		meta_check "$T/$fam-f32.gguf" "$arch" "$pat" 8 16 16 "$grp"
+		meta_check "$T/$fam-f32.gguf" "$arch" "$pat" "$nh" 16 16 "$grp"
 done
 
 done_testing

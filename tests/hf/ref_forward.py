@@ -530,7 +530,7 @@ def act_fn(name, x):
     raise RefError("mlp_hidden_act %r not supported" % name)
 
 
-def nemotron_moe(cfg, W, M, x):
+def nemotron_moe(cfg, W, M, x, variant="a"):
     """NemotronHMoE on x [n, H]: DeepSeek-V3's router (sigmoid scores s; choice by s + correction bias,
     with n_group > 1 the topk_group groups of the largest sums of their top 2 choice scores, the
     others' choice scores set to 0; weights s of the chosen, normalized (+1e-20) when norm_topk_prob,
@@ -554,6 +554,9 @@ def nemotron_moe(cfg, W, M, x):
     def mlp(p, v, F_):
         return act_fn(act, v @ need(W, p + "up_proj.weight", (F_, H)).t()) @ need(W, p + "down_proj.weight", (H, F_)).t()
     out = mlp(M + "shared_experts.", x, S)
+    if variant == "b":  # every expert on every token, weighted by a dense [tokens, experts] matrix
+        dense = torch.zeros(x.shape[0], E).scatter_(1, idx, w)
+        return out + sum(dense[:, e:e + 1] * mlp(M + "experts.%d." % e, x, Fe) for e in range(E))
     for t in range(x.shape[0]):
         for j in range(k):
             out[t] = out[t] + w[t, j] * mlp(M + "experts.%d." % int(idx[t, j]), x[t:t + 1], Fe)[0]
@@ -587,7 +590,7 @@ def hybrid_forward(cfg, W, ids, variant="a"):
             u = x @ need(W, M + "up_proj.weight", (I, H)).t()
             h = h + act_fn(cfg.get("mlp_hidden_act", "relu2"), u) @ need(W, M + "down_proj.weight", (H, I)).t()
         elif sym == "E":
-            h = h + nemotron_moe(cfg, W, M, x)
+            h = h + nemotron_moe(cfg, W, M, x, variant)
         else:
             raise RefError("layer kind %r not supported" % sym)
     h = rmsnorm(h, need(W, "backbone.norm_f.weight", (H,)), eps, variant)
@@ -637,7 +640,8 @@ def self_test(quick=False):
     with tempfile.TemporaryDirectory() as tmp:
         for fam in fams:
             dd = os.path.join(tmp, fam)
-            subprocess.check_call([sys.executable, os.path.join(here, "make_tiny.py"), fam, dd, "--dtype", "fp32"])
+            extra = ["--pattern", "ME*-E"] if fam == "nemotron_h" else []
+            subprocess.check_call([sys.executable, os.path.join(here, "make_tiny.py"), fam, dd, "--dtype", "fp32"] + extra)
             cfg, W = load(dd)
             n = 12 if quick else 24
             ids = [int(x) for x in rng.integers(0, cfg["vocab_size"], n)]
