@@ -4,7 +4,8 @@
 # (tests/hf/make_tiny.py) and models trained by mgt-train, checked against independent references:
 #   - HF -> mgt (TP 2 x PP 2; mamba2, one group, 4 layers: PP 2) -> HF reproduces every tensor bit for
 #     bit (tests/hf/st.py compare) and config.json: nemotron_h M*M- (fp32; bf16 with
-#     layers_block_type), ME*- (MoE: 4 experts top-2, shared expert, correction bias), mamba2 MMMM;
+#     layers_block_type; tied at PP 2), ME*- (MoE: 4 experts top-2, shared expert, correction bias),
+#     mamba2 MMMM;
 #   - Megatron's names and layouts in the mgt checkpoint, read with h5py from model.h5: in_proj's
 #     [z, x, B, C, dt] rows and conv1d_weight [CD, 4] as HF's [CD, 1, 4], linear_qkv interleaved per
 #     query group from q/k/v_proj, each layer's backbone.layers.N.norm as its fused pre-norm, the MoE
@@ -177,6 +178,10 @@ EOF
 		ok "$name: ...and not the reference with routed_scaling_factor 1 instead of 2.5" compare "$d" "$T/d.h5" -1e-2
 	fi
 done
+ok "nemotron_h tied (tie_word_embeddings, no lm_head): HF -> mgt (PP 2) -> HF bit for bit" sh -c "
+	$PY '$HF/make_tiny.py' nemotron_h '$T/tied' --tie >/dev/null &&
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/tied' --save-dir '$T/ck-tied' --target-pipeline-parallel-size 2 &&
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-tied' --save-dir '$T/back-tied' && $PY '$HF/st.py' compare '$T/tied' '$T/back-tied'"
 full_only "nemotron_h bf16 at TP 1 x PP 4" && {
 	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nemotron_h-bf16-x" --save-dir "$T/ck-pp4" --target-pipeline-parallel-size 4 &&
 		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/ck-pp4" --save-dir "$T/back-pp4"
