@@ -400,6 +400,10 @@ static mgt_status hybrid_in(json_t *cfg, mgt_hf_family f, const char *file, mgt_
 	if (!st) st = key_is(cfg, file, "mlp_bias", "false", "no MLP biases");
 	if (!st) st = hybrid_pattern(cfg, f, file, c);
 	if (st) return st;
+	json_t *hd = json_object_get(cfg, "attention_head_dim"); /* older NemotronH configs' head_dim */
+	if (nh && json_is_integer(hd) && !json_is_integer(json_object_get(cfg, "head_dim")))
+		st = set_num(a, file, "attention_head_dim", "kv_channels", hd);
+	if (st) return st;
 	json_t *g = json_object_get(cfg, "n_groups");
 	if (nh && (!g || json_is_null(g))) g = json_object_get(cfg, "mamba_n_groups");
 	if (nh && (!g || json_is_null(g))) return mgt_err(MGT_ERR_INPUT, "%s: no \"n_groups\" (expected for nemotron_h)", file);

@@ -4,7 +4,7 @@
 # (tests/hf/make_tiny.py) and models trained by mgt-train, checked against independent references:
 #   - HF -> mgt (TP 2 x PP 2; mamba2, one group, 4 layers: PP 2) -> HF reproduces every tensor bit for
 #     bit (tests/hf/st.py compare) and config.json: nemotron_h M*M- (fp32; bf16 with
-#     layers_block_type; tied at PP 2), ME*- (MoE: 4 experts top-2, shared expert, correction bias),
+#     layers_block_type; tied at PP 2; attention_head_dim 32), ME*- (MoE: 4 experts top-2, shared expert, correction bias),
 #     mamba2 MMMM;
 #   - Megatron's names and layouts in the mgt checkpoint, read with h5py from model.h5: in_proj's
 #     [z, x, B, C, dt] rows and conv1d_weight [CD, 4] as HF's [CD, 1, 4], linear_qkv interleaved per
@@ -182,6 +182,12 @@ ok "nemotron_h tied (tie_word_embeddings, no lm_head): HF -> mgt (PP 2) -> HF bi
 	$PY '$HF/make_tiny.py' nemotron_h '$T/tied' --tie >/dev/null &&
 	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/tied' --save-dir '$T/ck-tied' --target-pipeline-parallel-size 2 &&
 	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-tied' --save-dir '$T/back-tied' && $PY '$HF/st.py' compare '$T/tied' '$T/back-tied'"
+ok "nemotron_h with attention_head_dim 32 (older configs' head_dim; not h / heads): kv_channels 32, round trip" sh -c "
+	$PY '$HF/make_tiny.py' nemotron_h '$T/ahd' --head-dim 32 >/dev/null &&
+	$PY -c \"import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['attention_head_dim']=c.pop('head_dim'); json.dump(c,open(p,'w'))\" '$T/ahd/config.json' &&
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ahd' --save-dir '$T/ck-ahd' &&
+	$PY -c \"import json,sys; sys.exit(json.load(open(sys.argv[1]))['args']['kv_channels'] != 32)\" '$T/ck-ahd/iter_0000000/metadata.json' &&
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-ahd' --save-dir '$T/back-ahd' && $PY '$HF/st.py' compare '$T/ahd' '$T/back-ahd'"
 full_only "nemotron_h bf16 at TP 1 x PP 4" && {
 	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nemotron_h-bf16-x" --save-dir "$T/ck-pp4" --target-pipeline-parallel-size 4 &&
 		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/ck-pp4" --save-dir "$T/back-pp4"
