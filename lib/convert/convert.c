@@ -167,7 +167,9 @@ mgt_status cv_check_finite(const float *x, size_t n, const char *file, const cha
 
 size_t cv_map_numel(const mgt_hf_map *m, int k)
 {
-	return (size_t)m->shape[k][0] * (size_t)(m->ndim[k] == 2 ? m->shape[k][1] : 1);
+	size_t n = 1;
+	for (int d = 0; d < m->ndim[k]; d++) n *= (size_t)m->shape[k][d];
+	return n;
 }
 
 size_t cv_row_numel(const mgt_tensor *t) { return (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1); }
@@ -228,7 +230,7 @@ static mgt_status put_buffers(hf_out *h, bool declare, float *scratch_buf)
 
 /* Take them out of args (before the table merges the rest) and into c once merged: bert_args_apply. */
 typedef struct {
-	bool bert, binary, erf, t5;
+	bool bert, binary, erf, t5, hybrid;
 } bert_keys;
 
 static void bert_args_take(json_t *args, bert_keys *k)
@@ -236,6 +238,7 @@ static void bert_args_take(json_t *args, bert_keys *k)
 	const char *fam = json_string_value(json_object_get(args, "family"));
 	k->bert = fam && !strcmp(fam, "bert");
 	k->t5 = fam && !strcmp(fam, "t5");
+	k->hybrid = fam && !strcmp(fam, "hybrid");
 	k->binary = !json_is_false(json_object_get(args, "bert_binary_head"));
 	k->erf = json_is_true(json_object_get(args, "no_bias_gelu_fusion"));
 	json_object_del(args, "family");
@@ -246,6 +249,7 @@ static void bert_args_take(json_t *args, bert_keys *k)
 static void bert_args_apply(const bert_keys *k, mgt_model_config *c)
 {
 	if (k->t5) snprintf(c->family, sizeof c->family, "t5"); /* refused by the family checks */
+	if (k->hybrid) snprintf(c->family, sizeof c->family, "hybrid");
 	if (!k->bert) return;
 	snprintf(c->family, sizeof c->family, "bert");
 	c->bert_binary_head = k->binary;

@@ -110,7 +110,10 @@ size_t cv_row_numel(const mgt_tensor *t);
 /* Set a's model arguments (and vocab_size) from config.json cfg of family f (file: for messages).
  * Errors: MGT_ERR_INPUT (missing or bad key), MGT_ERR_USAGE (what mgt does not implement). */
 mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt_args *a);
-/* The family a model config looks like; whether family f holds it exactly.  Errors: MGT_ERR_USAGE. */
+/* The family a model config looks like (a hybrid model: nemotron_h); whether family f holds it
+ * exactly.  Errors: MGT_ERR_USAGE (f is of another kind: a hybrid family for a GPT, ...),
+ * MGT_ERR_INPUT (f's kind, but a flag f cannot compute: the message names it, e.g. n_groups > 1 for
+ * mamba2, MoE routers transformers lacks). */
 mgt_status cv_family_infer(const mgt_model_config *c, mgt_hf_family *f);
 mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f);
 /* A config.json for c as family f (new reference). */

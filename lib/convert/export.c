@@ -23,7 +23,31 @@ typedef struct {
 	mgt_gguf_writer *w;
 	mgt_tok_vocab voc;
 	bool have_voc;
+	const char *arch;         /* general.architecture */
 } exporter;
+
+static bool hybrid(const exporter *e) { return mgt_hf_spec_of(e->f)->names == MGT_HF_NAMES_BACKBONE; }
+
+/* A hybrid model's GGUF architecture: mamba2 when every layer is a Mamba layer (llama.cpp's
+ * grouped gated norm, whatever the groups), else nemotron_h, whose MLP layers compute squared
+ * ReLU (llama.cpp's llm_build_nemotron_h build_ffn_layer, LLM_FFN_RELU_SQR) where mgt's compute
+ * GELU: refused. */
+static mgt_status hybrid_arch(exporter *e)
+{
+	const char *p = e->c->hybrid_layer_pattern;
+	bool mamba_only = true;
+	for (const char *q = p; *q; q++) mamba_only &= *q == 'M' || *q == '|';
+	e->arch = mamba_only ? "mamba2" : "nemotron_h";
+	if (!strchr(p, 'M'))
+		return mgt_err(MGT_ERR_USAGE, "%s: the hybrid model has no Mamba layer (pattern %s): llama.cpp's nemotron_h "
+			       "aborts loading such a file (no recurrent state; seen with node-llama-cpp 3.22.1), so it is "
+			       "not exported to GGUF", e->o->load_dir, p);
+	if (strchr(p, '-'))
+		return mgt_err(MGT_ERR_USAGE, "%s: the hybrid model has MLP layers ('-' in its pattern %s), which llama.cpp's "
+			       "nemotron_h computes with squared ReLU while this model's use GELU: not exported to GGUF "
+			       "(mgt-ckpt-convert writes it as a nemotron_h Hugging Face directory)", e->o->load_dir, p);
+	return MGT_OK;
+}
 
 static mgt_status open_source(exporter *e)
 {
@@ -33,6 +57,8 @@ static mgt_status open_source(exporter *e)
 	e->opened = true;
 	mgt_status st = cv_mgt_open(&e->out, false);
 	e->c = &e->out.a.model, e->f = e->out.f, e->prefix = e->out.prefix, e->full = &e->out.full;
+	if (!st) e->arch = mgt_hf_spec_of(e->f)->gguf_arch;
+	if (!st && hybrid(e)) st = hybrid_arch(e);
 	if (!st && !mgt_hf_spec_of(e->f)->gguf_arch)
 		st = mgt_err(MGT_ERR_USAGE, "%s: a BERT (%s), which is not exported to GGUF (only decoder models are; "
 			     "mgt-ckpt-convert writes it as a Hugging Face directory)", e->o->load_dir, mgt_hf_model_type(e->f));
@@ -90,14 +116,14 @@ static mgt_status load_vocab(exporter *e)
 static mgt_status kv_u32(exporter *e, const char *key, int64_t v)
 {
 	char k[96];
-	snprintf(k, sizeof k, "%s.%s", mgt_hf_spec_of(e->f)->gguf_arch, key);
+	snprintf(k, sizeof k, "%s.%s", e->arch, key);
 	return mgt_gguf_set_u32(e->w, k, (uint32_t)v);
 }
 
 static mgt_status kv_f32(exporter *e, const char *key, double v)
 {
 	char k[96];
-	snprintf(k, sizeof k, "%s.%s", mgt_hf_spec_of(e->f)->gguf_arch, key);
+	snprintf(k, sizeof k, "%s.%s", e->arch, key);
 	return mgt_gguf_set_f32(e->w, k, (float)v);
 }
 
@@ -107,13 +133,61 @@ static uint32_t file_type(mgt_ggml_type t)
 	return t == MGT_GGML_F16 ? 1 : t == MGT_GGML_Q8_0 ? 7 : t == MGT_GGML_BF16 ? 32 : 0;
 }
 
+/* A per-layer array {arch}.key: v_attn on attention layers ('*'), v_mlp on MLP layers ('-'), 0 on
+ * Mamba layers (llama.cpp's nemotron_h: a layer is recurrent iff head_count_kv and
+ * feed_forward_length are both 0 there; conversion/nemotron.py). */
+static mgt_status kv_layers(exporter *e, const char *key, int64_t v_attn, int64_t v_mlp)
+{
+	char k[96];
+	int32_t v[sizeof e->c->hybrid_layer_pattern];
+	size_t n = 0;
+	for (const char *p = e->c->hybrid_layer_pattern; *p; p++)
+		if (*p != '|') v[n++] = (int32_t)(*p == '*' ? v_attn : *p == '-' ? v_mlp : 0);
+	snprintf(k, sizeof k, "%s.%s", e->arch, key);
+	return mgt_gguf_set_arr_i32(e->w, k, v, n);
+}
+
+/* Mamba2 and NemotronH (llama.cpp's conversion/mamba.py Mamba2Model and conversion/nemotron.py
+ * set_gguf_parameters; Keys.SSM): ssm.conv_kernel 4, inner_size DI, state_size N, time_step_rank NH,
+ * group_count G; mamba2 has no attention or MLP (head_count and feed_forward_length 0), nemotron_h
+ * per-layer head_count_kv and feed_forward_length, key/value length head_dim, no RoPE. */
+static mgt_status hybrid_kv(exporter *e)
+{
+	const mgt_model_config *c = e->c;
+	bool m2 = !strcmp(e->arch, "mamba2");
+	mgt_status st = kv_u32(e, "context_length", c->max_position_embeddings);
+	TRY(kv_u32(e, "embedding_length", c->hidden_size));
+	TRY(kv_u32(e, "block_count", c->num_layers));
+	TRY(kv_u32(e, "vocab_size", c->vocab_size));
+	TRY(kv_f32(e, "attention.layer_norm_rms_epsilon", c->norm_epsilon));
+	/* llama.cpp releases that read nemotron_h's eps under this key too (node-llama-cpp 3.22.1's) */
+	if (!m2) TRY(kv_f32(e, "attention.layer_norm_epsilon", c->norm_epsilon));
+	TRY(kv_u32(e, "ssm.conv_kernel", 4));
+	TRY(kv_u32(e, "ssm.inner_size", c->mamba_num_heads * c->mamba_head_dim));
+	TRY(kv_u32(e, "ssm.state_size", c->mamba_state_dim));
+	TRY(kv_u32(e, "ssm.time_step_rank", c->mamba_num_heads));
+	TRY(kv_u32(e, "ssm.group_count", c->mamba_num_groups));
+	if (m2) {
+		TRY(kv_u32(e, "attention.head_count", 0));
+		TRY(kv_u32(e, "feed_forward_length", 0));
+		return st;
+	}
+	TRY(kv_u32(e, "attention.head_count", c->num_attention_heads));
+	TRY(kv_layers(e, "attention.head_count_kv", c->num_query_groups, 0));
+	TRY(kv_layers(e, "feed_forward_length", 0, c->ffn_hidden_size));
+	TRY(kv_u32(e, "attention.key_length", c->kv_channels));
+	TRY(kv_u32(e, "attention.value_length", c->kv_channels));
+	return st;
+}
+
 static mgt_status model_kv(exporter *e, mgt_ggml_type type, const char *name)
 {
 	const mgt_model_config *c = e->c;
-	mgt_status st = mgt_gguf_set_str(e->w, "general.architecture", mgt_hf_spec_of(e->f)->gguf_arch);
+	mgt_status st = mgt_gguf_set_str(e->w, "general.architecture", e->arch);
 	TRY(mgt_gguf_set_str(e->w, "general.name", name));
 	TRY(mgt_gguf_set_u32(e->w, "general.file_type", file_type(type)));
 	if (type == MGT_GGML_Q8_0) TRY(mgt_gguf_set_u32(e->w, "general.quantization_version", 2));
+	if (hybrid(e)) return st ? st : hybrid_kv(e);
 	TRY(kv_u32(e, "context_length", c->max_position_embeddings));
 	TRY(kv_u32(e, "embedding_length", c->hidden_size));
 	TRY(kv_u32(e, "feed_forward_length", c->ffn_hidden_size));
@@ -191,9 +265,10 @@ static mgt_status tokenizer_kv(exporter *e)
 
 /* The type a tensor is stored as: 1-D tensors stay f32 (as llama.cpp's converter keeps them);
  * q8_0 needs rows that are a multiple of 32 (else f16). */
-static mgt_ggml_type tensor_type(mgt_ggml_type want, int ndim, int64_t inner)
+static mgt_ggml_type tensor_type(mgt_ggml_type want, int ndim, int64_t inner, mgt_gguf_fix fix)
 {
-	if (ndim < 2) return MGT_GGML_F32;
+	/* llama.cpp's converter keeps the conv, A, D and the norm f32 (its ssm_conv and ssm_scan read f32) */
+	if (ndim < 2 || fix >= MGT_GGUF_SQUEEZE) return MGT_GGML_F32;
 	if (want == MGT_GGML_Q8_0 && inner % 32) return MGT_GGML_F16;
 	return want;
 }
@@ -230,9 +305,14 @@ static mgt_status each_tensor(exporter *e, const mgt_tensor *g, tensor_fn fn, vo
 		char name[128];
 		mgt_gguf_fix fix;
 		st = mgt_hf_gguf_name(e->f, e->prefix, m.name[k], name, sizeof name, &fix);
-		int64_t shape[2] = {m.shape[k][0], m.shape[k][1]};
+		int64_t shape[3] = {m.shape[k][0], m.shape[k][1], m.shape[k][2]};
+		int ndim = m.ndim[k];
 		if (fix == MGT_GGUF_TRANSPOSE) shape[0] = m.shape[k][1], shape[1] = m.shape[k][0];
-		if (!st) st = fn(e, &m, k, name, fix, m.ndim[k], shape, ctx);
+		if (fix == MGT_GGUF_SQUEEZE) ndim = 2, shape[1] = m.shape[k][2]; /* [CD, 1, 4] -> [CD, 4] */
+		if (fix == MGT_GGUF_NEG_EXP || fix == MGT_GGUF_COLUMN) ndim = 2, shape[1] = 1; /* [NH] -> [NH, 1] */
+		if (fix == MGT_GGUF_GROUPS) /* [DI] -> [G, DI / G] */
+			ndim = 2, shape[0] = e->c->mamba_num_groups, shape[1] = m.shape[k][0] / e->c->mamba_num_groups;
+		if (!st) st = fn(e, &m, k, name, fix, ndim, shape, ctx);
 	}
 	return st;
 }
@@ -240,9 +320,9 @@ static mgt_status each_tensor(exporter *e, const mgt_tensor *g, tensor_fn fn, vo
 static mgt_status declare_one(exporter *e, const mgt_hf_map *m, int k, const char *name, mgt_gguf_fix fix, int ndim,
 			      const int64_t *shape, void *ctx)
 {
-	(void)m, (void)k, (void)fix;
+	(void)m, (void)k;
 	mgt_ggml_type want = *(mgt_ggml_type *)ctx;
-	return mgt_gguf_add_tensor(e->w, name, tensor_type(want, ndim, shape[ndim - 1]), ndim, shape);
+	return mgt_gguf_add_tensor(e->w, name, tensor_type(want, ndim, shape[ndim - 1], fix), ndim, shape);
 }
 
 /* Per row: the Hugging Face tensors (carved from s->src) and a buffer for the fixed one (s->whole). */
@@ -263,7 +343,10 @@ static mgt_status put_one(exporter *e, const mgt_hf_map *m, int k, const char *n
 		for (int64_t i = 0; i < rows; i++)
 			for (int64_t j = 0; j < cols; j++) r->fixed[j * rows + i] = x[i * cols + j];
 		x = r->fixed;
-	} else if (fix != MGT_GGUF_AS_IS) {
+	} else if (fix == MGT_GGUF_NEG_EXP) { /* A = -exp(A_log) (Mamba2Model.modify_tensors) */
+		for (int64_t i = 0; i < rows; i++) r->fixed[i] = -expf(x[i]);
+		x = r->fixed;
+	} else if (fix == MGT_GGUF_PERMUTE_Q || fix == MGT_GGUF_PERMUTE_K) {
 		mgt_gguf_permute(x, r->fixed, rows, cols, fix == MGT_GGUF_PERMUTE_Q ? e->c->num_attention_heads
 									     : e->c->num_query_groups);
 		x = r->fixed;
@@ -350,7 +433,7 @@ static mgt_status run_export(exporter *e)
 	TRY(mgt_gguf_writer_finish(e->w));
 	if (!st && o->log)
 		fprintf(o->log, "exported %s (%s) to %s: GGUF v3, architecture %s, %s, %lld parameters, %.1f s\n", o->load_dir,
-			mgt_hf_model_type(e->f), o->output, mgt_hf_spec_of(e->f)->gguf_arch, o->outtype ? o->outtype : "f16",
+			mgt_hf_model_type(e->f), o->output, e->arch, o->outtype ? o->outtype : "f16",
 			(long long)(e->full->global_numel - mgt_model_padding_params(e->c)), mgt_now() - t0);
 	return st;
 }

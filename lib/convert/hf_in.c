@@ -29,14 +29,15 @@ static mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf)
 			       h->o->load_dir, m->name[k], mgt_hf_model_type(h->f));
 	for (size_t i = 0; i < mgt_st_count(h->st); i++)
 		if (mgt_st_at(h->st, i) == x) h->used[i] = true;
-	bool shape_ok = x->ndim == m->ndim[k] && x->shape[0] == m->shape[k][0] && (x->ndim < 2 || x->shape[1] == m->shape[k][1]);
+	bool shape_ok = x->ndim == m->ndim[k];
+	for (int d = 0; shape_ok && d < x->ndim; d++) shape_ok = x->shape[d] == m->shape[k][d];
 	if (!shape_ok) {
-		char want[64], got[64] = "";
-		snprintf(want, sizeof want, m->ndim[k] == 2 ? "[%lld, %lld]" : "[%lld]", (long long)m->shape[k][0],
-			 (long long)m->shape[k][1]);
+		char want[80] = "", got[80] = "";
+		for (int d = 0; d < m->ndim[k]; d++)
+			snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", d ? ", " : "[", (long long)m->shape[k][d]);
 		for (int d = 0; d < x->ndim && strlen(got) < 48; d++)
 			snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "[", (long long)x->shape[d]);
-		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s has shape %s]; config.json implies %s", x->file, x->name,
+		return mgt_err(MGT_ERR_INPUT, "%s: tensor %s has shape %s]; config.json implies %s]", x->file, x->name,
 			       got[0] ? got : "[", want);
 	}
 	if (x->dtype != MGT_ST_F32 && x->dtype != MGT_ST_F16 && x->dtype != MGT_ST_BF16)
@@ -58,7 +59,7 @@ static int rank_ep(const hf_in *h, int r) { return r / (h->o->tp * h->o->pp); }
  * rank (its data-parallel rank in a run whose data parallelism holds expert parallelism). */
 static mgt_status shard_for(hf_in *h, int rank, int box, mgt_ckpt_shard **out)
 {
-	mgt_ckpt_shard **sh = &h->shards[rank * 2 + box];
+	mgt_ckpt_shard **sh = &h->shards[rank * MGT_TENSOR_MAX_BOXES + box];
 	if (!*sh) {
 		char name[64];
 		int len = snprintf(name, sizeof name, "model_tp%02d_pp%03d_dp%03d", rank_tp(h, rank), rank_pp(h, rank),
@@ -420,7 +421,7 @@ mgt_status cv_hf_open(hf_in *h)
 	if (!st && !(h->used = calloc(mgt_st_count(h->st) + 1, 1))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	if (!st) st = mgt_tensor_table_build(&h->full, &h->a.model, 1, 0, 1, 0);
 	int nr = h->nranks;
-	if (!st && (!(h->ranks = calloc((size_t)nr, sizeof *h->ranks)) || !(h->shards = calloc((size_t)nr * 2, sizeof *h->shards))))
+	if (!st && (!(h->ranks = calloc((size_t)nr, sizeof *h->ranks)) || !(h->shards = calloc((size_t)nr * MGT_TENSOR_MAX_BOXES, sizeof *h->shards))))
 		st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	for (int r = 0; !st && r < nr; r++)
 		st = mgt_tensor_table_build_ep(&h->ranks[r], &h->a.model, o->tp, rank_tp(h, r), o->pp, rank_pp(h, r), h->ep,
@@ -432,7 +433,7 @@ void cv_hf_close(hf_in *h)
 {
 	int nr = h->nranks;
 	for (int r = 0; h->ranks && r < nr; r++) mgt_tensor_table_free(&h->ranks[r]);
-	for (int i = 0; h->shards && i < 2 * nr; i++) mgt_ckpt_shard_discard(h->shards[i]);
+	for (int i = 0; h->shards && i < MGT_TENSOR_MAX_BOXES * nr; i++) mgt_ckpt_shard_discard(h->shards[i]);
 	free(h->ranks);
 	free(h->shards);
 	mgt_source_close(h->src);
@@ -447,7 +448,7 @@ void cv_hf_close(hf_in *h)
 static mgt_status close_shards(hf_in *h)
 {
 	mgt_status st = MGT_OK;
-	for (int i = 0; i < 2 * h->nranks; i++) {
+	for (int i = 0; i < MGT_TENSOR_MAX_BOXES * h->nranks; i++) {
 		if (!h->shards[i]) continue;
 		mgt_status s2 = mgt_ckpt_shard_close(h->shards[i]);
 		h->shards[i] = NULL;

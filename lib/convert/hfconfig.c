@@ -8,7 +8,9 @@
  * norm_topk_prob, as Megatron-Bridge; the sigmoid-gated shared expert of Qwen2-MoE =
  * --moe-shared-expert-intermediate-size with --moe-shared-expert-gate); MegatronBertConfig
  * (transformers' configuration_megatron_bert.py and modeling_megatron_bert.py: hidden_act is
- * applied in the MLP and in the LM head's transform). */
+ * applied in the MLP and in the LM head's transform); NemotronHConfig and Mamba2Config (transformers'
+ * configuration_nemotron_h.py, configuration_mamba2.py; Megatron-Bridge's nemotron_h_bridge.py
+ * CONFIG_MAPPING) for hybrid models. */
 #include "convert_impl.h"
 
 #include <limits.h>
@@ -21,7 +23,7 @@ enum {
 	G = 1 << MGT_HF_GPT2, MIX = 1 << MGT_HF_MIXTRAL, Q2M = 1 << MGT_HF_QWEN2_MOE, Q3M = 1 << MGT_HF_QWEN3_MOE,
 	QM = Q2M | Q3M, M = MIX | QM,
 	L = (1 << MGT_HF_LLAMA) | (1 << MGT_HF_MISTRAL) | (1 << MGT_HF_QWEN2) | (1 << MGT_HF_QWEN3) | M,
-	BB = 1 << MGT_HF_MEGATRON_BERT,
+	BB = 1 << MGT_HF_MEGATRON_BERT, NH = 1 << MGT_HF_NEMOTRON_H, MB = 1 << MGT_HF_MAMBA2,
 };
 
 /* config.json's key for the number of experts (Mixtral's num_local_experts, Qwen-MoE's num_experts). */
@@ -56,7 +58,22 @@ static const struct cfg_row {
 	{L, "rms_norm_eps", "norm_epsilon", true},
 	{L, "rope_theta", "rotary_base", false},
 	{L, "attention_dropout", "attention_dropout", false},
-	{G | L | BB, "initializer_range", "init_method_std", false},
+	{G | L | BB | NH | MB, "initializer_range", "init_method_std", false},
+	{NH | MB, "num_hidden_layers", "num_layers", true},
+	{NH | MB, "hidden_size", "hidden_size", true},
+	{NH | MB, "layer_norm_epsilon", "norm_epsilon", false},
+	{NH, "num_attention_heads", "num_attention_heads", true},
+	{NH, "num_key_value_heads", "num_query_groups", false},
+	{NH, "head_dim", "kv_channels", false},
+	{NH, "intermediate_size", "ffn_hidden_size", false},
+	{NH, "max_position_embeddings", "max_position_embeddings", false},
+	{NH, "mamba_num_heads", "mamba_num_heads", true},
+	{NH, "mamba_head_dim", "mamba_head_dim", true},
+	{NH, "ssm_state_size", "mamba_state_dim", true},
+	{MB, "num_heads", "mamba_num_heads", true},
+	{MB, "head_dim", "mamba_head_dim", true},
+	{MB, "state_size", "mamba_state_dim", true},
+	{MB, "n_groups", "mamba_num_groups", true},
 	{BB, "layer_norm_eps", "norm_epsilon", false},
 	{BB, "hidden_dropout_prob", "hidden_dropout", false},
 	{BB, "attention_probs_dropout_prob", "attention_dropout", false},
@@ -84,6 +101,11 @@ static const struct fixed_row {
 	{Q3M, "qk_layernorm", "true"},
 	{BB, "position_embedding_type", "learned_absolute"}, {BB, "normalization", "LayerNorm"}, {BB, "swiglu", "false"},
 	{BB, "add_bias_linear", "true"}, {BB, "norm_epsilon", "1e-12"}, /* MegatronBertConfig's default */
+	/* the Bridge's position_embedding_type none and RMSNorm; NemotronHConfig's and Mamba2Config's defaults */
+	{NH | MB, "family", "hybrid"}, {NH | MB, "position_embedding_type", "none"}, {NH | MB, "normalization", "RMSNorm"},
+	{NH | MB, "swiglu", "false"}, {NH | MB, "add_bias_linear", "false"}, {NH | MB, "hidden_dropout", "0"},
+	{NH | MB, "attention_dropout", "0"}, {NH | MB, "norm_epsilon", "1e-5"}, {NH, "max_position_embeddings", "4096"},
+	{MB, "num_attention_heads", "1"}, {MB, "max_position_embeddings", "4096"},
 };
 
 static mgt_status set_num(mgt_args *a, const char *file, const char *key, const char *arg, json_t *v)
@@ -176,6 +198,7 @@ static mgt_status refusals(json_t *cfg, mgt_hf_family f, const char *file)
 {
 	const mgt_hf_spec *s = mgt_hf_spec_of(f);
 	if (s->names == MGT_HF_NAMES_BERT) return bert_refusals(cfg, file);
+	if (s->names == MGT_HF_NAMES_BACKBONE) return MGT_OK; /* hybrid_in */
 	if (s->names == MGT_HF_NAMES_GPT2) {
 		const char *act = str(cfg, "activation_function");
 		if (act && strcmp(act, "gelu_new") && strcmp(act, "gelu"))
@@ -251,6 +274,170 @@ static mgt_status qwen_moe(json_t *cfg, mgt_hf_family f, const char *file, mgt_a
 	return st ? mgt_err_ctx(st, "%s", file) : MGT_OK;
 }
 
+/* A config.json key that must have one value (or be absent): Megatron's MambaMixer hard-codes
+ * d_conv 4, conv_bias true, bias false, SiLU, the gated RMSNorm after the gate. */
+static mgt_status key_is(json_t *cfg, const char *file, const char *key, const char *want, const char *why)
+{
+	json_t *v = json_object_get(cfg, key);
+	if (!v || json_is_null(v)) return MGT_OK;
+	char *got = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+	bool ok = got && !strcmp(got, want);
+	mgt_status st = ok ? MGT_OK : mgt_err(MGT_ERR_INPUT, "%s: \"%s\": %s is not supported (%s: %s)", file, key,
+						got ? got : "?", want, why);
+	free(got);
+	return st;
+}
+
+/* NemotronH's layers: hybrid_override_pattern (M Mamba-2, * attention, - MLP, E MoE) or the list
+ * layers_block_type (mamba, attention, mlp, moe); Mamba2: num_hidden_layers Mamba layers. */
+static mgt_status hybrid_pattern(json_t *cfg, mgt_hf_family f, const char *file, mgt_model_config *c)
+{
+	char *p = c->hybrid_layer_pattern;
+	size_t cap = sizeof c->hybrid_layer_pattern - 1, n = 0;
+	if (f == MGT_HF_MAMBA2) {
+		if (c->num_layers < 1 || (size_t)c->num_layers > cap)
+			return mgt_err(MGT_ERR_INPUT, "%s: \"num_hidden_layers\": expected 1 to %zu", file, cap);
+		memset(p, 'M', (size_t)c->num_layers);
+		p[c->num_layers] = 0;
+		return MGT_OK;
+	}
+	const char *pat = str(cfg, "hybrid_override_pattern"), *key = "hybrid_override_pattern";
+	json_t *list = json_object_get(cfg, "layers_block_type");
+	if (pat) {
+		for (n = 0; pat[n] && n < cap; n++) p[n] = pat[n];
+		if (pat[n]) return mgt_err(MGT_ERR_INPUT, "%s: \"%s\": more than %zu layers", file, key, cap);
+	} else if (json_is_array(list)) {
+		static const struct { const char *name; char sym; } kinds[] = {
+			{"mamba", 'M'}, {"attention", '*'}, {"mlp", '-'}, {"moe", 'E'},
+		};
+		key = "layers_block_type";
+		for (n = 0; n < json_array_size(list); n++) {
+			const char *k = json_string_value(json_array_get(list, n));
+			char sym = 0;
+			for (size_t i = 0; k && i < sizeof kinds / sizeof kinds[0]; i++)
+				if (!strcmp(k, kinds[i].name)) sym = kinds[i].sym;
+			if (!sym || n >= cap)
+				return bad_key(file, key, "a list of \"mamba\", \"attention\", \"mlp\" and \"moe\"");
+			p[n] = sym;
+		}
+	} else {
+		return mgt_err(MGT_ERR_INPUT, "%s: no \"hybrid_override_pattern\" (or \"layers_block_type\"): a nemotron_h "
+			       "config names its layers", file);
+	}
+	p[n] = 0;
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != 'M' && p[i] != '*' && p[i] != '-' && (p[i] != 'E' || f != MGT_HF_NEMOTRON_H))
+			return mgt_err(MGT_ERR_INPUT, "%s: \"%s\": symbol '%c' (layer %zu) is not a layer kind (M Mamba-2, * "
+				       "attention, - MLP, E MoE)", file, key, p[i], i);
+	if (!n) return mgt_err(MGT_ERR_INPUT, "%s: \"%s\": no layers", file, key);
+	if ((int64_t)n != c->num_layers)
+		return mgt_err(MGT_ERR_INPUT, "%s: \"%s\" has %zu layers but \"num_hidden_layers\" is %lld", file, key, n,
+			       (long long)c->num_layers);
+	return MGT_OK;
+}
+
+/* NemotronH's MoE layers (NemotronHMoE; its router is DeepSeek-V3's, transformers'
+ * DeepseekV3TopkRouter): sigmoid scores, the top-k of scores + e_score_correction_bias, weights the
+ * scores of the chosen (normalized when norm_topk_prob) times routed_scaling_factor, plus shared
+ * experts; experts and shared experts up_proj, act, down_proj.  Megatron: --moe-router-score-function
+ * sigmoid, --moe-router-enable-expert-bias, --moe-router-topk-scaling-factor, a shared expert without
+ * gate; Megatron normalizes the chosen sigmoid scores exactly when top-k > 1, so norm_topk_prob must
+ * say the same.  Refused: router groups (n_group > 1: transformers ranks a group by its top 2 scores,
+ * Megatron by its top k / topk_group, and masks the others with 0 where Megatron uses -inf), a
+ * latent projection (moe_latent_size), no shared experts. */
+static mgt_status nemotron_moe_in(json_t *cfg, const char *file, mgt_args *a)
+{
+	static const char *const keys[][2] = {
+		{"n_routed_experts", "num_experts"}, {"num_experts_per_tok", "moe_router_topk"},
+		{"moe_intermediate_size", "moe_ffn_hidden_size"},
+		{"moe_shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"},
+	};
+	mgt_status st = MGT_OK;
+	for (size_t i = 0; !st && i < sizeof keys / sizeof keys[0]; i++) {
+		json_t *v = json_object_get(cfg, keys[i][0]);
+		if (!v || json_is_null(v))
+			return mgt_err(MGT_ERR_INPUT, "%s: no \"%s\" (the pattern has MoE layers)", file, keys[i][0]);
+		st = set_num(a, file, keys[i][0], keys[i][1], v);
+	}
+	json_t *sf = json_object_get(cfg, "routed_scaling_factor");
+	if (!st && sf && !json_is_null(sf)) st = set_num(a, file, "routed_scaling_factor", "moe_router_topk_scaling_factor", sf);
+	if (!st) st = mgt_args_set(a, "moe_router_score_function", "sigmoid");
+	if (!st) st = mgt_args_set(a, "moe_router_enable_expert_bias", "true");
+	if (!st) st = mgt_args_set(a, "moe_router_load_balancing_type", "none");
+	if (st) return st;
+	mgt_model_config *c = &a->model;
+	json_t *ng = json_object_get(cfg, "n_group"), *lat = json_object_get(cfg, "moe_latent_size");
+	if (json_is_integer(ng) && json_integer_value(ng) > 1)
+		return mgt_err(MGT_ERR_INPUT, "%s: \"n_group\" %lld: grouped routing is not converted (transformers ranks a group "
+			       "by its top 2 scores, Megatron's --moe-router-num-groups by its top k / group top-k)", file,
+			       (long long)json_integer_value(ng));
+	if (lat && !json_is_null(lat))
+		return mgt_err(MGT_ERR_INPUT, "%s: \"moe_latent_size\": a latent projection around the experts is not converted", file);
+	bool norm = json_is_true(json_object_get(cfg, "norm_topk_prob"));
+	if (norm != (c->moe_router_topk > 1))
+		return mgt_err(MGT_ERR_INPUT, "%s: \"norm_topk_prob\" %s with top-%lld: Megatron's sigmoid router normalizes the "
+			       "chosen scores exactly when top-k > 1", file, norm ? "true" : "false", (long long)c->moe_router_topk);
+	if (c->moe_shared_expert_intermediate_size < 1) return bad_key(file, "moe_shared_expert_intermediate_size", "a positive size");
+	return MGT_OK;
+}
+
+/* NemotronH and Mamba2: the Mamba mixer as Megatron's (key_is), the MLP's activation (mgt's
+ * hybrid MLP computes erf GELU, or tanh GELU with --openai-gelu; NemotronH's default relu2 is
+ * refused), the layer pattern, the groups (NemotronH: n_groups or mamba_n_groups; Mamba2's gated
+ * norm spans all of d_inner, Megatron's one group each: n_groups > 1 refused). */
+static mgt_status hybrid_in(json_t *cfg, mgt_hf_family f, const char *file, mgt_args *a)
+{
+	mgt_model_config *c = &a->model;
+	bool nh = f == MGT_HF_NEMOTRON_H;
+	static const char *const mixer = "Megatron's MambaMixer";
+	mgt_status st = key_is(cfg, file, "conv_kernel", "4", mixer);
+	if (!st) st = key_is(cfg, file, "use_conv_bias", "true", mixer);
+	if (!st) st = key_is(cfg, file, nh ? "mamba_hidden_act" : "hidden_act", "\"silu\"", mixer);
+	if (!st) st = key_is(cfg, file, "use_bias", "false", "no linear biases");
+	if (!st) st = key_is(cfg, file, nh ? "mamba_proj_bias" : "rms_norm", nh ? "false" : "true", mixer);
+	if (!st) st = key_is(cfg, file, "norm_before_gate", "false", mixer);
+	if (!st) st = key_is(cfg, file, "attention_bias", "false", "no q/k/v/o biases");
+	if (!st) st = key_is(cfg, file, "mlp_bias", "false", "no MLP biases");
+	if (!st) st = hybrid_pattern(cfg, f, file, c);
+	if (st) return st;
+	json_t *hd = json_object_get(cfg, "attention_head_dim"); /* older NemotronH configs' head_dim */
+	if (nh && json_is_integer(hd) && !json_is_integer(json_object_get(cfg, "head_dim")))
+		st = set_num(a, file, "attention_head_dim", "kv_channels", hd);
+	if (st) return st;
+	json_t *g = json_object_get(cfg, "n_groups");
+	if (nh && (!g || json_is_null(g))) g = json_object_get(cfg, "mamba_n_groups");
+	if (nh && (!g || json_is_null(g))) return mgt_err(MGT_ERR_INPUT, "%s: no \"n_groups\" (expected for nemotron_h)", file);
+	if (nh) st = set_num(a, file, "n_groups", "mamba_num_groups", g);
+	if (!st && !nh && c->mamba_num_groups != 1)
+		return mgt_err(MGT_ERR_INPUT, "%s: \"n_groups\" %lld: transformers' Mamba2 normalizes the gated output over all "
+			       "of d_inner, Megatron's Mamba-2 over each of the %lld groups, so only n_groups 1 converts exactly "
+			       "(a nemotron_h directory holds grouped Mamba layers)", file, (long long)c->mamba_num_groups,
+			       (long long)c->mamba_num_groups);
+	json_t *ex = json_object_get(cfg, "expand");
+	if (!st && !nh && json_is_number(ex) &&
+	    json_number_value(ex) * (double)c->hidden_size != (double)(c->mamba_num_heads * c->mamba_head_dim))
+		return mgt_err(MGT_ERR_INPUT, "%s: \"expand\" x \"hidden_size\" is not \"num_heads\" x \"head_dim\" (Mamba2's "
+			       "d_inner is both)", file);
+	if (!st && strchr(c->hybrid_layer_pattern, 'M') && c->norm_epsilon != 1e-5)
+		return mgt_err(MGT_ERR_INPUT, "%s: \"layer_norm_epsilon\" %g: transformers' gated Mamba norm uses it, "
+			       "Megatron's (RMSNormGated) always 1e-5, so only 1e-5 converts exactly", file, c->norm_epsilon);
+	const char *act = nh ? str(cfg, "mlp_hidden_act") : NULL;
+	if (!st && nh && (strchr(c->hybrid_layer_pattern, '-') || strchr(c->hybrid_layer_pattern, 'E'))) {
+		if (!act) act = "relu2"; /* NemotronHConfig's default */
+		if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh")) c->openai_gelu = true;
+		else if (strcmp(act, "gelu"))
+			return mgt_err(MGT_ERR_INPUT, "%s: \"mlp_hidden_act\": \"%s\" is not supported: mgt's hybrid MLP layers "
+				       "and experts compute GELU (gelu, or gelu_new / gelu_pytorch_tanh: --openai-gelu), not squared ReLU",
+				       file, act);
+	}
+	c->untie_embeddings_and_output_weights = !json_is_true(json_object_get(cfg, "tie_word_embeddings"));
+	if (!st && !nh) c->ffn_hidden_size = 4 * c->hidden_size; /* no MLP layers: any valid size */
+	if (!st && nh && !json_is_integer(json_object_get(cfg, "intermediate_size")) && strchr(c->hybrid_layer_pattern, '-'))
+		return mgt_err(MGT_ERR_INPUT, "%s: no \"intermediate_size\" (the MLP layers' size)", file);
+	if (!st && strchr(c->hybrid_layer_pattern, 'E')) st = nemotron_moe_in(cfg, file, a);
+	return st;
+}
+
 mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt_args *a)
 {
 	unsigned bit = 1u << f;
@@ -273,7 +460,9 @@ mgt_status cv_config_to_args(json_t *cfg, mgt_hf_family f, const char *file, mgt
 	if (!kv || json_is_null(kv)) c->num_query_groups = c->num_attention_heads;
 	c->group_query_attention = c->num_query_groups != c->num_attention_heads;
 	const mgt_hf_spec *s = mgt_hf_spec_of(f);
-	if (s->names == MGT_HF_NAMES_GPT2) {
+	if (s->names == MGT_HF_NAMES_BACKBONE) {
+		st = hybrid_in(cfg, f, file, a);
+	} else if (s->names == MGT_HF_NAMES_GPT2) {
 		c->openai_gelu = !str(cfg, "activation_function") || !strcmp(str(cfg, "activation_function"), "gelu_new");
 	} else if (s->names == MGT_HF_NAMES_BERT) { /* erf GELU in the MLP: --no-bias-gelu-fusion; tied by default */
 		snprintf(c->family, sizeof c->family, "bert");
@@ -310,10 +499,49 @@ static mgt_status t5_refused(void)
 		       "converted (the checkpoint stays an mgt one: mgt-eval and mgt-train read it)");
 }
 
+/* Whether every layer of a hybrid pattern is a Mamba layer ('|' aside). */
+static bool all_mamba(const char *p)
+{
+	for (; *p; p++)
+		if (*p != 'M' && *p != '|') return false;
+	return true;
+}
+
+/* What NemotronH (or Mamba2) lacks for hybrid model c: mgt-train's flag, or NULL (the Bridge's
+ * NemotronH mapping: RMSNorm, no positions, no biases, an MLP of up_proj and down_proj). */
+static const char *hybrid_unmappable(const mgt_model_config *c, mgt_hf_family f)
+{
+	const char *p = c->hybrid_layer_pattern;
+	if (strchr(p, 'E')) { /* NemotronH's MoE: see nemotron_moe_in */
+		if (strcmp(c->moe_router_score_function, "sigmoid")) return "a softmax router (NemotronH's is sigmoid)";
+		if (!c->moe_router_enable_expert_bias)
+			return "no --moe-router-enable-expert-bias (NemotronH's router adds e_score_correction_bias)";
+		if (c->moe_router_num_groups > 1) return "--moe-router-num-groups (grouped routing is not converted)";
+		if (!c->moe_shared_expert_intermediate_size || c->moe_shared_expert_gate)
+			return "no shared expert or a gated one (NemotronH's MoE adds ungated shared experts)";
+		if (c->swiglu) return "--swiglu (NemotronH's experts have no gate)";
+	}
+	if (strcmp(c->normalization, "RMSNorm")) return "--normalization LayerNorm (NemotronH's norms are RMSNorm)";
+	if (strcmp(c->position_embedding_type, "none"))
+		return "--position-embedding-type other than none (NemotronH's attention has no positions)";
+	if (c->add_bias_linear || c->add_qkv_bias) return "linear biases (no --disable-bias-linear)";
+	if (c->qk_layernorm) return "--qk-layernorm";
+	if (c->swiglu && strchr(p, '-')) return "--swiglu (NemotronH's MLP has no gate: up_proj, activation, down_proj)";
+	if (f == MGT_HF_MAMBA2 && !all_mamba(p)) return "attention or MLP layers in --hybrid-layer-pattern (Mamba2 has Mamba layers only)";
+	if (strchr(p, 'M') && c->norm_epsilon != 1e-5)
+		return "--norm-epsilon other than 1e-5 (Megatron's gated Mamba norm keeps 1e-5, transformers' uses "
+		       "layer_norm_epsilon for it and the other norms)";
+	return NULL;
+}
+
 mgt_status cv_family_infer(const mgt_model_config *c, mgt_hf_family *f)
 {
 	int hf = mgt_model_family(c)->hf;
 	if (hf == MGT_HF_NONE) return t5_refused();
+	if (hf == MGT_HF_NEMOTRON_H) { /* any hybrid; --family mamba2 for an all-Mamba one of one group */
+		*f = MGT_HF_NEMOTRON_H;
+		return MGT_OK;
+	}
 	if (hf != MGT_HF_FROM_LAYERS) {
 		*f = (mgt_hf_family)hf;
 		return MGT_OK;
@@ -417,6 +645,21 @@ mgt_status cv_family_check(const mgt_model_config *c, mgt_hf_family f)
 	int hf = mgt_model_family(c)->hf;
 	if (hf == MGT_HF_NONE) return t5_refused();
 	const mgt_hf_spec *s = mgt_hf_spec_of(f);
+	if ((hf == MGT_HF_NEMOTRON_H) != (s->names == MGT_HF_NAMES_BACKBONE))
+		return mgt_err(MGT_ERR_USAGE, "--family %s cannot hold this model (it %s a hybrid model: nemotron_h or mamba2 "
+			       "hold those)", mgt_hf_model_type(f), hf == MGT_HF_NEMOTRON_H ? "is" : "is not");
+	if (hf == MGT_HF_NEMOTRON_H) {
+		const char *why = hybrid_unmappable(c, f);
+		if (why)
+			return mgt_err(MGT_ERR_INPUT, "%s cannot hold this hybrid model, trained with mgt-train's %s (the checkpoint "
+				       "stays an mgt one: mgt-train reads it)", mgt_hf_model_type(f), why);
+		if (f == MGT_HF_MAMBA2 && c->mamba_num_groups != 1)
+			return mgt_err(MGT_ERR_INPUT, "mamba2 cannot hold this model: its n_groups would be %lld (--mamba-num-groups), "
+				       "and transformers' Mamba2 normalizes the gated output over all of d_inner where Megatron's "
+				       "Mamba-2 normalizes each group: use --family nemotron_h (grouped, as Megatron)",
+				       (long long)c->mamba_num_groups);
+		return MGT_OK;
+	}
 	if (hf != MGT_HF_FROM_LAYERS || s->names == MGT_HF_NAMES_BERT) return bert_check(c, f);
 	mgt_hf_family g;
 	mgt_status st = cv_family_infer(c, &g);
@@ -486,6 +729,68 @@ static void bert_config_json(json_t *o, const mgt_model_config *c)
 	json_object_set_new(o, "use_cache", json_true());
 }
 
+/* NemotronHConfig's or Mamba2Config's keys for hybrid model c (the inverse of hybrid_in): the
+ * pattern without '|', Megatron's MambaMixer constants (d_conv 4, chunk 128, conv bias, SiLU),
+ * expand = d_inner / hidden_size.  NemotronH's torch_forward clamps dt below at time_step_min,
+ * which Megatron does not (dt_limit (0, inf)): written 0.0, so that the clamp is none
+ * (time_step_min only initializes dt_bias otherwise). */
+static void hybrid_config_json(json_t *o, const mgt_model_config *c, mgt_hf_family f)
+{
+	bool nh = f == MGT_HF_NEMOTRON_H;
+	char pat[sizeof c->hybrid_layer_pattern];
+	size_t n = 0;
+	for (const char *p = c->hybrid_layer_pattern; *p; p++)
+		if (*p != '|') pat[n++] = *p;
+	pat[n] = 0;
+	int64_t di = c->mamba_num_heads * c->mamba_head_dim;
+	put_int(o, "num_hidden_layers", (int64_t)n);
+	put_int(o, "hidden_size", c->hidden_size);
+	put_real(o, "layer_norm_epsilon", c->norm_epsilon);
+	put_int(o, nh ? "mamba_num_heads" : "num_heads", c->mamba_num_heads);
+	put_int(o, nh ? "mamba_head_dim" : "head_dim", c->mamba_head_dim);
+	put_int(o, nh ? "ssm_state_size" : "state_size", c->mamba_state_dim);
+	put_int(o, "n_groups", c->mamba_num_groups);
+	if (di % c->hidden_size) put_real(o, "expand", (double)di / (double)c->hidden_size);
+	else put_int(o, "expand", di / c->hidden_size);
+	put_int(o, "conv_kernel", 4);
+	put_int(o, "chunk_size", 128);
+	json_object_set_new(o, "use_conv_bias", json_true());
+	json_object_set_new(o, "use_bias", json_false());
+	json_object_set_new(o, "residual_in_fp32", json_false());
+	json_object_set_new(o, "tie_word_embeddings", json_boolean(!c->untie_embeddings_and_output_weights));
+	put_real(o, "time_step_min", nh ? 0.0 : 0.001);
+	put_real(o, "time_step_max", 0.1);
+	put_real(o, "time_step_floor", 1e-4);
+	if (!nh) {
+		json_object_set_new(o, "hidden_act", json_string("silu"));
+		json_object_set_new(o, "rms_norm", json_true());
+		json_object_set_new(o, "norm_before_gate", json_false());
+		return;
+	}
+	json_object_set_new(o, "hybrid_override_pattern", json_string(pat));
+	json_object_set_new(o, "mamba_hidden_act", json_string("silu"));
+	json_object_set_new(o, "mamba_proj_bias", json_false());
+	json_object_set_new(o, "mlp_hidden_act", json_string(c->openai_gelu ? "gelu_pytorch_tanh" : "gelu"));
+	put_int(o, "num_attention_heads", c->num_attention_heads);
+	put_int(o, "num_key_value_heads", c->num_query_groups);
+	put_int(o, "head_dim", c->kv_channels);
+	put_int(o, "intermediate_size", c->ffn_hidden_size);
+	if (c->num_experts > 0) {
+		put_int(o, "n_routed_experts", c->num_experts);
+		put_int(o, "num_experts_per_tok", c->moe_router_topk);
+		put_int(o, "moe_intermediate_size", c->moe_ffn_hidden_size);
+		put_int(o, "moe_shared_expert_intermediate_size", c->moe_shared_expert_intermediate_size);
+		put_real(o, "routed_scaling_factor", c->moe_router_topk_scaling_factor > 0 ? c->moe_router_topk_scaling_factor : 1.0);
+		json_object_set_new(o, "norm_topk_prob", json_boolean(c->moe_router_topk > 1));
+		put_int(o, "n_group", 1);
+		put_int(o, "topk_group", 1);
+	}
+	put_int(o, "max_position_embeddings", c->max_position_embeddings);
+	json_object_set_new(o, "attention_bias", json_false());
+	json_object_set_new(o, "mlp_bias", json_false());
+	put_real(o, "attention_dropout", c->attention_dropout);
+}
+
 json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char *dtype)
 {
 	json_t *o = json_object();
@@ -497,6 +802,10 @@ json_t *cv_args_to_config(const mgt_model_config *c, mgt_hf_family f, const char
 	const mgt_hf_spec *s = mgt_hf_spec_of(f);
 	if (s->names == MGT_HF_NAMES_BERT) {
 		bert_config_json(o, c);
+		return o;
+	}
+	if (s->names == MGT_HF_NAMES_BACKBONE) {
+		hybrid_config_json(o, c, f);
 		return o;
 	}
 	if (s->names == MGT_HF_NAMES_GPT2) {

@@ -30,6 +30,12 @@ static const mgt_hf_spec specs[MGT_HF_NFAMILIES] = {
 			      MGT_HF_QKV_BIAS_NONE, "qwen3moe", false},
 	[MGT_HF_MEGATRON_BERT] = {"megatron-bert", "MegatronBertForPreTraining", MGT_HF_NAMES_BERT, MGT_HF_MOE_NONE,
 				  false, false, MGT_HF_QKV_BIAS_ALWAYS, NULL, false},
+	/* hybrid models: llama.cpp's nemotron_h (conversion/nemotron.py); an all-Mamba model goes to
+	 * GGUF as mamba2 whichever of the two holds it (export.c) */
+	[MGT_HF_NEMOTRON_H] = {"nemotron_h", "NemotronHForCausalLM", MGT_HF_NAMES_BACKBONE, MGT_HF_MOE_NONE, false, false,
+			       MGT_HF_QKV_BIAS_NONE, "nemotron_h", false},
+	[MGT_HF_MAMBA2] = {"mamba2", "Mamba2ForCausalLM", MGT_HF_NAMES_BACKBONE, MGT_HF_MOE_NONE, false, false,
+			   MGT_HF_QKV_BIAS_NONE, "mamba2", false},
 };
 
 const mgt_hf_spec *mgt_hf_spec_of(mgt_hf_family f) { return &specs[f]; }
@@ -48,7 +54,7 @@ mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f)
 			       "LayerNorm after the embeddings and after each residual sum), which no Megatron-Core BERT "
 			       "computes; megatron-bert (MegatronBertForPreTraining) is the pre-LN layout mgt converts");
 	return mgt_err(MGT_ERR_USAGE, "model_type \"%s\" is not supported (expected gpt2, llama, mistral, qwen2, qwen3, "
-		       "mixtral, qwen2_moe, qwen3_moe or megatron-bert)",
+		       "mixtral, qwen2_moe, qwen3_moe, megatron-bert, nemotron_h or mamba2)",
 		       model_type ? model_type : "(none)");
 }
 
@@ -58,7 +64,7 @@ static const mgt_family families[] = {
 	{"gpt", "GPT", MGT_STACK_DECODER, true, false, false, MGT_HF_FROM_LAYERS, false},
 	{"bert", "BERT", MGT_STACK_ENCODER, false, false, true, MGT_HF_MEGATRON_BERT, true},
 	{"t5", "T5", MGT_STACK_ENCODER_DECODER, false, true, false, MGT_HF_NONE, true},
-	{"hybrid", "hybrid", MGT_STACK_DECODER, true, false, false, MGT_HF_NONE, false},
+	{"hybrid", "hybrid", MGT_STACK_DECODER, true, false, false, MGT_HF_NEMOTRON_H, false},
 };
 
 const mgt_family *mgt_family_find(const char *name)

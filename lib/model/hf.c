@@ -5,7 +5,10 @@
  * (tools/checkpoint/loader_llama_mistral.py, saver_mcore.py): linear_qkv interleaved per query
  * group, SwiGLU fc1 as [gate; up], vocabulary rows padded, GPT-2's Conv1D weights transposed.
  * Megatron-Core's BERT maps onto transformers' MegatronBert classes (transformers'
- * models/megatron_bert/modeling_megatron_bert.py: the pre-LN layout and its names). */
+ * models/megatron_bert/modeling_megatron_bert.py: the pre-LN layout and its names).  Hybrid
+ * models map onto NemotronH and Mamba2 (transformers' models/nemotron_h/modeling_nemotron_h.py,
+ * models/mamba2/modeling_mamba2.py; Megatron-Bridge's nemotron_h_bridge.py mapping_registry):
+ * backbone.layers.N.norm is the layer's fused pre-norm, backbone.layers.N.mixer its one mixer. */
 #include "model.h"
 
 #include <stdio.h>
@@ -40,7 +43,7 @@ static const name_row names[] = {
 static void set_src(mgt_hf_map *m, int k, const char *prefix, int layer, const char *suffix, int ndim,
 		    int64_t r, int64_t c)
 {
-	if (layer >= 0 && prefix[0] == 'm')
+	if (layer >= 0 && (prefix[0] == 'm' || !strcmp(prefix, "backbone."))) /* "model.", "backbone." */
 		snprintf(m->name[k], sizeof m->name[k], "%slayers.%d.%s", prefix, layer, suffix);
 	else if (layer >= 0 && prefix[0] == 'b') /* "bert.encoder." */
 		snprintf(m->name[k], sizeof m->name[k], "%slayer.%d.%s", prefix, layer, suffix);
@@ -172,12 +175,71 @@ static mgt_status map_bert(const mgt_model_config *c, mgt_hf_family f, const mgt
 	return unmapped(t, f);
 }
 
+/* NemotronH / Mamba2: each layer's one norm (the fused pre-norm of in_proj, linear_qkv or linear_fc1,
+ * an MoE layer's pre_mlp_layernorm) is backbone.layers.N.norm, its mixer backbone.layers.N.mixer
+ * (Mamba-2's in_proj, conv1d [CD, 1, 4], dt_bias, A_log, D, norm, out_proj; attention's
+ * q/k/v/o_proj; the MLP's up_proj and down_proj; the MoE's gate, experts.E and shared_experts). */
+static const struct {
+	mgt_tensor_role role;
+	const char *name;
+} backbone_names[] = {
+	{MGT_T_WORD_EMB, "backbone.embeddings.weight"}, {MGT_T_FINAL_LN_W, "backbone.norm_f.weight"},
+	{MGT_T_OUTPUT_W, "lm_head.weight"}, {MGT_T_LN1_W, "norm.weight"}, {MGT_T_LN2_W, "norm.weight"},
+	{MGT_T_PROJ_W, "mixer.o_proj.weight"}, {MGT_T_FC1_W, "mixer.up_proj.weight"},
+	{MGT_T_FC2_W, "mixer.down_proj.weight"}, {MGT_T_M_IN_W, "mixer.in_proj.weight"},
+	{MGT_T_M_CONV_W, "mixer.conv1d.weight"}, {MGT_T_M_CONV_B, "mixer.conv1d.bias"},
+	{MGT_T_M_DT_B, "mixer.dt_bias"}, {MGT_T_M_A_LOG, "mixer.A_log"}, {MGT_T_M_D, "mixer.D"},
+	{MGT_T_M_NORM_W, "mixer.norm.weight"}, {MGT_T_M_OUT_W, "mixer.out_proj.weight"},
+	/* NemotronH's MoE (NemotronHMoE: the DeepSeek-V3 router gate with e_score_correction_bias,
+	 * experts and shared_experts of up_proj and down_proj; Megatron-Bridge's mapping) */
+	{MGT_T_ROUTER_W, "mixer.gate.weight"}, {MGT_T_EXPERT_BIAS, "mixer.gate.e_score_correction_bias"},
+	{MGT_T_SH_FC1_W, "mixer.shared_experts.up_proj.weight"}, {MGT_T_SH_FC2_W, "mixer.shared_experts.down_proj.weight"},
+};
+
+static mgt_status map_backbone(const mgt_model_config *c, mgt_hf_family f, const mgt_tensor *t, mgt_hf_map *m)
+{
+	const char *pre = t->layer >= 0 ? "backbone." : "";
+	if (t->role == MGT_T_QKV_W) { /* q/k/v_proj under mixer. */
+		static const char *const proj[3] = {"mixer.q_proj.weight", "mixer.k_proj.weight", "mixer.v_proj.weight"};
+		m->op = MGT_HF_QKV;
+		for (int k = 0; k < 3; k++)
+			set_src(m, k, pre, t->layer, proj[k], 2, (k ? c->num_query_groups : c->num_attention_heads) * c->kv_channels,
+				c->hidden_size);
+		return MGT_OK;
+	}
+	if ((t->role == MGT_T_FC1_W || t->role == MGT_T_EXP_FC1_W || t->role == MGT_T_SH_FC1_W) && c->swiglu)
+		return unmapped(t, f); /* NemotronH's MLPs have no gate */
+	char ex[96];
+	if (t->role == MGT_T_EXP_FC1_W || t->role == MGT_T_EXP_FC2_W) { /* NemotronH's MoE: mixer.experts.E.* */
+		bool fc1 = t->role == MGT_T_EXP_FC1_W;
+		snprintf(ex, sizeof ex, fc1 ? "mixer.experts.%d.up_proj.weight" : "mixer.experts.%d.down_proj.weight", t->expert);
+		m->op = MGT_HF_COPY;
+		set_src(m, 0, pre, t->layer, ex, 2, t->shape[0], t->shape[1]);
+		return MGT_OK;
+	}
+	for (size_t i = 0; i < sizeof backbone_names / sizeof backbone_names[0]; i++) {
+		if (backbone_names[i].role != t->role) continue;
+		bool pad = t->role == MGT_T_WORD_EMB || t->role == MGT_T_OUTPUT_W;
+		m->op = pad ? MGT_HF_PAD_ROWS : MGT_HF_COPY;
+		set_src(m, 0, pre, t->layer, backbone_names[i].name, t->ndim, pad ? c->vocab_size : t->shape[0],
+			t->ndim == 2 ? t->shape[1] : 0);
+		if (t->role == MGT_T_M_CONV_W) { /* [CD, 4] -> [CD, 1, 4] */
+			m->ndim[0] = 3;
+			m->shape[0][2] = m->shape[0][1];
+			m->shape[0][1] = 1;
+		}
+		return MGT_OK;
+	}
+	return unmapped(t, f);
+}
+
 mgt_status mgt_hf_map_tensor(const mgt_model_config *c, mgt_hf_family f, const char *gpt2_prefix,
 			     const mgt_tensor *t, mgt_hf_map *m)
 {
 	memset(m, 0, sizeof *m);
 	mgt_hf_names scheme = mgt_hf_spec_of(f)->names;
 	if (scheme == MGT_HF_NAMES_BERT) return map_bert(c, f, t, m);
+	if (scheme == MGT_HF_NAMES_BACKBONE) return map_backbone(c, f, t, m);
 	bool gpt2 = scheme == MGT_HF_NAMES_GPT2;
 	const char *pre = gpt2 ? gpt2_prefix : t->layer >= 0 ? "model." : "";
 	int64_t h = c->hidden_size, ffn = c->ffn_hidden_size;
@@ -230,7 +292,12 @@ mgt_status mgt_hf_map_tensor(const mgt_model_config *c, mgt_hf_family f, const c
 
 /* ---- layouts ---- */
 
-static int64_t numel(const mgt_hf_map *m, int k) { return m->shape[k][0] * (m->ndim[k] == 2 ? m->shape[k][1] : 1); }
+static int64_t numel(const mgt_hf_map *m, int k)
+{
+	int64_t n = 1;
+	for (int d = 0; d < m->ndim[k]; d++) n *= m->shape[k][d];
+	return n;
+}
 
 /* Row j of mgt's fused QKV [(nq + 2 ng) d, .]: which source (0 q, 1 k, 2 v) and row there. */
 static void qkv_row(const mgt_model_config *c, bool gpt2, int64_t j, int *src, int64_t *row)
@@ -342,10 +409,18 @@ static const struct {
 	{"self_attn.v_proj.", "attn_v."}, {"self_attn.o_proj.", "attn_output."}, {"self_attn.q_norm.", "attn_q_norm."},
 	{"self_attn.k_norm.", "attn_k_norm."}, {"post_attention_layernorm.", "ffn_norm."},
 	{"mlp.gate_proj.", "ffn_gate."}, {"mlp.up_proj.", "ffn_up."}, {"mlp.down_proj.", "ffn_down."},
+	/* backbone.layers.N. (llama.cpp's MODEL_TENSORS[MAMBA2] and [NEMOTRON_H]; dt_bias is ssm_dt.bias,
+	 * ssm_a and ssm_d have no suffix) */
+	{"norm.", "attn_norm."}, {"mixer.in_proj.", "ssm_in."}, {"mixer.conv1d.", "ssm_conv1d."},
+	{"mixer.dt_bias", "ssm_dt.bias"}, {"mixer.A_log", "ssm_a"}, {"mixer.D", "ssm_d"}, {"mixer.norm.", "ssm_norm."},
+	{"mixer.out_proj.", "ssm_out."}, {"mixer.q_proj.", "attn_q."}, {"mixer.k_proj.", "attn_k."},
+	{"mixer.v_proj.", "attn_v."}, {"mixer.o_proj.", "attn_output."}, {"mixer.up_proj.", "ffn_up."},
+	{"mixer.down_proj.", "ffn_down."},
 }, gguf_global[] = {
 	{"wte.weight", "token_embd.weight"}, {"wpe.weight", "position_embd.weight"}, {"ln_f.weight", "output_norm.weight"},
 	{"ln_f.bias", "output_norm.bias"}, {"model.embed_tokens.weight", "token_embd.weight"},
 	{"model.norm.weight", "output_norm.weight"}, {"lm_head.weight", "output.weight"},
+	{"backbone.embeddings.weight", "token_embd.weight"}, {"backbone.norm_f.weight", "output_norm.weight"},
 };
 
 mgt_status mgt_hf_gguf_name(mgt_hf_family f, const char *gpt2_prefix, const char *hf, char *out, size_t n,
@@ -358,12 +433,22 @@ mgt_status mgt_hf_gguf_name(mgt_hf_family f, const char *gpt2_prefix, const char
 	if (gpt2 && pl && !strncmp(hf, gpt2_prefix, pl)) hf += pl;
 	int layer, used = 0;
 	const char *rest = NULL;
-	if (sscanf(hf, gpt2 ? "h.%d.%n" : "model.layers.%d.%n", &layer, &used) == 1 && used > 0)
+	bool bb = s->names == MGT_HF_NAMES_BACKBONE;
+	if (sscanf(hf, gpt2 ? "h.%d.%n" : bb ? "backbone.layers.%d.%n" : "model.layers.%d.%n", &layer, &used) == 1 && used > 0)
 		rest = hf + used;
 	for (size_t i = 0; rest && i < sizeof gguf_layer / sizeof gguf_layer[0]; i++) {
 		size_t k = strlen(gguf_layer[i].hf);
 		if (strncmp(rest, gguf_layer[i].hf, k)) continue;
 		snprintf(out, n, "blk.%d.%s%s", layer, gguf_layer[i].gguf, rest + k);
+		if (bb) {
+			static const struct { const char *hf; mgt_gguf_fix fix; } mamba[] = {
+				{"mixer.conv1d.weight", MGT_GGUF_SQUEEZE}, {"mixer.A_log", MGT_GGUF_NEG_EXP},
+				{"mixer.D", MGT_GGUF_COLUMN}, {"mixer.norm.weight", MGT_GGUF_GROUPS},
+			};
+			for (size_t j = 0; j < sizeof mamba / sizeof mamba[0]; j++)
+				if (!strcmp(rest, mamba[j].hf)) *fix = mamba[j].fix;
+			return MGT_OK;
+		}
 		bool weight2d = !strcmp(rest + k, "weight");
 		if (gpt2 && weight2d && strncmp(rest, "ln_", 3)) *fix = MGT_GGUF_TRANSPOSE;
 		/* llama.cpp's "llama" architecture rotates adjacent pairs: q and k rows permuted */

@@ -759,16 +759,19 @@ mgt_status mgt_model_encode(mgt_model *m, mgt_kv_cache *kv, int Se, const int32_
  * mixtral, qwen2_moe and qwen3_moe are Mixture-of-Experts models; megatron-bert is Megatron-Core's
  * pre-LN BERT (family "bert"): MegatronBertForPreTraining with the binary head,
  * MegatronBertForMaskedLM without it (transformers'
- * models/megatron_bert/modeling_megatron_bert.py). */
+ * models/megatron_bert/modeling_megatron_bert.py); nemotron_h (NemotronHForCausalLM) and mamba2
+ * (Mamba2ForCausalLM, all-Mamba models of one group) hold mgt's hybrid models (family "hybrid";
+ * transformers' models/nemotron_h/, models/mamba2/). */
 typedef enum { MGT_HF_GPT2, MGT_HF_LLAMA, MGT_HF_MISTRAL, MGT_HF_QWEN2, MGT_HF_QWEN3, MGT_HF_MIXTRAL, MGT_HF_QWEN2_MOE,
-	       MGT_HF_QWEN3_MOE, MGT_HF_MEGATRON_BERT, MGT_HF_NFAMILIES } mgt_hf_family;
+	       MGT_HF_QWEN3_MOE, MGT_HF_MEGATRON_BERT, MGT_HF_NEMOTRON_H, MGT_HF_MAMBA2, MGT_HF_NFAMILIES } mgt_hf_family;
 /* What a Hugging Face family is, as data (lib/model/families.c: one row per family; a family
  * that differs from an existing one only in these fields is one new row):
  *   model_type, architecture  config.json's "model_type" and "architectures"[0] (megatron-bert:
  *                "MegatronBertForPreTraining"; without the binary head MGT_HF_BERT_MLM_CLASS)
  *   names        the naming scheme of tensors and config keys: transformers' GPT2 (h.N.*,
  *                Conv1D weights [in, out]), Llama (model.layers.N.*) or MegatronBert
- *                (bert.encoder.layer.N.*)
+ *                (bert.encoder.layer.N.*) or NemotronH / Mamba2 (backbone.layers.N.norm and
+ *                .mixer.*, one mixer per layer: Mamba-2, attention or MLP)
  *   moe          no experts; Mixtral's block_sparse_moe (every layer, num_local_experts,
  *                softmax over the top-k logits); Qwen-MoE's mlp.experts (num_experts,
  *                moe_intermediate_size, decoder_sparse_step / mlp_only_layers, norm_topk_prob)
@@ -780,7 +783,7 @@ typedef enum { MGT_HF_GPT2, MGT_HF_LLAMA, MGT_HF_MISTRAL, MGT_HF_QWEN2, MGT_HF_Q
  *                adjacent pairs, so q_proj and k_proj rows are permuted (llama.cpp's "llama")
  * Sources: transformers' configuration_*.py and modeling_*.py of each family; llama.cpp's
  * convert_hf_to_gguf.py. */
-typedef enum { MGT_HF_NAMES_GPT2, MGT_HF_NAMES_LLAMA, MGT_HF_NAMES_BERT } mgt_hf_names;
+typedef enum { MGT_HF_NAMES_GPT2, MGT_HF_NAMES_LLAMA, MGT_HF_NAMES_BERT, MGT_HF_NAMES_BACKBONE } mgt_hf_names;
 typedef enum { MGT_HF_MOE_NONE, MGT_HF_MOE_MIXTRAL, MGT_HF_MOE_QWEN } mgt_hf_moe;
 typedef enum { MGT_HF_QKV_BIAS_NONE, MGT_HF_QKV_BIAS_ALWAYS, MGT_HF_QKV_BIAS_KEY } mgt_hf_qkv_bias;
 typedef struct mgt_hf_spec {
@@ -809,19 +812,22 @@ mgt_status mgt_hf_family_parse(const char *model_type, mgt_hf_family *f);
  *              group: for g: q heads g nq/ng .. (g+1) nq/ng - 1, k_g, v_g
  *              (tools/checkpoint/loader_llama_mistral.py);
  *   QKV_GPT2   GPT-2 c_attn [h, 3h] (bias [3h]), columns [Q | K | V] -> per head [q_n; k_n; v_n];
- *   GLU        gate_proj, up_proj [ffn, h] -> linear_fc1 [gate; up] (7.3). */
+ *   GLU        gate_proj, up_proj [ffn, h] -> linear_fc1 [gate; up] (7.3).
+ * Mamba-2 rows are COPY: HF's in_proj has Megatron's [z, x, B, C, dt] rows and its conv1d.weight
+ * is Megatron's [CD, 1, 4] (ndim 3; mgt's row drops the unit axis, the same elements). */
 typedef enum { MGT_HF_COPY, MGT_HF_PAD_ROWS, MGT_HF_TRANSPOSE, MGT_HF_QKV, MGT_HF_QKV_GPT2, MGT_HF_GLU } mgt_hf_op;
 typedef struct {
 	mgt_hf_op op;
 	int n;                  /* sources: 1 to 3 */
 	char name[3][128];      /* Hugging Face tensor names */
-	int ndim[3];
-	int64_t shape[3][2];    /* their shapes (PyTorch order) */
+	int ndim[3];            /* 1 to 3 */
+	int64_t shape[3][3];    /* their shapes (PyTorch order) */
 } mgt_hf_map;
 
 /* The Hugging Face tensors of row t of a table built for config c (global shapes: TP 1).
  * gpt2_prefix: "transformer." or "" (GPT-2 files exist with both); Llama-style names are
- * model.layers.N.* and lm_head.weight.  An expert row (t->num_experts > 0) maps to its expert's
+ * model.layers.N.* and lm_head.weight; NemotronH's and Mamba2's backbone.layers.N.norm / .mixer.*,
+ * backbone.embeddings, backbone.norm_f and lm_head (conv1d.weight 3-D).  An expert row (t->num_experts > 0) maps to its expert's
  * tensors (Mixtral block_sparse_moe.experts.E.w1/w3/w2, Qwen-MoE mlp.experts.E.*_proj).
  * Errors: MGT_ERR_USAGE when the row has no counterpart in the family (naming the tensor). */
 mgt_status mgt_hf_map_tensor(const mgt_model_config *c, mgt_hf_family f, const char *gpt2_prefix,
@@ -839,9 +845,13 @@ void mgt_hf_from_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_t
  * token_embd.weight, ...) into out[n], and what its data needs on the way: GPT-2's Conv1D weights
  * transposed to [out, in]; for llama.cpp's "llama" architecture (Llama, Mistral), whose RoPE
  * rotates adjacent pairs, q_proj and k_proj rows permuted per head from the rotate_half halves
- * (mgt_gguf_permute; llama.cpp convert_hf_to_gguf.py LlamaModel.permute).  Errors: MGT_ERR_USAGE
- * for a name without a GGUF counterpart. */
-typedef enum { MGT_GGUF_AS_IS, MGT_GGUF_TRANSPOSE, MGT_GGUF_PERMUTE_Q, MGT_GGUF_PERMUTE_K } mgt_gguf_fix;
+ * (mgt_gguf_permute; llama.cpp convert_hf_to_gguf.py LlamaModel.permute); the Mamba-2 mixer's as
+ * llama.cpp's conversion/mamba.py Mamba2Model.modify_tensors stores them: conv1d.weight squeezed
+ * [CD, 1, 4] -> [CD, 4] (SQUEEZE), A_log as A = -exp(A_log) [NH, 1] (NEG_EXP), D [NH, 1]
+ * (COLUMN), norm.weight [G, DI/G] (GROUPS; G the caller's).  Errors: MGT_ERR_USAGE for a name
+ * without a GGUF counterpart. */
+typedef enum { MGT_GGUF_AS_IS, MGT_GGUF_TRANSPOSE, MGT_GGUF_PERMUTE_Q, MGT_GGUF_PERMUTE_K, MGT_GGUF_SQUEEZE,
+	       MGT_GGUF_NEG_EXP, MGT_GGUF_COLUMN, MGT_GGUF_GROUPS } mgt_gguf_fix;
 mgt_status mgt_hf_gguf_name(mgt_hf_family f, const char *gpt2_prefix, const char *hf, char *out, size_t n,
 			    mgt_gguf_fix *fix);
 /* src [rows, cols] (cols 1 for a bias), rows = heads x head_dim: within each head, row

@@ -501,11 +501,12 @@ mgt_status trainer_checkpoint_args(mgt_args *a)
 	json_t *meta = st ? NULL : json_loads(mgt_ckpt_metadata(c), 0, &e), *ck = json_object_get(meta, "args");
 	if (!st && !json_is_object(ck)) st = mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: no \"args\"", mgt_ckpt_dir(c));
 	/* with Megatron's MoE routing keys (load_args_from_checkpoint, force=True), and the router's
-	 * groups, which define the model's function as well */
+	 * groups, which define the model's function as well; a hybrid model's pattern and Mamba sizes */
 	static const char *const more[] = {"norm_epsilon", "group_query_attention", "make_vocab_size_divisible_by",
 					   "moe_router_topk", "moe_router_pre_softmax", "moe_router_score_function",
 					   "moe_router_topk_scaling_factor", "moe_router_num_groups", "moe_router_group_topk",
-					   NULL};
+					   "hybrid_layer_pattern", "mamba_state_dim", "mamba_head_dim", "mamba_num_groups",
+					   "mamba_num_heads", NULL};
 	for (const char *const *k = shape_keys; !st && *k; k++)
 		if (strcmp(*k, "padded_vocab_size")) st = copy_arg(a, ck, *k, a->load);
 	for (const char *const *k = moe_keys; !st && *k; k++) st = copy_arg(a, ck, *k, a->load);

@@ -24,33 +24,9 @@ export HFT=$HF
 DUMP="--mock-data --seq-length 16 --micro-batch-size 1 --global-batch-size 1 --train-iters 1 --lr 0
 	--hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-interval 0 --threads 2 --finetune"
 
-# same_ckpt A B VOCAB: the parameters of the newest iterations of checkpoints A and B bit for bit
-# (h5py, model.h5; the embedding and output rows below VOCAB: the padding is not converted), and
-# their MoE arguments (the layers with experts compared as lists)
-same_ckpt() {
-	$PY - "$@" <<'EOF'
-import h5py, json, sys
-def it(d, f):
-    return "%s/iter_%07d/%s" % (d, int(open(d + "/latest_checkpointed_iteration.txt").read()), f)
-V = int(sys.argv[3])
-a, b = (h5py.File(it(d, "model.h5"), "r") for d in sys.argv[1:3])
-names = [k for k in a if not k.startswith("optimizer.")]
-def rows(x, k):
-    return x[k][:V] if k in ("embedding.word_embeddings.weight", "output_layer.weight") else x[k][...]
-diff = [k for k in names if k not in b or not (rows(a, k).shape == rows(b, k).shape and (rows(a, k) == rows(b, k)).all())]
-ma, mb = (json.load(open(it(d, "metadata.json")))["args"] for d in sys.argv[1:3])
-def layers(m):
-    f = m["moe_layer_freq"]
-    return [int(l % f == 0) for l in range(m["num_layers"])] if isinstance(f, int) else json.loads(f)
-ma["moe_layer_freq"], mb["moe_layer_freq"] = layers(ma), layers(mb)
-# the router's GEMM precision (moe_router_dtype) is a training knob Hugging Face does not record
-kd = [k for k in ma if (k.startswith("moe_router") or k in ("num_experts", "moe_ffn_hidden_size", "moe_layer_freq",
-      "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_aux_loss_coeff")) and ma[k] != mb.get(k)
-      and k != "moe_router_dtype"]
-print("# %d tensors, %d differ %s; MoE arguments differing: %s" % (len(names), len(diff), diff[:3], kd))
-sys.exit(1 if diff or kd or not names else 0)
-EOF
-}
+# same_ckpt A B VOCAB: the parameters of the newest iterations of checkpoints A and B bit for bit and
+# their MoE arguments (tests/hf/same_ckpt.py)
+same_ckpt() { $PY "$HF/same_ckpt.py" "$1" "$2" "$3" moe; }
 
 # back_same TRAINED HF_DIR OUT: HF_DIR converted to mgt as OUT holds TRAINED's parameters
 back_same() {
@@ -95,13 +71,10 @@ EOF
 # layout HF_DIR CKPT: Megatron's MoE layouts in model.h5, read independently with h5py
 layout() {
 	$PY - "$@" <<'EOF'
-import json, os, sys, h5py, numpy as np
+import os, sys, numpy as np
 sys.path.insert(0, os.environ["HFT"])
-import st
-hf, ck = sys.argv[1], sys.argv[2]
-cfg = json.load(open(hf + "/config.json"))
-t = {k: v.astype(np.float32) for k, v in st.load_float(hf).items()}
-f = h5py.File(ck + "/iter_0000000/model.h5", "r")
+from same_ckpt import hf_and_ckpt
+cfg, t, f = hf_and_ckpt(sys.argv[1], sys.argv[2])
 fam = cfg["model_type"]
 E = cfg.get("num_local_experts") or cfg["num_experts"]
 seen = 0

@@ -63,10 +63,34 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import st  # noqa: E402
 
 FAMILIES = ("gpt2", "llama2", "llama3", "llama3.1", "llama3.2", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
-            "qwen3_moe")
+            "qwen3_moe", "nemotron_h", "mamba2")
+HYBRID = ("nemotron_h", "mamba2")
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe")
 TORCH_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 ST_DTYPE = {"bf16": "BF16", "fp16": "F16", "fp32": "F32"}
+
+
+def putter(rng, sdt, tensors):
+    """put(name, shape, std, mean, value): a tensor of mean + std N(0, 1) (or value) in float32,
+    rounded to the file dtype sdt, appended to tensors."""
+    def put(name, shape, std=None, mean=0.0, value=None):
+        if value is None:
+            value = mean + std * rng.standard_normal(shape, dtype=np.float32)
+        tensors.append((name, sdt, st.from_f32(np.asarray(value, np.float32).reshape(shape), sdt)))
+    return put
+
+
+def write_dir(a, tensors, cfg, gen):
+    """The weights (st.save_dir, shards of a.shard_bytes), config.json and generation_config.json
+    (sorted keys, written under a temporary name and renamed) into a.outdir."""
+    os.makedirs(a.outdir, exist_ok=True)
+    st.save_dir(a.outdir, tensors, a.shard_bytes)
+    for fn, obj in (("config.json", cfg), ("generation_config.json", gen)):
+        with open(os.path.join(a.outdir, fn + ".tmp"), "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(os.path.join(a.outdir, fn + ".tmp"), os.path.join(a.outdir, fn))
+    return 0
 
 
 def rope_regions(head_dim, theta, orig, low=1.0, high=4.0):
@@ -210,8 +234,20 @@ def main(argv=None):
     nt = p.add_mutually_exclusive_group()
     nt.add_argument("--norm-topk", dest="norm_topk", action="store_const", const=True, default=None)
     nt.add_argument("--no-norm-topk", dest="norm_topk", action="store_const", const=False)
+    p.add_argument("--pattern", default="M*M-", help="nemotron_h: hybrid_override_pattern")
+    p.add_argument("--mamba-heads", type=int, default=8)
+    p.add_argument("--mamba-head-dim", type=int, default=16)
+    p.add_argument("--groups", type=int, default=None, help="Mamba n_groups (nemotron_h 2, mamba2 1)")
+    p.add_argument("--state", type=int, default=16, help="Mamba ssm_state_size")
+    p.add_argument("--mlp-act", default="gelu", help="nemotron_h: mlp_hidden_act")
+    p.add_argument("--time-step-min", type=float, default=0.001,
+                   help="nemotron_h/mamba2 time_step_min (NemotronH clamps dt below at it; 0: no clamp)")
+    p.add_argument("--pattern-key", choices=("pattern", "list"), default="pattern",
+                   help="nemotron_h: hybrid_override_pattern or layers_block_type")
     a = p.parse_args(argv)
     fam = a.family
+    if fam in HYBRID:
+        return make_hybrid(a)
     if a.dtype is None:
         a.dtype = "fp32" if fam == "gpt2" else "bf16"
     if a.kv_heads is None:
@@ -274,13 +310,8 @@ def main(argv=None):
         p.error("--vocab must be at least 30")
 
     rng = np.random.default_rng(a.seed)
-    sdt = ST_DTYPE[a.dtype]
     tensors = []
-
-    def put(name, shape, std=None, mean=0.0, value=None):
-        if value is None:
-            value = mean + std * rng.standard_normal(shape, dtype=np.float32)
-        tensors.append((name, sdt, st.from_f32(np.asarray(value, np.float32).reshape(shape), sdt)))
+    put = putter(rng, ST_DTYPE[a.dtype], tensors)
 
     H, I = a.hidden, ffn
     if fam == "gpt2":
@@ -357,14 +388,100 @@ def main(argv=None):
             put("lm_head.weight", (V, H), 0.3)
 
     cfg, gen = make_config(fam, a, head_dim, ffn, bos, eos)
-    os.makedirs(a.outdir, exist_ok=True)
-    st.save_dir(a.outdir, tensors, a.shard_bytes)
-    for fn, obj in (("config.json", cfg), ("generation_config.json", gen)):
-        with open(os.path.join(a.outdir, fn + ".tmp"), "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(os.path.join(a.outdir, fn + ".tmp"), os.path.join(a.outdir, fn))
-    return 0
+    return write_dir(a, tensors, cfg, gen)
+
+
+def make_hybrid(a):
+    """NemotronHForCausalLM / Mamba2ForCausalLM (transformers' models/nemotron_h/, models/mamba2/; the
+    Megatron-Bridge's NemotronH names): backbone.embeddings, backbone.layers.N.norm (the layer's
+    pre-norm) and .mixer: Mamba-2 in_proj [2 DI + 2 G N + NH, h] (rows z, x, B, C, dt), conv1d.weight
+    [CD, 1, 4] and .bias [CD] (CD = DI + 2 G N), dt_bias, A_log, D [NH], norm.weight [DI],
+    out_proj [h, DI]; attention q/k/v/o_proj (no RoPE); MLP up_proj, down_proj; MoE (E) gate.weight
+    [E, h] and gate.e_score_correction_bias [E], experts.E.up_proj / down_proj (--moe-ffn, default 48),
+    shared_experts.up_proj / down_proj (--shared-ffn, default 96), --experts 4, --topk 2,
+    routed_scaling_factor 2.5, one group; backbone.norm_f,
+    lm_head (untied by default, as both configs default tie_word_embeddings false)."""
+    fam = a.family
+    if a.dtype is None:
+        a.dtype = "fp32"
+    a.experts, a.topk = a.experts or 4, a.topk or 2
+    pat = a.pattern if fam == "nemotron_h" else "M" * a.layers
+    G = a.groups or (2 if fam == "nemotron_h" else 1)
+    H, V, NH, P, N = a.hidden, a.vocab, a.mamba_heads, a.mamba_head_dim, a.state
+    DI, CD = NH * P, NH * P + 2 * G * N
+    nq = a.heads
+    nkv = a.kv_heads or min(2, nq)
+    d = a.head_dim or H // nq
+    I = a.ffn or 176
+    tied = bool(a.tied)
+    rng = np.random.default_rng(a.seed)
+    tensors = []
+    put = putter(rng, ST_DTYPE[a.dtype], tensors)
+
+    put("backbone.embeddings.weight", (V, H), 0.4)
+    for n, sym in enumerate(pat):
+        L = "backbone.layers.%d." % n
+        put(L + "norm.weight", (H,), 0.1, 1.0)
+        if sym == "M":
+            put(L + "mixer.in_proj.weight", (2 * DI + 2 * G * N + NH, H), 0.15)
+            put(L + "mixer.conv1d.weight", (CD, 1, 4), 0.3)
+            put(L + "mixer.conv1d.bias", (CD,), 0.1)
+            dt = rng.uniform(0.01, 0.1, NH).astype(np.float32)     # softplus(dt_bias) in [0.01, 0.1]
+            put(L + "mixer.dt_bias", (NH,), value=dt + np.log(-np.expm1(-dt)))
+            put(L + "mixer.A_log", (NH,), value=np.log(rng.uniform(1, 16, NH)).astype(np.float32))
+            put(L + "mixer.D", (NH,), 0.1, 1.0)
+            put(L + "mixer.norm.weight", (DI,), 0.1, 1.0)
+            put(L + "mixer.out_proj.weight", (H, DI), 0.1)
+        elif sym == "*":
+            put(L + "mixer.q_proj.weight", (nq * d, H), 0.25)
+            put(L + "mixer.k_proj.weight", (nkv * d, H), 0.25)
+            put(L + "mixer.v_proj.weight", (nkv * d, H), 0.12)
+            put(L + "mixer.o_proj.weight", (H, nq * d), 0.12)
+        elif sym == "-":
+            put(L + "mixer.up_proj.weight", (I, H), 0.12)
+            put(L + "mixer.down_proj.weight", (H, I), 0.08)
+        elif sym == "E":
+            # the router's weights std 0.5 and a small correction bias: choices far from ties
+            put(L + "mixer.gate.weight", (a.experts, H), 0.5)
+            put(L + "mixer.gate.e_score_correction_bias", (a.experts,),
+                value=0.05 * np.abs(rng.standard_normal(a.experts, dtype=np.float32)))
+            for e in range(a.experts):
+                put(L + "mixer.experts.%d.up_proj.weight" % e, (a.moe_ffn, H), 0.12)
+                put(L + "mixer.experts.%d.down_proj.weight" % e, (H, a.moe_ffn), 0.08)
+            put(L + "mixer.shared_experts.up_proj.weight", (a.shared_ffn, H), 0.12)
+            put(L + "mixer.shared_experts.down_proj.weight", (H, a.shared_ffn), 0.08)
+        else:
+            raise SystemExit("make_tiny.py: pattern symbol %r not made" % sym)
+    put("backbone.norm_f.weight", (H,), 0.1, 1.0)
+    if not tied:
+        put("lm_head.weight", (V, H), 0.3)
+    common = {"vocab_size": V, "hidden_size": H, "num_hidden_layers": len(pat), "layer_norm_epsilon": 1e-5,
+              "n_groups": G, "expand": DI // H if DI % H == 0 else DI / H, "conv_kernel": 4, "chunk_size": 128,
+              "use_conv_bias": True, "use_bias": False, "residual_in_fp32": True, "tie_word_embeddings": tied,
+              "time_step_min": a.time_step_min, "time_step_max": 0.1, "time_step_floor": 1e-4, "initializer_range": 0.02,
+              "torch_dtype": TORCH_DTYPE[a.dtype], "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+              "use_cache": True, "transformers_version": "4.56.0"}
+    if fam == "mamba2":
+        cfg = dict(common, architectures=["Mamba2ForCausalLM"], model_type="mamba2", num_heads=NH, head_dim=P,
+                   state_size=N, hidden_act="silu", rms_norm=True, norm_before_gate=False,
+                   time_step_rank=math.ceil(H / 16), rescale_prenorm_residual=False)
+    else:
+        cfg = dict(common, architectures=["NemotronHForCausalLM"], model_type="nemotron_h", mamba_num_heads=NH,
+                   mamba_head_dim=P, ssm_state_size=N, mamba_hidden_act="silu", mamba_proj_bias=False,
+                   mlp_hidden_act=a.mlp_act, num_attention_heads=nq, num_key_value_heads=nkv, head_dim=d,
+                   intermediate_size=I, max_position_embeddings=a.positions or 256, attention_bias=False,
+                   mlp_bias=False, attention_dropout=0.0, hidden_dropout=0.0)
+        if "E" in pat:
+            cfg.update(n_routed_experts=a.experts, num_experts_per_tok=a.topk, moe_intermediate_size=a.moe_ffn,
+                       moe_shared_expert_intermediate_size=a.shared_ffn, routed_scaling_factor=2.5, n_group=1,
+                       topk_group=1, norm_topk_prob=a.topk > 1, moe_latent_size=None)
+        if a.pattern_key == "list":
+            kinds = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+            cfg["layers_block_type"] = [kinds[c] for c in pat]
+        else:
+            cfg["hybrid_override_pattern"] = pat
+    gen = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "transformers_version": "4.56.0"}
+    return write_dir(a, tensors, cfg, gen)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 usage: ref_forward.py MODEL_DIR --tokens "ID ID ..." [--logits OUT.npy] [--greedy N] [--stop-eos]
                       [--variant a|b] [--start-pos P] [--ggml-gelu] [--routing OUT.json]
+                      [--gated-norm grouped|full]
        ref_forward.py --self-test [--quick]
 
 MODEL_DIR is a Hugging Face model directory (config.json + model.safetensors or sharded files), read
@@ -53,6 +54,23 @@ modeling_rope_utils.py, activations.py, pytorch_utils.py (Conv1D)):
   writes the chosen experts (ascending) and their weights per sparse layer and token, and the
   smallest gap between the k-th and (k+1)-th router logit (how far the choice is from a tie).
 
+- NemotronH / Mamba2 (models/nemotron_h/modeling_nemotron_h.py, models/mamba2/modeling_mamba2.py
+  torch_forward; facts in /work/shared/docs/megatron-hybrid-mamba.md sections 5, 6, 8): h =
+  backbone.embeddings[ids]; per layer h += mixer(RMSNorm(h) with backbone.layers.N.norm), the mixer
+  chosen by hybrid_override_pattern (or layers_block_type; Mamba2: every layer Mamba): M Mamba-2,
+  * attention (no RoPE, GQA, 1/sqrt(head_dim)), - MLP down(act(up(x))) with act = mlp_hidden_act
+  (relu2 = relu(x)^2, gelu erf, gelu_new / gelu_pytorch_tanh tanh), E MoE (nemotron_moe: DeepSeek-V3's
+  sigmoid router with e_score_correction_bias, experts and shared experts as the MLP); backbone.norm_f;
+  lm_head.
+  Mamba-2: in_proj rows [z (DI), xBC (DI + 2 G N), dt (NH)]; xBC = silu(causal depthwise conv of width
+  4 (conv1d.weight [CD, 1, 4], the last tap on the current token) + conv1d.bias); x, B, C split;
+  dt = softplus(dt + dt_bias), NemotronH clamping it below at time_step_min (Mamba2 at
+  time_step_limit, default none); A = -exp(A_log); per head h of group g = h / (NH / G), state S
+  [P, N] from 0: S = exp(dt A) S + dt x_h B_g^T, y_h = S C_g + D_h x_h; y = y * silu(z); RMSNorm
+  over groups of DI / G (NemotronH; Mamba2's MambaRMSNormGated over all of DI) times norm.weight;
+  out_proj.  Variant b computes the scan in its quadratic form: y_t = sum_{s <= t} (C_t . B_s)
+  exp(A sum_{s < r <= t} dt_r) dt_s x_s (Mamba-2's SSD duality), and the conv with F.conv1d.
+
 Second path (--variant b, used by --self-test): MoE through a dense [tokens, experts] weight matrix
 (every expert on every token, argsort for the top-k); GPT-2 through torch.nn.functional (linear on the
 transposed Conv1D weights, layer_norm, gelu approximate="tanh", masked_fill + softmax, per-head loop);
@@ -99,12 +117,16 @@ MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe")
 ROUTING = {}  # filled by moe_mlp: "layer_N" -> {"experts": [[...]], "probs": [[...]]}, "min_gap"
 
 
+HYBRID_FAMILIES = ("nemotron_h", "mamba2")
+NORM_OVERRIDE = None  # self-test: "grouped" or "full" forces the gated norm's width
+
+
 def family(cfg):
     mt = cfg.get("model_type")
-    if mt in ("gpt2", "llama", "mistral", "qwen2", "qwen3") + MOE_FAMILIES:
+    if mt in ("gpt2", "llama", "mistral", "qwen2", "qwen3") + MOE_FAMILIES + HYBRID_FAMILIES:
         return mt
     raise RefError("config.json: model_type %r not supported (gpt2, llama, mistral, qwen2, qwen3, mixtral, "
-                   "qwen2_moe, qwen3_moe)" % mt)
+                   "qwen2_moe, qwen3_moe, nemotron_h, mamba2)" % mt)
 
 
 def is_sparse(cfg, fam, i):
@@ -432,6 +454,150 @@ def rope_forward(cfg, W, ids, variant="a", start_pos=0):
     return h @ head.t()
 
 
+# ------------------------------------------------------------------------ NemotronH / Mamba2
+def hybrid_pattern(cfg):
+    if cfg["model_type"] == "mamba2":
+        return "M" * cfg["num_hidden_layers"]
+    pat = cfg.get("hybrid_override_pattern")
+    if pat is None:
+        kinds = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+        pat = "".join(kinds[k] for k in cfg["layers_block_type"])
+    if len(pat) != cfg["num_hidden_layers"]:
+        raise RefError("pattern %r vs num_hidden_layers %d" % (pat, cfg["num_hidden_layers"]))
+    return pat
+
+
+def mamba_mixer(cfg, W, L, x, variant):
+    """x [n, H] (normed) -> [n, H]."""
+    nh = cfg["model_type"] == "nemotron_h"
+    NH = cfg["mamba_num_heads"] if nh else cfg["num_heads"]
+    P = cfg["mamba_head_dim"] if nh else cfg["head_dim"]
+    N = cfg["ssm_state_size"] if nh else cfg["state_size"]
+    G = cfg.get("n_groups", cfg.get("mamba_n_groups", 1))
+    H, n = x.shape[1], x.shape[0]
+    DI, CD = NH * P, NH * P + 2 * G * N
+    zxbcdt = x @ need(W, L + "in_proj.weight", (2 * DI + 2 * G * N + NH, H)).t()
+    z, xbc, dt = zxbcdt[:, :DI], zxbcdt[:, DI:DI + CD], zxbcdt[:, DI + CD:]
+    w = need(W, L + "conv1d.weight", (CD, 1, 4))
+    b = need(W, L + "conv1d.bias", (CD,))
+    if variant == "b":
+        conv = F.conv1d(xbc.t()[None], w, b, padding=3, groups=CD)[0, :, :n].t()
+    else:
+        pad = torch.cat([torch.zeros(3, CD), xbc])
+        conv = b + sum(w[:, 0, k] * pad[k:k + n] for k in range(4))
+    xbc = conv / (1.0 + torch.exp(-conv))
+    xs, B, C = xbc[:, :DI].reshape(n, NH, P), xbc[:, DI:DI + G * N].reshape(n, G, N), xbc[:, DI + G * N:].reshape(n, G, N)
+    dt = F.softplus(dt + need(W, L + "dt_bias", (NH,)))
+    if nh:
+        dt = torch.clamp(dt, min=cfg.get("time_step_min", 0.001))
+    else:
+        lim = cfg.get("time_step_limit") or [0.0, float("inf")]
+        dt = torch.clamp(dt, lim[0], lim[1])
+    A = -torch.exp(need(W, L + "A_log", (NH,)))
+    Dw = need(W, L + "D", (NH,))
+    grp = torch.arange(NH) // (NH // G)
+    Bh, Ch = B[:, grp], C[:, grp]  # [n, NH, N]
+    if variant == "b":
+        cum = torch.cumsum(dt * A, 0)  # [n, NH]
+        decay = torch.exp(cum[:, None, :] - cum[None, :, :])  # [t, s, NH]
+        mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+        cb = torch.einsum("thn,shn->tsh", Ch, Bh) * decay * mask[..., None]
+        y = torch.einsum("tsh,sh,shp->thp", cb, dt, xs)
+    else:
+        S = torch.zeros(NH, P, N)
+        ys = []
+        for t in range(n):
+            S = torch.exp(dt[t] * A)[:, None, None] * S + (dt[t][:, None] * xs[t])[:, :, None] * Bh[t][:, None, :]
+            ys.append(torch.einsum("hpn,hn->hp", S, Ch[t]))
+        y = torch.stack(ys)
+    y = (y + Dw[None, :, None] * xs).reshape(n, DI)
+    y = y * (z / (1.0 + torch.exp(-z)))
+    grouped = nh if NORM_OVERRIDE is None else NORM_OVERRIDE == "grouped"
+    gs = DI // G if grouped else DI  # NemotronH: per group; HF Mamba2: over all of d_inner
+    yg = y.reshape(n, DI // gs, gs)
+    y = (yg / torch.sqrt(yg.pow(2).mean(-1, keepdim=True) + cfg.get("layer_norm_epsilon", 1e-5))).reshape(n, DI)
+    y = y * need(W, L + "norm.weight", (DI,))
+    return y @ need(W, L + "out_proj.weight", (H, DI)).t()
+
+
+def act_fn(name, x):
+    if name == "relu2":
+        return torch.relu(x) ** 2
+    if name == "gelu":
+        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    raise RefError("mlp_hidden_act %r not supported" % name)
+
+
+def nemotron_moe(cfg, W, M, x, variant="a"):
+    """NemotronHMoE on x [n, H]: DeepSeek-V3's router (sigmoid scores s; choice by s + correction bias,
+    with n_group > 1 the topk_group groups of the largest sums of their top 2 choice scores, the
+    others' choice scores set to 0; weights s of the chosen, normalized (+1e-20) when norm_topk_prob,
+    times routed_scaling_factor), sum_j w_j expert_j(x) + shared_experts(x), each an MLP up, act, down."""
+    E, k, H = cfg["n_routed_experts"], cfg["num_experts_per_tok"], x.shape[1]
+    act = cfg.get("mlp_hidden_act", "relu2")
+    s = torch.sigmoid(x @ need(W, M + "gate.weight", (E, H)).t())
+    choice = s + need(W, M + "gate.e_score_correction_bias", (E,))
+    G = cfg.get("n_group") or 1
+    if G > 1:
+        gs = choice.reshape(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
+        keep = torch.zeros_like(gs).scatter_(1, gs.topk(cfg["topk_group"], dim=-1)[1], 1.0)
+        choice = choice.masked_fill(keep.repeat_interleave(E // G, 1) == 0, 0.0)
+    idx = choice.topk(k, dim=-1)[1]
+    w = s.gather(1, idx)
+    if cfg.get("norm_topk_prob"):
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    w = w * cfg.get("routed_scaling_factor", 1.0)
+    Fe, S = cfg["moe_intermediate_size"], cfg["moe_shared_expert_intermediate_size"]
+
+    def mlp(p, v, F_):
+        return act_fn(act, v @ need(W, p + "up_proj.weight", (F_, H)).t()) @ need(W, p + "down_proj.weight", (H, F_)).t()
+    out = mlp(M + "shared_experts.", x, S)
+    if variant == "b":  # every expert on every token, weighted by a dense [tokens, experts] matrix
+        dense = torch.zeros(x.shape[0], E).scatter_(1, idx, w)
+        return out + sum(dense[:, e:e + 1] * mlp(M + "experts.%d." % e, x, Fe) for e in range(E))
+    for t in range(x.shape[0]):
+        for j in range(k):
+            out[t] = out[t] + w[t, j] * mlp(M + "experts.%d." % int(idx[t, j]), x[t:t + 1], Fe)[0]
+    return out
+
+
+def hybrid_forward(cfg, W, ids, variant="a"):
+    pat = hybrid_pattern(cfg)
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    H, V = cfg["hidden_size"], cfg["vocab_size"]
+    h = need(W, "backbone.embeddings.weight", (V, H))[torch.tensor(ids)]
+    n = len(ids)
+    causal = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    for i, sym in enumerate(pat):
+        L = "backbone.layers.%d." % i
+        x = rmsnorm(h, need(W, L + "norm.weight", (H,)), eps, variant)
+        M = L + "mixer."
+        if sym == "M":
+            h = h + mamba_mixer(cfg, W, M, x, variant)
+        elif sym == "*":
+            nq, nkv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+            d = cfg.get("head_dim") or H // nq
+            q = (x @ need(W, M + "q_proj.weight", (nq * d, H)).t()).reshape(n, nq, d)
+            k = (x @ need(W, M + "k_proj.weight", (nkv * d, H)).t()).reshape(n, nkv, d)
+            v = (x @ need(W, M + "v_proj.weight", (nkv * d, H)).t()).reshape(n, nkv, d)
+            k, v = k.repeat_interleave(nq // nkv, 1), v.repeat_interleave(nq // nkv, 1)
+            o = attention(q, k, v, causal, variant).reshape(n, nq * d)
+            h = h + o @ need(W, M + "o_proj.weight", (H, nq * d)).t()
+        elif sym == "-":
+            I = cfg["intermediate_size"]
+            u = x @ need(W, M + "up_proj.weight", (I, H)).t()
+            h = h + act_fn(cfg.get("mlp_hidden_act", "relu2"), u) @ need(W, M + "down_proj.weight", (H, I)).t()
+        elif sym == "E":
+            h = h + nemotron_moe(cfg, W, M, x, variant)
+        else:
+            raise RefError("layer kind %r not supported" % sym)
+    h = rmsnorm(h, need(W, "backbone.norm_f.weight", (H,)), eps, variant)
+    out = W["backbone.embeddings.weight"] if cfg.get("tie_word_embeddings") else need(W, "lm_head.weight", (V, H))
+    return h @ out.t()
+
+
 def forward(cfg, W, ids, variant="a", start_pos=0):
     """-> float64 tensor [len(ids), vocab_size]."""
     if not ids:
@@ -441,6 +607,8 @@ def forward(cfg, W, ids, variant="a", start_pos=0):
     with torch.no_grad():
         if family(cfg) == "gpt2":
             return gpt2_forward(cfg, W, ids, variant, start_pos)
+        if family(cfg) in HYBRID_FAMILIES:
+            return hybrid_forward(cfg, W, ids, variant)
         return rope_forward(cfg, W, ids, variant, start_pos)
 
 
@@ -460,18 +628,20 @@ def greedy(cfg, W, ids, steps, stop_eos=False, variant="a"):
 
 # ---------------------------------------------------------------------------------- self-test
 def self_test(quick=False):
+    global NORM_OVERRIDE
     import subprocess
     import tempfile
     here = os.path.dirname(os.path.abspath(__file__))
     fams = ["gpt2", "llama2", "llama3", "llama3.1", "llama3.2", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
-            "qwen3_moe"]
+            "qwen3_moe", "nemotron_h", "mamba2"]
     worst = 0.0
     fails = []
     rng = np.random.default_rng(5)
     with tempfile.TemporaryDirectory() as tmp:
         for fam in fams:
             dd = os.path.join(tmp, fam)
-            subprocess.check_call([sys.executable, os.path.join(here, "make_tiny.py"), fam, dd, "--dtype", "fp32"])
+            extra = ["--pattern", "ME*-E"] if fam == "nemotron_h" else []
+            subprocess.check_call([sys.executable, os.path.join(here, "make_tiny.py"), fam, dd, "--dtype", "fp32"] + extra)
             cfg, W = load(dd)
             n = 12 if quick else 24
             ids = [int(x) for x in rng.integers(0, cfg["vocab_size"], n)]
@@ -486,7 +656,16 @@ def self_test(quick=False):
             spread = float(la.std(-1).mean())
             line = "%-9s paths a/b max|diff| %.2e  causal %.1e (later tokens %.2f)  logit std %.2f" % (
                 fam, dab, dcaus, dlater, spread)
-            if fam != "gpt2":
+            if fam in HYBRID_FAMILIES:
+                # no positions to shift; instead: the gated norm's width must matter with 2 groups
+                # (nemotron_h) and must not with 1 (mamba2): pitfall 2 of the facts
+                NORM_OVERRIDE = "full" if fam == "nemotron_h" else "grouped"
+                dg = float((la - forward(cfg, W, ids, "a")).abs().max())
+                NORM_OVERRIDE = None
+                line += "  grouped vs full-width norm %.1e" % dg
+                if (dg < 1e-3) if fam == "nemotron_h" else (dg > 1e-10):
+                    fails.append("%s: grouped vs full-width norm %.2e" % (fam, dg))
+            elif fam != "gpt2":
                 # RoPE is relative: the same tokens at positions shifted by 7 give the same logits
                 ls = forward(cfg, W, ids, "a", start_pos=7)
                 dshift = float((la - ls).abs().max())
@@ -544,6 +723,8 @@ def main(argv=None):
     p.add_argument("--start-pos", type=int, default=0)
     p.add_argument("--ggml-gelu", action="store_true", help="emulate llama.cpp's f16-table GELU (GPT-2)")
     p.add_argument("--routing", help="write the MoE routing of the prompt as JSON (see the header)")
+    p.add_argument("--gated-norm", choices=("grouped", "full"), default=None,
+                   help="nemotron_h/mamba2: force the gated norm's width (a negative control)")
     p.add_argument("--self-test", action="store_true")
     p.add_argument("--quick", action="store_true")
     a = p.parse_args(argv)
@@ -552,8 +733,9 @@ def main(argv=None):
     if not a.model_dir or a.tokens is None:
         p.error("MODEL_DIR and --tokens are required")
     ids = [int(t) for t in a.tokens.replace(",", " ").split()]
-    global GELU_MODE
+    global GELU_MODE, NORM_OVERRIDE
     GELU_MODE = "ggml-f16" if a.ggml_gelu else "exact"
+    NORM_OVERRIDE = a.gated_norm
     try:
         cfg, W = load(a.model_dir)
         lg = forward(cfg, W, ids, a.variant, a.start_pos)

@@ -1,0 +1,368 @@
+#!/bin/sh
+# mgt-ckpt-convert and mgt-export with hybrid models (Mamba-2, attention, MLP and MoE layers,
+# --model-family hybrid): NemotronHForCausalLM and Mamba2ForCausalLM directories
+# (tests/hf/make_tiny.py) and models trained by mgt-train, checked against independent references:
+#   - HF -> mgt (TP 2 x PP 2; mamba2, one group, 4 layers: PP 2) -> HF reproduces every tensor bit for
+#     bit (tests/hf/st.py compare) and config.json: nemotron_h M*M- (fp32; bf16 with
+#     layers_block_type; tied at PP 2; attention_head_dim 32), ME*- (MoE: 4 experts top-2, shared expert, correction bias),
+#     mamba2 MMMM;
+#   - Megatron's names and layouts in the mgt checkpoint, read with h5py from model.h5: in_proj's
+#     [z, x, B, C, dt] rows and conv1d_weight [CD, 4] as HF's [CD, 1, 4], linear_qkv interleaved per
+#     query group from q/k/v_proj, each layer's backbone.layers.N.norm as its fused pre-norm, the MoE
+#     router, expert bias, expert datasets [E, rows, cols] and shared experts;
+#   - mgt's logits of the converted models (mgt-train --debug-dump, iteration 1, learning rate 0,
+#     the TP 2 x PP 2 checkpoint read by a TP 1 run) equal the float64 forward of
+#     tests/hf/ref_forward.py (transformers' conventions, written from the facts) on the original
+#     safetensors within 1e-5 relative; the test can fail: the same reference with HF Mamba2's
+#     full-width gated norm (--gated-norm full) differs from mgt's 2-group model, and the MoE model
+#     with routed_scaling_factor 1 instead of 2.5 differs;
+#   - models trained by mgt-train: tiny-hybrid (M*M-) gets config.json from its arguments
+#     (nemotron_h: pattern, Mamba sizes, mlp_hidden_act gelu, time_step_min 0, untied) and comes back
+#     to mgt at TP 1 and at TP 2 x PP 2 (the TP de-interleave of in_proj and conv1d) bit for bit; an
+#     M*E- model with NemotronH's router (sigmoid, expert bias moved by 3 iterations, shared expert,
+#     scale 2.5) gets the MoE keys, comes back bit for bit, and the HF reference on the written
+#     directory equals mgt's logits;
+#   - refusals (exit 3 unless noted, nothing written): an unknown pattern symbol, a pattern longer
+#     than num_hidden_layers, MoE layers without the MoE keys, router groups (n_group 2),
+#     norm_topk_prob false with top-2, NemotronH's squared-ReLU MLP, a Mamba2 directory with
+#     n_groups 2, a missing tensor, a softmax-routed MoE hybrid to HF, --family mamba2 for a model
+#     with 2 groups (naming n_groups and pointing to nemotron_h) or with attention layers, a GGUF of
+#     an MoE hybrid or of a model with GELU MLP layers (exit 2);
+#   - mgt-export to GGUF, loaded by a real llama.cpp (node-llama-cpp 3.22.1, tests/hf/llamacpp,
+#     whose llama.cpp knows mamba2 and nemotron_h): an all-Mamba model (6 heads: d_inner 96, not
+#     2 h as llama.cpp's converter assumes) as architecture mamba2, an
+#     M*MM*M model as nemotron_h (per-layer head_count_kv and feed_forward_length arrays, ssm_a =
+#     -exp(A_log) [1, NH] in ggml order, ssm_conv1d {4, CD}, ssm_norm {DI/G, G}); llama.cpp's logits
+#     within 1e-4 relative of ref_forward.py's and its greedy tokens equal (and not within 1e-2 of
+#     the reference with a full-width gated norm: the file's groups are used).  The models are made
+#     with time_step_min 0: NemotronH's torch_forward clamps dt below at time_step_min, which
+#     Megatron and llama.cpp do not (facts, pitfall 3).  Skipped with a message when npm is unreachable.
+# Tiers (lib.sh): the quick tier runs everything above with f32 GGUF files; the full tier adds the
+# f16 and q8_0 GGUF files of both (the same writer as f32 with other types) and a bf16 nemotron_h
+# directory's round trip at TP 1 x PP 4 (one layer a stage).
+. "$(dirname "$0")/lib.sh"
+cd "$T" || exit 1
+HF=$ROOT/tests/hf
+LC=$HF/llamacpp
+G=$SHARE/tokenizers/gpt2
+export HFT=$HF
+DUMP="--mock-data --seq-length 16 --micro-batch-size 1 --global-batch-size 1 --train-iters 1 --lr 0
+	--hidden-dropout 0 --attention-dropout 0 --log-interval 1 --eval-interval 0 --threads 2 --finetune"
+TOKS="5 17 998 3 250 42 7 7 1 600 31 12"
+
+quiet() { "$@" >"$T/quiet.log" 2>&1 || { tail -3 "$T/quiet.log" | sed 's/^/# /'; return 1; }; }
+cfg_same() { $PY -c "import json,sys; sys.exit(json.load(open(sys.argv[1])) != json.load(open(sys.argv[2])))" "$1" "$2"; }
+
+# layout HF_DIR CKPT: Megatron's names and layouts in model.h5 against the HF tensors
+layout() {
+	$PY - "$@" <<'EOF'
+import os, sys, numpy as np
+sys.path.insert(0, os.environ["HFT"])
+from same_ckpt import hf_and_ckpt
+cfg, t, f = hf_and_ckpt(sys.argv[1], sys.argv[2])
+pat = cfg.get("hybrid_override_pattern") or "M" * cfg["num_hidden_layers"]
+if "layers_block_type" in cfg:
+    pat = "".join({"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}[k] for k in cfg["layers_block_type"])
+for n, sym in enumerate(pat):
+    L, D = "backbone.layers.%d." % n, "decoder.layers.%d." % n
+    if sym == "M":
+        M = D + "mixer."
+        assert (f[M + "in_proj.layer_norm_weight"][...] == t[L + "norm.weight"]).all(), "norm of %d" % n
+        assert (f[M + "in_proj.weight"][...] == t[L + "mixer.in_proj.weight"]).all(), "in_proj of %d" % n
+        assert (f[M + "conv1d_weight"][...] == t[L + "mixer.conv1d.weight"][:, 0, :]).all(), "conv of %d" % n
+        for a, b in (("conv1d_bias", "conv1d.bias"), ("dt_bias", "dt_bias"), ("A_log", "A_log"), ("D", "D"),
+                     ("norm.weight", "norm.weight"), ("out_proj.weight", "out_proj.weight")):
+            assert (f[M + a][...] == t[L + "mixer." + b]).all(), "%s of %d" % (a, n)
+    elif sym == "*":
+        nq, ng = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        d = cfg["head_dim"]
+        q, k, v = (t[L + "mixer.%s_proj.weight" % x] for x in "qkv")
+        qkv = f[D + "self_attention.linear_qkv.weight"][...]
+        qpg = nq // ng
+        want = np.concatenate([np.concatenate([q[g * qpg * d:(g + 1) * qpg * d], k[g * d:(g + 1) * d],
+                                               v[g * d:(g + 1) * d]]) for g in range(ng)])
+        assert (qkv == want).all(), "linear_qkv of %d" % n
+        assert (f[D + "self_attention.linear_qkv.layer_norm_weight"][...] == t[L + "norm.weight"]).all()
+        assert (f[D + "self_attention.linear_proj.weight"][...] == t[L + "mixer.o_proj.weight"]).all()
+    elif sym == "E":
+        M = L + "mixer."
+        assert (f[D + "pre_mlp_layernorm.weight"][...] == t[L + "norm.weight"]).all()
+        assert (f[D + "mlp.router.weight"][...] == t[M + "gate.weight"]).all(), "router of %d" % n
+        assert (f[D + "mlp.router.expert_bias"][...] == t[M + "gate.e_score_correction_bias"]).all()
+        fc1, fc2 = f[D + "mlp.experts.linear_fc1.weight"], f[D + "mlp.experts.linear_fc2.weight"]
+        for e in range(cfg["n_routed_experts"]):
+            assert (fc1[e] == t[M + "experts.%d.up_proj.weight" % e]).all(), "expert %d fc1" % e
+            assert (fc2[e] == t[M + "experts.%d.down_proj.weight" % e]).all(), "expert %d fc2" % e
+        assert (f[D + "mlp.shared_experts.linear_fc1.weight"][...] == t[M + "shared_experts.up_proj.weight"]).all()
+        assert (f[D + "mlp.shared_experts.linear_fc2.weight"][...] == t[M + "shared_experts.down_proj.weight"]).all()
+    else:
+        assert (f[D + "mlp.linear_fc1.layer_norm_weight"][...] == t[L + "norm.weight"]).all()
+        assert (f[D + "mlp.linear_fc1.weight"][...] == t[L + "mixer.up_proj.weight"]).all()
+        assert (f[D + "mlp.linear_fc2.weight"][...] == t[L + "mixer.down_proj.weight"]).all()
+assert (f["decoder.final_norm.weight"][...] == t["backbone.norm_f.weight"]).all()
+V = cfg["vocab_size"]
+assert (f["embedding.word_embeddings.weight"][:V] == t["backbone.embeddings.weight"]).all()
+assert (f["output_layer.weight"][:V] == t["lm_head.weight"]).all()
+print("# %s: %d layers checked" % (pat, len(pat)))
+EOF
+}
+
+# compare HF_DIR DUMP.h5 TOL [ref_forward flags]: ref_forward.py on the dump's tokens against its
+# logits; exit 1 when they differ by more than TOL (relative), 2 when something is missing.
+# TOL negative: they must differ by more than -TOL (a negative control).
+compare() {
+	$PY - "$@" <<'EOF'
+import os, subprocess, sys
+import h5py, numpy as np
+hf, dump, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+d = os.path.dirname(os.path.abspath(dump)) + "/"
+try:
+    f = h5py.File(dump, "r")
+    toks = " ".join(str(int(t)) for t in f["batch/tokens"][0, 0, :])
+    subprocess.check_call([sys.executable, os.environ["HFT"] + "/ref_forward.py", hf, "--tokens", toks,
+                           "--logits", d + "ref.npy"] + sys.argv[4:])
+    r = np.load(d + "ref.npy")
+    m = f["iter1/logits"][0, :, :r.shape[1]].astype(np.float64)
+except (OSError, KeyError, subprocess.CalledProcessError) as e:
+    print("# %s" % e)
+    sys.exit(2)
+rel = np.linalg.norm(m - r) / np.linalg.norm(r)
+print("# max |logit diff| %.3g, relative %.3g (%s %g), logits up to %.2f" % (abs(m - r).max(), rel,
+      "limit" if tol > 0 else "must exceed", abs(tol), abs(r).max()))
+sys.exit(0 if (rel <= tol if tol > 0 else rel > -tol) else 1)
+EOF
+}
+
+# same_ckpt A B VOCAB: the parameters of the newest iterations of checkpoints A and B bit for bit and
+# their hybrid arguments (tests/hf/same_ckpt.py)
+same_ckpt() { $PY "$HF/same_ckpt.py" "$1" "$2" "$3" hybrid; }
+
+variant() { # variant SRC NAME PYTHON-ON-c: a copy of SRC with config.json edited
+	rm -rf "$T/$2"; cp -r "$1" "$T/$2"
+	$PY -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); $3; json.dump(c, open(p, 'w'))" "$T/$2/config.json"
+	echo "$T/$2"
+}
+dump() { # dump CKPT OUT.h5: iteration 1 of a TP 1 run from CKPT (its arguments), learning rate 0
+	rm -f "$2"
+	"$BIN/mgt-train" --load "$1" --use-checkpoint-args $DUMP --debug-dump "$2" >"$T/tr.log" 2>&1 ||
+		sed 's/^/# /' "$T/tr.log" | tail -5
+}
+
+# 1. Hugging Face directories: round trips, layouts, mgt's logits
+for spec in nemotron_h:fp32:2:2: nemotron_h:bf16:2:2:--pattern-key=list nemotron_h:fp32:2:2:--pattern=ME*- \
+	mamba2:fp32:1:2:--layers=4; do
+	IFS=: read -r fam dt tp pp extra <<EOF
+$spec
+EOF
+	name=$fam-$dt${extra:+-x}
+	src=$T/$name
+	if ! $PY "$HF/make_tiny.py" "$fam" "$src" --dtype "$dt" --time-step-min 0 $extra >"$T/mk.log" 2>&1; then
+		ok "$name: make_tiny.py" false; sed 's/^/# /' "$T/mk.log"; continue
+	fi
+	ck=$T/ck-$name
+	ok "$name: HF -> mgt at TP $tp x PP $pp" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$src" --save-dir "$ck" \
+		--target-tensor-parallel-size "$tp" --target-pipeline-parallel-size "$pp"
+	ok "$name: Megatron's names and layouts (in_proj, conv1d_weight [CD, 4], linear_qkv, fused norms)" layout "$src" "$ck"
+	ok "$name: mgt -> HF" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$ck" --save-dir "$T/back-$name"
+	ok "$name: round trip bit for bit" $PY "$HF/st.py" compare "$src" "$T/back-$name"
+	ok "$name: config.json back" cfg_same "$src/config.json" "$T/back-$name/config.json"
+	[ "$dt" = fp32 ] || continue
+	dump "$ck" "$T/d.h5"
+	ok "$name: mgt's logits (TP $tp x PP $pp checkpoint, TP 1 run) equal the float64 HF reference" compare "$src" "$T/d.h5" 1e-5
+	if [ "$name" = nemotron_h-fp32 ]; then
+		ok "$name: ...and not the reference with HF Mamba2's full-width gated norm (2 groups)" \
+			compare "$src" "$T/d.h5" -1e-2 --gated-norm full
+	fi
+	if [ "$name" = nemotron_h-fp32-x ]; then # MoE: the routing's scale matters
+		d=$(variant "$src" moe-scale1 "c['routed_scaling_factor'] = 1.0")
+		ok "$name: ...and not the reference with routed_scaling_factor 1 instead of 2.5" compare "$d" "$T/d.h5" -1e-2
+	fi
+done
+ok "nemotron_h tied (tie_word_embeddings, no lm_head): HF -> mgt (PP 2) -> HF bit for bit" sh -c "
+	$PY '$HF/make_tiny.py' nemotron_h '$T/tied' --tie >/dev/null &&
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/tied' --save-dir '$T/ck-tied' --target-pipeline-parallel-size 2 &&
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-tied' --save-dir '$T/back-tied' && $PY '$HF/st.py' compare '$T/tied' '$T/back-tied'"
+ok "nemotron_h with attention_head_dim 32 (older configs' head_dim; not h / heads): kv_channels 32, round trip" sh -c "
+	$PY '$HF/make_tiny.py' nemotron_h '$T/ahd' --head-dim 32 >/dev/null &&
+	$PY -c \"import json,sys; p=sys.argv[1]; c=json.load(open(p)); c['attention_head_dim']=c.pop('head_dim'); json.dump(c,open(p,'w'))\" '$T/ahd/config.json' &&
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ahd' --save-dir '$T/ck-ahd' &&
+	$PY -c \"import json,sys; sys.exit(json.load(open(sys.argv[1]))['args']['kv_channels'] != 32)\" '$T/ck-ahd/iter_0000000/metadata.json' &&
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-ahd' --save-dir '$T/back-ahd' && $PY '$HF/st.py' compare '$T/ahd' '$T/back-ahd'"
+full_only "nemotron_h bf16 at TP 1 x PP 4" && {
+	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nemotron_h-bf16-x" --save-dir "$T/ck-pp4" --target-pipeline-parallel-size 4 &&
+		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/ck-pp4" --save-dir "$T/back-pp4"
+	ok "nemotron_h bf16: TP 1 x PP 4 round trip bit for bit" $PY "$HF/st.py" compare "$T/nemotron_h-bf16-x" "$T/back-pp4"
+}
+
+# 2. a model trained by mgt-train
+ok "train tiny-hybrid (M*M-) for 2 iterations" quiet "$BIN/mgt-train" --model tiny-hybrid --mock-data --vocab-size 512 \
+	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 2 --threads 2 --save "$T/tr" \
+	--save-interval 2 --log-interval 2
+ok "trained: mgt -> HF (family inferred)" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/tr" --save-dir "$T/tr-hf"
+ok "trained: config.json from the arguments" $PY - "$T/tr-hf/config.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+want = {"model_type": "nemotron_h", "architectures": ["NemotronHForCausalLM"], "hybrid_override_pattern": "M*M-",
+        "num_hidden_layers": 4, "hidden_size": 64, "mamba_num_heads": 8, "mamba_head_dim": 16, "n_groups": 2,
+        "ssm_state_size": 16, "expand": 2, "conv_kernel": 4, "chunk_size": 128, "use_conv_bias": True,
+        "use_bias": False, "mamba_hidden_act": "silu", "mlp_hidden_act": "gelu", "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "tie_word_embeddings": False,
+        "attention_bias": False, "mlp_bias": False, "time_step_min": 0.0, "vocab_size": 512}
+bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
+print("# differing (got, want): %s" % bad)
+sys.exit(1 if bad or abs(c["layer_norm_epsilon"] - 1e-5) > 1e-12 else 0)
+EOF
+ok "trained: the HF tensors" sh -c "$PY '$HF/st.py' ls '$T/tr-hf' >'$T/ls.txt' && grep -q '^backbone.layers.0.mixer.conv1d.weight F32 \[192, 1, 4\]' '$T/ls.txt' &&
+	grep -q '^backbone.layers.1.mixer.k_proj.weight F32 \[32, 64\]' '$T/ls.txt' && grep -q '^lm_head.weight F32 \[512, 64\]' '$T/ls.txt'"
+for tgt in 1:1 2:2; do
+	tp=${tgt%:*} pp=${tgt#*:}
+	ok "trained: HF -> mgt at TP $tp x PP $pp" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/tr-hf" --save-dir "$T/tr-back$tp" \
+		--target-tensor-parallel-size "$tp" --target-pipeline-parallel-size "$pp"
+	ok "trained: ...holds the trained parameters bit for bit (TP $tp x PP $pp)" same_ckpt "$T/tr" "$T/tr-back$tp" 512
+done
+ok "trained: the TP 2 x PP 2 checkpoint back to HF bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/tr-back2' \
+	--save-dir '$T/tr-hf2' && $PY '$HF/st.py' compare '$T/tr-hf' '$T/tr-hf2'"
+
+# a hybrid MoE model trained by mgt-train (NemotronH's router: sigmoid, expert bias, shared expert, scaling)
+MOE="--hybrid-layer-pattern M*E- --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48
+	--moe-shared-expert-intermediate-size 64 --moe-router-topk-scaling-factor 2.5 --moe-router-load-balancing-type none"
+ok "train tiny-hybrid as M*E- with NemotronH's router (3 iterations: the expert bias moves)" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid $MOE --moe-router-score-function sigmoid --moe-router-enable-expert-bias --mock-data --vocab-size 512 \
+	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 3 --threads 2 --save "$T/trm" \
+	--save-interval 3 --log-interval 3
+ok "trained MoE: mgt -> HF" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/trm" --save-dir "$T/trm-hf"
+ok "trained MoE: config.json's MoE keys" $PY -c "
+import json, sys
+c = json.load(open(sys.argv[1]))
+want = dict(hybrid_override_pattern='M*E-', n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+            moe_shared_expert_intermediate_size=64, routed_scaling_factor=2.5, norm_topk_prob=True, n_group=1, topk_group=1)
+bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
+print('# differing (got, want): %s' % bad); sys.exit(1 if bad else 0)" "$T/trm-hf/config.json"
+ok "trained MoE: HF -> mgt holds the trained parameters (expert bias included) bit for bit" sh -c "
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/trm-hf' --save-dir '$T/trm-back' --target-tensor-parallel-size 2 &&
+	$PY '$HF/same_ckpt.py' '$T/trm' '$T/trm-back' 512 hybrid && $PY '$HF/same_ckpt.py' '$T/trm' '$T/trm-back' 512 moe"
+dump "$T/trm" "$T/d.h5"
+ok "trained MoE: the HF reference on the written directory equals mgt's logits" compare "$T/trm-hf" "$T/d.h5" 1e-5
+ok "train the same with a softmax router" quiet "$BIN/mgt-train" --model tiny-hybrid $MOE --mock-data --vocab-size 512 \
+	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trs" \
+	--save-interval 1 --log-interval 1
+
+# 3. refusals
+refused() { # refused CODE WHAT TEXT CMD...: exit CODE, the message has TEXT, no output
+	code=$1 what=$2 text=$3; shift 3
+	ok "$what: exit $code" exits "$code" "$@" --save-dir "$T/no"
+	ok "$what: message names it" err_has "$text"
+	ok "$what: no output" no_files "$T/no" "$T"/no.tmp.*
+}
+refused 3 "a softmax-routed MoE hybrid to HF" "a softmax router (NemotronH's is sigmoid)" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$T/trs"
+NH=$T/nemotron_h-fp32
+d=$(variant "$NH" badsym "c['hybrid_override_pattern'] = 'M*X-'")
+refused 3 "pattern symbol X" "hybrid_override_pattern\": symbol 'X'" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$NH" longpat "c['hybrid_override_pattern'] = 'M*M-M'")
+refused 3 "pattern longer than num_hidden_layers" "has 5 layers but \"num_hidden_layers\" is 4" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$NH" moe "c['hybrid_override_pattern'] = 'M*ME'")
+refused 3 "an MoE layer without the MoE keys" "no \"n_routed_experts\" (the pattern has MoE layers)" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$T/nemotron_h-fp32-x" moe-groups "c['n_group'] = 2; c['topk_group'] = 1")
+refused 3 "MoE with router groups" "\"n_group\" 2: grouped routing is not converted" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$T/nemotron_h-fp32-x" moe-nonorm "c['norm_topk_prob'] = False")
+refused 3 "MoE without norm_topk_prob (top-2)" "\"norm_topk_prob\" false with top-2" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$NH" relu2 "del c['mlp_hidden_act']")
+refused 3 "NemotronH's default relu2 MLP" "\"mlp_hidden_act\": \"relu2\" is not supported" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$T/mamba2-fp32-x" m2groups "c['n_groups'] = 2")
+refused 3 "Mamba2 with n_groups 2" "\"n_groups\" 2: transformers' Mamba2 normalizes" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+rm -rf "$T/missing"; cp -r "$NH" "$T/missing"
+$PY -c "
+import json, struct, sys
+p = sys.argv[1] + '/model.safetensors'
+b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); data = b[8 + n:]
+h['backbone.layers.2.mixer.dt_bias_renamed'] = h.pop('backbone.layers.2.mixer.dt_bias')
+t = json.dumps(h).encode(); t += b' ' * (-len(t) % 8)
+open(p, 'wb').write(struct.pack('<Q', len(t)) + t + data)" "$T/missing"
+refused 3 "a missing tensor" "tensor backbone.layers.2.mixer.dt_bias is missing" "$BIN/mgt-ckpt-convert" --load-dir "$T/missing"
+"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/mamba2-fp32-x" --save-dir "$T/ck-m2g1"
+ok "an all-Mamba model of one group: --family mamba2 and --family nemotron_h both hold it" sh -c "
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-m2g1' --save-dir '$T/m2-as-nh' --family nemotron_h &&
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-m2g1' --save-dir '$T/m2-as-m2' --family mamba2 &&
+	$PY '$HF/st.py' compare '$T/mamba2-fp32-x' '$T/m2-as-m2' && $PY '$HF/st.py' compare '$T/m2-as-nh' '$T/m2-as-m2'"
+refused 3 "--family mamba2 with attention layers" "mamba2 cannot hold this hybrid model" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$T/tr" --family mamba2
+$PY "$HF/make_tiny.py" nemotron_h "$T/nh-mmm" --dtype fp32 --pattern MMM --groups 2 >/dev/null 2>&1 &&
+	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nh-mmm" --save-dir "$T/ck-g2" || echo "# the 2-group all-Mamba model failed"
+refused 3 "--family mamba2 with 2 groups" "n_groups would be 2 (--mamba-num-groups).*--family nemotron_h" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$T/ck-g2" --family mamba2
+refused 2 "GGUF of an MoE hybrid" "a Mixture-of-Experts" \
+	sh -c "'$BIN/mgt-export' --load-dir '$T/trm' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
+refused 2 "GGUF of a model with GELU MLP layers" "llama.cpp's nemotron_h computes with squared ReLU" \
+	sh -c "'$BIN/mgt-export' --load-dir '$T/tr' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
+
+# 4. GGUF through llama.cpp
+if sh "$LC/setup.sh" >"$T/setup.log" 2>&1; then have_lc=1; else have_lc=0; fi
+gguf_cmp() { # gguf_cmp GGUF HF_DIR TOL [ref_forward flags]: llama.cpp's logits and greedy tokens against
+	# ref_forward.py; TOL negative: the logits must differ by more than -TOL (a negative control)
+	g=$1 d=$2 tol=$3; shift 3
+	node "$LC/run.mjs" "$g" --tokens "$TOKS" --n 4 >"$T/lc.json" 2>"$T/lc.err" || { sed 's/^/# /' "$T/lc.err" | tail -3; return 1; }
+	$PY "$HF/ref_forward.py" "$d" --tokens "$TOKS" --logits "$T/ref.npy" --greedy 4 "$@" >"$T/ref.json" || return 1
+	$PY - "$T/lc.json" "$T/ref.npy" "$T/ref.json" "$tol" <<'EOF'
+import json, sys, numpy as np
+j = json.load(open(sys.argv[1])); r = np.load(sys.argv[2]); g = json.load(open(sys.argv[3]))["greedy"]
+l = np.array(j["logits"], dtype=np.float64)
+e = np.linalg.norm(l - r) / np.linalg.norm(r)
+tol = float(sys.argv[4])
+print("# llama.cpp vs reference: max |logit diff| %.3g, relative %.3g (%s %g); greedy %s, reference %s"
+      % (abs(l - r).max(), e, "limit" if tol > 0 else "must exceed", abs(tol), j["greedy"], g))
+if tol < 0:
+    sys.exit(0 if e > -tol else 1)
+sys.exit(0 if e <= tol and (tol > 1e-3 or j["greedy"] == g) else 1)
+EOF
+}
+meta_check() { # meta_check GGUF ARCH PATTERN NH P N G: the header as @huggingface/gguf reads it
+	node "$LC/run.mjs" "$1" --meta --full >"$T/meta.json" 2>"$T/meta.err" || { sed 's/^/# /' "$T/meta.err"; return 1; }
+	$PY - "$T/meta.json" "$2" "$3" "$4" "$5" "$6" "$7" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1])); arch, pat = sys.argv[2], sys.argv[3]
+NH, P, N, G = map(int, sys.argv[4:8])
+md = {k: v["value"] for k, v in m["metadata"].items()}
+sh = {t["name"]: t["shape"] for t in m["tensorInfos"]}
+DI, CD = NH * P, NH * P + 2 * G * N
+want = {"general.architecture": arch, arch + ".ssm.conv_kernel": 4, arch + ".ssm.inner_size": DI,
+        arch + ".ssm.state_size": N, arch + ".ssm.time_step_rank": NH, arch + ".ssm.group_count": G,
+        arch + ".block_count": len(pat)}
+if arch == "nemotron_h":
+    want[arch + ".attention.head_count_kv"] = [2 if c == "*" else 0 for c in pat]
+    want[arch + ".feed_forward_length"] = [0] * len(pat)
+bad = {k: (md.get(k), v) for k, v in want.items() if md.get(k) != v}
+m0 = pat.index("M")
+shapes = {"blk.%d.ssm_conv1d.weight" % m0: [4, CD], "blk.%d.ssm_a" % m0: [1, NH], "blk.%d.ssm_d" % m0: [1, NH],
+          "blk.%d.ssm_norm.weight" % m0: [DI // G, G], "blk.%d.ssm_dt.bias" % m0: [NH],
+          "blk.%d.ssm_in.weight" % m0: [64, 2 * DI + 2 * G * N + NH]}
+bad.update({k: (sh.get(k), v) for k, v in shapes.items() if sh.get(k) != v})
+print("# differing (got, want): %s" % bad)
+sys.exit(1 if bad else 0)
+EOF
+}
+for spec in nemotron_h:M*MM*M:2:8 mamba2:MMM:1:6; do # mamba2 with 6 heads: d_inner 96, not 2h
+	IFS=: read -r fam pat grp nh <<EOF
+$spec
+EOF
+	src=$T/g-$fam
+	$PY "$HF/make_tiny.py" "$fam" "$src" --dtype fp32 --vocab 50257 --pattern "$pat" --layers 3 --groups "$grp" \
+		--mamba-heads "$nh" --time-step-min 0 >/dev/null 2>&1 && cp "$G/vocab.json" "$G/merges.txt" "$src/" &&
+		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$src" --save-dir "$T/gck-$fam" || echo "# making $fam failed"
+	arch=$fam
+	for type in f32 f16 q8_0; do
+		[ "$type" = f32 ] || full_only "$fam: mgt-export --outtype $type" || continue
+		ok "$fam: mgt-export --outtype $type (architecture $arch)" "$BIN/mgt-export" --quiet --load-dir "$T/gck-$fam" \
+			--output "$T/$fam-$type.gguf" --outtype "$type"
+		if [ $have_lc = 0 ]; then skip "$fam $type: llama.cpp ($(tail -1 "$T/setup.log"))"; continue; fi
+		tol=$(case $type in f32) echo 1e-4;; f16) echo 1e-2;; *) echo 6e-2;; esac)
+		ok "$fam $type: llama.cpp's logits and greedy tokens as the reference's" gguf_cmp "$T/$fam-$type.gguf" "$src" "$tol"
+	done
+	[ $have_lc = 1 ] && [ "$grp" -gt 1 ] && ok "$fam: ...and not the reference with a full-width gated norm ($grp groups)" \
+		gguf_cmp "$T/$fam-f32.gguf" "$src" -1e-2 --gated-norm full
+	[ $have_lc = 1 ] && ok "$fam: GGUF header (ssm keys, per-layer arrays, tensor shapes)" \
+		meta_check "$T/$fam-f32.gguf" "$arch" "$pat" "$nh" 16 16 "$grp"
+done
+
+done_testing
