@@ -30,8 +30,8 @@ static bool hybrid(const exporter *e) { return mgt_hf_spec_of(e->f)->names == MG
 
 /* A hybrid model's GGUF architecture: mamba2 when every layer is a Mamba layer (llama.cpp's
  * grouped gated norm, whatever the groups), else nemotron_h, whose MLP layers compute squared
- * ReLU (llama.cpp's llm_build_nemotron_h build_ffn_layer, LLM_FFN_RELU_SQR) where mgt's compute
- * GELU: refused. */
+ * ReLU (llama.cpp's llm_build_nemotron_h build_ffn_layer, LLM_FFN_RELU_SQR): a model whose MLP
+ * layers compute GELU is refused, one trained with --squared-relu exported. */
 static mgt_status hybrid_arch(exporter *e)
 {
 	const char *p = e->c->hybrid_layer_pattern;
@@ -42,10 +42,11 @@ static mgt_status hybrid_arch(exporter *e)
 		return mgt_err(MGT_ERR_USAGE, "%s: the hybrid model has no Mamba layer (pattern %s): llama.cpp's nemotron_h "
 			       "aborts loading such a file (no recurrent state; seen with node-llama-cpp 3.22.1), so it is "
 			       "not exported to GGUF", e->o->load_dir, p);
-	if (strchr(p, '-'))
+	if (strchr(p, '-') && !e->c->squared_relu)
 		return mgt_err(MGT_ERR_USAGE, "%s: the hybrid model has MLP layers ('-' in its pattern %s), which llama.cpp's "
-			       "nemotron_h computes with squared ReLU while this model's use GELU: not exported to GGUF "
-			       "(mgt-ckpt-convert writes it as a nemotron_h Hugging Face directory)", e->o->load_dir, p);
+			       "nemotron_h computes with squared ReLU while this model's use GELU (a model trained with "
+			       "--squared-relu exports): not exported to GGUF (mgt-ckpt-convert writes it as a nemotron_h "
+			       "Hugging Face directory)", e->o->load_dir, p);
 	return MGT_OK;
 }
 

@@ -381,9 +381,9 @@ static mgt_status nemotron_moe_in(json_t *cfg, const char *file, mgt_args *a)
 	return MGT_OK;
 }
 
-/* NemotronH and Mamba2: the Mamba mixer as Megatron's (key_is), the MLP's activation (mgt's
- * hybrid MLP computes erf GELU, or tanh GELU with --openai-gelu; NemotronH's default relu2 is
- * refused), the layer pattern, the groups (NemotronH: n_groups or mamba_n_groups; Mamba2's gated
+/* NemotronH and Mamba2: the Mamba mixer as Megatron's (key_is), the MLP's activation
+ * (NemotronH's default relu2 is --squared-relu; gelu erf GELU, gelu_new or gelu_pytorch_tanh
+ * --openai-gelu), the layer pattern, the groups (NemotronH: n_groups or mamba_n_groups; Mamba2's gated
  * norm spans all of d_inner, Megatron's one group each: n_groups > 1 refused). */
 static mgt_status hybrid_in(json_t *cfg, mgt_hf_family f, const char *file, mgt_args *a)
 {
@@ -425,10 +425,11 @@ static mgt_status hybrid_in(json_t *cfg, mgt_hf_family f, const char *file, mgt_
 	if (!st && nh && (strchr(c->hybrid_layer_pattern, '-') || strchr(c->hybrid_layer_pattern, 'E'))) {
 		if (!act) act = "relu2"; /* NemotronHConfig's default */
 		if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh")) c->openai_gelu = true;
+		else if (!strcmp(act, "relu2")) c->squared_relu = true;
 		else if (strcmp(act, "gelu"))
 			return mgt_err(MGT_ERR_INPUT, "%s: \"mlp_hidden_act\": \"%s\" is not supported: mgt's hybrid MLP layers "
-				       "and experts compute GELU (gelu, or gelu_new / gelu_pytorch_tanh: --openai-gelu), not squared ReLU",
-				       file, act);
+				       "and experts compute relu2 (--squared-relu), gelu, or gelu_new / gelu_pytorch_tanh "
+				       "(--openai-gelu)", file, act);
 	}
 	c->untie_embeddings_and_output_weights = !json_is_true(json_object_get(cfg, "tie_word_embeddings"));
 	if (!st && !nh) c->ffn_hidden_size = 4 * c->hidden_size; /* no MLP layers: any valid size */
@@ -770,7 +771,7 @@ static void hybrid_config_json(json_t *o, const mgt_model_config *c, mgt_hf_fami
 	json_object_set_new(o, "hybrid_override_pattern", json_string(pat));
 	json_object_set_new(o, "mamba_hidden_act", json_string("silu"));
 	json_object_set_new(o, "mamba_proj_bias", json_false());
-	json_object_set_new(o, "mlp_hidden_act", json_string(c->openai_gelu ? "gelu_pytorch_tanh" : "gelu"));
+	json_object_set_new(o, "mlp_hidden_act", json_string(c->squared_relu ? "relu2" : c->openai_gelu ? "gelu_pytorch_tanh" : "gelu"));
 	put_int(o, "num_attention_heads", c->num_attention_heads);
 	put_int(o, "num_key_value_heads", c->num_query_groups);
 	put_int(o, "head_dim", c->kv_channels);

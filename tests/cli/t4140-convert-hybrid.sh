@@ -24,14 +24,16 @@
 #     directory equals mgt's logits;
 #   - refusals (exit 3 unless noted, nothing written): an unknown pattern symbol, a pattern longer
 #     than num_hidden_layers, MoE layers without the MoE keys, router groups (n_group 2),
-#     norm_topk_prob false with top-2, NemotronH's squared-ReLU MLP, a Mamba2 directory with
+#     norm_topk_prob false with top-2, an MLP activation mgt lacks (silu), a Mamba2 directory with
 #     n_groups 2, a missing tensor, a softmax-routed MoE hybrid to HF, --family mamba2 for a model
 #     with 2 groups (naming n_groups and pointing to nemotron_h) or with attention layers, a GGUF of
 #     an MoE hybrid or of a model with GELU MLP layers (exit 2);
+#   - NemotronH's relu2 MLP (its default) is mgt-train's --squared-relu: converted and back bit for
+#     bit; a tiny-hybrid trained with --squared-relu exports mlp_hidden_act relu2;
 #   - mgt-export to GGUF, loaded by a real llama.cpp (node-llama-cpp 3.22.1, tests/hf/llamacpp,
 #     whose llama.cpp knows mamba2 and nemotron_h): an all-Mamba model (6 heads: d_inner 96, not
 #     2 h as llama.cpp's converter assumes) as architecture mamba2, an
-#     M*MM*M model as nemotron_h (per-layer head_count_kv and feed_forward_length arrays, ssm_a =
+#     M*MM*M model and an M-M*-M model (relu2 MLP layers) as nemotron_h (per-layer head_count_kv and feed_forward_length arrays, ssm_a =
 #     -exp(A_log) [1, NH] in ggml order, ssm_conv1d {4, CD}, ssm_norm {DI/G, G}); llama.cpp's logits
 #     within 1e-4 relative of ref_forward.py's and its greedy tokens equal (and not within 1e-2 of
 #     the reference with a full-width gated norm: the file's groups are used).  The models are made
@@ -267,8 +269,21 @@ d=$(variant "$T/nemotron_h-fp32-x" moe-groups "c['n_group'] = 2; c['topk_group']
 refused 3 "MoE with router groups" "\"n_group\" 2: grouped routing is not converted" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$T/nemotron_h-fp32-x" moe-nonorm "c['norm_topk_prob'] = False")
 refused 3 "MoE without norm_topk_prob (top-2)" "\"norm_topk_prob\" false with top-2" "$BIN/mgt-ckpt-convert" --load-dir "$d"
-d=$(variant "$NH" relu2 "del c['mlp_hidden_act']")
-refused 3 "NemotronH's default relu2 MLP" "\"mlp_hidden_act\": \"relu2\" is not supported" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+r2=$(variant "$NH" relu2 "del c['mlp_hidden_act']")
+ok "NemotronH's default relu2 MLP converts (mgt-train's --squared-relu)" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$r2" \
+	--save-dir "$T/relu2-ck"
+ok "  its arguments say squared_relu" $PY -c "
+import json, sys; a = json.load(open(sys.argv[1]))['args']
+sys.exit(not a.get('squared_relu'))" "$(ls "$T"/relu2-ck/iter_*/metadata.json 2>/dev/null | head -1)"
+ok "  and back to HF bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/relu2-ck' --save-dir '$T/relu2-hf' &&
+	$PY '$HF/st.py' compare '$r2' '$T/relu2-hf'"
+ok "tiny-hybrid trained with --squared-relu" quiet "$BIN/mgt-train" --model tiny-hybrid --squared-relu --mock-data \
+	--vocab-size 512 --tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 \
+	--save "$T/trq" --save-interval 1 --log-interval 1
+ok "  to HF: mlp_hidden_act relu2" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/trq' --save-dir '$T/trq-hf' &&
+	$PY -c \"import json; assert json.load(open('$T/trq-hf/config.json'))['mlp_hidden_act'] == 'relu2'\""
+d=$(variant "$NH" silu-mlp "c['mlp_hidden_act'] = 'silu'")
+refused 3 "an MLP activation mgt does not have" "\"mlp_hidden_act\": \"silu\" is not supported" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$T/mamba2-fp32-x" m2groups "c['n_groups'] = 2")
 refused 3 "Mamba2 with n_groups 2" "\"n_groups\" 2: transformers' Mamba2 normalizes" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 rm -rf "$T/missing"; cp -r "$NH" "$T/missing"
@@ -301,10 +316,10 @@ refused 2 "GGUF of a model with GELU MLP layers" "llama.cpp's nemotron_h compute
 if sh "$LC/setup.sh" >"$T/setup.log" 2>&1; then have_lc=1; else have_lc=0; fi
 gguf_cmp() { # gguf_cmp GGUF HF_DIR TOL [ref_forward flags]: llama.cpp's logits and greedy tokens against
 	# ref_forward.py; TOL negative: the logits must differ by more than -TOL (a negative control)
-	g=$1 d=$2 tol=$3; shift 3
-	node "$LC/run.mjs" "$g" --tokens "$TOKS" --n 4 >"$T/lc.json" 2>"$T/lc.err" || { sed 's/^/# /' "$T/lc.err" | tail -3; return 1; }
-	$PY "$HF/ref_forward.py" "$d" --tokens "$TOKS" --logits "$T/ref.npy" --greedy 4 "$@" >"$T/ref.json" || return 1
-	$PY - "$T/lc.json" "$T/ref.npy" "$T/ref.json" "$tol" <<'EOF'
+	_gg=$1 _gd=$2 _gtol=$3; shift 3 # not ok()'s d
+	node "$LC/run.mjs" "$_gg" --tokens "$TOKS" --n 4 >"$T/lc.json" 2>"$T/lc.err" || { sed 's/^/# /' "$T/lc.err" | tail -3; return 1; }
+	$PY "$HF/ref_forward.py" "$_gd" --tokens "$TOKS" --logits "$T/ref.npy" --greedy 4 "$@" >"$T/ref.json" || return 1
+	$PY - "$T/lc.json" "$T/ref.npy" "$T/ref.json" "$_gtol" <<'EOF'
 import json, sys, numpy as np
 j = json.load(open(sys.argv[1])); r = np.load(sys.argv[2]); g = json.load(open(sys.argv[3]))["greedy"]
 l = np.array(j["logits"], dtype=np.float64)
@@ -317,12 +332,12 @@ if tol < 0:
 sys.exit(0 if e <= tol and (tol > 1e-3 or j["greedy"] == g) else 1)
 EOF
 }
-meta_check() { # meta_check GGUF ARCH PATTERN NH P N G: the header as @huggingface/gguf reads it
+meta_check() { # meta_check GGUF ARCH PATTERN NH P N G FFN: the header as @huggingface/gguf reads it
 	node "$LC/run.mjs" "$1" --meta --full >"$T/meta.json" 2>"$T/meta.err" || { sed 's/^/# /' "$T/meta.err"; return 1; }
-	$PY - "$T/meta.json" "$2" "$3" "$4" "$5" "$6" "$7" <<'EOF'
+	$PY - "$T/meta.json" "$2" "$3" "$4" "$5" "$6" "$7" "$8" <<'EOF'
 import json, sys
 m = json.load(open(sys.argv[1])); arch, pat = sys.argv[2], sys.argv[3]
-NH, P, N, G = map(int, sys.argv[4:8])
+NH, P, N, G, FFN = map(int, sys.argv[4:9])
 md = {k: v["value"] for k, v in m["metadata"].items()}
 sh = {t["name"]: t["shape"] for t in m["tensorInfos"]}
 DI, CD = NH * P, NH * P + 2 * G * N
@@ -331,7 +346,7 @@ want = {"general.architecture": arch, arch + ".ssm.conv_kernel": 4, arch + ".ssm
         arch + ".block_count": len(pat)}
 if arch == "nemotron_h":
     want[arch + ".attention.head_count_kv"] = [2 if c == "*" else 0 for c in pat]
-    want[arch + ".feed_forward_length"] = [0] * len(pat)
+    want[arch + ".feed_forward_length"] = [FFN if c == "-" else 0 for c in pat]
 bad = {k: (md.get(k), v) for k, v in want.items() if md.get(k) != v}
 m0 = pat.index("M")
 shapes = {"blk.%d.ssm_conv1d.weight" % m0: [4, CD], "blk.%d.ssm_a" % m0: [1, NH], "blk.%d.ssm_d" % m0: [1, NH],
@@ -342,27 +357,29 @@ print("# differing (got, want): %s" % bad)
 sys.exit(1 if bad else 0)
 EOF
 }
-for spec in nemotron_h:M*MM*M:2:8 mamba2:MMM:1:6; do # mamba2 with 6 heads: d_inner 96, not 2h
-	IFS=: read -r fam pat grp nh <<EOF
+# mamba2 with 6 heads: d_inner 96, not 2h; nemotron_h with relu2 MLP layers (mgt's --squared-relu)
+for spec in nemotron_h:M*MM*M:2:8:relu2 mamba2:MMM:1:6:relu2 nemotron_h:M-M*-M:2:8:relu2; do
+	IFS=: read -r fam pat grp nh act <<EOF
 $spec
 EOF
-	src=$T/g-$fam
+	tag=$fam-$(echo "$pat" | tr '*-' 'am') src=$T/g-$tag
 	$PY "$HF/make_tiny.py" "$fam" "$src" --dtype fp32 --vocab 50257 --pattern "$pat" --layers 3 --groups "$grp" \
-		--mamba-heads "$nh" --time-step-min 0 >/dev/null 2>&1 && cp "$G/vocab.json" "$G/merges.txt" "$src/" &&
-		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$src" --save-dir "$T/gck-$fam" || echo "# making $fam failed"
+		--mamba-heads "$nh" --time-step-min 0 --mlp-act "$act" >/dev/null 2>&1 && cp "$G/vocab.json" "$G/merges.txt" "$src/" &&
+		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$src" --save-dir "$T/gck-$tag" || echo "# making $tag failed"
 	arch=$fam
 	for type in f32 f16 q8_0; do
-		[ "$type" = f32 ] || full_only "$fam: mgt-export --outtype $type" || continue
-		ok "$fam: mgt-export --outtype $type (architecture $arch)" "$BIN/mgt-export" --quiet --load-dir "$T/gck-$fam" \
-			--output "$T/$fam-$type.gguf" --outtype "$type"
-		if [ $have_lc = 0 ]; then skip "$fam $type: llama.cpp ($(tail -1 "$T/setup.log"))"; continue; fi
+		[ "$type" = f32 ] || full_only "$tag: mgt-export --outtype $type" || continue
+		ok "$tag: mgt-export --outtype $type (architecture $arch)" "$BIN/mgt-export" --quiet --load-dir "$T/gck-$tag" \
+			--output "$T/$tag-$type.gguf" --outtype "$type"
+		if [ $have_lc = 0 ]; then skip "$tag $type: llama.cpp ($(tail -1 "$T/setup.log"))"; continue; fi
 		tol=$(case $type in f32) echo 1e-4;; f16) echo 1e-2;; *) echo 6e-2;; esac)
-		ok "$fam $type: llama.cpp's logits and greedy tokens as the reference's" gguf_cmp "$T/$fam-$type.gguf" "$src" "$tol"
+		ok "$tag $type: llama.cpp's logits and greedy tokens as the reference's" gguf_cmp "$T/$tag-$type.gguf" "$src" "$tol"
 	done
-	[ $have_lc = 1 ] && [ "$grp" -gt 1 ] && ok "$fam: ...and not the reference with a full-width gated norm ($grp groups)" \
-		gguf_cmp "$T/$fam-f32.gguf" "$src" -1e-2 --gated-norm full
-	[ $have_lc = 1 ] && ok "$fam: GGUF header (ssm keys, per-layer arrays, tensor shapes)" \
-		meta_check "$T/$fam-f32.gguf" "$arch" "$pat" "$nh" 16 16 "$grp"
+	[ $have_lc = 1 ] && [ "$grp" -gt 1 ] && ok "$tag: ...and not the reference with a full-width gated norm ($grp groups)" \
+		gguf_cmp "$T/$tag-f32.gguf" "$src" -1e-2 --gated-norm full
+	[ $have_lc = 1 ] && ok "$tag: GGUF header (ssm keys, per-layer arrays, tensor shapes)" \
+		meta_check "$T/$tag-f32.gguf" "$arch" "$pat" "$nh" 16 16 "$grp" \
+			"$($PY -c "import json; print(json.load(open('$src/config.json')).get('intermediate_size', 0))")"
 done
 
 done_testing
