@@ -10,11 +10,11 @@
  *   forward   ssd_state_k   each chunk's own end state (its last document's dt x (x) B, decayed),
  *                           written into states[c], and its decay e^{cum[last]} (0 when a
  *                           document starts in the chunk) into ws;
- *             ssd_pass_k    per (j, h), chunks in order: states[c] = S_in; S = a_c S + own_c;
+ *             ssd_carry_k   per (j, h), chunks in order: states[c] = S_in; S = a_c S + own_c;
  *             ssd_out_k     y = the intra-chunk C B^T product masked by decay and document (tiles
  *                           of SSD_TS key positions in shared memory) + e^{cum} C S_in + D x.
  *   backward  ssd_dsin_k    each chunk's direct part of dS_in (rows reading S_in);
- *             ssd_dpass_k   per (j, h), chunks in reverse: dSo[c] = dS_in[c+1] = own + a dSo;
+ *             ssd_carry_k   chunks in reverse: dSo[c] = dS_in[c+1], dS_in[c] = own_c + a_c dSo[c];
  *             ssd_bwd_k     the chunk's backward from dSo (cpu_ssd.c bwd_intra, bwd_inter,
  *                           bwd_state_out, bwd_dt) with its Q x Q matrices in ws, blocks in
  *                           waves of SSD_WAVE so that ws stays bounded;
@@ -99,8 +99,8 @@ static __device__ __forceinline__ float dot_(const float *a, const float *b, int
 
 /* ---- forward ---- */
 
-/* decay[blk]; for all chunks but the last, states[blk] = sum_s w_s x_s (x) B_s with
- * w_s = e^{cum[last] - cum[s]} dt_s on the last document (0 before it). */
+/* decay[blk]; states[blk] = sum_s w_s x_s (x) B_s with w_s = e^{cum[last] - cum[s]} dt_s on the
+ * last document (0 before it): the chunk's own end state (the last chunk's is not used). */
 static __global__ void ssd_state_k(mgt_k_ssd d, float *states, float *decay, const float *x, const float *B,
 				   const float *C, const float *dt_raw, const float *dt_bias, const float *A_log)
 {
@@ -113,10 +113,9 @@ static __global__ void ssd_state_k(mgt_k_ssd d, float *states, float *decay, con
 	const int last = v.q - 1, P = d.p, N = d.n;
 	if (threadIdx.x == 0)
 		decay[blk] = chunk_decay(v, lo, cum);
-	if (v.c == v.nc - 1)
-		return;
-	BLOCK_LOOP(s, v.q)
-	wv[s] = v.i0 + s >= lo[last] ? (float)(exp(cum[last] - cum[s]) * dt[s]) : 0.0f;
+	BLOCK_LOOP(s, v.q) {
+		wv[s] = v.i0 + s >= lo[last] ? (float)(exp(cum[last] - cum[s]) * dt[s]) : 0.0f;
+	}
 	__syncthreads();
 	float *S = states + (size_t)blk * P * N;
 	BLOCK_LOOP(e, P * N) {
@@ -128,20 +127,21 @@ static __global__ void ssd_state_k(mgt_k_ssd d, float *states, float *decay, con
 	}
 }
 
-/* Element e of (j, h)'s states, chunks in order: states[c] = S (entering c), S = a_c S + own_c. */
-static __global__ void ssd_pass_k(mgt_k_ssd d, float *states, const float *decay)
+/* Element e of (j, h)'s chunks in order (rev == 0) or in reverse: buf[c] = S, then
+ * S = a_c S + own_c with own_c what buf[c] held.  Forward: S_in, carried from each chunk's own end
+ * state; backward: dSo, carried from each chunk's own part of dS_in (dS_in = own + a dSo). */
+static __global__ void ssd_carry_k(mgt_k_ssd d, float *buf, const float *decay, int rev)
 {
 	const size_t PN = (size_t)d.p * d.n, e = blockIdx.y * (size_t)blockDim.x + threadIdx.x;
 	if (e >= PN)
 		return;
 	const int j = blockIdx.x / d.nh, h = blockIdx.x % d.nh, nc = (d.L + Q - 1) / Q;
 	float S = 0.0f;
-	for (int c = 0; c < nc; c++) {
-		const size_t k = ((size_t)j * nc + c) * d.nh + h;
-		const float own = c < nc - 1 ? states[k * PN + e] : 0.0f;
-		states[k * PN + e] = S;
-		if (c < nc - 1)
-			S = decay[k] != 0.0f ? decay[k] * S + own : own;
+	for (int i = 0; i < nc; i++) {
+		const size_t k = ((size_t)j * nc + (rev ? nc - 1 - i : i)) * d.nh + h;
+		const float own = buf[k * PN + e];
+		buf[k * PN + e] = S;
+		S = decay[k] != 0.0f ? decay[k] * S + own : own;
 	}
 }
 
@@ -175,8 +175,9 @@ static __global__ void ssd_out_k(mgt_k_ssd d, float *y, const float *states, con
 	const chunk_v v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
 	chunk_prep(d, v, dt, lo, cum);
 	float *Y = y + ((size_t)v.i0 * d.b + v.j) * ((size_t)d.nh * P) + (size_t)v.h * P;
-	BLOCK_LOOP(e, v.q * P)
-	Y[(size_t)(e / P) * v.sy + e % P] = 0.0f;
+	BLOCK_LOOP(e, v.q * P) {
+		Y[(size_t)(e / P) * v.sy + e % P] = 0.0f;
+	}
 	for (int s0 = 0; s0 < v.q; s0 += SSD_TS) {
 		__syncthreads();
 		out_tile(v, d, M, s0, dt, lo, cum);
@@ -219,7 +220,7 @@ extern "C" int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, float *y, 
 	const dim3 pass((unsigned)(d->b * d->nh), (unsigned)mgt_cdiv((size_t)d->p * d->n, SSD_THREADS));
 	float *decay = (float *)ws;
 	MGT_LAUNCH(ssd_state_k, nblk, SSD_THREADS, 0, st, *d, states, decay, x, B, C, dt_raw, dt_bias, A_log);
-	MGT_LAUNCH(ssd_pass_k, pass, SSD_THREADS, 0, st, *d, states, decay);
+	MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, states, decay, 0);
 	MGT_LAUNCH(ssd_out_k, nblk, SSD_THREADS, 0, st, *d, y, states, x, B, C, dt_raw, dt_bias, A_log, D);
 	return mgt_k_rc();
 }
@@ -240,8 +241,9 @@ static __global__ void ssd_dsin_k(mgt_k_ssd d, float *dsi, float *decay, const f
 	chunk_prep(d, v, dt, lo, cum);
 	if (threadIdx.x == 0)
 		decay[blk] = chunk_decay(v, lo, cum);
-	BLOCK_LOOP(r, v.q)
-	ex[r] = v.c > 0 && lo[r] < v.i0 ? (float)exp(cum[r]) : 0.0f;
+	BLOCK_LOOP(r, v.q) {
+		ex[r] = v.c > 0 && lo[r] < v.i0 ? (float)exp(cum[r]) : 0.0f;
+	}
 	__syncthreads();
 	const float *G = dy + ((size_t)v.i0 * d.b + v.j) * ((size_t)d.nh * P) + (size_t)v.h * P;
 	BLOCK_LOOP(e, P * N) {
@@ -250,23 +252,6 @@ static __global__ void ssd_dsin_k(mgt_k_ssd d, float *dsi, float *decay, const f
 		for (int r = 0; r < v.q && ex[r] != 0.0f; r++)
 			acc += (ex[r] * G[(size_t)r * v.sy + p]) * v.C[(size_t)r * v.sbc + n];
 		dsi[(size_t)blk * P * N + e] = acc;
-	}
-}
-
-/* Element e of (j, h), chunks in reverse: buf[c] = dSo[c] (0 for the last), then
- * dS_in[c] = own_c + a_c dSo[c], the next chunk's dSo. */
-static __global__ void ssd_dpass_k(mgt_k_ssd d, float *buf, const float *decay)
-{
-	const size_t PN = (size_t)d.p * d.n, e = blockIdx.y * (size_t)blockDim.x + threadIdx.x;
-	if (e >= PN)
-		return;
-	const int j = blockIdx.x / d.nh, h = blockIdx.x % d.nh, nc = (d.L + Q - 1) / Q;
-	float G = 0.0f;
-	for (int c = nc - 1; c >= 0; c--) {
-		const size_t k = ((size_t)j * nc + c) * d.nh + h;
-		const float own = buf[k * PN + e];
-		buf[k * PN + e] = G;
-		G = decay[k] != 0.0f ? own + decay[k] * G : own;
 	}
 }
 
@@ -337,8 +322,9 @@ static __device__ void bwd_intra(const bwd_ctx &k)
 		k.dcum[i] = rs, k.dde[i] = cs, k.tmp[i] = cd;
 	}
 	__syncthreads();
-	BLOCK_LOOP(i, q)
-	k.dcum[i] -= k.tmp[i];
+	BLOCK_LOOP(i, q) {
+		k.dcum[i] -= k.tmp[i];
+	}
 	__syncthreads();
 }
 
@@ -413,15 +399,18 @@ static __device__ void bwd_state_out(const bwd_ctx &k)
 		k.F[s] = F, k.tmp[s] = F * ks;
 	}
 	__syncthreads();
-	BLOCK_LOOP(e, v.q * k.P)
-	if (v.i0 + e / k.P >= k.lo[last])
-		k.DX[(size_t)(e / k.P) * v.sx + e % k.P] += k.F[e / k.P] * k.V[e];
-	BLOCK_LOOP(e, v.q * k.N)
-	if (v.i0 + e / k.N >= k.lo[last])
-		k.PB[e] += k.F[e / k.N] * k.U[e];
+	BLOCK_LOOP(e, v.q * k.P) {
+		if (v.i0 + e / k.P >= k.lo[last])
+			k.DX[(size_t)(e / k.P) * v.sx + e % k.P] += k.F[e / k.P] * k.V[e];
+	}
+	BLOCK_LOOP(e, v.q * k.N) {
+		if (v.i0 + e / k.N >= k.lo[last])
+			k.PB[e] += k.F[e / k.N] * k.U[e];
+	}
 	double dot = 0;
-	BLOCK_LOOP(e, k.P * k.N)
-	dot += (double)k.dSo[e] * k.Sin[e];
+	BLOCK_LOOP(e, k.P * k.N) {
+		dot += (double)k.dSo[e] * k.Sin[e];
+	}
 	dot = mgt_block_sum(dot);
 	if (threadIdx.x == 0) {
 		double a = 0;
@@ -584,7 +573,7 @@ extern "C" int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, float *dx,
 	float *decay = (float *)(base + w.decay), *dso = (float *)(base + w.dso);
 	const dim3 pass((unsigned)(d->b * d->nh), (unsigned)mgt_cdiv((size_t)d->p * d->n, SSD_THREADS));
 	MGT_LAUNCH(ssd_dsin_k, nblk, SSD_THREADS, 0, st, *d, dso, decay, dy, x, B, C, dt_raw, dt_bias, A_log);
-	MGT_LAUNCH(ssd_dpass_k, pass, SSD_THREADS, 0, st, *d, dso, decay);
+	MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, dso, decay, 1);
 	bwd_args a = { dx, ddt_raw, (float *)(base + w.pb), (float *)(base + w.pc), (float *)(base + w.mats),
 		       (double *)(base + w.part), dy, states, dso, x, B, C, dt_raw, dt_bias, A_log, D, 0 };
 	for (a.blk0 = 0; a.blk0 < nblk; a.blk0 += SSD_WAVE) {

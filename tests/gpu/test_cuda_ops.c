@@ -3247,6 +3247,11 @@ static ssd_case ssd_make(int L, int b, int nh, int g, int p, int n, bool docs)
 	const int ldc = nh * p + 2 * g * n + 3;
 	s.d = (mgt_ssd){ .L = L, .b = b, .nh = nh, .p = p, .g = g, .n = n, .ld_x = ldc, .ld_bc = ldc, .ld_dt = nh + 5,
 			 .seg_start = docs ? packed_starts(L, b, 150) : NULL };
+	if (docs) { /* sequence 0: a document from position 128 on, a chunk's first row (its decay is 0) */
+		int32_t *seg = (int32_t *)s.d.seg_start;
+		for (int i = 0; i < L; i++)
+			seg[(size_t)i * b] = i >= 128 ? 128 : 0;
+	}
 	s.nxbc = s.T * ldc, s.ndt = s.T * s.d.ld_dt, s.nst = mgt_ssd_states_floats(&s.d);
 	s.xbc = hrand(s.nxbc, 1), s.dtr = hrand(s.ndt, 2);
 	s.dtb = xmalloc((size_t)nh * 4), s.alog = xmalloc((size_t)nh * 4), s.D = xmalloc((size_t)nh * 4);
