@@ -532,7 +532,8 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	 * section 3, up to fp32 rounding), per-head scalar sums in double, dB and dC summed over a \
 	 * group's heads in head order (deterministic).  Scratch held by the backend: 2 L b nh n \
 	 * floats (per-head dB, dC) plus about 4 Q^2 + 2 Q n + Q p + 2 p n floats per thread \
-	 * (Q = MGT_SSD_CHUNK). */ \
+	 * (Q = MGT_SSD_CHUNK); on CUDA the same per-head rows, the chunks' state gradients (as many \
+	 * floats as states) and 3 Q^2 + 2 Q n + Q p floats for each of at most 128 chunks at a time. */ \
 	X(void, ssd_scan_bwd, (mgt_backend *be, const mgt_ssd *d, float *dx, float *dB, float *dC, \
 		float *ddt_raw, float *ddt_bias, float *dA_log, float *dD, const float *dy, \
 		const float *states, const float *x, const float *B, const float *C, const float *dt_raw, \
