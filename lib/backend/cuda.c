@@ -541,7 +541,8 @@ void mgt_cuda_ssd_scan_bwd(mgt_backend *be, const mgt_ssd *d, float *dx, float *
 void mgt_cuda_mamba_gated_norm_fwd(mgt_backend *be, float *out, float *rstd, const float *y, const float *z, int ld_z,
 				   const float *w, int T, int di, int g, float eps)
 {
-	mgt_cuda_ok(be, "mamba_gated_norm_fwd", mgt_k_mamba_gated_norm_fwd(stream(be), out, rstd, y, z, ld_z, w, T, di, g, eps));
+	mgt_cuda_ok(be, "mamba_gated_norm_fwd",
+		    mgt_k_mamba_gated_norm_fwd(stream(be), out, rstd, y, z, ld_z, w, T, di, g, eps));
 }
 
 void mgt_cuda_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, const float *y,
