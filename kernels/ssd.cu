@@ -24,6 +24,7 @@
  * an earlier one wrote (no atomics). */
 #include "common.cuh"
 
+/* Q: backend.h's MGT_SSD_CHUNK (lib/backend/cuda.c asserts it), the saved states' chunking. */
 static constexpr int Q = 128, SSD_THREADS = 256, SSD_TS = 32, SSD_WAVE = 128;
 
 /* softplus with mamba_ssm's threshold, and its slope (cpu_ssd.c softplusf_, dsoftplusf_). */

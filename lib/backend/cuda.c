@@ -510,6 +510,9 @@ void mgt_cuda_mamba_conv_bwd(mgt_backend *be, float *dx, float *dw, float *db, c
 			mgt_k_mamba_conv_bwd(stream(be), dx, dw, db, dy, x, ld_x, w, bias, seg_start, L, b, CD, K, ws));
 }
 
+/* kernels/ssd.cu's chunks (its Q) are backend.h's, so the saved states' layout is the CPU's. */
+_Static_assert(MGT_SSD_CHUNK == 128, "kernels/ssd.cu's chunk length Q is 128");
+
 static mgt_k_ssd k_ssd(const mgt_ssd *d)
 {
 	return (mgt_k_ssd){ d->L, d->b, d->nh, d->p, d->g, d->n, d->ld_x, d->ld_bc, d->ld_dt, d->seg_start };
