@@ -257,6 +257,39 @@ int mgt_k_xent_bwd(mgt_k_stream s, void *dlogits, const void *logits, mgt_k_dtyp
 		   const float *mx, const float *sumexp, const float *mask, float scale, int64_t v0,
 		   int T, int V);
 
+/* ---- the Mamba-2 mixer (kernels/mamba.cu: backend.h mamba_conv_*, mamba_gated_norm_*; kernels/ssd.cu:
+ * ssd_scan_*), fp32 only, the shapes and strides of the backend ops.  The backward launchers need
+ * ws of their *_ws_bytes; weight gradients are accumulated (+=) from double partials summed in a
+ * fixed order. ---- */
+int mgt_k_mamba_conv_fwd(mgt_k_stream s, float *y, const float *x, int ld_x, const float *w, const float *bias,
+			 const int32_t *seg_start, int L, int b, int CD, int K);
+size_t mgt_k_mamba_conv_bwd_ws_bytes(int L, int b, int CD, int K);
+int mgt_k_mamba_conv_bwd(mgt_k_stream s, float *dx, float *dw, float *db, const float *dy, const float *x, int ld_x,
+			 const float *w, const float *bias, const int32_t *seg_start, int L, int b, int CD, int K,
+			 void *ws);
+int mgt_k_mamba_gated_norm_fwd(mgt_k_stream s, float *out, float *rstd, const float *y, const float *z, int ld_z,
+			       const float *w, int T, int di, int g, float eps);
+size_t mgt_k_mamba_gated_norm_bwd_ws_bytes(int T, int di);
+int mgt_k_mamba_gated_norm_bwd(mgt_k_stream s, float *dy, float *dz, float *dw, const float *dout, const float *y,
+			       const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g,
+			       void *ws);
+/* backend.h's mgt_ssd, field for field (lib/backend/cuda.c copies it; seg_start a device pointer). */
+typedef struct mgt_k_ssd {
+	int L, b, nh, p, g, n, ld_x, ld_bc, ld_dt;
+	const int32_t *seg_start;
+} mgt_k_ssd;
+/* ws: the chunks' decays (forward); the backward's chunk partials, carried state gradients,
+ * per-head dB/dC rows (2 L b nh n floats) and the Q x Q matrices of at most 128 chunks at a time. */
+size_t mgt_k_ssd_scan_fwd_ws_bytes(const mgt_k_ssd *d);
+int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, float *y, float *states, const float *x, const float *B,
+		       const float *C, const float *dt_raw, const float *dt_bias, const float *A_log, const float *D,
+		       void *ws);
+size_t mgt_k_ssd_scan_bwd_ws_bytes(const mgt_k_ssd *d);
+int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, float *dx, float *dB, float *dC, float *ddt_raw,
+		       float *ddt_bias, float *dA_log, float *dD, const float *dy, const float *states, const float *x,
+		       const float *B, const float *C, const float *dt_raw, const float *dt_bias, const float *A_log,
+		       const float *D, void *ws);
+
 #ifdef __cplusplus
 }
 #endif

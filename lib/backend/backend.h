@@ -134,11 +134,9 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 /* The op table as data: X(return type, name, (parameters)) for each op, in table order, each
  * entry after the comment that gives its contract.  mgt_backend_ops has one function pointer per
  * entry; each backend implements op n as mgt_<backend>_n (cpu_impl.h and cuda_impl.h declare
- * them from this list and build their tables from it).  MGT_BACKEND_OPS_BY(X, XC) applies XC
- * instead of X to the ops only the CPU backend has so far (MGT_BACKEND_CPU_ONLY_OPS: the Mamba-2
- * mixer's): the CUDA backend leaves them NULL, so mgt_backend_supports refuses them there. */
-#define MGT_BACKEND_OPS(X) MGT_BACKEND_OPS_BY(X, X)
-#define MGT_BACKEND_OPS_BY(X, XC) \
+ * them from this list and build their tables from it).  The Mamba-2 mixer's ops are listed apart
+ * (MGT_BACKEND_MAMBA_OPS: fp32 only, mgt_backend_supports refuses other element types). */
+#define MGT_BACKEND_OPS(X) \
 	/* ---- memory ---- */ \
 	/* Zero-filled allocation of bytes; NULL and MGT_ERR_NOMEM on failure.  free(NULL) is a no-op. */ \
 	X(void *, alloc, (mgt_backend *be, size_t bytes)) \
@@ -487,13 +485,13 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	/* y += x over n elements of type t (fp32, or bf16/fp16: the fp32 sum rounded to nearest even, \
 	 * as a 16-bit tensor addition rounds). */ \
 	X(void, add, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n)) \
-	MGT_BACKEND_CPU_ONLY_OPS(XC)
+	MGT_BACKEND_MAMBA_OPS(X)
 
 /* The Mamba-2 mixer's ops between its two GEMMs (Megatron-Core megatron/core/ssm/mamba_mixer.py
  * MambaMixer; mamba_ssm's mamba_split_conv1d_scan_combined and RMSNormGated; the SSD algorithm of
  * Dao & Gu 2024, "Transformers are SSMs", section 6 and listing 1).  fp32 throughout; rows
- * sequence-first as everywhere.  The CPU backend only (CUDA: NULL). */
-#define MGT_BACKEND_CPU_ONLY_OPS(X) \
+ * sequence-first as everywhere.  Both backends (CUDA: kernels/mamba.cu and kernels/ssd.cu). */
+#define MGT_BACKEND_MAMBA_OPS(X) \
 	/* Causal depthwise conv1d + SiLU over xBC (MambaMixer's conv1d_weight [CD, 1, K], conv1d_bias; \
 	 * causal_conv1d_fn with activation "silu"): \
 	 *   y[i*b + j, c] = silu(bias[c] + sum_{k<K} w[c*K + k] * x[(i - (K-1) + k)*b + j, c]) \
@@ -536,7 +534,8 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	 * section 3, up to fp32 rounding), per-head scalar sums in double, dB and dC summed over a \
 	 * group's heads in head order (deterministic).  Scratch held by the backend: 2 L b nh n \
 	 * floats (per-head dB, dC) plus about 4 Q^2 + 2 Q n + Q p + 2 p n floats per thread \
-	 * (Q = MGT_SSD_CHUNK). */ \
+	 * (Q = MGT_SSD_CHUNK); on CUDA the same per-head rows, the chunks' state gradients (as many \
+	 * floats as states) and 3 Q^2 + 2 Q n + Q p floats for each of at most 128 chunks at a time. */ \
 	X(void, ssd_scan_bwd, (mgt_backend *be, const mgt_ssd *d, float *dx, float *dB, float *dC, \
 		float *ddt_raw, float *ddt_bias, float *dA_log, float *dD, const float *dy, \
 		const float *states, const float *x, const float *B, const float *C, const float *dt_raw, \
@@ -631,7 +630,7 @@ size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n);
  * gemm_fp8 on CUDA needs compute capability 8.9 or higher (Ada, Hopper and later: Transformer
  * Engine's rule, transformer_engine/pytorch/utils.py check_fp8_support) and a cuBLASLt with fp8
  * (CUDA 12.1 or later); the reason names the GPU (its name and compute capability).  The CPU runs
- * every op it has (fp8 by emulation), the Mamba-2 ops (MGT_BACKEND_CPU_ONLY_OPS) on fp32 only. */
+ * every op it has (fp8 by emulation), the Mamba-2 ops (MGT_BACKEND_MAMBA_OPS) on fp32 only (both backends). */
 bool mgt_backend_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);
 /* The CUDA part of it, for a CUDA backend (false with the reason in a build without CUDA). */
 bool mgt_backend_cuda_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);

@@ -493,10 +493,71 @@ void mgt_cuda_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type 
 		mgt_cuda_ok(be, "widen", mgt_k_cast(stream(be), dst, MGT_K_F32, src, mgt_cuda_kt(st), n));
 }
 
+/* ---- the Mamba-2 mixer's ops (kernels/mamba.cu, kernels/ssd.cu; fp32 only, mem.c) ---- */
+
+void mgt_cuda_mamba_conv_fwd(mgt_backend *be, float *y, const float *x, int ld_x, const float *w, const float *bias,
+			     const int32_t *seg_start, int L, int b, int CD, int K)
+{
+	mgt_cuda_ok(be, "mamba_conv_fwd", mgt_k_mamba_conv_fwd(stream(be), y, x, ld_x, w, bias, seg_start, L, b, CD, K));
+}
+
+void mgt_cuda_mamba_conv_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy, const float *x,
+			     int ld_x, const float *w, const float *bias, const int32_t *seg_start, int L, int b, int CD,
+			     int K)
+{
+	if (L > 0 && b > 0 && CD > 0)
+		WITH_WS("mamba_conv_bwd", mgt_k_mamba_conv_bwd_ws_bytes(L, b, CD, K),
+			mgt_k_mamba_conv_bwd(stream(be), dx, dw, db, dy, x, ld_x, w, bias, seg_start, L, b, CD, K, ws));
+}
+
+/* kernels/ssd.cu's chunks (its Q) are backend.h's, so the saved states' layout is the CPU's. */
+_Static_assert(MGT_SSD_CHUNK == 128, "kernels/ssd.cu's chunk length Q is 128");
+
+static mgt_k_ssd k_ssd(const mgt_ssd *d)
+{
+	return (mgt_k_ssd){ d->L, d->b, d->nh, d->p, d->g, d->n, d->ld_x, d->ld_bc, d->ld_dt, d->seg_start };
+}
+
+void mgt_cuda_ssd_scan_fwd(mgt_backend *be, const mgt_ssd *d, float *y, float *states, const float *x, const float *B,
+			   const float *C, const float *dt_raw, const float *dt_bias, const float *A_log, const float *D)
+{
+	const mgt_k_ssd k = k_ssd(d);
+	const size_t bytes = mgt_k_ssd_scan_fwd_ws_bytes(&k);
+	if (bytes)
+		WITH_WS("ssd_scan_fwd", bytes,
+			mgt_k_ssd_scan_fwd(stream(be), &k, y, states, x, B, C, dt_raw, dt_bias, A_log, D, ws));
+}
+
+void mgt_cuda_ssd_scan_bwd(mgt_backend *be, const mgt_ssd *d, float *dx, float *dB, float *dC, float *ddt_raw,
+			   float *ddt_bias, float *dA_log, float *dD, const float *dy, const float *states,
+			   const float *x, const float *B, const float *C, const float *dt_raw, const float *dt_bias,
+			   const float *A_log, const float *D)
+{
+	const mgt_k_ssd k = k_ssd(d);
+	const size_t bytes = mgt_k_ssd_scan_bwd_ws_bytes(&k);
+	if (bytes)
+		WITH_WS("ssd_scan_bwd", bytes,
+			mgt_k_ssd_scan_bwd(stream(be), &k, dx, dB, dC, ddt_raw, ddt_bias, dA_log, dD, dy, states, x, B, C,
+					   dt_raw, dt_bias, A_log, D, ws));
+}
+
+void mgt_cuda_mamba_gated_norm_fwd(mgt_backend *be, float *out, float *rstd, const float *y, const float *z, int ld_z,
+				   const float *w, int T, int di, int g, float eps)
+{
+	mgt_cuda_ok(be, "mamba_gated_norm_fwd",
+		    mgt_k_mamba_gated_norm_fwd(stream(be), out, rstd, y, z, ld_z, w, T, di, g, eps));
+}
+
+void mgt_cuda_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, const float *y,
+				   const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g)
+{
+	if (T > 0 && di > 0 && g > 0)
+		WITH_WS("mamba_gated_norm_bwd", mgt_k_mamba_gated_norm_bwd_ws_bytes(T, di),
+			mgt_k_mamba_gated_norm_bwd(stream(be), dy, dz, dw, dout, y, z, ld_z, w, rstd, T, di, g, ws));
+}
+
 #define CUDA_OP_ENTRY(ret, n, params) .n = mgt_cuda_##n,
-/* the CPU-only ops (backend.h MGT_BACKEND_CPU_ONLY_OPS): none here, mgt_backend_supports refuses them */
-#define CUDA_OP_ABSENT(ret, n, params) .n = NULL,
-static const mgt_backend_ops cuda_ops = { .name = "cuda", MGT_BACKEND_OPS_BY(CUDA_OP_ENTRY, CUDA_OP_ABSENT) };
+static const mgt_backend_ops cuda_ops = { .name = "cuda", MGT_BACKEND_OPS(CUDA_OP_ENTRY) };
 
 /* ---- create and destroy ---- */
 

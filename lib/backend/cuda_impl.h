@@ -102,7 +102,6 @@ void mgt_cuda_plans_free(cuda_impl *im);
 
 /* The ops of backend.h, mgt_cuda_<op> (cuda.c, cuda_attn.c, cuda_gemm.c), declared from its list. */
 #define MGT_CUDA_OP_DECL(ret, n, params) ret mgt_cuda_##n params;
-#define MGT_CUDA_OP_NONE(ret, n, params)
-MGT_BACKEND_OPS_BY(MGT_CUDA_OP_DECL, MGT_CUDA_OP_NONE)
+MGT_BACKEND_OPS(MGT_CUDA_OP_DECL)
 
 #endif

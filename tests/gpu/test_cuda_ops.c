@@ -3134,6 +3134,250 @@ static void fp8_gemm_ops(const int *tr, int ntr, int T, int in, int out)
 	t_gemm_fp8(&FP8_F16, out, T, in, true); /* (random bytes overflow fp16) */
 }
 
+/* ---- the Mamba-2 mixer (backend.h MGT_BACKEND_MAMBA_OPS: kernels/mamba.cu, kernels/ssd.cu) ---- */
+
+/* The conv: the same fp32 products in the same order as cpu_mamba.c, so under the simulator the
+ * same bits but for silu's expf; the weight gradients are double sums in another order, rounded
+ * once. */
+#define SIM_MAMBA SIM_ULP
+/* The scan: its chunk products are fp32 sums of up to 128 terms in another order than the CPU's
+ * sgemm (cpu_ssd.c): y, states, dx/dB/dC and ddt_raw measured 0..1.4e-7 under the simulator over
+ * 30 seeds of the small shapes; 7e-7 is 5x that (a dropped term or a wrong mask gives 1e-3 and
+ * more).  ddt_bias and dA_log sum every row's dt gradient, terms of both signs that cancel in
+ * part, which amplifies those roundings: measured up to 1.9e-6; 1e-5.  On a GPU TOL32 for the
+ * tensors and 5e-5 for those two sums (not yet measured on a GPU: expf, log1pf and fused
+ * multiply-adds differ from the CPU's there, and the cancellation amplifies them the same way). */
+#define SIM_SSD 7e-7
+#define SIM_SSD_SUMS 1e-5
+#define TOL_SSD_SUMS 5e-5
+
+/* A copy of h [n] for the CPU side and its device copy: the same start for "written" outputs
+ * whose unwritten columns must stay as they were. */
+static float *dmirror(const float *h, size_t n, float **cpu_copy)
+{
+	*cpu_copy = hcopy(h, n);
+	return dput(h, n);
+}
+
+/* Causal depthwise conv1d + SiLU over a row-strided x [L*b, ld] (ld >= CD), packed documents
+ * when docs; both directions, twice on the GPU for determinism. */
+static void t_mamba_conv(int L, int b, int CD, int K, int ld, bool docs)
+{
+	const size_t T = (size_t)L * b, nx = T * ld, ny = T * CD, nw = (size_t)CD * K;
+	const char *id = nm("mamba conv L=%d b=%d CD=%d ld=%d%s", L, b, CD, ld, docs ? " packed" : "");
+	float *x = hrand(nx, 1.5), *w = hrand(nw, 0.7), *bias = hrand(CD, 0.5), *dy = hrand(ny, 1);
+	float *dx0 = hrand(nx, 1), *dw0 = hrand(nw, 1), *db0 = hrand(CD, 1), *dxc, *dwc, *dbc;
+	int32_t *seg = docs ? packed_starts(L, b, 9) : NULL;
+	float *yc = xmalloc(ny * 4);
+	float *dX = dput(x, nx), *dW = dput(w, nw), *dBi = dput(bias, CD), *dDY = dput(dy, ny), *dY = dalloc(ny * 4);
+	float *dDX = dmirror(dx0, nx, &dxc), *dDW = dmirror(dw0, nw, &dwc), *dDB = dmirror(db0, CD, &dbc);
+	int32_t *dS = seg ? dputi(seg, T) : NULL;
+	C->mamba_conv_fwd(cpu, yc, x, ld, w, bias, seg, L, b, CD, K);
+	C->mamba_conv_bwd(cpu, dxc, dwc, dbc, dy, x, ld, w, bias, seg, L, b, CD, K);
+	float *y[2], *dx[2], *dw[2], *db[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dY, ny);
+		up(dDX, dx0, nx * 4), up(dDW, dw0, nw * 4), up(dDB, db0, (size_t)CD * 4);
+		G->mamba_conv_fwd(gpu, dY, dX, ld, dW, dBi, dS, L, b, CD, K);
+		G->mamba_conv_bwd(gpu, dDX, dDW, dDB, dDY, dX, ld, dW, dBi, dS, L, b, CD, K);
+		y[k] = dget(dY, ny), dx[k] = dget(dDX, nx), dw[k] = dget(dDW, nw), db[k] = dget(dDB, CD);
+	}
+	cmp(nm("%s: fwd y", id), y[0], yc, NULL, ny, T2(TOL32, SIM_MAMBA));
+	cmp(nm("%s: bwd dx (columns past CD kept)", id), dx[0], dxc, NULL, nx, T2(TOL32, SIM_MAMBA));
+	cmp(nm("%s: bwd dw (accumulated)", id), dw[0], dwc, dw0, nw, colsum_tol((long)T));
+	cmp(nm("%s: bwd db (accumulated)", id), db[0], dbc, db0, CD, colsum_tol((long)T));
+	det(id, ndiff(y[0], y[1], ny, 4) + ndiff(dx[0], dx[1], nx, 4) + ndiff(dw[0], dw[1], nw, 4) +
+			ndiff(db[0], db[1], CD, 4));
+	for (int k = 0; k < 2; k++)
+		free(y[k]), free(dx[k]), free(dw[k]), free(db[k]);
+	dfree(dX), dfree(dW), dfree(dBi), dfree(dDY), dfree(dY), dfree(dDX), dfree(dDW), dfree(dDB), dfree(dS);
+	free(x), free(w), free(bias), free(dy), free(dx0), free(dw0), free(db0), free(dxc), free(dwc), free(dbc);
+	free(seg), free(yc);
+}
+
+/* Gated RMSNorm over g groups of di / g channels, z [T, ld_z] (ld_z >= di). */
+static void t_mamba_gnorm(int T, int di, int g, int ld_z)
+{
+	const size_t n = (size_t)T * di, nz = (size_t)T * ld_z, ng = (size_t)T * g;
+	const char *id = nm("mamba gated norm T=%d di=%d g=%d ld_z=%d", T, di, g, ld_z);
+	float *y = hrand(n, 1.5), *z = hrand(nz, 3), *w = hrand(di, 0.5), *dout = hrand(n, 1);
+	float *dz0 = hrand(nz, 1), *dw0 = hrand(di, 1), *dzc, *dwc;
+	for (int c = 0; c < di; c++)
+		w[c] += 1.0f;
+	float *oc = xmalloc(n * 4), *rc = xmalloc(ng * 4), *dyc = xmalloc(n * 4);
+	C->mamba_gated_norm_fwd(cpu, oc, rc, y, z, ld_z, w, T, di, g, 1e-5f);
+	float *dYi = dput(y, n), *dZ = dput(z, nz), *dW = dput(w, di), *dDO = dput(dout, n), *dO = dalloc(n * 4);
+	float *dR = dalloc(ng * 4), *dRc = dput(rc, ng), *dDY = dalloc(n * 4);
+	float *dDZ = dmirror(dz0, nz, &dzc), *dDW = dmirror(dw0, di, &dwc);
+	/* the backward gets the CPU's rstd on both sides: it is checked on its own */
+	C->mamba_gated_norm_bwd(cpu, dyc, dzc, dwc, dout, y, z, ld_z, w, rc, T, di, g);
+	float *o[2], *r[2], *dyg[2], *dzg[2], *dwg[2];
+	for (int k = 0; k < 2; k++) {
+		poison(dO, n), poison(dR, ng), poison(dDY, n);
+		up(dDZ, dz0, nz * 4), up(dDW, dw0, (size_t)di * 4);
+		G->mamba_gated_norm_fwd(gpu, dO, dR, dYi, dZ, ld_z, dW, T, di, g, 1e-5f);
+		G->mamba_gated_norm_bwd(gpu, dDY, dDZ, dDW, dDO, dYi, dZ, ld_z, dW, dRc, T, di, g);
+		o[k] = dget(dO, n), r[k] = dget(dR, ng), dyg[k] = dget(dDY, n), dzg[k] = dget(dDZ, nz), dwg[k] = dget(dDW, di);
+	}
+	cmp_rows(nm("%s: fwd out", id), o[0], oc, NULL, T, (size_t)di, T2(TOL32, SIM_ULP));
+	cmp(nm("%s: fwd rstd", id), r[0], rc, NULL, ng, T2(TOL32, SIM_ULP));
+	cmp_rows(nm("%s: bwd dy", id), dyg[0], dyc, NULL, T, (size_t)di, T2(3e-5, SIM_ULP));
+	cmp_rows(nm("%s: bwd dz (columns past di kept)", id), dzg[0], dzc, NULL, T, (size_t)ld_z, T2(3e-5, SIM_ULP));
+	cmp(nm("%s: bwd dw (accumulated)", id), dwg[0], dwc, dw0, di, colsum_tol(T));
+	det(id, ndiff(o[0], o[1], n, 4) + ndiff(r[0], r[1], ng, 4) + ndiff(dyg[0], dyg[1], n, 4) +
+			ndiff(dzg[0], dzg[1], nz, 4) + ndiff(dwg[0], dwg[1], di, 4));
+	for (int k = 0; k < 2; k++)
+		free(o[k]), free(r[k]), free(dyg[k]), free(dzg[k]), free(dwg[k]);
+	dfree(dYi), dfree(dZ), dfree(dW), dfree(dDO), dfree(dO), dfree(dR), dfree(dRc), dfree(dDY), dfree(dDZ), dfree(dDW);
+	free(y), free(z), free(w), free(dout), free(dz0), free(dw0), free(dzc), free(dwc), free(oc), free(rc), free(dyc);
+}
+
+/* The scan's inputs as in_proj and the conv leave them: xbc [T, ldc] = x (nh p columns), B, C
+ * (g n each), 3 more columns; dt_raw at columns 2 .. nh+1 of dtr [T, nh + 5]. */
+typedef struct {
+	mgt_ssd d;
+	size_t T, nxbc, ndt, nst;
+	int bc; /* B's first column (C's: bc + g n) */
+	float *xbc, *dtr, *dtb, *alog, *D;
+} ssd_case;
+
+static ssd_case ssd_make(int L, int b, int nh, int g, int p, int n, bool docs)
+{
+	ssd_case s = { .T = (size_t)L * b, .bc = nh * p };
+	const int ldc = nh * p + 2 * g * n + 3;
+	s.d = (mgt_ssd){ .L = L, .b = b, .nh = nh, .p = p, .g = g, .n = n, .ld_x = ldc, .ld_bc = ldc, .ld_dt = nh + 5,
+			 .seg_start = docs ? packed_starts(L, b, 150) : NULL };
+	if (docs) { /* sequence 0: a document from position 128 on, a chunk's first row (its decay is 0) */
+		int32_t *seg = (int32_t *)s.d.seg_start;
+		for (int i = 0; i < L; i++)
+			seg[(size_t)i * b] = i >= 128 ? 128 : 0;
+	}
+	s.nxbc = s.T * ldc, s.ndt = s.T * s.d.ld_dt, s.nst = mgt_ssd_states_floats(&s.d);
+	s.xbc = hrand(s.nxbc, 1), s.dtr = hrand(s.ndt, 2);
+	s.dtb = xmalloc((size_t)nh * 4), s.alog = xmalloc((size_t)nh * 4), s.D = xmalloc((size_t)nh * 4);
+	/* dt about 0.05 .. 0.3 and A = -(1 .. 16) as Megatron's init, but every third head past
+	 * softplus's threshold (dt = dt_raw + 21) and every third one slow (A about -0.02: a chunk
+	 * decays the state by about e^-0.3, so what crosses chunks weighs in y) */
+	for (int h = 0; h < nh; h++) {
+		s.dtb[h] = h % 3 == 2 ? 21.0f : (float)(-2.0 + 0.5 * urand());
+		s.alog[h] = (float)(h % 3 == 1 ? -4.0 + 0.3 * urand() : 1.4 + 1.3 * urand());
+		s.D[h] = (float)(1.0 + 0.5 * urand());
+	}
+	return s;
+}
+
+/* Device copies of a case's inputs (seg_start replaced by its device copy in *dd). */
+typedef struct {
+	mgt_ssd d;
+	float *xbc, *dtr, *dtb, *alog, *D;
+	int32_t *seg;
+} ssd_dev;
+
+static ssd_dev ssd_put(const ssd_case *s)
+{
+	ssd_dev v = { .d = s->d };
+	v.seg = s->d.seg_start ? dputi(s->d.seg_start, s->T) : NULL;
+	v.d.seg_start = v.seg;
+	v.xbc = dput(s->xbc, s->nxbc), v.dtr = dput(s->dtr, s->ndt), v.dtb = dput(s->dtb, s->d.nh);
+	v.alog = dput(s->alog, s->d.nh), v.D = dput(s->D, s->d.nh);
+	return v;
+}
+
+/* The scan on one backend: y, states; then dxbc (x, B, C gradients into a copy of gx0), ddt (into
+ * a copy of gdt0) and the per-head sums (into a copy of gh0 [3 nh]).  host: be's pointers are
+ * host memory; else device copies are made here and the results downloaded. */
+typedef struct {
+	float *y, *st, *gx, *gdt, *gh;
+} ssd_res;
+
+static ssd_res ssd_run_cpu(const ssd_case *s, const float *dy, const float *gx0, const float *gdt0, const float *gh0)
+{
+	const mgt_ssd *d = &s->d;
+	const int nh = d->nh, bc = s->bc, cc = bc + d->g * d->n;
+	ssd_res r = { xmalloc(s->T * nh * d->p * 4), xmalloc(s->nst * 4), hcopy(gx0, s->nxbc), hcopy(gdt0, s->ndt),
+		      hcopy(gh0, 3 * (size_t)nh) };
+	C->ssd_scan_fwd(cpu, d, r.y, r.st, s->xbc, s->xbc + bc, s->xbc + cc, s->dtr + 2, s->dtb, s->alog, s->D);
+	C->ssd_scan_bwd(cpu, d, r.gx, r.gx + bc, r.gx + cc, r.gdt + 2, r.gh, r.gh + nh, r.gh + 2 * nh, dy, r.st, s->xbc,
+			s->xbc + bc, s->xbc + cc, s->dtr + 2, s->dtb, s->alog, s->D);
+	return r;
+}
+
+static ssd_res ssd_run_gpu(const ssd_case *s, const ssd_dev *v, const float *dDY, const float *gx0, const float *gdt0,
+			   const float *gh0)
+{
+	const mgt_ssd *d = &v->d;
+	const int nh = d->nh, bc = s->bc, cc = bc + d->g * d->n;
+	const size_t ny = s->T * nh * d->p;
+	float *dY = dalloc(ny * 4), *dSt = dalloc(s->nst * 4), *dGX = dput(gx0, s->nxbc), *dGD = dput(gdt0, s->ndt);
+	float *dGH = dput(gh0, 3 * (size_t)nh);
+	poison(dY, ny), poison(dSt, s->nst);
+	G->ssd_scan_fwd(gpu, d, dY, dSt, v->xbc, v->xbc + bc, v->xbc + cc, v->dtr + 2, v->dtb, v->alog, v->D);
+	G->ssd_scan_bwd(gpu, d, dGX, dGX + bc, dGX + cc, dGD + 2, dGH, dGH + nh, dGH + 2 * nh, dDY, dSt, v->xbc,
+			v->xbc + bc, v->xbc + cc, v->dtr + 2, v->dtb, v->alog, v->D);
+	ssd_res r = { dget(dY, ny), dget(dSt, s->nst), dget(dGX, s->nxbc), dget(dGD, s->ndt), dget(dGH, 3 * (size_t)nh) };
+	dfree(dY), dfree(dSt), dfree(dGX), dfree(dGD), dfree(dGH);
+	return r;
+}
+
+static size_t ssd_ndiff(const ssd_case *s, const ssd_res *a, const ssd_res *b)
+{
+	return ndiff(a->y, b->y, s->T * s->d.nh * s->d.p, 4) + ndiff(a->st, b->st, s->nst, 4) +
+	       ndiff(a->gx, b->gx, s->nxbc, 4) + ndiff(a->gdt, b->gdt, s->ndt, 4) + ndiff(a->gh, b->gh, 3 * (size_t)s->d.nh, 4);
+}
+
+static void ssd_res_free(ssd_res *r) { free(r->y), free(r->st), free(r->gx), free(r->gdt), free(r->gh); }
+
+/* The selective scan, forward and backward: y, the saved states, dx/dB/dC (inside xbc's layout,
+ * the columns they do not write kept), ddt_raw (inside dtr's), ddt_bias, dA_log, dD accumulated. */
+static void t_ssd(int L, int b, int nh, int g, int p, int n, bool docs)
+{
+	const char *id = nm("ssd scan L=%d b=%d nh=%d g=%d p=%d n=%d%s", L, b, nh, g, p, n, docs ? " packed" : "");
+	ssd_case s = ssd_make(L, b, nh, g, p, n, docs);
+	const size_t ny = s.T * nh * p;
+	float *dy = hrand(ny, 1), *gx0 = hrand(s.nxbc, 1), *gdt0 = hrand(s.ndt, 1), *gh0 = hrand(3 * (size_t)nh, 1);
+	ssd_res c = ssd_run_cpu(&s, dy, gx0, gdt0, gh0);
+	ssd_dev v = ssd_put(&s);
+	float *dDY = dput(dy, ny);
+	ssd_res gr[2];
+	for (int k = 0; k < 2; k++)
+		gr[k] = ssd_run_gpu(&s, &v, dDY, gx0, gdt0, gh0);
+	const tol2 t = T2(TOL32, SIM_SSD);
+	cmp(nm("%s: fwd y", id), gr[0].y, c.y, NULL, ny, t);
+	cmp(nm("%s: fwd states", id), gr[0].st, c.st, NULL, s.nst, t);
+	cmp(nm("%s: bwd dx, dB, dC (other columns kept)", id), gr[0].gx, c.gx, gx0, s.nxbc, t);
+	cmp(nm("%s: bwd ddt_raw (other columns kept)", id), gr[0].gdt, c.gdt, gdt0, s.ndt, t);
+	cmp(nm("%s: bwd ddt_bias (accumulated)", id), gr[0].gh, c.gh, gh0, nh, T2(TOL_SSD_SUMS, SIM_SSD_SUMS));
+	cmp(nm("%s: bwd dA_log (accumulated)", id), gr[0].gh + nh, c.gh + nh, gh0 + nh, nh, T2(TOL_SSD_SUMS, SIM_SSD_SUMS));
+	cmp(nm("%s: bwd dD (accumulated)", id), gr[0].gh + 2 * nh, c.gh + 2 * nh, gh0 + 2 * nh, nh, t);
+	det(id, ssd_ndiff(&s, &gr[0], &gr[1]));
+	ssd_res_free(&c), ssd_res_free(&gr[0]), ssd_res_free(&gr[1]);
+	dfree(v.xbc), dfree(v.dtr), dfree(v.dtb), dfree(v.alog), dfree(v.D), dfree(v.seg), dfree(dDY);
+	free(dy), free(gx0), free(gdt0), free(gh0);
+	free(s.xbc), free(s.dtr), free(s.dtb), free(s.alog), free(s.D), free((void *)s.d.seg_start);
+}
+
+/* The mixer's ops: shapes with L not a multiple of 128, several sequences, heads and groups,
+ * packed documents, row strides wider than the block read; big: the GPU's sizes too. */
+static void mamba_ops(bool big)
+{
+	t_mamba_conv(70, 4, 40, 4, 45, true);
+	t_mamba_conv(33, 1, 7, 4, 7, false);
+	t_mamba_conv(130, 3, 24, 4, 30, true);
+	t_mamba_gnorm(50, 96, 2, 136);
+	t_mamba_gnorm(7, 30, 3, 35);
+	t_mamba_gnorm(40, 520, 1, 600); /* a group wider than the block */
+	t_ssd(200, 2, 4, 2, 8, 16, false);
+	t_ssd(150, 4, 2, 1, 16, 8, true);
+	t_ssd(45, 1, 3, 3, 4, 4, false);
+	t_ssd(260, 2, 24, 4, 2, 4, true); /* 144 chunk blocks: two waves of the backward */
+	if (big) {
+		t_mamba_conv(1000, 2, 1280, 4, 2600, true);
+		t_mamba_gnorm(2000, 1024, 8, 2600);
+		t_ssd(1000, 2, 8, 2, 64, 128, true);
+		t_ssd(2048, 1, 16, 1, 64, 64, false);
+	}
+}
+
 static void all_ops(void)
 {
 	if (section("tensor-core fragments and attention implementations (first)")) {
@@ -3250,6 +3494,9 @@ static void all_ops(void)
 		t_bda(3, 5, 0.5f, true, true, false, 0);
 		t_bda(1000, 130, 0.3f, false, false, true, 123);
 
+	}
+	if (section("mamba-2 mixer")) {
+		mamba_ops(true);
 	}
 	if (section("mixture of experts")) {
 		t_moe_rows(2048, 2, 768);
@@ -3441,6 +3688,9 @@ static void small_ops(void)
 		t_bda(100, 130, 0.3f, false, false, true, 123);
 
 	}
+	if (section("mamba-2 mixer")) {
+		mamba_ops(false);
+	}
 	if (section("mixture of experts")) {
 		t_moe_rows(100, 2, 96);
 		t_moe_rows(70, 4, 130); /* h not a multiple of 4 */
@@ -3509,6 +3759,9 @@ static void small_ops(void)
 		t_act(MGT_ACT_SWIGLU, true, 30, 150);
 		t_bda(30, 768, 0.1f, true, true, false, 0);
 		t_xent(10, 3000, 0, 3000);
+		t_mamba_conv(40, 2, 24, 4, 30, true);
+		t_mamba_gnorm(30, 96, 2, 100);
+		t_ssd(150, 2, 2, 1, 8, 8, true);
 		t_moe_rows(30, 2, 96);
 		{
 			const int r3[] = { 20, 0, 13 };

@@ -1,0 +1,588 @@
+/* kernels/: Mamba-2's selective scan, forward and backward (backend.h ssd_scan_fwd / ssd_scan_bwd;
+ * the chunked SSD algorithm of Dao & Gu 2024, "Transformers are SSMs", section 6; mamba_ssm
+ * ops/triton/ssd_combined.py's steps: chunk cumsum, chunk state, state passing, chunk scan).
+ * lib/backend/cpu_ssd.c gives the formulas and the operation order of each term, which these
+ * kernels follow (cumulative sums of dt A in double, sequentially from the chunk's start, so the
+ * decays match the CPU's bits; products and states fp32; per-head scalars summed in double).
+ *
+ * One block per (sequence j, chunk c, head h), block index ((j nc + c) nh + h) as the saved
+ * states' layout [b][chunk][nh][p][n]:
+ *   forward   ssd_state_k   each chunk's own end state (its last document's dt x (x) B, decayed),
+ *                           written into states[c], and its decay e^{cum[last]} (0 when a
+ *                           document starts in the chunk) into ws;
+ *             ssd_carry_k   per (j, h), chunks in order: states[c] = S_in; S = a_c S + own_c;
+ *             ssd_out_k     y = the intra-chunk C B^T product masked by decay and document (tiles
+ *                           of SSD_TS key positions in shared memory) + e^{cum} C S_in + D x.
+ *   backward  ssd_dsin_k    each chunk's direct part of dS_in (rows reading S_in);
+ *             ssd_carry_k   chunks in reverse: dSo[c] = dS_in[c+1], dS_in[c] = own_c + a_c dSo[c];
+ *             ssd_bwd_k     the chunk's backward from dSo (cpu_ssd.c bwd_intra, bwd_inter,
+ *                           bwd_state_out, bwd_dt) with its Q x Q matrices in ws, blocks in
+ *                           waves of SSD_WAVE so that ws stays bounded;
+ *             ssd_gsum_k    dB, dC: the per-head rows summed over a group's heads in head order;
+ *             ssd_scal_k    ddt_bias, dA_log, dD: the per-block double partials summed in order.
+ * Every block writes only its own chunk's rows and its own ws slices; what one launch reads,
+ * an earlier one wrote (no atomics). */
+#include "common.cuh"
+
+/* Q: backend.h's MGT_SSD_CHUNK (lib/backend/cuda.c asserts it), the saved states' chunking. */
+static constexpr int Q = 128, SSD_THREADS = 256, SSD_TS = 32, SSD_WAVE = 128;
+
+/* softplus with mamba_ssm's threshold, and its slope (cpu_ssd.c softplusf_, dsoftplusf_). */
+static __device__ __forceinline__ float softplus_(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+static __device__ __forceinline__ float dsoftplus_(float v) { return v > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-v)); }
+
+/* Block blk's chunk: sequence j, head h (group gi), chunk c of nc (rows i0 .. i0+q-1); base
+ * pointers at the chunk's first row and row strides. */
+struct chunk_v {
+	int j, h, gi, c, nc, i0, q;
+	const float *x, *B, *C, *dtr;
+	size_t sx, sbc, sdt, sy;
+	float A, dtb;
+};
+
+static __device__ chunk_v chunk_of(const mgt_k_ssd &d, int blk, const float *x, const float *B, const float *C,
+				   const float *dt_raw, const float *dt_bias, const float *A_log)
+{
+	chunk_v v;
+	v.nc = (d.L + Q - 1) / Q;
+	v.h = blk % d.nh, v.c = blk / d.nh % v.nc, v.j = blk / (d.nh * v.nc);
+	v.gi = v.h / (d.nh / d.g), v.i0 = v.c * Q, v.q = d.L - v.i0 < Q ? d.L - v.i0 : Q;
+	v.sx = (size_t)d.b * d.ld_x, v.sbc = (size_t)d.b * d.ld_bc, v.sdt = (size_t)d.b * d.ld_dt;
+	v.sy = (size_t)d.b * d.nh * d.p;
+	const size_t r0 = (size_t)v.i0 * d.b + v.j;
+	v.x = x + r0 * d.ld_x + (size_t)v.h * d.p;
+	v.B = B + r0 * d.ld_bc + (size_t)v.gi * d.n;
+	v.C = C + r0 * d.ld_bc + (size_t)v.gi * d.n;
+	v.dtr = dt_raw + r0 * d.ld_dt + v.h;
+	v.A = -expf(A_log[v.h]);
+	v.dtb = dt_bias[v.h];
+	return v;
+}
+
+/* The chunk's dt, document starts lo and inclusive cumulative sums of dt A in double, restarted
+ * at each document start (cpu_ssd.c chunk_dt), into shared memory by thread 0; then a barrier. */
+static __device__ void chunk_prep(const mgt_k_ssd &d, const chunk_v &v, float *dt, int *lo, double *cum)
+{
+	if (threadIdx.x == 0) {
+		double acc = 0;
+		for (int r = 0; r < v.q; r++) {
+			const int i = v.i0 + r;
+			dt[r] = softplus_(v.dtr[(size_t)r * v.sdt] + v.dtb);
+			lo[r] = d.seg_start ? d.seg_start[(size_t)i * d.b + v.j] : 0;
+			if (lo[r] == i)
+				acc = 0;
+			acc += (double)dt[r] * v.A;
+			cum[r] = acc;
+		}
+	}
+	__syncthreads();
+}
+
+/* The first chunk row of row r's document (0 when it began before the chunk). */
+static __device__ __forceinline__ int doc_row(const int *lo, int r, int i0) { return lo[r] > i0 ? lo[r] - i0 : 0; }
+
+/* The chunk's decay e^{cum[last]} when its last document began before it, else 0. */
+static __device__ __forceinline__ float chunk_decay(const chunk_v &v, const int *lo, const double *cum)
+{
+	return lo[v.q - 1] < v.i0 ? (float)exp(cum[v.q - 1]) : 0.0f;
+}
+
+/* sum_k a[k] b[k] over k < n (fp32, k ascending). */
+static __device__ __forceinline__ float dot_(const float *a, const float *b, int n)
+{
+	float s = 0.0f;
+	for (int k = 0; k < n; k++)
+		s += a[k] * b[k];
+	return s;
+}
+
+#define BLOCK_LOOP(e, n) for (int e = threadIdx.x; e < (n); e += blockDim.x)
+
+/* ---- forward ---- */
+
+/* decay[blk]; states[blk] = sum_s w_s x_s (x) B_s with w_s = e^{cum[last] - cum[s]} dt_s on the
+ * last document (0 before it): the chunk's own end state (the last chunk's is not used). */
+static __global__ void ssd_state_k(mgt_k_ssd d, float *states, float *decay, const float *x, const float *B,
+				   const float *C, const float *dt_raw, const float *dt_bias, const float *A_log)
+{
+	__shared__ double cum[Q];
+	__shared__ float dt[Q], wv[Q];
+	__shared__ int lo[Q];
+	const int blk = blockIdx.x;
+	const chunk_v v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
+	chunk_prep(d, v, dt, lo, cum);
+	const int last = v.q - 1, P = d.p, N = d.n;
+	if (threadIdx.x == 0)
+		decay[blk] = chunk_decay(v, lo, cum);
+	BLOCK_LOOP(s, v.q) {
+		wv[s] = v.i0 + s >= lo[last] ? (float)(exp(cum[last] - cum[s]) * dt[s]) : 0.0f;
+	}
+	__syncthreads();
+	float *S = states + (size_t)blk * P * N;
+	BLOCK_LOOP(e, P * N) {
+		const int p = e / N, n = e % N;
+		float acc = 0.0f;
+		for (int s = 0; s < v.q; s++)
+			acc += v.x[(size_t)s * v.sx + p] * (wv[s] * v.B[(size_t)s * v.sbc + n]);
+		S[e] = acc;
+	}
+}
+
+/* Element e of (j, h)'s chunks in order (rev == 0) or in reverse: buf[c] = S, then
+ * S = a_c S + own_c with own_c what buf[c] held.  Forward: S_in, carried from each chunk's own end
+ * state; backward: dSo, carried from each chunk's own part of dS_in (dS_in = own + a dSo). */
+static __global__ void ssd_carry_k(mgt_k_ssd d, float *buf, const float *decay, int rev)
+{
+	const size_t PN = (size_t)d.p * d.n, e = blockIdx.y * (size_t)blockDim.x + threadIdx.x;
+	if (e >= PN)
+		return;
+	const int j = blockIdx.x / d.nh, h = blockIdx.x % d.nh, nc = (d.L + Q - 1) / Q;
+	float S = 0.0f;
+	for (int i = 0; i < nc; i++) {
+		const size_t k = ((size_t)j * nc + (rev ? nc - 1 - i : i)) * d.nh + h;
+		const float own = buf[k * PN + e];
+		buf[k * PN + e] = S;
+		S = decay[k] != 0.0f ? decay[k] * S + own : own;
+	}
+}
+
+/* M[r][s - s0] for the key tile s0 .. s0+SSD_TS-1, rows s0 .. q-1: (C_r . B_s) e^{cum[r] - cum[s]}
+ * dt_s on row r's document and s <= r, else 0 (cpu_ssd.c fwd_chunk's masked CB). */
+static __device__ void out_tile(const chunk_v &v, const mgt_k_ssd &d, float *M, int s0, const float *dt,
+				const int *lo, const double *cum)
+{
+	BLOCK_LOOP(k, (v.q - s0) * SSD_TS) {
+		const int r = s0 + k / SSD_TS, s = s0 + k % SSD_TS;
+		float m = 0.0f;
+		if (s <= r && s >= doc_row(lo, r, v.i0)) {
+			const float e = (float)exp(cum[r] - cum[s]);
+			const float cb = dot_(v.C + (size_t)r * v.sbc, v.B + (size_t)s * v.sbc, d.n);
+			m = e != 0.0f ? cb * (e * dt[s]) : 0.0f;
+		}
+		M[(r - s0) * SSD_TS + (s - s0)] = m;
+	}
+}
+
+/* y rows of the chunk: intra (tiles), + e^{cum[r]} C_r . S_in (rows whose document began before
+ * the chunk), + D x. y serves as the accumulator; barriers between the phases. */
+static __global__ void ssd_out_k(mgt_k_ssd d, float *y, const float *states, const float *x, const float *B,
+				 const float *C, const float *dt_raw, const float *dt_bias, const float *A_log,
+				 const float *D)
+{
+	__shared__ double cum[Q];
+	__shared__ float dt[Q], M[Q * SSD_TS];
+	__shared__ int lo[Q];
+	const int blk = blockIdx.x, P = d.p, N = d.n;
+	const chunk_v v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
+	chunk_prep(d, v, dt, lo, cum);
+	float *Y = y + ((size_t)v.i0 * d.b + v.j) * ((size_t)d.nh * P) + (size_t)v.h * P;
+	BLOCK_LOOP(e, v.q * P) {
+		Y[(size_t)(e / P) * v.sy + e % P] = 0.0f;
+	}
+	for (int s0 = 0; s0 < v.q; s0 += SSD_TS) {
+		__syncthreads();
+		out_tile(v, d, M, s0, dt, lo, cum);
+		__syncthreads();
+		const int s1 = v.q - s0 < SSD_TS ? v.q - s0 : SSD_TS;
+		BLOCK_LOOP(e, (v.q - s0) * P) {
+			const int r = s0 + e / P, p = e % P, sn = r - s0 + 1 < s1 ? r - s0 + 1 : s1;
+			float acc = 0.0f;
+			for (int s = 0; s < sn; s++)
+				acc += M[(r - s0) * SSD_TS + s] * v.x[(size_t)(s0 + s) * v.sx + p];
+			Y[(size_t)r * v.sy + p] += acc;
+		}
+	}
+	__syncthreads();
+	const float *S = states + (size_t)blk * P * N, Dh = D[v.h];
+	BLOCK_LOOP(e, v.q * P) {
+		const int r = e / P, p = e % P;
+		float yv = Y[(size_t)r * v.sy + p];
+		if (v.c > 0 && lo[r] < v.i0)
+			yv += (float)exp(cum[r]) * dot_(v.C + (size_t)r * v.sbc, S + (size_t)p * N, N);
+		Y[(size_t)r * v.sy + p] = yv + Dh * v.x[(size_t)r * v.sx + p];
+	}
+}
+
+extern "C" size_t mgt_k_ssd_scan_fwd_ws_bytes(const mgt_k_ssd *d)
+{
+	return (size_t)d->b * ((d->L + Q - 1) / Q) * d->nh * sizeof(float);
+}
+
+static bool ssd_empty(const mgt_k_ssd *d) { return d->L <= 0 || d->b <= 0 || d->nh <= 0 || d->p <= 0 || d->n <= 0; }
+
+extern "C" int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, float *y, float *states, const float *x,
+				  const float *B, const float *C, const float *dt_raw, const float *dt_bias,
+				  const float *A_log, const float *D, void *ws)
+{
+	if (ssd_empty(d))
+		return 0;
+	const cudaStream_t st = mgt_st(s);
+	const unsigned nblk = (unsigned)(d->b * ((d->L + Q - 1) / Q) * d->nh);
+	const dim3 pass((unsigned)(d->b * d->nh), (unsigned)mgt_cdiv((size_t)d->p * d->n, SSD_THREADS));
+	float *decay = (float *)ws;
+	MGT_LAUNCH(ssd_state_k, nblk, SSD_THREADS, 0, st, *d, states, decay, x, B, C, dt_raw, dt_bias, A_log);
+	MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, states, decay, 0);
+	MGT_LAUNCH(ssd_out_k, nblk, SSD_THREADS, 0, st, *d, y, states, x, B, C, dt_raw, dt_bias, A_log, D);
+	return mgt_k_rc();
+}
+
+/* ---- backward ---- */
+
+/* decay[blk]; dsi[blk] = sum_r (e^{cum[r]} gy_r) (x) C_r over the rows reading S_in (none in the
+ * first chunk): the part of dL/dS_in that does not pass through S_out (cpu_ssd.c bwd_inter). */
+static __global__ void ssd_dsin_k(mgt_k_ssd d, float *dsi, float *decay, const float *dy, const float *x,
+				  const float *B, const float *C, const float *dt_raw, const float *dt_bias,
+				  const float *A_log)
+{
+	__shared__ double cum[Q];
+	__shared__ float dt[Q], ex[Q];
+	__shared__ int lo[Q];
+	const int blk = blockIdx.x, P = d.p, N = d.n;
+	const chunk_v v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
+	chunk_prep(d, v, dt, lo, cum);
+	if (threadIdx.x == 0)
+		decay[blk] = chunk_decay(v, lo, cum);
+	BLOCK_LOOP(r, v.q) {
+		ex[r] = v.c > 0 && lo[r] < v.i0 ? (float)exp(cum[r]) : 0.0f;
+	}
+	__syncthreads();
+	const float *G = dy + ((size_t)v.i0 * d.b + v.j) * ((size_t)d.nh * P) + (size_t)v.h * P;
+	BLOCK_LOOP(e, P * N) {
+		const int p = e / N, n = e % N;
+		float acc = 0.0f;
+		for (int r = 0; r < v.q && ex[r] != 0.0f; r++)
+			acc += (ex[r] * G[(size_t)r * v.sy + p]) * v.C[(size_t)r * v.sbc + n];
+		dsi[(size_t)blk * P * N + e] = acc;
+	}
+}
+
+/* What ssd_bwd_k's phases share: the chunk, its shared arrays, its rows of dy, S_in, dSo and of
+ * the outputs, and its ws matrices (row stride Q). */
+struct bwd_ctx {
+	chunk_v v;
+	const float *G, *Sin, *dSo;     /* dy rows (stride v.sy), S_in and dSo [p, n] */
+	float *DX, *PB, *PC;            /* dx rows (stride v.sx), per-head dB, dC rows (stride n) */
+	float *M, *Dm, *Tm, *Z, *U, *V; /* [Q, Q] x3, [Q, n], [Q, n], [Q, p] */
+	double *cum, *dcum, *dde, *tmp; /* shared [Q] */
+	float *dt, *F;
+	int *lo;
+	int P, N;
+};
+
+/* M = (C B^T) E dt, dCB = (gy X^T) E dt, T = (gy X^T) E (C B^T) on the document mask. */
+static __device__ void bwd_mats(const bwd_ctx &k)
+{
+	const chunk_v &v = k.v;
+	BLOCK_LOOP(e, v.q * v.q) {
+		const int r = e / v.q, s = e % v.q, o = r * Q + s;
+		float m = 0.0f, dm = 0.0f, t = 0.0f;
+		if (s <= r && s >= doc_row(k.lo, r, v.i0)) {
+			const float E = (float)exp(k.cum[r] - k.cum[s]);
+			const float cb = dot_(v.C + (size_t)r * v.sbc, v.B + (size_t)s * v.sbc, k.N);
+			float g = 0.0f;
+			for (int p = 0; p < k.P; p++)
+				g += k.G[(size_t)r * v.sy + p] * v.x[(size_t)s * v.sx + p];
+			const float ge = g * E;
+			m = cb * (E * k.dt[s]), t = ge * cb, dm = ge * k.dt[s];
+		}
+		k.M[o] = m, k.Dm[o] = dm, k.Tm[o] = t;
+	}
+}
+
+/* dx = M^T gy; dC = dCB B; dB = dCB^T C; dcum[r] = sum_s T dt_s, dde[s] = sum_r T,
+ * tmp[s] = sum_r T dt_s (subtracted from dcum[s] next). */
+static __device__ void bwd_intra(const bwd_ctx &k)
+{
+	const chunk_v &v = k.v;
+	const int q = v.q;
+	BLOCK_LOOP(e, q * k.P) {
+		const int s = e / k.P, p = e % k.P;
+		float a = 0.0f;
+		for (int r = s; r < q; r++)
+			a += k.M[r * Q + s] * k.G[(size_t)r * v.sy + p];
+		k.DX[(size_t)s * v.sx + p] = a;
+	}
+	BLOCK_LOOP(e, q * k.N) {
+		const int i = e / k.N, n = e % k.N;
+		float c = 0.0f, b = 0.0f;
+		for (int s = 0; s <= i; s++)
+			c += k.Dm[i * Q + s] * v.B[(size_t)s * v.sbc + n];
+		for (int r = i; r < q; r++)
+			b += k.Dm[r * Q + i] * v.C[(size_t)r * v.sbc + n];
+		k.PC[(size_t)i * k.N + n] = c;
+		k.PB[(size_t)i * k.N + n] = b;
+	}
+	BLOCK_LOOP(i, q) {
+		double rs = 0, cs = 0, cd = 0;
+		for (int s = 0; s < q; s++)
+			rs += (double)k.Tm[i * Q + s] * k.dt[s];
+		for (int r = 0; r < q; r++) {
+			cs += k.Tm[r * Q + i];
+			cd += (double)k.Tm[r * Q + i] * k.dt[i];
+		}
+		k.dcum[i] = rs, k.dde[i] = cs, k.tmp[i] = cd;
+	}
+	__syncthreads();
+	BLOCK_LOOP(i, q) {
+		k.dcum[i] -= k.tmp[i];
+	}
+	__syncthreads();
+}
+
+/* Rows reading S_in (ex_r = e^{cum[r]}): dC_r += ex_r S_in^T gy_r, dcum[r] += ex_r gy_r . S_in C_r. */
+static __device__ void bwd_inter(const bwd_ctx &k)
+{
+	const chunk_v &v = k.v;
+	if (v.c == 0)
+		return;
+	BLOCK_LOOP(e, v.q * k.N) {
+		const int r = e / k.N, n = e % k.N;
+		if (k.lo[r] >= v.i0)
+			continue;
+		float z = 0.0f;
+		for (int p = 0; p < k.P; p++)
+			z += k.G[(size_t)r * v.sy + p] * k.Sin[(size_t)p * k.N + n];
+		k.Z[(size_t)r * k.N + n] = z;
+		k.PC[(size_t)r * k.N + n] += (float)exp(k.cum[r]) * z;
+	}
+	__syncthreads();
+	BLOCK_LOOP(r, v.q) {
+		if (k.lo[r] >= v.i0)
+			continue;
+		double zc = 0;
+		for (int n = 0; n < k.N; n++)
+			zc += (double)k.Z[(size_t)r * k.N + n] * v.C[(size_t)r * v.sbc + n];
+		k.dcum[r] += (float)exp(k.cum[r]) * zc;
+	}
+	__syncthreads();
+}
+
+/* V = B dSo^T, U = X dSo (rows of the chunk). */
+static __device__ void bwd_uv(const bwd_ctx &k)
+{
+	const chunk_v &v = k.v;
+	BLOCK_LOOP(e, v.q * k.P) {
+		const int s = e / k.P, p = e % k.P;
+		k.V[(size_t)s * k.P + p] = dot_(v.B + (size_t)s * v.sbc, k.dSo + (size_t)p * k.N, k.N);
+	}
+	BLOCK_LOOP(e, v.q * k.N) {
+		const int s = e / k.N, n = e % k.N;
+		float a = 0.0f;
+		for (int p = 0; p < k.P; p++)
+			a += v.x[(size_t)s * v.sx + p] * k.dSo[(size_t)p * k.N + n];
+		k.U[(size_t)s * k.N + n] = a;
+	}
+	__syncthreads();
+}
+
+/* The end state's gradient dSo (chunks before the last): with F_s = e^{cum[last] - cum[s]} dt_s on
+ * the last document, k_s = x_s . V_s: dx_s += F_s V_s, dB_s += F_s U_s, dde[s] += e k_s,
+ * dcum[s] -= F_s k_s, dcum[last] += sum_s F_s k_s (+ e^{cum[last]} <dSo, S_in> when S_in
+ * reaches S_out). */
+static __device__ void bwd_state_out(const bwd_ctx &k)
+{
+	const chunk_v &v = k.v;
+	const int last = v.q - 1;
+	if (v.c == v.nc - 1)
+		return;
+	bwd_uv(k);
+	BLOCK_LOOP(s, v.q) {
+		k.F[s] = 0.0f, k.tmp[s] = 0;
+		if (v.i0 + s < k.lo[last])
+			continue;
+		const double e = exp(k.cum[last] - k.cum[s]);
+		const float F = (float)(e * k.dt[s]);
+		double ks = 0;
+		for (int p = 0; p < k.P; p++)
+			ks += (double)v.x[(size_t)s * v.sx + p] * k.V[(size_t)s * k.P + p];
+		k.dde[s] += e * ks;
+		k.dcum[s] -= F * ks;
+		k.F[s] = F, k.tmp[s] = F * ks;
+	}
+	__syncthreads();
+	BLOCK_LOOP(e, v.q * k.P) {
+		if (v.i0 + e / k.P >= k.lo[last])
+			k.DX[(size_t)(e / k.P) * v.sx + e % k.P] += k.F[e / k.P] * k.V[e];
+	}
+	BLOCK_LOOP(e, v.q * k.N) {
+		if (v.i0 + e / k.N >= k.lo[last])
+			k.PB[e] += k.F[e / k.N] * k.U[e];
+	}
+	double dot = 0;
+	BLOCK_LOOP(e, k.P * k.N) {
+		dot += (double)k.dSo[e] * k.Sin[e];
+	}
+	dot = mgt_block_sum(dot);
+	if (threadIdx.x == 0) {
+		double a = 0;
+		for (int s = 0; s < v.q; s++)
+			a += k.tmp[s];
+		k.dcum[last] += a;
+		if (k.lo[last] < v.i0)
+			k.dcum[last] += (float)exp(k.cum[last]) * dot;
+	}
+	__syncthreads();
+}
+
+/* D's terms, then (thread 0, rows in reverse) dt from the explicit terms and the reverse
+ * cumulative sum of dcum (restarted at document starts): ddt_raw, and this block's partial sums
+ * of dA (before the chain rule through A_log), ddt_bias and dD into part[3 blk ..]. */
+static __device__ void bwd_dt(const bwd_ctx &k, const mgt_k_ssd &d, float *ddt_raw, double *part, int blk, float Dh)
+{
+	const chunk_v &v = k.v;
+	__syncthreads();
+	BLOCK_LOOP(e, v.q * k.P) {
+		const int r = e / k.P, p = e % k.P;
+		k.DX[(size_t)r * v.sx + p] += Dh * k.G[(size_t)r * v.sy + p];
+	}
+	BLOCK_LOOP(r, v.q) {
+		double a = 0;
+		for (int p = 0; p < k.P; p++)
+			a += (double)k.G[(size_t)r * v.sy + p] * v.x[(size_t)r * v.sx + p];
+		k.tmp[r] = a;
+	}
+	__syncthreads();
+	if (threadIdx.x != 0)
+		return;
+	double g = 0, dA = 0, db = 0, dD = 0;
+	float *dd = ddt_raw + ((size_t)v.i0 * d.b + v.j) * d.ld_dt + v.h;
+	for (int r = v.q - 1; r >= 0; r--) {
+		dD += k.tmp[r];
+		g += k.dcum[r];
+		const double ddt = k.dde[r] + (double)v.A * g;
+		dA += k.dt[r] * g;
+		const float gdt = (float)ddt * dsoftplus_(v.dtr[(size_t)r * v.sdt] + v.dtb);
+		dd[(size_t)r * v.sdt] = gdt;
+		db += gdt;
+		if (k.lo[r] == v.i0 + r)
+			g = 0;
+	}
+	part[3 * (size_t)blk] = dA, part[3 * (size_t)blk + 1] = db, part[3 * (size_t)blk + 2] = dD;
+}
+
+/* The backward's ws, in bytes from its start: part (3 doubles a block), decay (a float a block),
+ * dSo [blocks, p, n], per-head dB and dC [b, nh, L, n] each, the wave's matrices. */
+struct bwd_ws {
+	size_t part, decay, dso, pb, pc, mats, total, per;
+};
+
+static size_t al16(size_t v) { return (v + 15) / 16 * 16; }
+
+static bwd_ws bwd_layout(const mgt_k_ssd *d)
+{
+	bwd_ws w;
+	const size_t nblk = (size_t)d->b * ((d->L + Q - 1) / Q) * d->nh, PN = (size_t)d->p * d->n;
+	const size_t rows = (size_t)d->b * d->nh * d->L * d->n, wave = nblk < (size_t)SSD_WAVE ? nblk : (size_t)SSD_WAVE;
+	w.per = 3 * (size_t)Q * Q + 2 * (size_t)Q * d->n + (size_t)Q * d->p;
+	w.part = 0;
+	w.decay = al16(3 * nblk * sizeof(double));
+	w.dso = w.decay + al16(nblk * sizeof(float));
+	w.pb = w.dso + al16(nblk * PN * sizeof(float));
+	w.pc = w.pb + al16(rows * sizeof(float));
+	w.mats = w.pc + al16(rows * sizeof(float));
+	w.total = w.mats + wave * w.per * sizeof(float);
+	return w;
+}
+
+/* Arguments of ssd_bwd_k. */
+struct bwd_args {
+	float *dx, *ddt_raw, *pb, *pc, *mats;
+	double *part;
+	const float *dy, *states, *dso, *x, *B, *C, *dt_raw, *dt_bias, *A_log, *D;
+	int blk0;
+};
+
+/* Block blk0 + blockIdx.x: its chunk's backward (matrices in its ws slice). */
+static __global__ void ssd_bwd_k(mgt_k_ssd d, bwd_args a, size_t per)
+{
+	__shared__ double cum[Q], dcum[Q], dde[Q], tmp[Q];
+	__shared__ float dt[Q], F[Q];
+	__shared__ int lo[Q];
+	const int blk = a.blk0 + blockIdx.x;
+	bwd_ctx k;
+	k.v = chunk_of(d, blk, a.x, a.B, a.C, a.dt_raw, a.dt_bias, a.A_log);
+	chunk_prep(d, k.v, dt, lo, cum);
+	const chunk_v &v = k.v;
+	const size_t PN = (size_t)d.p * d.n, r0 = (size_t)v.i0 * d.b + v.j;
+	const size_t hr = ((size_t)v.j * d.nh + v.h) * d.L + v.i0;
+	k.P = d.p, k.N = d.n, k.cum = cum, k.dcum = dcum, k.dde = dde, k.tmp = tmp, k.dt = dt, k.F = F, k.lo = lo;
+	k.G = a.dy + r0 * ((size_t)d.nh * d.p) + (size_t)v.h * d.p;
+	k.Sin = a.states + (size_t)blk * PN, k.dSo = a.dso + (size_t)blk * PN;
+	k.DX = a.dx + r0 * d.ld_x + (size_t)v.h * d.p;
+	k.PB = a.pb + hr * d.n, k.PC = a.pc + hr * d.n;
+	k.M = a.mats + (size_t)blockIdx.x * per, k.Dm = k.M + Q * Q, k.Tm = k.Dm + Q * Q;
+	k.Z = k.Tm + Q * Q, k.U = k.Z + (size_t)Q * d.n, k.V = k.U + (size_t)Q * d.n;
+	bwd_mats(k);
+	__syncthreads();
+	bwd_intra(k);
+	bwd_inter(k);
+	bwd_state_out(k);
+	bwd_dt(k, d, a.ddt_raw, a.part, blk, a.D[v.h]);
+}
+
+/* dB, dC [t, gi n + n'] = the group's heads' per-head rows summed in head order (fp32). */
+static __global__ void ssd_gsum_k(mgt_k_ssd d, float *dB, float *dC, const float *pb, const float *pc)
+{
+	const size_t n = (size_t)d.L * d.b * d.g * d.n, hpg = d.nh / d.g;
+	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+		const size_t t = e / ((size_t)d.g * d.n), gi = e / d.n % d.g, m = e % d.n, i = t / d.b, j = t % d.b;
+		float ob = 0.0f, oc = 0.0f;
+		for (size_t h = gi * hpg; h < (gi + 1) * hpg; h++) {
+			const size_t o = ((j * d.nh + h) * d.L + i) * d.n + m;
+			ob += pb[o];
+			oc += pc[o];
+		}
+		dB[t * d.ld_bc + gi * d.n + m] = ob;
+		dC[t * d.ld_bc + gi * d.n + m] = oc;
+	}
+}
+
+/* Head h: its blocks' partials summed (sequences, then chunks, in order); dA_log += dA (-e^{A_log}). */
+static __global__ void ssd_scal_k(mgt_k_ssd d, float *ddt_bias, float *dA_log, float *dD, const double *part,
+				  const float *A_log)
+{
+	const int h = blockIdx.x * blockDim.x + threadIdx.x, nc = (d.L + Q - 1) / Q;
+	if (h >= d.nh)
+		return;
+	double sa = 0, sb = 0, sd = 0;
+	for (int k = 0; k < d.b * nc; k++) {
+		const double *s = part + 3 * ((size_t)k * d.nh + h);
+		sa += s[0], sb += s[1], sd += s[2];
+	}
+	dA_log[h] += (float)(sa * -exp((double)A_log[h]));
+	ddt_bias[h] += (float)sb;
+	dD[h] += (float)sd;
+}
+
+extern "C" size_t mgt_k_ssd_scan_bwd_ws_bytes(const mgt_k_ssd *d)
+{
+	return ssd_empty(d) ? 0 : bwd_layout(d).total;
+}
+
+extern "C" int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, float *dx, float *dB, float *dC,
+				  float *ddt_raw, float *ddt_bias, float *dA_log, float *dD, const float *dy,
+				  const float *states, const float *x, const float *B, const float *C,
+				  const float *dt_raw, const float *dt_bias, const float *A_log, const float *D,
+				  void *ws)
+{
+	if (ssd_empty(d))
+		return 0;
+	const cudaStream_t st = mgt_st(s);
+	const bwd_ws w = bwd_layout(d);
+	char *base = (char *)ws;
+	const int nblk = d->b * ((d->L + Q - 1) / Q) * d->nh;
+	float *decay = (float *)(base + w.decay), *dso = (float *)(base + w.dso);
+	const dim3 pass((unsigned)(d->b * d->nh), (unsigned)mgt_cdiv((size_t)d->p * d->n, SSD_THREADS));
+	MGT_LAUNCH(ssd_dsin_k, nblk, SSD_THREADS, 0, st, *d, dso, decay, dy, x, B, C, dt_raw, dt_bias, A_log);
+	MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, dso, decay, 1);
+	bwd_args a = { dx, ddt_raw, (float *)(base + w.pb), (float *)(base + w.pc), (float *)(base + w.mats),
+		       (double *)(base + w.part), dy, states, dso, x, B, C, dt_raw, dt_bias, A_log, D, 0 };
+	for (a.blk0 = 0; a.blk0 < nblk; a.blk0 += SSD_WAVE) {
+		const int nw = nblk - a.blk0 < SSD_WAVE ? nblk - a.blk0 : SSD_WAVE;
+		MGT_LAUNCH(ssd_bwd_k, nw, SSD_THREADS, 0, st, *d, a, w.per);
+	}
+	const size_t ng = (size_t)d->L * d->b * d->g * d->n;
+	MGT_LAUNCH(ssd_gsum_k, mgt_grid(ng, 256), 256, 0, st, *d, dB, dC, a.pb, a.pc);
+	MGT_LAUNCH(ssd_scal_k, (unsigned)mgt_cdiv((size_t)d->nh, 64), 64, 0, st, *d, ddt_bias, dA_log, dD, a.part, A_log);
+	return mgt_k_rc();
+}
