@@ -135,8 +135,12 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
  * entry after the comment that gives its contract.  mgt_backend_ops has one function pointer per
  * entry; each backend implements op n as mgt_<backend>_n (cpu_impl.h and cuda_impl.h declare
  * them from this list and build their tables from it).  The Mamba-2 mixer's ops are listed apart
- * (MGT_BACKEND_MAMBA_OPS: fp32 only, mgt_backend_supports refuses other element types). */
-#define MGT_BACKEND_OPS(X) \
+ * (MGT_BACKEND_MAMBA_OPS: fp32 only, mgt_backend_supports refuses other element types), and
+ * MGT_BACKEND_OPS_BY(X, XC) applies XC instead of X to the ops only the CPU backend has so far
+ * (MGT_BACKEND_CPU_ONLY_OPS: the Mamba layers' one-token step of inference): the CUDA backend
+ * leaves them NULL, so mgt_backend_supports refuses them there. */
+#define MGT_BACKEND_OPS(X) MGT_BACKEND_OPS_BY(X, X)
+#define MGT_BACKEND_OPS_BY(X, XC) \
 	/* ---- memory ---- */ \
 	/* Zero-filled allocation of bytes; NULL and MGT_ERR_NOMEM on failure.  free(NULL) is a no-op. */ \
 	X(void *, alloc, (mgt_backend *be, size_t bytes)) \
@@ -485,7 +489,8 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	/* y += x over n elements of type t (fp32, or bf16/fp16: the fp32 sum rounded to nearest even, \
 	 * as a 16-bit tensor addition rounds). */ \
 	X(void, add, (mgt_backend *be, void *y, const void *x, mgt_elem_type t, size_t n)) \
-	MGT_BACKEND_MAMBA_OPS(X)
+	MGT_BACKEND_MAMBA_OPS(X) \
+	MGT_BACKEND_CPU_ONLY_OPS(XC)
 
 /* The Mamba-2 mixer's ops between its two GEMMs (Megatron-Core megatron/core/ssm/mamba_mixer.py
  * MambaMixer; mamba_ssm's mamba_split_conv1d_scan_combined and RMSNormGated; the SSD algorithm of
@@ -551,7 +556,10 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	/* Its backward from dout [T, di]: dy [T, di] and dz [T, ld_z] (columns 0..di-1) WRITTEN, dw \
 	 * [di] ACCUMULATED (summed in double over rows in row order). */ \
 	X(void, mamba_gated_norm_bwd, (mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, \
-		const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g)) \
+		const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g))
+
+/* The ops only the CPU backend has so far (fp32 only, as the Mamba ops above). */
+#define MGT_BACKEND_CPU_ONLY_OPS(X) \
 	/* T tokens one at a time, for inference with state caches (Megatron's MambaMixer.ssm_decode, \
 	 * mamba_ssm's selective_state_update; the recurrence of ssd_scan_fwd above with the conv \
 	 * of mamba_conv_fwd): rows t = 0..T-1 in order, row t a token of cache sequence seq[t] at \

@@ -557,7 +557,9 @@ void mgt_cuda_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float 
 }
 
 #define CUDA_OP_ENTRY(ret, n, params) .n = mgt_cuda_##n,
-static const mgt_backend_ops cuda_ops = { .name = "cuda", MGT_BACKEND_OPS(CUDA_OP_ENTRY) };
+/* the CPU-only ops (backend.h MGT_BACKEND_CPU_ONLY_OPS): none here, mgt_backend_supports refuses them */
+#define CUDA_OP_ABSENT(ret, n, params) .n = NULL,
+static const mgt_backend_ops cuda_ops = { .name = "cuda", MGT_BACKEND_OPS_BY(CUDA_OP_ENTRY, CUDA_OP_ABSENT) };
 
 /* ---- create and destroy ---- */
 

@@ -74,6 +74,7 @@ static bool fp32_only(mgt_backend_op op)
 {
 	switch (op) {
 	MGT_BACKEND_MAMBA_OPS(OP_FP32_ONLY)
+	MGT_BACKEND_CPU_ONLY_OPS(OP_FP32_ONLY)
 	default: return false;
 	}
 }

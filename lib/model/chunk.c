@@ -275,9 +275,6 @@ static mgt_status mamba_check(const mgt_model_config *c, const mgt_model_layout 
 			      const mgt_backend *be)
 {
 	if (!strchr(c->hybrid_layer_pattern, MGT_LAYER_MAMBA)) return MGT_OK;
-	if (be && strcmp(be->ops->name, "cpu"))
-		return mgt_err(MGT_ERR_USAGE, "--hybrid-layer-pattern '%s' has Mamba layers ('M'): the CUDA backend with Mamba "
-			       "layers is not implemented in this version (the CPU backend is)", c->hybrid_layer_pattern);
 	/* context parallelism splits each TP rank's heads and groups over the context ranks
 	 * (mamba_context_parallel.py; Megatron replicates B and C when the groups are fewer, which is
 	 * not implemented here) */

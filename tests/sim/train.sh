@@ -18,6 +18,8 @@
 #      bf16 (the tensor-core attention kernels with the key mask) within 2e-2;
 #   8. T5 (--model-family t5, BertWordPieceCase): the same two comparisons, with learned
 #      absolute and with relative positions (T5's position bias: attn_forward / attn_backward with mgt_attn.bias);
+#   9. a hybrid model (M*M-: the Mamba-2 kernels beside attention and MLP layers) fp32 within
+#      1e-5 of the CPU, with packed documents too, and bf16 within 1e-2;
 #   5. context parallelism (under mpirun, two ranks on the one simulated GPU, so every group is
 #      staged through the host): CP2 with --cp-comm-type p2p, allgather and a2a, the settings of
 #      3, iteration 1 within 1e-5 of the CPU in one process (the attention block kernels, the
@@ -88,6 +90,19 @@ if command -v mpirun >/dev/null 2>&1; then
 else
 	echo "# no mpirun: context parallelism not simulated"
 fi
+# hybrid (issue 48): Mamba-2 layers (kernels/mamba.cu, ssd.cu) with attention and MLP layers, fp32
+# and bf16 (16-bit in_proj / out_proj operands, the mixer in fp32), and packed documents
+H="--model-family hybrid --hybrid-layer-pattern M*M- --position-embedding-type none --normalization RMSNorm
+ --mamba-head-dim 16 --mamba-state-dim 16 --mamba-num-groups 2"
+check "cpu fp32 hybrid M*M-, 2 iterations" run cpuh "$CPU_TRAIN" --device cpu --train-iters 2 $H
+check "simulated cuda fp32 hybrid (the Mamba-2 kernels)" run simh "$SIM_TRAIN" --device cuda --train-iters 2 $H
+check "simulated cuda hybrid = cpu hybrid (1e-5)" close cpuh simh 1e-5
+check "cpu fp32 hybrid with packed documents" run cpuhd "$CPU_TRAIN" --device cpu --train-iters 2 $H $D
+check "simulated cuda hybrid with packed documents (the states restart)" run simhd "$SIM_TRAIN" --device cuda --train-iters 2 $H $D
+check "  = cpu (1e-5)" close cpuhd simhd 1e-5
+check "cpu --bf16 hybrid" run cpuhb "$CPU_TRAIN" --device cpu --train-iters 2 $H --bf16
+check "simulated cuda --bf16 hybrid" run simhb "$SIM_TRAIN" --device cuda --train-iters 2 $H --bf16
+check "  = cpu --bf16 (1e-2)" close cpuhb simhb 1e-2
 check "cpu --bf16, 2 iterations" run cpub "$CPU_TRAIN" --device cpu --train-iters 2 --bf16
 check "simulated cuda --bf16, 2 iterations" run simb "$SIM_TRAIN" --device cuda --train-iters 2 --bf16
 check "simulated cuda --bf16 = cpu --bf16 (1e-2)" close cpub simb 1e-2
