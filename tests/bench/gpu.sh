@@ -34,7 +34,10 @@
 #   FP8 (1: fp8 against bf16 (issue 31), on GPUs with fp8: llama-3.2-1b at micro-batch 4 with
 #   --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max (Megatron's Llama 3
 #   recipe) beside the bf16 run above, and llama-3.1-8b's shape at 2 layers, seq 8192, micro-batch
-#   1, global batch 8, in bf16 and in fp8; 0 skips them; FP8_ITERS, default 12).
+#   1, global batch 8, in bf16 and in fp8; 0 skips them; FP8_ITERS, default 12),
+#   HYBRID (1: mamba2-130m at seq 2048, micro-batch 8 (or 4, 2, 1), global batch 16, and
+#   PyTorch's chunked-SSD reference path (tests/bench/torch_mamba_bench.py) at the same
+#   micro-batch unless TORCH=0; 0 skips them; HYBRID_ITERS, default 20).
 # Raw results: tests/bench/results/gpu-<device>-<date>.txt (also copied to $OUT when set, after
 # every case, so that a run cut short still leaves its results there).
 set -u
@@ -266,6 +269,23 @@ bench() {
 		# shellcheck disable=SC2086
 		run_case llama-8b-2l-fp8 llama-3.1-8b 8192 8 "${FP8_ITERS:-12}" 1 --mock-data $L8 $F8
 		save
+	fi
+	if [ "${HYBRID:-1}" = 1 ]; then
+		# issue 48: the 130M-like Mamba-2 (24 Mamba-2 layers; the mixer's conv, scan and gated norm
+		# in fp32: kernels/mamba.cu, ssd.cu) at seq 2048, and PyTorch's reference path (the
+		# chunked SSD in torch ops, bf16 autocast) at the micro-batch mgt ran
+		run_case mamba2-130m-mock mamba2-130m 2048 16 "${HYBRID_ITERS:-20}" "${HYBRID_MBS:-8 4 2 1}" --mock-data \
+			--vocab-size 50280 --hidden-dropout 0 --attention-dropout 0 --max-position-embeddings 2048
+		save
+		if [ "${TORCH:-1}" = 1 ] && [ -s "$W/mamba2-130m-mock.mbs" ]; then
+			mbs=$(cat "$W/mamba2-130m-mock.mbs")
+			echo "# mamba2-130m torch: torch_mamba_bench.py --device cuda --bf16 --seq-length 2048 --micro-batch-size $mbs"
+			timeout "$RUN_TIMEOUT" "${TORCH_PY:-python3}" "$ROOT/tests/bench/torch_mamba_bench.py" --device cuda --bf16 \
+				--seq-length 2048 --micro-batch-size "$mbs" --vocab 50304 --iters 10 --warmup 2 \
+				>"$W/mamba2-torch.json" 2>"$W/mamba2-torch.err"
+			echo "# exit $?"; tail -3 "$W/mamba2-torch.err" | sed 's/^/#   /'; cat "$W/mamba2-torch.json"
+			save
+		fi
 	fi
 	if [ "${MOE:-1}" = 1 ]; then
 		# a Mixtral-like small shape (issue 17): Mixtral's layer with h 2048, 8 experts of 4096,

@@ -10,9 +10,13 @@ hybrid examples train without it).  Batches: random ids, every position a label;
 cross entropy; global-norm clipping 1.0.  Prints one JSON object: means over the timed
 iterations.
 
+On a GPU (--device cuda, tests/bench/gpu.sh's hybrid case) the parameters live there and, with
+--bf16, the forward runs under torch.autocast(bfloat16) (the matmuls in bf16, as mgt's --bf16
+linears; the scan's einsums too); iterations are timed after torch.cuda.synchronize.
+
 Usage: torch_mamba_bench.py [--layers 24] [--hidden 768] [--head-dim 64] [--state 128]
          [--groups 1] [--seq-length 1024] [--micro-batch-size 1] [--vocab 50304] [--iters 3]
-         [--warmup 1] [--threads 2]
+         [--warmup 1] [--threads 2] [--device cpu|cuda] [--bf16]
 """
 import argparse
 import json
@@ -66,29 +70,40 @@ def main():
     for k, v in (("layers", 24), ("hidden", 768), ("head-dim", 64), ("state", 128), ("groups", 1), ("seq-length", 1024),
                  ("micro-batch-size", 1), ("vocab", 50304), ("iters", 3), ("warmup", 1), ("threads", 2)):
         ap.add_argument("--" + k, type=int, default=v)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bf16", action="store_true")
     o = ap.parse_args()
     torch.set_num_threads(o.threads)
     g = torch.Generator().manual_seed(1234)
     P, DI, NH, CD = make_params(o, g)
+    dev = torch.device(o.device)
+    P = {k: v.detach().to(dev).requires_grad_() for k, v in P.items()}
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=o.bf16)
     opt = torch.optim.AdamW(P.values(), lr=1e-4, weight_decay=0.01, foreach=True)
     b, S = o.micro_batch_size, o.seq_length
     ts = []
     for it in range(o.warmup + o.iters):
-        tok = torch.randint(0, o.vocab, (b, S + 1), generator=g)
+        tok = torch.randint(0, o.vocab, (b, S + 1), generator=g).to(dev)
+        sync()
         t0 = time.perf_counter()
-        x = P["word"][tok[:, :-1]]
-        for l in range(o.layers):
-            x = x + mixer(o, P, l, rms(x, P[f"{l}.ln"]), DI, NH, CD)
-        logits = rms(x, P["lnf"]) @ P["word"].t()
-        loss = F.cross_entropy(logits.reshape(-1, o.vocab), tok[:, 1:].reshape(-1))
+        with amp:
+            x = P["word"][tok[:, :-1]]
+            for l in range(o.layers):
+                x = x + mixer(o, P, l, rms(x, P[f"{l}.ln"]), DI, NH, CD)
+            logits = rms(x, P["lnf"]) @ P["word"].t()
+            loss = F.cross_entropy(logits.reshape(-1, o.vocab).float(), tok[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(P.values(), 1.0)
         opt.step()
+        sync()
         if it >= o.warmup:
             ts.append(time.perf_counter() - t0)
     t = sum(ts) / len(ts)
-    print(json.dumps({"impl": "torch", "torch": torch.__version__, "threads": o.threads, "seq_length": S,
+    mem = torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else 0
+    print(json.dumps({"impl": "torch", "mode": "eager" + (" bf16" if o.bf16 else ""), "peak_memory_mib": mem,
+                      "torch": torch.__version__, "threads": o.threads, "seq_length": S,
                       "micro_batch_size": b, "layers": o.layers, "iter_s": t, "tokens_per_s": b * S / t,
                       "loss": float(loss), "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 

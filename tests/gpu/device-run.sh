@@ -10,7 +10,8 @@
 #                 implementations first) -> $OUT/test_cuda_ops.txt
 #              2. tests/bench/gpu.sh: the GEMM ceilings and attention microbenchmarks (both
 #                 implementations, bf16 and fp32 io), gpt2-124m at micro-batch 8 and at the
-#                 largest of 64/32/16, llama-3.2-1b at 4, the A/B variants of AB
+#                 largest of 64/32/16, llama-3.2-1b at 4, mamba2-130m (issue 48) beside PyTorch's
+#                 chunked-SSD reference path, the A/B variants of AB
 #                 (MGT_ATTN_KERNEL=mma-nocp, mma-mb2; MGT_GEMM_D16=0), PyTorch (torch.compile) at the same shapes
 #                 -> $OUT/gpu-<device>-<date>.txt
 #              3. tests/gpu/profile.sh: ncu's kernel times of two steps of each model
