@@ -88,3 +88,13 @@ a, b = L(sys.argv[1] + ".jsonl"), L(sys.argv[2] + ".jsonl")
 sys.exit(not b or any(a.get(i) != v for i, v in b.items()))
 PY
 }
+# launch NP NAME CMD...: CMD on one process, or NP under tests/mpirun.sh; stdout NAME.out, stderr
+# NAME.err, the last lines of which are printed as a TAP comment when it fails
+launch() {
+	_lnp=$1 _lname=$2; shift 2
+	if [ "$_lnp" = 1 ]; then "$@" >"$_lname.out" 2>"$_lname.err" </dev/null
+	else sh "$ROOT/tests/mpirun.sh" "$_lnp" "$@" >"$_lname.out" 2>"$_lname.err" </dev/null; fi
+	_lr=$?
+	[ $_lr = 0 ] || { echo "# $_lname: exit $_lr"; tail -5 "$_lname.err" | sed 's/^/#   /'; }
+	return $_lr
+}

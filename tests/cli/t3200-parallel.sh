@@ -25,11 +25,7 @@ train() {
 		--data-cache-path cache --seq-length $SEQ --micro-batch-size $MBS --global-batch-size $GBS \
 		--lr 2e-3 --lr-warmup-iters 3 --eval-interval 5 --eval-iters 1 --log-interval 1 --threads 1 --train-iters 10 \
 		--metrics-file "$_name.jsonl" "$@"
-	if [ "$_np" = 1 ]; then "$@" >"$_name.out" 2>"$_name.err" </dev/null
-	else $RUN "$_np" "$@" >"$_name.out" 2>"$_name.err" </dev/null; fi
-	r=$?
-	[ $r = 0 ] || { echo "# $_name: exit $r"; tail -5 "$_name.err" | sed 's/^/#   /'; }
-	return $r
+	launch "$_np" "$_name" "$@"
 }
 same() { losses_same "$@"; }
 exact() { losses_exact "$@"; }
