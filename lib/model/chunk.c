@@ -275,14 +275,13 @@ static mgt_status mamba_check(const mgt_model_config *c, const mgt_model_layout 
 			      const mgt_backend *be)
 {
 	if (!strchr(c->hybrid_layer_pattern, MGT_LAYER_MAMBA)) return MGT_OK;
-	/* context parallelism splits each TP rank's heads and groups over the context ranks
-	 * (mamba_context_parallel.py; Megatron replicates B and C when the groups are fewer, which is
-	 * not implemented here) */
+	/* context parallelism splits each TP rank's heads and groups over the context ranks, or with
+	 * fewer groups replicates B and C (mamba_context_parallel.py's constraints) */
 	const int64_t nh_r = c->mamba_num_heads / ps->tp, g_r = c->mamba_num_groups / ps->tp;
-	if (ps->cp > 1 && (nh_r % ps->cp || g_r % ps->cp))
-		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d with Mamba layers: the %lld Mamba heads and %lld groups "
-			       "per tensor-parallel rank must be divisible by it (groups fewer than the context ranks, which "
-			       "Megatron replicates, are not implemented)", ps->cp, (long long)nh_r, (long long)g_r);
+	if (ps->cp > 1 && (nh_r % ps->cp || (g_r >= ps->cp ? g_r % ps->cp : ps->cp % g_r)))
+		return mgt_err(MGT_ERR_USAGE, "--context-parallel-size %d with Mamba layers: the %lld Mamba heads per "
+			       "tensor-parallel rank must be divisible by it, and the %lld groups divisible by it or dividing it",
+			       ps->cp, (long long)nh_r, (long long)g_r);
 	/* fp8 in_proj and out_proj (Transformer Engine's, as Megatron asserts: features multiples of 16) */
 	const int64_t tp = ps->tp, di = c->mamba_num_heads * c->mamba_head_dim;
 	const int64_t w = 2 * di + 2 * c->mamba_num_groups * c->mamba_state_dim + c->mamba_num_heads;

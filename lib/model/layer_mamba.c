@@ -32,11 +32,11 @@ size_t mgt_layer_mamba_numel(const mgt_model *m, int li, int k)
 	case LA_LN1: return li >= 0 && mgt_model_fp8_layer(m, li) ? 0 : T * (size_t)m->h; /* fp8: the cast keeps x */
 	case LA_MEAN1: case LA_RSTD1: return (size_t)m->Th;
 	case LA_M_ZX: return T * (size_t)m->mamba.w_l;
-	case LA_M_CONV: return T * (size_t)m->mamba.cd_l;
+	case LA_M_CONV: return m->cp.size > 1 ? mgt_mamba_cp_numel(m, true) : T * (size_t)m->mamba.cd_l;
 	case LA_M_Y: case LA_M_NORM: return T * (size_t)m->mamba.di_l;
 	case LA_M_STATES: return m->cp.size > 1 ? mgt_mamba_cp_states(m) : mgt_ssd_states_floats(&d);
 	case LA_M_RSTD: return T * (size_t)m->mamba.g_l;
-	case LA_M_ZXG: return m->cp.size > 1 ? T * (size_t)(m->mamba.cd_l + m->mamba.nh_l) : 0;
+	case LA_M_ZXG: return m->cp.size > 1 ? mgt_mamba_cp_numel(m, false) : 0;
 	default: return 0;
 	}
 }

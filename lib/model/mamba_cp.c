@@ -35,50 +35,60 @@ static int64_t gcd64(int64_t a, int64_t b)
 	return a;
 }
 
-/* The per-rank block of one context rank: heads, groups, and its columns. */
+/* The per-rank block of one context rank: heads, groups, its columns, and how many context ranks
+ * share each of its groups (rep: with fewer groups than ranks, Megatron replicates B and C, each
+ * group on cp / g_l ranks; 1 otherwise). */
 typedef struct {
-	int64_t nh, g, di, gn, cd, wx;
+	int64_t nh, g, di, gn, cd, wx, rep;
 } cp_block;
 
 static cp_block block_of(const mgt_model *m)
 {
-	const int64_t c = m->cp.size, nh = m->mamba.nh_l / c, g = m->mamba.g_l / c;
+	const int64_t c = m->cp.size, nh = m->mamba.nh_l / c, gl = m->mamba.g_l, g = gl >= c ? gl / c : 1;
 	const cp_block k = { nh, g, nh * m->mamba.p, g * m->mamba.n, nh * m->mamba.p + 2 * g * m->mamba.n,
-			     nh * m->mamba.p + 2 * g * m->mamba.n + nh };
+			     nh * m->mamba.p + 2 * g * m->mamba.n + nh, gl >= c ? 1 : c / gl };
 	return k;
 }
+
+/* The first group of block q (its heads' group, replicated or not). */
+static int64_t group0(const cp_block *k, int64_t q) { return k->rep > 1 ? q / k->rep : q * k->g; }
 
 /* The column in in_proj's row of column j of block q's [x | B | C | dt]. */
 static int64_t zx_col(const mgt_model *m, const cp_block *k, int64_t q, int64_t j)
 {
-	const int64_t di = m->mamba.di_l, gn = m->mamba.g_l * m->mamba.n;
+	const int64_t di = m->mamba.di_l, gn = m->mamba.g_l * m->mamba.n, b0 = group0(k, q) * m->mamba.n;
 	if (j < k->di) return di + q * k->di + j;
 	j -= k->di;
-	if (j < k->gn) return 2 * di + q * k->gn + j;
+	if (j < k->gn) return 2 * di + b0 + j;
 	j -= k->gn;
-	if (j < k->gn) return 2 * di + gn + q * k->gn + j;
+	if (j < k->gn) return 2 * di + gn + b0 + j;
 	return 2 * di + 2 * gn + q * k->nh + j - k->gn;
 }
 
-/* The unit maps (host, then uploaded): send_map [T wx / u] and asm_map [T w_l / u]. */
+/* The unit maps (host, then uploaded): send_map [T wx / u] and asm_map [T w_l / u, rep] (the
+ * received units that sum into each unit of in_proj's gradient: one, or rep for a replicated
+ * group's B and C; -1 where fewer). */
 static mgt_status build_maps(mgt_model *m)
 {
 	const cp_block k = block_of(m);
-	const int64_t c = m->cp.size, T = m->T, u = m->mamba.cpu, W = m->mamba.w_l, ku = k.wx / u;
-	const size_t ns = (size_t)(T * c * ku), na = (size_t)(T * W / u);
+	const int64_t c = m->cp.size, T = m->T, u = m->mamba.cpu, W = m->mamba.w_l, ku = k.wx / u, r = k.rep;
+	const size_t ns = (size_t)(T * c * ku), na = (size_t)(T * W / u * r);
 	int32_t *h = mgt_malloc((ns + na) * sizeof *h);
 	if (!h) return MGT_ERR_NOMEM;
 	int32_t *send = h, *asmb = h + ns;
+	for (size_t i = 0; i < na; i++) asmb[i] = -1;
 	for (int64_t q = 0; q < c; q++)
 		for (int64_t t = 0; t < T; t++)
 			for (int64_t j = 0; j < ku; j++) {
-				const int64_t col = zx_col(m, &k, q, j * u), here = (q * T + t) * ku + j;
-				send[here] = (int32_t)((t * W + col) / u);
-				asmb[(t * W + col) / u] = (int32_t)here; /* the gradient of that unit comes back there */
+				const int64_t col = zx_col(m, &k, q, j * u), here = (q * T + t) * ku + j, d = (t * W + col) / u;
+				send[here] = (int32_t)d;
+				int32_t *s = asmb + d * r; /* the gradient of that unit comes back there: the first free slot */
+				while (*s >= 0) s++;
+				*s = (int32_t)here;
 			}
 	const int64_t dzu = T * c * ku; /* the dz rows ([T, w_l], z's columns) follow the received blocks */
 	for (int64_t t = 0; t < T; t++)
-		for (int64_t j = 0; j < m->mamba.di_l / u; j++) asmb[(t * W) / u + j] = (int32_t)(dzu + (t * W) / u + j);
+		for (int64_t j = 0; j < m->mamba.di_l / u; j++) asmb[((t * W) / u + j) * r] = (int32_t)(dzu + (t * W) / u + j);
 	mgt_status st = m->be->ops->upload(m->be, m->mamba.send_map, send, ns * sizeof *h);
 	if (!st) st = m->be->ops->upload(m->be, m->mamba.asm_map, asmb, na * sizeof *h);
 	free(h);
@@ -89,19 +99,25 @@ mgt_status mgt_mamba_cp_alloc(mgt_model *m)
 {
 	const cp_block k = block_of(m);
 	const size_t T = (size_t)m->T, c = (size_t)m->cp.size, W = (size_t)m->mamba.w_l, di = (size_t)m->mamba.di_l;
-	m->mamba.cpu = gcd64(gcd64(k.di, k.gn ? k.gn : k.di), gcd64(k.nh, m->mamba.di_l));
+	m->mamba.cpu = gcd64(gcd64(k.di, k.gn ? k.gn : k.di), gcd64(gcd64(k.nh, m->mamba.di_l), m->mamba.g_l * m->mamba.n));
 	const size_t u = (size_t)m->mamba.cpu, wx = (size_t)k.wx * c;
 	mgt_status st = mgt_cp_maps_alloc(m);
 #define WB(n) mgt_model_balloc(m, (size_t)(n), &m->mem.work_bytes, &st)
 	m->mamba.send_map = WB(T * wx / u * 4);
-	m->mamba.asm_map = WB(T * W / u * 4);
+	m->mamba.asm_map = WB(T * W / u * (size_t)k.rep * 4);
 	m->mamba.snd = WB(T * (wx > di ? wx : di) * 4);
 	m->mamba.rcv = WB(T * ((wx > di ? wx : di) + W) * 4); /* then dz, [T, w_l] rows of which z's columns */
 	m->mamba.yg = WB(T * di * 4);
 	m->mamba.dzxg = WB(T * wx * 4);
-	m->mamba.dconvg = WB(T * (size_t)m->mamba.cd_l * 4);
+	m->mamba.dconvg = WB(T * c * (size_t)k.cd * 4);
 #undef WB
 	return st || m->mem.dry ? st : build_maps(m);
+}
+
+size_t mgt_mamba_cp_numel(const mgt_model *m, bool conv)
+{
+	const cp_block k = block_of(m);
+	return (size_t)m->T * (size_t)m->cp.size * (size_t)(conv ? k.cd : k.wx);
 }
 
 size_t mgt_mamba_cp_states(const mgt_model *m)
@@ -150,8 +166,8 @@ static mixer_params params_of(const mgt_model *m, int l)
 
 static int64_t conv_row(const mgt_model *m, const cp_block *k, int r)
 {
-	const int64_t q = m->cp.rank, di = m->mamba.di_l, gn = m->mamba.g_l * m->mamba.n;
-	return r == 0 ? q * k->di : r == 1 ? di + q * k->gn : di + gn + q * k->gn;
+	const int64_t q = m->cp.rank, di = m->mamba.di_l, gn = m->mamba.g_l * m->mamba.n, b0 = group0(k, q) * m->mamba.n;
+	return r == 0 ? q * k->di : r == 1 ? di + b0 : di + gn + b0;
 }
 
 static void region(const cp_block *k, int r, int64_t *col, int64_t *width)
@@ -219,7 +235,9 @@ mgt_status mgt_mamba_cp_bwd(mgt_model *m, layer_act *a, int l)
 	}
 	/* the blocks' gradients back to the token ranks; with the local dz after them */
 	if ((st = from_glob(m, m->mamba.dzxg, (size_t)k.wx))) return st;
-	o->rows_gather(m->be, m->mamba.dzx, m->mamba.rcv, MGT_DT_F32, m->mamba.asm_map, (int)(T * m->mamba.w_l / u), (int)u);
+	if (k.rep == 1) o->rows_gather(m->be, m->mamba.dzx, m->mamba.rcv, MGT_DT_F32, m->mamba.asm_map, (int)(T * m->mamba.w_l / u), (int)u);
+	else o->rows_combine(m->be, m->mamba.dzx, m->mamba.rcv, MGT_DT_F32, m->mamba.asm_map, (int)(T * m->mamba.w_l / u),
+			     (int)k.rep, (int)u); /* a replicated group's dB, dC: its ranks' parts summed */
 	return MGT_OK;
 }
 

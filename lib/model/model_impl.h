@@ -467,6 +467,9 @@ mgt_status mgt_layer_mamba_alloc(mgt_model *m);
  * gradients of the rank's block.  Both exchange over ps->cp_comm (MGT_ERR_IO). */
 mgt_status mgt_mamba_cp_alloc(mgt_model *m);
 size_t mgt_mamba_cp_states(const mgt_model *m);
+/* the floats of a layer's exchanged rows over the whole sequence (a->mzxg), or with conv its conv
+ * output (a->mconv): more than without context parallelism when B and C are replicated */
+size_t mgt_mamba_cp_numel(const mgt_model *m, bool conv);
 mgt_status mgt_mamba_cp_fwd(mgt_model *m, layer_act *a, int l);
 mgt_status mgt_mamba_cp_bwd(mgt_model *m, layer_act *a, int l);
 float *mgt_mamba_cp_dz(const mgt_model *m);

@@ -5,14 +5,14 @@
 # split by the pattern's '|', DP2 with the distributed optimizer, TP2 with SP (the Mamba heads
 # and groups split, in_proj and the conv by blocks), TP2 x PP2 x DP2, CP2 with attention's p2p
 # and a2a (the Mamba layers' all-to-all of heads), PP2 x DP2, TP2 without SP, CP4, TP2 x CP2 and
-# an MoE layer's pattern (M*-E) under PP2; a TP2 x PP2 x DP2 checkpoint resumes on one
+# an MoE layer's pattern (M*-E) under PP2; CP2 and CP4 with one Mamba group (B and C replicated); a TP2 x PP2 x DP2 checkpoint resumes on one
 # process; full recomputation gives the same bits; a resumed run gives the uninterrupted run's
 # bits; mgt-eval generates with the Mamba layers' state caches what logits recomputing the
 # prefix gives (token for token, logits within 1e-5), and runs loss, perplexity and tasks; the
 # ratios give Megatron's pattern; bad input is refused naming the flag or the character (exit 2)
 # before anything is written.
-# Tiers (lib.sh): the quick tier runs everything but PP2 x DP2, TP2 without SP, CP4, TP2 x CP2 and
-# the MoE layout (full tier; TP2 x PP2 x DP2, CP2 and PP2 run their paths).
+# Tiers (lib.sh): the quick tier runs everything but PP2 x DP2, TP2 without SP, CP4, TP2 x CP2, CP4
+# with one group and the MoE layout (full tier; TP2 x PP2 x DP2, CP2 and PP2 run their paths).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 RUN="sh $ROOT/tests/mpirun.sh"
@@ -90,9 +90,17 @@ if command -v mpirun >/dev/null 2>&1; then
 	ok "--sft on one process" sftrun 1 sft1
 	ok "--sft under CP2 (a2a)" sftrun 2 sftcp --context-parallel-size 2 --cp-comm-type a2a
 	ok "  = one process" same sft1 sftcp
-	ok "CP2 with 1 Mamba group refused naming the flag" sh -c "$RUN 2 '$BIN/mgt-train' --model tiny-hybrid --mock-data \
-		--vocab-size 64 --tokenizer-type NullTokenizer --seq-length 16 --micro-batch-size 1 --train-iters 1 --threads 1 \
-		--mamba-num-groups 1 --context-parallel-size 2 >cpg.out 2>&1; grep -q 'context-parallel-size 2 with Mamba layers' cpg.out"
+	# fewer groups than context ranks: B and C replicated, a group's dB, dC summed over its ranks
+	ok "1 Mamba group on one process" train 1 g1 --mamba-num-groups 1
+	ok "CP2 with 1 group (B and C on both ranks)" train 2 cp2g1 --mamba-num-groups 1 --context-parallel-size 2
+	ok "  = one process" same g1 cp2g1
+	if full_only "CP4 with 1 group = one process"; then
+		ok "CP4 with 1 group" train 4 cp4g1 --mamba-num-groups 1 --context-parallel-size 4
+		ok "  = one process" same g1 cp4g1
+	fi
+	ok "CP4 with 6 Mamba heads refused naming the flag" sh -c "$RUN 4 '$BIN/mgt-train' --model tiny-hybrid --mock-data \
+		--vocab-size 64 --tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 1 --train-iters 1 --threads 1 \
+		--mamba-num-heads 6 --context-parallel-size 4 >cpg.out 2>&1; grep -q 'context-parallel-size 4 with Mamba layers' cpg.out"
 	ok "  its checkpoint, saved at iteration 4," train 8 tp2save --tensor-model-parallel-size 2 --sequence-parallel \
 		--pipeline-model-parallel-size 2 --hybrid-layer-pattern 'M*|M-' --use-distributed-optimizer $V2 --save tpck \
 		--save-interval 4 --exit-interval 4
