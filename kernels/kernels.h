@@ -257,7 +257,7 @@ int mgt_k_xent_bwd(mgt_k_stream s, void *dlogits, const void *logits, mgt_k_dtyp
 		   const float *mx, const float *sumexp, const float *mask, float scale, int64_t v0,
 		   int T, int V);
 
-/* ---- the Mamba-2 mixer (kernels/mamba.cu: backend.h mamba_conv_*, mamba_gated_norm_*; kernels/ssd.cu:
+/* ---- the Mamba-2 mixer (kernels/mamba.cu: backend.h mamba_conv_*, mamba_gated_norm_*, mamba_step; kernels/ssd.cu:
  * ssd_scan_*), fp32 only, the shapes and strides of the backend ops.  The backward launchers need
  * ws of their *_ws_bytes; weight gradients are accumulated (+=) from double partials summed in a
  * fixed order. ---- */
@@ -289,6 +289,12 @@ int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, float *dx, float *dB,
 		       float *ddt_bias, float *dA_log, float *dD, const float *dy, const float *states, const float *x,
 		       const float *B, const float *C, const float *dt_raw, const float *dt_bias, const float *A_log,
 		       const float *D, void *ws);
+/* backend.h mamba_step (kernels/mamba.cu): of d only nh, p, g, n and ld_dt are read; seq, pos
+ * [T] device int32; the caches updated in place.  No ws. */
+int mgt_k_mamba_step(mgt_k_stream s, const mgt_k_ssd *d, int T, float *y, float *u, float *conv_state,
+		     float *ssm_state, const float *xbc, int ld, const float *dt_raw, const int32_t *seq,
+		     const int32_t *pos, const float *conv_w, const float *conv_b, int K, const float *dt_bias,
+		     const float *A_log, const float *D);
 
 #ifdef __cplusplus
 }

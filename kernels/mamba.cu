@@ -1,13 +1,19 @@
 /* kernels/: the Mamba-2 mixer's ops around the scan (backend.h mamba_conv_fwd / _bwd,
- * mamba_gated_norm_fwd / _bwd): the causal depthwise conv1d + SiLU over xBC (Megatron-Core
- * megatron/core/ssm/mamba_mixer.py, causal_conv1d_fn with activation "silu") and the gated RMSNorm
+ * mamba_gated_norm_fwd / _bwd) and the one-token step of inference (mamba_step: Megatron's
+ * MambaMixer.ssm_decode, mamba_ssm's selective_state_update): the causal depthwise conv1d + SiLU
+ * over xBC (Megatron-Core megatron/core/ssm/mamba_mixer.py, causal_conv1d_fn with activation "silu") and the gated RMSNorm
  * over groups (mamba_ssm ops/triton/layernorm_gated.py RMSNormGated, norm_before_gate=False).
  * lib/backend/cpu_mamba.c gives the operation order, which these follow term for term (fp32
  * products in the same order, sums of squares and weight gradients in double).  The scan is
  * kernels/ssd.cu.
  *
  * Weight gradients (conv dw/db, norm dw): common.cuh's column-reduction scheme, double partials
- * per chunk of rows in ws, then each column's partials summed in chunk order (no atomics). */
+ * per chunk of rows in ws, then each column's partials summed in chunk order (no atomics).
+ *
+ * mamba_step: two launches, each thread owning its own columns of the caches, rows in order:
+ * step_conv_k one thread per channel c (conv_state[.][.][c], u[.][c]), then step_scan_k one thread
+ * per (head h, p') (ssm_state[.][h][p'][:], y[.][h p + p']), which reads the u the first wrote.
+ * No thread reads what another thread of the same launch writes. */
 #include "common.cuh"
 
 static __device__ __forceinline__ float sigm_(float v) { return 1.0f / (1.0f + expf(-v)); }
@@ -274,5 +280,92 @@ extern "C" int mgt_k_mamba_gated_norm_bwd(mgt_k_stream s, float *dy, float *dz, 
 	MGT_LAUNCH(gnorm_dw_part_k, dim3(cb, R), MGT_COL_THREADS, 0, st, (double *)ws, dout, y, z, rstd, G, T, rows);
 	MGT_LAUNCH(gnorm_dw_fin_k, cb, MGT_COL_THREADS, 0, st, dw, (const double *)ws, R, di);
 	MGT_LAUNCH(gnorm_dx_k, (unsigned)((size_t)T * g), MGT_ROW_THREADS, 0, st, dy, dz, dout, y, z, w, rstd, G);
+	return mgt_k_rc();
+}
+
+/* ---- mamba_step: the one-token step of inference with conv and SSM state caches ---- */
+
+/* softplus with mamba_ssm's threshold (cpu_mamba.c softplusf_, ssd.cu softplus_). */
+static __device__ __forceinline__ float step_softplus_(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+
+/* The step's geometry: T rows, nh heads of p, g groups of n (CD = nh p + 2 g n channels), K taps,
+ * row strides of xbc and dt_raw. */
+struct step_geo {
+	int T, nh, p, g, n, CD, K, ld, ld_dt;
+};
+
+/* Thread c: for t in order, sequence b = seq[t]'s kept rows hist[k][c] (zeroed first at
+ * position 0), u[t, c] = silu(bias[c] + sum_{k<K-1} w[c][k] hist[k][c] + w[c][K-1] xbc[t, c]),
+ * then the kept rows shifted by one and xbc[t, c] appended (cpu_mamba.c step_conv). */
+static __global__ void step_conv_k(float *u, float *conv_state, const float *xbc, const int32_t *seq,
+				   const int32_t *pos, const float *w, const float *bias, step_geo G)
+{
+	const int c = blockIdx.x * blockDim.x + threadIdx.x;
+	if (c >= G.CD)
+		return;
+	const int Km = G.K - 1;
+	const float *wc = w + (size_t)c * G.K;
+	for (int t = 0; t < G.T; t++) {
+		float *hist = conv_state + (size_t)seq[t] * Km * G.CD + c;
+		if (pos[t] == 0)
+			for (int k = 0; k < Km; k++)
+				hist[(size_t)k * G.CD] = 0.0f;
+		const float xt = xbc[(size_t)t * G.ld + c];
+		float a = bias[c];
+		for (int k = 0; k < Km; k++)
+			a += wc[k] * hist[(size_t)k * G.CD];
+		a += wc[Km] * xt;
+		u[(size_t)t * G.CD + c] = silu_(a);
+		for (int k = 0; k + 1 < Km; k++)
+			hist[(size_t)k * G.CD] = hist[(size_t)(k + 1) * G.CD];
+		if (Km > 0)
+			hist[(size_t)(Km - 1) * G.CD] = xt;
+	}
+}
+
+/* Thread (h, p'): for t in order, S = ssm_state[seq[t]][h][p'][:] (zeroed first at position 0),
+ * dt = softplus(dt_raw[t, h] + dt_bias[h]), A = -exp(A_log[h]); S[j] = e^{dt A} S[j] + dt x B[j]
+ * and y[t, h p + p'] = sum_j S[j] C[j] (j ascending) + D[h] x, with x, B, C the blocks of u[t]
+ * for head h's group h / (nh / g) (cpu_mamba.c step_head). */
+static __global__ void step_scan_k(float *y, float *ssm_state, const float *u, const float *dt_raw,
+				   const int32_t *seq, const int32_t *pos, const float *dt_bias, const float *A_log,
+				   const float *D, step_geo G)
+{
+	const int di = G.nh * G.p, e = blockIdx.x * blockDim.x + threadIdx.x;
+	if (e >= di)
+		return;
+	const int h = e / G.p, gi = h / (G.nh / G.g);
+	const float A = -expf(A_log[h]), Dh = D[h];
+	for (int t = 0; t < G.T; t++) {
+		float *S = ssm_state + ((size_t)seq[t] * di + e) * G.n;
+		if (pos[t] == 0)
+			for (int j = 0; j < G.n; j++)
+				S[j] = 0.0f;
+		const float dt = step_softplus_(dt_raw[(size_t)t * G.ld_dt + h] + dt_bias[h]), a = expf(dt * A);
+		const float *ut = u + (size_t)t * G.CD, x = ut[e];
+		const float *B = ut + di + (size_t)gi * G.n, *C = ut + di + (size_t)(G.g + gi) * G.n;
+		float acc = 0.0f;
+		for (int j = 0; j < G.n; j++) {
+			S[j] = a * S[j] + dt * x * B[j];
+			acc += S[j] * C[j];
+		}
+		y[(size_t)t * di + e] = acc + Dh * x;
+	}
+}
+
+extern "C" int mgt_k_mamba_step(mgt_k_stream s, const mgt_k_ssd *d, int T, float *y, float *u, float *conv_state,
+				float *ssm_state, const float *xbc, int ld, const float *dt_raw, const int32_t *seq,
+				const int32_t *pos, const float *conv_w, const float *conv_b, int K,
+				const float *dt_bias, const float *A_log, const float *D)
+{
+	const int di = d->nh * d->p;
+	if (T <= 0 || di <= 0 || d->g <= 0)
+		return 0;
+	const step_geo G = { T, d->nh, d->p, d->g, d->n, di + 2 * d->g * d->n, K, ld, d->ld_dt };
+	const cudaStream_t st = mgt_st(s);
+	MGT_LAUNCH(step_conv_k, (unsigned)mgt_cdiv((size_t)G.CD, 128), 128, 0, st, u, conv_state, xbc, seq, pos,
+		   conv_w, conv_b, G);
+	MGT_LAUNCH(step_scan_k, (unsigned)mgt_cdiv((size_t)di, 128), 128, 0, st, y, ssm_state, u, dt_raw, seq, pos,
+		   dt_bias, A_log, D, G);
 	return mgt_k_rc();
 }

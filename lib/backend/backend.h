@@ -136,9 +136,9 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
  * entry; each backend implements op n as mgt_<backend>_n (cpu_impl.h and cuda_impl.h declare
  * them from this list and build their tables from it).  The Mamba-2 mixer's ops are listed apart
  * (MGT_BACKEND_MAMBA_OPS: fp32 only, mgt_backend_supports refuses other element types), and
- * MGT_BACKEND_OPS_BY(X, XC) applies XC instead of X to the ops only the CPU backend has so far
- * (MGT_BACKEND_CPU_ONLY_OPS: the Mamba layers' one-token step of inference): the CUDA backend
- * leaves them NULL, so mgt_backend_supports refuses them there. */
+ * MGT_BACKEND_OPS_BY(X, XC) applies XC instead of X to the ops only the CPU backend has
+ * (MGT_BACKEND_CPU_ONLY_OPS, empty at present): the CUDA backend leaves them NULL, so
+ * mgt_backend_supports refuses them there. */
 #define MGT_BACKEND_OPS(X) MGT_BACKEND_OPS_BY(X, X)
 #define MGT_BACKEND_OPS_BY(X, XC) \
 	/* ---- memory ---- */ \
@@ -495,7 +495,8 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 /* The Mamba-2 mixer's ops between its two GEMMs (Megatron-Core megatron/core/ssm/mamba_mixer.py
  * MambaMixer; mamba_ssm's mamba_split_conv1d_scan_combined and RMSNormGated; the SSD algorithm of
  * Dao & Gu 2024, "Transformers are SSMs", section 6 and listing 1).  fp32 throughout; rows
- * sequence-first as everywhere.  Both backends (CUDA: kernels/mamba.cu and kernels/ssd.cu). */
+ * sequence-first as everywhere; and the one-token step of inference (mamba_step).  Both backends
+ * (CUDA: kernels/mamba.cu and kernels/ssd.cu). */
 #define MGT_BACKEND_MAMBA_OPS(X) \
 	/* Causal depthwise conv1d + SiLU over xBC (MambaMixer's conv1d_weight [CD, 1, K], conv1d_bias; \
 	 * causal_conv1d_fn with activation "silu"): \
@@ -556,10 +557,7 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	/* Its backward from dout [T, di]: dy [T, di] and dz [T, ld_z] (columns 0..di-1) WRITTEN, dw \
 	 * [di] ACCUMULATED (summed in double over rows in row order). */ \
 	X(void, mamba_gated_norm_bwd, (mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, \
-		const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g))
-
-/* The ops only the CPU backend has so far (fp32 only, as the Mamba ops above). */
-#define MGT_BACKEND_CPU_ONLY_OPS(X) \
+		const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g)) \
 	/* T tokens one at a time, for inference with state caches (Megatron's MambaMixer.ssm_decode, \
 	 * mamba_ssm's selective_state_update; the recurrence of ssd_scan_fwd above with the conv \
 	 * of mamba_conv_fwd): rows t = 0..T-1 in order, row t a token of cache sequence seq[t] at \
@@ -575,6 +573,11 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 		float *ssm_state, const float *xbc, int ld, const float *dt_raw, const int32_t *seq, \
 		const int32_t *pos, const float *conv_w, const float *conv_b, int K, const float *dt_bias, \
 		const float *A_log, const float *D))
+
+/* The ops only the CPU backend has (fp32 only, as the Mamba ops above): none at present.  The
+ * mechanism stays for the next such op: list it here as X(ret, name, (params)), and the CUDA
+ * table leaves it NULL (cuda.c CUDA_OP_ABSENT). */
+#define MGT_BACKEND_CPU_ONLY_OPS(X)
 
 #define MGT_BACKEND_OP_FIELD(ret, name, params) ret(*name) params;
 #define MGT_BACKEND_OP_ID(ret, name, params) MGT_OP_##name,

@@ -15,8 +15,8 @@
  * embedding in cpu_embedding.c, the norms in cpu_norm.c, rope, activations, bias-dropout-add,
  * AdamW and the casts in cpu_elementwise.c, cross-entropy and sumsq in cpu_reduce.c, fp8 in
  * cpu_fp8.c, attention in cpu_attn.c, the Mixture-of-Experts row ops and grouped linears in
- * cpu_moe.c, the Mamba-2 mixer's conv and gated norm in cpu_mamba.c and its scan in cpu_ssd.c
- * (CPU only so far: the CUDA table has NULL there).
+ * cpu_moe.c, the Mamba-2 mixer's conv, gated norm and one-token step in cpu_mamba.c (CUDA:
+ * kernels/mamba.cu) and its scan in cpu_ssd.c (kernels/ssd.cu).
  */
 #include "backend/cpu_impl.h"
 #include "fp8/fp8.h"

@@ -556,8 +556,19 @@ void mgt_cuda_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float 
 			mgt_k_mamba_gated_norm_bwd(stream(be), dy, dz, dw, dout, y, z, ld_z, w, rstd, T, di, g, ws));
 }
 
+void mgt_cuda_mamba_step(mgt_backend *be, const mgt_ssd *d, int T, float *y, float *u, float *conv_state,
+			 float *ssm_state, const float *xbc, int ld, const float *dt_raw, const int32_t *seq,
+			 const int32_t *pos, const float *conv_w, const float *conv_b, int K, const float *dt_bias,
+			 const float *A_log, const float *D)
+{
+	const mgt_k_ssd k = k_ssd(d);
+	mgt_cuda_ok(be, "mamba_step", mgt_k_mamba_step(stream(be), &k, T, y, u, conv_state, ssm_state, xbc, ld, dt_raw,
+						       seq, pos, conv_w, conv_b, K, dt_bias, A_log, D));
+}
+
 #define CUDA_OP_ENTRY(ret, n, params) .n = mgt_cuda_##n,
-/* the CPU-only ops (backend.h MGT_BACKEND_CPU_ONLY_OPS): none here, mgt_backend_supports refuses them */
+/* the CPU-only ops (backend.h MGT_BACKEND_CPU_ONLY_OPS, empty at present): NULL here,
+ * mgt_backend_supports refuses them */
 #define CUDA_OP_ABSENT(ret, n, params) .n = NULL,
 static const mgt_backend_ops cuda_ops = { .name = "cuda", MGT_BACKEND_OPS_BY(CUDA_OP_ENTRY, CUDA_OP_ABSENT) };
 

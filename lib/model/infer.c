@@ -55,9 +55,6 @@ mgt_status mgt_model_create_infer(mgt_model **out, const mgt_model_config *c, mg
 {
 	*out = NULL;
 	if (ps->tp != 1) return mgt_err(MGT_ERR_USAGE, "inference model: tensor parallelism %d (must be 1)", ps->tp);
-	if (strchr(c->hybrid_layer_pattern, MGT_LAYER_MAMBA) && !be->ops->mamba_step)
-		return mgt_err(MGT_ERR_USAGE, "inference of Mamba layers (their conv and state caches: the mamba_step op) on "
-			       "the %s backend is not implemented in this version (the CPU backend runs it)", be->ops->name);
 	mgt_model_layout L = { .mbs = 1, .stage = 0, .num_stages = 1, .slots = 1, .dp = 1 };
 	mgt_model *m;
 	mgt_status st = mgt_model_new_chunk(&m, c, &L, be, ps, false);

@@ -3195,6 +3195,76 @@ static void t_mamba_conv(int L, int b, int CD, int K, int ld, bool docs)
 	free(seg), free(yc);
 }
 
+/* mamba_step (inference: conv and SSM state caches, tokens in order): B = 3 cache sequences whose
+ * rows interleave, in calls of several sizes that carry the states, sequence 1 restarting at
+ * position 0 in the fifth call, and every sequence's first token at position 0 over states that
+ * start as garbage (the zeroing is checked).  xbc [T, ld] and dt_raw [T, ld_dt] row-strided wider
+ * than read; a few dt_raw at 100 take softplus's v > 20 branch (e^v would overflow).  Both sides run the same fp32
+ * products in the same order (cpu_mamba.c step_conv, step_head), so under the simulator the same
+ * bits (host expf and log1pf on both sides: measured 0 on every output); on a GPU expf, log1pf
+ * and fused multiply-adds differ by ulps (TOL32), and the conv state is a copy (exact). */
+static void t_mamba_step(int nh, int g, int p, int n, int K, int ld_pad, int ld_dt_pad)
+{
+	enum { NB = 3, NC = 7, RESTART_CALL = 4 };
+	static const int calls[NC] = { 7, 1, 5, 2, 9, 1, 4 };
+	const int di = nh * p, CD = di + 2 * g * n, ld = CD + ld_pad, ld_dt = nh + ld_dt_pad;
+	int T = 0;
+	for (int k = 0; k < NC; k++)
+		T += calls[k];
+	const char *id = nm("mamba step nh=%d g=%d p=%d n=%d K=%d ld=%d", nh, g, p, n, K, ld);
+	const size_t ncs = (size_t)NB * (K - 1) * CD, nss = (size_t)NB * di * n, ny = (size_t)T * di, nu = (size_t)T * CD;
+	float *xbc = hrand((size_t)T * ld, 1.5), *dtr = hrand((size_t)T * ld_dt, 1.5), *w = hrand((size_t)CD * K, 0.5);
+	float *cb = hrand(CD, 0.3), *dtb = hrand(nh, 0.5), *alog = hrand(nh, 1.0), *Dv = hrand(nh, 1.0);
+	float *cs0 = hrand(ncs, 1.0), *ss0 = hrand(nss, 1.0);
+	int32_t *seq = xmalloc((size_t)T * sizeof *seq), *pos = xmalloc((size_t)T * sizeof *pos);
+	int len[NB] = { 0, 0, 0 }, t0 = 0;
+	for (int k = 0, t = 0; k < NC; k++)
+		for (int i = 0; i < calls[k]; i++, t++) {
+			seq[t] = (int32_t)((urand() + 1.0) * 1.5) % NB;
+			if (k == RESTART_CALL && i == 2)
+				seq[t] = 1, len[1] = 0;
+			pos[t] = len[seq[t]]++;
+			if (t % 5 == 3)
+				dtr[(size_t)t * ld_dt + t % nh] = 100.0f;
+		}
+	const mgt_ssd d = { .nh = nh, .p = p, .g = g, .n = n, .ld_dt = ld_dt };
+	float *yc = xmalloc(ny * 4), *uc = xmalloc(nu * 4), *csc = hcopy(cs0, ncs), *ssc = hcopy(ss0, nss);
+	float *dX = dput(xbc, (size_t)T * ld), *dDT = dput(dtr, (size_t)T * ld_dt), *dW = dput(w, (size_t)CD * K);
+	float *dCB = dput(cb, CD), *dDTB = dput(dtb, nh), *dAL = dput(alog, nh), *dD = dput(Dv, nh);
+	float *dCS = dput(cs0, ncs), *dSS = dput(ss0, nss), *dY = dalloc(ny * 4), *dU = dalloc(nu * 4);
+	int32_t *dSeq = dputi(seq, T), *dPos = dputi(pos, T);
+	float *y[2], *u[2], *cs[2], *ss[2];
+	for (int r = 0; r < 3; r++) {
+		if (r > 0)
+			poison(dY, ny), poison(dU, nu), up(dCS, cs0, ncs * 4), up(dSS, ss0, nss * 4);
+		t0 = 0;
+		for (int k = 0; k < NC; t0 += calls[k++]) {
+			if (r == 0)
+				C->mamba_step(cpu, &d, calls[k], yc + (size_t)t0 * di, uc + (size_t)t0 * CD, csc, ssc,
+					      xbc + (size_t)t0 * ld, ld, dtr + (size_t)t0 * ld_dt, seq + t0, pos + t0, w, cb, K,
+					      dtb, alog, Dv);
+			else
+				G->mamba_step(gpu, &d, calls[k], dY + (size_t)t0 * di, dU + (size_t)t0 * CD, dCS, dSS,
+					      dX + (size_t)t0 * ld, ld, dDT + (size_t)t0 * ld_dt, dSeq + t0, dPos + t0, dW, dCB,
+					      K, dDTB, dAL, dD);
+		}
+		if (r > 0)
+			y[r - 1] = dget(dY, ny), u[r - 1] = dget(dU, nu), cs[r - 1] = dget(dCS, ncs), ss[r - 1] = dget(dSS, nss);
+	}
+	cmp(nm("%s: u", id), u[0], uc, NULL, nu, T2(TOL32, SIM_EXACT));
+	cmp(nm("%s: y", id), y[0], yc, NULL, ny, T2(TOL32, SIM_EXACT));
+	cmp(nm("%s: conv state", id), cs[0], csc, NULL, ncs, T2(TOL_EXACT, SIM_EXACT));
+	cmp(nm("%s: ssm state", id), ss[0], ssc, NULL, nss, T2(TOL32, SIM_EXACT));
+	det(id, ndiff(y[0], y[1], ny, 4) + ndiff(u[0], u[1], nu, 4) + ndiff(cs[0], cs[1], ncs, 4) +
+			ndiff(ss[0], ss[1], nss, 4));
+	for (int r = 0; r < 2; r++)
+		free(y[r]), free(u[r]), free(cs[r]), free(ss[r]);
+	dfree(dX), dfree(dDT), dfree(dW), dfree(dCB), dfree(dDTB), dfree(dAL), dfree(dD), dfree(dCS), dfree(dSS);
+	dfree(dY), dfree(dU), dfree(dSeq), dfree(dPos);
+	free(xbc), free(dtr), free(w), free(cb), free(dtb), free(alog), free(Dv), free(cs0), free(ss0), free(seq), free(pos);
+	free(yc), free(uc), free(csc), free(ssc);
+}
+
 /* Gated RMSNorm over g groups of di / g channels, z [T, ld_z] (ld_z >= di). */
 static void t_mamba_gnorm(int T, int di, int g, int ld_z)
 {
@@ -3370,11 +3440,16 @@ static void mamba_ops(bool big)
 	t_ssd(150, 4, 2, 1, 16, 8, true);
 	t_ssd(45, 1, 3, 3, 4, 4, false);
 	t_ssd(260, 2, 24, 4, 2, 4, true); /* 144 chunk blocks: two waves of the backward */
+	t_mamba_step(4, 2, 8, 16, 4, 37, 5);
+	t_mamba_step(5, 1, 3, 7, 4, 3, 0);  /* CD = 29 */
+	t_mamba_step(6, 3, 24, 45, 3, 101, 9); /* CD = 414, nh p = 144: several blocks of both kernels */
+	t_mamba_step(3, 3, 2, 2, 2, 1, 1);  /* one kept row */
 	if (big) {
 		t_mamba_conv(1000, 2, 1280, 4, 2600, true);
 		t_mamba_gnorm(2000, 1024, 8, 2600);
 		t_ssd(1000, 2, 8, 2, 64, 128, true);
 		t_ssd(2048, 1, 16, 1, 64, 64, false);
+		t_mamba_step(24, 1, 64, 128, 4, 1600, 24); /* mamba2-130m's mixer: CD = 1792 */
 	}
 }
 
@@ -3762,6 +3837,7 @@ static void small_ops(void)
 		t_mamba_conv(40, 2, 24, 4, 30, true);
 		t_mamba_gnorm(30, 96, 2, 100);
 		t_ssd(150, 2, 2, 1, 8, 8, true);
+		t_mamba_step(4, 2, 8, 16, 4, 37, 5);
 		t_moe_rows(30, 2, 96);
 		{
 			const int r3[] = { 20, 0, 13 };
