@@ -379,6 +379,172 @@ mgt_status mgt_st_writer_put_raw(mgt_st_writer *w, const char *name, const void 
 mgt_status mgt_st_writer_finish(mgt_st_writer *w);
 void mgt_st_writer_free(mgt_st_writer *w);
 
+/* ---- Python pickles and torch.save files (lib/ckpt/pickle.c, torchfile.c) -------------------
+ *
+ * Read without running Python (issue 49; facts: the pickle VM of CPython's Lib/pickle.py, PyTorch's
+ * torch/serialization.py _save/_load and caffe2/serialize/inline_container.cc).  mgt_pickle_load
+ * runs the opcodes of protocols 2 to 5 that torch.save (protocol 2) and
+ * torch.distributed.checkpoint's .metadata (protocol 4 or 5) write: PROTO FRAME STOP MARK POP
+ * POP_MARK DUP NONE NEWTRUE NEWFALSE BININT BININT1 BININT2 LONG1 LONG4 BINFLOAT BINUNICODE
+ * SHORT_BINUNICODE BINUNICODE8 BINBYTES SHORT_BINBYTES BINBYTES8 BYTEARRAY8 EMPTY_TUPLE TUPLE
+ * TUPLE1-3 EMPTY_LIST APPEND APPENDS LIST EMPTY_DICT DICT SETITEM SETITEMS EMPTY_SET ADDITEMS
+ * FROZENSET GLOBAL STACK_GLOBAL REDUCE NEWOBJ NEWOBJ_EX BUILD BINPERSID PUT BINPUT LONG_BINPUT GET
+ * BINGET LONG_BINGET MEMOIZE, and the text INT, LONG, FLOAT, STRING, UNICODE where protocol 0/1
+ * writers left them.  Nothing is ever called: REDUCE / NEWOBJ of a class it knows is evaluated
+ * natively, everything else becomes a generic object:
+ *   torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, meta])
+ *   and _rebuild_tensor_v3(..., dtype[, meta]) -> TENSOR; torch._utils._rebuild_parameter(data,
+ *   ...) and torch._tensor._rebuild_from_type_v2(func, type, args, state) -> the tensor inside;
+ *   collections.OrderedDict() -> DICT; torch.Size(tuple) -> TUPLE; _codecs.encode(str, "latin1")
+ *   -> BYTES (code points 0..255); builtins (or __builtin__) set / frozenset / bytearray -> LIST /
+ *   LIST / BYTES; copyreg._reconstructor(cls, base, state) and copyreg.__newobj__ -> OBJ of cls.
+ * BINPERSID takes ('storage', <torch.XStorage GLOBAL or torch.storage.UntypedStorage>, key,
+ * location, numel) to a STORAGE (numel: elements of typed storages, bytes of UntypedStorage, whose
+ * dtype the tensor rebuilt over it gives: _rebuild_tensor_v3's dtype argument); any other
+ * persistent id is MGT_ERR_FORMAT.
+ *
+ * Values live in the mgt_pickle (or mgt_torch) that made them until it is freed; they may be
+ * shared (the memo) and, in a hostile file, cyclic: walk them with a depth bound.  Limits, each
+ * MGT_ERR_FORMAT naming the input and byte offset: a value count above 16 per input byte + 1024,
+ * a string or bytes beyond the input, a stack or memo reference out of range, an unknown opcode
+ * (named in hex), NEXT_BUFFER / READONLY_BUFFER (out-of-band buffers), no STOP (bytes after it are
+ * ignored, as pickle.load leaves them), a STOP with other than one value
+ * on the stack, a tensor of more than MGT_PY_MAX_DIM dims or negative sizes, strides or offset. */
+typedef enum {
+	MGT_PY_NONE, MGT_PY_BOOL, MGT_PY_INT, MGT_PY_FLOAT, MGT_PY_STR, MGT_PY_BYTES, MGT_PY_TUPLE,
+	MGT_PY_LIST, MGT_PY_DICT, MGT_PY_GLOBAL, MGT_PY_OBJ, MGT_PY_STORAGE, MGT_PY_TENSOR
+} mgt_py_kind;
+
+#define MGT_PY_MAX_DIM 8
+typedef struct mgt_py mgt_py;
+struct mgt_py {
+	mgt_py_kind kind;
+	int64_t i;           /* BOOL 0/1; INT when !big */
+	bool big;            /* INT outside int64: little-endian two's complement bytes in s, len */
+	double f;            /* FLOAT */
+	const char *s;       /* STR: UTF-8 as pickled (NUL-terminated, len bytes); BYTES: len bytes
+			      * (NUL-terminated too); GLOBAL: the module; STORAGE: its record key */
+	size_t len;
+	const char *name;    /* GLOBAL: the qualified name ("OrderedDict", "Namespace") */
+	mgt_py **v;          /* TUPLE, LIST: v[0..n); DICT: key v[2k], value v[2k+1] for k < n, in
+			      * insertion order (a key set again keeps its place, takes the new value;
+			      * keys compare by kind and content for NONE BOOL INT FLOAT STR BYTES,
+			      * element-wise for TUPLE, by identity otherwise); OBJ: the items that
+			      * APPEND(S) (kv false) or SETITEM(S) (kv true, pairs as in DICT) gave it */
+	size_t n;
+	bool kv;
+	mgt_py *cls;         /* OBJ: its class (a GLOBAL for every pickle Python writes) */
+	mgt_py *args;        /* OBJ: the REDUCE / NEWOBJ arguments (a TUPLE), or NULL */
+	mgt_py *state;       /* OBJ: BUILD's argument (a DICT of attributes, or a TUPLE such as
+			      * (dict, slots) or TensorProperties' 5-tuple), or NULL */
+	/* STORAGE, TENSOR */
+	mgt_dt dtype;        /* valid when dtype_ok */
+	bool dtype_ok;       /* false: a torch dtype mgt_dt lacks (complex, quantized, float8, uint16..64) */
+	const char *dtype_name; /* torch's name: "float32", "bfloat16", "int64", "float8_e4m3fn", ... */
+	int64_t numel;       /* STORAGE: elements of dtype (bytes for an UntypedStorage until a tensor gives it a dtype) */
+	mgt_py *storage;     /* TENSOR: its STORAGE */
+	int64_t offset;      /* TENSOR: storage offset, elements */
+	int ndim;            /* TENSOR: 0..MGT_PY_MAX_DIM (0: a scalar, one element) */
+	int64_t size[MGT_PY_MAX_DIM], stride[MGT_PY_MAX_DIM]; /* TENSOR: elements */
+};
+
+typedef struct mgt_pickle mgt_pickle;
+/* Unpickle buf[0..n) (what: names it in messages, e.g. "ckpt/.metadata").  *out owned by the
+ * caller (mgt_pickle_free).  Errors: MGT_ERR_FORMAT (above), MGT_ERR_NOMEM. */
+mgt_status mgt_pickle_load(const void *buf, size_t n, const char *what, mgt_pickle **out);
+const mgt_py *mgt_pickle_root(const mgt_pickle *p);
+void mgt_pickle_free(mgt_pickle *p);
+
+/* The value of string key in d: a DICT, or an OBJ's attributes (its state when a DICT, or the
+ * DICT first in a state TUPLE, else its kv items); NULL when absent or d is neither. */
+const mgt_py *mgt_py_get(const mgt_py *d, const char *key);
+/* Whether v is a GLOBAL, or an OBJ whose cls is a GLOBAL, of that name and (module not NULL)
+ * module. */
+bool mgt_py_is(const mgt_py *v, const char *module, const char *name);
+/* v as an int64 (INT or BOOL), a double (FLOAT or INT) or a string (STR); false / NULL otherwise. */
+bool mgt_py_int(const mgt_py *v, int64_t *out);
+bool mgt_py_float(const mgt_py *v, double *out);
+const char *mgt_py_str(const mgt_py *v);
+/* A TENSOR's element count (product of its sizes; 1 for 0 dims). */
+int64_t mgt_py_numel(const mgt_py *t);
+
+/* A torch.save file (PyTorch >= 1.6: a zip of stored entries; Megatron's model_optim_rng.pt,
+ * distrib_optim.pt, common.pt, and each item of a .distcp file) read through libzip: the records
+ * <arch>/data.pkl, <arch>/byteorder (absent = little) and <arch>/data/<key>, arch being the first
+ * entry's directory (inline_container.cc PyTorchStreamReader::init).  At open every tensor's
+ * extent (offset + sum (size-1) * stride, for non-empty tensors) must lie inside its storage and
+ * every storage's record must exist and hold numel x element size bytes. */
+typedef struct mgt_torch mgt_torch;
+/* Open the file at bytes [offset, offset + length) of path (length 0: to the end), read and
+ * unpickle data.pkl.  *out owned by the caller.  Errors: MGT_ERR_IO (path unreadable),
+ * MGT_ERR_FORMAT (not a zip: "not a torch.save zip (PyTorch < 1.6's format is not read)"; no
+ * data.pkl; byteorder "big"; the pickle's errors; a storage record missing or short, a tensor
+ * outside its storage: naming path and the record or key), MGT_ERR_NOMEM. */
+mgt_status mgt_torch_open(const char *path, uint64_t offset, uint64_t length, mgt_torch **out);
+/* The same over buf[0..n) in memory (a nested torch.save, e.g. BYTES): buf must outlive t. */
+mgt_status mgt_torch_open_mem(const void *buf, size_t n, const char *what, mgt_torch **out);
+const mgt_py *mgt_torch_root(const mgt_torch *t);
+/* The file's name in messages: "path" or "path[@offset]" or what. */
+const char *mgt_torch_name(const mgt_torch *t);
+/* Read TENSOR x of t's tree, row-major over x->size, honouring its offset and strides, into dst
+ * (caller-owned): as float32 (numel floats: F32 as is, F16/BF16 exactly, F64 rounded to nearest,
+ * integer types converted exactly below 2^24, else refused), or its elements' bytes as stored
+ * (numel x mgt_dt_size).  Errors: MGT_ERR_FORMAT (a dtype it cannot give, naming it; x not of t),
+ * MGT_ERR_IO, MGT_ERR_NOMEM. */
+mgt_status mgt_torch_read_f32(mgt_torch *t, const mgt_py *x, float *dst);
+mgt_status mgt_torch_read_raw(mgt_torch *t, const mgt_py *x, void *dst);
+void mgt_torch_close(mgt_torch *t);
+
+/* Writing torch.save files (lib/ckpt/torchwrite.c): a pickle of protocol 2 as torch.save writes
+ * it (GLOBALs with protocol 2's module names, ints as BININT* / LONG1, floats BINFLOAT, strings
+ * BINUNICODE, bytes as _codecs.encode, memoised with BINPUT as pickle does for containers and
+ * globals), built by calls in the order of the value's serialisation, then stored as a zip of
+ * stored entries: <arch>/data.pkl, <arch>/byteorder ("little"), <arch>/data/<key> (each storage,
+ * key "0", "1", ...; data 64-byte aligned with an FB extra field as inline_container.cc does),
+ * <arch>/version ("3"), which python3-torch's torch.load reads.  Containers: *_begin pushes a mark,
+ * the calls between give the items (a dict: key then value, pairs), *_end closes it.  Errors stick:
+ * the first failing call's status is returned again by mgt_pyw_save / _to_mem (MGT_ERR_USAGE for
+ * calls out of order: an end without its begin, a dict with an odd item count, save with open
+ * containers or not exactly one value; MGT_ERR_IO naming the path; MGT_ERR_NOMEM). */
+typedef struct mgt_pyw mgt_pyw;
+mgt_status mgt_pyw_new(mgt_pyw **out);
+void mgt_pyw_none(mgt_pyw *w);
+void mgt_pyw_bool(mgt_pyw *w, bool v);
+void mgt_pyw_int(mgt_pyw *w, int64_t v);
+void mgt_pyw_float(mgt_pyw *w, double v);
+void mgt_pyw_str(mgt_pyw *w, const char *s);            /* UTF-8, NUL-terminated */
+void mgt_pyw_bytes(mgt_pyw *w, const void *p, size_t n);
+void mgt_pyw_global(mgt_pyw *w, const char *module, const char *name); /* e.g. torch bfloat16 */
+void mgt_pyw_tuple_begin(mgt_pyw *w);
+void mgt_pyw_tuple_end(mgt_pyw *w);
+void mgt_pyw_list_begin(mgt_pyw *w);
+void mgt_pyw_list_end(mgt_pyw *w);
+void mgt_pyw_dict_begin(mgt_pyw *w);
+void mgt_pyw_dict_end(mgt_pyw *w);
+/* collections.OrderedDict: REDUCE(OrderedDict, ()) then SETITEMS, as pickle writes one. */
+void mgt_pyw_odict_begin(mgt_pyw *w);
+void mgt_pyw_odict_end(mgt_pyw *w);
+/* An object of class module.name made as copyreg.__newobj__ makes it (NEWOBJ with no arguments),
+ * then BUILD with the value given between begin and end (an attribute dict for argparse.Namespace
+ * and dataclasses, a tuple for classes whose __getstate__ returns one). */
+void mgt_pyw_obj_begin(mgt_pyw *w, const char *module, const char *name);
+void mgt_pyw_obj_end(mgt_pyw *w);
+/* REDUCE(module.name, args): the args tuple's items between begin and end (an enum member:
+ * REDUCE(cls, (value,)); torch.Size((...))). */
+void mgt_pyw_reduce_begin(mgt_pyw *w, const char *module, const char *name);
+void mgt_pyw_reduce_end(mgt_pyw *w);
+/* A contiguous tensor of dtype dt and shape size[0..ndim) (ndim 0..8) over a storage of its own:
+ * _rebuild_tensor_v2(storage, 0, size, stride, False, OrderedDict()), the storage a
+ * ('storage', torch.<X>Storage, key, 'cpu', numel) persistent id.  data: numel x mgt_dt_size
+ * bytes, little-endian, kept by reference until the save (the caller keeps it alive). */
+void mgt_pyw_tensor(mgt_pyw *w, mgt_dt dt, int ndim, const int64_t *size, const void *data);
+/* Write the zip to path (created or replaced as written: the caller picks a temporary name),
+ * records under arch/ ("model_optim_rng" for a file saved to model_optim_rng.pt, "archive" for a
+ * stream), fsynced; or into a malloc'd buffer (*buf, *n; the caller frees). */
+mgt_status mgt_pyw_save(mgt_pyw *w, const char *path, const char *arch);
+mgt_status mgt_pyw_to_mem(mgt_pyw *w, const char *arch, void **buf, size_t *n);
+void mgt_pyw_free(mgt_pyw *w);
+
 /* ---- GGUF v3 (lib/ckpt/gguf.c) ------------------------------------------------------------- */
 
 /* Format: ggml's docs/gguf.md.  Little-endian: "GGUF", u32
