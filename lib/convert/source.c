@@ -8,8 +8,9 @@
 #include <string.h>
 
 struct mgt_source {
-	int kind;                  /* 1 Hugging Face, 2 mgt (mgt_convert_detect) */
+	int kind;                  /* 1 Hugging Face, 2 mgt, 3 Megatron (mgt_convert_detect) */
 	mgt_ckpt *ck;              /* kind 2 */
+	mg_src *mg;                /* kind 3 */
 	mgt_convert_opts o;        /* kind 1, opened here: own.o */
 	hf_in own, *h;             /* kind 1: the directory being read (&own, or the converter's) */
 	bool h_open;               /* own is open (closed with s) */
@@ -75,11 +76,13 @@ mgt_status mgt_source_open(const char *dir, int64_t step, mgt_source **out)
 	if (!st && s->kind == 1 && step > 0)
 		st = mgt_err(MGT_ERR_USAGE, "%s: a Hugging Face directory has no iterations (step %lld)", dir, (long long)step);
 	if (!st && s->kind == 1) st = hf_source(s, dir);
+	if (!st && s->kind == 3) st = cv_mg_open(dir, step, &s->mg);
 	if (!st && s->kind == 2) {
 		st = mgt_ckpt_open(dir, step > 0 ? step : -1, &s->ck);
 		if (!st) st = mgt_ckpt_check(s->ck);
 	}
-	if (!st && !(s->dir = mgt_strdup(s->kind == 2 ? mgt_ckpt_dir(s->ck) : dir))) st = MGT_ERR_NOMEM;
+	if (!st && !(s->dir = mgt_strdup(s->kind == 2 ? mgt_ckpt_dir(s->ck) : s->kind == 3 ? cv_mg_dir(s->mg) : dir)))
+		st = MGT_ERR_NOMEM;
 	if (st) {
 		mgt_source_close(s);
 		return st;
@@ -106,13 +109,23 @@ mgt_status mgt_source_from_ckpt(mgt_ckpt *c, mgt_source **out)
 
 int mgt_source_kind(const mgt_source *s) { return s->kind; }
 const char *mgt_source_dir(const mgt_source *s) { return s->dir; }
-const char *mgt_source_metadata(const mgt_source *s) { return s->kind == 2 ? mgt_ckpt_metadata(s->ck) : s->meta; }
-int64_t mgt_source_iteration(const mgt_source *s) { return s->kind == 2 ? mgt_ckpt_iteration(s->ck) : 0; }
-size_t mgt_source_count(const mgt_source *s) { return s->kind == 2 ? mgt_ckpt_count(s->ck) : s->n; }
+const char *mgt_source_metadata(const mgt_source *s)
+{
+	return s->kind == 2 ? mgt_ckpt_metadata(s->ck) : s->kind == 3 ? cv_mg_metadata(s->mg) : s->meta;
+}
+int64_t mgt_source_iteration(const mgt_source *s)
+{
+	return s->kind == 2 ? mgt_ckpt_iteration(s->ck) : s->kind == 3 ? cv_mg_iteration(s->mg) : 0;
+}
+size_t mgt_source_count(const mgt_source *s)
+{
+	return s->kind == 2 ? mgt_ckpt_count(s->ck) : s->kind == 3 ? cv_mg_count(s->mg) : s->n;
+}
 
 const char *mgt_source_tensor(const mgt_source *s, size_t i, int *ndim, int64_t *global_shape, mgt_ckpt_dtype *dtype)
 {
 	if (s->kind == 2) return mgt_ckpt_tensor(s->ck, i, ndim, global_shape, dtype);
+	if (s->kind == 3) return cv_mg_tensor(s->mg, i, ndim, global_shape, dtype);
 	if (i >= s->n) return NULL;
 	const mgt_tensor *g = &s->h->full.t[s->list[i]];
 	int e = g->num_experts > 0;
@@ -157,6 +170,7 @@ static mgt_status make_whole(mgt_source *s, int i)
 
 mgt_status cv_source_whole(mgt_source *s, const char *name, const float **out)
 {
+	if (s->kind == 3) return cv_mg_whole(s->mg, name, out);
 	int row = find_row(s, name);
 	if (row < 0) return mgt_err(MGT_ERR_FORMAT, "%s: no tensor %s in the model config.json describes", s->dir, name);
 	mgt_status st = make_whole(s, row);
@@ -168,6 +182,7 @@ mgt_status mgt_source_read(mgt_source *s, const char *name, int ndim, const int6
 			   const int64_t *offset, const int64_t *shape, mgt_ckpt_dtype dt, void *dst)
 {
 	if (s->kind == 2) return mgt_ckpt_read(s->ck, name, ndim, global_shape, offset, shape, dt, dst);
+	if (s->kind == 3) return cv_mg_read(s->mg, name, ndim, global_shape, offset, shape, dt, dst);
 	int row = find_row(s, name);
 	if (row < 0) return mgt_err(MGT_ERR_FORMAT, "%s: no tensor %s in the model config.json describes", s->dir, name);
 	int nd;
@@ -212,6 +227,7 @@ void mgt_source_close(mgt_source *s)
 {
 	if (!s) return;
 	mgt_ckpt_close(s->ck);
+	cv_mg_close(s->mg);
 	if (s->h_open) cv_hf_close(&s->own);
 	cv_scratch_free(&s->b);
 	free(s->list);

@@ -1,0 +1,88 @@
+/* lib/convert internals: a Megatron-LM checkpoint read in place (megatron.c: the legacy `torch`
+ * format; megatron_dist.c: `torch_dist`), shared by those files (not a public header). */
+#ifndef MGT_MEGATRON_IMPL_H
+#define MGT_MEGATRON_IMPL_H
+
+#include "convert_impl.h"
+
+/* One model chunk of one rank of the saved layout: tensor-parallel rank tp, pipeline rank pp,
+ * virtual stage vs (model chunk "model" or "model<vs>"), expert-parallel rank ep; its table at
+ * that layout (mgt_tensor_table_build_ep over pp x vp stages) and its first global layer. */
+typedef struct {
+	int tp, pp, vs, ep;
+	int file;                  /* torch: index into mg_src.files */
+	int64_t first;             /* first global layer of the chunk */
+	mgt_tensor_table tt;
+	/* the optimizer's place of each row (megatron_opt.c; NULL until first needed, -1 none):
+	 * plain Adam, the state id (group in grp); distributed, the element offset in the file's
+	 * concatenated buckets of buffer gbuf */
+	int64_t *where;
+	int *grp, *gidx;
+	int gbuf;
+} mg_chunk;
+
+/* A legacy-format rank file: iter_N/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt, and its
+ * distributed-optimizer state beside it (opened when first needed). */
+typedef struct {
+	char *path, *dopt_path;
+	mgt_torch *t, *dopt;
+} mg_file;
+
+struct mg_src {
+	int format;                /* 1 torch, 2 torch_dist */
+	char *save_dir, *iter_dir;
+	int64_t iteration;
+	int tp, pp, vp, ep, dp;
+	bool distopt;
+	int optim;                 /* optimizer state: 0 none, 1 fp32 Adam, 2 16-bit params with fp32 copies, 3 distributed */
+	mgt_args a;
+	mgt_tensor_table full;
+	mg_chunk *chunks;
+	int nchunks;
+	mg_file *files;
+	int nfiles;
+	mgt_torch *root;           /* the file of the common state: rank 0's model_optim_rng.pt (torch),
+				    * common.pt or the common_state item (torch_dist) */
+	const mgt_py *common;      /* the common state dict (args, iteration, opt_param_scheduler, ...) */
+	const mgt_py *ns;          /* its args */
+	const char *no_optim;      /* why there is no optimizer state mgt reads, or NULL */
+	char *meta;                /* the metadata.json text an mgt checkpoint of it records */
+	int *list;                 /* rows of full listed (a dataset at its first expert row) */
+	size_t nlist;
+	int nkinds;                /* 1 (weights) or 3 (and the two moments) */
+	float *whole, *piece;      /* one tensor made whole, and a rank's piece of it */
+	size_t whole_n, piece_n;
+	char cached[200];
+	char (*names)[200];        /* the listed names, [nlist * nkinds] */
+	void *dist;                /* megatron_dist.c's state */
+};
+typedef struct mg_src mg_src;
+
+/* The Megatron key of table row x of chunk c (local layer and expert indices; alt 0 Transformer
+ * Engine names, 1 the local spec's norms, 2 grouped-GEMM experts linear_fc1.weight<j>) into out;
+ * false when alt does not apply to x. */
+bool mg_key(const mg_src *m, const mg_chunk *c, const mgt_tensor *x, int alt, char *out, size_t n);
+/* The rows of c's table in Megatron-Core's model.parameters() order (frozen rows left out), into
+ * order (room for c->tt.n); returns their count. */
+int mg_param_order(const mg_src *m, const mg_chunk *c, int *order);
+
+/* megatron_opt.c: the optimizer state of a legacy-format checkpoint: which kind m->optim is
+ * (from rank 0's file), and row x of chunk c's local elements of kind k (0 the fp32 main weights,
+ * 1 exp_avg, 2 exp_avg_sq) into dst. */
+mgt_status mg_optim_detect(mg_src *m);
+mgt_status mg_optim_local(mg_src *m, const mg_chunk *c, const mgt_tensor *x, int k, float *dst, bool *absent);
+/* megatron.c: rank file f's model_optim_rng.pt or (dopt) distrib_optim.pt, opened once. */
+mgt_status mg_file_open(mg_src *m, int f, bool dopt, mgt_torch **out);
+/* A DICT's value under an integer key, or NULL. */
+const mgt_py *mg_py_at(const mgt_py *d, int64_t key);
+
+/* megatron_dist.c: the torch_dist format.  mg_dist_open: m->iter_dir holds .metadata; reads the
+ * index and the common state into m->root / m->common / m->ns, and sets m->optim (0, or 4: the
+ * fully reshardable or non-distributed optimizer's per-tensor keys).  mg_dist_whole: full-table
+ * row g (an expert dataset's first row) of kind k (0 weights: the fp32 main weights where saved,
+ * 1 exp_avg, 2 exp_avg_sq) whole into dst ([g->shape], or [E, rows, cols]). */
+mgt_status mg_dist_open(mg_src *m);
+mgt_status mg_dist_whole(mg_src *m, const mgt_tensor *g, int k, float *dst);
+void mg_dist_close(mg_src *m);
+
+#endif
