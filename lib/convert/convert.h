@@ -73,6 +73,14 @@ mgt_status mgt_convert_hf_to_mgt(const mgt_convert_opts *o);
  * MGT_ERR_NOMEM. */
 mgt_status mgt_convert_megatron_to_mgt(const mgt_convert_opts *o);
 
+/* mgt (or a Hugging Face directory read in place) -> Megatron-LM's legacy format (mgt-megatron(5)):
+ * save_dir/iter_%07d/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt at layout tp x pp (x ep), the
+ * weights in o->dtype (default: bf16 with the checkpoint's --bf16, fp16 with --fp16, else fp32),
+ * the arguments as Megatron's Namespace, the iteration; no optimizer or RNG state, as Megatron's
+ * tools/checkpoint saver writes.  Errors: as mgt_convert_mgt_to_hf, MGT_ERR_USAGE for a layout that
+ * does not divide. */
+mgt_status mgt_convert_to_megatron(const mgt_convert_opts *o);
+
 /* mgt -> Hugging Face.  Errors: as above, MGT_ERR_INPUT for a model no Hugging Face family holds
  * (an MoE model with a sigmoid router, expert bias, group-limited routing, top-k scaling, or one
  * the family lacks: the message names mgt-train's flag that made it so), MGT_ERR_USAGE for a
