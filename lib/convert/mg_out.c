@@ -102,12 +102,15 @@ static mgt_status row_data(mg_out *o, const mgt_tensor *x, const void **out)
 	o->bufs[o->nbufs++] = f;
 	mgt_status st = mgt_source_row_read(o->h.src, "", x, 0, x->numel, f);
 	if (!st) st = cv_check_finite(f, x->numel, mgt_source_dir(o->h.src), x->name);
-	if (!st && o->dt != MGT_ST_F32) { /* in place: 16-bit values in the first half */
-		uint16_t *h = (uint16_t *)f;
-		for (size_t i = 0; i < x->numel; i++) h[i] = o->dt == MGT_ST_BF16 ? mgt_f32_to_bf16(f[i]) : mgt_f32_to_f16(f[i]);
-	}
 	*out = f;
-	return st;
+	if (st || o->dt == MGT_ST_F32 || x->frozen) return st;
+	uint16_t *h = malloc((x->numel ? x->numel : 1) * sizeof *h);
+	if (!h) return mgt_err(MGT_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < x->numel; i++) h[i] = o->dt == MGT_ST_BF16 ? mgt_f32_to_bf16(f[i]) : mgt_f32_to_f16(f[i]);
+	free(f);
+	o->bufs[o->nbufs - 1] = h;
+	*out = h;
+	return MGT_OK;
 }
 
 /* The model state dict of chunk c (one rank). */
