@@ -46,8 +46,9 @@ static void usage(void)
 	       "  --help\n\n"
 	       "Exit status: 0 ok, 1 runtime error (I/O, disk full, not enough memory), 2 usage error or a model\n"
 	       "mgt does not implement, 3 bad input (config.json, a missing, unexpected, misshapen or non-finite\n"
-	       "tensor), 4 unreadable tokenizer files, 5 output exists, 6 malformed safetensors or damaged checkpoint, 130 interrupted.\n"
-	       "See mgt-ckpt-convert(1), mgt-hf(5), mgt-ckpt(5).\n");
+	       "tensor), 4 unreadable tokenizer files, 5 output exists, 6 malformed safetensors or damaged checkpoint (mgt or\n"
+	       "Megatron-LM), 130 interrupted.\n"
+	       "See mgt-ckpt-convert(1), mgt-hf(5), mgt-megatron(5), mgt-ckpt(5).\n");
 }
 
 static const struct option longopts[] = {
