@@ -115,18 +115,25 @@ static mgt_status new_int(pk_vm *m, int64_t i, mgt_py **out)
 	return MGT_OK;
 }
 
-/* Append x to v->v (v->n items; capacity: 8, then the power of two at or above n). */
-static mgt_status add_item(mgt_py *v, mgt_py *x)
+/* v->v[used] = x, growing v->v (its capacity: 8, then the power of two above used). */
+static mgt_status put_slot(mgt_py *v, size_t used, mgt_py *x)
 {
-	size_t n = v->n;
-	if (n == 0 || (n >= 8 && (n & (n - 1)) == 0)) {
-		mgt_py **q = mgt_realloc(v->v, (n ? 2 * n : 8) * sizeof *q);
+	if (used == 0 || (used >= 8 && (used & (used - 1)) == 0)) {
+		mgt_py **q = mgt_realloc(v->v, (used ? 2 * used : 8) * sizeof *q);
 		if (!q)
 			return MGT_ERR_NOMEM;
 		v->v = q;
 	}
-	v->v[v->n++] = x;
+	v->v[used] = x;
 	return MGT_OK;
+}
+
+/* Append x to a sequence's items v[0..n). */
+static mgt_status add_item(mgt_py *v, mgt_py *x)
+{
+	mgt_status st = put_slot(v, v->n, x);
+	v->n += st == MGT_OK;
+	return st;
 }
 
 /* A sequence node (TUPLE or LIST) of items[0..k). */
@@ -272,10 +279,10 @@ static mgt_status dict_set(pk_vm *m, mgt_py *d, mgt_py *key, mgt_py *val)
 		d->v[2 * e->idx + 1] = val;
 		return MGT_OK;
 	}
-	*e = (pk_slot){d, h, d->n / 2};
+	TRY(put_slot(d, 2 * d->n, key));
+	TRY(put_slot(d, 2 * d->n + 1, val));
+	*e = (pk_slot){d, h, d->n++};
 	m->tab_n++;
-	TRY(add_item(d, key));
-	TRY(add_item(d, val));
 	return MGT_OK;
 }
 
@@ -1224,9 +1231,9 @@ void mgt_pickle_free(mgt_pickle *p)
 static const mgt_py *pairs_get(const mgt_py *d, const char *key)
 {
 	size_t kl = strlen(key);
-	for (size_t k = 0; k + 1 < d->n; k += 2)
-		if (d->v[k]->kind == MGT_PY_STR && d->v[k]->len == kl && !memcmp(d->v[k]->s, key, kl))
-			return d->v[k + 1];
+	for (size_t k = 0; k < d->n; k++)
+		if (d->v[2 * k]->kind == MGT_PY_STR && d->v[2 * k]->len == kl && !memcmp(d->v[2 * k]->s, key, kl))
+			return d->v[2 * k + 1];
 	return NULL;
 }
 
