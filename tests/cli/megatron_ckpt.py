@@ -993,16 +993,657 @@ def legacy_scalars(sd):
             "args": {k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(a).items()}}
 
 
-def write_torch_dist(ck, o, out):
-    raise NotImplementedError
+# ----------------------------------------------------------------------------
+# torch_dist format: PyTorch DCP classes (stubs with the real module paths)
+#
+# Followed: PT torch/distributed/checkpoint/metadata.py as of PyTorch >= 2.4
+# (Metadata(state_dict_metadata, planner_data, storage_data, storage_meta,
+# version); TensorProperties.__getstate__ -> (dtype, layout, requires_grad,
+# _MEM_FORMAT_ENCODING member, pin_memory)); PT filesystem.py _StorageInfo
+# (relative_path, offset, length, transform_descriptors; __getstate__ drops
+# None fields).  python3-torch 1.13 has no torch.distributed.checkpoint, so the
+# writer registers stand-in modules in sys.modules only while pickling.
+
+
+def _make_dcp_stubs():
+    import enum
+    md = types.ModuleType("torch.distributed.checkpoint.metadata")
+    fs = types.ModuleType("torch.distributed.checkpoint.filesystem")
+
+    @dataclass
+    class ChunkStorageMetadata:
+        offsets: Any
+        sizes: Any
+
+    class _MEM_FORMAT_ENCODING(enum.Enum):
+        TORCH_CONTIGUOUS_FORMAT = 0
+        TORCH_CHANNELS_LAST = 1
+        TORCH_PRESERVE_FORMAT = 2
+
+    @dataclass
+    class TensorProperties:
+        dtype: Any = None
+        layout: Any = None
+        requires_grad: bool = False
+        memory_format: Any = None
+        pin_memory: bool = False
+
+        def __getstate__(self):
+            return (self.dtype, self.layout, self.requires_grad,
+                    _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT, self.pin_memory)
+
+        def __setstate__(self, st):
+            self.dtype, self.layout, self.requires_grad, self.memory_format, self.pin_memory = st
+
+    @dataclass
+    class TensorStorageMetadata:
+        properties: Any
+        size: Any
+        chunks: list
+
+    @dataclass
+    class BytesStorageMetadata:
+        pass
+
+    @dataclass
+    class StorageMeta:
+        checkpoint_id: Any = None
+        save_id: Any = None
+        load_id: Any = None
+        modules: list = field(default_factory=list)
+
+    @dataclass
+    class Metadata:
+        state_dict_metadata: dict
+        planner_data: Any = None
+        storage_data: Any = None
+        storage_meta: Any = None
+        version: Any = None
+
+    @dataclass(frozen=True)
+    class MetadataIndex:
+        fqn: str
+        offset: Any = None
+        index: Any = field(hash=False, compare=False, default=None)
+
+    @dataclass
+    class _StorageInfo:
+        relative_path: str
+        offset: int
+        length: int
+        transform_descriptors: Any = None
+
+        def __getstate__(self):
+            return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    for mod, classes in ((md, [ChunkStorageMetadata, _MEM_FORMAT_ENCODING, TensorProperties, TensorStorageMetadata,
+                               BytesStorageMetadata, StorageMeta, Metadata, MetadataIndex]),
+                         (fs, [_StorageInfo])):
+        for cl in classes:
+            cl.__module__ = mod.__name__
+            cl.__qualname__ = cl.__name__
+            setattr(mod, cl.__name__, cl)
+    return md, fs
+
+
+DCP_MD, DCP_FS = _make_dcp_stubs()
+
+
+class _dcp_modules:
+    """Context: make the stub classes importable under PyTorch's module names."""
+
+    def __enter__(self):
+        pkg = types.ModuleType("torch.distributed.checkpoint")
+        pkg.metadata, pkg.filesystem = DCP_MD, DCP_FS
+        self.saved = {}
+        for n, mod in (("torch.distributed.checkpoint", pkg), ("torch.distributed.checkpoint.metadata", DCP_MD),
+                       ("torch.distributed.checkpoint.filesystem", DCP_FS)):
+            self.saved[n] = sys.modules.get(n)
+            sys.modules[n] = mod
+
+    def __exit__(self, *a):
+        for n, mod in self.saved.items():
+            if mod is None:
+                del sys.modules[n]
+            else:
+                sys.modules[n] = mod
+
+
+class GenericObj:
+    """Any class the reader does not know (e.g. Megatron's SavePlan objects in
+    metadata.all_local_plans): keeps the state."""
+
+    def __init__(self, *a, **k):
+        self._args = a
+
+    def __setstate__(self, st):
+        self._state = st
+
+
+class MetadataUnpickler(pickle.Unpickler):
+    """Reads .metadata without torch.distributed.checkpoint: PyTorch's DCP
+    classes are matched by class name (old releases keep TensorProperties in
+    torch.distributed._shard.sharded_tensor.metadata), anything else unknown
+    becomes GenericObj."""
+
+    def find_class(self, module, name):
+        if module.startswith("torch.distributed") or module.startswith("megatron"):
+            for mod in (DCP_MD, DCP_FS):
+                if hasattr(mod, name) and isinstance(getattr(mod, name), type):
+                    return getattr(mod, name)
+            if name == "MEM_FORMAT_ENCODING":
+                return DCP_MD._MEM_FORMAT_ENCODING
+            return type(name, (GenericObj,), {})
+        return super().find_class(module, name)
+
+
+def torch_save_bytes(obj):
+    b = io.BytesIO()
+    torch.save(obj, b)
+    return b.getvalue()
+
+
+def torch_load_bytes(b):
+    return torch.load(io.BytesIO(b), map_location="cpu")
+
+
+# ----------------------------------------------------------------------------
+# torch_dist writer
+
+
+class DcpStore:
+    """Collects items per writing rank, then writes __R_0.distcp files and
+    .metadata (PT filesystem.py: items back to back, storage_data[index] =
+    _StorageInfo(file, offset, length))."""
+
+    def __init__(self):
+        self.tensors = OrderedDict()  # key -> (global shape, dtype, [(offsets, sizes)])
+        self.bytes_keys = OrderedDict()
+        self.files = OrderedDict()  # rank -> [(MetadataIndex args, payload bytes)]
+
+    def add_chunk(self, rank, key, gshape, offsets, t):
+        t = t.contiguous().clone()
+        ent = self.tensors.setdefault(key, (tuple(gshape), t.dtype, []))
+        assert ent[0] == tuple(gshape) and ent[1] == t.dtype, (key, ent[0], gshape)
+        ent[2].append((tuple(offsets), tuple(t.shape)))
+        self.files.setdefault(rank, []).append(((key, tuple(offsets)), torch_save_bytes(t)))
+
+    def add_object(self, rank, unique_key, objs):
+        """MLM strategies/torch.py _mcore_to_torch_sharded_object: torch.save of
+        the list of the ShardedObjects' data."""
+        assert unique_key not in self.bytes_keys, unique_key
+        self.bytes_keys[unique_key] = True
+        self.files.setdefault(rank, []).append(((unique_key, None), torch_save_bytes(list(objs))))
+
+    def write(self, d):
+        M = DCP_MD
+        sdm = OrderedDict()
+        for k, (gs, dt, chunks) in self.tensors.items():
+            sdm[k] = M.TensorStorageMetadata(
+                properties=M.TensorProperties(dtype=dt, layout=torch.strided, requires_grad=False,
+                                              memory_format=None, pin_memory=False),
+                size=torch.Size(gs),
+                chunks=[M.ChunkStorageMetadata(offsets=torch.Size(o), sizes=torch.Size(s)) for o, s in chunks])
+        for k in self.bytes_keys:
+            sdm[k] = M.BytesStorageMetadata()
+        storage = {}
+        for rank, items in self.files.items():
+            name = "__%d_0.distcp" % rank
+            pos = 0
+            with open(os.path.join(d, name), "wb") as f:
+                for (fqn, off), payload in items:
+                    f.write(payload)
+                    idx = M.MetadataIndex(fqn, torch.Size(off) if off is not None else None, None)
+                    storage[idx] = DCP_FS._StorageInfo(name, pos, len(payload))
+                    pos += len(payload)
+        meta = M.Metadata(state_dict_metadata=sdm, planner_data=None, storage_data=storage,
+                          storage_meta=M.StorageMeta(checkpoint_id=None, save_id=None, load_id=None, modules=[]),
+                          version="1.0.0")
+        with _dcp_modules():
+            with open(os.path.join(d, ".metadata"), "wb") as f:
+                pickle.dump(meta, f)  # default protocol (4 on CPython 3.8-3.13), PT filesystem.py finish
+
+
+def sharded_key_of(local, is_moe):
+    """ShardedTensor key of a per-chunk parameter name (MLM transformer_block.py
+    TransformerBlock.sharded_state_dict: homogeneous stacks drop the layer
+    index; moe/experts.py SequentialMLP.sharded_state_dict: local_experts.j. ->
+    experts.).  Returns (key, is_layer, expert_local or None)."""
+    if local.startswith("decoder.layers."):
+        i, sub = local[len("decoder.layers."):].split(".", 1)
+        if sub.startswith("mlp.experts.local_experts."):
+            j, s = sub[len("mlp.experts.local_experts."):].split(".", 1)
+            return "decoder.layers.mlp.experts.experts." + s, int(i), int(j)
+        return "decoder.layers." + sub, int(i), None
+    return local, None, None
+
+
+def global_rank(t, d, p, tp, dp):
+    # default rank order 'tp-cp-ep-dp-pp' with cp=1 (MLM parallel_state.py RankGenerator)
+    return t + tp * d + tp * dp * p
+
+
+def write_torch_dist(ck, o, outdir):
+    meta = ck["meta"]
+    a = meta["args"]
+    m = model_from_args(a)
+    if m.E and m.moe_layer_freq != 1:
+        raise SystemExit("non-homogeneous MoE stacks are not covered by this fixture")
+    dtype = torch.bfloat16 if o.bf16 else (torch.float16 if o.fp16 else torch.float32)
+    it = ck["iteration"]
+    step = meta["optimizer"]["step"]
+    sch = meta["opt_param_scheduler"]
+    expert_pgs = m.E > 0 and o.ep > 1
+    if expert_pgs and o.dp % o.ep:
+        raise SystemExit("dp must be a multiple of ep")
+    edp = o.dp // o.ep if expert_pgs else o.dp
+    grad_dtype = torch.float32 if dtype != torch.float16 else torch.float16
+    sub = "release" if o.release else "iter_%07d" % it
+    d = os.path.join(outdir, sub)
+    os.makedirs(d, exist_ok=True)
+    ns = make_args(meta, o, dtype)
+    st = DcpStore()
+    L = m.L
+    common_opt = None
+    for p in range(o.pp):
+        for e in range(o.ep):
+            for t in range(o.tp):
+                rank = global_rank(t, e, p, o.tp, o.dp)
+                chunks = [build_rank_tensors(ck, m, o, p, c, e, t) for c in range(o.vp)]
+                for c, rows in enumerate(chunks):
+                    layers = chunk_layers(L, o.pp, o.vp, p, c)
+                    for loc, w, m1, m2 in rows:
+                        for prefix, arr, dt in [("", w, dtype)] + (
+                                [] if o.no_optim else
+                                [("optimizer.state.exp_avg.", m1, torch.float32),
+                                 ("optimizer.state.exp_avg_sq.", m2, torch.float32)] +
+                                ([("optimizer.state.fp32_param.", w, torch.float32)] if dtype != torch.float32 else [])):
+                            if prefix and o.dist_opt:
+                                continue
+                            dist_model_chunks(st, rank, prefix, loc, arr, dt, m, o, p, t, e, layers)
+                    if not o.local_spec:
+                        # TE _extra_state ShardedObjects, replica (0, tp_rank, dp): tp rank 0 writes
+                        # (MLM transformer/utils.py make_sharded_tensors_for_checkpoint,
+                        # make_sharded_object_for_checkpoint, _get_extra_state_offsets)
+                        if t == 0:
+                            for i, layer in enumerate(layers):
+                                mods = [mm for mm in _TE_EXTRA_STATE_MODULES
+                                        if mm.endswith("core_attention") or any(
+                                            r[0].startswith("decoder.layers.%d.%s." % (i, mm)) for r in rows)]
+                                for mm in mods if e == 0 else []:
+                                    st.add_object(rank, "decoder.layers.%s._extra_state/shard_%d_%d" % (mm, layer, L),
+                                                  [torch.empty(0, dtype=torch.uint8)])
+                                if is_moe_layer(m, layer):
+                                    per = m.E // o.ep
+                                    for j in range(per):
+                                        ge = e * per + j
+                                        for s in ("linear_fc1", "linear_fc2"):
+                                            st.add_object(rank, "decoder.layers.mlp.experts.experts.%s._extra_state/shard_%d.%d_%d.%d"
+                                                          % (s, layer, ge, L, m.E), [torch.empty(0, dtype=torch.uint8)])
+                # rng: ShardedObject('rng_state', [dict], (PP, TP), (p, t)), replica dp (checkpointing.py get_rng_state)
+                if e == 0:
+                    st.add_object(rank, "rng_state/shard_%d.%d_%d.%d" % (p, t, o.pp, o.tp),
+                                  [[rng_state_entry(meta.get("rng", {}).get("seed", 1234) + 100 * p + t)]])
+                if not o.no_optim and o.dist_opt:
+                    common_opt = dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a,
+                                                         expert_pgs, edp, p, t, e, m)
+    if not o.no_optim and not o.dist_opt:
+        # non-distributed optimizer: tensors above; param_groups and the common step stay in the
+        # common state (dist_checkpointing/optimizer.py optim_state_to_sharding_state:
+        # group['params'] becomes a LocalNonpersistentObject)
+        allp = [((0, n), n, (2, 2) if not no_weight_decay(n, (2, 2)) else (1,)) for n in []]
+        groups = []
+        for wd in (1.0, 0.0):
+            g = adam_group_dict(wd, [], sch, sch.get("num_steps", 0), a, False)
+            del g["params"]
+            groups.append(g)
+        common_opt = {"optimizer": {"param_groups": groups, "state": {"common_step": torch.tensor(float(step))}}}
+    common = OrderedDict()
+    common["args"] = ns
+    common["checkpoint_version"] = 3.0
+    common["iteration"] = 0 if o.release else it
+    common["opt_param_scheduler"] = dict(sch_state(sch))
+    common["num_floating_point_operations_so_far"] = int(meta.get("num_floating_point_operations_so_far", 0))
+    common["rerun_state_machine"] = {"mode": "disabled"}
+    if common_opt is not None:
+        common["optimizer"] = common_opt
+    # checkpointing.py _build_sharded_state_dict_metadata
+    cm = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True}
+    if o.dist_opt:
+        cm["distrib_optim_sharding_type"] = "dp_reshardable"
+    common["content_metadata"] = cm
+    if o.common_in_dcp:
+        # core >= 0.19: ShardedObject common_state/shard_0_1 holding [state_dict]
+        st.add_object(0, "common_state/shard_0_1", [common])
+    else:
+        torch.save(common, os.path.join(d, "common.pt"))
+    st.write(d)
+    with open(os.path.join(d, "metadata.json"), "w") as f:
+        json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1}, f)
+    with open(os.path.join(outdir, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("release" if o.release else str(it))
+
+
+def dist_model_chunks(st, rank, prefix, loc, arr, dt, m, o, p, t, e, layers):
+    """The chunks one (pp, tp, ep) rank writes for one parameter (dp rank 0 only)."""
+    key, li, j = sharded_key_of(loc, m.E)
+    kind = tp_kind(loc, m.swiglu)
+    if j is None and e != 0:
+        return  # dense params: the main replica is DP rank 0, which is EP rank 0
+    if kind == "rep" and t != 0:
+        return  # replica_id (0, tp_rank, dp): only TP rank 0 is the main replica (mapping.py is_main_replica)
+    if loc == "output_layer.weight" and m.tied:
+        return  # saved under embedding.word_embeddings.weight with replica_id (1, 0, dp): not written
+    x = torch.from_numpy(np.ascontiguousarray(arr)).to(dt)
+    lshape = tuple(x.shape)
+    tp = o.tp
+    # global shape and this rank's offsets of the tensor part
+    if kind == "row":
+        gsh = (lshape[0] * tp,) + lshape[1:]
+        pieces = [((t * lshape[0],) + (0,) * (len(lshape) - 1), x)]
+    elif kind == "col":
+        gsh = (lshape[0], lshape[1] * tp) + lshape[2:]
+        pieces = [((0, t * lshape[1]) + (0,) * (len(lshape) - 2), x)]
+    elif kind == "glu":
+        # mlp.py apply_swiglu_sharded_factory: [W_r; V_r] -> fragments r and tp + r of 2*tp
+        n = lshape[0] // 2
+        gsh = (lshape[0] * tp,) + lshape[1:]
+        rest = (0,) * (len(lshape) - 1)
+        pieces = [((t * n,) + rest, x[:n]), ((tp * n + t * n,) + rest, x[n:])]
+    else:
+        gsh = lshape
+        pieces = [((0,) * len(lshape), x)]
+    pre_shape, pre_off = (), ()
+    if li is not None:
+        pre_shape, pre_off = (m.L,), (layers[li],)
+        if j is not None:
+            pre_shape, pre_off = (m.L, m.E), (layers[li], e * (m.E // o.ep) + j)
+    for off, piece in pieces:
+        st.add_chunk(rank, prefix + key, pre_shape + gsh, pre_off + off,
+                     piece.reshape((1,) * len(pre_shape) + tuple(piece.shape)))
+
+
+def dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a, expert_pgs, edp, p, t, e, m):
+    """DistributedOptimizer.sharded_param_state_dp_reshardable (distrib_optimizer.py):
+    per buffer and bucket the keys
+      optimizer.distributed.dp_group_idx_<g>.gbuf_idx_<b>.dtype_<(param_dtype, grad_dtype)>.bucket_idx_<k>.<param|exp_avg|exp_avg_sq>
+    1-D fp32 [bucket numel_unpadded], one chunk per (DP rank, param piece or gap) at
+    dp_rank * local_numel + gbuf_local_start; replica (0, 0, 0), so every DP rank writes
+    its own pieces.  g = the rank in the model-parallel group (optimizer/__init__.py
+    data_parallel_group_idx=model_parallel_rank).  With experts (ChainedOptimizer,
+    optimizer.py ChainedOptimizer.sharded_state_dict) each optimizer's keys get the
+    prefix 'chained_<i>.'."""
+    opts = [False] + ([True] if expert_pgs else [])
+    pgs_all = []
+    for oi, is_exp in enumerate(opts):
+        if is_exp:
+            g = (p * o.ep + e) * o.tp + t  # derived: expert model-parallel rank, tp fastest
+        else:
+            g = p * o.tp + t
+        if not is_exp and e != 0:
+            pgs_all.append(None)
+            continue  # dense optimizer state of this (tp, pp) is written from ep rank 0's view
+        dpsize = edp if is_exp else o.dp
+        pre = ("chained_%d." % oi) if len(opts) > 1 else ""
+        base = "%soptimizer.distributed.dp_group_idx_%d" % (pre, g)
+        gi = 0
+        per_bucket_numel, per_bucket_unpadded = [], []
+        for c, rows in enumerate(chunks):
+            sel = [r for r in rows if (expert_pgs and is_expert_param(r[0])) == is_exp]
+            if not sel:
+                continue
+            bsize = o.bucket_size if (p == 0 and c == 0) else None
+            shared = {"embedding.word_embeddings.weight", "output_layer.weight"} if (m.tied and o.pp > 1 and not is_exp) else set()
+            index, buckets, unp = buffer_layout([(r[0], r[1].size) for r in sel], bsize, dpsize, shared)
+            dkey = (dtype, grad_dtype)
+            per_bucket_numel.append({dkey: [b1 - b0 for b0, b1 in buckets]})
+            per_bucket_unpadded.append({dkey: list(unp)})
+            flat = {r[0]: {"param": r[1].reshape(-1), "exp_avg": r[2].reshape(-1), "exp_avg_sq": r[3].reshape(-1)} for r in sel}
+            for bi, (b0, b1) in enumerate(buckets):
+                world = b1 - b0
+                assert world % dpsize == 0
+                local = world // dpsize
+                bkey = "%s.gbuf_idx_%d.dtype_%s.bucket_idx_%d" % (base, gi, str(dkey), bi)
+                inb = sorted((s - b0, en - b0, n) for n, (s, en, bb) in index.items() if bb == bi)
+                for dr in range(dpsize):
+                    lo, hi = dr * local, (dr + 1) * local
+                    pieces = []
+                    for s, en, n in inb:
+                        a0, a1 = max(s, lo), min(en, hi)
+                        if a0 < a1:
+                            pieces.append((a0, a1, n, a0 - s))
+                    assert pieces, "empty bucket encountered (distrib_optimizer.py)"
+                    cur = lo
+                    items = []
+                    for a0, a1, n, po in pieces:
+                        if a0 > cur and cur < unp[bi]:
+                            items.append((cur, a0, None, 0))
+                        items.append((a0, a1, n, po))
+                        cur = a1
+                    if cur < hi and cur < unp[bi]:
+                        items.append((cur, hi, None, 0))
+                    rank = global_rank(t, dr * (o.ep if is_exp else 1) + (e if is_exp else 0), p, o.tp, o.dp)
+                    for s0, s1, n, po in items:
+                        for k in ("param", "exp_avg", "exp_avg_sq"):
+                            if n is None:
+                                piece = torch.zeros(s1 - s0, dtype=torch.float32)
+                            else:
+                                piece = torch.from_numpy(np.ascontiguousarray(flat[n][k][po:po + s1 - s0]))
+                            st.add_chunk(rank, "%s.%s" % (bkey, k), (unp[bi],), (s0,), piece)
+            gi += 1
+        for nm, val in (("per_bucket_numel", per_bucket_numel), ("per_bucket_numel_unpadded", per_bucket_unpadded)):
+            st.add_object(global_rank(t, e, p, o.tp, o.dp), "%s.%s/shard_0_1" % (base, nm), [val])
+        groups = []
+        for wd in (1.0, 0.0):
+            gd = adam_group_dict(wd, [], sch, sch.get("num_steps", 0), a, is_exp)
+            del gd["params"]
+            gd["step"] = float(step)
+            groups.append(gd)
+        st.add_object(global_rank(t, e, p, o.tp, o.dp), "%s.optimizer/shard_0_1" % base, [{"param_groups": groups}])
+        pgs_all.append(groups)
+    return {"param_state_sharding_type": "dp_reshardable"}
+
+
+# ----------------------------------------------------------------------------
+# torch_dist reader
+
+
+def dcp_read(d):
+    """Returns (metadata, tensors {key: torch tensor}, objects {key: loaded list})."""
+    with open(os.path.join(d, ".metadata"), "rb") as f:
+        md = MetadataUnpickler(f).load()
+    index = {}
+    for k, v in md.storage_data.items():
+        index[(k.fqn, tuple(k.offset) if k.offset is not None else None)] = v
+    cache = {}
+
+    def item(fqn, off):
+        si = index[(fqn, off)]
+        path = os.path.join(d, si.relative_path)
+        if path not in cache:
+            with open(path, "rb") as f:
+                cache[path] = f.read()
+        return cache[path][si.offset:si.offset + si.length]
+
+    tensors, objects = {}, {}
+    for k, v in md.state_dict_metadata.items():
+        if type(v).__name__ == "BytesStorageMetadata":
+            objects[k] = torch_load_bytes(item(k, None))
+            continue
+        full = torch.zeros(tuple(v.size), dtype=v.properties.dtype)
+        covered = 0
+        for ch in v.chunks:
+            t = torch_load_bytes(item(k, tuple(ch.offsets)))
+            assert tuple(t.shape) == tuple(ch.sizes), (k, t.shape, ch.sizes)
+            sl = tuple(slice(o_, o_ + s_) for o_, s_ in zip(ch.offsets, ch.sizes))
+            full[sl] = t
+            covered += t.numel()
+        assert covered == full.numel(), "%s: chunks cover %d of %d elements" % (k, covered, full.numel())
+        tensors[k] = full
+    return md, tensors, objects
+
+
+def check_torch_dist_metadata(root):
+    """Unpickle .metadata with the stubs and check the chunk lists: every
+    tensor key's chunks tile its global shape, each has a storage entry."""
+    n = 0
+    for dp_, _, fs in os.walk(root):
+        if ".metadata" in fs:
+            with open(os.path.join(dp_, ".metadata"), "rb") as f:
+                raw = f.read()
+            assert raw[:2] == b"\x80\x04", "pickle protocol 4 expected"
+            md = MetadataUnpickler(io.BytesIO(raw)).load()
+            keys = {(k.fqn, tuple(k.offset) if k.offset is not None else None) for k in md.storage_data}
+            for k, v in md.state_dict_metadata.items():
+                if type(v).__name__ == "TensorStorageMetadata":
+                    assert isinstance(v.size, torch.Size)
+                    tot = 0
+                    for ch in v.chunks:
+                        assert (k, tuple(ch.offsets)) in keys, (k, ch.offsets)
+                        assert all(o_ + s_ <= g_ for o_, s_, g_ in zip(ch.offsets, ch.sizes, v.size))
+                        tot += int(np.prod(ch.sizes))
+                    assert tot == int(np.prod(v.size)), (k, tot, v.size)
+                    assert isinstance(v.properties.dtype, torch.dtype)
+                    n += 1
+                else:
+                    assert (k, None) in keys, k
+    return n
 
 
 def read_torch_dist(d):
-    raise NotImplementedError
+    md, tens, objs = dcp_read(d)
+    if os.path.exists(os.path.join(d, "common.pt")):
+        common = torch.load(os.path.join(d, "common.pt"), map_location="cpu")
+    else:
+        common = objs["common_state/shard_0_1"][0]
+    a = common["args"]
+    m = model_from_args(a)
+    tp, pp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size
+    vp = args_get(a, "virtual_pipeline_model_parallel_size", 1)
+    ep = args_get(a, "expert_model_parallel_size", 1)
+    out = {}
+    model_dtype = None
+    # un-stack the model and the non-distributed optimizer keys
+    for k, v in tens.items():
+        if k.startswith("optimizer.distributed.") or k.startswith("chained_"):
+            continue
+        prefix = ""
+        for pr in ("optimizer.state.exp_avg_sq.", "optimizer.state.exp_avg.", "optimizer.state.fp32_param."):
+            if k.startswith(pr):
+                prefix, k = pr, k[len(pr):]
+                break
+        if not prefix:
+            model_dtype = v.dtype
+        arr = to_np32(v)
+        if k.startswith("decoder.layers.") and not k[len("decoder.layers."):].split(".")[0].isdigit():
+            sub = k[len("decoder.layers."):]
+            for layer in range(arr.shape[0]):
+                if sub.startswith("mlp.experts.experts."):
+                    out[prefix + "decoder.layers.%d.mlp.experts.%s" % (layer, sub[len("mlp.experts.experts."):])] = arr[layer]
+                else:
+                    nm = sub
+                    if not (sub.startswith("pre_mlp_layernorm.") and is_moe_layer(m, layer)):
+                        nm = _LOCAL_TO_TE.get(sub, sub)
+                    out[prefix + "decoder.layers.%d.%s" % (layer, nm)] = arr[layer]
+        else:
+            out[prefix + k] = arr
+    model_names = [k for k in out if not k.startswith("optimizer.")]
+    if args_get(a, "use_distributed_optimizer", False) and any(k.startswith("optimizer.distributed.") or
+                                                                k.startswith("chained_") for k in tens):
+        read_dp_reshardable(tens, out, a, m, model_names)
+    elif any(k.startswith("optimizer.state.exp_avg.") for k in out) and not any(
+            k.startswith("optimizer.state.fp32_param.") for k in out):
+        for n in model_names:
+            out["optimizer.state.fp32_param." + n] = out[n]  # fp32 training: main params are the weights
+    opt = common.get("optimizer") or {}
+    step = None
+    st_ = (opt.get("optimizer") or {}).get("state") or {}
+    if "common_step" in st_:
+        step = float(st_["common_step"])
+    for k, v in objs.items():
+        if k.endswith(".optimizer/shard_0_1") and step is None:
+            pg = v[0]["param_groups"]
+            if pg and "step" in pg[0]:
+                step = float(pg[0]["step"])
+    sch = common.get("opt_param_scheduler")
+    scal = {"iteration": common.get("iteration", 0), "checkpoint_version": common.get("checkpoint_version"),
+            "consumed_train_samples": getattr(a, "consumed_train_samples", None),
+            "consumed_valid_samples": getattr(a, "consumed_valid_samples", None),
+            "opt_param_scheduler": dict(sch) if sch is not None else None, "optimizer_step": step,
+            "args": {k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(a).items()},
+            "model_dtype": str(model_dtype), "content_metadata": common.get("content_metadata")}
+    return out, scal
 
 
-def check_torch_dist_metadata(d):
-    raise NotImplementedError
+def read_dp_reshardable(tens, out, a, m, model_names):
+    """Undo the dp_reshardable buckets: concatenating a buffer's bucket tensors
+    gives distrib_optim.pt's coalesced layout; the per-rank parameter lists
+    come from the global model (names, TP split rules, parameter order)."""
+    tp, pp = a.tensor_model_parallel_size, a.pipeline_model_parallel_size
+    vp = args_get(a, "virtual_pipeline_model_parallel_size", 1)
+    ep = args_get(a, "expert_model_parallel_size", 1)
+    dp = args_get(a, "data_parallel_size", 1)
+    expert_pgs = m.E > 0 and ep > 1
+    edp = dp // ep if expert_pgs else dp
+    local_spec = args_get(a, "transformer_impl", "transformer_engine") == "local"
+    gl = {n: out[n] for n in model_names}
+    has_pos = "embedding.position_embeddings.weight" in gl
+    final_norm = [x for x in ("weight", "bias") if "decoder.final_layernorm." + x in gl]
+
+    def names_in_layer(layer):
+        pre = "decoder.layers.%d." % layer
+        return sorted({k[len(pre):] for k in gl if k.startswith(pre)},
+                      key=lambda s: param_sort_key("decoder.layers.0." + (
+                          "mlp.experts.local_experts.0." + s[len("mlp.experts."):] if s.startswith("mlp.experts.") else s)))
+
+    col = Collector(m.swiglu)
+    nopt = 2 if expert_pgs else 1
+    for p in range(pp):
+        for e in range(ep):
+            for t in range(tp):
+                specs = [chunk_param_specs(m, names_in_layer, p, c, pp, vp, e, ep, local_spec, has_pos, final_norm)
+                         for c in range(vp)]
+                for oi in range(nopt):
+                    is_exp = oi == 1
+                    if not is_exp and e != 0:
+                        continue
+                    g = (p * ep + e) * tp + t if is_exp else p * tp + t
+                    pre = ("chained_%d." % oi) if nopt > 1 else ""
+                    base = "%soptimizer.distributed.dp_group_idx_%d" % (pre, g)
+                    gi = 0
+                    for c in range(vp):
+                        sel = []
+                        for loc, gname, ex in specs[c]:
+                            if (expert_pgs and is_expert_param(loc)) != is_exp:
+                                continue
+                            x = gl[gname] if ex is None else gl[gname][ex]
+                            shape = tp_shard(x, tp_kind(loc, m.swiglu), t, tp).shape
+                            sel.append((loc, gname, ex, shape))
+                        if not sel:
+                            continue
+                        bkeys = sorted((k for k in tens if k.startswith("%s.gbuf_idx_%d." % (base, gi)) and k.endswith(".param")),
+                                       key=lambda k: int(k.split(".bucket_idx_")[1].split(".")[0]))
+                        assert bkeys, "no buckets for %s gbuf %d" % (base, gi)
+                        comp = {kk: np.concatenate([to_np32(tens[b[:-len("param")] + kk]) for b in bkeys])
+                                for kk in ("param", "exp_avg", "exp_avg_sq")}
+                        pp_, = {p}
+                        if args_get(a, "overlap_grad_reduce", False):
+                            bs = args_get(a, "ddp_bucket_size", None) or max(40000000, 1000000 * (edp if is_exp else dp))
+                        else:
+                            bs = None
+                        shared = {"embedding.word_embeddings.weight", "output_layer.weight"} if (m.tied and pp > 1 and not is_exp) else set()
+                        offs, total = reader_offsets([(s[0], int(np.prod(s[3]))) for s in sel],
+                                                     bs if (p == 0 and c == 0) else None, edp if is_exp else dp, shared)
+                        assert total == comp["param"].size, "%s gbuf %d: %d elements, layout says %d" % (base, gi, comp["param"].size, total)
+                        for loc, gname, ex, shape in sel:
+                            if loc == "output_layer.weight" and m.tied:
+                                continue
+                            s = offs[loc]
+                            n = int(np.prod(shape))
+                            for kk, name in (("param", "fp32_param"), ("exp_avg", "exp_avg"), ("exp_avg_sq", "exp_avg_sq")):
+                                col.add("optimizer.state.%s." % name, gname, ex, t, comp[kk][s:s + n].reshape(shape), loc)
+                        gi += 1
+    out.update(col.result())
 
 
 # ----------------------------------------------------------------------------
