@@ -71,7 +71,7 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags hdf5 openblas 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs hdf5 openblas 2>/dev/null)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Ilib -Icmd $(PKG_CFLAGS) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(CFLAGS)
-LIBS       = -lpcre2-8 -lzstd -ljansson -lutf8proc -licuuc -licudata -lsentencepiece -lstdc++ $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -fopenmp -lpthread -lm
+LIBS       = -lpcre2-8 -lzstd -ljansson -lzip -lutf8proc -licuuc -licudata -lsentencepiece -lstdc++ $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -fopenmp -lpthread -lm
 # lib/*/*.cc (lib/tok/spm_shim.cc: the libsentencepiece shim) with the C warnings that apply to C++
 CXX      ?= g++
 ALL_CXXFLAGS = -std=c++17 -D_GNU_SOURCE -pthread $(filter-out -Wstrict-prototypes -Wmissing-prototypes,$(WARN)) -Ilib $(CFLAGS)
@@ -299,7 +299,7 @@ SIM_CXX  = g++ -std=c++17 -pthread $(WARN) -Wno-unused-function -Wno-unknown-pra
 SIM_ASAN = $(findstring address,$(SANITIZE))
 SIM_KFLAGS = $(if $(SIM_ASAN),-DMGT_SIM_ASAN,-fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 \
              --param asan-stack=0 --param asan-globals=0 --param asan-use-after-return=0)
-SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lutf8proc -licuuc -licudata -lsentencepiece $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
+SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lzip -lutf8proc -licuuc -licudata -lsentencepiece $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
 
 .PHONY: check-sim
 ifeq ($(SIM_OK),)
@@ -386,7 +386,7 @@ endif
 ifeq ($(BUNDLE),1)
 STATIC_A  = /usr/lib/x86_64-linux-gnu
 LIBS      = -Wl,-Bstatic -lpcre2-8 -lzstd -ljansson -lutf8proc -licuuc -licudata -L$(STATIC_A)/hdf5/serial -lhdf5 -lsz -laec -lz \
-            -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic $(shell $(CC) -print-file-name=libgomp.a) \
+            -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic -lzip $(shell $(CC) -print-file-name=libgomp.a) \
             -lsentencepiece -lstdc++ $(CUDA_LIBS) -lpthread -ldl -lm
 LDFLAGS  += -Wl,--as-needed -no-pie -Wl,-rpath,'$$ORIGIN/../lib'
 endif
