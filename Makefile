@@ -386,7 +386,7 @@ endif
 ifeq ($(BUNDLE),1)
 STATIC_A  = /usr/lib/x86_64-linux-gnu
 LIBS      = -Wl,-Bstatic -lpcre2-8 -lzstd -ljansson -lutf8proc -licuuc -licudata -L$(STATIC_A)/hdf5/serial -lhdf5 -lsz -laec -lz \
-            -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic $(shell $(CC) -print-file-name=libgomp.a) \
+            -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic -lzip $(shell $(CC) -print-file-name=libgomp.a) \
             -lsentencepiece -lstdc++ $(CUDA_LIBS) -lpthread -ldl -lm
 LDFLAGS  += -Wl,--as-needed -no-pie -Wl,-rpath,'$$ORIGIN/../lib'
 endif
