@@ -486,7 +486,8 @@ mgt_status mgt_torch_open_mem(const void *buf, size_t n, const char *what, mgt_t
 const mgt_py *mgt_torch_root(const mgt_torch *t);
 /* The file's name in messages: "path" or "path[@offset]" or what. */
 const char *mgt_torch_name(const mgt_torch *t);
-/* Read TENSOR x of t's tree, row-major over x->size, honouring its offset and strides, into dst
+/* Read TENSOR x of t's tree (or a view of one: a copy with another offset, sizes and strides
+ * inside the same storage), row-major over x->size, honouring its offset and strides, into dst
  * (caller-owned): as float32 (numel floats: F32 as is, F16/BF16 exactly, F64 rounded to nearest,
  * integer types converted exactly below 2^24, else refused), or its elements' bytes as stored
  * (numel x mgt_dt_size).  Errors: MGT_ERR_FORMAT (a dtype it cannot give, naming it; x not of t),

@@ -382,11 +382,22 @@ void mgt_torch_close(mgt_torch *t)
 
 /* ---- reads ----------------------------------------------------------------------------------- */
 
+/* x is one of t's tensors, or a view of one (a caller's copy with another offset, sizes and
+ * strides) inside the same storage. */
 static mgt_status check_x(const mgt_torch *t, const mgt_py *x)
 {
-	if (!x || x->kind != MGT_PY_TENSOR || !t->pk ||
-	    !bsearch(&x, t->sorted, t->pk->n_tensors, sizeof *t->sorted, by_address))
+	if (!x || x->kind != MGT_PY_TENSOR || !t->pk)
 		return mgt_err(MGT_ERR_FORMAT, "%s: not a tensor of this file", t->name);
+	if (bsearch(&x, t->sorted, t->pk->n_tensors, sizeof *t->sorted, by_address))
+		return MGT_OK;
+	bool mine = false;
+	for (size_t i = 0; !mine && i < t->pk->n_tensors; i++)
+		mine = t->sorted[i]->storage == x->storage && t->sorted[i]->dtype == x->dtype;
+	int64_t end;
+	bool inside = x->ndim >= 0 && x->ndim <= MGT_PY_MAX_DIM && x->offset >= 0 && extent(x, &end) &&
+		      (mgt_py_numel(x) == 0 || end < x->storage->numel);
+	if (!mine || !inside)
+		return mgt_err(MGT_ERR_FORMAT, "%s: not a tensor of this file (nor a view inside one's storage)", t->name);
 	return MGT_OK;
 }
 

@@ -501,7 +501,7 @@ static mgt_status make_whole(mg_src *m, const char *name, const mgt_tensor *g, i
 	m->cached[0] = 0;
 	const char *base = g->num_experts > 0 ? g->dataset : g->name;
 	mgt_status st = room(&m->whole, &m->whole_n, numel);
-	if (!st && m->format == 2) {
+	if (!st && m->format == 2 && m->optim != 5) {
 		st = mg_dist_whole(m, g, k, m->whole);
 		if (!st) snprintf(m->cached, sizeof m->cached, "%s", name);
 		return st;
@@ -511,10 +511,11 @@ static mgt_status make_whole(mg_src *m, const char *name, const mgt_tensor *g, i
 		mg_chunk *ch = &m->chunks[c];
 		for (int i = 0; !st && i < ch->tt.n; i++) {
 			const mgt_tensor *x = &ch->tt.t[i];
-			if (!row_is(x, base)) continue;
+			if (!row_is(x, base) || optional_row(ch, x)) continue;
 			bool absent = false;
 			st = room(&m->piece, &m->piece_n, x->numel);
-			if (!st) st = torch_local(m, ch, x, k, m->piece, &absent);
+			if (!st && m->format == 2) st = mg_dist_opt_local(m, ch, x, k, m->piece);
+			else if (!st) st = torch_local(m, ch, x, k, m->piece, &absent);
 			if (st || absent) continue;
 			/* TP-replicated rows are read from every TP rank: count one */
 			if (x->shard == MGT_SHARD_NONE && ch->tp) continue;
@@ -680,7 +681,7 @@ mgt_status cv_mg_open(const char *dir, int64_t step, mg_src **out)
 	if (!st) st = m->format == 2 ? mg_dist_open(m) : open_rank0(m);
 	if (!st) st = read_args(m, mgt_torch_name(m->root));
 	if (!st && m->format == 1) st = mg_optim_detect(m);
-	if (!st && m->format == 1) st = build_chunks(m);
+	if (!st && (m->format == 1 || m->optim == 5)) st = build_chunks(m);
 	if (!st) st = make_list(m);
 	if (!st) st = make_meta(m);
 	if (st) {

@@ -38,6 +38,9 @@ typedef struct {
 	size_t nitems;
 	float *chunk;
 	size_t chunk_n;
+	float *flat[3];            /* dp_reshardable: one buffer's buckets concatenated, per kind */
+	size_t flat_n[3];
+	int flat_g[3], flat_b[3];  /* whose: dp_group_idx, gbuf_idx (-1 none) */
 } dist_state;
 
 static const char *py_s(const mgt_py *o, const char *attr) { return mgt_py_str(mgt_py_get(o, attr)); }
@@ -146,6 +149,7 @@ mgt_status mg_dist_open(mg_src *m)
 {
 	dist_state *d = calloc(1, sizeof *d);
 	if (!d) return mgt_err(MGT_ERR_NOMEM, "out of memory");
+	for (int k = 0; k < 3; k++) d->flat_g[k] = d->flat_b[k] = -1;
 	m->dist = d;
 	char *p = cv_join(m->iter_dir, ".metadata");
 	size_t n = 0;
@@ -156,9 +160,9 @@ mgt_status mg_dist_open(mg_src *m)
 	if (!st) st = open_common(m, d);
 	m->optim = 0;
 	if (!st && has_prefix(d, "optimizer.state.exp_avg.")) m->optim = 4;
-	else if (!st && has_prefix(d, "optimizer.distributed."))
-		m->no_optim = "the distributed optimizer's dp_reshardable buckets; Megatron's "
-			      "--dist-ckpt-optim-fully-reshardable saves a state mgt reads";
+	else if (!st && has_prefix(d, "optimizer.distributed.")) m->optim = 5;
+	else if (!st && has_prefix(d, "chained_"))
+		m->no_optim = "a chained optimizer's state (Mixture-of-Experts parameters apart), not read yet";
 	return st;
 }
 
@@ -170,6 +174,7 @@ void mg_dist_close(mg_src *m)
 	free(d->buf);
 	free(d->items);
 	free(d->chunk);
+	for (int k = 0; k < 3; k++) free(d->flat[k]);
 	free(d);
 	m->dist = NULL;
 }
@@ -304,4 +309,72 @@ mgt_status mg_dist_whole(mg_src *m, const mgt_tensor *g, int k, float *dst)
 		st = mgt_err(MGT_ERR_FORMAT, "%s/.metadata: no key %s%s (nor the stacked decoder.layers one)", m->iter_dir,
 			     moment_pre[k], g->name);
 	return st;
+}
+
+/* ---- the distributed optimizer's dp_reshardable buckets ---- */
+
+/* Bucket b of key prefix base (…gbuf_idx_<g>.dtype_<…>.bucket_idx_<b>.<kind>): its key, or NULL. */
+static const char *bucket_key(const dist_state *d, const char *base, int b, const char *kind)
+{
+	char want[64];
+	snprintf(want, sizeof want, ".bucket_idx_%d.%s", b, kind);
+	size_t bl = strlen(base), wl = strlen(want);
+	for (size_t i = 0; i < d->sdm->n; i++) {
+		const char *k = mgt_py_str(d->sdm->v[2 * i]);
+		size_t kl = k ? strlen(k) : 0;
+		if (k && kl > bl + wl && !strncmp(k, base, bl) && !strcmp(k + kl - wl, want)) return k;
+	}
+	return NULL;
+}
+
+/* d->flat[k] := the buckets of buffer gbuf of model-parallel group g concatenated
+ * (distrib_optimizer.py sharded_param_state_dp_reshardable: each bucket one key of its unpadded
+ * length; the group index is the model-parallel rank, pp x tp + tp_rank). */
+static mgt_status load_flat(mg_src *m, dist_state *d, int g, int gbuf, int k)
+{
+	if (d->flat_g[k] == g && d->flat_b[k] == gbuf) return MGT_OK;
+	static const char *const kinds[3] = {"param", "exp_avg", "exp_avg_sq"};
+	char base[128];
+	snprintf(base, sizeof base, "optimizer.distributed.dp_group_idx_%d.gbuf_idx_%d.dtype_", g, gbuf);
+	size_t n = 0;
+	mgt_status st = MGT_OK;
+	for (int b = 0; !st; b++) {
+		const char *key = bucket_key(d, base, b, kinds[k]);
+		if (!key && !b) return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: no key %s...bucket_idx_0.%s", m->iter_dir, base, kinds[k]);
+		if (!key) break;
+		const mgt_py *md = key_md(d, key), *sz = md ? mgt_py_get(md, "size") : NULL;
+		int64_t len = tuple_at(sz, 0);
+		if (!sz || sz->n != 1 || len < 1) return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: %s: expected a 1-D tensor", m->iter_dir, key);
+		float *q = realloc(d->flat[k], (n + (size_t)len) * sizeof(float));
+		if (!q) return mgt_err(MGT_ERR_NOMEM, "out of memory");
+		d->flat[k] = q;
+		int64_t off = 0;
+		st = read_box(m, d, key, md, 1, &off, &len, q + n);
+		n += (size_t)len;
+	}
+	d->flat_n[k] = n;
+	d->flat_g[k] = st ? -1 : g;
+	d->flat_b[k] = st ? -1 : gbuf;
+	return st;
+}
+
+mgt_status mg_dist_opt_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k, float *dst)
+{
+	dist_state *d = m->dist;
+	mgt_status st = c->where ? MGT_OK : mg_dist_map(m, c);
+	if (st) return st;
+	if (x->num_experts > 0)
+		return mgt_err(MGT_ERR_USAGE, "%s: %s: Mixture-of-Experts torch_dist checkpoints are not read yet", m->iter_dir,
+			       x->dataset);
+	int g = c->pp * m->tp + c->tp;
+	if ((st = load_flat(m, d, g, c->gbuf, k))) return st;
+	int64_t off = c->where[x - c->tt.t], want = 0;
+	for (int i = 0; i < c->tt.n; i++)
+		if (c->where[i] >= 0 && c->where[i] + (int64_t)c->tt.t[i].numel > want) want = c->where[i] + (int64_t)c->tt.t[i].numel;
+	if (off < 0 || (int64_t)d->flat_n[k] != want)
+		return mgt_err(MGT_ERR_FORMAT, "%s: optimizer.distributed.dp_group_idx_%d.gbuf_idx_%d: its buckets hold %zu "
+			       "elements but Megatron's layout of the model its args describe (data parallel %d) ends at %lld",
+			       m->iter_dir, g, c->gbuf, d->flat_n[k], m->dp, (long long)want);
+	memcpy(dst, d->flat[k] + off, x->numel * sizeof(float));
+	return MGT_OK;
 }

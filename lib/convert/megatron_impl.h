@@ -71,6 +71,10 @@ int mg_param_order(const mg_src *m, const mg_chunk *c, int *order);
  * 1 exp_avg, 2 exp_avg_sq) into dst. */
 mgt_status mg_optim_detect(mg_src *m);
 mgt_status mg_optim_local(mg_src *m, const mg_chunk *c, const mgt_tensor *x, int k, float *dst, bool *absent);
+/* The distributed optimizer's buffer layout of chunk c: c->where[i] the offset of row i in the
+ * concatenation of the buffer's buckets, each without its end padding (-1: not a parameter);
+ * c->gbuf the buffer's index. */
+mgt_status mg_dist_map(mg_src *m, mg_chunk *c);
 /* megatron.c: rank file f's model_optim_rng.pt or (dopt) distrib_optim.pt, opened once. */
 mgt_status mg_file_open(mg_src *m, int f, bool dopt, mgt_torch **out);
 /* A DICT's value under an integer key, or NULL. */
@@ -83,6 +87,9 @@ const mgt_py *mg_py_at(const mgt_py *d, int64_t key);
  * 1 exp_avg, 2 exp_avg_sq) whole into dst ([g->shape], or [E, rows, cols]). */
 mgt_status mg_dist_open(mg_src *m);
 mgt_status mg_dist_whole(mg_src *m, const mgt_tensor *g, int k, float *dst);
+/* With the distributed optimizer's dp_reshardable buckets (m->optim 5): row x of chunk c, kind k
+ * (0 the fp32 main weights, 1 exp_avg, 2 exp_avg_sq), local elements into dst. */
+mgt_status mg_dist_opt_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k, float *dst);
 void mg_dist_close(mg_src *m);
 
 #endif

@@ -157,7 +157,7 @@ static int64_t bucket_size(const mg_src *m, const mg_chunk *c)
 	return m->dp * 1000000LL > 40000000LL ? m->dp * 1000000LL : 40000000LL;
 }
 
-static mgt_status dist_map(mg_src *m, mg_chunk *c)
+mgt_status mg_dist_map(mg_src *m, mg_chunk *c)
 {
 	int *order = malloc(((size_t)c->tt.n + 1) * sizeof *order);
 	mgt_tensor_table perm = {0};
@@ -197,7 +197,7 @@ static mgt_status dist_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k,
 	mgt_torch *t;
 	mgt_status st = mg_file_open(m, c->file, true, &t);
 	if (st) return st;
-	if (!c->where && (st = dist_map(m, c))) return st;
+	if (!c->where && (st = mg_dist_map(m, c))) return st;
 	const char *file = mgt_torch_name(t);
 	const mgt_py *gb = mg_py_at(mgt_torch_root(t), c->gbuf);
 	if (!gb || gb->kind != MGT_PY_DICT || gb->n != 1)
@@ -227,7 +227,7 @@ mgt_status mg_optim_local(mg_src *m, const mg_chunk *c, const mgt_tensor *x, int
 	mg_chunk *cc = (mg_chunk *)c;
 	if (m->optim == 3) {
 		if (!cc->where) {
-			mgt_status st = dist_map(m, cc);
+			mgt_status st = mg_dist_map(m, cc);
 			if (st) return st;
 		}
 		if (cc->where[x - c->tt.t] < 0) *absent = x->role == MGT_T_WORD_EMB;

@@ -30,6 +30,8 @@ static mgt_status target_args(hf_in *h, json_t *meta)
 		st = mgt_err(MGT_ERR_USAGE, "--target-expert-parallel-size %d does not divide the %lld experts", h->ep,
 			     (long long)h->a.model.num_experts);
 	if (!st && h->a.model.num_experts > 0) h->a.expert_model_parallel_size = h->ep;
+	int64_t v = json_integer_value(json_object_get(json_object_get(meta, "tokenizer"), "vocab_size"));
+	h->a.model.vocab_size = v > 0 ? v : padded;
 	if (!st) st = mgt_model_config_finalize(&h->a.model, 1);
 	if (!st) h->a.model.padded_vocab_size = padded;
 	if (!st && padded % o->tp)
