@@ -234,6 +234,11 @@ static mgt_status open_rank0(mg_src *m)
 	return mgt_err(MGT_ERR_FORMAT, "%s: no rank-0 file (mp_rank_00[_000[_000]]/model_optim_rng.pt)", m->iter_dir);
 }
 
+/* Tied embeddings under pipeline parallelism: a later stage's table row of the word embedding is
+ * Megatron's output_layer.weight, the last stage's copy (gpt_model.py
+ * setup_embeddings_and_output_layer, language_module.py), a parameter after the final norm. */
+bool mg_is_tied_copy(const mgt_tensor *x) { return x->role == MGT_T_WORD_EMB && x->pp_stage > 0; }
+
 static mgt_status build_chunks(mg_src *m)
 {
 	int nst = m->pp * m->vp, n = m->tp * nst * m->ep;
@@ -285,6 +290,10 @@ static void local_name(const mg_src *m, const mg_chunk *c, const mgt_tensor *x, 
 
 bool mg_key(const mg_src *m, const mg_chunk *c, const mgt_tensor *x, int alt, char *out, size_t n)
 {
+	if (mg_is_tied_copy(x)) {
+		snprintf(out, n, "output_layer.weight");
+		return !alt;
+	}
 	char loc[200];
 	local_name(m, c, x, loc, sizeof loc);
 	if (!alt) {
@@ -350,8 +359,9 @@ static const mg_chunk *sort_c;
  * expert (an expert's fc1 before its fc2: SequentialMLP's local_experts in order). */
 static int64_t order_key(const mgt_tensor *x, bool local_spec)
 {
-	int64_t layer = x->layer >= 0 ? x->layer + 1 : (x->role == MGT_T_WORD_EMB || x->role == MGT_T_POS_EMB ? 0 : 1 << 20);
-	int r = role_rank(x->role, local_spec);
+	bool copy = mg_is_tied_copy(x);
+	int64_t layer = x->layer >= 0 ? x->layer + 1 : ((x->role == MGT_T_WORD_EMB && !copy) || x->role == MGT_T_POS_EMB ? 0 : 1 << 20);
+	int r = role_rank(copy ? MGT_T_OUTPUT_W : x->role, local_spec);
 	if (x->role == MGT_T_EXP_FC2_W) r = role_rank(MGT_T_EXP_FC1_W, local_spec);
 	int64_t e = x->num_experts > 0 ? x->expert * 2 + (x->role == MGT_T_EXP_FC2_W) : 0;
 	return (layer << 32) | ((int64_t)r << 20) | e;
@@ -438,7 +448,8 @@ static mgt_status read_local(mgt_torch *t, const mgt_py *v, const mgt_tensor *x,
  * output layer's. */
 static bool optional_row(const mg_chunk *c, const mgt_tensor *x)
 {
-	return x->role == MGT_T_WORD_EMB && (c->pp || c->vs);
+	(void)c;
+	return mg_is_tied_copy(x);
 }
 
 static mgt_status torch_local(mg_src *m, const mg_chunk *c, const mgt_tensor *x, int k, float *dst, bool *absent)

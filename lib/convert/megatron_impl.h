@@ -62,6 +62,9 @@ typedef struct mg_src mg_src;
  * Engine names, 1 the local spec's norms, 2 grouped-GEMM experts linear_fc1.weight<j>) into out;
  * false when alt does not apply to x. */
 bool mg_key(const mg_src *m, const mg_chunk *c, const mgt_tensor *x, int alt, char *out, size_t n);
+/* Whether row x is a later pipeline stage's copy of the tied word embedding: Megatron's
+ * output_layer.weight on the last stage (a parameter after the final norm). */
+bool mg_is_tied_copy(const mgt_tensor *x);
 /* The rows of c's table in Megatron-Core's model.parameters() order (frozen rows left out), into
  * order (room for c->tt.n); returns their count. */
 int mg_param_order(const mg_src *m, const mg_chunk *c, int *order);

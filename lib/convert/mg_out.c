@@ -130,7 +130,6 @@ static mgt_status put_model(mg_out *o, mgt_pyw *w, mg_chunk *c)
 		if (c->tt.t[i].frozen) order[n++] = i;
 	for (int j = 0; !st && j < n; j++) {
 		const mgt_tensor *x = &c->tt.t[order[j]];
-		if (x->role == MGT_T_WORD_EMB && (c->pp || c->vs)) continue; /* the tied copy is the output layer's */
 		char key[200], mod[200];
 		mg_key(&o->m, c, x, 0, key, sizeof key);
 		const void *data = NULL;
