@@ -191,6 +191,9 @@ static mgt_status read_args(mg_src *m, const char *file)
 	m->ep = (int)ns_int(m, "expert_model_parallel_size", 1);
 	m->dp = (int)ns_int(m, "data_parallel_size", 1);
 	m->distopt = ns_int(m, "use_distributed_optimizer", 0) != 0;
+	/* expert data parallelism: world / (expert TP x EP x PP) (megatron/core/parallel_state.py) */
+	int64_t etp = ns_int(m, "expert_tensor_parallel_size", m->tp);
+	m->edp = etp > 0 && m->ep > 0 && (int64_t)m->tp * m->dp % (etp * m->ep) == 0 ? (int)((int64_t)m->tp * m->dp / (etp * m->ep)) : 1;
 	if (m->tp < 1 || m->pp < 1 || m->vp < 1 || m->ep < 1 || m->dp < 1 || m->tp > 4096 || m->pp * m->vp > 65536 || m->ep > 65536)
 		return mgt_err(MGT_ERR_FORMAT, "%s: args: tensor %d, pipeline %d, virtual %d, expert %d, data parallel %d: "
 			       "expected positive sizes", file, m->tp, m->pp, m->vp, m->ep, m->dp);
@@ -522,14 +525,15 @@ static mgt_status make_whole(mg_src *m, const char *name, const mgt_tensor *g, i
 		mg_chunk *ch = &m->chunks[c];
 		for (int i = 0; !st && i < ch->tt.n; i++) {
 			const mgt_tensor *x = &ch->tt.t[i];
-			if (!row_is(x, base) || optional_row(ch, x)) continue;
+			/* TP-replicated rows are on every TP rank, dense rows on every EP rank: read one */
+			if (!row_is(x, base) || optional_row(ch, x) || (x->shard == MGT_SHARD_NONE && ch->tp) ||
+			    (x->num_experts <= 0 && ch->ep))
+				continue;
 			bool absent = false;
 			st = room(&m->piece, &m->piece_n, x->numel);
 			if (!st && m->format == 2) st = mg_dist_opt_local(m, ch, x, k, m->piece);
 			else if (!st) st = torch_local(m, ch, x, k, m->piece, &absent);
 			if (st || absent) continue;
-			/* TP-replicated rows are read from every TP rank: count one */
-			if (x->shard == MGT_SHARD_NONE && ch->tp) continue;
 			scatter(x, m->piece, m->whole);
 			covered += x->numel;
 		}

@@ -34,6 +34,8 @@ struct mg_src {
 	int64_t iteration;
 	int tp, pp, vp, ep, dp;
 	bool distopt;
+	bool chained;              /* a ChainedOptimizer: [dense, expert] (Mixture of Experts) */
+	int edp;                   /* the expert-data-parallel size */
 	int optim;                 /* optimizer state: 0 none, 1 fp32 Adam, 2 16-bit params with fp32 copies, 3 distributed */
 	mgt_args a;
 	mgt_tensor_table full;

@@ -45,9 +45,13 @@ mgt_status mg_optim_detect(mg_src *m)
 	const mgt_py *opt = mgt_py_get(mgt_torch_root(m->root), "optimizer");
 	m->optim = 0;
 	if (!opt || opt->kind == MGT_PY_NONE) return MGT_OK;
-	if (opt->kind == MGT_PY_LIST)
-		return mgt_err(MGT_ERR_USAGE, "%s: optimizer: a chained optimizer (a list of %zu: Mixture-of-Experts "
-			       "parameters apart), which mgt does not read yet; --no-load-optim loads the weights", file, opt->n);
+	if (opt->kind == MGT_PY_LIST) { /* ChainedOptimizer: [dense, expert] (optimizer/__init__.py) */
+		if (opt->n != 2 || m->a.model.num_experts < 1)
+			return mgt_err(MGT_ERR_USAGE, "%s: optimizer: a chained optimizer of %zu (expected the dense and the expert "
+				       "optimizers of a Mixture-of-Experts model); --no-load-optim loads the weights", file, opt->n);
+		m->chained = true;
+		opt = opt->v[0];
+	}
 	if (m->distopt) {
 		m->optim = 3;
 		return MGT_OK;
@@ -69,7 +73,7 @@ static bool group_wd(const mgt_py *g)
 }
 
 /* The ids of the chunks of file f, in model_chunks order, by group: where/grp/gidx of each row. */
-static mgt_status plain_map(mg_src *m, int f, const mgt_py *groups, const char *file)
+static mgt_status plain_map(mg_src *m, int f, const mgt_py *groups, const char *file, int exp)
 {
 	size_t used[2] = {0, 0};
 	int gi[2] = {-1, -1};
@@ -83,14 +87,17 @@ static mgt_status plain_map(mg_src *m, int f, const mgt_py *groups, const char *
 			mg_chunk *c = &m->chunks[ci];
 			if (c->file != f || c->vs != vs) continue;
 			int *order = malloc(((size_t)c->tt.n + 1) * sizeof *order);
-			c->where = malloc(((size_t)c->tt.n + 1) * sizeof *c->where);
-			c->grp = malloc(((size_t)c->tt.n + 1) * sizeof *c->grp);
-			c->gidx = malloc(((size_t)c->tt.n + 1) * sizeof *c->gidx);
+			if (!c->where) {
+				c->where = malloc(((size_t)c->tt.n + 1) * sizeof *c->where);
+				c->grp = malloc(((size_t)c->tt.n + 1) * sizeof *c->grp);
+				c->gidx = malloc(((size_t)c->tt.n + 1) * sizeof *c->gidx);
+				for (int i = 0; c->where && i < c->tt.n; i++) c->where[i] = -1;
+			}
 			if (!order || !c->where || !c->grp || !c->gidx) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
-			for (int i = 0; !st && i < c->tt.n; i++) c->where[i] = -1;
 			int n = st ? 0 : mg_param_order(m, c, order);
 			for (int j = 0; !st && j < n; j++) {
 				const mgt_tensor *x = &c->tt.t[order[j]];
+				if (m->chained && (x->num_experts > 0) != exp) continue;
 				int w = x->weight_decay;
 				const mgt_py *ids = gi[w] >= 0 ? mgt_py_get(groups->v[gi[w]], "params") : NULL;
 				int64_t id;
@@ -121,10 +128,23 @@ static mgt_status plain_local(mg_src *m, const mg_chunk *c, const mgt_tensor *x,
 	mgt_status st = mg_file_open(m, c->file, false, &t);
 	if (st) return st;
 	const char *file = mgt_torch_name(t);
-	const mgt_py *opt = mgt_py_get(mgt_torch_root(t), "optimizer"), *in = torch_optim(opt);
+	const mgt_py *opt = mgt_py_get(mgt_torch_root(t), "optimizer");
+	int exp = m->chained && x->num_experts > 0;
+	if (!c->where && m->chained) { /* both optimizers' ids */
+		for (int e = 0; !st && e < 2; e++) {
+			const mgt_py *o2 = opt && opt->kind == MGT_PY_LIST && opt->n == 2 ? opt->v[e] : NULL;
+			const mgt_py *g2 = mgt_py_get(torch_optim(o2), "param_groups");
+			if (!g2 || g2->kind != MGT_PY_LIST)
+				return mgt_err(MGT_ERR_FORMAT, "%s: optimizer[%d]: no param_groups (a chained optimizer)", file, e);
+			st = plain_map(m, c->file, g2, file, e);
+		}
+		if (st) return st;
+	}
+	if (m->chained) opt = opt->v[exp];
+	const mgt_py *in = torch_optim(opt);
 	const mgt_py *groups = mgt_py_get(in, "param_groups");
 	if (!groups || groups->kind != MGT_PY_LIST) return mgt_err(MGT_ERR_FORMAT, "%s: optimizer: no param_groups", file);
-	if (!c->where && (st = plain_map(m, c->file, groups, file))) return st;
+	if (!c->where && (st = plain_map(m, c->file, groups, file, 0))) return st;
 	int i = (int)(x - c->tt.t);
 	const mgt_py *v = NULL;
 	char what[240];
@@ -157,22 +177,43 @@ static int64_t bucket_size(const mg_src *m, const mg_chunk *c)
 	return m->dp * 1000000LL > 40000000LL ? m->dp * 1000000LL : 40000000LL;
 }
 
+static mgt_status layout_offsets(mg_src *m, mg_chunk *c, mgt_tensor_table *permp, int n, const int *rows, int exp);
+
 mgt_status mg_dist_map(mg_src *m, mg_chunk *c)
 {
-	int *order = malloc(((size_t)c->tt.n + 1) * sizeof *order);
+	int *order = malloc(((size_t)c->tt.n * 2 + 1) * sizeof *order);
 	mgt_tensor_table perm = {0};
 	c->where = malloc(((size_t)c->tt.n + 1) * sizeof *c->where);
 	if (!order || !c->where) {
 		free(order);
 		return mgt_err(MGT_ERR_NOMEM, "out of memory");
 	}
-	int n = mg_param_order(m, c, order);
-	perm.n = n;
-	mgt_status st = (perm.t = malloc(((size_t)n + 1) * sizeof *perm.t)) ? MGT_OK : mgt_err(MGT_ERR_NOMEM, "out of memory");
-	for (int j = 0; !st && j < n; j++) perm.t[j] = c->tt.t[order[j]];
-	bool shared = !m->a.model.untie_embeddings_and_output_weights && m->pp > 1;
-	if (!st) st = mgt_tensor_table_layout(&perm, m->dp, true, bucket_size(m, c), shared);
+	int all = mg_param_order(m, c, order);
 	for (int i = 0; i < c->tt.n; i++) c->where[i] = -1;
+	mgt_status st = (perm.t = malloc(((size_t)all + 1) * sizeof *perm.t)) ? MGT_OK : mgt_err(MGT_ERR_NOMEM, "out of memory");
+	for (int exp = 0; !st && exp < (m->chained ? 2 : 1); exp++) {
+		int n = 0;
+		for (int j = 0; j < all; j++)
+			if (!m->chained || (c->tt.t[order[j]].num_experts > 0) == exp) {
+				order[all + n] = order[j];
+				perm.t[n++] = c->tt.t[order[j]];
+			}
+		st = layout_offsets(m, c, &perm, n, order + all, exp);
+	}
+	c->gbuf = c->vs;
+	free(perm.t);
+	free(order);
+	return st;
+}
+
+/* Rows perm.t[0..n) (table rows rows[]) laid out as Megatron's buffer: where[] of each. */
+static mgt_status layout_offsets(mg_src *m, mg_chunk *c, mgt_tensor_table *permp, int n, const int *rows, int exp)
+{
+	mgt_tensor_table perm = *permp;
+	perm.n = n;
+	perm.buckets = NULL;
+	bool shared = !m->a.model.untie_embeddings_and_output_weights && m->pp > 1 && !exp;
+	mgt_status st = mgt_tensor_table_layout(&perm, exp ? m->edp : m->dp, true, bucket_size(m, c), shared);
 	/* the offset in the concatenation of each bucket's unpadded elements */
 	int64_t skipped = 0;
 	for (int b = 0; !st && b < perm.nbuckets; b++) {
@@ -180,15 +221,12 @@ mgt_status mg_dist_map(mg_src *m, mg_chunk *c)
 		size_t end = k->offset;
 		for (int j = 0; j < n; j++)
 			if (perm.t[j].offset >= k->offset && perm.t[j].offset < k->offset + k->numel) {
-				c->where[order[j]] = (int64_t)perm.t[j].offset - skipped;
+				c->where[rows[j]] = (int64_t)perm.t[j].offset - skipped;
 				if (perm.t[j].offset + perm.t[j].numel > end) end = perm.t[j].offset + perm.t[j].numel;
 			}
 		skipped += (int64_t)(k->offset + k->numel - end);
 	}
-	c->gbuf = c->vs;
 	free(perm.buckets);
-	free(perm.t);
-	free(order);
 	return st;
 }
 
@@ -199,7 +237,10 @@ static mgt_status dist_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k,
 	if (st) return st;
 	if (!c->where && (st = mg_dist_map(m, c))) return st;
 	const char *file = mgt_torch_name(t);
-	const mgt_py *gb = mg_py_at(mgt_torch_root(t), c->gbuf);
+	const mgt_py *root = mgt_torch_root(t);
+	int exp = m->chained && x->num_experts > 0;
+	if (m->chained) root = root && root->kind == MGT_PY_LIST && root->n == 2 ? root->v[exp] : NULL;
+	const mgt_py *gb = mg_py_at(root, c->gbuf);
 	if (!gb || gb->kind != MGT_PY_DICT || gb->n != 1)
 		return mgt_err(MGT_ERR_FORMAT, "%s: no buffer %d with one dtype (expected Megatron's coalesced buckets)", file, c->gbuf);
 	const char *key = k == 0 ? "param" : k == 1 ? "exp_avg" : "exp_avg_sq";
@@ -209,11 +250,13 @@ static mgt_status dist_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k,
 		return mgt_err(MGT_ERR_FORMAT, "%s: buffer %d: no 1-D tensor \"%s\"", file, c->gbuf, key);
 	int64_t total = v->size[0], want = 0;
 	for (int i = 0; i < c->tt.n; i++)
-		if (c->where[i] >= 0 && c->where[i] + (int64_t)c->tt.t[i].numel > want) want = c->where[i] + (int64_t)c->tt.t[i].numel;
+		if (c->where[i] >= 0 && (!m->chained || (c->tt.t[i].num_experts > 0) == exp) &&
+		    c->where[i] + (int64_t)c->tt.t[i].numel > want)
+			want = c->where[i] + (int64_t)c->tt.t[i].numel;
 	if (off < 0 || total != want)
-		return mgt_err(MGT_ERR_FORMAT, "%s: buffer %d holds %lld elements but Megatron's layout of the model its args "
+		return mgt_err(MGT_ERR_FORMAT, "%s: %sbuffer %d holds %lld elements but Megatron's layout of the model its args "
 			       "describe (data parallel %d, reverse parameter order, 64-element starts) ends at %lld", file,
-			       c->gbuf, (long long)total, m->dp, (long long)want);
+			       exp ? "expert " : "", c->gbuf, (long long)total, exp ? m->edp : m->dp, (long long)want);
 	mgt_py view = *v; /* the row's elements: a view of the buffer */
 	view.offset += off * v->stride[0];
 	view.size[0] = (int64_t)x->numel;
