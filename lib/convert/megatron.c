@@ -436,8 +436,18 @@ static const mgt_py *model_tensor(const mg_src *m, const mg_chunk *c, const mgt_
 
 /* Check tensor v against row x's local shape (a Mamba-free GPT: the conv weight's [C, 1, K] is
  * not met here) and read it as float32. */
+mgt_status mg_check_float(const mgt_torch *t, const mgt_py *v, const char *what)
+{
+	if (!v->dtype_ok || (v->dtype != MGT_ST_F32 && v->dtype != MGT_ST_BF16 && v->dtype != MGT_ST_F16 && v->dtype != MGT_ST_F64))
+		return mgt_err(MGT_ERR_FORMAT, "%s: %s: dtype %s where a floating-point tensor was expected", mgt_torch_name(t),
+			       what, v->dtype_name ? v->dtype_name : "?");
+	return MGT_OK;
+}
+
 static mgt_status read_local(mgt_torch *t, const mgt_py *v, const mgt_tensor *x, const char *key, float *dst)
 {
+	mgt_status st = mg_check_float(t, v, key);
+	if (st) return st;
 	if (mgt_py_numel(v) != (int64_t)x->numel || v->ndim != x->ndim ||
 	    v->size[0] != x->local_shape[0] || (x->ndim > 1 && v->size[1] != x->local_shape[1]))
 		return mgt_err(MGT_ERR_FORMAT, "%s: %s: shape [%lld%s%lld] but the checkpoint's args give [%lld, %lld]",
@@ -472,6 +482,37 @@ static mgt_status torch_local(mg_src *m, const mg_chunk *c, const mgt_tensor *x,
 	}
 	if (!v) return mgt_err(MGT_ERR_FORMAT, "%s: missing tensor %s (of %s)", mgt_torch_name(t), key, x->name);
 	return read_local(t, v, x, key, dst);
+}
+
+/* Every tensor of every rank file's model state dicts is a row of its chunk's table (Transformer
+ * Engine's _extra_state aside): a key the model its args describe lacks is refused, naming it. */
+static mgt_status check_keys(mg_src *m)
+{
+	mgt_status st = MGT_OK;
+	for (int ci = 0; !st && ci < m->nchunks; ci++) {
+		mg_chunk *c = &m->chunks[ci];
+		mgt_torch *t;
+		if ((st = mg_file_open(m, c->file, false, &t))) break;
+		const mgt_py *sd = model_dict(m, t, c->vs);
+		if (!sd || sd->kind != MGT_PY_DICT) {
+			st = mgt_err(MGT_ERR_FORMAT, "%s: no model state dict (\"model\"%s)", mgt_torch_name(t), m->vp > 1 ? "0.." : "");
+			break;
+		}
+		for (size_t i = 0; !st && i < sd->n; i++) {
+			const char *k = mgt_py_str(sd->v[2 * i]);
+			size_t kl = k ? strlen(k) : 0;
+			if (k && kl > 12 && !strcmp(k + kl - 12, "_extra_state")) continue;
+			bool known = false;
+			char key[200];
+			for (int r = 0; k && !known && r < c->tt.n; r++)
+				for (int alt = 0; !known && alt < 3; alt++)
+					known = mg_key(m, c, &c->tt.t[r], alt, key, sizeof key) && !strcmp(key, k);
+			if (!known)
+				st = mgt_err(MGT_ERR_FORMAT, "%s: model%s: tensor %s is not part of the model its args describe",
+					     mgt_torch_name(t), m->vp > 1 ? "<vp>" : "", k ? k : "(a key that is not a string)");
+		}
+	}
+	return st;
 }
 
 /* ---- the whole tensors ---- */
@@ -697,7 +738,9 @@ mgt_status cv_mg_open(const char *dir, int64_t step, mg_src **out)
 	if (!st) st = read_args(m, mgt_torch_name(m->root));
 	if (!st && m->format == 1) st = mg_optim_detect(m);
 	if (!st && (m->format == 1 || m->optim == 5)) st = build_chunks(m);
+	if (!st && m->format == 1) st = check_keys(m);
 	if (!st) st = make_list(m);
+	if (!st && m->format == 2) st = mg_dist_check_keys(m);
 	if (!st) st = make_meta(m);
 	if (st) {
 		cv_mg_close(m);

@@ -223,6 +223,7 @@ static mgt_status read_box(mg_src *m, dist_state *d, const char *key, const mgt_
 		for (int i = 0; i < nd; i++) cn *= (size_t)csz[i];
 		if (!st && (!x || x->kind != MGT_PY_TENSOR || mgt_py_numel(x) != (int64_t)cn))
 			st = mgt_err(MGT_ERR_FORMAT, "%s: %s: the chunk is not a tensor of its %zu elements", mgt_torch_name(t), key, cn);
+		if (!st) st = mg_check_float(t, x, key);
 		if (!st && cn > d->chunk_n) {
 			float *q = realloc(d->chunk, cn * sizeof(float));
 			if (!q) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
@@ -376,5 +377,26 @@ mgt_status mg_dist_opt_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k,
 			       "elements but Megatron's layout of the model its args describe (data parallel %d) ends at %lld",
 			       m->iter_dir, g, c->gbuf, d->flat_n[k], m->dp, (long long)want);
 	memcpy(dst, d->flat[k] + off, x->numel * sizeof(float));
+	return MGT_OK;
+}
+
+mgt_status mg_dist_check_keys(mg_src *m)
+{
+	const dist_state *d = m->dist;
+	static const char *const other[] = {"optimizer.", "chained_", "rng_state", "common_state", "rerun_state_machine", NULL};
+	for (size_t i = 0; i < d->sdm->n; i++) {
+		const char *k = mgt_py_str(d->sdm->v[2 * i]);
+		if (!k) return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: a state_dict_metadata key that is not a string", m->iter_dir);
+		bool skip = strstr(k, "_extra_state") != NULL;
+		for (const char *const *o = other; !skip && *o; o++) skip = !strncmp(k, *o, strlen(*o));
+		bool known = skip;
+		for (int r = 0; !known && r < m->full.n; r++) {
+			const mgt_tensor *g = &m->full.t[r];
+			const char *rest = g->layer >= 0 && !strncmp(g->name, "decoder.layers.", 15) ? strchr(g->name + 15, '.') : NULL;
+			known = !strcmp(k, g->name) || (rest && !strncmp(k, "decoder.layers", 14) && !strcmp(k + 14, rest));
+		}
+		if (!known)
+			return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: tensor %s is not part of the model its args describe", m->iter_dir, k);
+	}
 	return MGT_OK;
 }

@@ -85,6 +85,10 @@ mgt_status mg_file_open(mg_src *m, int f, bool dopt, mgt_torch **out);
 /* A DICT's value under an integer key, or NULL. */
 const mgt_py *mg_py_at(const mgt_py *d, int64_t key);
 
+/* Whether tensor v of file t holds floating-point values (F32, BF16, F16, F64); else
+ * MGT_ERR_FORMAT naming the file, what and the dtype. */
+mgt_status mg_check_float(const mgt_torch *t, const mgt_py *v, const char *what);
+
 /* megatron_dist.c: the torch_dist format.  mg_dist_open: m->iter_dir holds .metadata; reads the
  * index and the common state into m->root / m->common / m->ns, and sets m->optim (0, or 4: the
  * fully reshardable or non-distributed optimizer's per-tensor keys).  mg_dist_whole: full-table
@@ -92,6 +96,9 @@ const mgt_py *mg_py_at(const mgt_py *d, int64_t key);
  * 1 exp_avg, 2 exp_avg_sq) whole into dst ([g->shape], or [E, rows, cols]). */
 mgt_status mg_dist_open(mg_src *m);
 mgt_status mg_dist_whole(mg_src *m, const mgt_tensor *g, int k, float *dst);
+/* Every model key of .metadata (optimizer, RNG, common state and _extra_state aside) is a row of
+ * the whole-model table, per layer or stacked: else MGT_ERR_FORMAT naming it. */
+mgt_status mg_dist_check_keys(mg_src *m);
 /* With the distributed optimizer's dp_reshardable buckets (m->optim 5): row x of chunk c, kind k
  * (0 the fp32 main weights, 1 exp_avg, 2 exp_avg_sq), local elements into dst. */
 mgt_status mg_dist_opt_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k, float *dst);

@@ -160,6 +160,7 @@ static mgt_status plain_local(mg_src *m, const mg_chunk *c, const mgt_tensor *x,
 			 x->name);
 	}
 	if (!v || v->kind != MGT_PY_TENSOR) return mgt_err(MGT_ERR_FORMAT, "%s: missing %s", file, what);
+	if ((st = mg_check_float(t, v, what))) return st;
 	if (mgt_py_numel(v) != (int64_t)x->numel)
 		return mgt_err(MGT_ERR_FORMAT, "%s: %s: %lld elements, the model's args give %zu", file, what,
 			       (long long)mgt_py_numel(v), x->numel);
@@ -248,6 +249,7 @@ static mgt_status dist_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k,
 	int64_t off = c->where[x - c->tt.t];
 	if (!v || v->kind != MGT_PY_TENSOR || v->ndim != 1)
 		return mgt_err(MGT_ERR_FORMAT, "%s: buffer %d: no 1-D tensor \"%s\"", file, c->gbuf, key);
+	if ((st = mg_check_float(t, v, key))) return st;
 	int64_t total = v->size[0], want = 0;
 	for (int i = 0; i < c->tt.n; i++)
 		if (c->where[i] >= 0 && (!m->chained || (c->tt.t[i].num_experts > 0) == exp) &&
