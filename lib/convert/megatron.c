@@ -121,7 +121,11 @@ static const char *const model_keys[] = {
 	"moe_router_num_groups", "moe_router_group_topk", "moe_router_enable_expert_bias", "moe_layer_freq",
 	"make_vocab_size_divisible_by", "openai_gelu", "use_rope_scaling", "rope_scaling_factor",
 	"decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "tokenizer_type", "vocab_file",
-	"merge_file", "tokenizer_model", "vocab_size", "seed", "bf16", "fp16", "init_method_std", NULL,
+	"merge_file", "tokenizer_model", "vocab_size", "seed", "bf16", "fp16", "init_method_std",
+	/* the run's: what mgt-eval and a resumed run take as the checkpoint's when not given */
+	"train_iters", "train_samples", "global_batch_size", "micro_batch_size", "lr", "min_lr", "lr_decay_style",
+	"lr_decay_iters", "lr_warmup_iters", "lr_warmup_fraction", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps",
+	"clip_grad", "eval_iters", "eval_interval", "split", "hidden_dropout", "attention_dropout", "mock_data", NULL,
 };
 
 static json_t *py_json(const mgt_py *v)
@@ -510,6 +514,10 @@ static mgt_status check_keys(mg_src *m)
 			if (!known)
 				st = mgt_err(MGT_ERR_FORMAT, "%s: model%s: tensor %s is not part of the model its args describe",
 					     mgt_torch_name(t), m->vp > 1 ? "<vp>" : "", k ? k : "(a key that is not a string)");
+			else if (sd->v[2 * i + 1]->kind != MGT_PY_TENSOR)
+				st = mgt_err(MGT_ERR_FORMAT, "%s: model: %s is not a tensor", mgt_torch_name(t), k);
+			else
+				st = mg_check_float(t, sd->v[2 * i + 1], k);
 		}
 	}
 	return st;
