@@ -100,6 +100,8 @@ class Builder:
             return list(range(s['n']))
         if t == 'seqdict':
             return {i: -i for i in range(s['n'])}
+        if t == 'seqodict':
+            return collections.OrderedDict((i, -i) for i in range(s['n']))
         if t == 'global':
             return resolve(s['m'], s['n'])
         if t == 'reduce':

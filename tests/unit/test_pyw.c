@@ -16,7 +16,8 @@
  * {"t":"bytes","hex":"..."} or {"t":"bytes","range":[a,b]} (bytes(range(a, b))), {"t":"global",
  * "m":M,"n":N}, {"t":"obj","m":M,"n":N[,"state":S]}, {"t":"reduce","m":M,"n":N,"args":[...]},
  * {"t":"tensor","dtype":"BF16","shape":[...]} (bytes from a fixed generator), {"t":"seq","n":N}
- * (list(range(N))), {"t":"seqdict","n":N} ({i: -i for i < N}).  Single quotes in the specs below
+ * (list(range(N))), {"t":"seqdict","n":N} ({i: -i for i < N}), {"t":"seqodict","n":N} (the same
+ * as an OrderedDict).  Single quotes in the specs below
  * stand for double quotes. */
 #include "ckpt/ckpt.h"
 
@@ -150,15 +151,15 @@ static int emit_tagged(mgt_pyw *w, driver *d, json_t *s)
 		return emit_bytes(w, s);
 	} else if (strcmp(t, "tensor") == 0) {
 		return tensor(w, d, s);
-	} else if (strcmp(t, "seq") == 0 || strcmp(t, "seqdict") == 0) {
-		bool dict = t[3] == 'd';
-		dict ? mgt_pyw_dict_begin(w) : mgt_pyw_list_begin(w);
+	} else if (strncmp(t, "seq", 3) == 0) {
+		int k = t[3] == 'd' ? 1 : t[3] == 'o' ? 2 : 0;
+		(k == 1 ? mgt_pyw_dict_begin : k == 2 ? mgt_pyw_odict_begin : mgt_pyw_list_begin)(w);
 		for (json_int_t i = 0; i < n; i++) {
 			mgt_pyw_int(w, i);
-			if (dict)
+			if (k)
 				mgt_pyw_int(w, -i);
 		}
-		dict ? mgt_pyw_dict_end(w) : mgt_pyw_list_end(w);
+		(k == 1 ? mgt_pyw_dict_end : k == 2 ? mgt_pyw_odict_end : mgt_pyw_list_end)(w);
 	} else {
 		return emit_obj(w, d, s, t);
 	}
@@ -217,7 +218,7 @@ static const char *const spec_scalars =
 	"  {'t':'global','m':'__main__','n':'Outer.Inner'}, {'t':'global','m':'copyreg','n':'_reconstructor'}],"
 	" 'batches', [{'t':'seq','n':1}, {'t':'seq','n':999}, {'t':'seq','n':1000}, {'t':'seq','n':1001},"
 	"  {'t':'seq','n':2500}, {'t':'seqdict','n':1}, {'t':'seqdict','n':1000}, {'t':'seqdict','n':1001},"
-	"  {'t':'seqdict','n':2001}]"
+	"  {'t':'seqdict','n':2001}, {'t':'seqodict','n':1001}]"
 	"]}";
 
 /* Every dtype, 0-d, 1-d, 3-d and empty shapes. */
@@ -245,7 +246,9 @@ static const char *const spec_megatron =
 	" 'args', {'t':'obj','m':'argparse','n':'Namespace','state':{'t':'dict','v':['num_layers', 2,"
 	"  'hidden_size', 64, 'params_dtype', {'t':'global','m':'torch','n':'bfloat16'}, 'bf16', true,"
 	"  'fp16', false, 'norm_epsilon', 1e-05, 'seed', 1234, 'lr', 0.0003, 'load', null,"
-	"  'data_path', ['data/a_text_document', 'data/b_text_document'], 'big', 4294967296]}},"
+	"  'data_path', ['data/a_text_document', 'data/b_text_document'], 'big', 4294967296,"
+	"  'ints', [-1, -2147483648, -2147483649, -549755813888, 255, 256, 65535, 65536, 2147483647, 2147483648,"
+	"   1099511627776, 9223372036854775807, -9223372036854775808]]}},"
 	" 'checkpoint_version', 3.0, 'iteration', 700,"
 	" 'model', {'t':'odict','v':["
 	"  'embedding.word_embeddings.weight', {'t':'tensor','dtype':'BF16','shape':[16,8]},"
@@ -260,7 +263,15 @@ static const char *const spec_megatron =
 	"  'blob', {'t':'bytes','hex':'00ff10'}, 'blob2', {'t':'bytes','hex':'8081'}]}],"
 	" 'opt_param_scheduler', {'t':'dict','v':['max_lr', 0.0003, 'num_steps', 1400, 'decay_style', 'cosine']},"
 	" 'sizes', {'t':'tuple','v':[{'t':'reduce','m':'torch','n':'Size','args':[{'t':'tuple','v':[4, 8]}]},"
-	"  {'t':'global','m':'torch','n':'float32'}, {'t':'global','m':'torch','n':'bfloat16'}]},"
+	"  {'t':'global','m':'torch','n':'float32'}, {'t':'global','m':'torch','n':'bfloat16'},"
+	"  {'t':'global','m':'builtins','n':'range'}, {'t':'global','m':'builtins','n':'set'},"
+	"  {'t':'global','m':'__main__','n':'Outer.Inner'}, {'t':'global','m':'__main__','n':'Outer.Inner'},"
+	"  {'t':'reduce','m':'builtins','n':'getattr','args':[{'t':'global','m':'__main__','n':'Color'}, 'RED']},"
+	"  {'t':'obj','m':'__main__','n':'Empty'}]},"
+	" 'batches', [{'t':'seq','n':1}, {'t':'seq','n':2}, {'t':'seq','n':1000}, {'t':'seq','n':1001},"
+	"  {'t':'seq','n':2001}, {'t':'seqdict','n':1}, {'t':'seqdict','n':1000}, {'t':'seqdict','n':1001},"
+	"  {'t':'seqdict','n':2000}, {'t':'seqodict','n':1}, {'t':'seqodict','n':1000}, {'t':'seqodict','n':1001},"
+	"  {'t':'seqodict','n':2000}],"
 	" 'num_floating_point_operations_so_far', 123456789012]}";
 
 static json_t *quoted(const char *s)
