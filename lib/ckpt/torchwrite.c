@@ -654,7 +654,8 @@ static void persid(mgt_pyw *w, mgt_dt dt, size_t key, int64_t numel)
 	op(w, OP_BINPERSID);
 }
 
-static bool tensor_ok(mgt_pyw *w, mgt_dt dt, int ndim, const int64_t *size, const void *data, uint64_t *nbytes)
+static bool tensor_ok(mgt_pyw *w, mgt_dt dt, int ndim, const int64_t *size, const void *data,
+		      uint64_t *nbytes)
 {
 	uint64_t numel;
 	if (!mgt_dt_name(dt))
@@ -784,8 +785,8 @@ static zip_int64_t sink_cb(void *ud, void *data, zip_uint64_t len, zip_source_cm
 	switch (cmd) {
 	case ZIP_SOURCE_SUPPORTS:
 		return zip_source_make_command_bitmap(ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE,
-			ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, ZIP_SOURCE_BEGIN_WRITE,
-			ZIP_SOURCE_WRITE, ZIP_SOURCE_COMMIT_WRITE, ZIP_SOURCE_ROLLBACK_WRITE,
+			ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE,
+			ZIP_SOURCE_BEGIN_WRITE, ZIP_SOURCE_WRITE, ZIP_SOURCE_COMMIT_WRITE, ZIP_SOURCE_ROLLBACK_WRITE,
 			ZIP_SOURCE_SEEK_WRITE, ZIP_SOURCE_TELL_WRITE, ZIP_SOURCE_REMOVE, ZIP_SOURCE_SUPPORTS, -1);
 	case ZIP_SOURCE_STAT: { /* an empty archive: ZIP_TRUNCATE starts a new one */
 		zip_stat_t *st = data;
