@@ -224,7 +224,7 @@ def main():
     for case in cases:
         before = len(errors)
         check_case(d, case)
-        print(f"# pyw_check: {case['file']}: {'ok' if len(errors) == before else 'DIFFERENT'}")
+        print(f"# pyw_check: {case['file']}: {'ok' if len(errors) == before else 'DIFFERENT'}", flush=True)
     for e in errors:
         print('# pyw_check:', e)
     print(f'# pyw_check: {len(cases)} files, {len(errors)} differences (torch {torch.__version__})')

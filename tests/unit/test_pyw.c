@@ -343,6 +343,7 @@ static void test_python(void)
 	}
 	char cmd[600];
 	snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/unit/pyw_check.py %s", dir);
+	fflush(stdout); /* the checker's lines after ours */
 	int rc = system(cmd);
 	CHECK(rc == 0, "tests/unit/pyw_check.py: torch.load reads every file as specified (status %d)", rc);
 }
