@@ -809,8 +809,8 @@ static zip_int64_t sink_cb(void *ud, void *data, zip_uint64_t len, zip_source_cm
 	}
 	case ZIP_SOURCE_TELL_WRITE:
 		return (zip_int64_t)k->pos;
-	case ZIP_SOURCE_COMMIT_WRITE:
-		if (k->fd >= 0 && (sink_flush(k) || fsync(k->fd) != 0)) {
+	case ZIP_SOURCE_COMMIT_WRITE: /* fsync: EINVAL is a file that cannot be synced (a device) */
+		if (k->fd >= 0 && (sink_flush(k) || (fsync(k->fd) != 0 && errno != EINVAL))) {
 			if (!zip_error_code_zip(&k->ze))
 				zip_error_set(&k->ze, ZIP_ER_WRITE, errno);
 			return -1;
@@ -910,7 +910,7 @@ static mgt_status write_zip(mgt_pyw *w, pyw_sink *k, const char *arch, const cha
 		st = mgt_err(MGT_ERR_NOMEM, "%s: libzip: %s", what, zip_strerror(za));
 		zip_discard(za);
 	} else if (zip_close(za)) {
-		bool io = zip_error_code_zip(zip_get_error(za)) == ZIP_ER_WRITE;
+		bool io = zip_error_code_zip(zip_get_error(za)) != ZIP_ER_MEMORY;
 		st = mgt_err(io ? MGT_ERR_IO : MGT_ERR_NOMEM, "%s: write failed: %s", what, zip_strerror(za));
 		zip_discard(za);
 	}
