@@ -497,16 +497,27 @@ mgt_status mgt_torch_read_raw(mgt_torch *t, const mgt_py *x, void *dst);
 void mgt_torch_close(mgt_torch *t);
 
 /* Writing torch.save files (lib/ckpt/torchwrite.c): a pickle of protocol 2 as torch.save writes
- * it (GLOBALs with protocol 2's module names, ints as BININT* / LONG1, floats BINFLOAT, strings
- * BINUNICODE, bytes as _codecs.encode, memoised with BINPUT as pickle does for containers and
- * globals), built by calls in the order of the value's serialisation, then stored as a zip of
- * stored entries: <arch>/data.pkl, <arch>/byteorder ("little"), <arch>/data/<key> (each storage,
- * key "0", "1", ...; data 64-byte aligned with an FB extra field as inline_container.cc does),
- * <arch>/version ("3"), which python3-torch's torch.load reads.  Containers: *_begin pushes a mark,
- * the calls between give the items (a dict: key then value, pairs), *_end closes it.  Errors stick:
- * the first failing call's status is returned again by mgt_pyw_save / _to_mem (MGT_ERR_USAGE for
- * calls out of order: an end without its begin, a dict with an odd item count, save with open
- * containers or not exactly one value; MGT_ERR_IO naming the path; MGT_ERR_NOMEM). */
+ * it through CPython's C pickler (GLOBALs with protocol 2's module names (fix_imports: builtins ->
+ * __builtin__, ...) and a dotted name as getattr(parent, 'last'), ints as BININT* / LONG1, floats
+ * BINFLOAT, strings BINUNICODE, bytes (empty ones too) as _codecs.encode(latin-1 str, 'latin1'),
+ * memoised with BINPUT as pickle does: str, non-empty tuples, containers, objects, a GLOBAL once
+ * and BINGET after; the constants 'storage', 'cpu', 'latin1' once; lists and dicts in batches
+ * of 1000 as Modules/_pickle.c writes them), built by calls in the order of the value's
+ * serialisation, then stored as a zip of stored entries (libzip; no zip64 records below 4 GiB):
+ * <arch>/data.pkl, <arch>/byteorder ("little"), <arch>/data/<key> (each storage, key "0", "1",
+ * ...; data 64-byte aligned with an FB extra field of 'Z's as inline_container.cc does),
+ * <arch>/version ("3\n"), which python3-torch's torch.load reads; data.pkl equals torch.save's
+ * byte for byte for the same value unless Python shares an object in it (a tensor or container
+ * referenced twice, a repeated one-character string: BINGET) (tests/unit/test_pyw.c).
+ * Containers: *_begin pushes a mark, the calls between give the items (a dict: key then value,
+ * pairs), *_end closes it.  Errors stick: the first
+ * failing call's status (and message) is returned again by mgt_pyw_save / _to_mem (MGT_ERR_USAGE
+ * for calls out of order: an end without its begin or closing another kind, a dict with an odd
+ * item count, an object with two states, save with open containers or not exactly one value, a
+ * value after a save; a string that is not UTF-8, a global whose names are empty, not ASCII or
+ * hold a newline, a bad tensor (dtype, ndim outside 0..8, a negative size, NULL data), an arch
+ * that is empty, not ASCII or holds '/'; MGT_ERR_IO naming the path; MGT_ERR_NOMEM).  A writer
+ * may be saved more than once (to a file and to memory). */
 typedef struct mgt_pyw mgt_pyw;
 mgt_status mgt_pyw_new(mgt_pyw **out);
 void mgt_pyw_none(mgt_pyw *w);
@@ -527,11 +538,13 @@ void mgt_pyw_odict_begin(mgt_pyw *w);
 void mgt_pyw_odict_end(mgt_pyw *w);
 /* An object of class module.name made as copyreg.__newobj__ makes it (NEWOBJ with no arguments),
  * then BUILD with the value given between begin and end (an attribute dict for argparse.Namespace
- * and dataclasses, a tuple for classes whose __getstate__ returns one). */
+ * and dataclasses, a tuple for classes whose __getstate__ returns one; no value: no BUILD, as
+ * pickle writes an object whose state is None). */
 void mgt_pyw_obj_begin(mgt_pyw *w, const char *module, const char *name);
 void mgt_pyw_obj_end(mgt_pyw *w);
 /* REDUCE(module.name, args): the args tuple's items between begin and end (an enum member:
- * REDUCE(cls, (value,)); torch.Size((...))). */
+ * REDUCE(cls, (value,)) as Python <= 3.10 pickles it, or REDUCE(builtins.getattr, (cls, 'NAME'))
+ * as 3.11 does; torch.Size((...))). */
 void mgt_pyw_reduce_begin(mgt_pyw *w, const char *module, const char *name);
 void mgt_pyw_reduce_end(mgt_pyw *w);
 /* A contiguous tensor of dtype dt and shape size[0..ndim) (ndim 0..8) over a storage of its own:
@@ -539,9 +552,11 @@ void mgt_pyw_reduce_end(mgt_pyw *w);
  * ('storage', torch.<X>Storage, key, 'cpu', numel) persistent id.  data: numel x mgt_dt_size
  * bytes, little-endian, kept by reference until the save (the caller keeps it alive). */
 void mgt_pyw_tensor(mgt_pyw *w, mgt_dt dt, int ndim, const int64_t *size, const void *data);
-/* Write the zip to path (created or replaced as written: the caller picks a temporary name),
- * records under arch/ ("model_optim_rng" for a file saved to model_optim_rng.pt, "archive" for a
- * stream), fsynced; or into a malloc'd buffer (*buf, *n; the caller frees). */
+/* Write the zip to path (created or replaced as written: the caller picks a temporary name and
+ * removes it after a failure, which may leave it partly written), records under arch/
+ * ("model_optim_rng" for a file saved to model_optim_rng.pt, "archive" for a stream), fsynced;
+ * or into a malloc'd buffer (*buf, *n; the caller frees; NULL, 0 on failure).  Tensor data is
+ * streamed from the callers' buffers (the pickle is held in memory; _to_mem holds the whole zip). */
 mgt_status mgt_pyw_save(mgt_pyw *w, const char *path, const char *arch);
 mgt_status mgt_pyw_to_mem(mgt_pyw *w, const char *arch, void **buf, size_t *n);
 void mgt_pyw_free(mgt_pyw *w);

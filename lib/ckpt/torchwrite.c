@@ -1,5 +1,5 @@
 /* lib/ckpt: torch.save writer (see ckpt.h, mgt_pyw_*).  Facts: CPython's Lib/pickle.py (protocol
- * 2: save_tuple, _batch_appends / _batch_setitems in batches of 1000, save_reduce with
+ * 2: save_tuple, batches of 1000 as Modules/_pickle.c writes them (close_batch), save_reduce with
  * copyreg.__newobj__, save_global with fix_imports through Lib/_compat_pickle.py's reverse
  * mappings, save_bytes as _codecs.encode, memoising with BINPUT), PyTorch's
  * torch/serialization.py _save (persistent ids, records) and caffe2/serialize/inline_container.cc
@@ -27,7 +27,7 @@ enum {
 #define PYW_BATCH 1000 /* pickle's _BATCHSIZE */
 #define PYW_ALIGN 64   /* inline_container.cc kFieldAlignment */
 
-enum { FR_TUPLE, FR_LIST, FR_DICT, FR_OBJ, FR_REDUCE };
+enum { FR_TUPLE, FR_LIST, FR_DICT, FR_ODICT, FR_OBJ, FR_REDUCE };
 
 typedef struct {
 	int kind;
@@ -343,8 +343,8 @@ static bool item(mgt_pyw *w)
 		usage(w, "an object takes one state value");
 		return false;
 	}
-	uint64_t full = f->kind == FR_DICT ? 2 * PYW_BATCH : PYW_BATCH;
-	if ((f->kind == FR_LIST || f->kind == FR_DICT) && f->batch == full) {
+	uint64_t full = f->kind == FR_LIST ? PYW_BATCH : 2 * PYW_BATCH;
+	if ((f->kind == FR_LIST || f->kind == FR_DICT || f->kind == FR_ODICT) && f->batch == full) {
 		op(w, f->kind == FR_LIST ? OP_APPENDS : OP_SETITEMS);
 		f->mark = w->pk.n;
 		op(w, OP_MARK);
@@ -371,7 +371,7 @@ static void push(mgt_pyw *w, int kind, bool mark)
 		op(w, OP_MARK);
 }
 
-/* The open frame, popped, when it is of kind (FR_DICT for both dicts); NULL otherwise. */
+/* The open frame, popped, when it is of kind; NULL otherwise. */
 static pyw_frame *pop(mgt_pyw *w, int kind, const char *what)
 {
 	if (w->err)
@@ -396,16 +396,27 @@ static void close_tuple(mgt_pyw *w, const pyw_frame *f)
 	}
 }
 
-/* Close a list's or dict's last batch: nothing, APPEND / SETITEM for one item, else APPENDS /
- * SETITEMS (pickle's _batch_appends, _batch_setitems). */
-static void close_batch(mgt_pyw *w, const pyw_frame *f, int one, int many, uint64_t per_item)
+/* Close the last batch of a list or dict.  torch.save pickles with CPython's C pickler, whose
+ * rules (_pickle.c) differ by type.  A list or dict (batch_list_exact, batch_dict_exact): a
+ * single item (pair) with APPEND / SETITEM and no MARK, else every batch MARK ... APPENDS /
+ * SETITEMS, a dict of a multiple of 1000 pairs ending with an empty MARK SETITEMS.  An
+ * OrderedDict's items come from an iterator (batch_dict, as pickle.py's _batch_setitems): a
+ * last batch of one pair is SETITEM without MARK. */
+static void close_batch(mgt_pyw *w, const pyw_frame *f)
 {
-	if (f->batch <= per_item)
+	bool list = f->kind == FR_LIST;
+	uint64_t one = list ? 1 : 2, full = list ? PYW_BATCH : 2 * PYW_BATCH;
+	bool single = f->kind == FR_ODICT ? f->batch == one : f->count == one;
+	if (f->count == 0 || single)
 		unmark(w, f->mark);
-	if (f->batch == per_item)
-		op(w, one);
-	else if (f->batch > per_item)
-		op(w, many);
+	if (single)
+		op(w, list ? OP_APPEND : OP_SETITEM);
+	else if (f->count)
+		op(w, list ? OP_APPENDS : OP_SETITEMS);
+	if (f->kind == FR_DICT && f->batch == full) {
+		op(w, OP_MARK);
+		op(w, OP_SETITEMS);
+	}
 }
 
 /* ==== public: values ======================================================================== */
@@ -533,7 +544,7 @@ void mgt_pyw_list_end(mgt_pyw *w)
 {
 	pyw_frame *f = pop(w, FR_LIST, "list_end without list_begin");
 	if (f)
-		close_batch(w, f, OP_APPEND, OP_APPENDS, 1);
+		close_batch(w, f);
 }
 
 void mgt_pyw_dict_begin(mgt_pyw *w)
@@ -545,16 +556,16 @@ void mgt_pyw_dict_begin(mgt_pyw *w)
 	push(w, FR_DICT, true);
 }
 
-static void dict_end(mgt_pyw *w, const char *what)
+static void dict_end(mgt_pyw *w, int kind, const char *what)
 {
-	pyw_frame *f = pop(w, FR_DICT, what);
+	pyw_frame *f = pop(w, kind, what);
 	if (f && f->count % 2)
 		usage(w, "a dict with an odd number of items (keys and values alternate)");
 	else if (f)
-		close_batch(w, f, OP_SETITEM, OP_SETITEMS, 2);
+		close_batch(w, f);
 }
 
-void mgt_pyw_dict_end(mgt_pyw *w) { dict_end(w, "dict_end without dict_begin"); }
+void mgt_pyw_dict_end(mgt_pyw *w) { dict_end(w, FR_DICT, "dict_end without dict_begin"); }
 
 /* OrderedDict: REDUCE(collections.OrderedDict, ()), then its items as a dict's. */
 void mgt_pyw_odict_begin(mgt_pyw *w)
@@ -565,10 +576,10 @@ void mgt_pyw_odict_begin(mgt_pyw *w)
 	op(w, OP_EMPTY_TUPLE);
 	op(w, OP_REDUCE);
 	memoize(w);
-	push(w, FR_DICT, true);
+	push(w, FR_ODICT, true);
 }
 
-void mgt_pyw_odict_end(mgt_pyw *w) { dict_end(w, "odict_end without odict_begin"); }
+void mgt_pyw_odict_end(mgt_pyw *w) { dict_end(w, FR_ODICT, "odict_end without odict_begin"); }
 
 /* copyreg.__newobj__(cls): cls, (), NEWOBJ; then the state and BUILD (no state: no BUILD, as
  * save_reduce skips a None state). */
@@ -643,7 +654,8 @@ static void persid(mgt_pyw *w, mgt_dt dt, size_t key, int64_t numel)
 	op(w, OP_BINPERSID);
 }
 
-static bool tensor_ok(mgt_pyw *w, mgt_dt dt, int ndim, const int64_t *size, const void *data, uint64_t *nbytes)
+static bool tensor_ok(mgt_pyw *w, mgt_dt dt, int ndim, const int64_t *size, const void *data,
+		      uint64_t *nbytes)
 {
 	uint64_t numel;
 	if (!mgt_dt_name(dt))
@@ -773,8 +785,8 @@ static zip_int64_t sink_cb(void *ud, void *data, zip_uint64_t len, zip_source_cm
 	switch (cmd) {
 	case ZIP_SOURCE_SUPPORTS:
 		return zip_source_make_command_bitmap(ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE,
-			ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, ZIP_SOURCE_BEGIN_WRITE,
-			ZIP_SOURCE_WRITE, ZIP_SOURCE_COMMIT_WRITE, ZIP_SOURCE_ROLLBACK_WRITE,
+			ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE,
+			ZIP_SOURCE_BEGIN_WRITE, ZIP_SOURCE_WRITE, ZIP_SOURCE_COMMIT_WRITE, ZIP_SOURCE_ROLLBACK_WRITE,
 			ZIP_SOURCE_SEEK_WRITE, ZIP_SOURCE_TELL_WRITE, ZIP_SOURCE_REMOVE, ZIP_SOURCE_SUPPORTS, -1);
 	case ZIP_SOURCE_STAT: { /* an empty archive: ZIP_TRUNCATE starts a new one */
 		zip_stat_t *st = data;
@@ -797,8 +809,8 @@ static zip_int64_t sink_cb(void *ud, void *data, zip_uint64_t len, zip_source_cm
 	}
 	case ZIP_SOURCE_TELL_WRITE:
 		return (zip_int64_t)k->pos;
-	case ZIP_SOURCE_COMMIT_WRITE:
-		if (k->fd >= 0 && (sink_flush(k) || fsync(k->fd) != 0)) {
+	case ZIP_SOURCE_COMMIT_WRITE: /* fsync: EINVAL is a file that cannot be synced (a device) */
+		if (k->fd >= 0 && (sink_flush(k) || (fsync(k->fd) != 0 && errno != EINVAL))) {
 			if (!zip_error_code_zip(&k->ze))
 				zip_error_set(&k->ze, ZIP_ER_WRITE, errno);
 			return -1;
@@ -898,7 +910,7 @@ static mgt_status write_zip(mgt_pyw *w, pyw_sink *k, const char *arch, const cha
 		st = mgt_err(MGT_ERR_NOMEM, "%s: libzip: %s", what, zip_strerror(za));
 		zip_discard(za);
 	} else if (zip_close(za)) {
-		bool io = zip_error_code_zip(zip_get_error(za)) == ZIP_ER_WRITE;
+		bool io = zip_error_code_zip(zip_get_error(za)) != ZIP_ER_MEMORY;
 		st = mgt_err(io ? MGT_ERR_IO : MGT_ERR_NOMEM, "%s: write failed: %s", what, zip_strerror(za));
 		zip_discard(za);
 	}
@@ -919,10 +931,8 @@ mgt_status mgt_pyw_save(mgt_pyw *w, const char *path, const char *arch)
 	else
 		st = write_zip(w, &k, arch, path);
 	free(k.wb);
-	if (close(k.fd) != 0 && !st)
+	if (close(k.fd) != 0 && !st) /* on failure the partial file stays: the caller's temporary */
 		st = mgt_err(MGT_ERR_IO, "%s: close failed: %s", path, strerror(errno));
-	if (st)
-		unlink(path);
 	return st;
 }
 

@@ -100,6 +100,8 @@ class Builder:
             return list(range(s['n']))
         if t == 'seqdict':
             return {i: -i for i in range(s['n'])}
+        if t == 'seqodict':
+            return collections.OrderedDict((i, -i) for i in range(s['n']))
         if t == 'global':
             return resolve(s['m'], s['n'])
         if t == 'reduce':
@@ -222,7 +224,7 @@ def main():
     for case in cases:
         before = len(errors)
         check_case(d, case)
-        print(f"# pyw_check: {case['file']}: {'ok' if len(errors) == before else 'DIFFERENT'}")
+        print(f"# pyw_check: {case['file']}: {'ok' if len(errors) == before else 'DIFFERENT'}", flush=True)
     for e in errors:
         print('# pyw_check:', e)
     print(f'# pyw_check: {len(cases)} files, {len(errors)} differences (torch {torch.__version__})')
