@@ -161,8 +161,11 @@ mgt_status mg_dist_open(mg_src *m)
 	m->optim = 0;
 	if (!st && has_prefix(d, "optimizer.state.exp_avg.")) m->optim = 4;
 	else if (!st && has_prefix(d, "optimizer.distributed.")) m->optim = 5;
-	else if (!st && has_prefix(d, "chained_"))
-		m->no_optim = "a chained optimizer's state (Mixture-of-Experts parameters apart), not read yet";
+	else if (!st && has_prefix(d, "chained_1.optimizer.distributed.")) {
+		m->optim = 5;
+		m->chained = true;
+	} else if (!st && has_prefix(d, "chained_"))
+		m->no_optim = "a chained optimizer's per-tensor state, not read yet";
 	return st;
 }
 
@@ -259,9 +262,40 @@ static mgt_status read_box(mg_src *m, dist_state *d, const char *key, const mgt_
 	return MGT_OK;
 }
 
+/* An expert dataset g (decoder.layers.N.mlp.experts.linear_fc1.weight, [E, rows, cols]) under
+ * prefix pre: SequentialMLP's key decoder.layers.mlp.experts.experts.<suffix> stacked [L, E, rows,
+ * cols], or per layer decoder.layers.N.mlp.experts.experts.<suffix> [E, rows, cols]
+ * (moe/experts.py SequentialMLP.sharded_state_dict). */
+static mgt_status read_experts(mg_src *m, dist_state *d, const mgt_tensor *g, const char *pre, float *dst, bool *found)
+{
+	const char *rest = strchr(g->dataset + 15, '.'), *suf = strstr(g->dataset, ".mlp.experts.");
+	char key[300];
+	*found = false;
+	if (!rest || !suf) return MGT_OK;
+	suf += 13;
+	int64_t E = g->num_experts, r = g->shape[0], c = g->ndim > 1 ? g->shape[1] : 1;
+	snprintf(key, sizeof key, "%sdecoder.layers.%d.mlp.experts.experts.%s", pre, g->layer, suf);
+	const mgt_py *md = key_md(d, key);
+	if (md) {
+		int64_t off[3] = {0, 0, 0}, shape[3] = {E, r, c};
+		*found = true;
+		return read_box(m, d, key, md, g->ndim + 1, off, shape, dst);
+	}
+	snprintf(key, sizeof key, "%sdecoder.layers.mlp.experts.experts.%s", pre, suf);
+	if (!(md = key_md(d, key))) return MGT_OK;
+	const mgt_py *sz = mgt_py_get(md, "size");
+	if (!sz || sz->n != (size_t)g->ndim + 2 || tuple_at(sz, 1) != E || tuple_at(sz, 2) != r)
+		return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: %s: stacked shape other than [layers, %lld experts, %lld, ...]",
+			       m->iter_dir, key, (long long)E, (long long)r);
+	int64_t off[4] = {g->layer, 0, 0, 0}, shape[4] = {1, E, r, c};
+	*found = true;
+	return read_box(m, d, key, md, g->ndim + 2, off, shape, dst);
+}
+
 /* Row g of kind k under prefix pre: its own key, else layer g->layer of the stacked key. */
 static mgt_status read_row(mg_src *m, dist_state *d, const mgt_tensor *g, const char *pre, float *dst, bool *found)
 {
+	if (g->num_experts > 0) return read_experts(m, d, g, pre, dst, found);
 	char key[300];
 	snprintf(key, sizeof key, "%s%s", pre, g->name);
 	const mgt_py *md = key_md(d, key);
@@ -295,9 +329,6 @@ static mgt_status read_row(mg_src *m, dist_state *d, const mgt_tensor *g, const 
 mgt_status mg_dist_whole(mg_src *m, const mgt_tensor *g, int k, float *dst)
 {
 	dist_state *d = m->dist;
-	if (g->num_experts > 0)
-		return mgt_err(MGT_ERR_USAGE, "%s: %s: Mixture-of-Experts torch_dist checkpoints are not read yet",
-			       m->iter_dir, g->dataset);
 	bool found = false;
 	mgt_status st = MGT_OK;
 	static const char *const main_pre[] = {"optimizer.state.fp32_param.", "optimizer.state.param.", ""};
@@ -308,7 +339,7 @@ mgt_status mg_dist_whole(mg_src *m, const mgt_tensor *g, int k, float *dst)
 		st = read_row(m, d, g, moment_pre[k], dst, &found);
 	if (!st && !found)
 		st = mgt_err(MGT_ERR_FORMAT, "%s/.metadata: no key %s%s (nor the stacked decoder.layers one)", m->iter_dir,
-			     moment_pre[k], g->name);
+			     moment_pre[k], g->num_experts > 0 ? g->dataset : g->name);
 	return st;
 }
 
@@ -331,12 +362,13 @@ static const char *bucket_key(const dist_state *d, const char *base, int b, cons
 /* d->flat[k] := the buckets of buffer gbuf of model-parallel group g concatenated
  * (distrib_optimizer.py sharded_param_state_dp_reshardable: each bucket one key of its unpadded
  * length; the group index is the model-parallel rank, pp x tp + tp_rank). */
-static mgt_status load_flat(mg_src *m, dist_state *d, int g, int gbuf, int k)
+static mgt_status load_flat(mg_src *m, dist_state *d, int g, int gbuf, int k, int exp)
 {
-	if (d->flat_g[k] == g && d->flat_b[k] == gbuf) return MGT_OK;
+	if (d->flat_g[k] == g * 2 + exp && d->flat_b[k] == gbuf) return MGT_OK;
 	static const char *const kinds[3] = {"param", "exp_avg", "exp_avg_sq"};
-	char base[128];
-	snprintf(base, sizeof base, "optimizer.distributed.dp_group_idx_%d.gbuf_idx_%d.dtype_", g, gbuf);
+	char base[160], pre[32] = "";
+	if (m->chained) snprintf(pre, sizeof pre, "chained_%d.", exp);
+	snprintf(base, sizeof base, "%soptimizer.distributed.dp_group_idx_%d.gbuf_idx_%d.dtype_", pre, g, gbuf);
 	size_t n = 0;
 	mgt_status st = MGT_OK;
 	for (int b = 0; !st; b++) {
@@ -354,7 +386,7 @@ static mgt_status load_flat(mg_src *m, dist_state *d, int g, int gbuf, int k)
 		n += (size_t)len;
 	}
 	d->flat_n[k] = n;
-	d->flat_g[k] = st ? -1 : g;
+	d->flat_g[k] = st ? -1 : g * 2 + exp;
 	d->flat_b[k] = st ? -1 : gbuf;
 	return st;
 }
@@ -364,14 +396,16 @@ mgt_status mg_dist_opt_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k,
 	dist_state *d = m->dist;
 	mgt_status st = c->where ? MGT_OK : mg_dist_map(m, c);
 	if (st) return st;
-	if (x->num_experts > 0)
-		return mgt_err(MGT_ERR_USAGE, "%s: %s: Mixture-of-Experts torch_dist checkpoints are not read yet", m->iter_dir,
-			       x->dataset);
-	int g = c->pp * m->tp + c->tp;
-	if ((st = load_flat(m, d, g, c->gbuf, k))) return st;
+	/* the group: the model-parallel rank, or for the expert optimizer the rank in the
+	 * tensor x expert x pipeline group (expert TP = TP) */
+	int exp = m->chained && x->num_experts > 0;
+	int g = exp ? c->tp + m->tp * (c->ep + m->ep * c->pp) : c->pp * m->tp + c->tp;
+	if ((st = load_flat(m, d, g, c->gbuf, k, exp))) return st;
 	int64_t off = c->where[x - c->tt.t], want = 0;
 	for (int i = 0; i < c->tt.n; i++)
-		if (c->where[i] >= 0 && c->where[i] + (int64_t)c->tt.t[i].numel > want) want = c->where[i] + (int64_t)c->tt.t[i].numel;
+		if (c->where[i] >= 0 && (!m->chained || (c->tt.t[i].num_experts > 0) == exp) &&
+		    c->where[i] + (int64_t)c->tt.t[i].numel > want)
+			want = c->where[i] + (int64_t)c->tt.t[i].numel;
 	if (off < 0 || (int64_t)d->flat_n[k] != want)
 		return mgt_err(MGT_ERR_FORMAT, "%s: optimizer.distributed.dp_group_idx_%d.gbuf_idx_%d: its buckets hold %zu "
 			       "elements but Megatron's layout of the model its args describe (data parallel %d) ends at %lld",
@@ -392,8 +426,18 @@ mgt_status mg_dist_check_keys(mg_src *m)
 		bool known = skip;
 		for (int r = 0; !known && r < m->full.n; r++) {
 			const mgt_tensor *g = &m->full.t[r];
-			const char *rest = g->layer >= 0 && !strncmp(g->name, "decoder.layers.", 15) ? strchr(g->name + 15, '.') : NULL;
-			known = !strcmp(k, g->name) || (rest && !strncmp(k, "decoder.layers", 14) && !strcmp(k + 14, rest));
+			const char *n = g->num_experts > 0 ? g->dataset : g->name;
+			const char *rest = g->layer >= 0 && !strncmp(n, "decoder.layers.", 15) ? strchr(n + 15, '.') : NULL;
+			char alt[300] = "";
+			const char *suf = g->num_experts > 0 ? strstr(n, ".mlp.experts.") : NULL;
+			if (suf) snprintf(alt, sizeof alt, ".mlp.experts.experts.%s", suf + 13);
+			known = !strcmp(k, n) || (rest && !strncmp(k, "decoder.layers", 14) && !strcmp(k + 14, rest)) ||
+				(suf && !strncmp(k, "decoder.layers", 14) && !strcmp(k + 14, alt));
+			if (!known && suf) { /* per layer: decoder.layers.N.mlp.experts.experts.<suffix> */
+				char pl[300];
+				snprintf(pl, sizeof pl, "decoder.layers.%d%s", g->layer, alt);
+				known = !strcmp(k, pl);
+			}
 		}
 		if (!known)
 			return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: tensor %s is not part of the model its args describe", m->iter_dir, k);
