@@ -943,7 +943,7 @@ def read_dist_state(state, chunks, groups, is_exp, expert_pgs, a, dpsize, p, m, 
     assert gi == len([k for k in state if k != "buckets_coalesced"]), "extra buffers in distrib_optim.pt"
 
 
-def reader_offsets(params, bucket_size, dp, shared):
+def reader_offsets(params, bucket_size, dp, shared, bucket_sizes_out=None):
     """The reader's own statement of the distributed optimizer's buffer rules
     (written apart from buffer_layout so that a slip in one is caught by the
     round trip): walk the params last to first; a param starts at the next
@@ -958,18 +958,25 @@ def reader_offsets(params, bucket_size, dp, shared):
     file_pos = 0      # end of the data written to the file so far
     in_bucket = 0     # elements used in the current bucket (relative, incl. 64-alignment gaps)
     nparams = 0
+    sizes = []        # unpadded size of each bucket
     for name, n in reversed(params):
         aligned = -(-in_bucket // 64) * 64
         if name in shared and nparams:
-            file_pos += in_bucket       # close the open bucket at its last param's end
+            sizes.append(aligned)       # the closed bucket keeps the alignment gap
+            file_pos += aligned
             in_bucket, nparams, aligned = 0, 0, 0
         offs[name] = file_pos + aligned
         in_bucket = aligned + n
         nparams += 1
         if name in shared or (bucket_size is not None and in_bucket >= bucket_size):
+            sizes.append(in_bucket)
             file_pos += in_bucket
             in_bucket, nparams = 0, 0
-    file_pos += in_bucket
+    if nparams:
+        sizes.append(in_bucket)
+        file_pos += in_bucket
+    if bucket_sizes_out is not None:
+        bucket_sizes_out.extend(sizes)
     return offs, file_pos
 
 
@@ -1551,6 +1558,7 @@ def read_torch_dist(d):
     if args_get(a, "use_distributed_optimizer", False) and any(k.startswith("optimizer.distributed.") or
                                                                 k.startswith("chained_") for k in tens):
         read_dp_reshardable(tens, out, a, m, model_names)
+        check_bucket_padding(objs, a, m)
     elif any(k.startswith("optimizer.state.exp_avg.") for k in out) and not any(
             k.startswith("optimizer.state.fp32_param.") for k in out):
         for n in model_names:
@@ -1573,6 +1581,26 @@ def read_torch_dist(d):
             "args": {k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(a).items()},
             "model_dtype": str(model_dtype), "content_metadata": common.get("content_metadata")}
     return out, scal
+
+
+def check_bucket_padding(objs, a, m):
+    """per_bucket_numel (padded) against per_bucket_numel_unpadded: each bucket
+    is padded to the next multiple of lcm(dp, 128) (param_layout.py
+    pad_bucket_end; dp = the expert data-parallel size for chained_1)."""
+    dp = args_get(a, "data_parallel_size", 1)
+    ep = args_get(a, "expert_model_parallel_size", 1)
+    for k, v in objs.items():
+        if not k.endswith(".per_bucket_numel/shard_0_1"):
+            continue
+        unp = objs[k.replace(".per_bucket_numel/", ".per_bucket_numel_unpadded/")][0]
+        d = dp // ep if k.startswith("chained_1.") else dp
+        div = math.lcm(d, 128)
+        for gb, gu in zip(v[0], unp):
+            (dk, nums), = gb.items()
+            (_, nu), = gu.items()
+            for n, u in zip(nums, nu):
+                if n != -(-u // div) * div:
+                    raise ValueError("%s: bucket of %d elements padded to %d, want a multiple of %d" % (k, u, n, div))
 
 
 def read_dp_reshardable(tens, out, a, m, model_names):
@@ -1632,8 +1660,11 @@ def read_dp_reshardable(tens, out, a, m, model_names):
                         else:
                             bs = None
                         shared = {"embedding.word_embeddings.weight", "output_layer.weight"} if (m.tied and pp > 1 and not is_exp) else set()
+                        bsz = []
                         offs, total = reader_offsets([(s[0], int(np.prod(s[3]))) for s in sel],
-                                                     bs if (p == 0 and c == 0) else None, edp if is_exp else dp, shared)
+                                                     bs if (p == 0 and c == 0) else None, edp if is_exp else dp, shared, bsz)
+                        got_bsz = [int(tens[b].numel()) for b in bkeys]
+                        assert got_bsz == bsz, "%s gbuf %d: buckets %s, layout says %s" % (base, gi, got_bsz, bsz)
                         assert total == comp["param"].size, "%s gbuf %d: %d elements, layout says %d" % (base, gi, comp["param"].size, total)
                         for loc, gname, ex, shape in sel:
                             if loc == "output_layer.weight" and m.tied:
@@ -1764,6 +1795,7 @@ LAYOUTS = [
     ("tiny-llama", "torch_dist", "--pp 2 --vp 2 --bf16 --common-in-dcp"),
     ("tiny-gpt2", "torch_dist", "--tp 2 --pp 2 --bf16"),
     ("tiny-gpt2", "torch_dist", "--tp 2 --dist-opt --dp 2"),
+    ("tiny-gpt2", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
     ("odd", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
     ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --tp 2 --bf16"),
     ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --dist-opt --bf16"),
@@ -1859,7 +1891,56 @@ def check_legacy_files(root):
     return n
 
 
+# The parameter order of the header, restated literally (a second statement of
+# _LAYER_ORDER_TE / param_sort_key, which the writer and the reader share: a
+# round trip cannot see a wrong order, this comparison can).
+SPEC_ORDER_TE_DENSE_FIRST_LAST = [
+    "embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
+    "decoder.layers.0.self_attention.linear_proj.weight", "decoder.layers.0.self_attention.linear_proj.bias",
+    "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight",
+    "decoder.layers.0.self_attention.linear_qkv.layer_norm_bias",
+    "decoder.layers.0.self_attention.linear_qkv.weight", "decoder.layers.0.self_attention.linear_qkv.bias",
+    "decoder.layers.0.mlp.linear_fc1.layer_norm_weight", "decoder.layers.0.mlp.linear_fc1.layer_norm_bias",
+    "decoder.layers.0.mlp.linear_fc1.weight", "decoder.layers.0.mlp.linear_fc1.bias",
+    "decoder.layers.0.mlp.linear_fc2.weight", "decoder.layers.0.mlp.linear_fc2.bias",
+    "decoder.layers.1.self_attention.linear_proj.weight",
+    "decoder.final_layernorm.weight", "decoder.final_layernorm.bias", "output_layer.weight"]
+SPEC_ORDER_LOCAL_MOE = [
+    "decoder.layers.0.input_layernorm.weight", "decoder.layers.0.input_layernorm.bias",
+    "decoder.layers.0.self_attention.linear_proj.weight", "decoder.layers.0.self_attention.linear_qkv.weight",
+    "decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.mlp.router.weight",
+    "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight",
+    "decoder.layers.0.mlp.experts.local_experts.0.linear_fc2.weight",
+    "decoder.layers.0.mlp.experts.local_experts.1.linear_fc1.weight",
+    "decoder.layers.0.mlp.experts.local_experts.1.linear_fc2.weight",
+    "decoder.layers.1.input_layernorm.weight"]
+
+
+# Global layers per (pp rank, VPP chunk) for L=8, pp=2, vp=2, restated from the
+# facts (transformer_layer.py get_transformer_layer_offset).
+SPEC_CHUNK_LAYERS_8_2_2 = {(0, 0): [0, 1], (1, 0): [2, 3], (0, 1): [4, 5], (1, 1): [6, 7]}
+
+
+def check_param_order():
+    errs = []
+    for (p, c), want in SPEC_CHUNK_LAYERS_8_2_2.items():
+        if chunk_layers(8, 2, 2, p, c) != want:
+            errs.append("chunk_layers(8, 2, 2, %d, %d) = %s, want %s" % (p, c, chunk_layers(8, 2, 2, p, c), want))
+    for spec in (SPEC_ORDER_TE_DENSE_FIRST_LAST, SPEC_ORDER_LOCAL_MOE):
+        got = sorted(reversed(spec), key=param_sort_key)
+        if got != spec:
+            errs.append("parameter order: %s" % [n for n, s in zip(got, spec) if n != s][:3])
+    return errs
+
+
 def selftest(o):
+    errs = check_param_order()
+    if errs:
+        print("FAIL parameter order (param_sort_key against the header's literal lists)")
+        for e in errs:
+            print("   ", e)
+        return 1
+    print("ok   parameter order (param_sort_key against the header's literal lists)")
     here = os.path.dirname(os.path.abspath(__file__))
     mgt_bin = o.mgt_bin or os.path.join(here, "..", "..", "bin")
     work = o.keep or tempfile.mkdtemp(prefix="megatron_ckpt.")
