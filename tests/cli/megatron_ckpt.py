@@ -210,8 +210,12 @@ _LOCAL_TO_TE = {v: k for k, v in _TE_TO_LOCAL.items()}
 
 # TE modules that carry an _extra_state entry in the state dict (TE base.py
 # TransformerEngineBaseModule.get_extra_state); core_attention is TEDotProductAttention.
+# TENorm (te.pytorch.LayerNorm/RMSNorm, built on TE ops: TE pytorch/ops/op.py
+# BasicOperation.get_extra_state, same empty uint8 tensor when not quantized) carries one
+# too: MoE layers' pre_mlp_layernorm and, with TE installed, decoder.final_layernorm
+# (MLM transformer_block.py LayerNormImpl = TENorm if HAVE_TE).
 _TE_EXTRA_STATE_MODULES = ["self_attention.core_attention", "self_attention.linear_proj",
-                           "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2"]
+                           "self_attention.linear_qkv", "pre_mlp_layernorm", "mlp.linear_fc1", "mlp.linear_fc2"]
 
 
 def tp_kind(name, swiglu):
@@ -632,6 +636,8 @@ def add_extra_state(model):
                     mm = pre + "mlp.experts.local_experts.%s.%s" % (j, s)
                     if mm not in mods:
                         mods.append(mm)
+    if any(k.startswith("decoder.final_layernorm.") for k, _ in items):
+        mods.append("decoder.final_layernorm")
     last_of = {}
     for idx, (k, _) in enumerate(items):
         for mm in mods:
@@ -1211,7 +1217,14 @@ class DcpStore:
                 pickle.dump(meta, f)  # default protocol (4 on CPython 3.8-3.13), PT filesystem.py finish
 
 
-def sharded_key_of(local, is_moe):
+# Local spec: TransformerLayerSubmodules.sharded_state_dict_keys_map (MLM
+# models/gpt/gpt_layer_specs.py get_gpt_layer_local_submodules) renames the norms
+# to the TE names in torch_dist keys, in every layer (MoE layers included).
+_LOCAL_SHARDED_KEYS_MAP = {"input_layernorm.": "self_attention.linear_qkv.layer_norm_",
+                           "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_"}
+
+
+def sharded_key_of(local, is_moe, local_spec=False):
     """ShardedTensor key of a per-chunk parameter name (MLM transformer_block.py
     TransformerBlock.sharded_state_dict: homogeneous stacks drop the layer
     index; moe/experts.py SequentialMLP.sharded_state_dict: local_experts.j. ->
@@ -1221,6 +1234,10 @@ def sharded_key_of(local, is_moe):
         if sub.startswith("mlp.experts.local_experts."):
             j, s = sub[len("mlp.experts.local_experts."):].split(".", 1)
             return "decoder.layers.mlp.experts.experts." + s, int(i), int(j)
+        if local_spec:
+            for a_, b_ in _LOCAL_SHARDED_KEYS_MAP.items():
+                if sub.startswith(a_):
+                    sub = b_ + sub[len(a_):]
         return "decoder.layers." + sub, int(i), None
     return local, None, None
 
@@ -1287,6 +1304,11 @@ def write_torch_dist(ck, o, outdir):
                                         for s in ("linear_fc1", "linear_fc2"):
                                             st.add_object(rank, "decoder.layers.mlp.experts.experts.%s._extra_state/shard_%d.%d_%d.%d"
                                                           % (s, layer, ge, L, m.E), [torch.empty(0, dtype=torch.uint8)])
+                if not o.local_spec and t == 0 and e == 0 and p == o.pp - 1:
+                    # TransformerBlock.sharded_state_dict -> sharded_state_dict_default, no offsets:
+                    # shape (1,), offset (0,) (transformer/utils.py _get_extra_state_offsets)
+                    st.add_object(rank, "decoder.final_layernorm._extra_state/shard_0_1",
+                                  [torch.empty(0, dtype=torch.uint8)])
                 # rng: ShardedObject('rng_state', [dict], (PP, TP), (p, t)), replica dp (checkpointing.py get_rng_state)
                 if e == 0:
                     st.add_object(rank, "rng_state/shard_%d.%d_%d.%d" % (p, t, o.pp, o.tp),
@@ -1333,7 +1355,7 @@ def write_torch_dist(ck, o, outdir):
 
 def dist_model_chunks(st, rank, prefix, loc, arr, dt, m, o, p, t, e, layers):
     """The chunks one (pp, tp, ep) rank writes for one parameter (dp rank 0 only)."""
-    key, li, j = sharded_key_of(loc, m.E)
+    key, li, j = sharded_key_of(loc, m.E, o.local_spec)
     kind = tp_kind(loc, m.swiglu)
     if j is None and e != 0:
         return  # dense params: the main replica is DP rank 0, which is EP rank 0
@@ -1549,7 +1571,14 @@ def read_torch_dist(d):
                     out[prefix + "decoder.layers.%d.mlp.experts.%s" % (layer, sub[len("mlp.experts.experts."):])] = arr[layer]
                 else:
                     nm = sub
-                    if not (sub.startswith("pre_mlp_layernorm.") and is_moe_layer(m, layer)):
+                    if is_moe_layer(m, layer):
+                        # a MoE layer's norm is pre_mlp_layernorm; local-spec files spell it
+                        # mlp.linear_fc1.layer_norm_* (sharded_state_dict_keys_map)
+                        if sub.startswith("mlp.linear_fc1.layer_norm_"):
+                            nm = "pre_mlp_layernorm." + sub[len("mlp.linear_fc1.layer_norm_"):]
+                        elif sub.startswith("input_layernorm."):
+                            nm = _LOCAL_TO_TE[sub]
+                    else:
                         nm = _LOCAL_TO_TE.get(sub, sub)
                     out[prefix + "decoder.layers.%d.%s" % (layer, nm)] = arr[layer]
         else:
@@ -1790,6 +1819,7 @@ LAYOUTS = [
     ("tiny-moe", "torch", "--ep 2 --dp 2 --dist-opt --bf16"),
     ("tiny-moe", "torch", "--ep 2 --tp 2 --pp 2 --dp 2 --bf16"),
     ("tiny-moe", "torch", "--ep 1 --tp 2 --dist-opt"),
+    ("tiny-moe", "torch", "--local-spec --ep 2 --dp 2 --dist-opt"),
     ("tiny-llama", "torch_dist", "--tp 2 --pp 2 --dp 2 --dist-opt --bf16"),
     ("tiny-llama", "torch_dist", "--tp 1 --pp 1"),
     ("tiny-llama", "torch_dist", "--pp 2 --vp 2 --bf16 --common-in-dcp"),
@@ -1799,6 +1829,8 @@ LAYOUTS = [
     ("odd", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
     ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --tp 2 --bf16"),
     ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --dist-opt --bf16"),
+    ("tiny-moe", "torch_dist", "--local-spec --ep 2 --dp 2 --tp 2"),
+    ("tiny-llama", "torch_dist", "--local-spec --tp 2 --fp16"),
 ]
 
 
