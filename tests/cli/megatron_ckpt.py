@@ -1314,19 +1314,28 @@ def write_torch_dist(ck, o, outdir):
                     st.add_object(rank, "rng_state/shard_%d.%d_%d.%d" % (p, t, o.pp, o.tp),
                                   [[rng_state_entry(meta.get("rng", {}).get("seed", 1234) + 100 * p + t)]])
                 if not o.no_optim and o.dist_opt:
-                    common_opt = dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a,
-                                                         expert_pgs, edp, p, t, e, m)
+                    dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a,
+                                            expert_pgs, edp, p, t, e, m)
+                    # DistributedOptimizer.sharded_state_dict: what is left in the common state
+                    common_opt = {"param_state_sharding_type": "dp_reshardable"}
+                    if expert_pgs:
+                        common_opt = {0: dict(common_opt), 1: dict(common_opt)}
     if not o.no_optim and not o.dist_opt:
         # non-distributed optimizer: tensors above; param_groups and the common step stay in the
         # common state (dist_checkpointing/optimizer.py optim_state_to_sharding_state:
         # group['params'] becomes a LocalNonpersistentObject)
-        allp = [((0, n), n, (2, 2) if not no_weight_decay(n, (2, 2)) else (1,)) for n in []]
-        groups = []
-        for wd in (1.0, 0.0):
-            g = adam_group_dict(wd, [], sch, sch.get("num_steps", 0), a, False)
-            del g["params"]
-            groups.append(g)
-        common_opt = {"optimizer": {"param_groups": groups, "state": {"common_step": torch.tensor(float(step))}}}
+        # Float16OptimizerWithFloat16Params.sharded_state_dict (optimizer.py): 'common_step' in
+        # state; FP32Optimizer: the raw torch dict; ChainedOptimizer: {index: ...} (dense, experts)
+        parts = []
+        for is_exp in [False] + ([True] if expert_pgs else []):
+            groups = []
+            for wd in (1.0, 0.0):
+                g = adam_group_dict(wd, [], sch, sch.get("num_steps", 0), a, is_exp)
+                del g["params"]
+                groups.append(g)
+            inner = {"param_groups": groups, "state": {"common_step": torch.tensor(float(step))}}
+            parts.append(inner if dtype == torch.float32 else {"optimizer": inner})
+        common_opt = parts[0] if len(parts) == 1 else {i: v for i, v in enumerate(parts)}
     common = OrderedDict()
     common["args"] = ns
     common["checkpoint_version"] = 3.0
@@ -1470,7 +1479,6 @@ def dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a, expe
             groups.append(gd)
         st.add_object(global_rank(t, e, p, o.tp, o.dp), "%s.optimizer/shard_0_1" % base, [{"param_groups": groups}])
         pgs_all.append(groups)
-    return {"param_state_sharding_type": "dp_reshardable"}
 
 
 # ----------------------------------------------------------------------------
@@ -1594,7 +1602,9 @@ def read_torch_dist(d):
             out["optimizer.state.fp32_param." + n] = out[n]  # fp32 training: main params are the weights
     opt = common.get("optimizer") or {}
     step = None
-    st_ = (opt.get("optimizer") or {}).get("state") or {}
+    if 0 in opt:
+        opt = opt[0]  # ChainedOptimizer
+    st_ = (opt.get("optimizer") or opt).get("state") or {}
     if "common_step" in st_:
         step = float(st_["common_step"])
     for k, v in objs.items():
@@ -1834,6 +1844,17 @@ LAYOUTS = [
 ]
 
 
+# --quick: one layout per main rule (legacy TP2xPP2 dist-opt bf16, 64-element padding with
+# buckets, tied PP2 dist-opt, MoE EP2 dist-opt, torch_dist padding, tied and MoE torch_dist)
+QUICK = [("tiny-llama", "torch", "--tp 2 --pp 2 --dp 2 --dist-opt --bf16"),
+         ("odd", "torch", "--dist-opt --dp 3 --bucket-size 10000"),
+         ("tiny-gpt2", "torch", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
+         ("tiny-moe", "torch", "--ep 2 --dp 2 --dist-opt --bf16"),
+         ("tiny-gpt2", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
+         ("odd", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
+         ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --dist-opt --bf16")]
+
+
 def bf16_round(x):
     return torch.from_numpy(np.ascontiguousarray(x)).to(torch.bfloat16).to(torch.float32).numpy()
 
@@ -1979,7 +2000,8 @@ def selftest(o):
     os.makedirs(work, exist_ok=True)
     cks = {}
     fails = 0
-    layouts = LAYOUTS[:3] if o.quick else LAYOUTS
+    assert all(q in LAYOUTS for q in QUICK)
+    layouts = QUICK if o.quick else LAYOUTS
     for preset, fmt, flags in layouts:
         if preset not in cks:
             cks[preset] = (train_preset(mgt_bin, preset, work), None)
