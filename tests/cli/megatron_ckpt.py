@@ -595,7 +595,6 @@ def write_legacy(ck, o, outdir):
                     sd["opt_param_scheduler"] = dict(sch_state(sch))
                 sd["rng_state"] = [rng_state_entry(meta.get("rng", {}).get("seed", a.get("seed", 1234)) + 100 * p + t)]
                 sd["num_floating_point_operations_so_far"] = int(meta.get("num_floating_point_operations_so_far", 0))
-                sd["rerun_state_machine"] = {"mode": "disabled"}
                 d = os.path.join(outdir, sub, legacy_dirname(t, p, e, o.pp, o.ep))
                 os.makedirs(d, exist_ok=True)
                 torch.save(sd, os.path.join(d, "model_optim_rng.pt"))
@@ -1342,7 +1341,6 @@ def write_torch_dist(ck, o, outdir):
     common["iteration"] = 0 if o.release else it
     common["opt_param_scheduler"] = dict(sch_state(sch))
     common["num_floating_point_operations_so_far"] = int(meta.get("num_floating_point_operations_so_far", 0))
-    common["rerun_state_machine"] = {"mode": "disabled"}
     if common_opt is not None:
         common["optimizer"] = common_opt
     # checkpointing.py _build_sharded_state_dict_metadata
@@ -1478,6 +1476,9 @@ def dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a, expe
             gd["step"] = float(step)
             groups.append(gd)
         st.add_object(global_rank(t, e, p, o.tp, o.dp), "%s.optimizer/shard_0_1" % base, [{"param_groups": groups}])
+        if dtype == torch.float16:
+            st.add_object(global_rank(t, e, p, o.tp, o.dp), "%s.grad_scaler/shard_0_1" % base,
+                          [{"scale": torch.tensor(4294967296.0), "growth_tracker": 0, "hysteresis_tracker": 2}])
         pgs_all.append(groups)
 
 
@@ -1841,6 +1842,7 @@ LAYOUTS = [
     ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --dist-opt --bf16"),
     ("tiny-moe", "torch_dist", "--local-spec --ep 2 --dp 2 --tp 2"),
     ("tiny-llama", "torch_dist", "--local-spec --tp 2 --fp16"),
+    ("odd", "torch_dist", "--dist-opt --dp 3 --bucket-size 10000 --fp16"),
 ]
 
 
