@@ -1694,7 +1694,6 @@ def read_dp_reshardable(tens, out, a, m, model_names):
                         assert bkeys, "no buckets for %s gbuf %d" % (base, gi)
                         comp = {kk: np.concatenate([to_np32(tens[b[:-len("param")] + kk]) for b in bkeys])
                                 for kk in ("param", "exp_avg", "exp_avg_sq")}
-                        pp_, = {p}
                         if args_get(a, "overlap_grad_reduce", False):
                             bs = args_get(a, "ddp_bucket_size", None) or max(40000000, 1000000 * (edp if is_exp else dp))
                         else:

@@ -3,7 +3,7 @@
 # checkpoints of tiny-llama, tiny-gpt2, tiny-moe and a 96-wide llama written as Megatron-LM
 # would have saved them (--ckpt-format torch and torch_dist; TP/PP/VPP/EP/DP layouts, the
 # distributed optimizer, bf16/fp16) and read back by the script's independent reader bit for
-# bit.  Quick tier: 7 layouts, one per main rule; full tier: all 29.
+# bit.  Quick tier: 7 layouts, one per main rule; full tier: all 30.
 . "$(dirname "$0")/lib.sh"
 if ! $PY -c 'import torch, h5py, numpy' 2>/dev/null; then
 	echo "1..0 # SKIP /usr/bin/python3 has no torch, h5py or numpy"; exit 0
