@@ -210,8 +210,12 @@ _LOCAL_TO_TE = {v: k for k, v in _TE_TO_LOCAL.items()}
 
 # TE modules that carry an _extra_state entry in the state dict (TE base.py
 # TransformerEngineBaseModule.get_extra_state); core_attention is TEDotProductAttention.
+# TENorm (te.pytorch.LayerNorm/RMSNorm, built on TE ops: TE pytorch/ops/op.py
+# BasicOperation.get_extra_state, same empty uint8 tensor when not quantized) carries one
+# too: MoE layers' pre_mlp_layernorm and, with TE installed, decoder.final_layernorm
+# (MLM transformer_block.py LayerNormImpl = TENorm if HAVE_TE).
 _TE_EXTRA_STATE_MODULES = ["self_attention.core_attention", "self_attention.linear_proj",
-                           "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2"]
+                           "self_attention.linear_qkv", "pre_mlp_layernorm", "mlp.linear_fc1", "mlp.linear_fc2"]
 
 
 def tp_kind(name, swiglu):
@@ -591,7 +595,6 @@ def write_legacy(ck, o, outdir):
                     sd["opt_param_scheduler"] = dict(sch_state(sch))
                 sd["rng_state"] = [rng_state_entry(meta.get("rng", {}).get("seed", a.get("seed", 1234)) + 100 * p + t)]
                 sd["num_floating_point_operations_so_far"] = int(meta.get("num_floating_point_operations_so_far", 0))
-                sd["rerun_state_machine"] = {"mode": "disabled"}
                 d = os.path.join(outdir, sub, legacy_dirname(t, p, e, o.pp, o.ep))
                 os.makedirs(d, exist_ok=True)
                 torch.save(sd, os.path.join(d, "model_optim_rng.pt"))
@@ -632,6 +635,8 @@ def add_extra_state(model):
                     mm = pre + "mlp.experts.local_experts.%s.%s" % (j, s)
                     if mm not in mods:
                         mods.append(mm)
+    if any(k.startswith("decoder.final_layernorm.") for k, _ in items):
+        mods.append("decoder.final_layernorm")
     last_of = {}
     for idx, (k, _) in enumerate(items):
         for mm in mods:
@@ -943,7 +948,7 @@ def read_dist_state(state, chunks, groups, is_exp, expert_pgs, a, dpsize, p, m, 
     assert gi == len([k for k in state if k != "buckets_coalesced"]), "extra buffers in distrib_optim.pt"
 
 
-def reader_offsets(params, bucket_size, dp, shared):
+def reader_offsets(params, bucket_size, dp, shared, bucket_sizes_out=None):
     """The reader's own statement of the distributed optimizer's buffer rules
     (written apart from buffer_layout so that a slip in one is caught by the
     round trip): walk the params last to first; a param starts at the next
@@ -958,18 +963,25 @@ def reader_offsets(params, bucket_size, dp, shared):
     file_pos = 0      # end of the data written to the file so far
     in_bucket = 0     # elements used in the current bucket (relative, incl. 64-alignment gaps)
     nparams = 0
+    sizes = []        # unpadded size of each bucket
     for name, n in reversed(params):
         aligned = -(-in_bucket // 64) * 64
         if name in shared and nparams:
-            file_pos += in_bucket       # close the open bucket at its last param's end
+            sizes.append(aligned)       # the closed bucket keeps the alignment gap
+            file_pos += aligned
             in_bucket, nparams, aligned = 0, 0, 0
         offs[name] = file_pos + aligned
         in_bucket = aligned + n
         nparams += 1
         if name in shared or (bucket_size is not None and in_bucket >= bucket_size):
+            sizes.append(in_bucket)
             file_pos += in_bucket
             in_bucket, nparams = 0, 0
-    file_pos += in_bucket
+    if nparams:
+        sizes.append(in_bucket)
+        file_pos += in_bucket
+    if bucket_sizes_out is not None:
+        bucket_sizes_out.extend(sizes)
     return offs, file_pos
 
 
@@ -1204,7 +1216,14 @@ class DcpStore:
                 pickle.dump(meta, f)  # default protocol (4 on CPython 3.8-3.13), PT filesystem.py finish
 
 
-def sharded_key_of(local, is_moe):
+# Local spec: TransformerLayerSubmodules.sharded_state_dict_keys_map (MLM
+# models/gpt/gpt_layer_specs.py get_gpt_layer_local_submodules) renames the norms
+# to the TE names in torch_dist keys, in every layer (MoE layers included).
+_LOCAL_SHARDED_KEYS_MAP = {"input_layernorm.": "self_attention.linear_qkv.layer_norm_",
+                           "pre_mlp_layernorm.": "mlp.linear_fc1.layer_norm_"}
+
+
+def sharded_key_of(local, is_moe, local_spec=False):
     """ShardedTensor key of a per-chunk parameter name (MLM transformer_block.py
     TransformerBlock.sharded_state_dict: homogeneous stacks drop the layer
     index; moe/experts.py SequentialMLP.sharded_state_dict: local_experts.j. ->
@@ -1214,6 +1233,10 @@ def sharded_key_of(local, is_moe):
         if sub.startswith("mlp.experts.local_experts."):
             j, s = sub[len("mlp.experts.local_experts."):].split(".", 1)
             return "decoder.layers.mlp.experts.experts." + s, int(i), int(j)
+        if local_spec:
+            for a_, b_ in _LOCAL_SHARDED_KEYS_MAP.items():
+                if sub.startswith(a_):
+                    sub = b_ + sub[len(a_):]
         return "decoder.layers." + sub, int(i), None
     return local, None, None
 
@@ -1280,31 +1303,44 @@ def write_torch_dist(ck, o, outdir):
                                         for s in ("linear_fc1", "linear_fc2"):
                                             st.add_object(rank, "decoder.layers.mlp.experts.experts.%s._extra_state/shard_%d.%d_%d.%d"
                                                           % (s, layer, ge, L, m.E), [torch.empty(0, dtype=torch.uint8)])
+                if not o.local_spec and t == 0 and e == 0 and p == o.pp - 1:
+                    # TransformerBlock.sharded_state_dict -> sharded_state_dict_default, no offsets:
+                    # shape (1,), offset (0,) (transformer/utils.py _get_extra_state_offsets)
+                    st.add_object(rank, "decoder.final_layernorm._extra_state/shard_0_1",
+                                  [torch.empty(0, dtype=torch.uint8)])
                 # rng: ShardedObject('rng_state', [dict], (PP, TP), (p, t)), replica dp (checkpointing.py get_rng_state)
                 if e == 0:
                     st.add_object(rank, "rng_state/shard_%d.%d_%d.%d" % (p, t, o.pp, o.tp),
                                   [[rng_state_entry(meta.get("rng", {}).get("seed", 1234) + 100 * p + t)]])
                 if not o.no_optim and o.dist_opt:
-                    common_opt = dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a,
-                                                         expert_pgs, edp, p, t, e, m)
+                    dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a,
+                                            expert_pgs, edp, p, t, e, m)
+                    # DistributedOptimizer.sharded_state_dict: what is left in the common state
+                    common_opt = {"param_state_sharding_type": "dp_reshardable"}
+                    if expert_pgs:
+                        common_opt = {0: dict(common_opt), 1: dict(common_opt)}
     if not o.no_optim and not o.dist_opt:
         # non-distributed optimizer: tensors above; param_groups and the common step stay in the
         # common state (dist_checkpointing/optimizer.py optim_state_to_sharding_state:
         # group['params'] becomes a LocalNonpersistentObject)
-        allp = [((0, n), n, (2, 2) if not no_weight_decay(n, (2, 2)) else (1,)) for n in []]
-        groups = []
-        for wd in (1.0, 0.0):
-            g = adam_group_dict(wd, [], sch, sch.get("num_steps", 0), a, False)
-            del g["params"]
-            groups.append(g)
-        common_opt = {"optimizer": {"param_groups": groups, "state": {"common_step": torch.tensor(float(step))}}}
+        # Float16OptimizerWithFloat16Params.sharded_state_dict (optimizer.py): 'common_step' in
+        # state; FP32Optimizer: the raw torch dict; ChainedOptimizer: {index: ...} (dense, experts)
+        parts = []
+        for is_exp in [False] + ([True] if expert_pgs else []):
+            groups = []
+            for wd in (1.0, 0.0):
+                g = adam_group_dict(wd, [], sch, sch.get("num_steps", 0), a, is_exp)
+                del g["params"]
+                groups.append(g)
+            inner = {"param_groups": groups, "state": {"common_step": torch.tensor(float(step))}}
+            parts.append(inner if dtype == torch.float32 else {"optimizer": inner})
+        common_opt = parts[0] if len(parts) == 1 else {i: v for i, v in enumerate(parts)}
     common = OrderedDict()
     common["args"] = ns
     common["checkpoint_version"] = 3.0
     common["iteration"] = 0 if o.release else it
     common["opt_param_scheduler"] = dict(sch_state(sch))
     common["num_floating_point_operations_so_far"] = int(meta.get("num_floating_point_operations_so_far", 0))
-    common["rerun_state_machine"] = {"mode": "disabled"}
     if common_opt is not None:
         common["optimizer"] = common_opt
     # checkpointing.py _build_sharded_state_dict_metadata
@@ -1326,7 +1362,7 @@ def write_torch_dist(ck, o, outdir):
 
 def dist_model_chunks(st, rank, prefix, loc, arr, dt, m, o, p, t, e, layers):
     """The chunks one (pp, tp, ep) rank writes for one parameter (dp rank 0 only)."""
-    key, li, j = sharded_key_of(loc, m.E)
+    key, li, j = sharded_key_of(loc, m.E, o.local_spec)
     kind = tp_kind(loc, m.swiglu)
     if j is None and e != 0:
         return  # dense params: the main replica is DP rank 0, which is EP rank 0
@@ -1440,8 +1476,10 @@ def dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a, expe
             gd["step"] = float(step)
             groups.append(gd)
         st.add_object(global_rank(t, e, p, o.tp, o.dp), "%s.optimizer/shard_0_1" % base, [{"param_groups": groups}])
+        if dtype == torch.float16:
+            st.add_object(global_rank(t, e, p, o.tp, o.dp), "%s.grad_scaler/shard_0_1" % base,
+                          [{"scale": torch.tensor(4294967296.0), "growth_tracker": 0, "hysteresis_tracker": 2}])
         pgs_all.append(groups)
-    return {"param_state_sharding_type": "dp_reshardable"}
 
 
 # ----------------------------------------------------------------------------
@@ -1542,7 +1580,14 @@ def read_torch_dist(d):
                     out[prefix + "decoder.layers.%d.mlp.experts.%s" % (layer, sub[len("mlp.experts.experts."):])] = arr[layer]
                 else:
                     nm = sub
-                    if not (sub.startswith("pre_mlp_layernorm.") and is_moe_layer(m, layer)):
+                    if is_moe_layer(m, layer):
+                        # a MoE layer's norm is pre_mlp_layernorm; local-spec files spell it
+                        # mlp.linear_fc1.layer_norm_* (sharded_state_dict_keys_map)
+                        if sub.startswith("mlp.linear_fc1.layer_norm_"):
+                            nm = "pre_mlp_layernorm." + sub[len("mlp.linear_fc1.layer_norm_"):]
+                        elif sub.startswith("input_layernorm."):
+                            nm = _LOCAL_TO_TE[sub]
+                    else:
                         nm = _LOCAL_TO_TE.get(sub, sub)
                     out[prefix + "decoder.layers.%d.%s" % (layer, nm)] = arr[layer]
         else:
@@ -1551,13 +1596,16 @@ def read_torch_dist(d):
     if args_get(a, "use_distributed_optimizer", False) and any(k.startswith("optimizer.distributed.") or
                                                                 k.startswith("chained_") for k in tens):
         read_dp_reshardable(tens, out, a, m, model_names)
+        check_bucket_padding(objs, a, m)
     elif any(k.startswith("optimizer.state.exp_avg.") for k in out) and not any(
             k.startswith("optimizer.state.fp32_param.") for k in out):
         for n in model_names:
             out["optimizer.state.fp32_param." + n] = out[n]  # fp32 training: main params are the weights
     opt = common.get("optimizer") or {}
     step = None
-    st_ = (opt.get("optimizer") or {}).get("state") or {}
+    if 0 in opt:
+        opt = opt[0]  # ChainedOptimizer
+    st_ = (opt.get("optimizer") or opt).get("state") or {}
     if "common_step" in st_:
         step = float(st_["common_step"])
     for k, v in objs.items():
@@ -1573,6 +1621,26 @@ def read_torch_dist(d):
             "args": {k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(a).items()},
             "model_dtype": str(model_dtype), "content_metadata": common.get("content_metadata")}
     return out, scal
+
+
+def check_bucket_padding(objs, a, m):
+    """per_bucket_numel (padded) against per_bucket_numel_unpadded: each bucket
+    is padded to the next multiple of lcm(dp, 128) (param_layout.py
+    pad_bucket_end; dp = the expert data-parallel size for chained_1)."""
+    dp = args_get(a, "data_parallel_size", 1)
+    ep = args_get(a, "expert_model_parallel_size", 1)
+    for k, v in objs.items():
+        if not k.endswith(".per_bucket_numel/shard_0_1"):
+            continue
+        unp = objs[k.replace(".per_bucket_numel/", ".per_bucket_numel_unpadded/")][0]
+        d = dp // ep if k.startswith("chained_1.") else dp
+        div = math.lcm(d, 128)
+        for gb, gu in zip(v[0], unp):
+            (dk, nums), = gb.items()
+            (_, nu), = gu.items()
+            for n, u in zip(nums, nu):
+                if n != -(-u // div) * div:
+                    raise ValueError("%s: bucket of %d elements padded to %d, want a multiple of %d" % (k, u, n, div))
 
 
 def read_dp_reshardable(tens, out, a, m, model_names):
@@ -1626,14 +1694,16 @@ def read_dp_reshardable(tens, out, a, m, model_names):
                         assert bkeys, "no buckets for %s gbuf %d" % (base, gi)
                         comp = {kk: np.concatenate([to_np32(tens[b[:-len("param")] + kk]) for b in bkeys])
                                 for kk in ("param", "exp_avg", "exp_avg_sq")}
-                        pp_, = {p}
                         if args_get(a, "overlap_grad_reduce", False):
                             bs = args_get(a, "ddp_bucket_size", None) or max(40000000, 1000000 * (edp if is_exp else dp))
                         else:
                             bs = None
                         shared = {"embedding.word_embeddings.weight", "output_layer.weight"} if (m.tied and pp > 1 and not is_exp) else set()
+                        bsz = []
                         offs, total = reader_offsets([(s[0], int(np.prod(s[3]))) for s in sel],
-                                                     bs if (p == 0 and c == 0) else None, edp if is_exp else dp, shared)
+                                                     bs if (p == 0 and c == 0) else None, edp if is_exp else dp, shared, bsz)
+                        got_bsz = [int(tens[b].numel()) for b in bkeys]
+                        assert got_bsz == bsz, "%s gbuf %d: buckets %s, layout says %s" % (base, gi, got_bsz, bsz)
                         assert total == comp["param"].size, "%s gbuf %d: %d elements, layout says %d" % (base, gi, comp["param"].size, total)
                         for loc, gname, ex, shape in sel:
                             if loc == "output_layer.weight" and m.tied:
@@ -1759,15 +1829,31 @@ LAYOUTS = [
     ("tiny-moe", "torch", "--ep 2 --dp 2 --dist-opt --bf16"),
     ("tiny-moe", "torch", "--ep 2 --tp 2 --pp 2 --dp 2 --bf16"),
     ("tiny-moe", "torch", "--ep 1 --tp 2 --dist-opt"),
+    ("tiny-moe", "torch", "--local-spec --ep 2 --dp 2 --dist-opt"),
     ("tiny-llama", "torch_dist", "--tp 2 --pp 2 --dp 2 --dist-opt --bf16"),
     ("tiny-llama", "torch_dist", "--tp 1 --pp 1"),
     ("tiny-llama", "torch_dist", "--pp 2 --vp 2 --bf16 --common-in-dcp"),
     ("tiny-gpt2", "torch_dist", "--tp 2 --pp 2 --bf16"),
     ("tiny-gpt2", "torch_dist", "--tp 2 --dist-opt --dp 2"),
+    ("tiny-gpt2", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
     ("odd", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
     ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --tp 2 --bf16"),
     ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --dist-opt --bf16"),
+    ("tiny-moe", "torch_dist", "--local-spec --ep 2 --dp 2 --tp 2"),
+    ("tiny-llama", "torch_dist", "--local-spec --tp 2 --fp16"),
+    ("odd", "torch_dist", "--dist-opt --dp 3 --bucket-size 10000 --fp16"),
 ]
+
+
+# --quick: one layout per main rule (legacy TP2xPP2 dist-opt bf16, 64-element padding with
+# buckets, tied PP2 dist-opt, MoE EP2 dist-opt, torch_dist padding, tied and MoE torch_dist)
+QUICK = [("tiny-llama", "torch", "--tp 2 --pp 2 --dp 2 --dist-opt --bf16"),
+         ("odd", "torch", "--dist-opt --dp 3 --bucket-size 10000"),
+         ("tiny-gpt2", "torch", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
+         ("tiny-moe", "torch", "--ep 2 --dp 2 --dist-opt --bf16"),
+         ("tiny-gpt2", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
+         ("odd", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
+         ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --dist-opt --bf16")]
 
 
 def bf16_round(x):
@@ -1859,14 +1945,64 @@ def check_legacy_files(root):
     return n
 
 
+# The parameter order of the header, restated literally (a second statement of
+# _LAYER_ORDER_TE / param_sort_key, which the writer and the reader share: a
+# round trip cannot see a wrong order, this comparison can).
+SPEC_ORDER_TE_DENSE_FIRST_LAST = [
+    "embedding.word_embeddings.weight", "embedding.position_embeddings.weight",
+    "decoder.layers.0.self_attention.linear_proj.weight", "decoder.layers.0.self_attention.linear_proj.bias",
+    "decoder.layers.0.self_attention.linear_qkv.layer_norm_weight",
+    "decoder.layers.0.self_attention.linear_qkv.layer_norm_bias",
+    "decoder.layers.0.self_attention.linear_qkv.weight", "decoder.layers.0.self_attention.linear_qkv.bias",
+    "decoder.layers.0.mlp.linear_fc1.layer_norm_weight", "decoder.layers.0.mlp.linear_fc1.layer_norm_bias",
+    "decoder.layers.0.mlp.linear_fc1.weight", "decoder.layers.0.mlp.linear_fc1.bias",
+    "decoder.layers.0.mlp.linear_fc2.weight", "decoder.layers.0.mlp.linear_fc2.bias",
+    "decoder.layers.1.self_attention.linear_proj.weight",
+    "decoder.final_layernorm.weight", "decoder.final_layernorm.bias", "output_layer.weight"]
+SPEC_ORDER_LOCAL_MOE = [
+    "decoder.layers.0.input_layernorm.weight", "decoder.layers.0.input_layernorm.bias",
+    "decoder.layers.0.self_attention.linear_proj.weight", "decoder.layers.0.self_attention.linear_qkv.weight",
+    "decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.mlp.router.weight",
+    "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight",
+    "decoder.layers.0.mlp.experts.local_experts.0.linear_fc2.weight",
+    "decoder.layers.0.mlp.experts.local_experts.1.linear_fc1.weight",
+    "decoder.layers.0.mlp.experts.local_experts.1.linear_fc2.weight",
+    "decoder.layers.1.input_layernorm.weight"]
+
+
+# Global layers per (pp rank, VPP chunk) for L=8, pp=2, vp=2, restated from the
+# facts (transformer_layer.py get_transformer_layer_offset).
+SPEC_CHUNK_LAYERS_8_2_2 = {(0, 0): [0, 1], (1, 0): [2, 3], (0, 1): [4, 5], (1, 1): [6, 7]}
+
+
+def check_param_order():
+    errs = []
+    for (p, c), want in SPEC_CHUNK_LAYERS_8_2_2.items():
+        if chunk_layers(8, 2, 2, p, c) != want:
+            errs.append("chunk_layers(8, 2, 2, %d, %d) = %s, want %s" % (p, c, chunk_layers(8, 2, 2, p, c), want))
+    for spec in (SPEC_ORDER_TE_DENSE_FIRST_LAST, SPEC_ORDER_LOCAL_MOE):
+        got = sorted(reversed(spec), key=param_sort_key)
+        if got != spec:
+            errs.append("parameter order: %s" % [n for n, s in zip(got, spec) if n != s][:3])
+    return errs
+
+
 def selftest(o):
+    errs = check_param_order()
+    if errs:
+        print("FAIL parameter order (param_sort_key against the header's literal lists)")
+        for e in errs:
+            print("   ", e)
+        return 1
+    print("ok   parameter order (param_sort_key against the header's literal lists)")
     here = os.path.dirname(os.path.abspath(__file__))
     mgt_bin = o.mgt_bin or os.path.join(here, "..", "..", "bin")
     work = o.keep or tempfile.mkdtemp(prefix="megatron_ckpt.")
     os.makedirs(work, exist_ok=True)
     cks = {}
     fails = 0
-    layouts = LAYOUTS[:3] if o.quick else LAYOUTS
+    assert all(q in LAYOUTS for q in QUICK)
+    layouts = QUICK if o.quick else LAYOUTS
     for preset, fmt, flags in layouts:
         if preset not in cks:
             cks[preset] = (train_preset(mgt_bin, preset, work), None)
