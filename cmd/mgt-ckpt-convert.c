@@ -28,9 +28,9 @@ static void usage(void)
 	       "complete.\n\n"
 	       "  --load-dir IN                       Hugging Face directory, mgt or Megatron-LM save directory\n"
 	       "  --save-dir OUT                      output directory (must not exist)\n"
-	       "  --save-format mgt|hf|torch          what to write: an mgt checkpoint, a Hugging Face directory, or\n"
-	       "                                      Megatron-LM's --ckpt-format torch [mgt from Hugging Face and\n"
-	       "                                      Megatron-LM, hf from mgt]\n"
+	       "  --save-format mgt|hf|torch|torch_dist  what to write: an mgt checkpoint, a Hugging Face directory,\n"
+	       "                                      or Megatron-LM's --ckpt-format torch or torch_dist [mgt from\n"
+	       "                                      Hugging Face and Megatron-LM, hf from mgt]\n"
 	       "  --target-tensor-parallel-size N     to mgt: tensor-parallel layout to write [1]\n"
 	       "  --target-pipeline-parallel-size N   to mgt: pipeline-parallel layout to write [1]\n"
 	       "  --target-expert-parallel-size N     to mgt: expert-parallel layout of an MoE model [1]\n"
@@ -100,8 +100,8 @@ static void parse(int argc, char **argv, mgt_convert_opts *o)
 			if (!o->max_shard_bytes) mgt_cli_usage_error(PROG, "--max-shard-size: expected a positive byte count");
 			break;
 		case OPT_FORMAT:
-			if (strcmp(optarg, "mgt") && strcmp(optarg, "hf") && strcmp(optarg, "torch"))
-				mgt_cli_usage_error(PROG, "--save-format %s: expected mgt, hf or torch", optarg);
+			if (strcmp(optarg, "mgt") && strcmp(optarg, "hf") && strcmp(optarg, "torch") && strcmp(optarg, "torch_dist"))
+				mgt_cli_usage_error(PROG, "--save-format %s: expected mgt, hf, torch or torch_dist", optarg);
 			save_format = optarg;
 			break;
 		case OPT_QUIET: o->log = NULL; break;
@@ -121,13 +121,15 @@ int main(int argc, char **argv)
 	int kind;
 	mgt_status st = mgt_convert_detect(o.load_dir, &kind);
 	const char *to = save_format ? save_format : kind == 2 ? "hf" : "mgt";
-	if (!st && ((kind == 1 && !strcmp(to, "hf")) || (kind == 2 && !strcmp(to, "mgt")) || (kind == 3 && !strcmp(to, "torch"))))
+	bool megatron = !strcmp(to, "torch") || !strcmp(to, "torch_dist");
+	if (!st && ((kind == 1 && !strcmp(to, "hf")) || (kind == 2 && !strcmp(to, "mgt")) || (kind == 3 && megatron)))
 		mgt_cli_usage_error(PROG, "--save-format %s: %s is already %s", to, o.load_dir,
 				    kind == 1 ? "a Hugging Face directory" : kind == 2 ? "an mgt checkpoint" : "a Megatron-LM checkpoint");
-	if (!st && !strcmp(to, "torch")) {
+	if (!st && megatron) {
 		if (o.family || o.max_shard_bytes || o.make_vocab_size_divisible_by)
 			mgt_cli_usage_error(PROG, "--family, --max-shard-size and --make-vocab-size-divisible-by do not apply to "
-					    "--save-format torch");
+					    "--save-format %s", to);
+		o.save_format = to;
 		st = mgt_convert_to_megatron(&o);
 	} else if (!st && kind == 1) {
 		if (o.dtype || o.family || o.ckpt_step >= 0 || o.max_shard_bytes)

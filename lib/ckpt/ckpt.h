@@ -559,6 +559,10 @@ void mgt_pyw_tensor(mgt_pyw *w, mgt_dt dt, int ndim, const int64_t *size, const 
  * streamed from the callers' buffers (the pickle is held in memory; _to_mem holds the whole zip). */
 mgt_status mgt_pyw_save(mgt_pyw *w, const char *path, const char *arch);
 mgt_status mgt_pyw_to_mem(mgt_pyw *w, const char *arch, void **buf, size_t *n);
+/* The pickle alone (pickle.dump's bytes, as torch.distributed.checkpoint writes .metadata) into a
+ * malloc'd buffer (*buf, *n; the caller frees); w must hold no tensor.  Errors: those of
+ * mgt_pyw_save, MGT_ERR_USAGE for a tensor. */
+mgt_status mgt_pyw_pickle(mgt_pyw *w, void **buf, size_t *n);
 void mgt_pyw_free(mgt_pyw *w);
 
 /* ---- GGUF v3 (lib/ckpt/gguf.c) ------------------------------------------------------------- */

@@ -954,6 +954,22 @@ mgt_status mgt_pyw_to_mem(mgt_pyw *w, const char *arch, void **buf, size_t *n)
 	return MGT_OK;
 }
 
+mgt_status mgt_pyw_pickle(mgt_pyw *w, void **buf, size_t *n)
+{
+	*buf = NULL;
+	*n = 0;
+	mgt_status st = finish(w, "archive");
+	if (!st && w->nst)
+		st = mgt_err(MGT_ERR_USAGE, "a pickle alone holds no tensors (%zu given): save it as torch.save", (size_t)w->nst);
+	if (!st && !(*buf = mgt_malloc(w->pk.n ? w->pk.n : 1)))
+		st = MGT_ERR_NOMEM;
+	if (st)
+		return st;
+	memcpy(*buf, w->pk.p, w->pk.n);
+	*n = w->pk.n;
+	return MGT_OK;
+}
+
 void mgt_pyw_free(mgt_pyw *w)
 {
 	if (!w)

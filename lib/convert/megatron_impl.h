@@ -104,4 +104,22 @@ mgt_status mg_dist_check_keys(mg_src *m);
 mgt_status mg_dist_opt_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k, float *dst);
 void mg_dist_close(mg_src *m);
 
+/* mg_out.c, mg_out_dist.c: an mgt checkpoint (or Hugging Face directory) written as a Megatron
+ * checkpoint.  mg_put_args: the args Namespace; mg_row_data: row x's local elements in the written
+ * dtype (kept in o->bufs until mg_free_bufs); mg_write_dist: the torch_dist iteration directory
+ * o->iter (whole tensors, stacked decoder keys). */
+typedef struct {
+	hf_out h;                  /* the source, its arguments and whole-model table */
+	mg_src m;                  /* the target layout (tp, pp, ep) and its chunks (keys, order) */
+	mgt_dt dt;                 /* the weights' dtype */
+	bool dist;                 /* torch_dist, else torch */
+	char *tmp, *iter;
+	void **bufs;               /* one rank's tensors, kept until its file is written */
+	int nbufs;
+} mg_out;
+void mg_put_args(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta);
+mgt_status mg_row_data(mg_out *o, const mgt_tensor *x, const void **out);
+void mg_free_bufs(mg_out *o);
+mgt_status mg_write_dist(mg_out *o, int64_t it, json_t *meta);
+
 #endif

@@ -15,15 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-typedef struct {
-	hf_out h;                  /* the source, its arguments and whole-model table */
-	mg_src m;                  /* the target layout (tp, pp, ep) and its chunks (keys, order) */
-	mgt_dt dt;                 /* the weights' dtype */
-	char *tmp, *iter;
-	void **bufs;               /* one rank's tensors, kept until its file is written */
-	int nbufs;
-} mg_out;
-
 /* A Namespace value from an mgt argument (JSON). */
 static void put_json(mgt_pyw *w, json_t *v)
 {
@@ -39,14 +30,15 @@ static void put_json(mgt_pyw *w, json_t *v)
 }
 
 /* args: mgt's arguments (Megatron's names) with the written layout and what Megatron derives. */
-static void put_args(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta)
+void mg_put_args(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta)
 {
 	json_t *a = mgt_args_to_json(&o->h.a);
 	json_t *fix = json_pack("{s:i, s:i, s:i, s:n, s:I, s:i, s:i, s:s, s:b, s:s, s:b, s:b, s:I, s:I, s:b}",
 				"tensor_model_parallel_size", o->m.tp, "pipeline_model_parallel_size", o->m.pp,
 				"expert_model_parallel_size", o->m.ep, "virtual_pipeline_model_parallel_size",
 				"padded_vocab_size", (json_int_t)o->h.a.model.padded_vocab_size, "data_parallel_size", 1,
-				"world_size", o->m.tp * o->m.pp * o->m.ep, "ckpt_format", "torch", "use_distributed_optimizer", 0,
+				"world_size", o->m.tp * o->m.pp * o->m.ep, "ckpt_format", o->dist ? "torch_dist" : "torch",
+				"use_distributed_optimizer", 0,
 				"transformer_impl", "transformer_engine", "no_save_optim", 1, "no_save_rng", 1,
 				"consumed_train_samples", (json_int_t)json_integer_value(json_object_get(meta, "consumed_train_samples")),
 				"consumed_valid_samples", (json_int_t)json_integer_value(json_object_get(meta, "consumed_valid_samples")),
@@ -95,7 +87,7 @@ static void put_extra(mgt_pyw *w, const char *mod, const char *sub)
 }
 
 /* One row's local elements in the written dtype, kept in o->bufs. */
-static mgt_status row_data(mg_out *o, const mgt_tensor *x, const void **out)
+mgt_status mg_row_data(mg_out *o, const mgt_tensor *x, const void **out)
 {
 	float *f = malloc((x->numel ? x->numel : 1) * sizeof(float));
 	if (!f) return mgt_err(MGT_ERR_NOMEM, "out of memory");
@@ -133,7 +125,7 @@ static mgt_status put_model(mg_out *o, mgt_pyw *w, mg_chunk *c)
 		char key[200], mod[200];
 		mg_key(&o->m, c, x, 0, key, sizeof key);
 		const void *data = NULL;
-		st = row_data(o, x, &data);
+		st = mg_row_data(o, x, &data);
 		if (st) break;
 		mgt_pyw_str(w, key);
 		int64_t shape[2] = {x->local_shape[0], x->local_shape[1]};
@@ -152,7 +144,7 @@ static mgt_status put_model(mg_out *o, mgt_pyw *w, mg_chunk *c)
 	return st;
 }
 
-static void free_bufs(mg_out *o)
+void mg_free_bufs(mg_out *o)
 {
 	for (int i = 0; i < o->nbufs; i++) free(o->bufs[i]);
 	free(o->bufs);
@@ -173,7 +165,7 @@ static mgt_status write_rank(mg_out *o, mg_chunk *c, int64_t it, json_t *meta)
 	if (!st) {
 		mgt_pyw_dict_begin(w);
 		mgt_pyw_str(w, "args");
-		put_args(o, w, it, meta);
+		mg_put_args(o, w, it, meta);
 		mgt_pyw_str(w, "checkpoint_version");
 		mgt_pyw_float(w, 3.0);
 		mgt_pyw_str(w, "iteration");
@@ -184,7 +176,7 @@ static mgt_status write_rank(mg_out *o, mg_chunk *c, int64_t it, json_t *meta)
 	}
 	if (!st) st = mgt_pyw_save(w, path, "model_optim_rng");
 	mgt_pyw_free(w);
-	free_bufs(o);
+	mg_free_bufs(o);
 	free(path);
 	free(dir);
 	return st;
@@ -242,14 +234,15 @@ static mgt_status out_convert(mg_out *o, const mgt_convert_opts *co)
 	char name[32];
 	snprintf(name, sizeof name, "iter_%07lld", (long long)it);
 	if (!st && !(o->iter = cv_join(o->tmp, name))) st = MGT_ERR_NOMEM;
-	for (int i = 0; !st && i < o->m.nchunks; i++) st = write_rank(o, &o->m.chunks[i], it, meta);
+	if (!st && o->dist) st = mg_write_dist(o, it, meta);
+	for (int i = 0; !st && !o->dist && i < o->m.nchunks; i++) st = write_rank(o, &o->m.chunks[i], it, meta);
 	if (!st) st = write_tracker(o->tmp, it);
 	if (o->tmp) st = cv_out_end(o->tmp, co->save_dir, st);
 	o->tmp = NULL;
 	if (!st && co->log)
-		fprintf(co->log, "converted %s (iteration %lld) to %s: a Megatron-LM checkpoint (--ckpt-format torch), TP %d, "
+		fprintf(co->log, "converted %s (iteration %lld) to %s: a Megatron-LM checkpoint (--ckpt-format %s), TP %d, "
 			"PP %d%s%.0d, %s weights; load it with --no-load-optim --no-load-rng (or --finetune)\n", co->load_dir,
-			(long long)it, co->save_dir, o->m.tp, o->m.pp, o->m.ep > 1 ? ", EP " : "", o->m.ep > 1 ? o->m.ep : 0,
+			(long long)it, co->save_dir, o->dist ? "torch_dist" : "torch", o->m.tp, o->m.pp, o->m.ep > 1 ? ", EP " : "", o->m.ep > 1 ? o->m.ep : 0,
 			o->dt == MGT_ST_BF16 ? "bf16" : o->dt == MGT_ST_F16 ? "fp16" : "fp32");
 	return st;
 }
@@ -257,12 +250,12 @@ static mgt_status out_convert(mg_out *o, const mgt_convert_opts *co)
 mgt_status mgt_convert_to_megatron(const mgt_convert_opts *co)
 {
 	if (co->tp < 1 || co->pp < 1) return mgt_err(MGT_ERR_USAGE, "tensor and pipeline parallel sizes must be >= 1");
-	mg_out o = {.h = {.o = co}};
+	mg_out o = {.h = {.o = co}, .dist = co->save_format && !strcmp(co->save_format, "torch_dist")};
 	mgt_status st = out_convert(&o, co);
 	for (int c = 0; c < o.m.nchunks; c++) mgt_tensor_table_free(&o.m.chunks[c].tt);
 	free(o.m.chunks);
 	free(o.iter);
-	free_bufs(&o);
+	mg_free_bufs(&o);
 	cv_mgt_close(&o.h);
 	return st;
 }

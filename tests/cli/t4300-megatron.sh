@@ -15,9 +15,10 @@
 #     line that PyTorch's RNG states do not carry over;
 #   - Megatron to Hugging Face (--save-format hf) equals mgt to Hugging Face of the original, and
 #     mgt-eval's loss of the Megatron directory equals the original's;
-#   - mgt to Megatron (--save-format torch, TP 2 x PP 2, fp32 and bf16): the files read by the
-#     independent reader (torch.load) hold every weight of the original (bf16: rounded to nearest
-#     even), and mgt reads the fp32 files back bit for bit;
+#   - mgt to Megatron (--save-format torch, TP 2 x PP 2, fp32 and bf16; --save-format torch_dist):
+#     the files read by the independent reader (torch.load; .metadata unpickled with PyTorch's class
+#     names) hold every weight of the original (bf16: rounded to nearest even), and mgt reads the
+#     fp32 files back bit for bit;
 #   - bad input, each exit 6 naming the file and key, nothing written: a truncated zip, a pickle
 #     with an unknown opcode, a missing rank file, a key the model does not have, an integer
 #     tensor where a weight is; args with multi-latent attention exit 2 naming the field.
@@ -97,6 +98,13 @@ if extra: print("# extra tensors %s" % extra[:5]); bad += 1
 sys.exit(bad != 0)
 EOF
 }
+ok "mgt to Megatron torch_dist, fp32" quiet "$BIN/mgt-ckpt-convert" --load-dir ck --save-dir outd \
+	--save-format torch_dist --dtype fp32
+ok "  the independent reader (.metadata unpickled with PyTorch's class names, torch.load of each item)" \
+	quiet $MG from-megatron --dir outd --out outd.npz
+ok "  every weight bit for bit" weights_equal outd.npz fp32
+ok "  mgt reads it back bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir outd --save-dir outd.mgt && \
+	$STATE ck outd.mgt --weights-only"
 ok "  fp32: every weight bit for bit" weights_equal out32.npz fp32
 ok "  bf16: every weight rounded to nearest even" weights_equal out16.npz bf16
 ok "  mgt reads the fp32 files back" quiet "$BIN/mgt-ckpt-convert" --load-dir out32 --save-dir out32.mgt
