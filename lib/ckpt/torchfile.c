@@ -185,7 +185,15 @@ static mgt_status load_pickle(mgt_torch *t)
 	return st;
 }
 
-/* Every storage's record present and long enough. */
+/* Record rec readable to its last byte (its local header parsed, its data inside the zip), so
+ * that reads after the open fail only on I/O errors. */
+static mgt_status probe_rec(mgt_torch *t, zip_int64_t rec, uint64_t size)
+{
+	uint8_t last;
+	return size ? read_rec(t, rec, size - 1, &last, 1) : read_rec(t, rec, 0, &last, 0);
+}
+
+/* Every storage's record present, long enough and readable. */
 static mgt_status check_storages(mgt_torch *t)
 {
 	mgt_pickle *pk = t->pk;
@@ -209,6 +217,7 @@ static mgt_status check_storages(mgt_torch *t)
 			return mgt_err(MGT_ERR_FORMAT, "%s: storage '%s': record %s/data/%s holds %llu bytes, not %lld x %zu",
 				       t->name, s->s, t->arch, s->s, (unsigned long long)size, (long long)s->numel,
 				       mgt_py_dtype_size(s->dtype_name));
+		TRY(probe_rec(t, t->rec[k], size));
 	}
 	return MGT_OK;
 }
