@@ -166,7 +166,10 @@ def plain():
 def objects():
     return {
         "point": Point(3, 2.5), "frozen": Frozen("f", (1, 2)), "red": Color.RED, "green": Color.GREEN,
-        "tupled": Tupled([1, 2], "b"),
+        "tupled": Tupled([1, 2], "b"), "size": torch.Size([4, 5]),
+        # .metadata-like: storage_data keyed by frozen dataclass instances (MetadataIndex)
+        "storage_data": {Frozen("w", torch.Size([0, 0])): ("__0_0.distcp", 0, 1024),
+                         Frozen("w", torch.Size([2, 0])): ("__1_0.distcp", 0, 1024)},
         "args": argparse.Namespace(num_layers=24, hidden_size=1024, lr=3e-4, name="gpt", none=None, fp16=False,
                                    bf16=True, sizes=[1, 2, 3], params_dtype=torch.bfloat16,
                                    seed=2**40),
