@@ -382,13 +382,15 @@ endif
 # libstdc++ and, with CUDA, cuBLASLt and NCCL stay dynamic (contrib/bundle.sh checks with ldd).
 # Debian ships libsentencepiece as a shared library only (no .a; it carries its own protobuf-lite
 # and needs only libstdc++): it is linked dynamically and copied into the bundle's lib/, found
-# through the rpath $ORIGIN/../lib.
+# through the rpath $ORIGIN/../lib.  So is libzip (lib/ckpt/torchfile.c; no .a either), with its
+# own libbz2, libcrypto and libz; the rpath is written as DT_RPATH (--disable-new-dtags), which,
+# unlike DT_RUNPATH, the loader also searches for those indirect dependencies.
 ifeq ($(BUNDLE),1)
 STATIC_A  = /usr/lib/x86_64-linux-gnu
 LIBS      = -Wl,-Bstatic -lpcre2-8 -lzstd -ljansson -lutf8proc -licuuc -licudata -L$(STATIC_A)/hdf5/serial -lhdf5 -lsz -laec -lz \
-            -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic -lzip $(shell $(CC) -print-file-name=libgomp.a) \
-            -lsentencepiece -lstdc++ $(CUDA_LIBS) -lpthread -ldl -lm
-LDFLAGS  += -Wl,--as-needed -no-pie -Wl,-rpath,'$$ORIGIN/../lib'
+            -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic $(shell $(CC) -print-file-name=libgomp.a) \
+            -lsentencepiece -lzip -lstdc++ $(CUDA_LIBS) -lpthread -ldl -lm
+LDFLAGS  += -Wl,--as-needed -no-pie -Wl,-rpath,'$$ORIGIN/../lib' -Wl,--disable-new-dtags
 endif
 bundle:
 	$(MAKE) B=build/bundle BIN=build/bundle/bin BUNDLE=1 MPI=0 DEPS=$(DEPS) CUDA=$(CUDA) \

@@ -389,19 +389,27 @@ void mgt_st_writer_free(mgt_st_writer *w);
  * SHORT_BINUNICODE BINUNICODE8 BINBYTES SHORT_BINBYTES BINBYTES8 BYTEARRAY8 EMPTY_TUPLE TUPLE
  * TUPLE1-3 EMPTY_LIST APPEND APPENDS LIST EMPTY_DICT DICT SETITEM SETITEMS EMPTY_SET ADDITEMS
  * FROZENSET GLOBAL STACK_GLOBAL REDUCE NEWOBJ NEWOBJ_EX BUILD BINPERSID PUT BINPUT LONG_BINPUT GET
- * BINGET LONG_BINGET MEMOIZE, and the text INT, LONG, FLOAT, STRING, UNICODE where protocol 0/1
- * writers left them.  Nothing is ever called: REDUCE / NEWOBJ of a class it knows is evaluated
- * natively, everything else becomes a generic object:
+ * BINGET LONG_BINGET MEMOIZE, and the text INT, LONG, FLOAT, STRING, UNICODE (and BINSTRING,
+ * SHORT_BINSTRING: STR of the bytes as they are) where protocol 0/1 writers left them; a PROTO
+ * above 5 is refused.  GLOBAL module names __builtin__ and copy_reg read as builtins and copyreg
+ * (fix_imports).  Nothing is ever called: REDUCE / NEWOBJ (NEWOBJ_EX: its keyword arguments
+ * dropped) of a class it knows is evaluated natively, everything else becomes a generic object:
  *   torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, meta])
  *   and _rebuild_tensor_v3(..., dtype[, meta]) -> TENSOR; torch._utils._rebuild_parameter(data,
  *   ...) and torch._tensor._rebuild_from_type_v2(func, type, args, state) -> the tensor inside;
  *   collections.OrderedDict() -> DICT; torch.Size(tuple) -> TUPLE; _codecs.encode(str, "latin1")
  *   -> BYTES (code points 0..255); builtins (or __builtin__) set / frozenset / bytearray -> LIST /
- *   LIST / BYTES; copyreg._reconstructor(cls, base, state) and copyreg.__newobj__ -> OBJ of cls.
+ *   LIST / BYTES (set items are not deduplicated: Python writes none twice); builtins.getattr(GLOBAL
+ *   m.name, "attr") -> the GLOBAL m.name.attr (Python >= 3.11 pickles an enum member so; older ones
+ *   write REDUCE(cls, (value,)), an OBJ); copyreg._reconstructor(cls, base, state) and
+ *   copyreg.__newobj__ -> OBJ of cls (args NULL for _reconstructor).  torch.storage._load_from_bytes
+ *   stays an OBJ: its args[0] is the BYTES of a nested torch.save (mgt_torch_open_mem).  BUILD sets
+ *   the state of whatever value it is given (an OrderedDict state_dict's {'_metadata': ...} too).
  * BINPERSID takes ('storage', <torch.XStorage GLOBAL or torch.storage.UntypedStorage>, key,
  * location, numel) to a STORAGE (numel: elements of typed storages, bytes of UntypedStorage, whose
- * dtype the tensor rebuilt over it gives: _rebuild_tensor_v3's dtype argument); any other
- * persistent id is MGT_ERR_FORMAT.
+ * dtype the tensor rebuilt over it gives: _rebuild_tensor_v3's dtype argument; until then its
+ * dtype_name is "uint8"); one STORAGE per key (tied weights share it; the first class given wins,
+ * as torch's persistent_load keeps it); any other persistent id is MGT_ERR_FORMAT.
  *
  * Values live in the mgt_pickle (or mgt_torch) that made them until it is freed; they may be
  * shared (the memo) and, in a hostile file, cyclic: walk them with a depth bound.  Limits, each
@@ -419,13 +427,16 @@ typedef enum {
 typedef struct mgt_py mgt_py;
 struct mgt_py {
 	mgt_py_kind kind;
-	int64_t i;           /* BOOL 0/1; INT when !big */
-	bool big;            /* INT outside int64: little-endian two's complement bytes in s, len */
+	int64_t i;           /* BOOL 0/1; INT when !big; STORAGE: its ordinal (0, 1, ... in order of
+			      * first appearance) */
+	bool big;            /* INT outside int64: little-endian two's complement bytes in s, len (the
+			      * fewest, as pickle.encode_long writes them) */
 	double f;            /* FLOAT */
 	const char *s;       /* STR: UTF-8 as pickled (NUL-terminated, len bytes); BYTES: len bytes
 			      * (NUL-terminated too); GLOBAL: the module; STORAGE: its record key */
 	size_t len;
-	const char *name;    /* GLOBAL: the qualified name ("OrderedDict", "Namespace") */
+	const char *name;    /* GLOBAL: the qualified name ("OrderedDict", "Namespace", "Color.RED");
+			      * STORAGE: its class's name ("FloatStorage", "UntypedStorage") */
 	mgt_py **v;          /* TUPLE, LIST: v[0..n); DICT: key v[2k], value v[2k+1] for k < n, in
 			      * insertion order (a key set again keeps its place, takes the new value;
 			      * keys compare by kind and content for NONE BOOL INT FLOAT STR BYTES,
@@ -461,11 +472,13 @@ const mgt_py *mgt_py_get(const mgt_py *d, const char *key);
 /* Whether v is a GLOBAL, or an OBJ whose cls is a GLOBAL, of that name and (module not NULL)
  * module. */
 bool mgt_py_is(const mgt_py *v, const char *module, const char *name);
-/* v as an int64 (INT or BOOL), a double (FLOAT or INT) or a string (STR); false / NULL otherwise. */
+/* v as an int64 (INT or BOOL), a double (FLOAT or INT) or a string (STR); false / NULL otherwise
+ * (a big INT gives false for both). */
 bool mgt_py_int(const mgt_py *v, int64_t *out);
 bool mgt_py_float(const mgt_py *v, double *out);
 const char *mgt_py_str(const mgt_py *v);
-/* A TENSOR's element count (product of its sizes; 1 for 0 dims). */
+/* A TENSOR's element count (product of its sizes; 1 for 0 dims; INT64_MAX when the product
+ * overflows; 0 for a value that is not a TENSOR). */
 int64_t mgt_py_numel(const mgt_py *t);
 
 /* A torch.save file (PyTorch >= 1.6: a zip of stored entries; Megatron's model_optim_rng.pt,
@@ -473,7 +486,9 @@ int64_t mgt_py_numel(const mgt_py *t);
  * <arch>/data.pkl, <arch>/byteorder (absent = little) and <arch>/data/<key>, arch being the first
  * entry's directory (inline_container.cc PyTorchStreamReader::init).  At open every tensor's
  * extent (offset + sum (size-1) * stride, for non-empty tensors) must lie inside its storage and
- * every storage's record must exist and hold numel x element size bytes. */
+ * every storage's record must exist, be stored uncompressed (as torch.save writes them), hold at
+ * least numel x element size bytes and be readable to its end; data.pkl and byteorder must match
+ * their CRC-32 (storages' CRCs are not checked: that would read every byte at open). */
 typedef struct mgt_torch mgt_torch;
 /* Open the file at bytes [offset, offset + length) of path (length 0: to the end), read and
  * unpickle data.pkl.  *out owned by the caller.  Errors: MGT_ERR_IO (path unreadable),
@@ -489,8 +504,11 @@ const char *mgt_torch_name(const mgt_torch *t);
 /* Read TENSOR x of t's tree (or a view of one: a copy with another offset, sizes and strides
  * inside the same storage), row-major over x->size, honouring its offset and strides, into dst
  * (caller-owned): as float32 (numel floats: F32 as is, F16/BF16 exactly, F64 rounded to nearest,
- * integer types converted exactly below 2^24, else refused), or its elements' bytes as stored
- * (numel x mgt_dt_size).  Errors: MGT_ERR_FORMAT (a dtype it cannot give, naming it; x not of t),
+ * integer types and BOOL converted exactly while |value| <= 2^24, else refused, dst then partly
+ * written), or its elements' bytes as stored (numel x mgt_dt_size).  A contiguous tensor is read
+ * straight from its record (in chunks of 2^18 elements when converting); a strided one is gathered
+ * from its whole storage, read once and kept (one storage: the last) until the next strided read
+ * of another storage or mgt_torch_close.  Errors: MGT_ERR_FORMAT (a dtype it cannot give, naming it; x not of t),
  * MGT_ERR_IO, MGT_ERR_NOMEM. */
 mgt_status mgt_torch_read_f32(mgt_torch *t, const mgt_py *x, float *dst);
 mgt_status mgt_torch_read_raw(mgt_torch *t, const mgt_py *x, void *dst);

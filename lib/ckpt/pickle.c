@@ -1192,7 +1192,9 @@ mgt_status mgt_pickle_load(const void *buf, size_t n, const char *what, mgt_pick
 		return mgt_err(MGT_ERR_NOMEM, "%s: out of memory", what);
 	pk_vm m = {.p = buf, .n = n, .what = what, .pk = pk};
 	m.limit = n > (SIZE_MAX - 1024) / 16 ? SIZE_MAX : 16 * n + 1024;
-	mgt_status st = run(&m);
+	mgt_status st = grow(&m.stack, &m.scap, 64, sizeof *m.stack); /* never NULL: stack + k */
+	if (st == MGT_OK)
+		st = run(&m);
 	free(m.stack);
 	free(m.marks);
 	free(m.memo);

@@ -45,25 +45,44 @@ static mgt_status read_err(mgt_torch *t, const char *rec, zip_error_t *ze)
 		       "%s: record %s: %s", t->name, rec, zip_error_strerror(ze));
 }
 
+/* Record rec opened at byte off (*f NULL on failure). */
+static mgt_status open_rec(mgt_torch *t, zip_int64_t rec, uint64_t off, zip_file_t **f, const char **rn)
+{
+	*rn = zip_get_name(t->za, (zip_uint64_t)rec, 0);
+	*rn = *rn ? *rn : "?";
+	*f = zip_fopen_index(t->za, (zip_uint64_t)rec, 0);
+	if (!*f)
+		return read_err(t, *rn, zip_get_error(t->za));
+	if (off && zip_fseek(*f, (zip_int64_t)off, SEEK_SET) != 0) {
+		mgt_status st = read_err(t, *rn, zip_file_get_error(*f));
+		zip_fclose(*f);
+		*f = NULL;
+		return st;
+	}
+	return MGT_OK;
+}
+
+/* The next n bytes of open record f (named rn) into dst. */
+static mgt_status read_next(mgt_torch *t, zip_file_t *f, const char *rn, void *dst, size_t n)
+{
+	for (size_t got = 0; got < n;) {
+		zip_int64_t k = zip_fread(f, (uint8_t *)dst + got, n - got);
+		if (k < 0)
+			return read_err(t, rn, zip_file_get_error(f));
+		if (k == 0)
+			return mgt_err(MGT_ERR_FORMAT, "%s: record %s is short", t->name, rn);
+		got += (size_t)k;
+	}
+	return MGT_OK;
+}
+
 /* n bytes of record index rec from byte off into dst. */
 static mgt_status read_rec(mgt_torch *t, zip_int64_t rec, uint64_t off, void *dst, size_t n)
 {
-	const char *rn = zip_get_name(t->za, (zip_uint64_t)rec, 0);
-	rn = rn ? rn : "?";
-	zip_file_t *f = zip_fopen_index(t->za, (zip_uint64_t)rec, 0);
-	if (!f)
-		return read_err(t, rn, zip_get_error(t->za));
-	mgt_status st = MGT_OK;
-	if (off && zip_fseek(f, (zip_int64_t)off, SEEK_SET) != 0)
-		st = read_err(t, rn, zip_file_get_error(f));
-	for (size_t got = 0; st == MGT_OK && got < n;) {
-		zip_int64_t k = zip_fread(f, (uint8_t *)dst + got, n - got);
-		if (k < 0)
-			st = read_err(t, rn, zip_file_get_error(f));
-		else if (k == 0)
-			st = mgt_err(MGT_ERR_FORMAT, "%s: record %s is short", t->name, rn);
-		got += k > 0 ? (size_t)k : 0;
-	}
+	zip_file_t *f;
+	const char *rn;
+	TRY(open_rec(t, rec, off, &f, &rn));
+	mgt_status st = read_next(t, f, rn, dst, n);
 	zip_fclose(f);
 	return st;
 }
@@ -185,7 +204,15 @@ static mgt_status load_pickle(mgt_torch *t)
 	return st;
 }
 
-/* Every storage's record present and long enough. */
+/* Record rec readable to its last byte (its local header parsed, its data inside the zip), so
+ * that reads after the open fail only on I/O errors. */
+static mgt_status probe_rec(mgt_torch *t, zip_int64_t rec, uint64_t size)
+{
+	uint8_t last;
+	return size ? read_rec(t, rec, size - 1, &last, 1) : read_rec(t, rec, 0, &last, 0);
+}
+
+/* Every storage's record present, long enough and readable. */
 static mgt_status check_storages(mgt_torch *t)
 {
 	mgt_pickle *pk = t->pk;
@@ -209,6 +236,7 @@ static mgt_status check_storages(mgt_torch *t)
 			return mgt_err(MGT_ERR_FORMAT, "%s: storage '%s': record %s/data/%s holds %llu bytes, not %lld x %zu",
 				       t->name, s->s, t->arch, s->s, (unsigned long long)size, (long long)s->numel,
 				       mgt_py_dtype_size(s->dtype_name));
+		TRY(probe_rec(t, t->rec[k], size));
 	}
 	return MGT_OK;
 }
@@ -433,6 +461,13 @@ static mgt_status convert(const mgt_torch *t, const mgt_py *x, const uint8_t *sr
 		memcpy(dst, src, 4 * k);
 		return MGT_OK;
 	}
+	if (x->dtype == MGT_ST_BF16) { /* bfloat16: the high half of a float32 */
+		for (size_t j = 0; j < k; j++) {
+			uint32_t u = (uint32_t)(src[2 * j] | src[2 * j + 1] << 8) << 16;
+			memcpy(dst + j, &u, 4);
+		}
+		return MGT_OK;
+	}
 	for (size_t j = 0; j < k; j++)
 		if (!to_f32(x->dtype, src + j * es, dst + j))
 			return mgt_err(MGT_ERR_FORMAT, "%s: a %s tensor over storage '%s': a value beyond 2^24 is not "
@@ -463,13 +498,17 @@ static mgt_status read_contig(mgt_torch *t, const mgt_py *x, void *dst, bool f32
 	uint8_t *buf = mgt_malloc(CHUNK * es);
 	if (!buf)
 		return MGT_ERR_NOMEM;
-	mgt_status st = MGT_OK;
+	zip_file_t *f;
+	const char *rn;
+	mgt_status st = open_rec(t, rec, off, &f, &rn);
 	for (size_t i = 0; st == MGT_OK && i < numel; i += CHUNK) {
 		size_t k = numel - i < CHUNK ? numel - i : CHUNK;
-		st = read_rec(t, rec, off + i * es, buf, k * es);
+		st = read_next(t, f, rn, buf, k * es);
 		if (st == MGT_OK)
 			st = convert(t, x, buf, (float *)dst + i, k);
 	}
+	if (f)
+		zip_fclose(f);
 	free(buf);
 	return st;
 }
@@ -496,31 +535,50 @@ static mgt_status cache_storage(mgt_torch *t, const mgt_py *st, size_t es)
 	return MGT_OK;
 }
 
-/* A strided tensor: gathered from the cached storage, row by row over the last dim. */
+/* The elements base + j * ls, j < k, of the cached storage: copied to dst (raw) or through seg
+ * (k elements' room) converted to float32. */
+static mgt_status gather(mgt_torch *t, const mgt_py *x, int64_t base, int64_t ls, size_t k, uint8_t *seg,
+			 void *dst, bool f32)
+{
+	size_t es = mgt_dt_size(x->dtype);
+	uint8_t *o = f32 ? seg : dst;
+	const uint8_t *c = t->cache;
+	if (es == 2)
+		for (size_t j = 0; j < k; j++)
+			memcpy(o + 2 * j, c + (size_t)(base + (int64_t)j * ls) * 2, 2);
+	else
+		for (size_t j = 0; j < k; j++)
+			memcpy(o + j * es, c + (size_t)(base + (int64_t)j * ls) * es, es);
+	return f32 ? convert(t, x, seg, dst, k) : MGT_OK;
+}
+
+/* A strided tensor: gathered from the cached storage, the last dim in segments of 2^14. */
 static mgt_status read_strided(mgt_torch *t, const mgt_py *x, void *dst, bool f32)
 {
 	size_t es = mgt_dt_size(x->dtype);
 	TRY(cache_storage(t, x->storage, es));
+	enum { SEG = 1 << 14 };
+	uint8_t *seg = mgt_malloc(SEG * es);
+	if (!seg)
+		return MGT_ERR_NOMEM;
 	int nd = x->ndim;
 	int64_t idx[MGT_PY_MAX_DIM] = {0}, last = x->size[nd - 1], ls = x->stride[nd - 1];
-	size_t out = 0;
-	for (;;) {
+	size_t out = 0, osz = f32 ? 4 : es;
+	mgt_status st = MGT_OK;
+	for (int d = 0; st == MGT_OK && d >= 0;) {
 		int64_t base = x->offset;
-		for (int d = 0; d < nd - 1; d++)
-			base += idx[d] * x->stride[d];
-		for (int64_t j = 0; j < last; j++, out++) {
-			const uint8_t *p = t->cache + (size_t)(base + j * ls) * es;
-			if (!f32)
-				memcpy((uint8_t *)dst + out * es, p, es);
-			else
-				TRY(convert(t, x, p, (float *)dst + out, 1));
+		for (int e = 0; e < nd - 1; e++)
+			base += idx[e] * x->stride[e];
+		for (int64_t j = 0; st == MGT_OK && j < last; j += SEG) {
+			size_t k = (size_t)(last - j < SEG ? last - j : SEG);
+			st = gather(t, x, base + j * ls, ls, k, seg, (uint8_t *)dst + out * osz, f32);
+			out += k;
 		}
-		int d = nd - 2;
-		while (d >= 0 && ++idx[d] == x->size[d])
-			idx[d--] = 0;
-		if (d < 0)
-			return MGT_OK;
+		for (d = nd - 2; d >= 0 && ++idx[d] == x->size[d]; d--)
+			idx[d] = 0;
 	}
+	free(seg);
+	return st;
 }
 
 static mgt_status read_any(mgt_torch *t, const mgt_py *x, void *dst, bool f32)

@@ -166,7 +166,10 @@ def plain():
 def objects():
     return {
         "point": Point(3, 2.5), "frozen": Frozen("f", (1, 2)), "red": Color.RED, "green": Color.GREEN,
-        "tupled": Tupled([1, 2], "b"),
+        "tupled": Tupled([1, 2], "b"), "size": torch.Size([4, 5]),
+        # .metadata-like: storage_data keyed by frozen dataclass instances (MetadataIndex)
+        "storage_data": {Frozen("w", torch.Size([0, 0])): ("__0_0.distcp", 0, 1024),
+                         Frozen("w", torch.Size([2, 0])): ("__1_0.distcp", 0, 1024)},
         "args": argparse.Namespace(num_layers=24, hidden_size=1024, lr=3e-4, name="gpt", none=None, fp16=False,
                                    bf16=True, sizes=[1, 2, 3], params_dtype=torch.bfloat16,
                                    seed=2**40),
@@ -244,6 +247,9 @@ def crafted_pickle(v3):
     p += b"ctorch._utils\n_rebuild_tensor_v2\nctorch\nTensor\n("
     p += b"(" + op_str("storage") + b"ctorch\nFloatStorage\n" + op_str("1") + op_str("cpu") + b"K\x04t"
     p += b"QK\x01K\x03\x85K\x01\x85\x89ccollections\nOrderedDict\n)Rt}tR"
+    p += op_str("f8") + b"ctorch._utils\n_rebuild_tensor_v3\n("
+    p += b"(" + op_str("storage") + b"ctorch.storage\nUntypedStorage\n" + op_str("2") + op_str("cpu") + b"K\x04t"
+    p += b"QK\x00K\x04\x85K\x01\x85\x89ccollections\nOrderedDict\n)Rctorch\nfloat8_e4m3fn\ntR"
     p += b"u."
     return p
 
@@ -260,7 +266,8 @@ def crafted(cases):
     h = np.array([1.5, -2.0, 0.25, 65504.0, -0.0, 3.0], dtype="<f2")
     f = np.array([9.0, 8.0, 7.0, 6.0], dtype="<f4")
     recs = [("arch/data.pkl", crafted_pickle(True)), ("arch/byteorder", b"little"),
-            ("arch/data/0", h.tobytes()), ("arch/data/1", f.tobytes()), ("arch/version", b"3\n")]
+            ("arch/data/0", h.tobytes()), ("arch/data/1", f.tobytes()), ("arch/data/2", b"\x38\xb8\x00\x7f"),
+            ("arch/version", b"3\n")]
     put("crafted.pt", zip_of(recs))
     put("c0.raw", h.tobytes())
     put("c0.f32", h.astype("<f4").tobytes())
@@ -270,7 +277,9 @@ def crafted(cases):
         [enc("v3"), {"t": "tensor", "dtype": "float16", "shape": [2, 3], "stride": [3, 1], "offset": 0,
                      "sid": 100, "raw": "c0.raw", "f32": "c0.f32"}],
         [enc("sub"), {"t": "tensor", "dtype": "float32", "shape": [3], "stride": [1], "offset": 1,
-                      "sid": 101, "raw": "c1.raw", "f32": "c1.f32"}]]}
+                      "sid": 101, "raw": "c1.raw", "f32": "c1.f32"}],
+        [enc("f8"), {"t": "tensor", "dtype": "float8_e4m3fn", "shape": [4], "stride": [1], "offset": 0,
+                     "sid": 102, "unreadable": True}]]}
     cases.append({"file": "crafted.pt", "kind": "torch", "offset": 0, "length": 0, "expect": exp})
     # bad variants (the C test expects MGT_ERR_FORMAT naming what is wrong)
     put("bad_big.pt", zip_of([r if r[0] != "arch/byteorder" else ("arch/byteorder", b"big") for r in recs]))
@@ -326,7 +335,7 @@ def write_corpus(d):
                                       "it": 2**40, "u8": torch.tensor([1, 2], dtype=torch.uint8)}),
     }
     recs = [("arch/data.pkl", crafted_pickle(True)), ("arch/byteorder", b"little"),
-            ("arch/data/0", bytes(12)), ("arch/data/1", bytes(16))]
+            ("arch/data/0", bytes(12)), ("arch/data/1", bytes(16)), ("arch/data/2", bytes(4))]
     seeds["torch_crafted.pt"] = zip_of(recs)
     small_plain = {"a": [1, 2**70, -3, 1.5, "s\u00e9", b"b", (None, True)], "o": collections.OrderedDict(x=1),
                    "set": {1}, "fs": frozenset([2]), "ba": bytearray(b"z")}

@@ -120,6 +120,13 @@ static bool match_tensor(mgt_torch *t, const mgt_py *v, json_t *e, const char *p
 		return fail(path, "does not share its storage", NULL);
 	sid_storage[sid] = v->storage;
 	size_t numel = (size_t)mgt_py_numel(v), es = v->dtype_ok ? mgt_dt_size(v->dtype) : 0;
+	if (json_is_true(json_object_get(e, "unreadable"))) { /* a dtype mgt_dt lacks: both reads refuse it */
+		float f[16];
+		n_tensors++;
+		return !v->dtype_ok && numel <= 16 && mgt_torch_read_raw(t, v, f) == MGT_ERR_FORMAT &&
+		       strstr(mgt_err_msg(), v->dtype_name) && mgt_torch_read_f32(t, v, f) == MGT_ERR_FORMAT
+			? true : fail(path, "a tensor of a dtype mgt_dt lacks was read: ", v->dtype_name);
+	}
 	unsigned char *raw = malloc(numel * es + 1);
 	float *f = malloc(numel * 4 + 1);
 	bool ok = mgt_torch_read_raw(t, v, raw) == MGT_OK && match_file(raw, numel * es, json_string_value(json_object_get(e, "raw")), path);
