@@ -13,7 +13,7 @@
 #   - mgt-train --load of each Megatron directory goes on to iteration 11 with the losses and
 #     grad norms of the run resumed from mgt's own checkpoint, text-identical; the load says in one
 #     line that PyTorch's RNG states do not carry over;
-#   - Megatron to Hugging Face (--save-format hf) equals mgt to Hugging Face of the original, and
+#   - Megatron to Hugging Face (--save-format hf, both formats) equals mgt to Hugging Face of the original, and
 #     mgt-eval's loss of the Megatron directory equals the original's;
 #   - mgt to Megatron (--save-format torch, TP 2 x PP 2, fp32 and bf16; --save-format torch_dist):
 #     the files read by the independent reader (torch.load; .metadata unpickled with PyTorch's class
@@ -60,6 +60,8 @@ done
 ok "mgt to HF (the original)" quiet "$BIN/mgt-ckpt-convert" --load-dir ck --save-dir hf-ref
 ok "Megatron torch to HF" quiet "$BIN/mgt-ckpt-convert" --load-dir mt --save-dir hf-mt --save-format hf
 ok "  equal bit for bit" $PY "$ROOT/tests/hf/st.py" compare hf-ref hf-mt
+ok "Megatron torch_dist to HF" quiet "$BIN/mgt-ckpt-convert" --load-dir md --save-dir hf-md --save-format hf
+ok "  equal bit for bit" $PY "$ROOT/tests/hf/st.py" compare hf-ref hf-md
 EVAL="--tokenizer-type NullTokenizer --vocab-size 512 --mock-data --seq-length 32 --micro-batch-size 2 --eval-iters 2
 	--split 949,50,1 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --threads 2"
 ok "mgt-eval loss of the original" quiet "$BIN/mgt-eval" loss --load ck $EVAL
