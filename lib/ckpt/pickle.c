@@ -41,13 +41,6 @@ typedef struct {
 /* The marker of an UntypedStorage no tensor has given a dtype yet (compared by address). */
 static const char untyped_name[] = "uint8";
 
-#define TRY(x)                                                                                     \
-	do {                                                                                       \
-		mgt_status s_ = (x);                                                               \
-		if (s_ != MGT_OK)                                                                  \
-			return s_;                                                                 \
-	} while (0)
-
 static mgt_status bad(pk_vm *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static mgt_status bad(pk_vm *m, const char *fmt, ...)
 {

@@ -19,4 +19,12 @@ struct mgt_pickle {
 /* Bytes of one element of torch dtype name ("float32", "complex64", "qint8", ...); 0 unknown. */
 size_t mgt_py_dtype_size(const char *dtype_name);
 
+/* Return the status of x when it is not MGT_OK. */
+#define TRY(x)                                                                                     \
+	do {                                                                                       \
+		mgt_status s_ = (x);                                                               \
+		if (s_ != MGT_OK)                                                                  \
+			return s_;                                                                 \
+	} while (0)
+
 #endif

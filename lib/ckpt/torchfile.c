@@ -25,13 +25,6 @@ struct mgt_torch {
 	uint8_t *cache;
 };
 
-#define TRY(x)                                                                                     \
-	do {                                                                                       \
-		mgt_status s_ = (x);                                                               \
-		if (s_ != MGT_OK)                                                                  \
-			return s_;                                                                 \
-	} while (0)
-
 static const char *zerr(zip_t *za)
 {
 	return zip_error_strerror(zip_get_error(za));

@@ -78,6 +78,8 @@ int cv_rank_ep(const hf_in *h, int r);
  * of another tensor.  Errors: those of mgt_source_open and mgt_source_read. */
 mgt_status cv_source_over_hf(hf_in *h, mgt_source **out);
 mgt_status cv_source_whole(mgt_source *s, const char *name, const float **out);
+/* dst (row-major [shape]) := the box [off, off + shape) of whole (row-major [gs], nd 1..3). */
+void cv_copy_box(const float *whole, int nd, const int64_t *gs, const int64_t *off, const int64_t *shape, float *dst);
 
 /* Reading a model source (h->o->load_dir: an mgt checkpoint at ckpt_step, or a Hugging Face
  * directory read in place, mgt_source): metadata, arguments, family, whole-model table; experts

@@ -662,13 +662,7 @@ mgt_status cv_mg_read(mg_src *m, const char *name, int ndim, const int64_t *gs, 
 				  "model's (%dD float32)", m->iter_dir, name, nd);
 	mgt_status st = make_whole(m, name, g, k, numel);
 	if (st) return st;
-	int64_t g1 = nd > 1 ? gs[nd - 1] : 1, g2 = nd > 2 ? gs[1] : 1;
-	int64_t n0 = nd > 2 ? shape[0] : 1, n1 = nd > 1 ? shape[nd - 2] : 1, n2 = shape[nd - 1];
-	int64_t o0 = nd > 2 ? off[0] : 0, o1 = nd > 1 ? off[nd - 2] : 0, o2 = off[nd - 1];
-	float *out = dst;
-	for (int64_t a = 0; a < n0; a++)
-		for (int64_t r = 0; r < n1; r++)
-			memcpy(out + (a * n1 + r) * n2, m->whole + ((o0 + a) * g2 + o1 + r) * g1 + o2, (size_t)n2 * sizeof(float));
+	cv_copy_box(m->whole, nd, gs, off, shape, dst);
 	return MGT_OK;
 }
 

@@ -118,6 +118,9 @@ typedef struct {
 	int nbufs;
 } mg_out;
 void mg_put_args(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta);
+/* The first items of a rank file's or common.pt's dict: args, checkpoint_version 3.0, iteration
+ * (checkpointing.py generate_state_dict). */
+void mg_put_head(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta);
 mgt_status mg_row_data(mg_out *o, const mgt_tensor *x, const void **out);
 void mg_free_bufs(mg_out *o);
 mgt_status mg_write_dist(mg_out *o, int64_t it, json_t *meta);

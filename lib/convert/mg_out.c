@@ -63,6 +63,16 @@ void mg_put_args(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta)
 	json_decref(a);
 }
 
+void mg_put_head(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta)
+{
+	mgt_pyw_str(w, "args");
+	mg_put_args(o, w, it, meta);
+	mgt_pyw_str(w, "checkpoint_version");
+	mgt_pyw_float(w, 3.0);
+	mgt_pyw_str(w, "iteration");
+	mgt_pyw_int(w, it);
+}
+
 /* Whether row x is the weight of a Transformer Engine module that carries _extra_state, and its
  * module prefix (the key without ".weight"). */
 static bool te_module(const mgt_tensor *x, const char *key, char *mod, size_t n)
@@ -164,12 +174,7 @@ static mgt_status write_rank(mg_out *o, mg_chunk *c, int64_t it, json_t *meta)
 	if (!st) st = mgt_pyw_new(&w);
 	if (!st) {
 		mgt_pyw_dict_begin(w);
-		mgt_pyw_str(w, "args");
-		mg_put_args(o, w, it, meta);
-		mgt_pyw_str(w, "checkpoint_version");
-		mgt_pyw_float(w, 3.0);
-		mgt_pyw_str(w, "iteration");
-		mgt_pyw_int(w, it);
+		mg_put_head(o, w, it, meta);
 		mgt_pyw_str(w, "model");
 		st = put_model(o, w, c);
 		mgt_pyw_dict_end(w);

@@ -380,12 +380,7 @@ static mgt_status write_common(mg_out *o, const char *dir, int64_t it, json_t *m
 	mgt_status st = mgt_pyw_new(&w);
 	if (st) return st;
 	mgt_pyw_dict_begin(w);
-	mgt_pyw_str(w, "args");
-	mg_put_args(o, w, it, meta);
-	mgt_pyw_str(w, "checkpoint_version");
-	mgt_pyw_float(w, 3.0);
-	mgt_pyw_str(w, "iteration");
-	mgt_pyw_int(w, it);
+	mg_put_head(o, w, it, meta);
 	mgt_pyw_str(w, "content_metadata"); /* checkpointing.py _build_sharded_state_dict_metadata */
 	mgt_pyw_dict_begin(w);
 	mgt_pyw_str(w, "singleton_local_shards");

@@ -200,15 +200,19 @@ mgt_status mgt_source_read(mgt_source *s, const char *name, int ndim, const int6
 			return mgt_err(MGT_ERR_USAGE, "%s: tensor %s: box outside its global shape", s->dir, name);
 	mgt_status st = make_whole(s, row);
 	if (st) return st;
-	/* copy the box row by row (the last dim contiguous); up to 3 dims */
+	cv_copy_box(s->b.whole, nd, gs, offset, shape, dst);
+	return MGT_OK;
+}
+
+void cv_copy_box(const float *whole, int nd, const int64_t *gs, const int64_t *off, const int64_t *shape, float *dst)
+{
+	/* row by row (the last dim contiguous) */
 	int64_t g1 = nd > 1 ? gs[nd - 1] : 1, g2 = nd > 2 ? gs[1] : 1;
 	int64_t n0 = nd > 2 ? shape[0] : 1, n1 = nd > 1 ? shape[nd - 2] : 1, n2 = shape[nd - 1];
-	int64_t o0 = nd > 2 ? offset[0] : 0, o1 = nd > 1 ? offset[nd - 2] : 0, o2 = offset[nd - 1];
-	float *out = dst;
+	int64_t o0 = nd > 2 ? off[0] : 0, o1 = nd > 1 ? off[nd - 2] : 0, o2 = off[nd - 1];
 	for (int64_t a = 0; a < n0; a++)
 		for (int64_t r = 0; r < n1; r++)
-			memcpy(out + (a * n1 + r) * n2, s->b.whole + ((o0 + a) * g2 + o1 + r) * g1 + o2, (size_t)n2 * sizeof(float));
-	return MGT_OK;
+			memcpy(dst + (a * n1 + r) * n2, whole + ((o0 + a) * g2 + o1 + r) * g1 + o2, (size_t)n2 * sizeof(float));
 }
 
 /* mgt_source_read as an mgt_ckpt_box_reader. */
