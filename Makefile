@@ -71,7 +71,7 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags hdf5 openblas 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs hdf5 openblas 2>/dev/null)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -pthread -fopenmp $(WARN) -Ilib -Icmd $(PKG_CFLAGS) $(MPI_CFLAGS) $(CUDA_CFLAGS) $(CFLAGS)
-LIBS       = -lpcre2-8 -lzstd -ljansson -lutf8proc -licuuc -licudata -lsentencepiece -lstdc++ $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -fopenmp -lpthread -lm
+LIBS       = -lpcre2-8 -lzstd -ljansson -lzip -lutf8proc -licuuc -licudata -lsentencepiece -lstdc++ $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -fopenmp -lpthread -lm
 # lib/*/*.cc (lib/tok/spm_shim.cc: the libsentencepiece shim) with the C warnings that apply to C++
 CXX      ?= g++
 ALL_CXXFLAGS = -std=c++17 -D_GNU_SOURCE -pthread $(filter-out -Wstrict-prototypes -Wmissing-prototypes,$(WARN)) -Ilib $(CFLAGS)
@@ -299,7 +299,7 @@ SIM_CXX  = g++ -std=c++17 -pthread $(WARN) -Wno-unused-function -Wno-unknown-pra
 SIM_ASAN = $(findstring address,$(SANITIZE))
 SIM_KFLAGS = $(if $(SIM_ASAN),-DMGT_SIM_ASAN,-fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 \
              --param asan-stack=0 --param asan-globals=0 --param asan-use-after-return=0)
-SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lutf8proc -licuuc -licudata -lsentencepiece $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
+SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lzip -lutf8proc -licuuc -licudata -lsentencepiece $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
 
 .PHONY: check-sim
 ifeq ($(SIM_OK),)
@@ -382,13 +382,15 @@ endif
 # libstdc++ and, with CUDA, cuBLASLt and NCCL stay dynamic (contrib/bundle.sh checks with ldd).
 # Debian ships libsentencepiece as a shared library only (no .a; it carries its own protobuf-lite
 # and needs only libstdc++): it is linked dynamically and copied into the bundle's lib/, found
-# through the rpath $ORIGIN/../lib.
+# through the rpath $ORIGIN/../lib.  So is libzip (lib/ckpt/torchfile.c; no .a either), with its
+# own libbz2, libcrypto and libz; the rpath is written as DT_RPATH (--disable-new-dtags), which,
+# unlike DT_RUNPATH, the loader also searches for those indirect dependencies.
 ifeq ($(BUNDLE),1)
 STATIC_A  = /usr/lib/x86_64-linux-gnu
 LIBS      = -Wl,-Bstatic -lpcre2-8 -lzstd -ljansson -lutf8proc -licuuc -licudata -L$(STATIC_A)/hdf5/serial -lhdf5 -lsz -laec -lz \
             -L$(STATIC_A)/openblas-openmp -lopenblas -Wl,-Bdynamic $(shell $(CC) -print-file-name=libgomp.a) \
-            -lsentencepiece -lstdc++ $(CUDA_LIBS) -lpthread -ldl -lm
-LDFLAGS  += -Wl,--as-needed -no-pie -Wl,-rpath,'$$ORIGIN/../lib'
+            -lsentencepiece -lzip -lstdc++ $(CUDA_LIBS) -lpthread -ldl -lm
+LDFLAGS  += -Wl,--as-needed -no-pie -Wl,-rpath,'$$ORIGIN/../lib' -Wl,--disable-new-dtags
 endif
 bundle:
 	$(MAKE) B=build/bundle BIN=build/bundle/bin BUNDLE=1 MPI=0 DEPS=$(DEPS) CUDA=$(CUDA) \

@@ -16,33 +16,39 @@
 static const char PROG[] = "mgt-ckpt-convert";
 
 enum { OPT_LOAD = CLI_FIRST_FREE, OPT_SAVE, OPT_TP, OPT_PP, OPT_EP, OPT_DIV, OPT_DTYPE, OPT_FAMILY, OPT_STEP, OPT_SHARD,
-       OPT_QUIET, OPT_HELP };
+       OPT_FORMAT, OPT_QUIET, OPT_HELP };
 
 static void usage(void)
 {
 	printf("Usage: mgt-ckpt-convert --load-dir IN --save-dir OUT [OPTION]...\n"
-	       "Convert a Hugging Face model directory (config.json, *.safetensors) to an mgt checkpoint, or an\n"
-	       "mgt checkpoint to a Hugging Face directory; the direction follows from IN. Tensor by tensor,\n"
-	       "bit for bit; OUT must not exist and appears only when complete.\n\n"
-	       "  --load-dir IN                       Hugging Face directory or mgt save directory\n"
+	       "Convert a Hugging Face model directory (config.json, *.safetensors) to an mgt checkpoint, an\n"
+	       "mgt checkpoint to a Hugging Face directory, or a Megatron-LM checkpoint (its format torch\n"
+	       "or torch_dist) to an mgt checkpoint or a Hugging Face directory; the direction follows from IN\n"
+	       "and --save-format. Tensor by tensor, bit for bit; OUT must not exist and appears only when\n"
+	       "complete.\n\n"
+	       "  --load-dir IN                       Hugging Face directory, mgt or Megatron-LM save directory\n"
 	       "  --save-dir OUT                      output directory (must not exist)\n"
-	       "  --target-tensor-parallel-size N     HF to mgt: tensor-parallel layout to write [1]\n"
-	       "  --target-pipeline-parallel-size N   HF to mgt: pipeline-parallel layout to write [1]\n"
-	       "  --target-expert-parallel-size N     HF to mgt: expert-parallel layout of an MoE model [1]\n"
+	       "  --save-format mgt|hf|torch|torch_dist  what to write: an mgt checkpoint, a Hugging Face directory,\n"
+	       "                                      or a Megatron-LM checkpoint, torch or torch_dist [mgt from\n"
+	       "                                      Hugging Face and Megatron-LM, hf from mgt]\n"
+	       "  --target-tensor-parallel-size N     to mgt: tensor-parallel layout to write [1]\n"
+	       "  --target-pipeline-parallel-size N   to mgt: pipeline-parallel layout to write [1]\n"
+	       "  --target-expert-parallel-size N     to mgt: expert-parallel layout of an MoE model [1]\n"
 	       "  --make-vocab-size-divisible-by N    HF to mgt: vocabulary padding multiple (times TP) [128]\n"
 	       "  --dtype bf16|fp16|fp32              mgt to HF: tensor type [config.json's torch_dtype, else fp32]\n"
 	       "  --family NAME                       mgt to HF: gpt2, llama, mistral, qwen2, qwen3, mixtral,\n"
 	       "                                      qwen2_moe, qwen3_moe, megatron-bert, nemotron_h or\n"
 	       "                                      mamba2 [recorded, else inferred from the model's\n"
 	       "                                      arguments]\n"
-	       "  --ckpt-step N                       mgt to HF: iteration to convert [the tracker's]\n"
+	       "  --ckpt-step N                       from mgt or Megatron-LM: iteration to convert [the tracker's]\n"
 	       "  --max-shard-size BYTES              mgt to HF: safetensors shard size [5000000000]\n"
 	       "  --quiet                             no summary line\n"
 	       "  --help\n\n"
 	       "Exit status: 0 ok, 1 runtime error (I/O, disk full, not enough memory), 2 usage error or a model\n"
 	       "mgt does not implement, 3 bad input (config.json, a missing, unexpected, misshapen or non-finite\n"
-	       "tensor), 4 unreadable tokenizer files, 5 output exists, 6 malformed safetensors or damaged checkpoint, 130 interrupted.\n"
-	       "See mgt-ckpt-convert(1), mgt-hf(5), mgt-ckpt(5).\n");
+	       "tensor), 4 unreadable tokenizer files, 5 output exists, 6 malformed safetensors or damaged checkpoint (mgt or\n"
+	       "Megatron-LM), 130 interrupted.\n"
+	       "See mgt-ckpt-convert(1), mgt-hf(5), mgt-megatron(5), mgt-ckpt(5).\n");
 }
 
 static const struct option longopts[] = {
@@ -56,6 +62,7 @@ static const struct option longopts[] = {
 	{"family", required_argument, 0, OPT_FAMILY},
 	{"ckpt-step", required_argument, 0, OPT_STEP},
 	{"max-shard-size", required_argument, 0, OPT_SHARD},
+	{"save-format", required_argument, 0, OPT_FORMAT},
 	{"quiet", no_argument, 0, OPT_QUIET},
 	{"help", no_argument, 0, OPT_HELP},
 	{0, 0, 0, 0},
@@ -67,6 +74,8 @@ static int positive(const char *flag, const char *arg)
 	if (v < 1 || v > 1 << 20) mgt_cli_usage_error(PROG, "%s %s: expected a positive integer", flag, arg);
 	return (int)v;
 }
+
+static const char *save_format;
 
 static void parse(int argc, char **argv, mgt_convert_opts *o)
 {
@@ -90,6 +99,11 @@ static void parse(int argc, char **argv, mgt_convert_opts *o)
 			o->max_shard_bytes = (uint64_t)mgt_cli_int(PROG, "--max-shard-size", optarg);
 			if (!o->max_shard_bytes) mgt_cli_usage_error(PROG, "--max-shard-size: expected a positive byte count");
 			break;
+		case OPT_FORMAT:
+			if (strcmp(optarg, "mgt") && strcmp(optarg, "hf") && strcmp(optarg, "torch") && strcmp(optarg, "torch_dist"))
+				mgt_cli_usage_error(PROG, "--save-format %s: expected mgt, hf, torch or torch_dist", optarg);
+			save_format = optarg;
+			break;
 		case OPT_QUIET: o->log = NULL; break;
 		case OPT_HELP: usage(); exit(0);
 		default: mgt_cli_usage_error(PROG, "unknown option");
@@ -106,11 +120,30 @@ int main(int argc, char **argv)
 	mgt_signals_install();
 	int kind;
 	mgt_status st = mgt_convert_detect(o.load_dir, &kind);
-	if (!st && kind == 1) {
+	const char *to = save_format ? save_format : kind == 2 ? "hf" : "mgt";
+	bool megatron = !strcmp(to, "torch") || !strcmp(to, "torch_dist");
+	if (!st && ((kind == 1 && !strcmp(to, "hf")) || (kind == 2 && !strcmp(to, "mgt")) || (kind == 3 && megatron)))
+		mgt_cli_usage_error(PROG, "--save-format %s: %s is already %s", to, o.load_dir,
+				    kind == 1 ? "a Hugging Face directory" : kind == 2 ? "an mgt checkpoint" : "a Megatron-LM checkpoint");
+	if (!st && megatron) {
+		if (o.family || o.max_shard_bytes || o.make_vocab_size_divisible_by)
+			mgt_cli_usage_error(PROG, "--family, --max-shard-size and --make-vocab-size-divisible-by do not apply to "
+					    "--save-format %s", to);
+		o.save_format = to;
+		st = mgt_convert_to_megatron(&o);
+	} else if (!st && kind == 1) {
 		if (o.dtype || o.family || o.ckpt_step >= 0 || o.max_shard_bytes)
 			mgt_cli_usage_error(PROG, "--dtype, --family, --ckpt-step and --max-shard-size apply to mgt to "
 					    "Hugging Face conversion; %s is a Hugging Face directory", o.load_dir);
 		st = mgt_convert_hf_to_mgt(&o);
+	} else if (!st && kind == 3 && !strcmp(to, "mgt")) {
+		if (o.dtype || o.family || o.max_shard_bytes)
+			mgt_cli_usage_error(PROG, "--dtype, --family and --max-shard-size apply to Hugging Face output; "
+					    "--save-format is mgt");
+		if (o.make_vocab_size_divisible_by)
+			mgt_cli_usage_error(PROG, "--make-vocab-size-divisible-by: a Megatron-LM checkpoint keeps the "
+					    "vocabulary padding it was saved with");
+		st = mgt_convert_megatron_to_mgt(&o);
 	} else if (!st) {
 		if (o.tp != 1 || o.pp != 1 || o.ep != 1 || o.make_vocab_size_divisible_by)
 			mgt_cli_usage_error(PROG, "--target-* and --make-vocab-size-divisible-by apply to Hugging Face to "

@@ -4,8 +4,10 @@
 # image):
 #   OUTDIR/bin/        the programs, linked statically against HDF5, jansson, zstd, PCRE2,
 #                      utf8proc, OpenBLAS and libgomp (built without MPI: one process per run)
-#   OUTDIR/lib/        libsentencepiece.so.0 (Debian has no static one), found by the programs
-#                      through their rpath $ORIGIN/../lib
+#   OUTDIR/lib/        libsentencepiece.so.0 and, when a program uses it, libzip.so.4 with its
+#                      libbz2, libcrypto and libz (Debian has no static ones), found by the programs
+#                      through their rpath $ORIGIN/../lib (a DT_RPATH: it serves indirect
+#                      dependencies too)
 #   OUTDIR/libexec/    the GPU test and benchmark programs (test_cuda_ops, gemm_ceiling), which
 #                      tests/gpu/check.sh and tests/bench/gpu.sh run
 #   OUTDIR/share/mgt/  model presets, tokenizers, the KJV sample data
@@ -20,8 +22,10 @@ set -eu
 b=$1 out=$2
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp/bin" "$out.tmp/lib" "$out.tmp/libexec" "$out.tmp/share" "$out.tmp/man"
-spm=$(ldd "$b"/bin/mgt-tokenize | awk '/libsentencepiece/ {print $3}')
-[ -n "$spm" ] && cp -L "$spm" "$out.tmp/lib/"
+for l in $(for p in "$b"/bin/mgt*; do ldd "$p"; done |
+	awk '/libsentencepiece|libzip\.so|libbz2\.so|libcrypto\.so|libz\.so/ {print $3}' | sort -u); do
+	cp -L "$l" "$out.tmp/lib/"
+done
 cp "$b"/bin/mgt* "$out.tmp/bin/"
 cp "$b"/tests/gpu/test_cuda_ops "$b"/bench/gemm_ceiling "$out.tmp/libexec/"
 strip --strip-debug "$out.tmp"/bin/* "$out.tmp"/libexec/* # small enough to copy to a GPU machine

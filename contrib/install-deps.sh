@@ -7,7 +7,7 @@ set -e
 need=""
 chk() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || need="$need $1"; }
 for p in gcc g++ make libc6-dev libpcre2-dev libzstd-dev libjansson-dev libutf8proc-dev libicu-dev pkg-config \
-	libsentencepiece-dev libxxhash-dev libhdf5-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin; do chk $p; done
+	libsentencepiece-dev libzip-dev libxxhash-dev libhdf5-dev libopenblas-openmp-dev libopenmpi-dev openmpi-bin; do chk $p; done
 if [ "$1" = test ]; then
 	for p in perl zstd python3 python3-numpy python3-torch python3-h5py hdf5-tools \
 		python3-sentencepiece sentencepiece python3-xxhash python3-jinja2; do chk $p; done

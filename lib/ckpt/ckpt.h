@@ -389,19 +389,27 @@ void mgt_st_writer_free(mgt_st_writer *w);
  * SHORT_BINUNICODE BINUNICODE8 BINBYTES SHORT_BINBYTES BINBYTES8 BYTEARRAY8 EMPTY_TUPLE TUPLE
  * TUPLE1-3 EMPTY_LIST APPEND APPENDS LIST EMPTY_DICT DICT SETITEM SETITEMS EMPTY_SET ADDITEMS
  * FROZENSET GLOBAL STACK_GLOBAL REDUCE NEWOBJ NEWOBJ_EX BUILD BINPERSID PUT BINPUT LONG_BINPUT GET
- * BINGET LONG_BINGET MEMOIZE, and the text INT, LONG, FLOAT, STRING, UNICODE where protocol 0/1
- * writers left them.  Nothing is ever called: REDUCE / NEWOBJ of a class it knows is evaluated
- * natively, everything else becomes a generic object:
+ * BINGET LONG_BINGET MEMOIZE, and the text INT, LONG, FLOAT, STRING, UNICODE (and BINSTRING,
+ * SHORT_BINSTRING: STR of the bytes as they are) where protocol 0/1 writers left them; a PROTO
+ * above 5 is refused.  GLOBAL module names __builtin__ and copy_reg read as builtins and copyreg
+ * (fix_imports).  Nothing is ever called: REDUCE / NEWOBJ (NEWOBJ_EX: its keyword arguments
+ * dropped) of a class it knows is evaluated natively, everything else becomes a generic object:
  *   torch._utils._rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks[, meta])
  *   and _rebuild_tensor_v3(..., dtype[, meta]) -> TENSOR; torch._utils._rebuild_parameter(data,
  *   ...) and torch._tensor._rebuild_from_type_v2(func, type, args, state) -> the tensor inside;
  *   collections.OrderedDict() -> DICT; torch.Size(tuple) -> TUPLE; _codecs.encode(str, "latin1")
  *   -> BYTES (code points 0..255); builtins (or __builtin__) set / frozenset / bytearray -> LIST /
- *   LIST / BYTES; copyreg._reconstructor(cls, base, state) and copyreg.__newobj__ -> OBJ of cls.
+ *   LIST / BYTES (set items are not deduplicated: Python writes none twice); builtins.getattr(GLOBAL
+ *   m.name, "attr") -> the GLOBAL m.name.attr (Python >= 3.11 pickles an enum member so; older ones
+ *   write REDUCE(cls, (value,)), an OBJ); copyreg._reconstructor(cls, base, state) and
+ *   copyreg.__newobj__ -> OBJ of cls (args NULL for _reconstructor).  torch.storage._load_from_bytes
+ *   stays an OBJ: its args[0] is the BYTES of a nested torch.save (mgt_torch_open_mem).  BUILD sets
+ *   the state of whatever value it is given (an OrderedDict state_dict's {'_metadata': ...} too).
  * BINPERSID takes ('storage', <torch.XStorage GLOBAL or torch.storage.UntypedStorage>, key,
  * location, numel) to a STORAGE (numel: elements of typed storages, bytes of UntypedStorage, whose
- * dtype the tensor rebuilt over it gives: _rebuild_tensor_v3's dtype argument); any other
- * persistent id is MGT_ERR_FORMAT.
+ * dtype the tensor rebuilt over it gives: _rebuild_tensor_v3's dtype argument; until then its
+ * dtype_name is "uint8"); one STORAGE per key (tied weights share it; the first class given wins,
+ * as torch's persistent_load keeps it); any other persistent id is MGT_ERR_FORMAT.
  *
  * Values live in the mgt_pickle (or mgt_torch) that made them until it is freed; they may be
  * shared (the memo) and, in a hostile file, cyclic: walk them with a depth bound.  Limits, each
@@ -419,13 +427,16 @@ typedef enum {
 typedef struct mgt_py mgt_py;
 struct mgt_py {
 	mgt_py_kind kind;
-	int64_t i;           /* BOOL 0/1; INT when !big */
-	bool big;            /* INT outside int64: little-endian two's complement bytes in s, len */
+	int64_t i;           /* BOOL 0/1; INT when !big; STORAGE: its ordinal (0, 1, ... in order of
+			      * first appearance) */
+	bool big;            /* INT outside int64: little-endian two's complement bytes in s, len (the
+			      * fewest, as pickle.encode_long writes them) */
 	double f;            /* FLOAT */
 	const char *s;       /* STR: UTF-8 as pickled (NUL-terminated, len bytes); BYTES: len bytes
 			      * (NUL-terminated too); GLOBAL: the module; STORAGE: its record key */
 	size_t len;
-	const char *name;    /* GLOBAL: the qualified name ("OrderedDict", "Namespace") */
+	const char *name;    /* GLOBAL: the qualified name ("OrderedDict", "Namespace", "Color.RED");
+			      * STORAGE: its class's name ("FloatStorage", "UntypedStorage") */
 	mgt_py **v;          /* TUPLE, LIST: v[0..n); DICT: key v[2k], value v[2k+1] for k < n, in
 			      * insertion order (a key set again keeps its place, takes the new value;
 			      * keys compare by kind and content for NONE BOOL INT FLOAT STR BYTES,
@@ -461,11 +472,13 @@ const mgt_py *mgt_py_get(const mgt_py *d, const char *key);
 /* Whether v is a GLOBAL, or an OBJ whose cls is a GLOBAL, of that name and (module not NULL)
  * module. */
 bool mgt_py_is(const mgt_py *v, const char *module, const char *name);
-/* v as an int64 (INT or BOOL), a double (FLOAT or INT) or a string (STR); false / NULL otherwise. */
+/* v as an int64 (INT or BOOL), a double (FLOAT or INT) or a string (STR); false / NULL otherwise
+ * (a big INT gives false for both). */
 bool mgt_py_int(const mgt_py *v, int64_t *out);
 bool mgt_py_float(const mgt_py *v, double *out);
 const char *mgt_py_str(const mgt_py *v);
-/* A TENSOR's element count (product of its sizes; 1 for 0 dims). */
+/* A TENSOR's element count (product of its sizes; 1 for 0 dims; INT64_MAX when the product
+ * overflows; 0 for a value that is not a TENSOR). */
 int64_t mgt_py_numel(const mgt_py *t);
 
 /* A torch.save file (PyTorch >= 1.6: a zip of stored entries; Megatron's model_optim_rng.pt,
@@ -473,7 +486,9 @@ int64_t mgt_py_numel(const mgt_py *t);
  * <arch>/data.pkl, <arch>/byteorder (absent = little) and <arch>/data/<key>, arch being the first
  * entry's directory (inline_container.cc PyTorchStreamReader::init).  At open every tensor's
  * extent (offset + sum (size-1) * stride, for non-empty tensors) must lie inside its storage and
- * every storage's record must exist and hold numel x element size bytes. */
+ * every storage's record must exist, be stored uncompressed (as torch.save writes them), hold at
+ * least numel x element size bytes and be readable to its end; data.pkl and byteorder must match
+ * their CRC-32 (storages' CRCs are not checked: that would read every byte at open). */
 typedef struct mgt_torch mgt_torch;
 /* Open the file at bytes [offset, offset + length) of path (length 0: to the end), read and
  * unpickle data.pkl.  *out owned by the caller.  Errors: MGT_ERR_IO (path unreadable),
@@ -486,26 +501,41 @@ mgt_status mgt_torch_open_mem(const void *buf, size_t n, const char *what, mgt_t
 const mgt_py *mgt_torch_root(const mgt_torch *t);
 /* The file's name in messages: "path" or "path[@offset]" or what. */
 const char *mgt_torch_name(const mgt_torch *t);
-/* Read TENSOR x of t's tree, row-major over x->size, honouring its offset and strides, into dst
+/* Read TENSOR x of t's tree (or a view of one: a copy with another offset, sizes and strides
+ * inside the same storage), row-major over x->size, honouring its offset and strides, into dst
  * (caller-owned): as float32 (numel floats: F32 as is, F16/BF16 exactly, F64 rounded to nearest,
- * integer types converted exactly below 2^24, else refused), or its elements' bytes as stored
- * (numel x mgt_dt_size).  Errors: MGT_ERR_FORMAT (a dtype it cannot give, naming it; x not of t),
+ * integer types and BOOL converted exactly while |value| <= 2^24, else refused, dst then partly
+ * written), or its elements' bytes as stored (numel x mgt_dt_size).  A contiguous tensor is read
+ * straight from its record (in chunks of 2^18 elements when converting); a strided one is gathered
+ * from its whole storage, read once and kept (one storage: the last) until the next strided read
+ * of another storage or mgt_torch_close.  Errors: MGT_ERR_FORMAT (a dtype it cannot give, naming it; x not of t),
  * MGT_ERR_IO, MGT_ERR_NOMEM. */
 mgt_status mgt_torch_read_f32(mgt_torch *t, const mgt_py *x, float *dst);
 mgt_status mgt_torch_read_raw(mgt_torch *t, const mgt_py *x, void *dst);
 void mgt_torch_close(mgt_torch *t);
 
 /* Writing torch.save files (lib/ckpt/torchwrite.c): a pickle of protocol 2 as torch.save writes
- * it (GLOBALs with protocol 2's module names, ints as BININT* / LONG1, floats BINFLOAT, strings
- * BINUNICODE, bytes as _codecs.encode, memoised with BINPUT as pickle does for containers and
- * globals), built by calls in the order of the value's serialisation, then stored as a zip of
- * stored entries: <arch>/data.pkl, <arch>/byteorder ("little"), <arch>/data/<key> (each storage,
- * key "0", "1", ...; data 64-byte aligned with an FB extra field as inline_container.cc does),
- * <arch>/version ("3"), which python3-torch's torch.load reads.  Containers: *_begin pushes a mark,
- * the calls between give the items (a dict: key then value, pairs), *_end closes it.  Errors stick:
- * the first failing call's status is returned again by mgt_pyw_save / _to_mem (MGT_ERR_USAGE for
- * calls out of order: an end without its begin, a dict with an odd item count, save with open
- * containers or not exactly one value; MGT_ERR_IO naming the path; MGT_ERR_NOMEM). */
+ * it through CPython's C pickler (GLOBALs with protocol 2's module names (fix_imports: builtins ->
+ * __builtin__, ...) and a dotted name as getattr(parent, 'last'), ints as BININT* / LONG1, floats
+ * BINFLOAT, strings BINUNICODE, bytes (empty ones too) as _codecs.encode(latin-1 str, 'latin1'),
+ * memoised with BINPUT as pickle does: str, non-empty tuples, containers, objects, a GLOBAL once
+ * and BINGET after; the constants 'storage', 'cpu', 'latin1' once; lists and dicts in batches
+ * of 1000 as Modules/_pickle.c writes them), built by calls in the order of the value's
+ * serialisation, then stored as a zip of stored entries (libzip; no zip64 records below 4 GiB):
+ * <arch>/data.pkl, <arch>/byteorder ("little"), <arch>/data/<key> (each storage, key "0", "1",
+ * ...; data 64-byte aligned with an FB extra field of 'Z's as inline_container.cc does),
+ * <arch>/version ("3\n"), which python3-torch's torch.load reads; data.pkl equals torch.save's
+ * byte for byte for the same value unless Python shares an object in it (a tensor or container
+ * referenced twice, a repeated one-character string: BINGET) (tests/unit/test_pyw.c).
+ * Containers: *_begin pushes a mark, the calls between give the items (a dict: key then value,
+ * pairs), *_end closes it.  Errors stick: the first
+ * failing call's status (and message) is returned again by mgt_pyw_save / _to_mem (MGT_ERR_USAGE
+ * for calls out of order: an end without its begin or closing another kind, a dict with an odd
+ * item count, an object with two states, save with open containers or not exactly one value, a
+ * value after a save; a string that is not UTF-8, a global whose names are empty, not ASCII or
+ * hold a newline, a bad tensor (dtype, ndim outside 0..8, a negative size, NULL data), an arch
+ * that is empty, not ASCII or holds '/'; MGT_ERR_IO naming the path; MGT_ERR_NOMEM).  A writer
+ * may be saved more than once (to a file and to memory). */
 typedef struct mgt_pyw mgt_pyw;
 mgt_status mgt_pyw_new(mgt_pyw **out);
 void mgt_pyw_none(mgt_pyw *w);
@@ -526,11 +556,13 @@ void mgt_pyw_odict_begin(mgt_pyw *w);
 void mgt_pyw_odict_end(mgt_pyw *w);
 /* An object of class module.name made as copyreg.__newobj__ makes it (NEWOBJ with no arguments),
  * then BUILD with the value given between begin and end (an attribute dict for argparse.Namespace
- * and dataclasses, a tuple for classes whose __getstate__ returns one). */
+ * and dataclasses, a tuple for classes whose __getstate__ returns one; no value: no BUILD, as
+ * pickle writes an object whose state is None). */
 void mgt_pyw_obj_begin(mgt_pyw *w, const char *module, const char *name);
 void mgt_pyw_obj_end(mgt_pyw *w);
 /* REDUCE(module.name, args): the args tuple's items between begin and end (an enum member:
- * REDUCE(cls, (value,)); torch.Size((...))). */
+ * REDUCE(cls, (value,)) as Python <= 3.10 pickles it, or REDUCE(builtins.getattr, (cls, 'NAME'))
+ * as 3.11 does; torch.Size((...))). */
 void mgt_pyw_reduce_begin(mgt_pyw *w, const char *module, const char *name);
 void mgt_pyw_reduce_end(mgt_pyw *w);
 /* A contiguous tensor of dtype dt and shape size[0..ndim) (ndim 0..8) over a storage of its own:
@@ -538,11 +570,17 @@ void mgt_pyw_reduce_end(mgt_pyw *w);
  * ('storage', torch.<X>Storage, key, 'cpu', numel) persistent id.  data: numel x mgt_dt_size
  * bytes, little-endian, kept by reference until the save (the caller keeps it alive). */
 void mgt_pyw_tensor(mgt_pyw *w, mgt_dt dt, int ndim, const int64_t *size, const void *data);
-/* Write the zip to path (created or replaced as written: the caller picks a temporary name),
- * records under arch/ ("model_optim_rng" for a file saved to model_optim_rng.pt, "archive" for a
- * stream), fsynced; or into a malloc'd buffer (*buf, *n; the caller frees). */
+/* Write the zip to path (created or replaced as written: the caller picks a temporary name and
+ * removes it after a failure, which may leave it partly written), records under arch/
+ * ("model_optim_rng" for a file saved to model_optim_rng.pt, "archive" for a stream), fsynced;
+ * or into a malloc'd buffer (*buf, *n; the caller frees; NULL, 0 on failure).  Tensor data is
+ * streamed from the callers' buffers (the pickle is held in memory; _to_mem holds the whole zip). */
 mgt_status mgt_pyw_save(mgt_pyw *w, const char *path, const char *arch);
 mgt_status mgt_pyw_to_mem(mgt_pyw *w, const char *arch, void **buf, size_t *n);
+/* The pickle alone (pickle.dump's bytes, as torch.distributed.checkpoint writes .metadata) into a
+ * malloc'd buffer (*buf, *n; the caller frees); w must hold no tensor.  Errors: those of
+ * mgt_pyw_save, MGT_ERR_USAGE for a tensor. */
+mgt_status mgt_pyw_pickle(mgt_pyw *w, void **buf, size_t *n);
 void mgt_pyw_free(mgt_pyw *w);
 
 /* ---- GGUF v3 (lib/ckpt/gguf.c) ------------------------------------------------------------- */

@@ -41,9 +41,11 @@ mgt_status mgt_convert_detect(const char *dir, int *kind)
 	if (stat(dir, &sb)) return mgt_err(MGT_ERR_IO, "%s: %s", dir, strerror(errno));
 	if (!S_ISDIR(sb.st_mode)) return mgt_err(MGT_ERR_USAGE, "%s: not a directory", dir);
 	if (cv_exists(dir, "config.json")) *kind = 1;
+	else if (cv_mg_detect(dir)) *kind = 3;
 	else if (cv_exists(dir, MGT_CKPT_TRACKER)) *kind = 2;
-	else return mgt_err(MGT_ERR_USAGE, "%s: neither a Hugging Face model directory (config.json) nor an mgt "
-			    "checkpoint directory (%s)", dir, MGT_CKPT_TRACKER);
+	else return mgt_err(MGT_ERR_USAGE, "%s: neither a Hugging Face model directory (config.json), an mgt "
+			    "checkpoint directory (%s) nor a Megatron-LM one (iter_N/mp_rank_* or iter_N/.metadata)", dir,
+			    MGT_CKPT_TRACKER);
 	return MGT_OK;
 }
 
@@ -570,6 +572,7 @@ static mgt_status open_src(hf_out *h)
 	int kind;
 	mgt_status st = mgt_convert_detect(h->o->load_dir, &kind);
 	if (!st && kind == 1) return mgt_source_open(h->o->load_dir, 0, &h->src);
+	if (!st && kind == 3) return mgt_source_open(h->o->load_dir, h->o->ckpt_step, &h->src);
 	mgt_ckpt *ck = NULL;
 	st = mgt_ckpt_open(h->o->load_dir, h->o->ckpt_step, &ck);
 	if (!st) st = mgt_ckpt_check(ck);

@@ -42,8 +42,9 @@ typedef struct {
 	int ep;                       /* HF -> mgt: target expert parallel size (0 = 1); > 1 needs experts */
 	int64_t make_vocab_size_divisible_by; /* HF -> mgt: 0 = 128 (Megatron's default) */
 	const char *dtype;            /* mgt -> HF: "bf16", "fp16", "fp32" or NULL (config.json's torch_dtype, else fp32) */
+	const char *save_format;      /* mgt -> Megatron: "torch" (NULL) or "torch_dist" */
 	const char *family;           /* mgt -> HF without recorded config.json: model_type, or NULL (inferred) */
-	int64_t ckpt_step;            /* mgt -> HF: iteration to read, -1 = the tracker's */
+	int64_t ckpt_step;            /* mgt or Megatron -> HF or mgt: iteration to read, -1 = the tracker's */
 	uint64_t max_shard_bytes;     /* mgt -> HF: safetensors shard size (0 = 5 GB, as transformers) */
 	const mgt_tok_opts *tok;      /* mgt -> HF: the tokenizer flags applied to the checkpoint's
 				       * (mgt_tok_opts_apply), or NULL */
@@ -51,8 +52,10 @@ typedef struct {
 } mgt_convert_opts;
 
 /* Which way load_dir goes: 1 a Hugging Face directory (config.json), 2 an mgt save directory
- * (latest_checkpointed_iteration.txt or iter_NNNNNNN/).  Errors: MGT_ERR_USAGE (neither, naming
- * the directory and what was looked for), MGT_ERR_IO. */
+ * (latest_checkpointed_iteration.txt or iter_NNNNNNN/), 3 a Megatron-LM checkpoint (mgt-megatron(5):
+ * a save directory whose tracker's iteration holds mp_rank_* rank files (`--ckpt-format torch`)
+ * or .metadata (`torch_dist`), or such an iteration directory itself).  Errors: MGT_ERR_USAGE
+ * (none of them, naming the directory and what was looked for), MGT_ERR_IO. */
 mgt_status mgt_convert_detect(const char *load_dir, int *kind);
 
 /* Hugging Face -> mgt.  Errors: MGT_ERR_USAGE (unsupported family, activation, rope_scaling type;
@@ -61,6 +64,23 @@ mgt_status mgt_convert_detect(const char *load_dir, int *kind);
  * file and tensor), MGT_ERR_FORMAT (safetensors malformed), MGT_ERR_EXISTS (save_dir exists),
  * MGT_ERR_IO, MGT_ERR_NOMEM. */
 mgt_status mgt_convert_hf_to_mgt(const mgt_convert_opts *o);
+
+/* Megatron-LM -> mgt (mgt-megatron(5)): the checkpoint in load_dir (its iteration ckpt_step, else
+ * the tracker's) as an mgt checkpoint of the same iteration at layout tp x pp (x ep): weights (the
+ * optimizer's fp32 main weights where saved), Adam moments when saved, progress and scheduler.
+ * Errors: MGT_ERR_USAGE (what mgt does not read, naming the argument; a layout that does not
+ * divide), MGT_ERR_FORMAT (a rank file missing or damaged, a tensor missing or misshapen, the
+ * optimizer's layout not Megatron's, naming the file and key), MGT_ERR_EXISTS, MGT_ERR_IO,
+ * MGT_ERR_NOMEM. */
+mgt_status mgt_convert_megatron_to_mgt(const mgt_convert_opts *o);
+
+/* mgt (or a Hugging Face directory read in place) -> Megatron-LM's legacy format (mgt-megatron(5)):
+ * save_dir/iter_%07d/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt at layout tp x pp (x ep), the
+ * weights in o->dtype (default: bf16 with the checkpoint's --bf16, fp16 with --fp16, else fp32),
+ * the arguments as Megatron's Namespace, the iteration; no optimizer or RNG state, as Megatron's
+ * tools/checkpoint saver writes.  Errors: as mgt_convert_mgt_to_hf, MGT_ERR_USAGE for a layout that
+ * does not divide. */
+mgt_status mgt_convert_to_megatron(const mgt_convert_opts *o);
 
 /* mgt -> Hugging Face.  Errors: as above, MGT_ERR_INPUT for a model no Hugging Face family holds
  * (an MoE model with a sigmoid router, expert bias, group-limited routing, top-k scaling, or one

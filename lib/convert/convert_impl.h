@@ -27,6 +27,8 @@ typedef struct {
 	unsigned buffers;          /* GPT-2 mask buffers seen: bit 0 attn.bias, bit 1 attn.masked_bias */
 	bool in_place;             /* read in place (mgt_source): tokenizer files as the directory's own */
 	mgt_source *src;           /* Hugging Face -> mgt: the tensors, read through cv_source_over_hf */
+	int64_t iteration;         /* the iteration written (0 from Hugging Face) */
+	const char *kprefix;       /* cv_write_rows: the datasets' prefix ("" weights, an optimizer moment's) */
 } hf_in;
 
 typedef struct {
@@ -60,12 +62,24 @@ void cv_hf_close(hf_in *h);
 mgt_status cv_hf_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst);
 char *cv_hf_metadata(hf_in *h);
 
+/* hf_in.c: every row of h->full (an expert dataset once) made whole by the source h->src under
+ * h->kprefix + its name (cv_source_whole) and written to the per-rank shards of h->ranks (opened
+ * in h->tmp, iteration 0 or the one begun); cv_close_shards closes them (the first error);
+ * cv_rank_*: rank r's tensor, pipeline and expert parallel ranks. */
+mgt_status cv_write_rows(hf_in *h, scratch *b);
+mgt_status cv_close_shards(hf_in *h);
+int cv_rank_tp(const hf_in *h, int r);
+int cv_rank_pp(const hf_in *h, int r);
+int cv_rank_ep(const hf_in *h, int r);
+
 /* source.c: a model source over the open directory h (kind 1; h stays the caller's and must
  * outlive s; no metadata text), and the whole tensor name (a row [g->shape], or an expert
  * dataset [E, rows, cols]) made from its sources: float32, owned by s, valid until the next read
  * of another tensor.  Errors: those of mgt_source_open and mgt_source_read. */
 mgt_status cv_source_over_hf(hf_in *h, mgt_source **out);
 mgt_status cv_source_whole(mgt_source *s, const char *name, const float **out);
+/* dst (row-major [shape]) := the box [off, off + shape) of whole (row-major [gs], nd 1..3). */
+void cv_copy_box(const float *whole, int nd, const int64_t *gs, const int64_t *off, const int64_t *shape, float *dst);
 
 /* Reading a model source (h->o->load_dir: an mgt checkpoint at ckpt_step, or a Hugging Face
  * directory read in place, mgt_source): metadata, arguments, family, whole-model table; experts
@@ -76,6 +90,26 @@ mgt_status cv_source_whole(mgt_source *s, const char *name, const float **out);
 mgt_status cv_mgt_open(hf_out *h, bool experts);
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole);
 void cv_mgt_close(hf_out *h);
+
+/* megatron.c: a Megatron-LM checkpoint read in place (mgt_source kind 3): cv_mg_detect, whether
+ * dir is one (a save directory whose tracker's iteration holds mp_rank_* or .metadata, or such an
+ * iteration directory); cv_mg_open opens its iteration step (<= 0: the tracker's; "release" is
+ * iteration 0) and reads the arguments; then the mgt_source functions' equivalents.  Errors:
+ * MGT_ERR_FORMAT (a file missing, damaged or disagreeing with the args, naming the file and key),
+ * MGT_ERR_USAGE (what mgt does not read, naming the argument), MGT_ERR_IO, MGT_ERR_NOMEM. */
+typedef struct mg_src mg_src;
+bool cv_mg_detect(const char *dir);
+mgt_status cv_mg_open(const char *dir, int64_t step, mg_src **out);
+void cv_mg_close(mg_src *m);
+const char *cv_mg_metadata(const mg_src *m);
+const char *cv_mg_dir(const mg_src *m);
+int64_t cv_mg_iteration(const mg_src *m);
+size_t cv_mg_count(const mg_src *m);
+const char *cv_mg_tensor(const mg_src *m, size_t i, int *ndim, int64_t *gs, mgt_ckpt_dtype *dt);
+mgt_status cv_mg_read(mg_src *m, const char *name, int ndim, const int64_t *gs, const int64_t *off, const int64_t *shape,
+		      mgt_ckpt_dtype dt, void *dst);
+/* The listed tensor name made whole (float32, owned by m, valid until another is read). */
+mgt_status cv_mg_whole(mg_src *m, const char *name, const float **out);
 
 /* convert.c: file helpers of both ways.  cv_join: malloc'd "a/b" (NULL: out of memory, recorded);
  * cv_exists: whether dir/name exists; cv_out_begin / cv_out_end: build the output under

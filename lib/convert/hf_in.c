@@ -51,9 +51,9 @@ static mgt_status cv_hf_read(hf_in *h, const mgt_hf_map *m, int k, float *buf)
 }
 
 /* Rank r of the tp x pp x ep layout: its tensor, pipeline and expert parallel ranks. */
-static int rank_tp(const hf_in *h, int r) { return r % h->o->tp; }
-static int rank_pp(const hf_in *h, int r) { return r / h->o->tp % h->o->pp; }
-static int rank_ep(const hf_in *h, int r) { return r / (h->o->tp * h->o->pp); }
+int cv_rank_tp(const hf_in *h, int r) { return r % h->o->tp; }
+int cv_rank_pp(const hf_in *h, int r) { return r / h->o->tp % h->o->pp; }
+int cv_rank_ep(const hf_in *h, int r) { return r / (h->o->tp * h->o->pp); }
 
 /* The shard file of box `box` of rank r: model_tpTT_ppPPP_dpDDD[_box].h5, DDD the expert-parallel
  * rank (its data-parallel rank in a run whose data parallelism holds expert parallelism). */
@@ -62,10 +62,10 @@ static mgt_status shard_for(hf_in *h, int rank, int box, mgt_ckpt_shard **out)
 	mgt_ckpt_shard **sh = &h->shards[rank * MGT_TENSOR_MAX_BOXES + box];
 	if (!*sh) {
 		char name[64];
-		int len = snprintf(name, sizeof name, "model_tp%02d_pp%03d_dp%03d", rank_tp(h, rank), rank_pp(h, rank),
-				   rank_ep(h, rank));
+		int len = snprintf(name, sizeof name, "model_tp%02d_pp%03d_dp%03d", cv_rank_tp(h, rank), cv_rank_pp(h, rank),
+				   cv_rank_ep(h, rank));
 		snprintf(name + len, sizeof name - (size_t)len, box ? "_%d.h5" : ".h5", box);
-		mgt_status st = mgt_ckpt_shard_open(h->tmp, 0, name, sh);
+		mgt_status st = mgt_ckpt_shard_open(h->tmp, h->iteration, name, sh);
 		if (st) return st;
 	}
 	*out = *sh;
@@ -95,14 +95,16 @@ static const float *box_data(const mgt_tensor *g, const float *whole, const int6
  * the dense rows on expert-parallel rank 0 only; never the last stage's tied word embeddings. */
 static mgt_status scatter(hf_in *h, const mgt_tensor *g, const float *whole, scratch *b)
 {
+	char name[240];
+	snprintf(name, sizeof name, "%s%s", h->kprefix ? h->kprefix : "", g->name);
 	for (int r = 0; r < h->nranks; r++) {
 		const mgt_tensor *x = mgt_tensor_table_find(&h->ranks[r], g->name);
-		if (!x || rank_ep(h, r) || (x->role == MGT_T_WORD_EMB && rank_pp(h, r))) continue;
+		if (!x || cv_rank_ep(h, r) || (x->role == MGT_T_WORD_EMB && cv_rank_pp(h, r))) continue;
 		int64_t off[MGT_TENSOR_MAX_BOXES][2], shape[MGT_TENSOR_MAX_BOXES][2];
 		size_t first[MGT_TENSOR_MAX_BOXES];
 		int nb = mgt_tensor_boxes(x, 0, x->numel, off, shape, first);
 		for (int k = 0; k < nb; k++) {
-			mgt_ckpt_piece p = {.name = g->name, .ndim = g->ndim, .dtype = MGT_CKPT_F32,
+			mgt_ckpt_piece p = {.name = name, .ndim = g->ndim, .dtype = MGT_CKPT_F32,
 					    .data = box_data(g, whole, off[k], shape[k], b)};
 			if (!p.data) return MGT_ERR_NOMEM;
 			for (int d = 0; d < g->ndim; d++) {
@@ -139,7 +141,9 @@ mgt_status cv_hf_row(hf_in *h, const mgt_tensor *g, scratch *b, float *dst)
 static mgt_status convert_row(hf_in *h, const mgt_tensor *g, scratch *b)
 {
 	const float *whole;
-	mgt_status st = cv_source_whole(h->src, g->name, &whole);
+	char name[240];
+	snprintf(name, sizeof name, "%s%s", h->kprefix ? h->kprefix : "", g->name);
+	mgt_status st = cv_source_whole(h->src, name, &whole);
 	return st ? st : scatter(h, g, whole, b);
 }
 
@@ -152,7 +156,9 @@ static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
 	const mgt_tensor *g0 = &h->full.t[i0];
 	size_t n = cv_row_numel(g0);
 	const float *whole;
-	mgt_status st = cv_source_whole(h->src, g0->dataset, &whole);
+	char name[240];
+	snprintf(name, sizeof name, "%s%s", h->kprefix ? h->kprefix : "", g0->dataset);
+	mgt_status st = cv_source_whole(h->src, name, &whole);
 	int64_t cols = g0->ndim == 2 ? g0->shape[1] : 1;
 	for (int r = 0; !st && r < h->nranks; r++) {
 		const mgt_tensor_table *tt = &h->ranks[r];
@@ -187,7 +193,7 @@ static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
 				}
 				data = b->piece;
 			}
-			mgt_ckpt_piece p = {.name = g0->dataset, .ndim = g0->ndim + 1, .dtype = MGT_CKPT_F32, .data = data};
+			mgt_ckpt_piece p = {.name = name, .ndim = g0->ndim + 1, .dtype = MGT_CKPT_F32, .data = data};
 			p.global_shape[0] = g0->num_experts;
 			p.offset[0] = x->expert;
 			p.shape[0] = k;
@@ -201,6 +207,15 @@ static mgt_status convert_dataset(hf_in *h, int i0, scratch *b)
 			if (!st) st = mgt_ckpt_shard_put(sh, &p);
 		}
 	}
+	return st;
+}
+
+mgt_status cv_write_rows(hf_in *h, scratch *b)
+{
+	mgt_status st = MGT_OK;
+	for (int i = 0; !st && i < h->full.n; i++)
+		if (h->full.t[i].num_experts <= 0) st = convert_row(h, &h->full.t[i], b);
+		else if (!mgt_ckpt_row_seen(&h->full, i)) st = convert_dataset(h, i, b);
 	return st;
 }
 
@@ -424,8 +439,8 @@ mgt_status cv_hf_open(hf_in *h)
 	if (!st && (!(h->ranks = calloc((size_t)nr, sizeof *h->ranks)) || !(h->shards = calloc((size_t)nr * MGT_TENSOR_MAX_BOXES, sizeof *h->shards))))
 		st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	for (int r = 0; !st && r < nr; r++)
-		st = mgt_tensor_table_build_ep(&h->ranks[r], &h->a.model, o->tp, rank_tp(h, r), o->pp, rank_pp(h, r), h->ep,
-					       rank_ep(h, r));
+		st = mgt_tensor_table_build_ep(&h->ranks[r], &h->a.model, o->tp, cv_rank_tp(h, r), o->pp, cv_rank_pp(h, r), h->ep,
+					       cv_rank_ep(h, r));
 	return st;
 }
 
@@ -445,7 +460,7 @@ void cv_hf_close(hf_in *h)
 	mgt_args_free(&h->a);
 }
 
-static mgt_status close_shards(hf_in *h)
+mgt_status cv_close_shards(hf_in *h)
 {
 	mgt_status st = MGT_OK;
 	for (int i = 0; i < MGT_TENSOR_MAX_BOXES * h->nranks; i++) {
@@ -465,13 +480,11 @@ static mgt_status hf_convert(hf_in *h)
 	if (!st) st = cv_out_begin(h->o->save_dir, &h->tmp);
 	if (!st) st = mgt_ckpt_begin(h->tmp, 0);
 	if (!st) st = cv_source_over_hf(h, &h->src); /* b holds the pieces alone */
-	for (int i = 0; !st && i < h->full.n; i++)
-		if (h->full.t[i].num_experts <= 0) st = convert_row(h, &h->full.t[i], &b);
-		else if (!mgt_ckpt_row_seen(&h->full, i)) st = convert_dataset(h, i, &b);
+	if (!st) st = cv_write_rows(h, &b);
 	cv_scratch_free(&b);
 	if (!st) st = bert_token_types_in(h);
 	if (!st) st = check_unused(h);
-	if (!st) st = close_shards(h);
+	if (!st) st = cv_close_shards(h);
 	char *meta = st ? NULL : cv_hf_metadata(h);
 	if (!st && !meta) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	if (!st) st = mgt_ckpt_commit(h->tmp, 0, meta);

@@ -8,8 +8,9 @@
 #include <string.h>
 
 struct mgt_source {
-	int kind;                  /* 1 Hugging Face, 2 mgt (mgt_convert_detect) */
+	int kind;                  /* 1 Hugging Face, 2 mgt, 3 Megatron (mgt_convert_detect) */
 	mgt_ckpt *ck;              /* kind 2 */
+	mg_src *mg;                /* kind 3 */
 	mgt_convert_opts o;        /* kind 1, opened here: own.o */
 	hf_in own, *h;             /* kind 1: the directory being read (&own, or the converter's) */
 	bool h_open;               /* own is open (closed with s) */
@@ -75,11 +76,13 @@ mgt_status mgt_source_open(const char *dir, int64_t step, mgt_source **out)
 	if (!st && s->kind == 1 && step > 0)
 		st = mgt_err(MGT_ERR_USAGE, "%s: a Hugging Face directory has no iterations (step %lld)", dir, (long long)step);
 	if (!st && s->kind == 1) st = hf_source(s, dir);
+	if (!st && s->kind == 3) st = cv_mg_open(dir, step, &s->mg);
 	if (!st && s->kind == 2) {
 		st = mgt_ckpt_open(dir, step > 0 ? step : -1, &s->ck);
 		if (!st) st = mgt_ckpt_check(s->ck);
 	}
-	if (!st && !(s->dir = mgt_strdup(s->kind == 2 ? mgt_ckpt_dir(s->ck) : dir))) st = MGT_ERR_NOMEM;
+	if (!st && !(s->dir = mgt_strdup(s->kind == 2 ? mgt_ckpt_dir(s->ck) : s->kind == 3 ? cv_mg_dir(s->mg) : dir)))
+		st = MGT_ERR_NOMEM;
 	if (st) {
 		mgt_source_close(s);
 		return st;
@@ -106,13 +109,23 @@ mgt_status mgt_source_from_ckpt(mgt_ckpt *c, mgt_source **out)
 
 int mgt_source_kind(const mgt_source *s) { return s->kind; }
 const char *mgt_source_dir(const mgt_source *s) { return s->dir; }
-const char *mgt_source_metadata(const mgt_source *s) { return s->kind == 2 ? mgt_ckpt_metadata(s->ck) : s->meta; }
-int64_t mgt_source_iteration(const mgt_source *s) { return s->kind == 2 ? mgt_ckpt_iteration(s->ck) : 0; }
-size_t mgt_source_count(const mgt_source *s) { return s->kind == 2 ? mgt_ckpt_count(s->ck) : s->n; }
+const char *mgt_source_metadata(const mgt_source *s)
+{
+	return s->kind == 2 ? mgt_ckpt_metadata(s->ck) : s->kind == 3 ? cv_mg_metadata(s->mg) : s->meta;
+}
+int64_t mgt_source_iteration(const mgt_source *s)
+{
+	return s->kind == 2 ? mgt_ckpt_iteration(s->ck) : s->kind == 3 ? cv_mg_iteration(s->mg) : 0;
+}
+size_t mgt_source_count(const mgt_source *s)
+{
+	return s->kind == 2 ? mgt_ckpt_count(s->ck) : s->kind == 3 ? cv_mg_count(s->mg) : s->n;
+}
 
 const char *mgt_source_tensor(const mgt_source *s, size_t i, int *ndim, int64_t *global_shape, mgt_ckpt_dtype *dtype)
 {
 	if (s->kind == 2) return mgt_ckpt_tensor(s->ck, i, ndim, global_shape, dtype);
+	if (s->kind == 3) return cv_mg_tensor(s->mg, i, ndim, global_shape, dtype);
 	if (i >= s->n) return NULL;
 	const mgt_tensor *g = &s->h->full.t[s->list[i]];
 	int e = g->num_experts > 0;
@@ -157,6 +170,7 @@ static mgt_status make_whole(mgt_source *s, int i)
 
 mgt_status cv_source_whole(mgt_source *s, const char *name, const float **out)
 {
+	if (s->kind == 3) return cv_mg_whole(s->mg, name, out);
 	int row = find_row(s, name);
 	if (row < 0) return mgt_err(MGT_ERR_FORMAT, "%s: no tensor %s in the model config.json describes", s->dir, name);
 	mgt_status st = make_whole(s, row);
@@ -168,6 +182,7 @@ mgt_status mgt_source_read(mgt_source *s, const char *name, int ndim, const int6
 			   const int64_t *offset, const int64_t *shape, mgt_ckpt_dtype dt, void *dst)
 {
 	if (s->kind == 2) return mgt_ckpt_read(s->ck, name, ndim, global_shape, offset, shape, dt, dst);
+	if (s->kind == 3) return cv_mg_read(s->mg, name, ndim, global_shape, offset, shape, dt, dst);
 	int row = find_row(s, name);
 	if (row < 0) return mgt_err(MGT_ERR_FORMAT, "%s: no tensor %s in the model config.json describes", s->dir, name);
 	int nd;
@@ -185,15 +200,19 @@ mgt_status mgt_source_read(mgt_source *s, const char *name, int ndim, const int6
 			return mgt_err(MGT_ERR_USAGE, "%s: tensor %s: box outside its global shape", s->dir, name);
 	mgt_status st = make_whole(s, row);
 	if (st) return st;
-	/* copy the box row by row (the last dim contiguous); up to 3 dims */
+	cv_copy_box(s->b.whole, nd, gs, offset, shape, dst);
+	return MGT_OK;
+}
+
+void cv_copy_box(const float *whole, int nd, const int64_t *gs, const int64_t *off, const int64_t *shape, float *dst)
+{
+	/* row by row (the last dim contiguous) */
 	int64_t g1 = nd > 1 ? gs[nd - 1] : 1, g2 = nd > 2 ? gs[1] : 1;
 	int64_t n0 = nd > 2 ? shape[0] : 1, n1 = nd > 1 ? shape[nd - 2] : 1, n2 = shape[nd - 1];
-	int64_t o0 = nd > 2 ? offset[0] : 0, o1 = nd > 1 ? offset[nd - 2] : 0, o2 = offset[nd - 1];
-	float *out = dst;
+	int64_t o0 = nd > 2 ? off[0] : 0, o1 = nd > 1 ? off[nd - 2] : 0, o2 = off[nd - 1];
 	for (int64_t a = 0; a < n0; a++)
 		for (int64_t r = 0; r < n1; r++)
-			memcpy(out + (a * n1 + r) * n2, s->b.whole + ((o0 + a) * g2 + o1 + r) * g1 + o2, (size_t)n2 * sizeof(float));
-	return MGT_OK;
+			memcpy(dst + (a * n1 + r) * n2, whole + ((o0 + a) * g2 + o1 + r) * g1 + o2, (size_t)n2 * sizeof(float));
 }
 
 /* mgt_source_read as an mgt_ckpt_box_reader. */
@@ -212,6 +231,7 @@ void mgt_source_close(mgt_source *s)
 {
 	if (!s) return;
 	mgt_ckpt_close(s->ck);
+	cv_mg_close(s->mg);
 	if (s->h_open) cv_hf_close(&s->own);
 	cv_scratch_free(&s->b);
 	free(s->list);

@@ -93,6 +93,22 @@ mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step
 	mgt_status st = mgt_args_init(&ev->a);
 	ev->args_ok = !st;
 	int64_t it = 0;
+	int kind = 0;
+	if (!st && !mgt_convert_detect(load_dir, &kind) && kind == 3) { /* a Megatron-LM checkpoint, read in place */
+		st = mgt_source_open(load_dir, ckpt_step, &ev->src);
+		if (!st && (!(ev->load_dir = mgt_strdup(load_dir)) || !(ev->dir = mgt_strdup(mgt_source_dir(ev->src)))))
+			st = MGT_ERR_NOMEM;
+		if (!st) ev->iteration = mgt_source_iteration(ev->src);
+		if (!st) st = read_meta(ev);
+		if (!st) ev->vocab = recorded_vocab(ev);
+		if (st) {
+			mgt_eval_free(ev);
+			return st;
+		}
+		*out = ev;
+		return MGT_OK;
+	}
+	mgt_err(MGT_OK, "%s", "");
 	if (!st) st = pick(load_dir, ckpt_step, &it);
 	if (!st) {
 		st = mgt_ckpt_open(load_dir, it, &ev->ck);

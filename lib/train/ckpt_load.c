@@ -369,11 +369,33 @@ static mgt_status load_pretrained(trainer *t, bool *loaded)
 	return st ? mgt_err_ctx(st, "--pretrained-checkpoint %s", dir) : MGT_OK;
 }
 
+/* --load of a Megatron-LM checkpoint (mgt_source kind 3, mgt-megatron(5)): its weights (the
+ * optimizer's fp32 main weights where it has them), Adam moments, iteration, consumed samples and
+ * scheduler; PyTorch's RNG states do not carry over (said in one line). */
+static mgt_status load_megatron(trainer *t, const char *dir, bool *loaded)
+{
+	mgt_source *c = NULL;
+	bool damaged = false;
+	double t0 = mgt_now();
+	mgt_status st = mgt_source_open(dir, t->a->ckpt_step, &c);
+	if (!st) st = load_from(t, c, &damaged);
+	if (!st && t->io->log)
+		fprintf(t->io->log, "  %s: a Megatron-LM checkpoint; its PyTorch RNG states (rng_state) do not carry over: "
+			"dropout is keyed by the checkpoint's --seed %lld\n", mgt_source_dir(c), (long long)t->dropout_seed);
+	if (!st) log_loaded(t, dir, c, t0);
+	mgt_source_close(c);
+	*loaded = !st;
+	return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
+}
+
 mgt_status trainer_load(trainer *t, bool *loaded)
 {
 	*loaded = false;
 	t->dropout_seed = (uint64_t)t->a->seed;
 	const char *dir = t->a->load;
+	int kind = 0;
+	if (dir && !mgt_convert_detect(dir, &kind) && kind == 3) return load_megatron(t, dir, loaded);
+	mgt_err(MGT_OK, "%s", "");
 	int64_t it = -1;
 	mgt_status st = dir ? pick_iteration(t, dir, &it) : MGT_OK; /* no --load: --ckpt-step is refused */
 	if (!st && it < 0 && t->a->pretrained_checkpoint) /* Megatron's load_checkpoint: fine-tune from it */
@@ -495,11 +517,18 @@ mgt_status trainer_checkpoint_args(mgt_args *a)
 	if (!a->load) return mgt_err(MGT_ERR_USAGE, "--use-checkpoint-args needs --load");
 	struct stat sb;
 	if (stat(a->load, &sb)) return MGT_OK; /* nothing to load: start from random, as trainer_load */
-	mgt_ckpt *c = NULL;
-	mgt_status st = mgt_ckpt_open(a->load, a->ckpt_step ? a->ckpt_step : -1, &c);
+	mgt_source *c = NULL;
+	int kind = 0;
+	mgt_status st = mgt_convert_detect(a->load, &kind);
+	if (!st && kind == 3) st = mgt_source_open(a->load, a->ckpt_step, &c);
+	else {
+		mgt_ckpt *ck0 = NULL;
+		st = mgt_ckpt_open(a->load, a->ckpt_step ? a->ckpt_step : -1, &ck0);
+		if (!st) st = mgt_source_from_ckpt(ck0, &c);
+	}
 	json_error_t e;
-	json_t *meta = st ? NULL : json_loads(mgt_ckpt_metadata(c), 0, &e), *ck = json_object_get(meta, "args");
-	if (!st && !json_is_object(ck)) st = mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: no \"args\"", mgt_ckpt_dir(c));
+	json_t *meta = st ? NULL : json_loads(mgt_source_metadata(c), 0, &e), *ck = json_object_get(meta, "args");
+	if (!st && !json_is_object(ck)) st = mgt_err(MGT_ERR_FORMAT, "%s/metadata.json: no \"args\"", mgt_source_dir(c));
 	/* with Megatron's MoE routing keys (load_args_from_checkpoint, force=True), and the router's
 	 * groups, which define the model's function as well; a hybrid model's pattern and Mamba sizes */
 	static const char *const more[] = {"norm_epsilon", "group_query_attention", "make_vocab_size_divisible_by",
@@ -516,8 +545,8 @@ mgt_status trainer_checkpoint_args(mgt_args *a)
 					  "tiktoken_pattern", "vocab_size", NULL};
 	bool want_tok = !a->tokenizer_type;
 	for (const char *const *k = tok; !st && want_tok && *k; k++) st = copy_arg(a, ck, *k, a->load);
-	if (!st && want_tok) st = mgt_args_tok_files_use(a, meta, mgt_ckpt_dir(c)); /* the checkpoint's own copies */
+	if (!st && want_tok) st = mgt_args_tok_files_use(a, meta, mgt_source_dir(c)); /* the checkpoint's own copies */
 	json_decref(meta);
-	mgt_ckpt_close(c);
+	mgt_source_close(c);
 	return st ? mgt_err_ctx(st, "--use-checkpoint-args") : MGT_OK;
 }
