@@ -6,19 +6,27 @@
  * of 1/cp of its heads (and of its groups: B and C of those heads), in position order; after the
  * scan a second all-to-all returns the output y to the ranks that hold the tokens, where the
  * gated norm and out_proj run as without context parallelism.  in_proj's z stays local (the
- * gated norm reads it there); x, B, C and dt move: wx = cd_l + nh_l columns a token, wx / cp of
+ * gated norm reads it there); x, B, C and dt move: wx = cd_l + nh_l columns a token, wx' of
  * them to each rank (block q: x, B, C and dt of heads [q nh', (q + 1) nh') and groups
- * [q g', (q + 1) g'), nh' = nh_l / cp, g' = g_l / cp).  The conv's weights and the scan's dt_bias,
- * A_log and D are the block's rows of the rank's tensors; their gradients go to those rows only
- * and the data-parallel x context reduction sums the blocks.  The backward moves dy to the
- * whole sequence and the gradients of x, B, C and dt back.
+ * [q g', (q + 1) g'), nh' = nh_l / cp, g' = g_l / cp; wx' = nh' p + 2 g' n + nh' = wx / cp).  With
+ * fewer groups than context ranks g' = 1: block q holds group q / (cp / g_l), whose B and C go to
+ * each of its cp / g_l ranks, and wx' = nh' p + 2 n + nh' is more than wx / cp.  The conv's
+ * weights and the scan's dt_bias, A_log and D are the block's rows of the rank's tensors; their
+ * gradients go to those rows only and the data-parallel x context reduction sums the blocks.
+ * The backward moves dy to the whole sequence and the gradients of x, B, C and dt back.
  *
  * The columns of a block are not contiguous in in_proj's row [z | x | B | C | dt], so the send
  * buffer is gathered by rows_gather over units of u columns (u divides every block width):
  * send_map puts unit k of block q of token t at unit (q T + t) wx' / u + k.  The gradient of
  * in_proj's output is assembled the same way from the received blocks and the local dz
- * (asm_map over [rcv | dz], dz in rows of w_l as the gated norm's backward writes it).  Bytes a rank sends a layer and micro-batch, fp32: forward
- * (cp - 1)/cp T (wx + di_l) x 4, backward the same.
+ * (asm_map over [rcv | dz], dz in rows of w_l as the gated norm's backward writes it).
+ *
+ * Bytes a rank sends a layer and micro-batch, fp32 (cp - 1 of its cp blocks of T rows): forward
+ * (cp - 1) T (wx' + di_l / cp) x 4 (x, B, C, dt out, y back), backward the same (dy out; dx, dB,
+ * dC, ddt back); (cp - 1)/cp T (wx + di_l) x 4 when cp divides g_l.  Megatron's pre_conv_ssm also
+ * moves z (and post_conv_ssm returns y gated by z), (cp - 1)/cp T di_l elements more each way, in
+ * the activations' type; here the gated norm runs on the token ranks.  tests/cli/comm_volume.py
+ * checks these counts.
  */
 #include "model_impl.h"
 

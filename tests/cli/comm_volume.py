@@ -3,7 +3,8 @@
 Usage: comm_volume.py PRESET.json PREFIX NP key=value...   (keys: tp pp vp sp distopt mbs gbs seq
 vocab (padded) divisible cp cpcomm (p2p, allgather or a2a) groups (query groups, overriding the
 preset's) prec (fp32, bf16 or fp16: the training precision; dense models) fp32res (1: with
---fp32-residual-connection) gradbf16 (1: with --grad-reduce-in-bf16))
+--fp32-residual-connection) gradbf16 (1: with --grad-reduce-in-bf16) pattern (--hybrid-layer-pattern,
+overriding the preset's) mgroups (--mamba-num-groups, overriding the preset's))
 
 Independent of mgt's C code: the tensor list is written here from megatron/core/transformer/transformer_layer.py
 (TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
@@ -37,6 +38,34 @@ from lib/parallel/parallel.h's ring convention (allreduce 2(p-1)/p*B, reduce-sca
   norm:  one double all-reduced over the model-parallel group (over the world with distopt)
   loss:  5 doubles all-reduced over the world (loss sum, tokens, interrupt, out-of-time and
          async-save-pending flags)
+Hybrid models (preset "family": "hybrid"; megatron/core/models/hybrid/hybrid_layer_specs.py
+hybrid_stack_spec): the layers are the symbols of the pattern, each one layer: M a Mamba-2 layer
+(MambaLayer: its norm fused into the mixer's in_proj), * an attention layer (a TransformerLayer
+with self_attention alone: input norm fused into linear_qkv, linear_proj), - an MLP layer (MLPLayer:
+pre-MLP norm fused into linear_fc1, linear_fc2); '|' ends a pipeline stage's segment (stage s holds
+segment s; without '|' the layers split evenly as for dense models).  E (MoE) is not modelled (nor
+are a dense model's MoE layers): exit 2.  No position embedding, final norm decoder.final_norm.
+  tensors: a Mamba layer's, in megatron/core/ssm/mamba_mixer.py MambaMixer.__init__'s order, local
+         to a TP rank (nh = heads, g = groups, n = state, P = head dim, di = nh P, all but h / TP;
+         d_conv 4; no biases: the mixer asserts not bias): in_proj.layer_norm_weight [h] (TE
+         registers the fused norm before the weight; TP-replicated; its bias with LayerNorm),
+         in_proj.weight [2 di + 2 g n + nh, h], conv1d weight [di + 2 g n, 1, 4] and bias
+         [di + 2 g n], dt_bias [nh], A_log [nh], D [nh], norm.weight [di] (all partition_dim 0),
+         out_proj.weight [h, di]
+  TP:    a layer of each kind is one sublayer: its column-parallel input (linear_qkv, linear_fc1,
+         in_proj) and row-parallel output (linear_proj, linear_fc2, out_proj) move [T,h] as a dense
+         layer's attention or MLP half does (no SP: 2 all-reduces; SP: 4 parts); the mixer's
+         gated norm is per group, within a TP rank (no communication)
+  CP:    attention layers as above; per Mamba layer and micro-batch two all-to-alls forward and two
+         backward over the context group, in fp32 (lib/model/mamba_cp.c: z stays on the ranks
+         that hold the tokens; x, B, C and dt go to the ranks of their heads, y comes back; the
+         backward moves dy out and dx, dB, dC, ddt back).  Block q of the cp blocks holds nh/cp
+         heads and g' = g/cp groups, or with fewer groups than context ranks one group replicated
+         on cp/g ranks (megatron/core/ssm/mamba_context_parallel.py: group_repeat_count, B and C
+         repeated before the all-to-all).  A rank sends cp - 1 of its cp blocks of T tokens:
+         (cp-1) T (nh/cp P + 2 g' n + nh/cp) x 4 for x, B, C, dt and (cp-1) T nh/cp P x 4 for y,
+         the same backward.  (Megatron's pre_conv_ssm moves z as well, and post_conv_ssm returns
+         the gated y: (cp-1)/cp T di x 4 more each way than mgt.)
 Exit 1 (with a diff) when any rank's logged bytes differ from the analytic ones.
 """
 import json, math, sys
@@ -64,6 +93,21 @@ M = gbs // (mbs * dp)
 G = dp * cp  # the gradient group
 
 L, h = cfg["num_layers"], cfg["hidden_size"]
+# a hybrid model's pattern: its symbols are the layers, '|' splits the pipeline stages
+hybrid = cfg.get("family") == "hybrid"
+pattern = kv.get("pattern", cfg.get("hybrid_layer_pattern", "")) if hybrid else ""
+segments = pattern.split("|")
+if hybrid:
+    L = len(pattern) - pattern.count("|")
+    if "E" in pattern:
+        print(f"comm_volume.py: pattern {pattern}: MoE layers (E) are not modelled", file=sys.stderr)
+        sys.exit(2)
+    assert set(pattern) <= set("M*-|"), pattern
+# the Mamba-2 mixer (megatron/core/ssm/mamba_mixer.py: d_inner 2 h, heads d_inner / head dim)
+m_P, m_N = cfg.get("mamba_head_dim", 64), cfg.get("mamba_state_dim", 128)
+m_G = int(kv.get("mgroups", cfg.get("mamba_num_groups", 8)))
+m_NH = cfg.get("mamba_num_heads") or 2 * h // m_P
+m_DI = m_NH * m_P
 nq = cfg["num_attention_heads"]
 ng = cfg.get("num_query_groups", nq) if cfg.get("group_query_attention") else nq
 ng = int(kv.get("groups", ng))
@@ -83,7 +127,11 @@ S = P = None
 
 def stage_layers(stage, nstages):
     """Megatron's placement: first_n / last_n layers on the first / last stage (when given),
-    the rest evenly over the others."""
+    the rest evenly over the others; a hybrid pattern with '|': segment `stage`."""
+    if len(segments) > 1:
+        assert len(segments) == nstages, (pattern, nstages)
+        lo = sum(len(x) for x in segments[:stage])
+        return range(lo, lo + len(segments[stage]))
     counts = [0] * nstages
     ends = [i for i, n in ((0, first_n), (nstages - 1, last_n)) if n]
     for i in ends: counts[i] = first_n if i == 0 else last_n
@@ -92,6 +140,11 @@ def stage_layers(stage, nstages):
     for i in others: counts[i] = per
     lo = sum(counts[:stage])
     return range(lo, lo + counts[stage])
+
+
+def symbols(l):
+    """The sublayers of layer l: a dense layer's attention and MLP, or its pattern symbol."""
+    return pattern.replace("|", "")[l] if hybrid else "*-"
 
 
 def tensors(stage, nstages):
@@ -105,21 +158,36 @@ def tensors(stage, nstages):
     if first and learned:
         add("pos_emb", maxpos * h, True)
     for l in stage_layers(stage, nstages):
-        # Megatron-Core's order: linear_proj is built before linear_qkv (Attention.__init__)
-        add("proj_w", h * (nq * d // tp))
-        if bias: add("proj_b", h, True)
-        add("ln1_w", h, True)
-        if ln: add("ln1_b", h, True)
-        qkv = (nq + 2 * ng) * d
-        add("qkv_w", qkv // tp * h)
-        if qkv_bias: add("qkv_b", qkv // tp)
-        add("ln2_w", h, True)
-        if ln: add("ln2_b", h, True)
-        fc1 = 2 * ffn if swiglu else ffn
-        add("fc1_w", fc1 // tp * h)
-        if bias: add("fc1_b", fc1 // tp)
-        add("fc2_w", h * (ffn // tp))
-        if bias: add("fc2_b", h, True)
+        for sym in symbols(l):
+            if sym == "*":
+                # Megatron-Core's order: linear_proj is built before linear_qkv (Attention.__init__)
+                add("proj_w", h * (nq * d // tp))
+                if bias: add("proj_b", h, True)
+                add("ln1_w", h, True)
+                if ln: add("ln1_b", h, True)
+                qkv = (nq + 2 * ng) * d
+                add("qkv_w", qkv // tp * h)
+                if qkv_bias: add("qkv_b", qkv // tp)
+            elif sym == "-":
+                add("ln2_w", h, True)
+                if ln: add("ln2_b", h, True)
+                fc1 = 2 * ffn if swiglu else ffn
+                add("fc1_w", fc1 // tp * h)
+                if bias: add("fc1_b", fc1 // tp)
+                add("fc2_w", h * (ffn // tp))
+                if bias: add("fc2_b", h, True)
+            else:  # M: MambaMixer.__init__'s order (header)
+                nh, g, di = m_NH // tp, m_G // tp, m_DI // tp
+                add("m_ln_w", h, True)
+                if ln: add("m_ln_b", h, True)
+                add("in_proj_w", (2 * di + 2 * g * m_N + nh) * h)
+                add("conv1d_w", (di + 2 * g * m_N) * 4)
+                add("conv1d_b", di + 2 * g * m_N)
+                add("dt_bias", nh)
+                add("A_log", nh)
+                add("D", nh)
+                add("m_norm_w", di)
+                add("out_proj_w", h * di)
     if last:
         add("final_ln_w", h, True)
         if ln: add("final_ln_b", h, True)
@@ -163,30 +231,35 @@ def expected(tp_rank, pp_rank):
     Q, O = T * (nq + 2 * ng) // tp * d * act_es, T * nq // tp * d * act_es
     per_layer = {"p2p": (cp - 1) * B + (cp - 1) * B + cp * B4, "allgather": 2 * (cp - 1) * B + (cp - 1) * B4,
                  "a2a": (cp - 1) / cp * 3 * (Q + O)}[cpcomm]
+    # a Mamba layer's two all-to-alls forward and two backward (header): a block of heads
+    nh_b, g_l = m_NH // tp // cp, m_G // tp
+    g_b = g_l // cp if g_l >= cp else 1  # fewer groups than context ranks: one, replicated
+    mamba_a2a = 2 * (cp - 1) * T * ((nh_b * m_P + 2 * g_b * m_N + nh_b) + nh_b * m_P) * 4.0
     Th = T // tp if sp else T
     ns = pp * V
     for c in range(V):
         stage = c * pp + pp_rank
         first, last = stage == 0, stage == ns - 1
         ts = tensors(stage, ns)
-        nl = len(stage_layers(stage, ns))
+        subs = "".join(symbols(l) for l in stage_layers(stage, ns))
+        nl = len(subs)  # sublayers: each moves [T,h] as half a dense layer
         if tp > 1:
-            if sp:  # per layer: 2 norm-output gathers, 2 reduce-scatters forward, 2 gathers and
-                # 2 reduce-scatters backward; the embedding's reduce-scatter (fp32) and its
+            if sp:  # per sublayer: a norm-output gather and a reduce-scatter forward, a gather
+                # and a reduce-scatter backward; the embedding's reduce-scatter (fp32) and its
                 # gradient's gather; the final norm's gather and the output layer's dx
                 X, Xa = part(Th * h, tp), part(Th * h, tp, act_es)
-                mb = nl * 8 * Xa + ((X + Xa) if first else 0) + ((2 * Xa + 3 * ar(T, tp)) if last else 0)
+                mb = nl * 4 * Xa + ((X + Xa) if first else 0) + ((2 * Xa + 3 * ar(T, tp)) if last else 0)
                 e["tensor"] += sum(ar(n, tp) for _, n, rep in ts if rep)
             else:
-                A, Aa = ar(T * h, tp), ar(T * h, tp, act_es)
-                mb = 4 * nl * Aa + (A if first else 0) + ((Aa + 3 * ar(T, tp)) if last else 0)
+                A, Aa = ar(T * h, tp), ar(T * h, tp, act_es)  # per sublayer: 1 forward, 1 backward
+                mb = 2 * nl * Aa + (A if first else 0) + ((Aa + 3 * ar(T, tp)) if last else 0)
             e["tensor"] += M * mb
         e["pipeline"] += M * ((0 if last else Th * h * hid_es) + (0 if first else Th * h * hid_es))
         if tied and pp > 1 and (first or last):
             e["embedding"] += ar(Vp // tp * h, 2)
         for nb in buckets(ts, tied and pp > 1):
             e[grad] += part(nb // G, G, grad_es) + part(nb // G, G) if distopt else ar(nb, G, grad_es)
-        if cp > 1: e["context"] += M * nl * per_layer
+        if cp > 1: e["context"] += M * (subs.count("*") * per_layer + subs.count("M") * mamba_a2a)
     if distopt: e["world"] += ar(1, W, 8)
     else: e["model"] += ar(1, tp * pp, 8)
     e["world"] += ar(5, W, 8)

@@ -5,14 +5,18 @@
 # split by the pattern's '|', DP2 with the distributed optimizer, TP2 with SP (the Mamba heads
 # and groups split, in_proj and the conv by blocks), TP2 x PP2 x DP2, CP2 with attention's p2p
 # and a2a (the Mamba layers' all-to-all of heads), PP2 x DP2, TP2 without SP, CP4, TP2 x CP2 and
-# an MoE layer's pattern (M*-E) under PP2; CP2 and CP4 with one Mamba group (B and C replicated); a TP2 x PP2 x DP2 checkpoint resumes on one
+# an MoE layer's pattern (M*-E) under PP2; CP2 with 4 groups, CP2 and CP4 with one Mamba group (B
+# and C replicated); each layout's communicators count, rank by rank and step by step, the bytes
+# of the analytic volume (comm_volume.py: the Mamba, attention and MLP layers of the pattern; all
+# but the MoE layout, which it does not model); a TP2 x PP2 x DP2 checkpoint resumes on one
 # process; full recomputation gives the same bits; a resumed run gives the uninterrupted run's
 # bits; mgt-eval generates with the Mamba layers' state caches what logits recomputing the
 # prefix gives (token for token, logits within 1e-5), and runs loss, perplexity and tasks; the
 # ratios give Megatron's pattern; bad input is refused naming the flag or the character (exit 2)
 # before anything is written.
-# Tiers (lib.sh): the quick tier runs everything but PP2 x DP2, TP2 without SP, CP4, TP2 x CP2, CP4
-# with one group and the MoE layout (full tier; TP2 x PP2 x DP2, CP2 and PP2 run their paths).
+# Tiers (lib.sh): the quick tier runs everything but PP2 x DP2, TP2 without SP, CP4, CP2 with 4
+# groups, TP2 x CP2, CP4 with one group and the MoE layout (full tier; TP2 x PP2 x DP2, CP2 and PP2
+# run their paths, TP2 with SP the tensor group's reductions).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 RUN="sh $ROOT/tests/mpirun.sh"
@@ -20,15 +24,20 @@ small_bpe || { echo "1..0 # SKIP the small BPE could not be written"; exit 0; }
 "$BIN/mgt-preprocess" --input "$SHARE/data/kjv.jsonl.zst" --output-prefix kjv $BPE --append-eod \
 	--workers 2 --quiet >/dev/null 2>&1 || { echo "1..0 # SKIP mgt-preprocess failed"; exit 0; }
 # train NP NAME [flags]: tiny-hybrid, 8 iterations of global batch 8 (dropout 0.1, the default);
-# metrics NAME.jsonl
+# metrics NAME.jsonl, the bytes each rank's communicators moved NAME.rankN.jsonl
 train() {
 	_np=$1 _name=$2; shift 2
 	set -- "$BIN/mgt-train" --model tiny-hybrid $BPE --data-path kjv_text_document --split 98,2,0 \
 		--data-cache-path cache --seq-length 32 --micro-batch-size 2 --global-batch-size 8 --lr 2e-3 \
 		--lr-warmup-iters 2 --eval-interval 4 --eval-iters 1 --log-interval 1 --threads 1 --train-iters 8 \
-		--make-vocab-size-divisible-by 512 --metrics-file "$_name.jsonl" "$@"
+		--make-vocab-size-divisible-by 512 --metrics-file "$_name.jsonl" --comm-log "$_name" "$@"
 	launch "$_np" "$_name" "$@"
 }
+# volume NP NAME key=value...: NAME's comm log against the analytic volume (comm_volume.py; the
+# padded vocabulary 1536 under every layout, see V2)
+volume() { _np=$1 _name=$2; shift 2
+	$PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-hybrid.json" "$_name" "$_np" mbs=2 gbs=8 seq=32 \
+		vocab=1536 "$@"; }
 same() { losses_same "$@"; }
 exact() { losses_exact "$@"; }
 
@@ -42,11 +51,14 @@ ok "the arguments name the pattern and the derived Mamba heads" sh -c \
 if command -v mpirun >/dev/null 2>&1; then
 	ok "PP2 split by the pattern's '|' (M*|M-)" train 2 pp2 --pipeline-model-parallel-size 2 --hybrid-layer-pattern 'M*|M-'
 	ok "  = one process" same one pp2
+	ok "  bytes per rank per step = analytic" volume 2 pp2 pp=2 'pattern=M*|M-'
 	ok "DP2 with the distributed optimizer" train 2 dp2 --use-distributed-optimizer
 	ok "  = one process" same one dp2
+	ok "  bytes per rank per step = analytic" volume 2 dp2 distopt=1
 	if full_only "PP2 x DP2 = one process"; then
 		ok "PP2 x DP2" train 4 pp2dp2 --pipeline-model-parallel-size 2 --hybrid-layer-pattern 'M*|M-' --use-distributed-optimizer
 		ok "  = one process" same one pp2dp2
+		ok "  bytes per rank per step = analytic" volume 4 pp2dp2 pp=2 'pattern=M*|M-' distopt=1
 	fi
 	if full_only "an MoE layer (M*-E, 4 experts) under PP2 = one process"; then
 		MOE="--hybrid-layer-pattern M*-E --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 1e-2"
@@ -59,25 +71,35 @@ if command -v mpirun >/dev/null 2>&1; then
 	ok "TP2 with sequence parallelism (heads and groups split, in_proj and conv by blocks)" \
 		train 2 tp2 --tensor-model-parallel-size 2 --sequence-parallel $V2
 	ok "  = one process" same one tp2
+	ok "  bytes per rank per step = analytic" volume 2 tp2 tp=2 sp=1
 	if full_only "TP2 without sequence parallelism = one process"; then
 		ok "TP2 without sequence parallelism" train 2 tp2nosp --tensor-model-parallel-size 2 $V2
 		ok "  = one process" same one tp2nosp
+		ok "  bytes per rank per step = analytic" volume 2 tp2nosp tp=2
 	fi
 	ok "TP2 x PP2 x DP2 (SP, the distributed optimizer)" train 8 tp2pp2dp2 --tensor-model-parallel-size 2 \
 		--sequence-parallel --pipeline-model-parallel-size 2 --hybrid-layer-pattern 'M*|M-' --use-distributed-optimizer $V2
 	ok "  = one process" same one tp2pp2dp2
+	ok "  bytes per rank per step = analytic" volume 8 tp2pp2dp2 tp=2 sp=1 pp=2 'pattern=M*|M-' distopt=1
 	# context parallelism: the conv and the scan of 1/CP of the heads over the whole sequence
 	ok "CP2 (attention's p2p ring; the Mamba layers' all-to-all)" train 2 cp2 --context-parallel-size 2
 	ok "  = one process" same one cp2
+	ok "  bytes per rank per step = analytic (the Mamba layers' all-to-alls)" volume 2 cp2 cp=2
 	ok "CP2 with --cp-comm-type a2a" train 2 cp2a --context-parallel-size 2 --cp-comm-type a2a
 	ok "  = one process" same one cp2a
-	if full_only "CP4 and TP2 x CP2 (4 Mamba groups) = one process"; then
+	ok "  bytes per rank per step = analytic" volume 2 cp2a cp=2 cpcomm=a2a
+	if full_only "CP4, CP2 and TP2 x CP2 (4 Mamba groups) = one process"; then
 		G4="--mamba-num-groups 4"
 		ok "4 Mamba groups on one process" train 1 g4 $G4
 		ok "CP4" train 4 cp4 $G4 --context-parallel-size 4
 		ok "  = one process" same g4 cp4
+		ok "  bytes per rank per step = analytic" volume 4 cp4 cp=4 mgroups=4
+		ok "CP2 (2 groups to a rank's block)" train 2 cp2g4 $G4 --context-parallel-size 2
+		ok "  = one process" same g4 cp2g4
+		ok "  bytes per rank per step = analytic" volume 2 cp2g4 cp=2 mgroups=4
 		ok "TP2 x CP2 with SP" train 4 tp2cp2 $G4 --context-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel $V2
 		ok "  = one process" same g4 tp2cp2
+		ok "  bytes per rank per step = analytic" volume 4 tp2cp2 tp=2 sp=1 cp=2 mgroups=4
 	fi
 	# --sft: packed conversations, per-document split under CP (attention's a2a; the Mamba
 	# layers' states restart at each conversation over the whole sequence)
@@ -94,9 +116,11 @@ if command -v mpirun >/dev/null 2>&1; then
 	ok "1 Mamba group on one process" train 1 g1 --mamba-num-groups 1
 	ok "CP2 with 1 group (B and C on both ranks)" train 2 cp2g1 --mamba-num-groups 1 --context-parallel-size 2
 	ok "  = one process" same g1 cp2g1
+	ok "  bytes per rank per step = analytic (B and C replicated)" volume 2 cp2g1 cp=2 mgroups=1
 	if full_only "CP4 with 1 group = one process"; then
 		ok "CP4 with 1 group" train 4 cp4g1 --mamba-num-groups 1 --context-parallel-size 4
 		ok "  = one process" same g1 cp4g1
+		ok "  bytes per rank per step = analytic (B and C replicated 4 times)" volume 4 cp4g1 cp=4 mgroups=1
 	fi
 	ok "CP4 with 6 Mamba heads refused naming the flag" sh -c "$RUN 4 '$BIN/mgt-train' --model tiny-hybrid --mock-data \
 		--vocab-size 64 --tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 1 --train-iters 1 --threads 1 \
