@@ -113,6 +113,8 @@ typedef struct {
 	mg_src m;                  /* the target layout (tp, pp, ep) and its chunks (keys, order) */
 	mgt_dt dt;                 /* the weights' dtype */
 	bool dist;                 /* torch_dist, else torch */
+	bool optim;                /* writing the optimizer's state (mg_out_opt.c) */
+	float step_f, scale_f;     /* the optimizer's step and the fp16 loss scale, kept for the writer */
 	char *tmp, *iter;
 	void **bufs;               /* one rank's tensors, kept until its file is written */
 	int nbufs;
@@ -124,5 +126,9 @@ void mg_put_head(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta);
 mgt_status mg_row_data(mg_out *o, const mgt_tensor *x, const void **out);
 void mg_free_bufs(mg_out *o);
 mgt_status mg_write_dist(mg_out *o, int64_t it, json_t *meta);
+/* mg_out_opt.c: chunk c's "optimizer" value (FP32Optimizer's or Float16OptimizerWithFloat16Params'
+ * state dict from the source's moments and fp32 weights, meta's step) and "opt_param_scheduler". */
+mgt_status mg_put_optimizer(mg_out *o, mgt_pyw *w, mg_chunk *c, json_t *meta);
+void mg_put_scheduler(mg_out *o, mgt_pyw *w, json_t *meta);
 
 #endif

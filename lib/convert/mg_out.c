@@ -3,9 +3,9 @@
  * tensor / pipeline / expert layout, as Megatron's own tools/checkpoint saver (saver_core.py)
  * writes one: per rank, iter_%07d/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt = torch.save({"args":
  * argparse.Namespace, "checkpoint_version": 3.0, "iteration": N, "model": OrderedDict of the
- * rank's Megatron-Core state dict}) (megatron/training/checkpointing.py generate_state_dict), the
- * tracker last; no optimizer or RNG state (Megatron loads it with --no-load-optim --no-load-rng,
- * or --finetune).  Transformer Engine modules' _extra_state is written as an empty uint8 tensor
+ * rank's Megatron-Core state dict, and with the checkpoint's Adam state "optimizer" and
+ * "opt_param_scheduler" (mg_out_opt.c)}) (megatron/training/checkpointing.py generate_state_dict),
+ * the tracker last; no RNG state (Megatron loads it with --no-load-rng, or --finetune).  Transformer Engine modules' _extra_state is written as an empty uint8 tensor
  * (FP8 off: transformer_engine.py _encode_extra_state / TE's set_extra_state). */
 #include "megatron_impl.h"
 
@@ -39,7 +39,7 @@ void mg_put_args(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta)
 				"padded_vocab_size", (json_int_t)o->h.a.model.padded_vocab_size, "data_parallel_size", 1,
 				"world_size", o->m.tp * o->m.pp * o->m.ep, "ckpt_format", o->dist ? "torch_dist" : "torch",
 				"use_distributed_optimizer", 0,
-				"transformer_impl", "transformer_engine", "no_save_optim", 1, "no_save_rng", 1,
+				"transformer_impl", "transformer_engine", "no_save_optim", !o->optim, "no_save_rng", 1,
 				"consumed_train_samples", (json_int_t)json_integer_value(json_object_get(meta, "consumed_train_samples")),
 				"consumed_valid_samples", (json_int_t)json_integer_value(json_object_get(meta, "consumed_valid_samples")),
 				"bf16", o->dt == MGT_ST_BF16);
@@ -119,11 +119,7 @@ mgt_status mg_row_data(mg_out *o, const mgt_tensor *x, const void **out)
 static mgt_status put_model(mg_out *o, mgt_pyw *w, mg_chunk *c)
 {
 	int *order = malloc(((size_t)c->tt.n + 1) * sizeof *order);
-	if (!order || !(o->bufs = calloc((size_t)c->tt.n + 1, sizeof *o->bufs))) {
-		free(order);
-		return mgt_err(MGT_ERR_NOMEM, "out of memory");
-	}
-	o->nbufs = 0;
+	if (!order) return mgt_err(MGT_ERR_NOMEM, "out of memory");
 	int n = mg_param_order(&o->m, c, order);
 	mgt_status st = MGT_OK;
 	mgt_pyw_odict_begin(w);
@@ -171,12 +167,20 @@ static mgt_status write_rank(mg_out *o, mg_chunk *c, int64_t it, json_t *meta)
 	char *dir = cv_join(o->iter, name), *path = dir ? cv_join(dir, "model_optim_rng.pt") : NULL;
 	mgt_pyw *w = NULL;
 	mgt_status st = path ? mgt_mkdirs(dir) : MGT_ERR_NOMEM;
+	o->nbufs = 0; /* a row's weights, fp32 copy and moments: 4 a row at most */
+	if (!st && !(o->bufs = calloc((size_t)c->tt.n * 4 + 1, sizeof *o->bufs))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
 	if (!st) st = mgt_pyw_new(&w);
 	if (!st) {
 		mgt_pyw_dict_begin(w);
 		mg_put_head(o, w, it, meta);
 		mgt_pyw_str(w, "model");
 		st = put_model(o, w, c);
+		if (!st && o->optim) {
+			mgt_pyw_str(w, "optimizer");
+			st = mg_put_optimizer(o, w, c, meta);
+			mgt_pyw_str(w, "opt_param_scheduler");
+			mg_put_scheduler(o, w, meta);
+		}
 		mgt_pyw_dict_end(w);
 	}
 	if (!st) st = mgt_pyw_save(w, path, "model_optim_rng");
@@ -235,6 +239,10 @@ static mgt_status out_convert(mg_out *o, const mgt_convert_opts *co)
 	if (!st) st = layout(o, co);
 	o->dt = !co->dtype ? (o->h.a.bf16 ? MGT_ST_BF16 : o->h.a.fp16 ? MGT_ST_F16 : MGT_ST_F32)
 		: !strcmp(co->dtype, "bf16") ? MGT_ST_BF16 : !strcmp(co->dtype, "fp16") ? MGT_ST_F16 : MGT_ST_F32;
+	/* the optimizer's state when the checkpoint has it (mgt checkpoints saved with it), the legacy
+	 * format, and no expert-parallel optimizer (a chained one) to write */
+	o->optim = !st && !o->dist && json_object_get(meta, "optimizer") && mgt_source_kind(o->h.src) == 2 &&
+		   !(o->h.a.model.num_experts > 0 && o->m.ep > 1);
 	if (!st) st = cv_out_begin(co->save_dir, &o->tmp);
 	char name[32];
 	snprintf(name, sizeof name, "iter_%07lld", (long long)it);
@@ -246,9 +254,11 @@ static mgt_status out_convert(mg_out *o, const mgt_convert_opts *co)
 	o->tmp = NULL;
 	if (!st && co->log)
 		fprintf(co->log, "converted %s (iteration %lld) to %s: a Megatron-LM checkpoint (--ckpt-format %s), TP %d, "
-			"PP %d%s%.0d, %s weights; load it with --no-load-optim --no-load-rng (or --finetune)\n", co->load_dir,
+			"PP %d%s%.0d, %s weights%s; load it with %s (or --finetune)\n", co->load_dir,
 			(long long)it, co->save_dir, o->dist ? "torch_dist" : "torch", o->m.tp, o->m.pp, o->m.ep > 1 ? ", EP " : "", o->m.ep > 1 ? o->m.ep : 0,
-			o->dt == MGT_ST_BF16 ? "bf16" : o->dt == MGT_ST_F16 ? "fp16" : "fp32");
+			o->dt == MGT_ST_BF16 ? "bf16" : o->dt == MGT_ST_F16 ? "fp16" : "fp32",
+			o->optim ? " and Adam's state (the non-distributed optimizer's)" : "",
+			o->optim ? "--no-load-rng" : "--no-load-optim --no-load-rng");
 	return st;
 }
 
