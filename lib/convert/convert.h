@@ -79,8 +79,8 @@ mgt_status mgt_convert_megatron_to_mgt(const mgt_convert_opts *o);
  * weights in o->dtype (default: bf16 with the checkpoint's --bf16, fp16 with --fp16, else fp32),
  * the arguments as Megatron's Namespace, the iteration, and (legacy format, an mgt checkpoint
  * holding it, no expert-parallel optimizer) Adam's state as Megatron's non-distributed optimizer
- * saves it with the scheduler's; no RNG state.  o->save_format "torch_dist": the weights in
- * torch_dist (mg_out_dist.c).  Errors: as mgt_convert_mgt_to_hf, MGT_ERR_USAGE for a layout that
+ * saves it with the scheduler's; no RNG state.  o->save_format "torch_dist": the same in torch_dist
+ * (mg_out_dist.c; the optimizer's per-tensor keys).  Errors: as mgt_convert_mgt_to_hf, MGT_ERR_USAGE for a layout that
  * does not divide. */
 mgt_status mgt_convert_to_megatron(const mgt_convert_opts *o);
 

@@ -130,5 +130,7 @@ mgt_status mg_write_dist(mg_out *o, int64_t it, json_t *meta);
  * state dict from the source's moments and fp32 weights, meta's step) and "opt_param_scheduler". */
 mgt_status mg_put_optimizer(mg_out *o, mgt_pyw *w, mg_chunk *c, json_t *meta);
 void mg_put_scheduler(mg_out *o, mgt_pyw *w, json_t *meta);
+/* A param group's dict (weight-decayed or not) with params first .. first + n - 1 (none: n < 0). */
+void mg_put_group(mg_out *o, mgt_pyw *w, bool wd, int first, int n);
 
 #endif

@@ -239,9 +239,9 @@ static mgt_status out_convert(mg_out *o, const mgt_convert_opts *co)
 	if (!st) st = layout(o, co);
 	o->dt = !co->dtype ? (o->h.a.bf16 ? MGT_ST_BF16 : o->h.a.fp16 ? MGT_ST_F16 : MGT_ST_F32)
 		: !strcmp(co->dtype, "bf16") ? MGT_ST_BF16 : !strcmp(co->dtype, "fp16") ? MGT_ST_F16 : MGT_ST_F32;
-	/* the optimizer's state when the checkpoint has it (mgt checkpoints saved with it), the legacy
-	 * format, and no expert-parallel optimizer (a chained one) to write */
-	o->optim = !st && !o->dist && json_object_get(meta, "optimizer") && mgt_source_kind(o->h.src) == 2 &&
+	/* the optimizer's state when the checkpoint has it (mgt checkpoints saved with it) and no
+	 * expert-parallel optimizer (a chained one) to write */
+	o->optim = !st && json_object_get(meta, "optimizer") && mgt_source_kind(o->h.src) == 2 &&
 		   !(o->h.a.model.num_experts > 0 && o->m.ep > 1);
 	if (!st) st = cv_out_begin(co->save_dir, &o->tmp);
 	char name[32];

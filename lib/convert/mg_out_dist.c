@@ -8,7 +8,9 @@
  * shapes, a homogeneous decoder stacked [layers, ...] under decoder.layers.<suffix> (one chunk per
  * layer), SequentialMLP's experts under decoder.layers.mlp.experts.experts.<suffix> [layers, E,
  * ...], per-layer keys when the layers differ (MoE on some layers); Transformer Engine's
- * _extra_state as ShardedObjects (an empty uint8 tensor, FP8 off) for every module that has one.
+ * _extra_state as ShardedObjects (an empty uint8 tensor, FP8 off) for every module that has one;
+ * with the checkpoint's Adam state, the non-distributed optimizer's per-tensor keys
+ * optimizer.state.{exp_avg,exp_avg_sq,fp32_param}.<key> and its common part in common.pt.
  * The whole model is written from one rank's view, so any TP / PP layout loads it. */
 #include "megatron_impl.h"
 
@@ -123,12 +125,14 @@ static bool homogeneous(const mgt_model_config *c)
 	return true;
 }
 
-/* Whole row g (or its expert dataset) in dt, into *buf (grown). */
-static mgt_status whole_of(mg_out *o, const mgt_tensor *g, void **buf, size_t *cap, size_t *numel)
+/* Whole row g (or its expert dataset) under prefix (an optimizer moment's, or "") in dt, into
+ * *buf (grown). */
+static mgt_status whole_of(mg_out *o, const mgt_tensor *g, const char *prefix, mgt_dt dt, void **buf, size_t *cap,
+			   size_t *numel)
 {
 	int64_t gs[3], off[3] = {0, 0, 0};
-	char name[200];
-	int nd = mgt_ckpt_row_dataset(g, "", name, sizeof name, gs);
+	char name[240];
+	int nd = mgt_ckpt_row_dataset(g, prefix, name, sizeof name, gs);
 	size_t n = 1;
 	for (int d = 0; d < nd; d++) n *= (size_t)gs[d];
 	if (n * sizeof(float) > *cap) {
@@ -140,10 +144,10 @@ static mgt_status whole_of(mg_out *o, const mgt_tensor *g, void **buf, size_t *c
 	float *f = *buf;
 	mgt_status st = mgt_source_read(o->h.src, name, nd, gs, off, gs, MGT_CKPT_F32, f);
 	if (!st) st = cv_check_finite(f, n, mgt_source_dir(o->h.src), name);
-	if (!st && o->dt != MGT_ST_F32) { /* in order, in place: element i's 16 bits land at or before float i */
+	if (!st && dt != MGT_ST_F32) { /* in order, in place: element i's 16 bits land at or before float i */
 		uint16_t h;
 		for (size_t i = 0; i < n; i++) {
-			h = o->dt == MGT_ST_BF16 ? mgt_f32_to_bf16(f[i]) : mgt_f32_to_f16(f[i]);
+			h = dt == MGT_ST_BF16 ? mgt_f32_to_bf16(f[i]) : mgt_f32_to_f16(f[i]);
 			memcpy((char *)*buf + i * 2, &h, 2);
 		}
 	}
@@ -163,12 +167,15 @@ static void dist_key(const mgt_tensor *g, bool stacked, char *out, size_t n)
 	else snprintf(out, n, "%s", name);
 }
 
-static void put_row(mg_out *o, dstore *s, const mgt_tensor *g, bool stacked, void **buf, size_t *cap)
+/* Row g as key pre + its sharded key, from the source's prefix src in dt. */
+static void put_row(mg_out *o, dstore *s, const mgt_tensor *g, bool stacked, const char *pre, const char *src, mgt_dt dt,
+		    void **buf, size_t *cap)
 {
 	size_t numel;
-	if (s->st || (s->st = whole_of(o, g, buf, cap, &numel))) return;
-	char key[256];
-	dist_key(g, stacked, key, sizeof key);
+	if (s->st || (s->st = whole_of(o, g, src, dt, buf, cap, &numel))) return;
+	char key[256], k0[220];
+	dist_key(g, stacked, k0, sizeof k0);
+	snprintf(key, sizeof key, "%s%s", pre, k0);
 	int64_t gs[5], off[5] = {0}, sz[5];
 	int nd = 0, e = g->num_experts > 0;
 	if (g->layer >= 0 && stacked) {
@@ -184,7 +191,7 @@ static void put_row(mg_out *o, dstore *s, const mgt_tensor *g, bool stacked, voi
 		gs[nd] = g->shape[d];
 		sz[nd++] = g->shape[d];
 	}
-	put_chunk(s, key, nd, gs, off, sz, o->dt, *buf);
+	put_chunk(s, key, nd, gs, off, sz, dt, *buf);
 }
 
 /* Transformer Engine's extra state of layer l: its linear modules and attention, a MoE layer's
@@ -237,7 +244,15 @@ static void put_model(mg_out *o, dstore *s)
 	for (int i = 0; !s->st && i < ft->n; i++) {
 		const mgt_tensor *g = &ft->t[i];
 		if (g->num_experts > 0 && mgt_ckpt_row_seen(ft, i)) continue;
-		put_row(o, s, g, stacked, &buf, &cap);
+		put_row(o, s, g, stacked, "", "", o->dt, &buf, &cap);
+		/* the non-distributed optimizer's per-tensor keys (dist_checkpointing/optimizer.py
+		 * optim_state_to_sharding_state; Float16OptimizerWithFloat16Params' fp32_param) */
+		if (o->optim) {
+			put_row(o, s, g, stacked, "optimizer.state.exp_avg.", "optimizer.state.exp_avg.", MGT_ST_F32, &buf, &cap);
+			put_row(o, s, g, stacked, "optimizer.state.exp_avg_sq.", "optimizer.state.exp_avg_sq.", MGT_ST_F32, &buf, &cap);
+		}
+		if (o->optim && o->dt != MGT_ST_F32)
+			put_row(o, s, g, stacked, "optimizer.state.fp32_param.", "", MGT_ST_F32, &buf, &cap);
 	}
 	for (int64_t l = 0; !s->st && l < o->h.a.model.num_layers; l++) put_layer_extra(o, s, l, stacked);
 	put_extra(s, "decoder.final_layernorm", "0_1");
@@ -381,6 +396,29 @@ static mgt_status write_common(mg_out *o, const char *dir, int64_t it, json_t *m
 	if (st) return st;
 	mgt_pyw_dict_begin(w);
 	mg_put_head(o, w, it, meta);
+	if (o->optim) { /* the groups without params and the common step (optimizer.py sharded_state_dict) */
+		mgt_pyw_str(w, "opt_param_scheduler");
+		mg_put_scheduler(o, w, meta);
+		mgt_pyw_str(w, "optimizer");
+		if (o->dt != MGT_ST_F32) {
+			mgt_pyw_dict_begin(w);
+			mgt_pyw_str(w, "optimizer");
+		}
+		mgt_pyw_dict_begin(w);
+		mgt_pyw_str(w, "param_groups");
+		mgt_pyw_list_begin(w);
+		mg_put_group(o, w, true, 0, -1);
+		mg_put_group(o, w, false, 0, -1);
+		mgt_pyw_list_end(w);
+		mgt_pyw_str(w, "state");
+		mgt_pyw_dict_begin(w);
+		mgt_pyw_str(w, "common_step");
+		o->step_f = (float)json_integer_value(json_object_get(json_object_get(meta, "optimizer"), "step"));
+		mgt_pyw_tensor(w, MGT_ST_F32, 0, NULL, &o->step_f);
+		mgt_pyw_dict_end(w);
+		mgt_pyw_dict_end(w);
+		if (o->dt != MGT_ST_F32) mgt_pyw_dict_end(w);
+	}
 	mgt_pyw_str(w, "content_metadata"); /* checkpointing.py _build_sharded_state_dict_metadata */
 	mgt_pyw_dict_begin(w);
 	mgt_pyw_str(w, "singleton_local_shards");

@@ -28,8 +28,9 @@ static void put_f32(mgt_pyw *w, const mgt_tensor *x, const float *data)
 	mgt_pyw_tensor(w, MGT_ST_F32, x->ndim, shape, data);
 }
 
-/* One param group's dict (torch.optim.Adam's keys, Megatron's additions). */
-static void put_group(mg_out *o, mgt_pyw *w, bool wd, int first, int n)
+/* One param group's dict (torch.optim.Adam's keys, Megatron's additions); params first .. first +
+ * n - 1, none with n < 0. */
+void mg_put_group(mg_out *o, mgt_pyw *w, bool wd, int first, int n)
 {
 	const mgt_args *a = &o->h.a;
 	mgt_pyw_dict_begin(w);
@@ -64,10 +65,12 @@ static void put_group(mg_out *o, mgt_pyw *w, bool wd, int first, int n)
 	mgt_pyw_float(w, a->lr);
 	mgt_pyw_str(w, "min_lr");
 	mgt_pyw_float(w, a->min_lr);
-	mgt_pyw_str(w, "params");
-	mgt_pyw_list_begin(w);
-	for (int i = 0; i < n; i++) mgt_pyw_int(w, first + i);
-	mgt_pyw_list_end(w);
+	if (n >= 0) { /* torch_dist keeps the groups without their params (optim_state_to_sharding_state) */
+		mgt_pyw_str(w, "params");
+		mgt_pyw_list_begin(w);
+		for (int i = 0; i < n; i++) mgt_pyw_int(w, first + i);
+		mgt_pyw_list_end(w);
+	}
 	mgt_pyw_dict_end(w);
 }
 
@@ -109,8 +112,8 @@ static mgt_status put_inner(mg_out *o, mgt_pyw *w, mg_chunk *c, const int *order
 	mgt_pyw_dict_end(w);
 	mgt_pyw_str(w, "param_groups");
 	mgt_pyw_list_begin(w);
-	put_group(o, w, true, 0, nwd);
-	put_group(o, w, false, nwd, n - nwd);
+	mg_put_group(o, w, true, 0, nwd);
+	mg_put_group(o, w, false, nwd, n - nwd);
 	mgt_pyw_list_end(w);
 	mgt_pyw_dict_end(w);
 	return st;

@@ -17,9 +17,9 @@
 #     mgt-eval's loss of the Megatron directory equals the original's;
 #   - mgt to Megatron (--save-format torch, TP 2 x PP 2, fp32 and bf16; --save-format torch_dist):
 #     the files read by the independent reader (torch.load; .metadata unpickled with PyTorch's class
-#     names) hold every weight of the original (bf16: rounded to nearest even), the legacy files the
+#     names) hold every weight of the original (bf16: rounded to nearest even) and the
 #     non-distributed optimizer's state (FP32Optimizer's, Float16OptimizerWithFloat16Params' with
-#     the fp32 main weights) equal to the original's; mgt reads them back bit for bit and a run
+#     the fp32 main weights; torch_dist's optimizer.state.* keys) equal to the original's; mgt reads them back bit for bit and a run
 #     resumed from them has the losses of mgt's own resume;
 #   - bad input, each exit 6 naming the file and key, nothing written: a truncated zip, a pickle
 #     with an unknown opcode, a missing rank file, a key the model does not have, an integer
@@ -73,6 +73,18 @@ grep "loss" quiet.log | sed 's/\[.*\]//' >eval-md.txt
 ok "  the same loss" cmp -s eval-ref.txt eval-md.txt
 
 # ---- mgt to Megatron ----
+# moments_equal NPZ: the independent reader's Adam state of every tensor equals ck's
+moments_equal() {
+	$PY - "$@" <<'EOF'
+import sys, h5py, numpy as np
+f = h5py.File("ck/iter_%07d/model.h5" % int(open("ck/latest_checkpointed_iteration.txt").read()), "r")
+z = np.load(sys.argv[1])
+bad = [k for k in f if k.startswith("optimizer.") and (k not in z or not np.array_equal(z[k].view(np.uint32), f[k][()].view(np.uint32)))]
+bad += [k for k in f if not k.startswith("optimizer.") and not np.array_equal(z["optimizer.state.fp32_param." + k].view(np.uint32), f[k][()].view(np.uint32))]
+print("# %d differ: %s" % (len(bad), bad[:3]))
+sys.exit(bool(bad))
+EOF
+}
 ok "mgt to Megatron torch TP2 x PP2, fp32" quiet "$BIN/mgt-ckpt-convert" --load-dir ck --save-dir out32 \
 	--save-format torch --dtype fp32 --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2
 ok "mgt to Megatron torch TP2 x PP2, bf16" quiet "$BIN/mgt-ckpt-convert" --load-dir ck --save-dir out16 \
@@ -102,31 +114,19 @@ if extra: print("# extra tensors %s" % extra[:5]); bad += 1
 sys.exit(bad != 0)
 EOF
 }
-ok "mgt to Megatron torch_dist, fp32" quiet "$BIN/mgt-ckpt-convert" --load-dir ck --save-dir outd \
-	--save-format torch_dist --dtype fp32
+ok "mgt to Megatron torch_dist (bf16)" quiet "$BIN/mgt-ckpt-convert" --load-dir ck --save-dir outd --save-format torch_dist
 ok "  the independent reader (.metadata unpickled with PyTorch's class names, torch.load of each item)" \
 	quiet $MG from-megatron --dir outd --out outd.npz
-ok "  every weight bit for bit" weights_equal outd.npz fp32
-ok "  mgt reads it back bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir outd --save-dir outd.mgt && \
-	$STATE ck outd.mgt --weights-only"
+ok "  every weight rounded to nearest even" weights_equal outd.npz bf16
+ok "  the Adam moments and fp32 main weights (optimizer.state.*) equal the original's" moments_equal outd.npz
+ok "  mgt reads it back: weights, moments and progress bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet \
+	--load-dir outd --save-dir outd.mgt && $STATE ck outd.mgt"
 ok "  fp32: every weight bit for bit" weights_equal out32.npz fp32
 ok "  bf16: every weight rounded to nearest even" weights_equal out16.npz bf16
 ok "  mgt reads the fp32 files back" quiet "$BIN/mgt-ckpt-convert" --load-dir out32 --save-dir out32.mgt
 ok "    weights, moments and progress bit for bit (FP32Optimizer's state)" $STATE ck out32.mgt
 ok "  mgt reads the bf16 files back" quiet "$BIN/mgt-ckpt-convert" --load-dir out16 --save-dir out16.mgt
 ok "    the fp32 main weights, moments and progress bit for bit (Float16Optimizer's state)" $STATE ck out16.mgt
-# moments_equal NPZ: the independent reader's Adam state of every tensor equals ck's
-moments_equal() {
-	$PY - "$@" <<'EOF'
-import sys, h5py, numpy as np
-f = h5py.File("ck/iter_%07d/model.h5" % int(open("ck/latest_checkpointed_iteration.txt").read()), "r")
-z = np.load(sys.argv[1])
-bad = [k for k in f if k.startswith("optimizer.") and (k not in z or not np.array_equal(z[k].view(np.uint32), f[k][()].view(np.uint32)))]
-bad += [k for k in f if not k.startswith("optimizer.") and not np.array_equal(z["optimizer.state.fp32_param." + k].view(np.uint32), f[k][()].view(np.uint32))]
-print("# %d differ: %s" % (len(bad), bad[:3]))
-sys.exit(bool(bad))
-EOF
-}
 ok "  the independent reader's Adam moments and fp32 main weights equal the original's" moments_equal out16.npz
 ok "mgt-train --load of the bf16 files goes on to iteration 11" train run-out16 tiny-llama --bf16 --load out16
 ok "  losses and grad norms of mgt's own resume, text-identical" losses_exact ref run-out16
