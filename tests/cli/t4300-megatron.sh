@@ -58,6 +58,9 @@ for f in mt md; do
 	ok "  the RNG line" grep -q "PyTorch RNG states (rng_state) do not carry over" quiet.log
 done
 
+ok "--use-checkpoint-args takes the model from the Megatron args" quiet "$BIN/mgt-train" --load mt --use-checkpoint-args \
+	--mock-data --micro-batch-size 2 --global-batch-size 4 --train-iters 6 --lr 1e-3 --threads 2 --device cpu
+
 # ---- Hugging Face and mgt-eval ----
 ok "mgt to HF (the original)" quiet "$BIN/mgt-ckpt-convert" --load-dir ck --save-dir hf-ref
 ok "Megatron torch to HF" quiet "$BIN/mgt-ckpt-convert" --load-dir mt --save-dir hf-mt --save-format hf
