@@ -16,7 +16,7 @@
 static const char PROG[] = "mgt-ckpt-convert";
 
 enum { OPT_LOAD = CLI_FIRST_FREE, OPT_SAVE, OPT_TP, OPT_PP, OPT_EP, OPT_DIV, OPT_DTYPE, OPT_FAMILY, OPT_STEP, OPT_SHARD,
-       OPT_FORMAT, OPT_QUIET, OPT_HELP };
+       OPT_FORMAT, OPT_DISTOPT, OPT_QUIET, OPT_HELP };
 
 static void usage(void)
 {
@@ -31,6 +31,8 @@ static void usage(void)
 	       "  --save-format mgt|hf|torch|torch_dist  what to write: an mgt checkpoint, a Hugging Face directory,\n"
 	       "                                      or a Megatron-LM checkpoint, torch or torch_dist [mgt from\n"
 	       "                                      Hugging Face and Megatron-LM, hf from mgt]\n"
+	       "  --use-distributed-optimizer         to torch: Adam's state as the distributed optimizer's\n"
+	       "                                      (distrib_optim.pt), for runs with that flag\n"
 	       "  --target-tensor-parallel-size N     to mgt: tensor-parallel layout to write [1]\n"
 	       "  --target-pipeline-parallel-size N   to mgt: pipeline-parallel layout to write [1]\n"
 	       "  --target-expert-parallel-size N     to mgt: expert-parallel layout of an MoE model [1]\n"
@@ -63,6 +65,7 @@ static const struct option longopts[] = {
 	{"ckpt-step", required_argument, 0, OPT_STEP},
 	{"max-shard-size", required_argument, 0, OPT_SHARD},
 	{"save-format", required_argument, 0, OPT_FORMAT},
+	{"use-distributed-optimizer", no_argument, 0, OPT_DISTOPT},
 	{"quiet", no_argument, 0, OPT_QUIET},
 	{"help", no_argument, 0, OPT_HELP},
 	{0, 0, 0, 0},
@@ -104,6 +107,7 @@ static void parse(int argc, char **argv, mgt_convert_opts *o)
 				mgt_cli_usage_error(PROG, "--save-format %s: expected mgt, hf, torch or torch_dist", optarg);
 			save_format = optarg;
 			break;
+		case OPT_DISTOPT: o->distopt = true; break;
 		case OPT_QUIET: o->log = NULL; break;
 		case OPT_HELP: usage(); exit(0);
 		default: mgt_cli_usage_error(PROG, "unknown option");
@@ -125,6 +129,8 @@ int main(int argc, char **argv)
 	if (!st && ((kind == 1 && !strcmp(to, "hf")) || (kind == 2 && !strcmp(to, "mgt")) || (kind == 3 && megatron)))
 		mgt_cli_usage_error(PROG, "--save-format %s: %s is already %s", to, o.load_dir,
 				    kind == 1 ? "a Hugging Face directory" : kind == 2 ? "an mgt checkpoint" : "a Megatron-LM checkpoint");
+	if (!st && o.distopt && strcmp(to, "torch"))
+		mgt_cli_usage_error(PROG, "--use-distributed-optimizer applies to --save-format torch");
 	if (!st && megatron) {
 		if (o.family || o.max_shard_bytes || o.make_vocab_size_divisible_by)
 			mgt_cli_usage_error(PROG, "--family, --max-shard-size and --make-vocab-size-divisible-by do not apply to "

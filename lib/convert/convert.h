@@ -43,6 +43,7 @@ typedef struct {
 	int64_t make_vocab_size_divisible_by; /* HF -> mgt: 0 = 128 (Megatron's default) */
 	const char *dtype;            /* mgt -> HF: "bf16", "fp16", "fp32" or NULL (config.json's torch_dtype, else fp32) */
 	const char *save_format;      /* mgt -> Megatron: "torch" (NULL) or "torch_dist" */
+	bool distopt;                 /* mgt -> Megatron torch: Adam's state as the distributed optimizer's */
 	const char *family;           /* mgt -> HF without recorded config.json: model_type, or NULL (inferred) */
 	int64_t ckpt_step;            /* mgt or Megatron -> HF or mgt: iteration to read, -1 = the tracker's */
 	uint64_t max_shard_bytes;     /* mgt -> HF: safetensors shard size (0 = 5 GB, as transformers) */

@@ -114,6 +114,7 @@ typedef struct {
 	mgt_dt dt;                 /* the weights' dtype */
 	bool dist;                 /* torch_dist, else torch */
 	bool optim;                /* writing the optimizer's state (mg_out_opt.c) */
+	bool distopt;              /* as the distributed optimizer's (distrib_optim.pt) */
 	float step_f, scale_f;     /* the optimizer's step and the fp16 loss scale, kept for the writer */
 	char *tmp, *iter;
 	void **bufs;               /* one rank's tensors, kept until its file is written */
@@ -132,5 +133,10 @@ mgt_status mg_put_optimizer(mg_out *o, mgt_pyw *w, mg_chunk *c, json_t *meta);
 void mg_put_scheduler(mg_out *o, mgt_pyw *w, json_t *meta);
 /* A param group's dict (weight-decayed or not) with params first .. first + n - 1 (none: n < 0). */
 void mg_put_group(mg_out *o, mgt_pyw *w, bool wd, int first, int n);
+/* The distributed optimizer's: the rank file's "optimizer" (param groups without params), and
+ * distrib_optim.pt of chunk c written to path (Megatron's buffer of one bucket, the run's DP
+ * padding stripped as Megatron strips it). */
+void mg_put_dist_optimizer(mg_out *o, mgt_pyw *w, json_t *meta);
+mgt_status mg_write_distrib_optim(mg_out *o, mg_chunk *c, const char *path);
 
 #endif

@@ -38,7 +38,7 @@ void mg_put_args(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta)
 				"expert_model_parallel_size", o->m.ep, "virtual_pipeline_model_parallel_size",
 				"padded_vocab_size", (json_int_t)o->h.a.model.padded_vocab_size, "data_parallel_size", 1,
 				"world_size", o->m.tp * o->m.pp * o->m.ep, "ckpt_format", o->dist ? "torch_dist" : "torch",
-				"use_distributed_optimizer", 0,
+				"use_distributed_optimizer", o->optim && o->distopt,
 				"transformer_impl", "transformer_engine", "no_save_optim", !o->optim, "no_save_rng", 1,
 				"consumed_train_samples", (json_int_t)json_integer_value(json_object_get(meta, "consumed_train_samples")),
 				"consumed_valid_samples", (json_int_t)json_integer_value(json_object_get(meta, "consumed_valid_samples")),
@@ -177,7 +177,8 @@ static mgt_status write_rank(mg_out *o, mg_chunk *c, int64_t it, json_t *meta)
 		st = put_model(o, w, c);
 		if (!st && o->optim) {
 			mgt_pyw_str(w, "optimizer");
-			st = mg_put_optimizer(o, w, c, meta);
+			if (o->distopt) mg_put_dist_optimizer(o, w, meta);
+			else st = mg_put_optimizer(o, w, c, meta);
 			mgt_pyw_str(w, "opt_param_scheduler");
 			mg_put_scheduler(o, w, meta);
 		}
@@ -185,6 +186,9 @@ static mgt_status write_rank(mg_out *o, mg_chunk *c, int64_t it, json_t *meta)
 	}
 	if (!st) st = mgt_pyw_save(w, path, "model_optim_rng");
 	mgt_pyw_free(w);
+	char *dopt = !st && o->optim && o->distopt ? cv_join(dir, "distrib_optim.pt") : NULL;
+	if (dopt) st = mg_write_distrib_optim(o, c, dopt);
+	free(dopt);
 	mg_free_bufs(o);
 	free(path);
 	free(dir);
@@ -209,6 +213,7 @@ static mgt_status layout(mg_out *o, const mgt_convert_opts *co)
 	m->pp = co->pp;
 	m->vp = 1;
 	m->ep = co->ep > 1 ? co->ep : 1;
+	m->dp = m->edp = 1; /* one bucket (Megatron's default, no --overlap-grad-reduce): no DP padding inside */
 	m->a = o->h.a; /* shared, not owned */
 	if (m->ep > 1 && (o->h.a.model.num_experts < 1 || o->h.a.model.num_experts % m->ep))
 		return mgt_err(MGT_ERR_USAGE, "--target-expert-parallel-size %d: the model has %lld experts", m->ep,
@@ -257,7 +262,8 @@ static mgt_status out_convert(mg_out *o, const mgt_convert_opts *co)
 			"PP %d%s%.0d, %s weights%s; load it with %s (or --finetune)\n", co->load_dir,
 			(long long)it, co->save_dir, o->dist ? "torch_dist" : "torch", o->m.tp, o->m.pp, o->m.ep > 1 ? ", EP " : "", o->m.ep > 1 ? o->m.ep : 0,
 			o->dt == MGT_ST_BF16 ? "bf16" : o->dt == MGT_ST_F16 ? "fp16" : "fp32",
-			o->optim ? " and Adam's state (the non-distributed optimizer's)" : "",
+			o->optim ? (o->distopt ? " and Adam's state (the distributed optimizer's)" : " and Adam's state (the non-distributed "
+				    "optimizer's)") : "",
 			o->optim ? "--no-load-rng" : "--no-load-optim --no-load-rng");
 	return st;
 }
@@ -265,9 +271,13 @@ static mgt_status out_convert(mg_out *o, const mgt_convert_opts *co)
 mgt_status mgt_convert_to_megatron(const mgt_convert_opts *co)
 {
 	if (co->tp < 1 || co->pp < 1) return mgt_err(MGT_ERR_USAGE, "tensor and pipeline parallel sizes must be >= 1");
-	mg_out o = {.h = {.o = co}, .dist = co->save_format && !strcmp(co->save_format, "torch_dist")};
+	mg_out o = {.h = {.o = co}, .dist = co->save_format && !strcmp(co->save_format, "torch_dist"),
+		    .distopt = co->distopt};
 	mgt_status st = out_convert(&o, co);
-	for (int c = 0; c < o.m.nchunks; c++) mgt_tensor_table_free(&o.m.chunks[c].tt);
+	for (int c = 0; c < o.m.nchunks; c++) {
+		mgt_tensor_table_free(&o.m.chunks[c].tt);
+		free(o.m.chunks[c].where);
+	}
 	free(o.m.chunks);
 	free(o.iter);
 	mg_free_bufs(&o);

@@ -190,3 +190,76 @@ void mg_put_scheduler(mg_out *o, mgt_pyw *w, json_t *meta)
 	mgt_pyw_int(w, 0);
 	mgt_pyw_dict_end(w);
 }
+
+/* ---- the distributed optimizer (--use-distributed-optimizer) ---- */
+
+/* The (param_dtype, grad_dtype) key of the buffer (distrib_optimizer.py; bf16 params reduce fp32
+ * gradients, fp16 ones fp16). */
+static void put_dtype_key(mg_out *o, mgt_pyw *w)
+{
+	const char *p = o->dt == MGT_ST_BF16 ? "bfloat16" : o->dt == MGT_ST_F16 ? "float16" : "float32";
+	mgt_pyw_tuple_begin(w);
+	mgt_pyw_global(w, "torch", p);
+	mgt_pyw_global(w, "torch", o->dt == MGT_ST_F16 ? "float16" : "float32");
+	mgt_pyw_tuple_end(w);
+}
+
+/* The .pt's "optimizer": DistributedOptimizer.state_dict, param_groups without params with "step". */
+void mg_put_dist_optimizer(mg_out *o, mgt_pyw *w, json_t *meta)
+{
+	mgt_pyw_dict_begin(w);
+	mgt_pyw_str(w, "optimizer");
+	mgt_pyw_dict_begin(w);
+	mgt_pyw_str(w, "param_groups");
+	mgt_pyw_list_begin(w);
+	for (int g = 0; g < 2; g++) mg_put_group(o, w, g == 0, 0, -1);
+	mgt_pyw_list_end(w);
+	mgt_pyw_dict_end(w);
+	mgt_pyw_dict_end(w);
+	(void)meta;
+}
+
+/* distrib_optim.pt of chunk c (one model chunk: buffer 0): {"buckets_coalesced": True, 0:
+ * {(param, grad dtype): {"param", "exp_avg", "exp_avg_sq", "numel_unpadded"}}}, each row's fp32
+ * weights and moments at its offset in Megatron's buffer (mg_dist_map; the 64-element gaps zero). */
+mgt_status mg_write_distrib_optim(mg_out *o, mg_chunk *c, const char *path)
+{
+	mgt_status st = mg_dist_map(&o->m, c);
+	int64_t total = 0;
+	for (int i = 0; !st && i < c->tt.n; i++)
+		if (c->where[i] >= 0 && c->where[i] + (int64_t)c->tt.t[i].numel > total) total = c->where[i] + (int64_t)c->tt.t[i].numel;
+	float *buf[3] = {0};
+	for (int k = 0; !st && k < 3; k++)
+		if (!(buf[k] = calloc((size_t)total + 1, sizeof(float)))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");
+	static const char *const pre[3] = {"", "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq."};
+	for (int i = 0; !st && i < c->tt.n; i++) {
+		const mgt_tensor *x = &c->tt.t[i];
+		for (int k = 0; !st && c->where[i] >= 0 && k < 3; k++)
+			st = mgt_source_row_read(o->h.src, pre[k], x, 0, x->numel, buf[k] + c->where[i]);
+	}
+	mgt_pyw *w = NULL;
+	if (!st) st = mgt_pyw_new(&w);
+	if (!st) {
+		static const char *const names[3] = {"param", "exp_avg", "exp_avg_sq"};
+		mgt_pyw_dict_begin(w);
+		mgt_pyw_str(w, "buckets_coalesced");
+		mgt_pyw_bool(w, true);
+		mgt_pyw_int(w, 0);
+		mgt_pyw_dict_begin(w);
+		put_dtype_key(o, w);
+		mgt_pyw_dict_begin(w);
+		for (int k = 0; k < 3; k++) {
+			mgt_pyw_str(w, names[k]);
+			mgt_pyw_tensor(w, MGT_ST_F32, 1, &total, buf[k]);
+		}
+		mgt_pyw_str(w, "numel_unpadded");
+		mgt_pyw_int(w, total);
+		mgt_pyw_dict_end(w);
+		mgt_pyw_dict_end(w);
+		mgt_pyw_dict_end(w);
+		st = mgt_pyw_save(w, path, "distrib_optim");
+	}
+	mgt_pyw_free(w);
+	for (int k = 0; k < 3; k++) free(buf[k]);
+	return st;
+}

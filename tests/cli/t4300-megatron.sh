@@ -131,6 +131,13 @@ ok "    weights, moments and progress bit for bit (FP32Optimizer's state)" $STAT
 ok "  mgt reads the bf16 files back" quiet "$BIN/mgt-ckpt-convert" --load-dir out16 --save-dir out16.mgt
 ok "    the fp32 main weights, moments and progress bit for bit (Float16Optimizer's state)" $STATE ck out16.mgt
 ok "  the independent reader's Adam moments and fp32 main weights equal the original's" moments_equal out16.npz
+ok "mgt to Megatron torch with the distributed optimizer's state" quiet "$BIN/mgt-ckpt-convert" --load-dir ck \
+	--save-dir outdo --save-format torch --use-distributed-optimizer --target-tensor-parallel-size 2 \
+	--target-pipeline-parallel-size 2
+ok "  the independent reader reads it" quiet $MG from-megatron --dir outdo --out outdo.npz
+ok "  distrib_optim.pt's moments and fp32 main weights equal the original's" moments_equal outdo.npz
+ok "  mgt reads it back bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir outdo --save-dir outdo.mgt && \
+	$STATE ck outdo.mgt"
 ok "mgt-train --load of the bf16 files goes on to iteration 11" train run-out16 tiny-llama --bf16 --load out16
 ok "  losses and grad norms of mgt's own resume, text-identical" losses_exact ref run-out16
 
