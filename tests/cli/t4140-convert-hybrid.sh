@@ -16,6 +16,12 @@
 #     safetensors within 1e-5 relative; the test can fail: the same reference with HF Mamba2's
 #     full-width gated norm (--gated-norm full) differs from mgt's 2-group model, and the MoE model
 #     with routed_scaling_factor 1 instead of 2.5 differs;
+#   - router groups (n_group / topk_group = mgt-train's --moe-router-num-groups / --moe-router-group-topk,
+#     exact where k / topk_group is 2): 8 experts top-2 in 2 groups keeping 1, top-4 in 4 groups keeping
+#     2, relu2 experts: HF -> mgt (TP 2) -> HF bit for bit with config.json, mgt's logits equal
+#     ref_forward.py's group-limited routing (transformers: a group's score the sum of its top 2, -inf
+#     elsewhere) within 1e-5 and not the reference without groups; a model trained with groups gets
+#     n_group / topk_group and comes back bit for bit;
 #   - models trained by mgt-train: tiny-hybrid (M*M-) gets config.json from its arguments
 #     (nemotron_h: pattern, Mamba sizes, mlp_hidden_act gelu, time_step_min 0, untied) and comes back
 #     to mgt at TP 1 and at TP 2 x PP 2 (the TP de-interleave of in_proj and conv1d) bit for bit; an
@@ -23,7 +29,9 @@
 #     scale 2.5) gets the MoE keys, comes back bit for bit, and the HF reference on the written
 #     directory equals mgt's logits;
 #   - refusals (exit 3 unless noted, nothing written): an unknown pattern symbol, a pattern longer
-#     than num_hidden_layers, MoE layers without the MoE keys, router groups (n_group 2),
+#     than num_hidden_layers, MoE layers without the MoE keys, router groups with k / topk_group 4
+#     (and a model trained with --moe-router-group-topk 3 of top-3, to HF), moe_latent_size
+#     (Megatron-Core's --moe-latent-size, which mgt-train lacks),
 #     norm_topk_prob false with top-2, an MLP activation mgt lacks (silu), a Mamba2 directory with
 #     n_groups 2, a missing tensor, a softmax-routed MoE hybrid to HF, --family mamba2 for a model
 #     with 2 groups (naming n_groups and pointing to nemotron_h) or with attention layers, a GGUF of
@@ -196,6 +204,31 @@ full_only "nemotron_h bf16 at TP 1 x PP 4" && {
 	ok "nemotron_h bf16: TP 1 x PP 4 round trip bit for bit" $PY "$HF/st.py" compare "$T/nemotron_h-bf16-x" "$T/back-pp4"
 }
 
+# router groups (NemotronH's n_group / topk_group: Megatron's group-limited routing): 8 experts in
+# 2 groups of 4 keeping 1, top-2; 8 experts in 4 groups of 2 keeping 2, top-4 (k / topk_group = 2)
+for spec in 2:1:2 4:2:4; do
+	IFS=: read -r ng tg k <<EOF
+$spec
+EOF
+	name=groups-$ng-$tg src=$T/groups-$ng-$tg
+	$PY "$HF/make_tiny.py" nemotron_h "$src" --dtype fp32 --time-step-min 0 --pattern ME*E --experts 8 --topk "$k" \
+		--n-group "$ng" --topk-group "$tg" --mlp-act relu2 >/dev/null 2>&1 || echo "# make_tiny $name failed"
+	ok "$name: HF -> mgt at TP 2" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$src" --save-dir "$T/ck-$name" \
+		--target-tensor-parallel-size 2
+	ok "$name: --moe-router-num-groups $ng --moe-router-group-topk $tg" $PY -c "
+import json, sys; a = json.load(open(sys.argv[1]))['args']
+print('# %s' % {k: a.get(k) for k in ('moe_router_num_groups', 'moe_router_group_topk', 'moe_router_topk')})
+sys.exit((a.get('moe_router_num_groups'), a.get('moe_router_group_topk'), a.get('moe_router_topk')) != ($ng, $tg, $k))" \
+		"$(ls "$T"/ck-$name/iter_*/metadata.json 2>/dev/null | head -1)"
+	ok "$name: mgt -> HF bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-$name' --save-dir '$T/back-$name' &&
+		$PY '$HF/st.py' compare '$src' '$T/back-$name'"
+	ok "$name: config.json back (n_group, topk_group)" cfg_same "$src/config.json" "$T/back-$name/config.json"
+	dump "$T/ck-$name" "$T/d.h5"
+	ok "$name: mgt's logits equal the float64 HF reference (group-limited routing)" compare "$src" "$T/d.h5" 1e-5
+	d=$(variant "$src" "$name-nogroups" "c['n_group'] = 1; c['topk_group'] = 1")
+	ok "$name: ...and not the reference without groups" compare "$d" "$T/d.h5" -1e-2
+done
+
 # 2. a model trained by mgt-train
 ok "train tiny-hybrid (M*M-) for 2 iterations" quiet "$BIN/mgt-train" --model tiny-hybrid --mock-data --vocab-size 512 \
 	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 2 --threads 2 --save "$T/tr" \
@@ -245,6 +278,25 @@ ok "trained MoE: HF -> mgt holds the trained parameters (expert bias included) b
 	$PY '$HF/same_ckpt.py' '$T/trm' '$T/trm-back' 512 hybrid && $PY '$HF/same_ckpt.py' '$T/trm' '$T/trm-back' 512 moe"
 dump "$T/trm" "$T/d.h5"
 ok "trained MoE: the HF reference on the written directory equals mgt's logits" compare "$T/trm-hf" "$T/d.h5" 1e-5
+ok "train the same with router groups (2 of 2 experts, 1 kept, top-2: k / group-topk 2)" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid $MOE --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
+	--moe-router-num-groups 2 --moe-router-group-topk 1 --squared-relu --mock-data --vocab-size 512 \
+	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trg" \
+	--save-interval 1 --log-interval 1
+ok "trained groups: mgt -> HF: n_group 2, topk_group 1, mlp_hidden_act relu2" sh -c "
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/trg' --save-dir '$T/trg-hf' && $PY -c \"
+import json, sys; c = json.load(open('$T/trg-hf/config.json'))
+sys.exit((c['n_group'], c['topk_group'], c['mlp_hidden_act']) != (2, 1, 'relu2'))\""
+ok "trained groups: HF -> mgt holds the trained parameters and the groups" sh -c "
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/trg-hf' --save-dir '$T/trg-back' &&
+	$PY '$HF/same_ckpt.py' '$T/trg' '$T/trg-back' 512 hybrid && $PY '$HF/same_ckpt.py' '$T/trg' '$T/trg-back' 512 moe"
+dump "$T/trg" "$T/d.h5"
+ok "trained groups: the HF reference on the written directory equals mgt's logits" compare "$T/trg-hf" "$T/d.h5" 1e-5
+ok "train with groups NemotronH cannot hold (4 groups of 1, 3 kept, top-3: k / group-topk 1)" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid $MOE --moe-router-topk 3 --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
+	--moe-router-num-groups 4 --moe-router-group-topk 3 --mock-data --vocab-size 512 \
+	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trg3" \
+	--save-interval 1 --log-interval 1
 ok "train the same with a softmax router" quiet "$BIN/mgt-train" --model tiny-hybrid $MOE --mock-data --vocab-size 512 \
 	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trs" \
 	--save-interval 1 --log-interval 1
@@ -265,8 +317,14 @@ d=$(variant "$NH" longpat "c['hybrid_override_pattern'] = 'M*M-M'")
 refused 3 "pattern longer than num_hidden_layers" "has 5 layers but \"num_hidden_layers\" is 4" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$NH" moe "c['hybrid_override_pattern'] = 'M*ME'")
 refused 3 "an MoE layer without the MoE keys" "no \"n_routed_experts\" (the pattern has MoE layers)" "$BIN/mgt-ckpt-convert" --load-dir "$d"
-d=$(variant "$T/nemotron_h-fp32-x" moe-groups "c['n_group'] = 2; c['topk_group'] = 1")
-refused 3 "MoE with router groups" "\"n_group\" 2: grouped routing is not converted" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$T/groups-4-2" moe-groups "c['topk_group'] = 1")
+refused 3 "router groups with num_experts_per_tok / topk_group 4" "\"topk_group\" 1 with top-4: .*only num_experts_per_tok / topk_group = 2" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$d"
+refused 3 "a model trained with --moe-router-group-topk 3 of top-3 to HF" "nemotron_h cannot hold.*--moe-router-group-topk" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$T/trg3"
+d=$(variant "$T/nemotron_h-fp32-x" moe-latent "c['moe_latent_size'] = 32")
+refused 3 "a latent MoE projection" "\"moe_latent_size\".*Megatron-Core's --moe-latent-size) is not implemented by mgt-train" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$T/nemotron_h-fp32-x" moe-nonorm "c['norm_topk_prob'] = False")
 refused 3 "MoE without norm_topk_prob (top-2)" "\"norm_topk_prob\" false with top-2" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 r2=$(variant "$NH" relu2 "del c['mlp_hidden_act']")
