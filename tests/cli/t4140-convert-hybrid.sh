@@ -35,7 +35,8 @@
 #     norm_topk_prob false with top-2, an MLP activation mgt lacks (silu), a Mamba2 directory with
 #     n_groups 2, a missing tensor, a softmax-routed MoE hybrid to HF, --family mamba2 for a model
 #     with 2 groups (naming n_groups and pointing to nemotron_h) or with attention layers, a GGUF of
-#     an MoE hybrid or of a model with GELU MLP layers (exit 2);
+#     an MoE hybrid with GELU experts or with MLP layers beside MoE layers (llama.cpp's
+#     nemotron_h_moe makes them all MoE layers) or of a model with GELU MLP layers (exit 2);
 #   - NemotronH's relu2 MLP (its default) is mgt-train's --squared-relu: converted and back bit for
 #     bit; a tiny-hybrid trained with --squared-relu exports mlp_hidden_act relu2;
 #   - mgt-export to GGUF, loaded by a real llama.cpp (node-llama-cpp 3.22.1, tests/hf/llamacpp,
@@ -46,7 +47,12 @@
 #     within 1e-4 relative of ref_forward.py's and its greedy tokens equal (and not within 1e-2 of
 #     the reference with a full-width gated norm: the file's groups are used).  The models are made
 #     with time_step_min 0: NemotronH's torch_forward clamps dt below at time_step_min, which
-#     Megatron and llama.cpp do not (facts, pitfall 3).  Skipped with a message when npm is unreachable.
+#     Megatron and llama.cpp do not (facts, pitfall 3).  MoE hybrids as nemotron_h_moe (ME*EM, relu2
+#     experts: 4 experts top-2, and 8 experts in 2 router groups keeping 1): the expert keys and the
+#     stacked ffn_{up,down}_exps [E, rows, cols], llama.cpp's logits within 1e-4 of ref_forward.py's,
+#     greedy tokens equal, and not within 1e-2 of the reference with routed_scaling_factor 1 or
+#     without groups; an M*EM model trained by mgt-train: llama.cpp's logits within 1e-4 of mgt's
+#     (--debug-dump), argmax equal.  Skipped with a message when npm is unreachable.
 # Tiers (lib.sh): the quick tier runs everything above with f32 GGUF files; the full tier adds the
 # f16 and q8_0 GGUF files of both (the same writer as f32 with other types) and a bf16 nemotron_h
 # directory's round trip at TP 1 x PP 4 (one layer a stage).
@@ -365,8 +371,12 @@ $PY "$HF/make_tiny.py" nemotron_h "$T/nh-mmm" --dtype fp32 --pattern MMM --group
 	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nh-mmm" --save-dir "$T/ck-g2" || echo "# the 2-group all-Mamba model failed"
 refused 3 "--family mamba2 with 2 groups" "n_groups would be 2 (--mamba-num-groups).*--family nemotron_h" \
 	"$BIN/mgt-ckpt-convert" --load-dir "$T/ck-g2" --family mamba2
-refused 2 "GGUF of an MoE hybrid" "a Mixture-of-Experts" \
+refused 2 "GGUF of an MoE hybrid with GELU experts" "trained with GELU experts (llama.cpp's nemotron_h_moe experts compute squared ReLU: --squared-relu)" \
 	sh -c "'$BIN/mgt-export' --load-dir '$T/trm' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
+$PY "$HF/make_tiny.py" nemotron_h "$T/nh-moe-mlp" --dtype fp32 --pattern ME*- --mlp-act relu2 >/dev/null 2>&1 &&
+	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nh-moe-mlp" --save-dir "$T/ck-moe-mlp" || echo "# making ME*- failed"
+refused 2 "GGUF of an MoE hybrid with MLP layers" "MLP layers ('-') beside MoE layers" \
+	sh -c "'$BIN/mgt-export' --load-dir '$T/ck-moe-mlp' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
 refused 2 "GGUF of a model with GELU MLP layers" "llama.cpp's nemotron_h computes with squared ReLU" \
 	sh -c "'$BIN/mgt-export' --load-dir '$T/tr' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
 
@@ -439,5 +449,86 @@ EOF
 		meta_check "$T/$tag-f32.gguf" "$arch" "$pat" "$nh" 16 16 "$grp" \
 			"$($PY -c "import json; print(json.load(open('$src/config.json')).get('intermediate_size', 0))")"
 done
+
+# MoE hybrids as llama.cpp's nemotron_h_moe: ME*EM (4 experts top-2, shared expert, expert bias,
+# scale 2.5, relu2) and the same with 8 experts in 2 router groups keeping 1
+moe_meta() { # moe_meta GGUF E K GROUPS: the MoE keys and tensor shapes as @huggingface/gguf reads them
+	node "$LC/run.mjs" "$1" --meta --full >"$T/meta.json" 2>"$T/meta.err" || { sed 's/^/# /' "$T/meta.err"; return 1; }
+	$PY - "$T/meta.json" "$2" "$3" "$4" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1])); E, K, G = map(int, sys.argv[2:5])
+md = {k: v["value"] for k, v in m["metadata"].items()}
+sh = {t["name"]: t["shape"] for t in m["tensorInfos"]}
+a = "nemotron_h_moe."
+want = {"general.architecture": "nemotron_h_moe", a + "expert_count": E, a + "expert_used_count": K,
+        a + "expert_feed_forward_length": 48, a + "expert_shared_feed_forward_length": 96, a + "expert_shared_count": 1,
+        a + "expert_weights_norm": True, a + "expert_weights_scale": 2.5, a + "feed_forward_length": [0, 48, 0, 48, 0],
+        a + "attention.head_count_kv": [0, 0, 2, 0, 0]}
+if G > 1:
+    want.update({a + "expert_group_count": G, a + "expert_group_used_count": 1})
+bad = {k: (md.get(k), v) for k, v in want.items() if md.get(k) != v}
+if G == 1 and a + "expert_group_count" in md:
+    bad["group keys"] = md[a + "expert_group_count"]
+shapes = {"blk.1.ffn_gate_inp.weight": [64, E], "blk.1.exp_probs_b.bias": [E], "blk.1.ffn_up_exps.weight": [64, 48, E],
+          "blk.1.ffn_down_exps.weight": [48, 64, E], "blk.3.ffn_up_shexp.weight": [64, 96],
+          "blk.3.ffn_down_shexp.weight": [96, 64]}
+bad.update({k: (sh.get(k), v) for k, v in shapes.items() if sh.get(k) != v})
+print("# differing (got, want): %s" % bad)
+sys.exit(1 if bad else 0)
+EOF
+}
+for spec in 4:1 8:2; do
+	E=${spec%:*} ng=${spec#*:} tag=nemotron_h_moe-$spec src=$T/g-moe-$E
+	tag=nemotron_h_moe-E$E-g$ng
+	$PY "$HF/make_tiny.py" nemotron_h "$src" --dtype fp32 --vocab 50257 --pattern ME*EM --experts "$E" --n-group "$ng" \
+		--topk-group 1 --time-step-min 0 --mlp-act relu2 >/dev/null 2>&1 && cp "$G/vocab.json" "$G/merges.txt" "$src/" &&
+		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$src" --save-dir "$T/gck-$tag" || echo "# making $tag failed"
+	for type in f32 f16 q8_0; do
+		[ "$type" = f32 ] || full_only "$tag: mgt-export --outtype $type" || continue
+		ok "$tag: mgt-export --outtype $type (architecture nemotron_h_moe)" "$BIN/mgt-export" --quiet \
+			--load-dir "$T/gck-$tag" --output "$T/$tag-$type.gguf" --outtype "$type"
+		if [ $have_lc = 0 ]; then skip "$tag $type: llama.cpp ($(tail -1 "$T/setup.log"))"; continue; fi
+		tol=$(case $type in f32) echo 1e-4;; f16) echo 1e-2;; *) echo 6e-2;; esac)
+		ok "$tag $type: llama.cpp's logits and greedy tokens as the reference's" gguf_cmp "$T/$tag-$type.gguf" "$src" "$tol"
+	done
+	[ $have_lc = 1 ] || continue
+	ok "$tag: GGUF header (expert keys, per-layer arrays, stacked expert shapes)" moe_meta "$T/$tag-f32.gguf" "$E" 2 "$ng"
+	d=$(variant "$src" "$tag-scale1" "c['routed_scaling_factor'] = 1.0")
+	ok "$tag: ...and not the reference with routed_scaling_factor 1 (expert_weights_scale is used)" \
+		gguf_cmp "$T/$tag-f32.gguf" "$d" -1e-2
+	if [ "$ng" -gt 1 ]; then
+		d=$(variant "$src" "$tag-nogroups" "c['n_group'] = 1; c['topk_group'] = 1")
+		ok "$tag: ...and not the reference without router groups" gguf_cmp "$T/$tag-f32.gguf" "$d" -1e-2
+	fi
+done
+# a hybrid MoE model trained by mgt-train (M*EM, relu2 experts, expert bias moved by 3 iterations):
+# llama.cpp's logits of its GGUF against mgt's own (--debug-dump), argmax equal at every position
+ok "train tiny-hybrid M*EM with NemotronH's router and --squared-relu (GPT-2 vocabulary)" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid --hybrid-layer-pattern M*EM --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 \
+	--moe-shared-expert-intermediate-size 64 --moe-router-topk-scaling-factor 2.5 --moe-router-load-balancing-type none \
+	--moe-router-score-function sigmoid --moe-router-enable-expert-bias --squared-relu --mock-data $GPT2 \
+	--seq-length 32 --micro-batch-size 2 --train-iters 3 --threads 2 --save "$T/trz" --save-interval 3 --log-interval 3
+ok "trained M*EM: mgt-export (f32)" "$BIN/mgt-export" --quiet --load-dir "$T/trz" --output "$T/trz.gguf" --outtype f32
+dump "$T/trz" "$T/dz.h5"
+lc_vs_mgt() { # lc_vs_mgt GGUF DUMP.h5 TOL: llama.cpp's logits on the dump's tokens against mgt's
+	$PY - "$@" <<'EOF'
+import json, os, subprocess, sys
+import h5py, numpy as np
+f = h5py.File(sys.argv[2], "r")
+toks = " ".join(str(int(t)) for t in f["batch/tokens"][0, 0, :])
+out = subprocess.run(["node", os.environ["HFT"] + "/llamacpp/run.mjs", sys.argv[1], "--tokens", toks],
+                     capture_output=True, text=True)
+if out.returncode:
+    print("# %s" % out.stderr[-300:]); sys.exit(1)
+l = np.array(json.loads(out.stdout)["logits"], dtype=np.float64)
+m = f["iter1/logits"][0, :, :l.shape[1]].astype(np.float64)
+rel = np.linalg.norm(l - m) / np.linalg.norm(m)
+same = (l.argmax(1) == m.argmax(1)).all()
+print("# llama.cpp vs mgt: max |logit diff| %.3g, relative %.3g (limit %s), logits up to %.2f, argmax equal: %s"
+      % (abs(l - m).max(), rel, sys.argv[3], abs(m).max(), same))
+sys.exit(0 if rel <= float(sys.argv[3]) and same else 1)
+EOF
+}
+[ $have_lc = 1 ] && ok "trained M*EM: llama.cpp's logits equal mgt's" lc_vs_mgt "$T/trz.gguf" "$T/dz.h5" 1e-4
 
 done_testing
