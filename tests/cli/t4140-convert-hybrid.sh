@@ -36,11 +36,12 @@
 #     n_groups 2, a missing tensor, a softmax-routed MoE hybrid to HF, --family mamba2 for a model
 #     with 2 groups (naming n_groups and pointing to nemotron_h) or with attention layers, a GGUF of
 #     an MoE hybrid with GELU experts or with MLP layers beside MoE layers (llama.cpp's
-#     nemotron_h_moe makes them all MoE layers) or of a model with GELU MLP layers (exit 2);
+#     nemotron_h_moe makes them all MoE layers) or trained with --moe-expert-capacity-factor, or of a
+#     model with GELU MLP layers (exit 2);
 #   - NemotronH's relu2 MLP (its default) is mgt-train's --squared-relu: converted and back bit for
 #     bit; a tiny-hybrid trained with --squared-relu exports mlp_hidden_act relu2;
 #   - mgt-export to GGUF, loaded by a real llama.cpp (node-llama-cpp 3.22.1, tests/hf/llamacpp,
-#     whose llama.cpp knows mamba2 and nemotron_h): an all-Mamba model (6 heads: d_inner 96, not
+#     whose llama.cpp, release tag v0.5.0, knows mamba2, nemotron_h and nemotron_h_moe): an all-Mamba model (6 heads: d_inner 96, not
 #     2 h as llama.cpp's converter assumes) as architecture mamba2, an
 #     M*MM*M model and an M-M*-M model (relu2 MLP layers) as nemotron_h (per-layer head_count_kv and feed_forward_length arrays, ssm_a =
 #     -exp(A_log) [1, NH] in ggml order, ssm_conv1d {4, CD}, ssm_norm {DI/G, G}); llama.cpp's logits
@@ -377,6 +378,12 @@ $PY "$HF/make_tiny.py" nemotron_h "$T/nh-moe-mlp" --dtype fp32 --pattern ME*- --
 	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nh-moe-mlp" --save-dir "$T/ck-moe-mlp" || echo "# making ME*- failed"
 refused 2 "GGUF of an MoE hybrid with MLP layers" "MLP layers ('-') beside MoE layers" \
 	sh -c "'$BIN/mgt-export' --load-dir '$T/ck-moe-mlp' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
+ok "train M*EM with relu2 experts and --moe-expert-capacity-factor 1" quiet "$BIN/mgt-train" --model tiny-hybrid \
+	$MOE --hybrid-layer-pattern M*EM --moe-router-score-function sigmoid --moe-router-enable-expert-bias --squared-relu \
+	--moe-expert-capacity-factor 1.0 --mock-data --vocab-size 512 --tokenizer-type NullTokenizer --seq-length 32 \
+	--micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trc" --save-interval 1 --log-interval 1
+refused 2 "GGUF of an MoE hybrid that drops tokens" "trained with --moe-expert-capacity-factor (token dropping" \
+	sh -c "'$BIN/mgt-export' --load-dir '$T/trc' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
 refused 2 "GGUF of a model with GELU MLP layers" "llama.cpp's nemotron_h computes with squared ReLU" \
 	sh -c "'$BIN/mgt-export' --load-dir '$T/tr' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
 
