@@ -547,7 +547,7 @@ static mgt_status out_convert(hf_out *h)
 /* Refusing Mixture-of-Experts models (expert datasets [E, rows, cols], routers, shared
  * experts; mgt-ckpt(5)) where they are not converted (GGUF): naming the first such dataset of a
  * checkpoint, or the Hugging Face family. */
-static mgt_status no_experts(const hf_out *h)
+mgt_status cv_no_experts(const hf_out *h)
 {
 	if (mgt_source_kind(h->src) == 1)
 		return h->a.model.num_experts <= 0 ? MGT_OK
@@ -587,10 +587,10 @@ static mgt_status open_src(hf_out *h)
 mgt_status cv_mgt_open(hf_out *h, bool experts)
 {
 	mgt_status st = open_src(h);
-	if (!st && !experts && mgt_source_kind(h->src) == 2) st = no_experts(h);
+	if (!st && !experts && mgt_source_kind(h->src) == 2) st = cv_no_experts(h);
 	if (!st) st = read_args(h);
 	if (!st) st = pick_family(h);
-	if (!st && !experts && mgt_source_kind(h->src) == 1) st = no_experts(h);
+	if (!st && !experts && mgt_source_kind(h->src) == 1) st = cv_no_experts(h);
 	if (!st) st = mgt_tensor_table_build(&h->full, &h->a.model, 1, 0, 1, 0);
 	return st;
 }

@@ -88,6 +88,9 @@ void cv_copy_box(const float *whole, int nd, const int64_t *gs, const int64_t *o
  * whole ([g->shape] fp32; an expert row from its expert dataset) and checks it is finite; a norm
  * weight of a checkpoint with apply_layernorm_1p comes as the model applies it, 1 + w. */
 mgt_status cv_mgt_open(hf_out *h, bool experts);
+/* That refusal alone, for a source opened with experts true (mgt-export: GGUF of hybrid MoE
+ * models only): MGT_OK for a dense model. */
+mgt_status cv_no_experts(const hf_out *h);
 mgt_status cv_mgt_read(hf_out *h, const mgt_tensor *g, float *whole);
 void cv_mgt_close(hf_out *h);
 

@@ -24,20 +24,55 @@ typedef struct {
 	mgt_tok_vocab voc;
 	bool have_voc;
 	const char *arch;         /* general.architecture */
+	const mgt_tensor *cur;    /* the row each_tensor is at */
 } exporter;
 
 static bool hybrid(const exporter *e) { return mgt_hf_spec_of(e->f)->names == MGT_HF_NAMES_BACKBONE; }
 
+/* What llama.cpp's nemotron_h_moe cannot compute of hybrid MoE model c (mgt-train's flag), or NULL.
+ * Its MoE layer (llama_model_nemotron_h graph build_ffn_layer; build_moe_ffn): sigmoid scores of
+ * ffn_gate_inp (the gating function is fixed), the top-k of scores + exp_probs_b (after keeping the
+ * expert_group_used_count groups of the largest sums of their top 2, -inf elsewhere), weights the
+ * scores of the chosen, normalized when expert_weights_norm, times expert_weights_scale; experts
+ * and the shared expert up, squared ReLU, down (no gate); every MLP layer of a file with experts is
+ * an MoE layer, and the shared expert is required.  (What NemotronH cannot hold is refused before,
+ * exit 3: softmax routers, no expert bias, SwiGLU or gated shared experts; mgt-ckpt-convert(1).) */
+static const char *moe_unexportable(const mgt_model_config *c)
+{
+	if (strcmp(c->moe_router_score_function, "sigmoid"))
+		return "--moe-router-score-function softmax (llama.cpp's nemotron_h_moe routes by sigmoid scores)";
+	if (c->swiglu) return "--swiglu (llama.cpp's nemotron_h_moe experts have no gate)";
+	if (!c->squared_relu) return "GELU experts (llama.cpp's nemotron_h_moe experts compute squared ReLU: --squared-relu)";
+	if (!c->moe_shared_expert_intermediate_size)
+		return "no shared expert (llama.cpp's nemotron_h_moe requires one: --moe-shared-expert-intermediate-size)";
+	if (c->moe_shared_expert_gate) return "--moe-shared-expert-gate (llama.cpp's nemotron_h_moe shared expert has no gate)";
+	if (c->moe_expert_capacity_factor > 0)
+		return "--moe-expert-capacity-factor (token dropping; llama.cpp's nemotron_h_moe drops no tokens)";
+	if (c->moe_router_num_groups > 1 && c->moe_router_group_topk > 0 && c->moe_router_group_topk < c->moe_router_num_groups &&
+	    c->moe_router_topk / c->moe_router_group_topk != 2)
+		return "--moe-router-group-topk with --moe-router-topk / --moe-router-group-topk other than 2 (llama.cpp "
+		       "scores a group by its top 2 scores, Megatron by its top topk / group-topk)";
+	if (strchr(c->hybrid_layer_pattern, '-'))
+		return "MLP layers ('-') beside MoE layers (llama.cpp's nemotron_h_moe makes every MLP layer of a file "
+		       "with experts an MoE layer)";
+	return NULL;
+}
+
 /* A hybrid model's GGUF architecture: mamba2 when every layer is a Mamba layer (llama.cpp's
- * grouped gated norm, whatever the groups), else nemotron_h, whose MLP layers compute squared
- * ReLU (llama.cpp's llm_build_nemotron_h build_ffn_layer, LLM_FFN_RELU_SQR): a model whose MLP
- * layers compute GELU is refused, one trained with --squared-relu exported. */
+ * grouped gated norm, whatever the groups), nemotron_h_moe when it has MoE layers (moe_unexportable
+ * says what that refuses), else nemotron_h, whose MLP layers compute squared ReLU (llama.cpp's
+ * llm_build_nemotron_h build_ffn_layer, LLM_FFN_RELU_SQR): a model whose MLP layers compute GELU is
+ * refused, one trained with --squared-relu exported. */
 static mgt_status hybrid_arch(exporter *e)
 {
 	const char *p = e->c->hybrid_layer_pattern;
 	bool mamba_only = true;
 	for (const char *q = p; *q; q++) mamba_only &= *q == 'M' || *q == '|';
-	e->arch = mamba_only ? "mamba2" : "nemotron_h";
+	e->arch = mamba_only ? "mamba2" : strchr(p, 'E') ? "nemotron_h_moe" : "nemotron_h";
+	const char *why = strchr(p, 'E') ? moe_unexportable(e->c) : NULL;
+	if (why)
+		return mgt_err(MGT_ERR_USAGE, "%s: the hybrid model has MoE layers (pattern %s) trained with %s: not exported "
+			       "to GGUF (llama.cpp's nemotron_h_moe cannot compute it)", e->o->load_dir, p, why);
 	if (!strchr(p, 'M'))
 		return mgt_err(MGT_ERR_USAGE, "%s: the hybrid model has no Mamba layer (pattern %s): llama.cpp's nemotron_h "
 			       "aborts loading such a file (no recurrent state; seen with node-llama-cpp 3.22.1), so it is "
@@ -56,8 +91,9 @@ static mgt_status open_source(exporter *e)
 				   .family = e->o->family};
 	e->out.o = &e->co;
 	e->opened = true;
-	mgt_status st = cv_mgt_open(&e->out, false);
+	mgt_status st = cv_mgt_open(&e->out, true);
 	e->c = &e->out.a.model, e->f = e->out.f, e->prefix = e->out.prefix, e->full = &e->out.full;
+	if (!st && !hybrid(e)) st = cv_no_experts(&e->out); /* Mixtral, Qwen-MoE: not exported */
 	if (!st) e->arch = mgt_hf_spec_of(e->f)->gguf_arch;
 	if (!st && hybrid(e)) st = hybrid_arch(e);
 	if (!st && !mgt_hf_spec_of(e->f)->gguf_arch)
@@ -134,18 +170,46 @@ static uint32_t file_type(mgt_ggml_type t)
 	return t == MGT_GGML_F16 ? 1 : t == MGT_GGML_Q8_0 ? 7 : t == MGT_GGML_BF16 ? 32 : 0;
 }
 
-/* A per-layer array {arch}.key: v_attn on attention layers ('*'), v_mlp on MLP layers ('-'), 0 on
- * Mamba layers (llama.cpp's nemotron_h: a layer is recurrent iff head_count_kv and
- * feed_forward_length are both 0 there; conversion/nemotron.py). */
-static mgt_status kv_layers(exporter *e, const char *key, int64_t v_attn, int64_t v_mlp)
+/* A per-layer array {arch}.key: v_attn on attention layers ('*'), v_mlp on MLP layers ('-'), v_moe
+ * on MoE layers ('E'), 0 on Mamba layers (llama.cpp's nemotron_h: a layer is recurrent iff
+ * head_count_kv and feed_forward_length are both 0 there; conversion/nemotron.py). */
+static mgt_status kv_layers(exporter *e, const char *key, int64_t v_attn, int64_t v_mlp, int64_t v_moe)
 {
 	char k[96];
 	int32_t v[sizeof e->c->hybrid_layer_pattern];
 	size_t n = 0;
 	for (const char *p = e->c->hybrid_layer_pattern; *p; p++)
-		if (*p != '|') v[n++] = (int32_t)(*p == '*' ? v_attn : *p == '-' ? v_mlp : 0);
+		if (*p != '|') v[n++] = (int32_t)(*p == '*' ? v_attn : *p == '-' ? v_mlp : *p == 'E' ? v_moe : 0);
 	snprintf(k, sizeof k, "%s.%s", e->arch, key);
 	return mgt_gguf_set_arr_i32(e->w, k, v, n);
+}
+
+/* NemotronH's MoE as llama.cpp's nemotron_h_moe reads it (conversion/nemotron.py NemotronHModel
+ * set_gguf_parameters; llama_model_nemotron_h::load_arch_hparams; llama-model.cpp load_hparams for
+ * the counts and groups): expert_count E, expert_used_count k, expert_feed_forward_length,
+ * expert_shared_feed_forward_length, expert_shared_count 1, expert_weights_norm (Megatron
+ * normalizes the chosen sigmoid scores exactly when k > 1), expert_weights_scale (the top-k scaling
+ * factor, 1 when unset), expert_gating_func 2 (sigmoid; nemotron_h_moe fixes it anyway); with
+ * group-limited routing that masks groups, expert_group_count and expert_group_used_count (llama.cpp
+ * asserts used < count: routing that keeps every group is written as none). */
+static mgt_status moe_kv(exporter *e)
+{
+	const mgt_model_config *c = e->c;
+	char k[96];
+	mgt_status st = kv_u32(e, "expert_count", c->num_experts);
+	TRY(kv_u32(e, "expert_used_count", c->moe_router_topk));
+	TRY(kv_u32(e, "expert_feed_forward_length", c->moe_ffn_hidden_size));
+	TRY(kv_u32(e, "expert_shared_feed_forward_length", c->moe_shared_expert_intermediate_size));
+	TRY(kv_u32(e, "expert_shared_count", 1));
+	snprintf(k, sizeof k, "%s.expert_weights_norm", e->arch);
+	TRY(mgt_gguf_set_bool(e->w, k, c->moe_router_topk > 1));
+	TRY(kv_f32(e, "expert_weights_scale", c->moe_router_topk_scaling_factor > 0 ? c->moe_router_topk_scaling_factor : 1.0));
+	TRY(kv_u32(e, "expert_gating_func", 2));
+	if (c->moe_router_num_groups > 1 && c->moe_router_group_topk > 0 && c->moe_router_group_topk < c->moe_router_num_groups) {
+		TRY(kv_u32(e, "expert_group_count", c->moe_router_num_groups));
+		TRY(kv_u32(e, "expert_group_used_count", c->moe_router_group_topk));
+	}
+	return st;
 }
 
 /* Mamba2 and NemotronH (llama.cpp's conversion/mamba.py Mamba2Model and conversion/nemotron.py
@@ -174,10 +238,11 @@ static mgt_status hybrid_kv(exporter *e)
 		return st;
 	}
 	TRY(kv_u32(e, "attention.head_count", c->num_attention_heads));
-	TRY(kv_layers(e, "attention.head_count_kv", c->num_query_groups, 0));
-	TRY(kv_layers(e, "feed_forward_length", 0, c->ffn_hidden_size));
+	TRY(kv_layers(e, "attention.head_count_kv", c->num_query_groups, 0, 0));
+	TRY(kv_layers(e, "feed_forward_length", 0, c->ffn_hidden_size, c->moe_ffn_hidden_size));
 	TRY(kv_u32(e, "attention.key_length", c->kv_channels));
 	TRY(kv_u32(e, "attention.value_length", c->kv_channels));
+	if (!st && strchr(c->hybrid_layer_pattern, 'E')) st = moe_kv(e);
 	return st;
 }
 
@@ -313,6 +378,9 @@ static mgt_status each_tensor(exporter *e, const mgt_tensor *g, tensor_fn fn, vo
 		if (fix == MGT_GGUF_NEG_EXP || fix == MGT_GGUF_COLUMN) ndim = 2, shape[1] = 1; /* [NH] -> [NH, 1] */
 		if (fix == MGT_GGUF_GROUPS) /* [DI] -> [G, DI / G] */
 			ndim = 2, shape[0] = e->c->mamba_num_groups, shape[1] = m.shape[k][0] / e->c->mamba_num_groups;
+		if (fix == MGT_GGUF_EXPERTS) /* expert g->expert's [rows, cols] of the stacked [E, rows, cols] */
+			ndim = 3, shape[0] = e->c->num_experts, shape[1] = m.shape[k][0], shape[2] = m.shape[k][1];
+		e->cur = g;
 		if (!st) st = fn(e, &m, k, name, fix, ndim, shape, ctx);
 	}
 	return st;
@@ -323,6 +391,8 @@ static mgt_status declare_one(exporter *e, const mgt_hf_map *m, int k, const cha
 {
 	(void)m, (void)k;
 	mgt_ggml_type want = *(mgt_ggml_type *)ctx;
+	/* one stacked tensor, declared (and written) at the last expert */
+	if (fix == MGT_GGUF_EXPERTS && e->cur->expert != e->c->num_experts - 1) return MGT_OK;
 	return mgt_gguf_add_tensor(e->w, name, tensor_type(want, ndim, shape[ndim - 1], fix), ndim, shape);
 }
 
@@ -331,6 +401,7 @@ typedef struct {
 	scratch *s;
 	float *fixed;
 	float *src[3];
+	float *stack[2]; /* the experts' up and down weights of one layer, [E, rows, cols] each */
 } row_data;
 
 static mgt_status put_one(exporter *e, const mgt_hf_map *m, int k, const char *name, mgt_gguf_fix fix, int ndim,
@@ -347,6 +418,11 @@ static mgt_status put_one(exporter *e, const mgt_hf_map *m, int k, const char *n
 	} else if (fix == MGT_GGUF_NEG_EXP) { /* A = -exp(A_log) (Mamba2Model.modify_tensors) */
 		for (int64_t i = 0; i < rows; i++) r->fixed[i] = -expf(x[i]);
 		x = r->fixed;
+	} else if (fix == MGT_GGUF_EXPERTS) { /* stacked; written with the last expert */
+		float *st = r->stack[e->cur->role == MGT_T_EXP_FC2_W];
+		memcpy(st + (size_t)e->cur->expert * (size_t)(rows * cols), x, (size_t)(rows * cols) * sizeof *x);
+		if (e->cur->expert != e->c->num_experts - 1) return MGT_OK;
+		x = st;
 	} else if (fix == MGT_GGUF_PERMUTE_Q || fix == MGT_GGUF_PERMUTE_K) {
 		mgt_gguf_permute(x, r->fixed, rows, cols, fix == MGT_GGUF_PERMUTE_Q ? e->c->num_attention_heads
 									     : e->c->num_query_groups);
@@ -377,6 +453,10 @@ static mgt_status write_tensors(exporter *e)
 	/* the fixed (transposed or permuted) tensor goes to s.whole, free once a row's Hugging Face
 	 * tensors are made; it holds the largest row, so also rope_freqs [rot_dim / 2] */
 	row_data r = {.s = &s, .fixed = s.whole};
+	const mgt_model_config *c = e->c;
+	size_t ne = c->num_experts > 0 ? (size_t)(c->num_experts * c->moe_ffn_hidden_size * c->hidden_size) : 0;
+	for (int i = 0; !st && ne && i < 2; i++)
+		if (!(r.stack[i] = mgt_malloc(ne * sizeof(float)))) st = MGT_ERR_NOMEM;
 	if (!st && e->c->use_rope_scaling) {
 		rope_factors(e->c, r.fixed, rot_half(e->c));
 		st = mgt_gguf_put_f32(e->w, "rope_freqs.weight", r.fixed);
@@ -385,6 +465,7 @@ static mgt_status write_tensors(exporter *e)
 		st = row_sources(e, &e->full->t[i], &r);
 		if (!st) st = each_tensor(e, &e->full->t[i], put_one, &r);
 	}
+	free(r.stack[0]), free(r.stack[1]);
 	cv_scratch_free(&s);
 	return st;
 }

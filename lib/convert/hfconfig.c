@@ -342,9 +342,14 @@ static mgt_status hybrid_pattern(json_t *cfg, mgt_hf_family f, const char *file,
  * experts; experts and shared experts up_proj, act, down_proj.  Megatron: --moe-router-score-function
  * sigmoid, --moe-router-enable-expert-bias, --moe-router-topk-scaling-factor, a shared expert without
  * gate; Megatron normalizes the chosen sigmoid scores exactly when top-k > 1, so norm_topk_prob must
- * say the same.  Refused: router groups (n_group > 1: transformers ranks a group by its top 2 scores,
- * Megatron by its top k / topk_group, and masks the others with 0 where Megatron uses -inf), a
- * latent projection (moe_latent_size), no shared experts. */
+ * say the same.  Router groups (n_group > 1) are Megatron's group-limited routing
+ * (--moe-router-num-groups n_group, --moe-router-group-topk topk_group): both keep the topk_group
+ * groups of the largest group scores and mask the others' choice scores with -inf, but transformers
+ * scores a group by its top 2 choice scores and Megatron (moe_utils.py group_limited_topk) by its top
+ * k / topk_group, so they convert when k / topk_group is 2 (or topk_group is n_group: no group is
+ * masked).  Refused: a latent projection (moe_latent_size: Megatron-Core's --moe-latent-size,
+ * fc1_latent_proj / fc2_latent_proj around the routed experts, which mgt-train lacks), no shared
+ * experts. */
 static mgt_status nemotron_moe_in(json_t *cfg, const char *file, mgt_args *a)
 {
 	static const char *const keys[][2] = {
@@ -366,13 +371,26 @@ static mgt_status nemotron_moe_in(json_t *cfg, const char *file, mgt_args *a)
 	if (!st) st = mgt_args_set(a, "moe_router_load_balancing_type", "none");
 	if (st) return st;
 	mgt_model_config *c = &a->model;
-	json_t *ng = json_object_get(cfg, "n_group"), *lat = json_object_get(cfg, "moe_latent_size");
-	if (json_is_integer(ng) && json_integer_value(ng) > 1)
-		return mgt_err(MGT_ERR_INPUT, "%s: \"n_group\" %lld: grouped routing is not converted (transformers ranks a group "
-			       "by its top 2 scores, Megatron's --moe-router-num-groups by its top k / group top-k)", file,
-			       (long long)json_integer_value(ng));
+	json_t *ng = json_object_get(cfg, "n_group"), *tg = json_object_get(cfg, "topk_group");
+	json_t *lat = json_object_get(cfg, "moe_latent_size");
+	if (ng && !json_is_null(ng) && !json_is_integer(ng)) return bad_key(file, "n_group", "an integer");
+	if (json_is_integer(ng) && json_integer_value(ng) > 1) {
+		long long G = json_integer_value(ng), g = json_is_integer(tg) ? json_integer_value(tg) : 0;
+		long long k = c->moe_router_topk;
+		if (g < 1 || g > G) return bad_key(file, "topk_group", "an integer from 1 to \"n_group\"");
+		if (g < G && k / g != 2)
+			return mgt_err(MGT_ERR_INPUT, "%s: \"n_group\" %lld, \"topk_group\" %lld with top-%lld: transformers "
+				       "scores a group by its top 2 choice scores, Megatron's group-limited routing "
+				       "(--moe-router-group-topk) by its top k / topk_group = %lld, so only "
+				       "num_experts_per_tok / topk_group = 2 converts exactly", file, G, g, k, k / g);
+		st = set_num(a, file, "n_group", "moe_router_num_groups", ng);
+		if (!st) st = set_num(a, file, "topk_group", "moe_router_group_topk", tg);
+		if (st) return st;
+	}
 	if (lat && !json_is_null(lat))
-		return mgt_err(MGT_ERR_INPUT, "%s: \"moe_latent_size\": a latent projection around the experts is not converted", file);
+		return mgt_err(MGT_ERR_INPUT, "%s: \"moe_latent_size\": a latent projection around the routed experts "
+			       "(fc1_latent_proj, fc2_latent_proj; Megatron-Core's --moe-latent-size) is not implemented by "
+			       "mgt-train, so it is not converted", file);
 	bool norm = json_is_true(json_object_get(cfg, "norm_topk_prob"));
 	if (norm != (c->moe_router_topk > 1))
 		return mgt_err(MGT_ERR_INPUT, "%s: \"norm_topk_prob\" %s with top-%lld: Megatron's sigmoid router normalizes the "
@@ -508,6 +526,12 @@ static bool all_mamba(const char *p)
 	return true;
 }
 
+/* Whether hybrid model c routes by groups (Megatron: --moe-router-group-topk set, more than one group). */
+static bool hybrid_groups(const mgt_model_config *c)
+{
+	return c->moe_router_num_groups > 1 && c->moe_router_group_topk > 0;
+}
+
 /* What NemotronH (or Mamba2) lacks for hybrid model c: mgt-train's flag, or NULL (the Bridge's
  * NemotronH mapping: RMSNorm, no positions, no biases, an MLP of up_proj and down_proj). */
 static const char *hybrid_unmappable(const mgt_model_config *c, mgt_hf_family f)
@@ -517,7 +541,10 @@ static const char *hybrid_unmappable(const mgt_model_config *c, mgt_hf_family f)
 		if (strcmp(c->moe_router_score_function, "sigmoid")) return "a softmax router (NemotronH's is sigmoid)";
 		if (!c->moe_router_enable_expert_bias)
 			return "no --moe-router-enable-expert-bias (NemotronH's router adds e_score_correction_bias)";
-		if (c->moe_router_num_groups > 1) return "--moe-router-num-groups (grouped routing is not converted)";
+		if (hybrid_groups(c) && c->moe_router_group_topk < c->moe_router_num_groups &&
+		    c->moe_router_topk / c->moe_router_group_topk != 2)
+			return "--moe-router-group-topk with --moe-router-topk / --moe-router-group-topk other than 2 "
+			       "(Megatron scores a group by its top topk / group-topk scores, NemotronH by its top 2)";
 		if (!c->moe_shared_expert_intermediate_size || c->moe_shared_expert_gate)
 			return "no shared expert or a gated one (NemotronH's MoE adds ungated shared experts)";
 		if (c->swiglu) return "--swiglu (NemotronH's experts have no gate)";
@@ -783,8 +810,8 @@ static void hybrid_config_json(json_t *o, const mgt_model_config *c, mgt_hf_fami
 		put_int(o, "moe_shared_expert_intermediate_size", c->moe_shared_expert_intermediate_size);
 		put_real(o, "routed_scaling_factor", c->moe_router_topk_scaling_factor > 0 ? c->moe_router_topk_scaling_factor : 1.0);
 		json_object_set_new(o, "norm_topk_prob", json_boolean(c->moe_router_topk > 1));
-		put_int(o, "n_group", 1);
-		put_int(o, "topk_group", 1);
+		put_int(o, "n_group", hybrid_groups(c) ? c->moe_router_num_groups : 1);
+		put_int(o, "topk_group", hybrid_groups(c) ? c->moe_router_group_topk : 1);
 	}
 	put_int(o, "max_position_embeddings", c->max_position_embeddings);
 	json_object_set_new(o, "attention_bias", json_false());

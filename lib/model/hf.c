@@ -416,6 +416,9 @@ static const struct {
 	{"mixer.out_proj.", "ssm_out."}, {"mixer.q_proj.", "attn_q."}, {"mixer.k_proj.", "attn_k."},
 	{"mixer.v_proj.", "attn_v."}, {"mixer.o_proj.", "attn_output."}, {"mixer.up_proj.", "ffn_up."},
 	{"mixer.down_proj.", "ffn_down."},
+	/* NemotronH's MoE (llama.cpp's MODEL_TENSORS[NEMOTRON_H_MOE]; the experts: mgt_hf_gguf_name) */
+	{"mixer.gate.e_score_correction_bias", "exp_probs_b.bias"}, {"mixer.gate.", "ffn_gate_inp."},
+	{"mixer.shared_experts.up_proj.", "ffn_up_shexp."}, {"mixer.shared_experts.down_proj.", "ffn_down_shexp."},
 }, gguf_global[] = {
 	{"wte.weight", "token_embd.weight"}, {"wpe.weight", "position_embd.weight"}, {"ln_f.weight", "output_norm.weight"},
 	{"ln_f.bias", "output_norm.bias"}, {"model.embed_tokens.weight", "token_embd.weight"},
@@ -436,6 +439,13 @@ mgt_status mgt_hf_gguf_name(mgt_hf_family f, const char *gpt2_prefix, const char
 	bool bb = s->names == MGT_HF_NAMES_BACKBONE;
 	if (sscanf(hf, gpt2 ? "h.%d.%n" : bb ? "backbone.layers.%d.%n" : "model.layers.%d.%n", &layer, &used) == 1 && used > 0)
 		rest = hf + used;
+	int expert, eu = 0;
+	if (rest && bb && sscanf(rest, "mixer.experts.%d.%n", &expert, &eu) == 1 && eu > 0 &&
+	    (!strcmp(rest + eu, "up_proj.weight") || !strcmp(rest + eu, "down_proj.weight"))) {
+		snprintf(out, n, "blk.%d.ffn_%s_exps.weight", layer, rest[eu] == 'u' ? "up" : "down");
+		*fix = MGT_GGUF_EXPERTS;
+		return MGT_OK;
+	}
 	for (size_t i = 0; rest && i < sizeof gguf_layer / sizeof gguf_layer[0]; i++) {
 		size_t k = strlen(gguf_layer[i].hf);
 		if (strncmp(rest, gguf_layer[i].hf, k)) continue;

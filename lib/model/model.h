@@ -848,10 +848,14 @@ void mgt_hf_from_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_t
  * (mgt_gguf_permute; llama.cpp convert_hf_to_gguf.py LlamaModel.permute); the Mamba-2 mixer's as
  * llama.cpp's conversion/mamba.py Mamba2Model.modify_tensors stores them: conv1d.weight squeezed
  * [CD, 1, 4] -> [CD, 4] (SQUEEZE), A_log as A = -exp(A_log) [NH, 1] (NEG_EXP), D [NH, 1]
- * (COLUMN), norm.weight [G, DI/G] (GROUPS; G the caller's).  Errors: MGT_ERR_USAGE for a name
- * without a GGUF counterpart. */
-typedef enum { MGT_GGUF_AS_IS, MGT_GGUF_TRANSPOSE, MGT_GGUF_PERMUTE_Q, MGT_GGUF_PERMUTE_K, MGT_GGUF_SQUEEZE,
-	       MGT_GGUF_NEG_EXP, MGT_GGUF_COLUMN, MGT_GGUF_GROUPS } mgt_gguf_fix;
+ * (COLUMN), norm.weight [G, DI/G] (GROUPS; G the caller's); NemotronH's MoE as llama.cpp's
+ * nemotron_h_moe (conversion/nemotron.py; constants.py TENSOR_NAMES): gate.weight ffn_gate_inp,
+ * gate.e_score_correction_bias exp_probs_b.bias, shared_experts.{up,down}_proj ffn_{up,down}_shexp,
+ * and experts.E.{up,down}_proj one stacked tensor ffn_{up,down}_exps.weight [E, rows, cols] for all
+ * E experts (EXPERTS: the caller stacks them).  Errors: MGT_ERR_USAGE for a name without a GGUF
+ * counterpart. */
+typedef enum { MGT_GGUF_AS_IS, MGT_GGUF_TRANSPOSE, MGT_GGUF_PERMUTE_Q, MGT_GGUF_PERMUTE_K, MGT_GGUF_EXPERTS,
+	       MGT_GGUF_SQUEEZE, MGT_GGUF_NEG_EXP, MGT_GGUF_COLUMN, MGT_GGUF_GROUPS } mgt_gguf_fix;
 mgt_status mgt_hf_gguf_name(mgt_hf_family f, const char *gpt2_prefix, const char *hf, char *out, size_t n,
 			    mgt_gguf_fix *fix);
 /* src [rows, cols] (cols 1 for a bias), rows = heads x head_dim: within each head, row

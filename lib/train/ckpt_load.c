@@ -20,7 +20,7 @@ static const char *const shape_keys[] = {
 	"rotary_percent", "max_position_embeddings", "qk_layernorm", "use_rope_scaling", "rope_scaling_factor",
 	"rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
 	"rope_scaling_original_max_position_embeddings", "openai_gelu", "apply_layernorm_1p", "family", "bert_binary_head",
-	"no_bias_gelu_fusion", NULL,
+	"no_bias_gelu_fusion", "squared_relu", NULL,
 };
 /* Those of Mixture of Experts (newer than most checkpoints: absent means no experts), compared
  * when the checkpoint or the run has experts. */
@@ -130,7 +130,7 @@ static mgt_status check_args(json_t *ck_args, const mgt_args *a, const char *dir
 	for (const char *const *k = shape_keys; !st && *k; k++) {
 		bool newer = !strcmp(*k, "qk_layernorm") || !strcmp(*k, "openai_gelu") || !strncmp(*k, "rope_scaling", 12) ||
 			     !strcmp(*k, "use_rope_scaling") || !strcmp(*k, "family") || !strcmp(*k, "bert_binary_head") ||
-			     !strcmp(*k, "no_bias_gelu_fusion");
+			     !strcmp(*k, "no_bias_gelu_fusion") || !strcmp(*k, "squared_relu");
 		st = check_key(ck_args, mine, *k, newer, dir);
 	}
 	bool moe = json_integer_value(json_object_get(ck_args, "num_experts")) > 0 || a->model.num_experts > 0;

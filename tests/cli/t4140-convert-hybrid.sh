@@ -16,6 +16,12 @@
 #     safetensors within 1e-5 relative; the test can fail: the same reference with HF Mamba2's
 #     full-width gated norm (--gated-norm full) differs from mgt's 2-group model, and the MoE model
 #     with routed_scaling_factor 1 instead of 2.5 differs;
+#   - router groups (n_group / topk_group = mgt-train's --moe-router-num-groups / --moe-router-group-topk,
+#     exact where k / topk_group is 2): 8 experts top-2 in 2 groups keeping 1, top-4 in 4 groups keeping
+#     2, relu2 experts: HF -> mgt (TP 2) -> HF bit for bit with config.json, mgt's logits equal
+#     ref_forward.py's group-limited routing (transformers: a group's score the sum of its top 2, -inf
+#     elsewhere) within 1e-5 and not the reference without groups; a model trained with groups gets
+#     n_group / topk_group and comes back bit for bit;
 #   - models trained by mgt-train: tiny-hybrid (M*M-) gets config.json from its arguments
 #     (nemotron_h: pattern, Mamba sizes, mlp_hidden_act gelu, time_step_min 0, untied) and comes back
 #     to mgt at TP 1 and at TP 2 x PP 2 (the TP de-interleave of in_proj and conv1d) bit for bit; an
@@ -23,22 +29,31 @@
 #     scale 2.5) gets the MoE keys, comes back bit for bit, and the HF reference on the written
 #     directory equals mgt's logits;
 #   - refusals (exit 3 unless noted, nothing written): an unknown pattern symbol, a pattern longer
-#     than num_hidden_layers, MoE layers without the MoE keys, router groups (n_group 2),
+#     than num_hidden_layers, MoE layers without the MoE keys, router groups with k / topk_group 4
+#     (and a model trained with --moe-router-group-topk 3 of top-3, to HF), moe_latent_size
+#     (Megatron-Core's --moe-latent-size, which mgt-train lacks),
 #     norm_topk_prob false with top-2, an MLP activation mgt lacks (silu), a Mamba2 directory with
 #     n_groups 2, a missing tensor, a softmax-routed MoE hybrid to HF, --family mamba2 for a model
 #     with 2 groups (naming n_groups and pointing to nemotron_h) or with attention layers, a GGUF of
-#     an MoE hybrid or of a model with GELU MLP layers (exit 2);
+#     an MoE hybrid with GELU experts or with MLP layers beside MoE layers (llama.cpp's
+#     nemotron_h_moe makes them all MoE layers) or trained with --moe-expert-capacity-factor, or of a
+#     model with GELU MLP layers (exit 2);
 #   - NemotronH's relu2 MLP (its default) is mgt-train's --squared-relu: converted and back bit for
 #     bit; a tiny-hybrid trained with --squared-relu exports mlp_hidden_act relu2;
 #   - mgt-export to GGUF, loaded by a real llama.cpp (node-llama-cpp 3.22.1, tests/hf/llamacpp,
-#     whose llama.cpp knows mamba2 and nemotron_h): an all-Mamba model (6 heads: d_inner 96, not
+#     whose llama.cpp, release tag v0.5.0, knows mamba2, nemotron_h and nemotron_h_moe): an all-Mamba model (6 heads: d_inner 96, not
 #     2 h as llama.cpp's converter assumes) as architecture mamba2, an
 #     M*MM*M model and an M-M*-M model (relu2 MLP layers) as nemotron_h (per-layer head_count_kv and feed_forward_length arrays, ssm_a =
 #     -exp(A_log) [1, NH] in ggml order, ssm_conv1d {4, CD}, ssm_norm {DI/G, G}); llama.cpp's logits
 #     within 1e-4 relative of ref_forward.py's and its greedy tokens equal (and not within 1e-2 of
 #     the reference with a full-width gated norm: the file's groups are used).  The models are made
 #     with time_step_min 0: NemotronH's torch_forward clamps dt below at time_step_min, which
-#     Megatron and llama.cpp do not (facts, pitfall 3).  Skipped with a message when npm is unreachable.
+#     Megatron and llama.cpp do not (facts, pitfall 3).  MoE hybrids as nemotron_h_moe (ME*EM, relu2
+#     experts: 4 experts top-2, and 8 experts in 2 router groups keeping 1): the expert keys and the
+#     stacked ffn_{up,down}_exps [E, rows, cols], llama.cpp's logits within 1e-4 of ref_forward.py's,
+#     greedy tokens equal, and not within 1e-2 of the reference with routed_scaling_factor 1 or
+#     without groups; an M*EM model trained by mgt-train: llama.cpp's logits within 1e-4 of mgt's
+#     (--debug-dump), argmax equal.  Skipped with a message when npm is unreachable.
 # Tiers (lib.sh): the quick tier runs everything above with f32 GGUF files; the full tier adds the
 # f16 and q8_0 GGUF files of both (the same writer as f32 with other types) and a bf16 nemotron_h
 # directory's round trip at TP 1 x PP 4 (one layer a stage).
@@ -196,6 +211,31 @@ full_only "nemotron_h bf16 at TP 1 x PP 4" && {
 	ok "nemotron_h bf16: TP 1 x PP 4 round trip bit for bit" $PY "$HF/st.py" compare "$T/nemotron_h-bf16-x" "$T/back-pp4"
 }
 
+# router groups (NemotronH's n_group / topk_group: Megatron's group-limited routing): 8 experts in
+# 2 groups of 4 keeping 1, top-2; 8 experts in 4 groups of 2 keeping 2, top-4 (k / topk_group = 2)
+for spec in 2:1:2 4:2:4; do
+	IFS=: read -r ng tg k <<EOF
+$spec
+EOF
+	name=groups-$ng-$tg src=$T/groups-$ng-$tg
+	$PY "$HF/make_tiny.py" nemotron_h "$src" --dtype fp32 --time-step-min 0 --pattern ME*E --experts 8 --topk "$k" \
+		--n-group "$ng" --topk-group "$tg" --mlp-act relu2 >/dev/null 2>&1 || echo "# make_tiny $name failed"
+	ok "$name: HF -> mgt at TP 2" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$src" --save-dir "$T/ck-$name" \
+		--target-tensor-parallel-size 2
+	ok "$name: --moe-router-num-groups $ng --moe-router-group-topk $tg" $PY -c "
+import json, sys; a = json.load(open(sys.argv[1]))['args']
+print('# %s' % {k: a.get(k) for k in ('moe_router_num_groups', 'moe_router_group_topk', 'moe_router_topk')})
+sys.exit((a.get('moe_router_num_groups'), a.get('moe_router_group_topk'), a.get('moe_router_topk')) != ($ng, $tg, $k))" \
+		"$(ls "$T"/ck-$name/iter_*/metadata.json 2>/dev/null | head -1)"
+	ok "$name: mgt -> HF bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-$name' --save-dir '$T/back-$name' &&
+		$PY '$HF/st.py' compare '$src' '$T/back-$name'"
+	ok "$name: config.json back (n_group, topk_group)" cfg_same "$src/config.json" "$T/back-$name/config.json"
+	dump "$T/ck-$name" "$T/d.h5"
+	ok "$name: mgt's logits equal the float64 HF reference (group-limited routing)" compare "$src" "$T/d.h5" 1e-5
+	d=$(variant "$src" "$name-nogroups" "c['n_group'] = 1; c['topk_group'] = 1")
+	ok "$name: ...and not the reference without groups" compare "$d" "$T/d.h5" -1e-2
+done
+
 # 2. a model trained by mgt-train
 ok "train tiny-hybrid (M*M-) for 2 iterations" quiet "$BIN/mgt-train" --model tiny-hybrid --mock-data --vocab-size 512 \
 	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 2 --threads 2 --save "$T/tr" \
@@ -245,6 +285,25 @@ ok "trained MoE: HF -> mgt holds the trained parameters (expert bias included) b
 	$PY '$HF/same_ckpt.py' '$T/trm' '$T/trm-back' 512 hybrid && $PY '$HF/same_ckpt.py' '$T/trm' '$T/trm-back' 512 moe"
 dump "$T/trm" "$T/d.h5"
 ok "trained MoE: the HF reference on the written directory equals mgt's logits" compare "$T/trm-hf" "$T/d.h5" 1e-5
+ok "train the same with router groups (2 of 2 experts, 1 kept, top-2: k / group-topk 2)" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid $MOE --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
+	--moe-router-num-groups 2 --moe-router-group-topk 1 --squared-relu --mock-data --vocab-size 512 \
+	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trg" \
+	--save-interval 1 --log-interval 1
+ok "trained groups: mgt -> HF: n_group 2, topk_group 1, mlp_hidden_act relu2" sh -c "
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/trg' --save-dir '$T/trg-hf' && $PY -c \"
+import json, sys; c = json.load(open('$T/trg-hf/config.json'))
+sys.exit((c['n_group'], c['topk_group'], c['mlp_hidden_act']) != (2, 1, 'relu2'))\""
+ok "trained groups: HF -> mgt holds the trained parameters and the groups" sh -c "
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/trg-hf' --save-dir '$T/trg-back' &&
+	$PY '$HF/same_ckpt.py' '$T/trg' '$T/trg-back' 512 hybrid && $PY '$HF/same_ckpt.py' '$T/trg' '$T/trg-back' 512 moe"
+dump "$T/trg" "$T/d.h5"
+ok "trained groups: the HF reference on the written directory equals mgt's logits" compare "$T/trg-hf" "$T/d.h5" 1e-5
+ok "train with groups NemotronH cannot hold (4 groups of 1, 3 kept, top-3: k / group-topk 1)" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid $MOE --moe-router-topk 3 --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
+	--moe-router-num-groups 4 --moe-router-group-topk 3 --mock-data --vocab-size 512 \
+	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trg3" \
+	--save-interval 1 --log-interval 1
 ok "train the same with a softmax router" quiet "$BIN/mgt-train" --model tiny-hybrid $MOE --mock-data --vocab-size 512 \
 	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trs" \
 	--save-interval 1 --log-interval 1
@@ -265,8 +324,14 @@ d=$(variant "$NH" longpat "c['hybrid_override_pattern'] = 'M*M-M'")
 refused 3 "pattern longer than num_hidden_layers" "has 5 layers but \"num_hidden_layers\" is 4" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$NH" moe "c['hybrid_override_pattern'] = 'M*ME'")
 refused 3 "an MoE layer without the MoE keys" "no \"n_routed_experts\" (the pattern has MoE layers)" "$BIN/mgt-ckpt-convert" --load-dir "$d"
-d=$(variant "$T/nemotron_h-fp32-x" moe-groups "c['n_group'] = 2; c['topk_group'] = 1")
-refused 3 "MoE with router groups" "\"n_group\" 2: grouped routing is not converted" "$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$T/groups-4-2" moe-groups "c['topk_group'] = 1")
+refused 3 "router groups with num_experts_per_tok / topk_group 4" "\"topk_group\" 1 with top-4: .*only num_experts_per_tok / topk_group = 2" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$d"
+refused 3 "a model trained with --moe-router-group-topk 3 of top-3 to HF" "nemotron_h cannot hold.*--moe-router-group-topk" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$T/trg3"
+d=$(variant "$T/nemotron_h-fp32-x" moe-latent "c['moe_latent_size'] = 32")
+refused 3 "a latent MoE projection" "\"moe_latent_size\".*Megatron-Core's --moe-latent-size) is not implemented by mgt-train" \
+	"$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$T/nemotron_h-fp32-x" moe-nonorm "c['norm_topk_prob'] = False")
 refused 3 "MoE without norm_topk_prob (top-2)" "\"norm_topk_prob\" false with top-2" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 r2=$(variant "$NH" relu2 "del c['mlp_hidden_act']")
@@ -307,8 +372,18 @@ $PY "$HF/make_tiny.py" nemotron_h "$T/nh-mmm" --dtype fp32 --pattern MMM --group
 	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nh-mmm" --save-dir "$T/ck-g2" || echo "# the 2-group all-Mamba model failed"
 refused 3 "--family mamba2 with 2 groups" "n_groups would be 2 (--mamba-num-groups).*--family nemotron_h" \
 	"$BIN/mgt-ckpt-convert" --load-dir "$T/ck-g2" --family mamba2
-refused 2 "GGUF of an MoE hybrid" "a Mixture-of-Experts" \
+refused 2 "GGUF of an MoE hybrid with GELU experts" "trained with GELU experts (llama.cpp's nemotron_h_moe experts compute squared ReLU: --squared-relu)" \
 	sh -c "'$BIN/mgt-export' --load-dir '$T/trm' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
+$PY "$HF/make_tiny.py" nemotron_h "$T/nh-moe-mlp" --dtype fp32 --pattern ME*- --mlp-act relu2 >/dev/null 2>&1 &&
+	"$BIN/mgt-ckpt-convert" --quiet --load-dir "$T/nh-moe-mlp" --save-dir "$T/ck-moe-mlp" || echo "# making ME*- failed"
+refused 2 "GGUF of an MoE hybrid with MLP layers" "MLP layers ('-') beside MoE layers" \
+	sh -c "'$BIN/mgt-export' --load-dir '$T/ck-moe-mlp' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
+ok "train M*EM with relu2 experts and --moe-expert-capacity-factor 1" quiet "$BIN/mgt-train" --model tiny-hybrid \
+	$MOE --hybrid-layer-pattern M*EM --moe-router-score-function sigmoid --moe-router-enable-expert-bias --squared-relu \
+	--moe-expert-capacity-factor 1.0 --mock-data --vocab-size 512 --tokenizer-type NullTokenizer --seq-length 32 \
+	--micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trc" --save-interval 1 --log-interval 1
+refused 2 "GGUF of an MoE hybrid that drops tokens" "trained with --moe-expert-capacity-factor (token dropping" \
+	sh -c "'$BIN/mgt-export' --load-dir '$T/trc' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
 refused 2 "GGUF of a model with GELU MLP layers" "llama.cpp's nemotron_h computes with squared ReLU" \
 	sh -c "'$BIN/mgt-export' --load-dir '$T/tr' --output '$T/no.gguf'; r=\$?; [ -e '$T/no.gguf' ] && exit 9; exit \$r" --
 
@@ -381,5 +456,86 @@ EOF
 		meta_check "$T/$tag-f32.gguf" "$arch" "$pat" "$nh" 16 16 "$grp" \
 			"$($PY -c "import json; print(json.load(open('$src/config.json')).get('intermediate_size', 0))")"
 done
+
+# MoE hybrids as llama.cpp's nemotron_h_moe: ME*EM (4 experts top-2, shared expert, expert bias,
+# scale 2.5, relu2) and the same with 8 experts in 2 router groups keeping 1
+moe_meta() { # moe_meta GGUF E K GROUPS: the MoE keys and tensor shapes as @huggingface/gguf reads them
+	node "$LC/run.mjs" "$1" --meta --full >"$T/meta.json" 2>"$T/meta.err" || { sed 's/^/# /' "$T/meta.err"; return 1; }
+	$PY - "$T/meta.json" "$2" "$3" "$4" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1])); E, K, G = map(int, sys.argv[2:5])
+md = {k: v["value"] for k, v in m["metadata"].items()}
+sh = {t["name"]: t["shape"] for t in m["tensorInfos"]}
+a = "nemotron_h_moe."
+want = {"general.architecture": "nemotron_h_moe", a + "expert_count": E, a + "expert_used_count": K,
+        a + "expert_feed_forward_length": 48, a + "expert_shared_feed_forward_length": 96, a + "expert_shared_count": 1,
+        a + "expert_weights_norm": True, a + "expert_weights_scale": 2.5, a + "feed_forward_length": [0, 48, 0, 48, 0],
+        a + "attention.head_count_kv": [0, 0, 2, 0, 0]}
+if G > 1:
+    want.update({a + "expert_group_count": G, a + "expert_group_used_count": 1})
+bad = {k: (md.get(k), v) for k, v in want.items() if md.get(k) != v}
+if G == 1 and a + "expert_group_count" in md:
+    bad["group keys"] = md[a + "expert_group_count"]
+shapes = {"blk.1.ffn_gate_inp.weight": [64, E], "blk.1.exp_probs_b.bias": [E], "blk.1.ffn_up_exps.weight": [64, 48, E],
+          "blk.1.ffn_down_exps.weight": [48, 64, E], "blk.3.ffn_up_shexp.weight": [64, 96],
+          "blk.3.ffn_down_shexp.weight": [96, 64]}
+bad.update({k: (sh.get(k), v) for k, v in shapes.items() if sh.get(k) != v})
+print("# differing (got, want): %s" % bad)
+sys.exit(1 if bad else 0)
+EOF
+}
+for spec in 4:1 8:2; do
+	E=${spec%:*} ng=${spec#*:} tag=nemotron_h_moe-$spec src=$T/g-moe-$E
+	tag=nemotron_h_moe-E$E-g$ng
+	$PY "$HF/make_tiny.py" nemotron_h "$src" --dtype fp32 --vocab 50257 --pattern ME*EM --experts "$E" --n-group "$ng" \
+		--topk-group 1 --time-step-min 0 --mlp-act relu2 >/dev/null 2>&1 && cp "$G/vocab.json" "$G/merges.txt" "$src/" &&
+		"$BIN/mgt-ckpt-convert" --quiet --load-dir "$src" --save-dir "$T/gck-$tag" || echo "# making $tag failed"
+	for type in f32 f16 q8_0; do
+		[ "$type" = f32 ] || full_only "$tag: mgt-export --outtype $type" || continue
+		ok "$tag: mgt-export --outtype $type (architecture nemotron_h_moe)" "$BIN/mgt-export" --quiet \
+			--load-dir "$T/gck-$tag" --output "$T/$tag-$type.gguf" --outtype "$type"
+		if [ $have_lc = 0 ]; then skip "$tag $type: llama.cpp ($(tail -1 "$T/setup.log"))"; continue; fi
+		tol=$(case $type in f32) echo 1e-4;; f16) echo 1e-2;; *) echo 6e-2;; esac)
+		ok "$tag $type: llama.cpp's logits and greedy tokens as the reference's" gguf_cmp "$T/$tag-$type.gguf" "$src" "$tol"
+	done
+	[ $have_lc = 1 ] || continue
+	ok "$tag: GGUF header (expert keys, per-layer arrays, stacked expert shapes)" moe_meta "$T/$tag-f32.gguf" "$E" 2 "$ng"
+	d=$(variant "$src" "$tag-scale1" "c['routed_scaling_factor'] = 1.0")
+	ok "$tag: ...and not the reference with routed_scaling_factor 1 (expert_weights_scale is used)" \
+		gguf_cmp "$T/$tag-f32.gguf" "$d" -1e-2
+	if [ "$ng" -gt 1 ]; then
+		d=$(variant "$src" "$tag-nogroups" "c['n_group'] = 1; c['topk_group'] = 1")
+		ok "$tag: ...and not the reference without router groups" gguf_cmp "$T/$tag-f32.gguf" "$d" -1e-2
+	fi
+done
+# a hybrid MoE model trained by mgt-train (M*EM, relu2 experts, expert bias moved by 3 iterations):
+# llama.cpp's logits of its GGUF against mgt's own (--debug-dump), argmax equal at every position
+ok "train tiny-hybrid M*EM with NemotronH's router and --squared-relu (GPT-2 vocabulary)" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid --hybrid-layer-pattern M*EM --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 \
+	--moe-shared-expert-intermediate-size 64 --moe-router-topk-scaling-factor 2.5 --moe-router-load-balancing-type none \
+	--moe-router-score-function sigmoid --moe-router-enable-expert-bias --squared-relu --mock-data $GPT2 \
+	--seq-length 32 --micro-batch-size 2 --train-iters 3 --threads 2 --save "$T/trz" --save-interval 3 --log-interval 3
+ok "trained M*EM: mgt-export (f32)" "$BIN/mgt-export" --quiet --load-dir "$T/trz" --output "$T/trz.gguf" --outtype f32
+dump "$T/trz" "$T/dz.h5"
+lc_vs_mgt() { # lc_vs_mgt GGUF DUMP.h5 TOL: llama.cpp's logits on the dump's tokens against mgt's
+	$PY - "$@" <<'EOF'
+import json, os, subprocess, sys
+import h5py, numpy as np
+f = h5py.File(sys.argv[2], "r")
+toks = " ".join(str(int(t)) for t in f["batch/tokens"][0, 0, :])
+out = subprocess.run(["node", os.environ["HFT"] + "/llamacpp/run.mjs", sys.argv[1], "--tokens", toks],
+                     capture_output=True, text=True)
+if out.returncode:
+    print("# %s" % out.stderr[-300:]); sys.exit(1)
+l = np.array(json.loads(out.stdout)["logits"], dtype=np.float64)
+m = f["iter1/logits"][0, :, :l.shape[1]].astype(np.float64)
+rel = np.linalg.norm(l - m) / np.linalg.norm(m)
+same = (l.argmax(1) == m.argmax(1)).all()
+print("# llama.cpp vs mgt: max |logit diff| %.3g, relative %.3g (limit %s), logits up to %.2f, argmax equal: %s"
+      % (abs(l - m).max(), rel, sys.argv[3], abs(m).max(), same))
+sys.exit(0 if rel <= float(sys.argv[3]) and same else 1)
+EOF
+}
+[ $have_lc = 1 ] && ok "trained M*EM: llama.cpp's logits equal mgt's" lc_vs_mgt "$T/trz.gguf" "$T/dz.h5" 1e-4
 
 done_testing

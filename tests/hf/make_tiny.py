@@ -240,6 +240,8 @@ def main(argv=None):
     p.add_argument("--groups", type=int, default=None, help="Mamba n_groups (nemotron_h 2, mamba2 1)")
     p.add_argument("--state", type=int, default=16, help="Mamba ssm_state_size")
     p.add_argument("--mlp-act", default="gelu", help="nemotron_h: mlp_hidden_act")
+    p.add_argument("--n-group", type=int, default=1, help="nemotron_h MoE: n_group (router groups)")
+    p.add_argument("--topk-group", type=int, default=1, help="nemotron_h MoE: topk_group (groups kept)")
     p.add_argument("--time-step-min", type=float, default=0.001,
                    help="nemotron_h/mamba2 time_step_min (NemotronH clamps dt below at it; 0: no clamp)")
     p.add_argument("--pattern-key", choices=("pattern", "list"), default="pattern",
@@ -399,7 +401,7 @@ def make_hybrid(a):
     out_proj [h, DI]; attention q/k/v/o_proj (no RoPE); MLP up_proj, down_proj; MoE (E) gate.weight
     [E, h] and gate.e_score_correction_bias [E], experts.E.up_proj / down_proj (--moe-ffn, default 48),
     shared_experts.up_proj / down_proj (--shared-ffn, default 96), --experts 4, --topk 2,
-    routed_scaling_factor 2.5, one group; backbone.norm_f,
+    routed_scaling_factor 2.5, one router group (--n-group, --topk-group); backbone.norm_f,
     lm_head (untied by default, as both configs default tie_word_embeddings false)."""
     fam = a.family
     if a.dtype is None:
@@ -473,8 +475,8 @@ def make_hybrid(a):
                    mlp_bias=False, attention_dropout=0.0, hidden_dropout=0.0)
         if "E" in pat:
             cfg.update(n_routed_experts=a.experts, num_experts_per_tok=a.topk, moe_intermediate_size=a.moe_ffn,
-                       moe_shared_expert_intermediate_size=a.shared_ffn, routed_scaling_factor=2.5, n_group=1,
-                       topk_group=1, norm_topk_prob=a.topk > 1, moe_latent_size=None)
+                       moe_shared_expert_intermediate_size=a.shared_ffn, routed_scaling_factor=2.5,
+                       n_group=a.n_group, topk_group=a.topk_group, norm_topk_prob=a.topk > 1, moe_latent_size=None)
         if a.pattern_key == "list":
             kinds = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
             cfg["layers_block_type"] = [kinds[c] for c in pat]

@@ -533,7 +533,8 @@ def act_fn(name, x):
 def nemotron_moe(cfg, W, M, x, variant="a"):
     """NemotronHMoE on x [n, H]: DeepSeek-V3's router (sigmoid scores s; choice by s + correction bias,
     with n_group > 1 the topk_group groups of the largest sums of their top 2 choice scores, the
-    others' choice scores set to 0; weights s of the chosen, normalized (+1e-20) when norm_topk_prob,
+    others' choice scores set to -inf (route_tokens_to_experts, transformers @008d9e95; older
+    DeepSeek-V3 code set them to 0.0, which differs only when a kept choice score is negative); weights s of the chosen, normalized (+1e-20) when norm_topk_prob,
     times routed_scaling_factor), sum_j w_j expert_j(x) + shared_experts(x), each an MLP up, act, down."""
     E, k, H = cfg["n_routed_experts"], cfg["num_experts_per_tok"], x.shape[1]
     act = cfg.get("mlp_hidden_act", "relu2")
@@ -543,7 +544,7 @@ def nemotron_moe(cfg, W, M, x, variant="a"):
     if G > 1:
         gs = choice.reshape(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
         keep = torch.zeros_like(gs).scatter_(1, gs.topk(cfg["topk_group"], dim=-1)[1], 1.0)
-        choice = choice.masked_fill(keep.repeat_interleave(E // G, 1) == 0, 0.0)
+        choice = choice.masked_fill(keep.repeat_interleave(E // G, 1) == 0, float("-inf"))
     idx = choice.topk(k, dim=-1)[1]
     w = s.gather(1, idx)
     if cfg.get("norm_topk_prob"):
