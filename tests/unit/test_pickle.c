@@ -285,6 +285,16 @@ static void test_accessors(void)
 		     *o = mgt_py_get(model, "output.weight");
 	CHECK(e && o && e->storage == o->storage && mgt_py_numel(e) == 20 && mgt_py_numel(mgt_py_get(model, "scalar")) == 1 &&
 	      mgt_py_numel(mgt_py_get(model, "empty")) == 0 && mgt_py_numel(args) == 0, "tied weights share a storage; numel");
+	/* a caller's view inside a tensor's storage (the distributed optimizer's rows of its buffer) */
+	float whole[64], rows[64];
+	mgt_py view = e ? *e : (mgt_py){0}, out = view;
+	view.offset += e ? e->stride[0] : 0;
+	view.size[0] -= 1;
+	out.offset = e ? e->storage->numel : 0;
+	CHECK(e && e->ndim == 2 && mgt_torch_read_f32(t, e, whole) == MGT_OK && mgt_torch_read_f32(t, &view, rows) == MGT_OK &&
+	      !memcmp(rows, whole + e->size[1], (size_t)(mgt_py_numel(e) - e->size[1]) * sizeof(float)) &&
+	      mgt_torch_read_f32(t, &out, rows) == MGT_ERR_FORMAT,
+	      "a view inside a tensor's storage reads its rows; one past the storage is refused (%s)", mgt_err_msg());
 	mgt_torch *s = NULL;
 	float buf[64];
 	st = mgt_torch_open(path_in("small.pt"), 0, 0, &s);
