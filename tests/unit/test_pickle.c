@@ -293,7 +293,7 @@ static void test_accessors(void)
 	out.offset = e ? e->storage->numel : 0;
 	CHECK(e && e->ndim == 2 && mgt_torch_read_f32(t, e, whole) == MGT_OK && mgt_torch_read_f32(t, &view, rows) == MGT_OK &&
 	      !memcmp(rows, whole + e->size[1], (size_t)(mgt_py_numel(e) - e->size[1]) * sizeof(float)) &&
-	      mgt_torch_read_f32(t, &out, rows) == MGT_ERR_FORMAT,
+	      mgt_torch_read_f32(t, &out, rows) == MGT_ERR_FORMAT && strstr(mgt_err_msg(), "nor a view"),
 	      "a view inside a tensor's storage reads its rows; one past the storage is refused (%s)", mgt_err_msg());
 	mgt_torch *s = NULL;
 	float buf[64];
