@@ -289,6 +289,13 @@ int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, float *dx, float *dB,
 		       float *ddt_bias, float *dA_log, float *dD, const float *dy, const float *states, const float *x,
 		       const float *B, const float *C, const float *dt_raw, const float *dt_bias, const float *A_log,
 		       const float *D, void *ws);
+/* backend.h's 16-bit storage of the ops above (kernels/mamba.cu; lib/backend/cuda.c stages each
+ * 16-bit block through an fp32 copy around the fp32 launchers): dst [rows, cols] (row stride
+ * ld_dst) = src [rows, cols] (row stride ld_src), to16 = 0: src of type t (bf16, fp16) widened
+ * exactly into fp32 dst; to16 = 1: fp32 src rounded to nearest even into dst of type t.  Only the
+ * block's columns are touched. */
+int mgt_k_mamba_stage(mgt_k_stream s, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols,
+		      mgt_k_dtype t, int to16);
 /* backend.h mamba_step (kernels/mamba.cu): of d only nh, p, g, n and ld_dt are read; seq, pos
  * [T] device int32; the caches updated in place.  No ws. */
 int mgt_k_mamba_step(mgt_k_stream s, const mgt_k_ssd *d, int T, float *y, float *u, float *conv_state,

@@ -109,7 +109,7 @@ if command -v mpirun >/dev/null 2>&1; then
 else
 	skip "mpirun not found: the parallel layouts"
 fi
-ok "--bf16 (16-bit GEMM operands, the mixer's conv, scan and norm in fp32)" train 1 bf16 --bf16
+ok "--bf16 (16-bit GEMM operands and mixer activations, the conv, scan and norm computing in fp32)" train 1 bf16 --bf16
 ok "  within 2e-3 of fp32's losses" $PY -c "
 import json, sys
 L = lambda f: [o['lm_loss'] for o in map(json.loads, open(f)) if 'lm_loss' in o]
