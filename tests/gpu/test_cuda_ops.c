@@ -3434,7 +3434,8 @@ static void t_ssd(int L, int b, int nh, int g, int p, int n, bool docs)
  * keep their bits, and its fp32 outputs (weight gradients, states, rstd) are the fp32 op's bit for
  * bit.  Against the CPU's 16-bit op: within the fp32 op's bound plus one rounding of the type
  * (normwise 2^-8 bf16, 2^-11 fp16: an element whose fp32 values straddle a rounding boundary
- * differs by one ulp). */
+ * differs by one ulp); under the simulator, where few elements straddle, a 16th of that rounding
+ * (measured at most 1.3e-7 bf16 and 7.3e-6 fp16 over the small shapes; the bound 2.4e-4, 3.1e-5). */
 static const char *dtn(mgt_elem_type dt) { return dt == MGT_DT_BF16 ? "bf16" : "fp16"; }
 static double tol16(mgt_elem_type dt) { return dt == MGT_DT_BF16 ? 1.0 / 256 : 1.0 / 2048; }
 
@@ -3472,7 +3473,7 @@ static void cmp16(const char *id, const void *d, const uint16_t *h, size_t n, mg
 	if (G->download(gpu, g, d, n * 2) != MGT_OK)
 		bail("download (the 16-bit op failed?)");
 	float *gv = widen16(g, n, dt), *cv = widen16(h, n, dt);
-	cmp(nm("%s: against the CPU's %s op", id, dtn(dt)), gv, cv, NULL, n, T2(tol32 + tol16(dt), tol32 + tol16(dt)));
+	cmp(nm("%s: against the CPU's %s op", id, dtn(dt)), gv, cv, NULL, n, T2(tol32 + tol16(dt), tol32 + tol16(dt) / 16));
 	free(g), free(gv), free(cv);
 }
 
