@@ -494,11 +494,12 @@ void mgt_cuda_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type 
 }
 
 /* ---- the Mamba-2 mixer's ops (kernels/mamba.cu, kernels/ssd.cu) ----
- * fp32 activations go to the fp32 launchers as they are; bf16 and fp16 ones are staged: each
- * 16-bit input block widened into an fp32 copy [rows, cols] in the scratch, the fp32 launchers run
- * on the copies (the op's own ws after them), and each output block rounded once into its strided
- * destination (mgt_k_mamba_stage): cpu_mamba16.c's operation order, so results match the CPU's as
- * the fp32 ops do, up to the last rounding. */
+ * The conv and the gated norm: kernels templated on the storage type (fp32 math, each 16-bit
+ * output rounded once).  The scan: fp32 activations go to its launchers as they are; bf16 and
+ * fp16 ones are staged: each 16-bit input block widened into an fp32 copy [rows, cols] in the
+ * scratch, the fp32 launchers run on the copies (the op's own ws after them), and each output
+ * block rounded once into its strided destination (mgt_k_mamba_stage).  Both are cpu_mamba16.c's
+ * operation order, so results match the CPU's as the fp32 ops do, up to the last rounding. */
 
 /* A block of an op's operand: rows x cols elements at p, row stride ld. */
 typedef struct {
@@ -540,39 +541,18 @@ static void munstage(mgt_backend *be, const char *op, mgt_elem_type t, int rows,
 void mgt_cuda_mamba_conv_fwd(mgt_backend *be, void *y, const void *x, int ld_x, const float *w, const float *bias,
 			     const int32_t *seg_start, int L, int b, int CD, int K, mgt_elem_type t)
 {
-	const char *op = "mamba_conv_fwd";
-	if (t == MGT_DT_F32) {
-		mgt_cuda_ok(be, op, mgt_k_mamba_conv_fwd(stream(be), y, x, ld_x, w, bias, seg_start, L, b, CD, K));
-		return;
-	}
-	const mblk bl[] = { { x, ld_x, CD }, { y, CD, CD } };
-	float *f[2];
-	void *ws;
-	if (L <= 0 || b <= 0 || CD <= 0 || !mstage(be, op, t, L * b, bl, 2, 1, 0, f, &ws))
-		return;
-	if (mgt_cuda_ok(be, op, mgt_k_mamba_conv_fwd(stream(be), f[1], f[0], CD, w, bias, seg_start, L, b, CD, K)))
-		munstage(be, op, t, L * b, bl[1], f[1]);
+	mgt_cuda_ok(be, "mamba_conv_fwd",
+		    mgt_k_mamba_conv_fwd(stream(be), y, x, ld_x, w, bias, seg_start, L, b, CD, K, mgt_cuda_kt(t)));
 }
 
 void mgt_cuda_mamba_conv_bwd(mgt_backend *be, void *dx, float *dw, float *db, const void *dy, const void *x,
 			     int ld_x, const float *w, const float *bias, const int32_t *seg_start, int L, int b, int CD,
 			     int K, mgt_elem_type t)
 {
-	const char *op = "mamba_conv_bwd";
-	if (L <= 0 || b <= 0 || CD <= 0)
-		return;
-	const size_t wsb = mgt_k_mamba_conv_bwd_ws_bytes(L, b, CD, K);
-	if (t == MGT_DT_F32) {
-		WITH_WS(op, wsb, mgt_k_mamba_conv_bwd(stream(be), dx, dw, db, dy, x, ld_x, w, bias, seg_start, L, b, CD, K, ws));
-		return;
-	}
-	const mblk bl[] = { { dy, CD, CD }, { x, ld_x, CD }, { dx, ld_x, CD } };
-	float *f[3];
-	void *ws;
-	if (mstage(be, op, t, L * b, bl, 3, 2, wsb, f, &ws) &&
-	    mgt_cuda_ok(be, op, mgt_k_mamba_conv_bwd(stream(be), f[2], dw, db, f[0], f[1], CD, w, bias, seg_start, L, b,
-						     CD, K, ws)))
-		munstage(be, op, t, L * b, bl[2], f[2]);
+	if (L > 0 && b > 0 && CD > 0)
+		WITH_WS("mamba_conv_bwd", mgt_k_mamba_conv_bwd_ws_bytes(L, b, CD, K),
+			mgt_k_mamba_conv_bwd(stream(be), dx, dw, db, dy, x, ld_x, w, bias, seg_start, L, b, CD, K,
+					     mgt_cuda_kt(t), ws));
 }
 
 /* kernels/ssd.cu's chunks (its Q) are backend.h's, so the saved states' layout is the CPU's. */
@@ -649,41 +629,18 @@ void mgt_cuda_ssd_scan_bwd(mgt_backend *be, const mgt_ssd *d, void *dx, void *dB
 void mgt_cuda_mamba_gated_norm_fwd(mgt_backend *be, void *out, float *rstd, const void *y, const void *z, int ld_z,
 				   const float *w, int T, int di, int g, float eps, mgt_elem_type t)
 {
-	const char *op = "mamba_gated_norm_fwd";
-	if (t == MGT_DT_F32) {
-		mgt_cuda_ok(be, op, mgt_k_mamba_gated_norm_fwd(stream(be), out, rstd, y, z, ld_z, w, T, di, g, eps));
-		return;
-	}
-	const mblk bl[] = { { y, di, di }, { z, ld_z, di }, { out, di, di } };
-	float *f[3];
-	void *ws;
-	if (T <= 0 || di <= 0 || g <= 0 || !mstage(be, op, t, T, bl, 3, 2, 0, f, &ws))
-		return;
-	if (mgt_cuda_ok(be, op, mgt_k_mamba_gated_norm_fwd(stream(be), f[2], rstd, f[0], f[1], di, w, T, di, g, eps)))
-		munstage(be, op, t, T, bl[2], f[2]);
+	mgt_cuda_ok(be, "mamba_gated_norm_fwd",
+		    mgt_k_mamba_gated_norm_fwd(stream(be), out, rstd, y, z, ld_z, w, T, di, g, eps, mgt_cuda_kt(t)));
 }
 
 void mgt_cuda_mamba_gated_norm_bwd(mgt_backend *be, void *dy, void *dz, float *dw, const void *dout, const void *y,
 				   const void *z, int ld_z, const float *w, const float *rstd, int T, int di, int g,
 				   mgt_elem_type t)
 {
-	const char *op = "mamba_gated_norm_bwd";
-	if (T <= 0 || di <= 0 || g <= 0)
-		return;
-	const size_t wsb = mgt_k_mamba_gated_norm_bwd_ws_bytes(T, di);
-	if (t == MGT_DT_F32) {
-		WITH_WS(op, wsb, mgt_k_mamba_gated_norm_bwd(stream(be), dy, dz, dw, dout, y, z, ld_z, w, rstd, T, di, g, ws));
-		return;
-	}
-	const mblk bl[] = { { dout, di, di }, { y, di, di }, { z, ld_z, di }, { dy, di, di }, { dz, ld_z, di } };
-	float *f[5];
-	void *ws;
-	if (!mstage(be, op, t, T, bl, 5, 3, wsb, f, &ws) ||
-	    !mgt_cuda_ok(be, op, mgt_k_mamba_gated_norm_bwd(stream(be), f[3], f[4], dw, f[0], f[1], f[2], di, w, rstd, T,
-							    di, g, ws)))
-		return;
-	munstage(be, op, t, T, bl[3], f[3]);
-	munstage(be, op, t, T, bl[4], f[4]);
+	if (T > 0 && di > 0 && g > 0)
+		WITH_WS("mamba_gated_norm_bwd", mgt_k_mamba_gated_norm_bwd_ws_bytes(T, di),
+			mgt_k_mamba_gated_norm_bwd(stream(be), dy, dz, dw, dout, y, z, ld_z, w, rstd, T, di, g,
+						   mgt_cuda_kt(t), ws));
 }
 
 void mgt_cuda_mamba_step(mgt_backend *be, const mgt_ssd *d, int T, float *y, float *u, float *conv_state,
