@@ -7,6 +7,13 @@
  * products in the same order, sums of squares and weight gradients in double).  The scan is
  * kernels/ssd.cu.
  *
+ * Storage (backend.h's t): the conv's and the norm's kernels are templated on the type S of their
+ * activations and gradients (float, __nv_bfloat16, __half): loads widen exactly (mgt_ld1), the
+ * math is the fp32 kernels' term for term, and each output is rounded once at its store (mgt_st1;
+ * the conv backward's g stays fp32 in ws), so S = float is the fp32 op and a 16-bit op gives the
+ * fp32 op's outputs on the widened inputs, rounded.  stage_k (end of file) converts blocks for the
+ * scan's staging in lib/backend/cuda.c.
+ *
  * Weight gradients (conv dw/db, norm dw): common.cuh's column-reduction scheme, double partials
  * per chunk of rows in ws, then each column's partials summed in chunk order (no atomics).
  *
@@ -40,43 +47,45 @@ static __device__ __forceinline__ int doc_lo(const int32_t *seg, int i, int b, i
 }
 
 /* bias[c] + sum_k w[c][k] x[i - (K-1) + k, c], k ascending, positions before lo read as 0. */
-static __device__ float conv_pre(const conv_geo &G, const float *x, const float *w, const float *bias, int t,
-				 int c)
+template <typename S>
+static __device__ float conv_pre(const conv_geo &G, const S *x, const float *w, const float *bias, int t, int c)
 {
 	const int i = t / G.b, j = t % G.b, lo = doc_lo(G.seg, i, G.b, j);
 	float u = bias[c];
 	for (int k = 0; k < G.K; k++) {
 		const int ip = i - (G.K - 1) + k;
 		if (ip >= lo)
-			u += w[(size_t)c * G.K + k] * x[((size_t)ip * G.b + j) * (size_t)G.ld + c];
+			u += w[(size_t)c * G.K + k] * mgt_ld1(x, ((size_t)ip * G.b + j) * (size_t)G.ld + c);
 	}
 	return u;
 }
 
 /* y[t, c] = silu(pre) over T * CD elements. */
-static __global__ void conv_fwd_k(float *y, const float *x, const float *w, const float *bias, conv_geo G)
+template <typename S>
+static __global__ void conv_fwd_k(S *y, const S *x, const float *w, const float *bias, conv_geo G)
 {
 	const size_t n = (size_t)G.L * G.b * G.CD;
 	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
 		const int t = (int)(e / G.CD), c = (int)(e % G.CD);
-		y[e] = silu_(conv_pre(G, x, w, bias, t, c));
+		mgt_st1(y, e, silu_(conv_pre(G, x, w, bias, t, c)));
 	}
 }
 
-/* g[t, c] = dy[t, c] silu'(pre) (pre recomputed). */
-static __global__ void conv_g_k(float *g, const float *dy, const float *x, const float *w, const float *bias,
-				conv_geo G)
+/* g[t, c] = dy[t, c] silu'(pre) (pre recomputed), fp32. */
+template <typename S>
+static __global__ void conv_g_k(float *g, const S *dy, const S *x, const float *w, const float *bias, conv_geo G)
 {
 	const size_t n = (size_t)G.L * G.b * G.CD;
 	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
 		const int t = (int)(e / G.CD), c = (int)(e % G.CD);
-		g[e] = dy[e] * dsilu_(conv_pre(G, x, w, bias, t, c));
+		g[e] = mgt_ld1(dy, e) * dsilu_(conv_pre(G, x, w, bias, t, c));
 	}
 }
 
 /* dx[i', c] = sum_k w[c][k] g[i' + (K-1) - k, c], k descending, over the outputs whose window
  * reaches i' (i' at or after their document's start). */
-static __global__ void conv_dx_k(float *dx, const float *g, const float *w, conv_geo G)
+template <typename S>
+static __global__ void conv_dx_k(S *dx, const float *g, const float *w, conv_geo G)
 {
 	const size_t n = (size_t)G.L * G.b * G.CD;
 	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
@@ -87,13 +96,14 @@ static __global__ void conv_dx_k(float *dx, const float *g, const float *w, conv
 			if (i < G.L && doc_lo(G.seg, i, G.b, j) <= ip)
 				d += w[(size_t)c * G.K + k] * g[((size_t)i * G.b + j) * G.CD + c];
 		}
-		dx[(size_t)t * G.ld + c] = d;
+		mgt_st1(dx, (size_t)t * G.ld + c, d);
 	}
 }
 
 /* Chunk r of rows, column m = (k + 1) CD + c of the (K + 1) CD sums: k = -1 the bias's
  * sum_t g[t, c], else sum_t g[t, c] x[i - (K-1) + k, c] (in its document); double, rows in order. */
-static __global__ void conv_dwdb_part_k(double *part, const float *g, const float *x, conv_geo G, int rows)
+template <typename S>
+static __global__ void conv_dwdb_part_k(double *part, const float *g, const S *x, conv_geo G, int rows)
 {
 	const int m = blockIdx.x * blockDim.x + threadIdx.x, ncol = (G.K + 1) * G.CD;
 	if (m >= ncol)
@@ -107,7 +117,7 @@ static __global__ void conv_dwdb_part_k(double *part, const float *g, const floa
 		if (k < 0)
 			acc += gv;
 		else if (ip >= doc_lo(G.seg, i, G.b, j))
-			acc += (double)gv * x[((size_t)ip * G.b + j) * (size_t)G.ld + c];
+			acc += (double)gv * mgt_ld1(x, ((size_t)ip * G.b + j) * (size_t)G.ld + c);
 	}
 	part[(size_t)r * ncol + m] = acc;
 }
@@ -135,14 +145,18 @@ static __global__ void conv_dwdb_fin_k(float *dw, float *db, const double *part,
 		dw[(size_t)c * K + k] += v;
 }
 
-extern "C" int mgt_k_mamba_conv_fwd(mgt_k_stream s, float *y, const float *x, int ld_x, const float *w,
-				    const float *bias, const int32_t *seg_start, int L, int b, int CD, int K)
+extern "C" int mgt_k_mamba_conv_fwd(mgt_k_stream s, void *y, const void *x, int ld_x, const float *w,
+				    const float *bias, const int32_t *seg_start, int L, int b, int CD, int K, mgt_k_dtype t)
 {
 	if (L <= 0 || b <= 0 || CD <= 0)
 		return 0;
 	const conv_geo G = { L, b, CD, K, ld_x, seg_start };
-	MGT_LAUNCH(conv_fwd_k, mgt_grid((size_t)L * b * CD, 256), 256, 0, mgt_st(s), y, x, w, bias, G);
-	return mgt_k_rc();
+	return mgt_k_typed(t, [&](auto e) {
+		typedef typename decltype(e)::type E;
+		MGT_LAUNCH((conv_fwd_k<E>), mgt_grid((size_t)L * b * CD, 256), 256, 0, mgt_st(s), (E *)y, (const E *)x, w,
+			   bias, G);
+		return mgt_k_rc();
+	});
 }
 
 /* ws: g [T, CD] floats, then the partials [R, (K + 1) CD] doubles (R = mgt_col_chunks(T, (K + 1) CD)). */
@@ -156,9 +170,9 @@ extern "C" size_t mgt_k_mamba_conv_bwd_ws_bytes(int L, int b, int CD, int K)
 	return conv_g_bytes(T, CD) + (size_t)mgt_col_chunks(T, ncol) * ncol * sizeof(double);
 }
 
-extern "C" int mgt_k_mamba_conv_bwd(mgt_k_stream s, float *dx, float *dw, float *db, const float *dy, const float *x,
+extern "C" int mgt_k_mamba_conv_bwd(mgt_k_stream s, void *dx, float *dw, float *db, const void *dy, const void *x,
 				    int ld_x, const float *w, const float *bias, const int32_t *seg_start, int L, int b,
-				    int CD, int K, void *ws)
+				    int CD, int K, mgt_k_dtype t, void *ws)
 {
 	const int T = L * b, ncol = (K + 1) * CD;
 	if (T <= 0 || CD <= 0)
@@ -169,11 +183,14 @@ extern "C" int mgt_k_mamba_conv_bwd(mgt_k_stream s, float *dx, float *dw, float 
 	const int rows = mgt_col_chunk_rows(T, ncol), R = mgt_col_chunks(T, ncol);
 	float *g = (float *)ws;
 	double *part = (double *)((char *)ws + conv_g_bytes(T, CD));
-	MGT_LAUNCH(conv_g_k, grid, 256, 0, st, g, dy, x, w, bias, G);
-	MGT_LAUNCH(conv_dx_k, grid, 256, 0, st, dx, g, w, G);
-	MGT_LAUNCH(conv_dwdb_part_k, dim3(cb, R), MGT_COL_THREADS, 0, st, part, g, x, G, rows);
-	MGT_LAUNCH(conv_dwdb_fin_k, cb, MGT_COL_THREADS, 0, st, dw, db, part, R, CD, K);
-	return mgt_k_rc();
+	return mgt_k_typed(t, [&](auto e) {
+		typedef typename decltype(e)::type E;
+		MGT_LAUNCH((conv_g_k<E>), grid, 256, 0, st, g, (const E *)dy, (const E *)x, w, bias, G);
+		MGT_LAUNCH((conv_dx_k<E>), grid, 256, 0, st, (E *)dx, g, w, G);
+		MGT_LAUNCH((conv_dwdb_part_k<E>), dim3(cb, R), MGT_COL_THREADS, 0, st, part, g, (const E *)x, G, rows);
+		MGT_LAUNCH(conv_dwdb_fin_k, cb, MGT_COL_THREADS, 0, st, dw, db, part, R, CD, K);
+		return mgt_k_rc();
+	});
 }
 
 /* ---- gated RMSNorm over groups ---- */
@@ -184,14 +201,14 @@ struct gnorm_geo {
 };
 
 /* Block (t, gi): v = y silu(z), r = 1 / sqrt(mean v^2 + eps) (double sum), out = v r w. */
-static __global__ void gnorm_fwd_k(float *out, float *rstd, const float *y, const float *z, const float *w,
-				   gnorm_geo G, float eps)
+template <typename S>
+static __global__ void gnorm_fwd_k(S *out, float *rstd, const S *y, const S *z, const float *w, gnorm_geo G, float eps)
 {
 	const int t = blockIdx.x / G.g, gi = blockIdx.x % G.g, gs = G.di / G.g;
 	const size_t o = (size_t)t * G.di + (size_t)gi * gs, oz = (size_t)t * G.ld_z + (size_t)gi * gs;
 	double ss = 0;
 	for (int c = threadIdx.x; c < gs; c += blockDim.x) {
-		const float v = y[o + c] * silu_(z[oz + c]);
+		const float v = mgt_ld1(y, o + c) * silu_(mgt_ld1(z, oz + c));
 		ss += (double)v * v;
 	}
 	ss = mgt_block_sum(ss);
@@ -199,37 +216,39 @@ static __global__ void gnorm_fwd_k(float *out, float *rstd, const float *y, cons
 	if (threadIdx.x == 0)
 		rstd[blockIdx.x] = r;
 	for (int c = threadIdx.x; c < gs; c += blockDim.x) {
-		const float v = y[o + c] * silu_(z[oz + c]);
-		out[o + c] = v * r * w[gi * gs + c];
+		const float v = mgt_ld1(y, o + c) * silu_(mgt_ld1(z, oz + c));
+		mgt_st1(out, o + c, v * r * w[gi * gs + c]);
 	}
 }
 
 /* Block (t, gi): m = mean(dout w v r) (double sum), dv = r (dout w - v r m), dy = dv silu(z),
  * dz = dv y silu'(z). */
-static __global__ void gnorm_dx_k(float *dy, float *dz, const float *dout, const float *y, const float *z,
-				  const float *w, const float *rstd, gnorm_geo G)
+template <typename S>
+static __global__ void gnorm_dx_k(S *dy, S *dz, const S *dout, const S *y, const S *z, const float *w, const float *rstd,
+				  gnorm_geo G)
 {
 	const int gi = blockIdx.x % G.g, gs = G.di / G.g, t = blockIdx.x / G.g;
 	const size_t o = (size_t)t * G.di + (size_t)gi * gs, oz = (size_t)t * G.ld_z + (size_t)gi * gs;
 	const float r = rstd[blockIdx.x];
 	double sgv = 0;
 	for (int c = threadIdx.x; c < gs; c += blockDim.x) {
-		const float v = y[o + c] * silu_(z[oz + c]);
-		sgv += (double)(dout[o + c] * w[gi * gs + c]) * (v * r);
+		const float v = mgt_ld1(y, o + c) * silu_(mgt_ld1(z, oz + c));
+		sgv += (double)(mgt_ld1(dout, o + c) * w[gi * gs + c]) * (v * r);
 	}
 	sgv = mgt_block_sum(sgv);
 	const float m = (float)(sgv / gs);
 	for (int c = threadIdx.x; c < gs; c += blockDim.x) {
-		const float zc = z[oz + c], sz = silu_(zc), v = y[o + c] * sz;
-		const float dv = r * (dout[o + c] * w[gi * gs + c] - v * r * m);
-		dy[o + c] = dv * sz;
-		dz[oz + c] = dv * y[o + c] * dsilu_(zc);
+		const float zc = mgt_ld1(z, oz + c), yc = mgt_ld1(y, o + c), sz = silu_(zc), v = yc * sz;
+		const float dv = r * (mgt_ld1(dout, o + c) * w[gi * gs + c] - v * r * m);
+		mgt_st1(dy, o + c, dv * sz);
+		mgt_st1(dz, oz + c, dv * yc * dsilu_(zc));
 	}
 }
 
 /* Chunk r of rows, column c: sum_t dout[t, c] (v r)[t, c] in double, rows in order. */
-static __global__ void gnorm_dw_part_k(double *part, const float *dout, const float *y, const float *z,
-				       const float *rstd, gnorm_geo G, int T, int rows)
+template <typename S>
+static __global__ void gnorm_dw_part_k(double *part, const S *dout, const S *y, const S *z, const float *rstd,
+				       gnorm_geo G, int T, int rows)
 {
 	const int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= G.di)
@@ -237,8 +256,8 @@ static __global__ void gnorm_dw_part_k(double *part, const float *dout, const fl
 	const int r = blockIdx.y, t0 = r * rows, t1 = T - t0 < rows ? T : t0 + rows, gi = c / (G.di / G.g);
 	double acc = 0;
 	for (int t = t0; t < t1; t++) {
-		const float v = y[(size_t)t * G.di + c] * silu_(z[(size_t)t * G.ld_z + c]);
-		acc += (double)dout[(size_t)t * G.di + c] * (v * rstd[(size_t)t * G.g + gi]);
+		const float v = mgt_ld1(y, (size_t)t * G.di + c) * silu_(mgt_ld1(z, (size_t)t * G.ld_z + c));
+		acc += (double)mgt_ld1(dout, (size_t)t * G.di + c) * (v * rstd[(size_t)t * G.g + gi]);
 	}
 	part[(size_t)r * G.di + c] = acc;
 }
@@ -250,14 +269,18 @@ static __global__ void gnorm_dw_fin_k(float *dw, const double *part, int R, int 
 		dw[c] += (float)col_total(part, R, di, c);
 }
 
-extern "C" int mgt_k_mamba_gated_norm_fwd(mgt_k_stream s, float *out, float *rstd, const float *y, const float *z,
-					  int ld_z, const float *w, int T, int di, int g, float eps)
+extern "C" int mgt_k_mamba_gated_norm_fwd(mgt_k_stream s, void *out, float *rstd, const void *y, const void *z,
+					  int ld_z, const float *w, int T, int di, int g, float eps, mgt_k_dtype t)
 {
 	if (T <= 0 || di <= 0 || g <= 0)
 		return 0;
 	const gnorm_geo G = { di, g, ld_z };
-	MGT_LAUNCH(gnorm_fwd_k, (unsigned)((size_t)T * g), MGT_ROW_THREADS, 0, mgt_st(s), out, rstd, y, z, w, G, eps);
-	return mgt_k_rc();
+	return mgt_k_typed(t, [&](auto e) {
+		typedef typename decltype(e)::type E;
+		MGT_LAUNCH((gnorm_fwd_k<E>), (unsigned)((size_t)T * g), MGT_ROW_THREADS, 0, mgt_st(s), (E *)out, rstd,
+			   (const E *)y, (const E *)z, w, G, eps);
+		return mgt_k_rc();
+	});
 }
 
 extern "C" size_t mgt_k_mamba_gated_norm_bwd_ws_bytes(int T, int di)
@@ -267,9 +290,9 @@ extern "C" size_t mgt_k_mamba_gated_norm_bwd_ws_bytes(int T, int di)
 	return (size_t)mgt_col_chunks(T, di) * di * sizeof(double);
 }
 
-extern "C" int mgt_k_mamba_gated_norm_bwd(mgt_k_stream s, float *dy, float *dz, float *dw, const float *dout,
-					  const float *y, const float *z, int ld_z, const float *w, const float *rstd,
-					  int T, int di, int g, void *ws)
+extern "C" int mgt_k_mamba_gated_norm_bwd(mgt_k_stream s, void *dy, void *dz, float *dw, const void *dout,
+					  const void *y, const void *z, int ld_z, const float *w, const float *rstd,
+					  int T, int di, int g, mgt_k_dtype t, void *ws)
 {
 	if (T <= 0 || di <= 0 || g <= 0)
 		return 0;
@@ -277,10 +300,16 @@ extern "C" int mgt_k_mamba_gated_norm_bwd(mgt_k_stream s, float *dy, float *dz, 
 	const cudaStream_t st = mgt_st(s);
 	const int rows = mgt_col_chunk_rows(T, di), R = mgt_col_chunks(T, di);
 	const unsigned cb = (unsigned)mgt_cdiv((size_t)di, MGT_COL_THREADS);
-	MGT_LAUNCH(gnorm_dw_part_k, dim3(cb, R), MGT_COL_THREADS, 0, st, (double *)ws, dout, y, z, rstd, G, T, rows);
-	MGT_LAUNCH(gnorm_dw_fin_k, cb, MGT_COL_THREADS, 0, st, dw, (const double *)ws, R, di);
-	MGT_LAUNCH(gnorm_dx_k, (unsigned)((size_t)T * g), MGT_ROW_THREADS, 0, st, dy, dz, dout, y, z, w, rstd, G);
-	return mgt_k_rc();
+	return mgt_k_typed(t, [&](auto e) {
+		typedef typename decltype(e)::type E;
+		const E *dO = (const E *)dout, *Y = (const E *)y, *Z = (const E *)z;
+		MGT_LAUNCH((gnorm_dw_part_k<E>), dim3(cb, R), MGT_COL_THREADS, 0, st, (double *)ws, dO, Y, Z, rstd, G, T,
+			   rows);
+		MGT_LAUNCH(gnorm_dw_fin_k, cb, MGT_COL_THREADS, 0, st, dw, (const double *)ws, R, di);
+		MGT_LAUNCH((gnorm_dx_k<E>), (unsigned)((size_t)T * g), MGT_ROW_THREADS, 0, st, (E *)dy, (E *)dz, dO, Y, Z, w,
+			   rstd, G);
+		return mgt_k_rc();
+	});
 }
 
 /* ---- mamba_step: the one-token step of inference with conv and SSM state caches ---- */
@@ -368,4 +397,37 @@ extern "C" int mgt_k_mamba_step(mgt_k_stream s, const mgt_k_ssd *d, int T, float
 	MGT_LAUNCH(step_scan_k, (unsigned)mgt_cdiv((size_t)di, 128), 128, 0, st, y, ssm_state, u, dt_raw, seq, pos,
 		   dt_bias, A_log, D, G);
 	return mgt_k_rc();
+}
+
+/* ---- 16-bit storage: the blocks staged through fp32 (backend.h's t, lib/backend/cuda.c) ---- */
+
+/* dst[r, c] (row stride ld_d) = src[r, c] (row stride ld_s) converted (mgt_ld1 / mgt_st1: exact
+ * widening, rounding to nearest even), over rows x cols elements. */
+template <typename D, typename S>
+static __global__ void stage_k(D *dst, int ld_d, const S *src, int ld_s, int rows, int cols)
+{
+	const size_t n = (size_t)rows * cols;
+	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
+		const size_t r = e / (size_t)cols, c = e % (size_t)cols;
+		mgt_st1(dst, r * (size_t)ld_d + c, mgt_ld1(src, r * (size_t)ld_s + c));
+	}
+}
+
+extern "C" int mgt_k_mamba_stage(mgt_k_stream s, void *dst, int ld_dst, const void *src, int ld_src, int rows,
+				 int cols, mgt_k_dtype t, int to16)
+{
+	if (rows <= 0 || cols <= 0)
+		return 0;
+	const unsigned grid = mgt_grid((size_t)rows * cols, 256);
+	const cudaStream_t st = mgt_st(s);
+	return mgt_k_typed(t, [&](auto e) {
+		typedef typename decltype(e)::type E;
+		if (to16)
+			MGT_LAUNCH((stage_k<E, float>), grid, 256, 0, st, (E *)dst, ld_dst, (const float *)src, ld_src, rows,
+				   cols);
+		else
+			MGT_LAUNCH((stage_k<float, E>), grid, 256, 0, st, (float *)dst, ld_dst, (const E *)src, ld_src, rows,
+				   cols);
+		return mgt_k_rc();
+	});
 }

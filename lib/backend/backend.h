@@ -135,7 +135,7 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
  * entry after the comment that gives its contract.  mgt_backend_ops has one function pointer per
  * entry; each backend implements op n as mgt_<backend>_n (cpu_impl.h and cuda_impl.h declare
  * them from this list and build their tables from it).  The Mamba-2 mixer's ops are listed apart
- * (MGT_BACKEND_MAMBA_OPS: fp32 only, mgt_backend_supports refuses other element types), and
+ * (MGT_BACKEND_MAMBA_OPS: mamba_step fp32 only, mgt_backend_supports refuses it other types), and
  * MGT_BACKEND_OPS_BY(X, XC) applies XC instead of X to the ops only the CPU backend has
  * (MGT_BACKEND_CPU_ONLY_OPS, empty at present): the CUDA backend leaves them NULL, so
  * mgt_backend_supports refuses them there. */
@@ -494,9 +494,15 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 
 /* The Mamba-2 mixer's ops between its two GEMMs (Megatron-Core megatron/core/ssm/mamba_mixer.py
  * MambaMixer; mamba_ssm's mamba_split_conv1d_scan_combined and RMSNormGated; the SSD algorithm of
- * Dao & Gu 2024, "Transformers are SSMs", section 6 and listing 1).  fp32 throughout; rows
- * sequence-first as everywhere; and the one-token step of inference (mamba_step).  Both backends
- * (CUDA: kernels/mamba.cu and kernels/ssd.cu). */
+ * Dao & Gu 2024, "Transformers are SSMs", section 6 and listing 1); rows sequence-first as
+ * everywhere; and the one-token step of inference (mamba_step).  Both backends (CUDA:
+ * kernels/mamba.cu and kernels/ssd.cu).  Element types: every op but mamba_step takes a last
+ * argument t (fp32, bf16 or fp16), the storage type of its activations and their gradients (the
+ * void pointers: x, y, B, C, dt_raw, z, out and their d*); the parameters, their gradients, the
+ * saved states and rstd stay fp32.  The math is fp32 (the sums named double stay double) on the
+ * 16-bit inputs widened exactly, and each 16-bit output is the fp32 result rounded to nearest even
+ * once (no intermediate is stored in 16 bits): with t = fp32 the ops are the fp32 ops bit for
+ * bit.  mamba_step is fp32 only. */
 #define MGT_BACKEND_MAMBA_OPS(X) \
 	/* Causal depthwise conv1d + SiLU over xBC (MambaMixer's conv1d_weight [CD, 1, K], conv1d_bias; \
 	 * causal_conv1d_fn with activation "silu"): \
@@ -506,14 +512,14 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	 * seg_start[i*b + j]: the history restarts at every document (Megatron's seq_idx).  w[c*K + K-1] \
 	 * multiplies the current token.  x [L*b, ld_x] (columns 0..CD-1 read: in_proj's xBC block), \
 	 * w [CD, K], bias [CD], y [L*b, CD] written. */ \
-	X(void, mamba_conv_fwd, (mgt_backend *be, float *y, const float *x, int ld_x, const float *w, \
-		const float *bias, const int32_t *seg_start, int L, int b, int CD, int K)) \
+	X(void, mamba_conv_fwd, (mgt_backend *be, void *y, const void *x, int ld_x, const float *w, \
+		const float *bias, const int32_t *seg_start, int L, int b, int CD, int K, mgt_elem_type t)) \
 	/* Its backward from dy [L*b, CD]: dx [L*b, ld_x] (columns 0..CD-1) WRITTEN; dw [CD, K] and \
 	 * db [CD] ACCUMULATED (+=, summed in double over rows in row order: deterministic).  The \
 	 * pre-activation is recomputed from x, w, bias. */ \
-	X(void, mamba_conv_bwd, (mgt_backend *be, float *dx, float *dw, float *db, const float *dy, \
-		const float *x, int ld_x, const float *w, const float *bias, const int32_t *seg_start, \
-		int L, int b, int CD, int K)) \
+	X(void, mamba_conv_bwd, (mgt_backend *be, void *dx, float *dw, float *db, const void *dy, \
+		const void *x, int ld_x, const float *w, const float *bias, const int32_t *seg_start, \
+		int L, int b, int CD, int K, mgt_elem_type t)) \
 	/* The selective scan of Mamba-2 (mamba_ssm ops/triton/ssd_combined.py \
 	 * _mamba_chunk_scan_combined_fwd with dt_softplus, no z, no dt_limit; Megatron's decode \
 	 * fallback MambaMixer.ssm_decode is its one-step form), for head h of group gi = h/(nh/g): \
@@ -529,9 +535,9 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	 * Writes y [L*b, nh*p] (contiguous) and states [mgt_ssd_states_floats(d)] (the state \
 	 * entering every chunk, layout [b][chunk][nh][p][n], for the backward); dt_bias, A_log, D \
 	 * [nh] fp32. */ \
-	X(void, ssd_scan_fwd, (mgt_backend *be, const mgt_ssd *d, float *y, float *states, const float *x, \
-		const float *B, const float *C, const float *dt_raw, const float *dt_bias, const float *A_log, \
-		const float *D)) \
+	X(void, ssd_scan_fwd, (mgt_backend *be, const mgt_ssd *d, void *y, float *states, const void *x, \
+		const void *B, const void *C, const void *dt_raw, const float *dt_bias, const float *A_log, \
+		const float *D, mgt_elem_type t)) \
 	/* Its backward from dy [L*b, nh*p] given the forward's inputs and saved states: dx, dB, dC, \
 	 * ddt_raw WRITTEN, laid out as x, B, C, dt_raw (same row strides d->ld_x, ld_bc, ld_dt; only \
 	 * their columns are touched); ddt_bias, dA_log, dD [nh] ACCUMULATED.  The chunked form of \
@@ -542,22 +548,23 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	 * floats (per-head dB, dC) plus about 4 Q^2 + 2 Q n + Q p + 2 p n floats per thread \
 	 * (Q = MGT_SSD_CHUNK); on CUDA the same per-head rows, the chunks' state gradients (as many \
 	 * floats as states) and 3 Q^2 + 2 Q n + Q p floats for each of at most 128 chunks at a time. */ \
-	X(void, ssd_scan_bwd, (mgt_backend *be, const mgt_ssd *d, float *dx, float *dB, float *dC, \
-		float *ddt_raw, float *ddt_bias, float *dA_log, float *dD, const float *dy, \
-		const float *states, const float *x, const float *B, const float *C, const float *dt_raw, \
-		const float *dt_bias, const float *A_log, const float *D)) \
+	X(void, ssd_scan_bwd, (mgt_backend *be, const mgt_ssd *d, void *dx, void *dB, void *dC, \
+		void *ddt_raw, float *ddt_bias, float *dA_log, float *dD, const void *dy, \
+		const float *states, const void *x, const void *B, const void *C, const void *dt_raw, \
+		const float *dt_bias, const float *A_log, const float *D, mgt_elem_type t)) \
 	/* Gated RMSNorm over groups (mamba_ssm ops/triton/layernorm_gated.py RMSNormGated with \
 	 * norm_before_gate=False, group_size = di/g; Megatron's MambaMixer.norm): \
 	 *   v = y * silu(z);  r[t, gi] = 1/sqrt(mean over group gi's di/g channels of v^2 + eps); \
 	 *   out[t, c] = v[t, c] * r[t, c / (di/g)] * w[c] \
 	 * y, out [T, di]; z [T, ld_z] (columns 0..di-1 read: in_proj's z block); w [di]; writes out \
 	 * and rstd [T, g] (r, for the backward).  Sums of squares in double. */ \
-	X(void, mamba_gated_norm_fwd, (mgt_backend *be, float *out, float *rstd, const float *y, \
-		const float *z, int ld_z, const float *w, int T, int di, int g, float eps)) \
+	X(void, mamba_gated_norm_fwd, (mgt_backend *be, void *out, float *rstd, const void *y, \
+		const void *z, int ld_z, const float *w, int T, int di, int g, float eps, mgt_elem_type t)) \
 	/* Its backward from dout [T, di]: dy [T, di] and dz [T, ld_z] (columns 0..di-1) WRITTEN, dw \
 	 * [di] ACCUMULATED (summed in double over rows in row order). */ \
-	X(void, mamba_gated_norm_bwd, (mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, \
-		const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g)) \
+	X(void, mamba_gated_norm_bwd, (mgt_backend *be, void *dy, void *dz, float *dw, const void *dout, \
+		const void *y, const void *z, int ld_z, const float *w, const float *rstd, int T, int di, int g, \
+		mgt_elem_type t)) \
 	/* T tokens one at a time, for inference with state caches (Megatron's MambaMixer.ssm_decode, \
 	 * mamba_ssm's selective_state_update; the recurrence of ssd_scan_fwd above with the conv \
 	 * of mamba_conv_fwd): rows t = 0..T-1 in order, row t a token of cache sequence seq[t] at \
@@ -641,7 +648,7 @@ size_t mgt_backend_cuda_mem_available(mgt_backend *be, char *what, size_t n);
  * gemm_fp8 on CUDA needs compute capability 8.9 or higher (Ada, Hopper and later: Transformer
  * Engine's rule, transformer_engine/pytorch/utils.py check_fp8_support) and a cuBLASLt with fp8
  * (CUDA 12.1 or later); the reason names the GPU (its name and compute capability).  The CPU runs
- * every op it has (fp8 by emulation), the Mamba-2 ops (MGT_BACKEND_MAMBA_OPS) on fp32 only (both backends). */
+ * every op it has (fp8 by emulation), mamba_step (of MGT_BACKEND_MAMBA_OPS) on fp32 only (both backends). */
 bool mgt_backend_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);
 /* The CUDA part of it, for a CUDA backend (false with the reason in a build without CUDA). */
 bool mgt_backend_cuda_supports(mgt_backend *be, mgt_backend_op op, mgt_elem_type t, char *why, size_t n);

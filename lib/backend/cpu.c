@@ -222,7 +222,7 @@ void mgt_cpu_destroy(mgt_backend *be)
 	cpu_impl *im = be->impl;
 	if (im) {
 		free(im->scratch);
-		for (int k = 0; k < 6; k++)
+		for (int k = 0; k < CPU_ROUND_BUFS; k++)
 			free(im->round_buf[k]);
 	}
 	free(im);

@@ -27,6 +27,8 @@
  * so a tile that starts below a query block's end starts at or before the block's first row. */
 enum { CPU_AQ = 64, CPU_AK = 256 };
 
+enum { CPU_ROUND_BUFS = 7 };
+
 typedef struct {
 	int threads;
 	/* Per-thread attention scratch, allocated at create: two CPU_AQ x CPU_AK float tiles and a
@@ -35,9 +37,10 @@ typedef struct {
 	/* Rounded or widened GEMM operands (0, 1), per-thread rows of ops with 16-bit inputs or
 	 * outputs and the fp32 row blocks of a linear layer's 16-bit output (2), the backward's
 	 * converted x (3), the fp32 results of ops with a whole 16-bit output (4: out32) and a
-	 * second widened input (5); grown on demand, freed at destroy (CPU_ROUND_BUFS). */
-	float *round_buf[6];
-	size_t round_cap[6];
+	 * second widened input (5), the Mamba-2 ops' fp32 copies of 16-bit operands (6: cpu_mamba16.c);
+	 * grown on demand, freed at destroy (CPU_ROUND_BUFS). */
+	float *round_buf[CPU_ROUND_BUFS];
+	size_t round_cap[CPU_ROUND_BUFS];
 } cpu_impl;
 
 /* Work (elements touched) below which an op runs on the calling thread only. */
@@ -257,5 +260,25 @@ static inline void cpu_narrow(mgt_backend *be, void *dst, mgt_elem_type t, const
 /* cpu_narrow() dst [T, w] from r, then (db not NULL) db[w] += the column sums of the values stored
  * (a 16-bit dst widened back into rounding buffer 4): the bias gradient of a 16-bit gradient. */
 void mgt_cpu_narrow_colsum(mgt_backend *be, void *dst, mgt_elem_type t, const float *r, float *db, int T, int w);
+
+/* The Mamba-2 ops on fp32 activations (cpu_mamba.c, cpu_ssd.c): backend.h's ops with t = fp32;
+ * cpu_mamba16.c's ops call them directly for fp32, on fp32 copies for bf16 and fp16. */
+void mgt_cpu_mamba_conv_fwd_f32(mgt_backend *be, float *y, const float *x, int ld_x, const float *w, const float *bias,
+				const int32_t *seg_start, int L, int b, int CD, int K);
+void mgt_cpu_mamba_conv_bwd_f32(mgt_backend *be, float *dx, float *dw, float *db, const float *dy, const float *x,
+				int ld_x, const float *w, const float *bias, const int32_t *seg_start, int L, int b, int CD,
+				int K);
+void mgt_cpu_mamba_gated_norm_fwd_f32(mgt_backend *be, float *out, float *rstd, const float *y, const float *z,
+				      int ld_z, const float *w, int T, int di, int g, float eps);
+void mgt_cpu_mamba_gated_norm_bwd_f32(mgt_backend *be, float *dy, float *dz, float *dw, const float *dout,
+				      const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T,
+				      int di, int g);
+void mgt_cpu_ssd_scan_fwd_f32(mgt_backend *be, const mgt_ssd *d, float *y, float *states, const float *x,
+			      const float *B, const float *C, const float *dt_raw, const float *dt_bias,
+			      const float *A_log, const float *D);
+void mgt_cpu_ssd_scan_bwd_f32(mgt_backend *be, const mgt_ssd *d, float *dx, float *dB, float *dC, float *ddt_raw,
+			      float *ddt_bias, float *dA_log, float *dD, const float *dy, const float *states,
+			      const float *x, const float *B, const float *C, const float *dt_raw,
+			      const float *dt_bias, const float *A_log, const float *D);
 
 #endif

@@ -39,7 +39,7 @@ static void conv_pre(float *u, const float *x, int ld, const float *w, const flo
 	}
 }
 
-void mgt_cpu_mamba_conv_fwd(mgt_backend *be, float *y, const float *x, int ld_x, const float *w, const float *bias,
+void mgt_cpu_mamba_conv_fwd_f32(mgt_backend *be, float *y, const float *x, int ld_x, const float *w, const float *bias,
 			    const int32_t *seg_start, int L, int b, int CD, int K)
 {
 	const int T = L * b;
@@ -113,7 +113,7 @@ static void conv_dwdb(mgt_backend *be, float *dw, float *db, const float *g, con
 }
 
 /* g = dy * silu'(u) (u recomputed) in rounding buffer 4, then dx, dw and db from it. */
-void mgt_cpu_mamba_conv_bwd(mgt_backend *be, float *dx, float *dw, float *db, const float *dy, const float *x,
+void mgt_cpu_mamba_conv_bwd_f32(mgt_backend *be, float *dx, float *dw, float *db, const float *dy, const float *x,
 			    int ld_x, const float *w, const float *bias, const int32_t *seg_start, int L, int b, int CD,
 			    int K)
 {
@@ -140,7 +140,7 @@ void mgt_cpu_mamba_conv_bwd(mgt_backend *be, float *dx, float *dw, float *db, co
 
 /* ---- gated RMSNorm over groups ---- */
 
-void mgt_cpu_mamba_gated_norm_fwd(mgt_backend *be, float *out, float *rstd, const float *y, const float *z, int ld_z,
+void mgt_cpu_mamba_gated_norm_fwd_f32(mgt_backend *be, float *out, float *rstd, const float *y, const float *z, int ld_z,
 				  const float *w, int T, int di, int g, float eps)
 {
 	const int gs = di / g;
@@ -166,7 +166,7 @@ void mgt_cpu_mamba_gated_norm_fwd(mgt_backend *be, float *out, float *rstd, cons
 /* dw first (column chunks, rows in order), then dy and dz row by row:
  *   v = y silu(z), vh = v r, gg = dout w, dv = r (gg - vh mean_group(gg vh)),
  *   dy = dv silu(z), dz = dv y silu'(z),  silu'(z) = s (1 + z (1 - s)), s = sigmoid(z). */
-void mgt_cpu_mamba_gated_norm_bwd(mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, const float *y,
+void mgt_cpu_mamba_gated_norm_bwd_f32(mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, const float *y,
 				  const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g)
 {
 	const int gs = di / g, nch = (di + COLCH - 1) / COLCH;

@@ -165,7 +165,7 @@ static void fwd_chunk(const ssd_view *v, float *y, float *S, int c, float *scr, 
 	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, P, N, q, 1.0f, X, (int)v->sx, W, N, 1.0f, S, N);
 }
 
-void mgt_cpu_ssd_scan_fwd(mgt_backend *be, const mgt_ssd *d, float *y, float *states, const float *x, const float *B,
+void mgt_cpu_ssd_scan_fwd_f32(mgt_backend *be, const mgt_ssd *d, float *y, float *states, const float *x, const float *B,
 			  const float *C, const float *dt_raw, const float *dt_bias, const float *A_log, const float *D)
 {
 	if (d->L <= 0 || d->b <= 0 || d->nh <= 0 || d->p <= 0 || d->n <= 0)
@@ -411,7 +411,7 @@ static void bwd_sum_groups(mgt_backend *be, const mgt_ssd *d, float *dB, float *
 	}
 }
 
-void mgt_cpu_ssd_scan_bwd(mgt_backend *be, const mgt_ssd *d, float *dx, float *dB, float *dC, float *ddt_raw,
+void mgt_cpu_ssd_scan_bwd_f32(mgt_backend *be, const mgt_ssd *d, float *dx, float *dB, float *dC, float *ddt_raw,
 			  float *ddt_bias, float *dA_log, float *dD, const float *dy, const float *states,
 			  const float *x, const float *B, const float *C, const float *dt_raw, const float *dt_bias,
 			  const float *A_log, const float *D)

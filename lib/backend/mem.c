@@ -69,11 +69,11 @@ static bool has_op(const mgt_backend *be, mgt_backend_op op)
 
 #define OP_FP32_ONLY(ret, name, params) case MGT_OP_##name: return true;
 
-/* The ops that take fp32 elements only (backend.h MGT_BACKEND_MAMBA_OPS: the Mamba-2 mixer's). */
+/* The ops that take fp32 elements only (backend.h: mamba_step, the Mamba-2 mixer's inference step). */
 static bool fp32_only(mgt_backend_op op)
 {
 	switch (op) {
-	MGT_BACKEND_MAMBA_OPS(OP_FP32_ONLY)
+	case MGT_OP_mamba_step: return true;
 	MGT_BACKEND_CPU_ONLY_OPS(OP_FP32_ONLY)
 	default: return false;
 	}

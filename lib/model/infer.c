@@ -312,7 +312,7 @@ static void infer_mamba(mgt_model *m, mgt_kv_cache *kv, int li, int T)
 		      P(m, T_(m, l, MGT_T_M_CONV_W)), P(m, T_(m, l, MGT_T_M_CONV_B)), MGT_MAMBA_CONV_K,
 		      P(m, T_(m, l, MGT_T_M_DT_B)), P(m, T_(m, l, MGT_T_M_A_LOG)), P(m, T_(m, l, MGT_T_M_D)));
 	o->mamba_gated_norm_fwd(m->be, w->mnorm, w->mrstd, w->my, w->mzx, wl, P(m, T_(m, l, MGT_T_M_NORM_W)), T, di,
-				(int)m->mamba.g_l, MGT_MAMBA_GATED_EPS);
+				(int)m->mamba.g_l, MGT_MAMBA_GATED_EPS, MGT_DT_F32);
 	o->linear_fwd(m->be, w->tmp, MGT_DT_F32, w->mnorm, MGT_DT_F32, W(m, T_(m, l, MGT_T_M_OUT_W)), WT(m), NULL, T, di, h);
 	o->bda_fwd(m->be, w->x, w->x, MGT_DT_F32, w->tmp, MGT_DT_F32, NULL, T, h, 0.0f, 0, 0);
 }

@@ -4,9 +4,12 @@
  * depthwise conv1d + SiLU over xBC, the selective scan (dt softplus, A = -exp(A_log), the D skip),
  * the gated RMSNorm over groups, out_proj and the bias-dropout-add into the residual stream; their
  * backward; its table rows (mgt_layer_mamba_rows) with Megatron's initialisation.  The ops between
- * the two GEMMs are the backend's (backend.h mamba_conv_*, ssd_scan_*, mamba_gated_norm_*), fp32.
- * Buffers: layer_act's ln1, mean1, rstd1 and mzx .. mrstd (model_impl.h), sized here, allocated in
- * chunk.c; the backward's scratch is mgt_model.mamba's. */
+ * the two GEMMs are the backend's (backend.h mamba_conv_*, ssd_scan_*, mamba_gated_norm_*): fp32
+ * math, the activations and their gradients stored in mgt_layer_mamba_t (the run's activation
+ * type, bf16 or fp16 under --bf16 / --fp16, as the other layers' activations; fp32 under context
+ * parallelism, whose exchanges are fp32), the chunk states and rstd in fp32.  Buffers: layer_act's
+ * ln1, mean1, rstd1 and mzx .. mrstd (model_impl.h), sized here, allocated in chunk.c (typed by
+ * la_type); the backward's scratch is mgt_model.mamba's. */
 #include "model_impl.h"
 
 #include <math.h>
@@ -48,31 +51,37 @@ static int64_t off_dt(const mgt_model *m) { return 2 * m->mamba.di_l + 2 * m->ma
 static int64_t off_b(const mgt_model *m) { return m->mamba.di_l; }
 static int64_t off_c(const mgt_model *m) { return m->mamba.di_l + m->mamba.g_l * m->mamba.n; }
 
+mgt_elem_type mgt_layer_mamba_t(const mgt_model *m) { return m->cp.size > 1 ? MGT_DT_F32 : m->prec.act_t; }
+
+/* Element off of a buffer of elements of type t. */
+static void *at(const void *p, int64_t off, mgt_elem_type t) { return (char *)p + off * (int64_t)mgt_elem_size(t); }
+
 mgt_status mgt_layer_mamba_fwd(mgt_model *m, int li, bool train, void *out)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	layer_act *a = &m->cur->la[li];
 	const int l = li + m->first_layer, T = m->T, h = (int)m->h, W = (int)m->mamba.w_l, cd = (int)m->mamba.cd_l;
 	const int di = (int)m->mamba.di_l;
+	const mgt_elem_type t = mgt_layer_mamba_t(m);
 	mgt_elem_type lt;
 	void *ln = mgt_sublayer_norm_dst(m, li, a->ln1, &lt);
 	mgt_status st = mgt_sublayer_norm_gather(m, ln, lt, a->mean1, a->rstd1, a->x_in, T_(m, l, MGT_T_LN1_W),
 						 T_(m, l, MGT_T_LN1_B));
-	if (!st) st = mgt_sublayer_lin_fwd(m, li, 0, a->mzx, MGT_DT_F32, ln, lt, T_(m, l, MGT_T_M_IN_W), NULL, h, W);
+	if (!st) st = mgt_sublayer_lin_fwd(m, li, 0, a->mzx, t, ln, lt, T_(m, l, MGT_T_M_IN_W), NULL, h, W);
 	if (!st && m->cp.size > 1) st = mgt_mamba_cp_fwd(m, a, l);
 	if (st) return st;
 	if (m->cp.size == 1) {
-		o->mamba_conv_fwd(m->be, a->mconv, a->mzx + off_x(m), W, P(m, T_(m, l, MGT_T_M_CONV_W)),
-				  P(m, T_(m, l, MGT_T_M_CONV_B)), m->cur->seg, m->s, m->b, cd, CONV_K);
+		o->mamba_conv_fwd(m->be, a->mconv, at(a->mzx, off_x(m), t), W, P(m, T_(m, l, MGT_T_M_CONV_W)),
+				  P(m, T_(m, l, MGT_T_M_CONV_B)), m->cur->seg, m->s, m->b, cd, CONV_K, t);
 		const mgt_ssd d = ssd_of(m);
-		o->ssd_scan_fwd(m->be, &d, a->my, a->mstates, a->mconv, a->mconv + off_b(m), a->mconv + off_c(m),
-				a->mzx + off_dt(m), P(m, T_(m, l, MGT_T_M_DT_B)), P(m, T_(m, l, MGT_T_M_A_LOG)),
-				P(m, T_(m, l, MGT_T_M_D)));
+		o->ssd_scan_fwd(m->be, &d, a->my, a->mstates, a->mconv, at(a->mconv, off_b(m), t), at(a->mconv, off_c(m), t),
+				at(a->mzx, off_dt(m), t), P(m, T_(m, l, MGT_T_M_DT_B)), P(m, T_(m, l, MGT_T_M_A_LOG)),
+				P(m, T_(m, l, MGT_T_M_D)), t);
 	}
 	o->mamba_gated_norm_fwd(m->be, a->mnorm, a->mrstd, a->my, a->mzx, W, P(m, T_(m, l, MGT_T_M_NORM_W)), T, di,
-				(int)m->mamba.g_l, GATED_EPS);
+				(int)m->mamba.g_l, GATED_EPS, t);
 	if (!out) return MGT_OK; /* recomputation: the backward reads nothing past the gated norm */
-	st = mgt_sublayer_lin_fwd(m, li, 1, m->scratch.dtmp_h, m->prec.act_t, a->mnorm, MGT_DT_F32, T_(m, l, MGT_T_M_OUT_W),
+	st = mgt_sublayer_lin_fwd(m, li, 1, m->scratch.dtmp_h, m->prec.act_t, a->mnorm, t, T_(m, l, MGT_T_M_OUT_W),
 				  NULL, di, h);
 	if (st) return st;
 	return mgt_sublayer_reduce_bda(m, out, a->x_in, NULL, train, mgt_sublayer_site_key(m, l, 2), m->prec.act_t);
@@ -84,27 +93,28 @@ mgt_status mgt_layer_mamba_bwd(mgt_model *m, int li, bool train)
 	layer_act *a = &m->cur->la[li];
 	const int l = li + m->first_layer, T = m->T, h = (int)m->h, W = (int)m->mamba.w_l, cd = (int)m->mamba.cd_l;
 	const int di = (int)m->mamba.di_l;
+	const mgt_elem_type t = mgt_layer_mamba_t(m);
 	float *dzx = m->mamba.dzx, *dconv = m->mamba.dconv, *dy = m->mamba.dy, *dnorm = m->mamba.dnorm;
 	mgt_status st = mgt_sublayer_bda_bwd_gather(m, NULL, train, mgt_sublayer_site_key(m, l, 2), m->prec.act_t);
 	if (!st)
-		st = mgt_sublayer_lin_bwd(m, li, 1, dnorm, MGT_DT_F32, T_(m, l, MGT_T_M_OUT_W), NULL, m->scratch.dtmp_h,
-					  m->prec.act_t, a->mnorm, MGT_DT_F32, di, h);
+		st = mgt_sublayer_lin_bwd(m, li, 1, dnorm, t, T_(m, l, MGT_T_M_OUT_W), NULL, m->scratch.dtmp_h,
+					  m->prec.act_t, a->mnorm, t, di, h);
 	if (st) return st;
 	const mgt_tensor *nw = T_(m, l, MGT_T_M_NORM_W), *dtb = T_(m, l, MGT_T_M_DT_B), *al = T_(m, l, MGT_T_M_A_LOG);
 	const mgt_tensor *D = T_(m, l, MGT_T_M_D), *cw = T_(m, l, MGT_T_M_CONV_W), *cb = T_(m, l, MGT_T_M_CONV_B);
 	const bool cp = m->cp.size > 1; /* dz then waits beside the received blocks (mamba_cp.c) */
 	o->mamba_gated_norm_bwd(m->be, dy, cp ? mgt_mamba_cp_dz(m) : dzx, G(m, nw), dnorm, a->my, a->mzx, W, P(m, nw),
-				a->mrstd, T, di, (int)m->mamba.g_l);
+				a->mrstd, T, di, (int)m->mamba.g_l, t);
 	if (cp && (st = mgt_mamba_cp_bwd(m, a, l))) return st;
 	if (!cp) {
 		const mgt_ssd d = ssd_of(m);
-		o->ssd_scan_bwd(m->be, &d, dconv, dconv + off_b(m), dconv + off_c(m), dzx + off_dt(m), G(m, dtb), G(m, al),
-				G(m, D), dy, a->mstates, a->mconv, a->mconv + off_b(m), a->mconv + off_c(m), a->mzx + off_dt(m),
-				P(m, dtb), P(m, al), P(m, D));
-		o->mamba_conv_bwd(m->be, dzx + off_x(m), G(m, cw), G(m, cb), dconv, a->mzx + off_x(m), W, P(m, cw), P(m, cb),
-				  m->cur->seg, m->s, m->b, cd, CONV_K);
+		o->ssd_scan_bwd(m->be, &d, dconv, at(dconv, off_b(m), t), at(dconv, off_c(m), t), at(dzx, off_dt(m), t),
+				G(m, dtb), G(m, al), G(m, D), dy, a->mstates, a->mconv, at(a->mconv, off_b(m), t),
+				at(a->mconv, off_c(m), t), at(a->mzx, off_dt(m), t), P(m, dtb), P(m, al), P(m, D), t);
+		o->mamba_conv_bwd(m->be, at(dzx, off_x(m), t), G(m, cw), G(m, cb), dconv, at(a->mzx, off_x(m), t), W,
+				  P(m, cw), P(m, cb), m->cur->seg, m->s, m->b, cd, CONV_K, t);
 	}
-	st = mgt_sublayer_lin_bwd(m, li, 0, m->scratch.dtmp_h, m->prec.act_t, T_(m, l, MGT_T_M_IN_W), NULL, dzx, MGT_DT_F32,
+	st = mgt_sublayer_lin_bwd(m, li, 0, m->scratch.dtmp_h, m->prec.act_t, T_(m, l, MGT_T_M_IN_W), NULL, dzx, t,
 				  a->ln1, m->prec.act_t, h, W);
 	if (st) return st;
 	return mgt_sublayer_reduce_norm_bwd(m, m->scratch.dtmp_h, a->x_in, T_(m, l, MGT_T_LN1_W), T_(m, l, MGT_T_LN1_B),
@@ -130,11 +140,11 @@ mgt_status mgt_layer_mamba_alloc(mgt_model *m)
 {
 	if (!strchr(m->pattern, MGT_LAYER_MAMBA)) return MGT_OK;
 	mgt_status st = m->cp.size > 1 ? mgt_mamba_cp_alloc(m) : MGT_OK;
-	const size_t T = (size_t)m->T;
-	m->mamba.dzx = mgt_model_balloc(m, T * (size_t)m->mamba.w_l * sizeof(float), &m->mem.work_bytes, &st);
-	m->mamba.dconv = mgt_model_balloc(m, T * (size_t)m->mamba.cd_l * sizeof(float), &m->mem.work_bytes, &st);
-	m->mamba.dy = mgt_model_balloc(m, T * (size_t)m->mamba.di_l * sizeof(float), &m->mem.work_bytes, &st);
-	m->mamba.dnorm = mgt_model_balloc(m, T * (size_t)m->mamba.di_l * sizeof(float), &m->mem.work_bytes, &st);
+	const size_t T = (size_t)m->T, es = mgt_elem_size(mgt_layer_mamba_t(m));
+	m->mamba.dzx = mgt_model_balloc(m, T * (size_t)m->mamba.w_l * es, &m->mem.work_bytes, &st);
+	m->mamba.dconv = mgt_model_balloc(m, T * (size_t)m->mamba.cd_l * es, &m->mem.work_bytes, &st);
+	m->mamba.dy = mgt_model_balloc(m, T * (size_t)m->mamba.di_l * es, &m->mem.work_bytes, &st);
+	m->mamba.dnorm = mgt_model_balloc(m, T * (size_t)m->mamba.di_l * es, &m->mem.work_bytes, &st);
 	return st;
 }
 

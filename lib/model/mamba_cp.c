@@ -201,11 +201,11 @@ mgt_status mgt_mamba_cp_fwd(mgt_model *m, layer_act *a, int l)
 		cv[r] = a->mconv + Lb * col;
 		const int64_t row = conv_row(m, &k, r);
 		o->mamba_conv_fwd(m->be, cv[r], a->mzxg + col, (int)k.wx, P(m, p.cw) + row * MGT_MAMBA_CONV_K, P(m, p.cb) + row,
-				  m->cur->seg, m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K);
+				  m->cur->seg, m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K, MGT_DT_F32);
 	}
 	const mgt_ssd d = glob_ssd(m, &k);
 	o->ssd_scan_fwd(m->be, &d, m->mamba.yg, a->mstates, cv[0], cv[1], cv[2], a->mzxg + k.cd, P(m, p.dtb) + q * k.nh,
-			P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh);
+			P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh, MGT_DT_F32);
 	if ((st = from_glob(m, m->mamba.yg, (size_t)k.di))) return st;
 	o->rows_gather(m->be, a->my, m->mamba.rcv, MGT_DT_F32, m->cp.a2a.idx[UNPACK], (int)(T * c), (int)k.di);
 	return MGT_OK;
@@ -232,14 +232,14 @@ mgt_status mgt_mamba_cp_bwd(mgt_model *m, layer_act *a, int l)
 	const mgt_ssd d = glob_ssd(m, &k);
 	o->ssd_scan_bwd(m->be, &d, dcv[0], dcv[1], dcv[2], m->mamba.dzxg + k.cd, G(m, p.dtb) + q * k.nh, G(m, p.al) + q * k.nh,
 			G(m, p.D) + q * k.nh, m->mamba.yg, a->mstates, cv[0], cv[1], cv[2], a->mzxg + k.cd,
-			P(m, p.dtb) + q * k.nh, P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh);
+			P(m, p.dtb) + q * k.nh, P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh, MGT_DT_F32);
 	for (int r = 0; r < 3; r++) {
 		int64_t col, w;
 		region(&k, r, &col, &w);
 		const int64_t row = conv_row(m, &k, r);
 		o->mamba_conv_bwd(m->be, m->mamba.dzxg + col, G(m, p.cw) + row * MGT_MAMBA_CONV_K, G(m, p.cb) + row, dcv[r],
 				  a->mzxg + col, (int)k.wx, P(m, p.cw) + row * MGT_MAMBA_CONV_K, P(m, p.cb) + row, m->cur->seg,
-				  m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K);
+				  m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K, MGT_DT_F32);
 	}
 	/* the blocks' gradients back to the token ranks; with the local dz after them */
 	if ((st = from_glob(m, m->mamba.dzxg, (size_t)k.wx))) return st;

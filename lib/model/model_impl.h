@@ -33,10 +33,11 @@ typedef struct {
 	/* --qk-layernorm: linear_qkv's output before the head norms [T, qkv_l], and the norms'
 	 * statistics [T*ng*r] (queries) and [T*ng] (keys); NULL without */
 	float *qkv_pre, *qmean, *qrstd, *kmean, *krstd;
-	/* A Mamba-2 layer (layer_mamba.c; its pre-norm is ln1, mean1, rstd1), fp32: in_proj's output
+	/* A Mamba-2 layer (layer_mamba.c; its pre-norm is ln1, mean1, rstd1): in_proj's output
 	 * zx [T, W] (W = 2 DI + 2 G N + NH per rank: z, x, B, C, dt), the conv's output conv [T, CD],
 	 * the scan's output y [T, DI] and its chunk states (mgt_ssd_states_floats), the gated norm's
-	 * output norm [T, DI] and its statistics nrstd [T, G]; NULL in other layers */
+	 * output norm [T, DI] and its statistics nrstd [T, G]; NULL in other layers.  zx, conv, y and
+	 * norm of mgt_layer_mamba_t (16-bit under a 16-bit precision), the states and nrstd fp32 */
 	float *mzx, *mconv, *my, *mstates, *mnorm, *mrstd;
 	/* under context parallelism: x, B, C and dt of the rank's head block over the whole
 	 * sequence [cp T, wx / cp] (mamba_cp.c; mconv then holds its conv's three regions) */
@@ -458,6 +459,10 @@ mgt_status mgt_layer_mamba_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_mamba_bwd(mgt_model *m, int li, bool train);
 void mgt_layer_mamba_dims(mgt_model *m);
 mgt_status mgt_layer_mamba_alloc(mgt_model *m);
+/* The storage type of a Mamba-2 layer's activations and their gradients (mzx, mconv, my, mnorm and
+ * the backward's dzx, dconv, dy, dnorm): the run's activation type (mgt_model.prec.act_t), fp32
+ * under context parallelism (mamba_cp.c exchanges and computes on fp32). */
+mgt_elem_type mgt_layer_mamba_t(const mgt_model *m);
 /* Context parallelism of the Mamba layers (mamba_cp.c): mgt_mamba_cp_alloc its maps and scratch
  * (NOMEM; upload errors); mgt_mamba_cp_states the floats of a layer's chunk states over the whole
  * sequence of the rank's head block; mgt_mamba_cp_fwd from a->mzx (in_proj's output, local

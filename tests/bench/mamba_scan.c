@@ -81,11 +81,11 @@ int main(int argc, char **argv)
 	double best_f = 1e30, best_b = 1e30;
 	for (int r = 0; r < reps + 1; r++) { /* the first is a warm-up */
 		double t0 = now();
-		be->ops->ssd_scan_fwd(be, &d, y, st, xbc, xbc + DI, xbc + DI + G * N, zx + dto, dtb, alog, D);
+		be->ops->ssd_scan_fwd(be, &d, y, st, xbc, xbc + DI, xbc + DI + G * N, zx + dto, dtb, alog, D, MGT_DT_F32);
 		double t1 = now();
 		memset(gdtb, 0, nh * 4), memset(galog, 0, nh * 4), memset(gD, 0, nh * 4);
 		be->ops->ssd_scan_bwd(be, &d, dxbc, dxbc + DI, dxbc + DI + G * N, dzx + dto, gdtb, galog, gD, dy, st, xbc,
-				      xbc + DI, xbc + DI + G * N, zx + dto, dtb, alog, D);
+				      xbc + DI, xbc + DI + G * N, zx + dto, dtb, alog, D, MGT_DT_F32);
 		double t2 = now();
 		if (r > 0) {
 			best_f = fmin(best_f, t1 - t0);

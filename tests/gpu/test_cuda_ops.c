@@ -3172,14 +3172,14 @@ static void t_mamba_conv(int L, int b, int CD, int K, int ld, bool docs)
 	float *dX = dput(x, nx), *dW = dput(w, nw), *dBi = dput(bias, CD), *dDY = dput(dy, ny), *dY = dalloc(ny * 4);
 	float *dDX = dmirror(dx0, nx, &dxc), *dDW = dmirror(dw0, nw, &dwc), *dDB = dmirror(db0, CD, &dbc);
 	int32_t *dS = seg ? dputi(seg, T) : NULL;
-	C->mamba_conv_fwd(cpu, yc, x, ld, w, bias, seg, L, b, CD, K);
-	C->mamba_conv_bwd(cpu, dxc, dwc, dbc, dy, x, ld, w, bias, seg, L, b, CD, K);
+	C->mamba_conv_fwd(cpu, yc, x, ld, w, bias, seg, L, b, CD, K, MGT_DT_F32);
+	C->mamba_conv_bwd(cpu, dxc, dwc, dbc, dy, x, ld, w, bias, seg, L, b, CD, K, MGT_DT_F32);
 	float *y[2], *dx[2], *dw[2], *db[2];
 	for (int k = 0; k < 2; k++) {
 		poison(dY, ny);
 		up(dDX, dx0, nx * 4), up(dDW, dw0, nw * 4), up(dDB, db0, (size_t)CD * 4);
-		G->mamba_conv_fwd(gpu, dY, dX, ld, dW, dBi, dS, L, b, CD, K);
-		G->mamba_conv_bwd(gpu, dDX, dDW, dDB, dDY, dX, ld, dW, dBi, dS, L, b, CD, K);
+		G->mamba_conv_fwd(gpu, dY, dX, ld, dW, dBi, dS, L, b, CD, K, MGT_DT_F32);
+		G->mamba_conv_bwd(gpu, dDX, dDW, dDB, dDY, dX, ld, dW, dBi, dS, L, b, CD, K, MGT_DT_F32);
 		y[k] = dget(dY, ny), dx[k] = dget(dDX, nx), dw[k] = dget(dDW, nw), db[k] = dget(dDB, CD);
 	}
 	cmp(nm("%s: fwd y", id), y[0], yc, NULL, ny, T2(TOL32, SIM_MAMBA));
@@ -3275,18 +3275,18 @@ static void t_mamba_gnorm(int T, int di, int g, int ld_z)
 	for (int c = 0; c < di; c++)
 		w[c] += 1.0f;
 	float *oc = xmalloc(n * 4), *rc = xmalloc(ng * 4), *dyc = xmalloc(n * 4);
-	C->mamba_gated_norm_fwd(cpu, oc, rc, y, z, ld_z, w, T, di, g, 1e-5f);
+	C->mamba_gated_norm_fwd(cpu, oc, rc, y, z, ld_z, w, T, di, g, 1e-5f, MGT_DT_F32);
 	float *dYi = dput(y, n), *dZ = dput(z, nz), *dW = dput(w, di), *dDO = dput(dout, n), *dO = dalloc(n * 4);
 	float *dR = dalloc(ng * 4), *dRc = dput(rc, ng), *dDY = dalloc(n * 4);
 	float *dDZ = dmirror(dz0, nz, &dzc), *dDW = dmirror(dw0, di, &dwc);
 	/* the backward gets the CPU's rstd on both sides: it is checked on its own */
-	C->mamba_gated_norm_bwd(cpu, dyc, dzc, dwc, dout, y, z, ld_z, w, rc, T, di, g);
+	C->mamba_gated_norm_bwd(cpu, dyc, dzc, dwc, dout, y, z, ld_z, w, rc, T, di, g, MGT_DT_F32);
 	float *o[2], *r[2], *dyg[2], *dzg[2], *dwg[2];
 	for (int k = 0; k < 2; k++) {
 		poison(dO, n), poison(dR, ng), poison(dDY, n);
 		up(dDZ, dz0, nz * 4), up(dDW, dw0, (size_t)di * 4);
-		G->mamba_gated_norm_fwd(gpu, dO, dR, dYi, dZ, ld_z, dW, T, di, g, 1e-5f);
-		G->mamba_gated_norm_bwd(gpu, dDY, dDZ, dDW, dDO, dYi, dZ, ld_z, dW, dRc, T, di, g);
+		G->mamba_gated_norm_fwd(gpu, dO, dR, dYi, dZ, ld_z, dW, T, di, g, 1e-5f, MGT_DT_F32);
+		G->mamba_gated_norm_bwd(gpu, dDY, dDZ, dDW, dDO, dYi, dZ, ld_z, dW, dRc, T, di, g, MGT_DT_F32);
 		o[k] = dget(dO, n), r[k] = dget(dR, ng), dyg[k] = dget(dDY, n), dzg[k] = dget(dDZ, nz), dwg[k] = dget(dDW, di);
 	}
 	cmp_rows(nm("%s: fwd out", id), o[0], oc, NULL, T, (size_t)di, T2(TOL32, SIM_ULP));
@@ -3366,9 +3366,9 @@ static ssd_res ssd_run_cpu(const ssd_case *s, const float *dy, const float *gx0,
 	const int nh = d->nh, bc = s->bc, cc = bc + d->g * d->n;
 	ssd_res r = { xmalloc(s->T * nh * d->p * 4), xmalloc(s->nst * 4), hcopy(gx0, s->nxbc), hcopy(gdt0, s->ndt),
 		      hcopy(gh0, 3 * (size_t)nh) };
-	C->ssd_scan_fwd(cpu, d, r.y, r.st, s->xbc, s->xbc + bc, s->xbc + cc, s->dtr + 2, s->dtb, s->alog, s->D);
+	C->ssd_scan_fwd(cpu, d, r.y, r.st, s->xbc, s->xbc + bc, s->xbc + cc, s->dtr + 2, s->dtb, s->alog, s->D, MGT_DT_F32);
 	C->ssd_scan_bwd(cpu, d, r.gx, r.gx + bc, r.gx + cc, r.gdt + 2, r.gh, r.gh + nh, r.gh + 2 * nh, dy, r.st, s->xbc,
-			s->xbc + bc, s->xbc + cc, s->dtr + 2, s->dtb, s->alog, s->D);
+			s->xbc + bc, s->xbc + cc, s->dtr + 2, s->dtb, s->alog, s->D, MGT_DT_F32);
 	return r;
 }
 
@@ -3381,9 +3381,9 @@ static ssd_res ssd_run_gpu(const ssd_case *s, const ssd_dev *v, const float *dDY
 	float *dY = dalloc(ny * 4), *dSt = dalloc(s->nst * 4), *dGX = dput(gx0, s->nxbc), *dGD = dput(gdt0, s->ndt);
 	float *dGH = dput(gh0, 3 * (size_t)nh);
 	poison(dY, ny), poison(dSt, s->nst);
-	G->ssd_scan_fwd(gpu, d, dY, dSt, v->xbc, v->xbc + bc, v->xbc + cc, v->dtr + 2, v->dtb, v->alog, v->D);
+	G->ssd_scan_fwd(gpu, d, dY, dSt, v->xbc, v->xbc + bc, v->xbc + cc, v->dtr + 2, v->dtb, v->alog, v->D, MGT_DT_F32);
 	G->ssd_scan_bwd(gpu, d, dGX, dGX + bc, dGX + cc, dGD + 2, dGH, dGH + nh, dGH + 2 * nh, dDY, dSt, v->xbc,
-			v->xbc + bc, v->xbc + cc, v->dtr + 2, v->dtb, v->alog, v->D);
+			v->xbc + bc, v->xbc + cc, v->dtr + 2, v->dtb, v->alog, v->D, MGT_DT_F32);
 	ssd_res r = { dget(dY, ny), dget(dSt, s->nst), dget(dGX, s->nxbc), dget(dGD, s->ndt), dget(dGH, 3 * (size_t)nh) };
 	dfree(dY), dfree(dSt), dfree(dGX), dfree(dGD), dfree(dGH);
 	return r;
@@ -3424,6 +3424,213 @@ static void t_ssd(int L, int b, int nh, int g, int p, int n, bool docs)
 	dfree(v.xbc), dfree(v.dtr), dfree(v.dtb), dfree(v.alog), dfree(v.D), dfree(v.seg), dfree(dDY);
 	free(dy), free(gx0), free(gdt0), free(gh0);
 	free(s.xbc), free(s.dtr), free(s.dtb), free(s.alog), free(s.D), free((void *)s.d.seg_start);
+}
+
+/* ---- the mixer's ops on 16-bit storage (backend.h's t = bf16 or fp16) ----
+ * Each op runs three ways on inputs rounded to the type: the GPU op in 16 bits, the GPU op in fp32
+ * on the same (widened) values, the CPU op in 16 bits.  The 16-bit op computes in fp32 and rounds
+ * each output once, so its outputs are the fp32 op's rounded, bit for bit (t_out16: a wrong
+ * stride, column, direction or rounding of the staging fails), outputs' columns it must not write
+ * keep their bits, and its fp32 outputs (weight gradients, states, rstd) are the fp32 op's bit for
+ * bit.  Against the CPU's 16-bit op: within the fp32 op's bound plus one rounding of the type
+ * (normwise 2^-8 bf16, 2^-11 fp16: an element whose fp32 values straddle a rounding boundary
+ * differs by one ulp); under the simulator, where few elements straddle, a 16th of that rounding
+ * (measured at most 1.3e-7 bf16 and 7.3e-6 fp16 over the small shapes; the bound 2.4e-4, 3.1e-5). */
+static const char *dtn(mgt_elem_type dt) { return dt == MGT_DT_BF16 ? "bf16" : "fp16"; }
+static double tol16(mgt_elem_type dt) { return dt == MGT_DT_BF16 ? 1.0 / 256 : 1.0 / 2048; }
+
+/* h [n] rounded to dt, as fp32 values (host). */
+static float *hround16(const float *h, size_t n, mgt_elem_type dt)
+{
+	float *v = xmalloc(n * 4);
+	for (size_t i = 0; i < n; i++)
+		v[i] = dt == MGT_DT_BF16 ? mgt_bf16_to_f32(mgt_f32_to_bf16(h[i])) : mgt_f16_to_f32(mgt_f32_to_f16(h[i]));
+	return v;
+}
+
+/* Host 16-bit copy of h [n] (rounded to dt). */
+static uint16_t *h16(const float *h, size_t n, mgt_elem_type dt)
+{
+	uint16_t *g = xmalloc(n * 2);
+	C->cast(cpu, g, dt, h, n);
+	return g;
+}
+
+/* Device 16-bit copy of h [n] (rounded to dt). */
+static void *d16(const float *h, size_t n, mgt_elem_type dt)
+{
+	uint16_t *g = h16(h, n, dt);
+	void *d = dalloc(n * 2);
+	up(d, g, n * 2);
+	free(g);
+	return d;
+}
+
+/* The CPU's 16-bit output h [n] against the GPU's (device d) widened: the bound above. */
+static void cmp16(const char *id, const void *d, const uint16_t *h, size_t n, mgt_elem_type dt, double tol32)
+{
+	uint16_t *g = xmalloc(n * 2);
+	if (G->download(gpu, g, d, n * 2) != MGT_OK)
+		bail("download (the 16-bit op failed?)");
+	float *gv = widen16(g, n, dt), *cv = widen16(h, n, dt);
+	cmp(nm("%s: against the CPU's %s op", id, dtn(dt)), gv, cv, NULL, n, T2(tol32 + tol16(dt), tol32 + tol16(dt) / 16));
+	free(g), free(gv), free(cv);
+}
+
+/* The conv (t_mamba_conv's shapes) on 16-bit x, y, dy, dx. */
+static void t_mamba_conv16(mgt_elem_type dt, int L, int b, int CD, int K, int ld, bool docs)
+{
+	const size_t T = (size_t)L * b, nx = T * ld, ny = T * CD, nw = (size_t)CD * K;
+	const char *id = nm("mamba conv %s L=%d b=%d CD=%d ld=%d%s", dtn(dt), L, b, CD, ld, docs ? " packed" : "");
+	float *r[3] = { hrand(nx, 1.5), hrand(ny, 1), hrand(nx, 1) };
+	float *x = hround16(r[0], nx, dt), *dy = hround16(r[1], ny, dt), *dx0 = hround16(r[2], nx, dt);
+	float *w = hrand(nw, 0.7), *bias = hrand(CD, 0.5), *dw0 = hrand(nw, 1), *db0 = hrand(CD, 1);
+	int32_t *seg = docs ? packed_starts(L, b, 9) : NULL, *dS = seg ? dputi(seg, T) : NULL;
+	float *dW = dput(w, nw), *dBi = dput(bias, CD);
+	/* fp32 on the widened values */
+	float *dX = dput(x, nx), *dDY = dput(dy, ny), *dY = dalloc(ny * 4), *dDX = dput(dx0, nx);
+	float *dDW = dput(dw0, nw), *dDB = dput(db0, CD);
+	G->mamba_conv_fwd(gpu, dY, dX, ld, dW, dBi, dS, L, b, CD, K, MGT_DT_F32);
+	G->mamba_conv_bwd(gpu, dDX, dDW, dDB, dDY, dX, ld, dW, dBi, dS, L, b, CD, K, MGT_DT_F32);
+	float *y32 = dget(dY, ny), *dx32 = dget(dDX, nx), *dw32 = dget(dDW, nw), *db32 = dget(dDB, CD);
+	/* 16 bits */
+	void *hX = d16(x, nx, dt), *hDY = d16(dy, ny, dt), *hY = dalloc(ny * 2), *hDX = d16(dx0, nx, dt);
+	up(dDW, dw0, nw * 4), up(dDB, db0, (size_t)CD * 4);
+	G->mamba_conv_fwd(gpu, hY, hX, ld, dW, dBi, dS, L, b, CD, K, dt);
+	G->mamba_conv_bwd(gpu, hDX, dDW, dDB, hDY, hX, ld, dW, dBi, dS, L, b, CD, K, dt);
+	float *dw16 = dget(dDW, nw), *db16 = dget(dDB, CD);
+	t_out16(nm("%s: fwd y", id), hY, dt, y32, ny);
+	t_out16(nm("%s: bwd dx (columns past CD kept)", id), hDX, dt, dx32, nx);
+	cmp(nm("%s: bwd dw as fp32's", id), dw16, dw32, NULL, nw, T2(TOL_EXACT, SIM_EXACT));
+	cmp(nm("%s: bwd db as fp32's", id), db16, db32, NULL, CD, T2(TOL_EXACT, SIM_EXACT));
+	/* the CPU's 16-bit op */
+	uint16_t *cx = h16(x, nx, dt), *cdy = h16(dy, ny, dt), *cy = xmalloc(ny * 2), *cdx = h16(dx0, nx, dt);
+	float *cdw = hcopy(dw0, nw), *cdb = hcopy(db0, CD);
+	C->mamba_conv_fwd(cpu, cy, cx, ld, w, bias, seg, L, b, CD, K, dt);
+	C->mamba_conv_bwd(cpu, cdx, cdw, cdb, cdy, cx, ld, w, bias, seg, L, b, CD, K, dt);
+	cmp16(nm("%s: fwd y", id), hY, cy, ny, dt, TOL32);
+	cmp16(nm("%s: bwd dx", id), hDX, cdx, nx, dt, TOL32);
+	for (int k = 0; k < 3; k++)
+		free(r[k]);
+	free(x), free(dy), free(dx0), free(w), free(bias), free(dw0), free(db0), free(seg), free(y32), free(dx32);
+	free(dw32), free(db32), free(dw16), free(db16), free(cx), free(cdy), free(cy), free(cdx), free(cdw), free(cdb);
+	dfree(dS), dfree(dW), dfree(dBi), dfree(dX), dfree(dDY), dfree(dY), dfree(dDX), dfree(dDW), dfree(dDB);
+	dfree(hX), dfree(hDY), dfree(hY), dfree(hDX);
+}
+
+/* The gated norm (t_mamba_gnorm's shapes) on 16-bit y, z, out, dout, dy, dz. */
+static void t_mamba_gnorm16(mgt_elem_type dt, int T, int di, int g, int ld_z)
+{
+	const size_t n = (size_t)T * di, nz = (size_t)T * ld_z, ng = (size_t)T * g;
+	const char *id = nm("mamba gated norm %s T=%d di=%d g=%d ld_z=%d", dtn(dt), T, di, g, ld_z);
+	float *r[4] = { hrand(n, 1.5), hrand(nz, 3), hrand(n, 1), hrand(nz, 1) };
+	float *y = hround16(r[0], n, dt), *z = hround16(r[1], nz, dt), *dout = hround16(r[2], n, dt);
+	float *dz0 = hround16(r[3], nz, dt), *w = hrand(di, 0.5), *dw0 = hrand(di, 1);
+	for (int c = 0; c < di; c++)
+		w[c] += 1.0f;
+	float *dW = dput(w, di), *dR = dalloc(ng * 4), *dDW = dput(dw0, di);
+	float *dYi = dput(y, n), *dZ = dput(z, nz), *dDO = dput(dout, n), *dO = dalloc(n * 4), *dDY = dalloc(n * 4);
+	float *dDZ = dput(dz0, nz);
+	G->mamba_gated_norm_fwd(gpu, dO, dR, dYi, dZ, ld_z, dW, T, di, g, 1e-5f, MGT_DT_F32);
+	G->mamba_gated_norm_bwd(gpu, dDY, dDZ, dDW, dDO, dYi, dZ, ld_z, dW, dR, T, di, g, MGT_DT_F32);
+	float *o32 = dget(dO, n), *r32 = dget(dR, ng), *dy32 = dget(dDY, n), *dz32 = dget(dDZ, nz), *dw32 = dget(dDW, di);
+	void *hY = d16(y, n, dt), *hZ = d16(z, nz, dt), *hDO = d16(dout, n, dt), *hO = dalloc(n * 2);
+	void *hDY = dalloc(n * 2), *hDZ = d16(dz0, nz, dt);
+	up(dDW, dw0, (size_t)di * 4), poison(dR, ng);
+	G->mamba_gated_norm_fwd(gpu, hO, dR, hY, hZ, ld_z, dW, T, di, g, 1e-5f, dt);
+	G->mamba_gated_norm_bwd(gpu, hDY, hDZ, dDW, hDO, hY, hZ, ld_z, dW, dR, T, di, g, dt);
+	float *r16 = dget(dR, ng), *dw16 = dget(dDW, di);
+	t_out16(nm("%s: fwd out", id), hO, dt, o32, n);
+	cmp(nm("%s: fwd rstd as fp32's", id), r16, r32, NULL, ng, T2(TOL_EXACT, SIM_EXACT));
+	t_out16(nm("%s: bwd dy", id), hDY, dt, dy32, n);
+	t_out16(nm("%s: bwd dz (columns past di kept)", id), hDZ, dt, dz32, nz);
+	cmp(nm("%s: bwd dw as fp32's", id), dw16, dw32, NULL, di, T2(TOL_EXACT, SIM_EXACT));
+	uint16_t *cy = h16(y, n, dt), *cz = h16(z, nz, dt), *cdo = h16(dout, n, dt), *co = xmalloc(n * 2);
+	uint16_t *cdy = xmalloc(n * 2), *cdz = h16(dz0, nz, dt);
+	float *crs = xmalloc(ng * 4), *cdw = hcopy(dw0, di);
+	C->mamba_gated_norm_fwd(cpu, co, crs, cy, cz, ld_z, w, T, di, g, 1e-5f, dt);
+	C->mamba_gated_norm_bwd(cpu, cdy, cdz, cdw, cdo, cy, cz, ld_z, w, crs, T, di, g, dt);
+	cmp16(nm("%s: fwd out", id), hO, co, n, dt, TOL32);
+	cmp16(nm("%s: bwd dy", id), hDY, cdy, n, dt, 3e-5);
+	cmp16(nm("%s: bwd dz", id), hDZ, cdz, nz, dt, 3e-5);
+	for (int k = 0; k < 4; k++)
+		free(r[k]);
+	free(y), free(z), free(dout), free(dz0), free(w), free(dw0), free(o32), free(r32), free(dy32), free(dz32);
+	free(dw32), free(r16), free(dw16), free(cy), free(cz), free(cdo), free(co), free(cdy), free(cdz), free(crs), free(cdw);
+	dfree(dW), dfree(dR), dfree(dDW), dfree(dYi), dfree(dZ), dfree(dDO), dfree(dO), dfree(dDY), dfree(dDZ);
+	dfree(hY), dfree(hZ), dfree(hDO), dfree(hO), dfree(hDY), dfree(hDZ);
+}
+
+/* The scan (t_ssd's cases) on 16-bit x, B, C, dt_raw, y, dy and their gradients. */
+static void t_ssd16(mgt_elem_type dt, int L, int b, int nh, int g, int p, int n, bool docs)
+{
+	const char *id = nm("ssd scan %s L=%d b=%d nh=%d g=%d p=%d n=%d%s", dtn(dt), L, b, nh, g, p, n,
+			    docs ? " packed" : "");
+	ssd_case s = ssd_make(L, b, nh, g, p, n, docs);
+	float *t0 = s.xbc, *t1 = s.dtr;
+	s.xbc = hround16(t0, s.nxbc, dt), s.dtr = hround16(t1, s.ndt, dt);
+	free(t0), free(t1);
+	const size_t ny = s.T * nh * p, nh3 = 3 * (size_t)nh;
+	float *r[3] = { hrand(ny, 1), hrand(s.nxbc, 1), hrand(s.ndt, 1) };
+	float *dy = hround16(r[0], ny, dt), *gx0 = hround16(r[1], s.nxbc, dt), *gdt0 = hround16(r[2], s.ndt, dt);
+	float *gh0 = hrand(nh3, 1);
+	ssd_dev v = ssd_put(&s);
+	const mgt_ssd *d = &v.d;
+	const int bc = s.bc, cc = bc + g * n;
+	float *dDY = dput(dy, ny);
+	ssd_res f = ssd_run_gpu(&s, &v, dDY, gx0, gdt0, gh0); /* fp32 on the widened values */
+	/* 16 bits: x, B, C in one [T, ldc] buffer, dt_raw inside dtr's; the gradients likewise */
+	uint16_t *X = d16(s.xbc, s.nxbc, dt), *DT = d16(s.dtr, s.ndt, dt), *DY = d16(dy, ny, dt);
+	uint16_t *GX = d16(gx0, s.nxbc, dt), *GD = d16(gdt0, s.ndt, dt), *Y = dalloc(ny * 2);
+	float *dSt = dalloc(s.nst * 4), *dGH = dput(gh0, nh3);
+	G->ssd_scan_fwd(gpu, d, Y, dSt, X, X + bc, X + cc, DT + 2, v.dtb, v.alog, v.D, dt);
+	G->ssd_scan_bwd(gpu, d, GX, GX + bc, GX + cc, GD + 2, dGH, dGH + nh, dGH + 2 * nh, DY, dSt, X, X + bc, X + cc,
+			DT + 2, v.dtb, v.alog, v.D, dt);
+	float *st16 = dget(dSt, s.nst), *gh16 = dget(dGH, nh3);
+	t_out16(nm("%s: fwd y", id), Y, dt, f.y, ny);
+	cmp(nm("%s: fwd states as fp32's", id), st16, f.st, NULL, s.nst, T2(TOL_EXACT, SIM_EXACT));
+	t_out16(nm("%s: bwd dx, dB, dC (other columns kept)", id), GX, dt, f.gx, s.nxbc);
+	t_out16(nm("%s: bwd ddt_raw (other columns kept)", id), GD, dt, f.gdt, s.ndt);
+	cmp(nm("%s: bwd ddt_bias, dA_log, dD as fp32's", id), gh16, f.gh, NULL, nh3, T2(TOL_EXACT, SIM_EXACT));
+	/* the CPU's 16-bit op (its own states) */
+	uint16_t *cX = h16(s.xbc, s.nxbc, dt), *cDT = h16(s.dtr, s.ndt, dt), *cDY = h16(dy, ny, dt);
+	uint16_t *cGX = h16(gx0, s.nxbc, dt), *cGD = h16(gdt0, s.ndt, dt), *cY = xmalloc(ny * 2);
+	float *cSt = xmalloc(s.nst * 4), *cGH = hcopy(gh0, nh3);
+	const mgt_ssd *hd = &s.d;
+	C->ssd_scan_fwd(cpu, hd, cY, cSt, cX, cX + bc, cX + cc, cDT + 2, s.dtb, s.alog, s.D, dt);
+	C->ssd_scan_bwd(cpu, hd, cGX, cGX + bc, cGX + cc, cGD + 2, cGH, cGH + nh, cGH + 2 * nh, cDY, cSt, cX, cX + bc,
+			cX + cc, cDT + 2, s.dtb, s.alog, s.D, dt);
+	cmp16(nm("%s: fwd y", id), Y, cY, ny, dt, TOL32);
+	cmp16(nm("%s: bwd dx, dB, dC", id), GX, cGX, s.nxbc, dt, TOL32);
+	cmp16(nm("%s: bwd ddt_raw", id), GD, cGD, s.ndt, dt, TOL32);
+	cmp(nm("%s: bwd dD against the CPU's", id), gh16 + 2 * nh, cGH + 2 * nh, gh0 + 2 * nh, nh, T2(TOL32, SIM_SSD));
+	for (int k = 0; k < 3; k++)
+		free(r[k]);
+	ssd_res_free(&f);
+	free(dy), free(gx0), free(gdt0), free(gh0), free(st16), free(gh16), free(cX), free(cDT), free(cDY), free(cGX);
+	free(cGD), free(cY), free(cSt), free(cGH);
+	dfree(X), dfree(DT), dfree(DY), dfree(GX), dfree(GD), dfree(Y), dfree(dSt), dfree(dGH), dfree(dDY);
+	dfree(v.xbc), dfree(v.dtr), dfree(v.dtb), dfree(v.alog), dfree(v.D), dfree(v.seg);
+	free(s.xbc), free(s.dtr), free(s.dtb), free(s.alog), free(s.D), free((void *)s.d.seg_start);
+}
+
+/* Both 16-bit types over shapes of the fp32 checks (strided, packed, several heads and groups). */
+static void mamba_ops16(bool big)
+{
+	const mgt_elem_type ts[] = { MGT_DT_BF16, MGT_DT_F16 };
+	for (int k = 0; k < 2; k++) {
+		t_mamba_conv16(ts[k], 70, 4, 40, 4, 45, true);
+		t_mamba_conv16(ts[k], 33, 1, 7, 4, 7, false);
+		t_mamba_gnorm16(ts[k], 50, 96, 2, 136);
+		t_mamba_gnorm16(ts[k], 40, 520, 1, 600);
+		t_ssd16(ts[k], 150, 4, 2, 1, 16, 8, true);
+		t_ssd16(ts[k], 45, 1, 3, 3, 4, 4, false);
+		if (big) {
+			t_mamba_conv16(ts[k], 1000, 2, 1280, 4, 2600, true);
+			t_mamba_gnorm16(ts[k], 2000, 1024, 8, 2600);
+			t_ssd16(ts[k], 1000, 2, 8, 2, 64, 128, true);
+		}
+	}
 }
 
 /* The mixer's ops: shapes with L not a multiple of 128, several sequences, heads and groups,
@@ -3572,6 +3779,7 @@ static void all_ops(void)
 	}
 	if (section("mamba-2 mixer")) {
 		mamba_ops(true);
+		mamba_ops16(true);
 	}
 	if (section("mixture of experts")) {
 		t_moe_rows(2048, 2, 768);
@@ -3765,6 +3973,7 @@ static void small_ops(void)
 	}
 	if (section("mamba-2 mixer")) {
 		mamba_ops(false);
+		mamba_ops16(false);
 	}
 	if (section("mixture of experts")) {
 		t_moe_rows(100, 2, 96);

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "util/util.h"
 #include "check.h"
 
 #define EPS ((double)FLT_EPSILON)
@@ -211,8 +212,8 @@ static void test_conv(int L, int b, int CD, int K, bool docs, bool fd)
 		dwf[k] = 0.25f; /* accumulated into */
 	for (int k = 0; k < CD; k++)
 		dbf[k] = -0.5f;
-	be->ops->mamba_conv_fwd(be, yf, xf, g.ld, wf, bf, g.seg, L, b, CD, K);
-	be->ops->mamba_conv_bwd(be, dxf, dwf, dbf, dyf, xf, g.ld, wf, bf, g.seg, L, b, CD, K);
+	be->ops->mamba_conv_fwd(be, yf, xf, g.ld, wf, bf, g.seg, L, b, CD, K, MGT_DT_F32);
+	be->ops->mamba_conv_bwd(be, dxf, dwf, dbf, dyf, xf, g.ld, wf, bf, g.seg, L, b, CD, K, MGT_DT_F32);
 	double *u = zalloc(ny * 8), *um = zalloc(ny * 8);
 	ref_conv_pre(&g, u, um, x, w, bias);
 	errstat ef = { 0 }, ex = { 0 }, ew = { 0 }, eb = { 0 };
@@ -369,8 +370,8 @@ static void test_norm(int T, int di, int g, bool fd)
 	fill(dof, dout, m, -1, 1);
 	for (int c = 0; c < di; c++)
 		dwf[c] = 1.0f;
-	be->ops->mamba_gated_norm_fwd(be, of, rf, yf, zf, di, wf, T, di, g, 1e-5f);
-	be->ops->mamba_gated_norm_bwd(be, dyf, dzf, dwf, dof, yf, zf, di, wf, rf, T, di, g);
+	be->ops->mamba_gated_norm_fwd(be, of, rf, yf, zf, di, wf, T, di, g, 1e-5f, MGT_DT_F32);
+	be->ops->mamba_gated_norm_bwd(be, dyf, dzf, dwf, dof, yf, zf, di, wf, rf, T, di, g, MGT_DT_F32);
 	double *out = zalloc(m * 8), *r = zalloc((size_t)T * g * 8);
 	ref_norm_fwd(&n, out, r, y, z, w);
 	errstat eo = { 0 }, er = { 0 }, ey = { 0 }, ez = { 0 }, ew = { 0 };
@@ -604,9 +605,9 @@ static void op_scan(mgt_backend *bk, const scan_in *s, const float *gy, scan_out
 	for (int h = 0; h < d->nh; h++)
 		o->gdtb[h] = o->galog[h] = o->gD[h] = 0.5f;
 	bk->ops->ssd_scan_fwd(bk, d, o->y, o->st, s->xbc, s->xbc + dc, s->xbc + bc, s->dtr + s->off, s->dtb, s->alog,
-			      s->D);
+			      s->D, MGT_DT_F32);
 	bk->ops->ssd_scan_bwd(bk, d, o->gx, o->gx + dc, o->gx + bc, o->gdtr + s->off, o->gdtb, o->galog, o->gD, gy, o->st,
-			      s->xbc, s->xbc + dc, s->xbc + bc, s->dtr + s->off, s->dtb, s->alog, s->D);
+			      s->xbc, s->xbc + dc, s->xbc + bc, s->dtr + s->off, s->dtb, s->alog, s->D, MGT_DT_F32);
 }
 
 static void out_free(scan_out *o)
@@ -814,8 +815,8 @@ static void test_docs_isolated(void)
 			}
 			op_scan(be, &s, gy, &b2);
 		}
-		be->ops->mamba_conv_fwd(be, cy[k], s.xbc, s.ldc, w, bias, d->seg_start, d->L, d->b, CD, K);
-		be->ops->mamba_conv_bwd(be, cdx[k], dw, db, dy, s.xbc, s.ldc, w, bias, d->seg_start, d->L, d->b, CD, K);
+		be->ops->mamba_conv_fwd(be, cy[k], s.xbc, s.ldc, w, bias, d->seg_start, d->L, d->b, CD, K, MGT_DT_F32);
+		be->ops->mamba_conv_bwd(be, cdx[k], dw, db, dy, s.xbc, s.ldc, w, bias, d->seg_start, d->L, d->b, CD, K, MGT_DT_F32);
 	}
 	bool in_y = false, in_g = false, in_c = false;
 	size_t bad = diff_outside(a.y, b2.y, d->L, d->b, dc, 0, dc, 0, i0, i1, &in_y);
@@ -863,12 +864,12 @@ static void test_threads(void)
 	const int T = (int)s.T, di = d->nh * d->p;
 	for (int k = 0; k < 2; k++) {
 		y[k] = zalloc(s.T * CD * 4), dx[k] = zalloc(nx * 4), dw[k] = zalloc((size_t)CD * K * 4), db[k] = zalloc((size_t)CD * 4);
-		bk[k]->ops->mamba_conv_fwd(bk[k], y[k], s.xbc, s.ldc, w, bias, d->seg_start, d->L, d->b, CD, K);
-		bk[k]->ops->mamba_conv_bwd(bk[k], dx[k], dw[k], db[k], dy, s.xbc, s.ldc, w, bias, d->seg_start, d->L, d->b, CD, K);
+		bk[k]->ops->mamba_conv_fwd(bk[k], y[k], s.xbc, s.ldc, w, bias, d->seg_start, d->L, d->b, CD, K, MGT_DT_F32);
+		bk[k]->ops->mamba_conv_bwd(bk[k], dx[k], dw[k], db[k], dy, s.xbc, s.ldc, w, bias, d->seg_start, d->L, d->b, CD, K, MGT_DT_F32);
 		no[k] = zalloc(ny * 4), nr[k] = zalloc(s.T * 2 * 4), ndy[k] = zalloc(ny * 4), ndz[k] = zalloc(ny * 4);
 		ndw[k] = zalloc((size_t)di * 4);
-		bk[k]->ops->mamba_gated_norm_fwd(bk[k], no[k], nr[k], o1.y, gy, di, w, T, di, 2, 1e-5f);
-		bk[k]->ops->mamba_gated_norm_bwd(bk[k], ndy[k], ndz[k], ndw[k], gy, o1.y, gy, di, w, nr[k], T, di, 2);
+		bk[k]->ops->mamba_gated_norm_fwd(bk[k], no[k], nr[k], o1.y, gy, di, w, T, di, 2, 1e-5f, MGT_DT_F32);
+		bk[k]->ops->mamba_gated_norm_bwd(bk[k], ndy[k], ndz[k], ndw[k], gy, o1.y, gy, di, w, nr[k], T, di, 2, MGT_DT_F32);
 	}
 	CHECK(same(y[0], y[1], s.T * CD * 4) && same(dx[0], dx[1], nx * 4) && same(dw[0], dw[1], (size_t)CD * K * 4) &&
 		      same(db[0], db[1], (size_t)CD * 4),
@@ -886,18 +887,21 @@ static void test_threads(void)
 	mgt_backend_destroy(b3);
 }
 
-/* The CPU has the six ops, for fp32; a table without them (as the CUDA backend's) is refused by name. */
+/* The CPU has the six ops, for fp32, bf16 and fp16 storage, and mamba_step for fp32 only; a table
+ * without them (as the CUDA backend's) is refused by name. */
 static void test_supports(void)
 {
 	char why[256] = "";
 	const mgt_backend_op ops[] = { MGT_OP_mamba_conv_fwd, MGT_OP_mamba_conv_bwd, MGT_OP_ssd_scan_fwd,
 				       MGT_OP_ssd_scan_bwd, MGT_OP_mamba_gated_norm_fwd, MGT_OP_mamba_gated_norm_bwd };
+	const mgt_elem_type ts[] = { MGT_DT_F32, MGT_DT_BF16, MGT_DT_F16 };
 	bool all = true;
 	for (size_t k = 0; k < sizeof ops / sizeof *ops; k++)
-		all &= mgt_backend_supports(be, ops[k], MGT_DT_F32, why, sizeof why);
-	CHECK(all, "the CPU backend supports the six Mamba ops");
-	CHECK(!mgt_backend_supports(be, MGT_OP_ssd_scan_fwd, MGT_DT_BF16, why, sizeof why) && strstr(why, "fp32"),
-	      "... on fp32 only: %s", why);
+		for (size_t i = 0; i < 3; i++)
+			all &= mgt_backend_supports(be, ops[k], ts[i], why, sizeof why);
+	CHECK(all, "the CPU backend supports the six Mamba ops on fp32, bf16 and fp16");
+	CHECK(!mgt_backend_supports(be, MGT_OP_mamba_step, MGT_DT_BF16, why, sizeof why) && strstr(why, "fp32"),
+	      "mamba_step on fp32 only: %s", why);
 	mgt_backend_ops t = *be->ops;
 	t.ssd_scan_bwd = NULL;
 	mgt_backend fake = *be;
@@ -923,11 +927,11 @@ static void test_step(int L, int b, int nh, int g, int p, int n, int split)
 	for (size_t i = 0; i < (size_t)CD * K; i++) w[i] = (float)unif(-0.5, 0.5);
 	for (int c = 0; c < CD; c++) bias[c] = (float)unif(-0.5, 0.5);
 	for (size_t t = 0; t < T; t++) seq[t] = (int32_t)(t % b), pos[t] = (int32_t)(t / b);
-	be->ops->mamba_conv_fwd(be, u0, s.xbc, s.ldc, w, bias, NULL, L, b, CD, K);
+	be->ops->mamba_conv_fwd(be, u0, s.xbc, s.ldc, w, bias, NULL, L, b, CD, K, MGT_DT_F32);
 	mgt_ssd d = s.d;
 	d.ld_x = d.ld_bc = CD;
 	d.seg_start = NULL;
-	be->ops->ssd_scan_fwd(be, &d, y0, st, u0, u0 + di, u0 + di + g * n, s.dtr + s.off, s.dtb, s.alog, s.D);
+	be->ops->ssd_scan_fwd(be, &d, y0, st, u0, u0 + di, u0 + di + g * n, s.dtr + s.off, s.dtb, s.alog, s.D, MGT_DT_F32);
 	double eu = 0, ey = 0, my = 0, er = 0;
 	for (size_t t0 = 0; t0 < T; t0 += (size_t)split) {
 		const int nt = (int)(T - t0 < (size_t)split ? T - t0 : (size_t)split);
@@ -950,6 +954,120 @@ static void test_step(int L, int b, int nh, int g, int p, int n, int split)
 	scan_free(&s);
 }
 
+/* ---- 16-bit storage (backend.h's t = bf16, fp16) ----
+ * The ops compute in fp32 on the 16-bit inputs widened and round each output once, so each 16-bit
+ * output is the fp32 op's on the widened inputs, rounded, bit for bit; the columns an op must not
+ * write keep their bits; the fp32 outputs (weight gradients, states, rstd) are the fp32 op's bit
+ * for bit. */
+static uint16_t to16(float v, mgt_elem_type t) { return t == MGT_DT_BF16 ? mgt_f32_to_bf16(v) : mgt_f32_to_f16(v); }
+static float from16(uint16_t u, mgt_elem_type t) { return t == MGT_DT_BF16 ? mgt_bf16_to_f32(u) : mgt_f16_to_f32(u); }
+
+/* n uniform values in (-a, a) rounded to t: the 16-bit copy *h and the widened fp32 values. */
+static float *rnd16(size_t n, double a, mgt_elem_type t, uint16_t **h)
+{
+	float *f = zalloc(n * 4);
+	*h = zalloc(n * 2);
+	for (size_t k = 0; k < n; k++) {
+		(*h)[k] = to16((float)unif(-a, a), t);
+		f[k] = from16((*h)[k], t);
+	}
+	return f;
+}
+
+/* Elements of the 16-bit h [n] that are not f [n] rounded. */
+static size_t ndiff16(const uint16_t *h, const float *f, size_t n, mgt_elem_type t)
+{
+	size_t d = 0;
+	for (size_t k = 0; k < n; k++)
+		d += h[k] != to16(f[k], t);
+	return d;
+}
+
+static float *copyf(const float *f, size_t n) { float *c = zalloc(n * 4); memcpy(c, f, n * 4); return c; }
+
+static void test16_conv(mgt_elem_type t, int L, int b, int CD, int K, int ld, bool docs)
+{
+	const size_t T = (size_t)L * b, nx = T * ld, ny = T * CD, nw = (size_t)CD * K;
+	int32_t *seg = make_seg(L, b, docs);
+	uint16_t *x16, *dy16, *dx16, *y16 = zalloc(ny * 2);
+	float *x = rnd16(nx, 2, t, &x16), *dy = rnd16(ny, 1, t, &dy16), *dx = rnd16(nx, 1, t, &dx16), *y = zalloc(ny * 4);
+	float *w = zalloc(nw * 4), *bias = zalloc(CD * 4), *dw = zalloc(nw * 4), *db = zalloc(CD * 4);
+	fill(w, NULL, nw, -0.5, 0.5), fill(bias, NULL, CD, -0.5, 0.5), fill(dw, NULL, nw, -1, 1), fill(db, NULL, CD, -1, 1);
+	float *dw16 = copyf(dw, nw), *db16 = copyf(db, CD);
+	be->ops->mamba_conv_fwd(be, y, x, ld, w, bias, seg, L, b, CD, K, MGT_DT_F32);
+	be->ops->mamba_conv_bwd(be, dx, dw, db, dy, x, ld, w, bias, seg, L, b, CD, K, MGT_DT_F32);
+	be->ops->mamba_conv_fwd(be, y16, x16, ld, w, bias, seg, L, b, CD, K, t);
+	be->ops->mamba_conv_bwd(be, dx16, dw16, db16, dy16, x16, ld, w, bias, seg, L, b, CD, K, t);
+	const size_t d = ndiff16(y16, y, ny, t) + ndiff16(dx16, dx, nx, t);
+	CHECK(d == 0 && !memcmp(dw, dw16, nw * 4) && !memcmp(db, db16, CD * 4),
+	      "conv %s L=%d b=%d CD=%d ld=%d: y, dx the fp32 op's rounded (%zu differ), dw, db its bits",
+	      t == MGT_DT_BF16 ? "bf16" : "fp16", L, b, CD, ld, d);
+	free(seg), free(x16), free(dy16), free(dx16), free(y16), free(x), free(dy), free(dx), free(y), free(w), free(bias);
+	free(dw), free(db), free(dw16), free(db16);
+}
+
+static void test16_norm(mgt_elem_type t, int T, int di, int g, int ld_z)
+{
+	const size_t n = (size_t)T * di, nz = (size_t)T * ld_z, ng = (size_t)T * g;
+	uint16_t *y16, *z16, *do16, *dz16, *o16 = zalloc(n * 2), *dy16 = zalloc(n * 2);
+	float *y = rnd16(n, 2, t, &y16), *z = rnd16(nz, 3, t, &z16), *dout = rnd16(n, 1, t, &do16);
+	float *dz = rnd16(nz, 1, t, &dz16), *o = zalloc(n * 4), *dy = zalloc(n * 4), *r = zalloc(ng * 4);
+	float *r16 = zalloc(ng * 4), *w = zalloc(di * 4), *dw = zalloc(di * 4);
+	fill(w, NULL, di, 0.5, 1.5), fill(dw, NULL, di, -1, 1);
+	float *dw16 = copyf(dw, di);
+	be->ops->mamba_gated_norm_fwd(be, o, r, y, z, ld_z, w, T, di, g, 1e-5f, MGT_DT_F32);
+	be->ops->mamba_gated_norm_bwd(be, dy, dz, dw, dout, y, z, ld_z, w, r, T, di, g, MGT_DT_F32);
+	be->ops->mamba_gated_norm_fwd(be, o16, r16, y16, z16, ld_z, w, T, di, g, 1e-5f, t);
+	be->ops->mamba_gated_norm_bwd(be, dy16, dz16, dw16, do16, y16, z16, ld_z, w, r16, T, di, g, t);
+	const size_t d = ndiff16(o16, o, n, t) + ndiff16(dy16, dy, n, t) + ndiff16(dz16, dz, nz, t);
+	CHECK(d == 0 && !memcmp(r, r16, ng * 4) && !memcmp(dw, dw16, di * 4),
+	      "gated norm %s T=%d di=%d g=%d ld_z=%d: out, dy, dz the fp32 op's rounded (%zu differ), rstd, dw its bits",
+	      t == MGT_DT_BF16 ? "bf16" : "fp16", T, di, g, ld_z, d);
+	free(y16), free(z16), free(do16), free(dz16), free(o16), free(dy16), free(y), free(z), free(dout), free(dz);
+	free(o), free(dy), free(r), free(r16), free(w), free(dw), free(dw16);
+}
+
+/* x, B, C in xbc [T, ldc] (3 columns past them), dt_raw at column 2 of dtr [T, nh + 5]. */
+static void test16_scan(mgt_elem_type t, int L, int b, int nh, int g, int p, int n, bool docs)
+{
+	const int di = nh * p, ldc = di + 2 * g * n + 3, lddt = nh + 5, bc = di, cc = di + g * n;
+	const mgt_ssd d = { .L = L, .b = b, .nh = nh, .p = p, .g = g, .n = n, .ld_x = ldc, .ld_bc = ldc, .ld_dt = lddt,
+			    .seg_start = make_seg(L, b, docs) };
+	const size_t T = (size_t)L * b, nx = T * ldc, nd = T * lddt, ny = T * di, ns = mgt_ssd_states_floats(&d);
+	uint16_t *x16, *dt16, *dy16, *gx16, *gd16, *y16 = zalloc(ny * 2);
+	float *x = rnd16(nx, 1, t, &x16), *dtr = rnd16(nd, 2, t, &dt16), *dy = rnd16(ny, 1, t, &dy16);
+	float *gx = rnd16(nx, 1, t, &gx16), *gd = rnd16(nd, 1, t, &gd16), *y = zalloc(ny * 4);
+	float *st = zalloc(ns * 4), *st16 = zalloc(ns * 4), *prm = zalloc(6 * (size_t)nh * 4);
+	for (int h = 0; h < nh; h++) /* dt_bias, A_log, D; then ddt_bias, dA_log, dD */
+		prm[h] = (float)unif(-2, -1), prm[nh + h] = (float)unif(0, 2), prm[2 * nh + h] = (float)unif(0.5, 1.5);
+	float *g32 = prm + 3 * nh, *g16 = copyf(g32, 3 * (size_t)nh);
+	be->ops->ssd_scan_fwd(be, &d, y, st, x, x + bc, x + cc, dtr + 2, prm, prm + nh, prm + 2 * nh, MGT_DT_F32);
+	be->ops->ssd_scan_bwd(be, &d, gx, gx + bc, gx + cc, gd + 2, g32, g32 + nh, g32 + 2 * nh, dy, st, x, x + bc, x + cc,
+			      dtr + 2, prm, prm + nh, prm + 2 * nh, MGT_DT_F32);
+	be->ops->ssd_scan_fwd(be, &d, y16, st16, x16, x16 + bc, x16 + cc, dt16 + 2, prm, prm + nh, prm + 2 * nh, t);
+	be->ops->ssd_scan_bwd(be, &d, gx16, gx16 + bc, gx16 + cc, gd16 + 2, g16, g16 + nh, g16 + 2 * nh, dy16, st16, x16,
+			      x16 + bc, x16 + cc, dt16 + 2, prm, prm + nh, prm + 2 * nh, t);
+	const size_t nd16 = ndiff16(y16, y, ny, t) + ndiff16(gx16, gx, nx, t) + ndiff16(gd16, gd, nd, t);
+	CHECK(nd16 == 0 && !memcmp(st, st16, ns * 4) && !memcmp(g32, g16, 3 * (size_t)nh * 4),
+	      "scan %s L=%d b=%d nh=%d g=%d: y, dx/dB/dC, ddt_raw the fp32 op's rounded, other columns kept (%zu differ); "
+	      "states, ddt_bias, dA_log, dD its bits", t == MGT_DT_BF16 ? "bf16" : "fp16", L, b, nh, g, nd16);
+	free((void *)d.seg_start), free(x16), free(dt16), free(dy16), free(gx16), free(gd16), free(y16), free(x);
+	free(dtr), free(dy), free(gx), free(gd), free(y), free(st), free(st16), free(prm), free(g16);
+}
+
+static void test_16bit(void)
+{
+	const mgt_elem_type ts[] = { MGT_DT_BF16, MGT_DT_F16 };
+	for (int k = 0; k < 2; k++) {
+		test16_conv(ts[k], 130, 3, 24, 4, 30, true);
+		test16_conv(ts[k], 7, 1, 5, 4, 5, false);
+		test16_norm(ts[k], 50, 96, 2, 136);
+		test16_norm(ts[k], 7, 30, 3, 30);
+		test16_scan(ts[k], 150, 3, 4, 2, 8, 16, true);
+		test16_scan(ts[k], 45, 1, 3, 3, 4, 4, false);
+	}
+}
+
 int main(void)
 {
 	be = mgt_backend_cpu_create(2);
@@ -957,6 +1075,7 @@ int main(void)
 	if (!be)
 		return check_finish();
 	test_supports();
+	test_16bit();
 	/* conv: tiny shapes with finite differences in every element, then larger */
 	test_conv(5, 2, 6, 4, true, true);
 	test_conv(130, 1, 3, 4, true, true);
