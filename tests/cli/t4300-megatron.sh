@@ -26,7 +26,8 @@
 #     tensor where a weight is; args with multi-latent attention exit 2 naming the field.
 # Full tier: the fixtures' own selftest (t4150) covers their layouts; here the full tier adds
 # tiny-moe (EP 2, chained optimizers, plain and distributed), tiny-gpt2 (tied embeddings at PP 2,
-# VP 2, the local spec), and the --pretrained-checkpoint run.
+# VP 2, the local spec), tiny-llama with q/k norms and a qkv bias (Qwen's; both formats, the
+# distributed optimizer), and the --pretrained-checkpoint run.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 MG="$PY $ROOT/tests/cli/megatron_ckpt.py"
@@ -180,9 +181,12 @@ done
 if full_only "tiny-moe EP 2 (chained optimizers), tiny-gpt2 tied PP 2 x VP 2 and the local spec"; then
 	ok "tiny-moe to iteration 3" quiet "$BIN/mgt-train" --model tiny-moe $TRAIN --train-iters 3 --save ckm --save-interval 3
 	ok "tiny-gpt2 to iteration 3" quiet "$BIN/mgt-train" --model tiny-gpt2 $TRAIN --train-iters 3 --save ckg --save-interval 3
+	ok "tiny-llama with q/k norms and a qkv bias (Qwen's) to iteration 3" quiet "$BIN/mgt-train" --model tiny-llama \
+		--qk-layernorm --add-qkv-bias --bf16 $TRAIN --train-iters 3 --save ckq --save-interval 3
 	for c in "ckm|--format torch --tp 2 --pp 2 --ep 2 --dp 2 --bf16" "ckm|--format torch --tp 1 --pp 2 --ep 2 --dp 4 --dist-opt --bf16" \
 		"ckg|--format torch --tp 2 --pp 2 --vp 2 --dist-opt" "ckg|--format torch --tp 2 --pp 2 --local-spec --fp16" \
-		"ckg|--format torch_dist --tp 2 --pp 2 --dist-opt"; do
+		"ckg|--format torch_dist --tp 2 --pp 2 --dist-opt" "ckq|--format torch --tp 2 --pp 2 --dp 2 --dist-opt --bf16" \
+		"ckq|--format torch_dist --tp 2 --pp 2 --dp 2 --dist-opt --bf16"; do
 		ck=${c%%|*} flags=${c#*|}
 		rm -rf fx fx.mgt
 		ok "$ck $flags" quiet $MG to-megatron --mgt $ck --out fx $flags
