@@ -77,7 +77,7 @@ mgt_status cv_out_end(char *tmp, const char *out, mgt_status st)
 	return st;
 }
 
-static mgt_status write_text(const char *dir, const char *name, const char *text)
+mgt_status cv_write_text(const char *dir, const char *name, const char *text)
 {
 	char *p = cv_join(dir, name);
 	if (!p) return MGT_ERR_NOMEM;
@@ -95,7 +95,7 @@ static mgt_status write_json(const char *dir, const char *name, json_t *o)
 {
 	char *txt = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
 	if (!txt) return MGT_ERR_NOMEM;
-	mgt_status st = write_text(dir, name, txt);
+	mgt_status st = cv_write_text(dir, name, txt);
 	free(txt);
 	return st;
 }

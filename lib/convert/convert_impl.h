@@ -126,6 +126,8 @@ mgt_status cv_out_begin(const char *out, char **tmp);
 mgt_status cv_out_end(char *tmp, const char *out, mgt_status st);
 mgt_status cv_copy_side_files(const char *from_dir, const char *to_dir, bool skip_configs);
 json_t *cv_read_json(const char *dir, const char *name, bool required, mgt_status *st);
+/* dir/name := text and a newline, written atomically (mgt_afile; an existing file is refused). */
+mgt_status cv_write_text(const char *dir, const char *name, const char *text);
 
 /* hf_in.c: config.json's torch_dtype as a safetensors dtype (F32 when absent or other); GPT-2's
  * causal-mask buffer names (h.N.attn.bias, h.N.attn.masked_bias); MegatronBert's token-type

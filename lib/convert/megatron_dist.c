@@ -61,6 +61,11 @@ static mgt_status read_file(const char *path, void **buf, size_t *n)
 	return MGT_OK;
 }
 
+static int by_fqn(const void *a, const void *b)
+{
+	return strcmp(((const dist_item *)a)->fqn, ((const dist_item *)b)->fqn);
+}
+
 static mgt_status index_items(mg_src *m, dist_state *d)
 {
 	const mgt_py *md = mgt_pickle_root(d->pk), *sd = mgt_py_get(md, "storage_data");
@@ -82,6 +87,7 @@ static mgt_status index_items(mg_src *m, dist_state *d)
 				       "-> _StorageInfo(relative_path, offset, length) with a plain file name", m->iter_dir, i);
 		d->nitems++;
 	}
+	qsort(d->items, d->nitems, sizeof *d->items, by_fqn); /* find_item's binary search */
 	return MGT_OK;
 }
 
@@ -96,10 +102,18 @@ static bool same_offsets(const mgt_py *a, const mgt_py *b)
 	return true;
 }
 
+/* The item of key fqn at offsets (any, when NULL): the first of fqn's run in the sorted items,
+ * then along it. */
 static const dist_item *find_item(const dist_state *d, const char *fqn, const mgt_py *offsets)
 {
-	for (size_t i = 0; i < d->nitems; i++)
-		if (!strcmp(d->items[i].fqn, fqn) && (!offsets || same_offsets(d->items[i].offsets, offsets))) return &d->items[i];
+	size_t lo = 0, hi = d->nitems;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (strcmp(d->items[mid].fqn, fqn) < 0) lo = mid + 1;
+		else hi = mid;
+	}
+	for (size_t i = lo; i < d->nitems && !strcmp(d->items[i].fqn, fqn); i++)
+		if (!offsets || same_offsets(d->items[i].offsets, offsets)) return &d->items[i];
 	return NULL;
 }
 
@@ -401,11 +415,7 @@ mgt_status mg_dist_opt_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k,
 	int exp = m->chained && x->num_experts > 0;
 	int g = exp ? c->tp + m->tp * (c->ep + m->ep * c->pp) : c->pp * m->tp + c->tp;
 	if ((st = load_flat(m, d, g, c->gbuf, k, exp))) return st;
-	int64_t off = c->where[x - c->tt.t], want = 0;
-	for (int i = 0; i < c->tt.n; i++)
-		if (c->where[i] >= 0 && (!m->chained || (c->tt.t[i].num_experts > 0) == exp) &&
-		    c->where[i] + (int64_t)c->tt.t[i].numel > want)
-			want = c->where[i] + (int64_t)c->tt.t[i].numel;
+	int64_t off = c->where[x - c->tt.t], want = c->ends[exp];
 	if (off < 0 || (int64_t)d->flat_n[k] != want)
 		return mgt_err(MGT_ERR_FORMAT, "%s: optimizer.distributed.dp_group_idx_%d.gbuf_idx_%d: its buckets hold %zu "
 			       "elements but Megatron's layout of the model its args describe (data parallel %d) ends at %lld",

@@ -19,6 +19,7 @@ typedef struct {
 	int64_t *where;
 	int *grp, *gidx;
 	int gbuf;
+	int64_t ends[2];           /* distributed: the dense and the expert buffer's length (mg_dist_map) */
 } mg_chunk;
 
 /* A legacy-format rank file: iter_N/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt, and its
@@ -78,7 +79,7 @@ mgt_status mg_optim_detect(mg_src *m);
 mgt_status mg_optim_local(mg_src *m, const mg_chunk *c, const mgt_tensor *x, int k, float *dst, bool *absent);
 /* The distributed optimizer's buffer layout of chunk c: c->where[i] the offset of row i in the
  * concatenation of the buffer's buckets, each without its end padding (-1: not a parameter);
- * c->gbuf the buffer's index. */
+ * c->ends[0 dense, 1 expert] that concatenation's length; c->gbuf the buffer's index. */
 mgt_status mg_dist_map(mg_src *m, mg_chunk *c);
 /* megatron.c: rank file f's model_optim_rng.pt or (dopt) distrib_optim.pt, opened once. */
 mgt_status mg_file_open(mg_src *m, int f, bool dopt, mgt_torch **out);

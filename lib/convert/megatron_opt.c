@@ -227,6 +227,9 @@ static mgt_status layout_offsets(mg_src *m, mg_chunk *c, mgt_tensor_table *permp
 			}
 		skipped += (int64_t)(k->offset + k->numel - end);
 	}
+	c->ends[exp] = 0;
+	for (int j = 0; !st && j < n; j++)
+		if (c->where[rows[j]] + (int64_t)perm.t[j].numel > c->ends[exp]) c->ends[exp] = c->where[rows[j]] + (int64_t)perm.t[j].numel;
 	free(perm.buckets);
 	return st;
 }
@@ -250,11 +253,7 @@ static mgt_status dist_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k,
 	if (!v || v->kind != MGT_PY_TENSOR || v->ndim != 1)
 		return mgt_err(MGT_ERR_FORMAT, "%s: buffer %d: no 1-D tensor \"%s\"", file, c->gbuf, key);
 	if ((st = mg_check_float(t, v, key))) return st;
-	int64_t total = v->size[0], want = 0;
-	for (int i = 0; i < c->tt.n; i++)
-		if (c->where[i] >= 0 && (!m->chained || (c->tt.t[i].num_experts > 0) == exp) &&
-		    c->where[i] + (int64_t)c->tt.t[i].numel > want)
-			want = c->where[i] + (int64_t)c->tt.t[i].numel;
+	int64_t total = v->size[0], want = c->ends[exp];
 	if (off < 0 || total != want)
 		return mgt_err(MGT_ERR_FORMAT, "%s: %sbuffer %d holds %lld elements but Megatron's layout of the model its args "
 			       "describe (data parallel %d, reverse parameter order, 64-element starts) ends at %lld", file,

@@ -195,17 +195,6 @@ static mgt_status write_rank(mg_out *o, mg_chunk *c, int64_t it, json_t *meta)
 	return st;
 }
 
-static mgt_status write_tracker(const char *dir, int64_t it)
-{
-	char *p = cv_join(dir, MGT_CKPT_TRACKER), txt[32];
-	snprintf(txt, sizeof txt, "%lld", (long long)it);
-	FILE *f = p ? fopen(p, "w") : NULL;
-	mgt_status st = !p ? MGT_ERR_NOMEM : !f ? mgt_err(MGT_ERR_IO, "%s: %s", p, strerror(errno)) : MGT_OK;
-	if (f && (fputs(txt, f) < 0 || fclose(f))) st = mgt_err(MGT_ERR_IO, "%s: write failed", p);
-	free(p);
-	return st;
-}
-
 static mgt_status layout(mg_out *o, const mgt_convert_opts *co)
 {
 	mg_src *m = &o->m;
@@ -254,7 +243,9 @@ static mgt_status out_convert(mg_out *o, const mgt_convert_opts *co)
 	if (!st && !(o->iter = cv_join(o->tmp, name))) st = MGT_ERR_NOMEM;
 	if (!st && o->dist) st = mg_write_dist(o, it, meta);
 	for (int i = 0; !st && !o->dist && i < o->m.nchunks; i++) st = write_rank(o, &o->m.chunks[i], it, meta);
-	if (!st) st = write_tracker(o->tmp, it);
+	char itxt[32];
+	snprintf(itxt, sizeof itxt, "%lld", (long long)it);
+	if (!st) st = cv_write_text(o->tmp, MGT_CKPT_TRACKER, itxt);
 	if (o->tmp) st = cv_out_end(o->tmp, co->save_dir, st);
 	o->tmp = NULL;
 	if (!st && co->log)

@@ -434,16 +434,6 @@ static mgt_status write_common(mg_out *o, const char *dir, int64_t it, json_t *m
 	return st;
 }
 
-static mgt_status write_text(const char *dir, const char *name, const char *text)
-{
-	char *p = cv_join(dir, name);
-	FILE *f = p ? fopen(p, "w") : NULL;
-	mgt_status st = !p ? MGT_ERR_NOMEM : !f ? mgt_err(MGT_ERR_IO, "%s: %s", p, strerror(errno)) : MGT_OK;
-	if (f && (fputs(text, f) < 0 || fclose(f))) st = mgt_err(MGT_ERR_IO, "%s: write failed", p);
-	free(p);
-	return st;
-}
-
 mgt_status mg_write_dist(mg_out *o, int64_t it, json_t *meta)
 {
 	static const char *const file = "__0_0.distcp";
@@ -458,7 +448,7 @@ mgt_status mg_write_dist(mg_out *o, int64_t it, json_t *meta)
 	if (s.f && fclose(s.f) && !st) st = mgt_err(MGT_ERR_IO, "%s: %s", s.path, strerror(errno));
 	if (!st) st = write_metadata(&s, o->iter, file);
 	if (!st) st = write_common(o, o->iter, it, meta);
-	if (!st) st = write_text(o->iter, "metadata.json", "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}");
+	if (!st) st = cv_write_text(o->iter, "metadata.json", "{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1}");
 	free(s.keys);
 	free(s.items);
 	free(s.path);

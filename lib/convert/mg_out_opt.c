@@ -225,9 +225,7 @@ void mg_put_dist_optimizer(mg_out *o, mgt_pyw *w, json_t *meta)
 mgt_status mg_write_distrib_optim(mg_out *o, mg_chunk *c, const char *path)
 {
 	mgt_status st = mg_dist_map(&o->m, c);
-	int64_t total = 0;
-	for (int i = 0; !st && i < c->tt.n; i++)
-		if (c->where[i] >= 0 && c->where[i] + (int64_t)c->tt.t[i].numel > total) total = c->where[i] + (int64_t)c->tt.t[i].numel;
+	int64_t total = st ? 0 : c->ends[0];
 	float *buf[3] = {0};
 	for (int k = 0; !st && k < 3; k++)
 		if (!(buf[k] = calloc((size_t)total + 1, sizeof(float)))) st = mgt_err(MGT_ERR_NOMEM, "out of memory");

@@ -94,23 +94,11 @@ mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step
 	ev->args_ok = !st;
 	int64_t it = 0;
 	int kind = 0;
-	if (!st && !mgt_convert_detect(load_dir, &kind) && kind == 3) { /* a Megatron-LM checkpoint, read in place */
-		st = mgt_source_open(load_dir, ckpt_step, &ev->src);
-		if (!st && (!(ev->load_dir = mgt_strdup(load_dir)) || !(ev->dir = mgt_strdup(mgt_source_dir(ev->src)))))
-			st = MGT_ERR_NOMEM;
-		if (!st) ev->iteration = mgt_source_iteration(ev->src);
-		if (!st) st = read_meta(ev);
-		if (!st) ev->vocab = recorded_vocab(ev);
-		if (st) {
-			mgt_eval_free(ev);
-			return st;
-		}
-		*out = ev;
-		return MGT_OK;
-	}
-	mgt_err(MGT_OK, "%s", "");
-	if (!st) st = pick(load_dir, ckpt_step, &it);
-	if (!st) {
+	bool megatron = false; /* a Megatron-LM checkpoint, read in place (mgt_source) */
+	if (!st && !(megatron = !mgt_convert_detect(load_dir, &kind) && kind == 3)) mgt_err(MGT_OK, "%s", "");
+	if (megatron) st = mgt_source_open(load_dir, ckpt_step, &ev->src);
+	else if (!st) st = pick(load_dir, ckpt_step, &it);
+	if (!st && !megatron) {
 		st = mgt_ckpt_open(load_dir, it, &ev->ck);
 		if (st == MGT_ERR_IO) st = MGT_ERR_FORMAT; /* the iteration directory is missing */
 		if (!st) st = mgt_ckpt_check(ev->ck);
@@ -119,9 +107,9 @@ mgt_status mgt_eval_open(mgt_eval **out, const char *load_dir, int64_t ckpt_step
 		if (st == MGT_ERR_FORMAT) st = mgt_ckpt_suggest(load_dir, it, st);
 	}
 	if (!st && !(ev->load_dir = mgt_strdup(load_dir))) st = MGT_ERR_NOMEM;
-	if (!st && !(ev->dir = mgt_strdup(mgt_ckpt_dir(ev->ck)))) st = MGT_ERR_NOMEM;
+	if (!st && !(ev->dir = mgt_strdup(megatron ? mgt_source_dir(ev->src) : mgt_ckpt_dir(ev->ck)))) st = MGT_ERR_NOMEM;
 	if (!st) {
-		ev->iteration = mgt_ckpt_iteration(ev->ck);
+		ev->iteration = megatron ? mgt_source_iteration(ev->src) : mgt_ckpt_iteration(ev->ck);
 		st = read_meta(ev);
 	}
 	if (!st) st = resolve_tok_paths(ev, load_dir);

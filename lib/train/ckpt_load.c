@@ -345,10 +345,30 @@ static void log_loaded(const trainer *t, const char *dir, const mgt_source *c, d
 		"(%.2f, %.2f)\n", ms, ms);
 }
 
+/* Load the model source dir opens (its iteration step, <= 0: the tracker's): weights, and the
+ * optimizer's state and progress unless --finetune; Megatron's line and timer after it.  A
+ * Megatron-LM checkpoint's PyTorch RNG states do not carry over: said in one line on a resume. */
+static mgt_status load_source(trainer *t, const char *dir, int64_t step, bool *loaded)
+{
+	mgt_source *c = NULL;
+	bool damaged = false;
+	double t0 = mgt_now();
+	mgt_status st = mgt_source_open(dir, step, &c);
+	if (st == MGT_ERR_IO || st == MGT_ERR_INPUT) st = MGT_ERR_FORMAT;
+	if (!st) st = load_from(t, c, &damaged);
+	if (!st && t->io->log && mgt_source_kind(c) == 3 && !t->a->finetune)
+		fprintf(t->io->log, "  %s: a Megatron-LM checkpoint; its PyTorch RNG states (rng_state) do not carry over: "
+			"dropout is keyed by the checkpoint's --seed %lld\n", mgt_source_dir(c), (long long)t->dropout_seed);
+	if (!st) log_loaded(t, dir, c, t0);
+	mgt_source_close(c);
+	*loaded = !st;
+	return st;
+}
+
 /* --pretrained-checkpoint DIR when --load holds no checkpoint (megatron/training/checkpointing.py
  * load_checkpoint: "attempting to finetune with checkpoint in", then args.finetune = True): the
- * weights of an mgt checkpoint (its tracker's iteration) or of a Hugging Face directory read in
- * place (mgt_source), resharded to this run's layout; no optimizer state, iteration, consumed
+ * weights of an mgt checkpoint (its tracker's iteration), a Megatron-LM checkpoint or a Hugging
+ * Face directory read in place (mgt_source), resharded to this run's layout; no optimizer state, iteration, consumed
  * samples or dropout seed. */
 static mgt_status load_pretrained(trainer *t, bool *loaded)
 {
@@ -357,35 +377,8 @@ static mgt_status load_pretrained(trainer *t, bool *loaded)
 		fprintf(t->io->log, "Checkpoint file not found in load directory %s attempting to finetune with checkpoint in "
 			"%s\n", t->a->load, dir);
 	t->a->finetune = true;
-	mgt_source *c = NULL;
-	bool damaged = false;
-	double t0 = mgt_now();
-	mgt_status st = mgt_source_open(dir, 0, &c);
-	if (st == MGT_ERR_IO || st == MGT_ERR_INPUT) st = MGT_ERR_FORMAT;
-	if (!st) st = load_from(t, c, &damaged);
-	if (!st) log_loaded(t, dir, c, t0);
-	mgt_source_close(c);
-	*loaded = !st;
+	mgt_status st = load_source(t, dir, 0, loaded);
 	return st ? mgt_err_ctx(st, "--pretrained-checkpoint %s", dir) : MGT_OK;
-}
-
-/* --load of a Megatron-LM checkpoint (mgt_source kind 3, mgt-megatron(5)): its weights (the
- * optimizer's fp32 main weights where it has them), Adam moments, iteration, consumed samples and
- * scheduler; PyTorch's RNG states do not carry over (said in one line). */
-static mgt_status load_megatron(trainer *t, const char *dir, bool *loaded)
-{
-	mgt_source *c = NULL;
-	bool damaged = false;
-	double t0 = mgt_now();
-	mgt_status st = mgt_source_open(dir, t->a->ckpt_step, &c);
-	if (!st) st = load_from(t, c, &damaged);
-	if (!st && t->io->log)
-		fprintf(t->io->log, "  %s: a Megatron-LM checkpoint; its PyTorch RNG states (rng_state) do not carry over: "
-			"dropout is keyed by the checkpoint's --seed %lld\n", mgt_source_dir(c), (long long)t->dropout_seed);
-	if (!st) log_loaded(t, dir, c, t0);
-	mgt_source_close(c);
-	*loaded = !st;
-	return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
 }
 
 mgt_status trainer_load(trainer *t, bool *loaded)
@@ -394,7 +387,10 @@ mgt_status trainer_load(trainer *t, bool *loaded)
 	t->dropout_seed = (uint64_t)t->a->seed;
 	const char *dir = t->a->load;
 	int kind = 0;
-	if (dir && !mgt_convert_detect(dir, &kind) && kind == 3) return load_megatron(t, dir, loaded);
+	if (dir && !mgt_convert_detect(dir, &kind) && kind == 3) { /* a Megatron-LM checkpoint (mgt-megatron(5)) */
+		mgt_status st = load_source(t, dir, t->a->ckpt_step, loaded);
+		return st ? mgt_err_ctx(st, "loading checkpoint") : MGT_OK;
+	}
 	mgt_err(MGT_OK, "%s", "");
 	int64_t it = -1;
 	mgt_status st = dir ? pick_iteration(t, dir, &it) : MGT_OK; /* no --load: --ckpt-step is refused */
