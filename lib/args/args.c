@@ -166,6 +166,10 @@
 	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "", "shard optimizer state over data-parallel ranks") \
 	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "[0,)", "gradient bucket elements (0: one bucket, or max(4e7, 1e6 x DP) with --overlap-grad-reduce)") \
 	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "", "reduce each gradient bucket during the last backward as soon as it is complete") \
+	X(B, use_megatron_fsdp, use_megatron_fsdp, "use-megatron-fsdp", "false", "", "fully sharded data parallelism (Megatron-FSDP), sharding by --data-parallel-sharding-strategy") \
+	X(S, data_parallel_sharding_strategy, data_parallel_sharding_strategy, "data-parallel-sharding-strategy", "optim_grads_params", "", "with FSDP: no_shard, optim (optimizer state), optim_grads (and gradients) or optim_grads_params (and parameters, gathered per layer)") \
+	X(B, use_torch_fsdp2, use_torch_fsdp2, "use-torch-fsdp2", "false", "", "PyTorch FSDP2's sharding: run as --use-megatron-fsdp with optim_grads_params") \
+	X(B, torch_fsdp2_no_reshard_after_forward, torch_fsdp2_no_reshard_after_forward, "torch-fsdp2-no-reshard-after-forward", "false", "", "with --use-torch-fsdp2: parameters stay whole (optim_grads)") \
 	X(H, moe, _, "", "", "", "mixture of experts") \
 	X(I, num_experts, model.num_experts, "num-experts", "None", "[0,)", "experts of each MoE layer (None or 0: a dense model)") \
 	X(L, moe_layer_freq, model.moe_layer_freq, "moe-layer-freq", "1", "[1,)", "MoE layer every N layers, or a 0/1 list of the layers such as ([0]*1+[1]*3)") \

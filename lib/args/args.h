@@ -76,6 +76,10 @@ typedef struct mgt_args {
 	int64_t num_virtual_stages_per_pipeline_rank;
 	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;
 	bool sequence_parallel, use_distributed_optimizer, overlap_grad_reduce;
+	/* FSDP (Megatron's flags, megatron/training/arguments.py _add_distributed_args): as given; the
+	 * sharding they mean, with --use-distributed-optimizer's, is dp_sharding (derived) */
+	bool use_megatron_fsdp, use_torch_fsdp2, torch_fsdp2_no_reshard_after_forward;
+	char *data_parallel_sharding_strategy;
 	/* Mixture of Experts, run level (the model's moe_* fields are in model): expert-parallel
 	 * size; expert tensor-parallel size (0: None, which means --tensor-model-parallel-size, the
 	 * only value this version accepts); the token dispatcher ("allgather" | "alltoall");
@@ -116,7 +120,12 @@ typedef struct mgt_args {
 	int64_t num_microbatches, data_parallel_size;
 	int64_t expert_data_parallel_size; /* world / (ETP x EP x PP): expert gradients' group */
 	mgt_recompute recompute;   /* from the recompute flags, checked by Megatron's rules */
+	mgt_dp_sharding dp_sharding; /* what data parallelism shards (model.h): optim with
+				      * --use-distributed-optimizer, the FSDP strategy with FSDP */
 } mgt_args;
+
+/* The --data-parallel-sharding-strategy word of s ("no_shard", "optim", ...); static. */
+const char *mgt_args_sharding_name(mgt_dp_sharding s);
 
 /* Defaults for every argument (Megatron's).  Strings are owned by the struct: mgt_args_free. */
 mgt_status mgt_args_init(mgt_args *a);

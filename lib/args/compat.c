@@ -33,7 +33,8 @@ typedef struct {
 #define TEGROUP "Transformer Engine is not used; mgt keeps each expert's weights apart and runs the local experts as one grouped GEMM"
 #define EPOVERLAP "expert-parallel communication is not overlapped with computation (same results)"
 #define UPCYCLE "upcycling a dense checkpoint into an MoE model is not implemented"
-#define FSDP "FSDP is not implemented; --use-distributed-optimizer shards the optimizer state"
+#define FSDP "not implemented in mgt's FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy)"
+#define HSDP "hybrid sharding (HSDP) is not implemented: one distributed-optimizer instance, sharded over all data-parallel ranks"
 #define INFER "inference and text generation are not part of mgt-train"
 #define RL "reinforcement learning is not part of mgt-train"
 #define NOTGPT "a flag of Megatron's other models (ICT and biencoder retrieval, RETRO, vision); mgt-train trains GPT, BERT and T5 (pretrain_gpt.py, pretrain_bert.py, pretrain_t5.py)"
@@ -358,16 +359,16 @@ static const compat_row rows[] = {
 	{ "use-nccl-ub", 'i', '0', NULL, NOTUSED },
 	{ "disable-symmetric-registration", 'i', '0', NULL, NOTUSED },
 	{ "num-distributed-optimizer-instances", 'i', '1', "1", "one distributed-optimizer instance only" },
-	{ "megatron-fsdp-", 'r', '1', NULL, FSDP }, { "fsdp-", 'r', '0', NULL, FSDP },
-	{ "use-torch-fsdp2", 'r', '0', NULL, FSDP }, { "use-megatron-fsdp", 'r', '0', NULL, FSDP },
-	{ "use-custom-fsdp", 'r', '0', NULL, FSDP },
-	{ "torch-fsdp2-no-reshard-after-forward", 'r', '0', NULL, FSDP },
+	{ "megatron-fsdp-version", 'i', '1', "1", "version 1 only (version 2 refuses TP, PP and CP)" },
+	{ "megatron-fsdp-", 'r', '1', NULL, FSDP },
+	{ "fsdp-double-buffer", 'i', '0', NULL, "each unit is gathered into its place in the flat parameter buffer: there are no separate buffers" },
+	{ "fsdp-", 'r', '0', NULL, FSDP },
+	{ "use-custom-fsdp", 'a', '0', NULL, "use_megatron_fsdp=true" },
 	{ "no-use-layer-wise-param-layout", 'r', '0', NULL, FSDP },
-	{ "data-parallel-sharding-strategy", 'i', '1', "no_shard", FSDP },
-	{ "outer-dp-sharding-strategy", 'i', '1', "no_shard", FSDP },
+	{ "outer-dp-sharding-strategy", 'i', '1', "no_shard", HSDP },
 	{ "create-all-gather-group", 'i', '0', NULL, NOTUSED },
 	{ "suggested-communication-unit-size", 'i', '1', NULL, NOTUSED },
-	{ "enable-full-sharding-in-hsdp", 'r', '0', NULL, FSDP },
+	{ "enable-full-sharding-in-hsdp", 'r', '0', NULL, HSDP },
 	{ "fake-process-group", 'r', '0', NULL, NOTIMPL },
 	{ "delay-param-gather", 'i', '0', NULL, "parameters are gathered after the step (same results); Megatron-LM 0.9 replaced it by --no-align-param-gather" },
 	{ "no-delay-grad-reduce", 'i', '0', NULL, "gradient reductions are launched as mgt schedules them (same results); Megatron-LM 0.9 replaced it by --no-align-grad-reduce" },

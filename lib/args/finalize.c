@@ -408,6 +408,60 @@ static mgt_status derive_hybrid(mgt_args *a)
 	return MGT_OK;
 }
 
+static const char *const sharding_names[] = { "no_shard", "optim", "optim_grads", "optim_grads_params" };
+
+const char *mgt_args_sharding_name(mgt_dp_sharding s) { return sharding_names[s]; }
+
+/* What FSDP's combinations with other flags Megatron refuses, or mgt does not implement. */
+static mgt_status check_sharding(const mgt_args *a)
+{
+	const char *f = a->use_torch_fsdp2 ? "--use-torch-fsdp2" : "--data-parallel-sharding-strategy";
+	const char *v = a->use_torch_fsdp2 ? "" : sharding_names[a->dp_sharding];
+	if (a->use_torch_fsdp2 && a->use_distributed_optimizer)
+		return mgt_err(MGT_ERR_USAGE, "--use-torch-fsdp2 with --use-distributed-optimizer: FSDP2 shards the "
+			       "optimizer itself (as in Megatron, which refuses both)");
+	if (a->use_torch_fsdp2 && (a->pipeline_model_parallel_size > 1 || a->fp16))
+		return mgt_err(MGT_ERR_USAGE, "--use-torch-fsdp2 with %s: Megatron runs FSDP2 without pipeline parallelism "
+			       "and fp16; use --use-megatron-fsdp", a->fp16 ? "--fp16" : "--pipeline-model-parallel-size > 1");
+	if (a->dp_sharding < MGT_DP_OPTIM_GRADS) return MGT_OK;
+	if (a->grad_reduce_in_bf16)
+		return mgt_err(MGT_ERR_USAGE, "%s %s with --grad-reduce-in-bf16: sharded gradients are reduce-scattered "
+			       "and kept in fp32 (--megatron-fsdp-grad-comm-dtype is not implemented)", f, v);
+	if (a->dp_sharding < MGT_DP_OPTIM_GRADS_PARAMS) return MGT_OK;
+	if (a->fp8_param_gather)
+		return mgt_err(MGT_ERR_USAGE, "%s %s with --fp8-param-gather: gathering fp8 parameters per layer is not "
+			       "implemented; use optim or optim_grads", f, v);
+	if (!strcmp(a->model.family, "t5"))
+		return mgt_err(MGT_ERR_USAGE, "%s %s with --model-family t5: T5's encoder and decoder stacks are not "
+			       "gathered per layer; use optim or optim_grads", f, v);
+	return MGT_OK;
+}
+
+/* FSDP (megatron/training/arguments.py validate_args: --use-megatron-fsdp forces
+ * --use-distributed-optimizer; --use-torch-fsdp2's reshard_after_forward) into dp_sharding. */
+static mgt_status derive_sharding(mgt_args *a)
+{
+	a->dp_sharding = a->use_distributed_optimizer ? MGT_DP_OPTIM : MGT_DP_NO_SHARD;
+	if (a->torch_fsdp2_no_reshard_after_forward && !a->use_torch_fsdp2)
+		return mgt_err(MGT_ERR_USAGE, "--torch-fsdp2-no-reshard-after-forward needs --use-torch-fsdp2");
+	if (a->use_megatron_fsdp && a->use_torch_fsdp2)
+		return mgt_err(MGT_ERR_USAGE, "--use-megatron-fsdp with --use-torch-fsdp2: choose one FSDP");
+	if (a->use_torch_fsdp2) {
+		a->dp_sharding = a->torch_fsdp2_no_reshard_after_forward ? MGT_DP_OPTIM_GRADS : MGT_DP_OPTIM_GRADS_PARAMS;
+		return check_sharding(a);
+	}
+	if (!a->use_megatron_fsdp) return MGT_OK;
+	const char *s = a->data_parallel_sharding_strategy ? a->data_parallel_sharding_strategy : "optim_grads_params";
+	int k = 0;
+	while (k < 4 && strcmp(s, sharding_names[k])) k++;
+	if (k == 4)
+		return mgt_err(MGT_ERR_USAGE, "--data-parallel-sharding-strategy: expected no_shard, optim, optim_grads or "
+			       "optim_grads_params, got '%s'", s);
+	a->dp_sharding = (mgt_dp_sharding)k;
+	a->use_distributed_optimizer = k >= MGT_DP_OPTIM;
+	return check_sharding(a);
+}
+
 mgt_status mgt_args_finalize(mgt_args *a)
 {
 	mgt_status st = derive_hybrid(a);
@@ -415,7 +469,7 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	if (!st) st = derive_recompute(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
-	if ((st = check_precision(a)) || (st = check_fp8(a)) || (st = check_family_flags(a)) || (st = check_encdec(a)) ||
+	if ((st = derive_sharding(a)) || (st = check_precision(a)) || (st = check_fp8(a)) || (st = check_family_flags(a)) || (st = check_encdec(a)) ||
 	    (st = check_bert(a)) || (st = check_packed(a)))
 		return st;
 	if (a->calculate_per_token_loss && a->model.num_experts > 0)

@@ -149,6 +149,16 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	X(mgt_status, upload, (mgt_backend *be, void *dst, const void *host_src, size_t bytes)) \
 	X(mgt_status, download, (mgt_backend *be, void *host_dst, const void *src, size_t bytes)) \
 	X(void, zero, (mgt_backend *be, void *p, size_t bytes)) \
+	/* Memory that FSDP shards (lib/train/fsdp.c): reserve is a zero-filled allocation of bytes \
+	 * that holds memory only where it is written (host: an anonymous mapping, whose pages are \
+	 * backed when first written; CUDA: all of it, as alloc); unreserve(p, bytes) frees it (NULL: \
+	 * no-op).  discard(p, bytes) zeroes [p, p + bytes) of reserve's or alloc's memory and gives \
+	 * the pages wholly inside back to the system (host: madvise MADV_DONTNEED, after which they \
+	 * read as zeros; CUDA: a memset, nothing given back).  reserve: NULL and MGT_ERR_NOMEM on \
+	 * failure. */ \
+	X(void *, reserve, (mgt_backend *be, size_t bytes)) \
+	X(void, unreserve, (mgt_backend *be, void *p, size_t bytes)) \
+	X(void, discard, (mgt_backend *be, void *p, size_t bytes)) \
 	/* Wait for queued work (no-op on CPU). */ \
 	X(void, sync, (mgt_backend *be)) \
 	/* Free the backend's own state and be itself (mgt_backend_destroy calls it). */ \

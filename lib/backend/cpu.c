@@ -26,9 +26,13 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
+#include <errno.h>
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static void blas_warmup(mgt_backend *be);
 
@@ -74,6 +78,32 @@ void mgt_cpu_zero(mgt_backend *be, void *p, size_t bytes)
 		size_t o = k * chunk, n = bytes - o < chunk ? bytes - o : chunk;
 		memset(c + o, 0, n);
 	}
+}
+
+static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+void *mgt_cpu_reserve(mgt_backend *be, size_t bytes)
+{
+	void *p = mmap(NULL, cpu_zmax(bytes, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) {
+		mgt_err(MGT_ERR_NOMEM, "cpu backend: cannot map %zu bytes: %s", bytes, strerror(errno));
+		return NULL;
+	}
+	return p;
+}
+
+void mgt_cpu_unreserve(mgt_backend *be, void *p, size_t bytes)
+{
+	if (p) munmap(p, cpu_zmax(bytes, 1));
+}
+
+void mgt_cpu_discard(mgt_backend *be, void *p, size_t bytes)
+{
+	uintptr_t a = (uintptr_t)p, e = a + bytes, pg = page_size();
+	uintptr_t lo = (a + pg - 1) / pg * pg, hi = e / pg * pg;
+	if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED)) lo = hi = e; /* memset all of it instead */
+	memset(p, 0, lo - a);
+	memset((void *)hi, 0, e - hi);
 }
 
 void mgt_cpu_sync(mgt_backend *be) {}

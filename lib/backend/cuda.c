@@ -205,6 +205,11 @@ void mgt_cuda_zero(mgt_backend *be, void *p, size_t bytes)
 		mgt_cuda_ok(be, "zero", cudaMemsetAsync(p, 0, bytes, impl(be)->stream));
 }
 
+/* No virtual memory management (cuMemMap) yet: reserved memory is allocated whole. */
+void *mgt_cuda_reserve(mgt_backend *be, size_t bytes) { return mgt_cuda_alloc(be, bytes); }
+void mgt_cuda_unreserve(mgt_backend *be, void *p, size_t bytes) { (void)bytes, mgt_cuda_free(be, p); }
+void mgt_cuda_discard(mgt_backend *be, void *p, size_t bytes) { mgt_cuda_zero(be, p, bytes); }
+
 /* sync cannot return the backend's failure; it records it again as the thread's message. */
 void mgt_cuda_sync(mgt_backend *be)
 {

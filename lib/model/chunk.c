@@ -345,6 +345,16 @@ static mgt_status fp8_check(const mgt_model *m)
 	return mgt_model_fp8_check(&m->c, &m->L, m->T, dims);
 }
 
+static size_t gcd_z(size_t a, size_t b) { return b ? gcd_z(b, a % b) : a; }
+
+/* The group size the layout pads buckets for: with per-layer units, lcm(dp, edp) so that dense
+ * and expert buckets both split into page-aligned shards. */
+static int layout_dp(const mgt_model_layout *L)
+{
+	size_t dp = (size_t)(L->dp > 0 ? L->dp : 1), edp = (size_t)(L->edp > 0 ? L->edp : (int)dp);
+	return L->bucket_size == MGT_BUCKETS_PER_LAYER ? (int)(dp / gcd_z(dp, edp) * edp) : L->dp;
+}
+
 /* The chunk without its buffers: dimensions, tensor table and flat-buffer layout. */
 mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const mgt_model_layout *L,
 			    mgt_backend *be, const mgt_parallel *ps, bool dry)
@@ -370,8 +380,9 @@ mgt_status mgt_model_new_chunk(mgt_model **out, const mgt_model_config *c, const
 	m->ep.rank = ps->ep > 0 ? ps->ep_rank : 0;
 	st = mgt_tensor_table_build_ep(&m->tt, c, ps->tp, ps->tp_rank, L->num_stages, L->stage, m->ep.size, m->ep.rank);
 	bool shared = !c->untie_embeddings_and_output_weights && ps->pp > 1;
-	if (!st) st = mgt_tensor_table_layout(&m->tt, L->dp, L->distributed_optimizer, L->bucket_size, shared);
+	if (!st) st = mgt_tensor_table_layout(&m->tt, layout_dp(L), L->distributed_optimizer, L->bucket_size, shared);
 	if (!st) st = index_roles(m);
+	if (!st) st = mgt_model_shard_setup(m);
 	if (!st) st = mgt_moe_setup(m);
 	if (!st) st = mgt_t5_setup(m);
 	if (!st) st = fp8_check(m);
@@ -415,28 +426,17 @@ mgt_status mgt_model_alloc_params(mgt_model *m, bool grads)
 {
 	mgt_backend *be = m->be;
 	size_t bytes = m->tt.buf_numel * sizeof(float), lpb = grads ? mgt_model_lp_bytes(m) : 0;
-	m->params = be->ops->alloc(be, bytes);
-	if (grads) m->grads = be->ops->alloc(be, bytes);
-	if (lpb) m->prec.lp = be->ops->alloc(be, lpb);
+	m->lazy_grads = grads && m->L.sharding >= MGT_DP_OPTIM_GRADS;
+	m->lazy_params = grads && m->L.sharding >= MGT_DP_OPTIM_GRADS_PARAMS;
+	m->params = m->lazy_params ? be->ops->reserve(be, bytes) : be->ops->alloc(be, bytes);
+	if (grads) m->grads = m->lazy_grads ? be->ops->reserve(be, bytes) : be->ops->alloc(be, bytes);
+	if (lpb) m->prec.lp = m->lazy_params ? be->ops->reserve(be, lpb) : be->ops->alloc(be, lpb);
 	if (!m->params || (grads && !m->grads) || (lpb && !m->prec.lp) || alloc_nw1(m)) return MGT_ERR_NOMEM;
-	be->ops->zero(be, m->params, bytes);
-	if (grads) be->ops->zero(be, m->grads, bytes);
+	if (!m->lazy_params) be->ops->zero(be, m->params, bytes);
+	if (grads && !m->lazy_grads) be->ops->zero(be, m->grads, bytes);
 	m->prec.lp_t = mgt_precision_dtype(m->L.precision);
 	m->prec.lp_stale = true;
 	return MGT_OK;
-}
-
-void mgt_model_lp_refresh(mgt_model *m)
-{
-	if (!m->prec.lp_stale) return;
-	if (m->prec.lp) m->be->ops->cast(m->be, m->prec.lp, m->prec.lp_t, m->params, m->tt.buf_numel);
-	for (int i = 0; m->prec.nw1 && i < m->tt.n; i++) { /* 1 + w, in fp32 */
-		const mgt_tensor *t = &m->tt.t[i];
-		if (!mgt_tensor_is_norm_weight(t)) continue;
-		m->be->ops->copy(m->be, m->prec.nw1 + m->prec.nw_off[i], P(m, t), t->numel * sizeof(float));
-		m->be->ops->add(m->be, m->prec.nw1 + m->prec.nw_off[i], m->prec.ones, MGT_DT_F32, t->numel);
-	}
-	m->prec.lp_stale = false;
 }
 
 mgt_status mgt_model_upload_inv_freq(mgt_model *m)
@@ -507,6 +507,11 @@ void mgt_model_free(mgt_model *m)
 	free(m->sa);
 	for (int k = 0; m->rc.layers && !m->mem.dry && k < m->rc.n; k++) free_layer(m, &m->rc.layers[k]);
 	free(m->rc.layers);
+	size_t pb = m->tt.buf_numel * sizeof(float);
+	if (!m->mem.dry && m->lazy_params) be->ops->unreserve(be, m->params, pb), m->params = NULL;
+	if (!m->mem.dry && m->lazy_params) be->ops->unreserve(be, m->prec.lp, mgt_model_lp_bytes(m)), m->prec.lp = NULL;
+	if (!m->mem.dry && m->lazy_grads) be->ops->unreserve(be, m->grads, pb), m->grads = NULL;
+	free(m->unit);
 	void *bufs[] = { m->params, m->grads, m->prec.lp, m->prec.nw1, m->prec.ones, m->scratch.emb, m->scratch.lnl, m->scratch.dres, m->scratch.dtmp_h, m->scratch.dloc,
 			 m->scratch.dbig, m->scratch.dctx, m->scratch.dact, m->inv_freq, m->mamba.dzx, m->mamba.dconv, m->mamba.dy,
 			 m->mamba.dnorm, m->mamba.send_map, m->mamba.asm_map, m->mamba.snd, m->mamba.rcv, m->mamba.yg,
@@ -544,9 +549,10 @@ bool mgt_model_is_last_stage(const mgt_model *m) { return m->last; }
 mgt_model_mem mgt_model_memory(const mgt_model *m)
 {
 	size_t pb = m->tt.buf_numel * sizeof(float);
-	return (mgt_model_mem){ .params = pb + mgt_model_lp_bytes(m), .grads = m->infer ? 0 : pb,
-				.activations = m->mem.act_bytes,
-				.workspace = m->mem.work_bytes };
+	mgt_model_mem r = { .params = pb + mgt_model_lp_bytes(m), .grads = m->infer ? 0 : pb,
+			    .activations = m->mem.act_bytes, .workspace = m->mem.work_bytes };
+	if (!m->infer && m->unit) mgt_model_shard_memory(m, &r.params, &r.grads);
+	return r;
 }
 
 mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed)

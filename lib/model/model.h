@@ -328,6 +328,13 @@ bool mgt_moe_is_layer(const mgt_model_config *c, int64_t l);
  * lays out with (1, false, 0, false).  Errors: MGT_ERR_NOMEM. */
 mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, int64_t bucket_size,
 				   bool shared_embedding);
+/* bucket_size MGT_BUCKETS_PER_LAYER (FSDP's units, Megatron-FSDP's TransformerLayer and MambaLayer
+ * modules): a bucket closes wherever the decoder layer changes (the tensors outside layers form
+ * a unit at each end of the stage), beside the expert-row rule, and
+ * each end is rounded up to dp x MGT_PAGE_FLOATS so that every data-parallel shard starts on a
+ * 4 KiB page of the buffer (lib/train/fsdp.c returns the pages outside a rank's shards). */
+#define MGT_BUCKETS_PER_LAYER ((int64_t)-1)
+#define MGT_PAGE_FLOATS 1024
 
 /* The part [*a, *b) of t's flat-buffer range [t->offset, t->offset + t->numel) inside the
  * buffer range [lo, hi); false (and *a == *b) when they do not overlap. */
@@ -395,6 +402,13 @@ typedef struct mgt_microbatch {
  * along the sequence across the tensor-parallel group (Korthikanti et al. 2022, section 4.2.2).
  * dp, distributed_optimizer and bucket_size lay the flat gradient buffer out
  * (mgt_tensor_table_layout). */
+/* What data parallelism shards (Megatron-FSDP's --data-parallel-sharding-strategy,
+ * megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py): nothing (DDP's
+ * all-reduce), the optimizer state (the distributed optimizer, ZeRO-1), also the gradients
+ * (reduce-scattered after every micro-batch's backward, ZeRO-2), also the parameters (gathered
+ * per layer before its forward and its backward, ZeRO-3).  lib/train/fsdp.c. */
+typedef enum { MGT_DP_NO_SHARD, MGT_DP_OPTIM, MGT_DP_OPTIM_GRADS, MGT_DP_OPTIM_GRADS_PARAMS } mgt_dp_sharding;
+
 typedef enum { MGT_RECOMPUTE_NONE, MGT_RECOMPUTE_SELECTIVE, MGT_RECOMPUTE_FULL } mgt_recompute_granularity;
 typedef enum { MGT_RECOMPUTE_UNIFORM, MGT_RECOMPUTE_BLOCK } mgt_recompute_method;
 
@@ -465,6 +479,13 @@ typedef struct mgt_model_layout {
 	/* packed documents (GPT, --reset-attention-mask): every micro-batch gives seg_start and
 	 * attention stays within each document (backend.h attn_forward, mgt_attn.seg_start) */
 	bool packed_sequences;
+	/* FSDP (lib/model/shard.c): what data parallelism shards, and the size of the group the
+	 * expert buckets are sharded over (0: dp).  From MGT_DP_OPTIM_GRADS on, bucket_size must be
+	 * MGT_BUCKETS_PER_LAYER and the gradient buffer is reserved (backend reserve): the caller
+	 * keeps only its shards and one unit at a time written; with MGT_DP_OPTIM_GRADS_PARAMS the
+	 * parameters and their 16-bit copy too (see mgt_model_set_param_hook). */
+	mgt_dp_sharding sharding;
+	int edp;
 } mgt_model_layout;
 
 /* Create a model chunk for config c (finalized for ps->tp) on backend be with parallel state ps
@@ -616,6 +637,35 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
  * status from the hook ends the backward with it.  NULL clears it. */
 typedef mgt_status (*mgt_grad_hook)(void *ctx, mgt_model *m, int done_from_layer);
 void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx);
+/* ---- FSDP (lib/model/shard.c; megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
+ * _register_fsdp_hooks) ----
+ * mgt_model_bucket_unit: the unit of bucket b of a layout by MGT_BUCKETS_PER_LAYER: the local
+ * layer (0 <= li < the chunk's layers) whose tensors it holds, or -1 for tensors outside layers
+ * (embeddings, final norm, output layer: Megatron-FSDP gathers them but never reshards them);
+ * -1 for every bucket of another layout.
+ * mgt_model_set_param_hook: while set, the forward calls hook(ctx, m, li, true) before local
+ * layer li's forward and hook(ctx, m, li, false) after it; the backward calls hook(.., true)
+ * for every layer of a fully recomputed group before its rerun and for each layer before its
+ * backward, and hook(.., false) after each layer's backward.  The hook brings the layer's
+ * parameters (its units' buckets of mgt_model_params) and calls mgt_model_lp_refresh_range on
+ * them; the forward then refreshes the 16-bit copy of the units outside layers only.  A non-OK
+ * status ends the pass with it.  NULL clears it.  T5 chunks do not call it (MGT_ERR_USAGE from
+ * the setter's caller's check: mgt_model_param_hook_supported).
+ * mgt_model_lp_refresh_range: the 16-bit copy (and --apply-layernorm-1p's 1 + w) of the flat
+ * range [lo, hi) from the fp32 parameters.  mgt_model_params_lp: the 16-bit copy
+ * [tensors->buf_numel] of type mgt_precision_dtype(layout precision), or NULL (fp32).
+ * mgt_model_init_params_range: mgt_model_init_params for the flat range [lo, hi) only (the
+ * same values as the whole init gives there).  Errors: NOMEM, IO. */
+typedef mgt_status (*mgt_param_hook)(void *ctx, mgt_model *m, int li, bool need);
+int mgt_model_bucket_unit(const mgt_model *m, int b);
+void mgt_model_set_param_hook(mgt_model *m, mgt_param_hook hook, void *ctx);
+bool mgt_model_param_hook_supported(const mgt_model *m);
+void mgt_model_lp_refresh_range(mgt_model *m, size_t lo, size_t hi);
+void *mgt_model_params_lp(mgt_model *m);
+mgt_status mgt_model_init_params_range(mgt_model *m, uint64_t seed, size_t lo, size_t hi);
+/* mgt_tensor_table_init for the flat range [lo, hi) only. */
+void mgt_tensor_table_init_range(const mgt_tensor_table *tt, float *params, uint64_t seed, size_t lo, size_t hi);
+
 void *mgt_model_hidden_in(mgt_model *m, int slot);
 void *mgt_model_hidden_out(mgt_model *m, int slot);
 mgt_elem_type mgt_model_hidden_type(const mgt_model *m);

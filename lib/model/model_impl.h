@@ -156,7 +156,16 @@ struct mgt_model {
 		double t_fwd, t_bwd;
 		mgt_grad_hook hook;
 		void *hook_ctx;
+		/* FSDP's parameter hook (mgt_model_set_param_hook; NULL without) */
+		mgt_param_hook phook;
+		void *phook_ctx;
 	} run;
+	/* FSDP (shard.c): per bucket of a per-layer layout, its unit (the local layer of its tensors,
+	 * -1 outside layers; NULL otherwise); lazy: the parameter and gradient buffers are reserved
+	 * (backend reserve) rather than allocated: grads from optim_grads on, params and the 16-bit
+	 * copy with optim_grads_params */
+	int *unit;
+	bool lazy_grads, lazy_params;
 	/* Mamba-2 layers (layer_mamba.c): the mixer's sizes per TP rank (head dim p, state n, heads
 	 * nh_l, groups g_l, d_inner di_l = nh_l p, conv channels cd_l = di_l + 2 g_l n, in_proj rows
 	 * w_l = di_l + cd_l + nh_l) and the backward's fp32 scratch shared by the layers: dzx [T, w_l],
@@ -506,6 +515,12 @@ mgt_status mgt_model_alloc_params(mgt_model *m, bool grads);
 size_t mgt_model_lp_bytes(const mgt_model *m);
 /* Refresh the 16-bit copy from the fp32 parameters when stale (forwards call it first). */
 void mgt_model_lp_refresh(mgt_model *m);
+/* shard.c: the units of a per-layer layout (m->unit); called by mgt_model_create after the layout. */
+mgt_status mgt_model_shard_setup(mgt_model *m);
+/* Run the parameter hook for local layer li (need: before its use; !need: after it); OK without one. */
+mgt_status mgt_model_param_use(mgt_model *m, int li, bool need);
+/* Sharded bytes of the parameter and gradient buffers (mgt_model_memory under FSDP). */
+void mgt_model_shard_memory(const mgt_model *m, size_t *params, size_t *grads);
 /* Fill m->inv_freq (allocated here when NULL) with the RoPE frequencies.  Errors: NOMEM, IO. */
 mgt_status mgt_model_upload_inv_freq(mgt_model *m);
 /* The output layer's weight: output_layer.weight, or the word embedding when tied. */

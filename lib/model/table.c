@@ -331,13 +331,16 @@ mgt_status mgt_tensor_table_layout(mgt_tensor_table *tt, int dp, bool distopt, i
 	free(tt->buckets);
 	tt->buckets = NULL;
 	tt->nbuckets = 0;
-	layout_state ls = { .tt = tt, .pad = distopt ? (size_t)dp * 128 / gcd((size_t)dp, 128) : 1 };
+	bool units = bucket_size == MGT_BUCKETS_PER_LAYER;
+	layout_state ls = { .tt = tt, .pad = units ? (size_t)dp * MGT_PAGE_FLOATS
+					       : distopt ? (size_t)dp * 128 / gcd((size_t)dp, 128) : 1 };
 	for (int i = tt->n - 1; i >= 0; i--) {
 		mgt_tensor *t = &tt->t[i];
 		bool shared = shared_embedding && t->role == MGT_T_WORD_EMB, expert = t->num_experts > 0;
+		bool unit = units && i < tt->n - 1 && t->layer != tt->t[i + 1].layer;
 		if (distopt) ls.start = round_up(ls.start, 64);
 		/* expert rows go to buckets of their own (reduced over the expert-data-parallel group) */
-		if (shared || (expert != ls.expert && ls.start > ls.bucket_start)) close_bucket(&ls, ls.start);
+		if (shared || unit || (expert != ls.expert && ls.start > ls.bucket_start)) close_bucket(&ls, ls.start);
 		ls.expert = expert;
 		t->offset = ls.start;
 		size_t end = ls.start + t->numel;
@@ -457,22 +460,32 @@ static float init_value(const mgt_tensor *t, uint64_t key, uint64_t e)
 	return (float)(dt + log(-expm1(-dt)));
 }
 
-void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t seed)
+void mgt_tensor_table_init_range(const mgt_tensor_table *tt, float *params, uint64_t seed, size_t lo, size_t hi)
 {
 	uint64_t skey = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
 	for (int i = 0; i < tt->n; i++) {
 		const mgt_tensor *t = &tt->t[i];
+		size_t a, b;
+		if (!mgt_tensor_overlap(t, lo, hi, &a, &b)) continue;
 		float *p = params + t->offset;
 		int64_t cols = t->ndim == 2 ? t->local_shape[1] : 1, gcols = t->ndim == 2 ? t->shape[1] : 1;
+		int64_t r0 = (int64_t)((a - t->offset) / (size_t)cols), r1 = (int64_t)((b - t->offset + (size_t)cols - 1) / (size_t)cols);
 		uint64_t key = mgt_hash64(t->name) ^ skey;
 		/* each element is a pure function of (key, index): threads cannot change the values */
-#pragma omp parallel for schedule(static) if (t->numel > 65536)
-		for (int64_t r = 0; r < t->local_shape[0]; r++) {
+#pragma omp parallel for schedule(static) if (b - a > 65536)
+		for (int64_t r = r0; r < r1; r++) {
 			int64_t gr = global_row(t, r);
-			for (int64_t k = 0; k < cols; k++)
-				p[r * cols + k] = init_value(t, key, (uint64_t)(gr * gcols + t->local_offset[1] + k));
+			for (int64_t k = 0; k < cols; k++) {
+				size_t e = t->offset + (size_t)(r * cols + k);
+				if (e >= a && e < b) p[r * cols + k] = init_value(t, key, (uint64_t)(gr * gcols + t->local_offset[1] + k));
+			}
 		}
 	}
+}
+
+void mgt_tensor_table_init(const mgt_tensor_table *tt, float *params, uint64_t seed)
+{
+	mgt_tensor_table_init_range(tt, params, seed, 0, tt->buf_numel);
 }
 
 void mgt_model_rope_inv_freq(const mgt_model_config *c, float *out)

@@ -331,11 +331,12 @@ static mgt_status collect_shards(trainer *t, mgt_train_pieces *pl, int k)
 }
 
 /* Parameters: one copy of each tensor (saved_rows), for all the rank's chunks; under
- * --fp8-param-gather from the optimizer's shards (elsewhere the fp8 weights' fp32 copies are
+ * --fp8-param-gather and FSDP's optim_grads_params from the optimizer's shards (elsewhere the fp8
+ * weights' fp32 copies, or the layer units outside this rank's shards, are
  * stale: mgt_model_fp8_gather_params). */
 static mgt_status collect_params(trainer *t, mgt_train_pieces *pl)
 {
-	if (t->a->fp8.param_gather) return collect_shards(t, pl, -1);
+	if (t->a->fp8.param_gather || trainer_fsdp_params(t)) return collect_shards(t, pl, -1);
 	mgt_status st = MGT_OK;
 	for (int c = 0; !st && c < t->V; c++) {
 		mgt_model *m = t->chunk[c];

@@ -95,7 +95,7 @@ static dp_op grad_op(const trainer *t)
  * final norm, INT_MIN when it holds an embedding. */
 mgt_status trainer_plan_overlap(trainer *t)
 {
-	if (!t->a->overlap_grad_reduce || trainer_dpcp(t) == 1) return MGT_OK;
+	if ((!t->a->overlap_grad_reduce && !trainer_fsdp_grads(t)) || trainer_dpcp(t) == 1) return MGT_OK;
 	t->ddp.last_bwd = mgt_malloc((size_t)t->V * sizeof *t->ddp.last_bwd);
 	t->ddp.buckets_done = mgt_malloc((size_t)t->V * sizeof *t->ddp.buckets_done);
 	t->ddp.bucket_ready = mgt_malloc((size_t)t->V * sizeof *t->ddp.bucket_ready);
@@ -196,7 +196,8 @@ void trainer_unscale_grads(trainer *t, double tokens)
 mgt_status trainer_reduce_grads(trainer *t)
 {
 	mgt_status st = MGT_OK;
-	for (int c = 0; !st && trainer_dpcp(t) > 1 && c < t->V; c++) {
+	/* FSDP's sharded gradients were reduced by every backward (fsdp.c) */
+	for (int c = 0; !st && trainer_dpcp(t) > 1 && !trainer_fsdp_grads(t) && c < t->V; c++) {
 		st = dp_buckets(t, t->chunk[c], grad_op(t), t->ddp.buckets_done ? t->ddp.buckets_done[c] : 0);
 		if (t->ddp.buckets_done) t->ddp.buckets_done[c] = 0;
 	}
@@ -204,6 +205,7 @@ mgt_status trainer_reduce_grads(trainer *t)
 	for (int c = 0; !st && t->ddp.g16 && trainer_dpcp(t) > 1 && c < t->V; c++)
 		for (int b = 0; b < mgt_model_tensors(t->chunk[c])->nbuckets; b++) widen_bucket(t, c, b);
 	for (int c = 0; !st && c < t->V; c++) st = mgt_model_finish_grads(t->chunk[c]);
+	if (!st) trainer_fsdp_after_finish(t);
 	return st;
 }
 
@@ -255,5 +257,7 @@ mgt_status trainer_gather_params(trainer *t, mgt_model *m, bool init)
 	bool done = false;
 	mgt_status st = t->a->fp8.param_gather ? mgt_model_fp8_gather_params(m, &done) : MGT_OK;
 	if (st || done || init || !t->a->use_distributed_optimizer || trainer_dpcp(t) == 1) return st;
-	return dp_buckets(t, m, DP_ALLGATHER_PARAMS, 0);
+	for (int b = 0; !st && b < mgt_model_tensors(m)->nbuckets; b++)
+		if (trainer_fsdp_gathers_after_step(t, m, b)) st = dp_bucket(t, m, b, DP_ALLGATHER_PARAMS);
+	return st;
 }

@@ -76,11 +76,12 @@ static mgt_status run_backward(trainer *t, const mgt_parallel_sched_action *x)
 	size_t n = mgt_model_hidden_numel(m);
 	bool last = last_vstage(t, x->chunk);
 	/* --overlap-grad-reduce: the chunk's last backward of the iteration reduces buckets as they complete */
-	bool hook = t->ddp.last_bwd && x == &t->acts[t->ddp.last_bwd[x->chunk]];
+	bool fsdp = trainer_fsdp_grads(t), hook = fsdp || (t->ddp.last_bwd && x == &t->acts[t->ddp.last_bwd[x->chunk]]);
 	mgt_status st = last ? MGT_OK : pp->ops->recv(pp, mgt_model_hidden_grad(m), n, mgt_model_hidden_type(m), (r + 1) % P,
 							   TAG_BWD);
 	float scale = last ? (float)(t->mb_scale[x->mb] * t->scaler.scale) : 0.0f;
-	if (hook) mgt_model_set_grad_hook(m, trainer_grad_ready, t);
+	if (hook) mgt_model_set_grad_hook(m, fsdp ? trainer_fsdp_grad_ready : trainer_grad_ready, t);
+	trainer_fsdp_before_backward(t, x->chunk);
 	if (!st) st = mgt_model_backward(m, x->mb % t->slots[x->chunk], true, scale);
 	if (!st && t->out.fp8_trace) st = trainer_fp8_trace(t, x->chunk, x->mb, true);
 	if (hook) mgt_model_set_grad_hook(m, NULL, NULL);

@@ -103,11 +103,12 @@ mgt_model_layout trainer_chunk_layout(const trainer *t, int c)
 	return (mgt_model_layout){
 		.mbs = (int)a->micro_batch_size, .stage = c * t->ps.pp + t->ps.pp_rank, .num_stages = t->ps.pp * t->V,
 		.slots = t->slots[c], .sequence_parallel = a->sequence_parallel,
-		.distributed_optimizer = a->use_distributed_optimizer, .dp = trainer_dpcp(t), .bucket_size = a->ddp_bucket_size,
+		.distributed_optimizer = a->use_distributed_optimizer, .dp = trainer_dpcp(t), .bucket_size = a->dp_sharding >= MGT_DP_OPTIM_GRADS ? MGT_BUCKETS_PER_LAYER : a->ddp_bucket_size,
 		.recompute = a->recompute, .cp_comm = a->cp_comm,
 		.precision = a->bf16 ? MGT_PREC_BF16 : a->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
 		.fp32_residual_connection = a->fp32_residual_connection, .fp8 = a->fp8,
 		.packed_sequences = a->reset_attention_mask || a->sft,
+		.sharding = a->dp_sharding, .edp = t->ps.edp_comm ? t->ps.edp_comm->size : 0,
 	};
 }
 
@@ -147,7 +148,9 @@ static mgt_status setup_pipeline(trainer *t)
 static mgt_status init_params(trainer *t)
 {
 	mgt_status st = MGT_OK;
-	for (int c = 0; !st && c < t->V; c++) st = mgt_model_init_params(t->chunk[c], (uint64_t)t->a->seed);
+	for (int c = 0; !st && c < t->V; c++)
+		st = trainer_fsdp_params(t) ? trainer_fsdp_init_params(t, t->chunk[c], (uint64_t)t->a->seed)
+					    : mgt_model_init_params(t->chunk[c], (uint64_t)t->a->seed);
 	return st;
 }
 
@@ -214,6 +217,7 @@ mgt_status trainer_setup(trainer *t)
 	if (!st && !t->eval_only) st = trainer_log_start(t);
 	if (!st) st = setup_schedule(t);
 	if (!st) st = trainer_plan_overlap(t);
+	if (!st) st = trainer_fsdp_setup(t);
 	if (!st) st = trainer_alloc_grad16(t);
 	if (!st && !t->eval_only) st = setup_optimizer(t);
 	bool loaded = false;
@@ -221,6 +225,7 @@ mgt_status trainer_setup(trainer *t)
 	if (!st && !loaded && t->eval_only)
 		st = mgt_err(MGT_ERR_FORMAT, "--load %s: no checkpoint to evaluate (no %s, no iteration)",
 			     a->load ? a->load : "(none)", MGT_CKPT_TRACKER);
+	if (!st && loaded) trainer_fsdp_shard_params(t);
 	if (!st && !loaded) st = init_params(t);
 	for (int c = 0; !st && !t->eval_only && c < t->V; c++) st = trainer_gather_params(t, t->chunk[c], true);
 	if (!st) st = trainer_open_data(t);
@@ -259,6 +264,7 @@ void trainer_teardown(trainer *t)
 	free(t->ddp.bucket_ready);
 	free(t->ddp.last_bwd);
 	free(t->ddp.buckets_done);
+	trainer_fsdp_free(t);
 	for (int c = 0; t->ddp.g16 && c < t->V; c++) t->be->ops->free(t->be, t->ddp.g16[c]);
 	free(t->ddp.g16);
 	free(t->acts);

@@ -87,10 +87,7 @@ static void comm_snapshot(trainer *t, double *bytes, uint64_t *calls)
 
 static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm, bool *skipped, bool *intr)
 {
-	for (int c = 0; c < t->V; c++) {
-		mgt_model *m = t->chunk[c];
-		t->be->ops->zero(t->be, mgt_model_grads(m), mgt_model_tensors(m)->buf_numel * sizeof(float));
-	}
+	trainer_fsdp_zero_grads(t);
 	for (int c = 0; c < t->V; c++) /* Megatron's MoEAuxLossAutoScaler scale: loss scale / micro-batches */
 		mgt_model_set_aux_scale(t->chunk[c], (float)(t->scaler.scale / (double)t->a->num_microbatches));
 	trainer_pass ps = { .split = MGT_SPLIT_TRAIN, .base = t->consumed_train, .train = true };

@@ -62,6 +62,12 @@ typedef struct trainer {
 		 * data-parallel reduction moves */
 		void **g16;
 	} ddp;
+	/* FSDP (fsdp.c): per chunk, its backwards so far this iteration and, with
+	 * optim_grads_params, per bucket whether its parameters are gathered now */
+	struct {
+		int *nbwd;
+		char **gathered;
+	} fsdp;
 	mgt_lr_sched sched;
 	mgt_loss_scaler scaler;                      /* scale 1 and static unless --fp16 */
 	int32_t eod;
@@ -331,5 +337,29 @@ mgt_status trainer_dump_write(trainer *t);
 void trainer_dump_free(trainer *t);
 /* Peak resident set size of this process in bytes (VmHWM), 0 if unknown. */
 size_t trainer_peak_rss(void);
+
+
+/* fsdp.c: fully sharded data parallelism (--use-megatron-fsdp; see the file's comment).
+ * trainer_fsdp_grads / _params: whether this run shards gradients / parameters (a strategy from
+ * optim_grads / optim_grads_params on, over a data x context group of more than one rank).
+ * setup: the per-chunk state and the parameter hooks (after the chunks and trainer_plan_overlap);
+ * zero_grads: every chunk's gradients zeroed at an iteration's start (the sharded buffers given
+ * back); before_backward: the owned shards scaled before a chunk's later backwards; grad_ready:
+ * the gradient hook of every backward; after_finish: after mgt_model_finish_grads;
+ * param_hook: the models' parameter hook; init_params: this rank's parameters initialized;
+ * shard_params: after a load; gathers_after_step: whether bucket b is all-gathered after the
+ * step (not a layer unit under optim_grads_params). */
+bool trainer_fsdp_grads(const trainer *t);
+bool trainer_fsdp_params(const trainer *t);
+mgt_status trainer_fsdp_setup(trainer *t);
+void trainer_fsdp_free(trainer *t);
+void trainer_fsdp_zero_grads(trainer *t);
+void trainer_fsdp_before_backward(trainer *t, int c);
+mgt_status trainer_fsdp_grad_ready(void *ctx, mgt_model *m, int done_from_layer);
+void trainer_fsdp_after_finish(trainer *t);
+mgt_status trainer_fsdp_param_hook(void *ctx, mgt_model *m, int li, bool need);
+mgt_status trainer_fsdp_init_params(trainer *t, mgt_model *m, uint64_t seed);
+void trainer_fsdp_shard_params(trainer *t);
+bool trainer_fsdp_gathers_after_step(const trainer *t, const mgt_model *m, int b);
 
 #endif

@@ -1,0 +1,127 @@
+/* lib/model/shard.c: what a chunk does for fully sharded data parallelism (Megatron-FSDP,
+ * megatron/core/distributed/fsdp/src/megatron_fsdp/): its units (one per decoder layer, the
+ * tensors outside layers at each end), the parameter hook the passes call around each layer, the
+ * 16-bit copy refreshed per unit, initialization of a range, and the sharded memory count.  The
+ * collectives and which pages a rank keeps are the trainer's (lib/train/fsdp.c). */
+#include "model_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+mgt_status mgt_model_shard_setup(mgt_model *m)
+{
+	if (m->L.bucket_size != MGT_BUCKETS_PER_LAYER) return MGT_OK;
+	const mgt_tensor_table *tt = &m->tt;
+	if (!(m->unit = mgt_malloc((size_t)(tt->nbuckets ? tt->nbuckets : 1) * sizeof *m->unit))) return MGT_ERR_NOMEM;
+	for (int b = 0; b < tt->nbuckets; b++) {
+		m->unit[b] = -1;
+		for (int i = 0; i < tt->n; i++) {
+			size_t a, e;
+			if (tt->t[i].layer >= 0 && mgt_tensor_overlap(&tt->t[i], tt->buckets[b].offset,
+								   tt->buckets[b].offset + tt->buckets[b].numel, &a, &e))
+				m->unit[b] = (int)(tt->t[i].layer - m->first_layer);
+		}
+	}
+	return MGT_OK;
+}
+
+int mgt_model_bucket_unit(const mgt_model *m, int b) { return m->unit ? m->unit[b] : -1; }
+
+void mgt_model_set_param_hook(mgt_model *m, mgt_param_hook hook, void *ctx)
+{
+	m->run.phook = hook;
+	m->run.phook_ctx = ctx;
+}
+
+bool mgt_model_param_hook_supported(const mgt_model *m) { return !m->t5; }
+
+mgt_status mgt_model_param_use(mgt_model *m, int li, bool need)
+{
+	return m->run.phook ? m->run.phook(m->run.phook_ctx, m, li, need) : MGT_OK;
+}
+
+void mgt_model_lp_refresh_range(mgt_model *m, size_t lo, size_t hi)
+{
+	if (m->prec.lp && hi > lo)
+		m->be->ops->cast(m->be, (uint16_t *)m->prec.lp + lo, m->prec.lp_t, m->params + lo, hi - lo);
+	for (int i = 0; m->prec.nw1 && i < m->tt.n; i++) { /* 1 + w, in fp32 */
+		const mgt_tensor *t = &m->tt.t[i];
+		size_t a, b;
+		if (!mgt_tensor_is_norm_weight(t) || !mgt_tensor_overlap(t, lo, hi, &a, &b)) continue;
+		float *d = m->prec.nw1 + m->prec.nw_off[i] + (a - t->offset);
+		m->be->ops->copy(m->be, d, m->params + a, (b - a) * sizeof(float));
+		m->be->ops->add(m->be, d, m->prec.ones, MGT_DT_F32, b - a);
+	}
+}
+
+void mgt_model_lp_refresh(mgt_model *m)
+{
+	if (!m->prec.lp_stale) return;
+	/* under the parameter hook, the layers' units are refreshed as they are gathered */
+	for (int b = 0; m->run.phook && b < m->tt.nbuckets; b++)
+		if (mgt_model_bucket_unit(m, b) < 0)
+			mgt_model_lp_refresh_range(m, m->tt.buckets[b].offset, m->tt.buckets[b].offset + m->tt.buckets[b].numel);
+	if (!m->run.phook) mgt_model_lp_refresh_range(m, 0, m->tt.buf_numel);
+	m->prec.lp_stale = false;
+}
+
+void *mgt_model_params_lp(mgt_model *m) { return m->prec.lp; }
+
+mgt_status mgt_model_init_params_range(mgt_model *m, uint64_t seed, size_t lo, size_t hi)
+{
+	if (hi <= lo) return MGT_OK;
+	m->prec.lp_stale = true;
+	if (m->be->host_memory) {
+		mgt_tensor_table_init_range(&m->tt, m->params, seed, lo, hi);
+		return MGT_OK;
+	}
+	float *host = mgt_malloc((hi - lo) * sizeof(float));
+	if (!host) return MGT_ERR_NOMEM;
+	memset(host, 0, (hi - lo) * sizeof(float));
+	mgt_tensor_table_init_range(&m->tt, host - lo, seed, lo, hi);
+	mgt_status st = m->be->ops->upload(m->be, m->params + lo, host, (hi - lo) * sizeof(float));
+	free(host);
+	return st;
+}
+
+/* The elements of the k largest layer units (the working set gathered or written at once). */
+static size_t largest_units(const mgt_model *m, int k)
+{
+	size_t *u = mgt_malloc((size_t)(m->n_layers + 1) * sizeof *u), sum = 0;
+	if (!u) return 0;
+	memset(u, 0, (size_t)(m->n_layers + 1) * sizeof *u);
+	for (int b = 0; b < m->tt.nbuckets; b++)
+		if (m->unit[b] >= 0) u[m->unit[b]] += m->tt.buckets[b].numel;
+	for (int j = 0; j < k; j++) {
+		int best = 0;
+		for (int l = 1; l < m->n_layers; l++) if (u[l] > u[best]) best = l;
+		sum += u[best], u[best] = 0;
+	}
+	free(u);
+	return sum;
+}
+
+/* Megatron-FSDP's memory (megatron_fsdp.md, the buffer table of param_and_grad_buffer.py): a
+ * rank keeps 1/DP of each sharded bucket (1/EDP of an expert bucket).  Gradients from
+ * optim_grads on: the shards, plus two layer units written at once (the layer whose backward
+ * runs and the one reduced before it).  Parameters with optim_grads_params: the fp32 shards of
+ * the layer units and the units outside layers whole, the same for the 16-bit copy (but no
+ * layer shards: it is cast from the gathered fp32 unit), plus the gathered units: two, or a fully
+ * recomputed group and one more. */
+void mgt_model_shard_memory(const mgt_model *m, size_t *params, size_t *grads)
+{
+	const mgt_tensor_table *tt = &m->tt;
+	size_t shards = 0, outside = 0, lpw = mgt_model_lp_bytes(m) ? 2 : 0;
+	for (int b = 0; b < tt->nbuckets; b++) {
+		int dp = tt->buckets[b].expert && m->L.edp > 0 ? m->L.edp : m->L.dp;
+		shards += tt->buckets[b].numel / (size_t)(dp > 0 ? dp : 1);
+		if (m->unit[b] < 0) outside += tt->buckets[b].numel - tt->buckets[b].numel / (size_t)(dp > 0 ? dp : 1);
+	}
+	if (m->L.sharding >= MGT_DP_OPTIM_GRADS) *grads = (shards + largest_units(m, 2)) * sizeof(float);
+	if (m->L.sharding < MGT_DP_OPTIM_GRADS_PARAMS) return;
+	int g = m->L.recompute.granularity == MGT_RECOMPUTE_FULL ? m->L.recompute.num_layers : 1;
+	size_t work = largest_units(m, (g < m->n_layers ? g : m->n_layers) + 1);
+	size_t whole = 0;
+	for (int b = 0; b < tt->nbuckets; b++) whole += m->unit[b] < 0 ? tt->buckets[b].numel : 0;
+	*params = (shards + outside + work) * sizeof(float) + (whole + work) * lpw;
+}

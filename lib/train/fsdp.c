@@ -1,0 +1,207 @@
+/* lib/train/fsdp.c: fully sharded data parallelism as Megatron-FSDP runs it
+ * (megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py, param_and_grad_buffer.py;
+ * --data-parallel-sharding-strategy).  The chunk's flat buffers are laid out in units (one bucket
+ * per decoder layer, lib/model/shard.c) and sharded as the distributed optimizer shards them:
+ * rank r of a bucket's group owns elements [offset + r n/DP, offset + (r+1) n/DP).
+ *  - optim_grads (ZeRO-2): after every micro-batch's backward of a unit, its gradients are
+ *    reduce-scattered into the owned shard and the rest of the unit is zeroed and its pages given
+ *    back (backend discard).  The owned shard accumulates across micro-batches: before each later
+ *    backward it is multiplied by DP, so that the 1/DP the reduction applies to the whole bucket
+ *    leaves the sum of the earlier micro-batches as it was (Megatron adds each reduce-scatter's
+ *    result into the shard; the sums are the same, rounded in another order).
+ *  - optim_grads_params (ZeRO-3): besides, the fp32 parameters of each layer unit are held as the
+ *    owned shard only; the parameter hook all-gathers a unit before the layer's forward and
+ *    again before its backward (its 16-bit copy cast from the gathered unit), and gives back all
+ *    but the shard after each.  The units outside layers are gathered after every step and kept
+ *    whole, as Megatron-FSDP keeps the modules outside its units.
+ * The optimizer steps the owned shards as the distributed optimizer does (setup.c), and every
+ * collective goes through the bucket's data-parallel group (the expert one for expert rows). */
+#include "train_impl.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool shards_grads(const trainer *t) { return t->a->dp_sharding >= MGT_DP_OPTIM_GRADS && trainer_dpcp(t) > 1; }
+static bool shards_params(const trainer *t) { return t->a->dp_sharding >= MGT_DP_OPTIM_GRADS_PARAMS && trainer_dpcp(t) > 1; }
+
+bool trainer_fsdp_grads(const trainer *t) { return shards_grads(t); }
+bool trainer_fsdp_params(const trainer *t) { return shards_params(t); }
+
+static int chunk_index(const trainer *t, const mgt_model *m)
+{
+	int c = 0;
+	while (t->chunk[c] != m) c++;
+	return c;
+}
+
+/* This rank's shard [*own, *own + *part) of bucket b, relative to the bucket's offset. */
+static void shard_of(const trainer *t, const mgt_bucket *k, size_t *own, size_t *part)
+{
+	mgt_comm *dp = trainer_bucket_comm(t, k);
+	*part = k->numel / (size_t)dp->size;
+	*own = (size_t)dp->rank * *part;
+}
+
+/* Zero bucket k of buffer x (elements of esize bytes) outside this rank's shard and give its
+ * pages back. */
+static void drop_outside(trainer *t, const mgt_bucket *k, void *x, size_t esize)
+{
+	size_t own, part;
+	shard_of(t, k, &own, &part);
+	char *p = (char *)x + k->offset * esize;
+	t->be->ops->discard(t->be, p, own * esize);
+	t->be->ops->discard(t->be, p + (own + part) * esize, (k->numel - own - part) * esize);
+}
+
+static void drop_grads(trainer *t, mgt_model *m, int from, int to)
+{
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	for (int b = from; b < to; b++) drop_outside(t, &tt->buckets[b], mgt_model_grads(m), sizeof(float));
+}
+
+mgt_status trainer_fsdp_setup(trainer *t)
+{
+	if (!shards_grads(t)) return MGT_OK;
+	int V = t->V;
+	if (!(t->fsdp.nbwd = mgt_malloc((size_t)V * sizeof *t->fsdp.nbwd)) ||
+	    !(t->fsdp.gathered = mgt_malloc((size_t)V * sizeof *t->fsdp.gathered)))
+		return MGT_ERR_NOMEM;
+	memset(t->fsdp.gathered, 0, (size_t)V * sizeof *t->fsdp.gathered);
+	for (int c = 0; c < V; c++) {
+		mgt_model *m = t->chunk[c];
+		int nb = mgt_model_tensors(m)->nbuckets;
+		t->fsdp.nbwd[c] = 0;
+		if (!shards_params(t)) continue;
+		if (!mgt_model_param_hook_supported(m))
+			return mgt_err(MGT_ERR_USAGE, "--data-parallel-sharding-strategy optim_grads_params: this model's "
+				       "stacks are not gathered per layer");
+		if (!(t->fsdp.gathered[c] = mgt_malloc((size_t)(nb ? nb : 1)))) return MGT_ERR_NOMEM;
+		memset(t->fsdp.gathered[c], 0, (size_t)(nb ? nb : 1));
+		mgt_model_set_param_hook(m, trainer_fsdp_param_hook, t);
+	}
+	return MGT_OK;
+}
+
+void trainer_fsdp_free(trainer *t)
+{
+	for (int c = 0; t->fsdp.gathered && c < t->V; c++) free(t->fsdp.gathered[c]);
+	free(t->fsdp.gathered);
+	free(t->fsdp.nbwd);
+}
+
+/* ---- gradients ---- */
+
+void trainer_fsdp_zero_grads(trainer *t)
+{
+	for (int c = 0; c < t->V; c++) {
+		mgt_model *m = t->chunk[c];
+		size_t bytes = mgt_model_tensors(m)->buf_numel * sizeof(float);
+		if (shards_grads(t)) t->be->ops->discard(t->be, mgt_model_grads(m), bytes), t->fsdp.nbwd[c] = 0;
+		else t->be->ops->zero(t->be, mgt_model_grads(m), bytes);
+	}
+}
+
+/* Before a chunk's second and later backward of an iteration: the owned shards times DP. */
+void trainer_fsdp_before_backward(trainer *t, int c)
+{
+	if (!shards_grads(t) || t->fsdp.nbwd[c]++ == 0 || t->a->calculate_per_token_loss) return;
+	mgt_model *m = t->chunk[c];
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	for (int b = 0; b < tt->nbuckets; b++) {
+		size_t own, part;
+		shard_of(t, &tt->buckets[b], &own, &part);
+		t->be->ops->scale(t->be, mgt_model_grads(m) + tt->buckets[b].offset + own, part, (float)t->ps.dp);
+	}
+}
+
+/* The gradient hook of every backward: the units reduce-scattered as they complete (grads.c),
+ * then all but the owned shards given back; at the end the next backward starts again at the
+ * first bucket. */
+mgt_status trainer_fsdp_grad_ready(void *ctx, mgt_model *m, int done_from_layer)
+{
+	trainer *t = ctx;
+	int c = chunk_index(t, m), before = t->ddp.buckets_done[c];
+	mgt_status st = trainer_grad_ready(ctx, m, done_from_layer);
+	int after = t->ddp.buckets_done[c];
+	if (!st && after > before) st = trainer_wait_dp(t);
+	if (!st) drop_grads(t, m, before, after);
+	if (done_from_layer == INT_MIN) t->ddp.buckets_done[c] = 0;
+	return st;
+}
+
+/* After the finishing all-reduces (sequence-parallel norms, the tied embedding), which write
+ * whole tensors: the rest of each bucket given back again. */
+void trainer_fsdp_after_finish(trainer *t)
+{
+	for (int c = 0; shards_grads(t) && c < t->V; c++)
+		drop_grads(t, t->chunk[c], 0, mgt_model_tensors(t->chunk[c])->nbuckets);
+}
+
+/* ---- parameters (optim_grads_params) ---- */
+
+static mgt_status gather_bucket(trainer *t, mgt_model *m, int b)
+{
+	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
+	mgt_comm *dp = trainer_bucket_comm(t, k);
+	size_t own, part;
+	shard_of(t, k, &own, &part);
+	float *x = mgt_model_params(m) + k->offset;
+	mgt_status st = dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
+	if (!st) st = mgt_comm_wait(dp);
+	if (!st) mgt_model_lp_refresh_range(m, k->offset, k->offset + k->numel);
+	return st;
+}
+
+static void release_bucket(trainer *t, mgt_model *m, int b)
+{
+	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
+	drop_outside(t, k, mgt_model_params(m), sizeof(float));
+	void *lp = mgt_model_params_lp(m);
+	if (lp) t->be->ops->discard(t->be, (uint16_t *)lp + k->offset, k->numel * 2);
+}
+
+mgt_status trainer_fsdp_param_hook(void *ctx, mgt_model *m, int li, bool need)
+{
+	trainer *t = ctx;
+	int c = chunk_index(t, m);
+	char *g = t->fsdp.gathered[c];
+	mgt_status st = MGT_OK;
+	for (int b = 0; !st && b < mgt_model_tensors(m)->nbuckets; b++) {
+		if (mgt_model_bucket_unit(m, b) != li || g[b] == need) continue;
+		if (need) st = gather_bucket(t, m, b);
+		else release_bucket(t, m, b);
+		g[b] = need;
+	}
+	return st;
+}
+
+/* The parameters' first values on this rank: the owned shards of the layer units and the units
+ * outside layers whole (the same values as initializing everything gives there). */
+mgt_status trainer_fsdp_init_params(trainer *t, mgt_model *m, uint64_t seed)
+{
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	mgt_status st = MGT_OK;
+	for (int b = 0; !st && b < tt->nbuckets; b++) {
+		const mgt_bucket *k = &tt->buckets[b];
+		size_t own = 0, part = k->numel;
+		if (mgt_model_bucket_unit(m, b) >= 0) shard_of(t, k, &own, &part);
+		st = mgt_model_init_params_range(m, seed, k->offset + own, k->offset + own + part);
+	}
+	return st;
+}
+
+/* After loading whole parameters (a checkpoint): the layer units back to their shards. */
+void trainer_fsdp_shard_params(trainer *t)
+{
+	for (int c = 0; shards_params(t) && c < t->V; c++) {
+		mgt_model *m = t->chunk[c];
+		for (int b = 0; b < mgt_model_tensors(m)->nbuckets; b++)
+			if (mgt_model_bucket_unit(m, b) >= 0) release_bucket(t, m, b), t->fsdp.gathered[c][b] = 0;
+	}
+}
+
+bool trainer_fsdp_gathers_after_step(const trainer *t, const mgt_model *m, int b)
+{
+	return !shards_params(t) || mgt_model_bucket_unit(m, b) < 0;
+}
