@@ -113,6 +113,9 @@ mgt_status trainer_log_start(trainer *t)
 		fprintf(f, "WARNING: %.*s is accepted without effect: %.*s\n", (int)(colon - p), p, (int)(e - colon - 2),
 			colon + 2);
 	}
+	if (f && t->a->use_torch_fsdp2)
+		fprintf(f, "--use-torch-fsdp2: running mgt's Megatron-FSDP sharding, --data-parallel-sharding-strategy %s\n",
+			mgt_args_sharding_name(t->a->dp_sharding));
 	double total = 0;
 	mgt_status st = log_param_counts(t, &total);
 	if (!st && t->ps.world_rank == 0) st = trainer_save_room(t, total);

@@ -66,6 +66,15 @@ are a dense model's MoE layers): exit 2.  No position embedding, final norm deco
          (cp-1) T (nh/cp P + 2 g' n + nh/cp) x 4 for x, B, C, dt and (cp-1) T nh/cp P x 4 for y,
          the same backward.  (Megatron's pre_conv_ssm moves z as well, and post_conv_ssm returns
          the gated y: (cp-1)/cp T di x 4 more each way than mgt.)
+FSDP (key fsdp: og for --data-parallel-sharding-strategy optim_grads, ogp for optim_grads_params;
+megatron_fsdp.md and the checkpoints-FSDP notes, B5): the gradient buffer in units, a bucket per
+decoder layer (the tensors outside layers a unit at each end of a stage), each padded to a
+multiple of G x 1024 elements.  Per unit of n elements, with f(n) = (G-1) n/G x 4 bytes a
+rank's reduce-scatter or all-gather part: og moves M f(n) (a reduce-scatter after every
+micro-batch's backward) + f(n) (the parameters' all-gather after the step); ogp moves M f(n) of
+gradients and, for a layer unit, 2 M f(n) of fp32 parameters (gathered before each micro-batch's
+forward and again before its backward; mgt gathers the fp32 main parameters, 4 bytes), for a
+unit outside layers f(n) after the step.  Optimizer state is sharded as distopt's.
 Exit 1 (with a diff) when any rank's logged bytes differ from the analytic ones.
 """
 import json, math, sys
@@ -76,7 +85,8 @@ kv = dict(x.split("=") for a in sys.argv[4:] for x in a.split(","))
 tp, pp = int(kv.get("tp", 1)), int(kv.get("pp", 1))
 V = int(kv.get("vp", 1))
 sp = kv.get("sp", "0") == "1" and tp > 1
-distopt = kv.get("distopt", "0") == "1"
+fsdp = kv.get("fsdp", "")
+distopt = kv.get("distopt", "0") == "1" or fsdp != ""
 bucket_size = int(kv.get("bucket", 0))
 first_n, last_n = int(kv.get("first", 0)), int(kv.get("last", 0))  # uneven pipeline stages
 mbs, gbs, seq = int(kv["mbs"]), int(kv["gbs"]), int(kv["seq"])
@@ -151,13 +161,15 @@ def tensors(stage, nstages):
     """(name, local numel, replicated over TP) in table order for one chunk."""
     first, last = stage == 0, stage == nstages - 1
     out = []
+    layer = -1
     def add(name, numel, rep=False):
-        out.append((name, numel, rep))
+        out.append((name, numel, rep, layer))
     if first or (last and tied):
         add("word_emb", Vp // tp * h)
     if first and learned:
         add("pos_emb", maxpos * h, True)
     for l in stage_layers(stage, nstages):
+        layer = l
         for sym in symbols(l):
             if sym == "*":
                 # Megatron-Core's order: linear_proj is built before linear_qkv (Attention.__init__)
@@ -188,6 +200,7 @@ def tensors(stage, nstages):
                 add("D", nh)
                 add("m_norm_w", di)
                 add("out_proj_w", h * di)
+    layer = -1
     if last:
         add("final_ln_w", h, True)
         if ln: add("final_ln_b", h, True)
@@ -198,19 +211,21 @@ def tensors(stage, nstages):
 def buckets(ts, shared):
     """Bucket sizes of the flat gradient buffer (megatron/core/distributed/param_and_grad_buffer.py): one bucket
     unless --ddp-bucket-size or the shared embedding splits it."""
-    pad = G * 128 // math.gcd(G, 128) if distopt else 1
+    pad = G * 1024 if fsdp in ("og", "ogp") else G * 128 // math.gcd(G, 128) if distopt else 1
     up = lambda x, m: (x + m - 1) // m * m
-    res, start, bstart = [], 0, 0
+    res, start, bstart, prev = [], 0, 0, None
     def close(end):
         nonlocal start, bstart
         if end == bstart: return
         e = up(end, pad)
-        res.append(e - bstart)
+        res.append((e - bstart, unit))
         start = bstart = e
-    for name, n, _ in reversed(ts):
+    unit = -1
+    for name, n, _, layer in reversed(ts):
         sh = shared and name == "word_emb"
         if distopt: start = up(start, 64)
-        if sh: close(start)
+        if sh or (fsdp in ("og", "ogp") and prev is not None and layer != prev): close(start)
+        prev = unit = layer
         end = start + n
         if sh or (bucket_size and end - bstart >= bucket_size): close(end)
         else: start = end
@@ -249,7 +264,7 @@ def expected(tp_rank, pp_rank):
                 # gradient's gather; the final norm's gather and the output layer's dx
                 X, Xa = part(Th * h, tp), part(Th * h, tp, act_es)
                 mb = nl * 4 * Xa + ((X + Xa) if first else 0) + ((2 * Xa + 3 * ar(T, tp)) if last else 0)
-                e["tensor"] += sum(ar(n, tp) for _, n, rep in ts if rep)
+                e["tensor"] += sum(ar(n, tp) for _, n, rep, _ in ts if rep)
             else:
                 A, Aa = ar(T * h, tp), ar(T * h, tp, act_es)  # per sublayer: 1 forward, 1 backward
                 mb = 2 * nl * Aa + (A if first else 0) + ((Aa + 3 * ar(T, tp)) if last else 0)
@@ -257,8 +272,11 @@ def expected(tp_rank, pp_rank):
         e["pipeline"] += M * ((0 if last else Th * h * hid_es) + (0 if first else Th * h * hid_es))
         if tied and pp > 1 and (first or last):
             e["embedding"] += ar(Vp // tp * h, 2)
-        for nb in buckets(ts, tied and pp > 1):
-            e[grad] += part(nb // G, G, grad_es) + part(nb // G, G) if distopt else ar(nb, G, grad_es)
+        for nb, unit in buckets(ts, tied and pp > 1):
+            f = part(nb // G, G)
+            if fsdp == "og": e[grad] += M * f + f
+            elif fsdp == "ogp": e[grad] += M * f + (2 * M * f if unit >= 0 else f)
+            else: e[grad] += part(nb // G, G, grad_es) + f if distopt else ar(nb, G, grad_es)
         if cp > 1: e["context"] += M * (subs.count("*") * per_layer + subs.count("M") * mamba_a2a)
     if distopt: e["world"] += ar(1, W, 8)
     else: e["model"] += ar(1, tp * pp, 8)
