@@ -448,7 +448,9 @@ static mgt_status derive_sharding(mgt_args *a)
 		return mgt_err(MGT_ERR_USAGE, "--use-megatron-fsdp with --use-torch-fsdp2: choose one FSDP");
 	if (a->use_torch_fsdp2) {
 		a->dp_sharding = a->torch_fsdp2_no_reshard_after_forward ? MGT_DP_OPTIM_GRADS : MGT_DP_OPTIM_GRADS_PARAMS;
-		return check_sharding(a);
+		mgt_status st = check_sharding(a);
+		a->use_distributed_optimizer = true; /* the optimizer steps the shards */
+		return st;
 	}
 	if (!a->use_megatron_fsdp) return MGT_OK;
 	const char *s = a->data_parallel_sharding_strategy ? a->data_parallel_sharding_strategy : "optim_grads_params";

@@ -112,6 +112,7 @@ void mgt_model_shard_memory(const mgt_model *m, size_t *params, size_t *grads)
 {
 	const mgt_tensor_table *tt = &m->tt;
 	size_t shards = 0, outside = 0, lpw = mgt_model_lp_bytes(m) ? 2 : 0;
+	if (m->L.dp <= 1) return; /* one rank: nothing is sharded (lib/train/fsdp.c), every page is written */
 	for (int b = 0; b < tt->nbuckets; b++) {
 		int dp = tt->buckets[b].expert && m->L.edp > 0 ? m->L.edp : m->L.dp;
 		shards += tt->buckets[b].numel / (size_t)(dp > 0 ? dp : 1);

@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "attn_calls.h"
 #include "check.h"
@@ -225,6 +227,40 @@ static int keep_attn_ref(uint64_t key, uint64_t plane, uint64_t dsq, uint64_t ds
 }
 
 /* ================= memory ================= */
+
+/* Resident pages of [p, p + n) (p page-aligned), by mincore(2): independent of the backend. */
+static size_t resident_pages(void *p, size_t n)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), np = (n + pg - 1) / pg, r = 0;
+	unsigned char *v = calloc(np, 1);
+	if (v && mincore(p, n, v) == 0)
+		for (size_t i = 0; i < np; i++) r += v[i] & 1;
+	free(v);
+	return r;
+}
+
+/* FSDP's memory (backend.h reserve, discard): reserved memory reads zero and holds no pages until
+ * written; discard zeroes exactly its range (partial pages by memset) and gives back the pages
+ * wholly inside it, leaving the rest as written. */
+static void test_reserve(void)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = 16 * pg + 123;
+	unsigned char *p = O->reserve(be, n);
+	int zero = p != NULL;
+	size_t before = p ? resident_pages(p, n) : 99;
+	for (size_t i = 0; p && i < n; i++) zero &= p[i] == 0;
+	CHECK(p && zero && before == 0, "reserve: %zu bytes read zero, %zu pages resident before writing", n, before);
+	if (!p) return;
+	memset(p, 0xAB, n);
+	size_t written = resident_pages(p, n), lo = 3 * pg + 100, hi = 11 * pg + 7;
+	O->discard(be, p + lo, hi - lo);
+	size_t after = resident_pages(p, n); /* before reading: a read maps the zero page */
+	int ok = 1;
+	for (size_t i = 0; i < n; i++) ok &= p[i] == (i >= lo && i < hi ? 0 : 0xAB);
+	CHECK(ok && written == 17 && after == 17 - 7, "discard [%zu, %zu): zeroed exactly, resident pages %zu -> %zu "
+	      "(the 7 wholly inside given back)", lo, hi, written, after);
+	O->unreserve(be, p, n);
+}
 
 static void test_memory(void)
 {
@@ -2528,7 +2564,7 @@ static void test_cublaslt_lazy(void)
 static void test_supports(void)
 {
 	char why[256] = "";
-	CHECK(MGT_OP_COUNT == 53, "the op table has 53 ops (%d)", (int)MGT_OP_COUNT);
+	CHECK(MGT_OP_COUNT == 56, "the op table has 56 ops (%d)", (int)MGT_OP_COUNT);
 	CHECK(mgt_backend_supports(be, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why), "cpu supports gemm_fp8 (the emulation)");
 	CHECK(mgt_backend_supports(be, MGT_OP_attn_forward, MGT_DT_BF16, why, sizeof why) &&
 	      mgt_backend_supports(be, MGT_OP_attn_decode, MGT_DT_F16, why, sizeof why), "cpu supports attention ops");
@@ -2563,6 +2599,7 @@ int main(void)
 	      "OpenBLAS kernels: %s", core);
 #endif
 	test_memory();
+	test_reserve();
 	test_linear();
 	test_fp8_gemm();
 	test_embedding();

@@ -165,6 +165,37 @@ static void test_layout(int dp, bool distopt, int64_t bucket_size, bool shared)
 	mgt_tensor_table_free(&tt);
 }
 
+/* FSDP's units (MGT_BUCKETS_PER_LAYER): each bucket holds one decoder layer's tensors or only
+ * tensors outside layers, every shard of DP starts on a page (ends rounded to DP x 1024), the
+ * buckets tile the buffer, and there is one bucket per layer plus one at each end (the output
+ * layer and final norm first, the embeddings last). */
+static void test_layout_units(int dp)
+{
+	mgt_model_config c = config(false);
+	mgt_model_config_finalize(&c, 1);
+	mgt_tensor_table tt;
+	mgt_tensor_table_build(&tt, &c, 1, 0, 1, 0);
+	CHECK(mgt_tensor_table_layout(&tt, dp, true, MGT_BUCKETS_PER_LAYER, false) == MGT_OK, "units dp %d", dp);
+	int bad = 0;
+	size_t covered = 0;
+	for (int b = 0; b < tt.nbuckets; b++) {
+		size_t lo = tt.buckets[b].offset, hi = lo + tt.buckets[b].numel, a, e;
+		int64_t layer = -2;
+		for (int i = 0; i < tt.n; i++) {
+			if (!mgt_tensor_overlap(&tt.t[i], lo, hi, &a, &e)) continue;
+			bad += a != tt.t[i].offset || e != tt.t[i].offset + tt.t[i].numel; /* whole tensors */
+			bad += layer != -2 && layer != tt.t[i].layer;
+			layer = tt.t[i].layer;
+		}
+		bad += lo != covered || tt.buckets[b].numel % ((size_t)dp * MGT_PAGE_FLOATS);
+		covered = hi;
+	}
+	bad += covered != tt.buf_numel || tt.nbuckets != (int)c.num_layers + 2;
+	CHECK(bad == 0, "units dp %d: one layer a bucket, page-aligned shards, %d buckets for %lld layers", dp,
+	      tt.nbuckets, (long long)c.num_layers);
+	mgt_tensor_table_free(&tt);
+}
+
 /* Stages tile the layers in order; uneven counts land on the first / last stage. */
 static void test_stages(int64_t L, int P, int64_t F, int64_t E, bool valid)
 {
@@ -490,5 +521,8 @@ int main(void)
 	test_layout(4, true, 5000, false);
 	test_layout(2, false, 5000, false);
 	test_layout(8, true, 0, true);
+	test_layout_units(1);
+	test_layout_units(3);
+	test_layout_units(4);
 	return check_finish();
 }
