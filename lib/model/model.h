@@ -643,10 +643,12 @@ void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx);
  * layer (0 <= li < the chunk's layers) whose tensors it holds, or -1 for tensors outside layers
  * (embeddings, final norm, output layer: Megatron-FSDP gathers them but never reshards them);
  * -1 for every bucket of another layout.
- * mgt_model_set_param_hook: while set, the forward calls hook(ctx, m, li, true) before local
- * layer li's forward and hook(ctx, m, li, false) after it; the backward calls hook(.., true)
- * for every layer of a fully recomputed group before its rerun and for each layer before its
- * backward, and hook(.., false) after each layer's backward.  The hook brings the layer's
+ * mgt_model_set_param_hook: while set, the forward calls hook(ctx, m, li, MGT_PARAM_NEED) before
+ * local layer li's forward, then hook(.., li + 1, MGT_PARAM_PREFETCH) (the next layer's gather
+ * may start, overlapped with li's compute), and hook(.., li, MGT_PARAM_RELEASE) after it; the
+ * backward calls NEED for every layer of a fully recomputed group before its rerun and for each
+ * layer before its backward, PREFETCH for li - 1, and RELEASE after each layer's backward.  The
+ * hook brings the layer's
  * parameters (its units' buckets of mgt_model_params) and calls mgt_model_lp_refresh_range on
  * them; the forward then refreshes the 16-bit copy of the units outside layers only.  A non-OK
  * status ends the pass with it.  NULL clears it.  T5 chunks do not call it (MGT_ERR_USAGE from
@@ -656,7 +658,8 @@ void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx);
  * [tensors->buf_numel] of type mgt_precision_dtype(layout precision), or NULL (fp32).
  * mgt_model_init_params_range: mgt_model_init_params for the flat range [lo, hi) only (the
  * same values as the whole init gives there).  Errors: NOMEM, IO. */
-typedef mgt_status (*mgt_param_hook)(void *ctx, mgt_model *m, int li, bool need);
+typedef enum { MGT_PARAM_RELEASE, MGT_PARAM_NEED, MGT_PARAM_PREFETCH } mgt_param_use;
+typedef mgt_status (*mgt_param_hook)(void *ctx, mgt_model *m, int li, mgt_param_use use);
 int mgt_model_bucket_unit(const mgt_model *m, int b);
 void mgt_model_set_param_hook(mgt_model *m, mgt_param_hook hook, void *ctx);
 bool mgt_model_param_hook_supported(const mgt_model *m);

@@ -517,8 +517,9 @@ size_t mgt_model_lp_bytes(const mgt_model *m);
 void mgt_model_lp_refresh(mgt_model *m);
 /* shard.c: the units of a per-layer layout (m->unit); called by mgt_model_create after the layout. */
 mgt_status mgt_model_shard_setup(mgt_model *m);
-/* Run the parameter hook for local layer li (need: before its use; !need: after it); OK without one. */
-mgt_status mgt_model_param_use(mgt_model *m, int li, bool need);
+/* Run the parameter hook for local layer li (mgt_model_set_param_hook); OK without one or for a
+ * layer outside [0, n_layers). */
+mgt_status mgt_model_param_use(mgt_model *m, int li, mgt_param_use use);
 /* Sharded bytes of the parameter and gradient buffers (mgt_model_memory under FSDP). */
 void mgt_model_shard_memory(const mgt_model *m, size_t *params, size_t *grads);
 /* Fill m->inv_freq (allocated here when NULL) with the RoPE frequencies.  Errors: NOMEM, IO. */

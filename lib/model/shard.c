@@ -35,9 +35,10 @@ void mgt_model_set_param_hook(mgt_model *m, mgt_param_hook hook, void *ctx)
 
 bool mgt_model_param_hook_supported(const mgt_model *m) { return !m->t5; }
 
-mgt_status mgt_model_param_use(mgt_model *m, int li, bool need)
+mgt_status mgt_model_param_use(mgt_model *m, int li, mgt_param_use use)
 {
-	return m->run.phook ? m->run.phook(m->run.phook_ctx, m, li, need) : MGT_OK;
+	if (!m->run.phook || li < 0 || li >= m->n_layers) return MGT_OK;
+	return m->run.phook(m->run.phook_ctx, m, li, use);
 }
 
 void mgt_model_lp_refresh_range(mgt_model *m, size_t lo, size_t hi)

@@ -68,10 +68,11 @@ static mgt_status layers_fwd(mgt_model *m, bool train)
 		st = mgt_model_embed_fwd(m, train, m->n_layers ? (void *)m->cur->la[0].x_in : (void *)m->cur->res_out,
 					 mgt_sublayer_site_key(m, -1, 0));
 	for (int li = 0; !st && li < m->n_layers; li++) {
-		st = mgt_model_param_use(m, li, true);
+		st = mgt_model_param_use(m, li, MGT_PARAM_NEED);
+		if (!st) st = mgt_model_param_use(m, li + 1, MGT_PARAM_PREFETCH);
 		for (int k = m->k0[li]; !st && k < m->k0[li + 1]; k++)
 			st = kind_of(m, k)->fwd(m, li, train, kind_out(m, li, k, m->n_layers, m->cur->res_out));
-		if (!st) st = mgt_model_param_use(m, li, false);
+		if (!st) st = mgt_model_param_use(m, li, MGT_PARAM_RELEASE);
 	}
 	return st;
 }
@@ -119,7 +120,7 @@ mgt_status mgt_model_forward(mgt_model *m, int slot, const mgt_microbatch *mb, b
 static mgt_status recompute_group(mgt_model *m, int g0, int g1, bool train)
 {
 	mgt_status st = MGT_OK;
-	for (int li = g0; !st && li < g1; li++) st = mgt_model_param_use(m, li, true);
+	for (int li = g0; !st && li < g1; li++) st = mgt_model_param_use(m, li, MGT_PARAM_NEED);
 	for (int li = g0; !st && li < g1; li++)
 		for (int k = m->k0[li]; !st && k < m->k0[li + 1]; k++)
 			st = kind_of(m, k)->fwd(m, li, train, kind_out(m, li, k, g1, NULL));
@@ -152,13 +153,14 @@ static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 		int g0, g1;
 		if (mgt_model_rc_full(m, li) && (mgt_model_rc_group(m, li, &g0, &g1), li == g1 - 1))
 			st = recompute_group(m, g0, g1, train);
-		if (!st) st = mgt_model_param_use(m, li, true);
+		if (!st) st = mgt_model_param_use(m, li, MGT_PARAM_NEED);
+		if (!st) st = mgt_model_param_use(m, li - 1, MGT_PARAM_PREFETCH);
 		for (int k = m->k0[li + 1] - 1; !st && k >= m->k0[li]; k--) {
 			const mgt_layer_kind_ops *K = kind_of(m, k);
 			if (selective && K->rerun) st = K->rerun(m, li, train);
 			if (!st) st = K->bwd(m, li, train);
 		}
-		if (!st) st = mgt_model_param_use(m, li, false);
+		if (!st) st = mgt_model_param_use(m, li, MGT_PARAM_RELEASE);
 		if (!st && m->run.hook) st = m->run.hook(m->run.hook_ctx, m, m->first_layer + li);
 	}
 	if (!st && train) st = mgt_model_fp8_update(m, true); /* TE: after the first fp8 module's backward */

@@ -12,7 +12,10 @@
  *  - optim_grads_params (ZeRO-3): besides, the fp32 parameters of each layer unit are held as the
  *    owned shard only; the parameter hook all-gathers a unit before the layer's forward and
  *    again before its backward (its 16-bit copy cast from the gathered unit), and gives back all
- *    but the shard after each.  The units outside layers are gathered after every step and kept
+ *    but the shard after each.  The next layer's gather is queued as a layer starts (prefetch),
+ *    and a unit's gradients are given back at the next layer's hook, so that on GPUs both
+ *    collectives run on the group's stream beside the compute (Megatron-FSDP's prefetch and
+ *    overlapped reduce-scatter).  The units outside layers are gathered after every step and kept
  *    whole, as Megatron-FSDP keeps the modules outside its units.
  * The optimizer steps the owned shards as the distributed optimizer does (setup.c), and every
  * collective goes through the bucket's data-parallel group (the expert one for expert rows). */
@@ -65,13 +68,14 @@ mgt_status trainer_fsdp_setup(trainer *t)
 	if (!shards_grads(t)) return MGT_OK;
 	int V = t->V;
 	if (!(t->fsdp.nbwd = mgt_malloc((size_t)V * sizeof *t->fsdp.nbwd)) ||
+	    !(t->fsdp.pending = mgt_malloc((size_t)V * sizeof *t->fsdp.pending)) ||
 	    !(t->fsdp.gathered = mgt_malloc((size_t)V * sizeof *t->fsdp.gathered)))
 		return MGT_ERR_NOMEM;
 	memset(t->fsdp.gathered, 0, (size_t)V * sizeof *t->fsdp.gathered);
 	for (int c = 0; c < V; c++) {
 		mgt_model *m = t->chunk[c];
 		int nb = mgt_model_tensors(m)->nbuckets;
-		t->fsdp.nbwd[c] = 0;
+		t->fsdp.nbwd[c] = t->fsdp.pending[c] = 0;
 		if (!shards_params(t)) continue;
 		if (!mgt_model_param_hook_supported(m))
 			return mgt_err(MGT_ERR_USAGE, "--data-parallel-sharding-strategy optim_grads_params: this model's "
@@ -88,6 +92,7 @@ void trainer_fsdp_free(trainer *t)
 	for (int c = 0; t->fsdp.gathered && c < t->V; c++) free(t->fsdp.gathered[c]);
 	free(t->fsdp.gathered);
 	free(t->fsdp.nbwd);
+	free(t->fsdp.pending);
 }
 
 /* ---- gradients ---- */
@@ -115,18 +120,30 @@ void trainer_fsdp_before_backward(trainer *t, int c)
 	}
 }
 
-/* The gradient hook of every backward: the units reduce-scattered as they complete (grads.c),
- * then all but the owned shards given back; at the end the next backward starts again at the
- * first bucket. */
+/* Buckets whose reduce-scatter was queued and that are not given back yet: the compute stream
+ * waits for the group's, then all but the owned shards go. */
+static mgt_status drop_pending(trainer *t, int c)
+{
+	mgt_model *m = t->chunk[c];
+	if (t->fsdp.pending[c] == t->ddp.buckets_done[c]) return MGT_OK;
+	mgt_status st = trainer_wait_dp(t);
+	if (!st) drop_grads(t, m, t->fsdp.pending[c], t->ddp.buckets_done[c]);
+	t->fsdp.pending[c] = t->ddp.buckets_done[c];
+	return st;
+}
+
+/* The gradient hook of every backward: the buckets reduced at the previous call given back (their
+ * reduce-scatters ran beside the layer's backward since), then the units now complete queued
+ * (grads.c); at the end of the backward every bucket given back, and the next backward starts
+ * again at the first. */
 mgt_status trainer_fsdp_grad_ready(void *ctx, mgt_model *m, int done_from_layer)
 {
 	trainer *t = ctx;
-	int c = chunk_index(t, m), before = t->ddp.buckets_done[c];
-	mgt_status st = trainer_grad_ready(ctx, m, done_from_layer);
-	int after = t->ddp.buckets_done[c];
-	if (!st && after > before) st = trainer_wait_dp(t);
-	if (!st) drop_grads(t, m, before, after);
-	if (done_from_layer == INT_MIN) t->ddp.buckets_done[c] = 0;
+	int c = chunk_index(t, m);
+	mgt_status st = drop_pending(t, c);
+	if (!st) st = trainer_grad_ready(ctx, m, done_from_layer);
+	if (!st && done_from_layer == INT_MIN) st = drop_pending(t, c);
+	if (done_from_layer == INT_MIN) t->ddp.buckets_done[c] = t->fsdp.pending[c] = 0;
 	return st;
 }
 
@@ -140,15 +157,27 @@ void trainer_fsdp_after_finish(trainer *t)
 
 /* ---- parameters (optim_grads_params) ---- */
 
-static mgt_status gather_bucket(trainer *t, mgt_model *m, int b)
+/* A bucket's parameters: released (its shard only), being gathered (the all-gather queued on the
+ * group's stream), or gathered (waited for, its 16-bit copy cast). */
+enum { RELEASED, IN_FLIGHT, GATHERED };
+
+/* Queue the all-gather of bucket b's fp32 parameters. */
+static mgt_status start_gather(trainer *t, mgt_model *m, int b)
 {
 	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
 	mgt_comm *dp = trainer_bucket_comm(t, k);
 	size_t own, part;
 	shard_of(t, k, &own, &part);
 	float *x = mgt_model_params(m) + k->offset;
-	mgt_status st = dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
-	if (!st) st = mgt_comm_wait(dp);
+	return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
+}
+
+/* Wait for bucket b's all-gather (the compute stream waits for the group's), then cast its
+ * 16-bit copy. */
+static mgt_status finish_gather(trainer *t, mgt_model *m, int b)
+{
+	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
+	mgt_status st = mgt_comm_wait(trainer_bucket_comm(t, k));
 	if (!st) mgt_model_lp_refresh_range(m, k->offset, k->offset + k->numel);
 	return st;
 }
@@ -156,23 +185,30 @@ static mgt_status gather_bucket(trainer *t, mgt_model *m, int b)
 static void release_bucket(trainer *t, mgt_model *m, int b)
 {
 	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
+	mgt_comm_wait(trainer_bucket_comm(t, k)); /* a gather still in flight writes the unit */
 	drop_outside(t, k, mgt_model_params(m), sizeof(float));
 	void *lp = mgt_model_params_lp(m);
 	if (lp) t->be->ops->discard(t->be, (uint16_t *)lp + k->offset, k->numel * 2);
 }
 
-mgt_status trainer_fsdp_param_hook(void *ctx, mgt_model *m, int li, bool need)
+/* One bucket of the layer the hook names: PREFETCH queues its gather, NEED also waits for it,
+ * RELEASE (after waiting for a gather still in flight) keeps the shard only. */
+static mgt_status use_bucket(trainer *t, mgt_model *m, int b, char *g, mgt_param_use use)
+{
+	mgt_status st = MGT_OK;
+	if (use != MGT_PARAM_RELEASE && *g == RELEASED && !(st = start_gather(t, m, b))) *g = IN_FLIGHT;
+	if (!st && use != MGT_PARAM_PREFETCH && *g == IN_FLIGHT && !(st = finish_gather(t, m, b))) *g = GATHERED;
+	if (!st && use == MGT_PARAM_RELEASE && *g != RELEASED) release_bucket(t, m, b), *g = RELEASED;
+	return st;
+}
+
+mgt_status trainer_fsdp_param_hook(void *ctx, mgt_model *m, int li, mgt_param_use use)
 {
 	trainer *t = ctx;
 	int c = chunk_index(t, m);
-	char *g = t->fsdp.gathered[c];
 	mgt_status st = MGT_OK;
-	for (int b = 0; !st && b < mgt_model_tensors(m)->nbuckets; b++) {
-		if (mgt_model_bucket_unit(m, b) != li || g[b] == need) continue;
-		if (need) st = gather_bucket(t, m, b);
-		else release_bucket(t, m, b);
-		g[b] = need;
-	}
+	for (int b = 0; !st && b < mgt_model_tensors(m)->nbuckets; b++)
+		if (mgt_model_bucket_unit(m, b) == li) st = use_bucket(t, m, b, &t->fsdp.gathered[c][b], use);
 	return st;
 }
 

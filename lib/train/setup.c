@@ -207,7 +207,9 @@ mgt_status trainer_setup(trainer *t)
 					   a->expert_model_parallel_size > 0 ? (int)a->expert_model_parallel_size : 1);
 	if (st) return st;
 	if ((st = setup_backend(t))) return st;
-	if ((st = mgt_parallel_to_device(&t->ps, t->be, a->overlap_grad_reduce))) return st;
+	/* the data-parallel collectives on a stream of their own: overlapped buckets, FSDP */
+	bool side = a->overlap_grad_reduce || a->dp_sharding >= MGT_DP_OPTIM_GRADS;
+	if ((st = mgt_parallel_to_device(&t->ps, t->be, side))) return st;
 	t->rss_baseline = trainer_peak_rss();
 	if (!t->be->host_memory) {
 		char what[64];

@@ -65,7 +65,7 @@ typedef struct trainer {
 	/* FSDP (fsdp.c): per chunk, its backwards so far this iteration and, with
 	 * optim_grads_params, per bucket whether its parameters are gathered now */
 	struct {
-		int *nbwd;
+		int *nbwd, *pending;   /* pending: buckets [pending, buckets_done) reduced, not given back */
 		char **gathered;
 	} fsdp;
 	mgt_lr_sched sched;
@@ -357,7 +357,7 @@ void trainer_fsdp_zero_grads(trainer *t);
 void trainer_fsdp_before_backward(trainer *t, int c);
 mgt_status trainer_fsdp_grad_ready(void *ctx, mgt_model *m, int done_from_layer);
 void trainer_fsdp_after_finish(trainer *t);
-mgt_status trainer_fsdp_param_hook(void *ctx, mgt_model *m, int li, bool need);
+mgt_status trainer_fsdp_param_hook(void *ctx, mgt_model *m, int li, mgt_param_use use);
 mgt_status trainer_fsdp_init_params(trainer *t, mgt_model *m, uint64_t seed);
 void trainer_fsdp_shard_params(trainer *t);
 bool trainer_fsdp_gathers_after_step(const trainer *t, const mgt_model *m, int b);
