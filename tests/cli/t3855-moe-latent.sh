@@ -54,7 +54,7 @@ sys.exit(moe_ref.selfcheck(mgt_ref))' > '$T/self.out' 2>&1; r=\$?; sed 's/^/# /'
 	ok "... the dump holds both projections with their shapes" $PY -c "
 import h5py, sys
 f = h5py.File('gpt.h5')
-s = {k: f['iter1/grads/' + k].shape for k in ('decoder.layers.0.mlp.fc1_latent_proj.weight',
+s = {k: f['grads/' + k].shape for k in ('decoder.layers.0.mlp.fc1_latent_proj.weight',
      'decoder.layers.0.mlp.fc2_latent_proj.weight', 'decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight')}
 print('#', s)
 sys.exit(list(s.values()) != [(24, 64), (64, 24), (256, 24)])"
