@@ -860,6 +860,7 @@ void mgt_hf_from_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_t
  * (COLUMN), norm.weight [G, DI/G] (GROUPS; G the caller's); NemotronH's MoE as llama.cpp's
  * nemotron_h_moe (conversion/nemotron.py; constants.py TENSOR_NAMES): gate.weight ffn_gate_inp,
  * gate.e_score_correction_bias exp_probs_b.bias, shared_experts.{up,down}_proj ffn_{up,down}_shexp,
+ * fc1_latent_proj ffn_latent_down and fc2_latent_proj ffn_latent_up (moe_latent_size),
  * and experts.E.{up,down}_proj one stacked tensor ffn_{up,down}_exps.weight [E, rows, cols] for all
  * E experts (EXPERTS: the caller stacks them).  Errors: MGT_ERR_USAGE for a name without a GGUF
  * counterpart. */

@@ -16,7 +16,14 @@
 #  4. a checkpoint records moe_latent_size: a run without the flag is refused loading it, and
 #     --use-checkpoint-args takes it;
 #  5. bad input refused naming the flag, exit 2, before anything is written: a latent size
-#     without --num-experts, a negative one, 0.
+#     without --num-experts, a negative one, 0;
+#  6. conversions of that GPT MoE checkpoint: to Hugging Face and GGUF refused naming the flag
+#     (only NemotronH has latent projections: t4140 converts those); to Megatron-LM torch (TP2 x
+#     EP2) and torch_dist (TP2) and back, every weight bit for bit, the independent reader
+#     (tests/cli/megatron_ckpt.py, torch.load) finding the projections; the fixtures' Megatron
+#     checkpoints (torch TP2 x EP2 x DP2; torch_dist TP2 x PP2 x DP2 with the distributed
+#     optimizer: the projections' place in Megatron's parameter order) read bit for bit, Adam's
+#     moments and the progress included.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 REF=$ROOT/tests/torch
@@ -140,4 +147,37 @@ nolat() {
 ok "a run without --moe-latent-size is refused loading it (naming moe_latent_size)" nolat
 ok "--use-checkpoint-args takes moe_latent_size: iteration 7 resumes" eval \
 	"resume uca --use-checkpoint-args && grep -q 'moe_latent_size \.* 24' uca.err && grep -q '\"iteration\":7' uca.jsonl"
+# ---- 6. conversions of the tiny-moe checkpoint ------------------------------------------------
+# to Hugging Face or GGUF: no family but NemotronH (t4140) has latent projections: exit 3 / 2
+ok "mgt-ckpt-convert to HF: exit 3, naming --moe-latent-size, nothing written" eval \
+	'"$BIN/mgt-ckpt-convert" --load-dir ck_one --save-dir nohf 2>nohf.err; r=$?; sed "s/^/# /" nohf.err
+	[ $r = 3 ] && grep -q -- --moe-latent-size nohf.err && [ ! -e nohf ]'
+ok "mgt-export to GGUF: refused, naming --moe-latent-size, nothing written" eval \
+	'"$BIN/mgt-export" --load-dir ck_one --output no.gguf 2>nogg.err; r=$?; sed "s/^/# /" nogg.err
+	[ $r != 0 ] && grep -q -- --moe-latent-size nogg.err && [ ! -e no.gguf ]'
+# Megatron-LM's formats (mlp.fc1_latent_proj / fc2_latent_proj, TELinear with _extra_state, after the
+# router in the parameter order): mgt's writer and the fixtures' (tests/cli/megatron_ckpt.py), read back
+if $PY -c 'import torch' 2>/dev/null; then
+	MG="$PY $ROOT/tests/cli/megatron_ckpt.py"
+	for f in "torch|--target-tensor-parallel-size 2 --target-expert-parallel-size 2" "torch_dist|--target-tensor-parallel-size 2"; do
+		fmt=${f%%|*} fl=${f#*|}
+		ok "to Megatron $fmt ($fl) and back: every weight bit for bit" eval \
+			'"$BIN/mgt-ckpt-convert" --quiet --load-dir ck_one --save-dir mg-$fmt --save-format $fmt $fl &&
+			"$BIN/mgt-ckpt-convert" --quiet --load-dir mg-$fmt --save-dir mg-$fmt.mgt &&
+			$PY "$ROOT/tests/cli/ckpt_state.py" ck_one mg-$fmt.mgt --weights-only'
+		ok "  the independent reader finds the projections [24, 64] and [64, 24]" $PY -c "
+import subprocess, sys, numpy as np
+subprocess.check_call(sys.argv[1:] + ['from-megatron', '--dir', 'mg-$fmt', '--out', 'mg-$fmt.npz'])
+z = np.load('mg-$fmt.npz')
+s = [z[k].shape for k in sorted(z.files) if 'latent_proj' in k and k.startswith('decoder.')]
+print('#', len(s), set(s)); sys.exit(len(s) != 8 or set(s) != {(24, 64), (64, 24)})" $MG
+	done
+	for f in "torch --tp 2 --ep 2 --dp 2" "torch_dist --tp 2 --pp 2 --dp 2 --dist-opt"; do
+		ok "Megatron fixture ($f) to mgt: weights, Adam moments and progress bit for bit" eval \
+			'rm -rf fx fx.mgt && $MG to-megatron --mgt ck_one --out fx --format $f >fx.log 2>&1 &&
+			"$BIN/mgt-ckpt-convert" --quiet --load-dir fx --save-dir fx.mgt && $PY "$ROOT/tests/cli/ckpt_state.py" ck_one fx.mgt'
+	done
+else
+	skip "$PY lacks torch: no Megatron fixtures"
+fi
 done_testing
