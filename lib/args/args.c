@@ -192,6 +192,7 @@
 	X(B, moe_pad_expert_input_to_capacity, model.moe_pad_expert_input_to_capacity, "moe-pad-expert-input-to-capacity", "false", "", "pad each expert's tokens to its capacity") \
 	X(I, moe_shared_expert_intermediate_size, model.moe_shared_expert_intermediate_size, "moe-shared-expert-intermediate-size", "None", "[1,)", "shared expert MLP size (None: no shared expert)") \
 	X(B, moe_shared_expert_gate, model.moe_shared_expert_gate, "moe-shared-expert-gate", "false", "", "sigmoid gate on the shared expert's output (Qwen2-MoE)") \
+	X(I, moe_latent_size, model.moe_latent_size, "moe-latent-size", "None", "[1,)", "latent width of the routed experts: tokens projected down before them and back up after (None: no projection)") \
 	X(A, moe_token_dispatcher_type, moe_token_dispatcher_type, "moe-token-dispatcher-type", "allgather", "", "allgather or alltoall") \
 	X(B, moe_per_layer_logging, moe_per_layer_logging, "moe-per-layer-logging", "false", "", "each MoE layer's losses in TensorBoard too") \
 	X(I, expert_model_parallel_size, expert_model_parallel_size, "expert-model-parallel-size", "1", "[1,)", "expert parallel size EP") \

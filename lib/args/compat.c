@@ -270,7 +270,6 @@ static const compat_row rows[] = {
 	{ "moe-token-dropping", 'r', '0', NULL, "Megatron's moe_token_dropping is not implemented: use --moe-expert-capacity-factor" },
 	{ "moe-layer-recompute", 'r', '0', NULL, "recomputing MoE layers is not implemented" },
 	{ "moe-apply-probs-on-input", 'r', '0', NULL, "the routing probabilities are applied after the experts' activation only" },
-	{ "moe-latent-size", 'r', '1', NULL, "MoE latent projections are not implemented" },
 	{ "moe-mlp-glu-interleave-size", 'r', '1', NULL, "interleaved GLU weights are not implemented (fc1 is [gate; up])" },
 	{ "moe-shared-expert-glu-interleave-size", 'r', '1', NULL, "interleaved GLU weights are not implemented (fc1 is [gate; up])" },
 	{ "moe-pad-experts-for-cuda-graph-inference", 'r', '0', NULL, INFER },

@@ -347,9 +347,14 @@ static mgt_status read_args(hf_out *h)
 	return st;
 }
 
+/* The Hugging Face family of the output and its check; none for a Megatron-LM output (--save-format
+ * torch or torch_dist), whose names are Megatron's own: a model no Hugging Face family holds (one
+ * trained with --moe-latent-size as a GPT MoE) is still written there. */
 static mgt_status pick_family(hf_out *h)
 {
 	const char *mt = json_string_value(json_object_get(json_object_get(h->hf, "config"), "model_type"));
+	const char *sf = h->o->save_format;
+	if (sf && (!strcmp(sf, "torch") || !strcmp(sf, "torch_dist"))) return MGT_OK;
 	mgt_status st = MGT_OK;
 	if (h->o->family) st = mgt_hf_family_parse(h->o->family, &h->f);
 	else if (mt) st = mgt_hf_family_parse(mt, &h->f);

@@ -189,7 +189,9 @@ static mgt_status kv_layers(exporter *e, const char *key, int64_t v_attn, int64_
  * the counts and groups): expert_count E, expert_used_count k, expert_feed_forward_length,
  * expert_shared_feed_forward_length, expert_shared_count 1, expert_weights_norm (Megatron
  * normalizes the chosen sigmoid scores exactly when k > 1), expert_weights_scale (the top-k scaling
- * factor, 1 when unset), expert_gating_func 2 (sigmoid; nemotron_h_moe fixes it anyway); with
+ * factor, 1 when unset), expert_gating_func 2 (sigmoid; nemotron_h_moe fixes it anyway),
+ * moe_latent_size with --moe-latent-size (llama.cpp: the experts' width, ffn_latent_down before
+ * them, ffn_latent_up after, router and shared expert on the full hidden state); with
  * group-limited routing that masks groups, expert_group_count and expert_group_used_count (llama.cpp
  * asserts used < count: routing that keeps every group is written as none). */
 static mgt_status moe_kv(exporter *e)
@@ -205,6 +207,7 @@ static mgt_status moe_kv(exporter *e)
 	TRY(mgt_gguf_set_bool(e->w, k, c->moe_router_topk > 1));
 	TRY(kv_f32(e, "expert_weights_scale", c->moe_router_topk_scaling_factor > 0 ? c->moe_router_topk_scaling_factor : 1.0));
 	TRY(kv_u32(e, "expert_gating_func", 2));
+	if (c->moe_latent_size) TRY(kv_u32(e, "moe_latent_size", c->moe_latent_size)); /* ffn_latent_down / _up */
 	if (c->moe_router_num_groups > 1 && c->moe_router_group_topk > 0 && c->moe_router_group_topk < c->moe_router_num_groups) {
 		TRY(kv_u32(e, "expert_group_count", c->moe_router_num_groups));
 		TRY(kv_u32(e, "expert_group_used_count", c->moe_router_group_topk));
@@ -454,7 +457,8 @@ static mgt_status write_tensors(exporter *e)
 	 * tensors are made; it holds the largest row, so also rope_freqs [rot_dim / 2] */
 	row_data r = {.s = &s, .fixed = s.whole};
 	const mgt_model_config *c = e->c;
-	size_t ne = c->num_experts > 0 ? (size_t)(c->num_experts * c->moe_ffn_hidden_size * c->hidden_size) : 0;
+	int64_t eh = c->moe_latent_size ? c->moe_latent_size : c->hidden_size; /* the experts' hidden side */
+	size_t ne = c->num_experts > 0 ? (size_t)(c->num_experts * c->moe_ffn_hidden_size * eh) : 0;
 	for (int i = 0; !st && ne && i < 2; i++)
 		if (!(r.stack[i] = mgt_malloc(ne * sizeof(float)))) st = MGT_ERR_NOMEM;
 	if (!st && e->c->use_rope_scaling) {

@@ -347,9 +347,9 @@ static mgt_status hybrid_pattern(json_t *cfg, mgt_hf_family f, const char *file,
  * groups of the largest group scores and mask the others' choice scores with -inf, but transformers
  * scores a group by its top 2 choice scores and Megatron (moe_utils.py group_limited_topk) by its top
  * k / topk_group, so they convert when k / topk_group is 2 (or topk_group is n_group: no group is
- * masked).  Refused: a latent projection (moe_latent_size: Megatron-Core's --moe-latent-size,
- * fc1_latent_proj / fc2_latent_proj around the routed experts, which mgt-train lacks), no shared
- * experts. */
+ * masked).  A latent projection (moe_latent_size: NemotronHMoE's fc1_latent_proj /
+ * fc2_latent_proj around the routed experts, the router and shared experts on the full hidden
+ * state) is Megatron-Core's --moe-latent-size.  Refused: no shared experts. */
 static mgt_status nemotron_moe_in(json_t *cfg, const char *file, mgt_args *a)
 {
 	static const char *const keys[][2] = {
@@ -387,10 +387,9 @@ static mgt_status nemotron_moe_in(json_t *cfg, const char *file, mgt_args *a)
 		if (!st) st = set_num(a, file, "topk_group", "moe_router_group_topk", tg);
 		if (st) return st;
 	}
-	if (lat && !json_is_null(lat))
-		return mgt_err(MGT_ERR_INPUT, "%s: \"moe_latent_size\": a latent projection around the routed experts "
-			       "(fc1_latent_proj, fc2_latent_proj; Megatron-Core's --moe-latent-size) is not implemented by "
-			       "mgt-train, so it is not converted", file);
+	if (lat && !json_is_null(lat) && (!json_is_integer(lat) || json_integer_value(lat) < 1))
+		return bad_key(file, "moe_latent_size", "a positive size or null");
+	if (lat && !json_is_null(lat) && (st = set_num(a, file, "moe_latent_size", "moe_latent_size", lat))) return st;
 	bool norm = json_is_true(json_object_get(cfg, "norm_topk_prob"));
 	if (norm != (c->moe_router_topk > 1))
 		return mgt_err(MGT_ERR_INPUT, "%s: \"norm_topk_prob\" %s with top-%lld: Megatron's sigmoid router normalizes the "
@@ -633,6 +632,7 @@ static const char *moe_not_in(const mgt_model_config *c, mgt_hf_family f)
 	if (s->shared_expert && (!c->moe_shared_expert_intermediate_size || !c->moe_shared_expert_gate))
 		return "no gated shared expert (Qwen2-MoE has one: --moe-shared-expert-intermediate-size, --moe-shared-expert-gate)";
 	if (!s->shared_expert && c->moe_shared_expert_intermediate_size) return "--moe-shared-expert-intermediate-size";
+	if (c->moe_latent_size) return "--moe-latent-size (of the MoE families only NemotronH's has latent projections)";
 	return NULL;
 }
 
@@ -812,6 +812,7 @@ static void hybrid_config_json(json_t *o, const mgt_model_config *c, mgt_hf_fami
 		json_object_set_new(o, "norm_topk_prob", json_boolean(c->moe_router_topk > 1));
 		put_int(o, "n_group", hybrid_groups(c) ? c->moe_router_num_groups : 1);
 		put_int(o, "topk_group", hybrid_groups(c) ? c->moe_router_group_topk : 1);
+		if (c->moe_latent_size) put_int(o, "moe_latent_size", c->moe_latent_size);
 	}
 	put_int(o, "max_position_embeddings", c->max_position_embeddings);
 	json_object_set_new(o, "attention_bias", json_false());

@@ -119,6 +119,7 @@ static const char *const model_keys[] = {
 	"num_experts", "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
 	"moe_shared_expert_gate", "moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
 	"moe_router_num_groups", "moe_router_group_topk", "moe_router_enable_expert_bias", "moe_layer_freq",
+	"moe_latent_size",
 	"make_vocab_size_divisible_by", "openai_gelu", "use_rope_scaling", "rope_scaling_factor",
 	"decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers", "tokenizer_type", "vocab_file",
 	"merge_file", "tokenizer_model", "vocab_size", "seed", "bf16", "fp16", "init_method_std",
@@ -337,20 +338,22 @@ bool mg_key(const mg_src *m, const mg_chunk *c, const mgt_tensor *x, int alt, ch
  * (input_layernorm, self_attention, pre_mlp_layernorm, mlp), attention.py (core_attention,
  * linear_proj, then SelfAttention's linear_qkv, q_layernorm, k_layernorm), Transformer Engine's
  * LayerNormLinear (layer_norm_weight, layer_norm_bias, weight, bias), mlp.py (linear_fc1,
- * linear_fc2), moe_layer.py (router, experts, shared_experts; SharedExpertMLP's gate_weight before
- * its linear layers).  The local spec has the norms as input_layernorm / pre_mlp_layernorm. */
+ * linear_fc2), moe_layer.py (router, fc1_latent_proj and fc2_latent_proj with --moe-latent-size,
+ * experts, shared_experts; SharedExpertMLP's gate_weight before its linear layers).  The local spec has the norms as input_layernorm / pre_mlp_layernorm. */
 static int role_rank(mgt_tensor_role r, bool local_spec)
 {
 	static const mgt_tensor_role te[] = {
 		MGT_T_WORD_EMB, MGT_T_POS_EMB, MGT_T_PROJ_W, MGT_T_PROJ_B, MGT_T_LN1_W, MGT_T_LN1_B, MGT_T_QKV_W, MGT_T_QKV_B,
 		MGT_T_QNORM_W, MGT_T_QNORM_B, MGT_T_KNORM_W, MGT_T_KNORM_B, MGT_T_LN2_W, MGT_T_LN2_B, MGT_T_FC1_W, MGT_T_FC1_B,
-		MGT_T_FC2_W, MGT_T_FC2_B, MGT_T_ROUTER_W, MGT_T_ROUTER_B, MGT_T_EXP_FC1_W, MGT_T_EXP_FC2_W, MGT_T_SH_GATE_W,
+		MGT_T_FC2_W, MGT_T_FC2_B, MGT_T_ROUTER_W, MGT_T_ROUTER_B, MGT_T_LAT_FC1_W, MGT_T_LAT_FC2_W, MGT_T_EXP_FC1_W,
+		MGT_T_EXP_FC2_W, MGT_T_SH_GATE_W,
 		MGT_T_SH_FC1_W, MGT_T_SH_FC2_W, MGT_T_FINAL_LN_W, MGT_T_FINAL_LN_B, MGT_T_OUTPUT_W,
 	};
 	static const mgt_tensor_role loc[] = {
 		MGT_T_WORD_EMB, MGT_T_POS_EMB, MGT_T_LN1_W, MGT_T_LN1_B, MGT_T_PROJ_W, MGT_T_PROJ_B, MGT_T_QKV_W, MGT_T_QKV_B,
 		MGT_T_QNORM_W, MGT_T_QNORM_B, MGT_T_KNORM_W, MGT_T_KNORM_B, MGT_T_LN2_W, MGT_T_LN2_B, MGT_T_FC1_W, MGT_T_FC1_B,
-		MGT_T_FC2_W, MGT_T_FC2_B, MGT_T_ROUTER_W, MGT_T_ROUTER_B, MGT_T_EXP_FC1_W, MGT_T_EXP_FC2_W, MGT_T_SH_GATE_W,
+		MGT_T_FC2_W, MGT_T_FC2_B, MGT_T_ROUTER_W, MGT_T_ROUTER_B, MGT_T_LAT_FC1_W, MGT_T_LAT_FC2_W, MGT_T_EXP_FC1_W,
+		MGT_T_EXP_FC2_W, MGT_T_SH_GATE_W,
 		MGT_T_SH_FC1_W, MGT_T_SH_FC2_W, MGT_T_FINAL_LN_W, MGT_T_FINAL_LN_B, MGT_T_OUTPUT_W,
 	};
 	const mgt_tensor_role *o = local_spec ? loc : te;

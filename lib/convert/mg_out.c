@@ -77,7 +77,7 @@ void mg_put_head(mg_out *o, mgt_pyw *w, int64_t it, json_t *meta)
  * module prefix (the key without ".weight"). */
 static bool te_module(const mgt_tensor *x, const char *key, char *mod, size_t n)
 {
-	static const mgt_tensor_role r[] = {MGT_T_QKV_W, MGT_T_PROJ_W, MGT_T_FC1_W, MGT_T_FC2_W};
+	static const mgt_tensor_role r[] = {MGT_T_QKV_W, MGT_T_PROJ_W, MGT_T_FC1_W, MGT_T_FC2_W, MGT_T_LAT_FC1_W, MGT_T_LAT_FC2_W};
 	for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
 		if (x->role == r[i]) {
 			size_t l = strlen(key);

@@ -195,7 +195,8 @@ static void put_row(mg_out *o, dstore *s, const mgt_tensor *g, bool stacked, con
 }
 
 /* Transformer Engine's extra state of layer l: its linear modules and attention, a MoE layer's
- * TENorm and experts (transformer/utils.py _get_extra_state_offsets: shard_<l>_<L>). */
+ * TENorm, latent projections and experts (transformer/utils.py _get_extra_state_offsets:
+ * shard_<l>_<L>). */
 static void put_layer_extra(mg_out *o, dstore *s, int64_t l, bool stacked)
 {
 	const mgt_model_config *c = &o->h.a.model;
@@ -223,6 +224,10 @@ static void put_layer_extra(mg_out *o, dstore *s, int64_t l, bool stacked)
 	}
 	snprintf(mod, sizeof mod, "%s.pre_mlp_layernorm", pre);
 	put_extra(s, mod, shard);
+	for (int i = 1; c->moe_latent_size && i <= 2; i++) { /* TELinear, parallel_mode "duplicated" */
+		snprintf(mod, sizeof mod, "%s.mlp.fc%d_latent_proj", pre, i);
+		put_extra(s, mod, shard);
+	}
 	for (int64_t e = 0; e < c->num_experts; e++)
 		for (int i = 1; i <= 2; i++) {
 			char es[96];

@@ -194,6 +194,8 @@ static const struct {
 	 * experts and shared_experts of up_proj and down_proj; Megatron-Bridge's mapping) */
 	{MGT_T_ROUTER_W, "mixer.gate.weight"}, {MGT_T_EXPERT_BIAS, "mixer.gate.e_score_correction_bias"},
 	{MGT_T_SH_FC1_W, "mixer.shared_experts.up_proj.weight"}, {MGT_T_SH_FC2_W, "mixer.shared_experts.down_proj.weight"},
+	/* its latent projections (moe_latent_size; NemotronHMoE fc1_latent_proj, fc2_latent_proj) */
+	{MGT_T_LAT_FC1_W, "mixer.fc1_latent_proj.weight"}, {MGT_T_LAT_FC2_W, "mixer.fc2_latent_proj.weight"},
 };
 
 static mgt_status map_backbone(const mgt_model_config *c, mgt_hf_family f, const mgt_tensor *t, mgt_hf_map *m)
@@ -419,6 +421,8 @@ static const struct {
 	/* NemotronH's MoE (llama.cpp's MODEL_TENSORS[NEMOTRON_H_MOE]; the experts: mgt_hf_gguf_name) */
 	{"mixer.gate.e_score_correction_bias", "exp_probs_b.bias"}, {"mixer.gate.", "ffn_gate_inp."},
 	{"mixer.shared_experts.up_proj.", "ffn_up_shexp."}, {"mixer.shared_experts.down_proj.", "ffn_down_shexp."},
+	/* its latent projections (moe_latent_size; llama.cpp's LLM_TENSOR_FFN_LATENT_DOWN / _UP) */
+	{"mixer.fc1_latent_proj.", "ffn_latent_down."}, {"mixer.fc2_latent_proj.", "ffn_latent_up."},
 }, gguf_global[] = {
 	{"wte.weight", "token_embd.weight"}, {"wpe.weight", "position_embd.weight"}, {"ln_f.weight", "output_norm.weight"},
 	{"ln_f.bias", "output_norm.bias"}, {"model.embed_tokens.weight", "token_embd.weight"},

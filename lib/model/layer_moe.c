@@ -50,25 +50,36 @@ static void expert_row(mgt_rows *bd, int i, int e, const char *what)
 }
 
 /* An MoE layer's MLP part, in Megatron-Core's registration order (TransformerLayer
- * pre_mlp_layernorm, then MoELayer: router, experts, shared_experts).  Experts are split over
- * the expert-parallel group (this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep)) and
- * each over TP as the dense MLP (expert tensor parallelism = TP). */
+ * pre_mlp_layernorm, then MoELayer: router, fc1_latent_proj and fc2_latent_proj with
+ * --moe-latent-size, experts, shared_experts).  Experts are split over the expert-parallel group
+ * (this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep)) and each over TP as the dense MLP
+ * (expert tensor parallelism = TP); with a latent width their hidden side is the latent width.
+ * The latent projections are dense parameters, whole on every TP and EP rank (moe_layer.py:
+ * parallel_mode="duplicated", is_expert=False), initialized as Megatron's (fc1 init_method,
+ * fc2 output_layer_init_method). */
 void mgt_layer_moe_rows(mgt_rows *bd, int i)
 {
 	const mgt_model_config *c = bd->c;
 	double std = c->init_method_std, out_std = mgt_model_out_std(c);
-	int64_t h = c->hidden_size, E = c->num_experts, F = c->moe_ffn_hidden_size;
+	int64_t hid = c->hidden_size, E = c->num_experts, F = c->moe_ffn_hidden_size, lat = c->moe_latent_size;
+	int64_t h = lat ? lat : hid; /* the experts' hidden side */
 	int64_t S = c->moe_shared_expert_intermediate_size;
 	mgt_shard_rule fc1 = c->swiglu ? MGT_SHARD_ROW_GLU : MGT_SHARD_ROW;
 	int64_t gl = c->swiglu ? 2 : 1;
 	mgt_rows_norm(bd, i, MGT_T_LN2_W, "pre_mlp_layernorm.weight", "pre_mlp_layernorm.bias");
-	mgt_rows_add(bd, i, MGT_T_ROUTER_W, "mlp.router.weight", E, h, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
+	mgt_rows_add(bd, i, MGT_T_ROUTER_W, "mlp.router.weight", E, hid, MGT_SHARD_NONE, MGT_INIT_NORMAL, std);
 	if (c->add_bias_linear) mgt_rows_add(bd, i, MGT_T_ROUTER_B, "mlp.router.bias", E, 0, MGT_SHARD_NONE,
 					     MGT_INIT_ZERO, 0);
 	if (c->moe_router_enable_expert_bias) {
 		mgt_rows_add(bd, i, MGT_T_EXPERT_BIAS, "mlp.router.expert_bias", E, 0, MGT_SHARD_NONE,
 			     MGT_INIT_ZERO, 0);
 		if (!bd->st) bd->tt->t[bd->tt->n - 1].frozen = true;
+	}
+	if (lat) {
+		mgt_rows_add(bd, i, MGT_T_LAT_FC1_W, "mlp.fc1_latent_proj.weight", lat, hid, MGT_SHARD_NONE,
+			     MGT_INIT_NORMAL, std);
+		mgt_rows_add(bd, i, MGT_T_LAT_FC2_W, "mlp.fc2_latent_proj.weight", hid, lat, MGT_SHARD_NONE,
+			     MGT_INIT_NORMAL, out_std);
 	}
 	int64_t per = E / bd->ep, e0 = per * bd->ep_rank;
 	for (int64_t e = e0; e < e0 + per; e++) {
@@ -81,12 +92,12 @@ void mgt_layer_moe_rows(mgt_rows *bd, int i)
 		expert_row(bd, i, (int)e, "linear_fc2.weight");
 	}
 	if (S) {
-		mgt_rows_add(bd, i, MGT_T_SH_FC1_W, "mlp.shared_experts.linear_fc1.weight", gl * S, h, fc1,
+		mgt_rows_add(bd, i, MGT_T_SH_FC1_W, "mlp.shared_experts.linear_fc1.weight", gl * S, hid, fc1,
 			     MGT_INIT_NORMAL, std);
-		mgt_rows_add(bd, i, MGT_T_SH_FC2_W, "mlp.shared_experts.linear_fc2.weight", h, S, MGT_SHARD_COL,
+		mgt_rows_add(bd, i, MGT_T_SH_FC2_W, "mlp.shared_experts.linear_fc2.weight", hid, S, MGT_SHARD_COL,
 			     MGT_INIT_NORMAL, out_std);
 		if (c->moe_shared_expert_gate)
-			mgt_rows_add(bd, i, MGT_T_SH_GATE_W, "mlp.shared_experts.gate_weight", 1, h, MGT_SHARD_NONE,
+			mgt_rows_add(bd, i, MGT_T_SH_GATE_W, "mlp.shared_experts.gate_weight", 1, hid, MGT_SHARD_NONE,
 				     MGT_INIT_NORMAL, std);
 	}
 }

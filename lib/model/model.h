@@ -78,6 +78,11 @@ typedef struct mgt_model_config {
 	bool moe_pad_expert_input_to_capacity;
 	int64_t moe_shared_expert_intermediate_size; /* 0: no shared expert */
 	bool moe_shared_expert_gate;
+	/* --moe-latent-size (transformer_config.py moe_latent_size; 0: None): the routed experts run
+	 * in this latent width; moe_layer.py MoELayer's fc1_latent_proj [latent, h] projects the
+	 * (routed) tokens down before dispatch, fc2_latent_proj [h, latent] the combined output
+	 * back up; the router and the shared expert see the full hidden state. */
+	int64_t moe_latent_size;
 	/* The model family: "gpt" (or "": Megatron-Core's GPTModel, a causal decoder) or "bert"
 	 * (BertModel, megatron/core/models/bert/bert_model.py: the same pre-LN layers named
 	 * encoder.layers.N with bidirectional attention under the padding mask, token-type
@@ -247,6 +252,10 @@ typedef enum {
 	 * x, B, C), dt_bias, A_log and D [NH], norm.weight [DI], out_proj.weight [h, DI] */
 	MGT_T_M_IN_W, MGT_T_M_CONV_W, MGT_T_M_CONV_B, MGT_T_M_DT_B, MGT_T_M_A_LOG, MGT_T_M_D, MGT_T_M_NORM_W,
 	MGT_T_M_OUT_W,
+	/* An MoE layer's latent projections (--moe-latent-size): mlp.fc1_latent_proj.weight
+	 * [latent, h] and mlp.fc2_latent_proj.weight [h, latent], replicated over TP and EP
+	 * (moe_layer.py: TELinear parallel_mode="duplicated") */
+	MGT_T_LAT_FC1_W, MGT_T_LAT_FC2_W,
 	MGT_T_NROLES
 } mgt_tensor_role;
 
@@ -904,6 +913,7 @@ void mgt_hf_from_mgt(const mgt_model_config *c, const mgt_hf_map *m, const mgt_t
  * (COLUMN), norm.weight [G, DI/G] (GROUPS; G the caller's); NemotronH's MoE as llama.cpp's
  * nemotron_h_moe (conversion/nemotron.py; constants.py TENSOR_NAMES): gate.weight ffn_gate_inp,
  * gate.e_score_correction_bias exp_probs_b.bias, shared_experts.{up,down}_proj ffn_{up,down}_shexp,
+ * fc1_latent_proj ffn_latent_down and fc2_latent_proj ffn_latent_up (moe_latent_size),
  * and experts.E.{up,down}_proj one stacked tensor ffn_{up,down}_exps.weight [E, rows, cols] for all
  * E experts (EXPERTS: the caller stacks them).  Errors: MGT_ERR_USAGE for a name without a GGUF
  * counterpart. */

@@ -13,6 +13,15 @@
  *  4. experts: fc1 -> activation -> times the token's probability (before fc2, as Megatron's
  *     experts apply it) -> fc2, one grouped call over the local experts each;
  *  5. combine: each token's copies summed back (unpermute), plus the shared expert's output.
+ * With --moe-latent-size (moe_layer.py preprocess / postprocess) steps 3-5 run in the latent
+ * width: fc1_latent_proj takes the [T, h] input to [T, latent] before the dispatch and
+ * fc2_latent_proj the combined [T, latent] back to [T, h] before the shared expert's output is
+ * added; the router and the shared expert see the [T, h] input.  Both projections are whole on
+ * every rank: fc1's output is the same on every TP rank, fc2's input (the experts' combined
+ * output) is partial over TP, so fc2's output is partial as the experts' output is, and both
+ * weight gradients are partial over TP, completed by mgt_model_finish_grads' TP all-reduce of
+ * replicated weights (Megatron's sequence-parallel gradient reduction: TP > 1 with experts
+ * needs --sequence-parallel).
  * The result is the partial [T, h] sum of the expert tensor-parallel ranks (experts split over TP
  * as the dense MLP: expert tensor parallelism = TP), reduced by the caller with the residual's
  * bias-dropout-add.  The auxiliary and z losses add their gradients to the router logits in
@@ -36,11 +45,12 @@ struct moe_act { /* one MoE layer of one slot */
 	float *w;        /* backend [Nmax]: the probability of each row */
 	/* the activations, of the model's act_t (as every row of tokens and its gradient here) */
 	void *fc1, *act; /* backend [Nmax, fc1e], [Nmax, ffe] */
+	void *xl, *yl;   /* --moe-latent-size: fc1_latent_proj's output [T, lat] and fc2_latent_proj's input */
 	void *sfc1, *sact, *sout; /* shared expert: [T, shfc1], [T, sh], [T, h] */
 	double *gate;    /* host [T]: sigmoid of the shared expert's gate */
 	/* expert parallelism (ep > 1): rows sent (Nsend, rows of perm/slot) and received (N);
 	 * re[i]: the received row (source-major) of expert-major row i, inv its inverse; the
-	 * received input xe [Nmax, h] kept for the backward; rows to and from each rank */
+	 * received input xe [Nmax, eh] kept for the backward; rows to and from each rank */
 	int Nsend;
 	int32_t *re, *inv;
 	void *xe;
@@ -49,10 +59,12 @@ struct moe_act { /* one MoE layer of one slot */
 
 struct moe_state {
 	int E, El, e0, k, ffe, fc1e, sh, shfc1, Nmax;
+	int lat, eh, hx; /* the latent width (0: none), the experts' hidden side (lat or h), max(h, eh) */
 	const mgt_tensor **w1, **w2; /* [n_layers * El] the local experts' weights (NULL rows: dense layer) */
 	struct moe_act *acts;        /* [slots * n_layers] */
-	/* backend scratch shared by the slots: rows of act_t (jitter: xj the router input [Th, h]) */
-	void *xe, *ye, *acts_s, *dacts, *dfc1, *dxr, *dxg, *dsh, *dsact, *dsfc1, *xj;
+	/* backend scratch shared by the slots: rows of act_t (jitter: xj the router input [Th, h];
+	 * dl [T, lat]: the gradient of the latent combined output, then of fc1_latent_proj's) */
+	void *xe, *ye, *acts_s, *dacts, *dfc1, *dxr, *dxg, *dsh, *dsact, *dsfc1, *xj, *dl;
 	/* and fp32: probabilities, router logits and their gradients, the jitter noise */
 	float *dprob, *logits_l, *logits, *dlog, *gw, *gl_l, *gl, *wsend, *wrecv, *noise;
 	/* host scratch */
@@ -117,6 +129,9 @@ mgt_status mgt_moe_setup(mgt_model *m)
 	S->fc1e = c->swiglu ? 2 * S->ffe : S->ffe;
 	S->sh = (int)(c->moe_shared_expert_intermediate_size / tp);
 	S->shfc1 = c->swiglu ? 2 * S->sh : S->sh;
+	S->lat = (int)c->moe_latent_size;
+	S->eh = S->lat ? S->lat : (int)m->h;
+	S->hx = S->eh > (int)m->h ? S->eh : (int)m->h;
 	/* rows an expert-parallel rank can receive: every copy of every rank of its group */
 	S->Nmax = m->T * S->k * ep;
 	S->ep = ep;
@@ -145,8 +160,12 @@ static mgt_status alloc_act(mgt_model *m, struct moe_act *a)
 		a->sact = AX(T * (size_t)S->sh);
 		if (m->c.moe_shared_expert_gate) a->sout = AX(T * (size_t)m->h);
 	}
+	if (S->lat) {
+		a->xl = AX(T * (size_t)S->lat);
+		a->yl = AX(T * (size_t)S->lat);
+	}
 	if (S->ep > 1) {
-		a->xe = AX(N * (size_t)m->h);
+		a->xe = AX(N * (size_t)S->eh);
 		a->re = (int32_t *)AF(N);
 		a->inv = (int32_t *)AF(N);
 	}
@@ -179,7 +198,8 @@ static mgt_status alloc_scratch(mgt_model *m)
 	mgt_status st = MGT_OK;
 	size_t T = (size_t)m->T, Th = (size_t)m->Th, h = (size_t)m->h, N = (size_t)S->Nmax, E = (size_t)S->E;
 	size_t NT = N > T ? N : T;
-	S->xe = WX(NT * h); S->ye = WX(NT * h);
+	S->xe = WX(NT * (size_t)S->hx); S->ye = WX(NT * (size_t)S->hx);
+	if (S->lat) S->dl = WX(T * (size_t)S->lat);
 	S->acts_s = WX(N * (size_t)S->ffe); S->dacts = WX(N * (size_t)S->ffe); S->dfc1 = WX(N * (size_t)S->fc1e);
 	S->dprob = WF(N); S->logits_l = WF(Th * E); S->logits = WF(T * E); S->dlog = WF(Th * E);
 	S->dxr = WX(Th * h); S->dxg = WX(Th * h); S->dsh = WX(T * h);
@@ -239,7 +259,7 @@ static void moe_release(mgt_model *m)
 	mgt_backend *be = m->be;
 	for (size_t i = 0; S->acts && i < (size_t)m->L.slots * (size_t)m->n_layers; i++) {
 		struct moe_act *a = &S->acts[i];
-		void *b[] = { a->perm, a->slot, a->w, a->fc1, a->act, a->sfc1, a->sact, a->sout, a->xe, a->re, a->inv };
+		void *b[] = { a->perm, a->slot, a->w, a->fc1, a->act, a->xl, a->yl, a->sfc1, a->sact, a->sout, a->xe, a->re, a->inv };
 		for (size_t q = 0; !m->mem.dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 		free(a->rows);
 		free(a->gate);
@@ -249,7 +269,7 @@ static void moe_release(mgt_model *m)
 		mgt_moe_route_free(&a->r);
 	}
 	void *b[] = { S->xe, S->ye, S->acts_s, S->dacts, S->dfc1, S->dprob, S->logits_l, S->logits, S->dlog, S->dxr,
-		      S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise };
+		      S->dxg, S->dsh, S->dsact, S->dsfc1, S->gw, S->gl_l, S->gl, S->wsend, S->wrecv, S->xj, S->noise, S->dl };
 	for (size_t q = 0; !m->mem.dry && q < sizeof b / sizeof *b; q++) if (b[q]) be->ops->free(be, b[q]);
 	void *h[] = { S->acts, S->hf, S->hperm, S->hslot, S->hdprob, S->hdL, S->hdgl, S->hnoise, S->pw1, S->pw2, S->pg1, S->pg2,
 		      S->aux_sum, S->z_sum, S->tok, S->allc, S->cnt_d, S->cd, S->hall, S->rows };
@@ -257,7 +277,8 @@ static void moe_release(mgt_model *m)
 	for (size_t q = 0; q < sizeof h / sizeof *h; q++) free(h[q]);
 	const mgt_tensor **w1 = S->w1, **w2 = S->w2;
 	struct moe_state keep = { .E = S->E, .El = S->El, .e0 = S->e0, .k = S->k, .ffe = S->ffe, .fc1e = S->fc1e,
-				  .sh = S->sh, .shfc1 = S->shfc1, .Nmax = S->Nmax, .ep = S->ep, .aux_scale = S->aux_scale };
+				  .sh = S->sh, .shfc1 = S->shfc1, .Nmax = S->Nmax, .ep = S->ep, .aux_scale = S->aux_scale,
+				  .lat = S->lat, .eh = S->eh, .hx = S->hx };
 	memcpy(keep.disp, S->disp, sizeof keep.disp);
 	*S = keep;
 	S->w1 = w1;
@@ -499,13 +520,13 @@ static mgt_status ep_exchange(mgt_model *m, struct moe_act *a, void *dst, const 
 	return mgt_comm_alltoallv(m->ps->ep_comm, dst, rc, rd, src, sc, sd, t);
 }
 
-/* ep > 1: the sent rows S->xe [Nsend, h] and probabilities S->wsend -> the expert-major input
- * a->xe [N, h] and a->w [N]. */
+/* ep > 1: the sent rows S->xe [Nsend, eh] and probabilities S->wsend -> the expert-major input
+ * a->xe [N, eh] and a->w [N]. */
 static mgt_status ep_dispatch(mgt_model *m, struct moe_act *a)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
-	int h = (int)m->h;
+	int h = S->eh;
 	mgt_status st = ep_plan(m, a);
 	if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, m->prec.act_t, false);
 	if (!st) st = ep_exchange(m, a, S->wrecv, S->wsend, 1, MGT_DT_F32, false);
@@ -565,13 +586,19 @@ static mgt_status shared_fwd(mgt_model *m, int li, struct moe_act *a, const void
 	return MGT_OK;
 }
 
+/* --moe-latent-size: fc1_latent_proj (in 0) or fc2_latent_proj (1) of layer li, else NULL. */
+static const mgt_tensor *latent_w(mgt_model *m, int li, int which)
+{
+	return m->moe->lat ? T_(m, li + m->first_layer, which ? MGT_T_LAT_FC2_W : MGT_T_LAT_FC1_W) : NULL;
+}
+
 mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const void *x, void *out)
 {
 	struct moe_state *S = m->moe;
 	const mgt_backend_ops *o = m->be->ops;
 	const mgt_elem_type t = m->prec.act_t;
 	struct moe_act *a = act_of(m, li);
-	int T = m->T, h = (int)m->h;
+	int T = m->T, h = (int)m->h, eh = S->eh;
 	const void *x_loc = at_off(m, x, (size_t)m->r0 * (size_t)h);
 	mgt_status st = MGT_OK;
 	if (S->sh) st = shared_fwd(m, li, a, x, x_loc, S->dsh);
@@ -580,16 +607,19 @@ mgt_status mgt_moe_forward(mgt_model *m, int li, bool train, const void *x, void
 	if (st) return st;
 	expert_ptrs(m, li);
 	bool ep = S->ep > 1;
-	o->rows_gather(m->be, S->xe, x, t, a->perm, a->Nsend, h);
+	const mgt_tensor *l1 = latent_w(m, li, 0), *l2 = latent_w(m, li, 1);
+	if (l1) o->linear_fwd(m->be, a->xl, t, x, t, W(m, l1), WT(m), NULL, T, h, eh); /* fc1_latent_proj */
+	o->rows_gather(m->be, S->xe, l1 ? a->xl : x, t, a->perm, a->Nsend, eh);
 	if (ep && (st = ep_dispatch(m, a))) return st;
 	void *xe = ep ? a->xe : S->xe;
 	int N = a->N;
-	o->linear_fwd_grouped(m->be, a->fc1, xe, t, (const void *const *)S->pw1, WT(m), a->rows, S->El, h, S->fc1e);
+	o->linear_fwd_grouped(m->be, a->fc1, xe, t, (const void *const *)S->pw1, WT(m), a->rows, S->El, eh, S->fc1e);
 	o->bias_act_fwd(m->be, m->act, a->act, t, a->fc1, t, NULL, N, S->ffe);
 	o->rows_scale(m->be, S->acts_s, a->act, t, a->w, N, S->ffe);
-	o->linear_fwd_grouped(m->be, S->ye, S->acts_s, t, (const void *const *)S->pw2, WT(m), a->rows, S->El, S->ffe, h);
-	if (ep && (st = ep_return(m, a, S->ye, S->ye, S->xe, h, t))) return st;
-	o->rows_combine(m->be, out, S->ye, t, a->slot, T, S->k, h);
+	o->linear_fwd_grouped(m->be, S->ye, S->acts_s, t, (const void *const *)S->pw2, WT(m), a->rows, S->El, S->ffe, eh);
+	if (ep && (st = ep_return(m, a, S->ye, S->ye, S->xe, eh, t))) return st;
+	o->rows_combine(m->be, l2 ? a->yl : out, S->ye, t, a->slot, T, S->k, eh);
+	if (l2) o->linear_fwd(m->be, out, t, a->yl, t, W(m, l2), WT(m), NULL, T, eh, h); /* fc2_latent_proj */
 	if (S->sh) o->add(m->be, out, S->dsh, t, (size_t)T * (size_t)h);
 	return MGT_OK;
 }
@@ -666,7 +696,7 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, voi
 	const mgt_backend_ops *o = m->be->ops;
 	const mgt_elem_type t = m->prec.act_t;
 	struct moe_act *a = act_of(m, li);
-	int T = m->T, h = (int)m->h, N = a->N;
+	int T = m->T, h = (int)m->h, N = a->N, eh = S->eh;
 	const void *x_loc = at_off(m, x, (size_t)m->r0 * (size_t)h);
 	mgt_status st = MGT_OK;
 	if (S->sh) st = shared_bwd(m, li, a, x, dY, S->hdgl);
@@ -675,28 +705,36 @@ mgt_status mgt_moe_backward(mgt_model *m, int li, bool train, const void *x, voi
 	bool ep = S->ep > 1;
 	void *dye = S->ye, *xin = S->xe;
 	float *dprob = S->dprob;
+	const mgt_tensor *l1 = latent_w(m, li, 0), *l2 = latent_w(m, li, 1);
+	const void *dcomb = dY; /* the gradient of the combined output: [T, eh] */
+	if (l2) { /* fc2_latent_proj: dl = dY . W2, dW2 += dY^T yl (partial over TP) */
+		o->linear_bwd(m->be, S->dl, t, G(m, l2), NULL, dY, t, a->yl, t, W(m, l2), WT(m), T, eh, h);
+		dcomb = S->dl;
+	}
 	if (ep) { /* the output gradient's rows travel as the rows did; the input was kept */
-		o->rows_gather(m->be, S->xe, dY, t, a->perm, a->Nsend, h);
-		if (!st) st = ep_exchange(m, a, S->ye, S->xe, h, t, false);
-		o->rows_gather(m->be, S->xe, S->ye, t, a->re, N, h);
+		o->rows_gather(m->be, S->xe, dcomb, t, a->perm, a->Nsend, eh);
+		if (!st) st = ep_exchange(m, a, S->ye, S->xe, eh, t, false);
+		o->rows_gather(m->be, S->xe, S->ye, t, a->re, N, eh);
 		dye = S->xe, xin = a->xe;
 	} else {
-		o->rows_gather(m->be, S->ye, dY, t, a->perm, N, h);
-		o->rows_gather(m->be, S->xe, x, t, a->perm, N, h);
+		o->rows_gather(m->be, S->ye, dcomb, t, a->perm, N, eh);
+		o->rows_gather(m->be, S->xe, l1 ? a->xl : x, t, a->perm, N, eh);
 	}
 	o->rows_scale(m->be, S->acts_s, a->act, t, a->w, N, S->ffe);
 	o->linear_bwd_grouped(m->be, S->dacts, S->pg2, dye, S->acts_s, t, (const void *const *)S->pw2, WT(m), a->rows,
-			      S->El, S->ffe, h);
+			      S->El, S->ffe, eh);
 	o->rows_dot(m->be, S->dprob, S->dacts, a->act, t, N, S->ffe);
 	mgt_comm *c = m->ps->tp_comm;
 	if (!st && c->size > 1 && N) st = c->ops->allreduce(c, S->dprob, (size_t)N, MGT_DT_F32, MGT_RED_SUM);
 	o->rows_scale(m->be, S->dacts, S->dacts, t, a->w, N, S->ffe);
 	o->bias_act_bwd(m->be, m->act, S->dfc1, NULL, S->dacts, t, a->fc1, t, NULL, N, S->ffe);
 	o->linear_bwd_grouped(m->be, S->ye, S->pg1, S->dfc1, xin, t, (const void *const *)S->pw1, WT(m), a->rows, S->El,
-			      h, S->fc1e);
-	if (ep && !st) st = ep_return(m, a, S->ye, S->ye, S->xe, h, t);
+			      eh, S->fc1e);
+	if (ep && !st) st = ep_return(m, a, S->ye, S->ye, S->xe, eh, t);
 	if (ep && !st) st = ep_return(m, a, S->wsend, S->dprob, S->wrecv, 1, MGT_DT_F32), dprob = S->wsend;
-	o->rows_combine(m->be, dY, S->ye, t, a->slot, T, S->k, h);
+	o->rows_combine(m->be, l1 ? S->dl : dY, S->ye, t, a->slot, T, S->k, eh);
+	/* fc1_latent_proj: d(x) = dl . W1 (partial over TP, as the experts' own), dW1 += dl^T x */
+	if (l1) o->linear_bwd(m->be, dY, t, G(m, l1), NULL, S->dl, t, x, t, W(m, l1), WT(m), T, h, eh);
 	if (S->sh) o->add(m->be, dY, S->dsh, t, (size_t)T * (size_t)h);
 	if (!st) st = router_bwd(m, li, a, x_loc, S->hdgl, dprob, train);
 	*dx_loc = S->dxr;

@@ -2,7 +2,7 @@
  * megatron/training/arguments.py validate_args, transformer_config.py __post_init__ and
  * models/gpt/gpt_layer_specs.py get_gpt_decoder_block_spec), with mgt's own limits of this
  * version (no linear biases with experts; softmax and sigmoid scores; aux_loss, seq_aux_loss
- * and none balancing). */
+ * and none balancing), and of the latent projections (--moe-latent-size). */
 #include "model.h"
 #include "moe.h"
 
@@ -82,8 +82,10 @@ static mgt_status check_bounds(const mgt_model_config *c)
 		if (dims[i].v > dims[i].max)
 			return mgt_err(MGT_ERR_USAGE, "%s %lld: more than the %lld mgt supports", dims[i].flag, LL(dims[i].v),
 				       LL(dims[i].max));
-	double experts = 3.0 * (double)c->hidden_size * ((double)c->num_experts * (double)c->moe_ffn_hidden_size +
-							 (double)c->moe_shared_expert_intermediate_size);
+	double eh = (double)(c->moe_latent_size ? c->moe_latent_size : c->hidden_size);
+	double experts = 3.0 * (eh * (double)c->num_experts * (double)c->moe_ffn_hidden_size +
+				(double)c->hidden_size * (double)c->moe_shared_expert_intermediate_size) +
+			 2.0 * (double)c->hidden_size * (double)c->moe_latent_size;
 	if ((double)c->num_layers * experts > 0x1p50)
 		return mgt_err(MGT_ERR_USAGE, "--num-layers %lld x %.3g expert parameters a layer (--num-experts %lld, "
 			       "--moe-ffn-hidden-size %lld, --hidden-size %lld): more than the 2^50 parameters mgt supports",
@@ -91,9 +93,25 @@ static mgt_status check_bounds(const mgt_model_config *c)
 	return MGT_OK;
 }
 
+/* --moe-latent-size (arguments.py validate_args: > 0, and only with --num-experts).  The
+ * projections are duplicated over TP (moe_layer.py: TELinear parallel_mode="duplicated") and the
+ * experts' fc1 / fc2 split their F side, so the latent width needs no divisibility by TP. */
+static mgt_status check_latent(const mgt_model_config *c)
+{
+	int64_t lat = c->moe_latent_size;
+	if (lat < 0) return mgt_err(MGT_ERR_USAGE, "--moe-latent-size %lld: expected a size > 0 (or None)", LL(lat));
+	if (lat && c->num_experts <= 0)
+		return mgt_err(MGT_ERR_USAGE, "--moe-latent-size %lld needs --num-experts (MoE latent projections are "
+			       "applicable only for MoE models)", LL(lat));
+	if (lat > 1 << 26)
+		return mgt_err(MGT_ERR_USAGE, "--moe-latent-size %lld: more than the %lld mgt supports", LL(lat), LL(1 << 26));
+	return MGT_OK;
+}
+
 mgt_status mgt_moe_config_check(const mgt_model_config *c, int tp)
 {
-	if (c->num_experts <= 0) return MGT_OK;
+	mgt_status lst = check_latent(c);
+	if (lst || c->num_experts <= 0) return lst;
 	mgt_status st = check_bounds(c);
 	if (st) return st;
 	if (c->add_bias_linear)

@@ -524,8 +524,11 @@ static double hybrid_flops(const mgt_model_config *c, int64_t gbs)
 	double p = (double)c->kv_channels * nh / h, glu = c->swiglu ? 1.5 : 1.0, din = 2 * h, N = (double)c->mamba_state_dim;
 	double attn = 4 * B * s * h * p * (h + h * (double)c->num_query_groups / nh + s / 2);
 	double mlp = 4 * ((double)c->ffn_hidden_size / h) * glu * B * s * h * h;
-	double moe = 4 * B * s * h * glu * ((double)c->moe_ffn_hidden_size * (double)c->moe_router_topk +
-					    (double)c->moe_shared_expert_intermediate_size);
+	/* the routed experts run in the latent width, plus the projections' 4 B s h latent
+	 * (training.py moe_layer_flops) */
+	double lat = (double)c->moe_latent_size, eh = lat > 0 ? lat : h;
+	double moe = 4 * B * s * glu * (eh * (double)c->moe_ffn_hidden_size * (double)c->moe_router_topk +
+					h * (double)c->moe_shared_expert_intermediate_size) + 4 * B * s * h * lat;
 	double mamba = 2 * B * s * h * (2 * din + 2 * (double)c->mamba_num_groups * N + (double)c->mamba_num_heads) +
 		       7 * B * s * din * N + 2 * B * s * din * h;
 	double f = 2 * B * s * h * (double)c->padded_vocab_size;
@@ -544,11 +547,12 @@ double mgt_model_flops(const mgt_model_config *c, int64_t gbs)
 	double q = kv * nq, k = kv * ng;
 	double attn_lin = 6 * (h * (q + 2 * k) + q * h), attn_core = 6 * q;
 	/* MoE (Megatron's num_floating_point_operations): a dense layer's MLP, or top-k experts of
-	 * moe_ffn_hidden_size plus the shared expert; the router's GEMM is not counted */
+	 * moe_ffn_hidden_size (in latent / h of the width and 2 latent for the projections with
+	 * --moe-latent-size) plus the shared expert; the router's GEMM is not counted */
 	double n_moe = 0;
 	for (int64_t l = 0; l < c->num_layers; l++) n_moe += mgt_moe_is_layer(c, l);
-	double moe = ((double)c->moe_ffn_hidden_size * (double)c->moe_router_topk +
-		      (double)c->moe_shared_expert_intermediate_size) * E;
+	double lat = (double)c->moe_latent_size, routed = (double)c->moe_ffn_hidden_size * (double)c->moe_router_topk * E;
+	double moe = (lat > 0 ? routed * lat / h + 2 * lat : routed) + (double)c->moe_shared_expert_intermediate_size * E;
 	double mlp = 6 * h * (ffn * E * (L - n_moe) + moe * n_moe), logit = 6 * h * (double)c->padded_vocab_size;
 	double tokens = (double)gbs * s;
 	return tokens * (mlp + attn_lin * L + logit) + (double)gbs * s * s * attn_core * L;

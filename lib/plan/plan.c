@@ -247,14 +247,17 @@ static layer_time mamba_layer(const mgt_plan_request *r, const mgt_model_config 
 }
 
 /* The times of a hybrid model's symbols: by MGT_LAYER_* (an MoE layer as an MLP of its top-k
- * experts' and shared expert's width). */
+ * experts' and shared expert's width; with --moe-latent-size the experts' width counts latent / h
+ * of itself, and the latent projections, whole on every TP rank, as an MLP of the latent width). */
 typedef struct {
 	layer_time attn, mlp, moe, mamba;
 } symbol_times;
 
 static symbol_times symbols(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w)
 {
-	double moe = (double)(c->moe_ffn_hidden_size * c->moe_router_topk + c->moe_shared_expert_intermediate_size) / p->tp;
+	double lat = (double)c->moe_latent_size, routed = (double)(c->moe_ffn_hidden_size * c->moe_router_topk);
+	if (lat > 0) routed *= lat / (double)c->hidden_size;
+	double moe = (routed + (double)c->moe_shared_expert_intermediate_size) / p->tp + lat;
 	return (symbol_times){ blocks(r, c, p, w, true, false, 0), blocks(r, c, p, w, false, true, (double)c->ffn_hidden_size / p->tp),
 			       blocks(r, c, p, w, false, true, moe), mamba_layer(r, c, p, w) };
 }

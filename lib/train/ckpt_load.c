@@ -26,7 +26,7 @@ static const char *const shape_keys[] = {
  * when the checkpoint or the run has experts. */
 static const char *const moe_keys[] = {
 	"num_experts", "moe_ffn_hidden_size", "moe_layer_freq", "moe_shared_expert_intermediate_size",
-	"moe_shared_expert_gate", "moe_router_enable_expert_bias", NULL,
+	"moe_shared_expert_gate", "moe_router_enable_expert_bias", "moe_latent_size", NULL,
 };
 
 /* Whether the checkpoint holds dataset name with global shape gs[nd]. */

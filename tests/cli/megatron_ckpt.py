@@ -170,6 +170,8 @@ _LAYER_ORDER_TE = [
     "mlp.linear_fc1.weight", "mlp.linear_fc1.bias",
     "mlp.linear_fc2.weight", "mlp.linear_fc2.bias",
     "mlp.router.weight", "mlp.router.bias",
+    # --moe-latent-size: MoELayer registers its TELinear latent projections after the router
+    "mlp.fc1_latent_proj.weight", "mlp.fc1_latent_proj.bias", "mlp.fc2_latent_proj.weight", "mlp.fc2_latent_proj.bias",
     "mlp.experts.local_experts.*",
 ]
 _EXPERT_ORDER = ["linear_fc1.weight", "linear_fc1.bias", "linear_fc2.weight", "linear_fc2.bias"]
@@ -215,7 +217,8 @@ _LOCAL_TO_TE = {v: k for k, v in _TE_TO_LOCAL.items()}
 # too: MoE layers' pre_mlp_layernorm and, with TE installed, decoder.final_layernorm
 # (MLM transformer_block.py LayerNormImpl = TENorm if HAVE_TE).
 _TE_EXTRA_STATE_MODULES = ["self_attention.core_attention", "self_attention.linear_proj",
-                           "self_attention.linear_qkv", "pre_mlp_layernorm", "mlp.linear_fc1", "mlp.linear_fc2"]
+                           "self_attention.linear_qkv", "pre_mlp_layernorm", "mlp.linear_fc1", "mlp.linear_fc2",
+                           "mlp.fc1_latent_proj", "mlp.fc2_latent_proj"]  # the latter: TELinear, duplicated
 
 
 def tp_kind(name, swiglu):
@@ -427,7 +430,7 @@ def make_args(meta, o, dtype):
             "position_embedding_type", "rotary_base", "rotary_percent", "add_bias_linear",
             "add_qkv_bias", "squared_relu", "swiglu", "untie_embeddings_and_output_weights",
             "apply_layernorm_1p", "normalization", "num_experts", "moe_layer_freq",
-            "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size",
+            "moe_ffn_hidden_size", "moe_router_topk", "moe_shared_expert_intermediate_size", "moe_latent_size",
             "moe_router_score_function", "moe_router_load_balancing_type", "moe_aux_loss_coeff",
             "padded_vocab_size", "norm_epsilon", "qk_layernorm", "make_vocab_size_divisible_by",
             "micro_batch_size", "global_batch_size", "lr", "min_lr", "lr_decay_style",

@@ -16,6 +16,12 @@
 #     safetensors within 1e-5 relative; the test can fail: the same reference with HF Mamba2's
 #     full-width gated norm (--gated-norm full) differs from mgt's 2-group model, and the MoE model
 #     with routed_scaling_factor 1 instead of 2.5 differs;
+#   - latent MoE (moe_latent_size = mgt-train's --moe-latent-size; fc1_latent_proj / fc2_latent_proj
+#     around the routed experts): an ME*E directory with latent 24 < h 64, HF -> mgt (TP 2 x PP 2)
+#     with Megatron's names (mlp.fc1_latent_proj, experts [E, F, 24]) -> HF bit for bit with
+#     config.json, mgt's logits equal ref_forward.py's within 1e-5; a model trained with latent 40
+#     gets moe_latent_size and the projections, comes back bit for bit (parameters and arguments),
+#     and the HF reference on the written directory equals mgt's logits;
 #   - router groups (n_group / topk_group = mgt-train's --moe-router-num-groups / --moe-router-group-topk,
 #     exact where k / topk_group is 2): 8 experts top-2 in 2 groups keeping 1, top-4 in 4 groups keeping
 #     2, relu2 experts: HF -> mgt (TP 2) -> HF bit for bit with config.json, mgt's logits equal
@@ -30,8 +36,7 @@
 #     directory equals mgt's logits;
 #   - refusals (exit 3 unless noted, nothing written): an unknown pattern symbol, a pattern longer
 #     than num_hidden_layers, MoE layers without the MoE keys, router groups with k / topk_group 4
-#     (and a model trained with --moe-router-group-topk 3 of top-3, to HF), moe_latent_size
-#     (Megatron-Core's --moe-latent-size, which mgt-train lacks),
+#     (and a model trained with --moe-router-group-topk 3 of top-3, to HF), moe_latent_size 0,
 #     norm_topk_prob false with top-2, an MLP activation mgt lacks (silu), a Mamba2 directory with
 #     n_groups 2, a missing tensor, a softmax-routed MoE hybrid to HF, --family mamba2 for a model
 #     with 2 groups (naming n_groups and pointing to nemotron_h) or with attention layers, a GGUF of
@@ -53,7 +58,9 @@
 #     stacked ffn_{up,down}_exps [E, rows, cols], llama.cpp's logits within 1e-4 of ref_forward.py's,
 #     greedy tokens equal, and not within 1e-2 of the reference with routed_scaling_factor 1 or
 #     without groups; an M*EM model trained by mgt-train: llama.cpp's logits within 1e-4 of mgt's
-#     (--debug-dump), argmax equal.  Skipped with a message when npm is unreachable.
+#     (--debug-dump), argmax equal, and the same trained with --moe-latent-size 40 (moe_latent_size,
+#     ffn_latent_down {64, 40}, ffn_latent_up {40, 64}, experts {40, 48, 4}).  Skipped with a message
+#     when npm is unreachable.
 # Tiers (lib.sh): the quick tier runs everything above with f32 GGUF files; the full tier adds the
 # f16 and q8_0 GGUF files of both (the same writer as f32 with other types) and a bf16 nemotron_h
 # directory's round trip at TP 1 x PP 4 (one layer a stage).
@@ -112,6 +119,9 @@ for n, sym in enumerate(pat):
             assert (fc2[e] == t[M + "experts.%d.down_proj.weight" % e]).all(), "expert %d fc2" % e
         assert (f[D + "mlp.shared_experts.linear_fc1.weight"][...] == t[M + "shared_experts.up_proj.weight"]).all()
         assert (f[D + "mlp.shared_experts.linear_fc2.weight"][...] == t[M + "shared_experts.down_proj.weight"]).all()
+        if cfg.get("moe_latent_size"):  # Megatron's mlp.fc{1,2}_latent_proj, whole tensors
+            for i in (1, 2):
+                assert (f[D + "mlp.fc%d_latent_proj.weight" % i][...] == t[M + "fc%d_latent_proj.weight" % i]).all()
     else:
         assert (f[D + "mlp.linear_fc1.layer_norm_weight"][...] == t[L + "norm.weight"]).all()
         assert (f[D + "mlp.linear_fc1.weight"][...] == t[L + "mixer.up_proj.weight"]).all()
@@ -308,6 +318,38 @@ ok "train the same with a softmax router" quiet "$BIN/mgt-train" --model tiny-hy
 	--tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 --train-iters 1 --threads 2 --save "$T/trs" \
 	--save-interval 1 --log-interval 1
 
+# latent MoE (moe_latent_size: NemotronHMoE's fc1_latent_proj / fc2_latent_proj, Megatron-Core's
+# --moe-latent-size): a directory made with 24 < hidden 64, and a model trained with 40
+lat=$T/nemotron_h-latent
+if $PY "$HF/make_tiny.py" nemotron_h "$lat" --dtype fp32 --time-step-min 0 --pattern 'ME*E' --latent 24 >"$T/mk.log" 2>&1; then
+	ok "latent: HF -> mgt at TP 2 x PP 2" "$BIN/mgt-ckpt-convert" --quiet --load-dir "$lat" --save-dir "$T/ck-lat" \
+		--target-tensor-parallel-size 2 --target-pipeline-parallel-size 2
+	ok "latent: Megatron's names and layouts (mlp.fc1_latent_proj, fc2_latent_proj, experts on the latent side)" \
+		layout "$lat" "$T/ck-lat"
+	ok "latent: mgt -> HF, round trip bit for bit" sh -c "'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/ck-lat' \
+		--save-dir '$T/back-lat' && $PY '$HF/st.py' compare '$lat' '$T/back-lat'"
+	ok "latent: config.json back (moe_latent_size 24)" cfg_same "$lat/config.json" "$T/back-lat/config.json"
+	dump "$T/ck-lat" "$T/d.h5"
+	ok "latent: mgt's logits (TP 2 x PP 2 checkpoint, TP 1 run) equal the float64 HF reference" compare "$lat" "$T/d.h5" 1e-5
+else
+	ok "latent: make_tiny.py" false; sed 's/^/# /' "$T/mk.log"
+fi
+ok "train tiny-hybrid as M*E- with NemotronH's router and --moe-latent-size 40" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid $MOE --moe-router-score-function sigmoid --moe-router-enable-expert-bias --squared-relu \
+	--moe-latent-size 40 --mock-data --vocab-size 512 --tokenizer-type NullTokenizer --seq-length 32 --micro-batch-size 2 \
+	--train-iters 3 --threads 2 --save "$T/trl" --save-interval 3 --log-interval 3
+ok "trained latent: mgt -> HF: moe_latent_size 40, the projections' shapes" sh -c "
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/trl' --save-dir '$T/trl-hf' &&
+	$PY -c \"import json, sys; sys.exit(json.load(open('$T/trl-hf/config.json')).get('moe_latent_size') != 40)\" &&
+	$PY '$HF/st.py' ls '$T/trl-hf' >'$T/ls.txt' && grep -q '^backbone.layers.2.mixer.fc1_latent_proj.weight F32 \[40, 64\]' '$T/ls.txt' &&
+	grep -q '^backbone.layers.2.mixer.fc2_latent_proj.weight F32 \[64, 40\]' '$T/ls.txt' &&
+	grep -q '^backbone.layers.2.mixer.experts.0.up_proj.weight F32 \[48, 40\]' '$T/ls.txt'"
+ok "trained latent: HF -> mgt (TP 2) holds the trained parameters and arguments bit for bit" sh -c "
+	'$BIN/mgt-ckpt-convert' --quiet --load-dir '$T/trl-hf' --save-dir '$T/trl-back' --target-tensor-parallel-size 2 &&
+	$PY '$HF/same_ckpt.py' '$T/trl' '$T/trl-back' 512 hybrid && $PY '$HF/same_ckpt.py' '$T/trl' '$T/trl-back' 512 moe"
+dump "$T/trl" "$T/d.h5"
+ok "trained latent: the HF reference on the written directory equals mgt's logits" compare "$T/trl-hf" "$T/d.h5" 1e-5
+
 # 3. refusals
 refused() { # refused CODE WHAT TEXT CMD...: exit CODE, the message has TEXT, no output
 	code=$1 what=$2 text=$3; shift 3
@@ -329,9 +371,8 @@ refused 3 "router groups with num_experts_per_tok / topk_group 4" "\"topk_group\
 	"$BIN/mgt-ckpt-convert" --load-dir "$d"
 refused 3 "a model trained with --moe-router-group-topk 3 of top-3 to HF" "nemotron_h cannot hold.*--moe-router-group-topk" \
 	"$BIN/mgt-ckpt-convert" --load-dir "$T/trg3"
-d=$(variant "$T/nemotron_h-fp32-x" moe-latent "c['moe_latent_size'] = 32")
-refused 3 "a latent MoE projection" "\"moe_latent_size\".*Megatron-Core's --moe-latent-size) is not implemented by mgt-train" \
-	"$BIN/mgt-ckpt-convert" --load-dir "$d"
+d=$(variant "$T/nemotron_h-latent" moe-latent0 "c['moe_latent_size'] = 0")
+refused 3 "moe_latent_size 0" "\"moe_latent_size\": expected a positive size or null" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 d=$(variant "$T/nemotron_h-fp32-x" moe-nonorm "c['norm_topk_prob'] = False")
 refused 3 "MoE without norm_topk_prob (top-2)" "\"norm_topk_prob\" false with top-2" "$BIN/mgt-ckpt-convert" --load-dir "$d"
 r2=$(variant "$NH" relu2 "del c['mlp_hidden_act']")
@@ -537,5 +578,34 @@ sys.exit(0 if rel <= float(sys.argv[3]) and same else 1)
 EOF
 }
 [ $have_lc = 1 ] && ok "trained M*EM: llama.cpp's logits equal mgt's" lc_vs_mgt "$T/trz.gguf" "$T/dz.h5" 1e-4
+# the same with --moe-latent-size 40 (llama.cpp: nemotron_h_moe.moe_latent_size, blk.N.ffn_latent_down
+# {64, 40} before the experts of width 40, ffn_latent_up {40, 64} after them)
+ok "train tiny-hybrid M*EM with --moe-latent-size 40 (GPT-2 vocabulary)" quiet "$BIN/mgt-train" \
+	--model tiny-hybrid --hybrid-layer-pattern M*EM --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 \
+	--moe-shared-expert-intermediate-size 64 --moe-router-topk-scaling-factor 2.5 --moe-router-load-balancing-type none \
+	--moe-router-score-function sigmoid --moe-router-enable-expert-bias --squared-relu --moe-latent-size 40 --mock-data \
+	$GPT2 --seq-length 32 --micro-batch-size 2 --train-iters 3 --threads 2 --save "$T/trzl" --save-interval 3 --log-interval 3
+ok "trained latent M*EM: mgt-export (f32)" "$BIN/mgt-export" --quiet --load-dir "$T/trzl" --output "$T/trzl.gguf" --outtype f32
+dump "$T/trzl" "$T/dzl.h5"
+lat_meta() { # lat_meta GGUF: moe_latent_size 40 and the latent and expert shapes
+	node "$LC/run.mjs" "$1" --meta --full >"$T/meta.json" 2>"$T/meta.err" || { sed 's/^/# /' "$T/meta.err"; return 1; }
+	$PY - "$T/meta.json" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+md = {k: v["value"] for k, v in m["metadata"].items()}
+sh = {t["name"]: t["shape"] for t in m["tensorInfos"]}
+want = {"blk.2.ffn_latent_down.weight": [64, 40], "blk.2.ffn_latent_up.weight": [40, 64],
+        "blk.2.ffn_up_exps.weight": [40, 48, 4], "blk.2.ffn_down_exps.weight": [48, 40, 4], "blk.2.ffn_gate_inp.weight": [64, 4],
+        "blk.2.ffn_up_shexp.weight": [64, 64]}
+bad = {k: (sh.get(k), v) for k, v in want.items() if sh.get(k) != v}
+lat = md.get("nemotron_h_moe.moe_latent_size")
+print("# moe_latent_size %s; differing (got, want): %s" % (lat, bad))
+sys.exit(1 if bad or lat != 40 else 0)
+EOF
+}
+if [ $have_lc = 1 ]; then
+	ok "trained latent M*EM: GGUF header (moe_latent_size 40, the projections' and experts' shapes)" lat_meta "$T/trzl.gguf"
+	ok "trained latent M*EM: llama.cpp's logits equal mgt's" lc_vs_mgt "$T/trzl.gguf" "$T/dzl.h5" 1e-4
+fi
 
 done_testing

@@ -242,6 +242,8 @@ def main(argv=None):
     p.add_argument("--mlp-act", default="gelu", help="nemotron_h: mlp_hidden_act")
     p.add_argument("--n-group", type=int, default=1, help="nemotron_h MoE: n_group (router groups)")
     p.add_argument("--topk-group", type=int, default=1, help="nemotron_h MoE: topk_group (groups kept)")
+    p.add_argument("--latent", type=int, default=None,
+                   help="nemotron_h MoE: moe_latent_size (fc1_latent_proj / fc2_latent_proj around the routed experts)")
     p.add_argument("--time-step-min", type=float, default=0.001,
                    help="nemotron_h/mamba2 time_step_min (NemotronH clamps dt below at it; 0: no clamp)")
     p.add_argument("--pattern-key", choices=("pattern", "list"), default="pattern",
@@ -447,9 +449,13 @@ def make_hybrid(a):
             put(L + "mixer.gate.weight", (a.experts, H), 0.5)
             put(L + "mixer.gate.e_score_correction_bias", (a.experts,),
                 value=0.05 * np.abs(rng.standard_normal(a.experts, dtype=np.float32)))
+            EH = a.latent or H  # the routed experts' side (NemotronHExperts: moe_latent_size or hidden)
+            if a.latent:
+                put(L + "mixer.fc1_latent_proj.weight", (a.latent, H), 0.2)
+                put(L + "mixer.fc2_latent_proj.weight", (H, a.latent), 0.2)
             for e in range(a.experts):
-                put(L + "mixer.experts.%d.up_proj.weight" % e, (a.moe_ffn, H), 0.12)
-                put(L + "mixer.experts.%d.down_proj.weight" % e, (H, a.moe_ffn), 0.08)
+                put(L + "mixer.experts.%d.up_proj.weight" % e, (a.moe_ffn, EH), 0.12)
+                put(L + "mixer.experts.%d.down_proj.weight" % e, (EH, a.moe_ffn), 0.08)
             put(L + "mixer.shared_experts.up_proj.weight", (a.shared_ffn, H), 0.12)
             put(L + "mixer.shared_experts.down_proj.weight", (H, a.shared_ffn), 0.08)
         else:
@@ -476,7 +482,7 @@ def make_hybrid(a):
         if "E" in pat:
             cfg.update(n_routed_experts=a.experts, num_experts_per_tok=a.topk, moe_intermediate_size=a.moe_ffn,
                        moe_shared_expert_intermediate_size=a.shared_ffn, routed_scaling_factor=2.5,
-                       n_group=a.n_group, topk_group=a.topk_group, norm_topk_prob=a.topk > 1, moe_latent_size=None)
+                       n_group=a.n_group, topk_group=a.topk_group, norm_topk_prob=a.topk > 1, moe_latent_size=a.latent)
         if a.pattern_key == "list":
             kinds = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
             cfg["layers_block_type"] = [kinds[c] for c in pat]

@@ -535,7 +535,10 @@ def nemotron_moe(cfg, W, M, x, variant="a"):
     with n_group > 1 the topk_group groups of the largest sums of their top 2 choice scores, the
     others' choice scores set to -inf (route_tokens_to_experts, transformers @008d9e95; older
     DeepSeek-V3 code set them to 0.0, which differs only when a kept choice score is negative); weights s of the chosen, normalized (+1e-20) when norm_topk_prob,
-    times routed_scaling_factor), sum_j w_j expert_j(x) + shared_experts(x), each an MLP up, act, down."""
+    times routed_scaling_factor), sum_j w_j expert_j(x) + shared_experts(x), each an MLP up, act, down.
+    With moe_latent_size D (NemotronHMoE.forward): the router and the shared experts read x, the routed
+    experts fc1_latent_proj(x) [n, D], and their weighted sum goes through fc2_latent_proj [H, D] before
+    the shared experts' output is added."""
     E, k, H = cfg["n_routed_experts"], cfg["num_experts_per_tok"], x.shape[1]
     act = cfg.get("mlp_hidden_act", "relu2")
     s = torch.sigmoid(x @ need(W, M + "gate.weight", (E, H)).t())
@@ -551,17 +554,24 @@ def nemotron_moe(cfg, W, M, x, variant="a"):
         w = w / (w.sum(-1, keepdim=True) + 1e-20)
     w = w * cfg.get("routed_scaling_factor", 1.0)
     Fe, S = cfg["moe_intermediate_size"], cfg["moe_shared_expert_intermediate_size"]
+    D = cfg.get("moe_latent_size")
 
-    def mlp(p, v, F_):
-        return act_fn(act, v @ need(W, p + "up_proj.weight", (F_, H)).t()) @ need(W, p + "down_proj.weight", (H, F_)).t()
-    out = mlp(M + "shared_experts.", x, S)
+    def mlp(p, v, F_, n=H):
+        return act_fn(act, v @ need(W, p + "up_proj.weight", (F_, n)).t()) @ need(W, p + "down_proj.weight", (n, F_)).t()
+    shared = mlp(M + "shared_experts.", x, S)
+    xr = x @ need(W, M + "fc1_latent_proj.weight", (D, H)).t() if D else x
+    n = D or H
     if variant == "b":  # every expert on every token, weighted by a dense [tokens, experts] matrix
         dense = torch.zeros(x.shape[0], E).scatter_(1, idx, w)
-        return out + sum(dense[:, e:e + 1] * mlp(M + "experts.%d." % e, x, Fe) for e in range(E))
-    for t in range(x.shape[0]):
-        for j in range(k):
-            out[t] = out[t] + w[t, j] * mlp(M + "experts.%d." % int(idx[t, j]), x[t:t + 1], Fe)[0]
-    return out
+        routed = sum(dense[:, e:e + 1] * mlp(M + "experts.%d." % e, xr, Fe, n) for e in range(E))
+    else:
+        routed = torch.zeros(x.shape[0], n, dtype=x.dtype)
+        for t in range(x.shape[0]):
+            for j in range(k):
+                routed[t] = routed[t] + w[t, j] * mlp(M + "experts.%d." % int(idx[t, j]), xr[t:t + 1], Fe, n)[0]
+    if D:
+        routed = routed @ need(W, M + "fc2_latent_proj.weight", (H, D)).t()
+    return routed + shared
 
 
 def hybrid_forward(cfg, W, ids, variant="a"):
@@ -634,14 +644,16 @@ def self_test(quick=False):
     import tempfile
     here = os.path.dirname(os.path.abspath(__file__))
     fams = ["gpt2", "llama2", "llama3", "llama3.1", "llama3.2", "mistral", "qwen2", "qwen3", "mixtral", "qwen2_moe",
-            "qwen3_moe", "nemotron_h", "mamba2"]
+            "qwen3_moe", "nemotron_h", "nemotron_h+latent", "mamba2"]
     worst = 0.0
     fails = []
     rng = np.random.default_rng(5)
     with tempfile.TemporaryDirectory() as tmp:
-        for fam in fams:
-            dd = os.path.join(tmp, fam)
+        for label in fams:
+            fam = label.split("+")[0]
+            dd = os.path.join(tmp, label)
             extra = ["--pattern", "ME*-E"] if fam == "nemotron_h" else []
+            extra += ["--latent", "24"] if label.endswith("+latent") else []  # moe_latent_size below hidden 64
             subprocess.check_call([sys.executable, os.path.join(here, "make_tiny.py"), fam, dd, "--dtype", "fp32"] + extra)
             cfg, W = load(dd)
             n = 12 if quick else 24
@@ -656,7 +668,7 @@ def self_test(quick=False):
             dlater = float((la[n // 2:] - l2[n // 2:]).abs().max())
             spread = float(la.std(-1).mean())
             line = "%-9s paths a/b max|diff| %.2e  causal %.1e (later tokens %.2f)  logit std %.2f" % (
-                fam, dab, dcaus, dlater, spread)
+                label, dab, dcaus, dlater, spread)
             if fam in HYBRID_FAMILIES:
                 # no positions to shift; instead: the gated norm's width must matter with 2 groups
                 # (nemotron_h) and must not with 1 (mamba2): pitfall 2 of the facts

@@ -51,7 +51,7 @@ def main(argv):
         ma["moe_layer_freq"], mb["moe_layer_freq"] = moe_layers(ma), moe_layers(mb)
         keys = [k for k in ma if (k.startswith("moe_router") or k in (
             "num_experts", "moe_ffn_hidden_size", "moe_layer_freq", "moe_shared_expert_intermediate_size",
-            "moe_shared_expert_gate", "moe_aux_loss_coeff")) and k != "moe_router_dtype"]
+            "moe_shared_expert_gate", "moe_aux_loss_coeff", "moe_latent_size")) and k != "moe_router_dtype"]
     else:
         keys = ["family", "hybrid_layer_pattern", "mamba_state_dim", "mamba_head_dim", "mamba_num_groups",
                 "mamba_num_heads", "num_query_groups", "kv_channels", "ffn_hidden_size", "normalization",

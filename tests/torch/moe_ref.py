@@ -20,6 +20,10 @@ megatron/core/transformer/moe/{router.py,moe_utils.py} (facts only; no code shar
     bias = fp32(bias + fp32(rate) * sign(mean(count) - count)).
 Experts and shared experts have no biases (lib/model/table.c add_moe); the router has one with
 add_bias_linear.
+With moe_latent_size (moe_layer.py MoELayer: fc1_latent_proj before the dispatch, fc2_latent_proj
+after the combine, neither with a bias here) the routed experts run in the latent width; the
+router and the shared expert read the full hidden state, and the shared expert's output is added
+after fc2_latent_proj.
 
 Public pieces:
   MOE_DEFAULTS, normalize_moe(a)           argument defaults and checks (called by normalize_args)
@@ -44,12 +48,12 @@ MOE_DEFAULTS = {
     "moe_router_load_balancing_type": "aux_loss", "moe_aux_loss_coeff": 0.0, "moe_z_loss_coeff": None,
     "moe_input_jitter_eps": None, "moe_expert_capacity_factor": None, "moe_token_drop_policy": "probs",
     "moe_pad_expert_input_to_capacity": False, "moe_shared_expert_intermediate_size": None,
-    "moe_shared_expert_gate": False, "moe_router_dtype": None,
+    "moe_shared_expert_gate": False, "moe_router_dtype": None, "moe_latent_size": None,
 }
 # mgt writes 0 where Megatron has None
 _ZERO_IS_NONE = ("num_experts", "moe_ffn_hidden_size", "moe_router_topk_scaling_factor", "moe_router_num_groups",
                  "moe_router_group_topk", "moe_z_loss_coeff", "moe_input_jitter_eps",
-                 "moe_expert_capacity_factor", "moe_shared_expert_intermediate_size")
+                 "moe_expert_capacity_factor", "moe_shared_expert_intermediate_size", "moe_latent_size")
 _BOOLS = ("moe_router_pre_softmax", "moe_router_enable_expert_bias", "moe_pad_expert_input_to_capacity",
           "moe_shared_expert_gate")
 
@@ -84,6 +88,8 @@ def normalize_moe(a):
         a["moe_layer_pattern"] = ""
     if not a["num_experts"]:
         a["num_experts"] = None
+        if a["moe_latent_size"]:
+            raise ValueError("moe_latent_size needs num_experts")
         return a
     E, k = a["num_experts"], a["moe_router_topk"]
     if a["moe_ffn_hidden_size"] is None:
@@ -121,26 +127,30 @@ def moe_layer_flags(a):
 
 def moe_specs(a, p, ln_bias):
     """[(name, shape, init, weight_decay)] of one MoE layer's MLP part, prefix p = decoder.layers.N."""
-    h, E, Fx = a["hidden_size"], a["num_experts"], a["moe_ffn_hidden_size"]
-    S = a["moe_shared_expert_intermediate_size"]
+    hid, E, Fx = a["hidden_size"], a["num_experts"], a["moe_ffn_hidden_size"]
+    S, lat = a["moe_shared_expert_intermediate_size"], a["moe_latent_size"]
+    h = lat or hid  # the routed experts' hidden side
     gl = 2 if a["swiglu"] else 1
-    s = [(p + "pre_mlp_layernorm.weight", (h,), "one", False)]
+    s = [(p + "pre_mlp_layernorm.weight", (hid,), "one", False)]
     if ln_bias:
-        s.append((p + "pre_mlp_layernorm.bias", (h,), "zero", False))
-    s.append((p + "mlp.router.weight", (E, h), "normal", True))
+        s.append((p + "pre_mlp_layernorm.bias", (hid,), "zero", False))
+    s.append((p + "mlp.router.weight", (E, hid), "normal", True))
     if a["add_bias_linear"]:
         s.append((p + "mlp.router.bias", (E,), "zero", False))
     if a["moe_router_enable_expert_bias"]:
         s.append((p + "mlp.router.expert_bias", (E,), "zero", False))  # frozen (no gradient)
+    if lat:
+        s.append((p + "mlp.fc1_latent_proj.weight", (lat, hid), "normal", True))
+        s.append((p + "mlp.fc2_latent_proj.weight", (hid, lat), "proj", True))
     for e in range(E):
         q = p + "mlp.experts.local_experts.%d." % e
         s.append((q + "linear_fc1.weight", (gl * Fx, h), "normal", True))
         s.append((q + "linear_fc2.weight", (h, Fx), "proj", True))
     if S:
-        s.append((p + "mlp.shared_experts.linear_fc1.weight", (gl * S, h), "normal", True))
-        s.append((p + "mlp.shared_experts.linear_fc2.weight", (h, S), "proj", True))
+        s.append((p + "mlp.shared_experts.linear_fc1.weight", (gl * S, hid), "normal", True))
+        s.append((p + "mlp.shared_experts.linear_fc2.weight", (hid, S), "proj", True))
         if a["moe_shared_expert_gate"]:
-            s.append((p + "mlp.shared_experts.gate_weight", (1, h), "normal", True))
+            s.append((p + "mlp.shared_experts.gate_weight", (1, hid), "normal", True))
     return s
 
 
@@ -321,15 +331,19 @@ def moe_forward(a, p, i, x, bias32=None, aux_grad_scale=1.0):
         loss = zt if loss is None else loss + zt
     if loss is not None:
         loss = loss * aux_grad_scale
-    out = torch.zeros(T, h, dtype=x.dtype)
+    lat = a["moe_latent_size"]
+    xr = xt @ p[pre + "fc1_latent_proj.weight"].t() if lat else xt   # the routed experts' input
+    out = torch.zeros(T, lat or h, dtype=x.dtype)
     for e in range(E):
         tok = fmap[:, e].nonzero().squeeze(1)
         if tok.numel() == 0:
             continue
         q = pre + "experts.local_experts.%d." % e
-        y = _act(a, xt[tok] @ p[q + "linear_fc1.weight"].t())
+        y = _act(a, xr[tok] @ p[q + "linear_fc1.weight"].t())
         y = y * fprobs[tok, e].unsqueeze(1)             # the prob multiplies the activation, before fc2
         out = out.index_add(0, tok, y @ p[q + "linear_fc2.weight"].t())
+    if lat:
+        out = out @ p[pre + "fc2_latent_proj.weight"].t()
     if pre + "shared_experts.linear_fc1.weight" in p:
         sh = _act(a, xt @ p[pre + "shared_experts.linear_fc1.weight"].t()) @ p[pre + "shared_experts.linear_fc2.weight"].t()
         if pre + "shared_experts.gate_weight" in p:
@@ -446,17 +460,24 @@ def naive_moe(a, P, i, xs, bias=None):
     def mlp(w1, w2, x, scale):
         y = act([dot(w1[r], x) for r in range(w1.shape[0])])
         y = [v * scale for v in y]
-        return [dot(w2[c], y) for c in range(h)]
+        return [dot(w2[c], y) for c in range(w2.shape[0])]
 
+    def proj(w, x):
+        return [dot(w[r], x) for r in range(w.shape[0])]
+
+    lat = a["moe_latent_size"]
     outs = []
     for t in range(T):
-        o = [0.0] * h
+        xr = proj(P[pre + "fc1_latent_proj.weight"], xs[t]) if lat else xs[t]
+        o = [0.0] * (lat or h)
         for e in range(E):
             if e not in kept[t]:
                 continue
             q = pre + "experts.local_experts.%d." % e
-            y = mlp(P[q + "linear_fc1.weight"], P[q + "linear_fc2.weight"], xs[t], probs[t][e])
-            o = [o[c] + y[c] for c in range(h)]
+            y = mlp(P[q + "linear_fc1.weight"], P[q + "linear_fc2.weight"], xr, probs[t][e])
+            o = [o[c] + y[c] for c in range(len(o))]
+        if lat:
+            o = proj(P[pre + "fc2_latent_proj.weight"], o)
         if pre + "shared_experts.linear_fc1.weight" in P:
             y = mlp(P[pre + "shared_experts.linear_fc1.weight"], P[pre + "shared_experts.linear_fc2.weight"], xs[t], 1.0)
             if pre + "shared_experts.gate_weight" in P:
@@ -535,6 +556,14 @@ SELFCHECK_MOE = {
     "shared-gate-softmax-top2": (dict(num_experts=4, moe_router_topk=2, moe_shared_expert_intermediate_size=10,
                                       moe_shared_expert_gate=True, moe_aux_loss_coeff=1e-2,
                                       moe_z_loss_coeff=1e-3), 2, 5),
+    "latent-sigmoid-bias-shared-squared-relu": (dict(num_experts=4, moe_router_topk=2, moe_latent_size=5,
+                                                     moe_router_score_function="sigmoid",
+                                                     moe_router_enable_expert_bias=True,
+                                                     moe_shared_expert_intermediate_size=6, squared_relu=True,
+                                                     moe_aux_loss_coeff=1e-2), 2, 4),
+    "latent-wider-swiglu-gate": (dict(num_experts=3, moe_router_topk=2, moe_latent_size=11, swiglu=True,
+                                      moe_shared_expert_intermediate_size=4, moe_shared_expert_gate=True,
+                                      moe_aux_loss_coeff=1e-2, moe_z_loss_coeff=1e-3), 2, 4),
     "shared-gate-openai-gelu-layernorm-bias": (dict(num_experts=4, moe_router_topk=2,
                                                     moe_shared_expert_intermediate_size=8,
                                                     moe_shared_expert_gate=True, openai_gelu=True,
