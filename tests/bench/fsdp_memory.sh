@@ -7,6 +7,7 @@
 # a process, under tests/mpirun.sh.  Not a test: it takes minutes and gigabytes.
 #
 #   sh tests/bench/fsdp_memory.sh [MODEL] [SEQ]     (default gpt2-124m, 256)
+#   NPS="2 4" STRATEGIES=optim_grads_params sh tests/bench/fsdp_memory.sh    (a subset)
 # Raw results: tests/bench/results/fsdp-memory-<host>-<date>.txt
 root=$(cd "$(dirname "$0")/../.." && pwd) || exit 1
 bin=${MGT_BIN:-$root/bin}
@@ -20,8 +21,8 @@ mkdir -p "$root/tests/bench/results"
 echo "# fsdp_memory $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname): $model, seq $seq, micro-batch 1, 2 micro-batches a rank, mock data"
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB"
 printf '%-3s %-19s | %9s %9s %9s %9s %9s | %9s %7s\n' DP strategy params grads optim "p+g+o" computed measured "meas/comp"
-for np in 1 2 4; do
-	for s in no_shard optim optim_grads optim_grads_params; do
+for np in ${NPS:-1 2 4}; do
+	for s in ${STRATEGIES:-no_shard optim optim_grads optim_grads_params}; do
 		sh "$root/tests/mpirun.sh" "$np" "$bin/mgt-train" --model "$model" --mock-data --seq-length "$seq" \
 			--micro-batch-size 1 --global-batch-size $((2 * np)) --train-iters 2 --device cpu --threads 1 \
 			--log-interval 1 --eval-interval 0 --use-megatron-fsdp --data-parallel-sharding-strategy "$s" \
