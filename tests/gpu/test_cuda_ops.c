@@ -3625,6 +3625,7 @@ static void mamba_ops16(bool big)
 		t_mamba_gnorm16(ts[k], 40, 520, 1, 600);
 		t_ssd16(ts[k], 150, 4, 2, 1, 16, 8, true);
 		t_ssd16(ts[k], 45, 1, 3, 3, 4, 4, false);
+		t_ssd16(ts[k], 150, 2, 2, 1, 80, 8, true);
 		if (big) {
 			t_mamba_conv16(ts[k], 1000, 2, 1280, 4, 2600, true);
 			t_mamba_gnorm16(ts[k], 2000, 1024, 8, 2600);
@@ -3647,6 +3648,7 @@ static void mamba_ops(bool big)
 	t_ssd(150, 4, 2, 1, 16, 8, true);
 	t_ssd(45, 1, 3, 3, 4, 4, false);
 	t_ssd(260, 2, 24, 4, 2, 4, true); /* 144 chunk blocks: two waves of the backward */
+	t_ssd(150, 2, 2, 1, 80, 8, true); /* p > 64: the forward's y in two column tiles */
 	t_mamba_step(4, 2, 8, 16, 4, 37, 5);
 	t_mamba_step(5, 1, 3, 7, 4, 3, 0);  /* CD = 29 */
 	t_mamba_step(6, 3, 24, 45, 3, 101, 9); /* CD = 414, nh p = 144: several blocks of both kernels */
