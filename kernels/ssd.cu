@@ -194,11 +194,10 @@ template <typename T> struct out_ctx {
 template <typename T> static __device__ void out_tile(const out_ctx<T> &k, int r0, int rn, int s0)
 {
 	const chunk_v<T> &v = k.v;
-	const int *lo = k.lo;
 	BLOCK_LOOP(e, rn * SSD_TS) {
 		const int r = r0 + e / SSD_TS, s = s0 + e % SSD_TS;
 		float m = 0.0f;
-		if (s <= r && s >= doc_row(lo, r, v.i0)) {
+		if (s <= r && s >= doc_row(k.lo, r, v.i0)) {
 			const float ex = (float)exp(k.cum[r] - k.cum[s]);
 			const float cb = dot_(v.C + (size_t)r * v.sbc, v.B + (size_t)s * v.sbc, k.N);
 			m = ex != 0.0f ? cb * (ex * k.dt[s]) : 0.0f;
