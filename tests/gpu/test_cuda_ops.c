@@ -3430,9 +3430,10 @@ static void t_ssd(int L, int b, int nh, int g, int p, int n, bool docs)
  * Each op runs three ways on inputs rounded to the type: the GPU op in 16 bits, the GPU op in fp32
  * on the same (widened) values, the CPU op in 16 bits.  The 16-bit op computes in fp32 and rounds
  * each output once, so its outputs are the fp32 op's rounded, bit for bit (t_out16: a wrong
- * stride, column, direction or rounding of the staging fails), outputs' columns it must not write
- * keep their bits, and its fp32 outputs (weight gradients, states, rstd) are the fp32 op's bit for
- * bit.  Against the CPU's 16-bit op: within the fp32 op's bound plus one rounding of the type
+ * stride, column or rounding of a 16-bit load or store, or a 16-bit intermediate, fails), outputs'
+ * columns it must not write keep their bits, and its fp32 outputs (weight gradients, states,
+ * rstd) are the fp32 op's bit for bit.  Against the CPU's 16-bit op: within the fp32 op's bound
+ * plus one rounding of the type
  * (normwise 2^-8 bf16, 2^-11 fp16: an element whose fp32 values straddle a rounding boundary
  * differs by one ulp); under the simulator, where few elements straddle, a 16th of that rounding
  * (measured at most 1.3e-7 bf16 and 7.3e-6 fp16 over the small shapes; the bound 2.4e-4, 3.1e-5). */
