@@ -258,12 +258,12 @@ int mgt_k_xent_bwd(mgt_k_stream s, void *dlogits, const void *logits, mgt_k_dtyp
 		   int T, int V);
 
 /* ---- the Mamba-2 mixer (kernels/mamba.cu: backend.h mamba_conv_*, mamba_gated_norm_*, mamba_step; kernels/ssd.cu:
- * ssd_scan_*), the shapes and strides of the backend ops.  The conv and the gated norm take their
- * activations and gradients (the void pointers) in t (fp32, bf16, fp16; fp32 math, each 16-bit
- * output rounded once), the scan and mamba_step fp32 only (lib/backend/cuda.c stages the scan's
- * 16-bit blocks: mgt_k_mamba_stage below).  The backward launchers need ws of their *_ws_bytes
- * (the same for every t); weight gradients are accumulated (+=) from double partials summed in a
- * fixed order. ---- */
+ * ssd_scan_*), the shapes and strides of the backend ops.  The conv, the gated norm and the scan
+ * take their activations and gradients (the void pointers) in t (fp32, bf16, fp16; fp32 math,
+ * each 16-bit output rounded once, so it is the fp32 op's on the widened inputs rounded), mamba_step
+ * fp32 only.  The backward launchers and the scan's forward need ws of their *_ws_bytes (the same
+ * for every t); weight gradients are accumulated (+=) from double partials summed in a fixed
+ * order. ---- */
 int mgt_k_mamba_conv_fwd(mgt_k_stream s, void *y, const void *x, int ld_x, const float *w, const float *bias,
 			 const int32_t *seg_start, int L, int b, int CD, int K, mgt_k_dtype t);
 size_t mgt_k_mamba_conv_bwd_ws_bytes(int L, int b, int CD, int K);
@@ -284,21 +284,14 @@ typedef struct mgt_k_ssd {
 /* ws: the chunks' decays (forward); the backward's chunk partials, carried state gradients,
  * per-head dB/dC rows (2 L b nh n floats) and the Q x Q matrices of at most 128 chunks at a time. */
 size_t mgt_k_ssd_scan_fwd_ws_bytes(const mgt_k_ssd *d);
-int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, float *y, float *states, const float *x, const float *B,
-		       const float *C, const float *dt_raw, const float *dt_bias, const float *A_log, const float *D,
-		       void *ws);
+int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, void *y, float *states, const void *x, const void *B,
+		       const void *C, const void *dt_raw, const float *dt_bias, const float *A_log, const float *D,
+		       mgt_k_dtype t, void *ws);
 size_t mgt_k_ssd_scan_bwd_ws_bytes(const mgt_k_ssd *d);
-int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, float *dx, float *dB, float *dC, float *ddt_raw,
-		       float *ddt_bias, float *dA_log, float *dD, const float *dy, const float *states, const float *x,
-		       const float *B, const float *C, const float *dt_raw, const float *dt_bias, const float *A_log,
-		       const float *D, void *ws);
-/* backend.h's 16-bit storage of the scan (kernels/mamba.cu; lib/backend/cuda.c stages each 16-bit
- * block through an fp32 copy around the fp32 launchers): dst [rows, cols] (row stride
- * ld_dst) = src [rows, cols] (row stride ld_src), to16 = 0: src of type t (bf16, fp16) widened
- * exactly into fp32 dst; to16 = 1: fp32 src rounded to nearest even into dst of type t.  Only the
- * block's columns are touched. */
-int mgt_k_mamba_stage(mgt_k_stream s, void *dst, int ld_dst, const void *src, int ld_src, int rows, int cols,
-		      mgt_k_dtype t, int to16);
+int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, void *dx, void *dB, void *dC, void *ddt_raw,
+		       float *ddt_bias, float *dA_log, float *dD, const void *dy, const float *states, const void *x,
+		       const void *B, const void *C, const void *dt_raw, const float *dt_bias, const float *A_log,
+		       const float *D, mgt_k_dtype t, void *ws);
 /* backend.h mamba_step (kernels/mamba.cu): of d only nh, p, g, n and ld_dt are read; seq, pos
  * [T] device int32; the caches updated in place.  No ws. */
 int mgt_k_mamba_step(mgt_k_stream s, const mgt_k_ssd *d, int T, float *y, float *u, float *conv_state,

@@ -11,8 +11,8 @@
  * activations and gradients (float, __nv_bfloat16, __half): loads widen exactly (mgt_ld1), the
  * math is the fp32 kernels' term for term, and each output is rounded once at its store (mgt_st1;
  * the conv backward's g stays fp32 in ws), so S = float is the fp32 op and a 16-bit op gives the
- * fp32 op's outputs on the widened inputs, rounded.  stage_k (end of file) converts blocks for the
- * scan's staging in lib/backend/cuda.c.
+ * fp32 op's outputs on the widened inputs, rounded.  The scan's kernels (kernels/ssd.cu) are
+ * templated the same way.
  *
  * Weight gradients (conv dw/db, norm dw): common.cuh's column-reduction scheme, double partials
  * per chunk of rows in ws, then each column's partials summed in chunk order (no atomics).
@@ -397,37 +397,4 @@ extern "C" int mgt_k_mamba_step(mgt_k_stream s, const mgt_k_ssd *d, int T, float
 	MGT_LAUNCH(step_scan_k, (unsigned)mgt_cdiv((size_t)di, 128), 128, 0, st, y, ssm_state, u, dt_raw, seq, pos,
 		   dt_bias, A_log, D, G);
 	return mgt_k_rc();
-}
-
-/* ---- 16-bit storage: the blocks staged through fp32 (backend.h's t, lib/backend/cuda.c) ---- */
-
-/* dst[r, c] (row stride ld_d) = src[r, c] (row stride ld_s) converted (mgt_ld1 / mgt_st1: exact
- * widening, rounding to nearest even), over rows x cols elements. */
-template <typename D, typename S>
-static __global__ void stage_k(D *dst, int ld_d, const S *src, int ld_s, int rows, int cols)
-{
-	const size_t n = (size_t)rows * cols;
-	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
-		const size_t r = e / (size_t)cols, c = e % (size_t)cols;
-		mgt_st1(dst, r * (size_t)ld_d + c, mgt_ld1(src, r * (size_t)ld_s + c));
-	}
-}
-
-extern "C" int mgt_k_mamba_stage(mgt_k_stream s, void *dst, int ld_dst, const void *src, int ld_src, int rows,
-				 int cols, mgt_k_dtype t, int to16)
-{
-	if (rows <= 0 || cols <= 0)
-		return 0;
-	const unsigned grid = mgt_grid((size_t)rows * cols, 256);
-	const cudaStream_t st = mgt_st(s);
-	return mgt_k_typed(t, [&](auto e) {
-		typedef typename decltype(e)::type E;
-		if (to16)
-			MGT_LAUNCH((stage_k<E, float>), grid, 256, 0, st, (E *)dst, ld_dst, (const float *)src, ld_src, rows,
-				   cols);
-		else
-			MGT_LAUNCH((stage_k<float, E>), grid, 256, 0, st, (float *)dst, ld_dst, (const E *)src, ld_src, rows,
-				   cols);
-		return mgt_k_rc();
-	});
 }

@@ -21,29 +21,38 @@
  *             ssd_gsum_k    dB, dC: the per-head rows summed over a group's heads in head order;
  *             ssd_scal_k    ddt_bias, dA_log, dD: the per-block double partials summed in order.
  * Every block writes only its own chunk's rows and its own ws slices; what one launch reads,
- * an earlier one wrote (no atomics). */
+ * an earlier one wrote (no atomics).
+ *
+ * Storage: the kernels that touch activations are templated on their type T (float,
+ * __nv_bfloat16, __half): x, B, C, dt_raw, dy are read as T and widened exactly (mgt_ld1), y,
+ * dx, dB, dC, ddt_raw are written once each, rounded to nearest even (mgt_st1); every sum and
+ * product is the fp32 kernel's, in its order, so a 16-bit output is the fp32 op's on the widened
+ * inputs, rounded once.  The states, ws, parameters and their gradients are fp32 for every T.
+ * Hence y is summed in shared memory (ssd_out_k: a tile of SSD_TS rows by SSD_PC columns) and
+ * dx in registers (bwd_dx), not in the output. */
 #include "common.cuh"
 
 /* Q: backend.h's MGT_SSD_CHUNK (lib/backend/cuda.c asserts it), the saved states' chunking. */
-static constexpr int Q = 128, SSD_THREADS = 256, SSD_TS = 32, SSD_WAVE = 128;
+static constexpr int Q = 128, SSD_THREADS = 256, SSD_TS = 32, SSD_PC = 64, SSD_WAVE = 128;
 
 /* softplus with mamba_ssm's threshold, and its slope (cpu_ssd.c softplusf_, dsoftplusf_). */
 static __device__ __forceinline__ float softplus_(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 static __device__ __forceinline__ float dsoftplus_(float v) { return v > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-v)); }
 
 /* Block blk's chunk: sequence j, head h (group gi), chunk c of nc (rows i0 .. i0+q-1); base
- * pointers at the chunk's first row and row strides. */
-struct chunk_v {
+ * pointers (storage type T) at the chunk's first row and row strides. */
+template <typename T> struct chunk_v {
 	int j, h, gi, c, nc, i0, q;
-	const float *x, *B, *C, *dtr;
+	const T *x, *B, *C, *dtr;
 	size_t sx, sbc, sdt, sy;
 	float A, dtb;
 };
 
-static __device__ chunk_v chunk_of(const mgt_k_ssd &d, int blk, const float *x, const float *B, const float *C,
-				   const float *dt_raw, const float *dt_bias, const float *A_log)
+template <typename T>
+static __device__ chunk_v<T> chunk_of(const mgt_k_ssd &d, int blk, const T *x, const T *B, const T *C,
+				      const T *dt_raw, const float *dt_bias, const float *A_log)
 {
-	chunk_v v;
+	chunk_v<T> v;
 	v.nc = (d.L + Q - 1) / Q;
 	v.h = blk % d.nh, v.c = blk / d.nh % v.nc, v.j = blk / (d.nh * v.nc);
 	v.gi = v.h / (d.nh / d.g), v.i0 = v.c * Q, v.q = d.L - v.i0 < Q ? d.L - v.i0 : Q;
@@ -59,15 +68,34 @@ static __device__ chunk_v chunk_of(const mgt_k_ssd &d, int blk, const float *x, 
 	return v;
 }
 
+/* Chunk row r's x[p], B[n], C[n] and dt_raw, widened. */
+template <typename T> static __device__ __forceinline__ float xat(const chunk_v<T> &v, int r, int p)
+{
+	return mgt_ld1(v.x, (size_t)r * v.sx + p);
+}
+template <typename T> static __device__ __forceinline__ float bat(const chunk_v<T> &v, int r, int n)
+{
+	return mgt_ld1(v.B, (size_t)r * v.sbc + n);
+}
+template <typename T> static __device__ __forceinline__ float cat(const chunk_v<T> &v, int r, int n)
+{
+	return mgt_ld1(v.C, (size_t)r * v.sbc + n);
+}
+template <typename T> static __device__ __forceinline__ float dtrat(const chunk_v<T> &v, int r)
+{
+	return mgt_ld1(v.dtr, (size_t)r * v.sdt);
+}
+
 /* The chunk's dt, document starts lo and inclusive cumulative sums of dt A in double, restarted
  * at each document start (cpu_ssd.c chunk_dt), into shared memory by thread 0; then a barrier. */
-static __device__ void chunk_prep(const mgt_k_ssd &d, const chunk_v &v, float *dt, int *lo, double *cum)
+template <typename T>
+static __device__ void chunk_prep(const mgt_k_ssd &d, const chunk_v<T> &v, float *dt, int *lo, double *cum)
 {
 	if (threadIdx.x == 0) {
 		double acc = 0;
 		for (int r = 0; r < v.q; r++) {
 			const int i = v.i0 + r;
-			dt[r] = softplus_(v.dtr[(size_t)r * v.sdt] + v.dtb);
+			dt[r] = softplus_(dtrat(v, r) + v.dtb);
 			lo[r] = d.seg_start ? d.seg_start[(size_t)i * d.b + v.j] : 0;
 			if (lo[r] == i)
 				acc = 0;
@@ -82,17 +110,17 @@ static __device__ void chunk_prep(const mgt_k_ssd &d, const chunk_v &v, float *d
 static __device__ __forceinline__ int doc_row(const int *lo, int r, int i0) { return lo[r] > i0 ? lo[r] - i0 : 0; }
 
 /* The chunk's decay e^{cum[last]} when its last document began before it, else 0. */
-static __device__ __forceinline__ float chunk_decay(const chunk_v &v, const int *lo, const double *cum)
+template <typename T> static __device__ __forceinline__ float chunk_decay(const chunk_v<T> &v, const int *lo, const double *cum)
 {
 	return lo[v.q - 1] < v.i0 ? (float)exp(cum[v.q - 1]) : 0.0f;
 }
 
-/* sum_k a[k] b[k] over k < n (fp32, k ascending). */
-static __device__ __forceinline__ float dot_(const float *a, const float *b, int n)
+/* sum_k a[k] b[k] over k < n (fp32 of the widened values, k ascending). */
+template <typename A, typename B> static __device__ __forceinline__ float dot_(const A *a, const B *b, int n)
 {
 	float s = 0.0f;
 	for (int k = 0; k < n; k++)
-		s += a[k] * b[k];
+		s += mgt_ld1(a, k) * mgt_ld1(b, k);
 	return s;
 }
 
@@ -102,14 +130,15 @@ static __device__ __forceinline__ float dot_(const float *a, const float *b, int
 
 /* decay[blk]; states[blk] = sum_s w_s x_s (x) B_s with w_s = e^{cum[last] - cum[s]} dt_s on the
  * last document (0 before it): the chunk's own end state (the last chunk's is not used). */
-static __global__ void ssd_state_k(mgt_k_ssd d, float *states, float *decay, const float *x, const float *B,
-				   const float *C, const float *dt_raw, const float *dt_bias, const float *A_log)
+template <typename T>
+static __global__ void ssd_state_k(mgt_k_ssd d, float *states, float *decay, const T *x, const T *B, const T *C,
+				   const T *dt_raw, const float *dt_bias, const float *A_log)
 {
 	__shared__ double cum[Q];
 	__shared__ float dt[Q], wv[Q];
 	__shared__ int lo[Q];
 	const int blk = blockIdx.x;
-	const chunk_v v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
+	const chunk_v<T> v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
 	chunk_prep(d, v, dt, lo, cum);
 	const int last = v.q - 1, P = d.p, N = d.n;
 	if (threadIdx.x == 0)
@@ -123,7 +152,7 @@ static __global__ void ssd_state_k(mgt_k_ssd d, float *states, float *decay, con
 		const int p = e / N, n = e % N;
 		float acc = 0.0f;
 		for (int s = 0; s < v.q; s++)
-			acc += v.x[(size_t)s * v.sx + p] * (wv[s] * v.B[(size_t)s * v.sbc + n]);
+			acc += xat(v, s, p) * (wv[s] * bat(v, s, n));
 		S[e] = acc;
 	}
 }
@@ -146,61 +175,89 @@ static __global__ void ssd_carry_k(mgt_k_ssd d, float *buf, const float *decay, 
 	}
 }
 
-/* M[r][s - s0] for the key tile s0 .. s0+SSD_TS-1, rows s0 .. q-1: (C_r . B_s) e^{cum[r] - cum[s]}
- * dt_s on row r's document and s <= r, else 0 (cpu_ssd.c fwd_chunk's masked CB). */
-static __device__ void out_tile(const chunk_v &v, const mgt_k_ssd &d, float *M, int s0, const float *dt,
-				const int *lo, const double *cum)
+/* What ssd_out_k's row tiles share: the chunk, its shared arrays (dt, lo, cum; M [SSD_TS,
+ * SSD_TS], Ya [SSD_TS, SSD_PC]), its rows of y (stride v.sy), S_in [p, n] and D. */
+template <typename T> struct out_ctx {
+	chunk_v<T> v;
+	const float *dt, *S;
+	const int *lo;
+	const double *cum;
+	float *M, *Ya;
+	T *Y;
+	float Dh;
+	int P, N;
+};
+
+/* M[r - r0][s - s0] for the rows r0 .. r0+rn-1 and keys s0 .. s0+SSD_TS-1: (C_r . B_s)
+ * e^{cum[r] - cum[s]} dt_s on row r's document and s <= r, else 0 (cpu_ssd.c fwd_chunk's
+ * masked CB). */
+template <typename T> static __device__ void out_tile(const out_ctx<T> &k, int r0, int rn, int s0)
 {
-	BLOCK_LOOP(k, (v.q - s0) * SSD_TS) {
-		const int r = s0 + k / SSD_TS, s = s0 + k % SSD_TS;
+	const chunk_v<T> &v = k.v;
+	BLOCK_LOOP(e, rn * SSD_TS) {
+		const int r = r0 + e / SSD_TS, s = s0 + e % SSD_TS;
 		float m = 0.0f;
-		if (s <= r && s >= doc_row(lo, r, v.i0)) {
-			const float e = (float)exp(cum[r] - cum[s]);
-			const float cb = dot_(v.C + (size_t)r * v.sbc, v.B + (size_t)s * v.sbc, d.n);
-			m = e != 0.0f ? cb * (e * dt[s]) : 0.0f;
+		if (s <= r && s >= doc_row(k.lo, r, v.i0)) {
+			const float ex = (float)exp(k.cum[r] - k.cum[s]);
+			const float cb = dot_(v.C + (size_t)r * v.sbc, v.B + (size_t)s * v.sbc, k.N);
+			m = ex != 0.0f ? cb * (ex * k.dt[s]) : 0.0f;
 		}
-		M[(r - s0) * SSD_TS + (s - s0)] = m;
+		k.M[e] = m;
 	}
 }
 
-/* y rows of the chunk: intra (tiles), + e^{cum[r]} C_r . S_in (rows whose document began before
- * the chunk), + D x. y serves as the accumulator; barriers between the phases. */
-static __global__ void ssd_out_k(mgt_k_ssd d, float *y, const float *states, const float *x, const float *B,
-				 const float *C, const float *dt_raw, const float *dt_bias, const float *A_log,
-				 const float *D)
+/* y rows r0 .. r0+rn-1, columns p0 .. p0+pn-1: the intra-chunk sums of the key tiles s0 <= r0
+ * added in tile order into Ya (element e of the tile always on thread e mod blockDim.x, so Ya
+ * needs no barrier), + e^{cum[r]} C_r . S_in (rows whose document began before the chunk), + D x;
+ * each element rounded once into y.  Barriers around each M tile. */
+template <typename T> static __device__ void out_rows(const out_ctx<T> &k, int r0, int p0)
 {
-	__shared__ double cum[Q];
-	__shared__ float dt[Q], M[Q * SSD_TS];
-	__shared__ int lo[Q];
-	const int blk = blockIdx.x, P = d.p, N = d.n;
-	const chunk_v v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
-	chunk_prep(d, v, dt, lo, cum);
-	float *Y = y + ((size_t)v.i0 * d.b + v.j) * ((size_t)d.nh * P) + (size_t)v.h * P;
-	BLOCK_LOOP(e, v.q * P) {
-		Y[(size_t)(e / P) * v.sy + e % P] = 0.0f;
+	const chunk_v<T> &v = k.v;
+	const int rn = v.q - r0 < SSD_TS ? v.q - r0 : SSD_TS, pn = k.P - p0 < SSD_PC ? k.P - p0 : SSD_PC;
+	BLOCK_LOOP(e, rn * pn) {
+		k.Ya[e] = 0.0f;
 	}
-	for (int s0 = 0; s0 < v.q; s0 += SSD_TS) {
+	for (int s0 = 0; s0 <= r0; s0 += SSD_TS) {
 		__syncthreads();
-		out_tile(v, d, M, s0, dt, lo, cum);
+		out_tile(k, r0, rn, s0);
 		__syncthreads();
 		const int s1 = v.q - s0 < SSD_TS ? v.q - s0 : SSD_TS;
-		BLOCK_LOOP(e, (v.q - s0) * P) {
-			const int r = s0 + e / P, p = e % P, sn = r - s0 + 1 < s1 ? r - s0 + 1 : s1;
+		BLOCK_LOOP(e, rn * pn) {
+			const int r = r0 + e / pn, p = p0 + e % pn, sn = r - s0 + 1 < s1 ? r - s0 + 1 : s1;
 			float acc = 0.0f;
 			for (int s = 0; s < sn; s++)
-				acc += M[(r - s0) * SSD_TS + s] * v.x[(size_t)(s0 + s) * v.sx + p];
-			Y[(size_t)r * v.sy + p] += acc;
+				acc += k.M[(r - r0) * SSD_TS + s] * xat(v, s0 + s, p);
+			k.Ya[e] += acc;
 		}
 	}
-	__syncthreads();
-	const float *S = states + (size_t)blk * P * N, Dh = D[v.h];
-	BLOCK_LOOP(e, v.q * P) {
-		const int r = e / P, p = e % P;
-		float yv = Y[(size_t)r * v.sy + p];
-		if (v.c > 0 && lo[r] < v.i0)
-			yv += (float)exp(cum[r]) * dot_(v.C + (size_t)r * v.sbc, S + (size_t)p * N, N);
-		Y[(size_t)r * v.sy + p] = yv + Dh * v.x[(size_t)r * v.sx + p];
+	BLOCK_LOOP(e, rn * pn) {
+		const int r = r0 + e / pn, p = p0 + e % pn;
+		float yv = k.Ya[e];
+		if (v.c > 0 && k.lo[r] < v.i0)
+			yv += (float)exp(k.cum[r]) * dot_(v.C + (size_t)r * v.sbc, k.S + (size_t)p * k.N, k.N);
+		mgt_st1(k.Y, (size_t)r * v.sy + p, yv + k.Dh * xat(v, r, p));
 	}
+}
+
+/* y rows of the chunk, by tiles of SSD_TS rows and SSD_PC columns (out_rows; M recomputed per
+ * column tile when p > SSD_PC). */
+template <typename T>
+static __global__ void ssd_out_k(mgt_k_ssd d, T *y, const float *states, const T *x, const T *B, const T *C,
+				 const T *dt_raw, const float *dt_bias, const float *A_log, const float *D)
+{
+	__shared__ double cum[Q];
+	__shared__ float dt[Q], M[SSD_TS * SSD_TS], Ya[SSD_TS * SSD_PC];
+	__shared__ int lo[Q];
+	const int blk = blockIdx.x;
+	out_ctx<T> k;
+	k.v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
+	chunk_prep(d, k.v, dt, lo, cum);
+	k.dt = dt, k.lo = lo, k.cum = cum, k.M = M, k.Ya = Ya, k.P = d.p, k.N = d.n, k.Dh = D[k.v.h];
+	k.S = states + (size_t)blk * d.p * d.n;
+	k.Y = y + ((size_t)k.v.i0 * d.b + k.v.j) * ((size_t)d.nh * d.p) + (size_t)k.v.h * d.p;
+	for (int r0 = 0; r0 < k.v.q; r0 += SSD_TS)
+		for (int p0 = 0; p0 < d.p; p0 += SSD_PC)
+			out_rows(k, r0, p0);
 }
 
 extern "C" size_t mgt_k_ssd_scan_fwd_ws_bytes(const mgt_k_ssd *d)
@@ -210,9 +267,9 @@ extern "C" size_t mgt_k_ssd_scan_fwd_ws_bytes(const mgt_k_ssd *d)
 
 static bool ssd_empty(const mgt_k_ssd *d) { return d->L <= 0 || d->b <= 0 || d->nh <= 0 || d->p <= 0 || d->n <= 0; }
 
-extern "C" int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, float *y, float *states, const float *x,
-				  const float *B, const float *C, const float *dt_raw, const float *dt_bias,
-				  const float *A_log, const float *D, void *ws)
+extern "C" int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, void *y, float *states, const void *x,
+				  const void *B, const void *C, const void *dt_raw, const float *dt_bias,
+				  const float *A_log, const float *D, mgt_k_dtype t, void *ws)
 {
 	if (ssd_empty(d))
 		return 0;
@@ -220,25 +277,29 @@ extern "C" int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, float *y, 
 	const unsigned nblk = (unsigned)(d->b * ((d->L + Q - 1) / Q) * d->nh);
 	const dim3 pass((unsigned)(d->b * d->nh), (unsigned)mgt_cdiv((size_t)d->p * d->n, SSD_THREADS));
 	float *decay = (float *)ws;
-	MGT_LAUNCH(ssd_state_k, nblk, SSD_THREADS, 0, st, *d, states, decay, x, B, C, dt_raw, dt_bias, A_log);
-	MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, states, decay, 0);
-	MGT_LAUNCH(ssd_out_k, nblk, SSD_THREADS, 0, st, *d, y, states, x, B, C, dt_raw, dt_bias, A_log, D);
-	return mgt_k_rc();
+	return mgt_k_typed(t, [&](auto e) {
+		typedef typename decltype(e)::type E;
+		const E *xe = (const E *)x, *Be = (const E *)B, *Ce = (const E *)C, *dte = (const E *)dt_raw;
+		MGT_LAUNCH(ssd_state_k<E>, nblk, SSD_THREADS, 0, st, *d, states, decay, xe, Be, Ce, dte, dt_bias, A_log);
+		MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, states, decay, 0);
+		MGT_LAUNCH(ssd_out_k<E>, nblk, SSD_THREADS, 0, st, *d, (E *)y, states, xe, Be, Ce, dte, dt_bias, A_log, D);
+		return mgt_k_rc();
+	});
 }
 
 /* ---- backward ---- */
 
 /* decay[blk]; dsi[blk] = sum_r (e^{cum[r]} gy_r) (x) C_r over the rows reading S_in (none in the
  * first chunk): the part of dL/dS_in that does not pass through S_out (cpu_ssd.c bwd_inter). */
-static __global__ void ssd_dsin_k(mgt_k_ssd d, float *dsi, float *decay, const float *dy, const float *x,
-				  const float *B, const float *C, const float *dt_raw, const float *dt_bias,
-				  const float *A_log)
+template <typename T>
+static __global__ void ssd_dsin_k(mgt_k_ssd d, float *dsi, float *decay, const T *dy, const T *x, const T *B,
+				  const T *C, const T *dt_raw, const float *dt_bias, const float *A_log)
 {
 	__shared__ double cum[Q];
 	__shared__ float dt[Q], ex[Q];
 	__shared__ int lo[Q];
 	const int blk = blockIdx.x, P = d.p, N = d.n;
-	const chunk_v v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
+	const chunk_v<T> v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
 	chunk_prep(d, v, dt, lo, cum);
 	if (threadIdx.x == 0)
 		decay[blk] = chunk_decay(v, lo, cum);
@@ -246,22 +307,24 @@ static __global__ void ssd_dsin_k(mgt_k_ssd d, float *dsi, float *decay, const f
 		ex[r] = v.c > 0 && lo[r] < v.i0 ? (float)exp(cum[r]) : 0.0f;
 	}
 	__syncthreads();
-	const float *G = dy + ((size_t)v.i0 * d.b + v.j) * ((size_t)d.nh * P) + (size_t)v.h * P;
+	const T *G = dy + ((size_t)v.i0 * d.b + v.j) * ((size_t)d.nh * P) + (size_t)v.h * P;
 	BLOCK_LOOP(e, P * N) {
 		const int p = e / N, n = e % N;
 		float acc = 0.0f;
 		for (int r = 0; r < v.q && ex[r] != 0.0f; r++)
-			acc += (ex[r] * G[(size_t)r * v.sy + p]) * v.C[(size_t)r * v.sbc + n];
+			acc += (ex[r] * mgt_ld1(G, (size_t)r * v.sy + p)) * cat(v, r, n);
 		dsi[(size_t)blk * P * N + e] = acc;
 	}
 }
 
 /* What ssd_bwd_k's phases share: the chunk, its shared arrays, its rows of dy, S_in, dSo and of
  * the outputs, and its ws matrices (row stride Q). */
-struct bwd_ctx {
-	chunk_v v;
-	const float *G, *Sin, *dSo;     /* dy rows (stride v.sy), S_in and dSo [p, n] */
-	float *DX, *PB, *PC;            /* dx rows (stride v.sx), per-head dB, dC rows (stride n) */
+template <typename T> struct bwd_ctx {
+	chunk_v<T> v;
+	const T *G;                     /* dy rows (stride v.sy) */
+	const float *Sin, *dSo;         /* S_in and dSo [p, n] */
+	T *DX;                          /* dx rows (stride v.sx) */
+	float *PB, *PC;                 /* per-head dB, dC rows (stride n) */
 	float *M, *Dm, *Tm, *Z, *U, *V; /* [Q, Q] x3, [Q, n], [Q, n], [Q, p] */
 	double *cum, *dcum, *dde, *tmp; /* shared [Q] */
 	float *dt, *F;
@@ -269,10 +332,16 @@ struct bwd_ctx {
 	int P, N;
 };
 
-/* M = (C B^T) E dt, dCB = (gy X^T) E dt, T = (gy X^T) E (C B^T) on the document mask. */
-static __device__ void bwd_mats(const bwd_ctx &k)
+/* Chunk row r's dy[p], widened. */
+template <typename T> static __device__ __forceinline__ float gat(const bwd_ctx<T> &k, int r, int p)
 {
-	const chunk_v &v = k.v;
+	return mgt_ld1(k.G, (size_t)r * k.v.sy + p);
+}
+
+/* M = (C B^T) E dt, dCB = (gy X^T) E dt, T = (gy X^T) E (C B^T) on the document mask. */
+template <typename T> static __device__ void bwd_mats(const bwd_ctx<T> &k)
+{
+	const chunk_v<T> &v = k.v;
 	BLOCK_LOOP(e, v.q * v.q) {
 		const int r = e / v.q, s = e % v.q, o = r * Q + s;
 		float m = 0.0f, dm = 0.0f, t = 0.0f;
@@ -281,7 +350,7 @@ static __device__ void bwd_mats(const bwd_ctx &k)
 			const float cb = dot_(v.C + (size_t)r * v.sbc, v.B + (size_t)s * v.sbc, k.N);
 			float g = 0.0f;
 			for (int p = 0; p < k.P; p++)
-				g += k.G[(size_t)r * v.sy + p] * v.x[(size_t)s * v.sx + p];
+				g += gat(k, r, p) * xat(v, s, p);
 			const float ge = g * E;
 			m = cb * (E * k.dt[s]), t = ge * cb, dm = ge * k.dt[s];
 		}
@@ -289,26 +358,19 @@ static __device__ void bwd_mats(const bwd_ctx &k)
 	}
 }
 
-/* dx = M^T gy; dC = dCB B; dB = dCB^T C; dcum[r] = sum_s T dt_s, dde[s] = sum_r T,
- * tmp[s] = sum_r T dt_s (subtracted from dcum[s] next). */
-static __device__ void bwd_intra(const bwd_ctx &k)
+/* dC = dCB B; dB = dCB^T C; dcum[r] = sum_s T dt_s, dde[s] = sum_r T, tmp[s] = sum_r T dt_s
+ * (subtracted from dcum[s] next).  dx's M^T gy is bwd_dx's. */
+template <typename T> static __device__ void bwd_intra(const bwd_ctx<T> &k)
 {
-	const chunk_v &v = k.v;
+	const chunk_v<T> &v = k.v;
 	const int q = v.q;
-	BLOCK_LOOP(e, q * k.P) {
-		const int s = e / k.P, p = e % k.P;
-		float a = 0.0f;
-		for (int r = s; r < q; r++)
-			a += k.M[r * Q + s] * k.G[(size_t)r * v.sy + p];
-		k.DX[(size_t)s * v.sx + p] = a;
-	}
 	BLOCK_LOOP(e, q * k.N) {
 		const int i = e / k.N, n = e % k.N;
 		float c = 0.0f, b = 0.0f;
 		for (int s = 0; s <= i; s++)
-			c += k.Dm[i * Q + s] * v.B[(size_t)s * v.sbc + n];
+			c += k.Dm[i * Q + s] * bat(v, s, n);
 		for (int r = i; r < q; r++)
-			b += k.Dm[r * Q + i] * v.C[(size_t)r * v.sbc + n];
+			b += k.Dm[r * Q + i] * cat(v, r, n);
 		k.PC[(size_t)i * k.N + n] = c;
 		k.PB[(size_t)i * k.N + n] = b;
 	}
@@ -330,9 +392,9 @@ static __device__ void bwd_intra(const bwd_ctx &k)
 }
 
 /* Rows reading S_in (ex_r = e^{cum[r]}): dC_r += ex_r S_in^T gy_r, dcum[r] += ex_r gy_r . S_in C_r. */
-static __device__ void bwd_inter(const bwd_ctx &k)
+template <typename T> static __device__ void bwd_inter(const bwd_ctx<T> &k)
 {
-	const chunk_v &v = k.v;
+	const chunk_v<T> &v = k.v;
 	if (v.c == 0)
 		return;
 	BLOCK_LOOP(e, v.q * k.N) {
@@ -341,7 +403,7 @@ static __device__ void bwd_inter(const bwd_ctx &k)
 			continue;
 		float z = 0.0f;
 		for (int p = 0; p < k.P; p++)
-			z += k.G[(size_t)r * v.sy + p] * k.Sin[(size_t)p * k.N + n];
+			z += gat(k, r, p) * k.Sin[(size_t)p * k.N + n];
 		k.Z[(size_t)r * k.N + n] = z;
 		k.PC[(size_t)r * k.N + n] += (float)exp(k.cum[r]) * z;
 	}
@@ -351,16 +413,16 @@ static __device__ void bwd_inter(const bwd_ctx &k)
 			continue;
 		double zc = 0;
 		for (int n = 0; n < k.N; n++)
-			zc += (double)k.Z[(size_t)r * k.N + n] * v.C[(size_t)r * v.sbc + n];
+			zc += (double)k.Z[(size_t)r * k.N + n] * cat(v, r, n);
 		k.dcum[r] += (float)exp(k.cum[r]) * zc;
 	}
 	__syncthreads();
 }
 
 /* V = B dSo^T, U = X dSo (rows of the chunk). */
-static __device__ void bwd_uv(const bwd_ctx &k)
+template <typename T> static __device__ void bwd_uv(const bwd_ctx<T> &k)
 {
-	const chunk_v &v = k.v;
+	const chunk_v<T> &v = k.v;
 	BLOCK_LOOP(e, v.q * k.P) {
 		const int s = e / k.P, p = e % k.P;
 		k.V[(size_t)s * k.P + p] = dot_(v.B + (size_t)s * v.sbc, k.dSo + (size_t)p * k.N, k.N);
@@ -369,19 +431,19 @@ static __device__ void bwd_uv(const bwd_ctx &k)
 		const int s = e / k.N, n = e % k.N;
 		float a = 0.0f;
 		for (int p = 0; p < k.P; p++)
-			a += v.x[(size_t)s * v.sx + p] * k.dSo[(size_t)p * k.N + n];
+			a += xat(v, s, p) * k.dSo[(size_t)p * k.N + n];
 		k.U[(size_t)s * k.N + n] = a;
 	}
 	__syncthreads();
 }
 
 /* The end state's gradient dSo (chunks before the last): with F_s = e^{cum[last] - cum[s]} dt_s on
- * the last document, k_s = x_s . V_s: dx_s += F_s V_s, dB_s += F_s U_s, dde[s] += e k_s,
- * dcum[s] -= F_s k_s, dcum[last] += sum_s F_s k_s (+ e^{cum[last]} <dSo, S_in> when S_in
- * reaches S_out). */
-static __device__ void bwd_state_out(const bwd_ctx &k)
+ * the last document, k_s = x_s . V_s: dB_s += F_s U_s, dde[s] += e k_s, dcum[s] -= F_s k_s,
+ * dcum[last] += sum_s F_s k_s (+ e^{cum[last]} <dSo, S_in> when S_in reaches S_out); dx's
+ * F_s V_s is bwd_dx's. */
+template <typename T> static __device__ void bwd_state_out(const bwd_ctx<T> &k)
 {
-	const chunk_v &v = k.v;
+	const chunk_v<T> &v = k.v;
 	const int last = v.q - 1;
 	if (v.c == v.nc - 1)
 		return;
@@ -394,16 +456,12 @@ static __device__ void bwd_state_out(const bwd_ctx &k)
 		const float F = (float)(e * k.dt[s]);
 		double ks = 0;
 		for (int p = 0; p < k.P; p++)
-			ks += (double)v.x[(size_t)s * v.sx + p] * k.V[(size_t)s * k.P + p];
+			ks += (double)xat(v, s, p) * k.V[(size_t)s * k.P + p];
 		k.dde[s] += e * ks;
 		k.dcum[s] -= F * ks;
 		k.F[s] = F, k.tmp[s] = F * ks;
 	}
 	__syncthreads();
-	BLOCK_LOOP(e, v.q * k.P) {
-		if (v.i0 + e / k.P >= k.lo[last])
-			k.DX[(size_t)(e / k.P) * v.sx + e % k.P] += k.F[e / k.P] * k.V[e];
-	}
 	BLOCK_LOOP(e, v.q * k.N) {
 		if (v.i0 + e / k.N >= k.lo[last])
 			k.PB[e] += k.F[e / k.N] * k.U[e];
@@ -424,35 +482,50 @@ static __device__ void bwd_state_out(const bwd_ctx &k)
 	__syncthreads();
 }
 
-/* D's terms, then (thread 0, rows in reverse) dt from the explicit terms and the reverse
- * cumulative sum of dcum (restarted at document starts): ddt_raw, and this block's partial sums
- * of dA (before the chain rule through A_log), ddt_bias and dD into part[3 blk ..]. */
-static __device__ void bwd_dt(const bwd_ctx &k, const mgt_k_ssd &d, float *ddt_raw, double *part, int blk, float Dh)
+/* dx rows of the chunk: M^T gy, + F_s V_s (chunks before the last, rows of its last document),
+ * + D gy, summed in fp32 in that order (the fp32 kernel's), each element rounded once. */
+template <typename T> static __device__ void bwd_dx(const bwd_ctx<T> &k, float Dh)
 {
-	const chunk_v &v = k.v;
-	__syncthreads();
-	BLOCK_LOOP(e, v.q * k.P) {
-		const int r = e / k.P, p = e % k.P;
-		k.DX[(size_t)r * v.sx + p] += Dh * k.G[(size_t)r * v.sy + p];
+	const chunk_v<T> &v = k.v;
+	const int q = v.q, last = q - 1;
+	const bool out = v.c < v.nc - 1;
+	BLOCK_LOOP(e, q * k.P) {
+		const int s = e / k.P, p = e % k.P;
+		float a = 0.0f;
+		for (int r = s; r < q; r++)
+			a += k.M[r * Q + s] * gat(k, r, p);
+		if (out && v.i0 + s >= k.lo[last])
+			a += k.F[s] * k.V[e];
+		a += Dh * gat(k, s, p);
+		mgt_st1(k.DX, (size_t)s * v.sx + p, a);
 	}
+}
+
+/* (thread 0, rows in reverse) dt from the explicit terms and the reverse cumulative sum of dcum
+ * (restarted at document starts): ddt_raw, and this block's partial sums of dA (before the chain
+ * rule through A_log), ddt_bias and dD into part[3 blk ..]. */
+template <typename T> static __device__ void bwd_dt(const bwd_ctx<T> &k, const mgt_k_ssd &d, T *ddt_raw, double *part, int blk)
+{
+	const chunk_v<T> &v = k.v;
+	__syncthreads();
 	BLOCK_LOOP(r, v.q) {
 		double a = 0;
 		for (int p = 0; p < k.P; p++)
-			a += (double)k.G[(size_t)r * v.sy + p] * v.x[(size_t)r * v.sx + p];
+			a += (double)gat(k, r, p) * xat(v, r, p);
 		k.tmp[r] = a;
 	}
 	__syncthreads();
 	if (threadIdx.x != 0)
 		return;
 	double g = 0, dA = 0, db = 0, dD = 0;
-	float *dd = ddt_raw + ((size_t)v.i0 * d.b + v.j) * d.ld_dt + v.h;
+	T *dd = ddt_raw + ((size_t)v.i0 * d.b + v.j) * d.ld_dt + v.h;
 	for (int r = v.q - 1; r >= 0; r--) {
 		dD += k.tmp[r];
 		g += k.dcum[r];
 		const double ddt = k.dde[r] + (double)v.A * g;
 		dA += k.dt[r] * g;
-		const float gdt = (float)ddt * dsoftplus_(v.dtr[(size_t)r * v.sdt] + v.dtb);
-		dd[(size_t)r * v.sdt] = gdt;
+		const float gdt = (float)ddt * dsoftplus_(dtrat(v, r) + v.dtb);
+		mgt_st1(dd, (size_t)r * v.sdt, gdt);
 		db += gdt;
 		if (k.lo[r] == v.i0 + r)
 			g = 0;
@@ -484,25 +557,29 @@ static bwd_ws bwd_layout(const mgt_k_ssd *d)
 	return w;
 }
 
-/* Arguments of ssd_bwd_k. */
-struct bwd_args {
-	float *dx, *ddt_raw, *pb, *pc, *mats;
+/* Arguments of ssd_bwd_k (T: the activations' and their gradients' storage). */
+template <typename T> struct bwd_args {
+	T *dx, *ddt_raw;
+	float *pb, *pc, *mats;
 	double *part;
-	const float *dy, *states, *dso, *x, *B, *C, *dt_raw, *dt_bias, *A_log, *D;
+	const T *dy;
+	const float *states, *dso;
+	const T *x, *B, *C, *dt_raw;
+	const float *dt_bias, *A_log, *D;
 	int blk0;
 };
 
 /* Block blk0 + blockIdx.x: its chunk's backward (matrices in its ws slice). */
-static __global__ void ssd_bwd_k(mgt_k_ssd d, bwd_args a, size_t per)
+template <typename T> static __global__ void ssd_bwd_k(mgt_k_ssd d, bwd_args<T> a, size_t per)
 {
 	__shared__ double cum[Q], dcum[Q], dde[Q], tmp[Q];
 	__shared__ float dt[Q], F[Q];
 	__shared__ int lo[Q];
 	const int blk = a.blk0 + blockIdx.x;
-	bwd_ctx k;
+	bwd_ctx<T> k;
 	k.v = chunk_of(d, blk, a.x, a.B, a.C, a.dt_raw, a.dt_bias, a.A_log);
 	chunk_prep(d, k.v, dt, lo, cum);
-	const chunk_v &v = k.v;
+	const chunk_v<T> &v = k.v;
 	const size_t PN = (size_t)d.p * d.n, r0 = (size_t)v.i0 * d.b + v.j;
 	const size_t hr = ((size_t)v.j * d.nh + v.h) * d.L + v.i0;
 	k.P = d.p, k.N = d.n, k.cum = cum, k.dcum = dcum, k.dde = dde, k.tmp = tmp, k.dt = dt, k.F = F, k.lo = lo;
@@ -517,11 +594,13 @@ static __global__ void ssd_bwd_k(mgt_k_ssd d, bwd_args a, size_t per)
 	bwd_intra(k);
 	bwd_inter(k);
 	bwd_state_out(k);
-	bwd_dt(k, d, a.ddt_raw, a.part, blk, a.D[v.h]);
+	bwd_dx(k, a.D[v.h]);
+	bwd_dt(k, d, a.ddt_raw, a.part, blk);
 }
 
-/* dB, dC [t, gi n + n'] = the group's heads' per-head rows summed in head order (fp32). */
-static __global__ void ssd_gsum_k(mgt_k_ssd d, float *dB, float *dC, const float *pb, const float *pc)
+/* dB, dC [t, gi n + n'] = the group's heads' per-head rows summed in head order (fp32), rounded
+ * once into T. */
+template <typename T> static __global__ void ssd_gsum_k(mgt_k_ssd d, T *dB, T *dC, const float *pb, const float *pc)
 {
 	const size_t n = (size_t)d.L * d.b * d.g * d.n, hpg = d.nh / d.g;
 	for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < n; e += (size_t)gridDim.x * blockDim.x) {
@@ -532,8 +611,8 @@ static __global__ void ssd_gsum_k(mgt_k_ssd d, float *dB, float *dC, const float
 			ob += pb[o];
 			oc += pc[o];
 		}
-		dB[t * d.ld_bc + gi * d.n + m] = ob;
-		dC[t * d.ld_bc + gi * d.n + m] = oc;
+		mgt_st1(dB, t * d.ld_bc + gi * d.n + m, ob);
+		mgt_st1(dC, t * d.ld_bc + gi * d.n + m, oc);
 	}
 }
 
@@ -559,11 +638,10 @@ extern "C" size_t mgt_k_ssd_scan_bwd_ws_bytes(const mgt_k_ssd *d)
 	return ssd_empty(d) ? 0 : bwd_layout(d).total;
 }
 
-extern "C" int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, float *dx, float *dB, float *dC,
-				  float *ddt_raw, float *ddt_bias, float *dA_log, float *dD, const float *dy,
-				  const float *states, const float *x, const float *B, const float *C,
-				  const float *dt_raw, const float *dt_bias, const float *A_log, const float *D,
-				  void *ws)
+extern "C" int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, void *dx, void *dB, void *dC, void *ddt_raw,
+				  float *ddt_bias, float *dA_log, float *dD, const void *dy, const float *states,
+				  const void *x, const void *B, const void *C, const void *dt_raw, const float *dt_bias,
+				  const float *A_log, const float *D, mgt_k_dtype t, void *ws)
 {
 	if (ssd_empty(d))
 		return 0;
@@ -573,16 +651,22 @@ extern "C" int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, float *dx,
 	const int nblk = d->b * ((d->L + Q - 1) / Q) * d->nh;
 	float *decay = (float *)(base + w.decay), *dso = (float *)(base + w.dso);
 	const dim3 pass((unsigned)(d->b * d->nh), (unsigned)mgt_cdiv((size_t)d->p * d->n, SSD_THREADS));
-	MGT_LAUNCH(ssd_dsin_k, nblk, SSD_THREADS, 0, st, *d, dso, decay, dy, x, B, C, dt_raw, dt_bias, A_log);
-	MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, dso, decay, 1);
-	bwd_args a = { dx, ddt_raw, (float *)(base + w.pb), (float *)(base + w.pc), (float *)(base + w.mats),
-		       (double *)(base + w.part), dy, states, dso, x, B, C, dt_raw, dt_bias, A_log, D, 0 };
-	for (a.blk0 = 0; a.blk0 < nblk; a.blk0 += SSD_WAVE) {
-		const int nw = nblk - a.blk0 < SSD_WAVE ? nblk - a.blk0 : SSD_WAVE;
-		MGT_LAUNCH(ssd_bwd_k, nw, SSD_THREADS, 0, st, *d, a, w.per);
-	}
 	const size_t ng = (size_t)d->L * d->b * d->g * d->n;
-	MGT_LAUNCH(ssd_gsum_k, mgt_grid(ng, 256), 256, 0, st, *d, dB, dC, a.pb, a.pc);
-	MGT_LAUNCH(ssd_scal_k, (unsigned)mgt_cdiv((size_t)d->nh, 64), 64, 0, st, *d, ddt_bias, dA_log, dD, a.part, A_log);
-	return mgt_k_rc();
+	return mgt_k_typed(t, [&](auto e) {
+		typedef typename decltype(e)::type E;
+		bwd_args<E> a = { (E *)dx, (E *)ddt_raw, (float *)(base + w.pb), (float *)(base + w.pc),
+				  (float *)(base + w.mats), (double *)(base + w.part), (const E *)dy, states, dso,
+				  (const E *)x, (const E *)B, (const E *)C, (const E *)dt_raw, dt_bias, A_log, D, 0 };
+		MGT_LAUNCH(ssd_dsin_k<E>, nblk, SSD_THREADS, 0, st, *d, dso, decay, a.dy, a.x, a.B, a.C, a.dt_raw, dt_bias,
+			   A_log);
+		MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, dso, decay, 1);
+		for (a.blk0 = 0; a.blk0 < nblk; a.blk0 += SSD_WAVE) {
+			const int nw = nblk - a.blk0 < SSD_WAVE ? nblk - a.blk0 : SSD_WAVE;
+			MGT_LAUNCH(ssd_bwd_k<E>, nw, SSD_THREADS, 0, st, *d, a, w.per);
+		}
+		MGT_LAUNCH(ssd_gsum_k<E>, mgt_grid(ng, 256), 256, 0, st, *d, (E *)dB, (E *)dC, a.pb, a.pc);
+		MGT_LAUNCH(ssd_scal_k, (unsigned)mgt_cdiv((size_t)d->nh, 64), 64, 0, st, *d, ddt_bias, dA_log, dD, a.part,
+			   A_log);
+		return mgt_k_rc();
+	});
 }

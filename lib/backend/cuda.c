@@ -499,49 +499,9 @@ void mgt_cuda_widen(mgt_backend *be, float *dst, const void *src, mgt_elem_type 
 }
 
 /* ---- the Mamba-2 mixer's ops (kernels/mamba.cu, kernels/ssd.cu) ----
- * The conv and the gated norm: kernels templated on the storage type (fp32 math, each 16-bit
- * output rounded once).  The scan: fp32 activations go to its launchers as they are; bf16 and
- * fp16 ones are staged: each 16-bit input block widened into an fp32 copy [rows, cols] in the
- * scratch, the fp32 launchers run on the copies (the op's own ws after them), and each output
- * block rounded once into its strided destination (mgt_k_mamba_stage).  Both are cpu_mamba16.c's
- * operation order, so results match the CPU's as the fp32 ops do, up to the last rounding. */
-
-/* A block of an op's operand: rows x cols elements at p, row stride ld. */
-typedef struct {
-	const void *p;
-	int ld, cols;
-} mblk;
-
-static size_t al256(size_t n) { return (n + 255) / 256 * 256; }
-
-/* The fp32 copies f[0..n) of the blocks b (rows each) and the op's ws of ws_bytes after them (*ws),
- * in the scratch; the first `in` blocks widened.  False after recording a failure. */
-static bool mstage(mgt_backend *be, const char *op, mgt_elem_type t, int rows, const mblk *b, int n, int in,
-		   size_t ws_bytes, float **f, void **ws)
-{
-	size_t tot = 0;
-	for (int k = 0; k < n; k++)
-		tot += al256((size_t)rows * (size_t)b[k].cols * sizeof(float));
-	char *a = mgt_cuda_scratch(be, op, tot + ws_bytes);
-	if (!a)
-		return false;
-	for (int k = 0; k < n; k++) {
-		f[k] = (float *)a;
-		a += al256((size_t)rows * (size_t)b[k].cols * sizeof(float));
-	}
-	*ws = a;
-	bool ok = true;
-	for (int k = 0; k < in && ok; k++)
-		ok = mgt_cuda_ok(be, op, mgt_k_mamba_stage(stream(be), f[k], b[k].cols, b[k].p, b[k].ld, rows, b[k].cols,
-							   mgt_cuda_kt(t), 0));
-	return ok;
-}
-
-/* Output block b = its fp32 copy f, rounded into type t. */
-static void munstage(mgt_backend *be, const char *op, mgt_elem_type t, int rows, mblk b, const float *f)
-{
-	mgt_cuda_ok(be, op, mgt_k_mamba_stage(stream(be), (void *)b.p, b.ld, f, b.cols, rows, b.cols, mgt_cuda_kt(t), 1));
-}
+ * The kernels are templated on the activations' storage type t (fp32 math, each 16-bit output
+ * rounded once), in cpu_mamba16.c's operation order, so results match the CPU's as the fp32 ops
+ * do, up to the last rounding. */
 
 void mgt_cuda_mamba_conv_fwd(mgt_backend *be, void *y, const void *x, int ld_x, const float *w, const float *bias,
 			     const int32_t *seg_start, int L, int b, int CD, int K, mgt_elem_type t)
@@ -568,38 +528,15 @@ static mgt_k_ssd k_ssd(const mgt_ssd *d)
 	return (mgt_k_ssd){ d->L, d->b, d->nh, d->p, d->g, d->n, d->ld_x, d->ld_bc, d->ld_dt, d->seg_start };
 }
 
-/* The scan's geometry over the compact fp32 copies: x [T, nh p], B and C [T, g n], dt_raw [T, nh]. */
-static mgt_k_ssd k_compact(const mgt_ssd *d)
-{
-	mgt_k_ssd k = k_ssd(d);
-	k.ld_x = d->nh * d->p;
-	k.ld_bc = d->g * d->n;
-	k.ld_dt = d->nh;
-	return k;
-}
-
 void mgt_cuda_ssd_scan_fwd(mgt_backend *be, const mgt_ssd *d, void *y, float *states, const void *x, const void *B,
 			   const void *C, const void *dt_raw, const float *dt_bias, const float *A_log, const float *D,
 			   mgt_elem_type t)
 {
-	const char *op = "ssd_scan_fwd";
-	const mgt_k_ssd k = t == MGT_DT_F32 ? k_ssd(d) : k_compact(d);
+	const mgt_k_ssd k = k_ssd(d);
 	const size_t bytes = mgt_k_ssd_scan_fwd_ws_bytes(&k);
-	if (!bytes)
-		return;
-	if (t == MGT_DT_F32) {
-		WITH_WS(op, bytes, mgt_k_ssd_scan_fwd(stream(be), &k, y, states, x, B, C, dt_raw, dt_bias, A_log, D, ws));
-		return;
-	}
-	const mblk bl[] = { { x, d->ld_x, k.ld_x }, { B, d->ld_bc, k.ld_bc }, { C, d->ld_bc, k.ld_bc },
-			    { dt_raw, d->ld_dt, k.ld_dt }, { y, k.ld_x, k.ld_x } };
-	float *f[5];
-	void *ws;
-	const int T = d->L * d->b;
-	if (mstage(be, op, t, T, bl, 5, 4, bytes, f, &ws) &&
-	    mgt_cuda_ok(be, op, mgt_k_ssd_scan_fwd(stream(be), &k, f[4], states, f[0], f[1], f[2], f[3], dt_bias, A_log,
-						   D, ws)))
-		munstage(be, op, t, T, bl[4], f[4]);
+	if (bytes)
+		WITH_WS("ssd_scan_fwd", bytes, mgt_k_ssd_scan_fwd(stream(be), &k, y, states, x, B, C, dt_raw, dt_bias, A_log,
+								  D, mgt_cuda_kt(t), ws));
 }
 
 void mgt_cuda_ssd_scan_bwd(mgt_backend *be, const mgt_ssd *d, void *dx, void *dB, void *dC, void *ddt_raw,
@@ -607,28 +544,12 @@ void mgt_cuda_ssd_scan_bwd(mgt_backend *be, const mgt_ssd *d, void *dx, void *dB
 			   const void *B, const void *C, const void *dt_raw, const float *dt_bias, const float *A_log,
 			   const float *D, mgt_elem_type t)
 {
-	const char *op = "ssd_scan_bwd";
-	const mgt_k_ssd k = t == MGT_DT_F32 ? k_ssd(d) : k_compact(d);
+	const mgt_k_ssd k = k_ssd(d);
 	const size_t bytes = mgt_k_ssd_scan_bwd_ws_bytes(&k);
-	if (!bytes)
-		return;
-	if (t == MGT_DT_F32) {
-		WITH_WS(op, bytes, mgt_k_ssd_scan_bwd(stream(be), &k, dx, dB, dC, ddt_raw, ddt_bias, dA_log, dD, dy, states,
-						      x, B, C, dt_raw, dt_bias, A_log, D, ws));
-		return;
-	}
-	const mblk bl[] = { { dy, k.ld_x, k.ld_x },	   { x, d->ld_x, k.ld_x },	    { B, d->ld_bc, k.ld_bc },
-			    { C, d->ld_bc, k.ld_bc },	   { dt_raw, d->ld_dt, k.ld_dt },   { dx, d->ld_x, k.ld_x },
-			    { dB, d->ld_bc, k.ld_bc },	   { dC, d->ld_bc, k.ld_bc },	    { ddt_raw, d->ld_dt, k.ld_dt } };
-	float *f[9];
-	void *ws;
-	const int T = d->L * d->b;
-	if (!mstage(be, op, t, T, bl, 9, 5, bytes, f, &ws) ||
-	    !mgt_cuda_ok(be, op, mgt_k_ssd_scan_bwd(stream(be), &k, f[5], f[6], f[7], f[8], ddt_bias, dA_log, dD, f[0],
-						    states, f[1], f[2], f[3], f[4], dt_bias, A_log, D, ws)))
-		return;
-	for (int i = 5; i < 9; i++)
-		munstage(be, op, t, T, bl[i], f[i]);
+	if (bytes)
+		WITH_WS("ssd_scan_bwd", bytes, mgt_k_ssd_scan_bwd(stream(be), &k, dx, dB, dC, ddt_raw, ddt_bias, dA_log, dD,
+								  dy, states, x, B, C, dt_raw, dt_bias, A_log, D,
+								  mgt_cuda_kt(t), ws));
 }
 
 void mgt_cuda_mamba_gated_norm_fwd(mgt_backend *be, void *out, float *rstd, const void *y, const void *z, int ld_z,

@@ -54,7 +54,7 @@ static mgt_elem_type la_type(const mgt_model *m, int k)
 	case LA_LN1: case LA_LN2: case LA_ACT: case LA_QKV: case LA_CTX: return m->prec.act_t;
 	case LA_FC1: return m->prec.fc1_t;
 	case LA_X_IN: case LA_X_MID: return m->prec.res_t;
-	case LA_M_ZX: case LA_M_CONV: case LA_M_Y: case LA_M_NORM: return mgt_layer_mamba_t(m);
+	case LA_M_ZX: case LA_M_CONV: case LA_M_Y: case LA_M_NORM: case LA_M_ZXG: return mgt_layer_mamba_t(m);
 	default: return MGT_DT_F32;
 	}
 }

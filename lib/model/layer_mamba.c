@@ -6,8 +6,8 @@
  * backward; its table rows (mgt_layer_mamba_rows) with Megatron's initialisation.  The ops between
  * the two GEMMs are the backend's (backend.h mamba_conv_*, ssd_scan_*, mamba_gated_norm_*): fp32
  * math, the activations and their gradients stored in mgt_layer_mamba_t (the run's activation
- * type, bf16 or fp16 under --bf16 / --fp16, as the other layers' activations; fp32 under context
- * parallelism, whose exchanges are fp32), the chunk states and rstd in fp32.  Buffers: layer_act's
+ * type, bf16 or fp16 under --bf16 / --fp16, as the other layers' activations; under context
+ * parallelism the exchanges too), the chunk states and rstd in fp32.  Buffers: layer_act's
  * ln1, mean1, rstd1 and mzx .. mrstd (model_impl.h), sized here, allocated in chunk.c (typed by
  * la_type); the backward's scratch is mgt_model.mamba's. */
 #include "model_impl.h"
@@ -51,7 +51,7 @@ static int64_t off_dt(const mgt_model *m) { return 2 * m->mamba.di_l + 2 * m->ma
 static int64_t off_b(const mgt_model *m) { return m->mamba.di_l; }
 static int64_t off_c(const mgt_model *m) { return m->mamba.di_l + m->mamba.g_l * m->mamba.n; }
 
-mgt_elem_type mgt_layer_mamba_t(const mgt_model *m) { return m->cp.size > 1 ? MGT_DT_F32 : m->prec.act_t; }
+mgt_elem_type mgt_layer_mamba_t(const mgt_model *m) { return m->prec.act_t; }
 
 /* Element off of a buffer of elements of type t. */
 static void *at(const void *p, int64_t off, mgt_elem_type t) { return (char *)p + off * (int64_t)mgt_elem_size(t); }

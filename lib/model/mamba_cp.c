@@ -21,17 +21,25 @@
  * in_proj's output is assembled the same way from the received blocks and the local dz
  * (asm_map over [rcv | dz], dz in rows of w_l as the gated norm's backward writes it).
  *
- * Bytes a rank sends a layer and micro-batch, fp32 (cp - 1 of its cp blocks of T rows): forward
- * (cp - 1) T (wx' + di_l / cp) x 4 (x, B, C, dt out, y back), backward the same (dy out; dx, dB,
- * dC, ddt back); (cp - 1)/cp T (wx + di_l) x 4 when cp divides g_l.  Megatron's pre_conv_ssm also
- * moves z (and post_conv_ssm returns y gated by z), (cp - 1)/cp T di_l elements more each way, in
- * the activations' type; here the gated norm runs on the token ranks.  tests/cli/comm_volume.py
- * checks these counts.
+ * Every exchanged block, the whole-sequence rows and the conv's and scan's outputs and gradients are
+ * in the mixer's storage type t = mgt_layer_mamba_t (the activations' type: 2 bytes under --bf16
+ * and --fp16, 4 under fp32), as without context parallelism; a replicated group's dB and dC parts
+ * are summed by rows_combine (fp32 sum of the 16-bit parts, rounded once).
+ *
+ * Bytes a rank sends a layer and micro-batch, es = t's size (cp - 1 of its cp blocks of T rows):
+ * forward (cp - 1) T (wx' + di_l / cp) x es (x, B, C, dt out, y back), backward the same (dy out;
+ * dx, dB, dC, ddt back); (cp - 1)/cp T (wx + di_l) x es when cp divides g_l.  Megatron's
+ * pre_conv_ssm also moves z (and post_conv_ssm returns y gated by z), (cp - 1)/cp T di_l elements
+ * more each way, in the activations' type; here the gated norm runs on the token ranks.
+ * tests/cli/comm_volume.py checks these counts.
  */
 #include "model_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Element off of a buffer of elements of type t. */
+static void *at(const void *p, int64_t off, mgt_elem_type t) { return (char *)p + off * (int64_t)mgt_elem_size(t); }
 
 static int64_t gcd64(int64_t a, int64_t b)
 {
@@ -108,16 +116,16 @@ mgt_status mgt_mamba_cp_alloc(mgt_model *m)
 	const cp_block k = block_of(m);
 	const size_t T = (size_t)m->T, c = (size_t)m->cp.size, W = (size_t)m->mamba.w_l, di = (size_t)m->mamba.di_l;
 	m->mamba.cpu = gcd64(gcd64(k.di, k.gn ? k.gn : k.di), gcd64(gcd64(k.nh, m->mamba.di_l), m->mamba.g_l * m->mamba.n));
-	const size_t u = (size_t)m->mamba.cpu, wx = (size_t)k.wx * c;
+	const size_t u = (size_t)m->mamba.cpu, wx = (size_t)k.wx * c, es = mgt_elem_size(mgt_layer_mamba_t(m));
 	mgt_status st = mgt_cp_maps_alloc(m);
 #define WB(n) mgt_model_balloc(m, (size_t)(n), &m->mem.work_bytes, &st)
 	m->mamba.send_map = WB(T * wx / u * 4);
 	m->mamba.asm_map = WB(T * W / u * (size_t)k.rep * 4);
-	m->mamba.snd = WB(T * (wx > di ? wx : di) * 4);
-	m->mamba.rcv = WB(T * ((wx > di ? wx : di) + W) * 4); /* then dz, [T, w_l] rows of which z's columns */
-	m->mamba.yg = WB(T * di * 4);
-	m->mamba.dzxg = WB(T * wx * 4);
-	m->mamba.dconvg = WB(T * c * (size_t)k.cd * 4);
+	m->mamba.snd = WB(T * (wx > di ? wx : di) * es);
+	m->mamba.rcv = WB(T * ((wx > di ? wx : di) + W) * es); /* then dz, [T, w_l] rows of which z's columns */
+	m->mamba.yg = WB(T * di * es);
+	m->mamba.dzxg = WB(T * wx * es);
+	m->mamba.dconvg = WB(T * c * (size_t)k.cd * es);
 #undef WB
 	return st || m->mem.dry ? st : build_maps(m);
 }
@@ -145,20 +153,21 @@ static mgt_ssd glob_ssd(const mgt_model *m, const cp_block *k)
 			  .seg_start = m->cur->seg };
 }
 
-/* Rows of w floats from rank-ordered local blocks to the whole sequence (position order), or back. */
-static mgt_status to_glob(mgt_model *m, float *glob, const float *blocks, size_t w)
+/* Rows of w elements of type t from rank-ordered local blocks to the whole sequence (position
+ * order), or back. */
+static mgt_status to_glob(mgt_model *m, void *glob, const void *blocks, size_t w, mgt_elem_type t)
 {
 	const int n = m->T * m->cp.size;
-	mgt_status st = mgt_cp_a2a_move(m, m->mamba.rcv, blocks, w, MGT_DT_F32);
-	if (!st) m->be->ops->rows_gather(m->be, glob, m->mamba.rcv, MGT_DT_F32, m->cp.a2a.idx[TO_GLOB], n, (int)w);
+	mgt_status st = mgt_cp_a2a_move(m, m->mamba.rcv, blocks, w, t);
+	if (!st) m->be->ops->rows_gather(m->be, glob, m->mamba.rcv, t, m->cp.a2a.idx[TO_GLOB], n, (int)w);
 	return st;
 }
 
-static mgt_status from_glob(mgt_model *m, const float *glob, size_t w)
+static mgt_status from_glob(mgt_model *m, const void *glob, size_t w, mgt_elem_type t)
 {
 	const int n = m->T * m->cp.size;
-	m->be->ops->rows_gather(m->be, m->mamba.snd, glob, MGT_DT_F32, m->cp.a2a.idx[FROM_GLOB], n, (int)w);
-	return mgt_cp_a2a_move(m, m->mamba.rcv, m->mamba.snd, w, MGT_DT_F32);
+	m->be->ops->rows_gather(m->be, m->mamba.snd, glob, t, m->cp.a2a.idx[FROM_GLOB], n, (int)w);
+	return mgt_cp_a2a_move(m, m->mamba.rcv, m->mamba.snd, w, t);
 }
 
 /* The block's conv weights (rows of x, B, C: region r of 3) and the parameters' rows. */
@@ -184,30 +193,41 @@ static void region(const cp_block *k, int r, int64_t *col, int64_t *width)
 	*width = r == 0 ? k->di : k->gn;
 }
 
+/* The conv's three regions (x, B, C) in a whole-sequence buffer base of [Lb, cd] column blocks. */
+static void regions(const cp_block *k, const void *base, int64_t Lb, mgt_elem_type t, void *cv[3])
+{
+	for (int r = 0; r < 3; r++) {
+		int64_t col, w;
+		region(k, r, &col, &w);
+		cv[r] = at(base, Lb * col, t);
+	}
+}
+
 mgt_status mgt_mamba_cp_fwd(mgt_model *m, layer_act *a, int l)
 {
 	const mgt_backend_ops *o = m->be->ops;
 	const cp_block k = block_of(m);
 	const int64_t c = m->cp.size, T = m->T, u = m->mamba.cpu, Lb = T * c, q = m->cp.rank;
+	const mgt_elem_type t = mgt_layer_mamba_t(m);
 	const mixer_params p = params_of(m, l);
 	mgt_status st = mgt_cp_use_maps(m);
 	if (st) return st;
-	o->rows_gather(m->be, m->mamba.snd, a->mzx, MGT_DT_F32, m->mamba.send_map, (int)(T * c * k.wx / u), (int)u);
-	if ((st = to_glob(m, a->mzxg, m->mamba.snd, (size_t)k.wx))) return st;
-	float *cv[3];
+	o->rows_gather(m->be, m->mamba.snd, a->mzx, t, m->mamba.send_map, (int)(T * c * k.wx / u), (int)u);
+	if ((st = to_glob(m, a->mzxg, m->mamba.snd, (size_t)k.wx, t))) return st;
+	void *cv[3];
+	regions(&k, a->mconv, Lb, t, cv);
 	for (int r = 0; r < 3; r++) {
 		int64_t col, w;
 		region(&k, r, &col, &w);
-		cv[r] = a->mconv + Lb * col;
 		const int64_t row = conv_row(m, &k, r);
-		o->mamba_conv_fwd(m->be, cv[r], a->mzxg + col, (int)k.wx, P(m, p.cw) + row * MGT_MAMBA_CONV_K, P(m, p.cb) + row,
-				  m->cur->seg, m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K, MGT_DT_F32);
+		o->mamba_conv_fwd(m->be, cv[r], at(a->mzxg, col, t), (int)k.wx, P(m, p.cw) + row * MGT_MAMBA_CONV_K,
+				  P(m, p.cb) + row, m->cur->seg, m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K, t);
 	}
 	const mgt_ssd d = glob_ssd(m, &k);
-	o->ssd_scan_fwd(m->be, &d, m->mamba.yg, a->mstates, cv[0], cv[1], cv[2], a->mzxg + k.cd, P(m, p.dtb) + q * k.nh,
-			P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh, MGT_DT_F32);
-	if ((st = from_glob(m, m->mamba.yg, (size_t)k.di))) return st;
-	o->rows_gather(m->be, a->my, m->mamba.rcv, MGT_DT_F32, m->cp.a2a.idx[UNPACK], (int)(T * c), (int)k.di);
+	o->ssd_scan_fwd(m->be, &d, m->mamba.yg, a->mstates, cv[0], cv[1], cv[2], at(a->mzxg, k.cd, t),
+			P(m, p.dtb) + q * k.nh, P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh, t);
+	if ((st = from_glob(m, m->mamba.yg, (size_t)k.di, t))) return st;
+	o->rows_gather(m->be, a->my, m->mamba.rcv, t, m->cp.a2a.idx[UNPACK], (int)(T * c), (int)k.di);
 	return MGT_OK;
 }
 
@@ -216,41 +236,37 @@ mgt_status mgt_mamba_cp_bwd(mgt_model *m, layer_act *a, int l)
 	const mgt_backend_ops *o = m->be->ops;
 	const cp_block k = block_of(m);
 	const int64_t c = m->cp.size, T = m->T, u = m->mamba.cpu, Lb = T * c, q = m->cp.rank;
+	const mgt_elem_type t = mgt_layer_mamba_t(m);
 	const mixer_params p = params_of(m, l);
 	/* dy (local, m->mamba.dy) to the whole sequence of the block */
-	o->rows_gather(m->be, m->mamba.snd, m->mamba.dy, MGT_DT_F32, m->cp.a2a.idx[PACK], (int)(T * c), (int)k.di);
-	mgt_status st = to_glob(m, m->mamba.yg, m->mamba.snd, (size_t)k.di);
+	o->rows_gather(m->be, m->mamba.snd, m->mamba.dy, t, m->cp.a2a.idx[PACK], (int)(T * c), (int)k.di);
+	mgt_status st = to_glob(m, m->mamba.yg, m->mamba.snd, (size_t)k.di, t);
 	if (st) return st;
-	const float *cv[3];
-	float *dcv[3];
-	for (int r = 0; r < 3; r++) {
-		int64_t col, w;
-		region(&k, r, &col, &w);
-		cv[r] = a->mconv + Lb * col;
-		dcv[r] = m->mamba.dconvg + Lb * col;
-	}
+	void *cv[3], *dcv[3];
+	regions(&k, a->mconv, Lb, t, cv);
+	regions(&k, m->mamba.dconvg, Lb, t, dcv);
 	const mgt_ssd d = glob_ssd(m, &k);
-	o->ssd_scan_bwd(m->be, &d, dcv[0], dcv[1], dcv[2], m->mamba.dzxg + k.cd, G(m, p.dtb) + q * k.nh, G(m, p.al) + q * k.nh,
-			G(m, p.D) + q * k.nh, m->mamba.yg, a->mstates, cv[0], cv[1], cv[2], a->mzxg + k.cd,
-			P(m, p.dtb) + q * k.nh, P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh, MGT_DT_F32);
+	o->ssd_scan_bwd(m->be, &d, dcv[0], dcv[1], dcv[2], at(m->mamba.dzxg, k.cd, t), G(m, p.dtb) + q * k.nh,
+			G(m, p.al) + q * k.nh, G(m, p.D) + q * k.nh, m->mamba.yg, a->mstates, cv[0], cv[1], cv[2],
+			at(a->mzxg, k.cd, t), P(m, p.dtb) + q * k.nh, P(m, p.al) + q * k.nh, P(m, p.D) + q * k.nh, t);
 	for (int r = 0; r < 3; r++) {
 		int64_t col, w;
 		region(&k, r, &col, &w);
 		const int64_t row = conv_row(m, &k, r);
-		o->mamba_conv_bwd(m->be, m->mamba.dzxg + col, G(m, p.cw) + row * MGT_MAMBA_CONV_K, G(m, p.cb) + row, dcv[r],
-				  a->mzxg + col, (int)k.wx, P(m, p.cw) + row * MGT_MAMBA_CONV_K, P(m, p.cb) + row, m->cur->seg,
-				  m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K, MGT_DT_F32);
+		o->mamba_conv_bwd(m->be, at(m->mamba.dzxg, col, t), G(m, p.cw) + row * MGT_MAMBA_CONV_K, G(m, p.cb) + row,
+				  dcv[r], at(a->mzxg, col, t), (int)k.wx, P(m, p.cw) + row * MGT_MAMBA_CONV_K, P(m, p.cb) + row,
+				  m->cur->seg, m->s * (int)c, m->b, (int)w, MGT_MAMBA_CONV_K, t);
 	}
 	/* the blocks' gradients back to the token ranks; with the local dz after them */
-	if ((st = from_glob(m, m->mamba.dzxg, (size_t)k.wx))) return st;
-	if (k.rep == 1) o->rows_gather(m->be, m->mamba.dzx, m->mamba.rcv, MGT_DT_F32, m->mamba.asm_map, (int)(T * m->mamba.w_l / u), (int)u);
-	else o->rows_combine(m->be, m->mamba.dzx, m->mamba.rcv, MGT_DT_F32, m->mamba.asm_map, (int)(T * m->mamba.w_l / u),
+	if ((st = from_glob(m, m->mamba.dzxg, (size_t)k.wx, t))) return st;
+	if (k.rep == 1) o->rows_gather(m->be, m->mamba.dzx, m->mamba.rcv, t, m->mamba.asm_map, (int)(T * m->mamba.w_l / u), (int)u);
+	else o->rows_combine(m->be, m->mamba.dzx, m->mamba.rcv, t, m->mamba.asm_map, (int)(T * m->mamba.w_l / u),
 			     (int)k.rep, (int)u); /* a replicated group's dB, dC: its ranks' parts summed */
 	return MGT_OK;
 }
 
-float *mgt_mamba_cp_dz(const mgt_model *m)
+void *mgt_mamba_cp_dz(const mgt_model *m)
 {
 	const cp_block k = block_of(m);
-	return m->mamba.rcv + (size_t)m->T * (size_t)k.wx * (size_t)m->cp.size;
+	return at(m->mamba.rcv, m->T * k.wx * m->cp.size, mgt_layer_mamba_t(m));
 }

@@ -40,7 +40,8 @@ typedef struct {
 	 * norm of mgt_layer_mamba_t (16-bit under a 16-bit precision), the states and nrstd fp32 */
 	float *mzx, *mconv, *my, *mstates, *mnorm, *mrstd;
 	/* under context parallelism: x, B, C and dt of the rank's head block over the whole
-	 * sequence [cp T, wx / cp] (mamba_cp.c; mconv then holds its conv's three regions) */
+	 * sequence [cp T, wx / cp] in mgt_layer_mamba_t (mamba_cp.c; mconv then holds its conv's three
+	 * regions) */
 	float *mzxg;
 	unsigned own;
 } layer_act;
@@ -174,11 +175,12 @@ struct mgt_model {
 		int64_t p, n, nh_l, g_l, di_l, cd_l, w_l;
 		float *dzx, *dconv, *dy, *dnorm;
 		/* context parallelism (mamba_cp.c): the unit of the column maps, the maps (backend int32:
-		 * send_map [T wx / cpu], asm_map [T w_l / cpu]) and the exchanges' fp32 scratch: snd, rcv
-		 * (then dz: [T, w_l] rows, z's columns), yg (y or dy of the whole sequence), dzxg, dconvg */
+		 * send_map [T wx / cpu], asm_map [T w_l / cpu]) and the exchanges' scratch in
+		 * mgt_layer_mamba_t: snd, rcv (then dz: [T, w_l] rows, z's columns), yg (y or dy of the
+		 * whole sequence), dzxg, dconvg */
 		int64_t cpu;
 		int32_t *send_map, *asm_map;
-		float *snd, *rcv, *yg, *dzxg, *dconvg;
+		void *snd, *rcv, *yg, *dzxg, *dconvg;
 	} mamba;
 	/* Mixture of Experts (moe.c): NULL when no layer of the chunk is an MoE layer */
 	struct moe_state *moe;
@@ -468,9 +470,9 @@ mgt_status mgt_layer_mamba_fwd(mgt_model *m, int li, bool train, void *out);
 mgt_status mgt_layer_mamba_bwd(mgt_model *m, int li, bool train);
 void mgt_layer_mamba_dims(mgt_model *m);
 mgt_status mgt_layer_mamba_alloc(mgt_model *m);
-/* The storage type of a Mamba-2 layer's activations and their gradients (mzx, mconv, my, mnorm and
- * the backward's dzx, dconv, dy, dnorm): the run's activation type (mgt_model.prec.act_t), fp32
- * under context parallelism (mamba_cp.c exchanges and computes on fp32). */
+/* The storage type of a Mamba-2 layer's activations and their gradients (mzx, mconv, my, mnorm,
+ * under context parallelism mzxg and mamba_cp.c's exchanges, and the backward's dzx, dconv, dy,
+ * dnorm): the run's activation type (mgt_model.prec.act_t). */
 mgt_elem_type mgt_layer_mamba_t(const mgt_model *m);
 /* Context parallelism of the Mamba layers (mamba_cp.c): mgt_mamba_cp_alloc its maps and scratch
  * (NOMEM; upload errors); mgt_mamba_cp_states the floats of a layer's chunk states over the whole
@@ -481,12 +483,12 @@ mgt_elem_type mgt_layer_mamba_t(const mgt_model *m);
  * gradients of the rank's block.  Both exchange over ps->cp_comm (MGT_ERR_IO). */
 mgt_status mgt_mamba_cp_alloc(mgt_model *m);
 size_t mgt_mamba_cp_states(const mgt_model *m);
-/* the floats of a layer's exchanged rows over the whole sequence (a->mzxg), or with conv its conv
+/* the elements of a layer's exchanged rows over the whole sequence (a->mzxg), or with conv its conv
  * output (a->mconv): more than without context parallelism when B and C are replicated */
 size_t mgt_mamba_cp_numel(const mgt_model *m, bool conv);
 mgt_status mgt_mamba_cp_fwd(mgt_model *m, layer_act *a, int l);
 mgt_status mgt_mamba_cp_bwd(mgt_model *m, layer_act *a, int l);
-float *mgt_mamba_cp_dz(const mgt_model *m);
+void *mgt_mamba_cp_dz(const mgt_model *m);
 
 /* ---- embedding and head (embed_head.c) ----
  * mgt_model_embed_fwd: the embedding of the current slot's tokens (positions, token types) into

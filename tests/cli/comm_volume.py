@@ -57,15 +57,17 @@ are a dense model's MoE layers): exit 2.  No position embedding, final norm deco
          layer's attention or MLP half does (no SP: 2 all-reduces; SP: 4 parts); the mixer's
          gated norm is per group, within a TP rank (no communication)
   CP:    attention layers as above; per Mamba layer and micro-batch two all-to-alls forward and two
-         backward over the context group, in fp32 (lib/model/mamba_cp.c: z stays on the ranks
+         backward over the context group, in the activations' type (2-byte elements with bf16 or
+         fp16; lib/model/mamba_cp.c: z stays on the ranks
          that hold the tokens; x, B, C and dt go to the ranks of their heads, y comes back; the
          backward moves dy out and dx, dB, dC, ddt back).  Block q of the cp blocks holds nh/cp
          heads and g' = g/cp groups, or with fewer groups than context ranks one group replicated
          on cp/g ranks (megatron/core/ssm/mamba_context_parallel.py: group_repeat_count, B and C
          repeated before the all-to-all).  A rank sends cp - 1 of its cp blocks of T tokens:
-         (cp-1) T (nh/cp P + 2 g' n + nh/cp) x 4 for x, B, C, dt and (cp-1) T nh/cp P x 4 for y,
-         the same backward.  (Megatron's pre_conv_ssm moves z as well, and post_conv_ssm returns
-         the gated y: (cp-1)/cp T di x 4 more each way than mgt.)
+         (cp-1) T (nh/cp P + 2 g' n + nh/cp) x es for x, B, C, dt and (cp-1) T nh/cp P x es for
+         y, the same backward (es = 2 with bf16 or fp16, else 4).  (Megatron's pre_conv_ssm moves
+         z as well, and post_conv_ssm returns the gated y: (cp-1)/cp T di x es more each way than
+         mgt.)
 FSDP (key fsdp: og for --data-parallel-sharding-strategy optim_grads, ogp for optim_grads_params;
 megatron_fsdp.md and the checkpoints-FSDP notes, B5): the gradient buffer in units, a bucket per
 decoder layer (the tensors outside layers a unit at each end of a stage), each padded to a
@@ -249,7 +251,7 @@ def expected(tp_rank, pp_rank):
     # a Mamba layer's two all-to-alls forward and two backward (header): a block of heads
     nh_b, g_l = m_NH // tp // cp, m_G // tp
     g_b = g_l // cp if g_l >= cp else 1  # fewer groups than context ranks: one, replicated
-    mamba_a2a = 2 * (cp - 1) * T * ((nh_b * m_P + 2 * g_b * m_N + nh_b) + nh_b * m_P) * 4.0
+    mamba_a2a = 2 * (cp - 1) * T * ((nh_b * m_P + 2 * g_b * m_N + nh_b) + nh_b * m_P) * float(act_es)
     Th = T // tp if sp else T
     ns = pp * V
     for c in range(V):

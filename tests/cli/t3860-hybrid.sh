@@ -9,8 +9,9 @@
 # and C replicated); each layout's communicators count, rank by rank and step by step, the bytes
 # of the analytic volume (comm_volume.py: the Mamba, attention and MLP layers of the pattern; all
 # but the MoE layout, which it does not model); a TP2 x PP2 x DP2 checkpoint resumes on one
-# process; --bf16 (the mixer's activations 16-bit) within 2e-3 of fp32's losses and TP2 under
-# --bf16 within 1e-4 of one process's; full recomputation gives the same bits; a resumed run gives the uninterrupted run's
+# process; --bf16 (the mixer's activations 16-bit) within 2e-3 of fp32's losses, TP2 and CP2
+# (16-bit all-to-alls, their bytes analytic) under --bf16 within 1e-4 of one process's (full tier:
+# CP2 with one group too); full recomputation gives the same bits; a resumed run gives the uninterrupted run's
 # bits; mgt-eval generates with the Mamba layers' state caches what logits recomputing the
 # prefix gives (token for token, logits within 1e-5), and runs loss, perplexity and tasks; the
 # ratios give Megatron's pattern; bad input is refused naming the flag or the character (exit 2)
@@ -143,16 +144,29 @@ e = max(abs(x - y) / x for x, y in zip(a, b)); print('# bf16 against fp32: %.2e'
 sys.exit(not (len(a) == len(b) == 8 and e <= 2e-3))"
 # under --bf16 a layout rounds other sums than one process (16-bit GEMM outputs, the mixer's
 # activations), so 1e-4 instead of 1e-5: measured 2.4e-5 for TP2 (3.3e-5 before the mixer's
-# activations were 16-bit), a wrong head or block split of them gives 1e-2
+# activations were 16-bit), a wrong head or block split of them gives 1e-2.
+# bf16_near RUN [REF]: RUN's 8 lm losses and its validation losses within 1e-4 of REF's (bf16)
+bf16_near() { $PY -c "
+import json, sys
+L = lambda f, k: [o[k] for o in map(json.loads, open(f)) if k in o]
+r, f = sys.argv[1], sys.argv[2]
+e = max(abs(x - y) / x for k in ('lm_loss', 'valid_loss') for x, y in zip(L(f + '.jsonl', k), L(r + '.jsonl', k)))
+print('# %s against one process %s: %.2e' % (r, f, e))
+sys.exit(not (len(L(r + '.jsonl', 'lm_loss')) == 8 and e <= 1e-4))" "$1" "${2:-bf16}"; }
 if command -v mpirun >/dev/null 2>&1; then
 	ok "  TP2 with SP under --bf16 (the mixer's 16-bit activations split by heads and groups)" \
 		train 2 tp2bf16 --bf16 --tensor-model-parallel-size 2 --sequence-parallel $V2
-	ok "    within 1e-4 of one process's --bf16 losses" $PY -c "
-import json, sys
-L = lambda f, k: [o[k] for o in map(json.loads, open(f)) if k in o]
-e = max(abs(x - y) / x for k in ('lm_loss', 'valid_loss') for x, y in zip(L('bf16.jsonl', k), L('tp2bf16.jsonl', k)))
-print('# TP2 bf16 against one process bf16: %.2e' % e)
-sys.exit(not (len(L('tp2bf16.jsonl', 'lm_loss')) == 8 and e <= 1e-4))"
+	ok "    within 1e-4 of one process's --bf16 losses" bf16_near tp2bf16
+	ok "  CP2 under --bf16 (the Mamba layers' all-to-alls in 16 bits)" train 2 cp2bf16 --bf16 --context-parallel-size 2
+	ok "    within 1e-4 of one process's --bf16 losses" bf16_near cp2bf16
+	ok "    bytes per rank per step = analytic (2-byte blocks)" volume 2 cp2bf16 cp=2 prec=bf16
+	if full_only "CP2 with 1 group under --bf16 (16-bit dB, dC parts summed)"; then
+		ok "  CP2 with 1 group under --bf16 (a replicated group's 16-bit dB, dC parts summed)" \
+			train 2 cp2g1bf16 --bf16 --mamba-num-groups 1 --context-parallel-size 2
+		ok "    within 1e-4 of one process's --bf16 losses with 1 group" train 1 g1bf16 --bf16 --mamba-num-groups 1
+		ok "    (the losses)" bf16_near cp2g1bf16 g1bf16
+		ok "    bytes per rank per step = analytic" volume 2 cp2g1bf16 cp=2 mgroups=1 prec=bf16
+	fi
 fi
 # fp8: head dim 8 (16 heads: in_proj's 336 outputs, d_inner 128), Mamba layers alone (MM)
 F8="--hybrid-layer-pattern MM --mamba-head-dim 8 --bf16"

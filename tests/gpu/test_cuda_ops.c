@@ -3430,9 +3430,10 @@ static void t_ssd(int L, int b, int nh, int g, int p, int n, bool docs)
  * Each op runs three ways on inputs rounded to the type: the GPU op in 16 bits, the GPU op in fp32
  * on the same (widened) values, the CPU op in 16 bits.  The 16-bit op computes in fp32 and rounds
  * each output once, so its outputs are the fp32 op's rounded, bit for bit (t_out16: a wrong
- * stride, column, direction or rounding of the staging fails), outputs' columns it must not write
- * keep their bits, and its fp32 outputs (weight gradients, states, rstd) are the fp32 op's bit for
- * bit.  Against the CPU's 16-bit op: within the fp32 op's bound plus one rounding of the type
+ * stride, column or rounding of a 16-bit load or store, or a 16-bit intermediate, fails), outputs'
+ * columns it must not write keep their bits, and its fp32 outputs (weight gradients, states,
+ * rstd) are the fp32 op's bit for bit.  Against the CPU's 16-bit op: within the fp32 op's bound
+ * plus one rounding of the type
  * (normwise 2^-8 bf16, 2^-11 fp16: an element whose fp32 values straddle a rounding boundary
  * differs by one ulp); under the simulator, where few elements straddle, a 16th of that rounding
  * (measured at most 1.3e-7 bf16 and 7.3e-6 fp16 over the small shapes; the bound 2.4e-4, 3.1e-5). */
@@ -3625,6 +3626,7 @@ static void mamba_ops16(bool big)
 		t_mamba_gnorm16(ts[k], 40, 520, 1, 600);
 		t_ssd16(ts[k], 150, 4, 2, 1, 16, 8, true);
 		t_ssd16(ts[k], 45, 1, 3, 3, 4, 4, false);
+		t_ssd16(ts[k], 150, 2, 2, 1, 80, 8, true);
 		if (big) {
 			t_mamba_conv16(ts[k], 1000, 2, 1280, 4, 2600, true);
 			t_mamba_gnorm16(ts[k], 2000, 1024, 8, 2600);
@@ -3647,6 +3649,7 @@ static void mamba_ops(bool big)
 	t_ssd(150, 4, 2, 1, 16, 8, true);
 	t_ssd(45, 1, 3, 3, 4, 4, false);
 	t_ssd(260, 2, 24, 4, 2, 4, true); /* 144 chunk blocks: two waves of the backward */
+	t_ssd(150, 2, 2, 1, 80, 8, true); /* p > 64: the forward's y in two column tiles */
 	t_mamba_step(4, 2, 8, 16, 4, 37, 5);
 	t_mamba_step(5, 1, 3, 7, 4, 3, 0);  /* CD = 29 */
 	t_mamba_step(6, 3, 24, 45, 3, 101, 9); /* CD = 414, nh p = 144: several blocks of both kernels */
