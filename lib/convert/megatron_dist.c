@@ -1,7 +1,6 @@
 /* lib/convert/megatron_dist.c: the `torch_dist` and `fsdp_dtensor` formats of Megatron-LM
  * checkpoints (megatron_impl.h; facts: megatron/core/dist_checkpointing/strategies/torch.py,
- * serialization.py; PyTorch's
- * torch/distributed/checkpoint/metadata.py and filesystem.py).
+ * serialization.py; PyTorch's torch/distributed/checkpoint/metadata.py and filesystem.py).
  *
  * iter_N/.metadata is pickle.dump(Metadata): state_dict_metadata {key: TensorStorageMetadata
  * (properties, size, chunks [ChunkStorageMetadata(offsets, sizes)]) or BytesStorageMetadata},
