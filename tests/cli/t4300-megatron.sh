@@ -16,7 +16,7 @@
 #   - Megatron-FSDP's fsdp_dtensor (fixture: 3 ranks of uneven dim-0 row ranges, fp32 main weights,
 #     SwiGLU's fc1 as _w/_v, no common.pt: args and progress as BYTE_IO items): mgt-ckpt-convert
 #     of it equals that of the torch_dist fixture bit for bit (weights, both moments, progress),
-#     and mgt-train --load of it has the losses of mgt's own resume;
+#     mgt-train --load of it has the losses of mgt's own resume, mgt-eval its loss;
 #   - Megatron to Hugging Face (--save-format hf, all three formats) equals mgt to Hugging Face of the original, and
 #     mgt-eval's loss of the Megatron directory equals the original's;
 #   - mgt to Megatron (--save-format torch, TP 2 x PP 2, fp32 and bf16; --save-format torch_dist):
@@ -89,6 +89,9 @@ grep "loss" quiet.log | sed 's/\[.*\]//' >eval-ref.txt
 ok "mgt-eval loss of the Megatron torch_dist directory" quiet "$BIN/mgt-eval" loss --load md $EVAL
 grep "loss" quiet.log | sed 's/\[.*\]//' >eval-md.txt
 ok "  the same loss" cmp -s eval-ref.txt eval-md.txt
+ok "mgt-eval loss of the Megatron fsdp_dtensor directory" quiet "$BIN/mgt-eval" loss --load mf $EVAL
+grep "loss" quiet.log | sed 's/\[.*\]//' >eval-mf.txt
+ok "  the same loss" cmp -s eval-ref.txt eval-mf.txt
 
 # ---- mgt to Megatron ----
 # moments_equal NPZ: the independent reader's Adam state of every tensor equals ck's
