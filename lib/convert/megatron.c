@@ -142,7 +142,7 @@ static json_t *py_json(const mgt_py *v)
 }
 
 /* What mgt does not read, refused naming the argument. */
-static mgt_status refuse_args(const mg_src *m, const char *file)
+static mgt_status refuse_args(mg_src *m, const char *file)
 {
 	static const struct { const char *key, *what; } no[] = {
 		{"multi_latent_attention", "multi-latent attention"}, {"mtp_num_layers", "multi-token prediction layers"},
@@ -158,7 +158,7 @@ static mgt_status refuse_args(const mg_src *m, const char *file)
 				       file, no[i].key, no[i].what);
 	}
 	double ver = 0;
-	if (!mgt_py_float(mgt_py_get(m->common, "checkpoint_version"), &ver)) ver = 3;
+	if (!mgt_py_float(mg_common(m, "checkpoint_version", NULL), &ver)) ver = 3;
 	if (ver < 3)
 		return mgt_err(MGT_ERR_USAGE, "%s: checkpoint_version %g: a pre-Megatron-Core checkpoint (its tensor names and "
 			       "query_key_value order are not read; Megatron's tools/checkpoint converts it)", file, ver);

@@ -195,7 +195,7 @@ for c in "truncated|6|mp_rank_01_001/model_optim_rng.pt" "opcode|6|unknown opcod
 done
 
 # fsdp_dtensor: a chunk cut short, a .distcp file missing, a .metadata-only directory whose args are
-# not Megatron-FSDP's (plain torch_dcp), a key the model does not have
+# not Megatron-FSDP's (plain torch_dcp), a key the model does not have, checkpoint_version 2
 dbad() {
 	rm -rf "$3" && cp -r "$2" "$3" && $PY - "$@" <<'EOF'
 import sys, os, pickle
@@ -210,12 +210,16 @@ elif kind == "dfile":
 else:
     with open(d + "/.metadata", "rb") as f:
         md = M.MetadataUnpickler(f).load()
-    if kind == "dcp":
-        key = [k for k in md.storage_data if k.fqn == "args"][0]
+    if kind in ("dcp", "ver"):  # an item rewritten at the end of its file
+        key = [k for k in md.storage_data if k.fqn == ("args" if kind == "dcp" else "checkpoint_version")][0]
         si = md.storage_data[key]
         blob = open(os.path.join(d, si.relative_path), "rb").read()[si.offset:si.offset + si.length]
-        ns = M.torch_load_bytes(blob); ns.ckpt_format = "torch_dcp"; ns.use_megatron_fsdp = False
-        new = M.torch_save_bytes(ns)
+        v = M.torch_load_bytes(blob)
+        if kind == "dcp":
+            v.ckpt_format = "torch_dcp"; v.use_megatron_fsdp = False
+        else:
+            v = 2.0
+        new = M.torch_save_bytes(v)
         with open(os.path.join(d, si.relative_path), "ab") as f:
             pos = f.tell(); f.write(new)
         md.storage_data[key] = M.DCP_FS._StorageInfo(si.relative_path, pos, len(new))
@@ -227,7 +231,7 @@ else:
 EOF
 }
 for c in "dchunk|6|__1_0.distcp" "dfile|6|__2_0.distcp: No such file" "dcp|6|ckpt_format torch_dcp without use_megatron_fsdp" \
-	"key|6|model.module.decoder.layers.1.mlp.linear_fc3.weight"; do
+	"key|6|model.module.decoder.layers.1.mlp.linear_fc3.weight" "ver|2|checkpoint_version 2"; do
 	k=${c%%|*} rest=${c#*|}; code=${rest%%|*} msg=${rest#*|}
 	ok "bad fsdp_dtensor input: $k" dbad $k mf badf-$k "$ROOT/tests/cli"
 	ok "  exit $code" exits $code "$BIN/mgt-ckpt-convert" --load-dir badf-$k --save-dir outf-$k
