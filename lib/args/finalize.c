@@ -481,9 +481,9 @@ mgt_status mgt_args_finalize(mgt_args *a)
 		return mgt_err(MGT_ERR_USAGE, "--ckpt-step %lld needs --load (the checkpoint directory to load it from)",
 			       (long long)a->ckpt_step);
 	if (a->ckpt_format && strcmp(a->ckpt_format, "hdf5"))
-		return mgt_err(MGT_ERR_USAGE, "--ckpt-format %s: mgt-train writes and reads hdf5 checkpoints only "
-			       "(mgt-ckpt(5)); Megatron's torch_dist and torch checkpoints are not read: convert the model "
-			       "through Hugging Face with mgt-ckpt-convert", a->ckpt_format);
+		return mgt_err(MGT_ERR_USAGE, "--ckpt-format %s: mgt-train writes hdf5 checkpoints only (mgt-ckpt(5)); "
+			       "Megatron-LM's torch, torch_dist and fsdp_dtensor checkpoints are read through --load or "
+			       "--pretrained-checkpoint DIR (mgt-megatron(5)) and written by mgt-ckpt-convert", a->ckpt_format);
 	if (a->overlap_grad_reduce && a->ddp_bucket_size <= 0)
 		a->ddp_bucket_size = mgt_args_ddp_bucket_size(a->data_parallel_size);
 	const char *dev = a->device ? a->device : "auto";

@@ -2,8 +2,9 @@
  * 3; mgt-megatron(5)).  The legacy format (`--ckpt-format torch`, megatron/training/checkpointing.py
  * get_checkpoint_name): SAVE/latest_checkpointed_iteration.txt ("N" or "release"),
  * SAVE/iter_%07d/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt (PPP with pipeline parallelism, EEE with
- * expert parallelism), distrib_optim.pt beside it with the distributed optimizer; `torch_dist` is
- * megatron_dist.c.  Each file is a torch.save zip read through lib/ckpt's pickle machine.
+ * expert parallelism), distrib_optim.pt beside it with the distributed optimizer; `torch_dist` and
+ * Megatron-FSDP's `fsdp_dtensor` are megatron_dist.c.  Each file is a torch.save zip read through
+ * lib/ckpt's pickle machine.
  *
  * The model arguments come from the checkpoint's `args` (argparse.Namespace, Megatron's names, which
  * are mgt's); the tensors are the whole-model table's (Megatron-Core names, global layer indices,
@@ -142,7 +143,7 @@ static json_t *py_json(const mgt_py *v)
 }
 
 /* What mgt does not read, refused naming the argument. */
-static mgt_status refuse_args(const mg_src *m, const char *file)
+static mgt_status refuse_args(mg_src *m, const char *file)
 {
 	static const struct { const char *key, *what; } no[] = {
 		{"multi_latent_attention", "multi-latent attention"}, {"mtp_num_layers", "multi-token prediction layers"},
@@ -158,7 +159,7 @@ static mgt_status refuse_args(const mg_src *m, const char *file)
 				       file, no[i].key, no[i].what);
 	}
 	double ver = 0;
-	if (!mgt_py_float(mgt_py_get(m->common, "checkpoint_version"), &ver)) ver = 3;
+	if (!mgt_py_float(mg_common(m, "checkpoint_version", NULL), &ver)) ver = 3;
 	if (ver < 3)
 		return mgt_err(MGT_ERR_USAGE, "%s: checkpoint_version %g: a pre-Megatron-Core checkpoint (its tensor names and "
 			       "query_key_value order are not read; Megatron's tools/checkpoint converts it)", file, ver);
@@ -676,20 +677,21 @@ mgt_status cv_mg_read(mg_src *m, const char *name, int ndim, const int64_t *gs, 
  * opt_param_scheduler), the dropout seed from args.seed (PyTorch's RNG states do not carry over). */
 static mgt_status make_meta(mg_src *m)
 {
-	const mgt_py *root = m->common, *sch = mgt_py_get(root, "opt_param_scheduler");
-	if (!sch) sch = mgt_py_get(root, "lr_scheduler");
+	const char *sch = mg_common(m, "opt_param_scheduler", NULL) || mg_common(m, "opt_param_scheduler", "max_lr") ?
+		"opt_param_scheduler" : "lr_scheduler";
 	int64_t it = m->iteration;
-	if (m->iteration < 0 && !mgt_py_int(mgt_py_get(root, "iteration"), &it)) it = 0;
+	if (m->iteration < 0 && !mgt_py_int(mg_common(m, "iteration", NULL), &it)) it = 0;
 	m->iteration = it;
 	double flops = 0, max_lr = 0, min_lr = 0;
-	mgt_py_float(mgt_py_get(root, "num_floating_point_operations_so_far"), &flops);
-	mgt_py_float(mgt_py_get(sch, "max_lr"), &max_lr);
-	mgt_py_float(mgt_py_get(sch, "min_lr"), &min_lr);
+	mgt_py_float(mg_common(m, "num_floating_point_operations_so_far", NULL), &flops);
+	mgt_py_float(mg_common(m, sch, "max_lr"), &max_lr);
+	mgt_py_float(mg_common(m, sch, "min_lr"), &min_lr);
 	int64_t steps = 0, warm = 0, decay = 0, step = it;
-	mgt_py_int(mgt_py_get(sch, "num_steps"), &steps);
-	mgt_py_int(mgt_py_get(sch, "lr_warmup_steps"), &warm);
-	mgt_py_int(mgt_py_get(sch, "lr_decay_steps"), &decay);
-	const char *style = mgt_py_str(mgt_py_get(sch, "lr_decay_style"));
+	mgt_py_int(mg_common(m, sch, "num_steps"), &steps);
+	mgt_py_int(mg_common(m, sch, "lr_warmup_steps"), &warm);
+	mgt_py_int(mg_common(m, sch, "lr_decay_steps"), &decay);
+	const char *style = mgt_py_str(mg_common(m, sch, "lr_decay_style"));
+	const char *fmt = m->format == 1 ? "torch" : m->dtensor ? "fsdp_dtensor" : "torch_dist";
 	mgt_tensor_table *ft = &m->full;
 	json_t *o = json_pack("{s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:f, s:o, s:{s:s?, s:s?, s:s?, s:s?, s:I, s:I}, "
 			      "s:{s:i, s:i, s:i, s:b, s:i, s:i, s:i}, s:o, s:{s:f, s:f, s:I, s:I, s:I, s:s}, s:{s:I}, s:{s:I}, "
@@ -712,7 +714,7 @@ static mgt_status make_meta(mg_src *m)
 			      "lr_decay_steps", (json_int_t)decay, "num_steps", (json_int_t)steps, "lr_decay_style",
 			      style ? style : "linear",
 			      "optimizer", "step", (json_int_t)step, "rng", "seed", (json_int_t)ns_int(m, "seed", 1234),
-			      "megatron", "ckpt_format", m->format == 2 ? "torch_dist" : "torch", "dir", m->iter_dir);
+			      "megatron", "ckpt_format", fmt, "dir", m->iter_dir);
 	if (o && m->optim == 0) json_object_del(o, "optimizer");
 	m->meta = o ? json_dumps(o, JSON_INDENT(1) | JSON_SORT_KEYS) : NULL;
 	json_decref(o);

@@ -1,6 +1,6 @@
-/* lib/convert/megatron_dist.c: the `torch_dist` format of Megatron-LM checkpoints (megatron_impl.h;
- * facts: megatron/core/dist_checkpointing/strategies/torch.py, serialization.py; PyTorch's
- * torch/distributed/checkpoint/metadata.py and filesystem.py).
+/* lib/convert/megatron_dist.c: the `torch_dist` and `fsdp_dtensor` formats of Megatron-LM
+ * checkpoints (megatron_impl.h; facts: megatron/core/dist_checkpointing/strategies/torch.py,
+ * serialization.py; PyTorch's torch/distributed/checkpoint/metadata.py and filesystem.py).
  *
  * iter_N/.metadata is pickle.dump(Metadata): state_dict_metadata {key: TensorStorageMetadata
  * (properties, size, chunks [ChunkStorageMetadata(offsets, sizes)]) or BytesStorageMetadata},
@@ -16,7 +16,24 @@
  * per-tensor keys optimizer.state.{exp_avg,exp_avg_sq}.<key> with the fp32 main weights as
  * optimizer.state.fp32_param.<key> (the non-distributed optimizer) or optimizer.state.param.<key>
  * (the distributed optimizer's fully_reshardable format); the default dp_reshardable buckets
- * (optimizer.distributed.*) are not read. */
+ * (optimizer.distributed.*) are not read.
+ *
+ * Megatron-FSDP's `fsdp_dtensor` (checkpointing.py save_checkpoint: torch.distributed.checkpoint
+ * .save of preprocess_fsdp_dtensor_state_dict's dict; core/transformer/fsdp_dtensor_checkpoint.py)
+ * is the same .metadata + __<i>_<k>.distcp, without common.pt or common_state: every non-tensor is
+ * its own BYTE_IO item (torch.save(value)) under its flattened dotted key (args, iteration,
+ * opt_param_scheduler.max_lr, ...), told from a plain torch_dcp directory by args.ckpt_format
+ * "fsdp_dtensor" or args.use_megatron_fsdp.  Tensors are per parameter at global shape, in dim-0
+ * row ranges of uneven length (one chunk per rank holding rows):
+ *   model.module.<name>                                  the fp32 main weights
+ *   optimizer.state.module.module.module.<name>.exp_avg  and .exp_avg_sq (distrib_optimizer.py
+ *                                                        sharded_param_state_fsdp_dtensor)
+ * <name> per layer (decoder.layers.<i>.); the gated fc1 (weight and bias) as <name>_w [F, ...] and
+ * <name>_v (handle_swiglu_in_state_dict; mgt's [W_all; V_all] halves); experts at global index j,
+ * grouped (mlp.experts.linear_fc1.weight<j>[_w|_v]) or sequential
+ * (mlp.experts.local_experts.<j>.linear_fc1.weight) (handle_experts_in_state_dict).  The
+ * optimizer's param_to_group_meta and step are not read: the step is the iteration, as for
+ * torch_dist. */
 #include "megatron_impl.h"
 
 #include <stdio.h>
@@ -41,6 +58,8 @@ typedef struct {
 	float *flat[3];            /* dp_reshardable: one buffer's buckets concatenated, per kind */
 	size_t flat_n[3];
 	int flat_g[3], flat_b[3];  /* whose: dp_group_idx, gbuf_idx (-1 none) */
+	mgt_torch **objs;          /* fsdp_dtensor: the BYTE_IO items opened (mg_common) */
+	size_t nobjs;
 } dist_state;
 
 static const char *py_s(const mgt_py *o, const char *attr) { return mgt_py_str(mgt_py_get(o, attr)); }
@@ -117,12 +136,71 @@ static const dist_item *find_item(const dist_state *d, const char *fqn, const mg
 	return NULL;
 }
 
+/* Item it (a torch.save at its bytes of its .distcp file); a file missing or unreadable is
+ * MGT_ERR_FORMAT, as a missing rank file of the legacy format is; errors name the key. */
 static mgt_status open_item(mg_src *m, const dist_item *it, mgt_torch **t)
 {
 	char *p = cv_join(m->iter_dir, it->rel);
 	mgt_status st = p ? mgt_torch_open(p, (uint64_t)it->off, (uint64_t)it->len, t) : MGT_ERR_NOMEM;
 	free(p);
+	if (st && st != MGT_ERR_NOMEM) st = mgt_err_ctx(MGT_ERR_FORMAT, "%s", it->fqn);
 	return st;
+}
+
+/* fsdp_dtensor's BYTE_IO item fqn (a key without chunks), opened into d->objs; its value into
+ * *out. */
+static mgt_status open_object(mg_src *m, dist_state *d, const char *fqn, const mgt_py **out)
+{
+	const dist_item *it = find_item(d, fqn, NULL);
+	const mgt_py *md = mgt_py_get(d->sdm, fqn);
+	*out = NULL;
+	if (!it || !md || mgt_py_get(md, "chunks"))
+		return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: no BYTE_IO item %s", m->iter_dir, fqn);
+	mgt_torch **q = realloc(d->objs, (d->nobjs + 1) * sizeof *q);
+	if (!q) return mgt_err(MGT_ERR_NOMEM, "out of memory");
+	d->objs = q;
+	mgt_status st = open_item(m, it, &d->objs[d->nobjs]);
+	if (st) return st;
+	*out = mgt_torch_root(d->objs[d->nobjs++]);
+	return MGT_OK;
+}
+
+const mgt_py *mg_common(mg_src *m, const char *key, const char *sub)
+{
+	if (!m->dtensor) {
+		const mgt_py *v = mgt_py_get(m->common, key);
+		return sub ? mgt_py_get(v, sub) : v;
+	}
+	char fqn[256];
+	const mgt_py *v = NULL;
+	snprintf(fqn, sizeof fqn, "%s%s%s", key, sub ? "." : "", sub ? sub : "");
+	if (open_object(m, m->dist, fqn, &v)) mgt_err(MGT_OK, "%s", ""); /* absent: the caller's default */
+	return v;
+}
+
+/* Neither common.pt nor common_state: Megatron-FSDP's fsdp_dtensor when its "args" item says so
+ * (checkpointing.py _get_checkpoint_format: a .metadata-only directory is torch_dcp, or
+ * fsdp_dtensor with use_megatron_fsdp).  m->root: the args item's file; m->optim 6 with its
+ * per-parameter moments. */
+static mgt_status open_dtensor(mg_src *m, dist_state *d)
+{
+	if (!find_item(d, "args", NULL))
+		return mgt_err(MGT_ERR_FORMAT, "%s: neither common.pt, a common_state item nor an args item in .metadata "
+			       "(the args)", m->iter_dir);
+	const mgt_py *ns;
+	mgt_status st = open_object(m, d, "args", &ns);
+	if (st) return st;
+	m->root = d->objs[--d->nobjs]; /* owned as the common state's file */
+	const char *fmt = mgt_py_str(mgt_py_get(ns, "ckpt_format"));
+	int64_t fsdp = 0;
+	mgt_py_int(mgt_py_get(ns, "use_megatron_fsdp"), &fsdp);
+	if (!(fmt && !strcmp(fmt, "fsdp_dtensor")) && !fsdp)
+		return mgt_err(MGT_ERR_FORMAT, "%s: a torch.distributed.checkpoint directory whose args say ckpt_format %s "
+			       "without use_megatron_fsdp: not Megatron's torch_dist (no common.pt) nor fsdp_dtensor",
+			       mgt_torch_name(m->root), fmt ? fmt : "(none)");
+	m->dtensor = true;
+	m->ns = ns;
+	return MGT_OK;
 }
 
 /* The common state: common.pt, else the item common_state/shard_* (torch.save([state])). */
@@ -137,8 +215,11 @@ static mgt_status open_common(mg_src *m, dist_state *d)
 		const dist_item *it = NULL;
 		for (size_t i = 0; !it && i < d->nitems; i++)
 			if (!strncmp(d->items[i].fqn, "common_state/", 13)) it = &d->items[i];
-		if (!it) st = mgt_err(MGT_ERR_FORMAT, "%s: neither common.pt nor a common_state item in .metadata (the args)", m->iter_dir);
-		if (!st) st = open_item(m, it, &m->root);
+		if (!it) {
+			free(p);
+			return open_dtensor(m, d);
+		}
+		st = open_item(m, it, &m->root);
 		const mgt_py *l = st ? NULL : mgt_torch_root(m->root);
 		if (!st && (!l || l->kind != MGT_PY_LIST || l->n < 1))
 			st = mgt_err(MGT_ERR_FORMAT, "%s: common_state: expected a list holding the state dict", mgt_torch_name(m->root));
@@ -173,7 +254,8 @@ mgt_status mg_dist_open(mg_src *m)
 	if (!st) st = index_items(m, d);
 	if (!st) st = open_common(m, d);
 	m->optim = 0;
-	if (!st && has_prefix(d, "optimizer.state.exp_avg.")) m->optim = 4;
+	if (!st && m->dtensor) m->optim = has_prefix(d, "optimizer.state.module.module.module.") ? 6 : 0;
+	else if (!st && has_prefix(d, "optimizer.state.exp_avg.")) m->optim = 4;
 	else if (!st && has_prefix(d, "optimizer.distributed.")) m->optim = 5;
 	else if (!st && has_prefix(d, "chained_1.optimizer.distributed.")) {
 		m->optim = 5;
@@ -192,6 +274,8 @@ void mg_dist_close(mg_src *m)
 	free(d->items);
 	free(d->chunk);
 	for (int k = 0; k < 3; k++) free(d->flat[k]);
+	for (size_t i = 0; i < d->nobjs; i++) mgt_torch_close(d->objs[i]);
+	free(d->objs);
 	free(d);
 	m->dist = NULL;
 }
@@ -340,9 +424,105 @@ static mgt_status read_row(mg_src *m, dist_state *d, const mgt_tensor *g, const 
 	return read_box(m, d, key, md, g->ndim + 1, off3, shape3, dst);
 }
 
+/* ---- fsdp_dtensor's per-parameter keys ---- */
+
+/* Megatron-FSDP's parameter name of expert e of row g (alt 0: TEGroupedMLP's
+ * mlp.experts.linear_fc1.weight<e>; 1: SequentialMLP's mlp.experts.local_experts.<e>.linear_fc1
+ * .weight), or g's own name (a dense row), into out. */
+static void dtensor_name(const mgt_tensor *g, int64_t e, int alt, char *out, size_t n)
+{
+	const char *suf = g->num_experts > 0 ? strstr(g->dataset, ".mlp.experts.") : NULL;
+	if (!suf) snprintf(out, n, "%s", g->name);
+	else if (!alt) snprintf(out, n, "%s%lld", g->dataset, (long long)e);
+	else snprintf(out, n, "%.*s.mlp.experts.local_experts.%lld.%s", (int)(suf - g->dataset), g->dataset, (long long)e, suf + 13);
+}
+
+/* Whether name is a gated fc1 that handle_swiglu_in_state_dict splits into _w and _v. */
+static bool dtensor_glu(const mg_src *m, const char *name)
+{
+	return m->a.model.swiglu && strstr(name, "linear_fc1.") != NULL;
+}
+
+/* The .metadata key of parameter name (part: "", "_w" or "_v") of kind k into out. */
+static void dtensor_key(const char *name, const char *part, int k, char *out, size_t n)
+{
+	static const char *const kind[3] = {"", ".exp_avg", ".exp_avg_sq"};
+	snprintf(out, n, "%s%s%s%s", k ? "optimizer.state.module.module.module." : "model.module.", name, part, kind[k]);
+}
+
+/* dst [rows, cols] := parameter name of kind k, whole or as its _w / _v halves of rows / 2 each;
+ * *found false (nothing read) when its first key is absent. */
+static mgt_status dtensor_param(mg_src *m, dist_state *d, const char *name, int nd, int64_t rows, int64_t cols, int k,
+				float *dst, bool *found)
+{
+	bool glu = dtensor_glu(m, name);
+	int np = glu ? 2 : 1;
+	int64_t pr = rows / np, shape[2] = {pr, cols}, off[2] = {0, 0};
+	static const char *const parts[2] = {"_w", "_v"};
+	char key[320];
+	*found = true;
+	for (int p = 0; p < np; p++) {
+		dtensor_key(name, glu ? parts[p] : "", k, key, sizeof key);
+		const mgt_py *md = key_md(d, key), *sz = md ? mgt_py_get(md, "size") : NULL;
+		if (!md && !p) {
+			*found = false;
+			return MGT_OK;
+		}
+		if (!md) return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: no key %s (the other half of a SwiGLU fc1)", m->iter_dir, key);
+		if (!sz || sz->n != (size_t)nd || tuple_at(sz, 0) != pr || (nd > 1 && tuple_at(sz, 1) != cols))
+			return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: %s: global shape other than the [%lld, %lld] the args give",
+				       m->iter_dir, key, (long long)pr, (long long)cols);
+		mgt_status st = read_box(m, d, key, md, nd, off, shape, dst + (size_t)(p * pr * cols));
+		if (st) return st;
+	}
+	return MGT_OK;
+}
+
+/* Row g (an expert dataset: all its experts, [E, rows, cols]) of kind k into dst. */
+static mgt_status dtensor_whole(mg_src *m, dist_state *d, const mgt_tensor *g, int k, float *dst)
+{
+	int64_t E = g->num_experts > 0 ? g->num_experts : 1, cols = g->ndim > 1 ? g->shape[1] : 1;
+	size_t each = cv_row_numel(g);
+	char name[256], key[320];
+	mgt_status st = MGT_OK;
+	for (int64_t e = 0; !st && e < E; e++) {
+		bool found = false;
+		for (int alt = 0; !st && !found && alt < (g->num_experts > 0 ? 2 : 1); alt++) {
+			dtensor_name(g, e, alt, name, sizeof name);
+			st = dtensor_param(m, d, name, g->ndim, g->shape[0], cols, k, dst + (size_t)e * each, &found);
+		}
+		if (!st && !found) {
+			dtensor_name(g, e, 0, name, sizeof name);
+			dtensor_key(name, dtensor_glu(m, name) ? "_w" : "", k, key, sizeof key);
+			st = mgt_err(MGT_ERR_FORMAT, "%s/.metadata: no key %s%s", m->iter_dir, key,
+				     g->num_experts > 0 ? " (nor SequentialMLP's local_experts one)" : "");
+		}
+	}
+	return st;
+}
+
+/* Whether key (a model.module. tensor) is a parameter of the model the args describe. */
+static bool dtensor_known(const mg_src *m, const char *key)
+{
+	char name[256], want[320];
+	for (int r = 0; r < m->full.n; r++) {
+		const mgt_tensor *g = &m->full.t[r];
+		for (int alt = 0; alt < (g->num_experts > 0 ? 2 : 1); alt++) {
+			dtensor_name(g, g->num_experts > 0 ? g->expert : 0, alt, name, sizeof name);
+			bool glu = dtensor_glu(m, name);
+			for (int p = 0; p < (glu ? 2 : 1); p++) {
+				dtensor_key(name, glu ? (p ? "_v" : "_w") : "", 0, want, sizeof want);
+				if (!strcmp(key, want)) return true;
+			}
+		}
+	}
+	return false;
+}
+
 mgt_status mg_dist_whole(mg_src *m, const mgt_tensor *g, int k, float *dst)
 {
 	dist_state *d = m->dist;
+	if (m->dtensor) return dtensor_whole(m, d, g, k, dst);
 	bool found = false;
 	mgt_status st = MGT_OK;
 	static const char *const main_pre[] = {"optimizer.state.fp32_param.", "optimizer.state.param.", ""};
@@ -424,9 +604,24 @@ mgt_status mg_dist_opt_local(mg_src *m, mg_chunk *c, const mgt_tensor *x, int k,
 	return MGT_OK;
 }
 
+/* fsdp_dtensor: every tensor key outside optimizer.* and rng_state is a model.module. parameter. */
+static mgt_status dtensor_check_keys(mg_src *m, const dist_state *d)
+{
+	for (size_t i = 0; i < d->sdm->n; i++) {
+		const char *k = mgt_py_str(d->sdm->v[2 * i]);
+		if (!k) return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: a state_dict_metadata key that is not a string", m->iter_dir);
+		if (!key_md(d, k) || !strncmp(k, "optimizer.", 10) || !strncmp(k, "rng_state", 9) || strstr(k, "_extra_state"))
+			continue;
+		if (!dtensor_known(m, k))
+			return mgt_err(MGT_ERR_FORMAT, "%s/.metadata: tensor %s is not part of the model its args describe", m->iter_dir, k);
+	}
+	return MGT_OK;
+}
+
 mgt_status mg_dist_check_keys(mg_src *m)
 {
 	const dist_state *d = m->dist;
+	if (m->dtensor) return dtensor_check_keys(m, d);
 	static const char *const other[] = {"optimizer.", "chained_", "rng_state", "common_state", "rerun_state_machine", NULL};
 	for (size_t i = 0; i < d->sdm->n; i++) {
 		const char *k = mgt_py_str(d->sdm->v[2 * i]);

@@ -30,7 +30,9 @@ typedef struct {
 } mg_file;
 
 struct mg_src {
-	int format;                /* 1 torch, 2 torch_dist */
+	int format;                /* 1 torch, 2 torch_dist (and fsdp_dtensor: dtensor) */
+	bool dtensor;              /* Megatron-FSDP's fsdp_dtensor (megatron_dist.c, .metadata without
+				    * Megatron's common state) */
 	char *save_dir, *iter_dir;
 	int64_t iteration;
 	int tp, pp, vp, ep, dp;
@@ -46,7 +48,8 @@ struct mg_src {
 	int nfiles;
 	mgt_torch *root;           /* the file of the common state: rank 0's model_optim_rng.pt (torch),
 				    * common.pt or the common_state item (torch_dist) */
-	const mgt_py *common;      /* the common state dict (args, iteration, opt_param_scheduler, ...) */
+	const mgt_py *common;      /* the common state dict (args, iteration, opt_param_scheduler, ...);
+				    * NULL for fsdp_dtensor, whose items are separate (mg_common) */
 	const mgt_py *ns;          /* its args */
 	const char *no_optim;      /* why there is no optimizer state mgt reads, or NULL */
 	char *meta;                /* the metadata.json text an mgt checkpoint of it records */
@@ -96,6 +99,10 @@ mgt_status mg_check_float(const mgt_torch *t, const mgt_py *v, const char *what)
  * row g (an expert dataset's first row) of kind k (0 weights: the fp32 main weights where saved,
  * 1 exp_avg, 2 exp_avg_sq) whole into dst ([g->shape], or [E, rows, cols]). */
 mgt_status mg_dist_open(mg_src *m);
+/* The common state's value key (sub: its field, or NULL): m->common's, or fsdp_dtensor's BYTE_IO
+ * item "key.sub" (torch.save(value), opened once and kept until mg_dist_close); NULL when absent
+ * or unreadable. */
+const mgt_py *mg_common(mg_src *m, const char *key, const char *sub);
 mgt_status mg_dist_whole(mg_src *m, const mgt_tensor *g, int k, float *dst);
 /* Every model key of .metadata (optimizer, RNG, common state and _extra_state aside) is a row of
  * the whole-model table, per layer or stacked: else MGT_ERR_FORMAT naming it. */

@@ -3,12 +3,13 @@
 
 Run with Debian's /usr/bin/python3 (python3-torch 1.13, numpy, h5py).
 
-  to-megatron   --mgt SAVE --out DIR --format torch|torch_dist --tp T --pp P
+  to-megatron   --mgt SAVE --out DIR --format torch|torch_dist|fsdp_dtensor --tp T --pp P
                 [--vp V] [--ep E] [--dp D] [--dist-opt] [--bf16|--fp16]
                 [--local-spec] [--no-optim] [--release] [--bucket-size N]
                 [--common-in-dcp]
       Write the mgt checkpoint SAVE (latest iteration) as Megatron-Core's
-      GPTModel would have saved it with that layout.
+      GPTModel would have saved it with that layout (fsdp_dtensor: Megatron-FSDP
+      over --dp ranks, uneven dim-0 row chunks; megatron_ckpt.md A3).
   from-megatron --dir DIR --out FILE.npz [--iteration N]
       Independent reader: every model tensor under its global Megatron-Core
       name and shape (global layer indices; experts stacked [E, ...] under
@@ -17,7 +18,7 @@ Run with Debian's /usr/bin/python3 (python3-torch 1.13, numpy, h5py).
       and the scalars in FILE.json.
   selftest [--keep DIR]
       Trains tiny presets with bin/mgt-train, round-trips them through several
-      layouts and both formats, and checks bit equality.
+      layouts and the three formats, and checks bit equality.
 
 Versions followed: the layout of Megatron-LM HEAD d98e8a64ddf3 (2026-08-22,
 megatron-core 0.19-dev) and TransformerEngine d0067d0 (2026-08-22); the
@@ -1190,6 +1191,12 @@ class DcpStore:
         self.bytes_keys[unique_key] = True
         self.files.setdefault(rank, []).append(((unique_key, None), torch_save_bytes(list(objs))))
 
+    def add_value(self, rank, key, value):
+        """A non-tensor as DefaultSavePlanner writes it: a BYTE_IO item of torch.save(value)."""
+        assert key not in self.bytes_keys, key
+        self.bytes_keys[key] = True
+        self.files.setdefault(rank, []).append(((key, None), torch_save_bytes(value)))
+
     def write(self, d):
         M = DCP_MD
         sdm = OrderedDict()
@@ -1486,6 +1493,158 @@ def dist_opt_dp_reshardable(st, chunks, o, dtype, grad_dtype, step, sch, a, expe
 
 
 # ----------------------------------------------------------------------------
+# fsdp_dtensor writer (Megatron-FSDP, --use-megatron-fsdp --ckpt-format fsdp_dtensor)
+
+FSDP_MODEL = "model.module."
+FSDP_OPT = "optimizer.state.module.module.module."
+FSDP_GROUP = "optimizer.param_to_group_meta.module.module.module."
+
+
+def fsdp_params(ck, m, local_spec):
+    """(Megatron-FSDP parameter name, fp32 array, exp_avg, exp_avg_sq) of every mgt tensor:
+    per layer; the gated fc1 split into <name>_w / <name>_v (MLM transformer/
+    fsdp_dtensor_checkpoint.py handle_swiglu_in_state_dict); experts at global index j,
+    TEGroupedMLP's mlp.experts.linear_fc1.weight<j> or SequentialMLP's
+    mlp.experts.local_experts.<j>.linear_fc1.weight with the local spec
+    (handle_experts_in_state_dict)."""
+    out = []
+    for k, w in ck["params"].items():
+        srcs = (w, ck["exp_avg"][k], ck["exp_avg_sq"][k])
+        pieces = []
+        if ".mlp.experts." in k:
+            pre, suf = k.split(".mlp.experts.", 1)
+            for j in range(w.shape[0]):
+                nm = ("%s.mlp.experts.local_experts.%d.%s" % (pre, j, suf)) if local_spec else "%s%d" % (k, j)
+                pieces.append((nm, tuple(x[j] for x in srcs)))
+        else:
+            pieces.append((k, srcs))
+        for nm, xs in pieces:
+            if m.swiglu and "linear_fc1." in nm:
+                n = xs[0].shape[0] // 2
+                out.append((nm + "_w",) + tuple(x[:n] for x in xs))
+                out.append((nm + "_v",) + tuple(x[n:] for x in xs))
+            else:
+                out.append((nm,) + tuple(xs))
+    return out
+
+
+def fsdp_row_ranges(params, nranks):
+    """Each rank's dim-0 rows of each parameter: the parameters laid end to end in one
+    buffer cut into nranks equal element ranges, a row going to the rank its first
+    element falls in (whole rows, uneven counts; a rank may hold none: MLM
+    uneven_dtensor.py update_uneven_dtensor_chunk_metadata).  [(rank, row0, rows)] per
+    parameter."""
+    total = sum(int(np.prod(p[1].shape)) for p in params)
+    per = -(-total // nranks)
+    base, out = 0, []
+    for _, w, _, _ in params:
+        rs = int(np.prod(w.shape[1:])) if w.ndim > 1 else 1
+        owner = [min((base + i * rs) // per, nranks - 1) for i in range(w.shape[0])]
+        ranges = []
+        for r in range(nranks):
+            rows = [i for i, o_ in enumerate(owner) if o_ == r]
+            if rows:
+                ranges.append((r, rows[0], len(rows)))
+        out.append(ranges)
+        base += int(np.prod(w.shape))
+    return out
+
+
+def write_fsdp_dtensor(ck, o, outdir):
+    """torch.distributed.checkpoint.save(FileSystemWriter) of preprocess_fsdp_dtensor_state_dict's
+    dict (MLM checkpointing.py save_checkpoint, generate_state_dict), flattened by the default
+    planner: the fp32 main weights model.module.<name>, Adam's
+    optimizer.state.module.module.module.<name>.exp_avg / .exp_avg_sq, the param groups'
+    optimizer.param_to_group_meta.module.module.module.<name>.<field>, and args, iteration,
+    checkpoint_version, opt_param_scheduler.<field>, ... as BYTE_IO items (rank 0).  No
+    metadata.json, no common.pt.  o.dp ranks hold uneven dim-0 row ranges."""
+    meta = ck["meta"]
+    m = model_from_args(meta["args"])
+    if o.pp != 1 or o.vp != 1:
+        raise SystemExit("fsdp_dtensor fixtures: --pp 1 --vp 1 only")
+    dtype = torch.bfloat16 if o.bf16 else (torch.float16 if o.fp16 else torch.float32)
+    it = ck["iteration"]
+    sch = meta["opt_param_scheduler"]
+    d = os.path.join(outdir, "release" if o.release else "iter_%07d" % it)
+    os.makedirs(d, exist_ok=True)
+    ns = make_args(meta, o, dtype)
+    ns.use_megatron_fsdp = True
+    ns.data_parallel_sharding_strategy = "optim_grads_params"
+    st = DcpStore()
+    params = fsdp_params(ck, m, o.local_spec)
+    for (nm, w, m1, m2), ranges in zip(params, fsdp_row_ranges(params, o.dp)):
+        kinds = [(FSDP_MODEL + nm, w)]
+        if not o.no_optim:
+            kinds += [(FSDP_OPT + nm + ".exp_avg", m1), (FSDP_OPT + nm + ".exp_avg_sq", m2)]
+        for key, arr in kinds:
+            x = torch.from_numpy(np.ascontiguousarray(arr)).to(torch.float32)
+            for r, r0, n in ranges:
+                st.add_chunk(r, key, x.shape, (r0,) + (0,) * (x.dim() - 1), x[r0:r0 + n])
+    st.add_value(0, "args", ns)
+    st.add_value(0, "checkpoint_version", 3.0)
+    st.add_value(0, "iteration", 0 if o.release else it)
+    if not o.no_optim:
+        step = int(meta["optimizer"]["step"])
+        for nm, w, _, _ in params:
+            wd = 0.0 if w.ndim < 2 or nm.endswith("bias") else float(meta["args"].get("weight_decay", 0.01))
+            for f, v in (("lr", scheduler_lr(sch, sch.get("num_steps", 0))), ("weight_decay", wd), ("step", step)):
+                st.add_value(0, FSDP_GROUP + nm + "." + f, v)
+        for f, v in sch_state(sch).items():
+            st.add_value(0, "opt_param_scheduler." + f, v)
+    st.add_value(0, "num_floating_point_operations_so_far", int(meta.get("num_floating_point_operations_so_far", 0)))
+    for r in range(o.dp):
+        st.add_value(r, "rng_state.(0, %d)" % r, [rng_state_entry(meta.get("rng", {}).get("seed", 1234) + r)])
+    st.write(d)
+    with open(os.path.join(outdir, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("release" if o.release else str(it))
+
+
+def read_fsdp_dtensor(d, tens, objs):
+    """The fsdp_dtensor keys back to mgt's names: _w/_v concatenated, experts stacked."""
+    a = objs["args"]
+    out, experts = {}, {}
+    for k, v in tens.items():
+        if k.startswith(FSDP_MODEL):
+            pre, nm = "", k[len(FSDP_MODEL):]
+        elif k.startswith(FSDP_OPT):
+            nm, kind = k[len(FSDP_OPT):].rsplit(".", 1)
+            pre = "optimizer.state.%s." % kind
+        else:
+            continue
+        arr = to_np32(v)
+        if nm.endswith("_v"):
+            continue
+        if nm.endswith("_w"):
+            other = FSDP_OPT + nm[:-2] + "_v." + kind if pre else FSDP_MODEL + nm[:-2] + "_v"
+            arr = np.concatenate([arr, to_np32(tens[other])])
+            nm = nm[:-2]
+        if ".mlp.experts.local_experts." in nm:
+            head, rest = nm.split(".mlp.experts.local_experts.", 1)
+            j, suf = rest.split(".", 1)
+            experts.setdefault(pre + head + ".mlp.experts." + suf, {})[int(j)] = arr
+        elif ".mlp.experts." in nm:
+            base = nm.rstrip("0123456789")
+            experts.setdefault(pre + base, {})[int(nm[len(base):])] = arr
+        else:
+            out[pre + nm] = arr
+    for k, byj in experts.items():
+        out[k] = np.stack([byj[j] for j in range(len(byj))])
+    if any(k.startswith("optimizer.state.exp_avg.") for k in out):
+        for n in [k for k in out if not k.startswith("optimizer.")]:
+            out["optimizer.state.fp32_param." + n] = out[n]  # the model entries are the main weights
+    steps = {v for k, v in objs.items() if k.startswith(FSDP_GROUP) and k.endswith(".step")}
+    sch = {k.split(".", 1)[1]: v for k, v in objs.items() if k.startswith("opt_param_scheduler.")}
+    model_dtype = {str(v.dtype) for k, v in tens.items() if k.startswith(FSDP_MODEL)}
+    scal = {"iteration": objs.get("iteration", 0), "checkpoint_version": objs.get("checkpoint_version"),
+            "consumed_train_samples": getattr(a, "consumed_train_samples", None),
+            "consumed_valid_samples": getattr(a, "consumed_valid_samples", None),
+            "opt_param_scheduler": sch or None, "optimizer_step": float(steps.pop()) if len(steps) == 1 else None,
+            "args": {k: (str(v) if isinstance(v, torch.dtype) else v) for k, v in vars(a).items()},
+            "model_dtype": model_dtype.pop() if len(model_dtype) == 1 else str(model_dtype)}
+    return out, scal
+
+
+# ----------------------------------------------------------------------------
 # torch_dist reader
 
 
@@ -1553,6 +1712,8 @@ def check_torch_dist_metadata(root):
 
 def read_torch_dist(d):
     md, tens, objs = dcp_read(d)
+    if not os.path.exists(os.path.join(d, "common.pt")) and "args" in objs:
+        return read_fsdp_dtensor(d, tens, objs)
     if os.path.exists(os.path.join(d, "common.pt")):
         common = torch.load(os.path.join(d, "common.pt"), map_location="cpu")
     else:
@@ -1727,6 +1888,8 @@ def cmd_to_megatron(o):
     ck = load_mgt(o.mgt)
     if o.format == "torch":
         write_legacy(ck, o, o.out)
+    elif o.format == "fsdp_dtensor":
+        write_fsdp_dtensor(ck, o, o.out)
     else:
         write_torch_dist(ck, o, o.out)
 
@@ -1755,7 +1918,7 @@ def cmd_from_megatron(o):
 
 
 def add_layout_args(ap):
-    ap.add_argument("--format", choices=["torch", "torch_dist"], default="torch")
+    ap.add_argument("--format", choices=["torch", "torch_dist", "fsdp_dtensor"], default="torch")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--vp", type=int, default=1)
@@ -1845,6 +2008,12 @@ LAYOUTS = [
     ("tiny-moe", "torch_dist", "--local-spec --ep 2 --dp 2 --tp 2"),
     ("tiny-llama", "torch_dist", "--local-spec --tp 2 --fp16"),
     ("odd", "torch_dist", "--dist-opt --dp 3 --bucket-size 10000 --fp16"),
+    # Megatron-FSDP: uneven dim-0 row ranges over --dp ranks, fp32 main weights whatever the dtype
+    ("tiny-llama", "fsdp_dtensor", "--dp 3 --bf16"),
+    ("tiny-gpt2", "fsdp_dtensor", "--dp 2 --tp 2"),
+    ("odd", "fsdp_dtensor", "--dp 5 --no-optim --release"),
+    ("tiny-moe", "fsdp_dtensor", "--dp 4 --ep 2 --bf16"),
+    ("tiny-moe", "fsdp_dtensor", "--dp 3 --local-spec"),
 ]
 
 
@@ -1856,7 +2025,8 @@ QUICK = [("tiny-llama", "torch", "--tp 2 --pp 2 --dp 2 --dist-opt --bf16"),
          ("tiny-moe", "torch", "--ep 2 --dp 2 --dist-opt --bf16"),
          ("tiny-gpt2", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
          ("odd", "torch_dist", "--tp 2 --pp 2 --dist-opt --dp 2 --bf16"),
-         ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --dist-opt --bf16")]
+         ("tiny-moe", "torch_dist", "--ep 2 --dp 2 --dist-opt --bf16"),
+         ("tiny-moe", "fsdp_dtensor", "--dp 4 --ep 2 --bf16")]
 
 
 def bf16_round(x):
@@ -1903,7 +2073,11 @@ def compare(exp, got, scal, ck, flags):
         if scal.get(k) != v:
             errs.append("scalar %s = %r, want %r" % (k, scal.get(k), v))
     sch = scal.get("opt_param_scheduler") or {}
-    for k in ("max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps", "num_steps", "lr_decay_style"):
+    # generate_state_dict saves opt_param_scheduler with the optimizer only (fsdp_dtensor's
+    # fixture follows it; the others always write it)
+    skip_sch = "--no-optim" in flags and scal.get("opt_param_scheduler") is None and "args" in scal and \
+        scal["args"].get("ckpt_format") == "fsdp_dtensor"
+    for k in () if skip_sch else ("max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps", "num_steps", "lr_decay_style"):
         if sch.get(k) != meta["opt_param_scheduler"].get(k):
             errs.append("scheduler %s = %r, want %r" % (k, sch.get(k), meta["opt_param_scheduler"].get(k)))
     for k in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
@@ -2026,7 +2200,9 @@ def selftest(o):
             got = dict(np.load(npz))
             with open(out + ".json") as f:
                 scal = json.load(f)
-            errs = compare(expected_tensors(ck, flags), got, scal, ck, flags)
+            # fsdp_dtensor's model entries are the fp32 main weights
+            eflags = flags if fmt != "fsdp_dtensor" else flags.replace("--bf16", "").replace("--fp16", "")
+            errs = compare(expected_tensors(ck, eflags), got, scal, ck, eflags)
         except Exception as ex:  # report and go on
             import traceback
             traceback.print_exc()

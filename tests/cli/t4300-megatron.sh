@@ -13,7 +13,11 @@
 #   - mgt-train --load of each Megatron directory goes on to iteration 11 with the losses and
 #     grad norms of the run resumed from mgt's own checkpoint, text-identical; the load says in one
 #     line that PyTorch's RNG states do not carry over;
-#   - Megatron to Hugging Face (--save-format hf, both formats) equals mgt to Hugging Face of the original, and
+#   - Megatron-FSDP's fsdp_dtensor (fixture: 3 ranks of uneven dim-0 row ranges, fp32 main weights,
+#     SwiGLU's fc1 as _w/_v, no common.pt: args and progress as BYTE_IO items): mgt-ckpt-convert
+#     of it equals that of the torch_dist fixture bit for bit (weights, both moments, progress),
+#     mgt-train --load of it has the losses of mgt's own resume, mgt-eval its loss;
+#   - Megatron to Hugging Face (--save-format hf, all three formats) equals mgt to Hugging Face of the original, and
 #     mgt-eval's loss of the Megatron directory equals the original's;
 #   - mgt to Megatron (--save-format torch, TP 2 x PP 2, fp32 and bf16; --save-format torch_dist):
 #     the files read by the independent reader (torch.load; .metadata unpickled with PyTorch's class
@@ -23,11 +27,14 @@
 #     resumed from them has the losses of mgt's own resume;
 #   - bad input, each exit 6 naming the file and key, nothing written: a truncated zip, a pickle
 #     with an unknown opcode, a missing rank file, a key the model does not have, an integer
-#     tensor where a weight is; args with multi-latent attention exit 2 naming the field.
+#     tensor where a weight is; args with multi-latent attention exit 2 naming the field;
+#     fsdp_dtensor: a chunk cut short, a .distcp file missing (each naming key and file), args of
+#     a plain torch_dcp directory, a key the model does not have.
 # Full tier: the fixtures' own selftest (t4150) covers their layouts; here the full tier adds
 # tiny-moe (EP 2, chained optimizers, plain and distributed), tiny-gpt2 (tied embeddings at PP 2,
-# VP 2, the local spec), tiny-llama with q/k norms and a qkv bias (Qwen's; both formats, the
-# distributed optimizer), and the --pretrained-checkpoint run.
+# VP 2, the local spec), tiny-llama with q/k norms and a qkv bias (Qwen's; all formats, the
+# distributed optimizer), fsdp_dtensor's experts (TEGroupedMLP's weight<j>, SequentialMLP's
+# local_experts.<j>, global indices) and tied GPT-2, and the --pretrained-checkpoint runs.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 MG="$PY $ROOT/tests/cli/megatron_ckpt.py"
@@ -50,7 +57,9 @@ ok "Megatron torch TP2 x PP2, distributed optimizer, DP 2 (fixture)" quiet $MG t
 	--format torch --tp 2 --pp 2 --dp 2 --dist-opt --bf16
 ok "Megatron torch_dist TP2 x PP2, dp_reshardable buckets (fixture)" quiet $MG to-megatron --mgt ck --out md \
 	--format torch_dist --tp 2 --pp 2 --dp 2 --dist-opt --bf16
-for f in mt md; do
+ok "Megatron-FSDP fsdp_dtensor, 3 ranks of uneven dim-0 rows, SwiGLU's _w/_v (fixture)" quiet $MG to-megatron --mgt ck \
+	--out mf --format fsdp_dtensor --dp 3 --bf16
+for f in mt md mf; do
 	ok "$f to mgt at TP2 x PP2" quiet "$BIN/mgt-ckpt-convert" --load-dir $f --save-dir $f.mgt \
 		--target-tensor-parallel-size 2 --target-pipeline-parallel-size 2
 	ok "  every weight, moment and the progress bit for bit" $STATE ck $f.mgt
@@ -59,6 +68,9 @@ for f in mt md; do
 	ok "  the RNG line" grep -q "PyTorch RNG states (rng_state) do not carry over" quiet.log
 done
 
+ok "fsdp_dtensor's conversion equals torch_dist's bit for bit (weights, both moments, progress)" $STATE md.mgt mf.mgt
+ok "  the converter's line names fsdp_dtensor" sh -c "'$BIN/mgt-ckpt-convert' --load-dir mf --save-dir mf.mgt1 2>&1 | \
+	grep -q 'a Megatron-LM fsdp_dtensor checkpoint, iteration 5, 27 tensors with Adam moments'"
 ok "--use-checkpoint-args takes the model from the Megatron args" quiet "$BIN/mgt-train" --load mt --use-checkpoint-args \
 	--mock-data --micro-batch-size 2 --global-batch-size 4 --train-iters 6 --lr 1e-3 --threads 2 --device cpu
 
@@ -68,6 +80,8 @@ ok "Megatron torch to HF" quiet "$BIN/mgt-ckpt-convert" --load-dir mt --save-dir
 ok "  equal bit for bit" $PY "$ROOT/tests/hf/st.py" compare hf-ref hf-mt
 ok "Megatron torch_dist to HF" quiet "$BIN/mgt-ckpt-convert" --load-dir md --save-dir hf-md --save-format hf
 ok "  equal bit for bit" $PY "$ROOT/tests/hf/st.py" compare hf-ref hf-md
+ok "Megatron fsdp_dtensor to HF" quiet "$BIN/mgt-ckpt-convert" --load-dir mf --save-dir hf-mf --save-format hf
+ok "  equal bit for bit" $PY "$ROOT/tests/hf/st.py" compare hf-ref hf-mf
 EVAL="--tokenizer-type NullTokenizer --vocab-size 512 --mock-data --seq-length 32 --micro-batch-size 2 --eval-iters 2
 	--split 949,50,1 --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --threads 2"
 ok "mgt-eval loss of the original" quiet "$BIN/mgt-eval" loss --load ck $EVAL
@@ -75,6 +89,9 @@ grep "loss" quiet.log | sed 's/\[.*\]//' >eval-ref.txt
 ok "mgt-eval loss of the Megatron torch_dist directory" quiet "$BIN/mgt-eval" loss --load md $EVAL
 grep "loss" quiet.log | sed 's/\[.*\]//' >eval-md.txt
 ok "  the same loss" cmp -s eval-ref.txt eval-md.txt
+ok "mgt-eval loss of the Megatron fsdp_dtensor directory" quiet "$BIN/mgt-eval" loss --load mf $EVAL
+grep "loss" quiet.log | sed 's/\[.*\]//' >eval-mf.txt
+ok "  the same loss" cmp -s eval-ref.txt eval-mf.txt
 
 # ---- mgt to Megatron ----
 # moments_equal NPZ: the independent reader's Adam state of every tensor equals ck's
@@ -177,6 +194,51 @@ for c in "truncated|6|mp_rank_01_001/model_optim_rng.pt" "opcode|6|unknown opcod
 	ok "  nothing written" no_files out-$k
 done
 
+# fsdp_dtensor: a chunk cut short, a .distcp file missing, a .metadata-only directory whose args are
+# not Megatron-FSDP's (plain torch_dcp), a key the model does not have, checkpoint_version 2
+dbad() {
+	rm -rf "$3" && cp -r "$2" "$3" && $PY - "$@" <<'EOF'
+import sys, os, pickle
+sys.path.insert(0, sys.argv[4])
+import megatron_ckpt as M
+kind, src, dst = sys.argv[1:4]
+d = dst + "/iter_0000005"
+if kind == "dchunk":
+    f = d + "/__1_0.distcp"; n = os.path.getsize(f); open(f, "r+b").truncate(n // 2)
+elif kind == "dfile":
+    os.remove(d + "/__2_0.distcp")
+else:
+    with open(d + "/.metadata", "rb") as f:
+        md = M.MetadataUnpickler(f).load()
+    if kind in ("dcp", "ver"):  # an item rewritten at the end of its file
+        key = [k for k in md.storage_data if k.fqn == ("args" if kind == "dcp" else "checkpoint_version")][0]
+        si = md.storage_data[key]
+        blob = open(os.path.join(d, si.relative_path), "rb").read()[si.offset:si.offset + si.length]
+        v = M.torch_load_bytes(blob)
+        if kind == "dcp":
+            v.ckpt_format = "torch_dcp"; v.use_megatron_fsdp = False
+        else:
+            v = 2.0
+        new = M.torch_save_bytes(v)
+        with open(os.path.join(d, si.relative_path), "ab") as f:
+            pos = f.tell(); f.write(new)
+        md.storage_data[key] = M.DCP_FS._StorageInfo(si.relative_path, pos, len(new))
+    else:  # key: a copy of a tensor's entry under a name the model lacks
+        k = "model.module.decoder.layers.1.mlp.linear_fc3.weight"
+        md.state_dict_metadata[k] = md.state_dict_metadata["model.module.decoder.layers.1.mlp.linear_fc2.weight"]
+    with M._dcp_modules(), open(d + "/.metadata", "wb") as f:
+        pickle.dump(md, f)
+EOF
+}
+for c in "dchunk|6|__1_0.distcp" "dfile|6|__2_0.distcp: No such file" "dcp|6|ckpt_format torch_dcp without use_megatron_fsdp" \
+	"key|6|model.module.decoder.layers.1.mlp.linear_fc3.weight" "ver|2|checkpoint_version 2"; do
+	k=${c%%|*} rest=${c#*|}; code=${rest%%|*} msg=${rest#*|}
+	ok "bad fsdp_dtensor input: $k" dbad $k mf badf-$k "$ROOT/tests/cli"
+	ok "  exit $code" exits $code "$BIN/mgt-ckpt-convert" --load-dir badf-$k --save-dir outf-$k
+	ok "  the message names $msg" err_has "$msg"
+	ok "  nothing written" no_files outf-$k
+done
+
 # ---- full tier ----
 if full_only "tiny-moe EP 2 (chained optimizers), tiny-gpt2 tied PP 2 x VP 2 and the local spec"; then
 	ok "tiny-moe to iteration 3" quiet "$BIN/mgt-train" --model tiny-moe $TRAIN --train-iters 3 --save ckm --save-interval 3
@@ -186,7 +248,8 @@ if full_only "tiny-moe EP 2 (chained optimizers), tiny-gpt2 tied PP 2 x VP 2 and
 	for c in "ckm|--format torch --tp 2 --pp 2 --ep 2 --dp 2 --bf16" "ckm|--format torch --tp 1 --pp 2 --ep 2 --dp 4 --dist-opt --bf16" \
 		"ckg|--format torch --tp 2 --pp 2 --vp 2 --dist-opt" "ckg|--format torch --tp 2 --pp 2 --local-spec --fp16" \
 		"ckg|--format torch_dist --tp 2 --pp 2 --dist-opt" "ckq|--format torch --tp 2 --pp 2 --dp 2 --dist-opt --bf16" \
-		"ckq|--format torch_dist --tp 2 --pp 2 --dp 2 --dist-opt --bf16"; do
+		"ckq|--format torch_dist --tp 2 --pp 2 --dp 2 --dist-opt --bf16" "ckm|--format fsdp_dtensor --dp 4 --ep 2 --bf16" \
+		"ckm|--format fsdp_dtensor --dp 3 --local-spec" "ckg|--format fsdp_dtensor --dp 2" "ckq|--format fsdp_dtensor --dp 5"; do
 		ck=${c%%|*} flags=${c#*|}
 		rm -rf fx fx.mgt
 		ok "$ck $flags" quiet $MG to-megatron --mgt $ck --out fx $flags
@@ -194,5 +257,7 @@ if full_only "tiny-moe EP 2 (chained optimizers), tiny-gpt2 tied PP 2 x VP 2 and
 		ok "  bit for bit" $STATE $ck fx.mgt
 	done
 	ok "--pretrained-checkpoint of a Megatron directory" train pre tiny-llama --bf16 --pretrained-checkpoint mt
+	ok "--pretrained-checkpoint of the fsdp_dtensor directory" train pre-mf tiny-llama --bf16 --pretrained-checkpoint mf
+	ok "  the losses of the torch directory's" losses_exact pre pre-mf
 fi
 done_testing
