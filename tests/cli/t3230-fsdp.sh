@@ -9,7 +9,8 @@
 # Tiers (lib.sh): the quick tier runs tiny-gpt2 under DP2 with optim_grads and optim_grads_params,
 # TP2 x DP2 with SP and PP2 x DP2 with optim_grads_params (every path of fsdp.c: units, hooks,
 # pipeline chunks, the sequence-parallel and tied-embedding all-reduces over sharded buckets),
-# the checkpoint round and the refusals; the full tier adds DP4 with both strategies, virtual
+# the checkpoint round and the refusals; the full tier adds DP4 with both strategies, optim_grads
+# under TP2 x DP2 and PP2 x DP2, virtual
 # pipeline stages, full recomputation, --use-torch-fsdp2, tiny-moe under EP2 (expert buckets over
 # the expert-data group), tiny-llama under CP2 x DP2 and bf16.
 . "$(dirname "$0")/lib.sh"
@@ -58,6 +59,8 @@ quick 2 dp2-ogp fsdp=ogp $V1 $F optim_grads_params
 quick 4 tp2-dp2-ogp fsdp=ogp,tp=2,sp=1 $V2 $F optim_grads_params --tensor-model-parallel-size 2 --sequence-parallel
 quick 4 pp2-dp2-ogp fsdp=ogp,pp=2 $V1 $F optim_grads_params --pipeline-model-parallel-size 2
 full 4 dp4-og fsdp=og $V1 $F optim_grads
+full 4 tp2-dp2-og fsdp=og,tp=2,sp=1 $V2 $F optim_grads --tensor-model-parallel-size 2 --sequence-parallel
+full 4 pp2-dp2-og fsdp=og,pp=2 $V1 $F optim_grads --pipeline-model-parallel-size 2
 full 4 dp4-ogp fsdp=ogp $V1 $F optim_grads_params
 full 4 pp2-vp2-dp2-ogp fsdp=ogp,pp=2,vp=2 $V1 $F optim_grads_params --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 full 2 dp2-ogp-recompute fsdp=ogp $V1 $F optim_grads_params --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
