@@ -4,7 +4,8 @@
 # computes for the plan (DP 2 optim_grads and optim_grads_params of tiny-gpt2; the CPU backend
 # under mpirun), the pick for a model that fits only with FSDP (DP 4, TP and PP 1, a small GPU),
 # the FSDP traffic of the time model against its formula by hand, the plan's JSON keys, args and
-# table, mgt-train --plan refusing another strategy, and bad flags (TAP, run by prove).
+# table, mgt-train --plan refusing another strategy (and timing a one-iteration run), and bad
+# flags (TAP, run by prove).
 # All cases are quick-tier (about 35 s on two cores: three mgt-train runs of one iteration).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
@@ -42,6 +43,8 @@ assert '--use-distributed-optimizer' not in a"
 		ok "... mgt-train --plan runs it (DP 2, one iteration)" launch 2 $s "$BIN/mgt-train" --plan $s.json $TRAIN
 		want=$(computed $s.err)
 		ok "... mgt-plan's memory equals mgt-train's computed $want MiB" same "$(planned $s.json)" "$want"
+		ok "... the plan line's time of its one iteration is measured (not the log interval's restarted clock)" \
+			grep -q "iteration time predicted [0-9.]* s, measured [0-9.]*[1-9][0-9.]* s (first iteration)" $s.err
 	else
 		skip "mpirun not found: $s under mgt-train"; skip "mpirun not found"
 	fi
