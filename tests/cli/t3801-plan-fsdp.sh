@@ -96,6 +96,18 @@ else
 	skip "mpirun not found: the FSDP-only plan under mgt-train"; skip "mpirun not found"
 fi
 
+# Llama 3.1 8B with pure data parallelism on one DGX H100 node (mgt-plan(1)'s example): nothing
+# fits without FSDP, and plan 1 is optim_grads_params
+L8="--model llama-3.1-8b --vocab-size 128256 --seq-length 4096 --global-batch-size 128 --bf16
+ --max-tensor-model-parallel-size 1 --max-pipeline-model-parallel-size 1 --overlap-grad-reduce --overlap-param-gather"
+"$P" $L8 --output l8.json 2>/dev/null
+ok "llama-3.1-8b, TP and PP 1 on dgx-h100: plan 1 optim_grads_params" $PY -c "
+import json; p = json.load(open('l8.json'))['plans'][0]
+print('# mbs %d, %s, %.1f GiB, %.3f s' % (p['micro_batch_size'], p['data_parallel_sharding_strategy'],
+      p['memory']['total'] / 2**30, p['time']['iteration']))
+assert p['data_parallel_sharding_strategy'] == 'optim_grads_params' and p['fits']"
+ok "... without FSDP nothing fits: exit 1" exits 1 "$P" $L8 --use-distributed-optimizer
+
 # --- time: the FSDP traffic against its formula (gpt2-124m, DP 8 on one DGX H100 node, 8
 # micro-batches, no overlap): with R = ring(4N) and R_L, R_O the layers' and the rest's
 # all-gathers, optim = 2R, optim_grads = (M + 1) R, optim_grads_params = M (R + 2 R_L) + R_O;
