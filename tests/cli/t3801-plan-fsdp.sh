@@ -6,7 +6,8 @@
 # the FSDP traffic of the time model against its formula by hand, the plan's JSON keys, args and
 # table, mgt-train --plan refusing another strategy (and timing a one-iteration run), and bad
 # flags (TAP, run by prove).
-# All cases are quick-tier (about 35 s on two cores: three mgt-train runs of one iteration).
+# Full tier: PP 2 x DP 2 optim_grads_params under mgt-train (the quick DP 2 cases run the same path).
+# The quick tier takes about 35 s on two cores (three mgt-train runs of one iteration).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 P="$BIN/mgt-plan"
@@ -49,6 +50,17 @@ assert '--use-distributed-optimizer' not in a"
 		skip "mpirun not found: $s under mgt-train"; skip "mpirun not found"
 	fi
 done
+# full tier (the quick case DP 2 runs the same FSDP path): PP 2 x DP 2, the units outside layers
+# on both end stages; the plan line's computed figure is the most loaded rank's
+cluster cpu4.json 4
+if [ $have_mpi = 1 ] && full_only "PP 2 x DP 2 optim_grads_params: mgt-plan's memory equals mgt-train's most loaded rank's"; then
+	"$P" --model tiny-gpt2 --vocab-size 50257 --seq-length 64 --cluster cpu4.json --global-batch-size 8 \
+		--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --micro-batch-size 2 --recompute-granularity none \
+		--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --output pp.json 2>/dev/null
+	launch 4 pp "$BIN/mgt-train" --plan pp.json $TRAIN
+	ok "PP 2 x DP 2 optim_grads_params: mgt-plan's memory equals mgt-train's most loaded rank's" same "$(planned pp.json)" \
+		"$(sed -n 's/^plan pp.json:1: memory per process predicted [0-9.]* MiB, computed \([0-9.]*\) MiB.*/\1/p' pp.err)"
+fi
 ok "optim_grads_params keeps less than optim_grads, and that less than optim (same layout)" sh -c "
 '$P' --model tiny-gpt2 --vocab-size 50257 --seq-length 64 --cluster cpu2.json --global-batch-size 8 \
 	--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 2 --recompute-granularity none \
