@@ -1,5 +1,5 @@
 /* mgt-plan: choose the parallel layout (TP, PP, virtual stages, DP, micro-batch size,
- * recomputation, distributed optimizer, sequence parallelism) for a model on a cluster.
+ * recomputation, distributed optimizer or FSDP, sequence parallelism) for a model on a cluster.
  *
  *   mgt-plan --model NAME|FILE|DIR --cluster NAME|FILE --global-batch-size N [--bf16] [--explain]
  *            [--output plans.json]
@@ -23,7 +23,7 @@ static const char PROG[] = "mgt-plan";
 enum {
 	OPT_MODEL = CLI_FIRST_FREE, OPT_CLUSTER, OPT_NODES, OPT_GPN, OPT_GEMM_BENCH, OPT_GBS, OPT_SEQ, OPT_VOCAB,
 	OPT_BF16, OPT_FP16, OPT_FP32RES, OPT_GRADBF16, OPT_FP8, OPT_TP, OPT_PP, OPT_VPL, OPT_VPS, OPT_MBS, OPT_MAX_TP, OPT_MAX_PP, OPT_MAX_MBS,
-	OPT_RECOMP, OPT_RECOMP_ACT, OPT_SP, OPT_NO_SP, OPT_DO, OPT_NO_DO, OPT_OGR, OPT_OPG, OPT_TPCO, OPT_HEADROOM,
+	OPT_RECOMP, OPT_RECOMP_ACT, OPT_SP, OPT_NO_SP, OPT_DO, OPT_NO_DO, OPT_FSDP, OPT_DPSS, OPT_OGR, OPT_OPG, OPT_TPCO, OPT_HEADROOM,
 	OPT_IGNORE_MEM, OPT_TOP, OPT_OUTPUT, OPT_OVERWRITE, OPT_EXPLAIN, OPT_HELP
 };
 
@@ -32,9 +32,10 @@ static void usage(void)
 	printf("Usage: mgt-plan --model NAME|FILE|DIR --global-batch-size N [OPTION]...\n"
 	       "Choose the parallel layout for training a model on a cluster: search tensor, pipeline (with\n"
 	       "virtual stages) and data parallelism, micro-batch size, activation recomputation, the\n"
-	       "distributed optimizer and sequence parallelism; rank the layouts that fit by predicted\n"
-	       "iteration time.  Memory is what mgt-train allocates (its own sizing code); time is a model\n"
-	       "of a Megatron-class implementation on the cluster (mgt-plan(5)).\n\n"
+	       "data-parallel sharding (distributed optimizer, FSDP) and sequence parallelism; rank the\n"
+	       "layouts that fit by predicted iteration time.  Memory is what mgt-train allocates (its own\n"
+	       "sizing code); time is a model of a Megatron-class implementation on the cluster\n"
+	       "(mgt-plan(5)).\n\n"
 	       "Model and batch:\n"
 	       "  --model NAME|FILE|DIR          mgt preset (share/mgt/models), model JSON (mgt-train's keys),\n"
 	       "                                 or a Hugging Face config.json or the directory holding it\n"
@@ -64,7 +65,11 @@ static void usage(void)
 	       "  --recompute-granularity none|selective|full   (full: uniform, 1 layer)\n"
 	       "  --recompute-activations        the same as --recompute-granularity selective\n"
 	       "  --sequence-parallel, --no-sequence-parallel\n"
-	       "  --use-distributed-optimizer, --no-use-distributed-optimizer\n"
+	       "  --use-distributed-optimizer, --no-use-distributed-optimizer   (sharding optim, no_shard)\n"
+	       "  --use-megatron-fsdp            Megatron-FSDP, sharding by --data-parallel-sharding-strategy\n"
+	       "  --data-parallel-sharding-strategy no_shard|optim|optim_grads|optim_grads_params\n"
+	       "                                 [optim_grads_params]; without either flag all four are\n"
+	       "                                 searched, FSDP's ranked after the others at equal time\n"
 	       "Overlap (Megatron's; time model only):\n"
 	       "  --overlap-grad-reduce          gradient reduction under the last backward\n"
 	       "  --overlap-param-gather         parameter all-gather under the first forward\n"
@@ -112,6 +117,8 @@ static const struct option longopts[] = {
 	{"no-sequence-parallel", no_argument, 0, OPT_NO_SP},
 	{"use-distributed-optimizer", no_argument, 0, OPT_DO},
 	{"no-use-distributed-optimizer", no_argument, 0, OPT_NO_DO},
+	{"use-megatron-fsdp", no_argument, 0, OPT_FSDP},
+	{"data-parallel-sharding-strategy", required_argument, 0, OPT_DPSS},
 	{"overlap-grad-reduce", no_argument, 0, OPT_OGR},
 	{"overlap-param-gather", no_argument, 0, OPT_OPG},
 	{"tp-comm-overlap", no_argument, 0, OPT_TPCO},
@@ -154,6 +161,11 @@ static const char *gran_name(int g)
 	return g == MGT_RECOMPUTE_FULL ? "full" : g == MGT_RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
+static const char *do_name(mgt_dp_sharding s)
+{
+	return s == MGT_DP_OPTIM_GRADS_PARAMS ? "ogp" : s == MGT_DP_OPTIM_GRADS ? "og" : s == MGT_DP_OPTIM ? "yes" : "no";
+}
+
 static json_t *plan_json(const mgt_plan_request *r, const mgt_plan *p, int rank)
 {
 	json_t *args = json_array();
@@ -165,13 +177,18 @@ static json_t *plan_json(const mgt_plan_request *r, const mgt_plan *p, int rank)
 		json_object_set_new(rc, "method", json_string(p->recompute.method == MGT_RECOMPUTE_BLOCK ? "block" : "uniform"));
 		json_object_set_new(rc, "num_layers", json_integer(p->recompute.num_layers));
 	}
-	return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:o, s:I, s:b, "
+	/* the sharding under Megatron's names: use_megatron_fsdp for optim_grads and
+	 * optim_grads_params (no_shard and optim run as DDP and the distributed optimizer) */
+	return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:s, s:o, s:I, s:b, "
 			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}, "
 			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:o}",
 			 "rank", rank, "tensor_model_parallel_size", p->tp, "pipeline_model_parallel_size", p->pp,
 			 "virtual_stages_per_pipeline_rank", p->vp, "data_parallel_size", p->dp, "micro_batch_size", p->mbs,
 			 "num_microbatches", p->num_microbatches, "gpus", p->gpus, "sequence_parallel", p->sp,
-			 "use_distributed_optimizer", p->distopt, "recompute", rc, "ddp_bucket_size", (json_int_t)p->bucket_size,
+			 "use_distributed_optimizer", p->sharding >= MGT_DP_OPTIM,
+			 "use_megatron_fsdp", p->sharding >= MGT_DP_OPTIM_GRADS,
+			 "data_parallel_sharding_strategy", mgt_args_sharding_name(p->sharding), "recompute", rc,
+			 "ddp_bucket_size", (json_int_t)p->bucket_size,
 			 "fits", p->fits,
 			 "memory", "parameters", p->mem.params, "gradients", p->mem.grads, "optimizer", p->mem.optimizer,
 			 "activations", p->mem.activations, "workspace", p->mem.workspace,
@@ -240,7 +257,7 @@ static void explain(FILE *f, const mgt_plan_request *r, const char *model, const
 		const mgt_plan *p = &plans[i];
 		fprintf(f, "%-4d %3d %3d %3d %4d %3d %4d %-4s %-4s %-9s | %8.2f %8.2f %8.2f %8.2f %8.2f | %9.3f %7.3f %7.3f %7.3f "
 			"%7.3f | %7.1f %4.1f%%%s\n", i + 1, p->tp, p->pp, p->vp, p->dp, p->mbs, p->num_microbatches,
-			p->sp ? "yes" : "no", p->distopt ? "yes" : "no", gran_name(p->recompute.granularity), p->mem.total / g,
+			p->sp ? "yes" : "no", do_name(p->sharding), gran_name(p->recompute.granularity), p->mem.total / g,
 			(p->mem.params + p->mem.grads) / g, p->mem.optimizer / g, p->mem.activations / g, p->mem.limit / g,
 			p->time.iteration, p->time.bubble, p->time.tp_comm, p->time.dp_comm, p->time.recompute,
 			p->tflops_per_gpu, 100 * p->mfu, p->fits ? "" : " (does not fit)");
@@ -254,6 +271,25 @@ static void explain(FILE *f, const mgt_plan_request *r, const char *model, const
 	}
 }
 
+/* --use-megatron-fsdp [--data-parallel-sharding-strategy S]: the strategy fixed (mgt-train's
+ * default optim_grads_params), refused where mgt-train refuses it; exits 2 on a bad value or a
+ * contradiction. */
+static int sharding_arg(int fsdp, const char *s, const mgt_plan_request *r)
+{
+	if (!fsdp) mgt_cli_usage_error(PROG, "--data-parallel-sharding-strategy needs --use-megatron-fsdp");
+	if (r->distopt == 0) mgt_cli_usage_error(PROG, "--use-megatron-fsdp with --no-use-distributed-optimizer: FSDP "
+						 "shards the optimizer (Megatron forces the distributed optimizer)");
+	int k = 0;
+	while (k < 4 && strcmp(s ? s : "optim_grads_params", mgt_args_sharding_name((mgt_dp_sharding)k))) k++;
+	if (k == 4)
+		mgt_cli_usage_error(PROG, "--data-parallel-sharding-strategy %s: expected no_shard, optim, optim_grads or "
+				    "optim_grads_params", s);
+	if (k >= MGT_DP_OPTIM_GRADS && r->grad_reduce_in_bf16)
+		mgt_cli_usage_error(PROG, "--data-parallel-sharding-strategy %s with --grad-reduce-in-bf16: sharded "
+				    "gradients are reduced in fp32 (as in mgt-train)", s ? s : "optim_grads_params");
+	return k;
+}
+
 static int pos_int(const char *flag, const char *arg)
 {
 	long long v = mgt_cli_int(PROG, flag, arg);
@@ -265,10 +301,11 @@ int main(int argc, char **argv)
 {
 	mgt_plan_request r;
 	memset(&r, 0, sizeof r);
-	r.recompute = r.sp = r.distopt = -1;
+	r.recompute = r.sp = r.distopt = r.sharding = -1;
 	r.headroom = 0.05;
 	const char *model = NULL, *cluster = "dgx-h100", *bench = NULL, *output = NULL;
-	int nodes = 0, gpn = 0, vpl = 0, vps = 0, overwrite = 0, want_explain = 0;
+	int nodes = 0, gpn = 0, vpl = 0, vps = 0, overwrite = 0, want_explain = 0, fsdp = 0;
+	const char *strategy = NULL;
 	long long seq = 0, vocab = 0;
 	bool bf16 = false, fp16 = false;
 	int c;
@@ -310,6 +347,8 @@ int main(int argc, char **argv)
 		case OPT_NO_SP: r.sp = 0; break;
 		case OPT_DO: r.distopt = 1; break;
 		case OPT_NO_DO: r.distopt = 0; break;
+		case OPT_FSDP: fsdp = 1; break;
+		case OPT_DPSS: strategy = optarg; break;
 		case OPT_OGR: r.overlap_grad_reduce = true; break;
 		case OPT_OPG: r.overlap_param_gather = true; break;
 		case OPT_TPCO: r.tp_comm_overlap = true; break;
@@ -338,6 +377,7 @@ int main(int argc, char **argv)
 	if (vpl && vps) mgt_cli_usage_error(PROG, "give one of --num-layers-per-virtual-pipeline-stage and "
 					    "--num-virtual-stages-per-pipeline-rank");
 	r.precision = bf16 ? MGT_PLAN_BF16 : fp16 ? MGT_PLAN_FP16 : MGT_PLAN_FP32;
+	if (fsdp || strategy) r.sharding = sharding_arg(fsdp, strategy, &r);
 	mgt_signals_install();
 
 	mgt_args a;

@@ -468,8 +468,8 @@ mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mg
 	return MGT_OK;
 }
 
-mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
-			     mgt_model_mem *mem, size_t *buf_numel)
+mgt_status mgt_model_measure_units(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
+				   mgt_model_mem *mem, size_t *buf_numel, size_t *outside)
 {
 	mgt_model *m;
 	mgt_status st = mgt_model_new_chunk(&m, c, L, NULL, ps, true);
@@ -478,9 +478,16 @@ mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *
 	if (!st) {
 		*mem = mgt_model_memory(m);
 		*buf_numel = m->tt.buf_numel;
+		if (outside) *outside = mgt_model_shard_outside_numel(m);
 	}
 	mgt_model_free(m);
 	return st;
+}
+
+mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
+			     mgt_model_mem *mem, size_t *buf_numel)
+{
+	return mgt_model_measure_units(c, L, ps, mem, buf_numel, NULL);
 }
 
 static void free_slot(mgt_model *m, slot_act *sa)

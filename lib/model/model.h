@@ -566,6 +566,12 @@ mgt_model_mem mgt_model_memory(const mgt_model *m);
  * Errors: as mgt_model_create (a layout that does not divide, sizes out of range), NOMEM. */
 mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
 			     mgt_model_mem *mem, size_t *buf_numel);
+/* mgt_model_measure, and *outside (may be NULL) the flat-buffer elements of the units outside
+ * layers (embeddings, final norm, output layer: the buckets whose mgt_model_bucket_unit is -1,
+ * padding included) under bucket_size MGT_BUCKETS_PER_LAYER, 0 under any other layout: what
+ * mgt-plan's FSDP traffic gathers after the step rather than per layer. */
+mgt_status mgt_model_measure_units(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
+				   mgt_model_mem *mem, size_t *buf_numel, size_t *outside);
 
 /* ---- fp8 (lib/model/fp8lin.c; Transformer Engine's fp8.py and module/linear.py) ----
  * With mgt_model_layout.fp8 set, the linear layers of the dense decoder layers (linear_qkv,

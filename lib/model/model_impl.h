@@ -524,6 +524,8 @@ mgt_status mgt_model_shard_setup(mgt_model *m);
 mgt_status mgt_model_param_use(mgt_model *m, int li, mgt_param_use use);
 /* Sharded bytes of the parameter and gradient buffers (mgt_model_memory under FSDP). */
 void mgt_model_shard_memory(const mgt_model *m, size_t *params, size_t *grads);
+/* Elements of the buckets outside layers (unit -1) of a per-layer layout; 0 without units. */
+size_t mgt_model_shard_outside_numel(const mgt_model *m);
 /* Fill m->inv_freq (allocated here when NULL) with the RoPE frequencies.  Errors: NOMEM, IO. */
 mgt_status mgt_model_upload_inv_freq(mgt_model *m);
 /* The output layer's weight: output_layer.weight, or the word embedding when tied. */

@@ -123,7 +123,13 @@ void mgt_model_shard_memory(const mgt_model *m, size_t *params, size_t *grads)
 	if (m->L.sharding < MGT_DP_OPTIM_GRADS_PARAMS) return;
 	int g = m->L.recompute.granularity == MGT_RECOMPUTE_FULL ? m->L.recompute.num_layers : 1;
 	size_t work = largest_units(m, (g < m->n_layers ? g : m->n_layers) + 1);
-	size_t whole = 0;
-	for (int b = 0; b < tt->nbuckets; b++) whole += m->unit[b] < 0 ? tt->buckets[b].numel : 0;
+	size_t whole = mgt_model_shard_outside_numel(m);
 	*params = (shards + outside + work) * sizeof(float) + (whole + work) * lpw;
+}
+
+size_t mgt_model_shard_outside_numel(const mgt_model *m)
+{
+	size_t n = 0;
+	for (int b = 0; m->unit && b < m->tt.nbuckets; b++) n += m->unit[b] < 0 ? m->tt.buckets[b].numel : 0;
+	return n;
 }

@@ -13,11 +13,16 @@
 
 /* ---- memory: mgt_model_measure per chunk, mgt-train's schedule, lib/train's optimizer ---- */
 
-/* mgt-train's --ddp-bucket-size: its default under --overlap-grad-reduce, else one bucket. */
-static int64_t bucket_size(const mgt_plan_request *r, int dp)
+/* The bucket size of mgt-train's layout (lib/train/setup.c trainer_chunk_layout): FSDP's units
+ * (one a layer) from optim_grads on, else --ddp-bucket-size's default under
+ * --overlap-grad-reduce, else one bucket. */
+static int64_t bucket_size(const mgt_plan_request *r, const mgt_plan *p)
 {
-	return r->overlap_grad_reduce ? mgt_args_ddp_bucket_size(dp) : 0;
+	if (p->sharding >= MGT_DP_OPTIM_GRADS) return MGT_BUCKETS_PER_LAYER;
+	return r->overlap_grad_reduce ? mgt_args_ddp_bucket_size(p->dp) : 0;
 }
+
+static bool distopt(const mgt_plan *p) { return p->sharding >= MGT_DP_OPTIM; }
 
 static mgt_recompute recompute_of(int g)
 {
@@ -27,61 +32,65 @@ static mgt_recompute recompute_of(int g)
 	return rc;
 }
 
-/* Bytes on pipeline rank `rank`: its V chunks as mgt-train creates them (train.c chunk_layout,
- * check_memory).  *numel: its flat-buffer elements (all chunks). */
+/* Bytes on pipeline rank `rank`: its V chunks as mgt-train creates them (setup.c
+ * trainer_chunk_layout, check_memory).  *numel: its flat-buffer elements (all chunks); *outside:
+ * those of the units outside layers (FSDP layouts; 0 otherwise). */
 static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, int rank,
-			      int *slots, mgt_model_mem *mem, double *opt, size_t *numel)
+			      int *slots, mgt_model_mem *mem, double *opt, size_t *numel, size_t *outside)
 {
 	mgt_status st = mgt_parallel_sched_slots(p->pp, rank, p->num_microbatches, p->vp, p->pp, slots);
 	if (st) return st;
 	mgt_parallel ps = { .world_size = p->gpus, .tp = p->tp, .pp = p->pp, .dp = p->dp, .cp = 1, .pp_rank = rank };
 	memset(mem, 0, sizeof *mem);
 	*opt = 0;
-	*numel = 0;
+	*numel = *outside = 0;
 	for (int k = 0; k < p->vp; k++) {
 		mgt_model_layout L = {
 			.mbs = p->mbs, .stage = k * p->pp + rank, .num_stages = p->pp * p->vp, .slots = slots[k],
-			.sequence_parallel = p->sp, .distributed_optimizer = p->distopt, .dp = p->dp,
+			.sequence_parallel = p->sp, .distributed_optimizer = distopt(p), .dp = p->dp,
 			.bucket_size = p->bucket_size, .recompute = p->recompute,
 			.precision = r->precision == MGT_PLAN_BF16 ? MGT_PREC_BF16
 				     : r->precision == MGT_PLAN_FP16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
 			.fp32_residual_connection = r->fp32_residual_connection,
 			.fp8 = { .format = r->fp8, .recipe = MGT_FP8_DELAYED, .history_len = 1 },
+			.sharding = p->sharding,
 		};
 		mgt_model_mem x;
-		size_t n;
-		st = mgt_model_measure(c, &L, &ps, &x, &n);
+		size_t n, o;
+		st = mgt_model_measure_units(c, &L, &ps, &x, &n, &o);
 		if (st) return st;
 		/* --grad-reduce-in-bf16: mgt-train's bf16 copy of the gradient buffer (lib/train/log.c) */
 		mem->params += x.params; mem->grads += x.grads + (r->grad_reduce_in_bf16 ? x.grads / 2 : 0);
 		mem->activations += x.activations;
 		mem->workspace += x.workspace;
 		/* lib/train/train.c: AdamW over the buffer, or over this rank's 1/DP shard of every
-		 * bucket with the distributed optimizer (buckets are padded to multiples of DP) */
-		*opt += (double)mgt_adamw_bytes(p->distopt ? n / (size_t)p->dp : n);
+		 * bucket with the distributed optimizer and FSDP (buckets are padded to multiples of DP) */
+		*opt += (double)mgt_adamw_bytes(distopt(p) ? n / (size_t)p->dp : n);
 		*numel += n;
+		*outside += o;
 	}
 	return MGT_OK;
 }
 
-static mgt_status plan_memory(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, size_t *numel)
+static mgt_status plan_memory(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, size_t *numel,
+			      size_t *outside)
 {
 	int *slots = mgt_malloc((size_t)p->vp * sizeof *slots);
 	if (!slots) return MGT_ERR_NOMEM;
 	mgt_status st = MGT_OK;
 	p->mem.total = -1;
-	*numel = 0;
+	*numel = *outside = 0;
 	int ranks[2] = { 0, p->pp - 1 };
 	for (int i = 0; !st && i < (p->pp > 1 ? 2 : 1); i++) {
 		mgt_model_mem m;
 		double opt;
-		size_t n;
-		st = rank_memory(r, c, p, ranks[i], slots, &m, &opt, &n);
+		size_t n, o;
+		st = rank_memory(r, c, p, ranks[i], slots, &m, &opt, &n, &o);
 		if (st) break;
 		double comm = r->cluster.host_memory ? (double)mgt_comm_mpi_scratch_bytes(p->dp) : 0;
 		double total = (double)m.params + (double)m.grads + opt + (double)m.activations + (double)m.workspace +
 			       comm + r->cluster.overhead_bytes;
-		if (n > *numel) *numel = n;
+		if (n > *numel) *numel = n, *outside = o;
 		if (total <= p->mem.total) continue;
 		p->mem.params = (double)m.params; p->mem.grads = (double)m.grads; p->mem.optimizer = opt;
 		p->mem.activations = (double)m.activations; p->mem.workspace = (double)m.workspace;
@@ -313,7 +322,38 @@ static double stage_time(const mgt_plan_request *r, const mgt_model_config *c, c
 	return f + b + rc;
 }
 
-static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, size_t numel)
+/* A collective of t seconds on the link while a pass of `pass` seconds runs: what the pass does
+ * not hide, at least its last unit's share (the fraction `last`). */
+static double exposed(double t, double pass, double last)
+{
+	return t > 0 ? fmax(t - pass, t * last) : 0;
+}
+
+/* Megatron-FSDP's data-parallel traffic (tests/cli/comm_volume.py; megatron-checkpoints-fsdp.md
+ * B5), ring collectives of fp32 over the data-parallel group: with optim_grads a reduce-scatter
+ * of the buffer's N elements after every micro-batch's backward and an all-gather of the
+ * parameters after the step; with optim_grads_params besides, every micro-batch, an all-gather
+ * of the layer units (N - outside elements) before the forward and another before the backward,
+ * and after the step an all-gather of the units outside layers only.  Exposed as the
+ * distributed optimizer's traffic is (plan_time): under --overlap-grad-reduce the reduce-scatter,
+ * and under --overlap-param-gather the backward's gather, behind the micro-batch's backward
+ * (with its recomputation), the forward's gather behind its forward, each leaving at least the
+ * last unit's share (the average layer unit: 1 / the rank's layers); the step's gather as the
+ * distributed optimizer's.  Seconds per iteration. */
+static double fsdp_time(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, double N,
+			double outside, double bus, double lat, double wf, double wbr)
+{
+	double layers = (double)c->num_layers / p->pp, u = 1 / (layers > 1 ? layers : 1);
+	double rs = ring(4 * N, p->dp, bus, lat), hb = r->overlap_grad_reduce ? rs : 0;
+	bool ogp = p->sharding >= MGT_DP_OPTIM_GRADS_PARAMS;
+	double gl = ogp ? ring(4 * (N - outside), p->dp, bus, lat) : 0, hf = 0;
+	if (r->overlap_param_gather) hf = gl, hb += gl;
+	double mb = exposed(hb, wbr, u) + (rs + 2 * gl - hb - hf) + exposed(hf, wf, u);
+	double step = ring(4 * (ogp ? outside : N), p->dp, bus, lat);
+	return (double)p->num_microbatches * mb + (r->overlap_param_gather ? exposed(step, wf, u) : step);
+}
+
+static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, size_t numel, size_t outside)
 {
 	const mgt_cluster *cl = &r->cluster;
 	bool fp32 = r->precision == MGT_PLAN_FP32;
@@ -357,17 +397,18 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 		double bus = span ? fmin(cl->intra_bandwidth, k * cl->inter_bandwidth) : cl->intra_bandwidth;
 		double lat = (span ? cl->inter_latency : cl->intra_latency) * 1e-6;
 		double rs = ring(gb * N, p->dp, bus * 1e9, lat);
-		double ag = p->distopt ? ring(4 * N, p->dp, bus * 1e9, lat) : rs; /* all-reduce: RS + AG */
+		double ag = distopt(p) ? ring(4 * N, p->dp, bus * 1e9, lat) : rs; /* all-reduce: RS + AG */
 		double last = p->bucket_size > 0 && (double)p->bucket_size < N ? (double)p->bucket_size / N : 1;
-		double grad = rs + (p->distopt ? 0 : ag), gather = p->distopt ? ag : 0;
+		double grad = rs + (distopt(p) ? 0 : ag), gather = distopt(p) ? ag : 0;
 		double xg = r->overlap_grad_reduce ? fmax(grad - wb - wr, grad * last) : grad;
-		double xp = p->distopt && r->overlap_param_gather ? fmax(gather - wf, gather * last) : gather;
-		dp_t = xg + xp;
+		double xp = distopt(p) && r->overlap_param_gather ? fmax(gather - wf, gather * last) : gather;
+		dp_t = p->sharding >= MGT_DP_OPTIM_GRADS ? fsdp_time(r, c, p, N, (double)outside, bus * 1e9, lat, wf, wb + wr)
+							 : xg + xp;
 	}
 	p->time.dp_comm = dp_t;
 	/* the optimizer: fp32 parameter, gradient, two moments read and written, the parameter
 	 * written in the training precision, the gradient norm and zeroing: 36 + eb bytes an element */
-	double shard = p->distopt ? N / p->dp : N;
+	double shard = distopt(p) ? N / p->dp : N;
 	p->time.optimizer = shard * (36 + w.eb) / w.bw;
 	p->time.iteration = pipe + dp_t + p->time.optimizer;
 	p->model_flops = mgt_model_flops(c, r->global_batch_size);
@@ -402,27 +443,28 @@ static mgt_status check_divides(const mgt_plan_request *r, const mgt_model_confi
 	if (p->vp > 1 && p->pp < 2)
 		return mgt_err(MGT_ERR_USAGE, "virtual pipeline stages need --pipeline-model-parallel-size > 1");
 	if (p->tp == 1) p->sp = false;
-	if (p->dp == 1) p->distopt = false;
-	p->bucket_size = bucket_size(r, p->dp);
+	/* at DP 1 the distributed optimizer is none; an FSDP strategy given stays (mgt-train's layout) */
+	if (p->dp == 1 && p->sharding == MGT_DP_OPTIM) p->sharding = MGT_DP_NO_SHARD;
+	p->bucket_size = bucket_size(r, p);
 	return MGT_OK;
 }
 
 static mgt_status evaluate(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, bool memory)
 {
 	mgt_status st = check_divides(r, c, p);
-	size_t numel = 0;
-	if (!st && memory) st = plan_memory(r, c, p, &numel);
+	size_t numel = 0, outside = 0;
+	if (!st && memory) st = plan_memory(r, c, p, &numel, &outside);
 	if (st) return st;
 	if (!memory) { /* the parameters of the first stage, for the DP model: from the table */
 		int *slots = mgt_malloc((size_t)p->vp * sizeof *slots);
 		mgt_model_mem m;
 		double opt;
 		if (!slots) return MGT_ERR_NOMEM;
-		st = rank_memory(r, c, p, 0, slots, &m, &opt, &numel);
+		st = rank_memory(r, c, p, 0, slots, &m, &opt, &numel, &outside);
 		free(slots);
 		if (st) return st;
 	}
-	plan_time(r, c, p, numel);
+	plan_time(r, c, p, numel, outside);
 	return MGT_OK;
 }
 
@@ -450,10 +492,32 @@ static int bool_list(int want, bool possible, bool *out)
 	return 2;
 }
 
-/* Better: faster; then less memory. */
+/* The data-parallel strategies to try (mgt-plan(1) "Data-parallel sharding"): the one given
+ * (--use-megatron-fsdp with --data-parallel-sharding-strategy), the distributed optimizer's
+ * choice given (--[no-]use-distributed-optimizer: optim or no_shard alone), none at DP 1, else
+ * all four less what mgt-train refuses (check_sharding: optim_grads and optim_grads_params with
+ * --grad-reduce-in-bf16, optim_grads_params for T5). */
+static int sharding_list(const mgt_plan_request *r, int dp, mgt_dp_sharding *out)
+{
+	int n = 0;
+	if (r->sharding >= 0) out[n++] = (mgt_dp_sharding)r->sharding;
+	else if (dp < 2 || r->distopt == 0) out[n++] = MGT_DP_NO_SHARD;
+	else if (r->distopt == 1) out[n++] = MGT_DP_OPTIM;
+	else {
+		out[n++] = MGT_DP_OPTIM, out[n++] = MGT_DP_NO_SHARD;
+		if (!r->grad_reduce_in_bf16) out[n++] = MGT_DP_OPTIM_GRADS;
+		if (!r->grad_reduce_in_bf16 && strcmp(r->model.family, "t5")) out[n++] = MGT_DP_OPTIM_GRADS_PARAMS;
+	}
+	return n;
+}
+
+/* Better: faster; then without FSDP (optim_grads, optim_grads_params: a run that does not need
+ * them keeps Megatron's usual DDP); then less memory. */
 static bool better(const mgt_plan *a, const mgt_plan *b)
 {
 	if (a->time.iteration != b->time.iteration) return a->time.iteration < b->time.iteration;
+	bool fa = a->sharding >= MGT_DP_OPTIM_GRADS, fb = b->sharding >= MGT_DP_OPTIM_GRADS;
+	if (fa != fb) return fb;
 	return a->mem.total < b->mem.total;
 }
 
@@ -489,14 +553,15 @@ static mgt_status search_run(const mgt_plan_request *r, search *s)
 				for (int vp = 1; vp <= L / pp; vp++) {
 					if ((r->vp && vp != r->vp) || (L / pp) % vp || (vp > 1 && pp < 2)) continue;
 					if (vp > 1 && (M < pp || (M % pp && M % pp < pp))) continue; /* sched_check with G = PP */
-					bool sps[2], dos[2];
-					int grs[3], nsp = bool_list(r->sp, tp > 1, sps), ndo = bool_list(r->distopt, dp > 1, dos);
+					bool sps[2];
+					mgt_dp_sharding dos[4];
+					int grs[3], nsp = bool_list(r->sp, tp > 1, sps), ndo = sharding_list(r, dp, dos);
 					int ngr = gran_list(r->recompute, grs);
 					for (int a = 0; a < nsp; a++)
 						for (int b = 0; b < ndo; b++)
 							for (int g = 0; g < ngr; g++) {
 								mgt_plan p = { .tp = tp, .pp = pp, .vp = vp, .mbs = mbs, .sp = sps[a],
-									       .distopt = dos[b], .recompute = recompute_of(grs[g]) };
+									       .sharding = dos[b], .recompute = recompute_of(grs[g]) };
 								mgt_status st = evaluate(r, &c, &p, true);
 								if (st == MGT_ERR_NOMEM) return st;
 								if (st) continue;
@@ -558,6 +623,12 @@ static mgt_status run(const mgt_plan_request *r, search *s)
 	return st;
 }
 
+static const char *sharding_text(mgt_dp_sharding s)
+{
+	return s == MGT_DP_OPTIM ? ", distributed optimizer" : s == MGT_DP_OPTIM_GRADS ? ", FSDP optim_grads"
+	       : s == MGT_DP_OPTIM_GRADS_PARAMS ? ", FSDP optim_grads_params" : "";
+}
+
 mgt_status mgt_plan_search(const mgt_plan_request *r, mgt_plan **plans, int *n, mgt_plan_stats *stats, char *why,
 			   size_t why_n)
 {
@@ -586,7 +657,7 @@ mgt_status mgt_plan_search(const mgt_plan_request *r, mgt_plan **plans, int *n, 
 			 "%.2f, activations %.2f, workspace %.2f, overhead %.2f) but a GPU has %.2f GiB (headroom %.0f%%)",
 			 p->tp, p->pp, p->vp, p->dp, p->mbs,
 			 p->recompute.granularity == MGT_RECOMPUTE_FULL ? "full" : p->recompute.granularity ? "selective" : "none",
-			 p->sp ? ", sequence parallel" : "", p->distopt ? ", distributed optimizer" : "", p->mem.total / g,
+			 p->sp ? ", sequence parallel" : "", sharding_text(p->sharding), p->mem.total / g,
 			 p->mem_stage, p->mem.params / g, p->mem.grads / g, p->mem.optimizer / g, p->mem.activations / g,
 			 p->mem.workspace / g, p->mem.overhead / g, r->cluster.gpu_memory / g, 100 * r->headroom);
 	}
@@ -619,7 +690,7 @@ mgt_status mgt_plan_smallest_cluster(const mgt_plan_request *r, int *nodes)
 
 char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
 {
-	char w[32][512];
+	char w[40][512];
 	int n = 0;
 #define ADD(...) snprintf(w[n++], sizeof w[0], __VA_ARGS__)
 	if (r->model_arg) {
@@ -638,7 +709,11 @@ char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
 	ADD("--global-batch-size"); ADD("%lld", (long long)r->global_batch_size);
 	ADD("--seq-length"); ADD("%lld", (long long)r->model.seq_length);
 	if (p->sp) ADD("--sequence-parallel");
-	if (p->distopt) ADD("--use-distributed-optimizer");
+	if (p->sharding == MGT_DP_OPTIM) ADD("--use-distributed-optimizer");
+	if (p->sharding >= MGT_DP_OPTIM_GRADS) {
+		ADD("--use-megatron-fsdp");
+		ADD("--data-parallel-sharding-strategy"); ADD("%s", mgt_args_sharding_name(p->sharding));
+	}
 	if (r->overlap_grad_reduce) ADD("--overlap-grad-reduce");
 	if (r->precision == MGT_PLAN_BF16) ADD("--bf16");
 	if (r->precision == MGT_PLAN_FP16) ADD("--fp16");

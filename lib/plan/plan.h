@@ -1,5 +1,6 @@
 /* lib/plan: choosing a parallel layout (TP, PP, virtual stages, DP, micro-batch size,
- * recomputation, distributed optimizer, sequence parallelism) for a model, a cluster and a
+ * recomputation, data-parallel sharding: the distributed optimizer or FSDP, sequence
+ * parallelism) for a model, a cluster and a
  * batch: the memory each GPU needs and a predicted iteration time (mgt-plan(1), mgt-plan(5)).
  *
  * Memory is not modelled: it is what mgt-train allocates, asked of the allocator's own sizing
@@ -7,8 +8,10 @@
  * workspaces, with layout.recompute) for each model chunk of the most loaded pipeline ranks
  * (the first and the last), the activation slots from mgt-train's schedule
  * (mgt_parallel_sched_slots), and the Adam moments as lib/train sizes them (2 fp32 values per
- * element of the flat buffer, or of its 1/DP shard with the distributed optimizer; mgt keeps
- * its parameters in fp32, so there is no separate main copy).  To that a measured per-process
+ * element of the flat buffer, or of its 1/DP shard with the distributed optimizer and FSDP; mgt
+ * keeps its parameters in fp32, so there is no separate main copy).  FSDP's layouts (optim_grads,
+ * optim_grads_params) are measured as mgt-train lays them out: one bucket a layer, the sharded
+ * gradients and parameters as lib/model/shard.c counts them.  To that a measured per-process
  * constant is added (the cluster's overhead_bytes: CUDA context and allocator slack on a GPU,
  * the process's baseline RSS on the CPU backend).
  *
@@ -30,7 +33,9 @@
  *             without the distributed optimizer), ring bus bandwidth min(intra, k x inter) for a
  *             group with k GPUs a node spanning nodes; overlapped with the last micro-batch's
  *             backward (--overlap-grad-reduce) and the first one's forward
- *             (--overlap-param-gather) as Megatron's DDP does, the last bucket exposed;
+ *             (--overlap-param-gather) as Megatron's DDP does, the last bucket exposed; FSDP:
+ *             a reduce-scatter every micro-batch (and with optim_grads_params two all-gathers of
+ *             the layers' parameters), exposed per micro-batch the same way (plan.c fsdp_time);
  *   PP        point-to-point sends of [s b h] (/TP with SP) per micro-batch and stage boundary
  *             (hidden by the interleaved schedule's overlap), and the bubble: the pipeline takes
  *             (m + (p - 1) / v) times the slowest rank's micro-batch time;
@@ -107,7 +112,9 @@ typedef struct mgt_plan_request {
 	int tp, pp, vp, mbs;                /* fixed sizes (vp: virtual stages per pipeline rank) */
 	int max_tp, max_pp, max_mbs;        /* bounds of the search (0: gpus_per_node, layers, 16) */
 	int recompute;                      /* -1 search, else mgt_recompute_granularity */
-	int distopt, sp;                    /* -1 search, 0 off, 1 on */
+	int distopt, sp;                    /* -1 search, 0 off, 1 on (distopt 1: optim, 0: no_shard) */
+	int sharding;                       /* -1 search (within distopt), else the mgt_dp_sharding
+					     * fixed (--use-megatron-fsdp --data-parallel-sharding-strategy) */
 	bool overlap_grad_reduce, overlap_param_gather, tp_comm_overlap;
 	double headroom;                    /* fraction of gpu_memory left free */
 	bool ignore_memory;                 /* rank layouts that do not fit too (time only) */
@@ -123,9 +130,12 @@ typedef struct mgt_plan_request {
  * pipeline rank).  Times: seconds per iteration, the parts of the critical path. */
 typedef struct mgt_plan {
 	int tp, pp, vp, dp, mbs, num_microbatches, gpus;
-	bool sp, distopt;
+	bool sp;
+	mgt_dp_sharding sharding;           /* optim: the distributed optimizer; optim_grads and
+					     * optim_grads_params: Megatron-FSDP (--use-megatron-fsdp) */
 	mgt_recompute recompute;
-	int64_t bucket_size;                /* mgt-train's --ddp-bucket-size for this layout */
+	int64_t bucket_size;                /* mgt-train's --ddp-bucket-size for this layout
+					     * (MGT_BUCKETS_PER_LAYER under FSDP) */
 	/* communication: the MPI collectives' host scratch on a host-memory cluster
 	 * (mgt_comm_mpi_scratch_bytes of the data-parallel size), as mgt-train counts it */
 	struct { double params, grads, optimizer, activations, workspace, communication, overhead, total, limit; } mem;
@@ -143,7 +153,7 @@ typedef struct mgt_plan_stats {
 	double seconds;
 } mgt_plan_stats;
 
-/* Predict one layout: p->tp, pp, vp, mbs, sp, distopt, recompute set by the caller; dp from the
+/* Predict one layout: p->tp, pp, vp, mbs, sp, sharding, recompute set by the caller; dp from the
  * cluster's GPUs.  Errors: MGT_ERR_USAGE naming what does not divide (layers by stages, the
  * batch by micro-batches, heads by TP, the interleaving constraints), NOMEM. */
 mgt_status mgt_plan_evaluate(const mgt_plan_request *r, mgt_plan *p);

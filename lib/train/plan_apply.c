@@ -13,7 +13,7 @@ static const char *const LAYOUT_FLAGS[] = {
 	"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
 	"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
 	"--micro-batch-size", "--global-batch-size", "--seq-length", "--recompute-granularity",
-	"--recompute-method", "--recompute-num-layers", NULL,
+	"--recompute-method", "--recompute-num-layers", "--data-parallel-sharding-strategy", NULL,
 };
 
 static bool is_layout_flag(const char *f)
@@ -179,14 +179,14 @@ mgt_status trainer_plan_check(const trainer *t)
 		       p->gpus, (long long)t->a->world_size);
 }
 
-void trainer_plan_iteration(trainer *t)
+void trainer_plan_iteration(trainer *t, double step_s)
 {
 	const mgt_train_plan *p = t->io->plan;
 	if (!p) return;
 	if (t->iteration == 1) t->plan_t1 = mgt_now();
 	if (t->iteration != report_iteration(t)) return;
-	double iter_s = t->iteration > 1 ? (mgt_now() - t->plan_t1) / (double)(t->iteration - 1)
-					 : mgt_now() - t->interval.t0;
+	/* one iteration only: its own time (the log line may have restarted the interval's clock) */
+	double iter_s = t->iteration > 1 ? (mgt_now() - t->plan_t1) / (double)(t->iteration - 1) : step_s;
 	/* the plan predicts the most loaded rank: the one with the most computed memory (the
 	 * lowest such rank), measured there */
 	bool cpu = t->be->host_memory;

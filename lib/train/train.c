@@ -139,7 +139,7 @@ static mgt_status train_loop(trainer *t)
 		if (t->async_all_done && (st = trainer_save_wait(t))) return st;
 		if (a->log_params_norm && trainer_log_due(t) && (st = trainer_global_norm(t, true, &t->params_norm))) return st;
 		trainer_log_iteration(t, loss, lr, gnorm, skipped, mgt_now() - t0);
-		trainer_plan_iteration(t);
+		trainer_plan_iteration(t, mgt_now() - t0);
 		if (at(t->iteration, a->eval_interval) && (st = trainer_validate(t, MGT_SPLIT_VALID, NULL))) return st;
 		bool stop = intr || t->out_of_time || at(t->iteration, a->exit_interval);
 		if (a->save && (at(t->iteration, a->save_interval) || stop) && (st = trainer_save(t))) return st;

@@ -313,9 +313,10 @@ size_t trainer_comm_memory(const trainer *t);
 double trainer_device_in_use(const trainer *t, char *what, size_t n);
 
 /* plan_apply.c (--plan): MGT_ERR_USAGE when the plan is for another number of processes; after
- * each iteration, the report once iteration 5 (or the last) is done (every rank takes part). */
+ * each iteration (step_s: its seconds), the report once iteration 5 (or the last) is done (every
+ * rank takes part). */
 mgt_status trainer_plan_check(const trainer *t);
-void trainer_plan_iteration(trainer *t);
+void trainer_plan_iteration(trainer *t, double step_s);
 /* Close the TensorBoard file (--tensorboard-dir), writing what is queued; safe to call twice.
  * Errors: MGT_ERR_IO naming the file (this or an earlier write failed). */
 mgt_status trainer_log_end(trainer *t);

@@ -29,7 +29,9 @@ layouts='1|--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --mic
 4|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 1 --micro-batch-size 2 --recompute-granularity none --use-distributed-optimizer --no-sequence-parallel
 4|--tensor-model-parallel-size 1 --pipeline-model-parallel-size 4 --micro-batch-size 1 --recompute-granularity selective
 8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 --recompute-granularity none --use-distributed-optimizer --sequence-parallel
-8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 --micro-batch-size 1 --recompute-granularity none --sequence-parallel'
+8|--tensor-model-parallel-size 2 --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1 --micro-batch-size 1 --recompute-granularity none --sequence-parallel
+2|--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 2 --recompute-granularity none --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads
+2|--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --micro-batch-size 2 --recompute-granularity none --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params'
 
 {
 echo "# plan_memory $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname): $model, seq $seq, global batch 8, mock data"

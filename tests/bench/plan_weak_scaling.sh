@@ -84,7 +84,7 @@ JSON
 		rc=$?
 		t1=$(date +%s.%N)
 		if [ $rc = 0 ]; then
-			pick=$(json "$tmp/free.json" "'TP%d PP%d VP%d DP%d MBS%d %s' % (p['tensor_model_parallel_size'], p['pipeline_model_parallel_size'], p['virtual_stages_per_pipeline_rank'], p['data_parallel_size'], p['micro_batch_size'], p['recompute']['granularity'])")
+			pick=$(json "$tmp/free.json" "'TP%d PP%d VP%d DP%d MBS%d %s' % (p['tensor_model_parallel_size'], p['pipeline_model_parallel_size'], p['virtual_stages_per_pipeline_rank'], p['data_parallel_size'], p['micro_batch_size'], p['recompute']['granularity']) + (' ' + p['data_parallel_sharding_strategy'] if p.get('use_megatron_fsdp') else '')")
 			ppred=$(json "$tmp/free.json" "'%.1f' % p['tflops_per_gpu']")
 			fits=yes
 		else
