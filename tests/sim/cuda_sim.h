@@ -78,7 +78,8 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static /* blocks run one at a time */
+/* blocks run one at a time; the section lets the access profile (sim_prof.cc) tell shared memory */
+#define __shared__ static __attribute__((section("mgt_sim_shared")))
 
 /* ---- thread and block indices ---- */
 extern uint3 threadIdx; /* the running thread's (the threads of a block are fibers) */
@@ -112,6 +113,19 @@ void mgt_sim_mem_launch_end(void);                   /* the launch ended: guards
 /* A kernel's access to [p, p + n), checked as an instrumented load or store is (bounds, races);
  * for the stand-ins that run uninstrumented (mma_sim.h's cp.async). */
 void mgt_sim_mem_span(const void *p, size_t n, bool write);
+/* ---- the access profile (sim_prof.cc; MGT_SIM_PROFILE=FILE) ---- */
+extern bool mgt_sim_prof_on;                         /* MGT_SIM_PROFILE is set */
+void mgt_sim_prof_init(void);                        /* reads the environment (sim_mem.cc's init) */
+void mgt_sim_prof_access(uintptr_t p, size_t n, bool write, bool shared, const void *site);
+void mgt_sim_prof_launch(const char *name, dim3 grid, dim3 block, size_t smem);
+void mgt_sim_prof_block_end(void);
+void mgt_sim_prof_launch_end(void);
+void mgt_sim_prof_flops(double f);                   /* FLOPs of the running launch */
+void mgt_sim_prof_matmul(uint64_t m, uint64_t n, uint64_t k, double rd, double wr);
+void mgt_sim_prof_enable(void);                      /* on without a file (tests/sim/prof_test.cc) */
+int mgt_sim_prof_check(const char *bounds);          /* kernels over the file's bounds (reported) */
+/* A kernel's worst sectors/request, sectors/ideal, extra wavefronts/shared access so far. */
+bool mgt_sim_prof_kernel(const char *kernel, double *spr, double *spi, double *xpa);
 /* The current block's dynamic shared memory. */
 void *mgt_sim_dyn_smem(void);
 void __syncthreads(void);
