@@ -26,6 +26,9 @@
 
 /* Q: backend.h's MGT_SSD_CHUNK (lib/backend/cuda.c asserts it), the saved states' chunking. */
 static constexpr int Q = 128, SSD_THREADS = 256, SSD_TS = 32, SSD_WAVE = 128;
+/* The row stride of ssd_out_k's M tile in shared memory: one word of padding, so that the rows
+ * a warp reads at once (P < 32 lanes a row) start in different banks (make check-sim-access). */
+static constexpr int SSD_TSP = SSD_TS + 1;
 
 /* softplus with mamba_ssm's threshold, and its slope (cpu_ssd.c softplusf_, dsoftplusf_). */
 static __device__ __forceinline__ float softplus_(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
@@ -146,7 +149,7 @@ static __global__ void ssd_carry_k(mgt_k_ssd d, float *buf, const float *decay, 
 	}
 }
 
-/* M[r][s - s0] for the key tile s0 .. s0+SSD_TS-1, rows s0 .. q-1: (C_r . B_s) e^{cum[r] - cum[s]}
+/* M[r][s - s0] (row stride SSD_TSP) for the key tile s0 .. s0+SSD_TS-1, rows s0 .. q-1: (C_r . B_s) e^{cum[r] - cum[s]}
  * dt_s on row r's document and s <= r, else 0 (cpu_ssd.c fwd_chunk's masked CB). */
 static __device__ void out_tile(const chunk_v &v, const mgt_k_ssd &d, float *M, int s0, const float *dt,
 				const int *lo, const double *cum)
@@ -159,7 +162,7 @@ static __device__ void out_tile(const chunk_v &v, const mgt_k_ssd &d, float *M, 
 			const float cb = dot_(v.C + (size_t)r * v.sbc, v.B + (size_t)s * v.sbc, d.n);
 			m = e != 0.0f ? cb * (e * dt[s]) : 0.0f;
 		}
-		M[(r - s0) * SSD_TS + (s - s0)] = m;
+		M[(r - s0) * SSD_TSP + (s - s0)] = m;
 	}
 }
 
@@ -170,7 +173,7 @@ static __global__ void ssd_out_k(mgt_k_ssd d, float *y, const float *states, con
 				 const float *D)
 {
 	__shared__ double cum[Q];
-	__shared__ float dt[Q], M[Q * SSD_TS];
+	__shared__ float dt[Q], M[Q * SSD_TSP];
 	__shared__ int lo[Q];
 	const int blk = blockIdx.x, P = d.p, N = d.n;
 	const chunk_v v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
@@ -188,7 +191,7 @@ static __global__ void ssd_out_k(mgt_k_ssd d, float *y, const float *states, con
 			const int r = s0 + e / P, p = e % P, sn = r - s0 + 1 < s1 ? r - s0 + 1 : s1;
 			float acc = 0.0f;
 			for (int s = 0; s < sn; s++)
-				acc += M[(r - s0) * SSD_TS + s] * v.x[(size_t)(s0 + s) * v.sx + p];
+				acc += M[(r - s0) * SSD_TSP + s] * v.x[(size_t)(s0 + s) * v.sx + p];
 			Y[(size_t)r * v.sy + p] += acc;
 		}
 	}
