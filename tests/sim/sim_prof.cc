@@ -4,8 +4,11 @@
  * checks is also recorded here with its call site (the instrumented instruction's address) and
  * the thread that made it.  When a block ends, the accesses of each warp are grouped into
  * requests: lane l's k-th access from site s joins the other lanes' k-th accesses from s, as
- * the 32 lanes of one warp-level instruction (lanes that run a site a different number of times
- * pair up in that order: an approximation for divergent code).  Per request:
+ * the 32 lanes of one warp-level instruction.  Where lanes run a site a different number of
+ * times (an inner loop whose trip count differs by lane), the count restarts after each access
+ * from a site all lanes run equally often, so the lanes pair again after such a loop; lanes
+ * that skip some iterations (a predicated access) still pair in order: an approximation that
+ * overstates sectors and conflicts there.  Per request:
  *   global memory: the distinct 32-byte sectors the lanes touch, and the ideal count, the bytes
  *     the lanes touch (each byte once) / 32 rounded up;
  *   shared memory (dynamic, or a static __shared__ array: cuda_sim.h puts those in the section
@@ -119,24 +122,58 @@ void shared_req(const std::vector<rec *> &v, stats &s)
 
 struct req_key {
 	const void *site;
-	uint32_t k;
-	bool operator==(const req_key &o) const { return site == o.site && k == o.k; }
+	uint32_t epoch, k;
+	bool operator==(const req_key &o) const { return site == o.site && epoch == o.epoch && k == o.k; }
 };
 struct req_hash {
-	size_t operator()(const req_key &r) const { return std::hash<const void *>()(r.site) * 31 + r.k; }
+	size_t operator()(const req_key &r) const
+	{
+		return std::hash<const void *>()(r.site) * 31 + r.k * 7919u + r.epoch;
+	}
 };
 
-/* The requests of warp w's lanes [lo, hi). */
+/* The sites every lane of [lo, hi) runs the same number of times (uniform: the warp's lanes all
+ * reach them, as they do the statements around a loop whose trip count differs by lane). */
+std::unordered_set<const void *> uniform_sites(prof_t &p, unsigned lo, unsigned hi)
+{
+	std::unordered_map<const void *, uint32_t> first, cnt;
+	std::unordered_set<const void *> uni;
+	for (const rec &r : p.thr[lo])
+		first[r.site]++;
+	for (auto &kv : first)
+		uni.insert(kv.first);
+	for (unsigned t = lo + 1; t < hi && !uni.empty(); t++) {
+		cnt.clear();
+		for (const rec &r : p.thr[t])
+			cnt[r.site]++;
+		for (auto it = uni.begin(); it != uni.end();)
+			it = cnt[*it] == first[*it] ? std::next(it) : uni.erase(it);
+		for (auto &kv : cnt)
+			if (!first.count(kv.first))
+				uni.erase(kv.first);
+	}
+	return uni;
+}
+
+/* The requests of the warp of lanes [lo, hi).  A uniform site's k-th execution pairs across the
+ * lanes; another site's pairs by (the lane's count of uniform accesses before it, the k-th since
+ * then), so lanes that ran an inner loop a different number of times pair again after it. */
 void warp_requests(prof_t &p, unsigned lo, unsigned hi)
 {
+	const std::unordered_set<const void *> uni = uniform_sites(p, lo, hi);
 	std::unordered_map<req_key, std::vector<rec *>, req_hash> req;
-	std::unordered_map<const void *, uint32_t> nth;
+	std::unordered_map<const void *, std::pair<uint32_t, uint32_t>> nth; /* epoch, k */
 	for (unsigned t = lo; t < hi; t++) {
 		nth.clear();
-		for (rec &r : p.thr[t])
-			req[req_key{r.site, nth[r.site]++}].push_back(&r);
-		if (t == lo && !p.thr[t].empty())
-			req.reserve(p.thr[t].size() * 2);
+		uint32_t epoch = 0;
+		for (rec &r : p.thr[t]) {
+			std::pair<uint32_t, uint32_t> &n = nth[r.site];
+			const bool u = uni.count(r.site) != 0;
+			if (!u && n.first != epoch)
+				n = {epoch, 0};
+			req[req_key{r.site, u ? 0 : epoch, n.second++}].push_back(&r);
+			epoch += u;
+		}
 	}
 	for (auto &kv : req) {
 		stats s;
