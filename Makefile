@@ -298,7 +298,8 @@ SIM_CXX  = g++ -std=c++17 -pthread $(WARN) -Wno-unused-function -Wno-unknown-pra
            -isystem $(CUDA_HOME)/include -Ikernels -Ilib $(CFLAGS)
 # The kernels call tests/sim/sim_mem.cc on every load and store (the kernel-address sanitizer's
 # outline calls, with sim_mem.cc as their runtime); under SANITIZE=address they carry ASan's own
-# checks instead, and sim_mem.cc poisons its guards for ASan.
+# checks instead, and sim_mem.cc poisons its guards for ASan.  -fno-tree-sra keeps a float4 or
+# 8-byte vector load one access (split into 4-byte loads it looked uncoalesced to the access profile).
 SIM_ASAN = $(findstring address,$(SANITIZE))
 SIM_KFLAGS = -fno-tree-sra $(if $(SIM_ASAN),-DMGT_SIM_ASAN,-fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 \
              --param asan-stack=0 --param asan-globals=0 --param asan-use-after-return=0)
