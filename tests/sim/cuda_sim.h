@@ -26,7 +26,8 @@
  *    of a warp through a barrier over the warp; a shuffle with a mask other than the full warp, or
  *    in a warp where a lane has returned, is reported as an error (undefined on the GPU).
  *    __syncwarp is that barrier alone; ldmatrix, mma.sync and cp.async are tests/sim/mma_sim.h.
- *  - __shared__ arrays are function statics (one block at a time makes that correct); dynamic
+ *  - __shared__ arrays are function statics (one block at a time makes that correct; in the
+ *    section mgt_sim_shared, where the access profile, sim_prof.cc, tells them apart); dynamic
  *    shared memory is a guarded buffer of exactly the launch's size, filled with NaN before every
  *    block (a read of an element no thread wrote shows up as NaN).
  *  - Launch checks as the runtime makes them: block size 1..1024 threads, grid y and z <= 65535,
