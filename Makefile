@@ -16,6 +16,8 @@
 #   demo           the main job on the bundled data: preprocess KJV, train the tiny GPT on it
 #   bench          benchmarks in tests/bench/ (throughput, peak memory); raw results in build/bench/
 #   mutate-sim     tests/sim/mutate.py: planted kernel bugs against check-sim's op checks (not in CI)
+#   check-sim-access  check-sim's op checks with the simulator's access profile: coalescing and
+#                  bank conflicts against tests/sim/access-bounds.txt (not in CI; tests/sim/README)
 #   kernel-report  every kernel's registers, spills, stack, static shared memory, occupancy and
 #                  tensor-core instructions, from ptxas -v and the PTX of the build (no GPU needed);
 #                  kernel-bounds rewrites tests/kernels/bounds.txt from the build
@@ -284,9 +286,10 @@ SIM_HOST = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/libmgt.a,$(B)/libmgt.a)
 SIM_HDR  = tests/sim/cuda_sim.h tests/sim/mma_sim.h
 SIM_KOBJ = $(patsubst kernels/%.cu,$(SIM_B)/k_%.o,$(wildcard kernels/*.cu))
 SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_attn.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o \
-           $(SIM_B)/sim_mem.o
+           $(SIM_B)/sim_mem.o $(SIM_B)/sim_prof.o
 SIM_TEST = $(SIM_B)/test_cuda_ops_sim
 SIM_POOL = $(SIM_B)/pool_test
+SIM_PROFT = $(SIM_B)/prof_test
 SIM_FP8  = $(SIM_B)/fp8_nvidia
 SIM_TRAIN = $(SIM_B)/mgt-train
 SIM_CMD  = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/cmd,$(B)/cmd)
@@ -295,9 +298,10 @@ SIM_CXX  = g++ -std=c++17 -pthread $(WARN) -Wno-unused-function -Wno-unknown-pra
            -isystem $(CUDA_HOME)/include -Ikernels -Ilib $(CFLAGS)
 # The kernels call tests/sim/sim_mem.cc on every load and store (the kernel-address sanitizer's
 # outline calls, with sim_mem.cc as their runtime); under SANITIZE=address they carry ASan's own
-# checks instead, and sim_mem.cc poisons its guards for ASan.
+# checks instead, and sim_mem.cc poisons its guards for ASan.  -fno-tree-sra keeps a float4 or
+# 8-byte vector load one access (split into 4-byte loads it looked uncoalesced to the access profile).
 SIM_ASAN = $(findstring address,$(SANITIZE))
-SIM_KFLAGS = $(if $(SIM_ASAN),-DMGT_SIM_ASAN,-fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 \
+SIM_KFLAGS = -fno-tree-sra $(if $(SIM_ASAN),-DMGT_SIM_ASAN,-fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 \
              --param asan-stack=0 --param asan-globals=0 --param asan-use-after-return=0)
 SIM_LIBS = -lpcre2-8 -lzstd -ljansson -lzip -lutf8proc -licuuc -licudata -lsentencepiece $(PKG_LIBS) $(MPI_LIBS) -fopenmp -lpthread -lm
 
@@ -311,12 +315,26 @@ check-sim: $(SIM_POOL) $(SIM_TEST)
 	$(SIM_POOL) 2000
 	MGT_TEST_SMALL=1 MGT_TEST_ALARM=3600 $(SIM_TEST)
 else
-check-sim: $(SIM_POOL) $(SIM_TEST) $(SIM_TRAIN) $(PROGS) $(SIM_FP8)
+check-sim: $(SIM_POOL) $(SIM_PROFT) $(SIM_TEST) $(SIM_TRAIN) $(PROGS) $(SIM_FP8)
 	$(SIM_POOL) 2000
+	$(SIM_PROFT)
 	$(SIM_FP8)
 	MGT_TEST_SMALL=1 MGT_TEST_ALARM=3600 $(SIM_TEST)
 	SIM_TRAIN=$(abspath $(SIM_TRAIN)) CPU_TRAIN=$(abspath $(BIN)/mgt-train) sh tests/sim/train.sh
 endif
+
+# ---- check-sim-access (not in make check: the profile doubles the op checks' time, about 5
+# minutes on two cores): the op checks with MGT_SIM_PROFILE (tests/sim/sim_prof.cc), fixed seeds;
+# the table goes to $(SIM_B)/access-profile.txt (the checked-in one: tests/sim/results/
+# access-profile.txt) and each kernel's worst sectors/request, sectors/ideal and bank-conflict
+# wavefronts/shared access are held to tests/sim/access-bounds.txt.
+.PHONY: check-sim-access
+check-sim-access: $(SIM_PROFT) $(SIM_TEST)
+	$(SIM_PROFT)
+	MGT_TEST_SMALL=1 MGT_TEST_ALARM=3600 MGT_TEST_SEED=1 MGT_SIM_SEED=1 MGT_SIM_PROFILE=$(SIM_B)/access-profile.txt \
+	  MGT_SIM_PROFILE_BOUNDS=tests/sim/access-bounds.txt $(SIM_TEST) > $(SIM_B)/access-ops.log || \
+	  { grep -a "not ok" $(SIM_B)/access-ops.log; exit 1; }
+	@grep -a "access bounds" $(SIM_B)/access-ops.log
 
 .PHONY: mutate-sim
 mutate-sim:
@@ -337,7 +355,7 @@ $(SIM_KOBJ): $(SIM_B)/k_%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh) 
 	$(say) SIMCXX $<
 	$(Q)$(SIM_CXX) $(SIM_KFLAGS) -x c++ -include tests/sim/cuda_sim.h -DMGT_CUDA_SIM -c $< -o $@
 
-$(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o $(SIM_B)/sim_mem.o: $(SIM_B)/%.o: tests/sim/%.cc $(SIM_HDR)
+$(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o $(SIM_B)/sim_mem.o $(SIM_B)/sim_prof.o: $(SIM_B)/%.o: tests/sim/%.cc $(SIM_HDR)
 	@mkdir -p $(dir $@)
 	$(say) SIMCXX $<
 	$(Q)$(SIM_CXX) $(if $(SIM_ASAN),-DMGT_SIM_ASAN) -c $< -o $@
@@ -359,7 +377,17 @@ $(SIM_B)/pool_test.o: tests/sim/pool_test.cc $(SIM_HDR)
 	$(say) SIMCXX $<
 	$(Q)$(SIM_CXX) -x c++ -include tests/sim/cuda_sim.h -DMGT_CUDA_SIM -c $< -o $@
 
-$(SIM_POOL): $(SIM_B)/pool_test.o $(SIM_B)/cuda_sim.o $(SIM_B)/sim_mem.o $(SIM_B)/sim_runtime.o
+$(SIM_POOL): $(SIM_B)/pool_test.o $(SIM_B)/cuda_sim.o $(SIM_B)/sim_mem.o $(SIM_B)/sim_runtime.o $(SIM_B)/sim_prof.o
+	$(say) LINK $@
+	$(Q)g++ $(CFLAGS) $(LDFLAGS) $^ -pthread -o $@
+
+# the access profile on kernels of known patterns (tests/sim/prof_test.cc; instrumented as the kernels are)
+$(SIM_B)/prof_test.o: tests/sim/prof_test.cc $(SIM_HDR)
+	@mkdir -p $(dir $@)
+	$(say) SIMCXX $<
+	$(Q)$(SIM_CXX) $(SIM_KFLAGS) -x c++ -include tests/sim/cuda_sim.h -DMGT_CUDA_SIM -c $< -o $@
+
+$(SIM_PROFT): $(SIM_B)/prof_test.o $(SIM_B)/cuda_sim.o $(SIM_B)/sim_mem.o $(SIM_B)/sim_runtime.o $(SIM_B)/sim_prof.o
 	$(say) LINK $@
 	$(Q)g++ $(CFLAGS) $(LDFLAGS) $^ -pthread -o $@
 

@@ -34,6 +34,10 @@
 
 /* Q: backend.h's MGT_SSD_CHUNK (lib/backend/cuda.c asserts it), the saved states' chunking. */
 static constexpr int Q = 128, SSD_THREADS = 256, SSD_TS = 32, SSD_PC = 64, SSD_WAVE = 128;
+/* The row stride of ssd_out_k's M tile in shared memory: one word of padding, so that the rows
+ * a warp reads at once (fewer than 32 columns a row) start in different banks (make
+ * check-sim-access). */
+static constexpr int SSD_TSP = SSD_TS + 1;
 
 /* softplus with mamba_ssm's threshold, and its slope (cpu_ssd.c softplusf_, dsoftplusf_). */
 static __device__ __forceinline__ float softplus_(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
@@ -176,7 +180,7 @@ static __global__ void ssd_carry_k(mgt_k_ssd d, float *buf, const float *decay, 
 }
 
 /* What ssd_out_k's row tiles share: the chunk, its shared arrays (dt, lo, cum; M [SSD_TS,
- * SSD_TS], Ya [SSD_TS, SSD_PC]), its rows of y (stride v.sy), S_in [p, n] and D. */
+ * SSD_TS] with row stride SSD_TSP, Ya [SSD_TS, SSD_PC]), its rows of y (stride v.sy), S_in [p, n] and D. */
 template <typename T> struct out_ctx {
 	chunk_v<T> v;
 	const float *dt, *S;
@@ -202,7 +206,7 @@ template <typename T> static __device__ void out_tile(const out_ctx<T> &k, int r
 			const float cb = dot_(v.C + (size_t)r * v.sbc, v.B + (size_t)s * v.sbc, k.N);
 			m = ex != 0.0f ? cb * (ex * k.dt[s]) : 0.0f;
 		}
-		k.M[e] = m;
+		k.M[(e / SSD_TS) * SSD_TSP + e % SSD_TS] = m;
 	}
 }
 
@@ -226,7 +230,7 @@ template <typename T> static __device__ void out_rows(const out_ctx<T> &k, int r
 			const int r = r0 + e / pn, p = p0 + e % pn, sn = r - s0 + 1 < s1 ? r - s0 + 1 : s1;
 			float acc = 0.0f;
 			for (int s = 0; s < sn; s++)
-				acc += k.M[(r - r0) * SSD_TS + s] * xat(v, s0 + s, p);
+				acc += k.M[(r - r0) * SSD_TSP + s] * xat(v, s0 + s, p);
 			k.Ya[e] += acc;
 		}
 	}
@@ -246,7 +250,7 @@ static __global__ void ssd_out_k(mgt_k_ssd d, T *y, const float *states, const T
 				 const T *dt_raw, const float *dt_bias, const float *A_log, const float *D)
 {
 	__shared__ double cum[Q];
-	__shared__ float dt[Q], M[SSD_TS * SSD_TS], Ya[SSD_TS * SSD_PC];
+	__shared__ float dt[Q], M[SSD_TS * SSD_TSP], Ya[SSD_TS * SSD_PC];
 	__shared__ int lo[Q];
 	const int blk = blockIdx.x;
 	out_ctx<T> k;

@@ -66,6 +66,7 @@
 /* ---- tolerances under the simulator (tests/sim: host math, exact rounding, no tensor cores) ---- */
 #ifdef MGT_CUDA_SIM
 #define SIM 1
+void mgt_sim_prof_tag(const char *section); /* tests/sim/sim_prof.cc: the access profile's rows */
 #else
 #define SIM 0
 #endif
@@ -2779,6 +2780,9 @@ static bool section(const char *name)
 	t_section = now;
 	if (name)
 		printf("# ---- %s%s\n", tag, name);
+#ifdef MGT_CUDA_SIM
+	mgt_sim_prof_tag(name);
+#endif
 	fflush(stdout);
 	return true;
 }

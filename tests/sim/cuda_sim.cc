@@ -380,6 +380,8 @@ void run_block(sim &s, unsigned b, bool rev)
 	}
 	if (s.alive)
 		deadlock(s);
+	if (mgt_sim_prof_on)
+		mgt_sim_prof_block_end();
 }
 
 /* ---- block order ---- */
@@ -499,6 +501,8 @@ void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size
 	L.smem = smem;
 	block_order(L.order, L.nblocks);
 	mgt_sim_mem_launch(name);
+	if (mgt_sim_prof_on)
+		mgt_sim_prof_launch(name, grid, block, smem);
 	for (int i = 0; i < nargs; i++)
 		if (args[i])
 			mgt_sim_mem_arg(i, args[i]);
@@ -509,6 +513,8 @@ void mgt_sim_run(const char *name, const void *kern, dim3 grid, dim3 block, size
 	for (unsigned i = 0; i < L.nblocks; i++)
 		run_block(s, L.order[i], thread_order_reversed());
 	in_kernel = false;
+	if (mgt_sim_prof_on)
+		mgt_sim_prof_launch_end();
 	mgt_sim_mem_launch_end();
 	L.dyn = NULL;
 }

@@ -26,7 +26,8 @@
  *    of a warp through a barrier over the warp; a shuffle with a mask other than the full warp, or
  *    in a warp where a lane has returned, is reported as an error (undefined on the GPU).
  *    __syncwarp is that barrier alone; ldmatrix, mma.sync and cp.async are tests/sim/mma_sim.h.
- *  - __shared__ arrays are function statics (one block at a time makes that correct); dynamic
+ *  - __shared__ arrays are function statics (one block at a time makes that correct; in the
+ *    section mgt_sim_shared, where the access profile, sim_prof.cc, tells them apart); dynamic
  *    shared memory is a guarded buffer of exactly the launch's size, filled with NaN before every
  *    block (a read of an element no thread wrote shows up as NaN).
  *  - Launch checks as the runtime makes them: block size 1..1024 threads, grid y and z <= 65535,
@@ -78,7 +79,8 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static /* blocks run one at a time */
+/* blocks run one at a time; the section lets the access profile (sim_prof.cc) tell shared memory */
+#define __shared__ static __attribute__((section("mgt_sim_shared")))
 
 /* ---- thread and block indices ---- */
 extern uint3 threadIdx; /* the running thread's (the threads of a block are fibers) */
@@ -112,6 +114,19 @@ void mgt_sim_mem_launch_end(void);                   /* the launch ended: guards
 /* A kernel's access to [p, p + n), checked as an instrumented load or store is (bounds, races);
  * for the stand-ins that run uninstrumented (mma_sim.h's cp.async). */
 void mgt_sim_mem_span(const void *p, size_t n, bool write);
+/* ---- the access profile (sim_prof.cc; MGT_SIM_PROFILE=FILE) ---- */
+extern bool mgt_sim_prof_on;                         /* MGT_SIM_PROFILE is set */
+void mgt_sim_prof_init(void);                        /* reads the environment (sim_mem.cc's init) */
+void mgt_sim_prof_access(uintptr_t p, size_t n, bool write, bool shared, const void *site);
+void mgt_sim_prof_launch(const char *name, dim3 grid, dim3 block, size_t smem);
+void mgt_sim_prof_block_end(void);
+void mgt_sim_prof_launch_end(void);
+void mgt_sim_prof_flops(double f);                   /* FLOPs of the running launch */
+void mgt_sim_prof_matmul(uint64_t m, uint64_t n, uint64_t k, double rd, double wr);
+void mgt_sim_prof_enable(void);                      /* on without a file (tests/sim/prof_test.cc) */
+int mgt_sim_prof_check(const char *bounds);          /* kernels over the file's bounds (reported) */
+/* A kernel's worst sectors/request, sectors/ideal, extra wavefronts/shared access so far. */
+bool mgt_sim_prof_kernel(const char *kernel, double *spr, double *spi, double *xpa);
 /* The current block's dynamic shared memory. */
 void *mgt_sim_dyn_smem(void);
 void __syncthreads(void);

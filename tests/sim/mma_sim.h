@@ -64,8 +64,9 @@ static inline void mgt_sim_cp_async16(void *dst, const void *src, bool full)
 	q.n++;
 }
 static inline void mgt_sim_cp_async_commit(void) { mgt_sim_cpa_mine().committed++; }
-/* The copies of every committed group but the newest n, in the order issued. */
-static inline void mgt_sim_cp_async_wait(int n)
+/* The copies of every committed group but the newest n, in the order issued.  The spans check
+ * (and profile) each copy once; the memcpy and memset are not instrumented. */
+__attribute__((no_sanitize_address)) static inline void mgt_sim_cp_async_wait(int n)
 {
 	mgt_sim_cpa_q &q = mgt_sim_cpa_mine();
 	int k = 0;
@@ -90,10 +91,13 @@ static inline float mma_sim_f(uint16_t h, bool bf)
 	return bf ? __uint_as_float((unsigned)h << 16) : mgt_sim_h2f(h);
 }
 
-/* r[m] of matrix m = 0..3 from the lanes' row addresses (see above). */
-static inline void mgt_sim_ldmatrix_x4(uint32_t r[4], const void *row, bool trans)
+/* r[m] of matrix m = 0..3 from the lanes' row addresses (see above).  Each lane's 16-byte row is
+ * checked (and profiled) as one access, as the instruction reads it; the element reads below are
+ * not instrumented. */
+__attribute__((no_sanitize_address)) static inline void mgt_sim_ldmatrix_x4(uint32_t r[4], const void *row, bool trans)
 {
 	const void *rows[32];
+	mgt_sim_mem_span(row, 16, false);
 	mgt_sim_warp_all(&row, rows, sizeof row, trans ? "ldmatrix.trans" : "ldmatrix");
 	const int t = mgt_sim_lane();
 	for (int m = 0; m < 4; m++) {
@@ -117,6 +121,8 @@ __attribute__((no_sanitize_address)) static inline void mgt_sim_mma16816(float d
 	memcpy(mine.b, b, sizeof mine.b);
 	mgt_sim_warp_all(&mine, all, sizeof mine, "mma.sync");
 	const int t = mgt_sim_lane(), gid = t / 4, tig = t % 4;
+	if (mgt_sim_prof_on && t == 0)
+		mgt_sim_prof_flops(2.0 * 16 * 8 * 16);
 	for (int e = 0; e < 4; e++) {
 		const int row = gid + 8 * (e / 2), col = 2 * tig + e % 2;
 		float acc = d[e];

@@ -5,7 +5,8 @@ Copies the source tree (git ls-files, plus uncommitted changes) into a scratch d
 the simulated test_cuda_ops there once (CUDA=0 MPI=0 DEPS=0), checks that the unmutated program
 passes, then for each mutant of tests/sim/mutants.txt: applies it, rebuilds, runs the op checks
 (MGT_TEST_SMALL=1, fixed seeds, MGT_TEST_FAILFAST=1 so that a killed mutant stops at its first
-failure), restores the file.  A mutant is killed when the program exits non-zero (a failed check,
+failure; an "access" mutant under the access profile and tests/sim/access-bounds.txt, as make
+check-sim-access runs them), restores the file.  A mutant is killed when the program exits non-zero (a failed check,
 a simulator report, a crash or a hang past --timeout); it survives when every check passes; a mutant that does not
 compile is named and not counted.
 
@@ -103,9 +104,14 @@ def build(work):
     return r.returncode == 0, (r.stdout + r.stderr)[-2000:]
 
 
-def run(work, timeout):
+def run(work, timeout, access=False):
+    """access: under the access profile and its bounds, with their seeds (make check-sim-access)."""
     env = dict(os.environ, MGT_TEST_SMALL="1", MGT_TEST_SEED="12345", MGT_SIM_SEED="12345",
                MGT_TEST_FAILFAST="1")
+    if access:
+        env.update(MGT_TEST_SEED="1", MGT_SIM_SEED="1",
+                   MGT_SIM_PROFILE=os.path.join(work, "build/sim/access-profile.txt"),
+                   MGT_SIM_PROFILE_BOUNDS=os.path.join(work, "tests/sim/access-bounds.txt"))
     t0 = time.time()
     try:
         r = subprocess.run(["build/sim/test_cuda_ops_sim"], cwd=work, env=env, capture_output=True,
@@ -151,7 +157,7 @@ def main():
         open(path, "w", encoding="utf-8").write(apply(orig, m["edits"], m["id"]))
         ok, log = build(work)
         if ok:
-            rc, why, dt = run(work, a.timeout)
+            rc, why, dt = run(work, a.timeout, m["cls"] == "access")
         else:
             rc, why, dt = None, "does not compile (not counted): " + log.strip().split("\n")[-1], 0
         open(path, "w", encoding="utf-8").write(orig)

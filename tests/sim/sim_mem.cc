@@ -129,6 +129,7 @@ void init()
 	a.shadow = (uint64_t *)map(ARENA / GRAN * sizeof(uint64_t), PROT_READ | PROT_WRITE);
 	a.page = (slot **)map(ARENA / PAGE * sizeof(slot *), PROT_READ | PROT_WRITE);
 	L.race = env_on("MGT_SIM_RACE", true);
+	mgt_sim_prof_init();
 }
 
 struct early_init {
@@ -296,16 +297,30 @@ inline void track(uintptr_t p, bool write)
 	}
 }
 
-inline void access(const void *ptr, size_t n, bool write)
+/* static __shared__ arrays (cuda_sim.h); weak: a program may have none */
+extern "C" char __start_mgt_sim_shared[] __attribute__((weak)), __stop_mgt_sim_shared[] __attribute__((weak));
+
+inline bool static_shared(uintptr_t p)
+{
+	return p >= (uintptr_t)__start_mgt_sim_shared && p < (uintptr_t)__stop_mgt_sim_shared;
+}
+
+/* An access of n bytes at ptr by the instruction at site (for the profile). */
+inline void access(const void *ptr, size_t n, bool write, const void *site)
 {
 	const uintptr_t p = (uintptr_t)ptr;
-	if (!in_arena(p) || n == 0)
+	if (!in_arena(p) || n == 0) {
+		if (mgt_sim_prof_on && L.active && static_shared(p))
+			mgt_sim_prof_access(p, n, write, true, site);
 		return;
+	}
 	const slot *s = slot_of(p);
 	if (!s || !s->live || p < s->user || n > s->bytes || p - s->user > s->bytes - n) {
 		bad_access(p, n, write);
 		return;
 	}
+	if (mgt_sim_prof_on && L.active)
+		mgt_sim_prof_access(p, n, write, s->smem, site);
 	if (!L.active || !L.race || s->smem || cur_block + 1 >= MANY - 1)
 		return;
 	for (uintptr_t q = p & ~(uintptr_t)(GRAN - 1); q < p + n; q += GRAN)
@@ -455,20 +470,20 @@ void mgt_sim_mem_launch_end(void)
 		fprintf(stderr, "cuda sim: kernel %s: %u more reports not shown\n", L.name, r - (unsigned)MAX_REPORTS);
 }
 
-void mgt_sim_mem_span(const void *p, size_t n, bool write) { access(p, n, write); }
+void mgt_sim_mem_span(const void *p, size_t n, bool write) { access(p, n, write, __builtin_return_address(0)); }
 
 /* ---- the instrumentation's entry points (-fsanitize=kernel-address) ---- */
 
 #ifndef MGT_SIM_ASAN
 #define MGT_SIM_CB(n)                                                                               \
-	extern "C" void __asan_load##n##_noabort(void *p) { access(p, n, false); }                   \
-	extern "C" void __asan_store##n##_noabort(void *p) { access(p, n, true); }
+	extern "C" void __asan_load##n##_noabort(void *p) { access(p, n, false, __builtin_return_address(0)); } \
+	extern "C" void __asan_store##n##_noabort(void *p) { access(p, n, true, __builtin_return_address(0)); }
 MGT_SIM_CB(1)
 MGT_SIM_CB(2)
 MGT_SIM_CB(4)
 MGT_SIM_CB(8)
 MGT_SIM_CB(16)
-extern "C" void __asan_loadN_noabort(void *p, size_t n) { access(p, n, false); }
-extern "C" void __asan_storeN_noabort(void *p, size_t n) { access(p, n, true); }
+extern "C" void __asan_loadN_noabort(void *p, size_t n) { access(p, n, false, __builtin_return_address(0)); }
+extern "C" void __asan_storeN_noabort(void *p, size_t n) { access(p, n, true, __builtin_return_address(0)); }
 extern "C" void __asan_handle_no_return(void) {}
 #endif

@@ -656,6 +656,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 				v += bias[i];
 			store(D, ld->t, j * ld->ld + i, v);
 		}
+	if (mgt_sim_prof_on) /* each operand once: A, B, C when read, the bias; D */
+		mgt_sim_prof_matmul(m, n, k, (double)(m * k * type_bytes(la->t) + k * n * type_bytes(lb->t) +
+			(be != 0.0f ? m * n * type_bytes(lc->t) : 0) + (epi_bias ? m * 4 : 0)),
+			(double)(m * n * type_bytes(ld->t)));
 	return mgt_sim_mem_check("cublasLtMatmul") ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
 }
 
