@@ -88,6 +88,24 @@ a, b = L(sys.argv[1] + ".jsonl"), L(sys.argv[2] + ".jsonl")
 sys.exit(not b or any(a.get(i) != v for i, v in b.items()))
 PY
 }
+# The parallel tests' data: the small BPE and KJV preprocessed with it (kjv_text_document), or the
+# whole script a TAP skip (no mpirun, no BPE, no dataset).
+kjv_parallel_data() {
+	command -v mpirun >/dev/null 2>&1 || { echo "1..0 # SKIP mpirun not found"; exit 0; }
+	small_bpe || { echo "1..0 # SKIP the small BPE could not be written"; exit 0; }
+	"$BIN/mgt-preprocess" --input "$SHARE/data/kjv.jsonl.zst" --output-prefix kjv $BPE --append-eod \
+		--workers 2 --quiet >/dev/null 2>&1 || { echo "1..0 # SKIP mgt-preprocess failed"; exit 0; }
+}
+# train_kjv NP MODEL NAME [flags]: 10 iterations on kjv_text_document at $SEQ, $MBS, $GBS (dropout
+# 0.1 as the presets' default); metrics NAME.jsonl
+train_kjv() {
+	_np=$1 _model=$2 _name=$3; shift 3
+	set -- "$BIN/mgt-train" --model "$_model" $BPE --data-path kjv_text_document --split 98,2,0 \
+		--data-cache-path cache --seq-length $SEQ --micro-batch-size $MBS --global-batch-size $GBS \
+		--lr 2e-3 --lr-warmup-iters 3 --eval-interval 5 --eval-iters 1 --log-interval 1 --threads 1 --train-iters 10 \
+		--metrics-file "$_name.jsonl" "$@"
+	launch "$_np" "$_name" "$@"
+}
 # launch NP NAME CMD...: CMD on one process, or NP under tests/mpirun.sh; stdout NAME.out, stderr
 # NAME.err, the last lines of which are printed as a TAP comment when it fails
 launch() {

@@ -15,20 +15,10 @@
 # the expert-data group), tiny-llama under CP2 x DP2 and bf16.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
-command -v mpirun >/dev/null 2>&1 || { echo "1..0 # SKIP mpirun not found"; exit 0; }
-small_bpe || { echo "1..0 # SKIP the small BPE could not be written"; exit 0; }
-"$BIN/mgt-preprocess" --input "$SHARE/data/kjv.jsonl.zst" --output-prefix kjv $BPE --append-eod \
-	--workers 2 --quiet >/dev/null 2>&1 || { echo "1..0 # SKIP mgt-preprocess failed"; exit 0; }
+kjv_parallel_data
 SEQ=32 MBS=2 GBS=8
 # train NP MODEL NAME [flags]: 10 iterations; metrics NAME.jsonl
-train() {
-	_np=$1 _model=$2 _name=$3; shift 3
-	set -- "$BIN/mgt-train" --model "$_model" $BPE --data-path kjv_text_document --split 98,2,0 \
-		--data-cache-path cache --seq-length $SEQ --micro-batch-size $MBS --global-batch-size $GBS \
-		--lr 2e-3 --lr-warmup-iters 3 --eval-interval 5 --eval-iters 1 --log-interval 1 --threads 1 --train-iters 10 \
-		--metrics-file "$_name.jsonl" "$@"
-	launch "$_np" "$_name" "$@"
-}
+train() { train_kjv "$@"; }
 volume() { _np=$1 _model=$2 _name=$3; shift 3
 	$PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/$_model.json" "$_name" "$_np" mbs=$MBS gbs=$GBS seq=$SEQ "$@"; }
 # bf16 against the bf16 single process: the distributed optimizer's own bound (rounding of the
