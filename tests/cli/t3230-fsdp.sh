@@ -58,7 +58,7 @@ full 2 dp2-fsdp2 fsdp=ogp $V1 --use-torch-fsdp2
 full 2 dp2-fsdp2-noreshard fsdp=og $V1 --use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward
 LAYOUTS
 if full_only "--use-torch-fsdp2 says what it runs"; then
-	ok "--use-torch-fsdp2 says what it runs" grep -q "^--use-torch-fsdp2: running mgt's Megatron-FSDP sharding, --data-parallel-sharding-strategy optim_grads_params" dp2-fsdp2.out
+	ok "--use-torch-fsdp2 says what it runs" grep -q "^--use-torch-fsdp2: running mgt's Megatron-FSDP sharding, --data-parallel-sharding-strategy optim_grads_params" dp2-fsdp2.err
 fi
 if full_only "tiny-moe EP2 x DP4, tiny-llama CP2 x DP2, bf16"; then
 	ok "tiny-moe: single process" train 1 tiny-moe moe-ref $V1
