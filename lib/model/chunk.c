@@ -564,16 +564,7 @@ mgt_model_mem mgt_model_memory(const mgt_model *m)
 
 mgt_status mgt_model_init_params(mgt_model *m, uint64_t seed)
 {
-	size_t bytes = m->tt.buf_numel * sizeof(float);
-	float *host = m->be->host_memory ? m->params : mgt_malloc(bytes);
-	if (!host) return MGT_ERR_NOMEM;
-	memset(host, 0, bytes);
-	mgt_tensor_table_init(&m->tt, host, seed);
-	m->prec.lp_stale = true;
-	if (m->be->host_memory) return MGT_OK;
-	mgt_status st = m->be->ops->upload(m->be, m->params, host, bytes);
-	free(host);
-	return st;
+	return mgt_model_init_params_range(m, seed, 0, m->tt.buf_numel);
 }
 
 void mgt_model_set_dropout_key(mgt_model *m, uint64_t seed, int64_t iteration, int64_t microbatch)

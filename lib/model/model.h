@@ -681,7 +681,8 @@ bool mgt_model_param_hook_supported(const mgt_model *m);
 void mgt_model_lp_refresh_range(mgt_model *m, size_t lo, size_t hi);
 void *mgt_model_params_lp(mgt_model *m);
 mgt_status mgt_model_init_params_range(mgt_model *m, uint64_t seed, size_t lo, size_t hi);
-/* mgt_tensor_table_init for the flat range [lo, hi) only. */
+/* mgt_tensor_table_init for the flat range [lo, hi) only: params [hi - lo] holds buffer element e
+ * at params[e - lo] (elements between tensors are left as they are). */
 void mgt_tensor_table_init_range(const mgt_tensor_table *tt, float *params, uint64_t seed, size_t lo, size_t hi);
 
 void *mgt_model_hidden_in(mgt_model *m, int slot);

@@ -72,15 +72,13 @@ mgt_status mgt_model_init_params_range(mgt_model *m, uint64_t seed, size_t lo, s
 {
 	if (hi <= lo) return MGT_OK;
 	m->prec.lp_stale = true;
-	if (m->be->host_memory) {
-		mgt_tensor_table_init_range(&m->tt, m->params, seed, lo, hi);
-		return MGT_OK;
-	}
-	float *host = mgt_malloc((hi - lo) * sizeof(float));
+	size_t bytes = (hi - lo) * sizeof(float);
+	float *host = m->be->host_memory ? m->params + lo : mgt_malloc(bytes);
 	if (!host) return MGT_ERR_NOMEM;
-	memset(host, 0, (hi - lo) * sizeof(float));
-	mgt_tensor_table_init_range(&m->tt, host - lo, seed, lo, hi);
-	mgt_status st = m->be->ops->upload(m->be, m->params + lo, host, (hi - lo) * sizeof(float));
+	memset(host, 0, bytes); /* padding between tensors stays zero */
+	mgt_tensor_table_init_range(&m->tt, host, seed, lo, hi);
+	if (m->be->host_memory) return MGT_OK;
+	mgt_status st = m->be->ops->upload(m->be, m->params + lo, host, bytes);
 	free(host);
 	return st;
 }

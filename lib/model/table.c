@@ -467,7 +467,6 @@ void mgt_tensor_table_init_range(const mgt_tensor_table *tt, float *params, uint
 		const mgt_tensor *t = &tt->t[i];
 		size_t a, b;
 		if (!mgt_tensor_overlap(t, lo, hi, &a, &b)) continue;
-		float *p = params + t->offset;
 		int64_t cols = t->ndim == 2 ? t->local_shape[1] : 1, gcols = t->ndim == 2 ? t->shape[1] : 1;
 		int64_t r0 = (int64_t)((a - t->offset) / (size_t)cols), r1 = (int64_t)((b - t->offset + (size_t)cols - 1) / (size_t)cols);
 		uint64_t key = mgt_hash64(t->name) ^ skey;
@@ -477,7 +476,7 @@ void mgt_tensor_table_init_range(const mgt_tensor_table *tt, float *params, uint
 			int64_t gr = global_row(t, r);
 			for (int64_t k = 0; k < cols; k++) {
 				size_t e = t->offset + (size_t)(r * cols + k);
-				if (e >= a && e < b) p[r * cols + k] = init_value(t, key, (uint64_t)(gr * gcols + t->local_offset[1] + k));
+				if (e >= a && e < b) params[e - lo] = init_value(t, key, (uint64_t)(gr * gcols + t->local_offset[1] + k));
 			}
 		}
 	}

@@ -25,17 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool shards_grads(const trainer *t) { return t->a->dp_sharding >= MGT_DP_OPTIM_GRADS && trainer_dpcp(t) > 1; }
-static bool shards_params(const trainer *t) { return t->a->dp_sharding >= MGT_DP_OPTIM_GRADS_PARAMS && trainer_dpcp(t) > 1; }
-
-bool trainer_fsdp_grads(const trainer *t) { return shards_grads(t); }
-bool trainer_fsdp_params(const trainer *t) { return shards_params(t); }
-
-static int chunk_index(const trainer *t, const mgt_model *m)
+bool trainer_fsdp_grads(const trainer *t) { return t->a->dp_sharding >= MGT_DP_OPTIM_GRADS && trainer_dpcp(t) > 1; }
+bool trainer_fsdp_params(const trainer *t)
 {
-	int c = 0;
-	while (t->chunk[c] != m) c++;
-	return c;
+	return t->a->dp_sharding >= MGT_DP_OPTIM_GRADS_PARAMS && trainer_dpcp(t) > 1;
 }
 
 /* This rank's shard [*own, *own + *part) of bucket b, relative to the bucket's offset. */
@@ -65,7 +58,7 @@ static void drop_grads(trainer *t, mgt_model *m, int from, int to)
 
 mgt_status trainer_fsdp_setup(trainer *t)
 {
-	if (!shards_grads(t)) return MGT_OK;
+	if (!trainer_fsdp_grads(t)) return MGT_OK;
 	int V = t->V;
 	if (!(t->fsdp.nbwd = mgt_malloc((size_t)V * sizeof *t->fsdp.nbwd)) ||
 	    !(t->fsdp.pending = mgt_malloc((size_t)V * sizeof *t->fsdp.pending)) ||
@@ -76,7 +69,7 @@ mgt_status trainer_fsdp_setup(trainer *t)
 		mgt_model *m = t->chunk[c];
 		int nb = mgt_model_tensors(m)->nbuckets;
 		t->fsdp.nbwd[c] = t->fsdp.pending[c] = 0;
-		if (!shards_params(t)) continue;
+		if (!trainer_fsdp_params(t)) continue;
 		if (!mgt_model_param_hook_supported(m))
 			return mgt_err(MGT_ERR_USAGE, "--data-parallel-sharding-strategy optim_grads_params: this model's "
 				       "stacks are not gathered per layer");
@@ -102,7 +95,7 @@ void trainer_fsdp_zero_grads(trainer *t)
 	for (int c = 0; c < t->V; c++) {
 		mgt_model *m = t->chunk[c];
 		size_t bytes = mgt_model_tensors(m)->buf_numel * sizeof(float);
-		if (shards_grads(t)) t->be->ops->discard(t->be, mgt_model_grads(m), bytes), t->fsdp.nbwd[c] = 0;
+		if (trainer_fsdp_grads(t)) t->be->ops->discard(t->be, mgt_model_grads(m), bytes), t->fsdp.nbwd[c] = 0;
 		else t->be->ops->zero(t->be, mgt_model_grads(m), bytes);
 	}
 }
@@ -110,7 +103,7 @@ void trainer_fsdp_zero_grads(trainer *t)
 /* Before a chunk's second and later backward of an iteration: the owned shards times DP. */
 void trainer_fsdp_before_backward(trainer *t, int c)
 {
-	if (!shards_grads(t) || t->fsdp.nbwd[c]++ == 0 || t->a->calculate_per_token_loss) return;
+	if (!trainer_fsdp_grads(t) || t->fsdp.nbwd[c]++ == 0 || t->a->calculate_per_token_loss) return;
 	mgt_model *m = t->chunk[c];
 	const mgt_tensor_table *tt = mgt_model_tensors(m);
 	for (int b = 0; b < tt->nbuckets; b++) {
@@ -139,7 +132,7 @@ static mgt_status drop_pending(trainer *t, int c)
 mgt_status trainer_fsdp_grad_ready(void *ctx, mgt_model *m, int done_from_layer)
 {
 	trainer *t = ctx;
-	int c = chunk_index(t, m);
+	int c = trainer_chunk_of(t, m);
 	mgt_status st = drop_pending(t, c);
 	if (!st) st = trainer_grad_ready(ctx, m, done_from_layer);
 	if (!st && done_from_layer == INT_MIN) st = drop_pending(t, c);
@@ -151,7 +144,7 @@ mgt_status trainer_fsdp_grad_ready(void *ctx, mgt_model *m, int done_from_layer)
  * whole tensors: the rest of each bucket given back again. */
 void trainer_fsdp_after_finish(trainer *t)
 {
-	for (int c = 0; shards_grads(t) && c < t->V; c++)
+	for (int c = 0; trainer_fsdp_grads(t) && c < t->V; c++)
 		drop_grads(t, t->chunk[c], 0, mgt_model_tensors(t->chunk[c])->nbuckets);
 }
 
@@ -185,7 +178,6 @@ static mgt_status finish_gather(trainer *t, mgt_model *m, int b)
 static void release_bucket(trainer *t, mgt_model *m, int b)
 {
 	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
-	mgt_comm_wait(trainer_bucket_comm(t, k)); /* a gather still in flight writes the unit */
 	drop_outside(t, k, mgt_model_params(m), sizeof(float));
 	void *lp = mgt_model_params_lp(m);
 	if (lp) t->be->ops->discard(t->be, (uint16_t *)lp + k->offset, k->numel * 2);
@@ -198,6 +190,8 @@ static mgt_status use_bucket(trainer *t, mgt_model *m, int b, char *g, mgt_param
 	mgt_status st = MGT_OK;
 	if (use != MGT_PARAM_RELEASE && *g == RELEASED && !(st = start_gather(t, m, b))) *g = IN_FLIGHT;
 	if (!st && use != MGT_PARAM_PREFETCH && *g == IN_FLIGHT && !(st = finish_gather(t, m, b))) *g = GATHERED;
+	/* a gather still in flight writes the unit: wait for it first */
+	if (!st && use == MGT_PARAM_RELEASE && *g == IN_FLIGHT) st = mgt_comm_wait(trainer_bucket_comm(t, &mgt_model_tensors(m)->buckets[b]));
 	if (!st && use == MGT_PARAM_RELEASE && *g != RELEASED) release_bucket(t, m, b), *g = RELEASED;
 	return st;
 }
@@ -205,7 +199,7 @@ static mgt_status use_bucket(trainer *t, mgt_model *m, int b, char *g, mgt_param
 mgt_status trainer_fsdp_param_hook(void *ctx, mgt_model *m, int li, mgt_param_use use)
 {
 	trainer *t = ctx;
-	int c = chunk_index(t, m);
+	int c = trainer_chunk_of(t, m);
 	mgt_status st = MGT_OK;
 	for (int b = 0; !st && b < mgt_model_tensors(m)->nbuckets; b++)
 		if (mgt_model_bucket_unit(m, b) == li) st = use_bucket(t, m, b, &t->fsdp.gathered[c][b], use);
@@ -230,7 +224,7 @@ mgt_status trainer_fsdp_init_params(trainer *t, mgt_model *m, uint64_t seed)
 /* After loading whole parameters (a checkpoint): the layer units back to their shards. */
 void trainer_fsdp_shard_params(trainer *t)
 {
-	for (int c = 0; shards_params(t) && c < t->V; c++) {
+	for (int c = 0; trainer_fsdp_params(t) && c < t->V; c++) {
 		mgt_model *m = t->chunk[c];
 		for (int b = 0; b < mgt_model_tensors(m)->nbuckets; b++)
 			if (mgt_model_bucket_unit(m, b) >= 0) release_bucket(t, m, b), t->fsdp.gathered[c][b] = 0;
@@ -239,5 +233,5 @@ void trainer_fsdp_shard_params(trainer *t)
 
 bool trainer_fsdp_gathers_after_step(const trainer *t, const mgt_model *m, int b)
 {
-	return !shards_params(t) || mgt_model_bucket_unit(m, b) < 0;
+	return !trainer_fsdp_params(t) || mgt_model_bucket_unit(m, b) < 0;
 }

@@ -11,13 +11,6 @@
 
 typedef enum { DP_ALLREDUCE_GRADS, DP_REDUCE_SCATTER_GRADS, DP_ALLGATHER_PARAMS } dp_op;
 
-static int chunk_of(const trainer *t, const mgt_model *m)
-{
-	int c = 0;
-	while (t->chunk[c] != m) c++;
-	return c;
-}
-
 /* --grad-reduce-in-bf16: the chunk's gradients rounded to bf16 (through its bf16 copy), as a
  * bf16 main_grad accumulates them: after each micro-batch's backward that no reduction follows
  * (the reduction rounds them itself). */
@@ -60,7 +53,7 @@ static mgt_status dp_bucket(trainer *t, mgt_model *m, int b, dp_op op)
 	void *g = x;
 	mgt_elem_type gt = MGT_DT_F32;
 	if (t->ddp.g16) {
-		g = (uint16_t *)t->ddp.g16[chunk_of(t, m)] + tt->buckets[b].offset, gt = MGT_DT_BF16;
+		g = (uint16_t *)t->ddp.g16[trainer_chunk_of(t, m)] + tt->buckets[b].offset, gt = MGT_DT_BF16;
 		t->be->ops->cast(t->be, g, gt, x, n);
 	}
 	if (op == DP_ALLREDUCE_GRADS) return dp->ops->allreduce(dp, g, n, gt, MGT_RED_SUM);
@@ -125,7 +118,7 @@ mgt_status trainer_plan_overlap(trainer *t)
 mgt_status trainer_grad_ready(void *ctx, mgt_model *m, int done_from_layer)
 {
 	trainer *t = ctx;
-	int c = chunk_of(t, m);
+	int c = trainer_chunk_of(t, m);
 	int nb = mgt_model_tensors(m)->nbuckets, *done = &t->ddp.buckets_done[c];
 	mgt_status st = MGT_OK;
 	while (!st && *done < nb && done_from_layer <= t->ddp.bucket_ready[c][*done]) st = dp_bucket(t, m, (*done)++, grad_op(t));

@@ -139,6 +139,13 @@ static inline mgt_comm *trainer_bucket_comm(const trainer *t, const mgt_bucket *
 {
 	return b->expert ? t->ps.edp_comm : t->ps.dpcp_comm;
 }
+/* The index of chunk m among this rank's chunks (t->chunk). */
+static inline int trainer_chunk_of(const trainer *t, const mgt_model *m)
+{
+	int c = 0;
+	while (t->chunk[c] != m) c++;
+	return c;
+}
 /* The size of the group dense gradients are reduced over: data x context parallel. */
 static inline int trainer_dpcp(const trainer *t) { return t->ps.dpcp_comm->size; }
 

@@ -14,7 +14,7 @@ kernel (CLASS below: which of the dimensions a kernel's traffic grows with); cuB
 are scaled dimension by dimension (each of m, n, k mapped from the small model's value to the
 profiled one).  Predicted time = max(bytes / bandwidth, FLOPs / peak); the table sets it beside
 the measured time (the sum over launches, and the launches of both), sorted by the disagreement
-|log(measured / predicted)|.  Rates (/work/shared/docs/gpu-performance.md and the repository's
+|log(measured / predicted)|.  Rates (NVIDIA's H100 SXM and H200 datasheets and the repository's
 own H200 runs): H100 SXM 3.35 TB/s, 989 TFLOP/s dense bf16; H200 4.8 TB/s (NVIDIA's H200
 figure; the H200 has the H100 SXM's tensor peak), measured on the H200 of 2026-11-27 4.26 TB/s
 (tests/bench/results/gpu-nvidia-h200-20261127-161731.txt, add 1 GiB) and 744.6 TFLOP/s

@@ -55,7 +55,7 @@ modeling_rope_utils.py, activations.py, pytorch_utils.py (Conv1D)):
   smallest gap between the k-th and (k+1)-th router logit (how far the choice is from a tie).
 
 - NemotronH / Mamba2 (models/nemotron_h/modeling_nemotron_h.py, models/mamba2/modeling_mamba2.py
-  torch_forward; facts in /work/shared/docs/megatron-hybrid-mamba.md sections 5, 6, 8): h =
+  torch_forward; Megatron's megatron/core/ssm/mamba_mixer.py for the mixer's math): h =
   backbone.embeddings[ids]; per layer h += mixer(RMSNorm(h) with backbone.layers.N.norm), the mixer
   chosen by hybrid_override_pattern (or layers_block_type; Mamba2: every layer Mamba): M Mamba-2,
   * attention (no RoPE, GQA, 1/sqrt(head_dim)), - MLP down(act(up(x))) with act = mlp_hidden_act
