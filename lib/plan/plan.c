@@ -176,9 +176,12 @@ static double ring(double S, int n, double bw, double lat)
 	return n > 1 ? (double)(n - 1) / n * S / bw + (n - 1) * lat : 0;
 }
 
-/* A layer's times (seconds) and the bytes it sends over the context group (cp_bytes). */
+/* A layer's times (seconds) and the bytes it sends over the context group: cp_bytes forward and
+ * backward, cp_fwd_bytes forward (what full recomputation sends again), cp_sel_bytes core
+ * attention's forward exchange (what selective recomputation sends again: mgt-train recomputes
+ * the ring's, all-gather's and all-to-all's forward with core attention). */
 typedef struct {
-	double fwd, bwd, recomp, tp_exposed, attn_fwd, cp_exposed, cp_bytes;
+	double fwd, bwd, recomp, tp_exposed, attn_fwd, cp_exposed, cp_bytes, cp_fwd_bytes, cp_sel_bytes;
 } layer_time;
 
 /* The gradient group's size: data x context parallelism. */
@@ -203,6 +206,7 @@ static void cp_exchange(const mgt_plan_request *r, const mgt_plan *p, double bf,
 	lt->bwd += xb;
 	lt->cp_exposed += xf + xb;
 	lt->cp_bytes += bf + bb;
+	lt->cp_fwd_bytes += bf;
 }
 
 /* Tensor parallelism's exposed time and the launches of nb blocks (a dense layer's attention and
@@ -265,6 +269,7 @@ static layer_time blocks(const mgt_plan_request *r, const mgt_model_config *c, c
 	double ef = T * (seq + act + rope) * w->eb / w->bw, eb = 2 * ef;
 	layer_time lt = { .fwd = gf + at_f + ef, .bwd = gb + at_b + eb, .attn_fwd = at_f };
 	block_overheads(r, p, w, T, h, attn + mlp, gf, gb, &lt);
+	double cpf = lt.fwd; /* the forward before attention's exchange: what it adds is recomputed */
 	if (attn && p->cp > 1) {
 		/* tests/cli/comm_volume.py's per-layer volume: kv (ring or all-gather) in the training
 		 * precision, their gradient in fp32; a2a: qkv and the output forward, again and their
@@ -277,8 +282,9 @@ static layer_time blocks(const mgt_plan_request *r, const mgt_model_config *c, c
 			cp_exchange(r, p, (k - 1) * B, (k - 1) * (B + B4), k - 1, 2 * (k - 1), at_f, at_b, &lt);
 		else
 			cp_exchange(r, p, (k - 1) * B, (k - 1) * B + k * B4, k - 1, 2 * k - 1, at_f, at_b, &lt);
+		lt.cp_sel_bytes = lt.cp_fwd_bytes;
 	}
-	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) lt.recomp = at_f;
+	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) lt.recomp = at_f + (lt.fwd - cpf);
 	return lt;
 }
 
@@ -359,13 +365,17 @@ static double stage_time(const mgt_plan_request *r, const mgt_model_config *c, c
 	double f = (double)n * lt->fwd, b = (double)n * lt->bwd, rc = (double)n * lt->recomp;
 	double x = (double)n * lt->tp_exposed, cx = (double)n * lt->cp_exposed, cb = (double)n * lt->cp_bytes;
 	int64_t k = p->recompute.method == MGT_RECOMPUTE_BLOCK ? (p->recompute.num_layers < n ? p->recompute.num_layers : n) : n;
-	if (p->recompute.granularity == MGT_RECOMPUTE_FULL) rc = (double)k * lt->fwd;
+	bool full = p->recompute.granularity == MGT_RECOMPUTE_FULL, sel = p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE;
+	if (full) rc = (double)k * lt->fwd;
+	/* recomputation sends the recomputed forwards' context exchanges again */
+	cb += full ? (double)k * lt->cp_fwd_bytes : sel ? (double)n * lt->cp_sel_bytes : 0;
 	if (c->hybrid_layer_pattern[0]) { /* symbol by symbol */
 		f = b = rc = x = cx = cb = 0;
 		for (int64_t l = first; l < first + n; l++) {
 			const layer_time *y = layer_of(c, lt, sy, l);
 			f += y->fwd, b += y->bwd, x += y->tp_exposed, cx += y->cp_exposed, cb += y->cp_bytes;
-			rc += p->recompute.granularity == MGT_RECOMPUTE_FULL ? (l < first + k ? y->fwd : 0) : y->recomp;
+			rc += full ? (l < first + k ? y->fwd : 0) : y->recomp;
+			cb += full ? (l < first + k ? y->cp_fwd_bytes : 0) : sel ? y->cp_sel_bytes : 0;
 		}
 	}
 	double T = (double)c->seq_length * p->mbs / p->cp, h = (double)c->hidden_size, t = p->tp;

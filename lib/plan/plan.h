@@ -36,7 +36,7 @@
  *             and their gradients back), in the training precision's bytes, the volumes of
  *             tests/cli/comm_volume.py (what mgt-train moves); the all-to-alls exposed, the
  *             ring's and all-gather's under the attention block's compute, each leaving at least
- *             1/CP of itself;
+ *             1/CP of itself; recomputation sends the recomputed forwards' exchanges again;
  *   DP        reduce-scatter of fp32 gradients and all-gather of bf16 parameters (all-reduce
  *             without the distributed optimizer), ring bus bandwidth min(intra, k x inter) for a
  *             group with k GPUs a node spanning nodes; overlapped with the last micro-batch's

@@ -96,6 +96,26 @@ for r in (0, 1):
 		skip "mpirun not found: CP2 $prec memory"; skip "mpirun not found"; skip "mpirun not found"
 	fi
 done
+# recomputation sends the recomputed forwards' exchanges again (mgt-train: selective recomputes
+# core attention's exchange, full every layer's, the Mamba all-to-alls included)
+for lay in "p2p selective" "a2a full"; do
+	set -- $lay
+	rc="--recompute-granularity selective"
+	[ $2 = full ] && rc="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+	"$P" $CPL --cp-comm-type $1 --cluster cpu2.json --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
+		--recompute-granularity $2 --use-distributed-optimizer --bf16 --output cp$1$2.json 2>cp$1$2.perr
+	if command -v mpirun >/dev/null 2>&1; then
+		sh "$ROOT/tests/mpirun.sh" 2 "$BIN/mgt-train" $CPL --cp-comm-type $1 $rc --mock-data --tokenizer-type NullTokenizer \
+			--train-iters 1 --device cpu --threads 1 --eval-interval 0 --use-distributed-optimizer --bf16 \
+			--comm-log cl$1$2 >cptr$1$2.log 2>&1 </dev/null
+		ok "hybrid CP2 bf16 $1, $2 recomputation: the plan's context bytes equal mgt-train's counted" $PY -c "
+import json; want = json.load(open('cp$1$2.json'))['plans'][0]['cp_bytes']
+got = [json.loads(l)['bytes']['context'] for r in (0, 1) for l in open('cl$1$2.rank%d.jsonl' % r)]
+print('# counted %s, planned %.0f' % (got, want)); assert got and all(g == want for g in got), (got, want)"
+	else
+		skip "mpirun not found: CP2 $1 $2"
+	fi
+done
 $PY - "$SHARE/models/tiny-hybrid.json" "$SHARE/clusters/cpu.json" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2]))
