@@ -22,7 +22,7 @@ static const char PROG[] = "mgt-plan";
 
 enum {
 	OPT_MODEL = CLI_FIRST_FREE, OPT_CLUSTER, OPT_NODES, OPT_GPN, OPT_GEMM_BENCH, OPT_GBS, OPT_SEQ, OPT_VOCAB,
-	OPT_BF16, OPT_FP16, OPT_FP32RES, OPT_GRADBF16, OPT_FP8, OPT_TP, OPT_PP, OPT_VPL, OPT_VPS, OPT_MBS, OPT_MAX_TP, OPT_MAX_PP, OPT_MAX_MBS,
+	OPT_BF16, OPT_FP16, OPT_FP32RES, OPT_GRADBF16, OPT_FP8, OPT_TP, OPT_PP, OPT_CP, OPT_CPCOMM, OPT_VPL, OPT_VPS, OPT_MBS, OPT_MAX_TP, OPT_MAX_PP, OPT_MAX_MBS,
 	OPT_RECOMP, OPT_RECOMP_ACT, OPT_SP, OPT_NO_SP, OPT_DO, OPT_NO_DO, OPT_FSDP, OPT_DPSS, OPT_OGR, OPT_OPG, OPT_TPCO, OPT_HEADROOM,
 	OPT_IGNORE_MEM, OPT_TOP, OPT_OUTPUT, OPT_OVERWRITE, OPT_EXPLAIN, OPT_HELP
 };
@@ -56,6 +56,8 @@ static void usage(void)
 	       "Layout (given: fixed; not given: searched):\n"
 	       "  --tensor-model-parallel-size N\n"
 	       "  --pipeline-model-parallel-size N\n"
+	       "  --context-parallel-size N      context parallelism (never searched) [1]\n"
+	       "  --cp-comm-type p2p|allgather|a2a   the attention layers' exchange under CP [p2p]\n"
 	       "  --num-layers-per-virtual-pipeline-stage N\n"
 	       "  --num-virtual-stages-per-pipeline-rank N\n"
 	       "  --micro-batch-size N\n"
@@ -105,6 +107,8 @@ static const struct option longopts[] = {
 	{"fp8-format", required_argument, 0, OPT_FP8},
 	{"tensor-model-parallel-size", required_argument, 0, OPT_TP},
 	{"pipeline-model-parallel-size", required_argument, 0, OPT_PP},
+	{"context-parallel-size", required_argument, 0, OPT_CP},
+	{"cp-comm-type", required_argument, 0, OPT_CPCOMM},
 	{"num-layers-per-virtual-pipeline-stage", required_argument, 0, OPT_VPL},
 	{"num-virtual-stages-per-pipeline-rank", required_argument, 0, OPT_VPS},
 	{"micro-batch-size", required_argument, 0, OPT_MBS},
@@ -179,10 +183,12 @@ static json_t *plan_json(const mgt_plan_request *r, const mgt_plan *p, int rank)
 	}
 	/* the sharding under Megatron's names: use_megatron_fsdp for optim_grads and
 	 * optim_grads_params (no_shard and optim run as DDP and the distributed optimizer) */
-	return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:s, s:o, s:I, s:b, "
+	return json_pack("{s:i, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:s, s:o, s:I, s:b, "
 			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}, "
-			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:o}",
-			 "rank", rank, "tensor_model_parallel_size", p->tp, "pipeline_model_parallel_size", p->pp,
+			 "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:f, s:f, s:f, s:f, s:o}",
+			 "rank", rank, "tensor_model_parallel_size", p->tp, "context_parallel_size", p->cp,
+			 "cp_comm_type", r->cp_comm == MGT_CP_A2A ? "a2a" : r->cp_comm == MGT_CP_ALLGATHER ? "allgather" : "p2p",
+			 "pipeline_model_parallel_size", p->pp,
 			 "virtual_stages_per_pipeline_rank", p->vp, "data_parallel_size", p->dp, "micro_batch_size", p->mbs,
 			 "num_microbatches", p->num_microbatches, "gpus", p->gpus, "sequence_parallel", p->sp,
 			 "use_distributed_optimizer", p->sharding >= MGT_DP_OPTIM,
@@ -195,9 +201,9 @@ static json_t *plan_json(const mgt_plan_request *r, const mgt_plan *p, int rank)
 			 "communication", p->mem.communication, "overhead", p->mem.overhead,
 			 "total", p->mem.total, "limit", p->mem.limit, "pipeline_rank", p->mem_stage,
 			 "time", "compute", p->time.compute, "recompute", p->time.recompute, "tp_comm", p->time.tp_comm,
-			 "pp_comm", p->time.pp_comm, "bubble", p->time.bubble, "dp_comm", p->time.dp_comm,
+			 "cp_comm", p->time.cp_comm, "pp_comm", p->time.pp_comm, "bubble", p->time.bubble, "dp_comm", p->time.dp_comm,
 			 "optimizer", p->time.optimizer, "iteration", p->time.iteration,
-			 "model_flops", p->model_flops, "tflops_per_gpu", p->tflops_per_gpu, "mfu", p->mfu, "args", args);
+			 "cp_bytes", p->cp_bytes, "model_flops", p->model_flops, "tflops_per_gpu", p->tflops_per_gpu, "mfu", p->mfu, "args", args);
 }
 
 static json_t *doc_json(const mgt_plan_request *r, const char *model, const mgt_plan *plans, int n, const mgt_plan_stats *s)
@@ -330,6 +336,13 @@ int main(int argc, char **argv)
 			break;
 		case OPT_TP: r.tp = pos_int("--tensor-model-parallel-size", optarg); break;
 		case OPT_PP: r.pp = pos_int("--pipeline-model-parallel-size", optarg); break;
+		case OPT_CP: r.cp = pos_int("--context-parallel-size", optarg); break;
+		case OPT_CPCOMM:
+			if (!strcmp(optarg, "p2p")) r.cp_comm = MGT_CP_P2P;
+			else if (!strcmp(optarg, "allgather") || !strcmp(optarg, "all_gather")) r.cp_comm = MGT_CP_ALLGATHER;
+			else if (!strcmp(optarg, "a2a")) r.cp_comm = MGT_CP_A2A;
+			else mgt_cli_usage_error(PROG, "--cp-comm-type %s: expected p2p, allgather or a2a", optarg);
+			break;
 		case OPT_VPL: vpl = pos_int("--num-layers-per-virtual-pipeline-stage", optarg); break;
 		case OPT_VPS: vps = pos_int("--num-virtual-stages-per-pipeline-rank", optarg); break;
 		case OPT_MBS: r.mbs = pos_int("--micro-batch-size", optarg); break;

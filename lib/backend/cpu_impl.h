@@ -273,6 +273,17 @@ void mgt_cpu_mamba_gated_norm_fwd_f32(mgt_backend *be, float *out, float *rstd, 
 void mgt_cpu_mamba_gated_norm_bwd_f32(mgt_backend *be, float *dy, float *dz, float *dw, const float *dout,
 				      const float *y, const float *z, int ld_z, const float *w, const float *rstd, int T,
 				      int di, int g);
+/* gated_norm_bwd on 16-bit storage (et bf16 or fp16) without fp32 copies of the operands: each
+ * row's dout, y [T, di] and z [T, ld_z] (its first di columns) widened exactly into a thread's row
+ * buffers (rounding buffer 2, 5 di floats a thread), the fp32 op's arithmetic run on them
+ * (cpu_mamba.c gn_bwd_dw_row, gn_bwd_row: the same expressions in the same order), dy [T, di] and
+ * dz's first di columns of each row rounded once to nearest even; dw [di] (fp32) accumulated as
+ * the fp32 op does.  So every output is bit for bit the fp32 op's on the widened operands (the
+ * staged reference, tests/unit/test_mamba.c test16_norm).  Writes nothing, the failure recorded,
+ * when the row buffers cannot grow. */
+void mgt_cpu_mamba_gated_norm_bwd_16(mgt_backend *be, void *dy, void *dz, float *dw, const void *dout, const void *y,
+				     const void *z, int ld_z, const float *w, const float *rstd, int T, int di, int g,
+				     mgt_elem_type et);
 void mgt_cpu_ssd_scan_fwd_f32(mgt_backend *be, const mgt_ssd *d, float *y, float *states, const float *x,
 			      const float *B, const float *C, const float *dt_raw, const float *dt_bias,
 			      const float *A_log, const float *D);

@@ -166,8 +166,47 @@ void mgt_cpu_mamba_gated_norm_fwd_f32(mgt_backend *be, float *out, float *rstd, 
 /* dw first (column chunks, rows in order), then dy and dz row by row:
  *   v = y silu(z), vh = v r, gg = dout w, dv = r (gg - vh mean_group(gg vh)),
  *   dy = dv silu(z), dz = dv y silu'(z),  silu'(z) = s (1 + z (1 - s)), s = sigmoid(z). */
+/* Row t's part of gated_norm_bwd's dw over the column chunk [c0, c0 + cn): acc[c] += dout v r,
+ * v = y silu(z), r = rstd_t[the column's group]; dout, y, z point at the chunk's first column of
+ * the row (fp32), rstd_t at the row's g values.  One expression for the fp32 op and the 16-bit
+ * one's widened rows, so their bits agree. */
+CPU_INLINE void gn_bwd_dw_row(double *acc, const float *dout, const float *y, const float *z, const float *rstd_t,
+			      int c0, int cn, int gs)
+{
+	for (int c = 0; c < cn; c++) {
+		const float v = y[c] * siluf_(z[c]);
+		acc[c] += (double)dout[c] * (v * rstd_t[(c0 + c) / gs]);
+	}
+}
+
+/* Row t of gated_norm_bwd: dy [di] and dz [di] from the row's dout, y, z [di] (fp32), the weight
+ * w [di] and rstd_t [g] (per group of di / g columns: m = mean of dout w v r, dv = r (dout w -
+ * v r m), dy = dv silu(z), dz = dv y silu'(z)).  z is read before dz is written, column by
+ * column. */
+CPU_INLINE void gn_bwd_row(float *dy, float *dz, const float *dout, const float *y, const float *z, const float *w,
+			   const float *rstd_t, int di, int g)
+{
+	const int gs = di / g;
+	for (int gi = 0; gi < g; gi++) {
+		const int o = gi * gs;
+		const float r = rstd_t[gi];
+		double sgv = 0;
+		for (int c = 0; c < gs; c++) {
+			const float v = y[o + c] * siluf_(z[o + c]);
+			sgv += (double)(dout[o + c] * w[o + c]) * (v * r);
+		}
+		const float m = (float)(sgv / gs);
+		for (int c = 0; c < gs; c++) {
+			const float zc = z[o + c], s = sigmoidf_(zc), sz = siluf_(zc), v = y[o + c] * sz;
+			const float dv = r * (dout[o + c] * w[o + c] - v * r * m);
+			dy[o + c] = dv * sz;
+			dz[o + c] = dv * y[o + c] * (s * (1.0f + zc * (1.0f - s)));
+		}
+	}
+}
+
 void mgt_cpu_mamba_gated_norm_bwd_f32(mgt_backend *be, float *dy, float *dz, float *dw, const float *dout, const float *y,
-				  const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g)
+				      const float *z, int ld_z, const float *w, const float *rstd, int T, int di, int g)
 {
 	const int gs = di / g, nch = (di + COLCH - 1) / COLCH;
 	const bool par = (size_t)T * di > PAR_MIN;
@@ -177,32 +216,79 @@ void mgt_cpu_mamba_gated_norm_bwd_f32(mgt_backend *be, float *dy, float *dz, flo
 		double acc[COLCH] = { 0 };
 		for (int t = 0; t < T; t++) {
 			const size_t o = (size_t)t * di + c0, oz = (size_t)t * ld_z + c0;
-			for (int c = 0; c < cn; c++) {
-				const float v = y[o + c] * siluf_(z[oz + c]);
-				acc[c] += (double)dout[o + c] * (v * rstd[(size_t)t * g + (c0 + c) / gs]);
-			}
+			gn_bwd_dw_row(acc, dout + o, y + o, z + oz, rstd + (size_t)t * g, c0, cn, gs);
 		}
 		for (int c = 0; c < cn; c++)
 			dw[c0 + c] += (float)acc[c];
 	}
 #pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (par)
 	for (int t = 0; t < T; t++) {
-		for (int gi = 0; gi < g; gi++) {
-			const size_t o = (size_t)t * di + (size_t)gi * gs, oz = (size_t)t * ld_z + (size_t)gi * gs;
-			const float r = rstd[(size_t)t * g + gi];
-			double sgv = 0;
-			for (int c = 0; c < gs; c++) {
-				const float v = y[o + c] * siluf_(z[oz + c]);
-				sgv += (double)(dout[o + c] * w[gi * gs + c]) * (v * r);
-			}
-			const float m = (float)(sgv / gs);
-			for (int c = 0; c < gs; c++) {
-				const float zc = z[oz + c], s = sigmoidf_(zc), sz = siluf_(zc), v = y[o + c] * sz;
-				const float dv = r * (dout[o + c] * w[gi * gs + c] - v * r * m);
-				dy[o + c] = dv * sz;
-				dz[oz + c] = dv * y[o + c] * (s * (1.0f + zc * (1.0f - s)));
-			}
+		const size_t o = (size_t)t * di, oz = (size_t)t * ld_z;
+		gn_bwd_row(dy + o, dz + oz, dout + o, y + o, z + oz, w, rstd + (size_t)t * g, di, g);
+	}
+}
+
+/* r[0..n) = the 16-bit elements h[0..n) of type et (bf16 or fp16) widened exactly: bf16 by its
+ * bits shifted into the high half (mgt_bf16_to_f32's definition, here inline so that the loop
+ * vectorises instead of calling it per element), fp16 by mgt_f16_to_f32. */
+CPU_INLINE void widen_row(float *r, const uint16_t *h, mgt_elem_type et, int n)
+{
+	if (et == MGT_DT_BF16)
+		for (int c = 0; c < n; c++)
+			r[c] = cpu_u2f((uint32_t)h[c] << 16);
+	else
+		for (int c = 0; c < n; c++)
+			r[c] = mgt_f16_to_f32(h[c]);
+}
+
+/* Row v [n] (fp32) stored at element off of the 16-bit h of type et, rounded to nearest even:
+ * bf16 by mgt_f32_to_bf16_inline (the loop not calling out per element), fp16 by mgt_f32_to_f16. */
+CPU_INLINE void narrow_row(void *h, mgt_elem_type et, size_t off, const float *v, int n)
+{
+	uint16_t *o = (uint16_t *)h + off;
+	if (et == MGT_DT_BF16)
+		for (int c = 0; c < n; c++)
+			o[c] = mgt_f32_to_bf16_inline(v[c]);
+	else
+		for (int c = 0; c < n; c++)
+			o[c] = mgt_f32_to_f16(v[c]);
+}
+
+void mgt_cpu_mamba_gated_norm_bwd_16(mgt_backend *be, void *dy, void *dz, float *dw, const void *dout, const void *y,
+				     const void *z, int ld_z, const float *w, const float *rstd, int T, int di, int g,
+				     mgt_elem_type et)
+{
+	const int gs = di / g, nch = (di + COLCH - 1) / COLCH;
+	const bool par = (size_t)T * di > PAR_MIN;
+	const uint16_t *dout16 = dout, *y16 = y, *z16 = z;
+	float *rows = cpu_row_bufs(be, 5 * (size_t)di); /* a thread's dout, y, z, dy, dz rows */
+	if (!rows)
+		return;
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(dynamic, 1) if (par && nch > 1)
+	for (int ch = 0; ch < nch; ch++) {
+		const int c0 = ch * COLCH, cn = di - c0 < COLCH ? di - c0 : COLCH;
+		double acc[COLCH] = { 0 };
+		float a[COLCH], b[COLCH], c[COLCH];
+		for (int t = 0; t < T; t++) {
+			const size_t o = (size_t)t * di + c0, oz = (size_t)t * ld_z + c0;
+			widen_row(a, dout16 + o, et, cn);
+			widen_row(b, y16 + o, et, cn);
+			widen_row(c, z16 + oz, et, cn);
+			gn_bwd_dw_row(acc, a, b, c, rstd + (size_t)t * g, c0, cn, gs);
 		}
+		for (int k = 0; k < cn; k++)
+			dw[c0 + k] += (float)acc[k];
+	}
+#pragma omp parallel for num_threads(cpu_threads(be)) schedule(static) if (par)
+	for (int t = 0; t < T; t++) {
+		float *r = rows + (size_t)omp_get_thread_num() * 5 * (size_t)di;
+		const size_t o = (size_t)t * di, oz = (size_t)t * ld_z;
+		widen_row(r, dout16 + o, et, di);
+		widen_row(r + di, y16 + o, et, di);
+		widen_row(r + 2 * (size_t)di, z16 + oz, et, di);
+		gn_bwd_row(r + 3 * (size_t)di, r + 4 * (size_t)di, r, r + di, r + 2 * (size_t)di, w, rstd + (size_t)t * g, di, g);
+		narrow_row(dy, et, o, r + 3 * (size_t)di, di);
+		narrow_row(dz, et, oz, r + 4 * (size_t)di, di);
 	}
 }
 

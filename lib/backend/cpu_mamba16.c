@@ -5,7 +5,18 @@
  * copy [rows, cols] (its row stride dropped), the fp32 op run on the copies, and each output block
  * rounded to nearest even once into its strided destination (only its columns written).  The
  * copies live in rounding buffer 6 (cpu_impl.h), carved in order; an op whose buffer cannot grow
- * records the failure and writes nothing. */
+ * records the failure and writes nothing.
+ *
+ * mamba_gated_norm_bwd does not stage: it widens row by row inside the op
+ * (mgt_cpu_mamba_gated_norm_bwd_16, cpu_mamba.c), with the same arithmetic, so its outputs are
+ * the staged computation's bit for bit (tests/unit/test_mamba.c test16_norm).  Measured (perf
+ * samples of a bf16 training step, mgt-train --model mamba2-130m, sequence 256, micro-batch 1,
+ * one thread, on a shared 2-core x86 machine): the staging copies and their conversions were
+ * 5.4% of the step, spread over the six ops (0.7% to 1.2% each), the most in gated_norm_bwd
+ * (1.2%; the op 5.4% of the step, 4.5% row by row with inline bf16 conversions; alone at
+ * T 256, d_inner 1536: 11.5 ms staged, 7.9 ms row by row, the fp32 math 5.9 ms, minima of 200);
+ * for tiny-hybrid 0.45% of its step.  The other five stay staged: at most 0.9% of the step each,
+ * most of it the widening and rounding that any version does. */
 #include "backend/cpu_impl.h"
 
 /* A block of an op's operand: rows x cols elements of type t at p, row stride ld. */
@@ -100,13 +111,9 @@ void mgt_cpu_mamba_gated_norm_bwd(mgt_backend *be, void *dy, void *dz, float *dw
 		mgt_cpu_mamba_gated_norm_bwd_f32(be, dy, dz, dw, dout, y, z, ld_z, w, rstd, T, di, g);
 		return;
 	}
-	const blk bl[] = { { dout, di, di }, { y, di, di }, { z, ld_z, di }, { dy, di, di }, { dz, ld_z, di } };
-	float *f[5];
-	if (T <= 0 || di <= 0 || g <= 0 || !stage(be, t, T, bl, 5, 3, f))
+	if (T <= 0 || di <= 0 || g <= 0)
 		return;
-	mgt_cpu_mamba_gated_norm_bwd_f32(be, f[3], f[4], dw, f[0], f[1], f[2], di, w, rstd, T, di, g);
-	unstage(t, T, bl[3], f[3]);
-	unstage(t, T, bl[4], f[4]);
+	mgt_cpu_mamba_gated_norm_bwd_16(be, dy, dz, dw, dout, y, z, ld_z, w, rstd, T, di, g, t);
 }
 
 /* The scan's geometry over the compact copies: x [T, nh p], B and C [T, g n], dt_raw [T, nh]. */

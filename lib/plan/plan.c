@@ -40,15 +40,16 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 {
 	mgt_status st = mgt_parallel_sched_slots(p->pp, rank, p->num_microbatches, p->vp, p->pp, slots);
 	if (st) return st;
-	mgt_parallel ps = { .world_size = p->gpus, .tp = p->tp, .pp = p->pp, .dp = p->dp, .cp = 1, .pp_rank = rank };
+	mgt_parallel ps = { .world_size = p->gpus, .tp = p->tp, .pp = p->pp, .dp = p->dp, .cp = p->cp, .pp_rank = rank };
+	const int G = p->dp * p->cp; /* the gradient group: data x context */
 	memset(mem, 0, sizeof *mem);
 	*opt = 0;
 	*numel = *outside = 0;
 	for (int k = 0; k < p->vp; k++) {
 		mgt_model_layout L = {
 			.mbs = p->mbs, .stage = k * p->pp + rank, .num_stages = p->pp * p->vp, .slots = slots[k],
-			.sequence_parallel = p->sp, .distributed_optimizer = distopt(p), .dp = p->dp,
-			.bucket_size = p->bucket_size, .recompute = p->recompute,
+			.sequence_parallel = p->sp, .distributed_optimizer = distopt(p), .dp = G,
+			.bucket_size = p->bucket_size, .recompute = p->recompute, .cp_comm = r->cp_comm,
 			.precision = r->precision == MGT_PLAN_BF16 ? MGT_PREC_BF16
 				     : r->precision == MGT_PLAN_FP16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
 			.fp32_residual_connection = r->fp32_residual_connection,
@@ -64,12 +65,26 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 		mem->activations += x.activations;
 		mem->workspace += x.workspace;
 		/* lib/train/train.c: AdamW over the buffer, or over this rank's 1/DP shard of every
-		 * bucket with the distributed optimizer and FSDP (buckets are padded to multiples of DP) */
-		*opt += (double)mgt_adamw_bytes(distopt(p) ? n / (size_t)p->dp : n);
+		 * bucket with the distributed optimizer and FSDP over the data x context group (buckets are
+		 * padded to multiples of its size) */
+		*opt += (double)mgt_adamw_bytes(distopt(p) ? n / (size_t)G : n);
 		*numel += n;
 		*outside += o;
 	}
 	return MGT_OK;
+}
+
+/* The MPI collectives' host scratch as mgt-train counts it (lib/train/log.c trainer_comm_memory):
+ * the data x context group's, and context parallelism's: the ring's sends of a rank's keys and
+ * values and of their gradient from copies (p2p, fp32 [s/CP b, groups/TP, 2, d] each), the
+ * all-gather's temporaries (allgather), none for a2a.  Bytes. */
+static double comm_memory(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p)
+{
+	double kv = (double)(c->seq_length / p->cp * p->mbs) * (double)(c->num_query_groups / p->tp) * 2 *
+		    (double)c->kv_channels * sizeof(float);
+	double cp = p->cp <= 1 ? 0 : r->cp_comm == MGT_CP_P2P ? 2 * kv : r->cp_comm == MGT_CP_A2A ? 0
+		    : (double)mgt_comm_mpi_scratch_bytes(p->cp);
+	return (double)mgt_comm_mpi_scratch_bytes(p->dp * p->cp) + cp;
 }
 
 static mgt_status plan_memory(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, size_t *numel,
@@ -87,7 +102,7 @@ static mgt_status plan_memory(const mgt_plan_request *r, const mgt_model_config 
 		size_t n, o;
 		st = rank_memory(r, c, p, ranks[i], slots, &m, &opt, &n, &o);
 		if (st) break;
-		double comm = r->cluster.host_memory ? (double)mgt_comm_mpi_scratch_bytes(p->dp) : 0;
+		double comm = r->cluster.host_memory ? comm_memory(r, c, p) : 0;
 		double total = (double)m.params + (double)m.grads + opt + (double)m.activations + (double)m.workspace +
 			       comm + r->cluster.overhead_bytes;
 		if (n > *numel) *numel = n, *outside = o;
@@ -161,9 +176,38 @@ static double ring(double S, int n, double bw, double lat)
 	return n > 1 ? (double)(n - 1) / n * S / bw + (n - 1) * lat : 0;
 }
 
+/* A layer's times (seconds) and the bytes it sends over the context group: cp_bytes forward and
+ * backward, cp_fwd_bytes forward (what full recomputation sends again), cp_sel_bytes core
+ * attention's forward exchange (what selective recomputation sends again: mgt-train recomputes
+ * the ring's, all-gather's and all-to-all's forward with core attention). */
 typedef struct {
-	double fwd, bwd, recomp, tp_exposed, attn_fwd;
+	double fwd, bwd, recomp, tp_exposed, attn_fwd, cp_exposed, cp_bytes, cp_fwd_bytes, cp_sel_bytes;
 } layer_time;
+
+/* The gradient group's size: data x context parallelism. */
+static int dpcp(const mgt_plan *p) { return p->dp * p->cp; }
+
+/* Context parallelism's exchanges of one layer and micro-batch: bf and bb bytes a rank sends
+ * forward and backward in nf and nb collective steps over the context group (its ranks TP apart in
+ * Megatron's tp-cp-ep-dp-pp order: within a node when TP x CP GPUs fit in one), under passes of
+ * hf and hb seconds (the attention block's; < 0: nothing hides them, as the all-to-alls, which
+ * the compute waits for), each leaving at least 1/CP of itself exposed.  Adds the exposed time to
+ * lt's fwd, bwd and cp_exposed, the bytes to cp_bytes. */
+static void cp_exchange(const mgt_plan_request *r, const mgt_plan *p, double bf, double bb, double nf, double nb,
+			double hf, double hb, layer_time *lt)
+{
+	const mgt_cluster *cl = &r->cluster;
+	bool intra = (int64_t)p->tp * p->cp <= cl->gpus_per_node;
+	double bw = (intra ? cl->intra_bandwidth : cl->inter_bandwidth) * 1e9;
+	double lat = (intra ? cl->intra_latency : cl->inter_latency) * 1e-6;
+	double tf = bf / bw + nf * lat, tb = bb / bw + nb * lat, last = 1.0 / p->cp;
+	double xf = hf < 0 ? tf : fmax(tf - hf, tf * last), xb = hb < 0 ? tb : fmax(tb - hb, tb * last);
+	lt->fwd += xf;
+	lt->bwd += xb;
+	lt->cp_exposed += xf + xb;
+	lt->cp_bytes += bf + bb;
+	lt->cp_fwd_bytes += bf;
+}
 
 /* Tensor parallelism's exposed time and the launches of nb blocks (a dense layer's attention and
  * MLP are 2; a hybrid model's symbol 1): per block, with SP 1 all-gather + 1 reduce-scatter
@@ -200,7 +244,7 @@ static layer_time blocks(const mgt_plan_request *r, const mgt_model_config *c, c
 {
 	const mgt_cluster *cl = &r->cluster;
 	int t = p->tp;
-	double s = (double)c->seq_length, T = s * p->mbs, h = (double)c->hidden_size, d = (double)c->kv_channels;
+	double s = (double)c->seq_length, T = s * p->mbs / p->cp, h = (double)c->hidden_size, d = (double)c->kv_channels;
 	double nq = (double)c->num_attention_heads / t, ng = (double)c->num_query_groups / t;
 	double fc1 = c->swiglu ? 2 * ffn : ffn;
 	double gf = 0, gb = 0;
@@ -212,8 +256,9 @@ static layer_time blocks(const mgt_plan_request *r, const mgt_model_config *c, c
 		dlinear(w, T, h, fc1, &gf, &gb);                /* linear_fc1 */
 		dlinear(w, T, ffn, h, &gf, &gb);                /* linear_fc2 */
 	}
-	/* causal flash attention: Megatron's FLOPs (mgt_model_flops), forward 2 s^2 nq d per sequence */
-	double af = attn ? 2 * p->mbs * s * s * nq * d : 0, at_f = af / (w->peak * cl->attention_fwd_efficiency);
+	/* causal flash attention: Megatron's FLOPs (mgt_model_flops), forward 2 s^2 nq d per sequence,
+	 * 1/CP of them on each context rank (the load-balanced zigzag chunks) */
+	double af = attn ? 2 * p->mbs * s * s * nq * d / p->cp : 0, at_f = af / (w->peak * cl->attention_fwd_efficiency);
 	double at_b = 2 * af / (w->peak * cl->attention_bwd_efficiency);
 	/* element-wise traffic a token, forward (elements): a norm (read, write h) and a
 	 * bias-dropout-add (read x and the residual, write the sum, a 1-byte mask: 3.5 h) a block =
@@ -224,7 +269,22 @@ static layer_time blocks(const mgt_plan_request *r, const mgt_model_config *c, c
 	double ef = T * (seq + act + rope) * w->eb / w->bw, eb = 2 * ef;
 	layer_time lt = { .fwd = gf + at_f + ef, .bwd = gb + at_b + eb, .attn_fwd = at_f };
 	block_overheads(r, p, w, T, h, attn + mlp, gf, gb, &lt);
-	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) lt.recomp = at_f;
+	double cpf = lt.fwd; /* the forward before attention's exchange: what it adds is recomputed */
+	if (attn && p->cp > 1) {
+		/* tests/cli/comm_volume.py's per-layer volume: kv (ring or all-gather) in the training
+		 * precision, their gradient in fp32; a2a: qkv and the output forward, again and their
+		 * gradients backward */
+		double k = p->cp, B4 = T * ng * 2 * d * 4, B = B4 * w->eb / 4;
+		double Q = T * (nq + 2 * ng) * d * w->eb, O = T * nq * d * w->eb;
+		if (r->cp_comm == MGT_CP_A2A)
+			cp_exchange(r, p, (k - 1) / k * (Q + O), (k - 1) / k * 2 * (Q + O), 2 * (k - 1), 4 * (k - 1), -1, -1, &lt);
+		else if (r->cp_comm == MGT_CP_ALLGATHER)
+			cp_exchange(r, p, (k - 1) * B, (k - 1) * (B + B4), k - 1, 2 * (k - 1), at_f, at_b, &lt);
+		else
+			cp_exchange(r, p, (k - 1) * B, (k - 1) * B + k * B4, k - 1, 2 * k - 1, at_f, at_b, &lt);
+		lt.cp_sel_bytes = lt.cp_fwd_bytes;
+	}
+	if (p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE) lt.recomp = at_f + (lt.fwd - cpf);
 	return lt;
 }
 
@@ -236,22 +296,34 @@ static layer_time layer(const mgt_plan_request *r, const mgt_model_config *c, co
 
 /* A Mamba-2 layer (lib/model/layer_mamba.c) for one micro-batch on one GPU: in_proj and out_proj;
  * the chunked scan's FLOPs (Megatron's 7 T d_in N, d_in this rank's) at the GEMM rate, its
- * backward twice; the mixer's fp32 traffic a token (in_proj's output read by the conv, the
- * scan, the gated norm: w + 3 cd + 4 di elements) plus the norm and bias-dropout-add's 5.5 h;
- * the backward twice that; one block's tensor parallelism and launches. */
+ * backward twice; the mixer's traffic a token (in_proj's output read by the conv, the scan, the
+ * gated norm: w + 3 cd + 4 di elements) plus the norm and bias-dropout-add's 5.5 h, all in the
+ * activations' type (eb bytes: the mixer stores them in 16 bits under bf16/fp16, layer_mamba.c);
+ * the backward twice that; one block's tensor parallelism and launches.  Under context
+ * parallelism T is the rank's s / CP tokens a sequence (the scan then runs the whole sequence of
+ * 1/CP of the heads: the same work), and the two all-to-alls each way move, of each of the CP - 1
+ * other ranks' blocks of T tokens, x, B, C and dt of its heads and groups out and y back, and
+ * backward dy out and dx, dB, dC, ddt back (lib/model/mamba_cp.c, tests/cli/comm_volume.py; with
+ * fewer groups than context ranks one group a block, replicated: Megatron's
+ * mamba_context_parallel.py group_repeat_count), exposed: the conv and scan wait for them. */
 static layer_time mamba_layer(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w)
 {
 	int t = p->tp;
-	double T = (double)c->seq_length * p->mbs, h = (double)c->hidden_size, N = (double)c->mamba_state_dim;
+	double T = (double)c->seq_length * p->mbs / p->cp, h = (double)c->hidden_size, N = (double)c->mamba_state_dim;
 	double nh = (double)c->mamba_num_heads / t, G = (double)c->mamba_num_groups / t, di = nh * (double)c->mamba_head_dim;
 	double cd = di + 2 * G * N, wl = di + cd + nh;
 	double gf = 0, gb = 0;
 	dlinear(w, T, h, wl, &gf, &gb);   /* in_proj */
 	dlinear(w, T, di, h, &gf, &gb);   /* out_proj */
 	double sf = 7 * T * di * N / w->rate;
-	double ef = T * ((wl + 3 * cd + 4 * di) * 4 + 5.5 * h / (p->sp ? t : 1) * w->eb) / w->bw;
+	double ef = T * (wl + 3 * cd + 4 * di + 5.5 * h / (p->sp ? t : 1)) * w->eb / w->bw;
 	layer_time lt = { .fwd = gf + sf + ef, .bwd = gb + 2 * sf + 2 * ef };
 	block_overheads(r, p, w, T, h, 1, gf, gb, &lt);
+	if (p->cp > 1) {
+		double k = p->cp, nb = nh / k, P = (double)c->mamba_head_dim, gb_ = G >= k ? G / k : 1;
+		double one = (k - 1) * T * ((nb * P + 2 * gb_ * N + nb) + nb * P) * w->eb;
+		cp_exchange(r, p, one, one, 2 * (k - 1), 2 * (k - 1), -1, -1, &lt);
+	}
 	return lt;
 }
 
@@ -286,23 +358,27 @@ static const layer_time *layer_of(const mgt_model_config *c, const layer_time *l
 /* The forward + backward (+ recompute) of one micro-batch through virtual stage `stage`. */
 static double stage_time(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, const hw *w,
 			 int stage, const layer_time *lt, const symbol_times *sy, double *fwd, double *bwd, double *rec,
-			 double *tpx)
+			 double *tpx, double *cpx, double *cpb)
 {
 	int64_t first, n;
 	if (mgt_stage_layers(c, p->pp * p->vp, stage, &first, &n)) n = 0;
 	double f = (double)n * lt->fwd, b = (double)n * lt->bwd, rc = (double)n * lt->recomp;
-	double x = (double)n * lt->tp_exposed;
+	double x = (double)n * lt->tp_exposed, cx = (double)n * lt->cp_exposed, cb = (double)n * lt->cp_bytes;
 	int64_t k = p->recompute.method == MGT_RECOMPUTE_BLOCK ? (p->recompute.num_layers < n ? p->recompute.num_layers : n) : n;
-	if (p->recompute.granularity == MGT_RECOMPUTE_FULL) rc = (double)k * lt->fwd;
+	bool full = p->recompute.granularity == MGT_RECOMPUTE_FULL, sel = p->recompute.granularity == MGT_RECOMPUTE_SELECTIVE;
+	if (full) rc = (double)k * lt->fwd;
+	/* recomputation sends the recomputed forwards' context exchanges again */
+	cb += full ? (double)k * lt->cp_fwd_bytes : sel ? (double)n * lt->cp_sel_bytes : 0;
 	if (c->hybrid_layer_pattern[0]) { /* symbol by symbol */
-		f = b = rc = x = 0;
+		f = b = rc = x = cx = cb = 0;
 		for (int64_t l = first; l < first + n; l++) {
 			const layer_time *y = layer_of(c, lt, sy, l);
-			f += y->fwd, b += y->bwd, x += y->tp_exposed;
-			rc += p->recompute.granularity == MGT_RECOMPUTE_FULL ? (l < first + k ? y->fwd : 0) : y->recomp;
+			f += y->fwd, b += y->bwd, x += y->tp_exposed, cx += y->cp_exposed, cb += y->cp_bytes;
+			rc += full ? (l < first + k ? y->fwd : 0) : y->recomp;
+			cb += full ? (l < first + k ? y->cp_fwd_bytes : 0) : sel ? y->cp_sel_bytes : 0;
 		}
 	}
-	double T = (double)c->seq_length * p->mbs, h = (double)c->hidden_size, t = p->tp;
+	double T = (double)c->seq_length * p->mbs / p->cp, h = (double)c->hidden_size, t = p->tp;
 	double V = (double)c->padded_vocab_size / t;
 	const mgt_cluster *cl = &r->cluster;
 	double one = t > 1 ? ring(T * h * w->eb, p->tp, cl->intra_bandwidth * 1e9, cl->intra_latency * 1e-6) : 0;
@@ -318,7 +394,7 @@ static double stage_time(const mgt_plan_request *r, const mgt_model_config *c, c
 		b += gb + 2 * T * V * w->eb / w->bw + 4 * T * h * w->eb / w->bw + one;
 		x += 2 * one;
 	}
-	*fwd += f; *bwd += b; *rec += rc; *tpx += x;
+	*fwd += f; *bwd += b; *rec += rc; *tpx += x; *cpx += cx; *cpb += cb;
 	return f + b + rc;
 }
 
@@ -344,12 +420,13 @@ static double fsdp_time(const mgt_plan_request *r, const mgt_model_config *c, co
 			double outside, double bus, double lat, double wf, double wbr)
 {
 	double layers = (double)c->num_layers / p->pp, u = 1 / (layers > 1 ? layers : 1);
-	double rs = ring(4 * N, p->dp, bus, lat), hb = r->overlap_grad_reduce ? rs : 0;
+	int G = dpcp(p);
+	double rs = ring(4 * N, G, bus, lat), hb = r->overlap_grad_reduce ? rs : 0;
 	bool ogp = p->sharding >= MGT_DP_OPTIM_GRADS_PARAMS;
-	double gl = ogp ? ring(4 * (N - outside), p->dp, bus, lat) : 0, hf = 0;
+	double gl = ogp ? ring(4 * (N - outside), G, bus, lat) : 0, hf = 0;
 	if (r->overlap_param_gather) hf = gl, hb += gl;
 	double mb = exposed(hb, wbr, u) + (rs + 2 * gl - hb - hf) + exposed(hf, wf, u);
-	double step = ring(4 * (ogp ? outside : N), p->dp, bus, lat);
+	double step = ring(4 * (ogp ? outside : N), G, bus, lat);
 	return (double)p->num_microbatches * mb + (r->overlap_param_gather ? exposed(step, wf, u) : step);
 }
 
@@ -364,23 +441,27 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 	layer_time lt = layer(r, c, p, &w);
 	symbol_times sy = symbols(r, c, p, &w);
 	int P = p->pp, V = p->vp, M = p->num_microbatches;
-	double T = (double)c->seq_length * p->mbs, h = (double)c->hidden_size;
-	/* point-to-point: [s b h] (/TP under SP) each way per micro-batch; the next stage is TP x DP
-	 * ranks on (Megatron's tp-cp-ep-dp-pp order): the same node only when the whole job is */
-	bool pp_intra = (int64_t)p->tp * p->dp * p->pp <= cl->gpus_per_node;
+	double T = (double)c->seq_length * p->mbs / p->cp, h = (double)c->hidden_size;
+	/* point-to-point: [s/CP b h] (/TP under SP) each way per micro-batch; the next stage is
+	 * TP x CP x DP ranks on (Megatron's tp-cp-ep-dp-pp order): the same node only when the whole
+	 * job is */
+	bool pp_intra = (int64_t)p->tp * p->cp * p->dp * p->pp <= cl->gpus_per_node;
 	double p2p = P > 1 ? T * h * w.eb / (p->sp ? p->tp : 1) / ((pp_intra ? cl->intra_bandwidth : cl->inter_bandwidth) * 1e9) +
 				     (pp_intra ? cl->intra_latency : cl->inter_latency) * 1e-6 : 0;
-	double worst = 0, wf = 0, wb = 0, wr = 0, wx = 0;
+	double worst = 0, wf = 0, wb = 0, wr = 0, wx = 0, wc = 0, wcb = 0;
 	int cand[3] = { 0, P - 1, P > 2 ? 1 : 0 };
 	for (int i = 0; i < 3; i++) {
-		double f = 0, b = 0, rc = 0, x = 0, tot = 0;
-		for (int k = 0; k < V; k++) tot += stage_time(r, c, p, &w, k * P + cand[i], &lt, &sy, &f, &b, &rc, &x);
+		double f = 0, b = 0, rc = 0, x = 0, cx = 0, cb = 0, tot = 0;
+		for (int k = 0; k < V; k++)
+			tot += stage_time(r, c, p, &w, k * P + cand[i], &lt, &sy, &f, &b, &rc, &x, &cx, &cb);
 		/* the 1F1B schedule waits for each send; the interleaved one overlaps them (Megatron's
 		 * overlap_p2p_comm, on with virtual stages) */
 		if (V == 1) tot += 2 * p2p;
-		if (tot > worst) worst = tot, wf = f, wb = b, wr = rc, wx = x;
+		if (tot > worst) worst = tot, wf = f, wb = b, wr = rc, wx = x, wc = cx, wcb = cb;
 	}
-	p->time.compute = (double)M * (wf + wb - wx);
+	p->time.compute = (double)M * (wf + wb - wx - wc);
+	p->time.cp_comm = (double)M * wc;
+	p->cp_bytes = (double)M * wcb;
 	p->time.recompute = (double)M * wr;
 	p->time.tp_comm = (double)M * wx;
 	p->time.pp_comm = V == 1 ? (double)M * 2 * p2p : 0;
@@ -391,13 +472,14 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 	 * moves mgt's fp32 parameters (lib/train/train.c dp_bucket: Megatron's moves them in the
 	 * training precision) */
 	double dp_t = 0, N = (double)numel, gb = r->grad_reduce_in_bf16 ? 2 : 4;
-	if (p->dp > 1) {
-		bool span = (int64_t)p->tp * p->dp > cl->gpus_per_node;
+	int G = dpcp(p); /* the gradient group (data x context), its ranks TP apart */
+	if (G > 1) {
+		bool span = (int64_t)p->tp * G > cl->gpus_per_node;
 		int k = p->tp < cl->gpus_per_node ? cl->gpus_per_node / p->tp : 1;
 		double bus = span ? fmin(cl->intra_bandwidth, k * cl->inter_bandwidth) : cl->intra_bandwidth;
 		double lat = (span ? cl->inter_latency : cl->intra_latency) * 1e-6;
-		double rs = ring(gb * N, p->dp, bus * 1e9, lat);
-		double ag = distopt(p) ? ring(4 * N, p->dp, bus * 1e9, lat) : rs; /* all-reduce: RS + AG */
+		double rs = ring(gb * N, G, bus * 1e9, lat);
+		double ag = distopt(p) ? ring(4 * N, G, bus * 1e9, lat) : rs; /* all-reduce: RS + AG */
 		double last = p->bucket_size > 0 && (double)p->bucket_size < N ? (double)p->bucket_size / N : 1;
 		double grad = rs + (distopt(p) ? 0 : ag), gather = distopt(p) ? ag : 0;
 		double xg = r->overlap_grad_reduce ? fmax(grad - wb - wr, grad * last) : grad;
@@ -408,7 +490,7 @@ static void plan_time(const mgt_plan_request *r, const mgt_model_config *c, mgt_
 	p->time.dp_comm = dp_t;
 	/* the optimizer: fp32 parameter, gradient, two moments read and written, the parameter
 	 * written in the training precision, the gradient norm and zeroing: 36 + eb bytes an element */
-	double shard = distopt(p) ? N / p->dp : N;
+	double shard = distopt(p) ? N / G : N;
 	p->time.optimizer = shard * (36 + w.eb) / w.bw;
 	p->time.iteration = pipe + dp_t + p->time.optimizer;
 	p->model_flops = mgt_model_flops(c, r->global_batch_size);
@@ -427,12 +509,16 @@ static mgt_status finalize(const mgt_plan_request *r, int tp, mgt_model_config *
 static mgt_status check_divides(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p)
 {
 	int gpus = r->cluster.gpus_per_node * r->cluster.nodes;
+	p->cp = r->cp > 1 ? r->cp : 1;
 	if (p->tp < 1 || p->pp < 1 || p->vp < 1 || p->mbs < 1) return mgt_err(MGT_ERR_USAGE, "layout sizes must be positive");
-	if (gpus % (p->tp * p->pp))
+	if (gpus % (p->tp * p->pp * p->cp))
 		return mgt_err(MGT_ERR_USAGE, "%d GPUs are not divisible by --tensor-model-parallel-size %d x "
-			       "--pipeline-model-parallel-size %d", gpus, p->tp, p->pp);
+			       "--pipeline-model-parallel-size %d x --context-parallel-size %d", gpus, p->tp, p->pp, p->cp);
+	if (c->seq_length % (2 * p->cp))
+		return mgt_err(MGT_ERR_USAGE, "--seq-length %lld is not divisible by 2 x --context-parallel-size %d "
+			       "(each sequence is cut into 2 x CP chunks)", (long long)c->seq_length, p->cp);
 	p->gpus = gpus;
-	p->dp = gpus / (p->tp * p->pp);
+	p->dp = gpus / (p->tp * p->pp * p->cp);
 	if (r->global_batch_size % ((int64_t)p->mbs * p->dp))
 		return mgt_err(MGT_ERR_USAGE, "--global-batch-size %lld is not a multiple of --micro-batch-size %d x "
 			       "data-parallel size %d", (long long)r->global_batch_size, p->mbs, p->dp);
@@ -443,8 +529,9 @@ static mgt_status check_divides(const mgt_plan_request *r, const mgt_model_confi
 	if (p->vp > 1 && p->pp < 2)
 		return mgt_err(MGT_ERR_USAGE, "virtual pipeline stages need --pipeline-model-parallel-size > 1");
 	if (p->tp == 1) p->sp = false;
-	/* at DP 1 the distributed optimizer is none; an FSDP strategy given stays (mgt-train's layout) */
-	if (p->dp == 1 && p->sharding == MGT_DP_OPTIM) p->sharding = MGT_DP_NO_SHARD;
+	/* with one gradient rank (DP x CP 1) the distributed optimizer is none; an FSDP strategy given
+	 * stays (mgt-train's layout) */
+	if (dpcp(p) == 1 && p->sharding == MGT_DP_OPTIM) p->sharding = MGT_DP_NO_SHARD;
 	p->bucket_size = bucket_size(r, p);
 	return MGT_OK;
 }
@@ -541,8 +628,9 @@ static mgt_status search_run(const mgt_plan_request *r, search *s)
 		mgt_model_config c;
 		if (finalize(r, tp, &c)) continue; /* heads, groups or ffn do not divide */
 		for (int pp = 1; pp <= (r->pp ? r->pp : max_pp); pp++) {
-			if ((r->pp && pp != r->pp) || L % pp || gpus % (tp * pp)) continue;
-			int dp = gpus / (tp * pp);
+			int cp = r->cp > 1 ? r->cp : 1;
+			if ((r->pp && pp != r->pp) || L % pp || gpus % (tp * pp * cp)) continue;
+			int dp = gpus / (tp * pp * cp);
 			int mbl[16], nm = 0;
 			if (r->mbs) mbl[nm++] = r->mbs;
 			else for (int m = 1; m <= max_mbs && nm < 16; m *= 2) mbl[nm++] = m;
@@ -555,7 +643,7 @@ static mgt_status search_run(const mgt_plan_request *r, search *s)
 					if (vp > 1 && (M < pp || (M % pp && M % pp < pp))) continue; /* sched_check with G = PP */
 					bool sps[2];
 					mgt_dp_sharding dos[4];
-					int grs[3], nsp = bool_list(r->sp, tp > 1, sps), ndo = sharding_list(r, dp, dos);
+					int grs[3], nsp = bool_list(r->sp, tp > 1, sps), ndo = sharding_list(r, dp * cp, dos);
 					int ngr = gran_list(r->recompute, grs);
 					for (int a = 0; a < nsp; a++)
 						for (int b = 0; b < ndo; b++)
@@ -701,6 +789,11 @@ char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
 	}
 	ADD("--tensor-model-parallel-size"); ADD("%d", p->tp);
 	ADD("--pipeline-model-parallel-size"); ADD("%d", p->pp);
+	if (p->cp > 1) {
+		ADD("--context-parallel-size"); ADD("%d", p->cp);
+		ADD("--cp-comm-type");
+		ADD(r->cp_comm == MGT_CP_A2A ? "a2a" : r->cp_comm == MGT_CP_ALLGATHER ? "allgather" : "p2p");
+	}
 	if (p->vp > 1) {
 		ADD("--num-layers-per-virtual-pipeline-stage");
 		ADD("%lld", (long long)(r->model.num_layers / ((int64_t)p->pp * p->vp)));

@@ -24,11 +24,19 @@
  *             (read the input, write a byte) and the transposed copies (a byte each way);
  *   attention causal flash attention, Megatron's FLOPs (halved for causality) at
  *             attention_fwd/bwd_efficiency of the dense peak;
- *   element-wise  bytes per token and layer (norms, bias-dropout-add, activation, RoPE) and per
- *             logit (cross entropy), at memory_bandwidth (split by TP, the norms and dropout by
- *             sequence parallelism too);
+ *   element-wise  bytes per token and layer (norms, bias-dropout-add, activation, RoPE; a Mamba
+ *             layer's mixer: conv, scan and gated norm) and per logit (cross entropy), at
+ *             memory_bandwidth, 2 bytes an element under bf16/fp16 and 4 under fp32 (split by TP,
+ *             the norms and dropout by sequence parallelism too);
  *   TP/SP     all-gathers and reduce-scatters of [s b h] per layer (all-reduces without SP) over
  *             the intra-node link, hidden behind the GEMMs with --tp-comm-overlap;
+ *   CP        (fixed --context-parallel-size) each rank s / CP tokens of every sequence; per
+ *             attention layer the keys and values (p2p ring, all-gather) or qkv and the output
+ *             (a2a), per Mamba layer two all-to-alls each way (x, B, C, dt out and y back; dy out
+ *             and their gradients back), in the training precision's bytes, the volumes of
+ *             tests/cli/comm_volume.py (what mgt-train moves); the all-to-alls exposed, the
+ *             ring's and all-gather's under the attention block's compute, each leaving at least
+ *             1/CP of itself; recomputation sends the recomputed forwards' exchanges again;
  *   DP        reduce-scatter of fp32 gradients and all-gather of bf16 parameters (all-reduce
  *             without the distributed optimizer), ring bus bandwidth min(intra, k x inter) for a
  *             group with k GPUs a node spanning nodes; overlapped with the last micro-batch's
@@ -110,6 +118,9 @@ typedef struct mgt_plan_request {
 					     * the casts and transposes as memory traffic, the fp8 buffers in
 					     * the memory (mgt_model_measure) */
 	int tp, pp, vp, mbs;                /* fixed sizes (vp: virtual stages per pipeline rank) */
+	int cp;                             /* --context-parallel-size: fixed, never searched (0 or 1:
+					     * none); DP = GPUs / (TP x PP x CP), gradients over DP x CP */
+	mgt_cp_comm cp_comm;                /* --cp-comm-type of the attention layers under CP > 1 */
 	int max_tp, max_pp, max_mbs;        /* bounds of the search (0: gpus_per_node, layers, 16) */
 	int recompute;                      /* -1 search, else mgt_recompute_granularity */
 	int distopt, sp;                    /* -1 search, 0 off, 1 on (distopt 1: optim, 0: no_shard) */
@@ -130,6 +141,7 @@ typedef struct mgt_plan_request {
  * pipeline rank).  Times: seconds per iteration, the parts of the critical path. */
 typedef struct mgt_plan {
 	int tp, pp, vp, dp, mbs, num_microbatches, gpus;
+	int cp;                             /* context-parallel size (1: none); set from the request */
 	bool sp;
 	mgt_dp_sharding sharding;           /* optim: the distributed optimizer; optim_grads and
 					     * optim_grads_params: Megatron-FSDP (--use-megatron-fsdp) */
@@ -142,8 +154,12 @@ typedef struct mgt_plan {
 	int mem_stage;
 	bool fits;
 	struct {
-		double compute, recompute, tp_comm, pp_comm, bubble, dp_comm, optimizer, iteration;
+		double compute, recompute, tp_comm, cp_comm, pp_comm, bubble, dp_comm, optimizer, iteration;
 	} time;
+	/* bytes the slowest pipeline rank sends over the context group an iteration (attention's
+	 * ring, all-gather or all-to-all; the Mamba layers' all-to-alls): what mgt-train's --comm-log
+	 * counts as "context" (tests/cli/comm_volume.py); 0 without CP */
+	double cp_bytes;
 	double model_flops, tflops_per_gpu, mfu;
 } mgt_plan;
 

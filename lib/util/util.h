@@ -186,6 +186,18 @@ uint16_t mgt_f32_to_bf16(float x);
 float mgt_bf16_to_f32(uint16_t h);
 uint16_t mgt_f32_to_f16(float x);
 float mgt_f16_to_f32(uint16_t h);
+/* mgt_f32_to_bf16 as an inline function (its one definition: util.c's mgt_f32_to_bf16 returns
+ * it), for loops that convert many elements and should not call out per element: NaN keeps its
+ * sign and leading payload with the quiet bit set, +-inf stays, every other value rounds to
+ * nearest even by adding 0x7fff plus the kept part's lowest bit (a carry into the exponent is
+ * the overflow to inf).  Source: IEEE 754-2008 section 4.3.1. */
+static inline uint16_t mgt_f32_to_bf16_inline(float x)
+{
+	union { float f; uint32_t u; } b = { .f = x };
+	if ((b.u & 0x7f800000u) == 0x7f800000u)
+		return (uint16_t)(b.u & 0x007fffffu ? b.u >> 16 | 0x0040u : b.u >> 16);
+	return (uint16_t)((b.u + 0x7fffu + (b.u >> 16 & 1u)) >> 16);
+}
 
 /* The two 8-bit float formats of fp8 training (OCP 8-bit Floating Point Specification v1.0 and
  * arXiv:2209.05433; CUDA's cuda_fp8.hpp __nv_cvt_float_to_fp8):

@@ -1,6 +1,8 @@
 #!/bin/sh
 # mgt-plan: its memory figure equals what mgt-train computes and allocates for the same layout
-# (the "memory before training: computed" line, CPU backend; GPT and hybrid models); the bubble
+# (the "memory before training: computed" line, CPU backend; GPT and hybrid models, a hybrid model
+# under context parallelism, whose bytes over the context group equal mgt-train's counted ones and
+# whose Mamba terms are in the precision's bytes); the bubble
 # and the FLOPs (GPT's and Megatron's hybrid_flops) against hand-computed values; fixed layouts, config.json input, the plan's mgt-train flags; bad input
 # and its exit statuses (TAP, run by prove).
 . "$(dirname "$0")/lib.sh"
@@ -57,6 +59,98 @@ mlp = 4 * 4.0 * B * s * h * h
 mamba = 2 * B * s * h * (2 * din + 2 * G * N + NH) + 7 * B * s * din * N + 2 * B * s * din * h
 print('%.6e' % (3 * (4 * attn + 28 * mlp + 24 * mamba + 2 * B * s * h * V)))")
 ok "its FLOPs equal Megatron's hybrid_flops by hand ($want)" same "$(get h8b.json "'%.6e' % p['model_flops']")" "$want"
+
+# --- hybrid models under context parallelism (issue 48 item 9): tiny-hybrid (M*M-) CP2 on 2
+# processes, fp32 and bf16: the plan's bytes over the context group an iteration (the attention
+# layer's ring, the Mamba layers' all-to-alls, in the precision's bytes) equal what mgt-train's
+# --comm-log counts on each rank and what comm_volume.py computes, and its memory mgt-train's
+# computed; the plan's cp_comm time is those bytes and steps on the link (a Mamba-only pattern,
+# whose all-to-alls nothing hides); the Mamba mixer's traffic in the precision's bytes (a
+# bandwidth-bound cluster: bf16 compute half of fp32's)
+sed -e 's/"gpus_per_node": 1/"gpus_per_node": 2/' "$SHARE/clusters/cpu.json" > cpu2.json
+CPL="--model tiny-hybrid --vocab-size 50257 --seq-length 64 --global-batch-size 8 --micro-batch-size 2 --context-parallel-size 2"
+for prec in fp32 bf16; do
+	pf=""; [ $prec = bf16 ] && pf=--bf16
+	"$P" $CPL --cluster cpu2.json --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
+		--recompute-granularity none --use-distributed-optimizer $pf --output cp$prec.json 2>cp$prec.perr
+	ok "hybrid CP2 $prec: a plan (DP 1, CP 2 in its args)" $PY -c "
+import json; p = json.load(open('cp$prec.json'))['plans'][0]; a = p['args']
+assert p['context_parallel_size'] == 2 and p['data_parallel_size'] == 1, p
+assert a[a.index('--context-parallel-size') + 1] == '2' and a[a.index('--cp-comm-type') + 1] == 'p2p', a"
+	if command -v mpirun >/dev/null 2>&1; then
+		sh "$ROOT/tests/mpirun.sh" 2 "$BIN/mgt-train" $CPL --mock-data --tokenizer-type NullTokenizer --train-iters 1 \
+			--device cpu --threads 1 --eval-interval 0 --use-distributed-optimizer $pf --comm-log cl$prec \
+			>cptr$prec.log 2>&1 </dev/null
+		want=$(sed -n 's/^memory before training: computed \([0-9.]*\) MiB.*/\1/p' cptr$prec.log)
+		ok "... its memory equals mgt-train's computed $want MiB" same \
+			"$(get cp$prec.json "'%.1f' % ((p['memory']['total'] - p['memory']['overhead']) / 1048576)")" "$want"
+		ok "... its context bytes equal mgt-train's counted on both ranks" $PY -c "
+import json; want = json.load(open('cp$prec.json'))['plans'][0]['cp_bytes']
+for r in (0, 1):
+    got = [json.loads(l)['bytes']['context'] for l in open('cl$prec.rank%d.jsonl' % r)]
+    print('# rank %d: counted %s, planned %.0f' % (r, got, want))
+    assert got and all(g == want for g in got), (got, want)"
+		ok "... and comm_volume.py's analytic ones" $PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-hybrid.json" \
+			cl$prec 2 mbs=2 gbs=8 seq=64 vocab=50304 cp=2 distopt=1 prec=$prec
+	else
+		skip "mpirun not found: CP2 $prec memory"; skip "mpirun not found"; skip "mpirun not found"
+	fi
+done
+# recomputation sends the recomputed forwards' exchanges again (mgt-train: selective recomputes
+# core attention's exchange, full every layer's, the Mamba all-to-alls included)
+for lay in "p2p selective" "a2a full"; do
+	set -- $lay
+	rc="--recompute-granularity selective"
+	[ $2 = full ] && rc="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
+	"$P" $CPL --cp-comm-type $1 --cluster cpu2.json --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 \
+		--recompute-granularity $2 --use-distributed-optimizer --bf16 --output cp$1$2.json 2>cp$1$2.perr
+	if command -v mpirun >/dev/null 2>&1; then
+		sh "$ROOT/tests/mpirun.sh" 2 "$BIN/mgt-train" $CPL --cp-comm-type $1 $rc --mock-data --tokenizer-type NullTokenizer \
+			--train-iters 1 --device cpu --threads 1 --eval-interval 0 --use-distributed-optimizer --bf16 \
+			--comm-log cl$1$2 >cptr$1$2.log 2>&1 </dev/null
+		ok "hybrid CP2 bf16 $1, $2 recomputation: the plan's context bytes equal mgt-train's counted" $PY -c "
+import json; want = json.load(open('cp$1$2.json'))['plans'][0]['cp_bytes']
+got = [json.loads(l)['bytes']['context'] for r in (0, 1) for l in open('cl$1$2.rank%d.jsonl' % r)]
+print('# counted %s, planned %.0f' % (got, want)); assert got and all(g == want for g in got), (got, want)"
+	else
+		skip "mpirun not found: CP2 $1 $2"
+	fi
+done
+$PY - "$SHARE/models/tiny-hybrid.json" "$SHARE/clusters/cpu.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2]))
+m.update(hybrid_layer_pattern="MMMM", seq_length=4096, max_position_embeddings=4096)
+json.dump(m, open("mamba4.json", "w"))
+json.dump(dict(m, seq_length=64, max_position_embeddings=64), open("mamba4s.json", "w"))
+c.update(name="membound", gemm_tflops=1e6, fp32_tflops=1e6, peak_tflops=1e6, kernel_overhead_us=0)
+json.dump(c, open("membound.json", "w"))
+PY
+for prec in fp32 bf16; do
+	pf=""; [ $prec = bf16 ] && pf=--bf16
+	"$P" --model ./mamba4s.json --vocab-size 50257 --global-batch-size 8 --micro-batch-size 2 --context-parallel-size 2 \
+		--cluster cpu2.json --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --recompute-granularity none \
+		$pf --output cpm$prec.json 2>cpm$prec.err
+done
+ok "Mamba-only CP2: bf16's context bytes are fp32's halved (the all-to-alls in the activations' type)" $PY -c "
+import json; b = [json.load(open('cpm%s.json' % x))['plans'][0]['cp_bytes'] for x in ('fp32', 'bf16')]
+print('# fp32 %.0f, bf16 %.0f bytes' % tuple(b)); assert b[1] > 0 and b[0] == 2 * b[1], b"
+ok "Mamba-only CP2: cp_comm = the bytes on the intra-node link + 2 all-to-alls each way of 1 step, a layer and micro-batch" $PY -c "
+import json; p = json.load(open('cpmbf16.json'))['plans'][0]; c = json.load(open('cpu2.json'))
+M, L = p['num_microbatches'], 4
+want = p['cp_bytes'] / (c['intra_node_bandwidth_gbps'] * 1e9) + M * L * 4 * c['intra_node_latency_us'] * 1e-6
+print('# cp_comm %.9g s, bytes %.0f, expected %.9g s' % (p['time']['cp_comm'], p['cp_bytes'], want))
+assert p['cp_bytes'] > 0 and abs(p['time']['cp_comm'] - want) <= 1e-9 * want
+t = p['time']; parts = sum(t[k] for k in ('compute', 'recompute', 'tp_comm', 'cp_comm', 'pp_comm', 'bubble', 'dp_comm', 'optimizer'))
+assert abs(parts - t['iteration']) <= 1e-9 * t['iteration'], (parts, t)"
+for prec in fp32 bf16; do
+	pf=""; [ $prec = bf16 ] && pf=--bf16
+	"$P" --model ./mamba4.json --vocab-size 256 --cluster ./membound.json --global-batch-size 1 --micro-batch-size 1 \
+		--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --recompute-granularity none --ignore-memory \
+		$pf --output mb$prec.json 2>mb$prec.err
+done
+ok "Mamba-only, bandwidth-bound cluster: bf16's compute time is fp32's halved (the mixer's traffic in 2-byte elements)" $PY -c "
+import json; a, b = (json.load(open('mb%s.json' % x))['plans'][0]['time']['compute'] for x in ('fp32', 'bf16'))
+print('# fp32 %.6g s, bf16 %.6g s: ratio %.4f' % (a, b, a / b)); assert abs(a / b - 2) < 0.01"
 
 # --- FLOPs: Megatron's formula by hand for gpt2-124m (h 768, 12 layers, padded vocab 50304,
 # seq 1024): per token 72 h^2 L + 6 s h L (causal attention) + 6 h V, times the batch's tokens

@@ -956,7 +956,9 @@ static void test_step(int L, int b, int nh, int g, int p, int n, int split)
 
 /* ---- 16-bit storage (backend.h's t = bf16, fp16) ----
  * The ops compute in fp32 on the 16-bit inputs widened and round each output once, so each 16-bit
- * output is the fp32 op's on the widened inputs, rounded, bit for bit; the columns an op must not
+ * output is the fp32 op's on the widened inputs, rounded, bit for bit (the reference is that
+ * staged computation: the fp32 op run here on the widened copies; gated_norm_bwd widens row by
+ * row inside the op, the others through whole fp32 copies, cpu_mamba16.c); the columns an op must not
  * write keep their bits; the fp32 outputs (weight gradients, states, rstd) are the fp32 op's bit
  * for bit. */
 static uint16_t to16(float v, mgt_elem_type t) { return t == MGT_DT_BF16 ? mgt_f32_to_bf16(v) : mgt_f32_to_f16(v); }
@@ -1063,6 +1065,9 @@ static void test_16bit(void)
 		test16_conv(ts[k], 7, 1, 5, 4, 5, false);
 		test16_norm(ts[k], 50, 96, 2, 136);
 		test16_norm(ts[k], 7, 30, 3, 30);
+		/* T di above the threads' threshold (CPU_PAR_MIN), 3 column chunks of dw: the row-wise
+		 * 16-bit op's parallel paths */
+		test16_norm(ts[k], 300, 320, 4, 330);
 		test16_scan(ts[k], 150, 3, 4, 2, 8, 16, true);
 		test16_scan(ts[k], 45, 1, 3, 3, 4, 4, false);
 	}
