@@ -25,11 +25,36 @@
  *
  * Storage: the kernels that touch activations are templated on their type T (float,
  * __nv_bfloat16, __half): x, B, C, dt_raw, dy are read as T and widened exactly (mgt_ld1), y,
- * dx, dB, dC, ddt_raw are written once each, rounded to nearest even (mgt_st1); every sum and
- * product is the fp32 kernel's, in its order, so a 16-bit output is the fp32 op's on the widened
- * inputs, rounded once.  The states, ws, parameters and their gradients are fp32 for every T.
- * Hence y is summed in shared memory (ssd_out_k: a tile of SSD_TS rows by SSD_PC columns) and
- * dx in registers (bwd_dx), not in the output. */
+ * dx, dB, dC, ddt_raw are written once each, rounded to nearest even (mgt_st1).  The states, ws,
+ * parameters and their gradients are fp32 for every T.  For T = float every sum and product is
+ * scalar fp32 (the CPU tests' and golden logs' reference); y is summed in shared memory (ssd_out_k:
+ * a tile of SSD_TS rows by SSD_PC columns) and dx in registers (bwd_dx), not in the output.  The
+ * backward is that scalar code for every T, so a 16-bit gradient is the fp32 op's on the widened
+ * inputs (and the same states), rounded once.
+ *
+ * Tensor cores (the forward, T = bf16 or fp16: ssd_state_tc_k, ssd_out_tc_k instead of
+ * ssd_state_k, ssd_out_k).  The chunk-level matrix products of the SSD algorithm (Dao & Gu 2024,
+ * section 6: the intra-chunk (C B^T o L) X, the chunk states B^T (decay o X), the inter-chunk
+ * C S) run as mma.sync m16n8k16 with T operands and fp32 accumulators (kernels/mma.cuh; operands
+ * staged in shared memory as T with padded rows, read with ldmatrix), 8 warps a block:
+ *   states[c] = X^T W, W[s][n] = wv_s B[s][n] (wv_s = e^{cum[last] - cum[s]} dt_s on the last
+ *     document, else 0) computed in fp32 and ROUNDED TO T; X exact;
+ *   M = C B^T (C, B exact; fp32 sums), then M[r][s] e^{cum[r] - cum[s]} dt_s masked (s <= r, same
+ *     document) in fp32 and ROUNDED TO T; y_intra = M X (X exact);
+ *   z = C S_in^T with S_in (the fp32 carried state) ROUNDED TO T; y = y_intra + e^{cum[r]} z (rows
+ *     whose document began before the chunk) + D x in fp32, rounded once into y.
+ * These are the operand roundings of mamba_ssm's Triton kernels (ops/triton/ssd_chunk_state.py
+ * scales B by the decay and dt and casts it to x's type; ssd_chunk_scan.py casts the decayed
+ * C B^T to x's type and the previous states to C's type before tl.dot).  The decays, cumulative
+ * sums, dt, the carry (ssd_carry_k) and the saved states stay fp32.  Hence a 16-bit y is within
+ * 2u (u = 2^-8 bf16, 2^-11 fp16) of the sum of its terms' magnitudes of the fp32 op's y before its
+ * own rounding, and a state within u (tests/gpu/test_cuda_ops.c cmp_bound); fp16 operands whose
+ * magnitude falls below 2^-14 round to subnormals (absolute 2^-25), and W, M or S_in above 65504
+ * would overflow to inf in fp16 (bf16 has fp32's range).  Tiles: y by TC_R = 64 rows (M for keys
+ * 0..Q-1 once a row tile, T [TC_R, Q + 8]) and TC_O = 64 columns, warp w owning rows 16 (w % 4)
+ * and columns 32 (w / 4); states by 64 x 64 tiles; k staged TC_K = 32 a step.  p and n need not
+ * be multiples of 16: staged tiles are zero-filled past q, p and n, and only elements inside are
+ * stored. */
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -338,16 +363,20 @@ static __device__ void state_tile(const chunk_v<T> &v, const float *wv, T *Xs, T
 			return r < sn && n0 + c < N ? wv[s0 + r] * bat(v, s0 + r, n0 + c) : 0.0f;
 		});
 		__syncthreads();
+#pragma unroll
 		for (int kk = 0; kk < TC_K; kk += 16) {
 			uint32_t a[4], b[4];
 			tc_at<TC_OP>(a, Xs, wr, kk);
+#pragma unroll
 			for (int c = 0; c < 4; c += 2) {
 				tc_b<TC_OP>(b, Ws, kk, wc + c * 8);
 				tc_mma2<T>(acc[c], acc[c + 1], a, b);
 			}
 		}
 	}
+#pragma unroll
 	for (int c = 0; c < 4; c++)
+#pragma unroll
 		for (int e = 0; e < 4; e++) {
 			const int p = p0 + wr + tc_row(e), n = n0 + wc + tc_col(c, e);
 			if (p < P && n < N)
@@ -406,16 +435,22 @@ template <typename T> static __device__ void otc_scores(const otc_ctx<T> &k, int
 		tc_stage<TC_KP>(Cs, TC_R, TC_K, [&](int r, int c) { return r0 + r < v.q && n0 + c < k.N ? cat(v, r0 + r, n0 + c) : 0.0f; });
 		tc_stage<TC_KP>(Bs, Q, TC_K, [&](int s, int c) { return s < v.q && n0 + c < k.N ? bat(v, s, n0 + c) : 0.0f; });
 		__syncthreads();
-		for (int kk = 0; live && kk < TC_K; kk += 16) {
+		if (!live)
+			continue;
+#pragma unroll
+		for (int kk = 0; kk < TC_K; kk += 16) {
 			uint32_t a[4], b[4];
 			tc_a<TC_KP>(a, Cs, wr, kk);
+#pragma unroll
 			for (int c = 0; c < 8; c += 2) {
 				tc_bt<TC_KP>(b, Bs, hc + c * 8, kk);
 				tc_mma2<T>(acc[c], acc[c + 1], a, b);
 			}
 		}
 	}
+#pragma unroll
 	for (int c = 0; c < 8; c++)
+#pragma unroll
 		for (int e = 0; e < 4; e++) {
 			const int r = r0 + wr + tc_row(e), s = hc + tc_col(c, e);
 			float m = 0.0f;
@@ -438,9 +473,11 @@ template <typename T> static __device__ void otc_intra(const otc_ctx<T> &k, int 
 		__syncthreads();
 		tc_stage<TC_OP>(k.St, TC_K, TC_O, [&](int r, int c) { return s0 + r < v.q && p0 + c < k.P ? xat(v, s0 + r, p0 + c) : 0.0f; });
 		__syncthreads();
+#pragma unroll
 		for (int kk = 0; kk < TC_K; kk += 16) {
 			uint32_t a[4], b[4];
 			tc_a<TC_MP>(a, k.M, wr, s0 + kk);
+#pragma unroll
 			for (int c = 0; c < 4; c += 2) {
 				tc_b<TC_OP>(b, k.St, kk, wc + c * 8);
 				tc_mma2<T>(acc[c], acc[c + 1], a, b);
@@ -462,9 +499,11 @@ template <typename T> static __device__ void otc_inter(const otc_ctx<T> &k, int 
 			return p0 + p < k.P && n0 + c < k.N ? k.S[(size_t)(p0 + p) * k.N + n0 + c] : 0.0f;
 		});
 		__syncthreads();
+#pragma unroll
 		for (int kk = 0; kk < TC_K; kk += 16) {
 			uint32_t a[4], b[4];
 			tc_a<TC_KP>(a, Cs, wr, kk);
+#pragma unroll
 			for (int c = 0; c < 4; c += 2) {
 				tc_bt<TC_KP>(b, Ss, wc + c * 8, kk);
 				tc_mma2<T>(z[c], z[c + 1], a, b);
@@ -483,7 +522,9 @@ template <typename T> static __device__ void otc_rows(const otc_ctx<T> &k, int r
 	otc_intra(k, r0, p0, acc);
 	if (v.c > 0)
 		otc_inter(k, r0, p0, z);
+#pragma unroll
 	for (int c = 0; c < 4; c++)
+#pragma unroll
 		for (int e = 0; e < 4; e++) {
 			const int r = r0 + wr + tc_row(e), p = p0 + wc + tc_col(c, e);
 			if (r >= v.q || p >= k.P)
