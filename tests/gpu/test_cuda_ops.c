@@ -3573,7 +3573,8 @@ static void t_mamba_gnorm16(mgt_elem_type dt, int T, int di, int g, int ld_z)
  * and D = 0, which sums the magnitudes of every term of y and of the states):
  *   states: each W = wv B rounded once (u |W|), carried by positive decays: u mag;
  *   y: the intra-chunk part rounds each masked score M once (u per term), the inter-chunk part
- *     reads S_in rounded (u) that already carries the states' u: 2u mag; then y is rounded once
+ *     reads S_in rounded (u) that already carries the states' u: 2u mag (u mag when L <= Q: one
+ *     chunk, no inter-chunk part); then y is rounded once
  *     (u |y| of the value before it, at most (u + 2u^2) |y16|; with D x's fp32 product and sum,
  *     which mag leaves out, 2^-22 |y16| more);
  * plus the fp32 sums in another order than the reference's, both sides (2 (Q + n + 4) 2^-24 mag),
@@ -3624,7 +3625,7 @@ static void t_ssd16_fwd(const char *id, const ssd_case *s, mgt_elem_type dt, con
 	if (G->download(gpu, g, Y, ny * 2) != MGT_OK)
 		bail("download (the 16-bit op failed?)");
 	float *gy = widen16(g, ny, dt);
-	cmp_bound(nm("%s: fwd y (tensor cores)", id), gy, c->y, ya, ny, 2 * u + sl, u + 2 * u * u + 0x1p-22,
+	cmp_bound(nm("%s: fwd y (tensor cores)", id), gy, c->y, ya, ny, (nc > 1 ? 2 * u : u) + sl, u + 2 * u * u + 0x1p-22,
 		  sub * mx * (128 + d->n * mx * (128 * nc + 1)));
 	cmp_bound(nm("%s: fwd states (tensor cores)", id), st16, c->st, sa, s->nst, u + sl, 0, sub * mx * 128 * nc);
 	free(a.xbc), free(a.D), free(ya), free(sa), free(g), free(gy);
