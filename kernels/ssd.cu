@@ -296,8 +296,12 @@ static __global__ void ssd_out_k(mgt_k_ssd d, T *y, const float *states, const T
  * columns; padded pitches (elements) of the T tiles in shared memory: rows 16-byte aligned and 8
  * consecutive rows in distinct banks for ldmatrix (pitches of 80, 144 and 272 bytes). */
 static constexpr int TC_R = 64, TC_K = 32, TC_O = 64, TC_KP = TC_K + 8, TC_OP = TC_O + 8, TC_MP = Q + 8;
-/* The staging area's size in 16-bit elements: the score pass's C [TC_R, TC_KP] and B [Q, TC_KP]. */
+/* The staging area's size in 16-bit elements: the score pass's C [TC_R, TC_KP] and B [Q, TC_KP].
+ * The tiles live in dynamic shared memory (the simulator's access profile sees its bank conflicts;
+ * it does not see a template kernel's static __shared__ arrays): ssd_out_tc_k M then the staging
+ * area, ssd_state_tc_k X then W; both under 48 KB. */
 static constexpr int TC_STAGE = (TC_R + Q) * TC_KP;
+static constexpr size_t TC_OUT_SMEM = (size_t)(TC_R * TC_MP + TC_STAGE) * 2, TC_STATE_SMEM = (size_t)2 * TC_K * TC_OP * 2;
 
 /* Which instances use tensor cores (the 16-bit ones; float stays the scalar reference). */
 template <typename T> struct ssd_tc { static constexpr bool on = true; };
@@ -392,7 +396,7 @@ static __global__ void ssd_state_tc_k(mgt_k_ssd d, float *states, float *decay, 
 	__shared__ double cum[Q];
 	__shared__ float dt[Q], wv[Q];
 	__shared__ int lo[Q];
-	__shared__ __align__(16) uint16_t xs[TC_K * TC_OP], ws[TC_K * TC_OP];
+	MGT_DYN_SHARED(uint16_t, xs);
 	const int blk = blockIdx.x;
 	const chunk_v<T> v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
 	chunk_prep(d, v, dt, lo, cum);
@@ -405,7 +409,7 @@ static __global__ void ssd_state_tc_k(mgt_k_ssd d, float *states, float *decay, 
 	float *S = states + (size_t)blk * d.p * d.n;
 	for (int p0 = 0; p0 < d.p; p0 += TC_O)
 		for (int n0 = 0; n0 < d.n; n0 += TC_O)
-			state_tile(v, wv, (T *)xs, (T *)ws, S, d.p, d.n, p0, n0);
+			state_tile(v, wv, (T *)xs, (T *)xs + TC_K * TC_OP, S, d.p, d.n, p0, n0);
 }
 
 /* What ssd_out_tc_k's passes share: the chunk, its shared arrays, M (T [TC_R, TC_MP]: the row
@@ -545,12 +549,12 @@ static __global__ void ssd_out_tc_k(mgt_k_ssd d, T *y, const float *states, cons
 	__shared__ double cum[Q];
 	__shared__ float dt[Q];
 	__shared__ int lo[Q];
-	__shared__ __align__(16) uint16_t ms[TC_R * TC_MP], st[TC_STAGE];
+	MGT_DYN_SHARED(uint16_t, ms);
 	const int blk = blockIdx.x;
 	otc_ctx<T> k;
 	k.v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
 	chunk_prep(d, k.v, dt, lo, cum);
-	k.dt = dt, k.lo = lo, k.cum = cum, k.M = (T *)ms, k.St = (T *)st, k.P = d.p, k.N = d.n, k.Dh = D[k.v.h];
+	k.dt = dt, k.lo = lo, k.cum = cum, k.M = (T *)ms, k.St = (T *)ms + TC_R * TC_MP, k.P = d.p, k.N = d.n, k.Dh = D[k.v.h];
 	k.S = states + (size_t)blk * d.p * d.n;
 	k.Y = y + ((size_t)k.v.i0 * d.b + k.v.j) * ((size_t)d.nh * d.p) + (size_t)k.v.h * d.p;
 	for (int r0 = 0; r0 < k.v.q; r0 += TC_R) {
@@ -581,12 +585,12 @@ extern "C" int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, void *y, f
 		typedef typename decltype(e)::type E;
 		const E *xe = (const E *)x, *Be = (const E *)B, *Ce = (const E *)C, *dte = (const E *)dt_raw;
 		if constexpr (ssd_tc<E>::on)
-			MGT_LAUNCH(ssd_state_tc_k<E>, nblk, SSD_THREADS, 0, st, *d, states, decay, xe, Be, Ce, dte, dt_bias, A_log);
+			MGT_LAUNCH(ssd_state_tc_k<E>, nblk, SSD_THREADS, TC_STATE_SMEM, st, *d, states, decay, xe, Be, Ce, dte, dt_bias, A_log);
 		else
 			MGT_LAUNCH(ssd_state_k<E>, nblk, SSD_THREADS, 0, st, *d, states, decay, xe, Be, Ce, dte, dt_bias, A_log);
 		MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, states, decay, 0);
 		if constexpr (ssd_tc<E>::on)
-			MGT_LAUNCH(ssd_out_tc_k<E>, nblk, SSD_THREADS, 0, st, *d, (E *)y, states, xe, Be, Ce, dte, dt_bias, A_log, D);
+			MGT_LAUNCH(ssd_out_tc_k<E>, nblk, SSD_THREADS, TC_OUT_SMEM, st, *d, (E *)y, states, xe, Be, Ce, dte, dt_bias, A_log, D);
 		else
 			MGT_LAUNCH(ssd_out_k<E>, nblk, SSD_THREADS, 0, st, *d, (E *)y, states, xe, Be, Ce, dte, dt_bias, A_log, D);
 		return mgt_k_rc();
