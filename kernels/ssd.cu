@@ -25,12 +25,38 @@
  *
  * Storage: the kernels that touch activations are templated on their type T (float,
  * __nv_bfloat16, __half): x, B, C, dt_raw, dy are read as T and widened exactly (mgt_ld1), y,
- * dx, dB, dC, ddt_raw are written once each, rounded to nearest even (mgt_st1); every sum and
- * product is the fp32 kernel's, in its order, so a 16-bit output is the fp32 op's on the widened
- * inputs, rounded once.  The states, ws, parameters and their gradients are fp32 for every T.
- * Hence y is summed in shared memory (ssd_out_k: a tile of SSD_TS rows by SSD_PC columns) and
- * dx in registers (bwd_dx), not in the output. */
+ * dx, dB, dC, ddt_raw are written once each, rounded to nearest even (mgt_st1).  The states, ws,
+ * parameters and their gradients are fp32 for every T.  For T = float every sum and product is
+ * scalar fp32 (the CPU tests' and golden logs' reference); y is summed in shared memory (ssd_out_k:
+ * a tile of SSD_TS rows by SSD_PC columns) and dx in registers (bwd_dx), not in the output.  The
+ * backward is that scalar code for every T, so a 16-bit gradient is the fp32 op's on the widened
+ * inputs (and the same states), rounded once.
+ *
+ * Tensor cores (the forward, T = bf16 or fp16: ssd_state_tc_k, ssd_out_tc_k instead of
+ * ssd_state_k, ssd_out_k).  The chunk-level matrix products of the SSD algorithm (Dao & Gu 2024,
+ * section 6: the intra-chunk (C B^T o L) X, the chunk states B^T (decay o X), the inter-chunk
+ * C S) run as mma.sync m16n8k16 with T operands and fp32 accumulators (kernels/mma.cuh; operands
+ * staged in shared memory as T with padded rows, read with ldmatrix), 8 warps a block:
+ *   states[c] = X^T W, W[s][n] = wv_s B[s][n] (wv_s = e^{cum[last] - cum[s]} dt_s on the last
+ *     document, else 0) computed in fp32 and ROUNDED TO T; X exact;
+ *   M = C B^T (C, B exact; fp32 sums), then M[r][s] e^{cum[r] - cum[s]} dt_s masked (s <= r, same
+ *     document) in fp32 and ROUNDED TO T; y_intra = M X (X exact);
+ *   z = C S_in^T with S_in (the fp32 carried state) ROUNDED TO T; y = y_intra + e^{cum[r]} z (rows
+ *     whose document began before the chunk) + D x in fp32, rounded once into y.
+ * These are the operand roundings of mamba_ssm's Triton kernels (ops/triton/ssd_chunk_state.py
+ * scales B by the decay and dt and casts it to x's type; ssd_chunk_scan.py casts the decayed
+ * C B^T to x's type and the previous states to C's type before tl.dot).  The decays, cumulative
+ * sums, dt, the carry (ssd_carry_k) and the saved states stay fp32.  Hence a 16-bit y is within
+ * 2u (u = 2^-8 bf16, 2^-11 fp16) of the sum of its terms' magnitudes of the fp32 op's y before its
+ * own rounding, and a state within u (tests/gpu/test_cuda_ops.c cmp_bound); fp16 operands whose
+ * magnitude falls below 2^-14 round to subnormals (absolute 2^-25), and W, M or S_in above 65504
+ * would overflow to inf in fp16 (bf16 has fp32's range).  Tiles: y by TC_R = 64 rows (M for keys
+ * 0..Q-1 once a row tile, T [TC_R, Q + 8]) and TC_O = 64 columns, warp w owning rows 16 (w % 4)
+ * and columns 32 (w / 4); states by 64 x 64 tiles; k staged TC_K = 32 a step.  p and n need not
+ * be multiples of 16: staged tiles are zero-filled past q, p and n, and only elements inside are
+ * stored. */
 #include "common.cuh"
+#include "mma.cuh"
 
 /* Q: backend.h's MGT_SSD_CHUNK (lib/backend/cuda.c asserts it), the saved states' chunking. */
 static constexpr int Q = 128, SSD_THREADS = 256, SSD_TS = 32, SSD_PC = 64, SSD_WAVE = 128;
@@ -264,6 +290,280 @@ static __global__ void ssd_out_k(mgt_k_ssd d, T *y, const float *states, const T
 			out_rows(k, r0, p0);
 }
 
+/* ---- the forward on tensor cores (the 16-bit instances; see the header) ---- */
+
+/* Tiles: TC_R rows of y (or TC_O rows of a state) a pass, TC_K k-values staged a step, TC_O output
+ * columns; padded pitches (elements) of the T tiles in shared memory: rows 16-byte aligned and 8
+ * consecutive rows in distinct banks for ldmatrix (pitches of 80, 144 and 272 bytes). */
+static constexpr int TC_R = 64, TC_K = 32, TC_O = 64, TC_KP = TC_K + 8, TC_OP = TC_O + 8, TC_MP = Q + 8;
+/* The staging area's size in 16-bit elements: the score pass's C [TC_R, TC_KP] and B [Q, TC_KP].
+ * The tiles live in dynamic shared memory (the simulator's access profile sees its bank conflicts;
+ * it does not see a template kernel's static __shared__ arrays): ssd_out_tc_k M then the staging
+ * area, ssd_state_tc_k X then W; both under 48 KB. */
+static constexpr int TC_STAGE = (TC_R + Q) * TC_KP;
+static constexpr size_t TC_OUT_SMEM = (size_t)(TC_R * TC_MP + TC_STAGE) * 2, TC_STATE_SMEM = (size_t)2 * TC_K * TC_OP * 2;
+
+/* Which instances use tensor cores (the 16-bit ones; float stays the scalar reference). */
+template <typename T> struct ssd_tc { static constexpr bool on = true; };
+template <> struct ssd_tc<float> { static constexpr bool on = false; };
+
+/* Fragments (kernels/mma.cuh's layouts) of tiles in shared memory with row pitch LD elements:
+ * tc_a: A rows m0..m0+15, columns k0..k0+15 of row-major X; tc_at: A = X^T (A[m][k] = X[k][m]);
+ * tc_b: B = X (X[k][n]), k0..k0+15, output columns n0..n0+15 (b[0..1] the first 8, b[2..3] the
+ * next 8); tc_bt: B = X^T (X[n][k]). */
+template <int LD, typename T> static __device__ __forceinline__ void tc_a(uint32_t (&a)[4], const T *x, int m0, int k0)
+{
+	const int l = threadIdx.x & 31;
+	mgt_ldsm_x4(a, x + (m0 + (l & 15)) * LD + k0 + (l >> 4) * 8);
+}
+template <int LD, typename T> static __device__ __forceinline__ void tc_at(uint32_t (&a)[4], const T *x, int m0, int k0)
+{
+	const int l = threadIdx.x & 31;
+	mgt_ldsm_x4_t(a, x + (k0 + (l & 7) + ((l >> 4) & 1) * 8) * LD + m0 + ((l >> 3) & 1) * 8);
+}
+template <int LD, typename T> static __device__ __forceinline__ void tc_b(uint32_t (&b)[4], const T *x, int k0, int n0)
+{
+	const int l = threadIdx.x & 31;
+	mgt_ldsm_x4_t(b, x + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * LD + n0 + (l >> 4) * 8);
+}
+template <int LD, typename T> static __device__ __forceinline__ void tc_bt(uint32_t (&b)[4], const T *x, int n0, int k0)
+{
+	const int l = threadIdx.x & 31;
+	mgt_ldsm_x4(b, x + (n0 + (l & 7) + (l >> 4) * 8) * LD + k0 + ((l >> 3) & 1) * 8);
+}
+
+/* acc[c], acc[c + 1] += A B for the two 8-column halves of b. */
+template <typename T> static __device__ __forceinline__ void tc_mma2(float (&acc)[4], float (&acc1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4])
+{
+	mgt_mma16816<T>(acc, a, b[0], b[1]);
+	mgt_mma16816<T>(acc1, a, b[2], b[3]);
+}
+
+/* dst [rows, cols] (pitch LD, T) = f(r, c) rounded to T (0 where f says so); block-wide. */
+template <int LD, typename T, typename F> static __device__ __forceinline__ void tc_stage(T *dst, int rows, int cols, F f)
+{
+	BLOCK_LOOP(e, rows * cols) {
+		mgt_st1(dst, (e / cols) * LD + e % cols, f(e / cols, e % cols));
+	}
+}
+
+/* Accumulator element e of n8 tile c: the warp tile's row gid + 8 (e / 2), column c 8 + 2 tig + e % 2. */
+static __device__ __forceinline__ int tc_row(int e) { return ((threadIdx.x & 31) >> 2) + 8 * (e >> 1); }
+static __device__ __forceinline__ int tc_col(int c, int e) { return c * 8 + 2 * (threadIdx.x & 3) + (e & 1); }
+
+/* The chunk's own end state on tensor cores: states[blk] [p, n] = X^T W with X [q, p] and
+ * W[s][n] = wv[s] B[s][n] rounded to T (ssd_state_k's sum), by 64 x 64 tiles; warp w owns rows
+ * 16 (w % 4) and columns 32 (w / 4) of a tile, k (the chunk's rows) TC_K a step. */
+template <typename T>
+static __device__ void state_tile(const chunk_v<T> &v, const float *wv, T *Xs, T *Ws, float *S, int P, int N, int p0, int n0)
+{
+	const int w = threadIdx.x >> 5, wr = (w & 3) * 16, wc = (w >> 2) * 32;
+	float acc[4][4] = {};
+	for (int s0 = 0; s0 < v.q; s0 += TC_K) {
+		const int sn = v.q - s0 < TC_K ? v.q - s0 : TC_K;
+		__syncthreads();
+		tc_stage<TC_OP>(Xs, TC_K, TC_O, [&](int r, int c) { return r < sn && p0 + c < P ? xat(v, s0 + r, p0 + c) : 0.0f; });
+		tc_stage<TC_OP>(Ws, TC_K, TC_O, [&](int r, int c) {
+			return r < sn && n0 + c < N ? wv[s0 + r] * bat(v, s0 + r, n0 + c) : 0.0f;
+		});
+		__syncthreads();
+#pragma unroll
+		for (int kk = 0; kk < TC_K; kk += 16) {
+			uint32_t a[4], b[4];
+			tc_at<TC_OP>(a, Xs, wr, kk);
+#pragma unroll
+			for (int c = 0; c < 4; c += 2) {
+				tc_b<TC_OP>(b, Ws, kk, wc + c * 8);
+				tc_mma2<T>(acc[c], acc[c + 1], a, b);
+			}
+		}
+	}
+#pragma unroll
+	for (int c = 0; c < 4; c++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int p = p0 + wr + tc_row(e), n = n0 + wc + tc_col(c, e);
+			if (p < P && n < N)
+				S[(size_t)p * N + n] = acc[c][e];
+		}
+}
+
+/* ssd_state_k on tensor cores (T 16-bit). */
+template <typename T>
+static __global__ void ssd_state_tc_k(mgt_k_ssd d, float *states, float *decay, const T *x, const T *B, const T *C,
+				      const T *dt_raw, const float *dt_bias, const float *A_log)
+{
+	__shared__ double cum[Q];
+	__shared__ float dt[Q], wv[Q];
+	__shared__ int lo[Q];
+	MGT_DYN_SHARED(uint16_t, xs);
+	const int blk = blockIdx.x;
+	const chunk_v<T> v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
+	chunk_prep(d, v, dt, lo, cum);
+	const int last = v.q - 1;
+	if (threadIdx.x == 0)
+		decay[blk] = chunk_decay(v, lo, cum);
+	BLOCK_LOOP(s, v.q) {
+		wv[s] = v.i0 + s >= lo[last] ? (float)(exp(cum[last] - cum[s]) * dt[s]) : 0.0f;
+	}
+	float *S = states + (size_t)blk * d.p * d.n;
+	for (int p0 = 0; p0 < d.p; p0 += TC_O)
+		for (int n0 = 0; n0 < d.n; n0 += TC_O)
+			state_tile(v, wv, (T *)xs, (T *)xs + TC_K * TC_OP, S, d.p, d.n, p0, n0);
+}
+
+/* What ssd_out_tc_k's passes share: the chunk, its shared arrays, M (T [TC_R, TC_MP]: the row
+ * tile's masked decayed scores, keys 0..Q-1), the staging area, y's rows, S_in [p, n] and D. */
+template <typename T> struct otc_ctx {
+	chunk_v<T> v;
+	const float *dt, *S;
+	const int *lo;
+	const double *cum;
+	T *M, *St, *Y;
+	float Dh;
+	int P, N;
+};
+
+/* M for rows r0..r0+TC_R-1: C B^T on tensor cores (k = n, TC_K a step; warp w: rows 16 (w % 4),
+ * keys 64 (w / 4) .. + 63, skipped when all above the tile's rows), then out_tile's mask and
+ * factor e^{cum[r] - cum[s]} dt_s in fp32, rounded to T into M (0 off the mask). */
+template <typename T> static __device__ void otc_scores(const otc_ctx<T> &k, int r0)
+{
+	const chunk_v<T> &v = k.v;
+	const int w = threadIdx.x >> 5, wr = (w & 3) * 16, hc = (w >> 2) * 64;
+	const bool live = hc < r0 + TC_R && hc < v.q;
+	T *Cs = k.St, *Bs = k.St + TC_R * TC_KP;
+	float acc[8][4] = {};
+	for (int n0 = 0; n0 < k.N; n0 += TC_K) {
+		__syncthreads();
+		tc_stage<TC_KP>(Cs, TC_R, TC_K, [&](int r, int c) { return r0 + r < v.q && n0 + c < k.N ? cat(v, r0 + r, n0 + c) : 0.0f; });
+		tc_stage<TC_KP>(Bs, Q, TC_K, [&](int s, int c) { return s < v.q && n0 + c < k.N ? bat(v, s, n0 + c) : 0.0f; });
+		__syncthreads();
+		if (!live)
+			continue;
+#pragma unroll
+		for (int kk = 0; kk < TC_K; kk += 16) {
+			uint32_t a[4], b[4];
+			tc_a<TC_KP>(a, Cs, wr, kk);
+#pragma unroll
+			for (int c = 0; c < 8; c += 2) {
+				tc_bt<TC_KP>(b, Bs, hc + c * 8, kk);
+				tc_mma2<T>(acc[c], acc[c + 1], a, b);
+			}
+		}
+	}
+#pragma unroll
+	for (int c = 0; c < 8; c++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int r = r0 + wr + tc_row(e), s = hc + tc_col(c, e);
+			float m = 0.0f;
+			if (r < v.q && s <= r && s >= doc_row(k.lo, r, v.i0)) {
+				const float ex = (float)exp(k.cum[r] - k.cum[s]);
+				m = ex != 0.0f ? acc[c][e] * (ex * k.dt[s]) : 0.0f;
+			}
+			mgt_st1(k.M, (size_t)(r - r0) * TC_MP + s, m);
+		}
+}
+
+/* acc += M X for the warp's 16 rows (wr) and 32 columns (wc) of y columns p0..: keys below the
+ * row tile's end, TC_K a step (X staged in T). */
+template <typename T> static __device__ void otc_intra(const otc_ctx<T> &k, int r0, int p0, float (&acc)[4][4])
+{
+	const chunk_v<T> &v = k.v;
+	const int w = threadIdx.x >> 5, wr = (w & 3) * 16, wc = (w >> 2) * 32;
+	const int kend = v.q < r0 + TC_R ? v.q : r0 + TC_R;
+	for (int s0 = 0; s0 < kend; s0 += TC_K) {
+		__syncthreads();
+		tc_stage<TC_OP>(k.St, TC_K, TC_O, [&](int r, int c) { return s0 + r < v.q && p0 + c < k.P ? xat(v, s0 + r, p0 + c) : 0.0f; });
+		__syncthreads();
+#pragma unroll
+		for (int kk = 0; kk < TC_K; kk += 16) {
+			uint32_t a[4], b[4];
+			tc_a<TC_MP>(a, k.M, wr, s0 + kk);
+#pragma unroll
+			for (int c = 0; c < 4; c += 2) {
+				tc_b<TC_OP>(b, k.St, kk, wc + c * 8);
+				tc_mma2<T>(acc[c], acc[c + 1], a, b);
+			}
+		}
+	}
+}
+
+/* z = C S_in^T for the warp's rows and columns (S_in rounded to T), k = n TC_K a step. */
+template <typename T> static __device__ void otc_inter(const otc_ctx<T> &k, int r0, int p0, float (&z)[4][4])
+{
+	const chunk_v<T> &v = k.v;
+	const int w = threadIdx.x >> 5, wr = (w & 3) * 16, wc = (w >> 2) * 32;
+	T *Cs = k.St, *Ss = k.St + TC_R * TC_KP;
+	for (int n0 = 0; n0 < k.N; n0 += TC_K) {
+		__syncthreads();
+		tc_stage<TC_KP>(Cs, TC_R, TC_K, [&](int r, int c) { return r0 + r < v.q && n0 + c < k.N ? cat(v, r0 + r, n0 + c) : 0.0f; });
+		tc_stage<TC_KP>(Ss, TC_O, TC_K, [&](int p, int c) {
+			return p0 + p < k.P && n0 + c < k.N ? k.S[(size_t)(p0 + p) * k.N + n0 + c] : 0.0f;
+		});
+		__syncthreads();
+#pragma unroll
+		for (int kk = 0; kk < TC_K; kk += 16) {
+			uint32_t a[4], b[4];
+			tc_a<TC_KP>(a, Cs, wr, kk);
+#pragma unroll
+			for (int c = 0; c < 4; c += 2) {
+				tc_bt<TC_KP>(b, Ss, wc + c * 8, kk);
+				tc_mma2<T>(z[c], z[c + 1], a, b);
+			}
+		}
+	}
+}
+
+/* y rows r0.., columns p0..: intra + e^{cum[r]} inter (rows whose document began before the
+ * chunk, chunks after the first) + D x, each element rounded once (out_rows' order). */
+template <typename T> static __device__ void otc_rows(const otc_ctx<T> &k, int r0, int p0)
+{
+	const chunk_v<T> &v = k.v;
+	const int w = threadIdx.x >> 5, wr = (w & 3) * 16, wc = (w >> 2) * 32;
+	float acc[4][4] = {}, z[4][4] = {};
+	otc_intra(k, r0, p0, acc);
+	if (v.c > 0)
+		otc_inter(k, r0, p0, z);
+#pragma unroll
+	for (int c = 0; c < 4; c++)
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			const int r = r0 + wr + tc_row(e), p = p0 + wc + tc_col(c, e);
+			if (r >= v.q || p >= k.P)
+				continue;
+			float yv = acc[c][e];
+			if (v.c > 0 && k.lo[r] < v.i0)
+				yv += (float)exp(k.cum[r]) * z[c][e];
+			mgt_st1(k.Y, (size_t)r * v.sy + p, yv + k.Dh * xat(v, r, p));
+		}
+}
+
+/* ssd_out_k on tensor cores (T 16-bit): per row tile of TC_R rows, M once (otc_scores), then y by
+ * column tiles of TC_O. */
+template <typename T>
+static __global__ void ssd_out_tc_k(mgt_k_ssd d, T *y, const float *states, const T *x, const T *B, const T *C,
+				    const T *dt_raw, const float *dt_bias, const float *A_log, const float *D)
+{
+	__shared__ double cum[Q];
+	__shared__ float dt[Q];
+	__shared__ int lo[Q];
+	MGT_DYN_SHARED(uint16_t, ms);
+	const int blk = blockIdx.x;
+	otc_ctx<T> k;
+	k.v = chunk_of(d, blk, x, B, C, dt_raw, dt_bias, A_log);
+	chunk_prep(d, k.v, dt, lo, cum);
+	k.dt = dt, k.lo = lo, k.cum = cum, k.M = (T *)ms, k.St = (T *)ms + TC_R * TC_MP, k.P = d.p, k.N = d.n, k.Dh = D[k.v.h];
+	k.S = states + (size_t)blk * d.p * d.n;
+	k.Y = y + ((size_t)k.v.i0 * d.b + k.v.j) * ((size_t)d.nh * d.p) + (size_t)k.v.h * d.p;
+	for (int r0 = 0; r0 < k.v.q; r0 += TC_R) {
+		otc_scores(k, r0);
+		for (int p0 = 0; p0 < d.p; p0 += TC_O)
+			otc_rows(k, r0, p0);
+	}
+}
+
 extern "C" size_t mgt_k_ssd_scan_fwd_ws_bytes(const mgt_k_ssd *d)
 {
 	return (size_t)d->b * ((d->L + Q - 1) / Q) * d->nh * sizeof(float);
@@ -284,9 +584,15 @@ extern "C" int mgt_k_ssd_scan_fwd(mgt_k_stream s, const mgt_k_ssd *d, void *y, f
 	return mgt_k_typed(t, [&](auto e) {
 		typedef typename decltype(e)::type E;
 		const E *xe = (const E *)x, *Be = (const E *)B, *Ce = (const E *)C, *dte = (const E *)dt_raw;
-		MGT_LAUNCH(ssd_state_k<E>, nblk, SSD_THREADS, 0, st, *d, states, decay, xe, Be, Ce, dte, dt_bias, A_log);
+		if constexpr (ssd_tc<E>::on)
+			MGT_LAUNCH(ssd_state_tc_k<E>, nblk, SSD_THREADS, TC_STATE_SMEM, st, *d, states, decay, xe, Be, Ce, dte, dt_bias, A_log);
+		else
+			MGT_LAUNCH(ssd_state_k<E>, nblk, SSD_THREADS, 0, st, *d, states, decay, xe, Be, Ce, dte, dt_bias, A_log);
 		MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, states, decay, 0);
-		MGT_LAUNCH(ssd_out_k<E>, nblk, SSD_THREADS, 0, st, *d, (E *)y, states, xe, Be, Ce, dte, dt_bias, A_log, D);
+		if constexpr (ssd_tc<E>::on)
+			MGT_LAUNCH(ssd_out_tc_k<E>, nblk, SSD_THREADS, TC_OUT_SMEM, st, *d, (E *)y, states, xe, Be, Ce, dte, dt_bias, A_log, D);
+		else
+			MGT_LAUNCH(ssd_out_k<E>, nblk, SSD_THREADS, 0, st, *d, (E *)y, states, xe, Be, Ce, dte, dt_bias, A_log, D);
 		return mgt_k_rc();
 	});
 }
