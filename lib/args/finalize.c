@@ -431,9 +431,6 @@ static mgt_status check_sharding(const mgt_args *a)
 	if (a->fp8_param_gather)
 		return mgt_err(MGT_ERR_USAGE, "%s %s with --fp8-param-gather: gathering fp8 parameters per layer is not "
 			       "implemented; use optim or optim_grads", f, v);
-	if (!strcmp(a->model.family, "t5"))
-		return mgt_err(MGT_ERR_USAGE, "%s %s with --model-family t5: T5's encoder and decoder stacks are not "
-			       "gathered per layer; use optim or optim_grads", f, v);
 	return MGT_OK;
 }
 

@@ -666,8 +666,10 @@ void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx);
  * hook brings the layer's
  * parameters (its units' buckets of mgt_model_params) and calls mgt_model_lp_refresh_range on
  * them; the forward then refreshes the 16-bit copy of the units outside layers only.  A non-OK
- * status ends the pass with it.  NULL clears it.  T5 chunks do not call it (MGT_ERR_USAGE from
- * the setter's caller's check: mgt_model_param_hook_supported).
+ * status ends the pass with it.  NULL clears it.  T5 chunks call it for their encoder layers
+ * (0 to L - 1) and then their decoder layers (L to 2L - 1) in the same way, one run of units
+ * (lib/model/t5.c): the forward's PREFETCH after encoder layer L - 1 names decoder layer L, the
+ * backward's after decoder layer L names encoder layer L - 1.
  * mgt_model_lp_refresh_range: the 16-bit copy (and --apply-layernorm-1p's 1 + w) of the flat
  * range [lo, hi) from the fp32 parameters.  mgt_model_params_lp: the 16-bit copy
  * [tensors->buf_numel] of type mgt_precision_dtype(layout precision), or NULL (fp32).
@@ -677,7 +679,6 @@ typedef enum { MGT_PARAM_RELEASE, MGT_PARAM_NEED, MGT_PARAM_PREFETCH } mgt_param
 typedef mgt_status (*mgt_param_hook)(void *ctx, mgt_model *m, int li, mgt_param_use use);
 int mgt_model_bucket_unit(const mgt_model *m, int b);
 void mgt_model_set_param_hook(mgt_model *m, mgt_param_hook hook, void *ctx);
-bool mgt_model_param_hook_supported(const mgt_model *m);
 void mgt_model_lp_refresh_range(mgt_model *m, size_t lo, size_t hi);
 void *mgt_model_params_lp(mgt_model *m);
 mgt_status mgt_model_init_params_range(mgt_model *m, uint64_t seed, size_t lo, size_t hi);

@@ -33,8 +33,6 @@ void mgt_model_set_param_hook(mgt_model *m, mgt_param_hook hook, void *ctx)
 	m->run.phook_ctx = ctx;
 }
 
-bool mgt_model_param_hook_supported(const mgt_model *m) { return !m->t5; }
-
 mgt_status mgt_model_param_use(mgt_model *m, int li, mgt_param_use use)
 {
 	if (!m->run.phook || li < 0 || li >= m->n_layers) return MGT_OK;

@@ -70,9 +70,6 @@ mgt_status trainer_fsdp_setup(trainer *t)
 		int nb = mgt_model_tensors(m)->nbuckets;
 		t->fsdp.nbwd[c] = t->fsdp.pending[c] = 0;
 		if (!trainer_fsdp_params(t)) continue;
-		if (!mgt_model_param_hook_supported(m))
-			return mgt_err(MGT_ERR_USAGE, "--data-parallel-sharding-strategy optim_grads_params: this model's "
-				       "stacks are not gathered per layer");
 		if (!(t->fsdp.gathered[c] = mgt_malloc((size_t)(nb ? nb : 1)))) return MGT_ERR_NOMEM;
 		memset(t->fsdp.gathered[c], 0, (size_t)(nb ? nb : 1));
 		mgt_model_set_param_hook(m, trainer_fsdp_param_hook, t);
