@@ -427,10 +427,6 @@ static mgt_status check_sharding(const mgt_args *a)
 	if (a->grad_reduce_in_bf16)
 		return mgt_err(MGT_ERR_USAGE, "%s %s with --grad-reduce-in-bf16: sharded gradients are reduce-scattered "
 			       "and kept in fp32 (--megatron-fsdp-grad-comm-dtype is not implemented)", f, v);
-	if (a->dp_sharding < MGT_DP_OPTIM_GRADS_PARAMS) return MGT_OK;
-	if (a->fp8_param_gather)
-		return mgt_err(MGT_ERR_USAGE, "%s %s with --fp8-param-gather: gathering fp8 parameters per layer is not "
-			       "implemented; use optim or optim_grads", f, v);
 	return MGT_OK;
 }
 

@@ -622,6 +622,25 @@ mgt_status mgt_model_fp8_restore(mgt_model *m);
  * nothing, without fp8 layers' state or param_gather: gather the fp32 buffer as without fp8).
  * Errors: the collectives' (IO). */
 mgt_status mgt_model_fp8_gather_params(mgt_model *m, bool *done);
+/* --fp8-param-gather under FSDP's optim_grads_params (layout sharding MGT_DP_OPTIM_GRADS_PARAMS,
+ * dp > 1; Megatron-FSDP's copy_main_weights_to_model_weights in param_and_grad_buffer.py, then
+ * the per-unit all-gather of the fp8 model weight buffer and mixed_precision.py's
+ * fp8_create_transpose_cache).  mgt_model_fp8_units: whether the chunk runs so (fp8 layers,
+ * param_gather, that layout).  Then mgt_model_fp8_gather_params casts and packs this rank's shard
+ * of each layer bucket as above but keeps it (backend memory, pk bytes a bucket: 1 an fp8 weight
+ * element, 4 any other, padded to the largest rank's and to 4), all-gathering only the buckets
+ * outside layers; the scales are those of that cast (delayed: the current ones; tensorwise: from
+ * the amax MAX-reduced over the group's shards) and each weight's scale_inv is kept from then.
+ * mgt_model_fp8_unit_gather queues the all-gather over g (the bucket's data x context group: DP
+ * ranks, this rank g->rank) of layer bucket b's packed shards (b: a bucket whose
+ * mgt_model_bucket_unit >= 0); after mgt_comm_wait(g), mgt_model_fp8_unit_gathered unpacks them
+ * (the fp8 weights' bytes and their transposes, the other tensors into the fp32 parameters) and
+ * gives the receive pages back; mgt_model_fp8_unit_release gives back the bucket's weight bytes
+ * and transposes (read again only after the next gather).  Errors: the collective's (IO). */
+bool mgt_model_fp8_units(const mgt_model *m);
+mgt_status mgt_model_fp8_unit_gather(mgt_model *m, int b, mgt_comm *g);
+void mgt_model_fp8_unit_gathered(mgt_model *m, int b);
+void mgt_model_fp8_unit_release(mgt_model *m, int b);
 
 /* Dropout keys: mix (seed, iteration, micro-batch index) so every micro-batch of every iteration
  * draws its own masks, identically on every layout. */

@@ -151,23 +151,26 @@ void trainer_fsdp_after_finish(trainer *t)
  * group's stream), or gathered (waited for, its 16-bit copy cast). */
 enum { RELEASED, IN_FLIGHT, GATHERED };
 
-/* Queue the all-gather of bucket b's fp32 parameters. */
+/* Queue the all-gather of bucket b's fp32 parameters (--fp8-param-gather: its packed shards, the
+ * fp8 weights as bytes). */
 static mgt_status start_gather(trainer *t, mgt_model *m, int b)
 {
 	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
 	mgt_comm *dp = trainer_bucket_comm(t, k);
+	if (mgt_model_fp8_units(m)) return mgt_model_fp8_unit_gather(m, b, dp);
 	size_t own, part;
 	shard_of(t, k, &own, &part);
 	float *x = mgt_model_params(m) + k->offset;
 	return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
 }
 
-/* Wait for bucket b's all-gather (the compute stream waits for the group's), then cast its
- * 16-bit copy. */
+/* Wait for bucket b's all-gather (the compute stream waits for the group's), then (fp8: unpack
+ * it) cast its 16-bit copy. */
 static mgt_status finish_gather(trainer *t, mgt_model *m, int b)
 {
 	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
 	mgt_status st = mgt_comm_wait(trainer_bucket_comm(t, k));
+	if (!st && mgt_model_fp8_units(m)) mgt_model_fp8_unit_gathered(m, b);
 	if (!st) mgt_model_lp_refresh_range(m, k->offset, k->offset + k->numel);
 	return st;
 }
@@ -178,6 +181,7 @@ static void release_bucket(trainer *t, mgt_model *m, int b)
 	drop_outside(t, k, mgt_model_params(m), sizeof(float));
 	void *lp = mgt_model_params_lp(m);
 	if (lp) t->be->ops->discard(t->be, (uint16_t *)lp + k->offset, k->numel * 2);
+	if (mgt_model_fp8_units(m)) mgt_model_fp8_unit_release(m, b);
 }
 
 /* One bucket of the layer the hook names: PREFETCH queues its gather, NEED also waits for it,

@@ -5,6 +5,17 @@
 #     layer's forward and backward (lib/model/t5.c): DP2 optim_grads_params gives optim_grads's
 #     losses and grad norms bit for bit (the same reduce-scatters, the parameters gathered back
 #     exactly) and the single process's within 1e-5 (dropout on);
+#   - --fp8-param-gather (lib/model/fp8lin.c): each rank casts its shards of the layer units to
+#     fp8 after the step and keeps them; the hook all-gathers them per layer (1 byte an fp8
+#     weight element), unpacks the weight bytes and rebuilds their transposes.  Delayed and
+#     tensorwise scaling under DP2 with one micro-batch a rank: the losses equal the distributed
+#     optimizer's --fp8-param-gather bit for bit, the grad norms within 1e-12 (relative: the
+#     squares are summed over other buckets); lm losses and grad norms equal optim_grads's bit for
+#     bit (the same buckets); within 2e-3 of one process's (t3310's bound: one process updates
+#     the delayed scales after each of its two micro-batches, DP2 once a step with both ranks'
+#     amaxes); the bytes per rank (comm_volume.py fsdp=ogp,fp8pg=1: packed shards, the amaxes'
+#     all-reduces) exactly, and fewer than the fp32 gathers'; a checkpoint saved at iteration 3
+#     resumes bit for bit; PP2 x DP2 (full tier) against the distributed optimizer.
 # Under mpirun only (a TAP skip without it).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
@@ -30,5 +41,67 @@ ok "T5 DP2 optim_grads_params with relative positions" exits 0 sh "$ROOT/tests/m
 	--position-embedding-type relative --metrics-file t5r-ogp.jsonl
 ok "  relative positions: one process" exits 0 $T5 --position-embedding-type relative --metrics-file t5r-one.jsonl
 ok "  lm losses within 1e-5 of one process's" losses_same t5r-one t5r-ogp
+
+# ---- --fp8-param-gather ----
+G="$BIN/mgt-train --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 512
+ --seq-length 32 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --lr-warmup-iters 0
+ --lr-decay-style constant --eval-interval 0 --log-interval 1 --threads 1 --device cpu --bf16
+ --fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max"
+P8=--fp8-param-gather
+mpi() { _n=$1 _name=$2; shift 2; launch "$_n" "$_name" "$@" --metrics-file "$_name.jsonl"; }
+# same A B: lm losses equal; grad norms within 1e-12 (relative)
+same() {
+	$PY - "$@" <<'PY'
+import json, sys
+L = lambda f: [(o["iteration"], o["lm_loss"], o["grad_norm"]) for o in map(json.loads, open(f + ".jsonl"))]
+a, b = L(sys.argv[1]), L(sys.argv[2])
+assert len(a) == len(b) > 0 and [x[:2] for x in a] == [x[:2] for x in b], (a, b)
+d = max(abs(x[2] - y[2]) / x[2] for x, y in zip(a, b))
+print(f"# {sys.argv[2]}: losses bitwise {sys.argv[1]}'s, grad norms within {d:.1e}")
+sys.exit(d > 1e-12)
+PY
+}
+# near A B: lm losses within 2e-3 (relative)
+near() {
+	$PY - "$@" <<'PY'
+import json, sys
+L = lambda f: [o["lm_loss"] for o in map(json.loads, open(f + ".jsonl"))]
+a, b = L(sys.argv[1]), L(sys.argv[2])
+d = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b) > 0 else 1.0
+print(f"# {sys.argv[2]}: max relative loss difference to {sys.argv[1]} {d:.2e}")
+sys.exit(d >= 2e-3)
+PY
+}
+vol() { $PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" "$@" mbs=2 gbs=4 seq=32 vocab=512 prec=bf16; }
+data_bytes() { $PY -c "import json,sys; print(json.loads(open(sys.argv[1] + '.rank0.jsonl').readline())['bytes']['data'])" "$1"; }
+ok "fp8: one process" exits 0 $G --train-iters 6 --metrics-file f8-one.jsonl
+ok "fp8 DP2 distributed optimizer $P8" mpi 2 f8-do $G --train-iters 6 $P8 --use-distributed-optimizer --comm-log f8-do
+ok "fp8 DP2 optim_grads $P8" mpi 2 f8-og $G --train-iters 6 $P8 $F optim_grads
+ok "fp8 DP2 optim_grads_params $P8" mpi 2 f8-ogp $G --train-iters 6 $P8 $F optim_grads_params --comm-log f8-ogp \
+	--save ck8 --save-interval 3
+ok "fp8 DP2 optim_grads_params, fp32 parameter gathers" mpi 2 f32-ogp $G --train-iters 6 $F optim_grads_params \
+	--comm-log f32-ogp
+ok "  losses bitwise the distributed optimizer's" same f8-do f8-ogp
+ok "  lm losses and grad norms bitwise optim_grads's" losses_exact f8-og f8-ogp
+ok "  lm losses within 2e-3 of one process's" near f8-one f8-ogp
+ok "  bytes per rank per step = the packed per-layer gathers'" vol f8-ogp 2 fsdp=ogp fp8=delayed fp8pg=1
+ok "  the distributed optimizer's too" vol f8-do 2 distopt=1 fp8=delayed fp8pg=1
+ok "  the fp32 gathers' too" vol f32-ogp 2 fsdp=ogp fp8=delayed
+ok "  fewer bytes than the fp32 gathers" test "$(data_bytes f8-ogp)" -lt "$(data_bytes f32-ogp)"
+ok "  resumed from iteration 3" mpi 2 f8-ogp-r $G --train-iters 6 $P8 $F optim_grads_params --load ck8 --ckpt-step 3
+ok "  losses and grad norms 4-6 bitwise the uninterrupted run's" losses_exact f8-ogp f8-ogp-r
+TW="--train-iters 3 --fp8-recipe tensorwise $P8"
+ok "tensorwise fp8 DP2 distributed optimizer $P8" mpi 2 tw-do $G $TW --use-distributed-optimizer
+ok "tensorwise fp8 DP2 optim_grads_params $P8" mpi 2 tw-ogp $G $TW $F optim_grads_params --comm-log tw-ogp
+ok "  losses bitwise the distributed optimizer's" same tw-do tw-ogp
+ok "  bytes per rank per step (the weights' amaxes reduced once a step)" vol tw-ogp 2 fsdp=ogp fp8=tensorwise fp8pg=1
+if full_only "fp8 PP2 x DP2 optim_grads_params $P8"; then
+	ok "fp8 PP2 x DP2 distributed optimizer $P8" mpi 4 pp-do $G --train-iters 4 $P8 --use-distributed-optimizer \
+		--pipeline-model-parallel-size 2
+	ok "fp8 PP2 x DP2 optim_grads_params $P8" mpi 4 pp-ogp $G --train-iters 4 $P8 $F optim_grads_params \
+		--pipeline-model-parallel-size 2 --comm-log pp-ogp
+	ok "  losses bitwise the distributed optimizer's" same pp-do pp-ogp
+	ok "  bytes per rank per step" vol pp-ogp 4 fsdp=ogp,pp=2 fp8=delayed fp8pg=1
+fi
 
 done_testing
