@@ -212,7 +212,7 @@
 	X(I, fp8_margin, fp8_margin, "fp8-margin", "0", "", "scales divided by 2^margin") \
 	X(I, fp8_amax_history_len, fp8_amax_history_len, "fp8-amax-history-len", "1", "[1,)", "amaxes kept per tensor (delayed)") \
 	X(A, fp8_amax_compute_algo, fp8_amax_compute_algo, "fp8-amax-compute-algo", "most_recent", "", "most_recent or max: the amax a scale comes from (delayed)") \
-	X(B, fp8_param_gather, fp8_param_gather, "fp8-param-gather", "false", "", "the distributed optimizer's parameter all-gather in fp8 (weights double-rounded fp32 -> bf16 -> fp8)") \
+	X(B, fp8_param_gather, fp8_param_gather, "fp8-param-gather", "false", "", "the distributed optimizer's parameter all-gather, and FSDP's per-layer gathers under optim_grads_params, in fp8 (weights double-rounded fp32 -> bf16 -> fp8)") \
 	X(B, first_last_layers_bf16, first_last_layers_bf16, "first-last-layers-bf16", "false", "", "keep the first and last decoder layers out of fp8 (tensorwise)") \
 	X(I, num_layers_at_start_in_bf16, num_layers_at_start_in_bf16, "num-layers-at-start-in-bf16", "1", "[0,)", "with --first-last-layers-bf16: layers at the start kept out of fp8") \
 	X(I, num_layers_at_end_in_bf16, num_layers_at_end_in_bf16, "num-layers-at-end-in-bf16", "1", "[0,)", "with --first-last-layers-bf16: layers at the end kept out of fp8") \

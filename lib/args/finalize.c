@@ -348,8 +348,9 @@ static mgt_status check_fp8(mgt_args *a)
 	r->margin = (int)a->fp8_margin;
 	r->history_len = (int)(a->fp8_amax_history_len > 1 << 20 ? 1 << 20 : a->fp8_amax_history_len);
 	if (a->fp8_param_gather && !a->use_distributed_optimizer)
-		return mgt_err(MGT_ERR_USAGE, "--fp8-param-gather needs --use-distributed-optimizer (as in Megatron: the "
-			       "fp8 parameters are all-gathered by it)");
+		return mgt_err(MGT_ERR_USAGE, "--fp8-param-gather needs --use-distributed-optimizer, or --use-megatron-fsdp "
+			       "with --data-parallel-sharding-strategy optim or beyond (as in Megatron: the fp8 parameters "
+			       "are all-gathered by it)");
 	r->param_gather = a->fp8_param_gather;
 	if (!a->first_last_layers_bf16) return MGT_OK;
 	if (r->recipe == MGT_FP8_DELAYED)
