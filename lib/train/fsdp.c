@@ -16,7 +16,10 @@
  *    and a unit's gradients are given back at the next layer's hook, so that on GPUs both
  *    collectives run on the group's stream beside the compute (Megatron-FSDP's prefetch and
  *    overlapped reduce-scatter).  The units outside layers are gathered after every step and kept
- *    whole, as Megatron-FSDP keeps the modules outside its units.
+ *    whole, as Megatron-FSDP keeps the modules outside its units.  With --fp8-param-gather the
+ *    layer units' gathers move each rank's packed shard instead, cast to fp8 after the step
+ *    (lib/model/fp8lin.c, mgt_model_fp8_unit_gather: Megatron-FSDP's fp8 model weights).  T5's
+ *    encoder and decoder layers are one run of units (lib/model/t5.c).
  * The optimizer steps the owned shards as the distributed optimizer does (setup.c), and every
  * collective goes through the bucket's data-parallel group (the expert one for expert rows). */
 #include "train_impl.h"
