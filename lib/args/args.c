@@ -168,6 +168,7 @@
 	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "", "reduce each gradient bucket during the last backward as soon as it is complete") \
 	X(B, use_megatron_fsdp, use_megatron_fsdp, "use-megatron-fsdp", "false", "", "fully sharded data parallelism (Megatron-FSDP), sharding by --data-parallel-sharding-strategy") \
 	X(S, data_parallel_sharding_strategy, data_parallel_sharding_strategy, "data-parallel-sharding-strategy", "optim_grads_params", "", "with FSDP: no_shard, optim (optimizer state), optim_grads (and gradients) or optim_grads_params (and parameters, gathered per layer)") \
+	X(S, megatron_fsdp_grad_comm_dtype, megatron_fsdp_grad_comm_dtype, "megatron-fsdp-grad-comm-dtype", "auto", "", "with --use-megatron-fsdp: the type the gradients are reduced in, fp32, bf16, fp16 or auto (the main gradients': fp32)") \
 	X(B, use_torch_fsdp2, use_torch_fsdp2, "use-torch-fsdp2", "false", "", "PyTorch FSDP2's sharding: run as --use-megatron-fsdp with optim_grads_params") \
 	X(B, torch_fsdp2_no_reshard_after_forward, torch_fsdp2_no_reshard_after_forward, "torch-fsdp2-no-reshard-after-forward", "false", "", "with --use-torch-fsdp2: parameters stay whole (optim_grads)") \
 	X(H, moe, _, "", "", "", "mixture of experts") \

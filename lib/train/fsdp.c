@@ -59,6 +59,19 @@ static void drop_grads(trainer *t, mgt_model *m, int from, int to)
 	for (int b = from; b < to; b++) drop_outside(t, &tt->buckets[b], mgt_model_grads(m), sizeof(float));
 }
 
+/* A 16-bit gradient reduction (--megatron-fsdp-grad-comm-dtype): each chunk's side buffer. */
+static mgt_status side_alloc(trainer *t)
+{
+	if (t->a->grad_comm_t == MGT_DT_F32) return MGT_OK;
+	if (!(t->fsdp.side = mgt_malloc((size_t)t->V * sizeof *t->fsdp.side))) return MGT_ERR_NOMEM;
+	memset(t->fsdp.side, 0, (size_t)t->V * sizeof *t->fsdp.side);
+	for (int c = 0; c < t->V; c++) {
+		size_t n = mgt_model_tensors(t->chunk[c])->buf_numel;
+		if (!(t->fsdp.side[c] = t->be->ops->reserve(t->be, (n ? n : 1) * sizeof(float)))) return MGT_ERR_NOMEM;
+	}
+	return MGT_OK;
+}
+
 mgt_status trainer_fsdp_setup(trainer *t)
 {
 	if (!trainer_fsdp_grads(t)) return MGT_OK;
@@ -68,7 +81,8 @@ mgt_status trainer_fsdp_setup(trainer *t)
 	    !(t->fsdp.gathered = mgt_malloc((size_t)V * sizeof *t->fsdp.gathered)))
 		return MGT_ERR_NOMEM;
 	memset(t->fsdp.gathered, 0, (size_t)V * sizeof *t->fsdp.gathered);
-	for (int c = 0; c < V; c++) {
+	mgt_status st = side_alloc(t);
+	for (int c = 0; !st && c < V; c++) {
 		mgt_model *m = t->chunk[c];
 		int nb = mgt_model_tensors(m)->nbuckets;
 		t->fsdp.nbwd[c] = t->fsdp.pending[c] = 0;
@@ -77,12 +91,17 @@ mgt_status trainer_fsdp_setup(trainer *t)
 		memset(t->fsdp.gathered[c], 0, (size_t)(nb ? nb : 1));
 		mgt_model_set_param_hook(m, trainer_fsdp_param_hook, t);
 	}
-	return MGT_OK;
+	return st;
 }
 
 void trainer_fsdp_free(trainer *t)
 {
 	for (int c = 0; t->fsdp.gathered && c < t->V; c++) free(t->fsdp.gathered[c]);
+	for (int c = 0; t->fsdp.side && c < t->V; c++) {
+		size_t n = mgt_model_tensors(t->chunk[c])->buf_numel;
+		t->be->ops->unreserve(t->be, t->fsdp.side[c], (n ? n : 1) * sizeof(float));
+	}
+	free(t->fsdp.side);
 	free(t->fsdp.gathered);
 	free(t->fsdp.nbwd);
 	free(t->fsdp.pending);
@@ -100,16 +119,42 @@ void trainer_fsdp_zero_grads(trainer *t)
 	}
 }
 
-/* Before a chunk's second and later backward of an iteration: the owned shards times DP. */
+/* Before a chunk's second and later backward of an iteration: the owned shards times DP, or
+ * with a 16-bit reduction (t->fsdp.side) set aside and zeroed: the micro-batch's gradient alone
+ * is rounded and reduced, then added to them in fp32 (take_shards), as Megatron-FSDP adds each
+ * reduce-scatter's result into its main gradient shard. */
 void trainer_fsdp_before_backward(trainer *t, int c)
 {
-	if (!trainer_fsdp_grads(t) || t->fsdp.nbwd[c]++ == 0 || t->a->calculate_per_token_loss) return;
+	if (!trainer_fsdp_grads(t) || t->fsdp.nbwd[c]++ == 0 || (!t->fsdp.side && t->a->calculate_per_token_loss)) return;
 	mgt_model *m = t->chunk[c];
 	const mgt_tensor_table *tt = mgt_model_tensors(m);
 	for (int b = 0; b < tt->nbuckets; b++) {
-		size_t own, part;
+		size_t own, part, at = tt->buckets[b].offset;
 		shard_of(t, &tt->buckets[b], &own, &part);
-		t->be->ops->scale(t->be, mgt_model_grads(m) + tt->buckets[b].offset + own, part, (float)t->ps.dp);
+		float *g = mgt_model_grads(m) + at + own;
+		if (!t->fsdp.side) {
+			t->be->ops->scale(t->be, g, part, (float)t->ps.dp);
+			continue;
+		}
+		t->be->ops->copy(t->be, t->fsdp.side[c] + at + own, g, part * sizeof(float));
+		t->be->ops->zero(t->be, g, part * sizeof(float));
+	}
+}
+
+/* A 16-bit reduction's buckets [from, to) of chunk c, reduced: the owned shards widened into the
+ * fp32 buffer, plus the earlier micro-batches' sum, and the 16-bit copy given back. */
+static void take_shards(trainer *t, int c, int from, int to)
+{
+	mgt_model *m = t->chunk[c];
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	for (int b = from; t->fsdp.side && b < to; b++) {
+		size_t own, part, at = tt->buckets[b].offset;
+		shard_of(t, &tt->buckets[b], &own, &part);
+		float *g = mgt_model_grads(m) + at + own;
+		uint16_t *h = (uint16_t *)t->ddp.g16[c] + at;
+		t->be->ops->widen(t->be, g, h + own, t->a->grad_comm_t, part);
+		if (t->fsdp.nbwd[c] > 1) t->be->ops->add(t->be, g, t->fsdp.side[c] + at + own, MGT_DT_F32, part);
+		t->be->ops->discard(t->be, h, tt->buckets[b].numel * sizeof *h);
 	}
 }
 
@@ -120,6 +165,7 @@ static mgt_status drop_pending(trainer *t, int c)
 	mgt_model *m = t->chunk[c];
 	if (t->fsdp.pending[c] == t->ddp.buckets_done[c]) return MGT_OK;
 	mgt_status st = trainer_wait_dp(t);
+	if (!st) take_shards(t, c, t->fsdp.pending[c], t->ddp.buckets_done[c]);
 	if (!st) drop_grads(t, m, t->fsdp.pending[c], t->ddp.buckets_done[c]);
 	t->fsdp.pending[c] = t->ddp.buckets_done[c];
 	return st;

@@ -3,7 +3,8 @@
 Usage: comm_volume.py PRESET.json PREFIX NP key=value...   (keys: tp pp vp sp distopt mbs gbs seq
 vocab (padded) divisible cp cpcomm (p2p, allgather or a2a) groups (query groups, overriding the
 preset's) prec (fp32, bf16 or fp16: the training precision; dense models) fp32res (1: with
---fp32-residual-connection) gradbf16 (1: with --grad-reduce-in-bf16) pattern (--hybrid-layer-pattern,
+--fp32-residual-connection) gradbf16 (1: with --grad-reduce-in-bf16, or
+--megatron-fsdp-grad-comm-dtype bf16 or fp16: the gradients' reductions in 2-byte elements) pattern (--hybrid-layer-pattern,
 overriding the preset's) mgroups (--mamba-num-groups, overriding the preset's) fp8 (delayed or tensorwise:
 --fp8-format with that --fp8-recipe; every layer's four linears) fp8pg (1: with --fp8-param-gather))
 
@@ -305,10 +306,10 @@ def expected(tp_rank, pp_rank):
         if tied and pp > 1 and (first or last):
             e["embedding"] += ar(Vp // tp * h, 2)
         for nb, unit, off, held in buckets(ts, tied and pp > 1):
-            f = part(nb // G, G)
+            f, fg = part(nb // G, G), part(nb // G, G, grad_es)
             ag = (G - 1) * packed(nb, off, held) if fp8pg else f  # a parameter all-gather
-            if fsdp == "og": e[grad] += M * f + ag
-            elif fsdp == "ogp": e[grad] += M * f + (2 * M * ag if unit >= 0 else ag)
+            if fsdp == "og": e[grad] += M * fg + ag
+            elif fsdp == "ogp": e[grad] += M * fg + (2 * M * ag if unit >= 0 else ag)
             else: e[grad] += part(nb // G, G, grad_es) + ag if distopt else ar(nb, G, grad_es)
         # fp8 (delayed scaling): after each micro-batch's forward and backward the amaxes of the
         # chunk's 3 and 2 slots a linear reduced over TP and data x context; tensorwise with

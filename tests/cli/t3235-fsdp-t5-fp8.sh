@@ -16,6 +16,16 @@
 #     amaxes); the bytes per rank (comm_volume.py fsdp=ogp,fp8pg=1: packed shards, the amaxes'
 #     all-reduces) exactly, and fewer than the fp32 gathers'; a checkpoint saved at iteration 3
 #     resumes bit for bit; PP2 x DP2 (full tier) against the distributed optimizer.
+#   - --megatron-fsdp-grad-comm-dtype bf16 (Megatron-FSDP's grad_comm_dtype): with one
+#     micro-batch a rank, optim and optim_grads_params equal the distributed optimizer with
+#     --grad-reduce-in-bf16 bit for bit (the same bf16 reduction of the same fp32 gradients; the
+#     grad norms of optim_grads_params within 1e-12, summed over its own buckets);
+#     with two, optim_grads_params equals optim_grads bit for bit, differs from the fp32
+#     reduction (each micro-batch's reduce-scatter rounded to bf16, its result added to the fp32
+#     shard) by under 1e-3 in the losses but not 0, and under 1e-2 in the grad norms (both
+#     micro-batches' gradients are in the shard), and moves 2-byte gradients (comm_volume.py
+#     gradbf16=1); fp16 trains; a word other than fp32, bf16, fp16 or auto is refused, and the flag
+#     without --use-megatron-fsdp is said to be ignored.
 # Under mpirun only (a TAP skip without it).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
@@ -103,5 +113,39 @@ if full_only "fp8 PP2 x DP2 optim_grads_params $P8"; then
 	ok "  losses bitwise the distributed optimizer's" same pp-do pp-ogp
 	ok "  bytes per rank per step" vol pp-ogp 4 fsdp=ogp,pp=2 fp8=delayed fp8pg=1
 fi
+
+# ---- --megatron-fsdp-grad-comm-dtype ----
+C="$BIN/mgt-train --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 512
+ --seq-length 32 --micro-batch-size 2 --lr 1e-3 --lr-warmup-iters 0 --lr-decay-style constant
+ --eval-interval 0 --log-interval 1 --threads 1 --device cpu --bf16 --train-iters 5"
+GC=--megatron-fsdp-grad-comm-dtype
+ok "DP2 distributed optimizer --grad-reduce-in-bf16, one micro-batch a rank" mpi 2 gc-do $C --global-batch-size 4 \
+	--use-distributed-optimizer --grad-reduce-in-bf16
+ok "DP2 optim $GC bf16" mpi 2 gc-o $C --global-batch-size 4 $F optim $GC bf16
+ok "  lm losses and grad norms bitwise" losses_exact gc-do gc-o
+ok "DP2 optim_grads_params $GC bf16" mpi 2 gc-ogp1 $C --global-batch-size 4 $F optim_grads_params $GC bf16 --comm-log gc-ogp1
+ok "  lm losses bitwise, grad norms within 1e-12 (other buckets)" same gc-do gc-ogp1
+ok "  bytes per rank per step (2-byte reduce-scatters)" vol gc-ogp1 2 fsdp=ogp gradbf16=1
+ok "two micro-batches a rank: optim_grads_params, fp32 reduction" mpi 2 gc-ogp32 $C --global-batch-size 8 $F optim_grads_params
+ok "  optim_grads $GC bf16" mpi 2 gc-og2 $C --global-batch-size 8 $F optim_grads $GC bf16
+ok "  optim_grads_params $GC bf16" mpi 2 gc-ogp2 $C --global-batch-size 8 $F optim_grads_params $GC bf16 --comm-log gc-ogp2
+ok "  lm losses and grad norms bitwise optim_grads's" losses_exact gc-og2 gc-ogp2
+ok "  lm losses within 1e-3 and grad norms within 1e-2 of the fp32 reduction's, not equal" $PY - <<'PY'
+import json
+L = lambda f, k: [o[k] for o in map(json.loads, open(f + ".jsonl"))]
+rel = lambda a, b: max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b) == 5 else 1.0
+d = rel(L("gc-ogp32", "lm_loss"), L("gc-ogp2", "lm_loss"))
+n = rel(L("gc-ogp32", "grad_norm"), L("gc-ogp2", "grad_norm"))
+print(f"# bf16 against fp32 gradient reduce-scatters: max relative difference of losses {d:.2e}, grad norms {n:.2e}")
+assert 0 < d < 1e-3 and n < 1e-2, (d, n)
+PY
+vol8() { $PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/tiny-gpt2.json" "$@" mbs=2 gbs=8 seq=32 vocab=512 prec=bf16; }
+ok "  bytes per rank per step" vol8 gc-ogp2 2 fsdp=ogp gradbf16=1
+ok "  fp16: trains" mpi 2 gc-f16 $C --global-batch-size 8 $F optim_grads_params $GC fp16
+gcref() { exits 2 $C --global-batch-size 4 --train-iters 1 "$@"; }
+ok "$GC fp8 refused" gcref $F optim_grads $GC fp8
+ok "  naming the words" err_has "$GC: expected fp32, fp16, bf16 or auto, got 'fp8'"
+ok "$GC bf16 without --use-megatron-fsdp: said to be ignored" exits 0 $C --global-batch-size 4 --train-iters 1 $GC bf16
+ok "  naming Megatron-FSDP" err_has "megatron-fsdp-grad-comm-dtype.*--use-megatron-fsdp"
 
 done_testing
