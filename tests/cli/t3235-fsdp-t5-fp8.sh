@@ -1,10 +1,12 @@
 #!/bin/sh
-# mgt-train with FSDP's optim_grads_params (ZeRO-3, lib/train/fsdp.c) where the parameter hook
-# covers more than one decoder stack, or gathers other bytes than the fp32 parameters:
+# mgt-train with Megatron-FSDP (lib/train/fsdp.c) beyond t3230's cases: optim_grads_params
+# (ZeRO-3) where the parameter hook covers two stacks or gathers fp8 weights, and gradients
+# reduced in 16 bits (TAP):
 #   - T5 (--model-family t5): the encoder's and the decoder's layer units gathered before each
 #     layer's forward and backward (lib/model/t5.c): DP2 optim_grads_params gives optim_grads's
 #     losses and grad norms bit for bit (the same reduce-scatters, the parameters gathered back
-#     exactly) and the single process's within 1e-5 (dropout on);
+#     exactly) and the single process's within 1e-5 (dropout on); with relative positions
+#     (the bias tables outside the units) in the full tier;
 #   - --fp8-param-gather (lib/model/fp8lin.c): each rank casts its shards of the layer units to
 #     fp8 after the step and keeps them; the hook all-gathers them per layer (1 byte an fp8
 #     weight element), unpacks the weight bytes and rebuilds their transposes.  Delayed and
@@ -26,7 +28,8 @@
 #     micro-batches' gradients are in the shard), and moves 2-byte gradients (comm_volume.py
 #     gradbf16=1); fp16 trains; a word other than fp32, bf16, fp16 or auto is refused, and the flag
 #     without --use-megatron-fsdp is said to be ignored.
-# Under mpirun only (a TAP skip without it).
+# Under mpirun only (a TAP skip without it).  Tiers (lib.sh): the full tier adds T5 with relative
+# positions and PP2 x DP2 with --fp8-param-gather.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 command -v mpirun >/dev/null 2>&1 || { echo "1..0 # SKIP mpirun not found"; exit 0; }
@@ -47,10 +50,12 @@ ok "T5 DP2 optim_grads" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $T5 $F optim_grads 
 ok "T5 DP2 optim_grads_params" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $T5 $F optim_grads_params --metrics-file t5-ogp.jsonl
 ok "  lm losses and grad norms bitwise optim_grads's" losses_exact t5-og t5-ogp
 ok "  lm losses of the 5 steps within 1e-5 of one process's" losses_same t5-one t5-ogp
-ok "T5 DP2 optim_grads_params with relative positions" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $T5 $F optim_grads_params \
-	--position-embedding-type relative --metrics-file t5r-ogp.jsonl
-ok "  relative positions: one process" exits 0 $T5 --position-embedding-type relative --metrics-file t5r-one.jsonl
-ok "  lm losses within 1e-5 of one process's" losses_same t5r-one t5r-ogp
+if full_only "T5 DP2 optim_grads_params with relative positions"; then
+	ok "T5 DP2 optim_grads_params with relative positions" exits 0 sh "$ROOT/tests/mpirun.sh" 2 $T5 $F optim_grads_params \
+		--position-embedding-type relative --metrics-file t5r-ogp.jsonl
+	ok "  relative positions: one process" exits 0 $T5 --position-embedding-type relative --metrics-file t5r-one.jsonl
+	ok "  lm losses within 1e-5 of one process's" losses_same t5r-one t5r-ogp
+fi
 
 # ---- --fp8-param-gather ----
 G="$BIN/mgt-train --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer --vocab-size 512
