@@ -82,7 +82,9 @@ unit outside layers f(n) after the step.  Optimizer state is sharded as distopt'
 fp8 (Transformer Engine's delayed scaling, lib/model/fp8lin.c): after every micro-batch's forward
 and backward the recorded amaxes (3 forward and 2 backward slots a linear, fp32) are all-reduced
 with MAX over TP and over the data x context group; tensorwise scaling reduces none of them
-there, but with --fp8-param-gather the weights' amaxes (3 slots a linear) once a step.
+there, but with --fp8-param-gather the weights' amaxes (3 slots a linear) once a step.  Under
+sequence parallelism the norm outputs that feed the fp8 linear_qkv and linear_fc1 are gathered
+in fp32 (their cast reads fp32), the other [T,h] operations as without fp8.
 --fp8-param-gather (fp8pg=1; Megatron's fp8 model weights, B5's w = 1 byte): every parameter
 all-gather -- the distributed optimizer's after the step, FSDP's per layer unit -- moves each
 rank's packed shard: 1 byte an fp8 weight element (linear_qkv, linear_proj, linear_fc1,
@@ -297,6 +299,9 @@ def expected(tp_rank, pp_rank):
                 # gradient's gather; the final norm's gather and the output layer's dx
                 X, Xa = part(Th * h, tp), part(Th * h, tp, act_es)
                 mb = nl * 4 * Xa + ((X + Xa) if first else 0) + ((2 * Xa + 3 * ar(T, tp)) if last else 0)
+                # fp8: the norm outputs feeding linear_qkv and linear_fc1 are gathered in fp32, the
+                # type their cast reads (lib/model/sublayer.c mgt_sublayer_norm_dst)
+                if fp8: mb += nl * (X - Xa)
                 e["tensor"] += sum(ar(n, tp) for _, n, rep, _ in ts if rep)
             else:
                 A, Aa = ar(T * h, tp), ar(T * h, tp, act_es)  # per sublayer: 1 forward, 1 backward

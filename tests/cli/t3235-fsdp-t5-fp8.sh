@@ -17,7 +17,8 @@
 #     the delayed scales after each of its two micro-batches, DP2 once a step with both ranks'
 #     amaxes); the bytes per rank (comm_volume.py fsdp=ogp,fp8pg=1: packed shards, the amaxes'
 #     all-reduces) exactly, and fewer than the fp32 gathers'; a checkpoint saved at iteration 3
-#     resumes bit for bit; PP2 x DP2 (full tier) against the distributed optimizer.
+#     resumes bit for bit; PP2 x DP2 and TP2 x DP2 with sequence parallelism (full tier) against
+#     the distributed optimizer, and their bytes.
 #   - --megatron-fsdp-grad-comm-dtype bf16 (Megatron-FSDP's grad_comm_dtype): with one
 #     micro-batch a rank, optim and optim_grads_params equal the distributed optimizer with
 #     --grad-reduce-in-bf16 bit for bit (the same bf16 reduction of the same fp32 gradients; the
@@ -29,7 +30,7 @@
 #     gradbf16=1); fp16 trains; a word other than fp32, bf16, fp16 or auto is refused, and the flag
 #     without --use-megatron-fsdp is said to be ignored.
 # Under mpirun only (a TAP skip without it).  Tiers (lib.sh): the full tier adds T5 with relative
-# positions and PP2 x DP2 with --fp8-param-gather.
+# positions, and PP2 x DP2 and TP2 x DP2 with --fp8-param-gather.
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 command -v mpirun >/dev/null 2>&1 || { echo "1..0 # SKIP mpirun not found"; exit 0; }
@@ -110,13 +111,20 @@ ok "tensorwise fp8 DP2 distributed optimizer $P8" mpi 2 tw-do $G $TW --use-distr
 ok "tensorwise fp8 DP2 optim_grads_params $P8" mpi 2 tw-ogp $G $TW $F optim_grads_params --comm-log tw-ogp
 ok "  losses bitwise the distributed optimizer's" same tw-do tw-ogp
 ok "  bytes per rank per step (the weights' amaxes reduced once a step)" vol tw-ogp 2 fsdp=ogp fp8=tensorwise fp8pg=1
-if full_only "fp8 PP2 x DP2 optim_grads_params $P8"; then
+if full_only "fp8 PP2 x DP2 and TP2 x DP2 optim_grads_params $P8"; then
 	ok "fp8 PP2 x DP2 distributed optimizer $P8" mpi 4 pp-do $G --train-iters 4 $P8 --use-distributed-optimizer \
 		--pipeline-model-parallel-size 2
 	ok "fp8 PP2 x DP2 optim_grads_params $P8" mpi 4 pp-ogp $G --train-iters 4 $P8 $F optim_grads_params \
 		--pipeline-model-parallel-size 2 --comm-log pp-ogp
 	ok "  losses bitwise the distributed optimizer's" same pp-do pp-ogp
 	ok "  bytes per rank per step" vol pp-ogp 4 fsdp=ogp,pp=2 fp8=delayed fp8pg=1
+	TP="--tensor-model-parallel-size 2 --sequence-parallel"
+	ok "fp8 TP2 x DP2 (SP) distributed optimizer $P8" mpi 4 tp-do $G --train-iters 4 $P8 --use-distributed-optimizer $TP
+	ok "fp8 TP2 x DP2 (SP) optim_grads_params $P8" mpi 4 tp-ogp $G --train-iters 4 $P8 $F optim_grads_params $TP \
+		--comm-log tp-ogp
+	ok "  losses bitwise the distributed optimizer's" same tp-do tp-ogp
+	ok "  bytes per rank per step (the fp8 norm outputs gathered in fp32)" vol tp-ogp 4 fsdp=ogp,tp=2,sp=1 fp8=delayed \
+		fp8pg=1
 fi
 
 # ---- --megatron-fsdp-grad-comm-dtype ----
