@@ -65,8 +65,8 @@ G="$BIN/mgt-train --model tiny-gpt2 --mock-data --tokenizer-type NullTokenizer -
  --fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max"
 P8=--fp8-param-gather
 mpi() { _n=$1 _name=$2; shift 2; launch "$_n" "$_name" "$@" --metrics-file "$_name.jsonl"; }
-# same A B: on the iterations B logged (3 or more, A has every one of them) lm losses equal, grad norms within
-# 1e-12 (relative)
+# same A B: on the iterations B logged (3 or more, A has every one of them) lm losses equal,
+# grad norms within 1e-12 (relative)
 same() {
 	$PY - "$@" <<'PY'
 import json, sys
