@@ -17,8 +17,9 @@
 #     the delayed scales after each of its two micro-batches, DP2 once a step with both ranks'
 #     amaxes); the bytes per rank (comm_volume.py fsdp=ogp,fp8pg=1: packed shards, the amaxes'
 #     all-reduces) exactly, and fewer than the fp32 gathers'; a checkpoint saved at iteration 3
-#     resumes bit for bit, and under the distributed optimizer gives its losses; PP2 x DP2 and TP2 x DP2 with sequence parallelism (full tier) against
-#     the distributed optimizer, and their bytes.
+#     resumes bit for bit, and under the distributed optimizer gives its losses; PP2 x DP2 and
+#     TP2 x DP2 with sequence parallelism (full tier) against the distributed optimizer, and
+#     their bytes.
 #   - --megatron-fsdp-grad-comm-dtype bf16 (Megatron-FSDP's grad_comm_dtype): with one
 #     micro-batch a rank, optim and optim_grads_params equal the distributed optimizer with
 #     --grad-reduce-in-bf16 bit for bit (the same bf16 reduction of the same fp32 gradients; the
