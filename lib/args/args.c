@@ -168,6 +168,7 @@
 	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "", "reduce each gradient bucket during the last backward as soon as it is complete") \
 	X(B, use_megatron_fsdp, use_megatron_fsdp, "use-megatron-fsdp", "false", "", "fully sharded data parallelism (Megatron-FSDP), sharding by --data-parallel-sharding-strategy") \
 	X(S, data_parallel_sharding_strategy, data_parallel_sharding_strategy, "data-parallel-sharding-strategy", "optim_grads_params", "", "with FSDP: no_shard, optim (optimizer state), optim_grads (and gradients) or optim_grads_params (and parameters, gathered per layer)") \
+	X(S, megatron_fsdp_grad_comm_dtype, megatron_fsdp_grad_comm_dtype, "megatron-fsdp-grad-comm-dtype", "auto", "", "with --use-megatron-fsdp: the type the gradients are reduced in, fp32, bf16, fp16 or auto (the main gradients': fp32)") \
 	X(B, use_torch_fsdp2, use_torch_fsdp2, "use-torch-fsdp2", "false", "", "PyTorch FSDP2's sharding: run as --use-megatron-fsdp with optim_grads_params") \
 	X(B, torch_fsdp2_no_reshard_after_forward, torch_fsdp2_no_reshard_after_forward, "torch-fsdp2-no-reshard-after-forward", "false", "", "with --use-torch-fsdp2: parameters stay whole (optim_grads)") \
 	X(H, moe, _, "", "", "", "mixture of experts") \
@@ -212,7 +213,7 @@
 	X(I, fp8_margin, fp8_margin, "fp8-margin", "0", "", "scales divided by 2^margin") \
 	X(I, fp8_amax_history_len, fp8_amax_history_len, "fp8-amax-history-len", "1", "[1,)", "amaxes kept per tensor (delayed)") \
 	X(A, fp8_amax_compute_algo, fp8_amax_compute_algo, "fp8-amax-compute-algo", "most_recent", "", "most_recent or max: the amax a scale comes from (delayed)") \
-	X(B, fp8_param_gather, fp8_param_gather, "fp8-param-gather", "false", "", "the distributed optimizer's parameter all-gather in fp8 (weights double-rounded fp32 -> bf16 -> fp8)") \
+	X(B, fp8_param_gather, fp8_param_gather, "fp8-param-gather", "false", "", "the distributed optimizer's parameter all-gather, and FSDP's per-layer gathers under optim_grads_params, in fp8 (weights double-rounded fp32 -> bf16 -> fp8)") \
 	X(B, first_last_layers_bf16, first_last_layers_bf16, "first-last-layers-bf16", "false", "", "keep the first and last decoder layers out of fp8 (tensorwise)") \
 	X(I, num_layers_at_start_in_bf16, num_layers_at_start_in_bf16, "num-layers-at-start-in-bf16", "1", "[0,)", "with --first-last-layers-bf16: layers at the start kept out of fp8") \
 	X(I, num_layers_at_end_in_bf16, num_layers_at_end_in_bf16, "num-layers-at-end-in-bf16", "1", "[0,)", "with --first-last-layers-bf16: layers at the end kept out of fp8") \

@@ -80,6 +80,7 @@ typedef struct mgt_args {
 	 * sharding they mean, with --use-distributed-optimizer's, is dp_sharding (derived) */
 	bool use_megatron_fsdp, use_torch_fsdp2, torch_fsdp2_no_reshard_after_forward;
 	char *data_parallel_sharding_strategy;
+	char *megatron_fsdp_grad_comm_dtype; /* auto, fp32, bf16 or fp16: grad_comm_t (derived) */
 	/* Mixture of Experts, run level (the model's moe_* fields are in model): expert-parallel
 	 * size; expert tensor-parallel size (0: None, which means --tensor-model-parallel-size, the
 	 * only value this version accepts); the token dispatcher ("allgather" | "alltoall");
@@ -122,6 +123,9 @@ typedef struct mgt_args {
 	mgt_recompute recompute;   /* from the recompute flags, checked by Megatron's rules */
 	mgt_dp_sharding dp_sharding; /* what data parallelism shards (model.h): optim with
 				      * --use-distributed-optimizer, the FSDP strategy with FSDP */
+	mgt_elem_type grad_comm_t;   /* the data-parallel gradient reduction's type: MGT_DT_F32, or
+				      * with --megatron-fsdp-grad-comm-dtype bf16 / fp16 MGT_DT_BF16 /
+				      * MGT_DT_F16 (--grad-reduce-in-bf16: MGT_DT_BF16) */
 } mgt_args;
 
 /* The --data-parallel-sharding-strategy word of s ("no_shard", "optim", ...); static. */

@@ -348,8 +348,9 @@ static mgt_status check_fp8(mgt_args *a)
 	r->margin = (int)a->fp8_margin;
 	r->history_len = (int)(a->fp8_amax_history_len > 1 << 20 ? 1 << 20 : a->fp8_amax_history_len);
 	if (a->fp8_param_gather && !a->use_distributed_optimizer)
-		return mgt_err(MGT_ERR_USAGE, "--fp8-param-gather needs --use-distributed-optimizer (as in Megatron: the "
-			       "fp8 parameters are all-gathered by it)");
+		return mgt_err(MGT_ERR_USAGE, "--fp8-param-gather needs --use-distributed-optimizer, or --use-megatron-fsdp "
+			       "with --data-parallel-sharding-strategy optim or beyond (as in Megatron: the fp8 parameters "
+			       "are all-gathered by it)");
 	r->param_gather = a->fp8_param_gather;
 	if (!a->first_last_layers_bf16) return MGT_OK;
 	if (r->recipe == MGT_FP8_DELAYED)
@@ -425,15 +426,25 @@ static mgt_status check_sharding(const mgt_args *a)
 			       "and fp16; use --use-megatron-fsdp", a->fp16 ? "--fp16" : "--pipeline-model-parallel-size > 1");
 	if (a->dp_sharding < MGT_DP_OPTIM_GRADS) return MGT_OK;
 	if (a->grad_reduce_in_bf16)
-		return mgt_err(MGT_ERR_USAGE, "%s %s with --grad-reduce-in-bf16: sharded gradients are reduce-scattered "
-			       "and kept in fp32 (--megatron-fsdp-grad-comm-dtype is not implemented)", f, v);
-	if (a->dp_sharding < MGT_DP_OPTIM_GRADS_PARAMS) return MGT_OK;
-	if (a->fp8_param_gather)
-		return mgt_err(MGT_ERR_USAGE, "%s %s with --fp8-param-gather: gathering fp8 parameters per layer is not "
-			       "implemented; use optim or optim_grads", f, v);
-	if (!strcmp(a->model.family, "t5"))
-		return mgt_err(MGT_ERR_USAGE, "%s %s with --model-family t5: T5's encoder and decoder stacks are not "
-			       "gathered per layer; use optim or optim_grads", f, v);
+		return mgt_err(MGT_ERR_USAGE, "%s %s with --grad-reduce-in-bf16: sharded gradients are kept in fp32; "
+			       "--megatron-fsdp-grad-comm-dtype bf16 reduce-scatters them in bf16", f, v);
+	return MGT_OK;
+}
+
+/* --megatron-fsdp-grad-comm-dtype (Megatron's megatron_fsdp_grad_comm_dtype,
+ * megatron/core/distributed/distributed_data_parallel_config.py: the gradients' reduce-scatter
+ * or all-reduce type; auto is the main gradients', fp32 in mgt) into grad_comm_t; read with
+ * --use-megatron-fsdp only, as in Megatron (said in one line otherwise). */
+static mgt_status derive_grad_comm(mgt_args *a)
+{
+	const char *s = a->megatron_fsdp_grad_comm_dtype ? a->megatron_fsdp_grad_comm_dtype : "auto";
+	a->grad_comm_t = a->grad_reduce_in_bf16 ? MGT_DT_BF16 : MGT_DT_F32;
+	if (strcmp(s, "auto") && strcmp(s, "fp32") && strcmp(s, "bf16") && strcmp(s, "fp16"))
+		return mgt_err(MGT_ERR_USAGE, "--megatron-fsdp-grad-comm-dtype: expected fp32, fp16, bf16 or auto, got '%s'", s);
+	if (!strcmp(s, "auto") || !strcmp(s, "fp32")) return MGT_OK;
+	if (!a->use_megatron_fsdp)
+		return args_note_ignored(a, "megatron-fsdp-grad-comm-dtype", "read by Megatron-FSDP only (--use-megatron-fsdp)");
+	a->grad_comm_t = !strcmp(s, "bf16") ? MGT_DT_BF16 : MGT_DT_F16;
 	return MGT_OK;
 }
 
@@ -471,7 +482,7 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	if (!st) st = derive_recompute(a);
 	if (st) return st;
 	if (a->micro_batch_size <= 0) return mgt_err(MGT_ERR_USAGE, "--micro-batch-size must be given and positive");
-	if ((st = derive_sharding(a)) || (st = check_precision(a)) || (st = check_fp8(a)) || (st = check_family_flags(a)) || (st = check_encdec(a)) ||
+	if ((st = derive_sharding(a)) || (st = derive_grad_comm(a)) || (st = check_precision(a)) || (st = check_fp8(a)) || (st = check_family_flags(a)) || (st = check_encdec(a)) ||
 	    (st = check_bert(a)) || (st = check_packed(a)))
 		return st;
 	if (a->calculate_per_token_loss && a->model.num_experts > 0)

@@ -48,6 +48,12 @@ struct fp8_state {
 	int *wk;
 	size_t *pk;
 	uint8_t *snd, *rcv;
+	/* under FSDP's optim_grads_params (units): the layer buckets' packed shards stay on their
+	 * rank after the step, in own (pk[b] bytes at uoff[b]), and are all-gathered per layer into
+	 * urcv (DP x pk[b] at DP x uoff[b]), whose pages are given back once unpacked */
+	bool units;
+	size_t *uoff;
+	uint8_t *own, *urcv;
 };
 
 /* in and out features of linear k (j = k % FP8_NLIN of local layer k / FP8_NLIN): a GPT layer's
@@ -171,6 +177,24 @@ static void shard_range(const mgt_model *m, int b, int r, size_t *lo, size_t *hi
 	*hi = *lo + part;
 }
 
+/* Under optim_grads_params with DP > 1 (the layer units sharded, lib/model/shard.c): own and
+ * urcv for the layer buckets' packed shards. */
+static mgt_status units_alloc(mgt_model *m, struct fp8_state *f)
+{
+	f->units = m->unit && m->L.sharding >= MGT_DP_OPTIM_GRADS_PARAMS && m->L.dp > 1;
+	if (!f->units) return MGT_OK;
+	if (!(f->uoff = mgt_malloc(((size_t)m->tt.nbuckets + 1) * sizeof *f->uoff))) return MGT_ERR_NOMEM;
+	size_t n = 0;
+	for (int b = 0; b < m->tt.nbuckets; b++) {
+		f->uoff[b] = n;
+		if (mgt_model_bucket_unit(m, b) >= 0) n += f->pk[b];
+	}
+	mgt_status st = MGT_OK;
+	f->own = mgt_model_balloc(m, n, &m->mem.work_bytes, &st);
+	f->urcv = mgt_model_balloc(m, n * (size_t)m->L.dp, &m->mem.work_bytes, &st);
+	return st;
+}
+
 static mgt_status gather_alloc(mgt_model *m, struct fp8_state *f)
 {
 	f->wk = mgt_malloc(((size_t)m->tt.n + 1) * sizeof *f->wk);
@@ -191,7 +215,7 @@ static mgt_status gather_alloc(mgt_model *m, struct fp8_state *f)
 	mgt_status st = MGT_OK;
 	f->snd = mgt_model_balloc(m, most, &m->mem.work_bytes, &st);
 	f->rcv = mgt_model_balloc(m, most * (size_t)m->L.dp, &m->mem.work_bytes, &st);
-	return st;
+	return st ? st : units_alloc(m, f);
 }
 
 mgt_status mgt_model_fp8_alloc(mgt_model *m)
@@ -248,7 +272,7 @@ void mgt_model_fp8_free(mgt_model *m)
 	if (!f) return;
 	if (!m->mem.dry) {
 		void *bufs[] = { f->scale, f->sinv, f->amax, f->winv, f->w8, f->w8t, f->ln32, f->dy8, f->dy8t, f->x8t,
-				 f->snd, f->rcv };
+				 f->snd, f->rcv, f->own, f->urcv };
 		for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) m->be->ops->free(m->be, bufs[i]);
 		for (int s = 0; f->x8 && s < m->L.slots; s++) {
 			m->be->ops->free(m->be, f->x8[s]);
@@ -257,7 +281,7 @@ void mgt_model_fp8_free(mgt_model *m)
 	}
 	mgt_fp8_meta_free(&f->fwd);
 	mgt_fp8_meta_free(&f->bwd);
-	free(f->woff); free(f->xoff); free(f->wgen); free(f->x8); free(f->xinv); free(f->last_fwd); free(f->last_bwd);
+	free(f->woff); free(f->xoff); free(f->wgen); free(f->x8); free(f->xinv); free(f->last_fwd); free(f->last_bwd); free(f->uoff);
 	free(f->stage); free(f->wk); free(f->pk);
 	free(f);
 	m->fp8 = NULL;
@@ -398,6 +422,16 @@ static void unpack(mgt_model *m, size_t lo, size_t hi, const uint8_t *src)
 	}
 }
 
+/* Linear k's transposed weight bytes (the backward's dgrad operand) from its gathered ones
+ * (Transformer Engine's post_all_gather_processing: the columnwise copy made after the gather). */
+static void transpose_weight(mgt_model *m, int k)
+{
+	struct fp8_state *f = m->fp8;
+	int in, out;
+	lin_dims(m, k, &in, &out);
+	m->be->ops->fp8_transpose(m->be, f->w8t + f->woff[k], f->w8 + f->woff[k], out, in);
+}
+
 mgt_status mgt_model_fp8_gather_params(mgt_model *m, bool *done)
 {
 	struct fp8_state *f = m->fp8;
@@ -409,6 +443,10 @@ mgt_status mgt_model_fp8_gather_params(mgt_model *m, bool *done)
 	for (int b = 0; !st && b < m->tt.nbuckets; b++) {
 		size_t lo, hi, pk = f->pk[b];
 		shard_range(m, b, g->rank, &lo, &hi);
+		if (f->units && mgt_model_bucket_unit(m, b) >= 0) { /* gathered per layer */
+			pack(m, lo, hi, f->own + f->uoff[b]);
+			continue;
+		}
 		pack(m, lo, hi, f->snd);
 		st = g->ops->allgather(g, f->rcv, f->snd, pk / 4, MGT_DT_I32);
 		if (!st) st = mgt_comm_wait(g);
@@ -419,13 +457,50 @@ mgt_status mgt_model_fp8_gather_params(mgt_model *m, bool *done)
 	}
 	for (int k = 0; !st && k < f->n; k++) {
 		if (!mgt_model_fp8_layer(m, k / FP8_NLIN)) continue;
-		int in, out;
-		lin_dims(m, k, &in, &out);
-		o->fp8_transpose(m->be, f->w8t + f->woff[k], f->w8 + f->woff[k], out, in);
+		if (!f->units) transpose_weight(m, k);
 		o->copy(m->be, f->winv + k, si(f, 3 * k + 1), sizeof(float));
 	}
 	if (!st) f->params = true;
 	return st;
+}
+
+bool mgt_model_fp8_units(const mgt_model *m) { return m->fp8 && m->fp8->units; }
+
+mgt_status mgt_model_fp8_unit_gather(mgt_model *m, int b, mgt_comm *g)
+{
+	struct fp8_state *f = m->fp8;
+	return g->ops->allgather(g, f->urcv + f->uoff[b] * (size_t)g->size, f->own + f->uoff[b], f->pk[b] / 4, MGT_DT_I32);
+}
+
+void mgt_model_fp8_unit_gathered(mgt_model *m, int b)
+{
+	struct fp8_state *f = m->fp8;
+	uint8_t *src = f->urcv + f->uoff[b] * (size_t)m->L.dp;
+	size_t lo, hi, a, e;
+	for (int r = 0; r < m->L.dp; r++) {
+		shard_range(m, b, r, &lo, &hi);
+		unpack(m, lo, hi, src + (size_t)r * f->pk[b]);
+	}
+	m->be->ops->discard(m->be, src, f->pk[b] * (size_t)m->L.dp);
+	const mgt_bucket *k = &m->tt.buckets[b];
+	for (int i = 0; i < m->tt.n; i++)
+		if (f->wk[i] >= 0 && mgt_tensor_overlap(&m->tt.t[i], k->offset, k->offset + k->numel, &a, &e))
+			transpose_weight(m, f->wk[i]);
+}
+
+void mgt_model_fp8_unit_release(mgt_model *m, int b)
+{
+	struct fp8_state *f = m->fp8;
+	const mgt_bucket *k = &m->tt.buckets[b];
+	size_t a, e;
+	for (int i = 0; i < m->tt.n; i++) {
+		int j = f->wk[i];
+		if (j < 0 || !mgt_tensor_overlap(&m->tt.t[i], k->offset, k->offset + k->numel, &a, &e)) continue;
+		int in, out;
+		lin_dims(m, j, &in, &out);
+		m->be->ops->discard(m->be, f->w8 + f->woff[j], (size_t)in * out);
+		m->be->ops->discard(m->be, f->w8t + f->woff[j], (size_t)in * out);
+	}
 }
 
 mgt_status mgt_model_fp8_fwd(mgt_model *m, int li, int j, void *y, mgt_elem_type yt, const void *x, mgt_elem_type xt,

@@ -622,6 +622,25 @@ mgt_status mgt_model_fp8_restore(mgt_model *m);
  * nothing, without fp8 layers' state or param_gather: gather the fp32 buffer as without fp8).
  * Errors: the collectives' (IO). */
 mgt_status mgt_model_fp8_gather_params(mgt_model *m, bool *done);
+/* --fp8-param-gather under FSDP's optim_grads_params (layout sharding MGT_DP_OPTIM_GRADS_PARAMS,
+ * dp > 1; Megatron-FSDP's copy_main_weights_to_model_weights in param_and_grad_buffer.py, then
+ * the per-unit all-gather of the fp8 model weight buffer and mixed_precision.py's
+ * fp8_create_transpose_cache).  mgt_model_fp8_units: whether the chunk runs so (fp8 layers,
+ * param_gather, that layout).  Then mgt_model_fp8_gather_params casts and packs this rank's shard
+ * of each layer bucket as above but keeps it (backend memory, pk bytes a bucket: 1 an fp8 weight
+ * element, 4 any other, padded to the largest rank's and to 4), all-gathering only the buckets
+ * outside layers; the scales are those of that cast (delayed: the current ones; tensorwise: from
+ * the amax MAX-reduced over the group's shards) and each weight's scale_inv is kept from then.
+ * mgt_model_fp8_unit_gather queues the all-gather over g (the bucket's data x context group: DP
+ * ranks, this rank g->rank) of layer bucket b's packed shards (b: a bucket whose
+ * mgt_model_bucket_unit >= 0); after mgt_comm_wait(g), mgt_model_fp8_unit_gathered unpacks them
+ * (the fp8 weights' bytes and their transposes, the other tensors into the fp32 parameters) and
+ * gives the receive pages back; mgt_model_fp8_unit_release gives back the bucket's weight bytes
+ * and transposes (read again only after the next gather).  Errors: the collective's (IO). */
+bool mgt_model_fp8_units(const mgt_model *m);
+mgt_status mgt_model_fp8_unit_gather(mgt_model *m, int b, mgt_comm *g);
+void mgt_model_fp8_unit_gathered(mgt_model *m, int b);
+void mgt_model_fp8_unit_release(mgt_model *m, int b);
 
 /* Dropout keys: mix (seed, iteration, micro-batch index) so every micro-batch of every iteration
  * draws its own masks, identically on every layout. */
@@ -666,8 +685,10 @@ void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx);
  * hook brings the layer's
  * parameters (its units' buckets of mgt_model_params) and calls mgt_model_lp_refresh_range on
  * them; the forward then refreshes the 16-bit copy of the units outside layers only.  A non-OK
- * status ends the pass with it.  NULL clears it.  T5 chunks do not call it (MGT_ERR_USAGE from
- * the setter's caller's check: mgt_model_param_hook_supported).
+ * status ends the pass with it.  NULL clears it.  T5 chunks call it for their encoder layers
+ * (0 to L - 1) and then their decoder layers (L to 2L - 1) in the same way, one run of units
+ * (lib/model/t5.c): the forward's PREFETCH after encoder layer L - 1 names decoder layer L, the
+ * backward's after decoder layer L names encoder layer L - 1.
  * mgt_model_lp_refresh_range: the 16-bit copy (and --apply-layernorm-1p's 1 + w) of the flat
  * range [lo, hi) from the fp32 parameters.  mgt_model_params_lp: the 16-bit copy
  * [tensors->buf_numel] of type mgt_precision_dtype(layout precision), or NULL (fp32).
@@ -677,7 +698,6 @@ typedef enum { MGT_PARAM_RELEASE, MGT_PARAM_NEED, MGT_PARAM_PREFETCH } mgt_param
 typedef mgt_status (*mgt_param_hook)(void *ctx, mgt_model *m, int li, mgt_param_use use);
 int mgt_model_bucket_unit(const mgt_model *m, int b);
 void mgt_model_set_param_hook(mgt_model *m, mgt_param_hook hook, void *ctx);
-bool mgt_model_param_hook_supported(const mgt_model *m);
 void mgt_model_lp_refresh_range(mgt_model *m, size_t lo, size_t hi);
 void *mgt_model_params_lp(mgt_model *m);
 mgt_status mgt_model_init_params_range(mgt_model *m, uint64_t seed, size_t lo, size_t hi);

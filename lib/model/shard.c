@@ -33,8 +33,6 @@ void mgt_model_set_param_hook(mgt_model *m, mgt_param_hook hook, void *ctx)
 	m->run.phook_ctx = ctx;
 }
 
-bool mgt_model_param_hook_supported(const mgt_model *m) { return !m->t5; }
-
 mgt_status mgt_model_param_use(mgt_model *m, int li, mgt_param_use use)
 {
 	if (!m->run.phook || li < 0 || li >= m->n_layers) return MGT_OK;
@@ -103,7 +101,7 @@ static size_t largest_units(const mgt_model *m, int k)
 /* Megatron-FSDP's memory (megatron_fsdp.md, the buffer table of param_and_grad_buffer.py): a
  * rank keeps 1/DP of each sharded bucket (1/EDP of an expert bucket).  Gradients from
  * optim_grads on: the shards, plus two layer units written at once (the layer whose backward
- * runs and the one reduced before it).  Parameters with optim_grads_params: the fp32 shards of
+ * runs and the one reduced before it; T5: all of them, reduced at the end of the backward).  Parameters with optim_grads_params: the fp32 shards of
  * the layer units and the units outside layers whole, the same for the 16-bit copy (but no
  * layer shards: it is cast from the gathered fp32 unit), plus the gathered units: two, or a fully
  * recomputed group and one more. */
@@ -117,7 +115,9 @@ void mgt_model_shard_memory(const mgt_model *m, size_t *params, size_t *grads)
 		shards += tt->buckets[b].numel / (size_t)(dp > 0 ? dp : 1);
 		if (m->unit[b] < 0) outside += tt->buckets[b].numel - tt->buckets[b].numel / (size_t)(dp > 0 ? dp : 1);
 	}
-	if (m->L.sharding >= MGT_DP_OPTIM_GRADS) *grads = (shards + largest_units(m, 2)) * sizeof(float);
+	/* T5's gradients are complete at the end of the backward only (t5.c): every unit written at once */
+	int written = m->t5 ? m->n_layers : 2;
+	if (m->L.sharding >= MGT_DP_OPTIM_GRADS) *grads = (shards + largest_units(m, written)) * sizeof(float);
 	if (m->L.sharding < MGT_DP_OPTIM_GRADS_PARAMS) return;
 	int g = m->L.recompute.granularity == MGT_RECOMPUTE_FULL ? m->L.recompute.num_layers : 1;
 	size_t work = largest_units(m, (g < m->n_layers ? g : m->n_layers) + 1);

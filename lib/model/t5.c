@@ -365,6 +365,16 @@ static mgt_status cross_bwd(mgt_model *m, int li, bool train, t5_slot *ts, t5_xl
 					    x->mean3, x->rstd3, NULL);
 }
 
+/* Under FSDP's optim_grads_params (lib/model/shard.c's parameter hook): layer li's unit
+ * gathered before it runs, the next one's gather queued (the decoder's first after the encoder's
+ * last, forward; the encoder's last after the decoder's first, backward).  The two stacks are
+ * one run of units, 0 to 2L - 1, as their layers are numbered. */
+static mgt_status use_layer(mgt_model *m, int li, int next)
+{
+	mgt_status st = mgt_model_param_use(m, li, MGT_PARAM_NEED);
+	return st ? st : mgt_model_param_use(m, next, MGT_PARAM_PREFETCH);
+}
+
 mgt_status mgt_t5_forward(mgt_model *m, bool train)
 {
 	const struct t5_state *t = m->t5;
@@ -376,17 +386,21 @@ mgt_status mgt_t5_forward(mgt_model *m, bool train)
 	rel_table(m, 1, false);
 	mgt_status st = mgt_model_embed_fwd(m, train, sa->la[0].x_in, mgt_sublayer_site_key(m, -1, 0));
 	for (int li = 0; !st && li < L; li++) {
-		st = mgt_layer_attn_fwd(m, li, train, sa->la[li].x_mid);
+		st = use_layer(m, li, li + 1);
+		if (!st) st = mgt_layer_attn_fwd(m, li, train, sa->la[li].x_mid);
 		if (!st) st = mgt_layer_mlp_fwd(m, li, train, li + 1 < L ? sa->la[li + 1].x_in : ts->eout);
+		if (!st) st = mgt_model_param_use(m, li, MGT_PARAM_RELEASE);
 	}
 	if (!st) st = mgt_sublayer_norm_gather(m, ts->H, m->prec.act_t, ts->meane, ts->rstde, ts->eout, t->efw, t->efb);
 	mgt_t5_dims(m, T5_DEC);
 	if (!st) st = mgt_model_embed_fwd(m, train, sa->la[L].x_in, mgt_sublayer_site_key(m, -1, 1));
 	for (int li = L; !st && li < 2 * L; li++) {
 		t5_xlayer *x = &ts->x[li - L];
-		st = mgt_layer_attn_fwd(m, li, train, x->x_sa);
+		st = use_layer(m, li, li + 1);
+		if (!st) st = mgt_layer_attn_fwd(m, li, train, x->x_sa);
 		if (!st) st = cross_fwd(m, li, train, ts, x);
 		if (!st) st = mgt_layer_mlp_fwd(m, li, train, li + 1 < 2 * L ? sa->la[li + 1].x_in : sa->res_out);
+		if (!st) st = mgt_model_param_use(m, li, MGT_PARAM_RELEASE);
 	}
 	return st;
 }
@@ -400,9 +414,11 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
 	rel_zero(m, 1);
 	mgt_status st = mgt_model_head_bwd(m, scale);
 	for (int li = 2 * L - 1; !st && li >= L; li--) {
-		st = mgt_layer_mlp_bwd(m, li, train);
+		st = use_layer(m, li, li - 1);
+		if (!st) st = mgt_layer_mlp_bwd(m, li, train);
 		if (!st) st = cross_bwd(m, li, train, ts, &ts->x[li - L], li == 2 * L - 1);
 		if (!st) st = mgt_layer_attn_bwd(m, li, train);
+		if (!st) st = mgt_model_param_use(m, li, MGT_PARAM_RELEASE);
 	}
 	if (!st) st = mgt_model_embed_bwd(m, train, mgt_sublayer_site_key(m, -1, 1));
 	if (!st) rel_table(m, 1, true);
@@ -413,8 +429,10 @@ mgt_status mgt_t5_backward(mgt_model *m, bool train, float scale)
 		st = mgt_sublayer_reduce_norm_bwd(m, ts->dH, ts->eout, t->efw, t->efb, ts->meane, ts->rstde, NULL);
 	}
 	for (int li = L - 1; !st && li >= 0; li--) {
-		st = mgt_layer_mlp_bwd(m, li, train);
+		st = use_layer(m, li, li - 1);
+		if (!st) st = mgt_layer_mlp_bwd(m, li, train);
 		if (!st) st = mgt_layer_attn_bwd(m, li, train);
+		if (!st) st = mgt_model_param_use(m, li, MGT_PARAM_RELEASE);
 	}
 	if (!st) st = mgt_model_embed_bwd(m, train, mgt_sublayer_site_key(m, -1, 0));
 	if (!st) rel_table(m, 0, true);

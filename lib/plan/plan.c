@@ -583,7 +583,7 @@ static int bool_list(int want, bool possible, bool *out)
  * (--use-megatron-fsdp with --data-parallel-sharding-strategy), the distributed optimizer's
  * choice given (--[no-]use-distributed-optimizer: optim or no_shard alone), none at DP 1, else
  * all four less what mgt-train refuses (check_sharding: optim_grads and optim_grads_params with
- * --grad-reduce-in-bf16, optim_grads_params for T5). */
+ * --grad-reduce-in-bf16). */
 static int sharding_list(const mgt_plan_request *r, int dp, mgt_dp_sharding *out)
 {
 	int n = 0;
@@ -593,7 +593,7 @@ static int sharding_list(const mgt_plan_request *r, int dp, mgt_dp_sharding *out
 	else {
 		out[n++] = MGT_DP_OPTIM, out[n++] = MGT_DP_NO_SHARD;
 		if (!r->grad_reduce_in_bf16) out[n++] = MGT_DP_OPTIM_GRADS;
-		if (!r->grad_reduce_in_bf16 && strcmp(r->model.family, "t5")) out[n++] = MGT_DP_OPTIM_GRADS_PARAMS;
+		if (!r->grad_reduce_in_bf16) out[n++] = MGT_DP_OPTIM_GRADS_PARAMS;
 	}
 	return n;
 }

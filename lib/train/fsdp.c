@@ -16,7 +16,10 @@
  *    and a unit's gradients are given back at the next layer's hook, so that on GPUs both
  *    collectives run on the group's stream beside the compute (Megatron-FSDP's prefetch and
  *    overlapped reduce-scatter).  The units outside layers are gathered after every step and kept
- *    whole, as Megatron-FSDP keeps the modules outside its units.
+ *    whole, as Megatron-FSDP keeps the modules outside its units.  With --fp8-param-gather the
+ *    layer units' gathers move each rank's packed shard instead, cast to fp8 after the step
+ *    (lib/model/fp8lin.c, mgt_model_fp8_unit_gather: Megatron-FSDP's fp8 model weights).  T5's
+ *    encoder and decoder layers are one run of units (lib/model/t5.c).
  * The optimizer steps the owned shards as the distributed optimizer does (setup.c), and every
  * collective goes through the bucket's data-parallel group (the expert one for expert rows). */
 #include "train_impl.h"
@@ -56,6 +59,19 @@ static void drop_grads(trainer *t, mgt_model *m, int from, int to)
 	for (int b = from; b < to; b++) drop_outside(t, &tt->buckets[b], mgt_model_grads(m), sizeof(float));
 }
 
+/* A 16-bit gradient reduction (--megatron-fsdp-grad-comm-dtype): each chunk's side buffer. */
+static mgt_status side_alloc(trainer *t)
+{
+	if (t->a->grad_comm_t == MGT_DT_F32) return MGT_OK;
+	if (!(t->fsdp.side = mgt_malloc((size_t)t->V * sizeof *t->fsdp.side))) return MGT_ERR_NOMEM;
+	memset(t->fsdp.side, 0, (size_t)t->V * sizeof *t->fsdp.side);
+	for (int c = 0; c < t->V; c++) {
+		size_t n = mgt_model_tensors(t->chunk[c])->buf_numel;
+		if (!(t->fsdp.side[c] = t->be->ops->reserve(t->be, (n ? n : 1) * sizeof(float)))) return MGT_ERR_NOMEM;
+	}
+	return MGT_OK;
+}
+
 mgt_status trainer_fsdp_setup(trainer *t)
 {
 	if (!trainer_fsdp_grads(t)) return MGT_OK;
@@ -65,24 +81,27 @@ mgt_status trainer_fsdp_setup(trainer *t)
 	    !(t->fsdp.gathered = mgt_malloc((size_t)V * sizeof *t->fsdp.gathered)))
 		return MGT_ERR_NOMEM;
 	memset(t->fsdp.gathered, 0, (size_t)V * sizeof *t->fsdp.gathered);
-	for (int c = 0; c < V; c++) {
+	mgt_status st = side_alloc(t);
+	for (int c = 0; !st && c < V; c++) {
 		mgt_model *m = t->chunk[c];
 		int nb = mgt_model_tensors(m)->nbuckets;
 		t->fsdp.nbwd[c] = t->fsdp.pending[c] = 0;
 		if (!trainer_fsdp_params(t)) continue;
-		if (!mgt_model_param_hook_supported(m))
-			return mgt_err(MGT_ERR_USAGE, "--data-parallel-sharding-strategy optim_grads_params: this model's "
-				       "stacks are not gathered per layer");
 		if (!(t->fsdp.gathered[c] = mgt_malloc((size_t)(nb ? nb : 1)))) return MGT_ERR_NOMEM;
 		memset(t->fsdp.gathered[c], 0, (size_t)(nb ? nb : 1));
 		mgt_model_set_param_hook(m, trainer_fsdp_param_hook, t);
 	}
-	return MGT_OK;
+	return st;
 }
 
 void trainer_fsdp_free(trainer *t)
 {
 	for (int c = 0; t->fsdp.gathered && c < t->V; c++) free(t->fsdp.gathered[c]);
+	for (int c = 0; t->fsdp.side && c < t->V; c++) {
+		size_t n = mgt_model_tensors(t->chunk[c])->buf_numel;
+		t->be->ops->unreserve(t->be, t->fsdp.side[c], (n ? n : 1) * sizeof(float));
+	}
+	free(t->fsdp.side);
 	free(t->fsdp.gathered);
 	free(t->fsdp.nbwd);
 	free(t->fsdp.pending);
@@ -100,16 +119,42 @@ void trainer_fsdp_zero_grads(trainer *t)
 	}
 }
 
-/* Before a chunk's second and later backward of an iteration: the owned shards times DP. */
+/* Before a chunk's second and later backward of an iteration: the owned shards times DP, or
+ * with a 16-bit reduction (t->fsdp.side) set aside and zeroed: the micro-batch's gradient alone
+ * is rounded and reduced, then added to them in fp32 (take_shards), as Megatron-FSDP adds each
+ * reduce-scatter's result into its main gradient shard. */
 void trainer_fsdp_before_backward(trainer *t, int c)
 {
-	if (!trainer_fsdp_grads(t) || t->fsdp.nbwd[c]++ == 0 || t->a->calculate_per_token_loss) return;
+	if (!trainer_fsdp_grads(t) || t->fsdp.nbwd[c]++ == 0 || (!t->fsdp.side && t->a->calculate_per_token_loss)) return;
 	mgt_model *m = t->chunk[c];
 	const mgt_tensor_table *tt = mgt_model_tensors(m);
 	for (int b = 0; b < tt->nbuckets; b++) {
-		size_t own, part;
+		size_t own, part, at = tt->buckets[b].offset;
 		shard_of(t, &tt->buckets[b], &own, &part);
-		t->be->ops->scale(t->be, mgt_model_grads(m) + tt->buckets[b].offset + own, part, (float)t->ps.dp);
+		float *g = mgt_model_grads(m) + at + own;
+		if (!t->fsdp.side) {
+			t->be->ops->scale(t->be, g, part, (float)t->ps.dp);
+			continue;
+		}
+		t->be->ops->copy(t->be, t->fsdp.side[c] + at + own, g, part * sizeof(float));
+		t->be->ops->zero(t->be, g, part * sizeof(float));
+	}
+}
+
+/* A 16-bit reduction's buckets [from, to) of chunk c, reduced: the owned shards widened into the
+ * fp32 buffer, plus the earlier micro-batches' sum, and the 16-bit copy given back. */
+static void take_shards(trainer *t, int c, int from, int to)
+{
+	mgt_model *m = t->chunk[c];
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	for (int b = from; t->fsdp.side && b < to; b++) {
+		size_t own, part, at = tt->buckets[b].offset;
+		shard_of(t, &tt->buckets[b], &own, &part);
+		float *g = mgt_model_grads(m) + at + own;
+		uint16_t *h = (uint16_t *)t->ddp.g16[c] + at;
+		t->be->ops->widen(t->be, g, h + own, t->a->grad_comm_t, part);
+		if (t->fsdp.nbwd[c] > 1) t->be->ops->add(t->be, g, t->fsdp.side[c] + at + own, MGT_DT_F32, part);
+		t->be->ops->discard(t->be, h, tt->buckets[b].numel * sizeof *h);
 	}
 }
 
@@ -120,6 +165,7 @@ static mgt_status drop_pending(trainer *t, int c)
 	mgt_model *m = t->chunk[c];
 	if (t->fsdp.pending[c] == t->ddp.buckets_done[c]) return MGT_OK;
 	mgt_status st = trainer_wait_dp(t);
+	if (!st) take_shards(t, c, t->fsdp.pending[c], t->ddp.buckets_done[c]);
 	if (!st) drop_grads(t, m, t->fsdp.pending[c], t->ddp.buckets_done[c]);
 	t->fsdp.pending[c] = t->ddp.buckets_done[c];
 	return st;
@@ -154,23 +200,26 @@ void trainer_fsdp_after_finish(trainer *t)
  * group's stream), or gathered (waited for, its 16-bit copy cast). */
 enum { RELEASED, IN_FLIGHT, GATHERED };
 
-/* Queue the all-gather of bucket b's fp32 parameters. */
+/* Queue the all-gather of bucket b's fp32 parameters (--fp8-param-gather: its packed shards, the
+ * fp8 weights as bytes). */
 static mgt_status start_gather(trainer *t, mgt_model *m, int b)
 {
 	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
 	mgt_comm *dp = trainer_bucket_comm(t, k);
+	if (mgt_model_fp8_units(m)) return mgt_model_fp8_unit_gather(m, b, dp);
 	size_t own, part;
 	shard_of(t, k, &own, &part);
 	float *x = mgt_model_params(m) + k->offset;
 	return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
 }
 
-/* Wait for bucket b's all-gather (the compute stream waits for the group's), then cast its
- * 16-bit copy. */
+/* Wait for bucket b's all-gather (the compute stream waits for the group's), then (fp8: unpack
+ * it) cast its 16-bit copy. */
 static mgt_status finish_gather(trainer *t, mgt_model *m, int b)
 {
 	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
 	mgt_status st = mgt_comm_wait(trainer_bucket_comm(t, k));
+	if (!st && mgt_model_fp8_units(m)) mgt_model_fp8_unit_gathered(m, b);
 	if (!st) mgt_model_lp_refresh_range(m, k->offset, k->offset + k->numel);
 	return st;
 }
@@ -181,6 +230,7 @@ static void release_bucket(trainer *t, mgt_model *m, int b)
 	drop_outside(t, k, mgt_model_params(m), sizeof(float));
 	void *lp = mgt_model_params_lp(m);
 	if (lp) t->be->ops->discard(t->be, (uint16_t *)lp + k->offset, k->numel * 2);
+	if (mgt_model_fp8_units(m)) mgt_model_fp8_unit_release(m, b);
 }
 
 /* One bucket of the layer the hook names: PREFETCH queues its gather, NEED also waits for it,

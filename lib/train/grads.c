@@ -31,7 +31,7 @@ static void widen_bucket(trainer *t, int c, int b)
 	mgt_comm *dp = trainer_bucket_comm(t, &tt->buckets[b]);
 	size_t n = tt->buckets[b].numel, lo = tt->buckets[b].offset;
 	if (t->a->use_distributed_optimizer) lo += (size_t)dp->rank * (n / (size_t)dp->size), n /= (size_t)dp->size;
-	t->be->ops->widen(t->be, mgt_model_grads(m) + lo, (const uint16_t *)t->ddp.g16[c] + lo, MGT_DT_BF16, n);
+	t->be->ops->widen(t->be, mgt_model_grads(m) + lo, (const uint16_t *)t->ddp.g16[c] + lo, t->a->grad_comm_t, n);
 }
 
 /* One data-parallel collective over every bucket of a chunk's flat buffer (in place: this
@@ -53,7 +53,7 @@ static mgt_status dp_bucket(trainer *t, mgt_model *m, int b, dp_op op)
 	void *g = x;
 	mgt_elem_type gt = MGT_DT_F32;
 	if (t->ddp.g16) {
-		g = (uint16_t *)t->ddp.g16[trainer_chunk_of(t, m)] + tt->buckets[b].offset, gt = MGT_DT_BF16;
+		g = (uint16_t *)t->ddp.g16[trainer_chunk_of(t, m)] + tt->buckets[b].offset, gt = t->a->grad_comm_t;
 		t->be->ops->cast(t->be, g, gt, x, n);
 	}
 	if (op == DP_ALLREDUCE_GRADS) return dp->ops->allreduce(dp, g, n, gt, MGT_RED_SUM);
@@ -195,7 +195,8 @@ mgt_status trainer_reduce_grads(trainer *t)
 		if (t->ddp.buckets_done) t->ddp.buckets_done[c] = 0;
 	}
 	if (!st) st = trainer_wait_dp(t);
-	for (int c = 0; !st && t->ddp.g16 && trainer_dpcp(t) > 1 && c < t->V; c++)
+	/* (FSDP's shards were widened as each reduce-scatter finished: fsdp.c) */
+	for (int c = 0; !st && t->ddp.g16 && trainer_dpcp(t) > 1 && !trainer_fsdp_grads(t) && c < t->V; c++)
 		for (int b = 0; b < mgt_model_tensors(t->chunk[c])->nbuckets; b++) widen_bucket(t, c, b);
 	for (int c = 0; !st && c < t->V; c++) st = mgt_model_finish_grads(t->chunk[c]);
 	if (!st) trainer_fsdp_after_finish(t);
@@ -205,10 +206,13 @@ mgt_status trainer_reduce_grads(trainer *t)
 /* --grad-reduce-in-bf16 (Megatron's bf16 main_grad buffer, megatron/core/distributed/
  * distributed_data_parallel.py with grad_reduce_in_fp32 off): a bf16 copy of each chunk's
  * gradient buffer.  The gradients still accumulate in the fp32 buffer, rounded to bf16 after each
- * micro-batch (round_grads), and the data-parallel reduction moves the bf16 copy. */
+ * micro-batch (round_grads), and the data-parallel reduction moves the bf16 copy.  A 16-bit
+ * --megatron-fsdp-grad-comm-dtype (Megatron-FSDP's grad_comm_dtype) only has the reduction move
+ * the copy, in its type (none with one data-parallel rank). */
 mgt_status trainer_alloc_grad16(trainer *t)
 {
-	if (!t->a->grad_reduce_in_bf16 || t->eval_only) return MGT_OK;
+	bool comm16 = t->a->grad_comm_t != MGT_DT_F32 && trainer_dpcp(t) > 1; /* also --megatron-fsdp-grad-comm-dtype */
+	if (!(t->a->grad_reduce_in_bf16 || comm16) || t->eval_only) return MGT_OK;
 	if (!(t->ddp.g16 = mgt_malloc((size_t)t->V * sizeof *t->ddp.g16))) return MGT_ERR_NOMEM;
 	memset(t->ddp.g16, 0, (size_t)t->V * sizeof *t->ddp.g16);
 	for (int c = 0; c < t->V; c++) {

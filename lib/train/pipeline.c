@@ -86,7 +86,7 @@ static mgt_status run_backward(trainer *t, const mgt_parallel_sched_action *x)
 	if (!st && t->out.fp8_trace) st = trainer_fp8_trace(t, x->chunk, x->mb, true);
 	if (hook) mgt_model_set_grad_hook(m, NULL, NULL);
 	/* a bf16 main_grad: rounded now, unless the reduction that follows the last micro-batch rounds it */
-	if (!st && t->ddp.g16 && (x->mb + 1 < t->a->num_microbatches || trainer_dpcp(t) == 1)) trainer_round_grads(t, x->chunk);
+	if (!st && t->a->grad_reduce_in_bf16 && (x->mb + 1 < t->a->num_microbatches || trainer_dpcp(t) == 1)) trainer_round_grads(t, x->chunk);
 	if (!st && !first_vstage(t, x->chunk))
 		st = pp->ops->send(pp, mgt_model_hidden_grad(m), n, mgt_model_hidden_type(m), (r + P - 1) % P, TAG_BWD);
 	return st;

@@ -256,6 +256,7 @@ void trainer_teardown(trainer *t)
 	for (int i = 0; i < t->nshard; i++) mgt_adamw_free(&t->shard[i].opt);
 	free(t->shard);
 	json_decref((json_t *)t->hf_meta);
+	trainer_fsdp_free(t); /* before the chunks: their sizes size the side buffers */
 	for (int c = 0; t->chunk && c < t->V; c++) mgt_model_free(t->chunk[c]);
 	free(t->chunk);
 	free(t->slots);
@@ -266,7 +267,6 @@ void trainer_teardown(trainer *t)
 	free(t->ddp.bucket_ready);
 	free(t->ddp.last_bwd);
 	free(t->ddp.buckets_done);
-	trainer_fsdp_free(t);
 	for (int c = 0; t->ddp.g16 && c < t->V; c++) t->be->ops->free(t->be, t->ddp.g16[c]);
 	free(t->ddp.g16);
 	free(t->acts);

@@ -59,7 +59,8 @@ typedef struct trainer {
 		int *last_bwd, *buckets_done, **bucket_ready;
 		/* --grad-reduce-in-bf16: per chunk, the bf16 copy of its gradient buffer (Megatron's bf16
 		 * main_grad; backend memory, buf_numel elements) that rounds it and that the
-		 * data-parallel reduction moves */
+		 * data-parallel reduction moves; with --megatron-fsdp-grad-comm-dtype bf16 or fp16 the
+		 * copy (of that type, a->grad_comm_t) the reduction moves, rounding nothing else */
 		void **g16;
 	} ddp;
 	/* FSDP (fsdp.c): per chunk, its backwards so far this iteration and, with
@@ -67,6 +68,10 @@ typedef struct trainer {
 	struct {
 		int *nbwd, *pending;   /* pending: buckets [pending, buckets_done) reduced, not given back */
 		char **gathered;
+		/* a 16-bit --megatron-fsdp-grad-comm-dtype from optim_grads on: per chunk, the owned
+		 * shards' sum of the earlier micro-batches (fp32, buf_numel reserved, the shards
+		 * written), set aside while the next one is reduced */
+		float **side;
 	} fsdp;
 	mgt_lr_sched sched;
 	mgt_loss_scaler scaler;                      /* scale 1 and static unless --fp16 */

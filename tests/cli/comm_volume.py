@@ -3,8 +3,10 @@
 Usage: comm_volume.py PRESET.json PREFIX NP key=value...   (keys: tp pp vp sp distopt mbs gbs seq
 vocab (padded) divisible cp cpcomm (p2p, allgather or a2a) groups (query groups, overriding the
 preset's) prec (fp32, bf16 or fp16: the training precision; dense models) fp32res (1: with
---fp32-residual-connection) gradbf16 (1: with --grad-reduce-in-bf16) pattern (--hybrid-layer-pattern,
-overriding the preset's) mgroups (--mamba-num-groups, overriding the preset's))
+--fp32-residual-connection) gradbf16 (1: with --grad-reduce-in-bf16, or
+--megatron-fsdp-grad-comm-dtype bf16 or fp16: the gradients' reductions in 2-byte elements) pattern (--hybrid-layer-pattern,
+overriding the preset's) mgroups (--mamba-num-groups, overriding the preset's) fp8 (delayed or tensorwise:
+--fp8-format with that --fp8-recipe; every layer's four linears) fp8pg (1: with --fp8-param-gather))
 
 Independent of mgt's C code: the tensor list is written here from megatron/core/transformer/transformer_layer.py
 (TE names, shard rules), the gradient buffer layout from section 10, and the bytes per operation
@@ -77,6 +79,18 @@ micro-batch's backward) + f(n) (the parameters' all-gather after the step); ogp 
 gradients and, for a layer unit, 2 M f(n) of fp32 parameters (gathered before each micro-batch's
 forward and again before its backward; mgt gathers the fp32 main parameters, 4 bytes), for a
 unit outside layers f(n) after the step.  Optimizer state is sharded as distopt's.
+fp8 (Transformer Engine's delayed scaling, lib/model/fp8lin.c): after every micro-batch's forward
+and backward the recorded amaxes (3 forward and 2 backward slots a linear, fp32) are all-reduced
+with MAX over TP and over the data x context group; tensorwise scaling reduces none of them
+there, but with --fp8-param-gather the weights' amaxes (3 slots a linear) once a step.  Under
+sequence parallelism the norm outputs that feed the fp8 linear_qkv and linear_fc1 are gathered
+in fp32 (their cast reads fp32), the other [T,h] operations as without fp8.
+--fp8-param-gather (fp8pg=1; Megatron's fp8 model weights, B5's w = 1 byte): every parameter
+all-gather -- the distributed optimizer's after the step, FSDP's per layer unit -- moves each
+rank's packed shard: 1 byte an fp8 weight element (linear_qkv, linear_proj, linear_fc1,
+linear_fc2; a Mamba layer's in_proj and out_proj), 4 for every other element (norms, biases,
+embeddings: mgt gathers them as fp32), the padding between tensors left out, the largest rank's
+rounded up to 4 bytes, (G-1) of them per rank.
 Exit 1 (with a diff) when any rank's logged bytes differ from the analytic ones.
 """
 import json, math, sys
@@ -88,6 +102,8 @@ tp, pp = int(kv.get("tp", 1)), int(kv.get("pp", 1))
 V = int(kv.get("vp", 1))
 sp = kv.get("sp", "0") == "1" and tp > 1
 fsdp = kv.get("fsdp", "")
+fp8 = kv.get("fp8", "")  # delayed or tensorwise: --fp8-format's linears (dense GPT layers)
+fp8pg = kv.get("fp8pg", "0") == "1"  # --fp8-param-gather
 distopt = kv.get("distopt", "0") == "1" or fsdp != ""
 bucket_size = int(kv.get("bucket", 0))
 first_n, last_n = int(kv.get("first", 0)), int(kv.get("last", 0))  # uneven pipeline stages
@@ -211,17 +227,18 @@ def tensors(stage, nstages):
 
 
 def buckets(ts, shared):
-    """Bucket sizes of the flat gradient buffer (megatron/core/distributed/param_and_grad_buffer.py): one bucket
-    unless --ddp-bucket-size or the shared embedding splits it."""
+    """The buckets of the flat gradient buffer (megatron/core/distributed/param_and_grad_buffer.py): one bucket
+    unless --ddp-bucket-size or the shared embedding splits it; each (elements, unit, offset, its
+    tensors as (name, start, end) in the flat buffer)."""
     pad = G * 1024 if fsdp in ("og", "ogp") else G * 128 // math.gcd(G, 128) if distopt else 1
     up = lambda x, m: (x + m - 1) // m * m
-    res, start, bstart, prev = [], 0, 0, None
+    res, start, bstart, prev, held = [], 0, 0, None, []
     def close(end):
-        nonlocal start, bstart
+        nonlocal start, bstart, held
         if end == bstart: return
         e = up(end, pad)
-        res.append((e - bstart, unit))
-        start = bstart = e
+        res.append((e - bstart, unit, bstart, held))
+        start, bstart, held = e, e, []
     unit = -1
     for name, n, _, layer in reversed(ts):
         sh = shared and name == "word_emb"
@@ -229,10 +246,26 @@ def buckets(ts, shared):
         if sh or (fsdp in ("og", "ogp") and prev is not None and layer != prev): close(start)
         prev = unit = layer
         end = start + n
+        held.append((name, start, end))
         if sh or (bucket_size and end - bstart >= bucket_size): close(end)
         else: start = end
     close(start)
     return res
+
+
+FP8_WEIGHTS = ("qkv_w", "proj_w", "fc1_w", "fc2_w", "in_proj_w", "out_proj_w")
+
+
+def packed(nb, off, held):
+    """--fp8-param-gather's bytes of a rank's packed shard of a bucket (lib/model/fp8lin.c, pack):
+    its elements tensor by tensor, an fp8 linear's weight 1 byte each, any other 4, the padding
+    between tensors left out; the largest rank's, rounded up to 4 (the all-gather moves int32s)."""
+    most = 0
+    for r in range(G):
+        lo, hi = off + r * (nb // G), off + (r + 1) * (nb // G)
+        most = max(most, sum(max(0, min(hi, e) - max(lo, a)) * (1 if name in FP8_WEIGHTS else 4)
+                             for name, a, e in held))
+    return (most + 3) // 4 * 4
 
 
 def ar(n, p, es=4): return 0.0 if p == 1 else 2.0 * (p - 1) / p * n * es
@@ -266,6 +299,9 @@ def expected(tp_rank, pp_rank):
                 # gradient's gather; the final norm's gather and the output layer's dx
                 X, Xa = part(Th * h, tp), part(Th * h, tp, act_es)
                 mb = nl * 4 * Xa + ((X + Xa) if first else 0) + ((2 * Xa + 3 * ar(T, tp)) if last else 0)
+                # fp8: the norm outputs feeding linear_qkv and linear_fc1 are gathered in fp32, the
+                # type their cast reads (lib/model/sublayer.c mgt_sublayer_norm_dst)
+                if fp8: mb += nl * (X - Xa)
                 e["tensor"] += sum(ar(n, tp) for _, n, rep, _ in ts if rep)
             else:
                 A, Aa = ar(T * h, tp), ar(T * h, tp, act_es)  # per sublayer: 1 forward, 1 backward
@@ -274,11 +310,19 @@ def expected(tp_rank, pp_rank):
         e["pipeline"] += M * ((0 if last else Th * h * hid_es) + (0 if first else Th * h * hid_es))
         if tied and pp > 1 and (first or last):
             e["embedding"] += ar(Vp // tp * h, 2)
-        for nb, unit in buckets(ts, tied and pp > 1):
-            f = part(nb // G, G)
-            if fsdp == "og": e[grad] += M * f + f
-            elif fsdp == "ogp": e[grad] += M * f + (2 * M * f if unit >= 0 else f)
-            else: e[grad] += part(nb // G, G, grad_es) + f if distopt else ar(nb, G, grad_es)
+        for nb, unit, off, held in buckets(ts, tied and pp > 1):
+            f, fg = part(nb // G, G), part(nb // G, G, grad_es)
+            ag = (G - 1) * packed(nb, off, held) if fp8pg else f  # a parameter all-gather
+            if fsdp == "og": e[grad] += M * fg + ag
+            elif fsdp == "ogp": e[grad] += M * fg + (2 * M * ag if unit >= 0 else ag)
+            else: e[grad] += part(nb // G, G, grad_es) + ag if distopt else ar(nb, G, grad_es)
+        # fp8 (delayed scaling): after each micro-batch's forward and backward the amaxes of the
+        # chunk's 3 and 2 slots a linear reduced over TP and data x context; tensorwise with
+        # --fp8-param-gather: the weight slots' amaxes (all 3 a linear) once a step
+        nlin = 4 * len(stage_layers(stage, ns)) if fp8 else 0
+        for g, n in (("tensor", tp), (grad, G)):
+            if fp8 == "delayed": e[g] += M * (ar(3 * nlin, n) + ar(2 * nlin, n))
+            if fp8 == "tensorwise" and fp8pg and g == grad: e[g] += ar(3 * nlin, n)
         if cp > 1: e["context"] += M * (subs.count("*") * per_layer + subs.count("M") * mamba_a2a)
     if distopt: e["world"] += ar(1, W, 8)
     else: e["model"] += ar(1, tp * pp, 8)

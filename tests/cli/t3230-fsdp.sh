@@ -97,7 +97,7 @@ ok "--use-torch-fsdp2 with --use-distributed-optimizer" refused "--use-torch-fsd
 ok "--use-torch-fsdp2 with --fp16" refused "--use-torch-fsdp2 with --fp16" --use-torch-fsdp2 --fp16
 ok "both FSDPs" refused "--use-megatron-fsdp with --use-torch-fsdp2" --use-megatron-fsdp --use-torch-fsdp2
 ok "optim_grads with --grad-reduce-in-bf16" refused "optim_grads with --grad-reduce-in-bf16" $F optim_grads --bf16 --grad-reduce-in-bf16
-ok "optim_grads_params with --fp8-param-gather" refused "optim_grads_params with --fp8-param-gather" $F optim_grads_params --bf16 --fp8-format hybrid --fp8-param-gather
+ok "no_shard with --fp8-param-gather" refused "--fp8-param-gather needs --use-distributed-optimizer, or --use-megatron-fsdp" $F no_shard --bf16 --fp8-format hybrid --fp8-param-gather
 ok "--torch-fsdp2-no-reshard-after-forward alone" refused "--torch-fsdp2-no-reshard-after-forward needs --use-torch-fsdp2" --torch-fsdp2-no-reshard-after-forward
 ok "HSDP" refused "--num-distributed-optimizer-instances 2" $F optim_grads_params --num-distributed-optimizer-instances 2
 done_testing
