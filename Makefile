@@ -285,7 +285,7 @@ SIM_OK   = $(and $(shell command -v g++ 2>/dev/null),$(wildcard $(CUDA_HOME)/inc
 SIM_HOST = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/libmgt.a,$(B)/libmgt.a)
 SIM_HDR  = tests/sim/cuda_sim.h tests/sim/mma_sim.h
 SIM_KOBJ = $(patsubst kernels/%.cu,$(SIM_B)/k_%.o,$(wildcard kernels/*.cu))
-SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_attn.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o \
+SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_attn.o $(SIM_B)/cuda_gemm.o $(SIM_B)/cuda_vmm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o \
            $(SIM_B)/sim_mem.o $(SIM_B)/sim_prof.o
 SIM_TEST = $(SIM_B)/test_cuda_ops_sim
 SIM_POOL = $(SIM_B)/pool_test
@@ -340,7 +340,7 @@ check-sim-access: $(SIM_PROFT) $(SIM_TEST)
 mutate-sim:
 	/usr/bin/python3 tests/sim/mutate.py
 
-$(SIM_B)/cuda.o $(SIM_B)/cuda_attn.o $(SIM_B)/cuda_gemm.o: $(SIM_B)/%.o: lib/backend/%.c $(wildcard lib/*/*.h kernels/*.h)
+$(SIM_B)/cuda.o $(SIM_B)/cuda_attn.o $(SIM_B)/cuda_gemm.o $(SIM_B)/cuda_vmm.o: $(SIM_B)/%.o: lib/backend/%.c $(wildcard lib/*/*.h kernels/*.h)
 	@mkdir -p $(dir $@)
 	$(say) SIMCC $<
 	$(Q)$(SIM_CC) -c $< -o $@
