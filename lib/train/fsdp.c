@@ -56,9 +56,26 @@ static void drop_grads(trainer *t, mgt_model *m, int from, int to)
 	for (int b = from; b < to; b++) drop_outside(t, &tt->buckets[b], mgt_model_grads(m), sizeof(float));
 }
 
+/* The reserved buffers (mgt_model_commit) this rank writes whole: all of them when nothing is
+ * sharded (one rank), the parameters and their 16-bit copy when only the gradients are, and the
+ * units outside layers (kept whole) of both under optim_grads_params. */
+static mgt_status commit_whole(trainer *t)
+{
+	mgt_status st = MGT_OK;
+	for (int c = 0; !st && c < t->V; c++) {
+		mgt_model *m = t->chunk[c];
+		int u = trainer_fsdp_params(t) ? -1 : INT_MIN;
+		st = mgt_model_commit_unit(m, MGT_BUF_PARAMS, u);
+		if (!st) st = mgt_model_commit_unit(m, MGT_BUF_LP, u);
+		if (!st && !trainer_fsdp_grads(t)) st = mgt_model_commit_unit(m, MGT_BUF_GRADS, INT_MIN);
+	}
+	return st;
+}
+
 mgt_status trainer_fsdp_setup(trainer *t)
 {
-	if (!trainer_fsdp_grads(t)) return MGT_OK;
+	mgt_status st = commit_whole(t);
+	if (st || !trainer_fsdp_grads(t)) return st;
 	int V = t->V;
 	if (!(t->fsdp.nbwd = mgt_malloc((size_t)V * sizeof *t->fsdp.nbwd)) ||
 	    !(t->fsdp.pending = mgt_malloc((size_t)V * sizeof *t->fsdp.pending)) ||
@@ -90,14 +107,33 @@ void trainer_fsdp_free(trainer *t)
 
 /* ---- gradients ---- */
 
-void trainer_fsdp_zero_grads(trainer *t)
+/* The owned shards of chunk c's gradient buckets committed (they accumulate the reductions). */
+static mgt_status commit_owned_grads(trainer *t, mgt_model *m)
 {
-	for (int c = 0; c < t->V; c++) {
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	mgt_status st = MGT_OK;
+	for (int b = 0; !st && b < tt->nbuckets; b++) {
+		size_t own, part;
+		shard_of(t, &tt->buckets[b], &own, &part);
+		st = mgt_model_commit(m, MGT_BUF_GRADS, tt->buckets[b].offset + own, tt->buckets[b].offset + own + part);
+	}
+	return st;
+}
+
+mgt_status trainer_fsdp_zero_grads(trainer *t)
+{
+	mgt_status st = MGT_OK;
+	for (int c = 0; !st && c < t->V; c++) {
 		mgt_model *m = t->chunk[c];
 		size_t bytes = mgt_model_tensors(m)->buf_numel * sizeof(float);
-		if (trainer_fsdp_grads(t)) t->be->ops->discard(t->be, mgt_model_grads(m), bytes), t->fsdp.nbwd[c] = 0;
-		else t->be->ops->zero(t->be, mgt_model_grads(m), bytes);
+		if (!trainer_fsdp_grads(t)) {
+			t->be->ops->zero(t->be, mgt_model_grads(m), bytes);
+			continue;
+		}
+		t->be->ops->discard(t->be, mgt_model_grads(m), bytes), t->fsdp.nbwd[c] = 0;
+		st = commit_owned_grads(t, m);
 	}
+	return st;
 }
 
 /* Before a chunk's second and later backward of an iteration: the owned shards times DP. */
@@ -162,7 +198,8 @@ static mgt_status start_gather(trainer *t, mgt_model *m, int b)
 	size_t own, part;
 	shard_of(t, k, &own, &part);
 	float *x = mgt_model_params(m) + k->offset;
-	return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
+	mgt_status st = mgt_model_commit(m, MGT_BUF_PARAMS, k->offset, k->offset + k->numel);
+	return st ? st : dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
 }
 
 /* Wait for bucket b's all-gather (the compute stream waits for the group's), then cast its
@@ -171,6 +208,7 @@ static mgt_status finish_gather(trainer *t, mgt_model *m, int b)
 {
 	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
 	mgt_status st = mgt_comm_wait(trainer_bucket_comm(t, k));
+	if (!st) st = mgt_model_commit(m, MGT_BUF_LP, k->offset, k->offset + k->numel);
 	if (!st) mgt_model_lp_refresh_range(m, k->offset, k->offset + k->numel);
 	return st;
 }
@@ -217,6 +255,23 @@ mgt_status trainer_fsdp_init_params(trainer *t, mgt_model *m, uint64_t seed)
 		size_t own = 0, part = k->numel;
 		if (mgt_model_bucket_unit(m, b) >= 0) shard_of(t, k, &own, &part);
 		st = mgt_model_init_params_range(m, seed, k->offset + own, k->offset + own + part);
+	}
+	return st;
+}
+
+/* The host copy of a whole parameter buffer (a checkpoint's) to the device: the ranges
+ * trainer_fsdp_init_params writes, each committed first. */
+mgt_status trainer_fsdp_upload_params(trainer *t, mgt_model *m, const float *host)
+{
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	mgt_status st = MGT_OK;
+	for (int b = 0; !st && b < tt->nbuckets; b++) {
+		const mgt_bucket *k = &tt->buckets[b];
+		size_t own = 0, part = k->numel, lo;
+		if (mgt_model_bucket_unit(m, b) >= 0) shard_of(t, k, &own, &part);
+		lo = k->offset + own;
+		st = mgt_model_commit(m, MGT_BUF_PARAMS, lo, lo + part);
+		if (!st && part) st = t->be->ops->upload(t->be, mgt_model_params(m) + lo, host + lo, part * sizeof(float));
 	}
 	return st;
 }
