@@ -398,7 +398,9 @@ $(SIM_TRAIN): $(SIM_CMD)/mgt-train.o $(SIM_CMD)/cli.o $(SIM_OBJ) $(SIM_HOST)
 
 ifeq ($(CUDA),1)
 .PHONY: sim-host-lib
-$(SIM_B)/host/libmgt.a $(SIM_B)/host/cmd/mgt-train.o $(SIM_B)/host/cmd/cli.o: sim-host-lib
+# The empty recipe makes make look at their times again after the sub-make: without one, a
+# change to lib/ rebuilt the host library but relinked the simulated programs only at the next make.
+$(SIM_B)/host/libmgt.a $(SIM_B)/host/cmd/mgt-train.o $(SIM_B)/host/cmd/cli.o: sim-host-lib ; @:
 sim-host-lib:
 	$(Q)$(MAKE) --no-print-directory CUDA=0 MPI=$(MPI) DEPS=0 B=$(SIM_B)/host $(SIM_B)/host/libmgt.a \
 	  $(SIM_B)/host/cmd/mgt-train.o $(SIM_B)/host/cmd/cli.o
