@@ -107,33 +107,16 @@ void trainer_fsdp_free(trainer *t)
 
 /* ---- gradients ---- */
 
-/* The owned shards of chunk c's gradient buckets committed (they accumulate the reductions). */
-static mgt_status commit_owned_grads(trainer *t, mgt_model *m)
+/* The buffer given back whole: each unit is committed again before its backward writes it
+ * (mgt_model_commit_unit), owned shard included, before the reductions and the optimizer read it. */
+void trainer_fsdp_zero_grads(trainer *t)
 {
-	const mgt_tensor_table *tt = mgt_model_tensors(m);
-	mgt_status st = MGT_OK;
-	for (int b = 0; !st && b < tt->nbuckets; b++) {
-		size_t own, part;
-		shard_of(t, &tt->buckets[b], &own, &part);
-		st = mgt_model_commit(m, MGT_BUF_GRADS, tt->buckets[b].offset + own, tt->buckets[b].offset + own + part);
-	}
-	return st;
-}
-
-mgt_status trainer_fsdp_zero_grads(trainer *t)
-{
-	mgt_status st = MGT_OK;
-	for (int c = 0; !st && c < t->V; c++) {
+	for (int c = 0; c < t->V; c++) {
 		mgt_model *m = t->chunk[c];
 		size_t bytes = mgt_model_tensors(m)->buf_numel * sizeof(float);
-		if (!trainer_fsdp_grads(t)) {
-			t->be->ops->zero(t->be, mgt_model_grads(m), bytes);
-			continue;
-		}
-		t->be->ops->discard(t->be, mgt_model_grads(m), bytes), t->fsdp.nbwd[c] = 0;
-		st = commit_owned_grads(t, m);
+		if (trainer_fsdp_grads(t)) t->be->ops->discard(t->be, mgt_model_grads(m), bytes), t->fsdp.nbwd[c] = 0;
+		else t->be->ops->zero(t->be, mgt_model_grads(m), bytes);
 	}
-	return st;
 }
 
 /* Before a chunk's second and later backward of an iteration: the owned shards times DP. */

@@ -87,12 +87,11 @@ static void comm_snapshot(trainer *t, double *bytes, uint64_t *calls)
 
 static mgt_status train_step(trainer *t, double *loss, double *lr, double *gnorm, bool *skipped, bool *intr)
 {
-	mgt_status st = trainer_fsdp_zero_grads(t);
-	if (st) return st;
+	trainer_fsdp_zero_grads(t);
 	for (int c = 0; c < t->V; c++) /* Megatron's MoEAuxLossAutoScaler scale: loss scale / micro-batches */
 		mgt_model_set_aux_scale(t->chunk[c], (float)(t->scaler.scale / (double)t->a->num_microbatches));
 	trainer_pass ps = { .split = MGT_SPLIT_TRAIN, .base = t->consumed_train, .train = true };
-	st = trainer_run_pass(t, t->acts, t->n_acts, &ps, intr);
+	mgt_status st = trainer_run_pass(t, t->acts, t->n_acts, &ps, intr);
 	*loss = ps.num / (ps.den > 0 ? ps.den : 1);
 	t->sop_loss = ps.sop / (ps.den > 0 ? ps.den : 1);
 	t->t_fwd = t->t_bwd = 0;

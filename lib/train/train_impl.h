@@ -363,7 +363,7 @@ bool trainer_fsdp_grads(const trainer *t);
 bool trainer_fsdp_params(const trainer *t);
 mgt_status trainer_fsdp_setup(trainer *t);
 void trainer_fsdp_free(trainer *t);
-mgt_status trainer_fsdp_zero_grads(trainer *t);
+void trainer_fsdp_zero_grads(trainer *t);
 void trainer_fsdp_before_backward(trainer *t, int c);
 mgt_status trainer_fsdp_grad_ready(void *ctx, mgt_model *m, int done_from_layer);
 void trainer_fsdp_after_finish(trainer *t);
