@@ -116,6 +116,7 @@ size_t mgt_sim_mem_granularity(void);
 void *mgt_sim_mem_reserve(size_t bytes);
 bool mgt_sim_mem_map(void *p, size_t n, bool map);
 bool mgt_sim_mem_mapped(const void *p, size_t n);
+bool mgt_sim_mem_unmapped(const void *p, size_t n); /* inside a reservation, a granule not mapped */
 bool mgt_sim_mem_address_free(void *p, size_t n);
 void mgt_sim_mem_launch(const char *name);           /* a launch starts */
 void mgt_sim_mem_arg(int i, const void *p);          /* its argument i is the pointer p */

@@ -483,6 +483,14 @@ bool mgt_sim_mem_map(void *p, size_t n, bool map)
 	return true;
 }
 
+bool mgt_sim_mem_unmapped(const void *p, size_t n)
+{
+	const slot *s = slot_of((uintptr_t)p);
+	const uintptr_t q = (uintptr_t)p;
+	return s && s->live && !s->vm.empty() && q >= s->user && n <= s->bytes && q - s->user <= s->bytes - n &&
+	       !vm_mapped(s, q, n);
+}
+
 bool mgt_sim_mem_mapped(const void *p, size_t n)
 {
 	const slot *s = vm_slot(p, n);

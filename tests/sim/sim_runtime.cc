@@ -67,6 +67,12 @@ cudaError_t fail(cudaError_t e, const char *fn, const char *fmt, ...)
 
 bool is_device(const void *p, size_t n) { return mgt_sim_mem_inside(p, n); }
 
+/* Why a range is not device memory, when it is a reservation's (else ""). */
+const char *unmapped(const void *p, size_t n)
+{
+	return mgt_sim_mem_unmapped(p, n) ? " (a reservation: a granule not mapped, never committed or given back)" : "";
+}
+
 /* Does the pointer fall inside device memory at all (for host sides that must not)? */
 bool touches_device(const void *p) { return mgt_sim_mem_touches(p); }
 
@@ -205,7 +211,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 		return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync", "bad stream");
 	if (n && !is_device(p, n))
 		return fail(cudaErrorInvalidValue, "cudaMemsetAsync",
-			    "[%p, +%zu) is not inside one device allocation", p, n);
+			    "[%p, +%zu) is not inside one device allocation%s", p, n, unmapped(p, n));
 	if (faulted())
 		return faulted();
 	memset(p, v, n);
@@ -228,11 +234,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 	if (k == cudaMemcpyDefault || k == cudaMemcpyHostToHost)
 		return fail(cudaErrorInvalidValue, fn, "kind %d not simulated", (int)k);
 	if (dd ? !is_device(dst, n) : touches_device(dst))
-		return fail(cudaErrorInvalidValue, fn, "destination [%p, +%zu) is %s device memory (kind %d)",
-			    dst, n, dd ? "not inside" : "", (int)k);
+		return fail(cudaErrorInvalidValue, fn, "destination [%p, +%zu) is %s device memory (kind %d)%s",
+			    dst, n, dd ? "not inside" : "", (int)k, unmapped(dst, n));
 	if (sd ? !is_device(src, n) : touches_device(src))
-		return fail(cudaErrorInvalidValue, fn, "source [%p, +%zu) is %s device memory (kind %d)", src,
-			    n, sd ? "not inside" : "", (int)k);
+		return fail(cudaErrorInvalidValue, fn, "source [%p, +%zu) is %s device memory (kind %d)%s", src,
+			    n, sd ? "not inside" : "", (int)k, unmapped(src, n));
 	if (faulted())
 		return faulted();
 	memmove(dst, src, n);
@@ -613,11 +619,25 @@ cublasStatus_t check_shapes(const char *fn, const desc_t *d, const layout_t *a, 
 bool aligned(const void *p, uint32_t a) { return !p || a <= 1 || (uintptr_t)p % a == 0; }
 
 /* Column-major matrix l at p lies inside one device allocation. */
+size_t span(const layout_t *l) { return ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * type_bytes(l->t); }
+
 bool inside(const void *p, const layout_t *l)
 {
 	if (!l->rows || !l->cols)
 		return true;
-	return is_device(p, ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * type_bytes(l->t));
+	return is_device(p, span(l));
+}
+
+/* unmapped()'s note for the first of A, B, D in a reservation's unmapped granules */
+const char *vm_note(const void *a, const layout_t *la, const void *b, const layout_t *lb, const void *d,
+		    const layout_t *ld)
+{
+	const void *p[3] = {a, b, d};
+	const layout_t *l[3] = {la, lb, ld};
+	for (int i = 0; i < 3; i++)
+		if (l[i]->rows && l[i]->cols && *unmapped(p[i], span(l[i])))
+			return unmapped(p[i], span(l[i]));
+	return "";
 }
 
 } // namespace
@@ -802,7 +822,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 		return lt_fail(fn, "BIAS epilogue without a bias pointer");
 	if (!inside(A, la) || !inside(B, lb) || !inside(D, ld) ||
 	    (epi_bias && !is_device(d->bias, m * sizeof(float))))
-		return lt_fail(fn, "an operand is not inside a device allocation");
+		return lt_fail(fn, "%s is not inside a device allocation%s", !inside(A, la) ? "A" : !inside(B, lb) ? "B"
+			       : !inside(D, ld) ? "D" : "the bias", vm_note(A, la, B, lb, D, ld));
 	const float be = *static_cast<const float *>(beta);
 	if (be != 0.0f && !inside(C, lc))
 		return lt_fail(fn, "C is not inside a device allocation");
