@@ -23,7 +23,10 @@
 #   5. context parallelism (under mpirun, two ranks on the one simulated GPU, so every group is
 #      staged through the host): CP2 with --cp-comm-type p2p, allgather and a2a, the settings of
 #      3, iteration 1 within 1e-5 of the CPU in one process (the attention block kernels, the
-#      ring, the all-gather and the all-to-all on device memory).
+#      ring, the all-gather and the all-to-all on device memory);
+#  10. FSDP under mpirun DP2 (--use-megatron-fsdp, both strategies, bf16, TP2 x DP2, a checkpoint
+#      round, the fallback without the driver's entry points) on the simulated virtual memory
+#      management: see fsdp_sim below (about 90 s).
 # The simulation runs every CUDA thread as a host thread: a few seconds per iteration.
 # Prints "ok - ..." / "not ok - ..." and "N passed, M failed"; exits 1 on a failure.
 set -u
@@ -77,8 +80,9 @@ below() {
 #   optim_grads and optim_grads_params = the CPU in one process (1e-5), each below the
 #   distributed optimizer's peak device memory, optim_grads_params below optim_grads;
 #   optim_grads_params with --bf16 (the 16-bit copy committed per unit) = the CPU's --bf16 (1e-2);
-#   optim_grads_params with TP2 x DP2 and --sequence-parallel (the finishing all-reduces over
-#   given-back buckets), 1 iteration, = the CPU (1e-5);
+#   optim_grads_params with TP2 x DP2 and --sequence-parallel, and with PP2 x DP2 (the finishing
+#   all-reduces over given-back buckets: the norms', the tied embedding's), 1 iteration, = the
+#   CPU (1e-5);
 #   a checkpoint saved under optim_grads_params at iteration 1 and resumed by it (the load's
 #   upload of this rank's ranges): iteration 2 = the uninterrupted run (1e-5);
 #   MGT_SIM_VMM=0 (no driver entry points: reserve falls back to whole allocations) = the CPU.
@@ -115,6 +119,9 @@ fsdp_sim() {
 	check "simulated cuda TP2 x DP2 --sequence-parallel optim_grads_params, 1 iteration" run simftp "$SIM_TRAIN" \
 		--device cuda $FA $FS optim_grads_params --tensor-model-parallel-size 2 --sequence-parallel --train-iters 1
 	check "  = cpu in one process (1e-5)" close cpuf simftp 1e-5
+	check "simulated cuda PP2 x DP2 optim_grads_params (the tied embedding's all-reduce), 1 iteration" run simfpp \
+		"$SIM_TRAIN" --device cuda $FA $FS optim_grads_params --pipeline-model-parallel-size 2 --train-iters 1
+	check "  = cpu in one process (1e-5)" close cpuf simfpp 1e-5
 	LAUNCH=
 }
 check "cpu fp32, 4 iterations" run cpu "$CPU_TRAIN" --device cpu --train-iters 4
