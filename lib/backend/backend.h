@@ -163,9 +163,11 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	 * MGT_ERR_NOMEM (cuMemCreate had no device memory), MGT_ERR_IO (another driver failure); both \
 	 * also recorded as the backend's failure.  discard(p, bytes): [p, p + bytes) of reserve's or \
 	 * alloc's memory reads as zeros afterwards and the granules (host pages) wholly inside are given \
-	 * back (host: madvise MADV_DONTNEED; CUDA: unmapped once the work queued before the discard \
-	 * has run, at the next commit that maps memory, sync or unreserve; the partial granules at the \
-	 * ends are zeroed; a reservation's granules given back must be committed again before use). \
+	 * back (host: madvise MADV_DONTNEED; CUDA: unmapped once the work queued on the backend's \
+	 * stream before the discard has run, at the next commit that maps memory, sync or unreserve: \
+	 * work of another stream that uses the range, a collective's, must have been made to wait for \
+	 * first; the partial granules at the ends are zeroed; a reservation's granules given back must \
+	 * be committed again before use). \
 	 * unreserve(p, bytes): frees reserve's memory, committed or not (NULL: no-op); bytes as given \
 	 * to reserve.  Memory accounting (bytes_in_use): CUDA counts committed granules. */ \
 	X(void *, reserve, (mgt_backend *be, size_t bytes)) \

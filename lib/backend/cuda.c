@@ -596,10 +596,10 @@ void mgt_cuda_destroy(mgt_backend *be)
 	if (im) {
 		if (im->stream)
 			cudaStreamSynchronize(im->stream);
+		mgt_cuda_vmm_free_all(be);
 		for (size_t i = 0; i < im->cap; i++)
 			if (im->slots[i].p && im->slots[i].p != CUDA_TOMB)
 				cudaFree(im->slots[i].p);
-		mgt_cuda_vmm_free_all(be);
 		mgt_cuda_plans_free(im);
 		if (im->lt)
 			cublasLtDestroy(im->lt);

@@ -100,7 +100,7 @@ void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes);
 
 /* cuda_vmm.c: unmap the granules discard gave back once the work queued before it has run
  * (idle: the stream is known to be idle, nothing to wait for); free every reservation left
- * (destroy). */
+ * (destroy, before the allocation map's buffers: a fallback reservation is one of them). */
 void mgt_cuda_vmm_flush(mgt_backend *be, bool idle);
 void mgt_cuda_vmm_free_all(mgt_backend *be);
 

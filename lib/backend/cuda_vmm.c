@@ -201,14 +201,16 @@ void mgt_cuda_vmm_flush(mgt_backend *be, bool idle)
 	v->pending = false;
 }
 
-/* Zero [p, p + bytes) on the stream where it lies in mapped granules. */
+/* Zero [p, p + bytes) on the stream where it lies in mapped granules not pending unmap (those
+ * read as zeros already, and a memset queued after the event recorded for them could run after
+ * they are unmapped). */
 static void zero_mapped(mgt_backend *be, cuda_resv *r, size_t gran, char *p, size_t bytes)
 {
 	while (bytes) {
 		size_t g = (size_t)(p - r->base) / gran, n = r->base + (g + 1) * gran - p;
 		if (n > bytes)
 			n = bytes;
-		if (bit(r->mapped, g))
+		if (bit(r->mapped, g) && !bit(r->pend, g))
 			mgt_cuda_zero(be, p, n);
 		p += n, bytes -= n;
 	}
@@ -355,6 +357,7 @@ void mgt_cuda_unreserve(mgt_backend *be, void *p, size_t bytes)
 			v->pending |= v->r[i].pend[w] != 0;
 }
 
+/* Before the allocation map's buffers are freed: a fallback reservation is one of them. */
 void mgt_cuda_vmm_free_all(mgt_backend *be)
 {
 	struct cuda_vmm *v = impl(be)->vmm;
