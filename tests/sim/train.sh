@@ -78,7 +78,8 @@ below() {
 # commit first (a missing mgt_model_commit / trainer commit) fails here.  4 layers, 2
 # micro-batches a rank (the owned shards accumulate across them), 2 iterations:
 #   optim_grads and optim_grads_params = the CPU in one process (1e-5), each below the
-#   distributed optimizer's peak device memory, optim_grads_params below optim_grads;
+#   distributed optimizer's peak device memory, optim_grads_params below optim_grads, and with
+#   full recomputation in groups of 2 layers;
 #   optim_grads_params with --bf16 (the 16-bit copy committed per unit) = the CPU's --bf16 (1e-2);
 #   optim_grads_params with TP2 x DP2 and --sequence-parallel, and with PP2 x DP2 (the finishing
 #   all-reduces over given-back buckets: the norms', the tied embedding's), 1 iteration, = the
@@ -102,6 +103,10 @@ fsdp_sim() {
 		check "  peak device memory below the distributed optimizer's" below simfdo simf$k
 	done
 	check "  optim_grads_params below optim_grads" below simfoptim_grads simfoptim_grads_params
+	check "simulated cuda DP2 optim_grads_params with full recomputation (a group gathered at once)" run simfrc \
+		"$SIM_TRAIN" --device cuda $FA $FS optim_grads_params --recompute-granularity full --recompute-method uniform \
+		--recompute-num-layers 2
+	check "  = cpu in one process (1e-5)" close cpuf simfrc 1e-5
 	check "simulated cuda DP2 --bf16 optim_grads_params (the 16-bit copy per unit)" run simfb "$SIM_TRAIN" \
 		--device cuda $FA --bf16 $FS optim_grads_params
 	check "  = cpu --bf16 (1e-2)" close cpufb simfb 1e-2
