@@ -9,10 +9,11 @@
  * once mapped, and unmapping must wait until the kernels queued before are done).
  *
  * mgt does not link libcuda: the driver's entry points come from the runtime
- * (cudaGetDriverEntryPointByVersion, CUDA 12.5 or later; cudaGetDriverEntryPoint before), once per
- * backend.  When they cannot be had (an old driver, a device without virtual memory management)
- * reserve falls back to a whole allocation (alloc), commit does nothing there and discard zeroes,
- * as before this file: FSDP then saves no device memory but runs.
+ * (cudaGetDriverEntryPointByVersion, CUDA 12.5 or later; cudaGetDriverEntryPoint with its query
+ * result, CUDA 12.0 to 12.4: older toolkits are not supported here), once per backend.  When they
+ * cannot be had (an old driver, a device without virtual memory management) reserve falls back
+ * to a whole allocation (alloc), commit does nothing there and discard zeroes, as before this
+ * file: FSDP then saves no device memory but runs.
  *
  * Ordering.  cuMemMap and cuMemUnmap act at once, not on the stream, while the kernels queued on
  * the stream run later.  Mapping is safe at once (nothing queued can use a granule before it was
