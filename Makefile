@@ -285,7 +285,7 @@ SIM_OK   = $(and $(shell command -v g++ 2>/dev/null),$(wildcard $(CUDA_HOME)/inc
 SIM_HOST = $(if $(filter 1,$(CUDA)),$(SIM_B)/host/libmgt.a,$(B)/libmgt.a)
 SIM_HDR  = tests/sim/cuda_sim.h tests/sim/mma_sim.h
 SIM_KOBJ = $(patsubst kernels/%.cu,$(SIM_B)/k_%.o,$(wildcard kernels/*.cu))
-SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_attn.o $(SIM_B)/cuda_gemm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o \
+SIM_OBJ  = $(SIM_B)/cuda.o $(SIM_B)/cuda_attn.o $(SIM_B)/cuda_gemm.o $(SIM_B)/cuda_vmm.o $(SIM_KOBJ) $(SIM_B)/cuda_sim.o $(SIM_B)/sim_runtime.o \
            $(SIM_B)/sim_mem.o $(SIM_B)/sim_prof.o
 SIM_TEST = $(SIM_B)/test_cuda_ops_sim
 SIM_POOL = $(SIM_B)/pool_test
@@ -340,7 +340,7 @@ check-sim-access: $(SIM_PROFT) $(SIM_TEST)
 mutate-sim:
 	/usr/bin/python3 tests/sim/mutate.py
 
-$(SIM_B)/cuda.o $(SIM_B)/cuda_attn.o $(SIM_B)/cuda_gemm.o: $(SIM_B)/%.o: lib/backend/%.c $(wildcard lib/*/*.h kernels/*.h)
+$(SIM_B)/cuda.o $(SIM_B)/cuda_attn.o $(SIM_B)/cuda_gemm.o $(SIM_B)/cuda_vmm.o: $(SIM_B)/%.o: lib/backend/%.c $(wildcard lib/*/*.h kernels/*.h)
 	@mkdir -p $(dir $@)
 	$(say) SIMCC $<
 	$(Q)$(SIM_CC) -c $< -o $@
@@ -398,7 +398,9 @@ $(SIM_TRAIN): $(SIM_CMD)/mgt-train.o $(SIM_CMD)/cli.o $(SIM_OBJ) $(SIM_HOST)
 
 ifeq ($(CUDA),1)
 .PHONY: sim-host-lib
-$(SIM_B)/host/libmgt.a $(SIM_B)/host/cmd/mgt-train.o $(SIM_B)/host/cmd/cli.o: sim-host-lib
+# The empty recipe makes make look at their times again after the sub-make: without one, a
+# change to lib/ rebuilt the host library but relinked the simulated programs only at the next make.
+$(SIM_B)/host/libmgt.a $(SIM_B)/host/cmd/mgt-train.o $(SIM_B)/host/cmd/cli.o: sim-host-lib ; @:
 sim-host-lib:
 	$(Q)$(MAKE) --no-print-directory CUDA=0 MPI=$(MPI) DEPS=0 B=$(SIM_B)/host $(SIM_B)/host/libmgt.a \
 	  $(SIM_B)/host/cmd/mgt-train.o $(SIM_B)/host/cmd/cli.o

@@ -16,8 +16,8 @@
  *  - dtype is fp32 unless stated; ids are int32.
  *  - "accumulates" means the op adds into the output (gradient accumulation across micro-batches
  *    and the residual stream); "writes" means it overwrites.
- *  - Ops do not fail: shapes are checked by the model before any op runs.  Only alloc, upload and
- *    download report errors (mgt_status, message via mgt_err).
+ *  - Ops do not fail: shapes are checked by the model before any op runs.  Only alloc, reserve,
+ *    commit, upload and download report errors (mgt_status, message via mgt_err).
  *  - Results are deterministic: the same inputs and thread count give the same bits (no atomics
  *    in reductions), which bitwise-exact resume relies on.
  *  - Dropout draws from Philox (mgt_philox in lib/util): element e of a dropout site keyed `key`
@@ -149,14 +149,29 @@ static inline size_t mgt_ssd_states_floats(const mgt_ssd *s)
 	X(mgt_status, upload, (mgt_backend *be, void *dst, const void *host_src, size_t bytes)) \
 	X(mgt_status, download, (mgt_backend *be, void *host_dst, const void *src, size_t bytes)) \
 	X(void, zero, (mgt_backend *be, void *p, size_t bytes)) \
-	/* Memory that FSDP shards (lib/train/fsdp.c): reserve is a zero-filled allocation of bytes \
-	 * that holds memory only where it is written (host: an anonymous mapping, whose pages are \
-	 * backed when first written; CUDA: all of it, as alloc); unreserve(p, bytes) frees it (NULL: \
-	 * no-op).  discard(p, bytes) zeroes [p, p + bytes) of reserve's or alloc's memory and gives \
-	 * the pages wholly inside back to the system (host: madvise MADV_DONTNEED, after which they \
-	 * read as zeros; CUDA: a memset, nothing given back).  reserve: NULL and MGT_ERR_NOMEM on \
-	 * failure. */ \
+	/* Memory that FSDP shards (lib/train/fsdp.c), for buffers of which a rank holds only some \
+	 * ranges at a time.  reserve(bytes): address space for bytes (NULL and MGT_ERR_NOMEM when it \
+	 * cannot be had; MGT_ERR_IO for another device failure), owned by the caller until unreserve; \
+	 * it reads as zeros and holds memory only where committed.  commit(p, bytes): makes \
+	 * [p, p + bytes) of a reservation writable and readable, holding memory: the CPU's pages are \
+	 * backed when first written, so there it does nothing; CUDA maps device memory (cuMemCreate, \
+	 * cuMemMap) for every granule (cuMemGetAllocationGranularity's, 2 MiB on current GPUs) of the \
+	 * range not mapped yet and zero-fills it on the stream, so a range reads as zeros until written \
+	 * whatever was discarded before.  Every write into a reservation and every read of it must lie \
+	 * in committed ranges (on a GPU an uncommitted granule is not mapped: an illegal address; the \
+	 * simulator, tests/sim, reports it).  On alloc's memory commit does nothing.  Errors: \
+	 * MGT_ERR_NOMEM (cuMemCreate had no device memory), MGT_ERR_IO (another driver failure); both \
+	 * also recorded as the backend's failure.  discard(p, bytes): [p, p + bytes) of reserve's or \
+	 * alloc's memory reads as zeros afterwards and the granules (host pages) wholly inside are given \
+	 * back (host: madvise MADV_DONTNEED; CUDA: unmapped once the work queued on the backend's \
+	 * stream before the discard has run, at the next commit that maps memory, sync or unreserve: \
+	 * work of another stream that uses the range, a collective's, must have been made to wait for \
+	 * first; the partial granules at the ends are zeroed; a reservation's granules given back must \
+	 * be committed again before use). \
+	 * unreserve(p, bytes): frees reserve's memory, committed or not (NULL: no-op); bytes as given \
+	 * to reserve.  Memory accounting (bytes_in_use): CUDA counts committed granules. */ \
 	X(void *, reserve, (mgt_backend *be, size_t bytes)) \
+	X(mgt_status, commit, (mgt_backend *be, void *p, size_t bytes)) \
 	X(void, unreserve, (mgt_backend *be, void *p, size_t bytes)) \
 	X(void, discard, (mgt_backend *be, void *p, size_t bytes)) \
 	/* Wait for queued work (no-op on CPU). */ \
@@ -622,8 +637,9 @@ struct mgt_backend {
 	const mgt_backend_ops *ops;
 	int threads; /* CPU threads used by ops and BLAS (read only: set by create) */
 	mgt_precision precision; /* GEMM operand precision (see mgt_precision); set after create */
-	size_t bytes_in_use, bytes_peak; /* device memory held by alloc now and at most, in bytes
-					  * (CUDA backend; 0 on the CPU, which reports RSS) */
+	size_t bytes_in_use, bytes_peak; /* device memory held by alloc and by committed granules of
+					  * reserve now and at most, in bytes (CUDA backend; 0 on the
+					  * CPU, which reports RSS) */
 	bool host_memory; /* backend memory is ordinary host memory (CPU): callers may read and
 			   * write it directly instead of staging copies through upload/download */
 	void *impl;

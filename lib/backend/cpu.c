@@ -97,6 +97,13 @@ void mgt_cpu_unreserve(mgt_backend *be, void *p, size_t bytes)
 	if (p) munmap(p, cpu_zmax(bytes, 1));
 }
 
+/* Pages are backed when first written: nothing to do. */
+mgt_status mgt_cpu_commit(mgt_backend *be, void *p, size_t bytes)
+{
+	(void)be, (void)p, (void)bytes;
+	return MGT_OK;
+}
+
 void mgt_cpu_discard(mgt_backend *be, void *p, size_t bytes)
 {
 	uintptr_t a = (uintptr_t)p, e = a + bytes, pg = page_size();

@@ -8,8 +8,9 @@
  * op's scratch is never overwritten while an earlier op still reads it.
  *
  * Memory accounting: cudaFree does not tell a size, so alloc keeps a pointer -> size map (an open
- * addressing hash table) and counts bytes_in_use / bytes_peak from it.  Only alloc's memory is
- * counted (backend.h); the scratch buffer, the cuBLASLt workspace and CUDA's own context are not.
+ * addressing hash table) and counts bytes_in_use / bytes_peak from it.  alloc's memory and the
+ * committed granules of reserve's (cuda_vmm.c) are counted (backend.h); the scratch buffer, the
+ * cuBLASLt workspace and CUDA's own context are not.
  */
 #include "backend/cuda_impl.h"
 
@@ -205,16 +206,16 @@ void mgt_cuda_zero(mgt_backend *be, void *p, size_t bytes)
 		mgt_cuda_ok(be, "zero", cudaMemsetAsync(p, 0, bytes, impl(be)->stream));
 }
 
-/* No virtual memory management (cuMemMap) yet: reserved memory is allocated whole. */
-void *mgt_cuda_reserve(mgt_backend *be, size_t bytes) { return mgt_cuda_alloc(be, bytes); }
-void mgt_cuda_unreserve(mgt_backend *be, void *p, size_t bytes) { (void)bytes, mgt_cuda_free(be, p); }
-void mgt_cuda_discard(mgt_backend *be, void *p, size_t bytes) { mgt_cuda_zero(be, p, bytes); }
+/* reserve, commit, unreserve and discard: cuda_vmm.c. */
 
-/* sync cannot return the backend's failure; it records it again as the thread's message. */
+/* sync cannot return the backend's failure; it records it again as the thread's message.  The
+ * stream is idle afterwards: granules discard gave back are unmapped. */
 void mgt_cuda_sync(mgt_backend *be)
 {
-	if (mgt_cuda_ok(be, "sync", cudaStreamSynchronize(impl(be)->stream)))
+	if (mgt_cuda_ok(be, "sync", cudaStreamSynchronize(impl(be)->stream))) {
+		mgt_cuda_vmm_flush(be, true);
 		pending(be);
+	}
 }
 
 void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes)
@@ -595,6 +596,7 @@ void mgt_cuda_destroy(mgt_backend *be)
 	if (im) {
 		if (im->stream)
 			cudaStreamSynchronize(im->stream);
+		mgt_cuda_vmm_free_all(be);
 		for (size_t i = 0; i < im->cap; i++)
 			if (im->slots[i].p && im->slots[i].p != CUDA_TOMB)
 				cudaFree(im->slots[i].p);

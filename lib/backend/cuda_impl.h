@@ -70,6 +70,7 @@ typedef struct {
 	int plan_next;         /* next plan slot to (re)use, round robin */
 	bool d16_refused;      /* cuBLASLt refused a 16-bit D (MGT_GEMM_D16): fp32 blocks from then on */
 	bool lt_quiet;         /* a cuBLASLt refusal returns false without recording a failure */
+	struct cuda_vmm *vmm;  /* reserve's address ranges (cuda_vmm.c); NULL until the first */
 	mgt_status err;        /* first failure of an op, MGT_OK if none */
 	char msg[256];
 } cuda_impl;
@@ -96,6 +97,12 @@ void *mgt_cuda_scratch(mgt_backend *be, const char *op, size_t bytes);
 		if (ws)                                                   \
 			mgt_cuda_ok(be, op, call);                        \
 	} while (0)
+
+/* cuda_vmm.c: unmap the granules discard gave back once the work queued before it has run
+ * (idle: the stream is known to be idle, nothing to wait for); free every reservation left
+ * (destroy, before the allocation map's buffers: a fallback reservation is one of them). */
+void mgt_cuda_vmm_flush(mgt_backend *be, bool idle);
+void mgt_cuda_vmm_free_all(mgt_backend *be);
 
 /* cuda_gemm.c: freeing the cached GEMM plans (the linear ops are there too). */
 void mgt_cuda_plans_free(cuda_impl *im);

@@ -694,6 +694,21 @@ void mgt_model_set_grad_hook(mgt_model *m, mgt_grad_hook hook, void *ctx);
  * [tensors->buf_numel] of type mgt_precision_dtype(layout precision), or NULL (fp32).
  * mgt_model_init_params_range: mgt_model_init_params for the flat range [lo, hi) only (the
  * same values as the whole init gives there).  Errors: NOMEM, IO. */
+/* FSDP's reserved buffers (mgt_model_layout.sharding: the gradients from MGT_DP_OPTIM_GRADS on,
+ * the parameters and their 16-bit copy with MGT_DP_OPTIM_GRADS_PARAMS; backend.h reserve and
+ * commit): every range must be committed before it is written or read.  The chunk commits what
+ * its own passes write: the gradient buckets outside layers at the start of every backward
+ * (all of them for T5's), each layer's gradient buckets before that layer's backward, the
+ * tensors mgt_model_finish_grads reduces, and the parameters mgt_model_init_params(_range)
+ * writes; the caller commits the rest (what it uploads, gathers or casts into, the shards it
+ * keeps).  mgt_model_commit(m, which, lo, hi): elements [lo, hi) of buffer which (fp32
+ * parameters, the 16-bit copy: 2-byte elements, or fp32 gradients); mgt_model_commit_unit(m,
+ * which, u): every bucket of unit u (mgt_model_bucket_unit; -1: those outside layers; INT_MIN, or a
+ * layout without units: the whole buffer).  No-ops for a buffer that is allocated rather than
+ * reserved, or absent.  Errors: MGT_ERR_NOMEM (no device memory), MGT_ERR_IO (backend.h commit). */
+typedef enum { MGT_BUF_PARAMS, MGT_BUF_LP, MGT_BUF_GRADS } mgt_model_buf;
+mgt_status mgt_model_commit(mgt_model *m, mgt_model_buf which, size_t lo, size_t hi);
+mgt_status mgt_model_commit_unit(mgt_model *m, mgt_model_buf which, int u);
 typedef enum { MGT_PARAM_RELEASE, MGT_PARAM_NEED, MGT_PARAM_PREFETCH } mgt_param_use;
 typedef mgt_status (*mgt_param_hook)(void *ctx, mgt_model *m, int li, mgt_param_use use);
 int mgt_model_bucket_unit(const mgt_model *m, int b);

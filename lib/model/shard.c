@@ -5,6 +5,7 @@
  * collectives and which pages a rank keeps are the trainer's (lib/train/fsdp.c). */
 #include "model_impl.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,11 +67,32 @@ void mgt_model_lp_refresh(mgt_model *m)
 
 void *mgt_model_params_lp(mgt_model *m) { return m->prec.lp; }
 
+mgt_status mgt_model_commit(mgt_model *m, mgt_model_buf which, size_t lo, size_t hi)
+{
+	bool lazy = which == MGT_BUF_GRADS ? m->lazy_grads : m->lazy_params;
+	void *base = which == MGT_BUF_PARAMS ? (void *)m->params : which == MGT_BUF_GRADS ? (void *)m->grads : m->prec.lp;
+	size_t es = which == MGT_BUF_LP ? 2 : sizeof(float);
+	if (!lazy || !base || hi <= lo) return MGT_OK;
+	return m->be->ops->commit(m->be, (char *)base + lo * es, (hi - lo) * es);
+}
+
+mgt_status mgt_model_commit_unit(mgt_model *m, mgt_model_buf which, int u)
+{
+	mgt_status st = MGT_OK;
+	if (!m->unit || u == INT_MIN) return mgt_model_commit(m, which, 0, m->tt.buf_numel);
+	for (int b = 0; !st && b < m->tt.nbuckets; b++)
+		if (m->unit[b] == u)
+			st = mgt_model_commit(m, which, m->tt.buckets[b].offset, m->tt.buckets[b].offset + m->tt.buckets[b].numel);
+	return st;
+}
+
 mgt_status mgt_model_init_params_range(mgt_model *m, uint64_t seed, size_t lo, size_t hi)
 {
 	if (hi <= lo) return MGT_OK;
 	m->prec.lp_stale = true;
 	size_t bytes = (hi - lo) * sizeof(float);
+	mgt_status cst = mgt_model_commit(m, MGT_BUF_PARAMS, lo, hi);
+	if (cst) return cst;
 	float *host = m->be->host_memory ? m->params + lo : mgt_malloc(bytes);
 	if (!host) return MGT_ERR_NOMEM;
 	memset(host, 0, bytes); /* padding between tensors stays zero */

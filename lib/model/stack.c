@@ -133,7 +133,9 @@ mgt_status mgt_model_backward(mgt_model *m, int slot, bool train, float grad_sca
 	mgt_status st = use_slot(m, slot);
 	if (st) return st;
 	m->run.drop_key = m->cur->drop_key;
-	st = recipe_of(m)->backward(m, train, grad_scale); /* T5: gradients complete at the hook's INT_MIN only */
+	/* FSDP: the units outside layers written (T5's backward: every unit) */
+	st = mgt_model_commit_unit(m, MGT_BUF_GRADS, m->fam->recipe == MGT_STACK_ENCODER_DECODER ? INT_MIN : -1);
+	if (!st) st = recipe_of(m)->backward(m, train, grad_scale); /* T5: gradients complete at the hook's INT_MIN only */
 	if (!st && m->run.hook) st = m->run.hook(m->run.hook_ctx, m, INT_MIN);
 	m->be->ops->sync(m->be);
 	m->run.t_bwd += mgt_now() - t0;
@@ -155,6 +157,7 @@ static mgt_status layers_bwd(mgt_model *m, bool train, float grad_scale)
 			st = recompute_group(m, g0, g1, train);
 		if (!st) st = mgt_model_param_use(m, li, MGT_PARAM_NEED);
 		if (!st) st = mgt_model_param_use(m, li - 1, MGT_PARAM_PREFETCH);
+		if (!st) st = mgt_model_commit_unit(m, MGT_BUF_GRADS, li);
 		for (int k = m->k0[li + 1] - 1; !st && k >= m->k0[li]; k--) {
 			const mgt_layer_kind_ops *K = kind_of(m, k);
 			if (selective && K->rerun) st = K->rerun(m, li, train);
@@ -182,12 +185,14 @@ mgt_status mgt_model_finish_grads(mgt_model *m)
 		/* the head norms, and T5's relative position tables (each TP rank's columns: its heads) */
 		bool qk = t->role == MGT_T_QNORM_W || t->role == MGT_T_QNORM_B || t->role == MGT_T_KNORM_W ||
 			  t->role == MGT_T_KNORM_B || t->role == MGT_T_REL_ENC || t->role == MGT_T_REL_DEC;
-		if (t->shard == MGT_SHARD_NONE && (m->sp || qk) && !mgt_bert_whole_grad(t->role))
+		if (t->shard == MGT_SHARD_NONE && (m->sp || qk) && !mgt_bert_whole_grad(t->role) &&
+		    !(st = mgt_model_commit(m, MGT_BUF_GRADS, t->offset, t->offset + t->numel)))
 			st = mgt_model_tp_allreduce(m, G(m, t), t->numel, MGT_DT_F32);
 	}
 	const mgt_tensor *we = m->glob[MGT_T_WORD_EMB];
 	mgt_comm *e = m->ps->emb_comm;
 	bool tied = we && !m->c.untie_embeddings_and_output_weights && m->ps->pp > 1 && (m->first || m->last);
+	if (!st && tied && e->size > 1) st = mgt_model_commit(m, MGT_BUF_GRADS, we->offset, we->offset + we->numel);
 	if (!st && tied && e->size > 1) st = e->ops->allreduce(e, G(m, we), we->numel, MGT_DT_F32, MGT_RED_SUM);
 	return st;
 }

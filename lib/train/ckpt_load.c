@@ -166,7 +166,10 @@ static mgt_status read_params(trainer *t, mgt_source *c)
 		if (!h) return MGT_ERR_NOMEM;
 		for (int i = 0; !st && i < tt->n; i++)
 			st = mgt_source_row_read(c, "", &tt->t[i], 0, tt->t[i].numel, h + tt->t[i].offset);
-		st = unstage(t, mgt_model_params(m), h, tt->buf_numel, st);
+		/* optim_grads_params on a device: only the ranges this rank keeps (trainer_fsdp_shard_params
+		 * gives back the rest at once on the host) */
+		if (!st && !t->be->host_memory && trainer_fsdp_params(t)) st = trainer_fsdp_upload_params(t, m, h), free(h);
+		else st = unstage(t, mgt_model_params(m), h, tt->buf_numel, st);
 	}
 	return st;
 }

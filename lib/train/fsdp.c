@@ -59,7 +59,8 @@ static void drop_grads(trainer *t, mgt_model *m, int from, int to)
 	for (int b = from; b < to; b++) drop_outside(t, &tt->buckets[b], mgt_model_grads(m), sizeof(float));
 }
 
-/* A 16-bit gradient reduction (--megatron-fsdp-grad-comm-dtype): each chunk's side buffer. */
+/* A 16-bit gradient reduction (--megatron-fsdp-grad-comm-dtype): each chunk's side buffer,
+ * reserved whole and committed at the owned shards. */
 static mgt_status side_alloc(trainer *t)
 {
 	if (t->a->grad_comm_t == MGT_DT_F32) return MGT_OK;
@@ -68,20 +69,44 @@ static mgt_status side_alloc(trainer *t)
 	for (int c = 0; c < t->V; c++) {
 		size_t n = mgt_model_tensors(t->chunk[c])->buf_numel;
 		if (!(t->fsdp.side[c] = t->be->ops->reserve(t->be, (n ? n : 1) * sizeof(float)))) return MGT_ERR_NOMEM;
+		const mgt_tensor_table *tt = mgt_model_tensors(t->chunk[c]);
+		for (int b = 0; b < tt->nbuckets; b++) { /* only the owned shards are ever written */
+			size_t own, part;
+			shard_of(t, &tt->buckets[b], &own, &part);
+			mgt_status st = t->be->ops->commit(t->be, t->fsdp.side[c] + tt->buckets[b].offset + own, part * sizeof(float));
+			if (st) return st;
+		}
 	}
 	return MGT_OK;
 }
 
+/* The reserved buffers (mgt_model_commit) this rank writes whole: all of them when nothing is
+ * sharded (one rank), the parameters and their 16-bit copy when only the gradients are, and the
+ * units outside layers (kept whole) of both under optim_grads_params. */
+static mgt_status commit_whole(trainer *t)
+{
+	mgt_status st = MGT_OK;
+	for (int c = 0; !st && c < t->V; c++) {
+		mgt_model *m = t->chunk[c];
+		int u = trainer_fsdp_params(t) ? -1 : INT_MIN;
+		st = mgt_model_commit_unit(m, MGT_BUF_PARAMS, u);
+		if (!st) st = mgt_model_commit_unit(m, MGT_BUF_LP, u);
+		if (!st && !trainer_fsdp_grads(t)) st = mgt_model_commit_unit(m, MGT_BUF_GRADS, INT_MIN);
+	}
+	return st;
+}
+
 mgt_status trainer_fsdp_setup(trainer *t)
 {
-	if (!trainer_fsdp_grads(t)) return MGT_OK;
+	mgt_status st = commit_whole(t);
+	if (st || !trainer_fsdp_grads(t)) return st;
 	int V = t->V;
 	if (!(t->fsdp.nbwd = mgt_malloc((size_t)V * sizeof *t->fsdp.nbwd)) ||
 	    !(t->fsdp.pending = mgt_malloc((size_t)V * sizeof *t->fsdp.pending)) ||
 	    !(t->fsdp.gathered = mgt_malloc((size_t)V * sizeof *t->fsdp.gathered)))
 		return MGT_ERR_NOMEM;
 	memset(t->fsdp.gathered, 0, (size_t)V * sizeof *t->fsdp.gathered);
-	mgt_status st = side_alloc(t);
+	st = side_alloc(t);
 	for (int c = 0; !st && c < V; c++) {
 		mgt_model *m = t->chunk[c];
 		int nb = mgt_model_tensors(m)->nbuckets;
@@ -109,6 +134,8 @@ void trainer_fsdp_free(trainer *t)
 
 /* ---- gradients ---- */
 
+/* The buffer given back whole: each unit is committed again before its backward writes it
+ * (mgt_model_commit_unit), owned shard included, before the reductions and the optimizer read it. */
 void trainer_fsdp_zero_grads(trainer *t)
 {
 	for (int c = 0; c < t->V; c++) {
@@ -210,7 +237,8 @@ static mgt_status start_gather(trainer *t, mgt_model *m, int b)
 	size_t own, part;
 	shard_of(t, k, &own, &part);
 	float *x = mgt_model_params(m) + k->offset;
-	return dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
+	mgt_status st = mgt_model_commit(m, MGT_BUF_PARAMS, k->offset, k->offset + k->numel);
+	return st ? st : dp->ops->allgather(dp, x, x + own, part, MGT_DT_F32);
 }
 
 /* Wait for bucket b's all-gather (the compute stream waits for the group's), then (fp8: unpack
@@ -219,6 +247,7 @@ static mgt_status finish_gather(trainer *t, mgt_model *m, int b)
 {
 	const mgt_bucket *k = &mgt_model_tensors(m)->buckets[b];
 	mgt_status st = mgt_comm_wait(trainer_bucket_comm(t, k));
+	if (!st) st = mgt_model_commit(m, MGT_BUF_LP, k->offset, k->offset + k->numel);
 	if (!st && mgt_model_fp8_units(m)) mgt_model_fp8_unit_gathered(m, b);
 	if (!st) mgt_model_lp_refresh_range(m, k->offset, k->offset + k->numel);
 	return st;
@@ -267,6 +296,23 @@ mgt_status trainer_fsdp_init_params(trainer *t, mgt_model *m, uint64_t seed)
 		size_t own = 0, part = k->numel;
 		if (mgt_model_bucket_unit(m, b) >= 0) shard_of(t, k, &own, &part);
 		st = mgt_model_init_params_range(m, seed, k->offset + own, k->offset + own + part);
+	}
+	return st;
+}
+
+/* The host copy of a whole parameter buffer (a checkpoint's) to the device: the ranges
+ * trainer_fsdp_init_params writes, each committed first. */
+mgt_status trainer_fsdp_upload_params(trainer *t, mgt_model *m, const float *host)
+{
+	const mgt_tensor_table *tt = mgt_model_tensors(m);
+	mgt_status st = MGT_OK;
+	for (int b = 0; !st && b < tt->nbuckets; b++) {
+		const mgt_bucket *k = &tt->buckets[b];
+		size_t own = 0, part = k->numel, lo;
+		if (mgt_model_bucket_unit(m, b) >= 0) shard_of(t, k, &own, &part);
+		lo = k->offset + own;
+		st = mgt_model_commit(m, MGT_BUF_PARAMS, lo, lo + part);
+		if (!st && part) st = t->be->ops->upload(t->be, mgt_model_params(m) + lo, host + lo, part * sizeof(float));
 	}
 	return st;
 }

@@ -360,7 +360,9 @@ size_t trainer_peak_rss(void);
  * back); before_backward: the owned shards scaled before a chunk's later backwards; grad_ready:
  * the gradient hook of every backward; after_finish: after mgt_model_finish_grads;
  * param_hook: the models' parameter hook; init_params: this rank's parameters initialized;
- * shard_params: after a load; gathers_after_step: whether bucket b is all-gathered after the
+ * shard_params: after a load; upload_params: a loaded host copy of the whole buffer [buf_numel]
+ * to this rank's ranges of it (the device's, under optim_grads_params; errors of upload and
+ * commit); gathers_after_step: whether bucket b is all-gathered after the
  * step (not a layer unit under optim_grads_params). */
 bool trainer_fsdp_grads(const trainer *t);
 bool trainer_fsdp_params(const trainer *t);
@@ -373,6 +375,7 @@ void trainer_fsdp_after_finish(trainer *t);
 mgt_status trainer_fsdp_param_hook(void *ctx, mgt_model *m, int li, mgt_param_use use);
 mgt_status trainer_fsdp_init_params(trainer *t, mgt_model *m, uint64_t seed);
 void trainer_fsdp_shard_params(trainer *t);
+mgt_status trainer_fsdp_upload_params(trainer *t, mgt_model *m, const float *host);
 bool trainer_fsdp_gathers_after_step(const trainer *t, const mgt_model *m, int b);
 
 #endif

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/gpu/device-run.sh all|quick|check|bench|profile|info: run the GPU checks and benchmarks on a GPU
+# tests/gpu/device-run.sh all|quick|check|bench|profile|info|fsdp-fit: run the GPU checks and benchmarks on a GPU
 # machine that has the CUDA libraries but none of mgt's Debian libraries and cannot build mgt (the
 # lent GPU machine), from the bundle packed here by `make device-pack` into .device/ (an ignored
 # folder the device tool carries: carry [".device"]).  Each mode fits one 10-minute call:
@@ -26,6 +26,10 @@
 #   check    tests/gpu/check.sh (every CUDA op against the CPU op, model and training checks)
 #   bench    tests/bench/gpu.sh kjv (GEMM ceiling, gpt2-124m and llama-3.2-1b tokens/s and MFU)
 #   profile  tests/gpu/profile.sh
+#   fsdp-fit not in all or quick (a call of its own, when asked for): tests/gpu/fsdp_fit.sh, the
+#            largest llama-3.1-8b-shaped model by layers that trains 2 iterations without and with
+#            full recomputation and with --use-megatron-fsdp optim_grads_params, each search
+#            under BUDGET seconds (520) -> $OUT/fsdp-fit.txt (one process: DP1, see the script)
 # Results go to $OUT (at most 8 files come back) and, for bench, tests/bench/results/.
 # DRY=1 (all): print each step's command and limit instead of running it (a check of the script
 # on a machine without a GPU).
@@ -120,5 +124,7 @@ profile) sh tests/gpu/profile.sh ;;
 info) info 2>&1 | tee "${OUT:-/tmp}/device-info.txt" ;;
 check) info >"${OUT:-/tmp}/device-info.txt" 2>&1; sh tests/gpu/check.sh ;;
 bench) sh tests/bench/gpu.sh kjv ;;
-*) echo "usage: $0 all|quick|check|bench|profile|info"; exit 2 ;;
+fsdp-fit) begin fsdp-fit "${BUDGET:-520}"
+	step fsdp-fit "${BUDGET:-520}" sh tests/gpu/fsdp_fit.sh "$O/fsdp-fit.txt"; cat "$O/fsdp-fit.txt" ;;
+*) echo "usage: $0 all|quick|check|bench|profile|info|fsdp-fit"; exit 2 ;;
 esac

@@ -515,6 +515,68 @@ static void t_memory(void)
 }
 
 
+/* true when the n bytes at host h are all zero */
+static bool all_zero(const unsigned char *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (h[i])
+			return false;
+	return true;
+}
+
+/* reserve, commit, discard, unreserve (backend.h; lib/backend/cuda_vmm.c): a reservation holds no
+ * device memory; committing one byte maps one granule (its size: what bytes_in_use grows by) and
+ * a range maps the granules it touches, zero-filled; uploaded bytes read back; discard zeroes its
+ * range and, once the stream is idle (sync), unmaps the granules wholly inside (bytes_in_use
+ * falls by them), keeping the partial ones' bytes outside the range; committed again, the range
+ * reads zeros between the kept ends; unreserve gives everything back.  Without the driver's
+ * entry points (a fallback allocation: bytes_in_use grows by the whole reservation at once) only
+ * the values are checked. */
+static void t_reserve(void)
+{
+	const size_t n = ((size_t)16 << 20) + 123;
+	size_t in0 = gpu->bytes_in_use;
+	unsigned char *p = G->reserve(gpu, n);
+	if (!p)
+		bail("reserve");
+	bool vmm = gpu->bytes_in_use == in0;
+	if (G->commit(gpu, p + 5, 1) != MGT_OK)
+		bail("commit");
+	size_t g = vmm ? gpu->bytes_in_use - in0 : (size_t)2 << 20, a = g + g / 2, b = a + 4 * g + 333;
+	printf("# reserve: %s, granule %zu bytes\n", vmm ? "virtual memory management" : "a whole allocation (no VMM)", g);
+	CHECK(!vmm || (g > 0 && g <= ((size_t)2 << 20) && b < n), "commit of one byte maps one granule (%zu bytes)", g);
+	size_t in1 = gpu->bytes_in_use, lo = a / g * g, hi = (b + g - 1) / g * g;
+	if (G->commit(gpu, p + a, b - a) != MGT_OK)
+		bail("commit");
+	CHECK(!vmm || gpu->bytes_in_use - in1 == hi - lo, "commit [%zu, %zu) maps the %zu granules it touches (%zu bytes)",
+	      a, b, (hi - lo) / g, gpu->bytes_in_use - in1);
+	unsigned char *h = xmalloc(hi - lo), *x = (unsigned char *)hrand((b - a + 3) / 4, 1);
+	if (G->download(gpu, h, p + lo, hi - lo) != MGT_OK)
+		bail("download");
+	CHECK(all_zero(h, hi - lo), "committed granules read zeros");
+	up(p + a, x, b - a);
+	if (G->download(gpu, h, p + a, b - a) != MGT_OK)
+		bail("download");
+	CHECK(memcmp(h, x, b - a) == 0, "upload/download round trip in committed granules");
+	size_t d0 = a + 10, d1 = b - 10, in2 = gpu->bytes_in_use, whole = (d1 / g - (d0 + g - 1) / g) * g;
+	G->discard(gpu, p + d0, d1 - d0);
+	G->sync(gpu);
+	CHECK(!vmm || in2 - gpu->bytes_in_use == whole, "discard [%zu, %zu) then sync: the %zu granules wholly inside "
+	      "unmapped (%zu bytes given back)", d0, d1, whole / g, in2 - gpu->bytes_in_use);
+	if (G->commit(gpu, p + a, b - a) != MGT_OK || G->download(gpu, h, p + a, b - a) != MGT_OK)
+		bail("commit after discard");
+	CHECK(memcmp(h, x, 10) == 0 && memcmp(h + (b - a) - 10, x + (b - a) - 10, 10) == 0 && all_zero(h + 10, d1 - d0),
+	      "committed again: zeros where discarded, the bytes outside kept");
+	CHECK(!vmm || gpu->bytes_in_use == in2, "committed again: the same granules mapped (%zu bytes)",
+	      gpu->bytes_in_use - in0);
+	CHECK(G->commit(gpu, p + n - 1, 1) == MGT_OK, "commit of the last byte");
+	G->unreserve(gpu, p, n);
+	G->unreserve(gpu, NULL, 0);
+	CHECK(gpu->bytes_in_use == in0, "unreserve gives every granule back (%zu bytes in use, %zu before)",
+	      gpu->bytes_in_use, in0);
+	free(h), free(x);
+}
+
 /* A GPU op's output in 16 bits (run writes it into the device buffer d16 of n 2-byte elements, type
  * dt) against the same op's fp32 output y32 (host), rounded on the host: bit for bit, since the
  * kernel computes the same fp32 values and only its store rounds (the model's 16-bit
@@ -4178,6 +4240,7 @@ int main(void)
 	double t0 = mgt_now();
 	section("memory and backend");
 	t_memory();
+	t_reserve();
 	static int recoveries; /* static: its value survives siglongjmp */
 	for (;;) {
 		if (sigsetjmp(recover, 1)) { /* bail(): a new backend, on from the next section */

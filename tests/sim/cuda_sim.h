@@ -105,7 +105,19 @@ void *mgt_sim_mem_alloc(size_t bytes);               /* NULL when the arena is f
 bool mgt_sim_mem_free(void *p);                      /* false: p is not a live allocation */
 bool mgt_sim_mem_inside(const void *p, size_t n);    /* [p, p + n) inside one live allocation */
 bool mgt_sim_mem_touches(const void *p);             /* p anywhere in device memory */
+size_t mgt_sim_mem_used(void);                       /* bytes of live buffers and mapped granules */
 int mgt_sim_mem_check(const char *after);            /* guards touched (reported, a fault) */
+/* Reservations (the driver's virtual memory management, sim_runtime.cc): the granularity; a
+ * reservation of bytes (a multiple of it; NULL when the arena is full); map (true) or unmap
+ * [p, p + n) of one (granule-aligned; false when a granule is already so or the range is not
+ * one reservation's); every granule of [p, p + n) mapped; free a reservation with nothing
+ * mapped (false otherwise).  Accesses to unmapped granules are reported as outside accesses. */
+size_t mgt_sim_mem_granularity(void);
+void *mgt_sim_mem_reserve(size_t bytes);
+bool mgt_sim_mem_map(void *p, size_t n, bool map);
+bool mgt_sim_mem_mapped(const void *p, size_t n);
+bool mgt_sim_mem_unmapped(const void *p, size_t n); /* inside a reservation, a granule not mapped */
+bool mgt_sim_mem_address_free(void *p, size_t n);
 void mgt_sim_mem_launch(const char *name);           /* a launch starts */
 void mgt_sim_mem_arg(int i, const void *p);          /* its argument i is the pointer p */
 void *mgt_sim_mem_smem(size_t bytes);                /* its dynamic shared memory (bytes > 0) */

@@ -62,6 +62,7 @@ const size_t PAGE = 4096, GUARD = 256, ARENA = (size_t)16 << 30; /* the simulate
 const size_t GRAN = 2; /* bytes of arena per shadow entry */
 const size_t QUARANTINE = 64, MAX_REPORTS = 4, GUARD_SCAN = 4096;
 const unsigned char POISON_BYTE = 0xFD;
+const size_t VM_GRAN = PAGE; /* the simulated cuMemGetAllocationGranularity (a GPU's: 2 MiB) */
 
 struct slot {
 	uintptr_t start;     /* page-aligned */
@@ -70,6 +71,8 @@ struct slot {
 	size_t bytes;        /* the buffer's size */
 	unsigned id;         /* allocation number, from 1 */
 	bool live, smem;     /* smem: the launch's dynamic shared memory */
+	std::vector<uint8_t> vm; /* a reservation (cuMemAddressReserve): per VM_GRAN granule, mapped;
+				  * empty for cudaMalloc's buffers */
 };
 
 struct arena_t {
@@ -192,7 +195,16 @@ slot *new_slot(size_t bytes)
 	return s;
 }
 
-const char *what(const slot *s) { return s->smem ? "dynamic shared memory" : "buffer"; }
+const char *what(const slot *s) { return s->smem ? "dynamic shared memory" : s->vm.empty() ? "buffer" : "reservation"; }
+
+/* Every granule of [p, p + n) of reservation s mapped (p, n inside it). */
+bool vm_mapped(const slot *s, uintptr_t p, size_t n)
+{
+	for (size_t g = (p - s->user) / VM_GRAN; n && g <= (p - s->user + n - 1) / VM_GRAN; g++)
+		if (!s->vm[g])
+			return false;
+	return true;
+}
 
 /* "buffer #7 (4000 bytes; kernel argument 2 points at its offset 0)" */
 void describe(char *buf, size_t n, const slot *s)
@@ -240,8 +252,11 @@ void bad_access(uintptr_t p, size_t n, bool write)
 		char d[400];
 		describe(d, sizeof d, s);
 		const long long off = (long long)(p - s->user);
+		const bool inside = s->live && off >= 0 && (size_t)off + n <= s->bytes;
 		snprintf(where, sizeof where, "byte offset %lld of %s%s: %s", off, s->live ? "" : "freed ", d,
-			 !s->live ? "used after cudaFree" : off < 0 ? "before its start" : "past its end");
+			 !s->live ? "used after cudaFree" : off < 0 ? "before its start"
+			 : inside ? "a granule not mapped (reserved, never committed or given back: cuMemMap)"
+				  : "past its end");
 	}
 	block_name(blk, sizeof blk, cur_block);
 	if (L.active)
@@ -315,7 +330,8 @@ inline void access(const void *ptr, size_t n, bool write, const void *site)
 		return;
 	}
 	const slot *s = slot_of(p);
-	if (!s || !s->live || p < s->user || n > s->bytes || p - s->user > s->bytes - n) {
+	if (!s || !s->live || p < s->user || n > s->bytes || p - s->user > s->bytes - n ||
+	    (!s->vm.empty() && !vm_mapped(s, p, n))) {
 		bad_access(p, n, write);
 		return;
 	}
@@ -384,7 +400,7 @@ bool mgt_sim_mem_free(void *p)
 {
 	arena_t &a = A();
 	slot *s = slot_of((uintptr_t)p);
-	if (!s || !s->live || s->smem || s->user != (uintptr_t)p)
+	if (!s || !s->live || s->smem || s->user != (uintptr_t)p || !s->vm.empty())
 		return false;
 	guards_ok(s, "cudaFree");
 	s->live = false;
@@ -404,10 +420,119 @@ bool mgt_sim_mem_inside(const void *p, size_t n)
 {
 	const slot *s = slot_of((uintptr_t)p);
 	const uintptr_t q = (uintptr_t)p;
-	return s && s->live && !s->smem && q >= s->user && n <= s->bytes && q - s->user <= s->bytes - n;
+	return s && s->live && !s->smem && q >= s->user && n <= s->bytes && q - s->user <= s->bytes - n &&
+	       (s->vm.empty() || vm_mapped(s, q, n));
+}
+
+/* ---- reservations (sim_runtime.cc's cuMemAddressReserve, cuMemMap, cuMemUnmap, cuMemAddressFree) ----
+ * A reservation is a slot whose buffer starts a page in (granule-aligned, the page before it a
+ * guard) and ends at the slot's end; its unmapped granules hold poison and any access to them is
+ * reported as an access outside the buffers; a mapped granule starts as 0xFF bytes (undefined, as
+ * cuMemCreate's memory). */
+
+size_t mgt_sim_mem_granularity(void) { return VM_GRAN; }
+
+void *mgt_sim_mem_reserve(size_t bytes)
+{
+	if (!bytes || bytes % VM_GRAN)
+		return NULL;
+	slot *s = new_slot(bytes + PAGE - 2 * GUARD); /* bytes / PAGE + 1 pages */
+	if (!s)
+		return NULL;
+	arena_t &a = A();
+	s->user = s->start + PAGE;
+	s->bytes = bytes;
+	s->id = a.next_id++;
+	s->live = true;
+	s->smem = false;
+	s->vm.assign(bytes / VM_GRAN, 0);
+	set_guards(s);
+	fill_poison(s->user, s->user + bytes);
+	a.live.insert(s);
+	return (void *)s->user;
+}
+
+/* The reservation holding [p, p + n), p and n granule-aligned; NULL if none. */
+static slot *vm_slot(const void *p, size_t n)
+{
+	slot *s = slot_of((uintptr_t)p);
+	const uintptr_t q = (uintptr_t)p;
+	if (!s || !s->live || s->vm.empty() || q < s->user || n > s->bytes || q - s->user > s->bytes - n ||
+	    (q - s->user) % VM_GRAN || n % VM_GRAN || !n)
+		return NULL;
+	return s;
+}
+
+bool mgt_sim_mem_map(void *p, size_t n, bool map)
+{
+	slot *s = vm_slot(p, n);
+	const size_t g0 = s ? ((uintptr_t)p - s->user) / VM_GRAN : 0;
+	for (size_t g = g0; s && g < g0 + n / VM_GRAN; g++)
+		if (s->vm[g] == map)
+			return false; /* mapping a mapped granule, or unmapping an unmapped one */
+	if (!s)
+		return false;
+	for (size_t g = g0; g < g0 + n / VM_GRAN; g++)
+		s->vm[g] = map;
+	if (map) {
+		UNPOISON(p, n);
+		memset(p, 0xFF, n);
+	} else {
+		fill_poison((uintptr_t)p, (uintptr_t)p + n);
+	}
+	return true;
+}
+
+bool mgt_sim_mem_unmapped(const void *p, size_t n)
+{
+	const slot *s = slot_of((uintptr_t)p);
+	const uintptr_t q = (uintptr_t)p;
+	return s && s->live && !s->vm.empty() && q >= s->user && n <= s->bytes && q - s->user <= s->bytes - n &&
+	       !vm_mapped(s, q, n);
+}
+
+bool mgt_sim_mem_mapped(const void *p, size_t n)
+{
+	const slot *s = vm_slot(p, n);
+	return s && vm_mapped(s, (uintptr_t)p, n);
+}
+
+bool mgt_sim_mem_address_free(void *p, size_t n)
+{
+	arena_t &a = A();
+	slot *s = vm_slot(p, n);
+	if (!s || s->user != (uintptr_t)p || s->bytes != n)
+		return false;
+	for (uint8_t m : s->vm)
+		if (m)
+			return false; /* still mapped */
+	guards_ok(s, "cuMemAddressFree");
+	s->vm.clear();
+	s->live = false;
+	a.live.erase(s);
+	release_shadow(s->start, s->pages * PAGE);
+	a.quarantine.push_back(s);
+	if (a.quarantine.size() > QUARANTINE) {
+		slot *q = a.quarantine.front();
+		a.quarantine.pop_front();
+		a.spare.insert({q->pages, q});
+	}
+	return true;
 }
 
 bool mgt_sim_mem_touches(const void *p) { return in_arena((uintptr_t)p); }
+
+size_t mgt_sim_mem_used(void)
+{
+	size_t n = 0;
+	for (const slot *s : A().live) {
+		if (s->vm.empty())
+			n += s->bytes;
+		for (uint8_t m : s->vm)
+			n += m ? VM_GRAN : 0;
+	}
+	return n;
+}
 
 int mgt_sim_mem_check(const char *after)
 {

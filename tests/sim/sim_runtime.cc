@@ -2,7 +2,8 @@
  * cuda_gemm.c and the kernels call, simulated on the host for make check-sim (linked instead of
  * libcudart and libcublasLt; the toolkit's headers give the types and prototypes).
  *
- * Runtime: one device (properties of a plausible sm_90 part; MGT_SIM_CC=8.0, say, makes it report
+ * Runtime: one device (properties of a plausible sm_90 part; cudaMemGetInfo: 16 GB, 15 free less
+ * the live buffers and mapped granules; MGT_SIM_CC=8.0, say, makes it report
  * that compute capability, for mgt_backend_cuda_fp8_supported's refusal); device memory is sim_mem.cc's
  * guarded arena (256-byte aligned, filled with 0xFF bytes, i.e. NaN floats, so that reading
  * memory nobody wrote shows): cudaMemcpy and cudaMemset check that their ranges lie inside live
@@ -33,6 +34,7 @@
 #include "cuda_sim.h"
 
 #include <cublasLt.h>
+#include <cuda.h>
 
 #include <math.h>
 #include <stdarg.h>
@@ -41,6 +43,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <map>
 
 namespace {
 
@@ -63,6 +66,12 @@ cudaError_t fail(cudaError_t e, const char *fn, const char *fmt, ...)
 }
 
 bool is_device(const void *p, size_t n) { return mgt_sim_mem_inside(p, n); }
+
+/* Why a range is not device memory, when it is a reservation's (else ""). */
+const char *unmapped(const void *p, size_t n)
+{
+	return mgt_sim_mem_unmapped(p, n) ? " (a reservation: a granule not mapped, never committed or given back)" : "";
+}
 
 /* Does the pointer fall inside device memory at all (for host sides that must not)? */
 bool touches_device(const void *p) { return mgt_sim_mem_touches(p); }
@@ -187,10 +196,12 @@ cudaError_t cudaFree(void *p)
 	return faulted();
 }
 
+/* 16 GB, of which 1 GB is taken (the context's) and the live buffers and mapped granules. */
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total)
 {
-	*free_b = (size_t)15 << 30;
+	const size_t used = mgt_sim_mem_used();
 	*total = (size_t)16 << 30;
+	*free_b = ((size_t)15 << 30) > used ? ((size_t)15 << 30) - used : 0;
 	return cudaSuccess;
 }
 
@@ -200,7 +211,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s)
 		return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync", "bad stream");
 	if (n && !is_device(p, n))
 		return fail(cudaErrorInvalidValue, "cudaMemsetAsync",
-			    "[%p, +%zu) is not inside one device allocation", p, n);
+			    "[%p, +%zu) is not inside one device allocation%s", p, n, unmapped(p, n));
 	if (faulted())
 		return faulted();
 	memset(p, v, n);
@@ -223,11 +234,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 	if (k == cudaMemcpyDefault || k == cudaMemcpyHostToHost)
 		return fail(cudaErrorInvalidValue, fn, "kind %d not simulated", (int)k);
 	if (dd ? !is_device(dst, n) : touches_device(dst))
-		return fail(cudaErrorInvalidValue, fn, "destination [%p, +%zu) is %s device memory (kind %d)",
-			    dst, n, dd ? "not inside" : "", (int)k);
+		return fail(cudaErrorInvalidValue, fn, "destination [%p, +%zu) is %s device memory (kind %d)%s",
+			    dst, n, dd ? "not inside" : "", (int)k, unmapped(dst, n));
 	if (sd ? !is_device(src, n) : touches_device(src))
-		return fail(cudaErrorInvalidValue, fn, "source [%p, +%zu) is %s device memory (kind %d)", src,
-			    n, sd ? "not inside" : "", (int)k);
+		return fail(cudaErrorInvalidValue, fn, "source [%p, +%zu) is %s device memory (kind %d)%s", src,
+			    n, sd ? "not inside" : "", (int)k, unmapped(src, n));
 	if (faulted())
 		return faulted();
 	memmove(dst, src, n);
@@ -274,6 +285,176 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 	if (!stream_ok(s))
 		return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize", "bad stream");
 	return faulted();
+}
+
+/* ---- events: every call has run when it returns, so an event is always complete ---- */
+
+struct CUevent_st {
+	unsigned magic;
+};
+
+namespace {
+const unsigned EVENT_MAGIC = 0xE7E47u;
+bool event_ok(cudaEvent_t e) { return e && e->magic == EVENT_MAGIC; }
+} // namespace
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+	(void)flags;
+	*e = new CUevent_st{EVENT_MAGIC};
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+	if (!event_ok(e))
+		return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy", "bad event");
+	e->magic = 0;
+	delete e;
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+	if (!event_ok(e) || !stream_ok(s))
+		return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord", "bad event or stream");
+	return faulted();
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+	if (!event_ok(e))
+		return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize", "bad event");
+	return faulted();
+}
+
+/* ---- the driver's virtual memory management, through cudaGetDriverEntryPoint(ByVersion) ----
+ * cuMemGetAllocationGranularity: sim_mem.cc's granularity (a page, so that a tiny model's shards
+ * span several granules; a GPU's is 2 MiB).  cuMemAddressReserve: a reservation of sim_mem.cc
+ * (size a multiple of the granularity, no fixed address or alignment asked).  cuMemCreate: a handle
+ * (pinned device memory of device 0, size a multiple of the granularity); cuMemMap maps all of a
+ * live handle at offset 0 onto unmapped granules; cuMemSetAccess needs the range mapped and
+ * read-write access from device 0; cuMemRelease drops the handle (the mapping stays); cuMemUnmap
+ * needs the range mapped; cuMemAddressFree needs the whole reservation with nothing mapped.  Any
+ * other use: CUDA_ERROR_INVALID_VALUE with a message.  MGT_SIM_VMM=0: the entry points are not
+ * found (a driver without them), for the backend's fallback. */
+
+namespace {
+std::map<unsigned long long, size_t> handles; /* live cuMemCreate handles -> size */
+unsigned long long next_handle = 1;
+
+CUresult drv_fail(const char *fn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+CUresult drv_fail(const char *fn, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "cuda sim: %s: ", fn);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n");
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+void *dp(CUdeviceptr p) { return (void *)(uintptr_t)p; }
+
+CUresult CUDAAPI sim_granularity(size_t *g, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags o)
+{
+	(void)o;
+	if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    prop->location.id != 0)
+		return drv_fail("cuMemGetAllocationGranularity", "not pinned memory of device 0");
+	*g = mgt_sim_mem_granularity();
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI sim_reserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags)
+{
+	if (align || addr || flags)
+		return drv_fail("cuMemAddressReserve", "alignment, address or flags asked (not simulated)");
+	void *q = mgt_sim_mem_reserve(size);
+	if (!q)
+		return size % mgt_sim_mem_granularity() ? drv_fail("cuMemAddressReserve", "%zu bytes: not granules", size)
+							: CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (CUdeviceptr)(uintptr_t)q;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI sim_address_free(CUdeviceptr p, size_t size)
+{
+	return mgt_sim_mem_address_free(dp(p), size) ? CUDA_SUCCESS
+		: drv_fail("cuMemAddressFree", "[%p, +%zu) is not a whole reservation with nothing mapped", dp(p), size);
+}
+
+CUresult CUDAAPI sim_create(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+			    unsigned long long flags)
+{
+	size_t g = 1;
+	if (flags || sim_granularity(&g, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !size || size % g)
+		return drv_fail("cuMemCreate", "%zu bytes, flags %llu", size, flags);
+	*h = next_handle++;
+	handles[*h] = size;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI sim_release(CUmemGenericAllocationHandle h)
+{
+	return handles.erase(h) ? CUDA_SUCCESS : drv_fail("cuMemRelease", "no handle %llu", h);
+}
+
+CUresult CUDAAPI sim_map(CUdeviceptr p, size_t size, size_t off, CUmemGenericAllocationHandle h,
+			 unsigned long long flags)
+{
+	auto it = handles.find(h);
+	if (it == handles.end() || it->second != size || off || flags)
+		return drv_fail("cuMemMap", "handle %llu, %zu bytes at offset %zu", h, size, off);
+	return mgt_sim_mem_map(dp(p), size, true) ? CUDA_SUCCESS
+		: drv_fail("cuMemMap", "[%p, +%zu): not unmapped granules of one reservation", dp(p), size);
+}
+
+CUresult CUDAAPI sim_unmap(CUdeviceptr p, size_t size)
+{
+	return mgt_sim_mem_map(dp(p), size, false) ? CUDA_SUCCESS
+		: drv_fail("cuMemUnmap", "[%p, +%zu): not mapped granules of one reservation", dp(p), size);
+}
+
+CUresult CUDAAPI sim_set_access(CUdeviceptr p, size_t size, const CUmemAccessDesc *d, size_t n)
+{
+	if (n != 1 || d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || d->location.id != 0 ||
+	    d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+		return drv_fail("cuMemSetAccess", "not read-write access from device 0");
+	return mgt_sim_mem_mapped(dp(p), size) ? CUDA_SUCCESS
+		: drv_fail("cuMemSetAccess", "[%p, +%zu) is not mapped", dp(p), size);
+}
+
+struct entry_t {
+	const char *name;
+	void *fn;
+};
+const entry_t entries[] = {
+	{"cuMemGetAllocationGranularity", (void *)sim_granularity}, {"cuMemAddressReserve", (void *)sim_reserve},
+	{"cuMemAddressFree", (void *)sim_address_free}, {"cuMemCreate", (void *)sim_create},
+	{"cuMemRelease", (void *)sim_release}, {"cuMemMap", (void *)sim_map}, {"cuMemUnmap", (void *)sim_unmap},
+	{"cuMemSetAccess", (void *)sim_set_access},
+};
+
+cudaError_t entry_point(const char *sym, void **fn, cudaDriverEntryPointQueryResult *q)
+{
+	*fn = NULL;
+	const char *e = getenv("MGT_SIM_VMM");
+	for (const entry_t &x : entries)
+		if (!strcmp(sym, x.name) && !(e && !strcmp(e, "0")))
+			*fn = x.fn;
+	if (q)
+		*q = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+	return cudaSuccess;
+}
+} // namespace
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigned int v, unsigned long long flags,
+					     cudaDriverEntryPointQueryResult *q)
+{
+	(void)v, (void)flags;
+	return entry_point(sym, fn, q);
 }
 
 /* ================= cuBLASLt ================= */
@@ -438,11 +619,25 @@ cublasStatus_t check_shapes(const char *fn, const desc_t *d, const layout_t *a, 
 bool aligned(const void *p, uint32_t a) { return !p || a <= 1 || (uintptr_t)p % a == 0; }
 
 /* Column-major matrix l at p lies inside one device allocation. */
+size_t span(const layout_t *l) { return ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * type_bytes(l->t); }
+
 bool inside(const void *p, const layout_t *l)
 {
 	if (!l->rows || !l->cols)
 		return true;
-	return is_device(p, ((size_t)(l->cols - 1) * (size_t)l->ld + l->rows) * type_bytes(l->t));
+	return is_device(p, span(l));
+}
+
+/* unmapped()'s note for the first of A, B, D in a reservation's unmapped granules */
+const char *vm_note(const void *a, const layout_t *la, const void *b, const layout_t *lb, const void *d,
+		    const layout_t *ld)
+{
+	const void *p[3] = {a, b, d};
+	const layout_t *l[3] = {la, lb, ld};
+	for (int i = 0; i < 3; i++)
+		if (l[i]->rows && l[i]->cols && *unmapped(p[i], span(l[i])))
+			return unmapped(p[i], span(l[i]));
+	return "";
 }
 
 } // namespace
@@ -627,7 +822,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
 		return lt_fail(fn, "BIAS epilogue without a bias pointer");
 	if (!inside(A, la) || !inside(B, lb) || !inside(D, ld) ||
 	    (epi_bias && !is_device(d->bias, m * sizeof(float))))
-		return lt_fail(fn, "an operand is not inside a device allocation");
+		return lt_fail(fn, "%s is not inside a device allocation%s", !inside(A, la) ? "A" : !inside(B, lb) ? "B"
+			       : !inside(D, ld) ? "D" : "the bias", vm_note(A, la, B, lb, D, ld));
 	const float be = *static_cast<const float *>(beta);
 	if (be != 0.0f && !inside(C, lc))
 		return lt_fail(fn, "C is not inside a device allocation");

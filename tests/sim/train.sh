@@ -23,7 +23,10 @@
 #   5. context parallelism (under mpirun, two ranks on the one simulated GPU, so every group is
 #      staged through the host): CP2 with --cp-comm-type p2p, allgather and a2a, the settings of
 #      3, iteration 1 within 1e-5 of the CPU in one process (the attention block kernels, the
-#      ring, the all-gather and the all-to-all on device memory).
+#      ring, the all-gather and the all-to-all on device memory);
+#  10. FSDP under mpirun DP2 (--use-megatron-fsdp, both strategies, bf16, TP2 x DP2, a checkpoint
+#      round, the fallback without the driver's entry points) on the simulated virtual memory
+#      management: see fsdp_sim below (about 90 s).
 # The simulation runs every CUDA thread as a host thread: a few seconds per iteration.
 # Prints "ok - ..." / "not ok - ..." and "N passed, M failed"; exits 1 on a failure.
 set -u
@@ -60,6 +63,72 @@ sys.exit(d > tol)
 PY
 }
 cd "$W" || exit 1
+# peak NAME: the last "peak device memory" figure of NAME.log (MiB)
+peak() { sed -n 's/.*peak device memory \([0-9.]*\) MiB.*/\1/p' "$W/$1.log" | tail -1; }
+# below A B: B's peak device memory under A's (and both found)
+below() {
+	a=$(peak "$1") b=$(peak "$2")
+	echo "# peak device memory: $1 $a MiB, $2 $b MiB"
+	[ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { exit !(b < a) }'
+}
+# FSDP on the simulated GPU (under mpirun, two ranks, each with its own simulated device):
+# lib/backend/cuda_vmm.c reserves the sharded buffers as address space and maps granules of
+# one page (the simulator's cuMemGetAllocationGranularity) as they are committed; every access
+# to a granule not mapped is reported and fails the run, so a write or read the trainer does not
+# commit first (a missing mgt_model_commit / trainer commit) fails here.  4 layers, 2
+# micro-batches a rank (the owned shards accumulate across them), 2 iterations:
+#   optim_grads and optim_grads_params = the CPU in one process (1e-5), each below the
+#   distributed optimizer's peak device memory, optim_grads_params below optim_grads, and with
+#   full recomputation in groups of 2 layers;
+#   optim_grads_params with --bf16 (the 16-bit copy committed per unit) = the CPU's --bf16 (1e-2);
+#   optim_grads_params with TP2 x DP2 and --sequence-parallel, and with PP2 x DP2 (the finishing
+#   all-reduces over given-back buckets: the norms', the tied embedding's), 1 iteration, = the
+#   CPU (1e-5);
+#   a checkpoint saved under optim_grads_params at iteration 1 and resumed by it (the load's
+#   upload of this rank's ranges): iteration 2 = the uninterrupted run (1e-5);
+#   MGT_SIM_VMM=0 (no driver entry points: reserve falls back to whole allocations) = the CPU.
+FS="--use-megatron-fsdp --data-parallel-sharding-strategy"
+fsdp_sim() {
+	FA="--num-layers 4 --global-batch-size 4 --train-iters 2"
+	check "cpu fp32, 4 layers, global batch 4, 2 iterations" run cpuf "$CPU_TRAIN" --device cpu $FA
+	check "cpu --bf16, the same" run cpufb "$CPU_TRAIN" --device cpu $FA --bf16
+	LAUNCH="sh $ROOT/tests/mpirun.sh 2"
+	check "simulated cuda DP2 --use-distributed-optimizer (mpirun)" run simfdo "$SIM_TRAIN" --device cuda $FA \
+		--use-distributed-optimizer
+	check "  = cpu in one process (1e-5)" close cpuf simfdo 1e-5
+	for k in optim_grads optim_grads_params; do
+		check "simulated cuda DP2 $FS $k (reserved buffers, committed granules)" run simf$k "$SIM_TRAIN" \
+			--device cuda $FA $FS $k
+		check "  = cpu in one process (1e-5)" close cpuf simf$k 1e-5
+		check "  peak device memory below the distributed optimizer's" below simfdo simf$k
+	done
+	check "  optim_grads_params below optim_grads" below simfoptim_grads simfoptim_grads_params
+	check "simulated cuda DP2 optim_grads_params with full recomputation (a group gathered at once)" run simfrc \
+		"$SIM_TRAIN" --device cuda $FA $FS optim_grads_params --recompute-granularity full --recompute-method uniform \
+		--recompute-num-layers 2
+	check "  = cpu in one process (1e-5)" close cpuf simfrc 1e-5
+	check "simulated cuda DP2 --bf16 optim_grads_params (the 16-bit copy per unit)" run simfb "$SIM_TRAIN" \
+		--device cuda $FA --bf16 $FS optim_grads_params
+	check "  = cpu --bf16 (1e-2)" close cpufb simfb 1e-2
+	check "simulated cuda DP2 optim_grads_params, saving at iteration 1" run simfs "$SIM_TRAIN" --device cuda $FA \
+		$FS optim_grads_params --exit-interval 1 --save ckf
+	check "  resumed by DP2 optim_grads_params (the shards uploaded)" run simfr "$SIM_TRAIN" --device cuda $FA \
+		$FS optim_grads_params --load ckf
+	check "  iteration 2 = the uninterrupted cpu run (1e-5)" close cpuf simfr 1e-5 2
+	LAUNCH="env MGT_SIM_VMM=0 sh $ROOT/tests/mpirun.sh 2"
+	check "MGT_SIM_VMM=0 (no driver entry points): DP2 optim_grads_params on whole allocations" run simfw \
+		"$SIM_TRAIN" --device cuda $FA $FS optim_grads_params
+	check "  = cpu in one process (1e-5)" close cpuf simfw 1e-5
+	check "  peak device memory above the mapped granules'" below simfw simfoptim_grads_params
+	LAUNCH="sh $ROOT/tests/mpirun.sh 4"
+	check "simulated cuda TP2 x DP2 --sequence-parallel optim_grads_params, 1 iteration" run simftp "$SIM_TRAIN" \
+		--device cuda $FA $FS optim_grads_params --tensor-model-parallel-size 2 --sequence-parallel --train-iters 1
+	check "  = cpu in one process (1e-5)" close cpuf simftp 1e-5
+	check "simulated cuda PP2 x DP2 optim_grads_params (the tied embedding's all-reduce), 1 iteration" run simfpp \
+		"$SIM_TRAIN" --device cuda $FA $FS optim_grads_params --pipeline-model-parallel-size 2 --train-iters 1
+	check "  = cpu in one process (1e-5)" close cpuf simfpp 1e-5
+	LAUNCH=
+}
 check "cpu fp32, 4 iterations" run cpu "$CPU_TRAIN" --device cpu --train-iters 4
 check "simulated cuda fp32, 2 iterations, saving" run sim "$SIM_TRAIN" --device cuda --train-iters 4 --exit-interval 2 --save ck
 check "simulated cuda fp32 = cpu fp32 (1e-5)" close cpu sim 1e-5
@@ -87,8 +156,9 @@ if command -v mpirun >/dev/null 2>&1; then
 		check "  = cpu in one process (1e-5)" close cpuq simcp$k 1e-5
 	done
 	LAUNCH=
+	fsdp_sim
 else
-	echo "# no mpirun: context parallelism not simulated"
+	echo "# no mpirun: context parallelism and FSDP not simulated"
 fi
 # hybrid (issue 48): Mamba-2 layers (kernels/mamba.cu, ssd.cu) with attention and MLP layers, fp32
 # and bf16 (16-bit in_proj / out_proj operands, the mixer in fp32), and packed documents

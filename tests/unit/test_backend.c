@@ -239,8 +239,8 @@ static size_t resident_pages(void *p, size_t n)
 	return r;
 }
 
-/* FSDP's memory (backend.h reserve, discard): reserved memory reads zero and holds no pages until
- * written; discard zeroes exactly its range (partial pages by memset) and gives back the pages
+/* FSDP's memory (backend.h reserve, commit, discard): reserved memory reads zero and holds no pages
+ * until written (commit does nothing on the host); discard zeroes exactly its range (partial pages by memset) and gives back the pages
  * wholly inside it, leaving the rest as written. */
 static void test_reserve(void)
 {
@@ -251,6 +251,9 @@ static void test_reserve(void)
 	for (size_t i = 0; p && i < n; i++) zero &= p[i] == 0;
 	CHECK(p && zero && before == 0, "reserve: %zu bytes read zero, %zu pages resident before writing", n, before);
 	if (!p) return;
+	size_t r0 = resident_pages(p, n);
+	CHECK(O->commit(be, p + pg, 5 * pg) == MGT_OK && resident_pages(p, n) == r0,
+	      "commit: nothing to do on the host (resident pages %zu, as before: backed when first written)", r0);
 	memset(p, 0xAB, n);
 	size_t written = resident_pages(p, n), lo = 3 * pg + 100, hi = 11 * pg + 7;
 	O->discard(be, p + lo, hi - lo);
@@ -2564,7 +2567,7 @@ static void test_cublaslt_lazy(void)
 static void test_supports(void)
 {
 	char why[256] = "";
-	CHECK(MGT_OP_COUNT == 56, "the op table has 56 ops (%d)", (int)MGT_OP_COUNT);
+	CHECK(MGT_OP_COUNT == 57, "the op table has 57 ops (%d)", (int)MGT_OP_COUNT);
 	CHECK(mgt_backend_supports(be, MGT_OP_gemm_fp8, MGT_DT_F32, why, sizeof why), "cpu supports gemm_fp8 (the emulation)");
 	CHECK(mgt_backend_supports(be, MGT_OP_attn_forward, MGT_DT_BF16, why, sizeof why) &&
 	      mgt_backend_supports(be, MGT_OP_attn_decode, MGT_DT_F16, why, sizeof why), "cpu supports attention ops");
