@@ -464,6 +464,39 @@ static mgt_status derive_sharding(mgt_args *a)
 	return check_sharding(a);
 }
 
+/* --num-distributed-optimizer-instances N > 1 (megatron/core/distributed/distributed_data_parallel.py:
+ * "Partial DistOpt cannot be used without DistOpt"; parallel_state.py: N divides the data x
+ * context-parallel size and the expert-data-parallel size).  mgt runs it for the distributed
+ * optimizer (optim); Megatron-FSDP's hybrid sharding of gradients and parameters is not
+ * implemented.  After derive_sharding and derive_moe. */
+static mgt_status check_instances(const mgt_args *a)
+{
+	const char *f = "--num-distributed-optimizer-instances";
+	long long n = (long long)a->num_distributed_optimizer_instances, dpc = (long long)(a->data_parallel_size * a->context_parallel_size);
+	long long edp = (long long)a->expert_data_parallel_size;
+	if (n <= 1) return MGT_OK;
+	if (!a->use_distributed_optimizer)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld needs %s: the instances are replicas of the distributed optimizer "
+			       "(Megatron: Partial DistOpt cannot be used without DistOpt)", f, n,
+			       a->use_megatron_fsdp ? "--data-parallel-sharding-strategy optim" : "--use-distributed-optimizer");
+	if (a->dp_sharding >= MGT_DP_OPTIM_GRADS)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld with --data-parallel-sharding-strategy %s: Megatron-FSDP's hybrid "
+			       "sharding (HSDP) of gradients and parameters is not implemented; use optim", f, n,
+			       a->use_torch_fsdp2 ? "(--use-torch-fsdp2)" : sharding_names[a->dp_sharding]);
+	if (a->fp8_param_gather)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld with --fp8-param-gather: the fp8 parameter gather within an instance "
+			       "is not implemented", f, n);
+	if (dpc % n)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld does not divide the data-parallel size %lld (x --context-parallel-size "
+			       "%lld): world %lld / (--tensor-model-parallel-size x --pipeline-model-parallel-size)", f, n,
+			       (long long)a->data_parallel_size, (long long)a->context_parallel_size,
+			       (long long)(a->world_size ? a->world_size : 1));
+	if (edp % n)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld does not divide the expert-data-parallel size %lld (the data-parallel "
+			       "size / --expert-model-parallel-size %lld)", f, n, edp, (long long)a->expert_model_parallel_size);
+	return MGT_OK;
+}
+
 mgt_status mgt_args_finalize(mgt_args *a)
 {
 	mgt_status st = derive_hybrid(a);
@@ -497,5 +530,6 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	a->num_microbatches = a->global_batch_size / per;
 	st = derive_run_length(a);
 	if (!st) st = mgt_model_config_finalize(&a->model, (int)a->tensor_model_parallel_size);
-	return st ? st : derive_moe(a);
+	if (!st) st = derive_moe(a);
+	return st ? st : check_instances(a);
 }

@@ -134,10 +134,13 @@ typedef struct trainer {
 
 /* The host communicator of a group (the device one wraps it after mgt_parallel_to_device). */
 static inline mgt_comm *trainer_host_comm(mgt_comm *c, mgt_comm *host) { return host ? host : c; }
-/* The data-parallel group of a bucket: the expert-data-parallel one for expert rows. */
+/* The group a bucket is sharded and reduced over: the data x context group, the expert-data one
+ * for expert rows; with distributed-optimizer instances (--num-distributed-optimizer-instances)
+ * their part in this rank's instance (lib/parallel/parallel.h idp_comm, iedp_comm), the same
+ * pointers with one instance. */
 static inline mgt_comm *trainer_bucket_comm(const trainer *t, const mgt_bucket *b)
 {
-	return b->expert ? t->ps.edp_comm : t->ps.dpcp_comm;
+	return b->expert ? t->ps.iedp_comm : t->ps.idp_comm;
 }
 /* The index of chunk m among this rank's chunks (t->chunk). */
 static inline int trainer_chunk_of(const trainer *t, const mgt_model *m)

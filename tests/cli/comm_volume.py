@@ -77,6 +77,14 @@ micro-batch's backward) + f(n) (the parameters' all-gather after the step); ogp 
 gradients and, for a layer unit, 2 M f(n) of fp32 parameters (gathered before each micro-batch's
 forward and again before its backward; mgt gathers the fp32 main parameters, 4 bytes), for a
 unit outside layers f(n) after the step.  Optimizer state is sharded as distopt's.
+Distributed-optimizer instances (key inst: --num-distributed-optimizer-instances N with distopt;
+megatron/core/parallel_state.py, param_and_grad_buffer.py start_grad_sync): the gradient group
+of G ranks is cut into N instances of I = G/N; buckets are padded to lcm(I, 128) (the buffer's
+group is the intra-instance one) and each is reduce-scattered and its parameters all-gathered
+over the instance ("data-intra": (I-1) n/I x 4 bytes each), and the owned shard of n/I elements
+all-reduced across the instances ("data-inter": 2 (N-1)/N n/I x 4 bytes, in the gradients'
+element size); the gradient norm's double goes over the instance's W/N ranks ("instance")
+instead of the world; the data group itself moves nothing.
 Exit 1 (with a diff) when any rank's logged bytes differ from the analytic ones.
 """
 import json, math, sys
@@ -103,6 +111,9 @@ grad_es = 2 if kv.get("gradbf16", "0") == "1" else 4  # the data-parallel gradie
 dp = W // (tp * pp * cp)
 M = gbs // (mbs * dp)
 G = dp * cp  # the gradient group
+inst = int(kv.get("inst", 1))  # distributed-optimizer instances
+assert inst == 1 or (distopt and fsdp == "" and G % inst == 0), (inst, G)
+I = G // inst  # the ranks a bucket is sharded over: an instance's
 
 L, h = cfg["num_layers"], cfg["hidden_size"]
 # a hybrid model's pattern: its symbols are the layers, '|' splits the pipeline stages
@@ -213,7 +224,7 @@ def tensors(stage, nstages):
 def buckets(ts, shared):
     """Bucket sizes of the flat gradient buffer (megatron/core/distributed/param_and_grad_buffer.py): one bucket
     unless --ddp-bucket-size or the shared embedding splits it."""
-    pad = G * 1024 if fsdp in ("og", "ogp") else G * 128 // math.gcd(G, 128) if distopt else 1
+    pad = G * 1024 if fsdp in ("og", "ogp") else I * 128 // math.gcd(I, 128) if distopt else 1
     up = lambda x, m: (x + m - 1) // m * m
     res, start, bstart, prev = [], 0, 0, None
     def close(end):
@@ -243,6 +254,9 @@ def expected(tp_rank, pp_rank):
     e = dict(tensor=0.0, data=0.0, pipeline=0.0, embedding=0.0, model=0.0, world=0.0)
     if cp > 1: e.update({"context": 0.0, "data-context": 0.0})
     grad = "data-context" if cp > 1 else "data"
+    if inst > 1:
+        e.update({"data-intra": 0.0, "data-inter": 0.0, "instance": 0.0})
+        grad = "data-intra"
     B4 = T * (ng // tp) * 2 * d * 4.0  # the keys and values' gradient: fp32
     B = B4 * act_es / 4  # the keys and values: 16-bit with bf16 or fp16
     Q, O = T * (nq + 2 * ng) // tp * d * act_es, T * nq // tp * d * act_es
@@ -278,9 +292,13 @@ def expected(tp_rank, pp_rank):
             f = part(nb // G, G)
             if fsdp == "og": e[grad] += M * f + f
             elif fsdp == "ogp": e[grad] += M * f + (2 * M * f if unit >= 0 else f)
+            elif inst > 1:
+                e[grad] += part(nb // I, I, grad_es) + part(nb // I, I)
+                e["data-inter"] += ar(nb // I, inst, grad_es)
             else: e[grad] += part(nb // G, G, grad_es) + f if distopt else ar(nb, G, grad_es)
         if cp > 1: e["context"] += M * (subs.count("*") * per_layer + subs.count("M") * mamba_a2a)
-    if distopt: e["world"] += ar(1, W, 8)
+    if distopt and inst > 1: e["instance"] += ar(1, W // inst, 8)
+    elif distopt: e["world"] += ar(1, W, 8)
     else: e["model"] += ar(1, tp * pp, 8)
     e["world"] += ar(5, W, 8)
     return e
