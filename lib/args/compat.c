@@ -34,7 +34,7 @@ typedef struct {
 #define EPOVERLAP "expert-parallel communication is not overlapped with computation (same results)"
 #define UPCYCLE "upcycling a dense checkpoint into an MoE model is not implemented"
 #define FSDP "not implemented in mgt's FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy)"
-#define HSDP "Megatron-FSDP's hybrid sharding is not implemented: --num-distributed-optimizer-instances splits the distributed optimizer (optim) only, whose outer groups replicate"
+#define HSDP "full sharding across the instances of --num-distributed-optimizer-instances is not implemented: the instances replicate one another (--outer-dp-sharding-strategy no_shard)"
 #define OUTERDP "the instances of --num-distributed-optimizer-instances replicate one another (no_shard, Megatron's default); optim (the optimizer state sharded across them too, Megatron-FSDP with optim_grads_params) is not implemented"
 #define INFER "inference and text generation are not part of mgt-train"
 #define RL "reinforcement learning is not part of mgt-train"

@@ -467,22 +467,25 @@ static mgt_status derive_sharding(mgt_args *a)
 /* --num-distributed-optimizer-instances N > 1 (megatron/core/distributed/distributed_data_parallel.py:
  * "Partial DistOpt cannot be used without DistOpt"; parallel_state.py: N divides the data x
  * context-parallel size and the expert-data-parallel size).  mgt runs it for the distributed
- * optimizer (optim); Megatron-FSDP's hybrid sharding of gradients and parameters is not
- * implemented.  After derive_sharding and derive_moe. */
+ * optimizer and Megatron-FSDP's optim, optim_grads and optim_grads_params (HSDP with
+ * --outer-dp-sharding-strategy no_shard); FSDP's no_shard, FSDP2 and the fp8 parameter gather
+ * with instances are not implemented.  After derive_sharding and derive_moe. */
 static mgt_status check_instances(const mgt_args *a)
 {
 	const char *f = "--num-distributed-optimizer-instances";
 	long long n = (long long)a->num_distributed_optimizer_instances, dpc = (long long)(a->data_parallel_size * a->context_parallel_size);
 	long long edp = (long long)a->expert_data_parallel_size;
 	if (n <= 1) return MGT_OK;
+	if (a->use_megatron_fsdp && a->dp_sharding == MGT_DP_NO_SHARD)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld with --data-parallel-sharding-strategy no_shard: Megatron-FSDP's "
+			       "hybrid all-reduce of unsharded gradients is not implemented; use optim, optim_grads or "
+			       "optim_grads_params", f, n);
 	if (!a->use_distributed_optimizer)
-		return mgt_err(MGT_ERR_USAGE, "%s %lld needs %s: the instances are replicas of the distributed optimizer "
-			       "(Megatron: Partial DistOpt cannot be used without DistOpt)", f, n,
-			       a->use_megatron_fsdp ? "--data-parallel-sharding-strategy optim" : "--use-distributed-optimizer");
-	if (a->dp_sharding >= MGT_DP_OPTIM_GRADS)
-		return mgt_err(MGT_ERR_USAGE, "%s %lld with --data-parallel-sharding-strategy %s: Megatron-FSDP's hybrid "
-			       "sharding (HSDP) of gradients and parameters is not implemented; use optim", f, n,
-			       a->use_torch_fsdp2 ? "(--use-torch-fsdp2)" : sharding_names[a->dp_sharding]);
+		return mgt_err(MGT_ERR_USAGE, "%s %lld needs --use-distributed-optimizer: the instances are replicas of the "
+			       "distributed optimizer (Megatron: Partial DistOpt cannot be used without DistOpt)", f, n);
+	if (a->use_torch_fsdp2)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld with --use-torch-fsdp2: FSDP2's hybrid sharding is not implemented; "
+			       "use --use-megatron-fsdp", f, n);
 	if (a->fp8_param_gather)
 		return mgt_err(MGT_ERR_USAGE, "%s %lld with --fp8-param-gather: the fp8 parameter gather within an instance "
 			       "is not implemented", f, n);

@@ -38,12 +38,13 @@ static void widen_bucket(trainer *t, int c, int b)
  * the owned shard, n elements of gt, all-reduced (summed) over the instances, as Megatron's
  * start_grad_sync does (megatron/core/distributed/param_and_grad_buffer.py: reduce-scatter over
  * the intra-instance group, then all_reduce over inter_distributed_optimizer_instance_group; the
- * 1/DP scaling was applied to the whole bucket before).  The inter group's stream waits for
- * the reduce-scatter through the backend's stream (mgt_comm_wait on dp first). */
-static mgt_status across_instances(trainer *t, mgt_comm *dp, void *shard, size_t n, mgt_elem_type gt)
+ * 1/DP scaling was applied to the whole bucket before); under FSDP's sharded gradients once,
+ * in the last micro-batch's backward (Megatron-FSDP's HSDP).  The inter group's stream waits
+ * for the reduce-scatter through the backend's stream (mgt_comm_wait on dp first). */
+static mgt_status across_instances(trainer *t, mgt_model *m, mgt_comm *dp, void *shard, size_t n, mgt_elem_type gt)
 {
 	mgt_comm *o = t->ps.odp_comm;
-	if (!o) return MGT_OK;
+	if (!o || !trainer_fsdp_last_backward(t, trainer_chunk_of(t, m))) return MGT_OK;
 	mgt_status st = mgt_comm_wait(dp);
 	return st ? st : o->ops->allreduce(o, shard, n, gt, MGT_RED_SUM);
 }
@@ -73,7 +74,7 @@ static mgt_status dp_bucket(trainer *t, mgt_model *m, int b, dp_op op)
 	if (op == DP_ALLREDUCE_GRADS) return dp->ops->allreduce(dp, g, n, gt, MGT_RED_SUM);
 	void *shard = (char *)g + own * mgt_elem_size(gt);
 	mgt_status st = dp->ops->reduce_scatter(dp, shard, g, part, gt);
-	return st ? st : across_instances(t, dp, shard, part, gt);
+	return st ? st : across_instances(t, m, dp, shard, part, gt);
 }
 
 /* Buckets [from, nbuckets) of a chunk's flat buffer. */

@@ -359,8 +359,11 @@ size_t trainer_peak_rss(void);
  * the gradient hook of every backward; after_finish: after mgt_model_finish_grads;
  * param_hook: the models' parameter hook; init_params: this rank's parameters initialized;
  * shard_params: after a load; gathers_after_step: whether bucket b is all-gathered after the
- * step (not a layer unit under optim_grads_params). */
+ * step (not a layer unit under optim_grads_params); last_backward: whether chunk c's backward
+ * now running is its last of the iteration (always true without sharded gradients), when
+ * hybrid sharding all-reduces the shards across the instances (grads.c). */
 bool trainer_fsdp_grads(const trainer *t);
+bool trainer_fsdp_last_backward(const trainer *t, int c);
 bool trainer_fsdp_params(const trainer *t);
 mgt_status trainer_fsdp_setup(trainer *t);
 void trainer_fsdp_free(trainer *t);

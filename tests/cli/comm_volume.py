@@ -84,7 +84,10 @@ group is the intra-instance one) and each is reduce-scattered and its parameters
 over the instance ("data-intra": (I-1) n/I x 4 bytes each), and the owned shard of n/I elements
 all-reduced across the instances ("data-inter": 2 (N-1)/N n/I x 4 bytes, in the gradients'
 element size); the gradient norm's double goes over the instance's W/N ranks ("instance")
-instead of the world; the data group itself moves nothing.
+instead of the world; the data group itself moves nothing.  With fsdp=og|ogp (Megatron-FSDP's
+HSDP, outer no_shard) the units are padded to I x 1024 and the FSDP volume above is over the
+instance (G replaced by I), plus the one all-reduce of each unit's shard across the instances
+(in the last micro-batch's backward: outer_fsdp_group_grad_reduce).
 Exit 1 (with a diff) when any rank's logged bytes differ from the analytic ones.
 """
 import json, math, sys
@@ -112,7 +115,7 @@ dp = W // (tp * pp * cp)
 M = gbs // (mbs * dp)
 G = dp * cp  # the gradient group
 inst = int(kv.get("inst", 1))  # distributed-optimizer instances
-assert inst == 1 or (distopt and fsdp == "" and G % inst == 0), (inst, G)
+assert inst == 1 or (distopt and G % inst == 0), (inst, G)
 I = G // inst  # the ranks a bucket is sharded over: an instance's
 
 L, h = cfg["num_layers"], cfg["hidden_size"]
@@ -224,7 +227,7 @@ def tensors(stage, nstages):
 def buckets(ts, shared):
     """Bucket sizes of the flat gradient buffer (megatron/core/distributed/param_and_grad_buffer.py): one bucket
     unless --ddp-bucket-size or the shared embedding splits it."""
-    pad = G * 1024 if fsdp in ("og", "ogp") else I * 128 // math.gcd(I, 128) if distopt else 1
+    pad = I * 1024 if fsdp in ("og", "ogp") else I * 128 // math.gcd(I, 128) if distopt else 1
     up = lambda x, m: (x + m - 1) // m * m
     res, start, bstart, prev = [], 0, 0, None
     def close(end):
@@ -289,13 +292,11 @@ def expected(tp_rank, pp_rank):
         if tied and pp > 1 and (first or last):
             e["embedding"] += ar(Vp // tp * h, 2)
         for nb, unit in buckets(ts, tied and pp > 1):
-            f = part(nb // G, G)
+            f = part(nb // I, I)
+            if inst > 1: e["data-inter"] += ar(nb // I, inst, grad_es)
             if fsdp == "og": e[grad] += M * f + f
             elif fsdp == "ogp": e[grad] += M * f + (2 * M * f if unit >= 0 else f)
-            elif inst > 1:
-                e[grad] += part(nb // I, I, grad_es) + part(nb // I, I)
-                e["data-inter"] += ar(nb // I, inst, grad_es)
-            else: e[grad] += part(nb // G, G, grad_es) + f if distopt else ar(nb, G, grad_es)
+            else: e[grad] += part(nb // I, I, grad_es) + f if distopt else ar(nb, G, grad_es)
         if cp > 1: e["context"] += M * (subs.count("*") * per_layer + subs.count("M") * mamba_a2a)
     if distopt and inst > 1: e["instance"] += ar(1, W // inst, 8)
     elif distopt: e["world"] += ar(1, W, 8)
