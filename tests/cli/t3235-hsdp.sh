@@ -15,8 +15,8 @@
 # Tiers (lib.sh): the quick tier runs DP4 x 2 instances (distributed optimizer, several buckets
 # overlapped with the backward; optim_grads; optim_grads_params), the memory and checkpoint checks
 # and the refusals; the full tier adds --use-megatron-fsdp optim, 4 instances of one rank (no
-# sharding left, all-reduce only), TP2 x DP2 x 2 instances with sequence parallelism and
-# PP2 x DP2 x 2 instances with optim_grads_params.
+# sharding left, all-reduce only), TP2 x DP2 x 2 instances with sequence parallelism,
+# PP2 x DP2 x 2 instances with optim_grads_params and DP6 x 3 instances (the instance's padding).
 . "$(dirname "$0")/lib.sh"
 cd "$T" || exit 1
 kjv_parallel_data
@@ -63,6 +63,15 @@ quick 4 dp4-i2-ogp-m2 fsdp=ogp,inst=2 $V1 $F optim_grads_params $N 2
 full 4 dp4-i2-m2 distopt=1,inst=2 $V1 $D 2
 full 4 pp2-dp2-i2-ogp-m2 fsdp=ogp,inst=2,pp=2 $V1 $F optim_grads_params $N 2 --pipeline-model-parallel-size 2
 LAYOUTS
+# DP 6 with 3 instances of 2 (global batch 12): buckets padded to lcm(2, 128) = 128 elements, the
+# instance's, not lcm(6, 128) = 384 (param_and_grad_buffer.py pads to its group's size).
+GBS=12
+if full_only "DP6 x 3 instances"; then
+	ok "$G: single process, global batch 12" train 1 $G ref12 $V1
+	run_layouts ref12 <<LAYOUTS
+full 6 dp6-i3 distopt=1,inst=3 $V1 $D 3
+LAYOUTS
+fi
 GBS=8
 
 # The memory line (lib/train/log.c): the optimizer state is counted over the instance's ranks,
