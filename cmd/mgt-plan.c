@@ -23,7 +23,7 @@ static const char PROG[] = "mgt-plan";
 enum {
 	OPT_MODEL = CLI_FIRST_FREE, OPT_CLUSTER, OPT_NODES, OPT_GPN, OPT_GEMM_BENCH, OPT_GBS, OPT_SEQ, OPT_VOCAB,
 	OPT_BF16, OPT_FP16, OPT_FP32RES, OPT_GRADBF16, OPT_FP8, OPT_TP, OPT_PP, OPT_CP, OPT_CPCOMM, OPT_VPL, OPT_VPS, OPT_MBS, OPT_MAX_TP, OPT_MAX_PP, OPT_MAX_MBS,
-	OPT_RECOMP, OPT_RECOMP_ACT, OPT_SP, OPT_NO_SP, OPT_DO, OPT_NO_DO, OPT_FSDP, OPT_DPSS, OPT_OGR, OPT_OPG, OPT_TPCO, OPT_HEADROOM,
+	OPT_RECOMP, OPT_RECOMP_ACT, OPT_SP, OPT_NO_SP, OPT_DO, OPT_NO_DO, OPT_FSDP, OPT_DPSS, OPT_INST, OPT_OGR, OPT_OPG, OPT_TPCO, OPT_HEADROOM,
 	OPT_IGNORE_MEM, OPT_TOP, OPT_OUTPUT, OPT_OVERWRITE, OPT_EXPLAIN, OPT_HELP
 };
 
@@ -72,6 +72,8 @@ static void usage(void)
 	       "  --data-parallel-sharding-strategy no_shard|optim|optim_grads|optim_grads_params\n"
 	       "                                 [optim_grads_params]; without either flag all four are\n"
 	       "                                 searched, FSDP's ranked after the others at equal time\n"
+	       "  --num-distributed-optimizer-instances N   hybrid sharding: shards over DP/N ranks\n"
+	       "                                 (memory only; no_shard and DP not divisible left out)\n"
 	       "Overlap (Megatron's; time model only):\n"
 	       "  --overlap-grad-reduce          gradient reduction under the last backward\n"
 	       "  --overlap-param-gather         parameter all-gather under the first forward\n"
@@ -123,6 +125,7 @@ static const struct option longopts[] = {
 	{"no-use-distributed-optimizer", no_argument, 0, OPT_NO_DO},
 	{"use-megatron-fsdp", no_argument, 0, OPT_FSDP},
 	{"data-parallel-sharding-strategy", required_argument, 0, OPT_DPSS},
+	{"num-distributed-optimizer-instances", required_argument, 0, OPT_INST},
 	{"overlap-grad-reduce", no_argument, 0, OPT_OGR},
 	{"overlap-param-gather", no_argument, 0, OPT_OPG},
 	{"tp-comm-overlap", no_argument, 0, OPT_TPCO},
@@ -362,6 +365,7 @@ int main(int argc, char **argv)
 		case OPT_NO_DO: r.distopt = 0; break;
 		case OPT_FSDP: fsdp = 1; break;
 		case OPT_DPSS: strategy = optarg; break;
+		case OPT_INST: r.instances = pos_int("--num-distributed-optimizer-instances", optarg); break;
 		case OPT_OGR: r.overlap_grad_reduce = true; break;
 		case OPT_OPG: r.overlap_param_gather = true; break;
 		case OPT_TPCO: r.tp_comm_overlap = true; break;
@@ -391,6 +395,9 @@ int main(int argc, char **argv)
 					    "--num-virtual-stages-per-pipeline-rank");
 	r.precision = bf16 ? MGT_PLAN_BF16 : fp16 ? MGT_PLAN_FP16 : MGT_PLAN_FP32;
 	if (fsdp || strategy) r.sharding = sharding_arg(fsdp, strategy, &r);
+	if (r.instances > 1 && (r.distopt == 0 || r.sharding == MGT_DP_NO_SHARD))
+		mgt_cli_usage_error(PROG, "--num-distributed-optimizer-instances %d needs the distributed optimizer (as in "
+				    "mgt-train and Megatron)", r.instances);
 	mgt_signals_install();
 
 	mgt_args a;

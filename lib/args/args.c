@@ -164,6 +164,7 @@
 	X(I, context_parallel_size, context_parallel_size, "context-parallel-size", "1", "[1,)", "context parallel size: each sequence cut into 2 x CP chunks, two per rank") \
 	X(S, cp_comm_type, cp_comm_type, "cp-comm-type", "p2p", "", "context-parallel attention: p2p (ring), allgather or a2a (heads all-to-all)") \
 	X(B, use_distributed_optimizer, use_distributed_optimizer, "use-distributed-optimizer", "false", "", "shard optimizer state over data-parallel ranks") \
+	X(I, num_distributed_optimizer_instances, num_distributed_optimizer_instances, "num-distributed-optimizer-instances", "1", "[1,)", "hybrid sharding: the data-parallel ranks split into this many distributed-optimizer instances, each sharding the optimizer state (with FSDP also gradients and parameters) over its own ranks; gradients reduce-scattered in an instance, then all-reduced across them") \
 	X(I, ddp_bucket_size, ddp_bucket_size, "ddp-bucket-size", "0", "[0,)", "gradient bucket elements (0: one bucket, or max(4e7, 1e6 x DP) with --overlap-grad-reduce)") \
 	X(B, overlap_grad_reduce, overlap_grad_reduce, "overlap-grad-reduce", "false", "", "reduce each gradient bucket during the last backward as soon as it is complete") \
 	X(B, use_megatron_fsdp, use_megatron_fsdp, "use-megatron-fsdp", "false", "", "fully sharded data parallelism (Megatron-FSDP), sharding by --data-parallel-sharding-strategy") \

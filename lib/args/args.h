@@ -75,6 +75,10 @@ typedef struct mgt_args {
 	int64_t num_layers_per_virtual_pipeline_stage, virtual_pipeline_model_parallel_size;
 	int64_t num_virtual_stages_per_pipeline_rank;
 	int64_t microbatch_group_size_per_vp_stage, ddp_bucket_size;
+	/* --num-distributed-optimizer-instances: the data x context group split into this many
+	 * replicas of the distributed optimizer, each sharding over its own ranks (hybrid sharding;
+	 * Megatron's num_distributed_optimizer_instances, default 1) */
+	int64_t num_distributed_optimizer_instances;
 	bool sequence_parallel, use_distributed_optimizer, overlap_grad_reduce;
 	/* FSDP (Megatron's flags, megatron/training/arguments.py _add_distributed_args): as given; the
 	 * sharding they mean, with --use-distributed-optimizer's, is dp_sharding (derived) */

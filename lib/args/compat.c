@@ -34,7 +34,8 @@ typedef struct {
 #define EPOVERLAP "expert-parallel communication is not overlapped with computation (same results)"
 #define UPCYCLE "upcycling a dense checkpoint into an MoE model is not implemented"
 #define FSDP "not implemented in mgt's FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy)"
-#define HSDP "hybrid sharding (HSDP) is not implemented: one distributed-optimizer instance, sharded over all data-parallel ranks"
+#define HSDP "full sharding across the instances of --num-distributed-optimizer-instances is not implemented: the instances replicate one another (--outer-dp-sharding-strategy no_shard)"
+#define OUTERDP "the instances of --num-distributed-optimizer-instances replicate one another (no_shard, Megatron's default); optim (the optimizer state sharded across them too, Megatron-FSDP with optim_grads_params) is not implemented"
 #define INFER "inference and text generation are not part of mgt-train"
 #define RL "reinforcement learning is not part of mgt-train"
 #define NOTGPT "a flag of Megatron's other models (ICT and biencoder retrieval, RETRO, vision); mgt-train trains GPT, BERT and T5 (pretrain_gpt.py, pretrain_bert.py, pretrain_t5.py)"
@@ -357,14 +358,13 @@ static const compat_row rows[] = {
 	{ "gtp-", 'r', '0', NULL, NOTIMPL },
 	{ "use-nccl-ub", 'i', '0', NULL, NOTUSED },
 	{ "disable-symmetric-registration", 'i', '0', NULL, NOTUSED },
-	{ "num-distributed-optimizer-instances", 'i', '1', "1", "one distributed-optimizer instance only" },
 	{ "megatron-fsdp-version", 'i', '1', "1", "version 1 only (version 2 refuses TP, PP and CP)" },
 	{ "megatron-fsdp-", 'r', '1', NULL, FSDP },
 	{ "fsdp-double-buffer", 'i', '0', NULL, "each unit is gathered into its place in the flat parameter buffer: there are no separate buffers" },
 	{ "fsdp-", 'r', '0', NULL, FSDP },
 	{ "use-custom-fsdp", 'a', '0', NULL, "use_megatron_fsdp=true" },
 	{ "no-use-layer-wise-param-layout", 'r', '0', NULL, FSDP },
-	{ "outer-dp-sharding-strategy", 'i', '1', "no_shard", HSDP },
+	{ "outer-dp-sharding-strategy", 'i', '1', "no_shard", OUTERDP },
 	{ "create-all-gather-group", 'i', '0', NULL, NOTUSED },
 	{ "suggested-communication-unit-size", 'i', '1', NULL, NOTUSED },
 	{ "enable-full-sharding-in-hsdp", 'r', '0', NULL, HSDP },

@@ -475,6 +475,47 @@ static mgt_status derive_sharding(mgt_args *a)
 	return check_sharding(a);
 }
 
+/* --num-distributed-optimizer-instances N > 1 (megatron/core/distributed/distributed_data_parallel.py:
+ * "Partial DistOpt cannot be used without DistOpt"; parallel_state.py: N divides the data x
+ * context-parallel size and the expert-data-parallel size).  mgt runs it for the distributed
+ * optimizer and Megatron-FSDP's optim, optim_grads and optim_grads_params (HSDP with
+ * --outer-dp-sharding-strategy no_shard); FSDP's no_shard, FSDP2, the fp8 parameter gather and
+ * the 16-bit reduction of sharded gradients (--megatron-fsdp-grad-comm-dtype) with instances are
+ * not implemented.  After derive_sharding and derive_moe. */
+static mgt_status check_instances(const mgt_args *a)
+{
+	const char *f = "--num-distributed-optimizer-instances";
+	long long n = (long long)a->num_distributed_optimizer_instances, dpc = (long long)(a->data_parallel_size * a->context_parallel_size);
+	long long edp = (long long)a->expert_data_parallel_size;
+	if (n <= 1) return MGT_OK;
+	if (a->use_megatron_fsdp && a->dp_sharding == MGT_DP_NO_SHARD)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld with --data-parallel-sharding-strategy no_shard: Megatron-FSDP's "
+			       "hybrid all-reduce of unsharded gradients is not implemented; use optim, optim_grads or "
+			       "optim_grads_params", f, n);
+	if (!a->use_distributed_optimizer)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld needs --use-distributed-optimizer: the instances are replicas of the "
+			       "distributed optimizer (Megatron: Partial DistOpt cannot be used without DistOpt)", f, n);
+	if (a->use_torch_fsdp2)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld with --use-torch-fsdp2: FSDP2's hybrid sharding is not implemented; "
+			       "use --use-megatron-fsdp", f, n);
+	if (a->fp8_param_gather)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld with --fp8-param-gather: the fp8 parameter gather within an instance "
+			       "is not implemented", f, n);
+	if (a->use_megatron_fsdp && a->dp_sharding >= MGT_DP_OPTIM_GRADS && a->grad_comm_t != MGT_DT_F32)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld with --megatron-fsdp-grad-comm-dtype %s: the 16-bit gradient "
+			       "reduction of sharded gradients within an instance is not implemented", f, n,
+			       a->megatron_fsdp_grad_comm_dtype ? a->megatron_fsdp_grad_comm_dtype : "auto");
+	if (dpc % n)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld does not divide the data-parallel size %lld (x --context-parallel-size "
+			       "%lld): world %lld / (--tensor-model-parallel-size x --pipeline-model-parallel-size)", f, n,
+			       (long long)a->data_parallel_size, (long long)a->context_parallel_size,
+			       (long long)(a->world_size ? a->world_size : 1));
+	if (edp % n)
+		return mgt_err(MGT_ERR_USAGE, "%s %lld does not divide the expert-data-parallel size %lld (the data-parallel "
+			       "size / --expert-model-parallel-size %lld)", f, n, edp, (long long)a->expert_model_parallel_size);
+	return MGT_OK;
+}
+
 mgt_status mgt_args_finalize(mgt_args *a)
 {
 	mgt_status st = derive_hybrid(a);
@@ -508,5 +549,6 @@ mgt_status mgt_args_finalize(mgt_args *a)
 	a->num_microbatches = a->global_batch_size / per;
 	st = derive_run_length(a);
 	if (!st) st = mgt_model_config_finalize(&a->model, (int)a->tensor_model_parallel_size);
-	return st ? st : derive_moe(a);
+	if (!st) st = derive_moe(a);
+	return st ? st : check_instances(a);
 }

@@ -70,6 +70,24 @@ static mgt_status check_ep(int world, int tp, int pp, int cp, int ep)
 		       "--pipeline-model-parallel-size %d x --context-parallel-size %d))", ep, dp, cp, world, tp, pp, cp);
 }
 
+/* MGT_ERR_USAGE unless instances >= 1 divides the data x context-parallel size and the
+ * expert-data-parallel size (megatron/core/parallel_state.py: "Data parallel size should be
+ * divisible by partial DistOpt shard factor", the same for expert data).  After check_ep. */
+static mgt_status check_instances(int world, int tp, int pp, int cp, int ep, int n)
+{
+	const char *f = "--num-distributed-optimizer-instances";
+	if (n < 1) return mgt_err(MGT_ERR_USAGE, "%s must be at least 1 (got %d)", f, n);
+	int dpc = world / (tp * pp), edp = dpc / ep;
+	if (dpc % n)
+		return mgt_err(MGT_ERR_USAGE, "%s %d does not divide the data-parallel size %d (world size %d / "
+			       "(--tensor-model-parallel-size %d x --pipeline-model-parallel-size %d), times "
+			       "--context-parallel-size)", f, n, dpc, world, tp, pp);
+	if (edp % n)
+		return mgt_err(MGT_ERR_USAGE, "%s %d does not divide the expert-data-parallel size %d (the data-parallel "
+			       "size %d / --expert-model-parallel-size %d)", f, n, edp, dpc, ep);
+	return MGT_OK;
+}
+
 #ifdef MGT_HAVE_MPI
 #include <mpi.h>
 
@@ -619,17 +637,42 @@ static mgt_status make_groups(mgt_parallel *ps)
 	return MGT_OK;
 }
 
-mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep)
+/* The distributed-optimizer instance groups of parallel.h (N = ps->inst > 1): q is this rank's
+ * place in the data x context group, I the ranks of an instance there, Ie in the expert-data
+ * group. */
+static mgt_status make_instance_groups(mgt_parallel *ps)
+{
+	int TP = ps->tp, PP = ps->pp, N = ps->inst, q = ps->cp_rank + ps->cp * ps->dp_rank;
+	int I = ps->dp * ps->cp / N, Ie = ps->edp / N, mp = ps->tp_rank + TP * ps->pp_rank;
+	ps->inst_rank = q / I;
+	mgt_status st = comm_split(mp + TP * PP * (q / I), q, "data-intra", &ps->idp_comm);
+	if (!st) st = comm_split(ps->tp_rank + TP * (ps->ep_rank + ps->ep * (ps->pp_rank + PP * (ps->edp_rank / Ie))),
+				 ps->edp_rank, "expert-data-intra", &ps->iedp_comm);
+	if (!st) st = comm_split(mp + TP * PP * (q % I), q / I, "data-inter", &ps->odp_comm);
+	if (!st) st = comm_split(q / I, ps->world_rank, "instance", &ps->inst_comm);
+	return st;
+}
+
+mgt_status mgt_parallel_init_hsdp(mgt_parallel *ps, int tp, int pp, int cp, int ep, int instances)
 {
 	memset(ps, 0, sizeof *ps);
 	mgt_status st = check_layout(rt.size, tp, pp, cp, rt.active ? "" : " (one process: start it with mpirun)");
 	if (!st) st = check_ep(rt.size, tp, pp, cp, ep);
+	if (!st) st = check_instances(rt.size, tp, pp, cp, ep, instances);
 	if (st) return st;
 	if (!rt.active) return mgt_parallel_init_single(ps);
 	layout(ps, rt.size, rt.rank, tp, pp, cp, ep);
+	ps->inst = instances;
 	st = make_groups(ps);
+	if (!st && instances > 1) st = make_instance_groups(ps);
+	if (!st && instances == 1) ps->idp_comm = ps->dpcp_comm, ps->iedp_comm = ps->edp_comm, ps->inst_comm = ps->world;
 	if (st) mgt_parallel_free(ps);
 	return st;
+}
+
+mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep)
+{
+	return mgt_parallel_init_hsdp(ps, tp, pp, cp, ep, 1);
 }
 
 mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp)
@@ -743,12 +786,18 @@ void mgt_parallel_finalize(void)
 {
 }
 
-mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep)
+mgt_status mgt_parallel_init_hsdp(mgt_parallel *ps, int tp, int pp, int cp, int ep, int instances)
 {
 	memset(ps, 0, sizeof *ps);
 	mgt_status st = check_layout(1, tp, pp, cp, " (mgt was built without MPI)");
 	if (!st) st = check_ep(1, tp, pp, cp, ep);
+	if (!st) st = check_instances(1, tp, pp, cp, ep, instances);
 	return st ? st : mgt_parallel_init_single(ps);
+}
+
+mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep)
+{
+	return mgt_parallel_init_hsdp(ps, tp, pp, cp, ep, 1);
 }
 
 mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp)

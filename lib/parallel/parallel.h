@@ -144,16 +144,38 @@ mgt_status mgt_comm_wait(mgt_comm *c);
  *             edp_comm IS dp_comm (the same pointer: no second MPI/NCCL communicator; its counters
  *             are dp_comm's, so a sum of counters over the groups must skip edp_comm when
  *             edp_comm == dp_comm); otherwise a communicator of its own.
+ * Distributed-optimizer instances (--num-distributed-optimizer-instances N, hybrid sharding;
+ * megatron/core/parallel_state.py initialize_model_parallel): the data x context group of
+ * DPC = DP*CP ranks, in its order q = cp_rank + CP*dp_rank, is cut into N instances of
+ * I = DPC/N consecutive ranks (instance q / I, place q % I in it), and the expert-data group of
+ * EDP ranks likewise into N instances of EDP/N consecutive ranks.  The distributed optimizer
+ * shards over an instance and the instances are replicas:
+ *   idp_comm  Megatron's intra_partial_data_parallel_group_with_cp: same (tp, pp, q / I),
+ *             ordered by q; gradients are reduce-scattered and parameters all-gathered over it
+ *   iedp_comm Megatron's intra_partial_expert_data_parallel_group: same (tp, ep, pp,
+ *             edp_rank / (EDP/N)), ordered by edp_rank; the same for expert rows
+ *   odp_comm  Megatron's inter_distributed_optimizer_instance_group (one for dense and expert
+ *             rows, as there: the expert grid's level-1 hierarchical group, which holds the same
+ *             ranks): same (tp, pp, q % I), ordered by q / I; each owned gradient shard is
+ *             all-reduced over it after the reduce-scatter.  NULL when N = 1
+ *   inst_comm Megatron's intra_distributed_optimizer_instance_group: every rank of instance q / I
+ *             (all TP and PP ranks with it), ordered by world rank; the gradient norm's sum goes
+ *             over it (a host communicator, as world)
+ * With N = 1, idp_comm IS dpcp_comm, iedp_comm IS edp_comm and inst_comm IS world (the same
+ * pointers); inst = 1, inst_rank = 0.
  * The single-process state has every size 1 (edp_comm == dpcp_comm == dp_comm). */
 typedef struct mgt_parallel {
 	int world_size, world_rank;
 	int tp, pp, dp, cp, ep, edp;        /* sizes */
 	int tp_rank, pp_rank, dp_rank, cp_rank, ep_rank, edp_rank;
+	int inst, inst_rank;                /* distributed-optimizer instances, this rank's */
 	mgt_comm *world, *tp_comm, *pp_comm, *dp_comm, *mp_comm, *emb_comm, *ep_comm, *edp_comm;
 	mgt_comm *cp_comm, *dpcp_comm;
+	mgt_comm *idp_comm, *iedp_comm, *odp_comm, *inst_comm;
 	/* after mgt_parallel_to_device: the host communicators the device ones wrap (host_edp ==
 	 * host_dp when edp_comm == dp_comm) */
 	mgt_comm *host_tp, *host_pp, *host_dp, *host_emb, *host_ep, *host_edp, *host_cp, *host_dpcp;
+	mgt_comm *host_idp, *host_iedp, *host_odp;
 } mgt_parallel;
 
 /* Fill *ps for one process (all sizes 1, single-rank communicators).  Errors: MGT_ERR_NOMEM. */
@@ -215,6 +237,13 @@ mgt_status mgt_parallel_init(mgt_parallel *ps, int tp, int pp, int cp);
  * world % (ETP*EP*PP) == 0), naming --expert-model-parallel-size, the data-parallel size and
  * the world size (the same on every rank). */
 mgt_status mgt_parallel_init_ep(mgt_parallel *ps, int tp, int pp, int cp, int ep);
+/* mgt_parallel_init_ep with `instances` distributed-optimizer instances (the groups above;
+ * megatron/core/parallel_state.py, num_distributed_optimizer_instances); mgt_parallel_init_ep is
+ * the instances = 1 case.  Every rank must call it with the same sizes.  Errors: those of
+ * mgt_parallel_init_ep, and MGT_ERR_USAGE when instances < 1 or it does not divide the data x
+ * context-parallel size or the expert-data-parallel size (Megatron's assertions), naming
+ * --num-distributed-optimizer-instances and the size (the same on every rank). */
+mgt_status mgt_parallel_init_hsdp(mgt_parallel *ps, int tp, int pp, int cp, int ep, int instances);
 
 /* ---- communicators on backend (device) memory ----
  *
@@ -316,7 +345,10 @@ int mgt_parallel_have_nccl(void);
  * for one-process groups; the data, data-context and expert data groups on their own streams when
  * overlap_dp, for --overlap-grad-reduce: mgt_comm_wait each; the context group's send and recv
  * are staged, as NCCL's are), the pipeline group a staged one (its send never waits for the
- * receiver).  edp_comm == dp_comm and dpcp_comm == dp_comm stay so (one device communicator).  NCCL refuses two ranks of one
+ * receiver).  edp_comm == dp_comm and dpcp_comm == dp_comm stay so (one device communicator);
+ * with instances the intra-instance groups move as the data groups (their own streams when
+ * overlap_dp) and the inter-instance group too, on its own stream (it waits for the backend's
+ * stream: call mgt_comm_wait on the intra group before queuing on it); inst_comm stays a host one.  NCCL refuses two ranks of one
  * communicator on one GPU, so when a machine of the job runs more ranks than it has GPUs
  * (mgt_parallel_local_size against mgt_backend_cuda_devices, agreed over the world) every group is a
  * staged one instead.  world and mp_comm stay host

@@ -100,7 +100,7 @@ void mgt_comm_destroy(mgt_comm *c)
 
 mgt_status mgt_parallel_init_single(mgt_parallel *ps)
 {
-	*ps = (mgt_parallel){ .world_size = 1, .tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .edp = 1 };
+	*ps = (mgt_parallel){ .world_size = 1, .tp = 1, .pp = 1, .dp = 1, .cp = 1, .ep = 1, .edp = 1, .inst = 1 };
 	mgt_comm **slots[] = { &ps->world, &ps->tp_comm, &ps->pp_comm, &ps->dp_comm, &ps->mp_comm,
 			       &ps->emb_comm, &ps->ep_comm, &ps->cp_comm };
 	const char *names[] = { "world", "tensor", "pipeline", "data", "model", "embedding", "expert", "context" };
@@ -112,6 +112,8 @@ mgt_status mgt_parallel_init_single(mgt_parallel *ps)
 		}
 	}
 	ps->edp_comm = ps->dpcp_comm = ps->dp_comm; /* EP = CP = 1: the same ranks (parallel.h) */
+	ps->idp_comm = ps->iedp_comm = ps->dp_comm; /* one instance */
+	ps->inst_comm = ps->world;
 	return MGT_OK;
 }
 
@@ -145,6 +147,21 @@ static mgt_status gpus_shared(mgt_parallel *ps, bool *shared)
 	return st;
 }
 
+/* The instance groups (parallel.h): with one instance the aliases follow the groups they are;
+ * otherwise the intra groups as the data groups, the inter group on a stream of its own. */
+static mgt_status instances_to_device(mgt_parallel *ps, mgt_backend *be, bool nccl, bool overlap_dp)
+{
+	if (ps->inst <= 1) {
+		ps->idp_comm = ps->dpcp_comm, ps->host_idp = ps->host_dpcp;
+		ps->iedp_comm = ps->edp_comm, ps->host_iedp = ps->host_edp;
+		return MGT_OK;
+	}
+	mgt_status st = to_device(&ps->idp_comm, &ps->host_idp, be, nccl, overlap_dp);
+	if (!st) st = to_device(&ps->iedp_comm, &ps->host_iedp, be, nccl, overlap_dp);
+	if (!st) st = to_device(&ps->odp_comm, &ps->host_odp, be, nccl, true);
+	return st;
+}
+
 mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be, bool overlap_dp)
 {
 	if (be->host_memory || ps->host_tp) return MGT_OK;
@@ -169,7 +186,7 @@ mgt_status mgt_parallel_to_device(mgt_parallel *ps, mgt_backend *be, bool overla
 	if (!st && ps->ep_comm) st = to_device(&ps->ep_comm, &ps->host_ep, be, nccl, false);
 	if (!st && ps->edp_comm && !edp_is_dp) st = to_device(&ps->edp_comm, &ps->host_edp, be, nccl, overlap_dp);
 	if (!st) st = to_device(&ps->pp_comm, &ps->host_pp, be, false, false);
-	return st;
+	return st ? st : instances_to_device(ps, be, nccl, overlap_dp);
 }
 
 mgt_status mgt_comm_wait(mgt_comm *c)
@@ -183,10 +200,10 @@ mgt_status mgt_comm_wait(mgt_comm *c)
 void mgt_parallel_free(mgt_parallel *ps)
 {
 	mgt_comm *cs[] = { ps->tp_comm, ps->pp_comm, ps->dp_comm, ps->emb_comm, ps->ep_comm, ps->edp_comm,
-			   ps->cp_comm, ps->dpcp_comm,
+			   ps->cp_comm, ps->dpcp_comm, ps->idp_comm, ps->iedp_comm, ps->odp_comm,
 			   ps->host_tp, ps->host_pp, ps->host_dp, ps->host_emb, ps->host_ep, ps->host_edp,
-			   ps->host_cp, ps->host_dpcp,
-			   ps->world, ps->mp_comm };
+			   ps->host_cp, ps->host_dpcp, ps->host_idp, ps->host_iedp, ps->host_odp,
+			   ps->world, ps->mp_comm, ps->inst_comm };
 	size_t n = sizeof cs / sizeof *cs;
 	for (size_t i = 0; i < n; i++) {
 		size_t j = 0;

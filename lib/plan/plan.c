@@ -23,6 +23,13 @@ static int64_t bucket_size(const mgt_plan_request *r, const mgt_plan *p)
 }
 
 static bool distopt(const mgt_plan *p) { return p->sharding >= MGT_DP_OPTIM; }
+/* The ranks a bucket is sharded over: DP x CP, or an instance's DP x CP / instances (mgt-train's
+ * trainer_chunk_layout, lib/parallel/parallel.h idp_comm). */
+static int shard_dp(const mgt_plan_request *r, const mgt_plan *p)
+{
+	int g = p->dp * p->cp; /* the gradient group: data x context */
+	return distopt(p) && r->instances > 1 ? g / r->instances : g;
+}
 
 static mgt_recompute recompute_of(int g)
 {
@@ -41,14 +48,13 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 	mgt_status st = mgt_parallel_sched_slots(p->pp, rank, p->num_microbatches, p->vp, p->pp, slots);
 	if (st) return st;
 	mgt_parallel ps = { .world_size = p->gpus, .tp = p->tp, .pp = p->pp, .dp = p->dp, .cp = p->cp, .pp_rank = rank };
-	const int G = p->dp * p->cp; /* the gradient group: data x context */
 	memset(mem, 0, sizeof *mem);
 	*opt = 0;
 	*numel = *outside = 0;
 	for (int k = 0; k < p->vp; k++) {
 		mgt_model_layout L = {
 			.mbs = p->mbs, .stage = k * p->pp + rank, .num_stages = p->pp * p->vp, .slots = slots[k],
-			.sequence_parallel = p->sp, .distributed_optimizer = distopt(p), .dp = G,
+			.sequence_parallel = p->sp, .distributed_optimizer = distopt(p), .dp = shard_dp(r, p),
 			.bucket_size = p->bucket_size, .recompute = p->recompute, .cp_comm = r->cp_comm,
 			.precision = r->precision == MGT_PLAN_BF16 ? MGT_PREC_BF16
 				     : r->precision == MGT_PLAN_FP16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
@@ -65,9 +71,9 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 		mem->activations += x.activations;
 		mem->workspace += x.workspace;
 		/* lib/train/train.c: AdamW over the buffer, or over this rank's 1/DP shard of every
-		 * bucket with the distributed optimizer and FSDP over the data x context group (buckets are
-		 * padded to multiples of its size) */
-		*opt += (double)mgt_adamw_bytes(distopt(p) ? n / (size_t)G : n);
+		 * bucket with the distributed optimizer and FSDP over the data x context group, or an
+		 * instance of it (buckets are padded to multiples of its size) */
+		*opt += (double)mgt_adamw_bytes(distopt(p) ? n / (size_t)shard_dp(r, p) : n);
 		*numel += n;
 		*outside += o;
 	}
@@ -532,6 +538,9 @@ static mgt_status check_divides(const mgt_plan_request *r, const mgt_model_confi
 	/* with one gradient rank (DP x CP 1) the distributed optimizer is none; an FSDP strategy given
 	 * stays (mgt-train's layout) */
 	if (dpcp(p) == 1 && p->sharding == MGT_DP_OPTIM) p->sharding = MGT_DP_NO_SHARD;
+	if (r->instances > 1 && (dpcp(p) % r->instances || !distopt(p)))
+		return mgt_err(MGT_ERR_USAGE, "--num-distributed-optimizer-instances %d: data-parallel size %d%s", r->instances,
+			       dpcp(p), dpcp(p) % r->instances ? " is not divisible by it" : " without the distributed optimizer");
 	p->bucket_size = bucket_size(r, p);
 	return MGT_OK;
 }
@@ -591,7 +600,8 @@ static int sharding_list(const mgt_plan_request *r, int dp, mgt_dp_sharding *out
 	else if (dp < 2 || r->distopt == 0) out[n++] = MGT_DP_NO_SHARD;
 	else if (r->distopt == 1) out[n++] = MGT_DP_OPTIM;
 	else {
-		out[n++] = MGT_DP_OPTIM, out[n++] = MGT_DP_NO_SHARD;
+		out[n++] = MGT_DP_OPTIM;
+		if (r->instances <= 1) out[n++] = MGT_DP_NO_SHARD; /* instances shard */
 		if (!r->grad_reduce_in_bf16) out[n++] = MGT_DP_OPTIM_GRADS;
 		if (!r->grad_reduce_in_bf16) out[n++] = MGT_DP_OPTIM_GRADS_PARAMS;
 	}
@@ -803,6 +813,9 @@ char **mgt_plan_train_args(const mgt_plan_request *r, const mgt_plan *p)
 	ADD("--seq-length"); ADD("%lld", (long long)r->model.seq_length);
 	if (p->sp) ADD("--sequence-parallel");
 	if (p->sharding == MGT_DP_OPTIM) ADD("--use-distributed-optimizer");
+	if (r->instances > 1) {
+		ADD("--num-distributed-optimizer-instances"); ADD("%d", r->instances);
+	}
 	if (p->sharding >= MGT_DP_OPTIM_GRADS) {
 		ADD("--use-megatron-fsdp");
 		ADD("--data-parallel-sharding-strategy"); ADD("%s", mgt_args_sharding_name(p->sharding));

@@ -126,6 +126,11 @@ typedef struct mgt_plan_request {
 	int distopt, sp;                    /* -1 search, 0 off, 1 on (distopt 1: optim, 0: no_shard) */
 	int sharding;                       /* -1 search (within distopt), else the mgt_dp_sharding
 					     * fixed (--use-megatron-fsdp --data-parallel-sharding-strategy) */
+	int instances;                      /* --num-distributed-optimizer-instances (0 or 1: one): the
+					     * optimizer state (with FSDP also gradients and parameters)
+					     * sharded over DP / instances ranks; layouts whose DP it does
+					     * not divide and no_shard are left out.  Memory only: the time
+					     * model does not count the all-reduce across instances */
 	bool overlap_grad_reduce, overlap_param_gather, tp_comm_overlap;
 	double headroom;                    /* fraction of gpu_memory left free */
 	bool ignore_memory;                 /* rank layouts that do not fit too (time only) */

@@ -312,8 +312,9 @@ static mgt_status host_view(trainer *t, mgt_train_pieces *pl, const float *buf, 
 const char *const trainer_moment_prefix[2] = { "optimizer.state.exp_avg.", "optimizer.state.exp_avg_sq." };
 
 /* What each optimizer shard of this rank holds of the parameters (k -1) or of Adam's moment k:
- * with the distributed optimizer every rank saves its own shards; otherwise one copy of the
- * replicated state, as the parameters (saved_rows). */
+ * with the distributed optimizer every rank of the first instance saves its own shards (the
+ * other instances hold the same values: --num-distributed-optimizer-instances); otherwise one
+ * copy of the replicated state, as the parameters (saved_rows). */
 static mgt_status collect_shards(trainer *t, mgt_train_pieces *pl, int k)
 {
 	mgt_status st = MGT_OK;
@@ -321,7 +322,7 @@ static mgt_status collect_shards(trainer *t, mgt_train_pieces *pl, int k)
 		opt_shard *s = &t->shard[i];
 		mgt_model *m = t->chunk[s->chunk];
 		unsigned w = saved_rows(t, m);
-		if (t->a->use_distributed_optimizer) w |= MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT;
+		if (t->a->use_distributed_optimizer && t->ps.inst_rank == 0) w |= MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT;
 		if (!(w & (MGT_TRAIN_PIECES_DENSE | MGT_TRAIN_PIECES_EXPERT))) continue;
 		const float *src = k < 0 ? mgt_model_params(m) + s->lo : k ? s->opt.v : s->opt.m, *p;
 		st = host_view(t, pl, src, s->hi - s->lo, &p);

@@ -21,7 +21,11 @@
  *    (lib/model/fp8lin.c, mgt_model_fp8_unit_gather: Megatron-FSDP's fp8 model weights).  T5's
  *    encoder and decoder layers are one run of units (lib/model/t5.c).
  * The optimizer steps the owned shards as the distributed optimizer does (setup.c), and every
- * collective goes through the bucket's data-parallel group (the expert one for expert rows). */
+ * collective goes through the bucket's data-parallel group (the expert one for expert rows).
+ * With distributed-optimizer instances (hybrid sharding, --outer-dp-sharding-strategy no_shard)
+ * that group is the instance's: units are sharded, reduce-scattered and gathered inside the
+ * instance, and the accumulated shards are all-reduced across the instances during the last
+ * micro-batch's backward (grads.c, trainer_fsdp_last_backward). */
 #include "train_impl.h"
 
 #include <limits.h>
@@ -32,6 +36,14 @@ bool trainer_fsdp_grads(const trainer *t) { return t->a->dp_sharding >= MGT_DP_O
 bool trainer_fsdp_params(const trainer *t)
 {
 	return t->a->dp_sharding >= MGT_DP_OPTIM_GRADS_PARAMS && trainer_dpcp(t) > 1;
+}
+
+/* Megatron-FSDP's HSDP (megatron_fsdp.py: outer_fsdp_group_grad_reduce on the last micro-batch
+ * only): the shards accumulate the instance's reduce-scatters, and the sum goes across the
+ * instances once.  nbwd counts the chunk's backwards begun (before_backward). */
+bool trainer_fsdp_last_backward(const trainer *t, int c)
+{
+	return !trainer_fsdp_grads(t) || t->fsdp.nbwd[c] >= t->a->num_microbatches;
 }
 
 /* This rank's shard [*own, *own + *part) of bucket b, relative to the bucket's offset. */

@@ -34,6 +34,21 @@ static void widen_bucket(trainer *t, int c, int b)
 	t->be->ops->widen(t->be, mgt_model_grads(m) + lo, (const uint16_t *)t->ddp.g16[c] + lo, t->a->grad_comm_t, n);
 }
 
+/* With distributed-optimizer instances, after the reduce-scatter inside the instance (group dp):
+ * the owned shard, n elements of gt, all-reduced (summed) over the instances, as Megatron's
+ * start_grad_sync does (megatron/core/distributed/param_and_grad_buffer.py: reduce-scatter over
+ * the intra-instance group, then all_reduce over inter_distributed_optimizer_instance_group; the
+ * 1/DP scaling was applied to the whole bucket before); under FSDP's sharded gradients once,
+ * in the last micro-batch's backward (Megatron-FSDP's HSDP).  The inter group's stream waits
+ * for the reduce-scatter through the backend's stream (mgt_comm_wait on dp first). */
+static mgt_status across_instances(trainer *t, mgt_model *m, mgt_comm *dp, void *shard, size_t n, mgt_elem_type gt)
+{
+	mgt_comm *o = t->ps.odp_comm;
+	if (!o || !trainer_fsdp_last_backward(t, trainer_chunk_of(t, m))) return MGT_OK;
+	mgt_status st = mgt_comm_wait(dp);
+	return st ? st : o->ops->allreduce(o, shard, n, gt, MGT_RED_SUM);
+}
+
 /* One data-parallel collective over every bucket of a chunk's flat buffer (in place: this
  * rank's shard of a bucket of Nb elements is [offset + rank*Nb/DP, offset + (rank+1)*Nb/DP)):
  * the averaged gradient all-reduce, the distributed optimizer's gradient reduce-scatter (each
@@ -57,7 +72,9 @@ static mgt_status dp_bucket(trainer *t, mgt_model *m, int b, dp_op op)
 		t->be->ops->cast(t->be, g, gt, x, n);
 	}
 	if (op == DP_ALLREDUCE_GRADS) return dp->ops->allreduce(dp, g, n, gt, MGT_RED_SUM);
-	return dp->ops->reduce_scatter(dp, (char *)g + own * mgt_elem_size(gt), g, part, gt);
+	void *shard = (char *)g + own * mgt_elem_size(gt);
+	mgt_status st = dp->ops->reduce_scatter(dp, shard, g, part, gt);
+	return st ? st : across_instances(t, m, dp, shard, part, gt);
 }
 
 /* Buckets [from, nbuckets) of a chunk's flat buffer. */
@@ -71,10 +88,13 @@ static mgt_status dp_buckets(trainer *t, mgt_model *m, dp_op op, int from)
 /* Wait for the gradient groups' queued operations (NCCL on its own stream). */
 mgt_status trainer_wait_dp(trainer *t)
 {
-	mgt_comm *g[] = { t->ps.dp_comm, t->ps.dpcp_comm, t->ps.edp_comm };
+	mgt_comm *g[] = { t->ps.dp_comm, t->ps.dpcp_comm, t->ps.edp_comm, t->ps.idp_comm, t->ps.iedp_comm, t->ps.odp_comm };
 	mgt_status st = MGT_OK;
-	for (int i = 0; !st && i < 3; i++)
-		if (i == 0 || (g[i] != g[0] && (i < 2 || g[i] != g[1]))) st = mgt_comm_wait(g[i]);
+	for (int i = 0; !st && i < 6; i++) {
+		int j = 0;
+		while (j < i && g[j] != g[i]) j++; /* each communicator once */
+		if (j == i && g[i]) st = mgt_comm_wait(g[i]);
+	}
 	return st;
 }
 
@@ -144,8 +164,10 @@ static bool counts(const mgt_tensor *x, const void *ctx)
 mgt_status trainer_global_norm(trainer *t, bool params, double *norm)
 {
 	/* shards of the distributed optimizer partition everything over the world (experts over
-	 * EP x EDP); otherwise the data-parallel replicas agree, except that expert rows differ
-	 * between expert-parallel ranks: those sums also go over the EP group */
+	 * EP x EDP), or with instances over the instance (whose gradients the others replicate:
+	 * Megatron's grad_stats_parallel_group is the intra_dist_opt_group); otherwise the
+	 * data-parallel replicas agree, except that expert rows differ between expert-parallel
+	 * ranks: those sums also go over the EP group */
 	bool distopt = t->a->use_distributed_optimizer, ep = t->ps.ep > 1 && !distopt;
 	double ss[2] = { 0, 0 };
 	for (int i = 0; i < t->nshard; i++) {
@@ -157,7 +179,7 @@ mgt_status trainer_global_norm(trainer *t, bool params, double *norm)
 						s->lo, s->hi, counts, &cc);
 		}
 	}
-	mgt_comm *g = distopt ? t->ps.world : t->ps.mp_comm, *e = trainer_host_comm(t->ps.ep_comm, t->ps.host_ep);
+	mgt_comm *g = distopt ? t->ps.inst_comm : t->ps.mp_comm, *e = trainer_host_comm(t->ps.ep_comm, t->ps.host_ep);
 	mgt_status st = ep ? e->ops->allreduce(e, &ss[1], 1, MGT_DT_F64, MGT_RED_SUM) : MGT_OK;
 	ss[0] += ss[1];
 	if (!st && g->size > 1) st = g->ops->allreduce(g, ss, 1, MGT_DT_F64, MGT_RED_SUM);

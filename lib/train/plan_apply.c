@@ -13,7 +13,8 @@ static const char *const LAYOUT_FLAGS[] = {
 	"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
 	"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
 	"--micro-batch-size", "--global-batch-size", "--seq-length", "--recompute-granularity",
-	"--recompute-method", "--recompute-num-layers", "--data-parallel-sharding-strategy", NULL,
+	"--recompute-method", "--recompute-num-layers", "--data-parallel-sharding-strategy",
+	"--num-distributed-optimizer-instances", NULL,
 };
 
 static bool is_layout_flag(const char *f)

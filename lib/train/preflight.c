@@ -35,7 +35,7 @@ mgt_status trainer_check_memory(trainer *t)
 		mgt_status st = mgt_model_measure(&t->a->model, &L, &t->ps, &x, &numel);
 		if (st) return st;
 		m.params += x.params; m.grads += x.grads; m.activations += x.activations; m.workspace += x.workspace;
-		opt += mgt_adamw_bytes(t->a->use_distributed_optimizer ? numel / (size_t)trainer_dpcp(t) : numel);
+		opt += mgt_adamw_bytes(t->a->use_distributed_optimizer ? numel / (size_t)t->ps.idp_comm->size : numel);
 	}
 	char what[96];
 	size_t avail = mgt_backend_mem_available(t->be, what, sizeof what), share = 1;

@@ -103,12 +103,12 @@ mgt_model_layout trainer_chunk_layout(const trainer *t, int c)
 	return (mgt_model_layout){
 		.mbs = (int)a->micro_batch_size, .stage = c * t->ps.pp + t->ps.pp_rank, .num_stages = t->ps.pp * t->V,
 		.slots = t->slots[c], .sequence_parallel = a->sequence_parallel,
-		.distributed_optimizer = a->use_distributed_optimizer, .dp = trainer_dpcp(t), .bucket_size = a->dp_sharding >= MGT_DP_OPTIM_GRADS ? MGT_BUCKETS_PER_LAYER : a->ddp_bucket_size,
+		.distributed_optimizer = a->use_distributed_optimizer, .dp = t->ps.idp_comm->size, .bucket_size = a->dp_sharding >= MGT_DP_OPTIM_GRADS ? MGT_BUCKETS_PER_LAYER : a->ddp_bucket_size,
 		.recompute = a->recompute, .cp_comm = a->cp_comm,
 		.precision = a->bf16 ? MGT_PREC_BF16 : a->fp16 ? MGT_PREC_FP16 : MGT_PREC_FP32,
 		.fp32_residual_connection = a->fp32_residual_connection, .fp8 = a->fp8,
 		.packed_sequences = a->reset_attention_mask || a->sft,
-		.sharding = a->dp_sharding, .edp = t->ps.edp_comm ? t->ps.edp_comm->size : 0,
+		.sharding = a->dp_sharding, .edp = t->ps.iedp_comm ? t->ps.iedp_comm->size : 0,
 	};
 }
 
@@ -202,9 +202,10 @@ mgt_status trainer_setup(trainer *t)
 	if (!t->eval_only) st = mgt_parallel_agree_root(st); /* rank 0's refusal ends every rank alike */
 	if (!st && a->debug_dump && a->world_size > 1)
 		st = mgt_err(MGT_ERR_USAGE, "--debug-dump works with one process only");
-	if (!st) st = mgt_parallel_init_ep(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,
-					   (int)a->context_parallel_size,
-					   a->expert_model_parallel_size > 0 ? (int)a->expert_model_parallel_size : 1);
+	if (!st) st = mgt_parallel_init_hsdp(&t->ps, (int)a->tensor_model_parallel_size, (int)a->pipeline_model_parallel_size,
+					     (int)a->context_parallel_size,
+					     a->expert_model_parallel_size > 0 ? (int)a->expert_model_parallel_size : 1,
+					     (int)a->num_distributed_optimizer_instances);
 	if (st) return st;
 	if ((st = setup_backend(t))) return st;
 	/* the data-parallel collectives on a stream of their own: overlapped buckets, FSDP */

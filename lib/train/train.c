@@ -26,18 +26,22 @@ static void count_iteration(trainer *t, double loss, double lr, double gnorm, bo
 }
 
 /* The communicators in --comm-log order, with their JSON names. */
+#define COMM_GROUPS 14
 static int comm_list(trainer *t, mgt_comm **c, const char **names)
 {
 	mgt_comm *all[] = { t->ps.tp_comm, t->ps.dp_comm, t->ps.pp_comm, t->ps.emb_comm, t->ps.mp_comm, t->ps.world,
-			    t->ps.ep_comm, t->ps.edp_comm, t->ps.cp_comm, t->ps.dpcp_comm };
+			    t->ps.ep_comm, t->ps.edp_comm, t->ps.cp_comm, t->ps.dpcp_comm,
+			    t->ps.idp_comm, t->ps.iedp_comm, t->ps.odp_comm, t->ps.inst_comm };
 	const char *nm[] = { "tensor", "data", "pipeline", "embedding", "model", "world", "expert", "expert-data",
-			     "context", "data-context" };
+			     "context", "data-context", "data-intra", "expert-data-intra", "data-inter", "instance" };
 	int n = 0;
-	for (int i = 0; i < 10; i++) {
+	for (int i = 0; i < COMM_GROUPS; i++) {
 		/* the expert groups with expert parallelism only (with ep 1 expert-data is the data group),
-		 * the context groups with context parallelism only (with cp 1 data-context is the data group) */
-		if ((i == 6 || i == 7) && t->ps.ep <= 1) continue;
-		if (i >= 8 && t->ps.cp <= 1) continue;
+		 * the context groups with context parallelism only (with cp 1 data-context is the data group),
+		 * the instance groups with more than one distributed-optimizer instance */
+		if ((i == 6 || i == 7 || i == 11) && t->ps.ep <= 1) continue;
+		if ((i == 8 || i == 9) && t->ps.cp <= 1) continue;
+		if (i >= 10 && t->ps.inst <= 1) continue;
 		c[n] = all[i];
 		names[n++] = nm[i];
 	}
@@ -47,8 +51,8 @@ static int comm_list(trainer *t, mgt_comm **c, const char **names)
 /* --comm-log: bytes each group sent during one training iteration (parallel.h's ring convention). */
 static void log_comm(trainer *t, const double *before, const uint64_t *calls_before)
 {
-	mgt_comm *c[10];
-	const char *nm[10];
+	mgt_comm *c[COMM_GROUPS];
+	const char *nm[COMM_GROUPS];
 	int n = comm_list(t, c, nm);
 	if (!t->out.comm_log) return;
 	fprintf(t->out.comm_log, "{\"iteration\": %lld, \"rank\": %d, \"tp_rank\": %d, \"pp_rank\": %d, \"dp_rank\": %d, "
@@ -76,8 +80,8 @@ static void log_comm(trainer *t, const double *before, const uint64_t *calls_bef
 
 static void comm_snapshot(trainer *t, double *bytes, uint64_t *calls)
 {
-	mgt_comm *c[10];
-	const char *nm[10];
+	mgt_comm *c[COMM_GROUPS];
+	const char *nm[COMM_GROUPS];
 	int n = comm_list(t, c, nm);
 	for (int i = 0; i < n; i++) {
 		bytes[i] = c[i]->bytes_sent;
@@ -129,8 +133,8 @@ static mgt_status train_loop(trainer *t)
 	while (t->iteration < a->train_iters) {
 		double loss = 0, lr = 0, gnorm = 0, t0 = mgt_now();
 		bool skipped = false, intr = false;
-		double bytes[10];
-		uint64_t calls[10];
+		double bytes[COMM_GROUPS];
+		uint64_t calls[COMM_GROUPS];
 		comm_snapshot(t, bytes, calls);
 		mgt_status st = train_step(t, &loss, &lr, &gnorm, &skipped, &intr);
 		if (st) return st;

@@ -139,10 +139,13 @@ typedef struct trainer {
 
 /* The host communicator of a group (the device one wraps it after mgt_parallel_to_device). */
 static inline mgt_comm *trainer_host_comm(mgt_comm *c, mgt_comm *host) { return host ? host : c; }
-/* The data-parallel group of a bucket: the expert-data-parallel one for expert rows. */
+/* The group a bucket is sharded and reduced over: the data x context group, the expert-data one
+ * for expert rows; with distributed-optimizer instances (--num-distributed-optimizer-instances)
+ * their part in this rank's instance (lib/parallel/parallel.h idp_comm, iedp_comm), the same
+ * pointers with one instance. */
 static inline mgt_comm *trainer_bucket_comm(const trainer *t, const mgt_bucket *b)
 {
-	return b->expert ? t->ps.edp_comm : t->ps.dpcp_comm;
+	return b->expert ? t->ps.iedp_comm : t->ps.idp_comm;
 }
 /* The index of chunk m among this rank's chunks (t->chunk). */
 static inline int trainer_chunk_of(const trainer *t, const mgt_model *m)
@@ -363,8 +366,11 @@ size_t trainer_peak_rss(void);
  * shard_params: after a load; upload_params: a loaded host copy of the whole buffer [buf_numel]
  * to this rank's ranges of it (the device's, under optim_grads_params; errors of upload and
  * commit); gathers_after_step: whether bucket b is all-gathered after the
- * step (not a layer unit under optim_grads_params). */
+ * step (not a layer unit under optim_grads_params); last_backward: whether chunk c's backward
+ * now running is its last of the iteration (always true without sharded gradients), when
+ * hybrid sharding all-reduces the shards across the instances (grads.c). */
 bool trainer_fsdp_grads(const trainer *t);
+bool trainer_fsdp_last_backward(const trainer *t, int c);
 bool trainer_fsdp_params(const trainer *t);
 mgt_status trainer_fsdp_setup(trainer *t);
 void trainer_fsdp_free(trainer *t);

@@ -8,6 +8,8 @@
 #
 #   sh tests/bench/fsdp_memory.sh [MODEL] [SEQ]     (default gpt2-124m, 256)
 #   NPS="2 4" STRATEGIES=optim_grads_params sh tests/bench/fsdp_memory.sh    (a subset)
+#   INSTANCES=2 NPS=4 STRATEGIES="optim optim_grads_params" sh tests/bench/fsdp_memory.sh
+#       (hybrid sharding: --num-distributed-optimizer-instances 2; shards over DP/2 ranks)
 # Raw results: tests/bench/results/fsdp-memory-<host>-<date>.txt
 root=$(cd "$(dirname "$0")/../.." && pwd) || exit 1
 bin=${MGT_BIN:-$root/bin}
@@ -18,7 +20,8 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 res=$root/tests/bench/results/fsdp-memory-$(hostname)-$(date +%Y%m%d-%H%M%S).txt
 mkdir -p "$root/tests/bench/results"
 {
-echo "# fsdp_memory $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname): $model, seq $seq, micro-batch 1, 2 micro-batches a rank, mock data"
+inst=${INSTANCES:-1}
+echo "# fsdp_memory $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname): $model, seq $seq, micro-batch 1, 2 micro-batches a rank, mock data, $inst distributed-optimizer instance(s)"
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(free -g | awk '/Mem/ {print $2}') GiB"
 printf '%-3s %-19s | %9s %9s %9s %9s %9s | %9s %7s\n' DP strategy params grads optim "p+g+o" computed measured "meas/comp"
 for np in ${NPS:-1 2 4}; do
@@ -26,6 +29,7 @@ for np in ${NPS:-1 2 4}; do
 		sh "$root/tests/mpirun.sh" "$np" "$bin/mgt-train" --model "$model" --mock-data --seq-length "$seq" \
 			--micro-batch-size 1 --global-batch-size $((2 * np)) --train-iters 2 --device cpu --threads 1 \
 			--log-interval 1 --eval-interval 0 --use-megatron-fsdp --data-parallel-sharding-strategy "$s" \
+			$([ "$inst" -gt 1 ] && echo --num-distributed-optimizer-instances "$inst") \
 			</dev/null >"$tmp/$np-$s.log" 2>&1 || { echo "DP$np $s: mgt-train failed: $(grep error "$tmp/$np-$s.log" | head -1)"; continue; }
 		/usr/bin/python3 - "$np" "$s" "$(grep '^memory after training' "$tmp/$np-$s.log")" <<'PY'
 import re, sys

@@ -91,6 +91,17 @@ rank's packed shard: 1 byte an fp8 weight element (linear_qkv, linear_proj, line
 linear_fc2; a Mamba layer's in_proj and out_proj), 4 for every other element (norms, biases,
 embeddings: mgt gathers them as fp32), the padding between tensors left out, the largest rank's
 rounded up to 4 bytes, (G-1) of them per rank.
+Distributed-optimizer instances (key inst: --num-distributed-optimizer-instances N with distopt;
+megatron/core/parallel_state.py, param_and_grad_buffer.py start_grad_sync): the gradient group
+of G ranks is cut into N instances of I = G/N; buckets are padded to lcm(I, 128) (the buffer's
+group is the intra-instance one) and each is reduce-scattered and its parameters all-gathered
+over the instance ("data-intra": (I-1) n/I x 4 bytes each), and the owned shard of n/I elements
+all-reduced across the instances ("data-inter": 2 (N-1)/N n/I x 4 bytes, in the gradients'
+element size); the gradient norm's double goes over the instance's W/N ranks ("instance")
+instead of the world; the data group itself moves nothing.  With fsdp=og|ogp (Megatron-FSDP's
+HSDP, outer no_shard) the units are padded to I x 1024 and the FSDP volume above is over the
+instance (G replaced by I), plus the one all-reduce of each unit's shard across the instances
+(in the last micro-batch's backward: outer_fsdp_group_grad_reduce).
 Exit 1 (with a diff) when any rank's logged bytes differ from the analytic ones.
 """
 import json, math, sys
@@ -119,6 +130,9 @@ grad_es = 2 if kv.get("gradbf16", "0") == "1" else 4  # the data-parallel gradie
 dp = W // (tp * pp * cp)
 M = gbs // (mbs * dp)
 G = dp * cp  # the gradient group
+inst = int(kv.get("inst", 1))  # distributed-optimizer instances
+assert inst == 1 or (distopt and G % inst == 0), (inst, G)
+I = G // inst  # the ranks a bucket is sharded over: an instance's
 
 L, h = cfg["num_layers"], cfg["hidden_size"]
 # a hybrid model's pattern: its symbols are the layers, '|' splits the pipeline stages
@@ -230,7 +244,7 @@ def buckets(ts, shared):
     """The buckets of the flat gradient buffer (megatron/core/distributed/param_and_grad_buffer.py): one bucket
     unless --ddp-bucket-size or the shared embedding splits it; each (elements, unit, offset, its
     tensors as (name, start, end) in the flat buffer)."""
-    pad = G * 1024 if fsdp in ("og", "ogp") else G * 128 // math.gcd(G, 128) if distopt else 1
+    pad = I * 1024 if fsdp in ("og", "ogp") else I * 128 // math.gcd(I, 128) if distopt else 1
     up = lambda x, m: (x + m - 1) // m * m
     res, start, bstart, prev, held = [], 0, 0, None, []
     def close(end):
@@ -261,8 +275,8 @@ def packed(nb, off, held):
     its elements tensor by tensor, an fp8 linear's weight 1 byte each, any other 4, the padding
     between tensors left out; the largest rank's, rounded up to 4 (the all-gather moves int32s)."""
     most = 0
-    for r in range(G):
-        lo, hi = off + r * (nb // G), off + (r + 1) * (nb // G)
+    for r in range(I):
+        lo, hi = off + r * (nb // I), off + (r + 1) * (nb // I)
         most = max(most, sum(max(0, min(hi, e) - max(lo, a)) * (1 if name in FP8_WEIGHTS else 4)
                              for name, a, e in held))
     return (most + 3) // 4 * 4
@@ -276,6 +290,9 @@ def expected(tp_rank, pp_rank):
     e = dict(tensor=0.0, data=0.0, pipeline=0.0, embedding=0.0, model=0.0, world=0.0)
     if cp > 1: e.update({"context": 0.0, "data-context": 0.0})
     grad = "data-context" if cp > 1 else "data"
+    if inst > 1:
+        e.update({"data-intra": 0.0, "data-inter": 0.0, "instance": 0.0})
+        grad = "data-intra"
     B4 = T * (ng // tp) * 2 * d * 4.0  # the keys and values' gradient: fp32
     B = B4 * act_es / 4  # the keys and values: 16-bit with bf16 or fp16
     Q, O = T * (nq + 2 * ng) // tp * d * act_es, T * nq // tp * d * act_es
@@ -311,11 +328,12 @@ def expected(tp_rank, pp_rank):
         if tied and pp > 1 and (first or last):
             e["embedding"] += ar(Vp // tp * h, 2)
         for nb, unit, off, held in buckets(ts, tied and pp > 1):
-            f, fg = part(nb // G, G), part(nb // G, G, grad_es)
-            ag = (G - 1) * packed(nb, off, held) if fp8pg else f  # a parameter all-gather
+            f, fg = part(nb // I, I), part(nb // I, I, grad_es)
+            ag = (I - 1) * packed(nb, off, held) if fp8pg else f  # a parameter all-gather
+            if inst > 1: e["data-inter"] += ar(nb // I, inst, grad_es)
             if fsdp == "og": e[grad] += M * fg + ag
             elif fsdp == "ogp": e[grad] += M * fg + (2 * M * ag if unit >= 0 else ag)
-            else: e[grad] += part(nb // G, G, grad_es) + ag if distopt else ar(nb, G, grad_es)
+            else: e[grad] += fg + ag if distopt else ar(nb, G, grad_es)
         # fp8 (delayed scaling): after each micro-batch's forward and backward the amaxes of the
         # chunk's 3 and 2 slots a linear reduced over TP and data x context; tensorwise with
         # --fp8-param-gather: the weight slots' amaxes (all 3 a linear) once a step
@@ -324,7 +342,8 @@ def expected(tp_rank, pp_rank):
             if fp8 == "delayed": e[g] += M * (ar(3 * nlin, n) + ar(2 * nlin, n))
             if fp8 == "tensorwise" and fp8pg and g == grad: e[g] += ar(3 * nlin, n)
         if cp > 1: e["context"] += M * (subs.count("*") * per_layer + subs.count("M") * mamba_a2a)
-    if distopt: e["world"] += ar(1, W, 8)
+    if distopt and inst > 1: e["instance"] += ar(1, W // inst, 8)
+    elif distopt: e["world"] += ar(1, W, 8)
     else: e["model"] += ar(1, tp * pp, 8)
     e["world"] += ar(5, W, 8)
     return e

@@ -99,5 +99,5 @@ ok "both FSDPs" refused "--use-megatron-fsdp with --use-torch-fsdp2" --use-megat
 ok "optim_grads with --grad-reduce-in-bf16" refused "optim_grads with --grad-reduce-in-bf16" $F optim_grads --bf16 --grad-reduce-in-bf16
 ok "no_shard with --fp8-param-gather" refused "--fp8-param-gather needs --use-distributed-optimizer, or --use-megatron-fsdp" $F no_shard --bf16 --fp8-format hybrid --fp8-param-gather
 ok "--torch-fsdp2-no-reshard-after-forward alone" refused "--torch-fsdp2-no-reshard-after-forward needs --use-torch-fsdp2" --torch-fsdp2-no-reshard-after-forward
-ok "HSDP" refused "--num-distributed-optimizer-instances 2" $F optim_grads_params --num-distributed-optimizer-instances 2
+ok "HSDP with the optimizer sharded across instances" refused "--outer-dp-sharding-strategy" $F optim_grads_params --num-distributed-optimizer-instances 2 --outer-dp-sharding-strategy optim
 done_testing

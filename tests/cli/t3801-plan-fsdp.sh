@@ -4,8 +4,9 @@
 # computes for the plan (DP 2 optim_grads and optim_grads_params of tiny-gpt2; the CPU backend
 # under mpirun), the pick for a model that fits only with FSDP (DP 4, TP and PP 1, a small GPU),
 # the FSDP traffic of the time model against its formula by hand, the plan's JSON keys, args and
-# table, mgt-train --plan refusing another strategy (and timing a one-iteration run), and bad
-# flags (TAP, run by prove).
+# table, mgt-train --plan refusing another strategy (and timing a one-iteration run), the memory
+# of distributed-optimizer instances (DP 4 x 2 instances = DP 2's optimizer state, against
+# mgt-train --plan too), and bad flags (TAP, run by prove).
 # Full tier: PP 2 x DP 2 optim_grads_params under mgt-train (the quick DP 2 cases run the same path).
 # The quick tier takes about 35 s on two cores (three mgt-train runs of one iteration).
 . "$(dirname "$0")/lib.sh"
@@ -158,6 +159,30 @@ ok "--grad-reduce-in-bf16: no FSDP strategy searched" sh -c "'$P' --model gpt2-1
 ok "mgt-train --plan with another --data-parallel-sharding-strategy: exit 2" exits 2 "$BIN/mgt-train" \
 	--plan optim_grads.json --data-parallel-sharding-strategy optim $TRAIN
 ok "... naming both" err_has "sets --data-parallel-sharding-strategy optim_grads, the command line --data-parallel-sharding-strategy optim"
+
+# --- distributed-optimizer instances (--num-distributed-optimizer-instances): DP 4 x 2 instances
+# counts DP 2's optimizer state (twice DP 4's), its args carry the flag, and mgt-train --plan
+# computes the same memory
+I="--model tiny-gpt2 --vocab-size 50257 --seq-length 64 --global-batch-size 8 --tensor-model-parallel-size 1
+	--pipeline-model-parallel-size 1 --micro-batch-size 2 --recompute-granularity none --use-distributed-optimizer"
+"$P" $I --cluster cpu4.json --num-distributed-optimizer-instances 2 --output i2.json 2>/dev/null
+"$P" $I --cluster cpu4.json --output d4.json 2>/dev/null
+ok "DP 4 x 2 instances: the optimizer state of DP 2 (optim.json), twice DP 4's; args with the flag" $PY -c "
+import json; m = lambda s: json.load(open(s + '.json'))['plans'][0]
+i, o, d = m('i2'), m('optim'), m('d4')
+print('# optimizer bytes: 2 instances %d, DP 2 %d, DP 4 %d' % (i['memory']['optimizer'], o['memory']['optimizer'], d['memory']['optimizer']))
+assert i['memory']['optimizer'] == o['memory']['optimizer'] == 2 * d['memory']['optimizer']
+a = i['args']; assert a[a.index('--num-distributed-optimizer-instances') + 1] == '2', a"
+if [ $have_mpi = 1 ]; then
+	ok "... mgt-train --plan runs it (DP 4 x 2 instances, one iteration)" launch 4 i2 "$BIN/mgt-train" --plan i2.json $TRAIN
+	ok "... mgt-plan's memory equals mgt-train's computed" same "$(planned i2.json)" "$(computed i2.err)"
+else
+	skip "mpirun not found: instances under mgt-train"; skip "mpirun not found"
+fi
+ok "instances not dividing DP: no layout, exit 2" exits 2 "$P" $I --cluster cpu4.json --num-distributed-optimizer-instances 3
+ok "instances with --no-use-distributed-optimizer: exit 2" exits 2 "$P" --model tiny-gpt2 --vocab-size 50257 \
+	--global-batch-size 8 --no-use-distributed-optimizer --num-distributed-optimizer-instances 2
+ok "... saying so" err_has "--num-distributed-optimizer-instances 2 needs the distributed optimizer"
 
 # --- bad flags
 ok "--data-parallel-sharding-strategy without --use-megatron-fsdp: exit 2" exits 2 "$P" --model tiny-gpt2 \

@@ -648,6 +648,88 @@ static void test_layouts_ep(void)
 	if (W >= 2) test_bad_ep(W, 1, 1, 2, "does not divide the data-parallel size 1 (world size");
 }
 
+/* ---- distributed-optimizer instances -------------------------------------------------------- */
+
+/* The place of world rank w in its data x context group (cp + CP * dp, from Megatron's
+ * tp-cp-dp-pp order). */
+static int dpc_place(const mgt_parallel *ps, int w)
+{
+	int c = w / ps->tp % ps->cp, d = w / (ps->tp * ps->cp) % ps->dp;
+	return c + ps->cp * d;
+}
+
+/* Megatron's instance groups (parallel_state.py initialize_model_parallel), from its recipe and
+ * not from mgt's colors: the data x context ranks of this rank (members 7) cut into N slices
+ * (intra: the slice holding this rank; inter: ranks_with_cp[j::I], j this rank's place in its
+ * slice), the expert-data ranks likewise (create_hierarchical_groups level 0), and the world
+ * ranks whose place lies in this rank's slice (the intra_dist_opt instance group). */
+static void test_layout_hsdp(int tp, int pp, int cp, int ep, int N)
+{
+	int W = mgt_parallel_world_size(), EDP = W / (tp * pp * ep);
+	mgt_parallel ps;
+	mgt_status st = mgt_parallel_init_hsdp(&ps, tp, pp, cp, ep, N);
+	RCHECK(st == MGT_OK, "tp %d pp %d cp %d ep %d, %d instances over %d: mgt_parallel_init_hsdp (%s)", tp, pp, cp, ep,
+	       N, W, st ? mgt_err_msg() : "");
+	if (st) return;
+	int r = ps.world_rank, *all = xmalloc((size_t)W * sizeof *all), *expect = xmalloc((size_t)W * sizeof *expect);
+	int G = members(&ps, 7, all), I = G / N, pos = 0, n = 0;
+	while (all[pos] != r) pos++;
+	for (int i = pos / I * I; i < pos / I * I + I; i++) expect[n++] = all[i];
+	RCHECK(ps.inst == N && ps.inst_rank == pos / I && group_ok(ps.idp_comm, N > 1 ? "data-intra" : ps.dpcp_comm->name,
+	       expect, n, r), "tp %d pp %d cp %d ep %d, %d instances: intra group = slice %d of the data x context group",
+	       tp, pp, cp, ep, N, pos / I);
+	n = 0;
+	for (int i = pos % I; i < G; i += I) expect[n++] = all[i];
+	RCHECK(N == 1 ? !ps.odp_comm : group_ok(ps.odp_comm, "data-inter", expect, n, r),
+	       "tp %d pp %d cp %d ep %d, %d instances: inter group = every %d-th data x context rank from place %d", tp,
+	       pp, cp, ep, N, I, pos % I);
+	n = 0;
+	for (int w = 0; w < W; w++) if (dpc_place(&ps, w) / I == pos / I) expect[n++] = w;
+	RCHECK(group_ok(ps.inst_comm, N > 1 ? "instance" : "world", expect, n, r),
+	       "tp %d pp %d cp %d ep %d, %d instances: instance group = the %d world ranks of instance %d", tp, pp, cp,
+	       ep, N, n, pos / I);
+	int Ie = EDP / N, e0 = ps.edp_rank / Ie * Ie;
+	n = 0;
+	for (int d = e0; d < e0 + Ie; d++) expect[n++] = erank(tp, ep, EDP, ps.tp_rank, ps.ep_rank, d, ps.pp_rank);
+	RCHECK(group_ok(ps.iedp_comm, N > 1 ? "expert-data-intra" : ps.edp_comm->name, expect, n, r) &&
+	       ps.edp_rank / Ie == ps.inst_rank,
+	       "tp %d pp %d cp %d ep %d, %d instances: expert intra group = expert-data ranks %d..%d, in the same "
+	       "instance as the dense rows", tp, pp, cp, ep, N, e0, e0 + Ie - 1);
+	free(all);
+	free(expect);
+	mgt_parallel_free(&ps);
+	RCHECK(!ps.idp_comm && !ps.odp_comm && !ps.inst_comm, "mgt_parallel_free clears the instance groups");
+}
+
+static void test_layouts_hsdp(void)
+{
+	static const int layouts[][5] = { { 1, 1, 1, 1, 1 }, { 1, 1, 1, 1, 2 }, { 1, 1, 1, 1, 4 }, { 2, 1, 1, 1, 2 },
+					  { 1, 2, 1, 1, 2 }, { 1, 1, 2, 1, 2 }, { 1, 1, 1, 2, 2 }, { 2, 1, 2, 1, 2 },
+					  { 1, 1, 2, 2, 2 }, { 1, 1, 1, 8, 2 } };
+	int W = mgt_parallel_world_size();
+	for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
+		const int *l = layouts[i];
+		int tpc = l[0] * l[1] * l[2];
+		if (W % tpc || (W / (l[0] * l[1])) % (l[3] * l[4]) || W / (l[0] * l[1]) < l[3]) continue;
+		test_layout_hsdp(l[0], l[1], l[2], l[3], l[4]);
+	}
+	char msg[200];
+	snprintf(msg, sizeof msg, "--num-distributed-optimizer-instances 3 does not divide the data-parallel size %d", W);
+	mgt_parallel ps;
+	if (W % 3) {
+		mgt_status st = mgt_parallel_init_hsdp(&ps, 1, 1, 1, 1, 3);
+		RCHECK(st == MGT_ERR_USAGE && has_msg(msg) && !ps.world, "3 instances over %d: MGT_ERR_USAGE (%s)", W,
+		       mgt_err_msg());
+		if (!st) mgt_parallel_free(&ps);
+	}
+	if (W >= 2 && W % 2 == 0) {
+		mgt_status st = mgt_parallel_init_hsdp(&ps, 1, 1, 1, W, 2);
+		RCHECK(st == MGT_ERR_USAGE && has_msg("does not divide the expert-data-parallel size 1") && !ps.world,
+		       "2 instances with EP %d over %d: MGT_ERR_USAGE (%s)", W, W, mgt_err_msg());
+		if (!st) mgt_parallel_free(&ps);
+	}
+}
+
 /* ---- one process ---------------------------------------------------------------------------- */
 
 static void test_single_comm(void)
@@ -810,6 +892,7 @@ int main(int argc, char **argv)
 	}
 	test_layouts();
 	test_layouts_ep();
+	test_layouts_hsdp();
 	int rc = finish(ps.world);
 	if (!st) mgt_parallel_free(&ps);
 	mgt_parallel_finalize();

@@ -715,6 +715,10 @@ static void test_to_device(mgt_backend *cpu)
 	      "and model stay (%s)", st ? mgt_err_msg() : "");
 	CHECK(ps.edp_comm == ps.dp_comm && ps.host_edp == ps.host_dp && !strcmp(ps.ep_comm->name, "expert") &&
 	      ps.ep_comm->size == 1, "mgt_parallel_to_device: edp_comm stays dp_comm (host_edp host_dp)");
+	CHECK(ps.inst == 1 && ps.idp_comm == ps.dp_comm && ps.iedp_comm == ps.dp_comm && ps.host_idp == ps.host_dp &&
+	      ps.host_iedp == ps.host_dp && !ps.odp_comm && ps.inst_comm == world,
+	      "mgt_parallel_to_device with one distributed-optimizer instance: the intra groups follow the data "
+	      "group, no inter group, the instance group is the world");
 	CHECK(mgt_parallel_to_device(&ps, &dev, true) == MGT_OK && ps.host_dp == dp, "mgt_parallel_to_device again: "
 	      "nothing to do");
 	be = &dev;
