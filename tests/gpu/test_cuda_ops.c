@@ -3713,6 +3713,15 @@ static void ssd_tmag(const ssd_case *s, const float *dy, double *md, double *ma,
 	free(dt), free(cum), free(dsp), free(tm), free(de), free(dc), free(lo);
 }
 
+/* (host) columns c0 .. c1-1 of the rows of a [rows, ld], packed [rows, c1 - c0]. */
+static float *ssd_cols(const float *a, size_t rows, int ld, int c0, int c1)
+{
+	float *o = xmalloc(rows * (size_t)(c1 - c0) * 4);
+	for (size_t i = 0; i < rows; i++)
+		memcpy(o + i * (size_t)(c1 - c0), a + i * (size_t)ld + c0, (size_t)(c1 - c0) * 4);
+	return o;
+}
+
 /* The 16-bit backward (GX: dx, dB, dC in xbc's layout, GD: ddt_raw in dtr's, gh16: ddt_bias,
  * dA_log, dD) against the fp32 instance's (f, on the same states st) within the bounds above. */
 static void t_ssd16_bwd(const char *id, const ssd_case *s, mgt_elem_type dt, const void *GX, const void *GD,
@@ -3741,8 +3750,18 @@ static void t_ssd16_bwd(const char *id, const ssd_case *s, mgt_elem_type dt, con
 		bail("download (the 16-bit op failed?)");
 	float *gx = widen16(hx, s->nxbc, dt), *gd = widen16(hd, s->ndt, dt);
 	const double kx = ssd_eps(K) + 4 * e2 + 2.0 * (128 + 4 + nh / d->g) * e2;
-	cmp_bound(nm("%s: bwd dx, dB, dC (tensor cores; other columns kept)", id), gx, f->gx, mx, s->nxbc, kx,
-		  u + 2 * u * u, sub);
+	const char *on[4] = { "dx", "dB", "dC", "the other columns kept" };
+	const int c0[5] = { 0, bc, cc, cc + d->g * d->n, d->ld_x };
+	for (int k = 0; k < 4; k++) {
+		float *a = ssd_cols(gx, s->T, d->ld_x, c0[k], c0[k + 1]), *r = ssd_cols(f->gx, s->T, d->ld_x, c0[k], c0[k + 1]);
+		float *m = ssd_cols(mx, s->T, d->ld_x, c0[k], c0[k + 1]);
+		const size_t nc = s->T * (size_t)(c0[k + 1] - c0[k]);
+		if (k < 3)
+			cmp_bound(nm("%s: bwd %s (tensor cores)", id, on[k]), a, r, m, nc, kx, u + 2 * u * u, sub);
+		else
+			cmp(nm("%s: bwd xbc's %s", id, on[k]), a, r, NULL, nc, T2(TOL_EXACT, SIM_EXACT));
+		free(a), free(r), free(m);
+	}
 	double *md = calloc(s->ndt, 8), *ma = xmalloc(nh3 * 8), *mb = ma + nh;
 	ssd_tmag(s, dy, md, ma, mb);
 	float *ad = xmalloc(s->ndt * 4), *ah = xmalloc(nh3 * 4);
