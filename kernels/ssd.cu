@@ -60,9 +60,10 @@
  * Tensor cores in the backward (T = bf16 or fp16: bwd_mats_tc instead of bwd_mats in ssd_bwd_k).
  * The chunk's Q x Q matrices need the two products C B^T (k = n) and dy X^T (k = p), q^2 (n + p)
  * multiply-adds a chunk, the backward's largest (Dao & Gu 2024, section 6 and its appendix on the
- * SSD backward: the gradient of the masked (C B^T o L) X is (dY X^T o L) B, C and M^T dY); their
- * operands are exact T inputs, so they run as mma.sync with fp32 accumulators and NOTHING is rounded
- * to T: only the order of their fp32 sums changes (tests/gpu/test_cuda_ops.c t_ssd16_bwd's bound).
+ * SSD backward: for y = (C B^T o L) X, dC = (dY X^T o L) B, dB = (dY X^T o L)^T C, dX = (C B^T o
+ * L)^T dY, L the decay mask); their operands are exact T inputs, so they run as mma.sync with fp32
+ * accumulators and NOTHING is rounded to T: only the order of their fp32 sums changes
+ * (tests/gpu/test_cuda_ops.c t_ssd16_bwd's bound).
  * mamba_ssm's Triton backward (ops/triton/ssd_chunk_scan.py, ssd_chunk_state.py, ssd_bmm.py) runs
  * the same C B^T and dout x^T products with tl.dot on the inputs' type and fp32 accumulators.  The
  * mask, the decays, dt, M = cb E dt, Dm = g E dt, Tm = g E cb and every later product (dx = M^T dy,
@@ -974,7 +975,8 @@ template <typename T> struct bwd_args {
 	int blk0;
 };
 
-/* Block blk0 + blockIdx.x: its chunk's backward (matrices in its ws slice). */
+/* Block blk0 + blockIdx.x: its chunk's backward (matrices in its ws slice; T 16-bit: TC_BWD_SMEM
+ * bytes of dynamic shared memory for bwd_mats_tc's tiles, none for float). */
 template <typename T> static __global__ void ssd_bwd_k(mgt_k_ssd d, bwd_args<T> a, size_t per)
 {
 	__shared__ double cum[Q], dcum[Q], dde[Q], tmp[Q];
