@@ -29,8 +29,9 @@
  * parameters and their gradients are fp32 for every T.  For T = float every sum and product is
  * scalar fp32 (the CPU tests' and golden logs' reference); y is summed in shared memory (ssd_out_k:
  * a tile of SSD_TS rows by SSD_PC columns) and dx in registers (bwd_dx), not in the output.  The
- * backward is that scalar code for every T, so a 16-bit gradient is the fp32 op's on the widened
- * inputs (and the same states), rounded once.
+ * backward is that scalar code for every T except its two largest chunk products (below), so a
+ * 16-bit gradient is the fp32 op's on the widened inputs (and the same states) up to the order of
+ * those products' fp32 sums, rounded once.
  *
  * Tensor cores (the forward, T = bf16 or fp16: ssd_state_tc_k, ssd_out_tc_k instead of
  * ssd_state_k, ssd_out_k).  The chunk-level matrix products of the SSD algorithm (Dao & Gu 2024,
@@ -54,7 +55,21 @@
  * 0..Q-1 once a row tile, T [TC_R, Q + 8]) and TC_O = 64 columns, warp w owning rows 16 (w % 4)
  * and columns 32 (w / 4); states by 64 x 64 tiles; k staged TC_K = 32 a step.  p and n need not
  * be multiples of 16: staged tiles are zero-filled past q, p and n, and only elements inside are
- * stored. */
+ * stored.
+ *
+ * Tensor cores in the backward (T = bf16 or fp16: bwd_mats_tc instead of bwd_mats in ssd_bwd_k).
+ * The chunk's Q x Q matrices need the two products C B^T (k = n) and dy X^T (k = p), q^2 (n + p)
+ * multiply-adds a chunk, the backward's largest (Dao & Gu 2024, section 6 and its appendix on the
+ * SSD backward: for y = (C B^T o L) X, dC = (dY X^T o L) B, dB = (dY X^T o L)^T C, dX = (C B^T o
+ * L)^T dY, L the decay mask); their operands are exact T inputs, so they run as mma.sync with fp32
+ * accumulators and NOTHING is rounded to T: only the order of their fp32 sums changes
+ * (tests/gpu/test_cuda_ops.c t_ssd16_bwd's bound).
+ * mamba_ssm's Triton backward (ops/triton/ssd_chunk_scan.py, ssd_chunk_state.py, ssd_bmm.py) runs
+ * the same C B^T and dout x^T products with tl.dot on the inputs' type and fp32 accumulators.  The
+ * mask, the decays, dt, M = cb E dt, Dm = g E dt, Tm = g E cb and every later product (dx = M^T dy,
+ * dC = Dm B, dB = Dm^T C, the S_in and dSo terms, the dt sums) stay the fp32 code of every T.  Row
+ * tiles of TB_R = 32, 8 warps of 16 rows by 32 keys (warps whose keys lie above the tile skip the
+ * mma), k staged TC_K a step in dynamic shared memory (TC_BWD_SMEM). */
 #include "common.cuh"
 #include "mma.cuh"
 
@@ -668,6 +683,87 @@ template <typename T> static __device__ void bwd_mats(const bwd_ctx<T> &k)
 	}
 }
 
+/* The backward's tiles (T 16-bit): TB_R rows a pass (warp w: rows 16 (w % 2), keys 32 (w / 2));
+ * row tile A [TB_R, TC_KP] and key rows B [Q, TC_KP] (12800 B). */
+static constexpr int TB_R = 32;
+static constexpr size_t TC_BWD_SMEM = (size_t)(TB_R + Q) * TC_KP * 2;
+
+/* acc (warp w: rows r0 + 16 (w % 2) .. + 15, keys 32 (w / 2) .. + 31 of the chunk) = sum over k < K of
+ * fa(r, k) fb(s, k) on tensor cores, TC_K a step staged in T (As [TB_R, TC_KP], Bs [Q, TC_KP], zero
+ * past q and K); fa, fb give values exact in T.  Warps whose keys all lie above the row tile
+ * (s > r everywhere: off the causal mask) skip the mma and keep acc 0.  Block-wide. */
+template <typename T, typename FA, typename FB>
+static __device__ void tc_rows_keys(float (&acc)[4][4], T *As, T *Bs, int q, int r0, int K, FA fa, FB fb)
+{
+	const int w = threadIdx.x >> 5, wr = (w & 1) * 16, hc = (w >> 1) * 32;
+	const bool live = hc < r0 + TB_R && hc < q;
+#pragma unroll
+	for (int c = 0; c < 4; c++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			acc[c][e] = 0.0f;
+	for (int k0 = 0; k0 < K; k0 += TC_K) {
+		__syncthreads();
+		tc_stage<TC_KP>(As, TB_R, TC_K, [&](int r, int c) { return r0 + r < q && k0 + c < K ? fa(r0 + r, k0 + c) : 0.0f; });
+		tc_stage<TC_KP>(Bs, Q, TC_K, [&](int s, int c) { return s < q && k0 + c < K ? fb(s, k0 + c) : 0.0f; });
+		__syncthreads();
+		if (!live)
+			continue;
+#pragma unroll
+		for (int kk = 0; kk < TC_K; kk += 16) {
+			uint32_t a[4], b[4];
+			tc_a<TC_KP>(a, As, wr, kk);
+#pragma unroll
+			for (int c = 0; c < 4; c += 2) {
+				tc_bt<TC_KP>(b, Bs, hc + c * 8, kk);
+				tc_mma2<T>(acc[c], acc[c + 1], a, b);
+			}
+		}
+	}
+}
+
+/* bwd_mats with its two chunk products on tensor cores (T 16-bit), by row tiles of TB_R:
+ * cb = C B^T (k = n) and g = gy X^T (k = p), both of exact T inputs with fp32 accumulators (only
+ * the order of the fp32 sums differs from bwd_mats' dot products; nothing is rounded to T), then
+ * bwd_mats' mask and factors in fp32: M = cb (E dt_s), Dm = (g E) dt_s, Tm = (g E) cb.  The raw cb
+ * goes through M (each thread reads back only the elements it wrote).  ts: the staging area
+ * (TC_BWD_SMEM bytes of dynamic shared memory). */
+template <typename T> static __device__ void bwd_mats_tc(const bwd_ctx<T> &k, T *ts)
+{
+	const chunk_v<T> &v = k.v;
+	const int w = threadIdx.x >> 5, wr = (w & 1) * 16, hc = (w >> 1) * 32;
+	T *As = ts, *Bs = ts + TB_R * TC_KP;
+	float acc[4][4];
+	for (int r0 = 0; r0 < v.q; r0 += TB_R) {
+		tc_rows_keys(acc, As, Bs, v.q, r0, k.N, [&](int r, int n) { return cat(v, r, n); },
+			     [&](int s, int n) { return bat(v, s, n); });
+#pragma unroll
+		for (int c = 0; c < 4; c++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int r = r0 + wr + tc_row(e), s = hc + tc_col(c, e);
+				if (r < v.q && s < v.q)
+					k.M[r * Q + s] = acc[c][e];
+			}
+		tc_rows_keys(acc, As, Bs, v.q, r0, k.P, [&](int r, int p) { return gat(k, r, p); },
+			     [&](int s, int p) { return xat(v, s, p); });
+#pragma unroll
+		for (int c = 0; c < 4; c++)
+#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				const int r = r0 + wr + tc_row(e), s = hc + tc_col(c, e), o = r * Q + s;
+				if (r >= v.q || s >= v.q)
+					continue;
+				float m = 0.0f, dm = 0.0f, t = 0.0f;
+				if (s <= r && s >= doc_row(k.lo, r, v.i0)) {
+					const float E = (float)exp(k.cum[r] - k.cum[s]), cb = k.M[o], ge = acc[c][e] * E;
+					m = cb * (E * k.dt[s]), t = ge * cb, dm = ge * k.dt[s];
+				}
+				k.M[o] = m, k.Dm[o] = dm, k.Tm[o] = t;
+			}
+	}
+}
+
 /* dC = dCB B; dB = dCB^T C; dcum[r] = sum_s T dt_s, dde[s] = sum_r T, tmp[s] = sum_r T dt_s
  * (subtracted from dcum[s] next).  dx's M^T gy is bwd_dx's. */
 template <typename T> static __device__ void bwd_intra(const bwd_ctx<T> &k)
@@ -879,12 +975,14 @@ template <typename T> struct bwd_args {
 	int blk0;
 };
 
-/* Block blk0 + blockIdx.x: its chunk's backward (matrices in its ws slice). */
+/* Block blk0 + blockIdx.x: its chunk's backward (matrices in its ws slice; T 16-bit: TC_BWD_SMEM
+ * bytes of dynamic shared memory for bwd_mats_tc's tiles, none for float). */
 template <typename T> static __global__ void ssd_bwd_k(mgt_k_ssd d, bwd_args<T> a, size_t per)
 {
 	__shared__ double cum[Q], dcum[Q], dde[Q], tmp[Q];
 	__shared__ float dt[Q], F[Q];
 	__shared__ int lo[Q];
+	MGT_DYN_SHARED(uint16_t, ts);
 	const int blk = a.blk0 + blockIdx.x;
 	bwd_ctx<T> k;
 	k.v = chunk_of(d, blk, a.x, a.B, a.C, a.dt_raw, a.dt_bias, a.A_log);
@@ -899,7 +997,10 @@ template <typename T> static __global__ void ssd_bwd_k(mgt_k_ssd d, bwd_args<T> 
 	k.PB = a.pb + hr * d.n, k.PC = a.pc + hr * d.n;
 	k.M = a.mats + (size_t)blockIdx.x * per, k.Dm = k.M + Q * Q, k.Tm = k.Dm + Q * Q;
 	k.Z = k.Tm + Q * Q, k.U = k.Z + (size_t)Q * d.n, k.V = k.U + (size_t)Q * d.n;
-	bwd_mats(k);
+	if constexpr (ssd_tc<T>::on)
+		bwd_mats_tc(k, (T *)ts);
+	else
+		bwd_mats(k);
 	__syncthreads();
 	bwd_intra(k);
 	bwd_inter(k);
@@ -972,7 +1073,7 @@ extern "C" int mgt_k_ssd_scan_bwd(mgt_k_stream s, const mgt_k_ssd *d, void *dx, 
 		MGT_LAUNCH(ssd_carry_k, pass, SSD_THREADS, 0, st, *d, dso, decay, 1);
 		for (a.blk0 = 0; a.blk0 < nblk; a.blk0 += SSD_WAVE) {
 			const int nw = nblk - a.blk0 < SSD_WAVE ? nblk - a.blk0 : SSD_WAVE;
-			MGT_LAUNCH(ssd_bwd_k<E>, nw, SSD_THREADS, 0, st, *d, a, w.per);
+			MGT_LAUNCH(ssd_bwd_k<E>, nw, SSD_THREADS, ssd_tc<E>::on ? TC_BWD_SMEM : 0, st, *d, a, w.per);
 		}
 		MGT_LAUNCH(ssd_gsum_k<E>, mgt_grid(ng, 256), 256, 0, st, *d, (E *)dB, (E *)dC, a.pb, a.pc);
 		MGT_LAUNCH(ssd_scal_k, (unsigned)mgt_cdiv((size_t)d->nh, 64), 64, 0, st, *d, ddt_bias, dA_log, dD, a.part,

@@ -3693,9 +3693,160 @@ static void t_ssd16_fwd(const char *id, const ssd_case *s, mgt_elem_type dt, con
 	free(a.xbc), free(a.D), free(ya), free(sa), free(g), free(gy);
 }
 
+/* The 16-bit backward's tensor cores (kernels/ssd.cu bwd_mats_tc): cb = C B^T and g = gy X^T of
+ * exact 16-bit inputs, summed on tensor cores; only the order of their fp32 sums differs from the
+ * fp32 instance's dot products (a K-term sum: at most (K + 2) 2^-23 of its terms' magnitudes on
+ * the tensor cores, whose additions may truncate, and (K + 2) 2^-24 in the reference: ssd_eps).
+ * Everything after them is the fp32 instance's code, so the reference is that instance on the
+ * same widened values and states (t_ssd checks it against the CPU), and per output element:
+ *   dx (M = cb E dt), dB, dC (Dm = g E dt): the perturbed factor's ssd_eps plus its product's own
+ *     fp32 rounding on both sides (4 2^-24), and the later fp32 sums (bwd_dx, bwd_intra over at
+ *     most Q terms, the S_in and dSo terms, the group's nh/g heads) each re-rounding a different
+ *     value on both sides (2 (Q + 4 + nh/g) 2^-24), all times mag: the CPU op run on |x|, |B|,
+ *     |C|, |dy|, |S_in| and |D| (every term positive, so it sums the magnitudes of every term);
+ *   ddt_raw, ddt_bias, dA_log: Tm = (g E) cb carries both (kT = eps_n + eps_p + eps_n eps_p +
+ *     4 2^-24); bwd_intra and bwd_dt sum Tm in double (exact to 2^-53) into dde[s] = sum_r Tm[r][s]
+ *     and dcum[r] = sum_s Tm[r][s] dt_s - dt_r sum_r' Tm[r'][r], then g_r = the document's
+ *     sum_{r' >= r} dcum[r'] in the chunk and ddt = (dde + A g) dsoftplus: ssd_tmag sums the same
+ *     terms' magnitudes (Tm's as E (|gy_r|.|x_s|)(|C_r|.|B_s|) on the mask); then (float) ddt and
+ *     its product with dsoftplus (2^-22 |ddt|), the per-head sums of gdt (ddt_bias) and dt g (dA
+ *     before its factor -e^{A_log}) in double, and their fp32 additions to the accumulated values
+ *     (2^-22 of the old and the new value);
+ * and each 16-bit output's own rounding (u + 2u^2 of its 16-bit value; 2^-25 absolute where fp16
+ * rounds to subnormals).  dD (bwd_dt's gy.x) does not change: checked bit for bit.  A wrong
+ * fragment, mask or a dropped term gives errors of the size of the terms themselves. */
+static double ssd_eps(int K) { return 3.0 * (K + 2) / (1 << 24); }
+
+/* (host, fp64) md [T, ld_dt] at ddt_raw's places: the magnitudes of ddt's Tm terms (times
+ * dsoftplus, as ddt); ma, mb [nh]: those of dA_log's (times e^{A_log}) and ddt_bias's, from the
+ * case's values (s: rounded inputs; dy [T, nh p]).  cpu_ssd.c's dt, cumulative sums, document
+ * mask and chunks of 128. */
+static void ssd_tmag(const ssd_case *s, const float *dy, double *md, double *ma, double *mb)
+{
+	const mgt_ssd *d = &s->d;
+	const int L = d->L, nb = d->b, nh = d->nh, P = d->p, N = d->n, ldc = d->ld_x, Qc = 128, cc = s->bc + d->g * N;
+	double *dt = xmalloc(Qc * 8), *cum = xmalloc(Qc * 8), *dsp = xmalloc(Qc * 8), *tm = xmalloc((size_t)Qc * Qc * 8);
+	double *de = xmalloc(Qc * 8), *dc = xmalloc(Qc * 8);
+	int *lo = xmalloc(Qc * sizeof(int));
+	for (int h = 0; h < nh; h++)
+		ma[h] = mb[h] = 0;
+	for (int j = 0; j < nb; j++)
+		for (int h = 0; h < nh; h++)
+			for (int i0 = 0; i0 < L; i0 += Qc) {
+				const int q = L - i0 < Qc ? L - i0 : Qc, gi = h / (nh / d->g);
+				const double A = exp((double)s->alog[h]);
+				double acc = 0;
+				for (int r = 0; r < q; r++) {
+					const size_t t = (size_t)(i0 + r) * nb + j;
+					const double v = (double)s->dtr[t * d->ld_dt + 2 + h] + s->dtb[h];
+					dt[r] = v > 20 ? v : log1p(exp(v)), dsp[r] = v > 20 ? 1 : 1 / (1 + exp(-v));
+					lo[r] = d->seg_start ? d->seg_start[t] : 0;
+					acc = (lo[r] == i0 + r ? 0 : acc) - dt[r] * A;
+					cum[r] = acc;
+				}
+				for (int r = 0; r < q; r++)
+					for (int c = 0; c < q; c++) {
+						const size_t tr = (size_t)(i0 + r) * nb + j, tc = (size_t)(i0 + c) * nb + j;
+						double gx = 0, cb = 0;
+						if (c <= r && i0 + c >= lo[r]) {
+							for (int k = 0; k < P; k++)
+								gx += fabs(dy[tr * nh * P + h * P + k] * (double)s->xbc[tc * ldc + h * P + k]);
+							for (int k = 0; k < N; k++)
+								cb += fabs((double)s->xbc[tr * ldc + cc + gi * N + k] * s->xbc[tc * ldc + s->bc + gi * N + k]);
+						}
+						tm[(size_t)r * Qc + c] = gx * cb * exp(cum[r] - cum[c]);
+					}
+				for (int i = 0; i < q; i++) {
+					double rs = 0, cs = 0;
+					for (int c = 0; c < q; c++)
+						rs += tm[(size_t)i * Qc + c] * dt[c], cs += tm[(size_t)c * Qc + i];
+					de[i] = cs, dc[i] = rs + dt[i] * cs;
+				}
+				double g = 0;
+				for (int r = q - 1; r >= 0; r--) {
+					const size_t t = (size_t)(i0 + r) * nb + j;
+					g += dc[r];
+					md[t * d->ld_dt + 2 + h] = (de[r] + A * g) * dsp[r];
+					ma[h] += dt[r] * g * A, mb[h] += (de[r] + A * g) * dsp[r];
+					if (lo[r] == i0 + r)
+						g = 0;
+				}
+			}
+	free(dt), free(cum), free(dsp), free(tm), free(de), free(dc), free(lo);
+}
+
+/* (host) columns c0 .. c1-1 of the rows of a [rows, ld], packed [rows, c1 - c0]. */
+static float *ssd_cols(const float *a, size_t rows, int ld, int c0, int c1)
+{
+	float *o = xmalloc(rows * (size_t)(c1 - c0) * 4);
+	for (size_t i = 0; i < rows; i++)
+		memcpy(o + i * (size_t)(c1 - c0), a + i * (size_t)ld + c0, (size_t)(c1 - c0) * 4);
+	return o;
+}
+
+/* The 16-bit backward (GX: dx, dB, dC in xbc's layout, GD: ddt_raw in dtr's, gh16: ddt_bias,
+ * dA_log, dD) against the fp32 instance's (f, on the same states st) within the bounds above. */
+static void t_ssd16_bwd(const char *id, const ssd_case *s, mgt_elem_type dt, const void *GX, const void *GD,
+			const float *gh16, const float *dy, const float *st, const float *gh0, const ssd_res *f)
+{
+	const mgt_ssd *d = &s->d;
+	const int nh = d->nh, bc = s->bc, cc = bc + d->g * d->n, K = d->n > d->p ? d->n : d->p;
+	const size_t ny = s->T * nh * d->p, nh3 = 3 * (size_t)nh;
+	const double u = tol16(dt), sub = dt == MGT_DT_F16 ? 0x1p-25 : 0, e2 = 1.0 / (1 << 24);
+	const double en = ssd_eps(d->n), ep = ssd_eps(d->p), kT = en + ep + en * ep + 4 * e2;
+	/* mag: the CPU op on magnitudes (dt_raw, dt_bias, A_log as they are) */
+	float *ax = xmalloc(s->nxbc * 4), *ady = xmalloc(ny * 4), *ast = xmalloc(s->nst * 4), *aD = xmalloc((size_t)nh * 4);
+	for (size_t i = 0; i < s->nxbc; i++)
+		ax[i] = fabsf(s->xbc[i]);
+	for (size_t i = 0; i < ny; i++)
+		ady[i] = fabsf(dy[i]);
+	for (size_t i = 0; i < s->nst; i++)
+		ast[i] = fabsf(st[i]);
+	for (int h = 0; h < nh; h++)
+		aD[h] = fabsf(s->D[h]);
+	float *mx = calloc(s->nxbc, 4), *mg = calloc(s->ndt, 4), *mh = calloc(nh3, 4);
+	C->ssd_scan_bwd(cpu, d, mx, mx + bc, mx + cc, mg + 2, mh, mh + nh, mh + 2 * nh, ady, ast, ax, ax + bc, ax + cc,
+			s->dtr + 2, s->dtb, s->alog, aD, MGT_DT_F32);
+	uint16_t *hx = xmalloc(s->nxbc * 2), *hd = xmalloc(s->ndt * 2);
+	if (G->download(gpu, hx, GX, s->nxbc * 2) != MGT_OK || G->download(gpu, hd, GD, s->ndt * 2) != MGT_OK)
+		bail("download (the 16-bit op failed?)");
+	float *gx = widen16(hx, s->nxbc, dt), *gd = widen16(hd, s->ndt, dt);
+	const double kx = ssd_eps(K) + 4 * e2 + 2.0 * (128 + 4 + nh / d->g) * e2;
+	const char *on[4] = { "dx", "dB", "dC", "the other columns kept" };
+	const int c0[5] = { 0, bc, cc, cc + d->g * d->n, d->ld_x };
+	for (int k = 0; k < 4; k++) {
+		float *a = ssd_cols(gx, s->T, d->ld_x, c0[k], c0[k + 1]), *r = ssd_cols(f->gx, s->T, d->ld_x, c0[k], c0[k + 1]);
+		float *m = ssd_cols(mx, s->T, d->ld_x, c0[k], c0[k + 1]);
+		const size_t nc = s->T * (size_t)(c0[k + 1] - c0[k]);
+		if (k < 3)
+			cmp_bound(nm("%s: bwd %s (tensor cores)", id, on[k]), a, r, m, nc, kx, u + 2 * u * u, sub);
+		else
+			cmp(nm("%s: bwd xbc's %s", id, on[k]), a, r, NULL, nc, T2(TOL_EXACT, SIM_EXACT));
+		free(a), free(r), free(m);
+	}
+	double *md = calloc(s->ndt, 8), *ma = xmalloc(nh3 * 8), *mb = ma + nh;
+	ssd_tmag(s, dy, md, ma, mb);
+	float *ad = xmalloc(s->ndt * 4), *ah = xmalloc(nh3 * 4);
+	for (size_t i = 0; i < s->ndt; i++)
+		ad[i] = (float)(kT * md[i]);
+	cmp_bound(nm("%s: bwd ddt_raw (tensor cores; other columns kept)", id), gd, f->gdt, ad, s->ndt, 1,
+		  u + 2 * u * u + 0x1p-22, sub);
+	for (int h = 0; h < nh; h++) { /* ddt_bias: the gdt values before their rounding to T */
+		double a = 0;
+		for (int i = 0; i < d->L * d->b; i++)
+			a += 0x1p-22 * (1 + 2 * u) * fabs(gd[(size_t)i * d->ld_dt + 2 + h]) + sub;
+		ah[h] = (float)(kT * mb[h] + a + 0x1p-22 * fabs(gh0[h]));
+		ah[nh + h] = (float)(kT * ma[h] + 0x1p-22 * fabs(gh0[nh + h]));
+	}
+	cmp_bound(nm("%s: bwd ddt_bias, dA_log (tensor cores)", id), gh16, f->gh, ah, 2 * (size_t)nh, 1, 0x1p-22, 0);
+	cmp(nm("%s: bwd dD as fp32's", id), gh16 + 2 * nh, f->gh + 2 * nh, NULL, nh, T2(TOL_EXACT, SIM_EXACT));
+	free(ax), free(ady), free(ast), free(aD), free(mx), free(mg), free(mh), free(hx), free(hd), free(gx), free(gd);
+	free(md), free(ma), free(ad), free(ah);
+}
+
 /* The scan (t_ssd's cases) on 16-bit x, B, C, dt_raw, y, dy and their gradients: the forward
- * within its bounds (t_ssd16_fwd); the backward (scalar fp32 sums) given the fp32 op's states is
- * the fp32 op's rounded, bit for bit. */
+ * within its bounds (t_ssd16_fwd); the backward (its chunk products on tensor cores) given the fp32
+ * op's states within t_ssd16_bwd's bounds of the fp32 op's (dD bit for bit). */
 static void t_ssd16(mgt_elem_type dt, int L, int b, int nh, int g, int p, int n, bool docs)
 {
 	const char *id = nm("ssd scan %s L=%d b=%d nh=%d g=%d p=%d n=%d%s", dtn(dt), L, b, nh, g, p, n,
@@ -3725,9 +3876,7 @@ static void t_ssd16(mgt_elem_type dt, int L, int b, int nh, int g, int p, int n,
 	G->ssd_scan_bwd(gpu, d, GX, GX + bc, GX + cc, GD + 2, dGH, dGH + nh, dGH + 2 * nh, DY, dSt, X, X + bc, X + cc,
 			DT + 2, v.dtb, v.alog, v.D, dt);
 	float *gh16 = dget(dGH, nh3);
-	t_out16(nm("%s: bwd dx, dB, dC (other columns kept)", id), GX, dt, f.gx, s.nxbc);
-	t_out16(nm("%s: bwd ddt_raw (other columns kept)", id), GD, dt, f.gdt, s.ndt);
-	cmp(nm("%s: bwd ddt_bias, dA_log, dD as fp32's", id), gh16, f.gh, NULL, nh3, T2(TOL_EXACT, SIM_EXACT));
+	t_ssd16_bwd(id, &s, dt, GX, GD, gh16, dy, f.st, gh0, &f);
 	/* the CPU's 16-bit op (its own states) */
 	uint16_t *cX = h16(s.xbc, s.nxbc, dt), *cDT = h16(s.dtr, s.ndt, dt), *cDY = h16(dy, ny, dt);
 	uint16_t *cGX = h16(gx0, s.nxbc, dt), *cGD = h16(gdt0, s.ndt, dt), *cY = xmalloc(ny * 2);
