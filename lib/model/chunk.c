@@ -469,7 +469,7 @@ mgt_status mgt_model_create(mgt_model **out, const mgt_model_config *c, const mg
 }
 
 mgt_status mgt_model_measure_units(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
-				   mgt_model_mem *mem, size_t *buf_numel, size_t *outside)
+				   mgt_model_mem *mem, size_t *buf_numel, size_t *outside, size_t *largest)
 {
 	mgt_model *m;
 	mgt_status st = mgt_model_new_chunk(&m, c, L, NULL, ps, true);
@@ -479,6 +479,9 @@ mgt_status mgt_model_measure_units(const mgt_model_config *c, const mgt_model_la
 		*mem = mgt_model_memory(m);
 		*buf_numel = m->tt.buf_numel;
 		if (outside) *outside = mgt_model_shard_outside_numel(m);
+		for (int b = 0; largest && b < m->tt.nbuckets; b++)
+			if (!b || m->tt.buckets[b].numel > *largest) *largest = m->tt.buckets[b].numel;
+		if (largest && !m->tt.nbuckets) *largest = 0;
 	}
 	mgt_model_free(m);
 	return st;
@@ -487,7 +490,7 @@ mgt_status mgt_model_measure_units(const mgt_model_config *c, const mgt_model_la
 mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
 			     mgt_model_mem *mem, size_t *buf_numel)
 {
-	return mgt_model_measure_units(c, L, ps, mem, buf_numel, NULL);
+	return mgt_model_measure_units(c, L, ps, mem, buf_numel, NULL, NULL);
 }
 
 static void free_slot(mgt_model *m, slot_act *sa)

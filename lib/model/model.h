@@ -569,9 +569,11 @@ mgt_status mgt_model_measure(const mgt_model_config *c, const mgt_model_layout *
 /* mgt_model_measure, and *outside (may be NULL) the flat-buffer elements of the units outside
  * layers (embeddings, final norm, output layer: the buckets whose mgt_model_bucket_unit is -1,
  * padding included) under bucket_size MGT_BUCKETS_PER_LAYER, 0 under any other layout: what
- * mgt-plan's FSDP traffic gathers after the step rather than per layer. */
+ * mgt-plan's FSDP traffic gathers after the step rather than per layer; *largest (may be NULL)
+ * the elements of the largest bucket (padding included): what sizes the reduce-scatter's pack
+ * (mgt_comm_mpi_pack_bytes). */
 mgt_status mgt_model_measure_units(const mgt_model_config *c, const mgt_model_layout *L, const mgt_parallel *ps,
-				   mgt_model_mem *mem, size_t *buf_numel, size_t *outside);
+				   mgt_model_mem *mem, size_t *buf_numel, size_t *outside, size_t *largest);
 
 /* ---- fp8 (lib/model/fp8lin.c; Transformer Engine's fp8.py and module/linear.py) ----
  * With mgt_model_layout.fp8 set, the linear layers of the dense decoder layers (linear_qkv,

@@ -522,7 +522,10 @@ mgt_status mgt_model_shard_setup(mgt_model *m);
 /* Run the parameter hook for local layer li (mgt_model_set_param_hook); OK without one or for a
  * layer outside [0, n_layers). */
 mgt_status mgt_model_param_use(mgt_model *m, int li, mgt_param_use use);
-/* Sharded bytes of the parameter and gradient buffers (mgt_model_memory under FSDP). */
+/* Sharded bytes of the parameter and gradient buffers (mgt_model_memory under FSDP): the owned
+ * shards, the units outside layers beyond their shards (gradients: written whole through the
+ * backward; parameters: kept whole), and the layer units gathered or written at once beyond
+ * their shards (shard.c gives each term's source). */
 void mgt_model_shard_memory(const mgt_model *m, size_t *params, size_t *grads);
 /* Elements of the buckets outside layers (unit -1) of a per-layer layout; 0 without units. */
 size_t mgt_model_shard_outside_numel(const mgt_model *m);

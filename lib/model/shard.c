@@ -103,48 +103,77 @@ mgt_status mgt_model_init_params_range(mgt_model *m, uint64_t seed, size_t lo, s
 	return st;
 }
 
-/* The elements of the k largest layer units (the working set gathered or written at once). */
-static size_t largest_units(const mgt_model *m, int k)
+/* A bucket's data-parallel size: the expert one for expert rows. */
+static size_t bucket_dp(const mgt_model *m, const mgt_bucket *k)
 {
-	size_t *u = mgt_malloc((size_t)(m->n_layers + 1) * sizeof *u), sum = 0;
-	if (!u) return 0;
-	memset(u, 0, (size_t)(m->n_layers + 1) * sizeof *u);
-	for (int b = 0; b < m->tt.nbuckets; b++)
-		if (m->unit[b] >= 0) u[m->unit[b]] += m->tt.buckets[b].numel;
-	for (int j = 0; j < k; j++) {
+	int dp = k->expert && m->L.edp > 0 ? m->L.edp : m->L.dp;
+	return (size_t)(dp > 0 ? dp : 1);
+}
+
+/* The k largest layer units (the working set gathered or written at once): *whole their
+ * elements, *beyond those outside this rank's shards (the shards are counted once, apart). */
+static void largest_units(const mgt_model *m, int k, size_t *whole, size_t *beyond)
+{
+	size_t *u = mgt_malloc((size_t)(m->n_layers + 1) * 2 * sizeof *u);
+	*whole = *beyond = 0;
+	if (!u) return;
+	size_t *x = u + m->n_layers + 1;
+	memset(u, 0, (size_t)(m->n_layers + 1) * 2 * sizeof *u);
+	for (int b = 0; b < m->tt.nbuckets; b++) {
+		const mgt_bucket *bk = &m->tt.buckets[b];
+		if (m->unit[b] < 0) continue;
+		u[m->unit[b]] += bk->numel;
+		x[m->unit[b]] += bk->numel - bk->numel / bucket_dp(m, bk);
+	}
+	for (int j = 0; j < k && j < m->n_layers; j++) {
 		int best = 0;
 		for (int l = 1; l < m->n_layers; l++) if (u[l] > u[best]) best = l;
-		sum += u[best], u[best] = 0;
+		*whole += u[best], *beyond += x[best], u[best] = 0;
 	}
 	free(u);
-	return sum;
 }
 
 /* Megatron-FSDP's memory (megatron_fsdp.md, the buffer table of param_and_grad_buffer.py): a
- * rank keeps 1/DP of each sharded bucket (1/EDP of an expert bucket).  Gradients from
- * optim_grads on: the shards, plus two layer units written at once (the layer whose backward
- * runs and the one reduced before it; T5: all of them, reduced at the end of the backward).  Parameters with optim_grads_params: the fp32 shards of
- * the layer units and the units outside layers whole, the same for the 16-bit copy (but no
- * layer shards: it is cast from the gathered fp32 unit), plus the gathered units: two, or a fully
- * recomputed group and one more. */
+ * rank keeps 1/DP of each sharded bucket (1/EDP of an expert bucket), in elements `shards`;
+ * `outside` the elements of the units outside layers beyond their shards, `beyond(k)` those of
+ * the k largest layer units beyond their shards.
+ *  - Gradients from optim_grads on (fp32, 4 bytes an element): shards + outside + beyond(2).
+ *    The units outside layers are written whole during the whole backward: stack.c commits them
+ *    at its start, the output layer (the tied word embedding's gradient with it) writes them
+ *    first, and the bucket holding an embedding is reduced after the embedding's backward only
+ *    (grads.c trainer_plan_overlap: ready at INT_MIN).  Two layer units are written at once: the
+ *    layer whose backward runs and the one whose reduce-scatter runs beside it (fsdp.c
+ *    drop_pending).  T5: every unit (t5.c: complete at the end of the backward).
+ *  - Parameters with optim_grads_params: fp32 shards + outside (kept whole) + beyond(g + 1),
+ *    the gathered units: the one in use and the one prefetched, or a fully recomputed group of g
+ *    and one more; the 16-bit copy (2 bytes, when there is one) of the units outside layers and
+ *    of the gathered units whole (it has no layer shards: it is cast from the gathered fp32
+ *    unit).
+ * Untied models are counted the same.  On a GPU that is at most one layer unit above the peak:
+ * both their output layer's and embedding's units are committed at the backward's start, the
+ * output layer's given back after the last layer's backward.  On the CPU, where a page is
+ * resident once written, the untied embedding's unit holds its shard and the rows the tokens
+ * touched only, so the count is above the peak RSS by up to that unit less its shard (gpt2-124m
+ * untied, optim_grads, seq 256: measured / computed 0.968 at DP 2, 0.929 at DP 4). */
 void mgt_model_shard_memory(const mgt_model *m, size_t *params, size_t *grads)
 {
 	const mgt_tensor_table *tt = &m->tt;
-	size_t shards = 0, outside = 0, lpw = mgt_model_lp_bytes(m) ? 2 : 0;
+	size_t shards = 0, outside = 0, lpw = mgt_model_lp_bytes(m) ? 2 : 0, whole, beyond;
 	if (m->L.dp <= 1) return; /* one rank: nothing is sharded (lib/train/fsdp.c), every page is written */
 	for (int b = 0; b < tt->nbuckets; b++) {
-		int dp = tt->buckets[b].expert && m->L.edp > 0 ? m->L.edp : m->L.dp;
-		shards += tt->buckets[b].numel / (size_t)(dp > 0 ? dp : 1);
-		if (m->unit[b] < 0) outside += tt->buckets[b].numel - tt->buckets[b].numel / (size_t)(dp > 0 ? dp : 1);
+		size_t part = tt->buckets[b].numel / bucket_dp(m, &tt->buckets[b]);
+		shards += part;
+		if (m->unit[b] < 0) outside += tt->buckets[b].numel - part;
 	}
 	/* T5's gradients are complete at the end of the backward only (t5.c): every unit written at once */
 	int written = m->t5 ? m->n_layers : 2;
-	if (m->L.sharding >= MGT_DP_OPTIM_GRADS) *grads = (shards + largest_units(m, written)) * sizeof(float);
+	largest_units(m, written, &whole, &beyond);
+	if (m->L.sharding >= MGT_DP_OPTIM_GRADS) *grads = (shards + outside + beyond) * sizeof(float);
 	if (m->L.sharding < MGT_DP_OPTIM_GRADS_PARAMS) return;
 	int g = m->L.recompute.granularity == MGT_RECOMPUTE_FULL ? m->L.recompute.num_layers : 1;
-	size_t work = largest_units(m, (g < m->n_layers ? g : m->n_layers) + 1);
-	size_t whole = mgt_model_shard_outside_numel(m);
-	*params = (shards + outside + work) * sizeof(float) + (whole + work) * lpw;
+	largest_units(m, (g < m->n_layers ? g : m->n_layers) + 1, &whole, &beyond);
+	size_t lp_whole = mgt_model_shard_outside_numel(m);
+	*params = (shards + outside + beyond) * sizeof(float) + (lp_whole + whole) * lpw;
 }
 
 size_t mgt_model_shard_outside_numel(const mgt_model *m)

@@ -194,8 +194,18 @@ void mgt_parallel_free(mgt_parallel *ps);
  * the pack and OpenMPI's temporaries for one piece (its basic linear reduce_scatter_block and
  * pipelined reduce each allocate a piece on the root: measured with heaptrack, OpenMPI 4.1 on
  * Debian 12), three packs; 0 for one rank.  mgt-train and mgt-plan count it as communication
- * memory of the data-parallel group on the CPU backend. */
+ * memory of context parallelism's all-gather on the CPU backend (the data-parallel group's is
+ * mgt_comm_mpi_pack_bytes). */
 size_t mgt_comm_mpi_scratch_bytes(int size);
+/* Host bytes of the pack buffer mgt's MPI reduce_scatter allocates for the duration of a call
+ * over `size` ranks giving each `part` elements of es bytes: size x m0 x es with m0 = part, or
+ * at most MGT_MPI_PACK_BYTES / es / size (mpi.c scatter_chunks; the 2^31-element limit of a
+ * piece can only make it smaller); 0 for one rank.  mgt-train and mgt-plan count the largest
+ * over the buckets the gradients are reduce-scattered in as the data-parallel group's
+ * communication memory on the CPU backend (its all-reduce and the in-place all-gathers allocate
+ * nothing of mgt's; OpenMPI's own temporaries, which heaptrack shows on the root of a
+ * reduce_scatter_block, did not raise the measured peak RSS: tests/bench/fsdp_memory.sh). */
+size_t mgt_comm_mpi_pack_bytes(int size, size_t part, size_t es);
 
 /* Start the multi-process runtime when this process was launched by mpirun/srun (OpenMPI's
  * OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK, Slurm's SLURM_NTASKS > 1 or PMI_SIZE in the

@@ -275,3 +275,10 @@ size_t mgt_comm_mpi_scratch_bytes(int size)
 {
 	return size > 1 ? 3 * MGT_MPI_PACK_BYTES : 0;
 }
+
+size_t mgt_comm_mpi_pack_bytes(int size, size_t part, size_t es)
+{
+	if (size <= 1 || !es) return 0;
+	size_t lim = MGT_MPI_PACK_BYTES / es / (size_t)size, m0 = part < lim ? part : lim ? lim : 1;
+	return (size_t)size * m0 * es;
+}

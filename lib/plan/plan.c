@@ -41,9 +41,10 @@ static mgt_recompute recompute_of(int g)
 
 /* Bytes on pipeline rank `rank`: its V chunks as mgt-train creates them (setup.c
  * trainer_chunk_layout, check_memory).  *numel: its flat-buffer elements (all chunks); *outside:
- * those of the units outside layers (FSDP layouts; 0 otherwise). */
+ * those of the units outside layers (FSDP layouts; 0 otherwise); *largest (may be NULL) the
+ * elements of its largest bucket. */
 static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, int rank,
-			      int *slots, mgt_model_mem *mem, double *opt, size_t *numel, size_t *outside)
+			      int *slots, mgt_model_mem *mem, double *opt, size_t *numel, size_t *outside, size_t *largest)
 {
 	mgt_status st = mgt_parallel_sched_slots(p->pp, rank, p->num_microbatches, p->vp, p->pp, slots);
 	if (st) return st;
@@ -51,6 +52,7 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 	memset(mem, 0, sizeof *mem);
 	*opt = 0;
 	*numel = *outside = 0;
+	if (largest) *largest = 0;
 	for (int k = 0; k < p->vp; k++) {
 		mgt_model_layout L = {
 			.mbs = p->mbs, .stage = k * p->pp + rank, .num_stages = p->pp * p->vp, .slots = slots[k],
@@ -63,9 +65,10 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 			.sharding = p->sharding,
 		};
 		mgt_model_mem x;
-		size_t n, o;
-		st = mgt_model_measure_units(c, &L, &ps, &x, &n, &o);
+		size_t n, o, big;
+		st = mgt_model_measure_units(c, &L, &ps, &x, &n, &o, &big);
 		if (st) return st;
+		if (largest && big > *largest) *largest = big;
 		/* --grad-reduce-in-bf16: mgt-train's bf16 copy of the gradient buffer (lib/train/log.c) */
 		mem->params += x.params; mem->grads += x.grads + (r->grad_reduce_in_bf16 ? x.grads / 2 : 0);
 		mem->activations += x.activations;
@@ -81,16 +84,20 @@ static mgt_status rank_memory(const mgt_plan_request *r, const mgt_model_config 
 }
 
 /* The MPI collectives' host scratch as mgt-train counts it (lib/train/log.c trainer_comm_memory):
- * the data x context group's, and context parallelism's: the ring's sends of a rank's keys and
- * values and of their gradient from copies (p2p, fp32 [s/CP b, groups/TP, 2, d] each), the
+ * the data x context group's reduce-scatter pack for the largest bucket (`largest` elements,
+ * bf16 with --grad-reduce-in-bf16) under the distributed optimizer and FSDP, nothing for its
+ * all-reduce (mgt_comm_mpi_pack_bytes); context parallelism's: the ring's sends of a rank's keys
+ * and values and of their gradient from copies (p2p, fp32 [s/CP b, groups/TP, 2, d] each), the
  * all-gather's temporaries (allgather), none for a2a.  Bytes. */
-static double comm_memory(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p)
+static double comm_memory(const mgt_plan_request *r, const mgt_model_config *c, const mgt_plan *p, size_t largest)
 {
 	double kv = (double)(c->seq_length / p->cp * p->mbs) * (double)(c->num_query_groups / p->tp) * 2 *
 		    (double)c->kv_channels * sizeof(float);
 	double cp = p->cp <= 1 ? 0 : r->cp_comm == MGT_CP_P2P ? 2 * kv : r->cp_comm == MGT_CP_A2A ? 0
 		    : (double)mgt_comm_mpi_scratch_bytes(p->cp);
-	return (double)mgt_comm_mpi_scratch_bytes(p->dp * p->cp) + cp;
+	int g = shard_dp(r, p);
+	double dp = distopt(p) ? (double)mgt_comm_mpi_pack_bytes(g, largest / (size_t)g, r->grad_reduce_in_bf16 ? 2 : sizeof(float)) : 0;
+	return dp + cp;
 }
 
 static mgt_status plan_memory(const mgt_plan_request *r, const mgt_model_config *c, mgt_plan *p, size_t *numel,
@@ -105,10 +112,10 @@ static mgt_status plan_memory(const mgt_plan_request *r, const mgt_model_config 
 	for (int i = 0; !st && i < (p->pp > 1 ? 2 : 1); i++) {
 		mgt_model_mem m;
 		double opt;
-		size_t n, o;
-		st = rank_memory(r, c, p, ranks[i], slots, &m, &opt, &n, &o);
+		size_t n, o, big;
+		st = rank_memory(r, c, p, ranks[i], slots, &m, &opt, &n, &o, &big);
 		if (st) break;
-		double comm = r->cluster.host_memory ? comm_memory(r, c, p) : 0;
+		double comm = r->cluster.host_memory ? comm_memory(r, c, p, big) : 0;
 		double total = (double)m.params + (double)m.grads + opt + (double)m.activations + (double)m.workspace +
 			       comm + r->cluster.overhead_bytes;
 		if (n > *numel) *numel = n, *outside = o;
@@ -556,7 +563,7 @@ static mgt_status evaluate(const mgt_plan_request *r, const mgt_model_config *c,
 		mgt_model_mem m;
 		double opt;
 		if (!slots) return MGT_ERR_NOMEM;
-		st = rank_memory(r, c, p, 0, slots, &m, &opt, &numel, &outside);
+		st = rank_memory(r, c, p, 0, slots, &m, &opt, &numel, &outside, NULL);
 		free(slots);
 		if (st) return st;
 	}

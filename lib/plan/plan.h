@@ -153,8 +153,8 @@ typedef struct mgt_plan {
 	mgt_recompute recompute;
 	int64_t bucket_size;                /* mgt-train's --ddp-bucket-size for this layout
 					     * (MGT_BUCKETS_PER_LAYER under FSDP) */
-	/* communication: the MPI collectives' host scratch on a host-memory cluster
-	 * (mgt_comm_mpi_scratch_bytes of the data-parallel size), as mgt-train counts it */
+	/* communication: the MPI collectives' host scratch on a host-memory cluster (the
+	 * data-parallel reduce-scatter's pack, mgt_comm_mpi_pack_bytes), as mgt-train counts it */
 	struct { double params, grads, optimizer, activations, workspace, communication, overhead, total, limit; } mem;
 	int mem_stage;
 	bool fits;

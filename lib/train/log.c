@@ -430,15 +430,26 @@ double trainer_device_in_use(const trainer *t, char *what, size_t n)
 size_t trainer_comm_memory(const trainer *t)
 {
 	if (!t->be->host_memory) return 0;
-	/* the gradient group's collectives, and context parallelism's: the all-gather's temporaries,
-	 * or the ring's sends of keys and values and of their gradient, each from a copy */
+	/* the gradient group's reduce-scatters (the distributed optimizer, FSDP): the pack of the
+	 * largest bucket (mgt_comm_mpi_pack_bytes); its all-reduce allocates nothing of mgt's */
 	const mgt_args *a = t->a;
+	size_t dp = 0, es = t->ddp.g16 ? mgt_elem_size(a->grad_comm_t) : sizeof(float);
+	for (int c = 0; a->use_distributed_optimizer && c < t->V; c++) {
+		const mgt_tensor_table *tt = mgt_model_tensors(t->chunk[c]);
+		for (int b = 0; b < tt->nbuckets; b++) {
+			mgt_comm *g = trainer_bucket_comm(t, &tt->buckets[b]);
+			size_t x = mgt_comm_mpi_pack_bytes(g->size, tt->buckets[b].numel / (size_t)g->size, es);
+			if (x > dp) dp = x;
+		}
+	}
+	/* context parallelism's: the all-gather's temporaries, or the ring's sends of keys and
+	 * values and of their gradient, each from a copy */
 	size_t kv = (size_t)(a->model.seq_length / a->context_parallel_size * a->micro_batch_size) *
 		    (size_t)(a->model.num_query_groups / a->tensor_model_parallel_size) * 2 *
 		    (size_t)a->model.kv_channels * sizeof(float);
 	size_t cp = t->ps.cp <= 1 ? 0 : a->cp_comm == MGT_CP_P2P ? 2 * kv : a->cp_comm == MGT_CP_A2A ? 0
 		    : mgt_comm_mpi_scratch_bytes(t->ps.cp);
-	return mgt_comm_mpi_scratch_bytes(t->ps.dpcp_comm->size) + cp;
+	return dp + cp;
 }
 
 double trainer_computed_memory(const trainer *t)

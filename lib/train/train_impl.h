@@ -320,8 +320,9 @@ void trainer_log_memory(trainer *t, const char *when);
 /* Bytes the trainer computed for this rank: the chunks' (mgt_model_memory) and the optimizer
  * state's, as trainer_log_memory prints them. */
 double trainer_computed_memory(const trainer *t);
-/* Host scratch of the data-parallel group's MPI collectives on the CPU backend
- * (mgt_comm_mpi_scratch_bytes), part of the computed memory; 0 on a device. */
+/* Host scratch of the MPI collectives on the CPU backend, part of the computed memory: the
+ * data-parallel group's reduce-scatter pack (mgt_comm_mpi_pack_bytes of the largest bucket)
+ * and context parallelism's; 0 on a device. */
 size_t trainer_comm_memory(const trainer *t);
 /* Device backends: the driver's free bytes (cudaMemGetInfo) before the model allocated less
  * those now, what[n] naming the source; -1 when unknown. */

@@ -838,6 +838,27 @@ static int finish(mgt_comm *world)
 	return failed ? 1 : 0;
 }
 
+/* mgt_comm_mpi_pack_bytes: the pack scatter_chunks allocates, every rank's part side by side,
+ * capped at MGT_MPI_PACK_BYTES (and within it for any group size and element size); nothing
+ * for one rank. */
+static void test_pack_bytes(void)
+{
+	size_t cap = MGT_MPI_PACK_BYTES;
+	RCHECK(mgt_comm_mpi_pack_bytes(1, 1000, 4) == 0 && mgt_comm_mpi_pack_bytes(0, 1000, 4) == 0,
+	      "pack bytes: 0 for one rank");
+	RCHECK(mgt_comm_mpi_pack_bytes(2, 1000, 4) == 8000 && mgt_comm_mpi_pack_bytes(4, 1000, 2) == 8000,
+	      "pack bytes: ranks x part x element size below the cap");
+	RCHECK(mgt_comm_mpi_pack_bytes(4, cap, 4) == cap && mgt_comm_mpi_pack_bytes(2, cap / 8, 4) == cap,
+	      "pack bytes: the cap for a part of the cap's size, and for one just reaching it");
+	int ok = 1;
+	for (int p = 2; p <= 7; p++)
+		for (size_t es = 1; es <= 8; es *= 2) {
+			size_t x = mgt_comm_mpi_pack_bytes(p, (size_t)1 << 30, es);
+			ok &= x <= cap && x > cap - (size_t)p * es;
+		}
+	RCHECK(ok, "pack bytes: a part over the cap packs within (cap - ranks x element size, cap] for 2 to 7 ranks");
+}
+
 int main(int argc, char **argv)
 {
 	int die = -1, quit = -1;
@@ -861,6 +882,7 @@ int main(int argc, char **argv)
 
 	test_runtime(argc, argv);
 	test_single_comm();
+	test_pack_bytes();
 	test_single_state();
 	mgt_parallel ps;
 	mgt_status st = mgt_parallel_init(&ps, 1, 1, 1);
