@@ -106,6 +106,12 @@ train_kjv() {
 		--metrics-file "$_name.jsonl" "$@"
 	launch "$_np" "$_name" "$@"
 }
+# kjv_volume NP MODEL NAME [key=value...]: comm_volume.py's check of run NAME's --comm-log against
+# the analytic bytes per rank at $SEQ, $MBS, $GBS
+kjv_volume() {
+	_np=$1 _model=$2 _name=$3; shift 3
+	$PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/$_model.json" "$_name" "$_np" mbs=$MBS gbs=$GBS seq=$SEQ "$@"
+}
 # launch NP NAME CMD...: CMD on one process, or NP under tests/mpirun.sh; stdout NAME.out, stderr
 # NAME.err, the last lines of which are printed as a TAP comment when it fails
 launch() {

@@ -20,8 +20,7 @@ train() { train_kjv "$@"; }
 same() { losses_same "$@"; }
 exact() { losses_exact "$@"; }
 # volume NP MODEL NAME key=value...: comm log NAME.rankN.jsonl against the analytic volume
-volume() { _np=$1 _model=$2 _name=$3; shift 3
-	$PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/$_model.json" "$_name" "$_np" mbs=$MBS gbs=$GBS seq=$SEQ "$@"; }
+volume() { kjv_volume "$@"; }
 
 # The padded vocabulary must not depend on TP: 1100 (lib.sh's small_bpe) -> 1536 with
 # divisible-by 512 / TP (the presets' 128 under TP2 would give 1280).

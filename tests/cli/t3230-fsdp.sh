@@ -19,8 +19,7 @@ kjv_parallel_data
 SEQ=32 MBS=2 GBS=8
 # train NP MODEL NAME [flags]: 10 iterations; metrics NAME.jsonl
 train() { train_kjv "$@"; }
-volume() { _np=$1 _model=$2 _name=$3; shift 3
-	$PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/$_model.json" "$_name" "$_np" mbs=$MBS gbs=$GBS seq=$SEQ "$@"; }
+volume() { kjv_volume "$@"; }
 # bf16 against the bf16 single process: the distributed optimizer's own bound (rounding of the
 # 16-bit sums in another order: 1.5e-5 for DP2 distopt, 2.1e-5 for DP2 optim_grads_params)
 near() {

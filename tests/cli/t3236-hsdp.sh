@@ -22,8 +22,7 @@ cd "$T" || exit 1
 kjv_parallel_data
 SEQ=32 MBS=2 GBS=8
 train() { train_kjv "$@"; }
-volume() { _np=$1 _model=$2 _name=$3; shift 3
-	$PY "$ROOT/tests/cli/comm_volume.py" "$SHARE/models/$_model.json" "$_name" "$_np" mbs=$MBS gbs=$GBS seq=$SEQ "$@"; }
+volume() { kjv_volume "$@"; }
 V1="--make-vocab-size-divisible-by 512" V2="--make-vocab-size-divisible-by 256"
 PAD=vocab=1536
 N=--num-distributed-optimizer-instances
