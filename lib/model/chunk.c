@@ -479,9 +479,9 @@ mgt_status mgt_model_measure_units(const mgt_model_config *c, const mgt_model_la
 		*mem = mgt_model_memory(m);
 		*buf_numel = m->tt.buf_numel;
 		if (outside) *outside = mgt_model_shard_outside_numel(m);
+		if (largest) *largest = 0;
 		for (int b = 0; largest && b < m->tt.nbuckets; b++)
-			if (!b || m->tt.buckets[b].numel > *largest) *largest = m->tt.buckets[b].numel;
-		if (largest && !m->tt.nbuckets) *largest = 0;
+			if (m->tt.buckets[b].numel > *largest) *largest = m->tt.buckets[b].numel;
 	}
 	mgt_model_free(m);
 	return st;

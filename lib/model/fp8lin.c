@@ -464,6 +464,15 @@ mgt_status mgt_model_fp8_gather_params(mgt_model *m, bool *done)
 	return st;
 }
 
+/* The fp8 linear whose weight is tensor i, when that tensor lies in bucket b; -1 otherwise. */
+static int bucket_linear(const mgt_model *m, int i, int b)
+{
+	const mgt_bucket *k = &m->tt.buckets[b];
+	size_t a, e;
+	int j = m->fp8->wk[i];
+	return j >= 0 && mgt_tensor_overlap(&m->tt.t[i], k->offset, k->offset + k->numel, &a, &e) ? j : -1;
+}
+
 bool mgt_model_fp8_units(const mgt_model *m) { return m->fp8 && m->fp8->units; }
 
 mgt_status mgt_model_fp8_unit_gather(mgt_model *m, int b, mgt_comm *g)
@@ -476,26 +485,22 @@ void mgt_model_fp8_unit_gathered(mgt_model *m, int b)
 {
 	struct fp8_state *f = m->fp8;
 	uint8_t *src = f->urcv + f->uoff[b] * (size_t)m->L.dp;
-	size_t lo, hi, a, e;
+	size_t lo, hi;
 	for (int r = 0; r < m->L.dp; r++) {
 		shard_range(m, b, r, &lo, &hi);
 		unpack(m, lo, hi, src + (size_t)r * f->pk[b]);
 	}
 	m->be->ops->discard(m->be, src, f->pk[b] * (size_t)m->L.dp);
-	const mgt_bucket *k = &m->tt.buckets[b];
-	for (int i = 0; i < m->tt.n; i++)
-		if (f->wk[i] >= 0 && mgt_tensor_overlap(&m->tt.t[i], k->offset, k->offset + k->numel, &a, &e))
-			transpose_weight(m, f->wk[i]);
+	for (int i = 0, j; i < m->tt.n; i++)
+		if ((j = bucket_linear(m, i, b)) >= 0) transpose_weight(m, j);
 }
 
 void mgt_model_fp8_unit_release(mgt_model *m, int b)
 {
 	struct fp8_state *f = m->fp8;
-	const mgt_bucket *k = &m->tt.buckets[b];
-	size_t a, e;
 	for (int i = 0; i < m->tt.n; i++) {
-		int j = f->wk[i];
-		if (j < 0 || !mgt_tensor_overlap(&m->tt.t[i], k->offset, k->offset + k->numel, &a, &e)) continue;
+		int j = bucket_linear(m, i, b);
+		if (j < 0) continue;
 		int in, out;
 		lin_dims(m, j, &in, &out);
 		m->be->ops->discard(m->be, f->w8 + f->woff[j], (size_t)in * out);

@@ -79,9 +79,9 @@ static mgt_status side_alloc(trainer *t)
 	if (!(t->fsdp.side = mgt_malloc((size_t)t->V * sizeof *t->fsdp.side))) return MGT_ERR_NOMEM;
 	memset(t->fsdp.side, 0, (size_t)t->V * sizeof *t->fsdp.side);
 	for (int c = 0; c < t->V; c++) {
-		size_t n = mgt_model_tensors(t->chunk[c])->buf_numel;
-		if (!(t->fsdp.side[c] = t->be->ops->reserve(t->be, (n ? n : 1) * sizeof(float)))) return MGT_ERR_NOMEM;
 		const mgt_tensor_table *tt = mgt_model_tensors(t->chunk[c]);
+		size_t n = tt->buf_numel;
+		if (!(t->fsdp.side[c] = t->be->ops->reserve(t->be, (n ? n : 1) * sizeof(float)))) return MGT_ERR_NOMEM;
 		for (int b = 0; b < tt->nbuckets; b++) { /* only the owned shards are ever written */
 			size_t own, part;
 			shard_of(t, &tt->buckets[b], &own, &part);
